@@ -1,0 +1,31 @@
+# Two commands do everything on a fresh machine: `make test` and `make reproduce`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: test test-slow reproduce bench docs clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,docs,plot,bench]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow
+
+reproduce: $(STAMP)
+	$(PY) experiments/reproduce.py --out results
+
+bench: $(STAMP)
+	$(PY) experiments/bench_alpha_k.py
+
+docs: $(STAMP)
+	$(PY) -m sphinx -W -b html docs docs/_build/html
+
+clean:
+	rm -rf $(VENV) docs/_build .pytest_cache .hypothesis
