@@ -1,0 +1,71 @@
+"""otspec: exact optimal-transport analysis of speculative-decoding verifiers.
+
+Notation everywhere: ``p`` is the draft (small model) distribution and ``q``
+the target (large model) distribution.
+"""
+
+from . import closed_form
+from ._validation import SIMPLEX_TOL
+from ._verifier import Verifier
+from ._verifier import VerifierCheck
+from ._verifier import check_verifier
+from .alpha import MinCut
+from .alpha import alpha_k
+from .alpha import min_cut
+from .closed_form import alpha_k_lower_bound
+from .closed_form import alpha_k_upper_bound
+from .maximal_coupling import MaximalCoupling
+from .maximal_coupling import maximal_coupling
+from .otm_lp import OTMPlanVerifier
+from .otm_lp import OTMResult
+from .otm_lp import SolverError
+from .otm_lp import otm_lp
+from .otm_lp import otm_lp_tuples
+
+# --- section: multidraft (k-Seq, multi-round) ---
+# --- end section: multidraft ---
+
+# --- section: optimal verifier ---
+# --- end section: optimal verifier ---
+
+# --- section: block ---
+# --- end section: block ---
+
+# --- section: lossy (mentored, lenience, speculative economics) ---
+# --- end section: lossy ---
+
+# --- section: spectr ---
+# --- end section: spectr ---
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SIMPLEX_TOL",
+    "MaximalCoupling",
+    "MinCut",
+    "OTMPlanVerifier",
+    "OTMResult",
+    "SolverError",
+    "Verifier",
+    "VerifierCheck",
+    "alpha_k",
+    "alpha_k_lower_bound",
+    "alpha_k_upper_bound",
+    "check_verifier",
+    "closed_form",
+    "maximal_coupling",
+    "min_cut",
+    "otm_lp",
+    "otm_lp_tuples",
+]
+
+# --- __all__ section: multidraft ---
+# --- end __all__ section: multidraft ---
+# --- __all__ section: optimal verifier ---
+# --- end __all__ section: optimal verifier ---
+# --- __all__ section: block ---
+# --- end __all__ section: block ---
+# --- __all__ section: lossy ---
+# --- end __all__ section: lossy ---
+# --- __all__ section: spectr ---
+# --- end __all__ section: spectr ---

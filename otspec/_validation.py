@@ -1,0 +1,156 @@
+"""Input validation shared by every public entry point.
+
+Each helper returns a clean, read-only float64 *copy* (inputs are never
+mutated or aliased) or raises :class:`ValueError` / :class:`TypeError` whose
+message names the parameter, says what was expected and what came.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = [
+    "SIMPLEX_TOL",
+    "validate_distribution",
+    "validate_pair",
+    "validate_k",
+    "validate_ks",
+    "validate_drafts",
+    "validate_probability",
+    "validate_positive_int",
+    "as_rng",
+]
+
+#: Tolerance on ``|sum(p) - 1|`` accepted for a probability vector.
+SIMPLEX_TOL = 1e-9
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+def validate_distribution(
+    x, name: str, *, normalize: bool = False, tol: float = SIMPLEX_TOL
+) -> np.ndarray:
+    """Return ``x`` as a read-only float64 copy after checking it is a distribution.
+
+    ``x`` must be 1-D, non-empty, finite, non-negative and sum to 1 within
+    ``tol``; with ``normalize=True`` any positive total is rescaled to 1.
+    """
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"`{name}` must be a 1-D array_like of floats, got {type(x).__name__}")
+    try:
+        arr = np.array(x, dtype=np.float64, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(
+            f"`{name}` must be a 1-D array_like of floats, got {type(x).__name__}"
+        ) from exc
+    if np.iscomplexobj(np.asarray(x)):
+        raise TypeError(f"`{name}` must be real-valued, got a complex array")
+    if arr.ndim != 1:
+        raise ValueError(f"`{name}` must be 1-D, got an array of shape {arr.shape}")
+    if arr.size == 0:
+        raise ValueError(f"`{name}` must be non-empty, got length 0")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"`{name}` must be finite, got {int(np.sum(~np.isfinite(arr)))} non-finite entries")
+    if np.any(arr < 0):
+        raise ValueError(f"`{name}` must be non-negative, got minimum {arr.min()!r}")
+    total = float(np.sum(arr))
+    if normalize:
+        if not total > 0:
+            raise ValueError(f"`{name}` must have a positive total to be normalized, got {total!r}")
+        arr /= total
+    elif abs(total - 1.0) > tol:
+        raise ValueError(
+            f"`{name}` must sum to 1 within {tol:g}, got {total!r} "
+            "(pass normalize=True to rescale)"
+        )
+    return _readonly(arr)
+
+
+def validate_pair(p, q, *, normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a (draft ``p``, target ``q``) pair on the same vocabulary."""
+    p_ = validate_distribution(p, "p", normalize=normalize)
+    q_ = validate_distribution(q, "q", normalize=normalize)
+    if p_.shape != q_.shape:
+        raise ValueError(
+            f"`p` and `q` must have the same length, got {p_.shape[0]} and {q_.shape[0]}"
+        )
+    return p_, q_
+
+
+def validate_positive_int(k, name: str, *, minimum: int = 1) -> int:
+    """Return ``k`` as a Python int, checking it is an integer ``>= minimum``."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        if isinstance(k, (float, np.floating)) and float(k).is_integer():
+            raise TypeError(f"`{name}` must be an integer, got the float {k!r}")
+        raise TypeError(f"`{name}` must be an integer, got {type(k).__name__}")
+    k = int(k)
+    if k < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {k}")
+    return k
+
+
+def validate_k(k) -> int:
+    """Number of drafts: a positive integer."""
+    return validate_positive_int(k, "k")
+
+
+def validate_ks(k) -> tuple[np.ndarray, bool]:
+    """Accept an int or a non-empty sequence of ints; return (array, is_scalar)."""
+    if isinstance(k, (numbers.Integral,)) and not isinstance(k, bool):
+        return np.array([validate_k(k)], dtype=np.int64), True
+    if isinstance(k, np.ndarray) and k.ndim == 0:
+        return np.array([validate_k(k.item())], dtype=np.int64), True
+    if isinstance(k, (Sequence, np.ndarray)) and not isinstance(k, (str, bytes)):
+        ks = [validate_k(v) for v in k]
+        if not ks:
+            raise ValueError("`k` must be a positive integer or a non-empty sequence of them, got an empty sequence")
+        return np.array(ks, dtype=np.int64), False
+    raise TypeError(f"`k` must be an integer or a sequence of integers, got {type(k).__name__}")
+
+
+def validate_drafts(drafts, k: int, n: int) -> tuple[int, ...]:
+    """Check ``drafts`` is a length-``k`` sequence of token ids in ``[0, n)``."""
+    if isinstance(drafts, numbers.Integral) and not isinstance(drafts, bool):
+        drafts = (drafts,)
+    try:
+        arr = np.asarray(drafts)
+    except Exception as exc:  # pragma: no cover - defensive
+        raise TypeError(f"`drafts` must be a sequence of {k} token ids, got {type(drafts).__name__}") from exc
+    if arr.ndim != 1 or arr.shape[0] != k:
+        raise ValueError(f"`drafts` must be a sequence of k={k} token ids, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
+            raise TypeError("`drafts` must hold integer token ids, got floats")
+        raise TypeError(f"`drafts` must hold integer token ids, got dtype {arr.dtype}")
+    if np.any(arr < 0) or np.any(arr >= n):
+        raise ValueError(f"`drafts` must be token ids in [0, {n}), got {arr.tolist()}")
+    return tuple(int(v) for v in arr)
+
+
+def validate_probability(x, name: str, *, low_open: bool = False, high_open: bool = False) -> float:
+    """A real number in [0, 1] (ends optionally open)."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"`{name}` must be a real number, got {type(x).__name__}")
+    v = float(x)
+    lo_ok = v > 0 if low_open else v >= 0
+    hi_ok = v < 1 if high_open else v <= 1
+    if not (np.isfinite(v) and lo_ok and hi_ok):
+        lo = "(0" if low_open else "[0"
+        hi = "1)" if high_open else "1]"
+        raise ValueError(f"`{name}` must lie in {lo}, {hi}, got {x!r}")
+    return v
+
+
+def as_rng(rng) -> np.random.Generator:
+    """``rng``: ``np.random.Generator | int | None`` through ``np.random.default_rng``."""
+    if rng is None or isinstance(rng, (np.random.Generator, numbers.Integral, np.random.SeedSequence)):
+        if isinstance(rng, bool):
+            raise TypeError("`rng` must be a numpy Generator, an int seed or None, got bool")
+        return np.random.default_rng(rng)
+    raise TypeError(f"`rng` must be a numpy Generator, an int seed or None, got {type(rng).__name__}")

@@ -1,0 +1,226 @@
+r"""The one verifier interface shared by every token-level multi-draft scheme.
+
+A *verifier* for ``k`` drafts is a Markov kernel from draft tuples
+:math:`x \in \Omega^k` to an output token :math:`y \in \Omega`. Together
+with the draft law :math:`p^{\otimes k}` it defines a joint law
+:math:`\pi(x, y) = p^{\otimes k}(x)\, K(y \mid x)`; the verifier is *lossless*
+when the output marginal :math:`\sum_x \pi(x, y)` equals the target ``q``,
+and its acceptance is :math:`\alpha(\pi) = P(Y \in S(X))` with :math:`S(x)`
+the set of distinct draft tokens.
+
+Notation: ``p`` is the draft distribution, ``q`` the target, everywhere.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validation import as_rng, validate_drafts, validate_positive_int
+
+__all__ = ["Verifier", "VerifierCheck", "check_verifier", "sample_from"]
+
+
+def sample_from(law: np.ndarray, rng: np.random.Generator) -> int:
+    """Inverse-CDF draw of one index from a (possibly unnormalised) non-negative vector."""
+    c = np.cumsum(law)
+    total = c[-1]
+    if not total > 0:
+        raise ValueError("cannot sample from a vector with zero total mass")
+    u = rng.random() * total
+    i = int(np.searchsorted(c, u, side="right"))
+    # guard the u == total edge and skip trailing zero-mass entries
+    i = min(i, law.shape[0] - 1)
+    while law[i] <= 0 and i > 0:
+        i -= 1
+    return i
+
+
+class Verifier(abc.ABC):
+    r"""Abstract base class of a ``k``-draft token verifier.
+
+    A verifier maps ``k`` draft tokens drawn i.i.d. from the draft ``p`` to
+    one output token; it is lossless when the output follows the target
+    ``q`` exactly.
+
+    Subclasses implement :meth:`conditional` and :meth:`acceptance`; they may
+    override :meth:`sample` with a faster rule and :meth:`output_law` when the
+    verifier is not lossless.
+
+    Attributes
+    ----------
+    k : int
+        Number of drafts.
+    p : (n,) ndarray of float64, read-only
+        Draft distribution.
+    q : (n,) ndarray of float64, read-only
+        Target distribution.
+    """
+
+    k: int
+    p: np.ndarray
+    q: np.ndarray
+
+    @property
+    def n(self) -> int:
+        """Vocabulary size."""
+        return int(self.p.shape[0])
+
+    @property
+    def lossless(self) -> bool:
+        """Whether the output law is exactly ``q`` (True unless a subclass says otherwise)."""
+        return True
+
+    @abc.abstractmethod
+    def conditional(self, drafts) -> np.ndarray:
+        r"""Exact law of the output token given the drafts.
+
+        Parameters
+        ----------
+        drafts : sequence of k int
+            Draft token ids :math:`x_1, \dots, x_k` in ``[0, n)``.
+
+        Returns
+        -------
+        (n,) ndarray of float64
+            :math:`K(\cdot \mid x)`, non-negative and summing to 1.
+        """
+
+    @abc.abstractmethod
+    def acceptance(self) -> float:
+        r"""Exact acceptance :math:`P(Y \in S(X))` under :math:`X \sim p^{\otimes k}`."""
+
+    def output_law(self) -> np.ndarray:
+        """Exact law of the output token (``q`` for a lossless verifier)."""
+        return self.q
+
+    def sample(self, drafts, *, rng=None) -> int:
+        """Draw the output token given the drafts.
+
+        Parameters
+        ----------
+        drafts : sequence of k int
+            Draft token ids.
+        rng : numpy.random.Generator, int or None, keyword-only
+            Source of randomness (through ``np.random.default_rng``).
+
+        Returns
+        -------
+        int
+            The output token id.
+        """
+        gen = as_rng(rng)
+        return sample_from(self.conditional(drafts), gen)
+
+    def _drafts(self, drafts) -> tuple[int, ...]:
+        return validate_drafts(drafts, self.k, self.n)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n={self.n}, k={self.k})"
+
+
+@dataclass(frozen=True, eq=False)
+class VerifierCheck:
+    """Result of :func:`check_verifier` (exact enumeration over draft tuples).
+
+    Attributes
+    ----------
+    max_marginal_error : float
+        :math:`\\max_y |\\sum_x p^{\\otimes k}(x) K(y|x) - q(y)|`.
+    max_law_error : float
+        The same against ``verifier.output_law()`` (equals the above for a
+        lossless verifier; for a lossy one this is the check of its stated law).
+    acceptance : float
+        Enumerated :math:`P(Y \\in S(X))`.
+    acceptance_error : float
+        ``|acceptance - verifier.acceptance()|``.
+    max_row_error : float
+        Largest ``|sum_y K(y|x) - 1|`` or negative entry over the tuples.
+    output_law : (n,) ndarray
+        Enumerated output law.
+    n_tuples : int
+        Number of draft tuples enumerated (``|supp p|**k``; tuples of
+        probability zero contribute nothing and are skipped).
+    """
+
+    max_marginal_error: float
+    max_law_error: float
+    acceptance: float
+    acceptance_error: float
+    max_row_error: float
+    output_law: np.ndarray
+    n_tuples: int
+
+
+def check_verifier(verifier: Verifier, *, max_tuples: int = 2_000_000) -> VerifierCheck:
+    r"""Check a verifier exactly by enumerating every draft tuple in :math:`\Omega^k`.
+
+    .. math::
+
+        \hat q(y) = \sum_{x \in \Omega^k} \prod_{i=1}^k p(x_i)\, K(y \mid x),
+        \qquad
+        \hat\alpha = \sum_{x \in \Omega^k} \prod_{i=1}^k p(x_i) \sum_{y \in S(x)} K(y \mid x).
+
+    Parameters
+    ----------
+    verifier : Verifier
+        Any verifier of the package (or a user subclass of :class:`Verifier`).
+    max_tuples : int, keyword-only
+        Refuse to enumerate more than this many tuples (``n**k``).
+
+    Returns
+    -------
+    VerifierCheck
+        Largest marginal error against ``q``, the enumerated acceptance and
+        its difference from ``verifier.acceptance()``.
+
+    Raises
+    ------
+    TypeError
+        If ``verifier`` is not a :class:`Verifier`.
+    ValueError
+        If ``n**k`` exceeds ``max_tuples``.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> v = otspec.maximal_coupling([0.5, 0.5], [0.25, 0.75])
+    >>> res = otspec.check_verifier(v)
+    >>> bool(res.max_marginal_error < 1e-12), round(res.acceptance, 12)
+    (True, 0.75)
+    """
+    if not isinstance(verifier, Verifier):
+        raise TypeError(f"`verifier` must be an otspec Verifier, got {type(verifier).__name__}")
+    max_tuples = validate_positive_int(max_tuples, "max_tuples")
+    n, k = verifier.n, verifier.k
+    p = verifier.p
+    support = np.flatnonzero(p > 0)
+    n_tuples = len(support) ** k
+    if n_tuples > max_tuples:
+        raise ValueError(
+            f"enumerating |supp p|**k = {len(support)}**{k} = {n_tuples} draft tuples "
+            f"exceeds `max_tuples`={max_tuples}"
+        )
+    law = np.zeros(n)
+    acc_terms = []
+    row_err = 0.0
+    for x in itertools.product(support.tolist(), repeat=k):
+        w = math.prod(p[i] for i in x)
+        c = np.asarray(verifier.conditional(x), dtype=np.float64)
+        row_err = max(row_err, abs(float(c.sum()) - 1.0), float(-min(c.min(), 0.0)))
+        law += w * c
+        acc_terms.append(w * float(c[list(set(x))].sum()))
+    acceptance = math.fsum(acc_terms)
+    return VerifierCheck(
+        max_marginal_error=float(np.max(np.abs(law - verifier.q))),
+        max_law_error=float(np.max(np.abs(law - verifier.output_law()))),
+        acceptance=acceptance,
+        acceptance_error=abs(acceptance - float(verifier.acceptance())),
+        max_row_error=row_err,
+        output_law=law,
+        n_tuples=n_tuples,
+    )

@@ -1,0 +1,224 @@
+r"""Closed forms and bounds for :math:`\alpha_k` (SpecTr eq. 10, App. B.1, Lemma 3).
+
+Notation: ``p`` is the draft distribution, ``q`` the target. The closed forms
+keep the arithmetic of their inputs: floats give floats, and
+:class:`fractions.Fraction` (or sympy ``Rational``) inputs give exact
+rationals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+from fractions import Fraction
+
+import numpy as np
+
+from ._validation import validate_k, validate_pair, validate_positive_int
+
+__all__ = [
+    "bernoulli_alpha_k",
+    "uniform_alpha_k",
+    "alpha_k_upper_bound",
+    "alpha_k_lower_bound",
+    "lemma3_constant",
+]
+
+#: Largest enumeration ``2**n * n**k`` accepted by :func:`alpha_k_upper_bound`.
+MAX_UPPER_BOUND_WORK = 20_000_000
+
+
+def _real_in_unit(x, name):
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        # sympy numbers are registered with the numbers ABCs; anything else is refused
+        raise TypeError(f"`{name}` must be a real number (float, Fraction, sympy Rational), got {type(x).__name__}")
+    if not (0 <= x <= 1):
+        raise ValueError(f"`{name}` must lie in [0, 1], got {x!r}")
+    return x
+
+
+def bernoulli_alpha_k(p, q, k: int):
+    r"""Exact :math:`\alpha_k` for Bernoulli draft and target (SpecTr eq. 10).
+
+    .. math::
+
+        \alpha_k(\mathrm{Ber}(p), \mathrm{Ber}(q))
+          = \min\{q, 1 - (1-p)^k\} + \min\{1 - q, 1 - p^k\}.
+
+    Parameters
+    ----------
+    p : float or Fraction
+        Draft probability of the token 1.
+    q : float or Fraction
+        Target probability of the token 1.
+    k : int
+        Number of drafts.
+
+    Returns
+    -------
+    float or Fraction
+        Exact in the inputs' arithmetic (a Fraction for Fraction inputs).
+
+    Raises
+    ------
+    ValueError
+        If ``p`` or ``q`` is outside [0, 1] or ``k < 1``.
+    TypeError
+        If they are not real numbers, or ``k`` is not an integer.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", NeurIPS 2023, eq. (10).
+
+    Examples
+    --------
+    >>> from fractions import Fraction
+    >>> import otspec
+    >>> otspec.closed_form.bernoulli_alpha_k(Fraction(1, 4), Fraction(3, 4), 2)
+    Fraction(11, 16)
+    """
+    p = _real_in_unit(p, "p")
+    q = _real_in_unit(q, "q")
+    k = validate_k(k)
+    return min(q, 1 - (1 - p) ** k) + min(1 - q, 1 - p**k)
+
+
+def uniform_alpha_k(d_p: int, d_q: int, k: int, *, exact: bool = False):
+    r"""Exact :math:`\alpha_k` for nested uniform distributions (SpecTr App. B.1).
+
+    With the draft :math:`p = U(d_p)` and the target :math:`q = U(d_q)` on
+    nested supports (the smaller inside the larger) and :math:`r = d_p / d_q`,
+
+    .. math::
+
+        \alpha_k = 1 - (1 - 1/r)^k \quad (d_q \le d_p), \qquad
+        \alpha_k = d_p / d_q \quad (d_q \ge d_p).
+
+    Parameters
+    ----------
+    d_p : int
+        Support size of the draft.
+    d_q : int
+        Support size of the target.
+    k : int
+        Number of drafts.
+    exact : bool, keyword-only
+        Return a :class:`fractions.Fraction` instead of a float.
+
+    Returns
+    -------
+    float or Fraction
+
+    Raises
+    ------
+    ValueError, TypeError
+        If a size or ``k`` is not a positive integer.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", arXiv v2, Appendix B.1 and Figure 5.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> otspec.closed_form.uniform_alpha_k(4, 2, 2, exact=True)
+    Fraction(3, 4)
+    """
+    d_p = validate_positive_int(d_p, "d_p")
+    d_q = validate_positive_int(d_q, "d_q")
+    k = validate_k(k)
+    inv_r = Fraction(d_q, d_p)
+    val = 1 - (1 - inv_r) ** k if d_q <= d_p else Fraction(d_p, d_q)
+    return val if exact else float(val)
+
+
+def lemma3_constant(k: int) -> float:
+    r"""The constant :math:`1 - (1 - 1/k)^k \ge 1 - 1/e` of SpecTr Lemma 3."""
+    k = validate_k(k)
+    return 1.0 - (1.0 - 1.0 / k) ** k
+
+
+def alpha_k_upper_bound(p, q, k: int, *, normalize: bool = False) -> float:
+    r"""SpecTr's Lemma 3 upper bound :math:`\bar\alpha_k`, computed from its definition.
+
+    .. math::
+
+        \bar\alpha_k(p, q) = \min_{\Omega_0 \subseteq \Omega} \Big\{
+          \sum_{y \in \Omega_0} \min\{q(y), 1 - (1 - p(y))^k\}
+          + \sum_{x \in \Omega^k} \min\Big\{\prod_{i=1}^k p(x_i),
+             \sum_{y \in S(x) \cap \Omega_0^c} q(y)\Big\} \Big\}
+
+    by enumeration of all :math:`2^n` sets and :math:`n^k` tuples (small
+    inputs only). The package proves :math:`\bar\alpha_k = \alpha_k`; this
+    function exists to check that independently.
+
+    Parameters
+    ----------
+    p, q : (n,) array_like of float
+        Draft and target distributions.
+    k : int
+        Number of drafts.
+    normalize : bool, keyword-only
+        Rescale the inputs to sum to 1.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        If ``2**n * n**k`` exceeds 20,000,000 (the size is in the message),
+        or the inputs are invalid.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", arXiv v2, Lemma 3, eq. (9).
+
+    Examples
+    --------
+    >>> import otspec
+    >>> round(otspec.alpha_k_upper_bound([0.75, 0.25], [0.25, 0.75], 2), 12)
+    0.6875
+    """
+    p_, q_ = validate_pair(p, q, normalize=normalize)
+    k = validate_k(k)
+    n = p_.shape[0]
+    work = (2**n) * (n**k)
+    if work > MAX_UPPER_BOUND_WORK:
+        raise ValueError(
+            f"alpha_k_upper_bound enumerates 2**n * n**k = 2**{n} * {n}**{k} = {work} terms, "
+            f"above the limit {MAX_UPPER_BOUND_WORK}; use alpha_k (equal, proved tight)"
+        )
+    tuples = np.array(list(itertools.product(range(n), repeat=k)), dtype=np.int64).reshape(-1, k)
+    ptup = np.prod(p_[tuples], axis=1)
+    member = np.zeros((tuples.shape[0], n))
+    np.put_along_axis(member, tuples, 1.0, axis=1)
+    first = np.minimum(q_, 1.0 - (1.0 - p_) ** k)
+    best = np.inf
+    masks = np.array(list(itertools.product((0.0, 1.0), repeat=n)))  # rows: indicator of Omega_0
+    chunk = max(1, 4_000_000 // max(1, tuples.shape[0]))
+    for start in range(0, masks.shape[0], chunk):
+        m = masks[start : start + chunk]
+        outside = member @ (q_[:, None] * (1.0 - m.T))  # (T, chunk)
+        vals = m @ first + np.minimum(ptup[:, None], outside).sum(axis=0)
+        best = min(best, float(vals.min()))
+    return best
+
+
+def alpha_k_lower_bound(p, q, k: int, *, normalize: bool = False) -> float:
+    r"""SpecTr's Lemma 3 lower bound :math:`(1 - (1 - 1/k)^k)\, \bar\alpha_k(p, q)`.
+
+    Parameters, returns and raises as :func:`alpha_k_upper_bound`.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", arXiv v2, Lemma 3.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> round(otspec.alpha_k_lower_bound([0.75, 0.25], [0.25, 0.75], 2), 12)
+    0.515625
+    """
+    return lemma3_constant(k) * alpha_k_upper_bound(p, q, k, normalize=normalize)

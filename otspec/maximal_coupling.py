@@ -1,0 +1,125 @@
+r"""One draft: the maximal coupling (speculative sampling).
+
+Notation: ``p`` is the draft distribution, ``q`` the target. Leviathan et al.
+use the opposite letters (their ``p`` is the target).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import as_rng, validate_pair
+from ._verifier import Verifier, sample_from
+
+__all__ = ["MaximalCoupling", "maximal_coupling", "residual"]
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    r"""Normalised residual :math:`(q - p)_+ / \sum (q - p)_+`; ``q`` when ``p == q``.
+
+    The fallback to ``q`` when the residual has no mass is the guarded
+    normaliser: rejection then has probability zero, so any law is correct.
+    """
+    r = np.maximum(q - p, 0.0)
+    s = r.sum()
+    if not s > 0:
+        return np.array(q, dtype=np.float64)
+    return r / s
+
+
+class MaximalCoupling(Verifier):
+    r"""Speculative sampling with one draft: the maximal coupling of ``p`` and ``q``.
+
+    .. math::
+
+        K(y \mid x) = \min\Big(1, \frac{q(x)}{p(x)}\Big) \mathbb 1\{y = x\}
+        + \Big(1 - \min\Big(1, \frac{q(x)}{p(x)}\Big)\Big)
+          \frac{(q(y) - p(y))_+}{\sum_z (q(z) - p(z))_+},
+
+    which is lossless and accepts :math:`\sum_x \min(p(x), q(x)) = 1 - \mathrm{TV}(p, q)`,
+    the optimum of OTM-1 (SpecTr §4; Leviathan et al., Algorithm 1, with
+    the letters swapped).
+
+    Use :func:`maximal_coupling` to construct it with validated inputs.
+    """
+
+    def __init__(self, p: np.ndarray, q: np.ndarray):
+        self.k = 1
+        self.p = p
+        self.q = q
+        self._res = residual(p, q)
+        self._res.setflags(write=False)
+
+    @property
+    def residual(self) -> np.ndarray:
+        """The normalised residual law used after a rejection."""
+        return self._res
+
+    def _accept_prob(self, x: int) -> float:
+        px, qx = self.p[x], self.q[x]
+        # division-free: accept with certainty when q(x) >= p(x)
+        return 1.0 if qx >= px else float(qx / px)
+
+    def conditional(self, drafts) -> np.ndarray:
+        (x,) = self._drafts(drafts)
+        a = self._accept_prob(x)
+        out = (1.0 - a) * self._res
+        out[x] += a
+        return out
+
+    def acceptance(self) -> float:
+        return float(np.minimum(self.p, self.q).sum())
+
+    def sample(self, drafts, *, rng=None) -> int:
+        (x,) = self._drafts(drafts)
+        gen = as_rng(rng)
+        # u * p(x) <= q(x): the division-free acceptance test
+        if gen.random() * self.p[x] <= self.q[x]:
+            return x
+        return sample_from(self._res, gen)
+
+
+def maximal_coupling(p, q, *, normalize: bool = False) -> MaximalCoupling:
+    r"""Speculative sampling (one draft) as a verifier.
+
+    .. math::
+
+        \max_{\pi \in \Pi(p, q)} P_\pi(Y = X) = \sum_x \min(p(x), q(x)).
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    normalize : bool, keyword-only
+        Rescale ``p`` and ``q`` to sum to 1 instead of requiring it.
+
+    Returns
+    -------
+    MaximalCoupling
+        A lossless verifier with ``k = 1``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        If ``p`` or ``q`` is not a distribution or their lengths differ.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, "Fast Inference from Transformers via
+       Speculative Decoding", ICML 2023, Algorithm 1 (their ``p`` is our ``q``).
+    .. [2] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", NeurIPS 2023, §4.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> v = otspec.maximal_coupling([0.6, 0.4], [0.3, 0.7])
+    >>> round(v.acceptance(), 12)
+    0.7
+    >>> v.conditional([0]).round(12).tolist()
+    [0.5, 0.5]
+    """
+    p_, q_ = validate_pair(p, q, normalize=normalize)
+    return MaximalCoupling(p_, q_)

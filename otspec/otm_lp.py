@@ -1,0 +1,451 @@
+r"""The membership-cost optimal-transport LP of OTM-k (SpecTr eq. 4) and its optimal plan.
+
+Notation: ``p`` is the draft distribution, ``q`` the target.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ._validation import validate_distribution, validate_k, validate_pair
+from ._verifier import Verifier
+
+__all__ = [
+    "OTMResult",
+    "OTMPlanVerifier",
+    "SolverError",
+    "otm_lp",
+    "otm_lp_tuples",
+    "set_weights",
+    "LP_CHECK_TOL",
+]
+
+#: Feasibility tolerance of the post-solve re-check (marginals, non-negativity).
+LP_CHECK_TOL = 1e-9
+#: Largest reduced LP built (number of multisets enumerated or variables).
+MAX_REDUCED_SIZE = 5_000_000
+#: Largest tuple LP built (``n**(k+1)`` variables).
+MAX_TUPLE_VARIABLES = 250_000
+
+
+class SolverError(RuntimeError):
+    """An LP solve failed, or its solution failed the feasibility re-check."""
+
+
+class OTMPlanVerifier(Verifier):
+    r"""A verifier given by an explicit transport plan, keyed by draft set or tuple.
+
+    For drafts :math:`x` with key :math:`a(x)` (the sorted distinct-token set
+    for the reduced LP, the tuple itself for the tuple LP) the output law is
+    :math:`K(\cdot \mid x) = \pi(a(x), \cdot) / w(a(x))`. For a draft tuple of
+    probability zero under :math:`p^{\otimes k}` the conditional is ``q``
+    (any choice leaves the joint law unchanged).
+    """
+
+    def __init__(self, p, q, k, keys, rows, weights, acceptance, keyed_by_set):
+        self.k = k
+        self.p = p
+        self.q = q
+        self._index = {key: i for i, key in enumerate(keys)}
+        self._rows = rows
+        self._weights = weights
+        self._acceptance = float(acceptance)
+        self._by_set = keyed_by_set
+
+    @property
+    def n_keys(self) -> int:
+        """Number of draft sets (or tuples) carried by the plan."""
+        return len(self._index)
+
+    def conditional(self, drafts) -> np.ndarray:
+        x = self._drafts(drafts)
+        key = tuple(sorted(set(x))) if self._by_set else x
+        i = self._index.get(key)
+        if i is None or not self._weights[i] > 0:
+            return np.array(self.q)
+        row = self._rows[i]
+        return row / row.sum()
+
+    def acceptance(self) -> float:
+        return self._acceptance
+
+
+@dataclass(frozen=True, eq=False)
+class OTMResult:
+    """Result of :func:`otm_lp` / :func:`otm_lp_tuples`.
+
+    Attributes
+    ----------
+    alpha : float
+        Optimal acceptance (``nan`` when ``success`` is False).
+    status : str
+        ``"optimal"`` or the failure: the HiGHS model status name, or
+        ``"check_failed"`` when the claimed optimum failed the re-check.
+    message : str
+        Human-readable detail (solver status, largest violation found).
+    n_variables : int
+        Number of LP variables.
+    verifier : OTMPlanVerifier or None
+        The optimal plan as a verifier (None on failure).
+    success : bool
+        ``status == "optimal"``.
+    k : int
+        Number of drafts.
+    max_violation : float
+        Largest marginal / sign violation of the solver's raw solution.
+    """
+
+    alpha: float
+    status: str
+    message: str
+    n_variables: int
+    verifier: OTMPlanVerifier | None
+    success: bool
+    k: int
+    max_violation: float
+
+
+def _n_multisets(m: int, k: int) -> int:
+    return math.comb(m + k - 1, k)
+
+
+def set_weights(p, k: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    r"""Law of the distinct-token set :math:`S(X)` of ``k`` i.i.d. draws from ``p``.
+
+    .. math::
+
+        w(A) = P(S(X) = A) = \sum_{\text{multisets } m,\ \mathrm{supp}(m) = A}
+            \binom{k}{m} \prod_{x} p(x)^{m_x},
+
+    summed over multisets (all terms non-negative, no cancellation).
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    k : int
+        Number of draws.
+
+    Returns
+    -------
+    sets : list of tuple of int
+        The sets with positive probability, as sorted tuples.
+    weights : (len(sets),) ndarray of float64
+        Their probabilities (summing to 1 up to rounding).
+    """
+    p_ = validate_distribution(p, "p")
+    k = validate_k(k)
+    support = np.flatnonzero(p_ > 0).tolist()
+    size = _n_multisets(len(support), k)
+    if size > MAX_REDUCED_SIZE:
+        raise ValueError(
+            f"the reduced OTM LP would enumerate {size} multisets for |supp p|={len(support)}, "
+            f"k={k}, above the limit {MAX_REDUCED_SIZE}"
+        )
+    fact = [math.factorial(i) for i in range(k + 1)]
+    acc: dict[tuple[int, ...], float] = {}
+    for ms in itertools.combinations_with_replacement(support, k):
+        counts: dict[int, int] = {}
+        for t in ms:
+            counts[t] = counts.get(t, 0) + 1
+        coef = fact[k]
+        prob = 1.0
+        for t, c in counts.items():
+            coef //= fact[c]
+            prob *= p_[t] ** c
+        key = tuple(counts)  # combinations_with_replacement yields sorted tokens
+        acc[key] = acc.get(key, 0.0) + coef * prob
+    sets = list(acc)
+    return sets, np.array([acc[s] for s in sets])
+
+
+def _highs_solve(n_cols, n_rows, starts, index, values, row_upper, col_upper):
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("primal_feasibility_tolerance", 1e-10)
+    h.setOptionValue("dual_feasibility_tolerance", 1e-10)
+    lp = highspy.HighsLp()
+    lp.num_col_ = n_cols
+    lp.num_row_ = n_rows
+    lp.sense_ = highspy.ObjSense.kMaximize
+    lp.col_cost_ = np.ones(n_cols)
+    lp.col_lower_ = np.zeros(n_cols)
+    lp.col_upper_ = col_upper
+    lp.row_lower_ = np.full(n_rows, -highspy.kHighsInf)
+    lp.row_upper_ = row_upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.num_col_ = n_cols
+    lp.a_matrix_.num_row_ = n_rows
+    lp.a_matrix_.start_ = starts
+    lp.a_matrix_.index_ = index
+    lp.a_matrix_.value_ = values
+    h.passModel(lp)
+    h.run()
+    status = h.getModelStatus()
+    name = h.modelStatusToString(status)
+    x = np.array(h.getSolution().col_value, dtype=np.float64)
+    return status == highspy.HighsModelStatus.kOptimal, name, x, float(h.getInfo().objective_function_value)
+
+
+def _failure(status, message, n_variables, k, violation, raise_on_failure):
+    if raise_on_failure:
+        raise SolverError(f"OTM LP failed ({status}): {message}")
+    return OTMResult(
+        alpha=float("nan"),
+        status=status,
+        message=message,
+        n_variables=n_variables,
+        verifier=None,
+        success=False,
+        k=k,
+        max_violation=violation,
+    )
+
+
+def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) -> OTMResult:
+    r"""Solve the OTM-k membership-cost LP, reduced by symmetry, with HiGHS.
+
+    .. math::
+
+        \max_{f \ge 0} \sum_{A} \sum_{y \in A} f(A, y)
+        \quad\text{s.t.}\quad
+        \sum_{y \in A} f(A, y) \le P(S(X) = A), \qquad
+        \sum_{A \ni y} f(A, y) \le q(y),
+
+    over the distinct-token sets :math:`A` of ``k`` i.i.d. drafts from ``p``.
+    This partial matching has the same optimum as SpecTr's LP (eq. 4): the
+    cost depends on a draft tuple only through its set and
+    :math:`p^{\otimes k}` is exchangeable. The unmatched mass is paired
+    independently, :math:`\pi(A, y) = f(A, y) + r(A)\, c(y) / \sum_z c(z)`,
+    which gives a full coupling of the set law and ``q``; a tuple gets its
+    set's conditional.
+
+    The solution is re-checked after solving (non-negativity and both
+    marginals within :data:`LP_CHECK_TOL` = 1e-9); any violation is reported
+    as a failure, never returned silently. The returned plan is then
+    repaired to be exactly feasible, so the verifier is lossless to
+    rounding whatever the solver's tolerance.
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    k : int
+        Number of drafts.
+    normalize : bool, keyword-only
+        Rescale the inputs to sum to 1.
+    raise_on_failure : bool, keyword-only
+        Raise :class:`SolverError` instead of returning a failed result.
+
+    Returns
+    -------
+    OTMResult
+        ``alpha``, ``status``, ``message``, ``n_variables`` and the optimal
+        plan as a ``verifier``.
+
+    Raises
+    ------
+    ValueError
+        Invalid ``p``, ``q``, ``k``; or more than 5,000,000 multisets would be
+        enumerated (the size is in the message).
+    SolverError
+        Only with ``raise_on_failure=True``.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", NeurIPS 2023, eq. (4).
+
+    Examples
+    --------
+    >>> import otspec
+    >>> res = otspec.otm_lp([0.75, 0.25], [0.25, 0.75], 2)
+    >>> res.status, round(res.alpha, 9)
+    ('optimal', 0.6875)
+    """
+    p_, q_ = validate_pair(p, q, normalize=normalize)
+    k = validate_k(k)
+    n = p_.shape[0]
+    sets, w = set_weights(p_, k)
+    n_sets = len(sets)
+    sizes = np.array([len(s) for s in sets], dtype=np.int64)
+    n_cols = int(sizes.sum())
+    if n_cols > MAX_REDUCED_SIZE:
+        raise ValueError(f"the reduced OTM LP would have {n_cols} variables, above the limit {MAX_REDUCED_SIZE}")
+    set_of_col = np.repeat(np.arange(n_sets), sizes)
+    token_of_col = np.fromiter(itertools.chain.from_iterable(sets), dtype=np.int64, count=n_cols)
+    index = np.empty(2 * n_cols, dtype=np.int32)
+    index[0::2] = set_of_col
+    index[1::2] = n_sets + token_of_col
+    starts = np.arange(0, 2 * n_cols + 1, 2, dtype=np.int32)
+    values = np.ones(2 * n_cols)
+    row_upper = np.concatenate([w, q_])
+    ok, name, f, obj = _highs_solve(n_cols, n_sets + n, starts, index, values, row_upper, np.full(n_cols, np.inf))
+    if not ok:
+        return _failure(name, f"HiGHS model status: {name}", n_cols, k, float("nan"), raise_on_failure)
+    # --- re-check the claimed optimum
+    row_sum = np.bincount(set_of_col, weights=f, minlength=n_sets)
+    col_sum = np.bincount(token_of_col, weights=f, minlength=n)
+    violation = max(
+        float(-min(f.min(), 0.0)),
+        float(np.max(row_sum - w, initial=0.0)),
+        float(np.max(col_sum - q_, initial=0.0)),
+        abs(float(f.sum()) - obj),
+    )
+    if not violation <= LP_CHECK_TOL:
+        return _failure(
+            "check_failed",
+            f"solver reported optimal but the solution violates feasibility by {violation:.3e} "
+            f"(tolerance {LP_CHECK_TOL:g})",
+            n_cols,
+            k,
+            violation,
+            raise_on_failure,
+        )
+    # --- repair to exact feasibility: clip, then scale down over-full rows and columns
+    f = np.maximum(f, 0.0)
+    row_sum = np.bincount(set_of_col, weights=f, minlength=n_sets)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f *= np.minimum(1.0, np.where(row_sum > 0, w / row_sum, 1.0))[set_of_col]
+    col_sum = np.bincount(token_of_col, weights=f, minlength=n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f *= np.minimum(1.0, np.where(col_sum > 0, q_ / col_sum, 1.0))[token_of_col]
+    row_sum = np.bincount(set_of_col, weights=f, minlength=n_sets)
+    col_sum = np.bincount(token_of_col, weights=f, minlength=n)
+    r = np.maximum(w - row_sum, 0.0)
+    c = np.maximum(q_ - col_sum, 0.0)
+    alpha = float(math.fsum(f))
+    csum = c.sum()
+    c_law = c / csum if csum > 0 else np.zeros(n)
+    rows = np.outer(r, c_law)
+    np.add.at(rows, (set_of_col, token_of_col), f)
+    verifier = OTMPlanVerifier(p_, q_, k, sets, rows, w, alpha, keyed_by_set=True)
+    return OTMResult(
+        alpha=alpha,
+        status="optimal",
+        message=f"HiGHS: {name}; re-check passed (max violation {violation:.1e})",
+        n_variables=n_cols,
+        verifier=verifier,
+        success=True,
+        k=k,
+        max_violation=violation,
+    )
+
+
+def otm_lp_tuples(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) -> OTMResult:
+    r"""SpecTr's OTM-k LP exactly as written: :math:`n^k \times n` variables, via cvxpy + HiGHS.
+
+    .. math::
+
+        \max_{\pi \ge 0} \sum_{x \in \Omega^k} \sum_{y \in S(x)} \pi(x, y)
+        \quad\text{s.t.}\quad
+        \sum_y \pi(x, y) = \prod_{i=1}^k p(x_i), \qquad
+        \sum_x \pi(x, y) = q(y).
+
+    For cross-checks on tiny inputs; use :func:`otm_lp` or
+    :func:`alpha_k` otherwise.
+
+    Parameters
+    ----------
+    p, q : (n,) array_like of float
+        Draft and target distributions.
+    k : int
+        Number of drafts.
+    normalize : bool, keyword-only
+        Rescale the inputs to sum to 1.
+    raise_on_failure : bool, keyword-only
+        Raise :class:`SolverError` instead of returning a failed result.
+
+    Returns
+    -------
+    OTMResult
+        As :func:`otm_lp`, with the verifier keyed by draft tuple.
+
+    Raises
+    ------
+    ValueError
+        If ``n**(k+1)`` exceeds 250,000 variables (the size is in the message).
+    ImportError
+        If cvxpy is not installed (``pip install otspec[lp]``).
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", NeurIPS 2023, eq. (4).
+
+    Examples
+    --------
+    >>> import otspec
+    >>> res = otspec.otm_lp_tuples([0.75, 0.25], [0.25, 0.75], 2)
+    >>> res.status, round(res.alpha, 9)
+    ('optimal', 0.6875)
+    """
+    p_, q_ = validate_pair(p, q, normalize=normalize)
+    k = validate_k(k)
+    n = p_.shape[0]
+    n_vars = n ** (k + 1)
+    if n_vars > MAX_TUPLE_VARIABLES:
+        raise ValueError(
+            f"the tuple OTM LP would have n**(k+1) = {n}**{k + 1} = {n_vars} variables, "
+            f"above the limit {MAX_TUPLE_VARIABLES}; use method='lp' or 'exact'"
+        )
+    try:
+        import cvxpy as cp
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("otm_lp_tuples needs cvxpy: pip install 'otspec[lp]'") from exc
+    tuples = list(itertools.product(range(n), repeat=k))
+    px = np.array([math.prod(p_[i] for i in t) for t in tuples])
+    member = np.zeros((len(tuples), n))
+    for i, t in enumerate(tuples):
+        member[i, list(set(t))] = 1.0
+    pi = cp.Variable((len(tuples), n), nonneg=True)
+    prob = cp.Problem(
+        cp.Maximize(cp.sum(cp.multiply(member, pi))),
+        [cp.sum(pi, axis=1) == px, cp.sum(pi, axis=0) == q_],
+    )
+    try:
+        prob.solve(
+            solver=cp.HIGHS,
+            primal_feasibility_tolerance=1e-10,
+            dual_feasibility_tolerance=1e-10,
+        )
+    except cp.error.SolverError as exc:
+        return _failure("solver_error", str(exc), n_vars, k, float("nan"), raise_on_failure)
+    if prob.status != cp.OPTIMAL or pi.value is None:
+        return _failure(str(prob.status), f"cvxpy status: {prob.status}", n_vars, k, float("nan"), raise_on_failure)
+    plan = np.asarray(pi.value, dtype=np.float64)
+    violation = max(
+        float(-min(plan.min(), 0.0)),
+        float(np.max(np.abs(plan.sum(axis=1) - px))),
+        float(np.max(np.abs(plan.sum(axis=0) - q_))),
+    )
+    if not violation <= LP_CHECK_TOL:
+        return _failure(
+            "check_failed",
+            f"solver reported optimal but the plan violates its marginals by {violation:.3e} "
+            f"(tolerance {LP_CHECK_TOL:g})",
+            n_vars,
+            k,
+            violation,
+            raise_on_failure,
+        )
+    plan = np.maximum(plan, 0.0)
+    alpha = float(math.fsum((plan * member).ravel()))
+    verifier = OTMPlanVerifier(p_, q_, k, tuples, plan, px, alpha, keyed_by_set=False)
+    return OTMResult(
+        alpha=alpha,
+        status="optimal",
+        message=f"cvxpy/HiGHS: {prob.status}; re-check passed (max violation {violation:.1e})",
+        n_variables=n_vars,
+        verifier=verifier,
+        success=True,
+        k=k,
+        max_violation=violation,
+    )
