@@ -14,13 +14,13 @@ from .alpha import alpha_k
 from .alpha import min_cut
 from .closed_form import alpha_k_lower_bound
 from .closed_form import alpha_k_upper_bound
-from .maximal_coupling import MaximalCoupling
-from .maximal_coupling import maximal_coupling
-from .otm_lp import OTMPlanVerifier
-from .otm_lp import OTMResult
-from .otm_lp import SolverError
-from .otm_lp import otm_lp
-from .otm_lp import otm_lp_tuples
+from ._maximal_coupling import MaximalCoupling
+from ._maximal_coupling import maximal_coupling
+from ._otm_lp import OTMPlanVerifier
+from ._otm_lp import OTMResult
+from ._otm_lp import SolverError
+from ._otm_lp import otm_lp
+from ._otm_lp import otm_lp_tuples
 
 # --- section: multidraft (k-Seq, multi-round) ---
 # --- end section: multidraft ---

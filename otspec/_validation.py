@@ -102,7 +102,7 @@ def validate_k(k) -> int:
 
 def validate_ks(k) -> tuple[np.ndarray, bool]:
     """Accept an int or a non-empty sequence of ints; return (array, is_scalar)."""
-    if isinstance(k, (numbers.Integral,)) and not isinstance(k, bool):
+    if isinstance(k, numbers.Number):
         return np.array([validate_k(k)], dtype=np.int64), True
     if isinstance(k, np.ndarray) and k.ndim == 0:
         return np.array([validate_k(k.item())], dtype=np.int64), True

@@ -43,18 +43,46 @@ def int_power(x: np.ndarray, k: int) -> np.ndarray:
     return result
 
 
-def _prefix_sums(p: np.ndarray, q: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _prefix_sums(p: np.ndarray, q: np.ndarray, order: np.ndarray):
+    """Prefix sums P, Q (length n + 1) in ``order`` and the suffix masses S = 1 - P of ``p``.
+
+    The suffix masses are summed from the end, so they keep full relative
+    accuracy when small: :math:`P^k = (1 - S)^k` is then evaluated as
+    ``exp(k * log1p(-S))``, which stays exact when ``P`` is within rounding
+    of 1 and ``k`` is large (a plain ``P**k`` would amplify ``1 - P``'s
+    rounding error ``k``-fold).
+    """
     n = p.shape[0]
+    po = p[order]
     P = np.empty(n + 1)
     Q = np.empty(n + 1)
+    S = np.empty(n + 1)
     P[0] = Q[0] = 0.0
-    np.cumsum(p[order], out=P[1:])
+    np.cumsum(po, out=P[1:])
     np.cumsum(q[order], out=Q[1:])
+    S[n] = 0.0
+    S[:n] = np.cumsum(po[::-1])[::-1]
     # the full prefix is the whole simplex; pin it to remove accumulated rounding
     P[n] = Q[n] = 1.0
+    S[0] = 1.0
     np.minimum(P, 1.0, out=P)
     np.minimum(Q, 1.0, out=Q)
-    return P, Q
+    np.minimum(S, 1.0, out=S)
+    return P, Q, S
+
+
+def _cut_values(P: np.ndarray, Q: np.ndarray, S: np.ndarray, split: int, log_s: np.ndarray, k: int) -> np.ndarray:
+    """``1 + Q_j - P_j**k`` for every prefix j, accurate where P is near 1."""
+    vals = np.empty(P.shape[0])
+    low = int_power(P[:split], k) if split else np.empty(0)
+    np.subtract(Q[:split], low, out=low)
+    vals[:split] = low
+    vals[:split] += 1.0
+    # 1 - P**k = -expm1(k * log1p(-S)) for the prefixes holding more than half the mass
+    hi = np.multiply(log_s, k)
+    np.expm1(hi, out=hi)
+    np.subtract(Q[split:], hi, out=vals[split:])
+    return vals
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,15 +119,16 @@ def _exact(p: np.ndarray, q: np.ndarray, ks: np.ndarray):
     # any order of tied ratios gives the same minimum (the objective is concave
     # in the mass of a tie group), so the faster unstable sort is enough here
     order = ratio_order(p, q, stable=False)
-    P, Q = _prefix_sums(p, q, order)
+    P, Q, S = _prefix_sums(p, q, order)
+    split = int(np.searchsorted(P, 0.5, side="right"))
+    log_s = np.log1p(-S[split:])
     out = np.empty(ks.shape[0])
     argmins = np.empty(ks.shape[0], dtype=np.int64)
     for i, k in enumerate(ks.tolist()):
-        vals = int_power(P, k)
-        np.subtract(Q, vals, out=vals)
+        vals = _cut_values(P, Q, S, split, log_s, k)
         j = int(np.argmin(vals))
         argmins[i] = j
-        out[i] = min(1.0, max(0.0, 1.0 + vals[j]))
+        out[i] = min(1.0, max(0.0, vals[j]))
     return out, argmins, order, P, Q
 
 
@@ -243,7 +272,7 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False):
     if method == "exact":
         vals = _exact(p_, q_, ks)[0]
     else:
-        from .otm_lp import otm_lp, otm_lp_tuples
+        from ._otm_lp import otm_lp, otm_lp_tuples
 
         solve = otm_lp if method == "lp" else otm_lp_tuples
         vals = np.empty(ks.shape[0])

@@ -1,0 +1,96 @@
+"""The OTM-k LPs: status reporting, the post-solve re-check, size refusal, the plan as a verifier."""
+
+import numpy as np
+import pytest
+
+import otspec
+import otspec._otm_lp as otm_lp_mod
+
+
+def test_result_fields():
+    res = otspec.otm_lp([0.75, 0.25], [0.25, 0.75], 2)
+    assert res.success and res.status == "optimal"
+    assert res.n_variables == 2 + 2 * 1  # sets {0}, {1}, {0, 1}: 1 + 1 + 2 columns
+    assert res.k == 2 and res.max_violation <= 1e-9
+    assert "re-check passed" in res.message
+    with pytest.raises(AttributeError):
+        res.alpha = 0.0  # frozen
+
+
+def test_set_weights_sum_to_one_and_match_inclusion_exclusion():
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(5))
+    sets, w = otm_lp_mod.set_weights(p, 3)
+    np.testing.assert_allclose(w.sum(), 1.0, atol=1e-15)
+    for s, ws in zip(sets, w):
+        # P(S = A) by inclusion-exclusion over subsets of A
+        A = list(s)
+        total = 0.0
+        for r in range(len(A) + 1):
+            from itertools import combinations
+
+            for B in combinations(A, r):
+                total += (-1) ** (len(A) - r) * p[list(B)].sum() ** 3
+        np.testing.assert_allclose(ws, total, rtol=1e-10, atol=1e-15)
+
+
+def test_failed_recheck_is_reported_not_returned(monkeypatch):
+    real = otm_lp_mod._highs_solve
+
+    def corrupt(*args):
+        ok, name, x, obj = real(*args)
+        x = x.copy()
+        x[0] += 1e-3  # a "solution" that violates a marginal
+        return ok, name, x, obj
+
+    monkeypatch.setattr(otm_lp_mod, "_highs_solve", corrupt)
+    res = otspec.otm_lp([0.5, 0.5], [0.25, 0.75], 2)
+    assert not res.success and res.status == "check_failed"
+    assert np.isnan(res.alpha) and res.verifier is None
+    assert "violates feasibility" in res.message
+    with pytest.raises(otspec.SolverError, match="check_failed"):
+        otspec.otm_lp([0.5, 0.5], [0.25, 0.75], 2, raise_on_failure=True)
+    with pytest.raises(otspec.SolverError):
+        otspec.alpha_k([0.5, 0.5], [0.25, 0.75], 2, method="lp")
+
+
+def test_solver_failure_status_is_reported(monkeypatch):
+    def fail(*args):
+        return False, "Infeasible", np.zeros(args[0]), 0.0
+
+    monkeypatch.setattr(otm_lp_mod, "_highs_solve", fail)
+    res = otspec.otm_lp([0.5, 0.5], [0.25, 0.75], 1)
+    assert not res.success and res.status == "Infeasible"
+
+
+def test_too_large_lps_are_refused_up_front():
+    n = 60
+    u = np.full(n, 1.0 / n)
+    with pytest.raises(ValueError, match=r"multisets .* above the limit"):
+        otspec.otm_lp(u, u, 8)
+    v = np.full(10, 0.1)
+    with pytest.raises(ValueError, match=r"n\*\*\(k\+1\) = 10\*\*6 = 1000000 variables"):
+        otspec.otm_lp_tuples(v, v, 5)
+
+
+def test_reduced_lp_size_target_n12_k4():
+    rng = np.random.default_rng(1)
+    p, q = rng.dirichlet(np.ones(12)), rng.dirichlet(np.ones(12))
+    res = otspec.otm_lp(p, q, 4)
+    assert res.success
+    np.testing.assert_allclose(res.alpha, otspec.alpha_k(p, q, 4), atol=1e-9)
+
+
+def test_plan_verifier_on_zero_probability_drafts_returns_q():
+    res = otspec.otm_lp([1.0, 0.0], [0.5, 0.5], 2)
+    np.testing.assert_array_equal(res.verifier.conditional([1, 1]), [0.5, 0.5])
+    assert res.verifier.n_keys == 1
+
+
+def test_tuple_plan_verifier_is_lossless():
+    rng = np.random.default_rng(2)
+    p, q = rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3))
+    res = otspec.otm_lp_tuples(p, q, 2)
+    chk = otspec.check_verifier(res.verifier)
+    assert chk.max_marginal_error <= 1e-9
+    np.testing.assert_allclose(chk.acceptance, otspec.alpha_k(p, q, 2), atol=1e-9)
