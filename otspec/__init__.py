@@ -29,6 +29,19 @@ from ._otm_lp import otm_lp_tuples
 # --- end section: optimal verifier ---
 
 # --- section: block ---
+from . import models
+from .models import Model
+from .models import TableModel
+from .models import MemorylessModel
+from .models import MarkovModel
+from .models import random_table_model
+from .models import random_markov_model
+from .models import random_memoryless_model
+from .models import sequence_probability
+from .models import joint_law
+from .models import conditional_tables
+from .models import validate_model
+from .models import validate_model_pair
 # --- end section: block ---
 
 # --- section: lossy (mentored, lenience, speculative economics) ---
@@ -64,6 +77,7 @@ __all__ = [
 # --- __all__ section: optimal verifier ---
 # --- end __all__ section: optimal verifier ---
 # --- __all__ section: block ---
+__all__ += ["models", "Model", "TableModel", "MemorylessModel", "MarkovModel", "random_table_model", "random_markov_model", "random_memoryless_model", "sequence_probability", "joint_law", "conditional_tables", "validate_model", "validate_model_pair"]
 # --- end __all__ section: block ---
 # --- __all__ section: lossy ---
 # --- end __all__ section: lossy ---

@@ -1,0 +1,632 @@
+r"""Small autoregressive sources that the package can enumerate exactly.
+
+A *model* over a vocabulary :math:`\Omega = \{0, \dots, V-1\}` is anything
+with an integer attribute ``vocab_size`` and a method
+``next_dist(prefix: tuple[int, ...]) -> (V,) ndarray`` giving the conditional
+law :math:`M(\cdot \mid x^{i})` of the next token after ``prefix``. This is a
+:class:`typing.Protocol` (duck typing): users and tests can bring their own.
+The joint probability of a sequence is the product of its conditionals,
+
+.. math::
+
+    M(x^\ell) = \prod_{j=1}^{\ell} M(x_j \mid x^{j-1}).
+
+Shipped sources:
+
+* :class:`TableModel` -- explicit conditional tables, one per prefix length
+  (:func:`random_table_model` draws them from a Dirichlet law);
+* :class:`MemorylessModel` -- the same distribution at every step
+  (the seed's Bernoulli sources :math:`\mathrm{Ber}(p)`, :math:`\mathrm{Ber}(q)`);
+* :class:`MarkovModel` -- Markov chains of order ``m``
+  (:func:`random_markov_model`).
+
+Helpers: :func:`sequence_probability` (exact joint probability),
+:func:`joint_law` (the whole table :math:`M(x^\ell)` over
+:math:`\Omega^\ell`), :func:`conditional_tables` (every conditional up to a
+length, validated), :func:`validate_model` and :func:`validate_model_pair`.
+
+Notation: the *draft* model is :math:`M_s` (the seed's "small" model, the
+package's ``p``) and the *target* model is :math:`M_b` (the "big" model, the
+package's ``q``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import numbers
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from ._validation import SIMPLEX_TOL, as_rng, validate_distribution, validate_positive_int
+
+__all__ = [
+    "Model",
+    "TableModel",
+    "MemorylessModel",
+    "MarkovModel",
+    "random_table_model",
+    "random_markov_model",
+    "random_memoryless_model",
+    "sequence_probability",
+    "joint_law",
+    "joint_from_tables",
+    "conditional_tables",
+    "validate_model",
+    "validate_model_pair",
+    "validate_sequence",
+    "MAX_ENUMERATION",
+]
+
+#: Default largest number of table entries (``V**length``) that the exact
+#: enumeration helpers build before refusing with a ValueError.
+MAX_ENUMERATION = 2_000_000
+
+
+@runtime_checkable
+class Model(Protocol):
+    """An autoregressive source: ``vocab_size`` and ``next_dist(prefix)``.
+
+    Attributes
+    ----------
+    vocab_size : int
+        Size :math:`V` of the vocabulary; tokens are ``0 .. V-1``.
+
+    Methods
+    -------
+    next_dist(prefix)
+        ``prefix`` is a tuple of token ids; returns the ``(V,)`` conditional
+        law of the next token (non-negative, summing to 1).
+    """
+
+    vocab_size: int
+
+    def next_dist(self, prefix: tuple[int, ...]) -> np.ndarray:  # pragma: no cover - protocol
+        ...
+
+
+# ---------------------------------------------------------------------------
+# validation helpers
+# ---------------------------------------------------------------------------
+
+
+def _validate_table_rows(table, name: str, tol: float = SIMPLEX_TOL) -> np.ndarray:
+    """Return a read-only float64 copy of ``table`` whose last axis holds distributions."""
+    if isinstance(table, (str, bytes)) or table is None:
+        raise TypeError(f"`{name}` must be an array_like of floats, got {type(table).__name__}")
+    try:
+        arr = np.array(table, dtype=np.float64, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"`{name}` must be an array_like of floats, got {type(table).__name__}") from exc
+    if arr.ndim == 0 or arr.size == 0:
+        raise ValueError(f"`{name}` must be a non-empty array of distributions, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"`{name}` must be finite, got {int(np.sum(~np.isfinite(arr)))} non-finite entries")
+    if np.any(arr < 0):
+        raise ValueError(f"`{name}` must be non-negative, got minimum {arr.min()!r}")
+    sums = arr.sum(axis=-1)
+    err = np.abs(sums - 1.0)
+    if np.any(err > tol):
+        worst = np.unravel_index(int(np.argmax(err)), err.shape)
+        raise ValueError(
+            f"every row of `{name}` must sum to 1 within {tol:g}, got {float(sums[worst])!r} "
+            f"at prefix {tuple(int(i) for i in worst)}"
+        )
+    arr.setflags(write=False)
+    return arr
+
+
+def validate_model(model, name: str = "model") -> int:
+    """Check that ``model`` follows the :class:`Model` protocol; return its vocabulary size.
+
+    Parameters
+    ----------
+    model : Model
+        Object with an integer ``vocab_size`` >= 1 and a callable ``next_dist``.
+    name : str
+        Parameter name used in error messages.
+
+    Returns
+    -------
+    int
+        ``model.vocab_size``.
+
+    Raises
+    ------
+    TypeError
+        If ``vocab_size`` or ``next_dist`` is missing or of the wrong type.
+    ValueError
+        If ``vocab_size`` < 1.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel, validate_model
+    >>> validate_model(MemorylessModel([0.5, 0.5]))
+    2
+    """
+    if not hasattr(model, "vocab_size") or not callable(getattr(model, "next_dist", None)):
+        raise TypeError(
+            f"`{name}` must be a model with a `vocab_size` attribute and a `next_dist(prefix)` "
+            f"method, got {type(model).__name__}"
+        )
+    v = model.vocab_size
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"`{name}.vocab_size` must be an integer, got {type(v).__name__}")
+    if int(v) < 1:
+        raise ValueError(f"`{name}.vocab_size` must be >= 1, got {int(v)}")
+    return int(v)
+
+
+def validate_model_pair(draft, target) -> int:
+    """Check a (draft, target) pair of models on the same vocabulary; return ``V``.
+
+    Raises
+    ------
+    TypeError
+        If either is not a model (see :func:`validate_model`).
+    ValueError
+        If the vocabulary sizes differ.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel, validate_model_pair
+    >>> validate_model_pair(MemorylessModel([0.5, 0.5]), MemorylessModel([0.2, 0.8]))
+    2
+    """
+    vs = validate_model(draft, "draft")
+    vb = validate_model(target, "target")
+    if vs != vb:
+        raise ValueError(
+            f"`draft` and `target` must share one vocabulary, got vocab_size {vs} (draft) "
+            f"and {vb} (target)"
+        )
+    return vs
+
+
+def validate_sequence(seq, vocab_size: int, name: str = "seq") -> tuple[int, ...]:
+    """Return ``seq`` as a tuple of token ids in ``[0, vocab_size)``."""
+    if isinstance(seq, (str, bytes)) or seq is None:
+        raise TypeError(f"`{name}` must be a sequence of token ids, got {type(seq).__name__}")
+    try:
+        items = list(seq)
+    except TypeError as exc:
+        raise TypeError(f"`{name}` must be a sequence of token ids, got {type(seq).__name__}") from exc
+    out = []
+    for t in items:
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            raise TypeError(f"`{name}` must hold integer token ids, got {type(t).__name__}")
+        t = int(t)
+        if not 0 <= t < vocab_size:
+            raise ValueError(f"`{name}` must hold token ids in [0, {vocab_size}), got {t}")
+        out.append(t)
+    return tuple(out)
+
+
+def _checked_next(model, prefix: tuple[int, ...], V: int, name: str) -> np.ndarray:
+    row = model.next_dist(prefix)
+    try:
+        return validate_distribution(row, f"{name}.next_dist({prefix})")
+    except ValueError as exc:
+        if np.shape(row) != (V,):
+            raise ValueError(
+                f"`{name}.next_dist({prefix})` must have shape ({V},), got {np.shape(row)}"
+            ) from exc
+        raise
+
+
+# ---------------------------------------------------------------------------
+# shipped models
+# ---------------------------------------------------------------------------
+
+
+class TableModel:
+    r"""Explicit conditional tables, one per prefix length.
+
+    .. math::
+
+        M(x_{\ell+1} = y \mid x^{\ell}) = T_\ell[x_1, \dots, x_\ell, y],
+        \qquad \ell = 0, \dots, \text{max\_len} - 1.
+
+    Parameters
+    ----------
+    tables : sequence of array_like of float
+        ``tables[l]`` has shape ``(V,) * (l + 1)``: its last axis is the law
+        of the next token after the prefix given by the first ``l`` indices.
+        Every row must be a distribution (within ``SIMPLEX_TOL``).
+
+    Attributes
+    ----------
+    vocab_size : int
+    max_len : int
+        Longest sequence the model can generate (``len(tables)``); asking
+        ``next_dist`` for a longer prefix raises ValueError.
+    tables : tuple of read-only ndarray
+
+    Raises
+    ------
+    ValueError
+        Empty ``tables``, wrong shapes, or rows that are not distributions.
+
+    Examples
+    --------
+    >>> from otspec.models import TableModel
+    >>> m = TableModel([[0.5, 0.5], [[0.9, 0.1], [0.2, 0.8]]])
+    >>> m.next_dist((1,)).tolist()
+    [0.2, 0.8]
+    """
+
+    def __init__(self, tables):
+        if isinstance(tables, np.ndarray) or not hasattr(tables, "__len__") or len(tables) == 0:
+            raise ValueError(
+                "`tables` must be a non-empty sequence of arrays, tables[l] of shape (V,)*(l+1)"
+            )
+        first = _validate_table_rows(tables[0], "tables[0]")
+        if first.ndim != 1:
+            raise ValueError(f"`tables[0]` must have shape (V,), got {first.shape}")
+        V = first.shape[0]
+        out = [first]
+        for ell in range(1, len(tables)):
+            t = _validate_table_rows(tables[ell], f"tables[{ell}]")
+            if t.shape != (V,) * (ell + 1):
+                raise ValueError(
+                    f"`tables[{ell}]` must have shape {(V,) * (ell + 1)}, got {t.shape}"
+                )
+            out.append(t)
+        self.tables = tuple(out)
+        self.vocab_size = int(V)
+        self.max_len = len(out)
+
+    def next_dist(self, prefix: tuple[int, ...]) -> np.ndarray:
+        """Conditional law of the next token after ``prefix`` (read-only view)."""
+        prefix = tuple(prefix)
+        if len(prefix) >= self.max_len:
+            raise ValueError(
+                f"`prefix` must be shorter than max_len={self.max_len} for this TableModel, "
+                f"got length {len(prefix)}"
+            )
+        return self.tables[len(prefix)][prefix]
+
+    def __repr__(self) -> str:
+        return f"TableModel(vocab_size={self.vocab_size}, max_len={self.max_len})"
+
+
+class MemorylessModel:
+    r"""A memoryless (i.i.d.) source: :math:`M(\cdot \mid x^\ell) = d` for every prefix.
+
+    Parameters
+    ----------
+    dist : (V,) array_like of float
+        The per-step distribution.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel
+    >>> MemorylessModel([0.25, 0.75]).next_dist((0, 1, 1)).tolist()
+    [0.25, 0.75]
+    """
+
+    max_len = None  # unbounded
+
+    def __init__(self, dist):
+        self.dist = validate_distribution(dist, "dist")
+        self.vocab_size = int(self.dist.shape[0])
+
+    def next_dist(self, prefix: tuple[int, ...]) -> np.ndarray:
+        """The per-step distribution (whatever the prefix)."""
+        return self.dist
+
+    def __repr__(self) -> str:
+        return f"MemorylessModel({np.array2string(self.dist, precision=4, separator=', ')})"
+
+
+class MarkovModel:
+    r"""A Markov chain of order ``m``: the next token depends on the last ``m`` tokens.
+
+    .. math::
+
+        M(x_{\ell+1} = y \mid x^\ell) =
+        \begin{cases}
+            T[x_{\ell-m+1}, \dots, x_\ell, y] & \ell \ge m, \\
+            I_\ell[x_1, \dots, x_\ell, y] & \ell < m.
+        \end{cases}
+
+    Parameters
+    ----------
+    transition : array_like of float, shape ``(V,) * (m + 1)``
+        Transition table; its last axis holds distributions. ``m = ndim - 1``
+        (``m = 0`` is a memoryless source).
+    initial : sequence of m array_like, optional
+        ``initial[l]`` (shape ``(V,) * (l + 1)``) is the conditional law of
+        token ``l + 1`` for the first ``m`` tokens, as in :class:`TableModel`.
+        Default: the uniform law for each of the first ``m`` tokens.
+
+    Attributes
+    ----------
+    vocab_size, order : int
+    transition : read-only ndarray
+    initial : tuple of read-only ndarray
+
+    Examples
+    --------
+    >>> from otspec.models import MarkovModel
+    >>> m = MarkovModel([[0.9, 0.1], [0.3, 0.7]], initial=[[1.0, 0.0]])
+    >>> m.next_dist(()).tolist(), m.next_dist((0, 1)).tolist()
+    ([1.0, 0.0], [0.3, 0.7])
+    """
+
+    max_len = None  # unbounded
+
+    def __init__(self, transition, *, initial=None):
+        T = _validate_table_rows(transition, "transition")
+        V = T.shape[-1]
+        if T.shape != (V,) * T.ndim:
+            raise ValueError(f"`transition` must have shape (V,)*(m+1), got {T.shape}")
+        m = T.ndim - 1
+        if initial is None:
+            init = []
+            for ell in range(m):
+                u = np.full((V,) * (ell + 1), 1.0 / V)
+                u.setflags(write=False)
+                init.append(u)
+        else:
+            if len(initial) != m:
+                raise ValueError(f"`initial` must hold m={m} tables, got {len(initial)}")
+            init = []
+            for ell, t in enumerate(initial):
+                t = _validate_table_rows(t, f"initial[{ell}]")
+                if t.shape != (V,) * (ell + 1):
+                    raise ValueError(f"`initial[{ell}]` must have shape {(V,) * (ell + 1)}, got {t.shape}")
+                init.append(t)
+        self.transition = T
+        self.initial = tuple(init)
+        self.order = int(m)
+        self.vocab_size = int(V)
+
+    def next_dist(self, prefix: tuple[int, ...]) -> np.ndarray:
+        """Conditional law of the next token after ``prefix``."""
+        prefix = tuple(prefix)
+        if len(prefix) < self.order:
+            return self.initial[len(prefix)][prefix]
+        if self.order == 0:
+            return self.transition
+        return self.transition[prefix[len(prefix) - self.order:]]
+
+    def __repr__(self) -> str:
+        return f"MarkovModel(vocab_size={self.vocab_size}, order={self.order})"
+
+
+# ---------------------------------------------------------------------------
+# random constructors
+# ---------------------------------------------------------------------------
+
+
+def _concentration(c) -> float:
+    if isinstance(c, bool) or not isinstance(c, numbers.Real):
+        raise TypeError(f"`concentration` must be a positive real number, got {type(c).__name__}")
+    c = float(c)
+    if not (np.isfinite(c) and c > 0):
+        raise ValueError(f"`concentration` must be a positive finite number, got {c!r}")
+    return c
+
+
+def _dirichlet(gen: np.random.Generator, V: int, shape: tuple[int, ...], c: float) -> np.ndarray:
+    # Dirichlet(c, ..., c) rows by normalised gammas; tiny concentrations can
+    # underflow every gamma of a row to 0, which we resample as a point mass.
+    g = gen.gamma(c, size=shape + (V,))
+    s = g.sum(axis=-1, keepdims=True)
+    bad = (s[..., 0] <= 0)
+    if np.any(bad):
+        idx = gen.integers(V, size=int(bad.sum()))
+        rows = np.zeros((int(bad.sum()), V))
+        rows[np.arange(rows.shape[0]), idx] = 1.0
+        g[bad] = rows
+        s = g.sum(axis=-1, keepdims=True)
+    return g / s
+
+
+def random_table_model(V: int, max_len: int, *, concentration: float = 1.0, rng=None) -> TableModel:
+    r"""A :class:`TableModel` whose every conditional is drawn from :math:`\mathrm{Dir}(c\,\mathbf 1_V)`.
+
+    Parameters
+    ----------
+    V : int
+        Vocabulary size (>= 1).
+    max_len : int
+        Longest sequence the model generates (>= 1); it has
+        :math:`\sum_{\ell < \text{max\_len}} V^\ell` conditionals.
+    concentration : float, keyword-only
+        Dirichlet concentration :math:`c > 0`: small values give peaked
+        conditionals (near point masses), large values near-uniform ones.
+    rng : numpy.random.Generator, int or None, keyword-only
+
+    Raises
+    ------
+    ValueError
+        ``V`` or ``max_len`` < 1, ``concentration`` <= 0, or more than
+        ``MAX_ENUMERATION`` table entries.
+
+    Examples
+    --------
+    >>> from otspec.models import random_table_model
+    >>> m = random_table_model(3, 2, concentration=0.5, rng=0)
+    >>> m.vocab_size, m.max_len, m.tables[1].shape
+    (3, 2, (3, 3))
+    """
+    V = validate_positive_int(V, "V")
+    max_len = validate_positive_int(max_len, "max_len")
+    c = _concentration(concentration)
+    if V**max_len > MAX_ENUMERATION:
+        raise ValueError(
+            f"`V`**`max_len` = {V}**{max_len} table entries exceeds the stated limit {MAX_ENUMERATION}"
+        )
+    gen = as_rng(rng)
+    return TableModel([_dirichlet(gen, V, (V,) * ell, c) for ell in range(max_len)])
+
+
+def random_markov_model(V: int, order: int = 1, *, concentration: float = 1.0, rng=None) -> MarkovModel:
+    r"""A :class:`MarkovModel` of the given order with Dirichlet transition and initial tables.
+
+    Parameters
+    ----------
+    V : int
+        Vocabulary size (>= 1).
+    order : int
+        Markov order ``m`` (>= 0).
+    concentration : float, keyword-only
+        Dirichlet concentration :math:`c > 0` of every row.
+    rng : numpy.random.Generator, int or None, keyword-only
+
+    Examples
+    --------
+    >>> from otspec.models import random_markov_model
+    >>> m = random_markov_model(2, 2, rng=1)
+    >>> m.order, m.transition.shape
+    (2, (2, 2, 2))
+    """
+    V = validate_positive_int(V, "V")
+    order = validate_positive_int(order, "order", minimum=0)
+    c = _concentration(concentration)
+    if V ** (order + 1) > MAX_ENUMERATION:
+        raise ValueError(f"`V`**(`order`+1) = {V ** (order + 1)} exceeds the stated limit {MAX_ENUMERATION}")
+    gen = as_rng(rng)
+    initial = [_dirichlet(gen, V, (V,) * ell, c) for ell in range(order)]
+    return MarkovModel(_dirichlet(gen, V, (V,) * order, c), initial=initial)
+
+
+def random_memoryless_model(V: int, *, concentration: float = 1.0, rng=None) -> MemorylessModel:
+    r"""A :class:`MemorylessModel` with a :math:`\mathrm{Dir}(c\,\mathbf 1_V)` distribution.
+
+    Examples
+    --------
+    >>> from otspec.models import random_memoryless_model
+    >>> random_memoryless_model(4, rng=0).vocab_size
+    4
+    """
+    V = validate_positive_int(V, "V")
+    c = _concentration(concentration)
+    return MemorylessModel(_dirichlet(as_rng(rng), V, (), c))
+
+
+# ---------------------------------------------------------------------------
+# exact joint probabilities
+# ---------------------------------------------------------------------------
+
+
+def sequence_probability(model, seq) -> float:
+    r"""Exact joint probability :math:`M(x^\ell) = \prod_{j} M(x_j \mid x^{j-1})`.
+
+    Parameters
+    ----------
+    model : Model
+    seq : sequence of int
+        Token ids in ``[0, V)``; the empty sequence has probability 1.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel, sequence_probability
+    >>> sequence_probability(MemorylessModel([0.25, 0.75]), (1, 1, 0))
+    0.140625
+    """
+    V = validate_model(model, "model")
+    seq = validate_sequence(seq, V, "seq")
+    prob = 1.0
+    for j in range(len(seq)):
+        prob *= float(_checked_next(model, seq[:j], V, "model")[seq[j]])
+    return prob
+
+
+def _check_length(model, length: int, name: str) -> None:
+    ml = getattr(model, "max_len", None)
+    if ml is not None and length > ml:
+        raise ValueError(
+            f"`{name}` generates sequences of at most max_len={ml} tokens, but length {length} is needed"
+        )
+
+
+def conditional_tables(model, length: int, *, name: str = "model", max_entries: int = MAX_ENUMERATION):
+    r"""Every conditional of ``model`` for prefixes shorter than ``length``, validated.
+
+    Parameters
+    ----------
+    model : Model
+    length : int
+        Number of tokens (>= 1): prefixes of length ``0 .. length - 1`` are queried.
+    name : str, keyword-only
+        Name used in error messages.
+    max_entries : int, keyword-only
+        Refuse (ValueError, before any call to ``next_dist``) when
+        ``V**length`` exceeds it.
+
+    Returns
+    -------
+    list of read-only ndarray
+        ``out[l]`` of shape ``(V,) * (l + 1)``: ``out[l][x^l] = M(. | x^l)``
+        (the format of :class:`TableModel`).
+
+    Raises
+    ------
+    ValueError
+        Too many entries, a row that is not a distribution, or a model whose
+        ``max_len`` is shorter than ``length``.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel, conditional_tables
+    >>> [t.shape for t in conditional_tables(MemorylessModel([0.5, 0.5]), 3)]
+    [(2,), (2, 2), (2, 2, 2)]
+    """
+    V = validate_model(model, name)
+    length = validate_positive_int(length, "length")
+    max_entries = validate_positive_int(max_entries, "max_entries")
+    if V**length > max_entries:
+        raise ValueError(
+            f"exact enumeration of {V}**{length} = {V**length} sequences exceeds the stated "
+            f"limit `max_entries`={max_entries}"
+        )
+    _check_length(model, length, name)
+    out = []
+    for ell in range(length):
+        t = np.empty((V,) * ell + (V,))
+        for prefix in itertools.product(range(V), repeat=ell):
+            t[prefix] = _checked_next(model, prefix, V, name)
+        t.setflags(write=False)
+        out.append(t)
+    return out
+
+
+def joint_law(model, length: int, *, max_entries: int = MAX_ENUMERATION) -> np.ndarray:
+    r"""The joint law :math:`M(x^\ell)` of the first ``length`` tokens as a ``(V,) * length`` array.
+
+    Parameters
+    ----------
+    model : Model
+    length : int
+        Number of tokens (>= 1).
+    max_entries : int, keyword-only
+        Refuse when ``V**length`` exceeds it.
+
+    Returns
+    -------
+    ndarray of float64, shape ``(V,) * length``
+        Sums to 1.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel, joint_law
+    >>> joint_law(MemorylessModel([0.25, 0.75]), 2).tolist()
+    [[0.0625, 0.1875], [0.1875, 0.5625]]
+    """
+    tabs = conditional_tables(model, length, name="model", max_entries=max_entries)
+    return joint_from_tables(tabs)
+
+
+def joint_from_tables(tables) -> np.ndarray:
+    """Joint law of ``len(tables)`` tokens from conditional tables (TableModel format)."""
+    J = np.asarray(tables[0], dtype=np.float64).copy()
+    for ell in range(1, len(tables)):
+        J = J[..., None] * tables[ell]
+    return J
