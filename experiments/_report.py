@@ -25,6 +25,11 @@ def fmt(x, digits: int = 4) -> str:
         return str(x)
 
 
+def _cell(text: str) -> str:
+    """Escape a markdown table cell (pipes would split it)."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 @dataclass
 class Row:
     """One reproduced quantity: what it is, the paper's value, ours, and a verdict."""
@@ -51,7 +56,9 @@ class Section:
             lines += [self.notes.strip(), ""]
         if self.rows:
             lines += ["| item | paper | otspec | verdict |", "|---|---|---|---|"]
-            lines += [f"| {r.item} | {r.paper} | {r.ours} | {r.verdict} |" for r in self.rows]
+            lines += [
+                "| " + " | ".join(_cell(c) for c in (r.item, r.paper, r.ours, r.verdict)) + " |" for r in self.rows
+            ]
             lines.append("")
         for fig in self.figures:
             lines += [f"![{fig}]({fig})", ""]
