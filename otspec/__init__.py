@@ -29,6 +29,7 @@ from ._otm_lp import otm_lp_tuples
 # --- end section: optimal verifier ---
 
 # --- section: block ---
+from . import block
 from . import models
 from .models import Model
 from .models import TableModel
@@ -77,7 +78,7 @@ __all__ = [
 # --- __all__ section: optimal verifier ---
 # --- end __all__ section: optimal verifier ---
 # --- __all__ section: block ---
-__all__ += ["models", "Model", "TableModel", "MemorylessModel", "MarkovModel", "random_table_model", "random_markov_model", "random_memoryless_model", "sequence_probability", "joint_law", "conditional_tables", "validate_model", "validate_model_pair"]
+__all__ += ["block", "models", "Model", "TableModel", "MemorylessModel", "MarkovModel", "random_table_model", "random_markov_model", "random_memoryless_model", "sequence_probability", "joint_law", "conditional_tables", "validate_model", "validate_model_pair"]
 # --- end __all__ section: block ---
 # --- __all__ section: lossy ---
 # --- end __all__ section: lossy ---
