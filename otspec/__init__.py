@@ -49,6 +49,7 @@ from .models import validate_model_pair
 # --- end section: lossy ---
 
 # --- section: spectr ---
+from . import spectr
 # --- end section: spectr ---
 
 __version__ = "0.1.0"
@@ -83,4 +84,5 @@ __all__ += ["block", "models", "Model", "TableModel", "MemorylessModel", "Markov
 # --- __all__ section: lossy ---
 # --- end __all__ section: lossy ---
 # --- __all__ section: spectr ---
+__all__ += ["spectr"]
 # --- end __all__ section: spectr ---

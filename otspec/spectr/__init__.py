@@ -1,0 +1,53 @@
+r"""SpecTr over sequences: draft sets, DraftSelection, exact block efficiency.
+
+``K`` draft sequences of length ``L`` are drawn from the draft model
+:math:`\mathcal M_s` (i.i.d., SpecTr eq. 7, or as the leaves of a prefix
+tree with branching :math:`(k_1, \dots, k_L)`, :math:`\prod k_i = K`,
+Appendix D); DraftSelection (Algorithm 3) applies a token-level verifier
+(:math:`\mathcal M_s(\cdot \mid \text{prefix})^{\otimes k}` to
+:math:`\mathcal M_b(\cdot \mid \text{prefix})`) to the surviving drafts at each
+position, keeps the drafts that agree with its output and stops at the first
+correction token or after ``L`` positions with a bonus token. The decoded
+tokens follow the target model :math:`\mathcal M_b` exactly (Theorem 2,
+:func:`check_lossless`); block efficiency is the expected number of decoded
+tokens per target call (:func:`block_efficiency`, exact by enumeration;
+:func:`block_efficiency_mc` by simulation with a confidence interval).
+
+Models are objects with ``vocab_size`` and ``next_dist(prefix)``
+(:mod:`otspec.models`). At one position ``p`` is the draft law and ``q`` the
+target law, as everywhere in otspec.
+"""
+
+from ._common import VERIFIER_NAMES
+from ._common import VerifierFactory
+from ._common import resolve_verifier
+from ._drafts import DraftSet
+from ._drafts import iid_drafts
+from ._drafts import prefix_tree_drafts
+from ._exact import SpecTrCheck
+from ._exact import block_efficiency
+from ._exact import check_lossless
+from ._exact import decoded_law
+from ._exact import length_law
+from ._mc import MCEstimate
+from ._mc import block_efficiency_mc
+from ._selection import draft_selection
+from ._selection import spectr_step
+
+__all__ = [
+    "VERIFIER_NAMES",
+    "DraftSet",
+    "MCEstimate",
+    "SpecTrCheck",
+    "VerifierFactory",
+    "block_efficiency",
+    "block_efficiency_mc",
+    "check_lossless",
+    "decoded_law",
+    "draft_selection",
+    "iid_drafts",
+    "length_law",
+    "prefix_tree_drafts",
+    "resolve_verifier",
+    "spectr_step",
+]

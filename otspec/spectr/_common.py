@@ -1,0 +1,311 @@
+r"""Shared helpers of :mod:`otspec.spectr`: model access and token-level verifier factories.
+
+A *model* is any object with ``next_dist(prefix: tuple[int, ...]) -> (V,)
+array`` (the law of the next token given every token so far) and,
+optionally, ``vocab_size``; the draft model is :math:`\mathcal M_s` and the
+target model :math:`\mathcal M_b` (SpecTr's letters). At one position the
+draft law is ``p = draft.next_dist(prefix)`` and the target law is
+``q = target.next_dist(prefix)``, as everywhere in otspec.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+from collections.abc import Callable
+
+import numpy as np
+
+from .._validation import validate_distribution, validate_positive_int
+from .._verifier import Verifier
+from ..models import MarkovModel, MemorylessModel, validate_model, validate_model_pair, validate_sequence
+
+__all__ = [
+    "VERIFIER_NAMES",
+    "VerifierFactory",
+    "resolve_verifier",
+    "vocab_size",
+    "next_dist",
+    "context_key",
+    "validate_models",
+    "validate_prefix",
+    "validate_branching",
+    "MAX_STEP_ENUM",
+]
+
+#: Names accepted by ``verifier=``; each is resolved lazily (when first used).
+VERIFIER_NAMES = ("lp", "optimal", "kseq", "multiround")
+
+#: Whether the named verifier's conditional law depends on the draft tuple only
+#: through its multiset (so enumeration over multisets is exact). The OTM LP plan
+#: and the optimal verifier (selection rule on the set S(X), then speculative
+#: sampling) do; k-Seq and multi-round rejection sampling scan the drafts in order.
+_SYMMETRIC = {"lp": True, "optimal": True, "kseq": False, "multiround": False}
+
+#: Default largest number of draft tuples (or multisets) enumerated for one
+#: token-level step law.
+MAX_STEP_ENUM = 2_000_000
+
+
+# ----------------------------------------------------------------------------- models
+def vocab_size(model, name: str) -> int:
+    """Vocabulary size of a model (see :func:`otspec.models.validate_model`)."""
+    return validate_model(model, name)
+
+
+def validate_models(draft, target) -> int:
+    """Check ``draft`` and ``target`` are models on the same vocabulary; return its size."""
+    return validate_model_pair(draft, target)
+
+
+def next_dist(model, prefix: tuple[int, ...], n: int, name: str) -> np.ndarray:
+    """``model.next_dist(prefix)`` validated as a read-only float64 distribution of length ``n``."""
+    law = validate_distribution(model.next_dist(prefix), f"{name}.next_dist({prefix})")
+    if law.shape[0] != n:
+        raise ValueError(
+            f"`{name}.next_dist({prefix})` must have length vocab_size={n}, got {law.shape[0]}"
+        )
+    return law
+
+
+def validate_prefix(prefix, n: int) -> tuple[int, ...]:
+    """The context as a tuple of token ids in ``[0, n)``."""
+    return validate_sequence(prefix, n, "prefix")
+
+
+def context_key(model, prefix: tuple[int, ...]):
+    """A key such that equal keys give equal futures ``next_dist(prefix + s)`` for every ``s``.
+
+    Used only to memoise exact recursions. A model may provide
+    ``context_key(prefix)``; memoryless and order-``m`` Markov models of
+    :mod:`otspec.models` are recognised (the last ``m`` tokens); any other
+    model is keyed by its whole prefix (always correct, never merged).
+    """
+    fn = getattr(model, "context_key", None)
+    if callable(fn):
+        return ("user", fn(prefix))
+    order = _known_order(model)
+    if order is not None:
+        return ("order", prefix[len(prefix) - order:] if order else ())
+    return ("prefix", prefix)
+
+
+def _known_order(model):
+    if type(model) is MemorylessModel:
+        return 0
+    if type(model) is MarkovModel:
+        return int(model.order)
+    return None
+
+
+def validate_branching(K, L, branching) -> tuple[int, ...]:
+    """Branching factors ``(k_1, ..., k_L)`` with product ``K``; i.i.d. drafts are ``(K, 1, ..., 1)``."""
+    K = validate_positive_int(K, "K")
+    L = validate_positive_int(L, "L")
+    if branching is None:
+        return (K,) + (1,) * (L - 1)
+    if isinstance(branching, (str, bytes)):
+        raise TypeError(f"`branching` must be a sequence of L={L} positive integers, got a string")
+    try:
+        ks = list(branching)
+    except TypeError as exc:
+        raise TypeError(
+            f"`branching` must be a sequence of L={L} positive integers, got {type(branching).__name__}"
+        ) from exc
+    if len(ks) != L:
+        raise ValueError(f"`branching` must have L={L} entries (k_1, ..., k_L), got {len(ks)}")
+    ks = tuple(validate_positive_int(k, "branching[i]") for k in ks)
+    if math.prod(ks) != K:
+        raise ValueError(f"`branching` must multiply to K={K} (prod k_i = K), got prod{ks} = {math.prod(ks)}")
+    return ks
+
+
+# ----------------------------------------------------------------------------- verifiers
+def _lp(p, q, k):
+    import otspec
+
+    return otspec.otm_lp(p, q, k, raise_on_failure=True).verifier
+
+
+def _named(name: str):
+    def build(p, q, k):
+        import otspec
+
+        fn = getattr(otspec, {"kseq": "kseq", "multiround": "multiround", "optimal": "optimal_verifier"}[name], None)
+        if fn is None:
+            raise ValueError(
+                f"`verifier`={name!r} is not available in this version of otspec "
+                f"(otspec.{'optimal_verifier' if name == 'optimal' else name} is missing)"
+            )
+        return fn(p, q, k)
+
+    return build
+
+
+class VerifierFactory:
+    r"""Builds, checks and memoises the token-level verifier used at each depth of SpecTr.
+
+    At a depth where ``k`` draft tokens :math:`X_1, \dots, X_k \sim p` i.i.d.
+    are compared with the target law ``q``, ``factory(p, q, k)`` returns a
+    :class:`~otspec.Verifier` for exactly that triple. Verifiers and their
+    exact step laws (:meth:`step_law`) are cached by the bytes of ``(p, q)``
+    and ``k``, so repeated contexts (Markov models, Monte Carlo loops) are
+    built once.
+
+    Parameters
+    ----------
+    build : callable ``(p, q, k) -> Verifier``
+        Constructor of the token-level verifier.
+    name : str
+        A label for messages and reprs.
+    symmetric : bool
+        Whether ``conditional(drafts)`` depends on the drafts only through
+        their multiset. Exact enumeration then runs over multisets
+        (:math:`\binom{s + k - 1}{k}` of them) instead of the :math:`s^k`
+        ordered tuples (``s`` = support size of ``p``). Claiming symmetry for
+        an order-dependent verifier (k-Seq, multi-round) makes the exact
+        analysis wrong, so it is False for callables unless stated.
+    maxsize : int
+        Largest number of cached verifiers (the cache is cleared when full).
+    """
+
+    def __init__(self, build: Callable, *, name: str, symmetric: bool, maxsize: int = 100_000):
+        self._build = build
+        self.name = str(name)
+        self.symmetric = bool(symmetric)
+        self._maxsize = validate_positive_int(maxsize, "maxsize")
+        self._verifiers: dict = {}
+        self._laws: dict = {}
+
+    def __repr__(self) -> str:
+        return f"VerifierFactory(name={self.name!r}, symmetric={self.symmetric})"
+
+    def __call__(self, p: np.ndarray, q: np.ndarray, k: int) -> Verifier:
+        key = (p.tobytes(), q.tobytes(), int(k))
+        v = self._verifiers.get(key)
+        if v is None:
+            v = self._build(p, q, k)
+            self._check(v, p, q, k)
+            if len(self._verifiers) >= self._maxsize:
+                self._verifiers.clear()
+            self._verifiers[key] = v
+        return v
+
+    def _check(self, v, p, q, k) -> None:
+        if not isinstance(v, Verifier):
+            raise TypeError(
+                f"`verifier` must build an otspec Verifier from (p, q, k), got {type(v).__name__} "
+                f"from {self.name!r}"
+            )
+        if v.k != k:
+            raise ValueError(
+                f"`verifier` {self.name!r} returned a verifier for k={v.k} drafts, but {k} draft "
+                "tokens are to be verified at this depth"
+            )
+        if v.n != p.shape[0]:
+            raise ValueError(
+                f"`verifier` {self.name!r} returned a verifier on {v.n} tokens, expected {p.shape[0]}"
+            )
+        if not (np.array_equal(np.asarray(v.p), p) and np.array_equal(np.asarray(v.q), q)):
+            # a factory may renormalise; accept rounding, refuse a different pair
+            if not (np.allclose(v.p, p, rtol=0, atol=1e-12) and np.allclose(v.q, q, rtol=0, atol=1e-12)):
+                raise ValueError(
+                    f"`verifier` {self.name!r} returned a verifier for a different (p, q) pair than asked"
+                )
+
+    def step_law(self, p: np.ndarray, q: np.ndarray, k: int, *, max_enum: int = MAX_STEP_ENUM) -> np.ndarray:
+        r"""Exact joint law of the output token and how many drafts equal it.
+
+        .. math::
+
+            W(y, c) = P\big(Y = y,\ \#\{i : X_i = y\} = c\big), \qquad
+            X_1, \dots, X_k \overset{\text{i.i.d.}}{\sim} p,\quad Y \sim K(\cdot \mid X),
+
+        for ``c = 0..k``, by enumeration of the draft tuples of
+        :math:`\mathrm{supp}(p)^k` (multisets with multinomial weights when
+        the factory is symmetric).
+
+        Returns
+        -------
+        (n, k + 1) ndarray of float64
+            ``W``; its entries sum to 1 and ``W.sum(axis=1)`` is the output law.
+
+        Raises
+        ------
+        ValueError
+            If more than ``max_enum`` tuples or multisets would be enumerated.
+        """
+        key = (p.tobytes(), q.tobytes(), int(k))
+        law = self._laws.get(key)
+        if law is not None:
+            return law
+        n = p.shape[0]
+        support = np.flatnonzero(p > 0)
+        s = support.shape[0]
+        size = math.comb(s + k - 1, k) if self.symmetric else s**k
+        if size > max_enum:
+            kind = "multisets" if self.symmetric else "ordered draft tuples"
+            raise ValueError(
+                f"the exact step law would enumerate {size} {kind} (|supp p|={s}, k={k}), above "
+                f"`max_enum`={max_enum}; use block_efficiency_mc for models this large"
+            )
+        v = self(p, q, k)
+        if self.symmetric:
+            drafts = list(itertools.combinations_with_replacement(support.tolist(), k))
+        else:
+            drafts = list(itertools.product(support.tolist(), repeat=k))
+        X = np.array(drafts, dtype=np.int64).reshape(len(drafts), k)
+        counts = np.zeros((X.shape[0], n), dtype=np.int64)
+        np.add.at(counts, (np.repeat(np.arange(X.shape[0]), k), X.ravel()), 1)
+        logw = counts[:, support] * np.log(p[support])[None, :]
+        weights = np.exp(logw.sum(axis=1))
+        if self.symmetric:
+            lf = np.array([math.lgamma(c + 1) for c in range(k + 1)])
+            weights = weights * np.exp(math.lgamma(k + 1) - lf[counts].sum(axis=1))
+        conds = np.empty((X.shape[0], n))
+        for i, x in enumerate(drafts):
+            conds[i] = v.conditional(x)
+        law = np.zeros((n, k + 1))
+        np.add.at(law, (np.broadcast_to(np.arange(n), counts.shape), counts), weights[:, None] * conds)
+        law.setflags(write=False)
+        if len(self._laws) >= self._maxsize:
+            self._laws.clear()
+        self._laws[key] = law
+        return law
+
+
+def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> VerifierFactory:
+    """Turn ``verifier=`` (a name, a callable or a :class:`VerifierFactory`) into a factory.
+
+    Parameters
+    ----------
+    verifier : {"lp", "optimal", "kseq", "multiround"}, callable or VerifierFactory
+        ``"lp"``: the OTM-k LP plan (:func:`otspec.otm_lp`); ``"optimal"``:
+        :func:`otspec.optimal_verifier`; ``"kseq"``: SpecTr's k-Seq
+        (:func:`otspec.kseq`); ``"multiround"``: recursive rejection sampling
+        (:func:`otspec.multiround`). A callable ``(p, q, k) -> Verifier`` is
+        used as is. Names are resolved when first used.
+    symmetric : bool or None
+        Override the symmetry flag (see :class:`VerifierFactory`); None keeps
+        the known value for names and False for callables.
+    """
+    if isinstance(verifier, VerifierFactory):
+        if symmetric is not None and bool(symmetric) != verifier.symmetric:
+            return VerifierFactory(verifier._build, name=verifier.name, symmetric=bool(symmetric))
+        return verifier
+    if isinstance(verifier, str):
+        if verifier not in VERIFIER_NAMES:
+            raise ValueError(f"`verifier` must be one of {VERIFIER_NAMES} or a callable, got {verifier!r}")
+        build = _lp if verifier == "lp" else _named(verifier)
+        sym = _SYMMETRIC[verifier] if symmetric is None else bool(symmetric)
+        return VerifierFactory(build, name=verifier, symmetric=sym)
+    if isinstance(verifier, Verifier):
+        raise TypeError(
+            "`verifier` must be a name or a factory (p, q, k) -> Verifier, not a Verifier instance: "
+            "SpecTr needs a new token-level plan at every depth"
+        )
+    if callable(verifier):
+        name = getattr(verifier, "__name__", type(verifier).__name__)
+        return VerifierFactory(verifier, name=name, symmetric=bool(symmetric) if symmetric is not None else False)
+    raise TypeError(f"`verifier` must be one of {VERIFIER_NAMES} or a callable, got {type(verifier).__name__}")
