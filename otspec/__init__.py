@@ -23,6 +23,14 @@ from ._otm_lp import otm_lp
 from ._otm_lp import otm_lp_tuples
 
 # --- section: multidraft (k-Seq, multi-round) ---
+from .kseq import KSeq
+from .kseq import kseq
+from .kseq import kseq_beta
+from .kseq import kseq_p_acc
+from .kseq import kseq_residual
+from .kseq import kseq_rho_star
+from .multiround import MultiRound
+from .multiround import multiround
 # --- end section: multidraft ---
 
 # --- section: optimal verifier ---
@@ -75,6 +83,7 @@ __all__ = [
 ]
 
 # --- __all__ section: multidraft ---
+__all__ += ["KSeq", "MultiRound", "kseq", "kseq_beta", "kseq_p_acc", "kseq_residual", "kseq_rho_star", "multiround"]
 # --- end __all__ section: multidraft ---
 # --- __all__ section: optimal verifier ---
 # --- end __all__ section: optimal verifier ---

@@ -94,6 +94,15 @@ class Verifier(abc.ABC):
     def acceptance(self) -> float:
         r"""Exact acceptance :math:`P(Y \in S(X))` under :math:`X \sim p^{\otimes k}`."""
 
+    def draft_law_of(self, drafts) -> float:
+        r"""Probability of the draft tuple under the verifier's draft law.
+
+        The i.i.d. product :math:`\prod_i p(x_i)` by default; a verifier whose
+        drafts are not i.i.d. from ``p`` (e.g. drawn without replacement)
+        overrides it, and :func:`check_verifier` enumerates with it.
+        """
+        return math.prod(float(self.p[i]) for i in drafts)
+
     def output_law(self) -> np.ndarray:
         """Exact law of the output token (``q`` for a lossless verifier)."""
         return self.q
@@ -209,7 +218,9 @@ def check_verifier(verifier: Verifier, *, max_tuples: int = 2_000_000) -> Verifi
     acc_terms = []
     row_err = 0.0
     for x in itertools.product(support.tolist(), repeat=k):
-        w = math.prod(p[i] for i in x)
+        w = float(verifier.draft_law_of(x))
+        if w == 0.0:
+            continue  # a tuple the draft law never produces (e.g. a repeat without replacement)
         c = np.asarray(verifier.conditional(x), dtype=np.float64)
         row_err = max(row_err, abs(float(c.sum()) - 1.0), float(-min(c.min(), 0.0)))
         law += w * c

@@ -1,0 +1,632 @@
+r"""k-sequential selection (k-Seq): SpecTr's Algorithm 2 as an exact verifier.
+
+Notation: ``p`` is the draft distribution, ``q`` the target. The drafts
+:math:`X_1, \dots, X_k` are i.i.d. from ``p``.
+
+For a division factor :math:`\rho \ge 1`,
+
+.. math::
+
+    \beta(\rho) = \sum_x \min\Big(p(x), \frac{q(x)}{\rho}\Big), \qquad
+    p_{\rm acc}(\rho) = 1 - (1 - \beta(\rho))^k .
+
+k-Seq accepts :math:`X_i` with probability :math:`\min(1, q(X_i)/(\rho p(X_i)))`
+for :math:`i = 1, \dots, k`, returns the first accepted draft, and samples the
+residual (SpecTr eq. 5)
+
+.. math::
+
+    p_{\rm res}(x) = \frac{q(x) - \min(p(x), q(x)/\rho)\, p_{\rm acc}/\beta}{1 - p_{\rm acc}}
+
+when all are rejected. The plan is a coupling of :math:`p^{\otimes k}` and
+``q`` iff :math:`\rho \ge \rho^*`, the root of
+:math:`f(\rho) = 1 - (1 - \beta(\rho))^k - \rho\beta(\rho)` (SpecTr eq. 6,
+Lemma 4: :math:`f` decreases on :math:`[1, \infty)` and
+:math:`\rho^* \in [1, \min(k, \max_x q(x)/p(x))]`).
+
+Exact :math:`\rho^*` after one sort: on :math:`\rho \ge 1`,
+:math:`\beta(\rho) = A(\rho) + B(\rho)/\rho` with :math:`A` the draft mass of
+the tokens whose ratio :math:`q/p` is at least :math:`\rho` and :math:`B`
+the target mass of the others, so :math:`\beta` is piecewise linear in
+:math:`1/\rho` with breakpoints at the ratios. One sort of the ratios and
+prefix sums give :math:`f` at every breakpoint; the breakpoint interval
+holding the sign change has constant :math:`A, B`, on which
+:math:`1 - (1 - A - B/\rho)^k = \rho A + B` is a smooth monotone
+one-variable equation, solved to machine precision by Brent's method.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from ._validation import as_rng, validate_k, validate_pair
+from ._verifier import Verifier
+
+__all__ = [
+    "KSeq",
+    "kseq",
+    "kseq_beta",
+    "kseq_p_acc",
+    "kseq_residual",
+    "kseq_rho_star",
+]
+
+#: A ``rho`` below :math:`\rho^*` at which eq. (6)'s validity condition
+#: :math:`p_{\rm acc} \le \rho\beta` holds to this relative slack is taken as
+#: rounding (e.g. a bisection end point) and the plan is built at :math:`\rho^*`.
+RHO_REL_TOL = 1e-12
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _one_minus_pow(beta, k: int):
+    r""":math:`1 - (1 - \beta)^k` without cancellation for small :math:`\beta`."""
+    b = np.asarray(beta, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        out = -np.expm1(k * np.log1p(-np.minimum(b, 1.0)))
+    return out
+
+
+def _pow_one_minus(beta, k: int):
+    r""":math:`(1 - \beta)^k` (``0`` at :math:`\beta = 1`)."""
+    b = np.asarray(beta, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        return np.exp(k * np.log1p(-np.minimum(b, 1.0)))
+
+
+def _validate_rho(rho, name: str = "rho"):
+    """A finite real number (or array of them) > 0, returned as float64."""
+    if isinstance(rho, bool):
+        raise TypeError(f"`{name}` must be a real number, got bool")
+    if isinstance(rho, numbers.Real):
+        arr = np.asarray(float(rho))
+    else:
+        try:
+            arr = np.asarray(rho, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"`{name}` must be a real number or an array of them, got {type(rho).__name__}") from exc
+    if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
+        raise ValueError(f"`{name}` must be finite and > 0, got {rho!r}")
+    return arr
+
+
+def _beta(p: np.ndarray, q: np.ndarray, rho):
+    r""":math:`\beta(\rho) = \sum_x \min(p(x), q(x)/\rho)` for a scalar or an array of ``rho``."""
+    r = np.asarray(rho, dtype=np.float64)
+    if r.ndim == 0:
+        return float(np.minimum(p, q / float(r)).sum())
+    return np.array([np.minimum(p, q / v).sum() for v in r.ravel()]).reshape(r.shape)
+
+
+def _f(p, q, k, rho):
+    b = _beta(p, q, rho)
+    return float(_one_minus_pow(b, k)) - rho * b
+
+
+def _rho_star_exact(p: np.ndarray, q: np.ndarray, k: int) -> float:
+    """Exact root of f after one sort of the ratios (see the module docstring)."""
+    if k == 1:
+        return 1.0  # f(rho) = beta - rho*beta <= 0 for every rho >= 1
+    mask = p > 0
+    ps, qs = p[mask], q[mask]
+    r = qs / ps
+    order = np.argsort(r, kind="stable")  # the one sort
+    r, ps, qs = r[order], ps[order], qs[order]
+    m = r.shape[0]
+    # Qpre[j] = sum_{i<j} q_(i) (tokens below the breakpoint), Psuf[j] = sum_{i>=j} p_(i)
+    Qpre = np.zeros(m + 1)
+    np.cumsum(qs, out=Qpre[1:])
+    Psuf = np.zeros(m + 1)
+    Psuf[:m] = np.cumsum(ps[::-1])[::-1]
+    # evaluation points: 1, the ratios strictly inside (1, k), and k (f(k) <= 0, Lemma 4)
+    inner = r[(r > 1.0) & (r < k)]
+    pts = np.concatenate(([1.0], inner, [float(k)]))
+    j = np.searchsorted(r, pts, side="left")  # number of ratios < rho
+    beta = Psuf[j] + Qpre[j] / pts
+    fvals = _one_minus_pow(beta, k) - (pts * Psuf[j] + Qpre[j])
+    nonpos = np.flatnonzero(fvals <= 0.0)
+    idx = int(nonpos[0]) if nonpos.size else pts.shape[0] - 1
+    if idx == 0 or fvals[idx] == 0.0:
+        return float(pts[idx])
+    lo, hi = float(pts[idx - 1]), float(pts[idx])
+    # on (lo, hi) no ratio lies strictly inside: A and B are constant there
+    jj = int(np.searchsorted(r, hi, side="left"))
+    A, B = float(Psuf[jj]), float(Qpre[jj])
+
+    def F(rho):
+        b = A + B / rho
+        return float(_one_minus_pow(b, k)) - (rho * A + B)
+
+    f_lo, f_hi = F(lo), F(hi)
+    if f_lo <= 0.0:
+        return lo
+    if f_hi >= 0.0:
+        return hi
+    from scipy.optimize import brentq
+
+    root = brentq(F, lo, hi, xtol=1e-300, rtol=4 * np.finfo(float).eps, maxiter=200)
+    return float(root)
+
+
+def _rho_star_bisect(p: np.ndarray, q: np.ndarray, k: int, tol: float) -> float:
+    """SpecTr's bisection over [1, k]; returns the upper (valid) end of the final bracket."""
+    lo, hi = 1.0, float(k)
+    if k == 1 or _f(p, q, k, 1.0) <= 0.0:
+        return 1.0
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:  # tolerance below the float spacing
+            break
+        if _f(p, q, k, mid) <= 0.0:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _check_rho(rho, rho_star: float, p: np.ndarray, q: np.ndarray, k: int) -> float:
+    rho = float(_validate_rho(rho))
+    if rho < rho_star:
+        # validity is p_acc(rho) <= rho * beta(rho) (SpecTr eq. 6); a rho that meets it to
+        # a relative RHO_REL_TOL (a bisection end point, or a flat f near p == q) is rounding
+        b = _beta(p, q, rho)
+        if float(_one_minus_pow(b, k)) <= rho * b * (1.0 + RHO_REL_TOL):
+            return rho_star
+        raise ValueError(
+            f"`rho` must be >= rho* = {rho_star!r} for k-Seq to be a valid coupling "
+            f"(SpecTr Theorem 1: the residual of eq. 5 would be negative), got {rho!r}"
+        )
+    return rho
+
+
+def _validate_tol(tol) -> float:
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
+        raise TypeError(f"`tol` must be a real number or None, got {type(tol).__name__}")
+    tol = float(tol)
+    if not (math.isfinite(tol) and tol > 0):
+        raise ValueError(f"`tol` must be finite and > 0, got {tol!r}")
+    return tol
+
+
+def _kseq_parts(p: np.ndarray, q: np.ndarray, k: int, rho: float, rho_star: float):
+    """Per-token acceptance, beta, p_acc and the normalised residual at a valid rho."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        # min(1, q/(rho p)); tokens with p = 0 never occur as drafts: accept (q >= 0 = rho p)
+        accept = np.where(q >= rho * p, 1.0, q / (rho * p))
+    mins = np.minimum(p, q / rho)
+    beta = float(mins.sum())
+    p_acc = float(_one_minus_pow(beta, k))
+    # c = p_acc / beta = sum_{i<k} (1 - beta)^i, and c <= rho exactly when rho >= rho*;
+    # clamping makes the residual non-negative to the last bit (c = rho* at rho = rho*).
+    c = p_acc / beta if beta > 0 else float(k)
+    c = min(c, rho)
+    hi = q >= rho * p  # min(p, q/rho) = p
+    v = np.where(hi, q - p * c, q * (1.0 - c / rho))
+    np.maximum(v, 0.0, out=v)
+    total = float(v.sum())
+    res = v / total if total > 0 else np.array(q, dtype=np.float64)
+    return accept, mins, beta, p_acc, res
+
+
+def _draw(cdf: np.ndarray, law: np.ndarray, gen: np.random.Generator) -> int:
+    """Inverse-CDF draw from a precomputed cumulative sum (O(log n))."""
+    u = gen.random() * cdf[-1]
+    i = int(np.searchsorted(cdf, u, side="right"))
+    i = min(i, law.shape[0] - 1)
+    while law[i] <= 0 and i > 0:
+        i -= 1
+    return i
+
+
+def _sample_iid(cdf: np.ndarray, law: np.ndarray, k: int, gen: np.random.Generator) -> tuple[int, ...]:
+    u = gen.random(k) * cdf[-1]
+    idx = np.minimum(np.searchsorted(cdf, u, side="right"), law.shape[0] - 1)
+    out = []
+    for i in idx.tolist():
+        while law[i] <= 0 and i > 0:
+            i -= 1
+        out.append(int(i))
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------- public
+
+
+def kseq_beta(p, q, rho, *, normalize: bool = False):
+    r"""SpecTr's :math:`\beta_{p,q}(\rho)`.
+
+    .. math::
+
+        \beta_{p,q}(\rho) = \sum_{x \in \Omega} \min\Big(p(x), \frac{q(x)}{\rho}\Big).
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    rho : float or array_like of float
+        Division factor(s), finite and > 0.
+    normalize : bool, keyword-only
+        Rescale ``p`` and ``q`` to sum to 1.
+
+    Returns
+    -------
+    float or ndarray of float64
+        :math:`\beta(\rho)`, of the shape of ``rho``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        Invalid distributions or ``rho``.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", NeurIPS 2023, Algorithm 2 and eq. (6).
+
+    Examples
+    --------
+    >>> import otspec
+    >>> otspec.kseq_beta([0.5, 0.5], [1.0, 0.0], 1.5)
+    0.5
+    >>> otspec.kseq_beta([0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0], [1.0, 2.0, 4.0]).tolist()
+    [0.5, 0.5, 0.25]
+    """
+    p_, q_ = validate_pair(p, q, normalize=normalize)
+    r = _validate_rho(rho)
+    return _beta(p_, q_, r)
+
+
+def kseq_p_acc(p, q, k: int, rho, *, normalize: bool = False):
+    r"""Probability that k-Seq accepts one of its drafts, :math:`p_{\rm acc}(\rho)`.
+
+    .. math::
+
+        p_{\rm acc}(\rho) = 1 - \big(1 - \beta_{p,q}(\rho)\big)^k .
+
+    For :math:`\rho \ge \rho^*` this is a lower bound on the acceptance
+    :math:`P(Y \in S(X))` of k-Seq, with equality at :math:`\rho = \rho^*`
+    (see :meth:`KSeq.acceptance`).
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    k : int
+        Number of drafts.
+    rho : float or array_like of float
+        Division factor(s), finite and > 0 (any value; validity is not checked here).
+    normalize : bool, keyword-only
+        Rescale ``p`` and ``q`` to sum to 1.
+
+    Returns
+    -------
+    float or ndarray of float64
+
+    Raises
+    ------
+    ValueError, TypeError
+        Invalid distributions, ``k`` or ``rho``.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", NeurIPS 2023, Algorithm 2, line 1.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> round(otspec.kseq_p_acc([0.5, 0.5], [1.0, 0.0], 2, 1.5), 12)
+    0.75
+    """
+    p_, q_ = validate_pair(p, q, normalize=normalize)
+    k = validate_k(k)
+    r = _validate_rho(rho)
+    out = _one_minus_pow(_beta(p_, q_, r), k)
+    return float(out) if np.ndim(out) == 0 else out
+
+
+def kseq_rho_star(p, q, k: int, *, tol=None, normalize: bool = False) -> float:
+    r"""The smallest valid division factor :math:`\rho^*` of k-Seq.
+
+    .. math::
+
+        \rho^* = \min\{\rho \ge 1 :\ 1 - (1 - \beta_{p,q}(\rho))^k \le \rho\,\beta_{p,q}(\rho)\},
+
+    the root of SpecTr eq. (6) (unique when :math:`\beta > 0`; ``1`` when
+    every root is valid, e.g. ``k = 1``, ``p == q`` or disjoint supports).
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    k : int
+        Number of drafts.
+    tol : float or None, keyword-only
+        ``None`` (default): exact, from the piecewise-linear structure of
+        :math:`\beta` in :math:`1/\rho` after one sort of the ratios
+        :math:`q/p` (:math:`O(n \log n)`, machine precision). A positive
+        float: the paper's bisection over :math:`[1, k]` to this bracket
+        width (:math:`O(n \log((k-1)/\mathrm{tol}))`); the upper, valid end
+        of the bracket is returned, so the result lies in
+        :math:`[\rho^*, \rho^* + \mathrm{tol}]` up to rounding.
+    normalize : bool, keyword-only
+        Rescale ``p`` and ``q`` to sum to 1.
+
+    Returns
+    -------
+    float
+        :math:`\rho^* \in [1, \min(k, \max_x q(x)/p(x))]` (SpecTr Lemma 4).
+
+    Raises
+    ------
+    ValueError, TypeError
+        Invalid distributions, ``k`` or ``tol``.
+
+    See Also
+    --------
+    kseq : the verifier built at :math:`\rho^*`.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", NeurIPS 2023, Theorem 1, eq. (6), Lemma 4
+       and App. C.1 ("computation efficiency": binary search over [1, k]).
+
+    Examples
+    --------
+    >>> import otspec
+    >>> p = [0.25] * 4
+    >>> q = [0.5, 0.5, 0.0, 0.0]  # U(2) inside U(4): rho* = r (1 - (1 - 1/r)^k) with r = 2
+    >>> otspec.kseq_rho_star(p, q, 3)
+    1.75
+    >>> abs(otspec.kseq_rho_star(p, q, 3, tol=1e-9) - 1.75) <= 1e-9
+    True
+    """
+    p_, q_ = validate_pair(p, q, normalize=normalize)
+    k = validate_k(k)
+    if tol is None:
+        return _rho_star_exact(p_, q_, k)
+    return _rho_star_bisect(p_, q_, k, _validate_tol(tol))
+
+
+def kseq_residual(p, q, k: int, rho=None, *, normalize: bool = False) -> np.ndarray:
+    r"""The residual law :math:`p_{\rm res}` that k-Seq samples when all drafts are rejected.
+
+    .. math::
+
+        p_{\rm res}(x) = \frac{q(x) - \min(p(x), q(x)/\rho)\, p_{\rm acc}(\rho)/\beta(\rho)}
+                              {1 - p_{\rm acc}(\rho)}
+        \quad (\text{SpecTr eq. 5}).
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    k : int
+        Number of drafts.
+    rho : float or None
+        Division factor, at least :math:`\rho^*`; ``None`` means :math:`\rho^*`.
+    normalize : bool, keyword-only
+        Rescale ``p`` and ``q`` to sum to 1.
+
+    Returns
+    -------
+    (n,) ndarray of float64
+        Non-negative, summing to 1. When :math:`p_{\rm acc} = 1` the residual
+        is never used and ``q`` is returned (the guarded normaliser).
+
+    Raises
+    ------
+    ValueError
+        If ``rho`` is below :math:`\rho^*` (the message gives :math:`\rho^*`),
+        or on invalid inputs.
+    TypeError
+        On inputs of the wrong type.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", NeurIPS 2023, Algorithm 2, eq. (5).
+
+    Examples
+    --------
+    >>> import otspec
+    >>> otspec.kseq_residual([0.5, 0.5], [0.25, 0.75], 2).round(12).tolist()
+    [0.0, 1.0]
+    """
+    p_, q_ = validate_pair(p, q, normalize=normalize)
+    k = validate_k(k)
+    rho_star = _rho_star_exact(p_, q_, k)
+    r = rho_star if rho is None else _check_rho(rho, rho_star, p_, q_, k)
+    res = _kseq_parts(p_, q_, k, r, rho_star)[4]
+    return res
+
+
+class KSeq(Verifier):
+    r"""k-sequential selection (SpecTr Algorithm 2) as an exact verifier.
+
+    .. math::
+
+        K(y \mid x_1, \dots, x_k) = \sum_{i=1}^k \Big[\prod_{j<i} (1 - a(x_j))\Big] a(x_i)\,
+            \mathbb 1\{y = x_i\} + \prod_{j=1}^k (1 - a(x_j))\; p_{\rm res}(y),
+        \qquad a(x) = \min\Big(1, \frac{q(x)}{\rho\, p(x)}\Big).
+
+    Lossless for :math:`\rho \ge \rho^*`. Its acceptance is, exactly,
+
+    .. math::
+
+        P(Y \in S(X)) = p_{\rm acc}(\rho) + \sum_y p_{\rm res}(y)
+            \big[(1 - \beta)^k - (1 - \beta - e(y))^k\big],
+        \qquad e(y) = (p(y) - q(y)/\rho)_+ ,
+
+    the second term being the chance that every draft is rejected and the
+    residual lands on one of them (:math:`e(y)` is the per-draft chance of
+    drawing :math:`y` and rejecting it). At :math:`\rho = \rho^*` every term
+    vanishes (the residual lives where :math:`e = 0`) and the acceptance is
+    :math:`p_{\rm acc}(\rho^*)`.
+
+    Build it with :func:`kseq`.
+
+    Attributes
+    ----------
+    k : int
+        Number of drafts.
+    p, q : (n,) ndarray of float64, read-only
+        Draft and target distributions.
+    rho : float
+        Division factor in use.
+    rho_star : float
+        :math:`\rho^*` (exact).
+    beta : float
+        :math:`\beta(\rho)`, the chance that one draft is accepted.
+    p_acc : float
+        :math:`p_{\rm acc}(\rho) = 1 - (1 - \beta)^k`.
+    accept_probs : (n,) ndarray of float64, read-only
+        :math:`a(x) = \min(1, q(x)/(\rho p(x)))` per token.
+    residual : (n,) ndarray of float64, read-only
+        :math:`p_{\rm res}`.
+    """
+
+    def __init__(self, p: np.ndarray, q: np.ndarray, k: int, rho: float, rho_star: float):
+        self.k = k
+        self.p = p
+        self.q = q
+        self.rho = float(rho)
+        self.rho_star = float(rho_star)
+        accept, mins, beta, p_acc, res = _kseq_parts(p, q, k, self.rho, self.rho_star)
+        self.beta = beta
+        self.p_acc = p_acc
+        for a in (accept, res):
+            a.setflags(write=False)
+        self.accept_probs = accept
+        self.residual = res
+        self._mins = mins
+        self._res_cdf = np.cumsum(res)
+        self._p_cdf = np.cumsum(p)
+
+    def conditional(self, drafts) -> np.ndarray:
+        xs = self._drafts(drafts)
+        out = np.zeros(self.n)
+        rem = 1.0
+        for x in xs:
+            a = float(self.accept_probs[x])
+            out[x] += rem * a
+            rem *= 1.0 - a
+            if rem == 0.0:
+                return out
+        out += rem * self.residual
+        return out
+
+    def acceptance(self) -> float:
+        beta, k = self.beta, self.k
+        one_minus = 1.0 - beta
+        if one_minus <= 0.0:
+            return self.p_acc
+        e = np.maximum(self.p - self._mins, 0.0)  # (p - q/rho)_+ : draw y, reject it
+        # (1-b)^k - (1-b-e)^k = (1-b)^k [1 - (1 - e/(1-b))^k], without cancellation
+        hit = _pow_one_minus(beta, k) * _one_minus_pow(np.minimum(e / one_minus, 1.0), k)
+        extra = float(np.dot(self.residual, hit))
+        return min(1.0, self.p_acc + extra)
+
+    def sample(self, drafts, *, rng=None) -> int:
+        xs = self._drafts(drafts)
+        gen = as_rng(rng)
+        p, q, rho = self.p, self.q, self.rho
+        for x in xs:
+            # division-free test u * rho * p(x) <= q(x)  <=>  u <= min(1, q/(rho p))
+            if gen.random() * rho * p[x] <= q[x]:
+                return x
+        return _draw(self._res_cdf, self.residual, gen)
+
+    def sample_drafts(self, *, rng=None) -> tuple[int, ...]:
+        """Draw ``k`` i.i.d. drafts from ``p`` (the draft law this verifier assumes)."""
+        return _sample_iid(self._p_cdf, self.p, self.k, as_rng(rng))
+
+    def __repr__(self) -> str:
+        return f"KSeq(n={self.n}, k={self.k}, rho={self.rho!r}, rho_star={self.rho_star!r})"
+
+
+def kseq(p, q, k: int, *, rho=None, normalize: bool = False) -> KSeq:
+    r"""SpecTr's k-sequential selection (k-Seq) as a lossless verifier.
+
+    .. math::
+
+        \alpha(\pi^{\text{k-Seq}}_{\rho^*}) = 1 - (1 - \beta_{p,q}(\rho^*))^k
+        \ \ge\ \big(1 - (1 - 1/k)^k\big)\, \alpha_k(p, q)
+        \ \ge\ (1 - e^{-1})\, \alpha_k(p, q).
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution (small model).
+    q : (n,) array_like of float
+        Target distribution (large model).
+    k : int
+        Number of i.i.d. drafts.
+    rho : float or None, keyword-only
+        Division factor. ``None`` (default): the exact :math:`\rho^*` of
+        :func:`kseq_rho_star`, which maximises the acceptance of the
+        family. A value below :math:`\rho^*` is refused (a value within a
+        relative ``1e-12`` below it, the rounding of a bisection, is taken
+        as :math:`\rho^*`).
+    normalize : bool, keyword-only
+        Rescale ``p`` and ``q`` to sum to 1.
+
+    Returns
+    -------
+    KSeq
+        The verifier; ``acceptance()`` is the exact :math:`P(Y \in S(X))`.
+
+    Raises
+    ------
+    ValueError
+        If ``rho < rho*`` (the message states :math:`\rho^*`), or on invalid
+        distributions, ``k`` or ``rho``.
+    TypeError
+        On inputs of the wrong type.
+
+    See Also
+    --------
+    kseq_rho_star, kseq_beta, kseq_p_acc, kseq_residual, alpha_k
+
+    Notes
+    -----
+    For :math:`\rho < \rho^*` the residual (SpecTr eq. 5) has a negative
+    entry, except in the degenerate case where every token with
+    :math:`q > 0` has ratio :math:`q/p \ge \rho^*`; there the plan is the
+    same for every such :math:`\rho` as at :math:`\rho^*`, so refusing loses
+    nothing.
+
+    References
+    ----------
+    .. [1] Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative
+       Decoding via Optimal Transport", NeurIPS 2023, Algorithm 2, Theorem 1,
+       Lemma 4, App. B.2 (uniform pairs).
+
+    Examples
+    --------
+    >>> import otspec
+    >>> v = otspec.kseq([0.25] * 4, [0.5, 0.5, 0.0, 0.0], 2)
+    >>> v.rho_star, v.acceptance(), otspec.alpha_k([0.25] * 4, [0.5, 0.5, 0.0, 0.0], 2)
+    (1.5, 0.75, 0.75)
+    >>> v.conditional([2, 0]).tolist()
+    [1.0, 0.0, 0.0, 0.0]
+    >>> otspec.kseq([0.75, 0.25], [0.25, 0.75], 2, rho=1.5)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: `rho` must be >= rho* = 1.5930... for k-Seq to be a valid coupling ...
+    """
+    p_, q_ = validate_pair(p, q, normalize=normalize)
+    k = validate_k(k)
+    rho_star = _rho_star_exact(p_, q_, k)
+    r = rho_star if rho is None else _check_rho(rho, rho_star, p_, q_, k)
+    return KSeq(p_, q_, k, r, rho_star)
