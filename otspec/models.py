@@ -204,14 +204,11 @@ def validate_sequence(seq, vocab_size: int, name: str = "seq") -> tuple[int, ...
 
 def _checked_next(model, prefix: tuple[int, ...], V: int, name: str) -> np.ndarray:
     row = model.next_dist(prefix)
-    try:
-        return validate_distribution(row, f"{name}.next_dist({prefix})")
-    except ValueError as exc:
-        if np.shape(row) != (V,):
-            raise ValueError(
-                f"`{name}.next_dist({prefix})` must have shape ({V},), got {np.shape(row)}"
-            ) from exc
-        raise
+    if np.shape(row) != (V,):
+        raise ValueError(
+            f"`{name}.next_dist({prefix})` must have shape ({V},) (vocab_size={V}), got {np.shape(row)}"
+        )
+    return validate_distribution(row, f"{name}.next_dist({prefix})")
 
 
 # ---------------------------------------------------------------------------
