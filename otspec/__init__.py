@@ -54,6 +54,17 @@ from .models import validate_model_pair
 # --- end section: block ---
 
 # --- section: lossy (mentored, lenience, speculative economics) ---
+from . import speculative
+from ._mentored import MentoredFrontier
+from ._mentored import MentoredResult
+from ._mentored import MentoredVerifier
+from ._mentored import mentored
+from ._mentored import mentored_frontier
+from ._mentored import mentored_verifier
+from .lenience import LenienceCurve
+from .lenience import LenientVerifier
+from .lenience import lenience_curve
+from .lenience import lenient_verifier
 # --- end section: lossy ---
 
 # --- section: spectr ---
@@ -91,6 +102,19 @@ __all__ += ["KSeq", "MultiRound", "kseq", "kseq_beta", "kseq_p_acc", "kseq_resid
 __all__ += ["block", "models", "Model", "TableModel", "MemorylessModel", "MarkovModel", "random_table_model", "random_markov_model", "random_memoryless_model", "sequence_probability", "joint_law", "conditional_tables", "validate_model", "validate_model_pair"]
 # --- end __all__ section: block ---
 # --- __all__ section: lossy ---
+__all__ += [
+    "LenienceCurve",
+    "LenientVerifier",
+    "MentoredFrontier",
+    "MentoredResult",
+    "MentoredVerifier",
+    "lenience_curve",
+    "lenient_verifier",
+    "mentored",
+    "mentored_frontier",
+    "mentored_verifier",
+    "speculative",
+]
 # --- end __all__ section: lossy ---
 # --- __all__ section: spectr ---
 __all__ += ["spectr"]

@@ -1,0 +1,399 @@
+r"""The economics of speculative decoding (Leviathan, Kalman, Matias, §3).
+
+With per-token acceptance :math:`\alpha` (the expected acceptance
+:math:`E[\beta]`, assumed i.i.d. across positions), :math:`\gamma` drafts per
+target call, a draft call costing :math:`c` target calls in time and
+:math:`\hat c` in arithmetic:
+
+* expected tokens per target call (eq. 1): :math:`\frac{1 - \alpha^{\gamma+1}}{1 - \alpha}`;
+* walltime improvement (Theorem 3.8): :math:`\frac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + 1)}`;
+* operations factor (Theorem 3.11): :math:`\frac{(1 - \alpha)(\gamma \hat c + \gamma + 1)}{1 - \alpha^{\gamma+1}}`;
+* the integer :math:`\gamma` maximising the walltime improvement (Figure 3);
+* if :math:`\alpha > c` the improvement at :math:`\gamma = 1` is :math:`\frac{1+\alpha}{1+c} > 1`
+  (Corollary 3.9).
+
+Notation: in otspec ``p`` is the draft and ``q`` the target; Leviathan et al.
+swap the letters (their :math:`M_p` is the target, :math:`M_q` the draft).
+The functions here only take :math:`\alpha`, except :func:`expected_acceptance`,
+which takes the pair in our letters.
+
+All functions broadcast over array arguments (floats in, floats out for
+scalars) and treat :math:`\alpha = 1` exactly (the geometric sum
+:math:`1 + \alpha + \dots + \alpha^\gamma = \gamma + 1`); near
+:math:`\alpha = 1` the ratio is evaluated as
+:math:`-\mathrm{expm1}((\gamma+1)\,\mathrm{log1p}(\alpha - 1)) / (1 - \alpha)`,
+accurate to a few ulp.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import validate_positive_int
+
+__all__ = [
+    "expected_tokens",
+    "walltime_improvement",
+    "operations_factor",
+    "optimal_gamma",
+    "improvement_lower_bound",
+    "expected_acceptance",
+]
+
+
+def _real_array(x, name: str) -> np.ndarray:
+    if isinstance(x, (str, bytes)) or x is None or isinstance(x, bool):
+        raise TypeError(f"`{name}` must be a real number or array of them, got {type(x).__name__}")
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"`{name}` must be a real number or array of them, got {type(x).__name__}") from exc
+    if arr.dtype == bool or np.asarray(x).dtype == bool:
+        raise TypeError(f"`{name}` must be real, got booleans")
+    return arr
+
+
+def _alpha(alpha) -> np.ndarray:
+    a = _real_array(alpha, "alpha")
+    if not np.all((a >= 0.0) & (a <= 1.0)):
+        bad = a[~((a >= 0.0) & (a <= 1.0))].ravel()[0]
+        raise ValueError(f"`alpha` must lie in [0, 1], got {float(bad)!r}")
+    return a
+
+
+def _gamma(gamma) -> np.ndarray:
+    if isinstance(gamma, bool):
+        raise TypeError("`gamma` must be an integer >= 1, got bool")
+    g = np.asarray(gamma)
+    if g.dtype.kind == "f":
+        if not np.all(np.isfinite(g)) or not np.all(g == np.floor(g)):
+            raise TypeError(f"`gamma` must be an integer >= 1, got {gamma!r}")
+        g = g.astype(np.int64)
+    elif g.dtype.kind not in "iu":
+        raise TypeError(f"`gamma` must be an integer >= 1, got {type(gamma).__name__}")
+    if not np.all(g >= 1):
+        raise ValueError(f"`gamma` must be an integer >= 1, got {int(g[g < 1].ravel()[0])}")
+    return g.astype(np.int64)
+
+
+def _cost(c, name: str) -> np.ndarray:
+    a = _real_array(c, name)
+    if not np.all((a >= 0.0) & np.isfinite(a)):
+        bad = a[~((a >= 0.0) & np.isfinite(a))].ravel()[0]
+        raise ValueError(f"`{name}` must be a finite cost ratio >= 0, got {float(bad)!r}")
+    return a
+
+
+def _out(x: np.ndarray):
+    x = np.asarray(x, dtype=np.float64)
+    return float(x) if x.ndim == 0 else x
+
+
+def _geometric(a: np.ndarray, g: np.ndarray) -> np.ndarray:
+    r""":math:`\sum_{i=0}^{\gamma} \alpha^i = (1 - \alpha^{\gamma+1})/(1 - \alpha)`, exact at :math:`\alpha = 1`."""
+    a, g = np.broadcast_arrays(a, g)
+    n = (g + 1).astype(np.float64)
+    out = np.empty(a.shape, dtype=np.float64)
+    one = a == 1.0
+    out[one] = n[one]
+    near = (~one) & (a >= 0.5)
+    # 1 - alpha is exact for alpha in [0.5, 1] (Sterbenz), and so is log1p of -(1 - alpha)
+    d = 1.0 - a[near]
+    out[near] = -np.expm1(n[near] * np.log1p(-d)) / d
+    far = (~one) & (a < 0.5)
+    out[far] = (1.0 - a[far] ** n[far]) / (1.0 - a[far])
+    return out
+
+
+def expected_tokens(alpha, gamma):
+    r"""Expected number of tokens per target-model call (Leviathan et al., eq. 1).
+
+    .. math::
+
+        E[\#\text{tokens}] = \frac{1 - \alpha^{\gamma+1}}{1 - \alpha}
+        = \sum_{i=0}^{\gamma} \alpha^i, \qquad = \gamma + 1 \text{ at } \alpha = 1.
+
+    Parameters
+    ----------
+    alpha : float or array_like of float
+        Expected per-token acceptance, in ``[0, 1]``.
+    gamma : int or array_like of int
+        Drafts per iteration, ``>= 1``. Broadcast against ``alpha``.
+
+    Returns
+    -------
+    float or ndarray of float64
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` is outside ``[0, 1]`` or ``gamma < 1``.
+    TypeError
+        If ``gamma`` is not an integer.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, "Fast Inference from Transformers via
+       Speculative Decoding", ICML 2023, §3.1, eq. (1) and Figure 2.
+
+    Examples
+    --------
+    >>> from otspec import speculative
+    >>> speculative.expected_tokens(0.5, 2)
+    1.75
+    >>> speculative.expected_tokens(1.0, 7)
+    8.0
+    """
+    return _out(_geometric(_alpha(alpha), _gamma(gamma)))
+
+
+def walltime_improvement(alpha, gamma, c):
+    r"""Expected walltime improvement factor of speculative decoding (Leviathan et al., Theorem 3.8).
+
+    .. math::
+
+        \frac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + 1)}.
+
+    Parameters
+    ----------
+    alpha : float or array_like of float
+        Expected per-token acceptance, in ``[0, 1]``.
+    gamma : int or array_like of int
+        Drafts per iteration, ``>= 1``.
+    c : float or array_like of float
+        Cost coefficient: time of a draft call over a target call, ``>= 0``.
+
+    Returns
+    -------
+    float or ndarray of float64
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` is outside ``[0, 1]``, ``gamma < 1`` or ``c < 0``.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, ICML 2023, Theorem 3.8, Tables 1 and 4.
+
+    Examples
+    --------
+    >>> from otspec import speculative
+    >>> round(speculative.walltime_improvement(0.6, 2, 0.0), 2)      # Table 1: 1.96X
+    1.96
+    >>> round(speculative.walltime_improvement(0.75, 7, 0.02), 1)    # Table 4: EXP 3.2
+    3.2
+    """
+    a, g, cc = _alpha(alpha), _gamma(gamma), _cost(c, "c")
+    return _out(_geometric(a, g) / (g * cc + 1.0))
+
+
+def operations_factor(alpha, gamma, c_hat):
+    r"""Expected factor of increase in arithmetic operations (Leviathan et al., Theorem 3.11).
+
+    .. math::
+
+        \frac{(1 - \alpha)(\gamma \hat c + \gamma + 1)}{1 - \alpha^{\gamma+1}}
+        = \frac{\gamma \hat c + \gamma + 1}{\sum_{i=0}^{\gamma} \alpha^i}.
+
+    Parameters
+    ----------
+    alpha : float or array_like of float
+        Expected per-token acceptance, in ``[0, 1]``.
+    gamma : int or array_like of int
+        Drafts per iteration, ``>= 1``.
+    c_hat : float or array_like of float
+        Arithmetic per token of the draft model over the target's, ``>= 0``.
+
+    Returns
+    -------
+    float or ndarray of float64
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` is outside ``[0, 1]``, ``gamma < 1`` or ``c_hat < 0``.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, ICML 2023, Theorem 3.11 and Table 1.
+
+    Examples
+    --------
+    >>> from otspec import speculative
+    >>> round(speculative.operations_factor(0.6, 2, 0.0), 2)         # Table 1: 1.53X
+    1.53
+    >>> speculative.operations_factor(1.0, 3, 0.0)                   # every draft accepted
+    1.0
+    """
+    a, g, ch = _alpha(alpha), _gamma(gamma), _cost(c_hat, "c_hat")
+    return _out((g * ch + g + 1.0) / _geometric(a, g))
+
+
+def optimal_gamma(alpha, c, *, max_gamma: int = 1000):
+    r"""The number of drafts maximising the walltime improvement (Leviathan et al., §3.5, Figure 3).
+
+    .. math::
+
+        \gamma^*(\alpha, c) = \operatorname*{arg\,max}_{\gamma \in \{1, \dots, \gamma_{\max}\}}
+        \frac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + 1)}.
+
+    The objective is a concave function of :math:`\gamma` over an affine
+    positive one, hence unimodal: the scan stops at the first decrease. Ties
+    go to the smaller :math:`\gamma`. When the factor keeps increasing
+    (``c = 0`` with ``alpha > 0``, or ``alpha = 1`` with ``c < 1``) the answer
+    is ``max_gamma``. Whether speculative decoding helps at all is
+    ``walltime_improvement(alpha, optimal_gamma(alpha, c), c) > 1``, which
+    holds exactly when ``alpha > c`` (Corollary 3.9).
+
+    Parameters
+    ----------
+    alpha : float or array_like of float
+        Expected per-token acceptance, in ``[0, 1]``.
+    c : float or array_like of float
+        Cost coefficient, ``>= 0``.
+    max_gamma : int, keyword-only
+        Largest :math:`\gamma` considered.
+
+    Returns
+    -------
+    int or ndarray of int64
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` is outside ``[0, 1]``, ``c < 0`` or ``max_gamma < 1``.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, ICML 2023, §3.5 and Figure 3.
+
+    Examples
+    --------
+    >>> from otspec import speculative
+    >>> speculative.optimal_gamma(0.8, 0.05)
+    8
+    >>> speculative.optimal_gamma([0.5, 0.9, 0.99], 0.01).tolist()
+    [5, 24, 113]
+    """
+    a, cc = np.broadcast_arrays(_alpha(alpha), _cost(c, "c"))
+    max_gamma = validate_positive_int(max_gamma, "max_gamma")
+    out = np.empty(a.shape, dtype=np.int64)
+    for idx in np.ndindex(a.shape):
+        ai, ci = float(a[idx]), float(cc[idx])
+        best_g, best = 1, float(walltime_improvement(ai, 1, ci))
+        g = 1
+        # geometric look-ahead to stay fast when gamma* is large, then a local scan
+        while g < max_gamma:
+            g2 = min(2 * g, max_gamma)
+            v2 = float(walltime_improvement(ai, g2, ci))
+            if v2 <= best:
+                break
+            best_g, best, g = g2, v2, g2
+        lo, hi = max(1, best_g // 2), min(max_gamma, 2 * best_g)
+        gs = np.arange(lo, hi + 1)
+        vals = _geometric(np.full(gs.shape, ai), gs) / (gs * ci + 1.0)
+        best_g = int(gs[int(np.argmax(vals))])  # argmax returns the first (smallest) maximiser
+        out[idx] = best_g
+    return int(out) if out.ndim == 0 else out
+
+
+def improvement_lower_bound(alpha, c):
+    r"""Corollary 3.9's bound: the best walltime improvement is at least :math:`(1+\alpha)/(1+c)`.
+
+    .. math::
+
+        \max_{\gamma \ge 1} \frac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + 1)}
+        \;\ge\; \frac{1 + \alpha}{1 + c} \quad (\text{the value at } \gamma = 1),
+
+    which exceeds 1, i.e. speculative decoding helps, exactly when :math:`\alpha > c`.
+
+    Parameters
+    ----------
+    alpha : float or array_like of float
+        Expected per-token acceptance, in ``[0, 1]``.
+    c : float or array_like of float
+        Cost coefficient, ``>= 0``.
+
+    Returns
+    -------
+    float or ndarray of float64
+
+    Raises
+    ------
+    ValueError
+        If ``alpha`` is outside ``[0, 1]`` or ``c < 0``.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, ICML 2023, Corollary 3.9.
+
+    Examples
+    --------
+    >>> from otspec import speculative
+    >>> speculative.improvement_lower_bound(0.6, 0.2)
+    1.3333333333333335
+    """
+    a, cc = _alpha(alpha), _cost(c, "c")
+    return _out((1.0 + a) / (1.0 + cc))
+
+
+def expected_acceptance(p, q, *, l=1.0):
+    r"""The paper's :math:`\alpha`: mean acceptance over contexts, optionally with lenience ``l``.
+
+    .. math::
+
+        \alpha = \frac1m \sum_{j=1}^m \sum_x \min\Big(\frac{q_j(x)}{l}, p_j(x)\Big)
+
+    over ``m`` contexts (Corollary 3.6 for ``l = 1``, App. A.5 for ``l < 1``),
+    where :math:`p_j` is the draft's and :math:`q_j` the target's next-token
+    distribution in context ``j`` (the paper's letters are swapped).
+
+    Parameters
+    ----------
+    p : (n,) or (m, n) array_like of float
+        Draft distributions, one per row.
+    q : (n,) or (m, n) array_like of float
+        Target distributions, same shape.
+    l : float, keyword-only
+        Lenience in ``(0, 1]``.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        If shapes differ, a row is not a distribution or ``l`` is outside ``(0, 1]``.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, ICML 2023, Corollary 3.6 and App. A.5 (Table 5).
+
+    Examples
+    --------
+    >>> from otspec import speculative
+    >>> speculative.expected_acceptance([[0.5, 0.5], [1.0, 0.0]], [[0.25, 0.75], [0.5, 0.5]])
+    0.625
+    >>> round(speculative.expected_acceptance([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], l=0.5), 12)
+    0.9
+    """
+    import math
+
+    from ._validation import validate_pair
+    from .lenience import validate_lenience
+
+    lv = validate_lenience(l)
+    P = np.asarray(p, dtype=np.float64) if not isinstance(p, (str, bytes)) else p
+    Q = np.asarray(q, dtype=np.float64) if not isinstance(q, (str, bytes)) else q
+    if getattr(P, "ndim", 0) == 2 and getattr(Q, "ndim", 0) == 2:
+        if P.shape != Q.shape:
+            raise ValueError(f"`p` and `q` must have the same shape, got {P.shape} and {Q.shape}")
+        rows = [validate_pair(P[j], Q[j]) for j in range(P.shape[0])]
+    else:
+        rows = [validate_pair(p, q)]
+    if not rows:
+        raise ValueError("`p` and `q` must hold at least one context")
+    accs = [math.fsum(np.minimum(qj / lv, pj).tolist()) for pj, qj in rows]
+    return math.fsum(accs) / len(accs)
