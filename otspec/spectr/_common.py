@@ -128,16 +128,46 @@ def _lp(p, q, k):
     return otspec.otm_lp(p, q, k, raise_on_failure=True).verifier
 
 
-def _named(name: str):
-    def build(p, q, k):
-        import otspec
+#: public name of each verifier constructor, and the modules that may define it
+_CONSTRUCTORS = {
+    "kseq": ("kseq", ("otspec.kseq",)),
+    "multiround": ("multiround", ("otspec.multiround", "otspec.kseq")),
+    "optimal": ("optimal_verifier", ("otspec.optimal_verifier", "otspec.optimal")),
+}
 
-        fn = getattr(otspec, {"kseq": "kseq", "multiround": "multiround", "optimal": "optimal_verifier"}[name], None)
+
+def _lookup(attr: str, modules) -> Callable | None:
+    """``otspec.<attr>`` if it is a function, else the first module in ``modules`` that defines it."""
+    import importlib
+    import types
+
+    import otspec
+
+    obj = getattr(otspec, attr, None)
+    if callable(obj) and not isinstance(obj, types.ModuleType):
+        return obj
+    for mod in modules:
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        obj = getattr(m, attr, None)
+        if callable(obj) and not isinstance(obj, types.ModuleType):
+            return obj
+    return None
+
+
+def _named(name: str):
+    attr, modules = _CONSTRUCTORS[name]
+
+    def build(p, q, k):
+        fn = _lookup(attr, modules)
         if fn is None:
             raise ValueError(
-                f"`verifier`={name!r} is not available in this version of otspec "
-                f"(otspec.{'optimal_verifier' if name == 'optimal' else name} is missing)"
+                f"`verifier`={name!r} is not available in this version of otspec (otspec.{attr} is missing)"
             )
+        if name == "multiround":
+            return fn(p, q, k, replacement=True)  # SpecTr's drafts are i.i.d.
         return fn(p, q, k)
 
     return build
@@ -166,20 +196,28 @@ class VerifierFactory:
         ordered tuples (``s`` = support size of ``p``). Claiming symmetry for
         an order-dependent verifier (k-Seq, multi-round) makes the exact
         analysis wrong, so it is False for callables unless stated.
+    sequential : bool
+        Whether every verifier built is k-Seq or multi-round with
+        replacement, whose step law has the
+        polynomial route of :meth:`step_law` (no enumeration, so no
+        enumeration limit applies a priori).
     maxsize : int
         Largest number of cached verifiers (the cache is cleared when full).
     """
 
-    def __init__(self, build: Callable, *, name: str, symmetric: bool, maxsize: int = 100_000):
+    def __init__(
+        self, build: Callable, *, name: str, symmetric: bool, sequential: bool = False, maxsize: int = 100_000
+    ):
         self._build = build
         self.name = str(name)
         self.symmetric = bool(symmetric)
+        self.sequential = bool(sequential)
         self._maxsize = validate_positive_int(maxsize, "maxsize")
         self._verifiers: dict = {}
         self._laws: dict = {}
 
     def __repr__(self) -> str:
-        return f"VerifierFactory(name={self.name!r}, symmetric={self.symmetric})"
+        return f"VerifierFactory(name={self.name!r}, symmetric={self.symmetric}, sequential={self.sequential})"
 
     def __call__(self, p: np.ndarray, q: np.ndarray, k: int) -> Verifier:
         key = (p.tobytes(), q.tobytes(), int(k))
@@ -214,7 +252,9 @@ class VerifierFactory:
                     f"`verifier` {self.name!r} returned a verifier for a different (p, q) pair than asked"
                 )
 
-    def step_law(self, p: np.ndarray, q: np.ndarray, k: int, *, max_enum: int = MAX_STEP_ENUM) -> np.ndarray:
+    def step_law(
+        self, p: np.ndarray, q: np.ndarray, k: int, *, max_enum: int = MAX_STEP_ENUM, fast: bool = True
+    ) -> np.ndarray:
         r"""Exact joint law of the output token and how many drafts equal it.
 
         .. math::
@@ -226,6 +266,21 @@ class VerifierFactory:
         :math:`\mathrm{supp}(p)^k` (multisets with multinomial weights when
         the factory is symmetric).
 
+        Sequential first-accept verifiers (k-Seq and multi-round rejection
+        sampling with replacement: accept draft ``i`` with probability
+        :math:`a_i(X_i)`, return the first accepted, else draw a residual
+        ``r``) get an exact polynomial-time route instead: with
+        :math:`A_i = p(y) a_i(y)`, :math:`R_i(z) = \sum_{x \ne y} p(x)(1 -
+        a_i(x)) + p(y)(1 - a_i(y))\, z` and :math:`F(z) = 1 - p(y) + p(y) z`,
+
+        .. math::
+
+            \sum_c W(y, c) z^c = \sum_{j=1}^{k} \Big[\prod_{i<j} R_i(z)\Big]
+            A_j z\, F(z)^{k-j} + r(y) \prod_{i=1}^{k} R_i(z),
+
+        (first acceptance at draft ``j``, or none), in :math:`O(n k^2)`.
+        ``fast=False`` forces the enumeration (the tests compare both).
+
         Returns
         -------
         (n, k + 1) ndarray of float64
@@ -236,11 +291,19 @@ class VerifierFactory:
         ValueError
             If more than ``max_enum`` tuples or multisets would be enumerated.
         """
-        key = (p.tobytes(), q.tobytes(), int(k))
+        key = (p.tobytes(), q.tobytes(), int(k), bool(fast))
         law = self._laws.get(key)
         if law is not None:
             return law
         n = p.shape[0]
+        if fast:
+            v = self(p, q, k)
+            seq = _sequential_params(v)
+            if seq is not None:
+                law = _sequential_step_law(p, *seq)
+                law.setflags(write=False)
+                self._store(key, law)
+                return law
         support = np.flatnonzero(p > 0)
         s = support.shape[0]
         size = math.comb(s + k - 1, k) if self.symmetric else s**k
@@ -269,10 +332,68 @@ class VerifierFactory:
         law = np.zeros((n, k + 1))
         np.add.at(law, (np.broadcast_to(np.arange(n), counts.shape), counts), weights[:, None] * conds)
         law.setflags(write=False)
+        self._store(key, law)
+        return law
+
+    def _store(self, key, law) -> None:
         if len(self._laws) >= self._maxsize:
             self._laws.clear()
         self._laws[key] = law
-        return law
+
+
+def _sequential_params(v):
+    """``(accepts (k, n), residual (n,))`` for verifiers known to be sequential first-accept rules, else None."""
+    kseq_cls = _lookup_class("KSeq", ("otspec.kseq",))
+    if kseq_cls is not None and type(v) is kseq_cls:
+        a = np.asarray(v.accept_probs, dtype=np.float64)
+        return np.broadcast_to(a, (v.k, a.shape[0])), np.asarray(v.residual, dtype=np.float64)
+    mr_cls = _lookup_class("MultiRound", ("otspec.multiround",))
+    if mr_cls is not None and type(v) is mr_cls and getattr(v, "replacement", False):
+        # round i accepts x with min(1, q_i(x)/p(x)); tokens with p(x) = 0 are never drawn
+        T = np.asarray(v.targets, dtype=np.float64)
+        p = np.asarray(v.p, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            a = np.where(p[None, :] > 0, np.minimum(1.0, T[: v.k] / np.where(p > 0, p, 1.0)[None, :]), 1.0)
+        return a, T[v.k]
+    return None
+
+
+def _lookup_class(attr, modules):
+    import importlib
+
+    for mod in modules:
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        obj = getattr(m, attr, None)
+        if isinstance(obj, type):
+            return obj
+    return None
+
+
+def _sequential_step_law(p: np.ndarray, accepts: np.ndarray, residual: np.ndarray) -> np.ndarray:
+    """W(y, c) of a sequential first-accept rule by generating functions (see ``step_law``)."""
+    k, n = accepts.shape
+    law = np.zeros((n, k + 1))
+    rej = p[None, :] * (1.0 - accepts)  # (k, n): draw x at draft i and reject it
+    rej_tot = rej.sum(axis=1)
+    for y in range(n):
+        py = p[y]
+        # powers of F(z) = (1 - p(y)) + p(y) z
+        fpow = [np.ones(1)]
+        for _ in range(k):
+            fpow.append(np.convolve(fpow[-1], [1.0 - py, py]))
+        prefix = np.ones(1)  # prod_{i<j} R_i(z)
+        for j in range(k):
+            acc = py * accepts[j, y]
+            if acc > 0:
+                term = np.convolve(prefix, fpow[k - 1 - j]) * acc  # times z: shift by one
+                law[y, 1 : term.shape[0] + 1] += term
+            r_y = rej[j, y]
+            prefix = np.convolve(prefix, [max(rej_tot[j] - r_y, 0.0), r_y])
+        law[y, : prefix.shape[0]] += residual[y] * prefix
+    return law
 
 
 def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> VerifierFactory:
@@ -292,14 +413,16 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
     """
     if isinstance(verifier, VerifierFactory):
         if symmetric is not None and bool(symmetric) != verifier.symmetric:
-            return VerifierFactory(verifier._build, name=verifier.name, symmetric=bool(symmetric))
+            return VerifierFactory(
+                verifier._build, name=verifier.name, symmetric=bool(symmetric), sequential=verifier.sequential
+            )
         return verifier
     if isinstance(verifier, str):
         if verifier not in VERIFIER_NAMES:
             raise ValueError(f"`verifier` must be one of {VERIFIER_NAMES} or a callable, got {verifier!r}")
         build = _lp if verifier == "lp" else _named(verifier)
         sym = _SYMMETRIC[verifier] if symmetric is None else bool(symmetric)
-        return VerifierFactory(build, name=verifier, symmetric=sym)
+        return VerifierFactory(build, name=verifier, symmetric=sym, sequential=verifier in ("kseq", "multiround"))
     if isinstance(verifier, Verifier):
         raise TypeError(
             "`verifier` must be a name or a factory (p, q, k) -> Verifier, not a Verifier instance: "

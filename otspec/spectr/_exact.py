@@ -65,7 +65,7 @@ def _step_sizes(n, ks, symmetric):
 def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes):
     sizes = _step_sizes(n, ks, factory.symmetric)
     worst = max(s for _, s in sizes)
-    if worst > max_enum:
+    if worst > max_enum and not factory.sequential:
         d = [s for _, s in sizes].index(worst)
         kind = "multisets" if factory.symmetric else "ordered draft tuples"
         raise ValueError(
