@@ -1,0 +1,161 @@
+r"""Block verification figures: the seed's Figure 2 (memoryless Bernoulli sources).
+
+Draft :math:`M_s = \mathrm{Ber}(p)` and target :math:`M_b = \mathrm{Ber}(q)` at
+every step (``p`` = draft, ``q`` = target). The expected lengths of the three
+block verifiers are computed exactly by :func:`otspec.block.expected_length`
+(enumeration of :math:`\{0, 1\}^L`), never re-typed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import validate_positive_int, validate_probability
+
+__all__ = ["Figure2Data", "figure2_data", "plot_figure2"]
+
+_NAMES = ("token", "block-onestep", "block")
+_STYLE = {"token": ":", "block-onestep": "--", "block": "-"}
+_LABEL = {"token": "TokenVerify", "block-onestep": "BlockVerify (one-step)", "block": "BlockVerify (v1, OT optimum)"}
+
+
+@dataclass(frozen=True, eq=False)
+class Figure2Data:
+    """Exact expected lengths behind :func:`plot_figure2`.
+
+    Attributes
+    ----------
+    q : float
+        Target's probability of token 1.
+    ps : (m,) ndarray
+        Draft probabilities of token 1, one curve family each.
+    Ls : (k,) ndarray of int
+        Block lengths ``1 .. L_max``.
+    lengths : dict of str to (m, k) ndarray
+        ``lengths[name][i, j]`` = :math:`E[\\tau]` (accepted draft tokens) of
+        verifier ``name`` at ``ps[i]``, ``Ls[j]``; add 1 for the seed's count
+        (its sums start at i = 0: tokens emitted per iteration, bonus included).
+    """
+
+    q: float
+    ps: np.ndarray
+    Ls: np.ndarray
+    lengths: dict
+
+
+def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figure2Data:
+    r"""Expected accepted lengths of the three block verifiers for Bernoulli sources.
+
+    .. math::
+
+        E[\tau_v](p, q, L), \quad v \in \{\text{token}, \text{block-onestep}, \text{block}\},
+        \ L = 1, \dots, L_{\max},
+
+    each by exact enumeration (:func:`otspec.block.expected_length`).
+
+    Parameters
+    ----------
+    q : float
+        Target's probability of token 1 (seed: 0.75).
+    ps : sequence of float
+        Draft probabilities of token 1.
+    L_max : int
+        Largest block length (<= 16 to keep the enumeration small).
+
+    Returns
+    -------
+    Figure2Data
+
+    Examples
+    --------
+    >>> from otspec.plotting.block import figure2_data
+    >>> d = figure2_data(0.75, (0.5,), 2)
+    >>> [round(float(x), 4) for x in d.lengths["block"][0]]
+    [0.75, 1.4375]
+    """
+    from ..block import expected_length
+    from ..models import MemorylessModel
+
+    q = validate_probability(q, "q")
+    ps_ = np.array([validate_probability(p, "ps") for p in ps], dtype=np.float64)
+    if ps_.size == 0:
+        raise ValueError("`ps` must hold at least one probability, got none")
+    L_max = validate_positive_int(L_max, "L_max")
+    if L_max > 16:
+        raise ValueError(f"`L_max` must be <= 16 (exact enumeration of 2**L blocks), got {L_max}")
+    Ls = np.arange(1, L_max + 1)
+    target = MemorylessModel([1.0 - q, q])
+    lengths = {n: np.empty((ps_.size, Ls.size)) for n in _NAMES}
+    for i, p in enumerate(ps_):
+        draft = MemorylessModel([1.0 - p, p])
+        for j, L in enumerate(Ls):
+            for n in _NAMES:
+                lengths[n][i, j] = expected_length(draft, target, int(L), n)
+    return Figure2Data(q=q, ps=ps_, Ls=Ls, lengths=lengths)
+
+
+def plot_figure2(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10, *, include_bonus: bool = True,
+                 data: Figure2Data | None = None, ax=None):
+    r"""The seed's Figure 2: expected accepted tokens against the block length ``L``.
+
+    One colour per draft ``p``; line style per verifier (dotted TokenVerify,
+    dashed one-step BlockVerify, solid v1 BlockVerify = the block-OT optimum).
+
+    Parameters
+    ----------
+    q : float
+        Target's probability of token 1 (seed: 0.75).
+    ps : sequence of float
+        Draft probabilities of token 1.
+    L_max : int
+    include_bonus : bool, keyword-only
+        Plot :math:`E[\tau] + 1` (the seed's sums from :math:`i = 0`: tokens
+        per iteration including the correction/bonus token; default) or
+        :math:`E[\tau]`.
+    data : Figure2Data, optional
+        Precomputed values (from :func:`figure2_data`); otherwise computed.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otspec.plotting.block import plot_figure2
+    >>> ax = plot_figure2(0.75, (0.5,), 3)
+    >>> len(ax.lines)
+    3
+    """
+    import matplotlib.pyplot as plt
+
+    if data is None:
+        data = figure2_data(q, ps, L_max)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.4))
+    shift = 1.0 if include_bonus else 0.0
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, p in enumerate(data.ps):
+        c = colors[i % len(colors)]
+        for n in _NAMES:
+            ax.plot(data.Ls, data.lengths[n][i] + shift, _STYLE[n], color=c, marker="o", markersize=3,
+                    label=f"{_LABEL[n]}, p={p:g}")
+    ax.set_xlabel("block length L")
+    ylab = "E[τ] + 1 (seed's sum from i = 0)" if include_bonus else "E[τ] (accepted draft tokens)"
+    ax.set_ylabel(ylab)
+    ax.set_title(f"Bernoulli sources: draft Ber(p), target Ber(q={data.q:g})")
+    # two compact legends: colour = draft p, line style = verifier
+    from matplotlib.lines import Line2D
+
+    h_p = [Line2D([], [], color=colors[i % len(colors)], label=f"p = {p:g}") for i, p in enumerate(data.ps)]
+    h_v = [Line2D([], [], color="0.3", linestyle=_STYLE[n], label=_LABEL[n]) for n in _NAMES]
+    leg = ax.legend(handles=h_p, loc="upper left", fontsize=8, title="draft", title_fontsize=8)
+    ax.add_artist(leg)
+    ax.legend(handles=h_v, loc="upper left", bbox_to_anchor=(0.18, 1.0), fontsize=8, title="verifier",
+              title_fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
