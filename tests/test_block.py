@@ -41,7 +41,7 @@ def _random_pair(seed):
     """A random (draft, target) pair of table or Markov models with V <= 4, L <= 4."""
     rng = np.random.default_rng(seed)
     V = int(rng.integers(1, 5))
-    L = int(rng.integers(1, 5 if V <= 3 else 4))
+    L = int(rng.integers(1, 5))
     c = float(rng.choice([0.05, 0.3, 1.0, 10.0]))
     kind = seed % 3
     if kind == 0:
