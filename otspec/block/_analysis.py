@@ -16,7 +16,7 @@ import numpy as np
 
 from .._validation import validate_positive_int, validate_probability
 from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, validate_model_pair
-from ._verifiers import BlockVerifier, make_verifier
+from ._verifiers import make_verifier
 
 __all__ = [
     "expected_length",
