@@ -67,21 +67,21 @@ def _one_minus_pow(beta, k: int):
     r""":math:`1 - (1 - \beta)^k` without cancellation for small :math:`\beta`."""
     b = np.asarray(beta, dtype=np.float64)
     with np.errstate(divide="ignore"):
-        out = -np.expm1(k * np.log1p(-np.minimum(b, 1.0)))
-    return out
+        return -np.expm1(k * np.log1p(-np.minimum(b, 1.0)))
 
 
-def _pow_one_minus(beta, k: int):
-    r""":math:`(1 - \beta)^k` (``0`` at :math:`\beta = 1`)."""
-    b = np.asarray(beta, dtype=np.float64)
+def _p_acc(beta: float, E: float, k: int) -> float:
+    r""":math:`1 - E^k` with :math:`E = 1 - \beta`, from whichever of the two is small."""
+    if beta < 0.5:
+        return float(_one_minus_pow(beta, k))
     with np.errstate(divide="ignore"):
-        return np.exp(k * np.log1p(-np.minimum(b, 1.0)))
+        return float(-np.expm1(k * np.log(E)))
 
 
 def _validate_rho(rho, name: str = "rho"):
     """A finite real number (or array of them) > 0, returned as float64."""
-    if isinstance(rho, bool):
-        raise TypeError(f"`{name}` must be a real number, got bool")
+    if isinstance(rho, (bool, str, bytes)) or rho is None:
+        raise TypeError(f"`{name}` must be a real number, got {type(rho).__name__}")
     if isinstance(rho, numbers.Real):
         arr = np.asarray(float(rho))
     else:
@@ -102,44 +102,64 @@ def _beta(p: np.ndarray, q: np.ndarray, rho):
     return np.array([np.minimum(p, q / v).sum() for v in r.ravel()]).reshape(r.shape)
 
 
+def _DE(p: np.ndarray, q: np.ndarray, rho: float) -> tuple[float, float]:
+    r""":math:`D = \sum (q - \rho p)_+ = 1 - \rho\beta` and :math:`E = \sum (p - q/\rho)_+ = 1 - \beta`.
+
+    Both are sums of non-negative terms, so they keep their relative accuracy
+    where :math:`f = D - E^k` is nearly flat (``p`` close to ``q``), unlike
+    :math:`1 - (1-\beta)^k - \rho\beta` evaluated as written.
+    """
+    D = float(np.maximum(q - rho * p, 0.0).sum())
+    E = float(np.maximum(p - q / rho, 0.0).sum())
+    return D, E
+
+
 def _f(p, q, k, rho):
-    b = _beta(p, q, rho)
-    return float(_one_minus_pow(b, k)) - rho * b
+    r""":math:`f(\rho) = 1 - (1-\beta)^k - \rho\beta = D(\rho) - E(\rho)^k` (SpecTr Lemma 4)."""
+    D, E = _DE(p, q, float(rho))
+    return D - E**k
 
 
 def _rho_star_exact(p: np.ndarray, q: np.ndarray, k: int) -> float:
     """Exact root of f after one sort of the ratios (see the module docstring)."""
     if k == 1:
         return 1.0  # f(rho) = beta - rho*beta <= 0 for every rho >= 1
-    mask = p > 0
-    ps, qs = p[mask], q[mask]
-    r = qs / ps
+    keep = (p > 0) | (q > 0)  # tokens with p = q = 0 play no part
+    ps, qs = p[keep], q[keep]
+    with np.errstate(divide="ignore"):
+        r = np.where(ps > 0, qs / np.where(ps > 0, ps, 1.0), np.inf)
     order = np.argsort(r, kind="stable")  # the one sort
     r, ps, qs = r[order], ps[order], qs[order]
     m = r.shape[0]
-    # Qpre[j] = sum_{i<j} q_(i) (tokens below the breakpoint), Psuf[j] = sum_{i>=j} p_(i)
+    # f = D - E^k with D = sum over ratios > rho of (q - rho p), E = sum over ratios < rho of
+    # (p - q/rho): prefix sums (lo side) and suffix sums (hi side); ties with rho add zero
+    Ppre = np.zeros(m + 1)
     Qpre = np.zeros(m + 1)
+    np.cumsum(ps, out=Ppre[1:])
     np.cumsum(qs, out=Qpre[1:])
     Psuf = np.zeros(m + 1)
+    Qsuf = np.zeros(m + 1)
     Psuf[:m] = np.cumsum(ps[::-1])[::-1]
+    Qsuf[:m] = np.cumsum(qs[::-1])[::-1]
     # evaluation points: 1, the ratios strictly inside (1, k), and k (f(k) <= 0, Lemma 4)
-    inner = r[(r > 1.0) & (r < k)]
+    inner = np.unique(r[(r > 1.0) & (r < k)])
     pts = np.concatenate(([1.0], inner, [float(k)]))
-    j = np.searchsorted(r, pts, side="left")  # number of ratios < rho
-    beta = Psuf[j] + Qpre[j] / pts
-    fvals = _one_minus_pow(beta, k) - (pts * Psuf[j] + Qpre[j])
+    jlo = np.searchsorted(r, pts, side="left")  # ratios < rho
+    jhi = np.searchsorted(r, pts, side="right")  # ratios > rho start here
+    D = np.maximum(Qsuf[jhi] - pts * Psuf[jhi], 0.0)
+    E = np.maximum(Ppre[jlo] - Qpre[jlo] / pts, 0.0)
+    fvals = D - E**k
     nonpos = np.flatnonzero(fvals <= 0.0)
     idx = int(nonpos[0]) if nonpos.size else pts.shape[0] - 1
     if idx == 0 or fvals[idx] == 0.0:
         return float(pts[idx])
     lo, hi = float(pts[idx - 1]), float(pts[idx])
-    # on (lo, hi) no ratio lies strictly inside: A and B are constant there
-    jj = int(np.searchsorted(r, hi, side="left"))
-    A, B = float(Psuf[jj]), float(Qpre[jj])
+    # on (lo, hi) no ratio lies strictly inside: the split, hence all four sums, is constant
+    j = int(np.searchsorted(r, lo, side="right"))
+    Pl, Ql, Ph, Qh = float(Ppre[j]), float(Qpre[j]), float(Psuf[j]), float(Qsuf[j])
 
     def F(rho):
-        b = A + B / rho
-        return float(_one_minus_pow(b, k)) - (rho * A + B)
+        return max(Qh - rho * Ph, 0.0) - max(Pl - Ql / rho, 0.0) ** k
 
     f_lo, f_hi = F(lo), F(hi)
     if f_lo <= 0.0:
@@ -173,8 +193,8 @@ def _check_rho(rho, rho_star: float, p: np.ndarray, q: np.ndarray, k: int) -> fl
     if rho < rho_star:
         # validity is p_acc(rho) <= rho * beta(rho) (SpecTr eq. 6); a rho that meets it to
         # a relative RHO_REL_TOL (a bisection end point, or a flat f near p == q) is rounding
-        b = _beta(p, q, rho)
-        if float(_one_minus_pow(b, k)) <= rho * b * (1.0 + RHO_REL_TOL):
+        D, E = _DE(p, q, rho)
+        if D - E**k <= RHO_REL_TOL * (1.0 - D):  # f(rho) <= 0 up to rounding
             return rho_star
         raise ValueError(
             f"`rho` must be >= rho* = {rho_star!r} for k-Seq to be a valid coupling "
@@ -192,14 +212,15 @@ def _validate_tol(tol) -> float:
     return tol
 
 
-def _kseq_parts(p: np.ndarray, q: np.ndarray, k: int, rho: float, rho_star: float):
-    """Per-token acceptance, beta, p_acc and the normalised residual at a valid rho."""
+def _kseq_parts(p: np.ndarray, q: np.ndarray, k: int, rho: float):
+    """Per-token acceptance, min(p, q/rho), beta, E = 1 - beta, p_acc and the residual."""
     with np.errstate(divide="ignore", invalid="ignore"):
         # min(1, q/(rho p)); tokens with p = 0 never occur as drafts: accept (q >= 0 = rho p)
         accept = np.where(q >= rho * p, 1.0, q / (rho * p))
     mins = np.minimum(p, q / rho)
     beta = float(mins.sum())
-    p_acc = float(_one_minus_pow(beta, k))
+    E = float((p - mins).sum())  # chance that one draft is rejected, summed without cancellation
+    p_acc = _p_acc(beta, E, k)
     # c = p_acc / beta = sum_{i<k} (1 - beta)^i, and c <= rho exactly when rho >= rho*;
     # clamping makes the residual non-negative to the last bit (c = rho* at rho = rho*).
     c = p_acc / beta if beta > 0 else float(k)
@@ -209,7 +230,7 @@ def _kseq_parts(p: np.ndarray, q: np.ndarray, k: int, rho: float, rho_star: floa
     np.maximum(v, 0.0, out=v)
     total = float(v.sum())
     res = v / total if total > 0 else np.array(q, dtype=np.float64)
-    return accept, mins, beta, p_acc, res
+    return accept, mins, beta, E, p_acc, res
 
 
 def _draw(cdf: np.ndarray, law: np.ndarray, gen: np.random.Generator) -> int:
@@ -328,8 +349,8 @@ def kseq_p_acc(p, q, k: int, rho, *, normalize: bool = False):
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
     r = _validate_rho(rho)
-    out = _one_minus_pow(_beta(p_, q_, r), k)
-    return float(out) if np.ndim(out) == 0 else out
+    vals = [_p_acc(_beta(p_, q_, float(v)), _DE(p_, q_, float(v))[1], k) for v in r.ravel()]
+    return vals[0] if r.ndim == 0 else np.array(vals).reshape(r.shape)
 
 
 def kseq_rho_star(p, q, k: int, *, tol=None, normalize: bool = False) -> float:
@@ -447,7 +468,7 @@ def kseq_residual(p, q, k: int, rho=None, *, normalize: bool = False) -> np.ndar
     k = validate_k(k)
     rho_star = _rho_star_exact(p_, q_, k)
     r = rho_star if rho is None else _check_rho(rho, rho_star, p_, q_, k)
-    res = _kseq_parts(p_, q_, k, r, rho_star)[4]
+    res = _kseq_parts(p_, q_, k, r)[5]
     return res
 
 
@@ -502,8 +523,9 @@ class KSeq(Verifier):
         self.q = q
         self.rho = float(rho)
         self.rho_star = float(rho_star)
-        accept, mins, beta, p_acc, res = _kseq_parts(p, q, k, self.rho, self.rho_star)
+        accept, mins, beta, E, p_acc, res = _kseq_parts(p, q, k, self.rho)
         self.beta = beta
+        self._E = E
         self.p_acc = p_acc
         for a in (accept, res):
             a.setflags(write=False)
@@ -527,13 +549,12 @@ class KSeq(Verifier):
         return out
 
     def acceptance(self) -> float:
-        beta, k = self.beta, self.k
-        one_minus = 1.0 - beta
-        if one_minus <= 0.0:
+        E, k = self._E, self.k
+        if not E > 0.0:
             return self.p_acc
         e = np.maximum(self.p - self._mins, 0.0)  # (p - q/rho)_+ : draw y, reject it
-        # (1-b)^k - (1-b-e)^k = (1-b)^k [1 - (1 - e/(1-b))^k], without cancellation
-        hit = _pow_one_minus(beta, k) * _one_minus_pow(np.minimum(e / one_minus, 1.0), k)
+        # E^k - (E - e)^k = E^k [1 - (1 - e/E)^k], without cancellation
+        hit = E**k * _one_minus_pow(np.minimum(e / E, 1.0), k)
         extra = float(np.dot(self.residual, hit))
         return min(1.0, self.p_acc + extra)
 
