@@ -1,0 +1,57 @@
+r"""Speculative decoding of real language models with the package's verifiers (optional: needs torch).
+
+Not imported by ``import otspec``; use ``import otspec.decoding``. Install
+the optional dependencies with ``pip install 'otspec[decoding]'``.
+
+Notation: ``p`` is the draft model's next-token law, ``q`` the target's.
+"""
+
+from ._deps import INSTALL_HINT
+from ._deps import require as _require
+
+_require("torch", "otspec.decoding")
+
+from ._loop import BaselineResult  # noqa: E402
+from ._loop import DecodeResult  # noqa: E402
+from ._loop import autoregressive_decode  # noqa: E402
+from ._loop import make_rng  # noqa: E402
+from ._loop import speculative_decode  # noqa: E402
+from ._metrics import DecodingSummary  # noqa: E402
+from ._metrics import LosslessCheck  # noqa: E402
+from ._metrics import exact_prefix_law  # noqa: E402
+from ._metrics import lossless_check  # noqa: E402
+from ._metrics import summarize  # noqa: E402
+from ._models import CallableLM  # noqa: E402
+from ._models import HFCausalLM  # noqa: E402
+from ._models import LanguageModel  # noqa: E402
+from ._models import next_token_logits  # noqa: E402
+from ._sampling import Sampling  # noqa: E402
+from ._verifiers import VERIFIER_NAMES  # noqa: E402
+from ._verifiers import block_tau_law  # noqa: E402
+from .real import layer_skip_draft  # noqa: E402
+from .real import load_smollm2  # noqa: E402
+from .real import smollm2_pair  # noqa: E402
+
+__all__ = [
+    "INSTALL_HINT",
+    "VERIFIER_NAMES",
+    "BaselineResult",
+    "CallableLM",
+    "DecodeResult",
+    "DecodingSummary",
+    "HFCausalLM",
+    "LanguageModel",
+    "LosslessCheck",
+    "Sampling",
+    "autoregressive_decode",
+    "block_tau_law",
+    "exact_prefix_law",
+    "layer_skip_draft",
+    "load_smollm2",
+    "lossless_check",
+    "make_rng",
+    "next_token_logits",
+    "smollm2_pair",
+    "speculative_decode",
+    "summarize",
+]

@@ -1,0 +1,620 @@
+r"""The speculative decoding loop and the autoregressive baseline.
+
+Notation: ``p`` is the draft model's next-token law, ``q`` the target's
+(Leviathan et al. use the opposite letters).
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import validate_positive_int
+from ._deps import require
+from ._models import validate_language_model, validate_prompt
+from ._sampling import Sampling, sample_rows
+from ._verifiers import Scheme, block_tau_law, resolve_scheme
+
+torch = require("torch", "otspec.decoding")
+
+__all__ = ["DecodeResult", "BaselineResult", "speculative_decode", "autoregressive_decode", "make_rng"]
+
+
+def make_rng(generator) -> np.random.Generator:
+    """The numpy generator of the verifiers, derived from a ``torch.Generator`` (or an int seed).
+
+    ``None`` gives fresh entropy; an int seeds a new ``torch.Generator``; a
+    ``torch.Generator`` is advanced by one draw (so successive runs with the
+    same generator differ, and a re-seeded generator replays them).
+    """
+    if generator is None:
+        return np.random.default_rng()
+    if isinstance(generator, numbers.Integral) and not isinstance(generator, bool):
+        g = torch.Generator().manual_seed(int(generator))
+    elif isinstance(generator, torch.Generator):
+        g = generator
+    else:
+        raise TypeError(f"`generator` must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
+    seed = int(torch.randint(0, 2**62, (1,), generator=g, device=g.device).item())
+    return np.random.default_rng(seed)
+
+
+def _np(t) -> np.ndarray:
+    return t.detach().to("cpu").numpy()
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class _Track:
+    """A model, its state and the token sequence that the state holds (row ``0`` when batch 1)."""
+
+    def __init__(self, lm, sampling: Sampling):
+        self.lm = lm
+        self.sampling = sampling
+        self.state = lm.new_state()
+        self.seq: list[int] = []
+        self.batch = 1
+        self.calls = 0
+
+    def feed(self, ids: np.ndarray, last: int = 1):
+        """Append ``ids`` (B, t) to every row; return the float64 laws of the last ``last`` positions (B, last, V)."""
+        t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(self.lm.device)
+        logits = self.lm.logits(self.state, t)[:, -last:]
+        self.calls += 1
+        self.batch = int(ids.shape[0])
+        return _np(self.sampling.probs(logits))
+
+    def sync(self, ctx: list[int], row: int = 0, row_seq: list[int] | None = None) -> list[int]:
+        """Keep ``row`` (holding ``row_seq``) truncated to its longest prefix of ``ctx`` minus one; return the pending tokens."""
+        seq = self.seq if row_seq is None else row_seq
+        c = min(_common_prefix(seq, ctx), len(ctx) - 1)
+        if self.batch != 1 or c < len(seq):
+            self.lm.select(self.state, row if self.batch != 1 else 0, c)
+        self.batch = 1
+        self.seq = list(ctx[:c])
+        return list(ctx[c:])
+
+    def dist_after(self, ctx: list[int]) -> np.ndarray:
+        """Next-token law after ``ctx`` (batch 1), feeding only what the state lacks."""
+        pending = self.sync(ctx)
+        law = self.feed(np.array([pending], dtype=np.int64))[0, -1]
+        self.seq = list(ctx)
+        return law
+
+
+class _PathModel:
+    """``otspec.models.Model`` view of one decoding step: logged laws along the block, model calls elsewhere."""
+
+    def __init__(self, track: _Track, ctx: list[int], logged: dict):
+        self.track = track
+        self.ctx = ctx
+        self.logged = logged
+        self.vocab_size = track.lm.vocab_size
+        self.extra_calls = 0
+
+    def next_dist(self, prefix):
+        key = tuple(int(t) for t in prefix)
+        law = self.logged.get(key)
+        if law is None:
+            law = self.track.dist_after(self.ctx + list(key))
+            self.logged[key] = law
+            self.extra_calls += 1
+        return law
+
+
+@dataclass(frozen=True, eq=False)
+class DecodeResult:
+    r"""One speculative decoding run, with everything logged per iteration (one target scoring each).
+
+    Attributes
+    ----------
+    tokens : (m,) ndarray of int64
+        Generated tokens (prompt excluded), at most ``max_new_tokens``.
+    prompt_length : int
+    verifier : str
+    lossless : bool
+        Whether the verifier reproduces the (processed) target law exactly.
+    num_drafts, draft_length : int
+        ``K`` draft sequences of length ``L``.
+    sampling : Sampling
+    accepted : (N,) ndarray of int64
+        Accepted draft tokens :math:`\tau` per iteration.
+    emitted : (N,) ndarray of int64
+        Tokens produced per iteration (``tau + 1``; ``L + 1`` for the seed's
+        v1 block verifier), before truncation to ``max_new_tokens``.
+    target_calls : (N,) ndarray of int64
+        Serial target calls per iteration (1, plus the v1 residual's calls).
+    predicted_accepted : (N,) ndarray of float64
+        The exact analysis' prediction of ``accepted`` from the logged laws:
+        for token-level schemes the sum of the verifiers' exact acceptances
+        over the depths reached (:math:`\alpha_k` for the optimal verifier),
+        for block schemes :math:`E[\tau \mid X^L]`.
+    predicted_emitted, predicted_calls : (N,) ndarray of float64
+        The same for ``emitted`` and ``target_calls``.
+    reached : (N, L) ndarray of float64
+        Measured :math:`\mathbb 1\{\tau \ge j\}`, ``j = 1..L``.
+    predicted_reached : (N, L) ndarray of float64
+        Predicted :math:`P(\tau \ge j)` contributions (unbiased for ``reached``).
+    alpha_first : (N,) ndarray of float64
+        Exact acceptance of the first-depth verification
+        (:math:`P(Y \in S(X))` of the verifier on :math:`p_1, q_1`).
+    alpha_opt_first : (N,) ndarray of float64
+        :math:`\alpha_K(p_1, q_1)`, the optimum for ``K`` drafts (:func:`otspec.alpha_k`).
+    wall_time : float
+        Seconds spent decoding (model calls, sampling, verification);
+        the prediction bookkeeping is excluded.
+    draft_calls, total_target_calls : int
+    """
+
+    tokens: np.ndarray
+    prompt_length: int
+    verifier: str
+    lossless: bool
+    num_drafts: int
+    draft_length: int
+    sampling: Sampling
+    accepted: np.ndarray
+    emitted: np.ndarray
+    target_calls: np.ndarray
+    predicted_accepted: np.ndarray
+    predicted_emitted: np.ndarray
+    predicted_calls: np.ndarray
+    reached: np.ndarray
+    predicted_reached: np.ndarray
+    alpha_first: np.ndarray
+    alpha_opt_first: np.ndarray
+    wall_time: float
+    draft_calls: int
+    total_target_calls: int
+
+    @property
+    def iterations(self) -> int:
+        """Number of target scorings (decoding iterations)."""
+        return int(self.accepted.shape[0])
+
+    @property
+    def block_efficiency(self) -> float:
+        """Tokens produced per serial target call (bonus token included)."""
+        return float(self.emitted.sum() / self.target_calls.sum())
+
+    def __repr__(self) -> str:
+        return (
+            f"DecodeResult(verifier={self.verifier!r}, K={self.num_drafts}, L={self.draft_length}, "
+            f"tokens={self.tokens.shape[0]}, iterations={self.iterations}, "
+            f"block_efficiency={self.block_efficiency:.3f})"
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class BaselineResult:
+    """Plain autoregressive decoding of the target (the wall-clock baseline).
+
+    Attributes
+    ----------
+    tokens : (m,) ndarray of int64
+    wall_time : float
+        Seconds (model calls and sampling).
+    target_calls : int
+    """
+
+    tokens: np.ndarray
+    wall_time: float
+    target_calls: int
+
+    @property
+    def tokens_per_second(self) -> float:
+        return float(self.tokens.shape[0] / self.wall_time) if self.wall_time > 0 else float("inf")
+
+
+def _validate_common(target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id):
+    V = validate_language_model(target, "target")
+    prompt_ = validate_prompt(prompt, V)
+    max_new = validate_positive_int(max_new_tokens, "max_new_tokens")
+    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+    if eos_token_id is None:
+        eos = frozenset()
+    else:
+        ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) else list(eos_token_id)
+        for e in ids:
+            if isinstance(e, bool) or not isinstance(e, numbers.Integral) or not 0 <= int(e) < V:
+                raise ValueError(f"`eos_token_id` must be token ids in [0, {V}), got {eos_token_id!r}")
+        eos = frozenset(int(e) for e in ids)
+    return V, prompt_, max_new, sampling, eos
+
+
+def _finish(out: list[int], max_new: int, eos: frozenset) -> np.ndarray:
+    out = out[:max_new]
+    for i, t in enumerate(out):
+        if t in eos:
+            out = out[: i + 1]
+            break
+    return np.array(out, dtype=np.int64)
+
+
+def autoregressive_decode(
+    target,
+    prompt,
+    *,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator=None,
+    eos_token_id=None,
+) -> BaselineResult:
+    r"""Sample from the target alone, one token per call (the baseline of every speed-up).
+
+    .. math::
+
+        y_{t+1} \sim q(\cdot \mid \text{prompt}, y_{1:t}),
+
+    with ``q`` the target law after temperature / top-k / top-p, using the
+    model's KV cache and the same float64 inverse-CDF sampling as the
+    speculative loop.
+
+    Parameters
+    ----------
+    target : LanguageModel
+    prompt : sequence of int
+        Non-empty token ids.
+    max_new_tokens : int, keyword-only
+    temperature, top_k, top_p : keyword-only
+        See :class:`Sampling`.
+    generator : torch.Generator, int or None, keyword-only
+        Seed source (a numpy generator is derived from it).
+    eos_token_id : int, sequence of int or None, keyword-only
+        Stop after any of these tokens.
+
+    Returns
+    -------
+    BaselineResult
+
+    Raises
+    ------
+    ValueError, TypeError
+        Bad prompt, ``max_new_tokens < 1``, ``temperature <= 0``, ... (before any model call).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import CallableLM, autoregressive_decode
+    >>> lm = CallableLM(lambda ids: torch.zeros(ids.shape + (5,)), vocab_size=5)
+    >>> autoregressive_decode(lm, [0], max_new_tokens=4, generator=0).tokens.shape
+    (4,)
+    """
+    _, prompt_, max_new, sampling, eos = _validate_common(
+        target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id
+    )
+    gen = make_rng(generator)
+    track = _Track(target, sampling)
+    out: list[int] = []
+    pending = list(prompt_)
+    t0 = time.perf_counter()
+    while len(out) < max_new:
+        law = track.feed(np.array([pending], dtype=np.int64))[0, -1]
+        y = int(sample_rows(law[None], gen)[0])
+        out.append(y)
+        pending = [y]
+        if y in eos:
+            break
+    wall = time.perf_counter() - t0
+    return BaselineResult(tokens=_finish(out, max_new, eos), wall_time=wall, target_calls=track.calls)
+
+
+def speculative_decode(
+    target,
+    draft,
+    prompt,
+    *,
+    verifier="token",
+    num_drafts: int = 1,
+    draft_length: int = 4,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator=None,
+    verifier_options: dict | None = None,
+    eos_token_id=None,
+    progress: bool = False,
+) -> DecodeResult:
+    r"""Speculative decoding of a real (or toy) draft/target pair with any verifier of the package.
+
+    Each iteration drafts ``K = num_drafts`` i.i.d. sequences of length
+    ``L = draft_length`` from the draft (one batched draft call per
+    position), scores all of them with the target in **one** batched call,
+    then verifies:
+
+    * token-level schemes run SpecTr's DraftSelection (Algorithm 3): at
+      depth :math:`j` the ``k`` surviving drafts share the prefix, and the
+      package verifier for :math:`(p_j, q_j, k)` draws :math:`Y`; the drafts
+      with :math:`X_j = Y` survive; stop when none does (``Y`` is the
+      correction) or after ``L`` accepted tokens (then a bonus token from
+      :math:`q_{L+1}`). By Theorem 2 the output follows the target exactly
+      for any lossless verifier. ``K = 1`` with ``"token"`` is Leviathan's
+      speculative sampling.
+    * block schemes (``K = 1``) run :mod:`otspec.block`'s verifier on the
+      draft block with the logged conditionals.
+
+    .. math::
+
+        P\big(Y_{1:m} = y_{1:m}\big) = \prod_{t=1}^{m} q(y_t \mid \text{prompt}, y_{1:t-1})
+        \quad\text{(lossless verifiers)}.
+
+    Probabilities are float64 on the numpy side; verifiers work on the
+    union of the supports of ``p`` and ``q`` (small after top-k / top-p).
+
+    Parameters
+    ----------
+    target, draft : LanguageModel
+        Same ``vocab_size``; see :class:`HFCausalLM`.
+    prompt : sequence of int
+        Non-empty token ids.
+    verifier : str or callable, keyword-only
+        ``"token"`` (speculative sampling), ``"kseq"``, ``"multiround"``,
+        ``"optimal"``, ``"lp"`` (the OTM-k LP plan; needs top-k / top-p),
+        ``"mentored"`` (lossy; ``verifier_options={"D": ...}``), ``"block"``
+        (the seed's v1, with its multi-token residual drawn by extra model
+        calls), ``"block-onestep"``; or a callable ``(p, q, k) -> Verifier``.
+    num_drafts : int, keyword-only
+        ``K >= 1`` draft sequences (1 for single-draft schemes).
+    draft_length : int, keyword-only
+        ``L >= 1``.
+    max_new_tokens : int, keyword-only
+    temperature, top_k, top_p : keyword-only
+        Applied identically to draft and target (:class:`Sampling`).
+    generator : torch.Generator, int or None, keyword-only
+        Seed source; the numpy ``rng`` of the verifiers and samplers is derived from it.
+    verifier_options : dict, keyword-only
+        Extra arguments of the verifier (``D`` for mentored, ``rho`` for k-Seq).
+    eos_token_id : int, sequence of int or None, keyword-only
+        Stop after any of these tokens.
+    progress : bool, keyword-only
+        Show a tqdm progress bar.
+
+    Returns
+    -------
+    DecodeResult
+
+    Raises
+    ------
+    ValueError
+        Different vocabularies, an empty prompt, ``K`` or ``L`` < 1,
+        ``temperature <= 0``, an unknown verifier or one that does not fit
+        ``K`` or the sampling -- all before any model call.
+    TypeError
+        Models that are not :class:`LanguageModel`, non-integer ids.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, "Fast Inference from Transformers via
+       Speculative Decoding", ICML 2023, Algorithm 1 (their ``p`` is our ``q``).
+    .. [2] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", NeurIPS 2023, Algorithm 3, Theorem 2.
+    .. [3] Sun et al., "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", Algorithm 3.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import CallableLM, speculative_decode
+    >>> q = CallableLM(lambda ids: torch.zeros(ids.shape + (4,)), vocab_size=4)
+    >>> p = CallableLM(lambda ids: torch.zeros(ids.shape + (4,)), vocab_size=4)
+    >>> res = speculative_decode(q, p, [0], draft_length=3, max_new_tokens=8, generator=0)
+    >>> res.tokens.shape, res.block_efficiency   # identical models accept every draft
+    ((8,), 4.0)
+    """
+    V, prompt_, max_new, sampling, eos = _validate_common(
+        target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id
+    )
+    Vd = validate_language_model(draft, "draft")
+    if Vd != V:
+        raise ValueError(
+            f"`draft` and `target` must share one vocabulary, got vocab_size {Vd} (draft) and {V} (target)"
+        )
+    K = validate_positive_int(num_drafts, "num_drafts")
+    L = validate_positive_int(draft_length, "draft_length")
+    scheme = resolve_scheme(verifier, num_drafts=K, truncated=sampling.truncated, options=verifier_options)
+    gen = make_rng(generator)
+    return _Decoder(target, draft, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
+
+
+class _Decoder:
+    def __init__(self, target, draft, prompt, scheme: Scheme, K, L, max_new, sampling, gen, eos, progress):
+        self.t = _Track(target, sampling)
+        self.d = _Track(draft, sampling)
+        self.prompt = prompt
+        self.scheme = scheme
+        self.K, self.L = K, L
+        self.max_new = max_new
+        self.sampling = sampling
+        self.gen = gen
+        self.eos = eos
+        self.progress = progress
+        self.lossless = scheme.lossless
+        self.analysis_time = 0.0
+        self.log: dict[str, list] = {
+            k: []
+            for k in (
+                "accepted", "emitted", "calls", "pred_acc", "pred_emit", "pred_calls",
+                "reached", "pred_reached", "alpha1", "alpha_opt1",
+            )
+        }
+
+    # -- the draft and target phases (shared) -----------------------------------------
+    def _draft_and_score(self, ctx):
+        K, L = self.K, self.L
+        pending = self.d.sync(ctx)
+        P1 = self.d.feed(np.array([pending], dtype=np.int64))[:, -1]  # (1, V)
+        V = P1.shape[-1]
+        X = np.empty((K, L), dtype=np.int64)
+        P = np.empty((K, L, V))
+        P[:, 0] = P1
+        X[:, 0] = sample_rows(np.broadcast_to(P1, (K, V)), self.gen)
+        for j in range(1, L):
+            P[:, j] = self.d.feed(X[:, j - 1 : j])[:, -1]
+            X[:, j] = sample_rows(P[:, j], self.gen)
+        pending_t = self.t.sync(ctx)
+        ids = np.concatenate([np.broadcast_to(np.array(pending_t, dtype=np.int64), (K, len(pending_t))), X], axis=1)
+        Q = self.t.feed(ids, last=L + 1)  # (K, L + 1, V): q_1 .. q_{L+1}
+        return X, P, Q
+
+    def _compress(self, p, q):
+        idx = np.flatnonzero((p > 0) | (q > 0))
+        pc, qc = p[idx], q[idx]
+        return idx, pc / pc.sum(), qc / qc.sum()
+
+    def _alpha_opt(self, p, q, k):
+        import otspec
+
+        _, pc, qc = self._compress(p, q)
+        return float(otspec.alpha_k(pc, qc, k))
+
+    # -- token-level DraftSelection ---------------------------------------------------------
+    def _iter_token(self, ctx):
+        K, L = self.K, self.L
+        X, P, Q = self._draft_and_score(ctx)
+        alive = list(range(K))
+        out: list[int] = []
+        accs: list[float] = []
+        for j in range(L):
+            r0 = alive[0]
+            idx, pc, qc = self._compress(P[r0, j], Q[r0, j])
+            k = len(alive)
+            v = self.scheme.build(pc, qc, k)
+            if self.lossless is None:
+                self.lossless = bool(v.lossless)
+            elif not v.lossless:
+                self.lossless = False
+            drafts = np.searchsorted(idx, X[alive, j])
+            y = int(idx[v.sample(drafts.tolist(), rng=self.gen)])
+            a0 = time.perf_counter()
+            accs.append(float(v.acceptance()))
+            if j == 0:
+                self.log["alpha1"].append(accs[0])
+                self.log["alpha_opt1"].append(self._alpha_opt(pc, qc, K))
+            self.analysis_time += time.perf_counter() - a0
+            out.append(y)
+            survivors = [r for r in alive if X[r, j] == y]
+            if not survivors:
+                break
+            alive = survivors
+        tau = len(out) if survivors else len(out) - 1
+        if tau == L:
+            y = int(sample_rows(Q[alive[0], L][None], self.gen)[0])
+            out.append(y)
+        row = alive[0]
+        self.t.seq = ctx + X[row].tolist()
+        self.d.seq = ctx + X[row, : L - 1].tolist()
+        self.t.sync(ctx + out, row=row)
+        self.d.sync(ctx + out, row=row)
+        reached = np.zeros(L)
+        reached[:tau] = 1.0
+        pred_reached = np.zeros(L)
+        pred_reached[: len(accs)] = accs  # 1{depth j reached} * a_j: unbiased for P(tau >= j)
+        self._record(tau, len(out), 1, float(sum(accs)), float(sum(accs)) + 1.0, 1.0, reached, pred_reached)
+        return out
+
+    # -- block verification (K = 1) -----------------------------------------------------------
+    def _iter_block(self, ctx):
+        import otspec.block
+
+        L = self.L
+        X, P, Q = self._draft_and_score(ctx)
+        block = tuple(X[0].tolist())
+        cs = {block[:i]: P[0, i] for i in range(L)}
+        cb = {block[:i]: Q[0, i] for i in range(L + 1)}
+        self.t.seq = ctx + list(block)
+        self.d.seq = ctx + list(block[: L - 1])
+        dm = _PathModel(self.d, ctx, cs)
+        tm = _PathModel(self.t, ctx, cb)
+        ver = otspec.block.make_verifier(dm, tm, L, self.scheme.name)
+        step = ver.verify(block, rng=self.gen)
+        out = [int(t) for t in step.output]
+        tau = int(step.tau)
+        calls = 1 + tm.extra_calls
+        a0 = time.perf_counter()
+        law = block_tau_law(self.scheme.name, block, [P[0, i] for i in range(L)], [Q[0, i] for i in range(L + 1)])
+        t_idx = np.arange(L + 1)
+        pred_tau = float(law @ t_idx)
+        if self.scheme.name == "block":
+            pred_emit = float(L + 1)
+            pred_calls = 1.0 + float(law[:L] @ (L - t_idx[:L]))
+        else:
+            pred_emit, pred_calls = pred_tau + 1.0, 1.0
+        reached = np.zeros(L)
+        reached[:tau] = 1.0
+        pred_reached = np.cumsum(law[::-1])[::-1][1:]  # P(tau >= j | X), j = 1..L
+        p1, q1 = P[0, 0], Q[0, 0]
+        self.log["alpha1"].append(float(np.minimum(p1, q1).sum()))
+        self.log["alpha_opt1"].append(self._alpha_opt(p1, q1, 1))
+        self.analysis_time += time.perf_counter() - a0
+        self.t.sync(ctx + out)
+        self.d.sync(ctx + out)
+        self._record(tau, len(out), calls, pred_tau, pred_emit, pred_calls, reached, pred_reached)
+        return out
+
+    def _record(self, tau, emitted, calls, pred_acc, pred_emit, pred_calls, reached, pred_reached):
+        lg = self.log
+        lg["accepted"].append(tau)
+        lg["emitted"].append(emitted)
+        lg["calls"].append(calls)
+        lg["pred_acc"].append(pred_acc)
+        lg["pred_emit"].append(pred_emit)
+        lg["pred_calls"].append(pred_calls)
+        lg["reached"].append(reached)
+        lg["pred_reached"].append(pred_reached)
+
+    def run(self) -> DecodeResult:
+        from tqdm.auto import tqdm
+
+        step = self._iter_block if self.scheme.kind == "block" else self._iter_token
+        ctx = list(self.prompt)
+        out: list[int] = []
+        bar = tqdm(total=self.max_new, disable=not self.progress, desc=f"speculative[{self.scheme.name}]", leave=False)
+        t0 = time.perf_counter()
+        try:
+            while len(out) < self.max_new:
+                new = step(ctx)
+                ctx = ctx + new
+                out.extend(new)
+                bar.update(min(len(new), self.max_new - bar.n))
+                if self.eos and any(t in self.eos for t in new):
+                    break
+        finally:
+            bar.close()
+        wall = time.perf_counter() - t0 - self.analysis_time
+        lg = self.log
+        L = self.L
+        return DecodeResult(
+            tokens=_finish(out, self.max_new, self.eos),
+            prompt_length=len(self.prompt),
+            verifier=self.scheme.name,
+            lossless=bool(self.lossless),
+            num_drafts=self.K,
+            draft_length=L,
+            sampling=self.sampling,
+            accepted=np.array(lg["accepted"], dtype=np.int64),
+            emitted=np.array(lg["emitted"], dtype=np.int64),
+            target_calls=np.array(lg["calls"], dtype=np.int64),
+            predicted_accepted=np.array(lg["pred_acc"], dtype=np.float64),
+            predicted_emitted=np.array(lg["pred_emit"], dtype=np.float64),
+            predicted_calls=np.array(lg["pred_calls"], dtype=np.float64),
+            reached=np.array(lg["reached"], dtype=np.float64).reshape(-1, L),
+            predicted_reached=np.array(lg["pred_reached"], dtype=np.float64).reshape(-1, L),
+            alpha_first=np.array(lg["alpha1"], dtype=np.float64),
+            alpha_opt_first=np.array(lg["alpha_opt1"], dtype=np.float64),
+            wall_time=wall,
+            draft_calls=self.d.calls,
+            total_target_calls=self.t.calls,
+        )

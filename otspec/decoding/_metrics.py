@@ -1,0 +1,408 @@
+r"""Measured against predicted: block efficiency, per-position acceptance, wall-clock, losslessness."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import validate_positive_int, validate_probability
+from ._deps import require
+from ._loop import BaselineResult, DecodeResult, speculative_decode
+from ._models import next_token_logits, validate_language_model, validate_prompt
+from ._sampling import Sampling
+from ._verifiers import iid_block_efficiency
+
+torch = require("torch", "otspec.decoding")
+
+__all__ = ["DecodingSummary", "summarize", "exact_prefix_law", "LosslessCheck", "lossless_check"]
+
+#: two-sided 95 % normal quantile
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True, eq=False)
+class DecodingSummary:
+    r"""Measured and predicted metrics of one verifier over several runs (:func:`summarize`).
+
+    Attributes
+    ----------
+    verifier : str
+    num_drafts, draft_length : int
+        ``K`` and ``L``.
+    temperature : float
+    top_k : int or None
+    top_p : float or None
+    lossless : bool
+    runs, iterations, tokens : int
+        Runs pooled, target scorings, generated tokens.
+    block_efficiency : float
+        Measured tokens per serial target call, :math:`\sum e_i / \sum c_i`.
+    block_efficiency_ci : tuple of float
+        95 % interval (normal approximation, ratio estimator with the
+        delta method; iterations are treated as independent).
+    predicted_block_efficiency : float
+        :math:`\sum \hat e_i / \sum \hat c_i` from the exact analysis of the
+        logged laws (see :class:`DecodeResult`).
+    iid_block_efficiency : float
+        Leviathan's i.i.d. approximation :math:`(1 - \bar\alpha^{L+1})/(1 - \bar\alpha)`
+        with :math:`\bar\alpha` the mean first-depth acceptance.
+    mean_accepted, predicted_mean_accepted : float
+        Accepted draft tokens per iteration.
+    z_accepted : float
+        :math:`\sum_i (\tau_i - \hat\tau_i) / \sqrt{\sum_i (\tau_i - \hat\tau_i)^2}`:
+        the differences are martingale differences under the model, so
+        :math:`|z| < 1.96` is the 95 % agreement check.
+    per_position : (L,) ndarray
+        Measured :math:`P(\tau \ge j)`, ``j = 1..L``.
+    per_position_predicted : (L,) ndarray
+        Predicted :math:`P(\tau \ge j)`.
+    alpha_first, alpha_opt_first : float
+        Mean exact acceptance of the first-depth verification, and mean
+        :math:`\alpha_K(p_1, q_1)` (the optimum for ``K`` drafts).
+    wall_time : float
+        Seconds of decoding.
+    tokens_per_second : float
+    baseline_tokens_per_second : float or None
+        Autoregressive decoding of the target (:func:`autoregressive_decode`).
+    speedup : float or None
+        ``tokens_per_second / baseline_tokens_per_second``.
+    """
+
+    verifier: str
+    num_drafts: int
+    draft_length: int
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    lossless: bool
+    runs: int
+    iterations: int
+    tokens: int
+    block_efficiency: float
+    block_efficiency_ci: tuple[float, float]
+    predicted_block_efficiency: float
+    iid_block_efficiency: float
+    mean_accepted: float
+    predicted_mean_accepted: float
+    z_accepted: float
+    per_position: np.ndarray
+    per_position_predicted: np.ndarray
+    alpha_first: float
+    alpha_opt_first: float
+    wall_time: float
+    tokens_per_second: float
+    baseline_tokens_per_second: float | None
+    speedup: float | None
+
+    @property
+    def agrees(self) -> bool:
+        """``|z_accepted| < 1.96``: measured acceptance agrees with the prediction at the 95 % level."""
+        return bool(abs(self.z_accepted) < Z95) if math.isfinite(self.z_accepted) else True
+
+    def as_record(self) -> dict:
+        """A JSON-ready dict (one record of ``results/decoding.json``)."""
+        return {
+            "name": self.verifier,
+            "K": self.num_drafts,
+            "L": self.draft_length,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "top_p": self.top_p,
+            "lossless": self.lossless,
+            "runs": self.runs,
+            "iterations": self.iterations,
+            "tokens": self.tokens,
+            "block_efficiency": self.block_efficiency,
+            "block_efficiency_ci95": list(self.block_efficiency_ci),
+            "predicted_block_efficiency": self.predicted_block_efficiency,
+            "iid_formula_block_efficiency": self.iid_block_efficiency,
+            "mean_accepted": self.mean_accepted,
+            "predicted_mean_accepted": self.predicted_mean_accepted,
+            "z_accepted": self.z_accepted,
+            "agrees_95": self.agrees,
+            "per_position_acceptance": self.per_position.tolist(),
+            "per_position_acceptance_predicted": self.per_position_predicted.tolist(),
+            "alpha_first": self.alpha_first,
+            "alpha_opt_first": self.alpha_opt_first,
+            "wall_time_s": self.wall_time,
+            "tokens_per_second": self.tokens_per_second,
+            "seconds_per_token": 1.0 / self.tokens_per_second if self.tokens_per_second > 0 else None,
+            "baseline_tokens_per_second": self.baseline_tokens_per_second,
+            "speedup": self.speedup,
+        }
+
+
+def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult] | None = None) -> DecodingSummary:
+    r"""Pool runs of one configuration; put measured and predicted side by side.
+
+    .. math::
+
+        \widehat{BE} = \frac{\sum_i e_i}{\sum_i c_i}, \qquad
+        \mathrm{se} = \frac{\sqrt{\sum_i (e_i - \widehat{BE}\, c_i)^2}}{\sum_i c_i},
+
+    with :math:`e_i` the tokens and :math:`c_i` the serial target calls of
+    iteration :math:`i`; the prediction replaces them by their exact
+    conditional expectations given the logged laws.
+
+    Parameters
+    ----------
+    results : sequence of DecodeResult
+        Runs with the same verifier, ``K``, ``L`` and sampling.
+    baseline : sequence of BaselineResult, optional
+        Autoregressive runs of the target for the wall-clock comparison.
+
+    Returns
+    -------
+    DecodingSummary
+
+    Raises
+    ------
+    ValueError
+        ``results`` empty or mixing configurations.
+    """
+    results = list(results)
+    if not results:
+        raise ValueError("`results` must hold at least one DecodeResult, got none")
+    for r in results:
+        if not isinstance(r, DecodeResult):
+            raise TypeError(f"`results` must hold DecodeResult objects, got {type(r).__name__}")
+    r0 = results[0]
+    key = (r0.verifier, r0.num_drafts, r0.draft_length, r0.sampling)
+    for r in results[1:]:
+        if (r.verifier, r.num_drafts, r.draft_length, r.sampling) != key:
+            raise ValueError("`results` must share verifier, num_drafts, draft_length and sampling")
+    cat = lambda name: np.concatenate([getattr(r, name) for r in results])  # noqa: E731
+    e, c = cat("emitted").astype(np.float64), cat("target_calls").astype(np.float64)
+    pe, pc = cat("predicted_emitted"), cat("predicted_calls")
+    acc, pacc = cat("accepted").astype(np.float64), cat("predicted_accepted")
+    be = float(e.sum() / c.sum())
+    se = float(math.sqrt(np.sum((e - be * c) ** 2)) / c.sum())
+    d = acc - pacc
+    ss = float(np.sum(d**2))
+    z = float(d.sum() / math.sqrt(ss)) if ss > 0 else (0.0 if abs(d.sum()) < 1e-12 else float("inf"))
+    L = r0.draft_length
+    reached = np.concatenate([r.reached for r in results]).reshape(-1, L)
+    preached = np.concatenate([r.predicted_reached for r in results]).reshape(-1, L)
+    a1 = cat("alpha_first")
+    wall = float(sum(r.wall_time for r in results))
+    ntok = int(sum(r.tokens.shape[0] for r in results))
+    tps = ntok / wall if wall > 0 else float("inf")
+    btps = None
+    if baseline:
+        bt = float(sum(b.wall_time for b in baseline))
+        bn = int(sum(b.tokens.shape[0] for b in baseline))
+        btps = bn / bt if bt > 0 else float("inf")
+    return DecodingSummary(
+        verifier=r0.verifier,
+        num_drafts=r0.num_drafts,
+        draft_length=L,
+        temperature=r0.sampling.temperature,
+        top_k=r0.sampling.top_k,
+        top_p=r0.sampling.top_p,
+        lossless=all(r.lossless for r in results),
+        runs=len(results),
+        iterations=int(e.shape[0]),
+        tokens=ntok,
+        block_efficiency=be,
+        block_efficiency_ci=(be - Z95 * se, be + Z95 * se),
+        predicted_block_efficiency=float(pe.sum() / pc.sum()),
+        iid_block_efficiency=float(iid_block_efficiency(float(a1.mean()), L)),
+        mean_accepted=float(acc.mean()),
+        predicted_mean_accepted=float(pacc.mean()),
+        z_accepted=z,
+        per_position=reached.mean(axis=0),
+        per_position_predicted=preached.mean(axis=0),
+        alpha_first=float(a1.mean()),
+        alpha_opt_first=float(cat("alpha_opt_first").mean()),
+        wall_time=wall,
+        tokens_per_second=tps,
+        baseline_tokens_per_second=btps,
+        speedup=(tps / btps) if btps else None,
+    )
+
+
+def exact_prefix_law(
+    target,
+    prompt,
+    num_tokens: int = 1,
+    *,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    max_cells: int = 200_000,
+) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    r"""Exact law of the first ``num_tokens`` generated tokens under the (processed) target.
+
+    .. math::
+
+        P(y_{1:m}) = \prod_{t=1}^{m} q(y_t \mid \text{prompt}, y_{1:t-1}),
+
+    enumerated over the support, one batched target call per depth.
+
+    Parameters
+    ----------
+    target : LanguageModel
+    prompt : sequence of int
+    num_tokens : int
+        ``m >= 1``.
+    temperature, top_k, top_p : keyword-only
+        As in :class:`Sampling`.
+    max_cells : int, keyword-only
+        Refuse (ValueError) to enumerate more prefixes than this.
+
+    Returns
+    -------
+    prefixes : list of tuple of int
+        The ``m``-token continuations of positive probability.
+    law : (len(prefixes),) ndarray of float64
+        Their probabilities (summing to 1).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import CallableLM, exact_prefix_law
+    >>> lm = CallableLM(lambda ids: torch.zeros(ids.shape + (3,)), vocab_size=3)
+    >>> cells, law = exact_prefix_law(lm, [0], 2)
+    >>> len(cells), float(law.sum())
+    (9, 1.0)
+    """
+    V = validate_language_model(target, "target")
+    prompt_ = validate_prompt(prompt, V)
+    m = validate_positive_int(num_tokens, "num_tokens")
+    max_cells = validate_positive_int(max_cells, "max_cells")
+    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+    prefixes: list[tuple[int, ...]] = [()]
+    probs = np.ones(1)
+    for _ in range(m):
+        laws = sampling.probs(next_token_logits(target, [prompt_ + list(x) for x in prefixes]))
+        laws = laws.detach().to("cpu").numpy()
+        new_p, new_w = [], []
+        for x, w, law in zip(prefixes, probs, laws):
+            nz = np.flatnonzero(law > 0)
+            new_p.extend(x + (int(t),) for t in nz)
+            new_w.append(w * law[nz])
+        if len(new_p) > max_cells:
+            raise ValueError(
+                f"the exact law of {m} tokens has more than `max_cells`={max_cells} prefixes; "
+                "use top_k / top_p or fewer tokens"
+            )
+        prefixes, probs = new_p, np.concatenate(new_w)
+    return prefixes, probs
+
+
+@dataclass(frozen=True, eq=False)
+class LosslessCheck:
+    r"""χ² test that speculative decoding's first tokens follow the target exactly (:func:`lossless_check`).
+
+    Attributes
+    ----------
+    verifier : str
+    num_tokens : int
+        Length of the tested continuation.
+    n_runs : int
+        Independent decoding runs (seeds from one ``torch.Generator``).
+    statistic, pvalue : float
+        Pearson's χ² and its p-value (:func:`otspec.testing.chi2_gof`).
+    dof : int
+    passed : bool
+        ``pvalue > alpha_fail`` and no draw outside the target's support.
+    alpha_fail : float
+        The false-failure rate of the test.
+    n_cells : int
+        Cells after pooling.
+    tv_empirical : float
+        Total variation between the empirical and the exact law (descriptive).
+    """
+
+    verifier: str
+    num_tokens: int
+    n_runs: int
+    statistic: float
+    pvalue: float
+    dof: int
+    passed: bool
+    alpha_fail: float
+    n_cells: int
+    tv_empirical: float
+
+
+def lossless_check(
+    target,
+    draft,
+    prompt,
+    *,
+    verifier="token",
+    num_tokens: int = 1,
+    n_runs: int = 2000,
+    generator=0,
+    alpha_fail: float = 1e-3,
+    num_drafts: int = 1,
+    draft_length: int = 2,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    verifier_options: dict | None = None,
+    progress: bool = False,
+) -> LosslessCheck:
+    r"""Run speculative decoding ``n_runs`` times and test its first tokens against the target's law.
+
+    .. math::
+
+        H_0:\ Y_{1:m} \sim q(\cdot \mid \text{prompt}), \qquad
+        X^2 = \sum_c \frac{(O_c - N \pi_c)^2}{N \pi_c} \sim \chi^2_{C-1},
+
+    with :math:`\pi` from :func:`exact_prefix_law` (an independent route:
+    plain target scoring, no verifier involved). A lossless verifier fails
+    with probability ``alpha_fail``.
+
+    Parameters
+    ----------
+    target, draft : LanguageModel
+    prompt : sequence of int
+    verifier : str or callable, keyword-only
+    num_tokens : int, keyword-only
+        ``m``: tokens tested jointly (``m <= draft_length + 1`` tests one iteration).
+    n_runs : int, keyword-only
+    generator : torch.Generator or int, keyword-only
+        One generator drives all runs (each run advances it).
+    alpha_fail : float, keyword-only
+    num_drafts, draft_length, temperature, top_k, top_p, verifier_options : keyword-only
+        As in :func:`speculative_decode`.
+    progress : bool, keyword-only
+
+    Returns
+    -------
+    LosslessCheck
+    """
+    from tqdm.auto import tqdm
+
+    from ..testing import chi2_gof
+    from ._loop import make_rng  # noqa: F401  (validates the generator type early)
+
+    n_runs = validate_positive_int(n_runs, "n_runs")
+    alpha_fail = validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
+    m = validate_positive_int(num_tokens, "num_tokens")
+    if isinstance(generator, int) and not isinstance(generator, bool):
+        generator = torch.Generator().manual_seed(generator)
+    cells, law = exact_prefix_law(target, prompt, m, temperature=temperature, top_k=top_k, top_p=top_p)
+    index = {c: i for i, c in enumerate(cells)}
+    counts = np.zeros(len(cells) + 1, dtype=np.int64)  # last cell: outside the support
+    name = None
+    for _ in tqdm(range(n_runs), disable=not progress, desc=f"lossless[{verifier}]", leave=False):
+        res = speculative_decode(
+            target, draft, prompt, verifier=verifier, num_drafts=num_drafts, draft_length=draft_length,
+            max_new_tokens=m, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
+            verifier_options=verifier_options,
+        )
+        name = res.verifier
+        counts[index.get(tuple(res.tokens[:m].tolist()), len(cells))] += 1
+    full_law = np.append(law / law.sum(), 0.0)
+    g = chi2_gof(counts, full_law, alpha_fail=alpha_fail)
+    tv = 0.5 * float(np.abs(counts / n_runs - full_law).sum())
+    return LosslessCheck(
+        verifier=str(name), num_tokens=m, n_runs=n_runs, statistic=g.statistic, pvalue=g.pvalue,
+        dof=g.dof, passed=g.passed, alpha_fail=alpha_fail, n_cells=g.n_cells, tv_empirical=tv,
+    )

