@@ -1,0 +1,341 @@
+r"""Multi-draft token verifiers compared: SpecTr Figures 4, 5, 6 and the conference Figure 3.
+
+Every value is computed by the package's exact functions: OTM-k by
+:func:`otspec.alpha_k` (one sort), k-Seq by :meth:`otspec.KSeq.acceptance` at
+the exact :math:`\rho^*`, multi-round by :meth:`otspec.MultiRound.acceptance`.
+``p`` is the draft, ``q`` the target; ``Ber(b)`` puts mass ``b`` on token 1
+(the vector ``[1 - b, b]``), ``U(d)`` is uniform on the first ``d`` tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import validate_positive_int, validate_probability
+
+__all__ = [
+    "METHODS",
+    "AcceptanceCurves",
+    "acceptance_curves",
+    "bernoulli_pair",
+    "uniform_pair",
+    "plot_spectr_fig4",
+    "plot_spectr_fig5",
+    "plot_spectr_fig6",
+    "plot_acceptance_vs_b",
+]
+
+#: Verifier names understood by :func:`acceptance_curves`.
+METHODS = ("otm", "kseq", "multiround", "multiround-wor")
+_LABEL = {
+    "otm": "OTM-k (optimal)",
+    "kseq": "k-Seq",
+    "multiround": "multi-round",
+    "multiround-wor": "multi-round w/o repl.",
+}
+_STYLE = {"otm": "-", "kseq": "--", "multiround": ":", "multiround-wor": "-."}
+_MARKER = {"otm": "o", "kseq": "s", "multiround": "^", "multiround-wor": "v"}
+
+
+def bernoulli_pair(p: float, b: float) -> tuple[np.ndarray, np.ndarray]:
+    """Draft ``Ber(p)`` and target ``Ber(b)`` as vectors ``[1 - p, p]``, ``[1 - b, b]``."""
+    p = validate_probability(p, "p")
+    b = validate_probability(b, "b")
+    return np.array([1.0 - p, p]), np.array([1.0 - b, b])
+
+
+def uniform_pair(d: int, d_q: int) -> tuple[np.ndarray, np.ndarray]:
+    """Draft ``U(d)`` and target ``U(d_q)`` on nested supports (the first tokens), length ``max(d, d_q)``."""
+    d = validate_positive_int(d, "d")
+    d_q = validate_positive_int(d_q, "d_q")
+    n = max(d, d_q)
+    p = np.zeros(n)
+    q = np.zeros(n)
+    p[:d] = 1.0 / d
+    q[:d_q] = 1.0 / d_q
+    return p, q
+
+
+@dataclass(frozen=True, eq=False)
+class AcceptanceCurves:
+    """Exact acceptances of several verifiers over ``k``.
+
+    Attributes
+    ----------
+    ks : (m,) ndarray of int
+        Numbers of drafts.
+    values : dict of str to (m,) ndarray of float64
+        ``values[method][j]`` is the exact acceptance at ``ks[j]``.
+    """
+
+    ks: np.ndarray
+    values: dict
+
+
+def acceptance_curves(p, q, ks, methods=("otm", "kseq")) -> AcceptanceCurves:
+    r"""Exact acceptance :math:`P(Y \in S(X))` of each verifier for each ``k``.
+
+    .. math::
+
+        \alpha_k(p, q), \quad \alpha(\pi^{\text{k-Seq}}_{\rho^*}), \quad
+        1 - \prod_{i=1}^k (1 - \beta_i) \ (\text{multi-round}).
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    ks : sequence of int
+        Numbers of drafts.
+    methods : sequence of str
+        Any of ``"otm"``, ``"kseq"``, ``"multiround"``, ``"multiround-wor"``
+        (without replacement; ``k`` beyond the support of ``p`` gives NaN).
+
+    Returns
+    -------
+    AcceptanceCurves
+
+    Raises
+    ------
+    ValueError
+        Unknown method or invalid inputs.
+
+    Examples
+    --------
+    >>> from otspec.plotting.multidraft import acceptance_curves
+    >>> c = acceptance_curves([0.75, 0.25], [0.25, 0.75], [1, 2], methods=("otm", "multiround"))
+    >>> c.values["otm"].tolist(), c.values["multiround"].tolist()
+    ([0.5, 0.6875], [0.5, 0.625])
+    """
+    import otspec
+
+    ks_arr = np.array([validate_positive_int(k, "ks") for k in ks], dtype=np.int64)
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"`methods` entries must be among {METHODS}, got {m!r}")
+    values = {}
+    for m in methods:
+        if m == "otm":
+            values[m] = np.asarray(otspec.alpha_k(p, q, ks_arr.tolist()), dtype=np.float64)
+            continue
+        vals = np.empty(ks_arr.shape[0])
+        for j, k in enumerate(ks_arr.tolist()):
+            if m == "kseq":
+                vals[j] = otspec.kseq(p, q, k).acceptance()
+            elif m == "multiround":
+                vals[j] = otspec.multiround(p, q, k).acceptance()
+            else:
+                try:
+                    vals[j] = otspec.multiround(p, q, k, replacement=False).acceptance()
+                except ValueError:
+                    vals[j] = np.nan  # k larger than the support of p
+        values[m] = vals
+    return AcceptanceCurves(ks=ks_arr, values=values)
+
+
+def _axes(ax):
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=(6, 4))
+    return ax
+
+
+def _bernoulli_vs_k(ax, p, bs, ks, methods, title):
+    ax = _axes(ax)
+    import matplotlib as mpl
+
+    colors = mpl.colormaps["tab10"]
+    for i, b in enumerate(bs):
+        pv, qv = bernoulli_pair(p, b)
+        curves = acceptance_curves(pv, qv, ks, methods)
+        for m in methods:
+            ax.plot(
+                curves.ks,
+                curves.values[m],
+                linestyle=_STYLE[m],
+                marker=_MARKER[m],
+                markersize=4,
+                color=colors(i),
+                label=f"{_LABEL[m]}, b={b:g}",
+            )
+    ax.set_xlabel("number of drafts k")
+    ax.set_ylabel("acceptance probability")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return ax
+
+
+def plot_spectr_fig4(ax=None, *, p: float = 0.25, bs=(0.1, 0.25, 0.75, 1.0), ks=range(1, 11)):
+    r"""SpecTr Figure 4: OTM-k against k-Seq over ``k`` for ``p = Ber(0.25)``, ``q = Ber(b)``.
+
+    .. math::
+
+        k \mapsto \alpha_k(\mathrm{Ber}(p), \mathrm{Ber}(b)) \ \text{and}\
+        \alpha(\pi^{\text{k-Seq}}_{\rho^*}).
+
+    Parameters
+    ----------
+    ax : matplotlib Axes or None
+        Axes to draw on (a new figure when None).
+    p : float, keyword-only
+        Draft probability of token 1.
+    bs : sequence of float, keyword-only
+        Target probabilities of token 1 (the paper discusses 0.1, 0.25, 0.75 and 1).
+    ks : sequence of int, keyword-only
+        Numbers of drafts.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", arXiv v2, Appendix B, Figure 4.
+    """
+    return _bernoulli_vs_k(ax, p, bs, ks, ("otm", "kseq"), f"OTM-k vs k-Seq, p = Ber({p:g}), q = Ber(b)")
+
+
+def plot_spectr_fig6(ax=None, *, p: float = 0.25, bs=(0.1, 0.75, 1.0), ks=range(1, 11)):
+    r"""SpecTr Figure 6: OTM-k, k-Seq and multi-round over ``k`` for ``p = Ber(0.25)``, ``q = Ber(b)``.
+
+    .. math::
+
+        k \mapsto \alpha_k, \ \alpha(\pi^{\text{k-Seq}}_{\rho^*}), \
+        1 - \prod_{i \le k} (1 - \beta_i).
+
+    Parameters
+    ----------
+    ax : matplotlib Axes or None
+        Axes to draw on (a new figure when None).
+    p : float, keyword-only
+        Draft probability of token 1.
+    bs : sequence of float, keyword-only
+        Target probabilities of token 1 (the paper omits b = 0.25, where all are 1).
+    ks : sequence of int, keyword-only
+        Numbers of drafts.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", arXiv v2, Appendix B.3, Figure 6.
+    """
+    return _bernoulli_vs_k(
+        ax, p, bs, ks, ("otm", "kseq", "multiround"), f"OTM-k, k-Seq, multi-round; p = Ber({p:g}), q = Ber(b)"
+    )
+
+
+def plot_spectr_fig5(ax=None, *, d: int = 120, d_qs=(5, 10, 20, 40, 60, 120), ks=range(1, 31), show_kseq: bool = True):
+    r"""SpecTr Figure 5: :math:`\alpha_k` over ``k`` for ``p = U(d)``, ``q = U(d_q)``.
+
+    .. math::
+
+        \alpha_k(U(d), U(d_q)) = 1 - (1 - d_q/d)^k \quad (d_q \le d),
+
+    computed by :func:`otspec.alpha_k` on the vectors; with ``show_kseq`` the
+    k-Seq acceptance is overlaid as markers (it equals :math:`\alpha_k`, App. B.2).
+
+    Parameters
+    ----------
+    ax : matplotlib Axes or None
+        Axes to draw on (a new figure when None).
+    d : int, keyword-only
+        Draft support size (120 in the paper).
+    d_qs : sequence of int, keyword-only
+        Target support sizes (the seed does not print them; these are a spread).
+    ks : sequence of int, keyword-only
+        Numbers of drafts.
+    show_kseq : bool, keyword-only
+        Overlay the k-Seq acceptance as markers.
+
+    Returns
+    -------
+    matplotlib Axes
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", arXiv v2, Appendix B, Figure 5 and B.2;
+       conference version, Figure 1.
+    """
+    ax = _axes(ax)
+    import matplotlib as mpl
+
+    colors = mpl.colormaps["viridis"]
+    methods = ("otm", "kseq") if show_kseq else ("otm",)
+    for i, dq in enumerate(d_qs):
+        pv, qv = uniform_pair(d, dq)
+        curves = acceptance_curves(pv, qv, ks, methods)
+        c = colors(i / max(1, len(d_qs) - 1) * 0.9)
+        ax.plot(curves.ks, curves.values["otm"], "-", color=c, label=f"$d_q$ = {dq}")
+        if show_kseq:
+            ax.plot(curves.ks, curves.values["kseq"], "o", color=c, markersize=3, markerfacecolor="none")
+    if show_kseq:
+        ax.plot([], [], "o", color="gray", markerfacecolor="none", markersize=3, label="k-Seq (markers)")
+    ax.set_xlabel("number of drafts k")
+    ax.set_ylabel(r"optimal acceptance $\alpha_k$")
+    ax.set_title(f"p = U({d}), q = U($d_q$)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return ax
+
+
+def plot_acceptance_vs_b(
+    ax=None, *, p: float = 0.25, ks=(1, 2, 4, 8), bs=None, methods=("otm",)
+):
+    r"""Acceptance against the target's ``b`` for several ``k`` (SpecTr conference version, Figure 3).
+
+    .. math::
+
+        b \mapsto \alpha_k(\mathrm{Ber}(p), \mathrm{Ber}(b)), \quad k \in \{1, 2, 4, 8\}.
+
+    Parameters
+    ----------
+    ax : matplotlib Axes or None
+        Axes to draw on (a new figure when None).
+    p : float, keyword-only
+        Draft probability of token 1 (0.25 in the paper).
+    ks : sequence of int, keyword-only
+        Numbers of drafts, one curve each.
+    bs : (m,) array_like of float or None, keyword-only
+        Grid of target probabilities (default: 201 points on [0, 1]).
+    methods : sequence of str, keyword-only
+        Verifiers to draw (``"otm"`` only in the paper; ``"kseq"`` and
+        ``"multiround"`` add dashed / dotted curves).
+
+    Returns
+    -------
+    matplotlib Axes
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr", NeurIPS 2023 (conference version), Figure 3.
+    """
+    ax = _axes(ax)
+    import matplotlib as mpl
+
+    bs = np.linspace(0.0, 1.0, 201) if bs is None else np.asarray(bs, dtype=np.float64)
+    colors = mpl.colormaps["tab10"]
+    for i, k in enumerate(ks):
+        for m in methods:
+            vals = [acceptance_curves(*bernoulli_pair(p, float(b)), [k], (m,)).values[m][0] for b in bs]
+            ax.plot(
+                bs,
+                vals,
+                linestyle=_STYLE[m],
+                color=colors(i),
+                label=f"k = {k}" if len(methods) == 1 else f"{_LABEL[m]}, k = {k}",
+            )
+    ax.axvline(p, color="gray", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("target q = Ber(b): b")
+    ax.set_ylabel("acceptance probability")
+    ax.set_title(f"p = Ber({p:g})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
+    return ax
