@@ -63,6 +63,7 @@ __all__ = [
 
 _METHODS = ("exact", "bisection")
 _EPS = float(np.finfo(np.float64).eps)
+_TINY = float(np.nextafter(0.0, 1.0))
 
 
 def _h(u, v=None) -> np.ndarray:
@@ -125,6 +126,47 @@ def _prefix(x: np.ndarray) -> np.ndarray:
     return out
 
 
+def _newton(f, lo: float, hi: float, x: float, D: float, *, log: bool, max_iter: int = 200):
+    """Root of the decreasing ``f`` (returns ``(value, derivative)``) on ``[lo, hi]``.
+
+    Newton steps in ``t`` (or in ``y = ln t`` with ``log=True``), each guarded by
+    the bracket (bisection when a step leaves it); stops when ``|f| <= 4 eps D``,
+    when the step is below the resolution of the variable, or when the bracket
+    collapses. Returns the iterate with the smallest ``|f|`` and the step count.
+    """
+    to_y = math.log if log else (lambda v: v)
+    from_y = math.exp if log else (lambda v: v)
+    ylo, yhi, y = to_y(lo), to_y(hi), to_y(x)
+    best_y, best_f = y, math.inf
+    it = 0
+    for it in range(1, max_iter + 1):
+        t = from_y(y)
+        fx, dfx = f(t)
+        if log:
+            dfx = dfx * t  # d f / d y
+        if abs(fx) < best_f:
+            best_y, best_f = y, abs(fx)
+        if abs(fx) <= 4 * _EPS * D:
+            break  # KL(t) = D to rounding
+        if fx > 0:
+            ylo = max(ylo, y)
+        else:
+            yhi = min(yhi, y)
+        if dfx < 0 and math.isfinite(dfx):
+            step = fx / dfx
+            if abs(step) <= 2 * np.spacing(abs(y)):
+                break  # the Newton step is below the resolution of the variable
+            yn = y - step
+        else:
+            yn = 0.5 * (ylo + yhi)
+        if not (ylo <= yn <= yhi):
+            yn = 0.5 * (ylo + yhi)
+        if yn == y or yhi - ylo <= 2 * np.spacing(max(abs(ylo), abs(yhi))):
+            break
+        y = yn
+    return float(from_y(best_y)), it
+
+
 class _Problem:
     """Sorted ratios and prefix sums of one (p, q) pair, shared by every budget ``D``.
 
@@ -161,7 +203,7 @@ class _Problem:
         self.A = np.maximum.accumulate(np.maximum(A, 0.0)) if m else A
         ha = np.zeros(m)
         pos = self.qa > 0
-        ha[pos] = self.qa[pos] * _h((self.pa[pos] - self.qa[pos]) / self.qa[pos])
+        ha[pos] = self.qa[pos] * _h((self.pa[pos] - self.qa[pos]) / self.qa[pos], self.pa[pos] / self.qa[pos])
         self.Ha = _suffix(ha)
         # P0: draft mass on tokens the target never produces
         self.P0 = math.fsum(self.pa[~pos].tolist())
@@ -180,13 +222,21 @@ class _Problem:
         B = np.where(finite, self.Qb[:mb] / np.where(finite, self.rb, 1.0), 0.0) - self.Pb[:mb]
         self.B = np.maximum.accumulate(np.maximum(B, 0.0)) if mb else B
         hb = np.zeros(mb)
-        hb[finite] = self.qb[finite] * _h((self.pb[finite] - self.qb[finite]) / self.qb[finite])
+        pf, qf = self.pb[finite], self.qb[finite]
+        hb[finite] = qf * _h((pf - qf) / qf, pf / qf)  # p/q, not 1 + (p - q)/q: p << q loses it
         self.Hb = _suffix(hb)
         self.has_inf = bool(np.any(~finite))
-        # t_max = 1 - R_0 = sum (p - q)_+ (speculative sampling's rejection mass)
-        self.t_max = float(self.Da[m]) if m else 0.0
+        # t_max = 1 - R_0 = sum (p - q)_+ = sum (q - p)_+ (speculative sampling's rejection
+        # mass); the two sums differ by rounding when p or q sums to 1 only within tolerance
+        self.t_max = min(float(self.Da[m]), float(self.Db[mb]))
         # KL(q || p), the budget from which R = 1
         self.kl_qp = math.inf if self.has_inf else kl_divergence(q, p)
+        # smallest rejection mass used when KL(q || p) = inf: the target mass where
+        # p = 0 gets pi_i >= q_i t, kept positive in floating point by this floor
+        self.t_floor = 0.0
+        if self.has_inf:
+            q_inf = self.qb[~finite]
+            self.t_floor = min(max(_TINY, 4 * _TINY / float(q_inf.min())), self.t_max)
 
     # -- the piecewise-explicit functions of t ---------------------------------
     def pieces(self, t):
@@ -196,20 +246,23 @@ class _Problem:
     def thresholds(self, t, J, K):
         """alpha(t), beta(t) on the piece (J, K)."""
         Qa, Qb = self.Qa[J], self.Qb[K]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            alpha = np.where(Qa > 0, Qa / (self.Pa[J] - t), 0.0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # 1/alpha = 1 + (Da - t)/Qa >= 1 (not (Pa - t)/Qa, which cancels when q is tiny)
+            ua = np.maximum((self.Da[J] - t) / np.where(Qa > 0, Qa, 1.0), 0.0)
+            alpha = np.where(Qa > 0, 1.0 / (1.0 + ua), 0.0)
             beta = np.where(Qb > 0, Qb / (t + self.Pb[K]), 1.0)
         return alpha, beta
 
     def kl(self, t, J, K):
         """KL(q || pi(t)) on the piece (J, K), as a sum of non-negative terms."""
         t = np.asarray(t, dtype=np.float64)
-        Qa, Qb, Da, Db, Pa, Pb = self.Qa[J], self.Qb[K], self.Da[J], self.Db[K], self.Pa[J], self.Pb[K]
-        with np.errstate(divide="ignore", invalid="ignore"):
+        Qa, Qb, Da, Db, Pb = self.Qa[J], self.Qb[K], self.Da[J], self.Db[K], self.Pb[K]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             qa = np.where(Qa > 0, Qa, 1.0)
             qb = np.where(Qb > 0, Qb, 1.0)
             # 1/alpha = (Pa - t)/Qa and 1/beta = (t + Pb)/Qb, each also as 1 + u
-            lo = np.where(Qa > 0, Qa * _h((Da - t) / qa, np.maximum(Pa - t, 0.0) / qa), Da - t)
+            ua = np.maximum((Da - t) / qa, 0.0)  # 1/alpha - 1 >= 0
+            lo = np.where(Qa > 0, Qa * _h(ua, 1.0 + ua), Da - t)
             hi = np.where(Qb > 0, Qb * _h((t - Db) / qb, (t + Pb) / qb), 0.0)
         return lo + self.Ha[J] + self.Hb[K] + hi
 
@@ -225,7 +278,12 @@ class _Problem:
         bps = np.unique(bps[(bps >= 0.0) & (bps <= self.t_max)])
         kls = self.kl_at(bps)
         # KL is decreasing in t: the last breakpoint with KL >= D starts the piece
-        i = int(np.flatnonzero(kls >= D)[-1])
+        above = np.flatnonzero(kls >= D)
+        if above.shape[0] == 0:
+            # D is below KL(q || p) only by rounding of the two formulas: R = 1
+            J, K = self.pieces(0.0)
+            return 0.0, int(J), int(K), 0
+        i = int(above[-1])
         if kls[i] == D or i + 1 == bps.shape[0]:
             J, K = self.pieces(bps[i])
             return float(bps[i]), int(J), int(K), 0
@@ -233,13 +291,14 @@ class _Problem:
         J, K = self.pieces(0.5 * (lo + hi))
         J, K = int(J), int(K)
         Qa, Qb, Da, Db = float(self.Qa[J]), float(self.Qb[K]), float(self.Da[J]), float(self.Db[K])
-        Pa, Pb = float(self.Pa[J]), float(self.Pb[K])
+        Pb = float(self.Pb[K])
         const = float(self.Ha[J] + self.Hb[K]) - D
 
         def f(t):
             # KL(t) - D on this piece and its derivative alpha - beta (finite on (lo, hi])
             if Qa > 0:
-                ua, va = (Da - t) / Qa, (Pa - t) / Qa  # va = 1 + ua = 1/alpha
+                ua = max((Da - t) / Qa, 0.0)
+                va = 1.0 + ua  # = 1/alpha
                 val, da = Qa * float(_h(ua, va)), -ua / va
             else:
                 val, da = Da - t, -1.0
@@ -247,37 +306,21 @@ class _Problem:
             val += const + Qb * float(_h(ub, vb))
             return val, da + ub / vb if vb > 0 else -math.inf
 
-        # Newton; f is convex and decreasing on the piece, so from the left end
-        # the iterates increase monotonically to the root. Start at the right end
-        # when f(lo) is infinite (t = 0 with target mass where p = 0); the first
-        # step then lands left of the root. Bisection guards every step.
         fl = float(kls[i]) - D
-        x = lo if math.isfinite(fl) else hi
-        best_x, best_f = hi, math.inf
-        it = 0
-        for it in range(1, 200):
-            fx, dfx = f(x)
-            if abs(fx) < best_f:
-                best_x, best_f = x, abs(fx)
-            if abs(fx) <= 4 * _EPS * D:
-                break  # KL(t) = D to rounding
-            if fx > 0:
-                lo = max(lo, x)
-            else:
-                hi = min(hi, x)
-            if not dfx < 0 or not math.isfinite(dfx):
-                xn = 0.5 * (lo + hi)
-            else:
-                step = fx / dfx
-                if abs(step) <= 2 * np.spacing(x):
-                    break  # the Newton step is below the resolution of t
-                xn = x - step
-            if not (lo <= xn <= hi):
-                xn = 0.5 * (lo + hi)
-            if xn == x or hi - lo <= 2 * np.spacing(hi):
-                break
-            x = xn
-        return float(best_x), J, K, it
+        if math.isfinite(fl):
+            # Newton in t: f is convex and decreasing on the piece, so from the left
+            # end the iterates increase monotonically to the root
+            t, it = _newton(f, lo, hi, lo, D, log=False)
+        else:
+            # f(0) = inf (target mass where p = 0): KL ~ -Q ln t near 0, so iterate
+            # in y = ln t. If even the least positive double is not enough the root
+            # underflows; any t >= root is feasible (KL decreases in t), take that one.
+            tf = self.t_floor
+            if tf >= hi or f(tf)[0] <= 0:
+                J2, K2 = self.pieces(tf)
+                return tf, int(J2), int(K2), 1
+            t, it = _newton(f, tf, hi, hi, D, log=True)
+        return t, J, K, it
 
     def t_of_alpha(self, alpha: float) -> float:
         """Rejection mass at threshold alpha in (0, 1]: the note's eq. 24."""
@@ -287,6 +330,10 @@ class _Problem:
 
     def solve_bisection(self, D: float, tol: float, max_iter: int) -> tuple[float, int, int, int]:
         """The note's Algorithm 1: bisection on alpha until KL is within [(1-tol) D, (1+tol) D]."""
+        if self.has_inf and float(self.kl_at(self.t_floor)) <= D:
+            # not in the note: the root underflows (see solve_exact); R = 1 to rounding
+            J, K = self.pieces(self.t_floor)
+            return self.t_floor, int(J), int(K), 0
         kl0 = float(self.kl_at(self.P0))  # KL at alpha -> 0+ (the end of the note's range)
         if D >= kl0 and self.P0 > 0:
             # not in the note: with zeros of q where p > 0 the optimum has alpha = 0
@@ -317,6 +364,12 @@ class _Problem:
                     a_min, a = a, 0.5 * (a + a_max)
                 else:
                     break
+                if a in (a_min, a_max):
+                    # not in the note: float alpha cannot get closer to the root
+                    raise RuntimeError(
+                        "bisection on alpha cannot resolve `D`: the root lies within one ulp of a "
+                        "ratio q_i/p_i (1 - R is below the resolution of alpha); use method='exact'"
+                    )
             else:
                 raise RuntimeError(f"bisection did not reach `tol`={tol} in `max_iter`={max_iter} iterations")
         J, K = self.pieces(t)
@@ -337,7 +390,8 @@ class _Problem:
             r[lo] = 1.0 - t / self.P0
         w = np.zeros(n)
         if K and t > 0:
-            w[self.ib[:K]] = np.maximum(self.qb[:K] / beta - self.pb[:K], 0.0)
+            inv_beta = (t + self.Pb[K]) / self.Qb[K]  # 1/beta, no overflow when t is tiny
+            w[self.ib[:K]] = np.maximum(self.qb[:K] * inv_beta - self.pb[:K], 0.0)
         total = w.sum()
         s = w / total if total > 0 else np.array(q, dtype=np.float64)  # guarded: rejection has probability 0
         # the law with the solver's rejection mass t (more accurate than 1 - sum(p r) when t is tiny)
@@ -430,7 +484,8 @@ def _solve(prob: _Problem, D: float, method: str, tol: float, max_iter: int) -> 
         else:
             t, J, K, its = prob.solve_bisection(D, tol, max_iter)
         r, s, alpha, beta, law = prob.build(t, J, K)
-    R = min(math.fsum((p * r).tolist()), 1.0)
+    # R = 1 - sum p (1 - r): exactly 1 when every draft is accepted, accurate near 1
+    R = min(max(1.0 - math.fsum((p * (1.0 - r)).tolist()), 0.0), 1.0)
     return MentoredResult(
         r=_ro(r),
         s=_ro(np.array(s, dtype=np.float64)),
@@ -456,7 +511,7 @@ def _check_method(method, tol, max_iter):
     return tol, int(max_iter)
 
 
-def mentored(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_iter: int = 200,
+def mentored(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_iter: int = 1100,
              normalize: bool = False) -> MentoredResult:
     r"""Mentored decoding: maximal acceptance subject to :math:`\mathrm{KL}(q \| \pi) \le D`.
 
@@ -594,7 +649,7 @@ class MentoredVerifier(Verifier):
         return sample_from(self.result.s, gen)
 
 
-def mentored_verifier(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_iter: int = 200,
+def mentored_verifier(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_iter: int = 1100,
                       normalize: bool = False) -> MentoredVerifier:
     r"""Mentored decoding (k = 1) as a verifier; see :func:`mentored`.
 
