@@ -223,10 +223,12 @@ def test_polynomial_step_law_equals_tuple_enumeration(name):
         np.testing.assert_allclose(fast.sum(axis=1), q, rtol=0, atol=1e-14)
 
 
-def test_symmetric_step_law_equals_tuple_enumeration():
+@pytest.mark.parametrize("name", [v for v in ("lp", "optimal") if v in AVAILABLE])
+def test_symmetric_step_law_equals_tuple_enumeration(name):
+    # the multiset enumeration assumes the conditional depends on the drafts only through their set
     rng = np.random.default_rng(1)
-    sym = spectr.resolve_verifier("lp")
-    tup = spectr.resolve_verifier("lp", symmetric=False)
+    sym = spectr.resolve_verifier(name)
+    tup = spectr.resolve_verifier(name, symmetric=False)
     for _ in range(10):
         n, k = int(rng.integers(2, 5)), int(rng.integers(1, 5))
         p, q = rng.dirichlet(np.ones(n)), rng.dirichlet(np.ones(n))
