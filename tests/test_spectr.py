@@ -207,6 +207,25 @@ def test_sweep_shape_on_markov_pair():
         assert kseq[K, 2] < kseq[K, 4]
 
 
+def test_sequence_optimal_dp_dominates_every_verifier():
+    # the DP optimum over per-position plans: equals token verification at K = 1, is at least every
+    # verifier's block efficiency, and is non-decreasing in K (K + 1 drafts can ignore one)
+    for d, t in _pairs(3, 4, 4, seed=120) + [(random_table_model(3, 4, rng=118), random_table_model(3, 4, rng=5118))]:
+        best = [spectr.optimal_block_efficiency(d, t, K, 3) for K in (1, 2, 3, 4)]
+        np.testing.assert_allclose(best[0], _token_length_bruteforce(d, t, 3), rtol=0, atol=1e-9)
+        assert np.all(np.diff(best) >= -1e-9), best
+        for K, b in zip((1, 2, 3, 4), best):
+            for v in AVAILABLE:
+                assert spectr.block_efficiency(d, t, K, 3, verifier=v) <= b + 1e-9
+    # the last pair (seeds 118 / 5118) is one where the LP plan's block efficiency drops from K = 3 to 4
+    # prefix trees too: the DP dominates every verifier on the same tree
+    tree = spectr.optimal_block_efficiency(d, t, 4, 3, branching=(2, 2, 1))
+    for v in AVAILABLE:
+        assert spectr.block_efficiency(d, t, 4, 3, verifier=v, branching=(2, 2, 1)) <= tree + 1e-9
+    with pytest.raises(TypeError, match="`cache` must be a dict"):
+        spectr.optimal_block_efficiency(d, t, 2, 2, cache=[])
+
+
 # ----------------------------------------------------------------------------- step law
 @pytest.mark.parametrize("name", [v for v in ("kseq", "multiround") if v in AVAILABLE])
 def test_polynomial_step_law_equals_tuple_enumeration(name):

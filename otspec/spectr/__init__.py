@@ -29,6 +29,7 @@ from ._exact import block_efficiency
 from ._exact import check_lossless
 from ._exact import decoded_law
 from ._exact import length_law
+from ._dp import optimal_block_efficiency
 from ._mc import MCEstimate
 from ._mc import block_efficiency_mc
 from ._selection import draft_selection
@@ -47,6 +48,7 @@ __all__ = [
     "draft_selection",
     "iid_drafts",
     "length_law",
+    "optimal_block_efficiency",
     "prefix_tree_drafts",
     "resolve_verifier",
     "spectr_step",
