@@ -124,38 +124,72 @@ def _rho_star_exact(p: np.ndarray, q: np.ndarray, k: int) -> float:
     """Exact root of f after one sort of the ratios (see the module docstring)."""
     if k == 1:
         return 1.0  # f(rho) = beta - rho*beta <= 0 for every rho >= 1
-    keep = (p > 0) | (q > 0)  # tokens with p = q = 0 play no part
-    ps, qs = p[keep], q[keep]
-    with np.errstate(divide="ignore"):
-        r = np.where(ps > 0, qs / np.where(ps > 0, ps, 1.0), np.inf)
-    order = np.argsort(r, kind="stable")  # the one sort
-    r, ps, qs = r[order], ps[order], qs[order]
-    m = r.shape[0]
-    # f = D - E^k with D = sum over ratios > rho of (q - rho p), E = sum over ratios < rho of
-    # (p - q/rho): prefix sums (lo side) and suffix sums (hi side); ties with rho add zero
-    Ppre = np.zeros(m + 1)
-    Qpre = np.zeros(m + 1)
-    np.cumsum(ps, out=Ppre[1:])
-    np.cumsum(qs, out=Qpre[1:])
-    Psuf = np.zeros(m + 1)
-    Qsuf = np.zeros(m + 1)
-    Psuf[:m] = np.cumsum(ps[::-1])[::-1]
-    Qsuf[:m] = np.cumsum(qs[::-1])[::-1]
-    # evaluation points: 1, the ratios strictly inside (1, k), and k (f(k) <= 0, Lemma 4)
-    inner = np.unique(r[(r > 1.0) & (r < k)])
-    pts = np.concatenate(([1.0], inner, [float(k)]))
-    jlo = np.searchsorted(r, pts, side="left")  # ratios < rho
-    jhi = np.searchsorted(r, pts, side="right")  # ratios > rho start here
-    D = np.maximum(Qsuf[jhi] - pts * Psuf[jhi], 0.0)
-    E = np.maximum(Ppre[jlo] - Qpre[jlo] / pts, 0.0)
-    fvals = D - E**k
-    nonpos = np.flatnonzero(fvals <= 0.0)
-    idx = int(nonpos[0]) if nonpos.size else pts.shape[0] - 1
-    if idx == 0 or fvals[idx] == 0.0:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = q / p  # +inf where p = 0 < q, nan where p = q = 0 (such tokens play no part)
+    # for rho in [1, k] a token with ratio <= 1 is always on the low side (a tie adds zero) and one
+    # with ratio >= k always on the high side: only the ratios strictly inside (1, k) are sorted
+    below = r <= 1.0
+    above = r >= k
+    mid = ~(below | above) & ~np.isnan(r)
+    Pb, Qb = float(np.sum(p, where=below)), float(np.sum(q, where=below))
+    Pa, Qa = float(np.sum(p, where=above)), float(np.sum(q, where=above))
+    sel = np.flatnonzero(mid)
+    sel = sel[np.argsort(r[sel])]  # the one sort (ties are grouped below: their order is irrelevant)
+    rm, ps, qs = r[sel], p[sel], q[sel]
+    m = rm.shape[0]
+    # f = D - E^k, D = sum over ratios > rho of (q - rho p), E = sum over ratios < rho of
+    # (p - q/rho): prefix sums for the low side, suffix sums for the high side
+    Ppre = np.full(m + 1, Pb)
+    Qpre = np.full(m + 1, Qb)
+    Ppre[1:] += np.cumsum(ps)
+    Qpre[1:] += np.cumsum(qs)
+    Psuf = np.full(m + 1, Pa)
+    Qsuf = np.full(m + 1, Qa)
+    Psuf[:m] += np.cumsum(ps[::-1])[::-1]
+    Qsuf[:m] += np.cumsum(qs[::-1])[::-1]
+    # evaluation points: 1, each distinct ratio inside (1, k), and k (f(k) <= 0, Lemma 4);
+    # for a point, jlo = number of inner ratios below it, jhi = number at or below it
+    if m:
+        new = np.flatnonzero(rm[1:] != rm[:-1]) + 1
+        starts = np.concatenate(([0], new))
+        ends = np.concatenate((new, [m]))
+    else:
+        starts = ends = np.zeros(0, dtype=np.int64)
+    pts = np.concatenate(([1.0], rm[starts], [float(k)]))
+    jlo = np.concatenate(([0], starts, [m]))
+    jhi = np.concatenate(([0], ends, [m]))
+    last = pts.shape[0] - 1
+
+    def f_at(i: int) -> float:
+        rho = float(pts[i])
+        if i == 0:  # sum the non-negative terms themselves: exact zeros when p == q
+            E = float(np.maximum(p[below] - q[below], 0.0).sum())
+        else:
+            E = max(float(Ppre[jlo[i]]) - float(Qpre[jlo[i]]) / rho, 0.0)
+        if i == last:
+            D = float(np.maximum(q[above] - k * p[above], 0.0).sum())
+        else:
+            D = max(float(Qsuf[jhi[i]]) - rho * float(Psuf[jhi[i]]), 0.0)
+        return D - E**k
+
+    # f is non-increasing (Lemma 4): binary search for the first point where f <= 0
+    if f_at(0) <= 0.0:
+        return 1.0
+    lo_i, hi_i = 0, last
+    if f_at(last) > 0.0:  # only by rounding (f(k) <= 0 exactly): k is valid
+        return float(k)
+    while hi_i - lo_i > 1:
+        mid_i = (lo_i + hi_i) // 2
+        if f_at(mid_i) <= 0.0:
+            hi_i = mid_i
+        else:
+            lo_i = mid_i
+    idx = hi_i
+    if f_at(idx) == 0.0:
         return float(pts[idx])
     lo, hi = float(pts[idx - 1]), float(pts[idx])
     # on (lo, hi) no ratio lies strictly inside: the split, hence all four sums, is constant
-    j = int(np.searchsorted(r, lo, side="right"))
+    j = int(jhi[idx - 1])
     Pl, Ql, Ph, Qh = float(Ppre[j]), float(Qpre[j]), float(Psuf[j]), float(Qsuf[j])
 
     def F(rho):

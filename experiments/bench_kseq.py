@@ -1,0 +1,137 @@
+"""Benchmark: k-Seq's rho* exact (one sort) vs the paper's bisection, and exact acceptances.
+
+Everything is measured side by side in one run (the machine is shared and
+noisy): the median of repeated timings after a warm-up, with fixed seeds.
+Ratios are printed relative to the exact method in the same row.
+
+Usage: python experiments/bench_kseq.py [--quick] [--rst]
+
+Pairs are LLM-like: target = softmax of Gaussian logits (sigma = 3), draft =
+softmax of the same logits plus Gaussian noise (sigma = 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import otspec
+from otspec.kseq import _f
+
+
+def timeit(fn, *, repeat=7, min_time=0.05):
+    fn()  # warm-up
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        reps = 0
+        while True:
+            fn()
+            reps += 1
+            el = time.perf_counter() - t0
+            if el >= min_time or reps >= 1000:
+                break
+        times.append(el / reps)
+    return statistics.median(times)
+
+
+def llm_like(n, rng, sigma=3.0, noise=1.0):
+    logits = rng.normal(0, sigma, n)
+    q = np.exp(logits - logits.max())
+    q /= q.sum()
+    d = logits + rng.normal(0, noise, n)
+    p = np.exp(d - d.max())
+    p /= p.sum()
+    return p, q
+
+
+def print_table(title, head, rows, rst):
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.1e}"
+        return str(v)
+
+    body = [[cell(v) for v in r] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    print()
+    print(title)
+    if rst:
+        sep = "  ".join("=" * w for w in widths)
+        print(sep)
+        print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+        print(sep)
+        for b in body:
+            print("  ".join(c.ljust(w) for c, w in zip(b, widths)))
+        print(sep)
+    else:
+        print(" | ".join(h.rjust(w) for h, w in zip(head, widths)))
+        for b in body:
+            print(" | ".join(c.rjust(w) for c, w in zip(b, widths)))
+
+
+def part_rho(quick, rst):
+    rng = np.random.default_rng(0)
+    ns = [1_000, 16_384, 262_144] if quick else [1_000, 4_096, 16_384, 65_536, 262_144]
+    rows = []
+    for n in ns:
+        p, q = llm_like(n, rng)
+        for k in (4, 8):
+            exact = otspec.kseq_rho_star(p, q, k)
+            t_sort = timeit(lambda: np.argsort(q / p))
+            t_exact = timeit(lambda: otspec.kseq_rho_star(p, q, k))
+            row = [n, k, t_sort * 1e3, t_exact * 1e3]
+            for tol in (1e-6, 1e-12):
+                bis = otspec.kseq_rho_star(p, q, k, tol=tol)
+                t_bis = timeit(lambda: otspec.kseq_rho_star(p, q, k, tol=tol))
+                row += [t_bis * 1e3, t_bis / t_exact, abs(bis - exact)]
+            row.append(abs(_f(p, q, k, exact)))
+            rows.append(tuple(row))
+    head = (
+        "n", "k", "argsort ms", "exact ms",
+        "bisect 1e-6 ms", "ratio", "|diff|",
+        "bisect 1e-12 ms", "ratio", "|diff|", "|f(rho*)|",
+    )
+    print_table("rho*: exact (one sort) vs SpecTr's bisection over [1, k] (ratio = bisection / exact)", head, rows, rst)
+
+
+def part_acceptance(quick, rst):
+    rng = np.random.default_rng(1)
+    ns = [1_000, 16_384, 262_144] if quick else [1_000, 4_096, 16_384, 65_536, 262_144]
+    rows = []
+    k = 8
+    for n in ns:
+        p, q = llm_like(n, rng)
+        v = otspec.kseq(p, q, k)
+        m = otspec.multiround(p, q, k)
+        t_alpha = timeit(lambda: otspec.alpha_k(p, q, k))
+        t_build = timeit(lambda: otspec.kseq(p, q, k))
+        t_acc = timeit(lambda: v.acceptance())
+        t_mr = timeit(lambda: otspec.multiround(p, q, k).acceptance())
+        rows.append(
+            (
+                n, t_alpha * 1e3, t_build * 1e3, t_acc * 1e3, t_mr * 1e3,
+                float(otspec.alpha_k(p, q, k)), v.acceptance(), m.acceptance(),
+            )
+        )
+    head = (
+        "n", "alpha_k ms", "kseq() ms", "KSeq.acceptance ms", "multiround()+acc ms",
+        "alpha_k", "k-Seq acc", "multi-round acc",
+    )
+    print_table(f"Exact acceptances at k = {k} (kseq() includes the exact rho* and the residual)", head, rows, rst)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="three sizes instead of five")
+    ap.add_argument("--rst", action="store_true", help="print reStructuredText tables")
+    args = ap.parse_args(argv)
+    print(f"numpy {np.__version__}")
+    part_rho(args.quick, args.rst)
+    part_acceptance(args.quick, args.rst)
+
+
+if __name__ == "__main__":
+    main()
