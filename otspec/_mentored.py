@@ -230,7 +230,13 @@ class _Problem:
         # mass); the two sums differ by rounding when p or q sums to 1 only within tolerance
         self.t_max = min(float(self.Da[m]), float(self.Db[mb]))
         # KL(q || p), the budget from which R = 1
-        self.kl_qp = math.inf if self.has_inf else kl_divergence(q, p)
+        # (the textbook sum, the user's definition of the threshold; the solver's stable
+        # form may differ by rounding when p or q sums to 1 only within tolerance)
+        if self.has_inf:
+            self.kl_qp = math.inf
+        else:
+            m_ = q > 0
+            self.kl_qp = max(math.fsum((q[m_] * np.log(q[m_] / p[m_])).tolist()), 0.0)
         # smallest rejection mass used when KL(q || p) = inf: the target mass where
         # p = 0 gets pi_i >= q_i t, kept positive in floating point by this floor
         self.t_floor = 0.0
@@ -382,9 +388,13 @@ class _Problem:
         alpha, beta = (float(v) for v in self.thresholds(np.float64(t), J, K))
         r = np.ones(n)
         lo = self.ia[:J]
-        if alpha > 0:
-            # r_i = q_i / (alpha p_i) below alpha (the note's eq. 23)
-            r[lo] = np.minimum(self.qa[:J] / (alpha * self.pa[:J]), 1.0)
+        if t == 0.0:
+            pass  # nothing is rejected: r = 1
+        elif alpha > 0:
+            # r_i = q_i / (alpha p_i) below alpha (the note's eq. 23), as (q_i/p_i) (1/alpha)
+            # so that neither product underflows
+            inv_alpha = 1.0 + max((float(self.Da[J]) - t) / float(self.Qa[J]), 0.0)
+            r[lo] = np.minimum(self.ra[:J] * inv_alpha, 1.0)
         elif J:
             # alpha = 0 regime (only q = 0 tokens below): accept them with a common probability
             r[lo] = 1.0 - t / self.P0
@@ -463,7 +473,14 @@ def _ro(a: np.ndarray) -> np.ndarray:
 def _solve(prob: _Problem, D: float, method: str, tol: float, max_iter: int) -> MentoredResult:
     p, q = prob.p, prob.q
     its = 0
-    if prob.t_max == 0.0 or D >= prob.kl_qp:
+    if D == 0.0:
+        # speculative sampling exactly (the same arithmetic as maximal_coupling); pi = q
+        with np.errstate(divide="ignore", invalid="ignore"):
+            r = np.where(q >= p, 1.0, q / np.where(p > 0, p, 1.0))
+        s = residual(p, q)
+        alpha = beta = 1.0
+        law = np.array(q, dtype=np.float64)
+    elif prob.t_max == 0.0 or D >= prob.kl_qp:
         # R = 1: accept every draft (p == q, or the budget covers KL(q || p)); pi = p
         J, K = prob.pieces(0.0)
         _, s, alpha, beta, _ = prob.build(0.0, int(J), int(K))
@@ -471,13 +488,6 @@ def _solve(prob: _Problem, D: float, method: str, tol: float, max_iter: int) -> 
         law = np.array(p, dtype=np.float64)
         if prob.t_max == 0.0:
             alpha = beta = 1.0
-    elif D == 0.0:
-        # speculative sampling exactly (the same arithmetic as maximal_coupling); pi = q
-        with np.errstate(divide="ignore", invalid="ignore"):
-            r = np.where(q >= p, 1.0, q / np.where(p > 0, p, 1.0))
-        s = residual(p, q)
-        alpha = beta = 1.0
-        law = np.array(q, dtype=np.float64)
     else:
         if method == "exact":
             t, J, K, its = prob.solve_exact(D)

@@ -25,7 +25,11 @@ def kl_ref(q, pi):
     m = q > 0
     if np.any(pi[m] <= 0):
         return math.inf
-    return math.fsum((q[m] * np.log(q[m] / pi[m])).tolist())
+    with np.errstate(over="ignore"):
+        ratio = q[m] / pi[m]
+    # log(q/pi) is accurate when q ~ pi; log q - log pi avoids the overflow of q/pi
+    logs = np.where(np.isfinite(ratio), np.log(np.where(np.isfinite(ratio), ratio, 1.0)), np.log(q[m]) - np.log(pi[m]))
+    return math.fsum((q[m] * logs).tolist())
 
 
 def finite_kl_qp(p, q):
@@ -108,8 +112,15 @@ def test_D_at_least_kl_accepts_everything(pq):
         assert otspec.mentored(p, q, 2 * kl + 1).acceptance == 1.0
         # at D = KL(q || p) itself the two KL formulas may differ by rounding
         assert otspec.mentored(p, q, kl).acceptance >= 1 - 1e-12
-    else:  # target mass where p = 0: R < 1 for every finite budget, but close
-        assert res.acceptance < 1.0 or res.kl <= D
+    elif np.any(q < p):  # target mass where p = 0: R < 1 for every finite budget, but close
+        assert res.kl <= D
+        assert res.acceptance > 1 - 1e-12
+    else:
+        # q >= p everywhere yet q has mass where p = 0: possible only through the rounding
+        # of the normalisation (q sums to 1 + that mass); no draft is over-proposed, so the
+        # threshold rule rejects nothing and pi = p
+        np.testing.assert_allclose(q[p == 0], 0.0, atol=1e-15)
+        assert res.acceptance == 1.0
 
 
 def test_limit_D_to_kl():
@@ -171,13 +182,16 @@ def test_kl_tight_and_verifier_exact(pq, frac):
     D = frac * (kl if math.isfinite(kl) else 5.0)
     res = otspec.mentored(p, q, D)
     # the KL constraint is tight below KL(q || p), and never violated beyond rounding
-    if D < kl and res.acceptance < 1:
+    if D < kl and res.acceptance < 1 - 4e-16:
+        # (when the optimal rejection mass underflows, R rounds to 1 and KL stays below D)
         assert res.kl == pytest.approx(D, rel=1e-9, abs=1e-15)
     assert res.kl <= D * (1 + 1e-9) + 1e-15
     # r, s are probabilities, s is a law, s > 0 only where r = 1
     assert np.all((res.r >= 0) & (res.r <= 1))
     assert np.all(res.s >= 0) and math.isclose(res.s.sum(), 1.0, abs_tol=1e-12)
-    assert np.all(res.r[res.s > 0] == 1.0)
+    # (>= 1 - 1e-12, not == 1: when p and q differ only by rounding, the guarded residual
+    # falls back to q while some r_i = q_i/p_i = 1 - 1 ulp)
+    assert np.all(res.r[res.s > 0] >= 1 - 1e-12)
     # the verifier is exactly what the result says (enumeration of the draft)
     chk = check_verifier(res.verifier())
     assert chk.max_law_error <= 1e-12
@@ -219,8 +233,8 @@ def test_bisection_agrees_with_exact(pq, frac):
     p, q = pq
     kl = finite_kl_qp(p, q)
     D = frac * (kl if math.isfinite(kl) else 5.0)
-    if D == 0:
-        return
+    if D == 0 or not np.any(q < p):
+        return  # (no token is over-proposed: see test_D_at_least_kl_accepts_everything)
     tol = 1e-6
     try:
         rb = otspec.mentored(p, q, D, method="bisection", tol=tol)
@@ -231,7 +245,10 @@ def test_bisection_agrees_with_exact(pq, frac):
         assert 1 - otspec.mentored(p, q, D).acceptance < 1e-12
         return
     assert rb.method == "bisection"
-    assert rb.kl <= D * (1 + tol) * (1 + 1e-9) and (rb.acceptance == 1.0 or rb.kl >= D * (1 - tol) * (1 - 1e-9))
+    assert rb.kl <= D * (1 + tol) * (1 + 1e-9)
+    # below (1 - tol) D only when the optimal rejection mass underflows: R = 1 up to the
+    # rounding of r_i = q_i / (alpha p_i) near 1
+    assert rb.kl >= D * (1 - tol) * (1 - 1e-9) or rb.acceptance >= 1 - 4e-16
     lo = otspec.mentored(p, q, D * (1 - tol)).acceptance
     hi = otspec.mentored(p, q, D * (1 + tol)).acceptance
     assert lo - 1e-12 <= rb.acceptance <= hi + 1e-12
@@ -258,7 +275,7 @@ def cvxpy_acceptance(p, q, D):
     cons = [a >= 0, a <= p, b >= 0, cp.sum(a) + cp.sum(b) == 1]
     cons.append(neg_entropy - q[m] @ cp.log((a + b)[m]) <= D)
     prob = cp.Problem(cp.Maximize(cp.sum(a)), cons)
-    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-11, tol_gap_rel=1e-11, tol_feas=1e-11)
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-9, tol_gap_rel=1e-9, tol_feas=1e-9)
     assert prob.status == "optimal", prob.status
     return float(prob.value)
 
