@@ -130,7 +130,7 @@ class MultiRound(Verifier):
             rest = float(self.p[mask].sum())  # the mass still available, summed directly
             if not rest > 0 or self.p[x] == 0:
                 return 0.0
-            w *= self.p[x] / rest
+            w *= float(self.p[x]) / rest
             mask[x] = False
         return w
 
