@@ -68,7 +68,10 @@ class OTMPlanVerifier(Verifier):
         if i is None or not self._weights[i] > 0:
             return np.array(self.q)
         row = self._rows[i]
-        return row / row.sum()
+        total = row.sum()
+        if not total > 0:  # a draft set of rounding-level weight whose row underflowed
+            return np.array(self.q)
+        return row / total
 
     def acceptance(self) -> float:
         return self._acceptance
@@ -324,7 +327,9 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     c = np.maximum(q_ - col_sum, 0.0)
     alpha = float(math.fsum(f))
     csum = c.sum()
-    c_law = c / csum if csum > 0 else np.zeros(n)
+    # when every column is full (alpha = 1 up to rounding) the leftover row mass
+    # r is rounding-level; spreading it as q keeps every row a proper law
+    c_law = c / csum if csum > 0 else np.array(q_)
     rows = np.outer(r, c_law)
     np.add.at(rows, (set_of_col, token_of_col), f)
     verifier = OTMPlanVerifier(p_, q_, k, sets, rows, w, alpha, keyed_by_set=True)

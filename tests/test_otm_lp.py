@@ -94,3 +94,23 @@ def test_tuple_plan_verifier_is_lossless():
     chk = otspec.check_verifier(res.verifier)
     assert chk.max_marginal_error <= 1e-9
     np.testing.assert_allclose(chk.acceptance, otspec.alpha_k(p, q, 2), atol=1e-9)
+
+
+def test_plan_rows_are_proper_laws_when_every_column_is_full():
+    # p == q gives alpha = 1: no unmatched column mass, while rounding can leave
+    # a set with tiny positive leftover row mass; every conditional must still be a law
+    import itertools
+
+    p = np.array([1 - 2e-13, 1e-13, 1e-13])
+    v = otspec.otm_lp(p, p, 3).verifier
+    for x in itertools.product(range(3), repeat=3):
+        c = v.conditional(x)
+        assert np.all(np.isfinite(c)) and abs(c.sum() - 1) <= 1e-12
+
+
+def test_plan_verifier_guards_an_underflowed_row():
+    p = q = np.array([0.5, 0.5])
+    rows = np.array([[0.5, 0.0], [0.0, 0.0]])  # second set: positive weight, row underflowed to 0
+    v = otm_lp_mod.OTMPlanVerifier(p, q, 1, [(0,), (1,)], rows, np.array([0.5, 1e-320]), 0.5, keyed_by_set=True)
+    np.testing.assert_array_equal(v.conditional([1]), q)
+    np.testing.assert_array_equal(v.conditional([0]), [1.0, 0.0])
