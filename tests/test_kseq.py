@@ -77,6 +77,20 @@ def test_acceptance_strictly_above_p_acc_for_large_rho():
     np.testing.assert_allclose(v.acceptance(), 0.75 + 0.25 * 0.75, rtol=0, atol=1e-15)
 
 
+def test_rho_star_maximises_p_acc_not_the_exact_acceptance():
+    # Ber(0.25) draft, Ber(0.75) target, k = 2, rho = 2 (> rho* = 1.593): by hand, a(0) = 1/6,
+    # a(1) = 1, beta = 3/8, p_acc = 39/64, residual = (0.12, 0.88), e = (5/8, 0), and the residual
+    # hits a rejected draft with probability 0.12 * (5/8)^2 = 3/64: acceptance 42/64 = 21/32
+    p, q = [0.75, 0.25], [0.25, 0.75]
+    at_star = otspec.kseq(p, q, 2)
+    w = otspec.kseq(p, q, 2, rho=2.0)
+    np.testing.assert_allclose(w.p_acc, 39 / 64, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(w.residual, [0.12, 0.88], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(w.acceptance(), 21 / 32, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(otspec.check_verifier(w).acceptance, 21 / 32, rtol=0, atol=1e-15)
+    assert w.p_acc < at_star.p_acc < w.acceptance() <= float(otspec.alpha_k(p, q, 2))
+
+
 # --------------------------------------------------------------------------- rho*
 
 
