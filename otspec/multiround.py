@@ -172,6 +172,7 @@ class MultiRound(Verifier):
             )
 
     def conditional(self, drafts) -> np.ndarray:
+        r"""Exact law of the output given the drafts, :math:`O(kn)` (distinct drafts without replacement)."""
         xs = self._drafts(drafts)
         self._check_distinct(xs)
         steps, last = self._rounds(xs)
@@ -186,6 +187,7 @@ class MultiRound(Verifier):
         return out
 
     def sample(self, drafts, *, rng=None) -> int:
+        """Run the rounds on the drafts: :math:`O(k + \\log n)` with replacement, :math:`O(kn)` without."""
         xs = self._drafts(drafts)
         self._check_distinct(xs)
         gen = as_rng(rng)
@@ -204,6 +206,14 @@ class MultiRound(Verifier):
 
     # ----------------------------------------------------------------- acceptance
     def acceptance(self) -> float:
+        r"""Exact :math:`P(Y \in S(X))` under this verifier's draft law (see the class docstring).
+
+        Raises
+        ------
+        ValueError
+            Without replacement, when more than :data:`MAX_HISTORIES` rejection
+            histories would have to be enumerated.
+        """
         if self._acceptance is None:
             if self.replacement:
                 # 1 - prod(1 - beta_i), via log1p for accuracy when the betas are small
