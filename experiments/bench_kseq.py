@@ -91,8 +91,8 @@ def part_rho(quick, rst):
             rows.append(tuple(row))
     head = (
         "n", "k", "argsort ms", "exact ms",
-        "bisect 1e-6 ms", "ratio", "|diff|",
-        "bisect 1e-12 ms", "ratio", "|diff|", "|f(rho*)|",
+        "bisect 1e-6 ms", "ratio", "abs err",
+        "bisect 1e-12 ms", "ratio", "abs err", "f at rho*",
     )
     print_table("rho*: exact (one sort) vs SpecTr's bisection over [1, k] (ratio = bisection / exact)", head, rows, rst)
 
