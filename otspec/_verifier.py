@@ -174,6 +174,9 @@ def check_verifier(verifier: Verifier, *, max_tuples: int = 2_000_000) -> Verifi
         \qquad
         \hat\alpha = \sum_{x \in \Omega^k} \prod_{i=1}^k p(x_i) \sum_{y \in S(x)} K(y \mid x).
 
+    A verifier whose drafts are not i.i.d. overrides :meth:`Verifier.draft_law_of`,
+    which then replaces :math:`\prod_i p(x_i)` (tuples of probability zero are skipped).
+
     Parameters
     ----------
     verifier : Verifier

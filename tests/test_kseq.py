@@ -282,6 +282,21 @@ def test_rho_below_rho_star_refused_with_rho_star_in_message():
     assert eq5.min() < 0
 
 
+def test_degenerate_case_below_rho_star_is_the_same_plan():
+    # every token with q > 0 has ratio 2 >= rho* = 1.5: at rho = 1.2 eq. (5) is still non-negative
+    # and every acceptance probability is the one at rho*, so refusing rho = 1.2 loses nothing
+    p, q = np.full(4, 0.25), np.array([0.5, 0.5, 0.0, 0.0])
+    v = otspec.kseq(p, q, 2)
+    rho = 1.2
+    accept = np.minimum(1.0, q / (rho * p))
+    b, pa = otspec.kseq_beta(p, q, rho), otspec.kseq_p_acc(p, q, 2, rho)
+    eq5 = (q - np.minimum(p, q / rho) * pa / b) / (1 - pa)
+    np.testing.assert_array_equal(accept, v.accept_probs)
+    np.testing.assert_allclose(eq5, v.residual, rtol=0, atol=1e-15)
+    with pytest.raises(ValueError, match=r"rho\* = 1\.5 "):
+        otspec.kseq(p, q, 2, rho=rho)
+
+
 @pytest.mark.parametrize(
     "rho,exc,match",
     [
