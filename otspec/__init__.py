@@ -34,6 +34,8 @@ from .multiround import multiround
 # --- end section: multidraft ---
 
 # --- section: optimal verifier ---
+from .optimal_verifier import OptimalVerifier
+from .optimal_verifier import optimal_verifier
 # --- end section: optimal verifier ---
 
 # --- section: block ---
@@ -97,6 +99,7 @@ __all__ = [
 __all__ += ["KSeq", "MultiRound", "kseq", "kseq_beta", "kseq_p_acc", "kseq_residual", "kseq_rho_star", "multiround"]
 # --- end __all__ section: multidraft ---
 # --- __all__ section: optimal verifier ---
+__all__ += ["OptimalVerifier", "optimal_verifier"]
 # --- end __all__ section: optimal verifier ---
 # --- __all__ section: block ---
 __all__ += ["block", "models", "Model", "TableModel", "MemorylessModel", "MarkovModel", "random_table_model", "random_markov_model", "random_memoryless_model", "sequence_probability", "joint_law", "conditional_tables", "validate_model", "validate_model_pair"]

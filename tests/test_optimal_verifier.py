@@ -1,0 +1,308 @@
+"""Tests of the exactly optimal k-draft verifier (mixture of priority orders + speculative step).
+
+Every check compares against an independent route: exact enumeration of
+the draft tuples (check_verifier), the closed form alpha_k, the OTM LP in
+HiGHS (otm_lp), brute force over all subsets for membership in B(g), and a
+chi-square test of the sampler against the exact conditional law.
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import otspec
+from otspec import _submodular as sm
+from otspec.testing import chi2_gof
+
+from .strategies import pairs
+
+TOL = 1e-9
+# three chi-square tests below; a false failure rate of 1e-4 each keeps the
+# suite's spurious-failure chance under 1e-3 (union bound)
+ALPHA_FAIL = 1e-4
+
+
+def _g(p, A, k):
+    return 1.0 - (1.0 - float(np.sum(p[list(A)]))) ** k
+
+
+def _brute_force_violation(p, z, k):
+    """max over all subsets A of z(A) - g(A), and |z(Omega) - 1| (independent of the prefix scan)."""
+    n = p.shape[0]
+    worst = abs(float(z.sum()) - 1.0)
+    for r in range(1, n + 1):
+        for A in itertools.combinations(range(n), r):
+            worst = max(worst, float(z[list(A)].sum()) - _g(p, A, k))
+    return worst
+
+
+def _prefix_violation(p, z, k):
+    """Prefix test: z in B(g) iff z(Omega) = 1 and z(first j) <= g(first j) along z/p descending."""
+    supp = p > 0
+    if np.any(z[~supp] > 0):
+        return float(np.max(z[~supp]))
+    ps, zs = p[supp], z[supp]
+    order = np.argsort(-(zs / ps), kind="stable")
+    P = np.cumsum(ps[order])
+    Z = np.cumsum(zs[order])
+    return float(max(np.max(Z - (1.0 - (1.0 - np.minimum(P, 1.0)) ** k)), abs(Z[-1] - 1.0)))
+
+
+def _check_exact(v, p, q, k):
+    chk = otspec.check_verifier(v)
+    alpha = float(otspec.alpha_k(p, q, k))
+    assert chk.max_marginal_error <= TOL
+    assert chk.max_row_error <= TOL
+    assert chk.acceptance_error <= TOL
+    assert abs(chk.acceptance - alpha) <= TOL
+    assert abs(v.acceptance() - alpha) <= TOL
+    assert v.status == "optimal", v
+    assert v.gap <= TOL
+    return chk
+
+
+def _check_structure(v, p, k):
+    n = p.shape[0]
+    m = v.n_orders
+    assert v.orders.shape == (m, n)
+    assert np.all(np.sort(v.orders, axis=1) == np.arange(n)[None, :])
+    assert np.all(v.weights > 0)
+    np.testing.assert_allclose(v.weights.sum(), 1.0, rtol=0, atol=1e-12)
+    # z is the mixture of the greedy vertices of the orders (recomputed here by prefix powers)
+    z = np.zeros(n)
+    for w, o in zip(v.weights, v.orders):
+        G = 1.0 - (1.0 - np.minimum(np.cumsum(p[o]), 1.0)) ** k
+        z[o] += w * np.diff(np.concatenate([[0.0], G]))
+    np.testing.assert_allclose(v.z, z, rtol=0, atol=1e-12)
+    assert _prefix_violation(p, v.z, k) <= 1e-12
+
+
+@settings(max_examples=60)
+@given(pq=pairs(1, 4), k=st.integers(1, 4), method=st.sampled_from(["direct", "colgen"]))
+def test_exact_on_small_inputs(pq, k, method):
+    p, q = pq
+    v = otspec.optimal_verifier(p, q, k, method=method)
+    _check_exact(v, p, q, k)
+    _check_structure(v, p, k)
+    assert _brute_force_violation(p, v.z, k) <= 1e-12
+
+
+@settings(max_examples=40)
+@given(pq=pairs(2, 4), k=st.integers(1, 3))
+def test_agrees_with_otm_lp(pq, k):
+    p, q = pq
+    v = otspec.optimal_verifier(p, q, k)
+    lp = otspec.otm_lp(p, q, k, raise_on_failure=True)
+    assert abs(v.acceptance() - lp.alpha) <= TOL
+
+
+@pytest.mark.parametrize(
+    "p, q, k",
+    [
+        ([1.0], [1.0], 3),  # n = 1
+        ([1.0, 0.0, 0.0], [0.0, 0.0, 1.0], 2),  # point masses, disjoint
+        ([0.5, 0.5, 0.0, 0.0], [0.0, 0.0, 0.5, 0.5], 3),  # disjoint supports
+        ([0.2, 0.3, 0.5], [0.2, 0.3, 0.5], 2),  # p == q
+        ([0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 0.25, 0.25], 3),  # uniform, all ratios tied
+        ([0.25, 0.25, 0.5], [0.5, 0.25, 0.25], 2),  # tied ratios in the cut
+        ([0.0, 0.5, 0.5], [0.6, 0.2, 0.2], 2),  # q mass where p = 0
+        ([1e-300, 0.5, 0.5 - 1e-300], [0.5, 0.25, 0.25], 3),  # tiny probabilities
+        ([1e-12, 1 - 1e-12], [0.5, 0.5], 4),
+        ([0.7, 0.2, 0.1], [0.0, 0.0, 1.0], 5),
+        ([0.1, 0.2, 0.3, 0.4], [0.4, 0.3, 0.2, 0.1], 1),  # k = 1: speculative sampling
+    ],
+)
+@pytest.mark.parametrize("method", ["direct", "colgen"])
+def test_edge_cases(p, q, k, method):
+    p, q = np.array(p), np.array(q)
+    v = otspec.optimal_verifier(p, q, k, method=method)
+    _check_exact(v, p, q, k)
+    _check_structure(v, p, k)
+
+
+def test_k1_is_speculative_sampling():
+    p, q = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.4, 0.3, 0.2, 0.1])
+    v = otspec.optimal_verifier(p, q, 1)
+    mc = otspec.maximal_coupling(p, q)
+    np.testing.assert_allclose(v.z, p, rtol=0, atol=1e-15)
+    for x in range(4):
+        np.testing.assert_allclose(v.conditional([x]), mc.conditional([x]), rtol=0, atol=1e-15)
+
+
+def _llm_pair(n, seed, sigma=3.0, noise=1.0):
+    rng = np.random.default_rng(seed)
+    lq = rng.normal(0.0, sigma, n)
+    lp = lq + rng.normal(0.0, noise, n)
+    q = np.exp(lq - lq.max())
+    p = np.exp(lp - lp.max())
+    return p / p.sum(), q / q.sum()
+
+
+@pytest.mark.parametrize("n, k, seed", [(30, 4, 0), (200, 8, 1), (120, 16, 2), (150, 2, 3)])
+def test_llm_like_pairs_reach_alpha(n, k, seed):
+    p, q = _llm_pair(n, seed)
+    v = otspec.optimal_verifier(p, q, k)
+    alpha = float(otspec.alpha_k(p, q, k))
+    assert v.status == "optimal"
+    assert abs(v.acceptance() - alpha) <= TOL
+    _check_structure(v, p, k)
+    # optimality certificate: z(H) = g(H), z <= q on H, z >= q on the min cut
+    cut = otspec.min_cut(p, q, k)
+    in0 = np.zeros(n, dtype=bool)
+    in0[cut.omega0] = True
+    assert np.all(v.z[~in0] <= q[~in0] + 1e-12)
+    assert np.all(v.z[in0] >= q[in0] - 1e-12)
+
+
+def test_direct_and_colgen_agree():
+    p, q = _llm_pair(40, 7)
+    a = otspec.optimal_verifier(p, q, 3)
+    b = otspec.optimal_verifier(p, q, 3, method="colgen")
+    assert a.method == "direct" and b.method == "colgen"
+    assert abs(a.acceptance() - b.acceptance()) <= TOL
+
+
+def test_budget_exhaustion_is_reported_not_hidden():
+    p, q = _llm_pair(60, 3)
+    v = otspec.optimal_verifier(p, q, 4, method="colgen", max_iter=1)
+    # the verifier is still lossless, but says it is not optimal
+    assert v.status != "optimal"
+    assert v.gap > v.tol
+    np.testing.assert_allclose(v.acceptance(), v.alpha - v.gap, rtol=0, atol=1e-15)
+    assert not v.success
+
+
+def test_suboptimal_mixture_exact_acceptance():
+    # a non-optimal mixture: the residual can land on a draft after a rejection,
+    # and acceptance() must count it exactly (checked by enumeration)
+    p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.5, 0.3])
+    v = otspec.optimal_verifier(p, q, 2, method="colgen", max_iter=1)
+    chk = otspec.check_verifier(v)
+    assert chk.max_marginal_error <= TOL
+    assert chk.acceptance_error <= TOL
+
+
+def test_conditional_is_mixture_of_orders():
+    p, q = _llm_pair(6, 11)
+    v = otspec.optimal_verifier(p, q, 2)
+    for x in itertools.product(range(6), repeat=2):
+        law = v.selection_law(x)
+        expect = np.zeros(6)
+        for w, o in zip(v.weights, v.orders):
+            first = next(t for t in o if t in x)
+            expect[first] += w
+        np.testing.assert_allclose(law, expect, rtol=0, atol=1e-15)
+        c = v.conditional(x)
+        assert c.min() >= 0
+        np.testing.assert_allclose(c.sum(), 1.0, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("drafts", [(0, 0, 0), (0, 1, 2), (3, 1, 1)])
+def test_sampler_chi2(drafts):
+    p, q = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
+    v = otspec.optimal_verifier(p, q, 3)
+    gen = np.random.default_rng(12345)
+    N = 20_000
+    counts = np.bincount([v.sample(drafts, rng=gen) for _ in range(N)], minlength=4)
+    res = chi2_gof(counts, v.conditional(drafts), alpha_fail=ALPHA_FAIL)
+    assert res.passed, res
+
+
+def test_sample_is_reproducible_and_fast_path():
+    p, q = _llm_pair(50, 5)
+    v = otspec.optimal_verifier(p, q, 4)
+    a = [v.sample([1, 2, 3, 4], rng=7) for _ in range(3)]
+    b = [v.sample([1, 2, 3, 4], rng=7) for _ in range(3)]
+    assert a == b
+    assert all(0 <= t < 50 for t in a)
+
+
+def test_inputs_not_mutated():
+    p = np.array([0.5, 0.3, 0.2])
+    q = np.array([0.2, 0.3, 0.5])
+    p0, q0 = p.copy(), q.copy()
+    v = otspec.optimal_verifier(p, q, 2)
+    np.testing.assert_array_equal(p, p0)
+    np.testing.assert_array_equal(q, q0)
+    assert not np.shares_memory(v.p, p)
+    with pytest.raises(ValueError):
+        v.z[0] = 1.0
+    with pytest.raises(ValueError):
+        v.orders[0, 0] = 1
+
+
+def test_normalize():
+    v = otspec.optimal_verifier([5, 3, 2], [2, 3, 5], 2, normalize=True)
+    assert abs(v.acceptance() - float(otspec.alpha_k([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 2))) <= TOL
+
+
+def test_repr_and_properties():
+    v = otspec.optimal_verifier([0.5, 0.5], [0.9, 0.1], 2)
+    assert "OptimalVerifier" in repr(v) and "optimal" in repr(v)
+    assert v.lossless
+    assert v.residual.shape == (2,)
+    assert v.n_orders == v.weights.shape[0]
+
+
+def test_errors():
+    p, q = [0.5, 0.5], [0.25, 0.75]
+    with pytest.raises(ValueError, match="`method`"):
+        otspec.optimal_verifier(p, q, 2, method="lp")
+    with pytest.raises(TypeError, match="`tol`"):
+        otspec.optimal_verifier(p, q, 2, tol="small")
+    with pytest.raises(ValueError, match="`tol`"):
+        otspec.optimal_verifier(p, q, 2, tol=-1.0)
+    with pytest.raises(ValueError, match="`tol`"):
+        otspec.optimal_verifier(p, q, 2, tol=float("nan"))
+    with pytest.raises(TypeError, match="`max_iter`"):
+        otspec.optimal_verifier(p, q, 2, max_iter=2.0)
+    with pytest.raises(ValueError, match="`max_iter`"):
+        otspec.optimal_verifier(p, q, 2, max_iter=0)
+    with pytest.raises(ValueError, match="`k`"):
+        otspec.optimal_verifier(p, q, 0)
+    with pytest.raises(TypeError, match="`k`"):
+        otspec.optimal_verifier(p, q, 2.0)
+    with pytest.raises(ValueError, match="`p`"):
+        otspec.optimal_verifier([0.5, 0.6], q, 2)
+    with pytest.raises(ValueError, match="`q`"):
+        otspec.optimal_verifier(p, [-0.5, 1.5], 2)
+    with pytest.raises(ValueError, match="same length"):
+        otspec.optimal_verifier(p, [1.0], 2)
+    v = otspec.optimal_verifier(p, q, 2)
+    with pytest.raises(ValueError, match="`drafts`"):
+        v.conditional([0])
+    with pytest.raises(ValueError, match="`drafts`"):
+        v.sample([0, 5])
+    with pytest.raises(TypeError, match="`rng`"):
+        v.sample([0, 1], rng="seed")
+
+
+def test_submodular_helpers_against_brute_force():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        n = 5
+        p = rng.dirichlet(np.ones(n))
+        k = int(rng.integers(1, 6))
+        order = rng.permutation(n)
+        v = sm.order_vertex(p, order, k)
+        G = [_g(p, order[: j + 1], k) for j in range(n)]
+        np.testing.assert_allclose(v[order], np.diff(np.concatenate([[0.0], G])), rtol=1e-12, atol=1e-15)
+        w = rng.dirichlet(np.ones(n))
+        brute = max(max(float(w[list(A)].sum()) - _g(p, A, k) for r in range(1, n + 1)
+                        for A in itertools.combinations(range(n), r)), 0.0)
+        got = sm.max_violation(p, w, 0.0, k)
+        assert got >= brute - 1e-12
+        assert got <= max(brute, abs(float(w.sum()) - 1.0)) + 1e-12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n, k", [(1000, 8), (2000, 4)])
+def test_large_llm_like(n, k):
+    p, q = _llm_pair(n, 0)
+    v = otspec.optimal_verifier(p, q, k)
+    assert v.status == "optimal"
+    assert abs(v.acceptance() - float(otspec.alpha_k(p, q, k))) <= TOL
+    assert _prefix_violation(p, v.z, k) <= 1e-12
