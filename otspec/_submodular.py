@@ -208,13 +208,24 @@ def exit_set(pD, v, d, b, k, tol, max_iter=100):
     minimising set (non-empty, proper, ``d(A) > 0``).
     """
     m = pD.shape[0]
+    # starting upper bound: the best singleton {e} (d(e) > 0) or co-singleton
+    # D \ {e} (d(e) < 0, since d(D) = 0); g_D(D) - g_D(D \ {e}) = (b + p_e)^k - b^k
     pos = np.flatnonzero(d > 0)
+    neg = np.flatnonzero(d < 0)
     gs = increments(pD[pos], np.full(pos.shape[0], pD.sum() + b), k)
-    ratios = (gs - v[pos]) / d[pos]
-    i = int(np.argmin(ratios))
-    t = float(ratios[i])
+    r_single = (gs - v[pos]) / d[pos]
+    last = increments(pD[neg], pD[neg] + b, k)
+    r_co = (v[neg] - last) / (-d[neg])
+    i = int(np.argmin(r_single))
     mask = np.zeros(m, dtype=bool)
-    mask[pos[i]] = True
+    if neg.size and float(np.min(r_co)) < float(r_single[i]):
+        i = int(np.argmin(r_co))
+        t = float(r_co[i])
+        mask[:] = True
+        mask[neg[i]] = False
+    else:
+        t = float(r_single[i])
+        mask[pos[i]] = True
     for _ in range(max_iter):
         w = v + t * d
         order = _ratio_desc(pD, w)
@@ -235,52 +246,87 @@ def exit_set(pD, v, d, b, k, tol, max_iter=100):
     return t, mask
 
 
-def couple(parts):
-    """Quantile coupling of block mixtures given in chain order.
-
-    ``parts`` is a list of ``(weights, orders)`` per block (``orders`` a list
-    of index arrays). Component ``i`` of the result concatenates, for every
-    block, the component whose cumulative-weight interval holds the segment
-    ``i``; the law of the selected token only depends on each block's
-    marginal mixture, so any coupling is exact.
-    """
-    if len(parts) == 1:
-        return parts[0]
-    cums = [np.cumsum(w) for w, _ in parts]
-    for c in cums:
-        c[-1] = 1.0
-    brk = np.unique(np.concatenate(cums))
-    brk = brk[brk > 0]
-    lo = 0.0
-    weights, orders = [], []
-    for hi in brk:
-        if hi - lo <= 0:
-            continue
-        mid = 0.5 * (lo + hi)
-        pieces = []
-        for (_, ords), c in zip(parts, cums):
-            i = min(int(np.searchsorted(c, mid)), len(ords) - 1)
-            pieces.append(ords[i])
-        weights.append(hi - lo)
-        orders.append(np.concatenate(pieces))
-        lo = hi
-    return np.array(weights), orders
+# A mixture of priority orders of a block is kept as a tree, read with one
+# uniform u in [0, 1) shared by the whole tree (a quantile coupling):
+#   ("leaf", order)              the single order ``order`` (token ids)
+#   ("split", lam, order, child) u < lam: ``order``; else child at (u - lam) / (1 - lam)
+#   ("chain", children)          blocks in chain order, each read at the same u;
+#                                the order is the concatenation of the children's
+# The law of the selected token depends on each block's mixture only through
+# its marginal, so the coupling (same u everywhere) is exact.
 
 
-def decompose_block(idx, pD, x, b, k, tol, budget):
+def tree_breakpoints(node) -> np.ndarray:
+    """Sorted breakpoints in (0, 1) of the piecewise-constant map u -> order."""
+    kind = node[0]
+    if kind == "leaf":
+        return np.empty(0)
+    if kind == "split":
+        lam = node[1]
+        inner = tree_breakpoints(node[3])
+        return np.concatenate([[lam], lam + (1.0 - lam) * inner])
+    parts = [tree_breakpoints(c) for c in node[1]]
+    parts = [b for b in parts if b.size]
+    if not parts:
+        return np.empty(0)
+    return np.unique(np.concatenate(parts))
+
+
+def _fill_orders(node, u, rows, out, col):
+    kind = node[0]
+    if kind == "leaf":
+        o = node[1]
+        out[rows, col : col + o.shape[0]] = o[None, :]
+        return col + o.shape[0]
+    if kind == "split":
+        lam, o, child = node[1], node[2], node[3]
+        first = u < lam
+        if np.any(first):
+            out[rows[first], col : col + o.shape[0]] = o[None, :]
+        rest = ~first
+        if np.any(rest):
+            _fill_orders(child, (u[rest] - lam) / (1.0 - lam), rows[rest], out, col)
+        return col + o.shape[0]
+    for c in node[1]:
+        col = _fill_orders(c, u, rows, out, col)
+    return col
+
+
+def flatten_tree(node, size: int):
+    """Materialise the tree as ``(weights, orders)`` with ``orders`` of shape ``(m, size)``."""
+    brk = tree_breakpoints(node)
+    brk = brk[(brk > 0) & (brk < 1)]
+    edges = np.concatenate([[0.0], brk, [1.0]])
+    w = np.diff(edges)
+    keep = w > 0
+    lo, hi = edges[:-1][keep], edges[1:][keep]
+    w = w[keep]
+    u = 0.5 * (lo + hi)
+    out = np.empty((u.shape[0], size), dtype=np.int64)
+    _fill_orders(node, u, np.arange(u.shape[0]), out, 0)
+    return w / w.sum(), out
+
+
+#: Mixture components whose weight falls below this are not decomposed further
+#: (their block keeps one vertex): the change in ``z`` is at most twice this.
+WEIGHT_FLOOR = 1e-18
+
+
+def decompose_block(idx, pD, x, b, k, tol, budget, scale=1.0):
     r"""Write ``x`` (a point of :math:`B(g_D)`) as a mixture of priority orders of ``D``.
 
-    ``idx`` are the token ids of ``D``; returns ``(weights, orders)`` with
-    each order an array of token ids. Tight prefixes split the block into
-    independent sub-blocks; otherwise one Carathéodory step moves from the
-    vertex ``v`` of the ``x/p``-descending order through ``x`` to the
-    boundary ``y = v + t d`` and records the new tight set, so that
-    ``x = (1 - 1/t) v + (1/t) y``. ``budget`` is a one-element list counting
-    the remaining Carathéodory steps (shared across the recursion).
+    ``idx`` are the token ids of ``D``; returns a mixture tree (see above).
+    Tight prefixes split the block into independent sub-blocks (a chain);
+    otherwise one Carathéodory step moves from the vertex ``v`` of the
+    ``x/p``-descending order through ``x`` to the boundary ``y = v + t d``
+    and records the new tight set, so that ``x = (1 - 1/t) v + (1/t) y``
+    with ``y`` split along that set. ``budget`` is a one-element list
+    counting the remaining Carathéodory steps (shared by the recursion);
+    ``scale`` is the weight of this block's mixture in the whole one.
     """
     m = pD.shape[0]
     if m == 1:
-        return np.ones(1), [idx]
+        return ("leaf", idx)
     total = block_total(pD, b, k)
     x = np.maximum(x, 0.0)
     sx = float(x.sum())
@@ -294,16 +340,15 @@ def decompose_block(idx, pD, x, b, k, tol, budget):
     tight = np.flatnonzero(s[1:m] <= atol) + 1
     if tight.size:
         cuts = np.concatenate([[0], tight, [m]])
-        P = pD[order]
-        suffix = suffix_masses(P, b)
-        parts = []
+        suffix = suffix_masses(pD[order], b)
+        children = []
         for lo, hi in zip(cuts[:-1], cuts[1:]):
             sub = order[lo:hi]
-            parts.append(decompose_block(idx[sub], pD[sub], x[sub], float(suffix[hi]), k, tol, budget))
-        return couple(parts)
+            children.append(decompose_block(idx[sub], pD[sub], x[sub], float(suffix[hi]), k, tol, budget, scale))
+        return ("chain", children)
     d = x[order] - v
-    if np.max(np.abs(d)) <= atol or budget[0] <= 0:
-        return np.ones(1), [idx[order]]
+    if np.max(np.abs(d)) <= atol or budget[0] <= 0 or scale < WEIGHT_FLOOR:
+        return ("leaf", idx[order])
     budget[0] -= 1
     t, mask = exit_set(pD[order], v, d, b, k, atol)
     t = max(t, 1.0)
@@ -311,13 +356,14 @@ def decompose_block(idx, pD, x, b, k, tol, budget):
     A = order[mask]
     R = order[~mask]
     bA = b + float(pD[R].sum())
-    part_a = decompose_block(idx[A], pD[A], y[mask], bA, k, tol, budget)
-    part_r = decompose_block(idx[R], pD[R], y[~mask], b, k, tol, budget)
-    wy, oy = couple([part_a, part_r])
+    child = ("chain", [
+        decompose_block(idx[A], pD[A], y[mask], bA, k, tol, budget, scale / t),
+        decompose_block(idx[R], pD[R], y[~mask], b, k, tol, budget, scale / t),
+    ])
     lam = 1.0 - 1.0 / t
-    if lam <= 0:
-        return wy, oy
-    return np.concatenate([[lam], wy / t]), [idx[order]] + oy
+    if not lam > 0:
+        return child
+    return ("split", lam, idx[order], child)
 
 
 # ---------------------------------------------------------------------------

@@ -34,6 +34,7 @@ OPTIMALITY_TOL = 1e-12
 LP_OPTIMALITY_TOL = 1e-10
 
 _METHODS = ("direct", "colgen")
+_NOISE = 1e-12
 
 
 class OptimalVerifier(Verifier):
@@ -163,12 +164,17 @@ class OptimalVerifier(Verifier):
         case of an optimal mixture; otherwise it is summed exactly, pair by
         pair: for ``Z`` at position ``i`` of an order and ``y`` after it,
         :math:`P(Z, y \in S) = [c^k - (c - p_Z)^k] - [(c - p_y)^k - (c - p_y - p_Z)^k]`
-        with ``c`` the mass from position ``i`` on.
+        with ``c`` the mass from position ``i`` on. Rounding noise (rejection
+        probabilities below 1e-12, residual cells with ``q - z <= 1e-12 q``)
+        is left out, an error of at most 2e-12.
         """
         p, q, k, z = self.p, self.q, self.k, self._z
         base = float(np.minimum(z, q).sum())
-        rej = np.flatnonzero((self._a < 1.0) & (p > 0))
-        resid = np.flatnonzero((self._res > 0) & (p > 0))
+        # Rounding noise where z = q in exact arithmetic is left out: rejections of
+        # probability below _NOISE add at most _NOISE * sum(z), and residual cells with
+        # q - z <= _NOISE * q add at most P(reject) * sum r = sum (q - z)_+ <= _NOISE.
+        rej = np.flatnonzero((self._a < 1.0 - _NOISE) & (p > 0))
+        resid = np.flatnonzero((q - z > _NOISE * q) & (p > 0))
         if rej.size == 0 or resid.size == 0:
             return base
         ranks = self._ranks
@@ -228,36 +234,34 @@ class OptimalVerifier(Verifier):
         )
 
 
-def _full_orders(orders_supp, supp, zero):
-    """Lift orders of support positions to permutations of all tokens (``p = 0`` tokens last)."""
-    m = len(orders_supp)
-    n = supp.shape[0] + zero.shape[0]
-    out = np.empty((m, n), dtype=np.int64)
-    for i, o in enumerate(orders_supp):
-        out[i, : supp.shape[0]] = supp[o]
-        out[i, supp.shape[0] :] = zero
-    return out
-
-
 def _direct(ps, qs, k, in0, max_iter):
+    """Two greedy passes for an optimal ``z``, then its decomposition; orders in support positions."""
     z, H, O, s = sm.optimal_selection_law(ps, qs, k, in0)
     budget = [max_iter]
-    parts = []
+    children = []
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 4 * ps.shape[0] + 1000))
+    # the recursion depth is at most the number of tokens (each level splits a block)
+    sys.setrecursionlimit(max(limit, 10 * ps.shape[0] + 1000))
     try:
         if H.size:
-            parts.append(sm.decompose_block(H, ps[H], z[H], s, k, 1e-12, budget))
+            children.append(sm.decompose_block(H, ps[H], z[H], s, k, 1e-12, budget))
         if O.size:
-            parts.append(sm.decompose_block(O, ps[O], z[O], 0.0, k, 1e-12, budget))
+            children.append(sm.decompose_block(O, ps[O], z[O], 0.0, k, 1e-12, budget))
+        w, orders = sm.flatten_tree(("chain", children), ps.shape[0])
     finally:
         sys.setrecursionlimit(limit)
-    w, orders = sm.couple(parts)
-    keep = w > 0
-    w = w[keep] / w[keep].sum()
-    orders = [o for o, kp in zip(orders, keep) if kp]
     n_iter = max_iter - budget[0]
     return w, orders, ("optimal" if budget[0] > 0 else "max_iter"), n_iter
+
+
+def _full_orders(orders_supp, supp, zero):
+    """Lift orders of support positions to permutations of all tokens (``p = 0`` tokens last)."""
+    orders_supp = np.asarray(orders_supp, dtype=np.int64).reshape(len(orders_supp), supp.shape[0])
+    m = orders_supp.shape[0]
+    out = np.empty((m, supp.shape[0] + zero.shape[0]), dtype=np.int64)
+    out[:, : supp.shape[0]] = supp[orders_supp]
+    out[:, supp.shape[0] :] = zero[None, :]
+    return out
 
 
 def optimal_verifier(
