@@ -1,0 +1,224 @@
+r"""Figures for lossy verification and the economics of speculative decoding.
+
+* :func:`plot_lossy_frontier`: the KL-optimal acceptance (mentored decoding)
+  against :math:`\mathrm{KL}(q \| \pi)`, with Leviathan et al.'s lenience curve
+  on the same axes.
+* :func:`plot_expected_tokens`: Leviathan et al.'s Figure 2.
+* :func:`plot_optimal_gamma`: Leviathan et al.'s Figure 3.
+* :func:`synthetic_llm_pair`: the fixed LLM-like (draft, target) pair used by
+  the reproduction (softmax of Gaussian logits with a perturbed draft). Issue 8
+  (the decoding adapter) will add a pair of real next-token distributions from
+  a model; until then this synthetic pair stands in for it.
+
+matplotlib is imported inside each plotting function; ``import otspec`` never
+imports it. Notation: ``p`` is the draft, ``q`` the target (Leviathan et al.
+swap the letters).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._mentored import mentored_frontier
+from .._validation import validate_pair, validate_positive_int
+from ..lenience import lenience_curve
+from ..speculative import expected_tokens, optimal_gamma, walltime_improvement
+
+__all__ = ["plot_lossy_frontier", "plot_expected_tokens", "plot_optimal_gamma", "synthetic_llm_pair"]
+
+
+def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float = 1.0, rng=0):
+    r"""A fixed LLM-like (draft, target) pair: softmax of Gaussian logits, the draft perturbed.
+
+    .. math::
+
+        q = \mathrm{softmax}(\sigma z), \qquad p = \mathrm{softmax}(\sigma z + \tau \varepsilon),
+        \qquad z, \varepsilon \sim \mathcal N(0, I_n),
+
+    with :math:`\sigma` = ``sigma`` and :math:`\tau` = ``perturbation``. Heavy
+    head, long tail, like next-token distributions; with the defaults
+    :math:`\sum_x \min(p, q) \approx 0.52` and :math:`\mathrm{KL}(q \| p) \approx 0.70`. A real-model pair arrives with the
+    decoding adapter (issue 8).
+
+    Parameters
+    ----------
+    n : int
+        Vocabulary size.
+    sigma : float, keyword-only
+        Logit scale (temperature inverse).
+    perturbation : float, keyword-only
+        Standard deviation of the draft's logit noise.
+    rng : numpy.random.Generator, int or None, keyword-only
+        Seed or generator (default 0: a fixed pair).
+
+    Returns
+    -------
+    p, q : (n,) ndarray of float64
+        Draft and target.
+
+    Examples
+    --------
+    >>> from otspec.plotting.lossy import synthetic_llm_pair
+    >>> p, q = synthetic_llm_pair(50)
+    >>> p.shape, bool(abs(p.sum() - 1) < 1e-12 and abs(q.sum() - 1) < 1e-12)
+    ((50,), True)
+    """
+    from .._validation import as_rng
+
+    n = validate_positive_int(n, "n")
+    gen = as_rng(rng)
+    z = gen.standard_normal(n)
+    eps = gen.standard_normal(n)
+
+    def softmax(v):
+        w = np.exp(v - v.max())
+        return w / w.sum()
+
+    return softmax(sigma * z + perturbation * eps), softmax(sigma * z)
+
+
+def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=None, title=None):
+    r"""Acceptance against :math:`\mathrm{KL}(q \| \pi)`: mentored decoding's frontier and lenience.
+
+    .. math::
+
+        D \mapsto R^*(D) = \max\{\textstyle\sum_i p_i r_i : \mathrm{KL}(q \| \pi) \le D\}
+        \quad\text{and}\quad l \mapsto \big(\mathrm{KL}(q \| \pi_l), \textstyle\sum_x \min(q/l, p)\big).
+
+    Every lenience point lies on or below the frontier (mentored decoding is
+    KL-optimal); for a Bernoulli pair it lies on it.
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    ls : (m,) array_like of float, keyword-only
+        Lenience values in ``(0, 1]`` (default: 40 values from 1e-3 to 1, log-spaced).
+    n_points : int, keyword-only
+        Budgets on the frontier.
+    d_max : float, keyword-only
+        Largest budget shown (default: just beyond ``KL(q || p)``, or the
+        largest finite lenience KL when that is infinite).
+    ax : matplotlib Axes, optional
+        Axes to draw on (a new figure otherwise).
+    title : str, optional
+        Axes title.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    import matplotlib.pyplot as plt
+
+    p_, q_ = validate_pair(p, q)
+    ls_ = np.geomspace(1e-3, 1.0, 40) if ls is None else np.asarray(ls, dtype=np.float64)
+    lc = lenience_curve(p_, q_, ls_)
+    fr0 = mentored_frontier(p_, q_, [0.0])
+    if d_max is None:
+        if math.isfinite(fr0.kl_qp) and fr0.kl_qp > 0:
+            d_max = 1.05 * fr0.kl_qp
+        else:
+            finite = lc.kl[np.isfinite(lc.kl)]
+            d_max = 1.05 * float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+    Ds = np.linspace(0.0, float(d_max), validate_positive_int(n_points, "n_points"))
+    fr = mentored_frontier(p_, q_, Ds)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 4))
+    ax.plot(fr.D, fr.acceptance, color="C0", lw=2, label="mentored decoding (KL-optimal)")
+    keep = np.isfinite(lc.kl) & (lc.kl <= d_max)
+    ax.plot(lc.kl[keep], lc.acceptance[keep], "o", ms=4, color="C3", label="lenience $l$ (Leviathan A.5)")
+    ax.plot([0.0], [fr.acceptance0], "k*", ms=10, label="speculative sampling ($D=0$, $l=1$)")
+    if math.isfinite(fr.kl_qp) and fr.kl_qp <= d_max:
+        ax.axvline(fr.kl_qp, color="0.6", ls=":", lw=1, label=r"$\mathrm{KL}(q\,\|\,p)$: $R=1$")
+    ax.set_xlabel(r"$\mathrm{KL}(q\,\|\,\pi)$ (nats)")
+    ax.set_ylabel("acceptance $P(Y = X)$")
+    ax.set_ylim(min(fr.acceptance0, float(lc.acceptance[keep].min()) if keep.any() else 1.0) - 0.02, 1.01)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    if title:
+        ax.set_title(title)
+    return ax
+
+
+def plot_expected_tokens(gammas=(1, 2, 3, 5, 7, 10), *, include_limit: bool = True, ax=None):
+    r"""Expected tokens per target call against :math:`\alpha` for several :math:`\gamma` (Leviathan Fig. 2).
+
+    .. math::
+
+        \alpha \mapsto \frac{1 - \alpha^{\gamma+1}}{1 - \alpha},
+        \qquad \gamma \to \infty: \frac{1}{1 - \alpha}.
+
+    Parameters
+    ----------
+    gammas : sequence of int
+        Numbers of drafts, each ``>= 1``.
+    include_limit : bool, keyword-only
+        Also draw the :math:`\gamma = \infty` curve (clipped at the top).
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 4))
+    alpha = np.linspace(0.0, 1.0, 401)
+    for i, g in enumerate(gammas):
+        ax.plot(alpha, expected_tokens(alpha, int(g)), color=f"C{i}", label=rf"$\gamma = {int(g)}$")
+    top = max(int(g) for g in gammas) + 1
+    if include_limit:
+        a = alpha[alpha < 1 - 1 / (top + 1)]
+        ax.plot(a, 1 / (1 - a), "k--", lw=1, label=r"$\gamma = \infty$")
+    ax.set_xlabel(r"$\alpha$ (expected acceptance per token)")
+    ax.set_ylabel("expected tokens per target call")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(1, top + 0.5)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
+
+
+def plot_optimal_gamma(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), *, max_gamma: int = 1000, ax=None):
+    r"""The walltime-optimal number of drafts against :math:`\alpha` for several costs :math:`c` (Leviathan Fig. 3).
+
+    .. math::
+
+        \gamma^*(\alpha, c) = \arg\max_{\gamma \ge 1}
+        \frac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + 1)},
+
+    drawn only where speculative decoding helps (:math:`\alpha > c`).
+
+    Parameters
+    ----------
+    cs : sequence of float
+        Cost coefficients, each ``>= 0``.
+    max_gamma : int, keyword-only
+        Cap passed to :func:`otspec.speculative.optimal_gamma`.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5.5, 4))
+    alpha = np.linspace(0.0, 0.99, 397)
+    for i, c in enumerate(cs):
+        g = optimal_gamma(alpha, float(c), max_gamma=max_gamma)
+        helps = walltime_improvement(alpha, g, float(c)) > 1
+        ax.step(alpha[helps], g[helps], where="mid", color=f"C{i}", label=rf"$c = {float(c):g}$")
+    ax.set_yscale("log")
+    ax.set_xlabel(r"$\alpha$ (expected acceptance per token)")
+    ax.set_ylabel(r"optimal $\gamma$")
+    ax.set_xlim(0, 1)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8, loc="upper left")
+    return ax
