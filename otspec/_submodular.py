@@ -371,7 +371,87 @@ def decompose_block(idx, pD, x, b, k, tol, budget, scale=1.0):
 # ---------------------------------------------------------------------------
 
 
-def optimal_selection_law(ps, qs, k, in0):
+def _fill_high(pH, qH, b, k):
+    r"""Greedy fill of :math:`P(g_H) \cap \{z \le q\}` visiting ``q/p`` descending (positions in that order).
+
+    Invariant: the visited tokens are ``U`` (the maximal tight set, tight
+    because each of its tokens was capped by its saturation capacity) and
+    ``W`` (tokens capped by ``q``, so ``z/p = q/p``, kept in visiting
+    order). By the prefix structure the capacity of the next token ``e`` is
+
+    .. math::
+
+        \operatorname{sat}(e) = \min_{0 \le i \le |W|}
+            \Big[\sum_{l < i} \big(\Delta(p_{W_l}, R_l) - z_{W_l}\big)
+                  + \Delta(p_e, R_i)\Big],
+        \qquad \Delta(x, c) = c^k - (c - x)^k,
+
+    with :math:`R_i` the mass outside ``U`` and ``W[:i]`` (suffix sums):
+    prefixes shorter than ``U`` are dominated (their slack is ``>= 0 =``
+    slack of ``U`` and :math:`\Delta` grows with ``c``). So each step costs
+    :math:`O(|W|)`, and ``W`` stays short on LLM-like pairs.
+    """
+    m = pH.shape[0]
+    suf = suffix_masses(pH, b)  # suf[j] = b + mass of positions >= j
+    z = np.zeros(m)
+    W: list[int] = []
+    for j in range(m):
+        pe = pH[j]
+        if W:
+            Wa = np.array(W)
+            pw = pH[Wa]
+            # R_i = suf[j] + p(W[i:]) for i = 0..|W|
+            R = suffix_masses(pw, float(suf[j]))
+            inc_w = increments(pw, R[:-1], k)
+            slack = np.empty(len(W) + 1)
+            slack[0] = 0.0
+            np.cumsum(inc_w - z[Wa], out=slack[1:])
+            vals = slack + increments(np.full(len(W) + 1, pe), R, k)
+            i = int(np.argmin(vals))
+            sat = float(vals[i])
+        else:
+            i = 0
+            sat = float(increments(np.array([pe]), np.array([suf[j]]), k)[0])
+        if sat < qH[j]:
+            z[j] = max(sat, 0.0)
+            del W[:i]  # U absorbs W[:i] and e: the new tight set
+        else:
+            z[j] = qH[j]
+            W.append(j)
+    return z
+
+
+def _fill_low(pO, qO, k):
+    r"""Raise ``z = q`` on :math:`\Omega_0` to a base of :math:`g'(A) = s^k - (s - p(A))^k`, visiting ``q/p`` descending.
+
+    With ``S_t = g'(T_t) - q(T_t)`` the slacks of the prefixes ``T_t`` of the
+    visiting order, the raised tokens are the suffix-minimum records of
+    ``S``: the first token is raised by :math:`\min_{t \ge 1} S_t`, which
+    makes the (last) minimising prefix tight; every token inside it has
+    capacity 0, and the next token after it is raised by the next
+    record's drop. One pass, :math:`O(m)` after the sort.
+    """
+    m = pO.shape[0]
+    c = suffix_masses(pO, 0.0)
+    S = np.empty(m + 1)
+    S[0] = 0.0
+    np.cumsum(increments(pO, c[:-1], k) - qO, out=S[1:])
+    # last index of the minimum of S[t:] for every t (suffix minima, ties to the right)
+    rev = S[::-1]
+    run = np.minimum.accumulate(rev)[::-1]  # run[t] = min S[t:]
+    z = np.array(qO, dtype=np.float64)
+    j = 0
+    while j < m:
+        tail = S[j + 1 :]
+        mn = run[j + 1]
+        # the largest t > j with S_t == min: the maximal tight set after the raise
+        t = j + 1 + int(np.flatnonzero(tail == mn)[-1])
+        z[j] += max(mn - S[j], 0.0)
+        j = t
+    return z
+
+
+def optimal_selection_law(ps, qs, k, in0, *, reference=False):
     r"""An optimal selected-token law ``z`` on the support of ``p``.
 
     ``in0`` marks the min-cut set :math:`\Omega_0` (low ``q/p``), ``H`` is
@@ -379,7 +459,9 @@ def optimal_selection_law(ps, qs, k, in0):
     :math:`g(A) = 1 - (s + p(H \setminus A))^k`), fill the polymatroid under
     the box ``z <= q``; on :math:`\Omega_0` (contraction
     :math:`g'(A) = s^k - (s - p(A))^k`) raise ``z = q`` to a base. Both
-    passes visit tokens by ``q/p`` descending.
+    passes visit tokens by ``q/p`` descending. ``reference=True`` uses the
+    generic :func:`saturation_fill` (one sort per token) instead of the
+    linear-time passes.
     """
     H = np.flatnonzero(~in0)
     O = np.flatnonzero(in0)
@@ -388,11 +470,17 @@ def optimal_selection_law(ps, qs, k, in0):
     if H.size:
         pH, qH = ps[H], qs[H]
         visit = np.argsort(-(qH / pH), kind="stable")
-        z[H] = saturation_fill(pH, s, k, np.zeros(H.size), qH, visit)
+        if reference:
+            z[H] = saturation_fill(pH, s, k, np.zeros(H.size), qH, visit)
+        else:
+            z[H[visit]] = _fill_high(pH[visit], qH[visit], s, k)
     if O.size:
         pO, qO = ps[O], qs[O]
         visit = np.argsort(-(qO / pO), kind="stable")
-        z[O] = saturation_fill(pO, 0.0, k, qO.copy(), np.full(O.size, np.inf), visit)
+        if reference:
+            z[O] = saturation_fill(pO, 0.0, k, qO.copy(), np.full(O.size, np.inf), visit)
+        else:
+            z[O[visit]] = _fill_low(pO[visit], qO[visit], k)
     return z, H, O, s
 
 
