@@ -37,6 +37,16 @@ _METHODS = ("direct", "colgen")
 _NOISE = 1e-12
 
 
+def _above_noise(excess: np.ndarray) -> np.ndarray:
+    """Indices of the positive entries of ``excess`` left after skipping the smallest ones up to a total of ``_NOISE``."""
+    pos = np.flatnonzero(excess > 0)
+    if pos.size == 0:
+        return pos
+    srt = pos[np.argsort(excess[pos], kind="stable")]
+    csum = np.cumsum(excess[srt])
+    return np.sort(srt[csum > _NOISE])
+
+
 class OptimalVerifier(Verifier):
     r"""A mixture of priority-order selection rules followed by speculative sampling.
 
@@ -164,17 +174,18 @@ class OptimalVerifier(Verifier):
         case of an optimal mixture; otherwise it is summed exactly, pair by
         pair: for ``Z`` at position ``i`` of an order and ``y`` after it,
         :math:`P(Z, y \in S) = [c^k - (c - p_Z)^k] - [(c - p_y)^k - (c - p_y - p_Z)^k]`
-        with ``c`` the mass from position ``i`` on. Rounding noise (rejection
-        probabilities below 1e-12, residual cells with ``q - z <= 1e-12 q``)
-        is left out, an error of at most 2e-12.
+        with ``c`` the mass from position ``i`` on. Rounding noise (the
+        smallest ``|z - q|`` cells, up to a total of 1e-12 on each side) is
+        left out, an error of at most 2e-12.
         """
         p, q, k, z = self.p, self.q, self.k, self._z
         base = float(np.minimum(z, q).sum())
-        # Rounding noise where z = q in exact arithmetic is left out: rejections of
-        # probability below _NOISE add at most _NOISE * sum(z), and residual cells with
-        # q - z <= _NOISE * q add at most P(reject) * sum r = sum (q - z)_+ <= _NOISE.
-        rej = np.flatnonzero((self._a < 1.0 - _NOISE) & (p > 0))
-        resid = np.flatnonzero((q - z > _NOISE * q) & (p > 0))
+        # Rounding noise where z = q in exact arithmetic is left out: a rejectable
+        # token Z adds at most (1 - a(Z)) z(Z) = (z - q)_+(Z), a residual cell y at
+        # most P(reject) r(y) = (q - z)_+(y); the smallest of each, up to a total
+        # of _NOISE each, are skipped.
+        rej = _above_noise(np.where(p > 0, z - q, 0.0))
+        resid = _above_noise(np.where(p > 0, q - z, 0.0))
         if rej.size == 0 or resid.size == 0:
             return base
         ranks = self._ranks
