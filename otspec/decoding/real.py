@@ -25,8 +25,12 @@ from ._deps import INSTALL_HINT, require
 __all__ = ["GGUF_FILE", "DEFAULT_KEEP", "smollm2_gguf_dir", "load_smollm2", "layer_skip_draft", "smollm2_pair"]
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-#: Decoder layers kept by the default draft (24 of 30: the first 20 and the last 4).
-DEFAULT_KEEP = tuple(range(20)) + (26, 27, 28, 29)
+#: Decoder layers kept by the default draft: 24 of 30, layers 13-18 skipped. Chosen by
+#: a scan of 12 contiguous / strided skip patterns (mean per-token acceptance
+#: sum_x min(p, q) at temperature 1 along target samples of 4 chat prompts):
+#: skipping 13-18 gave 0.50, 14-19 0.49, 12-17 0.46, the last 6 layers 0.36,
+#: 20-25 0.16, and any pattern touching layers 10-11 or 22-27 far less.
+DEFAULT_KEEP = tuple(i for i in range(30) if not 13 <= i <= 18)
 
 
 def _cache_root() -> Path:
