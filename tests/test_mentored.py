@@ -239,10 +239,11 @@ def test_bisection_agrees_with_exact(pq, frac):
     try:
         rb = otspec.mentored(p, q, D, method="bisection", tol=tol)
     except RuntimeError as exc:
-        # the note's parametrisation by alpha cannot resolve a root within one ulp of a
-        # ratio, which happens only when the optimal rejection mass is negligible
+        # the note's parametrisation by alpha fixes 1 - R = sum (p_i - q_i/alpha)_+ only to
+        # about eps / (1 - R) relatively (the ratios q_i/p_i are rounded), so KL(alpha) cannot
+        # meet a 1e-6 tolerance once the optimal rejection mass is below ~1e-9
         assert "one ulp" in str(exc)
-        assert 1 - otspec.mentored(p, q, D).acceptance < 1e-12
+        assert 1 - otspec.mentored(p, q, D).acceptance < 1e-8
         return
     assert rb.method == "bisection"
     assert rb.kl <= D * (1 + tol) * (1 + 1e-9)
