@@ -306,3 +306,34 @@ def test_large_llm_like(n, k):
     assert v.status == "optimal"
     assert abs(v.acceptance() - float(otspec.alpha_k(p, q, k))) <= TOL
     assert _prefix_violation(p, v.z, k) <= 1e-12
+
+
+@settings(max_examples=60)
+@given(pq=pairs(1, 8), k=st.integers(1, 9))
+def test_linear_time_passes_match_generic_greedy(pq, k):
+    # the O(n) passes against the one-sort-per-token greedy (reference=True)
+    p, q = pq
+    supp = p > 0
+    ps, qs = p[supp], q[supp]
+    cut = otspec.min_cut(p, q, k)
+    in0 = np.zeros(p.shape[0], dtype=bool)
+    in0[cut.omega0] = True
+    in0 = in0[supp]
+    fast = sm.optimal_selection_law(ps, qs, k, in0)[0]
+    ref = sm.optimal_selection_law(ps, qs, k, in0, reference=True)[0]
+    np.testing.assert_allclose(fast, ref, rtol=0, atol=1e-12)
+    # both are optimal: sum min(z, q) over the support equals alpha_k
+    assert abs(float(np.minimum(fast, qs).sum()) - cut.alpha) <= 1e-12
+    assert sm.max_violation(ps, fast, 0.0, k) <= 1e-12
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_linear_time_passes_on_llm_like(seed):
+    p, q = _llm_pair(300, seed)
+    for k in (2, 8, 16):
+        cut = otspec.min_cut(p, q, k)
+        in0 = np.zeros(300, dtype=bool)
+        in0[cut.omega0] = True
+        fast = sm.optimal_selection_law(p, q, k, in0)[0]
+        ref = sm.optimal_selection_law(p, q, k, in0, reference=True)[0]
+        np.testing.assert_allclose(fast, ref, rtol=0, atol=1e-13)
