@@ -33,9 +33,12 @@ the target mass of the others, so :math:`\beta` is piecewise linear in
 and :math:`E(\rho) = \sum_x (p(x) - q(x)/\rho)_+ = 1 - \beta`: sums of
 non-negative terms, accurate where :math:`f` is flat (``p`` near ``q``,
 where :math:`\rho^*` is ill-conditioned: :math:`f \approx -(\rho - 1)^k`).
-Only the ratios inside :math:`(1, k)` can be breakpoints of the search
-interval :math:`[1, k]`; one sort of those and prefix/suffix sums give
-:math:`f` at any breakpoint in :math:`O(1)`, a binary search finds the
+Only the ratios inside the search interval (first :math:`[1, k]`) can be
+breakpoints there; while more than ``max(SORT_MIN, n/32)`` of them are, a
+bisection step on :math:`\rho` (one :math:`O(n)` evaluation of :math:`f`)
+halves the interval, which changes nothing to exactness. One sort of the
+remaining ratios and prefix/suffix sums give :math:`f` at any breakpoint in
+:math:`O(1)`, a binary search finds the
 breakpoint interval of the sign change, on which :math:`D` and :math:`E`
 have constant coefficients, and the remaining smooth monotone equation
 :math:`(Q_h - \rho P_h) = (P_l - Q_l/\rho)^k` is solved to machine precision
@@ -127,20 +130,45 @@ def _f(p, q, k, rho):
     return D - E**k
 
 
+#: The exact search sorts at most this many ratios (or ``n / 32`` if larger); a few
+#: bisection steps on :math:`\rho` first narrow the bracket until that many remain.
+SORT_MIN = 256
+
+
 def _rho_star_exact(p: np.ndarray, q: np.ndarray, k: int) -> float:
-    """Exact root of f after one sort of the ratios (see the module docstring)."""
+    """Exact root of f after one sort of the ratios in a bracket (see the module docstring)."""
     if k == 1:
         return 1.0  # f(rho) = beta - rho*beta <= 0 for every rho >= 1
+    f_a = _f(p, q, k, 1.0)
+    if f_a <= 0.0:
+        return 1.0
     with np.errstate(divide="ignore", invalid="ignore"):
         r = q / p  # +inf where p = 0 < q, nan where p = q = 0 (such tokens play no part)
-    # for rho in [1, k] a token with ratio <= 1 is always on the low side (a tie adds zero) and one
-    # with ratio >= k always on the high side: only the ratios strictly inside (1, k) are sorted
-    below = r <= 1.0
-    above = r >= k
-    mid = ~(below | above) & ~np.isnan(r)
+    a, b = 1.0, float(k)
+    f_b = _f(p, q, k, b)
+    if f_b > 0.0:  # only by rounding (f(k) <= 0 exactly, Lemma 4): k is valid
+        return b
+    # rho* lies in (a, b] with f(a) > 0 >= f(b). Only ratios strictly inside (a, b) can be
+    # breakpoints there; while many are, halve the bracket (one O(n) evaluation of f each).
+    sel = np.flatnonzero((r > a) & (r < b))
+    target = max(SORT_MIN, p.shape[0] >> 5)
+    while sel.shape[0] > target:
+        mid = 0.5 * (a + b)
+        if not a < mid < b:
+            break
+        f_mid = _f(p, q, k, mid)
+        if f_mid <= 0.0:
+            b, f_b = mid, f_mid
+        else:
+            a, f_a = mid, f_mid
+        rs = r[sel]
+        sel = sel[(rs > a) & (rs < b)]
+    # on [a, b] a token with ratio <= a is always on the low side (a tie adds zero) and one with
+    # ratio >= b always on the high side
+    below = r <= a
+    above = r >= b
     Pb, Qb = float(np.sum(p, where=below)), float(np.sum(q, where=below))
     Pa, Qa = float(np.sum(p, where=above)), float(np.sum(q, where=above))
-    sel = np.flatnonzero(mid)
     sel = sel[np.argsort(r[sel])]  # the one sort (ties are grouped below: their order is irrelevant)
     rm, ps, qs = r[sel], p[sel], q[sel]
     m = rm.shape[0]
@@ -154,37 +182,31 @@ def _rho_star_exact(p: np.ndarray, q: np.ndarray, k: int) -> float:
     Qsuf = np.full(m + 1, Qa)
     Psuf[:m] += np.cumsum(ps[::-1])[::-1]
     Qsuf[:m] += np.cumsum(qs[::-1])[::-1]
-    # evaluation points: 1, each distinct ratio inside (1, k), and k (f(k) <= 0, Lemma 4);
-    # for a point, jlo = number of inner ratios below it, jhi = number at or below it
+    # evaluation points: a, each distinct ratio inside (a, b), and b; for a point,
+    # jlo = number of inner ratios below it, jhi = number at or below it
     if m:
         new = np.flatnonzero(rm[1:] != rm[:-1]) + 1
         starts = np.concatenate(([0], new))
         ends = np.concatenate((new, [m]))
     else:
         starts = ends = np.zeros(0, dtype=np.int64)
-    pts = np.concatenate(([1.0], rm[starts], [float(k)]))
+    pts = np.concatenate(([a], rm[starts], [b]))
     jlo = np.concatenate(([0], starts, [m]))
     jhi = np.concatenate(([0], ends, [m]))
     last = pts.shape[0] - 1
 
     def f_at(i: int) -> float:
-        rho = float(pts[i])
-        if i == 0:  # sum the non-negative terms themselves: exact zeros when p == q
-            E = float(np.maximum(p[below] - q[below], 0.0).sum())
-        else:
-            E = max(float(Ppre[jlo[i]]) - float(Qpre[jlo[i]]) / rho, 0.0)
+        if i == 0:
+            return f_a  # evaluated term by term (exact zeros when p == q)
         if i == last:
-            D = float(np.maximum(q[above] - k * p[above], 0.0).sum())
-        else:
-            D = max(float(Qsuf[jhi[i]]) - rho * float(Psuf[jhi[i]]), 0.0)
+            return f_b
+        rho = float(pts[i])
+        E = max(float(Ppre[jlo[i]]) - float(Qpre[jlo[i]]) / rho, 0.0)
+        D = max(float(Qsuf[jhi[i]]) - rho * float(Psuf[jhi[i]]), 0.0)
         return D - E**k
 
-    # f is non-increasing (Lemma 4): binary search for the first point where f <= 0
-    if f_at(0) <= 0.0:
-        return 1.0
+    # f is non-increasing (Lemma 4), f(a) > 0 >= f(b): binary search for the first point with f <= 0
     lo_i, hi_i = 0, last
-    if f_at(last) > 0.0:  # only by rounding (f(k) <= 0 exactly): k is valid
-        return float(k)
     while hi_i - lo_i > 1:
         mid_i = (lo_i + hi_i) // 2
         if f_at(mid_i) <= 0.0:
@@ -415,7 +437,9 @@ def kseq_rho_star(p, q, k: int, *, tol=None, normalize: bool = False) -> float:
     tol : float or None, keyword-only
         ``None`` (default): exact, from the piecewise-linear structure of
         :math:`\beta` in :math:`1/\rho` after one sort of the ratios
-        :math:`q/p` (:math:`O(n \log n)`, machine precision). A positive
+        :math:`q/p` that lie in the search interval (narrowed first by a few
+        :math:`O(n)` bisection steps while it holds many), then Brent's method
+        on the last linear piece: :math:`O(n \log n)` at worst, machine precision. A positive
         float: the paper's bisection over :math:`[1, k]` to this bracket
         width (:math:`O(n \log((k-1)/\mathrm{tol}))`); the upper, valid end
         of the bracket is returned, so the result lies in

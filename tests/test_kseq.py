@@ -1,6 +1,8 @@
 """k-Seq (SpecTr Algorithm 2): exact rho*, exact acceptance, validity, samplers."""
 
+import importlib
 import itertools
+from unittest import mock
 
 import mpmath
 import numpy as np
@@ -11,6 +13,8 @@ from hypothesis import strategies as st
 import otspec
 from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
 from otspec.kseq import _f
+
+KSEQ_MODULE = importlib.import_module("otspec.kseq")  # `otspec.kseq` the attribute is the function
 from otspec.testing import chi2_gof
 from tests.strategies import pairs
 
@@ -112,13 +116,20 @@ def test_exact_rho_star_agrees_with_bisection(pq, k):
     )
     # a bisection result is always usable as rho
     otspec.kseq(p, q, k, rho=bis)
+    # the bracket-narrowing bisection steps before the sort (SORT_MIN = 0: narrow to the end)
+    with mock.patch.object(KSEQ_MODULE, "SORT_MIN", 0):
+        narrowed = otspec.kseq_rho_star(p, q, k)
+    if abs(narrowed - exact) > 4e-16 * exact:
+        assert abs(_f(p, q, k, exact)) <= 1e-14 and abs(_f(p, q, k, narrowed)) <= 1e-14
 
 
+@pytest.mark.parametrize("sort_min", [256, 1])
 @pytest.mark.parametrize("seed", range(20))
-def test_exact_rho_star_against_mpmath(seed):
+def test_exact_rho_star_against_mpmath(seed, sort_min, monkeypatch):
     """Independent route: 40-digit bisection of f(rho) = 1 - (1-beta)^k - rho*beta with mpmath."""
+    monkeypatch.setattr(KSEQ_MODULE, "SORT_MIN", sort_min)
     rng = np.random.default_rng(seed)
-    n = int(rng.integers(2, 12))
+    n = int(rng.integers(2, 40))
     k = int(rng.integers(2, 10))
     p, q = rng.dirichlet(np.ones(n)), rng.dirichlet(np.ones(n))
     mpmath.mp.dps = 40
@@ -155,6 +166,23 @@ def test_uniform_pairs_kseq_is_optimal(d, d_q, k):
     # beta(rho) = 1/max(r, rho)
     for rho in (1.0, 1.5, r, 2 * r + 1):
         np.testing.assert_allclose(otspec.kseq_beta(p, q, rho), 1 / max(r, rho), rtol=1e-13)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_exact_rho_star_large_llm_like(seed):
+    """n = 20,000: the bracket is narrowed before the sort; agree with a fine bisection."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(0, 3, 20_000)
+    q = np.exp(logits - logits.max())
+    q /= q.sum()
+    d = logits + rng.normal(0, 1, 20_000)
+    p = np.exp(d - d.max())
+    p /= p.sum()
+    for k in (2, 8, 64):
+        exact = otspec.kseq_rho_star(p, q, k)
+        bis = otspec.kseq_rho_star(p, q, k, tol=1e-13)
+        assert 0 <= bis - exact <= 1e-13 + 8e-16 * exact
+        assert abs(_f(p, q, k, exact)) <= 1e-14
 
 
 def test_uniform_pair_enumeration():
