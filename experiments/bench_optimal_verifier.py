@@ -109,7 +109,7 @@ def part_compare(quick, rst):
         rows.append((n, k, fmt_ms(t_dir), f"{v.gap:.1e}", f"{fmt_ms(t_cg)} ({t_cg / t_dir:.0f}x)", cg.n_iter,
                      cg.n_orders, f"{cg.gap:.1e}", cg.status, lp_cell, lp_err))
     head = ("n", "k", "direct ms", "direct gap", "colgen ms (ratio)", "colgen rounds", "colgen orders",
-            "colgen gap", "colgen status", "reduced LP ms (ratio)", "LP |err|")
+            "colgen gap", "colgen status", "reduced LP ms (ratio)", "LP abs err")
     print_table("Direct construction vs column generation (budget 300 rounds) vs the reduced LP", head, rows, rst)
 
 

@@ -32,10 +32,16 @@ __all__ = [
     "suffix_masses",
     "vertex",
     "prefix_slack",
-    "saturation_fill",
-    "tight_chain",
-    "exit_ratio",
     "max_violation",
+    "saturation_fill",
+    "block_total",
+    "exit_set",
+    "decompose_block",
+    "flatten_tree",
+    "optimal_selection_law",
+    "order_vertex",
+    "ColumnGeneration",
+    "column_generation",
 ]
 
 
@@ -142,47 +148,6 @@ def saturation_fill(pD, b, k, z0, upper, visit) -> np.ndarray:
         if sat > 0:
             z[e] += min(room, sat)
     return z
-
-
-def tight_chain(pD, xD, b, k, tol):
-    """Order by ``x/p`` descending and the positions ``j`` whose prefix is tight (``slack <= tol``)."""
-    order = _ratio_desc(pD, xD)
-    s, v = prefix_slack(pD, xD, b, k, order)
-    tight = np.flatnonzero(s[1:] <= tol) + 1
-    return order, s, v, tight
-
-
-def exit_ratio(pD, v, d, b, k, tol, max_iter=60):
-    r"""Largest ``t`` with ``v + t d`` in :math:`B(g_D)` (``v`` a vertex, ``d(D) = 0``).
-
-    .. math::
-
-        t^* = \min_{A:\ d(A) > 0} \frac{g_D(A) - v(A)}{d(A)},
-
-    by Dinkelbach iterations, each a prefix scan of ``g_D - (v + t d)``.
-    The scan treats slacks above ``-tol`` as non-negative.
-    """
-    pos = d > 0
-    # singletons give a valid starting upper bound
-    gs = increments(pD[pos], np.full(int(pos.sum()), pD.sum() + b), k)
-    t = float(np.min((gs - v[pos]) / d[pos]))
-    for _ in range(max_iter):
-        w = v + t * d
-        order = _ratio_desc(pD, w)
-        s, vw = prefix_slack(pD, w, b, k, order)
-        j = int(np.argmin(s))
-        if s[j] >= -tol:
-            break
-        A = order[:j]
-        num = float(np.sum(vw[:j] - v[A]))
-        den = float(np.sum(d[A]))
-        if not den > 0:
-            break
-        t_new = num / den
-        if not t_new < t:
-            break
-        t = t_new
-    return t
 
 
 # ---------------------------------------------------------------------------

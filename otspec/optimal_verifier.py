@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _submodular as sm
 from ._validation import as_rng, validate_k, validate_pair, validate_positive_int
-from ._verifier import Verifier, sample_from
+from ._verifier import Verifier
 from .alpha import min_cut
 
 __all__ = ["OptimalVerifier", "optimal_verifier", "OPTIMALITY_TOL", "LP_OPTIMALITY_TOL"]
@@ -100,9 +100,10 @@ class OptimalVerifier(Verifier):
         self.p = p
         self.q = q
         n = p.shape[0]
-        orders = np.ascontiguousarray(orders, dtype=np.int64)
+        itype = np.int32 if n < 2**31 else np.int64
+        orders = np.ascontiguousarray(orders, dtype=itype)
         weights = np.asarray(weights, dtype=np.float64)
-        ranks = np.empty(orders.shape, dtype=np.int32 if n < 2**31 else np.int64)
+        ranks = np.empty(orders.shape, dtype=itype)
         rows = np.arange(orders.shape[0])[:, None]
         ranks[rows, orders] = np.arange(n)[None, :]
         self._orders = orders
@@ -124,6 +125,7 @@ class OptimalVerifier(Verifier):
         rs = r.sum()
         self._res = r / rs if rs > 0 else np.array(q)
         self._res_cdf = np.cumsum(self._res)
+        self._res_last = int(np.flatnonzero(self._res > 0)[-1]) if np.any(self._res > 0) else n - 1
         self._acceptance = self._exact_acceptance()
         self.alpha = float(alpha)
         self.gap = float(self.alpha - self._acceptance)
@@ -236,7 +238,13 @@ class OptimalVerifier(Verifier):
         # division-free acceptance test u * z(y) <= q(y)
         if gen.random() * self._z[y] <= self.q[y]:
             return int(y)
-        return sample_from(self._res, gen)
+        # inverse CDF on the precomputed cumulative residual, O(log n)
+        c = self._res_cdf
+        i = int(np.searchsorted(c, gen.random() * c[-1], side="right"))
+        i = min(i, self._res_last)
+        while self._res[i] <= 0 and i > 0:  # skip zero-mass cells (rounding at a boundary)
+            i -= 1
+        return i
 
     def __repr__(self) -> str:
         return (
