@@ -1,7 +1,8 @@
 """Benchmark: k-Seq's rho* exact (one sort) vs the paper's bisection, and exact acceptances.
 
 Everything is measured side by side in one run (the machine is shared and
-noisy): the median of repeated timings after a warm-up, with fixed seeds.
+noisy): the contenders of a row are timed interleaved, 9 rounds after a
+warm-up, and the median of each is reported; fixed seeds.
 Ratios are printed relative to the exact method in the same row.
 
 Usage: python experiments/bench_kseq.py [--quick] [--rst]
@@ -22,20 +23,30 @@ import otspec
 from otspec.kseq import _f
 
 
-def timeit(fn, *, repeat=7, min_time=0.05):
-    fn()  # warm-up
-    times = []
+def _once(fn, min_time):
+    t0 = time.perf_counter()
+    reps = 0
+    while True:
+        fn()
+        reps += 1
+        el = time.perf_counter() - t0
+        if el >= min_time or reps >= 1000:
+            return el / reps
+
+
+def timeit_many(fns, *, repeat=9, min_time=0.03):
+    """Median time of each function, the functions interleaved in every repeat.
+
+    The machine is shared: interleaving exposes every contender to the same
+    load, so the ratios within a row stay meaningful when absolute times drift.
+    """
+    for fn in fns:
+        fn()  # warm-up
+    times = [[] for _ in fns]
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        reps = 0
-        while True:
-            fn()
-            reps += 1
-            el = time.perf_counter() - t0
-            if el >= min_time or reps >= 1000:
-                break
-        times.append(el / reps)
-    return statistics.median(times)
+        for i, fn in enumerate(fns):
+            times[i].append(_once(fn, min_time))
+    return [statistics.median(t) for t in times]
 
 
 def llm_like(n, rng, sigma=3.0, noise=1.0):
@@ -80,13 +91,18 @@ def part_rho(quick, rst):
         p, q = llm_like(n, rng)
         for k in (4, 8):
             exact = otspec.kseq_rho_star(p, q, k)
-            t_sort = timeit(lambda: np.argsort(q / p))
-            t_exact = timeit(lambda: otspec.kseq_rho_star(p, q, k))
+            bis = [otspec.kseq_rho_star(p, q, k, tol=tol) for tol in (1e-6, 1e-12)]
+            t_sort, t_exact, t_b6, t_b12 = timeit_many(
+                [
+                    lambda: np.argsort(q / p),
+                    lambda: otspec.kseq_rho_star(p, q, k),
+                    lambda: otspec.kseq_rho_star(p, q, k, tol=1e-6),
+                    lambda: otspec.kseq_rho_star(p, q, k, tol=1e-12),
+                ]
+            )
             row = [n, k, t_sort * 1e3, t_exact * 1e3]
-            for tol in (1e-6, 1e-12):
-                bis = otspec.kseq_rho_star(p, q, k, tol=tol)
-                t_bis = timeit(lambda: otspec.kseq_rho_star(p, q, k, tol=tol))
-                row += [t_bis * 1e3, t_bis / t_exact, abs(bis - exact)]
+            for b, t_bis in zip(bis, (t_b6, t_b12)):
+                row += [t_bis * 1e3, t_bis / t_exact, abs(b - exact)]
             row.append(abs(_f(p, q, k, exact)))
             rows.append(tuple(row))
     head = (
@@ -106,10 +122,14 @@ def part_acceptance(quick, rst):
         p, q = llm_like(n, rng)
         v = otspec.kseq(p, q, k)
         m = otspec.multiround(p, q, k)
-        t_alpha = timeit(lambda: otspec.alpha_k(p, q, k))
-        t_build = timeit(lambda: otspec.kseq(p, q, k))
-        t_acc = timeit(lambda: v.acceptance())
-        t_mr = timeit(lambda: otspec.multiround(p, q, k).acceptance())
+        t_alpha, t_build, t_acc, t_mr = timeit_many(
+            [
+                lambda: otspec.alpha_k(p, q, k),
+                lambda: otspec.kseq(p, q, k),
+                lambda: v.acceptance(),
+                lambda: otspec.multiround(p, q, k).acceptance(),
+            ]
+        )
         rows.append(
             (
                 n, t_alpha * 1e3, t_build * 1e3, t_acc * 1e3, t_mr * 1e3,
