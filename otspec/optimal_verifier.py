@@ -325,12 +325,15 @@ def optimal_verifier(
         over the orders found so far in HiGHS, pricing by one sort).
     tol : float, keyword-only
         Largest gap ``alpha_k - acceptance`` reported as ``"optimal"``;
-        default :data:`OPTIMALITY_TOL` (1e-12) for ``"direct"`` and
-        :data:`LP_OPTIMALITY_TOL` (1e-10, the LP's feasibility tolerance)
-        for ``"colgen"`` and the fallback.
+        default ``max(OPTIMALITY_TOL, 4 n eps)`` for ``"direct"`` (1e-12,
+        or the error bound of the closed form :math:`\alpha_k` itself for
+        ``n`` above about 1100) and :data:`LP_OPTIMALITY_TOL` (1e-10, the
+        LP's feasibility tolerance) for ``"colgen"`` and the fallback.
     max_iter : int, keyword-only
         Budget of Carathéodory steps (direct; default ``4 n``) or pricing
-        rounds (column generation; default ``n + 200``).
+        rounds (column generation; default ``n + 200``; the fallback after
+        a direct construction gets at most 50 rounds). When the fallback
+        does not improve on the direct mixture, the direct one is returned.
     normalize : bool, keyword-only
         Rescale ``p`` and ``q`` to sum to 1 instead of requiring it.
 
@@ -402,20 +405,27 @@ def optimal_verifier(
     in0[cut.omega0] = True
     in0 = in0[supp]
 
+    direct = None
     if method == "direct":
         budget = 4 * supp.shape[0] if max_iter is None else max_iter
         w, orders, status, n_iter = _direct(ps, qs, k, in0, budget)
-        v = OptimalVerifier(p_, q_, k, _full_orders(orders, supp, zero), w, alpha=alpha, status=status,
-                            method="direct", n_iter=n_iter, tol=OPTIMALITY_TOL if tol is None else tol)
-        if v.success:
-            return v
+        # the closed form alpha_k is itself exact to about 4 n eps (prefix sums)
+        dtol = max(OPTIMALITY_TOL, 4 * n * np.finfo(float).eps) if tol is None else tol
+        direct = OptimalVerifier(p_, q_, k, _full_orders(orders, supp, zero), w, alpha=alpha, status=status,
+                                 method="direct", n_iter=n_iter, tol=dtol)
+        if direct.success:
+            return direct
         init = orders
         used = "direct+colgen"
+        budget = 50 if max_iter is None else max_iter
     else:
         init = ()
         used = "colgen"
-    budget = supp.shape[0] + 200 if max_iter is None else max_iter
+        budget = supp.shape[0] + 200 if max_iter is None else max_iter
     tol = LP_OPTIMALITY_TOL if tol is None else tol
     w, orders, status, n_iter = sm.column_generation(ps, qs, k, alpha, init_orders=init, tol=tol, max_iter=budget)
-    return OptimalVerifier(p_, q_, k, _full_orders(orders, supp, zero), w,
-                           alpha=alpha, status=status, method=used, n_iter=n_iter, tol=tol)
+    v = OptimalVerifier(p_, q_, k, _full_orders(orders, supp, zero), w,
+                        alpha=alpha, status=status, method=used, n_iter=n_iter, tol=tol)
+    if direct is not None and not direct.gap > v.gap:
+        return direct
+    return v

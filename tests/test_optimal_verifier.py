@@ -337,3 +337,21 @@ def test_linear_time_passes_on_llm_like(seed):
         fast = sm.optimal_selection_law(p, q, k, in0)[0]
         ref = sm.optimal_selection_law(p, q, k, in0, reference=True)[0]
         np.testing.assert_allclose(fast, ref, rtol=0, atol=1e-13)
+
+
+def test_direct_budget_exhaustion_falls_back_and_reports():
+    # one Carathéodory step is not enough here: the direct mixture misses
+    # alpha_k, column generation (warm-started with its orders) takes over,
+    # and whichever is returned states its method, status and gap honestly
+    p, q = _llm_pair(8, 4)
+    full = otspec.optimal_verifier(p, q, 3)
+    assert full.n_iter > 1
+    v = otspec.optimal_verifier(p, q, 3, max_iter=1)
+    assert v.method in ("direct", "direct+colgen")
+    chk = otspec.check_verifier(v)
+    assert chk.max_marginal_error <= TOL
+    assert chk.acceptance_error <= TOL
+    np.testing.assert_allclose(v.gap, v.alpha - chk.acceptance, rtol=0, atol=TOL)
+    assert (v.status == "optimal") == (v.gap <= v.tol)
+    # max_iter = 1 also caps the fallback's pricing rounds: not optimal, and it says so
+    assert v.status != "optimal" and v.gap > 1e-9
