@@ -50,7 +50,7 @@ CONFIGS = [
     ("block", 1, {}),
     ("kseq", 0, {}),
     ("multiround", 0, {}),
-    ("optimal", 0, {}),
+    ("optimal", 0, {"top_k": 16}),
     ("lp", 0, {"top_k": 16}),
     ("mentored", 1, {"verifier_options": {"D": 0.1}}),
 ]

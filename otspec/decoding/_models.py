@@ -75,6 +75,15 @@ class _HFState:
         self.batch = 1
 
 
+def _new_cache():
+    """An empty ``DynamicCache`` (passed explicitly: transformers 4.x returns legacy tuples otherwise)."""
+    try:
+        from transformers import DynamicCache
+    except ImportError:  # pragma: no cover - a custom torch LM without transformers
+        return None
+    return DynamicCache()
+
+
 class HFCausalLM:
     r"""Adapter of a Hugging Face causal language model, with its KV cache, on any torch device.
 
@@ -153,6 +162,8 @@ class HFCausalLM:
                 raise ValueError(f"a state of batch {state.batch} cannot be extended with {B} rows")
             if state.cache is not None and state.length > 0:
                 state.cache.batch_repeat_interleave(B)
+        if state.cache is None:
+            state.cache = _new_cache()
         out = self.model(input_ids=ids, past_key_values=state.cache, use_cache=True)
         self.n_calls += 1
         state.cache = out.past_key_values
