@@ -358,6 +358,13 @@ def _fill_high(pH, qH, b, k):
     """
     m = pH.shape[0]
     suf = suffix_masses(pH, b)  # suf[j] = b + mass of positions >= j
+    # fast path: if q itself lies in P(g_H) (prefix test along q/p descending,
+    # i.e. the given order), no token is ever capped by its capacity and the
+    # greedy returns z = q (this is the case alpha_k = 1, e.g. p = q)
+    # (to the rounding of the prefix sums, 4 m eps)
+    S = np.cumsum(increments(pH, suf[:-1], k) - qH)
+    if m and float(S.min()) >= -4.0 * m * np.finfo(float).eps:
+        return np.array(qH, dtype=np.float64)
     z = np.zeros(m)
     W: list[int] = []
     for j in range(m):
