@@ -360,9 +360,17 @@ def optimal_verifier(
 
     Notes
     -----
-    Cost: :math:`O(n^2)` for the two greedy passes and :math:`O(n \log n)`
-    per Carathéodory step; ``sample`` costs :math:`O(k + \log n)` and
-    ``conditional`` :math:`O(m k + n)` for ``m`` orders.
+    Cost: one sort for the min cut and :math:`O(n)` more for the greedy
+    pass on :math:`\Omega_0`; the pass on ``H`` costs :math:`O(|W|)` per
+    token, with ``W`` the tokens capped by ``q`` and not yet in a tight set
+    (short on LLM-like pairs; :math:`O(n)` outright when
+    :math:`\alpha_k = 1`); each Carathéodory step is a sort and a few scans
+    of the block it splits, and the decomposition stops refining a branch
+    once its weight is below 1e-18. Measured: about 50 ms at ``n = 1000``,
+    ``k = 8`` and 1-3 s at ``n = 32768`` (docs, "Measured performance").
+    ``sample`` costs :math:`O(k + \log n)` and ``conditional``
+    :math:`O(m k + n)` for ``m`` orders; the orders take :math:`2 m n`
+    int32 entries (orders and their ranks).
 
     References
     ----------
