@@ -102,7 +102,7 @@ def kl_divergence(q: np.ndarray, pi: np.ndarray) -> float:
     if np.any(pi[m] <= 0):
         return math.inf
     terms = q[m] * _h((pi[m] - q[m]) / q[m], pi[m] / q[m])
-    return math.fsum(terms.tolist()) + math.fsum(pi[~m].tolist())
+    return max(math.fsum(terms.tolist()) + math.fsum(pi[~m].tolist()), 0.0)
 
 
 def _validate_D(D) -> float:
@@ -245,7 +245,8 @@ class _Problem:
         self.t_floor = 0.0
         if self.has_inf:
             q_inf = self.qb[~finite]
-            self.t_floor = min(max(_TINY, 4 * _TINY / float(q_inf.min())), self.t_max)
+            # 2**10 ulps of headroom: the chain w / sum(w) * t runs through subnormals
+            self.t_floor = min(max(_TINY, 2.0**10 * _TINY / float(q_inf.min())), self.t_max)
 
     # -- the piecewise-explicit functions of t ---------------------------------
     def pieces(self, t):
@@ -289,9 +290,10 @@ class _Problem:
         # KL is decreasing in t: the last breakpoint with KL >= D starts the piece
         above = np.flatnonzero(kls >= D)
         if above.shape[0] == 0:
-            # D is below KL(q || p) only by rounding of the two formulas: R = 1
-            J, K = self.pieces(0.0)
-            return 0.0, int(J), int(K), 0
+            # D is below KL(q || p) only by rounding of the two formulas: R = 1 (or, with
+            # target mass where p = 0, the floor that keeps pi positive there)
+            J, K = self.pieces(self.t_floor)
+            return self.t_floor, int(J), int(K), 0
         i = int(above[-1])
         if kls[i] == D or i + 1 == bps.shape[0]:
             J, K = self.pieces(bps[i])
@@ -329,6 +331,9 @@ class _Problem:
                 J2, K2 = self.pieces(tf)
                 return tf, int(J2), int(K2), 1
             t, it = _newton(f, tf, hi, hi, D, log=True)
+        if t < self.t_floor:
+            J, K = (int(v) for v in self.pieces(self.t_floor))
+            t = self.t_floor
         return t, J, K, it
 
     def t_of_alpha(self, alpha: float) -> float:
@@ -401,7 +406,7 @@ class _Problem:
             r[lo] = np.minimum(self.ra[:J] * inv_alpha, 1.0)
         elif J:
             # alpha = 0 regime (only q = 0 tokens below): accept them with a common probability
-            r[lo] = 1.0 - t / self.P0
+            r[lo] = min(max(1.0 - t / self.P0, 0.0), 1.0)
         w = np.zeros(n)
         if K and t > 0:
             inv_beta = (t + self.Pb[K]) / self.Qb[K]  # 1/beta, no overflow when t is tiny
@@ -581,6 +586,18 @@ def mentored(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_iter: int
         If ``D`` is not a real number.
     RuntimeError
         If ``method="bisection"`` does not reach ``tol`` in ``max_iter`` steps.
+
+    Notes
+    -----
+    ``p`` and ``q`` are used as given (each sums to 1 within
+    :data:`otspec.SIMPLEX_TOL`). When no token has :math:`q_i < p_i` in
+    floating point, nothing can be rejected and :math:`\pi = p`; if ``q`` then
+    still puts (rounding-level) mass where ``p = 0``, ``kl`` is infinite.
+    When the optimal rejection mass underflows (huge ``D`` with target mass
+    where ``p = 0``) the least positive double that keeps :math:`\pi > 0` is
+    used, which satisfies the budget. ``kl`` is computed as
+    :math:`\sum_{q_i>0} q_i h(\pi_i/q_i - 1) + \sum_{q_i=0} \pi_i` with
+    :math:`h(u) = u - \ln(1+u)`, accurate when :math:`\pi \approx q`.
 
     See Also
     --------
