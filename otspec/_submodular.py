@@ -80,7 +80,31 @@ def vertex(pD: np.ndarray, b: float, k: int) -> np.ndarray:
     (plus ``b``): the chance that token ``j`` is drafted and none before it is.
     """
     c = suffix_masses(pD, b)
+    if 2 <= k <= _HORNER_MAX_K and pD.shape[0] >= _HORNER_MIN_SIZE * k:
+        return _increments_between(pD, c[:-1], c[1:], k)
     return increments(pD, c[:-1], k)
+
+
+#: Largest ``k``, and smallest block per unit of ``k``, for the multiply-add form of the increments.
+_HORNER_MAX_K = 16
+_HORNER_MIN_SIZE = 32
+
+
+def _increments_between(x, c, d, k):
+    r"""``c**k - d**k = x * sum_{i<k} c^(k-1-i) d^i`` for ``d = c - x`` given separately.
+
+    All terms are non-negative, so the result has relative error of order
+    ``k eps`` with no transcendental functions; ``d`` is the next suffix mass,
+    never computed as the difference ``c - x``.
+    """
+    h = np.ones_like(c)
+    dp = np.ones_like(d)
+    for _ in range(k - 1):
+        h *= c
+        dp *= d
+        h += dp
+    h *= x
+    return h
 
 
 def prefix_slack(pD: np.ndarray, wD: np.ndarray, b: float, k: int, order: np.ndarray):
@@ -267,7 +291,7 @@ def flatten_tree(node, size: int):
     lo, hi = edges[:-1][keep], edges[1:][keep]
     w = w[keep]
     u = 0.5 * (lo + hi)
-    out = np.empty((u.shape[0], size), dtype=np.int64)
+    out = np.empty((u.shape[0], size), dtype=np.int32 if size < 2**31 else np.int64)
     _fill_orders(node, u, np.arange(u.shape[0]), out, 0)
     return w / w.sum(), out
 

@@ -104,8 +104,9 @@ class OptimalVerifier(Verifier):
         orders = np.ascontiguousarray(orders, dtype=itype)
         weights = np.asarray(weights, dtype=np.float64)
         ranks = np.empty(orders.shape, dtype=itype)
-        rows = np.arange(orders.shape[0])[:, None]
-        ranks[rows, orders] = np.arange(n)[None, :]
+        positions = np.arange(n, dtype=itype)
+        for j in range(orders.shape[0]):
+            ranks[j, orders[j]] = positions
         self._orders = orders
         self._ranks = ranks
         self._weights = weights
@@ -113,8 +114,9 @@ class OptimalVerifier(Verifier):
         self._cumw[-1] = 1.0
         z = np.zeros(n)
         supp = p > 0
+        full = bool(supp.all())
         for w, o in zip(weights, orders):
-            os_ = o[supp[o]]
+            os_ = o if full else o[supp[o]]
             z[os_] += w * sm.vertex(p[os_], 0.0, k)
         self._z = z
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -275,10 +277,17 @@ def _direct(ps, qs, k, in0, max_iter):
 
 def _full_orders(orders_supp, supp, zero):
     """Lift orders of support positions to permutations of all tokens (``p = 0`` tokens last)."""
-    orders_supp = np.asarray(orders_supp, dtype=np.int64).reshape(len(orders_supp), supp.shape[0])
+    n = supp.shape[0] + zero.shape[0]
+    itype = np.int32 if n < 2**31 else np.int64
+    if isinstance(orders_supp, np.ndarray) and orders_supp.ndim == 2:
+        orders_supp = orders_supp.astype(itype, copy=False)
+    else:
+        orders_supp = np.asarray(orders_supp, dtype=itype).reshape(len(orders_supp), supp.shape[0])
+    if zero.shape[0] == 0:
+        return orders_supp  # supp is arange(n): support positions are token ids
     m = orders_supp.shape[0]
-    out = np.empty((m, supp.shape[0] + zero.shape[0]), dtype=np.int64)
-    out[:, : supp.shape[0]] = supp[orders_supp]
+    out = np.empty((m, n), dtype=itype)
+    out[:, : supp.shape[0]] = supp.astype(itype)[orders_supp]
     out[:, supp.shape[0] :] = zero[None, :]
     return out
 
