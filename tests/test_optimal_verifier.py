@@ -20,7 +20,7 @@ from otspec.testing import chi2_gof
 from .strategies import pairs
 
 TOL = 1e-9
-# three chi-square tests below; a false failure rate of 1e-4 each keeps the
+# four chi-square tests below; a false failure rate of 1e-4 each keeps the
 # suite's spurious-failure chance under 1e-3 (union bound)
 ALPHA_FAIL = 1e-4
 
@@ -208,6 +208,22 @@ def test_sampler_chi2(drafts):
     N = 20_000
     counts = np.bincount([v.sample(drafts, rng=gen) for _ in range(N)], minlength=4)
     res = chi2_gof(counts, v.conditional(drafts), alpha_fail=ALPHA_FAIL)
+    assert res.passed, res
+
+
+def test_sampler_chi2_llm_like_rejection_path():
+    # all drafts on the token most often rejected: the output comes from the
+    # residual (drawn by inverse CDF) with real probability
+    p, q = _llm_pair(200, 8)
+    v = otspec.optimal_verifier(p, q, 4)
+    t = int(np.argmax(np.maximum(v.z - q, 0.0) / np.maximum(v.z, 1e-300)))
+    drafts = [t, t, t, t]
+    law = v.conditional(drafts)
+    assert law[t] < 0.9  # the residual path carries real mass here
+    gen = np.random.default_rng(2024)
+    N = 20_000
+    counts = np.bincount([v.sample(drafts, rng=gen) for _ in range(N)], minlength=200)
+    res = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert res.passed, res
 
 
