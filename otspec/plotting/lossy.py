@@ -97,7 +97,7 @@ def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=No
     q : (n,) array_like of float
         Target distribution.
     ls : (m,) array_like of float, keyword-only
-        Lenience values in ``(0, 1]`` (default: 40 values from 1e-3 to 1, log-spaced).
+        Lenience values in ``(0, 1]`` (default: 50 values from 0.02 to 1, evenly spaced).
     n_points : int, keyword-only
         Budgets on the frontier.
     d_max : float, keyword-only
@@ -115,7 +115,7 @@ def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=No
     import matplotlib.pyplot as plt
 
     p_, q_ = validate_pair(p, q)
-    ls_ = np.geomspace(1e-3, 1.0, 40) if ls is None else np.asarray(ls, dtype=np.float64)
+    ls_ = np.linspace(0.02, 1.0, 50) if ls is None else np.asarray(ls, dtype=np.float64)
     lc = lenience_curve(p_, q_, ls_)
     fr0 = mentored_frontier(p_, q_, [0.0])
     if d_max is None:
