@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 import otspec
-from otspec.kseq import _f
+from otspec._kseq import _f
 
 
 def _once(fn, min_time):

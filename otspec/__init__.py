@@ -23,14 +23,14 @@ from ._otm_lp import otm_lp
 from ._otm_lp import otm_lp_tuples
 
 # --- section: multidraft (k-Seq, multi-round) ---
-from .kseq import KSeq
-from .kseq import kseq
-from .kseq import kseq_beta
-from .kseq import kseq_p_acc
-from .kseq import kseq_residual
-from .kseq import kseq_rho_star
-from .multiround import MultiRound
-from .multiround import multiround
+from ._kseq import KSeq
+from ._kseq import kseq
+from ._kseq import kseq_beta
+from ._kseq import kseq_p_acc
+from ._kseq import kseq_residual
+from ._kseq import kseq_rho_star
+from ._multiround import MultiRound
+from ._multiround import multiround
 # --- end section: multidraft ---
 
 # --- section: optimal verifier ---

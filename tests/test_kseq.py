@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import otspec
 from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
-from otspec.kseq import _f
+from otspec._kseq import _f
 
-KSEQ_MODULE = importlib.import_module("otspec.kseq")  # `otspec.kseq` the attribute is the function
+KSEQ_MODULE = importlib.import_module("otspec._kseq")
 from otspec.testing import chi2_gof
 from tests.strategies import pairs
 

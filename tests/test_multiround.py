@@ -163,7 +163,7 @@ def test_draft_law_default_is_iid_product():
 def test_max_histories_guard(monkeypatch):
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
-    monkeypatch.setattr(importlib.import_module("otspec.multiround"), "MAX_HISTORIES", 5)
+    monkeypatch.setattr(importlib.import_module("otspec._multiround"), "MAX_HISTORIES", 5)
     v = otspec.multiround(p, q, 3, replacement=False)
     with pytest.raises(ValueError, match="MAX_HISTORIES=5"):
         v.acceptance()

@@ -157,8 +157,8 @@ def _lp(p, q, k):
 
 #: public name of each verifier constructor, and the modules that may define it
 _CONSTRUCTORS = {
-    "kseq": ("kseq", ("otspec.kseq",)),
-    "multiround": ("multiround", ("otspec.multiround", "otspec.kseq")),
+    "kseq": ("kseq", ("otspec._kseq",)),
+    "multiround": ("multiround", ("otspec._multiround", "otspec._kseq")),
     "optimal": ("optimal_verifier", ("otspec.optimal_verifier", "otspec.optimal")),
 }
 
@@ -370,11 +370,11 @@ class VerifierFactory:
 
 def _sequential_params(v):
     """``(accepts (k, n), residual (n,))`` for verifiers known to be sequential first-accept rules, else None."""
-    kseq_cls = _lookup_class("KSeq", ("otspec.kseq",))
+    kseq_cls = _lookup_class("KSeq", ("otspec._kseq",))
     if kseq_cls is not None and type(v) is kseq_cls:
         a = np.asarray(v.accept_probs, dtype=np.float64)
         return np.broadcast_to(a, (v.k, a.shape[0])), np.asarray(v.residual, dtype=np.float64)
-    mr_cls = _lookup_class("MultiRound", ("otspec.multiround",))
+    mr_cls = _lookup_class("MultiRound", ("otspec._multiround",))
     if mr_cls is not None and type(v) is mr_cls and getattr(v, "replacement", False):
         # round i accepts x with min(1, q_i(x)/p(x)); tokens with p(x) = 0 are never drawn
         T = np.asarray(v.targets, dtype=np.float64)

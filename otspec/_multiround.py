@@ -31,7 +31,7 @@ import numpy as np
 from ._maximal_coupling import residual
 from ._validation import as_rng, validate_k, validate_pair
 from ._verifier import Verifier
-from .kseq import _draw, _sample_iid
+from ._kseq import _draw, _sample_iid
 
 __all__ = ["MultiRound", "multiround", "MAX_HISTORIES"]
 
