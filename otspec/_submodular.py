@@ -57,7 +57,26 @@ def suffix_masses(pD: np.ndarray, b: float) -> np.ndarray:
 
 
 def increments(x: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
-    r"""``c**k - (c - x)**k`` elementwise, with full relative accuracy (``0 <= x <= c``)."""
+    r"""``c**k - (c - x)**k`` elementwise, with full relative accuracy (``0 <= x <= c``).
+
+    Large arrays with ``k <= 16`` use the multiply-add form where
+    ``x <= c / 2`` (then ``c - x`` is exact to a relative ``eps``) and the
+    ``log1p``/``expm1`` form elsewhere.
+    """
+    if 2 <= k <= _HORNER_MAX_K and x.shape[0] >= _HORNER_MIN_SIZE * k:
+        small = x <= 0.5 * c
+        if small.all():
+            return _increments_between(x, c, c - x, k)
+        out = np.empty(x.shape[0])
+        out[small] = _increments_between(x[small], c[small], c[small] - x[small], k)
+        big = ~small
+        out[big] = _increments_transcendental(x[big], c[big], k)
+        return out
+    return _increments_transcendental(x, c, k)
+
+
+def _increments_transcendental(x: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+    """``c**k - (c - x)**k`` as ``-c**k expm1(k log1p(-x/c))``."""
     out = np.zeros(x.shape[0])
     pos = c > 0
     if not np.any(pos):
