@@ -371,3 +371,21 @@ def test_direct_budget_exhaustion_falls_back_and_reports():
     assert (v.status == "optimal") == (v.gap <= v.tol)
     # max_iter = 1 also caps the fallback's pricing rounds: not optimal, and it says so
     assert v.status != "optimal" and v.gap > 1e-9
+
+
+@pytest.mark.parametrize("k", [2, 3, 8, 16, 40])
+def test_increments_against_exact_rationals(k):
+    # c^k - (c - x)^k in float64 (both the multiply-add and the log1p/expm1 forms)
+    # against exact rational arithmetic, including x = c and x within 1e-12 of c
+    from fractions import Fraction
+
+    rng = np.random.default_rng(k)
+    n = 600
+    c = rng.random(n)
+    x = c * rng.random(n) ** rng.choice([1, 5, 20], n)
+    x[:10] = c[:10]
+    x[10:20] = c[10:20] * (1 - 1e-12)
+    got = sm.increments(x, c, k)
+    for i in list(range(25)) + rng.choice(n, 40, replace=False).tolist():
+        ref = Fraction(c[i]) ** k - (Fraction(c[i]) - Fraction(x[i])) ** k
+        assert abs(got[i] - float(ref)) <= 4e-15 * float(ref) + 1e-300
