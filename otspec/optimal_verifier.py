@@ -129,12 +129,12 @@ class OptimalVerifier(Verifier):
         self._res_cdf = np.cumsum(self._res)
         self._res_last = int(np.flatnonzero(self._res > 0)[-1]) if np.any(self._res > 0) else n - 1
         self._acceptance = self._exact_acceptance()
-        self.alpha = float(alpha)
-        self.gap = float(self.alpha - self._acceptance)
-        self.status = "optimal" if self.gap <= tol else (status if status != "optimal" else "suboptimal")
-        self.method = method
-        self.n_iter = int(n_iter)
-        self.tol = float(tol)
+        self._alpha = float(alpha)
+        self._gap = float(self._alpha - self._acceptance)
+        self._status = "optimal" if self._gap <= tol else (status if status != "optimal" else "suboptimal")
+        self._method = str(method)
+        self._n_iter = int(n_iter)
+        self._tol = float(tol)
         for arr in (self._orders, self._ranks, self._weights, self._z, self._a, self._res):
             arr.setflags(write=False)
 
@@ -158,6 +158,36 @@ class OptimalVerifier(Verifier):
     def residual(self) -> np.ndarray:
         """(n,) normalised residual :math:`(q - z)_+ / \\sum (q - z)_+` drawn after a rejection."""
         return self._res
+
+    @property
+    def alpha(self) -> float:
+        """:math:`\\alpha_k(p, q)`, the optimum (closed form)."""
+        return self._alpha
+
+    @property
+    def gap(self) -> float:
+        """``alpha - acceptance()`` (zero up to rounding when optimal)."""
+        return self._gap
+
+    @property
+    def status(self) -> str:
+        """``"optimal"`` when ``gap <= tol``, else why the construction stopped short."""
+        return self._status
+
+    @property
+    def method(self) -> str:
+        """The construction used: ``"direct"``, ``"direct+colgen"`` or ``"colgen"``."""
+        return self._method
+
+    @property
+    def n_iter(self) -> int:
+        """Carathéodory steps (direct) or pricing rounds (column generation)."""
+        return self._n_iter
+
+    @property
+    def tol(self) -> float:
+        """The gap tolerance behind ``status``."""
+        return self._tol
 
     @property
     def n_orders(self) -> int:

@@ -389,3 +389,10 @@ def test_increments_against_exact_rationals(k):
     for i in list(range(25)) + rng.choice(n, 40, replace=False).tolist():
         ref = Fraction(c[i]) ** k - (Fraction(c[i]) - Fraction(x[i])) ** k
         assert abs(got[i] - float(ref)) <= 4e-15 * float(ref) + 1e-300
+
+
+def test_reported_fields_are_read_only():
+    v = otspec.optimal_verifier([0.5, 0.5], [0.9, 0.1], 2)
+    for name in ("alpha", "gap", "status", "method", "n_iter", "tol", "orders", "weights", "z"):
+        with pytest.raises(AttributeError):
+            setattr(v, name, None)
