@@ -93,6 +93,8 @@ class OptimalVerifier(Verifier):
         ``"direct+colgen"`` after a fallback, or ``"colgen"``).
     n_iter : int
         Carathéodory steps (direct) or pricing rounds (column generation).
+    tol : float
+        The gap tolerance behind ``status``.
     """
 
     def __init__(self, p, q, k, orders, weights, *, alpha, status, method, n_iter, tol):
@@ -342,7 +344,7 @@ def optimal_verifier(
 
     where :math:`B(g)` is the base polytope of ``g``, whose vertices are the
     laws of the priority-order selection rules. The verifier selects a
-    draft by a mixture of at most ``n`` priority orders, then accepts it
+    draft by a mixture of at most ``n + 1`` priority orders, then accepts it
     with probability :math:`\min(1, q/z)` or resamples from
     :math:`(q - z)_+`; it is lossless and its acceptance
     :math:`P(Y \in S(X))` equals :math:`\alpha_k(p, q)`.
