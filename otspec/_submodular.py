@@ -405,13 +405,24 @@ def _fill_high(pH, qH, b, k):
     # i.e. the given order), no token is ever capped by its capacity and the
     # greedy returns z = q (this is the case alpha_k = 1, e.g. p = q)
     # (to the rounding of the prefix sums, 4 m eps)
-    S = np.cumsum(increments(pH, suf[:-1], k) - qH)
+    vert = increments(pH, suf[:-1], k)  # capacity of token j when W is empty
+    S = np.cumsum(vert - qH)
     if m and float(S.min()) >= -4.0 * m * np.finfo(float).eps:
         return np.array(qH, dtype=np.float64)
     z = np.zeros(m)
+    # while W is empty the capacity of token j is vert[j] (U = all tokens
+    # before j, tight): runs of tokens with vert < q are capped at once
+    uncapped = np.flatnonzero(vert >= qH)
     W: list[int] = []
-    for j in range(m):
+    j = 0
+    while j < m:
         pe = pH[j]
+        if not W:
+            nxt = int(uncapped[np.searchsorted(uncapped, j)]) if uncapped.size and uncapped[-1] >= j else m
+            if nxt > j:
+                z[j:nxt] = np.maximum(vert[j:nxt], 0.0)
+                j = nxt
+                continue
         if W:
             Wa = np.array(W)
             pw = pH[Wa]
@@ -433,6 +444,7 @@ def _fill_high(pH, qH, b, k):
         else:
             z[j] = qH[j]
             W.append(j)
+        j += 1
     return z
 
 
