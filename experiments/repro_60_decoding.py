@@ -30,12 +30,13 @@ SETTINGS = dict(
     verifiers=("token", "block-onestep", "block", "kseq", "lp"),
     device="cpu",
     threads=1,
-    lossless_runs=120,
+    lossless_runs=100,
     seed=0,
     progress=False,
 )
-#: verifiers whose losslessness is tested on the real pair here (the decoder's own tests cover all)
-LOSSLESS_CHECKED = ("token", "block-onestep", "block", "kseq")
+#: verifiers whose losslessness is tested on the real pair here, to keep `make reproduce` short
+#: (tests/test_decoding.py covers every verifier on tiny models; the script's default checks all)
+LOSSLESS_CHECKED = ("token", "block")
 
 
 def run(out: Path) -> Section:
