@@ -366,9 +366,9 @@ def optimal_verifier(
         over the orders found so far in HiGHS, pricing by one sort).
     tol : float, keyword-only
         Largest gap ``alpha_k - acceptance`` reported as ``"optimal"``;
-        default ``max(OPTIMALITY_TOL, 4 n eps)`` for ``"direct"`` (1e-12,
-        or the error bound of the closed form :math:`\alpha_k` itself for
-        ``n`` above about 1100) and :data:`LP_OPTIMALITY_TOL` (1e-10, the
+        default ``max(OPTIMALITY_TOL, 4 (n + k) eps)`` for ``"direct"``
+        (1e-12, or the error bound of the closed form :math:`\alpha_k`
+        itself when ``n + k`` exceeds about 1100) and :data:`LP_OPTIMALITY_TOL` (1e-10, the
         LP's feasibility tolerance) for ``"colgen"`` and the fallback.
     max_iter : int, keyword-only
         Budget of Carathéodory steps (direct; default ``4 n``) or pricing
@@ -458,8 +458,9 @@ def optimal_verifier(
     if method == "direct":
         budget = 4 * supp.shape[0] if max_iter is None else max_iter
         w, orders, status, n_iter = _direct(ps, qs, k, in0, budget)
-        # the closed form alpha_k is itself exact to about 4 n eps (prefix sums)
-        dtol = max(OPTIMALITY_TOL, 4 * n * np.finfo(float).eps) if tol is None else tol
+        # the closed form alpha_k is itself exact to about 4 n eps (prefix sums),
+        # and k-th powers add about k eps
+        dtol = max(OPTIMALITY_TOL, 4 * (n + k) * np.finfo(float).eps) if tol is None else tol
         direct = OptimalVerifier(p_, q_, k, _full_orders(orders, supp, zero), w, alpha=alpha, status=status,
                                  method="direct", n_iter=n_iter, tol=dtol)
         if direct.success:
