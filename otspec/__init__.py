@@ -34,8 +34,8 @@ from ._multiround import multiround
 # --- end section: multidraft ---
 
 # --- section: optimal verifier ---
-from .optimal_verifier import OptimalVerifier
-from .optimal_verifier import optimal_verifier
+from ._optimal_verifier import OptimalVerifier
+from ._optimal_verifier import optimal_verifier
 # --- end section: optimal verifier ---
 
 # --- section: block ---

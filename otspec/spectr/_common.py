@@ -159,7 +159,7 @@ def _lp(p, q, k):
 _CONSTRUCTORS = {
     "kseq": ("kseq", ("otspec._kseq",)),
     "multiround": ("multiround", ("otspec._multiround", "otspec._kseq")),
-    "optimal": ("optimal_verifier", ("otspec.optimal_verifier", "otspec.optimal")),
+    "optimal": ("optimal_verifier", ("otspec._optimal_verifier",)),
 }
 
 
