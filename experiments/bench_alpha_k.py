@@ -15,38 +15,15 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import otspec
 
-
-def timeit(fn, *, repeat=7, min_time=0.05):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        reps = 0
-        while True:
-            fn()
-            reps += 1
-            el = time.perf_counter() - t0
-            if el >= min_time or reps >= 1000:
-                break
-        times.append(el / reps)
-    return statistics.median(times)
-
-
-def llm_like(n, rng, sigma=3.0, noise=1.0):
-    logits = rng.normal(0, sigma, n)
-    q = np.exp(logits - logits.max())
-    q /= q.sum()
-    d = logits + rng.normal(0, noise, n)
-    p = np.exp(d - d.max())
-    p /= p.sum()
-    return p, q
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import llm_like, print_table, timeit, timeit_many  # noqa: E402
 
 
 def pot_alpha(p, q, k):
@@ -68,9 +45,9 @@ def part_sort(quick, rst):
     rows = []
     for n in ns:
         p, q = llm_like(n, rng)
-        t_sort = timeit(lambda: np.argsort(q / p))
-        t_exact = timeit(lambda: otspec.alpha_k(p, q, 8))
-        t_many = timeit(lambda: otspec.alpha_k(p, q, list(range(1, 17))))
+        t_sort, t_exact, t_many = timeit_many(
+            [lambda: np.argsort(q / p), lambda: otspec.alpha_k(p, q, 8), lambda: otspec.alpha_k(p, q, list(range(1, 17)))]
+        )
         rows.append((n, t_sort * 1e3, t_exact * 1e3, t_exact / t_sort, t_many * 1e3))
     head = ("n", "argsort(q/p) ms", "alpha_k(k=8) ms", "ratio to argsort", "alpha_k(k=1..16) ms")
     print_table("Exact alpha_k vs numpy argsort of the same vector (k = 8); target ratio <= 3", head, rows, rst)
@@ -102,25 +79,6 @@ def part_lp(quick, rst):
         rows.append((n, k, f"{t_exact * 1e6:.0f} us", f"{t_lp * 1e3:.1f} ({t_lp / t_exact:.0f}x)", lp.n_variables, tup, pot, errs))
     head = ("n", "k", "exact", "reduced LP ms (ratio)", "LP vars", "tuple LP cvxpy ms (ratio)", "POT ot.emd ms (ratio)", "|err| LP / tuple / POT")
     print_table("alpha_k: exact vs LPs (ratios to the exact method in the same row)", head, rows, rst)
-
-
-def print_table(title, head, rows, rst):
-    cells = [[str(c) if not isinstance(c, float) else f"{c:.3g}" for c in r] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(head)]
-    print(f"\n{title}\n")
-    if rst:
-        sep = "  ".join("=" * w for w in widths)
-        print(sep)
-        print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-        print(sep)
-        for r in cells:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
-        print(sep)
-    else:
-        print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
-        print("-+-".join("-" * w for w in widths))
-        for r in cells:
-            print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
 
 
 def main():

@@ -17,70 +17,16 @@ import argparse
 import statistics
 import time
 
+import sys
+from pathlib import Path
+
 import numpy as np
 
 import otspec
 from otspec._kseq import _f
 
-
-def _once(fn, min_time):
-    t0 = time.perf_counter()
-    reps = 0
-    while True:
-        fn()
-        reps += 1
-        el = time.perf_counter() - t0
-        if el >= min_time or reps >= 1000:
-            return el / reps
-
-
-def timeit_many(fns, *, repeat=9, min_time=0.03):
-    """Median time of each function, the functions interleaved in every repeat.
-
-    The machine is shared: interleaving exposes every contender to the same
-    load, so the ratios within a row stay meaningful when absolute times drift.
-    """
-    for fn in fns:
-        fn()  # warm-up
-    times = [[] for _ in fns]
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            times[i].append(_once(fn, min_time))
-    return [statistics.median(t) for t in times]
-
-
-def llm_like(n, rng, sigma=3.0, noise=1.0):
-    logits = rng.normal(0, sigma, n)
-    q = np.exp(logits - logits.max())
-    q /= q.sum()
-    d = logits + rng.normal(0, noise, n)
-    p = np.exp(d - d.max())
-    p /= p.sum()
-    return p, q
-
-
-def print_table(title, head, rows, rst):
-    def cell(v):
-        if isinstance(v, float):
-            return f"{v:.3g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.1e}"
-        return str(v)
-
-    body = [[cell(v) for v in r] for r in rows]
-    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
-    print()
-    print(title)
-    if rst:
-        sep = "  ".join("=" * w for w in widths)
-        print(sep)
-        print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-        print(sep)
-        for b in body:
-            print("  ".join(c.ljust(w) for c, w in zip(b, widths)))
-        print(sep)
-    else:
-        print(" | ".join(h.rjust(w) for h, w in zip(head, widths)))
-        for b in body:
-            print(" | ".join(c.rjust(w) for c, w in zip(b, widths)))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import llm_like, print_table, timeit_many  # noqa: E402
 
 
 def part_rho(quick, rst):

@@ -1,0 +1,80 @@
+"""Shared helpers of the benchmark scripts: interleaved timings, LLM-like pairs, tables.
+
+The machine is shared and noisy: contenders of one row are timed interleaved
+in every repeat (so they see the same load) and the median is kept; compare
+the ratios within a row, not absolute times across runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+__all__ = ["timeit", "timeit_many", "llm_like", "print_table"]
+
+
+def _once(fn, min_time):
+    t0 = time.perf_counter()
+    reps = 0
+    while True:
+        fn()
+        reps += 1
+        el = time.perf_counter() - t0
+        if el >= min_time or reps >= 1000:
+            return el / reps
+
+
+def timeit_many(fns, *, repeat=9, min_time=0.03):
+    """Median time of each function, the functions interleaved in every repeat (after one warm-up each)."""
+    for fn in fns:
+        fn()
+    times = [[] for _ in fns]
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            times[i].append(_once(fn, min_time))
+    return [statistics.median(t) for t in times]
+
+
+def timeit(fn, *, repeat=7, min_time=0.05):
+    """Median time of one function after a warm-up."""
+    return timeit_many([fn], repeat=repeat, min_time=min_time)[0]
+
+
+def llm_like(n, rng, sigma=3.0, noise=1.0):
+    """An LLM-like (draft p, target q) pair: softmax of Gaussian logits, the draft's logits perturbed."""
+    logits = rng.normal(0, sigma, n)
+    q = np.exp(logits - logits.max())
+    q /= q.sum()
+    d = logits + rng.normal(0, noise, n)
+    p = np.exp(d - d.max())
+    p /= p.sum()
+    return p, q
+
+
+def print_table(title, head, rows, rst):
+    """Print a table, as reST (``rst=True``, for docs/perf) or as plain aligned text."""
+
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.3g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.1e}"
+        return str(v)
+
+    body = [[cell(v) for v in r] for r in rows]
+    widths = [max(len(h), *(len(b[i]) for b in body)) for i, h in enumerate(head)]
+    print()
+    print(title)
+    print()
+    if rst:
+        sep = "  ".join("=" * w for w in widths)
+        print(sep)
+        print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+        print(sep)
+        for b in body:
+            print("  ".join(c.ljust(w) for c, w in zip(b, widths)))
+        print(sep)
+    else:
+        print(" | ".join(h.rjust(w) for h, w in zip(head, widths)))
+        for b in body:
+            print(" | ".join(c.rjust(w) for c, w in zip(b, widths)))
