@@ -380,7 +380,6 @@ def lossless_check(
     from tqdm.auto import tqdm
 
     from ..testing import chi2_gof
-    from ._loop import make_rng  # noqa: F401  (validates the generator type early)
 
     n_runs = validate_positive_int(n_runs, "n_runs")
     alpha_fail = validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
