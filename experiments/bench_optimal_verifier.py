@@ -13,6 +13,17 @@ Every row also reports the verifier's gap to alpha_k (exact closed form) and
 its number of priority orders, and a per-token sampling time.
 
 Usage: python experiments/bench_optimal_verifier.py [--quick] [--rst]
+       python experiments/bench_optimal_verifier.py --real [--pairs 4] [--timeout 45] [--rst]
+
+``--real`` times the construction on real next-token laws instead
+(SmolLM2-135M-Instruct target, layer-skipped draft, temperature 1; see
+``experiments/real_pair_dists.py``, cached in ``~/.cache/otspec``): the full
+vocabulary (n = 49152) and each model's own top-K head (K = 64, 256, 1024,
+4096, ties kept, renormalised, on the union of the two heads, so K <= n <= 2K),
+k = 2, 4, 8, beside alpha_k and the reduced LP where it has at most 100,000
+sets. Full-vocabulary cases run in a child process with a wall-clock limit
+(``--timeout``) and a 4 GiB address-space limit, so a pathological case is
+reported as such instead of stalling or exhausting the shared machine.
 
 Target (issue 4): n = 1,000, k = 8 under 1 s on this 2-core CPU; stretch
 under 100 ms.
@@ -113,6 +124,105 @@ def part_compare(quick, rst):
     print_table("Direct construction vs column generation (budget 300 rounds) vs the reduced LP", head, rows, rst)
 
 
+REAL_KS = (2, 4, 8)
+REAL_HEADS = (64, 256, 1024, 4096, None)  # None: the full vocabulary
+REAL_LP_MAX_SETS = 100_000
+REAL_MEM_LIMIT = 4 * 2**30
+
+
+def _real_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent / "real_pair_dists.py"
+    spec = importlib.util.spec_from_file_location("real_pair_dists", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _real_case(p, q, k, repeat):
+    """(alpha, alpha_k time, direct time, verifier) for one pair; the direct time is a median."""
+    alpha = float(otspec.alpha_k(p, q, k))
+    t_alpha = timeit(lambda: otspec.alpha_k(p, q, k), repeat=repeat, min_time=0.02)
+    t0 = time.perf_counter()
+    v = otspec.optimal_verifier(p, q, k)
+    times = [time.perf_counter() - t0]
+    if times[0] < 3.0:  # the first call was the warm-up; two more
+        for _ in range(repeat - 1):
+            t0 = time.perf_counter()
+            otspec.optimal_verifier(p, q, k)
+            times.append(time.perf_counter() - t0)
+    return alpha, t_alpha, statistics.median(times), v
+
+
+def _real_child(pair, k):
+    """Child process entry (--_real-child): one full-vocabulary case, printed as one JSON line."""
+    import json
+    import resource
+
+    p, q = _real_module().load_real_pairs(pair + 1)[pair]
+    resource.setrlimit(resource.RLIMIT_AS, (REAL_MEM_LIMIT, REAL_MEM_LIMIT))
+    try:
+        alpha, t_alpha, t_dir, v = _real_case(p, q, k, repeat=3)
+        out = {"alpha": alpha, "t_alpha": t_alpha, "t_dir": t_dir, "orders": v.n_orders, "steps": v.n_iter,
+               "gap": v.gap, "status": v.status}
+    except MemoryError:
+        out = {"error": "MemoryError (4 GiB limit)"}
+    print(json.dumps(out), flush=True)
+
+
+def part_real(n_pairs, timeout, rst):
+    import json
+    import subprocess
+    import sys
+
+    mod = _real_module()
+    pairs = mod.load_real_pairs(n_pairs)
+    rows = []
+    for i, (p0, q0) in enumerate(pairs):
+        for K in REAL_HEADS:
+            for k in REAL_KS:
+                if K is None:
+                    n = p0.shape[0]
+                    t0 = time.perf_counter()
+                    try:
+                        res = subprocess.run([sys.executable, __file__, "--_real-child", str(i), str(k)],
+                                             capture_output=True, text=True, timeout=timeout)
+                        lines = res.stdout.strip().splitlines()
+                        r = json.loads(lines[-1]) if res.returncode == 0 and lines else {
+                            "error": f"child failed (rc {res.returncode}): {res.stderr.strip()[-80:]}"}
+                    except subprocess.TimeoutExpired:
+                        r = {"error": f"> {timeout:g} s (stopped)"}
+                    if "error" in r:
+                        alpha = float(otspec.alpha_k(p0, q0, k))
+                        t_alpha = timeit(lambda: otspec.alpha_k(p0, q0, k), repeat=3, min_time=0.02)
+                        rows.append((i, "full", n, k, f"{alpha:.6f}", fmt_ms(t_alpha), r["error"], "-", "-", "-",
+                                     "-", "-", "-"))
+                        print(f"  pair {i} full k={k}: {r['error']} ({time.perf_counter() - t0:.0f} s)", flush=True)
+                        continue
+                    alpha, t_alpha, t_dir = r["alpha"], r["t_alpha"], r["t_dir"]
+                    orders, steps, gap, status = r["orders"], r["steps"], r["gap"], r["status"]
+                else:
+                    p, q = mod.top_k_pair(p0, q0, K)
+                    n = p.shape[0]
+                    alpha, t_alpha, t_dir, v = _real_case(p, q, k, repeat=3)
+                    orders, steps, gap, status = v.n_orders, v.n_iter, v.gap, v.status
+                lp_cell, lp_err = "too large", "-"
+                if K is not None and math.comb(n + k - 1, k) <= REAL_LP_MAX_SETS:
+                    t0 = time.perf_counter()
+                    lp = otspec.otm_lp(p, q, k)
+                    t_lp = time.perf_counter() - t0
+                    lp_cell = f"{fmt_ms(t_lp)} ({t_lp / t_dir:.0f}x)"
+                    lp_err = f"{abs(lp.alpha - alpha):.1e}" if lp.success else lp.status
+                rows.append((i, "full" if K is None else K, n, k, f"{alpha:.6f}", fmt_ms(t_alpha), fmt_ms(t_dir),
+                             f"{t_dir / t_alpha:.0f}", orders, steps, f"{gap:.1e}", status, f"{lp_cell} {lp_err}"))
+    head = ("pair", "head K", "n", "k", "alpha_k", "alpha_k ms", "direct ms", "ratio", "orders", "steps", "gap",
+            "status", "reduced LP ms (ratio) abs err")
+    print_table("Real next-token laws (SmolLM2-135M target, layer-skipped draft, T = 1): direct construction vs "
+                "alpha_k and the reduced LP", head, rows, rst)
+
+
 def print_table(title, head, rows, rst):
     cells = [[str(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(head)]
@@ -136,8 +246,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer sizes (default run is short)")
     ap.add_argument("--rst", action="store_true", help="print reST tables for docs/")
+    ap.add_argument("--real", action="store_true", help="real SmolLM2 next-token laws instead of LLM-like pairs")
+    ap.add_argument("--pairs", type=int, default=4, help="--real: number of real pairs (default 4)")
+    ap.add_argument("--timeout", type=float, default=45.0,
+                    help="--real: seconds allowed per full-vocabulary case (default 45)")
+    ap.add_argument("--_real-child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args._real_child:
+        _real_child(*args._real_child)
+        return
     print(f"numpy {np.__version__}")
+    if args.real:
+        t0 = time.perf_counter()
+        part_real(args.pairs, args.timeout, args.rst)
+        print(f"\n--real: {time.perf_counter() - t0:.0f} s", flush=True)
+        return
     part_direct(args.quick, args.rst)
     part_compare(args.quick, args.rst)
 
