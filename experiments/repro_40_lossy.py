@@ -192,8 +192,8 @@ def run(out: Path) -> Section:
         ),
         notes=(
             "The papers print no numbers for these objects; every row checks a stated property on three pairs: "
-            "a Bernoulli pair (draft Ber(0.3), target Ber(0.6)) and a fixed LLM-like pair (n = 1000, softmax of "
-            "N(0, 9) logits, draft logits perturbed by N(0, 1)), plus real next-token laws (temperature 1, full "
+            "a Bernoulli pair (draft Ber(0.3), target Ber(0.6)), a fixed LLM-like pair (n = 1000, softmax of "
+            "N(0, 9) logits, draft logits perturbed by N(0, 1)) and real next-token laws (temperature 1, full "
             "vocabulary n = 49152) of SmolLM2-135M-Instruct (target q) and its layer-skipped draft (p; layers "
             "13-18 skipped) along sampled continuations of 4 plain-text prompts (experiments/real_pair_dists.py; "
             "the figure shows pair 0, the first next-token law of the first prompt). The frontier is solved exactly (sorted ratios, prefix sums, Newton inside the "
