@@ -35,6 +35,10 @@ LP_OPTIMALITY_TOL = 1e-10
 
 _METHODS = ("direct", "colgen")
 _NOISE = 1e-12
+#: Largest number of (rejectable, residual) cells summed exactly when the bound suffices.
+_PAIR_BUDGET = 20_000_000
+#: Cells per chunk of the pair sum (bounds its memory to a few tens of MB).
+_CHUNK = 1 << 21
 
 
 def _above_noise(excess: np.ndarray) -> np.ndarray:
@@ -130,7 +134,7 @@ class OptimalVerifier(Verifier):
         self._res = r / rs if rs > 0 else np.array(q)
         self._res_cdf = np.cumsum(self._res)
         self._res_last = int(np.flatnonzero(self._res > 0)[-1]) if np.any(self._res > 0) else n - 1
-        self._acceptance = self._exact_acceptance()
+        self._acceptance = self._exact_acceptance(float(alpha), float(tol))
         self._alpha = float(alpha)
         self._gap = float(self._alpha - self._acceptance)
         self._status = "optimal" if self._gap <= tol else (status if status != "optimal" else "suboptimal")
@@ -202,7 +206,7 @@ class OptimalVerifier(Verifier):
         return self.status == "optimal"
 
     # -- exact quantities -----------------------------------------------
-    def _exact_acceptance(self) -> float:
+    def _exact_acceptance(self, alpha: float, tol: float) -> float:
         r""":math:`P(Y \in S(X)) = \sum_y \min(z, q)` plus the chance that a rejection's residual draw hits a draft.
 
         The second term vanishes when every order puts the residual's
@@ -213,6 +217,13 @@ class OptimalVerifier(Verifier):
         with ``c`` the mass from position ``i`` on. Rounding noise (the
         smallest ``|z - q|`` cells, up to a total of 1e-12 on each side) is
         left out, an error of at most 2e-12.
+
+        The pair sum is evaluated in row chunks of at most ``_CHUNK`` cells
+        (bounded memory). When it would exceed ``_PAIR_BUDGET`` cells (long
+        vocabulary tails at full vocabulary size) and ``alpha - base <= tol``,
+        it is not evaluated: the acceptance of a lossless verifier cannot
+        exceed :math:`\alpha_k`, so ``0 <= extra <= alpha - base <= tol`` and
+        ``base`` is exact to within ``tol``.
         """
         p, q, k, z = self.p, self.q, self.k, self._z
         base = float(np.minimum(z, q).sum())
@@ -227,23 +238,35 @@ class OptimalVerifier(Verifier):
         ranks = self._ranks
         last_res = ranks[:, resid].max(axis=1)
         first_rej = ranks[:, rej].min(axis=1)
+        flagged = np.flatnonzero(first_rej < last_res)
+        # cells of the pair sum: only rejectable tokens ranked before the last
+        # residual cell, and residual cells ranked after the first rejectable token
+        work = sum(
+            int(np.count_nonzero(ranks[j, rej] < last_res[j])) * int(np.count_nonzero(ranks[j, resid] > first_rej[j]))
+            for j in flagged
+        )
+        if work > _PAIR_BUDGET and alpha - base <= tol:
+            return base
         extra = 0.0
-        for j in np.flatnonzero(first_rej < last_res):
+        for j in flagged:
             o = self._orders[j]
-            po = p[o]
-            c = sm.suffix_masses(po, 0.0)[:-1]  # mass from each position on
-            rj, yj = ranks[j, rej], ranks[j, resid]
-            before = rj[:, None] < yj[None, :]
-            if not before.any():
-                continue
-            ci = c[rj][:, None]
-            pz = p[rej][:, None]
-            py = p[resid][None, :]
-            with np.errstate(invalid="ignore"):
-                both = ci**k - np.maximum(ci - pz, 0) ** k - (np.maximum(ci - py, 0) ** k - np.maximum(ci - py - pz, 0) ** k)
-            both = np.where(before, np.maximum(both, 0.0), 0.0)
-            terms = (1.0 - self._a[rej])[:, None] * self._res[resid][None, :] * both
-            extra += self._weights[j] * float(terms.sum())
+            c = sm.suffix_masses(p[o], 0.0)[:-1]  # mass from each position on
+            zs = rej[ranks[j, rej] < last_res[j]]
+            ys = resid[ranks[j, resid] > first_rej[j]]
+            yj = ranks[j, ys][None, :]
+            py = p[ys][None, :]
+            ry = self._res[ys][None, :]
+            step = max(1, _CHUNK // max(1, ys.size))
+            for s0 in range(0, zs.size, step):
+                zc = zs[s0 : s0 + step]
+                rj = ranks[j, zc][:, None]
+                ci = c[ranks[j, zc]][:, None]
+                pz = p[zc][:, None]
+                with np.errstate(invalid="ignore"):
+                    both = ci**k - np.maximum(ci - pz, 0) ** k - (np.maximum(ci - py, 0) ** k - np.maximum(ci - py - pz, 0) ** k)
+                both = np.where(rj < yj, np.maximum(both, 0.0), 0.0)
+                terms = (1.0 - self._a[zc])[:, None] * ry * both
+                extra += self._weights[j] * float(terms.sum())
         return base + extra
 
     def selection_law(self, drafts) -> np.ndarray:

@@ -6,6 +6,7 @@ HiGHS (otm_lp), brute force over all subsets for membership in B(g), and a
 chi-square test of the sampler against the exact conditional law.
 """
 
+import importlib
 import itertools
 
 import numpy as np
@@ -396,3 +397,19 @@ def test_reported_fields_are_read_only():
     for name in ("alpha", "gap", "status", "method", "n_iter", "tol", "orders", "weights", "z"):
         with pytest.raises(AttributeError):
             setattr(v, name, None)
+
+
+def test_exact_acceptance_chunking_and_budget_bound(monkeypatch):
+    # the pair sum evaluated in tiny chunks equals the one-shot sum, and skipping
+    # it under the alpha_k bound (long real-vocabulary tails) stays within tol
+    mod = importlib.import_module("otspec._optimal_verifier")
+    rng = np.random.default_rng(11)
+    p, q = rng.dirichlet(np.full(40, 0.3)), rng.dirichlet(np.full(40, 0.3))
+    ref = otspec.optimal_verifier(p, q, 2)
+    monkeypatch.setattr(mod, "_CHUNK", 1)
+    chunked = otspec.optimal_verifier(p, q, 2)
+    np.testing.assert_allclose(chunked.acceptance(), ref.acceptance(), rtol=0, atol=1e-15)
+    monkeypatch.setattr(mod, "_PAIR_BUDGET", -1)
+    bounded = otspec.optimal_verifier(p, q, 2)
+    assert abs(bounded.acceptance() - ref.acceptance()) <= bounded.tol
+    assert bounded.status == "optimal"
