@@ -6,9 +6,9 @@ r"""Figures for lossy verification and the economics of speculative decoding.
 * :func:`plot_expected_tokens`: Leviathan et al.'s Figure 2.
 * :func:`plot_optimal_gamma`: Leviathan et al.'s Figure 3.
 * :func:`synthetic_llm_pair`: the fixed LLM-like (draft, target) pair used by
-  the reproduction (softmax of Gaussian logits with a perturbed draft). Issue 8
-  (the decoding adapter) will add a pair of real next-token distributions from
-  a model; until then this synthetic pair stands in for it.
+  the reproduction (softmax of Gaussian logits with a perturbed draft). The
+  reproduction also draws the frontier on real SmolLM2 next-token pairs from
+  the decoding adapter (``experiments/real_pair_dists.py``).
 
 matplotlib is imported inside each plotting function; ``import otspec`` never
 imports it. Notation: ``p`` is the draft, ``q`` the target (Leviathan et al.
@@ -39,8 +39,8 @@ def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float
 
     with :math:`\sigma` = ``sigma`` and :math:`\tau` = ``perturbation``. Heavy
     head, long tail, like next-token distributions; with the defaults
-    :math:`\sum_x \min(p, q) \approx 0.52` and :math:`\mathrm{KL}(q \| p) \approx 0.70`. A real-model pair arrives with the
-    decoding adapter (issue 8).
+    :math:`\sum_x \min(p, q) \approx 0.52` and :math:`\mathrm{KL}(q \| p) \approx 0.70`. Real-model pairs come from the
+    decoding adapter (``experiments/real_pair_dists.py``).
 
     Parameters
     ----------
