@@ -35,36 +35,21 @@ import argparse
 import math
 import statistics
 import time
+import sys
+from pathlib import Path
 
 import numpy as np
 
 import otspec
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _bench  # noqa: E402
+from _bench import llm_like  # noqa: E402
+
 
 def timeit(fn, *, repeat=5, min_time=0.0):
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        reps = 0
-        while True:
-            fn()
-            reps += 1
-            el = time.perf_counter() - t0
-            if el >= min_time or reps >= 1000:
-                break
-        times.append(el / reps)
-    return statistics.median(times)
-
-
-def llm_like(n, rng, sigma=3.0, noise=1.0):
-    logits = rng.normal(0, sigma, n)
-    q = np.exp(logits - logits.max())
-    q /= q.sum()
-    d = logits + rng.normal(0, noise, n)
-    p = np.exp(d - d.max())
-    p /= p.sum()
-    return p, q
+    """Median time after a warm-up (shared helper, this script's defaults)."""
+    return _bench.timeit(fn, repeat=repeat, min_time=min_time)
 
 
 def fmt_ms(t):
@@ -132,7 +117,7 @@ REAL_MEM_LIMIT = 4 * 2**30
 
 def _real_module():
     import importlib.util
-    from pathlib import Path
+
 
     path = Path(__file__).resolve().parent / "real_pair_dists.py"
     spec = importlib.util.spec_from_file_location("real_pair_dists", path)
@@ -175,7 +160,7 @@ def _real_child(pair, k):
 def part_real(n_pairs, timeout, rst):
     import json
     import subprocess
-    import sys
+
 
     mod = _real_module()
     pairs = mod.load_real_pairs(n_pairs)
