@@ -121,38 +121,10 @@ def validate_branching(K, L, branching) -> tuple[int, ...]:
 
 
 # ----------------------------------------------------------------------------- verifiers
-class _GuardedPlan(Verifier):
-    """An OTM LP plan whose rows are all proper laws.
-
-    The plan's repair step can leave a draft set of tiny positive weight
-    (below rounding, e.g. 4e-27) with an all-zero row when every column is
-    already full, and its ``conditional`` then divides 0 by 0. Such a row
-    gets ``q``, the plan's own rule for draft sets of weight zero; the
-    output marginal moves by at most that weight.
-    """
-
-    def __init__(self, v):
-        self._plan = v
-        self.k, self.p, self.q = v.k, v.p, v.q
-
-    def conditional(self, drafts) -> np.ndarray:
-        with np.errstate(invalid="ignore", divide="ignore"):
-            c = self._plan.conditional(drafts)
-        if not np.all(np.isfinite(c)):
-            return np.array(self.q)
-        return c
-
-    def acceptance(self) -> float:
-        return self._plan.acceptance()
-
-    def __repr__(self) -> str:
-        return repr(self._plan)
-
-
 def _lp(p, q, k):
     import otspec
 
-    return _GuardedPlan(otspec.otm_lp(p, q, k, raise_on_failure=True).verifier)
+    return otspec.otm_lp(p, q, k, raise_on_failure=True).verifier
 
 
 #: public name of each verifier constructor, and the modules that may define it
