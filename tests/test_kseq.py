@@ -106,7 +106,7 @@ def test_exact_rho_star_agrees_with_bisection(pq, k):
     bis = otspec.kseq_rho_star(p, q, k, tol=tol)
     # Lemma 4: rho* in [1, min(k, max q/p)]
     ratios = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.where(q > 0, np.inf, 0.0))
-    assert 1.0 <= exact <= min(k, ratios.max()) * (1 + 1e-12) or exact == 1.0
+    assert (exact >= 1.0 and exact <= min(k, ratios.max()) * (1 + 1e-12)) or exact == 1.0
     if abs(bis - exact) > tol * (1 + 1e-9):
         # only where f is flat at its root (p close to q): f vanishes to rounding on the gap
         assert abs(_f(p, q, k, exact)) <= 1e-14 and abs(_f(p, q, k, bis)) <= 1e-14
