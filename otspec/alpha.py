@@ -189,7 +189,7 @@ def min_cut(p, q, k: int, *, normalize: bool = False) -> MinCut:
     )
 
 
-def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False):
+def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate: bool = True):
     r"""Optimal acceptance probability of ``k`` i.i.d. drafts (OTM-k).
 
     .. math::
@@ -220,6 +220,11 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False):
         variables, built with cvxpy (tiny inputs only).
     normalize : bool, keyword-only
         Rescale ``p`` and ``q`` to sum to 1 instead of requiring it.
+    validate : bool, keyword-only
+        ``False`` skips the checks of ``p`` and ``q`` (the escape for hot
+        loops over inputs already known to be float64 distributions of equal
+        length; invalid input then gives an undefined result). ``k`` and
+        ``method`` are always checked, and the LP methods always validate.
 
     Returns
     -------
@@ -267,7 +272,11 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False):
     """
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
-    p_, q_ = validate_pair(p, q, normalize=normalize)
+    if validate or normalize or method != "exact":
+        p_, q_ = validate_pair(p, q, normalize=normalize)
+    else:
+        p_ = np.asarray(p, dtype=np.float64)
+        q_ = np.asarray(q, dtype=np.float64)
     ks, scalar = validate_ks(k)
     if method == "exact":
         vals = _exact(p_, q_, ks)[0]

@@ -185,3 +185,19 @@ def test_min_cut_structure():
     assert inside.size == 0 or outside.size == 0 or inside.max() <= outside.min()
     with pytest.raises(TypeError, match=r"single integer"):
         otspec.min_cut(p, q, [1, 2])
+
+
+@given(pairs(max_n=6), st.integers(1, 4))
+def test_validate_false_gives_the_same_value(pq, k):
+    p, q = pq
+    assert otspec.alpha_k(p, q, k, validate=False) == otspec.alpha_k(p, q, k)
+
+
+def test_validate_false_still_checks_k_and_method():
+    with pytest.raises(ValueError, match=r"`k` must be an integer >= 1"):
+        otspec.alpha_k([0.5, 0.5], [0.5, 0.5], 0, validate=False)
+    with pytest.raises(ValueError, match=r"`method` must be one of"):
+        otspec.alpha_k([0.5, 0.5], [0.5, 0.5], 1, method="x", validate=False)
+    # the LP routes validate regardless
+    with pytest.raises(ValueError, match=r"`p` must sum to 1"):
+        otspec.alpha_k([0.5, 0.4], [0.5, 0.5], 1, method="lp", validate=False)
