@@ -114,3 +114,13 @@ def test_plan_verifier_guards_an_underflowed_row():
     v = otm_lp_mod.OTMPlanVerifier(p, q, 1, [(0,), (1,)], rows, np.array([0.5, 1e-320]), 0.5, keyed_by_set=True)
     np.testing.assert_array_equal(v.conditional([1]), q)
     np.testing.assert_array_equal(v.conditional([0]), [1.0, 0.0])
+
+
+def test_inputs_within_the_simplex_tolerance_are_solvable():
+    # q sums to 1 + 1e-10 (accepted by validation): the tuple LP's equality
+    # constraints would be infeasible without rescaling (found by hypothesis)
+    p, q = [0.0, 0.0, 1.0], [0.0, 1.0, 1e-10]
+    for solve in (otspec.otm_lp, otspec.otm_lp_tuples):
+        res = solve(p, q, 1)
+        assert res.success, res.message
+        np.testing.assert_allclose(res.alpha, otspec.alpha_k(p, q, 1), rtol=0, atol=1e-9)
