@@ -72,9 +72,15 @@ def test_with_replacement_rounds(pq, k):
     for i in range(k):
         assert np.all(T[i + 1] >= 0)
         np.testing.assert_allclose(T[i + 1].sum(), 1.0, rtol=0, atol=1e-12)
-        # a token that round i can reject (q_i < p) has no mass in any later target
-        rejectable = T[i] < p
-        assert np.all(T[i + 1 :, rejectable] == 0)
+        # a token that round i can reject (q_i < p) has no mass in any later target,
+        # whenever the residual (q_i - p)_+ has mass; when it has none, q_i <= p
+        # everywhere and q_i, p differ by rounding only (rejection has probability
+        # sum(p) - sum(q_i) ~ 1e-16), and the guarded residual keeps a proper law
+        if np.maximum(T[i] - p, 0).sum() > 0:
+            rejectable = T[i] < p
+            assert np.all(T[i + 1 :, rejectable] == 0)
+        else:
+            assert np.sum(p - T[i]) <= 1e-12
     np.testing.assert_allclose(v.betas, np.minimum(p, T[:k]).sum(axis=1), rtol=0, atol=1e-15)
     np.testing.assert_allclose(v.acceptance(), 1 - np.prod(1 - v.betas), rtol=0, atol=1e-14)
 
