@@ -11,7 +11,7 @@ import numpy as np
 from ._validation import as_rng, validate_pair
 from ._verifier import Verifier, sample_from
 
-__all__ = ["MaximalCoupling", "maximal_coupling", "residual"]
+__all__ = ["MaximalCoupling", "RatioTestVerifier", "maximal_coupling", "residual"]
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
@@ -27,21 +27,21 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return r / s
 
 
-class MaximalCoupling(Verifier):
-    r"""Speculative sampling with one draft: the maximal coupling of ``p`` and ``q``.
+class RatioTestVerifier(Verifier):
+    r"""One draft, a ratio test, then the residual: the shared shape of the k = 1 rules.
 
     .. math::
 
-        K(y \mid x) = \min\Big(1, \frac{q(x)}{p(x)}\Big) \mathbb 1\{y = x\}
-        + \Big(1 - \min\Big(1, \frac{q(x)}{p(x)}\Big)\Big)
-          \frac{(q(y) - p(y))_+}{\sum_z (q(z) - p(z))_+},
+        K(y \mid x) = a_x \mathbb 1\{y = x\} + (1 - a_x)\,
+        \frac{(q(y) - p(y))_+}{\sum_z (q(z) - p(z))_+},
+        \qquad a_x = \min\Big(1, \frac{q(x)}{s\,p(x)}\Big),
 
-    which is lossless and accepts :math:`\sum_x \min(p(x), q(x)) = 1 - \mathrm{TV}(p, q)`,
-    the optimum of OTM-1 (SpecTr §4; Leviathan et al., Algorithm 1, with
-    the letters swapped).
-
-    Use :func:`maximal_coupling` to construct it with validated inputs.
+    with the scale :math:`s = 1` for speculative sampling (the maximal
+    coupling) and :math:`s = l` for Leviathan's lenience. Subclasses set
+    ``_scale`` and implement :meth:`acceptance`.
     """
+
+    _scale: float = 1.0
 
     def __init__(self, p: np.ndarray, q: np.ndarray):
         self.k = 1
@@ -57,8 +57,8 @@ class MaximalCoupling(Verifier):
 
     def _accept_prob(self, x: int) -> float:
         px, qx = self.p[x], self.q[x]
-        # division-free: accept with certainty when q(x) >= p(x)
-        return 1.0 if qx >= px else float(qx / px)
+        # division-free: accept with certainty when s p(x) <= q(x)
+        return 1.0 if self._scale * px <= qx else float(qx / (self._scale * px))
 
     def conditional(self, drafts) -> np.ndarray:
         (x,) = self._drafts(drafts)
@@ -67,16 +67,33 @@ class MaximalCoupling(Verifier):
         out[x] += a
         return out
 
-    def acceptance(self) -> float:
-        return float(np.minimum(self.p, self.q).sum())
-
     def sample(self, drafts, *, rng=None) -> int:
         (x,) = self._drafts(drafts)
         gen = as_rng(rng)
-        # u * p(x) <= q(x): the division-free acceptance test
-        if gen.random() * self.p[x] <= self.q[x]:
+        # u * s * p(x) <= q(x): the division-free acceptance test
+        if gen.random() * self._scale * self.p[x] <= self.q[x]:
             return x
         return sample_from(self._res, gen)
+
+
+class MaximalCoupling(RatioTestVerifier):
+    r"""Speculative sampling with one draft: the maximal coupling of ``p`` and ``q``.
+
+    .. math::
+
+        K(y \mid x) = \min\Big(1, \frac{q(x)}{p(x)}\Big) \mathbb 1\{y = x\}
+        + \Big(1 - \min\Big(1, \frac{q(x)}{p(x)}\Big)\Big)
+          \frac{(q(y) - p(y))_+}{\sum_z (q(z) - p(z))_+},
+
+    which is lossless and accepts :math:`\sum_x \min(p(x), q(x)) = 1 - \mathrm{TV}(p, q)`,
+    the optimum of OTM-1 (SpecTr §4; Leviathan et al., Algorithm 1, with
+    the letters swapped).
+
+    Use :func:`maximal_coupling` to construct it with validated inputs.
+    """
+
+    def acceptance(self) -> float:
+        return float(np.minimum(self.p, self.q).sum())
 
 
 def maximal_coupling(p, q, *, normalize: bool = False) -> MaximalCoupling:

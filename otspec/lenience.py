@@ -19,10 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._maximal_coupling import residual
+from ._maximal_coupling import RatioTestVerifier
 from ._mentored import kl_divergence
-from ._validation import as_rng, validate_pair
-from ._verifier import Verifier, sample_from
+from ._validation import validate_pair
 
 __all__ = ["LenientVerifier", "LenienceCurve", "lenient_verifier", "lenience_curve", "validate_lenience"]
 
@@ -37,7 +36,7 @@ def validate_lenience(l) -> float:
     return v
 
 
-class LenientVerifier(Verifier):
+class LenientVerifier(RatioTestVerifier):
     r"""Speculative sampling with lenience ``l`` (k = 1; lossy for ``l < 1``).
 
     .. math::
@@ -62,12 +61,9 @@ class LenientVerifier(Verifier):
     """
 
     def __init__(self, p: np.ndarray, q: np.ndarray, l: float):
-        self.k = 1
-        self.p = p
-        self.q = q
+        super().__init__(p, q)
         self.l = l
-        self._res = residual(p, q)
-        self._res.setflags(write=False)
+        self._scale = l
         acc = np.minimum(q / l, p)
         self._acc = min(math.fsum(acc.tolist()), 1.0)
         law = acc + (1.0 - self._acc) * self._res
@@ -78,23 +74,6 @@ class LenientVerifier(Verifier):
     def lossless(self) -> bool:
         """True only when the output law is exactly ``q`` (``l = 1``, or no draft is affected)."""
         return bool(np.array_equal(self._law, self.q)) or self.l == 1.0
-
-    @property
-    def residual(self) -> np.ndarray:
-        """The normalised residual used after a rejection."""
-        return self._res
-
-    def _accept_prob(self, x: int) -> float:
-        px, qx = self.p[x], self.q[x]
-        # division-free: certain acceptance when l p(x) <= q(x)
-        return 1.0 if self.l * px <= qx else float(qx / (self.l * px))
-
-    def conditional(self, drafts) -> np.ndarray:
-        (x,) = self._drafts(drafts)
-        a = self._accept_prob(x)
-        out = (1.0 - a) * self._res
-        out[x] += a
-        return out
 
     def acceptance(self) -> float:
         return self._acc
@@ -109,14 +88,6 @@ class LenientVerifier(Verifier):
     def kl(self) -> float:
         r""":math:`\mathrm{KL}(q \,\|\, \pi_l)` in nats (``inf`` when :math:`\pi_l` misses target mass)."""
         return kl_divergence(self.q, self.output_law())
-
-    def sample(self, drafts, *, rng=None) -> int:
-        (x,) = self._drafts(drafts)
-        gen = as_rng(rng)
-        # u * l * p(x) <= q(x): the division-free acceptance test
-        if gen.random() * self.l * self.p[x] <= self.q[x]:
-            return x
-        return sample_from(self._res, gen)
 
     def __repr__(self) -> str:
         return f"LenientVerifier(n={self.n}, l={self.l!r})"
