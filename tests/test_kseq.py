@@ -16,6 +16,7 @@ from otspec._kseq import _f
 
 KSEQ_MODULE = importlib.import_module("otspec._kseq")
 from otspec.testing import chi2_gof
+from tests.gof import assert_end_to_end_sampler
 from tests.strategies import pairs
 
 # False-failure rate of each chi-square test below. This file runs at most 12 such
@@ -405,17 +406,7 @@ def test_sampler_end_to_end_chi2():
     p, q = _case()
     k = 3
     v = otspec.kseq(p, q, k, rho=otspec.kseq_rho_star(p, q, k) * 1.2)
-    gen = np.random.default_rng(6)
-    N = 20_000
-    ys = np.empty(N, dtype=np.int64)
-    hit = 0
-    for i in range(N):
-        x = v.sample_drafts(rng=gen)
-        ys[i] = v.sample(x, rng=gen)
-        hit += ys[i] in x
-    assert chi2_gof(np.bincount(ys, minlength=5), q, alpha_fail=ALPHA_FAIL).passed
-    a = v.acceptance()
-    assert chi2_gof(np.array([hit, N - hit]), np.array([a, 1 - a]), alpha_fail=ALPHA_FAIL).passed
+    assert_end_to_end_sampler(v, 20_000, 6, ALPHA_FAIL)
 
 
 def test_sample_drafts_chi2():

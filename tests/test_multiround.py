@@ -11,6 +11,7 @@ import otspec
 import importlib
 from otspec.closed_form import bernoulli_alpha_k
 from otspec.testing import chi2_gof
+from tests.gof import assert_end_to_end_sampler
 from tests.strategies import pairs
 
 # False-failure rate of each chi-square test below; this file runs at most 10 such
@@ -228,17 +229,7 @@ def test_sampler_given_drafts_chi2(replacement):
 def test_sampler_end_to_end_chi2(replacement):
     p, q = _case()
     v = otspec.multiround(p, q, 3, replacement=replacement)
-    gen = np.random.default_rng(9)
-    N = 15_000
-    ys = np.empty(N, dtype=np.int64)
-    hit = 0
-    for i in range(N):
-        x = v.sample_drafts(rng=gen)
-        ys[i] = v.sample(x, rng=gen)
-        hit += ys[i] in x
-    assert chi2_gof(np.bincount(ys, minlength=5), q, alpha_fail=ALPHA_FAIL).passed
-    a = v.acceptance()
-    assert chi2_gof(np.array([hit, N - hit]), np.array([a, 1 - a]), alpha_fail=ALPHA_FAIL).passed
+    assert_end_to_end_sampler(v, 15_000, 9, ALPHA_FAIL)
 
 
 def test_sample_drafts_without_replacement_chi2():
