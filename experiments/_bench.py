@@ -73,8 +73,9 @@ def print_table(title, head, rows, rst):
         print(sep)
         for b in body:
             print("  ".join(c.ljust(w) for c, w in zip(b, widths)))
-        print(sep)
+        print(sep, flush=True)
     else:
         print(" | ".join(h.rjust(w) for h, w in zip(head, widths)))
         for b in body:
             print(" | ".join(c.rjust(w) for c, w in zip(b, widths)))
+        print(end="", flush=True)

@@ -44,7 +44,7 @@ import otspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _bench  # noqa: E402
-from _bench import llm_like  # noqa: E402
+from _bench import llm_like, print_table  # noqa: E402
 
 
 def timeit(fn, *, repeat=5, min_time=0.0):
@@ -206,25 +206,6 @@ def part_real(n_pairs, timeout, rst):
             "status", "reduced LP ms (ratio) abs err")
     print_table("Real next-token laws (SmolLM2-135M target, layer-skipped draft, T = 1): direct construction vs "
                 "alpha_k and the reduced LP", head, rows, rst)
-
-
-def print_table(title, head, rows, rst):
-    cells = [[str(c) for c in r] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(head)]
-    print(f"\n{title}\n", flush=True)
-    if rst:
-        sep = "  ".join("=" * w for w in widths)
-        print(sep)
-        print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-        print(sep)
-        for r in cells:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
-        print(sep, flush=True)
-    else:
-        print(" | ".join(h.ljust(w) for h, w in zip(head, widths)))
-        print("-+-".join("-" * w for w in widths))
-        for r in cells:
-            print(" | ".join(c.ljust(w) for c, w in zip(r, widths)))
 
 
 def main():
