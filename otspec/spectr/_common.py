@@ -16,6 +16,10 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._kseq import KSeq, kseq
+from .._multiround import MultiRound, multiround
+from .._optimal_verifier import optimal_verifier
+from .._otm_lp import otm_lp
 from .._validation import validate_distribution, validate_positive_int
 from .._verifier import Verifier
 from ..models import MarkovModel, MemorylessModel, validate_model, validate_model_pair, validate_sequence
@@ -122,54 +126,15 @@ def validate_branching(K, L, branching) -> tuple[int, ...]:
 
 # ----------------------------------------------------------------------------- verifiers
 def _lp(p, q, k):
-    import otspec
-
-    return otspec.otm_lp(p, q, k, raise_on_failure=True).verifier
+    return otm_lp(p, q, k, raise_on_failure=True).verifier
 
 
-#: public name of each verifier constructor, and the modules that may define it
-_CONSTRUCTORS = {
-    "kseq": ("kseq", ("otspec._kseq",)),
-    "multiround": ("multiround", ("otspec._multiround", "otspec._kseq")),
-    "optimal": ("optimal_verifier", ("otspec._optimal_verifier",)),
-}
+def _multiround_iid(p, q, k):
+    return multiround(p, q, k, replacement=True)  # SpecTr's drafts are i.i.d.
 
 
-def _lookup(attr: str, modules) -> Callable | None:
-    """``otspec.<attr>`` if it is a function, else the first module in ``modules`` that defines it."""
-    import importlib
-    import types
-
-    import otspec
-
-    obj = getattr(otspec, attr, None)
-    if callable(obj) and not isinstance(obj, types.ModuleType):
-        return obj
-    for mod in modules:
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:
-            continue
-        obj = getattr(m, attr, None)
-        if callable(obj) and not isinstance(obj, types.ModuleType):
-            return obj
-    return None
-
-
-def _named(name: str):
-    attr, modules = _CONSTRUCTORS[name]
-
-    def build(p, q, k):
-        fn = _lookup(attr, modules)
-        if fn is None:
-            raise ValueError(
-                f"`verifier`={name!r} is not available in this version of otspec (otspec.{attr} is missing)"
-            )
-        if name == "multiround":
-            return fn(p, q, k, replacement=True)  # SpecTr's drafts are i.i.d.
-        return fn(p, q, k)
-
-    return build
+#: constructor of each named verifier
+_BUILDERS = {"lp": _lp, "kseq": kseq, "multiround": _multiround_iid, "optimal": optimal_verifier}
 
 
 class VerifierFactory:
@@ -342,32 +307,16 @@ class VerifierFactory:
 
 def _sequential_params(v):
     """``(accepts (k, n), residual (n,))`` for verifiers known to be sequential first-accept rules, else None."""
-    kseq_cls = _lookup_class("KSeq", ("otspec._kseq",))
-    if kseq_cls is not None and type(v) is kseq_cls:
+    if type(v) is KSeq:
         a = np.asarray(v.accept_probs, dtype=np.float64)
         return np.broadcast_to(a, (v.k, a.shape[0])), np.asarray(v.residual, dtype=np.float64)
-    mr_cls = _lookup_class("MultiRound", ("otspec._multiround",))
-    if mr_cls is not None and type(v) is mr_cls and getattr(v, "replacement", False):
+    if type(v) is MultiRound and v.replacement:
         # round i accepts x with min(1, q_i(x)/p(x)); tokens with p(x) = 0 are never drawn
         T = np.asarray(v.targets, dtype=np.float64)
         p = np.asarray(v.p, dtype=np.float64)
         with np.errstate(divide="ignore", invalid="ignore"):
             a = np.where(p[None, :] > 0, np.minimum(1.0, T[: v.k] / np.where(p > 0, p, 1.0)[None, :]), 1.0)
         return a, T[v.k]
-    return None
-
-
-def _lookup_class(attr, modules):
-    import importlib
-
-    for mod in modules:
-        try:
-            m = importlib.import_module(mod)
-        except ImportError:
-            continue
-        obj = getattr(m, attr, None)
-        if isinstance(obj, type):
-            return obj
     return None
 
 
@@ -405,7 +354,7 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
         :func:`otspec.optimal_verifier`; ``"kseq"``: SpecTr's k-Seq
         (:func:`otspec.kseq`); ``"multiround"``: recursive rejection sampling
         (:func:`otspec.multiround`). A callable ``(p, q, k) -> Verifier`` is
-        used as is. Names are resolved when first used.
+        used as is.
     symmetric : bool or None
         Override the symmetry flag (see :class:`VerifierFactory`); None keeps
         the known value for names and False for callables.
@@ -419,7 +368,7 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
     if isinstance(verifier, str):
         if verifier not in VERIFIER_NAMES:
             raise ValueError(f"`verifier` must be one of {VERIFIER_NAMES} or a callable, got {verifier!r}")
-        build = _lp if verifier == "lp" else _named(verifier)
+        build = _BUILDERS[verifier]
         sym = _SYMMETRIC[verifier] if symmetric is None else bool(symmetric)
         return VerifierFactory(build, name=verifier, symmetric=sym, sequential=verifier in ("kseq", "multiround"))
     if isinstance(verifier, Verifier):
