@@ -62,17 +62,6 @@ class Scheme:
     lossless: bool | None
 
 
-def _otspec_attr(attr: str, name: str):
-    import otspec
-
-    fn = getattr(otspec, attr, None)
-    if fn is None:
-        raise ValueError(
-            f"`verifier`={name!r} needs otspec.{attr}, which this version of otspec does not provide"
-        )
-    return fn
-
-
 def resolve_scheme(verifier, *, num_drafts: int, truncated: bool, options: dict | None) -> Scheme:
     """Validate ``verifier`` against ``num_drafts`` and the sampling; return its :class:`Scheme`.
 
@@ -122,11 +111,10 @@ def resolve_scheme(verifier, *, num_drafts: int, truncated: bool, options: dict 
     if verifier == "mentored" and "D" not in options:
         raise ValueError("`verifier`='mentored' needs the KL budget: pass verifier_options={'D': ...}")
     if verifier in BLOCK_VERIFIERS:
-        import otspec.block  # noqa: F401  (fail early if the block module is missing)
-
         return Scheme(verifier, "block", None, True)
-    attr = TOKEN_VERIFIERS[verifier]
-    fn = _otspec_attr(attr, verifier)  # fail before any model call
+    import otspec
+
+    fn = getattr(otspec, TOKEN_VERIFIERS[verifier])
     opts = dict(options)
     if verifier == "lp":
 
