@@ -14,16 +14,13 @@ softmax of the same logits plus Gaussian noise (sigma = 1).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-
 import sys
 from pathlib import Path
 
 import numpy as np
 
 import otspec
-from otspec._kseq import _f
+from otspec.multidraft._kseq import _f
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import llm_like, print_table, timeit_many  # noqa: E402

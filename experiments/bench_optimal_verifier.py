@@ -34,8 +34,8 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
-import time
 import sys
+import time
 from pathlib import Path
 
 import numpy as np

@@ -98,8 +98,8 @@ def run_experiment(
     common = dict(max_new_tokens=max_new_tokens, temperature=temperature)
 
     # warm-up (first calls allocate)
-    D.autoregressive_decode(target, prompt_ids[0], max_new_tokens=2, generator=seed)
-    D.speculative_decode(target, draft, prompt_ids[0], max_new_tokens=2, generator=seed)
+    D.autoregressive_decode(target, prompt_ids[0], max_new_tokens=2, rng=seed)
+    D.speculative_decode(prompt_ids[0], draft=draft, target=target, max_new_tokens=2, rng=seed)
 
     baseline = []
     records = []
@@ -108,30 +108,30 @@ def run_experiment(
         if name not in names:
             continue
         K = num_drafts if K == 0 else K
-        kw = dict(common, verifier=name, num_drafts=K, draft_length=draft_length, **extra)
+        kw = dict(common, verifier=name, k=K, L=draft_length, **extra)
         runs, adjacent = [], []
         try:
             for i, ids in enumerate(prompt_ids):
                 # an adjacent baseline run on the same prompt: the speed-up compares like with like
                 # even when the load of a shared machine changes during the experiment
-                adjacent.append(D.autoregressive_decode(target, ids, generator=seed + i, **common))
-                runs.append(D.speculative_decode(target, draft, ids, generator=seed + i, progress=progress, **kw))
+                adjacent.append(D.autoregressive_decode(target, ids, rng=seed + i, **common))
+                runs.append(D.speculative_decode(ids, draft=draft, target=target, rng=seed + i, progress=progress, **kw))
         except ValueError as exc:  # e.g. a verifier this version of otspec does not provide
-            records.append({"name": name, "K": K, "L": draft_length, "skipped": str(exc)})
+            records.append({"name": name, "k": K, "L": draft_length, "skipped": str(exc)})
             print(f"[decode_real_pair] {name}: skipped ({exc})", flush=True)
             continue
         baseline += adjacent
         S = D.summarize(runs, adjacent)
         rec = S.as_record()
         if S.lossless and lossless_runs > 0 and (lossless_verifiers is None or name in lossless_verifiers):
-            lk = dict(num_drafts=K, top_k=lossless_top_k, temperature=temperature)
+            lk = dict(k=K, top_k=lossless_top_k, temperature=temperature)
             if "verifier_options" in extra:
                 lk["verifier_options"] = extra["verifier_options"]
-            chk = D.lossless_check(
+            chk = D.check_lossless(
                 target, draft, lossless_prompt, verifier=name, num_tokens=2, n_runs=lossless_runs,
-                draft_length=2, generator=seed + 1000, alpha_fail=1e-3, progress=progress, **lk,
+                L=2, rng=seed + 1000, alpha_fail=1e-3, progress=progress, **lk,
             )
-            rec["lossless_check"] = {
+            rec["check_lossless"] = {
                 "prompt": LOSSLESS_PROMPT, "tokens": 2, "draft_length": 2, "runs": chk.n_runs, "top_k": lossless_top_k, "chi2": chk.statistic,
                 "dof": chk.dof, "pvalue": chk.pvalue, "passed": chk.passed, "alpha_fail": chk.alpha_fail,
             }
@@ -144,7 +144,7 @@ def run_experiment(
             flush=True,
         )
     if not baseline:  # every verifier was skipped
-        baseline = [D.autoregressive_decode(target, prompt_ids[0], generator=seed, **common)]
+        baseline = [D.autoregressive_decode(target, prompt_ids[0], rng=seed, **common)]
     b_tokens = sum(b.tokens.shape[0] for b in baseline)
     b_time = sum(b.wall_time for b in baseline)
     import transformers
@@ -196,8 +196,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     verifiers = "all" if args.verifiers == "all" else [v.strip() for v in args.verifiers.split(",") if v.strip()]
     run_experiment(
-        prompts=args.prompts, max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
-        num_drafts=args.num_drafts, temperature=args.temperature, verifiers=verifiers, device=args.device,
+        prompts=args.prompts, max_new_tokens=args.max_new_tokens, L=args.draft_length,
+        k=args.num_drafts, temperature=args.temperature, verifiers=verifiers, device=args.device,
         threads=args.threads or None, lossless_runs=args.lossless_runs, seed=args.seed, progress=not args.no_progress,
         out=Path(args.out),
     )

@@ -27,7 +27,7 @@ def _uniform_pair(d_p, d_q):
 def run(out: Path) -> Section:
     sec = Section(
         title=TITLE,
-        source="SpecTr (arXiv v2, seed 000): eq. (4), eq. (9) / Lemma 3, eq. (10), Appendix B.1",
+        source="SpecTr (arXiv:2310.15141 v2): eq. (4), eq. (9) / Lemma 3, eq. (10), Appendix B.1",
         notes=(
             "The paper prints formulas, not numbers, for these objects; each row compares the paper's "
             "formula (evaluated exactly in rationals) with otspec's sort-based `alpha_k` and the HiGHS LP. "

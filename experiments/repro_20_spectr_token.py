@@ -1,7 +1,7 @@
 """Reproduction: SpecTr's token-level multi-draft comparisons (OTM-k, k-Seq, multi-round).
 
-SpecTr arXiv v2 (seed 000) Appendix B, Figures 4, 5, 6 and B.2; conference
-version (seed 004) Figure 3 (acceptance against the target's b for several k).
+SpecTr, arXiv:2310.15141 v2, Appendix B, Figures 4, 5, 6 and B.2; conference
+version (NeurIPS 2023) Figure 3 (acceptance against the target's b for several k).
 Every plotted value comes from otspec's exact functions (alpha_k by one sort,
 KSeq.acceptance at the exact rho*, MultiRound.acceptance), never from a
 re-typed formula; the paper's formulas appear only in the comparison columns.
@@ -65,14 +65,14 @@ def run(out: Path) -> Section:
     sec = Section(
         title=TITLE,
         source=(
-            "SpecTr arXiv v2 (seed 000): Algorithm 2, Theorem 1, Lemma 4, App. B (Figs. 4, 5), B.2, "
-            "B.3 (Fig. 6); conference version (seed 004): Fig. 3, App. D.1"
+            "SpecTr, arXiv:2310.15141 v2,: Algorithm 2, Theorem 1, Lemma 4, App. B (Figs. 4, 5), B.2, "
+            "B.3 (Fig. 6); conference version (NeurIPS 2023): Fig. 3, App. D.1"
         ),
         notes=(
-            "The seeds print no numbers for these figures, only their descriptions; each row states the "
+            "The papers print no numbers for these figures, only their descriptions; each row states the "
             "described shape or formula and what otspec computes. k-Seq is run at the exact rho* "
             "(`kseq_rho_star`, one sort) and its acceptance is the exact P(Y in S(X)), checked by enumeration "
-            "in the test suite. Fig. 5's target sizes d_q are not printed in the seed; we use "
+            "in the test suite. Fig. 5's target sizes d_q are not printed in SpecTr (arXiv:2310.15141); we use "
             f"d_q in {DQS}. Tables: `spectr_fig4.csv`, `spectr_fig5.csv`, `spectr_fig6.csv`, "
             "`spectr_conf_fig3.csv`."
         ),
@@ -182,7 +182,7 @@ def run(out: Path) -> Section:
     # ------------------------------------------------------------------ Figure 6
     bs6 = (0.1, 0.75, 1.0)
     rows6 = []
-    strict_ks = strict_mr = ordered = True
+    ordered = True
     for b in bs6 + (0.25,):
         p, q = bernoulli_pair(P_BER, b)
         c = acceptance_curves(p, q, KS_BER, ("otm", "kseq", "multiround"))

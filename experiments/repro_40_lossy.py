@@ -75,7 +75,7 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
         f"R_0 = {R0:.4f} -> 1; monotone and concave: {mono}; 101 budgets in {1e3 * t_frontier:.1f} ms",
         "shape matches" if mono else "differs: see CSV",
     ))
-    # seed Algorithm 1 (bisection on alpha, relative tolerance 1e-6 on D) against the exact solver
+    # mentored decoding's (Tran-Thien, 2023) Algorithm 1 (bisection on alpha, relative tolerance 1e-6 on D) against the exact solver
     diffs, its = [], []
     for D in Ds[1:-1:10]:
         rb = otspec.mentored(p, q, float(D), method="bisection", tol=1e-6)
@@ -187,7 +187,7 @@ def run(out: Path) -> Section:
     sec = Section(
         title=TITLE,
         source=(
-            "Mentored decoding note (seed 001): §4 thresholds, Algorithm 1; Leviathan et al. (seed 002) App. A.5 "
+            "Mentored decoding note (Tran-Thien, 2023): §4 thresholds, Algorithm 1; Leviathan et al. (arXiv:2211.17192) App. A.5 "
             "lenience; MATH.md §1, §7"
         ),
         notes=(

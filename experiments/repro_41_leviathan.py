@@ -61,7 +61,7 @@ def run(out: Path) -> Section:
     out = Path(out)
     sec = Section(
         title=TITLE,
-        source="Leviathan, Kalman, Matias, ICML 2023 (seed 002): eq. (1), Theorems 3.8 and 3.11, Table 1, Table 4 (EXP), §3.6, App. A.5, Figures 2 and 3",
+        source="Leviathan, Kalman, Matias, ICML 2023 (arXiv:2211.17192): eq. (1), Theorems 3.8 and 3.11, Table 1, Table 4 (EXP), §3.6, App. A.5, Figures 2 and 3",
         notes=(
             "All values from `otspec.speculative` (closed forms, exact at alpha = 1); 'matches' means equal at the "
             "printed precision. Table 4's EXP is recomputed from the printed (two-decimal) alpha and c; each of the "

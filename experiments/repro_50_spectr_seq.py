@@ -37,8 +37,8 @@ def run(out: Path) -> Section:
     sec = Section(
         title=TITLE,
         source=(
-            "SpecTr arXiv (seed 000) §7 Algorithm 3, Theorem 2, Appendix D, Appendix E Table 4; "
-            "conference version (seed 004) Theorem 3, Table 2"
+            "SpecTr, arXiv:2310.15141 §7 Algorithm 3, Theorem 2, Appendix D, Appendix E Table 4; "
+            "conference version (NeurIPS 2023) Theorem 3, Table 2"
         ),
         notes=(
             "The papers measure block efficiency with trained LM1B transformers (2M/6M/20M drafts, 97M target) and "

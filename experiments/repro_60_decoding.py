@@ -24,8 +24,8 @@ TITLE = "Decoding with a real draft/target pair"
 SETTINGS = dict(
     prompts=2,
     max_new_tokens=64,
-    draft_length=4,
-    num_drafts=2,
+    L=4,
+    k=2,
     temperature=1.0,
     verifiers=("token", "block-onestep", "block", "kseq", "lp"),
     device="cpu",
@@ -93,7 +93,7 @@ def run(out: Path) -> Section:
             f"({fmt(rec['speedup'], 2)}x)",
             "measured (no paper value; CPU)",
         ))
-        chk = rec.get("lossless_check")
+        chk = rec.get("check_lossless")
         if chk:
             sec.rows.append(Row(
                 f"lossless, {rec['name']}: first {chk['tokens']} tokens (L={chk['draft_length']}), {chk['runs']} seeds, "

@@ -1,124 +1,133 @@
 """otspec: exact optimal-transport analysis of speculative-decoding verifiers.
 
-Notation everywhere: ``p`` is the draft (small model) distribution and ``q``
-the target (large model) distribution.
+Speculative decoding drafts tokens with a small model ``p`` (the draft) and
+verifies them against a large model ``q`` (the target) so that the output
+still follows ``q``. otspec computes exactly what verifiers can and do
+achieve, and runs them. Notation everywhere: ``p`` is the draft distribution
+and ``q`` the target (Leviathan et al. swap the letters).
+
+Where to start: ``otspec.alpha_k(p, q, k)`` (the optimal acceptance of ``k``
+i.i.d. drafts); the verifiers (``maximal_coupling``, ``kseq``,
+``multiround``, ``optimal_verifier``, ``mentored``, ``lenient_verifier``)
+and ``check_lossless``; the subpackages ``otm``, ``multidraft``, ``lossy``,
+``block``, ``spectr``, ``decoding`` (torch), ``plotting`` (matplotlib).
+The architecture page of the docs maps the tree.
 """
 
-from . import closed_form
+from . import block, closed_form, lossy, models, multidraft, otm, spectr, speculative, testing
 from ._validation import SIMPLEX_TOL
-from ._verifier import Verifier
-from ._verifier import VerifierCheck
-from ._verifier import check_verifier
-from .alpha import MinCut
-from .alpha import alpha_k
-from .alpha import min_cut
-from .closed_form import alpha_k_lower_bound
-from .closed_form import alpha_k_upper_bound
-from ._maximal_coupling import MaximalCoupling
-from ._maximal_coupling import maximal_coupling
-from ._otm_lp import OTMPlanVerifier
-from ._otm_lp import OTMResult
-from ._otm_lp import SolverError
-from ._otm_lp import otm_lp
-from ._otm_lp import otm_lp_tuples
-
-# --- section: multidraft (k-Seq, multi-round) ---
-from ._kseq import KSeq
-from ._kseq import kseq
-from ._kseq import kseq_beta
-from ._kseq import kseq_p_acc
-from ._kseq import kseq_residual
-from ._kseq import kseq_rho_star
-from ._multiround import MultiRound
-from ._multiround import multiround
-# --- end section: multidraft ---
-
-# --- section: optimal verifier ---
-from ._optimal_verifier import OptimalVerifier
-from ._optimal_verifier import optimal_verifier
-# --- end section: optimal verifier ---
-
-# --- section: block ---
-from . import block
-from . import models
-from .models import Model
-from .models import TableModel
-from .models import MemorylessModel
-from .models import MarkovModel
-from .models import random_table_model
-from .models import random_markov_model
-from .models import random_memoryless_model
-from .models import sequence_probability
-from .models import joint_law
-from .models import conditional_tables
-from .models import validate_model
-from .models import validate_model_pair
-# --- end section: block ---
-
-# --- section: lossy (mentored, lenience, speculative economics) ---
-from . import speculative
-from ._mentored import MentoredFrontier
-from ._mentored import MentoredResult
-from ._mentored import MentoredVerifier
-from ._mentored import mentored
-from ._mentored import mentored_frontier
-from ._mentored import mentored_verifier
-from .lenience import LenienceCurve
-from .lenience import LenientVerifier
-from .lenience import lenience_curve
-from .lenience import lenient_verifier
-# --- end section: lossy ---
-
-# --- section: spectr ---
-from . import spectr
-# --- end section: spectr ---
+from ._verifier import LOSSLESS_TOL, LosslessCheck, Verifier, VerifierCheck, check_lossless
+from .closed_form import alpha_k_lower_bound, alpha_k_upper_bound
+from .lossy import (
+    LenienceCurve,
+    LenientVerifier,
+    MentoredFrontier,
+    MentoredResult,
+    MentoredVerifier,
+    lenience_curve,
+    lenient_verifier,
+    mentored,
+    mentored_frontier,
+    mentored_verifier,
+)
+from .models import (
+    MarkovModel,
+    MemorylessModel,
+    Model,
+    TableModel,
+    conditional_tables,
+    joint_law,
+    random_markov_model,
+    random_memoryless_model,
+    random_table_model,
+    sequence_probability,
+    validate_model,
+    validate_model_pair,
+)
+from .multidraft import (
+    VERIFIERS,
+    KSeq,
+    MaximalCoupling,
+    MultiRound,
+    OptimalVerifier,
+    VerifierSpec,
+    get_verifier,
+    kseq,
+    kseq_beta,
+    kseq_p_acc,
+    kseq_residual,
+    kseq_rho_star,
+    maximal_coupling,
+    multiround,
+    optimal_verifier,
+    register_verifier,
+)
+from .otm import MinCut, OTMPlanVerifier, OTMResult, SolverError, alpha_k, min_cut, otm_lp, otm_lp_tuples
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "SIMPLEX_TOL",
-    "MaximalCoupling",
-    "MinCut",
-    "OTMPlanVerifier",
-    "OTMResult",
-    "SolverError",
-    "Verifier",
-    "VerifierCheck",
-    "alpha_k",
-    "alpha_k_lower_bound",
-    "alpha_k_upper_bound",
-    "check_verifier",
-    "closed_form",
-    "maximal_coupling",
-    "min_cut",
-    "otm_lp",
-    "otm_lp_tuples",
-]
-
-# --- __all__ section: multidraft ---
-__all__ += ["KSeq", "MultiRound", "kseq", "kseq_beta", "kseq_p_acc", "kseq_residual", "kseq_rho_star", "multiround"]
-# --- end __all__ section: multidraft ---
-# --- __all__ section: optimal verifier ---
-__all__ += ["OptimalVerifier", "optimal_verifier"]
-# --- end __all__ section: optimal verifier ---
-# --- __all__ section: block ---
-__all__ += ["block", "models", "Model", "TableModel", "MemorylessModel", "MarkovModel", "random_table_model", "random_markov_model", "random_memoryless_model", "sequence_probability", "joint_law", "conditional_tables", "validate_model", "validate_model_pair"]
-# --- end __all__ section: block ---
-# --- __all__ section: lossy ---
-__all__ += [
+    "KSeq",
+    "LOSSLESS_TOL",
     "LenienceCurve",
     "LenientVerifier",
+    "LosslessCheck",
+    "MarkovModel",
+    "MaximalCoupling",
+    "MemorylessModel",
     "MentoredFrontier",
     "MentoredResult",
     "MentoredVerifier",
+    "MinCut",
+    "Model",
+    "MultiRound",
+    "OTMPlanVerifier",
+    "OTMResult",
+    "OptimalVerifier",
+    "SIMPLEX_TOL",
+    "SolverError",
+    "TableModel",
+    "VERIFIERS",
+    "Verifier",
+    "VerifierCheck",
+    "VerifierSpec",
+    "alpha_k",
+    "alpha_k_lower_bound",
+    "alpha_k_upper_bound",
+    "block",
+    "check_lossless",
+    "closed_form",
+    "conditional_tables",
+    "get_verifier",
+    "joint_law",
+    "kseq",
+    "kseq_beta",
+    "kseq_p_acc",
+    "kseq_residual",
+    "kseq_rho_star",
     "lenience_curve",
     "lenient_verifier",
+    "lossy",
+    "maximal_coupling",
     "mentored",
     "mentored_frontier",
     "mentored_verifier",
+    "min_cut",
+    "models",
+    "multidraft",
+    "multiround",
+    "optimal_verifier",
+    "otm",
+    "otm_lp",
+    "otm_lp_tuples",
+    "random_markov_model",
+    "random_memoryless_model",
+    "random_table_model",
+    "register_verifier",
+    "sequence_probability",
+    "spectr",
     "speculative",
+    "testing",
+    "validate_model",
+    "validate_model_pair",
 ]
-# --- end __all__ section: lossy ---
-# --- __all__ section: spectr ---
-__all__ += ["spectr"]
-# --- end __all__ section: spectr ---

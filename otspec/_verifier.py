@@ -22,7 +22,7 @@ import numpy as np
 
 from ._validation import as_rng, validate_drafts, validate_positive_int
 
-__all__ = ["Verifier", "VerifierCheck", "check_verifier", "sample_from"]
+__all__ = ["LOSSLESS_TOL", "LosslessCheck", "Verifier", "VerifierCheck", "check_lossless", "sample_from", "validate_tol"]
 
 
 def sample_from(law: np.ndarray, rng: np.random.Generator) -> int:
@@ -99,7 +99,7 @@ class Verifier(abc.ABC):
 
         The i.i.d. product :math:`\prod_i p(x_i)` by default; a verifier whose
         drafts are not i.i.d. from ``p`` (e.g. drawn without replacement)
-        overrides it, and :func:`check_verifier` enumerates with it.
+        overrides it, and :func:`check_lossless` enumerates with it.
         """
         return math.prod(float(self.p[i]) for i in drafts)
 
@@ -132,40 +132,94 @@ class Verifier(abc.ABC):
         return f"{type(self).__name__}(n={self.n}, k={self.k})"
 
 
+#: Default tolerance of the exact (enumeration) lossless checks at every level.
+LOSSLESS_TOL = 1e-9
+
+
 @dataclass(frozen=True, eq=False)
-class VerifierCheck:
-    """Result of :func:`check_verifier` (exact enumeration over draft tuples).
+class LosslessCheck:
+    r"""The result of every ``check_lossless`` in otspec: one vocabulary at every level.
+
+    Token level (:func:`otspec.check_lossless`), block level
+    (:func:`otspec.block.check_lossless`), SpecTr over sequences
+    (:func:`otspec.spectr.check_lossless`) and decoding with real models
+    (:func:`otspec.decoding.check_lossless`) all return a subclass of this
+    frozen dataclass, with these core fields first.
 
     Attributes
     ----------
-    max_marginal_error : float
-        :math:`\\max_y |\\sum_x p^{\\otimes k}(x) K(y|x) - q(y)|`.
+    passed : bool
+        Exact checks: ``max_error <= tol``. Sampling checks: the χ² test
+        passed at its stated false-failure rate and no draw fell outside the
+        target's support.
+    max_error : float
+        :math:`\max_o |\hat P(o) - P_{\rm target}(o)|` over the outcomes
+        compared (tokens, blocks or sequences).
+    law : ndarray
+        The law produced by the verifier: exact (enumerated) or empirical
+        (sampled) frequencies, on the same cells as ``target_law``.
+    target_law : ndarray
+        The target's law on those cells, computed independently of the verifier.
+    method : {"enumeration", "sampling"}
+        How ``law`` was obtained.
+    n_cases : int
+        What was enumerated (draft tuples, draft blocks, decoded sequences)
+        or sampled (decoding runs).
+    """
+
+    passed: bool
+    max_error: float
+    law: np.ndarray
+    target_law: np.ndarray
+    method: str
+    n_cases: int
+
+
+@dataclass(frozen=True, eq=False)
+class VerifierCheck(LosslessCheck):
+    r"""Result of :func:`check_lossless` for a token-level verifier (exact enumeration over draft tuples).
+
+    The core fields are those of :class:`LosslessCheck`: ``max_error`` is
+    :math:`\max_y |\sum_x p^{\otimes k}(x) K(y|x) - q(y)|`, ``law`` the
+    enumerated output law, ``target_law`` is ``q`` and ``n_cases`` the number
+    of draft tuples enumerated (``|supp p|**k``; tuples of probability zero
+    contribute nothing and are skipped).
+
+    Attributes
+    ----------
     max_law_error : float
-        The same against ``verifier.output_law()`` (equals the above for a
+        The same against ``verifier.output_law()`` (equals ``max_error`` for a
         lossless verifier; for a lossy one this is the check of its stated law).
     acceptance : float
-        Enumerated :math:`P(Y \\in S(X))`.
+        Enumerated :math:`P(Y \in S(X))`.
     acceptance_error : float
         ``|acceptance - verifier.acceptance()|``.
     max_row_error : float
         Largest ``|sum_y K(y|x) - 1|`` or negative entry over the tuples.
-    output_law : (n,) ndarray
-        Enumerated output law.
-    n_tuples : int
-        Number of draft tuples enumerated (``|supp p|**k``; tuples of
-        probability zero contribute nothing and are skipped).
     """
 
-    max_marginal_error: float
     max_law_error: float
     acceptance: float
     acceptance_error: float
     max_row_error: float
-    output_law: np.ndarray
-    n_tuples: int
+
+    @property
+    def max_marginal_error(self) -> float:
+        """Alias of ``max_error`` (the output marginal against ``q``)."""
+        return self.max_error
+
+    @property
+    def output_law(self) -> np.ndarray:
+        """Alias of ``law`` (the enumerated output law)."""
+        return self.law
+
+    @property
+    def n_tuples(self) -> int:
+        """Alias of ``n_cases`` (draft tuples enumerated)."""
+        return self.n_cases
 
 
-def check_verifier(verifier: Verifier, *, max_tuples: int = 2_000_000) -> VerifierCheck:
+def check_lossless(verifier: Verifier, *, max_tuples: int = 2_000_000, tol: float = LOSSLESS_TOL) -> VerifierCheck:
     r"""Check a verifier exactly by enumerating every draft tuple in :math:`\Omega^k`.
 
     .. math::
@@ -183,12 +237,15 @@ def check_verifier(verifier: Verifier, *, max_tuples: int = 2_000_000) -> Verifi
         Any verifier of the package (or a user subclass of :class:`Verifier`).
     max_tuples : int, keyword-only
         Refuse to enumerate more than this many tuples (``n**k``).
+    tol : float, keyword-only
+        ``passed`` is ``max_error <= tol`` (default :data:`LOSSLESS_TOL` = 1e-9).
 
     Returns
     -------
     VerifierCheck
-        Largest marginal error against ``q``, the enumerated acceptance and
-        its difference from ``verifier.acceptance()``.
+        Largest marginal error against ``q`` (``max_error``), the enumerated
+        law, the enumerated acceptance and its difference from
+        ``verifier.acceptance()``.
 
     Raises
     ------
@@ -201,13 +258,14 @@ def check_verifier(verifier: Verifier, *, max_tuples: int = 2_000_000) -> Verifi
     --------
     >>> import otspec
     >>> v = otspec.maximal_coupling([0.5, 0.5], [0.25, 0.75])
-    >>> res = otspec.check_verifier(v)
-    >>> bool(res.max_marginal_error < 1e-12), round(res.acceptance, 12)
-    (True, 0.75)
+    >>> res = otspec.check_lossless(v)
+    >>> res.passed, bool(res.max_error < 1e-12), round(res.acceptance, 12)
+    (True, True, 0.75)
     """
     if not isinstance(verifier, Verifier):
         raise TypeError(f"`verifier` must be an otspec Verifier, got {type(verifier).__name__}")
     max_tuples = validate_positive_int(max_tuples, "max_tuples")
+    tol = validate_tol(tol)
     n, k = verifier.n, verifier.k
     p = verifier.p
     support = np.flatnonzero(p > 0)
@@ -229,12 +287,28 @@ def check_verifier(verifier: Verifier, *, max_tuples: int = 2_000_000) -> Verifi
         law += w * c
         acc_terms.append(w * float(c[list(set(x))].sum()))
     acceptance = math.fsum(acc_terms)
+    max_error = float(np.max(np.abs(law - verifier.q)))
     return VerifierCheck(
-        max_marginal_error=float(np.max(np.abs(law - verifier.q))),
+        passed=bool(max_error <= tol),
+        max_error=max_error,
+        law=law,
+        target_law=np.array(verifier.q),
+        method="enumeration",
+        n_cases=n_tuples,
         max_law_error=float(np.max(np.abs(law - verifier.output_law()))),
         acceptance=acceptance,
         acceptance_error=abs(acceptance - float(verifier.acceptance())),
         max_row_error=row_err,
-        output_law=law,
-        n_tuples=n_tuples,
     )
+
+
+def validate_tol(tol, name: str = "tol") -> float:
+    """A finite non-negative tolerance as a float."""
+    import numbers
+
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
+        raise TypeError(f"`{name}` must be a non-negative real number, got {type(tol).__name__}")
+    tol = float(tol)
+    if not (tol >= 0.0 and math.isfinite(tol)):
+        raise ValueError(f"`{name}` must be a finite non-negative number, got {tol!r}")
+    return tol

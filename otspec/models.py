@@ -16,7 +16,7 @@ Shipped sources:
 * :class:`TableModel` -- explicit conditional tables, one per prefix length
   (:func:`random_table_model` draws them from a Dirichlet law);
 * :class:`MemorylessModel` -- the same distribution at every step
-  (the seed's Bernoulli sources :math:`\mathrm{Ber}(p)`, :math:`\mathrm{Ber}(q)`);
+  (Sun et al.'s (arXiv:2403.10444) Bernoulli sources :math:`\mathrm{Ber}(p)`, :math:`\mathrm{Ber}(q)`);
 * :class:`MarkovModel` -- Markov chains of order ``m``
   (:func:`random_markov_model`).
 
@@ -25,7 +25,7 @@ Helpers: :func:`sequence_probability` (exact joint probability),
 :math:`\Omega^\ell`), :func:`conditional_tables` (every conditional up to a
 length, validated), :func:`validate_model` and :func:`validate_model_pair`.
 
-Notation: the *draft* model is :math:`M_s` (the seed's "small" model, the
+Notation: the *draft* model is :math:`M_s` (the paper's "small" model, the
 package's ``p``) and the *target* model is :math:`M_b` (the "big" model, the
 package's ``q``).
 """

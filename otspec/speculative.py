@@ -382,7 +382,7 @@ def expected_acceptance(p, q, *, l=1.0):
     import math
 
     from ._validation import validate_pair
-    from .lenience import validate_lenience
+    from .lossy._lenience import validate_lenience
 
     lv = validate_lenience(l)
     P = np.asarray(p, dtype=np.float64) if not isinstance(p, (str, bytes)) else p

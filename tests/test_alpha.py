@@ -99,7 +99,7 @@ def test_lemma3_upper_bound_is_tight(pq, k):
 def test_lp_plan_is_an_optimal_lossless_verifier(pq, k):
     p, q = pq
     res = otspec.otm_lp(p, q, k)
-    chk = otspec.check_verifier(res.verifier)
+    chk = otspec.check_lossless(res.verifier)
     assert chk.max_marginal_error <= 1e-9
     assert chk.max_row_error <= 1e-12
     np.testing.assert_allclose(chk.acceptance, otspec.alpha_k(p, q, k), rtol=0, atol=1e-9)

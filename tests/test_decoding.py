@@ -87,8 +87,7 @@ class _Counting:
 
 
 def _available(name):
-    attr = D._verifiers.TOKEN_VERIFIERS.get(name)
-    return attr is None or getattr(otspec, attr, None) is not None
+    return name in otspec.multidraft.VERIFIERS
 
 
 def _lossless_counts(target, draft, prompt, m, runs, **kw):
@@ -98,7 +97,7 @@ def _lossless_counts(target, draft, prompt, m, runs, **kw):
     counts = np.zeros(len(cells) + 1, dtype=np.int64)
     gen = torch.Generator().manual_seed(1234)
     for _ in range(runs):
-        res = D.speculative_decode(target, draft, prompt, max_new_tokens=m, generator=gen, **kw)
+        res = D.speculative_decode(prompt, draft=draft, target=target, max_new_tokens=m, rng=gen, **kw)
         counts[index.get(tuple(res.tokens[:m].tolist()), len(cells))] += 1
     return counts, np.append(law, 0.0)
 
@@ -209,10 +208,10 @@ def test_cached_and_uncached_paths_decode_identically(tiny_hf, verifier, K):
     target, draft = tiny_hf
     cached = (D.HFCausalLM(target), D.HFCausalLM(draft))
     plain = (D.CallableLM(lambda ids: target(ids).logits, V), D.CallableLM(lambda ids: draft(ids).logits, V))
-    kw = dict(verifier=verifier, num_drafts=K, draft_length=3, max_new_tokens=20)
+    kw = dict(verifier=verifier, k=K, L=3, max_new_tokens=20)
     for seed in range(2):
-        a = D.speculative_decode(*cached, [1, 2], generator=seed, **kw)
-        b = D.speculative_decode(*plain, [1, 2], generator=seed, **kw)
+        a = D.speculative_decode([1, 2], target=cached[0], draft=cached[1], rng=seed, **kw)
+        b = D.speculative_decode([1, 2], target=plain[0], draft=plain[1], rng=seed, **kw)
         np.testing.assert_array_equal(a.tokens, b.tokens)
         np.testing.assert_array_equal(a.accepted, b.accepted)
 
@@ -224,8 +223,8 @@ def test_identical_models_accept_everything(toy_pair, verifier, K):
     if not _available(verifier):
         pytest.skip(f"{verifier} not available")
     target, _ = toy_pair
-    res = D.speculative_decode(target, target, [0], verifier=verifier, num_drafts=K, draft_length=3,
-                               max_new_tokens=12, generator=0, top_k=V if verifier == "lp" else None)
+    res = D.speculative_decode([0], draft=target, target=target, verifier=verifier, k=K, L=3,
+                               max_new_tokens=12, rng=0, top_k=V if verifier == "lp" else None)
     assert res.tokens.shape == (12,)
     np.testing.assert_array_equal(res.accepted, 3)
     np.testing.assert_allclose(res.predicted_accepted, 3.0, atol=1e-12)
@@ -242,8 +241,8 @@ def test_lossless_first_two_tokens_toy(toy_pair, verifier, K, kw):
     if not _available(verifier):
         pytest.skip(f"{verifier} not available")
     target, draft = toy_pair
-    counts, law = _lossless_counts(target, draft, [1, 2], 2, 600, verifier=verifier, num_drafts=K,
-                                   draft_length=2, **kw)
+    counts, law = _lossless_counts(target, draft, [1, 2], 2, 600, verifier=verifier, k=K,
+                                   L=2, **kw)
     g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert g.outside_support == 0
     assert g.passed, (verifier, g)
@@ -256,8 +255,8 @@ def test_lossless_first_three_tokens_toy_slow(toy_pair, verifier, K, kw):
     if not _available(verifier):
         pytest.skip(f"{verifier} not available")
     target, draft = toy_pair
-    counts, law = _lossless_counts(target, draft, [1, 2], 3, 4000, verifier=verifier, num_drafts=K,
-                                   draft_length=2, **kw)
+    counts, law = _lossless_counts(target, draft, [1, 2], 3, 4000, verifier=verifier, k=K,
+                                   L=2, **kw)
     assert chi2_gof(counts, law, alpha_fail=ALPHA_FAIL).passed
 
 
@@ -269,8 +268,8 @@ def test_lossless_tiny_transformers(tiny_hf, verifier, K):
     if not _available(verifier):
         pytest.skip(f"{verifier} not available")
     target, draft = (D.HFCausalLM(m) for m in tiny_hf)
-    counts, law = _lossless_counts(target, draft, [3, 1], 2, 400, verifier=verifier, num_drafts=K,
-                                   draft_length=2)
+    counts, law = _lossless_counts(target, draft, [3, 1], 2, 400, verifier=verifier, k=K,
+                                   L=2)
     g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert g.passed, (verifier, g)
 
@@ -288,8 +287,8 @@ def test_mentored_follows_its_own_law(toy_pair):
     counts = np.zeros(V, dtype=np.int64)
     gen = torch.Generator().manual_seed(5)
     for _ in range(1000):
-        r = D.speculative_decode(target, draft, prompt, verifier="mentored", verifier_options={"D": Dkl},
-                                 max_new_tokens=1, draft_length=1, generator=gen)
+        r = D.speculative_decode(prompt, draft=draft, target=target, verifier="mentored", verifier_options={"D": Dkl},
+                                 max_new_tokens=1, L=1, rng=gen)
         assert not r.lossless
         counts[r.tokens[0]] += 1
     assert chi2_gof(counts, pi, alpha_fail=ALPHA_FAIL).passed
@@ -299,8 +298,8 @@ def test_predicted_acceptance_agrees_with_measured(toy_pair):
     """Measured accepted tokens vs the exact analysis of the logged laws (martingale z-score)."""
     target, draft = toy_pair
     for verifier, K in [("token", 1), ("kseq", 2), ("block-onestep", 1), ("block", 1)]:
-        runs = [D.speculative_decode(target, draft, [1, 2], verifier=verifier, num_drafts=K, draft_length=3,
-                                     max_new_tokens=60, generator=s) for s in range(10)]
+        runs = [D.speculative_decode([1, 2], draft=draft, target=target, verifier=verifier, k=K, L=3,
+                                     max_new_tokens=60, rng=s) for s in range(10)]
         S = D.summarize(runs)
         assert abs(S.z_accepted) < 4.0, (verifier, S.z_accepted)
         lo, hi = S.block_efficiency_ci
@@ -308,17 +307,17 @@ def test_predicted_acceptance_agrees_with_measured(toy_pair):
         np.testing.assert_allclose(S.per_position.sum(), S.mean_accepted, rtol=1e-12)
         np.testing.assert_allclose(S.per_position_predicted.sum(), S.predicted_mean_accepted, rtol=1e-12)
         rec = S.as_record()
-        assert rec["name"] == verifier and rec["K"] == K and rec["L"] == 3
+        assert rec["name"] == verifier and rec["k"] == K and rec["L"] == 3
 
 
 def test_alpha_first_is_alpha_k_for_lp(toy_pair):
     target, draft = toy_pair
-    res = D.speculative_decode(target, draft, [0], verifier="lp", num_drafts=3, draft_length=2,
-                               max_new_tokens=10, generator=0, top_k=4)
+    res = D.speculative_decode([0], draft=draft, target=target, verifier="lp", k=3, L=2,
+                               max_new_tokens=10, rng=0, top_k=4)
     np.testing.assert_allclose(res.alpha_first, res.alpha_opt_first, atol=1e-8)
 
 
-def test_block_tau_law_matches_block_module():
+def test_tau_law_on_path_matches_block_enumeration():
     """The decoder's along-the-block formulas equal otspec.block's enumeration tables."""
     from otspec.models import random_table_model
 
@@ -331,7 +330,7 @@ def test_block_tau_law_matches_block_module():
             for block in [(0, 1, 2), (2, 2, 0), (1, 0, 1)]:
                 cs = [dm.next_dist(block[:i]) for i in range(L)]
                 cb = [tm.next_dist(block[:i]) for i in range(L + 1)]
-                np.testing.assert_allclose(D.block_tau_law(name, block, cs, cb), v.tau_given_block(block),
+                np.testing.assert_allclose(otspec.block.tau_law_on_path(name, block, cs, cb), v.tau_given_block(block),
                                            atol=1e-13)
 
 
@@ -342,23 +341,23 @@ def test_autoregressive_baseline_law(toy_pair):
     counts = np.zeros(len(cells), dtype=np.int64)
     gen = torch.Generator().manual_seed(9)
     for _ in range(600):
-        counts[idx[tuple(D.autoregressive_decode(target, [1, 2], max_new_tokens=2, generator=gen).tokens)]] += 1
+        counts[idx[tuple(D.autoregressive_decode(target, [1, 2], max_new_tokens=2, rng=gen).tokens)]] += 1
     assert chi2_gof(counts, law, alpha_fail=ALPHA_FAIL).passed
 
 
 def test_eos_and_max_new_tokens(toy_pair):
     target, draft = toy_pair
-    r = D.speculative_decode(target, draft, [0], max_new_tokens=7, draft_length=4, generator=1)
+    r = D.speculative_decode([0], draft=draft, target=target, max_new_tokens=7, L=4, rng=1)
     assert r.tokens.shape == (7,)
-    r = D.speculative_decode(target, draft, [0], max_new_tokens=50, eos_token_id=3, generator=1)
+    r = D.speculative_decode([0], draft=draft, target=target, max_new_tokens=50, eos_token_id=3, rng=1)
     assert 3 not in r.tokens[:-1].tolist()
     assert r.tokens[-1] == 3 or r.tokens.shape == (50,)
 
 
 def test_seeds_reproduce(toy_pair):
     target, draft = toy_pair
-    a = D.speculative_decode(target, draft, [0], max_new_tokens=20, generator=torch.Generator().manual_seed(4))
-    b = D.speculative_decode(target, draft, [0], max_new_tokens=20, generator=torch.Generator().manual_seed(4))
+    a = D.speculative_decode([0], draft=draft, target=target, max_new_tokens=20, rng=torch.Generator().manual_seed(4))
+    b = D.speculative_decode([0], draft=draft, target=target, max_new_tokens=20, rng=torch.Generator().manual_seed(4))
     np.testing.assert_array_equal(a.tokens, b.tokens)
 
 
@@ -367,27 +366,27 @@ def _bad(target, draft, **kw):
     args = dict(prompt=[1, 2])
     args.update(kw)
     prompt = args.pop("prompt")
-    return D.speculative_decode(target, draft, prompt, **args)
+    return D.speculative_decode(prompt, draft=draft, target=target, **args)
 
 
 @pytest.mark.parametrize("kw,exc,match", [
     ({"prompt": []}, ValueError, "`prompt` must be non-empty"),
     ({"prompt": [1, 9]}, ValueError, "`prompt`"),
     ({"prompt": "ab"}, TypeError, "`prompt`"),
-    ({"num_drafts": 0}, ValueError, "`num_drafts`"),
-    ({"draft_length": 0}, ValueError, "`draft_length`"),
+    ({"k": 0}, ValueError, "`k`"),
+    ({"L": 0}, ValueError, "`L`"),
     ({"max_new_tokens": 0}, ValueError, "`max_new_tokens`"),
     ({"temperature": 0.0}, ValueError, "`temperature`"),
     ({"temperature": -0.5}, ValueError, "`temperature`"),
     ({"top_k": 0}, ValueError, "`top_k`"),
     ({"verifier": "nope"}, ValueError, "`verifier`"),
     ({"verifier": 3}, TypeError, "`verifier`"),
-    ({"verifier": "token", "num_drafts": 2}, ValueError, "`num_drafts` must be 1"),
-    ({"verifier": "block-onestep", "num_drafts": 2}, ValueError, "`num_drafts` must be 1"),
-    ({"verifier": "lp", "num_drafts": 2}, ValueError, "truncated vocabulary"),
+    ({"verifier": "token", "k": 2}, ValueError, "`k` must be 1"),
+    ({"verifier": "block-onestep", "k": 2}, ValueError, "`k` must be 1"),
+    ({"verifier": "lp", "k": 2}, ValueError, "truncated vocabulary"),
     ({"verifier": "mentored"}, ValueError, "KL budget"),
     ({"verifier": "kseq", "verifier_options": {"bogus": 1}}, ValueError, "unknown keys"),
-    ({"generator": "seed"}, TypeError, "`generator`"),
+    ({"rng": "seed"}, TypeError, "`rng`"),
     ({"eos_token_id": 99}, ValueError, "`eos_token_id`"),
 ])
 def test_bad_input_before_any_model_call(toy_pair, kw, exc, match):
@@ -401,12 +400,18 @@ def test_mismatched_vocabularies_before_any_model_call(toy_pair):
     t = _Counting(toy_pair[0])
     other = _Counting(D.CallableLM(lambda ids: torch.zeros(ids.shape + (V + 1,)), V + 1))
     with pytest.raises(ValueError, match="share one vocabulary"):
-        D.speculative_decode(t, other, [1], generator=0)
+        D.speculative_decode([1], draft=other, target=t, rng=0)
     assert t.calls == 0 and other.calls == 0
 
 
 def test_not_a_language_model():
     with pytest.raises(TypeError, match="`target` must implement"):
+        D.speculative_decode([1], draft=object(), target=object())
+
+
+def test_models_are_keyword_only():
+    """The old positional (target, draft, prompt) order is refused, so roles cannot be swapped silently."""
+    with pytest.raises(TypeError, match="positional"):
         D.speculative_decode(object(), object(), [1])
 
 
@@ -421,8 +426,8 @@ def test_summarize_bad_input(toy_pair):
     with pytest.raises(ValueError, match="`results`"):
         D.summarize([])
     t, d = toy_pair
-    a = D.speculative_decode(t, d, [0], max_new_tokens=4, generator=0)
-    b = D.speculative_decode(t, d, [0], max_new_tokens=4, generator=0, draft_length=2)
+    a = D.speculative_decode([0], draft=d, target=t, max_new_tokens=4, rng=0)
+    b = D.speculative_decode([0], draft=d, target=t, max_new_tokens=4, rng=0, L=2)
     with pytest.raises(ValueError, match="share"):
         D.summarize([a, b])
 
@@ -439,10 +444,10 @@ def test_real_pair_lossless_and_metrics():
     tok, target, draft = D.smollm2_pair(threads=1)
     prompt = tok.encode("The capital of France is")
     for verifier, K in [("token", 1), ("block-onestep", 1), ("kseq", 2)]:
-        chk = D.lossless_check(target, draft, prompt, verifier=verifier, num_drafts=K, num_tokens=1,
-                               n_runs=400, top_k=10, draft_length=1, alpha_fail=ALPHA_FAIL, generator=7)
+        chk = D.check_lossless(prompt, draft=draft, target=target, verifier=verifier, k=K, num_tokens=1,
+                               n_runs=400, top_k=10, L=1, alpha_fail=ALPHA_FAIL, rng=7)
         assert chk.passed, chk
-    runs = [D.speculative_decode(target, draft, prompt, max_new_tokens=32, generator=s) for s in range(2)]
+    runs = [D.speculative_decode(prompt, draft=draft, target=target, max_new_tokens=32, rng=s) for s in range(2)]
     S = D.summarize(runs)
     assert abs(S.z_accepted) < 4.0
     assert 0.2 < S.alpha_first < 1.0

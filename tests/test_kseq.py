@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 import otspec
 from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
-from otspec._kseq import _f
-
-KSEQ_MODULE = importlib.import_module("otspec._kseq")
+from otspec.multidraft._kseq import _f
 from otspec.testing import chi2_gof
 from tests.gof import assert_end_to_end_sampler
 from tests.strategies import pairs
+
+KSEQ_MODULE = importlib.import_module("otspec.multidraft._kseq")
 
 # False-failure rate of each chi-square test below. This file runs at most 12 such
 # tests (slow ones included), so it fails spuriously with probability <= 1.2e-3;
@@ -38,7 +38,7 @@ def lemma3_constant(k):
 def test_kseq_at_rho_star_is_lossless_with_exact_acceptance(pq, k):
     p, q = pq
     v = otspec.kseq(p, q, k)
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= 1e-9
     assert chk.max_row_error <= 1e-12
     assert chk.acceptance_error <= 1e-12
@@ -62,7 +62,7 @@ def test_kseq_above_rho_star_is_lossless_and_acceptance_exact(pq, k, factor):
     p, q = pq
     rho_star = otspec.kseq_rho_star(p, q, k)
     v = otspec.kseq(p, q, k, rho=rho_star * factor)
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= 1e-9
     assert chk.max_row_error <= 1e-12
     assert chk.acceptance_error <= 1e-12
@@ -74,7 +74,7 @@ def test_acceptance_strictly_above_p_acc_for_large_rho():
     # p = q: at rho = 2 a draft is accepted w.p. 1/2, and the residual (= q) can land on a draft
     p = np.array([0.5, 0.5])
     v = otspec.kseq(p, p, 2, rho=2.0)
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     assert v.acceptance() > v.p_acc + 0.05
     np.testing.assert_allclose(v.acceptance(), chk.acceptance, rtol=0, atol=1e-15)
     # by hand: beta = 1/2, p_acc = 3/4; all rejected (1/4): residual q hits a draft w.p.
@@ -92,7 +92,7 @@ def test_rho_star_maximises_p_acc_not_the_exact_acceptance():
     np.testing.assert_allclose(w.p_acc, 39 / 64, rtol=0, atol=1e-15)
     np.testing.assert_allclose(w.residual, [0.12, 0.88], rtol=0, atol=1e-15)
     np.testing.assert_allclose(w.acceptance(), 21 / 32, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(otspec.check_verifier(w).acceptance, 21 / 32, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(otspec.check_lossless(w).acceptance, 21 / 32, rtol=0, atol=1e-15)
     assert w.p_acc < at_star.p_acc < w.acceptance() <= float(otspec.alpha_k(p, q, 2))
 
 
@@ -190,7 +190,7 @@ def test_uniform_pair_enumeration():
     p = np.full(4, 0.25)
     q = np.array([0.5, 0.5, 0.0, 0.0])
     v = otspec.kseq(p, q, 3)
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= 1e-15
     np.testing.assert_allclose(chk.acceptance, 1 - 0.5**3, rtol=0, atol=1e-15)
 

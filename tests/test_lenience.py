@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import otspec
-from otspec import check_verifier
+from otspec import check_lossless
 from otspec.testing import chi2_gof
 from tests.strategies import pairs
 
@@ -44,7 +44,7 @@ def test_worked_example():
 def test_verifier_exact(pq, l):
     p, q = pq
     v = otspec.lenient_verifier(p, q, l)
-    chk = check_verifier(v)
+    chk = check_lossless(v)
     assert chk.max_law_error <= 1e-12
     assert chk.acceptance_error <= 1e-12
     assert chk.max_row_error <= 1e-12

@@ -1,5 +1,6 @@
 """Multi-round (recursive) rejection sampling, with and without replacement."""
 
+import importlib
 import itertools
 
 import numpy as np
@@ -8,7 +9,6 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import otspec
-import importlib
 from otspec.closed_form import bernoulli_alpha_k
 from otspec.testing import chi2_gof
 from tests.gof import assert_end_to_end_sampler
@@ -57,7 +57,7 @@ def _cut_bound(q, set_law):
 def test_with_replacement_lossless_exact_acceptance(pq, k):
     p, q = pq
     v = otspec.multiround(p, q, k)
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= 1e-9
     assert chk.max_row_error <= 1e-12
     assert chk.acceptance_error <= 1e-12
@@ -125,7 +125,7 @@ def test_without_replacement_lossless_exact_acceptance(pq, k):
     p, q = pq
     assume(k <= np.count_nonzero(p > 0))
     v = otspec.multiround(p, q, k, replacement=False)
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= 1e-9
     assert chk.max_row_error <= 1e-12
     assert chk.acceptance_error <= 1e-12
@@ -154,7 +154,7 @@ def test_without_replacement_can_beat_alpha_k():
     v = otspec.multiround(p, q, 2, replacement=False)
     np.testing.assert_allclose(v.acceptance(), 1.0, rtol=0, atol=1e-15)
     np.testing.assert_allclose(otspec.alpha_k(p, q, 2), 0.29, rtol=0, atol=1e-15)
-    assert otspec.check_verifier(v).max_marginal_error <= 1e-15
+    assert otspec.check_lossless(v).max_marginal_error <= 1e-15
 
 
 def test_draft_law_default_is_iid_product():
@@ -170,7 +170,7 @@ def test_draft_law_default_is_iid_product():
 def test_max_histories_guard(monkeypatch):
     rng = np.random.default_rng(0)
     p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
-    monkeypatch.setattr(importlib.import_module("otspec._multiround"), "MAX_HISTORIES", 5)
+    monkeypatch.setattr(importlib.import_module("otspec.multidraft._multiround"), "MAX_HISTORIES", 5)
     v = otspec.multiround(p, q, 3, replacement=False)
     with pytest.raises(ValueError, match="MAX_HISTORIES=5"):
         v.acceptance()

@@ -1,7 +1,7 @@
 """Tests of the exactly optimal k-draft verifier (mixture of priority orders + speculative step).
 
 Every check compares against an independent route: exact enumeration of
-the draft tuples (check_verifier), the closed form alpha_k, the OTM LP in
+the draft tuples (check_lossless), the closed form alpha_k, the OTM LP in
 HiGHS (otm_lp), brute force over all subsets for membership in B(g), and a
 chi-square test of the sampler against the exact conditional law.
 """
@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import otspec
-from otspec import _submodular as sm
+from otspec.multidraft import _submodular as sm
 from otspec.testing import chi2_gof
 
 from .strategies import pairs
@@ -53,7 +53,7 @@ def _prefix_violation(p, z, k):
 
 
 def _check_exact(v, p, q, k):
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     alpha = float(otspec.alpha_k(p, q, k))
     assert chk.max_marginal_error <= TOL
     assert chk.max_row_error <= TOL
@@ -181,7 +181,7 @@ def test_suboptimal_mixture_exact_acceptance():
     # and acceptance() must count it exactly (checked by enumeration)
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.5, 0.3])
     v = otspec.optimal_verifier(p, q, 2, method="colgen", max_iter=1)
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= TOL
     assert chk.acceptance_error <= TOL
 
@@ -365,7 +365,7 @@ def test_direct_budget_exhaustion_falls_back_and_reports():
     assert full.n_iter > 1
     v = otspec.optimal_verifier(p, q, 3, max_iter=1)
     assert v.method in ("direct", "direct+colgen")
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= TOL
     assert chk.acceptance_error <= TOL
     np.testing.assert_allclose(v.gap, v.alpha - chk.acceptance, rtol=0, atol=TOL)
@@ -402,7 +402,7 @@ def test_reported_fields_are_read_only():
 def test_exact_acceptance_chunking_and_budget_bound(monkeypatch):
     # the pair sum evaluated in tiny chunks equals the one-shot sum, and skipping
     # it under the alpha_k bound (long real-vocabulary tails) stays within tol
-    mod = importlib.import_module("otspec._optimal_verifier")
+    mod = importlib.import_module("otspec.multidraft._optimal_verifier")
     rng = np.random.default_rng(11)
     p, q = rng.dirichlet(np.full(40, 0.3)), rng.dirichlet(np.full(40, 0.3))
     ref = otspec.optimal_verifier(p, q, 2)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import otspec
-import otspec._otm_lp as otm_lp_mod
+import otspec.otm._highs as highs_mod
 
 
 def test_result_fields():
@@ -20,7 +20,7 @@ def test_result_fields():
 def test_set_weights_sum_to_one_and_match_inclusion_exclusion():
     rng = np.random.default_rng(0)
     p = rng.dirichlet(np.ones(5))
-    sets, w = otm_lp_mod.set_weights(p, 3)
+    sets, w = otspec.otm.set_weights(p, 3)
     np.testing.assert_allclose(w.sum(), 1.0, atol=1e-15)
     for s, ws in zip(sets, w):
         # P(S = A) by inclusion-exclusion over subsets of A
@@ -35,7 +35,7 @@ def test_set_weights_sum_to_one_and_match_inclusion_exclusion():
 
 
 def test_failed_recheck_is_reported_not_returned(monkeypatch):
-    real = otm_lp_mod._highs_solve
+    real = highs_mod._run_highs
 
     def corrupt(*args):
         ok, name, x, obj = real(*args)
@@ -43,7 +43,7 @@ def test_failed_recheck_is_reported_not_returned(monkeypatch):
         x[0] += 1e-3  # a "solution" that violates a marginal
         return ok, name, x, obj
 
-    monkeypatch.setattr(otm_lp_mod, "_highs_solve", corrupt)
+    monkeypatch.setattr(highs_mod, "_run_highs", corrupt)
     res = otspec.otm_lp([0.5, 0.5], [0.25, 0.75], 2)
     assert not res.success and res.status == "check_failed"
     assert np.isnan(res.alpha) and res.verifier is None
@@ -56,9 +56,9 @@ def test_failed_recheck_is_reported_not_returned(monkeypatch):
 
 def test_solver_failure_status_is_reported(monkeypatch):
     def fail(*args):
-        return False, "Infeasible", np.zeros(args[0]), 0.0
+        return False, "Infeasible", None, float("nan")
 
-    monkeypatch.setattr(otm_lp_mod, "_highs_solve", fail)
+    monkeypatch.setattr(highs_mod, "_run_highs", fail)
     res = otspec.otm_lp([0.5, 0.5], [0.25, 0.75], 1)
     assert not res.success and res.status == "Infeasible"
 
@@ -91,7 +91,7 @@ def test_tuple_plan_verifier_is_lossless():
     rng = np.random.default_rng(2)
     p, q = rng.dirichlet(np.ones(3)), rng.dirichlet(np.ones(3))
     res = otspec.otm_lp_tuples(p, q, 2)
-    chk = otspec.check_verifier(res.verifier)
+    chk = otspec.check_lossless(res.verifier)
     assert chk.max_marginal_error <= 1e-9
     np.testing.assert_allclose(chk.acceptance, otspec.alpha_k(p, q, 2), atol=1e-9)
 
@@ -111,7 +111,7 @@ def test_plan_rows_are_proper_laws_when_every_column_is_full():
 def test_plan_verifier_guards_an_underflowed_row():
     p = q = np.array([0.5, 0.5])
     rows = np.array([[0.5, 0.0], [0.0, 0.0]])  # second set: positive weight, row underflowed to 0
-    v = otm_lp_mod.OTMPlanVerifier(p, q, 1, [(0,), (1,)], rows, np.array([0.5, 1e-320]), 0.5, keyed_by_set=True)
+    v = otspec.OTMPlanVerifier(p, q, 1, [(0,), (1,)], rows, np.array([0.5, 1e-320]), 0.5, keyed_by_set=True)
     np.testing.assert_array_equal(v.conditional([1]), q)
     np.testing.assert_array_equal(v.conditional([0]), [1.0, 0.0])
 

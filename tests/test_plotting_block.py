@@ -1,4 +1,4 @@
-"""The block-verification figure (seed Figure 2) is built from the exact functions."""
+"""The block-verification figure (arXiv:2403.10444, Figure 2) is built from the exact functions."""
 
 import subprocess
 import sys

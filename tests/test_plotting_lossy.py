@@ -67,6 +67,6 @@ def test_import_otspec_does_not_import_matplotlib():
     import subprocess
     import sys
 
-    code = "import sys, otspec, otspec.speculative, otspec.lenience; print('matplotlib' in sys.modules)"
+    code = "import sys, otspec, otspec.speculative, otspec.lossy; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -1,11 +1,11 @@
-"""The verifier interface, check_verifier and the maximal coupling (k = 1)."""
+"""The verifier interface, check_lossless and the maximal coupling (k = 1)."""
 
 import numpy as np
 import pytest
 from hypothesis import given
 
 import otspec
-from otspec._maximal_coupling import residual
+from otspec.multidraft._maximal_coupling import residual
 from otspec.testing import chi2_gof
 from tests.strategies import pairs
 
@@ -18,7 +18,7 @@ ALPHA_FAIL = 1e-4
 def test_maximal_coupling_is_lossless_and_optimal(pq):
     p, q = pq
     v = otspec.maximal_coupling(p, q)
-    chk = otspec.check_verifier(v)
+    chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= 1e-12
     assert chk.max_row_error <= 1e-12
     np.testing.assert_allclose(chk.acceptance, otspec.alpha_k(p, q, 1), rtol=0, atol=1e-12)
@@ -74,15 +74,15 @@ def test_sample_is_reproducible_with_seed():
     assert a == b
 
 
-def test_check_verifier_errors():
+def test_check_lossless_errors():
     with pytest.raises(TypeError, match=r"`verifier` must be an otspec Verifier"):
-        otspec.check_verifier(object())
+        otspec.check_lossless(object())
     v = otspec.otm_lp(np.full(4, 0.25), np.full(4, 0.25), 3).verifier
     with pytest.raises(ValueError, match=r"exceeds `max_tuples`=10"):
-        otspec.check_verifier(v, max_tuples=10)
+        otspec.check_lossless(v, max_tuples=10)
 
 
-def test_check_verifier_detects_a_lossy_verifier():
+def test_check_lossless_detects_a_lossy_verifier():
     class Identity(otspec.Verifier):
         """Always outputs the draft: lossless only when p == q."""
 
@@ -96,7 +96,7 @@ def test_check_verifier_detects_a_lossy_verifier():
         def acceptance(self):
             return 1.0
 
-    chk = otspec.check_verifier(Identity([0.5, 0.5], [0.2, 0.8]))
+    chk = otspec.check_lossless(Identity([0.5, 0.5], [0.2, 0.8]))
     np.testing.assert_allclose(chk.max_marginal_error, 0.3, atol=1e-15)
     np.testing.assert_allclose(chk.acceptance, 1.0)
     assert chk.acceptance_error == 0.0

@@ -1,40 +1,47 @@
-r"""Block-level verification of a draft block of length ``L`` (seed: Optimal Block-Level Draft Verification).
+r"""Block-level verification of a draft block of length ``L`` (Sun et al., arXiv:2403.10444).
 
 A draft block :math:`X^L \sim M_s` (draft model, the package's ``p``) is
 verified against a target model :math:`M_b` (``q``). Three verifiers:
 
 * ``"token"`` -- :class:`TokenVerify`, per-token speculative sampling;
-* ``"block"`` -- :class:`BlockVerify`, the seed's Algorithm 3 (backward
+* ``"block"`` -- :class:`BlockVerify`, Sun et al.'s (arXiv:2403.10444) Algorithm 3 (backward
   acceptance with :math:`p_{\rm remain}/p_{\rm rej}` and a multi-token residual);
   it attains the block-OT optimum of Theorem 1;
 * ``"block-onestep"`` -- :class:`BlockVerifyOneStep`, the published variant
   with a single correction token.
 
 Lengths count accepted draft tokens :math:`\tau`; ``include_bonus=True``
-counts :math:`\tau + 1` (the seed's sums from :math:`i = 0`).
+counts :math:`\tau + 1` (Sun et al.'s (arXiv:2403.10444) sums from :math:`i = 0`).
 """
 
-from ._analysis import MAX_LP_VARIABLES
-from ._analysis import BlockOTResult
-from ._analysis import bernoulli_block_length
-from ._analysis import bernoulli_token_length
-from ._analysis import check_lossless
-from ._analysis import expected_length
-from ._analysis import ot_optimum
-from ._analysis import theorem1_length
-from ._analysis import theorem2_length
-from ._verifiers import VERIFIERS
-from ._verifiers import BlockSample
-from ._verifiers import BlockStep
-from ._verifiers import BlockVerifier
-from ._verifiers import BlockVerify
-from ._verifiers import BlockVerifyOneStep
-from ._verifiers import TokenVerify
-from ._verifiers import make_verifier
+from ._analysis import (
+    MAX_LP_VARIABLES,
+    BlockCheck,
+    BlockOTResult,
+    bernoulli_block_length,
+    bernoulli_token_length,
+    check_lossless,
+    expected_length,
+    ot_optimum,
+    theorem1_length,
+    theorem2_length,
+)
+from ._verifiers import (
+    VERIFIERS,
+    BlockSample,
+    BlockStep,
+    BlockVerifier,
+    BlockVerify,
+    BlockVerifyOneStep,
+    TokenVerify,
+    make_verifier,
+    tau_law_on_path,
+)
 
 __all__ = [
     "MAX_LP_VARIABLES",
     "VERIFIERS",
+    "BlockCheck",
     "BlockOTResult",
     "BlockSample",
     "BlockStep",
@@ -47,6 +54,7 @@ __all__ = [
     "check_lossless",
     "expected_length",
     "make_verifier",
+    "tau_law_on_path",
     "ot_optimum",
     "theorem1_length",
     "theorem2_length",

@@ -1,8 +1,8 @@
-r"""Exact expected lengths, the seed's closed forms, losslessness checks and the block-OT LP.
+r"""Exact expected lengths, Sun et al.'s (arXiv:2403.10444) closed forms, losslessness checks and the block-OT LP.
 
 Counting convention: lengths are numbers of *accepted draft tokens*
 :math:`\tau \in \{0, \dots, L\}`. Each iteration emits :math:`\tau + 1` tokens
-(the accepted prefix plus one correction or bonus token); the seed's Bernoulli
+(the accepted prefix plus one correction or bonus token); Sun et al.'s (arXiv:2403.10444) Bernoulli
 formulas sum from :math:`i = 0` and so count :math:`\tau + 1`. Every function
 here takes ``include_bonus`` to switch to that count.
 """
@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import validate_positive_int, validate_probability
+from .._verifier import LOSSLESS_TOL, LosslessCheck, validate_tol
 from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, validate_model_pair
+from ..otm._highs import solve_lp
 from ._verifiers import make_verifier
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "theorem1_length",
     "theorem2_length",
     "check_lossless",
+    "BlockCheck",
     "bernoulli_token_length",
     "bernoulli_block_length",
     "ot_optimum",
@@ -32,10 +35,6 @@ __all__ = [
 
 #: Largest block-OT LP built by :func:`ot_optimum` (``V**(2L)`` variables).
 MAX_LP_VARIABLES = 300_000
-
-#: Re-check tolerance of the LP solution (marginals, signs, objective).
-LP_CHECK_TOL = 1e-9
-
 
 def _bool(x, name: str) -> bool:
     if not isinstance(x, (bool, np.bool_)):
@@ -60,11 +59,11 @@ def expected_length(draft, target, L, verifier="block", *, include_bonus: bool =
     L : int
         Block length (>= 1).
     verifier : {"block", "block-onestep", "token"} or BlockVerifier
-        ``"token"``: TokenVerify (seed Algorithm 2); ``"block"``: the seed's
+        ``"token"``: TokenVerify (arXiv:2403.10444, Algorithm 2); ``"block"``: Sun et al.'s (arXiv:2403.10444)
         Algorithm 3 (block-OT optimal); ``"block-onestep"``: the published
         one-correction-token variant.
     include_bonus : bool, keyword-only
-        Count :math:`\tau + 1` (tokens emitted per iteration, the seed's
+        Count :math:`\tau + 1` (tokens emitted per iteration, Sun et al.'s (arXiv:2403.10444)
         sums from :math:`i = 0`) instead of :math:`\tau`.
     max_entries : int, keyword-only
         Refuse to enumerate more than this many blocks (``V**L``).
@@ -115,7 +114,7 @@ def _tables_pair(draft, target, L, max_entries):
 
 def theorem1_length(draft, target, L, *, include_bonus: bool = False,
                     max_entries: int = MAX_ENUMERATION) -> float:
-    r"""The block-OT optimum (seed Theorem 1, eq. 6), from its closed form.
+    r"""The block-OT optimum (arXiv:2403.10444, Theorem 1, eq. 6), from its closed form.
 
     .. math::
 
@@ -131,7 +130,7 @@ def theorem1_length(draft, target, L, *, include_bonus: bool = False,
         Draft :math:`M_s` (``p``) and target :math:`M_b` (``q``).
     L : int
     include_bonus : bool, keyword-only
-        Add 1 (count the emitted extra token, as the seed's sums from i = 0).
+        Add 1 (count the emitted extra token, as Sun et al.'s (arXiv:2403.10444) sums from i = 0).
     max_entries : int, keyword-only
 
     Returns
@@ -163,7 +162,7 @@ def theorem1_length(draft, target, L, *, include_bonus: bool = False,
 
 def theorem2_length(draft, target, L, *, include_bonus: bool = False,
                     max_entries: int = MAX_ENUMERATION) -> float:
-    r"""TokenVerify's expected accepted length (seed Theorem 2, eq. 7), from its closed form.
+    r"""TokenVerify's expected accepted length (arXiv:2403.10444, Theorem 2, eq. 7), from its closed form.
 
     .. math::
 
@@ -205,8 +204,30 @@ def theorem2_length(draft, target, L, *, include_bonus: bool = False,
     return math.fsum(terms) + (1.0 if include_bonus else 0.0)
 
 
+@dataclass(frozen=True, eq=False)
+class BlockCheck(LosslessCheck):
+    """Result of :func:`check_lossless` for a block verifier (exact enumeration over draft blocks).
+
+    The core fields are those of :class:`otspec.LosslessCheck`: ``law`` is
+    the verifier's exact output law over sequences of length ``L + 1``
+    (``bonus=True``) or ``L``, of shape ``(V,) * length``; ``target_law`` the
+    target model's joint law on the same sequences; ``n_cases`` the number of
+    draft blocks ``V**L`` enumerated.
+
+    Attributes
+    ----------
+    verifier : str
+        The block verifier's name.
+    bonus : bool
+        Whether the sequences include the bonus / completion token.
+    """
+
+    verifier: str
+    bonus: bool
+
+
 def check_lossless(draft, target, L, verifier="block", *, bonus: bool = True,
-                   max_entries: int = MAX_ENUMERATION) -> float:
+                   max_entries: int = MAX_ENUMERATION, tol: float = LOSSLESS_TOL) -> BlockCheck:
     r"""Largest error between a block verifier's exact output law and the target model's joint law.
 
     .. math::
@@ -231,11 +252,14 @@ def check_lossless(draft, target, L, verifier="block", *, bonus: bool = True,
     bonus : bool, keyword-only
     max_entries : int, keyword-only
         Refuse when ``V**(L+1)`` (or ``V**L``) exceeds it.
+    tol : float, keyword-only
+        ``passed`` is ``max_error <= tol`` (default 1e-9).
 
     Returns
     -------
-    float
-        The largest absolute error (0 up to rounding for the three verifiers).
+    BlockCheck
+        ``max_error`` is the largest absolute error (0 up to rounding for the
+        three verifiers); ``law`` and ``target_law`` the laws compared.
 
     Examples
     --------
@@ -243,19 +267,24 @@ def check_lossless(draft, target, L, verifier="block", *, bonus: bool = True,
     >>> from otspec.block import check_lossless
     >>> s = random_table_model(3, 4, concentration=0.5, rng=1)
     >>> b = random_table_model(3, 4, concentration=0.5, rng=2)
-    >>> all(check_lossless(s, b, 3, v) < 1e-14 for v in ("token", "block", "block-onestep"))
+    >>> all(check_lossless(s, b, 3, v).max_error < 1e-14 for v in ("token", "block", "block-onestep"))
     True
     """
     bonus = _bool(bonus, "bonus")
+    tol = validate_tol(tol)
     v = make_verifier(draft, target, L, verifier, max_entries=max_entries)
     law = v.output_law(bonus=bonus)
     length = v.L + 1 if bonus else v.L
     ref = joint_from_tables(conditional_tables(target, length, name="target", max_entries=max_entries))
-    return float(np.max(np.abs(law - ref)))
+    max_error = float(np.max(np.abs(law - ref)))
+    return BlockCheck(
+        passed=bool(max_error <= tol), max_error=max_error, law=law, target_law=ref,
+        method="enumeration", n_cases=int(law.shape[0]) ** v.L, verifier=v.name, bonus=bonus,
+    )
 
 
 # ---------------------------------------------------------------------------
-# memoryless Bernoulli sources (seed Section 3.1, Figure 2)
+# memoryless Bernoulli sources (arXiv:2403.10444, Section 3.1, Figure 2)
 # ---------------------------------------------------------------------------
 
 
@@ -275,7 +304,7 @@ def bernoulli_token_length(p, q, L, *, include_bonus: bool = False) -> float:
         \qquad d_{TV} = |p - q|,
 
     for a draft :math:`M_s = \mathrm{Ber}(p)` and a target
-    :math:`M_b = \mathrm{Ber}(q)` at every step. The seed prints the sum from
+    :math:`M_b = \mathrm{Ber}(q)` at every step. The paper prints the sum from
     :math:`i = 0`, which adds 1 (the emitted correction or bonus token):
     ``include_bonus=True`` gives that.
 
@@ -316,7 +345,7 @@ def _binom_pmf(n: int, p: float) -> np.ndarray:
 
 
 def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
-    r"""The block-OT optimum for memoryless Bernoulli sources (seed Theorem 1).
+    r"""The block-OT optimum for memoryless Bernoulli sources (arXiv:2403.10444, Theorem 1).
 
     .. math::
 
@@ -324,7 +353,7 @@ def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
 
     since :math:`\sum_{x^i} \min(M_s(x^i), M_b(x^i))` only depends on the
     number of ones in :math:`x^i`. ``include_bonus=True`` adds the
-    :math:`i = 0` term (1), as printed in the seed.
+    :math:`i = 0` term (1), as printed in the paper.
 
     Parameters
     ----------
@@ -359,7 +388,7 @@ def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
 
 
 # ---------------------------------------------------------------------------
-# the block OT linear program (seed eq. 3)
+# the block OT linear program (arXiv:2403.10444, eq. 3)
 # ---------------------------------------------------------------------------
 
 
@@ -402,7 +431,7 @@ def _common_prefix(V: int, L: int) -> np.ndarray:
 
 def ot_optimum(draft, target, L, *, max_variables: int = MAX_LP_VARIABLES,
                raise_on_failure: bool = False) -> BlockOTResult:
-    r"""Solve the block-level optimal-transport LP (seed eq. 3) with HiGHS.
+    r"""Solve the block-level optimal-transport LP (arXiv:2403.10444, eq. 3) with HiGHS.
 
     .. math::
 
@@ -449,10 +478,6 @@ def ot_optimum(draft, target, L, *, max_variables: int = MAX_LP_VARIABLES,
     >>> res.status, round(9 * res.value, 8)
     ('optimal', 12.0)
     """
-    import highspy
-
-    from .._otm_lp import SolverError
-
     V = validate_model_pair(draft, target)
     L = validate_positive_int(L, "L")
     max_variables = validate_positive_int(max_variables, "max_variables")
@@ -475,54 +500,12 @@ def ot_optimum(draft, target, L, *, max_variables: int = MAX_LP_VARIABLES,
     starts = np.arange(0, 2 * n_var + 1, 2, dtype=np.int32)
     rhs = np.concatenate([ps, pb])
 
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("primal_feasibility_tolerance", 1e-10)
-    h.setOptionValue("dual_feasibility_tolerance", 1e-10)
-    lp = highspy.HighsLp()
-    lp.num_col_ = n_var
-    lp.num_row_ = 2 * n
-    lp.sense_ = highspy.ObjSense.kMaximize
-    lp.col_cost_ = beta
-    lp.col_lower_ = np.zeros(n_var)
-    lp.col_upper_ = np.full(n_var, highspy.kHighsInf)
-    lp.row_lower_ = rhs
-    lp.row_upper_ = rhs
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.num_col_ = n_var
-    lp.a_matrix_.num_row_ = 2 * n
-    lp.a_matrix_.start_ = starts
-    lp.a_matrix_.index_ = index
-    lp.a_matrix_.value_ = np.ones(2 * n_var)
-    h.passModel(lp)
-    h.run()
-    status = h.getModelStatus()
-    name = h.modelStatusToString(status)
-
-    def fail(st, msg, viol):
+    sol = solve_lp(beta, starts, index, np.ones(2 * n_var), rhs, rhs)
+    if not sol.success:
         if raise_on_failure:
-            raise SolverError(f"block OT LP failed ({st}): {msg}")
-        return BlockOTResult(float("nan"), st, False, None, viol, n_var, msg)
-
-    if status != highspy.HighsModelStatus.kOptimal:
-        return fail(name, f"HiGHS model status: {name}", float("nan"))
-    x = np.array(h.getSolution().col_value, dtype=np.float64)
-    obj = float(h.getInfo().objective_function_value)
-    plan = x.reshape(n, n)
-    value = math.fsum(x * beta)
-    violation = max(
-        float(-min(plan.min(), 0.0)),
-        float(np.max(np.abs(plan.sum(axis=1) - ps))),
-        float(np.max(np.abs(plan.sum(axis=0) - pb))),
-        abs(value - obj),
-    )
-    if not violation <= LP_CHECK_TOL:
-        return fail(
-            "check_failed",
-            f"solver reported optimal but the solution violates feasibility by {violation:.3e} "
-            f"(tolerance {LP_CHECK_TOL:g})",
-            violation,
-        )
+            sol.raise_for_status("block OT LP")
+        return BlockOTResult(float("nan"), sol.status, False, None, sol.max_violation, n_var, sol.message)
+    plan, value, violation = sol.x.reshape(n, n), sol.objective, sol.max_violation
     return BlockOTResult(
         value=value,
         status="optimal",
@@ -530,6 +513,6 @@ def ot_optimum(draft, target, L, *, max_variables: int = MAX_LP_VARIABLES,
         plan=plan,
         max_violation=violation,
         n_variables=n_var,
-        message=f"HiGHS: {name}; re-check passed (max violation {violation:.1e})",
+        message=sol.message,
     )
 

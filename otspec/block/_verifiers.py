@@ -1,4 +1,4 @@
-r"""Block verifiers: TokenVerify, BlockVerify (seed v1) and the one-step BlockVerify.
+r"""Block verifiers: TokenVerify, BlockVerify (v1, arXiv:2403.10444 Algorithm 3) and the one-step BlockVerify.
 
 A draft block :math:`X^L = (X_1, \dots, X_L)` is drawn from the draft model
 :math:`M_s` (the package's ``p``); the target model :math:`M_b` (``q``) scores
@@ -19,7 +19,7 @@ Every verifier here can
 Counting convention: :math:`\tau` is the number of *accepted draft tokens*
 (0..L). Each iteration emits :math:`\tau + 1` tokens: the accepted prefix and
 one more (a correction when :math:`\tau < L`, the bonus token from
-:math:`M_b(\cdot \mid X^L)` when :math:`\tau = L`). The seed's Bernoulli sums
+:math:`M_b(\cdot \mid X^L)` when :math:`\tau = L`). Sun et al.'s (arXiv:2403.10444) Bernoulli sums
 start at :math:`i = 0`, i.e. they count :math:`\tau + 1`; pass
 ``include_bonus=True`` for that count.
 """
@@ -27,7 +27,9 @@ start at :math:`i = 0`, i.e. they count :math:`\tau + 1`; pass
 from __future__ import annotations
 
 import abc
+import dataclasses
 import math
+import types
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -41,6 +43,7 @@ from ..models import (
     validate_model_pair,
     validate_sequence,
 )
+from ..multidraft._registry import VerifierSpec, get_verifier, register_verifier, verifier_names
 
 __all__ = [
     "BlockVerifier",
@@ -51,6 +54,7 @@ __all__ = [
     "BlockSample",
     "VERIFIERS",
     "make_verifier",
+    "tau_law_on_path",
 ]
 
 
@@ -86,6 +90,16 @@ def _residual(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     if not s > 0:
         return np.array(fallback, dtype=np.float64)
     return w / s
+
+
+def _path_weights(block, cs, cb):
+    """Along the block: ``w[i] = M_b(X^i) / M_s(X^i)`` and the one-step ``p_i = min(p_{i-1} r_i, 1)``."""
+    w, pw = [1.0], [1.0]
+    for i, x in enumerate(block):
+        r = float(cb[i][x]) / float(cs[i][x]) if cs[i][x] > 0 else 1.0
+        w.append(w[-1] * r)
+        pw.append(min(pw[-1] * r, 1.0))
+    return w, pw
 
 
 def _model_max_len(model):
@@ -138,7 +152,7 @@ class BlockStep:
     emitted : tuple of int
         Tokens the verifier itself emits after the accepted prefix: one
         correction token (``tau < L``) or the bonus token (``tau == L``) for
-        TokenVerify and the one-step BlockVerify; for the seed's v1 BlockVerify
+        TokenVerify and the one-step BlockVerify; for v1 BlockVerify (arXiv:2403.10444, Algorithm 3)
         with ``tau < L`` the ``L - tau`` residual tokens followed by one token
         from the target model (so always ``L + 1 - tau`` tokens there).
     output : tuple of int
@@ -336,6 +350,29 @@ class BlockVerifier(abc.ABC):
     def _run(self, block, cs, cb, gen) -> tuple[int, tuple[int, ...]]:
         """The algorithm on one block: ``(tau, emitted tokens)``."""
 
+    @staticmethod
+    @abc.abstractmethod
+    def _path_tau_law(block, cs, cb) -> np.ndarray:
+        """:math:`P(\\tau = t \\mid X^L)` from the conditionals along the block (see :func:`tau_law_on_path`)."""
+
+    def tau_law_on_path(self, block) -> np.ndarray:
+        r"""Exact :math:`P(\tau = t \mid X^L = \text{block})` from the conditionals along the block only.
+
+        Needs ``L`` draft and target calls, not the enumeration tables of
+        :meth:`tau_given_block` (which it equals); see :func:`tau_law_on_path`.
+
+        Parameters
+        ----------
+        block : sequence of L int
+
+        Returns
+        -------
+        (L + 1,) ndarray of float64
+        """
+        block = self._block(block)
+        cs, cb = self._path(block)
+        return self._path_tau_law(block, cs, cb)
+
     def verify(self, block, *, rng=None) -> BlockStep:
         """Run the verifier's algorithm on a given draft block.
 
@@ -393,12 +430,12 @@ class BlockVerifier(abc.ABC):
 
 
 # ---------------------------------------------------------------------------
-# TokenVerify (seed Algorithm 2; Leviathan et al. Algorithm 1 per position)
+# TokenVerify (arXiv:2403.10444, Algorithm 2; Leviathan et al. Algorithm 1 per position)
 # ---------------------------------------------------------------------------
 
 
 class TokenVerify(BlockVerifier):
-    r"""Token-level verification (seed Algorithm 2; Leviathan et al., Algorithm 1).
+    r"""Token-level verification (arXiv:2403.10444, Algorithm 2; Leviathan et al., Algorithm 1).
 
     .. math::
 
@@ -408,7 +445,7 @@ class TokenVerify(BlockVerifier):
     then one correction token from
     :math:`(M_b(\cdot \mid X^\tau) - M_s(\cdot \mid X^\tau))_+` normalised
     (:math:`\tau < L`) or the bonus token from :math:`M_b(\cdot \mid X^L)`.
-    Expected accepted length (seed Theorem 2, eq. 7):
+    Expected accepted length (arXiv:2403.10444, Theorem 2, eq. 7):
     :math:`\sum_{\ell=1}^{L} \sum_{x^\ell} \prod_{i \le \ell} \min(M_s(x_i \mid x^{i-1}), M_b(x_i \mid x^{i-1}))`.
 
     Leviathan et al. write ``p`` for the target and ``q`` for the draft; here
@@ -444,6 +481,18 @@ class TokenVerify(BlockVerifier):
         corr = _normalise_rows(np.maximum(T.cb[t] - T.cs[t], 0.0), T.cb[t])
         return [corr] + [T.cb[j] for j in range(t + 1, self.L)]
 
+    @staticmethod
+    def _path_tau_law(block, cs, cb):
+        L = len(block)
+        out = np.zeros(L + 1)
+        alive = 1.0
+        for i, x in enumerate(block):
+            a = float(_ratio_min1(cb[i][x], cs[i][x]))
+            out[i] = alive * (1.0 - a)
+            alive *= a
+        out[L] = alive
+        return out
+
     def _run(self, block, cs, cb, gen):
         L = self.L
         tau = 0
@@ -461,12 +510,12 @@ class TokenVerify(BlockVerifier):
 
 
 # ---------------------------------------------------------------------------
-# BlockVerify, the seed's v1 (Algorithm 3 with the multi-token residual)
+# BlockVerify, v1 (arXiv:2403.10444, Algorithm 3 with the multi-token residual)
 # ---------------------------------------------------------------------------
 
 
 class BlockVerify(BlockVerifier):
-    r"""Block-level verification, the seed's Algorithm 3 (v1): optimal for block OT.
+    r"""Block-level verification, Sun et al., arXiv:2403.10444, Algorithm 3 (v1): optimal for block OT.
 
     Accept the whole block with probability
     :math:`\min(1, M_b(X^L) / M_s(X^L))`; otherwise, for :math:`i = 1..L`,
@@ -478,16 +527,16 @@ class BlockVerify(BlockVerifier):
         p_{\rm remain}(x^i) = \sum_x (M_b(x^i, x) - M_s(x^i, x))_+, \qquad
         p_{\rm rej}(x^i) = \sum_x (M_s(x^i, x) - M_b(x^i, x))_+
 
-    (joint probabilities, seed eqs. 8–9). After :math:`\tau < L` accepted
+    (joint probabilities, arXiv:2403.10444, eqs. 8–9). After :math:`\tau < L` accepted
     tokens the next :math:`L - \tau` output tokens are drawn one by one from
     :math:`p_{\rm res}^{y^j}(x) \propto (M_b(y^j, x) - M_s(y^j, x))_+`
-    (seed eq. 10) along the output prefix :math:`y^j`, and only then from
+    (arXiv:2403.10444, eq. 10) along the output prefix :math:`y^j`, and only then from
     :math:`M_b`. Its expected accepted length is the block-OT optimum
-    (seed Theorem 1, eq. 6):
+    (arXiv:2403.10444, Theorem 1, eq. 6):
     :math:`\sum_{\ell=1}^{L} \sum_{x^\ell} \min(M_s(x^\ell), M_b(x^\ell))`.
 
     Deviation from the paper's text: the last backward step (empty prefix)
-    accepts with probability 1 exactly (the seed notes
+    accepts with probability 1 exactly (the paper notes
     :math:`p_{\rm remain}(\emptyset) = p_{\rm rej}(\emptyset)`; we do not
     let rounding leave mass undecided).
 
@@ -536,6 +585,25 @@ class BlockVerify(BlockVerifier):
             conts.append(_normalise_rows(w, T.cb[j]))
         return conts
 
+    @staticmethod
+    def _path_tau_law(block, cs, cb):
+        # P(tau = L) = min(1, w_L); the backward walk accepts X^k with min(1, p_remain / p_rej),
+        # computed scale-free as sum_x (w_k q_{k+1}(x) - p_{k+1}(x))_+ over its negative part
+        L = len(block)
+        w, _ = _path_weights(block, cs, cb)
+        out = np.zeros(L + 1)
+        out[L] = min(1.0, w[L])
+        left = 1.0 - out[L]
+        for k in range(L - 1, -1, -1):
+            if k == 0:
+                r = 1.0
+            else:
+                d = w[k] * cb[k] - cs[k]
+                r = float(_ratio_min1(np.maximum(d, 0.0).sum(), np.maximum(-d, 0.0).sum()))
+            out[k] = left * r
+            left *= 1.0 - r
+        return out
+
     def _run(self, block, cs, cb, gen):
         L = self.L
         Js = [1.0]
@@ -581,7 +649,7 @@ class BlockVerify(BlockVerifier):
 
 
 class BlockVerifyOneStep(BlockVerifier):
-    r"""Block verification with one correction token (the seed's published final variant).
+    r"""Block verification with one correction token (the published final variant of arXiv:2403.10444).
 
     With :math:`p_0 = 1` and, along the draft block,
 
@@ -649,6 +717,23 @@ class BlockVerifyOneStep(BlockVerifier):
         w = np.maximum(p[t][..., None] * T.cb[t] - T.cs[t], 0.0)
         return [_normalise_rows(w, T.cb[t])] + [T.cb[j] for j in range(t + 1, self.L)]
 
+    @staticmethod
+    def _path_tau_law(block, cs, cb):
+        L = len(block)
+        _, pw = _path_weights(block, cs, cb)
+        h = [1.0]
+        for i in range(1, L):
+            Z = float(np.maximum(pw[i] * cb[i] - cs[i], 0.0).sum())
+            den = Z + 1.0 - pw[i]
+            h.append(Z / den if den > 0 else 1.0)
+        h.append(pw[L])
+        out = np.zeros(L + 1)
+        tail = 1.0
+        for t in range(L, -1, -1):
+            out[t] = h[t] * tail
+            tail *= 1.0 - h[t]
+        return out
+
     def _run(self, block, cs, cb, gen):
         L = self.L
         p = [1.0]
@@ -673,11 +758,94 @@ class BlockVerifyOneStep(BlockVerifier):
         return tau, (sample_from(res, gen),)
 
 
-VERIFIERS = {
-    "token": TokenVerify,
-    "block": BlockVerify,
-    "block-onestep": BlockVerifyOneStep,
-}
+_BLOCK_PAPER = "Sun et al., Block verification, arXiv:2403.10444"
+register_verifier(dataclasses.replace(get_verifier("token"), build_block=TokenVerify), replace=True)
+register_verifier(VerifierSpec(
+    "block", "block", None, BlockVerify, single_draft=True,
+    summary="block verification", reference=f"{_BLOCK_PAPER}, Algorithm 3",
+))
+register_verifier(VerifierSpec(
+    "block-onestep", "block", None, BlockVerifyOneStep, single_draft=True,
+    summary="block verification, one correction token",
+    reference=f"{_BLOCK_PAPER}, published one-correction-token variant",
+))
+
+#: Block verifier classes by name: a read-only view of the registry
+#: (:data:`otspec.multidraft.VERIFIERS`) restricted to the verifiers that run along a block.
+VERIFIERS = types.MappingProxyType({n: get_verifier(n).build_block for n in verifier_names(block=True)})
+
+
+def _block_class(verifier) -> type:
+    names = verifier_names(block=True)
+    if isinstance(verifier, BlockVerifier):
+        return type(verifier)
+    if not isinstance(verifier, str):
+        raise TypeError(f"`verifier` must be one of {names} or a BlockVerifier, got {type(verifier).__name__}")
+    return get_verifier(verifier, block=True).build_block
+
+
+def tau_law_on_path(verifier, block, draft_conditionals, target_conditionals) -> np.ndarray:
+    r"""Exact :math:`P(\tau = t \mid X^L)` of a block verifier from the conditionals logged along one block.
+
+    .. math::
+
+        \text{token:}\quad P(\tau \ge \ell \mid X^L) = \prod_{i \le \ell} \min\Big(1, \frac{q_i(X_i)}{p_i(X_i)}\Big);
+        \qquad
+        \text{block-onestep:}\quad P(\tau = t \mid X^L) = h_t \prod_{j > t} (1 - h_j);
+
+    for ``"block"`` (Sun et al., arXiv:2403.10444, Algorithm 3)
+    :math:`P(\tau = L) = \min(1, M_b(X^L)/M_s(X^L))` and the backward walk
+    accepts :math:`X^{k}` with :math:`\min(1, p_{\rm remain}(X^k)/p_{\rm rej}(X^k))`.
+    Here ``p`` is the draft (:math:`M_s`) and ``q`` the target (:math:`M_b`).
+    Only the ``L`` draft and target conditionals along the block are needed
+    (what a decoding loop has logged), so this works at any vocabulary size;
+    on enumerable models it equals :meth:`BlockVerifier.tau_given_block`.
+
+    Parameters
+    ----------
+    verifier : str or BlockVerifier
+        A block-capable registered name (``"token"``, ``"block"``,
+        ``"block-onestep"``) or a block verifier.
+    block : sequence of L int
+        The draft block.
+    draft_conditionals : sequence of L (V,) arrays
+        :math:`M_s(\cdot \mid X^{i})`, ``i = 0..L-1``.
+    target_conditionals : sequence of L or L + 1 (V,) arrays
+        :math:`M_b(\cdot \mid X^{i})`, ``i = 0..L-1`` (more are ignored).
+
+    Returns
+    -------
+    (L + 1,) ndarray of float64
+
+    Raises
+    ------
+    ValueError
+        Unknown verifier name, or fewer conditionals than tokens in the block.
+
+    References
+    ----------
+    .. [1] Sun et al., "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", arXiv:2403.10444, Algorithms 2 and 3.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.block import tau_law_on_path
+    >>> p, q = np.array([0.5, 0.5]), np.array([0.25, 0.75])
+    >>> tau_law_on_path("token", (0, 1), [p, p], [q, q]).round(4)
+    array([0.5, 0. , 0.5])
+    """
+    cls = _block_class(verifier)
+    block = tuple(int(x) for x in block)
+    L = len(block)
+    if len(draft_conditionals) < L or len(target_conditionals) < L:
+        raise ValueError(
+            f"`draft_conditionals` and `target_conditionals` need L={L} laws each, got "
+            f"{len(draft_conditionals)} and {len(target_conditionals)}"
+        )
+    cs = [np.asarray(c, dtype=np.float64) for c in draft_conditionals[:L]]
+    cb = [np.asarray(c, dtype=np.float64) for c in target_conditionals[:L]]
+    return cls._path_tau_law(block, cs, cb)
 
 
 def make_verifier(draft, target, L, verifier="block", *, max_entries: int = MAX_ENUMERATION) -> BlockVerifier:
@@ -711,10 +879,4 @@ def make_verifier(draft, target, L, verifier="block", *, max_entries: int = MAX_
                 "`verifier` was built for other models or another `L`; pass its name instead"
             )
         return verifier
-    if not isinstance(verifier, str):
-        raise TypeError(
-            f"`verifier` must be one of {sorted(VERIFIERS)} or a BlockVerifier, got {type(verifier).__name__}"
-        )
-    if verifier not in VERIFIERS:
-        raise ValueError(f"`verifier` must be one of {sorted(VERIFIERS)}, got {verifier!r}")
-    return VERIFIERS[verifier](draft, target, L, max_entries=max_entries)
+    return _block_class(verifier)(draft, target, L, max_entries=max_entries)

@@ -11,26 +11,33 @@ from ._deps import require as _require
 
 _require("torch", "otspec.decoding")
 
-from ._loop import BaselineResult  # noqa: E402
-from ._loop import DecodeResult  # noqa: E402
-from ._loop import autoregressive_decode  # noqa: E402
-from ._loop import make_rng  # noqa: E402
-from ._loop import speculative_decode  # noqa: E402
-from ._metrics import DecodingSummary  # noqa: E402
-from ._metrics import LosslessCheck  # noqa: E402
-from ._metrics import exact_prefix_law  # noqa: E402
-from ._metrics import lossless_check  # noqa: E402
-from ._metrics import summarize  # noqa: E402
-from ._models import CallableLM  # noqa: E402
-from ._models import HFCausalLM  # noqa: E402
-from ._models import LanguageModel  # noqa: E402
-from ._models import next_token_logits  # noqa: E402
+from ._loop import (
+    BaselineResult,  # noqa: E402
+    DecodeResult,  # noqa: E402
+    autoregressive_decode,  # noqa: E402
+    make_rng,  # noqa: E402
+    speculative_decode,  # noqa: E402
+)
+from ._metrics import (
+    DecodingCheck,  # noqa: E402
+    DecodingSummary,  # noqa: E402
+    check_lossless,  # noqa: E402
+    exact_prefix_law,  # noqa: E402
+    summarize,  # noqa: E402
+)
+from ._models import (
+    CallableLM,  # noqa: E402
+    HFCausalLM,  # noqa: E402
+    LanguageModel,  # noqa: E402
+    next_token_logits,  # noqa: E402
+)
 from ._sampling import Sampling  # noqa: E402
 from ._verifiers import VERIFIER_NAMES  # noqa: E402
-from ._verifiers import block_tau_law  # noqa: E402
-from .real import layer_skip_draft  # noqa: E402
-from .real import load_smollm2  # noqa: E402
-from .real import smollm2_pair  # noqa: E402
+from .real import (
+    layer_skip_draft,  # noqa: E402
+    load_smollm2,  # noqa: E402
+    smollm2_pair,  # noqa: E402
+)
 
 __all__ = [
     "INSTALL_HINT",
@@ -38,17 +45,16 @@ __all__ = [
     "BaselineResult",
     "CallableLM",
     "DecodeResult",
+    "DecodingCheck",
     "DecodingSummary",
     "HFCausalLM",
     "LanguageModel",
-    "LosslessCheck",
     "Sampling",
     "autoregressive_decode",
-    "block_tau_law",
     "exact_prefix_law",
     "layer_skip_draft",
     "load_smollm2",
-    "lossless_check",
+    "check_lossless",
     "make_rng",
     "next_token_logits",
     "smollm2_pair",

@@ -17,28 +17,28 @@ from .._validation import validate_positive_int
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
 from ._sampling import Sampling, sample_rows
-from ._verifiers import Scheme, block_tau_law, resolve_scheme
+from ._verifiers import Scheme, resolve_scheme
 
 torch = require("torch", "otspec.decoding")
 
 __all__ = ["DecodeResult", "BaselineResult", "speculative_decode", "autoregressive_decode", "make_rng"]
 
 
-def make_rng(generator) -> np.random.Generator:
+def make_rng(rng) -> np.random.Generator:
     """The numpy generator of the verifiers, derived from a ``torch.Generator`` (or an int seed).
 
     ``None`` gives fresh entropy; an int seeds a new ``torch.Generator``; a
     ``torch.Generator`` is advanced by one draw (so successive runs with the
     same generator differ, and a re-seeded generator replays them).
     """
-    if generator is None:
+    if rng is None:
         return np.random.default_rng()
-    if isinstance(generator, numbers.Integral) and not isinstance(generator, bool):
-        g = torch.Generator().manual_seed(int(generator))
-    elif isinstance(generator, torch.Generator):
-        g = generator
+    if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
+        g = torch.Generator().manual_seed(int(rng))
+    elif isinstance(rng, torch.Generator):
+        g = rng
     else:
-        raise TypeError(f"`generator` must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
+        raise TypeError(f"`rng` must be a torch.Generator, an int seed or None, got {type(rng).__name__}")
     seed = int(torch.randint(0, 2**62, (1,), generator=g, device=g.device).item())
     return np.random.default_rng(seed)
 
@@ -124,13 +124,13 @@ class DecodeResult:
     verifier : str
     lossless : bool
         Whether the verifier reproduces the (processed) target law exactly.
-    num_drafts, draft_length : int
+    k, L : int
         ``K`` draft sequences of length ``L``.
     sampling : Sampling
     accepted : (N,) ndarray of int64
         Accepted draft tokens :math:`\tau` per iteration.
     emitted : (N,) ndarray of int64
-        Tokens produced per iteration (``tau + 1``; ``L + 1`` for the seed's
+        Tokens produced per iteration (``tau + 1``; ``L + 1`` for Sun et al.'s (arXiv:2403.10444)
         v1 block verifier), before truncation to ``max_new_tokens``.
     target_calls : (N,) ndarray of int64
         Serial target calls per iteration (1, plus the v1 residual's calls).
@@ -160,8 +160,8 @@ class DecodeResult:
     prompt_length: int
     verifier: str
     lossless: bool
-    num_drafts: int
-    draft_length: int
+    k: int
+    L: int
     sampling: Sampling
     accepted: np.ndarray
     emitted: np.ndarray
@@ -189,7 +189,7 @@ class DecodeResult:
 
     def __repr__(self) -> str:
         return (
-            f"DecodeResult(verifier={self.verifier!r}, K={self.num_drafts}, L={self.draft_length}, "
+            f"DecodeResult(verifier={self.verifier!r}, K={self.k}, L={self.L}, "
             f"tokens={self.tokens.shape[0]}, iterations={self.iterations}, "
             f"block_efficiency={self.block_efficiency:.3f})"
         )
@@ -249,7 +249,7 @@ def autoregressive_decode(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    generator=None,
+    rng=None,
     eos_token_id=None,
 ) -> BaselineResult:
     r"""Sample from the target alone, one token per call (the baseline of every speed-up).
@@ -270,7 +270,7 @@ def autoregressive_decode(
     max_new_tokens : int, keyword-only
     temperature, top_k, top_p : keyword-only
         See :class:`Sampling`.
-    generator : torch.Generator, int or None, keyword-only
+    rng : torch.Generator, int or None, keyword-only
         Seed source (a numpy generator is derived from it).
     eos_token_id : int, sequence of int or None, keyword-only
         Stop after any of these tokens.
@@ -289,13 +289,13 @@ def autoregressive_decode(
     >>> import torch
     >>> from otspec.decoding import CallableLM, autoregressive_decode
     >>> lm = CallableLM(lambda ids: torch.zeros(ids.shape + (5,)), vocab_size=5)
-    >>> autoregressive_decode(lm, [0], max_new_tokens=4, generator=0).tokens.shape
+    >>> autoregressive_decode(lm, [0], max_new_tokens=4, rng=0).tokens.shape
     (4,)
     """
     _, prompt_, max_new, sampling, eos = _validate_common(
         target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id
     )
-    gen = make_rng(generator)
+    gen = make_rng(rng)
     track = _Track(target, sampling)
     out: list[int] = []
     pending = list(prompt_)
@@ -312,26 +312,26 @@ def autoregressive_decode(
 
 
 def speculative_decode(
-    target,
-    draft,
     prompt,
     *,
+    draft,
+    target,
     verifier="token",
-    num_drafts: int = 1,
-    draft_length: int = 4,
+    k: int = 1,
+    L: int = 4,
     max_new_tokens: int = 64,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    generator=None,
+    rng=None,
     verifier_options: dict | None = None,
     eos_token_id=None,
     progress: bool = False,
 ) -> DecodeResult:
     r"""Speculative decoding of a real (or toy) draft/target pair with any verifier of the package.
 
-    Each iteration drafts ``K = num_drafts`` i.i.d. sequences of length
-    ``L = draft_length`` from the draft (one batched draft call per
+    Each iteration drafts ``k`` i.i.d. sequences of length
+    ``L`` from the draft (one batched draft call per
     position), scores all of them with the target in **one** batched call,
     then verifies:
 
@@ -356,24 +356,25 @@ def speculative_decode(
 
     Parameters
     ----------
-    target, draft : LanguageModel
-        Same ``vocab_size``; see :class:`HFCausalLM`.
     prompt : sequence of int
         Non-empty token ids.
+    draft, target : LanguageModel, keyword-only
+        Draft (``p``) and target (``q``) models, same ``vocab_size``; see
+        :class:`HFCausalLM`. Keyword-only, so the roles cannot be swapped.
     verifier : str or callable, keyword-only
         ``"token"`` (speculative sampling), ``"kseq"``, ``"multiround"``,
         ``"optimal"``, ``"lp"`` (the OTM-k LP plan; needs top-k / top-p),
         ``"mentored"`` (lossy; ``verifier_options={"D": ...}``), ``"block"``
-        (the seed's v1, with its multi-token residual drawn by extra model
-        calls), ``"block-onestep"``; or a callable ``(p, q, k) -> Verifier``.
-    num_drafts : int, keyword-only
-        ``K >= 1`` draft sequences (1 for single-draft schemes).
-    draft_length : int, keyword-only
+        (Sun et al., arXiv:2403.10444, Algorithm 3, with its multi-token
+        residual drawn by extra model calls), ``"block-onestep"``; or a callable ``(p, q, k) -> Verifier``.
+    k : int, keyword-only
+        Number of i.i.d. draft sequences, ``k >= 1`` (1 for single-draft schemes).
+    L : int, keyword-only
         ``L >= 1``.
     max_new_tokens : int, keyword-only
     temperature, top_k, top_p : keyword-only
         Applied identically to draft and target (:class:`Sampling`).
-    generator : torch.Generator, int or None, keyword-only
+    rng : torch.Generator, int or None, keyword-only
         Seed source; the numpy ``rng`` of the verifiers and samplers is derived from it.
     verifier_options : dict, keyword-only
         Extra arguments of the verifier (``D`` for mentored, ``rho`` for k-Seq).
@@ -410,7 +411,7 @@ def speculative_decode(
     >>> from otspec.decoding import CallableLM, speculative_decode
     >>> q = CallableLM(lambda ids: torch.zeros(ids.shape + (4,)), vocab_size=4)
     >>> p = CallableLM(lambda ids: torch.zeros(ids.shape + (4,)), vocab_size=4)
-    >>> res = speculative_decode(q, p, [0], draft_length=3, max_new_tokens=8, generator=0)
+    >>> res = speculative_decode([0], draft=p, target=q, L=3, max_new_tokens=8, rng=0)
     >>> res.tokens.shape, res.block_efficiency   # identical models accept every draft
     ((8,), 4.0)
     """
@@ -422,15 +423,15 @@ def speculative_decode(
         raise ValueError(
             f"`draft` and `target` must share one vocabulary, got vocab_size {Vd} (draft) and {V} (target)"
         )
-    K = validate_positive_int(num_drafts, "num_drafts")
-    L = validate_positive_int(draft_length, "draft_length")
-    scheme = resolve_scheme(verifier, num_drafts=K, truncated=sampling.truncated, options=verifier_options)
-    gen = make_rng(generator)
-    return _Decoder(target, draft, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
+    K = validate_positive_int(k, "k")
+    L = validate_positive_int(L, "L")
+    scheme = resolve_scheme(verifier, k=K, truncated=sampling.truncated, options=verifier_options)
+    gen = make_rng(rng)
+    return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
 
 
 class _Decoder:
-    def __init__(self, target, draft, prompt, scheme: Scheme, K, L, max_new, sampling, gen, eos, progress):
+    def __init__(self, draft, target, prompt, scheme: Scheme, K, L, max_new, sampling, gen, eos, progress):
         self.t = _Track(target, sampling)
         self.d = _Track(draft, sampling)
         self.prompt = prompt
@@ -544,7 +545,7 @@ class _Decoder:
         tau = int(step.tau)
         calls = 1 + tm.extra_calls
         a0 = time.perf_counter()
-        law = block_tau_law(self.scheme.name, block, [P[0, i] for i in range(L)], [Q[0, i] for i in range(L + 1)])
+        law = otspec.block.tau_law_on_path(ver, block, [P[0, i] for i in range(L)], [Q[0, i] for i in range(L)])
         t_idx = np.arange(L + 1)
         pred_tau = float(law @ t_idx)
         if self.scheme.name == "block":
@@ -601,8 +602,8 @@ class _Decoder:
             prompt_length=len(self.prompt),
             verifier=self.scheme.name,
             lossless=bool(self.lossless),
-            num_drafts=self.K,
-            draft_length=L,
+            k=self.K,
+            L=L,
             sampling=self.sampling,
             accepted=np.array(lg["accepted"], dtype=np.int64),
             emitted=np.array(lg["emitted"], dtype=np.int64),

@@ -9,15 +9,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import validate_positive_int, validate_probability
+from .._verifier import LosslessCheck
+from ..speculative import expected_tokens
 from ._deps import require
 from ._loop import BaselineResult, DecodeResult, speculative_decode
 from ._models import next_token_logits, validate_language_model, validate_prompt
 from ._sampling import Sampling
-from ._verifiers import iid_block_efficiency
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["DecodingSummary", "summarize", "exact_prefix_law", "LosslessCheck", "lossless_check"]
+__all__ = ["DecodingSummary", "summarize", "exact_prefix_law", "LosslessCheck", "check_lossless"]
 
 #: two-sided 95 % normal quantile
 Z95 = 1.959963984540054
@@ -30,7 +31,7 @@ class DecodingSummary:
     Attributes
     ----------
     verifier : str
-    num_drafts, draft_length : int
+    k, L : int
         ``K`` and ``L``.
     temperature : float
     top_k : int or None
@@ -72,8 +73,8 @@ class DecodingSummary:
     """
 
     verifier: str
-    num_drafts: int
-    draft_length: int
+    k: int
+    L: int
     temperature: float
     top_k: int | None
     top_p: float | None
@@ -106,8 +107,8 @@ class DecodingSummary:
         """A JSON-ready dict (one record of ``results/decoding.json``)."""
         return {
             "name": self.verifier,
-            "K": self.num_drafts,
-            "L": self.draft_length,
+            "k": self.k,
+            "L": self.L,
             "temperature": self.temperature,
             "top_k": self.top_k,
             "top_p": self.top_p,
@@ -170,10 +171,10 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
         if not isinstance(r, DecodeResult):
             raise TypeError(f"`results` must hold DecodeResult objects, got {type(r).__name__}")
     r0 = results[0]
-    key = (r0.verifier, r0.num_drafts, r0.draft_length, r0.sampling)
+    key = (r0.verifier, r0.k, r0.L, r0.sampling)
     for r in results[1:]:
-        if (r.verifier, r.num_drafts, r.draft_length, r.sampling) != key:
-            raise ValueError("`results` must share verifier, num_drafts, draft_length and sampling")
+        if (r.verifier, r.k, r.L, r.sampling) != key:
+            raise ValueError("`results` must share verifier, k, L and sampling")
     cat = lambda name: np.concatenate([getattr(r, name) for r in results])  # noqa: E731
     e, c = cat("emitted").astype(np.float64), cat("target_calls").astype(np.float64)
     pe, pc = cat("predicted_emitted"), cat("predicted_calls")
@@ -183,7 +184,7 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
     d = acc - pacc
     ss = float(np.sum(d**2))
     z = float(d.sum() / math.sqrt(ss)) if ss > 0 else (0.0 if abs(d.sum()) < 1e-12 else float("inf"))
-    L = r0.draft_length
+    L = r0.L
     reached = np.concatenate([r.reached for r in results]).reshape(-1, L)
     preached = np.concatenate([r.predicted_reached for r in results]).reshape(-1, L)
     a1 = cat("alpha_first")
@@ -197,8 +198,8 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
         btps = bn / bt if bt > 0 else float("inf")
     return DecodingSummary(
         verifier=r0.verifier,
-        num_drafts=r0.num_drafts,
-        draft_length=L,
+        k=r0.k,
+        L=L,
         temperature=r0.sampling.temperature,
         top_k=r0.sampling.top_k,
         top_p=r0.sampling.top_p,
@@ -209,7 +210,7 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
         block_efficiency=be,
         block_efficiency_ci=(be - Z95 * se, be + Z95 * se),
         predicted_block_efficiency=float(pe.sum() / pc.sum()),
-        iid_block_efficiency=float(iid_block_efficiency(float(a1.mean()), L)),
+        iid_block_efficiency=float(expected_tokens(float(a1.mean()), L)),
         mean_accepted=float(acc.mean()),
         predicted_mean_accepted=float(pacc.mean()),
         z_accepted=z,
@@ -294,53 +295,63 @@ def exact_prefix_law(
 
 
 @dataclass(frozen=True, eq=False)
-class LosslessCheck:
-    r"""χ² test that speculative decoding's first tokens follow the target exactly (:func:`lossless_check`).
+class DecodingCheck(LosslessCheck):
+    r"""χ² test that speculative decoding's first tokens follow the target exactly (:func:`check_lossless`).
+
+    The core fields are those of :class:`otspec.LosslessCheck`, with
+    ``method="sampling"``: ``law`` holds the empirical frequencies of the
+    first ``num_tokens`` decoded tokens over the target's support (its last
+    cell counts draws outside the support), ``target_law`` the exact law of
+    those tokens from plain target scoring (:func:`exact_prefix_law`),
+    ``max_error`` the largest cell difference, ``n_cases`` the decoding runs.
 
     Attributes
     ----------
     verifier : str
     num_tokens : int
         Length of the tested continuation.
-    n_runs : int
-        Independent decoding runs (seeds from one ``torch.Generator``).
     statistic, pvalue : float
         Pearson's χ² and its p-value (:func:`otspec.testing.chi2_gof`).
     dof : int
-    passed : bool
-        ``pvalue > alpha_fail`` and no draw outside the target's support.
     alpha_fail : float
         The false-failure rate of the test.
     n_cells : int
         Cells after pooling.
     tv_empirical : float
         Total variation between the empirical and the exact law (descriptive).
+    cells : tuple of tuple of int
+        The token sequences of ``law``'s cells (the last cell, outside the
+        support, has none).
     """
 
     verifier: str
     num_tokens: int
-    n_runs: int
     statistic: float
     pvalue: float
     dof: int
-    passed: bool
     alpha_fail: float
     n_cells: int
     tv_empirical: float
+    cells: tuple
+
+    @property
+    def n_runs(self) -> int:
+        """Alias of ``n_cases`` (independent decoding runs)."""
+        return self.n_cases
 
 
-def lossless_check(
-    target,
-    draft,
+def check_lossless(
     prompt,
     *,
+    draft,
+    target,
     verifier="token",
     num_tokens: int = 1,
     n_runs: int = 2000,
-    generator=0,
+    rng=0,
     alpha_fail: float = 1e-3,
-    num_drafts: int = 1,
-    draft_length: int = 2,
+    k: int = 1,
+    L: int = 2,
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
@@ -360,22 +371,23 @@ def lossless_check(
 
     Parameters
     ----------
-    target, draft : LanguageModel
     prompt : sequence of int
+    draft, target : LanguageModel, keyword-only
+        Draft (``p``) and target (``q``) models.
     verifier : str or callable, keyword-only
     num_tokens : int, keyword-only
-        ``m``: tokens tested jointly (``m <= draft_length + 1`` tests one iteration).
+        ``m``: tokens tested jointly (``m <= L + 1`` tests one iteration).
     n_runs : int, keyword-only
-    generator : torch.Generator or int, keyword-only
+    rng : torch.Generator or int, keyword-only
         One generator drives all runs (each run advances it).
     alpha_fail : float, keyword-only
-    num_drafts, draft_length, temperature, top_k, top_p, verifier_options : keyword-only
+    k, L, temperature, top_k, top_p, verifier_options : keyword-only
         As in :func:`speculative_decode`.
     progress : bool, keyword-only
 
     Returns
     -------
-    LosslessCheck
+    DecodingCheck
     """
     from tqdm.auto import tqdm
 
@@ -384,16 +396,16 @@ def lossless_check(
     n_runs = validate_positive_int(n_runs, "n_runs")
     alpha_fail = validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
     m = validate_positive_int(num_tokens, "num_tokens")
-    if isinstance(generator, int) and not isinstance(generator, bool):
-        generator = torch.Generator().manual_seed(generator)
+    if isinstance(rng, int) and not isinstance(rng, bool):
+        rng = torch.Generator().manual_seed(rng)
     cells, law = exact_prefix_law(target, prompt, m, temperature=temperature, top_k=top_k, top_p=top_p)
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells) + 1, dtype=np.int64)  # last cell: outside the support
     name = None
     for _ in tqdm(range(n_runs), disable=not progress, desc=f"lossless[{verifier}]", leave=False):
         res = speculative_decode(
-            target, draft, prompt, verifier=verifier, num_drafts=num_drafts, draft_length=draft_length,
-            max_new_tokens=m, temperature=temperature, top_k=top_k, top_p=top_p, generator=generator,
+            prompt, draft=draft, target=target, verifier=verifier, k=k, L=L,
+            max_new_tokens=m, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
             verifier_options=verifier_options,
         )
         name = res.verifier
@@ -401,7 +413,10 @@ def lossless_check(
     full_law = np.append(law / law.sum(), 0.0)
     g = chi2_gof(counts, full_law, alpha_fail=alpha_fail)
     tv = 0.5 * float(np.abs(counts / n_runs - full_law).sum())
-    return LosslessCheck(
-        verifier=str(name), num_tokens=m, n_runs=n_runs, statistic=g.statistic, pvalue=g.pvalue,
-        dof=g.dof, passed=g.passed, alpha_fail=alpha_fail, n_cells=g.n_cells, tv_empirical=tv,
+    freq = counts / n_runs
+    return DecodingCheck(
+        passed=g.passed, max_error=float(np.max(np.abs(freq - full_law))), law=freq, target_law=full_law,
+        method="sampling", n_cases=n_runs,
+        verifier=str(name), num_tokens=m, statistic=g.statistic, pvalue=g.pvalue,
+        dof=g.dof, alpha_fail=alpha_fail, n_cells=g.n_cells, tv_empirical=tv, cells=tuple(cells),
     )

@@ -1,4 +1,4 @@
-r"""Block verification figures: the seed's Figure 2 (memoryless Bernoulli sources).
+r"""Block verification figures: Sun et al.'s (arXiv:2403.10444) Figure 2 (memoryless Bernoulli sources).
 
 Draft :math:`M_s = \mathrm{Ber}(p)` and target :math:`M_b = \mathrm{Ber}(q)` at
 every step (``p`` = draft, ``q`` = target). The expected lengths of the three
@@ -35,7 +35,7 @@ class Figure2Data:
         Block lengths ``1 .. L_max``.
     lengths : dict of str to (m, k) ndarray
         ``lengths[name][i, j]`` = :math:`E[\\tau]` (accepted draft tokens) of
-        verifier ``name`` at ``ps[i]``, ``Ls[j]``; add 1 for the seed's count
+        verifier ``name`` at ``ps[i]``, ``Ls[j]``; add 1 for Sun et al.'s (arXiv:2403.10444) count
         (its sums start at i = 0: tokens emitted per iteration, bonus included).
     """
 
@@ -58,7 +58,7 @@ def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figur
     Parameters
     ----------
     q : float
-        Target's probability of token 1 (seed: 0.75).
+        Target's probability of token 1 (the paper's Figure 2: 0.75).
     ps : sequence of float
         Draft probabilities of token 1.
     L_max : int
@@ -98,7 +98,7 @@ def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figur
 
 def plot_figure2(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10, *, include_bonus: bool = True,
                  data: Figure2Data | None = None, ax=None):
-    r"""The seed's Figure 2: expected accepted tokens against the block length ``L``.
+    r"""Sun et al.'s (arXiv:2403.10444) Figure 2: expected accepted tokens against the block length ``L``.
 
     One colour per draft ``p``; line style per verifier (dotted TokenVerify,
     dashed one-step BlockVerify, solid v1 BlockVerify = the block-OT optimum).
@@ -106,12 +106,12 @@ def plot_figure2(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10, *, inclu
     Parameters
     ----------
     q : float
-        Target's probability of token 1 (seed: 0.75).
+        Target's probability of token 1 (the paper's Figure 2: 0.75).
     ps : sequence of float
         Draft probabilities of token 1.
     L_max : int
     include_bonus : bool, keyword-only
-        Plot :math:`E[\tau] + 1` (the seed's sums from :math:`i = 0`: tokens
+        Plot :math:`E[\tau] + 1` (Sun et al.'s (arXiv:2403.10444) sums from :math:`i = 0`: tokens
         per iteration including the correction/bonus token; default) or
         :math:`E[\tau]`.
     data : Figure2Data, optional
@@ -145,7 +145,7 @@ def plot_figure2(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10, *, inclu
             ax.plot(data.Ls, data.lengths[n][i] + shift, _STYLE[n], color=c, marker="o", markersize=3,
                     label=f"{_LABEL[n]}, p={p:g}")
     ax.set_xlabel("block length L")
-    ylab = "E[τ] + 1 (seed's sum from i = 0)" if include_bonus else "E[τ] (accepted draft tokens)"
+    ylab = "E[τ] + 1 (tokens per iteration)" if include_bonus else "E[τ] (accepted draft tokens)"
     ax.set_ylabel(ylab)
     ax.set_title(f"Bernoulli sources: draft Ber(p), target Ber(q={data.q:g})")
     # two compact legends: colour = draft p, line style = verifier

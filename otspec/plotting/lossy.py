@@ -21,9 +21,9 @@ import math
 
 import numpy as np
 
-from .._mentored import mentored_frontier
 from .._validation import validate_pair, validate_positive_int
-from ..lenience import lenience_curve
+from ..lossy._lenience import lenience_curve
+from ..lossy._mentored import mentored_frontier
 from ..speculative import expected_tokens, optimal_gamma, walltime_improvement
 
 __all__ = ["plot_lossy_frontier", "plot_expected_tokens", "plot_optimal_gamma", "synthetic_llm_pair"]

@@ -249,7 +249,7 @@ def plot_spectr_fig5(ax=None, *, d: int = 120, d_qs=(5, 10, 20, 40, 60, 120), ks
     d : int, keyword-only
         Draft support size (120 in the paper).
     d_qs : sequence of int, keyword-only
-        Target support sizes (the seed does not print them; these are a spread).
+        Target support sizes (SpecTr does not print them; these are a spread).
     ks : sequence of int, keyword-only
         Numbers of drafts.
     show_kseq : bool, keyword-only

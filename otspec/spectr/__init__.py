@@ -18,22 +18,12 @@ Models are objects with ``vocab_size`` and ``next_dist(prefix)``
 target law, as everywhere in otspec.
 """
 
-from ._common import VERIFIER_NAMES
-from ._common import VerifierFactory
-from ._common import resolve_verifier
-from ._drafts import DraftSet
-from ._drafts import iid_drafts
-from ._drafts import prefix_tree_drafts
-from ._exact import SpecTrCheck
-from ._exact import block_efficiency
-from ._exact import check_lossless
-from ._exact import decoded_law
-from ._exact import length_law
+from ._common import VERIFIER_NAMES, VerifierFactory, resolve_verifier
 from ._dp import optimal_block_efficiency
-from ._mc import MCEstimate
-from ._mc import block_efficiency_mc
-from ._selection import draft_selection
-from ._selection import spectr_step
+from ._drafts import DraftSet, iid_drafts, prefix_tree_drafts
+from ._exact import SpecTrCheck, block_efficiency, check_lossless, decoded_law, length_law
+from ._mc import MCEstimate, block_efficiency_mc
+from ._selection import draft_selection, spectr_step
 
 __all__ = [
     "VERIFIER_NAMES",

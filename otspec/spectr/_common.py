@@ -16,13 +16,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._kseq import KSeq, kseq
-from .._multiround import MultiRound, multiround
-from .._optimal_verifier import optimal_verifier
-from .._otm_lp import otm_lp
 from .._validation import validate_distribution, validate_positive_int
 from .._verifier import Verifier
 from ..models import MarkovModel, MemorylessModel, validate_model, validate_model_pair, validate_sequence
+from ..multidraft._kseq import KSeq
+from ..multidraft._multiround import MultiRound
+from ..multidraft._registry import get_verifier, verifier_names
+from ..otm._multisets import multiset_law, n_multisets, token_counts
 
 __all__ = [
     "VERIFIER_NAMES",
@@ -37,14 +37,12 @@ __all__ = [
     "MAX_STEP_ENUM",
 ]
 
-#: Names accepted by ``verifier=``; each is resolved lazily (when first used).
-VERIFIER_NAMES = ("lp", "optimal", "kseq", "multiround")
-
-#: Whether the named verifier's conditional law depends on the draft tuple only
-#: through its multiset (so enumeration over multisets is exact). The OTM LP plan
-#: and the optimal verifier (selection rule on the set S(X), then speculative
-#: sampling) do; k-Seq and multi-round rejection sampling scan the drafts in order.
-_SYMMETRIC = {"lp": True, "optimal": True, "kseq": False, "multiround": False}
+#: Names accepted by ``verifier=``: the token-level verifiers of the registry
+#: (:data:`otspec.multidraft.VERIFIERS`) that need no options; each is built
+#: lazily (when first used). Whether a verifier is symmetric (its conditional
+#: depends on the drafts only through their multiset, so enumeration over
+#: multisets is exact) or sequential is read from the registry.
+VERIFIER_NAMES = tuple(n for n in verifier_names(kind="token") if not get_verifier(n).required)
 
 #: Default largest number of draft tuples (or multisets) enumerated for one
 #: token-level step law.
@@ -125,18 +123,6 @@ def validate_branching(K, L, branching) -> tuple[int, ...]:
 
 
 # ----------------------------------------------------------------------------- verifiers
-def _lp(p, q, k):
-    return otm_lp(p, q, k, raise_on_failure=True).verifier
-
-
-def _multiround_iid(p, q, k):
-    return multiround(p, q, k, replacement=True)  # SpecTr's drafts are i.i.d.
-
-
-#: constructor of each named verifier
-_BUILDERS = {"lp": _lp, "kseq": kseq, "multiround": _multiround_iid, "optimal": optimal_verifier}
-
-
 class VerifierFactory:
     r"""Builds, checks and memoises the token-level verifier used at each depth of SpecTr.
 
@@ -270,7 +256,7 @@ class VerifierFactory:
                 return law
         support = np.flatnonzero(p > 0)
         s = support.shape[0]
-        size = math.comb(s + k - 1, k) if self.symmetric else s**k
+        size = n_multisets(s, k) if self.symmetric else s**k
         if size > max_enum:
             kind = "multisets" if self.symmetric else "ordered draft tuples"
             raise ValueError(
@@ -279,17 +265,13 @@ class VerifierFactory:
             )
         v = self(p, q, k)
         if self.symmetric:
-            drafts = list(itertools.combinations_with_replacement(support.tolist(), k))
+            law_m = multiset_law(p, k)
+            X, weights, counts = law_m.drafts, law_m.weights, law_m.counts()
         else:
-            drafts = list(itertools.product(support.tolist(), repeat=k))
-        X = np.array(drafts, dtype=np.int64).reshape(len(drafts), k)
-        counts = np.zeros((X.shape[0], n), dtype=np.int64)
-        np.add.at(counts, (np.repeat(np.arange(X.shape[0]), k), X.ravel()), 1)
-        logw = counts[:, support] * np.log(p[support])[None, :]
-        weights = np.exp(logw.sum(axis=1))
-        if self.symmetric:
-            lf = np.array([math.lgamma(c + 1) for c in range(k + 1)])
-            weights = weights * np.exp(math.lgamma(k + 1) - lf[counts].sum(axis=1))
+            X = np.array(list(itertools.product(support.tolist(), repeat=k)), dtype=np.int64).reshape(-1, k)
+            weights = np.prod(p[X], axis=1)
+            counts = token_counts(X, n)
+        drafts = [tuple(x) for x in X.tolist()]
         conds = np.empty((X.shape[0], n))
         for i, x in enumerate(drafts):
             conds[i] = v.conditional(x)
@@ -368,9 +350,9 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
     if isinstance(verifier, str):
         if verifier not in VERIFIER_NAMES:
             raise ValueError(f"`verifier` must be one of {VERIFIER_NAMES} or a callable, got {verifier!r}")
-        build = _BUILDERS[verifier]
-        sym = _SYMMETRIC[verifier] if symmetric is None else bool(symmetric)
-        return VerifierFactory(build, name=verifier, symmetric=sym, sequential=verifier in ("kseq", "multiround"))
+        spec = get_verifier(verifier)
+        sym = spec.symmetric if symmetric is None else bool(symmetric)
+        return VerifierFactory(spec.build, name=verifier, symmetric=sym, sequential=spec.sequential)
     if isinstance(verifier, Verifier):
         raise TypeError(
             "`verifier` must be a name or a factory (p, q, k) -> Verifier, not a Verifier instance: "

@@ -21,12 +21,11 @@ every verifier and is non-decreasing in ``K`` for i.i.d. drafts.
 
 from __future__ import annotations
 
-import itertools
-import math
-
 import numpy as np
 
 from .._validation import validate_positive_int
+from ..otm._highs import solve_lp
+from ..otm._multisets import multiset_law
 from ._common import context_key, next_dist, validate_branching, validate_models, validate_prefix
 from ._exact import MAX_NODES, _check_sizes
 
@@ -36,34 +35,18 @@ __all__ = ["optimal_block_efficiency"]
 MAX_DP_VARIABLES = 200_000
 
 
-def _multisets(p: np.ndarray, k: int):
-    support = np.flatnonzero(p > 0).tolist()
-    ms = list(itertools.combinations_with_replacement(support, k))
-    n = p.shape[0]
-    counts = np.zeros((len(ms), n), dtype=np.int64)
-    for i, m in enumerate(ms):
-        for t in m:
-            counts[i, t] += 1
-    lf = np.array([math.lgamma(c + 1) for c in range(k + 1)])
-    logw = math.lgamma(k + 1) - lf[counts].sum(axis=1)
-    logw = logw + (counts[:, support] * np.log(p[support])[None, :]).sum(axis=1)
-    return counts, np.exp(logw)
-
-
 def _transport_max(weights: np.ndarray, q: np.ndarray, reward: np.ndarray) -> float:
-    """max sum pi * reward over couplings of (weights, q): partial transport LP with HiGHS (scipy)."""
-    from scipy.optimize import linprog
-    from scipy.sparse import csr_matrix, vstack
-
+    """max sum pi * reward over partial couplings of (weights, q): the transport LP, re-checked."""
     r, n = reward.shape
     nv = r * n
-    rows = csr_matrix((np.ones(nv), (np.repeat(np.arange(r), n), np.arange(nv))), shape=(r, nv))
-    cols = csr_matrix((np.ones(nv), (np.tile(np.arange(n), r), np.arange(nv))), shape=(n, nv))
-    res = linprog(-reward.ravel(), A_ub=vstack([rows, cols]), b_ub=np.concatenate([weights, q]),
-                  bounds=(0, None), method="highs")
-    if res.status != 0:  # pragma: no cover - the LP is always feasible (x = 0) and bounded
-        raise RuntimeError(f"transport LP failed: {res.message}")
-    return float(-res.fun)
+    index = np.empty(2 * nv, dtype=np.int32)
+    index[0::2] = np.repeat(np.arange(r), n)
+    index[1::2] = r + np.tile(np.arange(n), r)
+    starts = np.arange(0, 2 * nv + 1, 2)
+    rhs = np.concatenate([weights, q])
+    sol = solve_lp(reward.ravel(), starts, index, np.ones(2 * nv), np.full(r + n, -np.inf), rhs)
+    sol.raise_for_status("SpecTr transport LP")
+    return sol.objective
 
 
 def optimal_block_efficiency(
@@ -152,7 +135,8 @@ def optimal_block_efficiency(
             return v
         p = next_dist(draft, ctx, n, "draft")
         q = next_dist(target, ctx, n, "target")
-        counts, weights = _multisets(p, m * ks[d])
+        law = multiset_law(p, m * ks[d])
+        counts, weights = law.counts(), law.weights
         cont = np.ones((n, counts.max() + 1))  # cont[y, c]: tokens from here on, given (y, c)
         for y in range(n):
             for c in range(1, cont.shape[1]):

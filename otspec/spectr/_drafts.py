@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_rng
-from .._validation import validate_positive_int
+from .._validation import as_rng, validate_positive_int
 from ._common import next_dist, validate_branching, validate_prefix, vocab_size
 
 __all__ = ["DraftSet", "iid_drafts", "prefix_tree_drafts"]
@@ -131,7 +130,7 @@ def prefix_tree_drafts(draft, branching, *, prefix=(), rng=None) -> DraftSet:
         S_{i+1} = \{(s, X_j) : s \in S_i,\ j \le k_{i+1}\},\quad
         X_1, \dots, X_{k_{i+1}} \overset{\text{i.i.d.}}{\sim} \mathcal M_s(\cdot \mid s),
 
-    returning the :math:`K = \prod_i k_i` leaves of depth ``L``. The seed's
+    returning the :math:`K = \prod_i k_i` leaves of depth ``L``. SpecTr's (arXiv:2310.15141)
     Algorithm 4 says "sample from :math:`\mathcal M_b`" in step 5; the draft
     model :math:`\mathcal M_s` is meant (the text above it says so) and is
     what this function uses.

@@ -22,15 +22,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import validate_positive_int
+from .._verifier import LOSSLESS_TOL, LosslessCheck, validate_tol
 from ._common import (
     MAX_STEP_ENUM,
+    _known_order,
     context_key,
     next_dist,
     resolve_verifier,
     validate_branching,
     validate_models,
     validate_prefix,
-    _known_order,
 )
 
 __all__ = [
@@ -355,8 +356,13 @@ def decoded_law(
 
 
 @dataclass(frozen=True, eq=False)
-class SpecTrCheck:
+class SpecTrCheck(LosslessCheck):
     r"""Result of :func:`check_lossless` (exact enumeration).
+
+    The core fields are those of :class:`otspec.LosslessCheck`: ``law`` is
+    the law of the decoded tokens completed by the target to length ``L + 1``
+    (shape ``(V,) * (L + 1)``), ``target_law`` the target's joint law,
+    ``n_cases`` the number of decoded sequences of positive probability.
 
     Attributes
     ----------
@@ -378,15 +384,16 @@ class SpecTrCheck:
         :math:`\mathbb E[\tau]` (block efficiency), from the same enumeration.
     length_law : (L + 1,) ndarray of float64
         ``length_law[j - 1] = P(tau = j)``.
-    n_sequences : int
-        Number of decoded sequences of positive probability.
     """
 
-    max_error: float
     max_conditional_error: float
     expected_tokens: float
     length_law: np.ndarray
-    n_sequences: int
+
+    @property
+    def n_sequences(self) -> int:
+        """Alias of ``n_cases`` (decoded sequences of positive probability)."""
+        return self.n_cases
 
 
 def _target_joint(target, ctx, length, n):
@@ -411,6 +418,7 @@ def check_lossless(
     prefix=(),
     max_enum: int = MAX_STEP_ENUM,
     max_sequences: int = MAX_SEQUENCES,
+    tol: float = LOSSLESS_TOL,
 ) -> SpecTrCheck:
     r"""Check SpecTr's Theorem 2 exactly: the decoded tokens follow the target model.
 
@@ -438,6 +446,8 @@ def check_lossless(
         The context.
     max_enum, max_sequences : int, keyword-only
         Enumeration limits, as in :func:`decoded_law`.
+    tol : float, keyword-only
+        ``passed`` is ``max_error <= tol`` (default 1e-9).
 
     Returns
     -------
@@ -465,6 +475,7 @@ def check_lossless(
     (True, 2.875)
     """
     n, ks, ctx, factory = _setup(draft, target, K, L, verifier, branching, prefix)
+    tol = validate_tol(tol)
     L = len(ks)
     law = decoded_law(
         draft, target, K, L, verifier=factory, branching=ks, prefix=ctx,
@@ -483,9 +494,13 @@ def check_lossless(
         if lengths[j - 1] > 0:
             cond_err = max(cond_err, float(np.max(np.abs(b / lengths[j - 1] - ref.sum(axis=tuple(range(j, L + 1)))))))
     return SpecTrCheck(
+        passed=bool(max_error <= tol),
         max_error=max_error,
+        law=completed,
+        target_law=ref,
+        method="enumeration",
+        n_cases=len(law),
         max_conditional_error=cond_err,
         expected_tokens=float(math.fsum(lengths * np.arange(1, L + 2))),
         length_law=lengths,
-        n_sequences=len(law),
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import validate_ks, validate_pair
+from .._validation import validate_ks, validate_pair
 
 __all__ = ["alpha_k", "min_cut", "MinCut", "ratio_order", "int_power"]
 
@@ -281,7 +281,7 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     if method == "exact":
         vals = _exact(p_, q_, ks)[0]
     else:
-        from ._otm_lp import otm_lp, otm_lp_tuples
+        from ._lp import otm_lp, otm_lp_tuples
 
         solve = otm_lp if method == "lp" else otm_lp_tuples
         vals = np.empty(ks.shape[0])

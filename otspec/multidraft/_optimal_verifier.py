@@ -19,10 +19,10 @@ import sys
 
 import numpy as np
 
+from .._validation import as_rng, validate_k, validate_pair, validate_positive_int
+from .._verifier import Verifier
+from ..otm._alpha import min_cut
 from . import _submodular as sm
-from ._validation import as_rng, validate_k, validate_pair, validate_positive_int
-from ._verifier import Verifier
-from .alpha import min_cut
 
 __all__ = ["OptimalVerifier", "optimal_verifier", "OPTIMALITY_TOL", "LP_OPTIMALITY_TOL"]
 
@@ -451,7 +451,7 @@ def optimal_verifier(
     >>> v = otspec.optimal_verifier(p, q, 2)
     >>> v.status, round(v.acceptance(), 12), round(float(otspec.alpha_k(p, q, 2)), 12)
     ('optimal', 0.86, 0.86)
-    >>> chk = otspec.check_verifier(v)
+    >>> chk = otspec.check_lossless(v)
     >>> bool(chk.max_marginal_error < 1e-12), bool(chk.acceptance_error < 1e-12)
     (True, True)
     """

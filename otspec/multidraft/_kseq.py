@@ -52,8 +52,8 @@ import numbers
 
 import numpy as np
 
-from ._validation import as_rng, validate_k, validate_pair
-from ._verifier import Verifier
+from .._validation import as_rng, validate_k, validate_pair
+from .._verifier import Verifier
 
 __all__ = [
     "KSeq",

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_rng, validate_pair
-from ._verifier import Verifier, sample_from
+from .._validation import as_rng, validate_pair
+from .._verifier import Verifier, sample_from
 
 __all__ = ["MaximalCoupling", "RatioTestVerifier", "maximal_coupling", "residual"]
 

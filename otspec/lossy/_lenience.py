@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._maximal_coupling import RatioTestVerifier
+from .._validation import validate_pair
+from ..multidraft._maximal_coupling import RatioTestVerifier
 from ._mentored import kl_divergence
-from ._validation import validate_pair
 
 __all__ = ["LenientVerifier", "LenienceCurve", "lenient_verifier", "lenience_curve", "validate_lenience"]
 

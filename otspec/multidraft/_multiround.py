@@ -19,7 +19,7 @@ The output is again exactly ``q`` (induction on the rounds: given the
 history, round :math:`i` outputs :math:`q_i`), but the drafts are then *not*
 i.i.d. from ``p``: their law is the sequential without-replacement law
 (:meth:`MultiRound.draft_law_of`), and :meth:`MultiRound.acceptance`,
-:func:`otspec.check_verifier` and :meth:`MultiRound.sample_drafts` all use
+:func:`otspec.check_lossless` and :meth:`MultiRound.sample_drafts` all use
 that law. It is compared with :math:`\alpha_k` only as a number: the
 optimal-transport bound for *its* draft law is a different one.
 """
@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._maximal_coupling import residual
-from ._validation import as_rng, validate_k, validate_pair
-from ._verifier import Verifier
+from .._validation import as_rng, validate_k, validate_pair
+from .._verifier import Verifier
 from ._kseq import _draw, _sample_iid
+from ._maximal_coupling import residual
 
 __all__ = ["MultiRound", "multiround", "MAX_HISTORIES"]
 

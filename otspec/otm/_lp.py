@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import validate_distribution, validate_k, validate_pair
-from ._verifier import Verifier
+from .._validation import validate_distribution, validate_k, validate_pair
+from .._verifier import Verifier
+from ._highs import LP_CHECK_TOL, SolverError, solve_lp
+from ._multisets import multiset_law
 
 __all__ = [
     "OTMResult",
@@ -24,16 +26,10 @@ __all__ = [
     "LP_CHECK_TOL",
 ]
 
-#: Feasibility tolerance of the post-solve re-check (marginals, non-negativity).
-LP_CHECK_TOL = 1e-9
 #: Largest reduced LP built (number of multisets enumerated or variables).
 MAX_REDUCED_SIZE = 5_000_000
 #: Largest tuple LP built (``n**(k+1)`` variables).
 MAX_TUPLE_VARIABLES = 250_000
-
-
-class SolverError(RuntimeError):
-    """An LP solve failed, or its solution failed the feasibility re-check."""
 
 
 class OTMPlanVerifier(Verifier):
@@ -115,10 +111,6 @@ class OTMResult:
     max_violation: float
 
 
-def _n_multisets(m: int, k: int) -> int:
-    return math.comb(m + k - 1, k)
-
-
 def set_weights(p, k: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
     r"""Law of the distinct-token set :math:`S(X)` of ``k`` i.i.d. draws from ``p``.
 
@@ -145,58 +137,12 @@ def set_weights(p, k: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
     """
     p_ = validate_distribution(p, "p")
     k = validate_k(k)
-    support = np.flatnonzero(p_ > 0).tolist()
-    size = _n_multisets(len(support), k)
-    if size > MAX_REDUCED_SIZE:
-        raise ValueError(
-            f"the reduced OTM LP would enumerate {size} multisets for |supp p|={len(support)}, "
-            f"k={k}, above the limit {MAX_REDUCED_SIZE}"
-        )
-    fact = [math.factorial(i) for i in range(k + 1)]
+    law = multiset_law(p_, k, max_size=MAX_REDUCED_SIZE, what="reduced OTM LP")
     acc: dict[tuple[int, ...], float] = {}
-    for ms in itertools.combinations_with_replacement(support, k):
-        counts: dict[int, int] = {}
-        for t in ms:
-            counts[t] = counts.get(t, 0) + 1
-        coef = fact[k]
-        prob = 1.0
-        for t, c in counts.items():
-            coef //= fact[c]
-            prob *= p_[t] ** c
-        key = tuple(counts)  # combinations_with_replacement yields sorted tokens
-        acc[key] = acc.get(key, 0.0) + coef * prob
+    for key, w in zip(law.sets(), law.weights.tolist()):
+        acc[key] = acc.get(key, 0.0) + w
     sets = list(acc)
     return sets, np.array([acc[s] for s in sets])
-
-
-def _highs_solve(n_cols, n_rows, starts, index, values, row_upper, col_upper):
-    import highspy
-
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("primal_feasibility_tolerance", 1e-10)
-    h.setOptionValue("dual_feasibility_tolerance", 1e-10)
-    lp = highspy.HighsLp()
-    lp.num_col_ = n_cols
-    lp.num_row_ = n_rows
-    lp.sense_ = highspy.ObjSense.kMaximize
-    lp.col_cost_ = np.ones(n_cols)
-    lp.col_lower_ = np.zeros(n_cols)
-    lp.col_upper_ = col_upper
-    lp.row_lower_ = np.full(n_rows, -highspy.kHighsInf)
-    lp.row_upper_ = row_upper
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.num_col_ = n_cols
-    lp.a_matrix_.num_row_ = n_rows
-    lp.a_matrix_.start_ = starts
-    lp.a_matrix_.index_ = index
-    lp.a_matrix_.value_ = values
-    h.passModel(lp)
-    h.run()
-    status = h.getModelStatus()
-    name = h.modelStatusToString(status)
-    x = np.array(h.getSolution().col_value, dtype=np.float64)
-    return status == highspy.HighsModelStatus.kOptimal, name, x, float(h.getInfo().objective_function_value)
 
 
 def _failure(status, message, n_variables, k, violation, raise_on_failure):
@@ -294,28 +240,10 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     starts = np.arange(0, 2 * n_cols + 1, 2, dtype=np.int32)
     values = np.ones(2 * n_cols)
     row_upper = np.concatenate([w, q_])
-    ok, name, f, obj = _highs_solve(n_cols, n_sets + n, starts, index, values, row_upper, np.full(n_cols, np.inf))
-    if not ok:
-        return _failure(name, f"HiGHS model status: {name}", n_cols, k, float("nan"), raise_on_failure)
-    # --- re-check the claimed optimum
-    row_sum = np.bincount(set_of_col, weights=f, minlength=n_sets)
-    col_sum = np.bincount(token_of_col, weights=f, minlength=n)
-    violation = max(
-        float(-min(f.min(), 0.0)),
-        float(np.max(row_sum - w, initial=0.0)),
-        float(np.max(col_sum - q_, initial=0.0)),
-        abs(float(f.sum()) - obj),
-    )
-    if not violation <= LP_CHECK_TOL:
-        return _failure(
-            "check_failed",
-            f"solver reported optimal but the solution violates feasibility by {violation:.3e} "
-            f"(tolerance {LP_CHECK_TOL:g})",
-            n_cols,
-            k,
-            violation,
-            raise_on_failure,
-        )
+    sol = solve_lp(np.ones(n_cols), starts, index, values, np.full(n_sets + n, -np.inf), row_upper)
+    if not sol.success:
+        return _failure(sol.status, sol.message, n_cols, k, sol.max_violation, raise_on_failure)
+    f, violation = sol.x, sol.max_violation
     # --- repair to exact feasibility: clip, then scale down over-full rows and columns
     f = np.maximum(f, 0.0)
     row_sum = np.bincount(set_of_col, weights=f, minlength=n_sets)
@@ -348,7 +276,7 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     return OTMResult(
         alpha=alpha,
         status="optimal",
-        message=f"HiGHS: {name}; re-check passed (max violation {violation:.1e})",
+        message=sol.message,
         n_variables=n_cols,
         verifier=verifier,
         success=True,

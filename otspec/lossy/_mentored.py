@@ -59,9 +59,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import as_rng, validate_pair, validate_probability
-from ._verifier import Verifier, sample_from
-from ._maximal_coupling import residual
+from .._validation import as_rng, validate_pair, validate_probability
+from .._verifier import Verifier, sample_from
+from ..multidraft._maximal_coupling import residual
 
 __all__ = [
     "MentoredResult",
@@ -154,7 +154,7 @@ def _newton(f, lo: float, hi: float, x: float, D: float, *, log: bool, max_iter:
     ylo, yhi, y = to_y(lo), to_y(hi), to_y(x)
     best_y, best_f = y, math.inf
     it = 0
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - `it` is reported after the loop
         t = from_y(y)
         fx, dfx = f(t)
         if log:
@@ -365,7 +365,7 @@ class _Problem:
             # not in the note: with zeros of q where p > 0 the optimum has alpha = 0
             # for these budgets; bisect the rejection mass t in [0, P0] instead
             t_min, t_hi = 0.0, self.P0
-            for it in range(1, max_iter + 1):
+            for it in range(1, max_iter + 1):  # noqa: B007 - `it` is reported after the loop
                 t = 0.5 * (t_min + t_hi)
                 delta = float(self.kl_at(t))
                 if delta < (1 - tol) * D:
@@ -378,7 +378,7 @@ class _Problem:
                 raise RuntimeError(f"bisection did not reach `tol`={tol} in `max_iter`={max_iter} iterations")
         else:
             a_min, a, a_max = 0.0, 0.5, 1.0
-            for it in range(1, max_iter + 1):
+            for it in range(1, max_iter + 1):  # noqa: B007 - `it` is reported after the loop
                 t = self.t_of_alpha(a)
                 delta = float(self.kl_at(t))
                 if delta < (1 - tol) * D:
@@ -731,7 +731,7 @@ def mentored_verifier(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_
     --------
     >>> import otspec
     >>> v = otspec.mentored_verifier([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 0.05)
-    >>> chk = otspec.check_verifier(v)
+    >>> chk = otspec.check_lossless(v)
     >>> bool(chk.max_law_error < 1e-15), bool(chk.acceptance_error < 1e-15)
     (True, True)
     """

@@ -1,0 +1,36 @@
+"""Token-level verifiers: ``k`` drafts at one position to one output token.
+
+The maximal coupling (``k = 1``, Leviathan et al., arXiv:2211.17192), SpecTr's
+k-Seq (Sun et al., arXiv:2310.15141, Algorithm 2), recursive rejection
+sampling (multi-round), the exactly optimal multi-draft verifier and its
+submodular machinery, and the one registry of verifier names
+(:data:`VERIFIERS`) that :mod:`otspec.spectr`, :mod:`otspec.block` and
+:mod:`otspec.decoding` read. Notation: ``p`` draft, ``q`` target.
+"""
+
+from ._kseq import KSeq, kseq, kseq_beta, kseq_p_acc, kseq_residual, kseq_rho_star
+from ._maximal_coupling import MaximalCoupling, RatioTestVerifier, maximal_coupling
+from ._multiround import MultiRound, multiround
+from ._optimal_verifier import OptimalVerifier, optimal_verifier
+from ._registry import VERIFIERS, VerifierSpec, get_verifier, register_verifier, verifier_names
+
+__all__ = [
+    "VERIFIERS",
+    "KSeq",
+    "MaximalCoupling",
+    "MultiRound",
+    "OptimalVerifier",
+    "RatioTestVerifier",
+    "VerifierSpec",
+    "get_verifier",
+    "kseq",
+    "kseq_beta",
+    "kseq_p_acc",
+    "kseq_residual",
+    "kseq_rho_star",
+    "maximal_coupling",
+    "multiround",
+    "optimal_verifier",
+    "register_verifier",
+    "verifier_names",
+]
