@@ -30,6 +30,7 @@ from otspec.models import (
     joint_law,
     random_markov_model,
     random_table_model,
+    sequence_probability,
 )
 from otspec.testing import chi2_gof
 
@@ -167,12 +168,12 @@ def test_block_verify_plan_is_feasible_for_the_lp():
     v = BlockVerify(s, b, L)
     # enumerate the joint law of (X^L, Y^L) from the exact pieces, then E[common prefix]
     T = v._tables(False)
-    cond = v._tau_given_block(T)
     beta_mass = 0.0
     for x in itertools.product(range(2), repeat=L):
-        px = T.Js[L][x]
+        px = sequence_probability(s, x)
+        cond = v.tau_given_block(x)
         for t in range(L + 1):
-            w = px * cond[(t,) + x]
+            w = px * cond[t]
             if w == 0:
                 continue
             if t == L:
