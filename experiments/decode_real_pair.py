@@ -68,8 +68,8 @@ def run_experiment(
     *,
     prompts: int = 3,
     max_new_tokens: int = 64,
-    draft_length: int = 4,
-    num_drafts: int = 2,
+    L: int = 4,
+    k: int = 2,
     temperature: float = 1.0,
     verifiers=DEFAULT_VERIFIERS,
     device: str = "cpu",
@@ -107,8 +107,8 @@ def run_experiment(
     for name, K, extra in CONFIGS:
         if name not in names:
             continue
-        K = num_drafts if K == 0 else K
-        kw = dict(common, verifier=name, k=K, L=draft_length, **extra)
+        K = k if K == 0 else K
+        kw = dict(common, verifier=name, k=K, L=L, **extra)
         runs, adjacent = [], []
         try:
             for i, ids in enumerate(prompt_ids):
@@ -117,7 +117,7 @@ def run_experiment(
                 adjacent.append(D.autoregressive_decode(target, ids, rng=seed + i, **common))
                 runs.append(D.speculative_decode(ids, draft=draft, target=target, rng=seed + i, progress=progress, **kw))
         except ValueError as exc:  # e.g. a verifier this version of otspec does not provide
-            records.append({"name": name, "k": K, "L": draft_length, "skipped": str(exc)})
+            records.append({"name": name, "k": K, "L": L, "skipped": str(exc)})
             print(f"[decode_real_pair] {name}: skipped ({exc})", flush=True)
             continue
         baseline += adjacent
@@ -128,16 +128,16 @@ def run_experiment(
             if "verifier_options" in extra:
                 lk["verifier_options"] = extra["verifier_options"]
             chk = D.check_lossless(
-                target, draft, lossless_prompt, verifier=name, num_tokens=2, n_runs=lossless_runs,
+                lossless_prompt, draft=draft, target=target, verifier=name, num_tokens=2, n_runs=lossless_runs,
                 L=2, rng=seed + 1000, alpha_fail=1e-3, progress=progress, **lk,
             )
             rec["check_lossless"] = {
-                "prompt": LOSSLESS_PROMPT, "tokens": 2, "draft_length": 2, "runs": chk.n_runs, "top_k": lossless_top_k, "chi2": chk.statistic,
+                "prompt": LOSSLESS_PROMPT, "tokens": 2, "L": 2, "runs": chk.n_runs, "top_k": lossless_top_k, "chi2": chk.statistic,
                 "dof": chk.dof, "pvalue": chk.pvalue, "passed": chk.passed, "alpha_fail": chk.alpha_fail,
             }
         records.append(rec)
         print(
-            f"[decode_real_pair] {name:14s} K={K} L={draft_length}: BE {S.block_efficiency:.3f} "
+            f"[decode_real_pair] {name:14s} k={K} L={L}: BE {S.block_efficiency:.3f} "
             f"[{S.block_efficiency_ci[0]:.3f}, {S.block_efficiency_ci[1]:.3f}] predicted "
             f"{S.predicted_block_efficiency:.3f} (z={S.z_accepted:+.2f}); alpha_1 {S.alpha_first:.3f}; "
             f"{S.tokens_per_second:.2f} tok/s vs {S.baseline_tokens_per_second:.2f} ({S.speedup:.2f}x)",
@@ -155,8 +155,8 @@ def run_experiment(
             "draft": f"same model, decoder layers {list(D.real.DEFAULT_KEEP)} kept (24 of 30)",
         },
         "settings": {
-            "prompts": len(prompt_ids), "max_new_tokens": max_new_tokens, "draft_length": draft_length,
-            "num_drafts": num_drafts, "temperature": temperature, "seed": seed,
+            "prompts": len(prompt_ids), "max_new_tokens": max_new_tokens, "L": L,
+            "k": k, "temperature": temperature, "seed": seed,
         },
         "device": str(target.device),
         "threads": torch.get_num_threads(),

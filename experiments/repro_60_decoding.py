@@ -59,7 +59,7 @@ def run(out: Path) -> Section:
     sec.notes = (
         f"Target {res['pair']['target']}; draft: {res['pair']['draft']}. {res['settings']['prompts']} chat "
         f"prompts x {res['settings']['max_new_tokens']} new tokens, temperature {res['settings']['temperature']}, "
-        f"L = {res['settings']['draft_length']}, device {res['device']} ({res['threads']} thread). "
+        f"L = {res['settings']['L']}, device {res['device']} ({res['threads']} thread). "
         "Predicted = exact analysis of the logged laws: for token-level schemes the sum over the depths "
         "reached of each step verifier's exact acceptance (alpha_k for the LP plan), for block schemes "
         "E[tau | draft block]; z = sum(tau - predicted)/sqrt(sum (tau - predicted)^2). "
@@ -96,7 +96,7 @@ def run(out: Path) -> Section:
         chk = rec.get("check_lossless")
         if chk:
             sec.rows.append(Row(
-                f"lossless, {rec['name']}: first {chk['tokens']} tokens (L={chk['draft_length']}), {chk['runs']} seeds, "
+                f"lossless, {rec['name']}: first {chk['tokens']} tokens (L={chk['L']}), {chk['runs']} seeds, "
                 f"top-k {chk['top_k']}",
                 "output law = target law",
                 f"chi2 = {fmt(chk['chi2'], 2)} (dof {chk['dof']}), p = {fmt(chk['pvalue'], 3)}",

@@ -101,10 +101,17 @@ def multiset_law(p: np.ndarray, k: int, *, max_size: int | None = None, what: st
     new = np.ones(X.shape, dtype=bool)
     new[:, 1:] = X[:, 1:] != X[:, :-1]
     start = np.maximum.accumulate(np.where(new, pos, 0), axis=1)
-    run = (pos - start + 1).astype(np.float64)
+    run = pos - start + 1
     if k <= 170:  # k! is a finite double: the coefficient is exact while it stays below 2**53
-        coef = float(math.factorial(k)) / np.prod(run, axis=1)
+        coef = float(math.factorial(k)) / np.prod(run.astype(np.float64), axis=1)
     else:
         coef = np.exp(math.lgamma(k + 1) - np.log(run).sum(axis=1))
-    weights = coef * np.prod(p[X], axis=1)
+    # prod_x p(x)**m_x, one power per distinct token, multiplied in increasing token order
+    end = np.ones(X.shape, dtype=bool)
+    end[:, :-1] = X[:, 1:] != X[:, :-1]
+    prob = np.ones(size)
+    for j in range(k):
+        rows = np.flatnonzero(end[:, j])
+        prob[rows] *= p[X[rows, j]] ** run[rows, j]
+    weights = coef * prob
     return MultisetLaw(drafts=X, weights=weights, n=int(p.shape[0]))
