@@ -28,15 +28,15 @@ import math
 import numpy as np
 
 from .._validation import as_rng, validate_pair, validate_probability
-from .._verifier import Verifier, sample_from
-from ..multidraft._maximal_coupling import residual
+from .._verifier import sample_from
+from ..multidraft._maximal_coupling import RatioTestVerifier
 from ._mentored import kl_divergence
 
 __all__ = ["EnsembleVerifier", "ensemble_verifier"]
 
 
-class _LossyRule(Verifier):
-    """One draft (``k = 1``) and a stated output law ``r``; TV and KL to ``q`` from it."""
+class _LossyRule:
+    """Mixin of the engines' lossy rules: a stated output law ``r``, and TV and KL to ``q`` from it."""
 
     _law: np.ndarray
 
@@ -56,7 +56,7 @@ class _LossyRule(Verifier):
         return kl_divergence(self.q, self._law)
 
 
-class EnsembleVerifier(_LossyRule):
+class EnsembleVerifier(_LossyRule, RatioTestVerifier):
     r"""Ensemble verification with weight ``w`` (transformers' ``assistant_ensemble_weight``), ``k = 1``.
 
     .. math::
@@ -67,31 +67,24 @@ class EnsembleVerifier(_LossyRule):
     """
 
     def __init__(self, p, q, w):
-        self.k, self.p, self.q, self.w = 1, p, q, w
-        self._res = residual(p, q)
+        super().__init__(p, q)
+        self.w = w
         mix = w * q + (1.0 - w) * p
         self._mix = mix  # accept when u p(x) < mix(x)
         self._acc = min(1.0, math.fsum(np.minimum(p, mix).tolist()))
-        law = np.minimum(p, mix) + (1.0 - self._acc) * self._res
+        law = np.minimum(p, mix) + (1.0 - self._acc) * self.residual
         law.setflags(write=False)
         self._law = law
 
-    def _a(self, x: int) -> float:
+    def _accept_prob(self, x: int) -> float:
         return 1.0 if self.p[x] <= self._mix[x] else float(self._mix[x] / self.p[x])
-
-    def conditional(self, drafts) -> np.ndarray:
-        (x,) = self._drafts(drafts)
-        a = self._a(x)
-        out = (1.0 - a) * self._res
-        out[x] += a
-        return out
 
     def sample(self, drafts, *, rng=None) -> int:
         (x,) = self._drafts(drafts)
         gen = as_rng(rng)
         if gen.random() * self.p[x] < self._mix[x]:  # strict coin: u p(x) < (1 - w) p(x) + w q(x)
             return x
-        return sample_from(self._res, gen)
+        return sample_from(self.residual, gen)
 
     def acceptance(self) -> float:
         r""":math:`\sum_x \min(p(x), r_w(x)) = 1 - w\,\mathrm{TV}(p, q)`."""

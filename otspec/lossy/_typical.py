@@ -36,6 +36,7 @@ import numbers
 import numpy as np
 
 from .._validation import validate_pair
+from .._verifier import Verifier
 from ._ensemble import _LossyRule
 
 __all__ = ["TypicalAcceptanceVerifier", "typical_acceptance_verifier", "VLLM_DEFAULTS"]
@@ -53,7 +54,7 @@ def _nonneg(x, name: str) -> float:
     return v
 
 
-class TypicalAcceptanceVerifier(_LossyRule):
+class TypicalAcceptanceVerifier(_LossyRule, Verifier):
     r"""Typical acceptance with a greedy replacement token (``k = 1``, deterministic).
 
     Use :func:`typical_acceptance_verifier` to build it.
