@@ -272,13 +272,15 @@ def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_p
     ax = plot_lossy_frontier(p_, q_, ls=ls, n_points=n_points, d_max=d_max, ax=ax, title=title)
     keep = np.isfinite(ens_kl) & (ens_kl <= d_max)
     ax.plot(ens_kl[keep], ens_acc[keep], "s-", ms=3, lw=1, color="C2", label="ensemble $w$ (transformers)")
+    lowest = float(ens_acc.min())
     for eps, delta in typical:
         v = typical_acceptance_verifier(p_, q_, epsilon=eps, delta=delta)
+        lowest = min(lowest, v.acceptance())
         kl = v.kl()
         x = kl if math.isfinite(kl) and kl <= d_max else d_max
         ax.plot([x], [v.acceptance()], "D", ms=7, color="C4", mfc="none" if x != kl else "C4",
                 label=f"typical $\\epsilon$={eps:g}, $\\delta$={delta:g} (vLLM)" + ("" if x == kl else ", KL = inf"))
-    ax.set_xlim(-0.02 * d_max, 1.02 * d_max)
-    ax.set_ylim(min(ax.get_ylim()[0], float(ens_acc.min()) - 0.02), 1.01)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlim(-0.02 * d_max, 1.06 * d_max)
+    ax.set_ylim(min(ax.get_ylim()[0], lowest - 0.02), 1.01)
+    ax.legend(fontsize=7, loc="lower center")
     return ax
