@@ -105,6 +105,8 @@ STEP = 0.25
 _T_LOW = 1e-18
 #: ... and ends where exp(-c_min t) < exp(-_DECAY).
 _DECAY = 45.0
+#: Prefixes processed per vectorised chunk of the race pass.
+_CHUNK = 128
 #: Largest number of ordered tuples (times n) the LP references build.
 MAX_LP_VARIABLES = 2_000_000
 
@@ -135,19 +137,27 @@ def uncovered_prefixes(p_sorted: np.ndarray, k, *, step: float = STEP) -> np.nda
     if positive.size:
         v_lo, v_hi = math.log(_T_LOW), math.log(_DECAY / float(positive.min()))
         t = np.exp(np.arange(v_lo, v_hi + step, step))
-        tail = np.zeros((int(ks.max()), t.shape[0]))  # tail[i] = P(N(t) = i), i < max(k)
+        K, M = int(ks.max()), t.shape[0]
+        tail = np.zeros((K, M))  # tail[i] = P(N(t) = i), i < max(k)
         tail[0] = 1.0
+        tmp = np.empty((K - 1, M))
+        buf = np.empty((_CHUNK, K, M))
         rows = ks - 1
-        for j in range(n + 1):
-            c = suffix[j]
-            if c > 0:
-                ct = c * t
-                out[:, j] = step * (np.cumsum(tail, axis=0)[rows] @ (ct * np.exp(-ct)))
-            if j < n and p_sorted[j] > 0:
-                a = -np.expm1(-p_sorted[j] * t)
-                b = 1.0 - a
-                tail[1:] = tail[1:] * b + tail[:-1] * a
-                tail[0] *= b
+        for start in range(0, n + 1, _CHUNK):
+            stop = min(start + _CHUNK, n + 1)
+            x = np.outer(p_sorted[start:min(stop, n)], -t)
+            keep, move = np.exp(x), -np.expm1(x)  # P(token not arrived by t), P(arrived)
+            for i in range(stop - start):
+                buf[i] = tail  # the prefix of the first start + i tokens
+                if start + i < n:
+                    np.multiply(tail[:-1], move[i], out=tmp)
+                    tail *= keep[i]
+                    tail[1:] += tmp
+            ct = suffix[start:stop, None] * t[None, :]
+            weights = ct * np.exp(-ct)
+            # integral of P(N = i) per prefix and count, then summed over i < k
+            per_count = np.einsum("jim,jm->ji", buf[: stop - start], weights)
+            out[:, start:stop] = step * np.cumsum(per_count, axis=1)[:, rows].T
     np.clip(out, 0.0, 1.0, out=out)
     return out[0] if np.ndim(k) == 0 else out
 
