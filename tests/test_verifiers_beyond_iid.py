@@ -188,3 +188,16 @@ def test_registry_entries():
         assert spec.draft_process == process and spec.lossless
         v = spec.build(P5, Q5, 2)
         assert otspec.check_lossless(v).passed
+
+
+def test_guards_refuse_before_allocating():
+    n = 49_152
+    p = np.full(n, 1.0 / n)
+    with pytest.raises(ValueError, match="draft multisets, above the limit"):
+        otspec.khisti_verifier(p, p, 2)
+    with pytest.raises(ValueError, match="draft sets, above the limit"):
+        otspec.without_replacement_verifier(p, p, 2)
+    with pytest.raises(ValueError, match="race pass would take"):
+        otspec.alpha_k(p, p, 5_000, replacement=False)
+    with pytest.raises(TypeError, match="`replacement` must be a bool"):
+        otspec.alpha_k(p, p, 2, replacement="no")

@@ -48,10 +48,13 @@ import numpy as np
 from .._validation import as_rng, validate_k, validate_pair
 from .._verifier import Verifier, sample_from
 from ..otm._lp import set_weights
+from ..otm._multisets import n_multisets
 from ..otm._without_replacement import membership_plan
 
 __all__ = ["KhistiVerifier", "khisti_verifier", "khisti_alpha2", "khisti_acceptance_one"]
 
+#: Largest number of draft multisets the selection LP is built over.
+MAX_MULTISETS = 200_000
 #: Largest vocabulary the 2**n brute-force closed forms enumerate.
 MAX_BRUTE_N = 20
 
@@ -161,6 +164,12 @@ def khisti_verifier(p, q, k: int, *, normalize: bool = False) -> KhistiVerifier:
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
+    m = int(np.count_nonzero(p_ > 0))
+    if n_multisets(m, k) > MAX_MULTISETS:
+        raise ValueError(
+            f"the selection LP enumerates C({m} + {k} - 1, {k}) = {n_multisets(m, k)} draft multisets, "
+            f"above the limit {MAX_MULTISETS}"
+        )
     sets, w = set_weights(p_, k)
     _, _, matched = membership_plan(sets, w, q_)
     select = np.array(matched)

@@ -105,8 +105,11 @@ STEP = 0.25
 _T_LOW = 1e-18
 #: ... and ends where exp(-c_min t) < exp(-_DECAY).
 _DECAY = 45.0
-#: Prefixes processed per vectorised chunk of the race pass.
+#: Prefixes processed per vectorised chunk of the race pass, and the chunk buffer's size bound (floats).
 _CHUNK = 128
+_CHUNK_FLOATS = 1 << 22
+#: Largest n * k * M (tokens x drafts x grid nodes) the race pass runs.
+MAX_RACE_WORK = 4e9
 #: Largest number of ordered tuples (times n) the LP references build.
 MAX_LP_VARIABLES = 2_000_000
 
@@ -138,13 +141,19 @@ def uncovered_prefixes(p_sorted: np.ndarray, k, *, step: float = STEP) -> np.nda
         v_lo, v_hi = math.log(_T_LOW), math.log(_DECAY / float(positive.min()))
         t = np.exp(np.arange(v_lo, v_hi + step, step))
         K, M = int(ks.max()), t.shape[0]
+        if n * K * M > MAX_RACE_WORK:
+            raise ValueError(
+                f"the race pass would take n * k * M = {n} * {K} * {M} steps, above the limit {MAX_RACE_WORK:.0e} "
+                "(k is the number of distinct drafts; M the log-time grid)"
+            )
+        chunk = max(1, min(_CHUNK, _CHUNK_FLOATS // (K * M)))
         tail = np.zeros((K, M))  # tail[i] = P(N(t) = i), i < max(k)
         tail[0] = 1.0
         tmp = np.empty((K - 1, M))
-        buf = np.empty((_CHUNK, K, M))
+        buf = np.empty((chunk, K, M))
         rows = ks - 1
-        for start in range(0, n + 1, _CHUNK):
-            stop = min(start + _CHUNK, n + 1)
+        for start in range(0, n + 1, chunk):
+            stop = min(start + chunk, n + 1)
             x = np.outer(p_sorted[start:min(stop, n)], -t)
             keep, move = np.exp(x), -np.expm1(x)  # P(token not arrived by t), P(arrived)
             for i in range(stop - start):
