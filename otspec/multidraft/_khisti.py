@@ -31,6 +31,9 @@ condition for acceptance 1 (its Theorems 2 and 3), in the form
     \qquad
     \alpha_2^\star = 1 \iff \sum_{s \in S} q_s \ge \Big(\sum_{s \in S} p_s\Big)^2 \ \ \forall S,
 
+(the full text of the theorems could not be re-read from a primary source in
+this session: this is their form as recalled, written in otspec's letters,
+and it is *checked*, not assumed: both sides are computed independently),
 evaluated here by brute force over all :math:`2^n` subsets
 (:func:`khisti_alpha2`, :func:`khisti_acceptance_one`) and compared with
 :func:`otspec.alpha_k` (one sort) in the tests and the report.
