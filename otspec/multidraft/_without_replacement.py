@@ -20,8 +20,8 @@ from .._validation import as_rng, validate_k, validate_pair
 from .._verifier import Verifier, sample_from
 from ..otm._without_replacement import (
     _support_size_check,
+    _wor_draft_prob,
     alpha_k_without_replacement,
-    wor_draft_prob,
     wor_plan,
 )
 
@@ -89,7 +89,7 @@ class WithoutReplacementVerifier(DraftProcessVerifier):
 
     def draft_law_of(self, drafts) -> float:
         r""":math:`\prod_i p(x_i) / (1 - \sum_{j<i} p(x_j))` for distinct drafts, 0 for a repeat."""
-        return wor_draft_prob(self.p, self._drafts(drafts))
+        return _wor_draft_prob(self.p, self._drafts(drafts))
 
     def sample_drafts(self, *, rng=None) -> tuple[int, ...]:
         """``k`` distinct drafts, each from ``p`` renormalised over the tokens not yet drawn."""

@@ -83,7 +83,14 @@ import math
 
 import numpy as np
 
-from .._validation import validate_k, validate_ks, validate_pair, validate_positive_int
+from .._validation import (
+    validate_distribution,
+    validate_drafts,
+    validate_k,
+    validate_ks,
+    validate_pair,
+    validate_positive_int,
+)
 from ._alpha import MinCut, ratio_order
 from ._highs import solve_lp
 
@@ -130,7 +137,12 @@ def uncovered_prefixes(p_sorted: np.ndarray, k, *, step: float = STEP) -> np.nda
     for all of them). See the module docstring for the exponential-race
     integral and its accuracy.
     """
-    ks = np.atleast_1d(np.asarray(k, dtype=np.int64))
+    ks = validate_ks(k)[0]
+    p_sorted = np.asarray(p_sorted, dtype=np.float64)
+    if p_sorted.ndim != 1 or not np.all(np.isfinite(p_sorted)) or np.any(p_sorted < 0):
+        raise ValueError("`p_sorted` must be a 1-D array of finite non-negative masses")
+    if not (isinstance(step, (int, float)) and 0 < step <= 1):
+        raise ValueError(f"`step` must lie in (0, 1], got {step!r}")
     n = p_sorted.shape[0]
     suffix = np.zeros(n + 1)
     if n:
@@ -313,12 +325,27 @@ def prob_within_without_replacement(p, omega0, k: int) -> float:
 
 
 # ----------------------------------------------------------------------------- exact small-input references
-def wor_draft_prob(p: np.ndarray, drafts) -> float:
-    r"""Probability of an ordered draft tuple without replacement (0 for repeats).
+def wor_draft_prob(p, drafts) -> float:
+    r"""Probability of an ordered draft tuple drawn without replacement from ``p`` (0 for repeats).
+
+    .. math::
+
+        P(X = x) = \prod_{i=1}^k \frac{p(x_i)}{\sum_{y \notin \{x_1..x_{i-1}\}} p(y)}.
 
     The mass still available is summed directly over the tokens not drawn (not
     ``1 - drawn``), so it keeps full relative accuracy when small.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> round(otspec.otm.wor_draft_prob([0.5, 0.25, 0.25], [1, 0]), 12)
+    0.166666666667
     """
+    p_ = validate_distribution(p, "p")
+    return _wor_draft_prob(p_, validate_drafts(drafts, len(drafts) if hasattr(drafts, "__len__") else 1, p_.shape[0]))
+
+
+def _wor_draft_prob(p: np.ndarray, drafts) -> float:
     xs = tuple(int(x) for x in drafts)
     if len(set(xs)) < len(xs):
         return 0.0
@@ -350,7 +377,7 @@ def wor_tuple_law(p, k: int, *, max_tuples: int = 1_000_000):
     if m > max_tuples:
         raise ValueError(f"enumerating {m} ordered draft tuples exceeds `max_tuples`={max_tuples}")
     tuples = list(itertools.permutations(support, k))
-    return tuples, np.array([wor_draft_prob(p_, x) for x in tuples])
+    return tuples, np.array([_wor_draft_prob(p_, x) for x in tuples])
 
 
 def _membership_plan(keys, w: np.ndarray, q: np.ndarray):
@@ -428,11 +455,41 @@ def wor_plan(p: np.ndarray, q: np.ndarray, k: int, *, max_sets: int = 200_000):
             f"above the limit {max_sets}"
         )
     sets = list(itertools.combinations(support, k))
-    w = np.array([math.fsum(wor_draft_prob(p, perm) for perm in itertools.permutations(s)) for s in sets])
+    w = np.array([math.fsum(_wor_draft_prob(p, perm) for perm in itertools.permutations(s)) for s in sets])
     alpha, rows, _ = _membership_plan(sets, w, q)
     return sets, w, rows, alpha
 
 
 def membership_plan(keys, w, q):
-    """Public alias of the membership LP used by every finite draft process (see :func:`wor_plan`)."""
-    return _membership_plan(keys, np.asarray(w, dtype=np.float64), np.asarray(q, dtype=np.float64))
+    r"""The membership LP of any finite draft process: drafted keys ``keys`` with probabilities ``w``.
+
+    .. math::
+
+        \max_{f \ge 0} \sum_{a} \sum_{y \in a} f(a, y) \quad\text{s.t.}\quad
+        \sum_y f(a, y) \le w(a),\ \ \sum_a f(a, y) \le q(y).
+
+    Returns
+    -------
+    alpha : float
+        The optimum (the optimal acceptance of the draft process).
+    rows : (len(keys), n) ndarray
+        A full coupling of ``w`` and ``q`` (matched plus independently paired leftover mass).
+    matched : (len(keys), n) ndarray
+        The matched part.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> round(otspec.otm.membership_plan([(0,), (1,)], [0.5, 0.5], [0.25, 0.75])[0], 9)
+    0.75
+    """
+    q_ = validate_distribution(q, "q")
+    w_ = np.asarray(w, dtype=np.float64)
+    keys = [tuple(int(x) for x in a) for a in keys]
+    if w_.ndim != 1 or w_.shape[0] != len(keys) or np.any(~np.isfinite(w_)) or np.any(w_ < 0):
+        raise ValueError(f"`w` must be {len(keys)} finite non-negative weights, one per key")
+    if abs(math.fsum(w_.tolist()) - 1.0) > 1e-9:
+        raise ValueError(f"`w` must sum to 1 within 1e-9, got {math.fsum(w_.tolist())!r}")
+    if any(not a or min(a) < 0 or max(a) >= q_.shape[0] for a in keys):
+        raise ValueError(f"every key must be a non-empty tuple of token ids in [0, {q_.shape[0]})")
+    return _membership_plan(keys, w_, q_)
