@@ -201,3 +201,21 @@ def test_guards_refuse_before_allocating():
         otspec.alpha_k(p, p, 5_000, replacement=False)
     with pytest.raises(TypeError, match="`replacement` must be a bool"):
         otspec.alpha_k(p, p, 2, replacement="no")
+
+
+class _ZeroUniform(np.random.Generator):
+    """A generator whose uniforms are all 0: the boundary case of the strict coin u * p(x) < q(x)."""
+
+    def random(self, *args, **kwargs):
+        return 0.0
+
+
+def test_strict_coins_never_emit_a_zero_target_draft():
+    """With u = 0 a non-strict coin (u p <= q) would accept a draft of target mass 0 (MATH.md §11)."""
+    p = np.array([0.4, 0.3, 0.2, 0.1])
+    q = np.array([0.0, 0.5, 0.5, 0.0])
+    gen = _ZeroUniform(np.random.PCG64(0))
+    assert otspec.greedy_draft_verifier(p, q, 2).sample((0, 3), rng=gen) != 3
+    assert otspec.top_k_verifier(p, q, 2).sample((0, 1), rng=gen) != 0
+    assert otspec.khisti_verifier(p, q, 1).sample((0,), rng=gen) != 0
+    assert otspec.ensemble_verifier(p, q, 1.0).sample((0,), rng=gen) != 0
