@@ -188,6 +188,9 @@ def test_registry_entries():
         assert spec.draft_process == process and spec.lossless
         v = spec.build(P5, Q5, 2)
         assert otspec.check_lossless(v).passed
+        # SpecTr over sequences draws i.i.d. drafts: only i.i.d. lossless verifiers are offered there
+        assert (name in otspec.spectr.VERIFIER_NAMES) == (process == "iid")
+    assert "typical" not in otspec.spectr.VERIFIER_NAMES and "ensemble" not in otspec.spectr.VERIFIER_NAMES
 
 
 def test_guards_refuse_before_allocating():
