@@ -310,16 +310,30 @@ def alpha_k_without_replacement(p, q, k, *, method: str = "exact", normalize: bo
 def prob_within_without_replacement(p, omega0, k: int) -> float:
     r""":math:`P(S \subseteq \Omega_0)` for ``k`` draws without replacement from ``p`` (exponential race).
 
+    .. math::
+
+        P(S \subseteq \Omega_0) = 1 - \int_0^\infty P\big(N_{\Omega_0}(t) < k\big)\, c\, e^{-c t}\, dt,
+        \qquad c = 1 - p(\Omega_0).
+
+    Raises
+    ------
+    ValueError
+        Invalid ``p``, ``k`` or ``omega0``; fewer than ``k`` tokens with ``p > 0``.
+
     Examples
     --------
     >>> import otspec
     >>> round(otspec.otm.prob_within_without_replacement([0.5, 0.25, 0.25], [0, 1], 2), 12)
     0.416666666667
     """
-    p_ = np.asarray(p, dtype=np.float64)
+    p_ = validate_distribution(p, "p")
     k = validate_k(k)
+    _support_size_check(p_, k)
+    ids = np.asarray(omega0)
+    if ids.ndim != 1 or (ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= p_.shape[0])):
+        raise ValueError(f"`omega0` must be a 1-D sequence of token ids in [0, {p_.shape[0]})")
     inside = np.zeros(p_.shape[0], dtype=bool)
-    inside[np.asarray(omega0, dtype=np.int64)] = True
+    inside[ids.astype(np.int64)] = True
     order = np.concatenate([np.flatnonzero(inside), np.flatnonzero(~inside)])
     return 1.0 - float(uncovered_prefixes(p_[order], k)[int(inside.sum())])
 
