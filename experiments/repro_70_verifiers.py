@@ -121,7 +121,7 @@ def _real(sec: Section, rows: list, out: Path):
     n = pairs[0][0].shape[0]
     sec.rows.append(Row(
         f"(c) {REAL_PAIRS} real SmolLM2 positions x T in {TEMPERATURES}, k in {REAL_KS} (n = {n})",
-        "Hu et al. (arXiv:2502.18779 §6): sampling without replacement beats with replacement",
+        "Hu et al. (arXiv:2502.18779, abstract): sampling without replacement beats with replacement",
         f"alpha_wor - alpha_iid: min {min(gains):.2e}, mean {np.mean(gains):.4f}, max {max(gains):.4f}; "
         f"recursive rejection falls short of alpha_k by up to {max(gaps):.4f} ({dt:.0f} s for all exact values)",
         "matches" if min(gains) >= -1e-12 else "differs: see verifiers.csv",
@@ -222,7 +222,7 @@ def run(out: Path) -> Section:
         total += 1
     sec.rows.append(Row(
         "(e) Khisti et al. k = 2: explicit optimum vs alpha_2 (300 random pairs, n <= 8)",
-        "Theorems 2-3 (form as recalled, see otspec/multidraft/_khisti.py): min_S [q(S) + p(S^c)^2 + 2 p(S) p(S^c)]",
+        "explicit k = 2 optimum and acceptance-1 condition (form as recalled, see otspec/multidraft/_khisti.py): min_S [q(S) + p(S^c)^2 + 2 p(S) p(S^c)]",
         f"max |difference| {diff:.1e}; acceptance-1 condition agrees with alpha_2 = 1 on {agree}/{total}",
         "matches" if diff <= 1e-12 and agree == total else "differs",
     ))

@@ -3,7 +3,7 @@ r"""Deterministic candidate sets (top-``k`` of ``p``, as EAGLE / SpecInfer trees
 The candidates :math:`C = (c_1, \dots, c_k)` are the ``k`` most likely
 tokens of ``p`` (most likely first, ties by lower token id), drafted with
 probability 1. Recursive rejection with the draft probability taken as 1
-(SpecInfer, Miao et al., arXiv:2305.09781, Algorithm 2, with a point-mass
+(SpecInfer, Miao et al., arXiv:2305.09781, multi-step speculative sampling, with a point-mass
 draft): :math:`q_1 = q`; accept :math:`c_i` when :math:`u < q_i(c_i)`, else
 :math:`q_{i+1} = q_i` with :math:`c_i` removed and renormalised; after ``k``
 rejections draw from :math:`q_{k+1}`. Token :math:`c_i` is output with
@@ -107,7 +107,7 @@ def top_k_verifier(p, q, k: int, *, normalize: bool = False) -> TopKVerifier:
 
     References
     ----------
-    .. [1] Miao et al., "SpecInfer", arXiv:2305.09781, Algorithm 2 (recursive rejection);
+    .. [1] Miao et al., "SpecInfer", arXiv:2305.09781 (multi-step speculative sampling: recursive rejection);
        Li et al., "EAGLE", arXiv:2401.15077 (top-k draft trees).
 
     Examples

@@ -2,7 +2,7 @@ r"""Khisti et al.'s canonical decomposition: importance-sampling selection, then
 
 Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft
 Speculative Sampling: Canonical Architectures and Theoretical Limits"
-(ICLR 2025, arXiv:2410.18234), Theorem 1: an optimal token-level selection
+(ICLR 2025, arXiv:2410.18234), canonical decomposition: an optimal token-level selection
 for ``k`` drafts is, without loss, a two-step scheme. Step 1 (importance
 sampling, IS) picks one of the drafts, :math:`Z \in S(X)`, with selection
 probabilities :math:`\beta(y \mid x)`; step 2 speculative-samples ``Z``
@@ -16,13 +16,13 @@ the membership LP over drafted sets (HiGHS): the matched mass
 :math:`f(A, y)` is selected as is, the unmatched mass of a set is spread
 over its tokens in proportion to ``q``; then
 :math:`\sum_y \min(z, q) \ge \sum_{A, y} f(A, y) = \alpha_k`, so the
-two-step scheme attains :math:`\alpha_k(p, q)` (Theorem 1, checked
-exactly). The paper's practical *weighted* IS scheme (its §5, weights
+two-step scheme attains :math:`\alpha_k(p, q)` (the decomposition,
+checked exactly). The paper's practical *weighted* IS scheme (weights
 from a truncated LP) is not implemented: its weights could not be pinned
 down from a primary source in this session.
 
 For ``k = 2`` identical drafts the paper gives an explicit optimum and a
-condition for acceptance 1 (its Theorems 2 and 3), in the form
+condition for acceptance 1, in the form
 
 .. math::
 
@@ -63,7 +63,7 @@ MAX_BRUTE_N = 20
 
 
 class KhistiVerifier(Verifier):
-    r"""Importance-sampling selection of one draft, then speculative sampling of it (Khisti et al., Theorem 1).
+    r"""Importance-sampling selection of one draft, then speculative sampling of it (Khisti et al.'s canonical decomposition).
 
     .. math::
 
@@ -155,7 +155,7 @@ def khisti_verifier(p, q, k: int, *, normalize: bool = False) -> KhistiVerifier:
     References
     ----------
     .. [1] Khisti et al., "Multi-Draft Speculative Sampling: Canonical Architectures
-       and Theoretical Limits", ICLR 2025, arXiv:2410.18234, Theorem 1.
+       and Theoretical Limits", ICLR 2025, arXiv:2410.18234 (canonical decomposition).
 
     Examples
     --------

@@ -312,7 +312,7 @@ for _spec in (
                  reference="Miao et al., SpecInfer, arXiv:2305.09781; Li et al., EAGLE, arXiv:2401.15077"),
     VerifierSpec("khisti", "token", _khisti, symmetric=True,
                  summary="importance-sampling selection then single-draft speculative sampling (optimal selection)",
-                 reference="Khisti et al., arXiv:2410.18234 (ICLR 2025), Theorem 1"),
+                 reference="Khisti et al., arXiv:2410.18234 (ICLR 2025), canonical decomposition"),
     VerifierSpec("ensemble", "token", _ensemble, symmetric=True, single_draft=True, lossless=False,
                  options=frozenset({"w"}), required=frozenset({"w"}),
                  summary="transformers' ensemble verification (assistant_ensemble_weight, lossy)",

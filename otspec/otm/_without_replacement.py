@@ -10,7 +10,7 @@ renormalised over the tokens not yet drawn (Gumbel-top-k, stochastic beam):
 
 The max-flow argument of OTM-k never uses independence, so for this draft
 process (MATH.md §9; Hu et al., "Towards Optimal Multi-draft Speculative
-Decoding", ICLR 2025, arXiv:2502.18779, §4)
+Decoding", ICLR 2025, arXiv:2502.18779)
 
 .. math::
 
