@@ -19,16 +19,20 @@ from ._validation import SIMPLEX_TOL
 from ._verifier import LOSSLESS_TOL, LosslessCheck, Verifier, VerifierCheck, check_lossless
 from .closed_form import alpha_k_lower_bound, alpha_k_upper_bound
 from .lossy import (
+    EnsembleVerifier,
     LenienceCurve,
     LenientVerifier,
     MentoredFrontier,
     MentoredResult,
     MentoredVerifier,
+    TypicalAcceptanceVerifier,
+    ensemble_verifier,
     lenience_curve,
     lenient_verifier,
     mentored,
     mentored_frontier,
     mentored_verifier,
+    typical_acceptance_verifier,
 )
 from .models import (
     MarkovModel,
@@ -46,12 +50,20 @@ from .models import (
 )
 from .multidraft import (
     VERIFIERS,
+    GreedyDraftVerifier,
+    KhistiVerifier,
     KSeq,
     MaximalCoupling,
     MultiRound,
     OptimalVerifier,
+    TopKVerifier,
     VerifierSpec,
+    WithoutReplacementVerifier,
     get_verifier,
+    greedy_draft_verifier,
+    khisti_acceptance_one,
+    khisti_alpha2,
+    khisti_verifier,
     kseq,
     kseq_beta,
     kseq_p_acc,
@@ -61,12 +73,28 @@ from .multidraft import (
     multiround,
     optimal_verifier,
     register_verifier,
+    top_k_verifier,
+    without_replacement_verifier,
 )
 from .otm import MinCut, OTMPlanVerifier, OTMResult, SolverError, alpha_k, min_cut, otm_lp, otm_lp_tuples
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "WithoutReplacementVerifier",
+    "without_replacement_verifier",
+    "GreedyDraftVerifier",
+    "greedy_draft_verifier",
+    "TopKVerifier",
+    "top_k_verifier",
+    "KhistiVerifier",
+    "khisti_acceptance_one",
+    "khisti_alpha2",
+    "khisti_verifier",
+    "EnsembleVerifier",
+    "ensemble_verifier",
+    "TypicalAcceptanceVerifier",
+    "typical_acceptance_verifier",
     "KSeq",
     "LOSSLESS_TOL",
     "LenienceCurve",

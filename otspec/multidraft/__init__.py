@@ -8,13 +8,28 @@ submodular machinery, and the one registry of verifier names
 :mod:`otspec.decoding` read. Notation: ``p`` draft, ``q`` target.
 """
 
+from ._deterministic import TopKVerifier, top_k_verifier
+from ._greedy_drafts import GreedyDraftVerifier, greedy_draft_verifier
+from ._khisti import KhistiVerifier, khisti_acceptance_one, khisti_alpha2, khisti_verifier
 from ._kseq import KSeq, kseq, kseq_beta, kseq_p_acc, kseq_residual, kseq_rho_star
 from ._maximal_coupling import MaximalCoupling, RatioTestVerifier, maximal_coupling
 from ._multiround import MultiRound, multiround
 from ._optimal_verifier import OptimalVerifier, optimal_verifier
 from ._registry import VERIFIERS, VerifierSpec, get_verifier, register_verifier, verifier_names
+from ._without_replacement import DraftProcessVerifier, WithoutReplacementVerifier, without_replacement_verifier
 
 __all__ = [
+    "DraftProcessVerifier",
+    "WithoutReplacementVerifier",
+    "without_replacement_verifier",
+    "GreedyDraftVerifier",
+    "greedy_draft_verifier",
+    "TopKVerifier",
+    "top_k_verifier",
+    "KhistiVerifier",
+    "khisti_acceptance_one",
+    "khisti_alpha2",
+    "khisti_verifier",
     "VERIFIERS",
     "KSeq",
     "MaximalCoupling",

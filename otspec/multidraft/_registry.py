@@ -117,8 +117,8 @@ def register_verifier(spec: VerifierSpec, *, replace: bool = False) -> VerifierS
     Examples
     --------
     >>> import otspec
-    >>> sorted(otspec.multidraft.VERIFIERS)[:3]
-    ['block', 'block-onestep', 'kseq']
+    >>> sorted(otspec.multidraft.VERIFIERS)[:2]
+    ['block', 'block-onestep']
     """
     if not isinstance(spec, VerifierSpec):
         raise TypeError(f"`spec` must be a VerifierSpec, got {type(spec).__name__}")
@@ -250,6 +250,77 @@ for _spec in (
                  options=frozenset({"D", "method"}), required=frozenset({"D"}),
                  summary="mentored decoding at KL budget D (lossy)",
                  reference="Tran-Thien, mentored decoding (2023), eqs. (26)-(28)"),
+):
+    register_verifier(_spec)
+del _spec
+
+
+# ------------------------------------------------- draft processes beyond i.i.d. and the engines' lossy rules
+def _single(name, k):
+    if k != 1:
+        raise ValueError(f"`verifier`={name!r} verifies a single draft, so `k` must be 1, got {k}")
+
+
+def _without_replacement(p, q, k):
+    from ._without_replacement import without_replacement_verifier
+
+    return without_replacement_verifier(p, q, k)
+
+
+def _greedy_drafts(p, q, k):
+    from ._greedy_drafts import greedy_draft_verifier
+
+    return greedy_draft_verifier(p, q, k)
+
+
+def _top_k(p, q, k):
+    from ._deterministic import top_k_verifier
+
+    return top_k_verifier(p, q, k)
+
+
+def _khisti(p, q, k):
+    from ._khisti import khisti_verifier
+
+    return khisti_verifier(p, q, k)
+
+
+def _ensemble(p, q, k, *, w):
+    from ..lossy._ensemble import ensemble_verifier
+
+    _single("ensemble", k)
+    return ensemble_verifier(p, q, w)
+
+
+def _typical(p, q, k, **options):
+    from ..lossy._typical import typical_acceptance_verifier
+
+    _single("typical", k)
+    return typical_acceptance_verifier(p, q, **options)
+
+
+_HU = "Hu et al., arXiv:2502.18779 (ICLR 2025)"
+for _spec in (
+    VerifierSpec("without-replacement", "token", _without_replacement, symmetric=True,
+                 draft_process="without_replacement",
+                 summary="optimal verifier for k distinct drafts drawn without replacement (LP plan over sets)",
+                 reference=_HU),
+    VerifierSpec("greedy-drafts", "token", _greedy_drafts, draft_process="greedy",
+                 summary="top k-1 drafts fixed, the last sampled off them, optimal verifier", reference=_HU),
+    VerifierSpec("top-k", "token", _top_k, draft_process="deterministic",
+                 summary="top-k candidate set, recursive rejection with draft probability 1",
+                 reference="Miao et al., SpecInfer, arXiv:2305.09781; Li et al., EAGLE, arXiv:2401.15077"),
+    VerifierSpec("khisti", "token", _khisti, symmetric=True,
+                 summary="importance-sampling selection then single-draft speculative sampling (optimal selection)",
+                 reference="Khisti et al., arXiv:2410.18234 (ICLR 2025), canonical decomposition"),
+    VerifierSpec("ensemble", "token", _ensemble, symmetric=True, single_draft=True, lossless=False,
+                 options=frozenset({"w"}), required=frozenset({"w"}),
+                 summary="transformers' ensemble verification (assistant_ensemble_weight, lossy)",
+                 reference="DIVERSED, arXiv:2604.07622; transformers _speculative_sampling"),
+    VerifierSpec("typical", "token", _typical, symmetric=True, single_draft=True, lossless=False,
+                 options=frozenset({"epsilon", "delta", "guard"}),
+                 summary="typical acceptance with vLLM's defaults (lossy)",
+                 reference="Cai et al., Medusa, arXiv:2401.10774, §3.3.1; vLLM TypicalAcceptanceSampler"),
 ):
     register_verifier(_spec)
 del _spec

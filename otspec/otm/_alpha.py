@@ -189,7 +189,8 @@ def min_cut(p, q, k: int, *, normalize: bool = False) -> MinCut:
     )
 
 
-def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate: bool = True):
+def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate: bool = True,
+            replacement: bool = True):
     r"""Optimal acceptance probability of ``k`` i.i.d. drafts (OTM-k).
 
     .. math::
@@ -220,6 +221,10 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
         variables, built with cvxpy (tiny inputs only).
     normalize : bool, keyword-only
         Rescale ``p`` and ``q`` to sum to 1 instead of requiring it.
+    replacement : bool, keyword-only
+        ``False``: the ``k`` drafts are distinct, drawn without replacement
+        (:func:`otspec.otm.alpha_k_without_replacement`; ``method`` ``"lp"``
+        and ``"lp-tuples"`` both give its LP over ordered distinct tuples).
     validate : bool, keyword-only
         ``False`` skips the checks of ``p`` and ``q`` (the escape for hot
         loops over inputs already known to be float64 distributions of equal
@@ -272,6 +277,12 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     """
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
+    if replacement is False:
+        from ._without_replacement import alpha_k_without_replacement
+
+        return alpha_k_without_replacement(p, q, k, method="exact" if method == "exact" else "lp", normalize=normalize)
+    if replacement is not True:
+        raise TypeError(f"`replacement` must be a bool, got {type(replacement).__name__}")
     if validate or normalize or method != "exact":
         p_, q_ = validate_pair(p, q, normalize=normalize)
     else:

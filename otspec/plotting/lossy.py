@@ -26,7 +26,7 @@ from ..lossy._lenience import lenience_curve
 from ..lossy._mentored import mentored_frontier
 from ..speculative import expected_tokens, optimal_gamma, walltime_improvement
 
-__all__ = ["plot_lossy_frontier", "plot_expected_tokens", "plot_optimal_gamma", "synthetic_llm_pair"]
+__all__ = ["plot_lossy_frontier", "plot_lossy_rules", "plot_expected_tokens", "plot_optimal_gamma", "synthetic_llm_pair"]
 
 
 def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float = 1.0, rng=0):
@@ -221,4 +221,66 @@ def plot_optimal_gamma(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), *, max_gamma: int =
     ax.set_xlim(0, 1)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8, loc="upper left")
+    return ax
+
+
+def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_points: int = 200, ax=None,
+                     title=None):
+    r"""Every lossy rule the engines ship on the KL-acceptance plane, against mentored decoding's frontier.
+
+    .. math::
+
+        w \mapsto \big(\mathrm{KL}(q \| w q + (1-w) p),\ 1 - w\,\mathrm{TV}(p, q)\big)
+        \quad\text{(transformers' ensemble verification)},
+
+    beside Leviathan et al.'s lenience and vLLM's typical acceptance (whose
+    ``KL(q || r)`` is usually infinite: such points are drawn at the right
+    edge, marked "KL = inf"). Every finite point lies on or below the frontier.
+
+    Parameters
+    ----------
+    p, q : (n,) array_like of float
+        Draft and target distributions.
+    weights : array_like of float, keyword-only
+        Ensemble weights in [0, 1] (default 21 values from 0 to 1).
+    ls : array_like of float, keyword-only
+        Lenience values (as in :func:`plot_lossy_frontier`).
+    typical : sequence of (epsilon, delta), keyword-only
+        Typical-acceptance settings (default: vLLM's 0.09, 0.3).
+    n_points : int, keyword-only
+        Budgets on the frontier.
+    ax : matplotlib Axes, keyword-only
+        Axes to draw on (a new figure otherwise).
+    title : str, keyword-only
+        Axes title.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+    """
+    from ..lossy._ensemble import ensemble_verifier
+    from ..lossy._typical import typical_acceptance_verifier
+
+    p_, q_ = validate_pair(p, q)
+    ws = np.linspace(0.0, 1.0, 21) if weights is None else np.asarray(weights, dtype=np.float64)
+    ens = [ensemble_verifier(p_, q_, float(w)) for w in ws]
+    ens_kl = np.array([v.kl() for v in ens])
+    ens_acc = np.array([v.acceptance() for v in ens])
+    finite = ens_kl[np.isfinite(ens_kl)]
+    fr0 = mentored_frontier(p_, q_, [0.0])
+    d_max = 1.05 * (fr0.kl_qp if math.isfinite(fr0.kl_qp) and fr0.kl_qp > 0 else max(finite.max(initial=0.0), 1.0))
+    ax = plot_lossy_frontier(p_, q_, ls=ls, n_points=n_points, d_max=d_max, ax=ax, title=title)
+    keep = np.isfinite(ens_kl) & (ens_kl <= d_max)
+    ax.plot(ens_kl[keep], ens_acc[keep], "s-", ms=3, lw=1, color="C2", label="ensemble $w$ (transformers)")
+    lowest = float(ens_acc.min())
+    for eps, delta in typical:
+        v = typical_acceptance_verifier(p_, q_, epsilon=eps, delta=delta)
+        lowest = min(lowest, v.acceptance())
+        kl = v.kl()
+        x = kl if math.isfinite(kl) and kl <= d_max else d_max
+        ax.plot([x], [v.acceptance()], "D", ms=7, color="C4", mfc="none" if x != kl else "C4",
+                label=f"typical $\\epsilon$={eps:g}, $\\delta$={delta:g} (vLLM)" + ("" if x == kl else ", KL = inf"))
+    ax.set_xlim(-0.02 * d_max, 1.06 * d_max)
+    ax.set_ylim(min(ax.get_ylim()[0], lowest - 0.02), 1.01)
+    ax.legend(fontsize=7, loc="lower center")
     return ax

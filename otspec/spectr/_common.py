@@ -42,7 +42,10 @@ __all__ = [
 #: lazily (when first used). Whether a verifier is symmetric (its conditional
 #: depends on the drafts only through their multiset, so enumeration over
 #: multisets is exact) or sequential is read from the registry.
-VERIFIER_NAMES = tuple(n for n in verifier_names(kind="token") if not get_verifier(n).required)
+VERIFIER_NAMES = tuple(
+    n for n in verifier_names(kind="token")
+    if not get_verifier(n).required and get_verifier(n).lossless and get_verifier(n).draft_process == "iid"
+)
 
 #: Default largest number of draft tuples (or multisets) enumerated for one
 #: token-level step law.
