@@ -38,13 +38,13 @@ def test_uniform_pair():
     [
         (md.plot_spectr_fig4, {"ks": range(1, 4)}, 8),
         (md.plot_spectr_fig6, {"ks": range(1, 4)}, 9),
-        (md.plot_spectr_fig5, {"ks": range(1, 4), "d_qs": (10, 60)}, 5),
+        (md.plot_spectr_fig5, {"ks": range(1, 4), "d_qs": (10, 60)}, 4),
         (md.plot_acceptance_vs_b, {"bs": np.linspace(0, 1, 5), "ks": (1, 2)}, 3),
     ],
 )
 def test_plots_return_axes_and_draw_exact_values(fn, kwargs, n_lines):
     fig, ax = plt.subplots()
-    out = fn(ax, **kwargs)
+    out = fn(**kwargs, ax=ax)
     assert out is ax
     assert len(ax.get_lines()) == n_lines
     plt.close(fig)
@@ -55,7 +55,7 @@ def test_plots_return_axes_and_draw_exact_values(fn, kwargs, n_lines):
 
 def test_fig4_lines_hold_exact_values():
     fig, ax = plt.subplots()
-    md.plot_spectr_fig4(ax, bs=(0.75,), ks=range(1, 6))
+    md.plot_spectr_fig4(bs=(0.75,), ks=range(1, 6), ax=ax)
     otm, kseq = ax.get_lines()
     p, q = md.bernoulli_pair(0.25, 0.75)
     np.testing.assert_array_equal(otm.get_ydata(), otspec.alpha_k(p, q, list(range(1, 6))))
@@ -72,3 +72,30 @@ def test_errors():
         md.uniform_pair(10, 0)
     with pytest.raises(ValueError, match="`ks` must be an integer >= 1"):
         md.acceptance_curves([0.5, 0.5], [0.5, 0.5], [0])
+
+
+def test_every_plot_function_takes_ax_by_keyword_and_refuses_positional_axes():
+    import inspect
+
+    from otspec import plotting
+
+    for name in plotting.__all__:
+        fn = getattr(plotting, name)
+        if not name.startswith("plot_"):
+            continue
+        par = inspect.signature(fn).parameters["ax"]
+        assert par.kind is par.KEYWORD_ONLY and par.default is None, name
+    fig, ax = plt.subplots()
+    with pytest.raises(TypeError, match="pass the axes by keyword"):
+        plotting.plot_figure2(ax)
+    with pytest.raises(TypeError, match="positional"):
+        plotting.plot_spectr_fig4(ax)
+    plt.close(fig)
+
+
+def test_series_colours_are_distinct():
+    fig, ax = plt.subplots()
+    md.plot_spectr_fig5(d_qs=(5, 10, 20, 40, 60, 120), ks=[1, 2], show_kseq=False, ax=ax)
+    colours = {line.get_color() for line in ax.get_lines()}
+    assert len(colours) == 6
+    plt.close(fig)

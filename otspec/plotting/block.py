@@ -1,4 +1,7 @@
-r"""Block verification figures: Sun et al.'s (arXiv:2403.10444) Figure 2 (memoryless Bernoulli sources).
+r"""Block verification figures: Figure 2 of the block verification paper (memoryless Bernoulli sources).
+
+Reference: Sun, Ro, Beirami, Suresh, "Optimal Block-Level Draft Verification for Accelerating
+Speculative Decoding", arXiv:2403.10444 v1, Section 3, Figure 2.
 
 Draft :math:`M_s = \mathrm{Ber}(p)` and target :math:`M_b = \mathrm{Ber}(q)` at
 every step (``p`` = draft, ``q`` = target). The expected lengths of the three
@@ -13,11 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import validate_positive_int, validate_probability
+from ._common import legend_outside, new_axes, palette, reject_axes
 
 __all__ = ["Figure2Data", "figure2_data", "plot_figure2"]
 
 _NAMES = ("token", "block-onestep", "block")
 _STYLE = {"token": ":", "block-onestep": "--", "block": "-"}
+_MARKER = {"token": "o", "block-onestep": "s", "block": "D"}
 _LABEL = {"token": "TokenVerify", "block-onestep": "BlockVerify (one-step)", "block": "BlockVerify (v1, OT optimum)"}
 
 
@@ -35,7 +40,7 @@ class Figure2Data:
         Block lengths ``1 .. L_max``.
     lengths : dict of str to (m, k) ndarray
         ``lengths[name][i, j]`` = :math:`E[\\tau]` (accepted draft tokens) of
-        verifier ``name`` at ``ps[i]``, ``Ls[j]``; add 1 for Sun et al.'s (arXiv:2403.10444) count
+        verifier ``name`` at ``ps[i]``, ``Ls[j]``; add 1 for the paper's count
         (its sums start at i = 0: tokens emitted per iteration, bonus included).
     """
 
@@ -58,7 +63,7 @@ def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figur
     Parameters
     ----------
     q : float
-        Target's probability of token 1 (the paper's Figure 2: 0.75).
+        Target's probability of token 1 (0.75 in the paper).
     ps : sequence of float
         Draft probabilities of token 1.
     L_max : int
@@ -98,29 +103,52 @@ def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figur
 
 def plot_figure2(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10, *, include_bonus: bool = True,
                  data: Figure2Data | None = None, ax=None):
-    r"""Sun et al.'s (arXiv:2403.10444) Figure 2: expected accepted tokens against the block length ``L``.
+    r"""Block verification paper's Figure 2: expected accepted tokens against the block length ``L``.
 
-    One colour per draft ``p``; line style per verifier (dotted TokenVerify,
-    dashed one-step BlockVerify, solid v1 BlockVerify = the block-OT optimum).
+    .. math::
+
+        L \mapsto \mathbb{E}[\beta] = 1 + \mathbb{E}[\tau_v](\mathrm{Ber}(p), \mathrm{Ber}(q), L),
+        \quad v \in \{\text{token}, \text{block-onestep}, \text{block}\}.
+
+    One colour per draft ``p``; line style and marker per verifier (dotted
+    with hollow circles TokenVerify, dashed with squares one-step
+    BlockVerify, solid with diamonds v1 BlockVerify = the block-OT optimum).
+    The legend sits to the right of the data.
 
     Parameters
     ----------
     q : float
-        Target's probability of token 1 (the paper's Figure 2: 0.75).
+        Target's probability of token 1 (0.75 in the paper).
     ps : sequence of float
         Draft probabilities of token 1.
     L_max : int
+        Largest block length (at most 16).
     include_bonus : bool, keyword-only
-        Plot :math:`E[\tau] + 1` (Sun et al.'s (arXiv:2403.10444) sums from :math:`i = 0`: tokens
+        Plot :math:`E[\tau] + 1` (the paper's sums from :math:`i = 0`: tokens
         per iteration including the correction/bonus token; default) or
         :math:`E[\tau]`.
     data : Figure2Data, optional
         Precomputed values (from :func:`figure2_data`); otherwise computed.
-    ax : matplotlib Axes, optional
+    ax : matplotlib Axes or None, keyword-only
+        Axes to draw on (a new figure when None).
 
     Returns
     -------
     matplotlib.axes.Axes
+        The axes drawn on; one line per ``(p, verifier)``.
+
+    Raises
+    ------
+    ValueError
+        A probability outside [0, 1], no ``ps`` or ``L_max`` outside [1, 16].
+    TypeError
+        ``q`` given a matplotlib Axes (pass it as ``ax=``).
+
+    References
+    ----------
+    .. [1] Sun, Ro, Beirami, Suresh, "Optimal Block-Level Draft Verification for Accelerating
+       Speculative Decoding", arXiv:2403.10444 v1,
+       Section 3, Figure 2 (expected number of accepted tokens, sums from :math:`i = 0`).
 
     Examples
     --------
@@ -131,31 +159,28 @@ def plot_figure2(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10, *, inclu
     >>> len(ax.lines)
     3
     """
-    import matplotlib.pyplot as plt
-
+    reject_axes(q, "q")
     if data is None:
         data = figure2_data(q, ps, L_max)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6.4, 4.4))
-    shift = 1.0 if include_bonus else 0.0
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, p in enumerate(data.ps):
-        c = colors[i % len(colors)]
-        for n in _NAMES:
-            ax.plot(data.Ls, data.lengths[n][i] + shift, _STYLE[n], color=c, marker="o", markersize=3,
-                    label=f"{_LABEL[n]}, p={p:g}")
-    ax.set_xlabel("block length L")
-    ylab = "E[τ] + 1 (tokens per iteration)" if include_bonus else "E[τ] (accepted draft tokens)"
-    ax.set_ylabel(ylab)
-    ax.set_title(f"Bernoulli sources: draft Ber(p), target Ber(q={data.q:g})")
-    # two compact legends: colour = draft p, line style = verifier
+    ax = new_axes(ax, (7.0, 4.4))
     from matplotlib.lines import Line2D
 
-    h_p = [Line2D([], [], color=colors[i % len(colors)], label=f"p = {p:g}") for i, p in enumerate(data.ps)]
-    h_v = [Line2D([], [], color="0.3", linestyle=_STYLE[n], label=_LABEL[n]) for n in _NAMES]
-    leg = ax.legend(handles=h_p, loc="upper left", fontsize=8, title="draft", title_fontsize=8)
-    ax.add_artist(leg)
-    ax.legend(handles=h_v, loc="upper left", bbox_to_anchor=(0.18, 1.0), fontsize=8, title="verifier",
-              title_fontsize=8)
+    shift = 1.0 if include_bonus else 0.0
+    colors = palette(len(data.ps))
+    for i, p in enumerate(data.ps):
+        for n in _NAMES:
+            ax.plot(data.Ls, data.lengths[n][i] + shift, linestyle=_STYLE[n], marker=_MARKER[n], markersize=4,
+                    color=colors[i], markerfacecolor="white" if n == "token" else colors[i],
+                    label=f"{_LABEL[n]}, p={p:g}")
+    ax.set_xlabel("block length $L$")
+    if include_bonus:
+        ax.set_ylabel(r"expected number of accepted tokens $\mathbb{E}[\beta]$")
+    else:
+        ax.set_ylabel(r"expected accepted draft tokens $\mathbb{E}[\tau] = \mathbb{E}[\beta] - 1$")
+    ax.set_title(f"Bernoulli sources: draft Ber(p), target Ber(q = {data.q:g})")
+    h_p = [Line2D([], [], color=colors[i], linewidth=2, label=f"p = {p:g}") for i, p in enumerate(data.ps)]
+    h_v = [Line2D([], [], color="0.3", linestyle=_STYLE[n], marker=_MARKER[n], markersize=4,
+                  markerfacecolor="white" if n == "token" else "0.3", label=_LABEL[n]) for n in _NAMES]
+    legend_outside(ax, [("draft Ber(p)", h_p), ("verifier", h_v)])
     ax.grid(alpha=0.3)
     return ax

@@ -25,6 +25,7 @@ from .._validation import validate_pair, validate_positive_int
 from ..lossy._lenience import lenience_curve
 from ..lossy._mentored import mentored_frontier
 from ..speculative import expected_tokens, optimal_gamma, walltime_improvement
+from ._common import legend_outside, new_axes, reject_axes
 
 __all__ = ["plot_lossy_frontier", "plot_lossy_rules", "plot_expected_tokens", "plot_optimal_gamma", "synthetic_llm_pair"]
 
@@ -112,8 +113,7 @@ def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=No
     -------
     matplotlib.axes.Axes
     """
-    import matplotlib.pyplot as plt
-
+    reject_axes(p, "p")
     p_, q_ = validate_pair(p, q)
     ls_ = np.linspace(0.02, 1.0, 50) if ls is None else np.asarray(ls, dtype=np.float64)
     lc = lenience_curve(p_, q_, ls_)
@@ -126,8 +126,7 @@ def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=No
             d_max = 1.05 * float(finite.max()) if finite.size and finite.max() > 0 else 1.0
     Ds = np.linspace(0.0, float(d_max), validate_positive_int(n_points, "n_points"))
     fr = mentored_frontier(p_, q_, Ds)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.5, 4))
+    ax = new_axes(ax, (6.8, 4))
     ax.plot(fr.D, fr.acceptance, color="C0", lw=2, label="mentored decoding (KL-optimal)")
     keep = np.isfinite(lc.kl) & (lc.kl <= d_max)
     ax.plot(lc.kl[keep], lc.acceptance[keep], "o", ms=4, color="C3", label="lenience $l$ (Leviathan A.5)")
@@ -138,7 +137,7 @@ def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=No
     ax.set_ylabel("acceptance $P(Y = X)$")
     ax.set_ylim(min(fr.acceptance0, float(lc.acceptance[keep].min()) if keep.any() else 1.0) - 0.02, 1.01)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    legend_outside(ax, [(None, ax.get_legend_handles_labels()[0])])
     if title:
         ax.set_title(title)
     return ax
@@ -164,10 +163,8 @@ def plot_expected_tokens(gammas=(1, 2, 3, 5, 7, 10), *, include_limit: bool = Tr
     -------
     matplotlib.axes.Axes
     """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.5, 4))
+    reject_axes(gammas, "gammas")
+    ax = new_axes(ax, (5.5, 4))
     alpha = np.linspace(0.0, 1.0, 401)
     for i, g in enumerate(gammas):
         ax.plot(alpha, expected_tokens(alpha, int(g)), color=f"C{i}", label=rf"$\gamma = {int(g)}$")
@@ -206,10 +203,8 @@ def plot_optimal_gamma(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), *, max_gamma: int =
     -------
     matplotlib.axes.Axes
     """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5.5, 4))
+    reject_axes(cs, "cs")
+    ax = new_axes(ax, (5.5, 4))
     alpha = np.linspace(0.0, 0.99, 397)
     for i, c in enumerate(cs):
         g = optimal_gamma(alpha, float(c), max_gamma=max_gamma)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import validate_positive_int, validate_probability
+from ._common import legend_outside, new_axes, palette, reject_axes
 
 __all__ = [
     "METHODS",
@@ -136,41 +137,64 @@ def acceptance_curves(p, q, ks, methods=("otm", "kseq")) -> AcceptanceCurves:
     return AcceptanceCurves(ks=ks_arr, values=values)
 
 
-def _axes(ax):
-    if ax is None:
-        import matplotlib.pyplot as plt
+def _draw_methods(ax, x, curves, methods, color, i, n_series):
+    """Draw one series' methods so that coinciding curves stay visible.
 
-        _, ax = plt.subplots(figsize=(6, 4))
-    return ax
+    OTM-k is a wide translucent band, k-Seq a dashed line with squares, multi-round a dotted line
+    with hollow triangles, all on top of the band; series ``i`` gets a slightly wider band and larger
+    markers than series ``i + 1``, so curves of different series that coincide (e.g. at 1.0) show as
+    nested rings instead of hiding each other.
+    """
+    grow = n_series - 1 - i
+    for m in methods:
+        y = curves.values[m]
+        if m == "otm":
+            ax.plot(x, y, linestyle="-", linewidth=3.0 + 1.6 * grow, alpha=0.45, color=color,
+                    solid_capstyle="butt", zorder=2)
+        else:
+            ax.plot(x, y, linestyle=_STYLE[m], linewidth=1.2, marker=_MARKER[m], markersize=4 + 3.0 * grow,
+                    markerfacecolor=color if m == "kseq" else "white", markeredgecolor=color, color=color,
+                    zorder=3 + i)
+
+
+def _method_handles(methods):
+    from matplotlib.lines import Line2D
+
+    out = []
+    for m in methods:
+        if m == "otm":
+            out.append(Line2D([], [], color="0.35", linewidth=4, alpha=0.45, label=_LABEL[m]))
+        else:
+            out.append(Line2D([], [], color="0.35", linestyle=_STYLE[m], marker=_MARKER[m], markersize=5,
+                              markerfacecolor="0.35" if m == "kseq" else "white", label=_LABEL[m]))
+    return out
+
+
+def _series_handles(colors, labels):
+    from matplotlib.lines import Line2D
+
+    return [Line2D([], [], color=c, linewidth=3, label=lab) for c, lab in zip(colors, labels)]
 
 
 def _bernoulli_vs_k(ax, p, bs, ks, methods, title):
-    ax = _axes(ax)
-    import matplotlib as mpl
-
-    colors = mpl.colormaps["tab10"]
+    reject_axes(p, "p")
+    bs = [validate_probability(b, "bs") for b in bs]
+    ax = new_axes(ax, (7.0, 4.2))
+    colors = palette(len(bs))
     for i, b in enumerate(bs):
         pv, qv = bernoulli_pair(p, b)
         curves = acceptance_curves(pv, qv, ks, methods)
-        for m in methods:
-            ax.plot(
-                curves.ks,
-                curves.values[m],
-                linestyle=_STYLE[m],
-                marker=_MARKER[m],
-                markersize=4,
-                color=colors(i),
-                label=f"{_LABEL[m]}, b={b:g}",
-            )
-    ax.set_xlabel("number of drafts k")
+        _draw_methods(ax, curves.ks, curves, methods, colors[i], i, len(bs))
+    ax.set_xlabel("number of drafts $k$")
     ax.set_ylabel("acceptance probability")
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    legend_outside(ax, [("target Ber(b)", _series_handles(colors, [f"b = {b:g}" for b in bs])),
+                        ("verifier", _method_handles(methods))])
     return ax
 
 
-def plot_spectr_fig4(ax=None, *, p: float = 0.25, bs=(0.1, 0.25, 0.75, 1.0), ks=range(1, 11)):
+def plot_spectr_fig4(*, p: float = 0.25, bs=(0.1, 0.25, 0.75, 1.0), ks=range(1, 11), ax=None):
     r"""SpecTr Figure 4: OTM-k against k-Seq over ``k`` for ``p = Ber(0.25)``, ``q = Ber(b)``.
 
     .. math::
@@ -178,29 +202,52 @@ def plot_spectr_fig4(ax=None, *, p: float = 0.25, bs=(0.1, 0.25, 0.75, 1.0), ks=
         k \mapsto \alpha_k(\mathrm{Ber}(p), \mathrm{Ber}(b)) \ \text{and}\
         \alpha(\pi^{\text{k-Seq}}_{\rho^*}).
 
+    One colour per target ``b``; OTM-k is drawn as a wide translucent band and
+    k-Seq as a dashed line with squares on top of it, so the two stay visible
+    where they coincide. Curves of different ``b`` that coincide (at 1.0)
+    show as nested bands and markers, earlier ``b`` wider.
+
     Parameters
     ----------
-    ax : matplotlib Axes or None
-        Axes to draw on (a new figure when None).
     p : float, keyword-only
         Draft probability of token 1.
     bs : sequence of float, keyword-only
         Target probabilities of token 1 (the paper discusses 0.1, 0.25, 0.75 and 1).
     ks : sequence of int, keyword-only
         Numbers of drafts.
+    ax : matplotlib Axes or None, keyword-only
+        Axes to draw on (a new figure when None).
 
     Returns
     -------
-    matplotlib Axes
+    matplotlib.axes.Axes
+        The axes drawn on; line ``2 j`` holds OTM-k and ``2 j + 1`` k-Seq for ``bs[j]``.
+
+    Raises
+    ------
+    ValueError
+        A probability outside [0, 1] or ``k < 1``.
+    TypeError
+        ``p`` given a matplotlib Axes (pass it as ``ax=``).
 
     References
     ----------
-    .. [1] Sun et al., "SpecTr", arXiv v2, Appendix B, Figure 4.
+    .. [1] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal Transport", arXiv:2310.15141 v2,
+       Appendix B, Figure 4.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otspec.plotting.multidraft import plot_spectr_fig4
+    >>> ax = plot_spectr_fig4(bs=(0.75,), ks=range(1, 4))
+    >>> [round(float(y), 4) for y in ax.lines[0].get_ydata()]   # OTM-k at b = 0.75
+    [0.5, 0.6875, 0.8281]
     """
     return _bernoulli_vs_k(ax, p, bs, ks, ("otm", "kseq"), f"OTM-k vs k-Seq, p = Ber({p:g}), q = Ber(b)")
 
 
-def plot_spectr_fig6(ax=None, *, p: float = 0.25, bs=(0.1, 0.75, 1.0), ks=range(1, 11)):
+def plot_spectr_fig6(*, p: float = 0.25, bs=(0.1, 0.75, 1.0), ks=range(1, 11), ax=None):
     r"""SpecTr Figure 6: OTM-k, k-Seq and multi-round over ``k`` for ``p = Ber(0.25)``, ``q = Ber(b)``.
 
     .. math::
@@ -208,31 +255,54 @@ def plot_spectr_fig6(ax=None, *, p: float = 0.25, bs=(0.1, 0.75, 1.0), ks=range(
         k \mapsto \alpha_k, \ \alpha(\pi^{\text{k-Seq}}_{\rho^*}), \
         1 - \prod_{i \le k} (1 - \beta_i).
 
+    Drawn as :func:`plot_spectr_fig4` (OTM-k a translucent band, k-Seq dashed
+    with squares, multi-round dotted with hollow triangles).
+
     Parameters
     ----------
-    ax : matplotlib Axes or None
-        Axes to draw on (a new figure when None).
     p : float, keyword-only
         Draft probability of token 1.
     bs : sequence of float, keyword-only
         Target probabilities of token 1 (the paper omits b = 0.25, where all are 1).
     ks : sequence of int, keyword-only
         Numbers of drafts.
+    ax : matplotlib Axes or None, keyword-only
+        Axes to draw on (a new figure when None).
 
     Returns
     -------
-    matplotlib Axes
+    matplotlib.axes.Axes
+        The axes drawn on; lines ``3 j``, ``3 j + 1``, ``3 j + 2`` hold OTM-k,
+        k-Seq and multi-round for ``bs[j]``.
+
+    Raises
+    ------
+    ValueError
+        A probability outside [0, 1] or ``k < 1``.
+    TypeError
+        ``p`` given a matplotlib Axes (pass it as ``ax=``).
 
     References
     ----------
-    .. [1] Sun et al., "SpecTr", arXiv v2, Appendix B.3, Figure 6.
+    .. [1] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal Transport", arXiv:2310.15141 v2,
+       Appendix B.3, Figure 6.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otspec.plotting.multidraft import plot_spectr_fig6
+    >>> ax = plot_spectr_fig6(bs=(0.75,), ks=range(1, 3))
+    >>> [[round(float(y), 4) for y in line.get_ydata()] for line in ax.lines]
+    [[0.5, 0.6875], [0.5, 0.6483], [0.5, 0.625]]
     """
     return _bernoulli_vs_k(
         ax, p, bs, ks, ("otm", "kseq", "multiround"), f"OTM-k, k-Seq, multi-round; p = Ber({p:g}), q = Ber(b)"
     )
 
 
-def plot_spectr_fig5(ax=None, *, d: int = 120, d_qs=(5, 10, 20, 40, 60, 120), ks=range(1, 31), show_kseq: bool = True):
+def plot_spectr_fig5(*, d: int = 120, d_qs=(5, 10, 20, 40, 60, 120), ks=range(1, 31), show_kseq: bool = True,
+                     ax=None):
     r"""SpecTr Figure 5: :math:`\alpha_k` over ``k`` for ``p = U(d)``, ``q = U(d_q)``.
 
     .. math::
@@ -240,55 +310,75 @@ def plot_spectr_fig5(ax=None, *, d: int = 120, d_qs=(5, 10, 20, 40, 60, 120), ks
         \alpha_k(U(d), U(d_q)) = 1 - (1 - d_q/d)^k \quad (d_q \le d),
 
     computed by :func:`otspec.alpha_k` on the vectors; with ``show_kseq`` the
-    k-Seq acceptance is overlaid as markers (it equals :math:`\alpha_k`, App. B.2).
+    k-Seq acceptance is overlaid as hollow markers (it equals :math:`\alpha_k`,
+    App. B.2). One distinct colour per :math:`d_q` (Okabe-Ito palette).
 
     Parameters
     ----------
-    ax : matplotlib Axes or None
-        Axes to draw on (a new figure when None).
     d : int, keyword-only
         Draft support size (120 in the paper).
     d_qs : sequence of int, keyword-only
-        Target support sizes (SpecTr does not print them; these are a spread).
+        Target support sizes (the paper does not print them; these are a spread).
     ks : sequence of int, keyword-only
         Numbers of drafts.
     show_kseq : bool, keyword-only
         Overlay the k-Seq acceptance as markers.
+    ax : matplotlib Axes or None, keyword-only
+        Axes to draw on (a new figure when None).
 
     Returns
     -------
-    matplotlib Axes
+    matplotlib.axes.Axes
+        The axes drawn on; per :math:`d_q` one line for :math:`\alpha_k`, then (with ``show_kseq``) one for k-Seq.
+
+    Raises
+    ------
+    ValueError
+        ``d``, a ``d_q`` or a ``k`` below 1.
+    TypeError
+        ``d`` given a matplotlib Axes (pass it as ``ax=``).
 
     References
     ----------
-    .. [1] Sun et al., "SpecTr", arXiv v2, Appendix B, Figure 5 and B.2;
-       conference version, Figure 1.
-    """
-    ax = _axes(ax)
-    import matplotlib as mpl
+    .. [1] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal Transport", arXiv:2310.15141 v2,
+       Appendix B, Figure 5 and B.2; conference version, Figure 1.
 
-    colors = mpl.colormaps["viridis"]
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otspec.plotting.multidraft import plot_spectr_fig5
+    >>> ax = plot_spectr_fig5(d_qs=(60,), ks=[1, 2], show_kseq=False)
+    >>> ax.lines[0].get_ydata().tolist()          # 1 - (1/2)**k
+    [0.5, 0.75]
+    """
+    reject_axes(d, "d")
+    d_qs = [validate_positive_int(dq, "d_qs") for dq in d_qs]
+    ax = new_axes(ax, (7.0, 4.2))
+    colors = palette(len(d_qs))
     methods = ("otm", "kseq") if show_kseq else ("otm",)
     for i, dq in enumerate(d_qs):
         pv, qv = uniform_pair(d, dq)
         curves = acceptance_curves(pv, qv, ks, methods)
-        c = colors(i / max(1, len(d_qs) - 1) * 0.9)
-        ax.plot(curves.ks, curves.values["otm"], "-", color=c, label=f"$d_q$ = {dq}")
+        ax.plot(curves.ks, curves.values["otm"], "-", color=colors[i], linewidth=1.8)
         if show_kseq:
-            ax.plot(curves.ks, curves.values["kseq"], "o", color=c, markersize=3, markerfacecolor="none")
-    if show_kseq:
-        ax.plot([], [], "o", color="gray", markerfacecolor="none", markersize=3, label="k-Seq (markers)")
-    ax.set_xlabel("number of drafts k")
-    ax.set_ylabel(r"optimal acceptance $\alpha_k$")
+            ax.plot(curves.ks, curves.values["kseq"], "o", color=colors[i], markersize=4, markerfacecolor="none")
+    ax.set_xlabel("number of drafts $k$")
+    ax.set_ylabel(r"optimal acceptance probability ($\alpha_k$)")
     ax.set_title(f"p = U({d}), q = U($d_q$)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    groups = [("target U($d_q$)", _series_handles(colors, [f"$d_q$ = {dq}" for dq in d_qs]))]
+    if show_kseq:
+        from matplotlib.lines import Line2D
+
+        groups.append(("verifier", [Line2D([], [], color="0.35", linewidth=1.8, label=r"OTM-k ($\alpha_k$)"),
+                                    Line2D([], [], color="0.35", linestyle="none", marker="o",
+                                           markerfacecolor="none", label="k-Seq")]))
+    legend_outside(ax, groups)
     return ax
 
 
-def plot_acceptance_vs_b(
-    ax=None, *, p: float = 0.25, ks=(1, 2, 4, 8), bs=None, methods=("otm",)
-):
+def plot_acceptance_vs_b(*, p: float = 0.25, ks=(1, 2, 4, 8), bs=None, methods=("otm",), ax=None):
     r"""Acceptance against the target's ``b`` for several ``k`` (SpecTr conference version, Figure 3).
 
     .. math::
@@ -297,45 +387,63 @@ def plot_acceptance_vs_b(
 
     Parameters
     ----------
-    ax : matplotlib Axes or None
-        Axes to draw on (a new figure when None).
     p : float, keyword-only
         Draft probability of token 1 (0.25 in the paper).
     ks : sequence of int, keyword-only
-        Numbers of drafts, one curve each.
+        Numbers of drafts, one colour each.
     bs : (m,) array_like of float or None, keyword-only
         Grid of target probabilities (default: 201 points on [0, 1]).
     methods : sequence of str, keyword-only
         Verifiers to draw (``"otm"`` only in the paper; ``"kseq"`` and
         ``"multiround"`` add dashed / dotted curves).
+    ax : matplotlib Axes or None, keyword-only
+        Axes to draw on (a new figure when None).
 
     Returns
     -------
-    matplotlib Axes
+    matplotlib.axes.Axes
+        The axes drawn on; one line per ``(k, method)``, then the vertical line at ``b = p``.
+
+    Raises
+    ------
+    ValueError
+        A probability outside [0, 1], ``k < 1`` or an unknown method.
+    TypeError
+        ``p`` given a matplotlib Axes (pass it as ``ax=``).
 
     References
     ----------
-    .. [1] Sun et al., "SpecTr", NeurIPS 2023 (conference version), Figure 3.
-    """
-    ax = _axes(ax)
-    import matplotlib as mpl
+    .. [1] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal Transport", NeurIPS 2023
+       (conference version), Figure 3.
 
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otspec.plotting.multidraft import plot_acceptance_vs_b
+    >>> ax = plot_acceptance_vs_b(ks=(2,), bs=[0.25, 0.75])
+    >>> ax.lines[0].get_ydata().tolist()
+    [1.0, 0.6875]
+    """
+    reject_axes(p, "p")
+    ax = new_axes(ax, (6.4, 4.2))
     bs = np.linspace(0.0, 1.0, 201) if bs is None else np.asarray(bs, dtype=np.float64)
-    colors = mpl.colormaps["tab10"]
+    colors = palette(len(ks))
     for i, k in enumerate(ks):
         for m in methods:
             vals = [acceptance_curves(*bernoulli_pair(p, float(b)), [k], (m,)).values[m][0] for b in bs]
-            ax.plot(
-                bs,
-                vals,
-                linestyle=_STYLE[m],
-                color=colors(i),
-                label=f"k = {k}" if len(methods) == 1 else f"{_LABEL[m]}, k = {k}",
-            )
+            ax.plot(bs, vals, linestyle=_STYLE[m], color=colors[i],
+                    label=f"k = {k}" if len(methods) == 1 else f"{_LABEL[m]}, k = {k}")
     ax.axvline(p, color="gray", linewidth=0.8, linestyle=":")
     ax.set_xlabel("target q = Ber(b): b")
     ax.set_ylabel("acceptance probability")
     ax.set_title(f"p = Ber({p:g})")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7)
+    from matplotlib.lines import Line2D
+
+    groups = [("drafts", [Line2D([], [], color=colors[i], linewidth=2, label=f"k = {k}") for i, k in enumerate(ks)])]
+    if len(methods) > 1:
+        groups.append(("verifier", [Line2D([], [], color="0.35", linestyle=_STYLE[m], label=_LABEL[m])
+                                    for m in methods]))
+    legend_outside(ax, groups)
     return ax

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._common import new_axes, reject_axes
+
 __all__ = ["plot_block_efficiency"]
 
 
@@ -38,6 +40,8 @@ def plot_block_efficiency(Ks, curves, *, paper=None, ax=None, title=None):
     ------
     ValueError
         If a curve's length differs from ``len(Ks)``.
+    TypeError
+        ``Ks`` given a matplotlib Axes (pass it as ``ax=``).
 
     Examples
     --------
@@ -48,8 +52,7 @@ def plot_block_efficiency(Ks, curves, *, paper=None, ax=None, title=None):
     >>> ax.get_xlabel()
     'number of drafts K'
     """
-    import matplotlib.pyplot as plt
-
+    reject_axes(Ks, "Ks")
     Ks = np.asarray(Ks)
     for name, group in (("curves", curves), ("paper", paper or {})):
         for label, vals in group.items():
@@ -57,8 +60,7 @@ def plot_block_efficiency(Ks, curves, *, paper=None, ax=None, title=None):
                 raise ValueError(
                     f"`{name}[{label!r}]` must have one value per K ({Ks.shape[0]}), got {np.asarray(vals).shape}"
                 )
-    if ax is None:
-        _, ax = plt.subplots(figsize=(5, 3.5))
+    ax = new_axes(ax, (5, 3.5))
     for label, vals in curves.items():
         ax.plot(Ks, vals, marker=".", label=label)
     for label, vals in (paper or {}).items():
