@@ -18,18 +18,10 @@ The guide page "Reproduce the papers' figures" (docs/guide/figures.rst) has
 one runnable example per figure.
 """
 
-from . import block
-from . import lossy
-from . import multidraft
-from . import spectr
+from . import block, lossy, multidraft, spectr
 from .block import plot_figure2
-from .lossy import plot_expected_tokens
-from .lossy import plot_lossy_frontier
-from .lossy import plot_optimal_gamma
-from .multidraft import plot_acceptance_vs_b
-from .multidraft import plot_spectr_fig4
-from .multidraft import plot_spectr_fig5
-from .multidraft import plot_spectr_fig6
+from .lossy import plot_expected_tokens, plot_lossy_frontier, plot_optimal_gamma
+from .multidraft import plot_acceptance_vs_b, plot_spectr_fig4, plot_spectr_fig5, plot_spectr_fig6
 from .spectr import plot_block_efficiency
 
 __all__ = [
