@@ -1,17 +1,28 @@
-"""otspec: exact optimal-transport analysis of speculative-decoding verifiers.
+"""otspec: exact optimal-transport analysis of speculative-decoding verifiers, and the verifiers themselves.
 
 Speculative decoding drafts tokens with a small model ``p`` (the draft) and
 verifies them against a large model ``q`` (the target) so that the output
 still follows ``q``. otspec computes exactly what verifiers can and do
-achieve, and runs them. Notation everywhere: ``p`` is the draft distribution
-and ``q`` the target (Leviathan et al. swap the letters).
+achieve — every number checked against an independent route — and runs them
+on real language models. Notation everywhere: ``p`` is the draft
+distribution and ``q`` the target (Leviathan et al. swap the letters).
 
-Where to start: ``otspec.alpha_k(p, q, k)`` (the optimal acceptance of ``k``
-i.i.d. drafts); the verifiers (``maximal_coupling``, ``kseq``,
-``multiround``, ``optimal_verifier``, ``mentored``, ``lenient_verifier``)
-and ``check_lossless``; the subpackages ``otm``, ``multidraft``, ``lossy``,
-``block``, ``spectr``, ``decoding`` (torch), ``plotting`` (matplotlib).
-The architecture page of the docs maps the tree.
+Where to start:
+
+* ``otspec.alpha_k(p, q, k)``: the optimal acceptance of ``k`` i.i.d. drafts,
+  exact after one sort; ``otspec.otm_lp(p, q, k).verifier`` an optimal plan.
+* Verifiers, all :class:`otspec.Verifier` with one contract (``sample_drafts``,
+  ``sample``, ``acceptance``, ``output_law``): ``maximal_coupling``, ``kseq``,
+  ``multiround``, ``optimal_verifier``, ``mentored``, ``lenient_verifier``;
+  ``check_lossless(verifier)`` checks one exactly; ``otspec.testing.chi2_gof``
+  tests a sampler.
+* Subpackages: ``otm``, ``multidraft`` (the registry of verifier names),
+  ``lossy``, ``block`` (with ``models``), ``spectr``, ``speculative``,
+  ``closed_form``, ``testing``; ``decoding`` (real models, needs torch) and
+  ``plotting`` (the papers' figures, needs matplotlib) load on first use.
+* Guides with runnable examples: docs/guide/ (start with otm.rst; the
+  figures in figures.rst, real models in decoding.rst); the README's
+  "Four things you can do in five minutes".
 """
 
 from . import block, closed_form, lossy, models, multidraft, otm, spectr, speculative, testing
@@ -159,3 +170,21 @@ __all__ = [
     "validate_model",
     "validate_model_pair",
 ]
+
+#: Subpackages with heavy optional dependencies, imported on first attribute access
+#: (``otspec.decoding`` needs torch, ``otspec.plotting`` matplotlib); ``import otspec`` imports neither.
+_LAZY_SUBMODULES = ("decoding", "plotting")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        module = importlib.import_module(f".{name}", __name__)
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))

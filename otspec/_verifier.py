@@ -22,22 +22,25 @@ import numpy as np
 
 from ._validation import as_rng, validate_drafts, validate_positive_int
 
-__all__ = ["LOSSLESS_TOL", "LosslessCheck", "Verifier", "VerifierCheck", "check_lossless", "sample_from", "validate_tol"]
+__all__ = ["LOSSLESS_TOL", "LosslessCheck", "Verifier", "VerifierCheck", "check_lossless", "sample_from", "sample_from_cdf",
+           "validate_tol"]
+
+
+def sample_from_cdf(c: np.ndarray, law: np.ndarray, rng: np.random.Generator) -> int:
+    """Inverse-CDF draw of one index given ``c = np.cumsum(law)`` (zero-mass entries never drawn)."""
+    u = rng.random() * c[-1]
+    i = min(int(np.searchsorted(c, u, side="right")), law.shape[0] - 1)
+    while law[i] <= 0 and i > 0:
+        i -= 1
+    return i
 
 
 def sample_from(law: np.ndarray, rng: np.random.Generator) -> int:
     """Inverse-CDF draw of one index from a (possibly unnormalised) non-negative vector."""
     c = np.cumsum(law)
-    total = c[-1]
-    if not total > 0:
+    if not c[-1] > 0:
         raise ValueError("cannot sample from a vector with zero total mass")
-    u = rng.random() * total
-    i = int(np.searchsorted(c, u, side="right"))
-    # guard the u == total edge and skip trailing zero-mass entries
-    i = min(i, law.shape[0] - 1)
-    while law[i] <= 0 and i > 0:
-        i -= 1
-    return i
+    return sample_from_cdf(c, law, rng)
 
 
 class Verifier(abc.ABC):
@@ -47,9 +50,25 @@ class Verifier(abc.ABC):
     one output token; it is lossless when the output follows the target
     ``q`` exactly.
 
+    **The contract every verifier meets** (those of the package and a user's
+    subclass alike), which property-based tests can rely on:
+
+    * :meth:`sample_drafts` ``(*, rng)`` draws ``k`` drafts from the draft law
+      the verifier assumes (:meth:`draft_law_of`: i.i.d. from ``p`` unless the
+      verifier says otherwise, e.g. multi-round without replacement);
+    * :meth:`sample` ``(drafts, *, rng)`` draws the output token given the drafts;
+    * :meth:`conditional` ``(drafts)`` is its exact law;
+    * :meth:`acceptance` ``()`` is the exact :math:`P(Y \in S(X))` under that draft law;
+    * :meth:`output_law` ``()`` is the exact law of the output (``q`` when
+      :attr:`lossless`), so ``sample(sample_drafts())`` follows ``output_law()``.
+
     Subclasses implement :meth:`conditional` and :meth:`acceptance`; they may
     override :meth:`sample` with a faster rule and :meth:`output_law` when the
-    verifier is not lossless.
+    verifier is not lossless. A subclass that overrides :meth:`draft_law_of`
+    must override :meth:`sample_drafts` too (the base class refuses to draw
+    i.i.d. drafts for it). Result objects that carry a verifier (e.g.
+    :class:`otspec.OTMResult`, :class:`otspec.MentoredResult`) expose it as
+    the attribute ``.verifier``.
 
     Attributes
     ----------
@@ -106,6 +125,47 @@ class Verifier(abc.ABC):
     def output_law(self) -> np.ndarray:
         """Exact law of the output token (``q`` for a lossless verifier)."""
         return self.q
+
+    def sample_drafts(self, *, rng=None) -> tuple[int, ...]:
+        r"""Draw ``k`` drafts from the draft law this verifier assumes.
+
+        .. math::
+
+            X = (X_1, \dots, X_k) \sim p^{\otimes k}
+
+        by default (the law of :meth:`draft_law_of`); a verifier with another
+        draft law overrides both methods.
+
+        Parameters
+        ----------
+        rng : numpy.random.Generator, int or None, keyword-only
+            Source of randomness (through ``np.random.default_rng``).
+
+        Returns
+        -------
+        tuple of k int
+            Draft token ids in ``[0, n)``.
+
+        Raises
+        ------
+        NotImplementedError
+            If the subclass overrides :meth:`draft_law_of` but not this method.
+
+        Examples
+        --------
+        >>> import otspec
+        >>> v = otspec.optimal_verifier([0.5, 0.3, 0.2], [0.2, 0.2, 0.6], 2)
+        >>> x = v.sample_drafts(rng=0)
+        >>> len(x), 0 <= v.sample(x, rng=1) < 3
+        (2, True)
+        """
+        if type(self).draft_law_of is not Verifier.draft_law_of:
+            raise NotImplementedError(
+                f"{type(self).__name__} overrides draft_law_of, so it must override sample_drafts too"
+            )
+        gen = as_rng(rng)
+        c = np.cumsum(self.p)
+        return tuple(sample_from_cdf(c, self.p, gen) for _ in range(self.k))
 
     def sample(self, drafts, *, rng=None) -> int:
         """Draw the output token given the drafts.

@@ -197,7 +197,7 @@ def test_kl_tight_and_verifier_exact(pq, frac):
     # speculative sampling falls back to q, which may put ~1e-300 where r_i < 1)
     assert np.all(res.r[res.s > 1e-12] >= 1 - 1e-12)
     # the verifier is exactly what the result says (enumeration of the draft)
-    chk = check_lossless(res.verifier())
+    chk = check_lossless(res.verifier)
     assert chk.max_law_error <= 1e-12
     assert chk.acceptance_error <= 1e-12
     assert chk.max_row_error <= 1e-12

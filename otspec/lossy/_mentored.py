@@ -475,8 +475,9 @@ class MentoredResult:
     p: np.ndarray
     q: np.ndarray
 
+    @property
     def verifier(self) -> "MentoredVerifier":
-        """The k = 1 verifier that implements this solution."""
+        """The k = 1 verifier that implements this solution (an attribute, as ``OTMResult.verifier``)."""
         return MentoredVerifier(self)
 
     def __repr__(self) -> str:
@@ -587,7 +588,7 @@ def mentored(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_iter: int
     -------
     MentoredResult
         ``r``, ``s``, ``alpha``, ``beta``, ``acceptance``, ``kl``, ``law``;
-        ``result.verifier()`` is the k = 1 verifier.
+        ``result.verifier`` is the k = 1 verifier.
 
     Raises
     ------
@@ -648,7 +649,7 @@ class MentoredVerifier(Verifier):
         K(y \mid x) = r_x \mathbb 1\{y = x\} + (1 - r_x)\, s_y,
         \qquad \sum_x p_x K(y \mid x) = \pi_y = p_y r_y + s_y (1 - R).
 
-    Build it with :func:`mentored_verifier` or ``mentored(...).verifier()``.
+    Build it with :func:`mentored_verifier` or ``mentored(...).verifier``.
     Rejection only happens on tokens with :math:`r_x < 1`, where
     :math:`s_x = 0`, so the acceptance :math:`P(Y = X)` is exactly :math:`R`.
 
@@ -735,7 +736,7 @@ def mentored_verifier(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_
     >>> bool(chk.max_law_error < 1e-15), bool(chk.acceptance_error < 1e-15)
     (True, True)
     """
-    return mentored(p, q, D, method=method, tol=tol, max_iter=max_iter, normalize=normalize).verifier()
+    return mentored(p, q, D, method=method, tol=tol, max_iter=max_iter, normalize=normalize).verifier
 
 
 @dataclass(frozen=True, eq=False)
