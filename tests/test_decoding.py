@@ -383,7 +383,7 @@ def _bad(target, draft, **kw):
     ({"verifier": 3}, TypeError, "`verifier`"),
     ({"verifier": "token", "k": 2}, ValueError, "`k` must be 1"),
     ({"verifier": "block-onestep", "k": 2}, ValueError, "`k` must be 1"),
-    ({"verifier": "lp", "k": 2}, ValueError, "truncated vocabulary"),
+    ({"verifier": otspec.maximal_coupling([0.5, 0.5], [0.5, 0.5])}, TypeError, "instance"),
     ({"verifier": "mentored"}, ValueError, "KL budget"),
     ({"verifier": "kseq", "verifier_options": {"bogus": 1}}, ValueError, "unknown keys"),
     ({"rng": "seed"}, TypeError, "`rng`"),

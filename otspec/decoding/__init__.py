@@ -31,7 +31,10 @@ from ._models import (
     LanguageModel,  # noqa: E402
     next_token_logits,  # noqa: E402
 )
-from ._sampling import Sampling  # noqa: E402
+from ._sampling import (
+    Sampling,  # noqa: E402
+    transformers_keep_mask,  # noqa: E402
+)
 from ._verifiers import VERIFIER_NAMES  # noqa: E402
 from .real import (
     layer_skip_draft,  # noqa: E402
@@ -50,6 +53,7 @@ __all__ = [
     "HFCausalLM",
     "LanguageModel",
     "Sampling",
+    "transformers_keep_mask",
     "autoregressive_decode",
     "exact_prefix_law",
     "layer_skip_draft",

@@ -216,11 +216,11 @@ class BaselineResult:
         return float(self.tokens.shape[0] / self.wall_time) if self.wall_time > 0 else float("inf")
 
 
-def _validate_common(target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id):
+def _validate_common(target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id, top_p_rule="ties"):
     V = validate_language_model(target, "target")
     prompt_ = validate_prompt(prompt, V)
     max_new = validate_positive_int(max_new_tokens, "max_new_tokens")
-    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
+    sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, top_p_rule=top_p_rule)
     if eos_token_id is None:
         eos = frozenset()
     else:
@@ -249,6 +249,7 @@ def autoregressive_decode(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    top_p_rule: str = "ties",
     rng=None,
     eos_token_id=None,
 ) -> BaselineResult:
@@ -268,8 +269,8 @@ def autoregressive_decode(
     prompt : sequence of int
         Non-empty token ids.
     max_new_tokens : int, keyword-only
-    temperature, top_k, top_p : keyword-only
-        See :class:`Sampling`.
+    temperature, top_k, top_p, top_p_rule : keyword-only
+        See :class:`Sampling` (``top_p_rule="transformers"`` matches ``generate``).
     rng : torch.Generator, int or None, keyword-only
         Seed source (a numpy generator is derived from it).
     eos_token_id : int, sequence of int or None, keyword-only
@@ -293,7 +294,7 @@ def autoregressive_decode(
     (4,)
     """
     _, prompt_, max_new, sampling, eos = _validate_common(
-        target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id
+        target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id, top_p_rule
     )
     gen = make_rng(rng)
     track = _Track(target, sampling)
@@ -323,6 +324,7 @@ def speculative_decode(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
+    top_p_rule: str = "ties",
     rng=None,
     verifier_options: dict | None = None,
     eos_token_id=None,
@@ -356,24 +358,39 @@ def speculative_decode(
 
     Parameters
     ----------
-    prompt : sequence of int
-        Non-empty token ids.
+    prompt : sequence of int, tensor, BatchEncoding or dict
+        Non-empty token ids: a list, a 1-D tensor/array or a batch of one
+        row, or what a tokenizer returns (a mapping with ``"input_ids"``,
+        e.g. ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``
+        in transformers 5).
     draft, target : LanguageModel, keyword-only
         Draft (``p``) and target (``q``) models, same ``vocab_size``; see
         :class:`HFCausalLM`. Keyword-only, so the roles cannot be swapped.
     verifier : str or callable, keyword-only
         ``"token"`` (speculative sampling), ``"kseq"``, ``"multiround"``,
-        ``"optimal"``, ``"lp"`` (the OTM-k LP plan; needs top-k / top-p),
-        ``"mentored"`` (lossy; ``verifier_options={"D": ...}``), ``"block"``
-        (Sun et al., arXiv:2403.10444, Algorithm 3, with its multi-token
-        residual drawn by extra model calls), ``"block-onestep"``; or a callable ``(p, q, k) -> Verifier``.
+        ``"optimal"``, ``"lp"`` (the OTM-k LP plan, built at every step: a
+        support of at most 128 tokens for ``k = 2``, 32 for ``k = 3``, 18 for
+        ``k = 4`` -- a smaller vocabulary needs no truncation, a larger one
+        ``top_k`` within that bound), ``"mentored"`` (lossy;
+        ``verifier_options={"D": ...}``), ``"block"`` (Sun et al.,
+        arXiv:2403.10444, Algorithm 3, with its multi-token residual drawn by
+        extra model calls), ``"block-onestep"`` -- any name of
+        :data:`otspec.multidraft.VERIFIERS` with i.i.d. drafts; or a builder
+        of the package (``otspec.kseq``, ``otspec.otm_lp``,
+        ``otspec.maximal_coupling``, ...: run as its registered name); or any
+        callable ``fn(p, q, k, **verifier_options)`` (third parameter named
+        ``k``) or ``fn(p, q, **verifier_options)`` (single draft, ``k = 1``)
+        returning an :class:`otspec.Verifier` or a result carrying one as
+        ``.verifier`` (e.g. :class:`otspec.OTMResult`). Every step's ``p``,
+        ``q`` are float64 vectors on the union of the two supports.
     k : int, keyword-only
         Number of i.i.d. draft sequences, ``k >= 1`` (1 for single-draft schemes).
     L : int, keyword-only
         ``L >= 1``.
     max_new_tokens : int, keyword-only
-    temperature, top_k, top_p : keyword-only
-        Applied identically to draft and target (:class:`Sampling`).
+    temperature, top_k, top_p, top_p_rule : keyword-only
+        Applied identically to draft and target (:class:`Sampling`;
+        ``top_p_rule="transformers"`` keeps the nucleus ``generate`` keeps).
     rng : torch.Generator, int or None, keyword-only
         Seed source; the numpy ``rng`` of the verifiers and samplers is derived from it.
     verifier_options : dict, keyword-only
@@ -416,7 +433,7 @@ def speculative_decode(
     ((8,), 4.0)
     """
     V, prompt_, max_new, sampling, eos = _validate_common(
-        target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id
+        target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id, top_p_rule
     )
     Vd = validate_language_model(draft, "draft")
     if Vd != V:
@@ -425,7 +442,8 @@ def speculative_decode(
         )
     K = validate_positive_int(k, "k")
     L = validate_positive_int(L, "L")
-    scheme = resolve_scheme(verifier, k=K, truncated=sampling.truncated, options=verifier_options)
+    scheme = resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V, top_k=sampling.top_k,
+                            top_p=sampling.top_p)
     gen = make_rng(rng)
     return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
 

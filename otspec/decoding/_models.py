@@ -338,21 +338,91 @@ def next_token_logits(lm: LanguageModel, prefixes: Sequence[Sequence[int]]):
 
 
 def validate_prompt(prompt, V: int, name: str = "prompt") -> list[int]:
-    """A non-empty 1-D sequence of token ids in ``[0, V)`` as a list of int."""
-    if isinstance(prompt, (str, bytes)) or prompt is None:
-        raise TypeError(f"`{name}` must be a sequence of token ids, got {type(prompt).__name__}")
+    r"""Token ids of a prompt as a list of int, from whatever a tokenizer returned.
+
+    .. math::
+
+        \text{prompt} \mapsto (x_1, \dots, x_T), \qquad x_t \in \{0, \dots, V - 1\},\ T \ge 1.
+
+    Accepted: a sequence of int (``tokenizer.encode(text)``), a 1-D tensor or
+    array, a batch of one row (shape ``(1, T)``, e.g. ``return_tensors="pt"``),
+    or a mapping with ``"input_ids"`` (the ``BatchEncoding`` of
+    ``tokenizer(text)`` or of ``tokenizer.apply_chat_template(...,
+    add_generation_prompt=True)`` in transformers 5).
+
+    Parameters
+    ----------
+    prompt : sequence of int, tensor, array, BatchEncoding or dict
+        The prompt's token ids.
+    V : int
+        Vocabulary size; every id must lie in ``[0, V)``.
+    name : str
+        Parameter name used in error messages.
+
+    Returns
+    -------
+    list of int
+        The ids, in order.
+
+    Raises
+    ------
+    TypeError
+        Text instead of ids, a mapping without ``"input_ids"``, non-integer
+        ids; the message names what was received.
+    ValueError
+        An empty prompt, a batch of more than one row, an id outside ``[0, V)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding._models import validate_prompt
+    >>> validate_prompt({"input_ids": torch.tensor([[3, 1, 4]]), "attention_mask": torch.ones(1, 3)}, 8)
+    [3, 1, 4]
+    >>> validate_prompt("Hello", 8)
+    Traceback (most recent call last):
+    ...
+    TypeError: `prompt` must be token ids, got a str ('Hello'): tokenize it first, e.g. tokenizer(text)["input_ids"]
+    """
+    from collections.abc import Mapping
+
+    got = type(prompt).__name__
+    if isinstance(prompt, Mapping) or (hasattr(prompt, "keys") and hasattr(prompt, "__getitem__")):
+        if "input_ids" not in prompt:
+            raise TypeError(
+                f"`{name}` is a {got} without an 'input_ids' entry (keys: {sorted(map(str, prompt.keys()))}); "
+                "pass the token ids"
+            )
+        prompt = prompt["input_ids"]
+        got = f"{got}['input_ids'] ({type(prompt).__name__})"
+    if isinstance(prompt, (str, bytes)):
+        text = prompt if len(prompt) <= 40 else prompt[:37] + "..."
+        raise TypeError(
+            f"`{name}` must be token ids, got a {type(prompt).__name__} ({text!r}): tokenize it first, "
+            'e.g. tokenizer(text)["input_ids"]'
+        )
+    if prompt is None:
+        raise TypeError(f"`{name}` must be token ids, got None")
     if hasattr(prompt, "tolist"):
         prompt = prompt.tolist()
+    if isinstance(prompt, numbers.Integral) and not isinstance(prompt, bool):
+        raise TypeError(f"`{name}` must be a sequence of token ids, got a single {got}: wrap it, [{int(prompt)}]")
     try:
         items = list(prompt)
     except TypeError as exc:
-        raise TypeError(f"`{name}` must be a sequence of token ids, got {type(prompt).__name__}") from exc
+        raise TypeError(f"`{name}` must be a sequence of token ids, got {got}") from exc
+    if items and isinstance(items[0], (list, tuple)):
+        if len(items) != 1:
+            raise ValueError(
+                f"`{name}` must be one sequence of token ids, got a batch of {len(items)} sequences (from {got}); "
+                "decode one prompt at a time"
+            )
+        items = list(items[0])
     if not items:
         raise ValueError(f"`{name}` must be non-empty (the model needs a context), got an empty sequence")
     out = []
     for t in items:
         if isinstance(t, bool) or not isinstance(t, numbers.Integral):
-            raise TypeError(f"`{name}` must hold integer token ids, got {type(t).__name__}")
+            raise TypeError(f"`{name}` must hold integer token ids, got {type(t).__name__} {t!r} (in a {got})")
         if not 0 <= int(t) < V:
             raise ValueError(f"`{name}` must hold token ids in [0, {V}), got {int(t)}")
         out.append(int(t))

@@ -12,7 +12,10 @@ from ._deps import require
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["Sampling", "sample_rows"]
+__all__ = ["TOP_P_RULES", "Sampling", "sample_rows", "transformers_keep_mask"]
+
+#: Nucleus boundary rules of :class:`Sampling` (``top_p_rule``).
+TOP_P_RULES = ("ties", "transformers")
 
 
 @dataclass(frozen=True)
@@ -24,12 +27,30 @@ class Sampling:
         \pi(x) \propto \exp(\ell_x / T)\ \mathbb 1\{x \in \text{top-}k\}
         \quad\text{then, with top-}p\text{, restricted to the smallest head of mass} \ge p.
 
-    Computed in float64. Top-k keeps every token whose logit is at least the
-    ``k``-th largest (ties at the boundary are all kept, so the rule is a
-    function of the logits alone); top-p keeps every token whose probability
-    is at least that of the token where the descending cumulative mass first
-    reaches ``top_p``. The target law that speculative decoding reproduces
-    is the *processed* target law.
+    The law is computed in float64. Top-k keeps every token whose logit is at
+    least the ``k``-th largest (ties at the boundary are all kept, as in
+    transformers' ``TopKLogitsWarper``). Top-p has two rules, chosen by
+    ``top_p_rule``:
+
+    * ``"ties"`` (default): keep every token whose probability is at least
+      that of the token where the descending cumulative mass first reaches
+      ``top_p``; tokens tied with it are all kept, so the kept set is a
+      function of the law alone.
+    * ``"transformers"``: the kept set of ``model.generate(do_sample=True,
+      temperature=T, top_k=..., top_p=...)``, computed with the same
+      operations as transformers' warpers on float32 scores: ``scores =
+      logits.float() / T``, then ``TopKLogitsWarper``, then
+      ``TopPLogitsWarper`` (an ascending sort, the cumulative softmax, drop
+      the entries with cumulative mass ``<= 1 - top_p``, keep the largest).
+      Among tokens tied at the nucleus boundary it keeps those the sort puts
+      last, i.e. some but not all of them. Use it to compare otspec's laws
+      with transformers' sampling; note that ``generate`` applies
+      ``top_k=50`` unless told otherwise (pass ``top_k=50`` here, or
+      ``top_k=None`` to ``generate``).
+
+    Both rules are applied identically to draft and target, so speculative
+    decoding stays lossless under either; the law it reproduces is the
+    *processed* target law.
 
     Parameters
     ----------
@@ -38,12 +59,17 @@ class Sampling:
     top_k : int or None
         Keep the ``top_k`` largest logits (``>= 1``), or all.
     top_p : float or None
-        Nucleus mass in ``(0, 1]``, or no nucleus truncation.
+        Nucleus mass in ``(0, 1]``, or no nucleus truncation (``1.0`` keeps every token).
+    top_p_rule : {"ties", "transformers"}
+        How the nucleus boundary is drawn (see above).
 
     Raises
     ------
-    ValueError, TypeError
-        ``temperature <= 0`` or not finite, ``top_k < 1``, ``top_p`` outside ``(0, 1]``.
+    ValueError
+        ``temperature <= 0`` or not finite, ``top_k < 1``, ``top_p`` outside
+        ``(0, 1]``, an unknown ``top_p_rule``.
+    TypeError
+        A parameter of the wrong type.
 
     Examples
     --------
@@ -52,11 +78,21 @@ class Sampling:
     >>> s = Sampling(temperature=1.0, top_k=2)
     >>> s.probs(torch.log(torch.tensor([0.5, 0.3, 0.2]))).round(decimals=6).tolist()
     [0.625, 0.375, 0.0]
+
+    Two tokens tied at the nucleus boundary: ``"ties"`` keeps both,
+    transformers keeps one of them.
+
+    >>> logits = torch.log(torch.tensor([0.5, 0.25, 0.25]))
+    >>> Sampling(top_p=0.6).probs(logits).tolist()
+    [0.5, 0.25, 0.25]
+    >>> Sampling(top_p=0.6, top_p_rule="transformers").probs(logits).round(decimals=6).tolist()
+    [0.666667, 0.0, 0.333333]
     """
 
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
+    top_p_rule: str = "ties"
 
     def __post_init__(self):
         t = self.temperature
@@ -82,6 +118,8 @@ class Sampling:
             if not (0.0 < float(p) <= 1.0):
                 raise ValueError(f"`top_p` must lie in (0, 1], got {p!r}")
             object.__setattr__(self, "top_p", float(p))
+        if self.top_p_rule not in TOP_P_RULES:
+            raise ValueError(f"`top_p_rule` must be one of {TOP_P_RULES}, got {self.top_p_rule!r}")
 
     @property
     def truncated(self) -> bool:
@@ -106,6 +144,12 @@ class Sampling:
         """
         x = logits.to(torch.float64) / self.temperature
         V = x.shape[-1]
+        if self.top_p_rule == "transformers":
+            keep = transformers_keep_mask(logits, self.temperature, self.top_k, self.top_p)
+            probs = torch.softmax(x.masked_fill(~keep, -math.inf), dim=-1)
+            if not bool(torch.isfinite(probs).all()):
+                raise ValueError("logits gave no valid law (a row with no finite logit, or NaN)")
+            return probs
         if self.top_k is not None and self.top_k < V:
             kth = torch.topk(x, self.top_k, dim=-1).values[..., -1:]
             x = x.masked_fill(x < kth, -math.inf)
@@ -120,6 +164,73 @@ class Sampling:
         if not bool(torch.isfinite(probs).all()):
             raise ValueError("logits gave no valid law (a row with no finite logit, or NaN)")
         return probs
+
+
+def transformers_keep_mask(logits, temperature: float, top_k: int | None, top_p: float | None):
+    r"""The tokens ``generate(do_sample=True, ...)`` can sample: transformers' warpers, operation for operation.
+
+    .. math::
+
+        s = \mathrm{float32}(\ell) / T, \quad
+        s \leftarrow \text{TopK}(s), \quad
+        s \leftarrow \text{TopP}(s), \quad
+        \text{keep} = \{x : s_x > -\infty\}.
+
+    ``generate`` casts the last position's logits to float32 and applies
+    ``TemperatureLogitsWarper``, ``TopKLogitsWarper`` and ``TopPLogitsWarper``
+    in this order (``min_tokens_to_keep = 1``); this function repeats those
+    operations on the same dtype and device, so the kept set is the one
+    transformers computes, ties at the boundary included. It needs torch
+    only, not transformers.
+
+    Parameters
+    ----------
+    logits : torch.Tensor, shape ``(..., V)``
+        Raw logits (any float dtype).
+    temperature : float
+        ``T > 0``.
+    top_k : int or None
+        Keep the ``top_k`` largest scores (all ties at the ``k``-th kept).
+    top_p : float or None
+        Nucleus mass; ``None`` or ``1.0`` keeps every token.
+
+    Returns
+    -------
+    torch.Tensor of bool, shape ``(..., V)``
+        True for the tokens transformers keeps.
+
+    Raises
+    ------
+    ValueError
+        If ``logits`` has no vocabulary axis.
+
+    References
+    ----------
+    .. [1] Hugging Face transformers, ``generation/logits_process.py``:
+       ``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``; the processor order
+       of ``GenerationMixin._get_logits_processor``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import transformers_keep_mask
+    >>> transformers_keep_mask(torch.tensor([1.0, 0.5, 0.5, -3.0]), 1.0, None, 0.7).tolist()
+    [True, False, True, False]
+    """
+    if logits.ndim < 1 or logits.shape[-1] < 1:
+        raise ValueError(f"`logits` must have a vocabulary axis, got shape {tuple(logits.shape)}")
+    s = logits.to(torch.float32) / temperature
+    if top_k is not None:
+        k = min(int(top_k), s.shape[-1])
+        s = s.masked_fill(s < torch.topk(s, k)[0][..., -1, None], -math.inf)
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, sorted_indices = torch.sort(s, descending=False)
+        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+        remove = cumulative <= (1 - top_p)
+        remove[..., -1:] = False
+        remove = remove.scatter(-1, sorted_indices, remove)
+        s = s.masked_fill(remove, -math.inf)
+    return torch.isfinite(s)
 
 
 def sample_rows(P: np.ndarray, gen: np.random.Generator) -> np.ndarray:

@@ -10,13 +10,19 @@ registry, :data:`otspec.multidraft.VERIFIERS`.
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..multidraft._registry import get_verifier, verifier_names
 
 __all__ = [
+    "LP_MAX_COLUMNS",
     "VERIFIER_NAMES",
+    "as_verifier",
+    "lp_columns",
+    "lp_max_support",
     "decoding_names",
     "resolve_scheme",
     "Scheme",
@@ -33,8 +39,25 @@ def decoding_names() -> tuple[str, ...]:
 #: Names accepted by ``verifier=`` at import (the registry, :data:`otspec.multidraft.VERIFIERS`, is
 #: read again at every call, so verifiers registered later are accepted too).
 VERIFIER_NAMES = decoding_names()
-#: largest support (|supp p ∪ supp q|) the LP plan is built on
-LP_MAX_SUPPORT = 64
+#: Largest number of columns (pairs (draft set A, token y in A)) of the OTM LP built at one
+#: decoding step: sum_{j <= k} j * C(s, j) for a support of s tokens and k drafts. At this size one
+#: HiGHS solve takes about a second on one core (s = 16, k = 4: 9,216 columns, 1.1 s; s = 32, k = 3:
+#: 15,904 columns, 1.0 s; s = 32, k = 4: 125,456 columns, 107 s). Every other verifier of the package
+#: costs O(s log s) or O(s k) per step and runs on a full vocabulary.
+LP_MAX_COLUMNS = 16_384
+
+
+def lp_columns(s: int, k: int) -> int:
+    """Columns of the reduced OTM LP on a support of ``s`` tokens with ``k`` drafts: ``sum_{j<=k} j C(s, j)``."""
+    return sum(j * math.comb(s, j) for j in range(1, min(k, s) + 1))
+
+
+def lp_max_support(k: int) -> int:
+    """Largest support ``s`` whose LP has at most :data:`LP_MAX_COLUMNS` columns for ``k`` drafts."""
+    s = 1
+    while lp_columns(s + 1, k) <= LP_MAX_COLUMNS:
+        s += 1
+    return s
 
 
 @dataclass(frozen=True)
@@ -59,28 +82,166 @@ class Scheme:
     lossless: bool | None
 
 
-def resolve_scheme(verifier, *, k: int, truncated: bool, options: dict | None) -> Scheme:
-    """Validate ``verifier`` against ``k`` and the sampling; return its :class:`Scheme`.
+def _package_builders() -> dict:
+    """Public builders of the package -> the registered name that runs them in the decoder."""
+    import otspec
+
+    out = {
+        otspec.maximal_coupling: "token",
+        otspec.kseq: "kseq",
+        otspec.multiround: "multiround",
+        otspec.optimal_verifier: "optimal",
+        otspec.otm_lp: "lp",
+        otspec.mentored_verifier: "mentored",
+        otspec.mentored: "mentored",
+    }
+    for name in decoding_names():
+        spec = get_verifier(name)
+        if spec.build is not None:
+            out.setdefault(spec.build, name)
+    return out
+
+
+def _takes_k(fn) -> bool:
+    """Whether a user callable is called as ``fn(p, q, k, ...)`` (third parameter named ``k``, or ``*args``)."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin without a signature: assume the documented (p, q, k)
+        return True
+    positional = [q for q in params if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)]
+    if any(q.kind is q.VAR_POSITIONAL for q in params):
+        return True
+    return len(positional) >= 3 and positional[2].name == "k"
+
+
+def as_verifier(out, name: str):
+    """The :class:`otspec.Verifier` a builder returned: itself, or the ``.verifier`` of a result object."""
+    from .._verifier import Verifier
+
+    if isinstance(out, Verifier):
+        return out
+    v = getattr(out, "verifier", None)
+    if isinstance(v, Verifier):
+        return v
+    if hasattr(out, "verifier"):
+        status = getattr(out, "status", None)
+        raise ValueError(
+            f"`verifier`={name!r} returned a {type(out).__name__} without a verifier"
+            + (f" (status {status!r})" if status is not None else "")
+        )
+    raise TypeError(
+        f"`verifier`={name!r} must return an otspec.Verifier or a result with a `.verifier` attribute "
+        f"(e.g. otspec.OTMResult), got {type(out).__name__}"
+    )
+
+
+def _callable_scheme(fn, k: int, options: dict) -> Scheme:
+    name = getattr(fn, "__name__", type(fn).__name__)
+    opts = dict(options)
+    if _takes_k(fn):
+
+        def build(p, q, kk):
+            return as_verifier(fn(p, q, kk, **opts), name)
+
+    else:
+        if k != 1:
+            raise ValueError(
+                f"`verifier`={name} takes no `k` parameter, so it verifies a single draft: `k` must be 1, got {k}"
+            )
+
+        def build(p, q, kk):
+            return as_verifier(fn(p, q, **opts), name)
+
+    return Scheme(name, "token", build, None)
+
+
+def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | None = None,
+                   top_k: int | None = None, top_p: float | None = None) -> Scheme:
+    r"""Validate ``verifier`` against ``k``, the vocabulary and the sampling; return its :class:`Scheme`.
+
+    .. math::
+
+        \text{verifier} \mapsto \big((p, q, k) \mapsto \text{Verifier}\big)
+        \ \text{or a block scheme.}
+
+    ``verifier`` may be
+
+    * a registered name (:data:`otspec.multidraft.VERIFIERS` whose draft law
+      is i.i.d., and the block schemes);
+    * a builder of the package (``otspec.kseq``, ``otspec.otm_lp``,
+      ``otspec.maximal_coupling``, ``otspec.mentored_verifier``, ...): run as
+      its registered name;
+    * any other callable: called as ``fn(p, q, k, **verifier_options)`` when
+      its third parameter is named ``k`` (or it takes ``*args``), otherwise as
+      ``fn(p, q, **verifier_options)`` with ``k = 1`` (e.g.
+      ``otspec.lenient_verifier`` with ``verifier_options={"l": 0.5}``); it
+      must return an :class:`otspec.Verifier` or a result object carrying one
+      as ``.verifier`` (:class:`otspec.OTMResult`, :class:`otspec.MentoredResult`).
+
+    ``"lp"`` builds the OTM LP at every step; its size is bounded by
+    :data:`LP_MAX_COLUMNS` columns; :func:`lp_max_support` gives the largest
+    support for each ``k``: 128 tokens for ``k = 2``, 32 for ``k = 3``, 18
+    for ``k = 4``, 14 for ``k = 5``. A vocabulary within that bound needs
+    no truncation; a larger one needs ``top_k`` at most that bound (or
+    ``top_p``, checked at every step).
+
+    Parameters
+    ----------
+    verifier : str or callable
+        See above.
+    k : int, keyword-only
+        Number of drafts.
+    options : dict or None, keyword-only
+        ``verifier_options``: keyword options of the builder.
+    vocab_size : int or None, keyword-only
+        ``V`` (the LP's size check at resolve time; None skips it).
+    top_k, top_p : keyword-only
+        The sampling's truncation.
+
+    Returns
+    -------
+    Scheme
 
     Raises
     ------
     ValueError
-        Unknown name, a single-draft scheme with ``k > 1``, ``"lp"``
-        without top-k / top-p truncation, options for a scheme that takes none.
+        Unknown name, a single-draft scheme with ``k > 1``, ``"lp"`` on a
+        support above its bound without ``top_k`` / ``top_p``, options the
+        scheme does not take, missing required options.
     TypeError
-        ``verifier`` neither a name nor a callable; ``options`` not a dict.
+        ``verifier`` a verifier instance, neither a name nor a callable;
+        ``options`` not a dict.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> from otspec.decoding._verifiers import resolve_scheme
+    >>> resolve_scheme(otspec.otm_lp, k=2, options=None, vocab_size=6).name
+    'lp'
+    >>> resolve_scheme("lp", k=3, options=None, vocab_size=32000)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: `verifier`='lp' solves an LP ... the vocabulary has 32000 tokens: pass top_k between 1 and 32 ...
     """
+    from .._verifier import Verifier
+
     if options is None:
         options = {}
     if not isinstance(options, dict):
         raise TypeError(f"`verifier_options` must be a dict or None, got {type(options).__name__}")
+    if isinstance(verifier, Verifier):
+        raise TypeError(
+            f"`verifier` got a {type(verifier).__name__} instance, built for one fixed (p, q); the decoder "
+            "builds one at every step: pass its name (e.g. 'kseq') or its builder (e.g. otspec.kseq)"
+        )
     if callable(verifier) and not isinstance(verifier, str):
-        opts = dict(options)
-
-        def build_callable(p, q, k):
-            return verifier(p, q, k, **opts)
-
-        return Scheme(getattr(verifier, "__name__", "custom"), "token", build_callable, None)
+        try:
+            name = _package_builders().get(verifier)
+        except TypeError:  # an unhashable callable
+            name = None
+        if name is None:
+            return _callable_scheme(verifier, k, options)
+        verifier = name
     names = decoding_names()
     if not isinstance(verifier, str):
         raise TypeError(
@@ -95,11 +256,16 @@ def resolve_scheme(verifier, *, k: int, truncated: bool, options: dict | None) -
             f"`verifier`={verifier!r} verifies a single draft sequence, so `k` must be 1, "
             f"got {k}"
         )
-    if verifier == "lp" and not truncated:
-        raise ValueError(
-            "`verifier`='lp' solves an LP over the draft sets of the support, which needs a truncated "
-            "vocabulary: pass `top_k` (e.g. 8-32) or `top_p`"
-        )
+    if verifier == "lp" and vocab_size is not None:
+        bound = lp_max_support(k)
+        reach = vocab_size if top_k is None else min(vocab_size, top_k)
+        if reach > bound and (top_p is None or top_p >= 1.0):
+            raise ValueError(
+                f"`verifier`='lp' solves an LP with sum_{{j<=k}} j*C(s, j) columns over a support of s tokens; "
+                f"with k={k} drafts s may be at most {bound} ({LP_MAX_COLUMNS} columns, about 1 s per step), "
+                f"but the {'top_k' if top_k is not None and top_k < vocab_size else 'vocabulary'} has "
+                f"{reach} tokens: pass top_k between 1 and {bound} (or top_p, checked at every step)"
+            )
     extra = set(options) - spec.options
     if extra:
         raise ValueError(
@@ -117,10 +283,11 @@ def resolve_scheme(verifier, *, k: int, truncated: bool, options: dict | None) -
     if verifier == "lp":
 
         def build(p, q, k):
-            if p.shape[0] > LP_MAX_SUPPORT:
+            bound = lp_max_support(k)
+            if p.shape[0] > bound:
                 raise ValueError(
-                    f"`verifier`='lp' met a support of {p.shape[0]} tokens (above {LP_MAX_SUPPORT}); "
-                    "lower `top_k` / `top_p`"
+                    f"`verifier`='lp' met a support of {p.shape[0]} tokens with k={k} drafts (at most {bound}: "
+                    f"{LP_MAX_COLUMNS} LP columns); pass top_k between 1 and {bound}"
                 )
             return spec.build(p, q, k)
 
