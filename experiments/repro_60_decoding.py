@@ -69,25 +69,30 @@ def run(out: Path) -> Section:
         "is expected here; see docs/perf/decoding.rst. Full records: decoding.json."
     )
     for rec in res["records"]:
+        # record keys are DecodingSummary's attribute names; snapshots written before that used older names
+        for new, old in (("verifier", "name"), ("k", "K"), ("block_efficiency_ci", "block_efficiency_ci95"),
+                         ("agrees", "agrees_95"), ("iid_block_efficiency", "iid_formula_block_efficiency")):
+            if new not in rec and old in rec:
+                rec[new] = rec[old]
         if "skipped" in rec:
-            sec.rows.append(Row(f"{rec['name']} K={rec['K']}", "-", rec["skipped"], "differs: not available"))
+            sec.rows.append(Row(f"{rec['verifier']} K={rec['k']}", "-", rec["skipped"], "differs: not available"))
             continue
-        lo, hi = rec["block_efficiency_ci95"]
+        lo, hi = rec["block_efficiency_ci"]
         inside = lo <= rec["predicted_block_efficiency"] <= hi
-        verdict = "matches" if (rec["agrees_95"] and inside) else (
-            "matches" if rec["agrees_95"] else f"differs: z = {rec['z_accepted']:+.2f}"
+        verdict = "matches" if (rec["agrees"] and inside) else (
+            "matches" if rec["agrees"] else f"differs: z = {rec['z_accepted']:+.2f}"
         )
         trunc = f", top-k {rec['top_k']}" if rec["top_k"] else ""
         sec.rows.append(Row(
-            f"block efficiency, {rec['name']} (K={rec['K']}, L={rec['L']}{trunc})",
+            f"block efficiency, {rec['verifier']} (K={rec['k']}, L={rec['L']}{trunc})",
             f"predicted {fmt(rec['predicted_block_efficiency'], 3)} (exact analysis; i.i.d. formula "
-            f"{fmt(rec['iid_formula_block_efficiency'], 3)})",
+            f"{fmt(rec['iid_block_efficiency'], 3)})",
             f"{fmt(rec['block_efficiency'], 3)} [{fmt(lo, 3)}, {fmt(hi, 3)}], z = {rec['z_accepted']:+.2f}, "
             f"alpha_1 = {fmt(rec['alpha_first'], 3)}",
             verdict,
         ))
         sec.rows.append(Row(
-            f"tokens/s, {rec['name']} (K={rec['K']})",
+            f"tokens/s, {rec['verifier']} (K={rec['k']})",
             "-",
             f"{fmt(rec['tokens_per_second'], 2)} vs adjacent baseline {fmt(rec['baseline_tokens_per_second'], 2)} "
             f"({fmt(rec['speedup'], 2)}x)",
@@ -96,7 +101,7 @@ def run(out: Path) -> Section:
         chk = rec.get("check_lossless")
         if chk:
             sec.rows.append(Row(
-                f"lossless, {rec['name']}: first {chk['tokens']} tokens (L={chk['L']}), {chk['runs']} seeds, "
+                f"lossless, {rec['verifier']}: first {chk['tokens']} tokens (L={chk['L']}), {chk['runs']} seeds, "
                 f"top-k {chk['top_k']}",
                 "output law = target law",
                 f"chi2 = {fmt(chk['chi2'], 2)} (dof {chk['dof']}), p = {fmt(chk['pvalue'], 3)}",

@@ -307,7 +307,7 @@ def test_predicted_acceptance_agrees_with_measured(toy_pair):
         np.testing.assert_allclose(S.per_position.sum(), S.mean_accepted, rtol=1e-12)
         np.testing.assert_allclose(S.per_position_predicted.sum(), S.predicted_mean_accepted, rtol=1e-12)
         rec = S.as_record()
-        assert rec["name"] == verifier and rec["k"] == K and rec["L"] == 3
+        assert rec["verifier"] == verifier and rec["k"] == K and rec["L"] == 3
 
 
 def test_alpha_first_is_alpha_k_for_lp(toy_pair):

@@ -228,3 +228,16 @@ def test_decoding_with_the_transformers_rule_is_lossless():
     res = D.speculative_decode([0], draft=draft, target=target, verifier="kseq", k=2, L=2, max_new_tokens=6,
                                top_p=0.8, top_p_rule="transformers", rng=0)
     assert res.sampling.top_p_rule == "transformers" and res.lossless
+
+
+def test_record_keys_are_attribute_names():
+    D, target, draft = _toy()
+    S = D.summarize([D.speculative_decode([0], draft=draft, target=target, L=2, max_new_tokens=8, rng=0)])
+    rec = S.as_record()
+    for key, value in rec.items():
+        attr = getattr(S, key)
+        assert value == (attr.tolist() if isinstance(attr, np.ndarray) else list(attr) if isinstance(attr, tuple)
+                         else attr), key
+    import json
+
+    json.dumps(rec)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -103,37 +103,24 @@ class DecodingSummary:
         """``|z_accepted| < 1.96``: measured acceptance agrees with the prediction at the 95 % level."""
         return bool(abs(self.z_accepted) < Z95) if math.isfinite(self.z_accepted) else True
 
+    @property
+    def seconds_per_token(self) -> float | None:
+        """``1 / tokens_per_second`` (None when no token was timed)."""
+        return 1.0 / self.tokens_per_second if self.tokens_per_second > 0 else None
+
     def as_record(self) -> dict:
-        """A JSON-ready dict (one record of ``results/decoding.json``)."""
-        return {
-            "name": self.verifier,
-            "k": self.k,
-            "L": self.L,
-            "temperature": self.temperature,
-            "top_k": self.top_k,
-            "top_p": self.top_p,
-            "lossless": self.lossless,
-            "runs": self.runs,
-            "iterations": self.iterations,
-            "tokens": self.tokens,
-            "block_efficiency": self.block_efficiency,
-            "block_efficiency_ci95": list(self.block_efficiency_ci),
-            "predicted_block_efficiency": self.predicted_block_efficiency,
-            "iid_formula_block_efficiency": self.iid_block_efficiency,
-            "mean_accepted": self.mean_accepted,
-            "predicted_mean_accepted": self.predicted_mean_accepted,
-            "z_accepted": self.z_accepted,
-            "agrees_95": self.agrees,
-            "per_position_acceptance": self.per_position.tolist(),
-            "per_position_acceptance_predicted": self.per_position_predicted.tolist(),
-            "alpha_first": self.alpha_first,
-            "alpha_opt_first": self.alpha_opt_first,
-            "wall_time_s": self.wall_time,
-            "tokens_per_second": self.tokens_per_second,
-            "seconds_per_token": 1.0 / self.tokens_per_second if self.tokens_per_second > 0 else None,
-            "baseline_tokens_per_second": self.baseline_tokens_per_second,
-            "speedup": self.speedup,
-        }
+        """A JSON-ready dict (one record of ``results/decoding.json``): every attribute under its own name.
+
+        The fields above plus the properties ``agrees`` and ``seconds_per_token``;
+        arrays and tuples become lists.
+        """
+        rec = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            rec[f.name] = v.tolist() if isinstance(v, np.ndarray) else list(v) if isinstance(v, tuple) else v
+        rec["agrees"] = self.agrees
+        rec["seconds_per_token"] = self.seconds_per_token
+        return rec
 
 
 def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult] | None = None) -> DecodingSummary:
