@@ -133,7 +133,36 @@ def uniform_alpha_k(d_p: int, d_q: int, k: int, *, exact: bool = False):
 
 
 def lemma3_constant(k: int) -> float:
-    r"""The constant :math:`1 - (1 - 1/k)^k \ge 1 - 1/e` of SpecTr Lemma 3."""
+    r"""The constant :math:`1 - (1 - 1/k)^k \ge 1 - 1/e` of SpecTr Lemma 3.
+
+    Parameters
+    ----------
+    k : int
+        Number of drafts (``>= 1``).
+
+    Returns
+    -------
+    float
+        :math:`1 - (1 - 1/k)^k`, decreasing in ``k`` towards :math:`1 - 1/e`.
+
+    Raises
+    ------
+    ValueError
+        ``k < 1``.
+    TypeError
+        ``k`` not an integer.
+
+    References
+    ----------
+    .. [1] Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", arXiv:2310.15141, Lemma 3.
+
+    Examples
+    --------
+    >>> from otspec.closed_form import lemma3_constant
+    >>> lemma3_constant(1), lemma3_constant(2)
+    (1.0, 0.75)
+    """
     k = validate_k(k)
     return 1.0 - (1.0 - 1.0 / k) ** k
 
@@ -210,6 +239,29 @@ def alpha_k_lower_bound(p, q, k: int, *, normalize: bool = False) -> float:
     r"""SpecTr's Lemma 3 lower bound :math:`(1 - (1 - 1/k)^k)\, \bar\alpha_k(p, q)`.
 
     Parameters, returns and raises as :func:`alpha_k_upper_bound`.
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    k : int
+        Number of i.i.d. drafts (``>= 1``).
+    normalize : bool, keyword-only
+        Rescale ``p`` and ``q`` to sum to 1 instead of refusing.
+
+    Returns
+    -------
+    float
+        :math:`(1 - (1 - 1/k)^k)\, \bar\alpha_k(p, q) \le \alpha_k(p, q)`.
+
+    Raises
+    ------
+    ValueError
+        ``p`` or ``q`` not a distribution (negative, not summing to 1), different lengths, ``k < 1``.
+    TypeError
+        Non-numeric input.
 
     References
     ----------

@@ -160,6 +160,16 @@ def validate_model(model, name: str = "model") -> int:
 def validate_model_pair(draft, target) -> int:
     """Check a (draft, target) pair of models on the same vocabulary; return ``V``.
 
+    Parameters
+    ----------
+    draft, target : Model
+        Draft :math:`M_s` (``p``) and target :math:`M_b` (``q``).
+
+    Returns
+    -------
+    int
+        The shared vocabulary size ``V``.
+
     Raises
     ------
     TypeError
@@ -184,7 +194,35 @@ def validate_model_pair(draft, target) -> int:
 
 
 def validate_sequence(seq, vocab_size: int, name: str = "seq") -> tuple[int, ...]:
-    """Return ``seq`` as a tuple of token ids in ``[0, vocab_size)``."""
+    """Return ``seq`` as a tuple of token ids in ``[0, vocab_size)``.
+
+    Parameters
+    ----------
+    seq : sequence of int
+        Token ids.
+    vocab_size : int
+        ``V``.
+    name : str
+        Parameter name for error messages.
+
+    Returns
+    -------
+    tuple of int
+        The ids.
+
+    Raises
+    ------
+    TypeError
+        A string, ``None`` or non-integer ids.
+    ValueError
+        An id outside ``[0, V)``.
+
+    Examples
+    --------
+    >>> from otspec.models import validate_sequence
+    >>> validate_sequence([1, 0], 2)
+    (1, 0)
+    """
     if isinstance(seq, (str, bytes)) or seq is None:
         raise TypeError(f"`{name}` must be a sequence of token ids, got {type(seq).__name__}")
     try:
@@ -436,6 +474,11 @@ def random_table_model(V: int, max_len: int, *, concentration: float = 1.0, rng=
         conditionals (near point masses), large values near-uniform ones.
     rng : numpy.random.Generator, int or None, keyword-only
 
+    Returns
+    -------
+    TableModel
+        ``max_len`` conditional tables, each row drawn independently.
+
     Raises
     ------
     ValueError
@@ -473,6 +516,18 @@ def random_markov_model(V: int, order: int = 1, *, concentration: float = 1.0, r
         Dirichlet concentration :math:`c > 0` of every row.
     rng : numpy.random.Generator, int or None, keyword-only
 
+    Returns
+    -------
+    MarkovModel
+        Initial tables and the order-``m`` transition tensor of shape ``(V,) * (m + 1)``.
+
+    Raises
+    ------
+    ValueError
+        ``V < 1``, ``order < 0``, ``concentration <= 0``.
+    TypeError
+        A bad ``rng``.
+
     Examples
     --------
     >>> from otspec.models import random_markov_model
@@ -492,6 +547,27 @@ def random_markov_model(V: int, order: int = 1, *, concentration: float = 1.0, r
 
 def random_memoryless_model(V: int, *, concentration: float = 1.0, rng=None) -> MemorylessModel:
     r"""A :class:`MemorylessModel` with a :math:`\mathrm{Dir}(c\,\mathbf 1_V)` distribution.
+
+    Parameters
+    ----------
+    V : int
+        Vocabulary size (>= 1).
+    concentration : float, keyword-only
+        Dirichlet concentration :math:`c > 0`.
+    rng : numpy.random.Generator, int or None, keyword-only
+        Source of randomness.
+
+    Returns
+    -------
+    MemorylessModel
+        The same law :math:`\sim \mathrm{Dir}(c\,\mathbf 1_V)` at every position.
+
+    Raises
+    ------
+    ValueError
+        ``V < 1`` or ``concentration <= 0``.
+    TypeError
+        A bad ``rng``.
 
     Examples
     --------
@@ -521,6 +597,13 @@ def sequence_probability(model, seq) -> float:
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        Ids outside ``[0, V)`` or conditionals that are not distributions.
+    TypeError
+        ``model`` not a model, ``seq`` not a sequence of int.
 
     Examples
     --------
@@ -611,6 +694,14 @@ def joint_law(model, length: int, *, max_entries: int = MAX_ENUMERATION) -> np.n
     ndarray of float64, shape ``(V,) * length``
         Sums to 1.
 
+    Raises
+    ------
+    ValueError
+        ``length < 1``, ``V**length`` above ``max_entries``, or conditionals that
+        are not distributions.
+    TypeError
+        ``model`` not a model.
+
     Examples
     --------
     >>> from otspec.models import MemorylessModel, joint_law
@@ -622,7 +713,33 @@ def joint_law(model, length: int, *, max_entries: int = MAX_ENUMERATION) -> np.n
 
 
 def joint_from_tables(tables) -> np.ndarray:
-    """Joint law of ``len(tables)`` tokens from conditional tables (TableModel format)."""
+    r"""Joint law of ``len(tables)`` tokens from conditional tables (TableModel format).
+
+    Parameters
+    ----------
+    tables : sequence of array_like of float
+        ``tables[l]`` of shape ``(V,) * (l + 1)``: the law of token ``l + 1``
+        given the first ``l`` (the format of :class:`TableModel` and of
+        :func:`conditional_tables`).
+
+    Returns
+    -------
+    ndarray of float64, shape ``(V,) * len(tables)``
+        :math:`M(x_1, \dots, x_m) = \prod_l T_l[x_1, \dots, x_{l+1}]`.
+
+    Raises
+    ------
+    IndexError
+        ``tables`` empty.
+    ValueError
+        Tables whose shapes do not nest (numpy broadcasting).
+
+    Examples
+    --------
+    >>> from otspec.models import joint_from_tables
+    >>> joint_from_tables([[0.5, 0.5], [[1.0, 0.0], [0.25, 0.75]]]).tolist()
+    [[0.5, 0.0], [0.125, 0.375]]
+    """
     J = np.asarray(tables[0], dtype=np.float64).copy()
     for ell in range(1, len(tables)):
         J = J[..., None] * tables[ell]

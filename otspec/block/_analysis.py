@@ -137,6 +137,13 @@ def theorem1_length(draft, target, L, *, include_bonus: bool = False,
     -------
     float
 
+    Raises
+    ------
+    ValueError
+        ``L < 1``, different vocabularies, or more than ``max_entries`` table entries.
+    TypeError
+        ``draft`` or ``target`` not a model, ``include_bonus`` not a bool.
+
     References
     ----------
     .. [1] Sun et al., "Optimal Block-Level Draft Verification for
@@ -181,6 +188,13 @@ def theorem2_length(draft, target, L, *, include_bonus: bool = False,
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        ``L < 1``, different vocabularies, or more than ``max_entries`` table entries.
+    TypeError
+        ``draft`` or ``target`` not a model, ``include_bonus`` not a bool.
 
     References
     ----------
@@ -261,6 +275,20 @@ def check_lossless(draft, target, L, verifier="block", *, bonus: bool = True,
         ``max_error`` is the largest absolute error (0 up to rounding for the
         three verifiers); ``law`` and ``target_law`` the laws compared.
 
+    Raises
+    ------
+    ValueError
+        ``L < 1``, an unknown verifier name, a verifier built for other models,
+        different vocabularies, a table larger than ``max_entries``, or a target
+        that cannot generate ``L + 1`` tokens with ``bonus=True``.
+    TypeError
+        ``draft`` or ``target`` not a model, ``bonus`` not a bool.
+
+    References
+    ----------
+    .. [1] Sun, Ro, Beirami, Suresh, "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", arXiv:2403.10444 v1, Lemma 2 (correctness of Algorithm 3).
+
     Examples
     --------
     >>> from otspec.models import random_table_model
@@ -321,6 +349,13 @@ def bernoulli_token_length(p, q, L, *, include_bonus: bool = False) -> float:
     -------
     float
 
+    Raises
+    ------
+    ValueError
+        ``p`` or ``q`` outside [0, 1], or ``L < 1``.
+    TypeError
+        ``include_bonus`` not a bool, or a non-numeric argument.
+
     References
     ----------
     .. [1] Sun et al., "Optimal Block-Level Draft Verification for
@@ -367,6 +402,13 @@ def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
     Returns
     -------
     float
+
+    Raises
+    ------
+    ValueError
+        ``p`` or ``q`` outside [0, 1], or ``L < 1``.
+    TypeError
+        ``include_bonus`` not a bool, or a non-numeric argument.
 
     References
     ----------

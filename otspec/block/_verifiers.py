@@ -860,6 +860,12 @@ def make_verifier(draft, target, L, verifier="block", *, max_entries: int = MAX_
         and ``L`` must be ``draft``, ``target``, ``L``).
     max_entries : int, keyword-only
 
+    Returns
+    -------
+    BlockVerifier
+        The verifier named (``TokenVerify``, ``BlockVerify``, ``BlockVerifyOneStep``)
+        for ``draft``, ``target`` and ``L``, or ``verifier`` itself.
+
     Raises
     ------
     ValueError

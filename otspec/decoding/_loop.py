@@ -30,6 +30,27 @@ def make_rng(rng) -> np.random.Generator:
     ``None`` gives fresh entropy; an int seeds a new ``torch.Generator``; a
     ``torch.Generator`` is advanced by one draw (so successive runs with the
     same generator differ, and a re-seeded generator replays them).
+
+    Parameters
+    ----------
+    rng : torch.Generator, int or None
+        The seed source of a decoding run.
+
+    Returns
+    -------
+    numpy.random.Generator
+        A generator seeded by one draw from ``rng``.
+
+    Raises
+    ------
+    TypeError
+        ``rng`` of another type (a numpy generator is refused: decoding seeds come from torch).
+
+    Examples
+    --------
+    >>> from otspec.decoding import make_rng
+    >>> float(make_rng(0).random()) == float(make_rng(0).random())
+    True
     """
     if rng is None:
         return np.random.default_rng()

@@ -150,6 +150,16 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
     ------
     ValueError
         ``results`` empty or mixing configurations.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import CallableLM, speculative_decode, summarize
+    >>> lm = CallableLM(lambda ids: torch.zeros(ids.shape + (4,)), vocab_size=4)
+    >>> runs = [speculative_decode([0], draft=lm, target=lm, L=3, max_new_tokens=8, rng=s) for s in range(3)]
+    >>> S = summarize(runs)
+    >>> S.block_efficiency, S.predicted_block_efficiency   # identical models: every draft accepted
+    (4.0, 4.0)
     """
     results = list(results)
     if not results:
@@ -247,6 +257,14 @@ def exact_prefix_law(
         The ``m``-token continuations of positive probability.
     law : (len(prefixes),) ndarray of float64
         Their probabilities (summing to 1).
+
+    Raises
+    ------
+    ValueError
+        An empty prompt or out-of-range ids, ``num_tokens < 1``, bad sampling
+        parameters, or more than ``max_cells`` prefixes.
+    TypeError
+        ``target`` not a :class:`LanguageModel`, non-integer ids.
 
     Examples
     --------
@@ -375,6 +393,27 @@ def check_lossless(
     Returns
     -------
     DecodingCheck
+
+    Raises
+    ------
+    ValueError
+        The errors of :func:`speculative_decode` and :func:`exact_prefix_law`
+        (bad prompt, ``k``, ``L``, sampling, a law with more than its ``max_cells``
+        prefixes), ``n_runs < 1``, ``alpha_fail`` outside (0, 1).
+    TypeError
+        Models that are not :class:`LanguageModel`, a bad ``rng``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import CallableLM, check_lossless
+    >>> g = torch.Generator().manual_seed(0)
+    >>> tq, tp = torch.randn(4, 4, generator=g), torch.randn(4, 4, generator=g)
+    >>> target = CallableLM(lambda ids: tq[ids], 4)
+    >>> draft = CallableLM(lambda ids: tp[ids], 4)
+    >>> chk = check_lossless([0], draft=draft, target=target, verifier="kseq", k=2, n_runs=300, rng=1)
+    >>> chk.passed, chk.method
+    (True, 'sampling')
     """
     from tqdm.auto import tqdm
 

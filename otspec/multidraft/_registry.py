@@ -147,6 +147,17 @@ def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str
     Returns
     -------
     tuple of str
+
+    Raises
+    ------
+    Nothing
+        Any ``kind`` is accepted (an unknown one matches no verifier).
+
+    Examples
+    --------
+    >>> from otspec.multidraft import verifier_names
+    >>> "kseq" in verifier_names(kind="token"), "block" in verifier_names(kind="token")
+    (True, False)
     """
     return tuple(
         name

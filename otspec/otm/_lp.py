@@ -134,6 +134,18 @@ def set_weights(p, k: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
         The sets with positive probability, as sorted tuples.
     weights : (len(sets),) ndarray of float64
         Their probabilities (summing to 1 up to rounding).
+
+    Raises
+    ------
+    ValueError
+        ``p`` not a distribution, ``k < 1``, or more multisets than the LP's size limit.
+
+    Examples
+    --------
+    >>> from otspec.otm import set_weights
+    >>> sets, w = set_weights([0.5, 0.5], 2)
+    >>> sorted(zip(sets, w.tolist()))
+    [((0,), 0.25), ((0, 1), 0.5), ((1,), 0.25)]
     """
     p_ = validate_distribution(p, "p")
     k = validate_k(k)

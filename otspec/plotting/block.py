@@ -73,6 +73,18 @@ def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figur
     -------
     Figure2Data
 
+    Raises
+    ------
+    ValueError
+        A probability outside [0, 1], no ``ps``, or ``L_max`` outside [1, 16].
+    TypeError
+        A non-numeric argument.
+
+    References
+    ----------
+    .. [1] Sun, Ro, Beirami, Suresh, "Optimal Block-Level Draft Verification for
+       Accelerating Speculative Decoding", arXiv:2403.10444 v1, Section 3, Figure 2.
+
     Examples
     --------
     >>> from otspec.plotting.block import figure2_data

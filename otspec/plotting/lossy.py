@@ -59,6 +59,13 @@ def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float
     p, q : (n,) ndarray of float64
         Draft and target.
 
+    Raises
+    ------
+    ValueError
+        ``n < 1``.
+    TypeError
+        A non-integer ``n`` or a bad ``rng``.
+
     Examples
     --------
     >>> from otspec.plotting.lossy import synthetic_llm_pair
@@ -112,6 +119,23 @@ def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=No
     Returns
     -------
     matplotlib.axes.Axes
+
+    Raises
+    ------
+    ValueError
+        ``p`` or ``q`` not distributions of one length, lenience values outside
+        ``(0, 1]``, ``n_points < 1``.
+    TypeError
+        ``p`` given a matplotlib Axes (pass it as ``ax=``).
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otspec.plotting.lossy import plot_lossy_frontier
+    >>> ax = plot_lossy_frontier([0.75, 0.25], [0.25, 0.75], n_points=5)
+    >>> ax.get_xlabel()
+    '$\\mathrm{KL}(q\\,\\|\\,\\pi)$ (nats)'
     """
     reject_axes(p, "p")
     p_, q_ = validate_pair(p, q)
@@ -162,6 +186,27 @@ def plot_expected_tokens(gammas=(1, 2, 3, 5, 7, 10), *, include_limit: bool = Tr
     Returns
     -------
     matplotlib.axes.Axes
+
+    Raises
+    ------
+    ValueError
+        A ``gamma`` below 1.
+    TypeError
+        ``gammas`` given a matplotlib Axes (pass it as ``ax=``).
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative Decoding",
+       arXiv:2211.17192, Section 3.1, Figure 2 (their :math:`\alpha` and :math:`\gamma`).
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otspec.plotting.lossy import plot_expected_tokens
+    >>> ax = plot_expected_tokens(gammas=(1, 3))
+    >>> round(float(ax.lines[1].get_ydata()[200]), 6)          # gamma = 3 at alpha = 0.5
+    1.875
     """
     reject_axes(gammas, "gammas")
     ax = new_axes(ax, (5.5, 4))
@@ -202,6 +247,27 @@ def plot_optimal_gamma(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), *, max_gamma: int =
     Returns
     -------
     matplotlib.axes.Axes
+
+    Raises
+    ------
+    ValueError
+        A cost below 0 or ``max_gamma < 1``.
+    TypeError
+        ``cs`` given a matplotlib Axes (pass it as ``ax=``).
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, "Fast Inference from Transformers via Speculative Decoding",
+       arXiv:2211.17192, Section 3.5, Figure 3.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otspec.plotting.lossy import plot_optimal_gamma
+    >>> ax = plot_optimal_gamma(cs=(0.05,))
+    >>> ax.get_yscale()
+    'log'
     """
     reject_axes(cs, "cs")
     ax = new_axes(ax, (5.5, 4))

@@ -41,14 +41,76 @@ _MARKER = {"otm": "o", "kseq": "s", "multiround": "^", "multiround-wor": "v"}
 
 
 def bernoulli_pair(p: float, b: float) -> tuple[np.ndarray, np.ndarray]:
-    """Draft ``Ber(p)`` and target ``Ber(b)`` as vectors ``[1 - p, p]``, ``[1 - b, b]``."""
+    """Draft ``Ber(p)`` and target ``Ber(b)`` as vectors ``[1 - p, p]``, ``[1 - b, b]``.
+
+    Parameters
+    ----------
+    p : float
+        Draft's probability of token 1, in [0, 1].
+    b : float
+        Target's probability of token 1, in [0, 1].
+
+    Returns
+    -------
+    p, q : (2,) ndarray of float64
+        ``[1 - p, p]`` (draft) and ``[1 - b, b]`` (target).
+
+    Raises
+    ------
+    ValueError
+        A probability outside [0, 1].
+    TypeError
+        A non-numeric argument.
+
+    References
+    ----------
+    .. [1] Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", arXiv:2310.15141, Appendix B (the Bernoulli pairs of Figures 4 and 6).
+
+    Examples
+    --------
+    >>> from otspec.plotting.multidraft import bernoulli_pair
+    >>> [v.tolist() for v in bernoulli_pair(0.25, 0.75)]
+    [[0.75, 0.25], [0.25, 0.75]]
+    """
     p = validate_probability(p, "p")
     b = validate_probability(b, "b")
     return np.array([1.0 - p, p]), np.array([1.0 - b, b])
 
 
 def uniform_pair(d: int, d_q: int) -> tuple[np.ndarray, np.ndarray]:
-    """Draft ``U(d)`` and target ``U(d_q)`` on nested supports (the first tokens), length ``max(d, d_q)``."""
+    """Draft ``U(d)`` and target ``U(d_q)`` on nested supports (the first tokens), length ``max(d, d_q)``.
+
+    Parameters
+    ----------
+    d : int
+        Draft support size (``>= 1``).
+    d_q : int
+        Target support size (``>= 1``).
+
+    Returns
+    -------
+    p, q : (max(d, d_q),) ndarray of float64
+        ``U(d)`` and ``U(d_q)``, both on the first tokens.
+
+    Raises
+    ------
+    ValueError
+        ``d`` or ``d_q`` below 1.
+    TypeError
+        A non-integer argument.
+
+    References
+    ----------
+    .. [1] Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", arXiv:2310.15141, Appendix B.2 (the uniform pairs of Figure 5).
+
+    Examples
+    --------
+    >>> from otspec.plotting.multidraft import uniform_pair
+    >>> [v.tolist() for v in uniform_pair(4, 2)]
+    [[0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0]]
+    """
     d = validate_positive_int(d, "d")
     d_q = validate_positive_int(d_q, "d_q")
     n = max(d, d_q)

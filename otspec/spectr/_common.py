@@ -343,6 +343,32 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
     symmetric : bool or None
         Override the symmetry flag (see :class:`VerifierFactory`); None keeps
         the known value for names and False for callables.
+
+    Returns
+    -------
+    VerifierFactory
+        Builds ``(p, q, k) -> Verifier`` (memoised) with the verifier's symmetry
+        and sequential flags.
+
+    Raises
+    ------
+    ValueError
+        An unknown name.
+    TypeError
+        A verifier instance (SpecTr needs a new plan at every depth) or a non-callable.
+
+    References
+    ----------
+    .. [1] Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", arXiv:2310.15141, Algorithm 3 (DraftSelection calls a token-level verifier at every
+       depth).
+
+    Examples
+    --------
+    >>> from otspec.spectr import resolve_verifier
+    >>> f = resolve_verifier("kseq")
+    >>> f.name, f.sequential
+    ('kseq', True)
     """
     if isinstance(verifier, VerifierFactory):
         if symmetric is not None and bool(symmetric) != verifier.symmetric:

@@ -177,6 +177,11 @@ def length_law(
         Invalid ``K``, ``L``, ``branching``, models; or an enumeration
         larger than ``max_enum`` / ``max_nodes`` (before any work).
 
+    References
+    ----------
+    .. [1] Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", arXiv:2310.15141, Algorithm 3 (DraftSelection), Algorithm 4 (prefix-tree drafts).
+
     Examples
     --------
     >>> from otspec.models import MemorylessModel
@@ -334,6 +339,12 @@ def decoded_law(
     ------
     ValueError
         As :func:`length_law`, or ``V ** (L + 1) > max_sequences``.
+
+    References
+    ----------
+    .. [1] Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", arXiv:2310.15141, Algorithm 3 (DraftSelection), Theorem 2 (its output follows the
+       target).
 
     Examples
     --------

@@ -110,6 +110,11 @@ def block_efficiency_mc(
         Invalid ``K``, ``L``, ``branching``, ``n_samples < 2``,
         ``confidence`` outside ``(0, 1)``, or invalid models.
 
+    References
+    ----------
+    .. [1] Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", arXiv:2310.15141, Algorithm 3, Section 5 (block efficiency).
+
     Examples
     --------
     >>> from otspec.models import MemorylessModel

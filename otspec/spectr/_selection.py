@@ -161,6 +161,12 @@ def spectr_step(draft, target, K, L, *, verifier="lp", branching=None, prefix=()
         ``K < 1``, ``L < 1``, a branching whose product is not ``K``, and
         the errors of :func:`draft_selection`.
 
+    References
+    ----------
+    .. [1] Sun, Suresh, Ro, Beirami, Jain, Yu, "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", arXiv:2310.15141, Algorithm 3 (DraftSelection), Algorithm 4 (draft sets via a prefix
+       tree).
+
     Examples
     --------
     >>> from otspec.models import MemorylessModel
