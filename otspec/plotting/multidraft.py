@@ -214,7 +214,8 @@ def _draw_methods(ax, x, curves, methods, color, i, n_series):
             ax.plot(x, y, linestyle="-", linewidth=3.0 + 1.6 * grow, alpha=0.45, color=color,
                     solid_capstyle="butt", zorder=2)
         else:
-            ax.plot(x, y, linestyle=_STYLE[m], linewidth=1.2, marker=_MARKER[m], markersize=4 + 3.0 * grow,
+            size = (4 + 3.0 * grow) * (1.0 if m == "kseq" else 0.7)  # a smaller marker stays visible on top
+            ax.plot(x, y, linestyle=_STYLE[m], linewidth=1.2, marker=_MARKER[m], markersize=size,
                     markerfacecolor=color if m == "kseq" else "white", markeredgecolor=color, color=color,
                     zorder=3 + i)
 
