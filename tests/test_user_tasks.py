@@ -103,6 +103,18 @@ def test_every_verifier_meets_the_contract(name):
     assert chi2_gof(counts, law, alpha_fail=1e-6).passed
 
 
+@pytest.mark.parametrize("name", otspec.multidraft.verifier_names(kind="token"))
+def test_every_registered_verifier_samples_its_own_drafts(name):
+    spec = otspec.get_verifier(name)
+    defaults = {"D": 0.05}
+    if not spec.required <= set(defaults):
+        pytest.skip(f"no default for the required options {sorted(spec.required)}")
+    v = spec.build(P, Q, 1 if spec.single_draft else 2, **{o: defaults[o] for o in spec.required})
+    rng = np.random.default_rng(7)
+    ys = np.array([v.sample(v.sample_drafts(rng=rng), rng=rng) for _ in range(3000)])
+    assert chi2_gof(np.bincount(ys, minlength=v.n), v.output_law(), alpha_fail=1e-6).passed
+
+
 def test_sample_drafts_is_on_the_base_class():
     assert "sample_drafts" in otspec.Verifier.__dict__
 
