@@ -185,10 +185,14 @@ def test_lp_size_error_suggests_a_valid_top_k():
     ("maximal_coupling", 1, None),       # (p, q): single draft
     ("mentored", 1, {"D": 0.05}),        # returns a MentoredResult carrying .verifier
     ("lenient_verifier", 1, {"l": 0.5}),  # not registered: called as fn(p, q, **options)
+    ("block.BlockVerify", 1, None),      # block verifier classes run as their registered names
+    ("block.BlockVerifyOneStep", 1, None),
 ])
 def test_package_builders_are_accepted_as_verifier(builder, k, options):
     D, target, draft = _toy()
-    fn = getattr(otspec, builder)
+    fn = otspec
+    for part in builder.split("."):
+        fn = getattr(fn, part)
     res = D.speculative_decode([0], draft=draft, target=target, verifier=fn, k=k, L=2, max_new_tokens=8, rng=2,
                                verifier_options=options)
     assert res.tokens.shape == (8,)

@@ -97,8 +97,9 @@ def _package_builders() -> dict:
     }
     for name in decoding_names():
         spec = get_verifier(name)
-        if spec.build is not None:
-            out.setdefault(spec.build, name)
+        for b in (spec.build, spec.build_block):  # e.g. otspec.block.BlockVerify -> "block"
+            if b is not None:
+                out.setdefault(b, name)
     return out
 
 
@@ -169,8 +170,8 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
     * a registered name (:data:`otspec.multidraft.VERIFIERS` whose draft law
       is i.i.d., and the block schemes);
     * a builder of the package (``otspec.kseq``, ``otspec.otm_lp``,
-      ``otspec.maximal_coupling``, ``otspec.mentored_verifier``, ...): run as
-      its registered name;
+      ``otspec.maximal_coupling``, ``otspec.mentored_verifier``, the block
+      classes ``otspec.block.BlockVerify``, ...): run as its registered name;
     * any other callable: called as ``fn(p, q, k, **verifier_options)`` when
       its third parameter is named ``k`` (or it takes ``*args``), otherwise as
       ``fn(p, q, **verifier_options)`` with ``k = 1`` (e.g.
