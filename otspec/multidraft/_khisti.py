@@ -204,6 +204,33 @@ def khisti_alpha2(p, q, *, normalize: bool = False) -> float:
 
         \alpha_2^\star = \min_{S}\Big[q(S) + p(S^c)^2 + 2\,p(S)\,p(S^c)\Big].
 
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    normalize : bool, keyword-only
+        Rescale ``p`` and ``q`` to sum to 1 instead of refusing.
+
+    Returns
+    -------
+    float
+        :math:`\alpha_2^\star` (equal to :func:`otspec.alpha_k` with ``k = 2``).
+
+    Raises
+    ------
+    ValueError
+        ``p`` or ``q`` not distributions of one length (brute force over the
+        :math:`2^n` subsets: keep ``n`` small).
+    TypeError
+        Non-numeric input.
+
+    References
+    ----------
+    .. [1] Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft Speculative Sampling:
+       Canonical Architectures and Theoretical Limits", ICLR 2025, arXiv:2410.18234.
+
     Examples
     --------
     >>> import otspec
@@ -217,6 +244,35 @@ def khisti_alpha2(p, q, *, normalize: bool = False) -> float:
 
 def khisti_acceptance_one(p, q, *, normalize: bool = False, tol: float = 1e-12) -> bool:
     r"""Khisti et al.'s condition for acceptance 1 with two identical drafts: :math:`q(S) \ge p(S)^2` for every ``S``.
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    normalize : bool, keyword-only
+        Rescale ``p`` and ``q`` to sum to 1 instead of refusing.
+    tol : float, keyword-only
+        Slack allowed in :math:`q(S) \ge p(S)^2 - \mathrm{tol}`.
+
+    Returns
+    -------
+    bool
+        Whether two i.i.d. drafts can be accepted with probability 1.
+
+    Raises
+    ------
+    ValueError
+        ``p`` or ``q`` not distributions of one length (brute force over the
+        :math:`2^n` subsets: keep ``n`` small).
+    TypeError
+        Non-numeric input.
+
+    References
+    ----------
+    .. [1] Khisti, Ebrahimi, Dbouk, Behboodi, Memisevic, Louizos, "Multi-Draft Speculative Sampling:
+       Canonical Architectures and Theoretical Limits", ICLR 2025, arXiv:2410.18234.
 
     Examples
     --------

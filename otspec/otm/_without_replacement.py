@@ -136,6 +136,33 @@ def uncovered_prefixes(p_sorted: np.ndarray, k, *, step: float = STEP) -> np.nda
     ``(n + 1,)``) or a sequence of ints (returns ``(len(k), n + 1)``, one pass
     for all of them). See the module docstring for the exponential-race
     integral and its accuracy.
+
+    Parameters
+    ----------
+    p_sorted : (n,) array_like of float
+        Draft masses in the order of the prefixes.
+    k : int or sequence of int
+        Number(s) of draws without replacement.
+    step : float, keyword-only
+        Quadrature step of the exponential-race integral, in (0, 1].
+
+    Returns
+    -------
+    (n + 1,) or (len(k), n + 1) ndarray of float64
+        ``1 - f(first j tokens)``, ``j = 0..n``.
+
+    Raises
+    ------
+    ValueError
+        ``p_sorted`` not finite non-negative masses, ``step`` outside (0, 1], a ``k`` below 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.otm._without_replacement import uncovered_prefixes
+    >>> u = uncovered_prefixes(np.array([0.5, 0.25, 0.25]), 2)
+    >>> [round(float(x), 6) for x in u]
+    [1.0, 1.0, 0.583333, 0.0]
     """
     ks = validate_ks(k)[0]
     p_sorted = np.asarray(p_sorted, dtype=np.float64)
@@ -315,6 +342,20 @@ def prob_within_without_replacement(p, omega0, k: int) -> float:
         P(S \subseteq \Omega_0) = 1 - \int_0^\infty P\big(N_{\Omega_0}(t) < k\big)\, c\, e^{-c t}\, dt,
         \qquad c = 1 - p(\Omega_0).
 
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    omega0 : sequence of int
+        The token set :math:`\Omega_0`.
+    k : int
+        Number of draws without replacement.
+
+    Returns
+    -------
+    float
+        :math:`P(S \subseteq \Omega_0)`.
+
     Raises
     ------
     ValueError
@@ -348,6 +389,25 @@ def wor_draft_prob(p, drafts) -> float:
 
     The mass still available is summed directly over the tokens not drawn (not
     ``1 - drawn``), so it keeps full relative accuracy when small.
+
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    drafts : sequence of int
+        The ordered draft tuple.
+
+    Returns
+    -------
+    float
+        Its probability (0 when a token repeats).
+
+    Raises
+    ------
+    ValueError
+        ``p`` not a distribution, an id outside ``[0, n)``.
+    TypeError
+        Non-integer ids.
 
     Examples
     --------
@@ -438,10 +498,31 @@ def wor_lp(p, q, k: int):
 
     over ordered distinct tuples ``x`` of ``supp p``.
 
+    Parameters
+    ----------
+    p : (n,) array_like of float
+        Draft distribution.
+    q : (n,) array_like of float
+        Target distribution.
+    k : int
+        Number of drafts without replacement.
+
     Returns
     -------
     alpha : float
         The LP optimum (re-checked within ``LP_CHECK_TOL``).
+
+    Raises
+    ------
+    ValueError
+        Invalid ``p``, ``q`` or ``k``; more tuples than ``MAX_LP_VARIABLES``.
+    SolverError
+        HiGHS does not return an optimal, re-checked solution.
+
+    References
+    ----------
+    .. [1] Hu, Zheng, Viswanathan, Chen, Rossi, Wu, Manocha, Huang, "Towards Optimal Multi-draft
+       Speculative Decoding", ICLR 2025, arXiv:2502.18779.
 
     Examples
     --------
@@ -482,6 +563,15 @@ def membership_plan(keys, w, q):
         \max_{f \ge 0} \sum_{a} \sum_{y \in a} f(a, y) \quad\text{s.t.}\quad
         \sum_y f(a, y) \le w(a),\ \ \sum_a f(a, y) \le q(y).
 
+    Parameters
+    ----------
+    keys : sequence of sequence of int
+        The drafted outcomes (tuples or sets of token ids).
+    w : (len(keys),) array_like of float
+        Their probabilities (non-negative, summing to 1).
+    q : (n,) array_like of float
+        Target distribution.
+
     Returns
     -------
     alpha : float
@@ -490,6 +580,17 @@ def membership_plan(keys, w, q):
         A full coupling of ``w`` and ``q`` (matched plus independently paired leftover mass).
     matched : (len(keys), n) ndarray
         The matched part.
+
+    Raises
+    ------
+    ValueError
+        ``w`` not one non-negative weight per key summing to 1, an empty key or
+        an id outside ``[0, n)``, ``q`` not a distribution; a solver failure.
+
+    References
+    ----------
+    .. [1] Hu, Zheng, Viswanathan, Chen, Rossi, Wu, Manocha, Huang, "Towards Optimal Multi-draft
+       Speculative Decoding", ICLR 2025, arXiv:2502.18779.
 
     Examples
     --------

@@ -318,6 +318,30 @@ def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_p
     Returns
     -------
     matplotlib.axes.Axes
+
+    Raises
+    ------
+    ValueError
+        ``p``, ``q`` not distributions of one length; weights, lenience or typical
+        settings out of range.
+    TypeError
+        ``p`` given a matplotlib Axes (pass it as ``ax=``).
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, arXiv:2211.17192, Appendix A.5 (lenience).
+    .. [2] Cai et al., "Medusa", arXiv:2401.10774, Section 3.3.1 (typical acceptance).
+    .. [3] Wang, Kasa et al., "Relaxed Speculative Decoding via Dynamic Ensemble Verification",
+       arXiv:2604.07622 (static ensemble, transformers' ``assistant_ensemble_weight``).
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> from otspec.plotting.lossy import plot_lossy_rules
+    >>> ax = plot_lossy_rules([0.75, 0.25], [0.25, 0.75], n_points=5)
+    >>> ax.get_xlabel()
+    '$\\mathrm{KL}(q\\,\\|\\,\\pi)$ (nats)'
     """
     from ..lossy._ensemble import ensemble_verifier
     from ..lossy._typical import typical_acceptance_verifier
