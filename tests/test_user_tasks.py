@@ -106,7 +106,7 @@ def test_every_verifier_meets_the_contract(name):
 @pytest.mark.parametrize("name", otspec.multidraft.verifier_names(kind="token"))
 def test_every_registered_verifier_samples_its_own_drafts(name):
     spec = otspec.get_verifier(name)
-    defaults = {"D": 0.05}
+    defaults = {"D": 0.05, "w": 0.5}
     if not spec.required <= set(defaults):
         pytest.skip(f"no default for the required options {sorted(spec.required)}")
     v = spec.build(P, Q, 1 if spec.single_draft else 2, **{o: defaults[o] for o in spec.required})
