@@ -121,6 +121,20 @@ def test_drafts_follow_p_iid_and_without_replacement():
     assert all((np.sort(r, axis=1) == np.arange(4)).all() for r in rows)  # all four distinct, every time
 
 
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(pq=pairs(max_n=8, near_equal=True))
+def test_alias_table_is_the_draft_law_exactly(pq):
+    # the column law of Walker's alias table, enumerated: p within rounding, zeros of p never drawn
+    from otspec.testing._sampler import _alias_table
+
+    p = pq[0]
+    prob, alias = _alias_table(p)
+    law = prob / p.size
+    np.add.at(law, alias, (1.0 - prob) / p.size)
+    assert np.all(law[p == 0] == 0)
+    np.testing.assert_allclose(law, p, rtol=0, atol=4 * np.finfo(float).eps)
+
+
 def test_batched_and_one_at_a_time_agree_and_rerun_deterministically():
     step = speculative_step(P, Q)
     a = check_sampler(step, P, Q, batched=True, rng=5)

@@ -375,11 +375,40 @@ def _phases(run, N: int, rngs, zero: np.ndarray, **inputs) -> tuple[np.ndarray, 
 # ---------------------------------------------------------------------------
 
 
-def _draw_drafts(p: np.ndarray, cum: np.ndarray, last: int, k: int, replacement: bool, B: int, gen) -> np.ndarray:
-    """(B, k) drafts: i.i.d. from ``p``, or sequentially without replacement (Gumbel top-k order)."""
+def _alias_table(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Walker's alias table of ``p`` (Vose's construction): draw ``j`` uniform, keep it when ``u < prob[j]``, else ``alias[j]``.
+
+    O(1) per draw (binary search costs ~300 ns per draw at V = 100 from cache misses). Tokens of
+    probability zero are paired first, so their column always goes to a token of positive mass and
+    they are never drawn, even when rounding leaves columns over at the end.
+    """
+    V = p.shape[0]
+    scaled = p * V
+    prob = np.zeros(V)
+    alias = np.arange(V)
+    small = [int(i) for i in np.flatnonzero(p == 0)] + [int(i) for i in np.flatnonzero((scaled < 1) & (p > 0))][::-1]
+    large = [int(i) for i in np.flatnonzero(scaled >= 1)]
+    small.reverse()  # pop() takes the zero-mass tokens first
+    work = scaled.copy()
+    while small and large:
+        s, g = small.pop(), large.pop()
+        prob[s] = work[s]
+        alias[s] = g
+        work[g] -= 1.0 - work[s]
+        (small if work[g] < 1.0 else large).append(g)
+    top = int(np.argmax(p))
+    for i in large + small:  # rounding leftovers: a column of about 1
+        prob[i], alias[i] = (1.0, i) if p[i] > 0 else (0.0, top)
+    return prob, alias
+
+
+def _draw_drafts(p: np.ndarray, table, k: int, replacement: bool, B: int, gen) -> np.ndarray:
+    """(B, k) drafts: i.i.d. from ``p`` (alias table), or sequentially without replacement (Gumbel top-k order)."""
     if replacement:
-        x = np.searchsorted(cum, gen.random((B, k)) * cum[-1], side="right")
-        np.minimum(x, last, out=x)
+        prob, alias = table
+        V = p.shape[0]
+        j = np.minimum((gen.random((B, k)) * V).astype(np.int64), V - 1)
+        x = np.where(gen.random((B, k)) < prob[j], j, alias[j])
     else:
         # Plackett-Luce: the order of the k largest log p + Gumbel keys is the law of drawing
         # sequentially without replacement (Gumbel-top-k; Kool et al., ICML 2019, Section 2)
@@ -509,8 +538,7 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     N, tv, alpha_fail = _plan(q_, n_samples, tv, alpha_fail, "output")
     gen = as_rng(rng)
     V = p_.shape[0]
-    cum = np.cumsum(p_)
-    last = int(np.flatnonzero(p_ > 0)[-1])
+    table = _alias_table(p_) if replacement else None
     rngs = _coin_rngs(gen, boundary_coins)
     zero = q_ <= 0
     violation = None
@@ -521,7 +549,7 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
         done = 0
         while done < n:
             B = min(CHUNK, n - done)
-            X = _draw_drafts(p_, cum, last, k, replacement, B, draft_rng)
+            X = _draw_drafts(p_, table, k, replacement, B, draft_rng)
             if batched:
                 y = _tokens(_call_batch(step, X, step_rng, phase, lambda: step_rng.spawn(1)[0]), B, V, X, phase)
             else:
