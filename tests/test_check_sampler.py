@@ -453,3 +453,24 @@ def test_import_without_hypothesis():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "otspec.testing.strategies needs hypothesis" in out and "otspec[test]" in out
+
+
+def test_hypothesis_shrinks_a_refuted_sampler_to_a_minimal_pair():
+    # a residual drawn from q instead of (q - p)+: the smallest pair hypothesis finds that refutes it
+    from hypothesis import find
+
+    def wrong(p, q):
+        def step(drafts, rng):
+            x = drafts[:, 0]
+            accept = rng.random(x.shape[0]) * p[x] < q[x]
+            return np.where(accept, x, rng.choice(q.shape[0], size=x.shape[0], p=q))
+
+        return step
+
+    def refuted(pq):
+        p, q = pq
+        return not check_sampler(wrong(p, q), p, q, batched=True, tv=0.1, rng=seed_for(p, q)).passed
+
+    p, q = find(pairs(max_n=5), refuted, settings=settings(max_examples=200, derandomize=True, database=None))
+    assert p.shape == (2,)  # one token cannot show it; two can
+    assert refuted((p, q))
