@@ -28,12 +28,12 @@ import numpy as np
 from .._validation import as_rng, validate_positive_int
 from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, validate_model_pair
 from ._sampler import (
-    CHUNK,
     SamplerCheck,
     StepError,
     Violation,
     _call,
     _call_batch,
+    _chunk,
     _coin_rngs,
     _describe,
     _finish,
@@ -219,8 +219,9 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
         nonlocal violation
         counts = np.zeros(law.shape[0], dtype=np.int64)
         done = 0
+        rows = _chunk(V)  # the inverse CDF compares (B, V) rows
         while done < n:
-            B = min(CHUNK, n - done)
+            B = min(rows, n - done)
             X = np.empty((B, L), dtype=np.int64)
             Ts.extend(X, np.zeros(B, dtype=np.int64), 0, L, harness_rng)
             X.setflags(write=False)

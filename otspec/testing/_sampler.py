@@ -29,8 +29,15 @@ from ._coins import BoundaryCoins
 
 __all__ = ["SamplerCheck", "StepError", "Violation", "check_sampler", "CHUNK"]
 
-#: Trials per call of a batched ``step`` (and per block of pre-drawn drafts otherwise).
+#: Trials per call of a batched ``step`` (and per block of pre-drawn drafts otherwise); fewer when a
+#: chunk's work arrays would exceed :data:`_WORK` entries (a (B, V) array per chunk).
 CHUNK = 1 << 16
+_WORK = 1 << 22
+
+
+def _chunk(width: int) -> int:
+    """Rows per chunk so that a ``(rows, width)`` work array stays below ``_WORK`` entries."""
+    return max(1, min(CHUNK, _WORK // max(width, 1)))
 
 
 class StepError(RuntimeError):
@@ -461,7 +468,8 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     tv : float, keyword-only
         Total variation to detect with probability 0.99 when ``n_samples`` is None.
     batched : bool, keyword-only
-        Call ``step`` on batches of up to :data:`CHUNK` trials.
+        Call ``step`` on batches of up to :data:`CHUNK` trials (fewer without
+        replacement when ``V`` is large: a chunk holds at most 2**22 Gumbel keys).
     boundary_coins : bool, keyword-only
         Run a second phase of ``n_samples`` trials whose ``rng`` is a
         :class:`~otspec.testing.BoundaryCoins` generator (``random()`` returns
@@ -547,8 +555,9 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
         nonlocal violation
         counts = np.zeros(V, dtype=np.int64)
         done = 0
+        rows = CHUNK if replacement else _chunk(V)  # Gumbel keys are (B, V)
         while done < n:
-            B = min(CHUNK, n - done)
+            B = min(rows, n - done)
             X = _draw_drafts(p_, table, k, replacement, B, draft_rng)
             if batched:
                 y = _tokens(_call_batch(step, X, step_rng, phase, lambda: step_rng.spawn(1)[0]), B, V, X, phase)
