@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import otspec
 from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
-from tests.strategies import pairs
+from otspec.testing.strategies import pairs
 
 # Guaranteed agreement between routes: the LP is re-checked to 1e-9, the closed
 # form is exact to a few n*eps.

@@ -14,8 +14,8 @@ import otspec
 from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
 from otspec.multidraft._kseq import _f
 from otspec.testing import chi2_gof
+from otspec.testing.strategies import pairs
 from tests.gof import assert_end_to_end_sampler
-from tests.strategies import pairs
 
 KSEQ_MODULE = importlib.import_module("otspec.multidraft._kseq")
 

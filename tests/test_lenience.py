@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import otspec
 from otspec import check_lossless
 from otspec.testing import chi2_gof
-from tests.strategies import pairs
+from otspec.testing.strategies import pairs
 
 P3, Q3 = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
 

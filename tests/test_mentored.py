@@ -12,7 +12,7 @@ import otspec
 from otspec import check_lossless
 from otspec.lossy._mentored import _h, kl_divergence
 from otspec.testing import chi2_gof
-from tests.strategies import distributions, pairs
+from otspec.testing.strategies import distributions, pairs
 
 P3, Q3 = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
 # q has a zero where p > 0 (alpha = 0 regime) and p has a zero where q > 0 (KL(q||p) = inf)

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import otspec
 from otspec.closed_form import bernoulli_alpha_k
 from otspec.testing import chi2_gof
+from otspec.testing.strategies import pairs
 from tests.gof import assert_end_to_end_sampler
-from tests.strategies import pairs
 
 # False-failure rate of each chi-square test below; this file runs at most 10 such
 # tests (slow ones included), so it fails spuriously with probability <= 1e-3

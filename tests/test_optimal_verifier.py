@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 import otspec
 from otspec.multidraft import _submodular as sm
 from otspec.testing import chi2_gof
-
-from .strategies import pairs
+from otspec.testing.strategies import pairs
 
 TOL = 1e-9
 # four chi-square tests below; a false failure rate of 1e-4 each keeps the

@@ -7,7 +7,7 @@ from hypothesis import given
 import otspec
 from otspec.multidraft._maximal_coupling import residual
 from otspec.testing import chi2_gof
-from tests.strategies import pairs
+from otspec.testing.strategies import pairs
 
 # False-failure rate of each chi-square test below; 6 such tests in this file,
 # so the file fails spuriously with probability <= 6e-4 (fixed seeds make it deterministic).
