@@ -15,8 +15,6 @@ al. use the opposite letters (their ``p`` is the target).
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair, validate_positive_int
@@ -39,6 +37,8 @@ _NOISE = 1e-12
 _PAIR_BUDGET = 20_000_000
 #: Cells per chunk of the pair sum (bounds its memory to a few tens of MB).
 _CHUNK = 1 << 21
+#: Orders of a direct mixture handed to column generation as its warm start.
+_WARM = 200
 
 
 def _above_noise(excess: np.ndarray) -> np.ndarray:
@@ -49,6 +49,30 @@ def _above_noise(excess: np.ndarray) -> np.ndarray:
     srt = pos[np.argsort(excess[pos], kind="stable")]
     csum = np.cumsum(excess[srt])
     return np.sort(srt[csum > _NOISE])
+
+
+class _Block:
+    """One block of the chain: a mixture of orders of its tokens (token ids), with their ranks."""
+
+    __slots__ = ("tokens", "weights", "cumw", "orders", "ranks", "after")
+
+    def __init__(self, weights, orders, after, local, itype):
+        self.weights = np.asarray(weights, dtype=np.float64)
+        self.orders = np.ascontiguousarray(orders, dtype=itype)
+        self.tokens = self.orders[0]
+        self.after = float(after)  # draft mass of the tokens after this block
+        self.cumw = np.cumsum(self.weights)
+        self.cumw[-1] = 1.0
+        m, size = self.orders.shape
+        if m == 1:
+            self.ranks = None  # rank = local index (the order itself)
+        else:
+            self.ranks = np.empty((m, size), dtype=itype)
+            pos = np.arange(size, dtype=itype)
+            for j in range(m):
+                self.ranks[j, local[self.orders[j]]] = pos
+        for arr in (self.weights, self.cumw, self.orders) + (() if self.ranks is None else (self.ranks,)):
+            arr.setflags(write=False)
 
 
 class OptimalVerifier(Verifier):
@@ -69,6 +93,13 @@ class OptimalVerifier(Verifier):
     with :math:`\sigma_j(x)` the first token of order ``j`` present in ``x``.
     The output law is exactly ``q`` for any weights and orders.
 
+    The mixture is stored as a *chain of blocks* (the tight sets of ``z``,
+    nested): every order lists the blocks in the same sequence, and only the
+    order inside a block varies. Each block keeps its own few orders, so a
+    chain of ``n`` singletons costs ``O(n)``, not ``m x n``; the global
+    ``orders``/``weights`` (the blocks read at one shared quantile) are built
+    only when asked for.
+
     Use :func:`optimal_verifier` to construct it.
 
     Attributes
@@ -79,7 +110,8 @@ class OptimalVerifier(Verifier):
         Draft and target distributions.
     orders : (m, n) ndarray of int, read-only
         The priority orders, one per row (a permutation of ``range(n)``;
-        tokens with ``p = 0`` come last in every order).
+        tokens with ``p = 0`` come last in every order). Materialised on
+        first access: ``m x n`` integers.
     weights : (m,) ndarray of float64, read-only
         Mixture weights (positive, summing to 1).
     z : (n,) ndarray of float64, read-only
@@ -99,31 +131,46 @@ class OptimalVerifier(Verifier):
         Carathéodory steps (direct) or pricing rounds (column generation).
     tol : float
         The gap tolerance behind ``status``.
+    n_blocks : int
+        Blocks of the chain (tokens with ``p = 0`` form the last one).
     """
 
-    def __init__(self, p, q, k, orders, weights, *, alpha, status, method, n_iter, tol):
+    def __init__(self, p, q, k, blocks, *, alpha, status, method, n_iter, tol):
         self.k = k
         self.p = p
         self.q = q
         n = p.shape[0]
         itype = np.int32 if n < 2**31 else np.int64
-        orders = np.ascontiguousarray(orders, dtype=itype)
-        weights = np.asarray(weights, dtype=np.float64)
-        ranks = np.empty(orders.shape, dtype=itype)
-        positions = np.arange(n, dtype=itype)
-        for j in range(orders.shape[0]):
-            ranks[j, orders[j]] = positions
-        self._orders = orders
-        self._ranks = ranks
-        self._weights = weights
-        self._cumw = np.cumsum(weights)
-        self._cumw[-1] = 1.0
-        z = np.zeros(n)
+        self._itype = itype
         supp = p > 0
-        full = bool(supp.all())
-        for w, o in zip(weights, orders):
-            os_ = o if full else o[supp[o]]
-            z[os_] += w * sm.vertex(p[os_], 0.0, k)
+        zero = np.flatnonzero(~supp).astype(itype)
+        blocks = [(np.asarray(w, dtype=np.float64), np.atleast_2d(np.asarray(o))) for w, o in blocks]
+        if zero.size:
+            blocks.append((np.ones(1), zero[None, :]))
+        local = np.empty(n, dtype=itype)
+        block_of = np.empty(n, dtype=itype)
+        for b, (_, o) in enumerate(blocks):
+            local[o[0]] = np.arange(o.shape[1], dtype=itype)
+            block_of[o[0]] = b
+        # draft mass after each block (suffix sums in chain order)
+        masses = np.array([float(p[o[0]].sum()) for _, o in blocks])
+        after = np.concatenate([np.cumsum(masses[::-1])[::-1][1:], [0.0]]) if masses.size else masses
+        self._blocks = [_Block(w, o, a_, local, itype) for (w, o), a_ in zip(blocks, after)]
+        self._local = local
+        self._block_of = block_of
+        # z: the vertex of the chain order on single-order blocks, in one pass;
+        # the mixture sum_j w_j v_j on the others
+        base = np.concatenate([blk.tokens for blk in self._blocks]) if self._blocks else np.zeros(0, dtype=itype)
+        z = np.zeros(n)
+        bs = base[supp[base]]
+        z[bs] = sm.vertex(p[bs], 0.0, k)
+        for blk in self._blocks:
+            if blk.ranks is None:
+                continue
+            zb = np.zeros(n)
+            for w, o in zip(blk.weights, blk.orders):
+                zb[o] += w * sm.vertex(p[o], blk.after, k)
+            z[blk.tokens] = zb[blk.tokens]
         self._z = z
         with np.errstate(divide="ignore", invalid="ignore"):
             # a(y) = min(1, q/z); tokens never selected (z = 0) keep a = 1
@@ -134,6 +181,7 @@ class OptimalVerifier(Verifier):
         self._res = r / rs if rs > 0 else np.array(q)
         self._res_cdf = np.cumsum(self._res)
         self._res_last = int(np.flatnonzero(self._res > 0)[-1]) if np.any(self._res > 0) else n - 1
+        self._global = None
         self._acceptance = self._exact_acceptance(float(alpha), float(tol))
         self._alpha = float(alpha)
         self._gap = float(self._alpha - self._acceptance)
@@ -141,19 +189,52 @@ class OptimalVerifier(Verifier):
         self._method = str(method)
         self._n_iter = int(n_iter)
         self._tol = float(tol)
-        for arr in (self._orders, self._ranks, self._weights, self._z, self._a, self._res):
+        for arr in (self._z, self._a, self._res, self._local, self._block_of):
             arr.setflags(write=False)
 
     # -- reported structure ---------------------------------------------
+    def _materialise(self):
+        """The global mixture: every block read at one shared quantile ``u`` (built once, ``m x n``)."""
+        if self._global is None:
+            cuts = np.unique(np.concatenate([blk.cumw[:-1] for blk in self._blocks] + [np.empty(0)]))
+            cuts = cuts[(cuts > 0) & (cuts < 1)]
+            edges = np.concatenate([[0.0], cuts, [1.0]])
+            w = np.diff(edges)
+            keep = w > 0
+            u = 0.5 * (edges[:-1] + edges[1:])[keep]
+            w = w[keep]
+            n = self.n
+            orders = np.empty((u.shape[0], n), dtype=self._itype)
+            col = 0
+            for blk in self._blocks:
+                size = blk.tokens.shape[0]
+                j = np.minimum(np.searchsorted(blk.cumw, u, side="right"), blk.weights.shape[0] - 1)
+                orders[:, col : col + size] = blk.orders[j]
+                col += size
+            ranks = np.empty_like(orders)
+            pos = np.arange(n, dtype=self._itype)
+            for j in range(orders.shape[0]):
+                ranks[j, orders[j]] = pos
+            w = w / w.sum()
+            for arr in (orders, ranks, w):
+                arr.setflags(write=False)
+            self._global = (w, orders, ranks)
+        return self._global
+
     @property
     def orders(self) -> np.ndarray:
-        """(m, n) priority orders, one per row."""
-        return self._orders
+        """(m, n) priority orders, one per row (materialised on first access)."""
+        return self._materialise()[1]
 
     @property
     def weights(self) -> np.ndarray:
         """(m,) mixture weights."""
-        return self._weights
+        return self._materialise()[0]
+
+    @property
+    def n_blocks(self) -> int:
+        """Blocks of the chain (a block's orders differ only inside it)."""
+        return len(self._blocks)
 
     @property
     def z(self) -> np.ndarray:
@@ -197,8 +278,9 @@ class OptimalVerifier(Verifier):
 
     @property
     def n_orders(self) -> int:
-        """Number of mixture components ``m``."""
-        return int(self._weights.shape[0])
+        """Number of mixture components ``m`` (the union of the blocks' breakpoints, plus one)."""
+        cuts = np.unique(np.concatenate([blk.cumw[:-1] for blk in self._blocks] + [np.empty(0)]))
+        return int(np.count_nonzero((cuts > 0) & (cuts < 1))) + 1
 
     @property
     def success(self) -> bool:
@@ -206,12 +288,26 @@ class OptimalVerifier(Verifier):
         return self.status == "optimal"
 
     # -- exact quantities -----------------------------------------------
+    def _separated(self, rej: np.ndarray, resid: np.ndarray) -> bool:
+        """Whether every order puts every residual cell before every rejectable token (then no pair term)."""
+        br, bz = self._block_of[resid], self._block_of[rej]
+        last, first = int(br.max()), int(bz.min())
+        if last != first:
+            return last < first  # blocks keep their chain order in every order
+        blk = self._blocks[last]
+        lr = self._local[resid[br == last]]
+        lz = self._local[rej[bz == last]]
+        if blk.ranks is None:
+            return int(lr.max()) < int(lz.min())
+        return bool(np.all(blk.ranks[:, lr].max(axis=1) < blk.ranks[:, lz].min(axis=1)))
+
     def _exact_acceptance(self, alpha: float, tol: float) -> float:
         r""":math:`P(Y \in S(X)) = \sum_y \min(z, q)` plus the chance that a rejection's residual draw hits a draft.
 
         The second term vanishes when every order puts the residual's
         support (``z < q``) before every rejectable token (``z > q``), the
-        case of an optimal mixture; otherwise it is summed exactly, pair by
+        case of an optimal mixture (checked on the chain of blocks, without
+        materialising the orders); otherwise it is summed exactly, pair by
         pair: for ``Z`` at position ``i`` of an order and ``y`` after it,
         :math:`P(Z, y \in S) = [c^k - (c - p_Z)^k] - [(c - p_y)^k - (c - p_y - p_Z)^k]`
         with ``c`` the mass from position ``i`` on. Rounding noise (the
@@ -233,9 +329,10 @@ class OptimalVerifier(Verifier):
         # of _NOISE each, are skipped.
         rej = _above_noise(np.where(p > 0, z - q, 0.0))
         resid = _above_noise(np.where(p > 0, q - z, 0.0))
-        if rej.size == 0 or resid.size == 0:
+        if rej.size == 0 or resid.size == 0 or self._separated(rej, resid):
             return base
-        ranks = self._ranks
+        _, orders, ranks = self._materialise()
+        weights = self.weights
         last_res = ranks[:, resid].max(axis=1)
         first_rej = ranks[:, rej].min(axis=1)
         flagged = np.flatnonzero(first_rej < last_res)
@@ -249,7 +346,7 @@ class OptimalVerifier(Verifier):
             return base
         extra = 0.0
         for j in flagged:
-            o = self._orders[j]
+            o = orders[j]
             c = sm.suffix_masses(p[o], 0.0)[:-1]  # mass from each position on
             zs = rej[ranks[j, rej] < last_res[j]]
             ys = resid[ranks[j, resid] > first_rej[j]]
@@ -266,15 +363,32 @@ class OptimalVerifier(Verifier):
                     both = ci**k - np.maximum(ci - pz, 0) ** k - (np.maximum(ci - py, 0) ** k - np.maximum(ci - py - pz, 0) ** k)
                 both = np.where(rj < yj, np.maximum(both, 0.0), 0.0)
                 terms = (1.0 - self._a[zc])[:, None] * ry * both
-                extra += self._weights[j] * float(terms.sum())
+                extra += weights[j] * float(terms.sum())
         return base + extra
+
+    def _select(self, S, j=None):
+        """The block of the first present token and, per order of that block, the selected token."""
+        S = np.asarray(S, dtype=np.int64)
+        bid = self._block_of[S]
+        b = int(bid.min())
+        cand = S[bid == b]
+        blk = self._blocks[b]
+        loc = self._local[cand]
+        if blk.ranks is None:
+            return blk, cand[np.argmin(loc)]
+        if j is None:
+            return blk, cand[np.argmin(blk.ranks[:, loc], axis=1)]
+        return blk, cand[np.argmin(blk.ranks[j, loc])]
 
     def selection_law(self, drafts) -> np.ndarray:
         """(n,) law of the selected token given the drafts (before the speculative step)."""
         x = self._drafts(drafts)
-        S = np.unique(np.array(x, dtype=np.int64))
-        sel = S[np.argmin(self._ranks[:, S], axis=1)]
-        return np.bincount(sel, weights=self._weights, minlength=self.n)
+        blk, sel = self._select(np.unique(np.array(x, dtype=np.int64)))
+        if blk.ranks is None:
+            law = np.zeros(self.n)
+            law[int(sel)] = 1.0
+            return law
+        return np.bincount(sel, weights=blk.weights, minlength=self.n)
 
     def conditional(self, drafts) -> np.ndarray:
         law = self.selection_law(drafts)
@@ -289,11 +403,20 @@ class OptimalVerifier(Verifier):
     def sample(self, drafts, *, rng=None) -> int:
         x = self._drafts(drafts)
         gen = as_rng(rng)
-        j = min(int(np.searchsorted(self._cumw, gen.random(), side="right")), self._weights.shape[0] - 1)
-        rk = self._ranks[j]
-        y = min(x, key=rk.__getitem__)
-        # division-free acceptance test u * z(y) <= q(y)
-        if gen.random() * self._z[y] <= self.q[y]:
+        u = gen.random()
+        bo = self._block_of
+        b = min(bo[i] for i in x)
+        blk = self._blocks[b]
+        cand = [i for i in x if bo[i] == b]
+        loc = self._local
+        if blk.ranks is None:
+            y = min(cand, key=loc.__getitem__)
+        else:
+            j = min(int(np.searchsorted(blk.cumw, u, side="right")), blk.weights.shape[0] - 1)
+            rk = blk.ranks[j]
+            y = min(cand, key=lambda i: rk[loc[i]])
+        # strict, division-free acceptance test u * z(y) < q(y) (u uniform on [0, 1))
+        if gen.random() * self._z[y] < self.q[y]:
             return int(y)
         # inverse CDF on the precomputed cumulative residual, O(log n)
         c = self._res_cdf
@@ -305,46 +428,33 @@ class OptimalVerifier(Verifier):
 
     def __repr__(self) -> str:
         return (
-            f"OptimalVerifier(n={self.n}, k={self.k}, n_orders={self.n_orders}, "
+            f"OptimalVerifier(n={self.n}, k={self.k}, n_blocks={self.n_blocks}, "
             f"status={self.status!r}, gap={self.gap:.1e})"
         )
 
 
 def _direct(ps, qs, k, in0, max_iter):
-    """Two greedy passes for an optimal ``z``, then its decomposition; orders in support positions."""
+    """Two greedy passes for an optimal ``z``, then its decomposition; blocks in support positions."""
     z, H, O, s = sm.optimal_selection_law(ps, qs, k, in0)
     budget = [max_iter]
     children = []
-    limit = sys.getrecursionlimit()
-    # the recursion depth is at most the number of tokens (each level splits a block)
-    sys.setrecursionlimit(max(limit, 10 * ps.shape[0] + 1000))
-    try:
-        if H.size:
-            children.append(sm.decompose_block(H, ps[H], z[H], s, k, 1e-12, budget))
-        if O.size:
-            children.append(sm.decompose_block(O, ps[O], z[O], 0.0, k, 1e-12, budget))
-        w, orders = sm.flatten_tree(("chain", children), ps.shape[0])
-    finally:
-        sys.setrecursionlimit(limit)
+    if H.size:
+        children.append(sm.decompose_block(H, ps[H], z[H], s, k, 1e-12, budget))
+    if O.size:
+        children.append(sm.decompose_block(O, ps[O], z[O], 0.0, k, 1e-12, budget))
+    blocks = []
+    for node in sm.top_blocks(["chain", children, ps.shape[0]]):
+        if node[0] == "leaf":
+            blocks.append((np.ones(1), node[1][None, :]))
+        else:
+            blocks.append(sm.flatten_tree(node))
     n_iter = max_iter - budget[0]
-    return w, orders, ("optimal" if budget[0] > 0 else "max_iter"), n_iter
+    return blocks, ("optimal" if budget[0] > 0 else "max_iter"), n_iter
 
 
-def _full_orders(orders_supp, supp, zero):
-    """Lift orders of support positions to permutations of all tokens (``p = 0`` tokens last)."""
-    n = supp.shape[0] + zero.shape[0]
-    itype = np.int32 if n < 2**31 else np.int64
-    if isinstance(orders_supp, np.ndarray) and orders_supp.ndim == 2:
-        orders_supp = orders_supp.astype(itype, copy=False)
-    else:
-        orders_supp = np.asarray(orders_supp, dtype=itype).reshape(len(orders_supp), supp.shape[0])
-    if zero.shape[0] == 0:
-        return orders_supp  # supp is arange(n): support positions are token ids
-    m = orders_supp.shape[0]
-    out = np.empty((m, n), dtype=itype)
-    out[:, : supp.shape[0]] = supp.astype(itype)[orders_supp]
-    out[:, supp.shape[0] :] = zero[None, :]
-    return out
+def _lift(blocks, supp):
+    """Blocks of support positions -> blocks of token ids."""
+    return [(w, supp[np.asarray(o)]) for w, o in blocks]
 
 
 def optimal_verifier(
@@ -389,7 +499,7 @@ def optimal_verifier(
         over the orders found so far in HiGHS, pricing by one sort).
     tol : float, keyword-only
         Largest gap ``alpha_k - acceptance`` reported as ``"optimal"``;
-        default ``max(OPTIMALITY_TOL, 4 (n + k) eps)`` for ``"direct"``
+        default ``max(OPTIMALITY_TOL, 4 (n + k + m) eps)`` for ``"direct"``
         (1e-12, or the error bound of the closed form :math:`\alpha_k`
         itself when ``n + k`` exceeds about 1100) and :data:`LP_OPTIMALITY_TOL` (1e-10, the
         LP's feasibility tolerance) for ``"colgen"`` and the fallback.
@@ -469,7 +579,6 @@ def optimal_verifier(
     if max_iter is not None:
         max_iter = validate_positive_int(max_iter, "max_iter")
     supp = np.flatnonzero(p_ > 0)
-    zero = np.flatnonzero(p_ == 0)
     ps, qs = p_[supp], q_[supp]
     cut = min_cut(p_, q_, k)
     alpha = cut.alpha
@@ -480,15 +589,19 @@ def optimal_verifier(
     direct = None
     if method == "direct":
         budget = 4 * supp.shape[0] if max_iter is None else max_iter
-        w, orders, status, n_iter = _direct(ps, qs, k, in0, budget)
+        blocks, status, n_iter = _direct(ps, qs, k, in0, budget)
         # the closed form alpha_k is itself exact to about 4 n eps (prefix sums),
-        # and k-th powers add about k eps
-        dtol = max(OPTIMALITY_TOL, 4 * (n + k) * np.finfo(float).eps) if tol is None else tol
-        direct = OptimalVerifier(p_, q_, k, _full_orders(orders, supp, zero), w, alpha=alpha, status=status,
+        # k-th powers add about k eps and the mixture sum_j w_j v_j about m eps
+        m = 1 + sum(w.shape[0] - 1 for w, _ in blocks)
+        dtol = max(OPTIMALITY_TOL, 4 * (n + k + m) * np.finfo(float).eps) if tol is None else tol
+        direct = OptimalVerifier(p_, q_, k, _lift(blocks, supp), alpha=alpha, status=status,
                                  method="direct", n_iter=n_iter, tol=dtol)
         if direct.success:
             return direct
-        init = orders
+        # warm start: the direct mixture's orders (at most _WARM of them), in support positions
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[supp] = np.arange(supp.shape[0])
+        init = pos[direct.orders[:_WARM, : supp.shape[0]]]
         used = "direct+colgen"
         budget = 50 if max_iter is None else max_iter
     else:
@@ -497,8 +610,8 @@ def optimal_verifier(
         budget = supp.shape[0] + 200 if max_iter is None else max_iter
     tol = LP_OPTIMALITY_TOL if tol is None else tol
     w, orders, status, n_iter = sm.column_generation(ps, qs, k, alpha, init_orders=init, tol=tol, max_iter=budget)
-    v = OptimalVerifier(p_, q_, k, _full_orders(orders, supp, zero), w,
-                        alpha=alpha, status=status, method=used, n_iter=n_iter, tol=tol)
+    orders = np.asarray(orders).reshape(len(orders), supp.shape[0])
+    v = OptimalVerifier(p_, q_, k, [(w, supp[orders])], alpha=alpha, status=status, method=used, n_iter=n_iter, tol=tol)
     if direct is not None and not direct.gap > v.gap:
         return direct
     return v
