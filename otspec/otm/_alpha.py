@@ -9,11 +9,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_ks, validate_pair
+from .._array import int_power, is_batched_input, parse_ks, validate_batch_pair
+from .._validation import validate_pair
 
 __all__ = ["alpha_k", "min_cut", "MinCut", "ratio_order", "int_power"]
 
 _METHODS = ("exact", "lp", "lp-tuples")
+#: Beyond this ``k``, ``x**k`` underflows to 0 for every ``x <= 1/2`` in float64.
+_UNDERFLOW_K = 1100
 
 
 def ratio_order(p: np.ndarray, q: np.ndarray, *, descending: bool = False, stable: bool = True) -> np.ndarray:
@@ -28,19 +31,6 @@ def ratio_order(p: np.ndarray, q: np.ndarray, *, descending: bool = False, stabl
     if descending:
         return np.argsort(-ratio, kind=kind)
     return np.argsort(ratio, kind=kind)
-
-
-def int_power(x: np.ndarray, k: int) -> np.ndarray:
-    """``x**k`` for a positive integer ``k`` by repeated squaring (exact to a few ulp, fast)."""
-    result = None
-    base = x
-    while k:
-        if k & 1:
-            result = base.copy() if result is None else result * base
-        k >>= 1
-        if k:
-            base = base * base
-    return result
 
 
 def _prefix_sums(p: np.ndarray, q: np.ndarray, order: np.ndarray):
@@ -74,12 +64,13 @@ def _prefix_sums(p: np.ndarray, q: np.ndarray, order: np.ndarray):
 def _cut_values(P: np.ndarray, Q: np.ndarray, S: np.ndarray, split: int, log_s: np.ndarray, k: int) -> np.ndarray:
     """``1 + Q_j - P_j**k`` for every prefix j, accurate where P is near 1."""
     vals = np.empty(P.shape[0])
-    low = int_power(P[:split], k) if split else np.empty(0)
+    # P <= 1/2 there, so P**k underflows to 0 once k > 1100 (any k is a valid question: issue 15)
+    low = (int_power(P[:split], k) if k <= _UNDERFLOW_K else np.zeros(split)) if split else np.empty(0)
     np.subtract(Q[:split], low, out=low)
     vals[:split] = low
     vals[:split] += 1.0
     # 1 - P**k = -expm1(k * log1p(-S)) for the prefixes holding more than half the mass
-    hi = np.multiply(log_s, k)
+    hi = np.multiply(log_s, float(k))
     np.expm1(hi, out=hi)
     np.subtract(Q[split:], hi, out=vals[split:])
     return vals
@@ -122,9 +113,9 @@ def _exact(p: np.ndarray, q: np.ndarray, ks: np.ndarray):
     P, Q, S = _prefix_sums(p, q, order)
     split = int(np.searchsorted(P, 0.5, side="right"))
     log_s = np.log1p(-S[split:])
-    out = np.empty(ks.shape[0])
-    argmins = np.empty(ks.shape[0], dtype=np.int64)
-    for i, k in enumerate(ks.tolist()):
+    out = np.empty(len(ks))
+    argmins = np.empty(len(ks), dtype=np.int64)
+    for i, k in enumerate(ks):
         vals = _cut_values(P, Q, S, split, log_s, k)
         j = int(np.argmin(vals))
         argmins[i] = j
@@ -172,7 +163,7 @@ def min_cut(p, q, k: int, *, normalize: bool = False) -> MinCut:
     ([1], 0.85)
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    ks, scalar = validate_ks(k)
+    ks, scalar = parse_ks(k)
     if not scalar:
         raise TypeError("`k` must be a single integer for `min_cut`")
     vals, argmins, order, P, Q = _exact(p_, q_, ks)
@@ -207,12 +198,13 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
 
     Parameters
     ----------
-    p : (n,) array_like of float
-        Draft distribution (small model).
-    q : (n,) array_like of float
+    p : (n,) array_like of float, or (..., n) array (numpy, torch, any array-API library)
+        Draft distribution (small model); a batch of them along the leading axes.
+    q : same shape as ``p``
         Target distribution (large model).
     k : int or sequence of int
-        Number of drafts; a sequence returns an array, one value per entry.
+        Number of drafts (any positive integer: a huge ``k`` gives the limit
+        :math:`q(\operatorname{supp} p)`); a sequence returns one value per entry.
     method : {"exact", "lp", "lp-tuples"}, keyword-only
         ``"exact"``: the sort-based closed form, :math:`O(n \log n)`.
         ``"lp"``: the membership-cost LP reduced by symmetry to
@@ -233,10 +225,17 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
 
     Returns
     -------
-    float or (len(k),) ndarray of float64
-        :math:`\alpha_k(p, q)`. The exact method's absolute error is at most
+    float or (len(k),) ndarray of float64, or an array of shape (...) or (..., len(k))
+        :math:`\alpha_k(p, q)`. A 1-D numpy array or list gives a float (or
+        a 1-D ndarray for a sequence ``k``). A batch ``(..., n)`` (``ndim >=
+        2``) or any non-numpy array (a torch tensor, on CPU or CUDA) gives
+        an array of the same library on the same device, in float64, of
+        shape ``(...)`` (``(..., len(k))`` for a sequence ``k``): the
+        per-row values, computed by one batched sort through the array API
+        standard (array-api-compat). The exact method's absolute error is at most
         about :math:`4 n \varepsilon` (prefix sums in float64); the LP
-        methods are accurate to the solver's feasibility tolerance (1e-9).
+        methods are accurate to the solver's feasibility tolerance (1e-9)
+        and take 1-D numpy inputs only.
 
     Raises
     ------
@@ -274,6 +273,17 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     0.5
     >>> otspec.alpha_k(p, q, [1, 2, 3]).round(6).tolist()
     [0.5, 0.6875, 0.828125]
+
+    A batch of positions (rows), here as a numpy array; a torch tensor in
+    gives a torch tensor out, on its device:
+
+    >>> import numpy as np
+    >>> P = np.array([[0.75, 0.25], [0.5, 0.5]])
+    >>> Q = np.array([[0.25, 0.75], [0.5, 0.5]])
+    >>> otspec.alpha_k(P, Q, 2).round(6).tolist()
+    [0.6875, 1.0]
+    >>> otspec.alpha_k(P, Q, [1, 2]).shape
+    (2, 2)
     """
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
@@ -283,19 +293,103 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
         return alpha_k_without_replacement(p, q, k, method="exact" if method == "exact" else "lp", normalize=normalize)
     if replacement is not True:
         raise TypeError(f"`replacement` must be a bool, got {type(replacement).__name__}")
+    if is_batched_input(p) or is_batched_input(q):
+        if method != "exact":
+            raise ValueError(f"`method` must be 'exact' for a batched or non-numpy input, got {method!r}")
+        P, Q, xp = validate_batch_pair(p, q, normalize=normalize, validate=validate)
+        ks, scalar = parse_ks(k)
+        out = _exact_batched(P, Q, ks, xp)
+        return out[..., 0] if scalar else out
     if validate or normalize or method != "exact":
         p_, q_ = validate_pair(p, q, normalize=normalize)
     else:
         p_ = np.asarray(p, dtype=np.float64)
         q_ = np.asarray(q, dtype=np.float64)
-    ks, scalar = validate_ks(k)
+    ks, scalar = parse_ks(k)
     if method == "exact":
         vals = _exact(p_, q_, ks)[0]
     else:
         from ._lp import otm_lp, otm_lp_tuples
 
         solve = otm_lp if method == "lp" else otm_lp_tuples
-        vals = np.empty(ks.shape[0])
-        for i, kk in enumerate(ks.tolist()):
+        vals = np.empty(len(ks))
+        for i, kk in enumerate(ks):
             vals[i] = solve(p_, q_, kk, raise_on_failure=True).alpha
     return float(vals[0]) if scalar else vals
+
+
+#: Rows per chunk of a batched call: about 2**19 elements, so the temporaries stay in cache.
+_CHUNK_ELEMENTS = 1 << 19
+
+
+def _exact_batched(P, Q, ks, xp):
+    r""":math:`\alpha_k` of every row of ``(..., V)`` float64 arrays, shape ``(..., len(ks))``, in namespace ``xp``.
+
+    The per-row closed form (:func:`_exact`) on blocks of rows at once: one
+    batched sort by :math:`q/p`, prefix sums (``include_initial``: the empty
+    prefix first), the suffix masses of ``p`` summed from the end, and the
+    same two formulas for :math:`1 + Q_j - P_j^k` (repeated squaring where
+    :math:`P_j \le 1/2`, ``-expm1(k log1p(-S_j))`` above). Rows are
+    processed in chunks of about ``_CHUNK_ELEMENTS`` entries (memory traffic,
+    not arithmetic, dominates at full vocabulary). Same array type and
+    device as the input.
+    """
+    shape = tuple(P.shape[:-1])
+    V = int(P.shape[-1])
+    B = int(np.prod(shape)) if shape else 1
+    P2 = xp.reshape(P, (B, V))
+    Q2 = xp.reshape(Q, (B, V))
+    out = xp.zeros((B, len(ks)), dtype=xp.float64, device=_device(P))
+    step = max(1, _CHUNK_ELEMENTS // V)
+    for r0 in range(0, B, step):
+        out[r0 : r0 + step, ...] = _exact_rows(P2[r0 : r0 + step, ...], Q2[r0 : r0 + step, ...], ks, xp)
+    return xp.reshape(out, shape + (len(ks),))
+
+
+def _device(x):
+    import array_api_compat
+
+    return array_api_compat.device(x)
+
+
+def _exact_rows(P, Q, ks, xp):
+    """The closed form on a (rows, V) block; returns (rows, len(ks))."""
+    rows, V = int(P.shape[0]), int(P.shape[1])
+    if V == 1:
+        return xp.ones((rows, len(ks)), dtype=xp.float64, device=_device(P))
+    # q/p, with p = 0 last (q > 0: +inf; q = 0: nan, which sorts after +inf and weighs nothing)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        order = xp.argsort(Q / P, axis=-1, stable=False)
+    flat = xp.reshape(order + xp.reshape(xp.arange(rows, device=_device(P)) * V, (rows, 1)), (-1,))
+    po = xp.reshape(xp.take(xp.reshape(P, (-1,)), flat), (rows, V))
+    qo = xp.reshape(xp.take(xp.reshape(Q, (-1,)), flat), (rows, V))
+    del order, flat
+    # prefixes j = 1 .. V-1 (the empty and the full prefix both give exactly 1):
+    # P_j, Q_j summed from the front, S_j = 1 - P_j summed from the back
+    Pc = xp.minimum(xp.cumulative_sum(po, axis=-1)[:, : V - 1], 1.0)
+    Qc = xp.minimum(xp.cumulative_sum(qo, axis=-1)[:, : V - 1], 1.0)
+    S = xp.minimum(xp.flip(xp.cumulative_sum(xp.flip(po, axis=-1), axis=-1), axis=-1)[:, 1:], 1.0)
+    del po, qo
+    # P is non-decreasing along a row, so "P <= 1/2" is a prefix of each row:
+    # columns [0, c0) are low in every row, [c1, V-1) high in every row
+    low = Pc <= 0.5
+    nlow = xp.sum(xp.astype(low, xp.int64), axis=-1)
+    c0, c1 = int(xp.min(nlow)), int(xp.max(nlow))
+    mid_low = low[:, c0:c1]
+    # log1p(-S) only where it is used (P > 1/2, so S < 1/2): no log(0) warnings
+    log_s = xp.log1p(-xp.where(low[:, c0:], 0.0, S[:, c0:]))
+    del S
+    out = []
+    for k in ks:
+        Qlo = Qc[:, :c1]
+        lo = 1.0 + Qlo - int_power(Pc[:, :c1], k) if k <= _UNDERFLOW_K else 1.0 + Qlo
+        hi = Qc[:, c0:] - xp.expm1(log_s * float(k))
+        best = xp.ones((rows,), dtype=xp.float64, device=_device(P))
+        if c0 > 0:
+            best = xp.minimum(best, xp.min(lo[:, :c0], axis=-1))
+        if c1 > c0:
+            best = xp.minimum(best, xp.min(xp.where(mid_low, lo[:, c0:], hi[:, : c1 - c0]), axis=-1))
+        if V - 1 > c1:
+            best = xp.minimum(best, xp.min(hi[:, c1 - c0 :], axis=-1))
+        out.append(xp.clip(best, 0.0, 1.0))
+    return xp.stack(out, axis=-1)

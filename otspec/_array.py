@@ -1,0 +1,147 @@
+r"""Batched inputs from any array library, through the array API standard (array-api-compat).
+
+Per-position quantities (:func:`otspec.alpha_k`, the functions of
+:mod:`otspec.multidraft` named ``batched_*``) accept a batch of laws of shape
+``(..., V)`` as numpy arrays or torch tensors (CPU or CUDA) and return their
+results in the same array type, on the same device. The namespace comes from
+:func:`array_api_compat.array_namespace`; nothing here knows about torch.
+Computation is in float64 (float32 and integer inputs are converted; the
+returned array is float64).
+
+Notation: ``p`` is the draft distribution, ``q`` the target.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from ._validation import SIMPLEX_TOL, validate_k
+
+__all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power"]
+
+#: Largest number of elements of one batched input (each of ``p``, ``q``): a
+#: few float64 temporaries of this size are allocated (about 1 GB at the limit).
+MAX_BATCH_ELEMENTS = 2**27
+
+
+def namespace(*arrays):
+    """The array-API namespace shared by ``arrays`` (TypeError naming the mismatch otherwise)."""
+    import array_api_compat
+
+    return array_api_compat.array_namespace(*arrays)
+
+
+def is_batched_input(x) -> bool:
+    """Whether ``x`` goes through the batched path: a non-numpy array (torch, ...) or an ndarray with ``ndim >= 2``."""
+    if isinstance(x, np.ndarray):
+        return x.ndim >= 2
+    if isinstance(x, (list, tuple, str, bytes, numbers.Number)) or x is None:
+        return False
+    import array_api_compat
+
+    return array_api_compat.is_array_api_obj(x)
+
+
+def _as_float64(x, name: str, xp):
+    dt = x.dtype
+    if xp.isdtype(dt, "complex floating"):
+        raise TypeError(f"`{name}` must be real-valued, got a complex array of dtype {dt}")
+    if xp.isdtype(dt, "bool") or not xp.isdtype(dt, ("real floating", "integral")):
+        raise TypeError(f"`{name}` must hold real numbers, got dtype {dt}")
+    return xp.astype(x, xp.float64, copy=False)  # never written to: no copy needed
+
+
+def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True):
+    r"""Check a batch of (draft ``p``, target ``q``) laws of shape ``(..., V)``; return float64 copies and the namespace.
+
+    Every row of ``p`` and of ``q`` must be finite, non-negative and sum to 1
+    within ``SIMPLEX_TOL`` (or, with ``normalize=True``, have a positive
+    total, then rescaled). Rows of a lower-precision input (float32,
+    float16) need only sum to 1 within ``16 sqrt(V)`` machine epsilons of
+    their dtype and are renormalised in float64. ``p`` and ``q`` must come from the same array
+    library, have the same shape and sit on the same device.
+    """
+    import array_api_compat
+
+    for name, x in (("p", p), ("q", q)):
+        if not array_api_compat.is_array_api_obj(x):
+            raise TypeError(f"`{name}` must be an array (numpy, torch, ...) for a batched call, got {type(x).__name__}")
+    try:
+        xp = array_api_compat.array_namespace(p, q)
+    except TypeError as exc:
+        raise TypeError(
+            f"`p` and `q` must come from the same array library, got {type(p).__name__} and {type(q).__name__}"
+        ) from exc
+    if tuple(p.shape) != tuple(q.shape):
+        raise ValueError(f"`p` and `q` must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}")
+    if p.ndim < 1 or p.shape[-1] < 1:
+        raise ValueError(f"`p` must have a non-empty last (vocabulary) axis, got shape {tuple(p.shape)}")
+    size = int(np.prod(p.shape))
+    if size > MAX_BATCH_ELEMENTS:
+        raise ValueError(f"`p` has {size} elements; at most {MAX_BATCH_ELEMENTS} are accepted per batched call")
+    dev_p, dev_q = array_api_compat.device(p), array_api_compat.device(q)
+    if dev_p != dev_q:
+        raise ValueError(f"`p` and `q` must be on the same device, got {dev_p} and {dev_q}")
+    # lower-precision input (float32, float16) carries its own rounding in every
+    # row sum: accept rows within 16 sqrt(V) eps of that dtype, then renormalise
+    # them in float64 (documented in every batched entry point)
+    low_precision = any(xp.isdtype(x.dtype, "real floating") and x.dtype != xp.float64 for x in (p, q))
+    tol = SIMPLEX_TOL
+    if low_precision:
+        eps = max(float(np.finfo(str(x.dtype).split(".")[-1]).eps) for x in (p, q) if x.dtype != xp.float64)
+        tol = max(tol, 16.0 * float(np.sqrt(p.shape[-1])) * eps)
+    P = _as_float64(p, "p", xp)
+    Q = _as_float64(q, "q", xp)
+    if not (validate or normalize):
+        return P, Q, xp
+    for name, X in (("p", P), ("q", Q)):
+        bad = ~xp.isfinite(X)
+        if bool(xp.any(bad)):
+            raise ValueError(f"`{name}` must be finite, got {int(xp.sum(xp.astype(bad, xp.int64)))} non-finite entries")
+        if bool(xp.any(X < 0)):
+            raise ValueError(f"`{name}` must be non-negative, got minimum {float(xp.min(X))!r}")
+        tot = xp.sum(X, axis=-1, keepdims=True)
+        if normalize:
+            if bool(xp.any(tot <= 0)):
+                raise ValueError(f"`{name}` must have a positive total in every row to be normalized")
+        else:
+            err = xp.abs(tot - 1.0)
+            if bool(xp.any(err > tol)):
+                raise ValueError(
+                    f"every row of `{name}` must sum to 1 within {tol:.3g}, got a row off by "
+                    f"{float(xp.max(err)):.3g} (pass normalize=True to rescale)"
+                )
+    if normalize or low_precision:
+        P = P / xp.sum(P, axis=-1, keepdims=True)
+        Q = Q / xp.sum(Q, axis=-1, keepdims=True)
+    return P, Q, xp
+
+
+def parse_ks(k) -> tuple[list[int], bool]:
+    """``k`` as a list of Python ints (any size: no int64 overflow) and whether it was a scalar."""
+    if isinstance(k, numbers.Number) or (isinstance(k, np.ndarray) and k.ndim == 0):
+        return [validate_k(k.item() if isinstance(k, np.ndarray) else k)], True
+    if isinstance(k, (str, bytes)):
+        raise TypeError(f"`k` must be an integer or a sequence of integers, got {type(k).__name__}")
+    try:
+        items = list(k)
+    except TypeError as exc:
+        raise TypeError(f"`k` must be an integer or a sequence of integers, got {type(k).__name__}") from exc
+    if not items:
+        raise ValueError("`k` must be a positive integer or a non-empty sequence of them, got an empty sequence")
+    return [validate_k(v.item() if isinstance(v, np.ndarray) else v) for v in items], False
+
+
+def int_power(x, k: int):
+    """``x**k`` for a positive integer ``k`` by repeated squaring (a few ulp; works on any array type)."""
+    result = None
+    base = x
+    while k:
+        if k & 1:
+            result = base * 1.0 if result is None else result * base
+        k >>= 1
+        if k:
+            base = base * base
+    return result
