@@ -181,3 +181,47 @@ def test_cuda_in_cuda_out():
     got = otspec.alpha_k(torch.from_numpy(P).cuda(), torch.from_numpy(Q).cuda(), [2, 8])
     assert got.is_cuda and got.dtype == torch.float64
     np.testing.assert_allclose(got.cpu().numpy(), _per_row(P, Q, [2, 8]), rtol=0, atol=TOL)
+
+
+# -- the other per-position quantities ------------------------------------------------------
+
+from otspec.multidraft import (  # noqa: E402
+    batched_kseq_acceptance,
+    batched_kseq_rho_star,
+    batched_maximal_coupling_acceptance,
+)
+from otspec.multidraft._kseq import _f  # noqa: E402
+
+
+@given(pq=batches(), k=st.integers(1, 12))
+def test_batched_kseq_and_maximal_coupling_equal_per_row(pq, k):
+    P, Q = pq
+    rho = batched_kseq_rho_star(P, Q, k)
+    acc = batched_kseq_acceptance(P, Q, k)
+    tv = batched_maximal_coupling_acceptance(P, Q)
+    assert rho.shape == acc.shape == tv.shape == P.shape[:-1]
+    for i in range(P.shape[0]):
+        p, q = P[i], Q[i]
+        ref = otspec.kseq_rho_star(p, q, k)
+        # rho* is ill-conditioned where f is flat: two float routes may return different
+        # roots; then both must be roots within rounding and f must be flat between them
+        if abs(rho[i] - ref) > TOL:
+            lo, hi = sorted((float(rho[i]), ref))
+            assert max(abs(_f(p, q, k, x)) for x in np.linspace(lo, hi, 5)) <= 1e-14
+        assert abs(acc[i] - otspec.kseq_p_acc(p, q, k, ref)) <= TOL
+        assert abs(tv[i] - otspec.maximal_coupling(p, q).acceptance()) <= TOL
+
+
+def test_batched_kseq_torch_and_leading_axes():
+    rng = np.random.default_rng(4)
+    P = rng.dirichlet(np.ones(300), size=(2, 3))
+    Q = rng.dirichlet(np.ones(300), size=(2, 3))
+    got = batched_kseq_acceptance(torch.from_numpy(P), torch.from_numpy(Q), 4)
+    assert isinstance(got, torch.Tensor) and tuple(got.shape) == (2, 3)
+    ref = [[otspec.kseq_p_acc(P[i, j], Q[i, j], 4, otspec.kseq_rho_star(P[i, j], Q[i, j], 4)) for j in range(3)]
+           for i in range(2)]
+    np.testing.assert_allclose(got.numpy(), ref, rtol=0, atol=TOL)
+    tv = batched_maximal_coupling_acceptance(torch.from_numpy(P), torch.from_numpy(Q))
+    np.testing.assert_allclose(tv.numpy(), np.minimum(P, Q).sum(-1), rtol=0, atol=TOL)
+    with pytest.raises(TypeError, match="`k`"):
+        batched_kseq_rho_star(P, Q, [2, 3])

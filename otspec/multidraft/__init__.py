@@ -8,6 +8,7 @@ submodular machinery, and the one registry of verifier names
 :mod:`otspec.decoding` read. Notation: ``p`` draft, ``q`` target.
 """
 
+from ._batched import batched_kseq_acceptance, batched_kseq_rho_star, batched_maximal_coupling_acceptance
 from ._deterministic import TopKVerifier, top_k_verifier
 from ._greedy_drafts import GreedyDraftVerifier, greedy_draft_verifier
 from ._khisti import KhistiVerifier, khisti_acceptance_one, khisti_alpha2, khisti_verifier
@@ -37,6 +38,9 @@ __all__ = [
     "OptimalVerifier",
     "RatioTestVerifier",
     "VerifierSpec",
+    "batched_kseq_acceptance",
+    "batched_kseq_rho_star",
+    "batched_maximal_coupling_acceptance",
     "get_verifier",
     "kseq",
     "kseq_beta",
