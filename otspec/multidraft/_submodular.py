@@ -50,19 +50,39 @@ __all__ = [
 def suffix_masses(pD: np.ndarray, b: float) -> np.ndarray:
     """``c[j] = b + sum(pD[j:])`` for ``j = 0..m`` (length ``m + 1``, ``c[m] = b``).
 
-    Summed in extended precision (``np.longdouble``) and rounded once: the
-    ``k``-th powers taken of these masses amplify their relative error
-    ``k``-fold, and a float64 running sum over ``m`` tokens would carry up to
-    ``m eps`` (measured: 3e-12 of acceptance lost at ``n = 2000``, ``k = 64``).
+    Summed in blocks of ``_SUM_BLOCK`` (a running sum inside each block, then
+    one over the block totals): relative error about ``(B + m/B) eps``
+    instead of the ``m eps`` of one running sum. The ``k``-th powers taken
+    of these masses amplify their error ``k``-fold; with one running sum the
+    construction lost 1.2e-10 of acceptance at ``n = 2000``, ``k = 64``
+    (``q`` failed the prefix test by 3.4e-12 of rounding alone).
     """
     m = pD.shape[0]
     c = np.empty(m + 1)
     c[m] = b
     if m:
-        acc = np.cumsum(pD[::-1], dtype=np.longdouble)
-        acc += b
-        c[:m] = acc[::-1]
+        c[:m] = _suffix_sums(pD)
+        c[:m] += b
     return c
+
+
+#: Block length of the two-level suffix sums.
+_SUM_BLOCK = 128
+
+
+def _suffix_sums(x: np.ndarray) -> np.ndarray:
+    """``x[j:].sum()`` for every ``j``, summed in blocks (see :func:`suffix_masses`)."""
+    m = x.shape[0]
+    if m <= 2 * _SUM_BLOCK:
+        return np.cumsum(x[::-1])[::-1]
+    nb = -(-m // _SUM_BLOCK)
+    buf = np.zeros(nb * _SUM_BLOCK)
+    buf[:m] = x[::-1]
+    r = buf.reshape(nb, _SUM_BLOCK)
+    np.cumsum(r, axis=1, out=r)
+    offsets = np.cumsum(r[:, -1])
+    r[1:] += offsets[:-1, None]
+    return buf[:m][::-1]
 
 
 def increments(x: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
