@@ -68,9 +68,7 @@ class _Block:
             self.ranks = None  # rank = local index (the order itself)
         else:
             self.ranks = np.empty((m, size), dtype=itype)
-            pos = np.arange(size, dtype=itype)
-            for j in range(m):
-                self.ranks[j, local[self.orders[j]]] = pos
+            self.ranks[np.arange(m)[:, None], local[self.orders]] = np.arange(size, dtype=itype)[None, :]
         for arr in (self.weights, self.cumw, self.orders) + (() if self.ranks is None else (self.ranks,)):
             arr.setflags(write=False)
 
@@ -453,7 +451,9 @@ def _direct(ps, qs, k, in0, max_iter):
 
 
 def _lift(blocks, supp):
-    """Blocks of support positions -> blocks of token ids."""
+    """Blocks of support positions -> blocks of token ids (nothing to do when every token has p > 0)."""
+    if supp.shape[0] and int(supp[-1]) == supp.shape[0] - 1:
+        return blocks
     return [(w, supp[np.asarray(o)]) for w, o in blocks]
 
 

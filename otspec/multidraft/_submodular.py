@@ -145,9 +145,10 @@ def _increments_between(x, c, d, k):
     ``k eps`` with no transcendental functions; ``d`` is the next suffix mass,
     never computed as the difference ``c - x``.
     """
-    h = np.ones_like(c)
-    dp = np.ones_like(d)
-    for _ in range(k - 1):
+    # the first step of the Horner loop from h = dp = 1 done by hand (no ones arrays)
+    h = c + d
+    dp = np.array(d, dtype=np.float64)
+    for _ in range(k - 2):
         h *= c
         dp *= d
         h += dp
@@ -382,20 +383,19 @@ def _chain_of_tight_prefixes(idx, pD, x, b, order, tight, m):
     suffix = suffix_masses(pD[order], b)
     children: list = []
     tasks = []
-    lo_run = None  # start of the current run of singletons
-    for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
-        if hi - lo == 1:
-            if lo_run is None:
-                lo_run = lo
-            continue
-        if lo_run is not None:
-            children.append(["leaf", idx[order[lo_run:lo]]])
-            lo_run = None
+    pos = 0  # first position not yet assigned to a child
+    # only the pieces of two or more tokens are visited; the singletons between
+    # them form one leaf each (no Python work per singleton)
+    for i in np.flatnonzero(np.diff(cuts) > 1).tolist():
+        lo, hi = int(cuts[i]), int(cuts[i + 1])
+        if lo > pos:
+            children.append(["leaf", idx[order[pos:lo]]])
         sub = order[lo:hi]
         children.append(None)
         tasks.append((children, len(children) - 1, idx[sub], pD[sub], x[sub], float(suffix[hi])))
-    if lo_run is not None:
-        children.append(["leaf", idx[order[lo_run:m]]])
+        pos = hi
+    if pos < m:
+        children.append(["leaf", idx[order[pos:m]]])
     return children, tasks
 
 
