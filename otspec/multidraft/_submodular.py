@@ -234,7 +234,7 @@ def block_total(pD: np.ndarray, b: float, k: int) -> float:
     return float(increments(np.array([P]), np.array([P + b]), k)[0])
 
 
-def exit_set(pD, v, d, b, k, tol, max_iter=100):
+def exit_set(pD, v, d, b, k, tol, max_iter=100, return_scan=False):
     r"""Exit ratio and exit set of the ray ``v + t d`` from :math:`B(g_D)`.
 
     .. math::
@@ -243,7 +243,11 @@ def exit_set(pD, v, d, b, k, tol, max_iter=100):
 
     by Dinkelbach iterations (each a prefix scan of ``g_D - (v + t d)``),
     started from the best singleton. Returns ``(t, mask)`` with ``mask`` the
-    minimising set (non-empty, proper, ``d(A) > 0``).
+    minimising set (non-empty, proper, ``d(A) > 0``), or with
+    ``return_scan=True`` also ``(order, vertex)`` of the last prefix scan when
+    it was taken at the returned ``t`` (else ``None``): the ``(v + t d)/p``
+    order and its greedy vertex, which the sub-block cut off by ``mask``
+    reuses when it is a prefix of that order.
     """
     m = pD.shape[0]
     # starting upper bound: the best singleton {e} (d(e) > 0) or co-singleton
@@ -264,10 +268,12 @@ def exit_set(pD, v, d, b, k, tol, max_iter=100):
     else:
         t = float(r_single[i])
         mask[pos[i]] = True
+    scan = None
     for _ in range(max_iter):
         w = v + t * d
         order = _ratio_desc(pD, w)
         s, vw = prefix_slack(pD, w, b, k, order)
+        scan = (order, vw)
         j = int(np.argmin(s[1:m])) + 1 if m > 1 else 0
         if j == 0 or s[j] >= -tol:
             break
@@ -279,9 +285,10 @@ def exit_set(pD, v, d, b, k, tol, max_iter=100):
         if not t_new < t:
             break
         t = t_new
+        scan = None  # the scan was taken at the previous t
         mask = np.zeros(m, dtype=bool)
         mask[A] = True
-    return t, mask
+    return (t, mask, scan) if return_scan else (t, mask)
 
 
 # A mixture of priority orders of a block is kept as a tree, read with one
@@ -412,10 +419,12 @@ def decompose_block(idx, pD, x, b, k, tol, budget):
     counting the remaining Carathéodory steps.
     """
     root: list = [None]
-    # task: (holder, slot, idx, pD, x, b, scale): decompose and store the node in holder[slot]
-    stack = [(root, 0, idx, pD, x, b, 1.0)]
+    # task: (holder, slot, idx, pD, x, b, scale, pre): decompose and store the node in
+    # holder[slot]; pre is None or the greedy vertex of the tokens in their given
+    # order, when that order is already x/p descending (the exit scan of the parent)
+    stack = [(root, 0, idx, pD, x, b, 1.0, None)]
     while stack:
-        holder, slot, idx, pD, x, b, scale = stack.pop()
+        holder, slot, idx, pD, x, b, scale, pre = stack.pop()
         m = pD.shape[0]
         if m == 1:
             holder[slot] = ["leaf", idx]
@@ -425,21 +434,30 @@ def decompose_block(idx, pD, x, b, k, tol, budget):
         sx = float(x.sum())
         x = x * (total / sx) if sx > 0 else np.full(m, total / m)
         atol = tol * max(total, np.finfo(float).tiny)
-        order = _ratio_desc(pD, x)
-        s, v = prefix_slack(pD, x, b, k, order)
+        if pre is None:
+            order = _ratio_desc(pD, x)
+            s, v = prefix_slack(pD, x, b, k, order)
+        else:  # no sort and no vertex: both come from the parent's exit scan
+            order = np.arange(m)
+            v = pre
+            s = np.empty(m + 1)
+            s[0] = 0.0
+            np.cumsum(v - x, out=s[1:])
         tight = np.flatnonzero(s[1:m] <= atol) + 1
         if tight.size:
             children, tasks = _chain_of_tight_prefixes(idx, pD, x, b, order, tight, m)
             holder[slot] = ["chain", children, m]
-            stack.extend((c, j, i_, p_, x_, b_, scale) for (c, j, i_, p_, x_, b_) in tasks)
+            stack.extend((c, j, i_, p_, x_, b_, scale, None) for (c, j, i_, p_, x_, b_) in tasks)
             continue
         d = x[order] - v
         if np.max(np.abs(d)) <= atol or budget[0] <= 0 or scale < WEIGHT_FLOOR:
             holder[slot] = ["leaf", idx[order]]
             continue
         budget[0] -= 1
-        t, mask = exit_set(pD[order], v, d, b, k, atol)
-        t = max(t, 1.0)
+        pDo = pD[order]
+        t, mask, scan = exit_set(pDo, v, d, b, k, atol, return_scan=True)
+        if not t >= 1.0:
+            t, scan = 1.0, None
         y = v + t * d
         A = order[mask]
         R = order[~mask]
@@ -447,8 +465,16 @@ def decompose_block(idx, pD, x, b, k, tol, budget):
         child = ["chain", [None, None], m]
         lam = 1.0 - 1.0 / t
         holder[slot] = ["split", lam, idx[order], child] if lam > 0 else child
-        stack.append((child[1], 1, idx[R], pD[R], y[~mask], b, scale / t))
-        stack.append((child[1], 0, idx[A], pD[A], y[mask], bA, scale / t))
+        stack.append((child[1], 1, idx[R], pD[R], y[~mask], b, scale / t, None))
+        nA = int(mask.sum())
+        if scan is not None and bool(mask[scan[0][:nA]].all()):
+            # A is the first nA tokens of the exit scan's (y/p descending) order, and
+            # g_A(S) = g_D(S) for S in A (R comes after A): its order and vertex are
+            # those of the scan, cut at nA
+            first = scan[0][:nA]
+            stack.append((child[1], 0, idx[order[first]], pDo[first], y[first], bA, scale / t, scan[1][:nA]))
+        else:
+            stack.append((child[1], 0, idx[A], pD[A], y[mask], bA, scale / t, None))
     return root[0]
 
 
