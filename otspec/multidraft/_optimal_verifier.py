@@ -133,7 +133,7 @@ class OptimalVerifier(Verifier):
         Blocks of the chain (tokens with ``p = 0`` form the last one).
     """
 
-    def __init__(self, p, q, k, blocks, *, alpha, status, method, n_iter, tol):
+    def __init__(self, p, q, k, blocks, *, alpha, status, method, n_iter, tol, z=None):
         self.k = k
         self.p = p
         self.q = q
@@ -156,19 +156,22 @@ class OptimalVerifier(Verifier):
         self._blocks = [_Block(w, o, a_, local, itype) for (w, o), a_ in zip(blocks, after)]
         self._local = local
         self._block_of = block_of
-        # z: the vertex of the chain order on single-order blocks, in one pass;
-        # the mixture sum_j w_j v_j on the others
-        base = np.concatenate([blk.tokens for blk in self._blocks]) if self._blocks else np.zeros(0, dtype=itype)
-        z = np.zeros(n)
-        bs = base[supp[base]]
-        z[bs] = sm.vertex(p[bs], 0.0, k)
-        for blk in self._blocks:
-            if blk.ranks is None:
-                continue
-            zb = np.zeros(n)
-            for w, o in zip(blk.weights, blk.orders):
-                zb[o] += w * sm.vertex(p[o], blk.after, k)
-            z[blk.tokens] = zb[blk.tokens]
+        if z is None:
+            # z: the vertex of the chain order on single-order blocks, in one pass;
+            # the mixture sum_j w_j v_j on the others
+            base = np.concatenate([blk.tokens for blk in self._blocks]) if self._blocks else np.zeros(0, dtype=itype)
+            z = np.zeros(n)
+            bs = base[supp[base]]
+            z[bs] = sm.vertex(p[bs], 0.0, k)
+            for blk in self._blocks:
+                if blk.ranks is None:
+                    continue
+                zb = np.zeros(n)
+                for w, o in zip(blk.weights, blk.orders):
+                    zb[o] += w * sm.vertex(p[o], blk.after, k)
+                z[blk.tokens] = zb[blk.tokens]
+        else:  # accumulated by the decomposition, vertex by vertex (same sum, grouped by node)
+            z = np.array(z, dtype=np.float64)
         self._z = z
         with np.errstate(divide="ignore", invalid="ignore"):
             # a(y) = min(1, q/z); tokens never selected (z = 0) keep a = 1
@@ -436,10 +439,11 @@ def _direct(ps, qs, k, in0, max_iter):
     z, H, O, s = sm.optimal_selection_law(ps, qs, k, in0)
     budget = [max_iter]
     children = []
+    zmix = np.zeros(ps.shape[0])
     if H.size:
-        children.append(sm.decompose_block(H, ps[H], z[H], s, k, 1e-12, budget))
+        children.append(sm.decompose_block(H, ps[H], z[H], s, k, 1e-12, budget, zmix))
     if O.size:
-        children.append(sm.decompose_block(O, ps[O], z[O], 0.0, k, 1e-12, budget))
+        children.append(sm.decompose_block(O, ps[O], z[O], 0.0, k, 1e-12, budget, zmix))
     blocks = []
     for node in sm.top_blocks(["chain", children, ps.shape[0]]):
         if node[0] == "leaf":
@@ -447,7 +451,7 @@ def _direct(ps, qs, k, in0, max_iter):
         else:
             blocks.append(sm.flatten_tree(node))
     n_iter = max_iter - budget[0]
-    return blocks, ("optimal" if budget[0] > 0 else "max_iter"), n_iter
+    return blocks, zmix, ("optimal" if budget[0] > 0 else "max_iter"), n_iter
 
 
 def _lift(blocks, supp):
@@ -589,13 +593,15 @@ def optimal_verifier(
     direct = None
     if method == "direct":
         budget = 4 * supp.shape[0] if max_iter is None else max_iter
-        blocks, status, n_iter = _direct(ps, qs, k, in0, budget)
+        blocks, zmix, status, n_iter = _direct(ps, qs, k, in0, budget)
+        zfull = np.zeros(n)
+        zfull[supp] = zmix
         # the closed form alpha_k is itself exact to about 4 n eps (prefix sums),
         # k-th powers add about k eps and the mixture sum_j w_j v_j about m eps
         m = 1 + sum(w.shape[0] - 1 for w, _ in blocks)
         dtol = max(OPTIMALITY_TOL, 4 * (n + k + m) * np.finfo(float).eps) if tol is None else tol
         direct = OptimalVerifier(p_, q_, k, _lift(blocks, supp), alpha=alpha, status=status,
-                                 method="direct", n_iter=n_iter, tol=dtol)
+                                 method="direct", n_iter=n_iter, tol=dtol, z=zfull)
         if direct.success:
             return direct
         # warm start: the direct mixture's orders (at most _WARM of them), in support positions

@@ -406,7 +406,7 @@ def _chain_of_tight_prefixes(idx, pD, x, b, order, tight, m):
     return children, tasks
 
 
-def decompose_block(idx, pD, x, b, k, tol, budget):
+def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None):
     r"""Write ``x`` (a point of :math:`B(g_D)`) as a mixture of priority orders of ``D``.
 
     ``idx`` are the token ids of ``D``; returns a mixture tree (see above),
@@ -417,6 +417,11 @@ def decompose_block(idx, pD, x, b, k, tol, budget):
     and records the new tight set, so that ``x = (1 - 1/t) v + (1/t) y``
     with ``y`` split along that set. ``budget`` is a one-element list
     counting the remaining Carathéodory steps.
+
+    ``zacc`` (optional, indexed like ``idx``): the law of the selected token
+    under the mixture is added to it, each order's greedy vertex times its
+    weight, as the vertices are computed (the same sum as over the
+    materialised orders, grouped by node of the tree).
     """
     root: list = [None]
     # task: (holder, slot, idx, pD, x, b, scale, pre): decompose and store the node in
@@ -428,6 +433,8 @@ def decompose_block(idx, pD, x, b, k, tol, budget):
         m = pD.shape[0]
         if m == 1:
             holder[slot] = ["leaf", idx]
+            if zacc is not None:
+                zacc[idx] += scale * block_total(pD, b, k)
             continue
         total = block_total(pD, b, k)
         x = np.maximum(x, 0.0)
@@ -447,11 +454,19 @@ def decompose_block(idx, pD, x, b, k, tol, budget):
         if tight.size:
             children, tasks = _chain_of_tight_prefixes(idx, pD, x, b, order, tight, m)
             holder[slot] = ["chain", children, m]
+            if zacc is not None:  # the singleton runs (leaves) keep the vertex of this order
+                big = np.zeros(m, dtype=bool)
+                cuts = np.concatenate([[0], tight, [m]])
+                for i in np.flatnonzero(np.diff(cuts) > 1).tolist():
+                    big[cuts[i] : cuts[i + 1]] = True
+                zacc[idx[order[~big]]] += scale * v[~big]
             stack.extend((c, j, i_, p_, x_, b_, scale, None) for (c, j, i_, p_, x_, b_) in tasks)
             continue
         d = x[order] - v
         if np.max(np.abs(d)) <= atol or budget[0] <= 0 or scale < WEIGHT_FLOOR:
             holder[slot] = ["leaf", idx[order]]
+            if zacc is not None:
+                zacc[idx[order]] += scale * v
             continue
         budget[0] -= 1
         pDo = pD[order]
@@ -465,6 +480,8 @@ def decompose_block(idx, pD, x, b, k, tol, budget):
         child = ["chain", [None, None], m]
         lam = 1.0 - 1.0 / t
         holder[slot] = ["split", lam, idx[order], child] if lam > 0 else child
+        if zacc is not None and lam > 0:
+            zacc[idx[order]] += (scale * lam) * v
         stack.append((child[1], 1, idx[R], pD[R], y[~mask], b, scale / t, None))
         nA = int(mask.sum())
         if scan is not None and bool(mask[scan[0][:nA]].all()):
