@@ -149,7 +149,7 @@ def part_batched(quick, rst):
         table.append((name, f"{t_sort * 1e3:.0f}", f"{t_b * 1e3:.0f}", f"{r_sort:.2f}" + ("" if r_sort <= 1.5 else " MISS"),
                       f"{t_loop * 1e3:.0f}", f"{r_loop:.2f}" + ("" if r_loop >= 3 else " MISS"), f"{err:.1e}"))
     head = ("backend", "batched argsort(q/p) ms", "batched alpha_k ms", "ratio to argsort (<= 1.5)",
-            "per-row numpy loop ms", "loop / batched (>= 3)", "max |batched - loop|")
+            "per-row numpy loop ms", "loop / batched (>= 3)", "max abs diff to loop")
     print_table(f"Batched alpha_k (k = 8) on a {P.shape} batch against a batched argsort and the per-row loop",
                 head, table, rst)
 
