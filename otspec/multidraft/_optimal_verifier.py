@@ -504,9 +504,11 @@ def optimal_verifier(
     tol : float, keyword-only
         Largest gap ``alpha_k - acceptance`` reported as ``"optimal"``;
         default ``max(OPTIMALITY_TOL, 4 (n + k + m) eps)`` for ``"direct"``
-        (1e-12, or the error bound of the closed form :math:`\alpha_k`
-        itself when ``n + k`` exceeds about 1100) and :data:`LP_OPTIMALITY_TOL` (1e-10, the
-        LP's feasibility tolerance) for ``"colgen"`` and the fallback.
+        with ``m`` the number of orders (1e-12, or the rounding bound of the
+        closed form :math:`\alpha_k`, the ``k``-th powers and the
+        ``m``-term mixture sum when ``n + k + m`` exceeds about 1100) and
+        :data:`LP_OPTIMALITY_TOL` (1e-10, the LP's feasibility tolerance)
+        for ``"colgen"`` and the fallback.
     max_iter : int, keyword-only
         Budget of Carathéodory steps (direct; default ``4 n``) or pricing
         rounds (column generation; default ``n + 200``; the fallback after
