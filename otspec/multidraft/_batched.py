@@ -222,8 +222,35 @@ def batched_kseq_acceptance(p, q, k: int, *, normalize: bool = False, validate: 
         \qquad E(\rho) = \sum_x \big(p(x) - q(x)/\rho\big)_+ .
 
     At :math:`\rho^*` this is :math:`P(Y \in S(X))` of the verifier built by
-    :func:`otspec.kseq` (see its docs). Parameters, returns and errors as
-    :func:`batched_kseq_rho_star`.
+    :func:`otspec.kseq` (see its docs).
+
+    Parameters
+    ----------
+    p, q : (..., V) array_like of float (numpy or torch)
+        Draft and target laws, one per row.
+    k : int
+        Number of drafts (a single integer).
+    normalize : bool, keyword-only
+        Rescale each row to sum to 1.
+    validate : bool, keyword-only
+        Check the rows (False skips it in hot loops).
+
+    Returns
+    -------
+    (...) array of float64
+        Of the input's array type and device.
+
+    Raises
+    ------
+    TypeError
+        ``k`` not a single integer, or inputs of an unsupported type.
+    ValueError
+        Invalid rows or mismatched shapes.
+
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", NeurIPS 2023, Algorithm 2 and Lemma 4.
 
     Examples
     --------

@@ -182,6 +182,12 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
         ``step`` raised (with the block that triggered it) or returned
         something that is not 1 to L + 1 tokens in range.
 
+    References
+    ----------
+    .. [1] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal
+       Transport", NeurIPS 2023, Theorem 3 (the decoded tokens completed by
+       the target follow the target's joint law).
+
     Examples
     --------
     >>> from otspec.block import make_verifier

@@ -334,6 +334,12 @@ def detectable_tv(n_samples, law, *, power: float = 0.99, alpha_fail: float = 1e
     float
         In (0, 1]; ``1.0`` when the pooling leaves no test at all.
 
+    Raises
+    ------
+    TypeError, ValueError
+        ``n_samples`` not a positive integer, an invalid ``law``, or
+        ``power`` / ``alpha_fail`` outside (0, 1).
+
     Examples
     --------
     >>> from otspec.testing import detectable_tv

@@ -592,6 +592,11 @@ def seed_for(*parts) -> int:
     int
         In ``[0, 2**63)``; pass it as ``rng=``.
 
+    Raises
+    ------
+    TypeError
+        A part that is neither a number, a string, a sequence nor an array.
+
     Examples
     --------
     >>> from otspec.testing import seed_for
