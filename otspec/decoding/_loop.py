@@ -65,7 +65,48 @@ def make_rng(rng) -> np.random.Generator:
 
 
 def _np(t) -> np.ndarray:
+    """The loop's one device-to-host move: a numpy view of a CPU tensor (no copy), a copy from any other device."""
     return t.detach().to("cpu").numpy()
+
+
+def _sample(P, gen: np.random.Generator) -> np.ndarray:
+    """:func:`sample_rows` of a ``(B, V)`` float64 tensor: the numpy path on the CPU, on the device elsewhere."""
+    if P.device.type == "cpu":
+        return sample_rows(_np(P), gen)
+    return _sample_rows_device(P, gen)
+
+
+def _sample_rows_device(P, gen: np.random.Generator) -> np.ndarray:
+    """:func:`sample_rows` computed where ``P`` lives: ``B`` uniforms go in, ``B`` token ids come out.
+
+    The same inverse-CDF rule (``u * total`` searched in the running sums,
+    a landing on a zero-mass entry steps back to the last positive one), so
+    the same law; only ``B`` integers cross to the host.
+    """
+    B, V = P.shape
+    c = torch.cumsum(P, dim=1)
+    u = torch.as_tensor(gen.random(B), dtype=P.dtype, device=P.device) * c[:, -1]
+    i = torch.searchsorted(c, u[:, None], right=True).clamp_(max=V - 1)
+    ar = torch.arange(V, device=P.device)
+    last_pos = torch.where((P > 0) & (ar[None, :] <= i), ar[None, :], torch.full_like(ar, -1)[None, :])
+    return _np(last_pos.amax(dim=1).clamp_(min=0)).astype(np.int64)
+
+
+def _support(p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The union of the supports of two rows ``p``, ``q`` (tensors on the model's device), moved to the host.
+
+    Returns the token ids of the union and ``p``, ``q`` restricted to it and
+    renormalised (float64 numpy). Only those entries cross to the host: the
+    whole vocabulary without truncation, the top-k / top-p union with it.
+    """
+    keep = (p > 0) | (q > 0)
+    if bool(keep.all()):
+        idx = np.arange(p.shape[-1])
+        pc, qc = _np(p), _np(q)
+    else:
+        it = torch.nonzero(keep).flatten()
+        idx, pc, qc = _np(it), _np(p[it]), _np(q[it])
+    return idx, pc / pc.sum(), qc / qc.sum()
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -87,13 +128,20 @@ class _Track:
         self.batch = 1
         self.calls = 0
 
-    def feed(self, ids: np.ndarray, last: int = 1):
-        """Append ``ids`` (B, t) to every row; return the float64 laws of the last ``last`` positions (B, last, V)."""
+    def feed_t(self, ids: np.ndarray, last: int = 1):
+        """Append ``ids`` (B, t) to every row; return the float64 laws of the last ``last`` positions (B, last, V).
+
+        A tensor on the model's device: the decoder moves to the host only the rows its verifiers read.
+        """
         t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(self.lm.device)
         logits = self.lm.logits(self.state, t)[:, -last:]
         self.calls += 1
         self.batch = int(ids.shape[0])
-        return _np(self.sampling.probs(logits))
+        return self.sampling.probs(logits)
+
+    def feed(self, ids: np.ndarray, last: int = 1) -> np.ndarray:
+        """:meth:`feed_t` as a numpy array (the baseline and the block schemes, one row each)."""
+        return _np(self.feed_t(ids, last))
 
     def sync(self, ctx: list[int], row: int = 0, row_seq: list[int] | None = None) -> list[int]:
         """Keep ``row`` (holding ``row_seq``) truncated to its longest prefix of ``ctx`` minus one; return the pending tokens."""
@@ -374,8 +422,14 @@ def speculative_decode(
         P\big(Y_{1:m} = y_{1:m}\big) = \prod_{t=1}^{m} q(y_t \mid \text{prompt}, y_{1:t-1})
         \quad\text{(lossless verifiers)}.
 
-    Probabilities are float64 on the numpy side; verifiers work on the
-    union of the supports of ``p`` and ``q`` (small after top-k / top-p).
+    Probabilities are float64; verifiers work on the union of the supports
+    of ``p`` and ``q`` (the full vocabulary without truncation, e.g.
+    ``verifier="optimal"`` at ``V = 49,152``; small after top-k / top-p).
+    The laws ``P`` (K, L, V) and ``Q`` (K, L + 1, V) stay on the models'
+    device: drafts are sampled there (only ``K`` uniforms and ``K`` ids
+    cross), and each verified depth moves one row of ``p`` and one of ``q``
+    restricted to their union support (plus the bonus row of ``q``) to the
+    host, not the whole arrays. On the CPU the moves are views (no copy).
 
     Parameters
     ----------
@@ -493,23 +547,26 @@ class _Decoder:
 
     # -- the draft and target phases (shared) -----------------------------------------
     def _draft_and_score(self, ctx):
+        """Draft ``K`` sequences and score them: token ids ``X`` (K, L) on the host, the float64 laws
+        ``P`` (K, L, V) and ``Q`` (K, L + 1, V) as tensors on the models' device (never moved whole)."""
         K, L = self.K, self.L
         pending = self.d.sync(ctx)
-        P1 = self.d.feed(np.array([pending], dtype=np.int64))[:, -1]  # (1, V)
+        P1 = self.d.feed_t(np.array([pending], dtype=np.int64))[:, -1]  # (1, V)
         V = P1.shape[-1]
         X = np.empty((K, L), dtype=np.int64)
-        P = np.empty((K, L, V))
+        P = torch.empty((K, L, V), dtype=torch.float64, device=P1.device)
         P[:, 0] = P1
-        X[:, 0] = sample_rows(np.broadcast_to(P1, (K, V)), self.gen)
+        X[:, 0] = _sample(P1.expand(K, V), self.gen)
         for j in range(1, L):
-            P[:, j] = self.d.feed(X[:, j - 1 : j])[:, -1]
-            X[:, j] = sample_rows(P[:, j], self.gen)
+            P[:, j] = self.d.feed_t(X[:, j - 1 : j])[:, -1]
+            X[:, j] = _sample(P[:, j], self.gen)
         pending_t = self.t.sync(ctx)
         ids = np.concatenate([np.broadcast_to(np.array(pending_t, dtype=np.int64), (K, len(pending_t))), X], axis=1)
-        Q = self.t.feed(ids, last=L + 1)  # (K, L + 1, V): q_1 .. q_{L+1}
+        Q = self.t.feed_t(ids, last=L + 1)  # (K, L + 1, V): q_1 .. q_{L+1}
         return X, P, Q
 
-    def _compress(self, p, q):
+    @staticmethod
+    def _compress(p, q):
         idx = np.flatnonzero((p > 0) | (q > 0))
         pc, qc = p[idx], q[idx]
         return idx, pc / pc.sum(), qc / qc.sum()
@@ -529,7 +586,7 @@ class _Decoder:
         accs: list[float] = []
         for j in range(L):
             r0 = alive[0]
-            idx, pc, qc = self._compress(P[r0, j], Q[r0, j])
+            idx, pc, qc = _support(P[r0, j], Q[r0, j])  # the one pair of rows this depth verifies
             k = len(alive)
             v = self.scheme.build(pc, qc, k)
             if self.lossless is None:
@@ -551,7 +608,7 @@ class _Decoder:
             alive = survivors
         tau = len(out) if survivors else len(out) - 1
         if tau == L:
-            y = int(sample_rows(Q[alive[0], L][None], self.gen)[0])
+            y = int(_sample(Q[alive[0], L][None], self.gen)[0])
             out.append(y)
         row = alive[0]
         self.t.seq = ctx + X[row].tolist()
@@ -571,6 +628,7 @@ class _Decoder:
 
         L = self.L
         X, P, Q = self._draft_and_score(ctx)
+        P, Q = _np(P), _np(Q)  # K = 1: the block verifier and its analysis read every row of the block
         block = tuple(X[0].tolist())
         cs = {block[:i]: P[0, i] for i in range(L)}
         cb = {block[:i]: Q[0, i] for i in range(L + 1)}
