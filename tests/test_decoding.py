@@ -317,6 +317,102 @@ def test_alpha_first_is_alpha_k_for_lp(toy_pair):
     np.testing.assert_allclose(res.alpha_first, res.alpha_opt_first, atol=1e-8)
 
 
+def _memoryless_pair(n, seed=0, scale=2.0, noise=0.6):
+    """Draft/target whose logits depend on the last token only: (n, n) tables, a vocabulary of ``n``."""
+    g = torch.Generator().manual_seed(seed)
+    tq = torch.randn(n, n, generator=g, dtype=torch.float64) * scale
+    tp = tq + noise * torch.randn(n, n, generator=g, dtype=torch.float64)
+    return D.CallableLM(lambda ids: tq[ids], n, name="mem-target"), D.CallableLM(lambda ids: tp[ids], n, name="mem-draft")
+
+
+def test_optimal_runs_at_full_vocabulary_with_acceptance_alpha_k():
+    """No top-k: every verified depth sees the whole vocabulary, and the optimal verifier's exact
+    acceptance at depth 1 is alpha_K(p_1, q_1) (otspec.alpha_k, closed form) to 1e-9."""
+    n = 3000
+    target, draft = _memoryless_pair(n)
+    res = D.speculative_decode([0], draft=draft, target=target, verifier="optimal", k=2, L=2,
+                               max_new_tokens=12, rng=0)
+    assert res.lossless and res.tokens.shape == (12,)
+    np.testing.assert_allclose(res.alpha_first, res.alpha_opt_first, rtol=0, atol=1e-9)
+    r = D.speculative_decode([0], draft=draft, target=target, verifier="multiround", k=2, L=2,
+                             max_new_tokens=6, rng=0)
+    assert r.tokens.shape == (6,) and np.all(r.alpha_first <= r.alpha_opt_first + 1e-12)  # lossless: <= alpha_K
+    r = D.speculative_decode([0], draft=draft, target=target, verifier="mentored", L=2, max_new_tokens=6, rng=0,
+                             verifier_options={"D": 0.1})
+    # lossy, KL budget 0.1 > 0: accepts more than the lossless optimum 1 - TV = alpha_1
+    assert r.tokens.shape == (6,) and np.all(r.alpha_first >= r.alpha_opt_first - 1e-12)
+
+
+def test_device_sampler_equals_host_sampler():
+    """The on-device inverse-CDF draw is sample_rows: same ids from the same uniforms (zero masses,
+    ties, a uniform at the top of the range that lands past the last positive entry)."""
+    from otspec.decoding._loop import _sample_rows_device
+    from otspec.decoding._sampling import sample_rows
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        B, n = int(rng.integers(1, 5)), int(rng.integers(1, 13))
+        P = rng.random((B, n)) * (rng.random((B, n)) < 0.5)
+        P[np.arange(B), rng.integers(0, n, B)] += 0.25
+        P /= P.sum(axis=1, keepdims=True)
+        a = sample_rows(P, np.random.default_rng(trial))
+        b = _sample_rows_device(torch.from_numpy(P), np.random.default_rng(trial))
+        np.testing.assert_array_equal(a, b)
+
+    class _Top:  # u = 1: lands at the total, past trailing zeros; both walk back to the last positive entry
+        def random(self, m):
+            return np.ones(m)
+
+    P = np.array([[0.5, 0.5, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(sample_rows(P, _Top()), _sample_rows_device(torch.from_numpy(P), _Top()))
+    np.testing.assert_array_equal(sample_rows(P, _Top()), [1, 1])
+
+
+@pytest.mark.parametrize("verifier,K", [("token", 1), ("kseq", 3), ("optimal", 3)])
+def test_token_level_verification_moves_rows_not_the_arrays(verifier, K, monkeypatch):
+    """The device path, faked on the CPU: drafts sampled where the laws live and every host move counted.
+
+    Per iteration at most K ids per drafted position and, per verified depth, one row of p and one of
+    q on their union support (and its ids) cross -- never the (K, L, V) / (K, L + 1, V) arrays -- and
+    the output is the CPU path's, token for token (same uniforms, same inverse-CDF rule).
+    """
+    from otspec.decoding import _loop
+
+    n, L = 40, 4
+    target, draft = _memoryless_pair(n, seed=3)
+    kw = dict(draft=draft, target=target, verifier=verifier, k=K, L=L, max_new_tokens=40, rng=11)
+    host = D.speculative_decode([0], **kw)
+    moved = []
+    real_np = _loop._np
+
+    def counting(t):
+        a = real_np(t)
+        moved.append(a.size)
+        return a
+
+    monkeypatch.setattr(_loop, "_np", counting)
+    monkeypatch.setattr(_loop, "_sample", _loop._sample_rows_device)
+    dev = D.speculative_decode([0], **kw)
+    np.testing.assert_array_equal(dev.tokens, host.tokens)
+    np.testing.assert_array_equal(dev.accepted, host.accepted)
+    depths = np.minimum(dev.accepted + 1, L)
+    bound = dev.iterations * (L * K + 1) + 2 * n * int(depths.sum())  # full support: no ids cross
+    assert max(moved) <= n
+    assert sum(moved) <= bound < dev.iterations * K * (2 * L + 1) * n
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_decoding_on_cuda_runs_and_is_reproducible():
+    g = torch.Generator().manual_seed(0)
+    tq = torch.randn(50, 50, generator=g, dtype=torch.float64).cuda()
+    target = D.CallableLM(lambda ids: tq[ids], 50, device="cuda")
+    draft = D.CallableLM(lambda ids: tq[ids] * 0.8, 50, device="cuda")
+    runs = [D.speculative_decode([0], draft=draft, target=target, verifier=v, k=2, L=3, max_new_tokens=20, rng=1)
+            for v in ("kseq", "optimal", "kseq")]
+    assert all(r.tokens.shape == (20,) for r in runs)
+    np.testing.assert_array_equal(runs[0].tokens, runs[2].tokens)
+
+
 def test_tau_law_on_path_matches_block_enumeration():
     """The decoder's along-the-block formulas equal otspec.block's enumeration tables."""
     from otspec.models import random_table_model
