@@ -91,24 +91,37 @@ def _merge(res: dict, r: dict) -> None:
     res["load_seconds"] += r["load_seconds"]
 
 
-def widen(res: dict, max_prompts: int = 16) -> dict:
+def second_stage_prompts(n1: int, h1: float, max_prompts: int = 16) -> int:
+    """Prompts of the fresh second-stage run: ``ceil(n1 (h1 / HALF_WIDTH)^2 * 1.15)``, at most ``max_prompts``."""
+    return min(max_prompts, math.ceil(n1 * (h1 / HALF_WIDTH) ** 2 * 1.15))
+
+
+def second_stage_run(name: str, n2: int) -> dict:
+    """The fresh run of :func:`widen` for one verifier (seeds ``seed + 1000`` on), no lossless check."""
+    from decode_real_pair import run_experiment
+
+    return run_experiment(prompts=n2, verifiers=(name,), **dict(SETTINGS, seed=SETTINGS["seed"] + 1000,
+                                                                 lossless_runs=0))
+
+
+def widen(res: dict, max_prompts: int = 16, fresh: dict | None = None) -> dict:
     """Second stage: a verifier whose interval is wider than +-HALF_WIDTH is decoded again, afresh.
 
     The fresh run (new seeds, ``seed + 1000``) has ``ceil(n1 (h1 / HALF_WIDTH)^2 * 1.15)``
     prompts, ``n1`` and ``h1`` the first stage's prompts and half-width (at most
     ``max_prompts``), and replaces the first-stage record, which is kept under
     ``"first_stage"``. The reported interval comes from the fresh runs alone, whose
-    number was fixed before they ran, so it keeps its 95 % coverage.
+    number was fixed before they ran, so it keeps its 95 % coverage. ``fresh`` maps a
+    verifier to a :func:`second_stage_run` already made (with the same prompt count).
     """
-    from decode_real_pair import run_experiment
-
     for i, rec in enumerate(res["records"]):
         if "skipped" in rec or _half(rec) <= HALF_WIDTH:
             continue
         n1, h1 = int(rec["runs"]), _half(rec)
-        n2 = min(max_prompts, math.ceil(n1 * (h1 / HALF_WIDTH) ** 2 * 1.15))
-        kw = dict(SETTINGS, seed=SETTINGS["seed"] + 1000, lossless_runs=0)
-        r = run_experiment(prompts=n2, verifiers=(rec["verifier"],), **kw)
+        n2 = second_stage_prompts(n1, h1, max_prompts)
+        r = (fresh or {}).get(rec["verifier"]) or second_stage_run(rec["verifier"], n2)
+        if r["settings"]["prompts"] != n2:
+            raise ValueError(f"`fresh` run of {rec['verifier']!r} has {r['settings']['prompts']} prompts, expected {n2}")
         new = r["records"][0]
         new["first_stage"] = {"prompts": n1, "tokens": rec["tokens"], "iterations": rec["iterations"],
                               "block_efficiency": rec["block_efficiency"], "half_width": h1,
