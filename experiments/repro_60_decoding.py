@@ -104,7 +104,7 @@ def second_stage_run(name: str, n2: int) -> dict:
                                                                  lossless_runs=0))
 
 
-def widen(res: dict, max_prompts: int = 16, fresh: dict | None = None) -> dict:
+def widen(res: dict, max_prompts: int = 16, fresh: dict | None = None, only=None) -> dict:
     """Second stage: a verifier whose interval is wider than +-HALF_WIDTH is decoded again, afresh.
 
     The fresh run (new seeds, ``seed + 1000``) has ``ceil(n1 (h1 / HALF_WIDTH)^2 * 1.15)``
@@ -112,10 +112,11 @@ def widen(res: dict, max_prompts: int = 16, fresh: dict | None = None) -> dict:
     ``max_prompts``), and replaces the first-stage record, which is kept under
     ``"first_stage"``. The reported interval comes from the fresh runs alone, whose
     number was fixed before they ran, so it keeps its 95 % coverage. ``fresh`` maps a
-    verifier to a :func:`second_stage_run` already made (with the same prompt count).
+    verifier to a :func:`second_stage_run` already made (with the same prompt count);
+    ``only`` (names) restricts the second stage to those verifiers (default: all).
     """
     for i, rec in enumerate(res["records"]):
-        if "skipped" in rec or _half(rec) <= HALF_WIDTH:
+        if "skipped" in rec or _half(rec) <= HALF_WIDTH or (only is not None and rec["verifier"] not in only):
             continue
         n1, h1 = int(rec["runs"]), _half(rec)
         n2 = second_stage_prompts(n1, h1, max_prompts)
