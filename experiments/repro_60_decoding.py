@@ -73,6 +73,7 @@ def _write_json(path: Path, obj) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(obj, indent=2) + "\n")
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)
 
 
