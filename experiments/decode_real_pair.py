@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import numbers
 import os
 import platform
 import sys
@@ -29,6 +31,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import write_text_atomic  # noqa: E402
 
 PROMPTS = [
     "Explain why the sky is blue.",
@@ -57,6 +62,59 @@ CONFIGS = [
 DEFAULT_VERIFIERS = ("token", "block-onestep", "block", "kseq", "lp")
 
 
+VERIFIER_NAMES = tuple(c[0] for c in CONFIGS)
+
+
+def _int_option(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def validate_options(*, prompts, max_new_tokens, draft_length, num_drafts, temperature, verifiers, device,
+                     threads, lossless_runs, lossless_top_k, seed, lossless_verifiers=None) -> list[str]:
+    """Check every option before any model is loaded; return the verifier names to run.
+
+    Raises ValueError with a one-line message naming the option.
+    """
+    _int_option(prompts, "prompts", 1)
+    _int_option(max_new_tokens, "max_new_tokens", 1)
+    _int_option(draft_length, "draft_length", 1)
+    _int_option(num_drafts, "num_drafts", 1)
+    _int_option(lossless_runs, "lossless_runs", 0)
+    _int_option(lossless_top_k, "lossless_top_k", 1)
+    _int_option(seed, "seed", 0)
+    if threads is not None:
+        _int_option(threads, "threads", 1)
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
+        math.isfinite(temperature) and temperature > 0
+    ):
+        raise ValueError(f"`temperature` must be a positive finite number, got {temperature!r}")
+    names = list(VERIFIER_NAMES) if verifiers == "all" else list(verifiers)
+    if not names:
+        raise ValueError(f"`verifiers` must name at least one of {', '.join(VERIFIER_NAMES)} (or 'all')")
+    unknown = [v for v in names if v not in VERIFIER_NAMES]
+    if unknown:
+        raise ValueError(
+            f"`verifiers`: unknown name(s) {', '.join(map(repr, unknown))}; choose from {', '.join(VERIFIER_NAMES)} or 'all'"
+        )
+    if lossless_verifiers is not None:
+        bad = [v for v in lossless_verifiers if v not in VERIFIER_NAMES]
+        if bad:
+            raise ValueError(f"`lossless_verifiers`: unknown name(s) {', '.join(map(repr, bad))}")
+    if not isinstance(device, str) or not device:
+        raise ValueError(f"`device` must be a torch device name such as 'cpu' or 'cuda', got {device!r}")
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"`device`: {device!r} is not a torch device ({exc})") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"`device` is {device!r} but CUDA is not available on this machine")
+    return names
+
+
 def _chat_ids(tok, text: str) -> list[int]:
     ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
     if hasattr(ids, "keys"):
@@ -81,7 +139,18 @@ def run_experiment(
     progress: bool = True,
     out: Path | None = None,
 ) -> dict:
-    """Run the comparison; return (and optionally write to ``out/decoding.json``) the results."""
+    """Run the comparison; return (and optionally write to ``out/decoding.json``) the results.
+
+    Every option is validated before the models are loaded (ValueError naming
+    the option). ``out/decoding.json`` is written atomically, and only when at
+    least one verifier ran: a run that measured nothing never replaces earlier
+    results.
+    """
+    names = validate_options(
+        prompts=prompts, max_new_tokens=max_new_tokens, draft_length=draft_length, num_drafts=num_drafts,
+        temperature=temperature, verifiers=verifiers, device=device, threads=threads, lossless_runs=lossless_runs,
+        lossless_top_k=lossless_top_k, seed=seed, lossless_verifiers=lossless_verifiers,
+    )
     import torch
 
     import otspec.decoding as D
@@ -103,7 +172,6 @@ def run_experiment(
 
     baseline = []
     records = []
-    names = [c[0] for c in CONFIGS] if verifiers == "all" else list(verifiers)
     for name, K, extra in CONFIGS:
         if name not in names:
             continue
@@ -170,10 +238,14 @@ def run_experiment(
         },
         "records": records,
     }
+    ran = [r for r in records if "skipped" not in r]
+    if not ran:
+        raise RuntimeError(
+            "no verifier ran (every one was skipped: " + "; ".join(f"{r['name']}: {r['skipped']}" for r in records)
+            + "); earlier results are left untouched"
+        )
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "decoding.json").write_text(json.dumps(result, indent=2) + "\n")
+        write_text_atomic(Path(out) / "decoding.json", json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -195,14 +267,34 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     verifiers = "all" if args.verifiers == "all" else [v.strip() for v in args.verifiers.split(",") if v.strip()]
-    run_experiment(
-        prompts=args.prompts, max_new_tokens=args.max_new_tokens, L=args.draft_length,
-        k=args.num_drafts, temperature=args.temperature, verifiers=verifiers, device=args.device,
-        threads=args.threads or None, lossless_runs=args.lossless_runs, seed=args.seed, progress=not args.no_progress,
-        out=Path(args.out),
+    if args.threads is not None and args.threads < 0:
+        return _fail(f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
+    options = dict(
+        prompts=args.prompts, max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
+        num_drafts=args.num_drafts, temperature=args.temperature, verifiers=verifiers, device=args.device,
+        threads=args.threads or None, lossless_runs=args.lossless_runs, seed=args.seed,
     )
+    try:
+        validate_options(lossless_top_k=5, **options)  # before any model is loaded
+        run_experiment(progress=not args.no_progress, out=Path(args.out), **options)
+    except (ValueError, RuntimeError) as exc:
+        return _fail(_option_message(exc))
     print(f"[decode_real_pair] wrote {Path(args.out) / 'decoding.json'}")
     return 0
+
+
+def _option_message(exc: Exception) -> str:
+    """The error on one line, with the Python names of options spelled as on the command line."""
+    msg = " ".join(str(exc).split())
+    for name in ("prompts", "max_new_tokens", "draft_length", "num_drafts", "temperature", "verifiers", "device",
+                 "threads", "lossless_runs", "seed"):
+        msg = msg.replace(f"`{name}`", "--" + name.replace("_", "-"))
+    return msg
+
+
+def _fail(message: str) -> int:
+    print(f"decode_real_pair: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -9,11 +9,10 @@ re-typed formula; the paper's formulas appear only in the comparison columns.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section
+from _report import Row, Section, write_csv
 
 import otspec
 from otspec.closed_form import bernoulli_alpha_k, lemma3_constant, uniform_alpha_k
@@ -31,11 +30,7 @@ TOL = 1e-12
 
 
 def _write_csv(path: Path, header, rows):
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        for r in rows:
-            w.writerow([f"{v:.17g}" if isinstance(v, float) else v for v in r])
+    write_csv(path, header, rows)
 
 
 def _savefig(ax, path: Path):

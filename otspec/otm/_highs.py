@@ -12,7 +12,7 @@ mirrors scipy's ``_linprog_util._check_result``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,6 +45,9 @@ class LPSolution:
     max_violation : float
         Largest violation of signs, row bounds and the solver's own objective
         value (``nan`` when no solution came back).
+    row_dual : (n_rows,) ndarray of float64
+        HiGHS's row duals (empty on a solver failure), for callers that
+        certify a bound by weak duality.
     """
 
     success: bool
@@ -53,6 +56,7 @@ class LPSolution:
     x: np.ndarray
     objective: float
     max_violation: float
+    row_dual: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def raise_for_status(self, what: str) -> None:
         """Raise :class:`SolverError` naming ``what`` unless the solve succeeded."""
@@ -69,9 +73,10 @@ def _run_highs(h, lp):
     status = h.getModelStatus()
     name = h.modelStatusToString(status)
     if status != highspy.HighsModelStatus.kOptimal:
-        return False, name, None, math.nan
-    x = np.array(h.getSolution().col_value, dtype=np.float64)
-    return True, name, x, float(h.getInfo().objective_function_value)
+        return False, name, None, math.nan, None
+    sol = h.getSolution()
+    x = np.array(sol.col_value, dtype=np.float64)
+    return True, name, x, float(h.getInfo().objective_function_value), np.array(sol.row_dual, dtype=np.float64)
 
 
 def solve_lp(
@@ -149,7 +154,7 @@ def solve_lp(
     lp.a_matrix_.start_ = starts
     lp.a_matrix_.index_ = index
     lp.a_matrix_.value_ = values
-    optimal, name, x, solver_obj = _run_highs(h, lp)
+    optimal, name, x, solver_obj, row_dual = _run_highs(h, lp)
     if not optimal:
         return LPSolution(False, name, f"HiGHS model status: {name}", np.empty(0), math.nan, math.nan)
     objective = math.fsum(cost * x)
@@ -174,4 +179,4 @@ def solve_lp(
             violation,
         )
     return LPSolution(True, "optimal", f"HiGHS: {name}; re-check passed (max violation {violation:.1e})",
-                      x, objective, violation)
+                      x, objective, violation, row_dual)
