@@ -73,10 +73,9 @@ def _run_highs(h, lp):
     status = h.getModelStatus()
     name = h.modelStatusToString(status)
     if status != highspy.HighsModelStatus.kOptimal:
-        return False, name, None, math.nan, None
-    sol = h.getSolution()
-    x = np.array(sol.col_value, dtype=np.float64)
-    return True, name, x, float(h.getInfo().objective_function_value), np.array(sol.row_dual, dtype=np.float64)
+        return False, name, None, math.nan
+    x = np.array(h.getSolution().col_value, dtype=np.float64)
+    return True, name, x, float(h.getInfo().objective_function_value)
 
 
 def solve_lp(
@@ -154,7 +153,7 @@ def solve_lp(
     lp.a_matrix_.start_ = starts
     lp.a_matrix_.index_ = index
     lp.a_matrix_.value_ = values
-    optimal, name, x, solver_obj, row_dual = _run_highs(h, lp)
+    optimal, name, x, solver_obj = _run_highs(h, lp)
     if not optimal:
         return LPSolution(False, name, f"HiGHS model status: {name}", np.empty(0), math.nan, math.nan)
     objective = math.fsum(cost * x)
@@ -168,6 +167,7 @@ def solve_lp(
         float(np.max(row_lower - ax, initial=0.0)),
         abs(objective - solver_obj),
     )
+    row_dual = np.array(h.getSolution().row_dual, dtype=np.float64)
     if not violation <= check_tol:
         return LPSolution(
             False,

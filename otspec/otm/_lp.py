@@ -430,7 +430,7 @@ def otm_lp_tuples(p, q, k, *, normalize: bool = False, raise_on_failure: bool = 
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
     n = p_.shape[0]
-    if n > 1 and (k + 1) * math.log(n) > math.log(MAX_TUPLE_VARIABLES) + 1.0:
+    if n > 1 and (k + 1) * math.log(n) > math.log(MAX_TUPLE_VARIABLES) + 30.0:  # no huge n**(k+1)
         raise ValueError(
             f"the tuple OTM LP would have n**(k+1) = {n}**{k + 1} variables (`k`={k}), "
             f"above the limit MAX_TUPLE_VARIABLES={MAX_TUPLE_VARIABLES}; use otm_lp or alpha_k"
