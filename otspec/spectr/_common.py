@@ -146,10 +146,11 @@ def validate_branching(K, L, branching) -> tuple[int, ...]:
     return ks
 
 
-def capped_count(s: int, k: int, symmetric: bool, cap: int) -> int:
-    """Number of draft multisets ``C(s + k - 1, k)`` (or tuples ``s**k``), or ``cap + 1`` if above ``cap``.
+def capped_count(s: int, k: int, symmetric: bool, cap: int):
+    """Number of draft multisets ``C(s + k - 1, k)`` (or tuples ``s**k``); ``math.inf`` when astronomically above ``cap``.
 
-    Decided by logarithms first, so ``K = 10**12`` never builds a huge integer.
+    Decided by logarithms first, so ``K = 10**12`` never builds a huge integer;
+    counts within a factor ``e**30`` of ``cap`` are exact integers.
     """
     if s <= 1:
         return 1
@@ -157,10 +158,9 @@ def capped_count(s: int, k: int, symmetric: bool, cap: int) -> int:
         log_size = math.lgamma(s + k) - math.lgamma(k + 1) - math.lgamma(s)
     else:
         log_size = k * math.log(s)
-    if log_size > math.log(cap) + 1.0:
-        return cap + 1
-    size = n_multisets(s, k) if symmetric else s**k
-    return min(size, cap + 1)
+    if log_size > math.log(cap) + 30.0:
+        return math.inf
+    return n_multisets(s, k) if symmetric else s**k
 
 
 # ----------------------------------------------------------------------------- verifiers
@@ -300,8 +300,9 @@ class VerifierFactory:
         size = capped_count(s, k, self.symmetric, max_enum)
         if size > max_enum:
             kind = "multisets" if self.symmetric else "ordered draft tuples"
+            count = f"more than {max_enum}" if size == math.inf else str(size)
             raise ValueError(
-                f"the exact step law would enumerate {size} {kind} (|supp p|={s}, k={k}), above "
+                f"the exact step law would enumerate {count} {kind} (|supp p|={s}, k={k}), above "
                 f"`max_enum`={max_enum}; use block_efficiency_mc for models this large"
             )
         v = self(p, q, k)

@@ -73,6 +73,10 @@ def _step_sizes(n, ks, symmetric, cap):
     return out
 
 
+def _count_text(size, cap) -> str:
+    return f"more than {cap}" if size == math.inf else f"up to {size}"
+
+
 def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes):
     sizes = _step_sizes(n, ks, factory.symmetric, max_enum)
     worst = max(s for _, s in sizes)
@@ -80,8 +84,8 @@ def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes):
         d = [s for _, s in sizes].index(worst)
         kind = "multisets" if factory.symmetric else "ordered draft tuples"
         raise ValueError(
-            f"exact enumeration would need more than `max_enum`={max_enum} {kind} of k={sizes[d][0]} "
-            f"draft tokens over V={n} at position {d + 1}; use block_efficiency_mc"
+            f"exact enumeration would need {_count_text(worst, max_enum)} {kind} of k={sizes[d][0]} draft tokens over "
+            f"V={n} at position {d + 1}, above `max_enum`={max_enum}; use block_efficiency_mc"
         )
     orders = [_known_order(draft), _known_order(target)]
     order = None if None in orders else max(orders)
@@ -100,8 +104,8 @@ def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes):
             break
     if total > max_nodes:
         raise ValueError(
-            f"exact enumeration would visit more than `max_nodes`={max_nodes} (context, depth, survivors) "
-            "states; use block_efficiency_mc"
+            f"exact enumeration would visit more than {max_nodes} (context, depth, survivors) states, above "
+            f"`max_nodes`={max_nodes}; use block_efficiency_mc"
         )
     if factory.sequential and work > MAX_SEQUENTIAL_WORK:
         raise ValueError(
