@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_positive_int, validate_probability
+from .._validation import NEGLIGIBLE, validate_positive_int, validate_probability
 from .._verifier import LOSSLESS_TOL, LosslessCheck, validate_tol
 from ..models import (
     MAX_AXES,
@@ -323,8 +323,11 @@ def check_lossless(draft, target, L, verifier="block", *, bonus: bool = True,
 
 
 def _bernoulli_args(p, q, L):
+    # subnormal probabilities are exactly 0 (as in every law, see otspec._validation.NEGLIGIBLE):
+    # the binomial CDFs overflow on them and they carry no mass
     p = validate_probability(p, "p")
     q = validate_probability(q, "q")
+    p, q = (0.0 if v < NEGLIGIBLE else v for v in (p, q))
     L = validate_positive_int(L, "L")
     return p, q, L
 
