@@ -116,15 +116,16 @@ def check_enumeration(V: int, length: int, limit: int, *, what: str = "sequences
     Called before any allocation or model call; the message names the
     parameter and the limit.
     """
-    if length > MAX_AXES:
-        raise ValueError(
-            f"exact enumeration builds tables with one array axis per token: `{length_name}`={length} "
-            f"exceeds the limit of {MAX_AXES} axes"
-        )
+    ln = length_name if "`" in length_name else f"`{length_name}`"
     if size_exceeds(V, length, limit):
         raise ValueError(
-            f"exact enumeration of V**{length_name} = {V}**{length} = {size_text(V, length)} {what} "
+            f"exact enumeration of V**{ln} = {V}**{length} = {size_text(V, length)} {what} "
             f"exceeds the stated limit `{limit_name}`={limit}"
+        )
+    if length > MAX_AXES:
+        raise ValueError(
+            f"exact enumeration builds tables with one array axis per token: {ln}={length} "
+            f"exceeds the limit of {MAX_AXES} axes"
         )
 
 
@@ -621,7 +622,7 @@ def random_markov_model(V: int, order: int = 1, *, concentration: float = 1.0, r
     V = validate_positive_int(V, "V")
     order = validate_positive_int(order, "order", minimum=0)
     c = _concentration(concentration)
-    check_enumeration(V, order + 1, MAX_ENUMERATION, what="transition entries", length_name="(order+1)",
+    check_enumeration(V, order + 1, MAX_ENUMERATION, what="transition entries", length_name="(`order`+1)",
                       limit_name="MAX_ENUMERATION")
     gen = as_rng(rng)
     initial = [_dirichlet(gen, V, (V,) * ell, c) for ell in range(order)]

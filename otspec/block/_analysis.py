@@ -388,7 +388,7 @@ def bernoulli_token_length(p, q, L, *, include_bonus: bool = False) -> float:
 
 #: Largest number of terms :func:`bernoulli_block_length` sums before its tail bound
 #: (below) is under rounding; reached only for near-equal ``p``, ``q`` and huge ``L``.
-MAX_BERNOULLI_TERMS = 10_000_000
+MAX_BERNOULLI_TERMS = 1_000_000
 
 
 def _overlap_terms(p: float, q: float, i: np.ndarray) -> np.ndarray:
@@ -474,6 +474,18 @@ def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
         return float(L) + bonus
     p, q = min(p, q), max(p, q)  # the overlap is symmetric in (p, q)
     rho = math.sqrt(p * q) + math.sqrt((1.0 - p) * (1.0 - q))
+    # terms needed a priori: the tail bound rho^I / (1 - rho) falls below 1e-17 times the first
+    # term 1 - |p - q| (a lower bound of the sum) after `needed` terms; refuse before any work
+    first = 1.0 - (q - p)
+    if rho < 1.0 and first > 0.0:
+        needed = math.log(1e-17 * (1.0 - rho) * first) / math.log(rho)
+    else:
+        needed = math.inf
+    if min(L, needed) > MAX_BERNOULLI_TERMS:
+        raise ValueError(
+            f"`L`={L} needs about {min(L, needed):.3g} terms for p={p!r}, q={q!r} (the terms decay like "
+            f"{rho!r}**i), above the limit MAX_BERNOULLI_TERMS={MAX_BERNOULLI_TERMS}"
+        )
     terms: list[float] = []
     start, chunk = 1, 4096
     while start <= L:

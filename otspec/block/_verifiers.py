@@ -239,7 +239,7 @@ class BlockVerifier(abc.ABC):
 
     def _check_size(self, length: int) -> None:
         check_enumeration(self.vocab_size, length, self.max_entries,
-                          length_name="L" if length == self.L else "(L+1)")
+                          length_name="L" if length == self.L else "(`L`+1)")
 
     def _tables(self, bonus: bool) -> _Tables:
         target_len = self.L + 1 if bonus else self.L

@@ -60,6 +60,11 @@ MAX_SEQUENCES = 1_000_000
 MAX_SEQUENTIAL_WORK = 30_000_000
 
 
+#: Largest number of draft token ids an exact enumeration holds at one position
+#: (multisets or tuples times ``k``; 400 MB of int64).
+MAX_ENUM_CELLS = 50_000_000
+
+
 def _step_sizes(n, ks, symmetric, cap):
     """Largest number of draft tokens at each position and its enumeration size, capped at ``cap + 1``.
 
@@ -86,6 +91,12 @@ def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes):
         raise ValueError(
             f"exact enumeration would need {_count_text(worst, max_enum)} {kind} of k={sizes[d][0]} draft tokens over "
             f"V={n} at position {d + 1}, above `max_enum`={max_enum}; use block_efficiency_mc"
+        )
+    cells = max(s * k for k, s in sizes)  # the enumeration holds k token ids per multiset or tuple
+    if cells > MAX_ENUM_CELLS and not factory.sequential:
+        raise ValueError(
+            f"exact enumeration would hold {cells} draft token ids (multisets x k, `K`={math.prod(ks)}), above "
+            f"the stated limit MAX_ENUM_CELLS={MAX_ENUM_CELLS}; use block_efficiency_mc"
         )
     orders = [_known_order(draft), _known_order(target)]
     order = None if None in orders else max(orders)
