@@ -71,7 +71,7 @@ def _int_option(value, name: str, minimum: int) -> int:
     return int(value)
 
 
-def validate_options(*, prompts, max_new_tokens, draft_length, num_drafts, temperature, verifiers, device,
+def validate_options(*, prompts, max_new_tokens, L, k, temperature, verifiers, device,
                      threads, lossless_runs, lossless_top_k, seed, lossless_verifiers=None) -> list[str]:
     """Check every option before any model is loaded; return the verifier names to run.
 
@@ -79,8 +79,8 @@ def validate_options(*, prompts, max_new_tokens, draft_length, num_drafts, tempe
     """
     _int_option(prompts, "prompts", 1)
     _int_option(max_new_tokens, "max_new_tokens", 1)
-    _int_option(draft_length, "draft_length", 1)
-    _int_option(num_drafts, "num_drafts", 1)
+    _int_option(L, "L", 1)
+    _int_option(k, "k", 1)
     _int_option(lossless_runs, "lossless_runs", 0)
     _int_option(lossless_top_k, "lossless_top_k", 1)
     _int_option(seed, "seed", 0)
@@ -147,7 +147,7 @@ def run_experiment(
     results.
     """
     names = validate_options(
-        prompts=prompts, max_new_tokens=max_new_tokens, draft_length=draft_length, num_drafts=num_drafts,
+        prompts=prompts, max_new_tokens=max_new_tokens, L=L, k=k,
         temperature=temperature, verifiers=verifiers, device=device, threads=threads, lossless_runs=lossless_runs,
         lossless_top_k=lossless_top_k, seed=seed, lossless_verifiers=lossless_verifiers,
     )
@@ -270,8 +270,8 @@ def main(argv=None) -> int:
     if args.threads is not None and args.threads < 0:
         return _fail(f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
     options = dict(
-        prompts=args.prompts, max_new_tokens=args.max_new_tokens, draft_length=args.draft_length,
-        num_drafts=args.num_drafts, temperature=args.temperature, verifiers=verifiers, device=args.device,
+        prompts=args.prompts, max_new_tokens=args.max_new_tokens, L=args.draft_length,
+        k=args.num_drafts, temperature=args.temperature, verifiers=verifiers, device=args.device,
         threads=args.threads or None, lossless_runs=args.lossless_runs, seed=args.seed,
     )
     try:
@@ -283,12 +283,17 @@ def main(argv=None) -> int:
     return 0
 
 
+#: option names of run_experiment -> the command line's
+_FLAGS = {"prompts": "--prompts", "max_new_tokens": "--max-new-tokens", "L": "--draft-length", "k": "--num-drafts",
+          "temperature": "--temperature", "verifiers": "--verifiers", "device": "--device", "threads": "--threads",
+          "lossless_runs": "--lossless-runs", "seed": "--seed"}
+
+
 def _option_message(exc: Exception) -> str:
     """The error on one line, with the Python names of options spelled as on the command line."""
     msg = " ".join(str(exc).split())
-    for name in ("prompts", "max_new_tokens", "draft_length", "num_drafts", "temperature", "verifiers", "device",
-                 "threads", "lossless_runs", "seed"):
-        msg = msg.replace(f"`{name}`", "--" + name.replace("_", "-"))
+    for name, flag in _FLAGS.items():
+        msg = msg.replace(f"`{name}`", flag)
     return msg
 
 
