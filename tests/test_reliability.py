@@ -8,6 +8,7 @@ rngs are written here on purpose (independent of otspec.testing).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import subprocess
@@ -46,15 +47,26 @@ P, Q = np.array([0.5, 0.3, 0.2]), np.array([0.0, 0.5, 0.5])
 P2, Q2 = np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.5, 0.0])
 
 
+#: values for the options some registered verifiers require
+OPTIONS = {"D": 0.05, "w": 0.5}
+
+
 def _token_verifiers(p, q, k):
+    """Every token-level verifier of the registry (and the extra rules not in it), built for (p, q)."""
     for name, spec in VERIFIERS.items():
         if spec.kind != "token":
             continue
         kk = 1 if spec.single_draft else k
-        opts = {"D": 0.05} if "D" in spec.required else {}
-        yield name, spec.build(p, q, kk, **opts)
+        yield name, spec.build(p, q, kk, **{o: OPTIONS[o] for o in spec.required})
     yield "multiround-without-replacement", otspec.multiround(p, q, 2, replacement=False)
     yield "lenient", otspec.lenient_verifier(p, q, 0.5)
+
+
+def _draft_tuples(v):
+    """The draft tuples the verifier's draft law produces (positive ``draft_law_of``)."""
+    for x in itertools.product(range(v.n), repeat=v.k):
+        if v.draft_law_of(x) > 0:
+            yield x
 
 
 @pytest.mark.parametrize("u", COINS)
@@ -62,25 +74,23 @@ def _token_verifiers(p, q, k):
 def test_token_samplers_stay_in_support_with_boundary_coins(u, pq):
     p, q = pq
     for name, v in _token_verifiers(p, q, 2):
-        support = v.output_law() > 0
-        # every draft tuple of positive probability, and the all-zero-target drafts of the issue
-        for x0 in range(v.n):
-            drafts = (x0,) * v.k if v.k == 1 or getattr(v, "replacement", True) else (x0, (x0 + 1) % v.n)
-            if v.draft_law_of(drafts) == 0 and not (p[x0] > 0):
-                continue
+        support = np.asarray(v.output_law()) > 0
+        for drafts in _draft_tuples(v):
             y = v.sample(drafts, rng=ConstantCoins(u))
             assert support[y], (name, drafts, y, u)
         if hasattr(v, "sample_drafts"):
             d = v.sample_drafts(rng=ConstantCoins(u))
-            assert all(p[t] > 0 for t in d), (name, d)
+            assert v.draft_law_of(tuple(d)) > 0, (name, d)
 
 
 def test_issue_reproducer_u_zero_rejects_a_zero_target_token():
+    """p = (0.5, 0.3, 0.2), q = (0, 0.5, 0.5), drafts on token 0, u = 0: never token 0 (q(0) = 0)."""
     for name, v in _token_verifiers(P, Q, 2):
         if v.output_law()[0] > 0:
-            continue  # a lossy rule (mentored at D > 0) may output token 0 by design
-        drafts = (0,) * v.k if getattr(v, "replacement", True) else (0, 1)
-        assert v.sample(drafts, rng=ConstantCoins(0.0)) != 0, name
+            continue  # a lossy rule (mentored, ensemble) may output token 0 by design
+        for drafts in _draft_tuples(v):
+            if 0 in drafts:
+                assert v.sample(drafts, rng=ConstantCoins(0.0)) != 0, (name, drafts)
 
 
 @pytest.mark.parametrize("u", COINS)
