@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 import otspec
 from otspec import speculative
 from otspec.models import MemorylessModel
+from otspec.multidraft import VERIFIERS
 
 LONG = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
 #: examples per property in the default run, and in the long profile
@@ -247,6 +248,23 @@ def prop_float32_and_lists(pqk):
     assert otspec.alpha_k(list(p), list(q), k) == otspec.alpha_k(np.asarray(p), np.asarray(q), k)
 
 
+def prop_registry(case):
+    """Every token verifier of the registry: its kernel, enumerated, gives its stated law and acceptance."""
+    (p, q), k, name = case
+    spec = VERIFIERS[name]
+    kk = 1 if spec.single_draft else k
+    try:
+        v = spec.build(p, q, kk, **{o: {"D": 0.05, "w": 0.5}[o] for o in spec.required})
+    except (ValueError, TypeError) as exc:  # e.g. more drafts than tokens without replacement
+        assert _names_parameter(exc), str(exc)
+        return
+    law, acc = _enumerate(v)
+    np.testing.assert_allclose(law, v.output_law(), atol=TOL, rtol=0)
+    if spec.lossless:
+        np.testing.assert_allclose(law, _flush(q), atol=TOL, rtol=0)
+    assert abs(acc - v.acceptance()) <= TOL
+
+
 # ----------------------------------------------------------------------------- models, block, SpecTr
 def prop_block_models(pqL):
     (p, q), L = pqL
@@ -390,6 +408,8 @@ def prop_seeds(case):
 # ----------------------------------------------------------------------------- the runs
 PROPERTIES = {
     "maximal_coupling": (prop_maximal_coupling, law_pairs()),
+    "registry": (prop_registry, st.tuples(law_pairs(), st.integers(1, 3),
+                                          st.sampled_from(sorted(n for n, s in VERIFIERS.items() if s.kind == "token")))),
     "kseq": (prop_kseq, st.tuples(law_pairs(), st.integers(1, 3))),
     "multiround": (prop_multiround, st.tuples(law_pairs(), st.integers(1, 3))),
     "optimal_verifier": (prop_optimal_verifier, st.tuples(law_pairs(), st.integers(1, 3))),
