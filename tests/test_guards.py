@@ -30,6 +30,7 @@ PROBES = [
     ("otm_lp_tuples k=10**6", "otspec.otm_lp_tuples(U(3), D(3), 10**6)", "`k`"),
     ("multiround k=10**12", "otspec.multiround(U(3), D(3), 10**12)", "`k`"),
     ("kseq sample_drafts k=10**9", "otspec.kseq(U(3), D(3), 10**9).sample_drafts(rng=0)", "`k`"),
+    ("check_lossless k=10**12", "otspec.check_lossless(otspec.kseq(U(3), D(3), 10**12))", "`max_tuples`"),
     ("block.expected_length L=10**18", "otspec.block.expected_length(M2, T2, 10**18)", "`L`"),
     ("block.theorem1_length L=10**18", "otspec.block.theorem1_length(M2, T2, 10**18)", "`L`"),
     ("block.theorem2_length L=25", "otspec.block.theorem2_length(M2, T2, 25)", "`max_entries`"),
