@@ -286,3 +286,36 @@ def test_bench_marks_rows_that_miss_a_target(capsys):
     out = capsys.readouterr().out
     assert "MISSED (9.27 > 3)" in out and "1 of 2 rows MISS it" in out
     json.dumps(out)  # plain text
+
+
+# ----------------------------------------------------------------------------- models and arrays
+class _BadModel:
+    """A draft model whose conditional rows sum to 1.4."""
+
+    vocab_size = 2
+    max_len = None
+
+    def next_dist(self, prefix):
+        return np.array([0.7, 0.7])
+
+
+def test_block_and_spectr_samplers_validate_models_on_use():
+    good = MemorylessModel([0.5, 0.5])
+    with pytest.raises(ValueError, match="sum to 1"):
+        otspec.block.make_verifier(_BadModel(), good, 2).sample(rng=0)
+    with pytest.raises(ValueError, match="sum to 1"):
+        otspec.block.make_verifier(_BadModel(), good, 2).verify((0, 1), rng=0)
+    with pytest.raises(ValueError, match="sum to 1"):
+        otspec.spectr.spectr_step(_BadModel(), good, 2, 2, rng=0)
+    with pytest.raises(ValueError, match="sum to 1"):
+        otspec.spectr.iid_drafts(_BadModel(), 2, 2, rng=0)
+
+
+def test_torch_tensors_and_lists_are_laws():
+    torch = pytest.importorskip("torch")
+    p, q = [0.6, 0.4], [0.3, 0.7]
+    ref = otspec.alpha_k(np.array(p), np.array(q), 3)
+    assert otspec.alpha_k(torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64), 3) == ref
+    assert otspec.alpha_k(p, q, 3) == ref
+    t32 = torch.tensor(p, dtype=torch.float32)
+    assert otspec.kseq(t32, q, 2).p.dtype == np.float64
