@@ -28,6 +28,7 @@ accurate to a few ulp.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -299,12 +300,23 @@ def _increases(a: float, c: float, g: int) -> bool:
     :math:`1 - \alpha^{\gamma+1}` rounds to 1 and stopped at an arbitrary
     :math:`\gamma` (162 for :math:`\alpha = 0.7`, ``c = 0``).
     """
-    log_a = (g + 1) * math.log(a)
-    lhs = log_a + math.log1p(-a) + math.log1p(g * c)
     if c == 0.0:
         return True
+    log_a = (g + 1) * math.log(a)
+    lhs = log_a + math.log1p(-a) + math.log1p(g * c)
     rhs = math.log(c) + math.log(-math.expm1(log_a))
-    return lhs > rhs
+    if abs(lhs - rhs) > 1e-9 or g > _EXACT_TIE_GAMMA:
+        return lhs > rhs
+    # a near-tie (exact ties happen: a = 0.5, c = 0.2, g = 1): decide in exact rationals, so that
+    # ties go to the smaller gamma as documented (the inputs are dyadic rationals)
+    fa, fc = Fraction(a), Fraction(c)
+    A = fa ** (g + 1)
+    return A * (1 - fa) * (1 + g * fc) > fc * (1 - A)
+
+
+#: Largest gamma at which a near-tie of the increment is decided in exact rationals
+#: (``a**(g + 1)`` has at most ``53 (g + 1)`` bits); beyond it ties go by the logs.
+_EXACT_TIE_GAMMA = 4096
 
 
 def _argmax_gamma(a: float, c: float, max_gamma: int) -> int:

@@ -420,8 +420,8 @@ PROPERTIES = {
     "block": (prop_block_models, st.tuples(law_pairs(max_n=3), st.integers(1, 3))),
     "spectr": (prop_spectr, st.tuples(law_pairs(max_n=3), st.integers(1, 3), st.integers(1, 2))),
     "optimal_gamma": (prop_optimal_gamma, st.tuples(
-        st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 0.7, 1.0, 1 - 1e-16, 1e-300])),
-        st.one_of(st.floats(0.0, 2.0), st.sampled_from([0.0, 1e-300, 1e-12, 1.0])),
+        st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 0.5, 0.7, 1.0, 1 - 1e-16, 1e-300])),
+        st.one_of(st.floats(0.0, 2.0), st.sampled_from([0.0, 1e-300, 1e-12, 0.2, 0.25, 1.0])),
         st.one_of(st.integers(1, 40), st.sampled_from([120, 200])))),
     "bernoulli": (prop_bernoulli, st.tuples(
         st.one_of(st.floats(0.0, 1.0), st.sampled_from([0.0, 1.0, 0.5, 1e-300])),

@@ -184,6 +184,8 @@ def test_optimal_gamma_free_drafts_is_the_cap():
     assert 150 < g < 250
     assert speculative.optimal_gamma(1.0, 0.5, max_gamma=7) == 7
     assert speculative.optimal_gamma(0.0, 0.0) == 1
+    # an exact tie, f(1) = 1.5 / 1.2 = f(2) = 1.75 / 1.4: the smaller gamma, as documented
+    assert speculative.optimal_gamma(0.5, 0.2) == 1
 
 
 def test_optimal_block_efficiency_is_never_below_an_achieved_value():
