@@ -94,6 +94,30 @@ def size_exceeds(V: int, length: int, limit: int) -> bool:
     ``V**(10**18)`` as a Python int never finishes; a logarithm decides every
     case that is far from the limit and the exact power is only formed when it
     is at most about ``2 * limit``.
+
+    Parameters
+    ----------
+    V : int
+        Vocabulary size (>= 1).
+    length : int
+        Sequence length (>= 0).
+    limit : int
+        The stated limit.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    ValueError
+        Never for valid integers (callers validate them first).
+
+    Examples
+    --------
+    >>> from otspec.models import size_exceeds
+    >>> size_exceeds(2, 10**18, 2_000_000), size_exceeds(2, 20, 2_000_000)
+    (True, False)
     """
     if V <= 1:
         return 1 > limit
@@ -115,6 +139,34 @@ def check_enumeration(V: int, length: int, limit: int, *, what: str = "sequences
 
     Called before any allocation or model call; the message names the
     parameter and the limit.
+
+    Parameters
+    ----------
+    V : int
+        Vocabulary size.
+    length : int
+        Number of tokens enumerated (one array axis each).
+    limit : int
+        The stated limit on ``V**length``.
+    what : str, keyword-only
+        What is enumerated, for the message.
+    length_name, limit_name : str, keyword-only
+        Parameter names for the message.
+
+    Raises
+    ------
+    ValueError
+        ``V**length > limit``, or ``length > MAX_AXES``.
+
+    Examples
+    --------
+    >>> from otspec.models import check_enumeration
+    >>> check_enumeration(2, 10, 2_000_000)  # 1024 sequences: fine
+    >>> try:
+    ...     check_enumeration(2, 10**18, 2_000_000)
+    ... except ValueError as exc:
+    ...     print(str(exc)[:40])
+    exact enumeration of V**`L` = 2**1000000
     """
     ln = length_name if "`" in length_name else f"`{length_name}`"
     if size_exceeds(V, length, limit):
@@ -130,7 +182,33 @@ def check_enumeration(V: int, length: int, limit: int, *, what: str = "sequences
 
 
 def check_length(L: int, name: str = "L", limit: int = MAX_LENGTH) -> int:
-    """Refuse (ValueError) a sequence length above :data:`MAX_LENGTH` for per-position loops."""
+    """Refuse (ValueError) a sequence length above :data:`MAX_LENGTH` for per-position loops.
+
+    Parameters
+    ----------
+    L : int
+        A validated positive length.
+    name : str
+        Parameter name for the message.
+    limit : int
+        The limit (default :data:`MAX_LENGTH`).
+
+    Returns
+    -------
+    int
+        ``L``.
+
+    Raises
+    ------
+    ValueError
+        ``L > limit``.
+
+    Examples
+    --------
+    >>> from otspec.models import check_length
+    >>> check_length(8)
+    8
+    """
     if L > limit:
         raise ValueError(
             f"`{name}` must be at most {limit} (one model call per position), got {L}"
@@ -325,6 +403,32 @@ def next_law(model, prefix: tuple[int, ...], V: int, name: str) -> np.ndarray:
     Every sampler and exact routine calls models through this, so a model
     whose conditional is not a law (rows summing to 1.4, NaN, wrong length)
     is refused on first use, in O(V) per call.
+
+    Parameters
+    ----------
+    model : Model
+    prefix : sequence of int
+        The context.
+    V : int
+        The model's vocabulary size.
+    name : str
+        Parameter name for messages (``"draft"``, ``"target"``).
+
+    Returns
+    -------
+    (V,) ndarray of float64, read-only
+
+    Raises
+    ------
+    ValueError
+        A conditional of another shape, or not a distribution (see
+        :func:`otspec._validation.validate_distribution`).
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel, next_law
+    >>> next_law(MemorylessModel([0.25, 0.75]), (1, 0), 2, "draft").tolist()
+    [0.25, 0.75]
     """
     prefix = tuple(prefix)
     row = model.next_dist(prefix)
