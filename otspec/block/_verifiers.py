@@ -234,6 +234,27 @@ class BlockVerifier(abc.ABC):
         self.L = L
         self.vocab_size = V
         self._tables_cache: dict[int, _Tables] = {}
+        self._law_cache: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+
+    #: Largest number of validated conditionals kept per verifier (cleared when full).
+    LAW_CACHE_SIZE = 100_000
+
+    def _law(self, role: str, prefix: tuple[int, ...]) -> np.ndarray:
+        """The ``role`` model's conditional after ``prefix``, validated once per prefix and then reused.
+
+        Models are deterministic in their prefix (the :class:`otspec.Model`
+        protocol), so the O(V) check of :func:`otspec.models.next_law` runs
+        once per distinct prefix rather than once per sampled block.
+        """
+        key = (role, prefix)
+        law = self._law_cache.get(key)
+        if law is None:
+            model = self.draft if role == "draft" else self.target
+            law = next_law(model, prefix, self.vocab_size, role)
+            if len(self._law_cache) >= self.LAW_CACHE_SIZE:
+                self._law_cache.clear()
+            self._law_cache[key] = law
+        return law
 
     # -- exact route -------------------------------------------------------
 
@@ -341,8 +362,8 @@ class BlockVerifier(abc.ABC):
 
     def _path(self, block: tuple[int, ...]):
         """Draft and target conditionals along the block: ``cs[i]`` (i < L), ``cb[i]`` (i <= L)."""
-        cs = [next_law(self.draft, block[:i], self.vocab_size, "draft") for i in range(self.L)]
-        cb = [next_law(self.target, block[:i], self.vocab_size, "target") for i in range(self.L + 1)]
+        cs = [self._law("draft", block[:i]) for i in range(self.L)]
+        cb = [self._law("target", block[:i]) for i in range(self.L + 1)]
         return cs, cb
 
     @abc.abstractmethod
@@ -405,12 +426,12 @@ class BlockVerifier(abc.ABC):
         gen = as_rng(rng)
         block: tuple[int, ...] = ()
         for _ in range(self.L):
-            block += (sample_from(next_law(self.draft, block, self.vocab_size, "draft"), gen),)
+            block += (sample_from(self._law("draft", block), gen),)
         cs, cb = self._path(block)
         tau, emitted = self._run(block, cs, cb, gen)
         out = block[:tau] + emitted
         while len(out) < self.L + 1:
-            out += (sample_from(next_law(self.target, out, self.vocab_size, "target"), gen),)
+            out += (sample_from(self._law("target", out), gen),)
         return BlockSample(block=block, tau=tau, output=out)
 
     def sample_tau(self, n: int, *, rng=None) -> np.ndarray:
@@ -630,15 +651,15 @@ class BlockVerify(BlockVerifier):
         js, jb = Js[tau], Jb[tau]
         emitted: tuple[int, ...] = ()
         for _ in range(tau, L):
-            cs_y = next_law(self.draft, y, self.vocab_size, "draft")
-            cb_y = next_law(self.target, y, self.vocab_size, "target")
+            cs_y = self._law("draft", y)
+            cb_y = self._law("target", y)
             res = _residual(np.maximum(jb * cb_y - js * cs_y, 0.0), cb_y)
             x = sample_from(res, gen)
             js *= float(cs_y[x])
             jb *= float(cb_y[x])
             y += (x,)
             emitted += (x,)
-        emitted += (sample_from(next_law(self.target, y, self.vocab_size, "target"), gen),)
+        emitted += (sample_from(self._law("target", y), gen),)
         return tau, emitted
 
 

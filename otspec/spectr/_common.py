@@ -122,11 +122,11 @@ def validate_branching(K, L, branching) -> tuple[int, ...]:
 
     Refuses ``L > MAX_LENGTH`` and ``K * L > MAX_DRAFT_TOKENS`` before building anything.
     """
-    K = validate_positive_int(K, "K")
+    K = validate_positive_int(K, "k")
     L = check_length(validate_positive_int(L, "L"))
     if K * L > MAX_DRAFT_TOKENS:
         raise ValueError(
-            f"`K` * `L` = {K} * {L} draft tokens exceeds the stated limit MAX_DRAFT_TOKENS={MAX_DRAFT_TOKENS}"
+            f"`k` * `L` = {K} * {L} draft tokens exceeds the stated limit MAX_DRAFT_TOKENS={MAX_DRAFT_TOKENS}"
         )
     if branching is None:
         return (K,) + (1,) * (L - 1)
@@ -142,7 +142,7 @@ def validate_branching(K, L, branching) -> tuple[int, ...]:
         raise ValueError(f"`branching` must have L={L} entries (k_1, ..., k_L), got {len(ks)}")
     ks = tuple(validate_positive_int(k, "branching[i]") for k in ks)
     if math.prod(ks) != K:
-        raise ValueError(f"`branching` must multiply to K={K} (prod k_i = K), got prod{ks} = {math.prod(ks)}")
+        raise ValueError(f"`branching` must multiply to k={K} (prod k_i = k), got prod{ks} = {math.prod(ks)}")
     return ks
 
 

@@ -70,7 +70,7 @@ def _transport_max(weights: np.ndarray, q: np.ndarray, reward: np.ndarray) -> fl
 def optimal_block_efficiency(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     branching=None,
@@ -99,7 +99,7 @@ def optimal_block_efficiency(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     branching : sequence of L int or None, keyword-only
         Prefix-tree branching; None: i.i.d. drafts.
@@ -134,6 +134,7 @@ def optimal_block_efficiency(
     >>> bool(best >= block_efficiency(draft, target, 2, 3, verifier="lp") - 1e-9)
     True
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     n = validate_models(draft, target)
     ks = validate_branching(K, L, branching)
     ctx0 = validate_prefix(prefix, n)

@@ -95,7 +95,7 @@ def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes):
     cells = max(s * k for k, s in sizes)  # the enumeration holds k token ids per multiset or tuple
     if cells > MAX_ENUM_CELLS and not factory.sequential:
         raise ValueError(
-            f"exact enumeration would hold {cells} draft token ids (multisets x k, `K`={math.prod(ks)}), above "
+            f"exact enumeration would hold {cells} draft token ids (multisets x k, `k`={math.prod(ks)}), above "
             f"the stated limit MAX_ENUM_CELLS={MAX_ENUM_CELLS}; use block_efficiency_mc"
         )
     orders = [_known_order(draft), _known_order(target)]
@@ -165,7 +165,7 @@ def _length_law(draft, target, n, ks, ctx0, factory, max_enum):
 def length_law(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     verifier="lp",
@@ -191,7 +191,7 @@ def length_law(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     verifier : str, callable or VerifierFactory, keyword-only
         Token-level verifier (see :func:`draft_selection`).
@@ -228,6 +228,7 @@ def length_law(
     >>> length_law(MemorylessModel([0.5, 0.5]), MemorylessModel([0.25, 0.75]), 1, 2).tolist()
     [0.25, 0.1875, 0.5625]
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     n, ks, ctx, factory = _setup(draft, target, K, L, verifier, branching, prefix)
     max_enum = validate_positive_int(max_enum, "max_enum")
     max_nodes = validate_positive_int(max_nodes, "max_nodes")
@@ -238,7 +239,7 @@ def length_law(
 def block_efficiency(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     verifier="lp",
@@ -264,7 +265,7 @@ def block_efficiency(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     verifier : str, callable or VerifierFactory, keyword-only
         Token-level verifier (see :func:`draft_selection`).
@@ -300,6 +301,7 @@ def block_efficiency(
     >>> round(block_efficiency(draft, target, 2, 2, verifier="lp"), 12)
     2.875
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     law = length_law(
         draft, target, K, L, verifier=verifier, branching=branching, prefix=prefix,
         max_enum=max_enum, max_nodes=max_nodes,
@@ -337,7 +339,7 @@ def _decoded(draft, target, n, ks, ctx0, factory, max_enum) -> dict:
 def decoded_law(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     verifier="lp",
@@ -356,7 +358,7 @@ def decoded_law(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     verifier : str, callable or VerifierFactory, keyword-only
         Token-level verifier.
@@ -393,6 +395,7 @@ def decoded_law(
     >>> {s: round(w, 12) for s, w in sorted(law.items())}
     {(0, 0): 0.0625, (0, 1): 0.1875, (1,): 0.25, (1, 0): 0.125, (1, 1): 0.375}
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     n, ks, ctx, factory = _setup(draft, target, K, L, verifier, branching, prefix)
     max_enum = validate_positive_int(max_enum, "max_enum")
     max_sequences = validate_positive_int(max_sequences, "max_sequences")
@@ -460,7 +463,7 @@ def _target_joint(target, ctx, length, n):
 def check_lossless(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     verifier="lp",
@@ -486,7 +489,7 @@ def check_lossless(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     verifier : str, callable or VerifierFactory, keyword-only
         Token-level verifier.
@@ -524,6 +527,7 @@ def check_lossless(
     >>> bool(res.max_error < 1e-15), round(res.expected_tokens, 12)
     (True, 2.875)
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     n, ks, ctx, factory = _setup(draft, target, K, L, verifier, branching, prefix)
     tol = validate_tol(tol)
     L = len(ks)
