@@ -35,7 +35,8 @@ def _write_csv(path: Path, header, rows):
 
 def _savefig(ax, path: Path):
     fig = ax.figure
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # the plotting functions use constrained layout
+        fig.tight_layout()
     fig.savefig(path, dpi=130)
     import matplotlib.pyplot as plt
 

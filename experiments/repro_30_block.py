@@ -41,7 +41,8 @@ def _figure2(out: Path, sec: Section) -> None:
     d = figure2_data(q, ps, L_max)
     fig, ax = plt.subplots(figsize=(7.2, 5.0))
     plot_figure2(data=d, ax=ax, include_bonus=True)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # the plotting functions use constrained layout
+        fig.tight_layout()
     fig.savefig(out / "block_figure2.png", dpi=130)
     plt.close(fig)
     sec.figures.append("block_figure2.png")

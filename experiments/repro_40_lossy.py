@@ -103,7 +103,8 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     ax = plot_lossy_frontier(p, q, ls=LENIENCES, title=f"{name}: acceptance vs KL")
-    ax.figure.tight_layout()
+    if ax.figure.get_layout_engine() is None:  # the plotting functions use constrained layout
+        ax.figure.tight_layout()
     ax.figure.savefig(out / fig, dpi=120)
     plt.close(ax.figure)
     sec.figures.append(fig)

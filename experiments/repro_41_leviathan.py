@@ -124,12 +124,14 @@ def run(out: Path) -> Section:
 
     ax = plot_expected_tokens()
     ax.set_title("Expected tokens per iteration (Leviathan Fig. 2)")
-    ax.figure.tight_layout()
+    if ax.figure.get_layout_engine() is None:  # the plotting functions use constrained layout
+        ax.figure.tight_layout()
     ax.figure.savefig(out / "leviathan_fig2_expected_tokens.png", dpi=120)
     plt.close(ax.figure)
     ax = plot_optimal_gamma()
     ax.set_title("Walltime-optimal gamma (Leviathan Fig. 3)")
-    ax.figure.tight_layout()
+    if ax.figure.get_layout_engine() is None:  # the plotting functions use constrained layout
+        ax.figure.tight_layout()
     ax.figure.savefig(out / "leviathan_fig3_optimal_gamma.png", dpi=120)
     plt.close(ax.figure)
     sec.figures += ["leviathan_fig2_expected_tokens.png", "leviathan_fig3_optimal_gamma.png"]

@@ -172,7 +172,8 @@ def run(out: Path) -> Section:
                     ax=axes[i, j],
                     title=f"{pair.label}-like draft, L = {L}",
                 )
-        fig.tight_layout()
+        if fig.get_layout_engine() is None:  # the plotting functions use constrained layout
+            fig.tight_layout()
         fig.savefig(out / "spectr_table4.png", dpi=110)
         plt.close(fig)
         sec.figures.append("spectr_table4.png")
