@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-__all__ = ["timeit", "timeit_many", "llm_like", "print_table"]
+__all__ = ["timeit", "timeit_many", "llm_like", "print_table", "target_column"]
 
 
 def _once(fn, min_time):
@@ -53,8 +53,33 @@ def llm_like(n, rng, sigma=3.0, noise=1.0):
     return p, q
 
 
-def print_table(title, head, rows, rst):
-    """Print a table, as reST (``rst=True``, for docs/perf) or as plain aligned text."""
+def target_column(head, rows, target):
+    """Append a verdict column for ``target = (column name, upper bound)``: "met" or "MISSED".
+
+    Returns the new head, the new rows and the number of rows that miss.
+    """
+    if target is None:
+        return tuple(head), [tuple(r) for r in rows], 0
+    col, bound = target
+    i = list(head).index(col)
+    out, missed = [], 0
+    for r in rows:
+        v = float(r[i])
+        ok = v <= bound
+        missed += not ok
+        out.append(tuple(r) + ("met" if ok else f"MISSED ({v:.3g} > {bound:g})",))
+    return tuple(head) + (f"target {col} <= {bound:g}",), out, missed
+
+
+def print_table(title, head, rows, rst, *, target=None):
+    """Print a table, as reST (``rst=True``, for docs/perf) or as plain aligned text.
+
+    ``target=(column, bound)``: a stated target "column <= bound"; every row gets
+    a verdict cell ("met" / "MISSED (value > bound)") and a line under the table
+    counts the misses, so a benchmark never prints a target beside a row that
+    misses it without saying so.
+    """
+    head, rows, missed = target_column(head, rows, target)
 
     def cell(v):
         if isinstance(v, float):
@@ -79,3 +104,7 @@ def print_table(title, head, rows, rst):
         for b in body:
             print(" | ".join(c.rjust(w) for c, w in zip(b, widths)))
         print(end="", flush=True)
+    if target is not None:
+        col, bound = target
+        verdict = "all rows meet it" if not missed else f"{missed} of {len(rows)} rows MISS it"
+        print(f"\nTarget {col} <= {bound:g}: {verdict}.", flush=True)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import numbers
 import os
 import platform
 import sys
@@ -29,6 +31,9 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import write_text_atomic  # noqa: E402
 
 PROMPTS = [
     "Explain why the sky is blue.",
@@ -55,6 +60,59 @@ CONFIGS = [
     ("mentored", 1, {"verifier_options": {"D": 0.1}}),
 ]
 DEFAULT_VERIFIERS = ("token", "block-onestep", "block", "kseq", "lp")
+
+
+VERIFIER_NAMES = tuple(c[0] for c in CONFIGS)
+
+
+def _int_option(value, name: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def validate_options(*, prompts, max_new_tokens, L, k, temperature, verifiers, device,
+                     threads, lossless_runs, lossless_top_k, seed, lossless_verifiers=None) -> list[str]:
+    """Check every option before any model is loaded; return the verifier names to run.
+
+    Raises ValueError with a one-line message naming the option.
+    """
+    _int_option(prompts, "prompts", 1)
+    _int_option(max_new_tokens, "max_new_tokens", 1)
+    _int_option(L, "L", 1)
+    _int_option(k, "k", 1)
+    _int_option(lossless_runs, "lossless_runs", 0)
+    _int_option(lossless_top_k, "lossless_top_k", 1)
+    _int_option(seed, "seed", 0)
+    if threads is not None:
+        _int_option(threads, "threads", 1)
+    if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
+        math.isfinite(temperature) and temperature > 0
+    ):
+        raise ValueError(f"`temperature` must be a positive finite number, got {temperature!r}")
+    names = list(VERIFIER_NAMES) if verifiers == "all" else list(verifiers)
+    if not names:
+        raise ValueError(f"`verifiers` must name at least one of {', '.join(VERIFIER_NAMES)} (or 'all')")
+    unknown = [v for v in names if v not in VERIFIER_NAMES]
+    if unknown:
+        raise ValueError(
+            f"`verifiers`: unknown name(s) {', '.join(map(repr, unknown))}; choose from {', '.join(VERIFIER_NAMES)} or 'all'"
+        )
+    if lossless_verifiers is not None:
+        bad = [v for v in lossless_verifiers if v not in VERIFIER_NAMES]
+        if bad:
+            raise ValueError(f"`lossless_verifiers`: unknown name(s) {', '.join(map(repr, bad))}")
+    if not isinstance(device, str) or not device:
+        raise ValueError(f"`device` must be a torch device name such as 'cpu' or 'cuda', got {device!r}")
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise ValueError(f"`device`: {device!r} is not a torch device ({exc})") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"`device` is {device!r} but CUDA is not available on this machine")
+    return names
 
 
 def _chat_ids(tok, text: str) -> list[int]:
@@ -84,8 +142,19 @@ def run_experiment(
 ) -> dict:
     """Run the comparison; return (and optionally write to ``out/decoding.json``) the results.
 
-    ``baseline_max_new_tokens`` caps the adjacent autoregressive runs (default: ``max_new_tokens``).
+    Every option is validated before the models are loaded (ValueError naming
+    the option). ``out/decoding.json`` is written atomically, and only when at
+    least one verifier ran: a run that measured nothing never replaces earlier
+    results. ``baseline_max_new_tokens`` caps the adjacent autoregressive runs
+    (default: ``max_new_tokens``).
     """
+    names = validate_options(
+        prompts=prompts, max_new_tokens=max_new_tokens, L=L, k=k,
+        temperature=temperature, verifiers=verifiers, device=device, threads=threads, lossless_runs=lossless_runs,
+        lossless_top_k=lossless_top_k, seed=seed, lossless_verifiers=lossless_verifiers,
+    )
+    if baseline_max_new_tokens is not None:
+        _int_option(baseline_max_new_tokens, "baseline_max_new_tokens", 1)
     import torch
 
     import otspec.decoding as D
@@ -108,7 +177,6 @@ def run_experiment(
 
     baseline = []
     records = []
-    names = [c[0] for c in CONFIGS] if verifiers == "all" else list(verifiers)
     for name, K, extra in CONFIGS:
         if name not in names:
             continue
@@ -175,10 +243,14 @@ def run_experiment(
         },
         "records": records,
     }
+    ran = [r for r in records if "skipped" not in r]
+    if not ran:
+        raise RuntimeError(
+            "no verifier ran (every one was skipped: " + "; ".join(f"{r['name']}: {r['skipped']}" for r in records)
+            + "); earlier results are left untouched"
+        )
     if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "decoding.json").write_text(json.dumps(result, indent=2) + "\n")
+        write_text_atomic(Path(out) / "decoding.json", json.dumps(result, indent=2) + "\n")
     return result
 
 
@@ -200,14 +272,39 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
     verifiers = "all" if args.verifiers == "all" else [v.strip() for v in args.verifiers.split(",") if v.strip()]
-    run_experiment(
+    if args.threads is not None and args.threads < 0:
+        return _fail(f"--threads must be >= 0 (0 = torch's default), got {args.threads}")
+    options = dict(
         prompts=args.prompts, max_new_tokens=args.max_new_tokens, L=args.draft_length,
         k=args.num_drafts, temperature=args.temperature, verifiers=verifiers, device=args.device,
-        threads=args.threads or None, lossless_runs=args.lossless_runs, seed=args.seed, progress=not args.no_progress,
-        out=Path(args.out),
+        threads=args.threads or None, lossless_runs=args.lossless_runs, seed=args.seed,
     )
+    try:
+        validate_options(lossless_top_k=5, **options)  # before any model is loaded
+        run_experiment(progress=not args.no_progress, out=Path(args.out), **options)
+    except (ValueError, RuntimeError) as exc:
+        return _fail(_option_message(exc))
     print(f"[decode_real_pair] wrote {Path(args.out) / 'decoding.json'}")
     return 0
+
+
+#: option names of run_experiment -> the command line's
+_FLAGS = {"prompts": "--prompts", "max_new_tokens": "--max-new-tokens", "L": "--draft-length", "k": "--num-drafts",
+          "temperature": "--temperature", "verifiers": "--verifiers", "device": "--device", "threads": "--threads",
+          "lossless_runs": "--lossless-runs", "seed": "--seed"}
+
+
+def _option_message(exc: Exception) -> str:
+    """The error on one line, with the Python names of options spelled as on the command line."""
+    msg = " ".join(str(exc).split())
+    for name, flag in _FLAGS.items():
+        msg = msg.replace(f"`{name}`", flag)
+    return msg
+
+
+def _fail(message: str) -> int:
+    print(f"decode_real_pair: error: {message}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section
+from _report import Row, Section, write_csv
 
 import otspec
 from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
@@ -96,9 +95,10 @@ def run(out: Path) -> Section:
             "matches" if gap_lp <= 1e-9 else "differs",
         )
     )
-    with open(out / "otmk_closed_forms.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["family", "pair", "k", "paper_formula_exact", "paper_formula_float", "otspec_alpha_k", "otspec_lp"])
-        w.writerows(table)
+    write_csv(
+        out / "otmk_closed_forms.csv",
+        ["family", "pair", "k", "paper_formula_exact", "paper_formula_float", "otspec_alpha_k", "otspec_lp"],
+        table,
+    )
     sec.notes += "\n\nValues: `otmk_closed_forms.csv`."
     return sec

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 import math
 import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section
+from _report import Row, Section, write_csv
 
 import otspec
 from otspec.plotting.lossy import plot_lossy_frontier, synthetic_llm_pair
@@ -104,17 +103,15 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
     import matplotlib.pyplot as plt
 
     ax = plot_lossy_frontier(p, q, ls=LENIENCES, title=f"{name}: acceptance vs KL")
-    ax.figure.tight_layout()
+    if ax.figure.get_layout_engine() is None:  # the plotting functions use constrained layout
+        ax.figure.tight_layout()
     ax.figure.savefig(out / fig, dpi=120)
     plt.close(ax.figure)
     sec.figures.append(fig)
-    with open(out / fig.replace(".png", ".csv"), "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["curve", "parameter", "kl", "acceptance", "tv", "alpha", "beta"])
-        for D, R, k, a, b in zip(fr.D, fr.acceptance, fr.kl, fr.alpha, fr.beta):
-            w.writerow(["mentored", repr(float(D)), repr(float(k)), repr(float(R)), "", repr(float(a)), repr(float(b))])
-        for l, A, k, tv in zip(lc.l, lc.acceptance, lc.kl, lc.tv):
-            w.writerow(["lenience", repr(float(l)), repr(float(k)), repr(float(A)), repr(float(tv)), "", ""])
+    csv_rows = [["mentored", D, k, R, "", a, b] for D, R, k, a, b in zip(fr.D, fr.acceptance, fr.kl, fr.alpha, fr.beta)]
+    csv_rows += [["lenience", l, k, A, tv, "", ""] for l, A, k, tv in zip(lc.l, lc.acceptance, lc.kl, lc.tv)]
+    write_csv(out / fig.replace(".png", ".csv"), ["curve", "parameter", "kl", "acceptance", "tv", "alpha", "beta"],
+              csv_rows)
 
 
 def _lenience_shortfall(p, q):
@@ -174,12 +171,12 @@ def _real_rows(sec: Section, out: Path) -> None:
         f"min gap {min(r[9] for r in rows):.1e}",
         "shape matches" if min(r[9] for r in rows) >= -1e-12 else "differs: lenience above the frontier",
     ))
-    with open(out / "lossy_real_pairs.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["pair", "prompt", "step", "sum_min_pq", "kl_q_p", "max_gap", "l_at_max", "lenience_acceptance",
-                    "lenience_kl", "min_gap"])
-        for r in rows:
-            w.writerow([r[0], r[1], r[2]] + [repr(x) for x in r[3:]])
+    write_csv(
+        out / "lossy_real_pairs.csv",
+        ["pair", "prompt", "step", "sum_min_pq", "kl_q_p", "max_gap", "l_at_max", "lenience_acceptance",
+         "lenience_kl", "min_gap"],
+        [list(r) for r in rows],
+    )
 
 
 def run(out: Path) -> Section:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section
+from _report import Row, Section, write_csv
 from sweep_spectr import (
     KS,
     LS,
@@ -57,10 +56,7 @@ def run(out: Path) -> Section:
     verifiers = available_verifiers()
     pairs = paper_pairs(6, 0)
     rows = sweep(pairs, verifiers, KS, LS, progress=False)
-    with (out / "spectr_table4.csv").open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out / "spectr_table4.csv", list(rows[0]), [list(r.values()) for r in rows])
     be = {(r["draft"], r["verifier"], r["K"], r["L"]): r["block_efficiency"] for r in rows}
 
     # ---- Table 4, one row per (draft size, L): the K series
@@ -176,7 +172,8 @@ def run(out: Path) -> Section:
                     ax=axes[i, j],
                     title=f"{pair.label}-like draft, L = {L}",
                 )
-        fig.tight_layout()
+        if fig.get_layout_engine() is None:  # the plotting functions use constrained layout
+            fig.tight_layout()
         fig.savefig(out / "spectr_table4.png", dpi=110)
         plt.close(fig)
         sec.figures.append("spectr_table4.png")

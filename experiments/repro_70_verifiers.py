@@ -136,7 +136,8 @@ def _figure(sec: Section, out: Path, pair) -> None:
 
     p, q = pair
     ax = plot_lossy_rules(p, q, title="SmolLM2 pair 0, T = 1: lossy rules")
-    ax.figure.tight_layout()
+    if ax.figure.get_layout_engine() is None:  # the plotting functions use constrained layout
+        ax.figure.tight_layout()
     ax.figure.savefig(out / "verifiers_lossy_real.png", dpi=120)
     plt.close(ax.figure)
     sec.figures.append("verifiers_lossy_real.png")

@@ -17,7 +17,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _report import Row, Section  # noqa: E402
+from _report import Row, Section, write_text_atomic  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         "Contents: " + ", ".join(f"[{s.title}](#{_anchor(s.title)})" for s in sections),
         "",
     ]
-    (out / "report.md").write_text("\n".join(head) + "\n" + "\n\n".join(s.to_markdown() for s in sections) + "\n")
+    write_text_atomic(out / "report.md", "\n".join(head) + "\n" + "\n\n".join(s.to_markdown() for s in sections) + "\n")
     print(f"[reproduce] wrote {out / 'report.md'}")
     if failed:
         print(f"[reproduce] FAILED sections: {failed}", file=sys.stderr)

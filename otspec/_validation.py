@@ -22,10 +22,64 @@ __all__ = [
     "validate_probability",
     "validate_positive_int",
     "as_rng",
+    "validate_seed",
+    "NEGLIGIBLE",
+    "flush_negligible",
+    "simplex_tolerance",
 ]
 
 #: Tolerance on ``|sum(p) - 1|`` accepted for a probability vector.
 SIMPLEX_TOL = 1e-9
+
+#: Positive entries below this (the subnormal doubles, below the smallest normal
+#: double 2.2e-308) are flushed to exactly 0 on input: they carry less than
+#: ``n * 2.3e-308`` of mass, far below :data:`SIMPLEX_TOL`, and their reciprocals
+#: overflow, which turned ratios such as ``p / q`` into ``inf`` and sums into NaN.
+#: After the flush every positive entry ``x`` has a finite ``1 / x``, so the result
+#: is the result of the same problem with those entries at exactly zero.
+NEGLIGIBLE = float(np.finfo(np.float64).tiny)
+
+
+def _float_input(x, name: str, what: str) -> tuple[np.ndarray, float]:
+    """``x`` as a fresh float64 array and the machine epsilon of its own float type.
+
+    Lower-precision floats (float32, float16, torch/array-API tensors of those
+    dtypes) are accepted and computed in float64; their epsilon widens the
+    simplex tolerance (see :func:`simplex_tolerance`).
+    """
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}")
+    src = x
+    if not isinstance(x, (np.ndarray, list, tuple)) and hasattr(x, "detach") and hasattr(x, "cpu"):
+        src = x.detach().cpu().numpy()  # a torch tensor: read it without keeping a reference
+    try:
+        raw = np.asarray(src)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
+    if np.iscomplexobj(raw):
+        raise TypeError(f"`{name}` must be real-valued, got a complex array")
+    try:
+        arr = np.array(raw, dtype=np.float64, copy=True)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
+    eps = float(np.finfo(raw.dtype).eps) if raw.dtype.kind == "f" and raw.dtype.itemsize < 8 else 0.0
+    return arr, eps
+
+
+def simplex_tolerance(tol: float, n: int, eps: float) -> float:
+    """The tolerance on a row sum: ``tol``, widened to ``n * eps`` for lower-precision inputs.
+
+    A float32 distribution of ``n`` entries can only sum to 1 within about
+    ``n * 6e-8``; such inputs are accepted within that and rescaled to sum to 1
+    in float64.
+    """
+    return max(tol, 2.0 * n * eps) if eps else tol
+
+
+def flush_negligible(arr: np.ndarray) -> np.ndarray:
+    """Set the positive entries below :data:`NEGLIGIBLE` to 0, in place; return ``arr``."""
+    arr[(arr > 0) & (arr < NEGLIGIBLE)] = 0.0
+    return arr
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -40,17 +94,11 @@ def validate_distribution(
 
     ``x`` must be 1-D, non-empty, finite, non-negative and sum to 1 within
     ``tol``; with ``normalize=True`` any positive total is rescaled to 1.
+    Subnormal entries (below :data:`NEGLIGIBLE`) become exactly 0. Float32
+    (or float16) input is accepted within ``max(tol, 2 n eps)`` of 1 and
+    rescaled to sum to 1 in float64.
     """
-    if isinstance(x, (str, bytes)) or x is None:
-        raise TypeError(f"`{name}` must be a 1-D array_like of floats, got {type(x).__name__}")
-    try:
-        arr = np.array(x, dtype=np.float64, copy=True)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(
-            f"`{name}` must be a 1-D array_like of floats, got {type(x).__name__}"
-        ) from exc
-    if np.iscomplexobj(np.asarray(x)):
-        raise TypeError(f"`{name}` must be real-valued, got a complex array")
+    arr, eps = _float_input(x, name, "a 1-D array_like of floats")
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D, got an array of shape {arr.shape}")
     if arr.size == 0:
@@ -59,16 +107,20 @@ def validate_distribution(
         raise ValueError(f"`{name}` must be finite, got {int(np.sum(~np.isfinite(arr)))} non-finite entries")
     if np.any(arr < 0):
         raise ValueError(f"`{name}` must be non-negative, got minimum {arr.min()!r}")
+    flush_negligible(arr)
     total = float(np.sum(arr))
+    tol_ = simplex_tolerance(tol, arr.shape[0], eps)
     if normalize:
         if not total > 0:
             raise ValueError(f"`{name}` must have a positive total to be normalized, got {total!r}")
         arr /= total
-    elif abs(total - 1.0) > tol:
+    elif abs(total - 1.0) > tol_:
         raise ValueError(
-            f"`{name}` must sum to 1 within {tol:g}, got {total!r} "
+            f"`{name}` must sum to 1 within {tol_:g}, got {total!r} "
             "(pass normalize=True to rescale)"
         )
+    elif eps:
+        arr /= total  # lower-precision input: computed in float64 on the simplex
     return _readonly(arr)
 
 
@@ -147,10 +199,28 @@ def validate_probability(x, name: str, *, low_open: bool = False, high_open: boo
     return v
 
 
-def as_rng(rng) -> np.random.Generator:
-    """``rng``: ``np.random.Generator | int | None`` through ``np.random.default_rng``."""
-    if rng is None or isinstance(rng, (np.random.Generator, numbers.Integral, np.random.SeedSequence)):
-        if isinstance(rng, bool):
-            raise TypeError("`rng` must be a numpy Generator, an int seed or None, got bool")
+def validate_seed(seed, name: str = "rng") -> int:
+    """A seed of any integral type (Python or numpy integers), as a non-negative Python int."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"`{name}` must be an integer seed, got {type(seed).__name__}")
+    seed = int(seed)  # np.int64(3) -> 3: a numpy integer is the same seed as the int
+    if seed < 0:
+        raise ValueError(f"`{name}` must be a non-negative integer seed, got {seed}")
+    return seed
+
+
+def as_rng(rng, name: str = "rng") -> np.random.Generator:
+    """``rng``: ``np.random.Generator | int | None`` through ``np.random.default_rng``.
+
+    Integer seeds of any integral type (``int``, ``np.int64``, ...) are accepted
+    and must be non-negative; a Generator (or a subclass of it) is used as is.
+    """
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or isinstance(rng, np.random.SeedSequence):
         return np.random.default_rng(rng)
-    raise TypeError(f"`rng` must be a numpy Generator, an int seed or None, got {type(rng).__name__}")
+    if isinstance(rng, (bool, np.bool_)) or not isinstance(rng, numbers.Integral):
+        raise TypeError(
+            f"`{name}` must be a numpy Generator, a non-negative int seed or None, got {type(rng).__name__}"
+        )
+    return np.random.default_rng(validate_seed(rng, name))

@@ -329,7 +329,10 @@ def check_lossless(verifier: Verifier, *, max_tuples: int = 2_000_000, tol: floa
     n, k = verifier.n, verifier.k
     p = verifier.p
     support = np.flatnonzero(p > 0)
-    n_tuples = len(support) ** k
+    s = len(support)
+    if s > 1 and k * math.log(s) > math.log(max_tuples) + 30.0:  # never build s**k for a huge k
+        raise ValueError(f"enumerating |supp p|**k = {s}**{k} draft tuples exceeds `max_tuples`={max_tuples}")
+    n_tuples = s**k
     if n_tuples > max_tuples:
         raise ValueError(
             f"enumerating |supp p|**k = {len(support)}**{k} = {n_tuples} draft tuples "

@@ -33,12 +33,21 @@ package's ``q``).
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from ._validation import SIMPLEX_TOL, as_rng, validate_distribution, validate_positive_int
+from ._validation import (
+    SIMPLEX_TOL,
+    _float_input,
+    as_rng,
+    flush_negligible,
+    simplex_tolerance,
+    validate_distribution,
+    validate_positive_int,
+)
 
 __all__ = [
     "Model",
@@ -56,11 +65,155 @@ __all__ = [
     "validate_model_pair",
     "validate_sequence",
     "MAX_ENUMERATION",
+    "MAX_AXES",
+    "MAX_LENGTH",
+    "check_enumeration",
+    "next_law",
+    "check_length",
+    "size_exceeds",
 ]
 
 #: Default largest number of table entries (``V**length``) that the exact
 #: enumeration helpers build before refusing with a ValueError.
 MAX_ENUMERATION = 2_000_000
+
+#: Largest sequence length of an exact table: tables have one array axis per
+#: token (shape ``(V,) * length``), and numpy arrays have at most 32 axes on every
+#: supported version. Binding only for ``V = 1`` (``2**32`` entries exceed every
+#: enumeration limit first).
+MAX_AXES = 32
+
+#: Largest block / sequence length ``L`` accepted by the routines that loop over
+#: positions (samplers, per-position recursions): one model call per position.
+MAX_LENGTH = 100_000
+
+
+def size_exceeds(V: int, length: int, limit: int) -> bool:
+    """Whether ``V**length > limit``, without building the big integer ``V**length``.
+
+    ``V**(10**18)`` as a Python int never finishes; a logarithm decides every
+    case that is far from the limit and the exact power is only formed when it
+    is at most about ``2 * limit``.
+
+    Parameters
+    ----------
+    V : int
+        Vocabulary size (>= 1).
+    length : int
+        Sequence length (>= 0).
+    limit : int
+        The stated limit.
+
+    Returns
+    -------
+    bool
+
+    Raises
+    ------
+    ValueError
+        Never for valid integers (callers validate them first).
+
+    Examples
+    --------
+    >>> from otspec.models import size_exceeds
+    >>> size_exceeds(2, 10**18, 2_000_000), size_exceeds(2, 20, 2_000_000)
+    (True, False)
+    """
+    if V <= 1:
+        return 1 > limit
+    if length * math.log2(V) > math.log2(limit) + 1.0:
+        return True
+    return V**length > limit
+
+
+def size_text(V: int, length: int) -> str:
+    """``V**length`` for a message: the exact integer when small, else its order of magnitude."""
+    if V <= 1 or length * math.log10(V) <= 18:
+        return str(V**length)
+    return f"about 10**{length * math.log10(V):.4g}"
+
+
+def check_enumeration(V: int, length: int, limit: int, *, what: str = "sequences",
+                      length_name: str = "L", limit_name: str = "max_entries") -> None:
+    """Refuse (ValueError) an exact enumeration of ``V**length`` items above ``limit``.
+
+    Called before any allocation or model call; the message names the
+    parameter and the limit.
+
+    Parameters
+    ----------
+    V : int
+        Vocabulary size.
+    length : int
+        Number of tokens enumerated (one array axis each).
+    limit : int
+        The stated limit on ``V**length``.
+    what : str, keyword-only
+        What is enumerated, for the message.
+    length_name, limit_name : str, keyword-only
+        Parameter names for the message.
+
+    Raises
+    ------
+    ValueError
+        ``V**length > limit``, or ``length > MAX_AXES``.
+
+    Examples
+    --------
+    >>> from otspec.models import check_enumeration
+    >>> check_enumeration(2, 10, 2_000_000)  # 1024 sequences: fine
+    >>> try:
+    ...     check_enumeration(2, 10**18, 2_000_000)
+    ... except ValueError as exc:
+    ...     print(str(exc)[:40])
+    exact enumeration of V**`L` = 2**1000000
+    """
+    ln = length_name if "`" in length_name else f"`{length_name}`"
+    if size_exceeds(V, length, limit):
+        raise ValueError(
+            f"exact enumeration of V**{ln} = {V}**{length} = {size_text(V, length)} {what} "
+            f"exceeds the stated limit `{limit_name}`={limit}"
+        )
+    if length > MAX_AXES:
+        raise ValueError(
+            f"exact enumeration builds tables with one array axis per token: {ln}={length} "
+            f"exceeds the limit of {MAX_AXES} axes"
+        )
+
+
+def check_length(L: int, name: str = "L", limit: int = MAX_LENGTH) -> int:
+    """Refuse (ValueError) a sequence length above :data:`MAX_LENGTH` for per-position loops.
+
+    Parameters
+    ----------
+    L : int
+        A validated positive length.
+    name : str
+        Parameter name for the message.
+    limit : int
+        The limit (default :data:`MAX_LENGTH`).
+
+    Returns
+    -------
+    int
+        ``L``.
+
+    Raises
+    ------
+    ValueError
+        ``L > limit``.
+
+    Examples
+    --------
+    >>> from otspec.models import check_length
+    >>> check_length(8)
+    8
+    """
+    if L > limit:
+        raise ValueError(
+            f"`{name}` must be at most {limit} (one model call per position), got {L}"
+        )
+    return L
 
 
 @runtime_checkable
@@ -91,27 +244,31 @@ class Model(Protocol):
 
 
 def _validate_table_rows(table, name: str, tol: float = SIMPLEX_TOL) -> np.ndarray:
-    """Return a read-only float64 copy of ``table`` whose last axis holds distributions."""
-    if isinstance(table, (str, bytes)) or table is None:
-        raise TypeError(f"`{name}` must be an array_like of floats, got {type(table).__name__}")
-    try:
-        arr = np.array(table, dtype=np.float64, copy=True)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`{name}` must be an array_like of floats, got {type(table).__name__}") from exc
+    """Return a read-only float64 copy of ``table`` whose last axis holds distributions.
+
+    As :func:`otspec._validation.validate_distribution` row by row: subnormal
+    entries become 0, float32 rows are accepted within their precision and
+    rescaled to sum to 1 in float64.
+    """
+    arr, eps = _float_input(table, name, "an array_like of floats")
     if arr.ndim == 0 or arr.size == 0:
         raise ValueError(f"`{name}` must be a non-empty array of distributions, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"`{name}` must be finite, got {int(np.sum(~np.isfinite(arr)))} non-finite entries")
     if np.any(arr < 0):
         raise ValueError(f"`{name}` must be non-negative, got minimum {arr.min()!r}")
+    flush_negligible(arr)
     sums = arr.sum(axis=-1)
     err = np.abs(sums - 1.0)
-    if np.any(err > tol):
+    tol_ = simplex_tolerance(tol, arr.shape[-1], eps)
+    if np.any(err > tol_):
         worst = np.unravel_index(int(np.argmax(err)), err.shape)
         raise ValueError(
-            f"every row of `{name}` must sum to 1 within {tol:g}, got {float(sums[worst])!r} "
+            f"every row of `{name}` must sum to 1 within {tol_:g}, got {float(sums[worst])!r} "
             f"at prefix {tuple(int(i) for i in worst)}"
         )
+    if eps:
+        arr /= sums[..., None]
     arr.setflags(write=False)
     return arr
 
@@ -240,7 +397,40 @@ def validate_sequence(seq, vocab_size: int, name: str = "seq") -> tuple[int, ...
     return tuple(out)
 
 
-def _checked_next(model, prefix: tuple[int, ...], V: int, name: str) -> np.ndarray:
+def next_law(model, prefix: tuple[int, ...], V: int, name: str) -> np.ndarray:
+    """``model.next_dist(prefix)`` checked: shape ``(V,)`` and a distribution (read-only float64 copy).
+
+    Every sampler and exact routine calls models through this, so a model
+    whose conditional is not a law (rows summing to 1.4, NaN, wrong length)
+    is refused on first use, in O(V) per call.
+
+    Parameters
+    ----------
+    model : Model
+    prefix : sequence of int
+        The context.
+    V : int
+        The model's vocabulary size.
+    name : str
+        Parameter name for messages (``"draft"``, ``"target"``).
+
+    Returns
+    -------
+    (V,) ndarray of float64, read-only
+
+    Raises
+    ------
+    ValueError
+        A conditional of another shape, or not a distribution (see
+        :func:`otspec._validation.validate_distribution`).
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel, next_law
+    >>> next_law(MemorylessModel([0.25, 0.75]), (1, 0), 2, "draft").tolist()
+    [0.25, 0.75]
+    """
+    prefix = tuple(prefix)
     row = model.next_dist(prefix)
     if np.shape(row) != (V,):
         raise ValueError(
@@ -495,10 +685,8 @@ def random_table_model(V: int, max_len: int, *, concentration: float = 1.0, rng=
     V = validate_positive_int(V, "V")
     max_len = validate_positive_int(max_len, "max_len")
     c = _concentration(concentration)
-    if V**max_len > MAX_ENUMERATION:
-        raise ValueError(
-            f"`V`**`max_len` = {V}**{max_len} table entries exceeds the stated limit {MAX_ENUMERATION}"
-        )
+    check_enumeration(V, max_len, MAX_ENUMERATION, what="table entries", length_name="max_len",
+                      limit_name="MAX_ENUMERATION")
     gen = as_rng(rng)
     return TableModel([_dirichlet(gen, V, (V,) * ell, c) for ell in range(max_len)])
 
@@ -538,8 +726,8 @@ def random_markov_model(V: int, order: int = 1, *, concentration: float = 1.0, r
     V = validate_positive_int(V, "V")
     order = validate_positive_int(order, "order", minimum=0)
     c = _concentration(concentration)
-    if V ** (order + 1) > MAX_ENUMERATION:
-        raise ValueError(f"`V`**(`order`+1) = {V ** (order + 1)} exceeds the stated limit {MAX_ENUMERATION}")
+    check_enumeration(V, order + 1, MAX_ENUMERATION, what="transition entries", length_name="(`order`+1)",
+                      limit_name="MAX_ENUMERATION")
     gen = as_rng(rng)
     initial = [_dirichlet(gen, V, (V,) * ell, c) for ell in range(order)]
     return MarkovModel(_dirichlet(gen, V, (V,) * order, c), initial=initial)
@@ -615,7 +803,7 @@ def sequence_probability(model, seq) -> float:
     seq = validate_sequence(seq, V, "seq")
     prob = 1.0
     for j in range(len(seq)):
-        prob *= float(_checked_next(model, seq[:j], V, "model")[seq[j]])
+        prob *= float(next_law(model, seq[:j], V, "model")[seq[j]])
     return prob
 
 
@@ -662,17 +850,13 @@ def conditional_tables(model, length: int, *, name: str = "model", max_entries: 
     V = validate_model(model, name)
     length = validate_positive_int(length, "length")
     max_entries = validate_positive_int(max_entries, "max_entries")
-    if V**length > max_entries:
-        raise ValueError(
-            f"exact enumeration of {V}**{length} = {V**length} sequences exceeds the stated "
-            f"limit `max_entries`={max_entries}"
-        )
+    check_enumeration(V, length, max_entries, length_name="length")
     _check_length(model, length, name)
     out = []
     for ell in range(length):
         t = np.empty((V,) * ell + (V,))
         for prefix in itertools.product(range(V), repeat=ell):
-            t[prefix] = _checked_next(model, prefix, V, name)
+            t[prefix] = next_law(model, prefix, V, name)
         t.setflags(write=False)
         out.append(t)
     return out

@@ -27,6 +27,9 @@ accurate to a few ulp.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 
 from ._validation import validate_positive_int
@@ -275,27 +278,65 @@ def optimal_gamma(alpha, c, *, max_gamma: int = 1000):
     8
     >>> speculative.optimal_gamma([0.5, 0.9, 0.99], 0.01).tolist()
     [5, 24, 113]
+    >>> speculative.optimal_gamma(0.7, 0.0, max_gamma=64)  # free drafts: the cap
+    64
     """
     a, cc = np.broadcast_arrays(_alpha(alpha), _cost(c, "c"))
     max_gamma = validate_positive_int(max_gamma, "max_gamma")
     out = np.empty(a.shape, dtype=np.int64)
     for idx in np.ndindex(a.shape):
-        ai, ci = float(a[idx]), float(cc[idx])
-        best_g, best = 1, float(walltime_improvement(ai, 1, ci))
-        g = 1
-        # geometric look-ahead to stay fast when gamma* is large, then a local scan
-        while g < max_gamma:
-            g2 = min(2 * g, max_gamma)
-            v2 = float(walltime_improvement(ai, g2, ci))
-            if v2 <= best:
-                break
-            best_g, best, g = g2, v2, g2
-        lo, hi = max(1, best_g // 2), min(max_gamma, 2 * best_g)
-        gs = np.arange(lo, hi + 1)
-        vals = _geometric(np.full(gs.shape, ai), gs) / (gs * ci + 1.0)
-        best_g = int(gs[int(np.argmax(vals))])  # argmax returns the first (smallest) maximiser
-        out[idx] = best_g
+        out[idx] = _argmax_gamma(float(a[idx]), float(cc[idx]), max_gamma)
     return int(out) if out.ndim == 0 else out
+
+
+def _increases(a: float, c: float, g: int) -> bool:
+    r"""Whether the walltime factor strictly increases from ``g`` to ``g + 1`` (``0 < a < 1``).
+
+    With :math:`A = \alpha^{\gamma+1}`, :math:`f(\gamma+1) > f(\gamma)` iff
+    :math:`A (1 - \alpha)(1 + \gamma c) > c (1 - A)`, compared in logarithms:
+    no cancellation, no underflow of :math:`A`, and ``c = 0`` (free drafts: the
+    factor grows for ever) gives :math:`\ln c = -\infty`, so "increases".
+    Comparing the factor's rounded values instead sees ties once
+    :math:`1 - \alpha^{\gamma+1}` rounds to 1 and stopped at an arbitrary
+    :math:`\gamma` (162 for :math:`\alpha = 0.7`, ``c = 0``).
+    """
+    if c == 0.0:
+        return True
+    log_a = (g + 1) * math.log(a)
+    lhs = log_a + math.log1p(-a) + math.log1p(g * c)
+    rhs = math.log(c) + math.log(-math.expm1(log_a))
+    if abs(lhs - rhs) > 1e-9 or g > _EXACT_TIE_GAMMA:
+        return lhs > rhs
+    # a near-tie (exact ties happen: a = 0.5, c = 0.2, g = 1): decide in exact rationals, so that
+    # ties go to the smaller gamma as documented (the inputs are dyadic rationals)
+    fa, fc = Fraction(a), Fraction(c)
+    A = fa ** (g + 1)
+    return A * (1 - fa) * (1 + g * fc) > fc * (1 - A)
+
+
+#: Largest gamma at which a near-tie of the increment is decided in exact rationals
+#: (``a**(g + 1)`` has at most ``53 (g + 1)`` bits); beyond it ties go by the logs.
+_EXACT_TIE_GAMMA = 4096
+
+
+def _argmax_gamma(a: float, c: float, max_gamma: int) -> int:
+    """The smallest maximiser of the walltime factor over ``1..max_gamma`` (see :func:`optimal_gamma`)."""
+    if a == 0.0:
+        return 1  # f = 1 / (gamma c + 1): non-increasing
+    if a == 1.0:
+        return max_gamma if c < 1.0 else 1  # f = (gamma + 1) / (gamma c + 1)
+    # f is quasi-concave in gamma (concave over affine): the increments change sign once,
+    # so the answer is the first gamma whose increment is not positive (bisection)
+    if not _increases(a, c, 1):
+        return 1
+    lo, hi = 1, max_gamma  # _increases(lo) is True; the answer lies in (lo, hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _increases(a, c, mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def improvement_lower_bound(alpha, c):

@@ -225,3 +225,26 @@ def test_batched_kseq_torch_and_leading_axes():
     np.testing.assert_allclose(tv.numpy(), np.minimum(P, Q).sum(-1), rtol=0, atol=TOL)
     with pytest.raises(TypeError, match="`k`"):
         batched_kseq_rho_star(P, Q, [2, 3])
+
+
+def test_vectorised_array_api_route_equals_per_row():
+    """The array-API route (what CUDA arrays take) on host arrays: numpy and torch namespaces, per-row values to 1e-12."""
+    import array_api_compat
+
+    from otspec.otm._alpha import _exact_batched
+
+    rng = np.random.default_rng(7)
+    P = rng.dirichlet(np.full(40, 0.3), size=(3, 4))
+    Q = rng.dirichlet(np.full(40, 0.3), size=(3, 4))
+    P[0, 0, :5] = 0.0
+    P[0, 0] /= P[0, 0].sum()
+    Q[1, 2] = P[1, 2]  # p = q row
+    ks = np.array([1, 2, 5, 16])
+    want = np.array([[otspec.alpha_k(P[i, j], Q[i, j], ks) for j in range(4)] for i in range(3)])
+    got = _exact_batched(P, Q, ks, array_api_compat.array_namespace(P))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    torch = pytest.importorskip("torch")
+    Pt, Qt = torch.from_numpy(P), torch.from_numpy(Q)
+    got_t = _exact_batched(Pt, Qt, ks, array_api_compat.array_namespace(Pt))
+    assert isinstance(got_t, torch.Tensor)
+    np.testing.assert_allclose(got_t.numpy(), want, rtol=0, atol=1e-12)

@@ -299,14 +299,9 @@ def test_every_lossless_token_verifier_passes(name, k, pair):
     assert res.passed, f"{name}, k={k}, {pair}: {res.message}"
 
 
-# the verifiers whose coin is `u * p <= q` today; another helper makes them strict
-NON_STRICT = {"token", "kseq", "multiround", "optimal"}
-
-
 @pytest.mark.parametrize("name", TOKEN)
-def test_every_lossless_token_verifier_with_boundary_coins(name, request):
-    if name in NON_STRICT:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="fixed by issue 15"))
+def test_every_lossless_token_verifier_with_boundary_coins(name):
+    # every coin of the package is strict, `u * p < q` (issue 15)
     p, q = PAIRS["zeros"]
     _, res = run_package(name, p, q, 1, tv=0.05, boundary_coins=True, rng=7)
     assert res.passed, f"{name}: {res.message}"

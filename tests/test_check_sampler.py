@@ -474,3 +474,12 @@ def test_hypothesis_shrinks_a_refuted_sampler_to_a_minimal_pair():
     p, q = find(pairs(max_n=5), refuted, settings=settings(max_examples=200, derandomize=True, database=None))
     assert p.shape == (2,)  # one token cannot show it; two can
     assert refuted((p, q))
+
+
+def test_sample_size_with_a_rounding_level_second_cell():
+    """A law (1, 1e-300): 1 - max rounds to 0; the tiny cell is never testable, so the one-cell rule applies."""
+    from otspec.testing import sample_size
+
+    n = sample_size(0.02, [1.0, 1e-300])
+    # one cell: a law at TV 0.02 puts mass 0.02 elsewhere, seen with probability 0.99 after n draws
+    assert (1 - 0.02) ** n <= 0.01 < (1 - 0.02) ** (n - 1)

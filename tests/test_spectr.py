@@ -330,15 +330,15 @@ def test_draft_tokens_never_outside_support():
 # ----------------------------------------------------------------------------- bad input
 def test_bad_input():
     d, t = MemorylessModel([0.5, 0.5]), MemorylessModel([0.3, 0.7])
-    with pytest.raises(ValueError, match="`branching` must multiply to K=4"):
+    with pytest.raises(ValueError, match="`branching` must multiply to k=4"):
         spectr.block_efficiency(d, t, 4, 2, branching=(2, 3))
     with pytest.raises(ValueError, match="`branching` must have L=3 entries"):
         spectr.block_efficiency(d, t, 4, 3, branching=(2, 2))
-    with pytest.raises(ValueError, match="`K` must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="`k` must be an integer >= 1, got 0"):
         spectr.block_efficiency(d, t, 0, 2)
     with pytest.raises(ValueError, match="`L` must be an integer >= 1, got 0"):
         spectr.check_lossless(d, t, 2, 0)
-    with pytest.raises(TypeError, match="`K` must be an integer"):
+    with pytest.raises(TypeError, match="`k` must be an integer"):
         spectr.spectr_step(d, t, 2.0, 2)
     with pytest.raises(ValueError, match="`branching"):
         spectr.prefix_tree_drafts(d, (2, 0))

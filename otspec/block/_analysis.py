@@ -14,9 +14,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_positive_int, validate_probability
+from .._validation import NEGLIGIBLE, validate_positive_int, validate_probability
 from .._verifier import LOSSLESS_TOL, LosslessCheck, validate_tol
-from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, validate_model_pair
+from ..models import (
+    MAX_AXES,
+    MAX_ENUMERATION,
+    check_enumeration,
+    conditional_tables,
+    joint_from_tables,
+    size_exceeds,
+    size_text,
+    validate_model_pair,
+)
 from ..otm._highs import solve_lp
 from ._verifiers import make_verifier
 
@@ -31,6 +40,7 @@ __all__ = [
     "ot_optimum",
     "BlockOTResult",
     "MAX_LP_VARIABLES",
+    "MAX_BERNOULLI_TERMS",
 ]
 
 #: Largest block-OT LP built by :func:`ot_optimum` (``V**(2L)`` variables).
@@ -102,11 +112,7 @@ def _tables_pair(draft, target, L, max_entries):
     L = validate_positive_int(L, "L")
     max_entries = validate_positive_int(max_entries, "max_entries")
     V = draft.vocab_size
-    if V**L > max_entries:
-        raise ValueError(
-            f"exact enumeration of V**L = {V}**{L} = {V**L} blocks exceeds the stated limit "
-            f"`max_entries`={max_entries}"
-        )
+    check_enumeration(V, L, max_entries, what="blocks")
     cs = conditional_tables(draft, L, name="draft", max_entries=max_entries)
     cb = conditional_tables(target, L, name="target", max_entries=max_entries)
     return L, cs, cb
@@ -317,8 +323,11 @@ def check_lossless(draft, target, L, verifier="block", *, bonus: bool = True,
 
 
 def _bernoulli_args(p, q, L):
+    # subnormal probabilities are exactly 0 (as in every law, see otspec._validation.NEGLIGIBLE):
+    # the binomial CDFs overflow on them and they carry no mass
     p = validate_probability(p, "p")
     q = validate_probability(q, "q")
+    p, q = (0.0 if v < NEGLIGIBLE else v for v in (p, q))
     L = validate_positive_int(L, "L")
     return p, q, L
 
@@ -369,14 +378,38 @@ def bernoulli_token_length(p, q, L, *, include_bonus: bool = False) -> float:
     """
     p, q, L = _bernoulli_args(p, q, L)
     include_bonus = _bool(include_bonus, "include_bonus")
-    a = 1.0 - abs(p - q)
-    return math.fsum(a**i for i in range(0 if include_bonus else 1, L + 1))
+    d = abs(p - q)  # a = 1 - d; sum_{i=1}^{L} a^i = a (1 - a^L) / d, closed form in L
+    if d == 0.0:
+        total = float(L)
+    else:
+        total = (1.0 - d) * -math.expm1(L * math.log1p(-d)) / d if d < 1.0 else 0.0
+    return total + (1.0 if include_bonus else 0.0)
 
 
-def _binom_pmf(n: int, p: float) -> np.ndarray:
+#: Largest number of terms :func:`bernoulli_block_length` sums before its tail bound
+#: (below) is under rounding; reached only for near-equal ``p``, ``q`` and huge ``L``.
+MAX_BERNOULLI_TERMS = 1_000_000
+
+
+def _overlap_terms(p: float, q: float, i: np.ndarray) -> np.ndarray:
+    r""":math:`1 - d_{TV}(\mathrm{Bin}(i, p), \mathrm{Bin}(i, q))` for each ``i``, in O(1) each (``p < q``).
+
+    The likelihood ratio of the two binomials is monotone in the number of ones
+    ``j``: :math:`\mathrm{Bin}(i,p)_j \ge \mathrm{Bin}(i,q)_j` iff :math:`j \le t_i`,
+    :math:`t_i = i \ln\frac{1-p}{1-q} / \ln\frac{q(1-p)}{p(1-q)}`, so
+    :math:`\sum_j \min = F_q(\lfloor t_i \rfloor) + 1 - F_p(\lfloor t_i \rfloor)`
+    with binomial CDFs (regularised incomplete beta functions).
+    """
     from scipy import stats
 
-    return stats.binom.pmf(np.arange(n + 1), n, p)
+    if p == 0.0:
+        return np.exp(i * math.log1p(-q)) if q < 1.0 else np.zeros(i.shape)  # (1 - q)^i
+    if q == 1.0:
+        return np.exp(i * math.log(p))  # p^i
+    slope = math.log1p(-p) - math.log1p(-q)
+    slope /= math.log(q) - math.log(p) + slope
+    m = np.floor(i * slope)
+    return stats.binom.cdf(m, i, q) + stats.binom.sf(m, i, p)
 
 
 def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
@@ -389,6 +422,15 @@ def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
     since :math:`\sum_{x^i} \min(M_s(x^i), M_b(x^i))` only depends on the
     number of ones in :math:`x^i`. ``include_bonus=True`` adds the
     :math:`i = 0` term (1), as printed in the paper.
+
+    Each term costs O(1) (two binomial CDFs at the crossing of the two laws),
+    and the sum stops once the rest is below rounding: the terms are at most
+    :math:`\rho^i` with the Bhattacharyya coefficient
+    :math:`\rho = \sqrt{pq} + \sqrt{(1-p)(1-q)} < 1` for :math:`p \ne q`
+    (:math:`\min(a, b) \le \sqrt{ab}`), so the tail after ``I`` terms is at
+    most :math:`\rho^{I+1}/(1-\rho)`. ``L = 10**15`` answers at once unless
+    ``p`` and ``q`` are so close that more than ``MAX_BERNOULLI_TERMS`` terms
+    are needed, which is refused.
 
     Parameters
     ----------
@@ -406,7 +448,9 @@ def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
     Raises
     ------
     ValueError
-        ``p`` or ``q`` outside [0, 1], or ``L < 1``.
+        ``p``, ``q`` outside [0, 1], ``L < 1``, or more than
+        ``MAX_BERNOULLI_TERMS`` terms needed (``p`` and ``q`` within about
+        ``sqrt(300 / MAX_BERNOULLI_TERMS)`` of each other and ``L`` beyond it).
     TypeError
         ``include_bonus`` not a bool, or a non-numeric argument.
 
@@ -420,13 +464,45 @@ def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
     >>> from otspec.block import bernoulli_block_length
     >>> round(bernoulli_block_length(0.5, 0.75, 2), 12)
     1.4375
+    >>> round(bernoulli_block_length(0.5, 0.75, 10**15), 6)
+    13.784401
     """
     p, q, L = _bernoulli_args(p, q, L)
     include_bonus = _bool(include_bonus, "include_bonus")
-    terms = [1.0] if include_bonus else []
-    for i in range(1, L + 1):
-        terms.append(math.fsum(np.minimum(_binom_pmf(i, p), _binom_pmf(i, q))))
-    return math.fsum(terms)
+    bonus = 1.0 if include_bonus else 0.0
+    if p == q:
+        return float(L) + bonus
+    p, q = min(p, q), max(p, q)  # the overlap is symmetric in (p, q)
+    rho = math.sqrt(p * q) + math.sqrt((1.0 - p) * (1.0 - q))
+    # terms needed a priori: the tail bound rho^I / (1 - rho) falls below 1e-17 times the first
+    # term 1 - |p - q| (a lower bound of the sum) after `needed` terms; refuse before any work
+    first = 1.0 - (q - p)
+    if rho < 1.0 and first > 0.0:
+        needed = math.log(1e-17 * (1.0 - rho) * first) / math.log(rho)
+    else:
+        needed = math.inf
+    if min(L, needed) > MAX_BERNOULLI_TERMS:
+        raise ValueError(
+            f"`L`={L} needs about {min(L, needed):.3g} terms for p={p!r}, q={q!r} (the terms decay like "
+            f"{rho!r}**i), above the limit MAX_BERNOULLI_TERMS={MAX_BERNOULLI_TERMS}"
+        )
+    terms: list[float] = []
+    start, chunk = 1, 4096
+    while start <= L:
+        if rho < 1.0 and terms:
+            # tail sum_{i >= start} rho^i <= rho^start / (1 - rho): stop below rounding
+            tail = math.exp(start * math.log(rho)) / (1.0 - rho)
+            if tail <= 1e-17 * math.fsum(terms):
+                break
+        if start - 1 >= MAX_BERNOULLI_TERMS:
+            raise ValueError(
+                f"`L`={L} needs more than MAX_BERNOULLI_TERMS={MAX_BERNOULLI_TERMS} terms for p={p!r}, "
+                f"q={q!r} (the terms decay like {rho!r}**i)"
+            )
+        stop = min(L, start + chunk - 1, MAX_BERNOULLI_TERMS + 1)
+        terms.extend(_overlap_terms(p, q, np.arange(start, stop + 1, dtype=np.float64)).tolist())
+        start, chunk = stop + 1, min(4 * chunk, 1_000_000)
+    return math.fsum(terms) + bonus
 
 
 # ---------------------------------------------------------------------------
@@ -524,13 +600,13 @@ def ot_optimum(draft, target, L, *, max_variables: int = MAX_LP_VARIABLES,
     L = validate_positive_int(L, "L")
     max_variables = validate_positive_int(max_variables, "max_variables")
     raise_on_failure = _bool(raise_on_failure, "raise_on_failure")
+    if 2 * L > MAX_AXES or size_exceeds(V, 2 * L, max_variables):
+        raise ValueError(
+            f"the block OT LP has V**(2L) = {V}**{2 * L} = {size_text(V, 2 * L)} variables, above the "
+            f"stated limit `max_variables`={max_variables}"
+        )
     n = V**L
     n_var = n * n
-    if n_var > max_variables:
-        raise ValueError(
-            f"the block OT LP has V**(2L) = {V}**{2 * L} = {n_var} variables, above the stated "
-            f"limit `max_variables`={max_variables}"
-        )
     ps = joint_from_tables(conditional_tables(draft, L, name="draft")).ravel()
     pb = joint_from_tables(conditional_tables(target, L, name="target")).ravel()
     beta = _common_prefix(V, L).ravel()  # column j = a * n + b

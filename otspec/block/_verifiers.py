@@ -39,7 +39,10 @@ from .._validation import as_rng, validate_positive_int
 from .._verifier import sample_from
 from ..models import (
     MAX_ENUMERATION,
+    check_enumeration,
+    check_length,
     conditional_tables,
+    next_law,
     validate_model_pair,
     validate_sequence,
 )
@@ -218,7 +221,7 @@ class BlockVerifier(abc.ABC):
 
     def __init__(self, draft, target, L, *, max_entries: int = MAX_ENUMERATION):
         V = validate_model_pair(draft, target)
-        L = validate_positive_int(L, "L")
+        L = check_length(validate_positive_int(L, "L"))
         self.max_entries = validate_positive_int(max_entries, "max_entries")
         for model, nm in ((draft, "draft"), (target, "target")):
             ml = _model_max_len(model)
@@ -231,16 +234,33 @@ class BlockVerifier(abc.ABC):
         self.L = L
         self.vocab_size = V
         self._tables_cache: dict[int, _Tables] = {}
+        self._law_cache: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+
+    #: Largest number of validated conditionals kept per verifier (cleared when full).
+    LAW_CACHE_SIZE = 100_000
+
+    def _law(self, role: str, prefix: tuple[int, ...]) -> np.ndarray:
+        """The ``role`` model's conditional after ``prefix``, validated once per prefix and then reused.
+
+        Models are deterministic in their prefix (the :class:`otspec.Model`
+        protocol), so the O(V) check of :func:`otspec.models.next_law` runs
+        once per distinct prefix rather than once per sampled block.
+        """
+        key = (role, prefix)
+        law = self._law_cache.get(key)
+        if law is None:
+            model = self.draft if role == "draft" else self.target
+            law = next_law(model, prefix, self.vocab_size, role)
+            if len(self._law_cache) >= self.LAW_CACHE_SIZE:
+                self._law_cache.clear()
+            self._law_cache[key] = law
+        return law
 
     # -- exact route -------------------------------------------------------
 
     def _check_size(self, length: int) -> None:
-        n = self.vocab_size**length
-        if n > self.max_entries:
-            raise ValueError(
-                f"exact enumeration of V**{length} = {self.vocab_size}**{length} = {n} sequences "
-                f"exceeds the stated limit `max_entries`={self.max_entries}"
-            )
+        check_enumeration(self.vocab_size, length, self.max_entries,
+                          length_name="L" if length == self.L else "(`L`+1)")
 
     def _tables(self, bonus: bool) -> _Tables:
         target_len = self.L + 1 if bonus else self.L
@@ -342,8 +362,8 @@ class BlockVerifier(abc.ABC):
 
     def _path(self, block: tuple[int, ...]):
         """Draft and target conditionals along the block: ``cs[i]`` (i < L), ``cb[i]`` (i <= L)."""
-        cs = [np.asarray(self.draft.next_dist(block[:i]), dtype=np.float64) for i in range(self.L)]
-        cb = [np.asarray(self.target.next_dist(block[:i]), dtype=np.float64) for i in range(self.L + 1)]
+        cs = [self._law("draft", block[:i]) for i in range(self.L)]
+        cb = [self._law("target", block[:i]) for i in range(self.L + 1)]
         return cs, cb
 
     @abc.abstractmethod
@@ -406,12 +426,12 @@ class BlockVerifier(abc.ABC):
         gen = as_rng(rng)
         block: tuple[int, ...] = ()
         for _ in range(self.L):
-            block += (sample_from(np.asarray(self.draft.next_dist(block), dtype=np.float64), gen),)
+            block += (sample_from(self._law("draft", block), gen),)
         cs, cb = self._path(block)
         tau, emitted = self._run(block, cs, cb, gen)
         out = block[:tau] + emitted
         while len(out) < self.L + 1:
-            out += (sample_from(np.asarray(self.target.next_dist(out), dtype=np.float64), gen),)
+            out += (sample_from(self._law("target", out), gen),)
         return BlockSample(block=block, tau=tau, output=out)
 
     def sample_tau(self, n: int, *, rng=None) -> np.ndarray:
@@ -631,15 +651,15 @@ class BlockVerify(BlockVerifier):
         js, jb = Js[tau], Jb[tau]
         emitted: tuple[int, ...] = ()
         for _ in range(tau, L):
-            cs_y = np.asarray(self.draft.next_dist(y), dtype=np.float64)
-            cb_y = np.asarray(self.target.next_dist(y), dtype=np.float64)
+            cs_y = self._law("draft", y)
+            cb_y = self._law("target", y)
             res = _residual(np.maximum(jb * cb_y - js * cs_y, 0.0), cb_y)
             x = sample_from(res, gen)
             js *= float(cs_y[x])
             jb *= float(cb_y[x])
             y += (x,)
             emitted += (x,)
-        emitted += (sample_from(np.asarray(self.target.next_dist(y), dtype=np.float64), gen),)
+        emitted += (sample_from(self._law("target", y), gen),)
         return tau, emitted
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_positive_int
+from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
 from ._sampling import Sampling, sample_rows
@@ -55,7 +55,7 @@ def make_rng(rng) -> np.random.Generator:
     if rng is None:
         return np.random.default_rng()
     if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
-        g = torch.Generator().manual_seed(int(rng))
+        g = torch.Generator().manual_seed(validate_seed(rng, "rng"))  # numpy integers too; >= 0
     elif isinstance(rng, torch.Generator):
         g = rng
     else:

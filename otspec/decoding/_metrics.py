@@ -8,13 +8,14 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .._validation import validate_positive_int, validate_probability
+from .._validation import validate_positive_int, validate_probability, validate_seed
 from .._verifier import LosslessCheck
 from ..speculative import expected_tokens
 from ._deps import require
-from ._loop import BaselineResult, DecodeResult, speculative_decode
+from ._loop import BaselineResult, DecodeResult, _validate_common, speculative_decode
 from ._models import next_token_logits, validate_language_model, validate_prompt
 from ._sampling import Sampling
+from ._verifiers import resolve_scheme
 
 torch = require("torch", "otspec.decoding")
 
@@ -345,6 +346,19 @@ class DecodingCheck(LosslessCheck):
         return self.n_cases
 
 
+def _torch_generator(rng):
+    """One ``torch.Generator`` for all runs: seeds of any integral type (``3``, ``np.int64(3)``) seed a new one.
+
+    A numpy integer used to be handed on unchanged, so every run re-seeded from
+    it and all runs were identical (a false failure).
+    """
+    if isinstance(rng, torch.Generator):
+        return rng
+    if rng is None:
+        return torch.Generator().manual_seed(int(np.random.SeedSequence().generate_state(1)[0]))
+    return torch.Generator().manual_seed(validate_seed(rng, "rng"))
+
+
 def check_lossless(
     prompt,
     *,
@@ -383,8 +397,9 @@ def check_lossless(
     num_tokens : int, keyword-only
         ``m``: tokens tested jointly (``m <= L + 1`` tests one iteration).
     n_runs : int, keyword-only
-    rng : torch.Generator or int, keyword-only
-        One generator drives all runs (each run advances it).
+    rng : torch.Generator, int or None, keyword-only
+        One generator drives all runs (each run advances it); an integer seed
+        of any integral type (``3``, ``np.int64(3)``), ``>= 0``, seeds it.
     alpha_fail : float, keyword-only
     k, L, temperature, top_k, top_p, verifier_options : keyword-only
         As in :func:`speculative_decode`.
@@ -398,8 +413,10 @@ def check_lossless(
     ------
     ValueError
         The errors of :func:`speculative_decode` and :func:`exact_prefix_law`
-        (bad prompt, ``k``, ``L``, sampling, a law with more than its ``max_cells``
-        prefixes), ``n_runs < 1``, ``alpha_fail`` outside (0, 1).
+        (bad prompt, ``k``, ``L``, sampling, verifier, vocabulary sizes, a law
+        with more than its ``max_cells`` prefixes), ``n_runs < 1``,
+        ``alpha_fail`` outside (0, 1), a negative ``rng`` seed -- all before
+        any model call.
     TypeError
         Models that are not :class:`LanguageModel`, a bad ``rng``.
 
@@ -422,8 +439,17 @@ def check_lossless(
     n_runs = validate_positive_int(n_runs, "n_runs")
     alpha_fail = validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
     m = validate_positive_int(num_tokens, "num_tokens")
-    if isinstance(rng, int) and not isinstance(rng, bool):
-        rng = torch.Generator().manual_seed(rng)
+    # every argument is checked before the first model call (the exact law below calls the target)
+    V, _, _, sampling, _ = _validate_common(target, prompt, m, temperature, top_k, top_p, None)
+    Vd = validate_language_model(draft, "draft")
+    if Vd != V:
+        raise ValueError(
+            f"`draft` and `target` must share one vocabulary, got vocab_size {Vd} (draft) and {V} (target)"
+        )
+    K = validate_positive_int(k, "k")
+    validate_positive_int(L, "L")
+    resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V, top_k=sampling.top_k, top_p=sampling.top_p)
+    rng = _torch_generator(rng)
     cells, law = exact_prefix_law(target, prompt, m, temperature=temperature, top_k=top_k, top_p=top_p)
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells) + 1, dtype=np.int64)  # last cell: outside the support

@@ -127,6 +127,14 @@ def lenient_verifier(p, q, l, *, normalize: bool = False) -> LenientVerifier:
     TypeError
         If ``l`` is not a real number.
 
+    Notes
+    -----
+    Subnormal entries of ``p`` or ``q`` (below 2.2e-308) are set to exactly 0
+    on input, as at every entry point of otspec, so the verifier is that of
+    the same problem with those entries at zero. The acceptance test is strict,
+    :math:`u\,l\,p(x) < q(x)` with :math:`u` uniform on :math:`[0, 1)`: a coin
+    of exactly 0 never accepts a draft the target gives probability 0.
+
     See Also
     --------
     mentored : the KL-optimal acceptance for a given KL budget.

@@ -629,7 +629,13 @@ def mentored(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_iter: int
     Notes
     -----
     ``p`` and ``q`` are used as given (each sums to 1 within
-    :data:`otspec.SIMPLEX_TOL`). When no token has :math:`q_i < p_i` in
+    :data:`otspec.SIMPLEX_TOL`), except that subnormal entries (positive but
+    below the smallest normal double, 2.2e-308) are set to exactly 0 on input,
+    as at every entry point of otspec: the result *is* the result of the same
+    problem with those entries at zero (they carry less than ``n * 2.3e-308`` of
+    mass, and their reciprocals overflowed, which gave ``acceptance = 1`` and a
+    NaN ``kl`` for ``q = [1, 5e-324]``). Entries down to 2.2e-308 (``1e-300``)
+    are kept and handled exactly. When no token has :math:`q_i < p_i` in
     floating point, nothing can be rejected and :math:`\pi = p`; if ``q`` then
     still puts (rounding-level) mass where ``p = 0``, ``kl`` is infinite.
     When the optimal rejection mass underflows (huge ``D`` with target mass
@@ -660,6 +666,9 @@ def mentored(p, q, D, *, method: str = "exact", tol: float = 1e-6, max_iter: int
     (0.829466, True)
     >>> otspec.mentored(p, q, 1.0).acceptance         # D >= KL(q || p)
     1.0
+    >>> r = otspec.mentored([0.5, 0.5], [1.0, 5e-324], 0.01)  # a subnormal entry is 0
+    >>> r.acceptance == otspec.mentored([0.5, 0.5], [1.0, 0.0], 0.01).acceptance, bool(r.kl <= 0.01 + 1e-15)
+    (True, True)
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
     D = _validate_D(D)

@@ -318,7 +318,15 @@ def _draw(cdf: np.ndarray, law: np.ndarray, gen: np.random.Generator) -> int:
     return i
 
 
+#: Largest number of drafts drawn at once by ``sample_drafts`` (the tuple of ``k`` ints).
+MAX_SAMPLE_DRAFTS = 10_000_000
+
+
 def _sample_iid(cdf: np.ndarray, law: np.ndarray, k: int, gen: np.random.Generator) -> tuple[int, ...]:
+    if k > MAX_SAMPLE_DRAFTS:
+        raise ValueError(
+            f"drawing `k`={k} drafts at once exceeds the limit MAX_SAMPLE_DRAFTS={MAX_SAMPLE_DRAFTS}"
+        )
     u = gen.random(k) * cdf[-1]
     idx = np.minimum(np.searchsorted(cdf, u, side="right"), law.shape[0] - 1)
     out = []
@@ -643,8 +651,8 @@ class KSeq(Verifier):
         gen = as_rng(rng)
         p, q, rho = self.p, self.q, self.rho
         for x in xs:
-            # division-free test u * rho * p(x) <= q(x)  <=>  u <= min(1, q/(rho p))
-            if gen.random() * rho * p[x] <= q[x]:
+            # strict division-free test u * rho * p(x) < q(x)  <=>  u < min(1, q/(rho p)), u in [0, 1)
+            if gen.random() * rho * p[x] < q[x]:
                 return x
         return _draw(self._res_cdf, self.residual, gen)
 

@@ -70,8 +70,9 @@ class RatioTestVerifier(Verifier):
     def sample(self, drafts, *, rng=None) -> int:
         (x,) = self._drafts(drafts)
         gen = as_rng(rng)
-        # u * s * p(x) <= q(x): the division-free acceptance test
-        if gen.random() * self._scale * self.p[x] <= self.q[x]:
+        # u * s * p(x) < q(x), u in [0, 1): the strict division-free acceptance test (u = 0
+        # must not accept a token with q(x) = 0)
+        if gen.random() * self._scale * self.p[x] < self.q[x]:
             return x
         return sample_from(self._res, gen)
 

@@ -33,7 +33,11 @@ from .._verifier import Verifier
 from ._kseq import _draw, _sample_iid
 from ._maximal_coupling import residual
 
-__all__ = ["MultiRound", "multiround", "MAX_HISTORIES"]
+__all__ = ["MultiRound", "multiround", "MAX_HISTORIES", "MAX_TARGET_ENTRIES"]
+
+#: Largest round-target table ``(k + 1) * n`` built with replacement (40 MB of float64;
+#: building it costs O(k n) time, about 10 s at the limit with n = 2).
+MAX_TARGET_ENTRIES = 5_000_000
 
 #: Largest number of rejection histories enumerated by the exact acceptance
 #: of multi-round sampling *without* replacement.
@@ -95,6 +99,11 @@ class MultiRound(Verifier):
         self._p_cdf = np.cumsum(p)
         self._acceptance = None
         if self.replacement:
+            if (k + 1) * p.shape[0] > MAX_TARGET_ENTRIES:
+                raise ValueError(
+                    f"`k`={k} rounds over n={p.shape[0]} tokens need a ({k + 1}, {p.shape[0]}) table of round "
+                    f"targets, above the limit MAX_TARGET_ENTRIES={MAX_TARGET_ENTRIES} entries"
+                )
             targets = np.empty((k + 1, p.shape[0]))
             targets[0] = q
             for i in range(k):
@@ -194,8 +203,8 @@ class MultiRound(Verifier):
         if self.replacement:
             T, p = self.targets, self.p
             for i, x in enumerate(xs):
-                # division-free test u * p(x) <= q_i(x)
-                if gen.random() * p[x] <= T[i, x]:
+                # strict division-free test u * p(x) < q_i(x), u in [0, 1)
+                if gen.random() * p[x] < T[i, x]:
                     return x
             return _draw(self._last_cdf, T[self.k], gen)
         steps, last = self._rounds(xs)

@@ -12,7 +12,7 @@ mirrors scipy's ``_linprog_util._check_result``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -45,6 +45,9 @@ class LPSolution:
     max_violation : float
         Largest violation of signs, row bounds and the solver's own objective
         value (``nan`` when no solution came back).
+    row_dual : (n_rows,) ndarray of float64
+        HiGHS's row duals (empty on a solver failure), for callers that
+        certify a bound by weak duality.
     """
 
     success: bool
@@ -53,6 +56,7 @@ class LPSolution:
     x: np.ndarray
     objective: float
     max_violation: float
+    row_dual: np.ndarray = field(default_factory=lambda: np.empty(0))
 
     def raise_for_status(self, what: str) -> None:
         """Raise :class:`SolverError` naming ``what`` unless the solve succeeded."""
@@ -163,6 +167,7 @@ def solve_lp(
         float(np.max(row_lower - ax, initial=0.0)),
         abs(objective - solver_obj),
     )
+    row_dual = np.array(h.getSolution().row_dual, dtype=np.float64)
     if not violation <= check_tol:
         return LPSolution(
             False,
@@ -174,4 +179,4 @@ def solve_lp(
             violation,
         )
     return LPSolution(True, "optimal", f"HiGHS: {name}; re-check passed (max violation {violation:.1e})",
-                      x, objective, violation)
+                      x, objective, violation, row_dual)

@@ -14,7 +14,7 @@ import numpy as np
 from .._validation import validate_distribution, validate_k, validate_pair
 from .._verifier import Verifier
 from ._highs import LP_CHECK_TOL, SolverError, solve_lp
-from ._multisets import multiset_law
+from ._multisets import multiset_law, n_multisets
 
 __all__ = [
     "OTMResult",
@@ -24,12 +24,68 @@ __all__ = [
     "otm_lp_tuples",
     "set_weights",
     "LP_CHECK_TOL",
+    "MAX_LP_BYTES",
+    "lp_size",
 ]
 
 #: Largest reduced LP built (number of multisets enumerated or variables).
 MAX_REDUCED_SIZE = 5_000_000
 #: Largest tuple LP built (``n**(k+1)`` variables).
 MAX_TUPLE_VARIABLES = 250_000
+#: Largest memory the reduced LP may need, in bytes (estimated before anything is
+#: built, see :func:`lp_bytes`).
+MAX_LP_BYTES = 2 * 2**30
+#: Peak memory per LP variable of the reduced LP: the enumerated sets, the
+#: column-wise matrix, HiGHS's own copies and the solution (measured: 397 MB at
+#: 360,000 variables, n = 600, k = 2, HiGHS 1.16, with the plan kept factored).
+BYTES_PER_VARIABLE = 1200
+
+
+def lp_size(s: int, k: int) -> tuple[int, int]:
+    """Exact ``(sets, variables)`` of the reduced LP for a draft support of ``s`` tokens and ``k`` drafts.
+
+    Every non-empty subset of the support with at most ``k`` tokens is a
+    distinct-token set of positive probability; a set of ``j`` tokens has ``j``
+    variables. Computed without enumerating anything.
+    """
+    sets = cols = 0
+    for j in range(1, min(k, s) + 1):
+        c = math.comb(s, j)
+        sets += c
+        cols += j * c
+        if cols > MAX_REDUCED_SIZE:
+            break  # already above every limit
+    return sets, cols
+
+
+def check_lp_size(s: int, k: int) -> None:
+    """Refuse (ValueError) a reduced LP above ``MAX_REDUCED_SIZE`` variables or ``MAX_LP_BYTES`` of memory."""
+    if _n_multisets_capped(s, k) > MAX_REDUCED_SIZE:
+        raise ValueError(
+            f"the reduced OTM LP would enumerate more than {MAX_REDUCED_SIZE} multisets for |supp p|={s}, "
+            f"`k`={k}, above the limit MAX_REDUCED_SIZE={MAX_REDUCED_SIZE}"
+        )
+    _, cols = lp_size(s, k)
+    if cols > MAX_REDUCED_SIZE:
+        raise ValueError(
+            f"the reduced OTM LP would have more than {MAX_REDUCED_SIZE} variables for |supp p|={s}, `k`={k}"
+        )
+    need = cols * BYTES_PER_VARIABLE
+    if need > MAX_LP_BYTES:
+        raise ValueError(
+            f"the reduced OTM LP for |supp p|={s}, `k`={k} has {cols} variables and needs about "
+            f"{need / 2**30:.1f} GiB, above the limit MAX_LP_BYTES={MAX_LP_BYTES / 2**30:.0f} GiB; "
+            "use alpha_k (closed form / min-cut) or optimal_verifier for large vocabularies"
+        )
+
+
+def _n_multisets_capped(m: int, k: int) -> int:
+    """``C(m + k - 1, k)`` or ``MAX_REDUCED_SIZE + 1`` when above it (decided by logarithms first)."""
+    if m <= 1:
+        return 1
+    if math.lgamma(m + k) - math.lgamma(k + 1) - math.lgamma(m) > math.log(MAX_REDUCED_SIZE) + 1.0:
+        return MAX_REDUCED_SIZE + 1
+    return n_multisets(m, k)
 
 
 class OTMPlanVerifier(Verifier):
@@ -109,6 +165,27 @@ class OTMResult:
     success: bool
     k: int
     max_violation: float
+
+
+class _FactoredRows:
+    """Rows ``f(A, .) + r(A) c`` of the reduced plan without the dense ``(n_sets, n)`` array.
+
+    ``rows[i]`` builds one dense row (O(n)); memory is that of the LP solution.
+    """
+
+    def __init__(self, f, set_of_col, token_of_col, r, c):
+        self._f, self._tok, self._r, self._c = f, token_of_col, r, c
+        self._start = np.searchsorted(set_of_col, np.arange(r.shape[0] + 1))  # columns are grouped by set
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        row = self._r[i] * self._c
+        a, b = self._start[i], self._start[i + 1]
+        np.add.at(row, self._tok[a:b], self._f[a:b])
+        return row
+
+    def sums(self) -> np.ndarray:
+        on = np.add.reduceat(self._f, self._start[:-1]) if self._f.shape[0] else np.zeros(self._r.shape[0])
+        return on + self._r * float(self._c.sum())
 
 
 def set_weights(p, k: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
@@ -218,8 +295,12 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     Raises
     ------
     ValueError
-        Invalid ``p``, ``q``, ``k``; or more than 5,000,000 multisets would be
-        enumerated (the size is in the message).
+        Invalid ``p``, ``q``, ``k``; more than 5,000,000 multisets or
+        variables; or an estimated peak memory (``BYTES_PER_VARIABLE`` = 1200
+        bytes per variable, measured) above ``MAX_LP_BYTES`` = 2 GiB. The
+        sizes are exact counts made before anything is enumerated:
+        :math:`\sum_{j \le k} j \binom{s}{j}` variables for a draft support
+        of ``s`` tokens (``n = 1,300`` at ``k = 2`` is about the largest).
     SolverError
         Only with ``raise_on_failure=True``.
 
@@ -238,6 +319,7 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
     n = p_.shape[0]
+    check_lp_size(int(np.count_nonzero(p_)), k)  # before anything is enumerated or allocated
     sets, w = set_weights(p_, k)
     n_sets = len(sets)
     sizes = np.array([len(s) for s in sets], dtype=np.int64)
@@ -273,13 +355,14 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     # when every column is full (alpha = 1 up to rounding) the leftover row mass
     # r is rounding-level; spreading it as q keeps every row a proper law
     c_law = c / csum if csum > 0 else np.array(q_)
-    rows = np.outer(r, c_law)
-    np.add.at(rows, (set_of_col, token_of_col), f)
+    # the plan row of set A is f(A, .) + r(A) c_law: kept factored (sparse f, rank-one
+    # rest) instead of a dense (n_sets, n) array, so memory is O(n_cols + n_sets + n)
+    rows = _FactoredRows(f, set_of_col, token_of_col, r, c_law)
     # the exact acceptance of the plan as a kernel (rows normalised as in
     # `conditional`): it can exceed sum(f) by rounding-level leftover mass that
     # the independent pairing puts back on a draft token
-    tot = rows.sum(axis=1)
-    on_set = np.bincount(set_of_col, weights=rows[set_of_col, token_of_col], minlength=n_sets)
+    tot = rows.sums()
+    on_set = np.bincount(set_of_col, weights=f + r[set_of_col] * c_law[token_of_col], minlength=n_sets)
     q_on_set = np.bincount(set_of_col, weights=q_[token_of_col], minlength=n_sets)
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(tot > 0, on_set / np.where(tot > 0, tot, 1.0), q_on_set)
@@ -347,11 +430,16 @@ def otm_lp_tuples(p, q, k, *, normalize: bool = False, raise_on_failure: bool = 
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
     n = p_.shape[0]
+    if n > 1 and (k + 1) * math.log(n) > math.log(MAX_TUPLE_VARIABLES) + 30.0:  # no huge n**(k+1)
+        raise ValueError(
+            f"the tuple OTM LP would have n**(k+1) = {n}**{k + 1} variables (`k`={k}), "
+            f"above the limit MAX_TUPLE_VARIABLES={MAX_TUPLE_VARIABLES}; use otm_lp or alpha_k"
+        )
     n_vars = n ** (k + 1)
     if n_vars > MAX_TUPLE_VARIABLES:
         raise ValueError(
-            f"the tuple OTM LP would have n**(k+1) = {n}**{k + 1} = {n_vars} variables, "
-            f"above the limit {MAX_TUPLE_VARIABLES}; use method='lp' or 'exact'"
+            f"the tuple OTM LP would have n**(k+1) = {n}**{k + 1} = {n_vars} variables (`k`={k}), "
+            f"above the limit MAX_TUPLE_VARIABLES={MAX_TUPLE_VARIABLES}; use otm_lp or alpha_k"
         )
     try:
         import cvxpy as cp

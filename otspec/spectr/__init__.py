@@ -1,6 +1,6 @@
 r"""SpecTr over sequences: draft sets, DraftSelection, exact block efficiency.
 
-``K`` draft sequences of length ``L`` are drawn from the draft model
+``k`` draft sequences (SpecTr's ``K``) of length ``L`` are drawn from the draft model
 :math:`\mathcal M_s` (i.i.d., SpecTr eq. 7, or as the leaves of a prefix
 tree with branching :math:`(k_1, \dots, k_L)`, :math:`\prod k_i = K`,
 Appendix D); DraftSelection (Algorithm 3) applies a token-level verifier

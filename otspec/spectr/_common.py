@@ -18,7 +18,14 @@ import numpy as np
 
 from .._validation import validate_distribution, validate_positive_int
 from .._verifier import Verifier
-from ..models import MarkovModel, MemorylessModel, validate_model, validate_model_pair, validate_sequence
+from ..models import (
+    MarkovModel,
+    MemorylessModel,
+    check_length,
+    validate_model,
+    validate_model_pair,
+    validate_sequence,
+)
 from ..multidraft._kseq import KSeq
 from ..multidraft._multiround import MultiRound
 from ..multidraft._registry import get_verifier, verifier_names
@@ -35,6 +42,8 @@ __all__ = [
     "validate_prefix",
     "validate_branching",
     "MAX_STEP_ENUM",
+    "MAX_DRAFT_TOKENS",
+    "capped_count",
 ]
 
 #: Names accepted by ``verifier=``: the token-level verifiers of the registry
@@ -103,10 +112,22 @@ def _known_order(model):
     return None
 
 
+#: Largest number of draft tokens ``K * L`` of one SpecTr iteration: every route
+#: holds the ``(K, L)`` draft tokens (or walks that many tree nodes).
+MAX_DRAFT_TOKENS = 10_000_000
+
+
 def validate_branching(K, L, branching) -> tuple[int, ...]:
-    """Branching factors ``(k_1, ..., k_L)`` with product ``K``; i.i.d. drafts are ``(K, 1, ..., 1)``."""
-    K = validate_positive_int(K, "K")
-    L = validate_positive_int(L, "L")
+    """Branching factors ``(k_1, ..., k_L)`` with product ``K``; i.i.d. drafts are ``(K, 1, ..., 1)``.
+
+    Refuses ``L > MAX_LENGTH`` and ``K * L > MAX_DRAFT_TOKENS`` before building anything.
+    """
+    K = validate_positive_int(K, "k")
+    L = check_length(validate_positive_int(L, "L"))
+    if K * L > MAX_DRAFT_TOKENS:
+        raise ValueError(
+            f"`k` * `L` = {K} * {L} draft tokens exceeds the stated limit MAX_DRAFT_TOKENS={MAX_DRAFT_TOKENS}"
+        )
     if branching is None:
         return (K,) + (1,) * (L - 1)
     if isinstance(branching, (str, bytes)):
@@ -121,8 +142,25 @@ def validate_branching(K, L, branching) -> tuple[int, ...]:
         raise ValueError(f"`branching` must have L={L} entries (k_1, ..., k_L), got {len(ks)}")
     ks = tuple(validate_positive_int(k, "branching[i]") for k in ks)
     if math.prod(ks) != K:
-        raise ValueError(f"`branching` must multiply to K={K} (prod k_i = K), got prod{ks} = {math.prod(ks)}")
+        raise ValueError(f"`branching` must multiply to k={K} (prod k_i = k), got prod{ks} = {math.prod(ks)}")
     return ks
+
+
+def capped_count(s: int, k: int, symmetric: bool, cap: int):
+    """Number of draft multisets ``C(s + k - 1, k)`` (or tuples ``s**k``); ``math.inf`` when astronomically above ``cap``.
+
+    Decided by logarithms first, so ``K = 10**12`` never builds a huge integer;
+    counts within a factor ``e**30`` of ``cap`` are exact integers.
+    """
+    if s <= 1:
+        return 1
+    if symmetric:
+        log_size = math.lgamma(s + k) - math.lgamma(k + 1) - math.lgamma(s)
+    else:
+        log_size = k * math.log(s)
+    if log_size > math.log(cap) + 30.0:
+        return math.inf
+    return n_multisets(s, k) if symmetric else s**k
 
 
 # ----------------------------------------------------------------------------- verifiers
@@ -259,11 +297,12 @@ class VerifierFactory:
                 return law
         support = np.flatnonzero(p > 0)
         s = support.shape[0]
-        size = n_multisets(s, k) if self.symmetric else s**k
+        size = capped_count(s, k, self.symmetric, max_enum)
         if size > max_enum:
             kind = "multisets" if self.symmetric else "ordered draft tuples"
+            count = f"more than {max_enum}" if size == math.inf else str(size)
             raise ValueError(
-                f"the exact step law would enumerate {size} {kind} (|supp p|={s}, k={k}), above "
+                f"the exact step law would enumerate {count} {kind} (|supp p|={s}, k={k}), above "
                 f"`max_enum`={max_enum}; use block_efficiency_mc for models this large"
             )
         v = self(p, q, k)

@@ -89,9 +89,14 @@ class DraftSet:
         object.__setattr__(self, "branching", ks)
 
     @property
-    def K(self) -> int:
-        """Number of draft sequences (leaves)."""
+    def k(self) -> int:
+        """Number of draft sequences (leaves); SpecTr writes it ``K``."""
         return int(self.tokens.shape[0])
+
+    @property
+    def K(self) -> int:
+        """Alias of :attr:`k` (SpecTr's letter)."""
+        return self.k
 
     @property
     def L(self) -> int:
@@ -107,7 +112,7 @@ class DraftSet:
         return self.K // self.stride(d)
 
     def __repr__(self) -> str:
-        return f"DraftSet(K={self.K}, L={self.L}, branching={self.branching})"
+        return f"DraftSet(k={self.k}, L={self.L}, branching={self.branching})"
 
 
 def _sample_many(law: np.ndarray, size: int, gen: np.random.Generator) -> np.ndarray:
@@ -189,7 +194,7 @@ def prefix_tree_drafts(draft, branching, *, prefix=(), rng=None) -> DraftSet:
     return DraftSet(np.array(seqs, dtype=np.int64), ks)
 
 
-def iid_drafts(draft, K, L, *, prefix=(), rng=None) -> DraftSet:
+def iid_drafts(draft, k, L, *, prefix=(), rng=None) -> DraftSet:
     r"""Sample ``K`` i.i.d. draft sequences of length ``L`` from the draft model (SpecTr eq. 7).
 
     .. math::
@@ -201,7 +206,7 @@ def iid_drafts(draft, K, L, *, prefix=(), rng=None) -> DraftSet:
     ----------
     draft : model
         The draft model (``next_dist(prefix) -> (V,) array``).
-    K : int
+    k : int
         Number of draft sequences, ``>= 1``.
     L : int
         Length of each, ``>= 1``.
@@ -230,7 +235,8 @@ def iid_drafts(draft, K, L, *, prefix=(), rng=None) -> DraftSet:
     >>> from otspec.models import MemorylessModel
     >>> from otspec.spectr import iid_drafts
     >>> iid_drafts(MemorylessModel([0.25, 0.75]), 3, 4, rng=1)
-    DraftSet(K=3, L=4, branching=(3, 1, 1, 1))
+    DraftSet(k=3, L=4, branching=(3, 1, 1, 1))
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     ks = validate_branching(K, L, None)
     return prefix_tree_drafts(draft, ks, prefix=prefix, rng=rng)

@@ -23,9 +23,11 @@ import numpy as np
 
 from .._validation import validate_positive_int
 from .._verifier import LOSSLESS_TOL, LosslessCheck, validate_tol
+from ..models import size_exceeds, size_text
 from ._common import (
     MAX_STEP_ENUM,
     _known_order,
+    capped_count,
     context_key,
     next_dist,
     resolve_verifier,
@@ -52,38 +54,75 @@ MAX_NODES = 1_000_000
 MAX_SEQUENCES = 1_000_000
 
 
-def _step_sizes(n, ks, symmetric):
-    """Largest number of draft tokens at each position and its enumeration size (a-priori, with |supp p| <= n)."""
+#: The polynomial step law of sequential verifiers (k-Seq, multi-round) costs
+#: about ``V * k**2`` operations per recursion state; an exact call whose states
+#: add up to more than this is refused (about 5 s of work on one core).
+MAX_SEQUENTIAL_WORK = 30_000_000
+
+
+#: Largest number of draft token ids an exact enumeration holds at one position
+#: (multisets or tuples times ``k``; 400 MB of int64).
+MAX_ENUM_CELLS = 50_000_000
+
+
+def _step_sizes(n, ks, symmetric, cap):
+    """Largest number of draft tokens at each position and its enumeration size, capped at ``cap + 1``.
+
+    A-priori, with ``|supp p| <= n``.
+    """
     out = []
     kmax = 1
     for k_i in ks:
         kmax *= k_i
-        size = math.comb(n + kmax - 1, kmax) if symmetric else n**kmax
-        out.append((kmax, size))
+        out.append((kmax, capped_count(n, kmax, symmetric, cap)))
     return out
 
 
+def _count_text(size, cap) -> str:
+    return f"more than {cap}" if size == math.inf else f"up to {size}"
+
+
 def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes):
-    sizes = _step_sizes(n, ks, factory.symmetric)
+    sizes = _step_sizes(n, ks, factory.symmetric, max_enum)
     worst = max(s for _, s in sizes)
     if worst > max_enum and not factory.sequential:
         d = [s for _, s in sizes].index(worst)
         kind = "multisets" if factory.symmetric else "ordered draft tuples"
         raise ValueError(
-            f"exact enumeration would need up to {worst} {kind} of k={sizes[d][0]} draft tokens over "
+            f"exact enumeration would need {_count_text(worst, max_enum)} {kind} of k={sizes[d][0]} draft tokens over "
             f"V={n} at position {d + 1}, above `max_enum`={max_enum}; use block_efficiency_mc"
+        )
+    cells = max(s * k for k, s in sizes)  # the enumeration holds k token ids per multiset or tuple
+    if cells > MAX_ENUM_CELLS and not factory.sequential:
+        raise ValueError(
+            f"exact enumeration would hold {cells} draft token ids (multisets x k, `k`={math.prod(ks)}), above "
+            f"the stated limit MAX_ENUM_CELLS={MAX_ENUM_CELLS}; use block_efficiency_mc"
         )
     orders = [_known_order(draft), _known_order(target)]
     order = None if None in orders else max(orders)
-    total = 0
+    total = 0  # states (context, depth, survivors)
+    work = 0  # n * k**2 per state of a sequential verifier's polynomial step law
     for d in range(len(ks)):
-        n_ctx = n**d if order is None else n ** min(d, order)
+        depth = d if order is None else min(d, order)
         n_surv = 1 if d == 0 else sizes[d - 1][0]
-        total += n_ctx * n_surv
+        if size_exceeds(n, depth, max_nodes):
+            total = max_nodes + 1
+            break
+        states = n**depth * n_surv
+        total += states
+        work += states * n * sizes[d][0] ** 2
+        if total > max_nodes:
+            break
     if total > max_nodes:
         raise ValueError(
-            f"exact enumeration would visit up to {total} (context, depth, survivors) states, above "
+            f"exact enumeration would visit more than {max_nodes} (context, depth, survivors) states, above "
             f"`max_nodes`={max_nodes}; use block_efficiency_mc"
+        )
+    if factory.sequential and work > MAX_SEQUENTIAL_WORK:
+        raise ValueError(
+            f"the exact step laws of {factory.name!r} for K={math.prod(ks)}, L={len(ks)} over V={n} cost about "
+            f"{work} operations (states * V * k**2), above the stated limit "
+            f"MAX_SEQUENTIAL_WORK={MAX_SEQUENTIAL_WORK}; use block_efficiency_mc"
         )
 
 
@@ -126,7 +165,7 @@ def _length_law(draft, target, n, ks, ctx0, factory, max_enum):
 def length_law(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     verifier="lp",
@@ -152,7 +191,7 @@ def length_law(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     verifier : str, callable or VerifierFactory, keyword-only
         Token-level verifier (see :func:`draft_selection`).
@@ -189,6 +228,7 @@ def length_law(
     >>> length_law(MemorylessModel([0.5, 0.5]), MemorylessModel([0.25, 0.75]), 1, 2).tolist()
     [0.25, 0.1875, 0.5625]
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     n, ks, ctx, factory = _setup(draft, target, K, L, verifier, branching, prefix)
     max_enum = validate_positive_int(max_enum, "max_enum")
     max_nodes = validate_positive_int(max_nodes, "max_nodes")
@@ -199,7 +239,7 @@ def length_law(
 def block_efficiency(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     verifier="lp",
@@ -225,7 +265,7 @@ def block_efficiency(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     verifier : str, callable or VerifierFactory, keyword-only
         Token-level verifier (see :func:`draft_selection`).
@@ -261,6 +301,7 @@ def block_efficiency(
     >>> round(block_efficiency(draft, target, 2, 2, verifier="lp"), 12)
     2.875
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     law = length_law(
         draft, target, K, L, verifier=verifier, branching=branching, prefix=prefix,
         max_enum=max_enum, max_nodes=max_nodes,
@@ -298,7 +339,7 @@ def _decoded(draft, target, n, ks, ctx0, factory, max_enum) -> dict:
 def decoded_law(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     verifier="lp",
@@ -317,7 +358,7 @@ def decoded_law(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     verifier : str, callable or VerifierFactory, keyword-only
         Token-level verifier.
@@ -354,12 +395,13 @@ def decoded_law(
     >>> {s: round(w, 12) for s, w in sorted(law.items())}
     {(0, 0): 0.0625, (0, 1): 0.1875, (1,): 0.25, (1, 0): 0.125, (1, 1): 0.375}
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     n, ks, ctx, factory = _setup(draft, target, K, L, verifier, branching, prefix)
     max_enum = validate_positive_int(max_enum, "max_enum")
     max_sequences = validate_positive_int(max_sequences, "max_sequences")
-    if n ** (len(ks) + 1) > max_sequences:
+    if size_exceeds(n, len(ks) + 1, max_sequences):
         raise ValueError(
-            f"the decoded law ranges over V**(L+1) = {n}**{len(ks) + 1} = {n ** (len(ks) + 1)} sequences, "
+            f"the decoded law ranges over V**(L+1) = {n}**{len(ks) + 1} = {size_text(n, len(ks) + 1)} sequences, "
             f"above `max_sequences`={max_sequences}; use block_efficiency / block_efficiency_mc"
         )
     _check_sizes(draft, target, n, ks, factory, max_enum, max_sequences)
@@ -421,7 +463,7 @@ def _target_joint(target, ctx, length, n):
 def check_lossless(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     verifier="lp",
@@ -447,7 +489,7 @@ def check_lossless(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     verifier : str, callable or VerifierFactory, keyword-only
         Token-level verifier.
@@ -485,6 +527,7 @@ def check_lossless(
     >>> bool(res.max_error < 1e-15), round(res.expected_tokens, 12)
     (True, 2.875)
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     n, ks, ctx, factory = _setup(draft, target, K, L, verifier, branching, prefix)
     tol = validate_tol(tol)
     L = len(ks)

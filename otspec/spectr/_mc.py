@@ -55,7 +55,7 @@ class MCEstimate:
 def block_efficiency_mc(
     draft,
     target,
-    K,
+    k,
     L,
     *,
     verifier="lp",
@@ -82,7 +82,7 @@ def block_efficiency_mc(
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K, L : int
+    k, L : int
         Number and length of the draft sequences.
     verifier : str, callable or VerifierFactory, keyword-only
         Token-level verifier (see :func:`draft_selection`).
@@ -124,6 +124,7 @@ def block_efficiency_mc(
     >>> bool(est.ci_low < 2.3125 < est.ci_high)  # the exact value (block_efficiency)
     True
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     from scipy import stats
 
     n = validate_models(draft, target)

@@ -125,7 +125,7 @@ def draft_selection(draft, target, drafts, *, verifier="lp", prefix=(), rng=None
     return _select(draft, target, ds, factory, ctx, n, as_rng(rng))
 
 
-def spectr_step(draft, target, K, L, *, verifier="lp", branching=None, prefix=(), rng=None) -> tuple[int, ...]:
+def spectr_step(draft, target, k, L, *, verifier="lp", branching=None, prefix=(), rng=None) -> tuple[int, ...]:
     r"""One SpecTr iteration: sample a draft set from :math:`\mathcal M_s`, then run DraftSelection.
 
     .. math::
@@ -137,7 +137,7 @@ def spectr_step(draft, target, K, L, *, verifier="lp", branching=None, prefix=()
     ----------
     draft, target : model
         Draft :math:`\mathcal M_s` and target :math:`\mathcal M_b` models.
-    K : int
+    k : int
         Number of draft sequences, ``>= 1``.
     L : int
         Draft length, ``>= 1``.
@@ -175,6 +175,7 @@ def spectr_step(draft, target, K, L, *, verifier="lp", branching=None, prefix=()
     >>> len(spectr_step(m, m, 2, 3, rng=0))  # draft == target: all accepted, plus the bonus
     4
     """
+    K = k  # SpecTr's letter for the number of draft sequences
     n = validate_models(draft, target)
     ks = validate_branching(K, L, branching)
     ctx = validate_prefix(prefix, n)

@@ -295,7 +295,12 @@ def sample_size(tv, law, *, power: float = 0.99, alpha_fail: float = 1e-4,
         d = _dof_at(law_, N, min_expected)
         if d == 0 and several:  # everything pooled into one cell: no test yet
             top = float(law_.max())
-            need = max(N + 1, math.ceil(min_expected / top), math.ceil(min_expected / (1.0 - top)))
+            rest = float(np.sort(law_)[:-1].sum())  # not 1 - top: that rounds to 0 next to 1e-300 cells
+            if rest * MAX_SAMPLES < min_expected:
+                # the small cells can never be tested within MAX_SAMPLES: the one-cell rule
+                need = max(N, _size_for(tv, 0, alpha_fail, power))
+            else:
+                need = max(N + 1, math.ceil(min_expected / top), math.ceil(min_expected / rest))
         else:
             need = _size_for(tv, d, alpha_fail, power)
         if need <= N or need > MAX_SAMPLES:
