@@ -50,9 +50,8 @@ import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair
 from .._verifier import Verifier, sample_from
-from ..otm._lp import set_weights
+from ..otm._lp import membership_plan, set_weights
 from ..otm._multisets import n_multisets
-from ..otm._without_replacement import membership_plan
 
 __all__ = ["KhistiVerifier", "khisti_verifier", "khisti_alpha2", "khisti_acceptance_one"]
 

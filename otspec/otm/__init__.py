@@ -8,10 +8,9 @@ enumerator every LP of the package uses. Notation: ``p`` draft, ``q`` target.
 
 from ._alpha import MinCut, alpha_k, min_cut
 from ._highs import LP_CHECK_TOL, SolverError
-from ._lp import OTMPlanVerifier, OTMResult, otm_lp, otm_lp_tuples, set_weights
+from ._lp import OTMPlanVerifier, OTMResult, membership_plan, otm_lp, otm_lp_tuples, set_weights
 from ._without_replacement import (
     alpha_k_without_replacement,
-    membership_plan,
     min_cut_without_replacement,
     prob_within_without_replacement,
     uncovered_prefixes,

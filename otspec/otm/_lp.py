@@ -26,6 +26,8 @@ __all__ = [
     "LP_CHECK_TOL",
     "MAX_LP_BYTES",
     "lp_size",
+    "membership_plan",
+    "MAX_MEMBERSHIP_COLUMNS",
 ]
 
 #: Largest reduced LP built (number of multisets enumerated or variables).
@@ -188,6 +190,126 @@ class _FactoredRows:
         return on + self._r * float(self._c.sum())
 
 
+#: Largest membership LP built by :func:`membership_plan` (columns = key-token memberships).
+MAX_MEMBERSHIP_COLUMNS = 1_000_000
+
+
+@dataclass(frozen=True, eq=False)
+class _Membership:
+    """A solved membership LP repaired to exact feasibility: matched ``f`` per column, leftovers ``r``, ``c_law``."""
+
+    f: np.ndarray
+    key_of: np.ndarray
+    tok_of: np.ndarray
+    r: np.ndarray
+    c_law: np.ndarray
+
+
+def _membership_lp(members, w: np.ndarray, q: np.ndarray, *, limit: int, what: str):
+    r"""Solve :math:`\max \sum_{a, y \in a} f(a, y)` with row sums :math:`\le w(a)`, column sums :math:`\le q(y)`.
+
+    ``members[i]`` are the distinct tokens of key ``i`` (sorted). Returns
+    ``(sol, plan)``: the :class:`LPSolution` and, on success, the matched mass
+    clipped and scaled down so that every row and column bound holds exactly,
+    with the unmatched row mass ``r`` and the law ``c_law`` it is paired with
+    independently (the leftover target mass, or ``q`` itself when that is
+    empty: then ``r`` is rounding-level). ``plan`` is None on a solver
+    failure. Raises ValueError above ``limit`` columns, before building.
+    """
+    n, n_keys = q.shape[0], len(members)
+    sizes = np.array([len(a) for a in members], dtype=np.int64)
+    n_cols = int(sizes.sum()) if n_keys else 0
+    if n_cols > limit:
+        raise ValueError(f"the {what} would have {n_cols} variables, above the limit {limit}")
+    key_of = np.repeat(np.arange(n_keys), sizes)
+    tok_of = np.fromiter(itertools.chain.from_iterable(members), dtype=np.int64, count=n_cols)
+    index = np.empty(2 * n_cols, dtype=np.int32)
+    index[0::2], index[1::2] = key_of, n_keys + tok_of
+    sol = solve_lp(np.ones(n_cols), np.arange(0, 2 * n_cols + 1, 2, dtype=np.int32), index, np.ones(2 * n_cols),
+                   np.full(n_keys + n, -np.inf), np.concatenate([w, q]))
+    if not sol.success:
+        return sol, None
+    # repair to exact feasibility: clip, then scale down over-full rows and columns
+    f = np.maximum(sol.x, 0.0)
+    for owner, cap, size in ((key_of, w, n_keys), (tok_of, q, n)):
+        used = np.bincount(owner, weights=f, minlength=size)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f *= np.minimum(1.0, np.where(used > 0, cap / used, 1.0))[owner]
+    r = np.maximum(w - np.bincount(key_of, weights=f, minlength=n_keys), 0.0)
+    c = np.maximum(q - np.bincount(tok_of, weights=f, minlength=n), 0.0)
+    csum = c.sum()
+    # when every column is full (alpha = 1 up to rounding) the leftover row mass
+    # r is rounding-level; spreading it as q keeps every row a proper law
+    c_law = c / csum if csum > 0 else np.array(q)
+    return sol, _Membership(f, key_of, tok_of, r, c_law)
+
+
+def _membership_plan(keys, w: np.ndarray, q: np.ndarray):
+    """``(alpha, rows, matched)`` of the membership LP over ``keys`` as dense ``(n_keys, n)`` arrays."""
+    sol, m = _membership_lp([sorted(set(a)) for a in keys], w, q, limit=MAX_MEMBERSHIP_COLUMNS,
+                            what="membership LP")
+    if m is None:
+        sol.raise_for_status("the membership LP")
+    matched = np.zeros((len(keys), q.shape[0]))
+    np.add.at(matched, (m.key_of, m.tok_of), m.f)
+    return math.fsum(m.f.tolist()), matched + np.outer(m.r, m.c_law), matched
+
+
+def membership_plan(keys, w, q):
+    r"""The membership LP of any finite draft process: drafted keys ``keys`` with probabilities ``w``.
+
+    .. math::
+
+        \max_{f \ge 0} \sum_{a} \sum_{y \in a} f(a, y) \quad\text{s.t.}\quad
+        \sum_y f(a, y) \le w(a),\ \ \sum_a f(a, y) \le q(y).
+
+    Parameters
+    ----------
+    keys : sequence of sequence of int
+        The drafted outcomes (tuples or sets of token ids).
+    w : (len(keys),) array_like of float
+        Their probabilities (non-negative, summing to 1).
+    q : (n,) array_like of float
+        Target distribution.
+
+    Returns
+    -------
+    alpha : float
+        The optimum (the optimal acceptance of the draft process).
+    rows : (len(keys), n) ndarray
+        A full coupling of ``w`` and ``q`` (matched plus independently paired leftover mass).
+    matched : (len(keys), n) ndarray
+        The matched part.
+
+    Raises
+    ------
+    ValueError
+        ``w`` not one non-negative weight per key summing to 1, an empty key or
+        an id outside ``[0, n)``, ``q`` not a distribution; a solver failure.
+
+    References
+    ----------
+    .. [1] Hu, Zheng, Viswanathan, Chen, Rossi, Wu, Manocha, Huang, "Towards Optimal Multi-draft
+       Speculative Decoding", ICLR 2025, arXiv:2502.18779.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> round(otspec.otm.membership_plan([(0,), (1,)], [0.5, 0.5], [0.25, 0.75])[0], 9)
+    0.75
+    """
+    q_ = validate_distribution(q, "q")
+    w_ = np.asarray(w, dtype=np.float64)
+    keys = [tuple(int(x) for x in a) for a in keys]
+    if w_.ndim != 1 or w_.shape[0] != len(keys) or np.any(~np.isfinite(w_)) or np.any(w_ < 0):
+        raise ValueError(f"`w` must be {len(keys)} finite non-negative weights, one per key")
+    if abs(math.fsum(w_.tolist()) - 1.0) > 1e-9:
+        raise ValueError(f"`w` must sum to 1 within 1e-9, got {math.fsum(w_.tolist())!r}")
+    if any(not a or min(a) < 0 or max(a) >= q_.shape[0] for a in keys):
+        raise ValueError(f"every key must be a non-empty tuple of token ids in [0, {q_.shape[0]})")
+    return _membership_plan(keys, w_, q_)
+
+
 def set_weights(p, k: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
     r"""Law of the distinct-token set :math:`S(X)` of ``k`` i.i.d. draws from ``p``.
 
@@ -318,43 +440,16 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
-    n = p_.shape[0]
     check_lp_size(int(np.count_nonzero(p_)), k)  # before anything is enumerated or allocated
     sets, w = set_weights(p_, k)
     n_sets = len(sets)
-    sizes = np.array([len(s) for s in sets], dtype=np.int64)
-    n_cols = int(sizes.sum())
-    if n_cols > MAX_REDUCED_SIZE:
-        raise ValueError(f"the reduced OTM LP would have {n_cols} variables, above the limit {MAX_REDUCED_SIZE}")
-    set_of_col = np.repeat(np.arange(n_sets), sizes)
-    token_of_col = np.fromiter(itertools.chain.from_iterable(sets), dtype=np.int64, count=n_cols)
-    index = np.empty(2 * n_cols, dtype=np.int32)
-    index[0::2] = set_of_col
-    index[1::2] = n_sets + token_of_col
-    starts = np.arange(0, 2 * n_cols + 1, 2, dtype=np.int32)
-    values = np.ones(2 * n_cols)
-    row_upper = np.concatenate([w, q_])
-    sol = solve_lp(np.ones(n_cols), starts, index, values, np.full(n_sets + n, -np.inf), row_upper)
-    if not sol.success:
+    n_cols = sum(len(a) for a in sets)
+    sol, m = _membership_lp(sets, w, q_, limit=MAX_REDUCED_SIZE, what="reduced OTM LP")
+    if m is None:
         return _failure(sol.status, sol.message, n_cols, k, sol.max_violation, raise_on_failure)
-    f, violation = sol.x, sol.max_violation
-    # --- repair to exact feasibility: clip, then scale down over-full rows and columns
-    f = np.maximum(f, 0.0)
-    row_sum = np.bincount(set_of_col, weights=f, minlength=n_sets)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f *= np.minimum(1.0, np.where(row_sum > 0, w / row_sum, 1.0))[set_of_col]
-    col_sum = np.bincount(token_of_col, weights=f, minlength=n)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        f *= np.minimum(1.0, np.where(col_sum > 0, q_ / col_sum, 1.0))[token_of_col]
-    row_sum = np.bincount(set_of_col, weights=f, minlength=n_sets)
-    col_sum = np.bincount(token_of_col, weights=f, minlength=n)
-    r = np.maximum(w - row_sum, 0.0)
-    c = np.maximum(q_ - col_sum, 0.0)
+    f, set_of_col, token_of_col, r, c_law = m.f, m.key_of, m.tok_of, m.r, m.c_law
+    violation = sol.max_violation
     alpha = float(math.fsum(f))
-    csum = c.sum()
-    # when every column is full (alpha = 1 up to rounding) the leftover row mass
-    # r is rounding-level; spreading it as q keeps every row a proper law
-    c_law = c / csum if csum > 0 else np.array(q_)
     # the plan row of set A is f(A, .) + r(A) c_law: kept factored (sparse f, rank-one
     # rest) instead of a dense (n_sets, n) array, so memory is O(n_cols + n_sets + n)
     rows = _FactoredRows(f, set_of_col, token_of_col, r, c_law)

@@ -92,7 +92,7 @@ from .._validation import (
     validate_positive_int,
 )
 from ._alpha import MinCut, ratio_order
-from ._highs import solve_lp
+from ._lp import _membership_plan
 
 __all__ = [
     "alpha_k_without_replacement",
@@ -103,7 +103,6 @@ __all__ = [
     "wor_plan",
     "wor_tuple_law",
     "wor_draft_prob",
-    "membership_plan",
 ]
 
 #: Step of the trapezoid rule in log-time.
@@ -454,40 +453,6 @@ def wor_tuple_law(p, k: int, *, max_tuples: int = 1_000_000):
     return tuples, np.array([_wor_draft_prob(p_, x) for x in tuples])
 
 
-def _membership_plan(keys, w: np.ndarray, q: np.ndarray):
-    r"""Maximise :math:`\sum_{a, y \in a} f(a, y)` with row sums :math:`\le w(a)`, column sums :math:`\le q(y)`.
-
-    Returns ``(alpha, rows, matched)`` with ``rows`` a full coupling of ``w``
-    and ``q`` (the matched mass plus the unmatched mass paired independently)
-    and ``matched`` the ``(n_keys, n)`` matched part, both repaired to exact
-    feasibility. Raises SolverError on failure.
-    """
-    n, n_keys = q.shape[0], len(keys)
-    members = [sorted(set(a)) for a in keys]
-    sizes = np.array([len(a) for a in members], dtype=np.int64)
-    n_cols = int(sizes.sum()) if n_keys else 0
-    if n_cols * 2 > MAX_LP_VARIABLES:
-        raise ValueError(f"the membership LP would have {n_cols} variables, above the limit {MAX_LP_VARIABLES // 2}")
-    key_of = np.repeat(np.arange(n_keys), sizes)
-    tok_of = np.fromiter(itertools.chain.from_iterable(members), dtype=np.int64, count=n_cols)
-    index = np.empty(2 * n_cols, dtype=np.int32)
-    index[0::2], index[1::2] = key_of, n_keys + tok_of
-    sol = solve_lp(np.ones(n_cols), np.arange(0, 2 * n_cols + 1, 2), index, np.ones(2 * n_cols),
-                   np.full(n_keys + n, -np.inf), np.concatenate([w, q]))
-    sol.raise_for_status("the without-replacement membership LP")
-    f = np.maximum(sol.x, 0.0)
-    for owner, cap, size in ((key_of, w, n_keys), (tok_of, q, n)):
-        used = np.bincount(owner, weights=f, minlength=size)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            f *= np.minimum(1.0, np.where(used > 0, cap / used, 1.0))[owner]
-    left_rows = np.maximum(w - np.bincount(key_of, weights=f, minlength=n_keys), 0.0)
-    left_cols = np.maximum(q - np.bincount(tok_of, weights=f, minlength=n), 0.0)
-    spread = left_cols / left_cols.sum() if left_cols.sum() > 0 else np.array(q)
-    matched = np.zeros((n_keys, n))
-    np.add.at(matched, (key_of, tok_of), f)
-    return math.fsum(f.tolist()), matched + np.outer(left_rows, spread), matched
-
-
 def wor_lp(p, q, k: int):
     r"""The without-replacement OTM LP over ordered distinct tuples (HiGHS), the small-input reference.
 
@@ -553,58 +518,3 @@ def wor_plan(p: np.ndarray, q: np.ndarray, k: int, *, max_sets: int = 200_000):
     w = np.array([math.fsum(_wor_draft_prob(p, perm) for perm in itertools.permutations(s)) for s in sets])
     alpha, rows, _ = _membership_plan(sets, w, q)
     return sets, w, rows, alpha
-
-
-def membership_plan(keys, w, q):
-    r"""The membership LP of any finite draft process: drafted keys ``keys`` with probabilities ``w``.
-
-    .. math::
-
-        \max_{f \ge 0} \sum_{a} \sum_{y \in a} f(a, y) \quad\text{s.t.}\quad
-        \sum_y f(a, y) \le w(a),\ \ \sum_a f(a, y) \le q(y).
-
-    Parameters
-    ----------
-    keys : sequence of sequence of int
-        The drafted outcomes (tuples or sets of token ids).
-    w : (len(keys),) array_like of float
-        Their probabilities (non-negative, summing to 1).
-    q : (n,) array_like of float
-        Target distribution.
-
-    Returns
-    -------
-    alpha : float
-        The optimum (the optimal acceptance of the draft process).
-    rows : (len(keys), n) ndarray
-        A full coupling of ``w`` and ``q`` (matched plus independently paired leftover mass).
-    matched : (len(keys), n) ndarray
-        The matched part.
-
-    Raises
-    ------
-    ValueError
-        ``w`` not one non-negative weight per key summing to 1, an empty key or
-        an id outside ``[0, n)``, ``q`` not a distribution; a solver failure.
-
-    References
-    ----------
-    .. [1] Hu, Zheng, Viswanathan, Chen, Rossi, Wu, Manocha, Huang, "Towards Optimal Multi-draft
-       Speculative Decoding", ICLR 2025, arXiv:2502.18779.
-
-    Examples
-    --------
-    >>> import otspec
-    >>> round(otspec.otm.membership_plan([(0,), (1,)], [0.5, 0.5], [0.25, 0.75])[0], 9)
-    0.75
-    """
-    q_ = validate_distribution(q, "q")
-    w_ = np.asarray(w, dtype=np.float64)
-    keys = [tuple(int(x) for x in a) for a in keys]
-    if w_.ndim != 1 or w_.shape[0] != len(keys) or np.any(~np.isfinite(w_)) or np.any(w_ < 0):
-        raise ValueError(f"`w` must be {len(keys)} finite non-negative weights, one per key")
-    if abs(math.fsum(w_.tolist()) - 1.0) > 1e-9:
-        raise ValueError(f"`w` must sum to 1 within 1e-9, got {math.fsum(w_.tolist())!r}")
-    if any(not a or min(a) < 0 or max(a) >= q_.shape[0] for a in keys):
-        raise ValueError(f"every key must be a non-empty tuple of token ids in [0, {q_.shape[0]})")
-    return _membership_plan(keys, w_, q_)
