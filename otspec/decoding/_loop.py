@@ -34,7 +34,7 @@ def make_rng(rng) -> np.random.Generator:
     Parameters
     ----------
     rng : torch.Generator, int or None
-        The seed source of a decoding run.
+        Where the randomness of a decoding run comes from.
 
     Returns
     -------

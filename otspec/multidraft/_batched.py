@@ -206,11 +206,8 @@ def batched_kseq_rho_star(p, q, k: int, *, normalize: bool = False, validate: bo
     >>> batched_kseq_rho_star(P, Q, 2).round(9).tolist()
     [1.593070331, 1.0]
     """
-    ks, scalar = parse_ks(k)
-    if not scalar:
-        raise TypeError("`k` must be a single integer for `batched_kseq_rho_star`")
-    P, Q, xp = validate_batch_pair(p, q, normalize=normalize, validate=validate)
-    return _rho_star_rows(P, Q, ks[0], xp)[0]
+    P, Q, xp, k = _kseq_batch(p, q, k, "batched_kseq_rho_star", normalize, validate)
+    return _rho_star_rows(P, Q, k, xp)[0]
 
 
 def batched_kseq_acceptance(p, q, k: int, *, normalize: bool = False, validate: bool = True):
@@ -261,9 +258,15 @@ def batched_kseq_acceptance(p, q, k: int, *, normalize: bool = False, validate: 
     >>> batched_kseq_acceptance(P, Q, 2).round(9).tolist()
     [0.648267583, 1.0]
     """
+    P, Q, xp, k = _kseq_batch(p, q, k, "batched_kseq_acceptance", normalize, validate)
+    _, E = _rho_star_rows(P, Q, k, xp)
+    return xp.clip(1.0 - E**k, 0.0, 1.0)
+
+
+def _kseq_batch(p, q, k, fn: str, normalize: bool, validate: bool):
+    """Validated ``(P, Q, xp, k)`` for the batched k-Seq functions (one integer ``k``)."""
     ks, scalar = parse_ks(k)
     if not scalar:
-        raise TypeError("`k` must be a single integer for `batched_kseq_acceptance`")
+        raise TypeError(f"`k` must be a single integer for `{fn}`")
     P, Q, xp = validate_batch_pair(p, q, normalize=normalize, validate=validate)
-    _, E = _rho_star_rows(P, Q, ks[0], xp)
-    return xp.clip(1.0 - E ** ks[0], 0.0, 1.0)
+    return P, Q, xp, ks[0]
