@@ -62,6 +62,21 @@ def write_text_atomic(path, text: str) -> None:
         raise
 
 
+def save_figure(fig, path, *, dpi: int) -> str:
+    """Lay out (unless the figure has its own layout engine), save and close ``fig``; return the file name.
+
+    otspec's plotting functions make constrained-layout figures (room for an
+    outside legend); ``tight_layout`` over them would warn and could clip it.
+    """
+    import matplotlib.pyplot as plt
+
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return Path(path).name
+
+
 def write_csv(path, header, rows, *, digits: int = SIG_DIGITS) -> None:
     """Write a results CSV atomically, floats with ``digits`` significant digits (see :data:`SIG_DIGITS`)."""
     buf = io.StringIO()

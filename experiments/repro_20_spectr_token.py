@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, write_csv
+from _report import Row, Section, save_figure, write_csv
 
 import otspec
 from otspec.closed_form import bernoulli_alpha_k, lemma3_constant, uniform_alpha_k
@@ -31,16 +31,6 @@ TOL = 1e-12
 
 def _write_csv(path: Path, header, rows):
     write_csv(path, header, rows)
-
-
-def _savefig(ax, path: Path):
-    fig = ax.figure
-    if fig.get_layout_engine() is None:  # the plotting functions use constrained layout
-        fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
 
 
 def run(out: Path) -> Section:
@@ -86,7 +76,7 @@ def run(out: Path) -> Section:
             rows4.append((b, k, float(c.values["otm"][j]), float(c.values["kseq"][j]), otspec.kseq_rho_star(p, q, k)))
     _write_csv(out / "spectr_fig4.csv", ["b", "k", "otm_alpha_k", "kseq_acceptance", "kseq_rho_star"], rows4)
     ax = plot_spectr_fig4(bs=bs4, ks=KS_BER)
-    _savefig(ax, out / "spectr_fig4.png")
+    save_figure(ax.figure, out / "spectr_fig4.png", dpi=130)
     sec.figures.append("spectr_fig4.png")
 
     # closed form (eq. 10) vs the plotted OTM curve
@@ -147,7 +137,7 @@ def run(out: Path) -> Section:
         rows5,
     )
     ax = plot_spectr_fig5(d=D_UNIF, d_qs=DQS, ks=KS_UNIF)
-    _savefig(ax, out / "spectr_fig5.png")
+    save_figure(ax.figure, out / "spectr_fig5.png", dpi=130)
     sec.figures.append("spectr_fig5.png")
     sec.rows.append(
         Row("Fig. 5: alpha_k(U(120), U(d_q)) vs App. B.1", "1 - (1 - 1/r)^k, r = 120/d_q", f"max |diff| = {worst_cf:.1e}",
@@ -191,7 +181,7 @@ def run(out: Path) -> Section:
             all_one = float(max(np.max(np.abs(1 - o)), np.max(np.abs(1 - s)), np.max(np.abs(1 - m))))
     _write_csv(out / "spectr_fig6.csv", ["b", "k", "otm_alpha_k", "kseq_acceptance", "multiround_acceptance"], rows6)
     ax = plot_spectr_fig6(bs=bs6, ks=KS_BER)
-    _savefig(ax, out / "spectr_fig6.png")
+    save_figure(ax.figure, out / "spectr_fig6.png", dpi=130)
     sec.figures.append("spectr_fig6.png")
     detail = []
     for b in bs6:
@@ -224,11 +214,11 @@ def run(out: Path) -> Section:
         vals3[k] = o
     _write_csv(out / "spectr_conf_fig3.csv", ["b", "k", "otm_alpha_k", "kseq_acceptance", "multiround_acceptance"], rows3)
     ax = plot_acceptance_vs_b(p=P_BER, ks=KS_CONF, bs=BS_CONF)
-    _savefig(ax, out / "spectr_conf_fig3.png")
+    save_figure(ax.figure, out / "spectr_conf_fig3.png", dpi=130)
     sec.figures.append("spectr_conf_fig3.png")
     ax = plot_acceptance_vs_b(p=P_BER, ks=(2, 4), bs=BS_CONF, methods=("otm", "kseq", "multiround"))
     ax.set_title(f"OTM-k, k-Seq, multi-round vs b; p = Ber({P_BER:g}) (extra)")
-    _savefig(ax, out / "spectr_conf_fig3_methods.png")
+    save_figure(ax.figure, out / "spectr_conf_fig3_methods.png", dpi=130)
     sec.figures.append("spectr_conf_fig3_methods.png")
     frac8 = float(np.mean(vals3[8] >= 1 - TOL))
     frac1 = float(np.mean(vals3[1] >= 1 - TOL))

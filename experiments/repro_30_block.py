@@ -20,7 +20,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _report import Row, Section, fmt, write_csv  # noqa: E402
+from _report import Row, Section, fmt, save_figure, write_csv  # noqa: E402
 
 TITLE = "Block verification: token vs block, exact over whole draft blocks"
 
@@ -41,11 +41,7 @@ def _figure2(out: Path, sec: Section) -> None:
     d = figure2_data(q, ps, L_max)
     fig, ax = plt.subplots(figsize=(7.2, 5.0))
     plot_figure2(data=d, ax=ax, include_bonus=True)
-    if fig.get_layout_engine() is None:  # the plotting functions use constrained layout
-        fig.tight_layout()
-    fig.savefig(out / "block_figure2.png", dpi=130)
-    plt.close(fig)
-    sec.figures.append("block_figure2.png")
+    sec.figures.append(save_figure(fig, out / "block_figure2.png", dpi=130))
 
     csv_rows = []
     closed_err = 0.0

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, write_csv
+from _report import Row, Section, save_figure, write_csv
 
 import otspec
 from otspec.plotting.lossy import plot_lossy_frontier, synthetic_llm_pair
@@ -100,14 +100,9 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
         "shape matches" if shortfall.min() >= -1e-12 else "differs: lenience above the frontier",
     ))
     fig = f"lossy_frontier_{name.lower().replace(' ', '_').replace('-', '_')}.png"
-    import matplotlib.pyplot as plt
 
     ax = plot_lossy_frontier(p, q, ls=LENIENCES, title=f"{name}: acceptance vs KL")
-    if ax.figure.get_layout_engine() is None:  # the plotting functions use constrained layout
-        ax.figure.tight_layout()
-    ax.figure.savefig(out / fig, dpi=120)
-    plt.close(ax.figure)
-    sec.figures.append(fig)
+    sec.figures.append(save_figure(ax.figure, out / fig, dpi=120))
     csv_rows = [["mentored", D, k, R, "", a, b] for D, R, k, a, b in zip(fr.D, fr.acceptance, fr.kl, fr.alpha, fr.beta)]
     csv_rows += [["lenience", l, k, A, tv, "", ""] for l, A, k, tv in zip(lc.l, lc.acceptance, lc.kl, lc.tv)]
     write_csv(out / fig.replace(".png", ".csv"), ["curve", "parameter", "kl", "acceptance", "tv", "alpha", "beta"],

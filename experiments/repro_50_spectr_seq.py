@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, write_csv
+from _report import Row, Section, save_figure, write_csv
 from sweep_spectr import (
     KS,
     LS,
@@ -172,11 +172,7 @@ def run(out: Path) -> Section:
                     ax=axes[i, j],
                     title=f"{pair.label}-like draft, L = {L}",
                 )
-        if fig.get_layout_engine() is None:  # the plotting functions use constrained layout
-            fig.tight_layout()
-        fig.savefig(out / "spectr_table4.png", dpi=110)
-        plt.close(fig)
-        sec.figures.append("spectr_table4.png")
+        sec.figures.append(save_figure(fig, out / "spectr_table4.png", dpi=110))
     except ImportError:  # pragma: no cover - matplotlib is optional
         pass
     sec.notes += f" Section computed in {time.perf_counter() - t0:.0f} s."

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section
+from _report import Row, Section, save_figure
 
 import otspec
 
@@ -130,17 +130,12 @@ def _real(sec: Section, rows: list, out: Path):
 
 
 def _figure(sec: Section, out: Path, pair) -> None:
-    import matplotlib.pyplot as plt
 
     from otspec.plotting.lossy import plot_lossy_rules
 
     p, q = pair
     ax = plot_lossy_rules(p, q, title="SmolLM2 pair 0, T = 1: lossy rules")
-    if ax.figure.get_layout_engine() is None:  # the plotting functions use constrained layout
-        ax.figure.tight_layout()
-    ax.figure.savefig(out / "verifiers_lossy_real.png", dpi=120)
-    plt.close(ax.figure)
-    sec.figures.append("verifiers_lossy_real.png")
+    sec.figures.append(save_figure(ax.figure, out / "verifiers_lossy_real.png", dpi=120))
     # (d)/(e): where each lossy rule falls short of the frontier, at its own KL
     short = []
     for w in np.linspace(0.0, 0.95, 20):
