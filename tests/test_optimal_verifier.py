@@ -21,6 +21,12 @@ from otspec.multidraft import _submodular as sm
 from otspec.testing import chi2_gof
 from otspec.testing.strategies import pairs
 
+
+def _mixture(p, q, k, **kw):
+    """The mixture-of-priority-orders construction (this file tests its structure)."""
+    kw.setdefault("method", "direct")
+    return otspec.optimal_verifier(p, q, k, **kw)
+
 TOL = 1e-9
 # four chi-square tests below; a false failure rate of 1e-4 each keeps the
 # suite's spurious-failure chance under 1e-3 (union bound)
@@ -86,7 +92,7 @@ def _check_structure(v, p, k):
 @given(pq=pairs(1, 4), k=st.integers(1, 4), method=st.sampled_from(["direct", "colgen"]))
 def test_exact_on_small_inputs(pq, k, method):
     p, q = pq
-    v = otspec.optimal_verifier(p, q, k, method=method)
+    v = _mixture(p, q, k, method=method)
     _check_exact(v, p, q, k)
     _check_structure(v, p, k)
     assert _brute_force_violation(p, v.z, k) <= 1e-12
@@ -96,7 +102,7 @@ def test_exact_on_small_inputs(pq, k, method):
 @given(pq=pairs(2, 4), k=st.integers(1, 3))
 def test_agrees_with_otm_lp(pq, k):
     p, q = pq
-    v = otspec.optimal_verifier(p, q, k)
+    v = _mixture(p, q, k)
     lp = otspec.otm_lp(p, q, k, raise_on_failure=True)
     assert abs(v.acceptance() - lp.alpha) <= TOL
 
@@ -120,14 +126,14 @@ def test_agrees_with_otm_lp(pq, k):
 @pytest.mark.parametrize("method", ["direct", "colgen"])
 def test_edge_cases(p, q, k, method):
     p, q = np.array(p), np.array(q)
-    v = otspec.optimal_verifier(p, q, k, method=method)
+    v = _mixture(p, q, k, method=method)
     _check_exact(v, p, q, k)
     _check_structure(v, p, k)
 
 
 def test_k1_is_speculative_sampling():
     p, q = np.array([0.1, 0.2, 0.3, 0.4]), np.array([0.4, 0.3, 0.2, 0.1])
-    v = otspec.optimal_verifier(p, q, 1)
+    v = _mixture(p, q, 1)
     mc = otspec.maximal_coupling(p, q)
     np.testing.assert_allclose(v.z, p, rtol=0, atol=1e-15)
     for x in range(4):
@@ -146,7 +152,7 @@ def _llm_pair(n, seed, sigma=3.0, noise=1.0):
 @pytest.mark.parametrize("n, k, seed", [(30, 4, 0), (200, 8, 1), (120, 16, 2), (150, 2, 3)])
 def test_llm_like_pairs_reach_alpha(n, k, seed):
     p, q = _llm_pair(n, seed)
-    v = otspec.optimal_verifier(p, q, k)
+    v = _mixture(p, q, k)
     alpha = float(otspec.alpha_k(p, q, k))
     assert v.status == "optimal"
     assert abs(v.acceptance() - alpha) <= TOL
@@ -161,15 +167,15 @@ def test_llm_like_pairs_reach_alpha(n, k, seed):
 
 def test_direct_and_colgen_agree():
     p, q = _llm_pair(40, 7)
-    a = otspec.optimal_verifier(p, q, 3)
-    b = otspec.optimal_verifier(p, q, 3, method="colgen")
+    a = _mixture(p, q, 3)
+    b = _mixture(p, q, 3, method="colgen")
     assert a.method == "direct" and b.method == "colgen"
     assert abs(a.acceptance() - b.acceptance()) <= TOL
 
 
 def test_budget_exhaustion_is_reported_not_hidden():
     p, q = _llm_pair(60, 3)
-    v = otspec.optimal_verifier(p, q, 4, method="colgen", max_iter=1)
+    v = _mixture(p, q, 4, method="colgen", max_iter=1)
     # the verifier is still lossless, but says it is not optimal
     assert v.status != "optimal"
     assert v.gap > v.tol
@@ -181,7 +187,7 @@ def test_suboptimal_mixture_exact_acceptance():
     # a non-optimal mixture: the residual can land on a draft after a rejection,
     # and acceptance() must count it exactly (checked by enumeration)
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.5, 0.3])
-    v = otspec.optimal_verifier(p, q, 2, method="colgen", max_iter=1)
+    v = _mixture(p, q, 2, method="colgen", max_iter=1)
     chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= TOL
     assert chk.acceptance_error <= TOL
@@ -189,7 +195,7 @@ def test_suboptimal_mixture_exact_acceptance():
 
 def test_conditional_is_mixture_of_orders():
     p, q = _llm_pair(6, 11)
-    v = otspec.optimal_verifier(p, q, 2)
+    v = _mixture(p, q, 2)
     for x in itertools.product(range(6), repeat=2):
         law = v.selection_law(x)
         expect = np.zeros(6)
@@ -205,7 +211,7 @@ def test_conditional_is_mixture_of_orders():
 @pytest.mark.parametrize("drafts", [(0, 0, 0), (0, 1, 2), (3, 1, 1)])
 def test_sampler_chi2(drafts):
     p, q = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.1, 0.2, 0.3, 0.4])
-    v = otspec.optimal_verifier(p, q, 3)
+    v = _mixture(p, q, 3)
     gen = np.random.default_rng(12345)
     N = 20_000
     counts = np.bincount([v.sample(drafts, rng=gen) for _ in range(N)], minlength=4)
@@ -217,7 +223,7 @@ def test_sampler_chi2_llm_like_rejection_path():
     # all drafts on the token most often rejected: the output comes from the
     # residual (drawn by inverse CDF) with real probability
     p, q = _llm_pair(200, 8)
-    v = otspec.optimal_verifier(p, q, 4)
+    v = _mixture(p, q, 4)
     t = int(np.argmax(np.maximum(v.z - q, 0.0) / np.maximum(v.z, 1e-300)))
     drafts = [t, t, t, t]
     law = v.conditional(drafts)
@@ -231,7 +237,7 @@ def test_sampler_chi2_llm_like_rejection_path():
 
 def test_sample_is_reproducible_and_fast_path():
     p, q = _llm_pair(50, 5)
-    v = otspec.optimal_verifier(p, q, 4)
+    v = _mixture(p, q, 4)
     a = [v.sample([1, 2, 3, 4], rng=7) for _ in range(3)]
     b = [v.sample([1, 2, 3, 4], rng=7) for _ in range(3)]
     assert a == b
@@ -242,7 +248,7 @@ def test_inputs_not_mutated():
     p = np.array([0.5, 0.3, 0.2])
     q = np.array([0.2, 0.3, 0.5])
     p0, q0 = p.copy(), q.copy()
-    v = otspec.optimal_verifier(p, q, 2)
+    v = _mixture(p, q, 2)
     np.testing.assert_array_equal(p, p0)
     np.testing.assert_array_equal(q, q0)
     assert not np.shares_memory(v.p, p)
@@ -253,12 +259,12 @@ def test_inputs_not_mutated():
 
 
 def test_normalize():
-    v = otspec.optimal_verifier([5, 3, 2], [2, 3, 5], 2, normalize=True)
+    v = _mixture([5, 3, 2], [2, 3, 5], 2, normalize=True)
     assert abs(v.acceptance() - float(otspec.alpha_k([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], 2))) <= TOL
 
 
 def test_repr_and_properties():
-    v = otspec.optimal_verifier([0.5, 0.5], [0.9, 0.1], 2)
+    v = _mixture([0.5, 0.5], [0.9, 0.1], 2)
     assert "OptimalVerifier" in repr(v) and "optimal" in repr(v)
     assert v.lossless
     assert v.residual.shape == (2,)
@@ -268,28 +274,28 @@ def test_repr_and_properties():
 def test_errors():
     p, q = [0.5, 0.5], [0.25, 0.75]
     with pytest.raises(ValueError, match="`method`"):
-        otspec.optimal_verifier(p, q, 2, method="lp")
+        _mixture(p, q, 2, method="lp")
     with pytest.raises(TypeError, match="`tol`"):
-        otspec.optimal_verifier(p, q, 2, tol="small")
+        _mixture(p, q, 2, tol="small")
     with pytest.raises(ValueError, match="`tol`"):
-        otspec.optimal_verifier(p, q, 2, tol=-1.0)
+        _mixture(p, q, 2, tol=-1.0)
     with pytest.raises(ValueError, match="`tol`"):
-        otspec.optimal_verifier(p, q, 2, tol=float("nan"))
+        _mixture(p, q, 2, tol=float("nan"))
     with pytest.raises(TypeError, match="`max_iter`"):
-        otspec.optimal_verifier(p, q, 2, max_iter=2.0)
+        _mixture(p, q, 2, max_iter=2.0)
     with pytest.raises(ValueError, match="`max_iter`"):
-        otspec.optimal_verifier(p, q, 2, max_iter=0)
+        _mixture(p, q, 2, max_iter=0)
     with pytest.raises(ValueError, match="`k`"):
-        otspec.optimal_verifier(p, q, 0)
+        _mixture(p, q, 0)
     with pytest.raises(TypeError, match="`k`"):
-        otspec.optimal_verifier(p, q, 2.0)
+        _mixture(p, q, 2.0)
     with pytest.raises(ValueError, match="`p`"):
-        otspec.optimal_verifier([0.5, 0.6], q, 2)
+        _mixture([0.5, 0.6], q, 2)
     with pytest.raises(ValueError, match="`q`"):
-        otspec.optimal_verifier(p, [-0.5, 1.5], 2)
+        _mixture(p, [-0.5, 1.5], 2)
     with pytest.raises(ValueError, match="same length"):
-        otspec.optimal_verifier(p, [1.0], 2)
-    v = otspec.optimal_verifier(p, q, 2)
+        _mixture(p, [1.0], 2)
+    v = _mixture(p, q, 2)
     with pytest.raises(ValueError, match="`drafts`"):
         v.conditional([0])
     with pytest.raises(ValueError, match="`drafts`"):
@@ -320,7 +326,7 @@ def test_submodular_helpers_against_brute_force():
 @pytest.mark.parametrize("n, k", [(1000, 8), (2000, 4)])
 def test_large_llm_like(n, k):
     p, q = _llm_pair(n, 0)
-    v = otspec.optimal_verifier(p, q, k)
+    v = _mixture(p, q, k)
     assert v.status == "optimal"
     assert abs(v.acceptance() - float(otspec.alpha_k(p, q, k))) <= TOL
     assert _prefix_violation(p, v.z, k) <= 1e-12
@@ -362,9 +368,9 @@ def test_direct_budget_exhaustion_falls_back_and_reports():
     # alpha_k, column generation (warm-started with its orders) takes over,
     # and whichever is returned states its method, status and gap honestly
     p, q = _llm_pair(8, 4)
-    full = otspec.optimal_verifier(p, q, 3)
+    full = _mixture(p, q, 3)
     assert full.n_iter > 1
-    v = otspec.optimal_verifier(p, q, 3, max_iter=1)
+    v = _mixture(p, q, 3, max_iter=1)
     assert v.method in ("direct", "direct+colgen")
     chk = otspec.check_lossless(v)
     assert chk.max_marginal_error <= TOL
@@ -394,7 +400,7 @@ def test_increments_against_exact_rationals(k):
 
 
 def test_reported_fields_are_read_only():
-    v = otspec.optimal_verifier([0.5, 0.5], [0.9, 0.1], 2)
+    v = _mixture([0.5, 0.5], [0.9, 0.1], 2)
     for name in ("alpha", "gap", "status", "method", "n_iter", "tol", "orders", "weights", "z"):
         with pytest.raises(AttributeError):
             setattr(v, name, None)
@@ -406,12 +412,12 @@ def test_exact_acceptance_chunking_and_budget_bound(monkeypatch):
     mod = importlib.import_module("otspec.multidraft._optimal_verifier")
     rng = np.random.default_rng(11)
     p, q = rng.dirichlet(np.full(40, 0.3)), rng.dirichlet(np.full(40, 0.3))
-    ref = otspec.optimal_verifier(p, q, 2)
+    ref = _mixture(p, q, 2)
     monkeypatch.setattr(mod, "_CHUNK", 1)
-    chunked = otspec.optimal_verifier(p, q, 2)
+    chunked = _mixture(p, q, 2)
     np.testing.assert_allclose(chunked.acceptance(), ref.acceptance(), rtol=0, atol=1e-15)
     monkeypatch.setattr(mod, "_PAIR_BUDGET", -1)
-    bounded = otspec.optimal_verifier(p, q, 2)
+    bounded = _mixture(p, q, 2)
     assert abs(bounded.acceptance() - ref.acceptance()) <= bounded.tol
     assert bounded.status == "optimal"
 
@@ -460,7 +466,7 @@ def test_many_drafts_at_alpha_one_is_exact_without_fallback(n, k):
     # SpecTr App. B.1's uniform draft (all ratios tied) against a Dirichlet(5)
     # target: alpha_k = 1, z = q is forced and must be decomposed exactly
     p, q = _uniform_vs_dirichlet(n)
-    v = otspec.optimal_verifier(p, q, k)
+    v = _mixture(p, q, k)
     assert v.alpha == 1.0
     assert v.method == "direct" and v.status == "optimal"
     assert abs(v.acceptance() - 1.0) <= 1e-12
@@ -475,7 +481,7 @@ def test_issue_15_reproducer_many_drafts(draft):
     p, q = _uniform_vs_dirichlet(2000)
     if draft == "dirichlet":
         p = np.random.default_rng(1).dirichlet(np.full(2000, 5.0))
-    v = otspec.optimal_verifier(p, q, 64)
+    v = _mixture(p, q, 64)
     assert v.method == "direct" and v.status == "optimal"
     assert abs(v.acceptance() - float(otspec.alpha_k(p, q, 64))) <= 1e-12
 
@@ -487,7 +493,7 @@ def test_ties_in_p_and_q_are_exact():
         p = np.full(n, 1.0 / n)
         q = rng.choice([1.0, 2.0, 3.0], size=n)
         q /= q.sum()
-        v = otspec.optimal_verifier(p, q, k)
+        v = _mixture(p, q, k)
         assert v.status == "optimal" and v.method == "direct", v
         assert abs(v.acceptance() - float(otspec.alpha_k(p, q, k))) <= 1e-12
         if n ** k <= 2_000_000:
@@ -502,7 +508,7 @@ def test_construction_uses_no_recursion():
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(120)
     try:
-        v = otspec.optimal_verifier(p, q, 32)
+        v = _mixture(p, q, 32)
         w, orders = v.weights, v.orders
     finally:
         sys.setrecursionlimit(limit)
@@ -516,7 +522,7 @@ def test_chain_of_blocks_equals_materialised_mixture(pq, k):
     # the sampler and conditional read the chain of blocks; the materialised global
     # mixture (every block at one shared quantile) must give the same selection law
     p, q = pq
-    v = otspec.optimal_verifier(p, q, k)
+    v = _mixture(p, q, k)
     supp = np.flatnonzero(p > 0)
     for x in itertools.product(supp.tolist(), repeat=k):
         S = sorted(set(x))
@@ -539,7 +545,7 @@ def test_chain_keeps_singletons_out_of_the_matrix():
     q /= q.sum()
     p = np.exp(logits + rng.normal(0.0, 1.0, 4096) - logits.max())
     p /= p.sum()
-    v = otspec.optimal_verifier(p, q, 2)
+    v = _mixture(p, q, 2)
     stored = sum(blk.orders.size for blk in v._blocks)
     assert v.status == "optimal"
     assert stored < 0.5 * v.n_orders * v.n
@@ -559,7 +565,7 @@ def test_real_pairs_full_vocabulary_exact(k):
     except (ImportError, FileNotFoundError) as exc:
         pytest.skip(f"real pair unavailable: {exc}")
     for p, q in pairs_:
-        v = otspec.optimal_verifier(p, q, k)
+        v = _mixture(p, q, k)
         assert v.status == "optimal" and v.method == "direct"
         assert abs(v.acceptance() - float(otspec.alpha_k(p, q, k))) <= 1e-9
         assert _prefix_violation(p, v.z, k) <= 1e-12

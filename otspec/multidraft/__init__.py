@@ -16,6 +16,7 @@ from ._kseq import KSeq, kseq, kseq_beta, kseq_p_acc, kseq_residual, kseq_rho_st
 from ._maximal_coupling import MaximalCoupling, RatioTestVerifier, maximal_coupling
 from ._multiround import MultiRound, multiround
 from ._optimal_verifier import OptimalVerifier, optimal_verifier
+from ._priority_keys import PriorityKeyVerifier
 from ._registry import VERIFIERS, VerifierSpec, get_verifier, register_verifier, verifier_names
 from ._without_replacement import DraftProcessVerifier, WithoutReplacementVerifier, without_replacement_verifier
 
@@ -36,6 +37,7 @@ __all__ = [
     "MaximalCoupling",
     "MultiRound",
     "OptimalVerifier",
+    "PriorityKeyVerifier",
     "RatioTestVerifier",
     "VerifierSpec",
     "batched_kseq_acceptance",

@@ -1,0 +1,172 @@
+r"""The layout kernel of the priority-key verifier (one block, tokens by ``z/p`` descending).
+
+Plain Python on scalars, so that it runs unchanged under numba's ``njit``
+(used when numba is installed: the ``fast`` extra) and as CPython otherwise;
+both give the same layout up to the last bits of ``log1p``/``expm1``.
+
+The block is the interval of suffix masses :math:`[b, c]` (``c = b + p(D)``)
+with the measure :math:`\mu([s_1, s_2]) = s_2^k - s_1^k` (the law of the
+largest of ``k`` uniform keys). Tokens arrive by ``z/p`` descending; each
+takes one interval of the *free* region's own coordinate, which always
+reaches the free fragment at the right end (docs/theory/optimal_verifier.rst,
+"Priority keys"). The free fragments to its left form a stack; a token that
+does not fit in the right fragment pops fragments until the group of tokens
+placed since a fragment was created, plus itself, fits as one interval that
+starts inside that fragment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _inc(w, s, k):
+    """``s**k - (s - w)**k`` for ``0 <= w <= s`` with full relative accuracy."""
+    if s <= 0.0:
+        return 0.0
+    r = w / s
+    if r >= 1.0:
+        return s**k
+    return -math.expm1(k * math.log1p(-r)) * s**k
+
+
+def _dinc(w, s, k):
+    """Derivative of :func:`_inc` in ``s``: ``k (s**(k-1) - (s - w)**(k-1))``."""
+    r = w / s
+    if r >= 1.0:
+        return k * s ** (k - 1)
+    return -math.expm1((k - 1) * math.log1p(-r)) * k * s ** (k - 1)
+
+
+def _solve(w, dl, k, hi):
+    """The ``s <= hi`` with ``_inc(w, s) = dl`` (convex increasing in ``s``: Newton from the right)."""
+    if k == 1:  # the measure is the length itself: every position fits
+        return hi
+    if k == 2:
+        s = 0.5 * (dl / w + w)
+        return hi if s > hi else s
+    s = w + (dl / (k * w)) ** (1.0 / (k - 1))  # _inc(w, s) >= k w (s - w)**(k-1) = dl there
+    if s > hi:
+        s = hi
+    for _ in range(200):
+        h = _inc(w, s, k) - dl
+        if h <= 0.0:
+            break
+        d = _dinc(w, s, k)
+        if not d > 0.0:
+            break
+        s_new = s - h / d
+        if s_new < w:
+            s_new = w
+        if s - s_new <= 2.2e-16 * s:
+            s = s_new
+            break
+        s = s_new
+    return s
+
+
+def layout_kernel(pD, zD, c, k):
+    """Pieces ``(token, s_hi, length)`` of the block ``[c - sum(pD), c]`` (see the module docstring).
+
+    Returns ``(tok, hi, ln, n_pieces)``; the arrays have room for ``2 m + 1``
+    pieces and only the first ``n_pieces`` are meaningful.
+    """
+    m = pD.shape[0]
+    cap = 2 * m + 2
+    tok = np.empty(cap, dtype=np.int64)
+    hi = np.empty(cap)
+    ln = np.empty(cap)
+    st_hi = np.empty(m + 1)
+    st_lo = np.empty(m + 1)
+    st_p = np.empty(m + 1)
+    st_z = np.empty(m + 1)
+    top = 0
+    npc = 0
+    sR = c
+    for j in range(m):
+        pj = pD[j]
+        zj = zD[j]
+        if _inc(pj, sR, k) >= zj:
+            # the token fits in the right fragment: one interval [sig - pj, sig]
+            sig = _solve(pj, zj, k, sR)
+            tok[npc] = j
+            hi[npc] = sig
+            ln[npc] = pj
+            npc += 1
+            if sig < sR:
+                st_hi[top] = sR
+                st_lo[top] = sig
+                st_p[top] = pj
+                st_z[top] = zj
+                top += 1
+            elif top > 0:
+                st_p[top - 1] += pj
+                st_z[top - 1] += zj
+            sR = sig - pj
+            continue
+        # the token spans back over free fragments of the stack
+        w = pj
+        dl = zj
+        used = 0.0
+        while top > 0:
+            fh = st_hi[top - 1]
+            fl = st_lo[top - 1]
+            w += st_p[top - 1]
+            dl += st_z[top - 1]
+            if _inc(w, fh, k) >= dl:
+                # the root lies in [fl, fh]: the check failed at the fragment above,
+                # whose start is this fragment's end (a root below fl is rounding)
+                sig = _solve(w, dl, k, fh)
+                if sig < fl:
+                    sig = fl
+                if sig > fl:
+                    tok[npc] = j
+                    hi[npc] = sig
+                    ln[npc] = sig - fl
+                    npc += 1
+                    used += sig - fl
+                if sig < fh:
+                    st_lo[top - 1] = sig
+                    st_p[top - 1] = w
+                    st_z[top - 1] = dl
+                else:
+                    top -= 1
+                    if top > 0:
+                        st_p[top - 1] += w
+                        st_z[top - 1] += dl
+                break
+            # the whole fragment goes to the token
+            if fh > fl:
+                tok[npc] = j
+                hi[npc] = fh
+                ln[npc] = fh - fl
+                npc += 1
+                used += fh - fl
+            top -= 1
+        rest = pj - used
+        if rest > 0.0:
+            tok[npc] = j
+            hi[npc] = sR
+            ln[npc] = rest
+            npc += 1
+            sR -= rest
+    return tok, hi, ln, npc
+
+
+try:  # pragma: no cover - exercised when the ``fast`` extra is installed
+    import numba as _numba
+except ImportError:  # pragma: no cover
+    _numba = None
+
+#: Whether the kernel is compiled by numba (the ``fast`` extra).
+JIT = _numba is not None
+#: The plain-Python kernel (its scalar helpers are the compiled ones when numba is there).
+layout_kernel_py = layout_kernel
+if JIT:  # pragma: no cover
+    # rebinding the module globals makes the compiled kernel call the compiled helpers
+    _inc = _numba.njit(cache=True)(_inc)
+    _dinc = _numba.njit(cache=True)(_dinc)
+    _solve = _numba.njit(cache=True)(_solve)
+    layout_kernel = _numba.njit(cache=True)(layout_kernel)

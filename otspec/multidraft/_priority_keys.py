@@ -1,0 +1,271 @@
+r"""The exactly optimal ``k``-draft verifier by independent priority keys (no decomposition).
+
+Each draft draws its own *key* :math:`S_i`, uniform on a set :math:`E_{x_i}
+\subseteq [0, 1]` of Lebesgue measure :math:`p(x_i)` (the sets of the
+tokens tile :math:`[0, 1]`); the draft with the largest key is selected.
+The keys are then i.i.d. uniform on :math:`[0, 1]`, their maximum has
+density :math:`k s^{k-1}`, and token ``x`` is selected with probability
+:math:`z(x) = \mu(E_x)`, :math:`\mu([s_1, s_2]) = s_2^k - s_1^k`. Every
+point of the base polytope of :math:`g(A) = 1 - (1 - p(A))^k` is reached by
+such a *layout*, with at most ``2 n + 1`` intervals in all, found by one
+stack pass after a sort (docs, "Theory: the optimal verifier", section
+"Priority keys"). Followed by one speculative-sampling step of the selected
+token against ``q``, the layout of an optimal ``z`` attains
+:math:`\alpha_k(p, q)`.
+
+Notation: ``p`` is the draft distribution, ``q`` the target.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _keys_kernel as kk
+from . import _submodular as sm
+from ._selection import SelectThenSpeculate, above_noise
+
+__all__ = ["PriorityKeyVerifier"]
+
+_EPS = float(np.finfo(float).eps)
+
+
+def key_layout(pD: np.ndarray, zD: np.ndarray, b: float, k: int, *, jit: bool = True):
+    r"""Intervals of suffix mass realising a base ``zD`` of :math:`g_D(A) = c^k - (c - p(A))^k`.
+
+    .. math::
+
+        \text{find } E_x \subseteq [b, c],\ \text{disjoint},\ |E_x| = p_x,\
+        \mu(E_x) = z_x, \qquad \mu([s_1, s_2]) = s_2^k - s_1^k,\ c = b + p(D).
+
+    Parameters
+    ----------
+    pD, zD : (m,) ndarray of float64
+        Draft masses (positive) and a base of :math:`g_D` (the law to realise).
+    b : float
+        Draft mass after the block (its intervals lie in ``[b, c]``).
+    k : int
+        Number of drafts.
+    jit : bool, keyword-only
+        Use the numba-compiled kernel when numba is installed.
+
+    Returns
+    -------
+    token : (P,) ndarray of int64
+        Block-local token of each interval (``P <= 2 m + 1``).
+    top : (P,) ndarray of float64
+        Upper end (suffix mass) of each interval.
+    length : (P,) ndarray of float64
+        Its length; the interval is ``[top - length, top]``.
+    """
+    m = pD.shape[0]
+    if m == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
+    order = np.argsort(-(zD / pD), kind="stable")
+    c = float(sm.suffix_masses(pD[order], b)[0])
+    kern = kk.layout_kernel if jit else kk.layout_kernel_py
+    tok, hi, ln, n = kern(np.ascontiguousarray(pD[order]), np.ascontiguousarray(zD[order]), c, int(k))
+    return order[tok[:n]], hi[:n].copy(), ln[:n].copy()
+
+
+class PriorityKeyVerifier(SelectThenSpeculate):
+    r"""Selection by the largest of independent per-draft keys, then speculative sampling.
+
+    Draft :math:`x_i` draws a key :math:`S_i` uniform on the set
+    :math:`E_{x_i}` (intervals of :math:`[0, 1]` of total length
+    :math:`p(x_i)`, the sets of all tokens tiling :math:`[0, 1]`); the draft
+    with the largest key is selected, ``Z``, with law
+    :math:`z(x) = \mu(E_x) = \sum_{[s_1, s_2] \subseteq E_x} s_2^k - s_1^k`;
+    ``Z`` is accepted with probability :math:`\min(1, q(Z)/z(Z))`, otherwise
+    the output is drawn from :math:`(q - z)_+ / \sum (q - z)_+`:
+
+    .. math::
+
+        K(y \mid x) = \sum_u \pi(u \mid x) \Big[ a(u)\, \mathbb 1\{y = u\}
+            + \big(1 - a(u)\big) r(y) \Big], \qquad a = \min(1, q / z),
+
+    with :math:`\pi(\cdot \mid x)` the law of the winning draft's token.
+    The output law is exactly ``q`` whatever the sets; with the sets built
+    for an optimal ``z`` the acceptance is :math:`\alpha_k(p, q)`.
+
+    Use :func:`otspec.optimal_verifier` (``method="keys"``, the default)
+    to construct it.
+
+    Attributes
+    ----------
+    k : int
+        Number of drafts.
+    p, q : (n,) ndarray of float64, read-only
+        Draft and target distributions.
+    z : (n,) ndarray of float64, read-only
+        Law of the selected token, summed from the intervals.
+    pieces : tuple of three (P,) ndarrays, read-only
+        ``(token, top, length)``: the intervals ``[top - length, top]`` of
+        each token's key set, grouped by token (``P <= 2 n + 1``).
+    alpha, gap, status, method, tol
+        As for :class:`otspec.OptimalVerifier`; ``method`` is ``"keys"``.
+    n_pieces : int
+        Number of intervals ``P``.
+    """
+
+    def __init__(self, p, q, k, token, top, length, *, alpha, tol):
+        self.k = k
+        self.p = p
+        self.q = q
+        n = p.shape[0]
+        srt = np.argsort(token, kind="stable")
+        token, top, length = token[srt], top[srt], length[srt]
+        self._ptr = np.searchsorted(token, np.arange(n + 1))
+        self._token, self._top, self._length = token, top, length
+        # cumulative length inside each token's set (for drawing a key)
+        cum = np.cumsum(length)
+        start = np.concatenate([[0.0], cum])[self._ptr[:-1]]
+        self._cum = cum - np.repeat(start, np.diff(self._ptr))
+        z = np.zeros(n)
+        # mu([top - length, top]); an interval reaching below 0 by rounding is cut at 0
+        np.add.at(z, token, sm.increments(np.minimum(length, top), top, k))
+        self._init_speculative(z)
+        self._alpha, self._tol = float(alpha), float(tol)  # read by _exact_acceptance
+        self._init_report(alpha, self._exact_acceptance(), tol, "suboptimal", "keys", 0)
+        for arr in (self._ptr, self._token, self._top, self._length, self._cum):
+            arr.setflags(write=False)
+
+    # -- reported structure ---------------------------------------------
+    @property
+    def pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(token, top, length)`` of every interval of the key sets, grouped by token."""
+        return self._token, self._top, self._length
+
+    @property
+    def n_pieces(self) -> int:
+        """Number of intervals of the key sets."""
+        return int(self._token.shape[0])
+
+    # -- exact quantities -----------------------------------------------
+    def _exact_acceptance(self) -> float:
+        r""":math:`\sum_y \min(z, q)`, plus the pair term when it can be nonzero.
+
+        A rejected ``Z = x`` (``z > q``) and a residual draw ``y`` (``q > z``)
+        that is also a draft add :math:`(1 - a_x) r_y P(Z = x, y \in S)`. The
+        term vanishes when every interval of every residual cell lies above
+        every interval of every rejectable token (a rejected token then wins
+        only when no residual cell was drafted): the case of the optimal
+        layout, whose rejectable tokens lie in :math:`\Omega_0` and residual
+        cells in ``H``. Rounding noise of the interval sums (cells with
+        ``|z - q|`` at the rounding level of the layout, up to ``tol`` on
+        each side) is left out. Otherwise it is summed exactly:
+        :math:`P(Z = x, y \notin S) = \sum_{[l, h] \subseteq E_x} (h - L_y)^k - (l - L_y)^k`
+        with :math:`L_y` the length of :math:`E_y` below the interval.
+        """
+        p, q, z, k = self.p, self.q, self._z, self.k
+        base = float(np.minimum(z, q).sum())
+        noise = max(self._tol, 1e-12)
+        rej = above_noise(np.where(p > 0, z - q, 0.0), noise)
+        resid = above_noise(np.where(p > 0, q - z, 0.0), noise)
+        if rej.size == 0 or resid.size == 0:
+            return base
+        lo_res = min(float((self._top[self._ptr[y]:self._ptr[y + 1]] - self._length[self._ptr[y]:self._ptr[y + 1]]).min())
+                     for y in resid)
+        hi_rej = max(float(self._top[self._ptr[x]:self._ptr[x + 1]].max()) for x in rej)
+        if hi_rej <= lo_res:
+            return base
+        if self._alpha - base <= self._tol:
+            # a lossless verifier accepts at most alpha_k: base <= acceptance <= alpha <= base + tol
+            return base
+        extra = 0.0
+        for x in rej:
+            sl = slice(self._ptr[x], self._ptr[x + 1])
+            th, tl = self._top[sl], self._top[sl] - self._length[sl]
+            win = float(sm.increments(np.minimum(self._length[sl], th), th, k).sum())
+            for y in resid:
+                L = self._length_below(y, tl)
+                lose = float(np.sum(np.maximum(th - L, 0.0) ** k - np.maximum(tl - L, 0.0) ** k))
+                extra += (1.0 - self._a[x]) * self._res[y] * max(win - lose, 0.0)
+        return base + extra
+
+    def _length_below(self, y: int, s: np.ndarray) -> np.ndarray:
+        """Length of token ``y``'s key set below each of the points ``s``."""
+        sl = slice(self._ptr[y], self._ptr[y + 1])
+        top, ln = self._top[sl], self._length[sl]
+        lo = top - ln
+        return np.clip(s[:, None] - lo[None, :], 0.0, ln[None, :]).sum(axis=1)
+
+    def selection_law(self, drafts) -> np.ndarray:
+        r"""(n,) law of the selected token given the drafts (before the speculative step).
+
+        With :math:`F_t(s)` the fraction of token ``t``'s key set below
+        ``s`` and :math:`m_t` its multiplicity among the drafts, the interval
+        :math:`[l, h]` of token ``x`` contributes
+        :math:`(F_x(h)^{m_x} - F_x(l)^{m_x}) \prod_{t \ne x} F_t(l)^{m_t}`
+        (no other present token has key mass inside it). Tokens with
+        ``p = 0`` have no key set: they are selected only when every draft
+        is such a token (then the smallest id).
+        """
+        x = self._drafts(drafts)
+        toks, mult = np.unique(np.asarray(x, dtype=np.int64), return_counts=True)
+        keyed = self._ptr[toks + 1] > self._ptr[toks]
+        if not keyed.any():  # only tokens with p = 0 drafted: the smallest id
+            law = np.zeros(self.n)
+            law[int(toks[0])] = 1.0
+            return law
+        toks, mult = toks[keyed], mult[keyed]
+        sl = [slice(self._ptr[t], self._ptr[t + 1]) for t in toks]
+        owner = np.concatenate([np.full(s.stop - s.start, i) for i, s in enumerate(sl)])
+        top = np.concatenate([self._top[s] for s in sl])
+        ln = np.concatenate([self._length[s] for s in sl])
+        total = np.array([float(self._length[s].sum()) for s in sl])
+        order = np.argsort(top - ln, kind="stable")
+        below = np.zeros(toks.shape[0])
+        law = np.zeros(self.n)
+        for i in order:
+            o = owner[i]
+            f_lo = below / total
+            others = np.prod(np.delete(f_lo, o) ** np.delete(mult, o))
+            f_hi = min((below[o] + ln[i]) / total[o], 1.0)
+            law[toks[o]] += (f_hi ** mult[o] - f_lo[o] ** mult[o]) * others
+            below[o] += ln[i]
+        return law
+
+    def _pick(self, x, gen) -> int:
+        """The draft with the largest key (one key per draft, uniform on its token's intervals)."""
+        best, y = -np.inf, -1
+        for t in x:
+            a, b = int(self._ptr[t]), int(self._ptr[t + 1])
+            if a == b:  # p = 0: no key set; wins only among such drafts (the smallest id)
+                if best == -np.inf and (y < 0 or t < y):
+                    y = int(t)
+                continue
+            cum = self._cum[a:b]
+            u = gen.random() * cum[-1]
+            j = a + min(int(np.searchsorted(cum, u, side="right")), b - a - 1)
+            key = self._top[j] - (u - (cum[j - a] - self._length[j]))
+            if key > best:
+                best, y = key, int(t)
+        return y
+
+    def __repr__(self) -> str:
+        return (
+            f"PriorityKeyVerifier(n={self.n}, k={self.k}, n_pieces={self.n_pieces}, "
+            f"status={self.status!r}, gap={self.gap:.1e})"
+        )
+
+
+def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol):
+    """The priority-key verifier of the optimal ``z`` (two greedy passes), layouts of ``H`` then ``Omega_0``."""
+    z, H, O, s = sm.optimal_selection_law(ps, qs, k, in0)
+    toks, tops, lens = [], [], []
+    for idx, b in ((H, s), (O, 0.0)):
+        if idx.size:
+            t, top, ln = key_layout(ps[idx], z[idx], b, k)
+            toks.append(supp[idx[t]])
+            tops.append(top)
+            lens.append(ln)
+    token = np.concatenate(toks) if toks else np.zeros(0, dtype=np.int64)
+    top = np.concatenate(tops) if tops else np.zeros(0)
+    length = np.concatenate(lens) if lens else np.zeros(0)
+    if tol is None:
+        # the closed form alpha_k is exact to about 4 (n + k) eps; each interval end
+        # is a sum/solution at scale <= 1 (absolute error <= 4 eps), which moves its
+        # mu by at most 4 eps times the density k s**(k-1) <= k top**(k-1), twice
+        n = p_.shape[0]
+        tol = max(1e-12, 4 * (n + k) * _EPS + 8 * k * _EPS * float(np.sum(top ** max(k - 1, 0))))
+    return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol)
