@@ -120,9 +120,8 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         cum = np.cumsum(length)
         start = np.concatenate([[0.0], cum])[self._ptr[:-1]]
         self._cum = cum - np.repeat(start, np.diff(self._ptr))
-        z = np.zeros(n)
         # mu([top - length, top]); an interval reaching below 0 by rounding is cut at 0
-        np.add.at(z, token, sm.increments(np.minimum(length, top), top, k))
+        z = np.bincount(token, weights=sm.increments(np.minimum(length, top), top, k), minlength=n)
         self._init_speculative(z)
         self._alpha, self._tol = float(alpha), float(tol)  # read by _exact_acceptance
         self._init_report(alpha, self._exact_acceptance(), tol, "suboptimal", "keys", 0)
@@ -163,9 +162,16 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         resid = above_noise(np.where(p > 0, q - z, 0.0), noise)
         if rej.size == 0 or resid.size == 0:
             return base
-        lo_res = min(float((self._top[self._ptr[y]:self._ptr[y + 1]] - self._length[self._ptr[y]:self._ptr[y + 1]]).min())
-                     for y in resid)
-        hi_rej = max(float(self._top[self._ptr[x]:self._ptr[x + 1]].max()) for x in rej)
+        # lowest interval end of each residual cell, highest of each rejectable token (segment reductions)
+        starts = self._ptr[:-1]
+        keyed = np.flatnonzero(self._ptr[1:] > starts)
+        lo_min = np.full(self.n, np.inf)
+        hi_max = np.full(self.n, -np.inf)
+        if keyed.size:
+            lo_min[keyed] = np.minimum.reduceat(self._top - self._length, starts[keyed])
+            hi_max[keyed] = np.maximum.reduceat(self._top, starts[keyed])
+        lo_res = float(lo_min[resid].min())
+        hi_rej = float(hi_max[rej].max())
         if hi_rej <= lo_res:
             return base
         if self._alpha - base <= self._tol:
