@@ -151,3 +151,14 @@ def test_mentored_frontier_ends_and_tight_kl(pairs):
         # lenience l = 1 is speculative sampling: the frontier's D = 0 point
         lc = otspec.lenience_curve(p, q, [1.0])
         assert abs(lc.acceptance[0] - fr.acceptance[0]) <= 1e-15
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k", [2, 4, 8, 16])
+def test_priority_keys_exact_on_every_cached_pair(pairs, k):
+    # the default construction at the full vocabulary: alpha_k to 1e-9, no fallback, O(n) intervals
+    for p, q in pairs:
+        v = otspec.optimal_verifier(p, q, k)
+        assert v.method == "keys" and v.status == "optimal"
+        assert abs(v.acceptance() - float(otspec.alpha_k(p, q, k))) <= 1e-9
+        assert v.n_pieces <= 2 * p.shape[0] + 1
