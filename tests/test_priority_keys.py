@@ -18,7 +18,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import otspec
-from otspec.multidraft import _keys_kernel as kk
 from otspec.multidraft import _submodular as sm
 from otspec.multidraft._priority_keys import PriorityKeyVerifier, key_layout
 from otspec.testing import check_sampler, chi2_gof
@@ -171,10 +170,6 @@ def test_read_only_and_repr():
 def test_method_validation():
     with pytest.raises(ValueError, match="`method`"):
         otspec.optimal_verifier([0.5, 0.5], [0.5, 0.5], 2, method="layout")
-
-
-def test_kernel_flag_is_bool():
-    assert isinstance(kk.JIT, bool)
 
 
 def test_drafts_outside_the_support():
