@@ -248,3 +248,19 @@ def test_vectorised_array_api_route_equals_per_row():
     got_t = _exact_batched(Pt, Qt, ks, array_api_compat.array_namespace(Pt))
     assert isinstance(got_t, torch.Tensor)
     np.testing.assert_allclose(got_t.numpy(), want, rtol=0, atol=1e-12)
+
+
+def test_threads_give_the_same_values_bit_for_bit():
+    rng = np.random.default_rng(12)
+    P = rng.dirichlet(np.ones(5000), size=16)
+    Q = rng.dirichlet(np.ones(5000), size=16)
+    serial = otspec.alpha_k(P, Q, [2, 8], workers=1)
+    for w in (None, -1, 2, 64):
+        np.testing.assert_array_equal(otspec.alpha_k(P, Q, [2, 8], workers=w), serial)
+
+
+@pytest.mark.parametrize("bad, exc", [(0, ValueError), (-2, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_workers_validation(bad, exc):
+    P = np.full((2, 3), 1 / 3)
+    with pytest.raises(exc, match="`workers`"):
+        otspec.alpha_k(P, P, 2, workers=bad)

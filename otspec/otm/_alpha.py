@@ -5,6 +5,8 @@ Notation: ``p`` is the draft distribution, ``q`` the target.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -181,7 +183,7 @@ def min_cut(p, q, k: int, *, normalize: bool = False) -> MinCut:
 
 
 def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate: bool = True,
-            replacement: bool = True):
+            replacement: bool = True, workers: int | None = None):
     r"""Optimal acceptance probability of ``k`` i.i.d. drafts (OTM-k).
 
     .. math::
@@ -222,6 +224,14 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
         loops over inputs already known to be float64 distributions of equal
         length; invalid input then gives an undefined result). ``k`` and
         ``method`` are always checked, and the LP methods always validate.
+    workers : int or None, keyword-only
+        Threads for a batch in host memory (numpy, torch on the CPU): its
+        rows are independent closed forms and numpy releases the GIL while
+        sorting. ``None`` (default): every available core once the batch
+        has at least 2 rows and ``2**16`` entries in all; ``-1``:
+        every core; ``1``: serial. The values are the same bit for bit
+        whatever ``workers``. Ignored for a single distribution and for
+        device (CUDA) arrays.
 
     Returns
     -------
@@ -293,6 +303,11 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
         return alpha_k_without_replacement(p, q, k, method="exact" if method == "exact" else "lp", normalize=normalize)
     if replacement is not True:
         raise TypeError(f"`replacement` must be a bool, got {type(replacement).__name__}")
+    if workers is not None:
+        if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
+            raise TypeError(f"`workers` must be an int or None, got {type(workers).__name__}")
+        if workers == 0 or workers < -1:
+            raise ValueError(f"`workers` must be -1 or a positive int, got {workers}")
     if is_batched_input(p) or is_batched_input(q):
         if method != "exact":
             raise ValueError(f"`method` must be 'exact' for a batched or non-numpy input, got {method!r}")
@@ -309,8 +324,17 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
             rows = P_.reshape(-1, P_.shape[-1])
             qrows = Q_.reshape(-1, Q_.shape[-1])
             vals = np.empty((rows.shape[0], len(ks)))
-            for i in range(rows.shape[0]):
+
+            def one(i):
                 vals[i] = _exact(rows[i], qrows[i], ks)[0] if rows.shape[-1] > 1 else 1.0
+
+            n_thr = _n_workers(workers, rows.shape[0], rows.size)
+            if n_thr == 1:
+                for i in range(rows.shape[0]):
+                    one(i)
+            else:
+                with ThreadPoolExecutor(n_thr) as ex:
+                    list(ex.map(one, range(rows.shape[0])))
             vals = vals.reshape(P_.shape[:-1] + (len(ks),))
             out = vals if isinstance(P, np.ndarray) else xp.from_dlpack(vals)
         return out[..., 0] if scalar else out
@@ -358,6 +382,23 @@ def _exact_batched(P, Q, ks, xp):
     for r0 in range(0, B, step):
         out[r0 : r0 + step, ...] = _exact_rows(P2[r0 : r0 + step, ...], Q2[r0 : r0 + step, ...], ks, xp)
     return xp.reshape(out, shape + (len(ks),))
+
+
+#: Smallest batch (entries) that ``workers=None`` spreads over threads.
+PARALLEL_MIN_SIZE = 1 << 16
+
+
+def _n_workers(workers, rows: int, size: int) -> int:
+    """Threads for ``rows`` independent rows of ``size`` entries in all."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        cores = os.cpu_count() or 1
+    if workers is None:
+        workers = cores if (rows >= 2 and size >= PARALLEL_MIN_SIZE) else 1
+    elif workers == -1:
+        workers = cores
+    return max(1, min(int(workers), rows))
 
 
 def _host_view(P, Q, xp):
