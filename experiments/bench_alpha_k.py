@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def part_batched(quick, rst):
     P, Q, src = _real_batch(rows_n)
     print(f"\nbatch: {P.shape}, {src}")
     table = []
-    cores = otspec.otm._alpha._n_workers(-1, 1 << 30, 1 << 30)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     backends = [(f"numpy ({cores} threads)", lambda a: a, lambda: None, None),
                 ("numpy (workers=1)", lambda a: a, lambda: None, 1)]
     try:

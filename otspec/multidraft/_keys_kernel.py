@@ -67,6 +67,14 @@ def _solve(w, dl, k, hi):
     return s
 
 
+def _emit(tok, hi, ln, npc, j, top, length):
+    """Append the interval ``[top - length, top]`` of token ``j``; the new count."""
+    tok[npc] = j
+    hi[npc] = top
+    ln[npc] = length
+    return npc + 1
+
+
 def layout_kernel(pD, zD, c, k):
     """Pieces ``(token, s_hi, length)`` of the block ``[c - sum(pD), c]`` (see the module docstring).
 
@@ -91,10 +99,7 @@ def layout_kernel(pD, zD, c, k):
         if _inc(pj, sR, k) >= zj:
             # the token fits in the right fragment: one interval [sig - pj, sig]
             sig = _solve(pj, zj, k, sR)
-            tok[npc] = j
-            hi[npc] = sig
-            ln[npc] = pj
-            npc += 1
+            npc = _emit(tok, hi, ln, npc, j, sig, pj)
             if sig < sR:
                 st_hi[top] = sR
                 st_lo[top] = sig
@@ -122,10 +127,7 @@ def layout_kernel(pD, zD, c, k):
                 if sig < fl:
                     sig = fl
                 if sig > fl:
-                    tok[npc] = j
-                    hi[npc] = sig
-                    ln[npc] = sig - fl
-                    npc += 1
+                    npc = _emit(tok, hi, ln, npc, j, sig, sig - fl)
                     used += sig - fl
                 if sig < fh:
                     st_lo[top - 1] = sig
@@ -139,18 +141,12 @@ def layout_kernel(pD, zD, c, k):
                 break
             # the whole fragment goes to the token
             if fh > fl:
-                tok[npc] = j
-                hi[npc] = fh
-                ln[npc] = fh - fl
-                npc += 1
+                npc = _emit(tok, hi, ln, npc, j, fh, fh - fl)
                 used += fh - fl
             top -= 1
         rest = pj - used
         if rest > 0.0:
-            tok[npc] = j
-            hi[npc] = sR
-            ln[npc] = rest
-            npc += 1
+            npc = _emit(tok, hi, ln, npc, j, sR, rest)
             sR -= rest
     return tok, hi, ln, npc
 
@@ -169,4 +165,5 @@ if JIT:  # pragma: no cover
     _inc = _numba.njit(cache=True)(_inc)
     _dinc = _numba.njit(cache=True)(_dinc)
     _solve = _numba.njit(cache=True)(_solve)
+    _emit = _numba.njit(cache=True)(_emit)
     layout_kernel = _numba.njit(cache=True)(layout_kernel)

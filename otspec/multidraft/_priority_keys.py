@@ -123,8 +123,7 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         # mu([top - length, top]); an interval reaching below 0 by rounding is cut at 0
         z = np.bincount(token, weights=sm.increments(np.minimum(length, top), top, k), minlength=n)
         self._init_speculative(z)
-        self._alpha, self._tol = float(alpha), float(tol)  # read by _exact_acceptance
-        self._init_report(alpha, self._exact_acceptance(), tol, "suboptimal", "keys", 0)
+        self._init_report(alpha, self._exact_acceptance(float(alpha), float(tol)), tol, "suboptimal", "keys", 0)
         for arr in (self._ptr, self._token, self._top, self._length, self._cum):
             arr.setflags(write=False)
 
@@ -140,7 +139,7 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         return int(self._token.shape[0])
 
     # -- exact quantities -----------------------------------------------
-    def _exact_acceptance(self) -> float:
+    def _exact_acceptance(self, alpha: float, tol: float) -> float:
         r""":math:`\sum_y \min(z, q)`, plus the pair term when it can be nonzero.
 
         A rejected ``Z = x`` (``z > q``) and a residual draw ``y`` (``q > z``)
@@ -157,7 +156,7 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         """
         p, q, z, k = self.p, self.q, self._z, self.k
         base = float(np.minimum(z, q).sum())
-        noise = max(self._tol, 1e-12)
+        noise = max(tol, 1e-12)
         rej = above_noise(np.where(p > 0, z - q, 0.0), noise)
         resid = above_noise(np.where(p > 0, q - z, 0.0), noise)
         if rej.size == 0 or resid.size == 0:
@@ -174,7 +173,7 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         hi_rej = float(hi_max[rej].max())
         if hi_rej <= lo_res:
             return base
-        if self._alpha - base <= self._tol:
+        if alpha - base <= tol:
             # a lossless verifier accepts at most alpha_k: base <= acceptance <= alpha <= base + tol
             return base
         extra = 0.0

@@ -11,6 +11,8 @@ Notation: ``p`` is the draft distribution, ``q`` the target.
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from .._validation import as_rng
@@ -99,12 +101,13 @@ class SelectThenSpeculate(Verifier):
         """``status == "optimal"``."""
         return self.status == "optimal"
 
-    def selection_law(self, drafts) -> np.ndarray:  # pragma: no cover - abstract in spirit
+    @abc.abstractmethod
+    def selection_law(self, drafts) -> np.ndarray:
         """(n,) law of the selected token given the drafts (before the speculative step)."""
-        raise NotImplementedError
 
-    def _pick(self, x, gen) -> int:  # pragma: no cover - abstract in spirit
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _pick(self, x, gen) -> int:
+        """The selected draft token for the validated drafts ``x``, randomness from ``gen``."""
 
     def conditional(self, drafts) -> np.ndarray:
         law = self.selection_law(drafts)
