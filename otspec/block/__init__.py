@@ -26,6 +26,16 @@ from ._analysis import (
     theorem1_length,
     theorem2_length,
 )
+from ._multidraft import (
+    MAX_EXACT_VARIABLES,
+    MAX_MULTIDRAFT_VARIABLES,
+    MultiDraftExact,
+    MultiDraftOTResult,
+    level_alphas,
+    level_bound,
+    multidraft_exact,
+    multidraft_ot,
+)
 from ._verifiers import (
     VERIFIERS,
     BlockSample,
@@ -39,7 +49,15 @@ from ._verifiers import (
 )
 
 __all__ = [
+    "MAX_EXACT_VARIABLES",
     "MAX_LP_VARIABLES",
+    "MAX_MULTIDRAFT_VARIABLES",
+    "MultiDraftExact",
+    "MultiDraftOTResult",
+    "level_alphas",
+    "level_bound",
+    "multidraft_exact",
+    "multidraft_ot",
     "VERIFIERS",
     "BlockCheck",
     "BlockOTResult",
