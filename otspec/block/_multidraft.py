@@ -38,8 +38,8 @@ from .._validation import validate_k, validate_positive_int
 from ..models import conditional_tables, joint_from_tables, size_exceeds, validate_model_pair
 from ..otm._alpha import alpha_k
 from ..otm._highs import SolverError, solve_lp
-from ..otm._multisets import n_multisets
 from ..otm._lp import set_weights
+from ..otm._multisets import n_multisets
 from ._analysis import _bool, _common_prefix
 
 __all__ = [
