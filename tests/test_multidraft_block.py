@@ -9,13 +9,19 @@ from hypothesis import strategies as st
 
 import otspec
 from otspec.block import (
+    SCHEMES,
+    MultiDraftPlanVerifier,
+    compare_schemes,
+    expected_length,
     level_alphas,
     level_bound,
     multidraft_exact,
     multidraft_ot,
+    one_token_optimum,
     theorem1_length,
 )
-from otspec.models import MemorylessModel, random_markov_model, random_table_model
+from otspec.models import MemorylessModel, joint_law, random_markov_model, random_table_model
+from otspec.testing import chi2_gof
 
 TOL = 1e-9
 
@@ -123,3 +129,123 @@ def test_bad_input():
         multidraft_exact(d, t, 2, 2, max_denominator=0)
     with pytest.raises(ValueError, match="vocab"):
         multidraft_ot(d, random_markov_model(3, 1, rng=0), 2, 2)
+
+
+# ---------------------------------------------------------------------------
+# verifiers and schemes
+# ---------------------------------------------------------------------------
+
+#: False-failure rate of each chi-square test below (Pearson, pooled cells with expected count >= 5).
+ALPHA_FAIL = 1e-4
+#: Samples per chi-square test: detects a TV deviation of about 0.05 on a few cells with
+#: probability >= 0.99 at ALPHA_FAIL (non-centrality >= 4 N eps^2); well under 65,536.
+N_SAMPLES = 6000
+
+
+@pytest.mark.parametrize("V,L,k,seed", [(2, 2, 2, 0), (2, 3, 3, 1), (3, 2, 2, 2), (2, 2, 4, 3)])
+def test_plan_verifier_exact(V, L, k, seed):
+    d, t = _pair(V, seed)
+    v = MultiDraftPlanVerifier(d, t, L, k)
+    assert v.max_error() <= 1e-12
+    np.testing.assert_allclose(v.output_law(bonus=False).ravel(), joint_law(t, L).ravel(), atol=1e-12, rtol=0)
+    np.testing.assert_allclose(v.expected_length(), v.result.value, atol=TOL, rtol=0)
+    np.testing.assert_allclose(v.expected_length(include_bonus=True), v.result.value + 1, atol=TOL, rtol=0)
+    np.testing.assert_allclose(v.tau_law().sum(), 1.0, atol=1e-15, rtol=0)
+
+
+def test_plan_verifier_chi2():
+    """Sampled outputs (L + 1 tokens) follow the target's joint law; sampled tau follows tau_law."""
+    d, t = _pair(2, 11, c=0.7)
+    v = MultiDraftPlanVerifier(d, t, 2, 3)
+    gen = np.random.default_rng(2024)
+    samples = [v.sample(rng=gen) for _ in range(N_SAMPLES)]
+    idx = np.ravel_multi_index(np.array([s.output for s in samples]).T, (2,) * 3)
+    res = chi2_gof(np.bincount(idx, minlength=8), joint_law(t, 3).ravel(), alpha_fail=ALPHA_FAIL)
+    assert res.passed, res
+    taus = np.array([s.tau for s in samples])
+    res = chi2_gof(np.bincount(taus, minlength=3), v.tau_law(), alpha_fail=ALPHA_FAIL)
+    assert res.passed, res
+    # tau is the longest common prefix of the output with a draft
+    for s in samples[:200]:
+        assert s.tau == max(next((j for j in range(2) if b[j] != s.output[j]), 2) for b in s.drafts)
+
+
+def test_plan_verifier_conditional_chi2():
+    d, t = _pair(2, 12)
+    v = MultiDraftPlanVerifier(d, t, 2, 2)
+    drafts = ((0, 1), (1, 1))
+    law = v.conditional(drafts)
+    gen = np.random.default_rng(7)
+    outs = [v.verify(drafts, rng=gen).output[:2] for _ in range(N_SAMPLES)]
+    idx = np.ravel_multi_index(np.array(outs).T, (2, 2))
+    assert chi2_gof(np.bincount(idx, minlength=4), law, alpha_fail=ALPHA_FAIL).passed
+    assert v.sample(rng=3) == v.sample(rng=3)
+
+
+@pytest.mark.parametrize("V,L,seed", [(2, 2, 0), (2, 3, 1), (3, 2, 2)])
+def test_one_token_k1_is_onestep_block(V, L, seed):
+    """k = 1: the one-token optimum is the one-step block verification (published Sun et al.)."""
+    d, t = _pair(V, seed)
+    np.testing.assert_allclose(one_token_optimum(d, t, L, 1).value, expected_length(d, t, L, "block-onestep"),
+                               atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("V,k", [(2, 2), (3, 3)])
+def test_one_token_l1_is_alpha_k(V, k):
+    d, t = _pair(V, 4)
+    np.testing.assert_allclose(one_token_optimum(d, t, 1, k).value,
+                               otspec.alpha_k(d.next_dist(()), t.next_dist(()), k), atol=TOL, rtol=0)
+
+
+def test_counterexample_schemes():
+    d, t = MemorylessModel([3 / 4, 1 / 4]), MemorylessModel([1 / 2, 1 / 2])
+    c = compare_schemes(d, t, 2, 2)
+    expect = {"bound": 463 / 256, "optimum": 231 / 128, "multidraft-plan": 231 / 128,
+              "one-token-optimum": 227 / 128, "spectr-optimal": 447 / 256, "block": 23 / 16, "token": 21 / 16}
+    for name, value in expect.items():
+        np.testing.assert_allclose(c.length(name), value, atol=TOL, rtol=0)
+    for r in c.rows:
+        if r.kind == "verifier":
+            assert r.max_error <= 1e-12, r
+    with pytest.raises(KeyError):
+        c.length("nope")
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(2, 3), st.integers(1, 2), st.integers(1, 3), st.integers(0, 2**31))
+def test_scheme_order_hypothesis(V, L, k, seed):
+    d = random_markov_model(V, 1, concentration=0.7, rng=seed)
+    t = random_markov_model(V, 1, concentration=0.7, rng=seed + 1)
+    c = compare_schemes(d, t, L, k)
+    g = c.length
+    for r in c.rows:
+        if r.kind == "verifier":
+            assert r.max_error <= 1e-12, r
+    chain = ["token", "spectr-dp", "one-token-optimum", "optimum", "bound"]
+    for a, b in zip(chain, chain[1:]):
+        assert g(a) <= g(b) + TOL, (a, b)
+    for rule in ("spectr-lp", "spectr-optimal", "spectr-kseq", "spectr-multiround"):
+        assert g("token") - TOL <= g(rule) <= g("spectr-dp") + TOL
+    assert g("block-onestep") <= g("one-token-optimum") + TOL
+    np.testing.assert_allclose(g("multidraft-plan"), g("optimum"), atol=TOL, rtol=0)
+
+
+def test_verifier_bad_input():
+    d, t = _pair(2, 0)
+    res = multidraft_ot(d, t, 2, 2)
+    with pytest.raises(ValueError, match="`result` was solved"):
+        MultiDraftPlanVerifier(d, t, 2, 3, result=res)
+    with pytest.raises(TypeError, match="`result`"):
+        MultiDraftPlanVerifier(d, t, 2, 2, result=object())
+    v = MultiDraftPlanVerifier(d, t, 2, 2, result=res)
+    with pytest.raises(ValueError, match="`drafts`"):
+        v.conditional(((0, 1),))
+    with pytest.raises(ValueError, match="`drafts`"):
+        v.conditional(((0, 1), (0, 5)))
+    with pytest.raises(TypeError, match="`bonus`"):
+        v.output_law(bonus=1)
+    with pytest.raises(ValueError, match="`schemes`"):
+        compare_schemes(d, t, 2, 2, schemes=["nope"])
+    with pytest.raises(TypeError, match="`check`"):
+        compare_schemes(d, t, 2, 2, check="yes")
+    assert set(SCHEMES) >= {"optimum", "bound", "token"}

@@ -36,6 +36,16 @@ from ._multidraft import (
     multidraft_exact,
     multidraft_ot,
 )
+from ._multidraft_verifiers import (
+    SCHEMES,
+    MultiDraftPlanVerifier,
+    MultiDraftSample,
+    OneTokenResult,
+    SchemeComparison,
+    SchemeRow,
+    compare_schemes,
+    one_token_optimum,
+)
 from ._verifiers import (
     VERIFIERS,
     BlockSample,
@@ -53,6 +63,14 @@ __all__ = [
     "MAX_LP_VARIABLES",
     "MAX_MULTIDRAFT_VARIABLES",
     "MultiDraftExact",
+    "MultiDraftPlanVerifier",
+    "MultiDraftSample",
+    "OneTokenResult",
+    "SCHEMES",
+    "SchemeComparison",
+    "SchemeRow",
+    "compare_schemes",
+    "one_token_optimum",
     "MultiDraftOTResult",
     "level_alphas",
     "level_bound",

@@ -273,6 +273,15 @@ def _lp_size(V: int, L: int, k: int, limit: int) -> int:
     return n_multisets(N, k) * N
 
 
+def check_multidraft_size(V: int, L: int, k: int, limit: int, name: str) -> None:
+    """Refuse (ValueError, before anything is enumerated) an LP over more than ``limit`` (set, block) pairs."""
+    if _lp_size(V, L, k, limit) > limit:
+        raise ValueError(
+            f"the multi-draft block LP for V={V}, `L`={L}, `k`={k} would have up to C(V**L + k - 1, k) * V**L "
+            f"variables, above the limit {name}={limit}"
+        )
+
+
 def multidraft_ot(draft, target, L, k, *, max_variables: int = MAX_MULTIDRAFT_VARIABLES,
                   raise_on_failure: bool = False) -> MultiDraftOTResult:
     r"""The exact optimum of the multi-draft block OT problem, as a HiGHS LP over couplings.
@@ -341,11 +350,7 @@ def multidraft_ot(draft, target, L, k, *, max_variables: int = MAX_MULTIDRAFT_VA
     V, L, k = _check_args(draft, target, L, k)
     max_variables = validate_positive_int(max_variables, "max_variables")
     raise_on_failure = _bool(raise_on_failure, "raise_on_failure")
-    if _lp_size(V, L, k, max_variables) > max_variables:
-        raise ValueError(
-            f"the multi-draft block LP for V={V}, `L`={L}, `k`={k} would have up to C(V**L + k - 1, k) * V**L "
-            f"variables, above the limit `max_variables`={max_variables}"
-        )
+    check_multidraft_size(V, L, k, max_variables, "`max_variables`")
     Ps, Qs = _prefix_laws(draft, target, L)
     bound = math.fsum(alpha_k(P, Q, k, normalize=True) for P, Q in zip(Ps, Qs))
     PL, QL = Ps[-1] / math.fsum(Ps[-1]), Qs[-1] / math.fsum(Qs[-1])
