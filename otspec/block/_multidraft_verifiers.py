@@ -356,7 +356,10 @@ def one_token_optimum(draft, target, L, k) -> OneTokenResult:
     mb_y = Jb[L + 1].ravel()
     lo = np.concatenate([np.full(nk, -np.inf), np.zeros(n_w), np.where(mb_y > 0, 1.0, -np.inf)])
     hi = np.concatenate([wA, np.zeros(n_w), np.where(mb_y > 0, 1.0, np.inf)])
-    sol = solve_lp(cost, np.array(starts), np.array(idx), np.array(val), lo, hi, col_upper=upper)
+    args = (cost, np.array(starts), np.array(idx), np.array(val), lo, hi)
+    sol = solve_lp(*args, col_upper=upper)
+    if not sol.success:  # HiGHS's presolve has declared badly scaled feasible LPs infeasible: retry without it
+        sol = solve_lp(*args, col_upper=upper, presolve=False)
     n_var = nf + n_w
     if not sol.success:
         return OneTokenResult(math.nan, sol.status, False, n_var, sol.max_violation, sol.message)
