@@ -11,6 +11,7 @@ import otspec
 from otspec.block import (
     SCHEMES,
     MultiDraftPlanVerifier,
+    OneTokenVerifier,
     compare_schemes,
     expected_length,
     level_alphas,
@@ -182,6 +183,31 @@ def test_plan_verifier_conditional_chi2():
     assert v.sample(rng=3) == v.sample(rng=3)
 
 
+@pytest.mark.parametrize("V,L,k,seed", [(2, 2, 2, 0), (2, 3, 3, 1), (3, 2, 2, 2), (2, 3, 4, 3), (2, 2, 1, 4)])
+def test_one_token_verifier_exact(V, L, k, seed):
+    d, t = _pair(V, seed, c=0.6)
+    v = OneTokenVerifier(d, t, L, k)
+    assert v.max_error() <= 1e-12
+    np.testing.assert_allclose(v.output_law(bonus=False).ravel(), joint_law(t, L).ravel(), atol=1e-12, rtol=0)
+    np.testing.assert_allclose(v.expected_length(), one_token_optimum(d, t, L, k).value, atol=TOL, rtol=0)
+    if k == 1:
+        np.testing.assert_allclose(v.expected_length(), expected_length(d, t, L, "block-onestep"), atol=TOL, rtol=0)
+
+
+def test_one_token_verifier_chi2():
+    """Sampled outputs (L + 1 tokens) follow the target; sampled tau follows tau_law; tau <= lcp with a draft."""
+    d, t = _pair(2, 13, c=0.7)
+    v = OneTokenVerifier(d, t, 2, 3)
+    gen = np.random.default_rng(77)
+    samples = [v.sample(rng=gen) for _ in range(N_SAMPLES)]
+    idx = np.ravel_multi_index(np.array([s.output for s in samples]).T, (2,) * 3)
+    assert chi2_gof(np.bincount(idx, minlength=8), joint_law(t, 3).ravel(), alpha_fail=ALPHA_FAIL).passed
+    taus = np.array([s.tau for s in samples])
+    assert chi2_gof(np.bincount(taus, minlength=3), v.tau_law(), alpha_fail=ALPHA_FAIL).passed
+    for s in samples[:300]:
+        assert any(tuple(b[: s.tau]) == s.output[: s.tau] for b in s.drafts)
+
+
 @pytest.mark.parametrize("V,L,seed", [(2, 2, 0), (2, 3, 1), (3, 2, 2)])
 def test_one_token_k1_is_onestep_block(V, L, seed):
     """k = 1: the one-token optimum is the one-step block verification (published Sun et al.)."""
@@ -201,7 +227,8 @@ def test_counterexample_schemes():
     d, t = MemorylessModel([3 / 4, 1 / 4]), MemorylessModel([1 / 2, 1 / 2])
     c = compare_schemes(d, t, 2, 2)
     expect = {"bound": 463 / 256, "optimum": 231 / 128, "multidraft-plan": 231 / 128,
-              "one-token-optimum": 227 / 128, "spectr-optimal": 447 / 256, "block": 23 / 16, "token": 21 / 16}
+              "one-token-optimum": 227 / 128, "one-token-verifier": 227 / 128,
+              "spectr-optimal": 447 / 256, "block": 23 / 16, "token": 21 / 16}
     for name, value in expect.items():
         np.testing.assert_allclose(c.length(name), value, atol=TOL, rtol=0)
     for r in c.rows:
@@ -228,6 +255,7 @@ def test_scheme_order_hypothesis(V, L, k, seed):
         assert g("token") - TOL <= g(rule) <= g("spectr-dp") + TOL
     assert g("block-onestep") <= g("one-token-optimum") + TOL
     np.testing.assert_allclose(g("multidraft-plan"), g("optimum"), atol=TOL, rtol=0)
+    np.testing.assert_allclose(g("one-token-verifier"), g("one-token-optimum"), atol=TOL, rtol=0)
 
 
 def test_verifier_bad_input():

@@ -49,6 +49,7 @@ __all__ = [
     "MultiDraftPlanVerifier",
     "MultiDraftSample",
     "OneTokenResult",
+    "OneTokenVerifier",
     "SchemeComparison",
     "SchemeRow",
     "SCHEMES",
@@ -302,6 +303,31 @@ def one_token_optimum(draft, target, L, k) -> OneTokenResult:
     >>> round(9 * one_token_optimum(s, b, 2, 1).value, 7)  # one-step block verification: 11/9
     11.0
     """
+    lp = _one_token_lp(draft, target, L, k)
+    sol = lp.sol
+    if not sol.success:
+        return OneTokenResult(math.nan, sol.status, False, lp.n_var, sol.max_violation, sol.message)
+    return OneTokenResult(sol.objective, "optimal", True, lp.n_var, sol.max_violation, sol.message)
+
+
+@dataclass(frozen=True, eq=False)
+class _OneTokenLP:
+    """The solved one-token LP: ``f`` per column ``(f_key, level f_t, prefix index f_u)`` and the problem."""
+
+    sol: object
+    n_var: int
+    V: int
+    L: int
+    keys: list
+    weights: np.ndarray
+    f: np.ndarray
+    f_key: np.ndarray
+    f_t: np.ndarray
+    f_u: np.ndarray
+    cb: list
+
+
+def _one_token_lp(draft, target, L, k) -> _OneTokenLP:
     V, L, k = _check_args(draft, target, L, k)
     check_multidraft_size(V, L, k, MAX_MULTIDRAFT_VARIABLES, "MAX_MULTIDRAFT_VARIABLES")
     Ps, _ = _prefix_laws(draft, target, L)
@@ -360,10 +386,171 @@ def one_token_optimum(draft, target, L, k) -> OneTokenResult:
     sol = solve_lp(*args, col_upper=upper)
     if not sol.success:  # HiGHS's presolve has declared badly scaled feasible LPs infeasible: retry without it
         sol = solve_lp(*args, col_upper=upper, presolve=False)
-    n_var = nf + n_w
-    if not sol.success:
-        return OneTokenResult(math.nan, sol.status, False, n_var, sol.max_violation, sol.message)
-    return OneTokenResult(sol.objective, "optimal", True, n_var, sol.max_violation, sol.message)
+    f_key_, f_w_ = np.array(f_key, dtype=np.int64), np.array(f_w, dtype=np.int64)
+    f_t = np.searchsorted(np.array(offs), f_w_, side="right") - 1
+    f_u = (f_w_ - np.array(offs)[f_t]) // V
+    f = np.maximum(sol.x[:nf], 0.0) if sol.success else np.empty(0)
+    return _OneTokenLP(sol, nf + n_w, V, L, keys, wA, f, f_key_, f_t, f_u, cb)
+
+
+class OneTokenVerifier(MultiDraftPlanVerifier):
+    r"""The best verifier of ``k`` draft blocks that emits an accepted prefix and one token, as a sampler.
+
+    .. math::
+
+        P(\text{accept } u \mid A) = e(A, u) / w(A), \qquad
+        r(z \mid u) \propto \big(M_b(z \mid u)\, \bar a(u) - \bar a(u z)\big)_+ ,
+
+    where :math:`e(A, u)` is the mass the solved :func:`one_token_optimum`
+    LP puts on accepting the drafted prefix :math:`u` of the set :math:`A`,
+    :math:`\bar a(v) = \sum_A \sum_{u \supseteq v} e(A, u)` the mass of
+    accepted prefixes through :math:`v`, and :math:`z` the one token emitted
+    after :math:`u` (the bonus :math:`M_b(\cdot \mid u)` when
+    :math:`|u| = L`); the target continues. An acceptance pattern admits a
+    lossless correction law iff :math:`\bar a(u z) \le M_b(z \mid u)\,
+    \bar a(u)` for all :math:`u, z`, and then this :math:`r` is that law (it
+    sums to :math:`a(u)` before normalising). The LP solution satisfies these
+    inequalities within its tolerance; a top-down pass enforces them exactly
+    (a violating subtree is scaled down and its mass moved to accepting its
+    parent prefix, which keeps every inequality above it), so the output law
+    is the target's to float rounding and :math:`\mathbb E[\tau]` is within
+    the solver's tolerance (about 1e-9) of the one-token optimum.
+
+    Like :class:`MultiDraftPlanVerifier` it is an exact reference built from
+    the whole draft and target laws (exponential in ``L``), not a decoder.
+
+    Parameters
+    ----------
+    draft, target : Model
+        Draft :math:`M_s` (``p``) and target :math:`M_b` (``q``).
+    L, k : int
+        Block length and number of draft blocks.
+
+    Raises
+    ------
+    ValueError
+        As :func:`one_token_optimum`, or a failed solve.
+
+    References
+    ----------
+    .. [1] Sun, Ro, Beirami, Suresh, "Block Verification Accelerates Speculative Decoding" (published
+       version of arXiv:2403.10444): one correction token after the accepted prefix.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel
+    >>> from otspec.block import OneTokenVerifier
+    >>> v = OneTokenVerifier(MemorylessModel([3/4, 1/4]), MemorylessModel([1/2, 1/2]), 2, 2)
+    >>> round(128 * v.expected_length(), 6), v.max_error() < 1e-12
+    (227.0, True)
+    """
+
+    name = "multidraft-one-token"
+
+    def __init__(self, draft, target, L, k):
+        V, L, k = _check_args(draft, target, L, k)
+        lp = _one_token_lp(draft, target, L, k)
+        if not lp.sol.success:
+            lp.sol.raise_for_status("one-token multi-draft LP")
+        self.draft, self.target, self.V, self.L, self.k = draft, target, V, L, k
+        self.value = float(lp.sol.objective)
+        self._laws = {}
+        self.keys = tuple(lp.keys)
+        self._index = {key: i for i, key in enumerate(self.keys)}
+        self.weights = lp.weights
+        self._offs = np.concatenate([[0], np.cumsum([V**t for t in range(L + 1)])])
+        nk = len(self.keys)
+        e = np.zeros((nk, int(self._offs[-1])))
+        np.add.at(e, (lp.f_key, self._offs[lp.f_t] + lp.f_u), lp.f)
+        rs = e.sum(axis=1)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e *= np.where(rs > self.weights, self.weights / np.where(rs > 0, rs, 1.0), 1.0)[:, None]
+        e[:, 0] += np.maximum(self.weights - e.sum(axis=1), 0.0)  # accepting nothing is always allowed
+        self._cb = lp.cb
+        self._e = self._repair(e)
+        through = self._through(self._e.sum(axis=0))
+        self._r = []
+        for t in range(L + 1):
+            cond = lp.cb[t].reshape(V**t, V)
+            if t < L:
+                raw = np.maximum(cond * through[t][:, None] - through[t + 1].reshape(V**t, V), 0.0)
+                tot = raw.sum(axis=1, keepdims=True)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    self._r.append(np.where(tot > 0, raw / np.where(tot > 0, tot, 1.0), cond))
+            else:
+                self._r.append(cond)
+
+    def _level(self, t: int) -> slice:
+        return slice(int(self._offs[t]), int(self._offs[t + 1]))
+
+    def _through(self, a: np.ndarray) -> list[np.ndarray]:
+        """``through[t][u]``: accepted mass of prefixes extending the level-``t`` prefix ``u`` (itself included)."""
+        V, L = self.V, self.L
+        out = []
+        for t in range(L + 1):
+            acc = np.zeros(V**t)
+            for s in range(t, L + 1):
+                acc += a[self._level(s)].reshape(V**t, V ** (s - t)).sum(axis=1)
+            out.append(acc)
+        return out
+
+    def _repair(self, e: np.ndarray) -> np.ndarray:
+        """Enforce ``through(u z) <= M_b(z | u) through(u)`` top-down by scaling subtrees into their parent."""
+        V, L = self.V, self.L
+        for t in range(L):
+            th = self._through(e.sum(axis=0))
+            cap = self._cb[t].reshape(V**t, V) * th[t][:, None]
+            child = th[t + 1].reshape(V**t, V)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                c = np.where(child > cap, cap / np.where(child > 0, child, 1.0), 1.0).ravel()  # per level-t+1 prefix
+            if np.all(c == 1.0):
+                continue
+            for s in range(t + 1, L + 1):
+                cs = np.repeat(c, V ** (s - t - 1))
+                blk = e[:, self._level(s)]
+                moved = blk * (1.0 - cs)
+                e[:, self._level(s)] = blk * cs
+                e[:, self._level(t)] += moved.reshape(e.shape[0], V**t, V ** (s - t)).sum(axis=2)
+        return e
+
+    def conditional(self, drafts) -> np.ndarray:
+        """Exact law of the accepted prefix given the drafts, over all prefixes (level by level, lexicographic)."""
+        i = self._index.get(self._key(drafts))
+        if i is None:
+            out = np.zeros(self._e.shape[1])
+            out[0] = 1.0
+            return out
+        return self._e[i] / self._e[i].sum()
+
+    def verify(self, drafts, *, rng=None) -> MultiDraftSample:
+        """Accept a drafted prefix, emit one token, and let the target continue to ``L + 1`` tokens."""
+        gen = as_rng(rng)
+        j = sample_from(self.conditional(drafts), gen)
+        t = int(np.searchsorted(self._offs, j, side="right") - 1)
+        ui = j - int(self._offs[t])
+        u = tuple(int(x) for x in np.unravel_index(ui, (self.V,) * t)) if t else ()
+        out = u + (int(sample_from(self._r[t][ui], gen)),)
+        while len(out) < self.L + 1:
+            out += (self._draw("target", out, gen),)
+        return MultiDraftSample((), t, out)
+
+    def tau_law(self) -> np.ndarray:
+        a = self._e.sum(axis=0)
+        law = np.array([a[self._level(t)].sum() for t in range(self.L + 1)])
+        return law / law.sum()
+
+    def output_law(self, *, bonus: bool = True) -> np.ndarray:
+        """Exact law of the output completed by the target to ``L + 1`` tokens (``L`` without the bonus)."""
+        bonus = _bool(bonus, "bonus")
+        V, L = self.V, self.L
+        a = self._e.sum(axis=0)
+        law = np.zeros((V,) * (L + 1))
+        for t in range(L + 1):
+            term = (a[self._level(t)][:, None] * self._r[t]).reshape((V,) * (t + 1))
+            for j in range(t + 1, L + 1):
+                term = term[..., None] * self._cb[j]
+            law += term
+        return law if bonus else law.sum(axis=-1)
 
 
 # ---------------------------------------------------------------------------
@@ -376,6 +563,7 @@ SCHEMES = {
     "optimum": ("bound", "multi-draft block OT optimum (LP); attained by multidraft-plan"),
     "multidraft-plan": ("verifier", "optimal plan as a sampler (multi-token residual)"),
     "one-token-optimum": ("bound", "best verifier emitting one token after the accepted prefix (LP)"),
+    "one-token-verifier": ("verifier", "that optimum as a sampler (OneTokenVerifier)"),
     "spectr-dp": ("bound", "best per-depth plan of SpecTr's DraftSelection (dynamic programme)"),
     "spectr-lp": ("verifier", "SpecTr over sequences, OTM-k LP plan per depth"),
     "spectr-optimal": ("verifier", "SpecTr over sequences, optimal verifier per depth"),
@@ -445,6 +633,7 @@ def compare_schemes(draft, target, L, k, *, schemes=None, check: bool = True) ->
     .. math::
 
         \text{token} \le \text{SpecTr rules} \le \text{spectr-dp} \le \text{one-token-optimum}
+        = \text{one-token-verifier}
         \le \mathrm{OPT} = \text{multidraft-plan} \le B,
 
     (single-draft schemes use the first of the ``k`` drafts). SpecTr over
@@ -507,6 +696,10 @@ def compare_schemes(draft, target, L, k, *, schemes=None, check: bool = True) ->
             length = opt
         elif s == "multidraft-plan":
             v = MultiDraftPlanVerifier(draft, target, L, k, result=res)
+            length = v.expected_length()
+            err = v.max_error() if check else math.nan
+        elif s == "one-token-verifier":
+            v = OneTokenVerifier(draft, target, L, k)
             length = v.expected_length()
             err = v.max_error() if check else math.nan
         elif s == "one-token-optimum":
