@@ -277,3 +277,49 @@ def test_verifier_bad_input():
     with pytest.raises(TypeError, match="`check`"):
         compare_schemes(d, t, 2, 2, check="yes")
     assert set(SCHEMES) >= {"optimum", "bound", "token"}
+
+
+def _pattern_lp(d, t, L, k):
+    """The one-token optimum as an LP over acceptance patterns only (the lemma of the theory page)."""
+    import itertools
+
+    from otspec.models import conditional_tables
+    from otspec.otm import set_weights
+    from otspec.otm._highs import solve_lp
+
+    V = d.vocab_size
+    PL = joint_law(d, L).ravel()
+    keys, w = set_weights(PL / PL.sum(), k)
+    cb = conditional_tables(t, L, name="target")
+    prefixes = [u for s in range(L + 1) for u in itertools.product(range(V), repeat=s)]
+    cols = []  # (key index, prefix)
+    for a, key in enumerate(keys):
+        blocks = [tuple(int(x) for x in np.unravel_index(b, (V,) * L)) for b in key]
+        cols += [(a, u) for u in sorted({b[:s] for b in blocks for s in range(L + 1)})]
+    cons = [(u, z) for u in prefixes if len(u) < L for z in range(V)]
+    A = np.zeros((len(keys) + len(cons), len(cols)))
+    for j, (a, u) in enumerate(cols):
+        A[a, j] = 1.0
+        for r, (v, z) in enumerate(cons):
+            if u[: len(v) + 1] == v + (z,):
+                A[len(keys) + r, j] += 1.0
+            if u[: len(v)] == v:
+                A[len(keys) + r, j] -= cb[len(v)][v][z] if v else cb[0][z]
+    starts = [0]
+    index, values = [], []
+    for j in range(len(cols)):
+        nz = np.flatnonzero(A[:, j])
+        index += nz.tolist()
+        values += A[nz, j].tolist()
+        starts.append(len(index))
+    sol = solve_lp(np.array([float(len(u)) for _, u in cols]), np.array(starts), np.array(index),
+                   np.array(values), np.full(A.shape[0], -np.inf), np.concatenate([w, np.zeros(len(cons))]))
+    assert sol.success, sol.message
+    return sol.objective
+
+
+@pytest.mark.parametrize("V,L,k,seed", [(2, 2, 2, 0), (2, 3, 2, 1), (3, 2, 2, 2), (2, 2, 3, 3)])
+def test_one_token_two_formulations(V, L, k, seed):
+    """LP over emitted strings (one_token_optimum) = LP over acceptance patterns (independent build)."""
+    d, t = _pair(V, seed, c=0.6)
+    np.testing.assert_allclose(one_token_optimum(d, t, L, k).value, _pattern_lp(d, t, L, k), atol=TOL, rtol=0)
