@@ -482,6 +482,8 @@ def multidraft_exact(draft, target, L, k, *, max_denominator: int = 10**6) -> Mu
         As :func:`multidraft_ot`.
     SolverError
         The float LP behind the certificate failed.
+    ImportError
+        sympy (>= 1.12, in the ``test`` extra) missing when the exact simplex runs.
 
     References
     ----------
@@ -529,8 +531,11 @@ def multidraft_exact(draft, target, L, k, *, max_denominator: int = 10**6) -> Mu
 
 def _exact_lp(reward, w, QL) -> Fraction:
     """The transport LP ``max sum pi c`` with marginals ``w``, ``QL`` in rationals (sympy's simplex)."""
-    import sympy
-    from sympy.solvers.simplex import linprog
+    try:
+        import sympy
+        from sympy.solvers.simplex import linprog
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("multidraft_exact solves the LP in rationals with sympy >= 1.12: pip install sympy") from exc
 
     nk, N = len(w), len(QL)
     nv = nk * N
