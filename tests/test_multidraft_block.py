@@ -323,3 +323,14 @@ def test_one_token_two_formulations(V, L, k, seed):
     """LP over emitted strings (one_token_optimum) = LP over acceptance patterns (independent build)."""
     d, t = _pair(V, seed, c=0.6)
     np.testing.assert_allclose(one_token_optimum(d, t, L, k).value, _pattern_lp(d, t, L, k), atol=TOL, rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("V,L,k,gap", [(3, 3, 3, 0.00838273240442211), (2, 4, 4, 0.10955740716816553)])
+def test_largest_sizes(V, L, k, gap):
+    """The sizes the symmetrised LP is built for (3-4 s each on one core), with their gaps B - OPT."""
+    d, t = random_markov_model(V, 1, rng=1), random_markov_model(V, 1, rng=2)
+    res = multidraft_ot(d, t, L, k)
+    assert res.success
+    np.testing.assert_allclose(res.gap, gap, atol=1e-8, rtol=0)
+    np.testing.assert_allclose(res.plan.sum(axis=0), res.target_law, atol=1e-15, rtol=0)
