@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._registry import get_verifier, verifier_names
 from .._validation import validate_distribution, validate_positive_int
 from .._verifier import Verifier
 from ..models import (
@@ -28,7 +29,6 @@ from ..models import (
 )
 from ..multidraft._kseq import KSeq
 from ..multidraft._multiround import MultiRound
-from ..multidraft._registry import get_verifier, verifier_names
 from ..otm._multisets import multiset_law, n_multisets, token_counts
 
 __all__ = [
