@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ._registry import VerifierSpec, register_verifier
 from .lossy._ensemble import ensemble_verifier
-from .lossy._mentored import mentored_verifier
+from .lossy._mentored import mentored, mentored_verifier
 from .lossy._typical import typical_acceptance_verifier
 from .multidraft._deterministic import top_k_verifier
 from .multidraft._greedy_drafts import greedy_draft_verifier
@@ -86,19 +86,20 @@ def _typical(p, q, k, **options):
 _LEVIATHAN = "Leviathan et al., arXiv:2211.17192, Algorithm 1"
 _SPECTR = "Sun et al., SpecTr, arXiv:2310.15141"
 for _spec in (
-    VerifierSpec("token", "token", _token, symmetric=True, single_draft=True,
+    VerifierSpec("token", "token", _token, aliases=(maximal_coupling,), symmetric=True, single_draft=True,
                  summary="speculative sampling (maximal coupling)", reference=_LEVIATHAN),
-    VerifierSpec("kseq", "token", _kseq, symmetric=False, sequential=True, options=frozenset({"rho"}),
+    VerifierSpec("kseq", "token", _kseq, aliases=(kseq,), symmetric=False, sequential=True, options=frozenset({"rho"}),
                  summary="k-Seq", reference=f"{_SPECTR}, Algorithm 2"),
-    VerifierSpec("multiround", "token", _multiround, symmetric=False, sequential=True,
+    VerifierSpec("multiround", "token", _multiround, aliases=(multiround,), symmetric=False, sequential=True,
                  summary="recursive rejection sampling, i.i.d. drafts",
                  reference="Miao et al., SpecInfer, arXiv:2305.09781; Yang et al., arXiv:2402.09221"),
-    VerifierSpec("optimal", "token", _optimal, symmetric=True,
+    VerifierSpec("optimal", "token", _optimal, aliases=(optimal_verifier,), symmetric=True,
                  summary="exactly optimal multi-draft verifier (acceptance alpha_k)",
                  reference="otspec docs/theory/optimal_verifier.rst"),
-    VerifierSpec("lp", "token", _lp, symmetric=True, summary="OTM-k LP plan",
+    VerifierSpec("lp", "token", _lp, aliases=(otm_lp,), symmetric=True, summary="OTM-k LP plan",
                  reference=f"{_SPECTR}, eq. (4)"),
-    VerifierSpec("mentored", "token", _mentored, symmetric=True, single_draft=True, lossless=False,
+    VerifierSpec("mentored", "token", _mentored, aliases=(mentored_verifier, mentored),
+                 symmetric=True, single_draft=True, lossless=False,
                  options=frozenset({"D", "method"}), required=frozenset({"D"}),
                  summary="mentored decoding at KL budget D (lossy)",
                  reference="Tran-Thien, mentored decoding (2023), eqs. (26)-(28)"),
@@ -108,23 +109,24 @@ del _spec
 
 _HU = "Hu et al., arXiv:2502.18779 (ICLR 2025)"
 for _spec in (
-    VerifierSpec("without-replacement", "token", _without_replacement, symmetric=True,
+    VerifierSpec("without-replacement", "token", _without_replacement, aliases=(without_replacement_verifier,), symmetric=True,
                  draft_process="without_replacement",
                  summary="optimal verifier for k distinct drafts drawn without replacement (LP plan over sets)",
                  reference=_HU),
-    VerifierSpec("greedy-drafts", "token", _greedy_drafts, draft_process="greedy",
+    VerifierSpec("greedy-drafts", "token", _greedy_drafts, aliases=(greedy_draft_verifier,), draft_process="greedy",
                  summary="top k-1 drafts fixed, the last sampled off them, optimal verifier", reference=_HU),
-    VerifierSpec("top-k", "token", _top_k, draft_process="deterministic",
+    VerifierSpec("top-k", "token", _top_k, aliases=(top_k_verifier,), draft_process="deterministic",
                  summary="top-k candidate set, recursive rejection with draft probability 1",
                  reference="Miao et al., SpecInfer, arXiv:2305.09781; Li et al., EAGLE, arXiv:2401.15077"),
-    VerifierSpec("khisti", "token", _khisti, symmetric=True,
+    VerifierSpec("khisti", "token", _khisti, aliases=(khisti_verifier,), symmetric=True,
                  summary="importance-sampling selection then single-draft speculative sampling (optimal selection)",
                  reference="Khisti et al., arXiv:2410.18234 (ICLR 2025), canonical decomposition"),
-    VerifierSpec("ensemble", "token", _ensemble, symmetric=True, single_draft=True, lossless=False,
+    VerifierSpec("ensemble", "token", _ensemble, aliases=(ensemble_verifier,), symmetric=True, single_draft=True, lossless=False,
                  options=frozenset({"w"}), required=frozenset({"w"}),
                  summary="transformers' ensemble verification (assistant_ensemble_weight, lossy)",
                  reference="DIVERSED, arXiv:2604.07622; transformers _speculative_sampling"),
-    VerifierSpec("typical", "token", _typical, symmetric=True, single_draft=True, lossless=False,
+    VerifierSpec("typical", "token", _typical, aliases=(typical_acceptance_verifier,),
+                 symmetric=True, single_draft=True, lossless=False,
                  options=frozenset({"epsilon", "delta", "guard"}),
                  summary="typical acceptance with vLLM's defaults (lossy)",
                  reference="Cai et al., Medusa, arXiv:2401.10774, §3.3.1; vLLM TypicalAcceptanceSampler"),

@@ -33,7 +33,7 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["VERIFIERS", "VerifierSpec", "get_verifier", "register_verifier", "verifier_names"]
+__all__ = ["VERIFIERS", "VerifierSpec", "get_verifier", "register_verifier", "registered_name", "verifier_names"]
 
 _KINDS = ("token", "block")
 
@@ -77,6 +77,10 @@ class VerifierSpec:
         One line for tables and error messages.
     reference : str
         The paper (authors, arXiv id, section) that defines it.
+    aliases : tuple of callables
+        Public builders of the package that mean this entry when passed as
+        ``verifier=`` (e.g. ``otspec.kseq`` for ``"kseq"``, ``otspec.otm_lp``
+        for ``"lp"``); see :func:`registered_name`.
     """
 
     name: str
@@ -92,6 +96,7 @@ class VerifierSpec:
     draft_process: str = "iid"
     summary: str = ""
     reference: str = ""
+    aliases: tuple = ()
 
 
 _REGISTRY: dict[str, VerifierSpec] = {}
@@ -174,6 +179,49 @@ def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str
     )
 
 
+def registered_name(obj) -> str | None:
+    """The registered name that ``obj`` stands for when passed as ``verifier=``, or None.
+
+    ``obj`` may be a :class:`VerifierSpec` (its name), or a builder of the
+    package: a spec's ``build``, ``build_block`` or one of its ``aliases``
+    (``otspec.kseq`` -> ``"kseq"``, ``otspec.otm_lp`` -> ``"lp"``,
+    ``otspec.block.BlockVerify`` -> ``"block"``). Anything else (a user's
+    own callable) gives None.
+
+    Parameters
+    ----------
+    obj : object
+
+    Returns
+    -------
+    str or None
+
+    Examples
+    --------
+    >>> import otspec
+    >>> from otspec._registry import registered_name
+    >>> registered_name(otspec.otm_lp), registered_name(otspec.get_verifier("kseq")), registered_name(len)
+    ('lp', 'kseq', None)
+    """
+    if isinstance(obj, VerifierSpec):
+        return obj.name if _REGISTRY.get(obj.name) == obj else None
+    for name, spec in _REGISTRY.items():
+        if any(obj is b for b in (spec.build, spec.build_block, *spec.aliases) if b is not None):
+            return name
+    return None
+
+
+def suggest(name: str, allowed) -> str:
+    """`` (did you mean 'x'?)`` for the closest names in ``allowed`` (by difflib; case and separators ignored), or ``""``."""
+    allowed = list(allowed)
+    close = difflib.get_close_matches(name, allowed, n=3, cutoff=0.6)
+    if not close:  # case and separators: "KSeq", "optimal_verifier"
+        folded = {n.replace("-", "").replace("_", ""): n for n in allowed}
+        key = name.lower().replace("-", "").replace("_", "").replace(" ", "")
+        close = [folded[m] for m in difflib.get_close_matches(key, list(folded), n=3, cutoff=0.6)]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
 def get_verifier(name, *, kind: str | None = None, block: bool = False) -> VerifierSpec:
     """The registered :class:`VerifierSpec` of ``name``.
 
@@ -206,12 +254,7 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
     if not isinstance(name, str):
         raise TypeError(f"`verifier` must be one of {allowed}, got {type(name).__name__}")
     if name not in allowed:
-        close = difflib.get_close_matches(name, allowed, n=3, cutoff=0.6)
-        if not close:  # case and separators: "KSeq", "optimal_verifier"
-            folded = {n.replace("-", "").replace("_", ""): n for n in allowed}
-            key = name.lower().replace("-", "").replace("_", "").replace(" ", "")
-            close = [folded[m] for m in difflib.get_close_matches(key, list(folded), n=3, cutoff=0.6)]
-        hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+        hint = suggest(name, allowed)
         other = ""
         if name in _REGISTRY:
             other = f"; {name!r} is registered but is a {_REGISTRY[name].kind}-level verifier not accepted here"
