@@ -8,10 +8,9 @@ install command builds it here.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 
-__all__ = ["DISTRIBUTION", "install_hint", "require"]
+__all__ = ["DISTRIBUTION", "check_installed", "install_hint"]
 
 #: The name to ``pip install`` (the import name stays ``otspec``).
 DISTRIBUTION = "otspec-verifiers"
@@ -22,8 +21,10 @@ def install_hint(extra: str) -> str:
     return f"pip install '{DISTRIBUTION}[{extra}]' (from a clone: pip install -e '.[{extra}]')"
 
 
-def require(module: str, purpose: str, extra: str):
-    """Import ``module`` or raise :class:`ImportError` naming ``purpose`` and :func:`install_hint` of ``extra``."""
+def check_installed(module: str, purpose: str, extra: str) -> None:
+    """Raise :class:`ImportError` naming ``purpose`` and :func:`install_hint` of ``extra`` unless ``module`` is installed.
+
+    Nothing is imported (``otspec.plotting`` imports matplotlib only when a figure is drawn).
+    """
     if importlib.util.find_spec(module) is None:
         raise ImportError(f"{purpose} needs the optional dependency `{module}`: {install_hint(extra)}")
-    return importlib.import_module(module)

@@ -19,9 +19,9 @@ The guide page "Reproduce the papers' figures" (docs/guide/figures.rst) has
 one runnable example per figure.
 """
 
-from .._deps import require as _require
+from .._deps import check_installed as _check_installed
 
-_require("matplotlib", "otspec.plotting", "plot")
+_check_installed("matplotlib", "otspec.plotting", "plot")
 
 from . import block, lossy, multidraft, spectr  # noqa: E402
 from .block import plot_figure2  # noqa: E402
