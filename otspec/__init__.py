@@ -25,7 +25,18 @@ Where to start:
   "Four things you can do in five minutes".
 """
 
-from . import block, closed_form, lossy, models, multidraft, otm, spectr, speculative, testing
+from . import (
+    _catalogue,  # noqa: F401 - registers the token-level and lossy verifiers before block and spectr read them
+    block,
+    closed_form,
+    lossy,
+    models,
+    multidraft,
+    otm,
+    spectr,
+    speculative,
+    testing,
+)
 from ._validation import SIMPLEX_TOL
 from ._verifier import LOSSLESS_TOL, LosslessCheck, Verifier, VerifierCheck, check_lossless
 from .closed_form import alpha_k_lower_bound, alpha_k_upper_bound

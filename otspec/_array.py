@@ -17,7 +17,7 @@ import numbers
 
 import numpy as np
 
-from ._validation import SIMPLEX_TOL, validate_k
+from ._validation import SIMPLEX_TOL, first_bad_row, number_text, validate_k
 
 __all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power"]
 
@@ -51,6 +51,13 @@ def _as_float64(x, name: str, xp):
     if xp.isdtype(dt, "bool") or not xp.isdtype(dt, ("real floating", "integral")):
         raise TypeError(f"`{name}` must hold real numbers, got dtype {dt}")
     return xp.astype(x, xp.float64, copy=False)  # never written to: no copy needed
+
+
+def _row(bad) -> str:
+    """The first flagged row of a batch, as text (``(2,)`` or ``(0, 3)``), whatever the array library."""
+    if not isinstance(bad, np.ndarray) and hasattr(bad, "cpu"):  # a torch tensor, on any device
+        bad = bad.cpu()
+    return str(first_bad_row(np.asarray(bad)))
 
 
 def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True):
@@ -99,19 +106,22 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
     for name, X in (("p", P), ("q", Q)):
         bad = ~xp.isfinite(X)
         if bool(xp.any(bad)):
-            raise ValueError(f"`{name}` must be finite, got {int(xp.sum(xp.astype(bad, xp.int64)))} non-finite entries")
+            raise ValueError(f"`{name}` must be finite, got {int(xp.sum(xp.astype(bad, xp.int64)))} non-finite "
+                             f"entries, the first in row {_row(xp.any(bad, axis=-1))}")
         if bool(xp.any(X < 0)):
-            raise ValueError(f"`{name}` must be non-negative, got minimum {float(xp.min(X))!r}")
+            raise ValueError(f"`{name}` must be non-negative, got minimum {number_text(float(xp.min(X)))} "
+                             f"(first negative entry in row {_row(xp.any(X < 0, axis=-1))})")
         tot = xp.sum(X, axis=-1, keepdims=True)
         if normalize:
             if bool(xp.any(tot <= 0)):
-                raise ValueError(f"`{name}` must have a positive total in every row to be normalized")
+                raise ValueError(f"`{name}` must have a positive total in every row to be normalized, "
+                                 f"got row {_row(tot[..., 0] <= 0)} with total 0")
         else:
             err = xp.abs(tot - 1.0)
             if bool(xp.any(err > tol)):
                 raise ValueError(
-                    f"every row of `{name}` must sum to 1 within {tol:.3g}, got a row off by "
-                    f"{float(xp.max(err)):.3g} (pass normalize=True to rescale)"
+                    f"every row of `{name}` must sum to 1 within {tol:.3g}, got row {_row(err[..., 0] > tol)} off "
+                    f"by {float(xp.max(err)):.3g} (pass normalize=True to rescale)"
                 )
     if normalize or low_precision:
         P = P / xp.sum(P, axis=-1, keepdims=True)

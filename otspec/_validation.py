@@ -26,6 +26,8 @@ __all__ = [
     "NEGLIGIBLE",
     "flush_negligible",
     "simplex_tolerance",
+    "number_text",
+    "first_bad_row",
 ]
 
 #: Tolerance on ``|sum(p) - 1|`` accepted for a probability vector.
@@ -38,6 +40,26 @@ SIMPLEX_TOL = 1e-9
 #: After the flush every positive entry ``x`` has a finite ``1 / x``, so the result
 #: is the result of the same problem with those entries at exactly zero.
 NEGLIGIBLE = float(np.finfo(np.float64).tiny)
+
+
+def number_text(x) -> str:
+    """A number as plain text for messages: ``-0.1`` for ``np.float64(-0.1)``, ``3`` for ``np.int64(3)``."""
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, numbers.Integral):
+        return str(int(x))
+    if isinstance(x, numbers.Real) or (isinstance(x, np.ndarray) and x.ndim == 0):
+        return repr(float(x))
+    return repr(x)
+
+
+def first_bad_row(bad) -> tuple[int, ...]:
+    """Index of the first row of a batch (all axes but the last) flagged in ``bad`` (shape ``(..., V)`` or ``(...)``)."""
+    b = np.asarray(bad)
+    if b.ndim == 0:
+        return ()
+    flat = int(np.argmax(b.reshape(-1)))
+    return tuple(int(i) for i in np.unravel_index(flat, b.shape))
 
 
 def _float_input(x, name: str, what: str) -> tuple[np.ndarray, float]:
@@ -106,7 +128,8 @@ def validate_distribution(
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"`{name}` must be finite, got {int(np.sum(~np.isfinite(arr)))} non-finite entries")
     if np.any(arr < 0):
-        raise ValueError(f"`{name}` must be non-negative, got minimum {arr.min()!r}")
+        raise ValueError(f"`{name}` must be non-negative, got minimum {number_text(arr.min())} "
+                         f"at index {int(np.argmin(arr))}")
     flush_negligible(arr)
     total = float(np.sum(arr))
     tol_ = simplex_tolerance(tol, arr.shape[0], eps)
@@ -195,7 +218,7 @@ def validate_probability(x, name: str, *, low_open: bool = False, high_open: boo
     if not (np.isfinite(v) and lo_ok and hi_ok):
         lo = "(0" if low_open else "[0"
         hi = "1)" if high_open else "1]"
-        raise ValueError(f"`{name}` must lie in {lo}, {hi}, got {x!r}")
+        raise ValueError(f"`{name}` must lie in {lo}, {hi}, got {number_text(x)}")
     return v
 
 

@@ -44,6 +44,7 @@ from ._validation import (
     _float_input,
     as_rng,
     flush_negligible,
+    number_text,
     simplex_tolerance,
     validate_distribution,
     validate_positive_int,
@@ -153,6 +154,11 @@ def check_enumeration(V: int, length: int, limit: int, *, what: str = "sequences
     length_name, limit_name : str, keyword-only
         Parameter names for the message.
 
+    Returns
+    -------
+    None
+        Nothing: the enumeration is within the limits when it returns.
+
     Raises
     ------
     ValueError
@@ -256,7 +262,9 @@ def _validate_table_rows(table, name: str, tol: float = SIMPLEX_TOL) -> np.ndarr
     if not np.all(np.isfinite(arr)):
         raise ValueError(f"`{name}` must be finite, got {int(np.sum(~np.isfinite(arr)))} non-finite entries")
     if np.any(arr < 0):
-        raise ValueError(f"`{name}` must be non-negative, got minimum {arr.min()!r}")
+        at = np.unravel_index(int(np.argmin(arr)), arr.shape)
+        raise ValueError(f"`{name}` must be non-negative, got minimum {number_text(arr.min())} "
+                         f"at prefix {tuple(int(i) for i in at[:-1])}, token {int(at[-1])}")
     flush_negligible(arr)
     sums = arr.sum(axis=-1)
     err = np.abs(sums - 1.0)
@@ -649,8 +657,34 @@ def _dirichlet(gen: np.random.Generator, V: int, shape: tuple[int, ...], c: floa
     return g / s
 
 
-def random_table_model(V: int, max_len: int, *, concentration: float = 1.0, rng=None) -> TableModel:
+def _restrict_support(gen: np.random.Generator, rows: np.ndarray, support: int) -> np.ndarray:
+    """Keep ``support`` uniformly chosen tokens of every row (exact zeros elsewhere), renormalised."""
+    V = rows.shape[-1]
+    if support >= V:
+        return rows
+    keys = gen.random(rows.shape)
+    keep = np.argsort(keys, axis=-1)[..., :support]
+    out = np.zeros_like(rows)
+    np.put_along_axis(out, keep, np.take_along_axis(rows, keep, axis=-1), axis=-1)
+    s = out.sum(axis=-1, keepdims=True)
+    # a row whose kept gammas all underflowed: a point mass on its first kept token
+    empty = s[..., 0] <= 0
+    if np.any(empty):
+        first = keep[empty][:, 0]
+        out[empty] = np.eye(V)[first]
+        s = out.sum(axis=-1, keepdims=True)
+    return out / s
+
+
+def random_table_model(V: int, max_len: int, *, concentration: float = 1.0, support: int | None = None,
+                       rng=None) -> TableModel:
     r"""A :class:`TableModel` whose every conditional is drawn from :math:`\mathrm{Dir}(c\,\mathbf 1_V)`.
+
+    With ``support=s`` each conditional is a Dirichlet draw on ``s`` tokens
+    chosen uniformly at random (exact zeros elsewhere): support-limited models,
+    on which a verifier's handling of zero-probability tokens is tested (the
+    boundary-coin phase of :func:`otspec.testing.check_block_sampler` can only
+    fail where the target has zeros).
 
     Parameters
     ----------
@@ -662,6 +696,8 @@ def random_table_model(V: int, max_len: int, *, concentration: float = 1.0, rng=
     concentration : float, keyword-only
         Dirichlet concentration :math:`c > 0`: small values give peaked
         conditionals (near point masses), large values near-uniform ones.
+    support : int or None, keyword-only
+        Tokens of positive probability per conditional, in ``[1, V]``; None: all ``V``.
     rng : numpy.random.Generator, int or None, keyword-only
 
     Returns
@@ -672,8 +708,8 @@ def random_table_model(V: int, max_len: int, *, concentration: float = 1.0, rng=
     Raises
     ------
     ValueError
-        ``V`` or ``max_len`` < 1, ``concentration`` <= 0, or more than
-        ``MAX_ENUMERATION`` table entries.
+        ``V`` or ``max_len`` < 1, ``concentration`` <= 0, ``support`` outside
+        ``[1, V]``, or more than ``MAX_ENUMERATION`` table entries.
 
     Examples
     --------
@@ -681,14 +717,20 @@ def random_table_model(V: int, max_len: int, *, concentration: float = 1.0, rng=
     >>> m = random_table_model(3, 2, concentration=0.5, rng=0)
     >>> m.vocab_size, m.max_len, m.tables[1].shape
     (3, 2, (3, 3))
+    >>> sparse = random_table_model(4, 2, support=2, rng=0)
+    >>> [int(n) for n in (sparse.tables[1] > 0).sum(axis=-1).ravel()]
+    [2, 2, 2, 2]
     """
     V = validate_positive_int(V, "V")
     max_len = validate_positive_int(max_len, "max_len")
     c = _concentration(concentration)
+    s = V if support is None else validate_positive_int(support, "support")
+    if s > V:
+        raise ValueError(f"`support` must lie in [1, V={V}], got {s}")
     check_enumeration(V, max_len, MAX_ENUMERATION, what="table entries", length_name="max_len",
                       limit_name="MAX_ENUMERATION")
     gen = as_rng(rng)
-    return TableModel([_dirichlet(gen, V, (V,) * ell, c) for ell in range(max_len)])
+    return TableModel([_restrict_support(gen, _dirichlet(gen, V, (V,) * ell, c), s) for ell in range(max_len)])
 
 
 def random_markov_model(V: int, order: int = 1, *, concentration: float = 1.0, rng=None) -> MarkovModel:

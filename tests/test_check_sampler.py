@@ -342,6 +342,35 @@ def test_batched_block_step_and_a_wrong_bonus_model():
     assert not res.passed
 
 
+def _prefix_step(L):
+    """Batched block step for draft == target: keep a prefix of random length 1..L (lossless there)."""
+
+    def step(blocks, rng):
+        m = rng.integers(1, L + 1, size=blocks.shape[0])
+        return np.where(np.arange(L + 1)[None, :] < m[:, None], np.pad(blocks, ((0, 0), (0, 1))), -1)
+
+    return step
+
+
+@pytest.mark.parametrize("n", [49, 50, 51, 100, 151])
+def test_block_sampler_across_chunk_boundaries(monkeypatch, n):
+    import otspec.testing._sampler as sampler
+
+    monkeypatch.setattr(sampler, "CHUNK", 50)  # chunks of 50 trials: n straddles 0, 1 or 3 boundaries
+    model = random_table_model(3, 3, rng=5)
+    res = check_block_sampler(_prefix_step(2), model, model, 2, n_samples=n, batched=True, rng=n)
+    assert res.n_samples == n and int(round(res.law.sum() * n)) == n
+
+
+def test_block_sampler_default_size_runs_past_one_chunk():
+    # L = 3, V = 4, tv = 0.02: the sample-size rule asks for more than one 65,536-trial chunk
+    from otspec.testing import CHUNK
+
+    model = random_table_model(4, 4, rng=6)
+    res = check_block_sampler(_prefix_step(3), model, model, 3, batched=True, rng=7)
+    assert res.n_samples > CHUNK and res.passed, res.message
+
+
 def test_block_errors():
     v = make_verifier(DRAFT, TARGET, 2, "token")
     ok = lambda b, rng: v.verify(b, rng=rng).output  # noqa: E731
@@ -452,7 +481,7 @@ def test_import_without_hypothesis():
         "    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert "otspec.testing.strategies needs hypothesis" in out and "otspec[test]" in out
+    assert "otspec.testing.strategies needs hypothesis" in out and "pip install 'otspec-verifiers[test]'" in out
 
 
 def test_hypothesis_shrinks_a_refuted_sampler_to_a_minimal_pair():
@@ -483,3 +512,85 @@ def test_sample_size_with_a_rounding_level_second_cell():
     n = sample_size(0.02, [1.0, 1e-300])
     # one cell: a law at TV 0.02 puts mass 0.02 elsewhere, seen with probability 0.99 after n draws
     assert (1 - 0.02) ** n <= 0.01 < (1 - 0.02) ** (n - 1)
+
+
+# ---------------------------------------------------------------------------
+# tiny cells, the trial budget, vacuous boundary phases
+# ---------------------------------------------------------------------------
+
+
+TINY = np.array([1 - 1.1e-6, 1.1e-6])  # the shape of target that once asked for 4,480,016 trials
+
+
+def test_a_tiny_cell_is_tested_by_the_binomial_tail_not_by_millions_of_trials():
+    N = sample_size(0.02, TINY)
+    assert N < 1000  # was 4,545,455: the rule waited for an expected count of 5 on the 1.1e-6 cell
+    assert detectable_tv(N, TINY) <= 0.02 < detectable_tv(N - 1, TINY)
+    res = check_sampler(speculative_step(np.array([0.5, 0.5]), TINY), np.array([0.5, 0.5]), TINY, batched=True, rng=1)
+    assert res.passed and res.n_samples == N and res.test == "binomial tail", res.message
+    assert res.pooled_cells == 1 and res.pooled_mass == pytest.approx(1.1e-6)
+    assert "tested together by the exact binomial test" in res.message
+    # a sampler putting 3% on the tiny cell (TV 0.03 > detectable_tv) is refuted
+    wrong = np.array([0.97, 0.03])
+    bad = check_sampler(speculative_step(wrong, wrong), wrong, TINY, batched=True, rng=1)
+    assert not bad.passed and bad.pvalue < 1e-4 and "binomial tail p-value" in bad.message
+
+
+def test_power_of_the_tail_test_against_the_least_favourable_law():
+    from scipy import stats
+
+    N = sample_size(0.02, TINY)
+    r = np.array([0.98, 0.02])  # TV 0.02 - 1.1e-6: all the deviation on the tail
+    hits = stats.binom.rvs(N, r[1], size=2000, random_state=np.random.default_rng(3))
+    pvals = stats.binom.sf(hits - 1, N, TINY[1])
+    assert np.mean(pvals <= 1e-4) >= 0.985  # power 0.99 (exact binomial), 2000 runs: sd 0.002
+
+
+def test_the_trial_budget_raises_before_any_trial():
+    calls = []
+
+    def step(drafts, rng):
+        calls.append(1)
+        return drafts[0]
+
+    with pytest.raises(ValueError, match=r"needs 11,360,209 trials .* above the trial budget `max_samples`=3,000,000; "
+                                         r"raise `tv`.*batched=True"):
+        check_sampler(step, Q, Q, tv=0.001)
+    with pytest.raises(ValueError, match=r"`n_samples`=5,000 is above the trial budget `max_samples`=1,000"):
+        check_sampler(step, Q, Q, n_samples=5000, max_samples=1000)
+    with pytest.raises(ValueError, match=r"above the trial budget `max_samples`=100"):
+        check_block_sampler(lambda b, rng: b, DRAFT, TARGET, 2, max_samples=100)
+    with pytest.raises(TypeError, match="`max_samples` must be an integer"):
+        check_sampler(step, Q, Q, max_samples=1e6)
+    assert not calls
+
+
+def test_boundary_phase_that_could_not_fail_is_reported():
+    full = np.array([0.2, 0.3, 0.5])
+    res = check_sampler(speculative_step(full, full), full, full, batched=True, boundary_coins=True, n_samples=2000, rng=2)
+    assert res.passed and res.boundary_vacuous and "could not have failed" in res.message
+    res = check_sampler(speculative_step(Q, P), Q, P, batched=True, boundary_coins=True, n_samples=2000, rng=2)
+    assert res.passed and not res.boundary_vacuous and "could not have failed" not in res.message  # P has a zero
+    # block level: Dirichlet models have no zeros; support-limited ones do, and a non-strict step is caught
+    dense = check_block_sampler(_prefix_step(2), DRAFT, DRAFT, 2, n_samples=500, batched=True, boundary_coins=True,
+                                rng=3)
+    assert dense.passed and dense.boundary_vacuous
+    sparse = random_table_model(4, 3, support=2, rng=4)
+    assert np.all((sparse.tables[2] > 0).sum(axis=-1) == 2)
+    res = check_block_sampler(_prefix_step(2), sparse, sparse, 2, n_samples=500, batched=True, boundary_coins=True,
+                              rng=3)
+    assert res.passed and not res.boundary_vacuous
+
+
+def test_random_table_model_support_errors():
+    with pytest.raises(ValueError, match=r"`support` must lie in \[1, V=3\], got 4"):
+        random_table_model(3, 2, support=4)
+    with pytest.raises(ValueError, match="`support`"):
+        random_table_model(3, 2, support=0)
+
+
+@settings(max_examples=20, derandomize=True, deadline=None)
+@given(pairs(min_n=2, max_n=5, target_zero=True))
+def test_pairs_with_a_support_limited_target(pq):
+    p, q = pq
+    assert np.any(q == 0) and abs(q.sum() - 1) < 1e-12

@@ -121,7 +121,7 @@ def test_missing_dependency_message(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "nonexistent_dep" else real(n, *a))
-    with pytest.raises(ImportError, match=r"pip install 'otspec\[decoding\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'otspec-verifiers\[decoding\]'"):
         _deps.require("nonexistent_dep", "something")
 
 

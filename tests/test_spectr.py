@@ -350,7 +350,7 @@ def test_bad_input():
         spectr.block_efficiency(object(), t, 2, 2)
     with pytest.raises(ValueError, match="`verifier` must be one of"):
         spectr.block_efficiency(d, t, 2, 2, verifier="best")
-    with pytest.raises(TypeError, match="not a Verifier instance"):
+    with pytest.raises(TypeError, match=r"instance, built for one fixed \(p, q\).*otspec\.kseq"):
         spectr.block_efficiency(d, t, 2, 2, verifier=otspec.maximal_coupling([0.5, 0.5], [0.3, 0.7]))
     with pytest.raises(ValueError, match="`prefix` must hold token ids in"):
         spectr.block_efficiency(d, t, 2, 2, prefix=(5,))
@@ -419,3 +419,17 @@ def test_inputs_not_mutated_and_results_frozen():
     res = spectr.check_lossless(MemorylessModel([0.5, 0.5]), MemorylessModel([0.3, 0.7]), 2, 2)
     with pytest.raises(AttributeError):
         res.max_error = 0.0
+
+
+def test_spectr_takes_package_builders_and_registry_entries_like_the_decoder():
+    d, t = MemorylessModel([0.5, 0.3, 0.2]), MemorylessModel([0.2, 0.3, 0.5])
+    for builder, name in [(otspec.otm_lp, "lp"), (otspec.kseq, "kseq"), (otspec.optimal_verifier, "optimal")]:
+        f = spectr.resolve_verifier(builder)
+        assert f.name == name and f.sequential == otspec.get_verifier(name).sequential
+        np.testing.assert_allclose(spectr.block_efficiency(d, t, 2, 2, verifier=builder),
+                                   spectr.block_efficiency(d, t, 2, 2, verifier=name), rtol=0, atol=1e-12)
+    assert spectr.resolve_verifier(otspec.get_verifier("multiround")).name == "multiround"
+    with pytest.raises(ValueError, match=r"stands for the registered 'mentored', which SpecTr cannot run"):
+        spectr.block_efficiency(d, t, 1, 2, verifier=otspec.mentored_verifier)
+    with pytest.raises(ValueError, match=r"got 'kseg' \(did you mean 'kseq'\?\)"):
+        spectr.block_efficiency(d, t, 2, 2, verifier="kseg")

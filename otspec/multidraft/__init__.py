@@ -3,11 +3,12 @@
 The maximal coupling (``k = 1``, Leviathan et al., arXiv:2211.17192), SpecTr's
 k-Seq (Sun et al., arXiv:2310.15141, Algorithm 2), recursive rejection
 sampling (multi-round), the exactly optimal multi-draft verifier and its
-submodular machinery, and the one registry of verifier names
-(:data:`VERIFIERS`) that :mod:`otspec.spectr`, :mod:`otspec.block` and
+submodular machinery, and (re-exported from :mod:`otspec._registry`) the one
+registry of verifier names (:data:`VERIFIERS`) that :mod:`otspec.spectr`, :mod:`otspec.block` and
 :mod:`otspec.decoding` read. Notation: ``p`` draft, ``q`` target.
 """
 
+from .._registry import VERIFIERS, VerifierSpec, get_verifier, register_verifier, verifier_names
 from ._batched import batched_kseq_acceptance, batched_kseq_rho_star, batched_maximal_coupling_acceptance
 from ._deterministic import TopKVerifier, top_k_verifier
 from ._greedy_drafts import GreedyDraftVerifier, greedy_draft_verifier
@@ -17,7 +18,6 @@ from ._maximal_coupling import MaximalCoupling, RatioTestVerifier, maximal_coupl
 from ._multiround import MultiRound, multiround
 from ._optimal_verifier import OptimalVerifier, optimal_verifier
 from ._priority_keys import PriorityKeyVerifier
-from ._registry import VERIFIERS, VerifierSpec, get_verifier, register_verifier, verifier_names
 from ._without_replacement import DraftProcessVerifier, WithoutReplacementVerifier, without_replacement_verifier
 
 __all__ = [

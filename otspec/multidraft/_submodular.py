@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..otm._highs import new_highs
+
 __all__ = [
     "increments",
     "suffix_masses",
@@ -661,13 +663,9 @@ class ColumnGeneration:
         self.ps, self.qs, self.k = ps, qs, k
         m = ps.shape[0]
         self.m = m
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("primal_feasibility_tolerance", 1e-10)
-        h.setOptionValue("dual_feasibility_tolerance", 1e-10)
         # presolve misjudges columns with tiny entries (seen: "Infeasible" on a
         # feasible master with a 1e-90 vertex entry) and defeats warm starts
-        h.setOptionValue("presolve", "off")
+        h = new_highs(presolve=False)
         inf = highspy.kHighsInf
         h.changeObjectiveSense(highspy.ObjSense.kMaximize)
         h.addVars(m, np.zeros(m), np.array(qs, dtype=np.float64))

@@ -7,16 +7,22 @@ claimed optimum re-checked (signs, row bounds, objective) within
 :data:`LP_CHECK_TOL` before anything is returned. A failed solve or re-check is
 reported (or raised as :class:`SolverError`), never returned silently; this
 mirrors scipy's ``_linprog_util._check_result``.
+
+Every HiGHS instance of the package comes from :func:`new_highs`, silent from
+construction on: highspy prints its banner ("Running HiGHS ...") on standard
+output when the first instance of a process installs its callbacks, before a
+caller could switch the output off; :func:`new_highs` switches it off first.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["LP_CHECK_TOL", "LPSolution", "SolverError", "solve_lp"]
+__all__ = ["LP_CHECK_TOL", "LPSolution", "SolverError", "new_highs", "solve_lp"]
 
 #: Feasibility tolerance of the post-solve re-check (signs, row bounds, objective).
 LP_CHECK_TOL = 1e-9
@@ -62,6 +68,41 @@ class LPSolution:
         """Raise :class:`SolverError` naming ``what`` unless the solve succeeded."""
         if not self.success:
             raise SolverError(f"{what} failed ({self.status}): {self.message}")
+
+
+def _silence(h) -> None:
+    """No banner, no log: HiGHS's ``output_flag`` and ``log_to_console`` off."""
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("log_to_console", False)
+
+
+@functools.cache
+def _quiet_class():
+    """A :class:`highspy.Highs` subclass switching the output off before the banner could be printed."""
+    import highspy
+
+    class QuietHighs(highspy.Highs):
+        # highspy's constructor installs its callbacks through enableCallbacks(), and the first
+        # installation of a process prints the banner unless output_flag is already off
+        def enableCallbacks(self):
+            _silence(self)
+            super().enableCallbacks()
+
+    return QuietHighs
+
+
+def new_highs(*, tol: float = 1e-10, presolve: bool = True):
+    """A silent :class:`highspy.Highs` (nothing printed, ever) with primal and dual feasibility tolerance ``tol``.
+
+    The one constructor of HiGHS instances in otspec.
+    """
+    h = _quiet_class()()
+    _silence(h)  # highspy versions whose constructor does not call enableCallbacks
+    h.setOptionValue("primal_feasibility_tolerance", tol)
+    h.setOptionValue("dual_feasibility_tolerance", tol)
+    if not presolve:
+        h.setOptionValue("presolve", "off")
+    return h
 
 
 def _run_highs(h, lp):
@@ -132,12 +173,7 @@ def solve_lp(
     values = np.ascontiguousarray(values, dtype=np.float64)
     upper = np.full(n_cols, np.inf) if col_upper is None else np.ascontiguousarray(col_upper, dtype=np.float64)
     inf = highspy.kHighsInf
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("primal_feasibility_tolerance", 1e-10)
-    h.setOptionValue("dual_feasibility_tolerance", 1e-10)
-    if not presolve:
-        h.setOptionValue("presolve", "off")
+    h = new_highs(presolve=presolve)
     lp = highspy.HighsLp()
     lp.num_col_ = n_cols
     lp.num_row_ = n_rows

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._deps import install_hint
 from .._validation import validate_distribution, validate_k, validate_pair
 from .._verifier import Verifier
 from ._highs import LP_CHECK_TOL, SolverError, solve_lp
@@ -509,7 +510,7 @@ def otm_lp_tuples(p, q, k, *, normalize: bool = False, raise_on_failure: bool = 
     ValueError
         If ``n**(k+1)`` exceeds 250,000 variables (the size is in the message).
     ImportError
-        If cvxpy is not installed (``pip install otspec[lp]``).
+        If cvxpy is not installed (``pip install 'otspec-verifiers[lp]'``).
 
     References
     ----------
@@ -539,7 +540,7 @@ def otm_lp_tuples(p, q, k, *, normalize: bool = False, raise_on_failure: bool = 
     try:
         import cvxpy as cp
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("otm_lp_tuples needs cvxpy: pip install 'otspec[lp]'") from exc
+        raise ImportError(f"otm_lp_tuples needs cvxpy: {install_hint('lp')}") from exc
     tuples = list(itertools.product(range(n), repeat=k))
     # the equality-constrained LP needs marginals of exactly equal mass: inputs
     # accepted within the simplex tolerance are rescaled to sum to 1 here

@@ -1,8 +1,9 @@
 """The papers' figures from the package's exact values (matplotlib).
 
 ``import otspec`` does not import this package; ``otspec.plotting`` (or
-``import otspec.plotting``) does, and matplotlib itself is imported only when
-a figure is drawn. Every function takes the axes as the keyword ``ax=None``
+``import otspec.plotting``) does, checks that matplotlib is installed (an
+:class:`ImportError` with the install command otherwise) and imports it only
+when a figure is drawn. Every function takes the axes as the keyword ``ax=None``
 (a new figure when None), draws on them, returns them and never calls
 ``plt.show()``; legends sit to the right of the data (save with
 ``bbox_inches="tight"`` when you pass your own axes).
@@ -18,11 +19,15 @@ The guide page "Reproduce the papers' figures" (docs/guide/figures.rst) has
 one runnable example per figure.
 """
 
-from . import block, lossy, multidraft, spectr
-from .block import plot_figure2
-from .lossy import plot_expected_tokens, plot_lossy_frontier, plot_optimal_gamma
-from .multidraft import plot_acceptance_vs_b, plot_spectr_fig4, plot_spectr_fig5, plot_spectr_fig6
-from .spectr import plot_block_efficiency
+from .._deps import check_installed as _check_installed
+
+_check_installed("matplotlib", "otspec.plotting", "plot")
+
+from . import block, lossy, multidraft, spectr  # noqa: E402
+from .block import plot_figure2  # noqa: E402
+from .lossy import plot_expected_tokens, plot_lossy_frontier, plot_optimal_gamma  # noqa: E402
+from .multidraft import plot_acceptance_vs_b, plot_spectr_fig4, plot_spectr_fig5, plot_spectr_fig6  # noqa: E402
+from .spectr import plot_block_efficiency  # noqa: E402
 
 __all__ = [
     "block",

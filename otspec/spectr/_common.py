@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from .._registry import VerifierSpec, get_verifier, registered_name, suggest, verifier_names
 from .._validation import validate_distribution, validate_positive_int
 from .._verifier import Verifier
 from ..models import (
@@ -28,7 +29,6 @@ from ..models import (
 )
 from ..multidraft._kseq import KSeq
 from ..multidraft._multiround import MultiRound
-from ..multidraft._registry import get_verifier, verifier_names
 from ..otm._multisets import multiset_law, n_multisets, token_counts
 
 __all__ = [
@@ -369,16 +369,20 @@ def _sequential_step_law(p: np.ndarray, accepts: np.ndarray, residual: np.ndarra
 
 
 def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> VerifierFactory:
-    """Turn ``verifier=`` (a name, a callable or a :class:`VerifierFactory`) into a factory.
+    """Turn ``verifier=`` (a name, a package builder, a registry entry, a callable or a :class:`VerifierFactory`) into a factory.
 
     Parameters
     ----------
-    verifier : {"lp", "optimal", "kseq", "multiround"}, callable or VerifierFactory
-        ``"lp"``: the OTM-k LP plan (:func:`otspec.otm_lp`); ``"optimal"``:
-        :func:`otspec.optimal_verifier`; ``"kseq"``: SpecTr's k-Seq
-        (:func:`otspec.kseq`); ``"multiround"``: recursive rejection sampling
-        (:func:`otspec.multiround`). A callable ``(p, q, k) -> Verifier`` is
-        used as is.
+    verifier : str, callable, VerifierSpec or VerifierFactory
+        A name of :data:`VERIFIER_NAMES` (``"lp"``: the OTM-k LP plan,
+        :func:`otspec.otm_lp`; ``"optimal"``: :func:`otspec.optimal_verifier`;
+        ``"kseq"``: SpecTr's k-Seq, :func:`otspec.kseq`; ``"multiround"``:
+        recursive rejection sampling, :func:`otspec.multiround`; ...); a
+        builder of the package standing for one of them (``otspec.otm_lp``,
+        ``otspec.kseq``, ...: resolved to its name, with its registered
+        flags, as in :mod:`otspec.decoding`); a registry entry
+        (:class:`otspec.VerifierSpec`, e.g. ``otspec.get_verifier("kseq")``).
+        Any other callable ``(p, q, k) -> Verifier`` is used as is.
     symmetric : bool or None
         Override the symmetry flag (see :class:`VerifierFactory`); None keeps
         the known value for names and False for callables.
@@ -392,7 +396,9 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
     Raises
     ------
     ValueError
-        An unknown name.
+        An unknown name (with the closest names), or a package builder or
+        registry entry of a verifier SpecTr cannot run (lossy, options
+        required, or drafts not i.i.d.).
     TypeError
         A verifier instance (SpecTr needs a new plan at every depth) or a non-callable.
 
@@ -408,6 +414,9 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
     >>> f = resolve_verifier("kseq")
     >>> f.name, f.sequential
     ('kseq', True)
+    >>> import otspec
+    >>> resolve_verifier(otspec.otm_lp).name, resolve_verifier(otspec.get_verifier("optimal")).name
+    ('lp', 'optimal')
     """
     if isinstance(verifier, VerifierFactory):
         if symmetric is not None and bool(symmetric) != verifier.symmetric:
@@ -415,16 +424,27 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
                 verifier._build, name=verifier.name, symmetric=bool(symmetric), sequential=verifier.sequential
             )
         return verifier
+    known = registered_name(verifier) if not isinstance(verifier, (str, Verifier)) else None
+    if known is not None:  # a package builder or a registry entry: the name it stands for
+        if known not in VERIFIER_NAMES:
+            raise ValueError(
+                f"`verifier`={getattr(verifier, '__name__', known)} stands for the registered {known!r}, which "
+                f"SpecTr cannot run (lossy, options required, or drafts not i.i.d.); use one of {VERIFIER_NAMES}"
+            )
+        verifier = known
+    elif isinstance(verifier, VerifierSpec):
+        raise ValueError(f"`verifier` is a VerifierSpec named {verifier.name!r} that is not registered")
     if isinstance(verifier, str):
         if verifier not in VERIFIER_NAMES:
-            raise ValueError(f"`verifier` must be one of {VERIFIER_NAMES} or a callable, got {verifier!r}")
+            raise ValueError(f"`verifier` must be one of {VERIFIER_NAMES} or a callable, got {verifier!r}"
+                             f"{suggest(verifier, VERIFIER_NAMES)}")
         spec = get_verifier(verifier)
         sym = spec.symmetric if symmetric is None else bool(symmetric)
         return VerifierFactory(spec.build, name=verifier, symmetric=sym, sequential=spec.sequential)
     if isinstance(verifier, Verifier):
         raise TypeError(
-            "`verifier` must be a name or a factory (p, q, k) -> Verifier, not a Verifier instance: "
-            "SpecTr needs a new token-level plan at every depth"
+            f"`verifier` got a {type(verifier).__name__} instance, built for one fixed (p, q): SpecTr needs a new "
+            "token-level plan at every depth: pass its name (e.g. 'kseq') or its builder (e.g. otspec.kseq)"
         )
     if callable(verifier):
         name = getattr(verifier, "__name__", type(verifier).__name__)

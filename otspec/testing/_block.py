@@ -135,7 +135,7 @@ def _batch_outputs(out, X: np.ndarray, V: int, phase: str) -> tuple[np.ndarray, 
 
 
 def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batched=False,
-                        boundary_coins=False, alpha_fail=1e-4, rng=None) -> SamplerCheck:
+                        boundary_coins=False, alpha_fail=1e-4, max_samples=None, rng=None) -> SamplerCheck:
     r"""Test whether a block verifier ``step`` keeps the target model's law of L + 1 tokens.
 
     .. math::
@@ -163,7 +163,7 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
         ``next_dist(prefix)``).
     L : int
         Block length (>= 1).
-    n_samples, tv, batched, boundary_coins, alpha_fail, rng : keyword-only
+    n_samples, tv, batched, boundary_coins, alpha_fail, max_samples, rng : keyword-only
         As in :func:`~otspec.testing.check_sampler`.
 
     Returns
@@ -214,7 +214,7 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
     cb = conditional_tables(target, L + 1, name="target")
     law = joint_from_tables(cb).reshape(-1)
     law.setflags(write=False)
-    N, tv, alpha_fail = _plan(law, n_samples, tv, alpha_fail, "completed sequences'")
+    N, tv, alpha_fail = _plan(law, n_samples, tv, alpha_fail, "completed sequences'", max_samples, batched)
     gen = as_rng(rng)
     Ts, Tb = _Tables(cs), _Tables(cb)
     rngs = _coin_rngs(gen, boundary_coins)
@@ -225,9 +225,9 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
         nonlocal violation
         counts = np.zeros(law.shape[0], dtype=np.int64)
         done = 0
-        rows = _chunk(V)  # the inverse CDF compares (B, V) rows
+        chunk = _chunk(V)  # the inverse CDF compares (B, V) rows
         while done < n:
-            B = min(rows, n - done)
+            B = min(chunk, n - done)
             X = np.empty((B, L), dtype=np.int64)
             Ts.extend(X, np.zeros(B, dtype=np.int64), 0, L, harness_rng)
             X.setflags(write=False)
@@ -243,12 +243,12 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
                     seqs[i, : len(t)] = t
                     lengths[i] = len(t)
             for m in range(1, L + 1):  # complete outputs of length m with the target model
-                rows = np.flatnonzero(lengths == m)
-                if rows.size:
-                    part = seqs[rows]
+                short = np.flatnonzero(lengths == m)
+                if short.size:
+                    part = seqs[short]
                     idx = np.ravel_multi_index(part[:, :m].T, (V,) * m) if m > 1 else part[:, 0].copy()
                     Tb.extend(part, idx, m, L + 1, harness_rng)
-                    seqs[rows] = part
+                    seqs[short] = part
             cells = np.ravel_multi_index(seqs.T, (V,) * (L + 1))
             if violation is None and zero[cells].any():
                 i = int(np.argmax(zero[cells]))

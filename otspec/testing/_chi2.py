@@ -13,6 +13,16 @@ the tested cells has :math:`\chi^2(r \,\|\, \pi) \ge 4\varepsilon^2`
 :math:`N`) non-central :math:`\chi^2_{d}` with non-centrality at least
 :math:`4 N \varepsilon^2`; :math:`N` is the smallest count whose power at
 the level-``alpha_fail`` critical value reaches ``power``.
+
+Tiny cells: when every cell but the largest is pooled (their mass
+:math:`\delta` too small for an expected count of 5), Pearson's test has
+nothing left to compare, and waiting for :math:`N\delta \ge 5` would take
+:math:`5/\delta` draws (4.5 million for :math:`\delta = 1.1\cdot 10^{-6}`).
+Those cells are tested together instead by the exact binomial test of the
+number of draws that land on them: a law at total variation
+:math:`\varepsilon > 2\delta` puts mass at least :math:`\varepsilon` there,
+so the one-sided test detects it (:func:`sample_size` uses it whenever
+:math:`\delta < \min(\varepsilon/2, 1/4)`).
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ __all__ = ["GofResult", "chi2_gof", "sample_size", "detectable_tv", "MAX_SAMPLES
 MAX_SAMPLES = 10**9
 #: Pooling threshold on expected counts used by every test of the module.
 MIN_EXPECTED = 5.0
+#: Largest mass of the pooled tail for which the binomial tail test runs (it detects TV above twice it).
+TAIL_MAX = 0.25
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,6 +116,65 @@ def _pearson(counts: np.ndarray, law: np.ndarray, min_expected: float, *, grow: 
     if obs.shape[0] < 2:
         return 0.0, 0, int(obs.shape[0]), outside, N
     return float(np.sum((obs - exp) ** 2 / exp)), obs.shape[0] - 1, int(obs.shape[0]), outside, N
+
+
+def _tail_mass(law: np.ndarray, N: int, min_expected: float) -> float | None:
+    """The mass of the cells outside the largest one when the pooling at ``N`` leaves one cell and it is below ``TAIL_MAX``.
+
+    None when Pearson's test has cells to compare, when the law has a single
+    cell of positive probability, or when the tail is too heavy for the tail test.
+    """
+    if np.count_nonzero(law > 0) < 2 or _dof_at(law, N, min_expected) > 0:
+        return None
+    rest = float(np.sort(law)[:-1].sum())  # not 1 - max: that rounds to 0 next to 1e-300 cells
+    return rest if rest < TAIL_MAX else None
+
+
+def _tail_critical(N: int, rest: float, alpha_fail: float) -> int:
+    """Smallest count ``c`` with ``P(Binomial(N, rest) >= c) <= alpha_fail``."""
+    from scipy import stats
+
+    return int(stats.binom.isf(alpha_fail, N, rest)) + 1
+
+
+def _tail_pvalue(hits: int, N: int, rest: float) -> float:
+    """``P(Binomial(N, rest) >= hits)``: the exact one-sided p-value of the tail test."""
+    from scipy import stats
+
+    return float(stats.binom.sf(hits - 1, N, rest)) if hits > 0 else 1.0
+
+
+def _tail_power_tv(N: int, rest: float, alpha_fail: float, power: float) -> float:
+    """The smallest TV the tail test detects with probability ``power`` at ``N`` draws (at least ``2 rest``)."""
+    from scipy import optimize, stats
+
+    c = _tail_critical(N, rest, alpha_fail)
+    if c > N or stats.binom.sf(c - 1, N, 1.0) < power:
+        return 1.0
+    eps = float(optimize.brentq(lambda e: stats.binom.sf(c - 1, N, e) - power, 0.0, 1.0, xtol=1e-12))
+    return min(1.0, max(eps, 2.0 * rest))
+
+
+def _tail_size(tv: float, rest: float, alpha_fail: float, power: float) -> int:
+    """Smallest ``N`` at which the tail test detects mass ``tv`` on the tail with probability ``power``."""
+    from scipy import stats
+
+    def ok(n: int) -> bool:
+        return stats.binom.sf(_tail_critical(n, rest, alpha_fail) - 1, n, tv) >= power
+
+    lo = max(1, math.ceil(math.log1p(-power) / math.log1p(-tv)) if tv < 1 else 1)  # c = 1: no fewer
+    hi = lo
+    while not ok(hi):
+        lo, hi = hi + 1, 2 * hi
+        if hi > MAX_SAMPLES:
+            return MAX_SAMPLES + 1
+    while lo < hi:  # the first n passing in [lo, hi] (power is near-monotone in n; the scan is exact on its grid)
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
 
 
 def chi2_gof(counts, law, *, alpha_fail: float = 1e-4, min_expected: float = MIN_EXPECTED) -> GofResult:
@@ -243,6 +314,11 @@ def sample_size(tv, law, *, power: float = 0.99, alpha_fail: float = 1e-4,
     With a single cell of positive probability every deviation is mass outside
     the support, detected when one of :math:`N` draws lands there:
     :math:`N = \lceil \log(1 - \text{power}) / \log(1 - \varepsilon) \rceil`.
+    When all cells but the largest have a total mass :math:`\delta < \min(\varepsilon/2, 1/4)`
+    too small to be tested at that size, they are tested together by the exact
+    binomial test of the draws landing on them (a law at total variation
+    :math:`\varepsilon > 2\delta` puts mass at least :math:`\varepsilon` there):
+    :math:`N` is the smallest size at which that test has the power.
 
     Parameters
     ----------
@@ -293,12 +369,16 @@ def sample_size(tv, law, *, power: float = 0.99, alpha_fail: float = 1e-4,
     N = 1
     while True:
         d = _dof_at(law_, N, min_expected)
-        if d == 0 and several:  # everything pooled into one cell: no test yet
+        if d == 0 and several:  # everything pooled into one cell: no chi-square test yet
             top = float(law_.max())
             rest = float(np.sort(law_)[:-1].sum())  # not 1 - top: that rounds to 0 next to 1e-300 cells
-            if rest * MAX_SAMPLES < min_expected:
-                # the small cells can never be tested within MAX_SAMPLES: the one-cell rule
-                need = max(N, _size_for(tv, 0, alpha_fail, power))
+            if rest < min(tv / 2, TAIL_MAX):
+                # a tiny tail: the exact binomial test of the draws landing on it (module docstring)
+                need = max(N, _tail_size(tv, rest, alpha_fail, power))
+                if need <= MAX_SAMPLES and _dof_at(law_, need, min_expected) == 0:
+                    N = need
+                    break
+                need = max(need, N + 1)
             else:
                 need = max(N + 1, math.ceil(min_expected / top), math.ceil(min_expected / rest))
         else:
@@ -337,7 +417,9 @@ def detectable_tv(n_samples, law, *, power: float = 0.99, alpha_fail: float = 1e
     Returns
     -------
     float
-        In (0, 1]; ``1.0`` when the pooling leaves no test at all.
+        In (0, 1]; ``1.0`` when the pooling leaves no test at all. When the
+        pooling leaves one cell and a tail of mass :math:`\delta` below 1/4
+        (see :func:`sample_size`), the binomial tail test's, at least :math:`2\delta`.
 
     Raises
     ------
@@ -356,6 +438,9 @@ def detectable_tv(n_samples, law, *, power: float = 0.99, alpha_fail: float = 1e
     law_ = _law_or_cells(law)
     dof = _dof_at(law_, N, min_expected)
     if dof == 0:
+        rest = _tail_mass(law_, N, min_expected)
+        if rest is not None:
+            return _tail_power_tv(N, rest, alpha_fail, power)
         if np.count_nonzero(law_ > 0) >= 2:
             return 1.0
         return float(-math.expm1(math.log1p(-power) / N))

@@ -24,10 +24,25 @@ import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair, validate_positive_int, validate_probability
 from .._verifier import LosslessCheck
-from ._chi2 import MAX_SAMPLES, MIN_EXPECTED, _dof_at, _pearson, _tested_mask, detectable_tv, sample_size
+from ._chi2 import (
+    MAX_SAMPLES,
+    MIN_EXPECTED,
+    _dof_at,
+    _pearson,
+    _tail_mass,
+    _tail_pvalue,
+    _tested_mask,
+    detectable_tv,
+    sample_size,
+)
 from ._coins import BoundaryCoins
 
-__all__ = ["SamplerCheck", "StepError", "Violation", "check_sampler", "CHUNK"]
+__all__ = ["SamplerCheck", "StepError", "Violation", "check_sampler", "CHUNK", "TRIAL_BUDGET"]
+
+#: Default ``max_samples`` of the harnesses: trials run without being asked (``step`` called one trial
+#: at a time, about a minute at 20 microseconds per call), and for a batched ``step`` (about a minute
+#: at 2e6 trials per second). Above it the harness raises before any trial, naming the count.
+TRIAL_BUDGET = {False: 3_000_000, True: 100_000_000}
 
 #: Trials per call of a batched ``step`` (and per block of pre-drawn drafts otherwise); fewer when a
 #: chunk's work arrays would exceed :data:`_WORK` entries (a (B, V) array per chunk).
@@ -86,15 +101,21 @@ class SamplerCheck(LosslessCheck):
     ``law`` (the empirical frequencies), ``target_law``, ``method``
     (``"sampling"``) and ``n_cases`` (``n_samples``).
 
+    ``passed`` is a statistical statement, not a proof: no deviation of total
+    variation ``detectable_tv`` or more from the target was found (such a
+    deviation fails with probability at least 0.99), and no output fell
+    outside the target's support. Smaller deviations can pass.
+
     Attributes
     ----------
     pvalue : float
-        Pearson's :math:`\chi^2` p-value of the frequency phase (1.0 when the
-        pooling leaves a single cell).
+        The p-value of the frequency phase: Pearson's :math:`\chi^2`, or the
+        exact binomial tail test (``test``); 1.0 when no test is possible
+        (a single cell of positive probability: only the support is checked).
     statistic : float
-        Pearson's statistic.
+        Pearson's statistic, or the number of draws on the tail (``test == "binomial tail"``).
     dof : int
-        Its degrees of freedom (pooled cells minus one).
+        Pearson's degrees of freedom (pooled cells minus one; 0 for the tail test).
     n_samples : int
         Trials of the frequency phase (honest uniforms).
     n_cells : int
@@ -102,6 +123,20 @@ class SamplerCheck(LosslessCheck):
     pooled_mass : float
         Target mass of the pooled cells: a deviation can hide inside them,
         so the guarantee is for the law on the tested cells.
+    pooled_cells : int
+        How many cells of positive target probability were pooled.
+    test : str
+        ``"chi-square"``; ``"binomial tail"`` when every cell but the
+        largest was too rare for Pearson's test at ``n_samples`` and they
+        were tested together by the exact one-sided binomial test of the
+        draws landing on them (:func:`~otspec.testing.sample_size`); or
+        ``"support only"`` when the target has one cell of positive probability.
+    boundary_vacuous : bool
+        The boundary-coin phase ran but could not have failed: the target
+        gives every output positive probability (no exact zero), so no output
+        can fall outside its support. Use support-limited models or laws
+        (e.g. :func:`otspec.models.random_table_model` with ``support=``) to
+        test a sampler's handling of zeros.
     outside_support : int
         Outputs the target gives probability zero, over both phases (any one
         fails the check).
@@ -138,10 +173,15 @@ class SamplerCheck(LosslessCheck):
     alpha_fail: float
     violation: Violation | None
     message: str
+    pooled_cells: int = 0
+    test: str = "chi-square"
+    boundary_vacuous: bool = False
 
     def __repr__(self) -> str:
+        meaning = (f"no deviation of TV >= {self.detectable_tv:.3g} found" if self.passed
+                   else "refuted")
         return (
-            f"{type(self).__name__}(passed={self.passed}, pvalue={self.pvalue:.3g}, "
+            f"{type(self).__name__}(passed={self.passed} ({meaning}), pvalue={self.pvalue:.3g}, "
             f"n_samples={self.n_samples}, outside_support={self.outside_support}, "
             f"tv_estimate={self.tv_estimate:.3g}, detectable_tv={self.detectable_tv:.3g})"
         )
@@ -164,17 +204,33 @@ def _validate_step(step) -> Callable:
     return step
 
 
-def _plan(law: np.ndarray, n_samples, tv, alpha_fail, what: str) -> tuple[int, float, float]:
-    """Validate ``tv``, ``alpha_fail``, ``n_samples``; return ``(n_samples, tv, alpha_fail)``."""
+def _plan(law: np.ndarray, n_samples, tv, alpha_fail, what: str, max_samples, batched: bool
+          ) -> tuple[int, float, float]:
+    """Validate ``tv``, ``alpha_fail``, ``n_samples``, ``max_samples``; return ``(n_samples, tv, alpha_fail)``.
+
+    Raises before any trial when the count exceeds the trial budget ``max_samples``.
+    """
     tv = validate_probability(tv, "tv", low_open=True)
     alpha_fail = validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
+    budget = TRIAL_BUDGET[batched] if max_samples is None else validate_positive_int(max_samples, "max_samples")
     if n_samples is None:
         N = sample_size(tv, law, alpha_fail=alpha_fail)
+        if N > budget:
+            faster = "" if batched else ", pass batched=True (a vectorised step has a larger default budget)"
+            raise ValueError(
+                f"the sample-size rule needs {N:,} trials to detect `tv`={tv:g} in the {what} law, above the "
+                f"trial budget `max_samples`={budget:,}; raise `tv` (the count grows as 1/tv**2){faster}, pass "
+                f"a smaller `n_samples` (the result states the TV it detects), or raise `max_samples`"
+            )
     else:
         N = validate_positive_int(n_samples, "n_samples")
         if N > MAX_SAMPLES:
             raise ValueError(f"`n_samples` must be at most MAX_SAMPLES={MAX_SAMPLES}, got {N}")
-        if np.count_nonzero(law > 0) >= 2 and _dof_at(law, N, MIN_EXPECTED) == 0:
+        if N > budget:
+            raise ValueError(f"`n_samples`={N:,} is above the trial budget `max_samples`={budget:,}; raise "
+                             "`max_samples` to run it")
+        if (np.count_nonzero(law > 0) >= 2 and _dof_at(law, N, MIN_EXPECTED) == 0
+                and _tail_mass(law, N, MIN_EXPECTED) is None):
             raise ValueError(
                 f"`n_samples`={N} is too few for a chi-square test of the {what}: it leaves fewer than two "
                 f"cells with expected count >= {MIN_EXPECTED:g} (pass n_samples=None for the sample-size rule)"
@@ -313,8 +369,18 @@ def _finish(counts, law, *, n_samples, alpha_fail, outside_b, n_boundary, violat
 
     stat, dof, n_cells, outside_f, N = _pearson(counts, law, MIN_EXPECTED, grow=True)
     pvalue = float(stats.chi2.sf(stat, dof)) if dof > 0 else 1.0
-    pooled = float(law[(law > 0) & ~_tested_mask(law, N, MIN_EXPECTED)].sum())
+    pooled_here = (law > 0) & ~_tested_mask(law, N, MIN_EXPECTED)
+    pooled, n_pooled = float(law[pooled_here].sum()), int(np.count_nonzero(pooled_here))
+    rest = _tail_mass(law, N, MIN_EXPECTED) if dof == 0 else None
+    test = "chi-square" if dof > 0 else "binomial tail" if rest is not None else "support only"
+    if rest is not None:  # the tail (every positive cell but the largest) tested by the exact binomial test
+        tail = law > 0
+        tail[int(np.argmax(law))] = False
+        stat = float(counts[tail].sum())
+        pvalue = _tail_pvalue(int(stat), N, rest)
+        pooled, n_pooled, n_cells = rest, int(np.count_nonzero(tail)), 2
     outside = outside_f + outside_b
+    vacuous = bool(n_boundary > 0 and not _zero_anywhere(law))
     freq = counts / N
     freq.setflags(write=False)
     tv_est = 0.5 * float(np.abs(freq - law).sum())
@@ -329,22 +395,35 @@ def _finish(counts, law, *, n_samples, alpha_fail, outside_b, n_boundary, violat
         )
     elif not passed:
         message = (
-            f"FAILED: the {what} law differs from the target: chi-square p-value {pvalue:.3g} <= "
+            f"FAILED: the {what} law differs from the target: {test} p-value {pvalue:.3g} <= "
             f"alpha_fail {alpha_fail:g} (dof {dof}, {N} samples, TV estimate {tv_est:.3g})"
         )
     else:
         message = (
-            f"passed: p-value {pvalue:.3g} > alpha_fail {alpha_fail:g}, no output outside the support "
-            f"({N} samples + {n_boundary} with boundary coins); a TV >= {det:.3g} is detected with "
-            f"probability 0.99"
+            f"passed (no deviation of TV >= {det:.3g} found; such a deviation fails with probability 0.99): "
+            f"{test} p-value {pvalue:.3g} > alpha_fail {alpha_fail:g}, no output outside the support "
+            f"({N} samples + {n_boundary} with boundary coins)"
         )
+    if n_pooled and test == "binomial tail":
+        message += (f"; the {n_pooled} cell(s) outside the largest (target mass {pooled:.3g}) were too rare for "
+                    "chi-square and were tested together by the exact binomial test")
+    elif n_pooled:
+        message += f"; {n_pooled} rare cell(s) of target mass {pooled:.3g} pooled into one"
+    if vacuous:
+        message += ("; the boundary-coin phase could not have failed: the target has no zero-probability "
+                    "output (use support-limited laws or models to test the handling of zeros)")
     return SamplerCheck(
         passed=passed, max_error=float(np.max(np.abs(freq - law))), law=freq, target_law=law,
         method="sampling", n_cases=N, pvalue=pvalue, statistic=stat, dof=dof, n_samples=N,
         n_cells=n_cells, pooled_mass=pooled, outside_support=outside, boundary_outside=outside_b,
         n_boundary=n_boundary, tv_estimate=tv_est, detectable_tv=det, alpha_fail=alpha_fail,
-        violation=violation, message=message,
+        violation=violation, message=message, pooled_cells=n_pooled, test=test, boundary_vacuous=vacuous,
     )
+
+
+def _zero_anywhere(law: np.ndarray) -> bool:
+    """Whether some output has target probability exactly zero (the boundary phase can only fail there)."""
+    return bool(np.any(law <= 0))
 
 
 def _inverse_cdf(cum: np.ndarray, last: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -430,7 +509,7 @@ def _draw_drafts(p: np.ndarray, table, k: int, replacement: bool, B: int, gen) -
 
 
 def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02, batched=False,
-                  boundary_coins=False, alpha_fail=1e-4, rng=None) -> SamplerCheck:
+                  boundary_coins=False, alpha_fail=1e-4, max_samples=None, rng=None) -> SamplerCheck:
     r"""Test whether ``step`` turns ``k`` drafts from ``p`` into a token distributed as ``q``.
 
     .. math::
@@ -478,6 +557,11 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
         correct sampler's frequencies.
     alpha_fail : float, keyword-only
         False-failure rate of the frequency test.
+    max_samples : int or None, keyword-only
+        The trial budget: above it the check raises before any trial,
+        naming the count and how to lower it. None: :data:`TRIAL_BUDGET`
+        (3,000,000 trials for a step called one trial at a time, 100,000,000
+        batched).
     rng : numpy.random.Generator, int or None, keyword-only
         Seed of every draw (drafts and the ``rng`` handed to ``step``).
 
@@ -495,7 +579,8 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     ValueError
         ``p``/``q`` not distributions of one length, ``k`` above ``|supp p|``
         without replacement, ``tv``/``alpha_fail`` out of range, ``n_samples``
-        too few for a test or above :data:`~otspec.testing.MAX_SAMPLES`.
+        too few for a test or above :data:`~otspec.testing.MAX_SAMPLES`, or
+        the trial count (given or chosen) above ``max_samples``.
     StepError
         ``step`` raised (the message names the drafts that triggered it),
         returned something that is not a token in ``[0, V)``, the wrong number
@@ -510,7 +595,14 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     -----
     The frequency phase always uses honest uniforms. Its guarantee is for the
     law on the tested cells: cells of expected count below 5 are pooled
-    (``pooled_mass`` is their target mass).
+    (``pooled_mass`` is their target mass, ``pooled_cells`` their number; the
+    message says so). When only the largest cell would be left, the others are
+    tested together by the exact binomial test of the draws landing on them
+    (``test == "binomial tail"``), so a target with a 1e-6 entry needs a few
+    hundred trials, not millions. ``passed`` means that no deviation of total
+    variation ``detectable_tv`` or more was found (the message and the repr
+    say so). The boundary phase can only fail where ``q`` has exact zeros;
+    ``boundary_vacuous`` says when it could not have failed.
 
     References
     ----------
@@ -543,7 +635,7 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
             f"`k`={k} drafts without replacement need at least k tokens of positive draft probability, "
             f"got |supp p| = {np.count_nonzero(p_ > 0)}"
         )
-    N, tv, alpha_fail = _plan(q_, n_samples, tv, alpha_fail, "output")
+    N, tv, alpha_fail = _plan(q_, n_samples, tv, alpha_fail, "output", max_samples, batched)
     gen = as_rng(rng)
     V = p_.shape[0]
     table = _alias_table(p_) if replacement else None

@@ -33,12 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._deps import install_hint
+
 try:
     from hypothesis import strategies as st
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise ImportError(
         "otspec.testing.strategies needs hypothesis, a test-only dependency: "
-        "pip install 'otspec[test]' (or pip install hypothesis)"
+        f"{install_hint('test')} (or pip install hypothesis)"
     ) from exc
 
 from ._logits import processed_law
@@ -102,16 +104,27 @@ def special_pairs(draw, n: int, *, near_equal: bool = False):
 
 
 @st.composite
-def pairs(draw, min_n: int = 1, max_n: int = 5, *, near_equal: bool = False):
+def pairs(draw, min_n: int = 1, max_n: int = 5, *, near_equal: bool = False, target_zero: bool = False):
     """A (p, q) pair on a common vocabulary of size in [min_n, max_n].
 
     One draw in four is a :func:`special_pairs` case; ``near_equal=True`` adds
     pairs equal up to a relative perturbation to those cases.
+    ``target_zero=True`` makes the target support-limited: ``q`` has at least
+    one exact zero (``min_n`` must then be at least 2), the case where a
+    boundary-coin phase can fail (a target without zeros makes it vacuous).
     """
+    if target_zero and min_n < 2:
+        raise ValueError(f"`min_n` must be at least 2 with target_zero=True, got {min_n}")
     n = draw(st.integers(min_n, max_n))
     if draw(st.integers(0, 3)) == 0:
-        return draw(special_pairs(n, near_equal=near_equal))
-    return draw(distributions(n)), draw(distributions(n))
+        p, q = draw(special_pairs(n, near_equal=near_equal))
+    else:
+        p, q = draw(distributions(n)), draw(distributions(n))
+    if target_zero and np.all(q > 0):
+        q = q.copy()
+        q[draw(st.integers(0, n - 1))] = 0.0  # n >= 2 positive entries: mass is left
+        q = _normalise(q)
+    return p, q
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,262 @@
+r"""The one registry of named verifiers, read by :mod:`otspec.spectr`, :mod:`otspec.block` and :mod:`otspec.decoding`.
+
+Every name a user can pass as ``verifier="..."`` anywhere in otspec is
+registered here once, with the properties the exact analyses and the
+decoding loop rely on. Notation: ``p`` is the draft law, ``q`` the target
+law, ``k`` the number of drafts verified at one position.
+
+A token-level verifier (``kind="token"``) is built by
+``spec.build(p, q, k, **options) -> otspec.Verifier``; a block-level one
+(``kind="block"``) by ``spec.build_block(draft, target, L, **kw) ->
+otspec.block.BlockVerifier``. ``"token"`` has both: the maximal coupling at
+one position, and per-token speculative sampling along a block
+(Leviathan et al., arXiv:2211.17192, Algorithm 1).
+
+Layering: this module imports nothing from otspec, so every family can read
+it. The entries are registered from above the families that define them:
+``otspec._catalogue`` (imported first by ``import otspec``) registers the
+token-level and lossy verifiers of :mod:`otspec.multidraft`,
+:mod:`otspec.lossy` and :mod:`otspec.otm`, and :mod:`otspec.block`
+registers its block verifiers when it is imported, so the registry is
+complete once ``otspec`` is imported.
+
+To add a verifier: write it as a :class:`otspec.Verifier` (or a
+:class:`otspec.block.BlockVerifier`) in the subpackage of its chapter, then
+call :func:`register_verifier` with its builder and properties (in
+``otspec/_catalogue.py`` for the package's own).
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+__all__ = ["VERIFIERS", "VerifierSpec", "get_verifier", "register_verifier", "registered_name", "verifier_names"]
+
+_KINDS = ("token", "block")
+
+
+@dataclass(frozen=True)
+class VerifierSpec:
+    """A registered verifier: how to build it and what it guarantees.
+
+    Attributes
+    ----------
+    name : str
+        The name accepted by ``verifier=``.
+    kind : {"token", "block"}
+        ``"token"``: ``k`` drafts at one position to one token (built by
+        ``build``); ``"block"``: one draft block of length ``L`` (built by
+        ``build_block`` only).
+    build : callable or None
+        ``(p, q, k, **options) -> Verifier`` (token-level schemes).
+    build_block : callable or None
+        ``(draft, target, L, **kw) -> BlockVerifier`` (block-level schemes,
+        and ``"token"`` run along a block).
+    symmetric : bool
+        The conditional law depends on the drafts only through their
+        multiset (exact analyses may enumerate multisets).
+    sequential : bool
+        A first-accept rule scanning the drafts in order with a polynomial
+        exact step law (k-Seq, recursive rejection with replacement).
+    single_draft : bool
+        Verifies exactly one draft per position (``k = 1``).
+    lossless : bool
+        The output follows ``q`` exactly (False for lossy rules, whose
+        stated output law is ``Verifier.output_law``).
+    options : frozenset of str
+        Keyword options ``build`` accepts.
+    required : frozenset of str
+        Options that must be given.
+    draft_process : str
+        The draft law the verifier assumes (``"iid"``: ``k`` i.i.d. draws
+        from ``p``).
+    summary : str
+        One line for tables and error messages.
+    reference : str
+        The paper (authors, arXiv id, section) that defines it.
+    aliases : tuple of callables
+        Public builders of the package that mean this entry when passed as
+        ``verifier=`` (e.g. ``otspec.kseq`` for ``"kseq"``, ``otspec.otm_lp``
+        for ``"lp"``); see :func:`registered_name`.
+    """
+
+    name: str
+    kind: str
+    build: Callable | None
+    build_block: Callable | None = None
+    symmetric: bool = False
+    sequential: bool = False
+    single_draft: bool = False
+    lossless: bool = True
+    options: frozenset = field(default_factory=frozenset)
+    required: frozenset = field(default_factory=frozenset)
+    draft_process: str = "iid"
+    summary: str = ""
+    reference: str = ""
+    aliases: tuple = ()
+
+
+_REGISTRY: dict[str, VerifierSpec] = {}
+#: Read-only view of every registered verifier, by name.
+VERIFIERS = types.MappingProxyType(_REGISTRY)
+
+
+def register_verifier(spec: VerifierSpec, *, replace: bool = False) -> VerifierSpec:
+    """Add a verifier to the registry.
+
+    Parameters
+    ----------
+    spec : VerifierSpec
+        Its name, builders and properties.
+    replace : bool, keyword-only
+        Allow replacing an existing entry of the same name.
+
+    Returns
+    -------
+    VerifierSpec
+        ``spec``.
+
+    Raises
+    ------
+    TypeError
+        ``spec`` is not a :class:`VerifierSpec`.
+    ValueError
+        The name is taken (and ``replace`` is False), the kind is unknown,
+        or the builder the kind needs is missing.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> sorted(otspec.multidraft.VERIFIERS)[:2]
+    ['block', 'block-onestep']
+    """
+    if not isinstance(spec, VerifierSpec):
+        raise TypeError(f"`spec` must be a VerifierSpec, got {type(spec).__name__}")
+    if spec.kind not in _KINDS:
+        raise ValueError(f"`spec.kind` must be one of {_KINDS}, got {spec.kind!r}")
+    if spec.kind == "token" and spec.build is None:
+        raise ValueError(f"token-level verifier {spec.name!r} needs `build` (p, q, k, **options) -> Verifier")
+    if spec.kind == "block" and spec.build_block is None:
+        raise ValueError(f"block-level verifier {spec.name!r} needs `build_block` (draft, target, L) -> BlockVerifier")
+    if spec.name in _REGISTRY and not replace:
+        raise ValueError(f"a verifier named {spec.name!r} is already registered (pass replace=True)")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str, ...]:
+    """Registered names, in registration order.
+
+    Parameters
+    ----------
+    kind : {"token", "block"} or None, keyword-only
+        Only verifiers of this kind.
+    block : bool, keyword-only
+        Only verifiers that can run along a draft block (``build_block``).
+
+    Returns
+    -------
+    tuple of str
+
+    Raises
+    ------
+    Nothing
+        Any ``kind`` is accepted (an unknown one matches no verifier).
+
+    Examples
+    --------
+    >>> from otspec.multidraft import verifier_names
+    >>> "kseq" in verifier_names(kind="token"), "block" in verifier_names(kind="token")
+    (True, False)
+    """
+    return tuple(
+        name
+        for name, s in _REGISTRY.items()
+        if (kind is None or s.kind == kind) and (not block or s.build_block is not None)
+    )
+
+
+def registered_name(obj) -> str | None:
+    """The registered name that ``obj`` stands for when passed as ``verifier=``, or None.
+
+    ``obj`` may be a :class:`VerifierSpec` (its name), or a builder of the
+    package: a spec's ``build``, ``build_block`` or one of its ``aliases``
+    (``otspec.kseq`` -> ``"kseq"``, ``otspec.otm_lp`` -> ``"lp"``,
+    ``otspec.block.BlockVerify`` -> ``"block"``). Anything else (a user's
+    own callable) gives None.
+
+    Parameters
+    ----------
+    obj : object
+
+    Returns
+    -------
+    str or None
+
+    Examples
+    --------
+    >>> import otspec
+    >>> from otspec._registry import registered_name
+    >>> registered_name(otspec.otm_lp), registered_name(otspec.get_verifier("kseq")), registered_name(len)
+    ('lp', 'kseq', None)
+    """
+    if isinstance(obj, VerifierSpec):
+        return obj.name if _REGISTRY.get(obj.name) == obj else None
+    for name, spec in _REGISTRY.items():
+        if any(obj is b for b in (spec.build, spec.build_block, *spec.aliases) if b is not None):
+            return name
+    return None
+
+
+def suggest(name: str, allowed) -> str:
+    """`` (did you mean 'x'?)`` for the closest names in ``allowed`` (by difflib; case and separators ignored), or ``""``."""
+    allowed = list(allowed)
+    close = difflib.get_close_matches(name, allowed, n=3, cutoff=0.6)
+    if not close:  # case and separators: "KSeq", "optimal_verifier"
+        folded = {n.replace("-", "").replace("_", ""): n for n in allowed}
+        key = name.lower().replace("-", "").replace("_", "").replace(" ", "")
+        close = [folded[m] for m in difflib.get_close_matches(key, list(folded), n=3, cutoff=0.6)]
+    return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def get_verifier(name, *, kind: str | None = None, block: bool = False) -> VerifierSpec:
+    """The registered :class:`VerifierSpec` of ``name``.
+
+    Parameters
+    ----------
+    name : str
+        A registered name.
+    kind, block
+        As in :func:`verifier_names`: restrict the names accepted.
+
+    Returns
+    -------
+    VerifierSpec
+
+    Raises
+    ------
+    TypeError
+        ``name`` is not a string.
+    ValueError
+        Unknown name (the message lists the accepted ones and suggests the
+        closest, e.g. ``"kseg"``: did you mean ``'kseq'``?).
+
+    Examples
+    --------
+    >>> import otspec
+    >>> otspec.multidraft.get_verifier("kseq").sequential
+    True
+    """
+    allowed = verifier_names(kind=kind, block=block)
+    if not isinstance(name, str):
+        raise TypeError(f"`verifier` must be one of {allowed}, got {type(name).__name__}")
+    if name not in allowed:
+        hint = suggest(name, allowed)
+        other = ""
+        if name in _REGISTRY:
+            other = f"; {name!r} is registered but is a {_REGISTRY[name].kind}-level verifier not accepted here"
+        raise ValueError(f"`verifier` must be one of {allowed}, got {name!r}{hint}{other}")
+    return _REGISTRY[name]

@@ -1,0 +1,93 @@
+"""The package's import graph has no cycle: every import (module level or inside a function) runs downwards.
+
+Subpackages form layers (multidraft, otm below lossy; the verifier registry otspec._registry below all of
+them, its entries registered from otspec._catalogue above the families it lists).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parents[1] / "otspec"
+
+
+def _modules() -> dict[str, tuple[Path, bool]]:
+    mods = {}
+    for f in PKG.rglob("*.py"):
+        parts = list(f.relative_to(PKG.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        mods[".".join(parts[:-1] if is_pkg else parts)] = (f, is_pkg)
+    return mods
+
+
+def _edges(mods) -> dict[str, set[str]]:
+    edges = {}
+    for name, (f, is_pkg) in mods.items():
+        pkg = name if is_pkg else name.rsplit(".", 1)[0]
+        out = set()
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                out |= {c for c in [target] + [f"{target}.{a.name}" for a in node.names] if c in mods}
+            elif isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name in mods}
+        # a module reaching its own package's __init__ (re-exports) is not a dependency between layers
+        edges[name] = {b for b in out if b != name and not (mods[b][1] and name.startswith(b + "."))}
+    return edges
+
+
+def _cycles(edges) -> list[list[str]]:
+    """Strongly connected components with more than one node (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _layer(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_import_runs_back_up_between_subpackages():
+    edges = _edges(_modules())
+    layers: dict[str, set[str]] = {}
+    for a, bs in edges.items():
+        for b in bs:
+            if _layer(a) != _layer(b) and "otspec" not in (_layer(a), _layer(b)):
+                layers.setdefault(_layer(a), set()).add(_layer(b))
+    assert _cycles(layers) == []
+    assert "otspec.lossy" not in {_layer(b) for b in edges["otspec.multidraft._registry"]}
+
+
+def test_no_module_cycle_but_the_one_being_untied():
+    # otm/_alpha <-> otm/_without_replacement is untied on its own branch; nothing else may join it
+    cycles = _cycles(_edges(_modules()))
+    assert all(c == ["otspec.otm._alpha", "otspec.otm._without_replacement"] for c in cycles), cycles
