@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Row", "Section", "fmt", "SIG_DIGITS", "csv_number", "write_csv", "write_text_atomic"]
+__all__ = ["Row", "Section", "fmt", "SIG_DIGITS", "csv_number", "save_figure", "write_csv", "write_text_atomic"]
 
 #: Significant digits of every float in a results CSV. otspec's values are exact to
 #: about 1e-12 relative (LPs re-checked at 1e-9 absolute are rounded to fewer digits
@@ -62,19 +62,43 @@ def write_text_atomic(path, text: str) -> None:
         raise
 
 
+#: Metadata matplotlib would otherwise stamp into a figure file (its version; dates for PDF and SVG),
+#: by format: ``None`` leaves the key out, so the bytes depend only on what is drawn.
+_NO_METADATA = {
+    ".png": {"Software": None},
+    ".pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+    ".svg": {"Creator": None, "Date": None},
+}
+
+
 def save_figure(fig, path, *, dpi: int) -> str:
     """Lay out (unless the figure has its own layout engine), save and close ``fig``; return the file name.
 
     otspec's plotting functions make constrained-layout figures (room for an
     outside legend); ``tight_layout`` over them would warn and could clip it.
+    The file carries no metadata (no matplotlib version, no creation date; SVG
+    element ids from a fixed salt), so a rerun writes identical bytes. Written
+    through a temporary file and a rename, as the CSVs are.
     """
+    import matplotlib as mpl
     import matplotlib.pyplot as plt
 
+    path = Path(path)
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return Path(path).name
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        with mpl.rc_context({"svg.hashsalt": "otspec"}):
+            fig.savefig(tmp, dpi=dpi, metadata=_NO_METADATA.get(path.suffix.lower()))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    finally:
+        plt.close(fig)
+    return path.name
 
 
 def write_csv(path, header, rows, *, digits: int = SIG_DIGITS) -> None:
@@ -123,6 +147,9 @@ class Section:
     rows: list[Row] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)  # file names under results/
     notes: str = ""
+    #: Wall times (seconds) of named steps: written to ``timings.json`` (volatile, not tracked), never
+    #: into report.md or a CSV, so that a rerun rewrites byte-identical tracked files.
+    timings: dict[str, float] = field(default_factory=dict)
 
     def to_markdown(self) -> str:
         lines = [f"## {self.title}", "", f"*Source:* {self.source}", ""]

