@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Row", "Section", "fmt", "SIG_DIGITS", "csv_number", "save_figure", "write_csv", "write_text_atomic"]
+__all__ = ["Row", "Section", "fmt", "fmt_error", "ROUNDOFF", "SIG_DIGITS", "csv_number", "save_figure", "write_csv", "write_text_atomic"]
 
 #: Significant digits of every float in a results CSV. otspec's values are exact to
 #: about 1e-12 relative (LPs re-checked at 1e-9 absolute are rounded to fewer digits
@@ -101,14 +101,42 @@ def save_figure(fig, path, *, dpi: int) -> str:
     return path.name
 
 
-def write_csv(path, header, rows, *, digits: int = SIG_DIGITS) -> None:
-    """Write a results CSV atomically, floats with ``digits`` significant digits (see :data:`SIG_DIGITS`)."""
+def write_csv(path, header, rows, *, digits: int = SIG_DIGITS, roundoff=()) -> None:
+    """Write a results CSV atomically, floats with ``digits`` significant digits (see :data:`SIG_DIGITS`).
+
+    ``roundoff`` names columns of errors and gaps: there a value of magnitude below
+    :data:`ROUNDOFF` is written as ``0``, since its digits are summation-order noise
+    (they change with BLAS threads or SIMD alignment) and would make a rerun differ.
+    """
+    header = list(header)
+    unknown = sorted(set(roundoff) - set(header))
+    if unknown:
+        raise ValueError(f"`roundoff` names columns not in the header: {unknown}")
+    flush = [name in roundoff for name in header]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(list(header))
+    w.writerow(header)
     for r in rows:
-        w.writerow([csv_number(v, digits) for v in r])
+        w.writerow([0 if f and isinstance(v, numbers.Real) and not isinstance(v, bool) and abs(v) < ROUNDOFF
+                    else csv_number(v, digits) for f, v in zip(flush, r)])
     write_text_atomic(path, buf.getvalue())
+
+
+#: Magnitude below which an error or gap is round-off: its digits depend on summation order, SIMD
+#: alignment and BLAS threads, so a report prints it as "below 1e-13", never its noise digits.
+ROUNDOFF = 1e-13
+
+
+def fmt_error(x, floor: float = ROUNDOFF) -> str:
+    """An error, gap or difference for a report cell: ``.1e``, or "below <floor>" at round-off level.
+
+    Values of magnitude below ``floor`` (either sign, zero included) all print the same, so a rerun
+    that sums in another order writes the same report. Verdicts still compare the unrounded value.
+    """
+    x = float(x)
+    if abs(x) < floor:
+        return f"below {floor:.0e}"
+    return f"{x:.1e}"
 
 
 def fmt(x, digits: int = 4) -> str:

@@ -20,7 +20,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _report import Row, Section, fmt, save_figure, write_csv  # noqa: E402
+from _report import Row, Section, fmt, fmt_error, save_figure, write_csv  # noqa: E402
 
 TITLE = "Block verification: token vs block, exact over whole draft blocks"
 
@@ -75,7 +75,7 @@ def _figure2(out: Path, sec: Section) -> None:
     sec.rows.append(Row(
         "Fig. 2 closed forms (sums from i=0 minus 1) vs enumeration, q=0.75, p in {0.25,0.5,0.6}, L<=12",
         "Σ(1-TV)^i (token), Σ(1-TV(Bin)) (block)",
-        f"max |diff| = {closed_err:.1e}",
+        f"max |diff| = {fmt_error(closed_err)}",
         "matches" if closed_err < 1e-12 else "differs: closed form and enumeration disagree",
     ))
     sec.rows.append(Row(
@@ -112,7 +112,7 @@ def _toy_anchor(sec: Section) -> None:
     sec.rows.append(Row(
         "Toy anchor: output law (L+1 tokens) vs target joint law, all three verifiers",
         "lossless (Lemma 2)",
-        f"max error {lossless:.1e}",
+        f"max error {fmt_error(lossless)}",
         "matches" if lossless < 1e-12 else "differs",
     ))
 
@@ -153,18 +153,18 @@ def _theorems(sec: Section) -> None:
             n_lp += 1
     sec.rows.append(Row(
         f"Theorem 1: E[τ] of BlockVerify (enumeration) vs Σ_ℓ Σ min(M_s, M_b) ({n_cases} random tables/Markov, V<=4, L<=4)",
-        "equal (eq. 6)", f"max |diff| = {t1_err:.1e}", "matches" if t1_err < 1e-12 else "differs"))
+        "equal (eq. 6)", f"max |diff| = {fmt_error(t1_err)}", "matches" if t1_err < 1e-12 else "differs"))
     sec.rows.append(Row(
         "Theorem 2: E[τ] of TokenVerify (enumeration) vs Σ_ℓ Σ Π min(conditionals)",
-        "equal (eq. 7)", f"max |diff| = {t2_err:.1e}", "matches" if t2_err < 1e-12 else "differs"))
+        "equal (eq. 7)", f"max |diff| = {fmt_error(t2_err)}", "matches" if t2_err < 1e-12 else "differs"))
     sec.rows.append(Row(
         f"Theorem 1 optimality: block OT LP (HiGHS, {n_lp} cases with V^(2L) <= 5000) vs BlockVerify",
-        "BlockVerify attains the LP optimum", f"max |diff| = {lp_err:.1e}",
+        "BlockVerify attains the LP optimum", f"max |diff| = {fmt_error(lp_err)}",
         "matches" if lp_err < 1e-9 else "differs"))
     sec.rows.append(Row(
         "Ordering token <= one-step <= block; lossless output law (L+1 tokens) for all three",
         "Lemma 2 (lossless); block optimal",
-        f"ordering holds: {order_ok}; max law error {loss:.1e}",
+        f"ordering holds: {order_ok}; max law error {fmt_error(loss)}",
         "matches" if order_ok and loss < 1e-12 else "differs"))
 
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, save_figure, write_csv
+from _report import Row, Section, fmt_error, save_figure, write_csv
 
 import otspec
 from otspec.plotting.lossy import plot_lossy_frontier, synthetic_llm_pair
@@ -51,20 +51,20 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
     sec.rows.append(Row(
         f"{name}: D = 0 is speculative sampling (n = {p.shape[0]})",
         "R*(0) = sum min(p, q) (Tran-Thien note §4)",
-        f"{fr.acceptance[0]:.15f} vs {R0:.15f}",
+        f"{fr.acceptance[0]:.12f} vs {R0:.12f}",
         "matches" if abs(fr.acceptance[0] - R0) <= 1e-15 else "differs: see CSV",
     ))
     sec.rows.append(Row(
         f"{name}: D = KL(q||p) = {fr_kl:.6f} accepts every draft",
         "R* = 1 for D >= KL(q || p)",
-        f"{float(fr.acceptance[-1])!r}",
+        f"{float(fr.acceptance[-1]):.12f}",
         "matches" if fr.acceptance[-1] == 1.0 else "differs: see CSV",
     ))
     gap = float(np.max(np.abs(fr.kl[:-1] - Ds[:-1]) / np.maximum(Ds[:-1], 1e-300)))
     sec.rows.append(Row(
         f"{name}: KL constraint tight on 100 budgets",
         "KL(q || pi) = D when R < 1 (note eq. 7)",
-        f"max relative |KL - D| = {gap:.1e}",
+        f"max relative |KL - D| = {fmt_error(gap)}",
         "matches" if gap <= 1e-12 else "differs: see CSV",
     ))
     mono = bool(np.all(np.diff(fr.acceptance) >= -1e-15)) and bool(np.all(np.diff(fr.acceptance, 2) <= 1e-12))
@@ -84,7 +84,7 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
     sec.rows.append(Row(
         f"{name}: Algorithm 1 (bisection, gamma = 1e-6) vs exact root",
         "same optimum within the tolerance",
-        f"max |dR| = {max(diffs):.1e}, {min(its)}-{max(its)} bisection steps",
+        f"max |dR| = {fmt_error(max(diffs))}, {min(its)}-{max(its)} bisection steps",
         "matches" if max(diffs) <= 1e-5 else "differs: see CSV",
     ))
     # lenience beside the frontier: the frontier's acceptance at lenience's own KL
@@ -96,7 +96,7 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
         f"{name}: lenience l in [0.02, 1] against the frontier",
         "lenience trades acceptance for fidelity (App. A.5); mentored is KL-optimal",
         f"largest shortfall {shortfall[i]:.2e} at l = {lc.l[finite][i]:.3g} (A = {lc.acceptance[finite][i]:.4f}, "
-        f"KL = {lc.kl[finite][i]:.4f}); min shortfall {shortfall.min():.1e}",
+        f"KL = {lc.kl[finite][i]:.4f}); min shortfall {fmt_error(shortfall.min())}",
         "shape matches" if shortfall.min() >= -1e-12 else "differs: lenience above the frontier",
     ))
     fig = f"lossy_frontier_{name.lower().replace(' ', '_').replace('-', '_')}.png"
@@ -152,7 +152,7 @@ def _real_rows(sec: Section, out: Path) -> None:
         f"{len(pairs) // n_prompts} steps): frontier ends",
         "R*(0) = sum min(p, q); R*(KL(q||p)) = 1",
         f"sum min(p, q) in [{min(r[3] for r in rows):.3f}, {max(r[3] for r in rows):.3f}], "
-        f"KL(q||p) in [{min(r[4] for r in rows):.3f}, {max(r[4] for r in rows):.3f}]; max error {end_err:.1e}",
+        f"KL(q||p) in [{min(r[4] for r in rows):.3f}, {max(r[4] for r in rows):.3f}]; max error {fmt_error(end_err)}",
         "matches" if end_err <= 1e-14 else "differs: see CSV",
     ))
     worst = max(rows, key=lambda r: r[5])
@@ -162,7 +162,7 @@ def _real_rows(sec: Section, out: Path) -> None:
         "mentored decoding is KL-optimal (note §4); lenience (App. A.5) on or below it",
         f"max acceptance gap {worst[5]:.4f} (pair {worst[0]}, l = {worst[6]:.3g}, A = {worst[7]:.4f}, "
         f"KL = {worst[8]:.4f}); median over pairs of the per-pair max {med:.4f}; "
-        f"min gap {min(r[9] for r in rows):.1e}",
+        f"min gap {fmt_error(min(r[9] for r in rows))}",
         "shape matches" if min(r[9] for r in rows) >= -1e-12 else "differs: lenience above the frontier",
     ))
     write_csv(
@@ -170,6 +170,7 @@ def _real_rows(sec: Section, out: Path) -> None:
         ["pair", "prompt", "step", "sum_min_pq", "kl_q_p", "max_gap", "l_at_max", "lenience_acceptance",
          "lenience_kl", "min_gap"],
         [list(r) for r in rows],
+        roundoff=("max_gap", "min_gap"),
     )
 
 
@@ -207,7 +208,7 @@ def run(out: Path) -> Section:
     sec.rows.append(Row(
         "LLM-like n = 50: exact solver vs cvxpy (Clarabel, exp cone) at D = 0.1, 0.4, 0.8 KL(q||p)",
         "same optimum (convex in a = p r, b = s (1 - R))",
-        f"max |dR| = {max(diffs):.1e}",
+        f"max |dR| = {fmt_error(max(diffs))}",
         "matches" if max(diffs) <= 1e-6 else "differs: see solver status",
     ))
     return sec

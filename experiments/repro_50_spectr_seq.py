@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, save_figure, write_csv
+from _report import Row, Section, fmt_error, save_figure, write_csv
 from sweep_spectr import (
     KS,
     LS,
@@ -143,7 +143,7 @@ def run(out: Path) -> Section:
         "Theorem 2 / conference Theorem 3: decoded tokens completed by M_b to length L+1 follow M_b "
         f"(6M toy, K = 4, L = 3, i.i.d. and tree (2,2,1), {', '.join(_NAMES[v] for v in verifiers)})",
         "exact equality",
-        f"max error {worst:.1e} over 6^4 sequences",
+        f"max error {fmt_error(worst)} over 6^4 sequences",
         "matches" if worst <= 1e-12 else "differs: see check_lossless",
     ))
     cx = spectr.check_lossless(MemorylessModel([1.0, 0.0]), MemorylessModel([0.5, 0.5]), 1, 1)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, save_figure, write_csv
+from _report import Row, Section, fmt_error, save_figure, write_csv
 
 import otspec
 
@@ -179,7 +179,7 @@ def run(out: Path) -> Section:
     worst = max(worst, _small_rows(rows, f"U({d}) vs U({d // r})", p, q, (2, 3)))
     closed = 1 - (1 - 1 / r) ** 2
     sec.rows.append(Row("(a) U(6) vs U(3), k = 2: alpha_2", "SpecTr App. B.1: 1 - (1 - 1/r)^k = 0.75",
-                        f"{float(otspec.alpha_k(p, q, 2)):.15f}",
+                        f"{float(otspec.alpha_k(p, q, 2)):.12f}",
                         "matches" if abs(float(otspec.alpha_k(p, q, 2)) - closed) <= 1e-15 else "differs"))
     # (b) Dirichlet pairs
     wor_min, iid_vs_lp = math.inf, 0.0
@@ -196,13 +196,13 @@ def run(out: Path) -> Section:
     sec.rows.append(Row(
         "(a, b) every lossless scheme on closed-form and 20 Dirichlet pairs, k in {1, 2, 3}",
         "lossless; acceptance <= the optimum of its own draft process",
-        f"max marginal error {worst:.1e} (exact enumeration); max acceptance - optimum {over:.1e}",
+        f"max marginal error {fmt_error(worst)} (exact enumeration); max acceptance - optimum {fmt_error(over)}",
         "matches" if worst <= 1e-9 and over <= 1e-9 else "differs: see verifiers.csv",
     ))
     sec.rows.append(Row(
         "(b) alpha without replacement: min-cut (exponential race) vs LP over ordered tuples",
         "Hu et al. compute the optimum efficiently; the LP is the reference",
-        f"max |difference| {iid_vs_lp:.1e} on 40 cases; min alpha_wor - alpha_iid {wor_min:.2e}",
+        f"max |difference| {fmt_error(iid_vs_lp)} on 40 cases; min alpha_wor - alpha_iid {wor_min:.2e}",
         "matches" if iid_vs_lp <= 1e-9 and wor_min >= -1e-12 else "differs",
     ))
     # (e) Khisti et al.'s k = 2 closed form and acceptance-1 condition
@@ -219,7 +219,7 @@ def run(out: Path) -> Section:
     sec.rows.append(Row(
         "(e) Khisti et al. k = 2: explicit optimum vs alpha_2 (300 random pairs, n <= 8)",
         "explicit k = 2 optimum and acceptance-1 condition (form as recalled, see otspec/multidraft/_khisti.py): min_S [q(S) + p(S^c)^2 + 2 p(S) p(S^c)]",
-        f"max |difference| {diff:.1e}; acceptance-1 condition agrees with alpha_2 = 1 on {agree}/{total}",
+        f"max |difference| {fmt_error(diff)}; acceptance-1 condition agrees with alpha_2 = 1 on {agree}/{total}",
         "matches" if diff <= 1e-12 and agree == total else "differs",
     ))
     gap = max(r_["optimum"] - r_["acceptance"] for r_ in rows if r_["verifier"] == "multiround (without replacement)")
@@ -246,7 +246,8 @@ def run(out: Path) -> Section:
         ))
     if pair is not None:
         _figure(sec, out, pair)
-    write_csv(out / "verifiers.csv", FIELDS, [[r_[k] for k in FIELDS] for r_ in rows])
+    write_csv(out / "verifiers.csv", FIELDS, [[r_[k] for k in FIELDS] for r_ in rows],
+              roundoff=("lossless_error", "tv", "kl"))
     sec.notes = (
         "One row per scheme x setting in `verifiers.csv` (acceptance, the optimum for its own draft process, "
         "exact marginal error by enumeration where the tuples are few; TV and KL(q || law) for lossy rules, "

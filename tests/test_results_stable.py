@@ -82,3 +82,17 @@ def test_only_refuses_an_unknown_module_before_running_anything(experiments, tmp
     assert exc.value.code == 2
     assert "--only: no module named no_such" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_roundoff_columns_and_report_errors_hide_summation_noise(experiments, tmp_path):
+    _report, _ = experiments
+    header = ["name", "err", "value"]
+    _report.write_csv(tmp_path / "a.csv", header, [["x", 1.1e-16, 2.5e-17], ["y", -3e-17, 0.5]], roundoff=("err",))
+    _report.write_csv(tmp_path / "b.csv", header, [["x", 0.0, 2.5e-17], ["y", 2e-14 - 2e-14, 0.5]], roundoff=("err",))
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+    assert (tmp_path / "a.csv").read_text() == "name,err,value\nx,0,2.5e-17\ny,0,0.5\n"  # other columns as they are
+    with pytest.raises(ValueError, match="`roundoff` names columns not in the header: \\['nope'\\]"):
+        _report.write_csv(tmp_path / "c.csv", header, [], roundoff=("nope",))
+    assert not (tmp_path / "c.csv").exists()
+    assert {_report.fmt_error(x) for x in (0.0, 4.4e-16, -7.6e-17)} == {"below 1e-13"}
+    assert _report.fmt_error(4.9e-9) == "4.9e-09" and _report.fmt_error(-2.5e-3) == "-2.5e-03"
