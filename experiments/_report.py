@@ -16,7 +16,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Row", "Section", "fmt", "fmt_error", "ROUNDOFF", "SIG_DIGITS", "csv_number", "save_figure", "write_csv", "write_text_atomic"]
+__all__ = [
+    "Row", "Section", "fmt", "fmt_error", "ROUNDOFF", "SIG_DIGITS", "csv_number", "save_figure", "write_csv",
+    "write_text_atomic",
+]
 
 #: Significant digits of every float in a results CSV. otspec's values are exact to
 #: about 1e-12 relative (LPs re-checked at 1e-9 absolute are rounded to fewer digits
@@ -60,6 +63,23 @@ def write_text_atomic(path, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+#: Magnitude below which an error or gap is round-off: its digits depend on summation order, SIMD
+#: alignment and BLAS threads, so a report prints it as "below 1e-13", never its noise digits.
+ROUNDOFF = 1e-13
+
+
+def fmt_error(x, floor: float = ROUNDOFF) -> str:
+    """An error, gap or difference for a report cell: ``.1e``, or "below <floor>" at round-off level.
+
+    Values of magnitude below ``floor`` (either sign, zero included) all print the same, so a rerun
+    that sums in another order writes the same report. Verdicts still compare the unrounded value.
+    """
+    x = float(x)
+    if abs(x) < floor:
+        return f"below {floor:.0e}"
+    return f"{x:.1e}"
 
 
 #: Metadata matplotlib would otherwise stamp into a figure file (its version; dates for PDF and SVG),
@@ -120,23 +140,6 @@ def write_csv(path, header, rows, *, digits: int = SIG_DIGITS, roundoff=()) -> N
         w.writerow([0 if f and isinstance(v, numbers.Real) and not isinstance(v, bool) and abs(v) < ROUNDOFF
                     else csv_number(v, digits) for f, v in zip(flush, r)])
     write_text_atomic(path, buf.getvalue())
-
-
-#: Magnitude below which an error or gap is round-off: its digits depend on summation order, SIMD
-#: alignment and BLAS threads, so a report prints it as "below 1e-13", never its noise digits.
-ROUNDOFF = 1e-13
-
-
-def fmt_error(x, floor: float = ROUNDOFF) -> str:
-    """An error, gap or difference for a report cell: ``.1e``, or "below <floor>" at round-off level.
-
-    Values of magnitude below ``floor`` (either sign, zero included) all print the same, so a rerun
-    that sums in another order writes the same report. Verdicts still compare the unrounded value.
-    """
-    x = float(x)
-    if abs(x) < floor:
-        return f"below {floor:.0e}"
-    return f"{x:.1e}"
 
 
 def fmt(x, digits: int = 4) -> str:
