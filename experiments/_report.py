@@ -16,7 +16,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Row", "Section", "fmt", "SIG_DIGITS", "csv_number", "write_csv", "write_text_atomic"]
+__all__ = [
+    "Row", "Section", "fmt", "fmt_error", "ROUNDOFF", "SIG_DIGITS", "csv_number", "save_figure", "write_csv",
+    "write_text_atomic",
+]
 
 #: Significant digits of every float in a results CSV. otspec's values are exact to
 #: about 1e-12 relative (LPs re-checked at 1e-9 absolute are rounded to fewer digits
@@ -62,28 +65,80 @@ def write_text_atomic(path, text: str) -> None:
         raise
 
 
+#: Magnitude below which an error or gap is round-off: its digits depend on summation order, SIMD
+#: alignment and BLAS threads, so a report prints it as "below 1e-13", never its noise digits.
+ROUNDOFF = 1e-13
+
+
+def fmt_error(x, floor: float = ROUNDOFF) -> str:
+    """An error, gap or difference for a report cell: ``.1e``, or "below <floor>" at round-off level.
+
+    Values of magnitude below ``floor`` (either sign, zero included) all print the same, so a rerun
+    that sums in another order writes the same report. Verdicts still compare the unrounded value.
+    """
+    x = float(x)
+    if abs(x) < floor:
+        return f"below {floor:.0e}"
+    return f"{x:.1e}"
+
+
+#: Metadata matplotlib would otherwise stamp into a figure file (its version; dates for PDF and SVG),
+#: by format: ``None`` leaves the key out, so the bytes depend only on what is drawn.
+_NO_METADATA = {
+    ".png": {"Software": None},
+    ".pdf": {"Creator": None, "Producer": None, "CreationDate": None},
+    ".svg": {"Creator": None, "Date": None},
+}
+
+
 def save_figure(fig, path, *, dpi: int) -> str:
     """Lay out (unless the figure has its own layout engine), save and close ``fig``; return the file name.
 
     otspec's plotting functions make constrained-layout figures (room for an
     outside legend); ``tight_layout`` over them would warn and could clip it.
+    The file carries no metadata (no matplotlib version, no creation date; SVG
+    element ids from a fixed salt), so a rerun writes identical bytes. Written
+    through a temporary file and a rename, as the CSVs are.
     """
+    import matplotlib as mpl
     import matplotlib.pyplot as plt
 
+    path = Path(path)
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
-    return Path(path).name
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        with mpl.rc_context({"svg.hashsalt": "otspec"}):
+            fig.savefig(tmp, dpi=dpi, metadata=_NO_METADATA.get(path.suffix.lower()))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    finally:
+        plt.close(fig)
+    return path.name
 
 
-def write_csv(path, header, rows, *, digits: int = SIG_DIGITS) -> None:
-    """Write a results CSV atomically, floats with ``digits`` significant digits (see :data:`SIG_DIGITS`)."""
+def write_csv(path, header, rows, *, digits: int = SIG_DIGITS, roundoff=()) -> None:
+    """Write a results CSV atomically, floats with ``digits`` significant digits (see :data:`SIG_DIGITS`).
+
+    ``roundoff`` names columns of errors and gaps: there a value of magnitude below
+    :data:`ROUNDOFF` is written as ``0``, since its digits are summation-order noise
+    (they change with BLAS threads or SIMD alignment) and would make a rerun differ.
+    """
+    header = list(header)
+    unknown = sorted(set(roundoff) - set(header))
+    if unknown:
+        raise ValueError(f"`roundoff` names columns not in the header: {unknown}")
+    flush = [name in roundoff for name in header]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(list(header))
+    w.writerow(header)
     for r in rows:
-        w.writerow([csv_number(v, digits) for v in r])
+        w.writerow([0 if f and isinstance(v, numbers.Real) and not isinstance(v, bool) and abs(v) < ROUNDOFF
+                    else csv_number(v, digits) for f, v in zip(flush, r)])
     write_text_atomic(path, buf.getvalue())
 
 
@@ -123,6 +178,9 @@ class Section:
     rows: list[Row] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)  # file names under results/
     notes: str = ""
+    #: Wall times (seconds) of named steps: written to ``timings.json`` (volatile, not tracked), never
+    #: into report.md or a CSV, so that a rerun rewrites byte-identical tracked files.
+    timings: dict[str, float] = field(default_factory=dict)
 
     def to_markdown(self) -> str:
         lines = [f"## {self.title}", "", f"*Source:* {self.source}", ""]

@@ -6,9 +6,9 @@ Ratios are printed relative to the reference in the same row.
 
 Usage: python experiments/bench_alpha_k.py [--quick] [--rst] [--batched-only]
 
-Targets (issue 2): exact at n = 262,144, k = 8 within 3x numpy's argsort of
+Targets: exact at n = 262,144, k = 8 within 3x numpy's argsort of
 the same vector; the reduced LP solves n = 12, k = 4 in under 5 s.
-Targets (issue 12, batched): ``alpha_k`` of a (192, 49,152) batch within 1.5x
+Targets (batched): ``alpha_k`` of a (192, 49,152) batch within 1.5x
 a batched argsort of the same array, and at least 3x faster than the per-row
 loop, for numpy and torch (CPU; CUDA too when a GPU is present). Rows that
 miss a target are marked ``MISS``. Host batches use every core by default
@@ -164,7 +164,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer sizes")
     ap.add_argument("--rst", action="store_true", help="print reST tables for docs/")
-    ap.add_argument("--batched-only", action="store_true", help="only the batched table (issue 12)")
+    ap.add_argument("--batched-only", action="store_true", help="only the batched table")
     args = ap.parse_args()
     print(f"numpy {np.__version__}")
     part_batched(args.quick, args.rst)

@@ -25,10 +25,10 @@ sets. Full-vocabulary cases run in a child process with a wall-clock limit
 (``--timeout``) and a 4 GiB address-space limit, so a pathological case is
 reported as such instead of stalling or exhausting the shared machine.
 
-Target (issue 4): n = 1,000, k = 8 under 1 s on this 2-core CPU; stretch
+Target: n = 1,000, k = 8 under 1 s on this 2-core CPU; stretch
 under 100 ms.
 
-``--full`` (issue 12): construction time at full vocabulary as a ratio to an
+``--full``: construction time at full vocabulary as a ratio to an
 argsort of the same vocabulary (``np.argsort(q / p)``) measured in the same
 run, on the real pairs (n = 49,152) and on synthetic LLM-like pairs (n =
 1,000 ... 49,152 and 2^18), k = 2, 4, 8, 16. Targets: median ratio <= 50 and
@@ -274,7 +274,7 @@ def main():
     ap.add_argument("--pairs", type=int, default=4, help="--real: number of real pairs (default 4)")
     ap.add_argument("--timeout", type=float, default=45.0,
                     help="--real: seconds allowed per full-vocabulary case (default 45)")
-    ap.add_argument("--full", action="store_true", help="full-vocabulary ratios to an argsort (issue 12)")
+    ap.add_argument("--full", action="store_true", help="full-vocabulary ratios to an argsort")
     ap.add_argument("--mixture", action="store_true",
                     help="--full: also time the mixture-of-orders construction (method='direct'; slow)")
     ap.add_argument("--_real-child", nargs=2, type=int, help=argparse.SUPPRESS)

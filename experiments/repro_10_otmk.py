@@ -6,7 +6,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, write_csv
+from _report import Row, Section, fmt_error, write_csv
 
 import otspec
 from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
@@ -83,7 +83,7 @@ def run(out: Path) -> Section:
         Row(
             f"Lemma 3 upper bound vs alpha_k, {n_cases} random pairs (n<=4, k<=3)",
             "tight on the App. B examples (paper, §A.1)",
-            f"max |bound - alpha_k| = {gap_ub:.1e}",
+            f"max |bound - alpha_k| = {fmt_error(gap_ub)}",
             "matches (tight on every case; proved tight in docs/theory)" if gap_ub <= 1e-12 else "differs",
         )
     )
@@ -91,7 +91,7 @@ def run(out: Path) -> Section:
         Row(
             f"closed form vs LP (eq. 4), same {n_cases} pairs",
             "LP optimum",
-            f"max |exact - LP| = {gap_lp:.1e}",
+            f"max |exact - LP| = {fmt_error(gap_lp)}",
             "matches" if gap_lp <= 1e-9 else "differs",
         )
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, save_figure, write_csv
+from _report import Row, Section, fmt_error, save_figure, write_csv
 
 import otspec
 from otspec.closed_form import bernoulli_alpha_k, lemma3_constant, uniform_alpha_k
@@ -82,13 +82,13 @@ def run(out: Path) -> Section:
     # closed form (eq. 10) vs the plotted OTM curve
     err10 = max(abs(r[2] - float(bernoulli_alpha_k(P_BER, r[0], r[1]))) for r in rows4)
     sec.rows.append(
-        Row("Fig. 4: OTM-k curve vs eq. (10)", "eq. (10) closed form", f"max |diff| = {err10:.1e}",
+        Row("Fig. 4: OTM-k curve vs eq. (10)", "eq. (10) closed form", f"max |diff| = {fmt_error(err10)}",
             "matches" if err10 <= TOL else "differs: see CSV")
     )
     c = curves4[0.25]
     one = max(np.max(np.abs(1 - c.values["otm"])), np.max(np.abs(1 - c.values["kseq"])))
     sec.rows.append(
-        Row("Fig. 4, b = 0.25 (p = q)", "acceptance always one for both", f"max |1 - acc| = {one:.1e}",
+        Row("Fig. 4, b = 0.25 (p = q)", "acceptance always one for both", f"max |1 - acc| = {fmt_error(one)}",
             "matches" if one <= TOL else "differs")
     )
     for b in (0.1, 0.75):
@@ -111,7 +111,7 @@ def run(out: Path) -> Section:
     c = curves4[1.0]
     same = float(np.max(np.abs(c.values["otm"] - c.values["kseq"])))
     sec.rows.append(
-        Row("Fig. 4, b = 1", "the two algorithms have the same performance", f"max |OTM - k-Seq| = {same:.1e}",
+        Row("Fig. 4, b = 1", "the two algorithms have the same performance", f"max |OTM - k-Seq| = {fmt_error(same)}",
             "matches" if same <= TOL else "differs")
     )
 
@@ -140,7 +140,7 @@ def run(out: Path) -> Section:
     save_figure(ax.figure, out / "spectr_fig5.png", dpi=130)
     sec.figures.append("spectr_fig5.png")
     sec.rows.append(
-        Row("Fig. 5: alpha_k(U(120), U(d_q)) vs App. B.1", "1 - (1 - 1/r)^k, r = 120/d_q", f"max |diff| = {worst_cf:.1e}",
+        Row("Fig. 5: alpha_k(U(120), U(d_q)) vs App. B.1", "1 - (1 - 1/r)^k, r = 120/d_q", f"max |diff| = {fmt_error(worst_cf)}",
             "matches" if worst_cf <= TOL else "differs: see CSV")
     )
     mono5 = all(
@@ -157,11 +157,11 @@ def run(out: Path) -> Section:
         )
     )
     sec.rows.append(
-        Row("App. B.2: k-Seq optimal on uniform pairs", "alpha(k-Seq at rho*) = alpha_k", f"max |diff| = {worst_ks:.1e}",
+        Row("App. B.2: k-Seq optimal on uniform pairs", "alpha(k-Seq at rho*) = alpha_k", f"max |diff| = {fmt_error(worst_ks)}",
             "matches" if worst_ks <= TOL else "differs: see CSV")
     )
     sec.rows.append(
-        Row("App. B.2: rho* for uniform pairs", "rho* = r (1 - (1 - 1/r)^k)", f"max rel. diff = {worst_rho:.1e}",
+        Row("App. B.2: rho* for uniform pairs", "rho* = r (1 - (1 - 1/r)^k)", f"max rel. diff = {fmt_error(worst_rho)}",
             "matches" if worst_rho <= TOL else "differs: see CSV")
     )
 
@@ -198,7 +198,7 @@ def run(out: Path) -> Section:
     )
     sec.rows.append(
         Row("Fig. 6, b = 0.25", "all three accept with probability one (omitted from the plot)",
-            f"max |1 - acc| = {all_one:.1e}", "matches" if all_one <= TOL else "differs")
+            f"max |1 - acc| = {fmt_error(all_one)}", "matches" if all_one <= TOL else "differs")
     )
 
     # ------------------------------------------------------------------ conference Figure 3
@@ -235,7 +235,7 @@ def run(out: Path) -> Section:
         Row(
             "conf. Fig. 3, k = 1",
             "depends on how close p and q are: 1 - TV = 1 - |b - 0.25|",
-            f"max |alpha_1 - (1 - |b - 0.25|)| = {tv:.1e}",
+            f"max |alpha_1 - (1 - |b - 0.25|)| = {fmt_error(tv)}",
             "matches" if tv <= TOL else "differs",
         )
     )
@@ -298,7 +298,7 @@ def run(out: Path) -> Section:
         Row(
             f"App. B.3 beyond Bernoulli: {n_cases} Dirichlet(0.5) pairs (n < 50, 2 <= k < 16)",
             "k-Seq outperforms multi-round (shown on Bernoulli examples only)",
-            f"max (multi-round - k-Seq) = {worst_mr:.1e}",
+            f"max (multi-round - k-Seq) = {fmt_error(worst_mr)}",
             "matches (k-Seq >= multi-round on every pair)" if worst_mr <= TOL else "differs: multi-round wins on some pairs",
         )
     )

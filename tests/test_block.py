@@ -187,7 +187,7 @@ def test_block_verify_plan_is_feasible_for_the_lp():
 
 
 def test_toy_anchor():
-    """MATH.md §6: draft (2/3, 1/3), target (1/3, 2/3), L = 2 -> 10/9, 11/9, 12/9."""
+    """docs/guide/block.rst toy anchor: draft (2/3, 1/3), target (1/3, 2/3), L = 2 -> 10/9, 11/9, 12/9."""
     s, b = MemorylessModel([2 / 3, 1 / 3]), MemorylessModel([1 / 3, 2 / 3])
     got = [expected_length(s, b, 2, n) for n in NAMES]
     np.testing.assert_allclose(got, [10 / 9, 11 / 9, 12 / 9], rtol=0, atol=1e-15)

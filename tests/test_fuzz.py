@@ -271,7 +271,7 @@ def prop_block_models(pqL):
     d, t = MemorylessModel(p), MemorylessModel(q)
     tok = otspec.block.expected_length(d, t, L, "token")
     blk = otspec.block.expected_length(d, t, L, "block")
-    # independent routes: the seed's Theorems 2 and 1 in closed form over the tables
+    # independent routes: Sun et al.'s (arXiv:2403.10444) Theorems 2 and 1 in closed form over the tables
     assert abs(tok - otspec.block.theorem2_length(d, t, L)) <= 1e-9
     assert abs(blk - otspec.block.theorem1_length(d, t, L)) <= 1e-9
     assert tok <= blk + 1e-12

@@ -271,7 +271,7 @@ def test_bisection_deviation_from_seed_does_not_stall():
 
 # --------------------------------------------------------------------------- independent conic solver
 def cvxpy_acceptance(p, q, D):
-    """max sum(a) s.t. 0 <= a <= p, b >= 0, sum(a + b) = 1, KL(q || a + b) <= D (MATH.md §7)."""
+    """max sum(a) s.t. 0 <= a <= p, b >= 0, sum(a + b) = 1, KL(q || a + b) <= D (mentored decoding, convex form)."""
     cp = pytest.importorskip("cvxpy")
     n = p.shape[0]
     a, b = cp.Variable(n), cp.Variable(n)

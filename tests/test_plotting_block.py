@@ -51,3 +51,16 @@ def test_import_otspec_block_does_not_import_matplotlib():
     code = "import sys, otspec, otspec.block; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_figure2_label_says_what_is_plotted():
+    import matplotlib.pyplot as plt
+
+    d = figure2_data(0.75, (0.25,), 1)
+    ax = plot_figure2(data=d)
+    assert ax.lines[0].get_ydata()[0] == 1.5  # L = 1: 1 - |0.25 - 0.75| = half a draft token accepted, plus one
+    assert "per target call" in ax.get_ylabel() and "+ 1" in ax.get_ylabel()
+    ax2 = plot_figure2(data=d, include_bonus=False)
+    assert ax2.lines[0].get_ydata()[0] == 0.5
+    assert "accepted draft tokens" in ax2.get_ylabel() and "+ 1" not in ax2.get_ylabel()
+    plt.close("all")

@@ -70,3 +70,31 @@ def test_import_otspec_does_not_import_matplotlib():
     code = "import sys, otspec, otspec.speculative, otspec.lossy; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_lossy_rules_draw_infinite_kl_past_a_break_never_at_a_finite_kl():
+    from otspec.plotting.lossy import plot_lossy_rules
+
+    # tokens 2 and 3 fall below typical acceptance's threshold: their target mass is lost, KL(q || r) = inf
+    p, q = np.full(4, 0.25), np.array([0.5, 0.45, 0.04, 0.01])
+    assert otspec.typical_acceptance_verifier(p, q).kl() == np.inf
+    ax = plot_lossy_rules(p, q, n_points=5)
+    (typ,) = [ln for ln in ax.lines if "typical" in ln.get_label()]
+    assert typ.get_label().endswith(r"KL = $\infty$")
+    assert typ.get_transform() is not ax.transData  # x in axes coordinates: no KL value at all
+    assert 0.9 < typ.get_xdata()[0] < 1.0
+    assert typ.get_ydata()[0] == pytest.approx(otspec.typical_acceptance_verifier(p, q).acceptance(), abs=1e-15)
+    assert r"$\infty$" in [t.get_text() for t in ax.texts]  # the column's tick
+    d_max = 1.05 * otspec.mentored_frontier(p, q, [0.0]).kl_qp
+    assert max(ax.get_xticks()) <= d_max  # numeric ticks stop before the break
+
+
+def test_lossy_rules_draw_a_finite_kl_at_its_value():
+    from otspec.plotting.lossy import plot_lossy_rules
+
+    p, q = np.array([0.3, 0.3, 0.4]), np.array([0.35, 0.35, 0.3])  # every token accepted: r = p, KL finite
+    v = otspec.typical_acceptance_verifier(p, q)
+    ax = plot_lossy_rules(p, q, n_points=5)
+    (typ,) = [ln for ln in ax.lines if "typical" in ln.get_label()]
+    assert typ.get_xdata()[0] == v.kl() and "KL =" not in typ.get_label()
+    assert not ax.texts

@@ -99,3 +99,17 @@ def test_series_colours_are_distinct():
     colours = {line.get_color() for line in ax.get_lines()}
     assert len(colours) == 6
     plt.close(fig)
+
+
+def test_fig4_curves_that_meet_stay_readable():
+    fig, ax = plt.subplots()
+    md.plot_spectr_fig4(bs=(0.1, 0.25), ks=range(1, 4), ax=ax)
+    lines = ax.get_lines()
+    assert all(ln.get_linewidth() <= 1.5 and ln.get_markersize() <= 6 for ln in lines)  # no thick bands
+    # both targets reach 1.0 at k = 3: their markers sit side by side, the values unmoved
+    x_a, x_b = lines[0].get_xdata(), lines[2].get_xdata()
+    assert np.all(x_a < x_b) and np.all(np.abs(x_a - np.arange(1, 4)) < 0.1)
+    assert lines[0].get_ydata()[-1] == lines[2].get_ydata()[-1] == 1.0
+    # OTM-k and k-Seq differ in dash and marker, so one drawn over the other still shows both
+    assert lines[0].get_linestyle() != lines[1].get_linestyle() and lines[0].get_marker() != lines[1].get_marker()
+    plt.close(fig)

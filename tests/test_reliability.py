@@ -42,7 +42,7 @@ class ConstantCoins(np.random.Generator):
 
 COINS = [pytest.param(0.0, id="u=0"), pytest.param(ALMOST_ONE, id="u=1-2^-53")]
 
-# the reproducer, and a pair where the largest coin matters (zeros at both ends)
+# the reported reproducer, and a pair where the largest coin matters (zeros at both ends)
 P, Q = np.array([0.5, 0.3, 0.2]), np.array([0.0, 0.5, 0.5])
 P2, Q2 = np.array([0.2, 0.3, 0.5]), np.array([0.5, 0.5, 0.0])
 

@@ -38,7 +38,7 @@ def _wor_within(p, A, k):
 
 
 def _brute_alpha(p, q, within):
-    """min over every subset of 1 + q(A) - within(A): the min-cut of MATH.md §9 by brute force."""
+    """min over every subset of 1 + q(A) - within(A): the min-cut of docs/theory/without_replacement.rst by brute force."""
     n = len(p)
     return min(1 + q[list(A)].sum() - within(A) for r in range(n + 1) for A in itertools.combinations(range(n), r))
 
@@ -55,7 +55,7 @@ def test_alpha_without_replacement_equals_lp_and_brute_force(pq, k):
     a = otspec.alpha_k(p, q, k, replacement=False)
     assert abs(a - otspec.alpha_k(p, q, k, replacement=False, method="lp")) <= TOL
     assert abs(a - _brute_alpha(p, q, lambda A: _wor_within(p, A, k))) <= 1e-12
-    # distinct drafts cover at least as much as i.i.d. ones (MATH.md §9)
+    # distinct drafts cover at least as much as i.i.d. ones (docs/theory/without_replacement.rst)
     assert a >= float(otspec.alpha_k(p, q, k)) - 1e-12
 
 
@@ -214,7 +214,7 @@ class _ZeroUniform(np.random.Generator):
 
 
 def test_strict_coins_never_emit_a_zero_target_draft():
-    """With u = 0 a non-strict coin (u p <= q) would accept a draft of target mass 0 (MATH.md §11)."""
+    """With u = 0 a non-strict coin (u p <= q) would accept a draft of target mass 0 (docs/guide/testing.rst)."""
     p = np.array([0.4, 0.3, 0.2, 0.1])
     q = np.array([0.0, 0.5, 0.5, 0.0])
     gen = _ZeroUniform(np.random.PCG64(0))

@@ -6,7 +6,7 @@ tokens of ``p`` are drafted deterministically (set ``T``, ties broken by the
 lower token id), the last draft ``X`` is sampled from ``p`` restricted to
 :math:`\Omega \setminus T` and renormalised, :math:`p'(x) = p(x) / p(\Omega \setminus T)`.
 So :math:`P(S \subseteq \Omega_0) = \mathbb 1\{T \subseteq \Omega_0\}\, p'(\Omega_0 \setminus T)`
-and the min-cut of MATH.md §9 gives
+and the min-cut of docs/theory/without_replacement.rst gives
 
 .. math::
 

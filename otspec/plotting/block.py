@@ -115,12 +115,20 @@ def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figur
 
 def plot_figure2(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10, *, include_bonus: bool = True,
                  data: Figure2Data | None = None, ax=None):
-    r"""Block verification paper's Figure 2: expected accepted tokens against the block length ``L``.
+    r"""Block verification paper's Figure 2: expected tokens per target call against the block length ``L``.
 
     .. math::
 
-        L \mapsto \mathbb{E}[\beta] = 1 + \mathbb{E}[\tau_v](\mathrm{Ber}(p), \mathrm{Ber}(q), L),
-        \quad v \in \{\text{token}, \text{block-onestep}, \text{block}\}.
+        L \mapsto 1 + \mathbb{E}[\tau_v](\mathrm{Ber}(p), \mathrm{Ber}(q), L),
+        \quad v \in \{\text{token}, \text{block-onestep}, \text{block}\},
+
+    where :math:`\tau_v` counts the accepted draft tokens and the 1 is the
+    correction or bonus token every target call emits. This is what the
+    paper's Figure 2 plots: its Bernoulli sums run from :math:`i = 0`, one
+    more term than Theorems 1 and 2, although the caption and the paper's
+    :math:`\mathbb{E}[\beta]` say "accepted tokens". With
+    ``include_bonus=False`` the accepted draft tokens :math:`\mathbb{E}[\tau_v]`
+    alone are drawn; the y label names which.
 
     One colour per draft ``p``; line style and marker per verifier (dotted
     with hollow circles TokenVerify, dashed with squares one-step
@@ -160,7 +168,7 @@ def plot_figure2(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10, *, inclu
     ----------
     .. [1] Sun, Ro, Beirami, Suresh, "Optimal Block-Level Draft Verification for Accelerating
        Speculative Decoding", arXiv:2403.10444 v1,
-       Section 3, Figure 2 (expected number of accepted tokens, sums from :math:`i = 0`).
+       Section 3, Figure 2 (its sums start at :math:`i = 0`: accepted tokens + 1).
 
     Examples
     --------
@@ -186,9 +194,9 @@ def plot_figure2(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10, *, inclu
                     label=f"{_LABEL[n]}, p={p:g}")
     ax.set_xlabel("block length $L$")
     if include_bonus:
-        ax.set_ylabel(r"expected number of accepted tokens $\mathbb{E}[\beta]$")
+        ax.set_ylabel(r"expected tokens per target call, $\mathbb{E}[\tau] + 1$" "\n(accepted draft tokens + 1)")
     else:
-        ax.set_ylabel(r"expected accepted draft tokens $\mathbb{E}[\tau] = \mathbb{E}[\beta] - 1$")
+        ax.set_ylabel(r"expected accepted draft tokens $\mathbb{E}[\tau]$")
     ax.set_title(f"Bernoulli sources: draft Ber(p), target Ber(q = {data.q:g})")
     h_p = [Line2D([], [], color=colors[i], linewidth=2, label=f"p = {p:g}") for i, p in enumerate(data.ps)]
     h_v = [Line2D([], [], color="0.3", linestyle=_STYLE[n], marker=_MARKER[n], markersize=4,

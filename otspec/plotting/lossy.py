@@ -285,6 +285,33 @@ def plot_optimal_gamma(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), *, max_gamma: int =
     return ax
 
 
+def _off_scale_column(ax, d_max: float, points) -> None:
+    """Points whose KL is infinite (or beyond ``d_max``) in a column right of a break, never at a finite KL.
+
+    The column and the break are placed in axes coordinates (x) and data coordinates (y): the
+    numeric ticks stop at ``d_max``, a dashed line marks the break, and each point is a right-pointing
+    triangle at the "∞" tick, labelled with its KL.
+    """
+    import matplotlib.transforms as mtransforms
+    from matplotlib.ticker import FixedLocator
+
+    lo, hi = -0.02 * d_max, 1.17 * d_max
+    ax.set_xlim(lo, hi)
+    ticks = [t for t in ax.get_xticks() if 0.0 <= t <= d_max + 1e-12]
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    frac = lambda x: (x - lo) / (hi - lo)  # noqa: E731 - data x to axes fraction at these limits
+    col, brk = frac(1.11 * d_max), frac(1.05 * d_max)
+    ax.plot([brk, brk], [0.0, 1.0], transform=ax.transAxes, color="0.5", linestyle=(0, (4, 3)), linewidth=0.8)
+    ax.annotate(r"$\infty$", xy=(col, 0.0), xycoords="axes fraction", xytext=(0, -4), textcoords="offset points",
+                ha="center", va="top", fontsize=11)
+    edge = mtransforms.blended_transform_factory(ax.transAxes, ax.transData)  # x: axes fraction, y: data
+    for acc, kl, label in points:
+        what = r"KL = $\infty$" if not math.isfinite(kl) else f"KL = {kl:.3g}, off scale"
+        ax.plot([col], [acc], ">", ms=8, color="C4", transform=edge, clip_on=False, label=f"{label}, {what}")
+        ax.annotate(what, xy=(col, acc), xycoords=edge, xytext=(0, 7), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=8, color="C4")
+
+
 def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_points: int = 200, ax=None,
                      title=None):
     r"""Every lossy rule the engines ship on the KL-acceptance plane, against mentored decoding's frontier.
@@ -294,9 +321,14 @@ def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_p
         w \mapsto \big(\mathrm{KL}(q \| w q + (1-w) p),\ 1 - w\,\mathrm{TV}(p, q)\big)
         \quad\text{(transformers' ensemble verification)},
 
-    beside Leviathan et al.'s lenience and vLLM's typical acceptance (whose
-    ``KL(q || r)`` is usually infinite: such points are drawn at the right
-    edge, marked "KL = inf"). Every finite point lies on or below the frontier.
+    beside Leviathan et al.'s lenience and vLLM's typical acceptance. A
+    typical-acceptance law usually misses target mass, so its
+    :math:`\mathrm{KL}(q \| r)` is infinite: such a point is never drawn at a
+    finite KL but in a column right of a dashed break, at a tick labelled
+    :math:`\infty` (x in axes coordinates), as a right-pointing triangle
+    labelled "KL = ∞" beside it and in the legend (a finite KL beyond the
+    plotted range says "off scale"). Every finite point lies on or below the
+    frontier.
 
     Parameters
     ----------
@@ -358,14 +390,20 @@ def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_p
     keep = np.isfinite(ens_kl) & (ens_kl <= d_max)
     ax.plot(ens_kl[keep], ens_acc[keep], "s-", ms=3, lw=1, color="C2", label="ensemble $w$ (transformers)")
     lowest = float(ens_acc.min())
+    off_scale = []
     for eps, delta in typical:
         v = typical_acceptance_verifier(p_, q_, epsilon=eps, delta=delta)
-        lowest = min(lowest, v.acceptance())
-        kl = v.kl()
-        x = kl if math.isfinite(kl) and kl <= d_max else d_max
-        ax.plot([x], [v.acceptance()], "D", ms=7, color="C4", mfc="none" if x != kl else "C4",
-                label=f"typical $\\epsilon$={eps:g}, $\\delta$={delta:g} (vLLM)" + ("" if x == kl else ", KL = inf"))
-    ax.set_xlim(-0.02 * d_max, 1.06 * d_max)
+        acc, kl = v.acceptance(), v.kl()
+        lowest = min(lowest, acc)
+        label = f"typical $\\epsilon$={eps:g}, $\\delta$={delta:g} (vLLM)"
+        if math.isfinite(kl) and kl <= d_max:
+            ax.plot([kl], [acc], "D", ms=7, color="C4", label=label)
+        else:
+            off_scale.append((acc, kl, label))
+    if not off_scale:
+        ax.set_xlim(-0.02 * d_max, 1.06 * d_max)
+    else:
+        _off_scale_column(ax, d_max, off_scale)
     ax.set_ylim(min(ax.get_ylim()[0], lowest - 0.02), 1.01)
     ax.legend(fontsize=7, loc="lower center")
     return ax

@@ -199,44 +199,45 @@ def acceptance_curves(p, q, ks, methods=("otm", "kseq")) -> AcceptanceCurves:
     return AcceptanceCurves(ks=ks_arr, values=values)
 
 
-def _draw_methods(ax, x, curves, methods, color, i, n_series):
-    """Draw one series' methods so that coinciding curves stay visible.
+#: Marker size (points) and horizontal offset step (in units of k) of the Figure 4/6 drawings.
+_MS = {"otm": 3.5, "kseq": 6.0, "multiround": 5.0, "multiround-wor": 5.0}
+_DODGE = 0.14
 
-    OTM-k is a wide translucent band, k-Seq a dashed line with squares, multi-round a dotted line
-    with hollow triangles, all on top of the band; series ``i`` gets a slightly wider band and larger
-    markers than series ``i + 1``, so curves of different series that coincide (e.g. at 1.0) show as
-    nested rings instead of hiding each other.
+
+def _dodge(i: int, n_series: int) -> float:
+    """Horizontal offset of series ``i`` of ``n_series``: symmetric about 0, ``_DODGE`` apart."""
+    return (i - (n_series - 1) / 2.0) * _DODGE
+
+
+def _draw_methods(ax, x, curves, methods, color, i, n_series):
+    """Draw one series' methods so that coinciding curves stay readable.
+
+    Thin lines, one style and marker per method (OTM-k solid with small filled dots, k-Seq dashed
+    with hollow squares, multi-round dotted with hollow triangles), so that a method drawn on top of
+    another one still shows both shapes. Series ``i`` is shifted by :func:`_dodge` along ``k``
+    (a few hundredths of a draft), so where several series meet (at acceptance 1) their markers sit
+    side by side instead of on top of each other; the values themselves are not moved.
     """
-    grow = n_series - 1 - i
+    xs = np.asarray(x, dtype=np.float64) + _dodge(i, n_series)
     for m in methods:
-        y = curves.values[m]
-        if m == "otm":
-            ax.plot(x, y, linestyle="-", linewidth=3.0 + 1.6 * grow, alpha=0.45, color=color,
-                    solid_capstyle="butt", zorder=2)
-        else:
-            size = (4 + 3.0 * grow) * (1.0 if m == "kseq" else 0.7)  # a smaller marker stays visible on top
-            ax.plot(x, y, linestyle=_STYLE[m], linewidth=1.2, marker=_MARKER[m], markersize=size,
-                    markerfacecolor=color if m == "kseq" else "white", markeredgecolor=color, color=color,
-                    zorder=3 + i)
+        hollow = m != "otm"
+        ax.plot(xs, curves.values[m], linestyle=_STYLE[m], linewidth=1.0, marker=_MARKER[m], markersize=_MS[m],
+                markerfacecolor="none" if hollow else color, markeredgecolor=color, markeredgewidth=1.0,
+                color=color, zorder=3 if hollow else 2)
 
 
 def _method_handles(methods):
     from matplotlib.lines import Line2D
 
-    out = []
-    for m in methods:
-        if m == "otm":
-            out.append(Line2D([], [], color="0.35", linewidth=4, alpha=0.45, label=_LABEL[m]))
-        else:
-            out.append(Line2D([], [], color="0.35", linestyle=_STYLE[m], marker=_MARKER[m], markersize=5,
-                              markerfacecolor="0.35" if m == "kseq" else "white", label=_LABEL[m]))
-    return out
+    return [Line2D([], [], color="0.3", linestyle=_STYLE[m], linewidth=1.0, marker=_MARKER[m], markersize=_MS[m],
+                   markerfacecolor="0.3" if m == "otm" else "none", markeredgecolor="0.3", label=_LABEL[m])
+            for m in methods]
 
 
 def _series_handles(colors, labels):
     from matplotlib.lines import Line2D
 
-    return [Line2D([], [], color=c, linewidth=3, label=lab) for c, lab in zip(colors, labels)]
+    return [Line2D([], [], color=c, linewidth=2, label=lab) for c, lab in zip(colors, labels)]
 
 
 def _bernoulli_vs_k(ax, p, bs, ks, methods, title):
@@ -250,6 +251,7 @@ def _bernoulli_vs_k(ax, p, bs, ks, methods, title):
         _draw_methods(ax, curves.ks, curves, methods, colors[i], i, len(bs))
     ax.set_xlabel("number of drafts $k$")
     ax.set_ylabel("acceptance probability")
+    ax.set_xticks(np.asarray(list(ks)))
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     legend_outside(ax, [("target Ber(b)", _series_handles(colors, [f"b = {b:g}" for b in bs])),
@@ -265,10 +267,11 @@ def plot_spectr_fig4(*, p: float = 0.25, bs=(0.1, 0.25, 0.75, 1.0), ks=range(1, 
         k \mapsto \alpha_k(\mathrm{Ber}(p), \mathrm{Ber}(b)) \ \text{and}\
         \alpha(\pi^{\text{k-Seq}}_{\rho^*}).
 
-    One colour per target ``b``; OTM-k is drawn as a wide translucent band and
-    k-Seq as a dashed line with squares on top of it, so the two stay visible
-    where they coincide. Curves of different ``b`` that coincide (at 1.0)
-    show as nested bands and markers, earlier ``b`` wider.
+    One colour per target ``b``; thin lines, OTM-k solid with small filled
+    dots and k-Seq dashed with hollow squares drawn over it, so both shapes
+    show where the two coincide. Each ``b`` is shifted along ``k`` by a few
+    hundredths of a draft (the values are not moved), so that where several
+    curves meet at acceptance 1 their markers sit side by side.
 
     Parameters
     ----------
@@ -284,7 +287,8 @@ def plot_spectr_fig4(*, p: float = 0.25, bs=(0.1, 0.25, 0.75, 1.0), ks=range(1, 
     Returns
     -------
     matplotlib.axes.Axes
-        The axes drawn on; line ``2 j`` holds OTM-k and ``2 j + 1`` k-Seq for ``bs[j]``.
+        The axes drawn on; line ``2 j`` holds OTM-k and ``2 j + 1`` k-Seq for ``bs[j]`` (y data: the
+        exact values; x data: ``ks`` shifted by the series' offset).
 
     Raises
     ------
@@ -318,8 +322,9 @@ def plot_spectr_fig6(*, p: float = 0.25, bs=(0.1, 0.75, 1.0), ks=range(1, 11), a
         k \mapsto \alpha_k, \ \alpha(\pi^{\text{k-Seq}}_{\rho^*}), \
         1 - \prod_{i \le k} (1 - \beta_i).
 
-    Drawn as :func:`plot_spectr_fig4` (OTM-k a translucent band, k-Seq dashed
-    with squares, multi-round dotted with hollow triangles).
+    Drawn as :func:`plot_spectr_fig4` (OTM-k solid with small dots, k-Seq
+    dashed with hollow squares, multi-round dotted with hollow triangles; each
+    ``b`` shifted along ``k`` by a few hundredths of a draft).
 
     Parameters
     ----------

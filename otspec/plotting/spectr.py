@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import new_axes, reject_axes
+from ._common import new_axes, palette, reject_axes
 
 __all__ = ["plot_block_efficiency"]
 
+_STYLES = ("-", "--", "-.", ":")
+_MARKERS = ("o", "s", "D", "^", "v")
 
-def plot_block_efficiency(Ks, curves, *, paper=None, ax=None, title=None):
+
+def plot_block_efficiency(Ks, curves, *, paper=None, ax=None, title=None, legend: bool = True):
     r"""Block efficiency :math:`\mathbb E[\tau]` against ``K``, one line per curve, paper values as markers.
+
+    Each curve gets its own colour, dash pattern and hollow marker, so curves
+    that nearly coincide stay apart; the paper's values are black crosses.
 
     .. math::
 
@@ -31,6 +37,10 @@ def plot_block_efficiency(Ks, curves, *, paper=None, ax=None, title=None):
     ax : matplotlib Axes or None, keyword-only
         Axes to draw on (a new figure when None).
     title : str or None, keyword-only
+    legend : bool, keyword-only
+        Draw a legend on these axes (default). For a grid of panels pass
+        False and draw one legend for the figure from any panel's
+        ``ax.get_legend_handles_labels()``.
 
     Returns
     -------
@@ -61,8 +71,10 @@ def plot_block_efficiency(Ks, curves, *, paper=None, ax=None, title=None):
                     f"`{name}[{label!r}]` must have one value per K ({Ks.shape[0]}), got {np.asarray(vals).shape}"
                 )
     ax = new_axes(ax, (5, 3.5))
-    for label, vals in curves.items():
-        ax.plot(Ks, vals, marker=".", label=label)
+    colors = palette(len(curves))
+    for i, (label, vals) in enumerate(curves.items()):  # curves that nearly coincide differ in colour, dash, marker
+        ax.plot(Ks, vals, color=colors[i], linestyle=_STYLES[i % len(_STYLES)], linewidth=1.2,
+                marker=_MARKERS[i % len(_MARKERS)], markersize=4, markerfacecolor="none", label=label)
     for label, vals in (paper or {}).items():
         ax.plot(Ks, vals, linestyle="none", marker="x", color="k", label=label)
     ax.set_xscale("log", base=2)
@@ -73,5 +85,6 @@ def plot_block_efficiency(Ks, curves, *, paper=None, ax=None, title=None):
     if title:
         ax.set_title(title)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
+    if legend:
+        ax.legend(fontsize="small")
     return ax
