@@ -155,8 +155,26 @@ def test_sampling_matches_reference(temperature, top_k, top_p):
     assert got.dtype == np.float64
 
 
+def test_greedy_sampling_is_one_hot_argmax_smallest_id_on_ties():
+    logits = torch.tensor([[0.3, 2.0, -1.0, 2.0, 1.9], [5.0, 5.0, 5.0, 5.0, 5.0], [-np.inf, -3.0, -np.inf, -4.0, -3.0]])
+    for kw in ({}, {"top_k": 2}, {"top_p": 0.1}, {"top_k": 3, "top_p": 0.5, "top_p_rule": "transformers"}):
+        s = D.Sampling(temperature=0, **kw)
+        assert s.greedy and s.temperature == 0.0 and s.truncated
+        got = s.probs(logits)
+        assert got.dtype == torch.float64
+        np.testing.assert_array_equal(got.numpy(), np.eye(5)[[1, 0, 1]])
+        np.testing.assert_array_equal(got.argmax(-1).numpy(), torch.argmax(logits, dim=-1).numpy())
+    assert not D.Sampling(temperature=0.5).greedy
+
+
+@pytest.mark.parametrize("bad", [[0.0, float("nan")], [float("inf"), 0.0], [-np.inf, -np.inf]])
+def test_greedy_sampling_refuses_logits_without_an_argmax(bad):
+    with pytest.raises(ValueError, match="no valid greedy law"):
+        D.Sampling(temperature=0).probs(torch.tensor(bad))
+
+
 @pytest.mark.parametrize("kw,match", [
-    ({"temperature": 0.0}, "`temperature`"), ({"temperature": -1.0}, "`temperature`"),
+    ({"temperature": -1e-300}, "`temperature`"), ({"temperature": -1.0}, "`temperature`"),
     ({"temperature": float("nan")}, "`temperature`"), ({"top_k": 0}, "`top_k`"),
     ({"top_p": 0.0}, "`top_p`"), ({"top_p": 1.5}, "`top_p`"),
 ])
@@ -272,6 +290,41 @@ def test_lossless_tiny_transformers(tiny_hf, verifier, K):
                                    L=2)
     g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert g.passed, (verifier, g)
+
+
+def _greedy_cases():
+    """Every lossless verifier the decoder runs, at K = 1 and (multi-draft ones) K = 3."""
+    out = []
+    for name in D.VERIFIER_NAMES:
+        spec = otspec.multidraft.get_verifier(name)
+        if spec.lossless:
+            out += [(name, K) for K in ((1,) if spec.single_draft else (1, 3))]
+    return out
+
+
+@pytest.fixture(scope="module")
+def greedy_pair():
+    """A toy pair whose argmaxes agree often but not always (draft noise 0.5), and the greedy target output."""
+    g = torch.Generator().manual_seed(5)
+    tq = torch.randn(V, V, V, generator=g, dtype=torch.float64)
+    tp = tq + 0.5 * torch.randn(V, V, V, generator=g, dtype=torch.float64)
+    target, draft = D.CallableLM(_table_fn(tq), V), D.CallableLM(_table_fn(tp), V)
+    ref = D.autoregressive_decode(target, [1, 2], max_new_tokens=40, temperature=0, rng=0).tokens
+    return target, draft, ref
+
+
+@pytest.mark.parametrize("verifier,K", _greedy_cases())
+def test_greedy_speculative_equals_greedy_target_decoding(greedy_pair, verifier, K):
+    """temperature=0: every lossless verifier emits the target's greedy continuation, token for token."""
+    target, draft, ref = greedy_pair
+    accepted = 0
+    for seed in range(2):
+        res = D.speculative_decode([1, 2], draft=draft, target=target, verifier=verifier, k=K, L=3,
+                                   max_new_tokens=40, temperature=0, rng=seed)
+        np.testing.assert_array_equal(res.tokens, ref)
+        assert res.lossless and res.sampling.greedy
+        accepted += int(res.accepted.sum())
+    assert 0 < accepted < 2 * 40  # drafts were both accepted and rejected: every branch of the rule ran
 
 
 def test_mentored_follows_its_own_law(toy_pair):
@@ -472,8 +525,8 @@ def _bad(target, draft, **kw):
     ({"k": 0}, ValueError, "`k`"),
     ({"L": 0}, ValueError, "`L`"),
     ({"max_new_tokens": 0}, ValueError, "`max_new_tokens`"),
-    ({"temperature": 0.0}, ValueError, "`temperature`"),
     ({"temperature": -0.5}, ValueError, "`temperature`"),
+    ({"temperature": float("inf")}, ValueError, "`temperature`"),
     ({"top_k": 0}, ValueError, "`top_k`"),
     ({"verifier": "nope"}, ValueError, "`verifier`"),
     ({"verifier": 3}, TypeError, "`verifier`"),

@@ -352,7 +352,7 @@ def autoregressive_decode(
     Raises
     ------
     ValueError, TypeError
-        Bad prompt, ``max_new_tokens < 1``, ``temperature <= 0``, ... (before any model call).
+        Bad prompt, ``max_new_tokens < 1``, ``temperature < 0``, ... (before any model call).
 
     Examples
     --------
@@ -483,7 +483,7 @@ def speculative_decode(
     ------
     ValueError
         Different vocabularies, an empty prompt, ``K`` or ``L`` < 1,
-        ``temperature <= 0``, an unknown verifier or one that does not fit
+        ``temperature < 0``, an unknown verifier or one that does not fit
         ``K`` or the sampling -- all before any model call.
     TypeError
         Models that are not :class:`LanguageModel`, non-integer ids.
@@ -517,8 +517,9 @@ def speculative_decode(
         )
     K = validate_positive_int(k, "k")
     L = validate_positive_int(L, "L")
-    scheme = resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V, top_k=sampling.top_k,
-                            top_p=sampling.top_p)
+    # greedy laws are one-hot: every step's union support has at most 2 tokens, as under top_k=1
+    scheme = resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V,
+                            top_k=1 if sampling.greedy else sampling.top_k, top_p=sampling.top_p)
     gen = make_rng(rng)
     return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
 
