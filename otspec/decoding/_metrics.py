@@ -12,10 +12,9 @@ from .._validation import validate_positive_int, validate_probability, validate_
 from .._verifier import LosslessCheck
 from ..speculative import expected_tokens
 from ._deps import require
-from ._loop import BaselineResult, DecodeResult, _validate_common, speculative_decode
+from ._loop import BaselineResult, DecodeResult, _resolve, _validate_common, speculative_decode
 from ._models import next_token_logits, validate_language_model, validate_prompt
 from ._sampling import Sampling
-from ._verifiers import resolve_scheme
 
 torch = require("torch", "otspec.decoding")
 
@@ -346,6 +345,48 @@ class DecodingCheck(LosslessCheck):
         return self.n_cases
 
 
+def min_runs(law) -> int:
+    r"""Fewest decoding runs for which :func:`otspec.testing.chi2_gof` can test ``law``.
+
+    .. math::
+
+        N_{\min} = \min\{N : N \max_c \pi_c \ge 5\}
+
+    (:func:`otspec.testing.chi2_gof` pools the cells of expected count below
+    5 into one and needs two cells after pooling: the likeliest cell on its
+    own and the rest); ``1`` for a law with a single cell (greedy decoding: every
+    run must then give that one continuation).
+
+    Parameters
+    ----------
+    law : (C,) ndarray of float64
+        The exact law of the tested continuations (positive entries).
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.decoding._metrics import min_runs
+    >>> min_runs(np.full(100, 0.01)), min_runs(np.array([1.0]))
+    (500, 1)
+    """
+    from ..testing._chi2 import MIN_EXPECTED
+
+    law = np.asarray(law, dtype=np.float64)
+    if np.count_nonzero(law > 0) < 2:
+        return 1
+    top = float(law.max())
+    n = max(1, math.ceil(MIN_EXPECTED / top))
+    while n * top < MIN_EXPECTED:  # float rounding of the quotient
+        n += 1
+    while n > 1 and (n - 1) * top >= MIN_EXPECTED:
+        n -= 1
+    return n
+
+
 def _torch_generator(rng):
     """One ``torch.Generator`` for all runs: seeds of any integral type (``3``, ``np.int64(3)``) seed a new one.
 
@@ -416,7 +457,9 @@ def check_lossless(
         (bad prompt, ``k``, ``L``, sampling, verifier, vocabulary sizes, a law
         with more than its ``max_cells`` prefixes), ``n_runs < 1``,
         ``alpha_fail`` outside (0, 1), a negative ``rng`` seed -- all before
-        any model call.
+        any model call; ``n_runs`` below :func:`min_runs` of the exact law
+        (too few for the test) -- after the ``num_tokens`` batched target
+        calls that enumerate that law, before any decoding run (no draft call).
     TypeError
         Models that are not :class:`LanguageModel`, a bad ``rng``.
 
@@ -448,9 +491,17 @@ def check_lossless(
         )
     K = validate_positive_int(k, "k")
     validate_positive_int(L, "L")
-    resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V, top_k=sampling.top_k, top_p=sampling.top_p)
+    _resolve(verifier, K, verifier_options, V, sampling)
     rng = _torch_generator(rng)
     cells, law = exact_prefix_law(target, prompt, m, temperature=temperature, top_k=top_k, top_p=top_p)
+    need = min_runs(law)
+    if n_runs < need:  # before any decoding: the exact law alone decides whether the test can run
+        raise ValueError(
+            f"`n_runs`={n_runs} is too few for a chi-square test of the first {m} token(s): their exact law has "
+            f"{len(cells)} continuations, the most likely of probability {float(law.max()):.4g}, so at least "
+            f"n_runs={need} are needed (an expected count >= 5 for it); raise `n_runs`, or lower "
+            "`num_tokens` / pass `top_k` to concentrate the law"
+        )
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells) + 1, dtype=np.int64)  # last cell: outside the support
     name = None
