@@ -593,6 +593,24 @@ def test_seeds_reproduce(toy_pair):
     np.testing.assert_array_equal(a.tokens, b.tokens)
 
 
+def test_decode_result_repr_uses_attribute_names_and_verifier_name(toy_pair, recwarn):
+    """The repr shows ``name=value`` pairs that are attributes; the name is ``verifier_name`` (``.verifier`` is a
+    Verifier object elsewhere), with ``.verifier`` a deprecated alias that warns."""
+    target, draft = toy_pair
+    res = D.speculative_decode([0], draft=draft, target=target, verifier="kseq", k=2, L=2, max_new_tokens=6, rng=0)
+    assert res.verifier_name == "kseq"
+    text = repr(res)
+    assert text.startswith("DecodeResult(verifier_name='kseq', k=2, L=2, ")
+    for pair in text[len("DecodeResult("):-1].split(", "):
+        name, value = pair.split("=")
+        got = getattr(res, name)
+        assert value == (f"{got:.3f}" if isinstance(got, float) else repr(got) if isinstance(got, str) else str(
+            got.shape[0] if isinstance(got, np.ndarray) else got)), pair
+    assert not recwarn.list  # decoding and the repr do not touch the deprecated alias
+    with pytest.warns(DeprecationWarning, match="verifier_name"):
+        assert res.verifier == "kseq"
+
+
 # ----------------------------------------------------------------------------- bad input
 def _bad(target, draft, **kw):
     args = dict(prompt=[1, 2])
