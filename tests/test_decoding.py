@@ -607,8 +607,9 @@ def test_decode_result_repr_uses_attribute_names_and_verifier_name(toy_pair, rec
         assert value == (f"{got:.3f}" if isinstance(got, float) else repr(got) if isinstance(got, str) else str(
             got.shape[0] if isinstance(got, np.ndarray) else got)), pair
     assert not recwarn.list  # decoding and the repr do not touch the deprecated alias
-    with pytest.warns(DeprecationWarning, match="verifier_name"):
+    with pytest.warns(DeprecationWarning, match="DecodeResult.verifier is deprecated") as rec:
         assert res.verifier == "kseq"
+    assert rec[0].filename == __file__  # attributed to the caller
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -666,7 +667,9 @@ def test_check_lossless_greedy_is_an_exact_check(toy_pair):
     target, draft = toy_pair
     chk = D.check_lossless([1, 2], draft=draft, target=target, verifier="kseq", k=2, num_tokens=3, n_runs=3,
                            temperature=0, rng=0)
-    assert chk.passed and len(chk.cells) == 1 and chk.law[0] == 1.0
+    assert chk.passed and len(chk.cells) == 1 and chk.law[0] == 1.0 and chk.verifier_name == "kseq"
+    with pytest.warns(DeprecationWarning, match="DecodingCheck.verifier is deprecated"):
+        assert chk.verifier == "kseq"
     chk = D.check_lossless([1, 2], draft=draft, target=target, verifier="mentored", num_tokens=3, n_runs=20,
                            temperature=0, rng=0, verifier_options={"D": 2.0})
     assert not chk.passed and chk.law[-1] > 0  # mentored keeps the draft's argmax: off the greedy path

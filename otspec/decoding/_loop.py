@@ -182,6 +182,17 @@ class _PathModel:
         return law
 
 
+def _deprecated_verifier_name(result) -> str:
+    """``result.verifier``, the old attribute of the verifier's *name* (``.verifier`` is a Verifier object
+    elsewhere in otspec): warns, then returns ``result.verifier_name``."""
+    warnings.warn(
+        f"{type(result).__name__}.verifier is deprecated: it is the verifier's name, now `verifier_name`",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return result.verifier_name
+
+
 @dataclass(frozen=True, eq=False)
 class DecodeResult:
     r"""One speculative decoding run, with everything logged per iteration (one target scoring each).
@@ -251,15 +262,7 @@ class DecodeResult:
     draft_calls: int
     total_target_calls: int
 
-    @property
-    def verifier(self) -> str:
-        """Deprecated alias of :attr:`verifier_name` (a name, not a :class:`otspec.Verifier`)."""
-        warnings.warn(
-            "DecodeResult.verifier is deprecated: it is the verifier's name, now `verifier_name`",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.verifier_name
+    verifier = property(_deprecated_verifier_name, doc="Deprecated alias of ``verifier_name``.")
 
     @property
     def iterations(self) -> int:

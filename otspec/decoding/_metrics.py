@@ -12,7 +12,14 @@ from .._validation import validate_positive_int, validate_probability, validate_
 from .._verifier import LosslessCheck
 from ..speculative import expected_tokens
 from ._deps import require
-from ._loop import BaselineResult, DecodeResult, _resolve, _validate_common, speculative_decode
+from ._loop import (
+    BaselineResult,
+    DecodeResult,
+    _deprecated_verifier_name,
+    _resolve,
+    _validate_common,
+    speculative_decode,
+)
 from ._models import next_token_logits, validate_language_model, validate_prompt
 from ._sampling import Sampling
 
@@ -312,7 +319,8 @@ class DecodingCheck(LosslessCheck):
 
     Attributes
     ----------
-    verifier : str
+    verifier_name : str
+        The verifier's name (``.verifier`` is a deprecated alias).
     num_tokens : int
         Length of the tested continuation.
     statistic, pvalue : float
@@ -329,7 +337,7 @@ class DecodingCheck(LosslessCheck):
         support, has none).
     """
 
-    verifier: str
+    verifier_name: str
     num_tokens: int
     statistic: float
     pvalue: float
@@ -338,6 +346,8 @@ class DecodingCheck(LosslessCheck):
     n_cells: int
     tv_empirical: float
     cells: tuple
+
+    verifier = property(_deprecated_verifier_name, doc="Deprecated alias of ``verifier_name``.")
 
     @property
     def n_runs(self) -> int:
@@ -520,6 +530,6 @@ def check_lossless(
     return DecodingCheck(
         passed=g.passed, max_error=float(np.max(np.abs(freq - full_law))), law=freq, target_law=full_law,
         method="sampling", n_cases=n_runs,
-        verifier=str(name), num_tokens=m, statistic=g.statistic, pvalue=g.pvalue,
+        verifier_name=str(name), num_tokens=m, statistic=g.statistic, pvalue=g.pvalue,
         dof=g.dof, alpha_fail=alpha_fail, n_cells=g.n_cells, tv_empirical=tv, cells=tuple(cells),
     )
