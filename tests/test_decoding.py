@@ -376,6 +376,9 @@ def test_greedy_speculative_equals_greedy_target_decoding(greedy_pair, verifier,
         res = D.speculative_decode([1, 2], draft=draft, target=target, verifier=verifier, k=K, L=3,
                                    max_new_tokens=40, temperature=0, rng=seed, verifier_options=options)
         np.testing.assert_array_equal(res.tokens, ref)
+        # one-hot laws make acceptance a 0/1 indicator: the exact analysis predicts every iteration exactly
+        np.testing.assert_array_equal(res.predicted_accepted, res.accepted)
+        np.testing.assert_array_equal(res.alpha_first, res.alpha_opt_first)
         assert res.sampling.greedy
         if isinstance(verifier, str):
             assert res.verifier_name == verifier and res.lossless == otspec.multidraft.get_verifier(verifier).lossless
