@@ -364,7 +364,8 @@ def autoregressive_decode(
         Non-empty token ids.
     max_new_tokens : int, keyword-only
     temperature, top_k, top_p, top_p_rule : keyword-only
-        See :class:`Sampling` (``top_p_rule="transformers"`` matches ``generate``).
+        See :class:`Sampling` (``top_p_rule="transformers"`` matches ``generate``;
+        ``temperature=0`` is greedy decoding, the argmax at every step).
     rng : torch.Generator, int or None, keyword-only
         Seed source (a numpy generator is derived from it).
     eos_token_id : int, sequence of int or None, keyword-only
@@ -491,6 +492,11 @@ def speculative_decode(
     temperature, top_k, top_p, top_p_rule : keyword-only
         Applied identically to draft and target (:class:`Sampling`;
         ``top_p_rule="transformers"`` keeps the nucleus ``generate`` keeps).
+        ``temperature=0`` is greedy decoding: both laws are one-hot at
+        their argmax (smallest id on ties), every lossless verifier then
+        emits the target's greedy continuation token for token, and each
+        rule reduces to "accept while the draft's argmax is the target's"
+        (docs/guide/decoding.rst, "Greedy decoding").
     rng : torch.Generator, int or None, keyword-only
         Seed source; the numpy ``rng`` of the verifiers and samplers is derived from it.
     verifier_options : dict, keyword-only
