@@ -506,6 +506,15 @@ def test_device_sampler_equals_host_sampler():
     np.testing.assert_array_equal(sample_rows(P, _Top()), _sample_rows_device(torch.from_numpy(P), _Top()))
     np.testing.assert_array_equal(sample_rows(P, _Top()), [1, 1])
 
+    class _Bottom:  # u = 0 (and u = 1 above): greedy one-hot rows give their argmax on both paths
+        def random(self, m):
+            return np.zeros(m)
+
+    G = D.Sampling(temperature=0).probs(torch.tensor([[0.0, 3.0, 3.0, 1.0], [2.0, -1.0, 0.0, 2.0]]))
+    for u in (_Bottom(), _Top(), np.random.default_rng(0)):
+        np.testing.assert_array_equal(sample_rows(G.numpy(), u), [1, 0])
+        np.testing.assert_array_equal(_sample_rows_device(G, u), [1, 0])
+
 
 @pytest.mark.parametrize("verifier,K", [("token", 1), ("kseq", 3), ("optimal", 3)])
 def test_token_level_verification_moves_rows_not_the_arrays(verifier, K, monkeypatch):
