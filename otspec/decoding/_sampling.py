@@ -212,11 +212,19 @@ def greedy_probs(logits):
     Raises
     ------
     ValueError
-        If a row contains NaN, contains ``+inf``, or has no finite logit.
+        If a row contains NaN, contains ``+inf``, or has no finite logit; no vocabulary axis.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding._sampling import greedy_probs
+    >>> greedy_probs(torch.tensor([[1.0, 3.0, 3.0], [0.0, -1.0, -float("inf")]])).tolist()
+    [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]
     """
-    x = logits.to(torch.float64)
-    top = x.max(dim=-1).values if x.shape[-1] else x.sum(dim=-1)
-    if x.shape[-1] == 0 or bool(torch.isnan(x).any()) or not bool(torch.isfinite(top).all()):
+    x = logits.to(torch.float64)  # exact from float32 / bfloat16: the same argmax, ties included
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"`logits` must have a vocabulary axis, got shape {tuple(x.shape)}")
+    if bool(torch.isnan(x).any()) or not bool(torch.isfinite(x.max(dim=-1).values).all()):
         raise ValueError("logits gave no valid greedy law (a row with NaN, +inf, or no finite logit)")
     idx = torch.argmax(x, dim=-1, keepdim=True)
     return torch.zeros_like(x).scatter_(-1, idx, 1.0)
