@@ -446,7 +446,10 @@ def test_predicted_acceptance_agrees_with_measured(toy_pair):
         np.testing.assert_allclose(S.per_position.sum(), S.mean_accepted, rtol=1e-12)
         np.testing.assert_allclose(S.per_position_predicted.sum(), S.predicted_mean_accepted, rtol=1e-12)
         rec = S.as_record()
-        assert rec["verifier"] == verifier and rec["k"] == K and rec["L"] == 3
+        assert rec["verifier_name"] == S.verifier_name == verifier and rec["k"] == K and rec["L"] == 3
+        assert "verifier" not in rec  # keys are the fields; the deprecated alias is not one
+        with pytest.warns(DeprecationWarning, match="DecodingSummary.verifier is deprecated"):
+            assert S.verifier == verifier
 
 
 def test_alpha_first_is_alpha_k_for_lp(toy_pair):

@@ -37,7 +37,8 @@ class DecodingSummary:
 
     Attributes
     ----------
-    verifier : str
+    verifier_name : str
+        The verifier's name (``.verifier`` is a deprecated alias).
     k, L : int
         ``K`` and ``L``.
     temperature : float
@@ -79,7 +80,7 @@ class DecodingSummary:
         ``tokens_per_second / baseline_tokens_per_second``.
     """
 
-    verifier: str
+    verifier_name: str
     k: int
     L: int
     temperature: float
@@ -104,6 +105,8 @@ class DecodingSummary:
     tokens_per_second: float
     baseline_tokens_per_second: float | None
     speedup: float | None
+
+    verifier = property(_deprecated_verifier_name, doc="Deprecated alias of ``verifier_name``.")
 
     @property
     def agrees(self) -> bool:
@@ -201,7 +204,7 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
         bn = int(sum(b.tokens.shape[0] for b in baseline))
         btps = bn / bt if bt > 0 else float("inf")
     return DecodingSummary(
-        verifier=r0.verifier_name,
+        verifier_name=r0.verifier_name,
         k=r0.k,
         L=L,
         temperature=r0.sampling.temperature,
