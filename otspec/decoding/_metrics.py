@@ -248,7 +248,8 @@ def exact_prefix_law(
 
         P(y_{1:m}) = \prod_{t=1}^{m} q(y_t \mid \text{prompt}, y_{1:t-1}),
 
-    enumerated over the support, one batched target call per depth.
+    enumerated over the support, one batched target call per depth. At
+    ``temperature=0`` it is the greedy continuation, with probability 1.
 
     Parameters
     ----------
@@ -440,7 +441,10 @@ def check_lossless(
 
     with :math:`\pi` from :func:`exact_prefix_law` (an independent route:
     plain target scoring, no verifier involved). A lossless verifier fails
-    with probability ``alpha_fail``.
+    with probability ``alpha_fail``. The sample size is checked against
+    :math:`\pi` before any decoding run (:func:`min_runs`). At
+    ``temperature=0`` :math:`\pi` is one greedy continuation, one run
+    suffices, and the check is exact: it passes only if every run emits it.
 
     Parameters
     ----------
