@@ -190,7 +190,7 @@ def run_experiment(
                 adjacent.append(D.autoregressive_decode(target, ids, rng=seed + i, **base))
                 runs.append(D.speculative_decode(ids, draft=draft, target=target, rng=seed + i, progress=progress, **kw))
         except ValueError as exc:  # e.g. a verifier this version of otspec does not provide
-            records.append({"verifier": name, "k": K, "L": L, "skipped": str(exc)})
+            records.append({"verifier_name": name, "k": K, "L": L, "skipped": str(exc)})
             print(f"[decode_real_pair] {name}: skipped ({exc})", flush=True)
             continue
         baseline += adjacent
@@ -237,7 +237,7 @@ def run_experiment(
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "python": sys.version.split()[0]},
         "load_seconds": load_s,
         "baseline": {
-            "verifier": "autoregressive", "tokens": b_tokens, "wall_time": b_time,
+            "verifier_name": "autoregressive", "tokens": b_tokens, "wall_time": b_time,
             "tokens_per_second": b_tokens / b_time, "seconds_per_token": b_time / b_tokens,
             "note": "pooled over all baseline runs; each record's speedup uses the baseline runs adjacent to it",
         },

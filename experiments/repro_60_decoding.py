@@ -117,13 +117,13 @@ def widen(res: dict, max_prompts: int = 16, fresh: dict | None = None, only=None
     ``only`` (names) restricts the second stage to those verifiers (default: all).
     """
     for i, rec in enumerate(res["records"]):
-        if "skipped" in rec or _half(rec) <= HALF_WIDTH or (only is not None and rec["verifier"] not in only):
+        if "skipped" in rec or _half(rec) <= HALF_WIDTH or (only is not None and rec["verifier_name"] not in only):
             continue
         n1, h1 = int(rec["runs"]), _half(rec)
         n2 = second_stage_prompts(n1, h1, max_prompts)
-        r = (fresh or {}).get(rec["verifier"]) or second_stage_run(rec["verifier"], n2)
+        r = (fresh or {}).get(rec["verifier_name"]) or second_stage_run(rec["verifier_name"], n2)
         if r["settings"]["prompts"] != n2:
-            raise ValueError(f"`fresh` run of {rec['verifier']!r} has {r['settings']['prompts']} prompts, expected {n2}")
+            raise ValueError(f"`fresh` run of {rec['verifier_name']!r} has {r['settings']['prompts']} prompts, expected {n2}")
         new = r["records"][0]
         new["first_stage"] = {"prompts": n1, "tokens": rec["tokens"], "iterations": rec["iterations"],
                               "block_efficiency": rec["block_efficiency"], "half_width": h1,
@@ -132,7 +132,7 @@ def widen(res: dict, max_prompts: int = 16, fresh: dict | None = None, only=None
         if "check_lossless" in rec:
             new["check_lossless"] = rec["check_lossless"]
         res["records"][i] = new
-        res["settings"]["prompts"][rec["verifier"]] = n2
+        res["settings"]["prompts"][rec["verifier_name"]] = n2
         _merge(res, r)
     return res
 
@@ -154,7 +154,7 @@ def run_all(out: Path | None = None) -> dict:
             res = r
         else:
             _merge(res, r)
-    res["records"] = sorted(records, key=lambda rec: order.index(rec["verifier"]))
+    res["records"] = sorted(records, key=lambda rec: order.index(rec["verifier_name"]))
     res["settings"] = dict(res["settings"], prompts={name: PROMPTS[name] for name in order},
                            baseline_max_new_tokens=SETTINGS["baseline_max_new_tokens"],
                            target_half_width=HALF_WIDTH)
@@ -220,12 +220,12 @@ def section(res: dict) -> Section:
     )
     for rec in res["records"]:
         # record keys are DecodingSummary's attribute names; snapshots written before that used older names
-        for new, old in (("verifier", "name"), ("k", "K"), ("block_efficiency_ci", "block_efficiency_ci95"),
+        for new, old in (("verifier_name", "verifier"), ("verifier_name", "name"), ("k", "K"), ("block_efficiency_ci", "block_efficiency_ci95"),
                          ("agrees", "agrees_95"), ("iid_block_efficiency", "iid_formula_block_efficiency")):
             if new not in rec and old in rec:
                 rec[new] = rec[old]
         if "skipped" in rec:
-            sec.rows.append(Row(f"{rec['verifier']} K={rec['k']}", "-", rec["skipped"], "differs: not available"))
+            sec.rows.append(Row(f"{rec['verifier_name']} K={rec['k']}", "-", rec["skipped"], "differs: not available"))
             continue
         lo, hi = rec["block_efficiency_ci"]
         half = (hi - lo) / 2
@@ -234,7 +234,7 @@ def section(res: dict) -> Section:
             verdict += f"; interval +-{half:.3f} wider than +-{HALF_WIDTH}"
         trunc = f", top-k {rec['top_k']}" if rec["top_k"] else ""
         sec.rows.append(Row(
-            f"block efficiency, {rec['verifier']} (K={rec['k']}, L={rec['L']}{trunc})",
+            f"block efficiency, {rec['verifier_name']} (K={rec['k']}, L={rec['L']}{trunc})",
             f"predicted {fmt(rec['predicted_block_efficiency'], 3)} (exact analysis; i.i.d. formula "
             f"{fmt(rec['iid_block_efficiency'], 3)})",
             f"{fmt(rec['block_efficiency'], 3)} [{fmt(lo, 3)}, {fmt(hi, 3)}] (+-{half:.3f}, "
@@ -245,7 +245,7 @@ def section(res: dict) -> Section:
             verdict,
         ))
         sec.rows.append(Row(
-            f"tokens/s, {rec['verifier']} (K={rec['k']})",
+            f"tokens/s, {rec['verifier_name']} (K={rec['k']})",
             "-",
             f"{fmt(rec['tokens_per_second'], 2)} vs adjacent baseline {fmt(rec['baseline_tokens_per_second'], 2)} "
             f"({fmt(rec['speedup'], 2)}x)",
@@ -254,7 +254,7 @@ def section(res: dict) -> Section:
         chk = rec.get("check_lossless")
         if chk:
             sec.rows.append(Row(
-                f"lossless, {rec['verifier']}: first {chk['tokens']} tokens (L={chk['L']}), {chk['runs']} seeds, "
+                f"lossless, {rec['verifier_name']}: first {chk['tokens']} tokens (L={chk['L']}), {chk['runs']} seeds, "
                 f"top-k {chk['top_k']}",
                 "output law = target law",
                 f"chi2 = {fmt(chk['chi2'], 2)} (dof {chk['dof']}), p = {fmt(chk['pvalue'], 3)}",

@@ -314,3 +314,35 @@ def test_generate_non_strict_coin_minimal_reproducer(lms):
         out = target.generate(ids, assistant_model=draft, do_sample=True, top_k=1, max_new_tokens=2,
                               pad_token_id=0)
     assert int(out[0, len(PROMPT[0])]) == d_top  # the target's top-1 law puts probability 1 on t_top
+
+
+# ---------------------------------------------------------------------------
+# greedy: generate(assistant_model=..., do_sample=False) against otspec's greedy speculative decoding
+# ---------------------------------------------------------------------------
+
+
+def test_greedy_assisted_generation_equals_otspec_greedy_speculative_decoding():
+    """temperature=0 in otspec (one-hot argmax laws, smallest id on ties) against transformers' own assisted
+    greedy decoding and plain greedy decoding, token for token."""
+    import otspec.decoding as D
+
+    # a target whose greedy path is not one repeated token, and an assistant whose argmax agrees with it at some
+    # positions only (found by a scan of seeds; most tiny random LMs repeat one token greedily)
+    target, draft = tiny_lm(7), tiny_lm(100)
+    n = 24
+    ids = torch.tensor(PROMPT)
+    kw = dict(do_sample=False, max_new_tokens=n, pad_token_id=0)
+    with torch.no_grad():
+        plain = target.generate(ids, **kw)[0, len(PROMPT[0]):].tolist()
+        assisted = target.generate(ids, assistant_model=draft, **kw)[0, len(PROMPT[0]):].tolist()
+    assert assisted == plain  # transformers' own claim, for reference
+    t, d = D.HFCausalLM(target), D.HFCausalLM(draft)
+    assert D.autoregressive_decode(t, PROMPT[0], max_new_tokens=n, temperature=0).tokens.tolist() == plain
+    accepted = rejected = 0
+    for name, k in [("token", 1), ("kseq", 2), ("block", 1)]:  # every family on toy models: test_decoding.py
+        res = D.speculative_decode(PROMPT[0], draft=d, target=t, verifier=name, k=k, L=3, max_new_tokens=n,
+                                   temperature=0, rng=0)
+        assert res.tokens.tolist() == plain, name
+        accepted += int(res.accepted.sum())
+        rejected += int((res.accepted < 3).sum())
+    assert accepted > 0 and rejected > 0  # both branches of the rule ran

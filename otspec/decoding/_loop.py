@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -181,6 +182,17 @@ class _PathModel:
         return law
 
 
+def _deprecated_verifier_name(result) -> str:
+    """``result.verifier``, the old attribute of the verifier's *name* (``.verifier`` is a Verifier object
+    elsewhere in otspec): warns, then returns ``result.verifier_name``."""
+    warnings.warn(
+        f"{type(result).__name__}.verifier is deprecated: it is the verifier's name, now `verifier_name`",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return result.verifier_name
+
+
 @dataclass(frozen=True, eq=False)
 class DecodeResult:
     r"""One speculative decoding run, with everything logged per iteration (one target scoring each).
@@ -190,7 +202,11 @@ class DecodeResult:
     tokens : (m,) ndarray of int64
         Generated tokens (prompt excluded), at most ``max_new_tokens``.
     prompt_length : int
-    verifier : str
+    verifier_name : str
+        The verifier's registered name (or the callable's ``__name__``);
+        ``.verifier`` elsewhere in otspec is a :class:`otspec.Verifier`
+        object, so the name has its own attribute (``.verifier`` here is a
+        deprecated alias of it).
     lossless : bool
         Whether the verifier reproduces the (processed) target law exactly.
     k, L : int
@@ -227,7 +243,7 @@ class DecodeResult:
 
     tokens: np.ndarray
     prompt_length: int
-    verifier: str
+    verifier_name: str
     lossless: bool
     k: int
     L: int
@@ -246,6 +262,8 @@ class DecodeResult:
     draft_calls: int
     total_target_calls: int
 
+    verifier = property(_deprecated_verifier_name, doc="Deprecated alias of ``verifier_name``.")
+
     @property
     def iterations(self) -> int:
         """Number of target scorings (decoding iterations)."""
@@ -258,7 +276,7 @@ class DecodeResult:
 
     def __repr__(self) -> str:
         return (
-            f"DecodeResult(verifier={self.verifier!r}, K={self.k}, L={self.L}, "
+            f"DecodeResult(verifier_name={self.verifier_name!r}, k={self.k}, L={self.L}, "
             f"tokens={self.tokens.shape[0]}, iterations={self.iterations}, "
             f"block_efficiency={self.block_efficiency:.3f})"
         )
@@ -301,6 +319,13 @@ def _validate_common(target, prompt, max_new_tokens, temperature, top_k, top_p, 
     return V, prompt_, max_new, sampling, eos
 
 
+def _resolve(verifier, K: int, options, V: int, sampling: Sampling) -> Scheme:
+    """:func:`resolve_scheme` under ``sampling``; greedy laws are one-hot, so every step's union support has at
+    most 2 tokens, as under ``top_k=1``."""
+    return resolve_scheme(verifier, k=K, options=options, vocab_size=V,
+                          top_k=1 if sampling.greedy else sampling.top_k, top_p=sampling.top_p)
+
+
 def _finish(out: list[int], max_new: int, eos: frozenset) -> np.ndarray:
     out = out[:max_new]
     for i, t in enumerate(out):
@@ -339,7 +364,8 @@ def autoregressive_decode(
         Non-empty token ids.
     max_new_tokens : int, keyword-only
     temperature, top_k, top_p, top_p_rule : keyword-only
-        See :class:`Sampling` (``top_p_rule="transformers"`` matches ``generate``).
+        See :class:`Sampling` (``top_p_rule="transformers"`` matches ``generate``;
+        ``temperature=0`` is greedy decoding, the argmax at every step).
     rng : torch.Generator, int or None, keyword-only
         Seed source (a numpy generator is derived from it).
     eos_token_id : int, sequence of int or None, keyword-only
@@ -352,7 +378,7 @@ def autoregressive_decode(
     Raises
     ------
     ValueError, TypeError
-        Bad prompt, ``max_new_tokens < 1``, ``temperature <= 0``, ... (before any model call).
+        Bad prompt, ``max_new_tokens < 1``, ``temperature < 0``, ... (before any model call).
 
     Examples
     --------
@@ -466,6 +492,11 @@ def speculative_decode(
     temperature, top_k, top_p, top_p_rule : keyword-only
         Applied identically to draft and target (:class:`Sampling`;
         ``top_p_rule="transformers"`` keeps the nucleus ``generate`` keeps).
+        ``temperature=0`` is greedy decoding: both laws are one-hot at
+        their argmax (smallest id on ties), every lossless verifier then
+        emits the target's greedy continuation token for token, and each
+        rule reduces to "accept while the draft's argmax is the target's"
+        (docs/guide/decoding.rst, "Greedy decoding").
     rng : torch.Generator, int or None, keyword-only
         Seed source; the numpy ``rng`` of the verifiers and samplers is derived from it.
     verifier_options : dict, keyword-only
@@ -483,7 +514,7 @@ def speculative_decode(
     ------
     ValueError
         Different vocabularies, an empty prompt, ``K`` or ``L`` < 1,
-        ``temperature <= 0``, an unknown verifier or one that does not fit
+        ``temperature < 0``, an unknown verifier or one that does not fit
         ``K`` or the sampling -- all before any model call.
     TypeError
         Models that are not :class:`LanguageModel`, non-integer ids.
@@ -517,8 +548,7 @@ def speculative_decode(
         )
     K = validate_positive_int(k, "k")
     L = validate_positive_int(L, "L")
-    scheme = resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V, top_k=sampling.top_k,
-                            top_p=sampling.top_p)
+    scheme = _resolve(verifier, K, verifier_options, V, sampling)
     gen = make_rng(rng)
     return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
 
@@ -697,7 +727,7 @@ class _Decoder:
         return DecodeResult(
             tokens=_finish(out, self.max_new, self.eos),
             prompt_length=len(self.prompt),
-            verifier=self.scheme.name,
+            verifier_name=self.scheme.name,
             lossless=bool(self.lossless),
             k=self.K,
             L=L,

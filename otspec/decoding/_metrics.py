@@ -12,10 +12,16 @@ from .._validation import validate_positive_int, validate_probability, validate_
 from .._verifier import LosslessCheck
 from ..speculative import expected_tokens
 from ._deps import require
-from ._loop import BaselineResult, DecodeResult, _validate_common, speculative_decode
+from ._loop import (
+    BaselineResult,
+    DecodeResult,
+    _deprecated_verifier_name,
+    _resolve,
+    _validate_common,
+    speculative_decode,
+)
 from ._models import next_token_logits, validate_language_model, validate_prompt
 from ._sampling import Sampling
-from ._verifiers import resolve_scheme
 
 torch = require("torch", "otspec.decoding")
 
@@ -31,7 +37,8 @@ class DecodingSummary:
 
     Attributes
     ----------
-    verifier : str
+    verifier_name : str
+        The verifier's name (``.verifier`` is a deprecated alias).
     k, L : int
         ``K`` and ``L``.
     temperature : float
@@ -73,7 +80,7 @@ class DecodingSummary:
         ``tokens_per_second / baseline_tokens_per_second``.
     """
 
-    verifier: str
+    verifier_name: str
     k: int
     L: int
     temperature: float
@@ -98,6 +105,8 @@ class DecodingSummary:
     tokens_per_second: float
     baseline_tokens_per_second: float | None
     speedup: float | None
+
+    verifier = property(_deprecated_verifier_name, doc="Deprecated alias of ``verifier_name``.")
 
     @property
     def agrees(self) -> bool:
@@ -169,9 +178,9 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
         if not isinstance(r, DecodeResult):
             raise TypeError(f"`results` must hold DecodeResult objects, got {type(r).__name__}")
     r0 = results[0]
-    key = (r0.verifier, r0.k, r0.L, r0.sampling)
+    key = (r0.verifier_name, r0.k, r0.L, r0.sampling)
     for r in results[1:]:
-        if (r.verifier, r.k, r.L, r.sampling) != key:
+        if (r.verifier_name, r.k, r.L, r.sampling) != key:
             raise ValueError("`results` must share verifier, k, L and sampling")
     cat = lambda name: np.concatenate([getattr(r, name) for r in results])  # noqa: E731
     e, c = cat("emitted").astype(np.float64), cat("target_calls").astype(np.float64)
@@ -195,7 +204,7 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
         bn = int(sum(b.tokens.shape[0] for b in baseline))
         btps = bn / bt if bt > 0 else float("inf")
     return DecodingSummary(
-        verifier=r0.verifier,
+        verifier_name=r0.verifier_name,
         k=r0.k,
         L=L,
         temperature=r0.sampling.temperature,
@@ -239,7 +248,8 @@ def exact_prefix_law(
 
         P(y_{1:m}) = \prod_{t=1}^{m} q(y_t \mid \text{prompt}, y_{1:t-1}),
 
-    enumerated over the support, one batched target call per depth.
+    enumerated over the support, one batched target call per depth. At
+    ``temperature=0`` it is the greedy continuation, with probability 1.
 
     Parameters
     ----------
@@ -313,7 +323,8 @@ class DecodingCheck(LosslessCheck):
 
     Attributes
     ----------
-    verifier : str
+    verifier_name : str
+        The verifier's name (``.verifier`` is a deprecated alias).
     num_tokens : int
         Length of the tested continuation.
     statistic, pvalue : float
@@ -330,7 +341,7 @@ class DecodingCheck(LosslessCheck):
         support, has none).
     """
 
-    verifier: str
+    verifier_name: str
     num_tokens: int
     statistic: float
     pvalue: float
@@ -340,10 +351,54 @@ class DecodingCheck(LosslessCheck):
     tv_empirical: float
     cells: tuple
 
+    verifier = property(_deprecated_verifier_name, doc="Deprecated alias of ``verifier_name``.")
+
     @property
     def n_runs(self) -> int:
         """Alias of ``n_cases`` (independent decoding runs)."""
         return self.n_cases
+
+
+def min_runs(law) -> int:
+    r"""Fewest decoding runs for which :func:`otspec.testing.chi2_gof` can test ``law``.
+
+    .. math::
+
+        N_{\min} = \min\{N : N \max_c \pi_c \ge 5\}
+
+    (:func:`otspec.testing.chi2_gof` pools the cells of expected count below
+    5 into one and needs two cells after pooling: the likeliest cell on its
+    own and the rest); ``1`` for a law with a single cell (greedy decoding: every
+    run must then give that one continuation).
+
+    Parameters
+    ----------
+    law : (C,) ndarray of float64
+        The exact law of the tested continuations (positive entries).
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.decoding._metrics import min_runs
+    >>> min_runs(np.full(100, 0.01)), min_runs(np.array([1.0]))
+    (500, 1)
+    """
+    from ..testing._chi2 import MIN_EXPECTED
+
+    law = np.asarray(law, dtype=np.float64)
+    if np.count_nonzero(law > 0) < 2:
+        return 1
+    top = float(law.max())
+    n = max(1, math.ceil(MIN_EXPECTED / top))
+    while n * top < MIN_EXPECTED:  # float rounding of the quotient
+        n += 1
+    while n > 1 and (n - 1) * top >= MIN_EXPECTED:
+        n -= 1
+    return n
 
 
 def _torch_generator(rng):
@@ -386,7 +441,10 @@ def check_lossless(
 
     with :math:`\pi` from :func:`exact_prefix_law` (an independent route:
     plain target scoring, no verifier involved). A lossless verifier fails
-    with probability ``alpha_fail``.
+    with probability ``alpha_fail``. The sample size is checked against
+    :math:`\pi` before any decoding run (:func:`min_runs`). At
+    ``temperature=0`` :math:`\pi` is one greedy continuation, one run
+    suffices, and the check is exact: it passes only if every run emits it.
 
     Parameters
     ----------
@@ -416,7 +474,9 @@ def check_lossless(
         (bad prompt, ``k``, ``L``, sampling, verifier, vocabulary sizes, a law
         with more than its ``max_cells`` prefixes), ``n_runs < 1``,
         ``alpha_fail`` outside (0, 1), a negative ``rng`` seed -- all before
-        any model call.
+        any model call; ``n_runs`` below :func:`min_runs` of the exact law
+        (too few for the test) -- after the ``num_tokens`` batched target
+        calls that enumerate that law, before any decoding run (no draft call).
     TypeError
         Models that are not :class:`LanguageModel`, a bad ``rng``.
 
@@ -448,9 +508,17 @@ def check_lossless(
         )
     K = validate_positive_int(k, "k")
     validate_positive_int(L, "L")
-    resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V, top_k=sampling.top_k, top_p=sampling.top_p)
+    _resolve(verifier, K, verifier_options, V, sampling)
     rng = _torch_generator(rng)
     cells, law = exact_prefix_law(target, prompt, m, temperature=temperature, top_k=top_k, top_p=top_p)
+    need = min_runs(law)
+    if n_runs < need:  # before any decoding: the exact law alone decides whether the test can run
+        raise ValueError(
+            f"`n_runs`={n_runs} is too few for a chi-square test of the first {m} token(s): their exact law has "
+            f"{len(cells)} continuations, the most likely of probability {float(law.max()):.4g}, so at least "
+            f"n_runs={need} are needed (an expected count >= 5 for it); raise `n_runs`, or lower "
+            "`num_tokens` / pass `top_k` to concentrate the law"
+        )
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells) + 1, dtype=np.int64)  # last cell: outside the support
     name = None
@@ -460,7 +528,7 @@ def check_lossless(
             max_new_tokens=m, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
             verifier_options=verifier_options,
         )
-        name = res.verifier
+        name = res.verifier_name
         counts[index.get(tuple(res.tokens[:m].tolist()), len(cells))] += 1
     full_law = np.append(law / law.sum(), 0.0)
     g = chi2_gof(counts, full_law, alpha_fail=alpha_fail)
@@ -469,6 +537,6 @@ def check_lossless(
     return DecodingCheck(
         passed=g.passed, max_error=float(np.max(np.abs(freq - full_law))), law=freq, target_law=full_law,
         method="sampling", n_cases=n_runs,
-        verifier=str(name), num_tokens=m, statistic=g.statistic, pvalue=g.pvalue,
+        verifier_name=str(name), num_tokens=m, statistic=g.statistic, pvalue=g.pvalue,
         dof=g.dof, alpha_fail=alpha_fail, n_cells=g.n_cells, tv_empirical=tv, cells=tuple(cells),
     )

@@ -12,6 +12,7 @@ sharing the tokenizer.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
 import os
@@ -55,7 +56,20 @@ def smollm2_gguf_dir() -> Path:
     return d
 
 
-def load_smollm2(*, device=None, cache_dir=None, refresh: bool = False):
+@contextlib.contextmanager
+def _progress_bars(transformers, show: bool):
+    """transformers' (and the hub's) progress bars on or off for the block; the previous setting is restored."""
+    log = transformers.utils.logging
+    was = log.is_progress_bar_enabled()
+    (log.enable_progress_bar if show else log.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        if was != show:
+            (log.enable_progress_bar if was else log.disable_progress_bar)()
+
+
+def load_smollm2(*, device=None, cache_dir=None, refresh: bool = False, progress: bool = False):
     """Load SmolLM2-135M-Instruct (tokenizer, float32 model) offline, caching a safetensors copy.
 
     Parameters
@@ -66,6 +80,9 @@ def load_smollm2(*, device=None, cache_dir=None, refresh: bool = False):
         Cache location (default ``~/.cache/otspec/smollm2-135m-instruct``).
     refresh : bool
         Rebuild the cache from the GGUF file.
+    progress : bool, keyword-only
+        Show transformers' weight-loading progress bars (off by default:
+        loading prints nothing).
 
     Returns
     -------
@@ -92,14 +109,16 @@ def load_smollm2(*, device=None, cache_dir=None, refresh: bool = False):
     transformers = require("transformers", "load_smollm2")
     cache = Path(cache_dir) if cache_dir is not None else _cache_root() / "smollm2-135m-instruct"
     marker = cache / "model.safetensors"
-    if refresh or not marker.is_file():
-        require("gguf", "load_smollm2 (first load, dequantising the GGUF file)")
-        src = smollm2_gguf_dir()
-        tok = transformers.AutoTokenizer.from_pretrained(str(src), gguf_file=GGUF_FILE)
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(src), gguf_file=GGUF_FILE, dtype=torch.float32)
-        _write_cache(cache, tok, model, transformers)
-    tok = transformers.AutoTokenizer.from_pretrained(str(cache))
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(cache), dtype=torch.float32)
+    with _progress_bars(transformers, bool(progress)):
+        if refresh or not marker.is_file():
+            require("gguf", "load_smollm2 (first load, dequantising the GGUF file)")
+            src = smollm2_gguf_dir()
+            tok = transformers.AutoTokenizer.from_pretrained(str(src), gguf_file=GGUF_FILE)
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(src), gguf_file=GGUF_FILE,
+                                                                      dtype=torch.float32)
+            _write_cache(cache, tok, model, transformers)
+        tok = transformers.AutoTokenizer.from_pretrained(str(cache))
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(cache), dtype=torch.float32)
     model.eval()
     if device is not None:
         model.to(device)
@@ -184,7 +203,8 @@ def layer_skip_draft(model, keep: Sequence[int] = DEFAULT_KEEP):
     return draft.eval()
 
 
-def smollm2_pair(*, keep: Sequence[int] = DEFAULT_KEEP, device=None, threads: int | None = None):
+def smollm2_pair(*, keep: Sequence[int] = DEFAULT_KEEP, device=None, threads: int | None = None,
+                 progress: bool = False):
     """The documented real pair: target SmolLM2-135M-Instruct, draft = it with layers skipped.
 
     Parameters
@@ -194,6 +214,8 @@ def smollm2_pair(*, keep: Sequence[int] = DEFAULT_KEEP, device=None, threads: in
     device : str or torch.device, optional
     threads : int, optional
         ``torch.set_num_threads`` for CPU runs.
+    progress : bool, keyword-only
+        Show the weight-loading progress bars (off by default: nothing is printed).
 
     Returns
     -------
@@ -223,6 +245,6 @@ def smollm2_pair(*, keep: Sequence[int] = DEFAULT_KEEP, device=None, threads: in
 
     if threads is not None:
         torch.set_num_threads(int(threads))
-    tok, model = load_smollm2(device=device)
+    tok, model = load_smollm2(device=device, progress=progress)
     draft = layer_skip_draft(model, keep)
     return tok, HFCausalLM(model, name="SmolLM2-135M-Instruct"), HFCausalLM(draft, name=f"SmolLM2-135M[{len(keep)}/30 layers]")
