@@ -87,9 +87,9 @@ def validate_options(*, prompts, max_new_tokens, L, k, temperature, verifiers, d
     if threads is not None:
         _int_option(threads, "threads", 1)
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
-        math.isfinite(temperature) and temperature > 0
+        math.isfinite(temperature) and temperature >= 0
     ):
-        raise ValueError(f"`temperature` must be a positive finite number, got {temperature!r}")
+        raise ValueError(f"`temperature` must be a finite number >= 0 (0 is greedy decoding), got {temperature!r}")
     names = list(VERIFIER_NAMES) if verifiers == "all" else list(verifiers)
     if not names:
         raise ValueError(f"`verifiers` must name at least one of {', '.join(VERIFIER_NAMES)} (or 'all')")
@@ -260,7 +260,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--draft-length", "-L", type=int, default=4)
     ap.add_argument("--num-drafts", "-K", type=int, default=2, help="K for the multi-draft verifiers")
-    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--temperature", type=float, default=1.0, help="0 is greedy decoding")
     ap.add_argument("--verifiers", default=",".join(DEFAULT_VERIFIERS),
                     help="comma-separated names, or 'all' (adds multiround, optimal, mentored)")
     ap.add_argument("--device", default="cpu", help="torch device, e.g. cuda")

@@ -249,7 +249,7 @@ def test_decoding_check_lossless_numpy_seed_and_validation_before_model_calls():
 
 # ----------------------------------------------------------------------------- command line and results
 @pytest.mark.parametrize("args", [["--verifiers", "no-such-verifier"], ["--num-drafts", "0"], ["--prompts", "0"],
-                                  ["--temperature", "0"], ["--verifiers", ","]])
+                                  ["--temperature", "-1"], ["--verifiers", ","]])
 def test_decode_real_pair_refuses_bad_options_before_loading(tmp_path, args):
     sentinel = tmp_path / "decoding.json"
     sentinel.write_text("{}\n")
