@@ -454,9 +454,23 @@ def test_processed_law_agrees_with_otspec_decoding_sampling(s):
     np.testing.assert_allclose(ref.numpy(), s.law, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("logits", [[0.0, 1.0, 1.0, -np.inf], [2.0, -1.0, 2.0], [-np.inf, 0.5, 0.25]])
+@pytest.mark.parametrize("top_k,top_p", [(None, None), (1, None), (None, 0.3)])
+def test_processed_law_greedy_is_the_argmax_as_otspec_decoding_sampling(logits, top_k, top_p):
+    torch = pytest.importorskip("torch")
+    from otspec.decoding import Sampling
+
+    law = processed_law(logits, temperature=0, top_k=top_k, top_p=top_p)
+    expect = np.zeros(len(logits))
+    expect[int(torch.argmax(torch.tensor(logits)))] = 1.0  # torch.argmax: the first maximum
+    np.testing.assert_array_equal(law, expect)
+    ref = Sampling(temperature=0, top_k=top_k, top_p=top_p).probs(torch.tensor(logits, dtype=torch.float64))
+    np.testing.assert_array_equal(ref.numpy(), law)
+
+
 def test_processed_law_errors():
-    with pytest.raises(ValueError, match="`temperature` must be a finite number > 0"):
-        processed_law([0.0, 1.0], temperature=0)
+    with pytest.raises(ValueError, match="`temperature` must be a finite number >= 0"):
+        processed_law([0.0, 1.0], temperature=-0.5)
     with pytest.raises(ValueError, match="`top_k` must be a positive integer"):
         processed_law([0.0, 1.0], top_k=0)
     with pytest.raises(ValueError, match=r"`top_p` must lie in \(0, 1\]"):

@@ -33,7 +33,10 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     logits : (V,) array_like of float
         Finite logits or ``-inf`` (masked tokens); at least one finite.
     temperature : float, keyword-only
-        :math:`T > 0`.
+        :math:`T \ge 0`; ``0`` is greedy decoding: the law is the point mass on
+        the largest logit (ties to the smallest token id, as ``torch.argmax``
+        and transformers' ``generate(do_sample=False)``), and top-k, top-p
+        change nothing.
     top_k : int or None, keyword-only
     top_p : float or None, keyword-only
         In (0, 1].
@@ -56,6 +59,8 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     [0.625, 0.375, 0.0]
     >>> processed_law(np.log([0.5, 0.3, 0.2]), top_p=0.6).round(6).tolist()
     [0.625, 0.375, 0.0]
+    >>> processed_law(np.log([0.4, 0.4, 0.2]), temperature=0).tolist()
+    [1.0, 0.0, 0.0]
     """
     if isinstance(logits, (str, bytes)) or logits is None:
         raise TypeError(f"`logits` must be a 1-D array_like of floats, got {type(logits).__name__}")
@@ -65,13 +70,18 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     if np.any(np.isnan(x)) or np.any(x == np.inf) or not np.any(np.isfinite(x)):
         raise ValueError("`logits` must be finite or -inf, with at least one finite entry")
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
-        np.isfinite(temperature) and temperature > 0
+        np.isfinite(temperature) and temperature >= 0
     ):
-        raise ValueError(f"`temperature` must be a finite number > 0, got {temperature!r}")
+        raise ValueError(f"`temperature` must be a finite number >= 0 (0 is greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):
         raise ValueError(f"`top_k` must be a positive integer or None, got {top_k!r}")
     if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, numbers.Real) or not 0 < top_p <= 1):
         raise ValueError(f"`top_p` must lie in (0, 1] or be None, got {top_p!r}")
+    if temperature == 0:
+        law = np.zeros(x.size)
+        law[int(np.argmax(x))] = 1.0  # the first maximum: ties to the smallest id
+        law.setflags(write=False)
+        return law
     z = x / float(temperature)
     if top_k is not None and top_k < z.size:
         kth = np.sort(z)[::-1][int(top_k) - 1]
