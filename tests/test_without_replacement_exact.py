@@ -205,3 +205,40 @@ def test_uncovered_prefixes_errors():
         uncovered_prefixes(np.array([0.5, 0.5]), 1, step=2.0)
     with pytest.raises(ValueError, match="`p_sorted` must be"):
         uncovered_prefixes(np.array([0.5, -0.5]), 1)
+
+
+# ----------------------------------------------------------------------------- the verifier's plan over sets
+def test_set_weights_equal_the_sum_over_orderings():
+    import itertools
+
+    rng = np.random.default_rng(2)
+    for n, k in [(6, 3), (7, 5), (5, 1), (5, 5)]:
+        p = rng.dirichlet(np.ones(n))
+        sets = np.array(list(itertools.combinations(range(n), k)))
+        got = wr.set_weights_without_replacement(p, sets)
+        ref = [math.fsum(wr._wor_draft_prob(p, o) for o in itertools.permutations(s)) for s in sets]
+        np.testing.assert_allclose(got, ref, rtol=1e-14, atol=0)
+        assert abs(got.sum() - 1) <= 1e-14
+
+
+def test_verifier_at_k_near_n_is_fast_and_lossless():
+    """n = 12, k = 11 took about 80 minutes by orderings; now well under a few seconds, still lossless."""
+    rng = np.random.default_rng(4)
+    p, q = rng.dirichlet(np.ones(12)), rng.dirichlet(np.ones(12))
+    t0 = time.perf_counter()
+    v = otspec.without_replacement_verifier(p, q, 11)
+    assert time.perf_counter() - t0 < 5.0
+    assert abs(v.acceptance() - v.alpha) <= 1e-9
+    assert v.acceptance() <= 1.0
+
+
+@pytest.mark.parametrize("build", [otspec.without_replacement_verifier,
+                                   lambda p, q, k: otspec.multidraft.VERIFIERS["without-replacement"].build(p, q, k)])
+def test_verifier_guard_refuses_fast(build):
+    p = np.full(20, 0.05)
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=r"C\(20, 16\) \* 2\^16 \* 16 = 5\.08e\+09 steps, above the limit 2e\+08 \(`k`=16"):
+        build(p, p, 16)
+    with pytest.raises(ValueError, match=r"C\(40, 20\) = 137846528820 draft sets, above the limit 200000 \(`k`=20"):
+        build(np.full(40, 0.025), np.full(40, 0.025), 20)
+    assert time.perf_counter() - t0 < 0.1

@@ -255,7 +255,8 @@ class OptimalVerifier(SelectThenSpeculate):
         ``base`` is exact to within ``tol``.
         """
         p, q, k, z = self.p, self.q, self.k, self._z
-        base = float(np.minimum(z, q).sum())
+        # sum(min(z, q)) as 1 - (mass the residual must supply): a probability never above 1 in float64
+        base = 1.0 - float(np.maximum(q - z, 0.0).sum())
         # Rounding noise where z = q in exact arithmetic is left out: a rejectable
         # token Z adds at most (1 - a(Z)) z(Z) = (z - q)_+(Z), a residual cell y at
         # most P(reject) r(y) = (q - z)_+(y); the smallest of each, up to a total

@@ -155,7 +155,8 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         with :math:`L_y` the length of :math:`E_y` below the interval.
         """
         p, q, z, k = self.p, self.q, self._z, self.k
-        base = float(np.minimum(z, q).sum())
+        # sum(min(z, q)) as 1 - (mass the residual must supply): a probability never above 1 in float64
+        base = 1.0 - float(np.maximum(q - z, 0.0).sum())
         noise = max(tol, 1e-12)
         rej = above_noise(np.where(p > 0, z - q, 0.0), noise)
         resid = above_noise(np.where(p > 0, q - z, 0.0), noise)

@@ -629,20 +629,79 @@ def wor_lp(p, q, k: int):
     return _membership_plan(tuples, w, q_)[0]
 
 
-def wor_plan(p: np.ndarray, q: np.ndarray, k: int, *, max_sets: int = 200_000):
+#: Largest number of drafted sets the plan over sets is built on.
+MAX_PLAN_SETS = 200_000
+#: Largest (drafted sets) x 2^k x k the set weights' subset recursion runs (about a second of numpy).
+MAX_PLAN_WORK = 2e8
+#: Sets per block of the subset recursion (bounds its memory to (block, 2^k) floats).
+_SET_BLOCK = 4096
+
+
+def plan_size_check(n_support: int, k: int, *, max_sets: int = MAX_PLAN_SETS) -> int:
+    """Refuse (ValueError naming ``k``) a plan over drafted sets above the limits; return the number of sets."""
+    n_sets = math.comb(n_support, k)
+    if n_sets > max_sets:
+        raise ValueError(
+            f"the without-replacement plan enumerates C({n_support}, {k}) = {n_sets} draft sets, "
+            f"above the limit {max_sets} (`k`={k} distinct drafts from {n_support} tokens with p > 0)"
+        )
+    work = n_sets * (2**k) * k
+    if work > MAX_PLAN_WORK:
+        raise ValueError(
+            f"the without-replacement plan's set weights take C({n_support}, {k}) * 2^{k} * {k} = {work:.2e} steps, "
+            f"above the limit {MAX_PLAN_WORK:.0e} (`k`={k} distinct drafts; lower `k`)"
+        )
+    return n_sets
+
+
+def set_weights_without_replacement(p: np.ndarray, sets: np.ndarray) -> np.ndarray:
+    r""":math:`P(S = A)` for each row ``A`` of ``sets`` (``(m, k)`` token ids), by a recursion over subsets.
+
+    .. math::
+
+        P(\text{first } |B| \text{ draws} = B) = \sum_{x \in B}
+            P(\text{first } |B| - 1 \text{ draws} = B - x)\,
+            \frac{p(x)}{c_A + p(A \setminus (B - x))},
+
+    over the subsets ``B`` of ``A`` (``c_A`` the mass outside ``A``, so every
+    denominator is a sum of non-negative masses: no cancellation). Costs
+    :math:`2^k k` per set instead of the :math:`k!\,k` of summing over orderings.
+    """
+    m, k = sets.shape
+    out = np.empty(m)
+    full = (1 << k) - 1
+    bits = [np.flatnonzero([(b >> i) & 1 for i in range(k)]) for b in range(full + 1)]
+    for s0 in range(0, m, _SET_BLOCK):
+        A = sets[s0 : s0 + _SET_BLOCK]
+        pa = p[A]  # (b, k)
+        mask = np.ones((A.shape[0], p.shape[0]), dtype=bool)
+        mask[np.arange(A.shape[0])[:, None], A] = False
+        c = np.where(mask, p[None, :], 0.0).sum(axis=1)
+        # rest[b] = c_A + p(A \ B), from the masses of the members not in B
+        P = np.zeros((A.shape[0], full + 1))
+        P[:, 0] = 1.0
+        for b in range(1, full + 1):
+            left = c + pa[:, np.setdiff1d(np.arange(k), bits[b], assume_unique=True)].sum(axis=1)
+            acc = np.zeros(A.shape[0])
+            for i in bits[b]:
+                prev = b & ~(1 << int(i))
+                acc += P[:, prev] * pa[:, i] / (left + pa[:, i])
+            P[:, b] = acc
+        out[s0 : s0 + _SET_BLOCK] = P[:, full]
+    return out
+
+
+def wor_plan(p: np.ndarray, q: np.ndarray, k: int, *, max_sets: int = MAX_PLAN_SETS):
     r"""Optimal plan over the drafted *sets* (the LP of :func:`wor_lp` reduced by symmetry).
 
     Returns ``(sets, set_weights, rows, alpha)``; ``rows[i]`` is the joint mass
-    of set ``sets[i]`` with each output token.
+    of set ``sets[i]`` with each output token. The set weights come from
+    :func:`set_weights_without_replacement`; the sizes are checked first
+    (:func:`plan_size_check`), before anything is enumerated.
     """
-    support = np.flatnonzero(p > 0).tolist()
-    n_sets = math.comb(len(support), k)
-    if n_sets > max_sets:
-        raise ValueError(
-            f"the without-replacement plan enumerates C({len(support)}, {k}) = {n_sets} draft sets, "
-            f"above the limit {max_sets}"
-        )
-    sets = list(itertools.combinations(support, k))
-    w = np.array([math.fsum(_wor_draft_prob(p, perm) for perm in itertools.permutations(s)) for s in sets])
+    support = np.flatnonzero(p > 0)
+    plan_size_check(support.shape[0], k, max_sets=max_sets)
+    sets = list(itertools.combinations(support.tolist(), k))
+    w = set_weights_without_replacement(p, np.array(sets, dtype=np.int64).reshape(len(sets), k))
     alpha, rows, _ = _membership_plan(sets, w, q)
     return sets, w, rows, alpha
