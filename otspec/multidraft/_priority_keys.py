@@ -102,12 +102,16 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         ``(token, top, length)``: the intervals ``[top - length, top]`` of
         each token's key set, grouped by token (``P <= 2 n + 1``).
     alpha, gap, status, method, tol
-        As for :class:`otspec.OptimalVerifier`; ``method`` is ``"keys"``.
+        As for :class:`otspec.OptimalVerifier`; ``method`` is ``"keys"``. The
+        default ``tol`` is ``max(1e-12, 4 n eps)`` at every ``k``; a larger
+        gap that the float64 rounding bound of the interval ends explains
+        (it grows with ``k``) has the status ``"rounding"``, any other
+        ``"suboptimal"``.
     n_pieces : int
         Number of intervals ``P``.
     """
 
-    def __init__(self, p, q, k, token, top, length, *, alpha, tol):
+    def __init__(self, p, q, k, token, top, length, *, alpha, tol, bound=None):
         self.k = k
         self.p = p
         self.q = q
@@ -123,7 +127,11 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         # mu([top - length, top]); an interval reaching below 0 by rounding is cut at 0
         z = np.bincount(token, weights=sm.increments(np.minimum(length, top), top, k), minlength=n)
         self._init_speculative(z)
-        self._init_report(alpha, self._exact_acceptance(float(alpha), float(tol)), tol, "suboptimal", "keys", 0)
+        # `bound`: the float64 rounding bound of the layout (grows with k); `tol`: the status tolerance
+        bound = float(tol) if bound is None else float(bound)
+        acceptance = self._exact_acceptance(float(alpha), max(float(tol), bound))
+        within = float(alpha) - acceptance <= bound
+        self._init_report(alpha, acceptance, tol, "rounding" if within else "suboptimal", "keys", 0)
         for arr in (self._ptr, self._token, self._top, self._length, self._cum):
             arr.setflags(write=False)
 
@@ -268,10 +276,14 @@ def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol):
     token = np.concatenate(toks) if toks else np.zeros(0, dtype=np.int64)
     top = np.concatenate(tops) if tops else np.zeros(0)
     length = np.concatenate(lens) if lens else np.zeros(0)
+    # the closed form alpha_k is exact to about 4 (n + k) eps; each interval end
+    # is a sum/solution at scale <= 1 (absolute error <= 4 eps), which moves its
+    # mu by at most 4 eps times the density k s**(k-1) <= k top**(k-1), twice
+    n = p_.shape[0]
+    bound = max(1e-12, 4 * (n + k) * _EPS + 8 * k * _EPS * float(np.sum(top ** max(k - 1, 0))))
     if tol is None:
-        # the closed form alpha_k is exact to about 4 (n + k) eps; each interval end
-        # is a sum/solution at scale <= 1 (absolute error <= 4 eps), which moves its
-        # mu by at most 4 eps times the density k s**(k-1) <= k top**(k-1), twice
-        n = p_.shape[0]
-        tol = max(1e-12, 4 * (n + k) * _EPS + 8 * k * _EPS * float(np.sum(top ** max(k - 1, 0))))
+        # the status tolerance does not grow with k: a larger gap is reported ("rounding" when
+        # the bound above explains it), not called optimal
+        tol = max(1e-12, 4 * n * _EPS)
+        return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol, bound=bound)
     return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol)
