@@ -152,6 +152,8 @@ def without_replacement_verifier(p, q, k: int, *, normalize: bool = False) -> Wi
         them), or set weights above ``MAX_PLAN_WORK`` (``C(m, k) 2^k k`` steps
         for ``m`` tokens with ``p > 0``): both checked before any enumeration,
         in microseconds.
+    otspec.SolverError
+        The LP fails its re-check.
 
     Notes
     -----
@@ -161,8 +163,6 @@ def without_replacement_verifier(p, q, k: int, *, normalize: bool = False) -> Wi
     :func:`otspec.otm._without_replacement.set_weights_without_replacement`),
     so ``n = 12, k = 11`` takes a fraction of a second (about 80 minutes by
     orderings). The plan itself is one membership LP over the sets (HiGHS).
-    otspec.SolverError
-        The LP fails its re-check.
 
     References
     ----------
