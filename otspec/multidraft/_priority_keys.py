@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._verifier import sample_from
 from . import _keys_kernel as kk
 from . import _submodular as sm
 from ._selection import SelectThenSpeculate, above_noise
@@ -132,7 +133,11 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         acceptance = self._exact_acceptance(float(alpha), max(float(tol), bound))
         within = float(alpha) - acceptance <= bound
         self._init_report(alpha, acceptance, tol, "rounding" if within else "suboptimal", "keys", 0)
-        for arr in (self._ptr, self._token, self._top, self._length, self._cum):
+        # tokens with an interval too short to show in float64 at its position (a mass like 1e-300
+        # near s = 0.5): the interval is a point, which may sit inside another token's interval
+        self._flat = np.zeros(n, dtype=bool)
+        self._flat[token[(top - length >= top) & (length > 0)]] = True
+        for arr in (self._ptr, self._token, self._top, self._length, self._cum, self._flat):
             arr.setflags(write=False)
 
     # -- reported structure ---------------------------------------------
@@ -212,7 +217,12 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         :math:`(F_x(h)^{m_x} - F_x(l)^{m_x}) \prod_{t \ne x} F_t(l)^{m_t}`
         (no other present token has key mass inside it). Tokens with
         ``p = 0`` have no key set: they are selected only when every draft
-        is such a token (then the smallest id).
+        is such a token (then the smallest id). When a drafted token's
+        interval is too short to show in float64 at its position (a point,
+        possibly inside another token's interval: masses near ``1e-300``), the
+        law is renormalised and :meth:`sample` draws from it (not from keys),
+        so the two agree by construction; such tuples have probability below
+        ``1e-16``.
         """
         x = self._drafts(drafts)
         toks, mult = np.unique(np.asarray(x, dtype=np.int64), return_counts=True)
@@ -237,10 +247,17 @@ class PriorityKeyVerifier(SelectThenSpeculate):
             f_hi = min((below[o] + ln[i]) / total[o], 1.0)
             law[toks[o]] += (f_hi ** mult[o] - f_lo[o] ** mult[o]) * others
             below[o] += ln[i]
+        if self._flat[toks].any():
+            law /= law.sum()
         return law
 
     def _pick(self, x, gen) -> int:
-        """The draft with the largest key (one key per draft, uniform on its token's intervals)."""
+        """The draft with the largest key (one key per draft, uniform on its token's intervals).
+
+        A drafted token whose key set is a float64 point: a draw from :meth:`selection_law` instead.
+        """
+        if any(self._flat[t] for t in x):
+            return sample_from(self.selection_law(x), gen)
         best, y = -np.inf, -1
         for t in x:
             a, b = int(self._ptr[t]), int(self._ptr[t + 1])
