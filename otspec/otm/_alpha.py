@@ -52,7 +52,7 @@ def _prefix_sums(p: np.ndarray, q: np.ndarray, order: np.ndarray):
 def _cut_values(P: np.ndarray, Q: np.ndarray, S: np.ndarray, split: int, log_s: np.ndarray, k: int) -> np.ndarray:
     """``1 + Q_j - P_j**k`` for every prefix j, accurate where P is near 1."""
     vals = np.empty(P.shape[0])
-    # P <= 1/2 there, so P**k underflows to 0 once k > 1100 (any k is a valid question: issue 15)
+    # P <= 1/2 there, so P**k underflows to 0 once k > 1100 (any k is a valid question)
     low = (int_power(P[:split], k) if k <= _UNDERFLOW_K else np.zeros(split)) if split else np.empty(0)
     np.subtract(Q[:split], low, out=low)
     vals[:split] = low

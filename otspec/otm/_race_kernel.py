@@ -29,6 +29,8 @@ import math
 
 import numpy as np
 
+from .._jit import compile_in
+
 #: A node whose P(N < max k) is below this is dropped (its terms are below DEAD * weight).
 DEAD = 1e-30
 #: ``1 - exp(-x)`` rounds to 1 in float64 beyond this.
@@ -142,17 +144,9 @@ def race_pass_np(p, c, t, ks, rows, j_stop, coarse, cut, out_all, out_coarse, ch
     return work
 
 
-try:  # pragma: no cover - exercised when the ``fast`` extra is installed
-    import numba as _numba
-except ImportError:  # pragma: no cover
-    _numba = None
-
-#: Whether the pass is compiled by numba (the ``fast`` extra).
-JIT = _numba is not None
 #: The plain-Python pass (scalar loops; slow, the compiled one's source).
 race_pass_py = race_pass
-if JIT:  # pragma: no cover
-    _move = _numba.njit(cache=True)(_move)
-    race_pass = _numba.njit(cache=True)(race_pass)
-else:  # pragma: no cover
+#: Whether the pass is compiled by numba (the ``fast`` extra); otherwise the numpy pass runs.
+JIT = compile_in(globals(), ("_move", "race_pass"))
+if not JIT:  # pragma: no cover
     race_pass = race_pass_np
