@@ -57,11 +57,11 @@ def test_tiny_mass_sampler_is_its_conditional():
     """Tuples holding a token of mass 1e-300 (its key interval a float64 point): sample() follows conditional()."""
     v, t = _flat_case()
     rng = np.random.default_rng(0)
-    for other in range(v.n):
+    for other in (6, 0):  # the token whose interval holds the point, and another
         x = (t, other, other, (other + 1) % v.n)
         law = v.conditional(x)
         assert abs(law.sum() - 1) <= 1e-12 and abs(v.selection_law(x).sum() - 1) <= 1e-12
-        ys = np.array([v.sample(x, rng=rng) for _ in range(4000)])
+        ys = np.array([v.sample(x, rng=rng) for _ in range(2000)])
         assert chi2_gof(np.bincount(ys, minlength=v.n), law, alpha_fail=1e-4).passed
 
 
