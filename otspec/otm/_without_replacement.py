@@ -229,10 +229,10 @@ def _race(p_sorted: np.ndarray, ks: np.ndarray, rows: np.ndarray | None = None, 
         if first:
             v = v_lo + h * np.arange(int(math.ceil((v_hi - v_lo) / h)) + 1)
             coarse = np.arange(v.shape[0]) % 2 == 0
-            work = n * K * v.shape[0]
+            work = j_stop * K * v.shape[0]
             if work > MAX_RACE_WORK:
                 raise ValueError(
-                    f"the race pass would take n * k * M = {n} * {K} * {v.shape[0]} steps, above the limit "
+                    f"the race pass would take n * k * M = {j_stop} * {K} * {v.shape[0]} steps, above the limit "
                     f"{MAX_RACE_WORK:.0e} (`k` is the number of distinct drafts; M the log-time grid)"
                 )
         else:
