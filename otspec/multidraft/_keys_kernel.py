@@ -21,6 +21,8 @@ import math
 
 import numpy as np
 
+from .._jit import compile_in
+
 
 def _inc(w, s, k):
     """``s**k - (s - w)**k`` for ``0 <= w <= s`` with full relative accuracy."""
@@ -151,19 +153,7 @@ def layout_kernel(pD, zD, c, k):
     return tok, hi, ln, npc
 
 
-try:  # pragma: no cover - exercised when the ``fast`` extra is installed
-    import numba as _numba
-except ImportError:  # pragma: no cover
-    _numba = None
-
-#: Whether the kernel is compiled by numba (the ``fast`` extra).
-JIT = _numba is not None
 #: The plain-Python kernel (its scalar helpers are the compiled ones when numba is there).
 layout_kernel_py = layout_kernel
-if JIT:  # pragma: no cover
-    # rebinding the module globals makes the compiled kernel call the compiled helpers
-    _inc = _numba.njit(cache=True)(_inc)
-    _dinc = _numba.njit(cache=True)(_dinc)
-    _solve = _numba.njit(cache=True)(_solve)
-    _emit = _numba.njit(cache=True)(_emit)
-    layout_kernel = _numba.njit(cache=True)(layout_kernel)
+#: Whether the kernel is compiled by numba (the ``fast`` extra); compiled helpers rebind the module globals.
+JIT = compile_in(globals(), ("_inc", "_dinc", "_solve", "_emit", "layout_kernel"))

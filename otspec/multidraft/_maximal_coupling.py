@@ -94,7 +94,8 @@ class MaximalCoupling(RatioTestVerifier):
     """
 
     def acceptance(self) -> float:
-        return float(np.minimum(self.p, self.q).sum())
+        # 1 - TV(p, q) as 1 minus a non-negative sum: never above 1 in float64
+        return 1.0 - float(np.maximum(self.p - self.q, 0.0).sum())
 
 
 def maximal_coupling(p, q, *, normalize: bool = False) -> MaximalCoupling:

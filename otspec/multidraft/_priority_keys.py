@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._verifier import sample_from
 from . import _keys_kernel as kk
 from . import _submodular as sm
 from ._selection import SelectThenSpeculate, above_noise
@@ -102,12 +103,16 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         ``(token, top, length)``: the intervals ``[top - length, top]`` of
         each token's key set, grouped by token (``P <= 2 n + 1``).
     alpha, gap, status, method, tol
-        As for :class:`otspec.OptimalVerifier`; ``method`` is ``"keys"``.
+        As for :class:`otspec.OptimalVerifier`; ``method`` is ``"keys"``. The
+        default ``tol`` is ``max(1e-12, 4 n eps)`` at every ``k``; a larger
+        gap that the float64 rounding bound of the interval ends explains
+        (it grows with ``k``) has the status ``"rounding"``, any other
+        ``"suboptimal"``.
     n_pieces : int
         Number of intervals ``P``.
     """
 
-    def __init__(self, p, q, k, token, top, length, *, alpha, tol):
+    def __init__(self, p, q, k, token, top, length, *, alpha, tol, bound=None):
         self.k = k
         self.p = p
         self.q = q
@@ -123,8 +128,16 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         # mu([top - length, top]); an interval reaching below 0 by rounding is cut at 0
         z = np.bincount(token, weights=sm.increments(np.minimum(length, top), top, k), minlength=n)
         self._init_speculative(z)
-        self._init_report(alpha, self._exact_acceptance(float(alpha), float(tol)), tol, "suboptimal", "keys", 0)
-        for arr in (self._ptr, self._token, self._top, self._length, self._cum):
+        # `bound`: the float64 rounding bound of the layout (grows with k); `tol`: the status tolerance
+        bound = float(tol) if bound is None else float(bound)
+        acceptance = self._exact_acceptance(float(alpha), max(float(tol), bound))
+        within = float(alpha) - acceptance <= bound
+        self._init_report(alpha, acceptance, tol, "rounding" if within else "suboptimal", "keys", 0)
+        # tokens with an interval too short to show in float64 at its position (a mass like 1e-300
+        # near s = 0.5): the interval is a point, which may sit inside another token's interval
+        self._flat = np.zeros(n, dtype=bool)
+        self._flat[token[(top - length >= top) & (length > 0)]] = True
+        for arr in (self._ptr, self._token, self._top, self._length, self._cum, self._flat):
             arr.setflags(write=False)
 
     # -- reported structure ---------------------------------------------
@@ -155,7 +168,8 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         with :math:`L_y` the length of :math:`E_y` below the interval.
         """
         p, q, z, k = self.p, self.q, self._z, self.k
-        base = float(np.minimum(z, q).sum())
+        # sum(min(z, q)) as 1 - (mass the residual must supply): a probability never above 1 in float64
+        base = 1.0 - float(np.maximum(q - z, 0.0).sum())
         noise = max(tol, 1e-12)
         rej = above_noise(np.where(p > 0, z - q, 0.0), noise)
         resid = above_noise(np.where(p > 0, q - z, 0.0), noise)
@@ -203,7 +217,12 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         :math:`(F_x(h)^{m_x} - F_x(l)^{m_x}) \prod_{t \ne x} F_t(l)^{m_t}`
         (no other present token has key mass inside it). Tokens with
         ``p = 0`` have no key set: they are selected only when every draft
-        is such a token (then the smallest id).
+        is such a token (then the smallest id). When a drafted token's
+        interval is too short to show in float64 at its position (a point,
+        possibly inside another token's interval: masses near ``1e-300``), the
+        law is renormalised and :meth:`sample` draws from it (not from keys),
+        so the two agree by construction; such tuples have probability below
+        ``1e-16``.
         """
         x = self._drafts(drafts)
         toks, mult = np.unique(np.asarray(x, dtype=np.int64), return_counts=True)
@@ -228,10 +247,17 @@ class PriorityKeyVerifier(SelectThenSpeculate):
             f_hi = min((below[o] + ln[i]) / total[o], 1.0)
             law[toks[o]] += (f_hi ** mult[o] - f_lo[o] ** mult[o]) * others
             below[o] += ln[i]
+        if self._flat[toks].any():
+            law /= law.sum()
         return law
 
     def _pick(self, x, gen) -> int:
-        """The draft with the largest key (one key per draft, uniform on its token's intervals)."""
+        """The draft with the largest key (one key per draft, uniform on its token's intervals).
+
+        A drafted token whose key set is a float64 point: a draw from :meth:`selection_law` instead.
+        """
+        if any(self._flat[t] for t in x):
+            return sample_from(self.selection_law(x), gen)
         best, y = -np.inf, -1
         for t in x:
             a, b = int(self._ptr[t]), int(self._ptr[t + 1])
@@ -267,10 +293,14 @@ def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol):
     token = np.concatenate(toks) if toks else np.zeros(0, dtype=np.int64)
     top = np.concatenate(tops) if tops else np.zeros(0)
     length = np.concatenate(lens) if lens else np.zeros(0)
+    # the closed form alpha_k is exact to about 4 (n + k) eps; each interval end
+    # is a sum/solution at scale <= 1 (absolute error <= 4 eps), which moves its
+    # mu by at most 4 eps times the density k s**(k-1) <= k top**(k-1), twice
+    n = p_.shape[0]
+    bound = max(1e-12, 4 * (n + k) * _EPS + 8 * k * _EPS * float(np.sum(top ** max(k - 1, 0))))
     if tol is None:
-        # the closed form alpha_k is exact to about 4 (n + k) eps; each interval end
-        # is a sum/solution at scale <= 1 (absolute error <= 4 eps), which moves its
-        # mu by at most 4 eps times the density k s**(k-1) <= k top**(k-1), twice
-        n = p_.shape[0]
-        tol = max(1e-12, 4 * (n + k) * _EPS + 8 * k * _EPS * float(np.sum(top ** max(k - 1, 0))))
+        # the status tolerance does not grow with k: a larger gap is reported ("rounding" when
+        # the bound above explains it), not called optimal
+        tol = max(1e-12, 4 * n * _EPS)
+        return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol, bound=bound)
     return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol)

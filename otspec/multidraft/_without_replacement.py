@@ -5,7 +5,7 @@ law through :meth:`otspec.Verifier.draft_law_of` (which
 :func:`otspec.check_lossless` enumerates with) and draws drafts with
 ``sample_drafts``. Its acceptance is compared with the optimum for *its own*
 draft process, :math:`\alpha_D = \min_{\Omega_0} [1 + q(\Omega_0) - P_D(S \subseteq \Omega_0)]`
-(MATH.md §9).
+(docs/theory/without_replacement.rst).
 
 Notation: ``p`` is the draft distribution, ``q`` the target.
 """
@@ -22,6 +22,7 @@ from ..otm._without_replacement import (
     _support_size_check,
     _wor_draft_prob,
     alpha_k_without_replacement,
+    plan_size_check,
     wor_plan,
 )
 
@@ -80,8 +81,12 @@ class WithoutReplacementVerifier(DraftProcessVerifier):
         self._rows = np.where(tot > 0, rows / np.where(tot > 0, tot, 1.0), q[None, :])
         self._rows.setflags(write=False)
         self.alpha = float(alpha)
-        on_set = np.array([self._rows[i, list(s)].sum() for i, s in enumerate(sets)])
-        self._acceptance = math.fsum((weights * on_set).tolist())
+        # P(Y in S) = 1 - sum_A P(S = A) K(outside A | A): 1 minus non-negative masses, never above 1
+        inside = np.zeros(self._rows.shape, dtype=bool)
+        for i, s in enumerate(sets):
+            inside[i, list(s)] = True
+        off_set = np.where(inside, 0.0, self._rows).sum(axis=1)
+        self._acceptance = 1.0 - math.fsum((weights * off_set).tolist())
 
     @property
     def n_sets(self) -> int:
@@ -108,7 +113,7 @@ class WithoutReplacementVerifier(DraftProcessVerifier):
         return np.array(self.q) if i is None else np.array(self._rows[i])
 
     def acceptance(self) -> float:
-        """Exact :math:`P(Y \\in S(X))` of the plan as a kernel (equals ``alpha`` to the LP tolerance)."""
+        """Exact :math:`P(Y \\in S(X))` of the plan as a kernel (equals ``alpha`` to the LP tolerance; at most 1)."""
         return self._acceptance
 
     def optimum(self) -> float:
@@ -143,9 +148,21 @@ def without_replacement_verifier(p, q, k: int, *, normalize: bool = False) -> Wi
     ------
     ValueError
         Invalid distributions; fewer than ``k`` tokens with ``p > 0``; more than
-        200,000 drafted sets (the plan is built over all of them).
+        ``MAX_PLAN_SETS`` (200,000) drafted sets (the plan is built over all of
+        them), or set weights above ``MAX_PLAN_WORK`` (``C(m, k) 2^k k`` steps
+        for ``m`` tokens with ``p > 0``): both checked before any enumeration,
+        in microseconds.
     otspec.SolverError
         The LP fails its re-check.
+
+    Notes
+    -----
+    The weight of each drafted set, :math:`P(S = A)`, is a sum over the
+    :math:`k!` orders of ``A``; it is computed by a recursion over the
+    :math:`2^k` subsets of ``A`` instead (each step adds one member,
+    :func:`otspec.otm._without_replacement.set_weights_without_replacement`),
+    so ``n = 12, k = 11`` takes a fraction of a second (about 80 minutes by
+    orderings). The plan itself is one membership LP over the sets (HiGHS).
 
     References
     ----------
@@ -163,5 +180,6 @@ def without_replacement_verifier(p, q, k: int, *, normalize: bool = False) -> Wi
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
     _support_size_check(p_, k)
+    plan_size_check(int(np.count_nonzero(p_ > 0)), k)
     sets, w, rows, _ = wor_plan(p_, q_, k)
     return WithoutReplacementVerifier(p_, q_, k, sets, w, rows, alpha_k_without_replacement(p_, q_, k))

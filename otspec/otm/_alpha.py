@@ -7,32 +7,18 @@ from __future__ import annotations
 
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import numpy as np
 
 from .._array import int_power, is_batched_input, parse_ks, validate_batch_pair
 from .._validation import validate_pair
+from ._cut import MinCut, ratio_order
 
 __all__ = ["alpha_k", "min_cut", "MinCut", "ratio_order", "int_power"]
 
 _METHODS = ("exact", "lp", "lp-tuples")
 #: Beyond this ``k``, ``x**k`` underflows to 0 for every ``x <= 1/2`` in float64.
 _UNDERFLOW_K = 1100
-
-
-def ratio_order(p: np.ndarray, q: np.ndarray, *, descending: bool = False, stable: bool = True) -> np.ndarray:
-    r"""Token order by the likelihood ratio :math:`q(x)/p(x)`, ascending by default.
-
-    Tokens with :math:`p(x) = 0` have ratio :math:`+\infty` and come last
-    (first with ``descending=True``); ties keep index order (stable sort).
-    """
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.inf)
-    kind = "stable" if stable else None
-    if descending:
-        return np.argsort(-ratio, kind=kind)
-    return np.argsort(ratio, kind=kind)
 
 
 def _prefix_sums(p: np.ndarray, q: np.ndarray, order: np.ndarray):
@@ -66,7 +52,7 @@ def _prefix_sums(p: np.ndarray, q: np.ndarray, order: np.ndarray):
 def _cut_values(P: np.ndarray, Q: np.ndarray, S: np.ndarray, split: int, log_s: np.ndarray, k: int) -> np.ndarray:
     """``1 + Q_j - P_j**k`` for every prefix j, accurate where P is near 1."""
     vals = np.empty(P.shape[0])
-    # P <= 1/2 there, so P**k underflows to 0 once k > 1100 (any k is a valid question: issue 15)
+    # P <= 1/2 there, so P**k underflows to 0 once k > 1100 (any k is a valid question)
     low = (int_power(P[:split], k) if k <= _UNDERFLOW_K else np.zeros(split)) if split else np.empty(0)
     np.subtract(Q[:split], low, out=low)
     vals[:split] = low
@@ -76,36 +62,6 @@ def _cut_values(P: np.ndarray, Q: np.ndarray, S: np.ndarray, split: int, log_s: 
     np.expm1(hi, out=hi)
     np.subtract(Q[split:], hi, out=vals[split:])
     return vals
-
-
-@dataclass(frozen=True, eq=False)
-class MinCut:
-    r"""The minimising prefix of the closed form of :math:`\alpha_k`.
-
-    Attributes
-    ----------
-    alpha : float
-        :math:`\alpha_k(p, q) = 1 + q(\Omega_0) - p(\Omega_0)^k`.
-    omega0 : (m,) ndarray of int
-        Token ids of the minimising set :math:`\Omega_0` (a prefix of the
-        tokens sorted by :math:`q/p` ascending).
-    order : (n,) ndarray of int
-        The sort order used.
-    size : int
-        ``m = |Omega_0|``.
-    p_mass, q_mass : float
-        :math:`p(\Omega_0)` and :math:`q(\Omega_0)`.
-    k : int
-        Number of drafts.
-    """
-
-    alpha: float
-    omega0: np.ndarray
-    order: np.ndarray
-    size: int
-    p_mass: float
-    q_mass: float
-    k: int
 
 
 def _exact(p: np.ndarray, q: np.ndarray, ks: np.ndarray):

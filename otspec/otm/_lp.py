@@ -462,7 +462,8 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     q_on_set = np.bincount(set_of_col, weights=q_[token_of_col], minlength=n_sets)
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(tot > 0, on_set / np.where(tot > 0, tot, 1.0), q_on_set)
-    plan_acceptance = math.fsum(w * frac)
+    # 1 minus the (non-negative) off-set mass: a probability never above 1 in float64
+    plan_acceptance = 1.0 - math.fsum(w * np.maximum(1.0 - frac, 0.0))
     verifier = OTMPlanVerifier(p_, q_, k, sets, rows, w, plan_acceptance, keyed_by_set=True)
     return OTMResult(
         alpha=alpha,
