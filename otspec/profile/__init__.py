@@ -1,0 +1,43 @@
+r"""Profile a draft/target pair: every verifier's exact acceptance on the same contexts, stored and summarised.
+
+At contexts along a path (target samples, or given reference text) the
+profile draws ``k_max`` i.i.d. draft blocks of length ``L_max``, scores the
+tree with one target call, and records, exactly from those laws, every
+token-level verifier's acceptance per depth and every scheme's expected
+accepted tokens for each ``k <= k_max`` and ``L <= L_max``. Runs stream to
+Parquet shards with a JSON manifest (resumable); :func:`summarize` gives
+tokens per target call with bootstrap intervals, paired differences and
+predicted speed-ups; :func:`write_report` a markdown report with figures.
+
+Needs the decoding extra (torch) and ``pip install 'otspec[profile]'``
+(pyarrow, tqdm); ``otspec[distributed]`` adds dask for runs over a cluster.
+See docs/guide/profile.rst.
+
+Notation: ``p`` is the draft model's next-token law, ``q`` the target's.
+"""
+
+from ._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L
+from ._prompts import load_prompts
+from ._report import write_report
+from ._run import ProfileRun, profile
+from ._settings import ProfileSettings
+from ._store import read_manifest, read_table
+from ._summary import Estimate, ProfileSummary, summarize
+from ._toy import toy_pair
+
+__all__ = [
+    "Estimate",
+    "ProfileRun",
+    "ProfileSettings",
+    "ProfileSummary",
+    "load_prompts",
+    "plot_acceptance_vs_k",
+    "plot_speedup",
+    "plot_tokens_vs_L",
+    "profile",
+    "read_manifest",
+    "read_table",
+    "summarize",
+    "toy_pair",
+    "write_report",
+]

@@ -1,0 +1,265 @@
+r"""Summaries of a profile run: means per depth, tokens per target call, paired differences, speed-ups.
+
+Every interval is a 95 % percentile bootstrap over prompts (the prompts are
+the independent units; positions along one path are not), with the
+estimates as ratios of sums over the resampled prompts. Paired differences
+use the same resamples for both verifiers, so the variation the two share
+(the contexts, the drawn drafts) cancels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["ProfileSummary", "Estimate", "summarize", "prompt_sums"]
+
+#: Bootstrap resamples of every interval.
+N_BOOT = 2000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its 95 % bootstrap interval over prompts."""
+
+    value: float
+    lo: float
+    hi: float
+
+    @property
+    def half_width(self) -> float:
+        return 0.5 * (self.hi - self.lo)
+
+    def __format__(self, spec: str) -> str:
+        spec = spec or ".3f"
+        return f"{self.value:{spec}} [{self.lo:{spec}}, {self.hi:{spec}}]"
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    r"""What a profile says about a draft/target pair.
+
+    Attributes
+    ----------
+    acceptance : dict
+        ``(verifier, k, depth) -> Estimate``: mean exact acceptance per depth.
+    gaps : dict
+        ``("tv" | "kl", verifier, k, depth) -> Estimate`` for the lossy rules.
+    tokens_per_call : dict
+        ``(family, k, L) -> Estimate``: expected tokens per target call, the
+        ratio of sums over profiled positions of the exact expected tokens
+        emitted and target calls given the drawn drafts.
+    differences : dict
+        ``((family, k, L), (reference, k', L')) -> Estimate``: paired
+        differences of tokens per call.
+    speedup : dict
+        ``(family, k, L) -> float``: predicted wall-clock speed-up of the cost model.
+    draft_cost : float
+        Cost of one draft step relative to one target call, measured (or given).
+    renewal : dict
+        ``(family, k, L) -> Estimate``: the unbiased tokens-per-call estimator
+        from the emission tables along the text (empty when not recorded).
+    positions, prompts : int
+    settings : dict
+    models : dict
+    """
+
+    acceptance: dict
+    gaps: dict
+    tokens_per_call: dict
+    differences: dict
+    speedup: dict
+    draft_cost: float
+    score_cost: float
+    positions: int
+    prompts: int
+    settings: dict
+    models: dict
+    renewal: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (f"ProfileSummary(prompts={self.prompts}, positions={self.positions}, "
+                f"verifiers={len({v for v, *_ in self.acceptance})}, families={len({f for f, *_ in self.tokens_per_call})})")
+
+
+def _boot(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Point estimates ``sum S / sum C`` per column and their resampled values ``(B, K)``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        point = S.sum(axis=0) / C.sum(axis=0)
+        res = (W @ S) / (W @ C)
+    return point, res
+
+
+def _interval(point: float, res: np.ndarray) -> Estimate:
+    lo, hi = np.nanpercentile(res, [2.5, 97.5]) if np.isfinite(res).any() else (np.nan, np.nan)
+    return Estimate(float(point), float(lo), float(hi))
+
+
+def prompt_sums(table, kinds):
+    """Per-prompt sums and counts of each ``(kind, name, k, j)`` key: ``(keys, prompts, S (N, K), C (N, K))``."""
+    import pyarrow.compute as pc
+
+    t = table.filter(pc.is_in(table["kind"], value_set=__import__("pyarrow").array(list(kinds))))
+    prompt = t["prompt"].to_numpy()
+    kind = np.asarray(t["kind"].to_pylist(), dtype=object)
+    name = np.asarray(t["name"].to_pylist(), dtype=object)
+    k = t["k"].to_numpy()
+    j = t["j"].to_numpy()
+    v = t["value"].to_numpy()
+    prompts, pi = np.unique(prompt, return_inverse=True)
+    keys = sorted({(a, b, int(c), int(d)) for a, b, c, d in zip(kind, name, k, j)})
+    index = {key: i for i, key in enumerate(keys)}
+    ki = np.fromiter((index[(a, b, int(c), int(d))] for a, b, c, d in zip(kind, name, k, j)), dtype=np.int64,
+                     count=len(v))
+    S = np.zeros((len(prompts), len(keys)))
+    C = np.zeros((len(prompts), len(keys)))
+    np.add.at(S, (pi, ki), v)
+    np.add.at(C, (pi, ki), 1.0)
+    return keys, prompts, S, C
+
+
+def _timing(out) -> tuple[float, float]:
+    """Seconds per draft step and per target call, over the whole run."""
+    import pyarrow.compute as pc
+
+    from ._store import iter_shards
+
+    sums = {"draft": np.zeros(2), "target": np.zeros(2)}
+    for t in iter_shards(out):
+        t = t.filter(pc.equal(t["kind"], "time"))
+        for name, j, v in zip(t["name"].to_pylist(), t["j"].to_pylist(), t["value"].to_pylist()):
+            sums[name][j - 1] += v
+    d = sums["draft"][0] / max(sums["draft"][1], 1.0)
+    q = sums["target"][0] / max(sums["target"][1], 1.0)
+    return d, q
+
+
+def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, reference: str | None = None,
+              n_boot: int = N_BOOT, seed: int = 0) -> ProfileSummary:
+    r"""Summarise a profile run: acceptance per depth, tokens per target call, paired differences, speed-ups.
+
+    .. math::
+
+        \widehat{\text{tpc}}(f, k, L) = \frac{\sum_{i, t} E[\text{emitted}_{i,t}]}{\sum_{i, t} E[\text{calls}_{i,t}]},
+        \qquad
+        \widehat{S}(f, k, L) = \frac{\widehat{\text{tpc}}}{L\,c + s},
+
+    with ``E[emitted] = E[\tau_L | X] + 1`` (``L + 1`` for Sun et al.'s
+    block verification, whose residual costs ``E[calls] - 1`` extra target
+    calls), ``c`` the cost of one draft step relative to one target call and
+    ``s`` the cost of scoring ``L + 1`` tokens relative to one target call of
+    the baseline (1 when the target is memory-bound, as on a GPU).
+
+    Parameters
+    ----------
+    out : str or path
+        The run's folder.
+    draft_cost : float or None, keyword-only
+        ``c``; ``None`` measures it from the run (seconds per draft step /
+        seconds per target scoring call, both batched over ``k_max``).
+    score_cost : float, keyword-only
+        ``s``.
+    reference : str or None, keyword-only
+        The family every other is compared with (paired); default ``"token"``
+        if profiled, else the first family.
+    n_boot : int, keyword-only
+        Bootstrap resamples.
+    seed : int, keyword-only
+        Seed of the resampling (the summary is a function of the run and ``seed``).
+
+    Returns
+    -------
+    ProfileSummary
+
+    Raises
+    ------
+    ValueError
+        ``out`` holds no run, or no finished shard; ``draft_cost`` or ``score_cost`` negative.
+
+    Examples
+    --------
+    See :func:`profile`.
+    """
+    from ._store import read_manifest, read_table
+
+    man = read_manifest(out)
+    table = read_table(out)
+    if table.num_rows == 0:
+        raise ValueError(f"`out` {str(out)!r} holds no finished shard yet")
+    for nm, val in (("draft_cost", draft_cost), ("score_cost", score_cost)):
+        if val is not None and not (np.isfinite(val) and val >= 0):
+            raise ValueError(f"`{nm}` must be a finite number >= 0, got {val!r}")
+    keys, prompts, S, C = prompt_sums(table, ("acc", "tv", "kl", "tau", "calls"))
+    N = len(prompts)
+    rng = np.random.default_rng(seed)
+    W = rng.multinomial(N, np.full(N, 1.0 / N), size=n_boot).astype(np.float64)
+    col = {key: i for i, key in enumerate(keys)}
+    point, res = _boot(S, C, W)
+    acceptance, gaps = {}, {}
+    for key, i in col.items():
+        kind, name, k, j = key
+        if kind == "acc":
+            acceptance[(name, k, j)] = _interval(point[i], res[:, i])
+        elif kind in ("tv", "kl"):
+            gaps[(kind, name, k, j)] = _interval(point[i], res[:, i])
+    # tokens per call: per prompt, emitted = sum(tau + 1) (or L + 1), calls = count (or sum calls)
+    tpc_keys, Es, Cs = [], [], []
+    for key, i in col.items():
+        kind, name, k, L = key
+        if kind != "tau":
+            continue
+        n = C[:, i]
+        if name == "block":
+            emit = (L + 1) * n
+            calls = S[:, col[("calls", name, k, L)]]
+        else:
+            emit = S[:, i] + n
+            calls = n
+        tpc_keys.append((name, k, L))
+        Es.append(emit)
+        Cs.append(calls)
+    tokens, diffs, speed = {}, {}, {}
+    if tpc_keys:
+        E = np.stack(Es, axis=1)
+        Cm = np.stack(Cs, axis=1)
+        tp, tres = _boot(E, Cm, W)
+        for i, key in enumerate(tpc_keys):
+            tokens[key] = _interval(tp[i], tres[:, i])
+        fams = list(dict.fromkeys(f for f, _, _ in tpc_keys))
+        ref = reference if reference is not None else ("token" if "token" in fams else fams[0])
+        if ref not in fams:
+            raise ValueError(f"`reference` must be a profiled family {tuple(fams)}, got {ref!r}")
+        idx = {key: i for i, key in enumerate(tpc_keys)}
+        for i, (f, k, L) in enumerate(tpc_keys):
+            r = idx.get((ref, 1, L))
+            if f == ref or r is None:
+                continue
+            diffs[((f, k, L), (ref, 1, L))] = _interval(tp[i] - tp[r], tres[:, i] - tres[:, r])
+        if draft_cost is None:
+            d, q = _timing(out)
+            draft_cost = d / q if q > 0 else float("nan")
+        for i, (f, k, L) in enumerate(tpc_keys):
+            extra = float(Cm[:, i].sum() / max(C[:, col[("tau", f, k, L)]].sum(), 1.0)) - 1.0
+            speed[(f, k, L)] = float(tp[i] * (1.0 + extra) / (L * draft_cost + score_cost + extra))
+    renewal = _renewal_estimates(out, n_boot, seed)
+    return ProfileSummary(acceptance=acceptance, gaps=gaps, tokens_per_call=tokens, differences=diffs,
+                          speedup=speed, draft_cost=float(draft_cost) if draft_cost is not None else float("nan"),
+                          score_cost=float(score_cost), positions=int(C[:, 0].sum()) if C.size else 0, prompts=N,
+                          settings=man["settings"], models=man["models"], renewal=renewal)
+
+
+def _renewal_estimates(out, n_boot: int, seed: int) -> dict:
+    """Tokens per call from the emission tables (the theory module's estimator), when the run recorded them."""
+    from ._renewal_hook import available
+
+    if not available():
+        return {}
+    from . import _renewal
+
+    fn = getattr(_renewal, "tokens_per_call_from_table", None)
+    if fn is None:
+        return {}
+    from ._store import read_table
+
+    return fn(read_table(out), n_boot=n_boot, seed=seed)
