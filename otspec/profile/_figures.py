@@ -120,8 +120,8 @@ def plot_speedup(summary, *, family: str = "optimal", ax=None):
     Ls = sorted({L for _, L in cells})
     Z = np.array([[cells.get((k, L), np.nan) for L in Ls] for k in ks])
     im = ax.imshow(Z, origin="lower", cmap="viridis", aspect="auto")
-    for a, k in enumerate(ks):
-        for b, L in enumerate(Ls):
+    for a in range(len(ks)):
+        for b in range(len(Ls)):
             if np.isfinite(Z[a, b]):
                 ax.text(b, a, f"{Z[a, b]:.2f}", ha="center", va="center", color="white", fontsize=8)
     ax.set_xticks(range(len(Ls)), [str(L) for L in Ls])

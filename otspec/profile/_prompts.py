@@ -127,7 +127,9 @@ def load_prompts(prompts, vocab_size: int, *, tokenizer=None, context: str = "sa
         try:
             items = list(prompts)
         except TypeError as exc:
-            raise TypeError(f"`prompts` must be a list, a JSONL path or a datasets.Dataset, got {type(prompts).__name__}") from exc
+            raise TypeError(
+                f"`prompts` must be a list, a JSONL path or a datasets.Dataset, got {type(prompts).__name__}"
+            ) from exc
         for n, rec in enumerate(items):
             out.append(_record(rec, vocab_size, tokenizer, f"`prompts[{n}]`", need_ref))
     if not out:

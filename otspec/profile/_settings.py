@@ -6,7 +6,6 @@ Notation: ``p`` is the draft model's next-token law, ``q`` the target's.
 from __future__ import annotations
 
 import difflib
-import numbers
 from dataclasses import asdict, dataclass, field
 
 from .._validation import validate_positive_int, validate_seed

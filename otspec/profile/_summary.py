@@ -119,6 +119,31 @@ def prompt_sums(table, kinds):
     return keys, prompts, S, C
 
 
+def _emitted_and_calls(keys, S, C):
+    """Per prompt, expected tokens emitted and target calls of every (scheme, k, L): ``(keys, E (N, K), C (N, K))``.
+
+    ``E[emitted] = E[tau_L | X] + 1`` per position (``L + 1`` for Sun et al.'s block verification,
+    whose expected calls are recorded), one call per position otherwise.
+    """
+    col = {key: i for i, key in enumerate(keys)}
+    out_keys, Es, Cs = [], [], []
+    for key, i in col.items():
+        kind, name, k, L = key
+        if kind != "tau":
+            continue
+        n = C[:, i]
+        if name == "block":
+            Es.append((L + 1) * n)
+            Cs.append(S[:, col[("calls", name, k, L)]])
+        else:
+            Es.append(S[:, i] + n)
+            Cs.append(n)
+        out_keys.append((name, k, L))
+    if not out_keys:
+        return [], np.zeros((S.shape[0], 0)), np.zeros((S.shape[0], 0))
+    return out_keys, np.stack(Es, axis=1), np.stack(Cs, axis=1)
+
+
 def _timing(out) -> tuple[float, float]:
     """Seconds per draft step and per target call, over the whole run."""
     import pyarrow.compute as pc
@@ -203,26 +228,9 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
             acceptance[(name, k, j)] = _interval(point[i], res[:, i])
         elif kind in ("tv", "kl"):
             gaps[(kind, name, k, j)] = _interval(point[i], res[:, i])
-    # tokens per call: per prompt, emitted = sum(tau + 1) (or L + 1), calls = count (or sum calls)
-    tpc_keys, Es, Cs = [], [], []
-    for key, i in col.items():
-        kind, name, k, L = key
-        if kind != "tau":
-            continue
-        n = C[:, i]
-        if name == "block":
-            emit = (L + 1) * n
-            calls = S[:, col[("calls", name, k, L)]]
-        else:
-            emit = S[:, i] + n
-            calls = n
-        tpc_keys.append((name, k, L))
-        Es.append(emit)
-        Cs.append(calls)
     tokens, diffs, speed = {}, {}, {}
+    tpc_keys, E, Cm = _emitted_and_calls(keys, S, C)
     if tpc_keys:
-        E = np.stack(Es, axis=1)
-        Cm = np.stack(Cs, axis=1)
         tp, tres = _boot(E, Cm, W)
         for i, key in enumerate(tpc_keys):
             tokens[key] = _interval(tp[i], tres[:, i])
@@ -230,12 +238,25 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
         ref = reference if reference is not None else ("token" if "token" in fams else fams[0])
         if ref not in fams:
             raise ValueError(f"`reference` must be a profiled family {tuple(fams)}, got {ref!r}")
-        idx = {key: i for i, key in enumerate(tpc_keys)}
-        for i, (f, k, L) in enumerate(tpc_keys):
-            r = idx.get((ref, 1, L))
-            if f == ref or r is None:
+        # the costly schemes are profiled at every `subsample`-th position: their paired differences
+        # compare both schemes on those positions only
+        import pyarrow as pa
+
+        from ._settings import COSTLY
+
+        every = man["settings"]["stride"] * man["settings"]["subsample"]
+        sub = table.filter(pa.array(table["pos"].to_numpy() % every == 0))
+        skeys, _, sS, sC = prompt_sums(sub, ("tau", "calls"))
+        s_keys, sE, sCm = _emitted_and_calls(skeys, sS, sC)
+        sp, sres = _boot(sE, sCm, W)
+        for (f, k, L) in tpc_keys:
+            if f == ref:
                 continue
-            diffs[((f, k, L), (ref, 1, L))] = _interval(tp[i] - tp[r], tres[:, i] - tres[:, r])
+            src, srcp, srcr = (s_keys, sp, sres) if f in COSTLY else (tpc_keys, tp, tres)
+            if (ref, 1, L) not in src:
+                continue
+            i, r = src.index((f, k, L)), src.index((ref, 1, L))
+            diffs[((f, k, L), (ref, 1, L))] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r])
         if draft_cost is None:
             d, q = _timing(out)
             draft_cost = d / q if q > 0 else float("nan")
