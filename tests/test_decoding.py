@@ -10,8 +10,10 @@ are fixed, so a run is reproducible.
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -155,8 +157,26 @@ def test_sampling_matches_reference(temperature, top_k, top_p):
     assert got.dtype == np.float64
 
 
+def test_greedy_sampling_is_one_hot_argmax_smallest_id_on_ties():
+    logits = torch.tensor([[0.3, 2.0, -1.0, 2.0, 1.9], [5.0, 5.0, 5.0, 5.0, 5.0], [-np.inf, -3.0, -np.inf, -4.0, -3.0]])
+    for kw in ({}, {"top_k": 2}, {"top_p": 0.1}, {"top_k": 3, "top_p": 0.5, "top_p_rule": "transformers"}):
+        s = D.Sampling(temperature=0, **kw)
+        assert s.greedy and s.temperature == 0.0 and s.truncated
+        got = s.probs(logits)
+        assert got.dtype == torch.float64
+        np.testing.assert_array_equal(got.numpy(), np.eye(5)[[1, 0, 1]])
+        np.testing.assert_array_equal(got.argmax(-1).numpy(), torch.argmax(logits, dim=-1).numpy())
+    assert not D.Sampling(temperature=0.5).greedy
+
+
+@pytest.mark.parametrize("bad", [[0.0, float("nan")], [float("inf"), 0.0], [-np.inf, -np.inf]])
+def test_greedy_sampling_refuses_logits_without_an_argmax(bad):
+    with pytest.raises(ValueError, match="no valid greedy law"):
+        D.Sampling(temperature=0).probs(torch.tensor(bad))
+
+
 @pytest.mark.parametrize("kw,match", [
-    ({"temperature": 0.0}, "`temperature`"), ({"temperature": -1.0}, "`temperature`"),
+    ({"temperature": -1e-300}, "`temperature`"), ({"temperature": -1.0}, "`temperature`"),
     ({"temperature": float("nan")}, "`temperature`"), ({"top_k": 0}, "`top_k`"),
     ({"top_p": 0.0}, "`top_p`"), ({"top_p": 1.5}, "`top_p`"),
 ])
@@ -189,6 +209,55 @@ def test_hf_cache_matches_full_recompute(tiny_hf):
     lm.select(st, 2, 4)  # keep row 2 = [1,2,3,4]
     c = lm.logits(st, torch.tensor([[0, 2]]))
     np.testing.assert_allclose(c[0].numpy(), full[0, 4:].numpy(), atol=1e-5)
+
+
+class _PastKeyValuesLM(torch.nn.Module):
+    """A causal LM whose forward knows only ``past_key_values`` (the transformers 4.x signature)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+        self.config = inner.config
+        self.seen = []
+
+    def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+        self.seen.append(type(past_key_values).__name__)
+        kw = {"cache" if "cache" in inspect.signature(self.inner.forward).parameters else "past_key_values":
+              past_key_values}
+        out = self.inner(input_ids=input_ids, use_cache=use_cache, **kw)
+        return types.SimpleNamespace(logits=out.logits, past_key_values=kw.popitem()[1])
+
+
+def test_hf_forward_warns_nothing_and_prints_nothing(tiny_hf, recwarn, capfd):
+    """The cache goes in under the keyword the forward declares (``cache`` in transformers 5.x): no
+    FutureWarning, and no "deprecated" line from transformers' logger, whose once-only memory is cleared first."""
+    import transformers.utils.logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()
+    target, _ = tiny_hf
+    lm = D.HFCausalLM(target)
+    st = lm.new_state()
+    lm.logits(st, torch.tensor([[1, 2, 3]]))
+    lm.logits(st, torch.tensor([[4], [0]]))
+    D.speculative_decode([1, 2], draft=D.HFCausalLM(tiny_hf[1]), target=lm, L=2, max_new_tokens=4, rng=0)
+    assert [str(w.message) for w in recwarn] == []
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+
+
+def test_hf_adapter_passes_past_key_values_to_a_forward_without_cache(tiny_hf):
+    """Feature detection by signature: a forward that only takes ``past_key_values`` gets the cache there, and
+    decodes what the native model decodes."""
+    target, _ = tiny_hf
+    old = _PastKeyValuesLM(target)
+    ids = torch.tensor([[1, 2, 3, 4, 0, 2]])
+    st = (lm := D.HFCausalLM(old)).new_state()
+    a = lm.logits(st, ids[:, :4])
+    b = lm.logits(st, ids[:, 4:])
+    with torch.no_grad():
+        full = target(ids).logits
+    np.testing.assert_allclose(torch.cat([a, b], dim=1).numpy(), full.numpy(), atol=1e-5)
+    assert old.seen == ["DynamicCache", "DynamicCache"]
 
 
 def test_next_token_logits_batch_of_prefixes(tiny_hf):
@@ -272,6 +341,73 @@ def test_lossless_tiny_transformers(tiny_hf, verifier, K):
                                    L=2)
     g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert g.passed, (verifier, g)
+
+
+def _greedy_cases():
+    """Every verifier the decoder runs that is exact at one-hot laws: the lossless ones at K = 1 and (multi-draft
+    ones) K = 3, typical acceptance (lossy, exact at one-hot laws), and lenience through its builder."""
+    from otspec.decoding._verifiers import decoding_names
+
+    out = []
+    for name in decoding_names():
+        spec = otspec.multidraft.get_verifier(name)
+        if spec.lossless:
+            out += [(name, K, None) for K in ((1,) if spec.single_draft else (1, 3))]
+    return out + [("typical", 1, None), (otspec.lenient_verifier, 1, {"l": 0.5})]
+
+
+@pytest.fixture(scope="module")
+def greedy_pair():
+    """A toy pair whose argmaxes agree often but not always (draft noise 0.5), and the greedy target output."""
+    g = torch.Generator().manual_seed(5)
+    tq = torch.randn(V, V, V, generator=g, dtype=torch.float64)
+    tp = tq + 0.5 * torch.randn(V, V, V, generator=g, dtype=torch.float64)
+    target, draft = D.CallableLM(_table_fn(tq), V), D.CallableLM(_table_fn(tp), V)
+    ref = D.autoregressive_decode(target, [1, 2], max_new_tokens=40, temperature=0, rng=0).tokens
+    return target, draft, ref
+
+
+@pytest.mark.parametrize("verifier,K,options", _greedy_cases())
+def test_greedy_speculative_equals_greedy_target_decoding(greedy_pair, verifier, K, options):
+    """temperature=0: the verifier emits the target's greedy continuation, token for token."""
+    target, draft, ref = greedy_pair
+    accepted = rejected = 0
+    for seed in range(2):
+        res = D.speculative_decode([1, 2], draft=draft, target=target, verifier=verifier, k=K, L=3,
+                                   max_new_tokens=40, temperature=0, rng=seed, verifier_options=options)
+        np.testing.assert_array_equal(res.tokens, ref)
+        assert res.sampling.greedy
+        if isinstance(verifier, str):
+            assert res.verifier_name == verifier and res.lossless == otspec.multidraft.get_verifier(verifier).lossless
+        accepted += int(res.accepted.sum())
+        rejected += int((res.accepted < 3).sum())
+    assert accepted > 0 and rejected > 0  # drafts were both accepted and rejected: every branch of the rule ran
+
+
+@pytest.mark.parametrize("verifier,options,law", [
+    ("mentored", {"D": 0.4}, lambda: np.exp(-0.4)),   # max r_a s.t. KL(delta_b || (r_a, 1 - r_a)) = -ln(1 - r_a) <= D
+    ("ensemble", {"w": 0.3}, lambda: 0.3),             # output law w q + (1 - w) p
+])
+def test_greedy_lossy_rules_keep_the_target_argmax_with_their_stated_probability(greedy_pair, verifier, options,
+                                                                                    law):
+    """At one-hot laws p = delta_a, q = delta_b (a != b), mentored emits a with probability 1 - exp(-D), ensemble with
+    1 - w; chi-square of the first token over 300 runs."""
+    target, draft, _ = greedy_pair
+    prompt = [0, 3]
+    a = int(D.next_token_logits(draft, [prompt])[0].argmax())
+    b = int(D.next_token_logits(target, [prompt])[0].argmax())
+    assert a != b  # the prompt is chosen so the argmaxes disagree
+    gen = torch.Generator().manual_seed(7)
+    counts = np.zeros(V, dtype=np.int64)
+    for _ in range(300):
+        res = D.speculative_decode(prompt, draft=draft, target=target, verifier=verifier, L=1, max_new_tokens=1,
+                                   temperature=0, rng=gen, verifier_options=options)
+        counts[res.tokens[0]] += 1
+    expected = np.zeros(V)
+    expected[b] = law()
+    expected[a] = 1.0 - expected[b]
+    g = chi2_gof(counts, expected, alpha_fail=ALPHA_FAIL)
+    assert g.outside_support == 0 and g.passed, (verifier, counts, expected)
 
 
 def test_mentored_follows_its_own_law(toy_pair):
@@ -472,8 +608,8 @@ def _bad(target, draft, **kw):
     ({"k": 0}, ValueError, "`k`"),
     ({"L": 0}, ValueError, "`L`"),
     ({"max_new_tokens": 0}, ValueError, "`max_new_tokens`"),
-    ({"temperature": 0.0}, ValueError, "`temperature`"),
     ({"temperature": -0.5}, ValueError, "`temperature`"),
+    ({"temperature": float("inf")}, ValueError, "`temperature`"),
     ({"top_k": 0}, ValueError, "`top_k`"),
     ({"verifier": "nope"}, ValueError, "`verifier`"),
     ({"verifier": 3}, TypeError, "`verifier`"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numbers
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -190,7 +191,11 @@ class DecodeResult:
     tokens : (m,) ndarray of int64
         Generated tokens (prompt excluded), at most ``max_new_tokens``.
     prompt_length : int
-    verifier : str
+    verifier_name : str
+        The verifier's registered name (or the callable's ``__name__``);
+        ``.verifier`` elsewhere in otspec is a :class:`otspec.Verifier`
+        object, so the name has its own attribute (``.verifier`` here is a
+        deprecated alias of it).
     lossless : bool
         Whether the verifier reproduces the (processed) target law exactly.
     k, L : int
@@ -227,7 +232,7 @@ class DecodeResult:
 
     tokens: np.ndarray
     prompt_length: int
-    verifier: str
+    verifier_name: str
     lossless: bool
     k: int
     L: int
@@ -247,6 +252,16 @@ class DecodeResult:
     total_target_calls: int
 
     @property
+    def verifier(self) -> str:
+        """Deprecated alias of :attr:`verifier_name` (a name, not a :class:`otspec.Verifier`)."""
+        warnings.warn(
+            "DecodeResult.verifier is deprecated: it is the verifier's name, now `verifier_name`",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.verifier_name
+
+    @property
     def iterations(self) -> int:
         """Number of target scorings (decoding iterations)."""
         return int(self.accepted.shape[0])
@@ -258,7 +273,7 @@ class DecodeResult:
 
     def __repr__(self) -> str:
         return (
-            f"DecodeResult(verifier={self.verifier!r}, K={self.k}, L={self.L}, "
+            f"DecodeResult(verifier_name={self.verifier_name!r}, k={self.k}, L={self.L}, "
             f"tokens={self.tokens.shape[0]}, iterations={self.iterations}, "
             f"block_efficiency={self.block_efficiency:.3f})"
         )
@@ -352,7 +367,7 @@ def autoregressive_decode(
     Raises
     ------
     ValueError, TypeError
-        Bad prompt, ``max_new_tokens < 1``, ``temperature <= 0``, ... (before any model call).
+        Bad prompt, ``max_new_tokens < 1``, ``temperature < 0``, ... (before any model call).
 
     Examples
     --------
@@ -483,7 +498,7 @@ def speculative_decode(
     ------
     ValueError
         Different vocabularies, an empty prompt, ``K`` or ``L`` < 1,
-        ``temperature <= 0``, an unknown verifier or one that does not fit
+        ``temperature < 0``, an unknown verifier or one that does not fit
         ``K`` or the sampling -- all before any model call.
     TypeError
         Models that are not :class:`LanguageModel`, non-integer ids.
@@ -517,8 +532,9 @@ def speculative_decode(
         )
     K = validate_positive_int(k, "k")
     L = validate_positive_int(L, "L")
-    scheme = resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V, top_k=sampling.top_k,
-                            top_p=sampling.top_p)
+    # greedy laws are one-hot: every step's union support has at most 2 tokens, as under top_k=1
+    scheme = resolve_scheme(verifier, k=K, options=verifier_options, vocab_size=V,
+                            top_k=1 if sampling.greedy else sampling.top_k, top_p=sampling.top_p)
     gen = make_rng(rng)
     return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
 
@@ -697,7 +713,7 @@ class _Decoder:
         return DecodeResult(
             tokens=_finish(out, self.max_new, self.eos),
             prompt_length=len(self.prompt),
-            verifier=self.scheme.name,
+            verifier_name=self.scheme.name,
             lossless=bool(self.lossless),
             k=self.K,
             L=L,

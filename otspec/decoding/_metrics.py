@@ -169,9 +169,9 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
         if not isinstance(r, DecodeResult):
             raise TypeError(f"`results` must hold DecodeResult objects, got {type(r).__name__}")
     r0 = results[0]
-    key = (r0.verifier, r0.k, r0.L, r0.sampling)
+    key = (r0.verifier_name, r0.k, r0.L, r0.sampling)
     for r in results[1:]:
-        if (r.verifier, r.k, r.L, r.sampling) != key:
+        if (r.verifier_name, r.k, r.L, r.sampling) != key:
             raise ValueError("`results` must share verifier, k, L and sampling")
     cat = lambda name: np.concatenate([getattr(r, name) for r in results])  # noqa: E731
     e, c = cat("emitted").astype(np.float64), cat("target_calls").astype(np.float64)
@@ -195,7 +195,7 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
         bn = int(sum(b.tokens.shape[0] for b in baseline))
         btps = bn / bt if bt > 0 else float("inf")
     return DecodingSummary(
-        verifier=r0.verifier,
+        verifier=r0.verifier_name,
         k=r0.k,
         L=L,
         temperature=r0.sampling.temperature,
@@ -460,7 +460,7 @@ def check_lossless(
             max_new_tokens=m, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
             verifier_options=verifier_options,
         )
-        name = res.verifier
+        name = res.verifier_name
         counts[index.get(tuple(res.tokens[:m].tolist()), len(cells))] += 1
     full_law = np.append(law / law.sum(), 0.0)
     g = chi2_gof(counts, full_law, alpha_fail=alpha_fail)

@@ -14,12 +14,14 @@ step only pays for the new tokens:
   accepted prefix).
 
 :class:`HFCausalLM` wraps any Hugging Face causal LM (``model(input_ids,
-past_key_values=...)``) on any torch device; :class:`CallableLM` wraps a
+cache=...)``, or ``past_key_values=...`` before transformers 5.x renamed
+it) on any torch device; :class:`CallableLM` wraps a
 plain function ``ids -> logits`` without a cache (tests, toy models).
 """
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -84,6 +86,17 @@ def _new_cache():
     return DynamicCache()
 
 
+def _cache_keyword(model) -> str:
+    """The keyword of ``model.forward`` that takes the KV cache: ``"cache"`` (transformers 5.x, where
+    ``past_key_values`` is deprecated and warns at every call) or ``"past_key_values"`` (4.x and
+    models that only know that name). Read from the signature, not from a version string."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a forward without a signature
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
 class HFCausalLM:
     r"""Adapter of a Hugging Face causal language model, with its KV cache, on any torch device.
 
@@ -91,8 +104,12 @@ class HFCausalLM:
 
         \text{logits}(x_{1:T})_t = \log M(\cdot \mid x_{1:t}) + \text{const},
 
-    computed incrementally: the state holds the model's ``past_key_values``
-    and each call feeds only the new tokens. Rows are broadcast with the
+    computed incrementally: the state holds the model's KV cache (a
+    ``DynamicCache``) and each call feeds only the new tokens. The cache is
+    passed as ``cache=`` when ``model.forward`` takes that keyword
+    (transformers 5.x, where ``past_key_values`` is deprecated) and as
+    ``past_key_values=`` otherwise (transformers 4.45 on), read from the
+    forward's signature, so no call warns or prints. Rows are broadcast with the
     cache's ``batch_repeat_interleave``, chosen with
     ``batch_select_indices`` and truncated with ``crop`` (all present from
     transformers 4.45 on).
@@ -139,6 +156,7 @@ class HFCausalLM:
         self._vocab = v
         self.name = name or type(model).__name__
         self.n_calls = 0
+        self._cache_kw = _cache_keyword(model)
 
     @property
     def vocab_size(self) -> int:
@@ -164,9 +182,9 @@ class HFCausalLM:
                 state.cache.batch_repeat_interleave(B)
         if state.cache is None:
             state.cache = _new_cache()
-        out = self.model(input_ids=ids, past_key_values=state.cache, use_cache=True)
+        out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: state.cache})
         self.n_calls += 1
-        state.cache = out.past_key_values
+        state.cache = getattr(out, self._cache_kw)  # out.cache (5.x) or out.past_key_values (4.x)
         state.length += int(ids.shape[1])
         state.batch = B
         return out.logits

@@ -1,4 +1,4 @@
-r"""Temperature, top-k and top-p, applied identically to the draft and the target."""
+r"""Temperature (greedy at 0), top-k and top-p, applied identically to the draft and the target."""
 
 from __future__ import annotations
 
@@ -25,7 +25,17 @@ class Sampling:
     .. math::
 
         \pi(x) \propto \exp(\ell_x / T)\ \mathbb 1\{x \in \text{top-}k\}
-        \quad\text{then, with top-}p\text{, restricted to the smallest head of mass} \ge p.
+        \quad\text{then, with top-}p\text{, restricted to the smallest head of mass} \ge p,
+
+    and at ``T = 0`` (greedy decoding) the one-hot law of the argmax,
+
+    .. math::
+
+        \pi(x) = \mathbb 1\{x = \min \operatorname{arg\,max}_y \ell_y\},
+
+    ties broken by the smallest token id (the rule of ``torch.argmax`` and of
+    transformers' ``generate(do_sample=False)``); top-k and top-p are then
+    irrelevant (the argmax survives every truncation) and ignored.
 
     The law is computed in float64. Top-k keeps every token whose logit is at
     least the ``k``-th largest (ties at the boundary are all kept, as in
@@ -55,7 +65,8 @@ class Sampling:
     Parameters
     ----------
     temperature : float
-        ``T > 0`` (sampling is always asked for; greedy decoding is not offered).
+        ``T > 0`` to sample, or ``T = 0`` for greedy decoding (the one-hot law
+        of the argmax, smallest token id among ties).
     top_k : int or None
         Keep the ``top_k`` largest logits (``>= 1``), or all.
     top_p : float or None
@@ -66,7 +77,7 @@ class Sampling:
     Raises
     ------
     ValueError
-        ``temperature <= 0`` or not finite, ``top_k < 1``, ``top_p`` outside
+        ``temperature < 0`` or not finite, ``top_k < 1``, ``top_p`` outside
         ``(0, 1]``, an unknown ``top_p_rule``.
     TypeError
         A parameter of the wrong type.
@@ -87,6 +98,11 @@ class Sampling:
     [0.5, 0.25, 0.25]
     >>> Sampling(top_p=0.6, top_p_rule="transformers").probs(logits).round(decimals=6).tolist()
     [0.666667, 0.0, 0.333333]
+
+    Greedy: the one-hot law of the argmax, the smaller id among tied maxima.
+
+    >>> Sampling(temperature=0).probs(torch.tensor([0.1, 2.0, 2.0, -1.0])).tolist()
+    [0.0, 1.0, 0.0, 0.0]
     """
 
     temperature: float = 1.0
@@ -98,10 +114,10 @@ class Sampling:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, numbers.Real):
             raise TypeError(f"`temperature` must be a real number, got {type(t).__name__}")
-        if not (math.isfinite(float(t)) and float(t) > 0):
+        if not (math.isfinite(float(t)) and float(t) >= 0):
             raise ValueError(
-                f"`temperature` must be a finite number > 0 when sampling (greedy decoding is not "
-                f"offered), got {t!r}"
+                f"`temperature` must be a finite number >= 0 (0 = greedy decoding, > 0 = sampling), "
+                f"got {float(t)!r}"
             )
         object.__setattr__(self, "temperature", float(t))
         k = self.top_k
@@ -122,9 +138,14 @@ class Sampling:
             raise ValueError(f"`top_p_rule` must be one of {TOP_P_RULES}, got {self.top_p_rule!r}")
 
     @property
+    def greedy(self) -> bool:
+        """Whether this is greedy decoding (``temperature == 0``): one-hot laws of the argmax."""
+        return self.temperature == 0.0
+
+    @property
     def truncated(self) -> bool:
-        """Whether top-k or top-p can remove tokens."""
-        return self.top_k is not None or (self.top_p is not None and self.top_p < 1.0)
+        """Whether top-k or top-p can remove tokens (greedy laws are one-hot: always)."""
+        return self.greedy or self.top_k is not None or (self.top_p is not None and self.top_p < 1.0)
 
     def probs(self, logits):
         r"""The processed law, float64, same shape as ``logits`` (last axis = vocabulary).
@@ -140,8 +161,11 @@ class Sampling:
         Raises
         ------
         ValueError
-            If a row has no finite logit (no law can be formed).
+            If a row has no finite logit (no law can be formed), or, when
+            greedy, a NaN or a ``+inf`` logit (no well-defined argmax).
         """
+        if self.greedy:
+            return greedy_probs(logits)
         x = logits.to(torch.float64) / self.temperature
         V = x.shape[-1]
         if self.top_p_rule == "transformers":
@@ -164,6 +188,38 @@ class Sampling:
         if not bool(torch.isfinite(probs).all()):
             raise ValueError("logits gave no valid law (a row with no finite logit, or NaN)")
         return probs
+
+
+def greedy_probs(logits):
+    r"""The one-hot law of the argmax of each row, float64; ties go to the smallest token id.
+
+    .. math::
+
+        \pi(x) = \mathbb 1\{x = \min \operatorname{arg\,max}_y \ell_y\}.
+
+    ``torch.argmax`` returns the first maximal index, as does transformers'
+    greedy search (``next_token_scores.argmax(-1)``), so this is the law of
+    ``generate(do_sample=False)``.
+
+    Parameters
+    ----------
+    logits : torch.Tensor, shape ``(..., V)``
+
+    Returns
+    -------
+    torch.Tensor of float64, shape ``(..., V)``, one 1 per row.
+
+    Raises
+    ------
+    ValueError
+        If a row contains NaN, contains ``+inf``, or has no finite logit.
+    """
+    x = logits.to(torch.float64)
+    top = x.max(dim=-1).values if x.shape[-1] else x.sum(dim=-1)
+    if x.shape[-1] == 0 or bool(torch.isnan(x).any()) or not bool(torch.isfinite(top).all()):
+        raise ValueError("logits gave no valid greedy law (a row with NaN, +inf, or no finite logit)")
+    idx = torch.argmax(x, dim=-1, keepdim=True)
+    return torch.zeros_like(x).scatter_(-1, idx, 1.0)
 
 
 def transformers_keep_mask(logits, temperature: float, top_k: int | None, top_p: float | None):
