@@ -302,3 +302,16 @@ def test_import_profile_imports_no_engine_and_no_matplotlib():
             "if m in sys.modules]; print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_renewal_estimator_recorded_and_exact_for_identical_models(tmp_path):
+    # p = q: every draft is accepted, iterations emit L + 1 tokens, so a text of T tokens
+    # takes ceil(T / (L + 1)) target calls; the per-position average gives L + 1
+    d, t = toy_pair(V, seed=1, closeness=1.0)
+    profile([[0], [1]], out=tmp_path, draft=d, target=t, k_max=2, L_max=3, max_new_tokens=10,
+            verifiers=["token"], families=["token", "kseq"], progress=False)
+    s = summarize(tmp_path)
+    for L in (1, 2, 3):
+        np.testing.assert_allclose(s.renewal[("token", 1, L)].value, 10 / np.ceil(10 / (L + 1)), rtol=1e-12)
+        np.testing.assert_allclose(s.renewal[("kseq", 2, L)].value, 10 / np.ceil(10 / (L + 1)), rtol=1e-12)
+        np.testing.assert_allclose(s.tokens_per_call[("token", 1, L)].value, L + 1, rtol=1e-12)

@@ -17,10 +17,10 @@ __all__ = ["renewal_rows", "available"]
 def available() -> bool:
     """Whether the emission tables can be computed (the theory module is present)."""
     try:
-        from . import _renewal  # noqa: F401
-    except ImportError:
+        from . import _renewal
+    except ImportError:  # pragma: no cover - the module ships with the package
         return False
-    return hasattr(_renewal, "emission_probs")
+    return hasattr(_renewal, "emission_probs_along")
 
 
 def renewal_rows():
@@ -28,6 +28,15 @@ def renewal_rows():
     if not available():
         return None
     return _emission_rows
+
+
+def renewal_families(settings) -> list[str]:
+    """The profiled schemes with a closed-form emission table (the others would need enumeration or Monte Carlo)."""
+    from ._renewal import RENEWAL_SCHEMES
+
+    if settings.context != "sample":  # the estimator needs a text sampled from the target
+        return []
+    return [f for f in settings.families if f in RENEWAL_SCHEMES and not settings.options(f)]
 
 
 def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:
@@ -39,20 +48,20 @@ def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:
 
 
 def _emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
-    from . import _renewal
+    """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``."""
+    from ._renewal import emission_probs_along
 
+    fams = renewal_families(settings)
+    if not fams:
+        return
     p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer)
     T = len(y)
-    Lm = settings.L_max
+    log_q = np.log(q_path[np.arange(T), y])
     for s in range(T):
-        w = min(Lm + 1, T - s)
-        if w < 1:
-            continue
-        for name in settings.families:
-            for k in settings.ks(name):
-                for L in range(1, Lm + 1):
-                    if w < L + 1:
-                        break
-                    e = _renewal.emission_probs(name, p_path[s:s + L + 1], q_path[s:s + L + 1], y[s:s + L + 1],
-                                                k=k, L=L, **settings.options(name))
-                    rows.add(s, "e", name, k, e, m=L, j0=1)
+        rows.add(s, "logq", "target", 1, [log_q[s]])
+    for name in fams:
+        for k in settings.ks(name):
+            for L in range(1, settings.L_max + 1):
+                e = emission_probs_along(name, p_path, q_path, y, L=L, k=k)
+                for s in range(T):
+                    rows.add(s, "e", name, k, e[s], m=L)

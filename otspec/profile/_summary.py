@@ -263,24 +263,54 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
         for i, (f, k, L) in enumerate(tpc_keys):
             extra = float(Cm[:, i].sum() / max(C[:, col[("tau", f, k, L)]].sum(), 1.0)) - 1.0
             speed[(f, k, L)] = float(tp[i] * (1.0 + extra) / (L * draft_cost + score_cost + extra))
-    renewal = _renewal_estimates(out, n_boot, seed)
+    renewal = _renewal_estimates(table, W, prompts)
     return ProfileSummary(acceptance=acceptance, gaps=gaps, tokens_per_call=tokens, differences=diffs,
                           speedup=speed, draft_cost=float(draft_cost) if draft_cost is not None else float("nan"),
                           score_cost=float(score_cost), positions=int(C[:, 0].sum()) if C.size else 0, prompts=N,
                           settings=man["settings"], models=man["models"], renewal=renewal)
 
 
-def _renewal_estimates(out, n_boot: int, seed: int) -> dict:
-    """Tokens per call from the emission tables (the theory module's estimator), when the run recorded them."""
-    from ._renewal_hook import available
+def _renewal_estimates(table, W: np.ndarray, prompts: np.ndarray) -> dict:
+    r"""Tokens per call by the renewal estimator: :math:`\sum_n T_n / \sum_n \sum_t r_n(t)` over prompts.
 
-    if not available():
+    ``r`` is :func:`otspec.profile.starts_recursion` of each prompt's recorded
+    emission tables; the interval resamples prompts with the same weights ``W``.
+    """
+    import pyarrow.compute as pc
+
+    from ._renewal import starts_recursion
+
+    t = table.filter(pc.is_in(table["kind"], value_set=__import__("pyarrow").array(["e", "logq"])))
+    if t.num_rows == 0:
         return {}
-    from . import _renewal
-
-    fn = getattr(_renewal, "tokens_per_call_from_table", None)
-    if fn is None:
-        return {}
-    from ._store import read_table
-
-    return fn(read_table(out), n_boot=n_boot, seed=seed)
+    prompt = t["prompt"].to_numpy()
+    kind = np.asarray(t["kind"].to_pylist(), dtype=object)
+    name = np.asarray(t["name"].to_pylist(), dtype=object)
+    pos, k, j, m, v = (t[c].to_numpy() for c in ("pos", "k", "j", "m", "value"))
+    row = {p: i for i, p in enumerate(prompts.tolist())}
+    lq_mask = kind == "logq"
+    T_n = np.zeros(len(prompts))
+    logq = {}
+    for p in np.unique(prompt[lq_mask]):
+        sel = lq_mask & (prompt == p)
+        order = np.argsort(pos[sel])
+        logq[int(p)] = v[sel][order]
+        T_n[row[int(p)]] = sel.sum()
+    e_mask = ~lq_mask
+    keys = sorted({(a, int(b), int(c)) for a, b, c in zip(name[e_mask], k[e_mask], m[e_mask])})
+    out = {}
+    for key in keys:
+        f, kk, L = key
+        sel0 = e_mask & (name == f) & (k == kk) & (m == L)
+        S_n = np.zeros(len(prompts))
+        for p, lq in logq.items():
+            sel = sel0 & (prompt == p)
+            T = lq.shape[0]
+            E = np.zeros((T, L + 1))
+            E[pos[sel], j[sel] - 1] = v[sel]
+            S_n[row[p]] = starts_recursion(E, lq).sum()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            point = T_n.sum() / S_n.sum()
+            res = (W @ T_n) / (W @ S_n)
+        out[key] = _interval(point, res)
+    return out
