@@ -104,7 +104,7 @@ def test_lossy_gaps_are_exact(pair):
 
 
 SMALL = dict(k_max=2, L_max=2, max_new_tokens=5, verifiers=["token", "kseq", "optimal"],
-             families=["token", "kseq", "optimal", "block"], shard_size=2, progress=False)
+             families=["token", "kseq", "optimal", "block"], shard_size=2, subsample=1, progress=False)
 PROMPTS = [[0, 1], [2], [1, 1, 0], [0], [2, 2]]
 
 
@@ -309,7 +309,7 @@ def test_renewal_estimator_recorded_and_exact_for_identical_models(tmp_path):
     # takes ceil(T / (L + 1)) target calls; the per-position average gives L + 1
     d, t = toy_pair(V, seed=1, closeness=1.0)
     profile([[0], [1]], out=tmp_path, draft=d, target=t, k_max=2, L_max=3, max_new_tokens=10,
-            verifiers=["token"], families=["token", "kseq"], progress=False)
+            verifiers=["token"], families=["token", "kseq"], renewal=["token", "kseq"], progress=False)
     s = summarize(tmp_path)
     for L in (1, 2, 3):
         np.testing.assert_allclose(s.renewal[("token", 1, L)].value, 10 / np.ceil(10 / (L + 1)), rtol=1e-12)

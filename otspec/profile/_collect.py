@@ -85,19 +85,19 @@ def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> None:
     """Every exact quantity of one profiled position, appended to ``rows``."""
     from ..multidraft._registry import get_verifier
-    from ._settings import COSTLY
+    from ._settings import costly as is_costly
 
     L = settings.L_max
     builds = Builds(X, P, Q, settings.verifier_options)
     for name in settings.verifiers:
-        if name in COSTLY and not costly:
+        if is_costly("acc", name) and not costly:
             continue
         spec = get_verifier(name)
         ks = settings.ks(name)
         for (kind, k), vals in depth_quantities(name, ks, builds, L, lossless=spec.lossless).items():
             rows.add(pos, kind, name, k, vals)
     for name in settings.families:
-        if name in COSTLY and not costly:
+        if is_costly("tau", name) and not costly:
             continue
         for k in settings.ks(name):
             for kind, vals in expected_accepted(name, k, builds, L).items():
@@ -149,7 +149,8 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
             q_t = Q[0, 0]
-            position_rows(rows, t, X, P, Q, settings, costly=(t // settings.stride) % settings.subsample == 0)
+            every = settings.subsample
+            position_rows(rows, t, X, P, Q, settings, costly=every > 0 and (t // settings.stride) % every == 0)
             if bar is not None:
                 bar.update(1)
         else:

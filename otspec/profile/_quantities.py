@@ -114,19 +114,27 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
     from ..multidraft._batched import batched_kseq_acceptance, batched_maximal_coupling_acceptance
     from ..otm._alpha import alpha_k
 
+    # the laws come from Sampling.probs: float64 rows summing to 1 (checked there), so no re-validation
     P0, Q0 = builds.P[0, :L], builds.Q[0, :L]
     out: dict = {}
     if name in ("optimal", "lp"):
-        vals = np.asarray(alpha_k(P0, Q0, list(ks), normalize=True, workers=1), dtype=np.float64).reshape(L, len(ks))
+        vals = np.asarray(alpha_k(P0, Q0, list(ks), validate=False, workers=1), dtype=np.float64).reshape(L, len(ks))
+        for i, k in enumerate(ks):
+            out[("acc", k)] = vals[:, i]
+        return out
+    if name == "without-replacement":  # the closed form of the optimum, not the LP plan over draft sets
+        from ..otm._without_replacement import alpha_k_without_replacement
+
+        vals = np.array([alpha_k_without_replacement(*builds.support(0, j)[1:], list(ks)) for j in range(L)])
         for i, k in enumerate(ks):
             out[("acc", k)] = vals[:, i]
         return out
     if name == "token":
-        out[("acc", 1)] = np.asarray(batched_maximal_coupling_acceptance(P0, Q0, normalize=True), dtype=np.float64)
+        out[("acc", 1)] = np.asarray(batched_maximal_coupling_acceptance(P0, Q0, validate=False), dtype=np.float64)
         return out
     if name == "kseq" and not builds.options.get("kseq"):
         for k in ks:
-            out[("acc", k)] = np.asarray(batched_kseq_acceptance(P0, Q0, k, normalize=True), dtype=np.float64)
+            out[("acc", k)] = np.asarray(batched_kseq_acceptance(P0, Q0, k, validate=False), dtype=np.float64)
         return out
     for k in ks:
         acc = np.empty(L)

@@ -32,11 +32,9 @@ def renewal_rows():
 
 def renewal_families(settings) -> list[str]:
     """The profiled schemes with a closed-form emission table (the others would need enumeration or Monte Carlo)."""
-    from ._renewal import RENEWAL_SCHEMES
-
     if settings.context != "sample":  # the estimator needs a text sampled from the target
         return []
-    return [f for f in settings.families if f in RENEWAL_SCHEMES and not settings.options(f)]
+    return [f for f in settings.renewal if not settings.options(f)]
 
 
 def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:

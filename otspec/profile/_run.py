@@ -143,6 +143,7 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     Vd = validate_language_model(draft, "draft")
     if Vd != V:
         raise ValueError(f"`draft` and `target` must share one vocabulary, got vocab_size {Vd} (draft) and {V} (target)")
+    settings = settings.for_vocabulary(V)
     items = load_prompts(prompts, V, tokenizer=tokenizer, context=settings.context)
     out = Path(out)
     manifest = manifest_for(settings, {"draft": _model_id(draft), "target": _model_id(target)}, items)

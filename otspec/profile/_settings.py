@@ -10,16 +10,40 @@ from dataclasses import asdict, dataclass, field
 
 from .._validation import validate_positive_int, validate_seed
 
-__all__ = ["ProfileSettings", "BATCHED", "COSTLY", "CONTEXTS", "token_verifiers", "families", "did_you_mean"]
+__all__ = ["ProfileSettings", "BATCHED", "CHEAP_ACC", "CHEAP_FAMILIES", "CONTEXTS", "ON_REQUEST", "RENEWAL_DEFAULT",
+           "costly", "token_verifiers", "families", "did_you_mean"]
 
 #: Token-level verifiers whose per-depth acceptance has a batched closed form on ``(..., V)`` laws
 #: (:func:`otspec.alpha_k` -- also the value of ``"optimal"`` and of the LP plan ``"lp"``, both optimal --,
 #: :func:`otspec.multidraft.batched_maximal_coupling_acceptance`, :func:`otspec.multidraft.batched_kseq_acceptance`).
 BATCHED = ("token", "optimal", "lp", "kseq")
-#: Verifiers whose exact per-position values cost far more than a forward pass at a large vocabulary
-#: (without replacement: about 1.7 s per position at V = 49,152; the LP plan is sized for small supports):
-#: computed on every ``subsample``-th profiled position only.
-COSTLY = ("without-replacement", "greedy-drafts", "khisti", "lp")
+#: Of those, the ones cheap enough for every position (one sort per depth serves every k); k-Seq sorts
+#: once per k (about 130 ms per k for 4 depths at V = 49,152), so it runs on the subsample.
+CHEAP_ACC = ("token", "optimal", "lp")
+#: Schemes whose expected accepted tokens given the drafts need no verifier build: products of
+#: ``min(1, q/p)`` along a block, and :func:`otspec.block.tau_law_on_path`.
+CHEAP_FAMILIES = ("token", "block", "block-onestep")
+
+
+def costly(kind: str, name: str) -> bool:
+    """Whether a quantity is computed at every ``subsample``-th profiled position only.
+
+    Per-depth acceptance (``kind="acc"``) is cheap for :data:`CHEAP_ACC`; expected accepted tokens
+    (``kind="tau"``) for :data:`CHEAP_FAMILIES`. Every other quantity builds a verifier per depth
+    or per node of the draft tree (at V = 49,152 on one CPU core: k-Seq about 15 ms, mentored 130 ms,
+    the optimal verifier 100 ms, the without-replacement optimum about 1.7 s), far above the
+    forward passes' time.
+    """
+    return name not in (CHEAP_ACC if kind == "acc" else CHEAP_FAMILIES)
+#: Verifiers computed only when named (never by default): the without-replacement optimum costs
+#: about 1.7 s per depth at V = 49,152 (:func:`otspec.otm.alpha_k_without_replacement`).
+ON_REQUEST = ("without-replacement",)
+#: Schemes whose renewal emission tables along the text are recorded by default (closed forms
+#: costing O(L V) per position; k-Seq and multi-round cost a sort per position and ``(k, L)``: on request).
+RENEWAL_DEFAULT = ("token", "block-onestep")
+#: Largest support (vocabulary, or top-k) on which the optimal verifier's expected tokens given the
+#: drafts run by default; above it, on request (``families=[..., "optimal"]``).
+OPTIMAL_TREE_SUPPORT = 1024
 #: Where the profiled contexts come from.
 CONTEXTS = ("sample", "reference")
 
@@ -91,8 +115,9 @@ class ProfileSettings:
     verifier_options : dict or None
         Per-verifier options, e.g. ``{"mentored": {"D": 0.1}, "ensemble": {"w": 0.5}}``.
     subsample : int
-        The costly verifiers (:data:`COSTLY`) are computed at every
-        ``subsample``-th profiled position only.
+        The costly quantities (:func:`costly`: every verifier built per depth
+        or per tree node) are computed at every ``subsample``-th profiled
+        position only (1: everywhere, 0: never).
     temperature, top_k, top_p, top_p_rule
         As :class:`otspec.decoding.Sampling`, applied to draft and target.
     context : {"sample", "reference"}
@@ -104,6 +129,11 @@ class ProfileSettings:
         ``i``-th child, so results do not depend on sharding.
     shard_size : int
         Prompts per Parquet shard.
+    renewal : sequence of str or None
+        Schemes whose emission tables along the text are recorded for the
+        renewal estimator (docs/theory/profile.rst); default: those of
+        :data:`RENEWAL_DEFAULT` among ``families``; any of
+        :data:`otspec.profile.RENEWAL_SCHEMES` may be named (``()``: none).
 
     Raises
     ------
@@ -133,7 +163,7 @@ class ProfileSettings:
     verifiers: tuple | None = None
     families: tuple | None = None
     verifier_options: dict = field(default_factory=dict)
-    subsample: int = 8
+    subsample: int = 32
     temperature: float = 1.0
     top_k: int | None = None
     top_p: float | None = None
@@ -141,13 +171,15 @@ class ProfileSettings:
     context: str = "sample"
     seed: int = 0
     shard_size: int = 8
+    renewal: tuple | None = None
 
     def __post_init__(self):
         from ..decoding._sampling import Sampling
         from ..multidraft._registry import get_verifier
 
-        for name in ("k_max", "L_max", "max_new_tokens", "stride", "subsample", "shard_size"):
+        for name in ("k_max", "L_max", "max_new_tokens", "stride", "shard_size"):
             object.__setattr__(self, name, validate_positive_int(getattr(self, name), name))
+        object.__setattr__(self, "subsample", validate_positive_int(self.subsample, "subsample", minimum=0))
         object.__setattr__(self, "seed", validate_seed(self.seed, "seed"))
         if self.context not in CONTEXTS:
             raise ValueError(f"`context` must be one of {CONTEXTS}, got {self.context!r}{did_you_mean(self.context, CONTEXTS)}")
@@ -170,9 +202,10 @@ class ProfileSettings:
         def ready(n):
             return get_verifier(n).required <= set(opts.get(n, {}))
 
+        object.__setattr__(self, "_auto", (self.verifiers is None, self.families is None))
         tv = token_verifiers()
         if self.verifiers is None:
-            v = tuple(n for n in tv if ready(n))
+            v = tuple(n for n in tv if ready(n) and n not in ON_REQUEST)
         else:
             v = _names(self.verifiers, tv, "verifiers")
         fam = families()
@@ -186,6 +219,66 @@ class ProfileSettings:
                 raise ValueError(f"verifier {n!r} needs options {missing}: pass verifier_options={{{n!r}: {{...}}}}")
         object.__setattr__(self, "verifiers", v)
         object.__setattr__(self, "families", f)
+        from ._renewal import RENEWAL_SCHEMES
+
+        if self.renewal is None:
+            r = tuple(n for n in f if n in RENEWAL_DEFAULT)
+        else:
+            r = _names(self.renewal, tuple(RENEWAL_SCHEMES), "renewal")
+        object.__setattr__(self, "renewal", r)
+
+    def for_vocabulary(self, V: int) -> ProfileSettings:
+        """These settings with the verifiers that cannot run at this vocabulary checked.
+
+        ``"khisti"`` enumerates draft multisets (at most 200,000) and the LP plan ``"lp"``
+        has at most :data:`otspec.decoding._verifiers.LP_MAX_COLUMNS` columns, so both need a
+        small support (``top_k``); ``"lp"``'s per-depth acceptance is :math:`\alpha_k` and always runs.
+        A verifier chosen by default that does not fit is left out; one asked for by name raises.
+
+        Raises
+        ------
+        ValueError
+            A verifier asked for by name whose exact computation does not fit the vocabulary.
+        """
+        import math
+
+        from ..decoding._verifiers import lp_max_support
+        from ..multidraft._khisti import MAX_MULTISETS
+
+        reach = V if self.top_k is None else min(V, self.top_k)
+        nucleus = self.top_p is not None and self.top_p < 1.0
+
+        def problem(name: str, kind: str):
+            if nucleus:
+                return None
+            if name == "khisti" and math.comb(reach + self.k_max - 1, self.k_max) > MAX_MULTISETS:
+                return (f"'khisti' enumerates C(s + k - 1, k) draft multisets, at most {MAX_MULTISETS}; with "
+                        f"s = {reach} tokens and k_max = {self.k_max} that is too many: pass top_k")
+            if name == "optimal" and kind == "tau" and reach > OPTIMAL_TREE_SUPPORT:
+                return (f"the optimal verifier's expected tokens build it at every node of the draft tree "
+                        f"(0.1 to 2.5 s per build at V = 49,152); above {OPTIMAL_TREE_SUPPORT} tokens it runs on "
+                        "request only (its per-depth acceptance, alpha_k, always runs)")
+            if name == "lp" and kind == "tau" and reach > lp_max_support(self.k_max):
+                return (f"'lp' builds an LP per tree node: with k_max = {self.k_max} its support may be at most "
+                        f"{lp_max_support(self.k_max)} tokens, got {reach}: pass top_k")
+            return None
+
+        auto_v, auto_f = self._auto
+        keep = {}
+        for field_name, kind, auto in (("verifiers", "acc", auto_v), ("families", "tau", auto_f)):
+            names = []
+            for n in getattr(self, field_name):
+                msg = problem(n, kind)
+                if msg is None or (n == "optimal" and not auto):  # named: runs, at its cost
+                    names.append(n)
+                elif not auto:
+                    raise ValueError(f"`{field_name}`: {msg}")
+            keep[field_name] = tuple(names)
+        if keep["verifiers"] == self.verifiers and keep["families"] == self.families:
+            return self
+        d = self.to_dict()
+        d.update(keep)
+        return ProfileSettings(**d)
 
     @property
     def sampling(self):
@@ -208,4 +301,5 @@ class ProfileSettings:
         d = asdict(self)
         d["verifiers"] = list(self.verifiers)
         d["families"] = list(self.families)
+        d["renewal"] = list(self.renewal)
         return d

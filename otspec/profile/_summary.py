@@ -242,9 +242,9 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
         # compare both schemes on those positions only
         import pyarrow as pa
 
-        from ._settings import COSTLY
+        from ._settings import costly
 
-        every = man["settings"]["stride"] * man["settings"]["subsample"]
+        every = man["settings"]["stride"] * max(man["settings"]["subsample"], 1)
         sub = table.filter(pa.array(table["pos"].to_numpy() % every == 0))
         skeys, _, sS, sC = prompt_sums(sub, ("tau", "calls"))
         s_keys, sE, sCm = _emitted_and_calls(skeys, sS, sC)
@@ -252,7 +252,7 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
         for (f, k, L) in tpc_keys:
             if f == ref:
                 continue
-            src, srcp, srcr = (s_keys, sp, sres) if f in COSTLY else (tpc_keys, tp, tres)
+            src, srcp, srcr = (s_keys, sp, sres) if costly("tau", f) else (tpc_keys, tp, tres)
             if (ref, 1, L) not in src:
                 continue
             i, r = src.index((f, k, L)), src.index((ref, 1, L))
