@@ -60,6 +60,10 @@ def report_markdown(summary, *, figures=()) -> str:
                   "| scheme | k | L | tokens per call |", "|---|---|---|---|"]
         for (f, k, L), e in summary.renewal.items():
             lines.append(f"| {f} | {k} | {L} | {_fmt(e)} |")
+        if summary.renewal_differences:
+            lines += ["", "| scheme | k | L | minus | renewal difference |", "|---|---|---|---|---|"]
+            for ((f, k, L), (r, _, _)), e in summary.renewal_differences.items():
+                lines.append(f"| {f} | {k} | {L} | {r} | {e.value:+.3f} [{e.lo:+.3f}, {e.hi:+.3f}] |")
     if summary.differences:
         lines += ["", "## Paired differences of tokens per call", "",
                   "| scheme | k | L | minus | difference |", "|---|---|---|---|---|"]

@@ -58,8 +58,10 @@ class ProfileSummary:
     draft_cost : float
         Cost of one draft step relative to one target call, measured (or given).
     renewal : dict
-        ``(family, k, L) -> Estimate``: the unbiased tokens-per-call estimator
+        ``(family, k, L) -> Estimate``: the renewal tokens-per-call estimator
         from the emission tables along the text (empty when not recorded).
+    renewal_differences : dict
+        Paired differences of the renewal estimates with the reference scheme (same resamples).
     positions, prompts : int
     settings : dict
     models : dict
@@ -77,6 +79,7 @@ class ProfileSummary:
     settings: dict
     models: dict
     renewal: dict = field(default_factory=dict)
+    renewal_differences: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (f"ProfileSummary(prompts={self.prompts}, positions={self.positions}, "
@@ -263,14 +266,23 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
         for i, (f, k, L) in enumerate(tpc_keys):
             extra = float(Cm[:, i].sum() / max(C[:, col[("tau", f, k, L)]].sum(), 1.0)) - 1.0
             speed[(f, k, L)] = float(tp[i] * (1.0 + extra) / (L * draft_cost + score_cost + extra))
-    renewal = _renewal_estimates(table, W, prompts)
+    renewal, ren_res = _renewal_estimates(table, W, prompts)
+    ren_diffs = {}
+    if renewal:
+        fams = list(dict.fromkeys(f for f, _, _ in renewal))
+        rref = reference if reference in fams else ("token" if "token" in fams else fams[0])
+        for (f, k, L), e in renewal.items():
+            r = (rref, 1, L)
+            if f != rref and r in renewal:
+                ren_diffs[((f, k, L), r)] = _interval(e.value - renewal[r].value, ren_res[(f, k, L)] - ren_res[r])
     return ProfileSummary(acceptance=acceptance, gaps=gaps, tokens_per_call=tokens, differences=diffs,
                           speedup=speed, draft_cost=float(draft_cost) if draft_cost is not None else float("nan"),
                           score_cost=float(score_cost), positions=int(C[:, 0].sum()) if C.size else 0, prompts=N,
-                          settings=man["settings"], models=man["models"], renewal=renewal)
+                          settings=man["settings"], models=man["models"], renewal=renewal,
+                          renewal_differences=ren_diffs)
 
 
-def _renewal_estimates(table, W: np.ndarray, prompts: np.ndarray) -> dict:
+def _renewal_estimates(table, W: np.ndarray, prompts: np.ndarray) -> tuple[dict, dict]:
     r"""Tokens per call by the renewal estimator: :math:`\sum_n T_n / \sum_n \sum_t r_n(t)` over prompts.
 
     ``r`` is :func:`otspec.profile.starts_recursion` of each prompt's recorded
@@ -282,7 +294,7 @@ def _renewal_estimates(table, W: np.ndarray, prompts: np.ndarray) -> dict:
 
     t = table.filter(pc.is_in(table["kind"], value_set=__import__("pyarrow").array(["e", "logq"])))
     if t.num_rows == 0:
-        return {}
+        return {}, {}
     prompt = t["prompt"].to_numpy()
     kind = np.asarray(t["kind"].to_pylist(), dtype=object)
     name = np.asarray(t["name"].to_pylist(), dtype=object)
@@ -298,7 +310,7 @@ def _renewal_estimates(table, W: np.ndarray, prompts: np.ndarray) -> dict:
         T_n[row[int(p)]] = sel.sum()
     e_mask = ~lq_mask
     keys = sorted({(a, int(b), int(c)) for a, b, c in zip(name[e_mask], k[e_mask], m[e_mask])})
-    out = {}
+    out, resampled = {}, {}
     for key in keys:
         f, kk, L = key
         sel0 = e_mask & (name == f) & (k == kk) & (m == L)
@@ -313,4 +325,5 @@ def _renewal_estimates(table, W: np.ndarray, prompts: np.ndarray) -> dict:
             point = T_n.sum() / S_n.sum()
             res = (W @ T_n) / (W @ S_n)
         out[key] = _interval(point, res)
-    return out
+        resampled[key] = res
+    return out, resampled
