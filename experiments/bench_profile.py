@@ -105,7 +105,7 @@ def main() -> None:
         return
     rows = []
     if not args.skip_overhead:
-        n, T = (1, 4) if args.quick else (2, 8)
+        n, T = (1, 4) if args.quick else (2, 16)
         for label, sub in (("default quantities, costly ones every 32nd position", 32), ("cheap quantities only (subsample=0)", 0)):
             r = overhead(n, T, sub)
             ok = r["ratio"] <= 0.10

@@ -315,3 +315,16 @@ def test_renewal_estimator_recorded_and_exact_for_identical_models(tmp_path):
         np.testing.assert_allclose(s.renewal[("token", 1, L)].value, 10 / np.ceil(10 / (L + 1)), rtol=1e-12)
         np.testing.assert_allclose(s.renewal[("kseq", 2, L)].value, 10 / np.ceil(10 / (L + 1)), rtol=1e-12)
         np.testing.assert_allclose(s.tokens_per_call[("token", 1, L)].value, L + 1, rtol=1e-12)
+
+
+def test_costly_quantities_on_a_subsample_are_paired_on_it(tmp_path, pair):
+    d, t, _, _ = pair
+    profile(PROMPTS, out=tmp_path, draft=d, target=t, **dict(SMALL, subsample=3, max_new_tokens=6))
+    tab = read_table(tmp_path)
+    kseq_pos = {(p, q) for p, q, n, kind in zip(tab["prompt"].to_pylist(), tab["pos"].to_pylist(),
+                                                   tab["name"].to_pylist(), tab["kind"].to_pylist())
+                if n == "kseq" and kind == "tau"}
+    assert kseq_pos == {(i, q) for i in range(len(PROMPTS)) for q in range(6) if (q + i) % 3 == 0}
+    s = summarize(tmp_path)
+    e = s.differences[(("kseq", 1, 2), ("token", 1, 2))]  # k = 1: the same verifier on the same positions
+    np.testing.assert_allclose([e.value, e.lo, e.hi], 0.0, atol=1e-12)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ._quantities import Builds, depth_quantities, expected_accepted
 
-__all__ = ["prompt_rng", "profile_prompt", "COLUMNS"]
+__all__ = ["prompt_rng", "profile_prompt", "position_rows", "is_subsampled", "COLUMNS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
 #: number of drafts, depth or draft length, index inside an emission table, the value.
@@ -80,6 +80,14 @@ def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     from ..decoding._sampling import sample_rows
 
     return sample_rows(P, rng)
+
+
+def is_subsampled(pos, prompt, settings) -> bool:
+    """Whether the costly quantities run at this position: every ``subsample``-th profiled position of a prompt,
+    offset by the prompt's index so that the subsample spreads evenly over prompts (and over a shard)."""
+    every = settings["subsample"] if isinstance(settings, dict) else settings.subsample
+    stride = settings["stride"] if isinstance(settings, dict) else settings.stride
+    return every > 0 and (pos // stride + prompt) % every == 0
 
 
 def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> None:
@@ -149,8 +157,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
             q_t = Q[0, 0]
-            every = settings.subsample
-            position_rows(rows, t, X, P, Q, settings, costly=every > 0 and (t // settings.stride) % every == 0)
+            position_rows(rows, t, X, P, Q, settings, costly=is_subsampled(t, index, settings))
             if bar is not None:
                 bar.update(1)
         else:

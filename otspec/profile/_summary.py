@@ -99,8 +99,11 @@ def _interval(point: float, res: np.ndarray) -> Estimate:
     return Estimate(float(point), float(lo), float(hi))
 
 
-def prompt_sums(table, kinds):
-    """Per-prompt sums and counts of each ``(kind, name, k, j)`` key: ``(keys, prompts, S (N, K), C (N, K))``."""
+def prompt_sums(table, kinds, prompts=None):
+    """Per-prompt sums and counts of each ``(kind, name, k, j)`` key: ``(keys, prompts, S (N, K), C (N, K))``.
+
+    ``prompts`` (sorted indices) fixes the rows, e.g. to those of the whole run for a subset of positions.
+    """
     import pyarrow.compute as pc
 
     t = table.filter(pc.is_in(table["kind"], value_set=__import__("pyarrow").array(list(kinds))))
@@ -110,7 +113,10 @@ def prompt_sums(table, kinds):
     k = t["k"].to_numpy()
     j = t["j"].to_numpy()
     v = t["value"].to_numpy()
-    prompts, pi = np.unique(prompt, return_inverse=True)
+    if prompts is None:
+        prompts, pi = np.unique(prompt, return_inverse=True)
+    else:
+        pi = np.searchsorted(prompts, prompt)
     keys = sorted({(a, b, int(c), int(d)) for a, b, c, d in zip(kind, name, k, j)})
     index = {key: i for i, key in enumerate(keys)}
     ki = np.fromiter((index[(a, b, int(c), int(d))] for a, b, c, d in zip(kind, name, k, j)), dtype=np.int64,
@@ -245,11 +251,13 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
         # compare both schemes on those positions only
         import pyarrow as pa
 
+        from ._collect import is_subsampled
         from ._settings import costly
 
-        every = man["settings"]["stride"] * max(man["settings"]["subsample"], 1)
-        sub = table.filter(pa.array(table["pos"].to_numpy() % every == 0))
-        skeys, _, sS, sC = prompt_sums(sub, ("tau", "calls"))
+        st = man["settings"]
+        mask = [is_subsampled(p, i, st) for p, i in zip(table["pos"].to_pylist(), table["prompt"].to_pylist())]
+        sub = table.filter(pa.array(mask, type=pa.bool_()))
+        skeys, _, sS, sC = prompt_sums(sub, ("tau", "calls"), prompts)
         s_keys, sE, sCm = _emitted_and_calls(skeys, sS, sC)
         sp, sres = _boot(sE, sCm, W)
         for (f, k, L) in tpc_keys:
