@@ -328,3 +328,23 @@ def test_costly_quantities_on_a_subsample_are_paired_on_it(tmp_path, pair):
     s = summarize(tmp_path)
     e = s.differences[(("kseq", 1, 2), ("token", 1, 2))]  # k = 1: the same verifier on the same positions
     np.testing.assert_allclose([e.value, e.lo, e.hi], 0.0, atol=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,k", [("token", 1), ("kseq", 2)])
+def test_renewal_prediction_agrees_with_real_decoding(tmp_path, name, k):
+    # tokens per call of real decoding, T / E[iterations], against the profile's renewal estimate on
+    # independent texts; |z| < 3 (false-failure rate 0.3 % per test for a correct estimator, seeds fixed)
+    from otspec.decoding import speculative_decode
+
+    d, t = toy_pair(4, seed=5, closeness=0.6)
+    T, L, n = 12, 2, 300
+    profile([[0]] * n, out=tmp_path, draft=d, target=t, k_max=k, L_max=L, max_new_tokens=T, verifiers=["token"],
+            families=[name], renewal=[name], subsample=0, shard_size=100, progress=False)
+    est = summarize(tmp_path).renewal[(name, k, L)]
+    iters = np.array([speculative_decode([0], draft=d, target=t, verifier=name, k=k, L=L, max_new_tokens=T,
+                                         rng=10_000 + i).iterations for i in range(n)], dtype=float)
+    real = T / iters.mean()
+    se_real = real * iters.std(ddof=1) / np.sqrt(n) / iters.mean()
+    z = (est.value - real) / np.hypot(est.half_width / 1.96, se_real)
+    assert abs(z) < 3, (est, real, se_real, z)
