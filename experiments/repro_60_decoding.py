@@ -59,8 +59,16 @@ PROMPTS = [
     "Give two arguments for and against homework.",
     "Explain what a black hole is.",
     "Write a polite email declining a meeting invitation.",
+    "What causes the seasons on Earth?",
+    "Describe how to plant a tree.",
+    "Why do cats purr?",
+    "Explain compound interest with an example.",
+    "Write a limerick about a forgetful wizard.",
+    "What are the main parts of a cell?",
+    "Give advice for a first job interview.",
+    "How do vaccines work?",
 ]
-#: Sixteen short paths (12 positions each) rather than a few long ones: the intervals are over prompts.
+#: Many short paths (12 positions each) rather than a few long ones: the intervals are over prompts.
 #: k-Seq's renewal tables sort the vocabulary per position and (k, L), so multi-round's are left out here.
 PROFILE = dict(
     k_max=2, L_max=4, max_new_tokens=12, temperature=1.0, top_k=50, seed=0, shard_size=2, subsample=1,
@@ -137,7 +145,9 @@ def run_all() -> dict:
         "lossy": {f"{kind} {v} k={k} depth={j}": _est(e) for (kind, v, k, j), e in s.gaps.items()},
         "tokens_per_call": {f"{f} k={k} L={ell}": _est(e) for (f, k, ell), e in s.tokens_per_call.items()},
         "renewal": {f"{f} k={k} L={ell}": _est(e) for (f, k, ell), e in s.renewal.items()},
-        "paired_differences": {f"{a[0]} k={a[1]} L={a[2]} - {b[0]}": _est(e) for (a, b), e in s.differences.items()},
+        "paired_differences": {f"{a[0]} k={a[1]} L={a[2]} - {b[0]} k={b[1]}": _est(e) for (a, b), e in s.differences.items()},
+        "renewal_paired_differences": {f"{a[0]} k={a[1]} L={a[2]} - {b[0]} k={b[1]}": _est(e)
+                                       for (a, b), e in s.renewal_differences.items()},
         "checks": [],
     }
     for name, k in CHECKS:
@@ -188,7 +198,8 @@ def section(res: dict) -> Section:
         f"k_max = {ps['k_max']} i.i.d. draft blocks of L_max = {L} tokens per position, temperature "
         f"{ps['temperature']}, top-k {ps['top_k']}, CPU, 1 thread. Tokens per call = exact expected tokens "
         "emitted per target call given the drawn drafts, averaged over positions (ratio of sums); 95 % "
-        "bootstrap intervals over prompts; paired differences resample both verifiers together. Renewal = the "
+        "bootstrap intervals over prompts; paired differences (k = 1: with token verification; k > 1: with the "
+        "optimal verifier at the same k, on the same drafts) resample both verifiers together. Renewal = the "
         "estimator along the text (docs/theory/profile.rst), for the families with a closed form. Checks: "
         f"{res['decode_settings']['prompts']} real decodes of {res['decode_settings']['max_new_tokens']} tokens "
         "per family (measured emitted tokens per target call, 95 % interval over iterations); agreement = "

@@ -170,7 +170,7 @@ def _timing(out) -> tuple[float, float]:
 
 
 def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, reference: str | None = None,
-              n_boot: int = N_BOOT, seed: int = 0) -> ProfileSummary:
+              reference_multi: str | None = "optimal", n_boot: int = N_BOOT, seed: int = 0) -> ProfileSummary:
     r"""Summarise a profile run: acceptance per depth, tokens per target call, paired differences, speed-ups.
 
     .. math::
@@ -195,8 +195,12 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
     score_cost : float, keyword-only
         ``s``.
     reference : str or None, keyword-only
-        The family every other is compared with (paired); default ``"token"``
-        if profiled, else the first family.
+        The family every other is compared with (paired) at ``k = 1``; default
+        ``"token"`` if profiled, else the first family.
+    reference_multi : str or None, keyword-only
+        The family compared with at the same ``k`` when ``k > 1`` (default the
+        optimal verifier, the ceiling; the same drafts on both sides, so the
+        interval is narrow); ``None``, or not profiled: ``reference`` at ``k = 1``.
     n_boot : int, keyword-only
         Bootstrap resamples.
     seed : int, keyword-only
@@ -261,13 +265,15 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
         s_keys, sE, sCm = _emitted_and_calls(skeys, sS, sC)
         sp, sres = _boot(sE, sCm, W)
         for (f, k, L) in tpc_keys:
-            if f == ref:
+            other = (reference_multi, k, L) if k > 1 and (reference_multi, k, L) in tpc_keys else (ref, 1, L)
+            if f == other[0]:
                 continue
-            src, srcp, srcr = (s_keys, sp, sres) if costly("tau", f) else (tpc_keys, tp, tres)
-            if (ref, 1, L) not in src:
+            src, srcp, srcr = (s_keys, sp, sres) if costly("tau", f) or costly("tau", other[0]) else (
+                tpc_keys, tp, tres)
+            if other not in src or (f, k, L) not in src:
                 continue
-            i, r = src.index((f, k, L)), src.index((ref, 1, L))
-            diffs[((f, k, L), (ref, 1, L))] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r])
+            i, r = src.index((f, k, L)), src.index(other)
+            diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r])
         if draft_cost is None:
             d, q = _timing(out)
             draft_cost = d / q if q > 0 else float("nan")
