@@ -219,16 +219,16 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
     --------
     See :func:`profile`.
     """
-    from ._store import read_manifest, read_table
+    from ._store import read_manifest
 
     man = read_manifest(out)
-    table = read_table(out)
-    if table.num_rows == 0:
-        raise ValueError(f"`out` {str(out)!r} holds no finished shard yet")
     for nm, val in (("draft_cost", draft_cost), ("score_cost", score_cost)):
         if val is not None and not (np.isfinite(val) and val >= 0):
             raise ValueError(f"`{nm}` must be a finite number >= 0, got {val!r}")
-    keys, prompts, S, C = prompt_sums(table, ("acc", "tv", "kl", "tau", "calls"))
+    sums = _stream_sums(out, man["settings"])
+    if sums is None:
+        raise ValueError(f"`out` {str(out)!r} holds no finished shard yet")
+    keys, prompts, S, C = sums["all"]
     N = len(prompts)
     rng = np.random.default_rng(seed)
     W = rng.multinomial(N, np.full(N, 1.0 / N), size=n_boot).astype(np.float64)
@@ -253,15 +253,9 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
             raise ValueError(f"`reference` must be a profiled family {tuple(fams)}, got {ref!r}")
         # the costly schemes are profiled at every `subsample`-th position: their paired differences
         # compare both schemes on those positions only
-        import pyarrow as pa
-
-        from ._collect import is_subsampled
         from ._settings import costly
 
-        st = man["settings"]
-        mask = [is_subsampled(p, i, st) for p, i in zip(table["pos"].to_pylist(), table["prompt"].to_pylist())]
-        sub = table.filter(pa.array(mask, type=pa.bool_()))
-        skeys, _, sS, sC = prompt_sums(sub, ("tau", "calls"), prompts)
+        skeys, _, sS, sC = sums["sub"]
         s_keys, sE, sCm = _emitted_and_calls(skeys, sS, sC)
         sp, sres = _boot(sE, sCm, W)
         for (f, k, L) in tpc_keys:
@@ -280,7 +274,7 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
         for i, (f, k, L) in enumerate(tpc_keys):
             extra = float(Cm[:, i].sum() / max(C[:, col[("tau", f, k, L)]].sum(), 1.0)) - 1.0
             speed[(f, k, L)] = float(tp[i] * (1.0 + extra) / (L * draft_cost + score_cost + extra))
-    renewal, ren_res = _renewal_estimates(table, W, prompts)
+    renewal, ren_res = _renewal_estimates(sums["T_n"], sums["starts"], W)
     ren_diffs = {}
     if renewal:
         fams = list(dict.fromkeys(f for f, _, _ in renewal))
@@ -296,26 +290,74 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
                           renewal_differences=ren_diffs)
 
 
-def _renewal_estimates(table, W: np.ndarray, prompts: np.ndarray) -> tuple[dict, dict]:
-    r"""Tokens per call by the renewal estimator: :math:`\sum_n T_n / \sum_n \sum_t r_n(t)` over prompts.
+def _merge_sums(parts):
+    """Stack per-shard ``(keys, prompts, S, C)`` (disjoint prompts) on the union of their keys."""
+    keys = sorted({k for p in parts for k in p[0]})
+    col = {k: i for i, k in enumerate(keys)}
+    prompts = np.concatenate([p[1] for p in parts])
+    S = np.zeros((len(prompts), len(keys)))
+    C = np.zeros((len(prompts), len(keys)))
+    row = 0
+    for pk, pp, pS, pC in parts:
+        idx = [col[k] for k in pk]
+        S[row:row + len(pp), idx] = pS
+        C[row:row + len(pp), idx] = pC
+        row += len(pp)
+    return keys, prompts, S, C
 
-    ``r`` is :func:`otspec.profile.starts_recursion` of each prompt's recorded
-    emission tables; the interval resamples prompts with the same weights ``W``.
+
+def _stream_sums(out, settings: dict):
+    """Per-prompt sums of a run, reading one shard at a time (memory: one shard plus the ``(N, keys)`` sums).
+
+    Returns ``{"all": (keys, prompts, S, C), "sub": ... on the costly subsample, "T_n": (N,),
+    "starts": {(scheme, k, L): (N,)}}`` (the renewal starts per prompt), or None without shards.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ._collect import is_subsampled
+    from ._store import iter_shards
+
+    alls, subs, T_parts, start_parts = [], [], [], []
+    for t in iter_shards(out):
+        t = t.filter(pc.not_equal(t["kind"], "time"))
+        if t.num_rows == 0:
+            continue
+        part = prompt_sums(t, ("acc", "tv", "kl", "tau", "calls"))
+        prompts = part[1]
+        alls.append(part)
+        mask = [is_subsampled(p, i, settings) for p, i in zip(t["pos"].to_pylist(), t["prompt"].to_pylist())]
+        subs.append(prompt_sums(t.filter(pa.array(mask, type=pa.bool_())), ("tau", "calls"), prompts))
+        T_n, starts = _renewal_starts(t, prompts)
+        T_parts.append(T_n)
+        start_parts.append(starts)
+    if not alls:
+        return None
+    skeys = sorted({k for st in start_parts for k in st})
+    starts = {k: np.concatenate([st.get(k, np.zeros(len(a[1]))) for st, a in zip(start_parts, alls)]) for k in skeys}
+    return {"all": _merge_sums(alls), "sub": _merge_sums(subs), "T_n": np.concatenate(T_parts), "starts": starts}
+
+
+def _renewal_starts(t, prompts: np.ndarray) -> tuple[np.ndarray, dict]:
+    r"""Per prompt of one shard: the text length :math:`T_n` and :math:`\sum_t r_n(t)` of every recorded scheme.
+
+    ``r`` is :func:`otspec.profile.starts_recursion` of the prompt's emission tables.
+    """
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     from ._renewal import starts_recursion
 
-    t = table.filter(pc.is_in(table["kind"], value_set=__import__("pyarrow").array(["e", "logq"])))
+    t = t.filter(pc.is_in(t["kind"], value_set=pa.array(["e", "logq"])))
+    T_n = np.zeros(len(prompts))
     if t.num_rows == 0:
-        return {}, {}
+        return T_n, {}
     prompt = t["prompt"].to_numpy()
     kind = np.asarray(t["kind"].to_pylist(), dtype=object)
     name = np.asarray(t["name"].to_pylist(), dtype=object)
     pos, k, j, m, v = (t[c].to_numpy() for c in ("pos", "k", "j", "m", "value"))
     row = {p: i for i, p in enumerate(prompts.tolist())}
     lq_mask = kind == "logq"
-    T_n = np.zeros(len(prompts))
     logq = {}
     for p in np.unique(prompt[lq_mask]):
         sel = lq_mask & (prompt == p)
@@ -323,18 +365,27 @@ def _renewal_estimates(table, W: np.ndarray, prompts: np.ndarray) -> tuple[dict,
         logq[int(p)] = v[sel][order]
         T_n[row[int(p)]] = sel.sum()
     e_mask = ~lq_mask
-    keys = sorted({(a, int(b), int(c)) for a, b, c in zip(name[e_mask], k[e_mask], m[e_mask])})
-    out, resampled = {}, {}
-    for key in keys:
+    starts = {}
+    for key in sorted({(a, int(b), int(c)) for a, b, c in zip(name[e_mask], k[e_mask], m[e_mask])}):
         f, kk, L = key
         sel0 = e_mask & (name == f) & (k == kk) & (m == L)
         S_n = np.zeros(len(prompts))
         for p, lq in logq.items():
             sel = sel0 & (prompt == p)
-            T = lq.shape[0]
-            E = np.zeros((T, L + 1))
+            E = np.zeros((lq.shape[0], L + 1))
             E[pos[sel], j[sel] - 1] = v[sel]
             S_n[row[p]] = starts_recursion(E, lq).sum()
+        starts[key] = S_n
+    return T_n, starts
+
+
+def _renewal_estimates(T_n: np.ndarray, starts: dict, W: np.ndarray) -> tuple[dict, dict]:
+    r"""Tokens per call by the renewal estimator: :math:`\sum_n T_n / \sum_n \sum_t r_n(t)` over prompts.
+
+    The interval resamples prompts with the same weights ``W`` as every other estimate.
+    """
+    out, resampled = {}, {}
+    for key, S_n in starts.items():
         with np.errstate(invalid="ignore", divide="ignore"):
             point = T_n.sum() / S_n.sum()
             res = (W @ T_n) / (W @ S_n)
