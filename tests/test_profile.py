@@ -348,3 +348,11 @@ def test_renewal_prediction_agrees_with_real_decoding(tmp_path, name, k):
     se_real = real * iters.std(ddof=1) / np.sqrt(n) / iters.mean()
     z = (est.value - real) / np.hypot(est.half_width / 1.96, se_real)
     assert abs(z) < 3, (est, real, se_real, z)
+
+
+def test_every_public_name_resolves():
+    import otspec.profile as P
+
+    assert sorted(P.__all__) == sorted(set(P.__all__))
+    for name in P.__all__:
+        assert getattr(P, name) is not None
