@@ -87,7 +87,7 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     tokenizer : callable, keyword-only
         For text prompts.
     progress : bool or None, keyword-only
-        A tqdm bar (positions, tokens/s, time left); ``None``: on a terminal only.
+        A tqdm bar (profiled path tokens, tokens/s, time left); ``None``: on a terminal only.
     client : dask.distributed.Client, keyword-only
         Shard the prompts over its workers (``pip install 'otspec[distributed]'``);
         the results are identical to the in-process run (per-prompt seeds).
@@ -161,7 +161,7 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
         T = settings.max_new_tokens
         per_prompt = (T + settings.stride - 1) // settings.stride
         total = sum(len(items[s * size:(s + 1) * size]) for s in todo) * per_prompt
-        with tqdm(total=total, disable=(None if progress is None else not progress), unit="pos",
+        with tqdm(total=total, disable=(None if progress is None else not progress), unit="tok",
                   desc="profile", leave=False, dynamic_ncols=True) as bar:
             for s in todo:
                 cols = run_shard(draft, target, items[s * size:(s + 1) * size], settings, s * size, bar=bar)
