@@ -356,3 +356,19 @@ def test_every_public_name_resolves():
     assert sorted(P.__all__) == sorted(set(P.__all__))
     for name in P.__all__:
         assert getattr(P, name) is not None
+
+
+def test_greedy_profile(tmp_path, pair):
+    # temperature 0: one-hot laws, every drawn draft is the draft's argmax, so every lossless i.i.d.
+    # scheme accepts exactly when the argmaxes agree, whatever k; k distinct drafts are undefined (not recorded)
+    d, t, _, _ = pair
+    profile(PROMPTS, out=tmp_path, draft=d, target=t, **dict(SMALL, temperature=0.0, verifiers=["token", "optimal",
+                                                                                              "greedy-drafts"]))
+    s = summarize(tmp_path)
+    for (f, k, L), e in s.tokens_per_call.items():
+        if f != "block":
+            np.testing.assert_allclose(e.value, s.tokens_per_call[("token", 1, L)].value, atol=1e-12)
+    tab = read_table(tmp_path)
+    acc = np.array([v for v, kind in zip(tab["value"].to_pylist(), tab["kind"].to_pylist()) if kind == "acc"])
+    np.testing.assert_allclose(acc * (1 - acc), 0.0, atol=1e-12)
+    assert ("greedy-drafts", 2, 1) not in s.acceptance and ("greedy-drafts", 1, 1) in s.acceptance

@@ -41,6 +41,8 @@ class _Rows:
     def add(self, pos: int, kind: str, name: str, k: int, values, m: int = 0, j0: int = 1):
         c = self.cols
         for i, v in enumerate(np.atleast_1d(np.asarray(values, dtype=np.float64)).tolist()):
+            if v != v:  # NaN: undefined at this position (see depth_quantities), not recorded
+                continue
             c["prompt"].append(self.prompt)
             c["pos"].append(pos)
             c["kind"].append(kind)

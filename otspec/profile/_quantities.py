@@ -109,7 +109,9 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
     Returns
     -------
     dict
-        ``{("acc" | "tv" | "kl", k): (L,) ndarray}``; exact to about 1e-12 (float64 sums over the vocabulary).
+        ``{("acc" | "tv" | "kl", k): (L,) ndarray}``; exact to about 1e-12 (float64 sums over the
+        vocabulary); NaN where the scheme is undefined (``k`` distinct drafts on a support of fewer
+        than ``k`` tokens), and such values are not recorded.
     """
     from ..multidraft._batched import batched_kseq_acceptance, batched_maximal_coupling_acceptance
     from ..otm._alpha import alpha_k
@@ -136,11 +138,16 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
         for k in ks:
             out[("acc", k)] = np.asarray(batched_kseq_acceptance(P0, Q0, k, validate=False), dtype=np.float64)
         return out
+    from ..multidraft._registry import get_verifier
+
+    distinct = get_verifier(name).draft_process != "iid"  # k distinct drafts: undefined on a smaller support
     for k in ks:
-        acc = np.empty(L)
-        tv = np.empty(L)
-        kl = np.empty(L)
+        acc = np.full(L, np.nan)
+        tv = np.full(L, np.nan)
+        kl = np.full(L, np.nan)
         for j in range(L):
+            if distinct and np.count_nonzero(builds.support(0, j)[1] > 0) < k:
+                continue  # e.g. greedy decoding (one-hot draft law) with k >= 2 distinct drafts: NaN, not recorded
             v = builds.get(name, 0, j, k)
             acc[j] = float(v.acceptance())
             if not lossless:
