@@ -365,7 +365,7 @@ def test_greedy_profile(tmp_path, pair):
     profile(PROMPTS, out=tmp_path, draft=d, target=t, **dict(SMALL, temperature=0.0, verifiers=["token", "optimal",
                                                                                               "greedy-drafts"]))
     s = summarize(tmp_path)
-    for (f, k, L), e in s.tokens_per_call.items():
+    for (f, _, L), e in s.tokens_per_call.items():
         if f != "block":
             np.testing.assert_allclose(e.value, s.tokens_per_call[("token", 1, L)].value, atol=1e-12)
     tab = read_table(tmp_path)
