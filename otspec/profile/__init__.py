@@ -1,0 +1,65 @@
+r"""Profile a draft/target pair: every verifier's exact acceptance on the same contexts, stored and summarised.
+
+At contexts along a path (target samples, or given reference text) the
+profile draws ``k_max`` i.i.d. draft blocks of length ``L_max``, scores the
+tree with one target call, and records, exactly from those laws, every
+token-level verifier's acceptance per depth and every scheme's expected
+accepted tokens for each ``k <= k_max`` and ``L <= L_max``. Runs stream to
+Parquet shards with a JSON manifest (resumable); :func:`summarize` gives
+tokens per target call with bootstrap intervals, paired differences and
+predicted speed-ups; :func:`write_report` a markdown report with figures.
+What a profile's average estimates about real decoding, and the unbiased
+renewal estimator along the text (:func:`emission_probs`,
+:func:`tokens_per_call`), are in ``docs/theory/profile.rst``.
+
+Needs the decoding extra (torch) and ``pip install 'otspec-verifiers[profile]'``
+(pyarrow, tqdm); ``otspec-verifiers[distributed]`` adds dask for runs over a
+cluster (from a clone: ``pip install -e '.[decoding,profile]'``).
+See docs/guide/profile.rst.
+
+Notation: ``p`` is the draft model's next-token law, ``q`` the target's.
+"""
+
+from ._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L
+from ._prompts import load_prompts
+from ._renewal import (
+    RENEWAL_SCHEMES,
+    RenewalEstimate,
+    emission_probs,
+    emission_probs_along,
+    palm_tokens_per_call,
+    per_position_tokens_per_call,
+    starts_recursion,
+    tokens_per_call,
+)
+from ._report import write_report
+from ._run import ProfileRun, profile
+from ._settings import ProfileSettings
+from ._store import read_manifest, read_table
+from ._summary import Estimate, ProfileSummary, summarize
+from ._toy import toy_pair
+
+__all__ = [
+    "RENEWAL_SCHEMES",
+    "Estimate",
+    "ProfileRun",
+    "ProfileSettings",
+    "ProfileSummary",
+    "RenewalEstimate",
+    "emission_probs",
+    "emission_probs_along",
+    "load_prompts",
+    "palm_tokens_per_call",
+    "per_position_tokens_per_call",
+    "plot_acceptance_vs_k",
+    "plot_speedup",
+    "plot_tokens_vs_L",
+    "profile",
+    "read_manifest",
+    "read_table",
+    "starts_recursion",
+    "summarize",
+    "tokens_per_call",
+    "toy_pair",
+    "write_report",
+]

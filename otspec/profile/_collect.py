@@ -1,0 +1,177 @@
+r"""Walk a context path, draw a draft tree at each profiled position, score it once, compute the exact quantities.
+
+Per prompt, the draft and the target each keep one state (a KV cache for
+:class:`otspec.decoding.HFCausalLM`) holding the path so far; at a profiled
+position the ``k_max`` draft blocks are drawn with one batched draft call per
+depth, the whole tree is scored by one target call on ``(k_max, L_max + 1)``
+new tokens, and both states are cut back to the path (``select``).
+
+Notation: ``p`` is the draft's law, ``q`` the target's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ._quantities import Builds, depth_quantities, expected_accepted
+
+__all__ = ["prompt_rng", "profile_prompt", "position_rows", "is_subsampled", "COLUMNS"]
+
+#: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
+#: number of drafts, depth or draft length, index inside an emission table, the value.
+COLUMNS = ("prompt", "pos", "kind", "name", "k", "j", "m", "value")
+
+
+def prompt_rng(seed: int, index: int) -> np.random.Generator:
+    """The generator of prompt ``index``: ``np.random.SeedSequence(seed).spawn(index + 1)[index]``, built directly."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(int(index),)))
+
+
+def _np(t) -> np.ndarray:
+    return t.detach().to("cpu").numpy()
+
+
+class _Rows:
+    def __init__(self, prompt: int):
+        self.prompt = prompt
+        self.cols: dict[str, list] = {c: [] for c in COLUMNS}
+
+    def add(self, pos: int, kind: str, name: str, k: int, values, m: int = 0, j0: int = 1):
+        c = self.cols
+        for i, v in enumerate(np.atleast_1d(np.asarray(values, dtype=np.float64)).tolist()):
+            if v != v:  # NaN: undefined at this position (see depth_quantities), not recorded
+                continue
+            c["prompt"].append(self.prompt)
+            c["pos"].append(pos)
+            c["kind"].append(kind)
+            c["name"].append(name)
+            c["k"].append(k)
+            c["j"].append(i + j0)
+            c["m"].append(m)
+            c["value"].append(v)
+
+
+class _Timer:
+    """Seconds spent in forward passes (model calls and the float64 laws), per model."""
+
+    def __init__(self):
+        self.draft = 0.0
+        self.target = 0.0
+        self.draft_steps = 0
+        self.target_calls = 0
+
+    def call(self, lm, state, ids, sampling, which: str, last: int):
+        import torch
+
+        t0 = time.perf_counter()
+        t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(lm.device)
+        probs = _np(sampling.probs(lm.logits(state, t)[:, -last:]))
+        dt = time.perf_counter() - t0
+        if which == "draft":
+            self.draft += dt
+            self.draft_steps += 1
+        else:
+            self.target += dt
+            self.target_calls += 1
+        return probs
+
+
+def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    from ..decoding._sampling import sample_rows
+
+    return sample_rows(P, rng)
+
+
+def is_subsampled(pos, prompt, settings) -> bool:
+    """Whether the costly quantities run at this position: every ``subsample``-th profiled position of a prompt,
+    offset by the prompt's index so that the subsample spreads evenly over prompts (and over a shard)."""
+    every = settings["subsample"] if isinstance(settings, dict) else settings.subsample
+    stride = settings["stride"] if isinstance(settings, dict) else settings.stride
+    return every > 0 and (pos // stride + prompt) % every == 0
+
+
+def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> None:
+    """Every exact quantity of one profiled position, appended to ``rows``."""
+    from ..multidraft._registry import get_verifier
+    from ._settings import costly as is_costly
+
+    L = settings.L_max
+    builds = Builds(X, P, Q, settings.verifier_options)
+    for name in settings.verifiers:
+        if is_costly("acc", name) and not costly:
+            continue
+        spec = get_verifier(name)
+        ks = settings.ks(name)
+        for (kind, k), vals in depth_quantities(name, ks, builds, L, lossless=spec.lossless).items():
+            rows.add(pos, kind, name, k, vals)
+    for name in settings.families:
+        if is_costly("tau", name) and not costly:
+            continue
+        for k in settings.ks(name):
+            for kind, vals in expected_accepted(name, k, builds, L).items():
+                rows.add(pos, kind, name, k, vals)
+
+
+def profile_prompt(draft, target, prompt: list[int], reference, settings, index: int, *, bar=None,
+                   renewal=None) -> dict:
+    r"""Profile one prompt: the rows of every profiled position along its context path.
+
+    .. math::
+
+        c_t = (\text{prompt}, y_1, \dots, y_{t}), \quad
+        y_{t+1} \sim q(\cdot \mid c_t) \ \text{(or the reference text)}, \quad t = 0, \dots, T - 1,
+
+    with the quantities of :func:`position_rows` at every ``stride``-th ``t``.
+
+    Returns
+    -------
+    dict of lists
+        The columns :data:`COLUMNS`, plus rows ``kind="time"`` (seconds in
+        draft steps and target calls, and their counts).
+    """
+    sampling = settings.sampling
+    k_max, L = settings.k_max, settings.L_max
+    rng = prompt_rng(settings.seed, index)
+    rows = _Rows(index)
+    timer = _Timer()
+    ds, ts = draft.new_state(), target.new_state()
+    ctx = list(prompt)
+    held_d = held_t = 0
+    T = settings.max_new_tokens if reference is None else min(settings.max_new_tokens, len(reference))
+    q_path, y_path = [], []
+    for t in range(T):
+        if t % settings.stride == 0:
+            p1 = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1)[:, 0]  # (1, V)
+            V = p1.shape[-1]
+            X = np.empty((k_max, L), dtype=np.int64)
+            P = np.empty((k_max, L, V))
+            P[:, 0] = p1
+            X[:, 0] = _sample(np.broadcast_to(p1, (k_max, V)), rng)
+            for j in range(1, L):
+                P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1)[:, 0]
+                X[:, j] = _sample(P[:, j], rng)
+            draft.select(ds, 0, len(ctx))
+            held_d = len(ctx)
+            pend = np.broadcast_to(np.array(ctx[held_t:], dtype=np.int64), (k_max, len(ctx) - held_t))
+            Q = timer.call(target, ts, np.concatenate([pend, X], axis=1), sampling, "target", L + 1)
+            target.select(ts, 0, len(ctx))
+            held_t = len(ctx)
+            q_t = Q[0, 0]
+            position_rows(rows, t, X, P, Q, settings, costly=is_subsampled(t, index, settings))
+            if bar is not None:
+                bar.update(1)
+        else:
+            q_t = timer.call(target, ts, [ctx[held_t:]], sampling, "target", 1)[0, 0]
+            held_t = len(ctx)
+        y = int(_sample(q_t[None], rng)[0]) if reference is None else int(reference[t])
+        if renewal is not None:
+            q_path.append(q_t)
+            y_path.append(y)
+        ctx.append(y)
+    if renewal is not None and T > 0:
+        renewal(rows, draft, prompt, np.array(y_path, dtype=np.int64), np.array(q_path), settings, timer)
+    rows.add(-1, "time", "draft", k_max, [timer.draft, timer.draft_steps])
+    rows.add(-1, "time", "target", k_max, [timer.target, timer.target_calls])
+    return rows.cols

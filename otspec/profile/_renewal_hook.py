@@ -1,0 +1,65 @@
+r"""The bridge to :mod:`otspec.profile._renewal` (emission tables along the text), used when it exists.
+
+For the unbiased tokens-per-call estimator (docs/theory/profile.rst) the
+profile records, at each text position ``s``, the emission table
+``e[j - 1]`` = P(an iteration begun at ``s`` emits exactly ``y_s .. y_{s+j-1}``)
+of every scheme, ``k`` and ``L``, computed from the draft and target laws at
+the text's own contexts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["renewal_rows", "available"]
+
+
+def available() -> bool:
+    """Whether the emission tables can be computed (the theory module is present)."""
+    try:
+        from . import _renewal
+    except ImportError:  # pragma: no cover - the module ships with the package
+        return False
+    return hasattr(_renewal, "emission_probs_along")
+
+
+def renewal_rows():
+    """The per-prompt hook of :func:`profile_prompt`, or None when the theory module is absent."""
+    if not available():
+        return None
+    return _emission_rows
+
+
+def renewal_families(settings) -> list[str]:
+    """The profiled schemes with a closed-form emission table (the others would need enumeration or Monte Carlo)."""
+    if settings.context != "sample":  # the estimator needs a text sampled from the target
+        return []
+    return [f for f in settings.renewal if not settings.options(f)]
+
+
+def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:
+    """One teacher-forced draft pass: ``p(. | prompt, y_{<t})`` for ``t = 0..T-1``, ``(T, V)`` float64."""
+    ids = np.array([list(prompt) + y[:-1].tolist()], dtype=np.int64)
+    P = timer.call(draft, draft.new_state(), ids, sampling, "draft", len(y))[0]
+    timer.draft_steps -= 1  # not a drafting step: the cost ratio counts the tree's draft steps only
+    return P
+
+
+def _emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
+    """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``."""
+    from ._renewal import emission_probs_along
+
+    fams = renewal_families(settings)
+    if not fams:
+        return
+    p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer)
+    T = len(y)
+    log_q = np.log(q_path[np.arange(T), y])
+    for s in range(T):
+        rows.add(s, "logq", "target", 1, [log_q[s]])
+    for name in fams:
+        for k in settings.ks(name):
+            for L in range(1, settings.L_max + 1):
+                e = emission_probs_along(name, p_path, q_path, y, L=L, k=k)
+                for s in range(T):
+                    rows.add(s, "e", name, k, e[s], m=L)

@@ -1,0 +1,394 @@
+r"""Summaries of a profile run: means per depth, tokens per target call, paired differences, speed-ups.
+
+Every interval is a 95 % percentile bootstrap over prompts (the prompts are
+the independent units; positions along one path are not), with the
+estimates as ratios of sums over the resampled prompts. Paired differences
+use the same resamples for both verifiers, so the variation the two share
+(the contexts, the drawn drafts) cancels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["ProfileSummary", "Estimate", "summarize", "prompt_sums"]
+
+#: Bootstrap resamples of every interval.
+N_BOOT = 2000
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with its 95 % bootstrap interval over prompts."""
+
+    value: float
+    lo: float
+    hi: float
+
+    @property
+    def half_width(self) -> float:
+        return 0.5 * (self.hi - self.lo)
+
+    def __format__(self, spec: str) -> str:
+        spec = spec or ".3f"
+        return f"{self.value:{spec}} [{self.lo:{spec}}, {self.hi:{spec}}]"
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    r"""What a profile says about a draft/target pair.
+
+    Attributes
+    ----------
+    acceptance : dict
+        ``(verifier, k, depth) -> Estimate``: mean exact acceptance per depth.
+    gaps : dict
+        ``("tv" | "kl", verifier, k, depth) -> Estimate`` for the lossy rules.
+    tokens_per_call : dict
+        ``(family, k, L) -> Estimate``: expected tokens per target call, the
+        ratio of sums over profiled positions of the exact expected tokens
+        emitted and target calls given the drawn drafts.
+    differences : dict
+        ``((family, k, L), (reference, k', L')) -> Estimate``: paired
+        differences of tokens per call.
+    speedup : dict
+        ``(family, k, L) -> float``: predicted wall-clock speed-up of the cost model.
+    draft_cost : float
+        Cost of one draft step relative to one target call, measured (or given).
+    renewal : dict
+        ``(family, k, L) -> Estimate``: the renewal tokens-per-call estimator
+        from the emission tables along the text (empty when not recorded).
+    renewal_differences : dict
+        Paired differences of the renewal estimates with the reference scheme (same resamples).
+    positions, prompts : int
+    settings : dict
+    models : dict
+    """
+
+    acceptance: dict
+    gaps: dict
+    tokens_per_call: dict
+    differences: dict
+    speedup: dict
+    draft_cost: float
+    score_cost: float
+    positions: int
+    prompts: int
+    settings: dict
+    models: dict
+    renewal: dict = field(default_factory=dict)
+    renewal_differences: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (f"ProfileSummary(prompts={self.prompts}, positions={self.positions}, "
+                f"verifiers={len({v for v, *_ in self.acceptance})}, families={len({f for f, *_ in self.tokens_per_call})})")
+
+
+def _boot(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Point estimates ``sum S / sum C`` per column and their resampled values ``(B, K)``."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        point = S.sum(axis=0) / C.sum(axis=0)
+        res = (W @ S) / (W @ C)
+    return point, res
+
+
+def _interval(point: float, res: np.ndarray) -> Estimate:
+    lo, hi = np.nanpercentile(res, [2.5, 97.5]) if np.isfinite(res).any() else (np.nan, np.nan)
+    return Estimate(float(point), float(lo), float(hi))
+
+
+def prompt_sums(table, kinds, prompts=None):
+    """Per-prompt sums and counts of each ``(kind, name, k, j)`` key: ``(keys, prompts, S (N, K), C (N, K))``.
+
+    ``prompts`` (sorted indices) fixes the rows, e.g. to those of the whole run for a subset of positions.
+    """
+    import pyarrow.compute as pc
+
+    t = table.filter(pc.is_in(table["kind"], value_set=__import__("pyarrow").array(list(kinds))))
+    prompt = t["prompt"].to_numpy()
+    kind = np.asarray(t["kind"].to_pylist(), dtype=object)
+    name = np.asarray(t["name"].to_pylist(), dtype=object)
+    k = t["k"].to_numpy()
+    j = t["j"].to_numpy()
+    v = t["value"].to_numpy()
+    if prompts is None:
+        prompts, pi = np.unique(prompt, return_inverse=True)
+    else:
+        pi = np.searchsorted(prompts, prompt)
+    keys = sorted({(a, b, int(c), int(d)) for a, b, c, d in zip(kind, name, k, j)})
+    index = {key: i for i, key in enumerate(keys)}
+    ki = np.fromiter((index[(a, b, int(c), int(d))] for a, b, c, d in zip(kind, name, k, j)), dtype=np.int64,
+                     count=len(v))
+    S = np.zeros((len(prompts), len(keys)))
+    C = np.zeros((len(prompts), len(keys)))
+    np.add.at(S, (pi, ki), v)
+    np.add.at(C, (pi, ki), 1.0)
+    return keys, prompts, S, C
+
+
+def _emitted_and_calls(keys, S, C):
+    """Per prompt, expected tokens emitted and target calls of every (scheme, k, L): ``(keys, E (N, K), C (N, K))``.
+
+    ``E[emitted] = E[tau_L | X] + 1`` per position (``L + 1`` for Sun et al.'s block verification,
+    whose expected calls are recorded), one call per position otherwise.
+    """
+    col = {key: i for i, key in enumerate(keys)}
+    out_keys, Es, Cs = [], [], []
+    for key, i in col.items():
+        kind, name, k, L = key
+        if kind != "tau":
+            continue
+        n = C[:, i]
+        if name == "block":
+            Es.append((L + 1) * n)
+            Cs.append(S[:, col[("calls", name, k, L)]])
+        else:
+            Es.append(S[:, i] + n)
+            Cs.append(n)
+        out_keys.append((name, k, L))
+    if not out_keys:
+        return [], np.zeros((S.shape[0], 0)), np.zeros((S.shape[0], 0))
+    return out_keys, np.stack(Es, axis=1), np.stack(Cs, axis=1)
+
+
+def _timing(out) -> tuple[float, float]:
+    """Seconds per draft step and per target call, over the whole run."""
+    import pyarrow.compute as pc
+
+    from ._store import iter_shards
+
+    sums = {"draft": np.zeros(2), "target": np.zeros(2)}
+    for t in iter_shards(out):
+        t = t.filter(pc.equal(t["kind"], "time"))
+        for name, j, v in zip(t["name"].to_pylist(), t["j"].to_pylist(), t["value"].to_pylist()):
+            sums[name][j - 1] += v
+    d = sums["draft"][0] / max(sums["draft"][1], 1.0)
+    q = sums["target"][0] / max(sums["target"][1], 1.0)
+    return d, q
+
+
+def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, reference: str | None = None,
+              reference_multi: str | None = "optimal", n_boot: int = N_BOOT, seed: int = 0) -> ProfileSummary:
+    r"""Summarise a profile run: acceptance per depth, tokens per target call, paired differences, speed-ups.
+
+    .. math::
+
+        \widehat{\text{tpc}}(f, k, L) = \frac{\sum_{i, t} E[\text{emitted}_{i,t}]}{\sum_{i, t} E[\text{calls}_{i,t}]},
+        \qquad
+        \widehat{S}(f, k, L) = \frac{\widehat{\text{tpc}}}{L\,c + s},
+
+    with ``E[emitted] = E[\tau_L | X] + 1`` (``L + 1`` for Sun et al.'s
+    block verification, whose residual costs ``E[calls] - 1`` extra target
+    calls), ``c`` the cost of one draft step relative to one target call and
+    ``s`` the cost of scoring ``L + 1`` tokens relative to one target call of
+    the baseline (1 when the target is memory-bound, as on a GPU).
+
+    Parameters
+    ----------
+    out : str or path
+        The run's folder.
+    draft_cost : float or None, keyword-only
+        ``c``; ``None`` measures it from the run (seconds per draft step /
+        seconds per target scoring call, both batched over ``k_max``).
+    score_cost : float, keyword-only
+        ``s``.
+    reference : str or None, keyword-only
+        The family every other is compared with (paired) at ``k = 1``; default
+        ``"token"`` if profiled, else the first family.
+    reference_multi : str or None, keyword-only
+        The family compared with at the same ``k`` when ``k > 1`` (default the
+        optimal verifier, the ceiling; the same drafts on both sides, so the
+        interval is narrow); ``None``, or not profiled: ``reference`` at ``k = 1``.
+    n_boot : int, keyword-only
+        Bootstrap resamples.
+    seed : int, keyword-only
+        Seed of the resampling (the summary is a function of the run and ``seed``).
+
+    Returns
+    -------
+    ProfileSummary
+
+    Raises
+    ------
+    ValueError
+        ``out`` holds no run, or no finished shard; ``draft_cost`` or ``score_cost`` negative.
+
+    Examples
+    --------
+    See :func:`profile`.
+    """
+    from ._store import read_manifest
+
+    man = read_manifest(out)
+    for nm, val in (("draft_cost", draft_cost), ("score_cost", score_cost)):
+        if val is not None and not (np.isfinite(val) and val >= 0):
+            raise ValueError(f"`{nm}` must be a finite number >= 0, got {val!r}")
+    sums = _stream_sums(out, man["settings"])
+    if sums is None:
+        raise ValueError(f"`out` {str(out)!r} holds no finished shard yet")
+    keys, prompts, S, C = sums["all"]
+    N = len(prompts)
+    rng = np.random.default_rng(seed)
+    W = rng.multinomial(N, np.full(N, 1.0 / N), size=n_boot).astype(np.float64)
+    col = {key: i for i, key in enumerate(keys)}
+    point, res = _boot(S, C, W)
+    acceptance, gaps = {}, {}
+    for key, i in col.items():
+        kind, name, k, j = key
+        if kind == "acc":
+            acceptance[(name, k, j)] = _interval(point[i], res[:, i])
+        elif kind in ("tv", "kl"):
+            gaps[(kind, name, k, j)] = _interval(point[i], res[:, i])
+    tokens, diffs, speed = {}, {}, {}
+    tpc_keys, E, Cm = _emitted_and_calls(keys, S, C)
+    if tpc_keys:
+        tp, tres = _boot(E, Cm, W)
+        for i, key in enumerate(tpc_keys):
+            tokens[key] = _interval(tp[i], tres[:, i])
+        fams = list(dict.fromkeys(f for f, _, _ in tpc_keys))
+        ref = reference if reference is not None else ("token" if "token" in fams else fams[0])
+        if ref not in fams:
+            raise ValueError(f"`reference` must be a profiled family {tuple(fams)}, got {ref!r}")
+        # the costly schemes are profiled at every `subsample`-th position: their paired differences
+        # compare both schemes on those positions only
+        from ._settings import costly
+
+        skeys, _, sS, sC = sums["sub"]
+        s_keys, sE, sCm = _emitted_and_calls(skeys, sS, sC)
+        sp, sres = _boot(sE, sCm, W)
+        for (f, k, L) in tpc_keys:
+            other = (reference_multi, k, L) if k > 1 and (reference_multi, k, L) in tpc_keys else (ref, 1, L)
+            if f == other[0]:
+                continue
+            src, srcp, srcr = (s_keys, sp, sres) if costly("tau", f) or costly("tau", other[0]) else (
+                tpc_keys, tp, tres)
+            if other not in src or (f, k, L) not in src:
+                continue
+            i, r = src.index((f, k, L)), src.index(other)
+            diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r])
+        if draft_cost is None:
+            d, q = _timing(out)
+            draft_cost = d / q if q > 0 else float("nan")
+        for i, (f, k, L) in enumerate(tpc_keys):
+            extra = float(Cm[:, i].sum() / max(C[:, col[("tau", f, k, L)]].sum(), 1.0)) - 1.0
+            speed[(f, k, L)] = float(tp[i] * (1.0 + extra) / (L * draft_cost + score_cost + extra))
+    renewal, ren_res = _renewal_estimates(sums["T_n"], sums["starts"], W)
+    ren_diffs = {}
+    if renewal:
+        fams = list(dict.fromkeys(f for f, _, _ in renewal))
+        rref = reference if reference in fams else ("token" if "token" in fams else fams[0])
+        for (f, k, L), e in renewal.items():
+            r = (rref, 1, L)
+            if f != rref and r in renewal:
+                ren_diffs[((f, k, L), r)] = _interval(e.value - renewal[r].value, ren_res[(f, k, L)] - ren_res[r])
+    return ProfileSummary(acceptance=acceptance, gaps=gaps, tokens_per_call=tokens, differences=diffs,
+                          speedup=speed, draft_cost=float(draft_cost) if draft_cost is not None else float("nan"),
+                          score_cost=float(score_cost), positions=int(C[:, 0].sum()) if C.size else 0, prompts=N,
+                          settings=man["settings"], models=man["models"], renewal=renewal,
+                          renewal_differences=ren_diffs)
+
+
+def _merge_sums(parts):
+    """Stack per-shard ``(keys, prompts, S, C)`` (disjoint prompts) on the union of their keys."""
+    keys = sorted({k for p in parts for k in p[0]})
+    col = {k: i for i, k in enumerate(keys)}
+    prompts = np.concatenate([p[1] for p in parts])
+    S = np.zeros((len(prompts), len(keys)))
+    C = np.zeros((len(prompts), len(keys)))
+    row = 0
+    for pk, pp, pS, pC in parts:
+        idx = [col[k] for k in pk]
+        S[row:row + len(pp), idx] = pS
+        C[row:row + len(pp), idx] = pC
+        row += len(pp)
+    return keys, prompts, S, C
+
+
+def _stream_sums(out, settings: dict):
+    """Per-prompt sums of a run, reading one shard at a time (memory: one shard plus the ``(N, keys)`` sums).
+
+    Returns ``{"all": (keys, prompts, S, C), "sub": ... on the costly subsample, "T_n": (N,),
+    "starts": {(scheme, k, L): (N,)}}`` (the renewal starts per prompt), or None without shards.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ._collect import is_subsampled
+    from ._store import iter_shards
+
+    alls, subs, T_parts, start_parts = [], [], [], []
+    for t in iter_shards(out):
+        t = t.filter(pc.not_equal(t["kind"], "time"))
+        if t.num_rows == 0:
+            continue
+        part = prompt_sums(t, ("acc", "tv", "kl", "tau", "calls"))
+        prompts = part[1]
+        alls.append(part)
+        mask = [is_subsampled(p, i, settings) for p, i in zip(t["pos"].to_pylist(), t["prompt"].to_pylist())]
+        subs.append(prompt_sums(t.filter(pa.array(mask, type=pa.bool_())), ("tau", "calls"), prompts))
+        T_n, starts = _renewal_starts(t, prompts)
+        T_parts.append(T_n)
+        start_parts.append(starts)
+    if not alls:
+        return None
+    skeys = sorted({k for st in start_parts for k in st})
+    starts = {k: np.concatenate([st.get(k, np.zeros(len(a[1]))) for st, a in zip(start_parts, alls)]) for k in skeys}
+    return {"all": _merge_sums(alls), "sub": _merge_sums(subs), "T_n": np.concatenate(T_parts), "starts": starts}
+
+
+def _renewal_starts(t, prompts: np.ndarray) -> tuple[np.ndarray, dict]:
+    r"""Per prompt of one shard: the text length :math:`T_n` and :math:`\sum_t r_n(t)` of every recorded scheme.
+
+    ``r`` is :func:`otspec.profile.starts_recursion` of the prompt's emission tables.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ._renewal import starts_recursion
+
+    t = t.filter(pc.is_in(t["kind"], value_set=pa.array(["e", "logq"])))
+    T_n = np.zeros(len(prompts))
+    if t.num_rows == 0:
+        return T_n, {}
+    prompt = t["prompt"].to_numpy()
+    kind = np.asarray(t["kind"].to_pylist(), dtype=object)
+    name = np.asarray(t["name"].to_pylist(), dtype=object)
+    pos, k, j, m, v = (t[c].to_numpy() for c in ("pos", "k", "j", "m", "value"))
+    row = {p: i for i, p in enumerate(prompts.tolist())}
+    lq_mask = kind == "logq"
+    logq = {}
+    for p in np.unique(prompt[lq_mask]):
+        sel = lq_mask & (prompt == p)
+        order = np.argsort(pos[sel])
+        logq[int(p)] = v[sel][order]
+        T_n[row[int(p)]] = sel.sum()
+    e_mask = ~lq_mask
+    starts = {}
+    for key in sorted({(a, int(b), int(c)) for a, b, c in zip(name[e_mask], k[e_mask], m[e_mask])}):
+        f, kk, L = key
+        sel0 = e_mask & (name == f) & (k == kk) & (m == L)
+        S_n = np.zeros(len(prompts))
+        for p, lq in logq.items():
+            sel = sel0 & (prompt == p)
+            E = np.zeros((lq.shape[0], L + 1))
+            E[pos[sel], j[sel] - 1] = v[sel]
+            S_n[row[p]] = starts_recursion(E, lq).sum()
+        starts[key] = S_n
+    return T_n, starts
+
+
+def _renewal_estimates(T_n: np.ndarray, starts: dict, W: np.ndarray) -> tuple[dict, dict]:
+    r"""Tokens per call by the renewal estimator: :math:`\sum_n T_n / \sum_n \sum_t r_n(t)` over prompts.
+
+    The interval resamples prompts with the same weights ``W`` as every other estimate.
+    """
+    out, resampled = {}, {}
+    for key, S_n in starts.items():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            point = T_n.sum() / S_n.sum()
+            res = (W @ T_n) / (W @ S_n)
+        out[key] = _interval(point, res)
+        resampled[key] = res
+    return out, resampled

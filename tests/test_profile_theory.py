@@ -1,0 +1,367 @@
+"""What a profile estimates: emission probabilities, the start recursion and the ratio estimator.
+
+Every quantity is checked on tiny Markov draft/target pairs (V <= 4) against an
+independent exact route: the emitted law of one iteration by enumeration of
+the drafts (SpecTr's exact decoded law, the block verifier's exact tau law),
+and the iteration starts of real decoding by enumeration of every decoding
+trajectory. Notation: ``p`` draft, ``q`` target.
+"""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import otspec.profile as prof
+from otspec.block import BlockVerifyOneStep
+from otspec.models import random_markov_model
+from otspec.spectr import decoded_law, spectr_step
+
+V, L = 3, 2
+
+
+class _Shifted:
+    """A model seen from a context: ``next_dist(prefix)`` is the law after ``ctx + prefix``."""
+
+    max_len = None
+
+    def __init__(self, model, ctx):
+        self.model, self.ctx, self.vocab_size = model, tuple(ctx), model.vocab_size
+
+    def next_dist(self, prefix):
+        return self.model.next_dist(self.ctx + tuple(prefix))
+
+
+def _onestep_law(draft, target, ctx, L):
+    """Emitted law of one-step block verification by enumeration of the draft blocks.
+
+    P(tau = t | block) from the package's exact tables; the correction token
+    from the algorithm's definition (Sun et al., arXiv:2403.10444, one
+    correction token): ``(w_t M_b(.|X^t) - M_s(.|X^t))_+`` normalised, ``w`` the
+    block weights, or the bonus from ``M_b(.|X^L)``.
+    """
+    v = BlockVerifyOneStep(_Shifted(draft, ctx), _Shifted(target, ctx), L)
+    law: dict = {}
+    for block in itertools.product(range(draft.vocab_size), repeat=L):
+        ps = [draft.next_dist(ctx + block[:i]) for i in range(L + 1)]
+        qs = [target.next_dist(ctx + block[:i]) for i in range(L + 1)]
+        pb = math.prod(ps[i][block[i]] for i in range(L))
+        tau = v.tau_given_block(block)
+        w = [1.0]
+        for i in range(L):
+            w.append(min(w[-1] * qs[i][block[i]] / ps[i][block[i]], 1.0))
+        for t in range(L + 1):
+            if t < L:
+                c = np.maximum(w[t] * qs[t] - ps[t], 0.0)
+                c = c / c.sum() if c.sum() > 0 else qs[t]
+            else:
+                c = qs[L]
+            for z in range(draft.vocab_size):
+                key = block[:t] + (z,)
+                law[key] = law.get(key, 0.0) + pb * tau[t] * c[z]
+    return law
+
+
+def _iteration_law(draft, target, scheme, k, ctx, L):
+    """Exact law of the tokens one iteration emits at ``ctx`` (dict: tuple -> probability)."""
+    if scheme == "block-onestep":
+        return _onestep_law(draft, target, tuple(ctx), L)
+    return decoded_law(draft, target, k, L, verifier=scheme, prefix=tuple(ctx))
+
+
+def _pair(seed, V=V):
+    return random_markov_model(V, 1, rng=seed), random_markov_model(V, 1, rng=seed + 100)
+
+
+def _laws_along(model, texts):
+    """``(n, T, V)`` laws after every prefix of every text."""
+    return np.array([[model.next_dist(tuple(y[:t])) for t in range(len(y))] for y in texts])
+
+
+# ----------------------------------------------------------------------------- (i) emission probabilities
+CASES = [("token", 1), ("block-onestep", 1), ("kseq", 2), ("kseq", 3), ("multiround", 2), ("multiround", 3),
+         ("optimal", 2), ("khisti", 2)]
+
+
+@pytest.mark.parametrize(("scheme", "k"), CASES)
+def test_emission_probs_equal_enumeration(scheme, k):
+    draft, target = _pair(3)
+    for ctx in [(), (0,), (2, 1)]:
+        law = _iteration_law(draft, target, scheme, k, ctx, L)
+        paths = np.array(list(itertools.product(range(V), repeat=L + 1)))
+        texts = [ctx + tuple(y) for y in paths]
+        P = _laws_along(draft, texts)[:, len(ctx):]
+        Q = _laws_along(target, texts)[:, len(ctx):]
+        e = prof.emission_probs(scheme, P, Q, paths, k=k)
+        want = np.array([[law.get(tuple(y[:j]), 0.0) for j in range(1, L + 2)] for y in paths])
+        np.testing.assert_allclose(e, want, rtol=0, atol=1e-12)
+        if prof.RENEWAL_SCHEMES.get(scheme) and scheme != "block-onestep":
+            # the closed form against the verifier's exact conditional law over enumerated draft tuples
+            e2 = prof.emission_probs(scheme, P, Q, paths, k=k, method="enumerate")
+            np.testing.assert_allclose(e, e2, rtol=0, atol=1e-12)
+
+
+def test_emission_probs_token_closed_form_by_hand():
+    p = np.array([[0.5, 0.5], [0.9, 0.1], [0.2, 0.8]])
+    q = np.array([[0.25, 0.75], [0.3, 0.7], [0.6, 0.4]])
+    y = np.array([1, 1, 0])
+    e = prof.emission_probs("token", p, q, y)
+    np.testing.assert_allclose(e, [0.25, 0.5 * 0.6, 0.5 * 0.1 * 0.6], rtol=0, atol=1e-15)
+
+
+def test_emission_probs_mc_is_close_and_seeded():
+    draft, target = _pair(5)
+    paths = np.array(list(itertools.product(range(V), repeat=L + 1)))[:3]
+    P, Q = _laws_along(draft, paths), _laws_along(target, paths)
+    exact = prof.emission_probs("kseq", P, Q, paths, k=2)
+    a = prof.emission_probs("kseq", P, Q, paths, k=2, method="mc", n_draws=1000, rng=1)
+    b = prof.emission_probs("kseq", P, Q, paths, k=2, method="mc", n_draws=1000, rng=1)
+    np.testing.assert_array_equal(a, b)
+    # each W entry averages 1000 terms in [0, 1] (Hoeffding: off by 0.1 with probability < 4e-9), and e is a
+    # sum of products of such entries along at most L + 1 depths: within 0.1 of the exact value
+    np.testing.assert_allclose(a, exact, rtol=0, atol=0.1)
+    assert np.abs(a - exact).max() > 0  # sampled, not the exact route
+
+
+def test_emission_probs_along_matches_per_path():
+    draft, target = _pair(7)
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, V, size=(2, 7))
+    P, Q = _laws_along(draft, y), _laws_along(target, y)
+    for scheme, k in [("token", 1), ("kseq", 2), ("block-onestep", 1)]:
+        e = prof.emission_probs_along(scheme, P, Q, y, k=k, L=L)
+        for s in range(7 - L):
+            np.testing.assert_allclose(
+                e[:, s], prof.emission_probs(scheme, P[:, s : s + L + 1], Q[:, s : s + L + 1], y[:, s : s + L + 1],
+                                             k=k), rtol=0, atol=1e-15)
+        # past the end of the text: zero
+        assert e[:, -1, 1:].max() == 0.0 and e[:, -2, 2:].max() == 0.0
+
+
+# ----------------------------------------------------------------------------- (ii) starts by enumeration of real decoding
+def _exact_starts(draft, target, scheme, k, L, T):
+    """P(t is a start, Y_{<t} = prefix) for every prefix of length t < T, by enumerating every run."""
+    laws: dict = {}
+    starts = {(): 1.0}
+    frontier = [()]
+    for t in range(T):
+        for pre in [f for f in frontier if len(f) == t]:
+            w = starts[pre]
+            if pre not in laws:
+                laws[pre] = _iteration_law(draft, target, scheme, k, pre, L)
+            for z, pz in laws[pre].items():
+                nxt = pre + z
+                if len(nxt) < T and pz > 0:
+                    if nxt not in starts:
+                        starts[nxt] = 0.0
+                        frontier.append(nxt)
+                    starts[nxt] += w * pz
+    return starts
+
+
+@pytest.mark.parametrize(("scheme", "k", "T"), [("token", 1, 6), ("block-onestep", 1, 6), ("kseq", 2, 6),
+                                                ("multiround", 2, 5), ("optimal", 2, 4)])
+def test_recursion_equals_enumeration_of_real_decoding(scheme, k, T):
+    draft, target = _pair(11)
+    texts = np.array(list(itertools.product(range(V), repeat=T)))
+    P, Q = _laws_along(draft, texts), _laws_along(target, texts)
+    log_q = np.log(np.take_along_axis(Q, texts[..., None], axis=-1)[..., 0])
+    e = prof.emission_probs_along(scheme, P, Q, texts, k=k, L=L)
+    r = prof.starts_recursion(e, log_q)
+    starts = _exact_starts(draft, target, scheme, k, L, T)
+    want = np.array([[starts.get(tuple(y[:t]), 0.0) / math.exp(log_q[n, :t].sum()) for t in range(T)]
+                     for n, y in enumerate(texts)])
+    np.testing.assert_allclose(r, want, rtol=0, atol=1e-12)
+    # E_y[sum_t r(t)] = E[#target calls for T tokens], and the texts' weights are the target's (lossless)
+    w = np.exp(log_q.sum(axis=1))
+    calls = sum(v for v in starts.values())
+    np.testing.assert_allclose(float(w @ r.sum(axis=1)), calls, rtol=0, atol=1e-12)
+
+
+def test_recursion_lengths_mask_and_bounds():
+    draft, target = _pair(2)
+    y = np.random.default_rng(3).integers(0, V, size=(3, 8))
+    P, Q = _laws_along(draft, y), _laws_along(target, y)
+    e = prof.emission_probs_along("token", P, Q, y, L=L)
+    log_q = np.log(np.take_along_axis(Q, y[..., None], axis=-1)[..., 0])
+    r = prof.starts_recursion(e, log_q)
+    assert r.min() >= 0.0 and r.max() <= 1.0 + 1e-12
+    rl = prof.starts_recursion(e, log_q, lengths=[8, 5, 1])
+    np.testing.assert_array_equal(rl[1, :5], r[1, :5])
+    assert rl[1, 5:].max() == 0.0 and rl[2, 1:].max() == 0.0
+    est = prof.tokens_per_call(e, log_q, lengths=[8, 5, 1])
+    np.testing.assert_allclose(est.starts, rl.sum(axis=1), rtol=0, atol=0)
+    assert est.tokens.tolist() == [8, 5, 1] and est.n_texts == 3
+    np.testing.assert_allclose(est.tokens_per_call, 14 / rl.sum(), rtol=1e-15)
+
+
+# ----------------------------------------------------------------------------- (iii) prediction vs simulated real decoding
+def _sample_texts(model, n, T, gen):
+    out = np.empty((n, T), dtype=np.int64)
+    for t in range(T):
+        for i in range(n):
+            out[i, t] = gen.choice(model.vocab_size, p=model.next_dist(tuple(out[i, :t])))
+    return out
+
+
+def _simulate_calls(draft, target, scheme, k, L, T, n, gen):
+    """Target calls of ``n`` real decodes of ``T`` tokens (first-order Markov pair: the law depends on the last token)."""
+    kernels = {}
+    for key in [()] + [(u,) for u in range(draft.vocab_size)]:
+        law = _iteration_law(draft, target, scheme, k, key, L)
+        seqs = list(law)
+        w = np.array([law[s] for s in seqs])
+        kernels[key] = (seqs, w / w.sum())
+    calls = np.zeros(n)
+    for i in range(n):
+        t, last = 0, ()
+        while t < T:
+            seqs, w = kernels[last]
+            z = seqs[gen.choice(len(seqs), p=w)]
+            calls[i] += 1
+            t += len(z)
+            last = (z[-1],)
+    return calls
+
+
+def _predict(draft, target, scheme, k, T, n, gen):
+    """The ratio estimator over ``n`` target-sampled texts of length ``T``."""
+    texts = _sample_texts(target, n, T, gen)
+    P, Q = _laws_along(draft, texts), _laws_along(target, texts)
+    log_q = np.log(np.take_along_axis(Q, texts[..., None], axis=-1)[..., 0])
+    return prof.tokens_per_call(prof.emission_probs_along(scheme, P, Q, texts, k=k, L=L), log_q)
+
+
+def _assert_z(est, real):
+    """Mean predicted calls per text vs mean real calls: |z| < 4 (false-failure rate 6.3e-5, two-sided normal)."""
+    n1, n2 = est.starts.shape[0], real.shape[0]
+    z = (est.starts.mean() - real.mean()) / math.sqrt(est.starts.var(ddof=1) / n1 + real.var(ddof=1) / n2)
+    assert abs(z) < 4.0, (z, est.starts.mean(), real.mean())
+
+
+@pytest.mark.parametrize(("scheme", "k", "n"), [("token", 1, 3000), ("kseq", 2, 3000)])
+def test_predicted_calls_agree_with_simulated_decoding(scheme, k, n):
+    # |z| < 4: false-failure rate 6.3e-5 per test (two-sided normal tail; both means of n >= 3000 bounded terms)
+    T = 12
+    draft, target = _pair(21)
+    gen = np.random.default_rng(12345)
+    est = _predict(draft, target, scheme, k, T, n, gen)
+    real = _simulate_calls(draft, target, scheme, k, L, T, n, gen)
+    _assert_z(est, real)
+    # the recursion's per-text spread is smaller than real decoding's (it averages the run's randomness)
+    assert est.starts.std() < real.std()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("scheme", "k"), [("token", 1), ("kseq", 2), ("multiround", 2), ("optimal", 2)])
+def test_predicted_calls_agree_with_spectr_steps(scheme, k):
+    # end to end with the package's own iteration (spectr_step), n = 4000 runs; |z| < 4 (false failure 6.3e-5)
+    T, n = 12, 4000
+    draft, target = _pair(21)
+    gen = np.random.default_rng(7)
+    est = _predict(draft, target, scheme, k, T, n, gen)
+    real = np.zeros(n)
+    for i in range(n):
+        ctx: tuple = ()
+        while len(ctx) < T:
+            ctx += spectr_step(draft, target, k, L, verifier=scheme, prefix=ctx, rng=gen)
+            real[i] += 1
+    _assert_z(est, real)
+
+
+# ----------------------------------------------------------------------------- (iv) the per-position average is biased
+def _exact_markov_renewal(draft, target, scheme, k, L, T):
+    """Exact E[#calls for T tokens] and the exact expected per-position average of m = E[tau + 1].
+
+    First-order Markov pair: an iteration's emitted law depends only on the
+    last token (or on the empty context at the start), so the starts form a
+    Markov renewal process over (position, last token).
+    """
+    keys = [()] + [(u,) for u in range(V4)]
+    laws = {key: _iteration_law(draft, target, scheme, k, key, L) for key in keys}
+    m = {key: sum(len(z) * w for z, w in laws[key].items()) for key in keys}
+    start = np.zeros((T, len(keys)))  # P(t is a start, last token = key)
+    start[0, 0] = 1.0
+    for t in range(T):
+        for a, key in enumerate(keys):
+            if start[t, a] == 0.0:
+                continue
+            for z, w in laws[key].items():
+                if t + len(z) < T:
+                    start[t + len(z), 1 + z[-1]] += start[t, a] * w
+    calls = float(start.sum())
+    # per-position average: E[(1/T) sum_t m(Y_{<t})], with the target's marginals of Y_{t-1}
+    marg = np.zeros(V4)
+    naive = m[()]
+    for t in range(1, T):
+        marg = target.next_dist(()) if t == 1 else marg @ target.transition
+        naive += float(marg @ np.array([m[(u,)] for u in range(V4)]))
+    return calls, naive / T
+
+
+V4 = 4
+
+
+def test_per_position_average_is_biased_exact_numbers():
+    # token verifier, V = 4, L = 2, T = 24, bigram draft and target (random_markov_model seeds 4 and 104)
+    draft, target = _pair(4, V=V4)
+    T = 24
+    calls, naive = _exact_markov_renewal(draft, target, "token", 1, 2, T)
+    tpc = T / calls
+    np.testing.assert_allclose([calls, tpc, naive], EXACT_NUMBERS, rtol=0, atol=1e-12)
+    # the per-position average overstates tokens per call by more than 1 %
+    assert (naive - tpc) / tpc > 0.01
+
+
+#: exact E[#target calls for 24 tokens], tokens per call = 24 / calls, and E[per-position average of m]
+EXACT_NUMBERS = [11.289353819180283, 2.1258966974021756, 2.2593678067997653]
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_bad_input():
+    p = np.array([[0.5, 0.5]] * 3)
+    y = np.array([0, 1, 0])
+    with pytest.raises(ValueError, match="`scheme` must be a registered"):
+        prof.emission_probs("nope", p, p, y)
+    with pytest.raises(TypeError, match="`scheme` must be a registered"):
+        prof.emission_probs(3, p, p, y)
+    with pytest.raises(ValueError, match="emits L \\+ 1 tokens"):
+        prof.emission_probs("block", p, p, y)
+    with pytest.raises(ValueError, match="lossy"):
+        prof.emission_probs("ensemble", p, p, y)
+    with pytest.raises(ValueError, match="i.i.d. draft blocks"):
+        prof.emission_probs("top-k", p, p, y, k=2)
+    with pytest.raises(ValueError, match="`k` must be 1"):
+        prof.emission_probs("token", p, p, y, k=2)
+    with pytest.raises(ValueError, match="`method` must be one of"):
+        prof.emission_probs("token", p, p, y, method="fast")
+    with pytest.raises(ValueError, match="no closed form"):
+        prof.emission_probs("optimal", p, p, y, k=2, method="closed")
+    with pytest.raises(ValueError, match="only the closed form"):
+        prof.emission_probs("block-onestep", p, p, y, method="mc")
+    with pytest.raises(ValueError, match="`L`=3 needs"):
+        prof.emission_probs("token", p, p, y, L=3)
+    with pytest.raises(ValueError, match="`y_path` must hold token ids"):
+        prof.emission_probs("token", p, p, np.array([0, 2, 0]))
+    with pytest.raises(ValueError, match="`y_path` must have shape"):
+        prof.emission_probs("token", p, p, np.array([0, 1]))
+    with pytest.raises(TypeError, match="`y_path` must be an integer"):
+        prof.emission_probs("token", p, p, np.array([0.0, 1.0, 0.0]))
+    with pytest.raises(ValueError, match="`q_path`"):
+        prof.emission_probs("token", p, p * 2, y)
+    e = np.zeros((1, 3, 2))
+    with pytest.raises(ValueError, match="`log_q` must have shape"):
+        prof.starts_recursion(e, np.zeros((1, 2)))
+    with pytest.raises(ValueError, match="`log_q` must be finite"):
+        prof.starts_recursion(e, np.full((1, 3), -np.inf))
+    with pytest.raises(ValueError, match="`e` must be finite and non-negative"):
+        prof.starts_recursion(-np.ones((1, 3, 2)), np.zeros((1, 3)))
+    with pytest.raises(ValueError, match="`lengths` must lie in"):
+        prof.starts_recursion(e, np.zeros((1, 3)), lengths=[4])
+    with pytest.raises(ValueError, match="`e` must have shape \\(n_texts"):
+        prof.tokens_per_call(np.zeros((3, 2)), np.zeros(3))
+    with pytest.raises(ValueError, match="`m` must be a finite"):
+        prof.per_position_tokens_per_call([1.0, 2.0])
+    with pytest.raises(ValueError, match="`m` and `r` must be finite"):
+        prof.palm_tokens_per_call([[1.0]], [[1.0, 2.0]])
