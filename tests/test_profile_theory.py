@@ -76,6 +76,10 @@ def _pair(seed, V=V):
 
 def _laws_along(model, texts):
     """``(n, T, V)`` laws after every prefix of every text."""
+    texts = np.asarray(texts)
+    if getattr(model, "order", None) == 1:  # first-order Markov: one table lookup
+        first = np.broadcast_to(model.next_dist(()), (texts.shape[0], 1, model.vocab_size))
+        return np.concatenate([first, model.transition[texts[:, :-1]]], axis=1)
     return np.array([[model.next_dist(tuple(y[:t])) for t in range(len(y))] for y in texts])
 
 
@@ -198,59 +202,69 @@ def test_recursion_lengths_mask_and_bounds():
 
 # ----------------------------------------------------------------------------- (iii) prediction vs simulated real decoding
 def _sample_texts(model, n, T, gen):
+    """``n`` texts of length ``T`` from a first-order Markov model (inverse CDF on its tables)."""
     out = np.empty((n, T), dtype=np.int64)
+    u = gen.random((n, T))
     for t in range(T):
-        for i in range(n):
-            out[i, t] = gen.choice(model.vocab_size, p=model.next_dist(tuple(out[i, :t])))
+        law = np.broadcast_to(model.next_dist(()), (n, model.vocab_size)) if t == 0 else model.transition[out[:, t - 1]]
+        out[:, t] = np.minimum((np.cumsum(law, axis=1) < u[:, t : t + 1]).sum(axis=1), model.vocab_size - 1)
     return out
 
 
-def _simulate_calls(draft, target, scheme, k, L, T, n, gen):
-    """Target calls of ``n`` real decodes of ``T`` tokens (first-order Markov pair: the law depends on the last token)."""
-    kernels = {}
-    for key in [()] + [(u,) for u in range(draft.vocab_size)]:
-        law = _iteration_law(draft, target, scheme, k, key, L)
-        seqs = list(law)
-        w = np.array([law[s] for s in seqs])
-        kernels[key] = (seqs, w / w.sum())
-    calls = np.zeros(n)
+def _kernels(draft, target, scheme, k, L):
+    """Emitted law of one iteration per state of a first-order Markov pair: the empty context, then the last token."""
+    keys = [()] + [(u,) for u in range(draft.vocab_size)]
+    return {key: _iteration_law(draft, target, scheme, k, key, L) for key in keys}
+
+
+def _simulate(kernels, T, n, gen):
+    """Target calls and emitted tokens (overshoot included) of ``n`` real decodes of ``T`` tokens."""
+    tables = {key: (list(law), np.array(list(law.values())) / sum(law.values())) for key, law in kernels.items()}
+    calls, emitted = np.zeros(n), np.zeros(n)
     for i in range(n):
         t, last = 0, ()
         while t < T:
-            seqs, w = kernels[last]
+            seqs, w = tables[last]
             z = seqs[gen.choice(len(seqs), p=w)]
             calls[i] += 1
             t += len(z)
             last = (z[-1],)
-    return calls
+        emitted[i] = t
+    return calls, emitted
 
 
 def _predict(draft, target, scheme, k, T, n, gen):
-    """The ratio estimator over ``n`` target-sampled texts of length ``T``."""
+    """The ratio estimator over ``n`` target-sampled texts of length ``T``, and the start probabilities."""
     texts = _sample_texts(target, n, T, gen)
     P, Q = _laws_along(draft, texts), _laws_along(target, texts)
     log_q = np.log(np.take_along_axis(Q, texts[..., None], axis=-1)[..., 0])
-    return prof.tokens_per_call(prof.emission_probs_along(scheme, P, Q, texts, k=k, L=L), log_q)
+    e = prof.emission_probs_along(scheme, P, Q, texts, k=k, L=L)
+    return prof.tokens_per_call(e, log_q), prof.starts_recursion(e, log_q), texts
 
 
-def _assert_z(est, real):
-    """Mean predicted calls per text vs mean real calls: |z| < 4 (false-failure rate 6.3e-5, two-sided normal)."""
-    n1, n2 = est.starts.shape[0], real.shape[0]
-    z = (est.starts.mean() - real.mean()) / math.sqrt(est.starts.var(ddof=1) / n1 + real.var(ddof=1) / n2)
-    assert abs(z) < 4.0, (z, est.starts.mean(), real.mean())
+def _assert_z(pred, real):
+    """Mean per text, predicted vs real decoding: |z| < 4 (false-failure rate 6.3e-5, two-sided normal)."""
+    n1, n2 = pred.shape[0], real.shape[0]
+    z = (pred.mean() - real.mean()) / math.sqrt(pred.var(ddof=1) / n1 + real.var(ddof=1) / n2)
+    assert abs(z) < 4.0, (z, pred.mean(), real.mean())
 
 
 @pytest.mark.parametrize(("scheme", "k", "n"), [("token", 1, 3000), ("kseq", 2, 3000)])
 def test_predicted_calls_agree_with_simulated_decoding(scheme, k, n):
-    # |z| < 4: false-failure rate 6.3e-5 per test (two-sided normal tail; both means of n >= 3000 bounded terms)
+    # real decoding simulated from the exact emitted law of one iteration per context (enumerated)
     T = 12
     draft, target = _pair(21)
     gen = np.random.default_rng(12345)
-    est = _predict(draft, target, scheme, k, T, n, gen)
-    real = _simulate_calls(draft, target, scheme, k, L, T, n, gen)
-    _assert_z(est, real)
+    est, r, texts = _predict(draft, target, scheme, k, T, n, gen)
+    kernels = _kernels(draft, target, scheme, k, L)
+    calls, emitted = _simulate(kernels, T, n, gen)
+    _assert_z(est.starts, calls)
     # the recursion's per-text spread is smaller than real decoding's (it averages the run's randomness)
-    assert est.starts.std() < real.std()
+    assert est.starts.std() < calls.std()
+    # the Palm-weighted profile predicts the tokens emitted by the iterations begun before T (overshoot included)
+    m = np.array([sum(len(z) * w for z, w in kernels[key].items()) for key in [()] + [(u,) for u in range(V)]])
+    m_pos = np.concatenate([np.full((n, 1), m[0]), m[1 + texts[:, :-1]]], axis=1)
+    _assert_z((r * m_pos).sum(axis=1), emitted)
 
 
 @pytest.mark.slow
@@ -260,62 +274,75 @@ def test_predicted_calls_agree_with_spectr_steps(scheme, k):
     T, n = 12, 4000
     draft, target = _pair(21)
     gen = np.random.default_rng(7)
-    est = _predict(draft, target, scheme, k, T, n, gen)
+    est, _, _ = _predict(draft, target, scheme, k, T, n, gen)
     real = np.zeros(n)
     for i in range(n):
         ctx: tuple = ()
         while len(ctx) < T:
             ctx += spectr_step(draft, target, k, L, verifier=scheme, prefix=ctx, rng=gen)
             real[i] += 1
-    _assert_z(est, real)
+    _assert_z(est.starts, real)
 
 
 # ----------------------------------------------------------------------------- (iv) the per-position average is biased
 def _exact_markov_renewal(draft, target, scheme, k, L, T):
-    """Exact E[#calls for T tokens] and the exact expected per-position average of m = E[tau + 1].
+    """Exact expectations of real decoding of ``T`` tokens on a first-order Markov pair, and the stationary limits.
 
-    First-order Markov pair: an iteration's emitted law depends only on the
-    last token (or on the empty context at the start), so the starts form a
-    Markov renewal process over (position, last token).
+    An iteration's emitted law depends only on the last token (or on the
+    empty context at the start), so the starts form a Markov renewal process
+    over (position, last token). Returns E[calls], E[tokens emitted by the
+    iterations begun before T], E[per-position average of m = E[tau + 1]],
+    and in the limit T -> infinity the Palm mean of m (tokens per call) and
+    the stationary per-position mean of m.
     """
-    keys = [()] + [(u,) for u in range(V4)]
-    laws = {key: _iteration_law(draft, target, scheme, k, key, L) for key in keys}
-    m = {key: sum(len(z) * w for z, w in laws[key].items()) for key in keys}
+    Vm = draft.vocab_size
+    kernels = _kernels(draft, target, scheme, k, L)
+    keys = list(kernels)
+    m = np.array([sum(len(z) * w for z, w in kernels[key].items()) for key in keys])
     start = np.zeros((T, len(keys)))  # P(t is a start, last token = key)
     start[0, 0] = 1.0
+    K = np.zeros((Vm, Vm))  # last token at a start -> last token at the next start
+    for a, key in enumerate(keys[1:]):
+        for z, w in kernels[key].items():
+            K[a, z[-1]] += w
     for t in range(T):
         for a, key in enumerate(keys):
-            if start[t, a] == 0.0:
-                continue
-            for z, w in laws[key].items():
+            for z, w in kernels[key].items():
                 if t + len(z) < T:
                     start[t + len(z), 1 + z[-1]] += start[t, a] * w
-    calls = float(start.sum())
-    # per-position average: E[(1/T) sum_t m(Y_{<t})], with the target's marginals of Y_{t-1}
-    marg = np.zeros(V4)
-    naive = m[()]
+    marg = [np.eye(len(keys))[0]]  # law of the context's last token at each position, under the target
     for t in range(1, T):
-        marg = target.next_dist(()) if t == 1 else marg @ target.transition
-        naive += float(marg @ np.array([m[(u,)] for u in range(V4)]))
-    return calls, naive / T
+        prev = target.next_dist(()) if t == 1 else marg[-1][1:] @ target.transition
+        marg.append(np.concatenate([[0.0], prev]))
+    naive = float(np.mean([mg @ m for mg in marg]))
 
+    def stationary(M):
+        w, vec = np.linalg.eig(M.T)
+        x = np.real(vec[:, np.argmin(np.abs(w - 1))])
+        return x / x.sum()
 
-V4 = 4
+    pi, mu = stationary(K), stationary(target.transition)
+    return float(start.sum()), float((start @ m).sum()), naive, float(pi @ m[1:]), float(mu @ m[1:])
 
 
 def test_per_position_average_is_biased_exact_numbers():
     # token verifier, V = 4, L = 2, T = 24, bigram draft and target (random_markov_model seeds 4 and 104)
-    draft, target = _pair(4, V=V4)
+    draft, target = _pair(4, V=4)
     T = 24
-    calls, naive = _exact_markov_renewal(draft, target, "token", 1, 2, T)
-    tpc = T / calls
-    np.testing.assert_allclose([calls, tpc, naive], EXACT_NUMBERS, rtol=0, atol=1e-12)
-    # the per-position average overstates tokens per call by more than 1 %
-    assert (naive - tpc) / tpc > 0.01
+    calls, emitted, naive, palm_lim, naive_lim = _exact_markov_renewal(draft, target, "token", 1, 2, T)
+    np.testing.assert_allclose([calls, T / calls, emitted / calls, naive, palm_lim, naive_lim], EXACT_NUMBERS,
+                               rtol=0, atol=1e-12)
+    # the per-position average overstates T / E[calls] by 6.3 % (mostly the last call's wasted tokens) and the
+    # block efficiency E[emitted] / E[calls] by 2.9 %; in the long-run limit it overstates the Palm mean by 1.7 %
+    assert (naive - T / calls) / (T / calls) > 0.06
+    assert (naive - emitted / calls) / (emitted / calls) > 0.025
+    assert (naive_lim - palm_lim) / palm_lim > 0.015
 
 
-#: exact E[#target calls for 24 tokens], tokens per call = 24 / calls, and E[per-position average of m]
-EXACT_NUMBERS = [11.289353819180283, 2.1258966974021756, 2.2593678067997653]
+#: exact E[calls for 24 tokens], 24 / E[calls], E[emitted] / E[calls], E[per-position average of m],
+#: and the long-run limits: Palm mean of m (tokens per call), stationary per-position mean of m
+EXACT_NUMBERS = [11.289353819180283, 2.1258966974021756, 2.195992562973185, 2.2593678067997653, 2.246092645844075,
+                 2.284896771651]
 
 
 # ----------------------------------------------------------------------------- bad input
