@@ -48,6 +48,7 @@ __all__ = [
     "RenewalEstimate",
     "emission_probs",
     "emission_probs_along",
+    "emission_probs_from_token_probs",
     "palm_tokens_per_call",
     "per_position_tokens_per_call",
     "starts_recursion",
@@ -220,15 +221,35 @@ def _residual_rows(P, T):
         return np.where(s > 0, w / np.where(s > 0, s, 1.0), T)
 
 
+#: Rows of (V,) laws processed at once by the closed forms (bounds the float64 temporaries to a few x 32 MB).
+_CHUNK_ELEMENTS = 2**22
+
+
 def _step_laws_closed(scheme: str, P, Q, Y, k: int) -> np.ndarray:
-    """``W[..., m-1, c] = P(Y = y_t, c drafts equal y_t | m drafts)`` at every position, closed forms."""
+    """``W[..., m-1, c] = P(Y = y_t, c drafts equal y_t | m drafts)`` at every position, closed forms, in row chunks."""
+    V = P.shape[-1]
+    Pf, Qf, Yf = P.reshape(-1, V), Q.reshape(-1, V), Y.reshape(-1)
+    step = max(1, _CHUNK_ELEMENTS // V)
+    out = np.zeros((Yf.shape[0], k, k + 1))
+    for i in range(0, Yf.shape[0], step):
+        out[i : i + step] = _step_laws_rows(scheme, Pf[i : i + step], Qf[i : i + step], Yf[i : i + step], k)
+    return out.reshape(Y.shape + (k, k + 1))
+
+
+def _token_step_law(py, qy) -> np.ndarray:
+    """Speculative sampling: ``W(y, 1) = min(p, q)(y)``, ``W(y, 0) = (q - p)_+(y)``."""
+    W = np.zeros(py.shape + (1, 2))
+    W[..., 0, 1] = np.minimum(py, qy)
+    W[..., 0, 0] = np.maximum(qy - py, 0.0)
+    return W
+
+
+def _step_laws_rows(scheme: str, P, Q, Y, k: int) -> np.ndarray:
     shape = Y.shape
     W = np.zeros(shape + (k, k + 1))
     py, qy = _at(P, Y), _at(Q, Y)
     if scheme == "token":
-        W[..., 0, 1] = np.minimum(py, qy)
-        W[..., 0, 0] = np.maximum(qy - py, 0.0)
-        return W
+        return _token_step_law(py, qy)
     if scheme == "kseq":
         for m in range(1, k + 1):
             accept, rej, res = _kseq_parts(P, Q, m)
@@ -519,6 +540,67 @@ def emission_probs_along(scheme, p_text, q_text, y_text, *, L, k=1, method="auto
     P, Q = _laws(p_text, q_text, "p_text", "q_text")
     Y = _tokens(y_text, P.shape[:-1], P.shape[-1], "y_text")
     return _emission(scheme, P, Q, Y, k, L, method, n_draws, rng, max_enum)
+
+
+def emission_probs_from_token_probs(scheme, p_y, q_y, *, L) -> np.ndarray:
+    r"""Emission probabilities of the single-draft schemes from the text tokens' probabilities alone.
+
+    .. math::
+
+        \text{token:}\quad e(s, s + j) = \prod_{i < j - 1} \min(p_{s+i}, q_{s+i}) \cdot (q_{s+j-1} - p_{s+j-1})_+,
+        \qquad e(s, s + L + 1) = \prod_{i < L} \min(p_{s+i}, q_{s+i}) \cdot q_{s+L},
+
+    with :math:`p_t = p(y_t \mid y_{<t})` and :math:`q_t = q(y_t \mid y_{<t})`
+    (and the weight recursion of :func:`emission_probs` for
+    ``"block-onestep"``): token verification and block verification with one
+    correction token need no other entry of the laws, so a profile of these
+    schemes needs only the log-probabilities of the text under both models.
+    Equal to :func:`emission_probs_along` (same arithmetic).
+
+    Parameters
+    ----------
+    scheme : {"token", "block-onestep"}
+    p_y, q_y : (..., T) arrays of float
+        Draft and target probabilities of the text's tokens, in [0, 1].
+    L : int, keyword-only
+        Draft length.
+
+    Returns
+    -------
+    (..., T, L + 1) ndarray of float64
+        ``e[..., s, j - 1]``, 0 where ``s + j > T``.
+
+    Raises
+    ------
+    ValueError
+        Another scheme, shapes that differ, probabilities outside [0, 1] or not finite.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, arXiv:2211.17192, Algorithm 1.
+    .. [2] Sun, Ro, Beirami, Suresh, arXiv:2403.10444 (one-correction-token variant).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.profile import emission_probs_from_token_probs
+    >>> emission_probs_from_token_probs("token", np.array([0.5, 0.5, 0.5]), np.array([0.75, 0.25, 0.75]), L=2)[0]
+    array([0.25   , 0.     , 0.09375])
+    """
+    if scheme not in ("token", "block-onestep"):
+        raise ValueError(f"`scheme` must be 'token' or 'block-onestep' (the schemes that need only the text "
+                         f"tokens' probabilities), got {scheme!r}")
+    L = validate_positive_int(L, "L")
+    py = np.asarray(p_y, dtype=np.float64)
+    qy = np.asarray(q_y, dtype=np.float64)
+    if py.shape != qy.shape or py.ndim < 1:
+        raise ValueError(f"`p_y` and `q_y` must have one shape (..., T), got {py.shape} and {qy.shape}")
+    for name, x in (("p_y", py), ("q_y", qy)):
+        if not np.all(np.isfinite(x)) or np.any(x < 0) or np.any(x > 1):
+            raise ValueError(f"`{name}` must hold probabilities in [0, 1]")
+    if scheme == "block-onestep":
+        return _onestep(py, qy, L)
+    return _chain(_token_step_law(py, qy), qy, 1, L)
 
 
 # ----------------------------------------------------------------------------- the recursion and the estimators
