@@ -64,6 +64,8 @@ RENEWAL_SCHEMES = {
     "block-onestep": "closed form: the weight recursion along the text (Sun et al., arXiv:2403.10444), k = 1",
     "kseq": "closed form: first-accept generating function per depth (SpecTr, arXiv:2310.15141, Algorithm 2)",
     "multiround": "closed form: first-accept generating function per depth (recursive rejection, i.i.d. drafts)",
+    "optimal": "closed form per position from its independent priority keys: O(V k) after the verifier's "
+               "O(V log V) construction for each survivor count",
 }
 
 _METHODS = ("auto", "closed", "enumerate", "mc")
@@ -269,6 +271,61 @@ def _step_laws_rows(scheme: str, P, Q, Y, k: int) -> np.ndarray:
     return W
 
 
+def _priority_keys_law(v, y: int, m: int) -> np.ndarray:
+    r"""``W_m(y, c)`` of the priority-key verifier (largest key wins, then one speculative step).
+
+    The ``m`` keys are i.i.d. uniform on [0, 1] and a draft's token is the
+    token whose key set holds its key. Given the largest key ``s`` (density
+    :math:`m s^{m-1}`), the other keys are i.i.d. uniform on :math:`[0, s]`
+    and each is a ``y`` with probability :math:`\ell_y(s)/s`, :math:`\ell_y(s)`
+    the length of ``y``'s key set below ``s``. On an interval :math:`[l, h]` of
+    token :math:`x \ne y`, :math:`\ell_y = \ell` is constant and
+    :math:`P(Z \in [l, h], N_y = c) = m \binom{m-1}{c} \ell^c \frac{(h - \ell)^{m-c} - (l - \ell)^{m-c}}{m - c}`;
+    on an interval of ``y``, :math:`s - \ell_y(s) = g` is constant and
+    :math:`P(Z \in [l, h], N_y = c + 1) = m \binom{m-1}{c} g^{m-1-c} \frac{(h - g)^{c+1} - (l - g)^{c+1}}{c + 1}`.
+    """
+    token, top, length = (np.asarray(a) for a in v.pieces)
+    lo = top - np.minimum(length, top)  # an interval reaching below 0 by rounding is cut at 0
+    mine = token == y
+    ylo, yhi = lo[mine], top[mine]
+    below = np.clip(lo[:, None] - ylo[None, :], 0.0, (yhi - ylo)[None, :]).sum(axis=1)  # l_y at each lower end
+    c = np.arange(m)  # c (other tokens) or c + 1 (y's intervals)
+    binom = np.array([math.comb(m - 1, int(i)) for i in c], dtype=np.float64)
+    ell = below[:, None]
+    other = m * binom * ell**c * ((top[:, None] - ell) ** (m - c) - (lo[:, None] - ell) ** (m - c)) / (m - c)
+    g = np.maximum(lo - below, 0.0)[:, None]
+    own = m * binom * g ** (m - 1 - c) * ((top[:, None] - g) ** (c + 1) - (lo[:, None] - g) ** (c + 1)) / (c + 1)
+    joint = np.zeros((token.shape[0], m + 1))  # P(Z in interval, N_y = c), c = 0..m
+    joint[~mine, :m] = other[~mine]
+    joint[mine, 1:] = own[mine]
+    a, res = np.asarray(v._a), np.asarray(v.residual)
+    return a[y] * joint[mine].sum(axis=0) + res[y] * ((1.0 - a[token])[:, None] * joint).sum(axis=0)
+
+
+def _step_laws_optimal(P, Q, Y, k: int, max_rows: int) -> np.ndarray:
+    """``W`` of the optimal verifier from its priority keys, per position and survivor count."""
+    from ..multidraft._priority_keys import PriorityKeyVerifier
+    from ..multidraft._registry import get_verifier
+
+    build = get_verifier("optimal").build
+    V = P.shape[-1]
+    Pf, Qf, Yf = P.reshape(-1, V), Q.reshape(-1, V), Y.reshape(-1)
+    if Pf.shape[0] * k > max_rows:
+        raise ValueError(
+            f"the optimal verifier's closed form visits {Pf.shape[0] * k} (position, survivors) rows, above "
+            f"MAX_FALLBACK_ROWS={max_rows}; pass fewer positions"
+        )
+    W = np.zeros((Pf.shape[0], k, k + 1))
+    for r in range(Pf.shape[0]):
+        for m in range(1, k + 1):
+            v = build(Pf[r], Qf[r], m)
+            if not isinstance(v, PriorityKeyVerifier):  # pragma: no cover - the registry builds priority keys
+                raise TypeError(f"`scheme`='optimal' built a {type(v).__name__}, which has no closed form here; "
+                                "pass method='enumerate' or 'mc'")
+            W[r, m - 1, : m + 1] = _priority_keys_law(v, int(Yf[r]), m)
+    return W.reshape(Y.shape + (k, k + 1))
+
+
 def _step_laws_fallback(scheme: str, P, Q, Y, k: int, route: str, n_draws: int, gen, max_enum: int):
     """``W`` by the verifier's exact step law (enumeration) or a Monte Carlo average over many draft tuples."""
     from ..spectr._common import resolve_verifier
@@ -364,7 +421,9 @@ def _emission(scheme, P, Q, Y, k, L, method, n_draws, rng, max_enum):
     name, route = _scheme(scheme, k, method)
     if name == "block-onestep":
         return _onestep(_at(P, Y), _at(Q, Y), L)
-    if route == "closed":
+    if route == "closed" and name == "optimal":
+        W = _step_laws_optimal(P, Q, Y, k, MAX_FALLBACK_ROWS)
+    elif route == "closed":
         W = _step_laws_closed(name, P, Q, Y, k)
     else:
         n_draws = validate_positive_int(n_draws, "n_draws")
@@ -411,10 +470,14 @@ def emission_probs(scheme, p_path, q_path, y_path, *, k=1, L=None, method="auto"
       joint probability of the text's first ``i`` tokens); ``"kseq"`` and
       ``"multiround"`` (first-accept rules: :math:`W_m` by a generating
       function in :math:`O(k^2)` per depth after the :math:`O(V)` acceptance
-      probabilities and residual, with :math:`\rho^*(m)` for k-Seq). Exact to
-      rounding (1e-12 against enumeration in the tests).
+      probabilities and residual, with :math:`\rho^*(m)` for k-Seq);
+      ``"optimal"`` (its independent priority keys: given the largest key the
+      others are i.i.d. uniform below it, so :math:`W_m` is a sum of
+      polynomial integrals over the key intervals, :math:`O(V k)` per position
+      and ``m`` after building the verifier). Exact to rounding (1e-12 against
+      enumeration in the tests).
     * ``"enumerate"`` (``"auto"`` for every other lossless i.i.d.-draft
-      token verifier of the registry: ``"optimal"``, ``"lp"``, ``"khisti"``):
+      token verifier of the registry: ``"lp"``, ``"khisti"``):
       :math:`W_m` by the verifier's exact conditional law summed over the
       enumerated draft multisets (or ordered tuples), per position and per
       ``m``; exact, for small vocabularies (at most ``max_enum`` multisets).
