@@ -285,21 +285,34 @@ def _priority_keys_law(v, y: int, m: int) -> np.ndarray:
     :math:`P(Z \in [l, h], N_y = c + 1) = m \binom{m-1}{c} g^{m-1-c} \frac{(h - g)^{c+1} - (l - g)^{c+1}}{c + 1}`.
     """
     token, top, length = (np.asarray(a) for a in v.pieces)
+    a, res = np.asarray(v._a), np.asarray(v.residual)
+    # only y's intervals and those of rejectable tokens (a < 1) contribute
+    keep = (token == y) | (a[token] < 1.0)
+    token, top, length = token[keep], top[keep], length[keep]
     lo = top - np.minimum(length, top)  # an interval reaching below 0 by rounding is cut at 0
     mine = token == y
     ylo, yhi = lo[mine], top[mine]
     below = np.clip(lo[:, None] - ylo[None, :], 0.0, (yhi - ylo)[None, :]).sum(axis=1)  # l_y at each lower end
     c = np.arange(m)  # c (other tokens) or c + 1 (y's intervals)
     binom = np.array([math.comb(m - 1, int(i)) for i in c], dtype=np.float64)
-    ell = below[:, None]
-    other = m * binom * ell**c * ((top[:, None] - ell) ** (m - c) - (lo[:, None] - ell) ** (m - c)) / (m - c)
-    g = np.maximum(lo - below, 0.0)[:, None]
-    own = m * binom * g ** (m - 1 - c) * ((top[:, None] - g) ** (c + 1) - (lo[:, None] - g) ** (c + 1)) / (c + 1)
+    ell = below
+    other = m * binom * _powers(ell, m - 1) * (_powers(top - ell, m)[:, ::-1][:, :m]
+                                               - _powers(lo - ell, m)[:, ::-1][:, :m]) / (m - c)
+    g = np.maximum(lo - below, 0.0)
+    own = m * binom * _powers(g, m - 1)[:, ::-1] * (_powers(top - g, m)[:, 1:] - _powers(lo - g, m)[:, 1:]) / (c + 1)
     joint = np.zeros((token.shape[0], m + 1))  # P(Z in interval, N_y = c), c = 0..m
     joint[~mine, :m] = other[~mine]
     joint[mine, 1:] = own[mine]
-    a, res = np.asarray(v._a), np.asarray(v.residual)
     return a[y] * joint[mine].sum(axis=0) + res[y] * ((1.0 - a[token])[:, None] * joint).sum(axis=0)
+
+
+def _powers(x: np.ndarray, n: int) -> np.ndarray:
+    """``out[..., j] = x ** j`` for ``j = 0..n`` by repeated products."""
+    out = np.empty(x.shape + (n + 1,))
+    out[..., 0] = 1.0
+    for j in range(1, n + 1):
+        out[..., j] = out[..., j - 1] * x
+    return out
 
 
 def _step_laws_optimal(P, Q, Y, k: int, max_rows: int) -> np.ndarray:
