@@ -56,8 +56,8 @@ __all__ = [
 ]
 
 #: How :func:`emission_probs` computes ``e`` for each scheme it accepts (``method="auto"``).
-#: Other lossless i.i.d.-draft token verifiers of the registry (``"optimal"``, ``"lp"``,
-#: ``"khisti"``, ...) are accepted with ``method="enumerate"`` (exact, small vocabularies) or
+#: Other lossless i.i.d.-draft token verifiers of the registry (``"lp"``, ``"khisti"``, ...) are
+#: accepted with ``method="enumerate"`` (exact, small vocabularies) or
 #: ``method="mc"`` (Monte Carlo over many draft tuples per depth).
 RENEWAL_SCHEMES = {
     "token": "closed form (Leviathan et al., arXiv:2211.17192, Algorithm 1), k = 1",
@@ -91,8 +91,13 @@ def _scheme(scheme, k: int, method: str):
     if scheme == "block":
         raise ValueError(
             "`scheme`='block' (Sun et al., arXiv:2403.10444, Algorithm 3, with its multi-token residual) emits "
-            "L + 1 tokens at every iteration, so its starts do not depend on the run; average its expected "
-            "target calls per iteration over positions instead (docs/theory/profile.rst)"
+            "L + 1 tokens at every iteration, so its starts are the multiples of L + 1 whatever happens; average "
+            "its expected target calls per iteration over those positions instead (docs/theory/profile.rst)"
+        )
+    if spec.kind == "block" and scheme != "block-onestep":
+        raise ValueError(
+            f"`scheme`={scheme!r} is a block scheme without emission probabilities here; block schemes accepted: "
+            "'block-onestep'"
         )
     if not spec.lossless:
         raise ValueError(
