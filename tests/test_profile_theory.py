@@ -398,6 +398,16 @@ EXACT_NUMBERS = [11.289353819180283, 2.1258966974021756, 2.195992562973185, 2.25
 
 
 # ----------------------------------------------------------------------------- bad input
+def test_block_scheme_without_emission_law_is_refused(monkeypatch):
+    from otspec.multidraft import VerifierSpec, _registry
+
+    spec = VerifierSpec("x-block", "block", None, BlockVerifyOneStep, single_draft=True)
+    monkeypatch.setitem(_registry._REGISTRY, "x-block", spec)
+    p = np.array([[0.5, 0.5]] * 3)
+    with pytest.raises(ValueError, match="block scheme without emission probabilities"):
+        prof.emission_probs("x-block", p, p, np.array([0, 1, 0]))
+
+
 def test_bad_input():
     p = np.array([[0.5, 0.5]] * 3)
     y = np.array([0, 1, 0])
