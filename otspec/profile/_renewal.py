@@ -48,6 +48,7 @@ __all__ = [
     "RenewalEstimate",
     "emission_probs",
     "emission_probs_along",
+    "emission_probs_from_token_probs",
     "palm_tokens_per_call",
     "per_position_tokens_per_call",
     "starts_recursion",
@@ -55,14 +56,16 @@ __all__ = [
 ]
 
 #: How :func:`emission_probs` computes ``e`` for each scheme it accepts (``method="auto"``).
-#: Other lossless i.i.d.-draft token verifiers of the registry (``"optimal"``, ``"lp"``,
-#: ``"khisti"``, ...) are accepted with ``method="enumerate"`` (exact, small vocabularies) or
+#: Other lossless i.i.d.-draft token verifiers of the registry (``"lp"``, ``"khisti"``, ...) are
+#: accepted with ``method="enumerate"`` (exact, small vocabularies) or
 #: ``method="mc"`` (Monte Carlo over many draft tuples per depth).
 RENEWAL_SCHEMES = {
     "token": "closed form (Leviathan et al., arXiv:2211.17192, Algorithm 1), k = 1",
     "block-onestep": "closed form: the weight recursion along the text (Sun et al., arXiv:2403.10444), k = 1",
     "kseq": "closed form: first-accept generating function per depth (SpecTr, arXiv:2310.15141, Algorithm 2)",
     "multiround": "closed form: first-accept generating function per depth (recursive rejection, i.i.d. drafts)",
+    "optimal": "closed form per position from its independent priority keys: O(V k) after the verifier's "
+               "O(V log V) construction for each survivor count",
 }
 
 _METHODS = ("auto", "closed", "enumerate", "mc")
@@ -88,8 +91,13 @@ def _scheme(scheme, k: int, method: str):
     if scheme == "block":
         raise ValueError(
             "`scheme`='block' (Sun et al., arXiv:2403.10444, Algorithm 3, with its multi-token residual) emits "
-            "L + 1 tokens at every iteration, so its starts do not depend on the run; average its expected "
-            "target calls per iteration over positions instead (docs/theory/profile.rst)"
+            "L + 1 tokens at every iteration, so its starts are the multiples of L + 1 whatever happens; average "
+            "its expected target calls per iteration over those positions instead (docs/theory/profile.rst)"
+        )
+    if spec.kind == "block" and scheme != "block-onestep":
+        raise ValueError(
+            f"`scheme`={scheme!r} is a block scheme without emission probabilities here; block schemes accepted: "
+            "'block-onestep'"
         )
     if not spec.lossless:
         raise ValueError(
@@ -220,15 +228,35 @@ def _residual_rows(P, T):
         return np.where(s > 0, w / np.where(s > 0, s, 1.0), T)
 
 
+#: Rows of (V,) laws processed at once by the closed forms (bounds the float64 temporaries to a few x 32 MB).
+_CHUNK_ELEMENTS = 2**22
+
+
 def _step_laws_closed(scheme: str, P, Q, Y, k: int) -> np.ndarray:
-    """``W[..., m-1, c] = P(Y = y_t, c drafts equal y_t | m drafts)`` at every position, closed forms."""
+    """``W[..., m-1, c] = P(Y = y_t, c drafts equal y_t | m drafts)`` at every position, closed forms, in row chunks."""
+    V = P.shape[-1]
+    Pf, Qf, Yf = P.reshape(-1, V), Q.reshape(-1, V), Y.reshape(-1)
+    step = max(1, _CHUNK_ELEMENTS // V)
+    out = np.zeros((Yf.shape[0], k, k + 1))
+    for i in range(0, Yf.shape[0], step):
+        out[i : i + step] = _step_laws_rows(scheme, Pf[i : i + step], Qf[i : i + step], Yf[i : i + step], k)
+    return out.reshape(Y.shape + (k, k + 1))
+
+
+def _token_step_law(py, qy) -> np.ndarray:
+    """Speculative sampling: ``W(y, 1) = min(p, q)(y)``, ``W(y, 0) = (q - p)_+(y)``."""
+    W = np.zeros(py.shape + (1, 2))
+    W[..., 0, 1] = np.minimum(py, qy)
+    W[..., 0, 0] = np.maximum(qy - py, 0.0)
+    return W
+
+
+def _step_laws_rows(scheme: str, P, Q, Y, k: int) -> np.ndarray:
     shape = Y.shape
     W = np.zeros(shape + (k, k + 1))
     py, qy = _at(P, Y), _at(Q, Y)
     if scheme == "token":
-        W[..., 0, 1] = np.minimum(py, qy)
-        W[..., 0, 0] = np.maximum(qy - py, 0.0)
-        return W
+        return _token_step_law(py, qy)
     if scheme == "kseq":
         for m in range(1, k + 1):
             accept, rej, res = _kseq_parts(P, Q, m)
@@ -246,6 +274,74 @@ def _step_laws_closed(scheme: str, P, Q, Y, k: int) -> np.ndarray:
     for m in range(1, k + 1):
         W[..., m - 1, : m + 1] = _first_accept_law(py, a_y[:m], rej[:m], _at(targets[m], Y), m)
     return W
+
+
+def _priority_keys_law(v, y: int, m: int) -> np.ndarray:
+    r"""``W_m(y, c)`` of the priority-key verifier (largest key wins, then one speculative step).
+
+    The ``m`` keys are i.i.d. uniform on [0, 1] and a draft's token is the
+    token whose key set holds its key. Given the largest key ``s`` (density
+    :math:`m s^{m-1}`), the other keys are i.i.d. uniform on :math:`[0, s]`
+    and each is a ``y`` with probability :math:`\ell_y(s)/s`, :math:`\ell_y(s)`
+    the length of ``y``'s key set below ``s``. On an interval :math:`[l, h]` of
+    token :math:`x \ne y`, :math:`\ell_y = \ell` is constant and
+    :math:`P(Z \in [l, h], N_y = c) = m \binom{m-1}{c} \ell^c \frac{(h - \ell)^{m-c} - (l - \ell)^{m-c}}{m - c}`;
+    on an interval of ``y``, :math:`s - \ell_y(s) = g` is constant and
+    :math:`P(Z \in [l, h], N_y = c + 1) = m \binom{m-1}{c} g^{m-1-c} \frac{(h - g)^{c+1} - (l - g)^{c+1}}{c + 1}`.
+    """
+    token, top, length = (np.asarray(a) for a in v.pieces)
+    a, res = np.asarray(v._a), np.asarray(v.residual)
+    # only y's intervals and those of rejectable tokens (a < 1) contribute
+    keep = (token == y) | (a[token] < 1.0)
+    token, top, length = token[keep], top[keep], length[keep]
+    lo = top - np.minimum(length, top)  # an interval reaching below 0 by rounding is cut at 0
+    mine = token == y
+    ylo, yhi = lo[mine], top[mine]
+    below = np.clip(lo[:, None] - ylo[None, :], 0.0, (yhi - ylo)[None, :]).sum(axis=1)  # l_y at each lower end
+    c = np.arange(m)  # c (other tokens) or c + 1 (y's intervals)
+    binom = np.array([math.comb(m - 1, int(i)) for i in c], dtype=np.float64)
+    ell = below
+    other = m * binom * _powers(ell, m - 1) * (_powers(top - ell, m)[:, ::-1][:, :m]
+                                               - _powers(lo - ell, m)[:, ::-1][:, :m]) / (m - c)
+    g = np.maximum(lo - below, 0.0)
+    own = m * binom * _powers(g, m - 1)[:, ::-1] * (_powers(top - g, m)[:, 1:] - _powers(lo - g, m)[:, 1:]) / (c + 1)
+    joint = np.zeros((token.shape[0], m + 1))  # P(Z in interval, N_y = c), c = 0..m
+    joint[~mine, :m] = other[~mine]
+    joint[mine, 1:] = own[mine]
+    return a[y] * joint[mine].sum(axis=0) + res[y] * ((1.0 - a[token])[:, None] * joint).sum(axis=0)
+
+
+def _powers(x: np.ndarray, n: int) -> np.ndarray:
+    """``out[..., j] = x ** j`` for ``j = 0..n`` by repeated products."""
+    out = np.empty(x.shape + (n + 1,))
+    out[..., 0] = 1.0
+    for j in range(1, n + 1):
+        out[..., j] = out[..., j - 1] * x
+    return out
+
+
+def _step_laws_optimal(P, Q, Y, k: int, max_rows: int) -> np.ndarray:
+    """``W`` of the optimal verifier from its priority keys, per position and survivor count."""
+    from ..multidraft._priority_keys import PriorityKeyVerifier
+    from ..multidraft._registry import get_verifier
+
+    build = get_verifier("optimal").build
+    V = P.shape[-1]
+    Pf, Qf, Yf = P.reshape(-1, V), Q.reshape(-1, V), Y.reshape(-1)
+    if Pf.shape[0] * k > max_rows:
+        raise ValueError(
+            f"the optimal verifier's closed form visits {Pf.shape[0] * k} (position, survivors) rows, above "
+            f"MAX_FALLBACK_ROWS={max_rows}; pass fewer positions"
+        )
+    W = np.zeros((Pf.shape[0], k, k + 1))
+    for r in range(Pf.shape[0]):
+        for m in range(1, k + 1):
+            v = build(Pf[r], Qf[r], m)
+            if not isinstance(v, PriorityKeyVerifier):  # pragma: no cover - the registry builds priority keys
+                raise TypeError(f"`scheme`='optimal' built a {type(v).__name__}, which has no closed form here; "
+                                "pass method='enumerate' or 'mc'")
+            W[r, m - 1, : m + 1] = _priority_keys_law(v, int(Yf[r]), m)
+    return W.reshape(Y.shape + (k, k + 1))
 
 
 def _step_laws_fallback(scheme: str, P, Q, Y, k: int, route: str, n_draws: int, gen, max_enum: int):
@@ -343,7 +439,9 @@ def _emission(scheme, P, Q, Y, k, L, method, n_draws, rng, max_enum):
     name, route = _scheme(scheme, k, method)
     if name == "block-onestep":
         return _onestep(_at(P, Y), _at(Q, Y), L)
-    if route == "closed":
+    if route == "closed" and name == "optimal":
+        W = _step_laws_optimal(P, Q, Y, k, MAX_FALLBACK_ROWS)
+    elif route == "closed":
         W = _step_laws_closed(name, P, Q, Y, k)
     else:
         n_draws = validate_positive_int(n_draws, "n_draws")
@@ -390,10 +488,14 @@ def emission_probs(scheme, p_path, q_path, y_path, *, k=1, L=None, method="auto"
       joint probability of the text's first ``i`` tokens); ``"kseq"`` and
       ``"multiround"`` (first-accept rules: :math:`W_m` by a generating
       function in :math:`O(k^2)` per depth after the :math:`O(V)` acceptance
-      probabilities and residual, with :math:`\rho^*(m)` for k-Seq). Exact to
-      rounding (1e-12 against enumeration in the tests).
+      probabilities and residual, with :math:`\rho^*(m)` for k-Seq);
+      ``"optimal"`` (its independent priority keys: given the largest key the
+      others are i.i.d. uniform below it, so :math:`W_m` is a sum of
+      polynomial integrals over the key intervals, :math:`O(V k)` per position
+      and ``m`` after building the verifier). Exact to rounding (1e-12 against
+      enumeration in the tests).
     * ``"enumerate"`` (``"auto"`` for every other lossless i.i.d.-draft
-      token verifier of the registry: ``"optimal"``, ``"lp"``, ``"khisti"``):
+      token verifier of the registry: ``"lp"``, ``"khisti"``):
       :math:`W_m` by the verifier's exact conditional law summed over the
       enumerated draft multisets (or ordered tuples), per position and per
       ``m``; exact, for small vocabularies (at most ``max_enum`` multisets).
@@ -519,6 +621,67 @@ def emission_probs_along(scheme, p_text, q_text, y_text, *, L, k=1, method="auto
     P, Q = _laws(p_text, q_text, "p_text", "q_text")
     Y = _tokens(y_text, P.shape[:-1], P.shape[-1], "y_text")
     return _emission(scheme, P, Q, Y, k, L, method, n_draws, rng, max_enum)
+
+
+def emission_probs_from_token_probs(scheme, p_y, q_y, *, L) -> np.ndarray:
+    r"""Emission probabilities of the single-draft schemes from the text tokens' probabilities alone.
+
+    .. math::
+
+        \text{token:}\quad e(s, s + j) = \prod_{i < j - 1} \min(p_{s+i}, q_{s+i}) \cdot (q_{s+j-1} - p_{s+j-1})_+,
+        \qquad e(s, s + L + 1) = \prod_{i < L} \min(p_{s+i}, q_{s+i}) \cdot q_{s+L},
+
+    with :math:`p_t = p(y_t \mid y_{<t})` and :math:`q_t = q(y_t \mid y_{<t})`
+    (and the weight recursion of :func:`emission_probs` for
+    ``"block-onestep"``): token verification and block verification with one
+    correction token need no other entry of the laws, so a profile of these
+    schemes needs only the log-probabilities of the text under both models.
+    Equal to :func:`emission_probs_along` (same arithmetic).
+
+    Parameters
+    ----------
+    scheme : {"token", "block-onestep"}
+    p_y, q_y : (..., T) arrays of float
+        Draft and target probabilities of the text's tokens, in [0, 1].
+    L : int, keyword-only
+        Draft length.
+
+    Returns
+    -------
+    (..., T, L + 1) ndarray of float64
+        ``e[..., s, j - 1]``, 0 where ``s + j > T``.
+
+    Raises
+    ------
+    ValueError
+        Another scheme, shapes that differ, probabilities outside [0, 1] or not finite.
+
+    References
+    ----------
+    .. [1] Leviathan, Kalman, Matias, arXiv:2211.17192, Algorithm 1.
+    .. [2] Sun, Ro, Beirami, Suresh, arXiv:2403.10444 (one-correction-token variant).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.profile import emission_probs_from_token_probs
+    >>> emission_probs_from_token_probs("token", np.array([0.5, 0.5, 0.5]), np.array([0.75, 0.25, 0.75]), L=2)[0]
+    array([0.25   , 0.     , 0.09375])
+    """
+    if scheme not in ("token", "block-onestep"):
+        raise ValueError(f"`scheme` must be 'token' or 'block-onestep' (the schemes that need only the text "
+                         f"tokens' probabilities), got {scheme!r}")
+    L = validate_positive_int(L, "L")
+    py = np.asarray(p_y, dtype=np.float64)
+    qy = np.asarray(q_y, dtype=np.float64)
+    if py.shape != qy.shape or py.ndim < 1:
+        raise ValueError(f"`p_y` and `q_y` must have one shape (..., T), got {py.shape} and {qy.shape}")
+    for name, x in (("p_y", py), ("q_y", qy)):
+        if not np.all(np.isfinite(x)) or np.any(x < 0) or np.any(x > 1):
+            raise ValueError(f"`{name}` must hold probabilities in [0, 1]")
+    if scheme == "block-onestep":
+        return _onestep(py, qy, L)
+    return _chain(_token_step_law(py, qy), qy, 1, L)
 
 
 # ----------------------------------------------------------------------------- the recursion and the estimators
