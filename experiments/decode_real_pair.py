@@ -33,18 +33,10 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _chat_prompts import CHAT_PROMPTS  # noqa: E402
 from _report import write_text_atomic  # noqa: E402
 
-PROMPTS = [
-    "Explain why the sky is blue.",
-    "Write a short story about a robot learning to paint.",
-    "List three tips for learning Python.",
-    "What is the boiling point of water at sea level?",
-    "Describe the water cycle in simple terms.",
-    "Give me a recipe for pancakes.",
-    "What are the benefits of regular exercise?",
-    "Summarise the plot of Romeo and Juliet.",
-]
+PROMPTS = CHAT_PROMPTS[:8]
 
 LOSSLESS_PROMPT = "The capital of France is"
 

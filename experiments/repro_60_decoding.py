@@ -37,37 +37,13 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _chat_prompts import CHAT_PROMPTS  # noqa: E402
 from _report import Row, Section, fmt, write_text_atomic  # noqa: E402
 
 TITLE = "Decoding with a real draft/target pair"
 
 #: Chat prompts of the profile and of the check decodes.
-PROMPTS = [
-    "Explain why the sky is blue.",
-    "Write a short story about a robot learning to paint.",
-    "List three tips for learning Python.",
-    "What is the boiling point of water at sea level?",
-    "Describe the water cycle in simple terms.",
-    "Give me a recipe for pancakes.",
-    "What are the benefits of regular exercise?",
-    "Summarise the plot of Romeo and Juliet.",
-    "How do airplanes stay in the air?",
-    "Write a haiku about autumn leaves.",
-    "What is the difference between weather and climate?",
-    "Suggest a name for a coffee shop and explain it.",
-    "How does a refrigerator keep food cold?",
-    "Give two arguments for and against homework.",
-    "Explain what a black hole is.",
-    "Write a polite email declining a meeting invitation.",
-    "What causes the seasons on Earth?",
-    "Describe how to plant a tree.",
-    "Why do cats purr?",
-    "Explain compound interest with an example.",
-    "Write a limerick about a forgetful wizard.",
-    "What are the main parts of a cell?",
-    "Give advice for a first job interview.",
-    "How do vaccines work?",
-]
+PROMPTS = CHAT_PROMPTS
 #: Many short paths (12 positions each) rather than a few long ones: the intervals are over prompts.
 #: k-Seq's renewal tables sort the vocabulary per position and (k, L), so multi-round's are left out here.
 PROFILE = dict(
