@@ -119,7 +119,8 @@ def batching(which: str, sizes=(1, 4, 8), T: int = 4) -> list[dict]:
             profile(prompts, out=out, batch_size=B, **kw)
             wall = time.perf_counter() - t0
             fwd = _forward_seconds(out)
-        rows.append({"B": B, "forward": fwd / (n * T), "wall": wall / (n * T), "positions": n * T})
+        rows.append({"B": B, "forward": fwd / (n * T), "wall": wall / (n * T), "positions": n * T,
+                     "length": len(prompts[0])})
     return rows
 
 
@@ -178,7 +179,7 @@ def main() -> None:
         base = res[0]
         for r in res:
             print(f"  {which}, B = {r['B']}: forward {r['forward'] * 1e3:.1f} ms / position, wall "
-                  f"{r['wall'] * 1e3:.1f} ms / position ({r['positions']} positions)")
+                  f"{r['wall'] * 1e3:.1f} ms / position ({r['positions']} positions, prompts of {r['length']} tokens)")
         for r in res[1:]:
             ratio = r["forward"] / base["forward"]
             rows.append((f"forward s / position, B = {r['B']} vs B = 1, {which}", f"{ratio:.3f} (wall "

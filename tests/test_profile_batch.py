@@ -255,3 +255,14 @@ def test_hf_profile_batched_matches_unbatched(tmp_path):
         assert a[c].to_pylist() == b[c].to_pylist()
     np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-5, atol=1e-6)
     assert _time_counts(tmp_path / "one") == _time_counts(tmp_path / "many")
+
+
+def test_bucket_of_unequal_lengths_refused(pair):
+    from otspec.profile._collect import profile_bucket
+
+    d, t = pair
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, context="reference")
+    with pytest.raises(ValueError, match=r"share their length and their path length, got lengths \[2, 1\]"):
+        profile_bucket(d, t, [[0, 1], [2]], [[0] * 3, [1] * 3], s, [0, 1])
+    with pytest.raises(ValueError, match=r"got lengths \[1, 1\] and path lengths \[2, 3\]"):
+        profile_bucket(d, t, [[0], [2]], [[0] * 5, [1] * 2], s, [0, 1])

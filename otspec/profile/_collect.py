@@ -218,15 +218,30 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     the path of :func:`profile_prompt` for each prompt, with every draft step
     a call on ``(B k_max, 1)`` new tokens (prompt ``b``'s drafts are rows
     ``b k_max, ..., (b + 1) k_max - 1``) and every target scoring one call on
-    ``(B k_max, L_max + 1 + \text{pending})`` tokens. The prompts need no
-    padding: they share their length and their path length
-    (:func:`path_length`). Prompt ``b`` draws from ``prompt_rng(seed,
-    indices[b])`` in the order of :func:`profile_prompt`, so the rows are
-    the same as the unbatched walk's whenever the models' logits do not
-    depend on the batch (exactly so for :class:`otspec.decoding.CallableLM`
-    functions computed row by row; to float rounding, about 1e-6 in float32,
-    for batched transformer kernels). Seconds of a shared call are split
-    evenly between the prompts; each counts the call once.
+    ``(B k_max, pending + L_max)`` new tokens. The prompts need no padding:
+    they share their length and their path length (:func:`path_length`).
+    Prompt ``b`` draws from ``prompt_rng(seed, indices[b])`` in the order of
+    :func:`profile_prompt`, so the rows are the same as the unbatched walk's
+    whenever the models' logits do not depend on the batch (exactly so for
+    :class:`otspec.decoding.CallableLM` functions computed row by row; to
+    float32 rounding for batched transformer kernels, which can, rarely,
+    change a sampled token). Seconds of a shared call are split evenly
+    between the prompts; each counts the call once.
+
+    Parameters
+    ----------
+    draft, target : LanguageModel
+        With the batched state API (a state of ``b`` rows extended by a
+        multiple of ``b`` rows; ``select`` of a sequence of rows).
+    prompts : list of list of int
+        ``B`` prompts of one length.
+    references : list
+        Their reference texts (``None`` each when the path is sampled).
+    settings : ProfileSettings
+    indices : list of int
+        The prompts' indices in the run (their generators and their rows' ``prompt``).
+    bar, renewal
+        As :func:`profile_prompt`.
 
     Returns
     -------
@@ -237,6 +252,17 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     ------
     ValueError
         Prompts of different lengths or path lengths (a programming error of the caller).
+
+    Examples
+    --------
+    >>> from otspec.profile import ProfileSettings, toy_pair
+    >>> from otspec.profile._collect import profile_bucket, profile_prompt
+    >>> draft, target = toy_pair(4, seed=0)
+    >>> s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, verifiers=["token"], families=["token"])
+    >>> both = profile_bucket(draft, target, [[0, 1], [2, 3]], [None, None], s, [0, 1])
+    >>> one = profile_prompt(draft, target, [2, 3], None, s, 1)
+    >>> both[1]["value"][:-4] == one["value"][:-4]      # all but the seconds of the two time rows
+    True
     """
     B = len(prompts)
     sampling = settings.sampling

@@ -143,8 +143,8 @@ class ProfileSettings:
         prompt keeps its own generator and order of draws: on models whose
         logits do not depend on the batch (e.g. :func:`otspec.profile.toy_pair`)
         the tables equal the unbatched run's exactly; batched transformer
-        kernels round differently (about 1e-6 in float32), which can change a
-        sampled token. How a run executes, like the device: not part of the
+        kernels round differently (float32 rounding), which can, rarely,
+        change a sampled token. How a run executes, like the device: not part of the
         run's identity (its manifest), so a run may resume with another value.
 
     Raises
