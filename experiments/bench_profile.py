@@ -10,8 +10,12 @@ Two measurements, each printed as ratios side by side and marked when they miss:
    that no costly quantity runs) to show what the costly ones add.
 2. Peak memory (max RSS of a fresh process) profiling 10 vs 200 prompts on a small model
    (a 2-layer Llama, V = 2,048, HFCausalLM): growth <= 10 %.
+3. Batching prompts (``batch_size``): seconds in forward passes per profiled position at B = 1 vs
+   B = 4 and 8, the same prompts (all of one length, so one length bucket) in the same run, on the
+   toy bigram pair and on the SmolLM2 pair (1 torch thread). Target: batched / unbatched < 1.
 
-Usage: ``python experiments/bench_profile.py [--quick]`` (``--quick``: fewer positions, for a smoke run).
+Usage: ``python experiments/bench_profile.py [--quick] [--batching-only]`` (``--quick``: fewer positions,
+for a smoke run; ``--batching-only``: measurement 3 alone).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CHAT = ["Write a short story about a robot.", "Explain photosynthesis to a child.",
-        "Give three tips for learning a language.", "What is the capital of France? Explain its history."]
+        "Give three tips for learning a language.", "What is the capital of France? Explain its history.",
+        "Describe the water cycle in simple words.", "How do airplanes stay in the air?",
+        "Suggest a name for a small bakery.", "Why is the sky blue during the day?"]
 
 
 def overhead(n_prompts: int, max_new: int, subsample: int) -> dict:
@@ -62,6 +68,60 @@ def overhead(n_prompts: int, max_new: int, subsample: int) -> dict:
         d, q = _timing(out)
     return {"wall": wall, "forward": fwd, "other": wall - fwd, "ratio": (wall - fwd) / fwd, "draft_step": d,
             "target_call": q, "positions": n_prompts * max_new, "settings": run.settings.to_dict()}
+
+
+def _forward_seconds(out) -> float:
+    """Seconds in forward passes of a run (the ``kind="time"`` rows, ``j = 1``, every prompt)."""
+    import pyarrow.compute as pc
+
+    from otspec.profile import read_table
+
+    t = read_table(out, timing=True)
+    t = t.filter(pc.and_(pc.equal(t["kind"], "time"), pc.equal(t["j"], 1)))
+    return float(sum(t["value"].to_pylist()))
+
+
+def batching(which: str, sizes=(1, 4, 8), T: int = 4) -> list[dict]:
+    """Forward seconds and wall seconds per profiled position at each batch size, same prompts, one run each.
+
+    ``which``: ``"toy"`` (bigram pair, V = 256) or ``"smollm2"`` (V = 49,152). The prompts are cut to one
+    length (the shortest), so every batch size walks one length bucket; k_max = L_max = 4, cheap quantities.
+    """
+    import torch
+
+    torch.set_num_threads(1)
+    from otspec.profile import profile
+
+    n = max(sizes)
+    if which == "toy":
+        from otspec.profile import toy_pair
+
+        draft, target = toy_pair(256, seed=0)
+        prompts = [[(7 * i + j) % 256 for j in range(12)] for i in range(n)]
+    else:
+        import otspec.decoding as D
+
+        tok, target, draft = D.smollm2_pair(device="cpu", threads=1)
+        ids = []
+        for text in (CHAT * n)[:n]:
+            x = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+            ids.append(list(x["input_ids"]) if hasattr(x, "keys") else list(x))
+        m = min(len(x) for x in ids)
+        prompts = [x[:m] for x in ids]
+    kw = dict(draft=draft, target=target, k_max=4, L_max=4, max_new_tokens=T, progress=False, subsample=0,
+              shard_size=n)
+    with tempfile.TemporaryDirectory() as out:  # warm-up: imports, first calls
+        profile(prompts[:2], out=out, **dict(kw, max_new_tokens=2), batch_size=2)
+    rows = []
+    for B in sizes:
+        with tempfile.TemporaryDirectory() as out:
+            t0 = time.perf_counter()
+            profile(prompts, out=out, batch_size=B, **kw)
+            wall = time.perf_counter() - t0
+            fwd = _forward_seconds(out)
+        rows.append({"B": B, "forward": fwd / (n * T), "wall": wall / (n * T), "positions": n * T,
+                     "length": len(prompts[0])})
+    return rows
 
 
 def memory_child(n_prompts: int) -> None:
@@ -103,16 +163,28 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--memory-child", type=int)
     ap.add_argument("--skip-overhead", action="store_true")
+    ap.add_argument("--batching-only", action="store_true")
     args = ap.parse_args()
     if args.memory_child:
         memory_child(args.memory_child)
         return
     rows = []
-    m10, m200 = memory(10), memory(200)
-    growth = m200 / m10 - 1.0
-    rows.append(("peak RSS, 200 vs 10 prompts (small model, V = 2,048)", f"{m10:.0f} MB -> {m200:.0f} MB "
-                 f"({growth:+.1%})", "<= +10 %", "ok" if growth <= 0.10 else "MISS"))
-    if not args.skip_overhead:
+    if not args.batching_only:
+        m10, m200 = memory(10), memory(200)
+        growth = m200 / m10 - 1.0
+        rows.append(("peak RSS, 200 vs 10 prompts (small model, V = 2,048)", f"{m10:.0f} MB -> {m200:.0f} MB "
+                     f"({growth:+.1%})", "<= +10 %", "ok" if growth <= 0.10 else "MISS"))
+    for which, T in (("toy", 4 if args.quick else 16), ("smollm2", 1 if args.quick else 3)):
+        res = batching(which, T=T)
+        base = res[0]
+        for r in res:
+            print(f"  {which}, B = {r['B']}: forward {r['forward'] * 1e3:.1f} ms / position, wall "
+                  f"{r['wall'] * 1e3:.1f} ms / position ({r['positions']} positions, prompts of {r['length']} tokens)")
+        for r in res[1:]:
+            ratio = r["forward"] / base["forward"]
+            rows.append((f"forward s / position, B = {r['B']} vs B = 1, {which}", f"{ratio:.3f} (wall "
+                         f"{r['wall'] / base['wall']:.3f})", "< 1", "ok" if ratio < 1 else "MISS"))
+    if not args.skip_overhead and not args.batching_only:
         n, T = (1, 4) if args.quick else (2, 16)
         for label, sub in (("default quantities, costly ones every 32nd position", 32), ("cheap quantities only (subsample=0)", 0)):
             r = overhead(n, T, sub)

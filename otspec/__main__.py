@@ -62,7 +62,7 @@ def _profile(args) -> int:
         families=args.families.split(",") if args.families else None,
         verifier_options=opts, subsample=args.subsample, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, top_p_rule=args.top_p_rule, context=args.context, seed=args.seed,
-        shard_size=args.shard_size,
+        shard_size=args.shard_size, batch_size=args.batch_size,
     )
     tok, draft, target = _load_pair(args.draft, args.target, args.device)
     run = profile(args.prompts, out=args.out, draft=draft, target=target, settings=settings, tokenizer=tok,
@@ -104,6 +104,8 @@ def main(argv=None) -> int:
     p.add_argument("--context", default="sample", choices=("sample", "reference"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shard-size", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="prompts of equal length walked together, one model call per step (default 1)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-progress", action="store_true")
     r = sub.add_parser("report", help="write report.md and figures of a profile run")

@@ -8,10 +8,15 @@ step only pays for the new tokens:
 * ``new_state()`` -- an empty state (nothing processed, batch 1);
 * ``logits(state, input_ids)`` -- append ``input_ids`` (``(B, t)`` int64) to
   every row of the state and return the logits at those ``t`` positions,
-  ``(B, t, V)``; a state of batch 1 is broadcast to ``B`` rows first;
+  ``(B, t, V)``; a state of batch 1 is broadcast to ``B`` rows first, and a
+  state of batch ``b`` dividing ``B`` has each row repeated ``B / b`` times in
+  place (rows ``r B/b, ..., (r + 1) B/b - 1`` continue row ``r``, as
+  ``torch.repeat_interleave``): ``b`` contexts of equal length, ``B / b``
+  continuations each;
 * ``select(state, row, length)`` -- keep one row, truncated to its first
   ``length`` tokens (used after verification: the chosen draft, its
-  accepted prefix).
+  accepted prefix); ``row`` may also be a sequence of row indices, kept in
+  that order (one row per context of a batch of contexts).
 
 :class:`HFCausalLM` wraps any Hugging Face causal LM (``model(input_ids,
 cache=...)``, or ``past_key_values=...`` before transformers 5.x renamed
@@ -49,10 +54,11 @@ class LanguageModel(Protocol):
         """An empty state: nothing processed, batch 1."""
 
     def logits(self, state: Any, input_ids: Any) -> Any:  # pragma: no cover - protocol
-        """Append ``input_ids`` ``(B, t)`` to the state; return logits ``(B, t, V)``."""
+        """Append ``input_ids`` ``(B, t)`` to the state (its ``b`` rows repeated ``B / b`` times each); return
+        logits ``(B, t, V)``."""
 
-    def select(self, state: Any, row: int, length: int) -> None:  # pragma: no cover - protocol
-        """Keep row ``row`` of the state, truncated to its first ``length`` tokens."""
+    def select(self, state: Any, row: int | Sequence[int], length: int) -> None:  # pragma: no cover - protocol
+        """Keep row ``row`` (or the rows of a sequence ``row``, in order), truncated to the first ``length`` tokens."""
 
 
 def validate_language_model(lm, name: str) -> int:
@@ -66,6 +72,30 @@ def validate_language_model(lm, name: str) -> int:
     if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
         raise ValueError(f"`{name}.vocab_size` must be a positive integer, got {v!r}")
     return int(v)
+
+
+def _kept_rows(row, batch: int) -> list[int]:
+    """The rows ``select`` keeps: ``[row]`` for an int, the list for a sequence (each in ``[0, batch)``)."""
+    if isinstance(row, numbers.Integral) and not isinstance(row, bool):
+        if not 0 <= row < batch:
+            raise ValueError(f"`row` must lie in [0, {batch}), got {row}")
+        return [int(row)]
+    rows = row.tolist() if hasattr(row, "tolist") else row
+    try:
+        rows = list(rows)
+    except TypeError:
+        raise TypeError(f"`row` must be an int or a sequence of ints, got {type(row).__name__}") from None
+    if not rows or not all(isinstance(r, numbers.Integral) and not isinstance(r, bool) and 0 <= r < batch
+                           for r in rows):
+        raise ValueError(f"`row` must be a non-empty sequence of ints in [0, {batch}), got {rows!r}")
+    return [int(r) for r in rows]
+
+
+def _repeats(batch: int, B: int) -> int:
+    """How many times each of ``batch`` state rows repeats to make ``B`` rows (``batch`` must divide ``B``)."""
+    if B % batch:
+        raise ValueError(f"a state of batch {batch} cannot be extended with {B} rows (a multiple of {batch})")
+    return B // batch
 
 
 class _HFState:
@@ -176,10 +206,9 @@ class HFCausalLM:
             raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
         B = int(ids.shape[0])
         if state.batch != B:
-            if state.batch != 1:
-                raise ValueError(f"a state of batch {state.batch} cannot be extended with {B} rows")
+            reps = _repeats(state.batch, B)
             if state.cache is not None and state.length > 0:
-                state.cache.batch_repeat_interleave(B)
+                state.cache.batch_repeat_interleave(reps)
         if state.cache is None:
             state.cache = _new_cache()
         out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: state.cache})
@@ -190,17 +219,16 @@ class HFCausalLM:
         return out.logits
 
     @torch.inference_mode()
-    def select(self, state: _HFState, row: int, length: int) -> None:
-        if not 0 <= row < state.batch:
-            raise ValueError(f"`row` must lie in [0, {state.batch}), got {row}")
+    def select(self, state: _HFState, row: int | Sequence[int], length: int) -> None:
+        rows = _kept_rows(row, state.batch)
         if not 0 <= length <= state.length:
             raise ValueError(f"`length` must lie in [0, {state.length}], got {length}")
         if state.cache is None:
             state.batch, state.length = 1, 0
             return
-        if state.batch != 1:
-            state.cache.batch_select_indices(torch.tensor([row], device=self.device))
-            state.batch = 1
+        if rows != list(range(state.batch)):
+            state.cache.batch_select_indices(torch.tensor(rows, device=self.device))
+            state.batch = len(rows)
         if length < state.length:
             if length == 0:
                 state.cache, state.length = None, 0
@@ -281,9 +309,8 @@ class CallableLM:
         else:
             prev = state.ids
             if prev.shape[0] != B:
-                if prev.shape[0] != 1:
-                    raise ValueError(f"a state of batch {prev.shape[0]} cannot be extended with {B} rows")
-                prev = prev.expand(B, -1)
+                reps = _repeats(int(prev.shape[0]), B)
+                prev = prev.expand(B, -1) if prev.shape[0] == 1 else prev.repeat_interleave(reps, dim=0)
             full = torch.cat([prev, ids], dim=1)
         with torch.inference_mode():
             out = self.fn(full)
@@ -295,14 +322,18 @@ class CallableLM:
         state.ids = full
         return out[:, -t:]
 
-    def select(self, state: _SeqState, row: int, length: int) -> None:
+    def select(self, state: _SeqState, row: int | Sequence[int], length: int) -> None:
         if state.ids is None:
             return
-        if not 0 <= row < state.ids.shape[0]:
-            raise ValueError(f"`row` must lie in [0, {state.ids.shape[0]}), got {row}")
+        rows = _kept_rows(row, int(state.ids.shape[0]))
         if not 0 <= length <= state.length:
             raise ValueError(f"`length` must lie in [0, {state.length}], got {length}")
-        state.ids = state.ids[row : row + 1, :length] if length > 0 else None
+        if length == 0:
+            state.ids = None
+        elif len(rows) == 1:
+            state.ids = state.ids[rows[0] : rows[0] + 1, :length]
+        else:
+            state.ids = state.ids[torch.tensor(rows, device=state.ids.device), :length]
 
     def __repr__(self) -> str:
         return f"CallableLM({self.name}, vocab_size={self.vocab_size})"

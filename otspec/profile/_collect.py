@@ -6,6 +6,12 @@ position the ``k_max`` draft blocks are drawn with one batched draft call per
 depth, the whole tree is scored by one target call on ``(k_max, L_max + 1)``
 new tokens, and both states are cut back to the path (``select``).
 
+With ``batch_size > 1``, :func:`profile_bucket` walks ``B`` prompts of one
+length bucket (equal prompt length, equal path length) in lockstep: one
+state of ``B`` rows, ``B k_max`` rows in the draft tree, every model call
+shared; each prompt keeps its own generator and its own order of draws, so
+on exact models its rows equal :func:`profile_prompt`'s.
+
 Notation: ``p`` is the draft's law, ``q`` the target's.
 """
 
@@ -17,7 +23,8 @@ import numpy as np
 
 from ._quantities import Builds, depth_quantities, expected_accepted
 
-__all__ = ["prompt_rng", "profile_prompt", "position_rows", "is_subsampled", "COLUMNS"]
+__all__ = ["prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
+           "COLUMNS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
 #: number of drafts, depth or draft length, index inside an emission table, the value.
@@ -75,6 +82,24 @@ class _Timer:
         else:
             self.target += dt
             self.target_calls += 1
+        return probs
+
+
+class _Shared:
+    """The timers of the ``B`` prompts of a batched call: each is charged ``1 / B`` of its seconds and one call."""
+
+    def __init__(self, timers: list[_Timer]):
+        self.timers = timers
+
+    def call(self, lm, state, ids, sampling, which: str, last: int):
+        one = _Timer()
+        probs = one.call(lm, state, ids, sampling, which, last)
+        B = len(self.timers)
+        for tm in self.timers:
+            tm.draft += one.draft / B
+            tm.target += one.target / B
+            tm.draft_steps += one.draft_steps
+            tm.target_calls += one.target_calls
         return probs
 
 
@@ -139,7 +164,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     ds, ts = draft.new_state(), target.new_state()
     ctx = list(prompt)
     held_d = held_t = 0
-    T = settings.max_new_tokens if reference is None else min(settings.max_new_tokens, len(reference))
+    T = path_length(reference, settings)
     q_path, y_path = [], []
     for t in range(T):
         if t % settings.stride == 0:
@@ -158,7 +183,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             Q = timer.call(target, ts, np.concatenate([pend, X], axis=1), sampling, "target", L + 1)
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
-            q_t = Q[0, 0]
+            q_t = Q[0, 0].copy()  # not a view: the path's laws must not hold every tree's Q
             position_rows(rows, t, X, P, Q, settings, costly=is_subsampled(t, index, settings))
             if bar is not None:
                 bar.update(1)
@@ -175,3 +200,131 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     rows.add(-1, "time", "draft", k_max, [timer.draft, timer.draft_steps])
     rows.add(-1, "time", "target", k_max, [timer.target, timer.target_calls])
     return rows.cols
+
+
+def path_length(reference, settings) -> int:
+    """Number of path positions of a prompt: ``max_new_tokens``, or fewer when its reference text is shorter."""
+    return settings.max_new_tokens if reference is None else min(settings.max_new_tokens, len(reference))
+
+
+def profile_bucket(draft, target, prompts: list[list[int]], references: list, settings, indices: list[int], *,
+                   bar=None, renewal=None) -> list[dict]:
+    r"""Profile ``B`` prompts of one length bucket in lockstep, one model call per step for all of them.
+
+    .. math::
+
+        c^{(b)}_t = (\text{prompt}_b, y^{(b)}_1, \dots, y^{(b)}_t), \qquad b = 1, \dots, B,
+
+    the path of :func:`profile_prompt` for each prompt, with every draft step
+    a call on ``(B k_max, 1)`` new tokens (prompt ``b``'s drafts are rows
+    ``b k_max, ..., (b + 1) k_max - 1``) and every target scoring one call on
+    ``(B k_max, pending + L_max)`` new tokens. The prompts need no padding:
+    they share their length and their path length (:func:`path_length`).
+    Prompt ``b`` draws from ``prompt_rng(seed, indices[b])`` in the order of
+    :func:`profile_prompt`, so the rows are the same as the unbatched walk's
+    whenever the models' logits do not depend on the batch (exactly so for
+    :class:`otspec.decoding.CallableLM` functions computed row by row; to
+    float32 rounding for batched transformer kernels, which can, rarely,
+    change a sampled token). Seconds of a shared call are split evenly
+    between the prompts; each counts the call once.
+
+    Parameters
+    ----------
+    draft, target : LanguageModel
+        With the batched state API (a state of ``b`` rows extended by a
+        multiple of ``b`` rows; ``select`` of a sequence of rows).
+    prompts : list of list of int
+        ``B`` prompts of one length.
+    references : list
+        Their reference texts (``None`` each when the path is sampled).
+    settings : ProfileSettings
+    indices : list of int
+        The prompts' indices in the run (their generators and their rows' ``prompt``).
+    bar, renewal
+        As :func:`profile_prompt`.
+
+    Returns
+    -------
+    list of dict of lists
+        For each prompt, in order, the columns of :func:`profile_prompt`.
+
+    Raises
+    ------
+    ValueError
+        Prompts of different lengths or path lengths (a programming error of the caller).
+
+    Examples
+    --------
+    >>> from otspec.profile import ProfileSettings, toy_pair
+    >>> from otspec.profile._collect import profile_bucket, profile_prompt
+    >>> draft, target = toy_pair(4, seed=0)
+    >>> s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, verifiers=["token"], families=["token"])
+    >>> both = profile_bucket(draft, target, [[0, 1], [2, 3]], [None, None], s, [0, 1])
+    >>> one = profile_prompt(draft, target, [2, 3], None, s, 1)
+    >>> both[1]["value"][:-4] == one["value"][:-4]      # all but the seconds of the two time rows
+    True
+    """
+    B = len(prompts)
+    sampling = settings.sampling
+    k, L = settings.k_max, settings.L_max
+    Ts = {path_length(r, settings) for r in references}
+    if len({len(p) for p in prompts}) != 1 or len(Ts) != 1:
+        raise ValueError("`prompts` of one bucket must share their length and their path length, got lengths "
+                         f"{[len(p) for p in prompts]} and path lengths {sorted(Ts)}")
+    T = Ts.pop()
+    rngs = [prompt_rng(settings.seed, i) for i in indices]
+    rows = [_Rows(i) for i in indices]
+    timers = [_Timer() for _ in range(B)]
+    shared = _Shared(timers)
+    ds, ts = draft.new_state(), target.new_state()
+    ctx = np.array(prompts, dtype=np.int64)  # (B, n), grows by one column per step
+    held_d = held_t = 0
+    q_path, y_path = [], []
+    kept = np.arange(B) * (k if L > 1 else 1)  # row of each prompt's first draft in the draft state
+    for t in range(T):
+        n = ctx.shape[1]
+        if t % settings.stride == 0:
+            p1 = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1)[:, 0]  # (B, V)
+            V = p1.shape[-1]
+            X = np.empty((B, k, L), dtype=np.int64)
+            P = np.empty((B, k, L, V))
+            P[:, :, 0] = p1[:, None]
+            for b in range(B):
+                X[b, :, 0] = _sample(np.broadcast_to(p1[b], (k, V)), rngs[b])
+            for j in range(1, L):
+                P[:, :, j] = shared.call(draft, ds, X[:, :, j - 1].reshape(B * k, 1), sampling, "draft",
+                                         1)[:, 0].reshape(B, k, V)
+                for b in range(B):
+                    X[b, :, j] = _sample(P[b, :, j], rngs[b])
+            draft.select(ds, kept, n)
+            held_d = n
+            pend = np.repeat(ctx[:, held_t:], k, axis=0)
+            Q = shared.call(target, ts, np.concatenate([pend, X.reshape(B * k, L)], axis=1), sampling, "target",
+                            L + 1).reshape(B, k, L + 1, V)
+            target.select(ts, np.arange(B) * k, n)
+            held_t = n
+            q_t = Q[:, 0, 0].copy()
+            for b in range(B):
+                position_rows(rows[b], t, X[b], P[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings))
+            if bar is not None:
+                bar.update(B)
+        else:
+            q_t = shared.call(target, ts, ctx[:, held_t:], sampling, "target", 1)[:, 0]
+            held_t = n
+        if references[0] is None:
+            y = np.array([int(_sample(q_t[b][None], rngs[b])[0]) for b in range(B)], dtype=np.int64)
+        else:
+            y = np.array([int(r[t]) for r in references], dtype=np.int64)
+        if renewal is not None:
+            q_path.append(q_t)
+            y_path.append(y)
+        ctx = np.concatenate([ctx, y[:, None]], axis=1)
+    out = []
+    for b in range(B):
+        if renewal is not None and T > 0:
+            renewal(rows[b], draft, prompts[b], np.array([y[b] for y in y_path], dtype=np.int64),
+                    np.array([q[b] for q in q_path]), settings, timers[b])
+        rows[b].add(-1, "time", "draft", k, [timers[b].draft, timers[b].draft_steps])
+        rows[b].add(-1, "time", "target", k, [timers[b].target, timers[b].target_calls])
+        out.append(rows[b].cols)
+    return out

@@ -134,6 +134,18 @@ class ProfileSettings:
         renewal estimator (docs/theory/profile.rst); default: those of
         :data:`RENEWAL_DEFAULT` among ``families``; any of
         :data:`otspec.profile.RENEWAL_SCHEMES` may be named (``()``: none).
+    batch_size : int
+        Prompts walked together, one model call per step for all of them
+        (default 1: one prompt at a time). Batches are length buckets of a
+        shard: prompts of equal token length and equal path length, in order
+        of first appearance, so no padding is needed (a shard holds
+        ``shard_size`` prompts, so ``shard_size`` bounds the batch). Each
+        prompt keeps its own generator and order of draws: on models whose
+        logits do not depend on the batch (e.g. :func:`otspec.profile.toy_pair`)
+        the tables equal the unbatched run's exactly; batched transformer
+        kernels round differently (float32 rounding), which can, rarely,
+        change a sampled token. How a run executes, like the device: not part of the
+        run's identity (its manifest), so a run may resume with another value.
 
     Raises
     ------
@@ -172,12 +184,13 @@ class ProfileSettings:
     seed: int = 0
     shard_size: int = 8
     renewal: tuple | None = None
+    batch_size: int = 1
 
     def __post_init__(self):
         from ..decoding._sampling import Sampling
         from ..multidraft._registry import get_verifier
 
-        for name in ("k_max", "L_max", "max_new_tokens", "stride", "shard_size"):
+        for name in ("k_max", "L_max", "max_new_tokens", "stride", "shard_size", "batch_size"):
             object.__setattr__(self, name, validate_positive_int(getattr(self, name), name))
         object.__setattr__(self, "subsample", validate_positive_int(self.subsample, "subsample", minimum=0))
         object.__setattr__(self, "seed", validate_seed(self.seed, "seed"))

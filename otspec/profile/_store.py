@@ -27,6 +27,8 @@ __all__ = ["MANIFEST", "write_atomic", "manifest_for", "check_or_write_manifest"
 MANIFEST = "manifest.json"
 #: Manifest entries that must agree for a folder to be reused (package versions are recorded, not compared).
 _IDENTITY = ("format", "settings", "models", "prompts")
+#: Settings of how a run executes, not of what it computes: left out of the manifest (a run may resume with others).
+EXECUTION = ("batch_size",)
 
 
 def write_atomic(path: Path, data: bytes) -> None:
@@ -77,7 +79,7 @@ def manifest_for(settings, models: dict, prompts: list) -> dict:
     size = settings.shard_size
     return {
         "format": 1,
-        "settings": settings.to_dict(),
+        "settings": {k: v for k, v in settings.to_dict().items() if k not in EXECUTION},
         "models": models,
         "prompts": {"count": n, "sha256": h.hexdigest()},
         "shards": (n + size - 1) // size,

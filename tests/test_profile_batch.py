@@ -1,0 +1,268 @@
+"""otspec.profile with ``batch_size > 1``: length buckets walked in lockstep give the unbatched tables.
+
+On exact models (the bigram CallableLM pair of ``toy_pair``, logits computed
+row by row) each prompt's rows must be *identical* to the one-prompt-at-a-time
+walk: same per-prompt generator, same order of draws. The generalised state
+API (a state of ``b`` rows extended to a multiple of ``b``, ``select`` of
+several rows) is checked on CallableLM exactly and on a tiny float32
+transformers model against unbatched calls to 1e-5.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("pyarrow")
+
+import pyarrow.compute as pc  # noqa: E402
+
+from otspec.decoding import CallableLM, HFCausalLM  # noqa: E402
+from otspec.profile import ProfileSettings, profile, read_table, toy_pair  # noqa: E402
+from otspec.profile._run import buckets  # noqa: E402
+
+V = 3
+SMALL = dict(k_max=2, L_max=2, max_new_tokens=5, verifiers=["token", "kseq", "optimal"],
+             families=["token", "kseq", "optimal", "block"], shard_size=8, subsample=1, progress=False)
+# lengths 2, 1, 2, 1, 2, 3, 2, 1, 2: buckets {2: 5 prompts, 1: 3, 3: 1 (a bucket of one)}
+PROMPTS = [[0, 1], [2], [1, 1], [0], [2, 2], [1, 0, 2], [0, 2], [1], [2, 0]]
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return toy_pair(V, seed=3)
+
+
+def _time_counts(out):
+    """Per prompt, the counts of draft steps and target calls (the seconds differ between runs)."""
+    t = read_table(out, timing=True)
+    t = t.filter(pc.and_(pc.equal(t["kind"], "time"), pc.equal(t["j"], 2)))
+    return t.select(["prompt", "name", "value"]).to_pylist()
+
+
+def _same_tables(a, b):
+    ta, tb = read_table(a), read_table(b)
+    assert ta.num_rows > 0
+    assert ta.equals(tb)  # same rows, same order, bit-identical values
+    assert _time_counts(a) == _time_counts(b)
+
+
+def test_buckets_group_equal_lengths_in_order_of_first_appearance():
+    s = ProfileSettings(batch_size=2, max_new_tokens=4)
+    items = [(p, None) for p in PROMPTS]
+    assert buckets(items, s) == [[0, 2], [4, 6], [8], [1, 3], [7], [5]]
+    # with reference text the path length matters too: min(max_new_tokens, len(reference))
+    r = ProfileSettings(batch_size=3, max_new_tokens=4, context="reference")
+    items = [([0, 1], [1] * 5), ([2, 2], [0] * 4), ([1, 0], [2] * 3), ([0, 0], [1] * 6), ([1], [1] * 9)]
+    assert buckets(items, r) == [[0, 1, 3], [2], [4]]
+
+
+@pytest.mark.parametrize("batch_size,opts", [
+    (4, {}),                                              # 5 prompts of length 2 -> batches 4 + 1
+    (2, dict(shard_size=3)),                              # buckets cut by shard boundaries
+    (16, dict(k_max=1, L_max=3, stride=2)),               # one batch per bucket; k_max = 1; every other position
+    (3, dict(k_max=3, L_max=1, temperature=0.0)),         # L_max = 1: the draft state never grows to B k rows
+    (2, dict(top_k=2, seed=7)),
+])
+def test_batched_tables_equal_unbatched(tmp_path, pair, batch_size, opts):
+    d, t = pair
+    kw = dict(SMALL, **opts)
+    profile(PROMPTS, out=tmp_path / "one", draft=d, target=t, **kw)
+    run = profile(PROMPTS, out=tmp_path / "many", draft=d, target=t, batch_size=batch_size, **kw)
+    assert run.settings.batch_size == batch_size
+    _same_tables(tmp_path / "one", tmp_path / "many")
+    # the manifest does not depend on how the run executed
+    assert (tmp_path / "one" / "manifest.json").read_bytes() == (tmp_path / "many" / "manifest.json").read_bytes()
+
+
+def test_batched_reference_context_equals_unbatched(tmp_path, pair):
+    d, t = pair
+    refs = [[1, 2, 0, 1, 1, 2], [0, 0, 1], [2, 1, 0, 0, 2, 2, 1], [1, 1, 1, 0], [2, 0]]
+    prompts = [{"input_ids": p, "reference_ids": r} for p, r in zip(PROMPTS, refs)]
+    kw = dict(SMALL, context="reference")
+    profile(prompts, out=tmp_path / "one", draft=d, target=t, **kw)
+    profile(prompts, out=tmp_path / "many", draft=d, target=t, batch_size=3, **kw)
+    _same_tables(tmp_path / "one", tmp_path / "many")
+
+
+def test_killed_batched_run_resumes_to_the_unbatched_tables(tmp_path, pair):
+    d, t = pair
+    kw = dict(SMALL, shard_size=3)
+    profile(PROMPTS, out=tmp_path / "full", draft=d, target=t, **kw)
+    run = profile(PROMPTS, out=tmp_path / "cut", draft=d, target=t, batch_size=3, **kw)
+    assert run.shards_written == 3
+    for s in (1, 2):  # what a run killed during its second shard leaves: whole shards only (atomic writes)
+        (tmp_path / "cut" / f"shard-0000{s}.parquet").unlink()
+    # resumed with another batch size: how a run executes is not part of its identity
+    again = profile(PROMPTS, out=tmp_path / "cut", draft=d, target=t, batch_size=2, **kw)
+    assert (again.shards_skipped, again.shards_written) == (1, 2)
+    _same_tables(tmp_path / "full", tmp_path / "cut")
+
+
+def test_batched_distributed_equals_in_process(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    import functools
+
+    models = functools.partial(toy_pair, V, seed=3)
+    kw = dict(SMALL, shard_size=4)
+    profile(PROMPTS, out=tmp_path / "local", models=models, **kw)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        profile(PROMPTS, out=tmp_path / "dask", models=models, client=client, batch_size=4, **kw)
+    _same_tables(tmp_path / "local", tmp_path / "dask")
+
+
+def test_manifest_settings_leave_out_batch_size(tmp_path, pair):
+    d, t = pair
+    profile(PROMPTS[:2], out=tmp_path, draft=d, target=t, batch_size=2, **SMALL)
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert "batch_size" not in man["settings"] and man["settings"]["shard_size"] == 8
+
+
+class _Counting:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, ids):
+        self.calls += 1
+        return torch.zeros(ids.shape + (4,))
+
+
+@pytest.mark.parametrize("value,exc,match", [
+    (0, ValueError, r"`batch_size` must be an integer >= 1, got 0"),
+    (-3, ValueError, r"`batch_size` must be an integer >= 1, got -3"),
+    (2.0, TypeError, r"`batch_size` must be an integer, got the float 2.0"),
+    ("4", TypeError, r"`batch_size` must be an integer, got str"),
+])
+def test_bad_batch_size_raises_before_any_forward(tmp_path, value, exc, match):
+    fd, ft = _Counting(), _Counting()
+    with pytest.raises(exc, match=match):
+        profile([[0]], out=tmp_path / "x", draft=CallableLM(fd, 4), target=CallableLM(ft, 4), batch_size=value)
+    assert fd.calls == ft.calls == 0 and not (tmp_path / "x").exists()
+
+
+def test_cli_batch_size(tmp_path, capsys):
+    from otspec.__main__ import main
+
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"input_ids": [0, 1]}\n{"input_ids": [2, 2]}\n{"input_ids": [1]}\n')
+    args = ["profile", "--draft", "toy:3", "--target", "toy:3", "--prompts", str(f), "--k-max", "2", "--L-max", "2",
+            "--max-new-tokens", "3", "--verifiers", "token,optimal", "--families", "token", "--no-progress"]
+    assert main(args + ["--out", str(tmp_path / "one")]) == 0
+    assert main(args + ["--out", str(tmp_path / "many"), "--batch-size", "2"]) == 0
+    _same_tables(tmp_path / "one", tmp_path / "many")
+    assert main(args + ["--out", str(tmp_path / "bad"), "--batch-size", "0"]) == 2
+    assert "`batch_size` must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
+# --------------------------------------------------------------------------- the generalised state API
+def _repeat_then_select(lm, prompts, drafts, k, nxt):
+    """Batched: ``B`` contexts, ``k`` continuations each, then one row per context kept and extended."""
+    st = lm.new_state()
+    a = lm.logits(st, prompts)                                  # (B, n, V)
+    b = lm.logits(st, drafts)                                   # (B k, t, V): row r continues context r // k
+    lm.select(st, np.arange(prompts.shape[0]) * k + 1, prompts.shape[1] + 1)
+    c = lm.logits(st, nxt)                                      # (B, 1, V)
+    return a, b, c
+
+
+def _one_by_one(lm, prompts, drafts, k, nxt):
+    out = [[], [], []]
+    for r in range(prompts.shape[0]):
+        st = lm.new_state()
+        out[0].append(lm.logits(st, prompts[r:r + 1])[0])
+        out[1].append(lm.logits(st, drafts[r * k:(r + 1) * k]))  # a batch-1 state broadcast to k rows
+        lm.select(st, 1, prompts.shape[1] + 1)
+        out[2].append(lm.logits(st, nxt[r:r + 1])[0])
+    return torch.stack(out[0]), torch.cat(out[1]), torch.stack(out[2])
+
+
+def _inputs(V_, B=3, k=2, n=4, t=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, V_, (B, n), generator=g), torch.randint(0, V_, (B * k, t), generator=g), k,
+            torch.randint(0, V_, (B, 1), generator=g))
+
+
+def test_callable_lm_rows_repeat_and_select_exactly():
+    d, _ = toy_pair(5, seed=1)
+    args = _inputs(5)
+    for x, y in zip(_repeat_then_select(d, *args), _one_by_one(d, *args)):
+        assert torch.equal(x, y)
+    st = d.new_state()
+    d.logits(st, torch.tensor([[0, 1], [2, 3]]))
+    d.logits(st, torch.tensor([[4], [4], [4], [4]]))              # each of 2 rows repeated twice
+    d.select(st, [3, 0], 3)                                     # kept in the order given
+    assert st.ids.tolist() == [[2, 3, 4], [0, 1, 4]]
+
+
+def _tiny_llama(seed, vocab=11):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_hf_batched_rows_equal_unbatched_to_1e_5():
+    lm = HFCausalLM(_tiny_llama(0))
+    args = _inputs(11)
+    for x, y in zip(_repeat_then_select(lm, *args), _one_by_one(lm, *args)):
+        assert x.dtype == torch.float32
+        np.testing.assert_allclose(x.numpy(), y.numpy(), rtol=0, atol=1e-5)
+    # rows kept out of order and repeated, then truncated: the cache follows
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    st = lm.new_state()
+    lm.logits(st, ids)
+    lm.select(st, [1, 1, 0], 2)
+    got = lm.logits(st, torch.tensor([[7], [8], [9]]))[:, 0]
+    with torch.no_grad():
+        want = lm.model(torch.tensor([[4, 5, 7], [4, 5, 8], [1, 2, 9]])).logits[:, -1]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=0, atol=1e-5)
+    assert (st.batch, st.length) == (3, 3)
+
+
+@pytest.mark.parametrize("make", ["callable", "hf"])
+def test_bad_rows_and_batches_raise(make):
+    lm = toy_pair(5)[0] if make == "callable" else HFCausalLM(_tiny_llama(0, vocab=5))
+    st = lm.new_state()
+    lm.logits(st, torch.tensor([[0, 1], [2, 3]]))
+    with pytest.raises(ValueError, match=r"a state of batch 2 cannot be extended with 3 rows \(a multiple of 2\)"):
+        lm.logits(st, torch.zeros((3, 1), dtype=torch.long))
+    with pytest.raises(ValueError, match=r"`row` must be a non-empty sequence of ints in \[0, 2\), got \[0, 2\]"):
+        lm.select(st, [0, 2], 1)
+    with pytest.raises(ValueError, match=r"`row` must be a non-empty sequence of ints in \[0, 2\), got \[\]"):
+        lm.select(st, [], 1)
+    with pytest.raises(ValueError, match=r"`row` must lie in \[0, 2\), got 2"):
+        lm.select(st, 2, 1)
+    with pytest.raises(TypeError, match=r"`row` must be an int or a sequence of ints, got float"):
+        lm.select(st, 1.5, 1)
+
+
+def test_hf_profile_batched_matches_unbatched(tmp_path):
+    # float32 transformer kernels: batched logits agree to rounding, so the sampled paths coincide here and
+    # every exact quantity agrees to float32 precision (1e-5 relative on laws of 11 tokens)
+    d, t = HFCausalLM(_tiny_llama(1), name="d"), HFCausalLM(_tiny_llama(2), name="t")
+    prompts = [[1, 2, 3], [4, 5, 6], [7], [8, 9, 10], [0]]
+    kw = dict(SMALL, max_new_tokens=4)
+    profile(prompts, out=tmp_path / "one", draft=d, target=t, **kw)
+    profile(prompts, out=tmp_path / "many", draft=d, target=t, batch_size=3, **kw)
+    a, b = read_table(tmp_path / "one"), read_table(tmp_path / "many")
+    for c in ("prompt", "pos", "kind", "name", "k", "j", "m"):
+        assert a[c].to_pylist() == b[c].to_pylist()
+    np.testing.assert_allclose(b["value"].to_numpy(), a["value"].to_numpy(), rtol=1e-5, atol=1e-6)
+    assert _time_counts(tmp_path / "one") == _time_counts(tmp_path / "many")
+
+
+def test_bucket_of_unequal_lengths_refused(pair):
+    from otspec.profile._collect import profile_bucket
+
+    d, t = pair
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, context="reference")
+    with pytest.raises(ValueError, match=r"share their length and their path length, got lengths \[2, 1\]"):
+        profile_bucket(d, t, [[0, 1], [2]], [[0] * 3, [1] * 3], s, [0, 1])
+    with pytest.raises(ValueError, match=r"got lengths \[1, 1\] and path lengths \[2, 3\]"):
+        profile_bucket(d, t, [[0], [2]], [[0] * 5, [1] * 2], s, [0, 1])
