@@ -399,7 +399,8 @@ EXACT_NUMBERS = [11.289353819180283, 2.1258966974021756, 2.195992562973185, 2.25
 
 # ----------------------------------------------------------------------------- bad input
 def test_block_scheme_without_emission_law_is_refused(monkeypatch):
-    from otspec.multidraft import VerifierSpec, _registry
+    from otspec import _registry
+    from otspec.multidraft import VerifierSpec
 
     spec = VerifierSpec("x-block", "block", None, BlockVerifyOneStep, single_draft=True)
     monkeypatch.setitem(_registry._REGISTRY, "x-block", spec)
