@@ -87,7 +87,6 @@ def test_no_import_runs_back_up_between_subpackages():
     assert "otspec.lossy" not in {_layer(b) for b in edges["otspec.multidraft._registry"]}
 
 
-def test_no_module_cycle_but_the_one_being_untied():
-    # otm/_alpha <-> otm/_without_replacement is untied on its own branch; nothing else may join it
-    cycles = _cycles(_edges(_modules()))
-    assert all(c == ["otspec.otm._alpha", "otspec.otm._without_replacement"] for c in cycles), cycles
+def test_no_module_cycle():
+    # no two modules import each other, directly or through others (function-level imports included)
+    assert _cycles(_edges(_modules())) == []

@@ -22,7 +22,7 @@ import pyarrow.compute as pc  # noqa: E402
 
 from otspec.decoding import CallableLM, HFCausalLM  # noqa: E402
 from otspec.profile import ProfileSettings, profile, read_table, toy_pair  # noqa: E402
-from otspec.profile._run import buckets  # noqa: E402
+from otspec.profile._shard import buckets  # noqa: E402
 
 V = 3
 SMALL = dict(k_max=2, L_max=2, max_new_tokens=5, verifiers=["token", "kseq", "optimal"],

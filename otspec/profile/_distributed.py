@@ -28,7 +28,7 @@ def _held_models(models):
 
 
 def _shard_task(models, items, settings, start):
-    from ._run import run_shard
+    from ._shard import run_shard
 
     draft, target = _held_models(models)
     return run_shard(draft, target, items, settings, start)

@@ -1,0 +1,50 @@
+"""One shard of a profile: its prompts walked one by one, or batched by length buckets.
+
+Used in process by :func:`otspec.profile.profile` and on dask workers by
+``_distributed`` (a module of its own so that neither imports the other).
+"""
+
+from __future__ import annotations
+
+from ._collect import COLUMNS, path_length, profile_bucket, profile_prompt
+from ._settings import ProfileSettings
+
+__all__ = ["buckets", "run_shard"]
+
+
+def _merge(cols_list) -> dict:
+    out = {c: [] for c in COLUMNS}
+    for cols in cols_list:
+        for c in COLUMNS:
+            out[c].extend(cols[c])
+    return out
+
+
+def buckets(items, settings: ProfileSettings) -> list[list[int]]:
+    """Positions in ``items`` of the batches of one shard: prompts of equal length and equal path length,
+    in order of first appearance, cut into groups of at most ``batch_size``."""
+    groups: dict = {}
+    for i, (prompt, ref) in enumerate(items):
+        key = (len(prompt), path_length(ref if settings.context == "reference" else None, settings))
+        groups.setdefault(key, []).append(i)
+    size = settings.batch_size
+    return [g[a:a + size] for g in groups.values() for a in range(0, len(g), size)]
+
+
+def run_shard(draft, target, items, settings: ProfileSettings, start: int, bar=None) -> dict:
+    """The rows of prompts ``start, start + 1, ...`` (``items`` their (ids, reference) pairs), in prompt order;
+    with ``settings.batch_size > 1`` the shard's length buckets run batched (:func:`profile_bucket`)."""
+    from ._renewal_hook import renewal_rows
+
+    hook = renewal_rows()
+    refs = [ref if settings.context == "reference" else None for _, ref in items]
+    if settings.batch_size == 1:
+        return _merge(profile_prompt(draft, target, prompt, refs[i], settings, start + i, bar=bar, renewal=hook)
+                      for i, (prompt, _) in enumerate(items))
+    cols = [None] * len(items)
+    for batch in buckets(items, settings):
+        got = profile_bucket(draft, target, [items[i][0] for i in batch], [refs[i] for i in batch], settings,
+                             [start + i for i in batch], bar=bar, renewal=hook)
+        for i, c in zip(batch, got):
+            cols[i] = c
+    return _merge(cols)
