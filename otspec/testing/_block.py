@@ -15,6 +15,9 @@ model's joint law:
 losslessness in the form of SpecTr's Theorem 3 (Sun et al., "SpecTr: Fast
 Speculative Decoding via Optimal Transport", NeurIPS 2023): a verifier is
 valid when the output, continued by the target, follows the target.
+With ``k > 1`` the step receives ``k`` i.i.d. draft blocks
+:math:`X^{L,1}, \dots, X^{L,k} \sim M_p` instead of one (multi-draft block
+verification, Sun et al., arXiv:2403.10444); the test is unchanged.
 
 Notation: the draft model is ``p`` (``draft``), the target ``q`` (``target``).
 """
@@ -101,15 +104,21 @@ def _output(out, L: int, V: int, shown, phase: str) -> tuple[int, ...]:
     return tuple(toks)
 
 
+def _row(X: np.ndarray, i: int) -> tuple:
+    """Row ``i`` of the drafts as handed to ``step``: a block of ints, or ``k`` blocks (tuples of ints)."""
+    r = X[i].tolist()
+    return tuple(tuple(b) for b in r) if X.ndim == 3 else tuple(r)
+
+
 def _batch_outputs(out, X: np.ndarray, V: int, phase: str) -> tuple[np.ndarray, np.ndarray]:
     """A batched block step's outputs: ``(B, L + 1)`` array padded with -1, or B sequences."""
-    B, L = X.shape
+    B, L = X.shape[0], X.shape[-1]
     if isinstance(out, (list, tuple)) and len(out) == B and all(
         isinstance(o, (list, tuple)) or getattr(o, "ndim", 0) == 1 for o in out
     ):
         seqs = np.full((B, L + 1), -1, dtype=np.int64)
         for i, o in enumerate(out):
-            t = _output(o, L, V, tuple(int(v) for v in X[i]), phase)
+            t = _output(o, L, V, _row(X, i), phase)
             seqs[i, : len(t)] = t
     else:
         arr = _to_numpy(out)
@@ -127,14 +136,14 @@ def _batch_outputs(out, X: np.ndarray, V: int, phase: str) -> tuple[np.ndarray, 
     if bad.any():
         i = int(np.argmax(bad))
         raise StepError(
-            f"`step` returned {seqs[i].tolist()} for block {tuple(int(v) for v in X[i])} (row {i}): an "
+            f"`step` returned {seqs[i].tolist()} for block {_row(X, i)} (row {i}): an "
             f"output is 1 to L+1={L + 1} token ids in [0, {V}) followed by -1 padding ({phase} phase)",
-            drafts=tuple(int(v) for v in X[i]), phase=phase,
+            drafts=_row(X, i), phase=phase,
         )
     return seqs, lengths
 
 
-def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batched=False,
+def check_block_sampler(step, draft, target, L, *, k=1, n_samples=None, tv=0.02, batched=False,
                         boundary_coins=False, alpha_fail=1e-4, max_samples=None, rng=None) -> SamplerCheck:
     r"""Test whether a block verifier ``step`` keeps the target model's law of L + 1 tokens.
 
@@ -143,7 +152,8 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
         X^L \sim M_p,\quad Z = \big(\mathrm{step}(X^L),\ T \sim M_q(\cdot \mid \mathrm{step}(X^L))\big)
         \in \Omega^{L+1},\qquad H_0:\ Z \sim M_q,
 
-    tested by Pearson's :math:`\chi^2` over the :math:`V^{L+1}` sequences
+    (with ``k > 1``: :math:`X^{L,1}, \dots, X^{L,k}` i.i.d. from :math:`M_p`
+    handed to ``step`` together), tested by Pearson's :math:`\chi^2` over the :math:`V^{L+1}` sequences
     (sparse ones pooled) at false-failure rate ``alpha_fail``; an output of
     target probability zero fails outright. SpecTr's losslessness (Sun et al.,
     NeurIPS 2023, Theorem 3): continued by the target, the verifier's output
@@ -163,6 +173,15 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
         ``next_dist(prefix)``).
     L : int
         Block length (>= 1).
+    k : int, keyword-only
+        Number of i.i.d. draft blocks per trial (>= 1, default 1). With
+        ``k > 1``, ``step(drafts, rng)`` receives a tuple of ``k`` blocks
+        (tuples of ``L`` ints) drawn independently from ``draft`` -- the
+        calling convention of
+        :meth:`otspec.block.MultiDraftPlanVerifier.verify` -- or, with
+        ``batched=True``, a read-only ``(B, k, L)`` int64 array; the output
+        and the test are as for one block. ``k = 1`` is the one-block
+        harness, draw for draw.
     n_samples, tv, batched, boundary_coins, alpha_fail, max_samples, rng : keyword-only
         As in :func:`~otspec.testing.check_sampler`.
 
@@ -179,7 +198,7 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
         not models, of different vocabularies, or ``V**(L+1)`` above
         :data:`otspec.models.MAX_ENUMERATION` (2e6) sequences.
     StepError
-        ``step`` raised (with the block that triggered it) or returned
+        ``step`` raised (with the block or blocks that triggered it) or returned
         something that is not 1 to L + 1 tokens in range.
 
     References
@@ -203,6 +222,7 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
     step = _validate_step(step)
     V = validate_model_pair(draft, target)
     L = validate_positive_int(L, "L")
+    k = validate_positive_int(k, "k")
     batched = _validate_bool(batched, "batched")
     boundary_coins = _validate_bool(boundary_coins, "boundary_coins")
     if V ** (L + 1) > MAX_ENUMERATION:
@@ -225,20 +245,24 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
         nonlocal violation
         counts = np.zeros(law.shape[0], dtype=np.int64)
         done = 0
-        chunk = _chunk(V)  # the inverse CDF compares (B, V) rows
+        chunk = _chunk(V * k)  # the inverse CDF compares (B * k, V) rows
         while done < n:
             B = min(chunk, n - done)
-            X = np.empty((B, L), dtype=np.int64)
-            Ts.extend(X, np.zeros(B, dtype=np.int64), 0, L, harness_rng)
+            X = np.empty((B * k, L), dtype=np.int64)  # k i.i.d. blocks per trial, trial-major
+            Ts.extend(X, np.zeros(B * k, dtype=np.int64), 0, L, harness_rng)
+            if k > 1:
+                X = X.reshape(B, k, L)
             X.setflags(write=False)
             if batched:
-                out = _call_batch(step, X, step_rng, phase, lambda: step_rng.spawn(1)[0])
+                # (B, k, L) travels flattened to (B, k * L) so a failing row is bisected like one block
+                call = step if k == 1 else lambda d, r: step(d.reshape(d.shape[0], k, L), r)
+                out = _call_batch(call, X.reshape(B, k * L), step_rng, phase, lambda: step_rng.spawn(1)[0])
                 seqs, lengths = _batch_outputs(out, X, V, phase)
             else:
                 seqs = np.full((B, L + 1), -1, dtype=np.int64)
                 lengths = np.empty(B, dtype=np.int64)
-                for i, row in enumerate(X.tolist()):
-                    b = tuple(row)
+                for i in range(B):
+                    b = _row(X, i)
                     t = _output(_call(step, b, step_rng, phase, b), L, V, b, phase)
                     seqs[i, : len(t)] = t
                     lengths[i] = len(t)
@@ -252,7 +276,7 @@ def check_block_sampler(step, draft, target, L, *, n_samples=None, tv=0.02, batc
             cells = np.ravel_multi_index(seqs.T, (V,) * (L + 1))
             if violation is None and zero[cells].any():
                 i = int(np.argmax(zero[cells]))
-                violation = Violation(phase, tuple(int(v) for v in X[i]), tuple(int(v) for v in seqs[i, : lengths[i]]))
+                violation = Violation(phase, _row(X, i), tuple(int(v) for v in seqs[i, : lengths[i]]))
             counts += np.bincount(cells, minlength=law.shape[0])
             done += B
         return counts
