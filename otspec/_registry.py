@@ -49,12 +49,16 @@ class VerifierSpec:
     kind : {"token", "block"}
         ``"token"``: ``k`` drafts at one position to one token (built by
         ``build``); ``"block"``: one draft block of length ``L`` (built by
-        ``build_block`` only).
+        ``build_block`` only, or ``k`` draft blocks by ``build_multi``).
     build : callable or None
         ``(p, q, k, **options) -> Verifier`` (token-level schemes).
     build_block : callable or None
         ``(draft, target, L, **kw) -> BlockVerifier`` (block-level schemes,
         and ``"token"`` run along a block).
+    build_multi : callable or None
+        ``(draft, target, L, k) -> verifier`` of ``k`` draft blocks that
+        enumerates all ``V**L`` blocks (``"multidraft-plan"``,
+        ``"multidraft-one-token"``); only for tiny vocabularies.
     symmetric : bool
         The conditional law depends on the drafts only through their
         multiset (exact analyses may enumerate multisets).
@@ -97,6 +101,7 @@ class VerifierSpec:
     summary: str = ""
     reference: str = ""
     aliases: tuple = ()
+    build_multi: Callable | None = None
 
 
 _REGISTRY: dict[str, VerifierSpec] = {}
@@ -139,8 +144,11 @@ def register_verifier(spec: VerifierSpec, *, replace: bool = False) -> VerifierS
         raise ValueError(f"`spec.kind` must be one of {_KINDS}, got {spec.kind!r}")
     if spec.kind == "token" and spec.build is None:
         raise ValueError(f"token-level verifier {spec.name!r} needs `build` (p, q, k, **options) -> Verifier")
-    if spec.kind == "block" and spec.build_block is None:
-        raise ValueError(f"block-level verifier {spec.name!r} needs `build_block` (draft, target, L) -> BlockVerifier")
+    if spec.kind == "block" and spec.build_block is None and spec.build_multi is None:
+        raise ValueError(
+            f"block-level verifier {spec.name!r} needs `build_block` (draft, target, L) -> BlockVerifier "
+            "or `build_multi` (draft, target, L, k)"
+        )
     if spec.name in _REGISTRY and not replace:
         raise ValueError(f"a verifier named {spec.name!r} is already registered (pass replace=True)")
     _REGISTRY[spec.name] = spec
@@ -206,7 +214,7 @@ def registered_name(obj) -> str | None:
     if isinstance(obj, VerifierSpec):
         return obj.name if _REGISTRY.get(obj.name) == obj else None
     for name, spec in _REGISTRY.items():
-        if any(obj is b for b in (spec.build, spec.build_block, *spec.aliases) if b is not None):
+        if any(obj is b for b in (spec.build, spec.build_block, spec.build_multi, *spec.aliases) if b is not None):
             return name
     return None
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._registry import VerifierSpec, register_verifier
 from .._validation import as_rng
 from .._verifier import sample_from, sample_from_cdf
 from ..models import conditional_tables, joint_from_tables, next_law, validate_sequence
@@ -715,3 +716,16 @@ def compare_schemes(draft, target, L, k, *, schemes=None, check: bool = True) ->
             err = check_lossless(draft, target, L, s).max_error if check else math.nan
         rows.append(SchemeRow(s, kind, float(length), float(err), float(opt - length)))
     return SchemeComparison(V, L, k, float(opt), float(res.bound), tuple(rows))
+
+
+_MULTI_PAPER = "Sun et al., Block verification, arXiv:2403.10444 v1, Algorithm 3, over k draft blocks"
+register_verifier(VerifierSpec(
+    "multidraft-plan", "block", None, build_multi=MultiDraftPlanVerifier, symmetric=True,
+    summary="optimal coupling of k draft blocks (multi-draft block optimum; enumerates V**L blocks)",
+    reference=_MULTI_PAPER,
+))
+register_verifier(VerifierSpec(
+    "multidraft-one-token", "block", None, build_multi=OneTokenVerifier, symmetric=True,
+    summary="best verifier emitting an accepted prefix of k draft blocks and one token (enumerates V**L blocks)",
+    reference=f"{_MULTI_PAPER}; Sun et al., SpecTr, arXiv:2310.15141, Algorithm 3",
+))

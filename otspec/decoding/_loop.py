@@ -18,7 +18,7 @@ from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
 from ._sampling import Sampling, sample_rows
-from ._verifiers import Scheme, resolve_scheme
+from ._verifiers import Scheme, check_multiblock_size, resolve_scheme
 
 torch = require("torch", "otspec.decoding")
 
@@ -549,6 +549,8 @@ def speculative_decode(
     K = validate_positive_int(k, "k")
     L = validate_positive_int(L, "L")
     scheme = _resolve(verifier, K, verifier_options, V, sampling)
+    if scheme.kind == "multiblock":
+        check_multiblock_size(scheme.name, V, L)
     gen = make_rng(rng)
     return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
 
@@ -692,6 +694,34 @@ class _Decoder:
         self._record(tau, len(out), calls, pred_tau, pred_emit, pred_calls, reached, pred_reached)
         return out
 
+    # -- k draft blocks, every block enumerated (tiny V**L only) -----------------------------------
+    def _iter_multiblock(self, ctx):
+        from .._registry import get_verifier
+
+        L, K = self.L, self.K
+        dm = _PathModel(self.d, ctx, {})  # queried on every prefix the verifier reads (all of them)
+        tm = _PathModel(self.t, ctx, {})
+        ver = get_verifier(self.scheme.name).build_multi(dm, tm, L, K)
+        s = ver.sample(rng=self.gen)  # k draft blocks from the draft model, then the verification
+        tau = int(s.tau)
+        one_token = self.scheme.name == "multidraft-one-token"
+        out = [int(t) for t in (s.output[: tau + 1] if one_token else s.output)]
+        a0 = time.perf_counter()
+        law = ver.tau_law()
+        pred_tau = float(law @ np.arange(L + 1))
+        reached = np.zeros(L)
+        reached[:tau] = 1.0
+        pred_reached = np.cumsum(law[::-1])[::-1][1:]  # P(tau >= j), j = 1..L
+        p1, q1 = dm.next_dist(()), tm.next_dist(())
+        self.log["alpha1"].append(float(np.minimum(p1, q1).sum()))
+        self.log["alpha_opt1"].append(self._alpha_opt(p1, q1, K))
+        self.analysis_time += time.perf_counter() - a0
+        self.t.sync(ctx + out)
+        self.d.sync(ctx + out)
+        self._record(tau, len(out), 1, pred_tau, pred_tau + 1.0 if one_token else float(L + 1), 1.0,
+                     reached, pred_reached)
+        return out
+
     def _record(self, tau, emitted, calls, pred_acc, pred_emit, pred_calls, reached, pred_reached):
         lg = self.log
         lg["accepted"].append(tau)
@@ -706,7 +736,7 @@ class _Decoder:
     def run(self) -> DecodeResult:
         from tqdm.auto import tqdm
 
-        step = self._iter_block if self.scheme.kind == "block" else self._iter_token
+        step = {"block": self._iter_block, "multiblock": self._iter_multiblock}.get(self.scheme.kind, self._iter_token)
         ctx = list(self.prompt)
         out: list[int] = []
         bar = tqdm(total=self.max_new, disable=not self.progress, desc=f"speculative[{self.scheme.name}]", leave=False)

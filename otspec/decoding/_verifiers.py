@@ -19,6 +19,7 @@ from ..multidraft._registry import get_verifier, verifier_names
 
 __all__ = [
     "LP_MAX_COLUMNS",
+    "MULTIBLOCK_MAX_BLOCKS",
     "VERIFIER_NAMES",
     "as_verifier",
     "lp_columns",
@@ -45,6 +46,20 @@ VERIFIER_NAMES = decoding_names()
 #: 15,904 columns, 1.0 s; s = 32, k = 4: 125,456 columns, 107 s). Every other verifier of the package
 #: costs O(s log s) or O(s k) per step and runs on a full vocabulary.
 LP_MAX_COLUMNS = 16_384
+#: Largest ``V**L`` (draft blocks enumerated) for the multi-draft block verifiers ``"multidraft-plan"`` and
+#: ``"multidraft-one-token"``: they query both models on every prefix shorter than ``L`` (and the target
+#: on every block) and solve an LP over sets of ``k`` blocks at every step, so they run on toy
+#: vocabularies only (never at V = 49,152).
+MULTIBLOCK_MAX_BLOCKS = 4096
+
+
+def check_multiblock_size(name: str, V: int, L: int) -> None:
+    """Raise ValueError when ``V**L`` exceeds :data:`MULTIBLOCK_MAX_BLOCKS` (checked before any model call)."""
+    if V ** L > MULTIBLOCK_MAX_BLOCKS:
+        raise ValueError(
+            f"`verifier`={name!r} enumerates all V**L draft blocks at every step: V={V}, L={L} gives {V ** L} "
+            f"> {MULTIBLOCK_MAX_BLOCKS} (MULTIBLOCK_MAX_BLOCKS); use a smaller L or a block verifier such as 'block'"
+        )
 
 
 def lp_columns(s: int, k: int) -> int:
@@ -278,6 +293,8 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
             f"`verifier`={verifier!r} needs options {sorted(missing)}: pass verifier_options={{...}}"
             + (" (the KL budget)" if verifier == "mentored" else "")
         )
+    if spec.build_multi is not None:  # k draft blocks, every one of the V**L blocks enumerated
+        return Scheme(verifier, "multiblock", None, spec.lossless)
     if spec.kind == "block":
         return Scheme(verifier, "block", None, spec.lossless)
     opts = dict(options)
