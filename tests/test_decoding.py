@@ -352,7 +352,8 @@ def _greedy_cases():
     for name in decoding_names():
         spec = otspec.multidraft.get_verifier(name)
         if spec.lossless:
-            out += [(name, K, None) for K in ((1,) if spec.single_draft else (1, 3))]
+            multi = (1,) if spec.build_multi is not None else (1, 3)  # V**L blocks enumerated: K = 3 is over the LP limit
+            out += [(name, K, None) for K in ((1,) if spec.single_draft else multi)]
     return out + [("typical", 1, None), (otspec.lenient_verifier, 1, {"l": 0.5})]
 
 

@@ -95,4 +95,7 @@ def test_refused_before_any_model_call():
     for name in NAMES:
         with pytest.raises(ValueError, match=r"V\*\*L"):
             D.speculative_decode(PROMPT, draft=lm, target=lm, verifier=name, k=K, L=L_big, max_new_tokens=4)
+    with pytest.raises(ValueError, match="MAX_MULTIDRAFT_VARIABLES"):  # V**L = 125 but the LP over sets of 3
+        D.speculative_decode(PROMPT, draft=D.CallableLM(fn, 5), target=D.CallableLM(fn, 5), verifier=NAMES[0],
+                             k=3, L=3, max_new_tokens=4)
     assert not calls

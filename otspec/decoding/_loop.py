@@ -550,7 +550,7 @@ def speculative_decode(
     L = validate_positive_int(L, "L")
     scheme = _resolve(verifier, K, verifier_options, V, sampling)
     if scheme.kind == "multiblock":
-        check_multiblock_size(scheme.name, V, L)
+        check_multiblock_size(scheme.name, V, L, K)
     gen = make_rng(rng)
     return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
 

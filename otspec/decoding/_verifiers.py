@@ -53,13 +53,17 @@ LP_MAX_COLUMNS = 16_384
 MULTIBLOCK_MAX_BLOCKS = 4096
 
 
-def check_multiblock_size(name: str, V: int, L: int) -> None:
-    """Raise ValueError when ``V**L`` exceeds :data:`MULTIBLOCK_MAX_BLOCKS` (checked before any model call)."""
+def check_multiblock_size(name: str, V: int, L: int, k: int) -> None:
+    """Raise ValueError when ``V**L`` exceeds :data:`MULTIBLOCK_MAX_BLOCKS`, or the LP over sets of ``k`` blocks
+    exceeds :data:`otspec.block.MAX_MULTIDRAFT_VARIABLES` (checked before any model call)."""
+    from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
+
     if V ** L > MULTIBLOCK_MAX_BLOCKS:
         raise ValueError(
             f"`verifier`={name!r} enumerates all V**L draft blocks at every step: V={V}, L={L} gives {V ** L} "
             f"> {MULTIBLOCK_MAX_BLOCKS} (MULTIBLOCK_MAX_BLOCKS); use a smaller L or a block verifier such as 'block'"
         )
+    check_multidraft_size(V, L, k, MAX_MULTIDRAFT_VARIABLES, "MAX_MULTIDRAFT_VARIABLES")
 
 
 def lp_columns(s: int, k: int) -> int:

@@ -62,10 +62,12 @@ def token_verifiers() -> tuple[str, ...]:
 
 
 def families() -> tuple[str, ...]:
-    """Every scheme the decoding loop runs on i.i.d. drafts: token-level DraftSelection and block verification."""
+    """Every scheme the decoding loop runs on i.i.d. drafts at a real vocabulary: token-level DraftSelection and
+    block verification (not the multi-draft block verifiers, which enumerate all ``V**L`` blocks)."""
     from ..decoding._verifiers import decoding_names
+    from ..multidraft._registry import get_verifier
 
-    return decoding_names()
+    return tuple(n for n in decoding_names() if get_verifier(n).build_multi is None)
 
 
 def _names(value, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
