@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 
 import otspec  # noqa: E402
 import otspec.decoding as D  # noqa: E402
+import otspec.profile._settings  # noqa: E402
 from otspec.decoding._verifiers import MULTIBLOCK_MAX_BLOCKS  # noqa: E402
 from otspec.testing import chi2_gof  # noqa: E402
 
@@ -58,6 +59,11 @@ def test_registry_lookup():
     with pytest.raises(ValueError, match="did you mean 'multidraft-plan'"):
         otspec.get_verifier("multidraft-plam")
     assert "multidraft-plan" not in otspec.block.VERIFIERS  # not a single-block BlockVerifier
+    from otspec.decoding._verifiers import resolve_scheme
+
+    s = resolve_scheme(otspec.block.OneTokenVerifier, k=2, options=None, vocab_size=V)  # the class means its name
+    assert (s.name, s.kind, s.lossless) == ("multidraft-one-token", "multiblock", True)
+    assert "multidraft-plan" not in otspec.profile._settings.families()  # cannot run at a real vocabulary
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -116,7 +116,7 @@ def _package_builders() -> dict:
     }
     for name in decoding_names():
         spec = get_verifier(name)
-        for b in (spec.build, spec.build_block):  # e.g. otspec.block.BlockVerify -> "block"
+        for b in (spec.build, spec.build_block, spec.build_multi):  # e.g. otspec.block.BlockVerify -> "block"
             if b is not None:
                 out.setdefault(b, name)
     return out
