@@ -60,12 +60,13 @@ def test_buckets_group_equal_lengths_in_order_of_first_appearance():
     assert buckets(items, r) == [[0, 1, 3], [2], [4]]
 
 
+# the first two cases run by default (about 2 s each); the edge settings with `make test-slow`
 @pytest.mark.parametrize("batch_size,opts", [
     (4, {}),                                              # 5 prompts of length 2 -> batches 4 + 1
     (2, dict(shard_size=3)),                              # buckets cut by shard boundaries
-    (16, dict(k_max=1, L_max=3, stride=2)),               # one batch per bucket; k_max = 1; every other position
-    (3, dict(k_max=3, L_max=1, temperature=0.0)),         # L_max = 1: the draft state never grows to B k rows
-    (2, dict(top_k=2, seed=7)),
+    pytest.param(16, dict(k_max=1, L_max=3, stride=2), marks=pytest.mark.slow),  # one batch per bucket; every other position
+    pytest.param(3, dict(k_max=3, L_max=1, temperature=0.0), marks=pytest.mark.slow),  # L_max = 1: state never grows to B k rows
+    pytest.param(2, dict(top_k=2, seed=7), marks=pytest.mark.slow),
 ])
 def test_batched_tables_equal_unbatched(tmp_path, pair, batch_size, opts):
     d, t = pair
