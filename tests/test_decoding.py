@@ -24,6 +24,7 @@ transformers = pytest.importorskip("transformers")
 import otspec  # noqa: E402
 import otspec.decoding as D  # noqa: E402
 from otspec.testing import chi2_gof  # noqa: E402
+from tests.toy_lm import table_fn, toy_target_draft  # noqa: E402
 
 torch.set_num_threads(1)
 ALPHA_FAIL = 1e-4
@@ -31,22 +32,9 @@ V = 5
 
 
 # ----------------------------------------------------------------------------- toy models
-def _table_fn(table):
-    """Second-order toy LM: logits at position t depend on tokens t-1 and t (cache-free)."""
-
-    def fn(ids):
-        prev = torch.cat([torch.zeros_like(ids[:, :1]), ids[:, :-1]], dim=1)
-        return table[prev, ids]
-
-    return fn
-
-
 @pytest.fixture(scope="module")
 def toy_pair():
-    g = torch.Generator().manual_seed(0)
-    tq = torch.randn(V, V, V, generator=g, dtype=torch.float64) * 1.5
-    tp = tq + 0.8 * torch.randn(V, V, V, generator=g, dtype=torch.float64)
-    return D.CallableLM(_table_fn(tq), V, name="toy-target"), D.CallableLM(_table_fn(tp), V, name="toy-draft")
+    return toy_target_draft(V, seed=0, named=True)
 
 
 def _tiny_llama(seed, layers=2, vocab=V):
@@ -363,7 +351,7 @@ def greedy_pair():
     g = torch.Generator().manual_seed(5)
     tq = torch.randn(V, V, V, generator=g, dtype=torch.float64)
     tp = tq + 0.5 * torch.randn(V, V, V, generator=g, dtype=torch.float64)
-    target, draft = D.CallableLM(_table_fn(tq), V), D.CallableLM(_table_fn(tp), V)
+    target, draft = D.CallableLM(table_fn(tq), V), D.CallableLM(table_fn(tp), V)
     ref = D.autoregressive_decode(target, [1, 2], max_new_tokens=40, temperature=0, rng=0).tokens
     return target, draft, ref
 

@@ -17,6 +17,7 @@ import otspec.decoding as D  # noqa: E402
 import otspec.profile._settings  # noqa: E402
 from otspec.decoding._verifiers import MULTIBLOCK_MAX_BLOCKS  # noqa: E402
 from otspec.testing import chi2_gof  # noqa: E402
+from tests.toy_lm import toy_target_draft  # noqa: E402
 
 ALPHA_FAIL = 1e-4
 V, L, K = 3, 2, 2
@@ -24,20 +25,9 @@ PROMPT = [1, 2]
 NAMES = ("multidraft-plan", "multidraft-one-token")
 
 
-def _table_fn(table):
-    def fn(ids):
-        prev = torch.cat([torch.zeros_like(ids[:, :1]), ids[:, :-1]], dim=1)
-        return table[prev, ids]
-
-    return fn
-
-
 @pytest.fixture(scope="module")
 def pair():
-    g = torch.Generator().manual_seed(0)
-    tq = torch.randn(V, V, V, generator=g, dtype=torch.float64) * 1.5
-    tp = tq + 0.8 * torch.randn(V, V, V, generator=g, dtype=torch.float64)
-    return D.CallableLM(_table_fn(tq), V), D.CallableLM(_table_fn(tp), V)
+    return toy_target_draft(V, seed=0)
 
 
 class _After:
