@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .._registry import registered_name
 from ..multidraft._registry import get_verifier, verifier_names
 
 __all__ = [
@@ -99,27 +100,6 @@ class Scheme:
     kind: str
     build: Callable | None
     lossless: bool | None
-
-
-def _package_builders() -> dict:
-    """Public builders of the package -> the registered name that runs them in the decoder."""
-    import otspec
-
-    out = {
-        otspec.maximal_coupling: "token",
-        otspec.kseq: "kseq",
-        otspec.multiround: "multiround",
-        otspec.optimal_verifier: "optimal",
-        otspec.otm_lp: "lp",
-        otspec.mentored_verifier: "mentored",
-        otspec.mentored: "mentored",
-    }
-    for name in decoding_names():
-        spec = get_verifier(name)
-        for b in (spec.build, spec.build_block, spec.build_multi):  # e.g. otspec.block.BlockVerify -> "block"
-            if b is not None:
-                out.setdefault(b, name)
-    return out
 
 
 def _takes_k(fn) -> bool:
@@ -255,11 +235,8 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
             "builds one at every step: pass its name (e.g. 'kseq') or its builder (e.g. otspec.kseq)"
         )
     if callable(verifier) and not isinstance(verifier, str):
-        try:
-            name = _package_builders().get(verifier)
-        except TypeError:  # an unhashable callable
-            name = None
-        if name is None:
+        name = registered_name(verifier)  # a package builder (otspec.kseq -> "kseq"), by the one registry
+        if name not in decoding_names():
             return _callable_scheme(verifier, k, options)
         verifier = name
     names = decoding_names()
