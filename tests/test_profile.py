@@ -372,3 +372,49 @@ def test_greedy_profile(tmp_path, pair):
     acc = np.array([v for v, kind in zip(tab["value"].to_pylist(), tab["kind"].to_pylist()) if kind == "acc"])
     np.testing.assert_allclose(acc * (1 - acc), 0.0, atol=1e-12)
     assert ("greedy-drafts", 2, 1) not in s.acceptance and ("greedy-drafts", 1, 1) in s.acceptance
+
+
+def _embed(A: np.ndarray, cols: np.ndarray, width: int) -> np.ndarray:
+    out = np.zeros(A.shape[:-1] + (width,))
+    out[..., cols] = A
+    return out
+
+
+def test_tokens_without_mass_change_no_quantity():
+    # independent route for drop_null_columns: the same tree with tokens of zero mass everywhere inserted
+    # between its tokens gives the same rows (every registered token verifier, every family) to 1e-12
+    from otspec.multidraft import verifier_names
+    from otspec.profile._collect import _Rows, position_rows
+
+    rng = np.random.default_rng(5)
+    k, L, n, width = 3, 2, 5, 13
+    P = rng.dirichlet(np.full(n, 0.7), size=(k, L))
+    Q = rng.dirichlet(np.full(n, 0.7), size=(k, L + 1))
+    X = np.stack([[rng.choice(n, p=P[r, j]) for j in range(L)] for r in range(k)])
+    X[1, 0] = X[0, 0]  # two drafts sharing a prefix: their nodes share laws, as in a real tree
+    P[1, 1], Q[1, 1] = P[0, 1], Q[0, 1]
+    Q[1, 0] = Q[0, 0]
+    cols = np.sort(rng.choice(width, size=n, replace=False))
+    names = [v for v in verifier_names(kind="token") if v not in ("without-replacement",)]
+    s = ProfileSettings(k_max=k, L_max=L, verifiers=names, families=["token", "kseq", "optimal", "multiround",
+                                                                    "block", "block-onestep"],
+                        verifier_options={"mentored": {"D": 0.1}, "ensemble": {"w": 0.3}}, subsample=1)
+    small, wide = _Rows(0), _Rows(0)
+    position_rows(small, 0, X, P, Q, s, costly=True)
+    position_rows(wide, 0, cols[X], _embed(P, cols, width), _embed(Q, cols, width), s, costly=True)
+    assert small.cols["name"] == wide.cols["name"] and len(small.cols["value"]) > 50
+    np.testing.assert_allclose(wide.cols["value"], small.cols["value"], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("scheme,k", [("token", 1), ("block-onestep", 1), ("kseq", 2), ("multiround", 2)])
+def test_emission_tables_ignore_tokens_without_mass(scheme, k):
+    from otspec.profile._renewal import emission_probs_along
+
+    rng = np.random.default_rng(6)
+    T, n, width = 6, 4, 11
+    p, q = rng.dirichlet(np.ones(n), size=T), rng.dirichlet(np.ones(n), size=T)
+    y = np.array([rng.choice(n, p=row) for row in q])
+    cols = np.sort(rng.choice(width, size=n, replace=False))
+    small = emission_probs_along(scheme, p, q, y, L=3, k=k)
+    wide = emission_probs_along(scheme, _embed(p, cols, width), _embed(q, cols, width), cols[y], L=3, k=k)
+    np.testing.assert_allclose(wide, small, rtol=0, atol=1e-12)

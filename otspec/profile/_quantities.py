@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["Builds", "depth_quantities", "expected_accepted", "tree_reach", "block_tau"]
+__all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_tau"]
 
 
 def _compress(p: np.ndarray, q: np.ndarray):
@@ -32,16 +32,51 @@ def _compress(p: np.ndarray, q: np.ndarray):
     return idx, pc / pc.sum(), qc / qc.sum()
 
 
+def drop_null_columns(P: np.ndarray, Q: np.ndarray, X: np.ndarray | None = None):
+    r"""The laws restricted to the tokens that carry mass somewhere, and the token ids mapped there.
+
+    .. math::
+
+        S = \{x : \exists\, i,\ P_i(x) > 0 \text{ or } Q_i(x) > 0\}, \qquad
+        (P, Q, X) \mapsto (P_{\cdot, S},\ Q_{\cdot, S},\ \text{rank of } X \text{ in } S).
+
+    Every quantity of a profile is a sum over tokens of terms that vanish
+    where both laws vanish, and ties are broken by token order, which the
+    restriction keeps; so the restricted laws give the same values (to float64
+    summation order) at the cost of ``|S|`` instead of ``V`` columns: with
+    top-k sampling ``|S|`` is at most ``top_k`` times the number of rows.
+
+    Parameters
+    ----------
+    P, Q : ndarray
+        Laws ``(..., V)`` (any leading shapes, the same ``V``).
+    X : ndarray of int, optional
+        Token ids, all in ``S`` (tokens drawn from ``P`` or ``Q``).
+
+    Returns
+    -------
+    tuple
+        ``(P_S, Q_S)`` or ``(P_S, Q_S, X_S)``; the inputs themselves (no copy) when ``S`` is every token.
+    """
+    keep = (P > 0).reshape(-1, P.shape[-1]).any(axis=0) | (Q > 0).reshape(-1, Q.shape[-1]).any(axis=0)
+    if keep.all():
+        return (P, Q) if X is None else (P, Q, X)
+    cols = np.flatnonzero(keep)
+    out = (np.ascontiguousarray(P[..., cols]), np.ascontiguousarray(Q[..., cols]))
+    return out if X is None else out + (np.searchsorted(cols, X),)
+
+
 class Builds:
     """Verifiers built at the nodes of one draft tree, each at most once per (name, prefix, number of drafts).
 
     The nodes of a tree share their laws with every row whose draft agrees on
     the prefix, so the per-depth acceptance along the first block and the
-    expected accepted tokens of every ``k`` read the same builds.
+    expected accepted tokens of every ``k`` read the same builds. The laws are
+    kept on the tokens with mass somewhere in the tree (:func:`drop_null_columns`).
     """
 
     def __init__(self, X: np.ndarray, P: np.ndarray, Q: np.ndarray, options: dict):
-        self.X, self.P, self.Q = X, P, Q
+        self.P, self.Q, self.X = drop_null_columns(P, Q, X)
         self.options = options
         self._cache: dict = {}
         self._supp: dict = {}

@@ -52,9 +52,12 @@ def _emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
     fams = renewal_families(settings)
     if not fams:
         return
+    from ._quantities import drop_null_columns
+
     p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer)
     T = len(y)
     log_q = np.log(q_path[np.arange(T), y])
+    p_path, q_path, y = drop_null_columns(p_path, q_path, y)  # same tables on the tokens with mass
     for s in range(T):
         rows.add(s, "logq", "target", 1, [log_q[s]])
     for name in fams:
