@@ -315,6 +315,10 @@ def test_renewal_estimator_recorded_and_exact_for_identical_models(tmp_path):
         np.testing.assert_allclose(s.renewal[("token", 1, L)].value, 10 / np.ceil(10 / (L + 1)), rtol=1e-12)
         np.testing.assert_allclose(s.renewal[("kseq", 2, L)].value, 10 / np.ceil(10 / (L + 1)), rtol=1e-12)
         np.testing.assert_allclose(s.tokens_per_call[("token", 1, L)].value, L + 1, rtol=1e-12)
+        # m = L + 1 at every position: the Palm average is L + 1 whatever the starts, and the bias 0
+        np.testing.assert_allclose(s.palm[("token", 1, L)].value, L + 1, rtol=1e-12)
+        e = s.position_bias[("kseq", 2, L)]
+        np.testing.assert_allclose([e.value, e.lo, e.hi], 0.0, atol=1e-12)
 
 
 def test_costly_quantities_on_a_subsample_are_paired_on_it(tmp_path, pair):

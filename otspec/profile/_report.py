@@ -57,9 +57,14 @@ def report_markdown(summary, *, figures=()) -> str:
         lines.append(f"| {f} | {k} | {L} | {_fmt(e)} | {summary.speedup[(f, k, L)]:.2f} |")
     if summary.renewal:
         lines += ["", "## Tokens per call, renewal estimator along the text", "",
-                  "| scheme | k | L | tokens per call |", "|---|---|---|---|"]
+                  "Renewal: tokens per call of decoding these texts (T / expected calls); Palm: the profiled "
+                  "positions weighted by their start probabilities (the long-run tokens per call); bias: the "
+                  "per-position average over the Palm average, minus 1 (docs/theory/profile.rst).", "",
+                  "| scheme | k | L | renewal | Palm | per-position bias |", "|---|---|---|---|---|---|"]
         for (f, k, L), e in summary.renewal.items():
-            lines.append(f"| {f} | {k} | {L} | {_fmt(e)} |")
+            palm, bias = summary.palm.get((f, k, L)), summary.position_bias.get((f, k, L))
+            b = f"{100 * bias.value:+.2f} % [{100 * bias.lo:+.2f}, {100 * bias.hi:+.2f}]" if bias else "-"
+            lines.append(f"| {f} | {k} | {L} | {_fmt(e)} | {_fmt(palm) if palm else '-'} | {b} |")
         if summary.renewal_differences:
             lines += ["", "| scheme | k | L | minus | renewal difference |", "|---|---|---|---|---|"]
             for ((f, k, L), (r, _, _)), e in summary.renewal_differences.items():

@@ -62,6 +62,15 @@ class ProfileSummary:
         from the emission tables along the text (empty when not recorded).
     renewal_differences : dict
         Paired differences of the renewal estimates with the reference scheme (same resamples).
+    palm : dict
+        ``(family, k, L) -> Estimate``: the Palm average, the profiled
+        positions' expected tokens per call weighted by their start
+        probabilities :math:`r(t)` (:func:`otspec.profile.palm_tokens_per_call`;
+        consistent for the long-run tokens per call of real decoding).
+    position_bias : dict
+        ``(family, k, L) -> Estimate``: ``tokens_per_call / palm - 1``, the
+        relative bias of the per-position average (the inspection paradox of
+        docs/theory/profile.rst), on the same resamples.
     positions, prompts : int
     settings : dict
     models : dict
@@ -80,6 +89,8 @@ class ProfileSummary:
     models: dict
     renewal: dict = field(default_factory=dict)
     renewal_differences: dict = field(default_factory=dict)
+    palm: dict = field(default_factory=dict)
+    position_bias: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (f"ProfileSummary(prompts={self.prompts}, positions={self.positions}, "
@@ -275,6 +286,14 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
             extra = float(Cm[:, i].sum() / max(C[:, col[("tau", f, k, L)]].sum(), 1.0)) - 1.0
             speed[(f, k, L)] = float(tp[i] * (1.0 + extra) / (L * draft_cost + score_cost + extra))
     renewal, ren_res = _renewal_estimates(sums["T_n"], sums["starts"], W)
+    palm, bias = {}, {}
+    for key, (num, den) in sums["palm"].items():
+        if key not in tokens:
+            continue
+        pp, pres = _boot(num[:, None], den[:, None], W)
+        palm[key] = _interval(pp[0], pres[:, 0])
+        i = tpc_keys.index(key)
+        bias[key] = _interval(tp[i] / pp[0] - 1.0, tres[:, i] / pres[:, 0] - 1.0)
     ren_diffs = {}
     if renewal:
         fams = list(dict.fromkeys(f for f, _, _ in renewal))
@@ -287,7 +306,7 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
                           speedup=speed, draft_cost=float(draft_cost) if draft_cost is not None else float("nan"),
                           score_cost=float(score_cost), positions=int(C[:, 0].sum()) if C.size else 0, prompts=N,
                           settings=man["settings"], models=man["models"], renewal=renewal,
-                          renewal_differences=ren_diffs)
+                          renewal_differences=ren_diffs, palm=palm, position_bias=bias)
 
 
 def _merge_sums(parts):
@@ -310,7 +329,8 @@ def _stream_sums(out, settings: dict):
     """Per-prompt sums of a run, reading one shard at a time (memory: one shard plus the ``(N, keys)`` sums).
 
     Returns ``{"all": (keys, prompts, S, C), "sub": ... on the costly subsample, "T_n": (N,),
-    "starts": {(scheme, k, L): (N,)}}`` (the renewal starts per prompt), or None without shards.
+    "starts": {(scheme, k, L): (N,)}, "palm": {(scheme, k, L): ((N,), (N,))}}`` (the renewal starts per
+    prompt; the Palm sums over the profiled positions), or None without shards.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -318,7 +338,7 @@ def _stream_sums(out, settings: dict):
     from ._collect import is_subsampled
     from ._store import iter_shards
 
-    alls, subs, T_parts, start_parts = [], [], [], []
+    alls, subs, T_parts, start_parts, palm_parts = [], [], [], [], []
     for t in iter_shards(out):
         t = t.filter(pc.not_equal(t["kind"], "time"))
         if t.num_rows == 0:
@@ -328,18 +348,26 @@ def _stream_sums(out, settings: dict):
         alls.append(part)
         mask = [is_subsampled(p, i, settings) for p, i in zip(t["pos"].to_pylist(), t["prompt"].to_pylist())]
         subs.append(prompt_sums(t.filter(pa.array(mask, type=pa.bool_())), ("tau", "calls"), prompts))
-        T_n, starts = _renewal_starts(t, prompts)
+        T_n, starts, palm = _renewal_starts(t, prompts)
         T_parts.append(T_n)
         start_parts.append(starts)
+        palm_parts.append(palm)
     if not alls:
         return None
     skeys = sorted({k for st in start_parts for k in st})
     starts = {k: np.concatenate([st.get(k, np.zeros(len(a[1]))) for st, a in zip(start_parts, alls)]) for k in skeys}
-    return {"all": _merge_sums(alls), "sub": _merge_sums(subs), "T_n": np.concatenate(T_parts), "starts": starts}
+    pkeys = sorted({k for pa_ in palm_parts for k in pa_})
+    zeros = [(np.zeros(len(a[1])),) * 2 for a in alls]
+    palm = {k: tuple(np.concatenate([pa_.get(k, z)[c] for pa_, z in zip(palm_parts, zeros)]) for c in (0, 1))
+            for k in pkeys}
+    return {"all": _merge_sums(alls), "sub": _merge_sums(subs), "T_n": np.concatenate(T_parts), "starts": starts,
+            "palm": palm}
 
 
-def _renewal_starts(t, prompts: np.ndarray) -> tuple[np.ndarray, dict]:
-    r"""Per prompt of one shard: the text length :math:`T_n` and :math:`\sum_t r_n(t)` of every recorded scheme.
+def _renewal_starts(table, prompts: np.ndarray) -> tuple[np.ndarray, dict, dict]:
+    r"""Per prompt of one shard: the text length :math:`T_n`, :math:`\sum_t r_n(t)` of every recorded scheme,
+    and the Palm sums :math:`(\sum_t r_n(t)\, m_n(t), \sum_t r_n(t))` over the positions where the scheme's
+    :math:`m = E[\tau_L \mid X] + 1` is recorded.
 
     ``r`` is :func:`otspec.profile.starts_recursion` of the prompt's emission tables.
     """
@@ -348,10 +376,13 @@ def _renewal_starts(t, prompts: np.ndarray) -> tuple[np.ndarray, dict]:
 
     from ._renewal import starts_recursion
 
-    t = t.filter(pc.is_in(t["kind"], value_set=pa.array(["e", "logq"])))
+    t = table.filter(pc.is_in(table["kind"], value_set=pa.array(["e", "logq"])))
     T_n = np.zeros(len(prompts))
     if t.num_rows == 0:
-        return T_n, {}
+        return T_n, {}, {}
+    tau = table.filter(pc.equal(table["kind"], "tau"))
+    tau_cols = {c: tau[c].to_numpy() for c in ("prompt", "pos", "k", "j", "value")}
+    tau_name = np.asarray(tau["name"].to_pylist(), dtype=object)
     prompt = t["prompt"].to_numpy()
     kind = np.asarray(t["kind"].to_pylist(), dtype=object)
     name = np.asarray(t["name"].to_pylist(), dtype=object)
@@ -365,18 +396,26 @@ def _renewal_starts(t, prompts: np.ndarray) -> tuple[np.ndarray, dict]:
         logq[int(p)] = v[sel][order]
         T_n[row[int(p)]] = sel.sum()
     e_mask = ~lq_mask
-    starts = {}
+    starts, palm = {}, {}
     for key in sorted({(a, int(b), int(c)) for a, b, c in zip(name[e_mask], k[e_mask], m[e_mask])}):
         f, kk, L = key
         sel0 = e_mask & (name == f) & (k == kk) & (m == L)
-        S_n = np.zeros(len(prompts))
+        tsel0 = (tau_name == f) & (tau_cols["k"] == kk) & (tau_cols["j"] == L)
+        S_n, num, den = np.zeros(len(prompts)), np.zeros(len(prompts)), np.zeros(len(prompts))
         for p, lq in logq.items():
             sel = sel0 & (prompt == p)
             E = np.zeros((lq.shape[0], L + 1))
             E[pos[sel], j[sel] - 1] = v[sel]
-            S_n[row[p]] = starts_recursion(E, lq).sum()
+            r = starts_recursion(E, lq)
+            S_n[row[p]] = r.sum()
+            tsel = tsel0 & (tau_cols["prompt"] == p)
+            rt = r[tau_cols["pos"][tsel]]
+            num[row[p]] = float(rt @ (tau_cols["value"][tsel] + 1.0))
+            den[row[p]] = float(rt.sum())
         starts[key] = S_n
-    return T_n, starts
+        if den.any():
+            palm[key] = (num, den)
+    return T_n, starts, palm
 
 
 def _renewal_estimates(T_n: np.ndarray, starts: dict, W: np.ndarray) -> tuple[dict, dict]:
