@@ -33,7 +33,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _chat_prompts import CHAT_PROMPTS  # noqa: E402
+from _chat_prompts import CHAT_PROMPTS, chat_ids  # noqa: E402
 from _report import write_text_atomic  # noqa: E402
 
 PROMPTS = CHAT_PROMPTS[:8]
@@ -107,13 +107,6 @@ def validate_options(*, prompts, max_new_tokens, L, k, temperature, verifiers, d
     return names
 
 
-def _chat_ids(tok, text: str) -> list[int]:
-    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-    if hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return [int(t) for t in ids]
-
-
 def run_experiment(
     *,
     prompts: int = 3,
@@ -157,7 +150,7 @@ def run_experiment(
     tok, target, draft = D.smollm2_pair(device=device)
     load_s = time.perf_counter() - t0
     texts = PROMPTS[:prompts] if prompts <= len(PROMPTS) else [PROMPTS[i % len(PROMPTS)] for i in range(prompts)]
-    prompt_ids = [_chat_ids(tok, t) for t in texts]
+    prompt_ids = [chat_ids(tok, t) for t in texts]
     # a short raw prompt for the many seeds of the chi-square test (each run re-reads the prompt)
     lossless_prompt = [int(t) for t in tok.encode(LOSSLESS_PROMPT)]
     common = dict(max_new_tokens=max_new_tokens, temperature=temperature)

@@ -37,13 +37,13 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _chat_prompts import CHAT_PROMPTS  # noqa: E402
+from _chat_prompts import CHAT_PROMPTS, chat_ids  # noqa: E402
 from _report import Row, Section, fmt, write_text_atomic  # noqa: E402
 
 TITLE = "Decoding with a real draft/target pair"
 
 #: Chat prompts of the profile and of the check decodes.
-PROMPTS = CHAT_PROMPTS
+PROMPTS = CHAT_PROMPTS[:24]
 #: Many short paths (12 positions each) rather than a few long ones: the intervals are over prompts.
 #: k-Seq's renewal tables sort the vocabulary per position and (k, L), so multi-round's are left out here.
 PROFILE = dict(
@@ -60,13 +60,6 @@ DECODE = dict(L=4, max_new_tokens=32, temperature=1.0, top_k=50, prompts=2, seed
 PAIRED_HALF_WIDTH = 0.05
 
 
-def _chat_ids(tok, text: str) -> list[int]:
-    ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-    if hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return [int(t) for t in ids]
-
-
 def _r(x, d: int = 6):
     return None if x is None or not math.isfinite(x) else round(float(x), d)
 
@@ -81,7 +74,7 @@ def _decode_check(tok, draft, target, name: str, k: int) -> dict:
 
     emitted, calls, kept, iters = [], [], 0, 0
     for i, text in enumerate(PROMPTS[:DECODE["prompts"]]):
-        res = speculative_decode(_chat_ids(tok, text), draft=draft, target=target, verifier=name, k=k, L=DECODE["L"],
+        res = speculative_decode(chat_ids(tok, text), draft=draft, target=target, verifier=name, k=k, L=DECODE["L"],
                                  max_new_tokens=DECODE["max_new_tokens"], temperature=DECODE["temperature"],
                                  top_k=DECODE["top_k"], rng=DECODE["seed"] + i)
         emitted.append(res.emitted)
@@ -106,7 +99,7 @@ def run_all() -> dict:
 
     torch.set_num_threads(1)
     tok, target, draft = smollm2_pair(device="cpu", threads=1)
-    prompts = [_chat_ids(tok, t) for t in PROMPTS]
+    prompts = [chat_ids(tok, t) for t in PROMPTS]
     with tempfile.TemporaryDirectory() as out:
         run = profile(prompts, out=out, draft=draft, target=target, progress=False, **PROFILE)
         s = summarize(out, score_cost=1.0)
@@ -121,6 +114,8 @@ def run_all() -> dict:
         "lossy": {f"{kind} {v} k={k} depth={j}": _est(e) for (kind, v, k, j), e in s.gaps.items()},
         "tokens_per_call": {f"{f} k={k} L={ell}": _est(e) for (f, k, ell), e in s.tokens_per_call.items()},
         "renewal": {f"{f} k={k} L={ell}": _est(e) for (f, k, ell), e in s.renewal.items()},
+        "palm": {f"{f} k={k} L={ell}": _est(e) for (f, k, ell), e in s.palm.items()},
+        "position_bias": {f"{f} k={k} L={ell}": _est(e) for (f, k, ell), e in s.position_bias.items()},
         "paired_differences": {f"{a[0]} k={a[1]} L={a[2]} - {b[0]} k={b[1]}": _est(e) for (a, b), e in s.differences.items()},
         "renewal_paired_differences": {f"{a[0]} k={a[1]} L={a[2]} - {b[0]} k={b[1]}": _est(e)
                                        for (a, b), e in s.renewal_differences.items()},
@@ -176,7 +171,9 @@ def section(res: dict) -> Section:
         "emitted per target call given the drawn drafts, averaged over positions (ratio of sums); 95 % "
         "bootstrap intervals over prompts; paired differences (k = 1: with token verification; k > 1: with the "
         "optimal verifier at the same k, on the same drafts) resample both verifiers together. Renewal = the "
-        "estimator along the text (docs/theory/profile.rst), for the families with a closed form. Checks: "
+        "estimator along the text (docs/theory/profile.rst), for the families with a closed form; per-position "
+        "bias = the per-position average over the Palm average (positions weighted by their start "
+        "probabilities, the long-run tokens per call), minus 1, paired. Checks: "
         f"{res['decode_settings']['prompts']} real decodes of {res['decode_settings']['max_new_tokens']} tokens "
         "per family (measured emitted tokens per target call, 95 % interval over iterations); agreement = "
         "within the combined 95 % intervals. Full records: decoding.json."
@@ -216,6 +213,16 @@ def section(res: dict) -> Section:
             sec.rows.append(Row(f"mean acceptance, depth {j}, k = {k}", "lossless i.i.d. verifiers <= alpha_k",
                                 f"alpha_k {opt['value']:.3f} [{opt['lo']:.3f}, {opt['hi']:.3f}]; {others}",
                                 "matches" if ok else "differs: a lossless i.i.d. verifier above alpha_k"))
+    for key, e in res.get("position_bias", {}).items():
+        f, k, ell = key.split()
+        if int(k[2:]) > 2 or (f != "token" and k == "k=1" and res["tokens_per_call"].get(f"token {k} {ell}") ==
+                                res["tokens_per_call"][key]):
+            continue  # one draft: k-Seq is token verification; more than two drafts: in decoding.json
+        palm, pp = res["palm"][key], res["tokens_per_call"][key]
+        sec.rows.append(Row(
+            f"per-position bias, {f} ({k}, {ell})", "-",
+            f"{100 * e['value']:+.2f} % [{100 * e['lo']:+.2f}, {100 * e['hi']:+.2f}] % (per-position "
+            f"{fmt(pp['value'], 3)}, Palm {fmt(palm['value'], 3)})", "measured (profile)"))
     for c in res["checks"]:
         p = c["predicted"]
         ren = c.get("renewal")
