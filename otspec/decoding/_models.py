@@ -229,6 +229,13 @@ class HFCausalLM:
     >>> state = lm.new_state()
     >>> tuple(lm.logits(state, torch.tensor([[1, 2, 3]])).shape)
     (1, 3, 8)
+
+    Prompts ``[5]`` and ``[3, 1, 5]`` in one left-padded batch (row 0 padded by 2):
+
+    >>> both = lm.logits(lm.new_state(pad=[2, 0]), torch.tensor([[0, 0, 5], [3, 1, 5]]))
+    >>> alone = lm.logits(lm.new_state(), torch.tensor([[5]]))
+    >>> torch.allclose(both[0, -1], alone[0, -1], rtol=0, atol=1e-6)
+    True
     """
 
     def __init__(self, model, *, name: str | None = None):
@@ -285,16 +292,7 @@ class HFCausalLM:
 
         Examples
         --------
-        >>> import torch, transformers
-        >>> from otspec.decoding import HFCausalLM
-        >>> cfg = transformers.LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32,
-        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
-        >>> _ = torch.manual_seed(0)
-        >>> lm = HFCausalLM(transformers.LlamaForCausalLM(cfg))
-        >>> both = lm.logits(lm.new_state(pad=[2, 0]), torch.tensor([[0, 0, 5], [3, 1, 5]]))
-        >>> alone = lm.logits(lm.new_state(), torch.tensor([[5]]))
-        >>> torch.allclose(both[0, -1], alone[0, -1], rtol=0, atol=1e-6)
-        True
+        The class example ends with a padded batch against a prompt alone.
         """
         state = _HFState()
         if pad is not None:
