@@ -98,6 +98,16 @@ def chat_prompts(tok) -> list[list[int]]:
     return out
 
 
+def without_padding(lm):
+    """The model as one without ``new_state(pad=...)`` (a shallow copy sharing its weights): the profile then
+    batches prompts of equal length only (length buckets), for comparison with left-padded batches."""
+    import copy
+
+    out = copy.copy(lm)
+    out.new_state = lambda: type(lm).new_state(out)
+    return out
+
+
 def batching(which: str, sizes=(1, 8), T: int = 2) -> list[dict]:
     """Forward seconds per profiled position and wall seconds of the ``profile`` call at each batch size.
 
@@ -127,13 +137,15 @@ def batching(which: str, sizes=(1, 8), T: int = 2) -> list[dict]:
     with tempfile.TemporaryDirectory() as out:  # warm-up: imports, first calls
         profile(prompts[:2], out=out, **dict(kw, max_new_tokens=2), batch_size=2)
     rows = []
-    for B in sizes:
+    runs = [(B, "padded") for B in sizes] + [(max(sizes), "length buckets")]
+    for B, how in runs:
+        models = {} if how == "padded" else dict(draft=without_padding(draft), target=without_padding(target))
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
-            profile(prompts, out=out, batch_size=B, **kw)
+            profile(prompts, out=out, batch_size=B, **dict(kw, **models))
             wall = time.perf_counter() - t0
             fwd = _forward_seconds(out)
-        rows.append({"B": B, "forward": fwd / (n * T), "wall": wall, "positions": n * T,
+        rows.append({"B": B, "how": how, "forward": fwd / (n * T), "wall": wall, "positions": n * T,
                      "lengths": (min(map(len, prompts)), max(map(len, prompts)))})
     return rows
 
@@ -192,14 +204,14 @@ def main() -> None:
         res = batching(which, T=T)
         base = res[0]
         for r in res:
-            print(f"  {which}, B = {r['B']}: forward {r['forward'] * 1e3:.1f} ms / position, profile call "
+            print(f"  {which}, B = {r['B']} ({r['how']}): forward {r['forward'] * 1e3:.1f} ms / position, profile call "
                   f"{r['wall']:.1f} s ({r['positions']} positions, prompts of {r['lengths'][0]}-{r['lengths'][1]} "
                   "tokens)")
         for r in res[1:]:
             for what in ("forward",) if which == "toy" else ("forward", "wall"):
                 ratio = r[what] / base[what]
                 label = "forward s / position" if what == "forward" else "profile call wall time"
-                rows.append((f"{label}, B = {r['B']} vs B = 1, {which}", f"{ratio:.3f}", "< 1",
+                rows.append((f"{label}, B = {r['B']} {r['how']} vs B = 1, {which}", f"{ratio:.3f}", "< 1",
                              "ok" if ratio < 1 else "MISS"))
     if not args.skip_overhead and not args.batching_only:
         n, T = (1, 4) if args.quick else (2, 16)

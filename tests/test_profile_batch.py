@@ -61,20 +61,15 @@ def ctx_pair():
     return (CallableLM(ContextLogits(V, 1), V, name="ctx-draft"), CallableLM(ContextLogits(V, 2), V, name="ctx-target"))
 
 
-class _NoPad:
+class _NoPad(CallableLM):
     """A LanguageModel without left padding (its ``new_state`` takes no ``pad``)."""
 
-    def __init__(self, lm):
-        self.lm, self.vocab_size, self.device = lm, lm.vocab_size, lm.device
-
     def new_state(self):
-        return self.lm.new_state()
+        return super().new_state()
 
-    def logits(self, state, ids):
-        return self.lm.logits(state, ids)
 
-    def select(self, state, row, length):
-        return self.lm.select(state, row, length)
+def _no_pad(lm):
+    return _NoPad(lm.fn, lm.vocab_size, name=lm.name)
 
 
 def _time_counts(out):
@@ -308,11 +303,11 @@ def test_models_without_padding_batch_by_length_buckets(tmp_path, ctx_pair):
     d, t = ctx_pair
     kw = dict(SMALL, max_new_tokens=3)
     profile(PROMPTS, out=tmp_path / "one", draft=d, target=t, **kw)
-    profile(PROMPTS, out=tmp_path / "many", draft=_NoPad(d), target=_NoPad(t), batch_size=4, **kw)
+    profile(PROMPTS, out=tmp_path / "many", draft=_no_pad(d), target=_no_pad(t), batch_size=4, **kw)
     _same_tables(tmp_path / "one", tmp_path / "many")
     s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, context="reference")
     with pytest.raises(ValueError, match=r"lengths \[2, 1\] need left padding, which `target` \(_NoPad\) does not"):
-        profile_bucket(d, _NoPad(t), [[0, 1], [2]], [[0] * 3, [1] * 3], s, [0, 1])
+        profile_bucket(d, _no_pad(t), [[0, 1], [2]], [[0] * 3, [1] * 3], s, [0, 1])
     with pytest.raises(ValueError, match=r"must share their path length, got path lengths \[2, 3\]"):
         profile_bucket(d, t, [[0], [2, 1]], [[0] * 5, [1] * 2], s, [0, 1])
 
