@@ -288,6 +288,7 @@ def test_hf_profile_batched_matches_unbatched(tmp_path):
     d, t = HFCausalLM(_tiny_llama(1), name="d"), HFCausalLM(_tiny_llama(2), name="t")
     prompts = [[1, 2, 3], [4, 5, 6], [7], [8, 9, 10], [0]]
     kw = dict(SMALL, max_new_tokens=4)
+    assert buckets([(p, None) for p in prompts], ProfileSettings(batch_size=3)) == [[0, 1, 2], [3, 4]]  # padded
     profile(prompts, out=tmp_path / "one", draft=d, target=t, **kw)
     profile(prompts, out=tmp_path / "many", draft=d, target=t, batch_size=3, **kw)
     a, b = read_table(tmp_path / "one"), read_table(tmp_path / "many")
