@@ -219,12 +219,13 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     a call on ``(B k_max, 1)`` new tokens (prompt ``b``'s drafts are rows
     ``b k_max, ..., (b + 1) k_max - 1``) and every target scoring one call on
     ``(B k_max, pending + L_max)`` new tokens. The prompts share their path
-    length (:func:`path_length`); prompts of unequal token lengths are left-
-    padded to the longest, ``a_b = \max_c n_c - n_b`` columns, in states made
-    by ``new_state(pad=a)`` (attention masks and positions counted from each
-    prompt's first token: see :class:`otspec.decoding.HFCausalLM`), so every
-    row's columns stay aligned on the path. Prompt ``b`` draws from ``prompt_rng(seed, indices[b])`` in the order of
-    :func:`profile_prompt`, so the rows are the same as the unbatched walk's
+    length (:func:`path_length`); prompts of unequal token lengths are
+    left-padded to the longest, :math:`a_b = \max_c n_c - n_b` columns, in
+    states made by ``new_state(pad=a)`` (attention masks, and positions
+    counted from each prompt's first token: see
+    :class:`otspec.decoding.HFCausalLM`), so the rows stay aligned on the
+    path. Prompt ``b`` draws from ``prompt_rng(seed, indices[b])`` in the
+    order of :func:`profile_prompt`, so the rows are the same as the unbatched walk's
     whenever the models' logits do not depend on the batch (exactly so for
     :class:`otspec.decoding.CallableLM` functions computed row by row; to
     float32 rounding for batched transformer kernels, which can, rarely,
