@@ -10,9 +10,14 @@ Two measurements, each printed as ratios side by side and marked when they miss:
    that no costly quantity runs) to show what the costly ones add.
 2. Peak memory (max RSS of a fresh process) profiling 10 vs 200 prompts on a small model
    (a 2-layer Llama, V = 2,048, HFCausalLM): growth <= 10 %.
-3. Batching prompts (``batch_size``): seconds in forward passes per profiled position at B = 1 vs
-   B = 4 and 8, the same prompts (all of one length, so one length bucket) in the same run, on the
-   toy bigram pair and on the SmolLM2 pair (1 torch thread). Target: batched / unbatched < 1.
+3. Batching prompts (``batch_size``, left-padded batches): seconds in forward passes per profiled
+   position and wall seconds of the whole ``profile`` call at B = 1 vs B = 8, the same prompts in the
+   same run: on the SmolLM2 pair (1 torch thread) the 24 chat prompts of ``_chat_prompts.py`` with the
+   chat template (35 to 41 tokens: every batch is padded), the settings of ``make reproduce``'s profile
+   (k_max = 2, L_max = 4, temperature 1, top-k 50, every quantity at every position) but a few
+   positions per prompt; on the toy bigram pair (calls that cost almost nothing: its wall time is the
+   exact analysis, not batched) 24 prompts of 8 to 14 tokens, cheap quantities, forward time only.
+   Target: batched / unbatched < 1.
 
 Usage: ``python experiments/bench_profile.py [--quick] [--batching-only]`` (``--quick``: fewer positions,
 for a smoke run; ``--batching-only``: measurement 3 alone).
@@ -81,46 +86,67 @@ def _forward_seconds(out) -> float:
     return float(sum(t["value"].to_pylist()))
 
 
-def batching(which: str, sizes=(1, 4, 8), T: int = 4) -> list[dict]:
-    """Forward seconds and wall seconds per profiled position at each batch size, same prompts, one run each.
+def chat_prompts(tok) -> list[list[int]]:
+    """The 24 chat prompts of the real-pair experiments, tokenised with the chat template."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from _chat_prompts import CHAT_PROMPTS
 
-    ``which``: ``"toy"`` (bigram pair, V = 256) or ``"smollm2"`` (V = 49,152). The prompts are cut to one
-    length (the shortest), so every batch size walks one length bucket; k_max = L_max = 4, cheap quantities.
+    out = []
+    for text in CHAT_PROMPTS:
+        ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+        out.append([int(t) for t in (ids["input_ids"] if hasattr(ids, "keys") else ids)])
+    return out
+
+
+def without_padding(lm):
+    """The model as one without ``new_state(pad=...)`` (a shallow copy sharing its weights): the profile then
+    batches prompts of equal length only (length buckets), for comparison with left-padded batches."""
+    import copy
+
+    out = copy.copy(lm)
+    out.new_state = lambda: type(lm).new_state(out)
+    return out
+
+
+def batching(which: str, sizes=(1, 8), T: int = 2) -> list[dict]:
+    """Forward seconds per profiled position and wall seconds of the ``profile`` call at each batch size.
+
+    ``which``: ``"toy"`` (bigram pair, V = 256, prompts of 8 to 14 tokens, cheap quantities) or ``"smollm2"``
+    (V = 49,152, the 24 chat prompts, 35 to 41 tokens, every quantity at every position as in ``make
+    reproduce``'s profile). Prompts of unequal lengths: every batch is left-padded. k_max = 2, L_max = 4,
+    temperature 1, top-k 50.
     """
     import torch
 
     torch.set_num_threads(1)
     from otspec.profile import profile
 
-    n = max(sizes)
     if which == "toy":
         from otspec.profile import toy_pair
 
         draft, target = toy_pair(256, seed=0)
-        prompts = [[(7 * i + j) % 256 for j in range(12)] for i in range(n)]
+        prompts = [[(7 * i + j) % 256 for j in range(8 + i % 7)] for i in range(24)]
     else:
         import otspec.decoding as D
 
         tok, target, draft = D.smollm2_pair(device="cpu", threads=1)
-        ids = []
-        for text in (CHAT * n)[:n]:
-            x = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-            ids.append(list(x["input_ids"]) if hasattr(x, "keys") else list(x))
-        m = min(len(x) for x in ids)
-        prompts = [x[:m] for x in ids]
-    kw = dict(draft=draft, target=target, k_max=4, L_max=4, max_new_tokens=T, progress=False, subsample=0,
-              shard_size=n)
+        prompts = chat_prompts(tok)
+    n = len(prompts)
+    kw = dict(draft=draft, target=target, k_max=2, L_max=4, temperature=1.0, top_k=50,
+              subsample=0 if which == "toy" else 1, max_new_tokens=T, progress=False, shard_size=max(sizes))
     with tempfile.TemporaryDirectory() as out:  # warm-up: imports, first calls
         profile(prompts[:2], out=out, **dict(kw, max_new_tokens=2), batch_size=2)
     rows = []
-    for B in sizes:
+    runs = [(B, "padded") for B in sizes] + [(max(sizes), "length buckets")]
+    for B, how in runs:
+        models = {} if how == "padded" else dict(draft=without_padding(draft), target=without_padding(target))
         with tempfile.TemporaryDirectory() as out:
             t0 = time.perf_counter()
-            profile(prompts, out=out, batch_size=B, **kw)
+            profile(prompts, out=out, batch_size=B, **dict(kw, **models))
             wall = time.perf_counter() - t0
             fwd = _forward_seconds(out)
-        rows.append({"B": B, "forward": fwd / (n * T), "wall": wall / (n * T), "positions": n * T,
-                     "length": len(prompts[0])})
+        rows.append({"B": B, "how": how, "forward": fwd / (n * T), "wall": wall, "positions": n * T,
+                     "lengths": (min(map(len, prompts)), max(map(len, prompts)))})
     return rows
 
 
@@ -174,16 +200,19 @@ def main() -> None:
         growth = m200 / m10 - 1.0
         rows.append(("peak RSS, 200 vs 10 prompts (small model, V = 2,048)", f"{m10:.0f} MB -> {m200:.0f} MB "
                      f"({growth:+.1%})", "<= +10 %", "ok" if growth <= 0.10 else "MISS"))
-    for which, T in (("toy", 4 if args.quick else 16), ("smollm2", 1 if args.quick else 3)):
+    for which, T in (("toy", 2 if args.quick else 8), ("smollm2", 1 if args.quick else 2)):
         res = batching(which, T=T)
         base = res[0]
         for r in res:
-            print(f"  {which}, B = {r['B']}: forward {r['forward'] * 1e3:.1f} ms / position, wall "
-                  f"{r['wall'] * 1e3:.1f} ms / position ({r['positions']} positions, prompts of {r['length']} tokens)")
+            print(f"  {which}, B = {r['B']} ({r['how']}): forward {r['forward'] * 1e3:.1f} ms / position, profile call "
+                  f"{r['wall']:.1f} s ({r['positions']} positions, prompts of {r['lengths'][0]}-{r['lengths'][1]} "
+                  "tokens)")
         for r in res[1:]:
-            ratio = r["forward"] / base["forward"]
-            rows.append((f"forward s / position, B = {r['B']} vs B = 1, {which}", f"{ratio:.3f} (wall "
-                         f"{r['wall'] / base['wall']:.3f})", "< 1", "ok" if ratio < 1 else "MISS"))
+            for what in ("forward",) if which == "toy" else ("forward", "wall"):
+                ratio = r[what] / base[what]
+                label = "forward s / position" if what == "forward" else "profile call wall time"
+                rows.append((f"{label}, B = {r['B']} {r['how']} vs B = 1, {which}", f"{ratio:.3f}", "< 1",
+                             "ok" if ratio < 1 else "MISS"))
     if not args.skip_overhead and not args.batching_only:
         n, T = (1, 4) if args.quick else (2, 16)
         for label, sub in (("default quantities, costly ones every 32nd position", 32), ("cheap quantities only (subsample=0)", 0)):

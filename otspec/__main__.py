@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shard-size", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=1,
-                   help="prompts of equal length walked together, one model call per step (default 1)")
+                   help="prompts walked together (left-padded to one length), one model call per step (default 1)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-progress", action="store_true")
     r = sub.add_parser("report", help="write report.md and figures of a profile run")

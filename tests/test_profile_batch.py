@@ -1,11 +1,15 @@
-"""otspec.profile with ``batch_size > 1``: length buckets walked in lockstep give the unbatched tables.
+"""otspec.profile with ``batch_size > 1``: batches of prompts, left-padded to one length, walked in lockstep
+give the unbatched tables.
 
-On exact models (the bigram CallableLM pair of ``toy_pair``, logits computed
-row by row) each prompt's rows must be *identical* to the one-prompt-at-a-time
-walk: same per-prompt generator, same order of draws. The generalised state
-API (a state of ``b`` rows extended to a multiple of ``b``, ``select`` of
-several rows) is checked on CallableLM exactly and on a tiny float32
-transformers model against unbatched calls to 1e-5.
+On exact models (CallableLM functions computed row by row: the bigram pair
+of ``toy_pair``, and a pair whose logits depend on the position, the first
+and the previous token, so that a padding or position error shows) each
+prompt's rows must be *identical* to the one-prompt-at-a-time walk: same
+per-prompt generator, same order of draws. The state API (a state of ``b``
+rows extended to a multiple of ``b``, ``select`` of several rows, left-padded
+states) is checked on CallableLM exactly and on a tiny float32 transformers
+model against unbatched calls to 1e-5 relative (plus 1e-6 absolute: logits
+of size about 0.1).
 """
 
 from __future__ import annotations
@@ -36,6 +40,38 @@ def pair():
     return toy_pair(V, seed=3)
 
 
+class ContextLogits:
+    r"""``ids (B, T) -> logits (B, T, V)``, :math:`\ell_t = W[x_t] + C[x_{t-1}] + \sin(t + 1) D[x_0]`: depends on
+    the position and on the first and previous tokens, computed row by row with element-wise float64 operations
+    (exact whatever the batch), so that a padding seen by the model or a shifted position changes the logits."""
+
+    def __init__(self, vocab: int, seed: int):
+        g = np.random.default_rng(seed)
+        self.W, self.C, self.D = (torch.as_tensor(g.standard_normal((vocab + (i == 1), vocab))) for i in range(3))
+        self.vocab = vocab
+
+    def __call__(self, ids):
+        prev = torch.cat([torch.full_like(ids[:, :1], self.vocab), ids[:, :-1]], dim=1)
+        pos = torch.sin(torch.arange(1, ids.shape[1] + 1, dtype=torch.float64))[None, :, None]
+        return self.W[ids] + self.C[prev] + pos * self.D[ids[:, :1]]
+
+
+@pytest.fixture(scope="module")
+def ctx_pair():
+    return (CallableLM(ContextLogits(V, 1), V, name="ctx-draft"), CallableLM(ContextLogits(V, 2), V, name="ctx-target"))
+
+
+class _NoPad(CallableLM):
+    """A LanguageModel without left padding (its ``new_state`` takes no ``pad``)."""
+
+    def new_state(self):
+        return super().new_state()
+
+
+def _no_pad(lm):
+    return _NoPad(lm.fn, lm.vocab_size, name=lm.name)
+
+
 def _time_counts(out):
     """Per prompt, the counts of draft steps and target calls (the seconds differ between runs)."""
     t = read_table(out, timing=True)
@@ -50,14 +86,16 @@ def _same_tables(a, b):
     assert _time_counts(a) == _time_counts(b)
 
 
-def test_buckets_group_equal_lengths_in_order_of_first_appearance():
+def test_batches_group_equal_path_lengths_in_order_of_first_appearance():
     s = ProfileSettings(batch_size=2, max_new_tokens=4)
     items = [(p, None) for p in PROMPTS]
-    assert buckets(items, s) == [[0, 2], [4, 6], [8], [1, 3], [7], [5]]
-    # with reference text the path length matters too: min(max_new_tokens, len(reference))
+    assert buckets(items, s) == [[0, 1], [2, 3], [4, 5], [6, 7], [8]]  # left padding: any prompt lengths
+    assert buckets(items, s, pad=False) == [[0, 2], [4, 6], [8], [1, 3], [7], [5]]  # length buckets
+    # with reference text the path length matters: min(max_new_tokens, len(reference))
     r = ProfileSettings(batch_size=3, max_new_tokens=4, context="reference")
     items = [([0, 1], [1] * 5), ([2, 2], [0] * 4), ([1, 0], [2] * 3), ([0, 0], [1] * 6), ([1], [1] * 9)]
-    assert buckets(items, r) == [[0, 1, 3], [2], [4]]
+    assert buckets(items, r) == [[0, 1, 3], [4], [2]]
+    assert buckets(items, r, pad=False) == [[0, 1, 3], [2], [4]]
 
 
 # the first two cases run by default (about 2 s each); the edge settings with `make test-slow`
@@ -68,8 +106,8 @@ def test_buckets_group_equal_lengths_in_order_of_first_appearance():
     pytest.param(3, dict(k_max=3, L_max=1, temperature=0.0), marks=pytest.mark.slow),  # L_max = 1: state never grows to B k rows
     pytest.param(2, dict(top_k=2, seed=7), marks=pytest.mark.slow),
 ])
-def test_batched_tables_equal_unbatched(tmp_path, pair, batch_size, opts):
-    d, t = pair
+def test_batched_tables_equal_unbatched(tmp_path, ctx_pair, batch_size, opts):
+    d, t = ctx_pair  # prompts of lengths 1 to 3 in one batch: left-padded
     kw = dict(SMALL, **opts)
     profile(PROMPTS, out=tmp_path / "one", draft=d, target=t, **kw)
     run = profile(PROMPTS, out=tmp_path / "many", draft=d, target=t, batch_size=batch_size, **kw)
@@ -79,9 +117,10 @@ def test_batched_tables_equal_unbatched(tmp_path, pair, batch_size, opts):
     assert (tmp_path / "one" / "manifest.json").read_bytes() == (tmp_path / "many" / "manifest.json").read_bytes()
 
 
-def test_batched_reference_context_equals_unbatched(tmp_path, pair):
-    d, t = pair
-    refs = [[1, 2, 0, 1, 1, 2], [0, 0, 1], [2, 1, 0, 0, 2, 2, 1], [1, 1, 1, 0], [2, 0]]
+def test_batched_reference_context_equals_unbatched(tmp_path, ctx_pair):
+    d, t = ctx_pair
+    # path lengths 5, 5, 5, 4, 4 (max_new_tokens = 5): batches [0, 1, 2] and [3, 4], prompts of lengths 2, 1, 2 and 1, 2
+    refs = [[1, 2, 0, 1, 1, 2], [0, 0, 1, 2, 2], [2, 1, 0, 0, 2, 2, 1], [1, 1, 1, 0], [2, 0, 1, 1]]
     prompts = [{"input_ids": p, "reference_ids": r} for p, r in zip(PROMPTS, refs)]
     kw = dict(SMALL, context="reference")
     profile(prompts, out=tmp_path / "one", draft=d, target=t, **kw)
@@ -249,6 +288,7 @@ def test_hf_profile_batched_matches_unbatched(tmp_path):
     d, t = HFCausalLM(_tiny_llama(1), name="d"), HFCausalLM(_tiny_llama(2), name="t")
     prompts = [[1, 2, 3], [4, 5, 6], [7], [8, 9, 10], [0]]
     kw = dict(SMALL, max_new_tokens=4)
+    assert buckets([(p, None) for p in prompts], ProfileSettings(batch_size=3)) == [[0, 1, 2], [3, 4]]  # padded
     profile(prompts, out=tmp_path / "one", draft=d, target=t, **kw)
     profile(prompts, out=tmp_path / "many", draft=d, target=t, batch_size=3, **kw)
     a, b = read_table(tmp_path / "one"), read_table(tmp_path / "many")
@@ -258,12 +298,110 @@ def test_hf_profile_batched_matches_unbatched(tmp_path):
     assert _time_counts(tmp_path / "one") == _time_counts(tmp_path / "many")
 
 
-def test_bucket_of_unequal_lengths_refused(pair):
+def test_models_without_padding_batch_by_length_buckets(tmp_path, ctx_pair):
     from otspec.profile._collect import profile_bucket
 
-    d, t = pair
+    d, t = ctx_pair
+    kw = dict(SMALL, max_new_tokens=3)
+    profile(PROMPTS, out=tmp_path / "one", draft=d, target=t, **kw)
+    profile(PROMPTS, out=tmp_path / "many", draft=_no_pad(d), target=_no_pad(t), batch_size=4, **kw)
+    _same_tables(tmp_path / "one", tmp_path / "many")
     s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, context="reference")
-    with pytest.raises(ValueError, match=r"share their length and their path length, got lengths \[2, 1\]"):
-        profile_bucket(d, t, [[0, 1], [2]], [[0] * 3, [1] * 3], s, [0, 1])
-    with pytest.raises(ValueError, match=r"got lengths \[1, 1\] and path lengths \[2, 3\]"):
-        profile_bucket(d, t, [[0], [2]], [[0] * 5, [1] * 2], s, [0, 1])
+    with pytest.raises(ValueError, match=r"lengths \[2, 1\] need left padding, which `target` \(_NoPad\) does not"):
+        profile_bucket(d, _no_pad(t), [[0, 1], [2]], [[0] * 3, [1] * 3], s, [0, 1])
+    with pytest.raises(ValueError, match=r"must share their path length, got path lengths \[2, 3\]"):
+        profile_bucket(d, t, [[0], [2, 1]], [[0] * 5, [1] * 2], s, [0, 1])
+
+
+# ----------------------------------------------------------------------------- left-padded states
+PADDED = [[3, 1, 4, 1], [5, 9], [2, 6, 5]]  # lengths 4, 2, 3: padding 0, 2, 1
+
+
+def _padded_walk(lm, V_):
+    """Pairs (batched, alone) of logits along a walk of a left-padded state: the prompts, ``k = 2`` drafts of 2
+    tokens per prompt, rows kept out of order and cut, a row cut inside its padding, one more token each."""
+    g = torch.Generator().manual_seed(5)
+    pad = [4 - len(p) for p in PADDED]
+    ids = torch.tensor([[0] * a + p for a, p in zip(pad, PADDED)])
+    drafts = torch.randint(0, V_, (6, 2), generator=g)
+    nxt = torch.randint(0, V_, (3, 2), generator=g)
+    st = lm.new_state(pad=pad)
+    out = []
+    got = lm.logits(st, ids)
+    out += [(got[b, a:], lm.logits(lm.new_state(), torch.tensor([p]))[0]) for b, (a, p) in enumerate(zip(pad, PADDED))]
+    got = lm.logits(st, drafts)                                   # rows 2b, 2b + 1 continue prompt b
+    for r in range(6):
+        alone = lm.new_state()
+        lm.logits(alone, torch.tensor([PADDED[r // 2]]))
+        out.append((got[r], lm.logits(alone, drafts[r:r + 1])[0]))
+    keep = [5, 0, 2]                                              # prompt 2's second draft, prompt 0's first, ...
+    lm.select(st, keep, 5)                                        # ... each with its first draft token
+    got = lm.logits(st, nxt)
+    for i, r in enumerate(keep):
+        full = PADDED[r // 2] + [int(drafts[r, 0])] + nxt[i].tolist()
+        out.append((got[i], lm.logits(lm.new_state(), torch.tensor([full]))[0, -2:]))
+    lm.select(st, [2], 1)                                         # prompt 1 (padding 2) cut to 1 column: padding only
+    got = lm.logits(st, nxt[:1])
+    out.append((got[0], lm.logits(lm.new_state(), nxt[:1])[0]))
+    return out, st
+
+
+def test_callable_lm_padded_rows_equal_each_prompt_alone_exactly():
+    lm = CallableLM(ContextLogits(11, 1), 11)
+    pairs, st = _padded_walk(lm, 11)
+    for got, want in pairs:
+        assert torch.equal(got, want)
+    assert st.pad.tolist() == [1]                                 # the kept padding column
+
+
+def _tiny_gpt2(seed, vocab=11):
+    """Absolute position embeddings (a Llama's rotary ones ignore a shift of every position of a row)."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.GPT2Config(vocab_size=vocab, n_embd=16, n_layer=2, n_head=2, n_positions=64,
+                                  initializer_range=0.2, bos_token_id=0, eos_token_id=0)
+    torch.manual_seed(seed)
+    return transformers.GPT2LMHeadModel(cfg).eval()
+
+
+@pytest.mark.parametrize("make", [_tiny_llama, _tiny_gpt2])
+def test_hf_padded_rows_equal_each_prompt_alone_to_1e_5(make):
+    lm = HFCausalLM(make(0))
+    seen = []
+    lm.model.register_forward_pre_hook(lambda m, a, kw: seen.append((kw.get("attention_mask"), kw.get("position_ids"),
+                                                                    kw["input_ids"].shape)), with_kwargs=True)
+    pairs, st = _padded_walk(lm, 11)
+    for got, want in pairs:
+        assert got.dtype == torch.float32
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+    batched = [s for s in seen if s[0] is not None]               # every call on the padded state: mask + positions
+    assert [tuple(m.shape) for m, _, _ in batched] == [(3, 4), (6, 6), (3, 7), (1, 3)]
+    assert batched[0][0].tolist() == [[1, 1, 1, 1], [0, 0, 1, 1], [0, 1, 1, 1]]
+    assert batched[0][1].tolist() == [[0, 1, 2, 3], [0, 0, 0, 1], [0, 0, 1, 2]]
+    assert batched[2][1].tolist() == [[4, 5], [5, 6], [3, 4]]     # positions counted from each row's first token
+    assert batched[3][1].tolist() == [[0, 1]]
+    alone = [s for s in seen if s[0] is None]                     # the unpadded calls pass neither
+    assert len(alone) == len(seen) - 4 and all(s[1] is None for s in alone)
+    st = lm.new_state(pad=[0, 0])                                 # no row padded: the unpadded path, batch 2
+    lm.logits(st, torch.tensor([[1, 2], [3, 4]]))
+    assert seen[-1][0] is None and st.pad is None and st.batch == 2
+
+
+@pytest.mark.parametrize("make", ["callable", "hf"])
+def test_bad_padding_raises(make):
+    lm = toy_pair(5)[0] if make == "callable" else HFCausalLM(_tiny_llama(0, vocab=5))
+    for pad, exc, match in [
+        ([-1, 0], ValueError, r"`pad` must be a non-empty sequence of ints >= 0 \(one per row\), got \[-1, 0\]"),
+        ([], ValueError, r"`pad` must be a non-empty sequence of ints >= 0 \(one per row\), got \[\]"),
+        ([1.0], ValueError, r"got \[1.0\]"),
+        (3, TypeError, r"`pad` must be a sequence of ints \(one per row\), got int"),
+        ("ab", TypeError, r"`pad` must be a sequence of ints \(one per row\), got str"),
+    ]:
+        with pytest.raises(exc, match=match):
+            lm.new_state(pad=pad)
+    st = lm.new_state(pad=[2, 0])
+    with pytest.raises(ValueError, match=r"`input_ids` must reach past every row's padding: a state of 0 columns "
+                                         r"padded by up to 2 tokens needs t > 2 new columns, got t = 2"):
+        lm.logits(st, torch.zeros((2, 2), dtype=torch.long))
+    with pytest.raises(ValueError, match=r"a state of batch 2 cannot be extended with 3 rows"):
+        lm.logits(st, torch.zeros((3, 3), dtype=torch.long))
+    assert st.pad.tolist() == [2, 0]                              # a refused call changes nothing

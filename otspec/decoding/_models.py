@@ -6,6 +6,10 @@ in an opaque *state* (a KV cache where the backend has one), so a decoding
 step only pays for the new tokens:
 
 * ``new_state()`` -- an empty state (nothing processed, batch 1);
+  ``new_state(pad=[a_1, ..., a_b])`` -- an empty state of ``b`` left-padded
+  rows: the first ``a_r`` tokens given to row ``r`` are padding, never seen
+  by the model (prompts of unequal lengths in one batch; optional: a model supports it
+  when its ``new_state`` takes the keyword ``pad``);
 * ``logits(state, input_ids)`` -- append ``input_ids`` (``(B, t)`` int64) to
   every row of the state and return the logits at those ``t`` positions,
   ``(B, t, V)``; a state of batch 1 is broadcast to ``B`` rows first, and a
@@ -17,6 +21,10 @@ step only pays for the new tokens:
   ``length`` tokens (used after verification: the chosen draft, its
   accepted prefix); ``row`` may also be a sequence of row indices, kept in
   that order (one row per context of a batch of contexts).
+
+Lengths and columns count padding: every row of a state has ``length``
+columns, row ``r``'s first ``a_r`` of them padding, so the rows of a
+left-padded batch stay aligned on their last token.
 
 :class:`HFCausalLM` wraps any Hugging Face causal LM (``model(input_ids,
 cache=...)``, or ``past_key_values=...`` before transformers 5.x renamed
@@ -51,7 +59,8 @@ class LanguageModel(Protocol):
         """The torch device the logits live on."""
 
     def new_state(self) -> Any:  # pragma: no cover - protocol
-        """An empty state: nothing processed, batch 1."""
+        """An empty state: nothing processed, batch 1. Optionally ``new_state(pad=...)``: an empty state of
+        ``len(pad)`` left-padded rows (see the module docstring)."""
 
     def logits(self, state: Any, input_ids: Any) -> Any:  # pragma: no cover - protocol
         """Append ``input_ids`` ``(B, t)`` to the state (its ``b`` rows repeated ``B / b`` times each); return
@@ -91,6 +100,43 @@ def _kept_rows(row, batch: int) -> list[int]:
     return [int(r) for r in rows]
 
 
+def supports_padding(lm) -> bool:
+    """Whether ``lm.new_state`` takes the keyword ``pad`` (left-padded batches of prompts of unequal lengths)."""
+    try:
+        return "pad" in inspect.signature(lm.new_state).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a new_state without a signature
+        return False
+
+
+def _pad_rows(pad) -> list[int]:
+    """The padding of each row of a new state, as a list of non-negative ints (``pad`` of ``new_state``)."""
+    rows = pad.tolist() if hasattr(pad, "tolist") else pad
+    if isinstance(rows, (str, bytes)) or isinstance(rows, numbers.Number):
+        raise TypeError(f"`pad` must be a sequence of ints (one per row), got {type(pad).__name__}")
+    try:
+        rows = list(rows)
+    except TypeError:
+        raise TypeError(f"`pad` must be a sequence of ints (one per row), got {type(pad).__name__}") from None
+    if not rows or not all(isinstance(a, numbers.Integral) and not isinstance(a, bool) and a >= 0 for a in rows):
+        raise ValueError(f"`pad` must be a non-empty sequence of ints >= 0 (one per row), got {rows!r}")
+    return [int(a) for a in rows]
+
+
+def _check_padded_call(pad, length: int, t: int) -> None:
+    """A call on a left-padded state must leave every row at least one real token (the first call: ``t > max(pad)``)."""
+    if pad is not None and length + t <= int(pad.max()):
+        raise ValueError(f"`input_ids` must reach past every row's padding: a state of {length} columns padded by "
+                         f"up to {int(pad.max())} tokens needs t > {int(pad.max()) - length} new columns, got t = {t}")
+
+
+def _kept_pad(pad, rows: list[int], length: int):
+    """The padding of the rows ``select`` keeps, truncated to ``length`` columns (``None``: no padding left)."""
+    if pad is None:
+        return None
+    kept = pad[torch.tensor(rows, device=pad.device)].clamp(max=length)
+    return kept if bool(kept.any()) else None
+
+
 def _repeats(batch: int, B: int) -> int:
     """How many times each of ``batch`` state rows repeats to make ``B`` rows (``batch`` must divide ``B``)."""
     if B % batch:
@@ -99,12 +145,13 @@ def _repeats(batch: int, B: int) -> int:
 
 
 class _HFState:
-    __slots__ = ("cache", "length", "batch")
+    __slots__ = ("cache", "length", "batch", "pad")
 
     def __init__(self):
         self.cache = None
         self.length = 0
         self.batch = 1
+        self.pad = None  # (batch,) int64: leading padding columns of each row, or None (no row padded)
 
 
 def _new_cache():
@@ -144,6 +191,16 @@ class HFCausalLM:
     ``batch_select_indices`` and truncated with ``crop`` (all present from
     transformers 4.45 on).
 
+    A left-padded state (``new_state(pad=a)``, row ``r`` padded by ``a_r``
+    columns) is run as transformers runs left-padded generation: every call
+    passes the 2-D ``attention_mask`` of the cache and the new tokens,
+    :math:`m_{r,c} = [c \ge a_r]`, and ``position_ids``
+    :math:`c - a_r` (clamped at 0 on the padding), the ``cumsum - 1`` of the
+    mask that ``generate`` builds, so a real token's logits are those of its
+    row alone, up to float32 rounding of the batched kernels. The padding
+    follows the rows through repetition, ``select`` and truncation; once no
+    kept row is padded, calls pass no mask (the unpadded path).
+
     Parameters
     ----------
     model : transformers.PreTrainedModel
@@ -172,6 +229,13 @@ class HFCausalLM:
     >>> state = lm.new_state()
     >>> tuple(lm.logits(state, torch.tensor([[1, 2, 3]])).shape)
     (1, 3, 8)
+
+    Prompts ``[5]`` and ``[3, 1, 5]`` in one left-padded batch (row 0 padded by 2):
+
+    >>> both = lm.logits(lm.new_state(pad=[2, 0]), torch.tensor([[0, 0, 5], [3, 1, 5]]))
+    >>> alone = lm.logits(lm.new_state(), torch.tensor([[5]]))
+    >>> torch.allclose(both[0, -1], alone[0, -1], rtol=0, atol=1e-6)
+    True
     """
 
     def __init__(self, model, *, name: str | None = None):
@@ -196,22 +260,69 @@ class HFCausalLM:
     def device(self):
         return next(self.model.parameters()).device
 
-    def new_state(self) -> _HFState:
-        return _HFState()
+    def new_state(self, pad=None) -> _HFState:
+        r"""An empty state: batch 1, or ``len(pad)`` left-padded rows.
+
+        .. math::
+
+            m_{r,c} = [\,c \ge a_r\,], \qquad
+            \text{pos}_{r,c} = \max(c - a_r, 0), \qquad c = 0, 1, \dots
+
+        for row ``r`` padded by ``a_r`` columns: the first ``a_r`` tokens fed to
+        the row are padding (any ids; masked out of every attention), and its
+        real tokens take positions ``0, 1, ...``. The logits returned at
+        padding columns are meaningless.
+
+        Parameters
+        ----------
+        pad : sequence of int >= 0, optional
+            Leading padding columns of each row (``None``: an unpadded state of
+            batch 1). The first :meth:`logits` call must feed ``t > max(pad)``
+            columns and a multiple of ``len(pad)`` rows.
+
+        Returns
+        -------
+        state
+            Opaque; pass it to :meth:`logits` and :meth:`select`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``pad`` not a non-empty sequence of non-negative ints.
+
+        Examples
+        --------
+        The class example ends with a padded batch against a prompt alone.
+        """
+        state = _HFState()
+        if pad is not None:
+            rows = _pad_rows(pad)
+            state.batch = len(rows)
+            if any(rows):
+                state.pad = torch.tensor(rows, dtype=torch.long, device=self.device)
+        return state
 
     @torch.inference_mode()
     def logits(self, state: _HFState, input_ids):
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device)
         if ids.ndim != 2 or ids.shape[1] < 1:
             raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
-        B = int(ids.shape[0])
+        B, t = int(ids.shape[0]), int(ids.shape[1])
+        _check_padded_call(state.pad, state.length, t)
         if state.batch != B:
             reps = _repeats(state.batch, B)
             if state.cache is not None and state.length > 0:
                 state.cache.batch_repeat_interleave(reps)
+            if state.pad is not None:
+                state.pad = state.pad.repeat_interleave(reps)
         if state.cache is None:
             state.cache = _new_cache()
-        out = self.model(input_ids=ids, use_cache=True, **{self._cache_kw: state.cache})
+        kw = {self._cache_kw: state.cache}
+        if state.pad is not None:  # as generate() with left padding: the 2-D mask of cache + new tokens
+            cols = torch.arange(state.length + t, device=self.device)
+            kw["attention_mask"] = (cols[None, :] >= state.pad[:, None]).long()
+            kw["position_ids"] = (cols[None, state.length:] - state.pad[:, None]).clamp(min=0)
+        out = self.model(input_ids=ids, use_cache=True, **kw)
         self.n_calls += 1
         state.cache = getattr(out, self._cache_kw)  # out.cache (5.x) or out.past_key_values (4.x)
         state.length += int(ids.shape[1])
@@ -224,8 +335,9 @@ class HFCausalLM:
         if not 0 <= length <= state.length:
             raise ValueError(f"`length` must lie in [0, {state.length}], got {length}")
         if state.cache is None:
-            state.batch, state.length = 1, 0
+            state.batch, state.length, state.pad = 1, 0, None
             return
+        state.pad = _kept_pad(state.pad, rows, length)
         if rows != list(range(state.batch)):
             state.cache.batch_select_indices(torch.tensor(rows, device=self.device))
             state.batch = len(rows)
@@ -242,10 +354,11 @@ class HFCausalLM:
 
 
 class _SeqState:
-    __slots__ = ("ids",)
+    __slots__ = ("ids", "pad")
 
     def __init__(self):
         self.ids = None
+        self.pad = None  # (batch,) int64: leading padding columns of each row, or None (no row padded)
 
     @property
     def length(self) -> int:
@@ -257,6 +370,12 @@ class CallableLM:
 
     Each call recomputes the whole sequence (:math:`O(T)` per token), which
     is fine for toy models and tests; the state is the token tensor itself.
+    In a left-padded state (``new_state(pad=a)``) ``fn`` never sees padding:
+    the rows of each distinct padding ``a`` are computed by one call
+    ``fn(ids[rows, a:])`` on their real tokens, so a batch of prompts of
+    unequal lengths gives exactly the logits of each prompt alone whenever
+    ``fn`` computes its rows independently; the logits at padding columns
+    are 0.
 
     Parameters
     ----------
@@ -296,14 +415,41 @@ class CallableLM:
     def device(self):
         return self._device
 
-    def new_state(self) -> _SeqState:
-        return _SeqState()
+    def new_state(self, pad=None) -> _SeqState:
+        r"""An empty state: batch 1, or ``len(pad)`` left-padded rows.
+
+        .. math::
+
+            \text{logits}_{r, c} = \text{fn}(x_{r,\, a_r:})_{c - a_r}, \quad c \ge a_r,
+            \qquad \text{logits}_{r, c} = 0, \quad c < a_r,
+
+        for row ``r`` padded by ``a_r`` columns: ``fn`` sees only the row's real
+        tokens (rows sharing a padding are computed in one call). ``pad``, the
+        returned state and the errors are those of :meth:`HFCausalLM.new_state`.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from otspec.decoding import CallableLM
+        >>> lm = CallableLM(lambda ids: ids.cumsum(1)[..., None].double(), vocab_size=1)  # running sum
+        >>> lm.logits(lm.new_state(pad=[2, 0]), torch.tensor([[9, 9, 5], [3, 1, 5]]))[..., 0].tolist()
+        [[0.0, 0.0, 5.0], [3.0, 4.0, 9.0]]
+        """
+        state = _SeqState()
+        if pad is not None:
+            state.pad = torch.tensor(_pad_rows(pad), dtype=torch.long, device=self._device)
+        return state
 
     def logits(self, state: _SeqState, input_ids):
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self._device)
         if ids.ndim != 2 or ids.shape[1] < 1:
             raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
         B, t = int(ids.shape[0]), int(ids.shape[1])
+        pad = state.pad
+        if pad is not None:
+            _check_padded_call(pad, state.length, t)
+            if pad.shape[0] != B:
+                pad = pad.repeat_interleave(_repeats(int(pad.shape[0]), B))
         if state.ids is None:
             full = ids
         else:
@@ -313,14 +459,30 @@ class CallableLM:
                 prev = prev.expand(B, -1) if prev.shape[0] == 1 else prev.repeat_interleave(reps, dim=0)
             full = torch.cat([prev, ids], dim=1)
         with torch.inference_mode():
-            out = self.fn(full)
+            out = self.fn(full) if pad is None or not bool(pad.any()) else self._padded(full, pad)
         self.n_calls += 1
         if tuple(out.shape) != (B, full.shape[1], self._vocab):
             raise ValueError(
                 f"`fn` must return logits of shape {(B, int(full.shape[1]), self._vocab)}, got {tuple(out.shape)}"
             )
         state.ids = full
+        state.pad = pad
         return out[:, -t:]
+
+    def _padded(self, full, pad):
+        """``fn`` on each row's real tokens: one call per distinct padding, 0 at the padding columns."""
+        B, T = int(full.shape[0]), int(full.shape[1])
+        out = None
+        for a in torch.unique(pad).tolist():
+            rows = torch.nonzero(pad == a).flatten()
+            got = self.fn(full[rows, a:])
+            if tuple(got.shape) != (rows.numel(), T - a, self._vocab):
+                raise ValueError(f"`fn` must return logits of shape {(rows.numel(), T - a, self._vocab)}, "
+                                 f"got {tuple(got.shape)}")
+            if out is None:
+                out = got.new_zeros((B, T, self._vocab))
+            out[rows, a:] = got
+        return out
 
     def select(self, state: _SeqState, row: int | Sequence[int], length: int) -> None:
         if state.ids is None:
@@ -328,6 +490,7 @@ class CallableLM:
         rows = _kept_rows(row, int(state.ids.shape[0]))
         if not 0 <= length <= state.length:
             raise ValueError(f"`length` must lie in [0, {state.length}], got {length}")
+        state.pad = _kept_pad(state.pad, rows, length)
         if length == 0:
             state.ids = None
         elif len(rows) == 1:

@@ -7,10 +7,10 @@ depth, the whole tree is scored by one target call on ``(k_max, L_max + 1)``
 new tokens, and both states are cut back to the path (``select``).
 
 With ``batch_size > 1``, :func:`profile_bucket` walks ``B`` prompts of one
-length bucket (equal prompt length, equal path length) in lockstep: one
-state of ``B`` rows, ``B k_max`` rows in the draft tree, every model call
-shared; each prompt keeps its own generator and its own order of draws, so
-on exact models its rows equal :func:`profile_prompt`'s.
+path length in lockstep, left-padded to the longest prompt: one state of
+``B`` rows, ``B k_max`` rows in the draft tree, every model call shared;
+each prompt keeps its own generator and its own order of draws, so on
+exact models its rows equal :func:`profile_prompt`'s.
 
 Notation: ``p`` is the draft's law, ``q`` the target's.
 """
@@ -209,7 +209,7 @@ def path_length(reference, settings) -> int:
 
 def profile_bucket(draft, target, prompts: list[list[int]], references: list, settings, indices: list[int], *,
                    bar=None, renewal=None) -> list[dict]:
-    r"""Profile ``B`` prompts of one length bucket in lockstep, one model call per step for all of them.
+    r"""Profile ``B`` prompts of one path length in lockstep, one model call per step for all of them.
 
     .. math::
 
@@ -218,10 +218,14 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     the path of :func:`profile_prompt` for each prompt, with every draft step
     a call on ``(B k_max, 1)`` new tokens (prompt ``b``'s drafts are rows
     ``b k_max, ..., (b + 1) k_max - 1``) and every target scoring one call on
-    ``(B k_max, pending + L_max)`` new tokens. The prompts need no padding:
-    they share their length and their path length (:func:`path_length`).
-    Prompt ``b`` draws from ``prompt_rng(seed, indices[b])`` in the order of
-    :func:`profile_prompt`, so the rows are the same as the unbatched walk's
+    ``(B k_max, pending + L_max)`` new tokens. The prompts share their path
+    length (:func:`path_length`); prompts of unequal token lengths are
+    left-padded to the longest, :math:`a_b = \max_c n_c - n_b` columns, in
+    states made by ``new_state(pad=a)`` (attention masks, and positions
+    counted from each prompt's first token: see
+    :class:`otspec.decoding.HFCausalLM`), so the rows stay aligned on the
+    path. Prompt ``b`` draws from ``prompt_rng(seed, indices[b])`` in the
+    order of :func:`profile_prompt`, so the rows are the same as the unbatched walk's
     whenever the models' logits do not depend on the batch (exactly so for
     :class:`otspec.decoding.CallableLM` functions computed row by row; to
     float32 rounding for batched transformer kernels, which can, rarely,
@@ -232,9 +236,10 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     ----------
     draft, target : LanguageModel
         With the batched state API (a state of ``b`` rows extended by a
-        multiple of ``b`` rows; ``select`` of a sequence of rows).
+        multiple of ``b`` rows; ``select`` of a sequence of rows), and
+        ``new_state(pad=...)`` when the prompts' lengths differ.
     prompts : list of list of int
-        ``B`` prompts of one length.
+        ``B`` prompts (any lengths).
     references : list
         Their reference texts (``None`` each when the path is sampled).
     settings : ProfileSettings
@@ -251,7 +256,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     Raises
     ------
     ValueError
-        Prompts of different lengths or path lengths (a programming error of the caller).
+        Prompts of different path lengths, or of different lengths with a
+        model whose ``new_state`` takes no ``pad`` (programming errors of the caller).
 
     Examples
     --------
@@ -259,25 +265,36 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     >>> from otspec.profile._collect import profile_bucket, profile_prompt
     >>> draft, target = toy_pair(4, seed=0)
     >>> s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, verifiers=["token"], families=["token"])
-    >>> both = profile_bucket(draft, target, [[0, 1], [2, 3]], [None, None], s, [0, 1])
+    >>> both = profile_bucket(draft, target, [[0, 1, 3], [2, 3]], [None, None], s, [0, 1])
     >>> one = profile_prompt(draft, target, [2, 3], None, s, 1)
     >>> both[1]["value"][:-4] == one["value"][:-4]      # all but the seconds of the two time rows
     True
     """
+    from ..decoding._models import supports_padding
+
     B = len(prompts)
     sampling = settings.sampling
     k, L = settings.k_max, settings.L_max
     Ts = {path_length(r, settings) for r in references}
-    if len({len(p) for p in prompts}) != 1 or len(Ts) != 1:
-        raise ValueError("`prompts` of one bucket must share their length and their path length, got lengths "
-                         f"{[len(p) for p in prompts]} and path lengths {sorted(Ts)}")
+    if len(Ts) != 1:
+        raise ValueError(f"`prompts` of one batch must share their path length, got path lengths {sorted(Ts)}")
+    n0 = max(len(p) for p in prompts)
+    pad = [n0 - len(p) for p in prompts]
+    if any(pad):
+        for name, lm in (("draft", draft), ("target", target)):
+            if not supports_padding(lm):
+                raise ValueError(f"`prompts` of lengths {[len(p) for p in prompts]} need left padding, which "
+                                 f"`{name}` ({type(lm).__name__}) does not support (its new_state takes no `pad`)")
     T = Ts.pop()
     rngs = [prompt_rng(settings.seed, i) for i in indices]
     rows = [_Rows(i) for i in indices]
     timers = [_Timer() for _ in range(B)]
     shared = _Shared(timers)
-    ds, ts = draft.new_state(), target.new_state()
-    ctx = np.array(prompts, dtype=np.int64)  # (B, n), grows by one column per step
+    ds, ts = (draft.new_state(pad=pad), target.new_state(pad=pad)) if any(pad) else (draft.new_state(),
+                                                                                      target.new_state())
+    ctx = np.zeros((B, n0), dtype=np.int64)  # (B, n), left-padded with 0, grows by one column per step
+    for b, p in enumerate(prompts):
+        ctx[b, pad[b]:] = p
     held_d = held_t = 0
     q_path, y_path = [], []
     kept = np.arange(B) * (k if L > 1 else 1)  # row of each prompt's first draft in the draft state

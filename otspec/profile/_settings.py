@@ -138,16 +138,23 @@ class ProfileSettings:
         :data:`otspec.profile.RENEWAL_SCHEMES` may be named (``()``: none).
     batch_size : int
         Prompts walked together, one model call per step for all of them
-        (default 1: one prompt at a time). Batches are length buckets of a
-        shard: prompts of equal token length and equal path length, in order
-        of first appearance, so no padding is needed (a shard holds
-        ``shard_size`` prompts, so ``shard_size`` bounds the batch). Each
-        prompt keeps its own generator and order of draws: on models whose
-        logits do not depend on the batch (e.g. :func:`otspec.profile.toy_pair`)
-        the tables equal the unbatched run's exactly; batched transformer
-        kernels round differently (float32 rounding), which can, rarely,
-        change a sampled token. How a run executes, like the device: not part of the
-        run's identity (its manifest), so a run may resume with another value.
+        (default 1: one prompt at a time). A batch is up to ``batch_size``
+        prompts of one shard with equal path length (with ``context="sample"``
+        every prompt's; with reference text ``min(max_new_tokens,
+        len(reference))``), in order of first appearance, left-padded to the
+        longest: each row's padding is masked out of every attention and its
+        positions count from its first real token (``new_state(pad=...)`` of
+        :class:`otspec.decoding.HFCausalLM` and
+        :class:`otspec.decoding.CallableLM`; models without it batch prompts
+        of equal length only). A shard holds ``shard_size`` prompts, so
+        ``shard_size`` bounds the batch. Each prompt keeps its own generator
+        and order of draws: on models whose logits do not depend on the batch
+        (e.g. :func:`otspec.profile.toy_pair`, any ``CallableLM`` computed row
+        by row) the tables equal the unbatched run's exactly; batched
+        transformer kernels round differently (float32 rounding: the padded
+        logits agree with each prompt's alone to ``1e-5`` relative in the
+        tests), which can, rarely, change a sampled token. How a run executes, like the device: not part of the run's
+        identity (its manifest), so a run may resume with another value.
 
     Raises
     ------

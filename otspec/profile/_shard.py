@@ -1,4 +1,4 @@
-"""One shard of a profile: its prompts walked one by one, or batched by length buckets.
+"""One shard of a profile: its prompts walked one by one, or batched (left-padded, or by length buckets).
 
 Used in process by :func:`otspec.profile.profile` and on dask workers by
 ``_distributed`` (a module of its own so that neither imports the other).
@@ -20,12 +20,13 @@ def _merge(cols_list) -> dict:
     return out
 
 
-def buckets(items, settings: ProfileSettings) -> list[list[int]]:
-    """Positions in ``items`` of the batches of one shard: prompts of equal length and equal path length,
-    in order of first appearance, cut into groups of at most ``batch_size``."""
+def buckets(items, settings: ProfileSettings, *, pad: bool = True) -> list[list[int]]:
+    """Positions in ``items`` of the batches of one shard: prompts of equal path length (and, with
+    ``pad=False``, equal token length: models that cannot left-pad), in order of first appearance, cut
+    into groups of at most ``batch_size``."""
     groups: dict = {}
     for i, (prompt, ref) in enumerate(items):
-        key = (len(prompt), path_length(ref if settings.context == "reference" else None, settings))
+        key = (0 if pad else len(prompt), path_length(ref if settings.context == "reference" else None, settings))
         groups.setdefault(key, []).append(i)
     size = settings.batch_size
     return [g[a:a + size] for g in groups.values() for a in range(0, len(g), size)]
@@ -33,7 +34,9 @@ def buckets(items, settings: ProfileSettings) -> list[list[int]]:
 
 def run_shard(draft, target, items, settings: ProfileSettings, start: int, bar=None) -> dict:
     """The rows of prompts ``start, start + 1, ...`` (``items`` their (ids, reference) pairs), in prompt order;
-    with ``settings.batch_size > 1`` the shard's length buckets run batched (:func:`profile_bucket`)."""
+    with ``settings.batch_size > 1`` the shard's prompts run batched (:func:`profile_bucket`), left-padded when
+    both models take ``new_state(pad=...)``, else by length buckets."""
+    from ..decoding._models import supports_padding
     from ._renewal_hook import renewal_rows
 
     hook = renewal_rows()
@@ -42,7 +45,7 @@ def run_shard(draft, target, items, settings: ProfileSettings, start: int, bar=N
         return _merge(profile_prompt(draft, target, prompt, refs[i], settings, start + i, bar=bar, renewal=hook)
                       for i, (prompt, _) in enumerate(items))
     cols = [None] * len(items)
-    for batch in buckets(items, settings):
+    for batch in buckets(items, settings, pad=supports_padding(draft) and supports_padding(target)):
         got = profile_bucket(draft, target, [items[i][0] for i in batch], [refs[i] for i in batch], settings,
                              [start + i for i in batch], bar=bar, renewal=hook)
         for i, c in zip(batch, got):
