@@ -51,10 +51,10 @@ def overhead(n_prompts: int, max_new: int, subsample: int) -> dict:
     from otspec.profile._summary import _timing
 
     tok, target, draft = D.smollm2_pair(device="cpu", threads=1)
-    prompts = []
-    for text in CHAT[:n_prompts]:
-        ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-        prompts.append(list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids))
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from _chat_prompts import chat_ids
+
+    prompts = [chat_ids(tok, text) for text in CHAT[:n_prompts]]
     with tempfile.TemporaryDirectory() as out:  # warm-up: imports, first calls
         profile(prompts[:1], out=out, draft=draft, target=target, k_max=4, L_max=4, max_new_tokens=2,
                 progress=False, subsample=1)
@@ -89,13 +89,9 @@ def _forward_seconds(out) -> float:
 def chat_prompts(tok) -> list[list[int]]:
     """The 24 chat prompts of the real-pair experiments, tokenised with the chat template."""
     sys.path.insert(0, str(ROOT / "experiments"))
-    from _chat_prompts import CHAT_PROMPTS
+    from _chat_prompts import CHAT_PROMPTS, chat_ids
 
-    out = []
-    for text in CHAT_PROMPTS:
-        ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-        out.append([int(t) for t in (ids["input_ids"] if hasattr(ids, "keys") else ids)])
-    return out
+    return [chat_ids(tok, text) for text in CHAT_PROMPTS[:24]]
 
 
 def without_padding(lm):
