@@ -12,7 +12,7 @@ Two measurements, each printed as ratios side by side and marked when they miss:
    (a 2-layer Llama, V = 2,048, HFCausalLM): growth <= 10 %.
 3. Batching prompts (``batch_size``, left-padded batches): seconds in forward passes per profiled
    position and wall seconds of the whole ``profile`` call at B = 1 vs B = 8, the same prompts in the
-   same run: on the SmolLM2 pair (1 torch thread) the 24 chat prompts of ``_chat_prompts.py`` with the
+   same run: on the SmolLM2 pair (1 torch thread) the first 24 chat prompts of ``_chat_prompts.py`` with the
    chat template (35 to 41 tokens: every batch is padded), the settings of ``make reproduce``'s profile
    (k_max = 2, L_max = 4, temperature 1, top-k 50, every quantity at every position) but a few
    positions per prompt; on the toy bigram pair (calls that cost almost nothing: its wall time is the
@@ -87,7 +87,7 @@ def _forward_seconds(out) -> float:
 
 
 def chat_prompts(tok) -> list[list[int]]:
-    """The 24 chat prompts of the real-pair experiments, tokenised with the chat template."""
+    """The first 24 chat prompts of the real-pair experiments, tokenised with the chat template."""
     sys.path.insert(0, str(ROOT / "experiments"))
     from _chat_prompts import CHAT_PROMPTS, chat_ids
 
@@ -108,7 +108,7 @@ def batching(which: str, sizes=(1, 8), T: int = 2) -> list[dict]:
     """Forward seconds per profiled position and wall seconds of the ``profile`` call at each batch size.
 
     ``which``: ``"toy"`` (bigram pair, V = 256, prompts of 8 to 14 tokens, cheap quantities) or ``"smollm2"``
-    (V = 49,152, the 24 chat prompts, 35 to 41 tokens, every quantity at every position as in ``make
+    (V = 49,152, the first 24 chat prompts, 35 to 41 tokens, every quantity at every position as in ``make
     reproduce``'s profile). Prompts of unequal lengths: every batch is left-padded. k_max = 2, L_max = 4,
     temperature 1, top-k 50.
     """
