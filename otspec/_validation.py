@@ -7,6 +7,7 @@ message names the parameter, says what was expected and what came.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 
@@ -69,6 +70,8 @@ def _float_input(x, name: str, what: str) -> tuple[np.ndarray, float]:
     dtypes) are accepted and computed in float64; their epsilon widens the
     simplex tolerance (see :func:`simplex_tolerance`).
     """
+    if type(x) is np.ndarray and x.dtype == np.float64:  # the common case: only the copy
+        return np.array(x, copy=True), 0.0
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}")
     src = x
@@ -125,13 +128,17 @@ def validate_distribution(
         raise ValueError(f"`{name}` must be 1-D, got an array of shape {arr.shape}")
     if arr.size == 0:
         raise ValueError(f"`{name}` must be non-empty, got length 0")
-    if not np.all(np.isfinite(arr)):
-        raise ValueError(f"`{name}` must be finite, got {int(np.sum(~np.isfinite(arr)))} non-finite entries")
-    if np.any(arr < 0):
-        raise ValueError(f"`{name}` must be non-negative, got minimum {number_text(arr.min())} "
-                         f"at index {int(np.argmin(arr))}")
-    flush_negligible(arr)
-    total = float(np.sum(arr))
+    # one pass each (the minimum first: no sum over a NaN or -inf); the messages below say which entries
+    if not (arr.min() >= 0 and math.isfinite(total := float(arr.sum()))):
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"`{name}` must be finite, got {int(np.sum(~np.isfinite(arr)))} non-finite entries")
+        if np.any(arr < 0):
+            raise ValueError(f"`{name}` must be non-negative, got minimum {number_text(arr.min())} "
+                             f"at index {int(np.argmin(arr))}")
+    small = arr < NEGLIGIBLE  # flush_negligible on a non-negative array; the total is re-summed only if it changed
+    if small.any():
+        arr[small] = 0.0
+        total = float(arr.sum())
     tol_ = simplex_tolerance(tol, arr.shape[0], eps)
     if normalize:
         if not total > 0:
@@ -191,6 +198,8 @@ def validate_ks(k) -> tuple[np.ndarray, bool]:
 
 def validate_drafts(drafts, k: int, n: int) -> tuple[int, ...]:
     """Check ``drafts`` is a length-``k`` sequence of token ids in ``[0, n)``."""
+    if type(drafts) in (tuple, list) and len(drafts) == k and all(type(v) is int and 0 <= v < n for v in drafts):
+        return tuple(drafts)  # the common case (Python ints, bools excluded), checked without numpy
     if isinstance(drafts, numbers.Integral) and not isinstance(drafts, bool):
         drafts = (drafts,)
     try:

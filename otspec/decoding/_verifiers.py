@@ -74,10 +74,11 @@ def lp_columns(s: int, k: int) -> int:
 
 def lp_max_support(k: int) -> int:
     """Largest support ``s`` whose LP has at most :data:`LP_MAX_COLUMNS` columns for ``k`` drafts."""
-    s = 1
-    while lp_columns(s + 1, k) <= LP_MAX_COLUMNS:
-        s += 1
-    return s
+    lo, hi = 1, LP_MAX_COLUMNS + 1  # lp_columns(s, k) >= s increases in s: bisect, lo fits and hi does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if lp_columns(mid, k) <= LP_MAX_COLUMNS else (lo, mid)
+    return lo
 
 
 @dataclass(frozen=True)
