@@ -15,3 +15,15 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("thorough", max_examples=1000, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config):
+    # under pytest-xdist the workers already fill the cores (one per core with -n auto): one torch thread per
+    # worker, so two workers' intra-op threads do not spin against each other (tiny models' attention calls
+    # were 3x slower with torch's default of one thread per core in every worker)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        try:
+            import torch
+        except ImportError:  # the decoding extra is optional
+            return
+        torch.set_num_threads(1)
