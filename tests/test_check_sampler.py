@@ -498,6 +498,7 @@ def test_import_without_hypothesis():
     assert "otspec.testing.strategies needs hypothesis" in out and "pip install 'otspec-verifiers[test]'" in out
 
 
+@pytest.mark.slow  # ~5 s; the same broken residual is refuted by default in test_bug_catalogue.py (resampling from q)
 def test_hypothesis_shrinks_a_refuted_sampler_to_a_minimal_pair():
     # a residual drawn from q instead of (q - p)+: the smallest pair hypothesis finds that refutes it
     from hypothesis import find
