@@ -258,6 +258,9 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
     >>> otspec.multidraft.get_verifier("kseq").sequential
     True
     """
+    spec = _REGISTRY.get(name) if isinstance(name, str) else None
+    if spec is not None and (kind is None or spec.kind == kind) and (not block or spec.build_block is not None):
+        return spec  # the common case, without listing the accepted names
     allowed = verifier_names(kind=kind, block=block)
     if not isinstance(name, str):
         raise TypeError(f"`verifier` must be one of {allowed}, got {type(name).__name__}")
