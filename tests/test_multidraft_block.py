@@ -154,18 +154,24 @@ def test_plan_verifier_exact(V, L, k, seed):
     np.testing.assert_allclose(v.tau_law().sum(), 1.0, atol=1e-15, rtol=0)
 
 
-def test_plan_verifier_chi2():
-    """Sampled outputs (L + 1 tokens) follow the target's joint law; sampled tau follows tau_law."""
-    d, t = _pair(2, 11, c=0.7)
-    v = MultiDraftPlanVerifier(d, t, 2, 3)
-    gen = np.random.default_rng(2024)
+def _sampled_laws_pass(v, target, seed):
+    """``N_SAMPLES`` samples of a binary L = 2 verifier: chi-square of the L + 1 output tokens against the
+    target's joint law and of tau against ``v.tau_law()``; returns the samples."""
+    gen = np.random.default_rng(seed)
     samples = [v.sample(rng=gen) for _ in range(N_SAMPLES)]
     idx = np.ravel_multi_index(np.array([s.output for s in samples]).T, (2,) * 3)
-    res = chi2_gof(np.bincount(idx, minlength=8), joint_law(t, 3).ravel(), alpha_fail=ALPHA_FAIL)
+    res = chi2_gof(np.bincount(idx, minlength=8), joint_law(target, 3).ravel(), alpha_fail=ALPHA_FAIL)
     assert res.passed, res
     taus = np.array([s.tau for s in samples])
     res = chi2_gof(np.bincount(taus, minlength=3), v.tau_law(), alpha_fail=ALPHA_FAIL)
     assert res.passed, res
+    return samples
+
+
+def test_plan_verifier_chi2():
+    """Sampled outputs (L + 1 tokens) follow the target's joint law; sampled tau follows tau_law."""
+    d, t = _pair(2, 11, c=0.7)
+    samples = _sampled_laws_pass(MultiDraftPlanVerifier(d, t, 2, 3), t, 2024)
     # tau is the longest common prefix of the output with a draft
     for s in samples[:200]:
         assert s.tau == max(next((j for j in range(2) if b[j] != s.output[j]), 2) for b in s.drafts)
@@ -197,13 +203,7 @@ def test_one_token_verifier_exact(V, L, k, seed):
 def test_one_token_verifier_chi2():
     """Sampled outputs (L + 1 tokens) follow the target; sampled tau follows tau_law; tau <= lcp with a draft."""
     d, t = _pair(2, 13, c=0.7)
-    v = OneTokenVerifier(d, t, 2, 3)
-    gen = np.random.default_rng(77)
-    samples = [v.sample(rng=gen) for _ in range(N_SAMPLES)]
-    idx = np.ravel_multi_index(np.array([s.output for s in samples]).T, (2,) * 3)
-    assert chi2_gof(np.bincount(idx, minlength=8), joint_law(t, 3).ravel(), alpha_fail=ALPHA_FAIL).passed
-    taus = np.array([s.tau for s in samples])
-    assert chi2_gof(np.bincount(taus, minlength=3), v.tau_law(), alpha_fail=ALPHA_FAIL).passed
+    samples = _sampled_laws_pass(OneTokenVerifier(d, t, 2, 3), t, 77)
     for s in samples[:300]:
         assert any(tuple(b[: s.tau]) == s.output[: s.tau] for b in s.drafts)
 
