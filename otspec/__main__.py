@@ -16,15 +16,16 @@ import argparse
 import json
 import sys
 
+from otspec.decoding import HFCausalLM, smollm2_pair
+from otspec.profile import ProfileSettings, profile, toy_pair, write_report
+
 __all__ = ["main"]
 
 
 def _load_pair(draft: str, target: str, device: str):
     """(tokenizer or None, draft LM, target LM) from the command line's model names."""
-    from otspec.decoding import HFCausalLM
 
     if draft.startswith("toy:") or target.startswith("toy:"):
-        from otspec.profile import toy_pair
 
         def parse(s):
             if not s.startswith("toy:"):
@@ -38,7 +39,6 @@ def _load_pair(draft: str, target: str, device: str):
         (Vd, sd, cd), (Vt, st, ct) = parse(draft), parse(target)
         return None, toy_pair(Vd, seed=sd, closeness=cd)[0], toy_pair(Vt, seed=st, closeness=ct)[1]
     if target == "smollm2" and draft in ("smollm2-skip", "smollm2"):
-        from otspec.decoding import smollm2_pair
 
         tok, t, d = smollm2_pair(device=device)
         return tok, (d if draft == "smollm2-skip" else t), t
@@ -53,7 +53,6 @@ def _load_pair(draft: str, target: str, device: str):
 
 
 def _profile(args) -> int:
-    from otspec.profile import ProfileSettings, profile
 
     opts = json.loads(args.verifier_options) if args.verifier_options else {}
     settings = ProfileSettings(
@@ -72,7 +71,6 @@ def _profile(args) -> int:
 
 
 def _report(args) -> int:
-    from otspec.profile import write_report
 
     path = write_report(args.run, dest=args.dest, draft_cost=args.draft_cost, score_cost=args.score_cost,
                         reference=args.reference, figures=not args.no_figures)

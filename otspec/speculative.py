@@ -32,7 +32,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._validation import validate_positive_int
+from ._validation import validate_pair, validate_positive_int
+from .lossy._lenience import validate_lenience
 
 __all__ = [
     "expected_tokens",
@@ -422,8 +423,6 @@ def expected_acceptance(p, q, *, l=1.0):
     """
     import math
 
-    from ._validation import validate_pair
-    from .lossy._lenience import validate_lenience
 
     lv = validate_lenience(l)
     P = np.asarray(p, dtype=np.float64) if not isinstance(p, (str, bytes)) else p

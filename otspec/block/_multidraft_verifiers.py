@@ -35,6 +35,8 @@ from .._validation import as_rng
 from .._verifier import sample_from, sample_from_cdf
 from ..models import conditional_tables, joint_from_tables, next_law, validate_sequence
 from ..otm._highs import solve_lp
+from ..spectr import block_efficiency, optimal_block_efficiency
+from ..spectr import check_lossless as spectr_check
 from ._analysis import _bool, check_lossless, expected_length
 from ._multidraft import (
     MAX_MULTIDRAFT_VARIABLES,
@@ -620,8 +622,6 @@ class SchemeComparison:
 
 
 def _spectr(draft, target, L, k, rule, check: bool):
-    from ..spectr import block_efficiency
-    from ..spectr import check_lossless as spectr_check
 
     length = block_efficiency(draft, target, k, L, verifier=rule) - 1.0
     err = spectr_check(draft, target, k, L, verifier=rule).max_error if check else math.nan
@@ -706,7 +706,6 @@ def compare_schemes(draft, target, L, k, *, schemes=None, check: bool = True) ->
         elif s == "one-token-optimum":
             length = one_token_optimum(draft, target, L, k).value
         elif s == "spectr-dp":
-            from ..spectr import optimal_block_efficiency
 
             length = optimal_block_efficiency(draft, target, k, L) - 1.0
         elif s.startswith("spectr-"):

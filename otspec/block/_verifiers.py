@@ -35,6 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from .._registry import VerifierSpec, get_verifier, register_verifier, verifier_names
 from .._validation import as_rng, validate_positive_int
 from .._verifier import sample_from
 from ..models import (
@@ -46,7 +47,6 @@ from ..models import (
     validate_model_pair,
     validate_sequence,
 )
-from ..multidraft._registry import VerifierSpec, get_verifier, register_verifier, verifier_names
 
 __all__ = [
     "BlockVerifier",

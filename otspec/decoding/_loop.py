@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import otspec
+import otspec.block
+
+from .._registry import get_verifier
 from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
@@ -604,7 +608,6 @@ class _Decoder:
         return idx, pc / pc.sum(), qc / qc.sum()
 
     def _alpha_opt(self, p, q, k):
-        import otspec
 
         _, pc, qc = self._compress(p, q)
         return float(otspec.alpha_k(pc, qc, k))
@@ -656,7 +659,6 @@ class _Decoder:
 
     # -- block verification (K = 1) -----------------------------------------------------------
     def _iter_block(self, ctx):
-        import otspec.block
 
         L = self.L
         X, P, Q = self._draft_and_score(ctx)
@@ -696,7 +698,6 @@ class _Decoder:
 
     # -- k draft blocks, every block enumerated (tiny V**L only) -----------------------------------
     def _iter_multiblock(self, ctx):
-        from .._registry import get_verifier
 
         L, K = self.L, self.K
         dm = _PathModel(self.d, ctx, {})  # queried on every prefix the verifier reads (all of them)

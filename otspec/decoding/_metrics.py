@@ -11,6 +11,8 @@ import numpy as np
 from .._validation import validate_positive_int, validate_probability, validate_seed
 from .._verifier import LosslessCheck
 from ..speculative import expected_tokens
+from ..testing import chi2_gof
+from ..testing._chi2 import MIN_EXPECTED
 from ._deps import require
 from ._loop import (
     BaselineResult,
@@ -387,7 +389,6 @@ def min_runs(law) -> int:
     >>> min_runs(np.full(100, 0.01)), min_runs(np.array([1.0]))
     (500, 1)
     """
-    from ..testing._chi2 import MIN_EXPECTED
 
     law = np.asarray(law, dtype=np.float64)
     if np.count_nonzero(law > 0) < 2:
@@ -494,7 +495,6 @@ def check_lossless(
     """
     from tqdm.auto import tqdm
 
-    from ..testing import chi2_gof
 
     n_runs = validate_positive_int(n_runs, "n_runs")
     alpha_fail = validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)

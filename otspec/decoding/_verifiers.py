@@ -15,8 +15,9 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .._registry import registered_name
-from ..multidraft._registry import get_verifier, verifier_names
+from .._registry import get_verifier, registered_name, verifier_names
+from .._verifier import Verifier
+from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
 
 __all__ = [
     "LP_MAX_COLUMNS",
@@ -57,7 +58,6 @@ MULTIBLOCK_MAX_BLOCKS = 4096
 def check_multiblock_size(name: str, V: int, L: int, k: int) -> None:
     """Raise ValueError when ``V**L`` exceeds :data:`MULTIBLOCK_MAX_BLOCKS`, or the LP over sets of ``k`` blocks
     exceeds :data:`otspec.block.MAX_MULTIDRAFT_VARIABLES` (checked before any model call)."""
-    from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
 
     if V ** L > MULTIBLOCK_MAX_BLOCKS:
         raise ValueError(
@@ -117,7 +117,6 @@ def _takes_k(fn) -> bool:
 
 def as_verifier(out, name: str):
     """The :class:`otspec.Verifier` a builder returned: itself, or the ``.verifier`` of a result object."""
-    from .._verifier import Verifier
 
     if isinstance(out, Verifier):
         return out
@@ -224,7 +223,6 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
     ...
     ValueError: `verifier`='lp' solves an LP ... the vocabulary has 32000 tokens: pass top_k between 1 and 32 ...
     """
-    from .._verifier import Verifier
 
     if options is None:
         options = {}

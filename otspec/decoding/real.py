@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._deps import INSTALL_HINT, require
+from ._models import HFCausalLM
 
 __all__ = ["GGUF_FILE", "DEFAULT_KEEP", "smollm2_gguf_dir", "load_smollm2", "layer_skip_draft", "smollm2_pair"]
 
@@ -241,7 +242,6 @@ def smollm2_pair(*, keep: Sequence[int] = DEFAULT_KEEP, device=None, threads: in
     (16,)
     """
     torch = require("torch", "smollm2_pair")
-    from ._models import HFCausalLM
 
     if threads is not None:
         torch.set_num_threads(int(threads))

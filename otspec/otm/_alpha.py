@@ -13,6 +13,8 @@ import numpy as np
 from .._array import int_power, is_batched_input, parse_ks, validate_batch_pair
 from .._validation import validate_pair
 from ._cut import MinCut, ratio_order
+from ._lp import otm_lp, otm_lp_tuples
+from ._without_replacement import alpha_k_without_replacement
 
 __all__ = ["alpha_k", "min_cut", "MinCut", "ratio_order", "int_power"]
 
@@ -254,7 +256,6 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
     if replacement is False:
-        from ._without_replacement import alpha_k_without_replacement
 
         return alpha_k_without_replacement(p, q, k, method="exact" if method == "exact" else "lp", normalize=normalize)
     if replacement is not True:
@@ -303,7 +304,6 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     if method == "exact":
         vals = _exact(p_, q_, ks)[0]
     else:
-        from ._lp import otm_lp, otm_lp_tuples
 
         solve = otm_lp if method == "lp" else otm_lp_tuples
         vals = np.empty(len(ks))

@@ -110,6 +110,7 @@ from .._validation import (
     validate_pair,
     validate_positive_int,
 )
+from . import _race_kernel as rk
 from ._cut import MinCut, ratio_order
 from ._lp import _membership_plan
 
@@ -195,7 +196,6 @@ def _race(p_sorted: np.ndarray, ks: np.ndarray, rows: np.ndarray | None = None, 
     Prefixes outside ``rows`` (when given) are left at 0 unless exact.
     Returns ``(U, info)``, ``info`` a dict with the nodes and halvings used.
     """
-    from . import _race_kernel as rk
 
     n = p_sorted.shape[0]
     L = ks.shape[0]

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import validate_positive_int, validate_probability
+from ..block import expected_length
+from ..models import MemorylessModel
 from ._common import legend_outside, new_axes, palette, reject_axes
 
 __all__ = ["Figure2Data", "figure2_data", "plot_figure2"]
@@ -92,8 +94,6 @@ def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figur
     >>> [round(float(x), 4) for x in d.lengths["block"][0]]
     [0.75, 1.4375]
     """
-    from ..block import expected_length
-    from ..models import MemorylessModel
 
     q = validate_probability(q, "q")
     ps_ = np.array([validate_probability(p, "ps") for p in ps], dtype=np.float64)

@@ -21,9 +21,11 @@ import math
 
 import numpy as np
 
-from .._validation import validate_pair, validate_positive_int
+from .._validation import as_rng, validate_pair, validate_positive_int
+from ..lossy._ensemble import ensemble_verifier
 from ..lossy._lenience import lenience_curve
 from ..lossy._mentored import mentored_frontier
+from ..lossy._typical import typical_acceptance_verifier
 from ..speculative import expected_tokens, optimal_gamma, walltime_improvement
 from ._common import legend_outside, new_axes, reject_axes
 
@@ -73,7 +75,6 @@ def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float
     >>> p.shape, bool(abs(p.sum() - 1) < 1e-12 and abs(q.sum() - 1) < 1e-12)
     ((50,), True)
     """
-    from .._validation import as_rng
 
     n = validate_positive_int(n, "n")
     gen = as_rng(rng)
@@ -375,8 +376,6 @@ def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_p
     >>> ax.get_xlabel()
     '$\\mathrm{KL}(q\\,\\|\\,\\pi)$ (nats)'
     """
-    from ..lossy._ensemble import ensemble_verifier
-    from ..lossy._typical import typical_acceptance_verifier
 
     p_, q_ = validate_pair(p, q)
     ws = np.linspace(0.0, 1.0, 21) if weights is None else np.asarray(weights, dtype=np.float64)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+import otspec
+
 from .._validation import validate_positive_int, validate_probability
 from ._common import legend_outside, new_axes, palette, reject_axes
 
@@ -173,7 +175,6 @@ def acceptance_curves(p, q, ks, methods=("otm", "kseq")) -> AcceptanceCurves:
     >>> c.values["otm"].tolist(), c.values["multiround"].tolist()
     ([0.5, 0.6875], [0.5, 0.625])
     """
-    import otspec
 
     ks_arr = np.array([validate_positive_int(k, "ks") for k in ks], dtype=np.int64)
     for m in methods:

@@ -21,7 +21,11 @@ import time
 
 import numpy as np
 
+from .._registry import get_verifier
+from ..decoding._models import supports_padding
+from ..decoding._sampling import sample_rows
 from ._quantities import Builds, depth_quantities, expected_accepted
+from ._settings import costly as is_costly
 
 __all__ = ["prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
            "COLUMNS"]
@@ -104,7 +108,6 @@ class _Shared:
 
 
 def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    from ..decoding._sampling import sample_rows
 
     return sample_rows(P, rng)
 
@@ -119,8 +122,6 @@ def is_subsampled(pos, prompt, settings) -> bool:
 
 def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> None:
     """Every exact quantity of one profiled position, appended to ``rows``."""
-    from ..multidraft._registry import get_verifier
-    from ._settings import costly as is_costly
 
     L = settings.L_max
     builds = Builds(X, P, Q, settings.verifier_options)
@@ -270,7 +271,6 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     >>> both[1]["value"][:-4] == one["value"][:-4]      # all but the seconds of the two time rows
     True
     """
-    from ..decoding._models import supports_padding
 
     B = len(prompts)
     sampling = settings.sampling

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import pickle
 
+from .._deps import install_hint
+from ._shard import run_shard
+from ._store import write_shard
+
 __all__ = ["run_on_client"]
 
 #: Models built on this worker process, by the pickled factory.
@@ -28,7 +32,6 @@ def _held_models(models):
 
 
 def _shard_task(models, items, settings, start):
-    from ._shard import run_shard
 
     draft, target = _held_models(models)
     return run_shard(draft, target, items, settings, start)
@@ -39,10 +42,8 @@ def run_on_client(client, models, items, settings, todo, out) -> None:
     try:
         from distributed import as_completed
     except ImportError as exc:  # pragma: no cover - the extra is missing
-        from .._deps import install_hint
 
         raise ImportError(f"a profile over a cluster needs dask.distributed: {install_hint('distributed')}") from exc
-    from ._store import write_shard
 
     size = settings.shard_size
     futures = {}

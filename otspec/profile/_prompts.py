@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from ..decoding._models import validate_prompt
+
 __all__ = ["load_prompts"]
 
 #: Keys read from a JSONL line or a dataset row: token ids first, then text (needs a tokenizer).
@@ -25,7 +27,6 @@ def _encode(text: str, tokenizer, where: str) -> list[int]:
 
 
 def _ids(x, V: int, where: str) -> list[int]:
-    from ..decoding._models import validate_prompt
 
     try:
         return validate_prompt(x, V, "prompt")

@@ -19,6 +19,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._registry import get_verifier
+from ..block import tau_law_on_path
+from ..lossy._mentored import kl_divergence
+from ..multidraft._batched import batched_kseq_acceptance, batched_maximal_coupling_acceptance
+from ..otm._alpha import alpha_k
+from ..otm._without_replacement import alpha_k_without_replacement
+
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_tau"]
 
 
@@ -93,7 +100,6 @@ class Builds:
         key = (name, tuple(self.X[r, :j].tolist()), j, n)
         v = self._cache.get(key)
         if v is None:
-            from ..multidraft._registry import get_verifier
 
             _, pc, qc = self.support(r, j)
             v = self._cache[key] = get_verifier(name).build(pc, qc, n, **self.options.get(name, {}))
@@ -107,7 +113,6 @@ class Builds:
 
 
 def _lossy_gaps(v, q: np.ndarray) -> tuple[float, float]:
-    from ..lossy._mentored import kl_divergence
 
     out = np.asarray(v.output_law(), dtype=np.float64)
     return 0.5 * float(np.abs(out - q).sum()), float(kl_divergence(q, out))
@@ -148,8 +153,6 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
         vocabulary); NaN where the scheme is undefined (``k`` distinct drafts on a support of fewer
         than ``k`` tokens), and such values are not recorded.
     """
-    from ..multidraft._batched import batched_kseq_acceptance, batched_maximal_coupling_acceptance
-    from ..otm._alpha import alpha_k
 
     # the laws come from Sampling.probs: float64 rows summing to 1 (checked there), so no re-validation
     P0, Q0 = builds.P[0, :L], builds.Q[0, :L]
@@ -160,7 +163,6 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
             out[("acc", k)] = vals[:, i]
         return out
     if name == "without-replacement":  # the closed form of the optimum, not the LP plan over draft sets
-        from ..otm._without_replacement import alpha_k_without_replacement
 
         vals = np.array([alpha_k_without_replacement(*builds.support(0, j)[1:], list(ks)) for j in range(L)])
         for i, k in enumerate(ks):
@@ -173,7 +175,6 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
         for k in ks:
             out[("acc", k)] = np.asarray(batched_kseq_acceptance(P0, Q0, k, validate=False), dtype=np.float64)
         return out
-    from ..multidraft._registry import get_verifier
 
     distinct = get_verifier(name).draft_process != "iid"  # k distinct drafts: undefined on a smaller support
     for k in ks:
@@ -250,7 +251,6 @@ def block_tau(name: str, builds: Builds, r: int, L: int) -> tuple[float, float]:
     :math:`1 + E[(L - \tau)\,\mathbb 1\{\tau < L\}]` calls; ``"block-onestep"``
     emits :math:`\tau + 1` in one call.
     """
-    from ..block import tau_law_on_path
 
     x = builds.X[r, :L].tolist()
     law = tau_law_on_path(name, x, list(builds.P[r, :L]), list(builds.Q[r, :L]))
@@ -280,7 +280,6 @@ def expected_accepted(name: str, k: int, builds: Builds, L_max: int) -> dict:
     dict
         ``{"tau": (L_max,) ndarray}``, plus ``"calls"`` for ``"block"``.
     """
-    from ..multidraft._registry import get_verifier
 
     k_max = builds.X.shape[0]
     G = k_max // k

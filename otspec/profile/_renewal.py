@@ -41,7 +41,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._array import validate_batch_pair
+from .._registry import get_verifier, verifier_names
 from .._validation import as_rng, validate_positive_int
+from ..multidraft._batched import batched_kseq_rho_star
+from ..multidraft._priority_keys import PriorityKeyVerifier
+from ..spectr._common import resolve_verifier
 
 __all__ = [
     "RENEWAL_SCHEMES",
@@ -78,7 +83,6 @@ MAX_MC_TOKENS = 10_000_000
 # ----------------------------------------------------------------------------- input checks
 def _scheme(scheme, k: int, method: str):
     """Validate the scheme name against the registry; return (name, route)."""
-    from ..multidraft._registry import get_verifier, verifier_names
 
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
@@ -124,7 +128,6 @@ def _scheme(scheme, k: int, method: str):
 
 
 def _laws(p, q, name_p: str, name_q: str):
-    from .._array import validate_batch_pair
 
     try:
         P, Q, _ = validate_batch_pair(p, q)
@@ -199,7 +202,6 @@ def _poly_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _kseq_parts(P, Q, m: int):
     """Vectorised :func:`otspec.multidraft._kseq._kseq_parts` at ``rho = rho*(m)``: (accept, E, residual)."""
-    from ..multidraft._batched import batched_kseq_rho_star
 
     rho = np.asarray(batched_kseq_rho_star(P, Q, m, validate=False), dtype=np.float64)[..., None]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -322,8 +324,6 @@ def _powers(x: np.ndarray, n: int) -> np.ndarray:
 
 def _step_laws_optimal(P, Q, Y, k: int, max_rows: int) -> np.ndarray:
     """``W`` of the optimal verifier from its priority keys, per position and survivor count."""
-    from ..multidraft._priority_keys import PriorityKeyVerifier
-    from ..multidraft._registry import get_verifier
 
     build = get_verifier("optimal").build
     V = P.shape[-1]
@@ -346,7 +346,6 @@ def _step_laws_optimal(P, Q, Y, k: int, max_rows: int) -> np.ndarray:
 
 def _step_laws_fallback(scheme: str, P, Q, Y, k: int, route: str, n_draws: int, gen, max_enum: int):
     """``W`` by the verifier's exact step law (enumeration) or a Monte Carlo average over many draft tuples."""
-    from ..spectr._common import resolve_verifier
 
     factory = resolve_verifier(scheme)
     shape = Y.shape

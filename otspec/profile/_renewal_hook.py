@@ -1,4 +1,4 @@
-r"""The bridge to :mod:`otspec.profile._renewal` (emission tables along the text), used when it exists.
+r"""The per-prompt hook that records :mod:`otspec.profile._renewal`'s emission tables along the text.
 
 For the unbiased tokens-per-call estimator (docs/theory/profile.rst) the
 profile records, at each text position ``s``, the emission table
@@ -11,23 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["renewal_rows", "available"]
+from ._quantities import drop_null_columns
+from ._renewal import emission_probs_along
 
-
-def available() -> bool:
-    """Whether the emission tables can be computed (the theory module is present)."""
-    try:
-        from . import _renewal
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return False
-    return hasattr(_renewal, "emission_probs_along")
-
-
-def renewal_rows():
-    """The per-prompt hook of :func:`profile_prompt`, or None when the theory module is absent."""
-    if not available():
-        return None
-    return _emission_rows
+__all__ = ["emission_rows", "renewal_families"]
 
 
 def renewal_families(settings) -> list[str]:
@@ -45,14 +32,12 @@ def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:
     return P
 
 
-def _emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
+def emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
     """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``."""
-    from ._renewal import emission_probs_along
 
     fams = renewal_families(settings)
     if not fams:
         return
-    from ._quantities import drop_null_columns
 
     p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer)
     T = len(y)

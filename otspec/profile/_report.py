@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L
+from ._store import write_atomic
+from ._summary import summarize
+
 __all__ = ["write_report", "report_markdown"]
 
 
@@ -107,8 +111,6 @@ def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> 
     ValueError
         ``out`` holds no run.
     """
-    from ._store import write_atomic
-    from ._summary import summarize
 
     summary = summarize(out, **summary_options)
     dest = Path(out if dest is None else dest)
@@ -120,7 +122,6 @@ def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> 
         matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 
-        from ._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L
 
         fam = "optimal" if any(f == "optimal" for f, _, _ in summary.speedup) else next(iter(summary.speedup), None)
         for fname, draw in (("acceptance_vs_k.png", lambda ax: plot_acceptance_vs_k(summary, ax=ax)),

@@ -6,9 +6,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .._deps import check_installed
+from ..decoding._models import validate_language_model
+from ._distributed import run_on_client
+from ._prompts import load_prompts
 from ._settings import ProfileSettings
 from ._shard import run_shard
-from ._store import check_or_write_manifest, manifest_for, shard_path, write_shard
+from ._store import _model_id, check_or_write_manifest, manifest_for, shard_path, write_shard
 
 __all__ = ["ProfileRun", "profile"]
 
@@ -101,10 +105,6 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     >>> run.prompts, run.shards_written
     (2, 1)
     """
-    from .._deps import check_installed
-    from ..decoding._models import validate_language_model
-    from ._prompts import load_prompts
-    from ._store import _model_id
 
     check_installed("pyarrow", "a profile's Parquet shards", "profile")
     t0 = time.perf_counter()
@@ -137,7 +137,6 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     todo = [s for s in range(manifest["shards"]) if not shard_path(out, s).is_file()]
     skipped = manifest["shards"] - len(todo)
     if client is not None:
-        from ._distributed import run_on_client
 
         run_on_client(client, models, items, settings, todo, out)
     else:

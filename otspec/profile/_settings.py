@@ -8,7 +8,12 @@ from __future__ import annotations
 import difflib
 from dataclasses import asdict, dataclass, field
 
+from .._registry import get_verifier, verifier_names
 from .._validation import validate_positive_int, validate_seed
+from ..decoding._sampling import Sampling
+from ..decoding._verifiers import decoding_names, lp_max_support
+from ..multidraft._khisti import MAX_MULTISETS
+from ._renewal import RENEWAL_SCHEMES
 
 __all__ = ["ProfileSettings", "BATCHED", "CHEAP_ACC", "CHEAP_FAMILIES", "CONTEXTS", "ON_REQUEST", "RENEWAL_DEFAULT",
            "costly", "token_verifiers", "families", "did_you_mean"]
@@ -56,7 +61,6 @@ def did_you_mean(name: str, choices) -> str:
 
 def token_verifiers() -> tuple[str, ...]:
     """Every registered token-level verifier (:data:`otspec.multidraft.VERIFIERS`)."""
-    from ..multidraft._registry import verifier_names
 
     return verifier_names(kind="token")
 
@@ -64,8 +68,6 @@ def token_verifiers() -> tuple[str, ...]:
 def families() -> tuple[str, ...]:
     """Every scheme the decoding loop runs on i.i.d. drafts at a real vocabulary: token-level DraftSelection and
     block verification (not the multi-draft block verifiers, which enumerate all ``V**L`` blocks)."""
-    from ..decoding._verifiers import decoding_names
-    from ..multidraft._registry import get_verifier
 
     return tuple(n for n in decoding_names() if get_verifier(n).build_multi is None)
 
@@ -196,8 +198,6 @@ class ProfileSettings:
     batch_size: int = 1
 
     def __post_init__(self):
-        from ..decoding._sampling import Sampling
-        from ..multidraft._registry import get_verifier
 
         for name in ("k_max", "L_max", "max_new_tokens", "stride", "shard_size", "batch_size"):
             object.__setattr__(self, name, validate_positive_int(getattr(self, name), name))
@@ -241,7 +241,6 @@ class ProfileSettings:
                 raise ValueError(f"verifier {n!r} needs options {missing}: pass verifier_options={{{n!r}: {{...}}}}")
         object.__setattr__(self, "verifiers", v)
         object.__setattr__(self, "families", f)
-        from ._renewal import RENEWAL_SCHEMES
 
         if self.renewal is None:
             r = tuple(n for n in f if n in RENEWAL_DEFAULT)
@@ -264,8 +263,6 @@ class ProfileSettings:
         """
         import math
 
-        from ..decoding._verifiers import lp_max_support
-        from ..multidraft._khisti import MAX_MULTISETS
 
         reach = V if self.top_k is None else min(V, self.top_k)
         nucleus = self.top_p is not None and self.top_p < 1.0
@@ -305,13 +302,11 @@ class ProfileSettings:
     @property
     def sampling(self):
         """The :class:`otspec.decoding.Sampling` of draft and target."""
-        from ..decoding._sampling import Sampling
 
         return Sampling(self.temperature, self.top_k, self.top_p, self.top_p_rule)
 
     def ks(self, name: str) -> tuple[int, ...]:
         """The numbers of drafts recorded for ``name`` (1 only for single-draft verifiers)."""
-        from ..multidraft._registry import get_verifier
 
         return (1,) if get_verifier(name).single_draft or get_verifier(name).kind == "block" else tuple(
             range(1, self.k_max + 1))

@@ -6,7 +6,9 @@ Used in process by :func:`otspec.profile.profile` and on dask workers by
 
 from __future__ import annotations
 
+from ..decoding._models import supports_padding
 from ._collect import COLUMNS, path_length, profile_bucket, profile_prompt
+from ._renewal_hook import emission_rows
 from ._settings import ProfileSettings
 
 __all__ = ["buckets", "run_shard"]
@@ -36,10 +38,8 @@ def run_shard(draft, target, items, settings: ProfileSettings, start: int, bar=N
     """The rows of prompts ``start, start + 1, ...`` (``items`` their (ids, reference) pairs), in prompt order;
     with ``settings.batch_size > 1`` the shard's prompts run batched (:func:`profile_bucket`), left-padded when
     both models take ``new_state(pad=...)``, else by length buckets."""
-    from ..decoding._models import supports_padding
-    from ._renewal_hook import renewal_rows
 
-    hook = renewal_rows()
+    hook = emission_rows
     refs = [ref if settings.context == "reference" else None for _, ref in items]
     if settings.batch_size == 1:
         return _merge(profile_prompt(draft, target, prompt, refs[i], settings, start + i, bar=bar, renewal=hook)

@@ -13,6 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ._collect import is_subsampled
+from ._renewal import starts_recursion
+from ._settings import costly
+from ._store import iter_shards, read_manifest
+
 __all__ = ["ProfileSummary", "Estimate", "summarize", "prompt_sums"]
 
 #: Bootstrap resamples of every interval.
@@ -168,7 +173,6 @@ def _timing(out) -> tuple[float, float]:
     """Seconds per draft step and per target call, over the whole run."""
     import pyarrow.compute as pc
 
-    from ._store import iter_shards
 
     sums = {"draft": np.zeros(2), "target": np.zeros(2)}
     for t in iter_shards(out):
@@ -230,7 +234,6 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
     --------
     See :func:`profile`.
     """
-    from ._store import read_manifest
 
     man = read_manifest(out)
     for nm, val in (("draft_cost", draft_cost), ("score_cost", score_cost)):
@@ -264,7 +267,6 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
             raise ValueError(f"`reference` must be a profiled family {tuple(fams)}, got {ref!r}")
         # the costly schemes are profiled at every `subsample`-th position: their paired differences
         # compare both schemes on those positions only
-        from ._settings import costly
 
         skeys, _, sS, sC = sums["sub"]
         s_keys, sE, sCm = _emitted_and_calls(skeys, sS, sC)
@@ -335,8 +337,6 @@ def _stream_sums(out, settings: dict):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ._collect import is_subsampled
-    from ._store import iter_shards
 
     alls, subs, T_parts, start_parts, palm_parts = [], [], [], [], []
     for t in iter_shards(out):
@@ -374,7 +374,6 @@ def _renewal_starts(table, prompts: np.ndarray) -> tuple[np.ndarray, dict, dict]
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ._renewal import starts_recursion
 
     t = table.filter(pc.is_in(table["kind"], value_set=pa.array(["e", "logq"])))
     T_n = np.zeros(len(prompts))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..decoding import CallableLM
+
 __all__ = ["BigramLogits", "toy_pair"]
 
 
@@ -58,7 +60,6 @@ def toy_pair(vocab_size: int = 6, *, seed: int = 0, closeness: float = 0.5):
     >>> draft.vocab_size, target.vocab_size
     (4, 4)
     """
-    from ..decoding import CallableLM
 
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
         raise ValueError(f"`vocab_size` must be an integer >= 2, got {vocab_size!r}")
