@@ -24,9 +24,7 @@ __all__ = ["main"]
 
 def _load_pair(draft: str, target: str, device: str):
     """(tokenizer or None, draft LM, target LM) from the command line's model names."""
-
     if draft.startswith("toy:") or target.startswith("toy:"):
-
         def parse(s):
             if not s.startswith("toy:"):
                 raise SystemExit(f"--draft and --target must both be toy models, got {draft!r} and {target!r}")
@@ -39,7 +37,6 @@ def _load_pair(draft: str, target: str, device: str):
         (Vd, sd, cd), (Vt, st, ct) = parse(draft), parse(target)
         return None, toy_pair(Vd, seed=sd, closeness=cd)[0], toy_pair(Vt, seed=st, closeness=ct)[1]
     if target == "smollm2" and draft in ("smollm2-skip", "smollm2"):
-
         tok, t, d = smollm2_pair(device=device)
         return tok, (d if draft == "smollm2-skip" else t), t
     import transformers
@@ -53,7 +50,6 @@ def _load_pair(draft: str, target: str, device: str):
 
 
 def _profile(args) -> int:
-
     opts = json.loads(args.verifier_options) if args.verifier_options else {}
     settings = ProfileSettings(
         k_max=args.k_max, L_max=args.L_max, max_new_tokens=args.max_new_tokens, stride=args.stride,
@@ -71,7 +67,6 @@ def _profile(args) -> int:
 
 
 def _report(args) -> int:
-
     path = write_report(args.run, dest=args.dest, draft_cost=args.draft_cost, score_cost=args.score_cost,
                         reference=args.reference, figures=not args.no_figures)
     print(path)

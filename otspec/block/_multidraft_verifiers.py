@@ -622,7 +622,6 @@ class SchemeComparison:
 
 
 def _spectr(draft, target, L, k, rule, check: bool):
-
     length = block_efficiency(draft, target, k, L, verifier=rule) - 1.0
     err = spectr_check(draft, target, k, L, verifier=rule).max_error if check else math.nan
     return length, err
@@ -706,7 +705,6 @@ def compare_schemes(draft, target, L, k, *, schemes=None, check: bool = True) ->
         elif s == "one-token-optimum":
             length = one_token_optimum(draft, target, L, k).value
         elif s == "spectr-dp":
-
             length = optimal_block_efficiency(draft, target, k, L) - 1.0
         elif s.startswith("spectr-"):
             length, err = _spectr(draft, target, L, k, s[len("spectr-"):], check)

@@ -608,7 +608,6 @@ class _Decoder:
         return idx, pc / pc.sum(), qc / qc.sum()
 
     def _alpha_opt(self, p, q, k):
-
         _, pc, qc = self._compress(p, q)
         return float(otspec.alpha_k(pc, qc, k))
 
@@ -659,7 +658,6 @@ class _Decoder:
 
     # -- block verification (K = 1) -----------------------------------------------------------
     def _iter_block(self, ctx):
-
         L = self.L
         X, P, Q = self._draft_and_score(ctx)
         P, Q = _np(P), _np(Q)  # K = 1: the block verifier and its analysis read every row of the block
@@ -698,7 +696,6 @@ class _Decoder:
 
     # -- k draft blocks, every block enumerated (tiny V**L only) -----------------------------------
     def _iter_multiblock(self, ctx):
-
         L, K = self.L, self.K
         dm = _PathModel(self.d, ctx, {})  # queried on every prefix the verifier reads (all of them)
         tm = _PathModel(self.t, ctx, {})

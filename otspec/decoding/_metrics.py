@@ -389,7 +389,6 @@ def min_runs(law) -> int:
     >>> min_runs(np.full(100, 0.01)), min_runs(np.array([1.0]))
     (500, 1)
     """
-
     law = np.asarray(law, dtype=np.float64)
     if np.count_nonzero(law > 0) < 2:
         return 1

@@ -58,7 +58,6 @@ MULTIBLOCK_MAX_BLOCKS = 4096
 def check_multiblock_size(name: str, V: int, L: int, k: int) -> None:
     """Raise ValueError when ``V**L`` exceeds :data:`MULTIBLOCK_MAX_BLOCKS`, or the LP over sets of ``k`` blocks
     exceeds :data:`otspec.block.MAX_MULTIDRAFT_VARIABLES` (checked before any model call)."""
-
     if V ** L > MULTIBLOCK_MAX_BLOCKS:
         raise ValueError(
             f"`verifier`={name!r} enumerates all V**L draft blocks at every step: V={V}, L={L} gives {V ** L} "
@@ -117,7 +116,6 @@ def _takes_k(fn) -> bool:
 
 def as_verifier(out, name: str):
     """The :class:`otspec.Verifier` a builder returned: itself, or the ``.verifier`` of a result object."""
-
     if isinstance(out, Verifier):
         return out
     v = getattr(out, "verifier", None)
@@ -223,7 +221,6 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
     ...
     ValueError: `verifier`='lp' solves an LP ... the vocabulary has 32000 tokens: pass top_k between 1 and 32 ...
     """
-
     if options is None:
         options = {}
     if not isinstance(options, dict):

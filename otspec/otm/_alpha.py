@@ -256,7 +256,6 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
     if replacement is False:
-
         return alpha_k_without_replacement(p, q, k, method="exact" if method == "exact" else "lp", normalize=normalize)
     if replacement is not True:
         raise TypeError(f"`replacement` must be a bool, got {type(replacement).__name__}")
@@ -304,7 +303,6 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     if method == "exact":
         vals = _exact(p_, q_, ks)[0]
     else:
-
         solve = otm_lp if method == "lp" else otm_lp_tuples
         vals = np.empty(len(ks))
         for i, kk in enumerate(ks):

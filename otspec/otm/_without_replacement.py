@@ -196,7 +196,6 @@ def _race(p_sorted: np.ndarray, ks: np.ndarray, rows: np.ndarray | None = None, 
     Prefixes outside ``rows`` (when given) are left at 0 unless exact.
     Returns ``(U, info)``, ``info`` a dict with the nodes and halvings used.
     """
-
     n = p_sorted.shape[0]
     L = ks.shape[0]
     K = int(ks[-1])

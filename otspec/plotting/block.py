@@ -94,7 +94,6 @@ def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figur
     >>> [round(float(x), 4) for x in d.lengths["block"][0]]
     [0.75, 1.4375]
     """
-
     q = validate_probability(q, "q")
     ps_ = np.array([validate_probability(p, "ps") for p in ps], dtype=np.float64)
     if ps_.size == 0:

@@ -75,7 +75,6 @@ def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float
     >>> p.shape, bool(abs(p.sum() - 1) < 1e-12 and abs(q.sum() - 1) < 1e-12)
     ((50,), True)
     """
-
     n = validate_positive_int(n, "n")
     gen = as_rng(rng)
     z = gen.standard_normal(n)
@@ -376,7 +375,6 @@ def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_p
     >>> ax.get_xlabel()
     '$\\mathrm{KL}(q\\,\\|\\,\\pi)$ (nats)'
     """
-
     p_, q_ = validate_pair(p, q)
     ws = np.linspace(0.0, 1.0, 21) if weights is None else np.asarray(weights, dtype=np.float64)
     ens = [ensemble_verifier(p_, q_, float(w)) for w in ws]

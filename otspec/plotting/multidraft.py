@@ -175,7 +175,6 @@ def acceptance_curves(p, q, ks, methods=("otm", "kseq")) -> AcceptanceCurves:
     >>> c.values["otm"].tolist(), c.values["multiround"].tolist()
     ([0.5, 0.6875], [0.5, 0.625])
     """
-
     ks_arr = np.array([validate_positive_int(k, "ks") for k in ks], dtype=np.int64)
     for m in methods:
         if m not in METHODS:

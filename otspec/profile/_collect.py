@@ -108,7 +108,6 @@ class _Shared:
 
 
 def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-
     return sample_rows(P, rng)
 
 
@@ -122,7 +121,6 @@ def is_subsampled(pos, prompt, settings) -> bool:
 
 def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> None:
     """Every exact quantity of one profiled position, appended to ``rows``."""
-
     L = settings.L_max
     builds = Builds(X, P, Q, settings.verifier_options)
     for name in settings.verifiers:
@@ -271,7 +269,6 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     >>> both[1]["value"][:-4] == one["value"][:-4]      # all but the seconds of the two time rows
     True
     """
-
     B = len(prompts)
     sampling = settings.sampling
     k, L = settings.k_max, settings.L_max

@@ -32,7 +32,6 @@ def _held_models(models):
 
 
 def _shard_task(models, items, settings, start):
-
     draft, target = _held_models(models)
     return run_shard(draft, target, items, settings, start)
 

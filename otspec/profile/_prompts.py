@@ -27,7 +27,6 @@ def _encode(text: str, tokenizer, where: str) -> list[int]:
 
 
 def _ids(x, V: int, where: str) -> list[int]:
-
     try:
         return validate_prompt(x, V, "prompt")
     except (TypeError, ValueError) as exc:

@@ -100,7 +100,6 @@ class Builds:
         key = (name, tuple(self.X[r, :j].tolist()), j, n)
         v = self._cache.get(key)
         if v is None:
-
             _, pc, qc = self.support(r, j)
             v = self._cache[key] = get_verifier(name).build(pc, qc, n, **self.options.get(name, {}))
         return v
@@ -113,7 +112,6 @@ class Builds:
 
 
 def _lossy_gaps(v, q: np.ndarray) -> tuple[float, float]:
-
     out = np.asarray(v.output_law(), dtype=np.float64)
     return 0.5 * float(np.abs(out - q).sum()), float(kl_divergence(q, out))
 
@@ -153,7 +151,6 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
         vocabulary); NaN where the scheme is undefined (``k`` distinct drafts on a support of fewer
         than ``k`` tokens), and such values are not recorded.
     """
-
     # the laws come from Sampling.probs: float64 rows summing to 1 (checked there), so no re-validation
     P0, Q0 = builds.P[0, :L], builds.Q[0, :L]
     out: dict = {}
@@ -251,7 +248,6 @@ def block_tau(name: str, builds: Builds, r: int, L: int) -> tuple[float, float]:
     :math:`1 + E[(L - \tau)\,\mathbb 1\{\tau < L\}]` calls; ``"block-onestep"``
     emits :math:`\tau + 1` in one call.
     """
-
     x = builds.X[r, :L].tolist()
     law = tau_law_on_path(name, x, list(builds.P[r, :L]), list(builds.Q[r, :L]))
     t = np.arange(L + 1)
@@ -280,7 +276,6 @@ def expected_accepted(name: str, k: int, builds: Builds, L_max: int) -> dict:
     dict
         ``{"tau": (L_max,) ndarray}``, plus ``"calls"`` for ``"block"``.
     """
-
     k_max = builds.X.shape[0]
     G = k_max // k
     spec = get_verifier(name)

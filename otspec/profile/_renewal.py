@@ -83,7 +83,6 @@ MAX_MC_TOKENS = 10_000_000
 # ----------------------------------------------------------------------------- input checks
 def _scheme(scheme, k: int, method: str):
     """Validate the scheme name against the registry; return (name, route)."""
-
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
     names = verifier_names()
@@ -128,7 +127,6 @@ def _scheme(scheme, k: int, method: str):
 
 
 def _laws(p, q, name_p: str, name_q: str):
-
     try:
         P, Q, _ = validate_batch_pair(p, q)
     except (TypeError, ValueError) as exc:
@@ -202,7 +200,6 @@ def _poly_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _kseq_parts(P, Q, m: int):
     """Vectorised :func:`otspec.multidraft._kseq._kseq_parts` at ``rho = rho*(m)``: (accept, E, residual)."""
-
     rho = np.asarray(batched_kseq_rho_star(P, Q, m, validate=False), dtype=np.float64)[..., None]
     with np.errstate(divide="ignore", invalid="ignore"):
         accept = np.where(Q >= rho * P, 1.0, Q / (rho * P))
@@ -324,7 +321,6 @@ def _powers(x: np.ndarray, n: int) -> np.ndarray:
 
 def _step_laws_optimal(P, Q, Y, k: int, max_rows: int) -> np.ndarray:
     """``W`` of the optimal verifier from its priority keys, per position and survivor count."""
-
     build = get_verifier("optimal").build
     V = P.shape[-1]
     Pf, Qf, Yf = P.reshape(-1, V), Q.reshape(-1, V), Y.reshape(-1)
@@ -346,7 +342,6 @@ def _step_laws_optimal(P, Q, Y, k: int, max_rows: int) -> np.ndarray:
 
 def _step_laws_fallback(scheme: str, P, Q, Y, k: int, route: str, n_draws: int, gen, max_enum: int):
     """``W`` by the verifier's exact step law (enumeration) or a Monte Carlo average over many draft tuples."""
-
     factory = resolve_verifier(scheme)
     shape = Y.shape
     V = P.shape[-1]

@@ -34,7 +34,6 @@ def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:
 
 def emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
     """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``."""
-
     fams = renewal_families(settings)
     if not fams:
         return

@@ -111,7 +111,6 @@ def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> 
     ValueError
         ``out`` holds no run.
     """
-
     summary = summarize(out, **summary_options)
     dest = Path(out if dest is None else dest)
     dest.mkdir(parents=True, exist_ok=True)

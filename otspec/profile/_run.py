@@ -105,7 +105,6 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     >>> run.prompts, run.shards_written
     (2, 1)
     """
-
     check_installed("pyarrow", "a profile's Parquet shards", "profile")
     t0 = time.perf_counter()
     if settings is None:
@@ -137,7 +136,6 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     todo = [s for s in range(manifest["shards"]) if not shard_path(out, s).is_file()]
     skipped = manifest["shards"] - len(todo)
     if client is not None:
-
         run_on_client(client, models, items, settings, todo, out)
     else:
         from tqdm.auto import tqdm

@@ -61,14 +61,12 @@ def did_you_mean(name: str, choices) -> str:
 
 def token_verifiers() -> tuple[str, ...]:
     """Every registered token-level verifier (:data:`otspec.multidraft.VERIFIERS`)."""
-
     return verifier_names(kind="token")
 
 
 def families() -> tuple[str, ...]:
     """Every scheme the decoding loop runs on i.i.d. drafts at a real vocabulary: token-level DraftSelection and
     block verification (not the multi-draft block verifiers, which enumerate all ``V**L`` blocks)."""
-
     return tuple(n for n in decoding_names() if get_verifier(n).build_multi is None)
 
 
@@ -198,7 +196,6 @@ class ProfileSettings:
     batch_size: int = 1
 
     def __post_init__(self):
-
         for name in ("k_max", "L_max", "max_new_tokens", "stride", "shard_size", "batch_size"):
             object.__setattr__(self, name, validate_positive_int(getattr(self, name), name))
         object.__setattr__(self, "subsample", validate_positive_int(self.subsample, "subsample", minimum=0))
@@ -302,12 +299,10 @@ class ProfileSettings:
     @property
     def sampling(self):
         """The :class:`otspec.decoding.Sampling` of draft and target."""
-
         return Sampling(self.temperature, self.top_k, self.top_p, self.top_p_rule)
 
     def ks(self, name: str) -> tuple[int, ...]:
         """The numbers of drafts recorded for ``name`` (1 only for single-draft verifiers)."""
-
         return (1,) if get_verifier(name).single_draft or get_verifier(name).kind == "block" else tuple(
             range(1, self.k_max + 1))
 

@@ -38,7 +38,6 @@ def run_shard(draft, target, items, settings: ProfileSettings, start: int, bar=N
     """The rows of prompts ``start, start + 1, ...`` (``items`` their (ids, reference) pairs), in prompt order;
     with ``settings.batch_size > 1`` the shard's prompts run batched (:func:`profile_bucket`), left-padded when
     both models take ``new_state(pad=...)``, else by length buckets."""
-
     hook = emission_rows
     refs = [ref if settings.context == "reference" else None for _, ref in items]
     if settings.batch_size == 1:

@@ -234,7 +234,6 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
     --------
     See :func:`profile`.
     """
-
     man = read_manifest(out)
     for nm, val in (("draft_cost", draft_cost), ("score_cost", score_cost)):
         if val is not None and not (np.isfinite(val) and val >= 0):

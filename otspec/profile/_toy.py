@@ -60,7 +60,6 @@ def toy_pair(vocab_size: int = 6, *, seed: int = 0, closeness: float = 0.5):
     >>> draft.vocab_size, target.vocab_size
     (4, 4)
     """
-
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
         raise ValueError(f"`vocab_size` must be an integer >= 2, got {vocab_size!r}")
     if not 0.0 < float(closeness) <= 1.0:
