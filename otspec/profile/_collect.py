@@ -28,11 +28,13 @@ from ._quantities import Builds, depth_quantities, expected_accepted
 from ._settings import costly as is_costly
 
 __all__ = ["prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
-           "COLUMNS"]
+           "cost_rows", "cost_shapes", "COLUMNS", "COST_REPEATS", "TIMING_KINDS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
 #: number of drafts, depth or draft length, index inside an emission table, the value.
 COLUMNS = ("prompt", "pos", "kind", "name", "k", "j", "m", "value")
+#: Kinds of rows holding wall-clock seconds (they differ between runs): the per-prompt timers and the cost calibration.
+TIMING_KINDS = ("time", "cost")
 
 
 def prompt_rng(seed: int, index: int) -> np.random.Generator:
@@ -105,6 +107,67 @@ class _Shared:
             tm.draft_steps += one.draft_steps
             tm.target_calls += one.target_calls
         return probs
+
+
+#: Repetitions of every timed call of the cost calibration (:func:`cost_rows`; the summary keeps the median).
+COST_REPEATS = 3
+
+
+def cost_shapes(settings) -> dict[str, list[tuple[int, int]]]:
+    """The calls a decoder with these settings makes, as ``(rows, new tokens per row)`` per model.
+
+    The target: one token (a step of plain decoding, the baseline) and ``k`` draft blocks scored as ``k``
+    rows of ``L + 1`` tokens, for every ``k <= k_max`` and ``L <= L_max``. The draft: one batched step on
+    ``k`` rows of one token, for every ``k <= k_max`` (the first depth drafts from one row).
+    """
+    grid = [(k, L + 1) for k in range(1, settings.k_max + 1) for L in range(1, settings.L_max + 1)]
+    return {"target": [(1, 1)] + [g for g in grid if g != (1, 1)],
+            "draft": [(k, 1) for k in range(1, settings.k_max + 1)]}
+
+
+def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
+    r"""Seconds of every model call a decoder makes, measured on the models' device at ``prompt``'s context.
+
+    .. math::
+
+        t_{	ext{target}}(k, L + 1), \qquad t_{	ext{target}}(1, 1), \qquad t_{	ext{draft}}(k, 1),
+
+    the wall time of one call on ``k`` rows of ``n`` new tokens after the prompt's cached context (the
+    float64 laws included, as decoding computes them), for the shapes of :func:`cost_shapes`, each timed
+    :data:`COST_REPEATS` times in interleaved rounds. The speed-up model of :func:`otspec.profile.summarize`
+    predicts from these, so the prediction is for the device and the models the profile ran on. The token
+    ids of the timed calls are fixed (a call's time does not depend on them).
+
+    Returns
+    -------
+    dict of lists
+        The columns :data:`COLUMNS`: rows ``kind="cost"``, ``name`` the model, ``k`` the rows, ``m`` the new
+        tokens per row, ``j`` the repetition, ``value`` the seconds.
+    """
+    import torch
+
+    rows = _Rows(index)
+    sampling = settings.sampling
+    ctx = [int(t) for t in prompt]
+    held = len(ctx) - 1
+    shapes = cost_shapes(settings)
+    for name, lm in (("target", target), ("draft", draft)):
+        state = lm.new_state()
+        if held:
+            lm.logits(state, torch.as_tensor([ctx[:held]], dtype=torch.long).to(lm.device))
+        for rep in range(COST_REPEATS):
+            for k, n in shapes[name]:
+                ids = np.full((k, n), ctx[-1], dtype=np.int64)
+                ids[:, 1:] = (np.arange(1, n) * 7919 + np.arange(k)[:, None]) % lm.vocab_size
+                if not held:
+                    state = lm.new_state()
+                t0 = time.perf_counter()
+                _np(sampling.probs(lm.logits(state, torch.as_tensor(ids).to(lm.device))))
+                dt = time.perf_counter() - t0
+                if held:
+                    lm.select(state, 0, held)
+                rows.add(-1, "cost", name, k, [dt], m=n, j0=rep + 1)
+    return rows.cols
 
 
 def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:

@@ -7,7 +7,7 @@ Used in process by :func:`otspec.profile.profile` and on dask workers by
 from __future__ import annotations
 
 from ..decoding._models import supports_padding
-from ._collect import COLUMNS, path_length, profile_bucket, profile_prompt
+from ._collect import COLUMNS, cost_rows, path_length, profile_bucket, profile_prompt
 from ._renewal_hook import emission_rows
 from ._settings import ProfileSettings
 
@@ -16,7 +16,7 @@ __all__ = ["buckets", "run_shard"]
 
 def _merge(cols_list) -> dict:
     out = {c: [] for c in COLUMNS}
-    for cols in cols_list:
+    for cols in filter(None, cols_list):
         for c in COLUMNS:
             out[c].extend(cols[c])
     return out
@@ -40,13 +40,14 @@ def run_shard(draft, target, items, settings: ProfileSettings, start: int, bar=N
     both models take ``new_state(pad=...)``, else by length buckets."""
     hook = emission_rows
     refs = [ref if settings.context == "reference" else None for _, ref in items]
+    costs = cost_rows(draft, target, items[0][0], settings, start) if items else None
     if settings.batch_size == 1:
-        return _merge(profile_prompt(draft, target, prompt, refs[i], settings, start + i, bar=bar, renewal=hook)
-                      for i, (prompt, _) in enumerate(items))
-    cols = [None] * len(items)
+        return _merge([costs, *(profile_prompt(draft, target, prompt, refs[i], settings, start + i, bar=bar,
+                                               renewal=hook) for i, (prompt, _) in enumerate(items))])
+    cols = [costs] + [None] * len(items)
     for batch in buckets(items, settings, pad=supports_padding(draft) and supports_padding(target)):
         got = profile_bucket(draft, target, [items[i][0] for i in batch], [refs[i] for i in batch], settings,
                              [start + i for i in batch], bar=bar, renewal=hook)
         for i, c in zip(batch, got):
-            cols[i] = c
+            cols[1 + i] = c
     return _merge(cols)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._collect import COLUMNS
+from ._collect import COLUMNS, TIMING_KINDS
 
 __all__ = ["MANIFEST", "write_atomic", "manifest_for", "check_or_write_manifest", "shard_path", "write_shard",
            "read_table", "iter_shards", "read_manifest"]
@@ -154,13 +154,14 @@ def iter_shards(out):
 
 
 def read_table(out, *, timing: bool = False):
-    """All rows of a run as one ``pyarrow.Table`` (``timing=False`` drops the wall-time rows)."""
+    """All rows of a run as one ``pyarrow.Table`` (``timing=False`` drops the wall-time rows: the timers and the
+    cost calibration, :data:`otspec.profile._collect.TIMING_KINDS`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     tables = []
     for t in iter_shards(out):
         if not timing:
-            t = t.filter(pc.not_equal(t["kind"], "time"))
+            t = t.filter(pc.invert(pc.is_in(t["kind"], value_set=pa.array(TIMING_KINDS))))
         tables.append(t)
     return pa.concat_tables(tables) if tables else _schema().empty_table()
