@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L
+from .._registry import get_verifier
+from ._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L, position_set
 from ._store import write_atomic
 from ._summary import summarize
 
@@ -15,8 +16,159 @@ def _fmt(e, spec=".3f") -> str:
     return f"{e.value:{spec}} [{e.lo:{spec}}, {e.hi:{spec}}]"
 
 
+def _signed(e, spec=".3f") -> str:
+    return f"{e.value:+{spec}} [{e.lo:+{spec}}, {e.hi:+{spec}}]"
+
+
+def _config(key) -> str:
+    f, k, L = key
+    return f"{f}, k = {k}, L = {L}"
+
+
+def _every(n: int) -> str:
+    return {1: "every", 2: "every 2nd", 3: "every 3rd"}.get(n, f"every {n}th")
+
+
+def _set_title(ps, summary) -> str:
+    if ps.name == "all":
+        return f"all {ps.positions} profiled positions"
+    return f"the {ps.positions} positions of the subsample ({_every(summary.settings['subsample'])} profiled position)"
+
+
+def _names_on(ps, which: str) -> list[str]:
+    d = ps.tokens_per_call if which == "tau" else ps.acceptance
+    return list(dict.fromkeys(key[0] for key in d))
+
+
+def _recommendation_lines(summary) -> list[str]:
+    rec = summary.recommendation
+    costs = summary.costs
+    lines = ["## Recommendation", ""]
+    if rec is None:
+        return lines + ["No lossless scheme with tokens per call was profiled: nothing to recommend.", ""]
+    ps = next((p for p in summary.sets.values() if p.recommendation is rec), None)
+    where = _set_title(ps, summary) if ps is not None else f"{rec.positions} positions"
+    verdict = ("faster than plain decoding" if rec.speedup.lo > 1 else
+               "slower than plain decoding" if rec.speedup.hi < 1 else
+               "not distinguishable from plain decoding at this sample size")
+    lines += [
+        f"**{_config(rec.best)}**: predicted speed-up {_fmt(rec.speedup, '.2f')} over plain decoding "
+        f"({verdict}), {_fmt(rec.tokens_per_call)} tokens per target call, on {where}.",
+    ]
+    if rec.runner_up is not None:
+        lines += ["", f"Runner-up: {_config(rec.runner_up)}, speed-up {_fmt(rec.runner_up_speedup, '.2f')}; paired "
+                  f"difference best - runner-up {_signed(rec.difference)} (the same resamples on both sides"
+                  + ("; an interval covering 0: the two are not told apart" if rec.difference.lo <= 0 else "") + ")."]
+    lines += ["", f"Speed-up = time of plain decoding per token / predicted time per token, with the costs "
+              f"{costs.description}. Below 1 is slower than plain decoding. Lossless schemes only; the best is "
+              "chosen on the same positions its value is reported on, so its value is optimistic by the "
+              "selection (compare the runner-up's interval).", "",
+              "| rank | scheme | k | L | tokens per call | speed-up |", "|---|---|---|---|---|---|",
+              "| baseline | plain decoding | - | 0 | 1 | 1 |"]
+    tokens = (ps.tokens_per_call if ps is not None else summary.tokens_per_call)
+    for r, (key, sp) in enumerate(rec.ranking[:5], start=1):
+        lines.append(f"| {r} | {key[0]} | {key[1]} | {key[2]} | {_fmt(tokens[key])} | {_fmt(sp, '.2f')} |")
+    best_of = {}
+    for key, sp in rec.ranking:
+        best_of.setdefault(key[0], (key, sp))
+    lines += ["", "Each scheme at its best (k, L), fastest first:", "",
+              "| scheme | k | L | speed-up |", "|---|---|---|---|"]
+    for f, (key, sp) in best_of.items():
+        lines.append(f"| {f} | {key[1]} | {key[2]} | {_fmt(sp, '.2f')} |")
+    if "all" in summary.sets and ps is not None and ps.name != "all" and summary.sets["all"].recommendation:
+        ra = summary.sets["all"].recommendation
+        lines += ["", f"Among the schemes computed at every one of the {summary.sets['all'].positions} profiled "
+                  f"positions ({', '.join(_names_on(summary.sets['all'], 'tau'))}): {_config(ra.best)}, speed-up "
+                  f"{_fmt(ra.speedup, '.2f')}."]
+    return lines + [""]
+
+
+def _profiled_lines(summary) -> list[str]:
+    s = summary.settings
+    lines = ["## What was profiled", ""]
+    sets = summary.sets
+    every = [n for n in dict.fromkeys(f for f, _, _ in summary.tokens_per_call)
+             if "all" in sets and n in _names_on(sets["all"], "tau")]
+    sub = [n for n in dict.fromkeys(f for f, _, _ in summary.tokens_per_call) if n not in every]
+    lines.append(f"- Tokens per call at every profiled position ({summary.positions}): "
+                 f"{', '.join(every) if every else 'none'}.")
+    if sub:
+        n = sets["subsample"].positions if "subsample" in sets else 0
+        lines.append(f"- Tokens per call at {_every(s['subsample'])} profiled position only ({n} positions; "
+                     f"they build a verifier per depth or per draft-tree node): {', '.join(sub)}.")
+    acc_every = [v for v in dict.fromkeys(v for v, _, _ in summary.acceptance)
+                 if "all" in sets and v in _names_on(sets["all"], "acc")]
+    acc_sub = [v for v in dict.fromkeys(v for v, _, _ in summary.acceptance) if v not in acc_every]
+    lines.append(f"- Acceptance per depth at every profiled position: {', '.join(acc_every) or 'none'}; at "
+                 f"{_every(s['subsample'])}: {', '.join(acc_sub) or 'none'}.")
+    lossy = [f for f in dict.fromkeys(f for f, _, _ in summary.tokens_per_call) if not get_verifier(f).lossless]
+    if lossy:
+        lines.append(f"- Lossy rules (their output does not follow the target; not recommended): {', '.join(lossy)}.")
+    for what in ("families", "verifiers"):
+        for name, why in (summary.skipped.get(what) or {}).items():
+            lines.append(f"- Left out ({what}): {name} -- {why}")
+    return lines + [""]
+
+
+def _costs_lines(summary) -> list[str]:
+    c = summary.costs
+    s = summary.settings
+    lines = ["## Costs of the model calls", "", f"Source: {c.description}.", "",
+             f"Plain decoding: {1e3 * c.plain:.3f} ms per target call of one token.", "",
+             "| call | " + " | ".join(f"k = {k}" for k in range(1, s["k_max"] + 1)) + " |",
+             "|---|" + "---|" * s["k_max"]]
+    lines.append("| draft step on k rows (x plain) | " + " | ".join(
+        f"{c.draft[k] / c.plain:.2f}" for k in range(1, s["k_max"] + 1)) + " |")
+    for L in range(1, s["L_max"] + 1):
+        lines.append(f"| target scoring k rows of {L + 1} tokens (x plain) | " + " | ".join(
+            f"{c.target[(k, L)] / c.plain:.2f}" for k in range(1, s["k_max"] + 1)) + " |")
+    return lines + [""]
+
+
+def _tables_lines(summary) -> list[str]:
+    s = summary.settings
+    lines = []
+    sets = [ps for ps in summary.sets.values() if ps.tokens_per_call or ps.acceptance]
+    has_costly = any(ps.name == "subsample" and (set(_names_on(ps, "tau")) - set(
+        _names_on(summary.sets.get("all", ps), "tau")) or set(_names_on(ps, "acc")) - set(
+        _names_on(summary.sets.get("all", ps), "acc"))) for ps in sets)
+    for ps in sets:
+        if ps.name == "subsample" and not has_costly:
+            continue
+        title = _set_title(ps, summary)
+        if ps.tokens_per_call:
+            lines += [f"## Tokens per target call and predicted speed-up, on {title}", "",
+                      "Every row of this table is computed on the same positions.", "",
+                      "| scheme | k | L | tokens per call | speed-up |", "|---|---|---|---|---|"]
+            for key, e in ps.tokens_per_call.items():
+                lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {_fmt(e)} | {_fmt(ps.speedup[key], '.2f')} |")
+            lines.append("")
+        if ps.acceptance:
+            lines += [f"## Mean acceptance per depth, on {title}", "",
+                      "| verifier | k | " + " | ".join(f"depth {j}" for j in range(1, s["L_max"] + 1)) + " |",
+                      "|---|---|" + "---|" * s["L_max"]]
+            for v, k in dict.fromkeys((v, k) for v, k, _ in ps.acceptance):
+                cells = [_fmt(ps.acceptance[(v, k, j)]) if (v, k, j) in ps.acceptance else "-"
+                         for j in range(1, s["L_max"] + 1)]
+                lines.append(f"| {v} | {k} | " + " | ".join(cells) + " |")
+            lines.append("")
+        if ps.gaps:
+            lines += [f"Lossy rules, first depth, on {title}: total variation and KL(q || output) of the output "
+                      "law.", "", "| verifier | k | TV | KL |", "|---|---|---|---|"]
+            for (kind, v, k, j) in ps.gaps:
+                if kind == "tv" and j == 1:
+                    lines.append(f"| {v} | {k} | {_fmt(ps.gaps[('tv', v, k, 1)], '.4f')} | "
+                                 f"{_fmt(ps.gaps[('kl', v, k, 1)], '.4f')} |")
+            lines.append("")
+    return lines
+
+
 def report_markdown(summary, *, figures=()) -> str:
-    r"""The report's markdown text: settings, acceptance per depth, tokens per call, paired differences, speed-ups.
+    r"""The report's markdown text: the recommendation first, then what was profiled, the costs, and the tables.
+
+    Every table holds estimates computed on one set of positions, named in its title (all profiled
+    positions, or the subsample where the costly schemes were computed): a scheme's mean is never set beside
+    another's computed on other positions.
 
     Parameters
     ----------
@@ -29,41 +181,26 @@ def report_markdown(summary, *, figures=()) -> str:
     str
     """
     s = summary.settings
+    sub = f", subsample: {_every(s['subsample'])} profiled position" if s.get("subsample") else ""
     lines = [
         "# Profile of a draft/target pair",
         "",
         f"Draft: {summary.models['draft']['name']}; target: {summary.models['target']['name']} "
         f"(V = {summary.models['target']['vocab_size']}). {summary.prompts} prompts, {summary.positions} profiled "
-        f"positions; k_max = {s['k_max']}, L_max = {s['L_max']}, context path: {s['context']}, temperature "
+        f"positions{sub}; k_max = {s['k_max']}, L_max = {s['L_max']}, context path: {s['context']}, temperature "
         f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts.",
         "",
-        "## Mean acceptance per depth",
-        "",
-        "| verifier | k | " + " | ".join(f"depth {j}" for j in range(1, s["L_max"] + 1)) + " |",
-        "|---|---|" + "---|" * s["L_max"],
     ]
-    for v, k in dict.fromkeys((v, k) for v, k, _ in summary.acceptance):
-        cells = [_fmt(summary.acceptance[(v, k, j)]) if (v, k, j) in summary.acceptance else "-"
-                 for j in range(1, s["L_max"] + 1)]
-        lines.append(f"| {v} | {k} | " + " | ".join(cells) + " |")
-    if summary.gaps:
-        lines += ["", "Lossy rules, first depth: total variation and KL(q || output) of the output law.", "",
-                  "| verifier | k | TV | KL |", "|---|---|---|---|"]
-        for (kind, v, k, j) in summary.gaps:
-            if kind == "tv" and j == 1:
-                lines.append(f"| {v} | {k} | {_fmt(summary.gaps[('tv', v, k, 1)], '.4f')} | "
-                             f"{_fmt(summary.gaps[('kl', v, k, 1)], '.4f')} |")
-    lines += ["", "## Tokens per target call and predicted speed-up", "",
-              f"Cost model: draft step / target call c = {summary.draft_cost:.3f}, scoring L + 1 tokens s = "
-              f"{summary.score_cost:.2f} target calls.", "",
-              "| scheme | k | L | tokens per call | speed-up |", "|---|---|---|---|---|"]
-    for (f, k, L), e in summary.tokens_per_call.items():
-        lines.append(f"| {f} | {k} | {L} | {_fmt(e)} | {summary.speedup[(f, k, L)]:.2f} |")
+    lines += _recommendation_lines(summary)
+    lines += _profiled_lines(summary)
+    lines += _costs_lines(summary)
+    lines += _tables_lines(summary)
     if summary.renewal:
-        lines += ["", "## Tokens per call, renewal estimator along the text", "",
+        lines += ["## Tokens per call, renewal estimator along the text", "",
                   "Renewal: tokens per call of decoding these texts (T / expected calls); Palm: the profiled "
                   "positions weighted by their start probabilities (the long-run tokens per call); bias: the "
-                  "per-position average over the Palm average, minus 1 (docs/theory/profile.rst).", "",
+                  "per-position average over the Palm average, minus 1 (docs/theory/profile.rst). Computed along "
+                  "the whole text of every prompt.", "",
                   "| scheme | k | L | renewal | Palm | per-position bias |", "|---|---|---|---|---|---|"]
         for (f, k, L), e in summary.renewal.items():
             palm, bias = summary.palm.get((f, k, L)), summary.position_bias.get((f, k, L))
@@ -72,15 +209,35 @@ def report_markdown(summary, *, figures=()) -> str:
         if summary.renewal_differences:
             lines += ["", "| scheme | k | L | minus | renewal difference |", "|---|---|---|---|---|"]
             for ((f, k, L), (r, _, _)), e in summary.renewal_differences.items():
-                lines.append(f"| {f} | {k} | {L} | {r} | {e.value:+.3f} [{e.lo:+.3f}, {e.hi:+.3f}] |")
+                lines.append(f"| {f} | {k} | {L} | {r} | {_signed(e)} |")
+        lines.append("")
     if summary.differences:
-        lines += ["", "## Paired differences of tokens per call", "",
-                  "| scheme | k | L | minus | difference |", "|---|---|---|---|---|"]
-        for ((f, k, L), (r, _, _)), e in summary.differences.items():
-            lines.append(f"| {f} | {k} | {L} | {r} | {e.value:+.3f} [{e.lo:+.3f}, {e.hi:+.3f}] |")
+        lines += ["## Paired differences of tokens per call", "",
+                  "Both sides on the same positions (the subsample when either is computed there only).", "",
+                  "| scheme | k | L | minus | positions | difference |", "|---|---|---|---|---|---|"]
+        for ((f, k, L), (r, rk, _)), e in summary.differences.items():
+            lines.append(f"| {f} | {k} | {L} | {r} (k = {rk}) | {e.positions} | {_signed(e)} |")
+        lines.append("")
     if figures:
-        lines += ["", "## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures]
-    return "\n".join(lines) + "\n"
+        lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _draw_panels(path: Path, title: str, items: list, draw) -> None:
+    """One PNG of ``len(items)`` panels (at most 3 a row), ``draw(ax, item)`` each."""
+    import matplotlib.pyplot as plt
+
+    cols = min(3, len(items))
+    rows = -(-len(items) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    for ax, item in zip(axes.flat, items):
+        draw(ax, item)
+    for ax in list(axes.flat)[len(items):]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
 
 
 def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> Path:
@@ -119,20 +276,24 @@ def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> 
         import matplotlib
 
         matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-
-        fam = "optimal" if any(f == "optimal" for f, _, _ in summary.speedup) else next(iter(summary.speedup), None)
-        for fname, draw in (("acceptance_vs_k.png", lambda ax: plot_acceptance_vs_k(summary, ax=ax)),
-                            ("tokens_vs_L.png", lambda ax: plot_tokens_vs_L(summary, ax=ax)),
-                            ("speedup.png", (lambda ax: plot_speedup(summary, family=fam, ax=ax)) if fam else None)):
-            if draw is None or (fname == "acceptance_vs_k.png" and not summary.acceptance):
-                continue
-            fig, ax = plt.subplots(figsize=(6.5, 4.2))
-            draw(ax)
-            fig.savefig(dest / fname, dpi=100, bbox_inches="tight", metadata={"Software": None})
-            plt.close(fig)
-            names.append(fname)
+        ps = position_set(summary)
+        st = summary.settings
+        depths = sorted({j for _, _, j in ps.acceptance})
+        ks = sorted({k for _, k, _ in ps.tokens_per_call})
+        fams = list(dict.fromkeys(f for f, _, _ in ps.speedup))
+        panels = (
+            ("acceptance_vs_k.png", "Mean acceptance against k, per depth", depths,
+             lambda ax, j: plot_acceptance_vs_k(summary, depth=j, positions=ps.name, ax=ax)),
+            ("tokens_vs_L.png", "Tokens per target call against L, per number of drafts k", ks,
+             lambda ax, k: plot_tokens_vs_L(summary, k=k, positions=ps.name, ax=ax)),
+            ("speedup.png", "Predicted speed-up over plain decoding, per scheme (framed: its best k, L)", fams,
+             lambda ax, f: plot_speedup(summary, family=f, positions=ps.name, ax=ax)),
+        )
+        for fname, title, items, draw in panels:
+            if items:
+                _draw_panels(dest / fname, f"{title} -- {st['k_max']} drafts at most, {_set_title(ps, summary)}",
+                             items, draw)
+                names.append(fname)
     path = dest / "report.md"
     write_atomic(path, report_markdown(summary, figures=names).encode())
     return path

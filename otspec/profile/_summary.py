@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ._collect import is_subsampled
+from .._registry import get_verifier
+from ._collect import TIMING_KINDS, is_subsampled
 from ._renewal import starts_recursion
 from ._settings import costly
 from ._store import iter_shards, read_manifest
 
-__all__ = ["ProfileSummary", "Estimate", "summarize", "prompt_sums"]
+__all__ = ["Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize", "prompt_sums"]
 
 #: Bootstrap resamples of every interval.
 N_BOOT = 2000
@@ -26,11 +27,12 @@ N_BOOT = 2000
 
 @dataclass(frozen=True)
 class Estimate:
-    """A point estimate with its 95 % bootstrap interval over prompts."""
+    """A point estimate with its 95 % bootstrap interval over prompts, and the number of profiled positions behind it."""
 
     value: float
     lo: float
     hi: float
+    positions: int = 0
 
     @property
     def half_width(self) -> float:
@@ -42,13 +44,112 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class Costs:
+    r"""Seconds of the model calls of one decoding iteration, from which speed-ups are predicted.
+
+    .. math::
+
+        t(k, L) = t_{\text{draft}}(1) + (L - 1)\, t_{\text{draft}}(k) + t_{\text{target}}(k, L),
+
+    one draft step from the context, ``L - 1`` batched steps on ``k`` rows, and one target call scoring
+    ``k`` rows of ``L + 1`` tokens; plain decoding spends :math:`t_{\text{plain}}` per token.
+
+    Attributes
+    ----------
+    source : {"measured", "timers", "given"}
+        ``"measured"``: the run's cost calibration (every call shape timed on the run's device,
+        :func:`otspec.profile._collect.cost_rows`, medians); ``"timers"``: a run without calibration, the
+        mean seconds of its draft steps and target calls (every target call costing the same);
+        ``"given"``: ``draft_cost=`` / ``score_cost=`` in units of one target call.
+    plain : float
+        One target call on one new token.
+    target : dict
+        ``(k, L) -> seconds`` of scoring ``k`` rows of ``L + 1`` tokens.
+    draft : dict
+        ``k -> seconds`` of one draft step on ``k`` rows.
+    description : str
+        Where the numbers come from, for the report.
+    """
+
+    source: str
+    plain: float
+    target: dict
+    draft: dict
+    description: str
+
+    def iteration(self, k: int, L: int) -> float:
+        """Seconds of one iteration with ``k`` draft blocks of ``L`` tokens."""
+        return self.draft[1] + (L - 1) * self.draft[k] + self.target[(k, L)]
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The fastest lossless configuration on one set of positions, the runner-up, and their paired difference.
+
+    Attributes
+    ----------
+    best, runner_up : tuple
+        ``(family, k, L)``; ``runner_up`` is None with a single candidate.
+    speedup, runner_up_speedup : Estimate
+        Predicted speed-up over plain decoding (1: as fast; below 1: slower).
+    tokens_per_call : Estimate
+        The best configuration's tokens per target call.
+    difference : Estimate or None
+        ``speedup(best) - speedup(runner_up)`` on the same resamples (paired).
+    ranking : tuple
+        Every candidate ``((family, k, L), speedup)``, fastest first.
+    positions : int
+    """
+
+    best: tuple
+    speedup: Estimate
+    tokens_per_call: Estimate
+    runner_up: tuple | None
+    runner_up_speedup: Estimate | None
+    difference: Estimate | None
+    ranking: tuple
+    positions: int
+
+
+@dataclass(frozen=True)
+class PositionSet:
+    """Every estimate computed on one set of profiled positions -- the rows of one table of the report.
+
+    Attributes
+    ----------
+    name : {"all", "subsample"}
+        ``"all"``: every profiled position (the quantities computed everywhere); ``"subsample"``: every
+        ``subsample``-th profiled position, where every quantity of the run was computed.
+    positions : int
+    acceptance, gaps, tokens_per_call, speedup : dict
+        As in :class:`ProfileSummary`, on these positions only.
+    recommendation : Recommendation or None
+        Among the lossless schemes of this set.
+    """
+
+    name: str
+    positions: int
+    acceptance: dict
+    gaps: dict
+    tokens_per_call: dict
+    speedup: dict
+    recommendation: Recommendation | None
+
+
+@dataclass(frozen=True)
 class ProfileSummary:
     r"""What a profile says about a draft/target pair.
+
+    Every estimate carries the number of profiled positions it is computed on
+    (:attr:`Estimate.positions`): the quantities that are cheap at a real
+    vocabulary on every profiled position, the costly ones on every
+    ``subsample``-th. Set side by side only estimates of one position set:
+    :attr:`sets` holds each set's own tables.
 
     Attributes
     ----------
     acceptance : dict
-        ``(verifier, k, depth) -> Estimate``: mean exact acceptance per depth.
+        ``(verifier, k, depth) -> Estimate``: mean exact acceptance per depth, on the positions where it was computed.
     gaps : dict
         ``("tv" | "kl", verifier, k, depth) -> Estimate`` for the lossy rules.
     tokens_per_call : dict
@@ -57,11 +158,18 @@ class ProfileSummary:
         emitted and target calls given the drawn drafts.
     differences : dict
         ``((family, k, L), (reference, k', L')) -> Estimate``: paired
-        differences of tokens per call.
+        differences of tokens per call, on the positions where both were computed.
     speedup : dict
-        ``(family, k, L) -> float``: predicted wall-clock speed-up of the cost model.
-    draft_cost : float
-        Cost of one draft step relative to one target call, measured (or given).
+        ``(family, k, L) -> Estimate``: predicted wall-clock speed-up over plain decoding (:attr:`costs`).
+    costs : Costs
+        The seconds of each model call the speed-up model uses, and their source.
+    sets : dict
+        ``"all"`` and ``"subsample"`` -> :class:`PositionSet`.
+    recommendation : Recommendation or None
+        The fastest lossless configuration among every profiled scheme, on the positions where all were
+        computed (``sets[...].recommendation`` for each set).
+    draft_cost, score_cost : float
+        The draft step and the scoring call relative to one target call of plain decoding (from :attr:`costs`).
     renewal : dict
         ``(family, k, L) -> Estimate``: the renewal tokens-per-call estimator
         from the emission tables along the text (empty when not recorded).
@@ -76,9 +184,12 @@ class ProfileSummary:
         ``(family, k, L) -> Estimate``: ``tokens_per_call / palm - 1``, the
         relative bias of the per-position average (the inspection paradox of
         docs/theory/profile.rst), on the same resamples.
-    positions, prompts : int
-    settings : dict
-    models : dict
+    positions : int
+        Profiled positions (the ``"all"`` set).
+    prompts : int
+    settings, models : dict
+    skipped : dict
+        ``{"families": {name: reason}, "verifiers": {name: reason}}``: what the run left out, and why.
     """
 
     acceptance: dict
@@ -96,6 +207,10 @@ class ProfileSummary:
     renewal_differences: dict = field(default_factory=dict)
     palm: dict = field(default_factory=dict)
     position_bias: dict = field(default_factory=dict)
+    costs: Costs | None = None
+    sets: dict = field(default_factory=dict)
+    recommendation: Recommendation | None = None
+    skipped: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (f"ProfileSummary(prompts={self.prompts}, positions={self.positions}, "
@@ -110,9 +225,9 @@ def _boot(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.n
     return point, res
 
 
-def _interval(point: float, res: np.ndarray) -> Estimate:
+def _interval(point: float, res: np.ndarray, positions: int = 0) -> Estimate:
     lo, hi = np.nanpercentile(res, [2.5, 97.5]) if np.isfinite(res).any() else (np.nan, np.nan)
-    return Estimate(float(point), float(lo), float(hi))
+    return Estimate(float(point), float(lo), float(hi), int(positions))
 
 
 def prompt_sums(table, kinds, prompts=None):
@@ -120,9 +235,10 @@ def prompt_sums(table, kinds, prompts=None):
 
     ``prompts`` (sorted indices) fixes the rows, e.g. to those of the whole run for a subset of positions.
     """
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    t = table.filter(pc.is_in(table["kind"], value_set=__import__("pyarrow").array(list(kinds))))
+    t = table.filter(pc.is_in(table["kind"], value_set=pa.array(list(kinds))))
     prompt = t["prompt"].to_numpy()
     kind = np.asarray(t["kind"].to_pylist(), dtype=object)
     name = np.asarray(t["name"].to_pylist(), dtype=object)
@@ -145,13 +261,14 @@ def prompt_sums(table, kinds, prompts=None):
 
 
 def _emitted_and_calls(keys, S, C):
-    """Per prompt, expected tokens emitted and target calls of every (scheme, k, L): ``(keys, E (N, K), C (N, K))``.
+    """Per prompt, expected tokens emitted, target calls and positions of every (scheme, k, L):
+    ``(keys, E (N, K), C (N, K), n (N, K))``.
 
     ``E[emitted] = E[tau_L | X] + 1`` per position (``L + 1`` for Sun et al.'s block verification,
     whose expected calls are recorded), one call per position otherwise.
     """
     col = {key: i for i, key in enumerate(keys)}
-    out_keys, Es, Cs = [], [], []
+    out_keys, Es, Cs, ns = [], [], [], []
     for key, i in col.items():
         kind, name, k, L = key
         if kind != "tau":
@@ -163,16 +280,17 @@ def _emitted_and_calls(keys, S, C):
         else:
             Es.append(S[:, i] + n)
             Cs.append(n)
+        ns.append(n)
         out_keys.append((name, k, L))
     if not out_keys:
-        return [], np.zeros((S.shape[0], 0)), np.zeros((S.shape[0], 0))
-    return out_keys, np.stack(Es, axis=1), np.stack(Cs, axis=1)
+        z = np.zeros((S.shape[0], 0))
+        return [], z, z, z
+    return out_keys, np.stack(Es, axis=1), np.stack(Cs, axis=1), np.stack(ns, axis=1)
 
 
 def _timing(out) -> tuple[float, float]:
     """Seconds per draft step and per target call, over the whole run."""
     import pyarrow.compute as pc
-
 
     sums = {"draft": np.zeros(2), "target": np.zeros(2)}
     for t in iter_shards(out):
@@ -184,7 +302,105 @@ def _timing(out) -> tuple[float, float]:
     return d, q
 
 
-def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, reference: str | None = None,
+def _calibration(out) -> dict:
+    """Median seconds of every calibrated call: ``(model, rows, new tokens per row) -> seconds``."""
+    import pyarrow.compute as pc
+
+    got: dict = {}
+    for t in iter_shards(out):
+        t = t.filter(pc.equal(t["kind"], "cost"))
+        for name, k, m, v in zip(t["name"].to_pylist(), t["k"].to_pylist(), t["m"].to_pylist(),
+                                 t["value"].to_pylist()):
+            got.setdefault((name, int(k), int(m)), []).append(float(v))
+    return {key: float(np.median(v)) for key, v in sorted(got.items())}
+
+
+def _costs(out, settings: dict, draft_cost, score_cost) -> Costs:
+    """The :class:`Costs` of a run: given, measured by its calibration, or its timers."""
+    ks = range(1, settings["k_max"] + 1)
+    Ls = range(1, settings["L_max"] + 1)
+    if draft_cost is not None or score_cost is not None:
+        if draft_cost is None:
+            d, q = _timing(out)
+            draft_cost = d / q if q > 0 else float("nan")
+        s = 1.0 if score_cost is None else float(score_cost)
+        return Costs("given", 1.0, {(k, L): s for k in ks for L in Ls}, {k: float(draft_cost) for k in ks},
+                     f"given in target calls: a draft step c = {draft_cost:.3f}, scoring k blocks of L + 1 tokens "
+                     f"s = {s:.3f}, whatever k and L")
+    cal = _calibration(out)
+    need = [("target", 1, 1)] + [("target", k, L + 1) for k in ks for L in Ls] + [("draft", k, 1) for k in ks]
+    if all(key in cal for key in need):
+        return Costs("measured", cal[("target", 1, 1)], {(k, L): cal[("target", k, L + 1)] for k in ks for L in Ls},
+                     {k: cal[("draft", k, 1)] for k in ks},
+                     "measured by the run on its own device: the median of 3 timings per shard of every call shape "
+                     "(the target scoring k rows of L + 1 tokens, or one token; the draft stepping k rows)")
+    d, q = _timing(out)
+    return Costs("timers", q, {(k, L): q for k in ks for L in Ls}, {k: d for k in ks},
+                 "from the run's timers (it has no cost calibration): the mean seconds of its draft steps and of "
+                 "its target calls, every target call costing the same whatever its size")
+
+
+def _speedups(keys, tp, tres, extra, costs: Costs):
+    """Point and resampled speed-ups over plain decoding of every (scheme, k, L)."""
+    point, res = {}, {}
+    for i, (f, k, L) in enumerate(keys):
+        e = extra[i]
+        factor = (1.0 + e) * costs.plain / (costs.iteration(k, L) + e * costs.plain)
+        point[(f, k, L)] = tp[i] * factor
+        res[(f, k, L)] = tres[:, i] * factor
+    return point, res
+
+
+def _recommend(point, res, tokens, positions) -> Recommendation | None:
+    """The fastest lossless configuration, the runner-up and their paired difference."""
+    cands = [key for key in point if get_verifier(key[0]).lossless and np.isfinite(point[key])]
+    if not cands:
+        return None
+    order = sorted(cands, key=lambda key: (-point[key], key))
+    ranking = tuple((key, _interval(point[key], res[key], positions)) for key in order)
+    best = order[0]
+    ru = order[1] if len(order) > 1 else None
+    diff = _interval(point[best] - point[ru], res[best] - res[ru], positions) if ru else None
+    return Recommendation(best=best, speedup=ranking[0][1], tokens_per_call=tokens[best], runner_up=ru,
+                          runner_up_speedup=ranking[1][1] if ru else None, difference=diff, ranking=ranking,
+                          positions=positions)
+
+
+def _position_set(name, keys, S, C, W, costs: Costs, keep) -> PositionSet:
+    """The estimates of one position set, for the ``(kind, name)`` pairs ``keep`` accepts."""
+    col = {key: i for i, key in enumerate(keys)}
+    point, res = _boot(S, C, W)
+    acceptance, gaps = {}, {}
+    for key, i in col.items():
+        kind, nm, k, j = key
+        if not keep(kind if kind in ("acc", "tv", "kl") else "tau", nm):
+            continue
+        n = int(C[:, i].sum())
+        if kind == "acc":
+            acceptance[(nm, k, j)] = _interval(point[i], res[:, i], n)
+        elif kind in ("tv", "kl"):
+            gaps[(kind, nm, k, j)] = _interval(point[i], res[:, i], n)
+    tkeys, E, Cm, npos = _emitted_and_calls(keys, S, C)
+    sel = [i for i, key in enumerate(tkeys) if keep("tau", key[0])]
+    tkeys = [tkeys[i] for i in sel]
+    E, Cm, npos = E[:, sel], Cm[:, sel], npos[:, sel]
+    tokens, speed = {}, {}
+    rec = None
+    if tkeys:
+        tp, tres = _boot(E, Cm, W)
+        extra = Cm.sum(axis=0) / np.maximum(npos.sum(axis=0), 1.0) - 1.0
+        sp, sres = _speedups(tkeys, tp, tres, extra, costs)
+        for i, key in enumerate(tkeys):
+            n = int(npos[:, i].sum())
+            tokens[key] = _interval(tp[i], tres[:, i], n)
+            speed[key] = _interval(sp[key], sres[key], n)
+        rec = _recommend(sp, sres, tokens, max(e.positions for e in tokens.values()))
+    counts = [e.positions for e in (*acceptance.values(), *tokens.values())]
+    return PositionSet(name=name, positions=max(counts, default=0), acceptance=acceptance, gaps=gaps,
+                       tokens_per_call=tokens, speedup=speed, recommendation=rec)
+
+
+def summarize(out, *, draft_cost: float | None = None, score_cost: float | None = None, reference: str | None = None,
               reference_multi: str | None = "optimal", n_boot: int = N_BOOT, seed: int = 0) -> ProfileSummary:
     r"""Summarise a profile run: acceptance per depth, tokens per target call, paired differences, speed-ups.
 
@@ -192,23 +408,32 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
 
         \widehat{\text{tpc}}(f, k, L) = \frac{\sum_{i, t} E[\text{emitted}_{i,t}]}{\sum_{i, t} E[\text{calls}_{i,t}]},
         \qquad
-        \widehat{S}(f, k, L) = \frac{\widehat{\text{tpc}}}{L\,c + s},
+        \widehat{S}(f, k, L) = \frac{\widehat{\text{tpc}}\ (1 + e)\ t_{\text{plain}}}{t(k, L) + e\, t_{\text{plain}}},
 
     with ``E[emitted] = E[\tau_L | X] + 1`` (``L + 1`` for Sun et al.'s
-    block verification, whose residual costs ``E[calls] - 1`` extra target
-    calls), ``c`` the cost of one draft step relative to one target call and
-    ``s`` the cost of scoring ``L + 1`` tokens relative to one target call of
-    the baseline (1 when the target is memory-bound, as on a GPU).
+    block verification, whose residual costs ``e = E[calls] - 1`` extra
+    target calls of one token), :math:`t(k, L)` the seconds of one iteration's model calls
+    (:class:`Costs`: one draft step from the context, ``L - 1`` batched draft
+    steps on ``k`` rows, one target call scoring ``k`` rows of ``L + 1``
+    tokens) and :math:`t_{\text{plain}}` the seconds of one step of plain
+    decoding. By default every :math:`t` is what the run measured on its own
+    device (its cost calibration), so the prediction is for that device.
+
+    Quantities cheap at a real vocabulary are computed at every profiled
+    position, the costly ones (:func:`otspec.profile._settings.costly`) at every
+    ``subsample``-th; each estimate says on how many positions it rests
+    (:attr:`Estimate.positions`), comparisons are made on common positions
+    only, and :attr:`ProfileSummary.sets` gives the tables of each position set.
 
     Parameters
     ----------
     out : str or path
         The run's folder.
-    draft_cost : float or None, keyword-only
-        ``c``; ``None`` measures it from the run (seconds per draft step /
-        seconds per target scoring call, both batched over ``k_max``).
-    score_cost : float, keyword-only
-        ``s``.
+    draft_cost, score_cost : float or None, keyword-only
+        Overrides of the measured costs, in units of one target call of plain
+        decoding: one draft step ``c`` and the scoring call ``s`` (then
+        :math:`t(k, L) = L c + s`; ``draft_cost`` alone keeps ``s = 1``,
+        ``score_cost`` alone measures ``c`` from the run's timers).
     reference : str or None, keyword-only
         The family every other is compared with (paired) at ``k = 1``; default
         ``"token"`` if profiled, else the first family.
@@ -228,7 +453,8 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
     Raises
     ------
     ValueError
-        ``out`` holds no run, or no finished shard; ``draft_cost`` or ``score_cost`` negative.
+        ``out`` holds no run, or no finished shard; ``draft_cost`` or ``score_cost`` negative;
+        ``reference`` not profiled.
 
     Examples
     --------
@@ -236,65 +462,58 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
     """
     man = read_manifest(out)
     for nm, val in (("draft_cost", draft_cost), ("score_cost", score_cost)):
-        if val is not None and not (np.isfinite(val) and val >= 0):
+        if val is not None and not (isinstance(val, (int, float)) and np.isfinite(val) and val >= 0):
             raise ValueError(f"`{nm}` must be a finite number >= 0, got {val!r}")
-    sums = _stream_sums(out, man["settings"])
+    settings = man["settings"]
+    sums = _stream_sums(out, settings)
     if sums is None:
         raise ValueError(f"`out` {str(out)!r} holds no finished shard yet")
     keys, prompts, S, C = sums["all"]
     N = len(prompts)
     rng = np.random.default_rng(seed)
     W = rng.multinomial(N, np.full(N, 1.0 / N), size=n_boot).astype(np.float64)
-    col = {key: i for i, key in enumerate(keys)}
-    point, res = _boot(S, C, W)
-    acceptance, gaps = {}, {}
-    for key, i in col.items():
-        kind, name, k, j = key
-        if kind == "acc":
-            acceptance[(name, k, j)] = _interval(point[i], res[:, i])
-        elif kind in ("tv", "kl"):
-            gaps[(kind, name, k, j)] = _interval(point[i], res[:, i])
-    tokens, diffs, speed = {}, {}, {}
-    tpc_keys, E, Cm = _emitted_and_calls(keys, S, C)
+    costs = _costs(out, settings, draft_cost, score_cost)
+    # each quantity on the positions where it was computed (the cheap ones everywhere, the costly on the subsample)
+    own = _position_set("own", keys, S, C, W, costs, lambda kind, name: True)
+    sets = {"all": _position_set("all", keys, S, C, W, costs, lambda kind, name: not costly(kind, name))}
+    skeys, _, sS, sC = sums["sub"]
+    if sC.size and sC.sum() > 0:
+        sets["subsample"] = _position_set("subsample", skeys, sS, sC, W, costs, lambda kind, name: True)
+    tokens, speed = own.tokens_per_call, own.speedup
+    tpc_keys = list(tokens)
+    diffs = {}
     if tpc_keys:
-        tp, tres = _boot(E, Cm, W)
-        for i, key in enumerate(tpc_keys):
-            tokens[key] = _interval(tp[i], tres[:, i])
         fams = list(dict.fromkeys(f for f, _, _ in tpc_keys))
         ref = reference if reference is not None else ("token" if "token" in fams else fams[0])
         if ref not in fams:
             raise ValueError(f"`reference` must be a profiled family {tuple(fams)}, got {ref!r}")
-        # the costly schemes are profiled at every `subsample`-th position: their paired differences
-        # compare both schemes on those positions only
-
-        skeys, _, sS, sC = sums["sub"]
-        s_keys, sE, sCm = _emitted_and_calls(skeys, sS, sC)
+        # both schemes on the same positions: the subsample when either is costly, else every position
+        a_keys, aE, aC, an = _emitted_and_calls(keys, S, C)
+        s_keys, sE, sCm, sn = _emitted_and_calls(skeys, sS, sC)
+        ap, ares = _boot(aE, aC, W)
         sp, sres = _boot(sE, sCm, W)
         for (f, k, L) in tpc_keys:
-            other = (reference_multi, k, L) if k > 1 and (reference_multi, k, L) in tpc_keys else (ref, 1, L)
+            other = (reference_multi, k, L) if k > 1 and (reference_multi, k, L) in tokens else (ref, 1, L)
             if f == other[0]:
                 continue
-            src, srcp, srcr = (s_keys, sp, sres) if costly("tau", f) or costly("tau", other[0]) else (
-                tpc_keys, tp, tres)
+            on_sub = costly("tau", f) or costly("tau", other[0])
+            src, srcp, srcr, cnt = (s_keys, sp, sres, sn) if on_sub else (a_keys, ap, ares, an)
             if other not in src or (f, k, L) not in src:
                 continue
             i, r = src.index((f, k, L)), src.index(other)
-            diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r])
-        if draft_cost is None:
-            d, q = _timing(out)
-            draft_cost = d / q if q > 0 else float("nan")
-        for i, (f, k, L) in enumerate(tpc_keys):
-            extra = float(Cm[:, i].sum() / max(C[:, col[("tau", f, k, L)]].sum(), 1.0)) - 1.0
-            speed[(f, k, L)] = float(tp[i] * (1.0 + extra) / (L * draft_cost + score_cost + extra))
+            diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r], int(cnt[:, i].sum()))
     renewal, ren_res = _renewal_estimates(sums["T_n"], sums["starts"], W)
     palm, bias = {}, {}
-    for key, (num, den) in sums["palm"].items():
-        if key not in tokens:
-            continue
-        pp, pres = _boot(num[:, None], den[:, None], W)
-        palm[key] = _interval(pp[0], pres[:, 0])
-        i = tpc_keys.index(key)
-        bias[key] = _interval(tp[i] / pp[0] - 1.0, tres[:, i] / pres[:, 0] - 1.0)
+    if tpc_keys:
+        a_keys, aE, aC, _ = _emitted_and_calls(keys, S, C)
+        tp, tres = _boot(aE, aC, W)
+        for key, (num, den) in sums["palm"].items():
+            if key not in tokens:
+                continue
+            pp, pres = _boot(num[:, None], den[:, None], W)
+            palm[key] = _interval(pp[0], pres[:, 0], tokens[key].positions)
+            i = a_keys.index(key)
+            bias[key] = _interval(tp[i] / pp[0] - 1.0, tres[:, i] / pres[:, 0] - 1.0, tokens[key].positions)
     ren_diffs = {}
     if renewal:
         fams = list(dict.fromkeys(f for f, _, _ in renewal))
@@ -303,11 +522,15 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float = 1.0, 
             r = (rref, 1, L)
             if f != rref and r in renewal:
                 ren_diffs[((f, k, L), r)] = _interval(e.value - renewal[r].value, ren_res[(f, k, L)] - ren_res[r])
-    return ProfileSummary(acceptance=acceptance, gaps=gaps, tokens_per_call=tokens, differences=diffs,
-                          speedup=speed, draft_cost=float(draft_cost) if draft_cost is not None else float("nan"),
-                          score_cost=float(score_cost), positions=int(C[:, 0].sum()) if C.size else 0, prompts=N,
-                          settings=man["settings"], models=man["models"], renewal=renewal,
-                          renewal_differences=ren_diffs, palm=palm, position_bias=bias)
+    common = sets.get("subsample") if "subsample" in sets and any(
+        costly("tau", f) for f, _, _ in tpc_keys) else sets["all"]
+    return ProfileSummary(acceptance=own.acceptance, gaps=own.gaps, tokens_per_call=tokens, differences=diffs,
+                          speedup=speed, draft_cost=float(costs.draft[1] / costs.plain),
+                          score_cost=float(costs.target[(1, settings["L_max"])] / costs.plain),
+                          positions=sets["all"].positions or own.positions, prompts=N, settings=settings,
+                          models=man["models"], renewal=renewal, renewal_differences=ren_diffs, palm=palm,
+                          position_bias=bias, costs=costs, sets=sets, recommendation=common.recommendation,
+                          skipped=man.get("skipped", {}))
 
 
 def _merge_sums(parts):
@@ -339,14 +562,15 @@ def _stream_sums(out, settings: dict):
 
     alls, subs, T_parts, start_parts, palm_parts = [], [], [], [], []
     for t in iter_shards(out):
-        t = t.filter(pc.not_equal(t["kind"], "time"))
+        t = t.filter(pc.invert(pc.is_in(t["kind"], value_set=pa.array(TIMING_KINDS))))
         if t.num_rows == 0:
             continue
         part = prompt_sums(t, ("acc", "tv", "kl", "tau", "calls"))
         prompts = part[1]
         alls.append(part)
         mask = [is_subsampled(p, i, settings) for p, i in zip(t["pos"].to_pylist(), t["prompt"].to_pylist())]
-        subs.append(prompt_sums(t.filter(pa.array(mask, type=pa.bool_())), ("tau", "calls"), prompts))
+        subs.append(prompt_sums(t.filter(pa.array(mask, type=pa.bool_())), ("acc", "tv", "kl", "tau", "calls"),
+                                prompts))
         T_n, starts, palm = _renewal_starts(t, prompts)
         T_parts.append(T_n)
         start_parts.append(starts)

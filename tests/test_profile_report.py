@@ -1,0 +1,162 @@
+"""The profile's summary and report as a reader meets them: one position set per table, the recommendation first,
+measured costs in the speed-up model, figures for every family with integer axes."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("pyarrow")
+
+import pyarrow.compute as pc  # noqa: E402
+
+from otspec.profile import profile, read_table, summarize, toy_pair, write_report  # noqa: E402
+from otspec.profile._collect import COST_REPEATS, cost_shapes  # noqa: E402
+from otspec.profile._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L  # noqa: E402
+from otspec.profile._summary import Costs  # noqa: E402
+
+PROMPTS = [[0, 1], [2], [3, 4], [1, 1, 2], [4], [0]]
+SETTINGS = dict(k_max=3, L_max=3, max_new_tokens=8, subsample=4, verifiers=["token", "optimal", "kseq", "top-k"],
+                families=["token", "block", "kseq", "multiround", "typical"], progress=False)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    d, t = toy_pair(5, seed=1)
+    profile(PROMPTS, out=out, draft=d, target=t, **SETTINGS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def summary(run):
+    return summarize(run, n_boot=300)
+
+
+def test_every_table_rests_on_one_set_of_positions(summary):
+    sets = summary.sets
+    assert set(sets) == {"all", "subsample"}
+    assert sets["all"].positions == summary.positions == len(PROMPTS) * SETTINGS["max_new_tokens"]
+    assert 0 < sets["subsample"].positions < sets["all"].positions
+    for ps in sets.values():
+        assert {e.positions for e in ps.tokens_per_call.values()} == {ps.positions}
+        assert {e.positions for e in ps.speedup.values()} == {ps.positions}
+    # the costly schemes are only in the subsample's table; the cheap ones in both
+    assert {f for f, _, _ in sets["all"].tokens_per_call} == {"token", "block"}
+    assert {f for f, _, _ in sets["subsample"].tokens_per_call} == {"token", "block", "kseq", "multiround", "typical"}
+
+
+def test_schemes_equal_in_law_are_equal_on_common_positions(summary):
+    # k-Seq and recursive rejection at k = 1 are token verification: on the same positions, the same numbers
+    sub = summary.sets["subsample"]
+    for L in range(1, SETTINGS["L_max"] + 1):
+        for f in ("kseq", "multiround"):
+            assert sub.tokens_per_call[(f, 1, L)] == sub.tokens_per_call[("token", 1, L)]
+        for j in range(1, L + 1):
+            assert sub.acceptance[("kseq", 1, j)] == sub.acceptance[("token", 1, j)]
+
+
+def test_recommendation_is_the_fastest_lossless_configuration(summary):
+    rec = summary.recommendation
+    sub = summary.sets["subsample"]
+    assert rec is sub.recommendation  # every scheme is computed there
+    lossless = {key: e.value for key, e in sub.speedup.items() if key[0] != "typical"}
+    order = sorted(lossless, key=lambda key: (-lossless[key], key))
+    assert (rec.best, rec.runner_up) == (order[0], order[1])
+    assert rec.speedup == sub.speedup[rec.best] and rec.tokens_per_call == sub.tokens_per_call[rec.best]
+    np.testing.assert_allclose(rec.difference.value, lossless[order[0]] - lossless[order[1]], rtol=0, atol=1e-12)
+    assert rec.difference.lo <= rec.difference.value <= rec.difference.hi
+    assert [key for key, _ in rec.ranking] == order and all(key[0] != "typical" for key, _ in rec.ranking)
+
+
+def test_measured_costs_predict_from_the_calibration(run, summary):
+    # independent route: the medians straight from the stored calibration rows
+    t = read_table(run, timing=True)
+    t = t.filter(pc.equal(t["kind"], "cost"))
+    rows = {}
+    for name, k, m, v in zip(*(t[c].to_pylist() for c in ("name", "k", "m", "value"))):
+        rows.setdefault((name, k, m), []).append(v)
+    shards = 1
+    shapes = cost_shapes(summary_settings := type("S", (), SETTINGS))
+    assert sorted(rows) == sorted({("target", k, m) for k, m in shapes["target"]} | {
+        ("draft", k, m) for k, m in shapes["draft"]})
+    assert all(len(v) == COST_REPEATS * shards for v in rows.values())
+    med = {key: float(np.median(v)) for key, v in rows.items()}
+    c = summary.costs
+    assert c.source == "measured" and summary_settings.k_max == 3
+    assert c.plain == med[("target", 1, 1)]
+    for k in range(1, 4):
+        for L in range(1, 4):
+            it = med[("draft", 1, 1)] + (L - 1) * med[("draft", k, 1)] + med[("target", k, L + 1)]
+            np.testing.assert_allclose(c.iteration(k, L), it, rtol=1e-15)
+            if k == 1:
+                tpc = summary.sets["all"].tokens_per_call[("token", 1, L)].value
+                np.testing.assert_allclose(summary.sets["all"].speedup[("token", 1, L)].value,
+                                           tpc * med[("target", 1, 1)] / it, rtol=1e-12)
+
+
+def test_given_costs_keep_the_relative_model(run):
+    s = summarize(run, draft_cost=0.25, score_cost=2.0, n_boot=50)
+    assert s.costs.source == "given"
+    for L in range(1, 4):
+        e = s.sets["all"]
+        np.testing.assert_allclose(e.speedup[("token", 1, L)].value,
+                                   e.tokens_per_call[("token", 1, L)].value / (0.25 * L + 2.0), rtol=1e-12)
+    with pytest.raises(ValueError, match="`draft_cost` must be a finite number >= 0"):
+        summarize(run, draft_cost=-1.0)
+    assert isinstance(s.costs, Costs)
+
+
+def test_report_leads_with_the_recommendation(run):
+    text = write_report(run, n_boot=200).read_text()
+    sections = re.findall(r"^## (.*)$", text, flags=re.M)
+    assert sections[0] == "Recommendation"
+    first_table = [ln for ln in text.split("## Recommendation")[1].splitlines() if ln.startswith("|")]
+    assert first_table[0] == "| rank | scheme | k | L | tokens per call | speed-up |"
+    assert first_table[2] == "| baseline | plain decoding | - | 0 | 1 | 1 |"
+    assert first_table[3].startswith("| 1 | ")
+    assert "Below 1 is slower than plain decoding" in text
+    assert "Runner-up:" in text and "paired difference" in text
+    # every table names its positions; no mean of one set of positions beside another's
+    for title in sections:
+        if title.startswith(("Tokens per target call", "Mean acceptance")):
+            assert "on all" in title or "of the subsample" in title
+    assert "every 4th profiled position only" in text
+
+
+def test_report_works_without_the_optimal_family(tmp_path):
+    # the first-contact crash: a run whose families do not include "optimal"
+    d, t = toy_pair(4, seed=0)
+    profile([[0, 1], [2]], out=tmp_path, draft=d, target=t, k_max=2, L_max=2, max_new_tokens=4,
+            families=["token", "kseq", "block"], verifiers=["token"], progress=False)
+    path = write_report(tmp_path, n_boot=50)
+    assert path.is_file() and {p.name for p in tmp_path.glob("*.png")} == {
+        "acceptance_vs_k.png", "tokens_vs_L.png", "speedup.png"}
+
+
+def test_figures_draw_every_family_with_integer_axes(summary):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    plot_acceptance_vs_k(summary, depth=2, ax=ax)
+    assert all(float(x).is_integer() for x in ax.get_xticks())
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "alpha_k: ceiling of k i.i.d. drafts" in labels and "top-k (own draft process)" in labels
+    ax.clear()
+    plot_tokens_vs_L(summary, k=2, ax=ax)
+    assert all(float(x).is_integer() for x in ax.get_xticks())
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"kseq", "multiround"}
+    for fam in ("token", "block", "kseq", "multiround", "typical"):
+        ax.clear()
+        plot_speedup(summary, family=fam, ax=ax)
+    with pytest.raises(ValueError, match="`family` must be one of the profiled schemes"):
+        plot_speedup(summary, family="optimal", ax=ax)
+    with pytest.raises(ValueError, match="`positions` must be one of"):
+        plot_tokens_vs_L(summary, positions="half", ax=ax)
+    plt.close("all")
