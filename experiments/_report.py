@@ -82,6 +82,21 @@ def fmt_error(x, floor: float = ROUNDOFF) -> str:
     return f"{x:.1e}"
 
 
+def fmt_argmax(values, where, *, what: str, at: str, floor: float = ROUNDOFF, digits: int = 4) -> str:
+    """"largest <what> <value> at <at> = <where>", or, when every value is round-off, that there is none.
+
+    Where the largest value is zero to rounding, its location is noise (one machine's summation order puts
+    it at k = 1, another's at k = 6): say that there is no such gap instead of where it lies. Ties at the
+    maximum (within ``floor``) report the first location.
+    """
+    values = [float(v) for v in values]
+    top = max(values)
+    if abs(top) < floor and all(abs(v) < floor for v in values):
+        return f"no {what} (every value below {floor:.0e} in magnitude)"
+    i = next(i for i, v in enumerate(values) if v >= top - floor)
+    return f"largest {what} {top:.{digits}f} at {at} = {list(where)[i]}"
+
+
 #: Metadata matplotlib would otherwise stamp into a figure file (its version; dates for PDF and SVG),
 #: by format: ``None`` leaves the key out, so the bytes depend only on what is drawn.
 _NO_METADATA = {

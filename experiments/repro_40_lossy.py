@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _report import Row, Section, fmt_error, save_figure, write_csv
+from _report import ROUNDOFF, Row, Section, fmt_error, save_figure, write_csv
 
 import otspec
 from otspec.plotting.lossy import plot_lossy_frontier, synthetic_llm_pair
@@ -95,8 +95,9 @@ def _pair_rows(sec: Section, name: str, p, q, out: Path) -> None:
     sec.rows.append(Row(
         f"{name}: lenience l in [0.02, 1] against the frontier",
         "lenience trades acceptance for fidelity (App. A.5); mentored is KL-optimal",
-        f"largest shortfall {shortfall[i]:.2e} at l = {lc.l[finite][i]:.3g} (A = {lc.acceptance[finite][i]:.4f}, "
-        f"KL = {lc.kl[finite][i]:.4f}); min shortfall {fmt_error(shortfall.min())}",
+        (f"largest shortfall {shortfall[i]:.2e} at l = {lc.l[finite][i]:.3g} (A = {lc.acceptance[finite][i]:.4f}, "
+         f"KL = {lc.kl[finite][i]:.4f})" if shortfall[i] >= ROUNDOFF else
+         f"no shortfall (every value below {ROUNDOFF:.0e})") + f"; min shortfall {fmt_error(shortfall.min())}",
         "shape matches" if shortfall.min() >= -1e-12 else "differs: lenience above the frontier",
     ))
     fig = f"lossy_frontier_{name.lower().replace(' ', '_').replace('-', '_')}.png"

@@ -96,3 +96,15 @@ def test_roundoff_columns_and_report_errors_hide_summation_noise(experiments, tm
     assert not (tmp_path / "c.csv").exists()
     assert {_report.fmt_error(x) for x in (0.0, 4.4e-16, -7.6e-17)} == {"below 1e-13"}
     assert _report.fmt_error(4.9e-9) == "4.9e-09" and _report.fmt_error(-2.5e-3) == "-2.5e-03"
+
+
+def test_a_maximum_at_noise_level_has_no_location(experiments):
+    # "largest gap 0.0000 at k = 1" on one machine and "at k = 6" on another: a zero-to-rounding maximum
+    # is reported as no gap, whatever the summation order put where
+    _report, _ = experiments
+    ks = [1, 2, 4, 6]
+    a = _report.fmt_argmax([0.0, 3e-17, -1e-16, 4e-17], ks, what="gap", at="k")
+    b = _report.fmt_argmax([2e-16, 0.0, 0.0, -5e-17], ks, what="gap", at="k")
+    assert a == b == "no gap (every value below 1e-13 in magnitude)"
+    assert _report.fmt_argmax([0.01, 0.25, 0.25 - 1e-15, 0.1], ks, what="gap", at="k") == "largest gap 0.2500 at k = 2"
+    assert _report.fmt_argmax([-0.5, -0.1, -0.2, -0.3], ks, what="gap", at="k") == "largest gap -0.1000 at k = 2"
