@@ -33,7 +33,18 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-__all__ = ["VERIFIERS", "VerifierSpec", "get_verifier", "register_verifier", "registered_name", "verifier_names"]
+__all__ = [
+    "SUGGEST_CUTOFF",
+    "VERIFIERS",
+    "VerifierSpec",
+    "get_verifier",
+    "register_verifier",
+    "registered_name",
+    "registered_spelling",
+    "suggest",
+    "unknown_name_message",
+    "verifier_names",
+]
 
 _KINDS = ("token", "block")
 
@@ -141,7 +152,7 @@ def register_verifier(spec: VerifierSpec, *, replace: bool = False) -> VerifierS
     if not isinstance(spec, VerifierSpec):
         raise TypeError(f"`spec` must be a VerifierSpec, got {type(spec).__name__}")
     if spec.kind not in _KINDS:
-        raise ValueError(f"`spec.kind` must be one of {_KINDS}, got {spec.kind!r}")
+        raise ValueError(unknown_name_message("spec.kind", spec.kind, _KINDS))
     if spec.kind == "token" and spec.build is None:
         raise ValueError(f"token-level verifier {spec.name!r} needs `build` (p, q, k, **options) -> Verifier")
     if spec.kind == "block" and spec.build_block is None and spec.build_multi is None:
@@ -219,15 +230,126 @@ def registered_name(obj) -> str | None:
     return None
 
 
-def suggest(name: str, allowed) -> str:
-    """`` (did you mean 'x'?)`` for the closest names in ``allowed`` (by difflib; case and separators ignored), or ``""``."""
-    allowed = list(allowed)
-    close = difflib.get_close_matches(name, allowed, n=3, cutoff=0.6)
-    if not close:  # case and separators: "KSeq", "optimal_verifier"
-        folded = {n.replace("-", "").replace("_", ""): n for n in allowed}
-        key = name.lower().replace("-", "").replace("_", "").replace(" ", "")
-        close = [folded[m] for m in difflib.get_close_matches(key, list(folded), n=3, cutoff=0.6)]
+#: Similarity (difflib's ratio of the folded names) a close match must reach to be suggested: "kseg" -> "kseq"
+#: is 0.75, "topk" -> "token" only 0.67 (no suggestion: a different name, not a typo of it).
+SUGGEST_CUTOFF = 0.75
+
+
+def _fold(name: str) -> str:
+    """``name`` without case and separators: ``"K-Seq"``, ``"k_seq"`` and ``"kseq"`` all fold to ``"kseq"``."""
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter inserted, deleted, replaced, or two neighbours swapped."""
+    if abs(len(a) - len(b)) > 1:
+        return False
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    if len(a) == len(b):
+        return a[i + 1:] == b[i + 1:] or (a[i + 2:] == b[i + 2:] and a[i:i + 2] == b[i:i + 2][::-1])
+    return a[i + 1:] == b[i:] if len(a) > len(b) else a[i:] == b[i + 1:]
+
+
+def suggest(name, allowed) -> str:
+    """`` (did you mean 'x'?)`` for the names in ``allowed`` that ``name`` most likely meant, or ``""``.
+
+    Names are compared folded (case, ``-``, ``_``, spaces and dots ignored): a name equal to an allowed
+    one once folded gets that one alone (``"k-seq"``, ``"KSeq"`` -> ``'kseq'``); otherwise the allowed
+    names it is a prefix of, or that are a prefix of it (3 characters at least: ``"greedy"`` ->
+    ``'greedy-drafts'``, ``"optimal_verifier"`` -> ``'optimal'``), those one edit away (a letter
+    inserted, deleted, replaced, or two swapped: ``"otn"`` -> ``'otm'``) and those within
+    :data:`SUGGEST_CUTOFF` of it by :func:`difflib.SequenceMatcher` (``"kseg"`` -> ``'kseq'``), at most
+    two, prefixes first, then closest first. Anything else (``"top-k"`` where only ``'token'`` is
+    near) gets no suggestion.
+
+    Examples
+    --------
+    >>> from otspec._registry import suggest
+    >>> suggest("k-seq", ["token", "kseq"]), suggest("top-k", ["token", "kseq"])
+    (" (did you mean 'kseq'?)", '')
+    """
+    if not isinstance(name, str):
+        return ""
+    key = _fold(name)
+    folded: dict[str, str] = {}
+    for a in allowed:
+        if isinstance(a, str):
+            folded.setdefault(_fold(a), a)
+    if not key:
+        return ""
+    if key in folded:
+        close = [folded[key]]
+    else:
+        scored = []
+        for f, a in folded.items():
+            ratio = difflib.SequenceMatcher(None, key, f).ratio()
+            prefix = min(len(key), len(f)) >= 3 and (f.startswith(key) or key.startswith(f))
+            if prefix or ratio >= SUGGEST_CUTOFF or (min(len(key), len(f)) >= 3 and _one_edit(key, f)):
+                scored.append((not prefix, -ratio, a))
+        close = [a for *_, a in sorted(scored)[:2]]
     return f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def registered_spelling(name) -> str | None:
+    """The registered name that ``name`` spells up to case and separators (``"K-Seq"`` -> ``"kseq"``), or None.
+
+    For the messages of entry points that accept only some of the registered names: a name the
+    registry knows under this spelling is explained (why it is not accepted there), not guessed at.
+
+    Examples
+    --------
+    >>> import otspec
+    >>> from otspec._registry import registered_spelling
+    >>> registered_spelling("Top_K"), registered_spelling("spectr")
+    ('top-k', None)
+    """
+    if not isinstance(name, str):
+        return None
+    if name in _REGISTRY:
+        return name
+    key = _fold(name)
+    return next((n for n in _REGISTRY if _fold(n) == key), None)
+
+
+def unknown_name_message(what: str, name, allowed, *, alternative: str = "", entries: bool = False,
+                         note: str = "") -> str:
+    """The one message for a name outside ``allowed``, with the suggestion of :func:`suggest`.
+
+    ``"`what` must be one of ('a', 'b'){alternative}, got 'x' (did you mean 'a'?){note}"``; with
+    ``entries=True`` (``what`` is a collection of names) ``"`what` entries must be among ..."``. A name
+    that is not a string is shown by its type (``got int``), for a :class:`TypeError`.
+
+    Parameters
+    ----------
+    what : str
+        The parameter, without backticks (``"verifier"``, ``"method"``).
+    name : object
+        What was passed.
+    allowed : iterable of str
+        The accepted names, in the order to show.
+    alternative : str, keyword-only
+        What else is accepted, appended to the list (``" or a callable"``).
+    entries : bool, keyword-only
+        ``what`` holds several names and ``name`` is the first bad one.
+    note : str, keyword-only
+        Appended after the suggestion (e.g. why a registered name is not accepted here).
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from otspec._registry import unknown_name_message
+    >>> unknown_name_message("verifier", "k-seq", ("token", "kseq"), alternative=" or a callable")
+    "`verifier` must be one of ('token', 'kseq') or a callable, got 'k-seq' (did you mean 'kseq'?)"
+    """
+    allowed = tuple(allowed)
+    subject = f"`{what}` entries must be among" if entries else f"`{what}` must be one of"
+    got = f"{name!r}{suggest(name, allowed)}" if isinstance(name, str) else type(name).__name__
+    return f"{subject} {allowed}{alternative}, got {got}{note}"
 
 
 def get_verifier(name, *, kind: str | None = None, block: bool = False) -> VerifierSpec:
@@ -249,8 +371,10 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
     TypeError
         ``name`` is not a string.
     ValueError
-        Unknown name (the message lists the accepted ones and suggests the
-        closest, e.g. ``"kseg"``: did you mean ``'kseq'``?).
+        Unknown name (the message, built by :func:`unknown_name_message`,
+        lists the accepted ones and suggests the closest, e.g. ``"k-seq"``:
+        did you mean ``'kseq'``?; a registered name of another kind is
+        explained instead).
 
     Examples
     --------
@@ -263,11 +387,14 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
         return spec  # the common case, without listing the accepted names
     allowed = verifier_names(kind=kind, block=block)
     if not isinstance(name, str):
-        raise TypeError(f"`verifier` must be one of {allowed}, got {type(name).__name__}")
+        raise TypeError(unknown_name_message("verifier", name, allowed))
     if name not in allowed:
-        hint = suggest(name, allowed)
         other = ""
-        if name in _REGISTRY:
-            other = f"; {name!r} is registered but is a {_REGISTRY[name].kind}-level verifier not accepted here"
-        raise ValueError(f"`verifier` must be one of {allowed}, got {name!r}{hint}{other}")
+        meant = registered_spelling(name)
+        if meant is not None and meant not in allowed:
+            spec = _REGISTRY[meant]
+            other = (f"; {meant!r} is registered but is a token-level verifier that does not run along a block"
+                     if spec.kind == "token" and block else
+                     f"; {meant!r} is registered but is a {spec.kind}-level verifier not accepted here")
+        raise ValueError(unknown_name_message("verifier", name, allowed, note=other))
     return _REGISTRY[name]

@@ -280,15 +280,17 @@ def test_step_that_raises_is_reported_with_its_drafts():
 
 
 def test_step_cannot_mutate_p_or_q():
+    # the caller's arrays are compared with copies after the run (never made read-only: that failed on arrays
+    # not owning their memory and left them read-only); a changed one is written back and the check fails
     p, q = P.copy(), Q.copy()
 
     def vandal(drafts, rng):
         q[0] = 0.5
         return drafts[0]
 
-    with pytest.raises(StepError, match="assignment destination is read-only"):
+    with pytest.raises(StepError, match=r"`step` modified `q` during the check \(written back to its values"):
         check_sampler(vandal, p, q, n_samples=2000, rng=0)
-    assert q.flags.writeable and q.tolist() == Q.tolist()  # restored, unchanged
+    assert q.flags.writeable and q.tolist() == Q.tolist() and p.tolist() == P.tolist()  # written back
     base = Q.copy()
     view = base[:]
 
@@ -298,6 +300,53 @@ def test_step_cannot_mutate_p_or_q():
 
     with pytest.raises(StepError, match="`step` modified `q`"):
         check_sampler(through_base, P, view, n_samples=2000, rng=0)
+    assert base.tolist() == Q.tolist()
+    as_list = Q.tolist()
+
+    def on_a_list_then_raise(drafts, rng):
+        as_list[1] = 0.0
+        raise ZeroDivisionError("boom")
+
+    with pytest.raises(StepError, match="`step` raised ZeroDivisionError"):  # the step's own error wins
+        check_sampler(on_a_list_then_raise, P, as_list, n_samples=2000, rng=0)
+    assert as_list == Q.tolist()  # written back all the same
+
+
+def test_a_failed_check_names_the_over_and_under_represented_tokens():
+    # planted bug: one output in 20 is replaced by token 0, so token 0 is over-represented and the others under
+    right = speculative_step(P, Q)
+
+    def favours_0(drafts, rng):
+        y = right(drafts, rng)
+        return np.where(rng.random(y.shape[0]) < 0.05, 0, y)
+
+    res = check_sampler(favours_0, P, Q, batched=True, rng=0)
+    assert not res.passed
+    worst = res.worst_cells[0]
+    assert worst.cell == 0 and worst.residual > 5
+    np.testing.assert_allclose(worst.expected, res.n_samples * Q[0], rtol=1e-12)
+    np.testing.assert_allclose(worst.residual, (worst.observed - worst.expected) / np.sqrt(worst.expected),
+                               rtol=1e-12)
+    assert worst.observed == round(res.law[0] * res.n_samples)
+    assert "token 0 over-represented (observed" in res.message
+    assert all(c.residual < 0 for c in res.worst_cells[1:])
+    assert "under-represented" in res.message
+    assert [abs(c.residual) for c in res.worst_cells] == sorted((abs(c.residual) for c in res.worst_cells),
+                                                                reverse=True)
+    ok = check_sampler(right, P, Q, batched=True, rng=0)  # a passing check keeps the cells, says nothing of them
+    assert ok.passed and len(ok.worst_cells) == 4 and "represented" not in ok.message
+
+
+def test_a_failed_block_check_names_the_sequence():
+    draft, target = random_table_model(2, 2, rng=1), random_table_model(2, 2, rng=2)
+    v = make_verifier(draft, target, 1, "block")
+
+    def favours_00(block, rng):
+        return (0, 0) if rng.random() < 0.1 else v.verify(block, rng=rng).output
+
+    res = check_block_sampler(favours_00, draft, target, 1, tv=0.1, rng=0)
+    assert not res.passed and res.worst_cells[0].cell == (0, 0) and res.worst_cells[0].residual > 0
+    assert "sequence (0, 0) over-represented" in res.message
 
 
 def test_seed_for_is_a_function_of_the_example():

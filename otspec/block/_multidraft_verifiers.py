@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._registry import VerifierSpec, register_verifier
+from .._registry import VerifierSpec, register_verifier, unknown_name_message
 from .._validation import as_rng
 from .._verifier import sample_from, sample_from_cdf
 from ..models import conditional_tables, joint_from_tables, next_law, validate_sequence
@@ -683,7 +683,7 @@ def compare_schemes(draft, target, L, k, *, schemes=None, check: bool = True) ->
     names = list(SCHEMES) if schemes is None else list(schemes)
     for s in names:
         if s not in SCHEMES:
-            raise ValueError(f"`schemes` entries must be among {sorted(SCHEMES)}, got {s!r}")
+            raise ValueError(unknown_name_message("schemes", s, sorted(SCHEMES), entries=True))
     res = multidraft_ot(draft, target, L, k, raise_on_failure=True)
     opt = res.value
     rows = []

@@ -35,7 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._registry import VerifierSpec, get_verifier, register_verifier, verifier_names
+from .._registry import VerifierSpec, get_verifier, register_verifier, unknown_name_message, verifier_names
 from .._validation import as_rng, validate_positive_int
 from .._verifier import sample_from
 from ..models import (
@@ -800,7 +800,7 @@ def _block_class(verifier) -> type:
     if isinstance(verifier, BlockVerifier):
         return type(verifier)
     if not isinstance(verifier, str):
-        raise TypeError(f"`verifier` must be one of {names} or a BlockVerifier, got {type(verifier).__name__}")
+        raise TypeError(unknown_name_message("verifier", verifier, names, alternative=" or a BlockVerifier"))
     return get_verifier(verifier, block=True).build_block
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._registry import unknown_name_message
 from ._deps import require
 
 torch = require("torch", "otspec.decoding")
@@ -135,7 +136,7 @@ class Sampling:
                 raise ValueError(f"`top_p` must lie in (0, 1], got {p!r}")
             object.__setattr__(self, "top_p", float(p))
         if self.top_p_rule not in TOP_P_RULES:
-            raise ValueError(f"`top_p_rule` must be one of {TOP_P_RULES}, got {self.top_p_rule!r}")
+            raise ValueError(unknown_name_message("top_p_rule", self.top_p_rule, TOP_P_RULES))
 
     @property
     def greedy(self) -> bool:

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .._registry import get_verifier, registered_name, verifier_names
+from .._registry import get_verifier, registered_name, registered_spelling, suggest, unknown_name_message, verifier_names
 from .._verifier import Verifier
 from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
 
@@ -238,11 +238,14 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
     names = decoding_names()
     if not isinstance(verifier, str):
         raise TypeError(
-            f"`verifier` must be one of {names} or a callable (p, q, k) -> Verifier, "
-            f"got {type(verifier).__name__}"
+            unknown_name_message("verifier", verifier, names, alternative=" or a callable (p, q, k) -> Verifier")
         )
     if verifier not in names:
-        raise ValueError(f"`verifier` must be one of {names} or a callable, got {verifier!r}")
+        note, meant = "", registered_spelling(verifier)
+        if meant is not None and meant not in names:
+            note = (f"; {meant!r} is registered but assumes {get_verifier(meant).draft_process!r} drafts, "
+                    "and the decoding loop draws them i.i.d.")
+        raise ValueError(unknown_name_message("verifier", verifier, names, alternative=" or a callable", note=note))
     spec = get_verifier(verifier)
     if spec.single_draft and k != 1:
         raise ValueError(
@@ -261,8 +264,10 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
             )
     extra = set(options) - spec.options
     if extra:
+        first = sorted(extra, key=str)[0]
         raise ValueError(
-            f"`verifier_options` for {verifier!r} accepts {sorted(spec.options)}, got unknown keys {sorted(extra)}"
+            f"`verifier_options` for {verifier!r} accepts {sorted(spec.options)}, got unknown keys "
+            f"{sorted(extra, key=str)}{suggest(first, spec.options)}"
         )
     missing = spec.required - set(options)
     if missing:

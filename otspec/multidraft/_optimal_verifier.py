@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._registry import unknown_name_message
 from .._validation import validate_k, validate_pair, validate_positive_int
 from ..otm._alpha import min_cut
 from . import _submodular as sm
@@ -515,7 +516,7 @@ def optimal_verifier(
     (True, True)
     """
     if not isinstance(method, str) or method not in _METHODS:
-        raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
+        raise ValueError(unknown_name_message("method", method, _METHODS))
     if tol is not None:
         if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)):
             raise TypeError(f"`tol` must be a real number or None, got {type(tol).__name__}")

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from .._array import int_power, is_batched_input, parse_ks, validate_batch_pair
+from .._registry import unknown_name_message
 from .._validation import validate_pair
 from ._cut import MinCut, ratio_order
 from ._lp import otm_lp, otm_lp_tuples
@@ -254,7 +255,7 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     (2, 2)
     """
     if not isinstance(method, str) or method not in _METHODS:
-        raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
+        raise ValueError(unknown_name_message("method", method, _METHODS))
     if replacement is False:
         return alpha_k_without_replacement(p, q, k, method="exact" if method == "exact" else "lp", normalize=normalize)
     if replacement is not True:

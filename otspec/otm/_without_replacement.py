@@ -102,6 +102,7 @@ import math
 
 import numpy as np
 
+from .._registry import unknown_name_message
 from .._validation import (
     validate_distribution,
     validate_drafts,
@@ -443,7 +444,7 @@ def alpha_k_without_replacement(p, q, k, *, method: str = "exact", normalize: bo
     0.69
     """
     if method not in ("exact", "lp"):
-        raise ValueError(f"`method` must be 'exact' or 'lp', got {method!r}")
+        raise ValueError(unknown_name_message("method", method, ("exact", "lp")))
     p_, q_ = validate_pair(p, q, normalize=normalize)
     ks, scalar = validate_ks(k)
     for kk in ks.tolist():

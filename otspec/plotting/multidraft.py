@@ -15,6 +15,7 @@ import numpy as np
 
 import otspec
 
+from .._registry import unknown_name_message
 from .._validation import validate_positive_int, validate_probability
 from ._common import legend_outside, new_axes, palette, reject_axes
 
@@ -178,7 +179,7 @@ def acceptance_curves(p, q, ks, methods=("otm", "kseq")) -> AcceptanceCurves:
     ks_arr = np.array([validate_positive_int(k, "ks") for k in ks], dtype=np.int64)
     for m in methods:
         if m not in METHODS:
-            raise ValueError(f"`methods` entries must be among {METHODS}, got {m!r}")
+            raise ValueError(unknown_name_message("methods", m, METHODS, entries=True))
     values = {}
     for m in methods:
         if m == "otm":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._registry import get_verifier
+from .._registry import get_verifier, unknown_name_message
 
 __all__ = ["plot_acceptance_vs_k", "plot_tokens_vs_L", "plot_speedup", "position_set"]
 
@@ -39,7 +39,7 @@ def position_set(summary, positions: str | None = None):
             or {key[0] for key in sub.acceptance} - {key[0] for key in every.acceptance})
         positions = "subsample" if needs_sub or every is None else "all"
     if positions not in sets:
-        raise ValueError(f"`positions` must be one of {tuple(sets)}, got {positions!r}")
+        raise ValueError(unknown_name_message("positions", positions, tuple(sets)))
     return sets[positions]
 
 
@@ -188,8 +188,8 @@ def plot_speedup(summary, *, family: str = "optimal", positions: str | None = No
     ps = position_set(summary, positions)
     cells = {(k, L): e.value for (f, k, L), e in ps.speedup.items() if f == family}
     if not cells:
-        fams = sorted({f for f, _, _ in ps.speedup})
-        raise ValueError(f"`family` must be one of the profiled schemes {fams}, got {family!r}")
+        raise ValueError(unknown_name_message("family", family, sorted({f for f, _, _ in ps.speedup}),
+                                              note=" (the schemes profiled on these positions)"))
     ks = sorted({k for k, _ in cells})
     Ls = sorted({L for _, L in cells})
     Z = np.array([[cells.get((k, L), np.nan) for L in Ls] for k in ks])

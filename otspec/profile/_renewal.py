@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._array import validate_batch_pair
-from .._registry import get_verifier, verifier_names
+from .._registry import get_verifier, unknown_name_message, verifier_names
 from .._validation import as_rng, validate_positive_int
 from ..multidraft._batched import batched_kseq_rho_star
 from ..multidraft._priority_keys import PriorityKeyVerifier
@@ -84,7 +84,7 @@ MAX_MC_TOKENS = 10_000_000
 def _scheme(scheme, k: int, method: str):
     """Validate the scheme name against the registry; return (name, route)."""
     if not isinstance(method, str) or method not in _METHODS:
-        raise ValueError(f"`method` must be one of {_METHODS}, got {method!r}")
+        raise ValueError(unknown_name_message("method", method, _METHODS))
     names = verifier_names()
     if not isinstance(scheme, str):
         raise TypeError(f"`scheme` must be a registered verifier name (one of {names}), got {type(scheme).__name__}")

@@ -5,10 +5,9 @@ Notation: ``p`` is the draft model's next-token law, ``q`` the target's.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import asdict, dataclass, field
 
-from .._registry import get_verifier, verifier_names
+from .._registry import get_verifier, suggest, unknown_name_message, verifier_names
 from .._validation import validate_positive_int, validate_seed
 from ..decoding._sampling import Sampling
 from ..decoding._verifiers import decoding_names, lp_max_support
@@ -16,7 +15,7 @@ from ..multidraft._khisti import MAX_MULTISETS
 from ._renewal import RENEWAL_SCHEMES
 
 __all__ = ["ProfileSettings", "BATCHED", "CHEAP_ACC", "CHEAP_FAMILIES", "CONTEXTS", "ON_REQUEST", "RENEWAL_DEFAULT",
-           "costly", "token_verifiers", "families", "did_you_mean"]
+           "costly", "token_verifiers", "families"]
 
 #: Token-level verifiers whose per-depth acceptance has a batched closed form on ``(..., V)`` laws
 #: (:func:`otspec.alpha_k` -- also the value of ``"optimal"`` and of the LP plan ``"lp"``, both optimal --,
@@ -53,12 +52,6 @@ OPTIMAL_TREE_SUPPORT = 1024
 CONTEXTS = ("sample", "reference")
 
 
-def did_you_mean(name: str, choices) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices``, or ``""``."""
-    close = difflib.get_close_matches(str(name), list(choices), n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
 def token_verifiers() -> tuple[str, ...]:
     """Every registered token-level verifier (:data:`otspec.multidraft.VERIFIERS`)."""
     return verifier_names(kind="token")
@@ -82,7 +75,7 @@ def _names(value, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
         if not isinstance(v, str):
             raise TypeError(f"`{what}` must hold names (str), got {type(v).__name__} {v!r}")
         if v not in allowed:
-            raise ValueError(f"`{what}` got an unknown verifier {v!r}{did_you_mean(v, allowed)}; known: {allowed}")
+            raise ValueError(f"`{what}` got an unknown verifier {v!r}{suggest(v, allowed)}; known: {allowed}")
         if v not in out:
             out.append(v)
     return tuple(out)
@@ -201,7 +194,7 @@ class ProfileSettings:
         object.__setattr__(self, "subsample", validate_positive_int(self.subsample, "subsample", minimum=0))
         object.__setattr__(self, "seed", validate_seed(self.seed, "seed"))
         if self.context not in CONTEXTS:
-            raise ValueError(f"`context` must be one of {CONTEXTS}, got {self.context!r}{did_you_mean(self.context, CONTEXTS)}")
+            raise ValueError(unknown_name_message("context", self.context, CONTEXTS))
         Sampling(self.temperature, self.top_k, self.top_p, self.top_p_rule)  # validates the sampling
         opts = self.verifier_options or {}
         if not isinstance(opts, dict):
@@ -209,7 +202,7 @@ class ProfileSettings:
         allowed = tuple(dict.fromkeys(token_verifiers() + families()))
         for name, o in opts.items():
             if name not in allowed:
-                raise ValueError(f"`verifier_options` names an unknown verifier {name!r}{did_you_mean(name, allowed)}")
+                raise ValueError(f"`verifier_options` names an unknown verifier {name!r}{suggest(name, allowed)}")
             if not isinstance(o, dict):
                 raise TypeError(f"`verifier_options[{name!r}]` must be a dict, got {type(o).__name__}")
             extra = set(o) - get_verifier(name).options

@@ -16,7 +16,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .._registry import VerifierSpec, get_verifier, registered_name, suggest, verifier_names
+from .._registry import (
+    VerifierSpec,
+    get_verifier,
+    registered_name,
+    registered_spelling,
+    unknown_name_message,
+    verifier_names,
+)
 from .._validation import validate_distribution, validate_positive_int
 from .._verifier import Verifier
 from ..models import (
@@ -55,6 +62,19 @@ VERIFIER_NAMES = tuple(
     n for n in verifier_names(kind="token")
     if not get_verifier(n).required and get_verifier(n).lossless and get_verifier(n).draft_process == "iid"
 )
+
+
+def _why_not(name: str) -> str:
+    """Why the registered ``name`` is not in :data:`VERIFIER_NAMES`."""
+    spec = get_verifier(name)
+    if spec.kind != "token":
+        return "a block-level verifier"
+    if not spec.lossless:
+        return "lossy"
+    if spec.required:
+        return f"needs the options {sorted(spec.required)}"
+    return f"assumes {spec.draft_process!r} drafts, not i.i.d."
+
 
 #: Default largest number of draft tuples (or multisets) enumerated for one
 #: token-level step law.
@@ -429,15 +449,18 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
         if known not in VERIFIER_NAMES:
             raise ValueError(
                 f"`verifier`={getattr(verifier, '__name__', known)} stands for the registered {known!r}, which "
-                f"SpecTr cannot run (lossy, options required, or drafts not i.i.d.); use one of {VERIFIER_NAMES}"
+                f"SpecTr cannot run ({_why_not(known)}); use one of {VERIFIER_NAMES}"
             )
         verifier = known
     elif isinstance(verifier, VerifierSpec):
         raise ValueError(f"`verifier` is a VerifierSpec named {verifier.name!r} that is not registered")
     if isinstance(verifier, str):
         if verifier not in VERIFIER_NAMES:
-            raise ValueError(f"`verifier` must be one of {VERIFIER_NAMES} or a callable, got {verifier!r}"
-                             f"{suggest(verifier, VERIFIER_NAMES)}")
+            meant = registered_spelling(verifier)
+            note = (f"; {meant!r} is registered but SpecTr cannot run it ({_why_not(meant)})"
+                    if meant is not None and meant not in VERIFIER_NAMES else "")
+            raise ValueError(unknown_name_message("verifier", verifier, VERIFIER_NAMES,
+                                                  alternative=" or a callable", note=note))
         spec = get_verifier(verifier)
         sym = spec.symmetric if symmetric is None else bool(symmetric)
         return VerifierFactory(spec.build, name=verifier, symmetric=sym, sequential=spec.sequential)
@@ -449,4 +472,4 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
     if callable(verifier):
         name = getattr(verifier, "__name__", type(verifier).__name__)
         return VerifierFactory(verifier, name=name, symmetric=bool(symmetric) if symmetric is not None else False)
-    raise TypeError(f"`verifier` must be one of {VERIFIER_NAMES} or a callable, got {type(verifier).__name__}")
+    raise TypeError(unknown_name_message("verifier", verifier, VERIFIER_NAMES, alternative=" or a callable"))

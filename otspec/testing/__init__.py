@@ -17,14 +17,26 @@ from ._block import check_block_sampler
 from ._chi2 import MAX_SAMPLES, GofResult, chi2_gof, detectable_tv, sample_size
 from ._coins import BOUNDARY_FRACTION, BoundaryCoins
 from ._logits import processed_law
-from ._sampler import CHUNK, TRIAL_BUDGET, SamplerCheck, StepError, Violation, check_sampler, seed_for
+from ._sampler import (
+    CHUNK,
+    TRIAL_BUDGET,
+    WORST_CELLS,
+    CellResidual,
+    SamplerCheck,
+    StepError,
+    Violation,
+    check_sampler,
+    seed_for,
+)
 
 __all__ = [
     "BOUNDARY_FRACTION",
     "CHUNK",
     "MAX_SAMPLES",
     "TRIAL_BUDGET",
+    "WORST_CELLS",
     "BoundaryCoins",
+    "CellResidual",
     "GofResult",
     "SamplerCheck",
     "StepError",

@@ -283,4 +283,5 @@ def check_block_sampler(step, draft, target, L, *, k=1, n_samples=None, tv=0.02,
 
     counts, outside_b = _phases(run, N, rngs, zero)
     return _finish(counts, law, n_samples=N, alpha_fail=alpha_fail, outside_b=outside_b,
-                   n_boundary=N if boundary_coins else 0, violation=violation, what="completed sequences'")
+                   n_boundary=N if boundary_coins else 0, violation=violation, what="completed sequences'",
+                   shape=(V,) * (L + 1))

@@ -10,6 +10,8 @@ import numbers
 
 import numpy as np
 
+from .._validation import _float_input
+
 __all__ = ["processed_law"]
 
 
@@ -31,7 +33,8 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     Parameters
     ----------
     logits : (V,) array_like of float
-        Finite logits or ``-inf`` (masked tokens); at least one finite.
+        Finite logits or ``-inf`` (masked tokens); at least one finite. A list,
+        any numpy array or a torch tensor (read into a float64 copy).
     temperature : float, keyword-only
         :math:`T \ge 0`; ``0`` is greedy decoding: the law is the point mass on
         the largest logit (ties to the smallest token id, as ``torch.argmax``
@@ -62,9 +65,7 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     >>> processed_law(np.log([0.4, 0.4, 0.2]), temperature=0).tolist()
     [1.0, 0.0, 0.0]
     """
-    if isinstance(logits, (str, bytes)) or logits is None:
-        raise TypeError(f"`logits` must be a 1-D array_like of floats, got {type(logits).__name__}")
-    x = np.array(logits, dtype=np.float64, copy=True)
+    x, _ = _float_input(logits, "logits", "a 1-D array_like of floats")  # a float64 copy, tensors included
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"`logits` must be a non-empty 1-D array, got shape {x.shape}")
     if np.any(np.isnan(x)) or np.any(x == np.inf) or not np.any(np.isfinite(x)):

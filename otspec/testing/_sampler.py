@@ -37,7 +37,7 @@ from ._chi2 import (
 )
 from ._coins import BoundaryCoins
 
-__all__ = ["SamplerCheck", "StepError", "Violation", "check_sampler", "CHUNK", "TRIAL_BUDGET"]
+__all__ = ["CellResidual", "SamplerCheck", "StepError", "Violation", "check_sampler", "CHUNK", "TRIAL_BUDGET", "WORST_CELLS"]
 
 #: Default ``max_samples`` of the harnesses: trials run without being asked (``step`` called one trial
 #: at a time, about a minute at 20 microseconds per call), and for a batched ``step`` (about a minute
@@ -48,6 +48,9 @@ TRIAL_BUDGET = {False: 3_000_000, True: 100_000_000}
 #: chunk's work arrays would exceed :data:`_WORK` entries (a (B, V) array per chunk).
 CHUNK = 1 << 16
 _WORK = 1 << 22
+
+#: Cells kept in :attr:`SamplerCheck.worst_cells` (the message of a failed check names the first three).
+WORST_CELLS = 5
 
 
 def _chunk(width: int) -> int:
@@ -90,6 +93,33 @@ class Violation:
     phase: str
     drafts: tuple
     output: object
+
+
+@dataclass(frozen=True)
+class CellResidual:
+    r"""One cell's standardized residual :math:`(O_c - E_c) / \sqrt{E_c}`, with :math:`E_c = N q_c`.
+
+    Positive: the sampler gives the cell more than the target (over-represented);
+    negative: less. A cell of target probability zero that was drawn has
+    residual ``inf``.
+
+    Attributes
+    ----------
+    cell : int or tuple of int
+        The token id (:func:`check_sampler`) or the sequence of ``L + 1``
+        token ids (:func:`check_block_sampler`).
+    observed : int
+        :math:`O_c`, draws of the frequency phase on the cell.
+    expected : float
+        :math:`E_c = N q_c`.
+    residual : float
+        :math:`(O_c - E_c) / \sqrt{E_c}` (about standard normal for a correct sampler).
+    """
+
+    cell: int | tuple
+    observed: int
+    expected: float
+    residual: float
 
 
 @dataclass(frozen=True, eq=False)
@@ -156,7 +186,13 @@ class SamplerCheck(LosslessCheck):
     violation : Violation or None
         The first output outside the target's support.
     message : str
-        One line saying why the check passed or failed.
+        One line saying why the check passed or failed; a failed frequency
+        test names the cells of the largest residuals (which outputs are
+        over- and under-represented).
+    worst_cells : tuple of CellResidual
+        The cells of the largest standardized residuals
+        :math:`|O_c - E_c| / \sqrt{E_c}`, largest first (at most
+        :data:`WORST_CELLS`; cells neither expected nor drawn are left out).
     """
 
     pvalue: float
@@ -176,6 +212,7 @@ class SamplerCheck(LosslessCheck):
     pooled_cells: int = 0
     test: str = "chi-square"
     boundary_vacuous: bool = False
+    worst_cells: tuple = ()
 
     def __repr__(self) -> str:
         meaning = (f"no deviation of TV >= {self.detectable_tv:.3g} found" if self.passed
@@ -340,31 +377,69 @@ def _tokens(out, B: int, V: int, drafts: np.ndarray, phase: str) -> np.ndarray:
     return arr.astype(np.int64, copy=False)
 
 
+def _snapshot(a):
+    """A private copy of a caller's input (numpy array, tensor, list), or None for what cannot change."""
+    if isinstance(a, list):
+        return list(a), np.array(a, copy=True)
+    if isinstance(a, np.ndarray) or (hasattr(a, "detach") and callable(a.detach)):
+        return None, np.array(_to_numpy(a), copy=True)
+    return None
+
+
+def _restore(a, items, values: np.ndarray) -> bool:
+    """Write ``values`` back into the caller's ``a`` (modified by ``step``); whether ``a`` reads them again.
+
+    A list gets its items back; an array (or a CPU tensor, through the numpy view that shares its
+    memory) its values. Anything that cannot be written (a tensor on another device) stays as it is.
+    """
+    try:
+        if isinstance(a, list):
+            a[:] = items
+        else:
+            view = a if isinstance(a, np.ndarray) else _to_numpy(a)
+            if view.flags.writeable:
+                np.copyto(view, values)
+        return _unchanged(a, values)
+    except Exception:  # noqa: BLE001 - the caller's object is theirs: report, never fail on restoring it
+        return False
+
+
+def _unchanged(a, values: np.ndarray) -> bool:
+    """Whether the caller's ``a`` still holds ``values`` (NaN equal to NaN)."""
+    try:
+        now = np.asarray(_to_numpy(a))
+        return now.shape == values.shape and bool(np.array_equal(now, values, equal_nan=values.dtype.kind in "fc"))
+    except Exception:  # noqa: BLE001 - whatever ``step`` put there, it is not what was passed
+        return False
+
+
 @contextlib.contextmanager
 def _guarded(**arrays):
-    """Make the caller's numpy inputs read-only while ``step`` runs; fail if they changed anyway."""
-    snaps = {}
-    flipped = []
-    for name, a in arrays.items():
-        if isinstance(a, np.ndarray):
-            snaps[name] = a.copy()
-            if a.flags.writeable:
-                a.setflags(write=False)
-                flipped.append(a)
-        elif hasattr(a, "clone") and callable(a.clone):  # torch tensor: compare after
-            snaps[name] = _to_numpy(a).copy()
+    """Check that ``step`` leaves the caller's inputs unchanged, without touching them.
+
+    The harness samples from its own validated copies, so ``step`` cannot change what is tested;
+    but a ``step`` that writes to ``p`` or ``q`` (say through a closure) corrupts its own
+    arithmetic and the caller's data. Each input is copied before the run and compared after it;
+    a changed one is written back (when it can be) and the run fails with :class:`StepError`.
+    No flag of the caller's arrays is set, so arrays that do not own their memory (a numpy view
+    of a torch tensor, a memory map, a strided view) and read-only ones go through unchanged.
+    """
+    snaps = {name: snap for name, a in arrays.items() if (snap := _snapshot(a)) is not None}
     try:
         yield
-    finally:
-        for a in flipped:
-            a.setflags(write=True)
-    for name, snap in snaps.items():
-        now = _to_numpy(arrays[name])
-        if now.shape != snap.shape or not np.array_equal(now, snap, equal_nan=True):
-            raise StepError(f"`step` modified `{name}` during the check; a step must not write to its inputs")
+    finally:  # also when ``step`` raised: its error propagates, the inputs are written back all the same
+        changed = [name for name, (_, values) in snaps.items() if not _unchanged(arrays[name], values)]
+        restored = {name: _restore(arrays[name], *snaps[name]) for name in changed}
+    if changed:
+        name = changed[0]
+        how = ("written back to its values before the check" if restored[name]
+               else "it could not be written back")
+        raise StepError(f"`step` modified `{name}` during the check ({how}); a step must not write to its inputs")
 
 
-def _finish(counts, law, *, n_samples, alpha_fail, outside_b, n_boundary, violation, what) -> SamplerCheck:
+def _finish(counts, law, *, n_samples, alpha_fail, outside_b, n_boundary, violation, what, shape=None
+            ) -> SamplerCheck:
+    """The result from the frequency ``counts``; ``shape`` (block harness) unravels a cell into its sequence."""
     from scipy import stats
 
     stat, dof, n_cells, outside_f, N = _pearson(counts, law, MIN_EXPECTED, grow=True)
@@ -386,6 +461,7 @@ def _finish(counts, law, *, n_samples, alpha_fail, outside_b, n_boundary, violat
     tv_est = 0.5 * float(np.abs(freq - law).sum())
     det = detectable_tv(N, law, alpha_fail=alpha_fail)
     passed = bool(pvalue > alpha_fail and outside == 0)
+    worst = _worst_cells(counts, law, N, shape)
     if outside:
         v = violation
         message = (
@@ -404,6 +480,8 @@ def _finish(counts, law, *, n_samples, alpha_fail, outside_b, n_boundary, violat
             f"{test} p-value {pvalue:.3g} > alpha_fail {alpha_fail:g}, no output outside the support "
             f"({N} samples + {n_boundary} with boundary coins)"
         )
+    if not pvalue > alpha_fail:
+        message += _residual_text(worst, "token" if shape is None else "sequence")
     if n_pooled and test == "binomial tail":
         message += (f"; the {n_pooled} cell(s) outside the largest (target mass {pooled:.3g}) were too rare for "
                     "chi-square and were tested together by the exact binomial test")
@@ -418,7 +496,32 @@ def _finish(counts, law, *, n_samples, alpha_fail, outside_b, n_boundary, violat
         n_cells=n_cells, pooled_mass=pooled, outside_support=outside, boundary_outside=outside_b,
         n_boundary=n_boundary, tv_estimate=tv_est, detectable_tv=det, alpha_fail=alpha_fail,
         violation=violation, message=message, pooled_cells=n_pooled, test=test, boundary_vacuous=vacuous,
+        worst_cells=worst,
     )
+
+
+def _worst_cells(counts: np.ndarray, law: np.ndarray, N: int, shape) -> tuple[CellResidual, ...]:
+    """The :data:`WORST_CELLS` cells of largest ``|O - E| / sqrt(E)`` (ties: the smaller cell first)."""
+    expected = N * law
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(expected > 0, (counts - expected) / np.sqrt(expected), np.where(counts > 0, np.inf, 0.0))
+    seen = np.flatnonzero((expected > 0) | (counts > 0))
+    top = seen[np.lexsort((seen, -np.abs(z[seen])))[:WORST_CELLS]]
+    return tuple(
+        CellResidual(int(c) if shape is None else tuple(int(i) for i in np.unravel_index(c, shape)),
+                     int(counts[c]), float(expected[c]), float(z[c]))
+        for c in top
+    )
+
+
+def _residual_text(cells: tuple[CellResidual, ...], noun: str) -> str:
+    """``; largest standardized residuals ...: token 0 over-represented (observed 61, expected 50, +1.56), ...``."""
+    parts = [
+        f"{noun} {c.cell} {'over' if c.residual > 0 else 'under'}-represented "
+        f"(observed {c.observed}, expected {c.expected:.6g}, {c.residual:+.3g})"
+        for c in cells[:3]
+    ]
+    return "; largest standardized residuals (observed - expected)/sqrt(expected): " + ", ".join(parts)
 
 
 def _zero_anywhere(law: np.ndarray) -> bool:
@@ -446,7 +549,7 @@ def _coin_rngs(gen: np.random.Generator, boundary: bool):
 def _phases(run, N: int, rngs, zero: np.ndarray, **inputs) -> tuple[np.ndarray, int]:
     """The frequency phase (honest coins) and, when asked, the boundary-coin phase (support only).
 
-    ``run(n, harness_rng, step_rng, phase) -> counts``; ``inputs`` are made read-only meanwhile.
+    ``run(n, harness_rng, step_rng, phase) -> counts``; ``inputs`` are checked unchanged afterwards (:func:`_guarded`).
     Returns the frequency counts and the boundary phase's outputs outside the support.
     """
     d_rng, s_rng, bd_rng, coins = rngs
@@ -534,9 +637,12 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
         randomness from (a torch step can seed a ``torch.Generator`` from
         ``rng.integers(2**63)`` or convert ``rng.random(B)``).
     p : (V,) array_like of float
-        Draft law the harness draws the drafts from.
+        Draft law the harness draws the drafts from: a list, any numpy array
+        (float32, read-only, strided, memory-mapped, a view of a torch
+        tensor) or a torch tensor. The harness works on a float64 copy and
+        never writes to ``p`` or changes its flags.
     q : (V,) array_like of float
-        Target law the outputs must follow.
+        Target law the outputs must follow (as ``p``).
     k : int, keyword-only
         Drafts per trial.
     replacement : bool, keyword-only
@@ -584,7 +690,8 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     StepError
         ``step`` raised (the message names the drafts that triggered it),
         returned something that is not a token in ``[0, V)``, the wrong number
-        of tokens, or modified ``p`` or ``q`` (which are read-only while it runs).
+        of tokens, or modified ``p`` or ``q`` (they are compared with copies taken
+        before the run and written back; their flags are never touched).
 
     See Also
     --------
