@@ -658,6 +658,28 @@ class SpecTrTreeVerifier(TreeVerifier):
 def make_tree_verifier(verifier, **options) -> TreeVerifier:
     """A :class:`TreeVerifier` from a registered tree-verifier name (with its options) or an instance.
 
+    Parameters
+    ----------
+    verifier : str or TreeVerifier
+        A name of ``verifier_names(kind="tree")`` (``"specinfer"``,
+        ``"sequoia"``, ``"target-only"``, ``"spectr-tree"``) or an instance
+        (returned as is).
+    **options
+        The registered options of the name (``token_verifier`` for
+        ``"spectr-tree"``).
+
+    Returns
+    -------
+    TreeVerifier
+
+    Examples
+    --------
+    >>> from otspec.tree import make_tree_verifier
+    >>> make_tree_verifier("spectr-tree", token_verifier="kseq")
+    SpecTrTreeVerifier(token_verifier='kseq')
+    >>> make_tree_verifier("specinfer").processes
+    ('iid',)
+
     Raises
     ------
     TypeError, ValueError
