@@ -48,6 +48,7 @@ from otspec.tree import (
     tree_laws,
     value,
 )
+from tests.test_tree import _ancestors
 
 TOL = 1e-12
 ALPHA_FAIL = 1e-6
@@ -212,14 +213,6 @@ def test_target_only_needs_no_pass_over_the_vocabulary():
         E = v.emission(t, P, Q, validate=False)
         np.testing.assert_allclose(E.sum(), 1.0, rtol=0, atol=1e-12)
         np.testing.assert_allclose(float(t.depth @ E.sum(axis=1)), v.expected_accepted(t, P, Q), rtol=1e-12)
-
-
-def _ancestors(t, i):
-    out = []
-    while i > 0:
-        out.append(i)
-        i = int(t.parents[i])
-    return out
 
 
 def test_hand_computed_specinfer_tree():

@@ -144,6 +144,17 @@ def _completed_law(v, trees, dl, tl, V, D):
     return law, math.fsum(acc_terms)
 
 
+def _enumerated(shape, draft, target, process, verifier, prefix, max_trees, max_sequences):
+    """Validated inputs, every realised tree and the law caches, the size of the completed table checked first."""
+    V, process, ctx, v = _setup(shape, draft, target, process, verifier, prefix)
+    max_sequences = validate_positive_int(max_sequences, "max_sequences")
+    D = _max_depth(shape)
+    check_enumeration(V, D + 1, max_sequences, what="completed sequences", length_name="max_depth + 1",
+                      limit_name="max_sequences")
+    trees = enumerate_trees(shape, draft, process=process, prefix=ctx, max_trees=max_trees)
+    return v, trees, LawCache(draft, V, ctx, "draft"), LawCache(target, V, ctx, "target"), V, D
+
+
 def _conditionals(tl, V, m):
     """``(V,) * (m + 1)`` table of the model's next-token laws after every ``m``-token path."""
     cond = np.empty((V,) * (m + 1))
@@ -200,14 +211,8 @@ def output_law(shape, draft, target, *, process, verifier, prefix=(), max_trees:
     >>> bool(np.abs(R - joint_law(q, 2)).max() < 1e-15)
     True
     """
-    V, process, ctx, v = _setup(shape, draft, target, process, verifier, prefix)
-    max_sequences = validate_positive_int(max_sequences, "max_sequences")
-    D = _max_depth(shape)
-    check_enumeration(V, D + 1, max_sequences, what="completed sequences", length_name="max_depth + 1",
-                      limit_name="max_sequences")
-    trees = enumerate_trees(shape, draft, process=process, prefix=ctx, max_trees=max_trees)
-    dl, tl = LawCache(draft, V, ctx, "draft"), LawCache(target, V, ctx, "target")
-    return _completed_law(v, trees, dl, tl, V, D)[0]
+    return _completed_law(*_enumerated(shape, draft, target, process, verifier, prefix, max_trees,
+                                       max_sequences))[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -293,14 +298,8 @@ def check_lossless(verifier, shape, draft, target, *, process, prefix=(), max_tr
     >>> check_lossless("specinfer", s, d, t, process="wor").passed
     False
     """
-    V, process, ctx, v = _setup(shape, draft, target, process, verifier, prefix)
     tol = validate_tol(tol)
-    max_sequences = validate_positive_int(max_sequences, "max_sequences")
-    D = _max_depth(shape)
-    check_enumeration(V, D + 1, max_sequences, what="completed sequences", length_name="max_depth + 1",
-                      limit_name="max_sequences")
-    trees = enumerate_trees(shape, draft, process=process, prefix=ctx, max_trees=max_trees)
-    dl, tl = LawCache(draft, V, ctx, "draft"), LawCache(target, V, ctx, "target")
+    v, trees, dl, tl, V, D = _enumerated(shape, draft, target, process, verifier, prefix, max_trees, max_sequences)
     law, acceptance = _completed_law(v, trees, dl, tl, V, D)
     ref = _target_joint(tl, V, D + 1)
     direct = math.fsum(w * v.expected_accepted(T, *_laws_of(T, dl, tl), validate=False) for T, w in trees)

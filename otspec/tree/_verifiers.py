@@ -404,12 +404,15 @@ class SpecInferVerifier(_PerNodeScan):
 
     Examples
     --------
+    One chain ``1, 0`` with ``p = (1/2, 1/2)`` and ``q = (1/4, 3/4)`` at every
+    node: token 1 is accepted surely, then token 0 with probability 1/2.
+
     >>> import numpy as np
     >>> from otspec.tree import DraftTree, SpecInferVerifier
-    >>> t = DraftTree.from_paths([(0,), (1,)])
-    >>> P = np.array([[0.5, 0.5]] * 3); Q = np.array([[0.2, 0.8]] * 3)
-    >>> round(SpecInferVerifier().expected_accepted(t, P, Q), 12)  # 1 - (1 - 0.7) * (1 - 1)
-    1.0
+    >>> chain = DraftTree.from_paths([(1,), (1, 0)])
+    >>> laws_p, laws_q = np.full((3, 2), 0.5), np.tile([0.25, 0.75], (3, 1))
+    >>> SpecInferVerifier().expected_accepted(chain, laws_p, laws_q)
+    1.5
     """
 
     name = "specinfer"
@@ -571,12 +574,15 @@ class SpecTrTreeVerifier(TreeVerifier):
 
     Examples
     --------
-    >>> import numpy as np
-    >>> from otspec.tree import DraftTree, SpecTrTreeVerifier
-    >>> t = DraftTree.from_paths([(0,), (1,)])
-    >>> P = np.array([[0.5, 0.5]] * 3); Q = np.array([[0.2, 0.8]] * 3)
-    >>> round(SpecTrTreeVerifier(token_verifier="optimal").expected_accepted(t, P, Q), 12)
-    1.0
+    Two root children, both token 0, at ``p = (1, 0)``: every plan accepts
+    token 0 with probability ``q(0) = 0.3`` (then the first of the two nodes
+    is reported, and the bonus token drawn from ``q``), else emits token 1.
+
+    >>> from otspec.tree import DraftTree, SpecTrTreeVerifier, TreeShape
+    >>> pair = DraftTree(TreeShape.chains(2, 1), [-1, 0, 0], [-1, 0, 0])
+    >>> E = SpecTrTreeVerifier(token_verifier="optimal").emission(pair, [[1.0, 0.0]] * 3, [[0.3, 0.7]] * 3)
+    >>> E.round(12).tolist()
+    [[0.0, 0.7], [0.09, 0.21], [0.0, 0.0]]
     """
 
     name = "spectr-tree"
