@@ -79,6 +79,33 @@ def test_shape_derived_arrays_by_brute_force(paths):
     assert s.has_rank_gaps == gaps
 
 
+@given(shapes(), st.integers(0, 2**31))
+def test_successor_lists_round_trip_under_any_numbering(paths, seed):
+    s = TreeShape(paths)
+    back = TreeShape.from_successors(s.to_successors())
+    # a children list has no rank gaps: ranks become positions among siblings, the node order is kept
+    assert np.array_equal(back.parents, s.parents) and not back.has_rank_gaps
+    assert (back == s) == (not s.has_rank_gaps)
+    s = back
+    # Sequoia's growmaps may number the nodes otherwise: relabel nodes 1..n at random
+    perm = np.concatenate(([0], 1 + np.random.default_rng(seed).permutation(s.n)))
+    relabelled = [None] * (s.n + 1)
+    for i, kids in enumerate(s.to_successors()):
+        relabelled[int(perm[i])] = [int(perm[c]) for c in kids]
+    assert TreeShape.from_successors(relabelled) == s
+
+
+@pytest.mark.parametrize("succ,match", [
+    ([[1], [2], [1]], "lists node 1 twice"),
+    ([[1, 3], []], r"`successors\[0\]` lists node 3, outside \[0, 2\)"),
+    ([[1], [], []], r"leaves nodes \[2\] unreachable"),
+    ([[1], [0]], "lists node 0 twice"),
+])
+def test_successor_lists_refused(succ, match):
+    with pytest.raises(ValueError, match=match):
+        TreeShape.from_successors(succ)
+
+
 def test_chains_and_branching():
     assert TreeShape.chains(2, 3).to_medusa_choices() == [[0], [1], [0, 0], [1, 0], [0, 0, 0], [1, 0, 0]]
     assert TreeShape.chains(1, 1).n == 1

@@ -4,9 +4,11 @@ A *shape* is a prefix-closed set of rank paths: ``(r_1, ..., r_d)`` is the
 node reached from the root (the context) through the child of rank ``r_1``,
 then its child of rank ``r_2``, ...; this is Medusa's ``medusa_choices``
 format (Cai et al., arXiv:2401.10774, §2.1.2; FasterDecoding/Medusa,
-``medusa/model/utils.py``, ``generate_medusa_buffers``) and the format of
-Sequoia's tree files (Chen et al., arXiv:2402.12374). A *realised tree*
-puts a token on every node.
+``medusa/model/utils.py``, ``generate_medusa_buffers``). Sequoia's tree
+files (Chen et al., arXiv:2402.12374; its growmaps) list the children of
+every node instead (``grow_map["Successors"]``), which
+:meth:`TreeShape.from_successors` reads. A *realised tree* puts a token on
+every node.
 
 Node order (Medusa's convention, stated once here and used everywhere in
 :mod:`otspec.tree`): node 0 is the root (no token: ``tokens[0] = -1``,
@@ -130,7 +132,8 @@ class TreeShape:
        with Multiple Decoding Heads", arXiv:2401.10774, §2.1.2 (tree
        attention; ``medusa_choices`` in ``medusa/model/utils.py``).
     .. [2] Chen et al., "Sequoia: Scalable, Robust, and Hardware-aware
-       Speculative Decoding", arXiv:2402.12374, §3.
+       Speculative Decoding", arXiv:2402.12374, §3 (trees as growmaps:
+       ``from_successors``).
 
     Examples
     --------
@@ -189,6 +192,46 @@ class TreeShape:
     def from_medusa_choices(cls, choices) -> TreeShape:
         """The shape of Medusa's ``medusa_choices`` (a list of rank lists, root excluded)."""
         return cls(choices)
+
+    @classmethod
+    def from_successors(cls, successors) -> TreeShape:
+        r"""The shape of a children list: ``successors[i]`` lists node ``i``'s children in rank order, node 0 the root.
+
+        This is how Sequoia's growmaps store a tree (``grow_map["Successors"]``);
+        the node numbering may be any, the result is in this package's node
+        order (:meth:`to_successors` gives it back in that order). A
+        children list has no rank gaps: the rank of a child is its position
+        in its parent's list.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Entries that are not lists of integer node ids, an id out of
+            range, a node listed twice (two parents, or a cycle through the
+            root), or a node not reachable from the root.
+        """
+        succ = _sequence_of_paths(successors, "successors")
+        m = len(succ)
+        paths: dict = {0: ()}
+        stack = [0]
+        while stack:
+            v = stack.pop()
+            kids = _rank_path(succ[v], v)
+            for r, c in enumerate(kids):
+                if c >= m:
+                    raise ValueError(f"`successors[{v}]` lists node {c}, outside [0, {m})")
+                if c in paths:
+                    raise ValueError(f"`successors` lists node {c} twice (a node has one parent and the root none)")
+                paths[c] = paths[v] + (r,)
+                stack.append(c)
+        if len(paths) != m:
+            missing = sorted(set(range(m)) - set(paths))
+            raise ValueError(f"`successors` leaves nodes {missing[:5]} unreachable from the root (node 0)")
+        return cls([p for p in paths.values() if p])
+
+    def to_successors(self) -> list[list[int]]:
+        """The children of every node in node order (Sequoia's ``Successors`` layout), root first."""
+        return [list(self.children(i)) for i in range(self.n + 1)]
 
     @classmethod
     def chains(cls, k, L) -> TreeShape:
