@@ -394,3 +394,15 @@ def test_wor_with_a_nearly_exhausted_support_stays_exact(eps):
     assert res.passed and res.acceptance_error <= TOL
     np.testing.assert_allclose(value(TreeShape([(0,), (1,)]), draft, target, process="wor", verifier="sequoia"),
                                1.0, rtol=0, atol=TOL)
+
+
+def test_iid_rules_do_not_care_about_missing_ranks():
+    # i.i.d. draws at ranks 1 and 3 are two independent draws, whatever was drawn at ranks 0 and 2
+    draft, target = random_markov_model(3, rng=31), random_markov_model(3, rng=32)
+    gaps, compact = TreeShape([(1,), (3,), (1, 2)]), TreeShape([(0,), (1,), (0, 0)])
+    for name in ("specinfer", "spectr-tree", "target-only"):
+        assert VERIFIERS[name].lossless_for("iid", gaps)
+        assert check_lossless(VERIFIERS[name], gaps, draft, target, process="iid", tol=TOL).passed
+        np.testing.assert_allclose(value(gaps, draft, target, process="iid", verifier=VERIFIERS[name]),
+                                   value(compact, draft, target, process="iid", verifier=VERIFIERS[name]),
+                                   rtol=0, atol=TOL)
