@@ -678,6 +678,12 @@ def make_tree_verifier(verifier, **options) -> TreeVerifier:
     -------
     TreeVerifier
 
+    References
+    ----------
+    .. [1] Miao et al., SpecInfer, arXiv:2305.09781, §4; Chen et al.,
+       Sequoia, arXiv:2402.12374, §3.2; Sun et al., SpecTr,
+       arXiv:2310.15141, Algorithm 3.
+
     Examples
     --------
     >>> from otspec.tree import make_tree_verifier
