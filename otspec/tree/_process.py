@@ -1,0 +1,424 @@
+r"""Draft processes: how the draft model fills a tree shape with tokens.
+
+A draft process turns a shape (or EAGLE-2's parameters) and the draft model
+:math:`M_s` into a realised :class:`~otspec.tree.DraftTree`. The children of
+a node with root path :math:`x_{1:d}` come from :math:`p = M_s(\cdot \mid
+\text{prefix}, x_{1:d})`:
+
+* ``"iid"`` (SpecInfer, Miao et al., arXiv:2305.09781, §3; SpecTr's prefix
+  trees, Sun et al., arXiv:2310.15141, Appendix D): the rank-``r`` child is
+  the ``r``-th of independent draws from ``p``;
+* ``"wor"`` (Sequoia, Chen et al., arXiv:2402.12374, §3.2; Gumbel top-k):
+  draws without replacement, the ``r``-th draw from ``p`` with the earlier
+  draws removed and renormalised; ranks missing from the shape are drawn
+  and discarded;
+* ``"topk"`` (Medusa, Cai et al., arXiv:2401.10774; EAGLE, Li et al.,
+  arXiv:2401.15077): the rank-``r`` child is the ``r``-th most likely token
+  of ``p`` (ties: lower token id first); deterministic;
+* ``"eagle2"`` (EAGLE-2, Li et al., arXiv:2406.16858, §4): the dynamic tree
+  of :class:`~otspec.tree.Eagle2Params`; deterministic.
+
+Notation: ``p`` is the draft law, ``q`` the target law at a node.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+from .._registry import suggest
+from .._validation import as_rng, validate_positive_int
+from .._verifier import sample_from
+from ..models import next_law, validate_model, validate_model_pair, validate_sequence
+from ._tree import DraftTree, Eagle2Params, TreeShape
+
+__all__ = [
+    "DETERMINISTIC_PROCESSES",
+    "MAX_TREES",
+    "PROCESSES",
+    "LawCache",
+    "enumerate_trees",
+    "sample_tree",
+    "tree_laws",
+    "validate_process",
+]
+
+#: The draft processes, by name.
+PROCESSES = ("iid", "wor", "topk", "eagle2")
+#: The processes whose tree is a function of the context (no randomness).
+DETERMINISTIC_PROCESSES = ("topk", "eagle2")
+#: Default largest number of realised trees :func:`enumerate_trees` lists
+#: (bounded before any model call by ``V**n`` for ``"iid"`` and by the
+#: number of ordered draws without replacement for ``"wor"``).
+MAX_TREES = 200_000
+
+
+def validate_process(process, shape) -> str:
+    """Check ``process`` is a known name and fits ``shape`` (TreeShape, or Eagle2Params for ``"eagle2"``)."""
+    if not isinstance(process, str):
+        raise TypeError(f"`process` must be one of {PROCESSES}, got {type(process).__name__}")
+    if process not in PROCESSES:
+        raise ValueError(f"`process` must be one of {PROCESSES}, got {process!r}{suggest(process, PROCESSES)}")
+    if process == "eagle2":
+        if not isinstance(shape, Eagle2Params):
+            raise TypeError(f"`shape` must be an Eagle2Params for process='eagle2', got {type(shape).__name__}")
+    elif not isinstance(shape, TreeShape):
+        raise TypeError(
+            f"`shape` must be a TreeShape for process={process!r}, got {type(shape).__name__}"
+            + (" (an Eagle2Params needs process='eagle2')" if isinstance(shape, Eagle2Params) else "")
+        )
+    return process
+
+
+class LawCache:
+    """Validated next-token laws of a model after ``prefix + path``, memoised by path (one call per distinct path)."""
+
+    def __init__(self, model, V: int, prefix: tuple[int, ...], name: str):
+        self.model, self.V, self.prefix, self.name = model, V, prefix, name
+        self._laws: dict = {}
+
+    def __call__(self, path: tuple[int, ...]) -> np.ndarray:
+        law = self._laws.get(path)
+        if law is None:
+            law = next_law(self.model, self.prefix + path, self.V, self.name)
+            self._laws[path] = law
+        return law
+
+
+def _ranked(p: np.ndarray) -> np.ndarray:
+    """Token ids by decreasing ``p``, ties by lower id."""
+    return np.argsort(-p, kind="stable")
+
+
+def _support_error(process: str, need: int, path, p: np.ndarray) -> ValueError:
+    return ValueError(
+        f"process={process!r} needs {need} distinct children at the node with token path {tuple(path)}, but the "
+        f"draft's law there has only {int(np.count_nonzero(p > 0))} tokens of positive probability"
+    )
+
+
+def _child_groups(shape: TreeShape):
+    """``[(parent, children ids, their ranks)]`` for every node with children, in node order."""
+    groups: dict = {}
+    for i in range(1, shape.n + 1):
+        groups.setdefault(int(shape.parents[i]), []).append(i)
+    return [(par, ch, [int(shape.ranks[c]) for c in ch]) for par, ch in sorted(groups.items())]
+
+
+def _topk_tree(shape: TreeShape, laws) -> DraftTree:
+    tokens = np.full(shape.n + 1, -1, dtype=np.int64)
+    paths: list = [()] * (shape.n + 1)
+    for par, ch, ranks in _child_groups(shape):
+        p = laws(paths[par])
+        need = max(ranks) + 1
+        if np.count_nonzero(p > 0) < need:
+            raise _support_error("topk", need, paths[par], p)
+        order = _ranked(p)
+        for c, r in zip(ch, ranks):
+            tokens[c] = order[r]
+            paths[c] = paths[par] + (int(order[r]),)
+    return DraftTree(shape, shape.parents, tokens)
+
+
+def _eagle2_tree(params: Eagle2Params, laws) -> DraftTree:
+    """EAGLE-2's expansion and reranking (SafeAILab/EAGLE ``Model.topK_genrate``; SGLang ``select_top_k_tokens``)."""
+    k = params.top_k
+    # every proposal: (score, parent proposal index or -1, token, path); proposals are numbered in
+    # creation order (level by level, frontier position, child rank), EAGLE's `scores_list` order
+    scores: list = []
+    parent: list = []
+    token: list = []
+    paths: list = []
+
+    def expand(par: int, base: float, path: tuple) -> None:
+        p = laws(path)
+        if np.count_nonzero(p > 0) < k:
+            raise _support_error("eagle2", k, path, p)
+        with np.errstate(divide="ignore"):
+            logp = np.log(p)
+        for t in _ranked(p)[:k]:
+            scores.append(base + float(logp[t]))
+            parent.append(par)
+            token.append(int(t))
+            paths.append(path + (int(t),))
+
+    expand(-1, 0.0, ())
+    frontier = list(range(k))  # level 1: the root's top-k, all expanded
+    for _ in range(params.depth - 1):
+        start = len(scores)
+        for f in frontier:
+            expand(f, scores[f], paths[f])
+        level = range(start, len(scores))
+        # next frontier: the top-k of this level's k*k proposals by score, ties by earlier proposal
+        frontier = sorted(level, key=lambda j: (-scores[j], j))[:k]
+    kept = sorted(sorted(range(len(scores)), key=lambda j: (-scores[j], j))[: params.n])
+    node_of = {j: i + 1 for i, j in enumerate(kept)}
+    parents = [-1]
+    for j in kept:
+        if parent[j] >= 0 and parent[j] not in node_of:  # pragma: no cover - scores never increase along a path
+            raise RuntimeError("EAGLE-2 selection is not prefix-closed")
+        parents.append(node_of[parent[j]] if parent[j] >= 0 else 0)
+    return DraftTree(None, parents, [-1] + [token[j] for j in kept])
+
+
+def _setup(shape, draft, process, prefix):
+    process = validate_process(process, shape)
+    V = validate_model(draft, "draft")
+    ctx = validate_sequence(prefix, V, "prefix")
+    return process, V, ctx
+
+
+def sample_tree(shape, draft, *, process, prefix=(), rng=None) -> DraftTree:
+    r"""Draw a realised draft tree from a draft process.
+
+    .. math::
+
+        T \sim D(\text{shape}, M_s(\cdot \mid \text{prefix}, \cdot)),
+
+    one draft law per node with children: the ``"iid"`` children of a node
+    are independent draws from ``p``, the ``"wor"`` children successive draws
+    without replacement (rank ``r`` = the ``r``-th draw), the ``"topk"``
+    children the most likely tokens in rank order, ``"eagle2"`` EAGLE-2's
+    dynamic tree (the last two are deterministic: ``rng`` is unused).
+
+    Parameters
+    ----------
+    shape : TreeShape or Eagle2Params
+        The shape (``Eagle2Params`` for ``process="eagle2"``).
+    draft : Model
+        The draft model :math:`M_s` (``vocab_size``, ``next_dist(prefix)``).
+    process : {"iid", "wor", "topk", "eagle2"}, keyword-only
+    prefix : sequence of int, keyword-only
+        The context the tree continues.
+    rng : numpy.random.Generator, int or None, keyword-only
+
+    Returns
+    -------
+    DraftTree
+        With ``shape`` set (None for ``"eagle2"``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        An unknown process, a shape of the wrong type, a model that is not a
+        model, a prefix outside the vocabulary, or a node needing more
+        distinct children than the draft's support (``"wor"``, ``"topk"``,
+        ``"eagle2"``; the message names the process and the node).
+
+    References
+    ----------
+    .. [1] Miao et al., SpecInfer, arXiv:2305.09781, §3.
+    .. [2] Chen et al., Sequoia, arXiv:2402.12374, §3.2 (sampling without replacement).
+    .. [3] Cai et al., Medusa, arXiv:2401.10774, §2.1.2; Li et al., EAGLE-2, arXiv:2406.16858, §4.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel
+    >>> from otspec.tree import TreeShape, sample_tree
+    >>> draft = MemorylessModel([0.5, 0.3, 0.2])
+    >>> sample_tree(TreeShape([(0,), (1,), (0, 0)]), draft, process="topk").tokens.tolist()
+    [-1, 0, 1, 0]
+    >>> t = sample_tree(TreeShape([(0,), (1,)]), draft, process="wor", rng=0)
+    >>> bool(t.tokens[1] != t.tokens[2])
+    True
+    """
+    process, V, ctx = _setup(shape, draft, process, prefix)
+    laws = LawCache(draft, V, ctx, "draft")
+    if process == "topk":
+        return _topk_tree(shape, laws)
+    if process == "eagle2":
+        return _eagle2_tree(shape, laws)
+    gen = as_rng(rng)
+    tokens = np.full(shape.n + 1, -1, dtype=np.int64)
+    paths: list = [()] * (shape.n + 1)
+    for par, ch, ranks in _child_groups(shape):
+        p = laws(paths[par])
+        if process == "iid":
+            drawn = [sample_from(p, gen) for _ in ch]
+        else:
+            need = max(ranks) + 1
+            if np.count_nonzero(p > 0) < need:
+                raise _support_error("wor", need, paths[par], p)
+            w = np.array(p, copy=True)
+            seq = []
+            for _ in range(need):
+                t = sample_from(w, gen)
+                seq.append(t)
+                w[t] = 0.0
+            drawn = [seq[r] for r in ranks]
+        for c_, t in zip(ch, drawn):
+            tokens[c_] = t
+            paths[c_] = paths[par] + (int(t),)
+    return DraftTree(shape, shape.parents, tokens)
+
+
+def _wor_sequences(p: np.ndarray, need: int):
+    """Every ordered draw of ``need`` distinct tokens without replacement, with its probability."""
+    support = np.flatnonzero(p > 0).tolist()
+    for seq in itertools.permutations(support, need):
+        w, left = 1.0, set(support)
+        for t in seq:
+            # the mass not yet drawn, summed (1 - drawn mass loses its relative precision when little is left)
+            w *= float(p[t]) / math.fsum(float(p[x]) for x in left)
+            left.discard(t)
+        yield seq, w
+
+
+def _count_bound(shape: TreeShape, process: str, V: int) -> float:
+    """Upper bound on the number of realised trees (log scale safe)."""
+    log_total = 0.0
+    for _par, ch, ranks in _child_groups(shape):
+        if process == "iid":
+            log_total += len(ch) * math.log(V)
+        else:
+            need = max(ranks) + 1
+            log_total += sum(math.log(V - j) for j in range(min(need, V)))
+    return log_total
+
+
+def enumerate_trees(shape, draft, *, process, prefix=(), max_trees: int = MAX_TREES) -> list[tuple[DraftTree, float]]:
+    r"""Every realised tree of a draft process with its probability.
+
+    .. math::
+
+        \{(T, P_D(T)) : P_D(T) > 0\},\qquad \sum_T P_D(T) = 1,
+
+    listed once each (distinct token assignments; sibling order is kept,
+    since rank order matters to the verifiers that scan siblings). For
+    ``"iid"``, :math:`P(T) = \prod_{v \ne 0} p_{\mathrm{par}(v)}(x_v)`; for
+    ``"wor"``, the product over nodes of the probabilities of their ordered
+    draws without replacement (discarded draws at missing ranks summed out);
+    deterministic processes give one tree with probability 1.
+
+    Parameters
+    ----------
+    shape : TreeShape or Eagle2Params
+    draft : Model
+    process : {"iid", "wor", "topk", "eagle2"}, keyword-only
+    prefix : sequence of int, keyword-only
+    max_trees : int, keyword-only
+        Refuse (before any model call) when the a priori bound on the number
+        of trees (``V**n`` for ``"iid"``; the product over nodes of the
+        numbers of ordered draws without replacement for ``"wor"``) exceeds it.
+
+    Returns
+    -------
+    list of (DraftTree, float)
+        Trees of positive probability, in lexicographic order of their
+        draws; the probabilities sum to 1 (to rounding).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`sample_tree`; the bound above ``max_trees``.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel
+    >>> from otspec.tree import TreeShape, enumerate_trees
+    >>> trees = enumerate_trees(TreeShape([(0,), (1,)]), MemorylessModel([0.5, 0.5]), process="iid")
+    >>> [(t.tokens.tolist(), w) for t, w in trees]
+    [([-1, 0, 0], 0.25), ([-1, 0, 1], 0.25), ([-1, 1, 0], 0.25), ([-1, 1, 1], 0.25)]
+    """
+    process, V, ctx = _setup(shape, draft, process, prefix)
+    max_trees = validate_positive_int(max_trees, "max_trees")
+    laws = LawCache(draft, V, ctx, "draft")
+    if process == "topk":
+        return [(_topk_tree(shape, laws), 1.0)]
+    if process == "eagle2":
+        return [(_eagle2_tree(shape, laws), 1.0)]
+    bound = _count_bound(shape, process, V)
+    if bound > math.log(max_trees) + 1e-9:
+        raise ValueError(
+            f"enumerating the {process!r} trees of a {shape.n}-node shape at V={V} may list about "
+            f"e**{bound:.4g} trees, above the stated limit `max_trees`={max_trees}"
+        )
+    groups = _child_groups(shape)
+    out: list = []
+    tokens = np.full(shape.n + 1, -1, dtype=np.int64)
+    paths: list = [()] * (shape.n + 1)
+
+    def options(par, ch, ranks):
+        p = laws(paths[par])
+        if process == "iid":
+            support = np.flatnonzero(p > 0).tolist()
+            for combo in itertools.product(support, repeat=len(ch)):
+                yield combo, math.prod(float(p[t]) for t in combo)
+        else:
+            need = max(ranks) + 1
+            if np.count_nonzero(p > 0) < need:
+                raise _support_error("wor", need, paths[par], p)
+            merged: dict = {}
+            for seq, w in _wor_sequences(p, need):
+                key = tuple(seq[r] for r in ranks)
+                merged[key] = merged.get(key, 0.0) + w
+            yield from merged.items()
+
+    def walk(g: int, w: float) -> None:
+        if g == len(groups):
+            out.append((DraftTree(shape, shape.parents, tokens.copy()), w))
+            return
+        par, ch, ranks = groups[g]
+        for combo, wc in options(par, ch, ranks):
+            if wc <= 0:
+                continue
+            for c, t in zip(ch, combo):
+                tokens[c] = t
+                paths[c] = paths[par] + (int(t),)
+            walk(g + 1, w * wc)
+
+    walk(0, 1.0)
+    return out
+
+
+def tree_laws(tree: DraftTree, draft, target, *, prefix=()) -> tuple[np.ndarray, np.ndarray]:
+    r"""The draft's and the target's next-token laws at every node of a realised tree.
+
+    .. math::
+
+        \mathrm{p\_nodes}[i] = M_s(\cdot \mid \text{prefix}, x_{1:d(i)}(i)),\qquad
+        \mathrm{q\_nodes}[i] = M_b(\cdot \mid \text{prefix}, x_{1:d(i)}(i)),
+
+    row 0 at the context; what one draft call per depth and one
+    tree-attention target call return.
+
+    Parameters
+    ----------
+    tree : DraftTree
+    draft, target : Model
+        Same vocabulary.
+    prefix : sequence of int, keyword-only
+
+    Returns
+    -------
+    p_nodes, q_nodes : (n + 1, V) ndarray of float64
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``tree`` not a DraftTree, models on different vocabularies, a token
+        or prefix outside the vocabulary, a model law that is not a law.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel
+    >>> from otspec.tree import DraftTree, tree_laws
+    >>> P, Q = tree_laws(DraftTree.from_paths([(1,)]), MemorylessModel([0.5, 0.5]), MemorylessModel([0.2, 0.8]))
+    >>> P.shape, Q[1].tolist()
+    ((2, 2), [0.2, 0.8])
+    """
+    if not isinstance(tree, DraftTree):
+        raise TypeError(f"`tree` must be a DraftTree, got {type(tree).__name__}")
+    V = validate_model_pair(draft, target)
+    ctx = validate_sequence(prefix, V, "prefix")
+    tree.check_vocab(V)
+    return _laws_of(tree, LawCache(draft, V, ctx, "draft"), LawCache(target, V, ctx, "target"))
+
+
+def _laws_of(tree: DraftTree, dlaws: LawCache, tlaws: LawCache) -> tuple[np.ndarray, np.ndarray]:
+    paths = tree.paths()
+    P = np.stack([dlaws(s) for s in paths])
+    Q = np.stack([tlaws(s) for s in paths])
+    return P, Q
