@@ -28,6 +28,8 @@ from otspec.testing import chi2_gof
 from otspec.tree._optimum import MAX_TREE_LP_VARIABLES, OptimalTreeVerifier, optimum
 from otspec.tree._process import enumerate_trees, sample_tree, tree_laws
 from otspec.tree._tree import DraftTree, Eagle2Params, TreeShape
+from otspec.tree._value import check_lossless, value
+from otspec.tree._verifiers import make_tree_verifier
 
 LP_TOL = 1e-8
 EXACT = 1e-12
@@ -268,6 +270,16 @@ def test_optimal_verifier_is_lossless_and_attains_the_optimum(seed, V, paths, pr
     np.testing.assert_allclose(tau, res.plan_value, rtol=0, atol=EXACT)
     # the plan is the verifier's joint law: rows sum to the class weights
     np.testing.assert_allclose(res.plan.mass.sum(axis=1), res.plan.weights, rtol=0, atol=EXACT)
+    # the tree package's own enumeration and value agree
+    chk = check_lossless(v, shape, draft, target, process=process, prefix=(1,), tol=EXACT)
+    assert chk.passed and chk.claimed_lossless
+    np.testing.assert_allclose(value(shape, draft, target, process=process, verifier=v, prefix=(1,)), tau,
+                               rtol=0, atol=EXACT)
+    # every registered rule that is lossless for the process stays at or below the one-token optimum
+    for name in ("specinfer", "sequoia", "target-only", "spectr-tree"):
+        rule = make_tree_verifier(name)
+        if rule.lossless_for(process, shape):
+            assert value(shape, draft, target, process=process, verifier=rule, prefix=(1,)) <= res.value + LP_TOL
 
 
 def test_optimal_verifier_sampler_chi2():
@@ -331,7 +343,7 @@ def test_validation_and_misuse():
     P, Q = tree_laws(tree, draft, target)
     with pytest.raises(ValueError, match=r"row 0 \(token path \(\)\) differ from the draft/target laws"):
         v.emission(tree, P, np.vstack([[1.0, 0.0], Q[1:]]))
-    with pytest.raises(ValueError, match=r"`q_nodes` must have shape \(3, 2\)"):
+    with pytest.raises(ValueError, match=r"`q_nodes` must have shape \(n \+ 1, V\) = \(3, V\)"):
         v.emission(tree, P, Q[:2])
     with pytest.raises(TypeError, match="`tree` must be a DraftTree"):
         v.emission("tree", P, Q)

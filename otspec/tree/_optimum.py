@@ -36,6 +36,7 @@ from ..block._multidraft_verifiers import one_token_rule, solve_one_token_lp
 from ..models import conditional_tables, joint_from_tables, size_exceeds, validate_model_pair, validate_sequence
 from ._process import MAX_TREES, enumerate_trees, validate_process
 from ._tree import DraftTree
+from ._verifiers import TreeVerifier, validate_tree_laws
 
 __all__ = [
     "MAX_TREE_LP_VARIABLES",
@@ -356,7 +357,7 @@ def _one_token(keys, w, cb, V, D, process, n_trees, max_variables, raise_on_fail
                        tp, tp.value, verifier, process, n_trees, nk)
 
 
-class OptimalTreeVerifier:
+class OptimalTreeVerifier(TreeVerifier):
     r"""The one-token optimum of a draft-tree process as a tree verifier (built by :func:`optimum`).
 
     .. math::
@@ -371,7 +372,9 @@ class OptimalTreeVerifier:
     float rounding), with :math:`\mathbb E[\tau]` within the LP tolerance of
     :math:`\mathrm{OPT}_1`. When siblings carry the same token, the accepted
     node is the first of them. An exact reference built from the whole draft
-    and target laws (exponential in the depth), not a decoder.
+    and target laws (exponential in the depth), not a decoder: with
+    ``validate=True`` (default) the node laws passed in are checked against
+    the ones it was built for.
 
     Attributes
     ----------
@@ -399,47 +402,46 @@ class OptimalTreeVerifier:
         self._draft = _AfterPrefix(draft, ctx, V)
         self._dlaws: dict = {}
 
-    def _class(self, tree, p_nodes, q_nodes) -> tuple[int, np.ndarray, np.ndarray]:
-        if not isinstance(tree, DraftTree):
-            raise TypeError(f"`tree` must be a DraftTree, got {type(tree).__name__}")
-        tree.check_vocab(self.V)
-        n1 = tree.n + 1
-        P = np.asarray(p_nodes, dtype=np.float64)
-        Q = np.asarray(q_nodes, dtype=np.float64)
-        for arr, name in ((P, "p_nodes"), (Q, "q_nodes")):
-            if arr.shape != (n1, self.V):
-                raise ValueError(f"`{name}` must have shape ({n1}, {self.V}), got {arr.shape}")
+    def _check_laws(self, tree, P, Q) -> None:
+        if P.shape[1] != self.V:
+            raise ValueError(f"`p_nodes` must have V={self.V} columns (the vocabulary it was built for), got {P.shape[1]}")
         if tree.max_depth > self.D:
             raise ValueError(f"`tree` has depth {tree.max_depth}, above the depth {self.D} this verifier was built for")
-        paths = tree.paths()
-        for i, path in enumerate(paths):
-            want_q = self._cb[len(path)][path]
+        for i, path in enumerate(tree.paths()):
             law = self._dlaws.get(path)
             if law is None:
                 law = self._dlaws[path] = np.asarray(self._draft.next_dist(path), dtype=np.float64)
-            if not (np.allclose(Q[i], want_q, rtol=0, atol=1e-12) and np.allclose(P[i], law, rtol=0, atol=1e-12)):
+            if not (np.allclose(Q[i], self._cb[len(path)][path], rtol=0, atol=1e-12)
+                    and np.allclose(P[i], law, rtol=0, atol=1e-12)):
                 raise ValueError(
                     f"`p_nodes`/`q_nodes` row {i} (token path {path}) differ from the draft/target laws this "
                     f"verifier was built for"
                 )
+
+    def _accepted(self, tree, p_nodes, q_nodes, validate: bool) -> tuple[int, dict]:
+        """The tree's class and ``{accepted token path: its first node}``."""
+        if validate:
+            P, Q = validate_tree_laws(tree, p_nodes, q_nodes)
+            self._check_laws(tree, P, Q)
+        paths = tree.paths()
         k = self._index.get(_key_of(tree))
         if k is None:
             raise ValueError(
                 f"`tree` (token paths {paths[1:]}) has probability 0 under the {self.processes[0]!r} process this "
                 "verifier was built for"
             )
-        node_of = {}
+        node_of: dict = {}
         for i, path in enumerate(paths):
             node_of.setdefault(path, i)
-        return k, node_of, np.asarray(tree.depth)
+        return k, node_of
 
-    def emission(self, tree, p_nodes, q_nodes) -> np.ndarray:
+    def emission(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> np.ndarray:
         r"""Exact law of (accepted node, emitted token), shape ``(n + 1, V)``.
 
         ``emission[a, y]`` = P(the accepted path ends at node ``a``, then token ``y``); rows sum to the
         acceptance law, the total to 1.
         """
-        k, node_of, _ = self._class(tree, p_nodes, q_nodes)
+        k, node_of = self._accepted(tree, p_nodes, q_nodes, validate)
         out = np.zeros((tree.n + 1, self.V))
         for path, i in node_of.items():
             t = len(path)
@@ -447,19 +449,18 @@ class OptimalTreeVerifier:
             out[i] += self._e[k, self._offs[t] + u] * self._r[t][u]
         return out
 
-    def expected_accepted(self, tree, p_nodes, q_nodes) -> float:
+    def expected_accepted(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> float:
         r""":math:`\mathbb E[\tau \mid T]`: the expected depth of the accepted node."""
-        k, node_of, _ = self._class(tree, p_nodes, q_nodes)
+        k, node_of = self._accepted(tree, p_nodes, q_nodes, validate)
         return math.fsum(len(path) * self._e[k, self._offs[len(path)] + _level_index(path, self.V)]
                          for path in node_of)
 
-    def sample(self, tree, p_nodes, q_nodes, *, rng=None) -> tuple[int, int]:
+    def sample(self, tree, p_nodes, q_nodes, *, rng=None, validate: bool = True) -> tuple[int, int]:
         """One ``(accepted node, emitted token)`` drawn from :meth:`emission`."""
         gen = as_rng(rng)
-        em = self.emission(tree, p_nodes, q_nodes)
+        em = self.emission(tree, p_nodes, q_nodes, validate=validate)
         j = sample_from(em.ravel(), gen)
         return int(j // self.V), int(j % self.V)
 
     def __repr__(self) -> str:
         return f"OptimalTreeVerifier(process={self.processes[0]!r}, V={self.V}, D={self.D}, value={self.value:.6g})"
-
