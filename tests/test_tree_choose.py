@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from otspec.models import MarkovModel, MemorylessModel, random_markov_model
-from otspec.tree._choose import best_shape, greedy_shape, sequoia
+from otspec.tree._choose import acceptance_vector, best_shape, greedy_shape, sequoia, sequoia_gap
 from otspec.tree._process import sample_tree
 from otspec.tree._tree import TreeShape
+from otspec.tree._value import value
 
 # ---------------------------------------------------------------------------
 # brute force: every prefix-closed shape
@@ -102,6 +103,10 @@ def test_best_shape_equals_brute_force(seed, V, n, depth, contexts):
     np.testing.assert_allclose(choice.context_values, per, rtol=0, atol=1e-14)
     assert choice.shape.n == n and choice.shape.max_depth <= depth
     assert choice.method == "exact"
+    # the tree package's exact value of the deterministic tree, context by context
+    for c, got_c in zip(contexts, choice.context_values):
+        np.testing.assert_allclose(value(choice.shape, draft, target, process="topk", verifier="target-only",
+                                         prefix=c), got_c, rtol=0, atol=1e-14)
     # greedy never beats the optimum and never skips a sibling rank
     g = greedy_shape(draft, target, n, contexts=contexts, depth=depth)
     assert g.value <= choice.value + 1e-14
@@ -300,3 +305,65 @@ def test_sequoia_validation():
 def test_sequoia_shape_round_trips():
     value, shape = sequoia([0.7, 0.2, 0.05], 12, 4)
     assert TreeShape.from_paths(shape.paths[1:]).paths == shape.paths
+
+
+# ---------------------------------------------------------------------------
+# Sequoia's acceptance vector and the gap of its prediction
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("process,verifier", [("wor", "sequoia"), ("iid", "specinfer")])
+def test_sequoia_prediction_is_exact_when_acceptance_ignores_the_prefix(seed, process, verifier):
+    rng = np.random.default_rng(seed)
+    draft = MemorylessModel(rng.dirichlet(np.ones(3)))
+    target = MemorylessModel(rng.dirichlet(np.ones(3)))
+    n, depth = (4, 2) if process == "iid" else (5, 3)
+    g = sequoia_gap(draft, target, n, depth, process=process, verifier=verifier)
+    np.testing.assert_allclose(g.exact, value(g.shape, draft, target, process=process, verifier=verifier),
+                               rtol=0, atol=0)
+    np.testing.assert_allclose(g.predicted, positional_value(g.acceptance, g.shape.paths[1:]), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(g.gap, 0.0, rtol=0, atol=1e-14)
+    assert g.shape.n == n and g.shape.max_depth <= depth
+
+
+def test_sequoia_gap_on_a_markov_pair():
+    draft, target = markov_pair(3, 3, concentration=0.5)
+    g = sequoia_gap(draft, target, 5, 3)
+    np.testing.assert_allclose(g.exact, value(g.shape, draft, target, process="wor", verifier="sequoia"),
+                               rtol=0, atol=0)
+    np.testing.assert_allclose(g.gap, g.predicted - g.exact, rtol=0, atol=0)
+    assert abs(g.gap) > 1e-2  # positional acceptance does not hold: the prediction is off
+    # averaging the vector over the contexts that the tree's nodes see changes the prediction, not the truth
+    g2 = sequoia_gap(draft, target, 5, 3, contexts=[(), (0,), (1,), (2,)])
+    assert not np.allclose(g2.acceptance, g.acceptance, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("process,verifier", [("wor", "sequoia"), ("iid", "specinfer")])
+def test_acceptance_vector(process, verifier):
+    draft, target = markov_pair(5, 3)
+    ctx = (2,)
+    a = acceptance_vector(draft, target, 3, process=process, verifier=verifier, contexts=[ctx])
+    p, q = draft.next_dist(ctx), target.next_dist(ctx)
+    np.testing.assert_allclose(a[0], np.minimum(p, q).sum(), rtol=0, atol=1e-15)
+    star = TreeShape([(0,), (1,), (2,)])
+    np.testing.assert_allclose(a.sum(), value(star, draft, target, process=process, verifier=verifier, prefix=ctx),
+                               rtol=0, atol=1e-14)
+    assert a.sum() <= 1.0 + 1e-15 and a.min() >= 0
+    both = acceptance_vector(draft, target, 3, process=process, verifier=verifier, contexts=[ctx, ()])
+    np.testing.assert_allclose(both, (a + acceptance_vector(draft, target, 3, process=process,
+                                                            verifier=verifier)) / 2, rtol=0, atol=1e-15)
+
+
+def test_acceptance_vector_validation():
+    draft, target = markov_pair(5, 3)
+    with pytest.raises(ValueError, match="`verifier`='specinfer' is lossless only for the draft processes"):
+        acceptance_vector(draft, target, 2, process="wor", verifier="specinfer")
+    with pytest.raises(ValueError, match="`width` must be an integer >= 1"):
+        acceptance_vector(draft, target, 0)
+    with pytest.raises(ValueError, match="`process` must be one of"):
+        acceptance_vector(draft, target, 2, process="beam")
+    with pytest.raises(ValueError, match="`n` must be an integer >= 1"):
+        sequoia_gap(draft, target, 0, 2)
+    with pytest.raises(ValueError, match=r"`prefix` must hold token ids in \[0, 3\)"):
+        sequoia_gap(draft, target, 2, 2, prefix=(5,))

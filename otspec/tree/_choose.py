@@ -35,17 +35,22 @@ import numpy as np
 
 from .._validation import number_text, validate_positive_int
 from ..models import next_law, validate_model_pair, validate_sequence
-from ._process import _ranked
+from ._process import MAX_TREES, LawCache, _laws_of, _ranked, enumerate_trees, validate_process
 from ._tree import TreeShape
+from ._value import value as tree_value
+from ._verifiers import make_tree_verifier
 
 __all__ = [
     "MAX_CHOOSE_WORK",
     "MAX_SEQUOIA_WORK",
     "ShapeChoice",
+    "SequoiaGap",
     "SequoiaTree",
+    "acceptance_vector",
     "best_shape",
     "greedy_shape",
     "sequoia",
+    "sequoia_gap",
 ]
 
 #: Largest ``n * len(contexts)`` (model calls per model) of :func:`best_shape` / :func:`greedy_shape`.
@@ -517,8 +522,10 @@ def sequoia(acceptance, n, depth, *, include_bonus: bool = False) -> SequoiaTree
     1. Here the split of the :math:`m - 1` nodes among the children is a
     max-plus convolution per rank (children at contiguous ranks
     :math:`0, \dots, b-1`, as in the code), vectorised over the budget: time
-    :math:`O(\mathrm{depth} \cdot \min(K, n) \cdot n^2)`, about 0.1 s for
-    ``n = 256, depth = 12, K = 256`` (``experiments/bench_tree_choose.py``).
+    :math:`O(\mathrm{depth} \cdot \min(K, n) \cdot n^2)`, under 1 s for
+    ``n = 256, depth = 12, K = 256`` (``experiments/bench_tree_choose.py``); the
+    levels stop early once the depth limit no longer binds (a level equal to
+    the previous one repeats forever).
     When ``a`` is non-increasing, allowing rank gaps changes nothing.
 
     The value is a prediction: it is the exact expected accepted length when
@@ -579,6 +586,10 @@ def sequoia(acceptance, n, depth, *, include_bonus: bool = False) -> SequoiaTree
         for b in range(1, B + 1):
             H[e, b] = _maxplus_step(H[e, b - 1], _scaled(a[b - 1], S), b)
         G[e] = H[e].max(axis=0)
+        if np.array_equal(G[e], G[e - 1]):
+            # the depth limit no longer binds: every later level repeats this one exactly (same S, same G)
+            G[e + 1:], H[e + 1:], W[e + 1:] = G[e], H[e], W[e]
+            break
     if not np.isfinite(G[D, n]):  # pragma: no cover - excluded by the capacity check
         raise ValueError(f"no shape with `n`={n} nodes and `depth`={depth}")
     paths: list[tuple[int, ...]] = []
@@ -594,3 +605,175 @@ def sequoia(acceptance, n, depth, *, include_bonus: bool = False) -> SequoiaTree
     build((), n, D)
     value = float(G[D, n]) + (1.0 if include_bonus else 0.0)
     return SequoiaTree(value, TreeShape.from_paths(paths))
+
+
+# ---------------------------------------------------------------------------
+# Sequoia's acceptance vector, and the gap between its prediction and the exact value
+# ---------------------------------------------------------------------------
+
+
+def acceptance_vector(draft, target, width, *, process="wor", verifier="sequoia", contexts=((),),
+                      max_trees: int = MAX_TREES) -> np.ndarray:
+    r"""Sequoia's acceptance vector, exactly: the probability that the rank-``r`` child is the accepted one.
+
+    .. math::
+
+        a[r] = \frac1m \sum_{c=1}^{m} \sum_T P_c(T)\, \sum_y E_T[r + 1, y],
+        \qquad r = 0, \dots, \mathrm{width} - 1,
+
+    on the depth-1 tree with ``width`` children (a star) after each context
+    :math:`c`, :math:`E_T` the verifier's exact emission on the realised star
+    :math:`T` (node ``r + 1`` is the rank-``r`` child). Sequoia estimates the
+    same quantity from samples (Chen et al., arXiv:2402.12374, §3.1).
+
+    Parameters
+    ----------
+    draft, target : Model
+    width : int
+        Children of the star (the length of the vector).
+    process : {"iid", "wor", "topk"}, keyword-only
+        The draft process (default ``"wor"``, Sequoia's).
+    verifier : str or TreeVerifier, keyword-only
+        A tree verifier lossless for the process (default ``"sequoia"``).
+    contexts : sequence of sequence of int, keyword-only
+        The contexts averaged over (default: the empty context).
+    max_trees : int, keyword-only
+        Enumeration limit per context (:func:`otspec.tree.enumerate_trees`).
+
+    Returns
+    -------
+    (width,) ndarray of float64
+        Sums to at most 1 (the rest: no child accepted).
+
+    Raises
+    ------
+    ValueError, TypeError
+        Bad models, process, verifier (or one not lossless for the process),
+        ``width`` below 1, contexts as in :func:`best_shape`, or the
+        enumeration above ``max_trees``.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel
+    >>> from otspec.tree import acceptance_vector
+    >>> a = acceptance_vector(MemorylessModel([0.5, 0.3, 0.2]), MemorylessModel([0.2, 0.3, 0.5]), 2)
+    >>> a.round(12).tolist()         # sum(min(p, q)); then the second draw accepts only token 2
+    [0.7, 0.12]
+    """
+    V = validate_model_pair(draft, target)
+    width = validate_positive_int(width, "width")
+    star = TreeShape([(r,) for r in range(width)])
+    process = validate_process(process, star)
+    ctx = _validate_contexts(contexts, V)
+    v = make_tree_verifier(verifier)
+    if not v.lossless_for(process, star):
+        raise ValueError(f"`verifier`={v.name!r} is lossless only for the draft processes {v.processes}, "
+                         f"got process={process!r}")
+    out = np.zeros(width)
+    for c in ctx:
+        dl, tl = LawCache(draft, V, c, "draft"), LawCache(target, V, c, "target")
+        for T, w in enumerate_trees(star, draft, process=process, prefix=c, max_trees=max_trees):
+            P, Q = _laws_of(T, dl, tl)
+            out += w * v.emission(T, P, Q, validate=False)[1:].sum(axis=1)
+    return out / len(ctx)
+
+
+@dataclass(frozen=True, eq=False)
+class SequoiaGap:
+    r"""Result of :func:`sequoia_gap`.
+
+    Attributes
+    ----------
+    predicted : float
+        Sequoia's predicted :math:`\mathbb E[\tau]` of its chosen shape (positional acceptance).
+    exact : float
+        The chosen shape's exact :math:`\mathbb E[\tau]` (:func:`otspec.tree.value`).
+    shape : TreeShape
+        Sequoia's chosen shape.
+    acceptance : (width,) ndarray of float64
+        The acceptance vector it was chosen from (:func:`acceptance_vector`).
+    """
+
+    predicted: float
+    exact: float
+    shape: TreeShape
+    acceptance: np.ndarray
+
+    @property
+    def gap(self) -> float:
+        """``predicted - exact``: positive when Sequoia over-estimates its tree."""
+        return self.predicted - self.exact
+
+
+def sequoia_gap(draft, target, n, depth, *, process="wor", verifier="sequoia", width=None, contexts=None,
+                prefix=(), max_trees: int = MAX_TREES) -> SequoiaGap:
+    r"""Sequoia's predicted value of its own tree against the tree's exact value.
+
+    .. math::
+
+        \mathrm{gap} = \underbrace{c(n+1, \mathrm{depth}+1) - 1}_{\text{predicted, from } a}
+            - \underbrace{\sum_T P(T)\, \mathbb E[\tau \mid T]}_{\text{exact}},
+
+    with :math:`a` = :func:`acceptance_vector` (measured exactly on stars
+    after ``contexts``), the shape and prediction from :func:`sequoia`, and
+    the exact value from :func:`otspec.tree.value` after ``prefix``. The gap
+    is zero when the acceptance of a rank does not depend on the node (a
+    draft and target that ignore the prefix); on other pairs it can have
+    either sign.
+
+    Parameters
+    ----------
+    draft, target : Model
+    n, depth : int
+        Draft tokens and largest depth of the tree (as :func:`sequoia`).
+    process : {"iid", "wor", "topk"}, keyword-only
+    verifier : str or TreeVerifier, keyword-only
+        Lossless for the process (default: ``"wor"`` with ``"sequoia"``).
+    width : int or None, keyword-only
+        Length of the acceptance vector, the most children a node may have
+        (default ``n`` for ``"iid"``, ``min(n, V)`` for processes with distinct children).
+    contexts : sequence of sequence of int or None, keyword-only
+        Where the acceptance vector is measured (default: ``[prefix]``).
+    prefix : sequence of int, keyword-only
+        The context of the tree whose exact value is computed.
+    max_trees : int, keyword-only
+        Enumeration limit (:func:`otspec.tree.enumerate_trees`).
+
+    Returns
+    -------
+    SequoiaGap
+        ``predicted``, ``exact``, ``gap``, ``shape``, ``acceptance``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :func:`acceptance_vector`, :func:`sequoia` and :func:`otspec.tree.value`.
+
+    References
+    ----------
+    .. [1] Chen, May, Svirschevski, Huang, Ryabinin, Jia, Chen, "Sequoia: Scalable, Robust, and Hardware-aware
+       Speculative Decoding", arXiv:2402.12374, §3.1 (acceptance vector, positional acceptance) and §3.2
+       (sampling without replacement).
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel
+    >>> from otspec.tree import sequoia_gap
+    >>> g = sequoia_gap(MemorylessModel([0.5, 0.3, 0.2]), MemorylessModel([0.2, 0.3, 0.5]), 3, 2)
+    >>> abs(g.gap) < 1e-12                    # a pair that ignores the prefix: the prediction is exact
+    True
+    """
+    V = validate_model_pair(draft, target)
+    n = validate_positive_int(n, "n")
+    depth = validate_positive_int(depth, "depth")
+    ctx = validate_sequence(prefix, V, "prefix")
+    if width is None:  # distinct children (wor, topk) are at most V
+        width = n if process == "iid" else min(n, V)
+    width = validate_positive_int(width, "width")
+    contexts = [ctx] if contexts is None else contexts
+    a = acceptance_vector(draft, target, width, process=process, verifier=verifier, contexts=contexts,
+                          max_trees=max_trees)
+    predicted, shape = sequoia(a, n, depth)
+    exact = tree_value(shape, draft, target, process=process, verifier=verifier, prefix=ctx, max_trees=max_trees)
+    a.setflags(write=False)
+    return SequoiaGap(float(predicted), float(exact), shape, a)
