@@ -652,6 +652,11 @@ def acceptance_vector(draft, target, width, *, process="wor", verifier="sequoia"
         ``width`` below 1, contexts as in :func:`best_shape`, or the
         enumeration above ``max_trees``.
 
+    References
+    ----------
+    .. [1] Chen, May, Svirschevski, Huang, Ryabinin, Jia, Chen, "Sequoia: Scalable, Robust, and Hardware-aware
+       Speculative Decoding", arXiv:2402.12374, §3.1 (the acceptance vector).
+
     Examples
     --------
     >>> from otspec.models import MemorylessModel
