@@ -282,6 +282,27 @@ def check_multidraft_size(V: int, L: int, k: int, limit: int, name: str) -> None
         )
 
 
+def solve_transport(reward: np.ndarray, w: np.ndarray, q: np.ndarray):
+    r"""The transport LP :math:`\max \sum \pi c` with marginals ``w`` (rows) and ``q`` (columns): ``(sol, plan)``.
+
+    Solved as a partial transport (row sums at most ``w``, column sums at
+    most ``q``): the same optimum as the full coupling since rewards are
+    >= 0 (leftover mass is paired independently), and no infeasibility from
+    the rounding-level difference between the two totals. ``plan`` is the
+    solution repaired to exact marginals (None on a failed solve).
+    """
+    nk, N = reward.shape
+    nv = nk * N
+    index = np.empty(2 * nv, dtype=np.int32)
+    index[0::2] = np.repeat(np.arange(nk), N)
+    index[1::2] = nk + np.tile(np.arange(N), nk)
+    rhs = np.concatenate([w, q])
+    sol = solve_lp(reward.ravel(), np.arange(0, 2 * nv + 1, 2), index, np.ones(2 * nv),
+                   np.full(nk + N, -np.inf), rhs)
+    plan = _round_to_marginals(sol.x.reshape(nk, N), w, q) if sol.success else None
+    return sol, plan
+
+
 def multidraft_ot(draft, target, L, k, *, max_variables: int = MAX_MULTIDRAFT_VARIABLES,
                   raise_on_failure: bool = False) -> MultiDraftOTResult:
     r"""The exact optimum of the multi-draft block OT problem, as a HiGHS LP over couplings.
@@ -360,21 +381,12 @@ def multidraft_ot(draft, target, L, k, *, max_variables: int = MAX_MULTIDRAFT_VA
     reward = lc[arr].max(axis=1)  # (n_keys, N)
     nk = len(keys)
     nv = nk * N
-    index = np.empty(2 * nv, dtype=np.int32)
-    index[0::2] = np.repeat(np.arange(nk), N)
-    index[1::2] = nk + np.tile(np.arange(N), nk)
-    # partial transport (rows <= w, columns <= Q_L): the same optimum as the full coupling since
-    # rewards are >= 0 (leftover mass is paired independently), and no infeasibility from the
-    # rounding-level difference between the two totals
-    rhs = np.concatenate([w, QL])
-    sol = solve_lp(reward.ravel(), np.arange(0, 2 * nv + 1, 2), index, np.ones(2 * nv),
-                   np.full(nk + N, -np.inf), rhs)
+    sol, plan = solve_transport(reward, w, QL)
     if not sol.success:
         if raise_on_failure:
             sol.raise_for_status("multi-draft block LP")
         return MultiDraftOTResult(math.nan, bound, sol.status, False, tuple(keys), w, None, math.nan, reward, QL,
                                   sol.max_violation, nv, sol.message, V, L, k, np.empty(0))
-    plan = _round_to_marginals(sol.x.reshape(nk, N), w, QL)
     plan_value = math.fsum((plan * reward).ravel().tolist())
     return MultiDraftOTResult(sol.objective, bound, "optimal", True, tuple(keys), w, plan, plan_value, reward, QL,
                               sol.max_violation, nv, sol.message, V, L, k, sol.row_dual[nk:])

@@ -336,30 +336,53 @@ def _one_token_lp(draft, target, L, k) -> _OneTokenLP:
     Ps, _ = _prefix_laws(draft, target, L)
     cb = conditional_tables(target, L + 1, name="target")
     keys, wA, _ = _block_sets(Ps[-1] / math.fsum(Ps[-1]), k)
+    allowed = []
+    for key in keys:
+        blocks = [np.unravel_index(b, (V,) * L) for b in key]
+        allowed.append([
+            (t, int(np.ravel_multi_index(pre, (V,) * t)) if t else 0)
+            for t in range(L + 1)
+            for pre in {tuple(int(x[j]) for j in range(t)) for x in blocks}
+        ])
+    return solve_one_token_lp(allowed, wA, cb, V, L, keys)
+
+
+def solve_one_token_lp(allowed, weights, cb, V: int, L: int, keys) -> _OneTokenLP:
+    r"""The one-token LP of :func:`one_token_optimum` for any keyed draft law.
+
+    .. math::
+
+        \max_{f, h \ge 0} \sum_{a, w} f(a, w)\,(|w| - 1)
+        \quad\text{s.t.}\quad \sum_w f(a, w) \le \mathrm{weights}[a],\quad
+        \sum_a f(a, w) = M_b(w)\, h(w),\quad
+        \sum_{t=0}^{L} h(y^{t+1}) = 1\ \ \forall y: M_b(y) > 0,
+
+    over emitted strings :math:`w = (u, z)` with :math:`u` an accepted prefix
+    of key :math:`a` (``allowed[a]``: pairs ``(t, index)`` of a depth-``t``
+    prefix, lexicographic index in :math:`V^t`; ``(0, 0)`` is the empty
+    prefix) and any token :math:`z`. ``cb[t]``: the target's conditional
+    tables, shape ``(V,) * (t + 1)``, ``t = 0..L``. Solved by the package's
+    HiGHS helper (presolve off on a failed first try).
+    """
     # emitted strings w of length 1..L+1, indexed per length; Mb(w)
-    Jb, offs, sizes = [np.ones(())], [], []
+    Jb, offs = [np.ones(())], []
     for ell in range(L + 1):
         Jb.append(Jb[-1][..., None] * cb[ell])
     off = 0
     for t in range(L + 1):
         offs.append(off)
-        sizes.append(V ** (t + 1))
         off += V ** (t + 1)
     n_w = off
     mb_w = np.concatenate([Jb[t + 1].ravel() for t in range(L + 1)])
-    # f columns: (key, w) with w^t a prefix of a block of the key
+    # f columns: (key, w) with w = (u, z), u an allowed prefix of the key
     f_key, f_w, f_cost = [], [], []
-    for a, key in enumerate(keys):
-        blocks = [np.unravel_index(b, (V,) * L) for b in key]
-        for t in range(L + 1):
-            prefixes = {tuple(int(x[j]) for j in range(t)) for x in blocks}
-            for pre in prefixes:
-                base = (int(np.ravel_multi_index(pre, (V,) * t)) if t else 0) * V
-                for z in range(V):
-                    f_key.append(a)
-                    f_w.append(offs[t] + base + z)
-                    f_cost.append(float(t))
-    nf, nk = len(f_key), len(keys)
+    for a, prefixes in enumerate(allowed):
+        for t, u in prefixes:
+            for z in range(V):
+                f_key.append(a)
+                f_w.append(offs[t] + u * V + z)
+                f_cost.append(float(t))
+    nf, nk = len(f_key), len(weights)
     # h columns: h(w) = G(w) / Mb(w), one per w with Mb(w) > 0 (others fixed at 0)
     # rows: keys (<= w(A)), w-balance (sum_A f - Mb(w) h = 0), y (sum_t h(y^{t+1}) = 1)
     idx, val, starts = [], [], [0]
@@ -384,7 +407,7 @@ def _one_token_lp(draft, target, L, k) -> _OneTokenLP:
     upper = np.concatenate([np.full(nf, np.inf), np.where(mb_w > 0, np.inf, 0.0)])
     mb_y = Jb[L + 1].ravel()
     lo = np.concatenate([np.full(nk, -np.inf), np.zeros(n_w), np.where(mb_y > 0, 1.0, -np.inf)])
-    hi = np.concatenate([wA, np.zeros(n_w), np.where(mb_y > 0, 1.0, np.inf)])
+    hi = np.concatenate([weights, np.zeros(n_w), np.where(mb_y > 0, 1.0, np.inf)])
     args = (cost, np.array(starts), np.array(idx), np.array(val), lo, hi)
     sol = solve_lp(*args, col_upper=upper)
     if not sol.success:  # HiGHS's presolve has declared badly scaled feasible LPs infeasible: retry without it
@@ -393,7 +416,75 @@ def _one_token_lp(draft, target, L, k) -> _OneTokenLP:
     f_t = np.searchsorted(np.array(offs), f_w_, side="right") - 1
     f_u = (f_w_ - np.array(offs)[f_t]) // V
     f = np.maximum(sol.x[:nf], 0.0) if sol.success else np.empty(0)
-    return _OneTokenLP(sol, nf + n_w, V, L, keys, wA, f, f_key_, f_t, f_u, cb)
+    return _OneTokenLP(sol, nf + n_w, V, L, list(keys), np.asarray(weights, dtype=np.float64), f, f_key_, f_t,
+                       f_u, cb)
+
+
+def _through(a: np.ndarray, V: int, L: int, offs: np.ndarray) -> list[np.ndarray]:
+    """``through[t][u]``: accepted mass of prefixes extending the level-``t`` prefix ``u`` (itself included)."""
+    out = []
+    for t in range(L + 1):
+        acc = np.zeros(V**t)
+        for s in range(t, L + 1):
+            acc += a[int(offs[s]):int(offs[s + 1])].reshape(V**t, V ** (s - t)).sum(axis=1)
+        out.append(acc)
+    return out
+
+
+def _repair(e: np.ndarray, cb, V: int, L: int, offs: np.ndarray) -> np.ndarray:
+    """Enforce ``through(u z) <= M_b(z | u) through(u)`` top-down by scaling subtrees into their parent."""
+    def level(s):
+        return slice(int(offs[s]), int(offs[s + 1]))
+
+    for t in range(L):
+        th = _through(e.sum(axis=0), V, L, offs)
+        cap = cb[t].reshape(V**t, V) * th[t][:, None]
+        child = th[t + 1].reshape(V**t, V)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            c = np.where(child > cap, cap / np.where(child > 0, child, 1.0), 1.0).ravel()  # per level-t+1 prefix
+        if np.all(c == 1.0):
+            continue
+        for s in range(t + 1, L + 1):
+            cs = np.repeat(c, V ** (s - t - 1))
+            blk = e[:, level(s)]
+            moved = blk * (1.0 - cs)
+            e[:, level(s)] = blk * cs
+            e[:, level(t)] += moved.reshape(e.shape[0], V**t, V ** (s - t)).sum(axis=2)
+    return e
+
+
+def one_token_rule(lp: _OneTokenLP) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    r"""The lossless one-token verifier of a solved :func:`solve_one_token_lp`: ``(e, r, offs)``.
+
+    ``e[a, offs[t] + u]``: the probability of key ``a`` and accepting its
+    depth-``t`` prefix ``u`` (rows sum to the key weights, repaired so that
+    :math:`\bar a(u z) \le M_b(z \mid u)\, \bar a(u)` holds exactly);
+    ``r[t][u]``: the law of the one token emitted after accepting ``u``,
+    :math:`\propto (M_b(z \mid u)\, \bar a(u) - \bar a(u z))_+` (see
+    :class:`OneTokenVerifier`).
+    """
+    V, L = lp.V, lp.L
+    weights = lp.weights
+    offs = np.concatenate([[0], np.cumsum([V**t for t in range(L + 1)])])
+    e = np.zeros((len(lp.keys), int(offs[-1])))
+    np.add.at(e, (lp.f_key, offs[lp.f_t] + lp.f_u), lp.f)
+    rs = e.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e *= np.where(rs > weights, weights / np.where(rs > 0, rs, 1.0), 1.0)[:, None]
+    e[:, 0] += np.maximum(weights - e.sum(axis=1), 0.0)  # accepting nothing is always allowed
+    e = _repair(e, lp.cb, V, L, offs)
+    through = _through(e.sum(axis=0), V, L, offs)
+    r = []
+    for t in range(L + 1):
+        cond = lp.cb[t].reshape(V**t, V)
+        if t < L:
+            raw = np.maximum(cond * through[t][:, None] - through[t + 1].reshape(V**t, V), 0.0)
+            tot = raw.sum(axis=1, keepdims=True)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                r.append(np.where(tot > 0, raw / np.where(tot > 0, tot, 1.0), cond))
+        else:
+            r.append(cond)
+    return e, r, offs
 
 
 class OneTokenVerifier(MultiDraftPlanVerifier):
@@ -461,60 +552,11 @@ class OneTokenVerifier(MultiDraftPlanVerifier):
         self.keys = tuple(lp.keys)
         self._index = {key: i for i, key in enumerate(self.keys)}
         self.weights = lp.weights
-        self._offs = np.concatenate([[0], np.cumsum([V**t for t in range(L + 1)])])
-        nk = len(self.keys)
-        e = np.zeros((nk, int(self._offs[-1])))
-        np.add.at(e, (lp.f_key, self._offs[lp.f_t] + lp.f_u), lp.f)
-        rs = e.sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            e *= np.where(rs > self.weights, self.weights / np.where(rs > 0, rs, 1.0), 1.0)[:, None]
-        e[:, 0] += np.maximum(self.weights - e.sum(axis=1), 0.0)  # accepting nothing is always allowed
         self._cb = lp.cb
-        self._e = self._repair(e)
-        through = self._through(self._e.sum(axis=0))
-        self._r = []
-        for t in range(L + 1):
-            cond = lp.cb[t].reshape(V**t, V)
-            if t < L:
-                raw = np.maximum(cond * through[t][:, None] - through[t + 1].reshape(V**t, V), 0.0)
-                tot = raw.sum(axis=1, keepdims=True)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    self._r.append(np.where(tot > 0, raw / np.where(tot > 0, tot, 1.0), cond))
-            else:
-                self._r.append(cond)
+        self._e, self._r, self._offs = one_token_rule(lp)
 
     def _level(self, t: int) -> slice:
         return slice(int(self._offs[t]), int(self._offs[t + 1]))
-
-    def _through(self, a: np.ndarray) -> list[np.ndarray]:
-        """``through[t][u]``: accepted mass of prefixes extending the level-``t`` prefix ``u`` (itself included)."""
-        V, L = self.V, self.L
-        out = []
-        for t in range(L + 1):
-            acc = np.zeros(V**t)
-            for s in range(t, L + 1):
-                acc += a[self._level(s)].reshape(V**t, V ** (s - t)).sum(axis=1)
-            out.append(acc)
-        return out
-
-    def _repair(self, e: np.ndarray) -> np.ndarray:
-        """Enforce ``through(u z) <= M_b(z | u) through(u)`` top-down by scaling subtrees into their parent."""
-        V, L = self.V, self.L
-        for t in range(L):
-            th = self._through(e.sum(axis=0))
-            cap = self._cb[t].reshape(V**t, V) * th[t][:, None]
-            child = th[t + 1].reshape(V**t, V)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                c = np.where(child > cap, cap / np.where(child > 0, child, 1.0), 1.0).ravel()  # per level-t+1 prefix
-            if np.all(c == 1.0):
-                continue
-            for s in range(t + 1, L + 1):
-                cs = np.repeat(c, V ** (s - t - 1))
-                blk = e[:, self._level(s)]
-                moved = blk * (1.0 - cs)
-                e[:, self._level(s)] = blk * cs
-                e[:, self._level(t)] += moved.reshape(e.shape[0], V**t, V ** (s - t)).sum(axis=2)
-        return e
 
     def conditional(self, drafts) -> np.ndarray:
         """Exact law of the accepted prefix given the drafts, over all prefixes (level by level, lexicographic)."""
