@@ -8,7 +8,8 @@ law, ``k`` the number of drafts verified at one position.
 A token-level verifier (``kind="token"``) is built by
 ``spec.build(p, q, k, **options) -> otspec.Verifier``; a block-level one
 (``kind="block"``) by ``spec.build_block(draft, target, L, **kw) ->
-otspec.block.BlockVerifier``. ``"token"`` has both: the maximal coupling at
+otspec.block.BlockVerifier``; a tree-level one (``kind="tree"``) by
+``spec.build_tree(**options) -> otspec.tree.TreeVerifier``. ``"token"`` has both: the maximal coupling at
 one position, and per-token speculative sampling along a block
 (Leviathan et al., arXiv:2211.17192, Algorithm 1).
 
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 
 __all__ = ["VERIFIERS", "VerifierSpec", "get_verifier", "register_verifier", "registered_name", "verifier_names"]
 
-_KINDS = ("token", "block")
+_KINDS = ("token", "block", "tree")
 
 
 @dataclass(frozen=True)
@@ -46,10 +47,12 @@ class VerifierSpec:
     ----------
     name : str
         The name accepted by ``verifier=``.
-    kind : {"token", "block"}
+    kind : {"token", "block", "tree"}
         ``"token"``: ``k`` drafts at one position to one token (built by
         ``build``); ``"block"``: one draft block of length ``L`` (built by
-        ``build_block`` only, or ``k`` draft blocks by ``build_multi``).
+        ``build_block`` only, or ``k`` draft blocks by ``build_multi``);
+        ``"tree"``: a realised draft tree to an accepted path and one token
+        (built by ``build_tree``).
     build : callable or None
         ``(p, q, k, **options) -> Verifier`` (token-level schemes).
     build_block : callable or None
@@ -76,11 +79,17 @@ class VerifierSpec:
         Options that must be given.
     draft_process : str
         The draft law the verifier assumes (``"iid"``: ``k`` i.i.d. draws
-        from ``p``).
+        from ``p``; ``"tree"`` for tree verifiers, whose draft processes are
+        listed in ``processes``).
     summary : str
         One line for tables and error messages.
     reference : str
         The paper (authors, arXiv id, section) that defines it.
+    build_tree : callable or None
+        ``(**options) -> otspec.tree.TreeVerifier`` (tree-level schemes).
+    processes : tuple of str
+        Tree verifiers: the draft-tree processes (``otspec.tree.PROCESSES``)
+        they are lossless for.
     aliases : tuple of callables
         Public builders of the package that mean this entry when passed as
         ``verifier=`` (e.g. ``otspec.kseq`` for ``"kseq"``, ``otspec.otm_lp``
@@ -102,6 +111,8 @@ class VerifierSpec:
     reference: str = ""
     aliases: tuple = ()
     build_multi: Callable | None = None
+    build_tree: Callable | None = None
+    processes: tuple = ()
 
 
 _REGISTRY: dict[str, VerifierSpec] = {}
@@ -149,6 +160,8 @@ def register_verifier(spec: VerifierSpec, *, replace: bool = False) -> VerifierS
             f"block-level verifier {spec.name!r} needs `build_block` (draft, target, L) -> BlockVerifier "
             "or `build_multi` (draft, target, L, k)"
         )
+    if spec.kind == "tree" and spec.build_tree is None:
+        raise ValueError(f"tree-level verifier {spec.name!r} needs `build_tree` (**options) -> TreeVerifier")
     if spec.name in _REGISTRY and not replace:
         raise ValueError(f"a verifier named {spec.name!r} is already registered (pass replace=True)")
     _REGISTRY[spec.name] = spec
@@ -160,7 +173,7 @@ def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str
 
     Parameters
     ----------
-    kind : {"token", "block"} or None, keyword-only
+    kind : {"token", "block", "tree"} or None, keyword-only
         Only verifiers of this kind.
     block : bool, keyword-only
         Only verifiers that can run along a draft block (``build_block``).

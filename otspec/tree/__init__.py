@@ -6,9 +6,9 @@ and a tree verifier accepts a root path and emits one more token. This
 subpackage holds the tree types (:class:`TreeShape`, :class:`DraftTree`,
 :class:`Eagle2Params`), the draft processes that fill a shape with tokens
 (:func:`sample_tree`, :func:`enumerate_trees`, :func:`tree_laws`), the
-per-node verifiers (SpecInfer, Sequoia, target-only, SpecTr over a tree)
-with their exact laws, and :func:`value`, the exact expected number of
-accepted draft tokens.
+per-node verifiers (SpecInfer, Sequoia, target-only, SpecTr over a tree;
+registered with ``kind="tree"``) with their exact laws, and :func:`value`,
+the exact expected number of accepted draft tokens.
 
 Notation: ``p`` is the draft law and ``q`` the target law at a node.
 """
@@ -22,6 +22,15 @@ from ._process import (
     tree_laws,
 )
 from ._tree import MAX_TREE_NODES, DraftTree, Eagle2Params, TreeShape
+from ._value import TreeCheck, check_lossless, output_law, value
+from ._verifiers import (
+    SequoiaVerifier,
+    SpecInferVerifier,
+    SpecTrTreeVerifier,
+    TargetOnlyVerifier,
+    TreeVerifier,
+    make_tree_verifier,
+)
 
 __all__ = [
     "DETERMINISTIC_PROCESSES",
@@ -30,8 +39,18 @@ __all__ = [
     "PROCESSES",
     "DraftTree",
     "Eagle2Params",
+    "SequoiaVerifier",
+    "SpecInferVerifier",
+    "SpecTrTreeVerifier",
+    "TargetOnlyVerifier",
+    "TreeCheck",
     "TreeShape",
+    "TreeVerifier",
+    "check_lossless",
     "enumerate_trees",
+    "make_tree_verifier",
+    "output_law",
     "sample_tree",
     "tree_laws",
+    "value",
 ]
