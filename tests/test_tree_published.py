@@ -355,13 +355,13 @@ def test_errors_name_the_parameter():
         TraversalVerify().emission("tree", good, good)
     with pytest.raises(ValueError, match=r"`p_nodes` must have shape \(n \+ 1, V\) = \(3, V\)"):
         TraversalVerify().emission(tree, good[:2], good)
-    with pytest.raises(ValueError, match="`q_nodes` rows must sum to 1"):
+    with pytest.raises(ValueError, match=r"`q_nodes\[0\]` must sum to 1"):
         TraversalVerify().emission(tree, good, good * 1.1)
     with pytest.raises(ValueError, match="`q_nodes` must be finite and non-negative"):
         TraversalVerify().emission(tree, good, -good)
     with pytest.raises(TypeError, match="`p_nodes`"):
-        TraversalVerify().emission(tree, object(), good)
-    with pytest.raises(ValueError, match=r"`tree.tokens\[1:\]` must lie in \[0, 2\)"):
+        TraversalVerify().emission(tree, None, good)
+    with pytest.raises(ValueError, match=r"`tree` has token 5 at node 1, outside the vocabulary \[0, 2\)"):
         TraversalVerify().emission(DraftTree.from_paths([(5,)]), good[:2], good[:2])
     with pytest.raises(ValueError, match="`p_nodes` and `q_nodes` must have the same shape"):
         TraversalVerify().emission(tree, good, np.full((3, 4), 0.25))
@@ -402,3 +402,46 @@ def test_errors_name_the_parameter():
         spechub_optimum([0.5, 0.5], [1 / 3, 1 / 3, 1 / 3])
     assert MAX_SPECHUB_TREES >= 10**5
 
+
+
+# ---------------------------------------------------------------------------
+# the package's tree analyses (otspec.tree.check_lossless, value, the registry)
+# ---------------------------------------------------------------------------
+
+
+def test_check_lossless_agrees_and_the_claims_are_registered():
+    from otspec._registry import get_verifier
+    from otspec.tree import check_lossless, make_tree_verifier, value
+
+    draft, target = _models(31, 3)
+    c = check_lossless("traversal", WOR_SHAPES[1], draft, target, process="wor")
+    assert c.passed and c.claimed_lossless and c.acceptance_error < 1e-12
+    c = check_lossless("traversal", WOR_SHAPES[1], draft, target, process="iid")
+    assert not c.passed and not c.claimed_lossless
+    c = check_lossless("gbv", TreeShape.chains(2, 2), draft, target, process="iid")
+    assert c.passed and c.claimed_lossless
+    lossy = make_tree_verifier("gbv", tie_break="first-path")
+    assert not lossy.lossless_for("iid", TreeShape.chains(2, 2))
+    assert not GreedyBlockVerify().lossless_for("iid", TreeShape([(0,), (0, 0), (0, 1)]))
+    assert HierarchicalVerify().lossless_for("iid", TreeShape.chains(1, 1))
+    assert not HierarchicalVerify().lossless_for("iid", TreeShape.chains(1, 2))
+    assert TraversalVerify().lossless_for("iid", TreeShape.chains(1, 3))
+    assert not TraversalVerify().lossless_for("wor", TreeShape([(1,)]))
+    with pytest.raises(ValueError, match="lossless only"):
+        value(TreeShape.chains(1, 2), draft, target, process="iid", verifier="hsd")
+    got = value(TreeShape.chains(1, 2), draft, target, process="iid", verifier="hsd", allow_lossy=True)
+    assert got > value(TreeShape.chains(1, 2), draft, target, process="iid", verifier="traversal") - 1e-12
+    for name in ("traversal", "gbv", "hsd", "spechub"):
+        assert get_verifier(name, kind="tree").kind == "tree"
+    assert not get_verifier("hsd", kind="tree").lossless
+
+
+def test_check_spechub_lossless():
+    from otspec.tree._published import check_spechub_lossless
+
+    d, t = random_markov_model(3, rng=3), random_markov_model(3, rng=13)
+    c = check_spechub_lossless(TreeShape.branching(2, 1), d, t)
+    assert c.passed and c.claimed_lossless and c.process == "spechub" and c.acceptance_error < 1e-12
+    assert not check_spechub_lossless(TreeShape.branching(2, 1), d, t, verifier="specinfer").passed
+    with pytest.raises(TypeError, match="`shape` must be a TreeShape"):
+        check_spechub_lossless("shape", d, t)

@@ -44,10 +44,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._validation import SIMPLEX_TOL, as_rng, validate_distribution
-from .._verifier import sample_from
-from ..models import next_law, validate_model
-from ._tree import DraftTree
+from .._registry import VerifierSpec, register_verifier
+from .._validation import as_rng, validate_distribution, validate_positive_int
+from .._verifier import LOSSLESS_TOL, sample_from, validate_tol
+from ..models import MAX_ENUMERATION, check_enumeration, next_law, validate_model, validate_model_pair, validate_sequence
+from ._process import LawCache, _laws_of
+from ._tree import DraftTree, TreeShape
+from ._value import TreeCheck, _completed_law, _target_joint
+from ._verifiers import TreeVerifier, make_tree_verifier, validate_tree_laws
 
 __all__ = [
     "GreedyBlockVerify",
@@ -55,6 +59,7 @@ __all__ = [
     "MAX_SPECHUB_TREES",
     "SpecHubVerify",
     "TraversalVerify",
+    "check_spechub_lossless",
     "enumerate_spechub_trees",
     "sample_spechub_tree",
     "spechub_optimum",
@@ -70,58 +75,21 @@ MAX_SPECHUB_TREES = 1_000_000
 # ---------------------------------------------------------------------------
 
 
-def _tree_arrays(tree, name: str = "tree"):
-    """``(parents, tokens, depth, children)`` of a realised tree, checked."""
-    if not all(hasattr(tree, a) for a in ("parents", "tokens", "depth")):
-        raise TypeError(f"`{name}` must be a DraftTree (parents, tokens, depth), got {type(tree).__name__}")
-    parents = np.asarray(tree.parents)
-    tokens = np.asarray(tree.tokens)
-    depth = np.asarray(tree.depth)
-    n1 = parents.shape[0] if parents.ndim == 1 else -1
-    if n1 < 1 or tokens.shape != (n1,) or depth.shape != (n1,):
-        raise ValueError(
-            f"`{name}.parents`, `.tokens`, `.depth` must be 1-D of one length n + 1 >= 1, got shapes "
-            f"{parents.shape}, {tokens.shape}, {depth.shape}"
-        )
-    if parents[0] != -1 or np.any(parents[1:] < 0) or np.any(parents[1:] >= np.arange(1, n1)):
-        raise ValueError(f"`{name}.parents` must have parents[0] = -1 and 0 <= parents[i] < i for i >= 1")
-    parents = parents.astype(np.int64)
-    children: list[list[int]] = [[] for _ in range(n1)]
-    for i in range(1, n1):
+def _children(parents: np.ndarray) -> list[list[int]]:
+    """Children of every node in increasing node id (rank order)."""
+    children: list[list[int]] = [[] for _ in range(parents.shape[0])]
+    for i in range(1, parents.shape[0]):
         children[int(parents[i])].append(i)
-    return parents, tokens.astype(np.int64), depth.astype(np.int64), children
+    return children
 
 
-def _laws(x, n1: int, name: str) -> np.ndarray:
-    """``x`` as a clean ``(n1, V)`` float64 copy whose rows are distributions."""
-    try:
-        arr = np.array(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TypeError(f"`{name}` must be a (n + 1, V) array_like of floats, got {type(x).__name__}") from None
-    if arr.ndim != 2 or arr.shape[0] != n1 or arr.shape[1] < 1:
-        raise ValueError(f"`{name}` must have shape (n + 1, V) = ({n1}, V), V >= 1, got {arr.shape}")
-    if not np.all(np.isfinite(arr)) or arr.min() < 0:
-        raise ValueError(f"`{name}` must be finite and non-negative")
-    dev = np.abs(arr.sum(axis=1) - 1.0)
-    tol = SIMPLEX_TOL * max(1.0, arr.shape[1] ** 0.5)
-    if dev.max() > tol:
-        i = int(np.argmax(dev))
-        raise ValueError(f"`{name}` rows must sum to 1 within {tol:g}, row {i} sums to {arr[i].sum()!r}")
-    return arr
-
-
-def _inputs(tree, p_nodes, q_nodes):
-    parents, tokens, depth, children = _tree_arrays(tree)
-    n1 = parents.shape[0]
-    P = _laws(p_nodes, n1, "p_nodes")
-    Q = _laws(q_nodes, n1, "q_nodes")
-    if P.shape != Q.shape:
-        raise ValueError(f"`p_nodes` and `q_nodes` must have the same shape, got {P.shape} and {Q.shape}")
-    V = P.shape[1]
-    if n1 > 1 and (tokens[1:].min() < 0 or tokens[1:].max() >= V):
-        raise ValueError(f"`tree.tokens[1:]` must lie in [0, {V}), got range "
-                         f"[{tokens[1:].min()}, {tokens[1:].max()}]")
-    return parents, tokens, depth, children, P, Q
+def _inputs(tree, p_nodes, q_nodes, validate: bool):
+    """``(tokens, depth, children, P, Q)``, checked by the tree verifiers' one validator."""
+    if validate:
+        P, Q = validate_tree_laws(tree, p_nodes, q_nodes)
+    else:
+        P, Q = np.asarray(p_nodes, dtype=np.float64), np.asarray(q_nodes, dtype=np.float64)
+    return tree.tokens, tree.depth, _children(tree.parents), P, Q
 
 
 def _ratio(num: float, den: float) -> float:
@@ -134,39 +102,76 @@ def _normalised(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     return w / s if s > 0 else fallback
 
 
-def _emission_from_visits(visits, n1: int, V: int) -> np.ndarray:
-    """Exact emission of a rule that tries nodes in a fixed order, stopping at the first success.
+class _FirstSuccessRule(TreeVerifier):
+    """A rule that tries nodes in an order fixed by the tree, stopping at the first success.
 
-    ``visits`` yields ``(node, a, law)``: node tried with success probability
-    ``a`` (given all earlier tries failed), and the law of the extra token
-    when it succeeds.
+    Subclasses give ``_visits(tokens, children, P, Q)``, yielding
+    ``(node, a, law)``: the node tried, its success probability given that
+    every earlier try failed, and the law of the extra token when it
+    succeeds. The exact emission, the expected length and the sampler all
+    read the same tries (the sampler draws the coins; the others sum).
     """
-    out = np.zeros((n1, V))
-    survive = 1.0
-    for v, a, law in visits:
-        if survive <= 0.0:
-            break
-        out[v] += (survive * a) * law
-        survive *= 1.0 - a
-    return out
 
+    def _visits(self, tokens, children, P, Q):  # pragma: no cover - abstract
+        raise NotImplementedError
 
-def _expected_from_visits(visits, depth: np.ndarray) -> float:
-    e, survive = 0.0, 1.0
-    for v, a, _ in visits:
-        if survive <= 0.0:
-            break
-        e += survive * a * float(depth[v])
-        survive *= 1.0 - a
-    return float(e)
+    def emission(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> np.ndarray:
+        r"""Exact law of (accepted node, extra token): ``(n + 1, V)``, summing to 1.
 
+        Parameters
+        ----------
+        tree : DraftTree
+        p_nodes, q_nodes : (n + 1, V) array_like
+            Draft and target laws of the next token at every node.
+        validate : bool, keyword-only
+            Check the inputs (skip in loops over already checked trees).
 
-def _sample_from_visits(visits, rng) -> tuple[int, int]:
-    gen = as_rng(rng)
-    for v, a, law in visits:
-        if a >= 1.0 or gen.random() < a:
-            return int(v), int(sample_from(law, gen))
-    raise RuntimeError("no node accepted (the last try always succeeds)")  # pragma: no cover
+        Returns
+        -------
+        (n + 1, V) ndarray of float64
+
+        Raises
+        ------
+        TypeError, ValueError
+            A tree that is not a DraftTree, laws of the wrong shape or rows
+            that are not distributions, tokens outside the vocabulary, or a
+            tree of a form the rule does not take.
+        """
+        tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes, validate)
+        out = np.zeros(P.shape)
+        survive = 1.0
+        for v, a, law in self._visits(tokens, children, P, Q):
+            if survive <= 0.0:
+                break
+            out[v] += (survive * a) * law
+            survive *= 1.0 - a
+        return out
+
+    def expected_accepted(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> float:
+        r""":math:`\mathbb E[\tau \mid T]`, the expected number of accepted draft tokens (one pass).
+
+        Parameters, errors: as :meth:`emission`.
+        """
+        tokens, depth, children, P, Q = _inputs(tree, p_nodes, q_nodes, validate)
+        e, survive = 0.0, 1.0
+        for v, a, _ in self._visits(tokens, children, P, Q):
+            if survive <= 0.0:
+                break
+            e += survive * a * float(depth[v])
+            survive *= 1.0 - a
+        return float(e)
+
+    def sample(self, tree, p_nodes, q_nodes, *, rng=None, validate: bool = True) -> tuple[int, int]:
+        """Run the rule once with uniforms from ``rng``: ``(accepted node, extra token)``.
+
+        Parameters, errors: as :meth:`emission`; ``rng``: numpy Generator, int seed or None.
+        """
+        tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes, validate)
+        gen = as_rng(rng)
+        for v, a, law in self._visits(tokens, children, P, Q):
+            if a >= 1.0 or gen.random() < a:
+                return int(v), int(sample_from(law, gen))
+        raise RuntimeError("no node accepted (the last try always succeeds)")  # pragma: no cover
 
 
 # ---------------------------------------------------------------------------
@@ -213,7 +218,7 @@ def _traversal_visits(children, tokens, P, Q):
 
 
 @dataclass(frozen=True)
-class TraversalVerify:
+class TraversalVerify(_FirstSuccessRule):
     r"""Traversal Verification (Weng, Hu et al., arXiv:2505.12398): leaf-to-root, sequence-level acceptance.
 
     Every node :math:`v` carries a sequence-level weight, initially
@@ -279,43 +284,14 @@ class TraversalVerify:
     name: ClassVar[str] = "traversal"
     processes: ClassVar[tuple[str, ...]] = ("wor",)
 
-    def emission(self, tree, p_nodes, q_nodes) -> np.ndarray:
-        r"""Exact law of (accepted node, extra token): ``(n + 1, V)``, summing to 1.
+    def lossless_for(self, process: str, shape=None) -> bool:
+        """``"wor"`` on shapes without rank gaps; ``"iid"`` on one chain (every node at most one child)."""
+        if process == "iid":
+            return isinstance(shape, TreeShape) and shape.n == shape.max_depth
+        return process == "wor" and not (isinstance(shape, TreeShape) and shape.has_rank_gaps)
 
-        Parameters
-        ----------
-        tree : DraftTree
-        p_nodes, q_nodes : (n + 1, V) array_like
-            Draft and target laws of the next token at every node.
-
-        Returns
-        -------
-        (n + 1, V) ndarray of float64
-
-        Raises
-        ------
-        TypeError, ValueError
-            A malformed tree or laws (shapes, rows not distributions, tokens
-            outside the vocabulary).
-        """
-        _, tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes)
-        return _emission_from_visits(_traversal_visits(children, tokens, P, Q), *P.shape)
-
-    def expected_accepted(self, tree, p_nodes, q_nodes) -> float:
-        r""":math:`\mathbb E[\tau \mid T]`, the expected number of accepted draft tokens (one pass).
-
-        Parameters and errors as :meth:`emission`.
-        """
-        _, tokens, depth, children, P, Q = _inputs(tree, p_nodes, q_nodes)
-        return _expected_from_visits(_traversal_visits(children, tokens, P, Q), depth)
-
-    def sample(self, tree, p_nodes, q_nodes, *, rng=None) -> tuple[int, int]:
-        """Run the algorithm once: ``(accepted node, extra token)``.
-
-        Parameters as :meth:`emission`; ``rng``: ``np.random.Generator``, int seed or None.
-        """
-        _, tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes)
-        return _sample_from_visits(_traversal_visits(children, tokens, P, Q), rng)
+    def _visits(self, tokens, children, P, Q):
+        return _traversal_visits(children, tokens, P, Q)
 
 
 # ---------------------------------------------------------------------------
@@ -440,7 +416,7 @@ def _gbv_path(chains, tokens, P, Q, tie_break):
 
 
 @dataclass(frozen=True)
-class GreedyBlockVerify:
+class GreedyBlockVerify(_FirstSuccessRule):
     r"""Greedy multi-path block verification (GBV; Thomas and Pal, arXiv:2602.16961) on ``k`` i.i.d. paths.
 
     At each prefix the vocabulary is ordered by :math:`r(x) = \min(1, q(x)/p(x))`
@@ -507,49 +483,31 @@ class GreedyBlockVerify:
         if self.tie_break not in ("token", "first-path"):
             raise ValueError(f"`tie_break` must be 'token' or 'first-path', got {self.tie_break!r}")
 
-    def _visits(self, tree, p_nodes, q_nodes, with_depth: bool = False):
-        _, tokens, depth, children, P, Q = _inputs(tree, p_nodes, q_nodes)
-        chains = _chains(children)
-        nodes, skews = _gbv_path(chains, tokens, P, Q, self.tie_break)
+    def lossless_for(self, process: str, shape=None) -> bool:
+        """``"iid"`` on ``k`` disjoint chains of one length, with ``tie_break="token"``."""
+        if process != "iid" or self.tie_break != "token":
+            return False
+        if not isinstance(shape, TreeShape):
+            return True
+        try:
+            _chains(_children(shape.parents), "shape")
+        except ValueError:
+            return False
+        return True
+
+    def _visits(self, tokens, children, P, Q):
+        nodes, skews = _gbv_path(_chains(children), tokens, P, Q, self.tie_break)
         block = [int(tokens[v]) for v in nodes[1:]]
         h, laws = _chain_rule(block, skews, [Q[v] for v in nodes[:-1]], Q[nodes[-1]])
-        return _chain_visits(nodes, h, laws), P.shape, depth
+        return _chain_visits(nodes, h, laws)
 
-    def selected_path(self, tree, p_nodes, q_nodes) -> tuple[int, ...]:
-        """Node ids (root first) of the path GBV verifies. Parameters and errors as :meth:`emission`."""
-        _, tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes)
-        return tuple(int(v) for v in _gbv_path(_chains(children), tokens, P, Q, self.tie_break)[0])
+    def selected_path(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> tuple[int, ...]:
+        """Node ids (root first) of the path GBV verifies.
 
-    def emission(self, tree, p_nodes, q_nodes) -> np.ndarray:
-        r"""Exact law of (accepted node, extra token): ``(n + 1, V)``.
-
-        Parameters
-        ----------
-        tree : DraftTree
-            ``k`` disjoint chains of one length (``TreeShape.chains(k, L)``).
-        p_nodes, q_nodes : (n + 1, V) array_like
-
-        Returns
-        -------
-        (n + 1, V) ndarray of float64
-
-        Raises
-        ------
-        TypeError, ValueError
-            Malformed inputs, or a tree that is not ``k`` chains of one length.
+        Parameters, errors: as :meth:`emission`.
         """
-        visits, shape, _ = self._visits(tree, p_nodes, q_nodes)
-        return _emission_from_visits(visits, *shape)
-
-    def expected_accepted(self, tree, p_nodes, q_nodes) -> float:
-        r""":math:`\mathbb E[\tau \mid T]`. Parameters and errors as :meth:`emission`."""
-        visits, _, depth = self._visits(tree, p_nodes, q_nodes)
-        return _expected_from_visits(visits, depth)
-
-    def sample(self, tree, p_nodes, q_nodes, *, rng=None) -> tuple[int, int]:
-        """Run GBV once: ``(accepted node, extra token)``. Parameters as :meth:`emission`."""
-        visits, _, _ = self._visits(tree, p_nodes, q_nodes)
-        return _sample_from_visits(visits, rng)
+        tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes, validate)
+        return tuple(int(v) for v in _gbv_path(_chains(children), tokens, P, Q, self.tie_break)[0])
 
 
 # ---------------------------------------------------------------------------
@@ -558,7 +516,7 @@ class GreedyBlockVerify:
 
 
 @dataclass(frozen=True)
-class HierarchicalVerify:
+class HierarchicalVerify(_FirstSuccessRule):
     r"""Hierarchical speculative decoding (HSD; Zhou et al., arXiv:2601.05724) on one draft path, as coded.
 
     The official implementation (``transformers/generation/utils.py``,
@@ -611,8 +569,11 @@ class HierarchicalVerify:
     name: ClassVar[str] = "hsd"
     processes: ClassVar[tuple[str, ...]] = ()
 
-    def _visits(self, tree, p_nodes, q_nodes):
-        _, tokens, depth, children, P, Q = _inputs(tree, p_nodes, q_nodes)
+    def lossless_for(self, process: str, shape=None) -> bool:
+        """Only on one chain of one token (where it is block verification), i.i.d. or without replacement."""
+        return process in ("iid", "wor") and isinstance(shape, TreeShape) and shape.n == 1
+
+    def _visits(self, tokens, children, P, Q):
         chains = _chains(children)
         if len(chains) != 1:
             raise ValueError(f"`tree` must be one draft path (a chain), got {len(chains)} paths")
@@ -620,38 +581,7 @@ class HierarchicalVerify:
         block = [int(tokens[v]) for v in nodes[1:]]
         h, laws = _chain_rule(block, [P[v] for v in nodes[:-1]], [Q[v] for v in nodes[:-1]],
                               Q[nodes[-1]], final="joint")
-        return _chain_visits(nodes, h, laws), P.shape, depth
-
-    def emission(self, tree, p_nodes, q_nodes) -> np.ndarray:
-        r"""Exact law of (accepted node, extra token): ``(n + 1, V)``.
-
-        Parameters
-        ----------
-        tree : DraftTree
-            One chain.
-        p_nodes, q_nodes : (n + 1, V) array_like
-
-        Returns
-        -------
-        (n + 1, V) ndarray of float64
-
-        Raises
-        ------
-        TypeError, ValueError
-            Malformed inputs, or a tree that is not one chain.
-        """
-        visits, shape, _ = self._visits(tree, p_nodes, q_nodes)
-        return _emission_from_visits(visits, *shape)
-
-    def expected_accepted(self, tree, p_nodes, q_nodes) -> float:
-        r""":math:`\mathbb E[\tau \mid T]`. Parameters and errors as :meth:`emission`."""
-        visits, _, depth = self._visits(tree, p_nodes, q_nodes)
-        return _expected_from_visits(visits, depth)
-
-    def sample(self, tree, p_nodes, q_nodes, *, rng=None) -> tuple[int, int]:
-        """Run HSD once: ``(accepted node, extra token)``. Parameters as :meth:`emission`."""
-        visits, _, _ = self._visits(tree, p_nodes, q_nodes)
-        return _sample_from_visits(visits, rng)
+        return _chain_visits(nodes, h, laws)
 
 
 # ---------------------------------------------------------------------------
@@ -810,7 +740,7 @@ def _spechub_node(p: np.ndarray, t: np.ndarray, x1: int, x2: int):
 
 
 @dataclass(frozen=True)
-class SpecHubVerify:
+class SpecHubVerify(TreeVerifier):
     r"""SpecHub's verifier (Sun, Zhou, Chen, Sun, arXiv:2411.05289) on trees of one or two children per node.
 
     At a node with two drafts :math:`(X_1, X_2)` from :func:`spechub_pair_law`
@@ -863,31 +793,33 @@ class SpecHubVerify:
     name: ClassVar[str] = "spechub"
     processes: ClassVar[tuple[str, ...]] = ("spechub",)
 
-    def _visits(self, tree, p_nodes, q_nodes):
-        """Per node: ``(node, P(reach node and stop there), law of the extra token)``, top-down."""
-        _, tokens, depth, children, P, Q = _inputs(tree, p_nodes, q_nodes)
+    @staticmethod
+    def _node(v, tokens, children, P, Q):
+        """Acceptance probability of each child of ``v`` and the law emitted when none is accepted."""
+        ch = children[v]
+        if len(ch) > 2:
+            raise ValueError(f"`tree` must have at most two children per node (SpecHub), node {v} has {len(ch)}")
+        if len(ch) == 1:
+            x = int(tokens[ch[0]])
+            return [min(1.0, _ratio(Q[v][x], P[v][x]))], _normalised(np.maximum(Q[v] - P[v], 0.0), Q[v])
+        a1, a2, res = _spechub_node(P[v], Q[v], int(tokens[ch[0]]), int(tokens[ch[1]]))
+        return [a1, a2], res
+
+    def _stops(self, tokens, children, P, Q):
+        """Per node: ``(node, P(reach it and stop there), law of the extra token)``, top-down."""
         stops = []
         stack = [(0, 1.0)]
         while stack:
             v, reach = stack.pop()
-            ch = children[v]
-            if not ch:
+            if not children[v]:
                 stops.append((v, reach, Q[v]))
                 continue
-            if len(ch) > 2:
-                raise ValueError(f"`tree` must have at most two children per node (SpecHub), node {v} has {len(ch)}")
-            if len(ch) == 1:
-                x = int(tokens[ch[0]])
-                acc = [min(1.0, _ratio(Q[v][x], P[v][x]))]
-                res = _normalised(np.maximum(Q[v] - P[v], 0.0), Q[v])
-            else:
-                a1, a2, res = _spechub_node(P[v], Q[v], int(tokens[ch[0]]), int(tokens[ch[1]]))
-                acc = [a1, a2]
+            acc, res = self._node(v, tokens, children, P, Q)
             stops.append((v, reach * (1.0 - sum(acc)), res))
-            stack.extend((c, reach * s) for c, s in zip(ch, acc))
-        return stops, P.shape, depth
+            stack.extend((c, reach * s) for c, s in zip(children[v], acc))
+        return stops
 
-    def emission(self, tree, p_nodes, q_nodes) -> np.ndarray:
+    def emission(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> np.ndarray:
         r"""Exact law of (accepted node, extra token): ``(n + 1, V)``.
 
         Parameters
@@ -895,6 +827,8 @@ class SpecHubVerify:
         tree : DraftTree
             At most two children per node.
         p_nodes, q_nodes : (n + 1, V) array_like
+        validate : bool, keyword-only
+            Check the inputs.
 
         Returns
         -------
@@ -905,42 +839,34 @@ class SpecHubVerify:
         TypeError, ValueError
             Malformed inputs, or a node with more than two children.
         """
-        stops, (n1, V), _ = self._visits(tree, p_nodes, q_nodes)
-        out = np.zeros((n1, V))
-        for v, m, law in stops:
+        tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes, validate)
+        out = np.zeros(P.shape)
+        for v, m, law in self._stops(tokens, children, P, Q):
             out[v] += m * law
         return out
 
-    def expected_accepted(self, tree, p_nodes, q_nodes) -> float:
-        r""":math:`\mathbb E[\tau \mid T]`. Parameters and errors as :meth:`emission`."""
-        stops, _, depth = self._visits(tree, p_nodes, q_nodes)
-        return float(math.fsum(m * float(depth[v]) for v, m, _ in stops))
+    def expected_accepted(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> float:
+        r""":math:`\mathbb E[\tau \mid T]`. Parameters, errors: as :meth:`emission`."""
+        tokens, depth, children, P, Q = _inputs(tree, p_nodes, q_nodes, validate)
+        return float(math.fsum(m * float(depth[v]) for v, m, _ in self._stops(tokens, children, P, Q)))
 
-    def sample(self, tree, p_nodes, q_nodes, *, rng=None) -> tuple[int, int]:
-        """Run SpecHub once: ``(accepted node, extra token)``. Parameters as :meth:`emission`."""
-        _, tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes)
+    def sample(self, tree, p_nodes, q_nodes, *, rng=None, validate: bool = True) -> tuple[int, int]:
+        """Run SpecHub once: ``(accepted node, extra token)``. Parameters, errors: as :meth:`emission`."""
+        tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes, validate)
         gen = as_rng(rng)
         v = 0
-        while True:
-            ch = children[v]
-            if not ch:
-                return v, int(sample_from(Q[v], gen))
-            if len(ch) > 2:
-                raise ValueError(f"`tree` must have at most two children per node (SpecHub), node {v} has {len(ch)}")
-            if len(ch) == 1:
-                x = int(tokens[ch[0]])
-                if gen.random() < min(1.0, _ratio(Q[v][x], P[v][x])):
-                    v = ch[0]
-                    continue
-                return v, int(sample_from(_normalised(np.maximum(Q[v] - P[v], 0.0), Q[v]), gen))
-            a1, a2, res = _spechub_node(P[v], Q[v], int(tokens[ch[0]]), int(tokens[ch[1]]))
-            u = gen.random()
-            if u < a1:
-                v = ch[0]
-            elif u < a1 + a2:
-                v = ch[1]
-            else:
+        while children[v]:
+            acc, res = self._node(v, tokens, children, P, Q)
+            u, nxt = gen.random(), None
+            for c, s in zip(children[v], acc):
+                if u < s:
+                    nxt = c
+                    break
+                u -= s
+            if nxt is None:
                 return v, int(sample_from(res, gen))
+            v = nxt
+        return v, int(sample_from(Q[v], gen))
 
 
 # ---------------------------------------------------------------------------
@@ -1121,3 +1047,96 @@ def sample_spechub_tree(shape, draft, *, prefix=(), rng=None) -> DraftTree:
         for c in ch:
             paths[c] = paths[v] + (int(toks[c]),)
     return _make_tree(shape, parents, depth, toks)
+
+
+def check_spechub_lossless(shape, draft, target, *, verifier="spechub", prefix=(),
+                           max_sequences: int = MAX_ENUMERATION, tol: float = LOSSLESS_TOL) -> TreeCheck:
+    r"""Check exactly whether a tree verifier is lossless on SpecHub's draft process.
+
+    .. math::
+
+        \max_{z \in \Omega^{D+1}} \big| R(z) - M_b(z \mid \text{prefix}) \big|,
+
+    ``R`` the emitted path and token completed by the target to ``D + 1``
+    tokens, summed over every realised tree of :func:`enumerate_spechub_trees`
+    (:func:`otspec.tree.check_lossless` for this process).
+
+    Parameters
+    ----------
+    shape : TreeShape
+        At most two children per node.
+    draft, target : Model
+    verifier : str or TreeVerifier, keyword-only
+        Default ``"spechub"`` (:class:`SpecHubVerify`).
+    prefix : sequence of int, keyword-only
+    max_sequences : int, keyword-only
+        Refuse when ``V**(D + 1)`` exceeds it.
+    tol : float, keyword-only
+        ``passed`` is ``max_error <= tol``.
+
+    Returns
+    -------
+    otspec.tree.TreeCheck
+        ``process="spechub"``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`enumerate_spechub_trees` and :func:`otspec.tree.check_lossless`.
+
+    References
+    ----------
+    .. [1] R. Sun, T. Zhou, X. Chen, L. Sun, arXiv:2411.05289.
+
+    Examples
+    --------
+    >>> from otspec.models import random_markov_model
+    >>> from otspec.tree import TreeShape
+    >>> from otspec.tree._published import check_spechub_lossless
+    >>> d, t = random_markov_model(3, rng=3), random_markov_model(3, rng=13)
+    >>> check_spechub_lossless(TreeShape.branching(2, 1), d, t).passed
+    True
+    >>> check_spechub_lossless(TreeShape.branching(2, 1), d, t, verifier="specinfer").passed
+    False
+    """
+    V = validate_model_pair(draft, target)
+    ctx = validate_sequence(prefix, V, "prefix")
+    v = make_tree_verifier(verifier)
+    tol = validate_tol(tol)
+    max_sequences = validate_positive_int(max_sequences, "max_sequences")
+    if not isinstance(shape, TreeShape):
+        raise TypeError(f"`shape` must be a TreeShape, got {type(shape).__name__}")
+    D = int(shape.max_depth)
+    check_enumeration(V, D + 1, max_sequences, what="completed sequences", length_name="max_depth + 1",
+                      limit_name="max_sequences")
+    trees = enumerate_spechub_trees(shape, draft, prefix=ctx)
+    dl, tl = LawCache(draft, V, ctx, "draft"), LawCache(target, V, ctx, "target")
+    law, acceptance = _completed_law(v, trees, dl, tl, V, D)
+    ref = _target_joint(tl, V, D + 1)
+    direct = math.fsum(w * v.expected_accepted(T, *_laws_of(T, dl, tl), validate=False) for T, w in trees)
+    max_error = float(np.max(np.abs(law - ref)))
+    return TreeCheck(
+        passed=bool(max_error <= tol), max_error=max_error, law=law, target_law=ref, method="enumeration",
+        n_cases=len(trees), acceptance=acceptance, acceptance_error=abs(acceptance - direct),
+        verifier=v.name, process="spechub", claimed_lossless=bool(v.lossless_for("spechub", shape)),
+    )
+
+
+_REFS = {
+    "traversal": "Weng, Hu et al., Traversal Verification, arXiv:2505.12398 (NeurIPS 2025)",
+    "gbv": "Thomas and Pal, greedy multi-path block verification, arXiv:2602.16961",
+    "hsd": "Zhou et al., hierarchical speculative decoding, arXiv:2601.05724 (official code, clever mode)",
+    "spechub": "Sun, Zhou, Chen, Sun, SpecHub, arXiv:2411.05289 (EMNLP 2024)",
+}
+for _cls, _summary, _options in (
+    (TraversalVerify, "leaf-to-root traversal with sequence-level weights (lossless without replacement)",
+     frozenset()),
+    (GreedyBlockVerify, "greedy multi-path block verification on k i.i.d. chains", frozenset({"tie_break"})),
+    (HierarchicalVerify, "hierarchical speculative decoding on one chain, as coded (lossy)", frozenset()),
+    (SpecHubVerify, "SpecHub's hub-pair verifier on its own two-draft trees", frozenset()),
+):
+    register_verifier(VerifierSpec(
+        _cls.name, "tree", None, build_tree=_cls, processes=_cls.processes, draft_process="tree",
+        lossless=bool(_cls.processes), options=_options, summary=_summary, reference=_REFS[_cls.name],
+    ))
+del _cls, _summary, _options
