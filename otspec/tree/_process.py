@@ -258,10 +258,11 @@ def _wor_sequences(p: np.ndarray, need: int):
     """Every ordered draw of ``need`` distinct tokens without replacement, with its probability."""
     support = np.flatnonzero(p > 0).tolist()
     for seq in itertools.permutations(support, need):
-        w, rest = 1.0, 1.0
+        w, left = 1.0, set(support)
         for t in seq:
-            w *= p[t] / rest
-            rest -= p[t]
+            # the mass not yet drawn, summed (1 - drawn mass loses its relative precision when little is left)
+            w *= float(p[t]) / math.fsum(float(p[x]) for x in left)
+            left.discard(t)
         yield seq, w
 
 

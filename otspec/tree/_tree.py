@@ -165,6 +165,10 @@ class TreeShape:
                 raise ValueError(
                     f"`paths` must be prefix-closed: the parent path {p[:-1]} of {p} is missing"
                 )
+        if len(seen) - 1 > MAX_TREE_NODES:
+            raise ValueError(
+                f"`paths` has {len(seen) - 1} draft nodes, above the stated limit MAX_TREE_NODES={MAX_TREE_NODES}"
+            )
         ordered = tuple(sorted(seen, key=lambda p: (len(p), p)))
         index = {p: i for i, p in enumerate(ordered)}
         parents = np.array([-1] + [index[p[:-1]] for p in ordered[1:]], dtype=np.int64)
@@ -405,8 +409,8 @@ class DraftTree:
     def from_paths(cls, paths) -> DraftTree:
         r"""The tree whose nodes have the given token paths (root excluded).
 
-        Nodes are ordered by depth, and within a depth in the order given (so
-        siblings keep the order given: their rank order). Token paths must be
+        Nodes are ordered breadth first: depth by depth, the children of a
+        node together and in the order given (their rank order). Token paths must be
         distinct and prefix-closed; a tree with two siblings carrying the
         same token is built from ``parents`` and ``tokens`` instead.
 
@@ -427,7 +431,13 @@ class DraftTree:
         for p in given:
             if p[:-1] not in seen:
                 raise ValueError(f"`paths` must be prefix-closed: the parent path {p[:-1]} of {p} is missing")
-        ordered = [()] + sorted(given, key=len)  # stable: the given order within a depth
+        # breadth first: depth by depth, the children of each node together, in the order given
+        kids: dict = {}
+        for p in given:
+            kids.setdefault(p[:-1], []).append(p)
+        ordered = [()]
+        for p in ordered:  # grows while it is walked
+            ordered.extend(kids.get(p, ()))
         index = {p: i for i, p in enumerate(ordered)}
         parents = [-1] + [index[p[:-1]] for p in ordered[1:]]
         tokens = [-1] + [p[-1] for p in ordered[1:]]

@@ -218,6 +218,7 @@ class _NodeScan:
         self.q, self.p, self.buf = q, p, buf
         self.wor = without_replacement
         self.t, self.S, self.left = 0.0, 1.0, 1.0
+        self.removed: list = []
 
     def _draft(self, tok: int, dup: bool) -> float:
         """Draft probability of the next child: ``p`` (with replacement) or ``p`` off the removed siblings."""
@@ -239,7 +240,12 @@ class _NodeScan:
             if S_new > 0.0:
                 self.t, self.S = t_new, S_new
         if self.wor and not dup:
+            self.removed.append(tok)
             self.left -= float(self.p[tok])
+            if self.left < 0.5:  # the difference lost its relative precision: sum what is left instead
+                self.buf[:] = self.p
+                self.buf[self.removed] = 0.0
+                self.left = float(self.buf.sum())
 
     def residual(self) -> np.ndarray:
         """The current residual law :math:`(q - t p)_+ / S` (a new array)."""
