@@ -17,7 +17,8 @@ Where to start:
   ``check_lossless(verifier)`` checks one exactly; ``otspec.testing.chi2_gof``
   tests a sampler.
 * Subpackages: ``otm``, ``multidraft`` (the registry of verifier names),
-  ``lossy``, ``block`` (with ``models``), ``spectr``, ``speculative``,
+  ``lossy``, ``block`` (with ``models``), ``spectr``, ``tree`` (draft
+  trees: shapes, processes, tree verifiers, optima), ``speculative``,
   ``closed_form``, ``testing``; ``decoding`` (real models, needs torch) and
   ``plotting`` (the papers' figures, needs matplotlib) load on first use.
 * Guides with runnable examples: docs/guide/ (start with otm.rst; the
@@ -36,6 +37,7 @@ from . import (
     spectr,
     speculative,
     testing,
+    tree,
 )
 from ._validation import SIMPLEX_TOL
 from ._verifier import LOSSLESS_TOL, LosslessCheck, Verifier, VerifierCheck, check_lossless
@@ -180,6 +182,7 @@ __all__ = [
     "spectr",
     "speculative",
     "testing",
+    "tree",
     "validate_model",
     "validate_model_pair",
 ]

@@ -27,6 +27,7 @@ NAMESPACES = (
     "otspec.models",
     "otspec.speculative",
     "otspec.testing",
+    "otspec.tree",
     "otspec.block",
     "otspec.spectr",
     "otspec.otm",

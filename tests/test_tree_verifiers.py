@@ -335,7 +335,8 @@ def test_value_is_the_enumerated_average():
 
 
 def test_registry_holds_the_tree_verifiers():
-    assert set(verifier_names(kind="tree")) == {"specinfer", "sequoia", "target-only", "spectr-tree"}
+    assert set(verifier_names(kind="tree")) == {"specinfer", "sequoia", "target-only", "spectr-tree", "traversal", "gbv",
+                                                "hsd", "spechub"}
     for name in verifier_names(kind="tree"):
         spec = get_verifier(name, kind="tree")
         v = spec.build_tree()

@@ -85,7 +85,7 @@ def _scheme(scheme, k: int, method: str):
     """Validate the scheme name against the registry; return (name, route)."""
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(unknown_name_message("method", method, _METHODS))
-    names = verifier_names()
+    names = verifier_names(kind="token") + verifier_names(kind="block")
     if not isinstance(scheme, str):
         raise TypeError(f"`scheme` must be a registered verifier name (one of {names}), got {type(scheme).__name__}")
     if scheme not in names:
