@@ -117,8 +117,8 @@ def read_prompts(prompts, *, context: str = "sample") -> list[PromptRecord]:
     Examples
     --------
     >>> from otspec.profile._prompts import read_prompts
-    >>> read_prompts([[1, 2], {"prompt": "Hi"}])
-    [PromptRecord(where='`prompts[0]`', prompt=[1, 2], reference=None), PromptRecord(where='`prompts[1]`', prompt='Hi', reference=None)]
+    >>> [(r.prompt, r.reference) for r in read_prompts([[1, 2], {"prompt": "Hi"}])]
+    [([1, 2], None), ('Hi', None)]
     """
     need_ref = context == "reference"
     out = []

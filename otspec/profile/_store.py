@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._collect import COLUMNS, TIMING_KINDS, is_subsampled, path_length
+from ._collect import COLUMNS, TIMING_KINDS, path_length
 
 __all__ = ["MANIFEST", "FORMAT", "write_atomic", "manifest_for", "check_folder", "write_manifest", "shard_path",
            "write_shard", "read_table", "iter_shards", "read_manifest", "fingerprint", "probe_ids", "prompts_entry",
@@ -43,8 +43,9 @@ FINGERPRINT_DIGITS = 6
 FINGERPRINT_RTOL = 1e-3
 #: Number of largest probabilities (at the probe's last position) kept for that comparison.
 FINGERPRINT_TOP = 8
-#: Largest model (bytes of its state dict) whose weights are hashed into its fingerprint: SmolLM2-135M's
-#: 538 MB take about 0.8 s on one shared CPU core; a larger model is identified by its laws alone.
+#: Largest model (bytes of its state dict, shared tensors once) whose weights are hashed into its fingerprint:
+#: SmolLM2-135M's 538 MB take 0.6 to 0.75 s on one CPU core (sha256 at about 700 MB/s on the shared 2-core test
+#: machine; its 24-layer draft less); a larger model is identified by its laws alone.
 MAX_WEIGHT_HASH_BYTES = 2**30
 #: Manifest entries that must agree for a folder to be reused (package versions are recorded, not compared).
 _IDENTITY = ("format", "settings", "models", "prompts")
@@ -118,20 +119,27 @@ def _law_digest(laws: np.ndarray) -> str:
 
 
 def _weights_digest(lm) -> str | None:
-    """sha256 of a torch model's state dict (names, shapes, dtypes, bytes), or None: no torch module, or
-    above :data:`MAX_WEIGHT_HASH_BYTES`."""
+    """sha256 of a torch model's state dict (names, shapes, dtypes, bytes; a tensor shared by two names, as tied
+    embeddings, hashed once), or None: no torch module, or above :data:`MAX_WEIGHT_HASH_BYTES`."""
     model = getattr(lm, "model", None)
     if model is None or not callable(getattr(model, "state_dict", None)):
         return None
     import torch
 
     sd = model.state_dict()
-    if sum(t.numel() * t.element_size() for t in sd.values()) > MAX_WEIGHT_HASH_BYTES:
+    seen: dict = {}
+    todo = []
+    for name, t in sd.items():
+        key = (t.data_ptr(), t.numel(), str(t.dtype), tuple(t.shape))
+        todo.append((name, t, seen.get(key)))
+        seen.setdefault(key, name)
+    if sum(t.numel() * t.element_size() for _, t, same in todo if same is None) > MAX_WEIGHT_HASH_BYTES:
         return None
     h = hashlib.sha256()
-    for name, t in sd.items():
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype};".encode())
-        h.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    for name, t, same in todo:
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}:{same or ''};".encode())
+        if same is None:  # the buffer itself, no copy when already on the CPU
+            h.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
 
 
