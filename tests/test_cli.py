@@ -38,6 +38,15 @@ def no_loading(monkeypatch):
     monkeypatch.setattr(cli, "_load_pair", refuse)
 
 
+def _refused(capsys, match: str, out) -> str:
+    """The one-line ``error:`` of a refused call matches ``match``, and ``out`` was not created."""
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert re.search(match, err), err
+    assert not out.exists()
+    return err
+
+
 # --------------------------------------------------------------------------- end to end
 def test_profile_then_report(tmp_path, prompts, capsys):
     pytest.importorskip("matplotlib")
@@ -155,10 +164,7 @@ def test_bad_prompt_file_is_reported_before_loading(tmp_path, no_loading, capsys
     f = tmp_path / "p.jsonl"
     f.write_text(text)
     assert _profile(f, tmp_path / "out") == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1
-    assert re.search(match, err), err
-    assert not (tmp_path / "out").exists()
+    _refused(capsys, match, tmp_path / "out")
 
 
 BAD_ARGS = [
@@ -194,12 +200,9 @@ BAD_ARGS = [
 def test_bad_settings_are_reported_before_loading_naming_the_flag(tmp_path, prompts, no_loading, capsys, extra,
                                                                    match):
     assert _profile(prompts, tmp_path / "out", *extra) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1
-    assert re.search(match, err), err
+    err = _refused(capsys, match, tmp_path / "out")
     for name in ("k_max", "L_max", "max_new_tokens", "batch_size", "shard_size", "verifier_options", "top_k"):
         assert name not in err
-    assert not (tmp_path / "out").exists()
 
 
 def test_memory_limit_is_checked_before_loading(tmp_path, no_loading, capsys):
@@ -210,20 +213,16 @@ def test_memory_limit_is_checked_before_loading(tmp_path, no_loading, capsys):
     args = ["profile", "--draft", "toy:2048", "--target", "toy:2048", "--prompts", str(f), "--out", str(tmp_path / "o"),
             "--batch-size", "16", "--shard-size", "16", "--max-new-tokens", "65536"]
     assert cli.main(args) == 2
-    err = capsys.readouterr().err
-    assert re.match(r"error: these settings hold 18\.\d GiB of laws at once at a vocabulary of 2048 tokens, above "
-                    r"the limit MAX_LAW_BYTES = 4 GiB", err), err
-    assert re.search(r"the path's laws 18\.\d\d GiB for `--max-new-tokens` 65536", err), err
-    assert not (tmp_path / "o").exists()
+    _refused(capsys, r"^error: these settings hold 18\.\d GiB of laws at once at a vocabulary of 2048 tokens, above "
+                     r"the limit MAX_LAW_BYTES = 4 GiB .*the path's laws 18\.\d\d GiB for `--max-new-tokens` 65536",
+             tmp_path / "o")
 
 
 def test_a_verifier_too_large_for_the_vocabulary_is_refused_before_loading(tmp_path, prompts, no_loading, capsys):
     assert _profile(prompts, tmp_path / "out", "--families", "khisti", "--k-max", "16", draft="toy:64",
                     target="toy:64") == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: `--families`: 'khisti' enumerates C(s + k - 1, k) draft multisets, at most 200000; "
-                          "with s = 64 tokens and --k-max = 16 that is too many: pass --top-k")
-    assert not (tmp_path / "out").exists()
+    _refused(capsys, r"^error: `--families`: 'khisti' enumerates C\(s \+ k - 1, k\) draft multisets, at most 200000; "
+                     r"with s = 64 tokens and --k-max = 16 that is too many: pass --top-k", tmp_path / "out")
 
 
 BAD_MODELS = [
@@ -243,9 +242,7 @@ BAD_MODELS = [
 @pytest.mark.parametrize("pair,match", BAD_MODELS)
 def test_bad_model_names_are_reported_before_loading(tmp_path, prompts, no_loading, capsys, pair, match):
     assert _profile(prompts, tmp_path / "out", draft=pair[0], target=pair[1]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and re.search(match, err), err
-    assert not (tmp_path / "out").exists()
+    _refused(capsys, match, tmp_path / "out")
 
 
 def test_reused_folder_is_refused_before_loading(tmp_path, prompts, monkeypatch, capsys):
