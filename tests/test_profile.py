@@ -422,3 +422,221 @@ def test_emission_tables_ignore_tokens_without_mass(scheme, k):
     small = emission_probs_along(scheme, p, q, y, L=3, k=k)
     wide = emission_probs_along(scheme, _embed(p, cols, width), _embed(q, cols, width), cols[y], L=3, k=k)
     np.testing.assert_allclose(wide, small, rtol=0, atol=1e-12)
+
+
+# --------------------------------------------------------------------------- fingerprints, limits, prompts (H6)
+def _same_name_pair(d, t, draft_table=None):
+    """The pair ``(d, t)`` rebuilt as new CallableLM objects under the same names (the draft with other tables)."""
+    from otspec.profile._toy import BigramLogits
+
+    table = d.fn.table.copy() if draft_table is None else draft_table
+    return CallableLM(BigramLogits(table), V, name=d.name), CallableLM(BigramLogits(t.fn.table.copy()), V, name=t.name)
+
+
+def test_killed_run_resumes_only_with_the_same_models(tmp_path, pair, monkeypatch):
+    import otspec.profile._run as run_mod
+
+    d, t, _, _ = pair
+    small = dict(SMALL, max_new_tokens=2)
+    profile(PROMPTS[:3], out=tmp_path / "full", draft=d, target=t, **small)
+    real = run_mod.write_shard
+
+    def dying(out, s, cols):
+        real(out, s, cols)
+        raise KeyboardInterrupt  # killed after its first shard
+
+    monkeypatch.setattr(run_mod, "write_shard", dying)
+    with pytest.raises(KeyboardInterrupt):
+        profile(PROMPTS[:3], out=tmp_path / "cut", draft=d, target=t, **small)
+    monkeypatch.setattr(run_mod, "write_shard", real)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "cut").iterdir()}
+    assert sorted(before) == ["manifest.json", "shard-00000.parquet"]
+    # other tables under the same name (and class, and vocabulary): refused, naming the model, nothing written
+    other = d.fn.table + np.random.default_rng(0).standard_normal(d.fn.table.shape)
+    d2, t2 = _same_name_pair(d, t, other)
+    with pytest.raises(ValueError, match=r"holds a run with other models \(draft fingerprint: [0-9a-f]{12} there, "
+                                         r"[0-9a-f]{12} here: another draft model, though named 'toy-draft-V3-s3"):
+        profile(PROMPTS[:3], out=tmp_path / "cut", draft=d2, target=t2, **small)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "cut").iterdir()} == before
+    # the same tables in new objects: resumes to the uninterrupted run's rows
+    d3, t3 = _same_name_pair(d, t)
+    again = profile(PROMPTS[:3], out=tmp_path / "cut", draft=d3, target=t3, **small)
+    assert (again.shards_skipped, again.shards_written) == (1, 1)
+    assert _rows(tmp_path / "cut") == _rows(tmp_path / "full")
+
+
+def test_fingerprint_is_the_hash_of_the_probe_laws(pair):
+    from otspec.profile._store import FINGERPRINT_DIGITS, _law_digest, fingerprint, probe_ids
+
+    d, t, _, qm = pair
+    fp = fingerprint(t)
+    assert fp["probe"] == probe_ids(V) == [1, 0, 2, 1, 0, 2, 1, 0] and fp["weights_sha256"] is None
+    # independent route: the exact bigram laws of the probe, rounded and hashed the same way
+    laws = np.array([qm.next_dist((x,)) for x in fp["probe"]])
+    assert fp["laws_sha256"] == _law_digest(laws)
+    np.testing.assert_allclose(fp["top_probs"], np.sort(laws[-1])[::-1], rtol=10.0 ** -(FINGERPRINT_DIGITS - 1))
+    assert fingerprint(_same_name_pair(d, t)[1]) == fp  # another object with the same tables
+
+
+def test_fingerprints_do_not_depend_on_batching(tmp_path, pair):
+    d, t, _, _ = pair
+    opts = dict(k_max=2, L_max=1, max_new_tokens=1, verifiers=["token"], families=["token"], progress=False)
+    profile([[0, 1], [2]], out=tmp_path / "a", draft=d, target=t, **opts)
+    profile([[0, 1], [2]], out=tmp_path / "b", draft=d, target=t, batch_size=2, **opts)
+    a, b = (json.loads((tmp_path / x / "manifest.json").read_text()) for x in "ab")
+    assert a["models"] == b["models"] and a["models"]["draft"]["fingerprint"]["laws_sha256"]
+
+
+def test_fingerprint_comparison_tolerates_float32_rounding_only():
+    from otspec.profile._store import _same_fingerprint
+
+    a = {"probe": [1, 0], "laws_sha256": "a" * 64, "top_ids": [2, 0, 1], "top_probs": [0.5, 0.3, 0.2],
+         "weights_sha256": None}
+    assert _same_fingerprint(a, dict(a))
+    rounded = dict(a, laws_sha256="b" * 64, top_probs=[0.500001, 0.3, 0.199999])   # one digit moved
+    assert _same_fingerprint(a, rounded)
+    assert not _same_fingerprint(a, dict(rounded, top_probs=[0.51, 0.3, 0.19]))     # another model
+    assert not _same_fingerprint(a, dict(rounded, top_ids=[0, 2, 1]))
+    assert not _same_fingerprint(dict(a, weights_sha256="c" * 64), dict(a, weights_sha256="d" * 64))
+
+
+@pytest.mark.slow
+def test_fingerprint_of_a_transformer_hashes_its_weights():
+    # about 6 s on 2 cores, most of it importing transformers' Llama
+    transformers = pytest.importorskip("transformers")
+    from otspec.decoding import HFCausalLM
+    from otspec.profile._store import _same_fingerprint, fingerprint
+
+    cfg = transformers.LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1)
+
+    def make():
+        torch.manual_seed(0)
+        return HFCausalLM(transformers.LlamaForCausalLM(cfg), name="tiny")
+
+    a, b = make(), make()
+    fa = fingerprint(a)
+    assert fingerprint(b) == fa and len(fa["weights_sha256"]) == 64 and len(fa["top_ids"]) == 8
+    with torch.no_grad():
+        b.model.lm_head.weight[0, 0] += 1e-3
+    fb = fingerprint(b)
+    assert fb["weights_sha256"] != fa["weights_sha256"] and not _same_fingerprint(fa, fb)
+
+
+@pytest.mark.slow
+def test_fingerprint_is_stable_across_processes(pair):
+    # a fresh interpreter (about 3 s: it imports torch) computes the same fingerprint
+    import subprocess
+    import sys
+
+    from otspec.profile._store import fingerprint
+
+    code = ("import json; from otspec.profile import toy_pair; from otspec.profile._store import fingerprint; "
+            "print(json.dumps(fingerprint(toy_pair(3, seed=3)[1])))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == fingerprint(pair[1])
+
+
+def test_a_model_failing_its_fingerprint_leaves_no_folder(tmp_path):
+    def broken(ids):
+        raise RuntimeError("broken model")
+
+    _, t = toy_pair(4)
+    with pytest.raises(RuntimeError, match="broken model"):
+        profile([[0]], out=tmp_path / "x", draft=CallableLM(broken, 4), target=t, k_max=1, L_max=1)
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(k_max=10**12), r"`k_max` must be at most 256 \(MAX_K"),
+    (dict(L_max=10**6), r"`L_max` must be at most 64 \(MAX_L"),
+    (dict(k_max=128, L_max=16), r"`k_max` \* `L_max` = 128 \* 16 = 2048 draft tree nodes, above the limit "
+                                r"MAX_TREE_NODES = 1024"),
+    (dict(max_new_tokens=10**7), r"`max_new_tokens` must be at most 65536"),
+    (dict(shard_size=10**7), r"`shard_size` must be at most 4096"),
+    (dict(batch_size=10**4), r"`batch_size` \* `k_max` = 10000 \* 4 = 40000 rows per model call, above the limit "
+                             r"MAX_CALL_ROWS = 4096"),
+    (dict(max_new_tokens=65536, subsample=1), r"a shard would hold up to \d+ values \(1 prompts of up to \d+ values "
+                                              r"each\), above the limit MAX_SHARD_VALUES"),
+    (dict(verifiers=["without-replacement"], k_max=5), r"`verifiers`: 'without-replacement' draws k distinct "
+                                                       r"drafts, so it needs k_max = 5 tokens"),
+    (dict(families=["khisti"], k_max=3, top_p=0.9, verifier_options={}), None),
+])
+def test_limits_are_checked_before_any_model_call_and_any_write(tmp_path, counting, kwargs, match):
+    fd, ft, d, t = counting
+    if match is None:  # khisti's multisets at V = 4, k = 3 fit, with top_p too: it runs
+        profile([[0]], out=tmp_path / "x", draft=d, target=t, max_new_tokens=1, verifiers=["token"],
+                progress=False, **kwargs)
+        return
+    with pytest.raises(ValueError, match=match):
+        profile([[0]], out=tmp_path / "x", draft=d, target=t, **kwargs)
+    assert fd.calls == ft.calls == 0 and not (tmp_path / "x").exists()
+
+
+def test_khisti_under_top_p_is_bounded_by_the_vocabulary():
+    # the nucleus of a node is not known in advance: the bound is the vocabulary's (before: a run-time failure)
+    s = ProfileSettings(top_p=0.9).for_vocabulary(49152)
+    assert "khisti" not in s.verifiers and "pass top_k" in s.skipped["verifiers"]["khisti"]
+    assert "optimal" in s.families  # its expected tokens' cost is bounded by the nucleus, as before
+    with pytest.raises(ValueError, match=r"`verifiers`: 'khisti' enumerates"):
+        ProfileSettings(top_p=0.9, verifiers=["khisti"]).for_vocabulary(49152)
+    assert "khisti" in ProfileSettings(top_p=0.9, top_k=20).for_vocabulary(49152).verifiers
+
+
+def test_manifest_positions_count_the_rows(tmp_path, pair):
+    import pyarrow.compute as pc
+
+    from otspec.profile._settings import values_per_prompt
+
+    d, t, _, _ = pair
+    opts = dict(k_max=2, L_max=2, max_new_tokens=7, stride=2, subsample=3, verifiers=["token", "kseq"],
+                families=["token", "kseq", "block"], progress=False)
+    profile(PROMPTS, out=tmp_path, draft=d, target=t, **opts)
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    tab = read_table(tmp_path)
+
+    def positions(name, kind):
+        sel = tab.filter(pc.and_(pc.equal(tab["name"], name), pc.equal(tab["kind"], kind)))
+        return set(zip(sel["prompt"].to_pylist(), sel["pos"].to_pylist()))
+
+    pos = man["positions"]
+    assert pos["every"] == ["token", "block"] and pos["subsample"] == ["kseq"] and pos["subsample_every"] == 3
+    assert pos["acceptance"] == {"every": ["token"], "subsample": ["kseq"]}
+    assert pos["profiled"] == len(positions("token", "tau")) == len(PROMPTS) * 4
+    assert pos["subsampled"] == len(positions("kseq", "tau")) == len(positions("kseq", "acc"))
+    assert positions("kseq", "tau") < positions("token", "tau")
+    s = ProfileSettings(**{k: v for k, v in opts.items() if k != "progress"})
+    per = read_table(tmp_path, timing=True).filter(pc.greater_equal(read_table(tmp_path, timing=True)["pos"], 0))
+    counts = np.bincount(per["prompt"].to_numpy())
+    assert counts.max() <= values_per_prompt(s, 7)  # the bound of MAX_SHARD_VALUES holds
+
+
+def test_chat_template_is_one_user_message_with_the_generation_prompt():
+    calls = []
+
+    class Tok:
+        chat_template = "{{ messages }}"
+
+        def __call__(self, text, **kw):
+            calls.append(("raw", text, kw))
+            return {"input_ids": [1]}
+
+        def apply_chat_template(self, messages, **kw):
+            calls.append(("chat", messages, kw))
+            return {"input_ids": [2, 3], "attention_mask": [1, 1]}
+
+    got = load_prompts([{"prompt": "hi", "reference": "there"}], 5, tokenizer=Tok(), chat_template=True,
+                       context="reference")
+    assert got == [([2, 3], [1])]
+    assert calls == [("chat", [{"role": "user", "content": "hi"}], {"add_generation_prompt": True, "tokenize": True}),
+                     ("raw", "there", {"add_special_tokens": False})]
+    assert load_prompts(["hi"], 5, tokenizer=Tok()) == [([1], None)]  # default: raw text
+
+    class Plain:
+        def __call__(self, text, **kw):
+            return {"input_ids": [1]}
+
+    with pytest.raises(ValueError, match=r"`chat_template=True` needs a tokenizer with a chat template"):
+        load_prompts(["hi"], 5, tokenizer=Plain(), chat_template=True)
+    with pytest.raises(TypeError, match=r"`chat_template` must be a bool, got str"):
+        load_prompts(["hi"], 5, tokenizer=Tok(), chat_template="yes")

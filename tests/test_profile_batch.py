@@ -195,7 +195,7 @@ def test_cli_batch_size(tmp_path, capsys):
     assert main(args + ["--out", str(tmp_path / "many"), "--batch-size", "2"]) == 0
     _same_tables(tmp_path / "one", tmp_path / "many")
     assert main(args + ["--out", str(tmp_path / "bad"), "--batch-size", "0"]) == 2
-    assert "`batch_size` must be an integer >= 1, got 0" in capsys.readouterr().err
+    assert "error: `--batch-size` must be an integer >= 1, got 0" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 

@@ -134,7 +134,7 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
 
     the wall time of one call on ``k`` rows of ``n`` new tokens after the prompt's cached context (the
     float64 laws included, as decoding computes them), for the shapes of :func:`cost_shapes`, each timed
-    :data:`COST_REPEATS` times in interleaved rounds. The speed-up model of :func:`otspec.profile.summarize`
+    :data:`COST_REPEATS` times in interleaved rounds; the run's first shard calls it once. The speed-up model of :func:`otspec.profile.summarize`
     predicts from these, so the prediction is for the device and the models the profile ran on. The token
     ids of the timed calls are fixed (a call's time does not depend on them).
 

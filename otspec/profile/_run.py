@@ -2,6 +2,7 @@ r"""``profile``: validate everything, then collect shard by shard (in process or
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,11 +11,23 @@ from .._deps import check_installed
 from ..decoding._models import validate_language_model
 from ._distributed import run_on_client
 from ._prompts import load_prompts
-from ._settings import ProfileSettings
+from ._settings import ProfileSettings, check_limits
 from ._shard import run_shard
-from ._store import _model_id, check_or_write_manifest, manifest_for, shard_path, write_shard
+from ._store import (
+    FORMAT,
+    MANIFEST,
+    _model_id,
+    check_folder,
+    fingerprint,
+    manifest_for,
+    prompts_entry,
+    settings_entry,
+    shard_path,
+    write_manifest,
+    write_shard,
+)
 
-__all__ = ["ProfileRun", "profile"]
+__all__ = ["ProfileRun", "Plan", "profile", "prepare", "execute", "check_before_loading"]
 
 
 @dataclass(frozen=True)
@@ -42,7 +55,8 @@ class ProfileRun:
 
 
 def profile(prompts, *, out, draft=None, target=None, models=None, settings: ProfileSettings | None = None,
-            tokenizer=None, progress: bool | None = None, client=None, **options) -> ProfileRun:
+            tokenizer=None, chat_template: bool = False, progress: bool | None = None, client=None,
+            **options) -> ProfileRun:
     r"""Profile a draft/target pair on prompts: every verifier's exact values on the same draft trees, stored.
 
     .. math::
@@ -51,10 +65,17 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
         a_j(k),\ E[\tau_L \mid X] \quad (k \le k_{\max},\ L \le L_{\max},\ \text{every verifier}).
 
     Everything is checked before any forward pass (settings, prompts, the
-    two vocabularies, the output folder); then the prompts run shard by shard
-    (``settings.shard_size`` prompts each), each shard written atomically to
-    ``out/shard-NNNNN.parquet``; shards already there are skipped (a killed
-    run resumes, losing at most the shard in progress).
+    two vocabularies, the limits on work and memory, the output folder);
+    then one probe call per model fingerprints it (its next-token laws on
+    a fixed context, hashed), the output folder is checked against the
+    fingerprints, and only then is anything written: ``out/manifest.json``
+    (settings, models with their fingerprints, the prompts' digest, what was
+    left out and why -- ``"skipped"`` -- and which quantities run at every
+    profiled position or on the subsample -- ``"positions"``), then the
+    prompts shard by shard (``settings.shard_size`` prompts each), each
+    shard written atomically to ``out/shard-NNNNN.parquet``; shards already
+    there are skipped (a killed run resumes, losing at most the shard in
+    progress, and only with the same settings, prompts and models).
 
     Parameters
     ----------
@@ -72,7 +93,10 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     settings : ProfileSettings, keyword-only
         Or the same fields as keywords (``k_max=``, ``L_max=``, ...).
     tokenizer : callable, keyword-only
-        For text prompts.
+        For text prompts, tokenised raw (``add_special_tokens=False``, no chat template).
+    chat_template : bool, keyword-only
+        Apply the tokenizer's chat template to text prompts, each as one
+        user message with the generation prompt (see :func:`load_prompts`).
     progress : bool or None, keyword-only
         A tqdm bar (profiled path tokens, tokens/s, time left); ``None``: on a terminal only.
     client : dask.distributed.Client, keyword-only
@@ -87,9 +111,11 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     ------
     ValueError
         Bad settings (unknown verifier names with the closest one, ``k_max`` or
-        ``L_max`` < 1), a bad prompt (a JSONL line is named), different
-        vocabularies, an output folder holding a run with other settings --
-        all before any forward pass and before anything is written.
+        ``L_max`` < 1, a setting above a limit on work or memory, naming it),
+        a bad prompt (a JSONL line is named), different vocabularies, an
+        output folder holding a run with other settings, prompts or models
+        (another fingerprint under the same name included) -- all before
+        anything is written, and all but the fingerprints before any forward pass.
     TypeError
         Wrong types; ``client`` without ``models``.
 
@@ -105,14 +131,7 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     >>> run.prompts, run.shards_written
     (2, 1)
     """
-    check_installed("pyarrow", "a profile's Parquet shards", "profile")
     t0 = time.perf_counter()
-    if settings is None:
-        settings = ProfileSettings(**options)
-    elif options:
-        raise TypeError(f"pass either `settings` or its fields as keywords, not both (got {sorted(options)})")
-    elif not isinstance(settings, ProfileSettings):
-        raise TypeError(f"`settings` must be a ProfileSettings, got {type(settings).__name__}")
     if client is not None and models is None:
         raise TypeError("`client` needs `models`: a picklable models() -> (draft, target) each worker calls once")
     if models is not None:
@@ -120,7 +139,59 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
             raise TypeError("pass either `models` or `draft` and `target`, not both")
         if not callable(models):
             raise TypeError(f"`models` must be callable () -> (draft, target), got {type(models).__name__}")
+    settings = _settings(settings, options)
+    if models is not None:
         draft, target = models()
+    plan = prepare(prompts, out=out, draft=draft, target=target, settings=settings, tokenizer=tokenizer,
+                   chat_template=chat_template)
+    written, skipped = execute(plan, draft, target, progress=progress, client=client, models=models)
+    return ProfileRun(out=plan.out, settings=plan.settings, prompts=len(plan.items), shards_written=written,
+                      shards_skipped=skipped, wall_time=time.perf_counter() - t0)
+
+
+def _settings(settings, options) -> ProfileSettings:
+    check_installed("pyarrow", "a profile's Parquet shards", "profile")
+    if settings is None:
+        return ProfileSettings(**options)
+    if options:
+        raise TypeError(f"pass either `settings` or its fields as keywords, not both (got {sorted(options)})")
+    if not isinstance(settings, ProfileSettings):
+        raise TypeError(f"`settings` must be a ProfileSettings, got {type(settings).__name__}")
+    return settings
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked profile run, ready to execute: nothing of it is written yet.
+
+    Attributes
+    ----------
+    out : pathlib.Path
+    settings : ProfileSettings
+        Resolved for the models' vocabulary (:meth:`ProfileSettings.for_vocabulary`).
+    items : list of (list of int, list of int or None)
+        The prompts' token ids and references.
+    manifest : dict
+        The manifest to write (or the one found, for a resumed run).
+    """
+
+    out: Path
+    settings: ProfileSettings
+    items: list
+    manifest: dict
+
+
+def prepare(prompts, *, out, draft, target, settings: ProfileSettings, tokenizer=None,
+            chat_template: bool = False) -> Plan:
+    """Every check of :func:`profile`, in order, and the models' fingerprints; writes nothing.
+
+    The two vocabularies, the settings at that vocabulary, the prompts (ids
+    in range, text tokenised), the limits on memory
+    (:func:`otspec.profile._settings.check_limits`), the output folder
+    against the settings, prompts and model names, all before any model
+    call; then one probe call per model (:func:`otspec.profile._store.fingerprint`)
+    and the output folder against the fingerprints.
+    """
     if draft is None or target is None:
         raise TypeError("`draft` and `target` are required (or `models`)")
     V = validate_language_model(target, "target")
@@ -128,10 +199,48 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
     if Vd != V:
         raise ValueError(f"`draft` and `target` must share one vocabulary, got vocab_size {Vd} (draft) and {V} (target)")
     settings = settings.for_vocabulary(V)
-    items = load_prompts(prompts, V, tokenizer=tokenizer, context=settings.context)
+    items = load_prompts(prompts, V, tokenizer=tokenizer, context=settings.context, chat_template=chat_template)
+    check_limits(settings, V, [len(p) for p, _ in items])
     out = Path(out)
-    manifest = manifest_for(settings, {"draft": _model_id(draft), "target": _model_id(target)}, items)
-    check_or_write_manifest(out, manifest)
+    ids = {"draft": _model_id(draft), "target": _model_id(target)}
+    check_folder(out, {"format": FORMAT, "settings": settings_entry(settings), "prompts": prompts_entry(items),
+                       "models": ids})
+    models = {role: dict(ids[role], fingerprint=fingerprint(lm)) for role, lm in (("draft", draft), ("target", target))}
+    manifest = manifest_for(settings, models, items)
+    check_folder(out, manifest)
+    return Plan(out=out, settings=settings, items=items, manifest=manifest)
+
+
+def check_before_loading(out, settings: ProfileSettings, *, items=None, models=None, V=None) -> None:
+    """The checks of the output folder (and, with ``V``, of the limits) that need no loaded model.
+
+    Compares the run in ``out``, if any, with the settings (resolved at ``V``, or at the vocabulary the
+    folder's run records), the prompts' digest (``items``: token ids, when no prompt is text) and
+    ``models`` (a partial ``{"draft": {"name": ..., "class": ...}, "target": {...}}``). Writes nothing.
+    """
+    out = Path(out)
+    entry: dict = {"format": FORMAT}
+    if V is None and (out / MANIFEST).is_file():
+        try:
+            V = int(json.loads((out / MANIFEST).read_text())["models"]["target"]["vocab_size"])
+        except (ValueError, KeyError, TypeError):
+            V = None  # unreadable: check_folder says so
+    if V is not None:
+        resolved = settings.for_vocabulary(V)
+        entry["settings"] = settings_entry(resolved)
+        if items is not None:
+            check_limits(resolved, V, [len(p) for p, _ in items])
+    if items is not None:
+        entry["prompts"] = prompts_entry(items)
+    if models is not None:
+        entry["models"] = models
+    check_folder(out, entry)
+
+
+def execute(plan: Plan, draft, target, *, progress: bool | None = None, client=None, models=None) -> tuple[int, int]:
+    """Write the manifest (a new run) and every missing shard of ``plan``; returns (written, skipped) shards."""
+    out, settings, items, manifest = plan.out, plan.settings, plan.items, plan.manifest
+    write_manifest(out, manifest)
     size = settings.shard_size
     todo = [s for s in range(manifest["shards"]) if not shard_path(out, s).is_file()]
     skipped = manifest["shards"] - len(todo)
@@ -148,5 +257,4 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
             for s in todo:
                 cols = run_shard(draft, target, items[s * size:(s + 1) * size], settings, s * size, bar=bar)
                 write_shard(out, s, cols)
-    return ProfileRun(out=out, settings=settings, prompts=len(items), shards_written=len(todo),
-                      shards_skipped=skipped, wall_time=time.perf_counter() - t0)
+    return len(todo), skipped

@@ -5,6 +5,7 @@ Notation: ``p`` is the draft model's next-token law, ``q`` the target's.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from .._registry import get_verifier, suggest, unknown_name_message, verifier_names
@@ -15,7 +16,8 @@ from ..multidraft._khisti import MAX_MULTISETS
 from ._renewal import RENEWAL_SCHEMES
 
 __all__ = ["ProfileSettings", "BATCHED", "CHEAP_ACC", "CHEAP_FAMILIES", "CONTEXTS", "ON_REQUEST", "RENEWAL_DEFAULT",
-           "costly", "token_verifiers", "families"]
+           "MAX_K", "MAX_L", "MAX_TREE_NODES", "MAX_NEW_TOKENS", "MAX_SHARD_SIZE", "MAX_CALL_ROWS", "MAX_LAW_BYTES",
+           "MAX_SHARD_VALUES", "costly", "token_verifiers", "families", "check_limits", "values_per_prompt"]
 
 #: Token-level verifiers whose per-depth acceptance has a batched closed form on ``(..., V)`` laws
 #: (:func:`otspec.alpha_k` -- also the value of ``"optimal"`` and of the LP plan ``"lp"``, both optimal --,
@@ -50,6 +52,34 @@ RENEWAL_DEFAULT = ("token", "block-onestep")
 OPTIMAL_TREE_SUPPORT = 1024
 #: Where the profiled contexts come from.
 CONTEXTS = ("sample", "reference")
+
+# Limits on the work and memory a setting implies, checked before any model call and before anything is
+# written (a run that cannot finish must not start, nor leave a manifest behind).
+#: Largest ``k_max``: every ``k <= k_max`` is evaluated, and the multi-draft verifiers build up to
+#: ``k_max`` verifiers per node of the draft tree for each ``k`` (on a 6-token toy pair ``k_max = 512``
+#: already costs about 15 s per profiled position; at V = 49,152 a build costs 15 to 130 ms).
+MAX_K = 256
+#: Largest ``L_max``: ``L_max`` draft calls per profiled position, and emission tables of
+#: ``L_max (L_max + 3) / 2`` values per text position and renewal scheme.
+MAX_L = 64
+#: Largest draft tree, ``k_max * L_max`` nodes: the rows of the draft calls times their depths, the
+#: nodes at which verifiers are built, and the calls the per-shard cost calibration times (one per ``(k, L)``).
+MAX_TREE_NODES = 1024
+#: Largest ``max_new_tokens``: the path positions walked per prompt, each a target call at least.
+MAX_NEW_TOKENS = 65_536
+#: Largest ``shard_size``: the prompts whose rows are held in memory before their shard is written.
+MAX_SHARD_SIZE = 4096
+#: Largest model call, ``batch_size * k_max`` rows (the draft tree of every prompt of a batch).
+MAX_CALL_ROWS = 4096
+#: Largest memory (bytes) of the laws a batch holds at once: the float64 draft and target laws of its
+#: trees, ``batch_size k_max (2 L_max + 1) V`` values; the float32 logits of its first target call
+#: (prompt and tree on every row, ``batch_size k_max (n + L_max + 1) V`` values for prompts of ``n``
+#: tokens); the target's float64 laws along the path, ``batch_size max_new_tokens V`` values (and,
+#: for the renewal tables, the draft's along the text and the float32 logits of that pass).
+MAX_LAW_BYTES = 4 * 2**30
+#: Largest number of values a shard holds before it is written (each about 150 bytes as a Python row):
+#: ``min(shard_size, prompts)`` times :func:`values_per_prompt`.
+MAX_SHARD_VALUES = 10_000_000
 
 
 def token_verifiers() -> tuple[str, ...]:
@@ -149,12 +179,23 @@ class ProfileSettings:
         tests), which can, rarely, change a sampled token. How a run executes, like the device: not part of the run's
         identity (its manifest), so a run may resume with another value.
 
+    Attributes
+    ----------
+    skipped : dict
+        The registered verifiers and schemes left out, each with the reason
+        (a sentence): ``{"verifiers": {name: reason}, "families": {name: reason}}``.
+
     Raises
     ------
     ValueError
         Unknown verifier names (with the closest name), ``k_max`` or ``L_max``
         < 1, options a verifier does not take, a required option missing, an
-        unknown ``context``, a bad sampling setting.
+        unknown ``context``, a bad sampling setting; a setting above one of
+        the limits on work and memory (:data:`MAX_K` = 256 drafts,
+        :data:`MAX_L` = 64 tokens per draft, :data:`MAX_TREE_NODES` = 1024 for
+        ``k_max * L_max``, :data:`MAX_NEW_TOKENS`, :data:`MAX_SHARD_SIZE`,
+        :data:`MAX_CALL_ROWS` for ``batch_size * k_max``; those that need the
+        vocabulary are checked by :func:`check_limits`).
     TypeError
         Parameters of the wrong type.
 
@@ -168,6 +209,12 @@ class ProfileSettings:
     Traceback (most recent call last):
     ...
     ValueError: `verifiers` got an unknown verifier 'kseqq' (did you mean 'kseq'?); ...
+    >>> ProfileSettings(k_max=10**12)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: `k_max` must be at most 256 (MAX_K: ...), got 1000000000000
+    >>> s.skipped["families"]["kseq"]
+    'Not asked for: `families` was given and does not name it.'
     """
 
     k_max: int = 4
@@ -193,6 +240,7 @@ class ProfileSettings:
             object.__setattr__(self, name, validate_positive_int(getattr(self, name), name))
         object.__setattr__(self, "subsample", validate_positive_int(self.subsample, "subsample", minimum=0))
         object.__setattr__(self, "seed", validate_seed(self.seed, "seed"))
+        self._check_bounds()
         if self.context not in CONTEXTS:
             raise ValueError(unknown_name_message("context", self.context, CONTEXTS))
         Sampling(self.temperature, self.top_k, self.top_p, self.top_p_rule)  # validates the sampling
@@ -211,26 +259,33 @@ class ProfileSettings:
                                  f"got unknown keys {sorted(extra)}")
         object.__setattr__(self, "verifier_options", {k: dict(v) for k, v in sorted(opts.items())})
 
-        def ready(n):
-            return get_verifier(n).required <= set(opts.get(n, {}))
+        def missing(n):
+            return sorted(get_verifier(n).required - set(opts.get(n, {})))
 
+        skipped: dict = {"verifiers": {}, "families": {}}
         object.__setattr__(self, "_auto", (self.verifiers is None, self.families is None))
         tv = token_verifiers()
+        fam = families()
         if self.verifiers is None:
-            v = tuple(n for n in tv if ready(n) and n not in ON_REQUEST)
+            v = tuple(n for n in tv if not missing(n) and n not in ON_REQUEST)
         else:
             v = _names(self.verifiers, tv, "verifiers")
-        fam = families()
         if self.families is None:
-            f = tuple(n for n in fam if ready(n) and n != "lp")
+            f = tuple(n for n in fam if not missing(n) and n != "lp")
         else:
             f = _names(self.families, fam, "families")
         for n in v + f:
-            if not ready(n):
-                missing = sorted(get_verifier(n).required - set(opts.get(n, {})))
-                raise ValueError(f"verifier {n!r} needs options {missing}: pass verifier_options={{{n!r}: {{...}}}}")
+            if missing(n):
+                raise ValueError(f"verifier {n!r} needs options {missing(n)}: pass "
+                                 f"verifier_options={{{n!r}: {{{missing(n)[0]!r}: ...}}}}")
+        for field_name, chosen, every, auto in (("verifiers", v, tv, self.verifiers is None),
+                                                ("families", f, fam, self.families is None)):
+            for n in every:
+                if n not in chosen:
+                    skipped[field_name][n] = _left_out_reason(n, field_name, auto, missing(n))
         object.__setattr__(self, "verifiers", v)
         object.__setattr__(self, "families", f)
+        object.__setattr__(self, "_skipped", skipped)
 
         if self.renewal is None:
             r = tuple(n for n in f if n in RENEWAL_DEFAULT)
@@ -238,42 +293,107 @@ class ProfileSettings:
             r = _names(self.renewal, tuple(RENEWAL_SCHEMES), "renewal")
         object.__setattr__(self, "renewal", r)
 
+    def _check_bounds(self) -> None:
+        """The limits that need no vocabulary (:data:`MAX_K`, ...; :func:`check_limits` checks the others)."""
+        for name, limit, what in (
+                ("k_max", MAX_K, "MAX_K: every k <= k_max is evaluated, with verifiers built per k at every "
+                                 "node of the draft tree"),
+                ("L_max", MAX_L, "MAX_L: one draft call per depth, emission tables growing as L_max**2"),
+                ("max_new_tokens", MAX_NEW_TOKENS, "MAX_NEW_TOKENS: path positions walked per prompt"),
+                ("shard_size", MAX_SHARD_SIZE, "MAX_SHARD_SIZE: prompts held in memory before a shard is written")):
+            if getattr(self, name) > limit:
+                raise ValueError(f"`{name}` must be at most {limit} ({what}), got {getattr(self, name)}")
+        nodes = self.k_max * self.L_max
+        if nodes > MAX_TREE_NODES:
+            raise ValueError(f"`k_max` * `L_max` = {self.k_max} * {self.L_max} = {nodes} draft tree nodes, above "
+                             f"the limit MAX_TREE_NODES = {MAX_TREE_NODES} (verifiers are built per node and the "
+                             "cost calibration times one call per (k, L)): lower `k_max` or `L_max`")
+        rows = self.batch_size * self.k_max
+        if rows > MAX_CALL_ROWS:
+            raise ValueError(f"`batch_size` * `k_max` = {self.batch_size} * {self.k_max} = {rows} rows per model "
+                             f"call, above the limit MAX_CALL_ROWS = {MAX_CALL_ROWS}: lower `batch_size`")
+
+    @property
+    def skipped(self) -> dict:
+        """What these settings leave out, and why: ``{"verifiers": {name: reason}, "families": {name: reason}}``.
+
+        Every registered token-level verifier missing from :attr:`verifiers` and every scheme missing
+        from :attr:`families`, with the reason as a sentence (not asked for, a required option not
+        given, on request only, too large for the vocabulary: :meth:`for_vocabulary`); with
+        ``subsample=0``, also the quantities that are never computed although named.
+        """
+        out = {k: dict(v) for k, v in self._skipped.items()}
+        if self.subsample == 0:
+            why = ("`subsample` is 0, so the quantities that build a verifier per depth or per tree node are "
+                   "never computed.")
+            for field_name, kind in (("verifiers", "acc"), ("families", "tau")):
+                for n in getattr(self, field_name):
+                    if costly(kind, n):
+                        out[field_name][n] = why
+        return out
+
+    def positions(self) -> dict:
+        """Where each quantity is computed: at every profiled position, or at every ``subsample``-th one.
+
+        Returns
+        -------
+        dict
+            ``{"every": [families], "subsample": [families], "subsample_every": subsample,
+            "acceptance": {"every": [verifiers], "subsample": [verifiers]}}``: the schemes whose
+            expected accepted tokens, and the verifiers whose per-depth acceptance, are computed at
+            every profiled position or on the subsample (:func:`costly`; empty with ``subsample=0``).
+        """
+        def split(names, kind):
+            every = [n for n in names if not costly(kind, n)]
+            sub = [n for n in names if costly(kind, n)] if self.subsample else []
+            return every, sub
+
+        fe, fs = split(self.families, "tau")
+        ve, vs = split(self.verifiers, "acc")
+        return {"every": fe, "subsample": fs, "subsample_every": self.subsample,
+                "acceptance": {"every": ve, "subsample": vs}}
+
     def for_vocabulary(self, V: int) -> ProfileSettings:
-        """These settings with the verifiers that cannot run at this vocabulary checked.
+        r"""These settings with the verifiers that cannot run at this vocabulary checked.
 
         ``"khisti"`` enumerates draft multisets (at most 200,000) and the LP plan ``"lp"``
         has at most :data:`otspec.decoding._verifiers.LP_MAX_COLUMNS` columns, so both need a
-        small support (``top_k``); ``"lp"``'s per-depth acceptance is :math:`\alpha_k` and always runs.
-        A verifier chosen by default that does not fit is left out; one asked for by name raises.
+        small support (``top_k``; with ``top_p`` the support of a node is not known in advance, so the
+        bound is the vocabulary's); ``"lp"``'s per-depth acceptance is :math:`\alpha_k` and always runs.
+        The without-replacement optimum needs ``k_max`` tokens with mass. A verifier chosen by default
+        that does not fit is left out, with its reason in :attr:`skipped`; one asked for by name raises
+        (except the optimal verifier's expected tokens, which run at their cost).
 
         Raises
         ------
         ValueError
             A verifier asked for by name whose exact computation does not fit the vocabulary.
         """
-        import math
-
-
-        reach = V if self.top_k is None else min(V, self.top_k)
+        V = validate_positive_int(V, "V")
+        sampling = self.sampling
+        reach = 1 if sampling.greedy else (V if self.top_k is None else min(V, self.top_k))
         nucleus = self.top_p is not None and self.top_p < 1.0
 
         def problem(name: str, kind: str):
-            if nucleus:
-                return None
             if name == "khisti" and math.comb(reach + self.k_max - 1, self.k_max) > MAX_MULTISETS:
                 return (f"'khisti' enumerates C(s + k - 1, k) draft multisets, at most {MAX_MULTISETS}; with "
                         f"s = {reach} tokens and k_max = {self.k_max} that is too many: pass top_k")
-            if name == "optimal" and kind == "tau" and reach > OPTIMAL_TREE_SUPPORT:
+            if name == "optimal" and kind == "tau" and reach > OPTIMAL_TREE_SUPPORT and not nucleus:
                 return (f"the optimal verifier's expected tokens build it at every node of the draft tree "
-                        f"(0.1 to 2.5 s per build at V = 49,152); above {OPTIMAL_TREE_SUPPORT} tokens it runs on "
-                        "request only (its per-depth acceptance, alpha_k, always runs)")
+                        f"(0.1 to 2.5 s per build at V = 49,152); above {OPTIMAL_TREE_SUPPORT} tokens they run on "
+                        "request only, when `families` names 'optimal' (its per-depth acceptance, alpha_k, always "
+                        "runs)")
             if name == "lp" and kind == "tau" and reach > lp_max_support(self.k_max):
                 return (f"'lp' builds an LP per tree node: with k_max = {self.k_max} its support may be at most "
                         f"{lp_max_support(self.k_max)} tokens, got {reach}: pass top_k")
+            if name == "without-replacement" and self.k_max > reach:
+                return (f"'without-replacement' draws k distinct drafts, so it needs k_max = {self.k_max} tokens "
+                        f"with mass at every node, and the support has at most {reach}: lower k_max")
             return None
 
         auto_v, auto_f = self._auto
         keep = {}
+        skipped = {k: dict(v) for k, v in self._skipped.items()}
         for field_name, kind, auto in (("verifiers", "acc", auto_v), ("families", "tau", auto_f)):
             names = []
             for n in getattr(self, field_name):
@@ -282,12 +402,17 @@ class ProfileSettings:
                     names.append(n)
                 elif not auto:
                     raise ValueError(f"`{field_name}`: {msg}")
+                else:
+                    skipped[field_name][n] = f"At a vocabulary of {V} tokens, {msg}."
             keep[field_name] = tuple(names)
         if keep["verifiers"] == self.verifiers and keep["families"] == self.families:
             return self
         d = self.to_dict()
         d.update(keep)
-        return ProfileSettings(**d)
+        out = ProfileSettings(**d)
+        object.__setattr__(out, "_auto", self._auto)
+        object.__setattr__(out, "_skipped", skipped)
+        return out
 
     @property
     def sampling(self):
@@ -308,3 +433,84 @@ class ProfileSettings:
         d["families"] = list(self.families)
         d["renewal"] = list(self.renewal)
         return d
+
+
+def _left_out_reason(name: str, field_name: str, auto: bool, missing: list) -> str:
+    """Why a default leaves ``name`` out of ``field_name`` (a sentence)."""
+    if not auto:
+        return f"Not asked for: `{field_name}` was given and does not name it."
+    if missing:
+        return (f"It needs the option {missing[0]!r}, which `verifier_options` does not give "
+                f"(e.g. {{\"{name}\": {{\"{missing[0]}\": ...}}}}).")
+    if name in ON_REQUEST:
+        return ("It runs on request only (name it): the without-replacement optimum costs about 1.7 s per "
+                "depth at V = 49,152.")
+    if name == "lp" and field_name == "families":
+        return ("Its expected tokens build an LP per draft tree node and run on request only (name it); its "
+                "per-depth acceptance is alpha_k, recorded as the verifier 'lp'.")
+    return "It is not among the defaults."  # pragma: no cover - every default exclusion has its reason above
+
+
+def values_per_prompt(settings: ProfileSettings, path: int) -> int:
+    """An upper bound on the values one prompt of ``path`` positions adds to its shard.
+
+    Per profiled position, every recorded ``(kind, name, k, j)`` (:func:`costly` ones on the
+    subsample only: at most ``ceil(positions / subsample)`` of them), plus the renewal tables
+    (``L (L + 3) / 2`` values per text position, scheme and ``k``) and the time rows.
+    """
+    L = settings.L_max
+    positions = -(-path // settings.stride)
+    sub = 0 if settings.subsample == 0 else -(-positions // settings.subsample)
+    cheap = dear = 0
+    for kind, names in (("acc", settings.verifiers), ("tau", settings.families)):
+        for n in names:
+            spec = get_verifier(n)
+            per = len(settings.ks(n)) * L * ((1 if spec.lossless else 3) if kind == "acc" else 2)
+            if costly(kind, n):
+                dear += per
+            else:
+                cheap += per
+    renewal = 0
+    if settings.context == "sample":
+        renewal = path * (1 + sum(len(settings.ks(n)) for n in settings.renewal) * L * (L + 3) // 2)
+    return positions * cheap + sub * dear + renewal + 8
+
+
+def check_limits(settings: ProfileSettings, V: int, lengths) -> None:
+    """Refuse settings whose memory at this vocabulary and on these prompts passes a stated limit.
+
+    ``lengths`` are the prompts' token counts. Checks :data:`MAX_LAW_BYTES` (the laws a batch holds)
+    and :data:`MAX_SHARD_VALUES` (the values a shard holds); the limits that need no vocabulary
+    are checked by :class:`ProfileSettings` itself.
+
+    Raises
+    ------
+    ValueError
+        Naming the settings to lower, the amount and the limit.
+    """
+    lengths = [int(n) for n in lengths]
+    if not lengths:
+        return
+    s = settings
+    B = min(s.batch_size, s.shard_size, len(lengths))
+    n = max(lengths)
+    T = s.max_new_tokens
+    tree = B * s.k_max * (2 * s.L_max + 1) * V * 8
+    first = B * s.k_max * (n + s.L_max + 1) * V * 4
+    path = B * T * V * 8 + ((2 * T * V * 8 + (n + T) * V * 4) if s.renewal and s.context == "sample" else 0)
+    need = tree + first + path
+    if need > MAX_LAW_BYTES:
+        raise ValueError(
+            f"these settings hold {need / 2**30:.1f} GiB of laws at once at a vocabulary of {V} tokens, above the "
+            f"limit MAX_LAW_BYTES = {MAX_LAW_BYTES / 2**30:.0f} GiB (draft trees {tree / 2**30:.2f} GiB: batch "
+            f"{B} * `k_max` {s.k_max} * (2 `L_max` + 1) rows; first target call {first / 2**30:.2f} GiB with "
+            f"prompts of up to {n} tokens; the path's laws {path / 2**30:.2f} GiB for `max_new_tokens` {T}): "
+            "lower `k_max`, `L_max`, `batch_size` or `max_new_tokens`, or shorten the prompts")
+    per = max(values_per_prompt(s, T), 1)
+    prompts = min(s.shard_size, len(lengths))
+    values = prompts * per + 3 * (s.k_max * s.L_max + s.k_max + 1)
+    if values > MAX_SHARD_VALUES:
+        raise ValueError(
+            f"a shard would hold up to {values} values ({prompts} prompts of up to {per} values each), above "
+            f"the limit MAX_SHARD_VALUES = {MAX_SHARD_VALUES}: lower `shard_size`, `max_new_tokens`, `k_max` "
+            "or `L_max`, or raise `stride` or `subsample`")

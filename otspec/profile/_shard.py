@@ -40,7 +40,8 @@ def run_shard(draft, target, items, settings: ProfileSettings, start: int, bar=N
     both models take ``new_state(pad=...)``, else by length buckets."""
     hook = emission_rows
     refs = [ref if settings.context == "reference" else None for _, ref in items]
-    costs = cost_rows(draft, target, items[0][0], settings, start) if items else None
+    # the run's first shard times every call shape once per run (about 20 model calls)
+    costs = cost_rows(draft, target, items[0][0], settings, start) if items and start == 0 else None
     if settings.batch_size == 1:
         return _merge([costs, *(profile_prompt(draft, target, prompt, refs[i], settings, start + i, bar=bar,
                                                renewal=hook) for i, (prompt, _) in enumerate(items))])

@@ -5,7 +5,11 @@ writers: ``manifest.json`` (settings, models, prompts' digest, package
 versions, per-prompt seeds) and ``shard-00000.parquet``, ... (one per
 ``shard_size`` prompts). A shard is written to a temporary name in the same
 folder and renamed, so a killed run leaves whole shards only and a rerun
-skips them; a folder whose manifest differs is refused.
+skips them; a folder whose manifest differs is refused, and nothing is written
+before every check has passed. Each model is identified by a fingerprint: its
+next-token laws on a fixed probe context, rounded and hashed (and, for models
+up to :data:`MAX_WEIGHT_HASH_BYTES`, a hash of its weights), so a run never
+resumes with another model under the same name.
 """
 
 from __future__ import annotations
@@ -19,12 +23,30 @@ from pathlib import Path
 
 import numpy as np
 
-from ._collect import COLUMNS, TIMING_KINDS
+from ._collect import COLUMNS, TIMING_KINDS, path_length
 
-__all__ = ["MANIFEST", "write_atomic", "manifest_for", "check_or_write_manifest", "shard_path", "write_shard",
-           "read_table", "iter_shards", "read_manifest"]
+__all__ = ["MANIFEST", "FORMAT", "write_atomic", "manifest_for", "check_folder", "write_manifest", "shard_path",
+           "write_shard", "read_table", "iter_shards", "read_manifest", "fingerprint", "probe_ids", "prompts_entry",
+           "settings_entry", "position_counts", "PROBE_LENGTH", "FINGERPRINT_DIGITS", "FINGERPRINT_RTOL",
+           "MAX_WEIGHT_HASH_BYTES"]
 
 MANIFEST = "manifest.json"
+#: Version of the manifest's layout (2: models carry a fingerprint; runs of another format are not resumed).
+FORMAT = 2
+#: Length of the fixed probe context of a model's fingerprint (token ids ``(7919 i + 1) mod V``).
+PROBE_LENGTH = 8
+#: Significant digits of the probe's next-token laws hashed into a fingerprint.
+FINGERPRINT_DIGITS = 6
+#: Relative tolerance on the probe's largest probabilities when two fingerprints' hashes differ: the same
+#: model computed on another device or with other kernels differs by float32 rounding, which can move a
+#: rounded digit; another model differs far more.
+FINGERPRINT_RTOL = 1e-3
+#: Number of largest probabilities (at the probe's last position) kept for that comparison.
+FINGERPRINT_TOP = 8
+#: Largest model (bytes of its state dict, shared tensors once) whose weights are hashed into its fingerprint:
+#: SmolLM2-135M's 538 MB take 0.6 to 0.75 s on one CPU core (sha256 at about 700 MB/s on the shared 2-core test
+#: machine; its 24-layer draft less); a larger model is identified by its laws alone.
+MAX_WEIGHT_HASH_BYTES = 2**30
 #: Manifest entries that must agree for a folder to be reused (package versions are recorded, not compared).
 _IDENTITY = ("format", "settings", "models", "prompts")
 #: Settings of how a run executes, not of what it computes: left out of the manifest (a run may resume with others).
@@ -70,22 +92,160 @@ def prompt_seeds(seed: int, n: int) -> list[int]:
     return [int(c.generate_state(1, np.uint64)[0]) for c in np.random.SeedSequence(seed).spawn(n)]
 
 
-def manifest_for(settings, models: dict, prompts: list) -> dict:
-    """The manifest of a run (its identity entries and its provenance)."""
+def probe_ids(V: int) -> list[int]:
+    """The fixed probe context of a fingerprint at vocabulary ``V``: ``(7919 i + 1) mod V``, ``i < PROBE_LENGTH``."""
+    return [(7919 * i + 1) % int(V) for i in range(PROBE_LENGTH)]
+
+
+def _law_digest(laws: np.ndarray) -> str:
+    """sha256 of laws rounded to :data:`FINGERPRINT_DIGITS` significant digits (as integer mantissas and
+    decimal exponents, so no float is formatted); values below 1e-290 count as 0, non-finite ones alike."""
+    x = np.asarray(laws, dtype=np.float64)
+    flat = x.ravel()
+    D = FINGERPRINT_DIGITS
+    keep = np.isfinite(flat) & (flat > 1e-290)
+    e = np.zeros(flat.shape, dtype=np.int64)
+    m = np.zeros(flat.shape, dtype=np.int64)
+    e[keep] = np.floor(np.log10(flat[keep])).astype(np.int64)
+    m[keep] = np.rint(flat[keep] / 10.0 ** (e[keep] - (D - 1))).astype(np.int64)
+    carry = m >= 10**D  # 9.999995e-3 rounds to 1.00000e-2
+    m[carry] //= 10
+    e[carry] += 1
+    m[~np.isfinite(flat)] = -1
+    h = hashlib.sha256(str(x.shape).encode())
+    h.update(m.tobytes())
+    h.update(e.tobytes())
+    return h.hexdigest()
+
+
+def _weights_digest(lm) -> str | None:
+    """sha256 of a torch model's state dict (names, shapes, dtypes, bytes; a tensor shared by two names, as tied
+    embeddings, hashed once), or None: no torch module, or above :data:`MAX_WEIGHT_HASH_BYTES`."""
+    model = getattr(lm, "model", None)
+    if model is None or not callable(getattr(model, "state_dict", None)):
+        return None
+    import torch
+
+    sd = model.state_dict()
+    seen: dict = {}
+    todo = []
+    for name, t in sd.items():
+        key = (t.data_ptr(), t.numel(), str(t.dtype), tuple(t.shape))
+        todo.append((name, t, seen.get(key)))
+        seen.setdefault(key, name)
+    if sum(t.numel() * t.element_size() for _, t, same in todo if same is None) > MAX_WEIGHT_HASH_BYTES:
+        return None
+    h = hashlib.sha256()
+    for name, t, same in todo:
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}:{same or ''};".encode())
+        if same is None:  # the buffer itself, no copy when already on the CPU
+            h.update(t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def fingerprint(lm) -> dict:
+    r"""A model's fingerprint: its next-token laws on a fixed probe context, rounded and hashed.
+
+    .. math::
+
+        \mathrm{sha256}\big(\mathrm{round}_6\, \mathrm{softmax}(\ell(x_{1..t}))_{t = 1..8}\big),
+        \qquad x_i = (7919\, i + 1) \bmod V,
+
+    from one unbatched call on a fresh state (float64 softmax of the logits
+    at temperature 1, rounded to :data:`FINGERPRINT_DIGITS` significant
+    digits), plus the probe's last position's :data:`FINGERPRINT_TOP`
+    largest probabilities, and for a torch model up to
+    :data:`MAX_WEIGHT_HASH_BYTES` the sha256 of its weights.
+
+    Returns
+    -------
+    dict
+        ``probe``, ``laws_sha256``, ``top_ids``, ``top_probs``,
+        ``weights_sha256`` (None when not hashed).
+
+    Examples
+    --------
+    >>> from otspec.profile import toy_pair
+    >>> from otspec.profile._store import fingerprint
+    >>> draft, target = toy_pair(4, seed=0)
+    >>> fingerprint(target)["laws_sha256"] == fingerprint(toy_pair(4, seed=0)[1])["laws_sha256"]
+    True
+    >>> fingerprint(target)["laws_sha256"] == fingerprint(toy_pair(4, seed=1)[1])["laws_sha256"]
+    False
+    """
+    import torch
+
+    ids = probe_ids(lm.vocab_size)
+    with torch.no_grad():
+        logits = lm.logits(lm.new_state(), torch.as_tensor([ids], dtype=torch.long).to(lm.device))
+    laws = torch.softmax(torch.as_tensor(logits)[0].detach().to("cpu", torch.float64), dim=-1).numpy()
+    last = laws[-1]
+    top = np.argsort(-last, kind="stable")[:FINGERPRINT_TOP]
+    return {"probe": ids, "laws_sha256": _law_digest(laws), "top_ids": [int(i) for i in top],
+            "top_probs": [float(f"{float(v):.{FINGERPRINT_DIGITS}g}") for v in last[top]],
+            "weights_sha256": _weights_digest(lm)}
+
+
+def _same_fingerprint(a, b) -> bool:
+    """Whether two fingerprints are of one model: equal weights where both were hashed, and equal law hashes
+    or (other rounding) the same largest probabilities to :data:`FINGERPRINT_RTOL`."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return a == b
+    wa, wb = a.get("weights_sha256"), b.get("weights_sha256")
+    if wa and wb and wa != wb:
+        return False
+    if a.get("laws_sha256") == b.get("laws_sha256"):
+        return True
+    pa, pb = dict(zip(a.get("top_ids", []), a.get("top_probs", []))), dict(zip(b.get("top_ids", []),
+                                                                           b.get("top_probs", [])))
+    return (a.get("probe") == b.get("probe") and bool(pa) and set(pa) == set(pb)
+            and all(abs(pa[i] - pb[i]) <= FINGERPRINT_RTOL * max(abs(pa[i]), abs(pb[i])) for i in pa))
+
+
+def settings_entry(settings) -> dict:
+    """The manifest's ``settings``: every field but those of how the run executes (:data:`EXECUTION`)."""
+    return {k: v for k, v in settings.to_dict().items() if k not in EXECUTION}
+
+
+def prompts_entry(prompts: list) -> dict:
+    """The manifest's ``prompts``: their count and the sha256 of their token ids (and references)."""
     h = hashlib.sha256()
     for prompt, ref in prompts:
         h.update(json.dumps([prompt, ref]).encode())
+    return {"count": len(prompts), "sha256": h.hexdigest()}
+
+
+def position_counts(settings, prompts: list) -> tuple[int, int]:
+    """Profiled positions of a run, and those of them where the costly quantities run (the subsample)."""
+    profiled = sub = 0
+    every = settings.subsample
+    for i, (_, ref) in enumerate(prompts):
+        P = -(-path_length(ref if settings.context == "reference" else None, settings) // settings.stride)
+        profiled += P
+        if every:
+            r = (-i) % every  # position u (the u-th profiled one) is subsampled when (u + i) % every == 0
+            sub += 0 if r >= P else (P - 1 - r) // every + 1
+    return profiled, sub
+
+
+def manifest_for(settings, models: dict, prompts: list) -> dict:
+    """The manifest of a run: its identity entries (``format``, ``settings``, ``models``, ``prompts``) and its
+    provenance (``shards``, ``seeds``, ``packages``, and what was left out and where each quantity runs:
+    ``skipped``, ``positions``)."""
     n = len(prompts)
     size = settings.shard_size
+    profiled, sub = position_counts(settings, prompts)
     return {
-        "format": 1,
-        "settings": {k: v for k, v in settings.to_dict().items() if k not in EXECUTION},
+        "format": FORMAT,
+        "settings": settings_entry(settings),
         "models": models,
-        "prompts": {"count": n, "sha256": h.hexdigest()},
+        "prompts": prompts_entry(prompts),
         "shards": (n + size - 1) // size,
         "seeds": {"root": settings.seed, "rule": "numpy.random.SeedSequence(root).spawn(count)[i] for prompt i",
                   "per_prompt": prompt_seeds(settings.seed, n)},
         "packages": _versions(),
+        "skipped": settings.skipped,
+        "positions": dict(settings.positions(), profiled=profiled, subsampled=sub),
     }
 
 
@@ -96,31 +256,64 @@ def read_manifest(out) -> dict:
     return json.loads(path.read_text())
 
 
-def check_or_write_manifest(out: Path, manifest: dict) -> None:
-    """Refuse a folder holding another run (never mix runs); write the manifest of a new one."""
+def _differences(old: dict, new: dict) -> list[str]:
+    """The identity entries of ``new`` (those it has: a partial manifest is compared on what it holds) that
+    differ in ``old``, described."""
+    details = []
+    for k in _IDENTITY:
+        if k not in new or old.get(k) == new[k]:
+            continue
+        a, b = old.get(k), new[k]
+        if k == "models" and isinstance(a, dict) and isinstance(b, dict):
+            parts = []
+            for role, m in b.items():
+                o = a.get(role) if isinstance(a.get(role), dict) else {}
+                for key, val in m.items():
+                    if key == "fingerprint":
+                        if not _same_fingerprint(o.get(key), val):
+                            was = (o.get(key) or {}).get("laws_sha256") if isinstance(o.get(key), dict) else None
+                            parts.append(f"{role} fingerprint: {str(was)[:12]} there, {val['laws_sha256'][:12]} "
+                                         f"here: another {role} model, though named {m.get('name', o.get('name'))!r}")
+                    elif o.get(key) != val:
+                        parts.append(f"{role} {key}: {o.get(key)!r} there, {val!r} here")
+            if parts:
+                details.append(f"models ({'; '.join(parts)})")
+        elif isinstance(a, dict) and isinstance(b, dict):
+            keys = sorted(x for x in set(a) | set(b) if a.get(x) != b.get(x))
+            details.append(f"{k} ({', '.join(f'{x}: {a.get(x)!r} there, {b.get(x)!r} here' for x in keys)})")
+        else:
+            details.append(f"{k} ({a!r} there, {b!r} here)")
+    return details
+
+
+def check_folder(out, manifest: dict) -> None:
+    """Refuse ``out`` when it cannot hold this run: a file, shards without a manifest, or a run whose identity
+    entries differ from ``manifest``'s (only those ``manifest`` holds, so a command line can compare the
+    settings, the prompts and the models' names before loading them). Writes nothing."""
     out = Path(out)
-    path = out / MANIFEST
-    if path.is_file():
-        old = json.loads(path.read_text())
-        diff = [k for k in _IDENTITY if old.get(k) != manifest.get(k)]
-        if diff:
-            details = []
-            for k in diff:
-                a, b = old.get(k), manifest.get(k)
-                if isinstance(a, dict) and isinstance(b, dict):
-                    keys = sorted(x for x in set(a) | set(b) if a.get(x) != b.get(x))
-                    details.append(f"{k} ({', '.join(f'{x}: {a.get(x)!r} there, {b.get(x)!r} here' for x in keys)})")
-                else:
-                    details.append(k)
-            raise ValueError(f"`out` {str(out)!r} holds a run with other {'; '.join(details)}: "
-                             "use another folder (runs are never mixed)")
-        return
     if out.exists() and not out.is_dir():
         raise ValueError(f"`out` must be a folder, got the file {str(out)!r}")
-    if out.is_dir() and any(p.name.startswith("shard-") for p in out.iterdir()):
+    path = out / MANIFEST
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"`out` {str(out)!r} holds an unreadable {MANIFEST} ({exc}): use another folder") from None
+        diff = _differences(old if isinstance(old, dict) else {}, manifest)
+        if diff:
+            raise ValueError(f"`out` {str(out)!r} holds a run with other {'; '.join(diff)}: "
+                             "use another folder (runs are never mixed)")
+    elif out.is_dir() and any(p.name.startswith("shard-") for p in out.iterdir()):
         raise ValueError(f"`out` {str(out)!r} holds shards without a manifest: use another folder")
+
+
+def write_manifest(out, manifest: dict) -> None:
+    """Write the manifest of a new run (after :func:`check_folder` passed); a resumed run keeps its own."""
+    out = Path(out)
+    if (out / MANIFEST).is_file():
+        return
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
+    write_atomic(out / MANIFEST, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
 
 
 def shard_path(out: Path, s: int) -> Path:

@@ -332,7 +332,7 @@ def _costs(out, settings: dict, draft_cost, score_cost) -> Costs:
     if all(key in cal for key in need):
         return Costs("measured", cal[("target", 1, 1)], {(k, L): cal[("target", k, L + 1)] for k in ks for L in Ls},
                      {k: cal[("draft", k, 1)] for k in ks},
-                     "measured by the run on its own device: the median of 3 timings per shard of every call shape "
+                     "measured by the run on its own device: the median of 3 timings of every call shape "
                      "(the target scoring k rows of L + 1 tokens, or one token; the draft stepping k rows)")
     d, q = _timing(out)
     return Costs("timers", q, {(k, L): q for k in ks for L in Ls}, {k: d for k in ks},
