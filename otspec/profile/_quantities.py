@@ -360,9 +360,9 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
     >>> p, q = np.array([0.5, 0.5]), np.array([0.25, 0.75])
     >>> law = block_path_laws("block", np.array([[p, p]]), np.array([[q, q]]), np.array([[0, 1]]), 2)
     >>> law[0].round(4).tolist()
-    [[0.5, 0.5, 0.0], [0.5, 0.0, 0.5]]
+    [[0.5, 0.5, 0.0], [0.25, 0.0, 0.75]]
     >>> tau_law_on_path("block", (0, 1), [p, p], [q, q]).round(4).tolist()
-    [0.5, 0.0, 0.5]
+    [0.25, 0.0, 0.75]
     """
     xp = namespace(P, Q) if xp is None else xp
     onestep = name == "block-onestep"
