@@ -191,10 +191,13 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
         a_j(k) = P\big(Y \in S(X_{1..k})\big), \quad X_i \overset{\text{i.i.d.}}{\sim} p_j,\
         Y \sim K(\cdot \mid X), \qquad p_j = p(\cdot \mid c, X^{(1)}_{<j}),\ q_j = q(\cdot \mid c, X^{(1)}_{<j}).
 
-    Batched closed forms over the ``L`` depths: :func:`otspec.alpha_k` for
-    ``"optimal"`` and ``"lp"`` (both reach the optimum), the maximal coupling
-    for ``"token"``, :func:`otspec.multidraft.batched_kseq_acceptance` for
-    ``"kseq"``; every other verifier is built per depth and asked for its
+    Batched closed forms over the ``L`` depths, in the laws' namespace and on
+    their device: :func:`otspec.alpha_k` for ``"optimal"`` and ``"lp"`` (both
+    reach the optimum: one call, one sort per depth, serves both and every
+    ``k``), the maximal coupling for ``"token"``,
+    :func:`otspec.multidraft.batched_kseq_acceptance` for ``"kseq"`` (one sort
+    per depth for every ``k``); every other verifier is built per depth (on a
+    host copy of the laws) and asked for its
     exact ``acceptance()`` (and, when lossy, the total variation and
     :math:`\mathrm{KL}(q \| \pi)` of its output law :math:`\pi`).
 
