@@ -82,22 +82,17 @@ def batched_maximal_coupling_acceptance(p, q, *, normalize: bool = False, valida
     return xp.clip(xp.sum(xp.minimum(P, Q), axis=-1), 0.0, 1.0)
 
 
-def _rho_star_rows(P, Q, k: int, xp):
-    """rho* (and E(rho*)) for every row of (..., V) float64 laws; see batched_kseq_rho_star."""
+def _ratio_sorted(P, Q, xp) -> dict:
+    """What :func:`_rho_star_rows` needs of ``(..., V)`` float64 laws for every ``k``: one batched sort of q/p."""
     shape = tuple(P.shape[:-1])
     V = int(P.shape[-1])
     B = int(np.prod(shape)) if shape else 1
     P2 = xp.reshape(P, (B, V))
     Q2 = xp.reshape(Q, (B, V))
     dev = _device(P)
-    kf = float(k)
-    # f at rho = 1 and rho = k, term by term (exact zeros when p == q)
-    D1 = xp.sum(xp.clip(Q2 - P2, 0.0, None), axis=-1)
-    E1 = xp.sum(xp.clip(P2 - Q2, 0.0, None), axis=-1)
-    f1 = D1 - E1**k
-    Dk = xp.sum(xp.clip(Q2 - kf * P2, 0.0, None), axis=-1)
-    Ek = xp.sum(xp.clip(P2 - Q2 / kf, 0.0, None), axis=-1)
-    fk = Dk - Ek**k
+    # f at rho = 1 (exact zeros when p == q)
+    D1 = xp.sum(xp.maximum(Q2 - P2, 0.0), axis=-1)
+    E1 = xp.sum(xp.maximum(P2 - Q2, 0.0), axis=-1)
     # one batched sort of the ratios q/p (p = 0 < q: +inf; p = q = 0: nan, last, weightless)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = Q2 / P2
@@ -110,14 +105,33 @@ def _rho_star_rows(P, Q, k: int, xp):
     # exclusive prefix sums (tokens before j) and suffix sums (tokens after j)
     Pcum = xp.cumulative_sum(po, axis=-1)
     Qcum = xp.cumulative_sum(qo, axis=-1)
-    Pp, Qp = Pcum - po, Qcum - qo
     Ps = xp.flip(xp.cumulative_sum(xp.flip(po, axis=-1), axis=-1), axis=-1) - po
     Qs = xp.flip(xp.cumulative_sum(xp.flip(qo, axis=-1), axis=-1), axis=-1) - qo
+    return dict(shape=shape, B=B, V=V, P2=P2, Q2=Q2, D1=D1, E1=E1, ro=ro, Pcum=Pcum, Qcum=Qcum, Pp=Pcum - po,
+                Qp=Qcum - qo, Ps=Ps, Qs=Qs, tot_p=xp.sum(po, axis=-1), tot_q=xp.sum(qo, axis=-1))
+
+
+def _rho_star_rows(P, Q, k: int, xp, sorted_=None):
+    """rho* (and E(rho*)) for every row of (..., V) float64 laws; see batched_kseq_rho_star.
+
+    ``sorted_``: :func:`_ratio_sorted` of the same laws, shared by several ``k`` (computed here when None).
+    """
+    if k == 1:  # rho* = 1: one draft is speculative sampling (no sort)
+        E1 = xp.sum(xp.maximum(P - Q, 0.0), axis=-1)
+        return xp.ones_like(E1), E1
+    S = _ratio_sorted(P, Q, xp) if sorted_ is None else sorted_
+    shape, B, V, P2, Q2, ro = S["shape"], S["B"], S["V"], S["P2"], S["Q2"], S["ro"]
+    kf = float(k)
+    # f at rho = 1 and rho = k, term by term (exact zeros when p == q)
+    f1 = S["D1"] - S["E1"]**k
+    Dk = xp.sum(xp.maximum(Q2 - kf * P2, 0.0), axis=-1)
+    Ek = xp.sum(xp.maximum(P2 - Q2 / kf, 0.0), axis=-1)
+    fk = Dk - Ek**k
     # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
     inside = (ro > 1.0) & (ro < kf)
     rho_j = xp.where(inside, ro, 2.0)
-    E = xp.clip(Pp - Qp / rho_j, 0.0, None)
-    D = xp.clip(Qs - rho_j * Ps, 0.0, None)
+    E = xp.maximum(S["Pp"] - S["Qp"] / rho_j, 0.0)
+    D = xp.maximum(S["Qs"] - rho_j * S["Ps"], 0.0)
     fj = xp.where(inside, D - E**k, xp.where(ro <= 1.0, float("inf"), -float("inf")))
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end
     neg = fj <= 0.0
@@ -132,16 +146,14 @@ def _rho_star_rows(P, Q, k: int, xp):
     lo = xp.max(below, axis=-1)
     # the split on (lo, hi): ratios <= lo below, >= hi above
     nb = xp.reshape(xp.sum(xp.astype(ro <= xp.reshape(lo, (B, 1)), xp.int64), axis=-1), (B, 1))
-    tot_p = xp.sum(po, axis=-1)
-    tot_q = xp.sum(qo, axis=-1)
     idx = xp.clip(nb - 1, 0, V - 1)
-    Pl = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(Pcum, idx, axis=-1), (B,)), 0.0)
-    Ql = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(Qcum, idx, axis=-1), (B,)), 0.0)
-    Ph = xp.clip(tot_p - Pl, 0.0, None)
-    Qh = xp.clip(tot_q - Ql, 0.0, None)
+    Pl = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(S["Pcum"], idx, axis=-1), (B,)), 0.0)
+    Ql = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(S["Qcum"], idx, axis=-1), (B,)), 0.0)
+    Ph = xp.maximum(S["tot_p"] - Pl, 0.0)
+    Qh = xp.maximum(S["tot_q"] - Ql, 0.0)
 
     def F(rho):
-        return xp.clip(Qh - rho * Ph, 0.0, None) - xp.clip(Pl - Ql / rho, 0.0, None) ** k
+        return xp.maximum(Qh - rho * Ph, 0.0) - xp.maximum(Pl - Ql / rho, 0.0) ** k
 
     a, b = lo, hi
     for _ in range(_BISECT):
@@ -152,9 +164,7 @@ def _rho_star_rows(P, Q, k: int, xp):
     f_lo = F(lo)
     root = xp.where(f_lo <= 0.0, lo, xp.where(F(hi) >= 0.0, hi, b))
     rho = xp.where(f1 <= 0.0, 1.0, xp.where(fk > 0.0, kf, root))
-    if k == 1:
-        rho = xp.ones_like(rho)
-    E_star = xp.sum(xp.clip(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0, None), axis=-1)
+    E_star = xp.sum(xp.maximum(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0), axis=-1)
     return xp.reshape(rho, shape), xp.reshape(E_star, shape)
 
 
@@ -259,8 +269,25 @@ def batched_kseq_acceptance(p, q, k: int, *, normalize: bool = False, validate: 
     [0.648267583, 1.0]
     """
     P, Q, xp, k = _kseq_batch(p, q, k, "batched_kseq_acceptance", normalize, validate)
-    _, E = _rho_star_rows(P, Q, k, xp)
-    return xp.clip(1.0 - E**k, 0.0, 1.0)
+    return kseq_acceptance_rows(P, Q, [k], xp)[0]
+
+
+def kseq_acceptance_rows(P, Q, ks, xp) -> list:
+    r"""k-Seq's acceptance :math:`1 - E(\rho^*)^k` of every row of ``(..., V)`` float64 laws, for each ``k`` in ``ks``.
+
+    The laws are not checked (see :func:`batched_kseq_acceptance`); one sort of
+    the ratios serves every ``k``, and each value is the one
+    :func:`batched_kseq_acceptance` gives for that ``k`` alone, bit for bit.
+    Returns a list of ``(...)`` arrays of namespace ``xp``, one per ``k``.
+    """
+    S = None
+    out = []
+    for k in ks:
+        if k > 1 and S is None:
+            S = _ratio_sorted(P, Q, xp)
+        _, E = _rho_star_rows(P, Q, k, xp, S)
+        out.append(xp.clip(1.0 - E**k, 0.0, 1.0))
+    return out
 
 
 def _kseq_batch(p, q, k, fn: str, normalize: bool, validate: bool):

@@ -54,6 +54,7 @@ __all__ = [
     "emission_probs",
     "emission_probs_along",
     "emission_probs_from_token_probs",
+    "emission_tables",
     "palm_tokens_per_call",
     "per_position_tokens_per_call",
     "starts_recursion",
@@ -443,6 +444,64 @@ def _emission(scheme, P, Q, Y, k, L, method, n_draws, rng, max_enum):
             raise ValueError(f"`n_draws`={n_draws} times `k`={k} exceeds MAX_MC_TOKENS={MAX_MC_TOKENS}")
         W = _step_laws_fallback(name, P, Q, Y, k, route, n_draws, as_rng(rng), max_enum)
     return _chain(W, _at(Q, Y), k, L)
+
+
+def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks, Ls) -> dict:
+    r""":func:`emission_probs_along` for every ``k`` in ``ks`` and ``L`` in ``Ls``, the step laws computed once.
+
+    .. math::
+
+        e_{k,L}[\dots, s, j - 1] = P\big(\text{the iteration begun at } y_{<s}
+        \text{ emits exactly } y_s \dots y_{s+j-1}\big)
+
+    For trusted laws (``(..., T, V)`` float64 rows on the simplex, as the
+    profile's models give them; not checked here) and a scheme with a closed
+    form (:data:`RENEWAL_SCHEMES`): token verification and the one-step
+    block verifier read only the text tokens' probabilities; k-Seq,
+    multi-round and the optimal verifier compute their step laws :math:`W_m`,
+    ``m = 1..max(ks)``, once (each ``W_m`` depends on ``m`` alone, not on the
+    number of drafts it is part of) and chain them for every ``(k, L)``. The
+    values equal :func:`emission_probs_along`'s bit for bit.
+
+    Returns
+    -------
+    dict
+        ``{(k, L): (..., T, L + 1) ndarray of float64}``.
+
+    Raises
+    ------
+    ValueError
+        A scheme without a closed form, or ``k`` and ``L`` as :func:`emission_probs`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.profile._renewal import emission_probs_along, emission_tables
+    >>> p, q, y = np.array([[0.5, 0.5]] * 3), np.array([[0.25, 0.75]] * 3), np.array([1, 0, 1])
+    >>> e = emission_tables("token", p, q, y, ks=[1], Ls=[1, 2])
+    >>> bool((e[(1, 2)] == emission_probs_along("token", p, q, y, L=2)).all())
+    True
+    """
+    ks = [validate_positive_int(k, "k") for k in ks]
+    Ls = [validate_positive_int(L, "L") for L in Ls]
+    for k in ks:  # the scheme, its closed form and every k checked (ValueError otherwise)
+        _scheme(scheme, k, "closed")
+    py, qy = _at(P, Y), _at(Q, Y)
+    if scheme == "block-onestep":
+        return {(k, L): _onestep(py, qy, L) for k in ks for L in Ls}
+    k_max = max(ks)
+    if scheme == "token":
+        W = _token_step_law(py, qy)
+    elif scheme == "optimal":
+        W = _step_laws_optimal(P, Q, Y, k_max, MAX_FALLBACK_ROWS)
+    else:
+        W = _step_laws_closed(scheme, P, Q, Y, k_max)
+    out = {}
+    for k in ks:
+        Wk = W if k == k_max else np.ascontiguousarray(W[..., :k, : k + 1])
+        for L in Ls:
+            out[(k, L)] = _chain(Wk, qy, k, L)
+    return out
 
 
 def emission_probs(scheme, p_path, q_path, y_path, *, k=1, L=None, method="auto", n_draws=4096, rng=None,

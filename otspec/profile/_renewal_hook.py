@@ -12,9 +12,12 @@ from __future__ import annotations
 import numpy as np
 
 from ._quantities import drop_null_columns
-from ._renewal import emission_probs_along
+from ._renewal import emission_tables
 
 __all__ = ["emission_rows", "renewal_families"]
+
+#: Schemes whose emission tables need only the text tokens' probabilities under both models.
+_TOKEN_ONLY = ("token", "block-onestep")
 
 
 def renewal_families(settings) -> list[str]:
@@ -33,7 +36,14 @@ def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:
 
 
 def emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
-    """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``."""
+    """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``.
+
+    Each scheme's step laws are computed once for every ``k`` and ``L``
+    (:func:`otspec.profile._renewal.emission_tables`); token verification and
+    the one-step block verifier read only the text tokens' probabilities, so
+    the laws are restricted to the tokens with mass (:func:`drop_null_columns`)
+    only when another scheme needs them whole.
+    """
     fams = renewal_families(settings)
     if not fams:
         return
@@ -41,12 +51,15 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
     p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer)
     T = len(y)
     log_q = np.log(q_path[np.arange(T), y])
-    p_path, q_path, y = drop_null_columns(p_path, q_path, y)  # same tables on the tokens with mass
+    if any(name not in _TOKEN_ONLY for name in fams):
+        p_path, q_path, y = drop_null_columns(p_path, q_path, y)  # same tables on the tokens with mass
     for s in range(T):
         rows.add(s, "logq", "target", 1, [log_q[s]])
+    Ls = range(1, settings.L_max + 1)
     for name in fams:
+        tables = emission_tables(name, p_path, q_path, y, settings.ks(name), Ls)
         for k in settings.ks(name):
-            for L in range(1, settings.L_max + 1):
-                e = emission_probs_along(name, p_path, q_path, y, L=L, k=k)
+            for L in Ls:
+                e = tables[(k, L)]
                 for s in range(T):
                     rows.add(s, "e", name, k, e[s], m=L)
