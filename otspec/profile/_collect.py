@@ -27,7 +27,7 @@ from ..decoding._sampling import sample_rows
 from ._quantities import Builds, depth_quantities, expected_accepted
 from ._settings import costly as is_costly
 
-__all__ = ["prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
+__all__ = ["analysis_device", "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
            "cost_rows", "cost_shapes", "COLUMNS", "COST_REPEATS", "TIMING_KINDS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
@@ -43,7 +43,7 @@ def prompt_rng(seed: int, index: int) -> np.random.Generator:
 
 
 def _np(t) -> np.ndarray:
-    return t.detach().to("cpu").numpy()
+    return t if isinstance(t, np.ndarray) else t.detach().to("cpu").numpy()
 
 
 class _Rows:
@@ -75,12 +75,18 @@ class _Timer:
         self.draft_steps = 0
         self.target_calls = 0
 
-    def call(self, lm, state, ids, sampling, which: str, last: int):
+    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False):
+        """The float64 laws of the last ``last`` positions: numpy, or (``keep``) a tensor left on the model's device."""
         import torch
 
         t0 = time.perf_counter()
         t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(lm.device)
-        probs = _np(sampling.probs(lm.logits(state, t)[:, -last:]))
+        probs = sampling.probs(lm.logits(state, t)[:, -last:])
+        if keep:
+            if probs.device.type == "cuda":
+                torch.cuda.synchronize(probs.device)  # the seconds of the call, not of its launch
+        else:
+            probs = _np(probs)
         dt = time.perf_counter() - t0
         if which == "draft":
             self.draft += dt
@@ -97,9 +103,9 @@ class _Shared:
     def __init__(self, timers: list[_Timer]):
         self.timers = timers
 
-    def call(self, lm, state, ids, sampling, which: str, last: int):
+    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False):
         one = _Timer()
-        probs = one.call(lm, state, ids, sampling, which, last)
+        probs = one.call(lm, state, ids, sampling, which, last, keep=keep)
         B = len(self.timers)
         for tm in self.timers:
             tm.draft += one.draft / B
@@ -130,13 +136,14 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
 
     .. math::
 
-        t_{	ext{target}}(k, L + 1), \qquad t_{	ext{target}}(1, 1), \qquad t_{	ext{draft}}(k, 1),
+        t_{\text{target}}(k, L + 1), \qquad t_{\text{target}}(1, 1), \qquad t_{\text{draft}}(k, 1),
 
     the wall time of one call on ``k`` rows of ``n`` new tokens after the prompt's cached context (the
     float64 laws included, as decoding computes them), for the shapes of :func:`cost_shapes`, each timed
-    :data:`COST_REPEATS` times in interleaved rounds; the run's first shard calls it once. The speed-up model of :func:`otspec.profile.summarize`
-    predicts from these, so the prediction is for the device and the models the profile ran on. The token
-    ids of the timed calls are fixed (a call's time does not depend on them).
+    :data:`COST_REPEATS` times in interleaved rounds; the run's first shard calls it once. The speed-up
+    model of :func:`otspec.profile.summarize` predicts from these, so the prediction is for the device and
+    the models the profile ran on. The token ids of the timed calls are fixed (a call's time does not
+    depend on them).
 
     Returns
     -------
@@ -168,6 +175,26 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
                     lm.select(state, 0, held)
                 rows.add(-1, "cost", name, k, [dt], m=n, j0=rep + 1)
     return rows.cols
+
+
+def analysis_device(lm):
+    """The accelerator holding ``lm`` (its tree's laws stay there for the batched quantities), or None on the CPU.
+
+    On a CPU the quantities run on numpy arrays (as fast as torch there, and bit-identical run to run); on
+    an accelerator the target's scoring laws stay on it and the draft's laws (on the host for sampling)
+    are copied there once per tree, so the batched quantities (:math:`\alpha_k`, the maximal coupling,
+    token and block :math:`E[\tau \mid X]`) run where the models are and only their values come back.
+    """
+    import torch
+
+    dev = torch.device(getattr(lm, "device", "cpu"))
+    return None if dev.type == "cpu" else dev
+
+
+def _to_device(P: np.ndarray, dev):
+    import torch
+
+    return P if dev is None else torch.as_tensor(P).to(dev)
 
 
 def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -223,6 +250,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     rng = prompt_rng(settings.seed, index)
     rows = _Rows(index)
     timer = _Timer()
+    dev = analysis_device(target)
     ds, ts = draft.new_state(), target.new_state()
     ctx = list(prompt)
     held_d = held_t = 0
@@ -242,11 +270,12 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             draft.select(ds, 0, len(ctx))
             held_d = len(ctx)
             pend = np.broadcast_to(np.array(ctx[held_t:], dtype=np.int64), (k_max, len(ctx) - held_t))
-            Q = timer.call(target, ts, np.concatenate([pend, X], axis=1), sampling, "target", L + 1)
+            Q = timer.call(target, ts, np.concatenate([pend, X], axis=1), sampling, "target", L + 1,
+                           keep=dev is not None)
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
-            q_t = Q[0, 0].copy()  # not a view: the path's laws must not hold every tree's Q
-            position_rows(rows, t, X, P, Q, settings, costly=is_subsampled(t, index, settings))
+            q_t = _np(Q[0, 0]).copy()  # not a view: the path's laws must not hold every tree's Q
+            position_rows(rows, t, X, _to_device(P, dev), Q, settings, costly=is_subsampled(t, index, settings))
             if bar is not None:
                 bar.update(1)
         else:
@@ -350,6 +379,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     rows = [_Rows(i) for i in indices]
     timers = [_Timer() for _ in range(B)]
     shared = _Shared(timers)
+    dev = analysis_device(target)
     ds, ts = (draft.new_state(pad=pad), target.new_state(pad=pad)) if any(pad) else (draft.new_state(),
                                                                                       target.new_state())
     ctx = np.zeros((B, n0), dtype=np.int64)  # (B, n), left-padded with 0, grows by one column per step
@@ -377,12 +407,13 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             held_d = n
             pend = np.repeat(ctx[:, held_t:], k, axis=0)
             Q = shared.call(target, ts, np.concatenate([pend, X.reshape(B * k, L)], axis=1), sampling, "target",
-                            L + 1).reshape(B, k, L + 1, V)
+                            L + 1, keep=dev is not None).reshape(B, k, L + 1, V)
             target.select(ts, np.arange(B) * k, n)
             held_t = n
-            q_t = Q[:, 0, 0].copy()
+            q_t = _np(Q[:, 0, 0]).copy()
+            Pa = _to_device(P, dev)
             for b in range(B):
-                position_rows(rows[b], t, X[b], P[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings))
+                position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings))
             if bar is not None:
                 bar.update(B)
         else:

@@ -23,8 +23,9 @@ __all__ = ["ProfileSettings", "BATCHED", "CHEAP_ACC", "CHEAP_FAMILIES", "CONTEXT
 #: (:func:`otspec.alpha_k` -- also the value of ``"optimal"`` and of the LP plan ``"lp"``, both optimal --,
 #: :func:`otspec.multidraft.batched_maximal_coupling_acceptance`, :func:`otspec.multidraft.batched_kseq_acceptance`).
 BATCHED = ("token", "optimal", "lp", "kseq")
-#: Of those, the ones cheap enough for every position (one sort per depth serves every k); k-Seq sorts
-#: once per k (about 130 ms per k for 4 depths at V = 49,152), so it runs on the subsample.
+#: Of those, the ones cheap enough for every position (one sort per depth serves every k); k-Seq's
+#: acceptance (one sort per depth for every k, about 30 ms for 4 depths and k = 1..4 at V = 49,152, plus a
+#: bisection per k) runs on the subsample.
 CHEAP_ACC = ("token", "optimal", "lp")
 #: Schemes whose expected accepted tokens given the drafts need no verifier build: products of
 #: ``min(1, q/p)`` along a block, and :func:`otspec.block.tau_law_on_path`.
@@ -45,7 +46,8 @@ def costly(kind: str, name: str) -> bool:
 #: about 1.7 s per depth at V = 49,152 (:func:`otspec.otm.alpha_k_without_replacement`).
 ON_REQUEST = ("without-replacement",)
 #: Schemes whose renewal emission tables along the text are recorded by default (closed forms
-#: costing O(L V) per position; k-Seq and multi-round cost a sort per position and ``(k, L)``: on request).
+#: costing O(L V) per position; k-Seq and multi-round cost a sort per position and survivor count, shared by
+#: every k and L: on request).
 RENEWAL_DEFAULT = ("token", "block-onestep")
 #: Largest support (vocabulary, or top-k) on which the optimal verifier's expected tokens given the
 #: drafts run by default; above it, on request (``families=[..., "optimal"]``).
