@@ -3,7 +3,9 @@ r"""Property-based validity testing of any speculative-sampling implementation.
 :func:`check_sampler` certifies or refutes that a token-level ``step``
 (k drafts from ``p`` in, one token out) is lossless, i.e. that its output
 follows the target ``q``; :func:`check_block_sampler` does the same for a
-block verifier against a target model's joint law. Both choose their sample
+block verifier against a target model's joint law, and
+:func:`check_tree_sampler` for a draft-tree verifier (with converters for
+SGLang's tree arrays and kernel signature). Both choose their sample
 size from the total variation to detect (:func:`sample_size`), can hand the
 step boundary coins (:class:`BoundaryCoins`) to expose non-strict acceptance
 tests, and report the first output outside the target's support.
@@ -18,22 +20,38 @@ from ._chi2 import MAX_SAMPLES, GofResult, chi2_gof, detectable_tv, sample_size
 from ._coins import BOUNDARY_FRACTION, BoundaryCoins
 from ._logits import processed_law
 from ._sampler import CHUNK, TRIAL_BUDGET, SamplerCheck, StepError, Violation, check_sampler, seed_for
+from ._tree import (
+    MAX_HARNESS_TREES,
+    TreeSamplerCheck,
+    WorstCell,
+    check_tree_sampler,
+    from_sglang_kernel,
+    sglang_tree_arrays,
+    tree_from_sglang,
+)
 
 __all__ = [
     "BOUNDARY_FRACTION",
     "CHUNK",
+    "MAX_HARNESS_TREES",
     "MAX_SAMPLES",
     "TRIAL_BUDGET",
     "BoundaryCoins",
     "GofResult",
     "SamplerCheck",
     "StepError",
+    "TreeSamplerCheck",
     "Violation",
+    "WorstCell",
     "check_block_sampler",
     "check_sampler",
+    "check_tree_sampler",
     "chi2_gof",
     "detectable_tv",
+    "from_sglang_kernel",
     "processed_law",
     "sample_size",
     "seed_for",
+    "sglang_tree_arrays",
+    "tree_from_sglang",
 ]
