@@ -7,6 +7,8 @@ so the outcome is deterministic). A lossy rule is checked at a TV below its exac
 of the realised trees), where the test detects it with probability >= 0.99.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -106,6 +108,7 @@ def test_same_seed_same_result():
             for _ in range(2))
     np.testing.assert_array_equal(a.law, b.law)
     assert a.pvalue == b.pvalue and a.mean_accepted == b.mean_accepted
+    assert repr(a).startswith("TreeSamplerCheck(passed=True (no deviation") and "array" not in repr(a)
 
 
 # ---------------------------------------------------------------------------
@@ -233,9 +236,15 @@ def test_sglang_arrays_are_validated(args, match):
 # final token drawn from relu(target_probs - draft_probs) with its own coin (no draft_probs at max depth).
 
 
-def _kernel(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
-            retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, draft_probs,
-            threshold_single, threshold_acc, *, legacy):
+def sglang_tree_verify_reference(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                                 retrive_next_token, retrive_next_sibling, uniform_samples,
+                                 uniform_samples_for_final_sampling, target_probs, draft_probs,
+                                 threshold_single=1.0, threshold_acc=1.0, deterministic=True, *, legacy=False):
+    """SGLang's ``tree_speculative_sampling_target_only`` on CPU tensors (one thread block per request, in turn).
+
+    ``legacy=True``: the sgl-kernel version's ``coin <= prob_acc / threshold_acc`` (no target-mass guard) and its
+    fallback to token ``d - 1`` when the residual is empty.
+    """
     bs = candidates.shape[0]
     num_spec = accept_index.shape[1]
     d = target_probs.shape[-1]
@@ -294,24 +303,7 @@ def _kernel(predicts, accept_index, accept_token_num, candidates, retrive_index,
         pred[last] = sampled
 
 
-def sglang_tree_verify_reference(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                                 retrive_next_token, retrive_next_sibling, uniform_samples,
-                                 uniform_samples_for_final_sampling, target_probs, draft_probs,
-                                 threshold_single=1.0, threshold_acc=1.0, deterministic=True):
-    """SGLang's ``tree_speculative_sampling_target_only`` (current JIT kernel: strict coin, target mass > 0)."""
-    _kernel(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
-            retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, draft_probs,
-            threshold_single, threshold_acc, legacy=False)
-
-
-def sglang_tree_verify_reference_legacy(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                                        retrive_next_token, retrive_next_sibling, uniform_samples,
-                                        uniform_samples_for_final_sampling, target_probs, draft_probs,
-                                        threshold_single=1.0, threshold_acc=1.0, deterministic=True):
-    """The earlier sgl-kernel version: ``coin <= prob_acc / threshold_acc`` (accepts target mass 0 on a coin of 0)."""
-    _kernel(predicts, accept_index, accept_token_num, candidates, retrive_index, retrive_next_token,
-            retrive_next_sibling, uniform_samples, uniform_samples_for_final_sampling, target_probs, draft_probs,
-            threshold_single, threshold_acc, legacy=True)
+sglang_tree_verify_reference_legacy = functools.partial(sglang_tree_verify_reference, legacy=True)
 
 
 class SGLangRule(TreeVerifier):
