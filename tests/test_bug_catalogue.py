@@ -14,9 +14,12 @@ import numpy as np
 import pytest
 
 import otspec
-from otspec.models import random_table_model
+from otspec._verifier import sample_from
+from otspec.models import joint_law, random_table_model
 from otspec.multidraft import VERIFIERS
-from otspec.testing import check_block_sampler, check_sampler, processed_law
+from otspec.testing import check_block_sampler, check_sampler, check_tree_sampler, processed_law
+from otspec.tree import SequoiaVerifier, SpecInferVerifier, TreeShape, TreeVerifier, output_law, sample_tree, tree_laws
+from otspec.tree import check_lossless as check_tree_lossless
 
 ALPHA = 1e-4
 
@@ -333,3 +336,144 @@ def test_lenient_verifier_is_flagged():
     exact = tv(v.output_law(), q)
     res = check_sampler(package_step(v, "iid"), p, q, tv=exact * 0.75, rng=10)
     assert flagged(res) and exact > 0.01
+
+
+# ---------------------------------------------------------------------------
+# 9: draft trees
+# ---------------------------------------------------------------------------
+#
+# A reference tree sampler written on the node laws -- multi-step speculative sampling (Miao et al., SpecInfer,
+# arXiv:2305.09781, §4) with replacement, or without (Chen et al., Sequoia, arXiv:2402.12374, §3.2) -- with one
+# switch per planted defect. Its exact emission law (same per-node code, no coins) gives each defect's exact TV
+# through otspec.tree.output_law, and the correct reference is checked exactly lossless and equal to the
+# package's SpecInfer / Sequoia emissions. This section adds 3 checks of correct samplers at alpha_fail = 1e-4.
+
+
+def _ratio(num, den):
+    if den > 0:
+        return min(1.0, num / den)
+    return 1.0 if num > 0 else 0.0
+
+
+class MultiStepTree(TreeVerifier):
+    """Multi-step speculative sampling on a draft tree; ``defect`` plants one bug.
+
+    ``"unnormalised"``: the residual after a rejection is not renormalised at nodes below the root;
+    ``"bonus-parent"``: the bonus token at a leaf is drawn from the parent's target law;
+    ``"memo"``: a sibling repeating an earlier sibling's token reuses that sibling's acceptance test (its
+    ratio against the law before the rejection), so a duplicate is accepted after its twin was rejected;
+    ``"leaf-residual"``: a leaf emits from the residual (q - p)+ of its own laws instead of the bonus law q;
+    ``"non-strict"``: the coin test is ``u * p <= q``, which accepts a child of target probability 0 on u = 0.
+    """
+
+    DEFECTS = ("unnormalised", "bonus-parent", "memo", "leaf-residual", "non-strict")
+
+    def __init__(self, *, replacement=True, defect=None):
+        assert defect is None or defect in self.DEFECTS
+        self.replacement, self.defect = replacement, defect
+        self.processes = ("iid",) if replacement else ("wor",)
+        self.name = "multistep-" + ("iid" if replacement else "wor") + (f"-{defect}" if defect else "")
+
+    def _node(self, tree, P, Q, v, kids):
+        """Per child, the operands ``(num, den)`` of its coin test ``u * den < num``; the law drawn if all fail."""
+        if not kids:
+            if v and self.defect == "bonus-parent":
+                return [], Q[tree.parents[v]]
+            if self.defect == "leaf-residual":
+                r = np.maximum(Q[v] - P[v], 0.0)
+                return [], r if r.sum() > 0 else Q[v]
+            return [], Q[v]
+        q, p = Q[v].copy(), P[v].copy()
+        normalise = self.defect != "unnormalised" or v == 0
+        tests, seen = [], {}
+        for c in kids:
+            x = int(tree.tokens[c])
+            test = seen[x] if self.defect == "memo" and x in seen else (q[x], p[x])
+            seen.setdefault(x, test)
+            tests.append(test)
+            r = np.maximum(q - p, 0.0)  # rejected: the residual (a rejection of probability 0 keeps q)
+            if r.sum() > 0:
+                q = r / r.sum() if normalise else r
+            if not self.replacement:  # the next draw is from p without the rejected token
+                p[x] = 0.0
+                p /= p.sum() if p.sum() > 0 else 1.0
+        return tests, q
+
+    def emission(self, tree, p_nodes, q_nodes, *, validate=True):
+        out = np.zeros(np.shape(q_nodes))
+        reach = np.zeros(tree.n + 1)
+        reach[0] = 1.0
+        for v in range(tree.n + 1):  # parents before children
+            kids = tree.children(v)
+            tests, final = self._node(tree, p_nodes, q_nodes, v, kids)
+            w = reach[v]
+            for c, (num, den) in zip(kids, tests):
+                a = _ratio(num, den)
+                reach[c] = w * a
+                w *= 1.0 - a
+            out[v] = w * final / final.sum()
+        return out
+
+    def expected_accepted(self, tree, p_nodes, q_nodes, *, validate=True):
+        return float(tree.depth @ self.emission(tree, p_nodes, q_nodes).sum(axis=1))
+
+    def sample(self, tree, p_nodes, q_nodes, *, rng=None, validate=True):
+        v = 0
+        while True:
+            kids = tree.children(v)
+            tests, final = self._node(tree, p_nodes, q_nodes, v, kids)
+            for c, (num, den) in zip(kids, tests):
+                u = rng.random()
+                if (u * den <= num) if self.defect == "non-strict" else (u * den < num):
+                    v = c
+                    break
+            else:
+                return v, sample_from(final, rng)
+
+
+TREE = TreeShape([(0,), (1,), (0, 0), (0, 1)])  # the root's children, one of them with two children, a leaf at depth 1
+TREE_DRAFT = random_table_model(3, 3, rng=29)
+TREE_TARGET = random_table_model(3, 3, rng=129)
+TREE_TARGET_ZEROS = random_table_model(3, 3, support=2, rng=7)  # each conditional on 2 of the 3 tokens
+
+
+def tree_tv(v, process="iid", target=TREE_TARGET):
+    """Exact TV between the completed output law of ``v`` and the target's (enumeration of the realised trees)."""
+    return tv(output_law(TREE, TREE_DRAFT, target, process=process, verifier=v), joint_law(target, 3))
+
+
+@pytest.mark.parametrize("replacement,process,package", [(True, "iid", SpecInferVerifier()),
+                                                         (False, "wor", SequoiaVerifier())])
+def test_9_reference_tree_samplers_are_exactly_lossless_and_pass(replacement, process, package):
+    ref = MultiStepTree(replacement=replacement)
+    assert check_tree_lossless(ref, TREE, TREE_DRAFT, TREE_TARGET, process=process).max_error < 1e-12
+    for seed in range(3):  # the same emission law as the package's verifier, on realised trees
+        T = sample_tree(TREE, TREE_DRAFT, process=process, rng=seed)
+        P, Q = tree_laws(T, TREE_DRAFT, TREE_TARGET)
+        np.testing.assert_allclose(ref.emission(T, P, Q), package.emission(T, P, Q), rtol=0, atol=1e-15)
+    res = check_tree_sampler(ref, TREE, TREE_DRAFT, TREE_TARGET, process=process, tv=0.06, rng=90)
+    assert res.passed, res.message
+
+
+@pytest.mark.parametrize("defect,exact", [
+    ("unnormalised", 0.0892), ("bonus-parent", 0.2638), ("memo", 0.1661), ("leaf-residual", 0.1705),
+])
+def test_9_tree_defects_are_flagged_with_their_tv(defect, exact):
+    v = MultiStepTree(defect=defect)
+    assert tree_tv(v) == pytest.approx(exact, abs=1e-4)
+    res = check_tree_sampler(v, TREE, TREE_DRAFT, TREE_TARGET, process="iid", tv=0.75 * exact, rng=91)
+    assert flagged(res), res.message
+    assert res.tv_estimate == pytest.approx(exact, abs=res.detectable_tv)
+    assert str(res.worst_cells[0].cell) in res.message
+
+
+def test_9_non_strict_coin_at_a_tree_node_is_flagged_only_with_boundary_coins():
+    loose = MultiStepTree(defect="non-strict")
+    assert tree_tv(loose, target=TREE_TARGET_ZEROS) < 1e-15  # the same law: a coin of exactly 0 has probability 0
+    kw = dict(process="iid", tv=0.08, rng=92)
+    assert check_tree_sampler(loose, TREE, TREE_DRAFT, TREE_TARGET_ZEROS, **kw).passed  # invisible to frequencies
+    res = check_tree_sampler(loose, TREE, TREE_DRAFT, TREE_TARGET_ZEROS, boundary_coins=True, **kw)
+    assert flagged(res) and res.boundary_outside > 0 and res.violation.phase == "boundary"
+    assert joint_law(TREE_TARGET_ZEROS, len(res.violation.output))[res.violation.output] == 0
+    res = check_tree_sampler(MultiStepTree(), TREE, TREE_DRAFT, TREE_TARGET_ZEROS, boundary_coins=True, **kw)
+    assert res.passed, res.message

@@ -178,7 +178,7 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
 
 
 def analysis_device(lm):
-    """The accelerator holding ``lm`` (its tree's laws stay there for the batched quantities), or None on the CPU.
+    r"""The accelerator holding ``lm`` (its tree's laws stay there for the batched quantities), or None on the CPU.
 
     On a CPU the quantities run on numpy arrays (as fast as torch there, and bit-identical run to run); on
     an accelerator the target's scoring laws stay on it and the draft's laws (on the host for sampling)

@@ -3,7 +3,9 @@ r"""Property-based validity testing of any speculative-sampling implementation.
 :func:`check_sampler` certifies or refutes that a token-level ``step``
 (k drafts from ``p`` in, one token out) is lossless, i.e. that its output
 follows the target ``q``; :func:`check_block_sampler` does the same for a
-block verifier against a target model's joint law. Both choose their sample
+block verifier against a target model's joint law, and
+:func:`check_tree_sampler` for a draft-tree verifier (with converters for
+SGLang's tree arrays and kernel signature). Both choose their sample
 size from the total variation to detect (:func:`sample_size`), can hand the
 step boundary coins (:class:`BoundaryCoins`) to expose non-strict acceptance
 tests, and report the first output outside the target's support.
@@ -28,10 +30,19 @@ from ._sampler import (
     check_sampler,
     seed_for,
 )
+from ._tree import (
+    MAX_HARNESS_TREES,
+    TreeSamplerCheck,
+    check_tree_sampler,
+    from_sglang_kernel,
+    sglang_tree_arrays,
+    tree_from_sglang,
+)
 
 __all__ = [
     "BOUNDARY_FRACTION",
     "CHUNK",
+    "MAX_HARNESS_TREES",
     "MAX_SAMPLES",
     "TRIAL_BUDGET",
     "WORST_CELLS",
@@ -40,12 +51,17 @@ __all__ = [
     "GofResult",
     "SamplerCheck",
     "StepError",
+    "TreeSamplerCheck",
     "Violation",
     "check_block_sampler",
     "check_sampler",
+    "check_tree_sampler",
     "chi2_gof",
     "detectable_tv",
+    "from_sglang_kernel",
     "processed_law",
     "sample_size",
     "seed_for",
+    "sglang_tree_arrays",
+    "tree_from_sglang",
 ]

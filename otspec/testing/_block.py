@@ -73,6 +73,18 @@ class _Tables:
             idx *= V
             idx += tok
 
+    def complete(self, seqs: np.ndarray, lengths: np.ndarray, gen) -> np.ndarray:
+        """Complete each row's first ``lengths`` tokens to the full width, in place; return the C-order cells."""
+        V, width = self.cum[0].shape[-1], seqs.shape[1]
+        for m in range(1, width):  # outputs of length m
+            short = np.flatnonzero(lengths == m)
+            if short.size:
+                part = seqs[short]
+                idx = np.ravel_multi_index(part[:, :m].T, (V,) * m) if m > 1 else part[:, 0].copy()
+                self.extend(part, idx, m, width, gen)
+                seqs[short] = part
+        return np.ravel_multi_index(seqs.T, (V,) * width)
+
 
 def _output(out, L: int, V: int, shown, phase: str) -> tuple[int, ...]:
     """A non-batched block step's output: 1 to L + 1 token ids in [0, V)."""
@@ -266,14 +278,7 @@ def check_block_sampler(step, draft, target, L, *, k=1, n_samples=None, tv=0.02,
                     t = _output(_call(step, b, step_rng, phase, b), L, V, b, phase)
                     seqs[i, : len(t)] = t
                     lengths[i] = len(t)
-            for m in range(1, L + 1):  # complete outputs of length m with the target model
-                short = np.flatnonzero(lengths == m)
-                if short.size:
-                    part = seqs[short]
-                    idx = np.ravel_multi_index(part[:, :m].T, (V,) * m) if m > 1 else part[:, 0].copy()
-                    Tb.extend(part, idx, m, L + 1, harness_rng)
-                    seqs[short] = part
-            cells = np.ravel_multi_index(seqs.T, (V,) * (L + 1))
+            cells = Tb.complete(seqs, lengths, harness_rng)  # with the target model
             if violation is None and zero[cells].any():
                 i = int(np.argmax(zero[cells]))
                 violation = Violation(phase, _row(X, i), tuple(int(v) for v in seqs[i, : lengths[i]]))
