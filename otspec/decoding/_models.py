@@ -22,6 +22,13 @@ step only pays for the new tokens:
   accepted prefix); ``row`` may also be a sequence of row indices, kept in
   that order (one row per context of a batch of contexts).
 
+Draft trees (optional; both adapters have them): ``tree_logits(state, parents,
+tokens, pending=...)`` scores every node of a draft tree -- ``parents`` and
+``tokens`` arrays of ``n + 1`` nodes, node 0 the root (the context) -- in one
+call, each node attending to the context and its own ancestors
+(:meth:`HFCausalLM.tree_logits`); ``score_tree`` gives the same as float64
+laws.
+
 Lengths and columns count padding: every row of a state has ``length``
 columns, row ``r``'s first ``a_r`` of them padding, so the rows of a
 left-padded batch stay aligned on their last token.
