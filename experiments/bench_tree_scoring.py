@@ -9,7 +9,7 @@ same ``n + 1`` tokens: the cost of the 4-D mask.
 
 Part 2 -- tree attention vs rows: one tree-attention call on an ``n``-node tree against scoring each
 root-to-leaf path as its own row (``fallback='rows'``: one batched call on ``leaves`` rows, the KV
-cache of the context repeated per row), ``n = 8, 16, 64``; ``max |diff|`` is the largest difference
+cache of the context repeated per row), ``n = 8, 16, 64``; ``max abs diff`` is the largest difference
 of their logits (float32 rounding).
 
 Trees: binary trees in breadth-first order (node ``i``'s parent ``(i - 1) // 2``), random tokens.
@@ -154,7 +154,7 @@ def part_rows(target, context, ns, device, rst, label):
     after = _load()
     rows = [(n, leaves, t_tree * 1e3, t_rows * 1e3, t_rows / t_tree, diff)
             for (n, leaves, diff), t_tree, t_rows in zip(out, times[0::2], times[1::2])]
-    head = ("n nodes", "leaves (rows)", "tree call ms", "rows call ms", "ratio rows / tree", "max |diff|")
+    head = ("n nodes", "leaves (rows)", "tree call ms", "rows call ms", "ratio rows / tree", "max abs diff")
     print_table(f"Tree attention vs rows ({label}; load average before {before}, after {after})", head, rows, rst)
     return rows
 
