@@ -198,17 +198,19 @@ def _batch_of_trees():
     return parents, tokens
 
 
-@pytest.mark.parametrize("make", ["llama", "gpt2", "callable"])
-def test_left_padded_batch_of_trees_equals_each_tree_alone(make):
-    lm = {"llama": lambda: HFCausalLM(_tiny_llama(2)), "gpt2": lambda: HFCausalLM(_tiny_gpt2(2)), "callable": _toy}[make]()
+@pytest.mark.parametrize("make", ["llama", "gpt2", "gpt2-rows", "callable"])
+def test_left_padded_batch_of_trees_equals_each_tree_alone(make, monkeypatch):
+    lm = _toy() if make == "callable" else HFCausalLM(_tiny_llama(2) if make == "llama" else _tiny_gpt2(2))
+    if make == "gpt2-rows":  # scored by rows, as a model that cannot take a 4-D mask would be
+        monkeypatch.setattr(M, "_tree_refusal", lambda model: "a test")
     pad, padded = _padded_batch(PROMPTS)
     parents, tokens = _batch_of_trees()
     state = lm.new_state(pad=pad)
-    got = lm.tree_logits(state, parents, tokens, pending=padded, keep=[9, 2, 2])
+    got = lm.tree_logits(state, parents, tokens, pending=padded, keep=[9, 2, 2], fallback="rows")
     assert got.shape == (3, len(PARENTS), V)
     for r, prompt in enumerate(PROMPTS):
         m = int((parents[r] != -1).sum()) + 1                   # the tree's own nodes (padding nodes after them)
-        alone = lm.tree_logits(lm.new_state(), parents[r, :m], tokens[r, :m], pending=prompt)
+        alone = lm.tree_logits(lm.new_state(), parents[r, :m], tokens[r, :m], pending=prompt, fallback="rows")
         want = _rows(lm, prompt, parents[r, :m], tokens[r, :m])
         if make == "callable":
             assert torch.equal(got[r, :m], want) and torch.equal(alone, want)

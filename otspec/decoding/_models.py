@@ -757,15 +757,15 @@ class HFCausalLM(_TreeScoring):
 
         Examples
         --------
-        A tree with two children of the root and a grandchild, scored in one call against its two
-        root-to-leaf paths scored as rows:
+        A tree with two children of the root and a grandchild, scored in one call on a tiny GPT-2
+        (absolute positions) against its two root-to-leaf paths scored as rows:
 
         >>> import torch, transformers
         >>> from otspec.decoding import HFCausalLM
-        >>> cfg = transformers.LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32,
-        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
         >>> _ = torch.manual_seed(0)
-        >>> lm = HFCausalLM(transformers.LlamaForCausalLM(cfg))
+        >>> gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        ...     vocab_size=8, n_embd=16, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0))
+        >>> lm = HFCausalLM(gpt2)
         >>> state = lm.new_state()
         >>> _ = lm.logits(state, torch.tensor([[1, 2]]))       # the context [1, 2, 3], its last token pending
         >>> tree = lm.tree_logits(state, [-1, 0, 0, 1], [-1, 5, 6, 7], pending=[3])
