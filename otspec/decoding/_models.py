@@ -22,6 +22,13 @@ step only pays for the new tokens:
   accepted prefix); ``row`` may also be a sequence of row indices, kept in
   that order (one row per context of a batch of contexts).
 
+Draft trees (optional; both adapters have them): ``tree_logits(state, parents,
+tokens, pending=...)`` scores every node of a draft tree -- ``parents`` and
+``tokens`` arrays of ``n + 1`` nodes, node 0 the root (the context) -- in one
+call, each node attending to the context and its own ancestors
+(:meth:`HFCausalLM.tree_logits`); ``score_tree`` gives the same as float64
+laws.
+
 Lengths and columns count padding: every row of a state has ``length``
 columns, row ``r``'s first ``a_r`` of them padding, so the rows of a
 left-padded batch stay aligned on their last token.
@@ -35,15 +42,19 @@ plain function ``ids -> logits`` without a cache (tests, toy models).
 from __future__ import annotations
 
 import inspect
+import math
 import numbers
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from ._deps import require
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["LanguageModel", "HFCausalLM", "CallableLM", "next_token_logits", "validate_language_model"]
+__all__ = ["LanguageModel", "HFCausalLM", "CallableLM", "next_token_logits", "validate_language_model",
+           "MAX_TREE_NODES", "MAX_TREE_CELLS"]
 
 
 @runtime_checkable
@@ -144,6 +155,320 @@ def _repeats(batch: int, B: int) -> int:
     return B // batch
 
 
+# ----------------------------------------------------------------------------- draft trees
+#: Most draft tokens ``n`` of a tree scored in one call (Medusa's and EAGLE-2's trees have 60-64, Sequoia's up to
+#: 768), and most cells ``B (n + 1)^2`` of the ancestor table of a batch of ``B`` trees (64 MiB of bools).
+MAX_TREE_NODES = 2048
+MAX_TREE_CELLS = 1 << 26
+#: attention implementations of transformers that add a 4-D float attention mask as given
+_MASK_ATTENTION = ("eager", "sdpa")
+
+
+class _TreeBatch:
+    """Validated arrays of one tree-scoring call: ``B`` trees of ``n + 1`` nodes each (padding nodes allowed)."""
+
+    __slots__ = ("batched", "B", "n", "t0", "parents", "tokens", "depth", "real", "anc", "pending", "keep")
+
+    def path(self, r: int, a: int) -> list[int]:
+        """The nodes on the root path of node ``a`` of tree ``r``, root excluded, root first."""
+        out = []
+        while a > 0:
+            out.append(a)
+            a = int(self.parents[r, a])
+        return out[::-1]
+
+
+def _int_array(x, name: str) -> np.ndarray:
+    """``x`` as a numpy array of integers (a copy where ``x`` is a tensor); TypeError / ValueError naming ``name``."""
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"`{name}` must be an array of ints, got {type(x).__name__}")
+    if torch.is_tensor(x):
+        x = x.detach().cpu().numpy()
+    try:
+        a = np.asarray(x)
+    except ValueError:
+        raise ValueError(f"`{name}` must be a rectangular array of ints, got ragged rows") from None
+    if a.size and (a.dtype == bool or not np.issubdtype(a.dtype, np.integer)):
+        raise TypeError(f"`{name}` must hold ints, got dtype {a.dtype}")
+    return a.astype(np.int64, copy=False)
+
+
+def _where(batched: bool, r: int) -> str:
+    return f" in row {r}" if batched else ""
+
+
+def _tree_batch(parents, tokens, pending, keep, V: int) -> _TreeBatch:
+    """Check the arguments of ``tree_logits`` (see :meth:`HFCausalLM.tree_logits`) before any work."""
+    par, tok = _int_array(parents, "parents"), _int_array(tokens, "tokens")
+    if tok.ndim not in (1, 2) or tok.shape[-1] < 1 or tok.size < 1:
+        raise ValueError(f"`tokens` must have shape (n+1,) or (B, n+1) with B, n+1 >= 1, got {tok.shape}")
+    batched = tok.ndim == 2
+    if par.ndim not in (1, 2) or (par.ndim == 2 and not batched) or par.shape[-1] != tok.shape[-1] or (
+            par.ndim == 2 and par.shape[0] != tok.shape[0]):
+        also = f" or {tok.shape}" if batched else ""
+        raise ValueError(f"`parents` must have shape ({tok.shape[-1]},){also} (the nodes of `tokens`), got {par.shape}")
+    tok2 = tok if batched else tok[None]
+    B, m = tok2.shape
+    n = m - 1
+    if n > MAX_TREE_NODES:
+        raise ValueError(f"`tokens` holds n = {n} draft nodes per tree, above MAX_TREE_NODES = {MAX_TREE_NODES}")
+    if B * m * m > MAX_TREE_CELLS:
+        raise ValueError(f"`tokens` of shape {tok.shape} needs B (n+1)^2 = {B * m * m} ancestor cells, above "
+                         f"MAX_TREE_CELLS = {MAX_TREE_CELLS}: score fewer or smaller trees per call")
+    par2 = np.broadcast_to(par, (B, m))
+    for arr, name, why in ((par2, "parents", "node 0 is the root, the context"),
+                           (tok2, "tokens", "the root carries no draft token")):
+        bad = np.flatnonzero(arr[:, 0] != -1)
+        if bad.size:
+            r = int(bad[0])
+            raise ValueError(f"`{name}[0]` must be -1 ({why}), got {int(arr[r, 0])}{_where(batched, r)}")
+    idx = np.arange(m)
+    bad = np.argwhere((par2[:, 1:] < -1) | (par2[:, 1:] >= idx[None, 1:]))
+    if bad.size:
+        r, i = int(bad[0, 0]), int(bad[0, 1]) + 1
+        raise ValueError(f"`parents` must satisfy -1 <= parents[i] < i (every parent before its children), got "
+                         f"parents[{i}] = {int(par2[r, i])}{_where(batched, r)}")
+    real = par2 != -1
+    real[:, 0] = True
+    bad = np.argwhere(~real & (tok2 != -1))
+    if bad.size:
+        r, i = int(bad[0, 0]), int(bad[0, 1])
+        raise ValueError(f"a padding node (parents[i] = -1, i >= 1) must have tokens[i] = -1, got tokens[{i}] = "
+                         f"{int(tok2[r, i])}{_where(batched, r)}")
+    bad = np.argwhere(real & (idx[None, :] > 0) & ((tok2 < 0) | (tok2 >= V)))
+    if bad.size:
+        r, i = int(bad[0, 0]), int(bad[0, 1])
+        raise ValueError(f"`tokens` must hold token ids in [0, {V}) at the draft nodes, got tokens[{i}] = "
+                         f"{int(tok2[r, i])}{_where(batched, r)}")
+    rows = np.arange(B)
+    depth = np.zeros((B, m), dtype=np.int64)
+    anc = np.zeros((B, m, m), dtype=bool)
+    anc[:, 0, 0] = True
+    for i in range(1, m):
+        p = np.maximum(par2[:, i], 0)
+        lost = real[:, i] & ~real[rows, p]
+        if lost.any():
+            r = int(np.flatnonzero(lost)[0])
+            raise ValueError(f"`parents[{i}]` = {int(p[r])} is a padding node (parents[{int(p[r])}] = -1): a draft "
+                             f"node's parent must be a node{_where(batched, r)}")
+        anc[:, i] = anc[rows, p]
+        anc[:, i, i] = True
+        depth[:, i] = depth[rows, p] + 1
+    anc[~real] = False                      # a padding node sees the context and itself only
+    anc[:, :, 0] = True
+    anc[:, idx, idx] = True
+    pen = _int_array(pending, "pending")
+    if pen.ndim == 1:
+        pen = pen[None]
+    if pen.ndim != 2 or pen.shape[0] not in (1, B) or pen.shape[1] < 1:
+        raise ValueError(f"`pending` must have shape (t,) or ({B}, t) with t >= 1 (at least the context's last "
+                         f"token, the root's), got {np.shape(pending)}")
+    if pen.min() < 0 or pen.max() >= V:
+        raise ValueError(f"`pending` must hold token ids in [0, {V}), got {int(pen.min() if pen.min() < 0 else pen.max())}")
+    tb = _TreeBatch()
+    tb.batched, tb.B, tb.n, tb.t0 = batched, B, n, int(pen.shape[1])
+    tb.parents, tb.tokens, tb.depth, tb.real, tb.anc = par2, tok2, depth, real, anc
+    tb.pending = np.broadcast_to(pen, (B, tb.t0))
+    tb.keep = None if keep is None else _kept_nodes(keep, tb)
+    return tb
+
+
+def _kept_nodes(keep, tb: _TreeBatch):
+    """``keep`` as one node per tree (``None`` when every tree keeps its root: nothing beyond the context)."""
+    if isinstance(keep, numbers.Integral) and not isinstance(keep, bool):
+        k = np.full(tb.B, int(keep), dtype=np.int64)
+    else:
+        if not tb.batched:
+            raise TypeError(f"`keep` must be an int (a node of the tree), got {type(keep).__name__}")
+        k = _int_array(keep, "keep")
+        if k.shape != (tb.B,):
+            raise ValueError(f"`keep` must be an int or one node per tree, shape ({tb.B},), got shape {k.shape}")
+    for r, a in enumerate(k.tolist()):
+        if not 0 <= a <= tb.n or not tb.real[r, a]:
+            raise ValueError(f"`keep` must name a node of the tree, in [0, {tb.n}] and not a padding node, "
+                             f"got {a}{_where(tb.batched, r)}")
+    return None if not k.any() else k
+
+
+def _check_fallback(fallback) -> None:
+    if fallback is not None and fallback != "rows":
+        raise ValueError(f"`fallback` must be None or 'rows', got {fallback!r}")
+
+
+def _tree_refusal(model) -> str | None:
+    """Why ``model`` cannot score a tree in one forward with a 4-D attention mask (``None``: it can)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a forward without a signature
+        params = {}
+    missing = [k for k in ("attention_mask", "position_ids") if k not in params]
+    if missing:
+        return f"its forward takes no {' and no '.join(f'`{k}`' for k in missing)}"
+    cfg = getattr(model, "config", None)
+    impl = getattr(cfg, "_attn_implementation", None)
+    if impl is None:
+        return "its config names no attention implementation (`config._attn_implementation`)"
+    if impl not in _MASK_ATTENTION:
+        return (f"its attention implementation {impl!r} does not add a 4-D float attention mask "
+                f"(eager and sdpa do)")
+    layer_types = getattr(cfg, "layer_types", None)
+    window = getattr(cfg, "sliding_window", None)
+    if window is not None and (not layer_types or any("sliding" in str(t) for t in layer_types)):
+        return f"it has sliding-window attention (window {window}), which a 4-D mask over the context would override"
+    return None
+
+
+def _tree_layout(tb: _TreeBatch, L: int, pad, device):
+    r"""Input ids ``(B, t0 + n)``, boolean mask ``(B, t0 + n, L + t0 + n)`` and position ids of one tree call.
+
+    Query ``q`` sits at column ``L + q``: the ``t0`` pending tokens first (causal), then nodes ``1..n``.
+    A node sees columns ``< L + t0`` (the context) and the columns of its ancestors and itself; the
+    node of depth ``d`` takes position ``L + t0 - 1 + d`` (minus the row's padding).
+    """
+    B, n, t0 = tb.B, tb.n, tb.t0
+    Q, K = t0 + n, L + t0 + n
+    ids = np.concatenate([tb.pending, np.where(tb.real, tb.tokens, 0)[:, 1:]], axis=1)
+    q = torch.arange(Q, device=device)
+    cols = torch.arange(K, device=device)
+    mask = (cols[None, :] <= torch.clamp(L + q, max=L + t0 - 1)[:, None]).expand(B, Q, K).clone()
+    mask[:, t0:, L + t0:] = torch.from_numpy(tb.anc[:, 1:, 1:]).to(device)
+    depth = torch.from_numpy(tb.depth[:, 1:]).to(device)
+    pos = torch.cat([(L + q[:t0]).expand(B, t0), L + t0 - 1 + depth], dim=1)
+    if pad is not None:
+        mask &= cols[None, None, :] >= pad[:, None, None]
+        mask[:, q, L + q] = True            # every query sees itself (a padding query would see nothing)
+        pos = (pos - pad[:, None]).clamp(min=0)
+    return torch.from_numpy(ids).to(device), mask, pos
+
+
+def _kept_columns(tb: _TreeBatch, L: int, path_cols: list[list[int]]):
+    """Columns of each row kept by ``keep``: the context, then its kept path, rows realigned on the right by
+    left padding (``shift[r]`` more columns for a path shorter than the longest kept)."""
+    D = max(len(c) for c in path_cols)
+    shift = np.array([D - len(c) for c in path_cols], dtype=np.int64)
+    cols = np.array([[0] * int(s) + list(range(L + tb.t0)) + list(c) for s, c in zip(shift, path_cols)],
+                    dtype=np.int64)
+    return cols, shift
+
+
+def _shifted_pad(pad, rows, shift, device):
+    """The padding of the kept rows plus their realignment (``None`` when no row is padded)."""
+    shift = torch.as_tensor(shift, device=device)
+    new = shift if pad is None else pad[rows] + shift
+    return new if bool(new.any()) else None
+
+
+def _gather_kv(t, rows, cols):
+    """Rows ``rows`` of a ``(B, H, T, D)`` key or value tensor, columns ``cols[r]`` of each kept row ``r``."""
+    t = t[rows]
+    return torch.gather(t, 2, cols[:, None, :, None].expand(-1, t.shape[1], -1, t.shape[3]))
+
+
+def _gatherable(cache) -> bool:
+    """Whether ``_gather_cache`` can rewrite ``cache`` (a transformers ``DynamicCache`` of full-attention layers)."""
+    if cache is None:
+        return True
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return all(type(layer).__name__ == "DynamicLayer" for layer in layers)
+    return isinstance(getattr(cache, "key_cache", None), list) and isinstance(getattr(cache, "value_cache", None), list)
+
+
+def _gather_cache(cache, rows, cols) -> None:
+    """Keep rows ``rows`` of ``cache``, columns ``cols[r]`` of each (in place)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:  # transformers >= 4.56
+        for layer in layers:
+            if getattr(layer, "keys", None) is not None:
+                layer.keys = _gather_kv(layer.keys, rows, cols)
+                layer.values = _gather_kv(layer.values, rows, cols)
+        return
+    for kv in (cache.key_cache, cache.value_cache):  # pragma: no cover - transformers 4.45-4.55
+        for i, t in enumerate(kv):
+            kv[i] = _gather_kv(t, rows, cols)
+
+
+def _finish_tree(logits, tb: _TreeBatch):
+    """The tree's ``(B, n + 1, V)`` logits, NaN at padding nodes; ``(n + 1, V)`` for one unbatched tree."""
+    if not tb.real.all():
+        pad_nodes = torch.from_numpy(~tb.real).to(logits.device)
+        logits = logits.masked_fill(pad_nodes[:, :, None], math.nan)
+    return logits if tb.batched else logits[0]
+
+
+def _score_rows(lm, state, tb: _TreeBatch):
+    r"""Score a batch of trees by rows: each root-to-leaf path of each tree as its own row, in one ``lm.logits``
+    call (every tree gets ``k`` rows, the most leaves of a tree, repeating its first path; shorter paths are
+    right-padded, which a causal model never sees). The state ends as after :meth:`HFCausalLM.tree_logits`."""
+    B, n, t0 = tb.B, tb.n, tb.t0
+    L = state.length
+    has_child = np.zeros((B, n + 1), dtype=bool)
+    for r, i in np.argwhere(tb.real[:, 1:]):
+        has_child[r, tb.parents[r, i + 1]] = True
+    leaf_of = np.zeros((B, n + 1), dtype=np.int64)
+    paths = []
+    for r in range(B):
+        leaves = [i for i in range(1, n + 1) if tb.real[r, i] and not has_child[r, i]]
+        rp = [tb.path(r, i) for i in leaves] or [[]]
+        seen = set()
+        for j, p in enumerate(rp):
+            for a in p:
+                if a not in seen:
+                    seen.add(a)
+                    leaf_of[r, a] = j
+        paths.append(rp)
+    k = max(len(p) for p in paths)
+    D = int(tb.depth[tb.real].max())
+    ids = np.zeros((B * k, t0 + D), dtype=np.int64)
+    for r, rp in enumerate(paths):
+        for j in range(k):
+            p = rp[min(j, len(rp) - 1)]
+            ids[r * k + j, :t0] = tb.pending[r]
+            ids[r * k + j, t0 : t0 + len(p)] = tb.tokens[r, p]
+    logits = lm.logits(state, torch.from_numpy(ids).to(lm.device))
+    row = torch.from_numpy(np.arange(B)[:, None] * k + leaf_of).to(logits.device)
+    col = torch.from_numpy(np.where(tb.real, t0 - 1 + tb.depth, t0 - 1)).to(logits.device)
+    out = logits[row, col]
+    if tb.keep is None:
+        lm.select(state, [r * k for r in range(B)], L + t0)
+    else:
+        rows = [r * k + int(leaf_of[r, a]) for r, a in enumerate(tb.keep.tolist())]
+        kept = [list(range(L + t0, L + t0 + int(tb.depth[r, a]))) for r, a in enumerate(tb.keep.tolist())]
+        lm._take(state, rows, *_kept_columns(tb, L, kept))
+    return _finish_tree(out, tb)
+
+
+class _TreeScoring:
+    """``score_tree``: float64 laws from a class's ``tree_logits``."""
+
+    def score_tree(self, state, parents, tokens, *, pending, keep=None, fallback=None):
+        r"""The target's next-token laws at the root and at every node of a draft tree, float64.
+
+        .. math::
+
+            q_{\text{nodes}}[i, y] = M(y \mid x_{1:T},\, \text{path}(i)), \qquad i = 0, 1, \dots, n,
+
+        the softmax (temperature 1, float64) of :meth:`tree_logits`; row ``0`` is the law after the
+        context. Same parameters, state handling and errors as :meth:`tree_logits`.
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(n + 1, V)`` float64 (``(B, n + 1, V)`` for a batch of trees), rows summing to 1;
+            rows of padding nodes are NaN.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from otspec.decoding import CallableLM
+        >>> lm = CallableLM(lambda ids: torch.nn.functional.one_hot(ids, 3).double() * 50, vocab_size=3)
+        >>> lm.score_tree(lm.new_state(), [-1, 0, 0], [-1, 1, 2], pending=[0]).round(6).tolist()
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+        """
+        x = self.tree_logits(state, parents, tokens, pending=pending, keep=keep, fallback=fallback)
+        return torch.softmax(x.to(torch.float64), dim=-1).cpu().numpy()
+
+
 class _HFState:
     __slots__ = ("cache", "length", "batch", "pad")
 
@@ -152,6 +477,18 @@ class _HFState:
         self.length = 0
         self.batch = 1
         self.pad = None  # (batch,) int64: leading padding columns of each row, or None (no row padded)
+
+
+def _grow(state: _HFState, B: int) -> None:
+    """Repeat the rows of an HF state (cache and padding) to ``B`` rows; give it a cache if it has none."""
+    if state.batch != B:
+        reps = _repeats(state.batch, B)
+        if state.cache is not None and state.length > 0:
+            state.cache.batch_repeat_interleave(reps)
+        if state.pad is not None:
+            state.pad = state.pad.repeat_interleave(reps)
+    if state.cache is None:
+        state.cache = _new_cache()
 
 
 def _new_cache():
@@ -174,7 +511,7 @@ def _cache_keyword(model) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-class HFCausalLM:
+class HFCausalLM(_TreeScoring):
     r"""Adapter of a Hugging Face causal language model, with its KV cache, on any torch device.
 
     .. math::
@@ -309,14 +646,7 @@ class HFCausalLM:
             raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
         B, t = int(ids.shape[0]), int(ids.shape[1])
         _check_padded_call(state.pad, state.length, t)
-        if state.batch != B:
-            reps = _repeats(state.batch, B)
-            if state.cache is not None and state.length > 0:
-                state.cache.batch_repeat_interleave(reps)
-            if state.pad is not None:
-                state.pad = state.pad.repeat_interleave(reps)
-        if state.cache is None:
-            state.cache = _new_cache()
+        _grow(state, B)
         kw = {self._cache_kw: state.cache}
         if state.pad is not None:  # as generate() with left padding: the 2-D mask of cache + new tokens
             cols = torch.arange(state.length + t, device=self.device)
@@ -349,6 +679,141 @@ class HFCausalLM:
             state.cache.crop(length - state.length)
         state.length = length
 
+    @torch.inference_mode()
+    def tree_logits(self, state: _HFState, parents, tokens, *, pending, keep=None, fallback: str | None = None):
+        r"""Logits at the root and at every node of a draft tree, in one forward call (tree attention).
+
+        .. math::
+
+            \ell[i] = \text{logits}(x_{1:T},\, \text{path}(i))_{\text{last}}, \qquad
+            \text{mask}[i, j] = [\, j \preceq i \,], \qquad
+            \text{pos}(i) = T - 1 + \text{depth}(i),
+
+        for the nodes ``i = 0..n`` of a tree in the node order of Medusa's buffers (``parents[0] = -1``,
+        the root = the context; ``parents[i] < i``): node ``i`` attends to the whole context and to its
+        ancestors and itself (:math:`j \preceq i`), never to its siblings or cousins, and the node of depth
+        ``d`` takes the position it would have in its own sequence, ``T - 1 + d`` for a context of ``T``
+        tokens (positions count from 0, so the root sits at the last context position ``T - 1``). Row
+        ``0`` is the model's logits at the last context token; row ``i`` its logits after the root path
+        of node ``i`` -- what scoring that path as its own row gives, up to float rounding.
+
+        The state holds the context but for its last ``t >= 1`` tokens, ``pending`` (as a decoder keeps
+        its state one token behind: the root needs its own logits); the call feeds ``pending`` and the
+        ``n`` draft tokens as ``t + n`` columns, on top of the KV cache, with a 4-D mask (each row its
+        own tree) and explicit position ids (a left-padded row counted from its first real token).
+        Afterwards the state holds the context -- exactly what ``logits(state, pending)`` would leave,
+        the tree's columns cropped off -- or, with ``keep=k``, the context followed by the root path of
+        node ``k`` (of each tree its own ``k``; rows whose kept paths are shorter than the longest are
+        realigned by left padding, which the padded state hides from every later call).
+
+        Parameters
+        ----------
+        state : state of :meth:`new_state`
+            Batch ``b`` dividing ``B``; its rows are repeated ``B / b`` times as in :meth:`logits`.
+        parents : array of int, shape ``(n + 1,)`` or ``(B, n + 1)``
+            ``parents[0] = -1``; ``-1 <= parents[i] < i``. In a batch, trees with fewer nodes are padded to
+            ``n + 1`` nodes by padding nodes ``parents[i] = -1``, ``tokens[i] = -1`` (``i >= 1``).
+        tokens : array of int, shape ``(n + 1,)`` or ``(B, n + 1)``
+            ``tokens[0] = -1``; the draft token of each node, in ``[0, V)``. A 2-D ``tokens`` makes a
+            batch of ``B`` trees (sharing ``parents`` when it is 1-D).
+        pending : array of int, shape ``(t,)`` or ``(B, t)``, keyword-only
+            The context's last ``t >= 1`` tokens, not yet in ``state`` (1-D: the same for every tree).
+            On a new left-padded state they are the whole padded prompts and must reach past the padding.
+        keep : int or sequence of int, optional, keyword-only
+            A node of the tree (one per tree in a batch) whose root path stays in the cache after the
+            call; ``None`` or ``0``: only the context stays.
+        fallback : {None, 'rows'}, keyword-only
+            What to do when the model cannot take a 4-D attention mask: refuse (``None``) or score each
+            root-to-leaf path as its own row (``'rows'``: one :meth:`logits` call on ``B k`` rows, ``k``
+            the most leaves of a tree; same result up to float rounding).
+
+        Returns
+        -------
+        torch.Tensor
+            ``(n + 1, V)`` logits (``(B, n + 1, V)`` for a batch of trees) on :attr:`device`, in the
+            model's dtype; rows of padding nodes are NaN.
+
+        Raises
+        ------
+        TypeError
+            The model's forward cannot take a 4-D mask -- its attention implementation is not eager or
+            sdpa (flash attention ignores such masks), it has sliding-window layers, or its forward takes
+            no ``attention_mask`` / ``position_ids`` -- and ``fallback`` is not ``'rows'`` (the message
+            names the model class and what is missing); ``keep`` with a cache that is not a
+            ``DynamicCache``; arrays of non-integers.
+        ValueError
+            A malformed tree (named entry), ``tokens`` or ``pending`` outside ``[0, V)``, more than
+            :data:`MAX_TREE_NODES` nodes or :data:`MAX_TREE_CELLS` ancestor cells, a ``keep`` that is not
+            a node, ``pending`` not reaching past the padding, or ``B`` not a multiple of the state's
+            batch. Nothing is computed and the state is untouched.
+
+        References
+        ----------
+        Miao et al., "SpecInfer: Accelerating Large Language Model Serving with Tree-based Speculative
+        Inference and Verification", arXiv:2305.09781, §4.1 (tree-based parallel decoding: one
+        topology-aware causal mask scores every node of a token tree). Cai et al., "Medusa: Simple LLM
+        Inference Acceleration Framework with Multiple Decoding Heads", arXiv:2401.10774, §2.1.2 (tree
+        attention; node order, mask and position ids as in its ``generate_medusa_buffers``).
+
+        Examples
+        --------
+        A tree with two children of the root and a grandchild, scored in one call on a tiny GPT-2
+        (absolute positions) against its two root-to-leaf paths scored as rows:
+
+        >>> import torch, transformers
+        >>> from otspec.decoding import HFCausalLM
+        >>> _ = torch.manual_seed(0)
+        >>> gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        ...     vocab_size=8, n_embd=16, n_layer=1, n_head=2, bos_token_id=0, eos_token_id=0))
+        >>> lm = HFCausalLM(gpt2)
+        >>> state = lm.new_state()
+        >>> _ = lm.logits(state, torch.tensor([[1, 2]]))       # the context [1, 2, 3], its last token pending
+        >>> tree = lm.tree_logits(state, [-1, 0, 0, 1], [-1, 5, 6, 7], pending=[3])
+        >>> tree.shape, state.length                             # the tree is dropped from the cache
+        (torch.Size([4, 8]), 3)
+        >>> rows = lm.logits(lm.new_state(), torch.tensor([[1, 2, 3, 5, 7], [1, 2, 3, 6, 7]]))
+        >>> want = torch.stack([rows[0, 2], rows[0, 3], rows[1, 3], rows[0, 4]])
+        >>> torch.allclose(tree, want, rtol=0, atol=1e-5)
+        True
+        """
+        tb = _tree_batch(parents, tokens, pending, keep, self._vocab)
+        _check_fallback(fallback)
+        _check_padded_call(state.pad, state.length, tb.t0)
+        _repeats(state.batch, tb.B)
+        if tb.keep is not None and not _gatherable(state.cache):
+            raise TypeError(f"`keep` needs a transformers DynamicCache of full-attention layers, got a "
+                            f"{type(state.cache).__name__} in {type(self.model).__name__}")
+        why = _tree_refusal(self.model)
+        if why is not None:
+            if fallback != "rows":
+                raise TypeError(f"{type(self.model).__name__} ({self.name}) cannot score a draft tree in one forward: "
+                                f"{why}; load it with attn_implementation='sdpa', or pass fallback='rows' to score "
+                                "each root-to-leaf path as its own row")
+            return _score_rows(self, state, tb)
+        _grow(state, tb.B)
+        L, t0, n = state.length, tb.t0, tb.n
+        ids, mask, pos = _tree_layout(tb, L, state.pad, self.device)
+        dtype = next(self.model.parameters()).dtype
+        bias = torch.zeros(mask.shape, dtype=dtype, device=self.device).masked_fill_(~mask, torch.finfo(dtype).min)
+        out = self.model(input_ids=ids, use_cache=True, attention_mask=bias[:, None], position_ids=pos,
+                         **{self._cache_kw: state.cache})
+        self.n_calls += 1
+        state.cache = getattr(out, self._cache_kw)
+        state.length, state.batch = L + t0 + n, tb.B
+        if tb.keep is None:
+            self.select(state, list(range(tb.B)), L + t0)
+        else:
+            kept = [[L + t0 - 1 + a for a in tb.path(r, a)] for r, a in enumerate(tb.keep.tolist())]
+            self._take(state, list(range(tb.B)), *_kept_columns(tb, L, kept))
+        return _finish_tree(out.logits[:, t0 - 1 :], tb)
+
+    def _take(self, state: _HFState, rows: list[int], cols: np.ndarray, shift: np.ndarray) -> None:
+        """Keep rows ``rows`` of the state, columns ``cols[r]`` of each, padded ``shift`` more columns."""
+        r = torch.tensor(rows, device=self.device)
+        _gather_cache(state.cache, r, torch.from_numpy(cols).to(self.device))
+        state.pad = _shifted_pad(state.pad, r, shift, self.device)
+        state.length, state.batch = int(cols.shape[1]), len(rows)
+
     def __repr__(self) -> str:
         return f"HFCausalLM({self.name}, vocab_size={self.vocab_size}, device={self.device})"
 
@@ -365,7 +830,7 @@ class _SeqState:
         return 0 if self.ids is None else int(self.ids.shape[1])
 
 
-class CallableLM:
+class CallableLM(_TreeScoring):
     r"""A cache-free language model from a function ``ids (B, T) -> logits (B, T, V)``.
 
     Each call recomputes the whole sequence (:math:`O(T)` per token), which
@@ -497,6 +962,43 @@ class CallableLM:
             state.ids = state.ids[rows[0] : rows[0] + 1, :length]
         else:
             state.ids = state.ids[torch.tensor(rows, device=state.ids.device), :length]
+
+    def tree_logits(self, state: _SeqState, parents, tokens, *, pending, keep=None, fallback: str | None = None):
+        r"""Logits at the root and at every node of a draft tree, by rows (exact).
+
+        .. math::
+
+            \ell[i] = \text{fn}(x_{1:T},\, \text{path}(i))_{T - 1 + \text{depth}(i)}, \qquad i = 0, \dots, n.
+
+        ``fn`` takes no attention mask, so each root-to-leaf path is scored as its own row, all in one
+        :meth:`logits` call: exactly the logits of each path alone whenever ``fn`` computes its rows
+        independently. Parameters, returns, the state afterwards and the errors are those of
+        :meth:`HFCausalLM.tree_logits` (``fallback`` is checked and has no effect: this is the row route).
+
+        Examples
+        --------
+        >>> import torch
+        >>> from otspec.decoding import CallableLM
+        >>> running_sum = lambda ids: ids.cumsum(1)[..., None].double().repeat(1, 1, 8)  # every logit
+        >>> lm = CallableLM(running_sum, vocab_size=8)
+        >>> state = lm.new_state()
+        >>> lm.tree_logits(state, [-1, 0, 0, 1], [-1, 3, 4, 5], pending=[1, 2], keep=3)[:, 0].tolist()
+        [3.0, 6.0, 7.0, 11.0]
+        >>> state.ids.tolist()                    # the context, then the root path of node 3
+        [[1, 2, 3, 5]]
+        """
+        tb = _tree_batch(parents, tokens, pending, keep, self._vocab)
+        _check_fallback(fallback)
+        _check_padded_call(state.pad, state.length, tb.t0)
+        batch = state.ids.shape[0] if state.ids is not None else 1 if state.pad is None else state.pad.shape[0]
+        _repeats(int(batch), tb.B)
+        return _score_rows(self, state, tb)
+
+    def _take(self, state: _SeqState, rows: list[int], cols: np.ndarray, shift: np.ndarray) -> None:
+        """Keep rows ``rows`` of the state, columns ``cols[r]`` of each, padded ``shift`` more columns."""
+        r = torch.tensor(rows, device=self._device)
+        state.ids = state.ids[r[:, None], torch.from_numpy(cols).to(self._device)]
+        state.pad = _shifted_pad(state.pad, r, shift, self._device)
 
     def __repr__(self) -> str:
         return f"CallableLM({self.name}, vocab_size={self.vocab_size})"
