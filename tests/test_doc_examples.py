@@ -49,6 +49,8 @@ def _params():
         if "torch" in src:
             marks.append(pytest.mark.skipif(not _has("torch") or not _has("transformers"),
                                             reason="needs the decoding extra"))
+        if "sgl_kernel" in src:  # SGLang's CUDA kernels: only where they are installed (a GPU machine)
+            marks.append(pytest.mark.skipif(not _has("sgl_kernel"), reason="needs SGLang's sgl_kernel (CUDA)"))
         if "matplotlib" in src or "plotting" in src:
             marks.append(pytest.mark.skipif(not _has("matplotlib"), reason="needs matplotlib"))
         out.append(pytest.param(src, id=ident, marks=marks))
