@@ -27,6 +27,13 @@ class DraftSet:
     tree with branching ``(K, 1, ..., 1)``: every sequence is its own node at
     every depth, even when two sequences happen to share a prefix.
 
+    This is the draft tree of :class:`otspec.tree.DraftTree` with shape
+    ``TreeShape.branching(*branching)`` (``TreeShape.chains(K, L)`` for i.i.d.
+    sequences), kept here as a ``(K, L)`` leaf array because DraftSelection
+    and the exact recursions index it by depth with a stride;
+    ``otspec.tree.DraftTree.from_blocks(draft_set)`` converts it (the tree's
+    node tokens are :meth:`node_tokens`).
+
     Parameters
     ----------
     tokens : (K, L) array_like of int
@@ -55,6 +62,8 @@ class DraftSet:
     >>> ds = DraftSet([[0, 1], [0, 2], [1, 0], [1, 1]], branching=(2, 2))
     >>> ds.K, ds.L, ds.nodes(0), ds.nodes(1)
     (4, 2, 2, 4)
+    >>> ds.node_tokens().tolist()  # depth 1: nodes 0, 1; depth 2: the four leaves
+    [0, 1, 1, 2, 0, 1]
     """
 
     tokens: np.ndarray
@@ -110,6 +119,18 @@ class DraftSet:
     def nodes(self, d: int) -> int:
         """Number of tree nodes at depth ``d + 1`` (the draft tokens at position ``d``)."""
         return self.K // self.stride(d)
+
+    def node_tokens(self) -> np.ndarray:
+        r"""The token of every tree node, depth by depth, in tree order: ``(n,)`` int64, :math:`n = \sum_d` ``nodes(d)``.
+
+        Node ``j`` at depth ``d + 1`` carries ``tokens[j * stride(d), d]``
+        (its first leaf's token at position ``d``). Nodes of one depth are in
+        tree order, i.e. by their rank paths (the mixed-radix digits of ``j``
+        in ``branching``), so this is the node order of :mod:`otspec.tree`:
+        the ``tokens[1:]`` of ``otspec.tree.DraftTree.from_blocks(self)``, whose
+        parents are those of ``TreeShape.branching(*self.branching)``.
+        """
+        return np.concatenate([self.tokens[:: self.stride(d), d] for d in range(self.L)])
 
     def __repr__(self) -> str:
         return f"DraftSet(k={self.k}, L={self.L}, branching={self.branching})"

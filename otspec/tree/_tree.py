@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._validation import validate_positive_int
+from ..spectr._drafts import DraftSet
 
 __all__ = [
     "MAX_TREE_NODES",
@@ -485,6 +486,73 @@ class DraftTree:
         parents = [-1] + [index[p[:-1]] for p in ordered[1:]]
         tokens = [-1] + [p[-1] for p in ordered[1:]]
         return cls(None, parents, tokens)
+
+    @classmethod
+    def from_blocks(cls, blocks, branching=None) -> DraftTree:
+        r"""The draft tree of ``K`` draft blocks: ``K`` chains (i.i.d. blocks), or SpecTr's prefix tree.
+
+        .. math::
+
+            T = \big(\texttt{TreeShape.branching}(k_1, \dots, k_L),\ x\big),\qquad
+            x(\text{node } j \text{ at depth } d) = X^{\,j k_{d+1} \cdots k_L}_d,
+
+        the leaves of the prefix tree with branching :math:`(k_1, \dots, k_L)`,
+        :math:`\prod_i k_i = K`, being the blocks :math:`X^0, \dots, X^{K-1}`
+        in tree order. With ``branching=None`` (``(K, 1, ..., 1)``) the tree
+        is ``TreeShape.chains(K, L)``: block ``i`` is chain ``i``, even when two
+        blocks share a prefix (siblings may then carry the same token).
+
+        This is how the package's block-level draft representations are
+        trees: the ``k`` i.i.d. draft blocks of :mod:`otspec.block`'s
+        multi-draft verifiers (``MultiDraftSample.drafts``, the blocks passed
+        to ``verify``) and SpecTr's draft sets (:class:`otspec.spectr.DraftSet`,
+        whose ``node_tokens`` are this tree's ``tokens[1:]``).
+
+        Parameters
+        ----------
+        blocks : DraftSet, (K, L) array_like of int, or sequence of K blocks of L ints
+            A draft set (its own branching is used) or the blocks, leaves in tree order.
+        branching : sequence of L int or None
+            The prefix tree's branching factors; None for ``K`` chains. Must be
+            None when ``blocks`` is a DraftSet.
+
+        Returns
+        -------
+        DraftTree
+            With ``shape = TreeShape.branching(*branching)`` and :math:`n = \sum_d \prod_{i \le d} k_i` nodes.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :class:`otspec.spectr.DraftSet`: not a non-empty 2-D array of
+            non-negative integer tokens, a branching that does not multiply
+            to ``K``, leaves of one node that disagree on its tokens, or more
+            draft tokens than its stated limit; a ``branching`` given with a
+            DraftSet.
+
+        References
+        ----------
+        .. [1] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal Transport",
+           arXiv:2310.15141, §7 (i.i.d. draft sequences) and Appendix D (prefix trees).
+        .. [2] Sun, Ro, Beirami, Suresh, arXiv:2403.10444 v1, Theorem 1 (draft blocks).
+
+        Examples
+        --------
+        >>> from otspec.tree import DraftTree, TreeShape
+        >>> t = DraftTree.from_blocks([[0, 1], [0, 2], [1, 0], [1, 1]], branching=(2, 2))
+        >>> t.shape.paths == TreeShape.branching(2, 2).paths, t.tokens.tolist()
+        (True, [-1, 0, 1, 1, 2, 0, 1])
+        >>> DraftTree.from_blocks([(2, 0), (2, 1)]).paths()[1:]  # two i.i.d. blocks: two chains
+        [(2,), (2,), (2, 0), (2, 1)]
+        """
+        if isinstance(blocks, DraftSet):
+            if branching is not None:
+                raise ValueError(f"`branching` must be None for a DraftSet (it has its own), got {branching!r}")
+            ds = blocks
+        else:
+            ds = DraftSet(blocks, branching)
+        shape = TreeShape.branching(*ds.branching)
+        return cls(shape, shape.parents, np.concatenate(([-1], ds.node_tokens())))
 
     # ------------------------------------------------------------------ derived
     @property
