@@ -1,0 +1,105 @@
+"""The profile's per-position analysis on the host (numpy) against the models' device (torch), side by side.
+
+A profile on a GPU scores a draft tree in a few milliseconds; if the exact quantities of the position
+(alpha_k per depth, the maximal coupling, token and block E[tau | X]) then ran on the host, the GPU would
+wait on them. ``otspec.profile`` keeps the target's laws on the models' device
+(:func:`otspec.profile._collect.analysis_device`) and runs the batched quantities there through the array
+API. This script times :func:`otspec.profile._collect.position_rows` on the same trees three ways -- numpy
+on the host, torch tensors on the CPU, torch tensors on ``--device`` -- at the real vocabulary
+(V = 49,152, k_max = L_max = 4) with peaked laws (softmax of Gaussian logits), and checks that the three
+give the same rows (to 1e-12 relative).
+
+    python experiments/bench_profile_device.py                 # CPU only: numpy vs torch-CPU
+    python experiments/bench_profile_device.py --device cuda   # adds the GPU column
+
+Ratios are printed; the load average is recorded (a loaded CPU slows the host columns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+
+def trees(n: int, V: int, k: int, L: int, seed: int = 0):
+    """``n`` synthetic draft trees: (X, P, Q) with peaked draft/target laws sharing most of their mass."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        base = rng.normal(0.0, 3.0, size=V)
+        P = np.empty((k, L, V))
+        Q = np.empty((k, L + 1, V))
+        X = np.empty((k, L), dtype=np.int64)
+        for j in range(L + 1):
+            zq = base + rng.normal(0.0, 1.0, size=V)
+            q = np.exp(zq - zq.max())
+            Q[:, j] = q / q.sum()
+            if j < L:
+                zp = zq + rng.normal(0.0, 1.0, size=V)
+                p = np.exp(zp - zp.max())
+                P[:, j] = p / p.sum()
+                X[:, j] = rng.choice(V, size=k, p=P[0, j])
+        out.append((X, P, Q))
+    return out
+
+
+def run(device: str | None, n: int, repeat: int) -> None:
+    import torch
+
+    from otspec.profile import ProfileSettings
+    from otspec.profile._collect import _Rows, position_rows
+
+    V, k, L = 49_152, 4, 4
+    settings = ProfileSettings(k_max=k, L_max=L, verifiers=["token", "optimal"], families=["token", "block",
+                                                                                          "block-onestep"])
+    data = trees(n, V, k, L)
+    routes = {"numpy (host)": lambda a: a, "torch CPU": torch.from_numpy}
+    if device and device != "cpu":
+        routes[f"torch {device}"] = lambda a: torch.from_numpy(a).to(device)
+
+    def sync():
+        if device and device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    values, times = {}, {}
+    for name, conv in routes.items():
+        laws = [(X, conv(P), conv(Q)) for X, P, Q in data]
+        sync()
+        rows = _Rows(0)
+        position_rows(rows, 0, *laws[0], settings, costly=False)  # warm-up (kernels, caches)
+        best = float("inf")
+        for _ in range(repeat):
+            rows = _Rows(0)
+            sync()
+            t0 = time.perf_counter()
+            for t, (X, P, Q) in enumerate(laws):
+                position_rows(rows, t, X, P, Q, settings, costly=False)
+            sync()
+            best = min(best, (time.perf_counter() - t0) / n)
+        times[name] = best
+        values[name] = np.array(rows.cols["value"])
+    ref = values["numpy (host)"]
+    print(f"load average {os.getloadavg()}; V = {V}, k_max = L_max = {k}; {n} positions x {repeat} repeats (best)")
+    if device and device.startswith("cuda"):
+        print(f"device: {torch.cuda.get_device_name(0)}")
+    print(f"{'route':<22}{'ms / position':>14}{'vs numpy':>10}{'max rel. diff':>15}")
+    for name, t in times.items():
+        diff = float(np.max(np.abs(values[name] - ref) / np.maximum(np.abs(ref), 1e-300)))
+        flag = "" if diff <= 1e-12 else "  MISS (rows differ)"
+        print(f"{name:<22}{1e3 * t:>14.2f}{t / times['numpy (host)']:>10.3f}{diff:>15.1e}{flag}")
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default=None, help="a torch device for the third column (e.g. cuda)")
+    ap.add_argument("--positions", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    run(args.device, args.positions, args.repeat)
+
+
+if __name__ == "__main__":
+    main()
