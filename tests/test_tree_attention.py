@@ -26,6 +26,7 @@ transformers = pytest.importorskip("transformers")
 
 import otspec.decoding._models as M  # noqa: E402
 from otspec.decoding import CallableLM, HFCausalLM, next_token_logits  # noqa: E402
+from otspec.decoding._models import _cache_keyword  # noqa: E402
 from tests.toy_lm import table_fn  # noqa: E402
 
 DEVICE = os.environ.get("OTSPEC_TEST_DEVICE", "cpu")
@@ -261,7 +262,8 @@ def test_callable_tree_is_exactly_its_rows():
 
 # ----------------------------------------------------------------------------- models that cannot
 class _NoMaskLM(torch.nn.Module):
-    """A causal LM whose forward takes neither ``attention_mask`` nor ``position_ids``."""
+    """A causal LM whose forward takes neither ``attention_mask`` nor ``position_ids`` (the cache as ``cache=``,
+    transformers 5.x from 5.2x on)."""
 
     def __init__(self, inner):
         super().__init__()
@@ -272,12 +274,24 @@ class _NoMaskLM(torch.nn.Module):
         return self.inner(input_ids=input_ids, cache=cache, use_cache=use_cache)
 
 
+class _NoMaskLMPast(_NoMaskLM):
+    """The same, for a wrapped model that takes its cache as ``past_key_values=`` (transformers 4.x, early 5.x)."""
+
+    def forward(self, input_ids, past_key_values=None, use_cache=True):
+        return self.inner(input_ids=input_ids, past_key_values=past_key_values, use_cache=use_cache)
+
+
+def _no_mask(inner):
+    """``inner`` behind a forward without masks, passing the cache under the keyword ``inner`` takes."""
+    return (_NoMaskLM if _cache_keyword(inner) == "cache" else _NoMaskLMPast)(inner)
+
+
 def test_a_model_without_4d_masks_is_refused_then_scored_by_rows_on_request():
-    lm = HFCausalLM(_NoMaskLM(_tiny_llama(5)), name="nomask")
+    lm = HFCausalLM(_no_mask(_tiny_llama(5)), name="nomask")
     context, tokens = [2, 4, 6], _tokens(PARENTS, 9)
     state = lm.new_state()
     lm.logits(state, torch.tensor([context[:-1]]))
-    with pytest.raises(TypeError, match=r"^_NoMaskLM \(nomask\) cannot score a draft tree in one forward: its forward "
+    with pytest.raises(TypeError, match=r"^_NoMaskLM(Past)? \(nomask\) cannot score a draft tree in one forward: its forward "
                                         r"takes no `attention_mask` and no `position_ids`; .*fallback='rows'"):
         lm.tree_logits(state, PARENTS, tokens, pending=context[-1:])
     assert (state.length, lm.n_calls) == (2, 1)                # refused before any work
