@@ -16,7 +16,7 @@ import pyarrow.compute as pc  # noqa: E402
 from otspec.profile import profile, read_table, summarize, toy_pair, write_report  # noqa: E402
 from otspec.profile._collect import COST_REPEATS, cost_shapes  # noqa: E402
 from otspec.profile._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L  # noqa: E402
-from otspec.profile._summary import Costs  # noqa: E402
+from otspec.profile._summary import MIN_RANKED_POSITIONS, Costs  # noqa: E402
 
 PROMPTS = [[0, 1], [2], [3, 4], [1, 1, 2], [4], [0]]
 SETTINGS = dict(k_max=3, L_max=3, max_new_tokens=8, subsample=4, verifiers=["token", "optimal", "kseq", "top-k"],
@@ -62,9 +62,10 @@ def test_schemes_equal_in_law_are_equal_on_common_positions(summary):
 
 
 def test_recommendation_is_the_fastest_lossless_configuration(summary):
-    rec = summary.recommendation
     sub = summary.sets["subsample"]
-    assert rec is sub.recommendation  # every scheme is computed there
+    rec = sub.recommendation  # every scheme is computed there
+    # 12 subsampled positions: too few to rank the costly schemes, so the summary ranks the others on all 48
+    assert sub.positions < MIN_RANKED_POSITIONS and summary.recommendation is summary.sets["all"].recommendation
     lossless = {key: e.value for key, e in sub.speedup.items() if key[0] != "typical"}
     order = sorted(lossless, key=lambda key: (-lossless[key], key))
     assert (rec.best, rec.runner_up) == (order[0], order[1])
@@ -162,3 +163,20 @@ def test_figures_draw_every_family_with_integer_axes(summary):
     with pytest.raises(ValueError, match="`positions` must be one of"):
         plot_tokens_vs_L(summary, positions="half", ax=ax)
     plt.close("all")
+
+
+def test_the_recommendation_ranks_every_scheme_when_the_subsample_is_large_enough(tmp_path):
+    d, t = toy_pair(5, seed=1)
+    profile(PROMPTS, out=tmp_path, draft=d, target=t, **{**SETTINGS, "subsample": 1})
+    s = summarize(tmp_path, n_boot=100)
+    assert s.sets["subsample"].positions == s.positions >= MIN_RANKED_POSITIONS
+    assert s.recommendation is s.sets["subsample"].recommendation
+    assert {f for (f, _, _), _ in s.recommendation.ranking} == {"token", "block", "kseq", "multiround"}
+    text = write_report(tmp_path, n_boot=100, figures=False).read_text()
+    assert "Not ranked" not in text
+
+
+def test_report_says_which_schemes_are_not_ranked(run):
+    text = write_report(run, n_boot=100, figures=False).read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("Not ranked:"))
+    assert "kseq, multiround" in line and "typical" not in line and "12 positions" in line

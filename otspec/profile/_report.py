@@ -7,7 +7,7 @@ from pathlib import Path
 from .._registry import get_verifier
 from ._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L, position_set
 from ._store import write_atomic
-from ._summary import summarize
+from ._summary import MIN_RANKED_POSITIONS, summarize
 
 __all__ = ["write_report", "report_markdown"]
 
@@ -26,13 +26,22 @@ def _config(key) -> str:
 
 
 def _every(n: int) -> str:
-    return {1: "every", 2: "every 2nd", 3: "every 3rd"}.get(n, f"every {n}th")
+    """``every``, ``every 2nd``, ``every 32nd``, ``every 11th`` (profiled position)."""
+    if n == 1:
+        return "every"
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"every {n}{suffix}"
+
+
+def _positions(n: int) -> str:
+    return f"{n} position" + ("" if n == 1 else "s")
 
 
 def _set_title(ps, summary) -> str:
     if ps.name == "all":
-        return f"all {ps.positions} profiled positions"
-    return f"the {ps.positions} positions of the subsample ({_every(summary.settings['subsample'])} profiled position)"
+        return f"all {_positions(ps.positions)} profiled"
+    return (f"the {_positions(ps.positions)} of the subsample ({_every(summary.settings['subsample'])} profiled "
+            "position)")
 
 
 def _names_on(ps, which: str) -> list[str]:
@@ -75,6 +84,14 @@ def _recommendation_lines(summary) -> list[str]:
               "| scheme | k | L | speed-up |", "|---|---|---|---|"]
     for f, (key, sp) in best_of.items():
         lines.append(f"| {f} | {key[1]} | {key[2]} | {_fmt(sp, '.2f')} |")
+    sub = summary.sets.get("subsample")
+    unranked = [f for f in dict.fromkeys(f for f, _, _ in summary.tokens_per_call)
+                if ps is not None and ps.name == "all" and f not in _names_on(ps, "tau") and get_verifier(f).lossless]
+    if unranked and sub is not None:
+        lines += ["", f"Not ranked: {', '.join(unranked)}, computed on {_positions(sub.positions)} only (the "
+                  f"subsample; at least {MIN_RANKED_POSITIONS} are needed to rank them beside the others): profile "
+                  "more positions or a smaller `subsample` (`--subsample`). Their values are in the subsample's "
+                  "table below."]
     if "all" in summary.sets and ps is not None and ps.name != "all" and summary.sets["all"].recommendation:
         ra = summary.sets["all"].recommendation
         lines += ["", f"Among the schemes computed at every one of the {summary.sets['all'].positions} profiled "
@@ -94,7 +111,7 @@ def _profiled_lines(summary) -> list[str]:
                  f"{', '.join(every) if every else 'none'}.")
     if sub:
         n = sets["subsample"].positions if "subsample" in sets else 0
-        lines.append(f"- Tokens per call at {_every(s['subsample'])} profiled position only ({n} positions; "
+        lines.append(f"- Tokens per call at {_every(s['subsample'])} profiled position only ({_positions(n)}; "
                      f"they build a verifier per depth or per draft-tree node): {', '.join(sub)}.")
     acc_every = [v for v in dict.fromkeys(v for v, _, _ in summary.acceptance)
                  if "all" in sets and v in _names_on(sets["all"], "acc")]
@@ -104,9 +121,12 @@ def _profiled_lines(summary) -> list[str]:
     lossy = [f for f in dict.fromkeys(f for f, _, _ in summary.tokens_per_call) if not get_verifier(f).lossless]
     if lossy:
         lines.append(f"- Lossy rules (their output does not follow the target; not recommended): {', '.join(lossy)}.")
-    for what in ("families", "verifiers"):
+    left: dict = {}
+    for what in ("verifiers", "families"):
         for name, why in (summary.skipped.get(what) or {}).items():
-            lines.append(f"- Left out ({what}): {name} -- {why}")
+            left.setdefault((name, why), []).append(what)
+    for (name, why), whats in left.items():
+        lines.append(f"- Left out ({', '.join(whats)}): {name} -- {why}")
     return lines + [""]
 
 

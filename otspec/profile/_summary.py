@@ -19,10 +19,14 @@ from ._renewal import starts_recursion
 from ._settings import costly
 from ._store import iter_shards, read_manifest
 
-__all__ = ["Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize", "prompt_sums"]
+__all__ = ["MIN_RANKED_POSITIONS", "Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize",
+           "prompt_sums"]
 
 #: Bootstrap resamples of every interval.
 N_BOOT = 2000
+#: Fewest positions on which :attr:`ProfileSummary.recommendation` ranks the costly schemes (computed on the
+#: subsample only) beside the others; below it, the recommendation ranks the schemes computed at every position.
+MIN_RANKED_POSITIONS = 30
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,8 @@ class ProfileSummary:
         ``"all"`` and ``"subsample"`` -> :class:`PositionSet`.
     recommendation : Recommendation or None
         The fastest lossless configuration among every profiled scheme, on the positions where all were
-        computed (``sets[...].recommendation`` for each set).
+        computed when they are at least :data:`MIN_RANKED_POSITIONS`; else among the schemes computed at every
+        profiled position (``sets[...].recommendation`` for each set).
     draft_cost, score_cost : float
         The draft step and the scoring call relative to one target call of plain decoding (from :attr:`costs`).
     renewal : dict
@@ -522,8 +527,15 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             r = (rref, 1, L)
             if f != rref and r in renewal:
                 ren_diffs[((f, k, L), r)] = _interval(e.value - renewal[r].value, ren_res[(f, k, L)] - ren_res[r])
-    common = sets.get("subsample") if "subsample" in sets and any(
-        costly("tau", f) for f, _, _ in tpc_keys) else sets["all"]
+    # rank every scheme on the positions where all were computed, when there are enough of them for an interval
+    # over prompts; else the schemes computed at every position (the report says which)
+    sub = sets.get("subsample")
+    every = sets["all"] if sets["all"].recommendation is not None else None
+    if sub is not None and any(costly("tau", f) for f, _, _ in tpc_keys) and (
+            every is None or sub.positions >= MIN_RANKED_POSITIONS):
+        common = sub
+    else:
+        common = every or sub or sets["all"]
     return ProfileSummary(acceptance=own.acceptance, gaps=own.gaps, tokens_per_call=tokens, differences=diffs,
                           speedup=speed, draft_cost=float(costs.draft[1] / costs.plain),
                           score_cost=float(costs.target[(1, settings["L_max"])] / costs.plain),
