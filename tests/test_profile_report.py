@@ -180,3 +180,20 @@ def test_report_says_which_schemes_are_not_ranked(run):
     text = write_report(run, n_boot=100, figures=False).read_text()
     line = next(ln for ln in text.splitlines() if ln.startswith("Not ranked:"))
     assert "kseq, multiround" in line and "typical" not in line and "12 positions" in line
+
+
+def test_cli_default_families_at_a_vocabulary_that_leaves_optimal_out(tmp_path, capsys):
+    # the first-contact path: default families where "optimal" is left out (V above 1024), then the report
+    from otspec.__main__ import main
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"input_ids": [0, 1]}\n{"input_ids": [2]}\n')
+    out = tmp_path / "run"
+    assert main(["profile", "--draft", "toy:1100", "--target", "toy:1100", "--prompts", str(prompts), "--out",
+                 str(out), "--k-max", "2", "--L-max", "2", "--max-new-tokens", "3", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "optimal (--families)" in printed and "above 1024 tokens" in printed
+    assert main(["report", str(out), "--no-figures"]) == 0
+    text = (out / "report.md").read_text()
+    assert text.split("\n## ")[1].startswith("Recommendation")
+    assert "- Left out (families): optimal -- " in text and "above 1024 tokens" in text
