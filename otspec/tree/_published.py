@@ -48,9 +48,9 @@ from .._registry import VerifierSpec, register_verifier
 from .._validation import as_rng, validate_distribution, validate_positive_int
 from .._verifier import LOSSLESS_TOL, sample_from, validate_tol
 from ..models import MAX_ENUMERATION, check_enumeration, next_law, validate_model, validate_model_pair, validate_sequence
-from ._process import LawCache, _laws_of
+from ._process import LawCache
 from ._tree import DraftTree, TreeShape
-from ._value import TreeCheck, _completed_law, _target_joint
+from ._value import TreeCheck, check_enumerated
 from ._verifiers import TreeVerifier, make_tree_verifier, validate_tree_laws
 
 __all__ = [
@@ -1111,15 +1111,7 @@ def check_spechub_lossless(shape, draft, target, *, verifier="spechub", prefix=(
                       limit_name="max_sequences")
     trees = enumerate_spechub_trees(shape, draft, prefix=ctx)
     dl, tl = LawCache(draft, V, ctx, "draft"), LawCache(target, V, ctx, "target")
-    law, acceptance = _completed_law(v, trees, dl, tl, V, D)
-    ref = _target_joint(tl, V, D + 1)
-    direct = math.fsum(w * v.expected_accepted(T, *_laws_of(T, dl, tl), validate=False) for T, w in trees)
-    max_error = float(np.max(np.abs(law - ref)))
-    return TreeCheck(
-        passed=bool(max_error <= tol), max_error=max_error, law=law, target_law=ref, method="enumeration",
-        n_cases=len(trees), acceptance=acceptance, acceptance_error=abs(acceptance - direct),
-        verifier=v.name, process="spechub", claimed_lossless=bool(v.lossless_for("spechub", shape)),
-    )
+    return check_enumerated(v, trees, dl, tl, V, D, tol=tol, process="spechub", shape=shape)
 
 
 _REFS = {

@@ -300,6 +300,12 @@ def check_lossless(verifier, shape, draft, target, *, process, prefix=(), max_tr
     """
     tol = validate_tol(tol)
     v, trees, dl, tl, V, D = _enumerated(shape, draft, target, process, verifier, prefix, max_trees, max_sequences)
+    return check_enumerated(v, trees, dl, tl, V, D, tol=tol, process=process, shape=shape)
+
+
+def check_enumerated(v, trees, dl, tl, V: int, D: int, *, tol: float, process: str, shape) -> TreeCheck:
+    """The :class:`TreeCheck` of verifier ``v`` on already enumerated ``(tree, probability)`` pairs (the laws
+    through the caches ``dl``, ``tl``): the completed law against the target's, and the two routes to E[tau]."""
     law, acceptance = _completed_law(v, trees, dl, tl, V, D)
     ref = _target_joint(tl, V, D + 1)
     direct = math.fsum(w * v.expected_accepted(T, *_laws_of(T, dl, tl), validate=False) for T, w in trees)
