@@ -35,6 +35,7 @@ import otspec.tree as T  # noqa: E402
 from otspec.models import random_markov_model  # noqa: E402
 from otspec.testing import chi2_gof  # noqa: E402
 from otspec.tree._published import enumerate_spechub_trees, sample_spechub_tree  # noqa: E402
+from tests.test_decoding import _Counting as _CountingLM  # noqa: E402
 from tests.test_decoding import _tiny_llama  # noqa: E402
 from tests.toy_lm import table_fn  # noqa: E402
 
@@ -329,24 +330,13 @@ def test_decode_result_records_one_target_call_and_one_draft_call_per_depth(toy)
 
 
 # ----------------------------------------------------------------------------- bad input
-class _Counting:
-    """A LanguageModel wrapper counting calls (tree_logits included)."""
+class _Counting(_CountingLM):
+    """test_decoding's call-counting wrapper, with tree scoring (counted too) unless ``tree=False``."""
 
     def __init__(self, lm, tree=True):
-        self.lm, self.calls = lm, 0
-        self.vocab_size, self.device = lm.vocab_size, lm.device
+        super().__init__(lm)
         if tree:
             self.tree_logits = self._tree_logits
-
-    def new_state(self):
-        return self.lm.new_state()
-
-    def logits(self, state, ids):
-        self.calls += 1
-        return self.lm.logits(state, ids)
-
-    def select(self, state, row, length):
-        return self.lm.select(state, row, length)
 
     def _tree_logits(self, *a, **kw):
         self.calls += 1

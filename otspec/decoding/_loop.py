@@ -551,7 +551,10 @@ def speculative_decode(
         from the processed draft law (temperature, top-k, top-p);
         ``"topk"`` and ``"eagle2"`` rank by the draft's own law (its softmax
         at temperature 1, untruncated, as EAGLE does), so greedy decoding
-        works with them.
+        works with them. A ``"wor"`` node needs as many tokens of positive
+        draft probability as its children: greedy decoding or a smaller
+        ``top_k`` is refused before any model call, a nucleus (``top_p``)
+        too small at some node raises ValueError naming that node.
     allow_lossy : bool, keyword-only
         Run a tree verifier on a process it is not lossless for (refused by
         default); ``DecodeResult.lossless`` is then False.

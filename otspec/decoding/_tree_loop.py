@@ -52,7 +52,8 @@ from ._verifiers import lp_max_support
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["SPECHUB_MAX_VOCAB", "TREE_PROCESSES", "TreePlan", "tree_plan"]
+__all__ = ["DEFAULT_VERIFIERS", "SPECHUB_MAX_VOCAB", "TREE_PROCESSES", "TreePlan", "TreeStep", "check_with_tree",
+           "check_without_tree", "tree_plan"]
 
 #: The draft processes the decoder grows trees with: those of :data:`otspec.tree.PROCESSES` and SpecHub's
 #: pairs (:func:`otspec.tree.sample_spechub_tree`).
