@@ -6,6 +6,7 @@ Notation: ``p`` is the draft model's next-token law, ``q`` the target's
 
 from __future__ import annotations
 
+import functools
 import numbers
 import time
 import warnings
@@ -22,6 +23,7 @@ from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
 from ._sampling import Sampling, sample_rows
+from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import Scheme, check_multiblock_size, resolve_scheme
 
 torch = require("torch", "otspec.decoding")
@@ -133,16 +135,21 @@ class _Track:
         self.batch = 1
         self.calls = 0
 
+    def logits_t(self, ids: np.ndarray):
+        """Append ``ids`` (B, t) to every row (the state's rows repeated as ``logits`` does); return the raw
+        logits (B, t, V), a tensor on the model's device."""
+        t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(self.lm.device)
+        logits = self.lm.logits(self.state, t)
+        self.calls += 1
+        self.batch = int(ids.shape[0])
+        return logits
+
     def feed_t(self, ids: np.ndarray, last: int = 1):
         """Append ``ids`` (B, t) to every row; return the float64 laws of the last ``last`` positions (B, last, V).
 
         A tensor on the model's device: the decoder moves to the host only the rows its verifiers read.
         """
-        t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(self.lm.device)
-        logits = self.lm.logits(self.state, t)[:, -last:]
-        self.calls += 1
-        self.batch = int(ids.shape[0])
-        return self.sampling.probs(logits)
+        return self.sampling.probs(self.logits_t(ids)[:, -last:])
 
     def feed(self, ids: np.ndarray, last: int = 1) -> np.ndarray:
         """:meth:`feed_t` as a numpy array (the baseline and the block schemes, one row each)."""
@@ -243,6 +250,19 @@ class DecodeResult:
         Seconds spent decoding (model calls, sampling, verification);
         the prediction bookkeeping is excluded.
     draft_calls, total_target_calls : int
+    process : str or None
+        The draft process of a tree run (:data:`otspec.tree.PROCESSES` or
+        ``"spechub"``); None for chains.
+    tree : TreeShape, Eagle2Params or None
+        The tree a tree run drafted at every step; None for chains. Then
+        ``k`` is the number of children of the root, ``L`` the largest depth,
+        ``accepted`` the depth of the accepted node, ``predicted_*`` and
+        ``alpha_first`` the verifier's exact values given each realised tree
+        (:meth:`otspec.tree.TreeVerifier.emission`), and ``alpha_opt_first``
+        the best first-depth acceptance of the process at the root:
+        :math:`\alpha_K` for ``"iid"``, its without-replacement analogue for
+        ``"wor"``, the target mass of the root's children for ``"topk"`` and
+        ``"eagle2"``, :func:`otspec.tree.spechub_optimum` for ``"spechub"``.
     """
 
     tokens: np.ndarray
@@ -265,6 +285,8 @@ class DecodeResult:
     wall_time: float
     draft_calls: int
     total_target_calls: int
+    process: str | None = None
+    tree: object = None
 
     verifier = property(_deprecated_verifier_name, doc="Deprecated alias of ``verifier_name``.")
 
@@ -416,9 +438,12 @@ def speculative_decode(
     *,
     draft,
     target,
-    verifier="token",
-    k: int = 1,
-    L: int = 4,
+    verifier=None,
+    k: int | None = None,
+    L: int | None = None,
+    tree=None,
+    process: str | None = None,
+    allow_lossy: bool = False,
     max_new_tokens: int = 64,
     temperature: float = 1.0,
     top_k: int | None = None,
@@ -446,6 +471,14 @@ def speculative_decode(
       speculative sampling.
     * block schemes (``K = 1``) run :mod:`otspec.block`'s verifier on the
       draft block with the logged conditionals.
+    * draft trees (``tree=``, ``process=``): the draft fills the tree with
+      one call per depth (the nodes of that depth that get children, as a
+      batch of rows on its KV cache), the target scores every node in
+      **one** call with a tree attention mask (:meth:`HFCausalLM.tree_logits`),
+      and a tree verifier of :mod:`otspec.tree` accepts a root path and
+      emits one more token (SpecInfer, Sequoia, EAGLE-2's target-only rule,
+      SpecTr over a tree, Traversal Verification, ...). A verifier not
+      lossless for the process is refused unless ``allow_lossy=True``.
 
     .. math::
 
@@ -471,8 +504,8 @@ def speculative_decode(
     draft, target : LanguageModel, keyword-only
         Draft (``p``) and target (``q``) models, same ``vocab_size``; see
         :class:`HFCausalLM`. Keyword-only, so the roles cannot be swapped.
-    verifier : str or callable, keyword-only
-        ``"token"`` (speculative sampling), ``"kseq"``, ``"multiround"``,
+    verifier : str, callable, TreeVerifier or None, keyword-only
+        Chains (default ``"token"``): ``"token"`` (speculative sampling), ``"kseq"``, ``"multiround"``,
         ``"optimal"``, ``"lp"`` (the OTM-k LP plan, built at every step: a
         support of at most 128 tokens for ``k = 2``, 32 for ``k = 3``, 18 for
         ``k = 4`` -- a smaller vocabulary needs no truncation, a larger one
@@ -488,10 +521,43 @@ def speculative_decode(
         returning an :class:`otspec.Verifier` or a result carrying one as
         ``.verifier`` (e.g. :class:`otspec.OTMResult`). Every step's ``p``,
         ``q`` are float64 vectors on the union of the two supports.
-    k : int, keyword-only
-        Number of i.i.d. draft sequences, ``k >= 1`` (1 for single-draft schemes).
-    L : int, keyword-only
-        ``L >= 1``.
+        Trees: a name of ``otspec.multidraft.verifier_names(kind="tree")``
+        (``"specinfer"``, ``"sequoia"``, ``"target-only"``,
+        ``"spectr-tree"``, ``"traversal"``, ``"gbv"``, ``"spechub"``, ...,
+        with its options in ``verifier_options``) or an
+        :class:`otspec.tree.TreeVerifier`; default the per-node rule
+        lossless for the process: ``"specinfer"`` (``"iid"``),
+        ``"sequoia"`` (``"wor"``), ``"target-only"`` (``"topk"``,
+        ``"eagle2"``), ``"spechub"`` (``"spechub"``).
+    k : int or None, keyword-only
+        Number of i.i.d. draft sequences, ``k >= 1`` (default 1; 1 for
+        single-draft schemes). Unset with ``tree``.
+    L : int or None, keyword-only
+        Draft length, ``L >= 1`` (default 4). Unset with ``tree``.
+    tree : TreeShape, sequence of rank paths, Eagle2Params or None, keyword-only
+        Draft a tree instead of chains: a shape (:class:`otspec.tree.TreeShape`,
+        or its rank paths, Medusa's ``medusa_choices``) or EAGLE-2's dynamic
+        tree (:class:`otspec.tree.Eagle2Params`); at most
+        ``otspec.decoding._models.MAX_TREE_NODES`` (2048) nodes. The target
+        must have ``tree_logits`` (:class:`HFCausalLM`, :class:`CallableLM`; a
+        model whose attention takes no 4-D mask is scored by rows, still
+        one call).
+    process : str or None, keyword-only
+        How the draft fills ``tree``: ``"iid"`` (i.i.d. children, SpecInfer),
+        ``"wor"`` (without replacement, Sequoia), ``"topk"`` (the draft's
+        top-ranked tokens, Medusa / EAGLE), ``"eagle2"`` (with an
+        ``Eagle2Params``; the default for one), ``"spechub"`` (SpecHub's
+        pairs, ``V <= 2048``). ``"iid"``, ``"wor"`` and ``"spechub"`` draw
+        from the processed draft law (temperature, top-k, top-p);
+        ``"topk"`` and ``"eagle2"`` rank by the draft's own law (its softmax
+        at temperature 1, untruncated, as EAGLE does), so greedy decoding
+        works with them. A ``"wor"`` node needs as many tokens of positive
+        draft probability as its children: greedy decoding or a smaller
+        ``top_k`` is refused before any model call, a nucleus (``top_p``)
+        too small at some node raises ValueError naming that node.
+    allow_lossy : bool, keyword-only
+        Run a tree verifier on a process it is not lossless for (refused by
+        default); ``DecodeResult.lossless`` is then False.
     max_new_tokens : int, keyword-only
     temperature, top_k, top_p, top_p_rule : keyword-only
         Applied identically to draft and target (:class:`Sampling`;
@@ -519,9 +585,14 @@ def speculative_decode(
     ValueError
         Different vocabularies, an empty prompt, ``K`` or ``L`` < 1,
         ``temperature < 0``, an unknown verifier or one that does not fit
-        ``K`` or the sampling -- all before any model call.
+        ``K`` or the sampling; with ``tree``: a malformed tree, an unknown
+        ``process``, a tree verifier not lossless for the process without
+        ``allow_lossy`` (the message names the processes it is lossless
+        for), ``k`` or ``L`` given, a tree the draft's laws cannot fill
+        (``"wor"`` under greedy decoding) -- all before any model call.
     TypeError
-        Models that are not :class:`LanguageModel`, non-integer ids.
+        Models that are not :class:`LanguageModel`, non-integer ids, a
+        target without ``tree_logits`` for a tree.
 
     References
     ----------
@@ -531,6 +602,9 @@ def speculative_decode(
        Transport", NeurIPS 2023, Algorithm 3, Theorem 2.
     .. [3] Sun et al., "Optimal Block-Level Draft Verification for
        Accelerating Speculative Decoding", Algorithm 3.
+    .. [4] Miao et al., "SpecInfer", arXiv:2305.09781, §4 (token trees,
+       tree attention, multi-step speculative sampling); Li et al.,
+       "EAGLE-2", arXiv:2406.16858, §4 (dynamic draft trees).
 
     Examples
     --------
@@ -541,6 +615,13 @@ def speculative_decode(
     >>> res = speculative_decode([0], draft=p, target=q, L=3, max_new_tokens=8, rng=0)
     >>> res.tokens.shape, res.block_efficiency   # identical models accept every draft
     ((8,), 4.0)
+
+    A draft tree: two i.i.d. children of the root, the first with a child, verified by SpecInfer's rule:
+
+    >>> res = speculative_decode([0], draft=p, target=q, tree=[(0,), (1,), (0, 0)], process="iid",
+    ...                          max_new_tokens=9, rng=0)
+    >>> res.verifier_name, res.k, res.L, res.block_efficiency
+    ('specinfer', 2, 2, 3.0)
     """
     V, prompt_, max_new, sampling, eos = _validate_common(
         target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id, top_p_rule
@@ -550,9 +631,18 @@ def speculative_decode(
         raise ValueError(
             f"`draft` and `target` must share one vocabulary, got vocab_size {Vd} (draft) and {V} (target)"
         )
-    K = validate_positive_int(k, "k")
-    L = validate_positive_int(L, "L")
-    scheme = _resolve(verifier, K, verifier_options, V, sampling)
+    if tree is not None:
+        check_with_tree(k, L)
+        plan = tree_plan(tree, process=process, verifier=verifier, options=verifier_options,
+                         allow_lossy=allow_lossy, target=target, V=V, sampling=sampling)
+        gen = make_rng(rng)
+        scheme = Scheme(plan.name, "tree", None, plan.lossless)
+        return _Decoder(draft, target, prompt_, scheme, plan.k, plan.L, max_new, sampling, gen, eos, progress,
+                        tree_step=TreeStep(plan, sampling)).run()
+    check_without_tree(process, allow_lossy)
+    K = validate_positive_int(1 if k is None else k, "k")
+    L = validate_positive_int(4 if L is None else L, "L")
+    scheme = _resolve("token" if verifier is None else verifier, K, verifier_options, V, sampling)
     if scheme.kind == "multiblock":
         check_multiblock_size(scheme.name, V, L, K)
     gen = make_rng(rng)
@@ -560,7 +650,9 @@ def speculative_decode(
 
 
 class _Decoder:
-    def __init__(self, draft, target, prompt, scheme: Scheme, K, L, max_new, sampling, gen, eos, progress):
+    def __init__(self, draft, target, prompt, scheme: Scheme, K, L, max_new, sampling, gen, eos, progress,
+                 tree_step: TreeStep | None = None):
+        self.tree_step = tree_step
         self.t = _Track(target, sampling)
         self.d = _Track(draft, sampling)
         self.prompt = prompt
@@ -735,6 +827,8 @@ class _Decoder:
         from tqdm.auto import tqdm
 
         step = {"block": self._iter_block, "multiblock": self._iter_multiblock}.get(self.scheme.kind, self._iter_token)
+        if self.tree_step is not None:
+            step = functools.partial(self.tree_step, self)
         ctx = list(self.prompt)
         out: list[int] = []
         bar = tqdm(total=self.max_new, disable=not self.progress, desc=f"speculative[{self.scheme.name}]", leave=False)
@@ -773,4 +867,6 @@ class _Decoder:
             wall_time=wall,
             draft_calls=self.d.calls,
             total_target_calls=self.t.calls,
+            process=None if self.tree_step is None else self.tree_step.plan.process,
+            tree=None if self.tree_step is None else self.tree_step.plan.shape,
         )

@@ -88,8 +88,9 @@ class Scheme:
     ----------
     name : str
         The verifier's name (or the callable's ``__name__``).
-    kind : {"token", "block"}
-        Token-level DraftSelection or whole-block verification.
+    kind : {"token", "block", "multiblock", "tree"}
+        Token-level DraftSelection, whole-block verification, ``k`` enumerated
+        blocks, or a draft tree (verified by an :mod:`otspec.tree` verifier).
     build : callable or None
         ``(p, q, k) -> Verifier`` for token-level schemes.
     lossless : bool or None
