@@ -41,8 +41,8 @@ import otspec
 import otspec.tree
 
 from .._registry import suggest
-from .._verifier import sample_from, sample_from_cdf
-from ..tree._process import PROCESSES, _child_groups, _support_error
+from .._verifier import sample_from
+from ..tree._process import PROCESSES, _child_groups, _support_error, draw_children
 from ..tree._published import _chains, _children, spechub_optimum, spechub_pair_law
 from ..tree._verifiers import SpecTrTreeVerifier
 from ._deps import require
@@ -109,27 +109,14 @@ class _ShapeGrower:
         process = plan.process
         for j, (par, ch, ranks) in enumerate(plan.levels[self.d]):
             p = P[j]
-            if process == "iid":
-                c = p.cumsum()
-                for x in ch:
-                    tokens[x] = sample_from_cdf(c, p, gen)
+            if process in ("iid", "wor"):
+                tokens[ch] = draw_children(p, ranks, process, gen, path=plan.path_of(tokens, par))
             elif process == "topk":
                 need = max(ranks) + 1
                 if np.count_nonzero(R[j] > 0) < need:
                     raise _support_error("topk", need, plan.path_of(tokens, par), R[j])
                 order = _top(R[j], need)
                 tokens[ch] = order[ranks]
-            elif process == "wor":
-                need = max(ranks) + 1
-                if np.count_nonzero(p > 0) < need:
-                    raise _support_error("wor", need, plan.path_of(tokens, par), p)
-                w = np.array(p, copy=True)
-                seq = []
-                for _ in range(need):
-                    t = sample_from(w, gen)
-                    seq.append(t)
-                    w[t] = 0.0
-                tokens[ch] = [seq[r] for r in ranks]
             else:  # spechub: one child from p, two from the hub's pair law
                 if len(ch) == 1:
                     tokens[ch[0]] = sample_from(p, gen)

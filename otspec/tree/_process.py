@@ -35,6 +35,7 @@ from ..models import next_law, validate_model, validate_model_pair, validate_seq
 from ._tree import DraftTree, Eagle2Params, TreeShape
 
 __all__ = [
+    "draw_children",
     "DETERMINISTIC_PROCESSES",
     "MAX_TREES",
     "PROCESSES",
@@ -234,24 +235,38 @@ def sample_tree(shape, draft, *, process, prefix=(), rng=None) -> DraftTree:
     tokens = np.full(shape.n + 1, -1, dtype=np.int64)
     paths: list = [()] * (shape.n + 1)
     for par, ch, ranks in _child_groups(shape):
-        p = laws(paths[par])
-        if process == "iid":
-            drawn = [sample_from(p, gen) for _ in ch]
-        else:
-            need = max(ranks) + 1
-            if np.count_nonzero(p > 0) < need:
-                raise _support_error("wor", need, paths[par], p)
-            w = np.array(p, copy=True)
-            seq = []
-            for _ in range(need):
-                t = sample_from(w, gen)
-                seq.append(t)
-                w[t] = 0.0
-            drawn = [seq[r] for r in ranks]
+        drawn = draw_children(laws(paths[par]), ranks, process, gen, path=paths[par])
         for c_, t in zip(ch, drawn):
             tokens[c_] = t
             paths[c_] = paths[par] + (int(t),)
     return DraftTree(shape, shape.parents, tokens)
+
+
+def draw_children(p: np.ndarray, ranks, process: str, gen: np.random.Generator, *, path=()) -> list[int]:
+    """The tokens of one node's children of ranks ``ranks`` (in rank order) drawn from its draft law ``p``.
+
+    ``"iid"``: one independent draw per child; ``"wor"``: the first ``max(ranks) + 1`` draws without
+    replacement (each from ``p`` with the earlier draws removed), the child of rank ``r`` taking the ``r``-th.
+    The one draw of :func:`sample_tree` and of the tree decoder (:mod:`otspec.decoding`), which hands it the
+    laws of a whole depth at once. ``path`` (the node's root path) names the node in the error.
+
+    Raises
+    ------
+    ValueError
+        ``"wor"`` with fewer tokens of positive probability than ``max(ranks) + 1``.
+    """
+    if process == "iid":
+        return [sample_from(p, gen) for _ in ranks]
+    need = max(ranks) + 1
+    if np.count_nonzero(p > 0) < need:
+        raise _support_error("wor", need, path, p)
+    w = np.array(p, copy=True)
+    seq = []
+    for _ in range(need):
+        t = sample_from(w, gen)
+        seq.append(t)
+        w[t] = 0.0
+    return [seq[r] for r in ranks]
 
 
 def _wor_sequences(p: np.ndarray, need: int):
