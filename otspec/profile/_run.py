@@ -13,6 +13,7 @@ from ._distributed import run_on_client
 from ._prompts import load_prompts
 from ._settings import ProfileSettings, check_limits
 from ._shard import run_shard
+from ._trees import check_tree_context
 from ._store import (
     FORMAT,
     MANIFEST,
@@ -201,6 +202,8 @@ def prepare(prompts, *, out, draft, target, settings: ProfileSettings, tokenizer
     settings = settings.for_vocabulary(V)
     items = load_prompts(prompts, V, tokenizer=tokenizer, context=settings.context, chat_template=chat_template)
     check_limits(settings, V, [len(p) for p, _ in items])
+    check_tree_context(settings.tree_plan, draft, target, max((len(p) for p, _ in items), default=0),
+                       settings.max_new_tokens)
     out = Path(out)
     ids = {"draft": _model_id(draft), "target": _model_id(target)}
     check_folder(out, {"format": FORMAT, "settings": settings_entry(settings), "prompts": prompts_entry(items),
