@@ -129,7 +129,7 @@ def cost_shapes(settings) -> dict[str, list[tuple[int, int]]]:
     """
     grid = [(k, L + 1) for k in range(1, settings.k_max + 1) for L in range(1, settings.L_max + 1)]
     # the tree families' draft calls: one step on the nodes of a depth that get children
-    tree_rows = tree_cost_shapes(settings.tree_plan)["draft"] if settings.tree_plan is not None else []
+    tree_rows = tree_cost_shapes(getattr(settings, "tree_plan", None))["draft"] if getattr(settings, "tree_plan", None) is not None else []
     return {"target": [(1, 1)] + [g for g in grid if g != (1, 1)],
             "draft": [(k, 1) for k in range(1, settings.k_max + 1)] + [(r, 1) for r in tree_rows if r > settings.k_max]}
 
@@ -177,8 +177,8 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
                 if held:
                     lm.select(state, 0, held)
                 rows.add(-1, "cost", name, k, [dt], m=n, j0=rep + 1)
-    if settings.tree_plan is not None:
-        _tree_costs(rows, target, ctx, held, sampling, tree_cost_shapes(settings.tree_plan)["tree"])
+    if getattr(settings, "tree_plan", None) is not None:
+        _tree_costs(rows, target, ctx, held, sampling, tree_cost_shapes(getattr(settings, "tree_plan", None))["tree"])
     return rows.cols
 
 
@@ -259,7 +259,7 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
     recorded; the states are left holding the contexts."""
-    plan = settings.tree_plan
+    plan = getattr(settings, "tree_plan", None)
     got = draw_and_score(draft, ds, target, ts, last, n_ctx, np.asarray(p_root), np.asarray(q_root), plan,
                          settings.sampling, rngs)
     V = int(np.shape(p_root)[-1])
@@ -287,7 +287,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     sampling = settings.sampling
     k_max, L = settings.k_max, settings.L_max
     rng = prompt_rng(settings.seed, index)
-    trng = tree_rng(settings.seed, index) if settings.tree_plan is not None else None
+    trng = tree_rng(settings.seed, index) if getattr(settings, "tree_plan", None) is not None else None
     rows = _Rows(index)
     timer = _Timer()
     dev = analysis_device(target)
@@ -418,7 +418,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                                  f"`{name}` ({type(lm).__name__}) does not support (its new_state takes no `pad`)")
     T = Ts.pop()
     rngs = [prompt_rng(settings.seed, i) for i in indices]
-    trngs = [tree_rng(settings.seed, i) for i in indices] if settings.tree_plan is not None else None
+    trngs = [tree_rng(settings.seed, i) for i in indices] if getattr(settings, "tree_plan", None) is not None else None
     rows = [_Rows(i) for i in indices]
     timers = [_Timer() for _ in range(B)]
     shared = _Shared(timers)

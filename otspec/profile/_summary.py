@@ -953,7 +953,7 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
         nc, ne = npos(Cc, ("treeq", "topk", 0, 1)), npos(Ce, ("treeq", "topk", 0, 1))
         pos_c, pos_e = int(nc.sum()), int(ne.sum())
         mean_c = Sc[:, qcols].sum(axis=0) / nc.sum()
-        order = static_order(mean_c)
+        order = static_order(mean_c, U.parents)
         N = min(U.n, MAX_STATIC_BUDGET)
         cum_e = np.cumsum(Se[:, qcols[order[:N] - 1]], axis=1) + ne[:, None]
         point, res = _boot(cum_e, np.repeat(ne[:, None], N, axis=1), We)

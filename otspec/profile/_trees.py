@@ -366,10 +366,13 @@ def resolve_trees(trees, universe=None) -> TreePlan:
     seen: dict = {}
     for i, item in enumerate(items):
         f = parse_family(item, i)
-        for name in f.names():
-            if name in seen:
-                raise ValueError(f"`trees[{i}]` repeats the family {name!r} of `trees[{seen[name]}]`")
-            seen[name] = i
+        what = f.shape.paths if isinstance(f.shape, TreeShape) else (f.shape.depth, f.shape.top_k, f.shape.total_tokens)
+        for name, v in zip(f.names(), f.verifiers or (None,)):
+            for key in (name, (f.process, what, v)):
+                if key in seen:
+                    raise ValueError(f"`trees[{i}]` repeats the family {name!r} of `trees[{seen[key]}]` (same process, "
+                                     "shape and verifier)")
+                seen[key] = i
         fams.append(f)
     uspec = None
     paths: set = set()
@@ -891,7 +894,7 @@ def tree_cost_shapes(plan: TreePlan) -> dict:
 
 
 # --------------------------------------------------------------------------- choosing
-def static_order(mean_q: np.ndarray) -> np.ndarray:
+def static_order(mean_q: np.ndarray, parents: np.ndarray) -> np.ndarray:
     r"""Universe nodes (ids ``1..U``) by decreasing mean target path probability, ties by the node order.
 
     .. math::
@@ -901,9 +904,21 @@ def static_order(mean_q: np.ndarray) -> np.ndarray:
     so that the first ``n`` form the best static shape with ``n`` nodes: the mean of :math:`Q` never increases
     down a path and the node order puts a parent before its children, so every prefix of the order is
     prefix-closed (Cai et al., Medusa, arXiv:2401.10774, §2.1.2 choose the tree from per-rank accuracies; the
-    exact choice over a set of contexts is this sort).
+    exact choice over a set of contexts is this sort). Each weight is first capped by its parent's (a no-op on
+    recorded path probabilities, which never increase down a path), so the order stays prefix-closed whatever
+    the input.
+
+    Parameters
+    ----------
+    mean_q : (U,) array
+        Mean target path probability of the nodes ``1..U``.
+    parents : (U + 1,) array
+        The universe's parent array (node order).
     """
-    return np.argsort(-np.asarray(mean_q, dtype=np.float64), kind="stable") + 1
+    w = np.concatenate([[np.inf], np.asarray(mean_q, dtype=np.float64)])
+    for c in range(1, w.shape[0]):
+        w[c] = min(w[c], w[parents[c]])
+    return np.argsort(-w[1:], kind="stable") + 1
 
 
 def eagle2_from_universe(params: Eagle2Params, universe: TreeShape, index: dict, Pp: np.ndarray,
