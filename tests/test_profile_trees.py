@@ -81,7 +81,7 @@ def test_rows_are_exact_at_one_context(seed):
     Qp, Pp = np.ones(U.n + 1), np.ones(U.n + 1)
     for c in range(1, U.n + 1):
         Qp[c] = Qp[U.parents[c]] * Q[U.parents[c], T.tokens[c]]
-        Pp[c] = Pp[U.parents[c]] * P[U.parents[c], T.tokens[c]]
+        Pp[c] = P[U.parents[c], T.tokens[c]]  # the draft's probability of the node's token
     np.testing.assert_allclose(vals["treeq"], Qp[1:], rtol=1e-12, atol=0)
     np.testing.assert_allclose(vals["treep"], Pp[1:], rtol=1e-12, atol=0)
     # deterministic trees: the sum of the target's path probabilities, as otspec.tree.value enumerates
@@ -220,6 +220,15 @@ def test_summary_tokens_per_call_and_held_out_choice(tree_run):
         # ... measured on the odd ones
         np.testing.assert_allclose(st.tokens_per_call.value, 1.0 + q[prompt % 2 == 1][ids].sum(axis=1).mean(),
                                    rtol=1e-12)
+    # every family on the evaluation half, and the best static shape of a top-k family's size against it (paired)
+    for name, e in ch.heldout.items():
+        v = t[(t.kind == "tree") & (t.name == name) & (t.prompt % 2 == 1)].value
+        np.testing.assert_allclose(e.value, 1.0 + v.mean(), rtol=1e-12)
+    for f in plan.topk:
+        d = ch.versus[f.label]
+        np.testing.assert_allclose(d.value, ch.static[f.n - 1].tokens_per_call.value - ch.heldout[f.label].value,
+                                   rtol=1e-12, atol=1e-15)
+        assert d.lo <= d.value <= d.hi
     assert ch.fastest in ch.static
     assert ch.export["medusa_choices"] == [list(p) for p in ch.fastest.paths]
     assert ch.sequoia and len(ch.acceptance) == 3 and ch.sequoia_source.endswith("/sequoia")

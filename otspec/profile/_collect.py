@@ -129,7 +129,8 @@ def cost_shapes(settings) -> dict[str, list[tuple[int, int]]]:
     """
     grid = [(k, L + 1) for k in range(1, settings.k_max + 1) for L in range(1, settings.L_max + 1)]
     # the tree families' draft calls: one step on the nodes of a depth that get children
-    tree_rows = tree_cost_shapes(getattr(settings, "tree_plan", None))["draft"] if getattr(settings, "tree_plan", None) is not None else []
+    plan = getattr(settings, "tree_plan", None)
+    tree_rows = tree_cost_shapes(plan)["draft"] if plan is not None else []
     return {"target": [(1, 1)] + [g for g in grid if g != (1, 1)],
             "draft": [(k, 1) for k in range(1, settings.k_max + 1)] + [(r, 1) for r in tree_rows if r > settings.k_max]}
 
@@ -177,8 +178,9 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
                 if held:
                     lm.select(state, 0, held)
                 rows.add(-1, "cost", name, k, [dt], m=n, j0=rep + 1)
-    if getattr(settings, "tree_plan", None) is not None:
-        _tree_costs(rows, target, ctx, held, sampling, tree_cost_shapes(getattr(settings, "tree_plan", None))["tree"])
+    plan = getattr(settings, "tree_plan", None)
+    if plan is not None:
+        _tree_costs(rows, target, ctx, held, sampling, tree_cost_shapes(plan)["tree"])
     return rows.cols
 
 

@@ -215,6 +215,9 @@ def _trees_lines(summary) -> list[str]:
             mark = " (fastest)" if st is ch.fastest else ""
             lines.append(f"| {n}{mark} | {_fmt(st.tokens_per_call)} | {_fmt(st.speedup, '.2f')} | "
                          f"{_paths_text(st.paths)} |")
+        for name, d in ch.versus.items():
+            lines.append(f"| {ts.families[name]['n']} ({name}) | {_fmt(ch.heldout[name])} | - | the family itself; "
+                         f"best static shape minus it: {_signed(d)} |")
         if ch.fastest is not None and ch.fastest.n not in _budgets(len(ch.static)):
             st = ch.fastest
             lines.append(f"| {st.n} (fastest) | {_fmt(st.tokens_per_call)} | {_fmt(st.speedup, '.2f')} | "

@@ -13,7 +13,6 @@ from ._distributed import run_on_client
 from ._prompts import load_prompts
 from ._settings import ProfileSettings, check_limits
 from ._shard import run_shard
-from ._trees import check_tree_context
 from ._store import (
     FORMAT,
     MANIFEST,
@@ -27,6 +26,7 @@ from ._store import (
     write_manifest,
     write_shard,
 )
+from ._trees import check_tree_context
 
 __all__ = ["ProfileRun", "Plan", "profile", "prepare", "execute", "check_before_loading"]
 

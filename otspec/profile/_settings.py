@@ -190,9 +190,9 @@ class ProfileSettings:
         and Traversal Verification for ``wor``) -- or a tuple ``(process, shape[, verifiers])`` with a
         :class:`otspec.tree.TreeShape` or :class:`otspec.tree.Eagle2Params`. Stored as canonical texts.
     tree_universe : str, TreeShape or None
-        Rank paths whose target and draft path probabilities are recorded at every profiled position (with the
-        ``"topk"`` shapes): any static top-k shape inside it gets its exact value, and the best one per number of
-        nodes is chosen from them (e.g. ``"branching(8,4,2)"``).
+        Rank paths whose target path probabilities (and the draft's token probabilities) are recorded at every
+        profiled position (with the ``"topk"`` shapes): any static top-k shape inside it gets its exact value, and
+        the best one per number of nodes is chosen from them (e.g. ``"branching(8,4,2)"``).
 
     Attributes
     ----------

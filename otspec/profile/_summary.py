@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._registry import get_verifier
+from ..tree import Eagle2Params, TreeShape, sequoia
 from ._collect import TIMING_KINDS, is_subsampled
 from ._renewal import starts_recursion
 from ._settings import costly
@@ -26,7 +27,6 @@ from ._trees import (
     resolve_trees,
     static_order,
 )
-from ..tree import Eagle2Params, TreeShape, sequoia
 
 __all__ = ["Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize", "prompt_sums",
            "TreeSummary", "TreeChoice", "StaticShape", "SequoiaShape", "MAX_STATIC_BUDGET"]
@@ -759,6 +759,11 @@ class TreeChoice:
         EAGLE-2 families -> Estimate on the evaluation half; ``best_eagle2`` the one chosen on the choosing half
         (largest predicted speed-up).
     best_eagle2 : str or None
+    heldout : dict
+        Every tree family -> its tokens per call on the evaluation half (the same positions as the choices).
+    versus : dict
+        Every ``"topk"`` family -> the best static shape of its size minus it, tokens per call on the evaluation
+        half (paired: the same resamples on both sides).
     export : dict
         For ``fastest``: ``medusa_choices``; ``sglang`` (``speculative_num_steps``, ``speculative_eagle_topk``,
         ``speculative_num_draft_tokens``: its depth, its widest node and its size + 1); ``sglang_tokens_per_call``
@@ -778,6 +783,8 @@ class TreeChoice:
     eagle2_speedup: dict
     best_eagle2: str | None
     export: dict
+    heldout: dict = field(default_factory=dict)
+    versus: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -945,8 +952,10 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
     def npos(Cm, name_key):
         return Cm[:, col[name_key]]
 
-    static, fastest = (), None
+    static, fastest, versus = (), None, {}
     pos_c = pos_e = 0
+    heldout = {name: _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()))
+               for (kind, name, _, _), i in col.items() if kind == "tree"}
     if plan.universe is not None and ("treeq", "topk", 0, 1) in col:
         U = plan.universe
         qcols = np.array([col[("treeq", "topk", 0, j)] for j in range(1, U.n + 1)])
@@ -975,6 +984,13 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
             pred.append(tpc_c[n - 1] * f)
         static = tuple(out_static)
         fastest = static[int(np.argmax(pred))]
+        for f in plan.topk:
+            i = col.get(("tree", f.label, f.n, f.depth))
+            if i is None or f.n > N:
+                continue
+            both = np.stack([cum_e[:, f.n - 1], Se[:, i] + Ce[:, i]], axis=1)
+            p2, r2 = _boot(both, np.stack([ne, Ce[:, i]], axis=1), We)
+            versus[f.label] = _interval(p2[0] - p2[1], r2[:, 0] - r2[:, 1], pos_e)
     # Sequoia: the acceptance vector of a per-node rule on a recorded sampled family, on the choosing half
     seq, acc, source = (), (), None
     cands = [(f, name, v) for f in plan.sampled for v, name in zip(f.verifiers, f.names())
@@ -1017,7 +1033,7 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
     export = _export(fastest, plan, prompts[odd], We, e2, out) if fastest is not None else {}
     return TreeChoice(choose_prompts=int(even.sum()), evaluate_prompts=int(odd.sum()), positions=(pos_c, pos_e),
                       static=static, fastest=fastest, sequoia=seq, acceptance=acc, sequoia_source=source, eagle2=e2,
-                      eagle2_speedup=e2s, best_eagle2=best, export=export)
+                      eagle2_speedup=e2s, best_eagle2=best, export=export, heldout=heldout, versus=versus)
 
 
 def _export(chosen: StaticShape, plan: TreePlan, eval_prompts: np.ndarray, We: np.ndarray, e2: dict, out) -> dict:

@@ -19,10 +19,12 @@ a tree attention mask (``tree_logits``). What is recorded, exactly:
   probabilities (every lossless verifier emits a target sample and accepts
   its longest prefix in the tree), for the sampled ones the verifier's
   ``expected_accepted`` on the laws at the nodes;
-* ``kind="treeq"`` and ``"treep"``: the target's and the draft's path
-  probability of every rank path of the top-k *universe* (the union of the
+* ``kind="treeq"`` and ``"treep"``: the target's path probability
+  :math:`Q(x_{1:d})` and the draft's probability of the last token
+  :math:`p(x_d \mid x_{<d})` of every rank path of the top-k *universe* (the union of the
   ``"topk"`` shapes and ``tree_universe``), so that the value of any static
-  top-k shape inside it is a sum of recorded numbers (the choice of a shape
+  top-k shape inside it is a sum of recorded numbers (and EAGLE-2's tree
+  for parameters inside it can be rebuilt from the draft's probabilities) (the choice of a shape
   over contexts is then exact: the best static shape with ``n`` nodes is
   the ``n`` rank paths with the largest mean :math:`Q`);
 * ``kind="treenode"``: for the sampled families, every node's probability
@@ -294,7 +296,7 @@ class TreePlan:
     ----------
     families : tuple of TreeFamily
     universe : TreeShape or None
-        The rank paths whose target and draft path probabilities are recorded: the union of the
+        The rank paths whose target path probabilities (and draft token probabilities) are recorded: the union of the
         ``"topk"`` families' shapes and ``tree_universe`` (None when neither is given).
     universe_spec : str or None
         The canonical text of ``tree_universe`` as given (None when not given).
@@ -797,8 +799,9 @@ def position_values(plan: TreePlan, scored: dict, V: int) -> dict:
     Returns
     -------
     dict
-        ``"tree"``: ``name -> E[tau | T]``; ``"treeq"``, ``"treep"``: the universe's ``(U,)`` target and draft
-        path probabilities (node order of ``plan.universe``, root excluded); ``"treenode"``: ``name -> (n,)``
+        ``"tree"``: ``name -> E[tau | T]``; ``"treeq"``: the universe's ``(U,)`` target path probabilities,
+        ``"treep"``: the draft's probability of each node's token at its parent (node order of
+        ``plan.universe``, root excluded); ``"treenode"``: ``name -> (n,)``
         reach probabilities of the sampled trees' nodes (shape node order, root excluded).
     """
     out: dict = {"tree": {}, "treenode": {}}
@@ -806,8 +809,9 @@ def position_values(plan: TreePlan, scored: dict, V: int) -> dict:
         s = scored["universe"]
         pos = {int(v): i for i, v in enumerate(s.inner.tolist())}
         Qp = _path_probs(s.tree, s.inner, lambda v: s.q[pos[v]])
-        Pp = _path_probs(s.tree, s.inner, lambda v: s.p[v])
-        out["treeq"], out["treep"] = Qp[1:], Pp[1:]
+        T = s.tree
+        steps = np.array([float(s.p[int(T.parents[c])][int(T.tokens[c])]) for c in range(1, T.n + 1)])
+        out["treeq"], out["treep"] = Qp[1:], steps
         for f in plan.topk:
             idx = [plan.index[p] for p in f.shape.paths[1:]]
             out["tree"][f.label] = math.fsum(Qp[idx].tolist())
@@ -852,7 +856,7 @@ def _grid(top: int) -> list[int]:
     out, x = [], 1
     while x <= top:
         out.append(x)
-        x = x + 1 if x < 4 else int(round(x * 1.5))
+        x *= 2
     return sorted(set(out + [top])) if top >= 1 else []
 
 
@@ -921,13 +925,14 @@ def static_order(mean_q: np.ndarray, parents: np.ndarray) -> np.ndarray:
     return np.argsort(-w[1:], kind="stable") + 1
 
 
-def eagle2_from_universe(params: Eagle2Params, universe: TreeShape, index: dict, Pp: np.ndarray,
+def eagle2_from_universe(params: Eagle2Params, universe: TreeShape, index: dict, steps: np.ndarray,
                          Qp: np.ndarray) -> float | None:
     r"""EAGLE-2's value at one position from the recorded universe: :math:`\sum_v Q(v)` over its tree.
 
     The dynamic tree of ``params`` is built (:func:`otspec.tree.sample_tree`'s ``"eagle2"`` rule) on the rank
     paths, with the draft's law at a node replaced by the recorded probabilities of its ranked children (the
-    ranking and the path scores are all EAGLE-2 reads); None when a proposal lies outside the universe.
+    ranking and the path scores, sums of their logarithms in the same order, are all EAGLE-2 reads: the same
+    tree as from the draft's full laws, ties included); None when a proposal lies outside the universe.
 
     Parameters
     ----------
@@ -935,8 +940,9 @@ def eagle2_from_universe(params: Eagle2Params, universe: TreeShape, index: dict,
     universe : TreeShape
     index : dict
         Rank path -> node id of ``universe``.
-    Pp, Qp : (U + 1,) arrays
-        Draft and target path probabilities of the universe's nodes (root first, 1).
+    steps, Qp : (U + 1,) arrays
+        The draft's probability of each node's token at its parent (``"treep"``) and the target's path
+        probability (``"treeq"``) of the universe's nodes, root first (any value there).
     """
     k = params.top_k
 
@@ -945,7 +951,7 @@ def eagle2_from_universe(params: Eagle2Params, universe: TreeShape, index: dict,
         kids = [index.get(path + (r,)) for r in range(k)]
         if base is None or any(c is None for c in kids):
             raise LookupError(path)
-        return np.array([Pp[c] / Pp[base] if Pp[base] > 0 else 0.0 for c in kids])
+        return np.array([steps[c] for c in kids])
 
     try:
         tree = _eagle2_tree(params, law)
