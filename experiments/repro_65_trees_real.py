@@ -47,6 +47,10 @@ PROFILE = dict(
     verifiers=("token",), families=("token", "block-onestep"), renewal=(), trees=TREES,
     tree_universe="branching(4,3,2)",
 )
+#: Tolerance of the two routes to EAGLE-2's value: the universe and the EAGLE-2 tree score the same paths in
+#: different batched calls of the float32 models, whose laws agree to about 1e-6 relative (on exact models, as
+#: the toy pair of the tests, the two routes agree to 1e-12).
+POSTHOC_TOL = 1e-4
 #: Node budgets of the static shapes listed in the report.
 BUDGETS = (1, 2, 4, 8, 12, 16, 24, 32)
 
@@ -197,8 +201,9 @@ def section(res: dict) -> Section:
     for name, e in ch["eagle2"].items():
         sec.rows.append(Row(f"EAGLE-2 {name.split(':')[1]} (held out)", "-", _ci(e), "measured (profile)"))
     for name, c in res["eagle2_from_universe"].items():
-        ok = c["covered"] == c["positions"] and c["max_abs_difference"] <= 1e-9
-        sec.rows.append(Row(f"{name}: rebuilt from the recorded universe = recorded", "equal (two routes)",
+        ok = c["covered"] == c["positions"] and c["max_abs_difference"] <= POSTHOC_TOL
+        sec.rows.append(Row(f"{name}: rebuilt from the recorded universe = recorded",
+                            f"equal to float32 rounding (<= {POSTHOC_TOL:g})",
                             f"{c['covered']}/{c['positions']} positions covered, max difference "
                             f"{c['max_abs_difference']:.1e}",
                             "matches" if ok else ("differs: not covered" if c["covered"] < c["positions"] else
