@@ -12,6 +12,11 @@ path length in lockstep, left-padded to the longest prompt: one state of
 each prompt keeps its own generator and its own order of draws, so on
 exact models its rows equal :func:`profile_prompt`'s.
 
+With ``settings.trees``, each profiled position also drafts and scores the
+draft-tree families after the same context (:func:`tree_rows`; their draws
+come from a generator of their own, so the path and the ``(k, L)`` rows are
+those of a run without trees).
+
 Notation: ``p`` is the draft's law, ``q`` the target's.
 """
 
