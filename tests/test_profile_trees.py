@@ -115,6 +115,44 @@ def test_eagle2_from_the_universe_is_the_recorded_value():
     assert eagle2_from_universe(Eagle2Params(2, 4, 5), plan.universe, plan.index, Pp, Qp) is None
 
 
+def test_transformers_kv_cache_left_padded_batch():
+    # a tiny Llama pair (KV cache, tree mask): two prompts of unequal lengths in one left-padded batch; every
+    # law at the trees' nodes against the same path scored alone, without cache (float32: rtol 1e-4)
+    transformers = pytest.importorskip("transformers")
+    from otspec.decoding import HFCausalLM
+    from otspec.decoding._models import next_token_logits
+
+    def tiny(seed):
+        cfg = transformers.LlamaConfig(vocab_size=12, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                       initializer_range=0.3)
+        torch.manual_seed(seed)
+        return HFCausalLM(transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").eval())
+
+    draft, target = tiny(0), tiny(1)
+    ctxs = [[3, 1, 4, 1, 5], [9, 2]]
+    pad = [0, 3]
+    ids = torch.tensor([[0] * a + c for a, c in zip(pad, ctxs)])
+    s = Sampling(1.0, None, None, "ties")
+    ds, ts = draft.new_state(pad=pad), target.new_state(pad=pad)
+    p = s.probs(draft.logits(ds, ids))[:, -1].numpy()
+    q = s.probs(target.logits(ts, ids))[:, -1].numpy()
+    plan = resolve_trees(["eagle2:3,2,5", "wor:branching(2,2):sequoia"], "branching(3,2)")
+    got = draw_and_score(draft, ds, target, ts, ids[:, -1].numpy(), 5, p, q, plan, s, [tree_rng(0, 0), tree_rng(0, 1)])
+    assert ds.length == ts.length == 5 and ds.batch == ts.batch == 2
+
+    def laws(lm, prefixes):
+        return s.probs(next_token_logits(lm, prefixes)).numpy()
+
+    for b, ctx in enumerate(ctxs):
+        for label, sc in got[b].items():
+            paths = sc.tree.paths()
+            prefixes = [ctx + list(paths[v]) for v in sc.inner.tolist()]
+            np.testing.assert_allclose(sc.q, laws(target, prefixes), rtol=1e-4, atol=1e-7)
+            np.testing.assert_allclose(np.stack([sc.p[v] for v in sc.inner.tolist()]), laws(draft, prefixes),
+                                       rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("process,paths", [("iid", [(0,), (1,), (0, 0)]), ("wor", [(0,), (2,), (0, 0), (0, 1)])])
 def test_draw_law_matches_the_enumeration(process, paths):
     # chi-square of 6,000 drawn trees against enumerate_trees' exact law; false-failure rate 1e-4
