@@ -145,7 +145,7 @@ def test_transformers_kv_cache_left_padded_batch():
         return s.probs(next_token_logits(lm, prefixes)).numpy()
 
     for b, ctx in enumerate(ctxs):
-        for label, sc in got[b].items():
+        for sc in got[b].values():
             paths = sc.tree.paths()
             prefixes = [ctx + list(paths[v]) for v in sc.inner.tolist()]
             np.testing.assert_allclose(sc.q, laws(target, prefixes), rtol=1e-4, atol=1e-7)
