@@ -181,7 +181,7 @@ def _settings(args) -> ProfileSettings:
         verifiers=_names(args.verifiers), families=_names(args.families), renewal=_names(args.renewal),
         verifier_options=opts, subsample=args.subsample, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, top_p_rule=args.top_p_rule, context=args.context, seed=args.seed,
-        shard_size=args.shard_size, batch_size=args.batch_size,
+        shard_size=args.shard_size, batch_size=args.batch_size, trees=args.trees, tree_universe=args.tree_universe,
     )
 
 
@@ -207,6 +207,10 @@ def _plan_lines(plan) -> list[str]:
         return "; ".join(parts) or "nothing"
 
     lines.append(f"  every profiled position: {what(pos['every'], pos['acceptance']['every'])}")
+    plan = s.tree_plan
+    if plan is not None:
+        uni = f" (top-k universe: {plan.universe.n} rank paths)" if plan.universe is not None else ""
+        lines.append(f"  every profiled position, draft trees: {', '.join(plan.names()) or 'none'}{uni}")
     if pos["subsample"] or pos["acceptance"]["subsample"]:
         lines.append(f"  {_nth(pos['subsample_every'])} of each prompt's path (--subsample "
                      f"{pos['subsample_every']}: {pos['subsampled']} of {pos['profiled']} positions): "
@@ -300,6 +304,15 @@ def _parser() -> _Parser:
     p.add_argument("--renewal", metavar="NAMES",
                    help="comma-separated schemes whose emission tables along the text are recorded (default: "
                         "token and block-onestep, those of them among --families)")
+    p.add_argument("--trees", nargs="+", metavar="TREE",
+                   help="draft-tree families profiled on the same contexts, each process:shape[:verifiers] (quote "
+                        "them): topk:branching(4,2), topk:[[0],[1],[0,0]] (medusa_choices), eagle2:3,4,16 (SGLang's "
+                        "num_steps,topk,num_draft_tokens), iid:chains(2,3):specinfer, wor:branching(4,2):sequoia,"
+                        "traversal (docs/guide/trees_profile.rst) (default: none)")
+    p.add_argument("--tree-universe", metavar="SHAPE",
+                   help="rank paths whose target and draft path probabilities are recorded, for choosing the best "
+                        "static top-k shape of every size, e.g. branching(8,4,2) (default: the topk shapes of "
+                        "--trees)")
     p.add_argument("--verifier-options", metavar="JSON",
                    help='JSON object of per-verifier options, e.g. \'{"mentored": {"D": 0.1}}\' (default: none)')
     p.add_argument("--subsample", type=int, metavar="N", default=D["subsample"],

@@ -12,6 +12,11 @@ path length in lockstep, left-padded to the longest prompt: one state of
 each prompt keeps its own generator and its own order of draws, so on
 exact models its rows equal :func:`profile_prompt`'s.
 
+With ``settings.trees``, each profiled position also drafts and scores the
+draft-tree families after the same context (:func:`tree_rows`; their draws
+come from a generator of their own, so the path and the ``(k, L)`` rows are
+those of a run without trees).
+
 Notation: ``p`` is the draft's law, ``q`` the target's.
 """
 
@@ -26,9 +31,10 @@ from ..decoding._models import supports_padding
 from ..decoding._sampling import sample_rows
 from ._quantities import Builds, depth_quantities, expected_accepted
 from ._settings import costly as is_costly
+from ._trees import draw_and_score, position_values, record_position, tree_cost_shapes, tree_rng
 
 __all__ = ["analysis_device", "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
-           "cost_rows", "cost_shapes", "COLUMNS", "COST_REPEATS", "TIMING_KINDS"]
+           "cost_rows", "cost_shapes", "tree_rows", "COLUMNS", "COST_REPEATS", "TIMING_KINDS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
 #: number of drafts, depth or draft length, index inside an emission table, the value.
@@ -127,8 +133,11 @@ def cost_shapes(settings) -> dict[str, list[tuple[int, int]]]:
     ``k`` rows of one token, for every ``k <= k_max`` (the first depth drafts from one row).
     """
     grid = [(k, L + 1) for k in range(1, settings.k_max + 1) for L in range(1, settings.L_max + 1)]
+    # the tree families' draft calls: one step on the nodes of a depth that get children
+    plan = getattr(settings, "tree_plan", None)
+    tree_rows = tree_cost_shapes(plan)["draft"] if plan is not None else []
     return {"target": [(1, 1)] + [g for g in grid if g != (1, 1)],
-            "draft": [(k, 1) for k in range(1, settings.k_max + 1)]}
+            "draft": [(k, 1) for k in range(1, settings.k_max + 1)] + [(r, 1) for r in tree_rows if r > settings.k_max]}
 
 
 def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
@@ -174,7 +183,32 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
                 if held:
                     lm.select(state, 0, held)
                 rows.add(-1, "cost", name, k, [dt], m=n, j0=rep + 1)
+    plan = getattr(settings, "tree_plan", None)
+    if plan is not None:
+        _tree_costs(rows, target, ctx, held, sampling, tree_cost_shapes(plan)["tree"])
     return rows.cols
+
+
+def _tree_costs(rows: _Rows, target, ctx: list[int], held: int, sampling, trees) -> None:
+    """Seconds of the target scoring a draft tree of ``n`` nodes (``n + 1`` tokens, tree mask), for every ``n`` of
+    ``trees``: rows ``kind="cost"``, ``name="tree-target"``, ``m = n + 1``."""
+    import torch
+
+    V = target.vocab_size
+    state = target.new_state()
+    if held:
+        target.logits(state, torch.as_tensor([ctx[:held]], dtype=torch.long).to(target.device))
+    for rep in range(COST_REPEATS):
+        for n, parents in trees:
+            tokens = np.concatenate([[-1], (np.arange(1, n + 1) * 7919 + 1) % V]).astype(np.int64)
+            if not held:
+                state = target.new_state()
+            t0 = time.perf_counter()
+            _np(sampling.probs(target.tree_logits(state, parents, tokens, pending=[ctx[-1]], fallback="rows")))
+            dt = time.perf_counter() - t0
+            if held:
+                target.select(state, 0, held)
+            rows.add(-1, "cost", "tree-target", 1, [dt], m=n + 1, j0=rep + 1)
 
 
 def analysis_device(lm):
@@ -228,6 +262,18 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> Non
                 rows.add(pos, kind, name, k, vals)
 
 
+def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs) -> None:
+    """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
+    scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
+    recorded; the states are left holding the contexts."""
+    plan = getattr(settings, "tree_plan", None)
+    got = draw_and_score(draft, ds, target, ts, last, n_ctx, np.asarray(p_root), np.asarray(q_root), plan,
+                         settings.sampling, rngs)
+    V = int(np.shape(p_root)[-1])
+    for r, scored in zip(rows, got):
+        record_position(r, pos, plan, position_values(plan, scored, V))
+
+
 def profile_prompt(draft, target, prompt: list[int], reference, settings, index: int, *, bar=None,
                    renewal=None) -> dict:
     r"""Profile one prompt: the rows of every profiled position along its context path.
@@ -248,6 +294,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     sampling = settings.sampling
     k_max, L = settings.k_max, settings.L_max
     rng = prompt_rng(settings.seed, index)
+    trng = tree_rng(settings.seed, index) if getattr(settings, "tree_plan", None) is not None else None
     rows = _Rows(index)
     timer = _Timer()
     dev = analysis_device(target)
@@ -276,6 +323,8 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             held_t = len(ctx)
             q_t = _np(Q[0, 0]).copy()  # not a view: the path's laws must not hold every tree's Q
             position_rows(rows, t, X, _to_device(P, dev), Q, settings, costly=is_subsampled(t, index, settings))
+            if trng is not None:
+                tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng])
             if bar is not None:
                 bar.update(1)
         else:
@@ -376,6 +425,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                                  f"`{name}` ({type(lm).__name__}) does not support (its new_state takes no `pad`)")
     T = Ts.pop()
     rngs = [prompt_rng(settings.seed, i) for i in indices]
+    trngs = [tree_rng(settings.seed, i) for i in indices] if getattr(settings, "tree_plan", None) is not None else None
     rows = [_Rows(i) for i in indices]
     timers = [_Timer() for _ in range(B)]
     shared = _Shared(timers)
@@ -414,6 +464,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             Pa = _to_device(P, dev)
             for b in range(B):
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings))
+            if trngs is not None:
+                tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs)
             if bar is not None:
                 bar.update(B)
         else:

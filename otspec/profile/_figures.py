@@ -11,7 +11,8 @@ import numpy as np
 
 from .._registry import get_verifier, unknown_name_message
 
-__all__ = ["plot_acceptance_vs_k", "plot_tokens_vs_L", "plot_speedup", "position_set"]
+__all__ = ["plot_acceptance_vs_k", "plot_tokens_vs_L", "plot_speedup", "position_set", "plot_tree_tokens",
+           "plot_tree_speedup", "plot_chosen_tree"]
 
 
 def _axes(ax):
@@ -207,4 +208,193 @@ def plot_speedup(summary, *, family: str = "optimal", positions: str | None = No
     ax.set_ylabel("drafts k")
     ax.set_title(f"{family}: best k = {ks[a]}, L = {Ls[b]}", fontsize=9)
     ax.figure.colorbar(im, ax=ax, label="speed-up (1 = plain)")
+    return ax
+
+
+# --------------------------------------------------------------------------- draft trees
+_PROCESS_STYLE = {"topk": ("o", "C0"), "eagle2": ("D", "C1"), "iid": ("s", "C2"), "wor": ("^", "C3")}
+
+
+def _trees_of(summary):
+    ts = getattr(summary, "trees", None)
+    if ts is None:
+        raise ValueError("`summary` holds no draft trees: profile with `trees=` (or `tree_universe=`)")
+    return ts
+
+
+def _plot_trees(summary, which: str, ax):
+    ts = _trees_of(summary)
+    est = ts.tokens_per_call if which == "tokens" else ts.speedup
+    for name, e in est.items():
+        fam = ts.families[name]
+        marker, color = _PROCESS_STYLE[fam["process"]]
+        ax.errorbar([fam["n"]], [e.value], yerr=[[max(e.value - e.lo, 0)], [max(e.hi - e.value, 0)]], fmt=marker,
+                    color=color, ms=5, capsize=2, label=name)
+    chains = ts.chains if which == "tokens" else ts.chains_speedup
+    best: dict = {}
+    for (f, k, L), e in chains.items():
+        if get_verifier(f).lossless and (k * L not in best or e.value > best[k * L][1].value):
+            best[k * L] = ((f, k, L), e)
+    if best:
+        xs = sorted(best)
+        ax.plot(xs, [best[x][1].value for x in xs], ls=":", marker=".", color="gray",
+                label="best (k, L) scheme, k L nodes")
+    ch = ts.choice
+    if ch is not None and ch.static:
+        xs = [s.n for s in ch.static]
+        pick = [s.tokens_per_call if which == "tokens" else s.speedup for s in ch.static]
+        ax.plot(xs, [e.value for e in pick], color="C0", lw=1.5, label="best static top-k shape (held out)")
+        ax.fill_between(xs, [e.lo for e in pick], [e.hi for e in pick], color="C0", alpha=0.2, lw=0)
+    if ch is not None and which == "tokens":
+        seq = [s for s in ch.sequoia if s.tokens_per_call is not None]
+        if seq:
+            ax.plot([s.n for s in seq], [s.tokens_per_call.value for s in seq], color="C3", lw=1, ls="--",
+                    label="Sequoia's shape, measured (held out)")
+    ax.set_xscale("log")
+    ax.set_xlabel("draft nodes n")
+    ax.set_ylabel("tokens per target call" if which == "tokens" else "speed-up over plain decoding")
+    if which == "speedup":
+        ax.axhline(1.0, color="black", lw=0.8)
+    ax.legend(fontsize=6)
+    return ax
+
+
+def plot_tree_tokens(summary, *, ax=None):
+    r"""Tokens per target call against the tree size, per draft-tree family, beside the ``(k, L)`` schemes.
+
+    .. math::
+
+        \widehat{\text{tpc}}(T) = 1 + \overline{\mathbb E[\tau \mid T]} \quad\text{against } n(T),
+
+    each family at its number of draft nodes (95 % intervals over prompts, every profiled position), the best
+    ``(k, L)`` scheme at ``k L`` nodes, the best static top-k shape of every size and Sequoia's shape (both
+    chosen on the even-indexed prompts and measured on the odd-indexed ones).
+
+    Parameters
+    ----------
+    summary : ProfileSummary
+        Of a run with ``trees``.
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Raises
+    ------
+    ValueError
+        The run profiled no draft tree.
+    """
+    ax = _axes(ax)
+    _plot_trees(summary, "tokens", ax)
+    ax.set_title(f"Tokens per call against tree size ({_trees_of(summary).positions} positions)", fontsize=9)
+    return ax
+
+
+def plot_tree_speedup(summary, *, ax=None):
+    r"""Predicted speed-up over plain decoding against the tree size, per draft-tree family.
+
+    .. math::
+
+        \widehat S(T) = \frac{\widehat{\text{tpc}}(T)\ t_{\text{plain}}}
+        {\sum_{d < D} t_{\text{draft}}(r_d) + t_{\text{tree}}(n)},
+
+    with the run's measured seconds of the target scoring ``n`` nodes and of the draft stepping the ``r_d``
+    nodes of depth ``d`` that get children.
+
+    Parameters
+    ----------
+    summary : ProfileSummary
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Raises
+    ------
+    ValueError
+        The run profiled no draft tree.
+    """
+    ax = _axes(ax)
+    _plot_trees(summary, "speedup", ax)
+    ax.set_title("Predicted speed-up against tree size", fontsize=9)
+    return ax
+
+
+def _layout(shape):
+    """x of every node (leaves in depth-first order, a parent above the middle of its children), y = -depth."""
+    x = np.zeros(shape.n + 1)
+    nxt = [0.0]
+
+    def place(v):
+        kids = shape.children(v)
+        if not kids:
+            x[v] = nxt[0]
+            nxt[0] += 1.0
+            return
+        for c in kids:
+            place(c)
+        x[v] = 0.5 * (x[kids[0]] + x[kids[-1]])
+
+    place(0)
+    return x, -shape.depth.astype(float)
+
+
+def plot_chosen_tree(summary, *, n: int | None = None, ax=None):
+    r"""The chosen static top-k tree, each node drawn with its mean acceptance on the held-out prompts.
+
+    .. math::
+
+        \bar Q(v) = \frac{1}{\#\text{evaluate}} \sum_{t} Q_t(x_t(v)),
+
+    the probability that a target sample passes through node ``v`` (its rank path is labelled); by default the
+    device-aware choice (the largest predicted speed-up on the choosing half).
+
+    Parameters
+    ----------
+    summary : ProfileSummary
+    n : int or None, keyword-only
+        The node budget whose best static shape to draw (None: the device-aware choice).
+    ax : matplotlib Axes, optional
+
+    Returns
+    -------
+    matplotlib Axes
+
+    Raises
+    ------
+    ValueError
+        No choice was made (no universe, or prompts of one parity only), or ``n`` outside the budgets.
+    """
+    ch = _trees_of(summary).choice
+    if ch is None or not ch.static:
+        raise ValueError("`summary` holds no chosen shape: profile with a top-k universe (`tree_universe=` or a "
+                         "'topk' family) on prompts of both parities")
+    if n is None:
+        st = ch.fastest
+    else:
+        if not 1 <= n <= len(ch.static):
+            raise ValueError(f"`n` must be a node budget in [1, {len(ch.static)}], got {n}")
+        st = ch.static[n - 1]
+    ax = _axes(ax)
+    shape = st.shape
+    x, y = _layout(shape)
+    vals = np.array((1.0,) + tuple(st.node_values))
+    for v in range(1, shape.n + 1):
+        p = int(shape.parents[v])
+        ax.plot([x[p], x[v]], [y[p], y[v]], color="gray", lw=0.8, zorder=1)
+    sc = ax.scatter(x[1:], y[1:], c=vals[1:], cmap="viridis", vmin=0.0, vmax=max(float(vals[1:].max()), 1e-12),
+                    s=60, zorder=2, edgecolors="black", linewidths=0.5)
+    ax.scatter([x[0]], [y[0]], marker="s", color="black", s=40, zorder=2)
+    if shape.n <= 40:
+        for v in range(1, shape.n + 1):
+            ax.annotate(f"{shape.ranks[v]}: {vals[v]:.2f}", (x[v], y[v]), textcoords="offset points", xytext=(0, -11),
+                        ha="center", fontsize=6)
+    ax.figure.colorbar(sc, ax=ax, label="mean acceptance (held out)")
+    ax.set_yticks(sorted(set(y.tolist())), [str(int(-d)) for d in sorted(set(y.tolist()))])
+    ax.set_ylabel("depth")
+    ax.set_xticks([])
+    ax.set_title(f"n = {st.n}: {st.tokens_per_call.value:.3f} tokens per call, speed-up {st.speedup.value:.2f} "
+                 "(held out)\nlabels: rank: mean acceptance", fontsize=8)
     return ax

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._registry import get_verifier
-from ._figures import plot_acceptance_vs_k, plot_speedup, plot_tokens_vs_L, position_set
+from ._figures import (
+    plot_acceptance_vs_k,
+    plot_chosen_tree,
+    plot_speedup,
+    plot_tokens_vs_L,
+    plot_tree_speedup,
+    plot_tree_tokens,
+    position_set,
+)
 from ._store import write_atomic
 from ._summary import MIN_RANKED_POSITIONS, summarize
 
@@ -183,6 +191,91 @@ def _tables_lines(summary) -> list[str]:
     return lines
 
 
+def _budgets(N: int) -> list[int]:
+    """The node budgets a report lists: 1, 2, 3, 4, then about 1.5 times apart, and N."""
+    out, x = [], 1
+    while x <= N:
+        out.append(x)
+        x = x + 1 if x < 4 else int(round(x * 1.5))
+    return sorted(set(out + [N]))
+
+
+def _paths_text(paths, limit: int = 12) -> str:
+    text = ", ".join("(" + ",".join(map(str, p)) + ")" for p in paths[:limit])
+    return text + (f", ... ({len(paths)} paths)" if len(paths) > limit else "")
+
+
+def _trees_lines(summary) -> list[str]:
+    ts = summary.trees
+    lines = [f"## Draft trees, on all {ts.positions} profiled positions", "",
+             "Expected tokens per target call, 1 + E[tau | T] averaged over the drawn trees (deterministic trees: 1 + "
+             "the sum of the target's path probabilities of their nodes), beside the (k, L) schemes on the same "
+             "positions; speed-up from one iteration's seconds: a draft call per depth (on the nodes of that depth "
+             "that get children) and one target call scoring the tree.", "",
+             "| scheme | process | nodes | depth | tokens per call | speed-up |", "|---|---|---|---|---|---|"]
+    rows = [(f["n"], name, f["process"], f["depth"], ts.tokens_per_call[name], ts.speedup[name])
+            for name, f in ts.families.items()]
+    rows += [(k * L, f"{f} (k = {k}, L = {L})", "k i.i.d. blocks", L, e, ts.chains_speedup[(f, k, L)])
+             for (f, k, L), e in ts.chains.items() if get_verifier(f).lossless]
+    for n, name, proc, d, e, sp in sorted(rows, key=lambda r: (r[0], r[1])):
+        lines.append(f"| {name} | {proc} | {n} | {d} | {_fmt(e)} | {_fmt(sp, '.2f')} |")
+    lines.append("")
+    ch = ts.choice
+    if ch is None:
+        return lines + ([ts.note, ""] if ts.note else [])
+    lines += [f"## Choosing a draft tree: chosen on the {ch.choose_prompts} even-indexed prompts ({ch.positions[0]} "
+              f"positions), measured on the {ch.evaluate_prompts} odd-indexed ones ({ch.positions[1]})", "",
+              "No value below is measured on the prompts that chose it.", ""]
+    if ch.static:
+        lines += ["Best static top-k shape for each node budget n: the n rank paths with the largest mean target path "
+                  "probability on the choosing half (exact within the recorded universe of rank paths).", "",
+                  "| nodes | tokens per call | speed-up | rank paths |", "|---|---|---|---|"]
+        for n in _budgets(len(ch.static)):
+            st = ch.static[n - 1]
+            mark = " (fastest)" if st is ch.fastest else ""
+            lines.append(f"| {n}{mark} | {_fmt(st.tokens_per_call)} | {_fmt(st.speedup, '.2f')} | "
+                         f"{_paths_text(st.paths)} |")
+        for name, d in ch.versus.items():
+            lines.append(f"| {ts.families[name]['n']} ({name}) | {_fmt(ch.heldout[name])} | - | the family itself; "
+                         f"best static shape minus it: {_signed(d)} |")
+        if ch.fastest is not None and ch.fastest.n not in _budgets(len(ch.static)):
+            st = ch.fastest
+            lines.append(f"| {st.n} (fastest) | {_fmt(st.tokens_per_call)} | {_fmt(st.speedup, '.2f')} | "
+                         f"{_paths_text(st.paths)} |")
+        ex = ch.export
+        sg = ex["sglang"]
+        lines += ["", f"**Device-aware choice**: n = {ch.fastest.n} nodes, {_fmt(ch.fastest.tokens_per_call)} tokens "
+                  f"per call, speed-up {_fmt(ch.fastest.speedup, '.2f')} (held out).", "",
+                  f"- medusa_choices: `{ex['medusa_choices']}`",
+                  f"- SGLang (closest EAGLE-2 parameters): `--speculative-num-steps {sg['speculative_num_steps']} "
+                  f"--speculative-eagle-topk {sg['speculative_eagle_topk']} --speculative-num-draft-tokens "
+                  f"{sg['speculative_num_draft_tokens']}`"
+                  + (f": EAGLE-2 there {_fmt(ex['sglang_tokens_per_call'])} tokens per call (held out, from "
+                     f"{ex['sglang_source']})" if ex["sglang_tokens_per_call"] is not None else
+                     ": not covered by the recorded universe")]
+        if ex.get("closest_eagle2"):
+            lines.append(f"- nearest profiled EAGLE-2 family: {ex['closest_eagle2']}, "
+                         f"{_fmt(ex['closest_eagle2_tokens_per_call'])} tokens per call (held out)")
+        lines.append("")
+    if ch.sequoia:
+        lines += [f"Sequoia's dynamic programme on the acceptance vector of {ch.sequoia_source} (choosing half: "
+                  f"{', '.join(f'{a:.3f}' for a in ch.acceptance)}); predicted by its positional-acceptance "
+                  "assumption, measured exactly from the recorded per-node acceptance (held out).", "",
+                  "| nodes | predicted | measured | rank paths |", "|---|---|---|---|"]
+        for sq in ch.sequoia:
+            if sq.n in _budgets(ch.sequoia[-1].n):
+                m = _fmt(sq.tokens_per_call) if sq.tokens_per_call is not None else "outside the recorded tree"
+                lines.append(f"| {sq.n} | {sq.predicted:.3f} | {m} | {_paths_text(sq.paths)} |")
+        lines.append("")
+    if ch.eagle2:
+        lines += ["EAGLE-2 grid (held out); chosen on the choosing half by predicted speed-up: "
+                  f"**{ch.best_eagle2}**.", "", "| family | tokens per call | speed-up |", "|---|---|---|"]
+        for name, e in ch.eagle2.items():
+            lines.append(f"| {name} | {_fmt(e)} | {_fmt(ch.eagle2_speedup[name], '.2f')} |")
+        lines.append("")
+    return lines
+
+
 def report_markdown(summary, *, figures=()) -> str:
     r"""The report's markdown text: the recommendation first, then what was profiled, the costs, and the tables.
 
@@ -215,6 +308,8 @@ def report_markdown(summary, *, figures=()) -> str:
     lines += _profiled_lines(summary)
     lines += _costs_lines(summary)
     lines += _tables_lines(summary)
+    if getattr(summary, "trees", None) is not None:
+        lines += _trees_lines(summary)
     if summary.renewal:
         lines += ["## Tokens per call, renewal estimator along the text", "",
                   "Renewal: tokens per call of decoding these texts (T / expected calls); Palm: the profiled "
@@ -314,6 +409,16 @@ def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> 
                 _draw_panels(dest / fname, f"{title} -- {st['k_max']} drafts at most, {_set_title(ps, summary)}",
                              items, draw)
                 names.append(fname)
+        ts = summary.trees
+        if ts is not None and ts.tokens_per_call:
+            for fname, draw in (("trees_tokens.png", plot_tree_tokens), ("trees_speedup.png", plot_tree_speedup)):
+                _draw_panels(dest / fname, "Draft trees beside the (k, L) schemes", [None],
+                             lambda ax, _, draw=draw: draw(summary, ax=ax))
+                names.append(fname)
+        if ts is not None and ts.choice is not None and ts.choice.fastest is not None:
+            _draw_panels(dest / "tree_chosen.png", "The chosen draft tree", [None],
+                         lambda ax, _: plot_chosen_tree(summary, ax=ax))
+            names.append("tree_chosen.png")
     path = dest / "report.md"
     write_atomic(path, report_markdown(summary, figures=names).encode())
     return path

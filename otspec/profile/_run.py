@@ -26,6 +26,7 @@ from ._store import (
     write_manifest,
     write_shard,
 )
+from ._trees import check_tree_context
 
 __all__ = ["ProfileRun", "Plan", "profile", "prepare", "execute", "check_before_loading"]
 
@@ -201,6 +202,8 @@ def prepare(prompts, *, out, draft, target, settings: ProfileSettings, tokenizer
     settings = settings.for_vocabulary(V)
     items = load_prompts(prompts, V, tokenizer=tokenizer, context=settings.context, chat_template=chat_template)
     check_limits(settings, V, [len(p) for p, _ in items])
+    check_tree_context(settings.tree_plan, draft, target, max((len(p) for p, _ in items), default=0),
+                       settings.max_new_tokens)
     out = Path(out)
     ids = {"draft": _model_id(draft), "target": _model_id(target)}
     check_folder(out, {"format": FORMAT, "settings": settings_entry(settings), "prompts": prompts_entry(items),

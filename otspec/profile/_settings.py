@@ -14,6 +14,7 @@ from ..decoding._sampling import Sampling
 from ..decoding._verifiers import decoding_names, lp_max_support
 from ..multidraft._khisti import MAX_MULTISETS
 from ._renewal import RENEWAL_SCHEMES
+from ._trees import check_tree_support, resolve_trees, tree_law_bytes, tree_values_per_position
 
 __all__ = ["ProfileSettings", "BATCHED", "CHEAP_ACC", "CHEAP_FAMILIES", "CONTEXTS", "ON_REQUEST", "RENEWAL_DEFAULT",
            "MAX_K", "MAX_L", "MAX_TREE_NODES", "MAX_NEW_TOKENS", "MAX_SHARD_SIZE", "MAX_CALL_ROWS", "MAX_LAW_BYTES",
@@ -180,6 +181,18 @@ class ProfileSettings:
         logits agree with each prompt's alone to ``1e-5`` relative in the
         tests), which can, rarely, change a sampled token. How a run executes, like the device: not part of the run's
         identity (its manifest), so a run may resume with another value.
+    trees : sequence or None
+        Draft-tree families profiled beside the ``(k, L)`` grid, on the same contexts (docs/guide/trees_profile.rst):
+        each a text ``process:shape[:verifiers]`` -- ``"topk:branching(4,2)"``, ``"topk:[[0],[1],[0,0]]"``
+        (Medusa's ``medusa_choices``), ``"eagle2:3,4,16"`` (SGLang's ``speculative_num_steps``,
+        ``speculative_eagle_topk``, ``speculative_num_draft_tokens``), ``"iid:chains(2,3):specinfer"``,
+        ``"wor:branching(4,2):sequoia,traversal"`` (default verifiers: SpecInfer's rule for ``iid``, Sequoia's
+        and Traversal Verification for ``wor``) -- or a tuple ``(process, shape[, verifiers])`` with a
+        :class:`otspec.tree.TreeShape` or :class:`otspec.tree.Eagle2Params`. Stored as canonical texts.
+    tree_universe : str, TreeShape or None
+        Rank paths whose target path probabilities (and the draft's token probabilities) are recorded at every
+        profiled position (with the ``"topk"`` shapes): any static top-k shape inside it gets its exact value, and
+        the best one per number of nodes is chosen from them (e.g. ``"branching(8,4,2)"``).
 
     Attributes
     ----------
@@ -217,6 +230,12 @@ class ProfileSettings:
     ValueError: `k_max` must be at most 256 (MAX_K: ...), got 1000000000000
     >>> s.skipped["families"]["kseq"]
     'Not asked for: `families` was given and does not name it.'
+    >>> ProfileSettings(trees=["topk:branching(2,2)", "wor:chains(2,2)"]).trees
+    ('topk:branching(2,2)', 'wor:chains(2,2):sequoia,traversal')
+    >>> ProfileSettings(trees=["topk:[[0],[0,1],[1,0]]"])  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: `trees[0]`: `paths` must be prefix-closed: the parent path (1,) of (1, 0) is missing
     """
 
     k_max: int = 4
@@ -236,6 +255,8 @@ class ProfileSettings:
     shard_size: int = 8
     renewal: tuple | None = None
     batch_size: int = 1
+    trees: tuple | None = None
+    tree_universe: str | None = None
 
     def __post_init__(self):
         for name in ("k_max", "L_max", "max_new_tokens", "stride", "shard_size", "batch_size"):
@@ -243,6 +264,10 @@ class ProfileSettings:
         object.__setattr__(self, "subsample", validate_positive_int(self.subsample, "subsample", minimum=0))
         object.__setattr__(self, "seed", validate_seed(self.seed, "seed"))
         self._check_bounds()
+        plan = resolve_trees(self.trees, self.tree_universe)
+        object.__setattr__(self, "trees", plan.specs)
+        object.__setattr__(self, "tree_universe", plan.universe_spec)
+        object.__setattr__(self, "_tree_plan", plan if plan.families or plan.universe is not None else None)
         if self.context not in CONTEXTS:
             raise ValueError(unknown_name_message("context", self.context, CONTEXTS))
         Sampling(self.temperature, self.top_k, self.top_p, self.top_p_rule)  # validates the sampling
@@ -375,6 +400,9 @@ class ProfileSettings:
         sampling = self.sampling
         reach = 1 if sampling.greedy else (V if self.top_k is None else min(V, self.top_k))
         nucleus = self.top_p is not None and self.top_p < 1.0
+        if self.tree_plan is not None:
+            check_tree_support(self.tree_plan, reach, "greedy sampling (temperature 0)" if sampling.greedy else
+                               f"a vocabulary of {V} tokens" if reach == V else f"`top_k` = {self.top_k}")
 
         def problem(name: str, kind: str):
             if name == "khisti" and math.comb(reach + self.k_max - 1, self.k_max) > MAX_MULTISETS:
@@ -417,6 +445,11 @@ class ProfileSettings:
         return out
 
     @property
+    def tree_plan(self):
+        """The resolved tree families (:class:`otspec.profile._trees.TreePlan`), or None without trees."""
+        return self._tree_plan
+
+    @property
     def sampling(self):
         """The :class:`otspec.decoding.Sampling` of draft and target."""
         return Sampling(self.temperature, self.top_k, self.top_p, self.top_p_rule)
@@ -434,6 +467,10 @@ class ProfileSettings:
         d["verifiers"] = list(self.verifiers)
         d["families"] = list(self.families)
         d["renewal"] = list(self.renewal)
+        if self.trees or self.tree_universe is not None:
+            d["trees"] = list(self.trees)
+        else:  # a run without trees keeps the manifest of runs made before trees existed
+            del d["trees"], d["tree_universe"]
         return d
 
 
@@ -475,7 +512,7 @@ def values_per_prompt(settings: ProfileSettings, path: int) -> int:
     renewal = 0
     if settings.context == "sample":
         renewal = path * (1 + sum(len(settings.ks(n)) for n in settings.renewal) * L * (L + 3) // 2)
-    return positions * cheap + sub * dear + renewal + 8
+    return positions * cheap + sub * dear + renewal + positions * tree_values_per_position(settings.tree_plan) + 8
 
 
 def check_limits(settings: ProfileSettings, V: int, lengths) -> None:
@@ -500,14 +537,17 @@ def check_limits(settings: ProfileSettings, V: int, lengths) -> None:
     tree = B * s.k_max * (2 * s.L_max + 1) * V * 8
     first = B * s.k_max * (n + s.L_max + 1) * V * 4
     path = B * T * V * 8 + ((2 * T * V * 8 + (n + T) * V * 4) if s.renewal and s.context == "sample" else 0)
-    need = tree + first + path
+    families = tree_law_bytes(s.tree_plan, V, B)
+    need = tree + first + path + families
     if need > MAX_LAW_BYTES:
         raise ValueError(
             f"these settings hold {need / 2**30:.1f} GiB of laws at once at a vocabulary of {V} tokens, above the "
             f"limit MAX_LAW_BYTES = {MAX_LAW_BYTES / 2**30:.0f} GiB (draft trees {tree / 2**30:.2f} GiB: batch "
             f"{B} * `k_max` {s.k_max} * (2 `L_max` + 1) rows; first target call {first / 2**30:.2f} GiB with "
-            f"prompts of up to {n} tokens; the path's laws {path / 2**30:.2f} GiB for `max_new_tokens` {T}): "
-            "lower `k_max`, `L_max`, `batch_size` or `max_new_tokens`, or shorten the prompts")
+            f"prompts of up to {n} tokens; the path's laws {path / 2**30:.2f} GiB for `max_new_tokens` {T}"
+            + (f"; the `trees` {families / 2**30:.2f} GiB" if families else "") + "): "
+            "lower `k_max`, `L_max`, `batch_size` or `max_new_tokens`, or shorten the prompts"
+            + (" or the `trees`" if families else ""))
     per = max(values_per_prompt(s, T), 1)
     prompts = min(s.shard_size, len(lengths))
     values = prompts * per + 3 * (s.k_max * s.L_max + s.k_max + 1)

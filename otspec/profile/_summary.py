@@ -14,13 +14,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._registry import get_verifier
+from ..tree import Eagle2Params, TreeShape, sequoia
 from ._collect import TIMING_KINDS, is_subsampled
 from ._renewal import starts_recursion
 from ._settings import costly
 from ._store import iter_shards, read_manifest
+from ._trees import (
+    TREE_KINDS,
+    TreePlan,
+    draft_rows,
+    eagle2_from_universe,
+    resolve_trees,
+    static_order,
+)
 
 __all__ = ["MIN_RANKED_POSITIONS", "Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize",
-           "prompt_sums"]
+           "prompt_sums", "TreeSummary", "TreeChoice", "StaticShape", "SequoiaShape", "MAX_STATIC_BUDGET"]
 
 #: Bootstrap resamples of every interval.
 N_BOOT = 2000
@@ -195,6 +204,8 @@ class ProfileSummary:
     settings, models : dict
     skipped : dict
         ``{"families": {name: reason}, "verifiers": {name: reason}}``: what the run left out, and why.
+    trees : TreeSummary or None
+        The draft-tree families (a run with ``trees``): tokens per call, speed-ups, and the choice of a tree.
     """
 
     acceptance: dict
@@ -216,6 +227,7 @@ class ProfileSummary:
     sets: dict = field(default_factory=dict)
     recommendation: Recommendation | None = None
     skipped: dict = field(default_factory=dict)
+    trees: TreeSummary | None = None
 
     def __repr__(self) -> str:
         return (f"ProfileSummary(prompts={self.prompts}, positions={self.positions}, "
@@ -542,7 +554,9 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
                           positions=sets["all"].positions or own.positions, prompts=N, settings=settings,
                           models=man["models"], renewal=renewal, renewal_differences=ren_diffs, palm=palm,
                           position_bias=bias, costs=costs, sets=sets, recommendation=common.recommendation,
-                          skipped=man.get("skipped", {}))
+                          skipped=man.get("skipped", {}),
+                          trees=_tree_summary(out, settings, prompts, W, costs, sets["all"], n_boot, seed)
+                          if settings.get("trees") or settings.get("tree_universe") else None)
 
 
 def _merge_sums(parts):
@@ -665,3 +679,402 @@ def _renewal_estimates(T_n: np.ndarray, starts: dict, W: np.ndarray) -> tuple[di
         out[key] = _interval(point, res)
         resampled[key] = res
     return out, resampled
+
+
+# --------------------------------------------------------------------------- draft trees
+#: Largest node budget of the static shapes chosen from the top-k universe (each budget builds its shape).
+MAX_STATIC_BUDGET = 256
+
+
+@dataclass(frozen=True)
+class StaticShape:
+    r"""A static top-k shape with ``n`` nodes, chosen on one half of the prompts and measured on the other.
+
+    .. math::
+
+        S_n = \{\text{the } n \text{ rank paths of largest } \bar Q_{\text{choose}}\},\qquad
+        \widehat{\text{tpc}}(S_n) = 1 + \frac{\sum_{t \in \text{evaluate}} \sum_{s \in S_n} Q_t(x_t(s))}
+        {\#\text{evaluate}}.
+
+    Attributes
+    ----------
+    n : int
+    paths : tuple of tuples
+        The rank paths, root excluded, in node order (Medusa's ``medusa_choices``: :attr:`medusa_choices`).
+    tokens_per_call, speedup : Estimate
+        On the evaluation half only (never on the prompts that chose the shape).
+    node_values : tuple of float
+        Each node's mean target path probability on the evaluation half (its mean acceptance: the probability
+        that a target sample passes through it), in node order.
+    seconds : float
+        One iteration's seconds by the run's cost model (draft calls per depth and the tree call).
+    """
+
+    n: int
+    paths: tuple
+    tokens_per_call: Estimate
+    speedup: Estimate
+    node_values: tuple
+    seconds: float
+
+    @property
+    def shape(self) -> TreeShape:
+        return TreeShape(self.paths)
+
+    @property
+    def medusa_choices(self) -> list:
+        """The rank paths as Medusa's ``medusa_choices`` (lists, root excluded, node order)."""
+        return [list(p) for p in self.paths]
+
+
+@dataclass(frozen=True)
+class SequoiaShape:
+    """Sequoia's dynamic-programme shape with ``n`` nodes (acceptance vector from the choosing half).
+
+    Attributes
+    ----------
+    n, depth : int
+    paths : tuple
+    predicted : float
+        Sequoia's predicted tokens per call (its :math:`c(n + 1, \\mathrm{depth} + 1)`, the bonus included).
+    tokens_per_call : Estimate or None
+        Measured exactly on the evaluation half (the recorded per-node acceptance of the family it came from),
+        None when the shape does not lie inside that family's shape.
+    """
+
+    n: int
+    depth: int
+    paths: tuple
+    predicted: float
+    tokens_per_call: Estimate | None
+
+
+@dataclass(frozen=True)
+class TreeChoice:
+    """The choice of a draft tree: chosen on the even-indexed prompts, measured on the odd-indexed ones.
+
+    Attributes
+    ----------
+    choose_prompts, evaluate_prompts : int
+    positions : tuple of int
+        Profiled positions of the two halves.
+    static : tuple of StaticShape
+        The best static top-k shape for every node budget ``n = 1, ..., N`` (from the universe).
+    fastest : StaticShape or None
+        The device-aware choice: the budget whose shape has the largest predicted speed-up on the choosing half.
+    sequoia : tuple of SequoiaShape
+    acceptance : tuple of float
+        Sequoia's acceptance vector (choosing half); ``sequoia_source`` the family it is measured on.
+    sequoia_source : str or None
+    eagle2, eagle2_speedup : dict
+        EAGLE-2 families -> Estimate on the evaluation half; ``best_eagle2`` the one chosen on the choosing half
+        (largest predicted speed-up).
+    best_eagle2 : str or None
+    heldout : dict
+        Every tree family -> its tokens per call on the evaluation half (the same positions as the choices).
+    versus : dict
+        Every ``"topk"`` family -> the best static shape of its size minus it, tokens per call on the evaluation
+        half (paired: the same resamples on both sides).
+    export : dict
+        For ``fastest``: ``medusa_choices``; ``sglang`` (``speculative_num_steps``, ``speculative_eagle_topk``,
+        ``speculative_num_draft_tokens``: its depth, its widest node and its size + 1); ``sglang_tokens_per_call``
+        (EAGLE-2 with those parameters on the evaluation half, from the universe or a profiled family; None when
+        neither covers it) and ``closest_eagle2`` (the nearest profiled EAGLE-2 family).
+    """
+
+    choose_prompts: int
+    evaluate_prompts: int
+    positions: tuple
+    static: tuple
+    fastest: StaticShape | None
+    sequoia: tuple
+    acceptance: tuple
+    sequoia_source: str | None
+    eagle2: dict
+    eagle2_speedup: dict
+    best_eagle2: str | None
+    export: dict
+    heldout: dict = field(default_factory=dict)
+    versus: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TreeSummary:
+    """The draft-tree families of a run, beside the ``(k, L)`` families on the same positions.
+
+    Attributes
+    ----------
+    families : dict
+        ``name -> {"process", "verifier", "n", "depth", "spec"}`` of every ``kind="tree"`` row name.
+    tokens_per_call, speedup : dict
+        ``name -> Estimate`` on every profiled position (all prompts; the same resamples as every estimate).
+    seconds : dict
+        ``name -> seconds``: one iteration's seconds by the cost model.
+    chains, chains_speedup : dict
+        The ``(family, k, L)`` schemes computed at every profiled position (the same positions), ``-> Estimate``.
+    positions : int
+    choice : TreeChoice or None
+    note : str
+        Why there is no choice, when there is none.
+    """
+
+    families: dict
+    tokens_per_call: dict
+    speedup: dict
+    seconds: dict
+    chains: dict
+    chains_speedup: dict
+    positions: int
+    choice: TreeChoice | None
+    note: str = ""
+
+
+class _TreeCosts:
+    """Seconds of a tree decoder's calls: the target scoring ``n`` nodes, the draft stepping ``r`` rows."""
+
+    def __init__(self, out, costs: Costs, settings: dict):
+        self.plain = costs.plain
+        cal = _calibration(out) if costs.source == "measured" else {}
+        tree = sorted((m - 1, v) for (name, _, m), v in cal.items() if name == "tree-target")
+        draft = sorted((k, v) for (name, k, m), v in cal.items() if name == "draft" and m == 1)
+        if tree and draft:
+            self.n, self.t = np.array([a for a, _ in tree], float), np.array([b for _, b in tree])
+            self.r, self.d = np.array([a for a, _ in draft], float), np.array([b for _, b in draft])
+            self.description = ("measured by the run on its own device: the target scoring a tree of n nodes (n + 1 "
+                                "tokens, tree mask) and the draft stepping r rows, medians of 3 timings, linear "
+                                "between the measured sizes")
+        else:
+            self.n = self.r = None
+            self.t0, self.d0 = costs.target[(1, settings["L_max"])], costs.draft[1]
+            self.description = (f"{costs.description}; a tree call costs what scoring one block of L_max + 1 tokens "
+                                "does, whatever its size")
+
+    def tree(self, n: int) -> float:
+        return float(np.interp(n, self.n, self.t)) if self.n is not None else self.t0
+
+    def draft(self, r: int) -> float:
+        return float(np.interp(r, self.r, self.d)) if self.r is not None else self.d0
+
+    def iteration(self, shape) -> float:
+        """One iteration: a draft call per depth (the nodes of that depth with children) and one tree call."""
+        return sum(self.draft(r) for r in draft_rows(shape)) + self.tree(shape.n)
+
+
+def _tree_sums(out, prompts: np.ndarray):
+    """Per-prompt sums and counts of the tree rows, on the rows of ``prompts`` (the run's order)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    parts = []
+    for t in iter_shards(out):
+        t = t.filter(pc.is_in(t["kind"], value_set=pa.array(list(TREE_KINDS))))
+        if t.num_rows:
+            parts.append(prompt_sums(t, TREE_KINDS))
+    if not parts:
+        return [], np.zeros((len(prompts), 0)), np.zeros((len(prompts), 0))
+    keys, got, S, C = _merge_sums(parts)
+    rows = np.searchsorted(got, prompts)
+    ok = (rows < len(got)) & (got[np.minimum(rows, len(got) - 1)] == prompts)
+    S2, C2 = np.zeros((len(prompts), len(keys))), np.zeros((len(prompts), len(keys)))
+    S2[ok], C2[ok] = S[rows[ok]], C[rows[ok]]
+    return keys, S2, C2
+
+
+def _universe_positions(out, plan: TreePlan, prompts: np.ndarray):
+    """Per profiled position of ``prompts``: its prompt and the universe's draft and target path probabilities,
+    ``(prompt (M,), P (M, U + 1), Q (M, U + 1))`` (column 0, the root, is 1)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    U = plan.universe.n
+    keys, Ps, Qs = [], [], []
+    for t in iter_shards(out):
+        t = t.filter(pc.and_(pc.is_in(t["kind"], value_set=pa.array(["treeq", "treep"])),
+                             pc.is_in(t["prompt"], value_set=pa.array(prompts.tolist(), type=pa.int32()))))
+        if not t.num_rows:
+            continue
+        pr, pos, j, v = (t[c].to_numpy() for c in ("prompt", "pos", "j", "value"))
+        kind = np.asarray(t["kind"].to_pylist(), dtype=object)
+        at = sorted(set(zip(pr.tolist(), pos.tolist())))
+        row = {a: i for i, a in enumerate(at)}
+        P, Q = np.ones((len(at), U + 1)), np.ones((len(at), U + 1))
+        idx = np.fromiter((row[(a, b)] for a, b in zip(pr.tolist(), pos.tolist())), dtype=np.int64, count=len(v))
+        isq = kind == "treeq"
+        Q[idx[isq], j[isq]] = v[isq]
+        P[idx[~isq], j[~isq]] = v[~isq]
+        keys += [a for a, _ in at]
+        Ps.append(P)
+        Qs.append(Q)
+    if not Ps:
+        return np.zeros(0, dtype=np.int64), np.ones((0, U + 1)), np.ones((0, U + 1))
+    return np.array(keys), np.concatenate(Ps), np.concatenate(Qs)
+
+
+def _resample(N: int, n_boot: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(N, np.full(N, 1.0 / N), size=n_boot).astype(np.float64)
+
+
+def _ratio_estimate(E: np.ndarray, C: np.ndarray, W: np.ndarray, positions: int, factor: float = 1.0) -> Estimate:
+    p, r = _boot(E[:, None], C[:, None], W)
+    return _interval(p[0] * factor, r[:, 0] * factor, positions)
+
+
+def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs: Costs, every: PositionSet,
+                  n_boot: int, seed: int) -> TreeSummary:
+    """Tokens per call and speed-ups of the tree families on every profiled position, and the choice of a tree."""
+    plan = resolve_trees(settings.get("trees") or (), settings.get("tree_universe"))
+    tc = _TreeCosts(out, costs, settings)
+    keys, S, C = _tree_sums(out, prompts)
+    col = {key: i for i, key in enumerate(keys)}
+    fams, tokens, speed, secs = {}, {}, {}, {}
+    positions = 0
+    for f in plan.families:
+        for v, name in zip(f.verifiers or (None,), f.names()):
+            i = col.get(("tree", name, f.n, f.depth))
+            if i is None:
+                continue
+            n = C[:, i]
+            positions = max(positions, int(n.sum()))
+            fams[name] = {"process": f.process, "verifier": v, "n": f.n, "depth": f.depth, "spec": f.spec}
+            secs[name] = tc.iteration(f.shape)
+            tokens[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()))
+            speed[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), tc.plain / secs[name])
+    choice, note = None, ""
+    even = prompts % 2 == 0
+    if not even.any() or even.all():
+        note = "The choice needs prompts of both parities (even-indexed to choose, odd-indexed to measure)."
+    elif not S.size:
+        note = "No tree rows were recorded."
+    else:
+        choice = _tree_choice(plan, prompts, even, keys, col, S, C, tc, out, n_boot, seed)
+    return TreeSummary(families=fams, tokens_per_call=tokens, speedup=speed, seconds=secs,
+                       chains=dict(every.tokens_per_call), chains_speedup=dict(every.speedup), positions=positions,
+                       choice=choice, note=note)
+
+
+def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts, out, n_boot: int,
+                 seed: int) -> TreeChoice:
+    """Every choice on the even-indexed prompts, every reported value on the odd-indexed ones."""
+    odd = ~even
+    We = _resample(int(odd.sum()), n_boot, seed + 1)
+    Sc, Cc, Se, Ce = S[even], C[even], S[odd], C[odd]
+
+    def npos(Cm, name_key):
+        return Cm[:, col[name_key]]
+
+    static, fastest, versus = (), None, {}
+    pos_c = pos_e = 0
+    heldout = {name: _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()))
+               for (kind, name, _, _), i in col.items() if kind == "tree"}
+    if plan.universe is not None and ("treeq", "topk", 0, 1) in col:
+        U = plan.universe
+        qcols = np.array([col[("treeq", "topk", 0, j)] for j in range(1, U.n + 1)])
+        nc, ne = npos(Cc, ("treeq", "topk", 0, 1)), npos(Ce, ("treeq", "topk", 0, 1))
+        pos_c, pos_e = int(nc.sum()), int(ne.sum())
+        mean_c = Sc[:, qcols].sum(axis=0) / nc.sum()
+        order = static_order(mean_c, U.parents)
+        N = min(U.n, MAX_STATIC_BUDGET)
+        cum_e = np.cumsum(Se[:, qcols[order[:N] - 1]], axis=1) + ne[:, None]
+        point, res = _boot(cum_e, np.repeat(ne[:, None], N, axis=1), We)
+        mean_e = Se[:, qcols].sum(axis=0) / ne.sum()
+        tpc_c = 1.0 + np.cumsum(mean_c[order[:N] - 1])
+        out_static, pred = [], []
+        for n in range(1, N + 1):
+            ids = np.sort(order[:n])
+            paths = tuple(U.paths[i] for i in ids)
+            shape = TreeShape(paths)
+            secs = tc.iteration(shape)
+            f = tc.plain / secs
+            out_static.append(StaticShape(
+                n=n, paths=shape.paths[1:],
+                tokens_per_call=_interval(point[n - 1], res[:, n - 1], pos_e),
+                speedup=_interval(point[n - 1] * f, res[:, n - 1] * f, pos_e),
+                node_values=tuple(float(mean_e[i - 1]) for i in (plan.index[p] for p in shape.paths[1:])),
+                seconds=secs))
+            pred.append(tpc_c[n - 1] * f)
+        static = tuple(out_static)
+        fastest = static[int(np.argmax(pred))]
+        for f in plan.topk:
+            i = col.get(("tree", f.label, f.n, f.depth))
+            if i is None or f.n > N:
+                continue
+            both = np.stack([cum_e[:, f.n - 1], Se[:, i] + Ce[:, i]], axis=1)
+            p2, r2 = _boot(both, np.stack([ne, Ce[:, i]], axis=1), We)
+            versus[f.label] = _interval(p2[0] - p2[1], r2[:, 0] - r2[:, 1], pos_e)
+    # Sequoia: the acceptance vector of a per-node rule on a recorded sampled family, on the choosing half
+    seq, acc, source = (), (), None
+    cands = [(f, name, v) for f in plan.sampled for v, name in zip(f.verifiers, f.names())
+             if v in ("sequoia", "specinfer") and not f.shape.has_rank_gaps and ("treenode", name, f.n, 1) in col]
+    if cands:
+        f, name, _ = max(cands, key=lambda c: (c[2] == "sequoia", c[0].n))
+        ncols = np.array([col[("treenode", name, f.n, j)] for j in range(1, f.n + 1)])
+        nc, ne = npos(Cc, ("treenode", name, f.n, 1)), npos(Ce, ("treenode", name, f.n, 1))
+        root = [i for i in range(1, f.n + 1) if f.shape.depth[i] == 1]
+        a = Sc[:, ncols[np.array(root) - 1]].sum(axis=0) / nc.sum()
+        acc, source = tuple(float(x) for x in a), name
+        fidx = {p: i for i, p in enumerate(f.shape.paths)}
+        out_seq = []
+        for n in range(1, f.n + 1):
+            try:
+                value, shape = sequoia(np.clip(a, 0.0, 1.0), n, f.depth)
+            except ValueError:
+                continue
+            measured = None
+            if all(p in fidx for p in shape.paths[1:]):
+                ids = np.array([fidx[p] for p in shape.paths[1:]])
+                E = ne + Se[:, ncols[ids - 1]].sum(axis=1)
+                measured = _ratio_estimate(E, ne, We, int(ne.sum()))
+            out_seq.append(SequoiaShape(n=n, depth=f.depth, paths=shape.paths[1:], predicted=float(value) + 1.0,
+                                        tokens_per_call=measured))
+        seq = tuple(out_seq)
+    # EAGLE-2: every profiled grid point on the evaluation half; the best chosen on the choosing half
+    e2, e2s, best, best_c = {}, {}, None, -np.inf
+    for f in plan.eagle2:
+        key = ("tree", f.label, f.n, f.depth)
+        if key not in col:
+            continue
+        i = col[key]
+        fac = tc.plain / tc.iteration(f.shape)
+        e2[f.label] = _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()))
+        e2s[f.label] = _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()), fac)
+        sc = (Sc[:, i].sum() + Cc[:, i].sum()) / max(Cc[:, i].sum(), 1.0) * fac
+        if sc > best_c:
+            best, best_c = f.label, sc
+    export = _export(fastest, plan, prompts[odd], We, e2, out) if fastest is not None else {}
+    return TreeChoice(choose_prompts=int(even.sum()), evaluate_prompts=int(odd.sum()), positions=(pos_c, pos_e),
+                      static=static, fastest=fastest, sequoia=seq, acceptance=acc, sequoia_source=source, eagle2=e2,
+                      eagle2_speedup=e2s, best_eagle2=best, export=export, heldout=heldout, versus=versus)
+
+
+def _export(chosen: StaticShape, plan: TreePlan, eval_prompts: np.ndarray, We: np.ndarray, e2: dict, out) -> dict:
+    """The chosen shape as ``medusa_choices`` and as SGLang's EAGLE-2 parameters, with EAGLE-2's value there."""
+    shape = chosen.shape
+    steps = shape.max_depth
+    topk = max(len(shape.children(i)) for i in range(shape.n + 1))
+    tokens = min(shape.n + 1, 1 + topk + (steps - 1) * topk * topk)
+    params = Eagle2Params(steps, topk, tokens)
+    label = f"eagle2:{steps},{topk},{tokens}"
+    value = e2.get(label)
+    how = "a profiled family" if value is not None else None
+    if value is None and plan.universe is not None:
+        pr, P, Q = _universe_positions(out, plan, eval_prompts)
+        vals = [eagle2_from_universe(params, plan.universe, plan.index, P[m], Q[m]) for m in range(len(pr))]
+        if vals and all(v is not None for v in vals):
+            rows = np.searchsorted(eval_prompts, pr)
+            E, Cn = np.zeros(len(eval_prompts)), np.zeros(len(eval_prompts))
+            np.add.at(E, rows, np.array(vals) + 1.0)
+            np.add.at(Cn, rows, 1.0)
+            value, how = _ratio_estimate(E, Cn, We, len(vals)), "the recorded universe"
+    closest = None
+    if e2:
+        def dist(name):
+            d, k, t = (int(x) for x in name.split(":")[1].split(","))
+            return (abs(t - tokens), abs(d - steps), abs(k - topk), name)
+
+        closest = min(e2, key=dist)
+    return {"medusa_choices": chosen.medusa_choices,
+            "sglang": {"speculative_num_steps": steps, "speculative_eagle_topk": topk,
+                       "speculative_num_draft_tokens": tokens},
+            "sglang_tokens_per_call": value, "sglang_source": how, "closest_eagle2": closest,
+            "closest_eagle2_tokens_per_call": e2.get(closest) if closest else None}

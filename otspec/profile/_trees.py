@@ -1,0 +1,960 @@
+r"""Draft-tree families in a profile: what they are, how each is drawn and scored at a position, what is recorded.
+
+A *tree family* is a rule that builds a draft tree at every profiled
+context: a static shape of rank paths filled by a draft process
+(:func:`otspec.tree.sample_tree`: ``"topk"`` -- Medusa's and EAGLE's
+deterministic trees --, ``"iid"`` -- SpecInfer's --, ``"wor"`` -- Sequoia's,
+without replacement) or EAGLE-2's dynamic tree (``"eagle2"``,
+:class:`otspec.tree.Eagle2Params`). At every profiled position of a profile
+run (the same contexts as the ``(k, L)`` families, so the comparison is
+paired) each tree is drafted with one batched draft call per depth (the
+rows of a call are the nodes of that depth that get children, of every
+tree and every prompt of the batch) and scored with one target call with
+a tree attention mask (``tree_logits``). What is recorded, exactly:
+
+* ``kind="tree"``: per family (and verifier, for the sampled processes)
+  :math:`\mathbb E[\tau \mid T]`, the expected number of accepted draft
+  tokens given the drawn tree -- for the deterministic processes
+  :math:`\sum_{v \ne \mathrm{root}} Q(x_{1:d(v)})`, the target's path
+  probabilities (every lossless verifier emits a target sample and accepts
+  its longest prefix in the tree), for the sampled ones the verifier's
+  ``expected_accepted`` on the laws at the nodes;
+* ``kind="treeq"`` and ``"treep"``: the target's path probability
+  :math:`Q(x_{1:d})` and the draft's probability of the last token
+  :math:`p(x_d \mid x_{<d})` of every rank path of the top-k *universe* (the union of the
+  ``"topk"`` shapes and ``tree_universe``), so that the value of any static
+  top-k shape inside it is a sum of recorded numbers (and EAGLE-2's tree
+  for parameters inside it can be rebuilt from the draft's probabilities) (the choice of a shape
+  over contexts is then exact: the best static shape with ``n`` nodes is
+  the ``n`` rank paths with the largest mean :math:`Q`);
+* ``kind="treenode"``: for the sampled families, every node's probability
+  of being reached (accepted) given the drawn tree; for a per-node rule
+  (SpecInfer's, Sequoia's) on a shape without rank gaps this is also the
+  node's value in every sub-shape without rank gaps, and the root's
+  children give Sequoia's acceptance vector.
+
+Only the laws at the nodes that have children are computed: a node's
+acceptance depends on the laws at its ancestors, never on its own next-token
+law (that one only draws the bonus token), so the target call scores the
+tree of internal nodes.
+
+Notation: ``p`` is the draft's law and ``q`` the target's; :math:`Q` and
+:math:`P` their probabilities of a root path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .._registry import suggest, verifier_names
+from ..decoding._sampling import sample_rows
+from ..tree import DraftTree, Eagle2Params, TreeShape, make_tree_verifier
+from ..tree._process import _eagle2_tree, _ranked, _topk_tree
+
+__all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES", "MAX_FAMILY_NODES",
+           "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
+           "draw_and_score", "record_position", "tree_values_per_position", "tree_cost_shapes", "tree_law_bytes",
+           "check_tree_support", "check_tree_context", "context_limit", "static_order", "draft_rows",
+           "eagle2_from_universe"]
+
+#: The draft processes a tree family may use.
+TREE_PROCESSES = ("topk", "eagle2", "iid", "wor")
+#: The verifiers of a sampled family when its spec names none: SpecInfer's rule on i.i.d. children; Sequoia's
+#: rule and Traversal Verification on children drawn without replacement.
+DEFAULT_TREE_VERIFIERS = {"iid": ("specinfer",), "wor": ("sequoia", "traversal")}
+#: Row kinds of the tree families (beside the ``(k, L)`` families' kinds).
+TREE_KINDS = ("tree", "treeq", "treep", "treenode")
+#: Largest number of tree families of one run.
+MAX_TREE_FAMILIES = 64
+#: Largest tree of one family, in draft nodes (a verifier is run on it at every profiled position).
+MAX_FAMILY_NODES = 1024
+#: Largest top-k universe, in rank paths (two rows per path and profiled position).
+MAX_UNIVERSE_NODES = 4096
+#: Largest depth of a tree: one draft call per depth and profiled position.
+MAX_TREE_DEPTH = 64
+#: Labels longer than this are replaced by ``process:paths-<sha256 prefix>`` (explicit shapes).
+_MAX_LABEL = 48
+_SHAPE_FORMS = ("branching(b1,...,bD), chains(k,L) or a JSON list of rank paths such as [[0],[1],[0,0]] "
+                "(Medusa's medusa_choices)")
+
+
+def _where(i) -> str:
+    return "`trees`" if i is None else f"`trees[{i}]`"
+
+
+# --------------------------------------------------------------------------- families
+@dataclass(frozen=True, eq=False)
+class TreeFamily:
+    r"""One tree family of a profile: a draft process, its shape (or EAGLE-2's parameters) and its verifiers.
+
+    .. math::
+
+        T_c \sim D(\text{shape}, p(\cdot \mid c, \cdot)) \quad\text{at every profiled context } c,
+        \qquad \text{recorded: } \mathbb E[\tau \mid T_c] \text{ per verifier}.
+
+    Attributes
+    ----------
+    process : {"topk", "eagle2", "iid", "wor"}
+    shape : TreeShape or Eagle2Params
+    verifiers : tuple of str
+        Tree verifiers (registered, lossless for the process and shape); ``()`` for the deterministic
+        processes, whose value does not depend on the verifier.
+    spec : str
+        The canonical text of the family (what the manifest records): ``process:shape[:verifiers]``.
+    label : str
+        The family's name in the rows (the spec without its verifiers, shortened for long explicit shapes).
+    """
+
+    process: str
+    shape: object
+    verifiers: tuple
+    spec: str
+    label: str
+
+    @property
+    def n(self) -> int:
+        """Draft nodes of the tree."""
+        return int(self.shape.n)
+
+    @property
+    def depth(self) -> int:
+        """Largest depth of the tree."""
+        return int(self.shape.max_depth) if isinstance(self.shape, TreeShape) else int(self.shape.depth)
+
+    @property
+    def deterministic(self) -> bool:
+        return self.process in ("topk", "eagle2")
+
+    def names(self) -> tuple[str, ...]:
+        """The names of its ``kind="tree"`` rows: the label, or ``label/verifier`` per verifier."""
+        return (self.label,) if self.deterministic else tuple(f"{self.label}/{v}" for v in self.verifiers)
+
+
+def _ints(text: str, what: str) -> list[int]:
+    parts = text.split(",")
+    if not text or any(not re.fullmatch(r"\d+", p) for p in parts):
+        raise ValueError(f"{what} must list positive integers separated by commas, got {text!r}")
+    return [int(p) for p in parts]
+
+
+def _node_count(b: list[int]) -> int:
+    total, level = 0, 1
+    for x in b:
+        level *= x
+        total += level
+        if total > MAX_UNIVERSE_NODES:
+            return total
+    return total
+
+
+def _parse_shape(text: str, where: str, limit: int) -> tuple[TreeShape, str]:
+    """A shape from its text; returns ``(shape, canonical text)``."""
+    t = re.sub(r"\s+", "", text)
+    m = re.fullmatch(r"(branching|chains)\((.*)\)", t)
+    if m:
+        kind, nums = m.group(1), _ints(m.group(2), f"{where}: the arguments of {m.group(1)}(...)")
+        if any(x < 1 for x in nums):
+            raise ValueError(f"{where}: {kind}(...) takes integers >= 1, got {t!r}")
+        if kind == "chains":
+            if len(nums) != 2:
+                raise ValueError(f"{where}: chains(k,L) takes two integers, got {t!r}")
+            nodes = nums[0] * nums[1]
+        else:
+            nodes = _node_count(nums)
+        if nodes > limit:
+            raise ValueError(f"{where}: {t} has {nodes} draft nodes, above the limit {limit}")
+        shape = TreeShape.chains(*nums) if kind == "chains" else TreeShape.branching(*nums)
+        return shape, f"{kind}({','.join(map(str, nums))})"
+    if t.startswith("["):
+        try:
+            paths = json.loads(t)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{where}: the rank paths {text!r} are not valid JSON ({exc.msg})") from None
+        if not isinstance(paths, list) or len(paths) > limit:
+            raise ValueError(f"{where}: the rank paths must be a list of at most {limit} lists of ranks, got "
+                             f"{type(paths).__name__}" + (f" of {len(paths)}" if isinstance(paths, list) else ""))
+        shape = _shape_of(paths, where)
+        return shape, json.dumps(shape.to_medusa_choices(), separators=(",", ":"))
+    raise ValueError(f"{where}: a shape must be {_SHAPE_FORMS}, got {text!r}")
+
+
+def _shape_of(paths, where: str) -> TreeShape:
+    try:
+        return TreeShape(paths)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{where}: {exc}") from None
+
+
+def _label(process: str, canon: str) -> str:
+    text = f"{process}:{canon}"
+    if len(text) <= _MAX_LABEL:
+        return text
+    return f"{process}:paths-{hashlib.sha256(canon.encode()).hexdigest()[:10]}"
+
+
+def _check_verifiers(names, process: str, shape, where: str) -> tuple[str, ...]:
+    known = verifier_names(kind="tree")
+    out = []
+    for v in names:
+        if v not in known:
+            raise ValueError(f"{where}: unknown tree verifier {v!r}{suggest(v, known)}; known: {known}")
+        ver = make_tree_verifier(v)
+        if not ver.lossless_for(process, shape):
+            gaps = " (this shape skips a sibling rank)" if process in ver.processes else ""
+            raise ValueError(f"{where}: verifier {v!r} is not lossless on {process!r} trees of this shape{gaps}: it "
+                             f"is lossless for the processes {ver.processes}")
+        if v in out:
+            raise ValueError(f"{where}: verifier {v!r} is named twice")
+        out.append(v)
+    return tuple(out)
+
+
+def _family(process: str, shape, verifiers, where: str) -> TreeFamily:
+    if process not in TREE_PROCESSES:
+        raise ValueError(f"{where}: the process must be one of {TREE_PROCESSES}, got {process!r}"
+                         f"{suggest(process, TREE_PROCESSES)}")
+    if process == "eagle2":
+        if not isinstance(shape, Eagle2Params):
+            raise TypeError(f"{where}: an 'eagle2' family takes Eagle2Params (or the text "
+                            f"'eagle2:num_steps,topk,num_draft_tokens'), got {type(shape).__name__}")
+        canon = f"{shape.depth},{shape.top_k},{shape.total_tokens}"
+    else:
+        if isinstance(shape, str):
+            shape, canon = _parse_shape(shape, where, MAX_FAMILY_NODES)
+        else:
+            if not isinstance(shape, TreeShape):
+                shape = _shape_of(shape, where)
+            canon = json.dumps(shape.to_medusa_choices(), separators=(",", ":"))
+    if shape.n > MAX_FAMILY_NODES:
+        raise ValueError(f"{where}: a tree of {shape.n} draft nodes is above the limit MAX_FAMILY_NODES = "
+                         f"{MAX_FAMILY_NODES}")
+    depth = shape.max_depth if isinstance(shape, TreeShape) else shape.depth
+    if depth > MAX_TREE_DEPTH:
+        raise ValueError(f"{where}: a tree of depth {depth} is above the limit MAX_TREE_DEPTH = {MAX_TREE_DEPTH} "
+                         "(one draft call per depth)")
+    label = _label(process, canon)
+    if process in ("topk", "eagle2"):
+        if verifiers:
+            raise ValueError(f"{where}: {process!r} trees are deterministic (every lossless verifier accepts the "
+                             "longest prefix of a target sample): name no verifier")
+        return TreeFamily(process, shape, (), f"{process}:{canon}", label)
+    if not verifiers:  # the defaults that are lossless on this shape
+        verifiers = tuple(v for v in DEFAULT_TREE_VERIFIERS[process] if make_tree_verifier(v).lossless_for(process,
+                                                                                                        shape))
+        if not verifiers:
+            raise ValueError(f"{where}: none of the default verifiers {DEFAULT_TREE_VERIFIERS[process]} is lossless on "
+                             f"{process!r} trees of this shape (it skips a sibling rank): name one")
+    verifiers = _check_verifiers(verifiers, process, shape, where)
+    return TreeFamily(process, shape, verifiers, f"{process}:{canon}:{','.join(verifiers)}", label)
+
+
+def parse_family(item, i=None) -> TreeFamily:
+    """A :class:`TreeFamily` from its text ``process:shape[:verifiers]``, a tuple ``(process, shape[, verifiers])``
+    or a TreeFamily (``i``: its index, for messages)."""
+    where = _where(i)
+    if isinstance(item, TreeFamily):
+        return _family(item.process, item.shape, item.verifiers, where)
+    if isinstance(item, str):
+        parts = re.sub(r"\s+", "", item).split(":")
+        if len(parts) < 2 or len(parts) > 3:
+            raise ValueError(f"{where} must be 'process:shape[:verifiers]' (e.g. 'topk:branching(4,2)', "
+                             f"'wor:chains(2,3):sequoia', 'eagle2:3,4,16'), got {item!r}")
+        process, shape, verifiers = parts[0], parts[1], parts[2] if len(parts) == 3 else ""
+        if process == "eagle2":
+            nums = _ints(shape, f"{where}: eagle2's num_steps,topk,num_draft_tokens")
+            if len(nums) != 3:
+                raise ValueError(f"{where}: eagle2 takes three integers num_steps,topk,num_draft_tokens (SGLang's "
+                                 f"speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens), "
+                                 f"got {shape!r}")
+            try:
+                shape = Eagle2Params(*nums)
+            except (TypeError, ValueError) as exc:
+                raise type(exc)(f"{where}: {exc}") from None
+        vs = tuple(v for v in verifiers.split(",") if v) if verifiers else ()
+        return _family(process, shape, vs, where)
+    if isinstance(item, tuple) and 2 <= len(item) <= 3 and isinstance(item[0], str):
+        vs = item[2] if len(item) == 3 else ()
+        if isinstance(vs, str):
+            vs = (vs,)
+        return _family(item[0], item[1], tuple(vs), where)
+    raise TypeError(f"{where} must be a text 'process:shape[:verifiers]', a tuple (process, shape[, verifiers]) or "
+                    f"a TreeFamily, got {type(item).__name__}")
+
+
+# --------------------------------------------------------------------------- a run's plan
+@dataclass(frozen=True, eq=False)
+class TreePlan:
+    """The tree families of a run, resolved: the families in order and the top-k universe.
+
+    Attributes
+    ----------
+    families : tuple of TreeFamily
+    universe : TreeShape or None
+        The rank paths whose target path probabilities (and draft token probabilities) are recorded: the union of the
+        ``"topk"`` families' shapes and ``tree_universe`` (None when neither is given).
+    universe_spec : str or None
+        The canonical text of ``tree_universe`` as given (None when not given).
+    """
+
+    families: tuple
+    universe: TreeShape | None
+    universe_spec: str | None
+    index: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def specs(self) -> tuple[str, ...]:
+        return tuple(f.spec for f in self.families)
+
+    def names(self) -> tuple[str, ...]:
+        """Every ``kind="tree"`` row name, in order."""
+        return tuple(n for f in self.families for n in f.names())
+
+    def family_of(self, name: str) -> TreeFamily:
+        for f in self.families:
+            if name in f.names():
+                return f
+        raise KeyError(name)
+
+    @property
+    def sampled(self) -> tuple:
+        return tuple(f for f in self.families if not f.deterministic)
+
+    @property
+    def eagle2(self) -> tuple:
+        return tuple(f for f in self.families if f.process == "eagle2")
+
+    @property
+    def topk(self) -> tuple:
+        return tuple(f for f in self.families if f.process == "topk")
+
+    @property
+    def depth(self) -> int:
+        """Largest depth of any tree of the plan (the universe included)."""
+        ds = [f.depth for f in self.families] + ([self.universe.max_depth] if self.universe is not None else [])
+        return max(ds, default=0)
+
+
+def resolve_trees(trees, universe=None) -> TreePlan:
+    r"""The :class:`TreePlan` of ``ProfileSettings(trees=..., tree_universe=...)``, validated (no model call).
+
+    Raises
+    ------
+    TypeError, ValueError
+        A family that is not ``process:shape[:verifiers]`` (the entry is named), an unknown process or
+        verifier (with the closest name), a shape that is not prefix-closed (the first path whose parent is
+        missing), a verifier not lossless for the process and shape, a family named twice, a tree or a
+        universe above its limit (:data:`MAX_FAMILY_NODES`, :data:`MAX_UNIVERSE_NODES`,
+        :data:`MAX_TREE_DEPTH`, :data:`MAX_TREE_FAMILIES`).
+    """
+    if trees is None:
+        trees = ()
+    if isinstance(trees, (str, TreeFamily)) or (isinstance(trees, tuple) and len(trees) in (2, 3)
+                                                and isinstance(trees[0], str) and trees[0] in TREE_PROCESSES):
+        trees = (trees,)
+    try:
+        items = list(trees)
+    except TypeError:
+        raise TypeError(f"`trees` must be a sequence of tree families, got {type(trees).__name__}") from None
+    if len(items) > MAX_TREE_FAMILIES:
+        raise ValueError(f"`trees` names {len(items)} families, above the limit MAX_TREE_FAMILIES = "
+                         f"{MAX_TREE_FAMILIES}")
+    fams = []
+    seen: dict = {}
+    for i, item in enumerate(items):
+        f = parse_family(item, i)
+        what = f.shape.paths if isinstance(f.shape, TreeShape) else (f.shape.depth, f.shape.top_k, f.shape.total_tokens)
+        for name, v in zip(f.names(), f.verifiers or (None,)):
+            for key in (name, (f.process, what, v)):
+                if key in seen:
+                    raise ValueError(f"`trees[{i}]` repeats the family {name!r} of `trees[{seen[key]}]` (same process, "
+                                     "shape and verifier)")
+                seen[key] = i
+        fams.append(f)
+    uspec = None
+    paths: set = set()
+    if universe is not None:
+        if isinstance(universe, str):
+            ushape, uspec = _parse_shape(universe, "`tree_universe`", MAX_UNIVERSE_NODES)
+        elif isinstance(universe, TreeShape):
+            ushape = universe
+            uspec = json.dumps(ushape.to_medusa_choices(), separators=(",", ":"))
+        else:
+            raise TypeError(f"`tree_universe` must be a shape text ({_SHAPE_FORMS}) or a TreeShape, got "
+                            f"{type(universe).__name__}")
+        paths.update(ushape.paths[1:])
+    for f in fams:
+        if f.process == "topk":
+            paths.update(f.shape.paths[1:])
+    shape = None
+    if paths:
+        if len(paths) > MAX_UNIVERSE_NODES:
+            raise ValueError(f"the top-k universe (`tree_universe` and the 'topk' shapes) has {len(paths)} rank "
+                             f"paths, above the limit MAX_UNIVERSE_NODES = {MAX_UNIVERSE_NODES}")
+        shape = TreeShape(sorted(paths))
+        if shape.max_depth > MAX_TREE_DEPTH:
+            raise ValueError(f"`tree_universe` has depth {shape.max_depth}, above the limit MAX_TREE_DEPTH = "
+                             f"{MAX_TREE_DEPTH}")
+    index = {p: i for i, p in enumerate(shape.paths)} if shape is not None else {}
+    return TreePlan(tuple(fams), shape, uspec, index)
+
+
+def _max_rank(shape: TreeShape) -> int:
+    return int(shape.ranks[1:].max()) + 1 if shape.n else 0
+
+
+def check_tree_support(plan: TreePlan, reach: int, how: str) -> None:
+    """Refuse trees that need more distinct children at a node than the sampling leaves tokens (``reach``).
+
+    Raises
+    ------
+    ValueError
+        A ``"topk"`` or ``"wor"`` shape with a rank at or above ``reach``, or ``"eagle2"`` with ``top_k`` above it.
+    """
+    need = []
+    if plan.universe is not None:
+        need.append(("the top-k universe (`tree_universe` and the 'topk' shapes)", _max_rank(plan.universe)))
+    for f in plan.families:
+        if f.process == "wor":
+            need.append((f.label, _max_rank(f.shape)))
+        elif f.process == "eagle2":
+            need.append((f.label, f.shape.top_k))
+    for what, m in need:
+        if m > reach:
+            raise ValueError(f"`trees`: {what} needs {m} distinct children at a node, but {how} leaves at most "
+                             f"{reach} tokens with mass: use smaller ranks or a wider sampling")
+
+
+def context_limit(lm) -> int | None:
+    """The most positions ``lm`` takes (``max_positions``, or a transformers config's
+    ``max_position_embeddings`` / ``n_positions``), or None when it states none."""
+    lim = getattr(lm, "max_positions", None)
+    if lim is None:
+        cfg = getattr(getattr(lm, "model", None), "config", None)
+        lim = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    return int(lim) if isinstance(lim, (int, np.integer)) and lim > 0 else None
+
+
+def check_tree_context(plan: TreePlan, draft, target, longest: int, max_new_tokens: int) -> None:
+    """Refuse trees whose deepest node lies past a model's context: prompt + path + depth positions.
+
+    Raises
+    ------
+    ValueError
+        Naming the model, its limit and the deepest tree.
+    """
+    if plan is None or plan.depth == 0:
+        return
+    need = longest + max_new_tokens - 1 + plan.depth
+    for role, lm in (("draft", draft), ("target", target)):
+        lim = context_limit(lm)
+        if lim is not None and need > lim:
+            raise ValueError(f"`trees`: a tree of depth {plan.depth} after prompts of up to {longest} tokens and "
+                             f"`max_new_tokens` = {max_new_tokens} reaches position {need}, past the {role} model's "
+                             f"context of {lim} positions: use shallower trees, shorter paths or prompts")
+
+
+def tree_values_per_position(plan: TreePlan) -> int:
+    """Rows one profiled position adds for the trees (a bound, for the shard's memory limit)."""
+    if plan is None:
+        return 0
+    out = 2 * plan.universe.n if plan.universe is not None else 0
+    for f in plan.families:
+        out += len(f.names()) * (1 + (0 if f.deterministic else f.n))
+    return out
+
+
+def _internal(parents: np.ndarray) -> np.ndarray:
+    """Node ids with at least one child (the root always), in node order."""
+    has = np.zeros(parents.shape[0], dtype=bool)
+    has[0] = True
+    has[parents[1:]] = True
+    return np.flatnonzero(has)
+
+
+def draft_rows(shape) -> list[int]:
+    """Rows of each draft call of a tree (one call per depth ``0..D-1``): the nodes of that depth with children.
+
+    For EAGLE-2's parameters: ``1`` then ``top_k`` per later depth (its frontier).
+    """
+    if isinstance(shape, Eagle2Params):
+        return [1] + [shape.top_k] * (shape.depth - 1)
+    inner = _internal(shape.parents)
+    d = shape.depth[inner]
+    return [int(np.count_nonzero(d == j)) for j in range(shape.max_depth)]
+
+
+def tree_law_bytes(plan: TreePlan, V: int, batch: int) -> int:
+    """Bytes of the laws the trees of one position hold at once (float64): a batch's target laws at the internal
+    nodes of the largest scored tree (twice: tensor and array), and one sampled tree's full node laws and
+    emission."""
+    if plan is None or not plan.families and plan.universe is None:
+        return 0
+    scored = [len(_internal(plan.universe.parents))] if plan.universe is not None else []
+    scored += [len(_internal(f.shape.parents)) for f in plan.families if isinstance(f.shape, TreeShape)]
+    scored += [f.shape.n + 1 for f in plan.eagle2]
+    full = max((f.n + 1 for f in plan.sampled), default=0)
+    return 8 * V * (2 * batch * max(scored, default=1) + 3 * full)
+
+
+# --------------------------------------------------------------------------- drawing at a position
+def tree_rng(seed: int, index: int) -> np.random.Generator:
+    """The generator of prompt ``index``'s sampled trees: a child of its path's generator's seed sequence, so the
+    ``(k, L)`` draws and the path are the same with or without trees."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(int(index), 1)))
+
+
+class _ShapeJob:
+    """A tree of a static shape (``"topk"``, ``"iid"``, ``"wor"``) for one prompt, grown depth by depth."""
+
+    def __init__(self, shape: TreeShape, process: str, rng, label: str):
+        self.shape, self.process, self.rng, self.label = shape, process, rng, label
+        n1 = shape.n + 1
+        self.tokens = np.full(n1, -1, dtype=np.int64)
+        self.kids: dict = {}
+        for c in range(1, n1):
+            self.kids.setdefault(int(shape.parents[c]), []).append(c)
+        inner = _internal(shape.parents)
+        self.by_depth: dict = {}
+        for v in inner.tolist():
+            self.by_depth.setdefault(int(shape.depth[v]), []).append(v)
+        self.p: dict = {}
+
+    def need(self, level: int) -> list:
+        return self.by_depth.get(level, [])
+
+    def token(self, v) -> int:
+        return int(self.tokens[v])
+
+    def _support(self, need: int, v, p) -> None:
+        if np.count_nonzero(p > 0) < need:
+            raise ValueError(f"tree family {self.label!r} needs {need} distinct children at node {v} (rank path "
+                             f"{self.shape.paths[v]}), but the draft's law there has only "
+                             f"{int(np.count_nonzero(p > 0))} tokens of positive probability")
+
+    def expand(self, v: int, p: np.ndarray) -> None:
+        self.p[v] = p
+        kids = self.kids.get(v)
+        if not kids:
+            return
+        ranks = [int(self.shape.ranks[c]) for c in kids]
+        if self.process == "topk":
+            self._support(max(ranks) + 1, v, p)
+            order = _ranked(p)
+            self.tokens[kids] = order[ranks]
+        elif self.process == "iid":
+            self.tokens[kids] = sample_rows(np.broadcast_to(p, (len(kids), p.shape[0])), self.rng)
+        else:  # without replacement: the r-th of successive draws, the missing ranks drawn and discarded
+            need = max(ranks) + 1
+            self._support(need, v, p)
+            w = np.array(p, dtype=np.float64, copy=True)
+            seq = []
+            for _ in range(need):
+                t = int(sample_rows(w[None], self.rng)[0])
+                seq.append(t)
+                w[t] = 0.0
+            self.tokens[kids] = [seq[r] for r in ranks]
+
+    def tree(self) -> DraftTree:
+        out = DraftTree(self.shape, self.shape.parents, self.tokens)
+        if self.process == "topk":  # the package's own construction, on the same laws
+            laws = {path: self.p[v] for v, path in enumerate(out.paths()) if v in self.p}
+            ref = _topk_tree(self.shape, laws.__getitem__)
+            if not np.array_equal(ref.tokens, out.tokens):  # pragma: no cover - the two rankings are one function
+                raise RuntimeError(f"tree family {self.label!r}: the level-wise top-k tree differs from otspec.tree's")
+        return out
+
+
+class _Eagle2Job:
+    """EAGLE-2's dynamic tree for one prompt, expanded level by level as ``otspec.tree`` builds it."""
+
+    def __init__(self, params: Eagle2Params, label: str):
+        self.params, self.label = params, label
+        self.scores: list = []
+        self.parent: list = []
+        self.toks: list = []
+        self.paths: list = []
+        self.laws: dict = {}
+        self.frontier: list = []
+        self.level = 0
+
+    def need(self, level: int) -> list:
+        return list(self.frontier) if 1 <= level < self.params.depth else []
+
+    def token(self, pid) -> int:
+        return int(self.toks[pid])
+
+    def _propose(self, par: int, base: float, path: tuple, p: np.ndarray) -> None:
+        k = self.params.top_k
+        if np.count_nonzero(p > 0) < k:
+            raise ValueError(f"tree family {self.label!r} needs top_k = {k} tokens of positive draft probability at "
+                             f"the node {path}, got {int(np.count_nonzero(p > 0))}")
+        self.laws[path] = p
+        with np.errstate(divide="ignore"):
+            logp = np.log(p)
+        for t in _ranked(p)[:k]:
+            self.scores.append(base + float(logp[t]))
+            self.parent.append(par)
+            self.toks.append(int(t))
+            self.paths.append(path + (int(t),))
+
+    def expand(self, v, p: np.ndarray) -> None:
+        if v == 0 and not self.scores:  # the root
+            self._propose(-1, 0.0, (), p)
+            self.frontier = list(range(self.params.top_k))
+            self._pending: dict = {}
+            return
+        self._pending[v] = p
+        if len(self._pending) == len(self.frontier):  # the whole level: expand in frontier order
+            start = len(self.scores)
+            for f in self.frontier:
+                self._propose(f, self.scores[f], self.paths[f], self._pending[f])
+            self._pending = {}
+            level = range(start, len(self.scores))
+            self.frontier = sorted(level, key=lambda j: (-self.scores[j], j))[: self.params.top_k]
+
+    def tree(self) -> DraftTree:
+        try:
+            return _eagle2_tree(self.params, self.laws.__getitem__)
+        except KeyError as exc:  # pragma: no cover - the level-wise frontier is otspec.tree's
+            raise RuntimeError(f"tree family {self.label!r}: EAGLE-2's tree asked for the law at {exc}, "
+                               "which the level-wise expansion did not compute") from None
+
+
+@dataclass
+class _Scored:
+    """A drawn tree of one prompt with the draft's laws at its internal nodes and the target's at the same."""
+
+    tree: DraftTree
+    inner: np.ndarray          # internal node ids (root first)
+    p: dict                    # node -> draft law (internal nodes)
+    q: np.ndarray | None = None  # (len(inner), V) target laws at the internal nodes
+
+
+def _jobs(plan: TreePlan, rng, V: int) -> list:
+    jobs = []
+    if plan.universe is not None:
+        jobs.append(("universe", _ShapeJob(plan.universe, "topk", None, "topk universe")))
+    for f in plan.families:
+        if f.process == "eagle2":
+            jobs.append((f.label, _Eagle2Job(f.shape, f.label)))
+        elif f.process in ("iid", "wor"):
+            jobs.append((f.label, _ShapeJob(f.shape, f.process, rng, f.label)))
+    return jobs
+
+
+def _np(t) -> np.ndarray:
+    return t if isinstance(t, np.ndarray) else t.detach().to("cpu").numpy()
+
+
+def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, q_root: np.ndarray,
+                   plan: TreePlan, sampling, rngs) -> list[dict]:
+    r"""Draw every tree of ``plan`` after the contexts of a batch and score it: one draft call per depth, one target
+    call per tree.
+
+    .. math::
+
+        p_v = p(\cdot \mid c_b, x_{1:d(v)}),\quad q_v = q(\cdot \mid c_b, x_{1:d(v)})
+        \quad\text{at every internal node } v \text{ of every tree of every prompt } b.
+
+    Parameters
+    ----------
+    draft, target : LanguageModel
+    ds, ts : states
+        Holding the ``B`` contexts (``n_ctx`` columns each, left-padded rows allowed); left holding them.
+    last : (B,) int array
+        The contexts' last tokens (the roots).
+    p_root, q_root : (B, V) arrays
+        The draft's and the target's laws after each context (already computed by the ``(k, L)`` part).
+    plan : TreePlan
+    sampling : Sampling
+        Applied to every law, as for the ``(k, L)`` families.
+    rngs : list of numpy.random.Generator
+        One per prompt (:func:`tree_rng`), for the sampled trees.
+
+    Returns
+    -------
+    list of dict
+        Per prompt: ``label -> _Scored``.
+    """
+    import torch
+
+    B, V = p_root.shape
+    jobs = [_jobs(plan, rngs[b], V) for b in range(B)]
+    for b in range(B):
+        for _, job in jobs[b]:
+            job.expand(0, p_root[b])
+    level, row_of = 1, None
+    while True:
+        need = [(b, j, v) for b in range(B) for j, (_, job) in enumerate(jobs[b]) for v in job.need(level)]
+        if not need:
+            break
+        if level == 1:
+            src = [b for b, _, _ in need]
+        else:
+            src = [row_of[(b, j, _parent_of(jobs[b][j][1], v))] for b, j, v in need]
+        draft.select(ds, src, n_ctx + level - 1)
+        ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
+        laws = _np(sampling.probs(draft.logits(ds, ids)[:, -1:]))[:, 0]
+        row_of = {key: i for i, key in enumerate(need)}
+        for (b, j, v), p in zip(need, laws):
+            jobs[b][j][1].expand(v, p)
+        level += 1
+    if level > 1:
+        per = len(row_of) // B
+        draft.select(ds, [b * per for b in range(B)], n_ctx)
+    out = [dict() for _ in range(B)]
+    for j in range(len(jobs[0])):
+        scored = []
+        for b in range(B):
+            job = jobs[b][j][1]
+            tree = job.tree()
+            inner = _internal(tree.parents)
+            p = job.p if isinstance(job, _ShapeJob) else _eagle2_inner_laws(job, tree, inner)
+            scored.append(_Scored(tree, inner, p))
+        _score(target, ts, last, n_ctx, scored, q_root, sampling)
+        for b in range(B):
+            out[b][jobs[b][j][0]] = scored[b]
+    return out
+
+
+def _parent_of(job, v):
+    if isinstance(job, _ShapeJob):
+        return int(job.shape.parents[v])
+    return 0 if job.parent[v] < 0 else job.parent[v]
+
+
+def _eagle2_inner_laws(job: _Eagle2Job, tree: DraftTree, inner: np.ndarray) -> dict:
+    paths = tree.paths()
+    return {int(v): job.laws[paths[v]] for v in inner.tolist()}
+
+
+def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampling) -> None:
+    """One target call scoring the internal nodes of ``B`` trees (padded to the largest); the state keeps the contexts."""
+    import torch
+
+    B = len(scored)
+    m = max(len(s.inner) for s in scored)
+    if m == 1:  # stars: the root's law is all a verifier needs
+        for b, s in enumerate(scored):
+            s.q = q_root[b][None].copy()
+        return
+    parents = np.full((B, m), -1, dtype=np.int64)
+    tokens = np.full((B, m), -1, dtype=np.int64)
+    for b, s in enumerate(scored):
+        pos = {int(v): i for i, v in enumerate(s.inner.tolist())}
+        for i, v in enumerate(s.inner.tolist()[1:], start=1):
+            parents[b, i] = pos[int(s.tree.parents[v])]
+            tokens[b, i] = int(s.tree.tokens[v])
+    target.select(ts, list(range(B)), n_ctx - 1)
+    logits = target.tree_logits(ts, parents, tokens, pending=np.asarray(last, dtype=np.int64)[:, None],
+                                fallback="rows")
+    pad = torch.from_numpy((parents == -1) & (np.arange(m) > 0)[None]).to(logits.device)
+    if bool(pad.any()):
+        logits = logits.masked_fill(pad[:, :, None], 0.0)
+    q = _np(sampling.probs(logits))
+    for b, s in enumerate(scored):
+        s.q = q[b, : len(s.inner)]
+
+
+# --------------------------------------------------------------------------- exact values and rows
+def _path_probs(tree: DraftTree, inner: np.ndarray, laws) -> np.ndarray:
+    """Path probability of every node: the product of ``laws(parent)[token]`` down the tree (1 at the root)."""
+    out = np.ones(tree.n + 1)
+    for c in range(1, tree.n + 1):
+        par = int(tree.parents[c])
+        out[c] = out[par] * float(laws(par)[int(tree.tokens[c])])
+    return out
+
+
+def _full_laws(s: _Scored, V: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(n + 1, V)`` draft and target laws for a verifier: the internal nodes' own, uniform rows at the leaves
+    (a leaf's laws only draw its bonus token: no verifier's acceptance reads them)."""
+    n1 = s.tree.n + 1
+    P = np.full((n1, V), 1.0 / V)
+    Q = np.full((n1, V), 1.0 / V)
+    for i, v in enumerate(s.inner.tolist()):
+        P[v] = s.p[v]
+        Q[v] = s.q[i]
+    return P, Q
+
+
+def reach_of(tree: DraftTree, emission: np.ndarray) -> np.ndarray:
+    r"""Probability of reaching (accepting) every node, from a verifier's emission law: the mass of the accepted
+    paths ending in the node's subtree, :math:`P(\text{reach } v) = \sum_{a \succeq v} \sum_y E[a, y]`."""
+    reach = emission.sum(axis=1)
+    for c in range(tree.n, 0, -1):
+        reach[tree.parents[c]] += reach[c]
+    return reach
+
+
+def position_values(plan: TreePlan, scored: dict, V: int) -> dict:
+    r"""The exact values of one prompt's trees at one position.
+
+    Returns
+    -------
+    dict
+        ``"tree"``: ``name -> E[tau | T]``; ``"treeq"``: the universe's ``(U,)`` target path probabilities,
+        ``"treep"``: the draft's probability of each node's token at its parent (node order of
+        ``plan.universe``, root excluded); ``"treenode"``: ``name -> (n,)``
+        reach probabilities of the sampled trees' nodes (shape node order, root excluded).
+    """
+    out: dict = {"tree": {}, "treenode": {}}
+    if plan.universe is not None:
+        s = scored["universe"]
+        pos = {int(v): i for i, v in enumerate(s.inner.tolist())}
+        Qp = _path_probs(s.tree, s.inner, lambda v: s.q[pos[v]])
+        T = s.tree
+        steps = np.array([float(s.p[int(T.parents[c])][int(T.tokens[c])]) for c in range(1, T.n + 1)])
+        out["treeq"], out["treep"] = Qp[1:], steps
+        for f in plan.topk:
+            idx = [plan.index[p] for p in f.shape.paths[1:]]
+            out["tree"][f.label] = math.fsum(Qp[idx].tolist())
+    for f in plan.families:
+        if f.process == "topk":
+            continue
+        s = scored[f.label]
+        if f.process == "eagle2":
+            pos = {int(v): i for i, v in enumerate(s.inner.tolist())}
+            Qp = _path_probs(s.tree, s.inner, lambda v, s=s, pos=pos: s.q[pos[v]])
+            out["tree"][f.label] = math.fsum(Qp[1:].tolist())
+            continue
+        P, Q = _full_laws(s, V)
+        for v_name, name in zip(f.verifiers, f.names()):
+            ver = make_tree_verifier(v_name)
+            tau = ver.expected_accepted(s.tree, P, Q, validate=False)
+            reach = reach_of(s.tree, ver.emission(s.tree, P, Q, validate=False))
+            if not abs(math.fsum(reach[1:].tolist()) - tau) <= 1e-9 * max(1.0, tau):  # pragma: no cover
+                raise RuntimeError(f"{name}: the reach probabilities sum to {reach[1:].sum()!r}, not to "
+                                   f"E[tau | T] = {tau!r}")
+            out["tree"][name] = float(tau)
+            out["treenode"][name] = reach[1:]
+    return out
+
+
+def record_position(rows, pos: int, plan: TreePlan, values: dict) -> None:
+    """Append one position's tree rows to ``rows`` (a profile's row builder): ``kind="tree"`` with ``k`` the
+    tree's draft nodes and ``j`` its depth; ``"treeq"``/``"treep"`` (name ``"topk"``, ``j`` the universe node);
+    ``"treenode"`` (``j`` the shape node)."""
+    for f in plan.families:
+        for name in f.names():
+            rows.add(pos, "tree", name, f.n, [values["tree"][name]], j0=f.depth)
+            if name in values["treenode"]:
+                rows.add(pos, "treenode", name, f.n, values["treenode"][name])
+    if "treeq" in values:
+        rows.add(pos, "treeq", "topk", 0, values["treeq"])
+        rows.add(pos, "treep", "topk", 0, values["treep"])
+
+
+# --------------------------------------------------------------------------- costs
+def _grid(top: int) -> list[int]:
+    out, x = [], 1
+    while x <= top:
+        out.append(x)
+        x *= 2
+    return sorted(set(out + [top])) if top >= 1 else []
+
+
+def tree_cost_shapes(plan: TreePlan) -> dict:
+    r"""The calls a tree decoder with these families makes, for the cost calibration.
+
+    Returns
+    -------
+    dict
+        ``"tree"``: ``[(n, parents)]``, one target call scoring a tree of ``n`` draft nodes (``n + 1`` tokens, tree
+        mask) per size: every family's own size (its shape; EAGLE-2's first ``n`` proposals in creation order)
+        and, with a top-k universe, a grid of sizes up to its size (its first ``n`` rank paths) for the static
+        shapes chosen from it; ``"draft"``: the row counts of the draft calls per depth.
+    """
+    trees: dict = {}
+    rows: set = set()
+    for f in plan.families:
+        if isinstance(f.shape, TreeShape):
+            trees.setdefault(f.n, f.shape.parents)
+        else:
+            k = f.shape.top_k
+            par = [-1] + [0] * k
+            level = list(range(1, k + 1))
+            while len(par) - 1 < f.n:
+                nxt = []
+                for v in level:
+                    for _ in range(k):
+                        par.append(v)
+                        nxt.append(len(par) - 1)
+                level = nxt
+            trees.setdefault(f.n, np.array(par[: f.n + 1], dtype=np.int64))
+        rows.update(draft_rows(f.shape))
+    if plan.universe is not None:
+        U = plan.universe
+        for n in _grid(U.n):
+            trees.setdefault(n, U.parents[: n + 1])
+            rows.update(draft_rows(TreeShape(U.paths[1: n + 1])))
+    return {"tree": sorted(trees.items()), "draft": sorted(r for r in rows if r > 0)}
+
+
+# --------------------------------------------------------------------------- choosing
+def static_order(mean_q: np.ndarray, parents: np.ndarray) -> np.ndarray:
+    r"""Universe nodes (ids ``1..U``) by decreasing mean target path probability, ties by the node order.
+
+    .. math::
+
+        \bar Q(s_{(1)}) \ge \bar Q(s_{(2)}) \ge \dots,
+
+    so that the first ``n`` form the best static shape with ``n`` nodes: the mean of :math:`Q` never increases
+    down a path and the node order puts a parent before its children, so every prefix of the order is
+    prefix-closed (Cai et al., Medusa, arXiv:2401.10774, §2.1.2 choose the tree from per-rank accuracies; the
+    exact choice over a set of contexts is this sort). Each weight is first capped by its parent's (a no-op on
+    recorded path probabilities, which never increase down a path), so the order stays prefix-closed whatever
+    the input.
+
+    Parameters
+    ----------
+    mean_q : (U,) array
+        Mean target path probability of the nodes ``1..U``.
+    parents : (U + 1,) array
+        The universe's parent array (node order).
+    """
+    w = np.concatenate([[np.inf], np.asarray(mean_q, dtype=np.float64)])
+    for c in range(1, w.shape[0]):
+        w[c] = min(w[c], w[parents[c]])
+    return np.argsort(-w[1:], kind="stable") + 1
+
+
+def eagle2_from_universe(params: Eagle2Params, universe: TreeShape, index: dict, steps: np.ndarray,
+                         Qp: np.ndarray) -> float | None:
+    r"""EAGLE-2's value at one position from the recorded universe: :math:`\sum_v Q(v)` over its tree.
+
+    The dynamic tree of ``params`` is built (:func:`otspec.tree.sample_tree`'s ``"eagle2"`` rule) on the rank
+    paths, with the draft's law at a node replaced by the recorded probabilities of its ranked children (the
+    ranking and the path scores, sums of their logarithms in the same order, are all EAGLE-2 reads: the same
+    tree as from the draft's full laws, ties included); None when a proposal lies outside the universe.
+
+    Parameters
+    ----------
+    params : Eagle2Params
+    universe : TreeShape
+    index : dict
+        Rank path -> node id of ``universe``.
+    steps, Qp : (U + 1,) arrays
+        The draft's probability of each node's token at its parent (``"treep"``) and the target's path
+        probability (``"treeq"``) of the universe's nodes, root first (any value there).
+    """
+    k = params.top_k
+
+    def law(path):
+        base = index.get(path)
+        kids = [index.get(path + (r,)) for r in range(k)]
+        if base is None or any(c is None for c in kids):
+            raise LookupError(path)
+        return np.array([steps[c] for c in kids])
+
+    try:
+        tree = _eagle2_tree(params, law)
+    except LookupError:
+        return None
+    return math.fsum(float(Qp[index[p]]) for p in tree.paths()[1:])
