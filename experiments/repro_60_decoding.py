@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _chat_prompts import CHAT_PROMPTS, chat_ids  # noqa: E402
-from _report import Row, Section, fmt, write_text_atomic  # noqa: E402
+from _report import Row, Section, fmt, save_figure, write_text_atomic  # noqa: E402
 
 TITLE = "Decoding with a real draft/target pair"
 
@@ -75,9 +75,11 @@ def _est(e) -> dict:
     return {"value": _r(e.value), "lo": _r(e.lo), "hi": _r(e.hi)}
 
 
-def _decode_check(tok, draft, target, name: str, k: int) -> dict:
-    """Real decodes of one family on DECODE["prompts"] prompts: tokens per call with a 95 % interval over prompts.
+def decode_check(tok, draft, target, texts, *, seed: int, **decode) -> dict:
+    """Real decodes, one per prompt of ``texts``: tokens per call with a 95 % interval over prompts.
 
+    ``decode`` goes to :func:`otspec.decoding.speculative_decode` (the verifier and its drafts: ``verifier``,
+    ``k``, ``L``, or ``tree`` and ``process``; the sampling); prompt ``i`` decodes with ``rng = seed + i``.
     The interval treats the prompts as the units (cluster-robust delta method for the ratio of sums, Student
     t quantile with n - 1 degrees of freedom), so it carries the variation between prompts that the
     profile's interval over all prompts also carries: the two estimate the same mean over prompts.
@@ -87,10 +89,8 @@ def _decode_check(tok, draft, target, name: str, k: int) -> dict:
     from otspec.decoding import speculative_decode
 
     E, C, kept, iters = [], [], 0, 0
-    for i, text in enumerate(PROMPTS[:DECODE["prompts"]]):
-        res = speculative_decode(chat_ids(tok, text), draft=draft, target=target, verifier=name, k=k, L=DECODE["L"],
-                                 max_new_tokens=DECODE["max_new_tokens"], temperature=DECODE["temperature"],
-                                 top_k=DECODE["top_k"], rng=DECODE["seed"] + i)
+    for i, text in enumerate(texts):
+        res = speculative_decode(chat_ids(tok, text), draft=draft, target=target, rng=seed + i, **decode)
         E.append(float(res.emitted.sum()))
         C.append(float(res.target_calls.sum()))
         kept += int(res.tokens.shape[0])
@@ -101,11 +101,20 @@ def _decode_check(tok, draft, target, name: str, k: int) -> dict:
     resid = E - ratio * C
     half = float(student_t.ppf(0.975, n - 1) * math.sqrt(n / (n - 1) * (resid ** 2).sum()) / C.sum()) if n > 1 \
         else float("nan")
-    return {"family": name, "k": k, "L": DECODE["L"], "prompts": n, "iterations": iters, "tokens": kept,
-            "tokens_per_call": _r(ratio), "half_width": _r(half), "tokens_kept_per_iteration": _r(kept / iters)}
+    return {"prompts": n, "iterations": iters, "tokens": kept, "tokens_per_call": _r(ratio), "half_width": _r(half),
+            "tokens_kept_per_iteration": _r(kept / iters)}
 
 
-def run_all() -> dict:
+def _decode_check(tok, draft, target, name: str, k: int) -> dict:
+    """:func:`decode_check` of one (family, k) at ``DECODE``'s settings on its first ``DECODE["prompts"]`` prompts."""
+    res = decode_check(tok, draft, target, PROMPTS[:DECODE["prompts"]], seed=DECODE["seed"], verifier=name, k=k,
+                       L=DECODE["L"], max_new_tokens=DECODE["max_new_tokens"], temperature=DECODE["temperature"],
+                       top_k=DECODE["top_k"])
+    return {"family": name, "k": k, "L": DECODE["L"], **res}
+
+
+def run_all(fig_dir: Path | None = None) -> dict:
+    """The profile, its summary and the check decodes; with ``fig_dir``, the profile's figures written there."""
     import torch
 
     from otspec.decoding import smollm2_pair
@@ -118,6 +127,7 @@ def run_all() -> dict:
         run = profile(prompts, out=out, draft=draft, target=target, progress=False, **PROFILE)
         s = summarize(out, score_cost=1.0)
     L = PROFILE["L_max"]
+    figures = _figures(s, fig_dir) if fig_dir is not None else []
     res = {
         "pair": {"target": target.name, "draft": draft.name},
         "profile_settings": run.settings.to_dict(),
@@ -134,6 +144,7 @@ def run_all() -> dict:
         "renewal_paired_differences": {f"{a[0]} k={a[1]} L={a[2]} - {b[0]} k={b[1]}": _est(e)
                                        for (a, b), e in s.renewal_differences.items()},
         "checks": [],
+        "figures": figures,
     }
     for name, k in CHECKS:
         chk = _decode_check(tok, draft, target, name, k)
@@ -146,6 +157,32 @@ def run_all() -> dict:
             chk["renewal"] = _est(ren)
         res["checks"].append(chk)
     return res
+
+
+def _figures(summary, out: Path) -> list[str]:
+    """The profile's acceptance against k (one panel per depth) and tokens per call against L (one per k): exact
+    values only, so the files are byte-stable (the speed-up figure needs wall times and is left to the profile's
+    own report)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    from otspec.profile import plot_acceptance_vs_k, plot_tokens_vs_L
+
+    out = Path(out)
+    names = []
+    ps = summary.sets["all"]
+    depths = sorted({j for _, _, j in ps.acceptance})
+    ks = sorted({k for _, k, _ in ps.tokens_per_call})
+    for fname, items, draw in (
+            ("real_pair_acceptance.png", depths, lambda ax, j: plot_acceptance_vs_k(summary, depth=j, ax=ax)),
+            ("real_pair_tokens.png", ks, lambda ax, k: plot_tokens_vs_L(summary, k=k, ax=ax))):
+        fig, axes = plt.subplots(1, len(items), figsize=(4.4 * len(items), 3.6), squeeze=False)
+        for ax, item in zip(axes.flat, items):
+            draw(ax, item)
+        names.append(save_figure(fig, out / fname, dpi=90))
+    return names
 
 
 def _new_section() -> Section:
@@ -165,9 +202,9 @@ def run(out: Path) -> Section:
         sec.notes = f"Skipped: optional dependencies missing ({', '.join(missing)}); `make reproduce` installs them."
         sec.rows.append(Row("real-pair profile", "-", "not run", "differs: dependencies missing"))
         return sec
-    res = run_all()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    res = run_all(out)
     write_text_atomic(out / "decoding.json", json.dumps(res, indent=1, sort_keys=True) + "\n")
     return section(res)
 
@@ -175,6 +212,7 @@ def run(out: Path) -> Section:
 def section(res: dict) -> Section:
     """The report section of a :func:`run_all` result."""
     sec = _new_section()
+    sec.figures.extend(res.get("figures", []))
     ps = res["profile_settings"]
     L = ps["L_max"]
     sec.notes = (
