@@ -100,8 +100,8 @@ def _posthoc_check(out, plan) -> dict:
     return res
 
 
-def run_all(out: Path | None = None) -> dict:
-    """The profile, the choice, the check decodes; with ``out``, the figures written there (exact values only)."""
+def run_all(fig_dir: Path | None = None) -> dict:
+    """The profile, the choice, the check decodes; with ``fig_dir``, the figures written there (exact values only)."""
     import torch
 
     from otspec.decoding import smollm2_pair
@@ -116,7 +116,7 @@ def run_all(out: Path | None = None) -> dict:
         s = summarize(out, draft_cost=0.0, score_cost=1.0)  # costs given: nothing here depends on wall time
         check = _posthoc_check(out, run.settings.tree_plan)
     ts, ch = s.trees, s.trees.choice
-    figures = _figures(s, out) if out is not None else []
+    figures = _figures(s, fig_dir) if fig_dir is not None else []
     checks = []
     for name, branching, process, verifier in CHECKS:
         got = decode_check(tok, draft, target, PROMPTS[:DECODE["prompts"]], seed=DECODE["seed"],

@@ -44,8 +44,9 @@ def position_set(summary, positions: str | None = None):
     return sets[positions]
 
 
-def _where(ps) -> str:
-    return f"{ps.positions} positions" + ("" if ps.name == "all" else " of the subsample")
+def _where(ps, summary=None) -> str:
+    every = summary is not None and summary.settings.get("subsample") == 1
+    return f"{ps.positions} positions" + ("" if ps.name == "all" or every else " of the subsample")
 
 
 def _errorbar(ax, x, est, **style):
@@ -109,7 +110,7 @@ def plot_acceptance_vs_k(summary, *, depth: int = 1, positions: str | None = Non
     _integer_axis(ax.xaxis, ks_all)
     ax.set_xlabel("drafts k")
     ax.set_ylabel(f"mean acceptance at depth {depth}")
-    ax.set_title(f"Depth {depth} ({_where(ps)})", fontsize=9)
+    ax.set_title(f"Depth {depth} ({_where(ps, summary)})", fontsize=9)
     ax.legend(fontsize=6, ncol=2)
     return ax
 
@@ -153,7 +154,7 @@ def plot_tokens_vs_L(summary, *, k: int = 1, positions: str | None = None, ax=No
     _integer_axis(ax.xaxis, Ls_all)
     ax.set_xlabel("draft length L")
     ax.set_ylabel("tokens per target call")
-    ax.set_title(f"k = {k} ({_where(ps)})", fontsize=9)
+    ax.set_title(f"k = {k} ({_where(ps, summary)})", fontsize=9)
     ax.legend(fontsize=6, ncol=2)
     return ax
 

@@ -48,6 +48,8 @@ def _positions(n: int) -> str:
 def _set_title(ps, summary) -> str:
     if ps.name == "all":
         return f"all {_positions(ps.positions)} profiled"
+    if summary.settings.get("subsample") == 1:
+        return f"all {_positions(ps.positions)} profiled (every quantity at every position)"
     return (f"the {_positions(ps.positions)} of the subsample ({_every(summary.settings['subsample'])} profiled "
             "position)")
 
