@@ -454,3 +454,22 @@ def test_inputs_are_not_mutated():
     parents[1] = 5
     assert t.parents.tolist() == [-1, 0, 0]
     assert list(itertools.islice(iter(t.paths()), 2)) == [(), (1,)]
+
+
+def test_entry_points_take_a_shape_as_a_list_of_rank_paths():
+    # the entry points' documented form: a shape is a list of rank-path tuples (Medusa's medusa_choices)
+    from otspec.models import random_markov_model
+    from otspec.tree import TreeShape, check_lossless, enumerate_trees, optimum, sample_tree, value
+
+    d, t = random_markov_model(3, rng=1), random_markov_model(3, rng=2)
+    paths = [(0,), (1,), (0, 0)]
+    shape = TreeShape.from_paths(paths)
+    for process, verifier in (("iid", "specinfer"), ("wor", "sequoia"), ("topk", "target-only")):
+        assert value(paths, d, t, process=process, verifier=verifier) == value(shape, d, t, process=process,
+                                                                             verifier=verifier)
+        assert check_lossless(verifier, paths, d, t, process=process).passed
+    assert optimum(paths, d, t, process="iid").value == optimum(shape, d, t, process="iid").value
+    assert len(enumerate_trees(paths, d, process="iid")) == len(enumerate_trees(shape, d, process="iid"))
+    assert (sample_tree(paths, d, process="wor", rng=3).tokens == sample_tree(shape, d, process="wor", rng=3).tokens).all()
+    with pytest.raises(ValueError, match=r"^`shape` must be prefix-closed: the parent path \(0,\) of \(0, 0\)"):
+        value([(0, 0)], d, t, process="iid", verifier="specinfer")

@@ -35,7 +35,7 @@ import numpy as np
 from .._validation import as_rng, validate_positive_int, validate_probability
 from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, validate_model_pair, validate_sequence
 from ..tree import DraftTree, TreeVerifier, enumerate_trees
-from ..tree._process import LawCache, validate_process
+from ..tree._process import LawCache, as_tree_shape, validate_process
 from ._block import _Tables
 from ._sampler import (
     CHUNK,
@@ -277,6 +277,7 @@ def check_tree_sampler(step, shape, draft, target, *, process, prefix=(), n_samp
     (True, 1876, 27)
     """
     step = _validate_step(step)
+    shape = as_tree_shape(shape, process)
     V = validate_model_pair(draft, target)
     process = validate_process(process, shape)
     ctx = validate_sequence(prefix, V, "prefix")

@@ -34,7 +34,7 @@ from .._verifier import sample_from
 from ..block._multidraft import solve_transport
 from ..block._multidraft_verifiers import one_token_rule, solve_one_token_lp
 from ..models import conditional_tables, joint_from_tables, size_exceeds, validate_model_pair, validate_sequence
-from ._process import MAX_TREES, enumerate_trees, validate_process
+from ._process import MAX_TREES, as_tree_shape, enumerate_trees, validate_process
 from ._tree import DraftTree
 from ._verifiers import TreeVerifier, validate_tree_laws
 
@@ -282,6 +282,7 @@ def optimum(shape, draft, target, *, process, one_token: bool = True, prefix=(),
     >>> round(128 * res1.value, 6), res1.n_keys, res1.n_trees
     (227.0, 10, 16)
     """
+    shape = as_tree_shape(shape, process)
     process = validate_process(process, shape)
     V = validate_model_pair(draft, target)
     ctx = validate_sequence(prefix, V, "prefix")

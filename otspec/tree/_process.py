@@ -35,7 +35,7 @@ from ..models import next_law, validate_model, validate_model_pair, validate_seq
 from ._tree import DraftTree, Eagle2Params, TreeShape
 
 __all__ = [
-    "draw_children",
+    "as_tree_shape",    "draw_children",
     "DETERMINISTIC_PROCESSES",
     "MAX_TREES",
     "PROCESSES",
@@ -54,6 +54,18 @@ DETERMINISTIC_PROCESSES = ("topk", "eagle2")
 #: (bounded before any model call by ``V**n`` for ``"iid"`` and by the
 #: number of ordered draws without replacement for ``"wor"``).
 MAX_TREES = 200_000
+
+
+def as_tree_shape(shape, process):
+    """``shape`` as the tree type ``process`` draws: a :class:`TreeShape` as it is, a sequence of rank paths
+    (Medusa's ``medusa_choices``: ``[(0,), (1,), (0, 0)]``) through :meth:`TreeShape.from_paths` (which names
+    the first path whose parent is missing); anything else is left for :func:`validate_process` to refuse."""
+    if process != "eagle2" and isinstance(shape, (list, tuple)) and not isinstance(shape, Eagle2Params):
+        try:
+            return TreeShape.from_paths(shape)
+        except (TypeError, ValueError) as exc:  # the caller's parameter is `shape`
+            raise type(exc)(str(exc).replace("`paths", "`shape", 1)) from None
+    return shape
 
 
 def validate_process(process, shape) -> str:
@@ -165,10 +177,11 @@ def _eagle2_tree(params: Eagle2Params, laws) -> DraftTree:
 
 
 def _setup(shape, draft, process, prefix):
+    shape = as_tree_shape(shape, process)
     process = validate_process(process, shape)
     V = validate_model(draft, "draft")
     ctx = validate_sequence(prefix, V, "prefix")
-    return process, V, ctx
+    return process, V, ctx, shape
 
 
 def sample_tree(shape, draft, *, process, prefix=(), rng=None) -> DraftTree:
@@ -225,7 +238,7 @@ def sample_tree(shape, draft, *, process, prefix=(), rng=None) -> DraftTree:
     >>> bool(t.tokens[1] != t.tokens[2])
     True
     """
-    process, V, ctx = _setup(shape, draft, process, prefix)
+    process, V, ctx, shape = _setup(shape, draft, process, prefix)
     laws = LawCache(draft, V, ctx, "draft")
     if process == "topk":
         return _topk_tree(shape, laws)
@@ -337,7 +350,7 @@ def enumerate_trees(shape, draft, *, process, prefix=(), max_trees: int = MAX_TR
     >>> [(t.tokens.tolist(), w) for t, w in trees]
     [([-1, 0, 0], 0.25), ([-1, 0, 1], 0.25), ([-1, 1, 0], 0.25), ([-1, 1, 1], 0.25)]
     """
-    process, V, ctx = _setup(shape, draft, process, prefix)
+    process, V, ctx, shape = _setup(shape, draft, process, prefix)
     max_trees = validate_positive_int(max_trees, "max_trees")
     laws = LawCache(draft, V, ctx, "draft")
     if process == "topk":

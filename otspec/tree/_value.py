@@ -27,7 +27,7 @@ import numpy as np
 from .._validation import validate_positive_int
 from .._verifier import LOSSLESS_TOL, LosslessCheck, validate_tol
 from ..models import MAX_ENUMERATION, check_enumeration, validate_model_pair, validate_sequence
-from ._process import MAX_TREES, LawCache, _laws_of, enumerate_trees, validate_process
+from ._process import MAX_TREES, LawCache, _laws_of, as_tree_shape, enumerate_trees, validate_process
 from ._verifiers import TreeVerifier, make_tree_verifier
 
 __all__ = ["TreeCheck", "check_lossless", "output_law", "value"]
@@ -35,10 +35,11 @@ __all__ = ["TreeCheck", "check_lossless", "output_law", "value"]
 
 def _setup(shape, draft, target, process, verifier, prefix):
     V = validate_model_pair(draft, target)
+    shape = as_tree_shape(shape, process)
     process = validate_process(process, shape)
     ctx = validate_sequence(prefix, V, "prefix")
     v = make_tree_verifier(verifier)
-    return V, process, ctx, v
+    return V, process, ctx, v, shape
 
 
 def _refuse_lossy(v: TreeVerifier, process: str, shape) -> None:
@@ -68,7 +69,7 @@ def value(shape, draft, target, *, process, verifier, prefix=(), allow_lossy: bo
 
     Parameters
     ----------
-    shape : TreeShape or Eagle2Params
+    shape : TreeShape, sequence of rank paths or Eagle2Params
     draft, target : Model
         Draft :math:`M_s` and target :math:`M_b` models (``vocab_size``,
         ``next_dist(prefix)``), same vocabulary.
@@ -109,7 +110,7 @@ def value(shape, draft, target, *, process, verifier, prefix=(), allow_lossy: bo
     >>> value(TreeShape([(0,), (1,)]), p, q, process="topk", verifier="target-only")  # q(0) + q(1)
     1.0
     """
-    V, process, ctx, v = _setup(shape, draft, target, process, verifier, prefix)
+    V, process, ctx, v, shape = _setup(shape, draft, target, process, verifier, prefix)
     if not isinstance(allow_lossy, bool):
         raise TypeError(f"`allow_lossy` must be a bool, got {type(allow_lossy).__name__}")
     if not allow_lossy:
@@ -146,7 +147,7 @@ def _completed_law(v, trees, dl, tl, V, D):
 
 def _enumerated(shape, draft, target, process, verifier, prefix, max_trees, max_sequences):
     """Validated inputs, every realised tree and the law caches, the size of the completed table checked first."""
-    V, process, ctx, v = _setup(shape, draft, target, process, verifier, prefix)
+    V, process, ctx, v, shape = _setup(shape, draft, target, process, verifier, prefix)
     max_sequences = validate_positive_int(max_sequences, "max_sequences")
     D = _max_depth(shape)
     check_enumeration(V, D + 1, max_sequences, what="completed sequences", length_name="max_depth + 1",
@@ -299,6 +300,7 @@ def check_lossless(verifier, shape, draft, target, *, process, prefix=(), max_tr
     False
     """
     tol = validate_tol(tol)
+    shape = as_tree_shape(shape, process)
     v, trees, dl, tl, V, D = _enumerated(shape, draft, target, process, verifier, prefix, max_trees, max_sequences)
     return check_enumerated(v, trees, dl, tl, V, D, tol=tol, process=process, shape=shape)
 
