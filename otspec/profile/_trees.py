@@ -27,6 +27,10 @@ a tree attention mask (``tree_logits``). What is recorded, exactly:
   for parameters inside it can be rebuilt from the draft's probabilities) (the choice of a shape
   over contexts is then exact: the best static shape with ``n`` nodes is
   the ``n`` rank paths with the largest mean :math:`Q`);
+* ``kind="e"`` (with ``context="sample"``): for the static ``"topk"``
+  families, the exact emission table along the text
+  (:func:`topk_emission_along`, recorded by the renewal hook), keyed like
+  their ``kind="tree"`` rows, for the renewal estimate and the Palm average;
 * ``kind="treenode"``: for the sampled families, every node's probability
   of being reached (accepted) given the drawn tree; for a per-node rule
   (SpecInfer's, Sequoia's) on a shape without rank gaps this is also the
@@ -920,8 +924,9 @@ def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
     with :math:`r(s, m)` the rank path of :math:`y_s \dots y_{s+m-1}` under the
     draft's laws at the text's own contexts (:func:`text_ranks`). Every
     lossless verifier on a deterministic tree emits a target sample and
-    accepts its longest prefix in the tree (Miao et al., arXiv:2305.09781,
-    §4; Cai et al., arXiv:2401.10774, §2.3), so an iteration begun at ``s``
+    accepts its longest prefix in the tree (the top-k trees of Cai et al.,
+    arXiv:2401.10774, §2.1.2; verified as in SGLang's
+    ``tree_speculative_sampling_target_only``), so an iteration begun at ``s``
     emits exactly the text's next ``j`` tokens with this probability; past a
     leaf the last token is the bonus from ``q``. Entries reaching past the
     text's end are 0.
