@@ -19,7 +19,7 @@ from otspec.profile import (  # noqa: E402
 )
 from otspec.profile._report import report_markdown  # noqa: E402
 from otspec.profile._trees import text_ranks, topk_emission_along  # noqa: E402
-from otspec.tree import TargetOnlyVerifier, TreeShape, sample_tree, tree_laws  # noqa: E402
+from otspec.tree import TargetOnlyVerifier, TreeShape, sample_tree, tree_laws, value  # noqa: E402
 
 SHAPES = [TreeShape.branching(2, 2), TreeShape.from_paths([(0,), (2,), (0, 1)]), TreeShape.chains(1, 3),
           TreeShape.branching(3, 1, 2)]
@@ -137,3 +137,26 @@ def test_report_has_the_trees_renewal_table(run):
     text = report_markdown(summarize(run, n_boot=50))
     assert "| tree | nodes | depth | renewal | Palm | per-position bias |" in text
     assert "| topk:branching(2,2) | 6 | 2 |" in text
+
+
+@pytest.mark.parametrize("shape", SHAPES[:3], ids=["b22", "gap", "chain3"])
+def test_summed_over_continuations_the_table_is_the_iteration_law(shape):
+    # over every continuation z of the context, e(0, j) read along z is the law of the emitted block: it sums to 1
+    # and its mean length is 1 + the tree's value, as otspec.tree.value computes it
+    draft, target = toy_pair(4, seed=7, closeness=0.8)
+    Md, Mt = MarkovModel(_softmax(draft.fn.table)), MarkovModel(_softmax(target.fn.table))
+    ctx, D = (2, 1), shape.max_depth
+    law = {}
+    for flat in range(4 ** (D + 1)):
+        z = [(flat // 4 ** i) % 4 for i in range(D + 1)]
+        P = np.array([Md.next_dist(ctx + tuple(z[:t])) for t in range(D + 1)])
+        Q = np.array([Mt.next_dist(ctx + tuple(z[:t])) for t in range(D + 1)])
+        e = topk_emission_along(shape, P, Q, np.array(z))[0]
+        for j in range(1, D + 2):
+            law[tuple(z[:j])] = law.get(tuple(z[:j]), e[j - 1])
+            np.testing.assert_allclose(law[tuple(z[:j])], e[j - 1], rtol=0, atol=0)  # one number per block
+    total = sum(law.values())
+    mean = sum(len(b) * v for b, v in law.items())
+    np.testing.assert_allclose(total, 1.0, rtol=1e-12)
+    want = value(shape, Md, Mt, process="topk", verifier="target-only", prefix=ctx)
+    np.testing.assert_allclose(mean, 1.0 + want, rtol=1e-12)
