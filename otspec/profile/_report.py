@@ -28,6 +28,10 @@ def _signed(e, spec=".3f") -> str:
     return f"{e.value:+{spec}} [{e.lo:+{spec}}, {e.hi:+{spec}}]"
 
 
+def _percent(e) -> str:
+    return f"{100 * e.value:+.2f} % [{100 * e.lo:+.2f}, {100 * e.hi:+.2f}]" if e else "-"
+
+
 def _config(key) -> str:
     f, k, L = key
     return f"{f}, k = {k}, L = {L}"
@@ -222,6 +226,19 @@ def _trees_lines(summary) -> list[str]:
     for n, name, proc, d, e, sp in sorted(rows, key=lambda r: (r[0], r[1])):
         lines.append(f"| {name} | {proc} | {n} | {d} | {_fmt(e)} | {_fmt(sp, '.2f')} |")
     lines.append("")
+    ren = getattr(ts, "renewal", None) or {}
+    if ren:
+        lines += ["Static top-k trees along the text: their emission law is exact (every lossless verifier emits a "
+                  "target sample and accepts its longest prefix in the tree), so the renewal estimator needs no "
+                  "verifier and no drawn tree. Renewal: tokens per call of decoding these texts; Palm: 1 + E[tau | T] "
+                  "at the profiled positions weighted by their start probabilities; bias: the per-position average "
+                  "above over the Palm average, minus 1.", "",
+                  "| tree | nodes | depth | renewal | Palm | per-position bias |", "|---|---|---|---|---|---|"]
+        for name, e in ren.items():
+            f, palm = ts.families[name], ts.palm.get(name)
+            lines.append(f"| {name} | {f['n']} | {f['depth']} | {_fmt(e)} | {_fmt(palm) if palm else '-'} | "
+                         f"{_percent(ts.position_bias.get(name))} |")
+        lines.append("")
     ch = ts.choice
     if ch is None:
         return lines + ([ts.note, ""] if ts.note else [])
@@ -321,8 +338,7 @@ def report_markdown(summary, *, figures=()) -> str:
                   "| scheme | k | L | renewal | Palm | per-position bias |", "|---|---|---|---|---|---|"]
         for (f, k, L), e in summary.renewal.items():
             palm, bias = summary.palm.get((f, k, L)), summary.position_bias.get((f, k, L))
-            b = f"{100 * bias.value:+.2f} % [{100 * bias.lo:+.2f}, {100 * bias.hi:+.2f}]" if bias else "-"
-            lines.append(f"| {f} | {k} | {L} | {_fmt(e)} | {_fmt(palm) if palm else '-'} | {b} |")
+            lines.append(f"| {f} | {k} | {L} | {_fmt(e)} | {_fmt(palm) if palm else '-'} | {_percent(bias)} |")
         if summary.renewal_differences:
             lines += ["", "| scheme | k | L | minus | renewal difference |", "|---|---|---|---|---|"]
             for ((f, k, L), (r, _, _)), e in summary.renewal_differences.items():

@@ -519,7 +519,13 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
                 continue
             i, r = src.index((f, k, L)), src.index(other)
             diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r], int(cnt[:, i].sum()))
-    renewal, ren_res = _renewal_estimates(sums["T_n"], sums["starts"], W)
+    has_trees = bool(settings.get("trees") or settings.get("tree_universe"))
+    tree_labels = {f.label for f in resolve_trees(settings.get("trees") or (), settings.get("tree_universe")).topk
+                   } if has_trees else set()
+    renewal, ren_res = _renewal_estimates(sums["T_n"], {k: v for k, v in sums["starts"].items()
+                                                        if k[0] not in tree_labels}, W)
+    tree_renewal = {"T_n": sums["T_n"], "starts": {k: v for k, v in sums["starts"].items() if k[0] in tree_labels},
+                    "palm": {k: v for k, v in sums["palm"].items() if k[0] in tree_labels}}
     palm, bias = {}, {}
     if tpc_keys:
         a_keys, aE, aC, _ = _emitted_and_calls(keys, S, C)
@@ -555,8 +561,8 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
                           models=man["models"], renewal=renewal, renewal_differences=ren_diffs, palm=palm,
                           position_bias=bias, costs=costs, sets=sets, recommendation=common.recommendation,
                           skipped=man.get("skipped", {}),
-                          trees=_tree_summary(out, settings, prompts, W, costs, sets["all"], n_boot, seed)
-                          if settings.get("trees") or settings.get("tree_universe") else None)
+                          trees=_tree_summary(out, settings, prompts, W, costs, sets["all"], n_boot, seed,
+                                              tree_renewal) if has_trees else None)
 
 
 def _merge_sums(parts):
@@ -616,7 +622,8 @@ def _stream_sums(out, settings: dict):
 def _renewal_starts(table, prompts: np.ndarray) -> tuple[np.ndarray, dict, dict]:
     r"""Per prompt of one shard: the text length :math:`T_n`, :math:`\sum_t r_n(t)` of every recorded scheme,
     and the Palm sums :math:`(\sum_t r_n(t)\, m_n(t), \sum_t r_n(t))` over the positions where the scheme's
-    :math:`m = E[\tau_L \mid X] + 1` is recorded.
+    :math:`m = E[\tau_L \mid X] + 1` is recorded (for a static top-k tree family, keyed ``(label, n, depth)``,
+    :math:`m = E[\tau \mid T] + 1` from its ``kind="tree"`` rows).
 
     ``r`` is :func:`otspec.profile.starts_recursion` of the prompt's emission tables.
     """
@@ -628,7 +635,7 @@ def _renewal_starts(table, prompts: np.ndarray) -> tuple[np.ndarray, dict, dict]
     T_n = np.zeros(len(prompts))
     if t.num_rows == 0:
         return T_n, {}, {}
-    tau = table.filter(pc.equal(table["kind"], "tau"))
+    tau = table.filter(pc.is_in(table["kind"], value_set=pa.array(["tau", "tree"])))  # a tree: (label, n, depth)
     tau_cols = {c: tau[c].to_numpy() for c in ("prompt", "pos", "k", "j", "value")}
     tau_name = np.asarray(tau["name"].to_pylist(), dtype=object)
     prompt = t["prompt"].to_numpy()
@@ -816,6 +823,11 @@ class TreeSummary:
     choice : TreeChoice or None
     note : str
         Why there is no choice, when there is none.
+    renewal, palm, position_bias : dict
+        For the static top-k families (profiled along a target-sampled text), ``name -> Estimate``: tokens per
+        call by the renewal estimator (their emission law along the text is exact: no verifier, no drawn tree),
+        the Palm average of ``1 + E[tau | T]`` (weighted by the start probabilities) and ``tokens_per_call /
+        palm - 1``, the per-position average's bias.
     """
 
     families: dict
@@ -827,6 +839,9 @@ class TreeSummary:
     positions: int
     choice: TreeChoice | None
     note: str = ""
+    renewal: dict = field(default_factory=dict)
+    palm: dict = field(default_factory=dict)
+    position_bias: dict = field(default_factory=dict)
 
 
 class _TreeCosts:
@@ -921,13 +936,15 @@ def _ratio_estimate(E: np.ndarray, C: np.ndarray, W: np.ndarray, positions: int,
 
 
 def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs: Costs, every: PositionSet,
-                  n_boot: int, seed: int) -> TreeSummary:
-    """Tokens per call and speed-ups of the tree families on every profiled position, and the choice of a tree."""
+                  n_boot: int, seed: int, ren: dict | None = None) -> TreeSummary:
+    """Tokens per call and speed-ups of the tree families on every profiled position, and the choice of a tree;
+    for the static top-k families, the renewal estimate, the Palm average and the per-position bias from ``ren``
+    (``{"T_n", "starts", "palm"}`` keyed ``(label, n, depth)``, as the ``(k, L)`` families')."""
     plan = resolve_trees(settings.get("trees") or (), settings.get("tree_universe"))
     tc = _TreeCosts(out, costs, settings)
     keys, S, C = _tree_sums(out, prompts)
     col = {key: i for i, key in enumerate(keys)}
-    fams, tokens, speed, secs = {}, {}, {}, {}
+    fams, tokens, speed, secs, renewal, palm, bias = {}, {}, {}, {}, {}, {}, {}
     positions = 0
     for f in plan.families:
         for v, name in zip(f.verifiers or (None,), f.names()):
@@ -940,6 +957,15 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
             secs[name] = tc.iteration(f.shape)
             tokens[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()))
             speed[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), tc.plain / secs[name])
+            key = (name, f.n, f.depth)
+            if ren and key in ren["starts"]:
+                renewal[name] = _renewal_estimates(ren["T_n"], {key: ren["starts"][key]}, W)[0][key]
+            if ren and key in ren["palm"]:
+                num, den = ren["palm"][key]
+                pp, pres = _boot(num[:, None], den[:, None], W)
+                tp, tres = _boot((S[:, i] + n)[:, None], n[:, None], W)
+                palm[name] = _interval(pp[0], pres[:, 0], int(n.sum()))
+                bias[name] = _interval(tp[0] / pp[0] - 1.0, tres[:, 0] / pres[:, 0] - 1.0, int(n.sum()))
     choice, note = None, ""
     even = prompts % 2 == 0
     if not even.any() or even.all():
@@ -950,7 +976,7 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
         choice = _tree_choice(plan, prompts, even, keys, col, S, C, tc, out, n_boot, seed)
     return TreeSummary(families=fams, tokens_per_call=tokens, speedup=speed, seconds=secs,
                        chains=dict(every.tokens_per_call), chains_speedup=dict(every.speedup), positions=positions,
-                       choice=choice, note=note)
+                       choice=choice, note=note, renewal=renewal, palm=palm, position_bias=bias)
 
 
 def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts, out, n_boot: int,

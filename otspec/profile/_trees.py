@@ -27,6 +27,10 @@ a tree attention mask (``tree_logits``). What is recorded, exactly:
   for parameters inside it can be rebuilt from the draft's probabilities) (the choice of a shape
   over contexts is then exact: the best static shape with ``n`` nodes is
   the ``n`` rank paths with the largest mean :math:`Q`);
+* ``kind="e"`` (with ``context="sample"``): for the static ``"topk"``
+  families, the exact emission table along the text
+  (:func:`topk_emission_along`, recorded by the renewal hook), keyed like
+  their ``kind="tree"`` rows, for the renewal estimate and the Palm average;
 * ``kind="treenode"``: for the sampled families, every node's probability
   of being reached (accepted) given the drawn tree; for a per-node rule
   (SpecInfer's, Sequoia's) on a shape without rank gaps this is also the
@@ -61,7 +65,7 @@ __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_F
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
            "draw_and_score", "record_position", "tree_values_per_position", "tree_cost_shapes", "tree_law_bytes",
            "check_tree_support", "check_tree_context", "context_limit", "static_order", "draft_rows",
-           "eagle2_from_universe"]
+           "eagle2_from_universe", "text_ranks", "topk_emission_along"]
 
 #: The draft processes a tree family may use.
 TREE_PROCESSES = ("topk", "eagle2", "iid", "wor")
@@ -895,6 +899,78 @@ def tree_cost_shapes(plan: TreePlan) -> dict:
             trees.setdefault(n, U.parents[: n + 1])
             rows.update(draft_rows(TreeShape(U.paths[1: n + 1])))
     return {"tree": sorted(trees.items()), "draft": sorted(r for r in rows if r > 0)}
+
+
+# --------------------------------------------------------------------------- emission along the text
+def text_ranks(p_text: np.ndarray, y_text: np.ndarray) -> np.ndarray:
+    """Rank of each text token under the draft's law at the text's own context (decreasing ``p``, ties by lower
+    id, as the ``"topk"`` process orders children); ``-1`` where ``p(y_t) = 0`` (never a drafted child)."""
+    P = np.asarray(p_text, dtype=np.float64)
+    y = np.asarray(y_text, dtype=np.int64)
+    py = P[np.arange(y.shape[0]), y]
+    ties = (P == py[:, None]) & (np.arange(P.shape[1])[None, :] < y[:, None])
+    rank = (P > py[:, None]).sum(axis=1) + ties.sum(axis=1)
+    return np.where(py > 0, rank, -1).astype(np.int64)
+
+
+def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
+    r"""Emission table of a static top-k tree along a text: exact, with no verifier and no drawn tree.
+
+    .. math::
+
+        e(s, s + j) = Q(y_s \dots y_{s+j-1} \mid y_{<s})\,
+        \mathbb 1[r(s, j-1) \in T]\, \mathbb 1[r(s, j) \notin T],
+
+    with :math:`r(s, m)` the rank path of :math:`y_s \dots y_{s+m-1}` under the
+    draft's laws at the text's own contexts (:func:`text_ranks`). Every
+    lossless verifier on a deterministic tree emits a target sample and
+    accepts its longest prefix in the tree (the top-k trees of Cai et al.,
+    arXiv:2401.10774, §2.1.2; verified as in SGLang's
+    ``tree_speculative_sampling_target_only``), so an iteration begun at ``s``
+    emits exactly the text's next ``j`` tokens with this probability; past a
+    leaf the last token is the bonus from ``q``. Entries reaching past the
+    text's end are 0.
+
+    Parameters
+    ----------
+    shape : TreeShape
+        The static shape (rank paths), of depth ``D``.
+    p_text, q_text : (T, V) arrays of float
+        Draft and target laws at the text's contexts :math:`y_{<t}`.
+    y_text : (T,) array of int
+        The text.
+
+    Returns
+    -------
+    (T, D + 1) ndarray of float64
+        ``e[s, j - 1]``; each row sums to at most 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.tree import TreeShape
+    >>> p, q = np.array([[0.6, 0.4]] * 3), np.array([[0.5, 0.5]] * 3)
+    >>> topk_emission_along(TreeShape.chains(1, 1), p, q, np.array([0, 1, 0])).tolist()
+    [[0.0, 0.25], [0.5, 0.0], [0.0, 0.0]]
+    """
+    Q = np.asarray(q_text, dtype=np.float64)
+    y = np.asarray(y_text, dtype=np.int64)
+    T, D = y.shape[0], int(shape.max_depth)
+    qy = Q[np.arange(T), y]
+    rank = text_ranks(p_text, y).tolist()
+    members = set(shape.paths)
+    E = np.zeros((T, D + 1))
+    for s in range(T):
+        path, mass = (), 1.0
+        for j in range(1, min(D + 1, T - s) + 1):
+            t = s + j - 1
+            mass *= float(qy[t])
+            child = path + (rank[t],)
+            if rank[t] < 0 or child not in members:
+                E[s, j - 1] = mass
+                break
+            path = child
+    return E
 
 
 # --------------------------------------------------------------------------- choosing
