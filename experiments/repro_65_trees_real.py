@@ -147,6 +147,8 @@ def run_all(fig_dir: Path | None = None) -> dict:
             "versus": {k: _est(e) for k, e in ch.versus.items()},
         },
         "eagle2_from_universe": check,
+        "palm": {name: {"renewal": _est(ts.renewal.get(name)), "palm": _est(e),
+                        "position_bias": _est(ts.position_bias.get(name))} for name, e in ts.palm.items()},
         "decode_settings": dict(DECODE),
         "checks": checks,
         "figures": figures,
@@ -250,6 +252,13 @@ def section(res: dict) -> Section:
                             "measured (profile)"))
     for name, e in ch["eagle2"].items():
         sec.rows.append(Row(f"EAGLE-2 {name.split(':')[1]} (held out)", "-", _ci(e), "measured (profile)"))
+    for name, r in res.get("palm", {}).items():
+        b = r["position_bias"]
+        sec.rows.append(Row(f"{name}: renewal and Palm average along the text (exact emission law of the "
+                            "deterministic tree)", f"per-position average {_ci(res['trees'][name]['tokens_per_call'])}",
+                            f"renewal {_ci(r['renewal'])}, Palm {_ci(r['palm'])}, per-position bias "
+                            f"{100 * b['value']:+.2f} % [{100 * b['lo']:+.2f}, {100 * b['hi']:+.2f}]",
+                            "measured (profile)"))
     for c in res.get("checks", ()):
         p = c["predicted"]
         sec.rows.append(Row(f"real decoding with {c['family']}: tokens per call ({c['prompts']} prompts x "
