@@ -26,9 +26,22 @@ Three measurements, each printed as ratios side by side and marked when they mis
    exact analysis, not batched) 24 prompts of 8 to 14 tokens, cheap quantities, forward time only.
    Target: batched / unbatched < 1.
 
-Usage: ``python experiments/bench_profile.py [--quick] [--batching-only] [--overhead-only]``
+4. Draft trees (``--trees``, alone): for each tree family of ``TREE_SETTINGS`` (top-k, EAGLE-2, i.i.d. with
+   SpecInfer's rule, without replacement with Sequoia's rule, about 16 and 64 draft nodes) one ``profile`` call on
+   the SmolLM2 pair (V = 49,152, 1 torch thread), ``k_max = 2``, ``L_max = 4``, cheap quantities
+   (``subsample=0``), ``--tree-prompts`` prompts x ``--tree-positions`` positions: seconds in every model call
+   (``logits`` and ``tree_logits`` of both models, the float64 laws ``Sampling.probs``; the per-shard cost
+   calibration's calls included) vs everything else in the same call, wall and process CPU time, and the same
+   within the walk along the prompts alone (every position, trees included; without the per-run work: cost
+   calibration, renewal tables, weight fingerprints, Parquet), with the
+   seconds of the KV-cache reordering (``select``, counted in "other") shown apart; the same load-average gate as
+   measurement 1. Then the peak RSS of a fresh process profiling 2 vs 6 prompts (``--tree-memory-positions``
+   positions) with each family (growth <= 10 %).
+
+Usage: ``python experiments/bench_profile.py [--quick] [--batching-only] [--overhead-only] [--trees]``
 (``--quick``: fewer positions, for a smoke run; ``--batching-only``: measurement 3 alone;
-``--overhead-only``: measurement 1 alone).
+``--overhead-only``: measurement 1 alone; ``--trees``: measurement 4 alone, ``--tree-only SPEC ...`` to run some
+of its families, ``none`` for the same run without trees).
 """
 
 from __future__ import annotations
@@ -245,6 +258,171 @@ def memory(n: int) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
 
 
+#: The tree families of measurement 4: about 16 and 64 draft nodes per process (EAGLE-2's third number counts
+#: the root).
+TREE_SETTINGS = ["topk:branching(4,3)", "topk:branching(8,7)", "eagle2:4,4,17", "eagle2:6,8,65",
+                 "iid:branching(4,3):specinfer", "iid:branching(8,7):specinfer",
+                 "wor:branching(4,3):sequoia", "wor:branching(8,7):sequoia"]
+TREE_KW = dict(k_max=2, L_max=4, subsample=0)
+
+
+class _CallClock:
+    """Wall and process CPU seconds inside the patched methods (outermost call only: nested ones not twice)."""
+
+    def __init__(self):
+        self.wall = self.cpu = 0.0
+        self.depth = 0
+        self.calls = 0
+
+    def wrap(self, fn):
+        def timed(*args, **kw):
+            if self.depth:
+                return fn(*args, **kw)
+            self.depth += 1
+            w0, c0 = time.perf_counter(), time.process_time()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.wall += time.perf_counter() - w0
+                self.cpu += time.process_time() - c0
+                self.depth -= 1
+                self.calls += 1
+        return timed
+
+
+def _patch(classes, names, clock, saved):
+    for cls in classes:
+        for name in names:
+            if name in vars(cls) and (cls, name) not in saved:
+                saved[(cls, name)] = vars(cls)[name]
+                setattr(cls, name, clock.wrap(vars(cls)[name]))
+
+
+def tree_overhead(spec: str, n_prompts: int, positions: int, pair=None) -> dict:
+    """Wall and CPU seconds in model calls vs the rest of one ``profile`` call with the tree family ``spec``."""
+    import torch
+
+    torch.set_num_threads(1)
+    import otspec.decoding as D
+    import otspec.profile._shard as S
+    from otspec.decoding._sampling import Sampling
+    from otspec.profile import profile
+
+    tok, target, draft = pair if pair is not None else D.smollm2_pair(device="cpu", threads=1)
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from _chat_prompts import chat_ids
+
+    prompts = [chat_ids(tok, text) for text in CHAT[:n_prompts]]
+    kw = dict(draft=draft, target=target, trees=None if spec == "none" else [spec], progress=False, **TREE_KW)
+    with tempfile.TemporaryDirectory() as out:  # warm-up: imports, first calls, first tree shapes
+        profile(prompts[:1], out=out, max_new_tokens=1, **kw)
+    fwd, sel, saved = _CallClock(), _CallClock(), {}
+    # the walk along the prompts (every profiled position, trees included; not the cost calibration, the
+    # renewal tables, the fingerprints and the Parquet writing of the run), with the forward seconds inside it
+    walk = {"wall": 0.0, "cpu": 0.0, "fwd": 0.0, "fwd_cpu": 0.0}
+    walk_fns = {name: getattr(S, name) for name in ("profile_prompt", "profile_bucket")}
+
+    def walked(fn):
+        def timed(*args, **kw):
+            w0, c0, f0, g0 = time.perf_counter(), time.process_time(), fwd.wall, fwd.cpu
+            try:
+                return fn(*args, **kw)
+            finally:
+                walk["wall"] += time.perf_counter() - w0
+                walk["cpu"] += time.process_time() - c0
+                walk["fwd"] += fwd.wall - f0
+                walk["fwd_cpu"] += fwd.cpu - g0
+        return timed
+
+    for name, fn in walk_fns.items():
+        setattr(S, name, walked(fn))
+    models = {type(draft), type(target)}
+    classes = {c for m in models for c in type.mro(m) if c is not object}
+    _patch(classes, ("logits", "tree_logits"), fwd, saved)
+    _patch({Sampling}, ("probs",), fwd, saved)
+    _patch(classes, ("select",), sel, saved)
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            load0 = _load_per_core()
+            c0, t0 = time.process_time(), time.perf_counter()
+            profile(prompts, out=out, max_new_tokens=positions, **kw)
+            wall, cpu_all = time.perf_counter() - t0, time.process_time() - c0
+            load1 = _load_per_core()
+    finally:
+        for (cls, name), fn in saved.items():
+            setattr(cls, name, fn)
+        for name, fn in walk_fns.items():
+            setattr(S, name, fn)
+    return {"walk_ratio": (walk["wall"] - walk["fwd"]) / walk["fwd"],
+            "walk_cpu_ratio": (walk["cpu"] - walk["fwd_cpu"]) / walk["fwd_cpu"], "walk_forward": walk["fwd"],
+            "spec": spec, "wall": wall, "forward": fwd.wall, "ratio": (wall - fwd.wall) / fwd.wall,
+            "cpu_forward": fwd.cpu, "cpu_ratio": (cpu_all - fwd.cpu) / fwd.cpu, "select": sel.wall,
+            "calls": fwd.calls, "positions": n_prompts * positions, "load": (load0, load1)}
+
+
+def tree_memory_child(spec: str, n_prompts: int, positions: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    import otspec.decoding as D
+    from otspec.profile import profile
+
+    tok, target, draft = D.smollm2_pair(device="cpu", threads=1)
+    sys.path.insert(0, str(ROOT / "experiments"))
+    from _chat_prompts import chat_ids
+
+    prompts = [chat_ids(tok, text) for text in CHAT[:n_prompts]]
+    with tempfile.TemporaryDirectory() as out:
+        profile(prompts, out=out, draft=draft, target=target, trees=None if spec == "none" else [spec], progress=False,
+                max_new_tokens=positions, **TREE_KW)
+    hwm = next(int(line.split()[1]) / 1024 for line in Path("/proc/self/status").read_text().splitlines()
+               if line.startswith("VmHWM:"))
+    print(json.dumps({"maxrss_mb": hwm}))
+
+
+def tree_memory(spec: str, n: int, positions: int) -> float:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, __file__, "--tree-memory-child", spec, str(n), str(positions)],
+                         capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["maxrss_mb"]
+
+
+def trees_main(args) -> None:
+    sys.path.insert(0, str(ROOT))  # this checkout's otspec, as in the memory children
+    import otspec.decoding as D
+
+    specs = args.tree_only or TREE_SETTINGS
+    print(f"draft trees, SmolLM2 pair, V = 49,152, 1 torch thread, {TREE_KW}, {args.tree_prompts} prompts x "
+          f"{args.tree_positions} positions; os.getloadavg {os.getloadavg()} on {os.cpu_count()} cores", flush=True)
+    pair = D.smollm2_pair(device="cpu", threads=1)
+    rows = []
+    for spec in specs if args.tree_positions else ():
+        r = tree_overhead(spec, args.tree_prompts, args.tree_positions, pair)
+        idle = max(r["load"]) <= MAX_LOAD_PER_CORE
+        verdict = ("ok" if r["ratio"] <= 0.10 else "MISS") if idle else "loaded"
+        cpu_verdict = "ok" if r["cpu_ratio"] <= 0.10 else "MISS"
+        rows.append((spec, f"{r['ratio']:.3f}", f"{r['cpu_ratio']:.3f}", f"{r['walk_ratio']:.3f}",
+                     f"{r['walk_cpu_ratio']:.3f}", f"{r['walk_forward']:.1f}", f"{r['forward']:.1f}", f"{r['wall']:.1f}",
+                     f"{r['select']:.2f}", f"{r['load'][0]:.2f}->{r['load'][1]:.2f}", f"{verdict} (CPU {cpu_verdict})"))
+        print("  " + " | ".join(rows[-1]), flush=True)
+    mem = []
+    if args.tree_memory_positions:
+        for spec in specs:
+            a, b = (tree_memory(spec, n, args.tree_memory_positions) for n in (2, 6))
+            g = b / a - 1.0
+            mem.append((spec, f"{a:.0f} MB -> {b:.0f} MB ({g:+.1%})", "ok" if g <= 0.10 else "MISS"))
+            print("  " + " | ".join(mem[-1]), flush=True)
+    print("family | other/forward wall | CPU | walk: other/forward wall | CPU | walk forward s | forward s | wall s | "
+          "select s | load per core | verdict of the whole call (<= 0.10)")
+    for r in rows:
+        print(" | ".join(r))
+    if mem:
+        print(f"peak RSS, 2 vs 6 prompts x {args.tree_memory_positions} positions (target growth <= +10 %)")
+        for m in mem:
+            print(" | ".join(m))
+    print(f"os.getloadavg at the end: {os.getloadavg()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -252,9 +430,22 @@ def main() -> None:
     ap.add_argument("--skip-overhead", action="store_true")
     ap.add_argument("--batching-only", action="store_true")
     ap.add_argument("--overhead-only", action="store_true")
+    ap.add_argument("--trees", action="store_true")
+    ap.add_argument("--tree-only", nargs="+")
+    ap.add_argument("--tree-prompts", type=int, default=2)
+    ap.add_argument("--tree-positions", type=int, default=8)
+    ap.add_argument("--tree-memory-positions", type=int, default=4)
+    ap.add_argument("--tree-memory-child", nargs=3)  # spec, prompts, positions
     args = ap.parse_args()
     if args.memory_child:
         memory_child(args.memory_child)
+        return
+    if args.tree_memory_child:
+        spec, n, positions = args.tree_memory_child
+        tree_memory_child(spec, int(n), int(positions))
+        return
+    if args.trees:
+        trees_main(args)
         return
     rows = []
     if not (args.batching_only or args.overhead_only):
