@@ -473,3 +473,18 @@ def test_entry_points_take_a_shape_as_a_list_of_rank_paths():
     assert (sample_tree(paths, d, process="wor", rng=3).tokens == sample_tree(shape, d, process="wor", rng=3).tokens).all()
     with pytest.raises(ValueError, match=r"^`shape` must be prefix-closed: the parent path \(0,\) of \(0, 0\)"):
         value([(0, 0)], d, t, process="iid", verifier="specinfer")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_first_k_ranks_equal_the_full_stable_sort(seed):
+    # the partition route must give the same ids as the full stable sort, ties to the lower id included
+    from otspec.tree._process import _ranked
+
+    rng = np.random.default_rng(seed)
+    V = 200
+    p = rng.choice([0.0, 0.001, 0.002, 0.005, 0.01], size=V)  # heavy ties, zeros
+    p[rng.integers(V, size=3)] = 0.05
+    full = np.argsort(-p, kind="stable")
+    for k in (1, 2, 3, 8, 17, 60, V - 1, V, V + 5):
+        np.testing.assert_array_equal(_ranked(p, k), full[:k])
+    np.testing.assert_array_equal(_ranked(p), full)

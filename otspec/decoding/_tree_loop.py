@@ -42,7 +42,7 @@ import otspec.tree
 
 from .._registry import suggest
 from .._verifier import sample_from
-from ..tree._process import PROCESSES, _child_groups, _support_error, draw_children
+from ..tree._process import PROCESSES, _child_groups, _ranked, _support_error, draw_children
 from ..tree._published import _chains, _children, spechub_optimum, spechub_pair_law
 from ..tree._verifiers import SpecTrTreeVerifier
 from ._deps import require
@@ -69,22 +69,6 @@ DEFAULT_VERIFIERS = {"iid": "specinfer", "wor": "sequoia", "topk": "target-only"
 def _np(t) -> np.ndarray:
     """A numpy view of a CPU tensor (no copy), a copy from any other device."""
     return t.detach().to("cpu").numpy()
-
-
-def _top(p: np.ndarray, m: int) -> np.ndarray:
-    """The ``m`` token ids of largest ``p``, in decreasing ``p`` (ties: lower id first).
-
-    Exactly ``np.argsort(-p, kind="stable")[:m]`` (the rank order of
-    :func:`otspec.tree.sample_tree`), in ``O(V)``: every token at least as
-    likely as the ``m``-th largest value is a candidate (ties at the boundary
-    included), and only the candidates are sorted.
-    """
-    V = p.shape[0]
-    if m >= V:
-        return np.argsort(-p, kind="stable")[:m]
-    kth = np.partition(p, V - m)[V - m]
-    cand = np.flatnonzero(p >= kth)
-    return cand[np.lexsort((cand, -p[cand]))][:m]
 
 
 # ----------------------------------------------------------------------------- growing a tree depth by depth
@@ -115,7 +99,7 @@ class _ShapeGrower:
                 need = max(ranks) + 1
                 if np.count_nonzero(R[j] > 0) < need:
                     raise _support_error("topk", need, plan.path_of(tokens, par), R[j])
-                order = _top(R[j], need)
+                order = _ranked(R[j], need)
                 tokens[ch] = order[ranks]
             else:  # spechub: one child from p, two from the hub's pair law
                 if len(ch) == 1:
@@ -149,7 +133,7 @@ class _Eagle2Grower:
         k = self.params.top_k
         if np.count_nonzero(p > 0) < k:
             raise _support_error("eagle2", k, path, p)
-        top = _top(p, k)
+        top = _ranked(p, k)
         with np.errstate(divide="ignore"):
             logp = np.log(p[top])
         for t, lp in zip(top.tolist(), logp.tolist()):

@@ -549,7 +549,7 @@ class _ShapeJob:
         ranks = [int(self.shape.ranks[c]) for c in kids]
         if self.process == "topk":
             self._support(max(ranks) + 1, v, p)
-            order = _ranked(p)
+            order = _ranked(p, max(ranks) + 1)
             self.tokens[kids] = order[ranks]
         elif self.process == "iid":
             self.tokens[kids] = sample_rows(np.broadcast_to(p, (len(kids), p.shape[0])), self.rng)
@@ -601,7 +601,7 @@ class _Eagle2Job:
         self.laws[path] = p
         with np.errstate(divide="ignore"):
             logp = np.log(p)
-        for t in _ranked(p)[:k]:
+        for t in _ranked(p, k):
             self.scores.append(base + float(logp[t]))
             self.parent.append(par)
             self.toks.append(int(t))
