@@ -407,3 +407,21 @@ def test_iid_rules_do_not_care_about_missing_ranks():
         np.testing.assert_allclose(value(gaps, draft, target, process="iid", verifier=VERIFIERS[name]),
                                    value(compact, draft, target, process="iid", verifier=VERIFIERS[name]),
                                    rtol=0, atol=TOL)
+
+
+@pytest.mark.parametrize("name", ["specinfer", "sequoia"])
+@pytest.mark.parametrize("seed", range(4))
+def test_reach_equals_the_emission_mass_through_each_node(name, seed):
+    # the per-node rules' one-pass reach probabilities against the exact emission law (independent route)
+    from otspec.models import random_markov_model
+    from otspec.profile._trees import reach_of
+    from otspec.tree import TreeShape, make_tree_verifier, sample_tree, tree_laws
+
+    d, t = random_markov_model(4, rng=100 + seed), random_markov_model(4, rng=200 + seed)
+    shape = TreeShape.from_paths([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])
+    v = make_tree_verifier(name)
+    tree = sample_tree(shape, d, process="iid" if name == "specinfer" else "wor", rng=seed)
+    P, Q = tree_laws(tree, d, t)
+    reach = v.reach(tree, P, Q)
+    np.testing.assert_allclose(reach, reach_of(tree, v.emission(tree, P, Q)), rtol=1e-12, atol=1e-15)
+    assert reach[0] == 1.0 and v.expected_accepted(tree, P, Q) == float(reach[1:].sum())

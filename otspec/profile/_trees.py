@@ -831,11 +831,15 @@ def position_values(plan: TreePlan, scored: dict, V: int) -> dict:
         P, Q = _full_laws(s, V)
         for v_name, name in zip(f.verifiers, f.names()):
             ver = make_tree_verifier(v_name)
-            tau = ver.expected_accepted(s.tree, P, Q, validate=False)
-            reach = reach_of(s.tree, ver.emission(s.tree, P, Q, validate=False))
-            if not abs(math.fsum(reach[1:].tolist()) - tau) <= 1e-9 * max(1.0, tau):  # pragma: no cover
-                raise RuntimeError(f"{name}: the reach probabilities sum to {reach[1:].sum()!r}, not to "
-                                   f"E[tau | T] = {tau!r}")
+            if hasattr(ver, "reach"):  # per-node rules: one pass, no (n + 1, V) emission law
+                reach = ver.reach(s.tree, P, Q, validate=False)
+                tau = float(reach[1:].sum())
+            else:
+                tau = ver.expected_accepted(s.tree, P, Q, validate=False)
+                reach = reach_of(s.tree, ver.emission(s.tree, P, Q, validate=False))
+                if not abs(math.fsum(reach[1:].tolist()) - tau) <= 1e-9 * max(1.0, tau):  # pragma: no cover
+                    raise RuntimeError(f"{name}: the reach probabilities sum to {reach[1:].sum()!r}, not to "
+                                       f"E[tau | T] = {tau!r}")
             out["tree"][name] = float(tau)
             out["treenode"][name] = reach[1:]
     return out

@@ -305,8 +305,19 @@ class _PerNodeScan(TreeVerifier):
         """
         if validate:
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
+        return float(self.reach(tree, p_nodes, q_nodes, validate=False)[1:].sum())
+
+    def reach(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> np.ndarray:
+        r"""Exact :math:`P(\text{reach } v \mid T)` of every node, shape ``(n + 1,)`` (1 at the root).
+
+        The product of the per-node acceptance probabilities along the root path, from the same pass as
+        :meth:`expected_accepted` (no residual is formed); equal to the mass of :meth:`emission` on the
+        accepted paths through ``v``.
+        """
+        if validate:
+            p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         layout, acc, _, _ = self._scan(tree, p_nodes, q_nodes, residuals=False)
-        return float(_reach(tree, layout, acc)[1:].sum())
+        return _reach(tree, layout, acc)
 
     def emission(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> np.ndarray:
         r"""Exact law :math:`E[a, y]` of (accepted node, emitted token), shape ``(n + 1, V)``.
