@@ -130,7 +130,7 @@ def test_summary_renewal_and_palm_of_the_deterministic_trees(run):
         np.testing.assert_allclose(ts.palm[name].value, num / den, rtol=1e-12)
         np.testing.assert_allclose(ts.position_bias[name].value,
                                    ts.tokens_per_call[name].value / ts.palm[name].value - 1.0, rtol=1e-12)
-        assert 1.0 <= ts.renewal[name].value <= D + 1
+        assert ts.renewal[name].value >= 1.0 and ts.renewal[name].value <= D + 1  # tokens per call in [1, D + 1]
 
 
 def test_report_has_the_trees_renewal_table(run):
