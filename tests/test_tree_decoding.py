@@ -397,3 +397,16 @@ def test_chains_keep_their_defaults(toy):
     target, draft = toy[:2]
     res = D.speculative_decode([1, 2], draft=draft, target=target, max_new_tokens=8, rng=0)
     assert (res.verifier_name, res.k, res.L, res.process, res.tree) == ("token", 1, 4, None, None)
+
+
+def test_sample_rows_on_a_broadcast_law_equals_the_copied_rows():
+    # one cumulative sum for a law broadcast to every row (i.i.d. children): the same draws as the rows copied
+    from otspec.decoding._sampling import sample_rows
+
+    rng = np.random.default_rng(5)
+    p = rng.dirichlet(np.full(50, 0.3))
+    p[[3, 17]] = 0.0
+    B = np.broadcast_to(p, (9, p.shape[0]))
+    assert B.strides[0] == 0
+    np.testing.assert_array_equal(sample_rows(B, np.random.default_rng(1)),
+                                  sample_rows(np.array(B), np.random.default_rng(1)))

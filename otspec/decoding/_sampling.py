@@ -301,7 +301,10 @@ def transformers_keep_mask(logits, temperature: float, top_k: int | None, top_p:
 def sample_rows(P: np.ndarray, gen: np.random.Generator) -> np.ndarray:
     """One inverse-CDF draw per row of a ``(B, V)`` float64 law; exact, zero-mass entries never drawn."""
     P = np.atleast_2d(P)
-    c = np.cumsum(P, axis=1)
+    if P.shape[0] > 1 and P.strides[0] == 0:  # one law broadcast to every row (i.i.d. drafts): one cumulative sum
+        c = np.broadcast_to(np.cumsum(P[0]), P.shape)
+    else:
+        c = np.cumsum(P, axis=1)
     u = gen.random(P.shape[0]) * c[:, -1]
     idx = np.empty(P.shape[0], dtype=np.int64)
     for b in range(P.shape[0]):
