@@ -110,7 +110,8 @@ def run(tmp_path_factory):
 def test_summary_renewal_and_palm_of_the_deterministic_trees(run):
     s = summarize(run, n_boot=50)
     ts = s.trees
-    assert set(ts.renewal) == set(ts.palm) == set(ts.position_bias) == {"topk:chains(1,2)", "topk:branching(2,2)"}
+    assert set(ts.renewal) == set(ts.palm) == set(ts.position_bias) == {
+        "topk:chains(1,2)", "topk:branching(2,2)", "iid:branching(2,1)/specinfer"}  # the last: closed form
     assert not any(f.startswith("topk:") for f, _, _ in s.renewal)  # the (k, L) table keeps its own schemes
     t = read_table(run).to_pandas()
     for name, n, D in (("topk:chains(1,2)", 2, 2), ("topk:branching(2,2)", 6, 2)):
@@ -135,7 +136,7 @@ def test_summary_renewal_and_palm_of_the_deterministic_trees(run):
 
 def test_report_has_the_trees_renewal_table(run):
     text = report_markdown(summarize(run, n_boot=50))
-    assert "| tree | nodes | depth | renewal | Palm | per-position bias |" in text
+    assert "| tree | nodes | depth | renewal | Palm | per-position bias | emission along the text |" in text
     assert "| topk:branching(2,2) | 6 | 2 |" in text
 
 

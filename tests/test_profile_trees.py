@@ -204,9 +204,11 @@ def test_pairs_with_the_k_L_rows_and_changes_nothing_else(tree_run, tmp_path):
     a = _frame(tree_run / "with", ("acc", "tau", "calls", "e", "logq"))
     b = _frame(tmp_path / "without", ("acc", "tau", "calls", "e", "logq"))
     plan = resolve_trees(TREES, "branching(3,2,2)")
-    topk = a.name.isin([f.label for f in plan.topk])  # the static top-k trees' own emission rows, beside
-    assert set(a[topk].name) == {f.label for f in plan.topk}
-    a = a[~topk].reset_index(drop=True)
+    # the trees' own emission rows along the text, beside: every name but Traversal's (a whole-tree rule)
+    own = a.name.isin(plan.names())
+    assert set(a[own].name) == set(plan.names()) - {"wor:branching(3,1)/traversal"}
+    assert set(a[own].kind) == {"e"}
+    a = a[~own].reset_index(drop=True)
     assert len(a) == len(b) > 0
     np.testing.assert_array_equal(a["value"].to_numpy(), b["value"].to_numpy())  # same contexts, same drafts
     assert (a.drop(columns="value") == b.drop(columns="value")).all().all()

@@ -31,7 +31,14 @@ from ..decoding._models import supports_padding
 from ..decoding._sampling import sample_rows
 from ._quantities import Builds, depth_quantities, expected_accepted
 from ._settings import costly as is_costly
-from ._trees import draw_and_score, position_values, record_position, tree_cost_shapes, tree_rng
+from ._trees import (
+    along_text_families,
+    draw_and_score,
+    position_values,
+    record_position,
+    tree_cost_shapes,
+    tree_rng,
+)
 
 __all__ = ["analysis_device", "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
            "cost_rows", "cost_shapes", "tree_rows", "COLUMNS", "COST_REPEATS", "TIMING_KINDS"]
@@ -262,16 +269,28 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> Non
                 rows.add(pos, kind, name, k, vals)
 
 
-def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs) -> None:
+def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs,
+              drawn=None) -> None:
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
-    recorded; the states are left holding the contexts."""
+    recorded; the states are left holding the contexts. With ``drawn`` (a list of ``B`` dicts), the trees of the
+    families whose emission along the text reads the drawn tree are kept: ``drawn[b][pos] = {label: DraftTree}``."""
     plan = getattr(settings, "tree_plan", None)
     got = draw_and_score(draft, ds, target, ts, last, n_ctx, np.asarray(p_root), np.asarray(q_root), plan,
                          settings.sampling, rngs)
     V = int(np.shape(p_root)[-1])
     for r, scored in zip(rows, got):
         record_position(r, pos, plan, position_values(plan, scored, V))
+    if drawn is not None:
+        labels = [f.label for f in along_text_families(plan)]
+        for keep, scored in zip(drawn, got):
+            keep[pos] = {label: scored[label].tree for label in labels}
+
+
+def _keeps_trees(settings, renewal) -> bool:
+    """Whether the walk keeps the drawn trees for the emission along the text: a tree at every text position."""
+    return (renewal is not None and settings.context == "sample" and settings.stride == 1
+            and bool(along_text_families(getattr(settings, "tree_plan", None))))
 
 
 def profile_prompt(draft, target, prompt: list[int], reference, settings, index: int, *, bar=None,
@@ -303,6 +322,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     held_d = held_t = 0
     T = path_length(reference, settings)
     q_path, y_path = [], []
+    drawn = [{}] if _keeps_trees(settings, renewal) else None
     for t in range(T):
         if t % settings.stride == 0:
             p1 = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1)[:, 0]  # (1, V)
@@ -324,7 +344,8 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             q_t = _np(Q[0, 0]).copy()  # not a view: the path's laws must not hold every tree's Q
             position_rows(rows, t, X, _to_device(P, dev), Q, settings, costly=is_subsampled(t, index, settings))
             if trng is not None:
-                tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng])
+                tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
+                          drawn)
             if bar is not None:
                 bar.update(1)
         else:
@@ -336,7 +357,8 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             y_path.append(y)
         ctx.append(y)
     if renewal is not None and T > 0:
-        renewal(rows, draft, prompt, np.array(y_path, dtype=np.int64), np.array(q_path), settings, timer)
+        renewal(rows, draft, prompt, np.array(y_path, dtype=np.int64), np.array(q_path), settings, timer,
+                trees=drawn[0] if drawn else None)
     rows.add(-1, "time", "draft", k_max, [timer.draft, timer.draft_steps])
     rows.add(-1, "time", "target", k_max, [timer.target, timer.target_calls])
     return rows.cols
@@ -437,6 +459,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
         ctx[b, pad[b]:] = p
     held_d = held_t = 0
     q_path, y_path = [], []
+    drawn = [{} for _ in range(B)] if _keeps_trees(settings, renewal) else None
     kept = np.arange(B) * (k if L > 1 else 1)  # row of each prompt's first draft in the draft state
     for t in range(T):
         n = ctx.shape[1]
@@ -465,7 +488,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             for b in range(B):
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings))
             if trngs is not None:
-                tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs)
+                tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn)
             if bar is not None:
                 bar.update(B)
         else:
@@ -483,7 +506,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     for b in range(B):
         if renewal is not None and T > 0:
             renewal(rows[b], draft, prompts[b], np.array([y[b] for y in y_path], dtype=np.int64),
-                    np.array([q[b] for q in q_path]), settings, timers[b])
+                    np.array([q[b] for q in q_path]), settings, timers[b], trees=drawn[b] if drawn else None)
         rows[b].add(-1, "time", "draft", k, [timers[b].draft, timers[b].draft_steps])
         rows[b].add(-1, "time", "target", k, [timers[b].target, timers[b].target_calls])
         out.append(rows[b].cols)

@@ -5,7 +5,11 @@ profile records, at each text position ``s``, the emission table
 ``e[j - 1]`` = P(an iteration begun at ``s`` emits exactly ``y_s .. y_{s+j-1}``)
 of every scheme, ``k`` and ``L``, and of every static top-k tree family
 (:func:`otspec.profile._trees.topk_emission_along`), computed from the draft
-and target laws at the text's own contexts.
+and target laws at the text's own contexts, and of the i.i.d. families
+verified by SpecInfer's rule (:func:`otspec.profile._trees.iid_emission_along`);
+with a tree drawn at every text position (``stride=1``), also of EAGLE-2's
+trees and of the trees drawn without replacement with a per-node rule (:func:`otspec.profile._trees.tree_emission_along`: exact
+given the drawn tree, so the row averaged over the draws is the process's).
 """
 
 from __future__ import annotations
@@ -14,9 +18,16 @@ import numpy as np
 
 from ._quantities import drop_null_columns
 from ._renewal import emission_tables
-from ._trees import topk_emission_along
+from ._trees import (
+    along_text_families,
+    along_text_names,
+    iid_emission_along,
+    static_along_names,
+    topk_emission_along,
+    tree_emission_along,
+)
 
-__all__ = ["emission_rows", "renewal_families", "renewal_trees"]
+__all__ = ["emission_rows", "renewal_families", "renewal_trees", "renewal_drawn_trees"]
 
 #: Schemes whose emission tables need only the text tokens' probabilities under both models.
 _TOKEN_ONLY = ("token", "block-onestep")
@@ -30,11 +41,20 @@ def renewal_families(settings) -> list[str]:
 
 
 def renewal_trees(settings) -> tuple:
-    """The profiled static top-k tree families (exact emission tables along the text, no verifier needed)."""
+    """The profiled tree families with an exact emission table from the text's laws alone: the static top-k
+    families (no verifier needed) and the i.i.d. families verified by SpecInfer's rule."""
     plan = settings.tree_plan
     if settings.context != "sample" or plan is None:
         return ()
-    return tuple(plan.topk)
+    return tuple(f for f in plan.families if static_along_names(f))
+
+
+def renewal_drawn_trees(settings) -> tuple:
+    """The profiled families whose emission along the text reads the tree drawn at each text position (EAGLE-2's,
+    the sampled trees' per-node rules): only with a tree at every position, ``stride=1``."""
+    if settings.context != "sample" or settings.stride != 1:
+        return ()
+    return along_text_families(settings.tree_plan)
 
 
 def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:
@@ -45,11 +65,15 @@ def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:
     return P
 
 
-def emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
+def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None) -> None:
     """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``.
 
-    A static top-k tree family's rows are named by its label, with ``k`` its
-    draft nodes and ``m`` its depth (the keys of its ``kind="tree"`` rows).
+    A tree family's rows are named as its ``kind="tree"`` rows, with ``k`` its
+    draft nodes and ``m`` its depth (the keys of those rows): the static top-k
+    families' from the ranks along the text, SpecInfer's on i.i.d. children in closed form
+    (:func:`otspec.profile._trees.iid_emission_along`), EAGLE-2's and the other per-node rules'
+    from ``trees`` (``{pos: {label: DraftTree}}``, the tree drawn at every
+    text position, kept by the walk).
 
     Each scheme's step laws are computed once for every ``k`` and ``L``
     (:func:`otspec.profile._renewal.emission_tables`); token verification and
@@ -58,17 +82,27 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer) -> None:
     only when another scheme needs them whole.
     """
     fams = renewal_families(settings)
-    trees = renewal_trees(settings)
-    if not fams and not trees:
+    static = renewal_trees(settings)
+    drawn = renewal_drawn_trees(settings) if trees else ()
+    if not fams and not static and not drawn:
         return
 
     p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer)
     T = len(y)
     log_q = np.log(q_path[np.arange(T), y])
-    for f in trees:  # the ranks need every token's draft probability: before dropping columns
-        e = topk_emission_along(f.shape, p_path, q_path, y)
+    for f in static:  # the ranks need every token's draft probability: before dropping columns
+        for name, route in static_along_names(f):
+            e = (topk_emission_along if route == "topk" else iid_emission_along)(f.shape, p_path, q_path, y)
+            for s in range(T):
+                rows.add(s, "e", name, f.n, e[s], m=f.depth)
+    for f in drawn:
+        names = along_text_names(f)
         for s in range(T):
-            rows.add(s, "e", f.label, f.n, e[s], m=f.depth)
+            tree, end = trees[s][f.label], min(T, s + f.depth + 1)
+            for name, ver in names:
+                e = tree_emission_along(tree, q_path[s:end], y[s:end], p_text=p_path[s:end], verifier=ver,
+                                        depth=f.depth)
+                rows.add(s, "e", name, f.n, e, m=f.depth)
     if any(name not in _TOKEN_ONLY for name in fams):
         p_path, q_path, y = drop_null_columns(p_path, q_path, y)  # same tables on the tokens with mass
     for s in range(T):

@@ -16,6 +16,7 @@ from ._figures import (
 )
 from ._store import write_atomic
 from ._summary import MIN_RANKED_POSITIONS, summarize
+from ._trees import along_text_route
 
 __all__ = ["write_report", "report_markdown"]
 
@@ -227,18 +228,25 @@ def _trees_lines(summary) -> list[str]:
         lines.append(f"| {name} | {proc} | {n} | {d} | {_fmt(e)} | {_fmt(sp, '.2f')} |")
     lines.append("")
     ren = getattr(ts, "renewal", None) or {}
+    st = summary.settings
+    routes = {name: along_text_route(f["process"], f["verifier"], stride=st.get("stride", 1),
+                                     context=st.get("context", "sample")) for name, f in ts.families.items()}
     if ren:
-        lines += ["Static top-k trees along the text: their emission law is exact (every lossless verifier emits a "
-                  "target sample and accepts its longest prefix in the tree), so the renewal estimator needs no "
-                  "verifier and no drawn tree. Renewal: tokens per call of decoding these texts; Palm: 1 + E[tau | T] "
-                  "at the profiled positions weighted by their start probabilities; bias: the per-position average "
-                  "above over the Palm average, minus 1.", "",
-                  "| tree | nodes | depth | renewal | Palm | per-position bias |", "|---|---|---|---|---|---|"]
+        lines += ["Along the text: tokens per call of decoding these texts by the renewal estimator, from each "
+                  "family's emission law along the text (how, in the last column). Palm: 1 + E[tau | T] at the "
+                  "profiled positions weighted by their start probabilities; bias: the per-position average above "
+                  "over the Palm average, minus 1.", "",
+                  "| tree | nodes | depth | renewal | Palm | per-position bias | emission along the text |",
+                  "|---|---|---|---|---|---|---|"]
         for name, e in ren.items():
             f, palm = ts.families[name], ts.palm.get(name)
             lines.append(f"| {name} | {f['n']} | {f['depth']} | {_fmt(e)} | {_fmt(palm) if palm else '-'} | "
-                         f"{_percent(ts.position_bias.get(name))} |")
+                         f"{_percent(ts.position_bias.get(name))} | {routes[name][0]} |")
         lines.append("")
+    missing = [(name, routes[name][1]) for name in ts.families if name not in ren and routes[name][1]]
+    if missing:
+        lines += ["No estimate along the text for: " + "; ".join(f"{name} ({why})" for name, why in missing) + ".",
+                  ""]
     ch = ts.choice
     if ch is None:
         return lines + ([ts.note, ""] if ts.note else [])

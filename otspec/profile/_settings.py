@@ -14,7 +14,13 @@ from ..decoding._sampling import Sampling
 from ..decoding._verifiers import decoding_names, lp_max_support
 from ..multidraft._khisti import MAX_MULTISETS
 from ._renewal import RENEWAL_SCHEMES
-from ._trees import check_tree_support, resolve_trees, tree_law_bytes, tree_values_per_position
+from ._trees import (
+    check_tree_support,
+    resolve_trees,
+    tree_law_bytes,
+    tree_values_per_position,
+    tree_values_per_text_position,
+)
 
 __all__ = ["ProfileSettings", "BATCHED", "CHEAP_ACC", "CHEAP_FAMILIES", "CONTEXTS", "ON_REQUEST", "RENEWAL_DEFAULT",
            "MAX_K", "MAX_L", "MAX_TREE_NODES", "MAX_NEW_TOKENS", "MAX_SHARD_SIZE", "MAX_CALL_ROWS", "MAX_LAW_BYTES",
@@ -495,7 +501,8 @@ def values_per_prompt(settings: ProfileSettings, path: int) -> int:
 
     Per profiled position, every recorded ``(kind, name, k, j)`` (:func:`costly` ones on the
     subsample only: at most ``ceil(positions / subsample)`` of them), plus the renewal tables
-    (``L (L + 3) / 2`` values per text position, scheme and ``k``) and the time rows.
+    (``L (L + 3) / 2`` values per text position, scheme and ``k``, and ``depth + 1`` per tree row name) and
+    the time rows.
     """
     L = settings.L_max
     positions = -(-path // settings.stride)
@@ -511,7 +518,8 @@ def values_per_prompt(settings: ProfileSettings, path: int) -> int:
                 cheap += per
     renewal = 0
     if settings.context == "sample":
-        renewal = path * (1 + sum(len(settings.ks(n)) for n in settings.renewal) * L * (L + 3) // 2)
+        renewal = path * (1 + sum(len(settings.ks(n)) for n in settings.renewal) * L * (L + 3) // 2
+                          + tree_values_per_text_position(settings.tree_plan))
     return positions * cheap + sub * dear + renewal + positions * tree_values_per_position(settings.tree_plan) + 8
 
 

@@ -520,8 +520,8 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             i, r = src.index((f, k, L)), src.index(other)
             diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r], int(cnt[:, i].sum()))
     has_trees = bool(settings.get("trees") or settings.get("tree_universe"))
-    tree_labels = {f.label for f in resolve_trees(settings.get("trees") or (), settings.get("tree_universe")).topk
-                   } if has_trees else set()
+    tree_labels = {n for f in resolve_trees(settings.get("trees") or (), settings.get("tree_universe")).families
+                   for n in f.names()} if has_trees else set()
     renewal, ren_res = _renewal_estimates(sums["T_n"], {k: v for k, v in sums["starts"].items()
                                                         if k[0] not in tree_labels}, W)
     tree_renewal = {"T_n": sums["T_n"], "starts": {k: v for k, v in sums["starts"].items() if k[0] in tree_labels},

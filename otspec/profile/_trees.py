@@ -58,14 +58,17 @@ import numpy as np
 
 from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
-from ..tree import DraftTree, Eagle2Params, TreeShape, make_tree_verifier
+from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, _topk_tree
+from ..tree._verifiers import _excess, _Layout, _NodeScan, _PerNodeScan
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES", "MAX_FAMILY_NODES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
            "draw_and_score", "record_position", "tree_values_per_position", "tree_cost_shapes", "tree_law_bytes",
            "check_tree_support", "check_tree_context", "context_limit", "static_order", "draft_rows",
-           "eagle2_from_universe", "text_ranks", "topk_emission_along"]
+           "eagle2_from_universe", "text_ranks", "topk_emission_along", "along_text_names", "along_text_families",
+           "tree_emission_along", "iid_emission_along", "static_along_names",
+           "along_text_route", "tree_values_per_text_position"]
 
 #: The draft processes a tree family may use.
 TREE_PROCESSES = ("topk", "eagle2", "iid", "wor")
@@ -471,6 +474,14 @@ def tree_values_per_position(plan: TreePlan) -> int:
     for f in plan.families:
         out += len(f.names()) * (1 + (0 if f.deterministic else f.n))
     return out
+
+
+def tree_values_per_text_position(plan: TreePlan) -> int:
+    """Emission rows one text position adds for the trees along the text (a bound: every row name, ``depth + 1``
+    values each), for the shard's memory limit."""
+    if plan is None:
+        return 0
+    return sum(len(f.names()) * (f.depth + 1) for f in plan.families)
 
 
 def _internal(parents: np.ndarray) -> np.ndarray:
@@ -974,6 +985,247 @@ def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
                 E[s, j - 1] = mass
                 break
             path = child
+    return E
+
+
+def _iid_levels(q: np.ndarray, p: np.ndarray, m: int, buf: np.ndarray) -> list:
+    """``(t_i, S_i, alive_i)`` for ``i = 0..m``: the residual :math:`(q - t_i p)_+ / S_i` before the ``i``-th child
+    of recursive rejection over i.i.d. draws, and the probability that the first ``i`` children are rejected."""
+    out, t, S, alive = [], 0.0, 1.0, 1.0
+    for _ in range(m + 1):
+        out.append((t, S, alive))
+        if not alive > 0.0:
+            continue
+        S_new = _excess(q, p, t + S, buf)
+        if S_new > 0.0:
+            alive *= S_new / S  # 1 - sum_y min(p, q_i) = S(t_i + S_i) / S_i
+            t, S = t + S, S_new
+        else:  # q_i = p: every draw is accepted
+            alive = 0.0
+    return out
+
+
+def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
+    r"""Emission table of an i.i.d.-children tree with SpecInfer's rule along a text: exact, with no drawn tree.
+
+    .. math::
+
+        P(\text{child } i \text{ accepted with token } y \mid \text{node reached})
+        = \min\big(\textstyle\prod_{j<i} R_j\, p(y),\ (q(y) - t_i\, p(y))_+\big),
+
+    with :math:`t_0 = 0`, :math:`S_0 = 1`, :math:`t_{i+1} = t_i + S_i`, :math:`S_i = \sum_x (q(x) - t_i p(x))_+`
+    and :math:`\prod_{j<i} R_j = S_i`: recursive rejection over i.i.d. draws (Miao et al., SpecInfer,
+    arXiv:2305.09781, §4; Chen et al., Sequoia, arXiv:2402.12374, §3.1) leaves a residual that does not depend
+    on which tokens were rejected, and each child is a fresh draw from the node's law, so the law of (accepted
+    child, token) at a node reads only the node's own laws; on the text's path they are the text's. An
+    iteration begun at ``s`` emits exactly the text's next ``j`` tokens with probability the sum over the shape's
+    nodes ``a`` of depth ``j - 1`` of reaching ``a`` along the text and then stopping with :math:`y_{s+j-1}` (all
+    ``m_a`` children rejected and the residual :math:`(q - t_{m_a} p)_+` drawn, or past a leaf the target's
+    bonus).
+
+    Parameters
+    ----------
+    shape : TreeShape
+        The static shape (children in draw order), of depth ``D``.
+    p_text, q_text : (T, V) arrays of float
+        Draft and target laws at the text's contexts :math:`y_{<t}`.
+    y_text : (T,) array of int
+        The text.
+
+    Returns
+    -------
+    (T, D + 1) ndarray of float64
+        ``e[s, j - 1]``; each row sums to at most 1; entries past the text's end are 0.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.tree import TreeShape
+    >>> p, q = np.array([[0.6, 0.4]] * 3), np.array([[0.5, 0.5]] * 3)
+    >>> iid_emission_along(TreeShape.chains(1, 1), p, q, np.array([0, 1, 0])).round(4).tolist()
+    [[0.0, 0.25], [0.1, 0.2], [0.0, 0.0]]
+    """
+    P = np.asarray(p_text, dtype=np.float64)
+    Q = np.asarray(q_text, dtype=np.float64)
+    y = np.asarray(y_text, dtype=np.int64)
+    T, D = y.shape[0], int(shape.max_depth)
+    kids: dict = {}
+    for c in range(1, shape.n + 1):
+        kids.setdefault(int(shape.parents[c]), []).append(c)
+    widest = [max((len(kids.get(v, ())) for v in range(shape.n + 1) if shape.depth[v] == d), default=0)
+              for d in range(D + 1)]
+    buf = np.empty(P.shape[1])
+    E = np.zeros((T, D + 1))
+    for s in range(T):
+        live = {0: 1.0}
+        for d in range(min(D + 1, T - s)):
+            t_ = s + d
+            tok, q, p = int(y[t_]), Q[t_], P[t_]
+            qy, py = float(q[tok]), float(p[tok])
+            levels = _iid_levels(q, p, widest[d], buf) if widest[d] else [(0.0, 1.0, 1.0)]
+            nxt: dict = {}
+            total = 0.0
+            for a, w in live.items():
+                ch = kids.get(a, [])
+                for i, c in enumerate(ch):
+                    t, S, alive = levels[i]
+                    acc = min(alive * py, alive * max(qy - t * py, 0.0) / S)
+                    if acc > 0.0:
+                        nxt[c] = w * acc
+                t, S, alive = levels[len(ch)]
+                total += w * alive * max(qy - t * py, 0.0) / S
+            E[s, d] = total
+            live = nxt
+            if not live:
+                break
+    return E
+
+
+def along_text_names(f: TreeFamily) -> tuple:
+    r"""The row names of a family whose emission along the text is computed from the tree drawn at each position,
+    with their rule: ``((name, verifier or None), ...)``.
+
+    EAGLE-2's tree (deterministic given the context, ``None``: every lossless verifier emits a target sample and
+    accepts its longest prefix in the tree), the target-only rule on sampled trees (``None``: the same walk) and
+    the sampled families' per-node rules (Sequoia's, and SpecInfer's off i.i.d. children: a node's decision
+    reads only that node's laws, so the text's own laws suffice on the text's path). Traversal Verification (Weng et al., arXiv:2505.12398, §3) decides from the whole subtree's
+    laws, which the text does not hold: none. The static top-k families and SpecInfer's rule on i.i.d. children
+    need no drawn tree (:func:`static_along_names`): none here.
+    """
+    if f.process == "eagle2":
+        return ((f.label, None),)
+    if f.process in ("iid", "wor"):
+        out = []
+        for v, name in zip(f.verifiers, f.names()):
+            ver = make_tree_verifier(v)
+            if isinstance(ver, TargetOnlyVerifier):  # the target's sample, its longest prefix in the tree
+                out.append((name, None))
+            elif isinstance(ver, _PerNodeScan) and not (f.process == "iid" and v == "specinfer"):
+                out.append((name, ver))
+        return tuple(out)
+    return ()
+
+
+def static_along_names(f: TreeFamily) -> tuple:
+    """The row names of a family whose emission table along the text is exact from the text's laws alone, with
+    its route: ``((name, "topk" | "iid"), ...)`` (:func:`topk_emission_along`, :func:`iid_emission_along`)."""
+    if f.process == "topk":
+        return ((f.label, "topk"),)
+    if f.process == "iid":
+        return tuple((name, "iid") for v, name in zip(f.verifiers, f.names()) if v == "specinfer")
+    return ()
+
+
+def along_text_route(process: str, verifier, *, stride: int, context: str) -> tuple[str | None, str]:
+    """How a tree family's row (``process``, ``verifier`` or None) gets its emission table along the text, in
+    words for a report: ``(route, "")``, or ``(None, reason)`` when it has none."""
+    if context != "sample":
+        return None, "the estimator needs a text sampled from the target (context 'sample')"
+    if process == "topk":
+        return "exact: the draft's ranks along the text", ""
+    if process == "iid" and verifier == "specinfer":
+        return "exact: closed form (the residual after i.i.d. rejections does not depend on the tokens)", ""
+    if verifier is not None and not isinstance(make_tree_verifier(verifier), (_PerNodeScan, TargetOnlyVerifier)):
+        return None, (f"{verifier!r} decides from the laws of the whole tree, which the text's own laws do not "
+                      "give")
+    if stride != 1:
+        return None, "it reads the tree drawn at every text position, and `stride` > 1 leaves positions undrawn"
+    if process == "eagle2":
+        return "exact: EAGLE-2's tree drawn at every position is deterministic", ""
+    return "unbiased: exact given the tree drawn at every position, averaged over the draws", ""
+
+
+def along_text_families(plan: TreePlan | None) -> tuple:
+    """The families of ``plan`` with at least one name in :func:`along_text_names`."""
+    if plan is None:
+        return ()
+    return tuple(f for f in plan.families if along_text_names(f))
+
+
+def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifier=None,
+                        depth: int | None = None) -> np.ndarray:
+    r"""Emission row of one drawn tree along a text: the law of what an iteration begun at the tree's root emits.
+
+    .. math::
+
+        e(j) = \sum_{a \in T:\ x_{1:d(a)} = y_{0:j-1}} P(\text{reach } a \mid T)\,
+        P(\text{no child of } a \text{ accepted},\ \text{emitted token } y_{j-1} \mid a\ \text{reached}),
+        \qquad j = 1, \dots, D + 1,
+
+    the probability that the iteration accepts the text's next ``j - 1`` tokens (a node whose root path is
+    :math:`y_0 \dots y_{j-2}`) and then emits :math:`y_{j-1}` as its last token (the residual's or, past a leaf,
+    the target's sample). On a deterministic tree (``verifier=None``; EAGLE-2's, Li et al., arXiv:2406.16858,
+    §4) every lossless verifier emits a target sample and accepts its longest prefix in the tree, so
+    :math:`e(j) = Q(y_{0:j})` when :math:`y_{0:j-1}` is a node and :math:`y_{0:j}` is not. For a rule that
+    scans one node's children with that node's laws (SpecInfer's, Miao et al., arXiv:2305.09781, §4;
+    Sequoia's, Chen et al., arXiv:2402.12374, Algorithm 1) the nodes on the text's path have the text's
+    contexts, so the text's own laws are all it reads. For a tree drawn at random, the row is exact given the
+    tree and, averaged over the draws, is the process's emission row.
+
+    Parameters
+    ----------
+    tree : DraftTree
+        The tree drawn after the context :math:`y_{<0}`.
+    q_text : (m, V) array of float
+        The target's laws at the contexts :math:`y_{<d}`, ``d = 0..m - 1`` (the text's own).
+    y_text : (m,) array of int
+        The text's next tokens :math:`y_0 \dots y_{m-1}`; ``m`` may stop short of ``D + 1`` at the text's end
+        (the entries past it are 0).
+    p_text : (m, V) array of float, optional
+        The draft's laws at the same contexts (a per-node rule reads them).
+    verifier : TreeVerifier, optional
+        A per-node rule (:class:`otspec.tree.SpecInferVerifier`, :class:`otspec.tree.SequoiaVerifier`); None
+        for a deterministic tree.
+    depth : int, optional
+        ``D``: the row has ``D + 1`` entries (the family's depth); the tree's depth by default.
+
+    Returns
+    -------
+    (D + 1,) ndarray of float64
+        ``e[j - 1]``; sums to at most 1.
+    """
+    Q = np.asarray(q_text, dtype=np.float64)
+    y = np.asarray(y_text, dtype=np.int64)
+    P = None if p_text is None else np.asarray(p_text, dtype=np.float64)
+    D = int(tree.max_depth) if depth is None else int(depth)
+    layout = _Layout(tree)
+    tokens = tree.tokens
+    E = np.zeros(D + 1)
+    live = {0: 1.0}
+    buf = np.empty(Q.shape[1]) if verifier is not None else None
+    for d in range(min(D + 1, y.shape[0])):
+        tok, q = int(y[d]), Q[d]
+        nxt: dict = {}
+        total = 0.0
+        for a, w in live.items():
+            kids = layout.children.get(a)
+            if not kids:  # a leaf: the bonus token is the target's
+                total += w * float(q[tok])
+                continue
+            if verifier is None:  # deterministic: the target's sample, accepted while it is in the tree
+                hit = [c for c in kids if int(tokens[c]) == tok]
+                if hit:
+                    nxt[hit[0]] = nxt.get(hit[0], 0.0) + w * float(q[tok])
+                else:
+                    total += w * float(q[tok])
+                continue
+            node = _NodeScan(q, P[d], buf, verifier.without_replacement)
+            alive = 1.0
+            for c in kids:
+                ctok, dup = int(tokens[c]), bool(layout.dup[c])
+                acc = node.accept(ctok, dup)
+                if ctok == tok and acc > 0.0:
+                    nxt[c] = nxt.get(c, 0.0) + w * alive * acc
+                alive *= 1.0 - acc
+                if alive <= 0.0:
+                    break
+                node.reject(ctok, dup)
+            if alive > 0.0:
+                total += w * alive * float(node.residual_at(tok))
+        E[d] = total
+        live = nxt
+        if not live:
+            break
     return E
 
 

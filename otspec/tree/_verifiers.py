@@ -247,6 +247,10 @@ class _NodeScan:
                 self.buf[self.removed] = 0.0
                 self.left = float(self.buf.sum())
 
+    def residual_at(self, tok: int) -> float:
+        """The current residual law at one token, :math:`(q(x) - t p(x))_+ / S`."""
+        return max(float(self.q[tok]) - self.t * float(self.p[tok]), 0.0) / self.S
+
     def residual(self) -> np.ndarray:
         """The current residual law :math:`(q - t p)_+ / S` (a new array)."""
         out = self.q - self.t * self.p
