@@ -1088,8 +1088,9 @@ def along_text_names(f: TreeFamily) -> tuple:
     EAGLE-2's tree (deterministic given the context, ``None``: every lossless verifier emits a target sample and
     accepts its longest prefix in the tree), the target-only rule on sampled trees (``None``: the same walk) and
     the sampled families' per-node rules (Sequoia's, and SpecInfer's off i.i.d. children: a node's decision
-    reads only that node's laws, so the text's own laws suffice on the text's path). Traversal Verification (Weng et al., arXiv:2505.12398, §3) decides from the whole subtree's
-    laws, which the text does not hold: none. The static top-k families and SpecInfer's rule on i.i.d. children
+    reads only that node's laws, so the text's own laws suffice on the text's path). Traversal Verification
+    (Weng et al., arXiv:2505.12398, §3) decides from the whole subtree's laws, which the text does not hold:
+    none. The static top-k families and SpecInfer's rule on i.i.d. children
     need no drawn tree (:func:`static_along_names`): none here.
     """
     if f.process == "eagle2":
