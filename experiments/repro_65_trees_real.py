@@ -122,10 +122,15 @@ def run_all(fig_dir: Path | None = None) -> dict:
                            tree=TreeShape.branching(*branching), process=process, verifier=verifier,
                            max_new_tokens=DECODE["max_new_tokens"], temperature=DECODE["temperature"],
                            top_k=DECODE["top_k"])
-        pred = ts.tokens_per_call[name]
+        pred, ren = ts.tokens_per_call[name], ts.renewal.get(name)
         comb = math.hypot(pred.half_width, got["half_width"] or 0.0)
+        extra = {}
+        if ren is not None:  # the estimand of a decoding run (the per-position average weights every position)
+            extra = {"renewal": _est(ren), "agrees_renewal": bool(abs(got["tokens_per_call"] - ren.value)
+                                                                  <= math.hypot(ren.half_width,
+                                                                                got["half_width"] or 0.0))}
         checks.append({"family": name, **got, "predicted": _est(pred),
-                       "agrees": bool(abs(got["tokens_per_call"] - pred.value) <= comb)})
+                       "agrees": bool(abs(got["tokens_per_call"] - pred.value) <= comb), **extra})
     return {
         "pair": {"target": target.name, "draft": draft.name},
         "profile_settings": run.settings.to_dict(),
@@ -147,7 +152,9 @@ def run_all(fig_dir: Path | None = None) -> dict:
         },
         "eagle2_from_universe": check,
         "palm": {name: {"renewal": _est(ts.renewal.get(name)), "palm": _est(e),
-                        "position_bias": _est(ts.position_bias.get(name))} for name, e in ts.palm.items()},
+                        "position_bias": _est(ts.position_bias.get(name)), "route": ts.along[name][0]}
+                 for name, e in ts.palm.items()},
+        "no_renewal": {name: why for name, (route, why) in ts.along.items() if route is None},
         "decode_settings": dict(DECODE),
         "checks": checks,
         "figures": figures,
@@ -210,6 +217,9 @@ def section(res: dict) -> Section:
         "docs/perf/trees.rst; a profile's own report predicts speed-ups from its measured costs. Full records: "
         "trees_real.json."
     )
+    if res.get("no_renewal"):
+        sec.notes += " No renewal estimate along the text for " + "; ".join(
+            f"{name} ({why})" for name, why in res["no_renewal"].items()) + "."
     sec.figures.extend(res.get("figures", []))
     for name, f in res["trees"].items():
         sec.rows.append(Row(f"tokens per call, {name} ({f['n']} nodes)", "-", _ci(f["tokens_per_call"]),
@@ -243,8 +253,8 @@ def section(res: dict) -> Section:
         sec.rows.append(Row(f"EAGLE-2 {name.split(':')[1]} (held out)", "-", _ci(e), "measured (profile)"))
     for name, r in res.get("palm", {}).items():
         b = r["position_bias"]
-        sec.rows.append(Row(f"{name}: renewal and Palm average along the text (exact emission law of the "
-                            "deterministic tree)", f"per-position average {_ci(res['trees'][name]['tokens_per_call'])}",
+        sec.rows.append(Row(f"{name}: renewal and Palm average along the text ({r['route']})",
+                            f"per-position average {_ci(res['trees'][name]['tokens_per_call'])}",
                             f"renewal {_ci(r['renewal'])}, Palm {_ci(r['palm'])}, per-position bias "
                             f"{100 * b['value']:+.2f} % [{100 * b['lo']:+.2f}, {100 * b['hi']:+.2f}]",
                             "measured (profile)"))
@@ -256,6 +266,12 @@ def section(res: dict) -> Section:
                             f"{fmt(c['tokens_per_call'], 3)} +- {fmt(c['half_width'], 3)}",
                             "matches (within the combined 95 % intervals)" if c["agrees"] else
                             "differs: outside the combined 95 % intervals"))
+        if "renewal" in c:
+            sec.rows.append(Row(f"real decoding with {c['family']}: tokens per call against the renewal estimate "
+                                "along the text", f"renewal {_ci(c['renewal'])}",
+                                f"{fmt(c['tokens_per_call'], 3)} +- {fmt(c['half_width'], 3)}",
+                                "matches (within the combined 95 % intervals)" if c["agrees_renewal"] else
+                                "differs: outside the combined 95 % intervals"))
     for name, c in res["eagle2_from_universe"].items():
         ok = c["covered"] == c["positions"] and c["max_abs_difference"] <= POSTHOC_TOL
         sec.rows.append(Row(f"{name}: rebuilt from the recorded universe = recorded",

@@ -180,8 +180,8 @@ def test_iid_closed_form_is_the_mean_over_the_drawn_trees(shape, seed):
 
 def test_which_names_have_rows_along_the_text():
     assert along_text_names(parse_family("eagle2:2,2,4")) == (("eagle2:2,2,4", None),)
-    names = [n for n, _ in along_text_names(parse_family("wor:branching(2,1):sequoia,traversal"))]
-    assert names == ["wor:branching(2,1)/sequoia"]  # Traversal reads the whole subtree's laws
+    f = parse_family("wor:branching(2,1):sequoia,traversal,target-only")
+    assert along_text_names(f) == (("wor:branching(2,1)/target-only", None),)  # weights e / Q in {0, 1}
     assert along_text_names(parse_family("topk:branching(2,1)")) == ()  # its table needs no drawn tree
     assert along_text_names(parse_family("iid:branching(2,1):specinfer")) == ()  # closed form
     assert static_along_names(parse_family("iid:branching(2,1):specinfer")) == (
@@ -190,9 +190,8 @@ def test_which_names_have_rows_along_the_text():
 
 
 TREES = ["topk:branching(2,2)", "eagle2:2,2,4", "iid:branching(2,1):specinfer",
-         "wor:branching(2,1):sequoia,traversal"]
-ALONG = {"eagle2:2,2,4": (3, 2), "iid:branching(2,1)/specinfer": (4, 2), "wor:branching(2,1)/sequoia": (4, 2)}
-EXACT = ("eagle2:2,2,4", "iid:branching(2,1)/specinfer")  # the drawn-tree rows of "wor" are exact given the tree
+         "wor:branching(2,1):sequoia,traversal,target-only"]
+ALONG = {"eagle2:2,2,4": (3, 2), "iid:branching(2,1)/specinfer": (4, 2), "wor:branching(2,1)/target-only": (4, 2)}
 
 
 def _profile(d, **kw):
@@ -211,7 +210,7 @@ def test_summary_renewal_and_palm_of_eagle2_and_the_per_node_rules(run):
     s = summarize(run, n_boot=50)
     ts = s.trees
     assert set(ts.renewal) == set(ts.palm) == {"topk:branching(2,2)", *ALONG}
-    assert "wor:branching(2,1)/traversal" not in ts.renewal
+    assert not {"wor:branching(2,1)/traversal", "wor:branching(2,1)/sequoia"} & set(ts.renewal)
     t = read_table(run).to_pandas()
     for name, (n, D) in ALONG.items():
         starts, Tn, num, den = 0.0, 0, 0.0, 0.0
@@ -229,10 +228,10 @@ def test_summary_renewal_and_palm_of_eagle2_and_the_per_node_rules(run):
             den += float(r[tr.pos.to_numpy()].sum())
         np.testing.assert_allclose(ts.renewal[name].value, Tn / starts, rtol=1e-12)
         np.testing.assert_allclose(ts.palm[name].value, num / den, rtol=1e-12)
-        if name in EXACT:  # tokens per call of a depth-D tree: in [1, D + 1]
-            assert 1.0 <= ts.renewal[name].value <= D + 1
+        assert 1.0 <= ts.renewal[name].value <= D + 1  # tokens per call of a depth-D tree (weights at most 1)
     text = report_markdown(s)
-    assert "| eagle2:2,2,4 | 3 | 2 |" in text and "| wor:branching(2,1)/sequoia | 4 | 2 |" in text
+    assert "| eagle2:2,2,4 | 3 | 2 |" in text and "| wor:branching(2,1)/target-only | 4 | 2 |" in text
+    assert "wor:branching(2,1)/sequoia ('sequoia' on children drawn without replacement has no closed form" in text
 
 
 def test_at_a_stride_there_are_no_drawn_trees_between_positions(tmp_path):
@@ -241,4 +240,4 @@ def test_at_a_stride_there_are_no_drawn_trees_between_positions(tmp_path):
     assert set(s.trees.renewal) == {"topk:branching(2,2)", "iid:branching(2,1)/specinfer"}
     text = report_markdown(s)
     assert "eagle2:2,2,4 (it reads the tree drawn at every text position, and `stride` > 1" in text
-    assert "wor:branching(2,1)/traversal ('traversal' decides from the laws of the whole tree" in text
+    assert "wor:branching(2,1)/target-only (it reads the tree drawn at every text position" in text

@@ -16,7 +16,6 @@ from ._figures import (
 )
 from ._store import write_atomic
 from ._summary import MIN_RANKED_POSITIONS, summarize
-from ._trees import along_text_route
 
 __all__ = ["write_report", "report_markdown"]
 
@@ -228,9 +227,7 @@ def _trees_lines(summary) -> list[str]:
         lines.append(f"| {name} | {proc} | {n} | {d} | {_fmt(e)} | {_fmt(sp, '.2f')} |")
     lines.append("")
     ren = getattr(ts, "renewal", None) or {}
-    st = summary.settings
-    routes = {name: along_text_route(f["process"], f["verifier"], stride=st.get("stride", 1),
-                                     context=st.get("context", "sample")) for name, f in ts.families.items()}
+    routes = ts.along
     if ren:
         lines += ["Along the text: tokens per call of decoding these texts by the renewal estimator, from each "
                   "family's emission law along the text (how, in the last column). Palm: 1 + E[tau | T] at the "

@@ -22,6 +22,7 @@ from ._store import iter_shards, read_manifest
 from ._trees import (
     TREE_KINDS,
     TreePlan,
+    along_text_route,
     draft_rows,
     eagle2_from_universe,
     resolve_trees,
@@ -828,6 +829,9 @@ class TreeSummary:
         call by the renewal estimator (their emission law along the text is exact: no verifier, no drawn tree),
         the Palm average of ``1 + E[tau | T]`` (weighted by the start probabilities) and ``tokens_per_call /
         palm - 1``, the per-position average's bias.
+    along : dict
+        ``name -> (route, reason)``: how each family's emission law along the text is computed (``route``, a
+        sentence), or why it has none (``route`` None, ``reason`` a sentence).
     """
 
     families: dict
@@ -842,6 +846,7 @@ class TreeSummary:
     renewal: dict = field(default_factory=dict)
     palm: dict = field(default_factory=dict)
     position_bias: dict = field(default_factory=dict)
+    along: dict = field(default_factory=dict)
 
 
 class _TreeCosts:
@@ -944,7 +949,7 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
     tc = _TreeCosts(out, costs, settings)
     keys, S, C = _tree_sums(out, prompts)
     col = {key: i for i, key in enumerate(keys)}
-    fams, tokens, speed, secs, renewal, palm, bias = {}, {}, {}, {}, {}, {}, {}
+    fams, tokens, speed, secs, renewal, palm, bias, along = {}, {}, {}, {}, {}, {}, {}, {}
     positions = 0
     for f in plan.families:
         for v, name in zip(f.verifiers or (None,), f.names()):
@@ -954,6 +959,8 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
             n = C[:, i]
             positions = max(positions, int(n.sum()))
             fams[name] = {"process": f.process, "verifier": v, "n": f.n, "depth": f.depth, "spec": f.spec}
+            along[name] = along_text_route(f.process, v, stride=settings.get("stride", 1),
+                                           context=settings.get("context", "sample"))
             secs[name] = tc.iteration(f.shape)
             tokens[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()))
             speed[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), tc.plain / secs[name])
@@ -976,7 +983,7 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
         choice = _tree_choice(plan, prompts, even, keys, col, S, C, tc, out, n_boot, seed)
     return TreeSummary(families=fams, tokens_per_call=tokens, speedup=speed, seconds=secs,
                        chains=dict(every.tokens_per_call), chains_speedup=dict(every.speedup), positions=positions,
-                       choice=choice, note=note, renewal=renewal, palm=palm, position_bias=bias)
+                       choice=choice, note=note, renewal=renewal, palm=palm, position_bias=bias, along=along)
 
 
 def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts, out, n_boot: int,

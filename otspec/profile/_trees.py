@@ -60,7 +60,7 @@ from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, _topk_tree
-from ..tree._verifiers import _excess, _Layout, _NodeScan, _PerNodeScan
+from ..tree._verifiers import _excess, _Layout, _NodeScan
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES", "MAX_FAMILY_NODES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
@@ -1083,27 +1083,22 @@ def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
 
 def along_text_names(f: TreeFamily) -> tuple:
     r"""The row names of a family whose emission along the text is computed from the tree drawn at each position,
-    with their rule: ``((name, verifier or None), ...)``.
+    with their rule: ``((name, None), ...)``: the walk of :func:`tree_emission_along` for a deterministic tree.
 
-    EAGLE-2's tree (deterministic given the context, ``None``: every lossless verifier emits a target sample and
-    accepts its longest prefix in the tree), the target-only rule on sampled trees (``None``: the same walk) and
-    the sampled families' per-node rules (Sequoia's, and SpecInfer's off i.i.d. children: a node's decision
-    reads only that node's laws, so the text's own laws suffice on the text's path). Traversal Verification
-    (Weng et al., arXiv:2505.12398, §3) decides from the whole subtree's laws, which the text does not hold:
-    none. The static top-k families and SpecInfer's rule on i.i.d. children
-    need no drawn tree (:func:`static_along_names`): none here.
+    EAGLE-2's tree (deterministic given the context: every lossless verifier emits a target sample and accepts
+    its longest prefix in the tree) and the target-only rule on sampled trees (the same walk on the drawn tree:
+    exact given the tree, so unbiased over the draws, and its weights :math:`e / Q` stay in :math:`\{0, 1\}`).
+    The per-node rules on trees drawn without replacement (Sequoia's) have no closed form averaged over the
+    draws, and one drawn tree per position is no estimator for them: given the tree, :math:`e / Q` is about
+    :math:`1 / p` for a rare drafted token that the text happens to take, so its variance grows with the
+    vocabulary. SpecInfer's rule on i.i.d. children and the static top-k families need no drawn tree
+    (:func:`static_along_names`).
     """
     if f.process == "eagle2":
         return ((f.label, None),)
     if f.process in ("iid", "wor"):
-        out = []
-        for v, name in zip(f.verifiers, f.names()):
-            ver = make_tree_verifier(v)
-            if isinstance(ver, TargetOnlyVerifier):  # the target's sample, its longest prefix in the tree
-                out.append((name, None))
-            elif isinstance(ver, _PerNodeScan) and not (f.process == "iid" and v == "specinfer"):
-                out.append((name, ver))
-        return tuple(out)
+        return tuple((name, None) for v, name in zip(f.verifiers, f.names())
+                     if isinstance(make_tree_verifier(v), TargetOnlyVerifier))
     return ()
 
 
@@ -1126,14 +1121,16 @@ def along_text_route(process: str, verifier, *, stride: int, context: str) -> tu
         return "exact: the draft's ranks along the text", ""
     if process == "iid" and verifier == "specinfer":
         return "exact: closed form (the residual after i.i.d. rejections does not depend on the tokens)", ""
-    if verifier is not None and not isinstance(make_tree_verifier(verifier), (_PerNodeScan, TargetOnlyVerifier)):
-        return None, (f"{verifier!r} decides from the laws of the whole tree, which the text's own laws do not "
-                      "give")
+    target_only = verifier is not None and isinstance(make_tree_verifier(verifier), TargetOnlyVerifier)
+    if process != "eagle2" and not target_only:
+        return None, (f"{verifier!r} on children drawn {'i.i.d.' if process == 'iid' else 'without replacement'} "
+                      "has no closed form along the text, and one drawn tree per position gives weights of size "
+                      "1/p")
     if stride != 1:
         return None, "it reads the tree drawn at every text position, and `stride` > 1 leaves positions undrawn"
     if process == "eagle2":
         return "exact: EAGLE-2's tree drawn at every position is deterministic", ""
-    return "unbiased: exact given the tree drawn at every position, averaged over the draws", ""
+    return "unbiased: exact given the tree drawn at every position (weights 0 or 1), averaged over the draws", ""
 
 
 def along_text_families(plan: TreePlan | None) -> tuple:
@@ -1161,7 +1158,9 @@ def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifie
     scans one node's children with that node's laws (SpecInfer's, Miao et al., arXiv:2305.09781, §4;
     Sequoia's, Chen et al., arXiv:2402.12374, Algorithm 1) the nodes on the text's path have the text's
     contexts, so the text's own laws are all it reads. For a tree drawn at random, the row is exact given the
-    tree and, averaged over the draws, is the process's emission row.
+    tree and, averaged over the draws, is the process's emission row (with a per-node rule, a check of a closed
+    form such as :func:`iid_emission_along` by enumeration: from one draw its weights :math:`e / Q` are about
+    :math:`1 / p`, see :func:`along_text_names`).
 
     Parameters
     ----------
