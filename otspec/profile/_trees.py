@@ -59,7 +59,7 @@ import numpy as np
 from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TreeShape, make_tree_verifier
-from ..tree._process import _eagle2_tree, _ranked, _topk_tree
+from ..tree._process import _eagle2_tree, _ranked, _topk_tree, draw_children
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES", "MAX_FAMILY_NODES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
@@ -554,15 +554,8 @@ class _ShapeJob:
         elif self.process == "iid":
             self.tokens[kids] = sample_rows(np.broadcast_to(p, (len(kids), p.shape[0])), self.rng)
         else:  # without replacement: the r-th of successive draws, the missing ranks drawn and discarded
-            need = max(ranks) + 1
-            self._support(need, v, p)
-            w = np.array(p, dtype=np.float64, copy=True)
-            seq = []
-            for _ in range(need):
-                t = int(sample_rows(w[None], self.rng)[0])
-                seq.append(t)
-                w[t] = 0.0
-            self.tokens[kids] = [seq[r] for r in ranks]
+            self._support(max(ranks) + 1, v, p)
+            self.tokens[kids] = draw_children(np.asarray(p, dtype=np.float64), ranks, "wor", self.rng)
 
     def tree(self) -> DraftTree:
         out = DraftTree(self.shape, self.shape.parents, self.tokens)
