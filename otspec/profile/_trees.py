@@ -59,7 +59,7 @@ import numpy as np
 from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
-from ..tree._process import _eagle2_tree, _ranked, _topk_tree
+from ..tree._process import _eagle2_tree, _ranked, _topk_tree, draw_children
 from ..tree._verifiers import _excess, _Layout, _NodeScan
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES", "MAX_FAMILY_NODES",
@@ -565,15 +565,8 @@ class _ShapeJob:
         elif self.process == "iid":
             self.tokens[kids] = sample_rows(np.broadcast_to(p, (len(kids), p.shape[0])), self.rng)
         else:  # without replacement: the r-th of successive draws, the missing ranks drawn and discarded
-            need = max(ranks) + 1
-            self._support(need, v, p)
-            w = np.array(p, dtype=np.float64, copy=True)
-            seq = []
-            for _ in range(need):
-                t = int(sample_rows(w[None], self.rng)[0])
-                seq.append(t)
-                w[t] = 0.0
-            self.tokens[kids] = [seq[r] for r in ranks]
+            self._support(max(ranks) + 1, v, p)
+            self.tokens[kids] = draw_children(np.asarray(p, dtype=np.float64), ranks, "wor", self.rng)
 
     def tree(self) -> DraftTree:
         out = DraftTree(self.shape, self.shape.parents, self.tokens)
@@ -992,11 +985,12 @@ def _iid_levels(q: np.ndarray, p: np.ndarray, m: int, buf: np.ndarray) -> list:
     """``(t_i, S_i, alive_i)`` for ``i = 0..m``: the residual :math:`(q - t_i p)_+ / S_i` before the ``i``-th child
     of recursive rejection over i.i.d. draws, and the probability that the first ``i`` children are rejected."""
     out, t, S, alive = [], 0.0, 1.0, 1.0
+    idx, n = np.arange(q.shape[0]), q.shape[0]  # the tokens with q - t p > 0: a set that only shrinks as t grows
     for _ in range(m + 1):
         out.append((t, S, alive))
         if not alive > 0.0:
             continue
-        S_new = _excess(q, p, t + S, buf)
+        S_new, n = _excess(q, p, t + S, buf, idx, n)
         if S_new > 0.0:
             alive *= S_new / S  # 1 - sum_y min(p, q_i) = S(t_i + S_i) / S_i
             t, S = t + S, S_new

@@ -23,6 +23,7 @@ Notation: ``p`` is the draft law, ``q`` the target law at a node.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 
@@ -30,7 +31,7 @@ import numpy as np
 
 from .._registry import suggest
 from .._validation import as_rng, validate_positive_int
-from .._verifier import sample_from
+from .._verifier import sample_from_cdf
 from ..models import next_law, validate_model, validate_model_pair, validate_sequence
 from ._tree import DraftTree, Eagle2Params, TreeShape
 
@@ -269,9 +270,10 @@ def draw_children(p: np.ndarray, ranks, process: str, gen: np.random.Generator, 
     """The tokens of one node's children of ranks ``ranks`` (in rank order) drawn from its draft law ``p``.
 
     ``"iid"``: one independent draw per child; ``"wor"``: the first ``max(ranks) + 1`` draws without
-    replacement (each from ``p`` with the earlier draws removed), the child of rank ``r`` taking the ``r``-th.
-    The one draw of :func:`sample_tree` and of the tree decoder (:mod:`otspec.decoding`), which hands it the
-    laws of a whole depth at once. ``path`` (the node's root path) names the node in the error.
+    replacement (each from ``p`` with the earlier draws removed), the child of rank ``r`` taking the ``r``-th
+    (:func:`_draws_without_replacement`). Both from one cumulative sum of ``p``. The one draw of
+    :func:`sample_tree`, of the tree decoder (:mod:`otspec.decoding`), which hands it the laws of a whole depth
+    at once, and of the profile's sampled trees. ``path`` (the node's root path) names the node in the error.
 
     Raises
     ------
@@ -279,17 +281,90 @@ def draw_children(p: np.ndarray, ranks, process: str, gen: np.random.Generator, 
         ``"wor"`` with fewer tokens of positive probability than ``max(ranks) + 1``.
     """
     if process == "iid":
-        return [sample_from(p, gen) for _ in ranks]
+        c = p.cumsum()
+        if not c[-1] > 0:
+            raise ValueError("cannot sample from a vector with zero total mass")
+        return [sample_from_cdf(c, p, gen) for _ in ranks]
     need = max(ranks) + 1
     if np.count_nonzero(p > 0) < need:
         raise _support_error("wor", need, path, p)
-    w = np.array(p, copy=True)
-    seq = []
-    for _ in range(need):
-        t = sample_from(w, gen)
-        seq.append(t)
-        w[t] = 0.0
+    seq = _draws_without_replacement(p, need, gen)
     return [seq[r] for r in ranks]
+
+
+def _draws_without_replacement(p: np.ndarray, need: int, gen: np.random.Generator) -> list[int]:
+    r"""The first ``need`` successive draws without replacement from ``p`` (at least ``need`` positive entries).
+
+    Draw ``j`` is the inverse-CDF draw (:func:`~otspec._verifier.sample_from`, one uniform) from ``w_j``, ``p``
+    with the earlier draws set to 0: ``i = min{i : c_j[i] > u c_j[V-1]}``, ``c_j`` the cumulative sum of
+    ``w_j``. The very same tokens as that procedure with ``w_j`` copied and summed again per draw (one pass over
+    the vocabulary per draw), from ONE cumulative sum ``C`` of ``p``: in float64 ``c_j[i]`` is within
+
+    .. math::
+
+        \delta = 5 V \epsilon\, C[V-1] \qquad (\epsilon = 2^{-53},\ V \epsilon \le 10^{-2})
+
+    of :math:`e_j(i) = C[i] - \sum_{t \text{ drawn},\, t \le i} p[t]` (the error bounds of recursive summation,
+    Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §4.2, on the three sums), so the
+    candidate ``i`` found by searching ``C`` piecewise (between the drawn tokens the subtracted mass is a
+    constant) is the procedure's token whenever ``u c_j[V-1]`` lies more than a guard band (:math:`2 \delta`
+    and the rounding of the product) inside ``(e_j(i-1), e_j(i))``; otherwise (a band of about
+    :math:`10^{-10}` around each of the ``V`` cuts: under :math:`10^{-4}` of the draws at ``V = 49,152``
+    while most of the mass is left; none in 6,300 draws from Dirichlet laws) the draw is made by the
+    procedure itself, with the same uniform. A draw costs ``O(need log V)`` instead of ``O(V)``.
+    """
+    V = p.shape[0]
+    c = p.cumsum()
+    seq = [sample_from_cdf(c, p, gen)]
+    if need == 1:
+        return seq
+    eps = float(np.finfo(c.dtype).eps) / 2
+    guard = 32.0 * V * eps * float(c[-1])  # 2 delta plus the product's rounding, with room to spare
+    cuts: list = []  # the drawn tokens in increasing order, with the mass drawn up to each
+    for _ in range(1, need):
+        r = gen.random()
+        cuts.insert(bisect.bisect(cuts, (seq[-1],)), (seq[-1], 0.0))
+        acc = 0.0
+        for j, (t, _) in enumerate(cuts):
+            acc += float(p[t])
+            cuts[j] = (t, acc)
+        u = r * (float(c[-1]) - acc)
+        i = _candidate(c, cuts, u)
+        if i is None or not _inside(c, cuts, i, u, guard):
+            w = np.array(p, copy=True)
+            w[seq] = 0.0
+            cw = w.cumsum()
+            i = min(int(cw.searchsorted(r * cw[-1], side="right")), V - 1)
+            while w[i] <= 0 and i > 0:
+                i -= 1
+        seq.append(int(i))
+    return seq
+
+
+def _drawn_below(cuts: list, i: int) -> float:
+    """The mass drawn at tokens ``<= i`` (``cuts``: ``(token, mass drawn up to it)``, increasing tokens)."""
+    k = bisect.bisect(cuts, (i, math.inf))
+    return cuts[k - 1][1] if k else 0.0
+
+
+def _candidate(c: np.ndarray, cuts: list, u: float):
+    """The first ``i`` with ``C[i] - (mass drawn at tokens <= i) > u``, searched between the drawn tokens."""
+    V = c.shape[0]
+    start, below = 0, 0.0
+    for t, m in cuts + [(V, math.nan)]:
+        if t > start:
+            i = max(int(c.searchsorted(u + below, side="right")), start)
+            if i < t:
+                return i
+        start, below = t, m
+    return None
+
+
+def _inside(c: np.ndarray, cuts: list, i: int, u: float, guard: float) -> bool:
+    """Whether ``u`` lies more than ``guard`` inside ``(e(i - 1), e(i))`` (``e(-1) = 0``)."""
+    hi = float(c[i]) - _drawn_below(cuts, i)
+    lo = float(c[i - 1]) - _drawn_below(cuts, i - 1) if i > 0 else -math.inf
+    return lo + guard < u < hi - guard
 
 
 def _wor_sequences(p: np.ndarray, need: int):

@@ -168,27 +168,42 @@ class TreeVerifier(abc.ABC):
         return f"{type(self).__name__}(name={self.name!r}, processes={self.processes})"
 
 
-def _excess_kernel(q, p, t):
-    """:math:`S(t) = \\sum_x (q(x) - t p(x))_+` in one pass (compiled by numba when installed)."""
+def _excess_kernel(q, p, t, idx, n):
+    """:math:`S(t) = \\sum_x (q(x) - t p(x))_+` in one pass over the ``n`` tokens ``idx[:n]`` (increasing), those
+    with ``q - t p > 0`` moved to the front of ``idx`` in the same order; returns ``(S, their number)``
+    (compiled by numba when installed)."""
     s = 0.0
-    for i in range(q.shape[0]):
+    m = 0
+    for k in range(n):
+        i = idx[k]
         d = q[i] - t * p[i]
         if d > 0.0:
             s += d
-    return s
+            idx[m] = i
+            m += 1
+    return s, m
 
 
 JIT = compile_in(globals(), ("_excess_kernel",))
 
 
-def _excess(q: np.ndarray, p: np.ndarray, t: float, buf: np.ndarray) -> float:
-    """:math:`S(t) = \\sum_x (q(x) - t p(x))_+`: the mass left by the residual at level ``t``."""
+def _excess(q: np.ndarray, p: np.ndarray, t: float, buf: np.ndarray, idx: np.ndarray, n: int) -> tuple[float, int]:
+    """:math:`S(t) = \\sum_x (q(x) - t p(x))_+`, the mass left by the residual at level ``t``, over the ``n``
+    tokens ``idx[:n]`` (increasing, holding every token with ``q - t p > 0``); those tokens moved to the front of
+    ``idx``, with their number. With numba the sum runs in token order, the terms off ``idx`` being the zeros it
+    skips, so it is bit for bit the sum over the whole vocabulary."""
     if JIT:  # pragma: no cover - with numba
-        return float(_excess_kernel(q, p, t))
-    np.multiply(p, t, out=buf)
-    np.subtract(q, buf, out=buf)
-    np.maximum(buf, 0.0, out=buf)
-    return float(buf.sum())
+        S, m = _excess_kernel(q, p, t, idx, n)
+        return float(S), int(m)
+    if n == q.shape[0]:  # the whole vocabulary: no gather
+        d = np.subtract(q, np.multiply(p, t, out=buf), out=buf)
+    else:
+        d = q[idx[:n]] - t * p[idx[:n]]
+    keep = np.flatnonzero(d > 0.0)
+    m = keep.shape[0]
+    idx[:m] = keep if n == q.shape[0] else idx[keep]
+    np.maximum(d, 0.0, out=d)
+    return float(d.sum()), int(m)
 
 
 def _ratio(num: float, den: float) -> float:
@@ -219,6 +234,10 @@ class _NodeScan:
         self.wor = without_replacement
         self.t, self.S, self.left = 0.0, 1.0, 1.0
         self.removed: list = []
+        # the tokens with q - t p > 0 are among idx[:n]: a set that only shrinks as t grows (p >= 0), so each
+        # rejection's pass runs over the previous one's survivors (the first over the whole vocabulary)
+        self.idx = None
+        self.n = q.shape[0]
 
     def _draft(self, tok: int, dup: bool) -> float:
         """Draft probability of the next child: ``p`` (with replacement) or ``p`` off the removed siblings."""
@@ -236,9 +255,11 @@ class _NodeScan:
         ell = 1.0 if not self.wor else self.left
         if ell > 0.0:
             t_new = self.t + self.S / ell
-            S_new = _excess(self.q, self.p, t_new, self.buf)
-            if S_new > 0.0:
-                self.t, self.S = t_new, S_new
+            if self.idx is None:
+                self.idx = np.arange(self.n)
+            S_new, m = _excess(self.q, self.p, t_new, self.buf, self.idx, self.n)
+            if S_new > 0.0:  # else m = 0 and idx[:n] untouched: the level and its tokens are kept
+                self.t, self.S, self.n = t_new, S_new, m
         if self.wor and not dup:
             self.removed.append(tok)
             self.left -= float(self.p[tok])
