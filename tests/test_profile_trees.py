@@ -20,6 +20,7 @@ from otspec.decoding._sampling import Sampling  # noqa: E402
 from otspec.models import MarkovModel  # noqa: E402
 from otspec.profile import ProfileSettings, profile, read_table, summarize, toy_pair  # noqa: E402
 from otspec.profile._trees import (  # noqa: E402
+    LawBuffers,
     _ShapeJob,
     draw_and_score,
     eagle2_from_universe,
@@ -99,6 +100,26 @@ def test_rows_are_exact_at_one_context(seed):
             np.testing.assert_allclose(vals["tree"][name], ver.expected_accepted(T, P, Q), rtol=1e-12, atol=1e-15)
             np.testing.assert_allclose(vals["treenode"][name], reach_of(T, ver.emission(T, P, Q))[1:], rtol=1e-12,
                                        atol=1e-15)
+
+
+def test_law_buffers_kept_across_trees_give_the_fresh_values():
+    # one LawBuffers through several contexts and families of different sizes (a smaller tree after a larger one
+    # leaves rows to reset): every value equal to the one computed with fresh arrays, and the rows that are not
+    # the last tree's internal nodes uniform again
+    draft, target = toy_pair(4, seed=5)
+    plan = resolve_trees(["wor:branching(3,2):sequoia,traversal", "iid:branching(1,1):specinfer",
+                          "iid:branching(2,2,1):specinfer,target-only"])
+    buf = LawBuffers()
+    for i, ctx in enumerate(([0, 1], [2], [3, 3, 1], [1])):
+        got = _at_context(draft, target, ctx, plan, i)
+        kept, fresh = position_values(plan, got, 4, buf), position_values(plan, got, 4)
+        assert kept["tree"] == fresh["tree"]
+        for name, r in fresh["treenode"].items():
+            np.testing.assert_array_equal(kept["treenode"][name], r)
+        last = got[plan.sampled[-1].label]
+        other = np.setdiff1d(np.arange(buf.P.shape[0]), last.inner)
+        np.testing.assert_array_equal(buf.P[other], 0.25)
+        np.testing.assert_array_equal(buf.Q[other], 0.25)
 
 
 def test_eagle2_from_the_universe_is_the_recorded_value():

@@ -32,6 +32,7 @@ from ..decoding._sampling import sample_rows
 from ._quantities import Builds, depth_quantities, expected_accepted
 from ._settings import costly as is_costly
 from ._trees import (
+    LawBuffers,
     along_text_families,
     draw_and_score,
     position_values,
@@ -270,17 +271,19 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> Non
 
 
 def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs,
-              drawn=None) -> None:
+              drawn=None, buffers=None) -> None:
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
     recorded; the states are left holding the contexts. With ``drawn`` (a list of ``B`` dicts), the trees of the
-    families whose emission along the text reads the drawn tree are kept: ``drawn[b][pos] = {label: DraftTree}``."""
+    families whose emission along the text reads the drawn tree are kept: ``drawn[b][pos] = {label: DraftTree}``;
+    ``buffers`` (:class:`otspec.profile._trees.LawBuffers`) holds the sampled trees' node laws from one position
+    to the next."""
     plan = getattr(settings, "tree_plan", None)
     got = draw_and_score(draft, ds, target, ts, last, n_ctx, np.asarray(p_root), np.asarray(q_root), plan,
                          settings.sampling, rngs)
     V = int(np.shape(p_root)[-1])
     for r, scored in zip(rows, got):
-        record_position(r, pos, plan, position_values(plan, scored, V))
+        record_position(r, pos, plan, position_values(plan, scored, V, buffers))
     if drawn is not None:
         labels = [f.label for f in along_text_families(plan)]
         for keep, scored in zip(drawn, got):
@@ -323,6 +326,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     T = path_length(reference, settings)
     q_path, y_path = [], []
     drawn = [{}] if _keeps_trees(settings, renewal) else None
+    buffers = LawBuffers()
     for t in range(T):
         if t % settings.stride == 0:
             p1 = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1)[:, 0]  # (1, V)
@@ -345,7 +349,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             position_rows(rows, t, X, _to_device(P, dev), Q, settings, costly=is_subsampled(t, index, settings))
             if trng is not None:
                 tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
-                          drawn)
+                          drawn, buffers)
             if bar is not None:
                 bar.update(1)
         else:
@@ -460,6 +464,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     held_d = held_t = 0
     q_path, y_path = [], []
     drawn = [{} for _ in range(B)] if _keeps_trees(settings, renewal) else None
+    buffers = LawBuffers()
     kept = np.arange(B) * (k if L > 1 else 1)  # row of each prompt's first draft in the draft state
     for t in range(T):
         n = ctx.shape[1]
@@ -488,7 +493,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             for b in range(B):
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings))
             if trngs is not None:
-                tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn)
+                tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn, buffers)
             if bar is not None:
                 bar.update(B)
         else:

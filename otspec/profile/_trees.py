@@ -68,7 +68,8 @@ __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_F
            "check_tree_support", "check_tree_context", "context_limit", "static_order", "draft_rows",
            "eagle2_from_universe", "text_ranks", "topk_emission_along", "along_text_names", "along_text_families",
            "tree_emission_along", "iid_emission_along", "static_along_names",
-           "along_text_route", "tree_values_per_text_position"]
+           "along_text_route", "tree_values_per_text_position",
+           "LawBuffers"]
 
 #: The draft processes a tree family may use.
 TREE_PROCESSES = ("topk", "eagle2", "iid", "wor")
@@ -780,16 +781,41 @@ def _path_probs(tree: DraftTree, inner: np.ndarray, laws) -> np.ndarray:
     return out
 
 
-def _full_laws(s: _Scored, V: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(n + 1, V)`` draft and target laws for a verifier: the internal nodes' own, uniform rows at the leaves
-    (a leaf's laws only draw its bonus token: no verifier's acceptance reads them)."""
-    n1 = s.tree.n + 1
-    P = np.full((n1, V), 1.0 / V)
-    Q = np.full((n1, V), 1.0 / V)
-    for i, v in enumerate(s.inner.tolist()):
-        P[v] = s.p[v]
-        Q[v] = s.q[i]
-    return P, Q
+class LawBuffers:
+    """``(n + 1, V)`` draft and target laws for the sampled trees' verifiers, kept from one tree to the next.
+
+    The internal nodes' rows are the tree's own laws, every other row uniform (a leaf's laws only draw its bonus
+    token: no verifier's acceptance reads them, and an emission law's leaf rows then sum to the reach). One pair
+    of arrays, as large as the largest tree seen, serves every family and position of a walk: a new tree writes
+    its internal rows and resets to uniform the rows the previous tree wrote that are leaves now, instead of
+    allocating and filling two ``(n + 1, V)`` arrays per tree. The verifiers read the arrays and never write them.
+    """
+
+    def __init__(self):
+        self.P = self.Q = None
+        self.dirty = np.zeros(0, dtype=bool)
+
+    def laws(self, s: _Scored, V: int) -> tuple[np.ndarray, np.ndarray]:
+        """Views ``(P, Q)`` of ``n + 1`` rows for the drawn tree ``s``, valid until the next call."""
+        n1 = s.tree.n + 1
+        if self.P is None or self.P.shape[0] < n1 or self.P.shape[1] != V:
+            rows = max(n1, 0 if self.P is None or self.P.shape[1] != V else self.P.shape[0])
+            self.P = np.full((rows, V), 1.0 / V)
+            self.Q = np.full((rows, V), 1.0 / V)
+            self.dirty = np.zeros(rows, dtype=bool)
+        inner = s.inner
+        stale = self.dirty.copy()
+        stale[inner] = False
+        idx = np.flatnonzero(stale)
+        if idx.size:
+            self.P[idx] = 1.0 / V
+            self.Q[idx] = 1.0 / V
+        for i, v in enumerate(inner.tolist()):
+            self.P[v] = s.p[v]
+            self.Q[v] = s.q[i]
+        self.dirty[:] = False
+        self.dirty[inner] = True
+        return self.P[:n1], self.Q[:n1]
 
 
 def reach_of(tree: DraftTree, emission: np.ndarray) -> np.ndarray:
@@ -801,8 +827,11 @@ def reach_of(tree: DraftTree, emission: np.ndarray) -> np.ndarray:
     return reach
 
 
-def position_values(plan: TreePlan, scored: dict, V: int) -> dict:
+def position_values(plan: TreePlan, scored: dict, V: int, buffers: LawBuffers | None = None) -> dict:
     r"""The exact values of one prompt's trees at one position.
+
+    ``buffers`` (a :class:`LawBuffers` kept by the caller from one position to the next) holds the sampled
+    trees' node laws; a fresh one by default.
 
     Returns
     -------
@@ -813,6 +842,7 @@ def position_values(plan: TreePlan, scored: dict, V: int) -> dict:
         reach probabilities of the sampled trees' nodes (shape node order, root excluded).
     """
     out: dict = {"tree": {}, "treenode": {}}
+    buffers = LawBuffers() if buffers is None else buffers
     if plan.universe is not None:
         s = scored["universe"]
         pos = {int(v): i for i, v in enumerate(s.inner.tolist())}
@@ -832,7 +862,7 @@ def position_values(plan: TreePlan, scored: dict, V: int) -> dict:
             Qp = _path_probs(s.tree, s.inner, lambda v, s=s, pos=pos: s.q[pos[v]])
             out["tree"][f.label] = math.fsum(Qp[1:].tolist())
             continue
-        P, Q = _full_laws(s, V)
+        P, Q = buffers.laws(s, V)
         for v_name, name in zip(f.verifiers, f.names()):
             ver = make_tree_verifier(v_name)
             if hasattr(ver, "reach"):  # per-node rules: one pass, no (n + 1, V) emission law
