@@ -271,6 +271,29 @@ def test_a_64_node_branching_tree_at_a_larger_vocabulary():
     assert E_ref[1:9].sum() > 1e-3  # root children accepted after rejections of their children (residual laws)
 
 
+def test_exactly_degenerate_rejections_by_hand():
+    """Rejections that leave nothing above the draft: exact answers by hand, where rounding used to decide.
+
+    Root laws ``q = (b, 1 - b, 0)``, ``p = (a b, a (1 - b), 1 - a)``, children with tokens 2, 2, 0, 1. Token 2 has
+    weight 0 (``q = 0``); its rejection at weight 1 leaves ``(q - p)_+ / (1 - (1 - a)) = p`` off token 2: the
+    residual equals the draft, so the weight stays 1 (``S / (S + 1 - 1)``), the repeated token 2 (weight 0) leaves
+    nothing above the draft (``S = 0``: the level kept), and token 0 has weight ``min(1, 1) = 1``: node 3 is
+    accepted for sure, with the bonus token from ``q``. (The reference rounds ``1 - w`` and renormalises
+    rounding residue, and misses this on most of the grid.)
+    """
+    shape = TreeShape([(0,), (1,), (2,), (3,)])
+    tree = DraftTree(shape, shape.parents, [-1, 2, 2, 0, 1])
+    for a in np.linspace(0.05, 0.95, 19):
+        for b in (0.3, 0.37, 0.61):
+            q = np.array([b, 1 - b, 0.0])
+            P, Q = np.tile([a * b, a * (1 - b), 1 - a], (5, 1)), np.tile(q, (5, 1))
+            E = TraversalVerify().emission(tree, P, Q)
+            want = np.zeros_like(E)
+            want[3] = q
+            np.testing.assert_allclose(E, want, rtol=RTOL, atol=ATOL)
+            np.testing.assert_allclose(TraversalVerify().reach(tree, P, Q), [1, 0, 0, 1, 0], rtol=RTOL, atol=ATOL)
+
+
 def test_reach_and_expected_length_form_no_law(monkeypatch):
     """The passes that do not read the extra token never build a residual law."""
     _, tree, P, Q = CASES[1]

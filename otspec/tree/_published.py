@@ -258,7 +258,13 @@ class _TraversalNode(_NodeScan):
     the level: :math:`S(t') = 0` (:math:`r = 0`: :math:`M_b` kept,
     :math:`w \leftarrow 0`, or 1 when :math:`w = 1`), :math:`w = 0`
     (:math:`r = 0`) and :math:`\ell = 0` (:math:`M_s = 0`, :math:`r = w M_b`,
-    :math:`w` kept).
+    :math:`w` kept). A computed :math:`S(t')` within rounding of 0
+    (``_NOISE``) counts as 0: :math:`S(t') = 0` exactly is common (one token
+    left, equal laws), and a positive rounding residue there would be
+    renormalised into a law of noise. With :math:`S(t') = 0` and :math:`w < 1`
+    every later weight at :math:`u` is 0; with :math:`w = 1`,
+    :math:`M_b = M_s` off :math:`R`, so a later rejection there again has
+    probability 0 or a token where both laws are 0.
 
     So a rejection costs one pass for :math:`S(t')`, over the tokens with
     :math:`q - t p > 0` only (a set that shrinks as :math:`t` grows), a
@@ -284,7 +290,7 @@ class _TraversalNode(_NodeScan):
         else:
             s = w if not self.left > 0.0 else 0.0  # no draft mass left: r = w M_b; else w = 0: r = 0
         self._remove(tok, dup)
-        den = s + 1.0 - w
+        den = s + (1.0 - w)  # exact 1 - w (w in [0.5, 1]): a weight of 1 stays exactly 1
         return s / den if den > 0.0 else 1.0
 
 
