@@ -51,7 +51,7 @@ from ..models import MAX_ENUMERATION, check_enumeration, next_law, validate_mode
 from ._process import LawCache
 from ._tree import DraftTree, TreeShape
 from ._value import TreeCheck, check_enumerated
-from ._verifiers import TreeVerifier, make_tree_verifier, validate_tree_laws
+from ._verifiers import TreeVerifier, _NodeScan, make_tree_verifier, validate_tree_laws
 
 __all__ = [
     "GreedyBlockVerify",
@@ -102,14 +102,22 @@ def _normalised(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     return w / s if s > 0 else fallback
 
 
+def _law(law) -> np.ndarray:
+    """A try's law of the extra token: an array, or built on demand from a callable (no argument)."""
+    return law() if callable(law) else law
+
+
 class _FirstSuccessRule(TreeVerifier):
     """A rule that tries nodes in an order fixed by the tree, stopping at the first success.
 
     Subclasses give ``_visits(tokens, children, P, Q)``, yielding
     ``(node, a, law)``: the node tried, its success probability given that
     every earlier try failed, and the law of the extra token when it
-    succeeds. The exact emission, the expected length and the sampler all
-    read the same tries (the sampler draws the coins; the others sum).
+    succeeds (an array, or a callable with no argument that builds it, so
+    that the passes that do not read it -- :meth:`reach`,
+    :meth:`expected_accepted` -- never form it). The exact emission, the
+    reach probabilities, the expected length and the sampler all read the
+    same tries (the sampler draws the coins; the others sum).
     """
 
     def _visits(self, tokens, children, P, Q):  # pragma: no cover - abstract
@@ -143,8 +151,40 @@ class _FirstSuccessRule(TreeVerifier):
         for v, a, law in self._visits(tokens, children, P, Q):
             if survive <= 0.0:
                 break
-            out[v] += (survive * a) * law
+            m = survive * a
+            if m > 0.0:
+                out[v] += m * _law(law)
             survive *= 1.0 - a
+        return out
+
+    def reach(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> np.ndarray:
+        r"""Exact :math:`P(\text{reach } v \mid T)`, shape ``(n + 1,)``: the accepted node lies in the subtree of ``v``.
+
+        .. math::
+
+            P(\text{reach } v \mid T) = \sum_{u \succeq v} P(\text{the try of } u \text{ succeeds}
+            \mid T) = \sum_{u \succeq v} \sum_y E[u, y],
+
+        1 at the root, from one pass over the tries (no law of the extra
+        token is formed): the mass of :meth:`emission` on the accepted
+        paths through ``v``. Parameters, errors: as :meth:`emission`.
+
+        Returns
+        -------
+        (n + 1,) ndarray of float64
+        """
+        tokens, _, children, P, Q = _inputs(tree, p_nodes, q_nodes, validate)
+        out = np.zeros(P.shape[0])
+        survive = 1.0
+        for v, a, _ in self._visits(tokens, children, P, Q):
+            if survive <= 0.0:
+                break
+            out[v] += survive * a
+            survive *= 1.0 - a
+        parents = tree.parents
+        for c in range(P.shape[0] - 1, 0, -1):
+            out[parents[c]] += out[c]
+        out[0] = 1.0
         return out
 
     def expected_accepted(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> float:
@@ -170,7 +210,7 @@ class _FirstSuccessRule(TreeVerifier):
         gen = as_rng(rng)
         for v, a, law in self._visits(tokens, children, P, Q):
             if a >= 1.0 or gen.random() < a:
-                return int(v), int(sample_from(law, gen))
+                return int(v), int(sample_from(_law(law), gen))
         raise RuntimeError("no node accepted (the last try always succeeds)")  # pragma: no cover
 
 
@@ -179,17 +219,96 @@ class _FirstSuccessRule(TreeVerifier):
 # ---------------------------------------------------------------------------
 
 
+#: Below ``_NOISE * (S + t + t')`` a computed :math:`S(t')` is rounding (each term :math:`q - t' p` of the pass
+#: errs by a few ulps of :math:`q + t' p`, summing to at most :math:`S + t + t'`): it counts as 0.
+_NOISE = 64 * np.finfo(np.float64).eps
+
+
+class _TraversalNode(_NodeScan):
+    r"""The state of one node of Traversal Verification, with its residual laws in closed form.
+
+    Let :math:`q, p` be the target's and the draft's laws at the node
+    :math:`u`, :math:`R` the tokens of its rejected children and
+    :math:`\ell = 1 - p(R)`. Between rejections,
+
+    .. math::
+
+        M_s = p\,\mathbb 1_{\notin R} / \ell, \qquad
+        M_b = (q - t p)_+ / S, \quad S = S(t) = \sum_x (q(x) - t p(x))_+,
+
+    for a level :math:`t \ge 0` (:math:`t = 0`, :math:`S = 1` before any
+    rejection), and :math:`M_b = 0` on :math:`R`. By induction: the
+    rejection of a child :math:`c` with token :math:`x` at weight
+    :math:`w = w(u)` sets :math:`M_b \leftarrow r / \sum r` with
+    :math:`r = (w M_b - M_s)_+`. Off :math:`R`, where :math:`q - t p > 0`,
+    :math:`w M_b - M_s = \frac{w}{S}\big(q - t' p\big)` with
+    :math:`t' = t + S / (w \ell)`; where :math:`q - t p \le 0` both
+    :math:`r` and :math:`(q - t' p)_+` are 0 (:math:`t' \ge t`,
+    :math:`p \ge 0`); on :math:`R` both :math:`M_b` and :math:`M_s` are 0.
+    So :math:`r = \frac{w}{S} (q - t' p)_+` off :math:`R`,
+    :math:`\sum r = w\, S(t') / S(t)` and :math:`M_b` is the level
+    :math:`t'`. At :math:`x` itself the new residual is 0: the rejection
+    of :math:`c` has positive probability only if its weight at its push,
+    :math:`\min(1, w M_b(x) / M_s(x))`, was below 1 (a weight of 1 stays 1,
+    :math:`S / (S + 1 - 1) = 1`, so :math:`c`'s subtree is then accepted
+    for sure and nothing later is read), and :math:`u`'s state has not
+    changed since; so :math:`w M_b(x) < M_s(x)`, :math:`r(x) = 0` and
+    :math:`q(x) - t' p(x) \le 0`, which stays so at every later (higher)
+    level. Then :math:`x` joins :math:`R`. The degenerate rejections keep
+    the level: :math:`S(t') = 0` (:math:`r = 0`: :math:`M_b` kept,
+    :math:`w \leftarrow 0`, or 1 when :math:`w = 1`), :math:`w = 0`
+    (:math:`r = 0`) and :math:`\ell = 0` (:math:`M_s = 0`, :math:`r = w M_b`,
+    :math:`w` kept). A computed :math:`S(t')` within rounding of 0
+    (``_NOISE``) counts as 0: :math:`S(t') = 0` exactly is common (one token
+    left, equal laws), and a positive rounding residue there would be
+    renormalised into a law of noise. With :math:`S(t') = 0` and :math:`w < 1`
+    every later weight at :math:`u` is 0; with :math:`w = 1`,
+    :math:`M_b = M_s` off :math:`R`, so a later rejection there again has
+    probability 0 or a token where both laws are 0.
+
+    So a rejection costs one pass for :math:`S(t')`, over the tokens with
+    :math:`q - t p > 0` only (a set that shrinks as :math:`t` grows), a
+    child's weight is two gathers, and the law :math:`M_b` is formed only
+    where the extra token is read (:meth:`residual`).
+    """
+
+    def __init__(self, q: np.ndarray, p: np.ndarray, buf: np.ndarray):
+        super().__init__(q, p, buf, True)
+
+    def weight(self, w: float, tok: int) -> float:
+        """A child's weight :math:`\\min(1, w\\, M_b(x) / M_s(x))`, 0 where :math:`M_s(x) = 0`."""
+        d = self._draft(tok, tok in self.removed)
+        return min(1.0, w * self.residual_at(tok) / d) if d > 0.0 else 0.0
+
+    def reject_child(self, tok: int, w: float) -> float:
+        """Delete a child with token ``tok`` rejected at the node's weight ``w``; return the node's new weight."""
+        dup = tok in self.removed
+        wl = w * self.left
+        if wl > 0.0:
+            S, t_new = self.S, self.t + self.S / wl
+            s = w * (self._level(t_new, _NOISE * (S + self.t + t_new)) / S)
+        else:
+            s = w if not self.left > 0.0 else 0.0  # no draft mass left: r = w M_b; else w = 0: r = 0
+        self._remove(tok, dup)
+        den = s + (1.0 - w)  # exact 1 - w (w in [0.5, 1]): a weight of 1 stays exactly 1
+        return s / den if den > 0.0 else 1.0
+
+
 def _traversal_visits(children, tokens, P, Q):
     """Post-order tries of Traversal Verification: ``(node, acceptance, law of the extra token)``.
 
     The order of tries is fixed (post-order, siblings in rank order, the root
     last) because the run stops at the first acceptance; the weights and laws
-    of the nodes tried later depend only on the rejections before them.
+    of the nodes tried later depend only on the rejections before them. A
+    node's state is a :class:`_TraversalNode` (made at its first child), so
+    a rejection is one pass over the tokens its residual still holds; the law
+    is ``Q[v]`` at a node without children, else the node's
+    :meth:`~_TraversalNode.residual` method (formed when called).
     """
     n1 = P.shape[0]
-    w = np.ones(n1)
-    mb = list(Q)  # current target law at each node (residual once a child was rejected)
-    ms = list(P)  # current draft law at each node (rejected children's tokens removed)
+    w = [1.0] * n1
+    node: list = [None] * n1
+    buf = np.empty(P.shape[1])
     nxt = [0] * n1
     stack = [0]
     while stack:
@@ -197,24 +316,17 @@ def _traversal_visits(children, tokens, P, Q):
         if nxt[v] < len(children[v]):
             c = children[v][nxt[v]]
             nxt[v] += 1
-            t = tokens[c]
-            w[c] = min(1.0, w[v] * mb[v][t] / ms[v][t]) if ms[v][t] > 0 else 0.0
+            if node[v] is None:
+                node[v] = _TraversalNode(Q[v], P[v], buf)
+            w[c] = node[v].weight(w[v], int(tokens[c]))
             stack.append(c)
             continue
         stack.pop()
-        yield v, (1.0 if v == 0 else float(w[v])), mb[v]
+        yield v, (1.0 if v == 0 else w[v]), (Q[v] if node[v] is None else node[v].residual)
         if v == 0:
             return
         u = stack[-1]
-        r = np.maximum(w[u] * mb[u] - ms[u], 0.0)
-        s = math.fsum(r)
-        den = s + 1.0 - w[u]
-        w[u] = s / den if den > 0 else 1.0
-        if s > 0:
-            mb[u] = r / s
-        m = ms[u].copy()
-        m[tokens[v]] = 0.0
-        ms[u] = _normalised(m, m)
+        w[u] = node[u].reject_child(int(tokens[v]), w[u])
 
 
 @dataclass(frozen=True)

@@ -254,12 +254,24 @@ class _NodeScan:
     def reject(self, tok: int, dup: bool) -> None:
         ell = 1.0 if not self.wor else self.left
         if ell > 0.0:
-            t_new = self.t + self.S / ell
-            if self.idx is None:
-                self.idx = np.arange(self.n)
-            S_new, m = _excess(self.q, self.p, t_new, self.buf, self.idx, self.n)
-            if S_new > 0.0:  # else m = 0 and idx[:n] untouched: the level and its tokens are kept
-                self.t, self.S, self.n = t_new, S_new, m
+            self._level(self.t + self.S / ell)
+        self._remove(tok, dup)
+
+    def _level(self, t_new: float, floor: float = 0.0) -> float:
+        """Move to the level ``t_new`` (one pass over the tokens left) if :math:`S(t_{new}) >` ``floor``; return
+        :math:`S(t_{new})`, or 0 where the level is kept."""
+        if self.idx is None:
+            self.idx = np.arange(self.n)
+        S_new, m = _excess(self.q, self.p, t_new, self.buf, self.idx, self.n)
+        if S_new > floor:
+            self.t, self.S, self.n = t_new, S_new, m
+            return S_new
+        if m > 0:  # kept at a positive S(t_new): idx[:m] now holds t_new's tokens, so scan them all again
+            self.idx, self.n = None, self.q.shape[0]
+        return 0.0  # else m = 0 and idx[:n] untouched: the level and its tokens are kept
+
+    def _remove(self, tok: int, dup: bool) -> None:
+        """Without replacement: take a rejected child's token out of the draft law (its mass off ``left``)."""
         if self.wor and not dup:
             self.removed.append(tok)
             self.left -= float(self.p[tok])
