@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("pyarrow")
 
 from otspec.models import MarkovModel  # noqa: E402
-from otspec.profile import profile, read_table, starts_recursion, summarize, toy_pair  # noqa: E402
+from otspec.profile import profile, read_table, summarize, toy_pair  # noqa: E402
 from otspec.profile._report import report_markdown  # noqa: E402
 from otspec.profile._trees import (  # noqa: E402
     along_text_names,
@@ -30,6 +30,7 @@ from otspec.tree import (  # noqa: E402
     tree_laws,
     value,
 )
+from tests.test_profile_tree_palm import renewal_and_palm_from_rows  # noqa: E402
 
 SAMPLED = [("iid", TreeShape.branching(2, 2), "specinfer"), ("wor", TreeShape.branching(3, 1), "sequoia"),
            ("wor", TreeShape.from_paths([(0,), (1,), (0, 0), (0, 1), (1, 0)]), "sequoia"),
@@ -213,21 +214,9 @@ def test_summary_renewal_and_palm_of_eagle2_and_the_per_node_rules(run):
     assert not {"wor:branching(2,1)/traversal", "wor:branching(2,1)/sequoia"} & set(ts.renewal)
     t = read_table(run).to_pandas()
     for name, (n, D) in ALONG.items():
-        starts, Tn, num, den = 0.0, 0, 0.0, 0.0
-        for p in sorted(t.prompt.unique()):
-            lq = t[(t.kind == "logq") & (t.prompt == p)].sort_values("pos").value.to_numpy()
-            e = t[(t.kind == "e") & (t.prompt == p) & (t.name == name)]
-            assert (e.k == n).all() and (e.m == D).all() and len(set(e.pos)) == len(lq)
-            E = np.zeros((len(lq), D + 1))
-            E[e.pos.to_numpy(), e.j.to_numpy() - 1] = e.value.to_numpy()
-            assert np.all(E.sum(axis=1) <= 1 + 1e-12)
-            r = starts_recursion(E, lq)
-            starts, Tn = starts + r.sum(), Tn + len(lq)
-            tr = t[(t.kind == "tree") & (t.prompt == p) & (t.name == name)]
-            num += float(r[tr.pos.to_numpy()] @ (1.0 + tr.value.to_numpy()))
-            den += float(r[tr.pos.to_numpy()].sum())
-        np.testing.assert_allclose(ts.renewal[name].value, Tn / starts, rtol=1e-12)
-        np.testing.assert_allclose(ts.palm[name].value, num / den, rtol=1e-12)
+        renewal, palm = renewal_and_palm_from_rows(t, name, n, D)
+        np.testing.assert_allclose(ts.renewal[name].value, renewal, rtol=1e-12)
+        np.testing.assert_allclose(ts.palm[name].value, palm, rtol=1e-12)
         assert 1.0 <= ts.renewal[name].value <= D + 1  # tokens per call of a depth-D tree (weights at most 1)
     text = report_markdown(s)
     assert "| eagle2:2,2,4 | 3 | 2 |" in text and "| wor:branching(2,1)/target-only | 4 | 2 |" in text

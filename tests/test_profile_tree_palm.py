@@ -107,6 +107,25 @@ def run(tmp_path_factory):
     return d
 
 
+def renewal_and_palm_from_rows(t, name: str, n: int, D: int) -> tuple[float, float]:
+    """The renewal estimate and the Palm average of one tree row name, recomputed from a run's stored rows (a
+    pandas frame): the start recursion on its ``kind="e"`` rows per prompt, weighted by its ``kind="tree"`` rows."""
+    starts, Tn, num, den = 0.0, 0, 0.0, 0.0
+    for p in sorted(t.prompt.unique()):
+        lq = t[(t.kind == "logq") & (t.prompt == p)].sort_values("pos").value.to_numpy()
+        e = t[(t.kind == "e") & (t.prompt == p) & (t.name == name)]
+        assert (e.k == n).all() and (e.m == D).all() and len(set(e.pos)) == len(lq)
+        E = np.zeros((len(lq), D + 1))
+        E[e.pos.to_numpy(), e.j.to_numpy() - 1] = e.value.to_numpy()
+        assert np.all(E.sum(axis=1) <= 1 + 1e-12)
+        r = starts_recursion(E, lq)
+        starts, Tn = starts + r.sum(), Tn + len(lq)
+        tr = t[(t.kind == "tree") & (t.prompt == p) & (t.name == name)]
+        num += float(r[tr.pos.to_numpy()] @ (1.0 + tr.value.to_numpy()))
+        den += float(r[tr.pos.to_numpy()].sum())
+    return Tn / starts, num / den
+
+
 def test_summary_renewal_and_palm_of_the_deterministic_trees(run):
     s = summarize(run, n_boot=50)
     ts = s.trees
@@ -115,20 +134,9 @@ def test_summary_renewal_and_palm_of_the_deterministic_trees(run):
     assert not any(f.startswith("topk:") for f, _, _ in s.renewal)  # the (k, L) table keeps its own schemes
     t = read_table(run).to_pandas()
     for name, n, D in (("topk:chains(1,2)", 2, 2), ("topk:branching(2,2)", 6, 2)):
-        starts, Tn, num, den = 0.0, 0, 0.0, 0.0
-        for p in sorted(t.prompt.unique()):
-            lq = t[(t.kind == "logq") & (t.prompt == p)].sort_values("pos").value.to_numpy()
-            e = t[(t.kind == "e") & (t.prompt == p) & (t.name == name)]
-            assert (e.k == n).all() and (e.m == D).all()
-            E = np.zeros((len(lq), D + 1))
-            E[e.pos.to_numpy(), e.j.to_numpy() - 1] = e.value.to_numpy()
-            r = starts_recursion(E, lq)
-            starts, Tn = starts + r.sum(), Tn + len(lq)
-            tr = t[(t.kind == "tree") & (t.prompt == p) & (t.name == name)]
-            num += float(r[tr.pos.to_numpy()] @ (1.0 + tr.value.to_numpy()))
-            den += float(r[tr.pos.to_numpy()].sum())
-        np.testing.assert_allclose(ts.renewal[name].value, Tn / starts, rtol=1e-12)
-        np.testing.assert_allclose(ts.palm[name].value, num / den, rtol=1e-12)
+        renewal, palm = renewal_and_palm_from_rows(t, name, n, D)
+        np.testing.assert_allclose(ts.renewal[name].value, renewal, rtol=1e-12)
+        np.testing.assert_allclose(ts.palm[name].value, palm, rtol=1e-12)
         np.testing.assert_allclose(ts.position_bias[name].value,
                                    ts.tokens_per_call[name].value / ts.palm[name].value - 1.0, rtol=1e-12)
         assert ts.renewal[name].value >= 1.0 and ts.renewal[name].value <= D + 1  # tokens per call in [1, D + 1]
