@@ -14,6 +14,7 @@ from otspec.profile import profile, read_table, summarize, toy_pair  # noqa: E40
 from otspec.profile._report import report_markdown  # noqa: E402
 from otspec.profile._trees import (  # noqa: E402
     along_text_names,
+    compact_tree,
     iid_emission_along,
     parse_family,
     static_along_names,
@@ -85,6 +86,9 @@ def test_row_is_the_verifiers_emission_law_on_the_drawn_tree(seed, case):
             P, Q = _laws_along(Md, Mt, ctx, z)
             rule = None if vname == "target-only" else ver  # the target's sample, its longest prefix in the tree
             got = tree_emission_along(tree, Q, z, p_text=P, verifier=rule, depth=D)
+            # what the profile keeps per position: parents and tokens only, the same row
+            np.testing.assert_array_equal(tree_emission_along(compact_tree(tree), Q, z, p_text=P, verifier=rule,
+                                                              depth=D), got)
             np.testing.assert_allclose(got, _reference_row(tree, law, z, D), rtol=1e-12, atol=1e-15)
             checked += int(np.count_nonzero(got[1:]))
     assert checked > 0  # some rows accept text tokens: the check reaches past the root

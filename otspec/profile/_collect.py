@@ -34,6 +34,7 @@ from ._settings import costly as is_costly
 from ._trees import (
     LawBuffers,
     along_text_families,
+    compact_tree,
     draw_and_score,
     position_values,
     record_position,
@@ -275,7 +276,8 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
     recorded; the states are left holding the contexts. With ``drawn`` (a list of ``B`` dicts), the trees of the
-    families whose emission along the text reads the drawn tree are kept: ``drawn[b][pos] = {label: DraftTree}``;
+    families whose emission along the text reads the drawn tree are kept: ``drawn[b][pos] = {label: (2, n + 1)
+    parents and tokens}`` (:func:`otspec.profile._trees.compact_tree`);
     ``buffers`` (:class:`otspec.profile._trees.LawBuffers`) holds the sampled trees' node laws from one position
     to the next."""
     plan = getattr(settings, "tree_plan", None)
@@ -287,7 +289,7 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     if drawn is not None:
         labels = [f.label for f in along_text_families(plan)]
         for keep, scored in zip(drawn, got):
-            keep[pos] = {label: scored[label].tree for label in labels}
+            keep[pos] = {label: compact_tree(scored[label].tree) for label in labels}
 
 
 def _keeps_trees(settings, renewal) -> bool:

@@ -72,8 +72,8 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     draft nodes and ``m`` its depth (the keys of those rows): the static top-k
     families' from the ranks along the text, SpecInfer's on i.i.d. children in closed form
     (:func:`otspec.profile._trees.iid_emission_along`), EAGLE-2's and the other per-node rules'
-    from ``trees`` (``{pos: {label: DraftTree}}``, the tree drawn at every
-    text position, kept by the walk).
+    from ``trees`` (``{pos: {label: (2, n + 1) parents and tokens}}``, the
+    tree drawn at every text position, kept by the walk).
 
     Each scheme's step laws are computed once for every ``k`` and ``L``
     (:func:`otspec.profile._renewal.emission_tables`); token verification and

@@ -16,6 +16,7 @@ from ..multidraft._khisti import MAX_MULTISETS
 from ._renewal import RENEWAL_SCHEMES
 from ._trees import (
     check_tree_support,
+    kept_tree_bytes,
     resolve_trees,
     tree_law_bytes,
     tree_values_per_position,
@@ -545,6 +546,7 @@ def check_limits(settings: ProfileSettings, V: int, lengths) -> None:
     tree = B * s.k_max * (2 * s.L_max + 1) * V * 8
     first = B * s.k_max * (n + s.L_max + 1) * V * 4
     path = B * T * V * 8 + ((2 * T * V * 8 + (n + T) * V * 4) if s.renewal and s.context == "sample" else 0)
+    path += B * T * kept_tree_bytes(s.tree_plan) if s.context == "sample" and s.stride == 1 else 0
     families = tree_law_bytes(s.tree_plan, V, B)
     need = tree + first + path + families
     if need > MAX_LAW_BYTES:

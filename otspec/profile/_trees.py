@@ -60,7 +60,7 @@ from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, _topk_tree, draw_children
-from ..tree._verifiers import _excess, _Layout, _NodeScan
+from ..tree._verifiers import _excess, _NodeScan
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES", "MAX_FAMILY_NODES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
@@ -69,7 +69,7 @@ __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_F
            "eagle2_from_universe", "text_ranks", "topk_emission_along", "along_text_names", "along_text_families",
            "tree_emission_along", "iid_emission_along", "static_along_names",
            "along_text_route", "tree_values_per_text_position",
-           "LawBuffers"]
+           "LawBuffers", "compact_tree", "kept_tree_bytes"]
 
 #: The draft processes a tree family may use.
 TREE_PROCESSES = ("topk", "eagle2", "iid", "wor")
@@ -475,6 +475,12 @@ def tree_values_per_position(plan: TreePlan) -> int:
     for f in plan.families:
         out += len(f.names()) * (1 + (0 if f.deterministic else f.n))
     return out
+
+
+def kept_tree_bytes(plan: TreePlan | None) -> int:
+    """Bytes one text position keeps for the walk along the text: the compact trees (:func:`compact_tree`) of
+    the families of :func:`along_text_families`, with room for the arrays' headers."""
+    return sum(8 * (f.n + 1) + 256 for f in along_text_families(plan))
 
 
 def tree_values_per_text_position(plan: TreePlan) -> int:
@@ -1164,6 +1170,12 @@ def along_text_families(plan: TreePlan | None) -> tuple:
     return tuple(f for f in plan.families if along_text_names(f))
 
 
+def compact_tree(tree: DraftTree) -> np.ndarray:
+    """``(2, n + 1)`` int32 array of a drawn tree's parents and tokens: what the walk along the text reads, kept
+    per position (a few bytes per node, not the tree's shape and paths)."""
+    return np.stack([np.asarray(tree.parents), np.asarray(tree.tokens)]).astype(np.int32)
+
+
 def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifier=None,
                         depth: int | None = None) -> np.ndarray:
     r"""Emission row of one drawn tree along a text: the law of what an iteration begun at the tree's root emits.
@@ -1188,8 +1200,8 @@ def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifie
 
     Parameters
     ----------
-    tree : DraftTree
-        The tree drawn after the context :math:`y_{<0}`.
+    tree : DraftTree or (2, n + 1) array of int
+        The tree drawn after the context :math:`y_{<0}`, or its :func:`compact_tree` (parents, tokens).
     q_text : (m, V) array of float
         The target's laws at the contexts :math:`y_{<d}`, ``d = 0..m - 1`` (the text's own).
     y_text : (m,) array of int
@@ -1211,9 +1223,18 @@ def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifie
     Q = np.asarray(q_text, dtype=np.float64)
     y = np.asarray(y_text, dtype=np.int64)
     P = None if p_text is None else np.asarray(p_text, dtype=np.float64)
-    D = int(tree.max_depth) if depth is None else int(depth)
-    layout = _Layout(tree)
-    tokens = tree.tokens
+    parents, tokens = compact_tree(tree) if isinstance(tree, DraftTree) else tree
+    kids: dict = {}
+    seen: dict = {}
+    dup = np.zeros(parents.shape[0], dtype=bool)
+    level = np.zeros(parents.shape[0], dtype=np.int64)
+    for c in range(1, parents.shape[0]):
+        par, t = int(parents[c]), int(tokens[c])
+        kids.setdefault(par, []).append(c)
+        dup[c] = t in seen.setdefault(par, set())
+        seen[par].add(t)
+        level[c] = level[par] + 1
+    D = int(level.max()) if depth is None else int(depth)
     E = np.zeros(D + 1)
     live = {0: 1.0}
     buf = np.empty(Q.shape[1]) if verifier is not None else None
@@ -1222,12 +1243,12 @@ def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifie
         nxt: dict = {}
         total = 0.0
         for a, w in live.items():
-            kids = layout.children.get(a)
-            if not kids:  # a leaf: the bonus token is the target's
+            ch = kids.get(a)
+            if not ch:  # a leaf: the bonus token is the target's
                 total += w * float(q[tok])
                 continue
             if verifier is None:  # deterministic: the target's sample, accepted while it is in the tree
-                hit = [c for c in kids if int(tokens[c]) == tok]
+                hit = [c for c in ch if int(tokens[c]) == tok]
                 if hit:
                     nxt[hit[0]] = nxt.get(hit[0], 0.0) + w * float(q[tok])
                 else:
@@ -1235,15 +1256,15 @@ def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifie
                 continue
             node = _NodeScan(q, P[d], buf, verifier.without_replacement)
             alive = 1.0
-            for c in kids:
-                ctok, dup = int(tokens[c]), bool(layout.dup[c])
-                acc = node.accept(ctok, dup)
+            for c in ch:
+                ctok, again = int(tokens[c]), bool(dup[c])
+                acc = node.accept(ctok, again)
                 if ctok == tok and acc > 0.0:
                     nxt[c] = nxt.get(c, 0.0) + w * alive * acc
                 alive *= 1.0 - acc
                 if alive <= 0.0:
                     break
-                node.reject(ctok, dup)
+                node.reject(ctok, again)
             if alive > 0.0:
                 total += w * alive * float(node.residual_at(tok))
         E[d] = total
