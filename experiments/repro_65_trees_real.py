@@ -56,7 +56,8 @@ BUDGETS = (1, 2, 4, 8, 12, 16, 24, 32)
 #: Tree families decoded for real to check the prediction (one deterministic, one sampled): the profile's
 #: family name, and the decoder's tree, draft process and verifier.
 CHECKS = (("topk:branching(4,2)", (4, 2), "topk", "target-only"),
-          ("iid:branching(4,2)/specinfer", (4, 2), "iid", "specinfer"))
+          ("iid:branching(4,2)/specinfer", (4, 2), "iid", "specinfer"),
+          ("eagle2:4,4,12", (4, 4, 12), "eagle2", "target-only"))
 #: The check decodes: one per prompt on the first 8 prompts, as many tokens as the profile's paths, the profile's
 #: sampling.
 DECODE = dict(prompts=8, max_new_tokens=8, temperature=1.0, top_k=50, seed=2000)
@@ -74,7 +75,7 @@ def _posthoc_check(out, plan) -> dict:
     """EAGLE-2 rebuilt from the recorded universe at every position, against its recorded value (two routes)."""
     from otspec.profile import read_table
     from otspec.profile._trees import eagle2_from_universe
-    from otspec.tree import TreeShape
+    from otspec.tree import Eagle2Params, TreeShape
 
     t = read_table(out).to_pandas()
     U = plan.universe.n
@@ -105,7 +106,7 @@ def run_all(fig_dir: Path | None = None) -> dict:
 
     from otspec.decoding import smollm2_pair
     from otspec.profile import profile, summarize
-    from otspec.tree import TreeShape
+    from otspec.tree import Eagle2Params, TreeShape
 
     torch.set_num_threads(1)
     tok, target, draft = smollm2_pair(device="cpu", threads=1)
@@ -118,8 +119,10 @@ def run_all(fig_dir: Path | None = None) -> dict:
     figures = _figures(s, fig_dir) if fig_dir is not None else []
     checks = []
     for name, branching, process, verifier in CHECKS:
+        shape = (Eagle2Params.from_sglang(num_steps=branching[0], topk=branching[1], num_draft_tokens=branching[2])
+                 if process == "eagle2" else TreeShape.branching(*branching))
         got = decode_check(tok, draft, target, PROMPTS[:DECODE["prompts"]], seed=DECODE["seed"],
-                           tree=TreeShape.branching(*branching), process=process, verifier=verifier,
+                           tree=shape, process=process, verifier=verifier,
                            max_new_tokens=DECODE["max_new_tokens"], temperature=DECODE["temperature"],
                            top_k=DECODE["top_k"])
         pred, ren = ts.tokens_per_call[name], ts.renewal.get(name)

@@ -122,6 +122,43 @@ def test_law_buffers_kept_across_trees_give_the_fresh_values():
         np.testing.assert_array_equal(buf.Q[other], 0.25)
 
 
+def _top(W: np.ndarray, k: int) -> np.ndarray:
+    """Softmax of each row of logits restricted to its ``k`` largest (the sampling's top-k law)."""
+    cut = np.sort(W, axis=-1)[:, -k][:, None]
+    return _softmax(np.where(W >= cut, W, -np.inf))
+
+
+def test_eagle2_ranks_by_the_drafts_own_law_under_truncation():
+    # with top-k sampling, EAGLE-2 ranks and scores its candidates by the draft's own law (temperature 1,
+    # untruncated), as EAGLE's and SGLang's drafters and otspec's tree decoder do, and the target's processed law
+    # decides acceptance: the recorded value is otspec.tree.value on those two models, not on the truncated draft
+    V, k = 6, 3
+    draft, target = toy_pair(V, seed=2, closeness=0.6)
+    own, trunc, Mt = _markov(draft), MarkovModel(_top(draft.fn.table, k)), MarkovModel(_top(target.fn.table, k))
+    s = Sampling(1.0, k, None, "ties")
+    plan = resolve_trees(["eagle2:3,2,5", "eagle2:2,3,6"], "branching(3,3,3)")
+    differs = 0
+    for ctx in ([0, 1], [4], [2, 2, 3], [5, 0], [3]):
+        ds, ts = draft.new_state(), target.new_state()
+        logits = draft.logits(ds, torch.tensor([ctx]))[:, -1]
+        p, r = s.probs(logits).numpy(), s.own_law(logits).numpy()
+        q = s.probs(target.logits(ts, torch.tensor([ctx])))[:, -1].numpy()
+        got = draw_and_score(draft, ds, target, ts, [ctx[-1]], len(ctx), p, q, plan, s, [tree_rng(0, 0)],
+                             r_root=r)[0]
+        vals = position_values(plan, got, V)
+        Pp, Qp = np.concatenate([[1.0], vals["treep"]]), np.concatenate([[1.0], vals["treeq"]])
+        for f in plan.eagle2:
+            want = value(f.shape, own, Mt, process="eagle2", verifier="target-only", prefix=tuple(ctx))
+            np.testing.assert_allclose(vals["tree"][f.label], want, rtol=1e-12, atol=0)
+            post = eagle2_from_universe(f.shape, plan.universe, plan.index, Pp, Qp)  # the universe's own route
+            np.testing.assert_allclose(post, want, rtol=1e-12, atol=0)
+            other = value(f.shape, trunc, Mt, process="eagle2", verifier="target-only", prefix=tuple(ctx))
+            differs += abs(other - want) > 1e-9
+    assert differs > 0  # the truncated draft law would build other trees here: the check can tell them apart
+    with pytest.raises(ValueError, match="r_root"):
+        draw_and_score(draft, ds, target, ts, [ctx[-1]], len(ctx), p, q, plan, s, [tree_rng(0, 0)])
+
+
 def test_eagle2_from_the_universe_is_the_recorded_value():
     draft, target = toy_pair(5, seed=2)
     plan = resolve_trees(["eagle2:3,2,5", "eagle2:2,3,7"], "branching(3,3,3)")

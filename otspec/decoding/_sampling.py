@@ -148,6 +148,27 @@ class Sampling:
         """Whether top-k or top-p can remove tokens (greedy laws are one-hot: always)."""
         return self.greedy or self.top_k is not None or (self.top_p is not None and self.top_p < 1.0)
 
+    @property
+    def changes_law(self) -> bool:
+        """Whether the processed law can differ from the model's own (:meth:`own_law`): a temperature other than 1
+        or a truncation."""
+        return self.temperature != 1.0 or self.truncated
+
+    @staticmethod
+    def own_law(logits):
+        r"""The model's own law, float64: :math:`\pi(x) \propto \exp(\ell_x)` (temperature 1, untruncated), the
+        law by which EAGLE's and SGLang's drafters rank candidate tokens whatever the sampling.
+
+        Parameters
+        ----------
+        logits : torch.Tensor, shape ``(..., V)``
+
+        Returns
+        -------
+        torch.Tensor of float64, shape ``(..., V)``
+        """
+        return torch.softmax(logits.to(torch.float64), dim=-1)
+
     def probs(self, logits):
         r"""The processed law, float64, same shape as ``logits`` (last axis = vocabulary).
 

@@ -427,15 +427,14 @@ class TreeStep:
         self.plan = plan
         self.sampling = sampling
         # the law of the draft's ranks: its own softmax (temperature 1, untruncated), the processed law when equal
-        self.raw_ranks = plan.ranks_by_raw_law and (
-            sampling.temperature != 1.0 or sampling.truncated)
+        self.raw_ranks = plan.ranks_by_raw_law and sampling.changes_law
 
     def _laws(self, logits):
         """Processed draft laws ``P`` and ranking laws ``R`` of ``(B, V)`` logits, on the host."""
         P = self.sampling.probs(logits)
         if not self.plan.ranks_by_raw_law:
             return _np(P), None
-        R = torch.softmax(logits.to(torch.float64), dim=-1) if self.raw_ranks else P
+        R = self.sampling.own_law(logits) if self.raw_ranks else P
         return _np(P), _np(R)
 
     def __call__(self, dec, ctx: list[int]) -> list[int]:

@@ -37,6 +37,7 @@ from ._trees import (
     compact_tree,
     draw_and_score,
     position_values,
+    ranks_by_raw_law,
     record_position,
     tree_cost_shapes,
     tree_rng,
@@ -90,13 +91,16 @@ class _Timer:
         self.draft_steps = 0
         self.target_calls = 0
 
-    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False):
-        """The float64 laws of the last ``last`` positions: numpy, or (``keep``) a tensor left on the model's device."""
+    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False, own: bool = False):
+        """The float64 laws of the last ``last`` positions: numpy, or (``keep``) a tensor left on the model's device;
+        with ``own``, also the model's own laws there (numpy, :meth:`otspec.decoding.Sampling.own_law`)."""
         import torch
 
         t0 = time.perf_counter()
         t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(lm.device)
-        probs = sampling.probs(lm.logits(state, t)[:, -last:])
+        logits = lm.logits(state, t)[:, -last:]
+        probs = sampling.probs(logits)
+        raw = _np(sampling.own_law(logits)) if own else None
         if keep:
             if probs.device.type == "cuda":
                 torch.cuda.synchronize(probs.device)  # the seconds of the call, not of its launch
@@ -109,7 +113,7 @@ class _Timer:
         else:
             self.target += dt
             self.target_calls += 1
-        return probs
+        return (probs, raw) if own else probs
 
 
 class _Shared:
@@ -118,9 +122,9 @@ class _Shared:
     def __init__(self, timers: list[_Timer]):
         self.timers = timers
 
-    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False):
+    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False, own: bool = False):
         one = _Timer()
-        probs = one.call(lm, state, ids, sampling, which, last, keep=keep)
+        probs = one.call(lm, state, ids, sampling, which, last, keep=keep, own=own)
         B = len(self.timers)
         for tm in self.timers:
             tm.draft += one.draft / B
@@ -272,7 +276,7 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> Non
 
 
 def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs,
-              drawn=None, buffers=None) -> None:
+              drawn=None, buffers=None, r_root=None) -> None:
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
     recorded; the states are left holding the contexts. With ``drawn`` (a list of ``B`` dicts), the trees of the
@@ -282,7 +286,7 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     to the next."""
     plan = getattr(settings, "tree_plan", None)
     got = draw_and_score(draft, ds, target, ts, last, n_ctx, np.asarray(p_root), np.asarray(q_root), plan,
-                         settings.sampling, rngs)
+                         settings.sampling, rngs, r_root=r_root)
     V = int(np.shape(p_root)[-1])
     for r, scored in zip(rows, got):
         record_position(r, pos, plan, position_values(plan, scored, V, buffers))
@@ -329,9 +333,11 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     q_path, y_path = [], []
     drawn = [{}] if _keeps_trees(settings, renewal) else None
     buffers = LawBuffers()
+    own = ranks_by_raw_law(getattr(settings, "tree_plan", None), sampling)
     for t in range(T):
         if t % settings.stride == 0:
-            p1 = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1)[:, 0]  # (1, V)
+            got = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1, own=own)
+            p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (1, V): processed, own law
             V = p1.shape[-1]
             X = np.empty((k_max, L), dtype=np.int64)
             P = np.empty((k_max, L, V))
@@ -351,7 +357,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             position_rows(rows, t, X, _to_device(P, dev), Q, settings, costly=is_subsampled(t, index, settings))
             if trng is not None:
                 tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
-                          drawn, buffers)
+                          drawn, buffers, r1)
             if bar is not None:
                 bar.update(1)
         else:
@@ -467,11 +473,13 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     q_path, y_path = [], []
     drawn = [{} for _ in range(B)] if _keeps_trees(settings, renewal) else None
     buffers = LawBuffers()
+    own = ranks_by_raw_law(getattr(settings, "tree_plan", None), sampling)
     kept = np.arange(B) * (k if L > 1 else 1)  # row of each prompt's first draft in the draft state
     for t in range(T):
         n = ctx.shape[1]
         if t % settings.stride == 0:
-            p1 = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1)[:, 0]  # (B, V)
+            got = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1, own=own)
+            p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (B, V): processed, own law
             V = p1.shape[-1]
             X = np.empty((B, k, L), dtype=np.int64)
             P = np.empty((B, k, L, V))
@@ -495,7 +503,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             for b in range(B):
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings))
             if trngs is not None:
-                tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn, buffers)
+                tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn, buffers,
+                          r1)
             if bar is not None:
                 bar.update(B)
         else:

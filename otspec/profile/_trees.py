@@ -20,8 +20,9 @@ a tree attention mask (``tree_logits``). What is recorded, exactly:
   its longest prefix in the tree), for the sampled ones the verifier's
   ``expected_accepted`` on the laws at the nodes;
 * ``kind="treeq"`` and ``"treep"``: the target's path probability
-  :math:`Q(x_{1:d})` and the draft's probability of the last token
-  :math:`p(x_d \mid x_{<d})` of every rank path of the top-k *universe* (the union of the
+  :math:`Q(x_{1:d})` and the draft's own probability of the last token
+  :math:`p(x_d \mid x_{<d})` (temperature 1, untruncated: the law EAGLE-2
+  ranks by) of every rank path of the top-k *universe* (the union of the
   ``"topk"`` shapes and ``tree_universe``), so that the value of any static
   top-k shape inside it is a sum of recorded numbers (and EAGLE-2's tree
   for parameters inside it can be rebuilt from the draft's probabilities) (the choice of a shape
@@ -69,7 +70,7 @@ __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_F
            "eagle2_from_universe", "text_ranks", "topk_emission_along", "along_text_names", "along_text_families",
            "tree_emission_along", "iid_emission_along", "static_along_names",
            "along_text_route", "tree_values_per_text_position",
-           "LawBuffers", "compact_tree", "kept_tree_bytes"]
+           "LawBuffers", "compact_tree", "kept_tree_bytes", "ranks_by_raw_law"]
 
 #: The draft processes a tree family may use.
 TREE_PROCESSES = ("topk", "eagle2", "iid", "wor")
@@ -546,6 +547,7 @@ class _ShapeJob:
         for v in inner.tolist():
             self.by_depth.setdefault(int(shape.depth[v]), []).append(v)
         self.p: dict = {}
+        self.raw: dict = {}  # the draft's own laws (temperature 1, untruncated), when the run ranks by them
 
     def need(self, level: int) -> list:
         return self.by_depth.get(level, [])
@@ -559,8 +561,10 @@ class _ShapeJob:
                              f"{self.shape.paths[v]}), but the draft's law there has only "
                              f"{int(np.count_nonzero(p > 0))} tokens of positive probability")
 
-    def expand(self, v: int, p: np.ndarray) -> None:
+    def expand(self, v: int, p: np.ndarray, raw: np.ndarray | None = None) -> None:
         self.p[v] = p
+        if raw is not None:
+            self.raw[v] = raw
         kids = self.kids.get(v)
         if not kids:
             return
@@ -618,7 +622,8 @@ class _Eagle2Job:
             self.toks.append(int(t))
             self.paths.append(path + (int(t),))
 
-    def expand(self, v, p: np.ndarray) -> None:
+    def expand(self, v, p: np.ndarray, raw: np.ndarray | None = None) -> None:
+        p = p if raw is None else raw  # EAGLE-2 ranks and scores by the draft's own law
         if v == 0 and not self.scores:  # the root
             self._propose(-1, 0.0, (), p)
             self.frontier = list(range(self.params.top_k))
@@ -649,6 +654,7 @@ class _Scored:
     inner: np.ndarray          # internal node ids (root first)
     p: dict                    # node -> draft law (internal nodes)
     q: np.ndarray | None = None  # (len(inner), V) target laws at the internal nodes
+    raw: dict | None = None      # node -> the draft's own law (temperature 1, untruncated), when ranked by it
 
 
 def _jobs(plan: TreePlan, rng, V: int) -> list:
@@ -667,8 +673,17 @@ def _np(t) -> np.ndarray:
     return t if isinstance(t, np.ndarray) else t.detach().to("cpu").numpy()
 
 
+def ranks_by_raw_law(plan: TreePlan | None, sampling) -> bool:
+    """Whether a run needs the draft's own law (temperature 1, untruncated) beside the processed one: EAGLE-2
+    families, or a top-k universe (its recorded draft probabilities rebuild EAGLE-2's trees), with a sampling
+    that changes the law (:attr:`otspec.decoding.Sampling.changes_law`)."""
+    if plan is None or not (plan.eagle2 or plan.universe is not None):
+        return False
+    return bool(sampling.changes_law)
+
+
 def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, q_root: np.ndarray,
-                   plan: TreePlan, sampling, rngs) -> list[dict]:
+                   plan: TreePlan, sampling, rngs, r_root: np.ndarray | None = None) -> list[dict]:
     r"""Draw every tree of ``plan`` after the contexts of a batch and score it: one draft call per depth, one target
     call per tree.
 
@@ -691,6 +706,10 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         Applied to every law, as for the ``(k, L)`` families.
     rngs : list of numpy.random.Generator
         One per prompt (:func:`tree_rng`), for the sampled trees.
+    r_root : (B, V) array, optional
+        The draft's own law after each context (softmax of its logits, temperature 1, untruncated), by which
+        EAGLE-2 ranks and scores its candidates, as EAGLE's and SGLang's drafters do (and
+        :func:`otspec.decoding.speculative_decode`); needed when :func:`ranks_by_raw_law`.
 
     Returns
     -------
@@ -700,10 +719,13 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     import torch
 
     B, V = p_root.shape
+    raw = ranks_by_raw_law(plan, sampling)
+    if raw and r_root is None:
+        raise ValueError("`r_root` (the draft's own law at the roots) is needed: EAGLE-2 ranks by it")
     jobs = [_jobs(plan, rngs[b], V) for b in range(B)]
     for b in range(B):
         for _, job in jobs[b]:
-            job.expand(0, p_root[b])
+            job.expand(0, p_root[b], r_root[b] if raw else None)
     level, row_of = 1, None
     while True:
         need = [(b, j, v) for b in range(B) for j, (_, job) in enumerate(jobs[b]) for v in job.need(level)]
@@ -715,10 +737,12 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             src = [row_of[(b, j, _parent_of(jobs[b][j][1], v))] for b, j, v in need]
         draft.select(ds, src, n_ctx + level - 1)
         ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
-        laws = _np(sampling.probs(draft.logits(ds, ids)[:, -1:]))[:, 0]
+        logits = draft.logits(ds, ids)[:, -1:]
+        laws = _np(sampling.probs(logits))[:, 0]
+        own = _np(sampling.own_law(logits))[:, 0] if raw else [None] * len(need)
         row_of = {key: i for i, key in enumerate(need)}
-        for (b, j, v), p in zip(need, laws):
-            jobs[b][j][1].expand(v, p)
+        for (b, j, v), p, r in zip(need, laws, own):
+            jobs[b][j][1].expand(v, p, r)
         level += 1
     if level > 1:
         per = len(row_of) // B
@@ -731,7 +755,7 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             tree = job.tree()
             inner = _internal(tree.parents)
             p = job.p if isinstance(job, _ShapeJob) else _eagle2_inner_laws(job, tree, inner)
-            scored.append(_Scored(tree, inner, p))
+            scored.append(_Scored(tree, inner, p, raw=(job.raw or None) if isinstance(job, _ShapeJob) else None))
         _score(target, ts, last, n_ctx, scored, q_root, sampling)
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
@@ -854,7 +878,8 @@ def position_values(plan: TreePlan, scored: dict, V: int, buffers: LawBuffers | 
         pos = {int(v): i for i, v in enumerate(s.inner.tolist())}
         Qp = _path_probs(s.tree, s.inner, lambda v: s.q[pos[v]])
         T = s.tree
-        steps = np.array([float(s.p[int(T.parents[c])][int(T.tokens[c])]) for c in range(1, T.n + 1)])
+        own = s.raw or s.p  # EAGLE-2's trees are rebuilt from these: the draft's own law, by which it ranks
+        steps = np.array([float(own[int(T.parents[c])][int(T.tokens[c])]) for c in range(1, T.n + 1)])
         out["treeq"], out["treep"] = Qp[1:], steps
         for f in plan.topk:
             idx = [plan.index[p] for p in f.shape.paths[1:]]
