@@ -75,7 +75,7 @@ def _posthoc_check(out, plan) -> dict:
     """EAGLE-2 rebuilt from the recorded universe at every position, against its recorded value (two routes)."""
     from otspec.profile import read_table
     from otspec.profile._trees import eagle2_from_universe
-    from otspec.tree import Eagle2Params, TreeShape
+    from otspec.tree import TreeShape
 
     t = read_table(out).to_pandas()
     U = plan.universe.n
