@@ -221,7 +221,8 @@ def test_summary_renewal_and_palm_of_eagle2_and_the_per_node_rules(run):
         renewal, palm = renewal_and_palm_from_rows(t, name, n, D)
         np.testing.assert_allclose(ts.renewal[name].value, renewal, rtol=1e-12)
         np.testing.assert_allclose(ts.palm[name].value, palm, rtol=1e-12)
-        assert 1.0 <= ts.renewal[name].value <= D + 1  # tokens per call of a depth-D tree (weights at most 1)
+        tpc = ts.renewal[name].value  # tokens per call of a depth-D tree (weights at most 1): in [1, D + 1]
+        assert tpc >= 1.0 and tpc <= D + 1
     text = report_markdown(s)
     assert "| eagle2:2,2,4 | 3 | 2 |" in text and "| wor:branching(2,1)/target-only | 4 | 2 |" in text
     assert "wor:branching(2,1)/sequoia ('sequoia' on children drawn without replacement has no closed form" in text
