@@ -33,9 +33,9 @@ from otspec.tree import (  # noqa: E402
 )
 from tests.test_profile_tree_palm import renewal_and_palm_from_rows  # noqa: E402
 
-SAMPLED = [("iid", TreeShape.branching(2, 2), "specinfer"), ("wor", TreeShape.branching(3, 1), "sequoia"),
-           ("wor", TreeShape.from_paths([(0,), (1,), (0, 0), (0, 1), (1, 0)]), "sequoia"),
-           ("iid", TreeShape.chains(2, 2), "specinfer"), ("iid", TreeShape.branching(3, 1), "target-only")]
+SAMPLED = [("iid", TreeShape.branching(2, 2)), ("wor", TreeShape.branching(3, 1)),
+           ("wor", TreeShape.from_paths([(0,), (1,), (0, 0), (0, 1), (1, 0)])), ("iid", TreeShape.chains(2, 2)),
+           ("iid", TreeShape.branching(3, 1))]
 EAGLE = [Eagle2Params(depth=2, top_k=2, total_tokens=4), Eagle2Params(depth=3, top_k=2, total_tokens=6)]
 
 
@@ -68,13 +68,14 @@ def _reference_row(tree, law, z, D):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("case", SAMPLED, ids=["iid-b22", "wor-b31", "wor-uneven", "iid-chains", "iid-target-only"])
-def test_row_is_the_verifiers_emission_law_on_the_drawn_tree(seed, case):
-    # the verifier's own emission law, with the laws at every node of the tree (not only the text's path)
-    process, shape, vname = case
+@pytest.mark.parametrize("case", SAMPLED, ids=["iid-b22", "wor-b31", "wor-uneven", "iid-chains", "iid-b31"])
+def test_row_is_the_target_only_law_on_the_drawn_tree(seed, case):
+    # the target-only rule's own emission law, with the laws at every node of the tree (not only the text's path);
+    # i.i.d. trees draw equal siblings, reached through the first
+    process, shape = case
     Md, Mt = _models(seed)
     rng = np.random.default_rng(seed)
-    ver = make_tree_verifier(vname)
+    ver = TargetOnlyVerifier()
     D, checked = shape.max_depth, 0
     for _ in range(12):
         ctx = tuple(int(x) for x in rng.integers(4, size=2))
@@ -83,12 +84,10 @@ def test_row_is_the_verifiers_emission_law_on_the_drawn_tree(seed, case):
         # texts that follow a root path of the tree, and random ones; some shorter than D + 1 (the text's end)
         leaf = tree.path(int(rng.integers(1, tree.n + 1)))
         for z in (list(leaf) + [int(rng.integers(4))], [int(x) for x in rng.integers(4, size=D + 1)], list(leaf)):
-            P, Q = _laws_along(Md, Mt, ctx, z)
-            rule = None if vname == "target-only" else ver  # the target's sample, its longest prefix in the tree
-            got = tree_emission_along(tree, Q, z, p_text=P, verifier=rule, depth=D)
+            _, Q = _laws_along(Md, Mt, ctx, z)
+            got = tree_emission_along(tree, Q, z, depth=D)
             # what the profile keeps per position: parents and tokens only, the same row
-            np.testing.assert_array_equal(tree_emission_along(compact_tree(tree), Q, z, p_text=P, verifier=rule,
-                                                              depth=D), got)
+            np.testing.assert_array_equal(tree_emission_along(compact_tree(tree), Q, z, depth=D), got)
             np.testing.assert_allclose(got, _reference_row(tree, law, z, D), rtol=1e-12, atol=1e-15)
             checked += int(np.count_nonzero(got[1:]))
     assert checked > 0  # some rows accept text tokens: the check reaches past the root
@@ -125,27 +124,28 @@ def test_a_static_topk_tree_drawn_is_the_rank_table():
                                    rtol=1e-12, atol=1e-15)
 
 
-AVERAGED = [("iid", TreeShape.branching(2, 1), "specinfer"), ("wor", TreeShape.branching(2, 1), "sequoia"),
-            ("wor", TreeShape.from_paths([(0,), (1,), (0, 0), (0, 1)]), "sequoia"), ("eagle2", EAGLE[1], None)]
+AVERAGED = [("iid", TreeShape.branching(2, 1), "specinfer"), ("wor", TreeShape.branching(2, 1), "target-only"),
+            ("wor", TreeShape.from_paths([(0,), (1,), (0, 0), (0, 1)]), "target-only"), ("eagle2", EAGLE[1], None)]
 
 
 @pytest.mark.parametrize("case", AVERAGED, ids=["iid", "wor", "wor-uneven", "eagle2"])
 def test_averaged_over_the_draws_the_rows_are_the_iteration_law(case):
-    # over every continuation z and every realised tree T (with its probability), e_T(j) read along z is the
-    # law of the emitted block: it sums to 1 and its mean length is 1 + the process's value (otspec.tree.value,
-    # an independent route through the verifier's expected accepted tokens)
+    # over every continuation z (and every realised tree T, with its probability, for the drawn-tree walk; the
+    # i.i.d. closed form is that average already), the row read along z is the law of the emitted block: it sums
+    # to 1 and its mean length is 1 + the process's value (otspec.tree.value, an independent route through the
+    # verifier's expected accepted tokens)
     process, shape, vname = case
     Md, Mt = _models(7)
     ctx = (2, 1)
     D = shape.max_depth if isinstance(shape, TreeShape) else shape.depth
-    ver = make_tree_verifier(vname) if vname else None
     texts = [[(flat // 4 ** i) % 4 for i in range(D + 1)] for flat in range(4 ** (D + 1))]
     laws = [_laws_along(Md, Mt, ctx, z) for z in texts]
+    closed = vname == "specinfer"
     law: dict = {}
-    for tree, w in enumerate_trees(shape, Md, process=process, prefix=ctx):
+    for tree, w in [(None, 1.0)] if closed else enumerate_trees(shape, Md, process=process, prefix=ctx):
         seen = {}
         for z, (P, Q) in zip(texts, laws):
-            e = tree_emission_along(tree, Q, z, p_text=P, verifier=ver, depth=D)
+            e = iid_emission_along(shape, P, Q, z)[0] if closed else tree_emission_along(tree, Q, z, depth=D)
             for j in range(1, D + 2):
                 b = tuple(z[:j])
                 if b in seen:  # one number per block, whatever the text after it
@@ -166,8 +166,8 @@ def test_averaged_over_the_draws_the_rows_are_the_iteration_law(case):
                                    TreeShape.chains(1, 2)], ids=["b21", "uneven", "chain"])
 @pytest.mark.parametrize("seed", [1, 6])
 def test_iid_closed_form_is_the_mean_over_the_drawn_trees(shape, seed):
-    # SpecInfer's rule on i.i.d. children in closed form against the drawn-tree rows averaged over every realised
-    # tree (enumerate_trees), on texts that follow and leave the trees
+    # SpecInfer's rule on i.i.d. children in closed form against the verifier's own emission law on every realised
+    # tree (enumerate_trees, the true laws at every node), averaged, on texts that follow and leave the trees
     Md, Mt = _models(seed)
     rng = np.random.default_rng(seed)
     ver = make_tree_verifier("specinfer")
@@ -178,15 +178,16 @@ def test_iid_closed_form_is_the_mean_over_the_drawn_trees(shape, seed):
         trees = enumerate_trees(shape, Md, process="iid", prefix=ctx)
         z = [int(x) for x in rng.integers(4, size=D + 1 - int(rng.integers(2)))]
         P, Q = _laws_along(Md, Mt, ctx, z)
-        want = sum(w * tree_emission_along(t, Q, z, p_text=P, verifier=ver, depth=D) for t, w in trees)
+        want = sum(w * _reference_row(t, ver.emission(t, *tree_laws(t, Md, Mt, prefix=ctx)), z, D)
+                   for t, w in trees)
         np.testing.assert_allclose(iid_emission_along(shape, P, Q, z)[0], want, rtol=1e-11, atol=1e-15)
     assert len(trees) == 4 ** shape.n
 
 
 def test_which_names_have_rows_along_the_text():
-    assert along_text_names(parse_family("eagle2:2,2,4")) == (("eagle2:2,2,4", None),)
+    assert along_text_names(parse_family("eagle2:2,2,4")) == ("eagle2:2,2,4",)
     f = parse_family("wor:branching(2,1):sequoia,traversal,target-only")
-    assert along_text_names(f) == (("wor:branching(2,1)/target-only", None),)  # weights e / Q in {0, 1}
+    assert along_text_names(f) == ("wor:branching(2,1)/target-only",)  # weights e / Q in {0, 1}
     assert along_text_names(parse_family("topk:branching(2,1)")) == ()  # its table needs no drawn tree
     assert along_text_names(parse_family("iid:branching(2,1):specinfer")) == ()  # closed form
     assert static_along_names(parse_family("iid:branching(2,1):specinfer")) == (

@@ -30,6 +30,7 @@ from .._registry import get_verifier
 from ..decoding._models import supports_padding
 from ..decoding._sampling import sample_rows
 from ._quantities import Builds, depth_quantities, expected_accepted
+from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
 from ._trees import (
     LawBuffers,
@@ -297,9 +298,8 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
 
 
 def _keeps_trees(settings, renewal) -> bool:
-    """Whether the walk keeps the drawn trees for the emission along the text: a tree at every text position."""
-    return (renewal is not None and settings.context == "sample" and settings.stride == 1
-            and bool(along_text_families(getattr(settings, "tree_plan", None))))
+    """Whether the walk keeps the drawn trees for the renewal hook's emission along the text."""
+    return renewal is not None and bool(renewal_drawn_trees(settings))
 
 
 def profile_prompt(draft, target, prompt: list[int], reference, settings, index: int, *, bar=None,

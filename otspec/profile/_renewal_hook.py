@@ -8,8 +8,9 @@ of every scheme, ``k`` and ``L``, and of every static top-k tree family
 and target laws at the text's own contexts, and of the i.i.d. families
 verified by SpecInfer's rule (:func:`otspec.profile._trees.iid_emission_along`);
 with a tree drawn at every text position (``stride=1``), also of EAGLE-2's
-trees and of the trees drawn without replacement with a per-node rule (:func:`otspec.profile._trees.tree_emission_along`: exact
-given the drawn tree, so the row averaged over the draws is the process's).
+trees and of the target-only rule on sampled trees
+(:func:`otspec.profile._trees.tree_emission_along`: exact given the drawn
+tree, so the row averaged over the draws is the process's).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def renewal_trees(settings) -> tuple:
 
 def renewal_drawn_trees(settings) -> tuple:
     """The profiled families whose emission along the text reads the tree drawn at each text position (EAGLE-2's,
-    the sampled trees' per-node rules): only with a tree at every position, ``stride=1``."""
+    the target-only rule on sampled trees): only with a tree at every position, ``stride=1``."""
     if settings.context != "sample" or settings.stride != 1:
         return ()
     return along_text_families(settings.tree_plan)
@@ -71,8 +72,8 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     A tree family's rows are named as its ``kind="tree"`` rows, with ``k`` its
     draft nodes and ``m`` its depth (the keys of those rows): the static top-k
     families' from the ranks along the text, SpecInfer's on i.i.d. children in closed form
-    (:func:`otspec.profile._trees.iid_emission_along`), EAGLE-2's and the other per-node rules'
-    from ``trees`` (``{pos: {label: (2, n + 1) parents and tokens}}``, the
+    (:func:`otspec.profile._trees.iid_emission_along`), EAGLE-2's and the
+    target-only rule's on sampled trees from ``trees`` (``{pos: {label: (2, n + 1) parents and tokens}}``, the
     tree drawn at every text position, kept by the walk).
 
     Each scheme's step laws are computed once for every ``k`` and ``L``
@@ -98,10 +99,9 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     for f in drawn:
         names = along_text_names(f)
         for s in range(T):
-            tree, end = trees[s][f.label], min(T, s + f.depth + 1)
-            for name, ver in names:
-                e = tree_emission_along(tree, q_path[s:end], y[s:end], p_text=p_path[s:end], verifier=ver,
-                                        depth=f.depth)
+            end = min(T, s + f.depth + 1)
+            e = tree_emission_along(trees[s][f.label], q_path[s:end], y[s:end], depth=f.depth)
+            for name in names:  # the same walk for every name of the family
                 rows.add(s, "e", name, f.n, e, m=f.depth)
     if any(name not in _TOKEN_ONLY for name in fams):
         p_path, q_path, y = drop_null_columns(p_path, q_path, y)  # same tables on the tokens with mass

@@ -61,7 +61,7 @@ from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, _topk_tree, draw_children
-from ..tree._verifiers import _excess, _NodeScan
+from ..tree._verifiers import _NodeScan
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES", "MAX_FAMILY_NODES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
@@ -1044,19 +1044,16 @@ def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
 
 def _iid_levels(q: np.ndarray, p: np.ndarray, m: int, buf: np.ndarray) -> list:
     """``(t_i, S_i, alive_i)`` for ``i = 0..m``: the residual :math:`(q - t_i p)_+ / S_i` before the ``i``-th child
-    of recursive rejection over i.i.d. draws, and the probability that the first ``i`` children are rejected."""
-    out, t, S, alive = [], 0.0, 1.0, 1.0
-    idx, n = np.arange(q.shape[0]), q.shape[0]  # the tokens with q - t p > 0: a set that only shrinks as t grows
+    of recursive rejection over i.i.d. draws (:class:`otspec.tree._verifiers._NodeScan`'s levels), and the
+    probability that the first ``i`` children are rejected."""
+    node = _NodeScan(q, p, buf, False)
+    out, alive = [], 1.0
     for _ in range(m + 1):
-        out.append((t, S, alive))
-        if not alive > 0.0:
-            continue
-        S_new, n = _excess(q, p, t + S, buf, idx, n)
-        if S_new > 0.0:
-            alive *= S_new / S  # 1 - sum_y min(p, q_i) = S(t_i + S_i) / S_i
-            t, S = t + S, S_new
-        else:  # q_i = p: every draw is accepted
-            alive = 0.0
+        out.append((node.t, node.S, alive))
+        if alive > 0.0:
+            S = node.S
+            S_new = node._level(node.t + S)  # 0 where the level is kept: q_i = p, every draw is accepted
+            alive = alive * S_new / S if S_new > 0.0 else 0.0  # 1 - sum_y min(p, q_i) = S(t_i + S_i) / S_i
     return out
 
 
@@ -1136,9 +1133,28 @@ def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
     return E
 
 
+def _along_route(process: str, verifier) -> str | None:
+    """How a row (``process``, ``verifier`` or None) gets its emission table along the text: ``"topk"`` or ``"iid"``
+    (closed forms from the text's laws: :func:`topk_emission_along`, :func:`iid_emission_along`), ``"drawn"`` (the
+    walk of :func:`tree_emission_along` through the tree drawn at each position), or None."""
+    if process == "topk":
+        return "topk"
+    if process == "eagle2":
+        return "drawn"
+    if process == "iid" and verifier == "specinfer":
+        return "iid"
+    if verifier is not None and isinstance(make_tree_verifier(verifier), TargetOnlyVerifier):
+        return "drawn"
+    return None
+
+
+def _routes(f: TreeFamily) -> list:
+    return [(name, _along_route(f.process, v)) for v, name in zip(f.verifiers or (None,), f.names())]
+
+
 def along_text_names(f: TreeFamily) -> tuple:
-    r"""The row names of a family whose emission along the text is computed from the tree drawn at each position,
-    with their rule: ``((name, None), ...)``: the walk of :func:`tree_emission_along` for a deterministic tree.
+    r"""The row names of a family whose emission along the text is the walk of :func:`tree_emission_along`
+    through the tree drawn at each position.
 
     EAGLE-2's tree (deterministic given the context: every lossless verifier emits a target sample and accepts
     its longest prefix in the tree) and the target-only rule on sampled trees (the same walk on the drawn tree:
@@ -1149,22 +1165,13 @@ def along_text_names(f: TreeFamily) -> tuple:
     vocabulary. SpecInfer's rule on i.i.d. children and the static top-k families need no drawn tree
     (:func:`static_along_names`).
     """
-    if f.process == "eagle2":
-        return ((f.label, None),)
-    if f.process in ("iid", "wor"):
-        return tuple((name, None) for v, name in zip(f.verifiers, f.names())
-                     if isinstance(make_tree_verifier(v), TargetOnlyVerifier))
-    return ()
+    return tuple(name for name, route in _routes(f) if route == "drawn")
 
 
 def static_along_names(f: TreeFamily) -> tuple:
     """The row names of a family whose emission table along the text is exact from the text's laws alone, with
     its route: ``((name, "topk" | "iid"), ...)`` (:func:`topk_emission_along`, :func:`iid_emission_along`)."""
-    if f.process == "topk":
-        return ((f.label, "topk"),)
-    if f.process == "iid":
-        return tuple((name, "iid") for v, name in zip(f.verifiers, f.names()) if v == "specinfer")
-    return ()
+    return tuple((name, route) for name, route in _routes(f) if route in ("topk", "iid"))
 
 
 def along_text_route(process: str, verifier, *, stride: int, context: str) -> tuple[str | None, str]:
@@ -1172,12 +1179,12 @@ def along_text_route(process: str, verifier, *, stride: int, context: str) -> tu
     words for a report: ``(route, "")``, or ``(None, reason)`` when it has none."""
     if context != "sample":
         return None, "the estimator needs a text sampled from the target (context 'sample')"
-    if process == "topk":
+    route = _along_route(process, verifier)
+    if route == "topk":
         return "exact: the draft's ranks along the text", ""
-    if process == "iid" and verifier == "specinfer":
+    if route == "iid":
         return "exact: closed form (the residual after i.i.d. rejections does not depend on the tokens)", ""
-    target_only = verifier is not None and isinstance(make_tree_verifier(verifier), TargetOnlyVerifier)
-    if process != "eagle2" and not target_only:
+    if route is None:
         return None, (f"{verifier!r} on children drawn {'i.i.d.' if process == 'iid' else 'without replacement'} "
                       "has no closed form along the text, and one drawn tree per position gives weights of size "
                       "1/p")
@@ -1201,27 +1208,21 @@ def compact_tree(tree: DraftTree) -> np.ndarray:
     return np.stack([np.asarray(tree.parents), np.asarray(tree.tokens)]).astype(np.int32)
 
 
-def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifier=None,
-                        depth: int | None = None) -> np.ndarray:
-    r"""Emission row of one drawn tree along a text: the law of what an iteration begun at the tree's root emits.
+def tree_emission_along(tree, q_text, y_text, *, depth: int | None = None) -> np.ndarray:
+    r"""Emission row of one drawn tree along a text, for a rule that emits a target sample and accepts its longest
+    prefix in the tree.
 
     .. math::
 
-        e(j) = \sum_{a \in T:\ x_{1:d(a)} = y_{0:j-1}} P(\text{reach } a \mid T)\,
-        P(\text{no child of } a \text{ accepted},\ \text{emitted token } y_{j-1} \mid a\ \text{reached}),
+        e(j) = Q(y_0 \dots y_{j-1})\, \mathbb 1[y_{0:j-1} \in T]\, \mathbb 1[y_{0:j} \notin T],
         \qquad j = 1, \dots, D + 1,
 
-    the probability that the iteration accepts the text's next ``j - 1`` tokens (a node whose root path is
-    :math:`y_0 \dots y_{j-2}`) and then emits :math:`y_{j-1}` as its last token (the residual's or, past a leaf,
-    the target's sample). On a deterministic tree (``verifier=None``; EAGLE-2's, Li et al., arXiv:2406.16858,
-    §4) every lossless verifier emits a target sample and accepts its longest prefix in the tree, so
-    :math:`e(j) = Q(y_{0:j})` when :math:`y_{0:j-1}` is a node and :math:`y_{0:j}` is not. For a rule that
-    scans one node's children with that node's laws (SpecInfer's, Miao et al., arXiv:2305.09781, §4;
-    Sequoia's, Chen et al., arXiv:2402.12374, Algorithm 1) the nodes on the text's path have the text's
-    contexts, so the text's own laws are all it reads. For a tree drawn at random, the row is exact given the
-    tree and, averaged over the draws, is the process's emission row (with a per-node rule, a check of a closed
-    form such as :func:`iid_emission_along` by enumeration: from one draw its weights :math:`e / Q` are about
-    :math:`1 / p`, see :func:`along_text_names`).
+    the probability that an iteration begun at the tree's root accepts the text's next ``j - 1`` tokens and
+    emits :math:`y_{j-1}` as its last token (past a leaf, the target's bonus); a path is in :math:`T` through
+    the first of equal siblings. Every lossless verifier on a deterministic tree (EAGLE-2's, Li et al.,
+    arXiv:2406.16858, §4) acts so, and the target-only rule (SGLang's
+    ``tree_speculative_sampling_target_only``) on any tree: for a tree drawn at random the row is exact given
+    the tree and, averaged over the draws, the process's emission row.
 
     Parameters
     ----------
@@ -1232,11 +1233,6 @@ def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifie
     y_text : (m,) array of int
         The text's next tokens :math:`y_0 \dots y_{m-1}`; ``m`` may stop short of ``D + 1`` at the text's end
         (the entries past it are 0).
-    p_text : (m, V) array of float, optional
-        The draft's laws at the same contexts (a per-node rule reads them).
-    verifier : TreeVerifier, optional
-        A per-node rule (:class:`otspec.tree.SpecInferVerifier`, :class:`otspec.tree.SequoiaVerifier`); None
-        for a deterministic tree.
     depth : int, optional
         ``D``: the row has ``D + 1`` entries (the family's depth); the tree's depth by default.
 
@@ -1247,54 +1243,20 @@ def tree_emission_along(tree: DraftTree, q_text, y_text, *, p_text=None, verifie
     """
     Q = np.asarray(q_text, dtype=np.float64)
     y = np.asarray(y_text, dtype=np.int64)
-    P = None if p_text is None else np.asarray(p_text, dtype=np.float64)
     parents, tokens = compact_tree(tree) if isinstance(tree, DraftTree) else tree
-    kids: dict = {}
-    seen: dict = {}
-    dup = np.zeros(parents.shape[0], dtype=bool)
+    child: dict = {}  # (parent, token) -> the first child carrying it
     level = np.zeros(parents.shape[0], dtype=np.int64)
     for c in range(1, parents.shape[0]):
-        par, t = int(parents[c]), int(tokens[c])
-        kids.setdefault(par, []).append(c)
-        dup[c] = t in seen.setdefault(par, set())
-        seen[par].add(t)
-        level[c] = level[par] + 1
+        child.setdefault((int(parents[c]), int(tokens[c])), c)
+        level[c] = level[parents[c]] + 1
     D = int(level.max()) if depth is None else int(depth)
     E = np.zeros(D + 1)
-    live = {0: 1.0}
-    buf = np.empty(Q.shape[1]) if verifier is not None else None
+    node, mass = 0, 1.0
     for d in range(min(D + 1, y.shape[0])):
-        tok, q = int(y[d]), Q[d]
-        nxt: dict = {}
-        total = 0.0
-        for a, w in live.items():
-            ch = kids.get(a)
-            if not ch:  # a leaf: the bonus token is the target's
-                total += w * float(q[tok])
-                continue
-            if verifier is None:  # deterministic: the target's sample, accepted while it is in the tree
-                hit = [c for c in ch if int(tokens[c]) == tok]
-                if hit:
-                    nxt[hit[0]] = nxt.get(hit[0], 0.0) + w * float(q[tok])
-                else:
-                    total += w * float(q[tok])
-                continue
-            node = _NodeScan(q, P[d], buf, verifier.without_replacement)
-            alive = 1.0
-            for c in ch:
-                ctok, again = int(tokens[c]), bool(dup[c])
-                acc = node.accept(ctok, again)
-                if ctok == tok and acc > 0.0:
-                    nxt[c] = nxt.get(c, 0.0) + w * alive * acc
-                alive *= 1.0 - acc
-                if alive <= 0.0:
-                    break
-                node.reject(ctok, again)
-            if alive > 0.0:
-                total += w * alive * float(node.residual_at(tok))
-        E[d] = total
-        live = nxt
-        if not live:
+        mass *= float(Q[d, y[d]])
+        node = child.get((node, int(y[d])))
+        if node is None:  # the text leaves the tree (or passes a leaf): y_d is the last token emitted
+            E[d] = mass
             break
     return E
 
