@@ -105,6 +105,13 @@ def decode_check(tok, draft, target, texts, *, seed: int, **decode) -> dict:
             "tokens_kept_per_iteration": _r(kept / iters)}
 
 
+def agrees(estimate, check: dict) -> bool:
+    """Whether a profile's estimate and a :func:`decode_check`'s tokens per call are within their combined 95 %
+    intervals (half-widths added in quadrature)."""
+    comb = math.hypot(estimate.half_width, check["half_width"] or 0.0)
+    return bool(abs(check["tokens_per_call"] - estimate.value) <= comb)
+
+
 def _decode_check(tok, draft, target, name: str, k: int) -> dict:
     """:func:`decode_check` of one (family, k) at ``DECODE``'s settings on its first ``DECODE["prompts"]`` prompts."""
     res = decode_check(tok, draft, target, PROMPTS[:DECODE["prompts"]], seed=DECODE["seed"], verifier=name, k=k,
@@ -150,9 +157,8 @@ def run_all(fig_dir: Path | None = None) -> dict:
         chk = _decode_check(tok, draft, target, name, k)
         pred = s.tokens_per_call[(name, k, L)]
         ren = s.renewal.get((name, k, L))
-        comb = math.hypot(pred.half_width, chk["half_width"] or 0.0)
         chk["predicted"] = _est(pred)
-        chk["agrees"] = bool(abs(chk["tokens_per_call"] - pred.value) <= comb)
+        chk["agrees"] = agrees(pred, chk)
         if ren is not None:
             chk["renewal"] = _est(ren)
         res["checks"].append(chk)

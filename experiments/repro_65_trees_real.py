@@ -31,7 +31,7 @@ sys.path.insert(0, str(HERE))
 
 from _chat_prompts import CHAT_PROMPTS, chat_ids  # noqa: E402
 from _report import Row, Section, fmt, save_figure  # noqa: E402
-from repro_60_decoding import decode_check, run_real_pair  # noqa: E402
+from repro_60_decoding import agrees, decode_check, run_real_pair  # noqa: E402
 
 TITLE = "Draft trees on the real pair"
 
@@ -53,11 +53,9 @@ PROFILE = dict(
 POSTHOC_TOL = 1e-4
 #: Node budgets of the static shapes listed in the report.
 BUDGETS = (1, 2, 4, 8, 12, 16, 24, 32)
-#: Tree families decoded for real to check the prediction (one deterministic, one sampled): the profile's
-#: family name, and the decoder's tree, draft process and verifier.
-CHECKS = (("topk:branching(4,2)", (4, 2), "topk", "target-only"),
-          ("iid:branching(4,2)/specinfer", (4, 2), "iid", "specinfer"),
-          ("eagle2:4,4,12", (4, 4, 12), "eagle2", "target-only"))
+#: Tree families decoded for real to check the prediction (static, sampled, EAGLE-2), by their profile names: the
+#: decoder takes each family's own shape and process, and its verifier (target-only on deterministic trees).
+CHECKS = ("topk:branching(4,2)", "iid:branching(4,2)/specinfer", "eagle2:4,4,12")
 #: The check decodes: one per prompt on the first 8 prompts, as many tokens as the profile's paths, the profile's
 #: sampling.
 DECODE = dict(prompts=8, max_new_tokens=8, temperature=1.0, top_k=50, seed=2000)
@@ -106,7 +104,6 @@ def run_all(fig_dir: Path | None = None) -> dict:
 
     from otspec.decoding import smollm2_pair
     from otspec.profile import profile, summarize
-    from otspec.tree import Eagle2Params, TreeShape
 
     torch.set_num_threads(1)
     tok, target, draft = smollm2_pair(device="cpu", threads=1)
@@ -118,22 +115,18 @@ def run_all(fig_dir: Path | None = None) -> dict:
     ts, ch = s.trees, s.trees.choice
     figures = _figures(s, fig_dir) if fig_dir is not None else []
     checks = []
-    for name, branching, process, verifier in CHECKS:
-        shape = (Eagle2Params.from_sglang(num_steps=branching[0], topk=branching[1], num_draft_tokens=branching[2])
-                 if process == "eagle2" else TreeShape.branching(*branching))
+    for name in CHECKS:
+        fam = run.settings.tree_plan.family_of(name)
         got = decode_check(tok, draft, target, PROMPTS[:DECODE["prompts"]], seed=DECODE["seed"],
-                           tree=shape, process=process, verifier=verifier,
+                           tree=fam.shape, process=fam.process,
+                           verifier=fam.verifiers[fam.names().index(name)] if fam.verifiers else "target-only",
                            max_new_tokens=DECODE["max_new_tokens"], temperature=DECODE["temperature"],
                            top_k=DECODE["top_k"])
         pred, ren = ts.tokens_per_call[name], ts.renewal.get(name)
-        comb = math.hypot(pred.half_width, got["half_width"] or 0.0)
         extra = {}
         if ren is not None:  # the estimand of a decoding run (the per-position average weights every position)
-            extra = {"renewal": _est(ren), "agrees_renewal": bool(abs(got["tokens_per_call"] - ren.value)
-                                                                  <= math.hypot(ren.half_width,
-                                                                                got["half_width"] or 0.0))}
-        checks.append({"family": name, **got, "predicted": _est(pred),
-                       "agrees": bool(abs(got["tokens_per_call"] - pred.value) <= comb), **extra})
+            extra = {"renewal": _est(ren), "agrees_renewal": agrees(ren, got)}
+        checks.append({"family": name, **got, "predicted": _est(pred), "agrees": agrees(pred, got), **extra})
     return {
         "pair": {"target": target.name, "draft": draft.name},
         "profile_settings": run.settings.to_dict(),
