@@ -370,12 +370,17 @@ def test_eagle2_params():
     assert Eagle2Params.from_eagle(depth=5, top_k=10, total_tokens=60) == Eagle2Params(6, 10, 60)
     assert Eagle2Params.from_sglang(num_steps=5, topk=4, num_draft_tokens=8) == Eagle2Params(5, 4, 8)
     assert Eagle2Params(2, 2, 7).n == 6
-    with pytest.raises(ValueError, match=r"`total_tokens` - 1 = 7 draft nodes exceeds the 6 nodes proposed"):
+    # positional and SGLang's keywords: SGLang's names in the messages; EAGLE's keywords: EAGLE's names
+    with pytest.raises(ValueError, match=r"`num_draft_tokens` - 1 = 7 draft nodes exceeds the 6 nodes proposed"):
         Eagle2Params(2, 2, 8)
-    with pytest.raises(ValueError, match="`total_tokens` must be an integer >= 2"):
+    with pytest.raises(ValueError, match=r"`total_tokens` - 1 = 7 draft nodes exceeds the 6 nodes proposed"):
+        Eagle2Params(depth=2, top_k=2, total_tokens=8)
+    with pytest.raises(ValueError, match="`num_draft_tokens` must be an integer >= 2"):
         Eagle2Params(2, 2, 1)
-    with pytest.raises(TypeError, match="`top_k` must be an integer"):
+    with pytest.raises(TypeError, match="`topk` must be an integer"):
         Eagle2Params(2, 2.0, 3)
+    with pytest.raises(TypeError, match="`top_k` must be an integer"):
+        Eagle2Params(depth=2, top_k=2.0, total_tokens=3)
     with pytest.raises(ValueError, match="MAX_TREE_NODES"):
         Eagle2Params(10, 10**4, 10)
 

@@ -534,11 +534,15 @@ def speculative_decode(
         single-draft schemes). Unset with ``tree``.
     L : int or None, keyword-only
         Draft length, ``L >= 1`` (default 4). Unset with ``tree``.
-    tree : TreeShape, sequence of rank paths, Eagle2Params or None, keyword-only
+    tree : TreeShape, sequence of rank paths, Eagle2Params, str or None, keyword-only
         Draft a tree instead of chains: a shape (:class:`otspec.tree.TreeShape`,
-        or its rank paths, Medusa's ``medusa_choices``) or EAGLE-2's dynamic
-        tree (:class:`otspec.tree.Eagle2Params`); at most
-        ``otspec.decoding._models.MAX_TREE_NODES`` (2048) nodes. The target
+        or its rank paths, Medusa's ``medusa_choices``), EAGLE-2's dynamic
+        tree (:class:`otspec.tree.Eagle2Params`), or the text
+        ``process:shape[:verifier]`` that the profile takes (``"eagle2:3,2,6"``,
+        ``"topk:branching(4,2):target-only"``; ``process`` and ``verifier``
+        then come from it); at least one and at most
+        ``otspec.tree._spec.MAX_DRAFT_TREE_NODES`` (1024, the profile's limit
+        too) draft nodes. The target
         must have ``tree_logits`` (:class:`HFCausalLM`, :class:`CallableLM`; a
         model whose attention takes no 4-D mask is scored by rows, still
         one call).

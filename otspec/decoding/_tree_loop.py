@@ -44,9 +44,9 @@ from .._registry import suggest
 from .._verifier import sample_from
 from ..tree._process import PROCESSES, _child_groups, _ranked, _support_error, draw_children
 from ..tree._published import _chains, _children, spechub_optimum, spechub_pair_law
+from ..tree._spec import MAX_DRAFT_TREE_NODES, check_tree_size, parse_tree_spec
 from ..tree._verifiers import SpecTrTreeVerifier
 from ._deps import require
-from ._models import MAX_TREE_NODES
 from ._sampling import Sampling
 from ._verifiers import lp_max_support
 
@@ -224,15 +224,34 @@ class TreePlan:
         return self.process in otspec.tree.DETERMINISTIC_PROCESSES
 
 
+def _from_text(tree: str, process, verifier):
+    """``(shape, process, verifier)`` from a tree's text ``process:shape[:verifier]`` (the profile's language,
+    :func:`otspec.tree._spec.parse_tree_spec`); ``process`` and ``verifier`` given beside it must agree."""
+    spec = parse_tree_spec(tree, "`tree`", processes=TREE_PROCESSES)
+    if process is not None and process != spec.process:
+        raise ValueError(f"`tree` {tree!r} names the process {spec.process!r} and `process` is {process!r}: give "
+                         "one of them")
+    if len(spec.verifiers) > 1:
+        raise ValueError(f"`tree` {tree!r} names {len(spec.verifiers)} verifiers {spec.verifiers}: one decode runs "
+                         "one verifier (the profile's text may name several, one row each)")
+    if spec.verifiers:
+        named = spec.verifiers[0]
+        if verifier is not None and verifier != named:
+            raise ValueError(f"`tree` {tree!r} names the verifier {named!r} and `verifier` is {verifier!r}: give "
+                             "one of them")
+        verifier = named
+    return spec.shape, spec.process, verifier
+
+
 def _as_tree(tree):
     if isinstance(tree, (otspec.tree.TreeShape, otspec.tree.Eagle2Params)):
         return tree
     if isinstance(tree, otspec.tree.DraftTree):
         raise TypeError("`tree` must be a TreeShape, rank paths or an Eagle2Params (the shape the draft fills at "
                         "every step), got a realised DraftTree: pass TreeShape(...) of its rank paths")
-    if isinstance(tree, (str, bytes)) or not isinstance(tree, (Sequence, np.ndarray)):
-        raise TypeError(f"`tree` must be a TreeShape, a sequence of rank paths (Medusa's medusa_choices) or an "
-                        f"Eagle2Params, got {type(tree).__name__}")
+    if isinstance(tree, bytes) or not isinstance(tree, (Sequence, np.ndarray)):
+        raise TypeError(f"`tree` must be a TreeShape, a sequence of rank paths (Medusa's medusa_choices), an "
+                        f"Eagle2Params or a text 'process:shape[:verifier]', got {type(tree).__name__}")
     try:
         return otspec.tree.TreeShape(tree)
     except (TypeError, ValueError) as exc:
@@ -295,9 +314,11 @@ def tree_plan(tree, *, process, verifier, options, allow_lossy, target, V: int, 
 
     Parameters
     ----------
-    tree : TreeShape, sequence of rank paths, or Eagle2Params
+    tree : TreeShape, sequence of rank paths, Eagle2Params or str
+        A text is the profile's ``process:shape[:verifier]`` (:func:`otspec.tree._spec.parse_tree_spec`):
+        ``process`` and ``verifier`` come from it (given beside it, they must agree).
     process : str or None
-        One of :data:`TREE_PROCESSES`; None only with an Eagle2Params (``"eagle2"``).
+        One of :data:`TREE_PROCESSES`; None only with an Eagle2Params (``"eagle2"``) or a text.
     verifier : str, TreeVerifier or None
         A tree verifier (``verifier_names(kind="tree")``); None: :data:`DEFAULT_VERIFIERS` of the process.
     options : dict or None
@@ -317,8 +338,8 @@ def tree_plan(tree, *, process, verifier, options, allow_lossy, target, V: int, 
     TypeError, ValueError
         A malformed tree or process, an unknown verifier, a verifier not lossless for the process (the
         message names the processes it is lossless for) without ``allow_lossy``, a target without
-        ``tree_logits``, a tree the draft's laws cannot fill (too few distinct tokens), more than
-        ``MAX_TREE_NODES`` nodes.
+        ``tree_logits``, a tree the draft's laws cannot fill (too few distinct tokens), no draft node or more
+        than :data:`otspec.tree._spec.MAX_DRAFT_TREE_NODES` (the profile's limit too).
 
     Examples
     --------
@@ -330,6 +351,8 @@ def tree_plan(tree, *, process, verifier, options, allow_lossy, target, V: int, 
     >>> plan.name, plan.k, plan.L, plan.lossless
     ('specinfer', 2, 2, True)
     """
+    if isinstance(tree, str):
+        tree, process, verifier = _from_text(tree, process, verifier)
     shape = _as_tree(tree)
     is_eagle = isinstance(shape, otspec.tree.Eagle2Params)
     if process is None:
@@ -349,11 +372,7 @@ def tree_plan(tree, *, process, verifier, options, allow_lossy, target, V: int, 
         raise TypeError(f"`allow_lossy` must be a bool, got {type(allow_lossy).__name__}")
     if options is not None and not isinstance(options, dict):
         raise TypeError(f"`verifier_options` must be a dict or None, got {type(options).__name__}")
-    if not is_eagle and shape.n < 1:
-        raise ValueError("`tree` must have at least one draft node, got the root alone")
-    if shape.n > MAX_TREE_NODES:
-        raise ValueError(f"`tree` has {shape.n} draft nodes, above the stated limit MAX_TREE_NODES={MAX_TREE_NODES} "
-                         "of one target call")
+    check_tree_size(shape.n, "`tree`", MAX_DRAFT_TREE_NODES)
     if not callable(getattr(target, "tree_logits", None)):
         raise TypeError(f"`target` must score draft trees (`tree_logits(state, parents, tokens, pending=...)`, as "
                         f"HFCausalLM and CallableLM do), got {type(target).__name__}")

@@ -61,9 +61,10 @@ from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, _topk_tree, draw_children
+from ..tree._spec import MAX_DRAFT_TREE_NODES, SHAPE_FORMS, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
 
-__all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES", "MAX_FAMILY_NODES",
+__all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
            "draw_and_score", "record_position", "tree_values_per_position", "tree_cost_shapes", "tree_law_bytes",
            "check_tree_support", "check_tree_context", "context_limit", "static_order", "draft_rows",
@@ -81,16 +82,12 @@ DEFAULT_TREE_VERIFIERS = {"iid": ("specinfer",), "wor": ("sequoia", "traversal")
 TREE_KINDS = ("tree", "treeq", "treep", "treenode")
 #: Largest number of tree families of one run.
 MAX_TREE_FAMILIES = 64
-#: Largest tree of one family, in draft nodes (a verifier is run on it at every profiled position).
-MAX_FAMILY_NODES = 1024
 #: Largest top-k universe, in rank paths (two rows per path and profiled position).
 MAX_UNIVERSE_NODES = 4096
 #: Largest depth of a tree: one draft call per depth and profiled position.
 MAX_TREE_DEPTH = 64
 #: Labels longer than this are replaced by ``process:paths-<sha256 prefix>`` (explicit shapes).
 _MAX_LABEL = 48
-_SHAPE_FORMS = ("branching(b1,...,bD), chains(k,L) or a JSON list of rank paths such as [[0],[1],[0,0]] "
-                "(Medusa's medusa_choices)")
 
 
 def _where(i) -> str:
@@ -145,61 +142,6 @@ class TreeFamily:
         return (self.label,) if self.deterministic else tuple(f"{self.label}/{v}" for v in self.verifiers)
 
 
-def _ints(text: str, what: str) -> list[int]:
-    parts = text.split(",")
-    if not text or any(not re.fullmatch(r"\d+", p) for p in parts):
-        raise ValueError(f"{what} must list positive integers separated by commas, got {text!r}")
-    return [int(p) for p in parts]
-
-
-def _node_count(b: list[int]) -> int:
-    total, level = 0, 1
-    for x in b:
-        level *= x
-        total += level
-        if total > MAX_UNIVERSE_NODES:
-            return total
-    return total
-
-
-def _parse_shape(text: str, where: str, limit: int) -> tuple[TreeShape, str]:
-    """A shape from its text; returns ``(shape, canonical text)``."""
-    t = re.sub(r"\s+", "", text)
-    m = re.fullmatch(r"(branching|chains)\((.*)\)", t)
-    if m:
-        kind, nums = m.group(1), _ints(m.group(2), f"{where}: the arguments of {m.group(1)}(...)")
-        if any(x < 1 for x in nums):
-            raise ValueError(f"{where}: {kind}(...) takes integers >= 1, got {t!r}")
-        if kind == "chains":
-            if len(nums) != 2:
-                raise ValueError(f"{where}: chains(k,L) takes two integers, got {t!r}")
-            nodes = nums[0] * nums[1]
-        else:
-            nodes = _node_count(nums)
-        if nodes > limit:
-            raise ValueError(f"{where}: {t} has {nodes} draft nodes, above the limit {limit}")
-        shape = TreeShape.chains(*nums) if kind == "chains" else TreeShape.branching(*nums)
-        return shape, f"{kind}({','.join(map(str, nums))})"
-    if t.startswith("["):
-        try:
-            paths = json.loads(t)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{where}: the rank paths {text!r} are not valid JSON ({exc.msg})") from None
-        if not isinstance(paths, list) or len(paths) > limit:
-            raise ValueError(f"{where}: the rank paths must be a list of at most {limit} lists of ranks, got "
-                             f"{type(paths).__name__}" + (f" of {len(paths)}" if isinstance(paths, list) else ""))
-        shape = _shape_of(paths, where)
-        return shape, json.dumps(shape.to_medusa_choices(), separators=(",", ":"))
-    raise ValueError(f"{where}: a shape must be {_SHAPE_FORMS}, got {text!r}")
-
-
-def _shape_of(paths, where: str) -> TreeShape:
-    try:
-        return TreeShape(paths)
-    except (TypeError, ValueError) as exc:
-        raise type(exc)(f"{where}: {exc}") from None
-
-
 def _label(process: str, canon: str) -> str:
     text = f"{process}:{canon}"
     if len(text) <= _MAX_LABEL:
@@ -224,34 +166,32 @@ def _check_verifiers(names, process: str, shape, where: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _family(process: str, shape, verifiers, where: str) -> TreeFamily:
+def _family(process: str, shape, verifiers, where: str, canon: str | None = None) -> TreeFamily:
     if process not in TREE_PROCESSES:
-        raise ValueError(f"{where}: the process must be one of {TREE_PROCESSES}, got {process!r}"
-                         f"{suggest(process, TREE_PROCESSES)}")
+        also = (" (SpecHub's pairs are drafted by otspec.decoding.speculative_decode only)" if process == "spechub"
+                else suggest(process, TREE_PROCESSES))
+        raise ValueError(f"{where}: the process must be one of {TREE_PROCESSES}, got {process!r}{also}")
     if process == "eagle2":
         if not isinstance(shape, Eagle2Params):
             raise TypeError(f"{where}: an 'eagle2' family takes Eagle2Params (or the text "
                             f"'eagle2:num_steps,topk,num_draft_tokens'), got {type(shape).__name__}")
-        canon = f"{shape.depth},{shape.top_k},{shape.total_tokens}"
-    else:
+        canon = f"{shape.num_steps},{shape.topk},{shape.num_draft_tokens}"
+    elif canon is None:
         if isinstance(shape, str):
-            shape, canon = _parse_shape(shape, where, MAX_FAMILY_NODES)
+            shape, canon = parse_shape_text(shape, where)
         else:
             if not isinstance(shape, TreeShape):
-                shape = _shape_of(shape, where)
+                shape = shape_of(shape, where)
             canon = json.dumps(shape.to_medusa_choices(), separators=(",", ":"))
-    if shape.n > MAX_FAMILY_NODES:
-        raise ValueError(f"{where}: a tree of {shape.n} draft nodes is above the limit MAX_FAMILY_NODES = "
-                         f"{MAX_FAMILY_NODES}")
-    depth = shape.max_depth if isinstance(shape, TreeShape) else shape.depth
+    check_tree_size(shape.n, where, what="an EAGLE-2 tree" if process == "eagle2" else "a tree")
+    depth = shape.max_depth if isinstance(shape, TreeShape) else shape.num_steps
     if depth > MAX_TREE_DEPTH:
         raise ValueError(f"{where}: a tree of depth {depth} is above the limit MAX_TREE_DEPTH = {MAX_TREE_DEPTH} "
                          "(one draft call per depth)")
     label = _label(process, canon)
     if process in ("topk", "eagle2"):
-        if verifiers:
-            raise ValueError(f"{where}: {process!r} trees are deterministic (every lossless verifier accepts the "
-                             "longest prefix of a target sample): name no verifier")
+        # every lossless verifier accepts the longest prefix of a target sample: one value, whichever is named
+        _check_verifiers(verifiers, process, shape, where)
         return TreeFamily(process, shape, (), f"{process}:{canon}", label)
     if not verifiers:  # the defaults that are lossless on this shape
         verifiers = tuple(v for v in DEFAULT_TREE_VERIFIERS[process] if make_tree_verifier(v).lossless_for(process,
@@ -264,29 +204,20 @@ def _family(process: str, shape, verifiers, where: str) -> TreeFamily:
 
 
 def parse_family(item, i=None) -> TreeFamily:
-    """A :class:`TreeFamily` from its text ``process:shape[:verifiers]``, a tuple ``(process, shape[, verifiers])``
-    or a TreeFamily (``i``: its index, for messages)."""
+    """A :class:`TreeFamily` from its text ``process:shape[:verifiers]`` (the language of
+    :func:`otspec.tree._spec.parse_tree_spec`, shared with :func:`otspec.decoding.speculative_decode`), a tuple
+    ``(process, shape[, verifiers])`` or a TreeFamily (``i``: its index, for messages).
+
+    A deterministic family (``topk``, ``eagle2``) takes no verifier, or lossless ones only (``target-only``, as
+    the decoder takes it): every lossless verifier accepts the longest prefix of a target sample in the tree,
+    so the value is the same whichever is named, and the family is recorded once, under its shape.
+    """
     where = _where(i)
     if isinstance(item, TreeFamily):
         return _family(item.process, item.shape, item.verifiers, where)
     if isinstance(item, str):
-        parts = re.sub(r"\s+", "", item).split(":")
-        if len(parts) < 2 or len(parts) > 3:
-            raise ValueError(f"{where} must be 'process:shape[:verifiers]' (e.g. 'topk:branching(4,2)', "
-                             f"'wor:chains(2,3):sequoia', 'eagle2:3,4,16'), got {item!r}")
-        process, shape, verifiers = parts[0], parts[1], parts[2] if len(parts) == 3 else ""
-        if process == "eagle2":
-            nums = _ints(shape, f"{where}: eagle2's num_steps,topk,num_draft_tokens")
-            if len(nums) != 3:
-                raise ValueError(f"{where}: eagle2 takes three integers num_steps,topk,num_draft_tokens (SGLang's "
-                                 f"speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens), "
-                                 f"got {shape!r}")
-            try:
-                shape = Eagle2Params(*nums)
-            except (TypeError, ValueError) as exc:
-                raise type(exc)(f"{where}: {exc}") from None
-        vs = tuple(v for v in verifiers.split(",") if v) if verifiers else ()
-        return _family(process, shape, vs, where)
+        spec = parse_tree_spec(item, where, processes=TREE_PROCESSES)
+        return _family(spec.process, spec.shape, spec.verifiers, where, spec.canon)
     if isinstance(item, tuple) and 2 <= len(item) <= 3 and isinstance(item[0], str):
         vs = item[2] if len(item) == 3 else ()
         if isinstance(vs, str):
@@ -358,7 +289,8 @@ def resolve_trees(trees, universe=None) -> TreePlan:
         A family that is not ``process:shape[:verifiers]`` (the entry is named), an unknown process or
         verifier (with the closest name), a shape that is not prefix-closed (the first path whose parent is
         missing), a verifier not lossless for the process and shape, a family named twice, a tree or a
-        universe above its limit (:data:`MAX_FAMILY_NODES`, :data:`MAX_UNIVERSE_NODES`,
+        tree without draft nodes, a tree or a universe above its limit
+        (:data:`otspec.tree._spec.MAX_DRAFT_TREE_NODES`, shared with the decoder; :data:`MAX_UNIVERSE_NODES`,
         :data:`MAX_TREE_DEPTH`, :data:`MAX_TREE_FAMILIES`).
     """
     if trees is None:
@@ -389,12 +321,14 @@ def resolve_trees(trees, universe=None) -> TreePlan:
     paths: set = set()
     if universe is not None:
         if isinstance(universe, str):
-            ushape, uspec = _parse_shape(universe, "`tree_universe`", MAX_UNIVERSE_NODES)
+            ushape, uspec = parse_shape_text(universe, "`tree_universe`", MAX_UNIVERSE_NODES, name="MAX_UNIVERSE_NODES")
         elif isinstance(universe, TreeShape):
             ushape = universe
+            check_tree_size(ushape.n, "`tree_universe`", MAX_UNIVERSE_NODES, what="a universe",
+                            name="MAX_UNIVERSE_NODES")
             uspec = json.dumps(ushape.to_medusa_choices(), separators=(",", ":"))
         else:
-            raise TypeError(f"`tree_universe` must be a shape text ({_SHAPE_FORMS}) or a TreeShape, got "
+            raise TypeError(f"`tree_universe` must be a shape text ({SHAPE_FORMS}) or a TreeShape, got "
                             f"{type(universe).__name__}")
         paths.update(ushape.paths[1:])
     for f in fams:

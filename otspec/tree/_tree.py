@@ -659,7 +659,12 @@ class DraftTree:
         return f"DraftTree(n={self.n}, max_depth={self.max_depth}, paths={self.paths()[1:]})"
 
 
-@dataclass(frozen=True)
+#: Eagle2Params' parameters by SGLang's names, with the other names they are also accepted by (EAGLE's
+#: ``topK_genrate`` arguments; its ``depth`` there counts one level less, see :meth:`Eagle2Params.from_eagle`).
+_EAGLE2_ALIASES = {"num_steps": "depth", "topk": "top_k", "num_draft_tokens": "total_tokens"}
+
+
+@dataclass(frozen=True, init=False)
 class Eagle2Params:
     r"""The parameters of an EAGLE-2 dynamic draft tree (deterministic given the context).
 
@@ -668,35 +673,43 @@ class Eagle2Params:
         s(v) = \sum_{j \le d(v)} \log p(x_j \mid x_{<j}),
 
     the draft's cumulative log-probability of a node's path. Level 1 holds
-    the root's ``top_k`` most likely tokens; at each later level the
-    ``top_k`` nodes of the previous level with the largest :math:`s` (the
-    frontier; all of level 1 for level 2) each propose their ``top_k`` most
-    likely children; of all the proposed nodes, the ``total_tokens - 1`` with
-    the largest :math:`s` are kept (ties: the earlier proposal first, which
-    keeps the kept set prefix-closed since :math:`s` never increases along
-    a path). See :func:`otspec.tree.sample_tree` with ``process="eagle2"``.
+    the root's ``topk`` most likely tokens; at each later level the
+    ``topk`` nodes of the previous level with the largest :math:`s` (the
+    frontier; all of level 1 for level 2) each propose their ``topk`` most
+    likely children; of all the proposed nodes, the ``num_draft_tokens - 1``
+    with the largest :math:`s` are kept (ties: the earlier proposal first,
+    which keeps the kept set prefix-closed since :math:`s` never increases
+    along a path). See :func:`otspec.tree.sample_tree` with
+    ``process="eagle2"``.
+
+    The parameters are SGLang's (``--speculative-num-steps``,
+    ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``); the
+    names ``depth``, ``top_k`` and ``total_tokens`` are accepted as keywords
+    too and are attributes (aliases of the same three numbers), and every
+    message names a parameter as the call named it.
 
     Parameters
     ----------
-    depth : int
-        Number of levels of the tree (its largest depth). This is SGLang's
-        ``speculative_num_steps``; EAGLE's ``topK_genrate`` with its own
-        ``depth`` argument builds ``depth + 1`` levels (use
-        :meth:`from_eagle`).
-    top_k : int
-        Children proposed per expanded node, and frontier size
-        (EAGLE's ``top_k``, SGLang's ``speculative_eagle_topk``).
-    total_tokens : int
-        Tree size counting the root, as in EAGLE (``total_tokens``) and
-        SGLang (``speculative_num_draft_tokens``): ``n = total_tokens - 1``
-        draft nodes, at most ``top_k + (depth - 1) top_k**2`` (the number of
-        proposals).
+    num_steps : int
+        Number of levels of the tree (its largest depth): SGLang's
+        ``speculative_num_steps`` (alias ``depth``). EAGLE's
+        ``topK_genrate`` with its own ``depth`` argument builds
+        ``depth + 1`` levels (use :meth:`from_eagle`).
+    topk : int
+        Children proposed per expanded node, and frontier size: SGLang's
+        ``speculative_eagle_topk``, EAGLE's ``top_k`` (alias ``top_k``).
+    num_draft_tokens : int
+        Tree size counting the root: SGLang's
+        ``speculative_num_draft_tokens``, EAGLE's ``total_tokens`` (alias
+        ``total_tokens``): ``n = num_draft_tokens - 1`` draft nodes, at most
+        ``topk + (num_steps - 1) topk**2`` (the number of proposals).
 
     Raises
     ------
     TypeError, ValueError
-        Non-integers, values below 1 (``total_tokens`` below 2), more draft
-        nodes than proposals, or more than :data:`MAX_TREE_NODES` nodes.
+        Non-integers, values below 1 (``num_draft_tokens`` below 2), more
+        draft nodes than proposals, or more than :data:`MAX_TREE_NODES`
+        nodes; a parameter missing, or given under both of its names.
 
     References
     ----------
@@ -710,51 +723,85 @@ class Eagle2Params:
     Examples
     --------
     >>> from otspec.tree import Eagle2Params
-    >>> Eagle2Params(depth=3, top_k=2, total_tokens=6).n
-    5
-    >>> Eagle2Params.from_eagle(depth=5, top_k=10, total_tokens=60).depth
+    >>> e = Eagle2Params(num_steps=3, topk=2, num_draft_tokens=6)
+    >>> e.n, e == Eagle2Params(3, 2, 6) == Eagle2Params(depth=3, top_k=2, total_tokens=6)
+    (5, True)
+    >>> e
+    Eagle2Params(num_steps=3, topk=2, num_draft_tokens=6)
+    >>> Eagle2Params.from_eagle(depth=5, top_k=10, total_tokens=60).num_steps
     6
     """
 
-    depth: int
-    top_k: int
-    total_tokens: int
+    num_steps: int
+    topk: int
+    num_draft_tokens: int
 
-    def __post_init__(self):
-        depth = validate_positive_int(self.depth, "depth")
-        top_k = validate_positive_int(self.top_k, "top_k")
-        total = validate_positive_int(self.total_tokens, "total_tokens", minimum=2)
-        proposals = top_k + (depth - 1) * top_k * top_k
+    def __init__(self, num_steps=None, topk=None, num_draft_tokens=None, *, depth=None, top_k=None,
+                 total_tokens=None):
+        given = {"num_steps": num_steps, "topk": topk, "num_draft_tokens": num_draft_tokens, "depth": depth,
+                 "top_k": top_k, "total_tokens": total_tokens}
+        names = {}
+        values = {}
+        for sg, other in _EAGLE2_ALIASES.items():
+            a, b = given[sg], given[other]
+            if a is not None and b is not None:
+                raise TypeError(f"Eagle2Params takes `{sg}` or its alias `{other}`, not both (got {sg}={a!r}, "
+                                f"{other}={b!r})")
+            if a is None and b is None:
+                raise TypeError(f"Eagle2Params needs `{sg}` (or its alias `{other}`)")
+            names[sg] = other if a is None else sg
+            values[sg] = b if a is None else a
+        steps_n, topk_n, tokens_n = names["num_steps"], names["topk"], names["num_draft_tokens"]
+        steps = validate_positive_int(values["num_steps"], steps_n)
+        k = validate_positive_int(values["topk"], topk_n)
+        total = validate_positive_int(values["num_draft_tokens"], tokens_n, minimum=2)
+        proposals = k + (steps - 1) * k * k
         if total - 1 > proposals:
             raise ValueError(
-                f"`total_tokens` - 1 = {total - 1} draft nodes exceeds the {proposals} nodes proposed "
-                f"(top_k + (depth - 1) * top_k**2 with depth={depth}, top_k={top_k})"
+                f"`{tokens_n}` - 1 = {total - 1} draft nodes exceeds the {proposals} nodes proposed "
+                f"({topk_n} + ({steps_n} - 1) * {topk_n}**2 with {steps_n}={steps}, {topk_n}={k})"
             )
-        if total - 1 > MAX_TREE_NODES or math.log(top_k) * 2 + math.log(depth) > math.log(10 * MAX_TREE_NODES):
+        if total - 1 > MAX_TREE_NODES or math.log(k) * 2 + math.log(steps) > math.log(10 * MAX_TREE_NODES):
             raise ValueError(
-                f"EAGLE-2 trees with depth={depth}, top_k={top_k}, total_tokens={total} exceed the stated "
+                f"EAGLE-2 trees with {steps_n}={steps}, {topk_n}={k}, {tokens_n}={total} exceed the stated "
                 f"limit MAX_TREE_NODES={MAX_TREE_NODES} (nodes or proposals)"
             )
-        object.__setattr__(self, "depth", depth)
-        object.__setattr__(self, "top_k", top_k)
-        object.__setattr__(self, "total_tokens", total)
+        object.__setattr__(self, "num_steps", steps)
+        object.__setattr__(self, "topk", k)
+        object.__setattr__(self, "num_draft_tokens", total)
+
+    @property
+    def depth(self) -> int:
+        """``num_steps``: the number of levels."""
+        return self.num_steps
+
+    @property
+    def top_k(self) -> int:
+        """``topk``: children per expanded node, and frontier size."""
+        return self.topk
+
+    @property
+    def total_tokens(self) -> int:
+        """``num_draft_tokens``: the tree's size counting the root."""
+        return self.num_draft_tokens
 
     @classmethod
     def from_eagle(cls, *, depth, top_k, total_tokens) -> Eagle2Params:
         """From EAGLE's ``topK_genrate`` arguments: its ``depth`` loop builds ``depth + 1`` levels."""
-        return cls(validate_positive_int(depth, "depth") + 1, top_k, total_tokens)
+        return cls(num_steps=validate_positive_int(depth, "depth") + 1, top_k=top_k, total_tokens=total_tokens)
 
     @classmethod
     def from_sglang(cls, *, num_steps, topk, num_draft_tokens) -> Eagle2Params:
-        """From SGLang's ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``."""
-        return cls(num_steps, topk, num_draft_tokens)
+        """From SGLang's ``speculative_num_steps``, ``speculative_eagle_topk``, ``speculative_num_draft_tokens``
+        (the constructor's own names)."""
+        return cls(num_steps=num_steps, topk=topk, num_draft_tokens=num_draft_tokens)
 
     @property
     def n(self) -> int:
-        """Number of draft nodes, ``total_tokens - 1``."""
+        """Number of draft nodes, ``num_draft_tokens - 1``."""
         return self.total_tokens - 1
 
     @property
     def max_depth(self) -> int:
-        """Largest possible depth of the tree (``depth``)."""
-        return self.depth
+        """Largest possible depth of the tree (``num_steps``)."""
+        return self.num_steps
