@@ -32,7 +32,7 @@ from otspec.decoding._sampling import TOP_P_RULES
 from otspec.decoding.real import DEFAULT_KEEP
 from otspec.profile import ProfileSettings, summarize, toy_pair, write_report
 from otspec.profile._prompts import has_text, load_prompts, read_prompts
-from otspec.profile._run import check_before_loading, execute, prepare
+from otspec.profile._run import check_before_loading, check_report_dest, execute, prepare, subsample_text
 from otspec.profile._settings import CONTEXTS, MAX_K, families, token_verifiers
 
 __all__ = ["main"]
@@ -185,16 +185,9 @@ def _settings(args) -> ProfileSettings:
     )
 
 
-def _nth(n: int) -> str:
-    if n == 1:
-        return "every position"
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"every {n}{suffix} position"
-
-
 def _plan_lines(plan) -> list[str]:
     """What the run computes where, and what it leaves out and why (the manifest's positions and skipped)."""
-    man, s = plan.manifest, plan.settings
+    man, s, plan_items = plan.manifest, plan.settings, plan.items
     pos, skipped = man["positions"], man["skipped"]
     V = man["models"]["target"]["vocab_size"]
     lines = [f"profile: {len(plan.items)} prompts, {pos['profiled']} profiled positions "
@@ -212,8 +205,7 @@ def _plan_lines(plan) -> list[str]:
         uni = f" (top-k universe: {plan.universe.n} rank paths)" if plan.universe is not None else ""
         lines.append(f"  every profiled position, draft trees: {', '.join(plan.names()) or 'none'}{uni}")
     if pos["subsample"] or pos["acceptance"]["subsample"]:
-        lines.append(f"  {_nth(pos['subsample_every'])} of each prompt's path (--subsample "
-                     f"{pos['subsample_every']}: {pos['subsampled']} of {pos['profiled']} positions): "
+        lines.append(f"  the subsample, {subsample_text(s, plan_items)}: "
                      f"{what(pos['subsample'], pos['acceptance']['subsample'])}")
     reasons: dict = {}
     for field_name in ("verifiers", "families"):
@@ -255,6 +247,7 @@ def _profile(args) -> int:
 
 # --------------------------------------------------------------------------- report
 def _report(args) -> int:
+    check_report_dest(args.run, args.dest)
     path = write_report(args.run, dest=args.dest, draft_cost=args.draft_cost, score_cost=args.score_cost,
                         reference=args.reference, figures=not args.no_figures)
     print(path)

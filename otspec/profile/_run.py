@@ -12,8 +12,10 @@ from ..decoding._models import validate_language_model
 from ._distributed import run_on_client
 from ._prompts import load_prompts
 from ._settings import ProfileSettings, check_limits
+from ._collect import path_length
 from ._shard import run_shard
 from ._store import (
+    _IDENTITY,
     FORMAT,
     MANIFEST,
     _model_id,
@@ -28,7 +30,8 @@ from ._store import (
 )
 from ._trees import check_tree_context
 
-__all__ = ["ProfileRun", "Plan", "profile", "prepare", "execute", "check_before_loading"]
+__all__ = ["ProfileRun", "Plan", "profile", "prepare", "execute", "check_before_loading", "check_report_dest",
+           "subsample_positions", "subsample_text"]
 
 
 @dataclass(frozen=True)
@@ -261,3 +264,80 @@ def execute(plan: Plan, draft, target, *, progress: bool | None = None, client=N
                 cols = run_shard(draft, target, items[s * size:(s + 1) * size], settings, s * size, bar=bar)
                 write_shard(out, s, cols)
     return len(todo), skipped
+
+
+def check_report_dest(out, dest) -> None:
+    """Refuse to write the report of the run in ``out`` into ``dest`` when ``dest`` holds another run.
+
+    ``dest`` may be None, the run's own folder, a folder without ``manifest.json``, or one holding a copy of
+    the same run (the same identity entries: format, settings, models, prompts); a folder holding another run
+    keeps its own report and figures.
+
+    Raises
+    ------
+    ValueError
+        ``dest`` holds the manifest of another run (the entries that differ are named), or one that cannot be read.
+    """
+    if dest is None:
+        return
+    out, dest = Path(out), Path(dest)
+    theirs = dest / MANIFEST
+    if not theirs.is_file() or (out.exists() and dest.exists() and dest.resolve() == out.resolve()):
+        return
+    ours = out / MANIFEST
+    if not ours.is_file():
+        return  # write_report says the run holds no manifest
+    try:
+        other = json.loads(theirs.read_text())
+    except (OSError, ValueError):
+        raise ValueError(f"`dest` {str(dest)!r} holds a {MANIFEST} that cannot be read: it may be another run's "
+                         "folder; choose another `dest`") from None
+    mine = json.loads(ours.read_text())
+    differ = [k for k in _IDENTITY if not isinstance(other, dict) or other.get(k) != mine.get(k)]
+    if differ:
+        raise ValueError(f"`dest` {str(dest)!r} holds another profile run (its {MANIFEST} differs from that of "
+                         f"`out` {str(out)!r} in {', '.join(differ)}): writing there would replace that run's "
+                         "report and figures; choose an empty folder, or that run's own report")
+
+
+def subsample_positions(settings: ProfileSettings, items: list) -> list[tuple[int, int]]:
+    """The positions where the costly quantities run: ``(prompt index, path position)`` pairs, in order.
+
+    Profiled position ``u`` (path position ``u * stride``) of prompt ``i`` is taken when ``u + i`` is a multiple
+    of ``subsample`` (:func:`otspec.profile._collect.is_subsampled`); none with ``subsample = 0``.
+    """
+    every = settings.subsample
+    if not every:
+        return []
+    out = []
+    for i, (_, ref) in enumerate(items):
+        P = -(-path_length(ref if settings.context == "reference" else None, settings) // settings.stride)
+        out.extend((i, u * settings.stride) for u in range((-i) % every, P, every))
+    return out
+
+
+def subsample_text(settings: ProfileSettings, items: list, *, listed: int = 4) -> str:
+    """What the subsample took, in words: the positions themselves when there are at most ``listed``, else how
+    many of how many prompts' paths, and the rule.
+
+    Examples
+    --------
+    >>> from otspec.profile import ProfileSettings
+    >>> from otspec.profile._run import subsample_text
+    >>> s = ProfileSettings(max_new_tokens=8, subsample=32)
+    >>> subsample_text(s, [([1, 2], None)] * 3)
+    'position 0 of prompt 0 only (1 of 24 profiled positions; --subsample 32 takes profiled position u of prompt i when u + i is a multiple of 32)'
+    """
+    taken = subsample_positions(settings, items)
+    profiled = sum(-(-path_length(ref if settings.context == "reference" else None, settings) // settings.stride)
+                   for _, ref in items)
+    rule = (f"--subsample {settings.subsample} takes profiled position u of prompt i when u + i is a multiple of "
+            f"{settings.subsample}")
+    if not taken:
+        return f"no position ({rule})"
+    count = f"{len(taken)} of {profiled} profiled positions"
+    if len(taken) <= listed:
+        where = ", ".join(f"position {t} of prompt {i}" for i, t in taken)
+        return f"{where} only ({count}; {rule})"
+    prompts = len({i for i, _ in taken})
+    return f"{count}, on {prompts} of {len(items)} prompts ({rule})"

@@ -442,7 +442,11 @@ class ProfileSettings:
                 else:
                     skipped[field_name][n] = f"At a vocabulary of {V} tokens, {msg}."
             keep[field_name] = tuple(names)
-        if keep["verifiers"] == self.verifiers and keep["families"] == self.families:
+        for n in ON_REQUEST:  # the reason quotes the run's own vocabulary
+            if skipped["verifiers"].get(n) == _on_request_reason(None):
+                skipped["verifiers"][n] = _on_request_reason(V)
+        if (keep["verifiers"] == self.verifiers and keep["families"] == self.families
+                and skipped == self._skipped):
             return self
         d = self.to_dict()
         d.update(keep)
@@ -481,6 +485,13 @@ class ProfileSettings:
         return d
 
 
+def _on_request_reason(V: int | None) -> str:
+    """Why the without-replacement optimum runs on request only, at the run's vocabulary ``V`` when known."""
+    here = "" if V is None else f"; this run's vocabulary has {V:,} tokens"
+    return ("It runs on request only (name it): the without-replacement optimum's cost grows with the vocabulary "
+            f"(about 1.7 s per depth measured at SmolLM2's V = 49,152{here}).")
+
+
 def _left_out_reason(name: str, field_name: str, auto: bool, missing: list) -> str:
     """Why a default leaves ``name`` out of ``field_name`` (a sentence)."""
     if not auto:
@@ -489,8 +500,7 @@ def _left_out_reason(name: str, field_name: str, auto: bool, missing: list) -> s
         return (f"It needs the option {missing[0]!r}, which `verifier_options` does not give "
                 f"(e.g. {{\"{name}\": {{\"{missing[0]}\": ...}}}}).")
     if name in ON_REQUEST:
-        return ("It runs on request only (name it): the without-replacement optimum costs about 1.7 s per "
-                "depth at V = 49,152.")
+        return _on_request_reason(None)
     if name == "lp" and field_name == "families":
         return ("Its expected tokens build an LP per draft tree node and run on request only (name it); its "
                 "per-depth acceptance is alpha_k, recorded as the verifier 'lp'.")
