@@ -72,7 +72,9 @@ def test_default_families_are_printed_and_recorded(tmp_path, prompts, capsys):
     pos = man["positions"]
     assert pos["every"] == ["token", "block", "block-onestep"] and "optimal" in pos["subsample"]
     assert pos["subsample_every"] == 32 and (pos["profiled"], pos["subsampled"]) == (6, 1)
-    assert "every 32nd position of each prompt's path (--subsample 32: 1 of 6 positions)" in out
+    # the subsample as taken: one position of one prompt, named (not "every 32nd position of each prompt's path")
+    assert "the subsample, position 0 of prompt 0 only (1 of 6 profiled positions; --subsample 32 takes" in out
+    assert "every 32nd position" not in out
     skipped = man["skipped"]
     assert set(skipped["families"]) == {"lp", "mentored", "ensemble"}
     assert set(skipped["verifiers"]) == {"mentored", "ensemble", "without-replacement"}
@@ -95,7 +97,7 @@ def test_families_without_optimal(tmp_path, prompts, capsys):
     assert man["positions"]["every"] == ["token", "block"] and man["positions"]["subsample"] == ["kseq"]
     assert man["skipped"]["families"]["optimal"] == "Not asked for: `families` was given and does not name it."
     assert "optimal (--families): Not asked for: `--families` was given and does not name it." in out
-    assert "every position of each prompt's path (--subsample 1: 6 of 6 positions): tokens per call of kseq" in out
+    assert "the subsample, every profiled position (6 of 6; --subsample 1): tokens per call of kseq" in out
 
 
 def test_families_optimal_only(tmp_path, prompts):

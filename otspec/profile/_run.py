@@ -335,6 +335,8 @@ def subsample_text(settings: ProfileSettings, items: list, *, listed: int = 4) -
             f"{settings.subsample}")
     if not taken:
         return f"no position ({rule})"
+    if len(taken) == profiled:
+        return f"every profiled position ({profiled} of {profiled}; --subsample {settings.subsample})"
     count = f"{len(taken)} of {profiled} profiled positions"
     if len(taken) <= listed:
         where = ", ".join(f"position {t} of prompt {i}" for i, t in taken)
