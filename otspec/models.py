@@ -313,6 +313,8 @@ def validate_model(model, name: str = "model") -> int:
         raise TypeError(
             f"`{name}` must be a model with a `vocab_size` attribute and a `next_dist(prefix)` "
             f"method, got {type(model).__name__}"
+            + (f": a decoding model gives logits, not laws; pass otspec.decoding.as_model({name}, context=prompt)"
+               if callable(getattr(model, "logits", None)) and callable(getattr(model, "new_state", None)) else "")
         )
     v = model.vocab_size
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):

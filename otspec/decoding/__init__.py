@@ -11,6 +11,10 @@ from ._deps import require as _require
 
 _require("torch", "otspec.decoding")
 
+from ._as_model import (
+    LanguageModelLaws,  # noqa: E402
+    as_model,  # noqa: E402
+)
 from ._loop import (
     BaselineResult,  # noqa: E402
     DecodeResult,  # noqa: E402
@@ -52,8 +56,10 @@ __all__ = [
     "DecodingSummary",
     "HFCausalLM",
     "LanguageModel",
+    "LanguageModelLaws",
     "Sampling",
     "transformers_keep_mask",
+    "as_model",
     "autoregressive_decode",
     "exact_prefix_law",
     "layer_skip_draft",

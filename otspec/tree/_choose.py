@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validation import number_text, validate_positive_int
+from .._validation import SIMPLEX_TOL, number_text, validate_positive_int
 from ..models import next_law, validate_model_pair, validate_sequence
 from ._process import MAX_TREES, LawCache, _laws_of, _ranked, enumerate_trees, validate_process
 from ._tree import TreeShape
@@ -438,6 +438,10 @@ def _validate_acceptance(acceptance) -> np.ndarray:
     if bad.any():
         i = int(np.argmax(bad))
         raise ValueError(f"`acceptance` entries must lie in [0, 1], got acceptance[{i}]={number_text(a[i])}")
+    total = math.fsum(a.tolist())
+    if total > 1.0 + SIMPLEX_TOL:
+        raise ValueError(f"`acceptance` must sum to at most 1 (a[r] is the probability that the rank-r child is the "
+                         f"accepted one, and at most one child is), got sum {total:.12g}")
     a.setflags(write=False)
     return a
 
@@ -487,7 +491,10 @@ def sequoia(acceptance, n, depth, *, include_bonus: bool = False) -> SequoiaTree
     acceptance : (K,) array_like of float
         :math:`a[r]`, the probability that the rank-:math:`r` child is the
         accepted one (Sequoia measures it on trees of depth 1 with ``K``
-        children). Nodes have at most ``K`` children.
+        children; :func:`acceptance_vector`). At most one child is
+        accepted, so the vector lies in the simplex: :math:`a[r] \in [0, 1]`
+        and :math:`\sum_r a[r] \le 1` (up to :data:`otspec._validation.SIMPLEX_TOL`
+        for rounding). Nodes have at most ``K`` children.
     n : int
         Draft tokens (Sequoia's budget counts the root too: it is ``n + 1``).
     depth : int
@@ -506,7 +513,8 @@ def sequoia(acceptance, n, depth, *, include_bonus: bool = False) -> SequoiaTree
     Raises
     ------
     ValueError
-        ``acceptance`` empty, not 1-D, or with entries outside [0, 1];
+        ``acceptance`` empty, not 1-D, with entries outside [0, 1] or
+        summing above 1;
         ``n`` or ``depth`` below 1; the work above :data:`MAX_SEQUOIA_WORK`;
         no shape with ``n`` nodes of at most ``K`` children and depth ``depth``.
     TypeError
