@@ -20,7 +20,7 @@ from otspec.decoding._tree_loop import tree_plan  # noqa: E402
 from otspec.profile import ProfileSettings, toy_pair  # noqa: E402
 from otspec.profile._run import check_report_dest, subsample_positions, subsample_text  # noqa: E402
 from otspec.profile._trees import resolve_trees  # noqa: E402
-from otspec.tree._spec import MAX_DRAFT_TREE_NODES, parse_tree_spec  # noqa: E402
+from otspec.tree import MAX_DRAFT_TREE_NODES, parse_tree_spec  # noqa: E402
 
 SMALL = ["--k-max", "2", "--L-max", "2", "--max-new-tokens", "3", "--no-progress"]
 
@@ -150,7 +150,7 @@ def test_one_node_limit_for_profile_and_decoder():
     for call in (lambda s: ProfileSettings(trees=[("iid", s)]),
                  lambda s: tree_plan(s, process="iid", verifier=None, options=None, allow_lossy=False, target=t, V=3,
                                      sampling=D.Sampling())):
-        with pytest.raises(ValueError, match=f"1,025 draft nodes is above the limit MAX_DRAFT_TREE_NODES = 1,024"):
+        with pytest.raises(ValueError, match="1,025 draft nodes is above the limit MAX_DRAFT_TREE_NODES = 1,024"):
             call(big)
         call(fits)
     assert MAX_DRAFT_TREE_NODES == 1024

@@ -541,7 +541,7 @@ def speculative_decode(
         ``process:shape[:verifier]`` that the profile takes (``"eagle2:3,2,6"``,
         ``"topk:branching(4,2):target-only"``; ``process`` and ``verifier``
         then come from it); at least one and at most
-        ``otspec.tree._spec.MAX_DRAFT_TREE_NODES`` (1024, the profile's limit
+        ``otspec.tree.MAX_DRAFT_TREE_NODES`` (1024, the profile's limit
         too) draft nodes. The target
         must have ``tree_logits`` (:class:`HFCausalLM`, :class:`CallableLM`; a
         model whose attention takes no 4-D mask is scored by rows, still

@@ -226,7 +226,7 @@ class TreePlan:
 
 def _from_text(tree: str, process, verifier):
     """``(shape, process, verifier)`` from a tree's text ``process:shape[:verifier]`` (the profile's language,
-    :func:`otspec.tree._spec.parse_tree_spec`); ``process`` and ``verifier`` given beside it must agree."""
+    :func:`otspec.tree.parse_tree_spec`); ``process`` and ``verifier`` given beside it must agree."""
     spec = parse_tree_spec(tree, "`tree`", processes=TREE_PROCESSES)
     if process is not None and process != spec.process:
         raise ValueError(f"`tree` {tree!r} names the process {spec.process!r} and `process` is {process!r}: give "
@@ -275,7 +275,7 @@ def _levels(shape):
 def _check_support(shape, process: str, V: int, sampling: Sampling) -> None:
     """Refuse, before any model call, a shape the draft's laws cannot fill (distinct children)."""
     if process == "eagle2":
-        need, where = shape.top_k, "EAGLE-2's `top_k`"
+        need, where = shape.topk, "children per node (EAGLE-2's `topk`)"
     elif process in ("wor", "topk"):
         need = max((max(r) + 1 for _, _, r in _child_groups(shape)), default=1)
         where = "children (largest rank + 1) at a node"
@@ -315,7 +315,7 @@ def tree_plan(tree, *, process, verifier, options, allow_lossy, target, V: int, 
     Parameters
     ----------
     tree : TreeShape, sequence of rank paths, Eagle2Params or str
-        A text is the profile's ``process:shape[:verifier]`` (:func:`otspec.tree._spec.parse_tree_spec`):
+        A text is the profile's ``process:shape[:verifier]`` (:func:`otspec.tree.parse_tree_spec`):
         ``process`` and ``verifier`` come from it (given beside it, they must agree).
     process : str or None
         One of :data:`TREE_PROCESSES`; None only with an Eagle2Params (``"eagle2"``) or a text.
@@ -339,7 +339,7 @@ def tree_plan(tree, *, process, verifier, options, allow_lossy, target, V: int, 
         A malformed tree or process, an unknown verifier, a verifier not lossless for the process (the
         message names the processes it is lossless for) without ``allow_lossy``, a target without
         ``tree_logits``, a tree the draft's laws cannot fill (too few distinct tokens), no draft node or more
-        than :data:`otspec.tree._spec.MAX_DRAFT_TREE_NODES` (the profile's limit too).
+        than :data:`otspec.tree.MAX_DRAFT_TREE_NODES` (the profile's limit too).
 
     Examples
     --------

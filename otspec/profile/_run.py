@@ -9,10 +9,10 @@ from pathlib import Path
 
 from .._deps import check_installed
 from ..decoding._models import validate_language_model
+from ._collect import path_length
 from ._distributed import run_on_client
 from ._prompts import load_prompts
 from ._settings import ProfileSettings, check_limits
-from ._collect import path_length
 from ._shard import run_shard
 from ._store import (
     _IDENTITY,
@@ -325,8 +325,9 @@ def subsample_text(settings: ProfileSettings, items: list, *, listed: int = 4) -
     >>> from otspec.profile import ProfileSettings
     >>> from otspec.profile._run import subsample_text
     >>> s = ProfileSettings(max_new_tokens=8, subsample=32)
-    >>> subsample_text(s, [([1, 2], None)] * 3)
-    'position 0 of prompt 0 only (1 of 24 profiled positions; --subsample 32 takes profiled position u of prompt i when u + i is a multiple of 32)'
+    >>> print(subsample_text(s, [([1, 2], None)] * 3))  # doctest: +NORMALIZE_WHITESPACE
+    position 0 of prompt 0 only (1 of 24 profiled positions; --subsample 32 takes profiled position u of prompt i
+    when u + i is a multiple of 32)
     """
     taken = subsample_positions(settings, items)
     profiled = sum(-(-path_length(ref if settings.context == "reference" else None, settings) // settings.stride)

@@ -52,7 +52,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,7 +60,7 @@ from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, _topk_tree, draw_children
-from ..tree._spec import MAX_DRAFT_TREE_NODES, SHAPE_FORMS, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
+from ..tree._spec import SHAPE_FORMS, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
@@ -205,7 +204,7 @@ def _family(process: str, shape, verifiers, where: str, canon: str | None = None
 
 def parse_family(item, i=None) -> TreeFamily:
     """A :class:`TreeFamily` from its text ``process:shape[:verifiers]`` (the language of
-    :func:`otspec.tree._spec.parse_tree_spec`, shared with :func:`otspec.decoding.speculative_decode`), a tuple
+    :func:`otspec.tree.parse_tree_spec`, shared with :func:`otspec.decoding.speculative_decode`), a tuple
     ``(process, shape[, verifiers])`` or a TreeFamily (``i``: its index, for messages).
 
     A deterministic family (``topk``, ``eagle2``) takes no verifier, or lossless ones only (``target-only``, as
@@ -290,7 +289,7 @@ def resolve_trees(trees, universe=None) -> TreePlan:
         verifier (with the closest name), a shape that is not prefix-closed (the first path whose parent is
         missing), a verifier not lossless for the process and shape, a family named twice, a tree or a
         tree without draft nodes, a tree or a universe above its limit
-        (:data:`otspec.tree._spec.MAX_DRAFT_TREE_NODES`, shared with the decoder; :data:`MAX_UNIVERSE_NODES`,
+        (:data:`otspec.tree.MAX_DRAFT_TREE_NODES`, shared with the decoder; :data:`MAX_UNIVERSE_NODES`,
         :data:`MAX_TREE_DEPTH`, :data:`MAX_TREE_FAMILIES`).
     """
     if trees is None:

@@ -12,7 +12,9 @@ block verification, hierarchical speculative decoding, SpecHub), all
 registered with ``kind="tree"``, with their exact laws; :func:`value`, the
 exact expected number of accepted draft tokens; :func:`optimum`, the best any
 lossless verifier of a draft process can do (LPs); and the choice of a tree
-(:func:`best_shape`, Sequoia's dynamic program :func:`sequoia`).
+(:func:`best_shape`, Sequoia's dynamic program :func:`sequoia`); the text of a
+tree that the profile and the decoder read (:func:`parse_tree_spec`, with
+the one node limit :data:`MAX_DRAFT_TREE_NODES`).
 
 Notation: ``p`` is the draft law and ``q`` the target law at a node.
 """
@@ -50,6 +52,7 @@ from ._published import (
     spechub_optimum,
     spechub_pair_law,
 )
+from ._spec import MAX_DRAFT_TREE_NODES, TreeSpec, parse_tree_spec
 from ._tree import MAX_TREE_NODES, DraftTree, Eagle2Params, TreeShape
 from ._value import TreeCheck, check_lossless, output_law, value
 from ._verifiers import (
@@ -63,6 +66,7 @@ from ._verifiers import (
 
 __all__ = [
     "DETERMINISTIC_PROCESSES",
+    "MAX_DRAFT_TREE_NODES",
     "MAX_CHOOSE_WORK",
     "MAX_SEQUOIA_WORK",
     "MAX_SPECHUB_TREES",
@@ -88,6 +92,7 @@ __all__ = [
     "TreeOptimum",
     "TreePlan",
     "TreeShape",
+    "TreeSpec",
     "TreeVerifier",
     "acceptance_vector",
     "best_shape",
@@ -99,6 +104,7 @@ __all__ = [
     "make_tree_verifier",
     "optimum",
     "output_law",
+    "parse_tree_spec",
     "sample_spechub_tree",
     "sample_tree",
     "sequoia",

@@ -168,7 +168,17 @@ def eagle2_of(text: str, where: str) -> Eagle2Params:
 
 def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
                     limit: int = MAX_DRAFT_TREE_NODES) -> TreeSpec:
-    """Read a tree's text ``process:shape[:verifiers]`` (see the module docstring).
+    r"""Read a tree's text ``process:shape[:verifiers]``, the one language of the profile and the decoder.
+
+    .. math::
+
+        \texttt{"process:shape[:verifiers]"} \mapsto (\text{process}, T, (v_1, \dots)),
+        \qquad 1 \le n(T) \le \texttt{limit},
+
+    with :math:`n(T)` the draft nodes of the shape :math:`T` (``branching(b1,...,bD)``:
+    :math:`\sum_d \prod_{j \le d} b_j`; ``chains(k,L)``: :math:`kL`; rank paths: their number;
+    ``eagle2``'s ``num_steps,topk,num_draft_tokens``: ``num_draft_tokens - 1``), computed before the
+    tree is built.
 
     Parameters
     ----------
@@ -191,9 +201,15 @@ def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
         a tree without draft nodes or above ``limit`` (with its exact size), EAGLE-2 parameters out of range
         (named as SGLang names them).
 
+    References
+    ----------
+    .. [1] Cai et al., "Medusa", arXiv:2401.10774, §2.1.2 (``medusa_choices``); Li et al., "EAGLE-2",
+       arXiv:2406.16858, §4, and SGLang's ``--speculative-num-steps``, ``--speculative-eagle-topk``,
+       ``--speculative-num-draft-tokens``.
+
     Examples
     --------
-    >>> from otspec.tree._spec import parse_tree_spec
+    >>> from otspec.tree import parse_tree_spec
     >>> s = parse_tree_spec("eagle2:3,2,6")
     >>> s.process, s.shape, s.verifiers
     ('eagle2', Eagle2Params(num_steps=3, topk=2, num_draft_tokens=6), ())
