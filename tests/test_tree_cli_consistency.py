@@ -21,24 +21,10 @@ from otspec.profile import ProfileSettings, toy_pair  # noqa: E402
 from otspec.profile._run import check_report_dest, subsample_positions, subsample_text  # noqa: E402
 from otspec.profile._trees import resolve_trees  # noqa: E402
 from otspec.tree import MAX_DRAFT_TREE_NODES, parse_tree_spec  # noqa: E402
+from tests import test_cli  # noqa: E402
 
-SMALL = ["--k-max", "2", "--L-max", "2", "--max-new-tokens", "3", "--no-progress"]
-
-
-@pytest.fixture
-def prompts(tmp_path):
-    f = tmp_path / "p.jsonl"
-    f.write_text('{"input_ids": [0, 1]}\n{"input_ids": [2]}\n')
-    return f
-
-
-@pytest.fixture
-def no_loading(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the error was reported")
-
-    monkeypatch.setattr(cli, "_load_pair", refuse)
-
+SMALL = test_cli.SMALL
+prompts, no_loading = test_cli.prompts, test_cli.no_loading  # the command line's fixtures
 
 def _profile(prompts, out, *extra):
     return cli.main(["profile", "--draft", "toy:3", "--target", "toy:3", "--prompts", str(prompts), "--out",

@@ -50,6 +50,8 @@ def test_the_tree_guide_lists_every_registered_tree_rule():
 torch = pytest.importorskip("torch")
 D = pytest.importorskip("otspec.decoding")
 
+from tests.toy_lm import table_fn  # noqa: E402
+
 
 def _softmax(x):
     e = np.exp(x - x.max())
@@ -69,16 +71,6 @@ class _TableModel:
         return _softmax(self.table[prev, ids[-1]])
 
 
-def _table_fn(table):
-    t = torch.as_tensor(table)
-
-    def fn(ids):
-        prev = torch.cat([torch.zeros_like(ids[:, :1]), ids[:, :-1]], dim=1)
-        return t[prev, ids]
-
-    return fn
-
-
 CASES = [(T.TreeShape([(0,), (1,), (0, 0)]), "iid", "specinfer"), (T.TreeShape([(0,), (1,), (0, 0)]), "wor", "sequoia"),
          (T.TreeShape([(0,), (1,), (0, 0), (0, 1)]), "wor", "traversal"),
          (T.TreeShape.branching(3, 2), "topk", "target-only"), (T.Eagle2Params(3, 2, 6), "eagle2", "target-only")]
@@ -90,7 +82,7 @@ def test_as_model_gives_the_value_of_the_independent_route(shape, process, verif
     table = np.random.default_rng(7).normal(0, 1.5, size=(V, V, V))
     ctx = (1, 3)
     dt, tt = table + np.random.default_rng(8).normal(0, 0.8, size=table.shape), table
-    draft, target = D.CallableLM(_table_fn(dt), V), D.CallableLM(_table_fn(tt), V)
+    draft, target = D.CallableLM(table_fn(torch.as_tensor(dt)), V), D.CallableLM(table_fn(torch.as_tensor(tt)), V)
     got = T.value(shape, D.as_model(draft, context=ctx), D.as_model(target, context=ctx), process=process,
                   verifier=verifier)
     want = T.value(shape, _TableModel(dt, ctx), _TableModel(tt, ctx), process=process, verifier=verifier)
