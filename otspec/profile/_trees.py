@@ -60,7 +60,7 @@ from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, _topk_tree, draw_children
-from ..tree._spec import SHAPE_FORMS, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
+from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
@@ -166,10 +166,7 @@ def _check_verifiers(names, process: str, shape, where: str) -> tuple[str, ...]:
 
 
 def _family(process: str, shape, verifiers, where: str, canon: str | None = None) -> TreeFamily:
-    if process not in TREE_PROCESSES:
-        also = (" (SpecHub's pairs are drafted by otspec.decoding.speculative_decode only)" if process == "spechub"
-                else suggest(process, TREE_PROCESSES))
-        raise ValueError(f"{where}: the process must be one of {TREE_PROCESSES}, got {process!r}{also}")
+    check_process(process, TREE_PROCESSES, where)
     if process == "eagle2":
         if not isinstance(shape, Eagle2Params):
             raise TypeError(f"{where}: an 'eagle2' family takes Eagle2Params (or the text "

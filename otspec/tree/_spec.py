@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from ._tree import Eagle2Params, TreeShape
 
 __all__ = ["MAX_DRAFT_TREE_NODES", "SPEC_PROCESSES", "SHAPE_FORMS", "TreeSpec", "parse_shape_text",
-           "parse_tree_spec", "check_tree_size"]
+           "parse_tree_spec", "check_tree_size", "check_process"]
 
 #: Largest draft tree, in draft nodes, that the profile profiles and the decoder drafts at every step: one
 #: target call with a tree attention mask scores all its nodes, and the verifiers run at every node (Medusa's
@@ -166,6 +166,16 @@ def eagle2_of(text: str, where: str) -> Eagle2Params:
         raise type(exc)(f"{where}: {exc}") from None
 
 
+def check_process(process: str, processes: tuple, where: str) -> None:
+    """Refuse a process the caller does not run (with the closest name, or the reason it is left out)."""
+    from .._registry import suggest
+
+    if process not in processes:
+        also = (" (SpecHub's pairs are drafted by otspec.decoding.speculative_decode only)"
+                if process in SPEC_PROCESSES else suggest(process, processes))
+        raise ValueError(f"{where}: the process must be one of {processes}, got {process!r}{also}")
+
+
 def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
                     limit: int = MAX_DRAFT_TREE_NODES) -> TreeSpec:
     r"""Read a tree's text ``process:shape[:verifiers]``, the one language of the profile and the decoder.
@@ -222,18 +232,13 @@ def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
     ...
     ValueError: `tree`: branching(64,64,64) has 266,304 draft nodes, above the limit MAX_DRAFT_TREE_NODES = 1,024
     """
-    from .._registry import suggest
-
     if not isinstance(text, str):
         raise TypeError(f"{where} must be a text {SPEC_FORM}, got {type(text).__name__}")
     parts = re.sub(r"\s+", "", text).split(":")
     if len(parts) < 2 or len(parts) > 3 or not parts[1]:
         raise ValueError(f"{where} must be {SPEC_FORM}, got {text!r}")
     process, shape_text, vs = parts[0], parts[1], parts[2] if len(parts) == 3 else ""
-    if process not in processes:
-        also = (" (SpecHub's pairs are drafted by otspec.decoding.speculative_decode only)"
-                if process in SPEC_PROCESSES else suggest(process, processes))
-        raise ValueError(f"{where}: the process must be one of {processes}, got {process!r}{also}")
+    check_process(process, processes, where)
     if process == "eagle2":
         shape = eagle2_of(shape_text, where)
         check_tree_size(shape.n, where, limit, what="an EAGLE-2 tree")
