@@ -29,6 +29,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from .._registry import suggest
 from ._tree import Eagle2Params, TreeShape
 
 __all__ = ["MAX_DRAFT_TREE_NODES", "SPEC_PROCESSES", "SHAPE_FORMS", "TreeSpec", "parse_shape_text",
@@ -168,8 +169,6 @@ def eagle2_of(text: str, where: str) -> Eagle2Params:
 
 def check_process(process: str, processes: tuple, where: str) -> None:
     """Refuse a process the caller does not run (with the closest name, or the reason it is left out)."""
-    from .._registry import suggest
-
     if process not in processes:
         also = (" (SpecHub's pairs are drafted by otspec.decoding.speculative_decode only)"
                 if process in SPEC_PROCESSES else suggest(process, processes))
