@@ -118,11 +118,12 @@ def test_report_leads_with_the_recommendation(run):
     sections = re.findall(r"^## (.*)$", text, flags=re.M)
     assert sections[0] == "Recommendation"
     first_table = [ln for ln in text.split("## Recommendation")[1].splitlines() if ln.startswith("|")]
-    assert first_table[0] == "| rank | scheme | k | L | tokens per call | speed-up |"
-    assert first_table[2] == "| baseline | plain decoding | - | 0 | 1 | 1 |"
+    assert first_table[0] == ("| rank | configuration | verifier | engine settings | engines | positions | "
+                              "tokens per call | speed-up |")
+    assert first_table[2] == "| baseline | plain decoding | - | - | every engine | - | 1 | 1 |"
     assert first_table[3].startswith("| 1 | ")
-    assert "Below 1 is slower than plain decoding" in text
-    assert "Runner-up:" in text and "paired difference" in text
+    assert "below 1 is slower than plain decoding" in text
+    assert "Runner-up:" in text and "paired difference in speed-up, best - runner-up" in text
     # every table names its positions; no mean of one set of positions beside another's
     for title in sections:
         if title.startswith(("Tokens per target call", "Mean acceptance")):
