@@ -8,6 +8,7 @@ import numpy as np
 
 from .._registry import get_verifier
 from ._figures import (
+    chosen_tree_size,
     plot_acceptance_vs_k,
     plot_chosen_tree,
     plot_speedup,
@@ -487,7 +488,7 @@ def _trees_lines(summary) -> list[str]:
     return lines
 
 
-def report_markdown(summary, *, figures=()) -> str:
+def report_markdown(summary, *, figures=(), left_out=()) -> str:
     r"""The report's markdown text: the recommendation first, then what was profiled, the costs, and the tables.
 
     Every table holds estimates computed on one set of positions, named in its title (all profiled
@@ -499,6 +500,8 @@ def report_markdown(summary, *, figures=()) -> str:
     summary : ProfileSummary
     figures : sequence of str, keyword-only
         File names of figures to link.
+    left_out : sequence of str, keyword-only
+        Lines saying which figures were left out and why (drawn on too few positions to rank).
 
     Returns
     -------
@@ -543,30 +546,105 @@ def report_markdown(summary, *, figures=()) -> str:
         for ((f, k, L), (r, rk, _)), e in summary.differences.items():
             lines.append(f"| {f} | {k} | {L} | {r} (k = {rk}) | {e.positions} | {_signed(e)} |")
         lines.append("")
-    if figures:
+    if figures or left_out:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
+        lines += [f"- {t}" for t in left_out] + ([""] if left_out else [])
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _draw_panels(path: Path, title: str, items: list, draw) -> None:
-    """One PNG of ``len(items)`` panels (at most 3 a row), ``draw(ax, item)`` each."""
+def _draw_panels(path: Path, title: str, items: list, draw, *, size=(5.0, 3.8), cols: int = 3) -> None:
+    """One PNG of ``len(items)`` panels (at most ``cols`` a row), ``draw(ax, item)`` each; the title wrapped to the
+    figure's width and the bounding box fitted to everything drawn (titles, legends outside the axes)."""
+    import textwrap
+
     import matplotlib.pyplot as plt
 
-    cols = min(3, len(items))
+    cols = min(cols, len(items))
     rows = -(-len(items) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(size[0] * cols, size[1] * rows), squeeze=False)
     for ax, item in zip(axes.flat, items):
         draw(ax, item)
     for ax in list(axes.flat)[len(items):]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle("\n".join(textwrap.wrap(title, width=int(14 * size[0] * cols))), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata={"Software": None})
+    fig.savefig(path, dpi=100, bbox_inches="tight", pad_inches=0.15, metadata={"Software": None})
     plt.close(fig)
 
 
+#: Every figure a report may draw.
+FIGURES = ("acceptance_vs_k.png", "tokens_vs_L.png", "speedup.png", "trees_tokens.png", "trees_speedup.png",
+           "trees_heldout.png", "tree_chosen.png")
+
+
+def _too_few(what: str, n: int) -> str:
+    return (f"{what}: left out, drawn on {_positions(n)} (fewer than the {MIN_RANKED_POSITIONS} this report needs to "
+            "rank; profile more positions).")
+
+
+def _figures(summary, dest: Path) -> tuple[list, list]:
+    """Draw the report's figures: ``(file names, lines saying which were left out and why)``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    names, left = [], []
+    ps = position_set(summary)
+    st = summary.settings
+    depths = sorted({j for _, _, j in ps.acceptance})
+    ks = sorted({k for _, k, _ in ps.tokens_per_call})
+    fams = list(dict.fromkeys(f for f, _, _ in ps.speedup))
+    where = _set_title(ps, summary)
+    panels = (
+        ("acceptance_vs_k.png", "Mean acceptance against k, per depth", depths,
+         lambda ax, j: plot_acceptance_vs_k(summary, depth=j, positions=ps.name, ax=ax)),
+        ("tokens_vs_L.png", "Tokens per target call against L, per number of drafts k", ks,
+         lambda ax, k: plot_tokens_vs_L(summary, k=k, positions=ps.name, ax=ax)),
+        ("speedup.png", "Predicted speed-up over plain decoding, per scheme (framed: its best k, L)", fams,
+         lambda ax, f: plot_speedup(summary, family=f, positions=ps.name, ax=ax)),
+    )
+    if ps.positions < MIN_RANKED_POSITIONS:
+        left.append(_too_few("The (k, L) figures (acceptance_vs_k.png, tokens_vs_L.png, speedup.png), on the "
+                             "recommendation's positions", ps.positions))
+    else:
+        for fname, title, items, draw in panels:
+            if items:
+                _draw_panels(dest / fname, f"{title}: {st['k_max']} drafts at most, on {where}", items, draw,
+                             size=(5.6, 3.8) if fname != "speedup.png" else (4.6, 3.6))
+                names.append(fname)
+    ts = summary.trees
+    if ts is not None and ts.tokens_per_call:
+        if ts.positions < MIN_RANKED_POSITIONS:
+            left.append(_too_few("The tree figures on all profiled positions (trees_tokens.png, trees_speedup.png)",
+                                 ts.positions))
+        else:
+            for fname, draw in (("trees_tokens.png", plot_tree_tokens), ("trees_speedup.png", plot_tree_speedup)):
+                _draw_panels(dest / fname, "Draft trees beside the (k, L) schemes", [None],
+                             lambda ax, _, draw=draw: draw(summary, positions="all", ax=ax), size=(6.4, 4.4))
+                names.append(fname)
+    ch = ts.choice if ts is not None else None
+    if ch is not None and ch.static:
+        if ch.positions[1] < MIN_RANKED_POSITIONS:
+            left.append(_too_few("The held-out tree figures (trees_heldout.png, tree_chosen.png)", ch.positions[1]))
+        else:
+            _draw_panels(dest / "trees_heldout.png", "Draft trees and the best static shape of every size, held out",
+                         ["tokens", "speedup"],
+                         lambda ax, w: (plot_tree_tokens if w == "tokens" else plot_tree_speedup)(
+                             summary, positions="held out", ax=ax), size=(6.4, 4.4), cols=1)
+            names.append("trees_heldout.png")
+            _draw_panels(dest / "tree_chosen.png", "The chosen draft tree", [None],
+                         lambda ax, _: plot_chosen_tree(summary, ax=ax), size=chosen_tree_size(summary))
+            names.append("tree_chosen.png")
+    return names, left
+
+
 def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> Path:
-    r"""Write ``report.md`` (and ``acceptance_vs_k.png``, ``tokens_vs_L.png``, ``speedup.png``) for a run.
+    r"""Write ``report.md`` and its figures for a run.
+
+    The figures (PNG): ``acceptance_vs_k.png``, ``tokens_vs_L.png`` and ``speedup.png`` on the positions the
+    recommendation ranks; with trees, ``trees_tokens.png`` and ``trees_speedup.png`` on every profiled
+    position, ``trees_heldout.png`` and ``tree_chosen.png`` on the held-out prompts. A figure whose positions
+    are fewer than :data:`~otspec.profile._summary.MIN_RANKED_POSITIONS` is left out, and the report says so
+    (a figure of an earlier report of the same name is removed with it).
 
     .. math::
 
@@ -596,39 +674,11 @@ def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> 
     summary = summarize(out, **summary_options)
     dest = Path(out if dest is None else dest)
     dest.mkdir(parents=True, exist_ok=True)
-    names = []
-    if figures:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        ps = position_set(summary)
-        st = summary.settings
-        depths = sorted({j for _, _, j in ps.acceptance})
-        ks = sorted({k for _, k, _ in ps.tokens_per_call})
-        fams = list(dict.fromkeys(f for f, _, _ in ps.speedup))
-        panels = (
-            ("acceptance_vs_k.png", "Mean acceptance against k, per depth", depths,
-             lambda ax, j: plot_acceptance_vs_k(summary, depth=j, positions=ps.name, ax=ax)),
-            ("tokens_vs_L.png", "Tokens per target call against L, per number of drafts k", ks,
-             lambda ax, k: plot_tokens_vs_L(summary, k=k, positions=ps.name, ax=ax)),
-            ("speedup.png", "Predicted speed-up over plain decoding, per scheme (framed: its best k, L)", fams,
-             lambda ax, f: plot_speedup(summary, family=f, positions=ps.name, ax=ax)),
-        )
-        for fname, title, items, draw in panels:
-            if items:
-                _draw_panels(dest / fname, f"{title} -- {st['k_max']} drafts at most, {_set_title(ps, summary)}",
-                             items, draw)
-                names.append(fname)
-        ts = summary.trees
-        if ts is not None and ts.tokens_per_call:
-            for fname, draw in (("trees_tokens.png", plot_tree_tokens), ("trees_speedup.png", plot_tree_speedup)):
-                _draw_panels(dest / fname, "Draft trees beside the (k, L) schemes", [None],
-                             lambda ax, _, draw=draw: draw(summary, ax=ax))
-                names.append(fname)
-        if ts is not None and ts.choice is not None and ts.choice.fastest is not None:
-            _draw_panels(dest / "tree_chosen.png", "The chosen draft tree", [None],
-                         lambda ax, _: plot_chosen_tree(summary, ax=ax))
-            names.append("tree_chosen.png")
+    names, left = _figures(summary, dest) if figures else ([], [])
+    if figures and (dest / "report.md").is_file():
+        for stale in FIGURES:
+            if stale not in names and (dest / stale).is_file():
+                (dest / stale).unlink()
     path = dest / "report.md"
-    write_atomic(path, report_markdown(summary, figures=names).encode())
+    write_atomic(path, report_markdown(summary, figures=names, left_out=left).encode())
     return path
