@@ -447,8 +447,10 @@ def _trees_lines(summary) -> list[str]:
             lines.append(f"| {n}{mark} | {_fmt(st.tokens_per_call)} | {_fmt(st.speedup, '.2f')} | "
                          f"{_paths_text(st.paths)} |")
         for name, d in ch.versus.items():
-            lines.append(f"| {ts.families[name]['n']} ({name}) | {_fmt(ch.heldout[name])} | - | the family itself; "
-                         f"best static shape minus it: {_signed(d)} |")
+            sp = ch.heldout_speedup.get(name)
+            lines.append(f"| {ts.families[name]['n']} ({name}) | {_fmt(ch.heldout[name])} | "
+                         f"{_fmt(sp, '.2f') if sp else '-'} | the family itself; best static shape minus it, "
+                         f"paired difference in tokens per call: {_signed(d)} |")
         if ch.fastest is not None and ch.fastest.n not in _budgets(len(ch.static)):
             st = ch.fastest
             lines.append(f"| {st.n} (fastest) | {_fmt(st.tokens_per_call)} | {_fmt(st.speedup, '.2f')} | "
@@ -535,14 +537,14 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
             palm, bias = summary.palm.get((f, k, L)), summary.position_bias.get((f, k, L))
             lines.append(f"| {f} | {k} | {L} | {_fmt(e)} | {_fmt(palm) if palm else '-'} | {_percent(bias)} |")
         if summary.renewal_differences:
-            lines += ["", "| scheme | k | L | minus | renewal difference |", "|---|---|---|---|---|"]
+            lines += ["", "| scheme | k | L | minus | difference in renewal tokens per call |", "|---|---|---|---|---|"]
             for ((f, k, L), (r, _, _)), e in summary.renewal_differences.items():
                 lines.append(f"| {f} | {k} | {L} | {r} | {_signed(e)} |")
         lines.append("")
     if summary.differences:
         lines += ["## Paired differences of tokens per call", "",
                   "Both sides on the same positions (the subsample when either is computed there only).", "",
-                  "| scheme | k | L | minus | positions | difference |", "|---|---|---|---|---|---|"]
+                  "| scheme | k | L | minus | positions | difference in tokens per call |", "|---|---|---|---|---|---|"]
         for ((f, k, L), (r, rk, _)), e in summary.differences.items():
             lines.append(f"| {f} | {k} | {L} | {r} (k = {rk}) | {e.positions} | {_signed(e)} |")
         lines.append("")
