@@ -184,7 +184,7 @@ def test_tree_figures_draw_one_position_set_each(summary):
     assert not any("static" in ln.get_label() for ln in ax.get_lines())  # no held-out curve among them
     ax.clear()
     plot_tree_speedup(summary, positions="held out", ax=ax)
-    for name, (x, y, _, _) in _points(ax).items():
+    for name, (_x, y, _, _) in _points(ax).items():
         assert y == ch.heldout_speedup[name].value
         np.testing.assert_allclose(y, ch.heldout[name].value * summary.costs.plain / ts.seconds[name], rtol=1e-12)
     assert "32 held-out positions" in ax.get_title()
