@@ -30,6 +30,7 @@ from otspec.profile._summary import (  # noqa: E402
     Estimate,
     StaticShape,
     _universe_edge,
+    configurations,
     cost_inversions,
 )
 from otspec.tree import TreeShape  # noqa: E402
@@ -122,6 +123,17 @@ def test_the_report_opens_with_one_sentence(run):
     assert f"(engines: {best.engines})" in first
     if best.settings:
         assert f"engine settings `{best.settings}`" in first
+
+
+def test_a_chosen_tree_on_too_few_held_out_positions_is_not_ranked(summary):
+    ts = summary.trees
+    few = dataclasses.replace(ts, choice=dataclasses.replace(ts.choice, positions=(ts.choice.positions[0], 12)))
+    chains = next(p for p in summary.sets.values() if p.recommendation is summary.recommendation)
+    assert any(c.kind == "chosen tree" for c in configurations(chains, ts))
+    ranked = configurations(chains, few)
+    assert not any(c.kind == "chosen tree" for c in ranked) and len(ranked) == len(summary.configurations) - 1
+    text = report_markdown(dataclasses.replace(summary, trees=few, configurations=ranked))
+    assert "Not ranked: the chosen static tree" in text and "12 positions" in text
 
 
 # --------------------------------------------------------------------------- 2. the positions each figure claims

@@ -39,6 +39,13 @@ def _signed(e, spec=".3f") -> str:
     return f"{e.value:+{spec}} [{e.lo:+{spec}}, {e.hi:+{spec}}]"
 
 
+def _kl(e) -> str:
+    """A KL divergence: infinite (no interval) where the output law misses some of the target's mass."""
+    if e.value == float("inf"):
+        return "inf (the output law misses target mass at some position)"
+    return _fmt(e, ".4f")
+
+
 def _percent(e) -> str:
     if e and not e.has_interval:
         return f"{100 * e.value:+.2f} % [{ONE_PROMPT}]"
@@ -147,9 +154,13 @@ def _recommendation_lines(summary) -> list[str]:
                      f"{c.engines} | {short[c.positions]} ({_positions(c.speedup.positions)}) | "
                      f"{_fmt(c.tokens_per_call)} | {_fmt(c.speedup, '.2f')} |")
     lines.append("")
-    edge = summary.trees.choice.edge if summary.trees is not None and summary.trees.choice is not None else ()
-    if edge:
-        lines += [_edge_line(edge, summary), ""]
+    ch = summary.trees.choice if summary.trees is not None else None
+    if ch is not None and ch.fastest is not None and not any(c.kind == "chosen tree" for c in configs):
+        lines += [f"Not ranked: the chosen static tree (n = {ch.fastest.n}), measured on {_positions(ch.positions[1])} "
+                  f"of the held-out prompts only (fewer than the {MIN_RANKED_POSITIONS} needed to rank it beside the "
+                  "others): its values are in the tree section; profile more prompts.", ""]
+    if ch is not None and ch.edge:
+        lines += [_edge_line(ch.edge, summary), ""]
     if rec is None:
         return lines
     ps = next((p for p in summary.sets.values() if p.recommendation is rec), None)
@@ -379,7 +390,7 @@ def _tables_lines(summary) -> list[str]:
             for (kind, v, k, j) in ps.gaps:
                 if kind == "tv" and j == 1:
                     lines.append(f"| {v} | {k} | {_fmt(ps.gaps[('tv', v, k, 1)], '.4f')} | "
-                                 f"{_fmt(ps.gaps[('kl', v, k, 1)], '.4f')} |")
+                                 f"{_kl(ps.gaps[('kl', v, k, 1)])} |")
             lines.append("")
     return lines
 

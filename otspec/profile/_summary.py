@@ -733,7 +733,8 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
 
     the ``(k, L)`` schemes ranked by ``chains``' recommendation (on its positions), the draft-tree families
     (on every profiled position) and the device-aware static top-k shape chosen on the even-indexed prompts,
-    at its held-out value (measured on the odd-indexed ones).
+    at its held-out value (measured on the odd-indexed ones; left out when those are fewer than
+    :data:`MIN_RANKED_POSITIONS` positions and the others are not).
 
     Parameters
     ----------
@@ -773,7 +774,8 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
                                      verifier=DETERMINISTIC_VERIFIER if v is None else v, settings=settings,
                                      engines=TREE_ENGINES[proc], key=name))
         ch = trees.choice
-        if ch is not None and ch.fastest is not None:
+        if ch is not None and ch.fastest is not None and (ch.positions[1] >= MIN_RANKED_POSITIONS
+                                                          or trees.positions < MIN_RANKED_POSITIONS):
             st, ex = ch.fastest, ch.export
             out.append(Configuration(
                 name=f"static top-k tree, n = {st.n} (chosen" + ("; at the edge of the recorded universe)" if ch.edge
