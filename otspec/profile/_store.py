@@ -17,12 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import tempfile
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
+from .. import __version__
 from ._collect import COLUMNS, TIMING_KINDS, path_length
 
 __all__ = ["MANIFEST", "FORMAT", "write_atomic", "manifest_for", "check_folder", "write_manifest", "shard_path",
@@ -82,8 +84,6 @@ def _versions() -> dict:
         except metadata.PackageNotFoundError:
             out[pkg] = None
     if out["otspec"] is None:
-        from .. import __version__
-
         out["otspec"] = __version__
     return out
 
@@ -99,8 +99,6 @@ def machine_entry(devices: dict | None = None) -> dict:
         (``torch.get_num_threads()``, None without torch), ``cpu_count``, ``load_average`` (1, 5 and 15
         minutes, ``os.getloadavg()``; None where the system has none) and ``platform``.
     """
-    import platform
-
     try:
         import torch
     except ImportError:  # pragma: no cover - the profile needs torch
