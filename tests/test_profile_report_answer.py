@@ -118,11 +118,11 @@ def test_the_report_opens_with_one_sentence(run):
     s = summarize(run, draft_cost=0.01, score_cost=1.0, n_boot=200)
     best = next(c for c in s.configurations if c.speedup.lo > 1)
     first = _section(report_markdown(s), "Recommendation").strip().split("\n\n")[0]
-    assert first.startswith(f"Run **{best.name}** with {best.verifier}")
+    assert first.startswith(f"Run **{best.name}** (verifier: {best.verifier}")
     assert f"{best.speedup.value:.2f} [{best.speedup.lo:.2f}, {best.speedup.hi:.2f}]" in first
     assert f"(engines: {best.engines})" in first
     if best.settings:
-        assert f"engine settings `{best.settings}`" in first
+        assert f"; engine settings: `{best.settings}`)" in first
 
 
 def test_a_chosen_tree_on_too_few_held_out_positions_is_not_ranked(summary):

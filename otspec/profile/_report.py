@@ -103,8 +103,7 @@ def _verdict(e) -> str:
 
 def _run_it(c) -> str:
     """``name`` with its verifier and engine settings, for a sentence."""
-    text = f"**{c.name}** with {c.verifier}"
-    return text + (f", engine settings `{c.settings}`" if c.settings else "")
+    return f"**{c.name}** (verifier: {c.verifier}" + (f"; engine settings: `{c.settings}`" if c.settings else "") + ")"
 
 
 def _recommendation_lines(summary) -> list[str]:
