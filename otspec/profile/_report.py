@@ -222,9 +222,14 @@ def _cost_source(summary) -> str:
     c = summary.costs
     if c.source == "given":
         return "given as relative units (one target call of one token = 1), not measured"
+    devs = ((summary.provenance or {}).get("machine") or {}).get("devices") or {}
+    on = "".join(f"{r} on {d}; " for r, d in devs.items())
     if c.source == "measured":
-        return "measured by the run on its own device (medians of 3 timings; spread in the costs' section)"
-    return "from the run's timers (no cost calibration; every target call costing the same)"
+        return f"measured by the run on its own device ({on}medians of 3 timings; spread, threads and load in the " \
+               "costs' section)"
+    if c.source == "timers":
+        return f"from the run's timers ({on}no cost calibration; every target call costing the same)"
+    return c.description
 
 
 def _profiled_lines(summary) -> list[str]:
@@ -527,7 +532,8 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
         f"Draft: {summary.models['draft']['name']}; target: {summary.models['target']['name']} "
         f"(V = {summary.models['target']['vocab_size']}). {summary.prompts} prompts, {summary.positions} profiled "
         f"positions{sub}; k_max = {s['k_max']}, L_max = {s['L_max']}, context path: {s['context']}, temperature "
-        f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts.",
+        f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts; an "
+        f"estimate resting on one prompt has none (\"{ONE_PROMPT}\").",
         "",
     ]
     lines += _recommendation_lines(summary)
