@@ -379,7 +379,7 @@ def cost_inversions(timings: dict) -> list:
 
     .. math::
 
-        a \preceq b \ (	ext{rows and tokens per row both at most } b	ext{'s}),\qquad
+        a \preceq b \ (\text{rows and tokens per row both at most } b\text{'s}),\qquad
         \max t(b) < \min t(a),
 
     a call on at least as many rows and tokens as another that every timing puts below every timing of the
@@ -729,7 +729,7 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
 
     .. math::
 
-        \widehat S(c) = rac{\widehat{	ext{tpc}}(c)\ t_{	ext{plain}}}{t(c)}\quad	ext{for every } c,
+        \widehat S(c) = \frac{\widehat{\text{tpc}}(c)\ t_{\text{plain}}}{t(c)}\quad\text{for every } c,
 
     the ``(k, L)`` schemes ranked by ``chains``' recommendation (on its positions), the draft-tree families
     (on every profiled position) and the device-aware static top-k shape chosen on the even-indexed prompts,
