@@ -126,7 +126,7 @@ def _recommendation_lines(summary) -> list[str]:
     shipped = [c for c in configs if not c.engines.startswith(NO_ENGINE)]
     if top.engines.startswith(NO_ENGINE) and shipped:
         c = shipped[0]
-        lines += ["", f"No serving engine ships it; the fastest that one does: {_run_it(c)} ({c.engines}), "
+        lines += ["", f"No serving engine ships it; the fastest that one does ({c.engines}): {_run_it(c)}, "
                   f"speed-up {_fmt(c.speedup, '.2f')} ({_verdict(c.speedup)})."]
     chosen = [c for c in (*configs[:1], *clear[:1]) if c.kind == "chosen tree"]
     ex = summary.trees.choice.export if chosen else None
