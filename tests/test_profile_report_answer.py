@@ -123,6 +123,12 @@ def test_the_report_opens_with_one_sentence(run):
     assert f"(engines: {best.engines})" in first
     if best.settings:
         assert f"; engine settings: `{best.settings}`)" in first
+    # what no engine ships comes with the fastest configuration that one does
+    shipped = next(c for c in s.configurations if c.engines != "none" and not c.engines.startswith("none ("))
+    second = _section(report_markdown(s), "Recommendation").strip().split("\n\n")[1]
+    assert best.engines.startswith("none")  # a tree drawn without replacement, at these costs
+    assert second.startswith(f"No serving engine ships it; the fastest that one does ({shipped.engines}): "
+                             f"**{shipped.name}**")
 
 
 def test_a_chosen_tree_on_too_few_held_out_positions_is_not_ranked(summary):
