@@ -182,9 +182,10 @@ def _figures(summary, out: Path) -> list[str]:
     depths = sorted({j for _, _, j in ps.acceptance})
     ks = sorted({k for _, k, _ in ps.tokens_per_call})
     for fname, items, draw in (
-            ("real_pair_acceptance.png", depths, lambda ax, j: plot_acceptance_vs_k(summary, depth=j, ax=ax)),
-            ("real_pair_tokens.png", ks, lambda ax, k: plot_tokens_vs_L(summary, k=k, ax=ax))):
-        fig, axes = plt.subplots(1, len(items), figsize=(4.4 * len(items), 3.6), squeeze=False)
+            ("real_pair_acceptance.png", depths,
+             lambda ax, j: plot_acceptance_vs_k(summary, depth=j, positions=ps.name, ax=ax)),
+            ("real_pair_tokens.png", ks, lambda ax, k: plot_tokens_vs_L(summary, k=k, positions=ps.name, ax=ax))):
+        fig, axes = plt.subplots(1, len(items), figsize=(5.8 * len(items), 3.6), squeeze=False)  # legends beside
         for ax, item in zip(axes.flat, items):
             draw(ax, item)
         names.append(save_figure(fig, out / fname, dpi=90))

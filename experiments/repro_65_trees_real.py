@@ -165,12 +165,13 @@ def _figures(summary, out: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     from otspec.profile import plot_chosen_tree, plot_tree_tokens
+    from otspec.profile._figures import chosen_tree_size
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     names = []
-    for fname, draw, size in (("trees_real_tokens.png", plot_tree_tokens, (6.5, 4.2)),
-                              ("trees_real_chosen.png", plot_chosen_tree, (7.5, 4.5))):
+    for fname, draw, size in (("trees_real_tokens.png", plot_tree_tokens, (9.0, 4.2)),  # room for the legend
+                              ("trees_real_chosen.png", plot_chosen_tree, chosen_tree_size(summary))):
         fig, ax = plt.subplots(figsize=size)
         draw(summary, ax=ax)
         names.append(save_figure(fig, out / fname, dpi=100))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from otspec.decoding import HFCausalLM, smollm2_pair
 from otspec.decoding._sampling import TOP_P_RULES
-from otspec.decoding.real import DEFAULT_KEEP
+from otspec.decoding.real import DEFAULT_KEEP, draft_name
 from otspec.profile import ProfileSettings, summarize, toy_pair, write_report
 from otspec.profile._prompts import has_text, load_prompts, read_prompts
 from otspec.profile._run import check_before_loading, check_report_dest, execute, prepare, subsample_text
@@ -135,7 +135,7 @@ def _model_names(d: _Model, t: _Model) -> dict:
         if m.kind == "smollm2":
             return {"name": "SmolLM2-135M-Instruct", "class": "HFCausalLM"}
         if m.kind == "smollm2-skip":
-            return {"name": f"SmolLM2-135M[{len(DEFAULT_KEEP)}/30 layers]", "class": "HFCausalLM"}
+            return {"name": draft_name(DEFAULT_KEEP), "class": "HFCausalLM"}
         return {"name": m.spec, "class": "HFCausalLM"}
 
     return {"draft": one(d, "draft"), "target": one(t, "target")}

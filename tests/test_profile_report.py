@@ -118,11 +118,12 @@ def test_report_leads_with_the_recommendation(run):
     sections = re.findall(r"^## (.*)$", text, flags=re.M)
     assert sections[0] == "Recommendation"
     first_table = [ln for ln in text.split("## Recommendation")[1].splitlines() if ln.startswith("|")]
-    assert first_table[0] == "| rank | scheme | k | L | tokens per call | speed-up |"
-    assert first_table[2] == "| baseline | plain decoding | - | 0 | 1 | 1 |"
+    assert first_table[0] == ("| rank | configuration | verifier | engine settings | engines | positions | "
+                              "tokens per call | speed-up |")
+    assert first_table[2] == "| baseline | plain decoding | - | - | every engine | - | 1 | 1 |"
     assert first_table[3].startswith("| 1 | ")
-    assert "Below 1 is slower than plain decoding" in text
-    assert "Runner-up:" in text and "paired difference" in text
+    assert "below 1 is slower than plain decoding" in text
+    assert "Runner-up:" in text and "paired difference in speed-up, best - runner-up" in text
     # every table names its positions; no mean of one set of positions beside another's
     for title in sections:
         if title.startswith(("Tokens per target call", "Mean acceptance")):
@@ -133,7 +134,7 @@ def test_report_leads_with_the_recommendation(run):
 def test_report_works_without_the_optimal_family(tmp_path):
     # the first-contact crash: a run whose families do not include "optimal"
     d, t = toy_pair(4, seed=0)
-    profile([[0, 1], [2]], out=tmp_path, draft=d, target=t, k_max=2, L_max=2, max_new_tokens=4,
+    profile([[0, 1], [2]], out=tmp_path, draft=d, target=t, k_max=2, L_max=2, max_new_tokens=16,
             families=["token", "kseq", "block"], verifiers=["token"], progress=False)
     path = write_report(tmp_path, n_boot=50)
     assert path.is_file() and {p.name for p in tmp_path.glob("*.png")} == {
@@ -147,19 +148,19 @@ def test_figures_draw_every_family_with_integer_axes(summary):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
-    plot_acceptance_vs_k(summary, depth=2, ax=ax)
+    plot_acceptance_vs_k(summary, depth=2, positions="subsample", ax=ax)
     assert all(float(x).is_integer() for x in ax.get_xticks())
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "alpha_k: ceiling of k i.i.d. drafts" in labels and "top-k (own draft process)" in labels
     ax.clear()
-    plot_tokens_vs_L(summary, k=2, ax=ax)
+    plot_tokens_vs_L(summary, k=2, positions="subsample", ax=ax)
     assert all(float(x).is_integer() for x in ax.get_xticks())
     assert {t.get_text() for t in ax.get_legend().get_texts()} == {"kseq", "multiround"}
     for fam in ("token", "block", "kseq", "multiround", "typical"):
         ax.clear()
-        plot_speedup(summary, family=fam, ax=ax)
+        plot_speedup(summary, family=fam, positions="subsample", ax=ax)
     with pytest.raises(ValueError, match="`family` must be one of"):
-        plot_speedup(summary, family="optimal", ax=ax)
+        plot_speedup(summary, family="optimal", positions="subsample", ax=ax)
     with pytest.raises(ValueError, match="`positions` must be one of"):
         plot_tokens_vs_L(summary, positions="half", ax=ax)
     plt.close("all")

@@ -376,8 +376,8 @@ def test_report_and_figures(tree_run, tmp_path):
     text = path.read_text()
     assert "## Draft trees, on all" in text and "## Choosing a draft tree" in text and "medusa_choices" in text
     assert "--speculative-num-steps" in text and "Sequoia's dynamic programme" in text
-    for f in ("trees_tokens.png", "trees_speedup.png", "tree_chosen.png"):
-        assert (tmp_path / "rep" / f).stat().st_size > 0 and f in text
+    for f in ("trees_tokens.png", "trees_speedup.png", "tree_chosen.png"):  # 24 positions: too few to draw
+        assert not (tmp_path / "rep" / f).exists() and re.search(rf"- The .*\({f}|, {f}\).*left out", text)
 
 
 def test_tree_costs_are_calibrated(tree_run):

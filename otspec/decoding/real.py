@@ -24,7 +24,8 @@ from pathlib import Path
 from ._deps import INSTALL_HINT, require
 from ._models import HFCausalLM
 
-__all__ = ["GGUF_FILE", "DEFAULT_KEEP", "smollm2_gguf_dir", "load_smollm2", "layer_skip_draft", "smollm2_pair"]
+__all__ = ["GGUF_FILE", "DEFAULT_KEEP", "smollm2_gguf_dir", "load_smollm2", "layer_skip_draft", "smollm2_pair",
+           "TARGET_NAME", "draft_name"]
 
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: Decoder layers kept by the default draft: 24 of 30, layers 13-18 skipped. Chosen by
@@ -33,6 +34,29 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: skipping 13-18 gave 0.50, 14-19 0.49, 12-17 0.46, the last 6 layers 0.36,
 #: 20-25 0.16, and any pattern touching layers 10-11 or 22-27 far less.
 DEFAULT_KEEP = tuple(i for i in range(30) if not 13 <= i <= 18)
+
+
+#: The name of the offline target model (the GGUF holds the Instruct model).
+TARGET_NAME = "SmolLM2-135M-Instruct"
+
+
+def draft_name(keep=DEFAULT_KEEP) -> str:
+    """The name of the layer-skip draft of :data:`TARGET_NAME` keeping the decoder layers ``keep`` (of 30).
+
+    >>> draft_name()
+    'SmolLM2-135M-Instruct[24/30 layers, 13-18 skipped]'
+    """
+    kept = set(int(i) for i in keep)
+    skipped = [i for i in range(30) if i not in kept]
+    # contiguous runs of skipped layers, "13-18" or "3, 7-9"
+    runs = []
+    for i in skipped:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    text = ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in runs)
+    return f"{TARGET_NAME}[{len(kept)}/30 layers" + (f", {text} skipped]" if text else "]")
 
 
 def _cache_root() -> Path:
@@ -247,4 +271,4 @@ def smollm2_pair(*, keep: Sequence[int] = DEFAULT_KEEP, device=None, threads: in
         torch.set_num_threads(int(threads))
     tok, model = load_smollm2(device=device, progress=progress)
     draft = layer_skip_draft(model, keep)
-    return tok, HFCausalLM(model, name="SmolLM2-135M-Instruct"), HFCausalLM(draft, name=f"SmolLM2-135M[{len(keep)}/30 layers]")
+    return tok, HFCausalLM(model, name=TARGET_NAME), HFCausalLM(draft, name=draft_name(keep))

@@ -50,6 +50,7 @@ from ._settings import ProfileSettings
 from ._store import read_manifest, read_table
 from ._summary import (
     MIN_RANKED_POSITIONS,
+    Configuration,
     Costs,
     Estimate,
     PositionSet,
@@ -65,6 +66,7 @@ from ._toy import toy_pair
 
 __all__ = [
     "MIN_RANKED_POSITIONS",
+    "Configuration",
     "Costs",
     "PositionSet",
     "Recommendation",

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from .._registry import get_verifier
 from ._figures import (
+    chosen_tree_size,
     plot_acceptance_vs_k,
     plot_chosen_tree,
     plot_speedup,
@@ -15,20 +18,37 @@ from ._figures import (
     position_set,
 )
 from ._store import write_atomic
-from ._summary import MIN_RANKED_POSITIONS, summarize
+from ._summary import CHAIN_ENGINES, MIN_RANKED_POSITIONS, NO_ENGINE, cost_inversions, sglang_flags, summarize
 
 __all__ = ["write_report", "report_markdown"]
 
 
+#: What a table prints in place of an interval resting on one prompt (no bootstrap over prompts exists).
+ONE_PROMPT = "n/a (1 prompt)"
+
+
 def _fmt(e, spec=".3f") -> str:
+    if not e.has_interval:
+        return f"{e.value:{spec}} [{ONE_PROMPT}]"
     return f"{e.value:{spec}} [{e.lo:{spec}}, {e.hi:{spec}}]"
 
 
 def _signed(e, spec=".3f") -> str:
+    if not e.has_interval:
+        return f"{e.value:+{spec}} [{ONE_PROMPT}]"
     return f"{e.value:+{spec}} [{e.lo:+{spec}}, {e.hi:+{spec}}]"
 
 
+def _kl(e) -> str:
+    """A KL divergence: infinite (no interval) where the output law misses some of the target's mass."""
+    if e.value == float("inf"):
+        return "inf (the output law misses target mass at some position)"
+    return _fmt(e, ".4f")
+
+
 def _percent(e) -> str:
+    if e and not e.has_interval:
+        return f"{100 * e.value:+.2f} % [{ONE_PROMPT}]"
     return f"{100 * e.value:+.2f} % [{100 * e.lo:+.2f}, {100 * e.hi:+.2f}]" if e else "-"
 
 
@@ -63,41 +83,106 @@ def _names_on(ps, which: str) -> list[str]:
     return list(dict.fromkeys(key[0] for key in d))
 
 
+def _where(c, summary) -> str:
+    """The positions a configuration's values rest on, in words."""
+    if c.positions == "held out":
+        ch = summary.trees.choice
+        return (f"the {_positions(ch.positions[1])} of the {ch.evaluate_prompts} odd-indexed prompts (held out: "
+                "chosen on the even-indexed ones)")
+    if c.kind == "tree":
+        return f"all {_positions(summary.trees.positions)} profiled"
+    return _set_title(summary.sets[c.positions], summary)
+
+
+def _verdict(e) -> str:
+    if not e.has_interval:
+        return "no interval from one prompt"
+    return ("faster than plain decoding" if e.lo > 1 else "slower than plain decoding" if e.hi < 1 else
+            "not told apart from plain decoding at this sample size")
+
+
+def _run_it(c) -> str:
+    """``name`` with its verifier and engine settings, for a sentence."""
+    return f"**{c.name}** (verifier: {c.verifier}" + (f"; engine settings: `{c.settings}`" if c.settings else "") + ")"
+
+
 def _recommendation_lines(summary) -> list[str]:
     rec = summary.recommendation
-    costs = summary.costs
     lines = ["## Recommendation", ""]
-    if rec is None:
+    configs = summary.configurations
+    if not configs:
         return lines + ["No lossless scheme with tokens per call was profiled: nothing to recommend.", ""]
+    clear = [c for c in configs if c.speedup.has_interval and c.speedup.lo > 1]
+    best = configs[0]
+    if clear:
+        c = clear[0]
+        lines += [f"Run {_run_it(c)}: predicted speed-up {_fmt(c.speedup, '.2f')} over plain decoding on "
+                  f"{_where(c, summary)} (engines: {c.engines})."]
+    else:
+        lines += [f"**Plain decoding is fastest on this device**: no profiled configuration's speed-up interval lies "
+                  f"above 1; the fastest, {best.name}, predicts {_fmt(best.speedup, '.2f')} "
+                  f"({_verdict(best.speedup)}). The best alternatives follow, fastest first."]
+    top = clear[0] if clear else best
+    shipped = [c for c in configs if not c.engines.startswith(NO_ENGINE)]
+    if top.engines.startswith(NO_ENGINE) and shipped:
+        c = shipped[0]
+        lines += ["", f"No serving engine ships it; the fastest that one does ({c.engines}): {_run_it(c)}, "
+                  f"speed-up {_fmt(c.speedup, '.2f')} ({_verdict(c.speedup)})."]
+    chosen = [c for c in (*configs[:1], *clear[:1]) if c.kind == "chosen tree"]
+    ex = summary.trees.choice.export if chosen else None
+    if ex:
+        sg = ex["sglang"]
+        lines += ["", "SGLang runs dynamic EAGLE-2 trees, not this static shape; its closest parameters are `"
+                  + _sglang(sg) + "`" + (f", whose own value is {_fmt(ex['sglang_tokens_per_call'])} tokens per call "
+                                         f"(held out, from {ex['sglang_source']})."
+                                         if ex["sglang_tokens_per_call"] is not None else
+                                         " (outside the recorded universe: no value).")]
+    lines += ["", "Every lossless configuration profiled, fastest first, each on the positions named beside it "
+              f"(speed-up = time per token of plain decoding / predicted time per token, with the costs "
+              f"{_cost_source(summary)}; below 1 is slower than plain decoding). A configuration chosen on the "
+              "same positions its value is reported on (the (k, L) schemes) is optimistic by the selection; a "
+              "chosen tree is measured on prompts that did not choose it.", "",
+              "| rank | configuration | verifier | engine settings | engines | positions | tokens per call | "
+              "speed-up |", "|---|---|---|---|---|---|---|---|",
+              "| baseline | plain decoding | - | - | every engine | - | 1 | 1 |"]
+    short = {"all": "all", "subsample": "subsample", "held out": "held out"}
+    for r, c in enumerate(configs, start=1):
+        settings = ('`' + c.settings + '`') if c.settings and len(c.settings) <= MAX_CELL else \
+            "see the tree section" if c.settings else "-"
+        lines.append(f"| {r} | {c.name} | {c.verifier} | {settings} | "
+                     f"{c.engines} | {short[c.positions]} ({_positions(c.speedup.positions)}) | "
+                     f"{_fmt(c.tokens_per_call)} | {_fmt(c.speedup, '.2f')} |")
+    lines.append("")
+    ch = summary.trees.choice if summary.trees is not None else None
+    if ch is not None and ch.fastest is not None and not any(c.kind == "chosen tree" for c in configs):
+        lines += [f"Not ranked: the chosen static tree (n = {ch.fastest.n}), measured on {_positions(ch.positions[1])} "
+                  f"of the held-out prompts only (fewer than the {MIN_RANKED_POSITIONS} needed to rank it beside the "
+                  "others): its values are in the tree section; profile more prompts.", ""]
+    if ch is not None and ch.edge:
+        lines += [_edge_line(ch.edge, summary), ""]
+    if rec is None:
+        return lines
     ps = next((p for p in summary.sets.values() if p.recommendation is rec), None)
     where = _set_title(ps, summary) if ps is not None else f"{rec.positions} positions"
-    verdict = ("faster than plain decoding" if rec.speedup.lo > 1 else
-               "slower than plain decoding" if rec.speedup.hi < 1 else
-               "not distinguishable from plain decoding at this sample size")
-    lines += [
-        f"**{_config(rec.best)}**: predicted speed-up {_fmt(rec.speedup, '.2f')} over plain decoding "
-        f"({verdict}), {_fmt(rec.tokens_per_call)} tokens per target call, on {where}.",
-    ]
+    lines += ["### The (k, L) schemes", "",
+              f"Fastest: {_config(rec.best)}, speed-up {_fmt(rec.speedup, '.2f')} ({_verdict(rec.speedup)}), "
+              f"{_fmt(rec.tokens_per_call)} tokens per target call, on {where}."]
     if rec.runner_up is not None:
+        d = rec.difference
         lines += ["", f"Runner-up: {_config(rec.runner_up)}, speed-up {_fmt(rec.runner_up_speedup, '.2f')}; paired "
-                  f"difference best - runner-up {_signed(rec.difference)} (the same resamples on both sides"
-                  + ("; an interval covering 0: the two are not told apart" if rec.difference.lo <= 0 else "") + ")."]
-    lines += ["", f"Speed-up = time of plain decoding per token / predicted time per token, with the costs "
-              f"{costs.description}. Below 1 is slower than plain decoding. Lossless schemes only; the best is "
-              "chosen on the same positions its value is reported on, so its value is optimistic by the "
-              "selection (compare the runner-up's interval).", "",
-              "| rank | scheme | k | L | tokens per call | speed-up |", "|---|---|---|---|---|---|",
-              "| baseline | plain decoding | - | 0 | 1 | 1 |"]
-    tokens = (ps.tokens_per_call if ps is not None else summary.tokens_per_call)
-    for r, (key, sp) in enumerate(rec.ranking[:5], start=1):
-        lines.append(f"| {r} | {key[0]} | {key[1]} | {key[2]} | {_fmt(tokens[key])} | {_fmt(sp, '.2f')} |")
+                  f"difference in speed-up, best - runner-up: {_signed(d)} (the same resamples on both sides"
+                  + ("; an interval covering 0: the two are not told apart" if d.has_interval and d.lo <= 0 else "")
+                  + ")."]
+    if ps is not None and ps.positions < MIN_RANKED_POSITIONS:
+        lines += ["", f"Ranked on {_positions(ps.positions)} only, fewer than the {MIN_RANKED_POSITIONS} this "
+                  "report needs to rank schemes: profile more positions."]
     best_of = {}
     for key, sp in rec.ranking:
         best_of.setdefault(key[0], (key, sp))
     lines += ["", "Each scheme at its best (k, L), fastest first:", "",
-              "| scheme | k | L | speed-up |", "|---|---|---|---|"]
+              "| scheme | k | L | speed-up | engines |", "|---|---|---|---|---|"]
     for f, (key, sp) in best_of.items():
-        lines.append(f"| {f} | {key[1]} | {key[2]} | {_fmt(sp, '.2f')} |")
+        lines.append(f"| {f} | {key[1]} | {key[2]} | {_fmt(sp, '.2f')} | {CHAIN_ENGINES.get(f, NO_ENGINE)} |")
     sub = summary.sets.get("subsample")
     unranked = [f for f in dict.fromkeys(f for f, _, _ in summary.tokens_per_call)
                 if ps is not None and ps.name == "all" and f not in _names_on(ps, "tau") and get_verifier(f).lossless]
@@ -112,6 +197,39 @@ def _recommendation_lines(summary) -> list[str]:
                   f"positions ({', '.join(_names_on(summary.sets['all'], 'tau'))}): {_config(ra.best)}, speed-up "
                   f"{_fmt(ra.speedup, '.2f')}."]
     return lines + [""]
+
+
+#: Longest engine settings a row of the ranking writes out (longer ones: in the tree section).
+MAX_CELL = 120
+
+
+def _sglang(sg: dict) -> str:
+    return sglang_flags(sg)
+
+
+def _edge_line(edge: tuple, summary) -> str:
+    """The warning of a chosen tree at the edge of the recorded universe."""
+    words = {"size": "the largest node budget recorded", "depth": "the universe's deepest level",
+             "rank": "a child of the largest rank the universe holds under its parent"}
+    return (f"**The chosen static tree (n = {summary.trees.choice.fastest.n}) is at the edge of the recorded "
+            f"universe** ({'; '.join(words[e] for e in edge)}): a "
+            "shape beyond it was not considered and may be faster. Record a larger universe (`--tree-universe`, "
+            "`tree_universe=`) before acting on it.")
+
+
+def _cost_source(summary) -> str:
+    """The costs' source in a few words, for the sentences that use them."""
+    c = summary.costs
+    if c.source == "given":
+        return "given as relative units (one target call of one token = 1), not measured"
+    devs = ((summary.provenance or {}).get("machine") or {}).get("devices") or {}
+    on = "".join(f"{r} on {d}; " for r, d in devs.items())
+    if c.source == "measured":
+        return f"measured by the run on its own device ({on}medians of 3 timings; spread, threads and load in the " \
+               "costs' section)"
+    if c.source == "timers":
+        return f"from the run's timers ({on}no cost calibration; every target call costing the same)"
+    return c.description
 
 
 def _profiled_lines(summary) -> list[str]:
@@ -144,19 +262,103 @@ def _profiled_lines(summary) -> list[str]:
     return lines + [""]
 
 
+def _call_name(key) -> str:
+    """A calibrated call in words: ``(model, rows, tokens per row)``."""
+    name, k, m = key
+    if name == "tree-target":
+        return f"the target scoring a tree of {m - 1} node" + ("" if m == 2 else "s")
+    if name == "draft":
+        return f"a draft step on {k} row" + ("" if k == 1 else "s")
+    return (f"the target scoring {k} row" + ("" if k == 1 else "s") + f" of {m} token" + ("" if m == 1 else "s"))
+
+
+def _provenance_line(summary) -> str:
+    """Device, threads, load and versions behind the costs (the run's manifest)."""
+    prov = summary.provenance or {}
+    mach = prov.get("machine") or {}
+    pk = prov.get("packages") or {}
+    vers = ", ".join(f"{p} {pk[p]}" for p in ("otspec", "torch") if pk.get(p)) or "not recorded"
+    if not mach:
+        return (f"Timed on: not recorded (a run written before device, threads and load were recorded); "
+                f"versions: {vers}.")
+    devs = mach.get("devices") or {}
+    dev = ", ".join(f"{r} on {d}" for r, d in devs.items()) or "devices not recorded"
+    load = mach.get("load_average")
+    load = " / ".join(f"{x:.2f}" for x in load) + " (1, 5, 15 min)" if load else "not available"
+    return (f"Timed on: {dev} ({mach.get('device_name') or 'unknown processor'}, {mach.get('cpu_count')} CPUs, "
+            f"{mach.get('platform')}); torch threads {mach.get('torch_threads')}; load average when the run "
+            f"started {load}; versions: {vers}.")
+
+
+def _given_lines(summary) -> list[str]:
+    """The costs of a summary whose costs were given (``draft_cost=`` / ``score_cost=``), as relative units."""
+    c, s = summary.costs, summary.settings
+    ov = summary.cost_overrides or {}
+    d, sc = ov.get("draft_cost"), ov.get("score_cost")
+    draft = (f"a draft step c = {c.draft[1]:.3f} (given: `draft_cost` / `--draft-cost`)" if d is not None else
+             f"a draft step c = {c.draft[1]:.3f} (not given: the run's mean draft-step seconds over its mean "
+             "target-call seconds, from its timers)")
+    score = (f"the scoring call s = {c.target[(1, s['L_max'])]:.3f} (given: `score_cost` / `--score-cost`)"
+             if sc is not None else
+             f"the scoring call s = {c.target[(1, s['L_max'])]:.3f} (not given: assumed 1, every target call -- "
+             "scoring k rows of L + 1 tokens, or a tree of n nodes -- costing one call of plain decoding whatever "
+             "its size)")
+    return ["## Costs of the model calls", "",
+            "Costs given as relative units, not measured: one target call of plain decoding (one token) = 1 unit; "
+            f"{draft}; {score}. An iteration of k blocks of L tokens costs L c + s units, a tree iteration one c "
+            "per depth and one s; every speed-up in this report follows from these units.", ""]
+
+
+def _spread(timings, key, plain) -> str:
+    t = timings.get(key)
+    if not t or len(t) < 2:
+        return ""
+    return f" ({min(t) / plain:.2f}-{max(t) / plain:.2f})"
+
+
 def _costs_lines(summary) -> list[str]:
     c = summary.costs
     s = summary.settings
-    lines = ["## Costs of the model calls", "", f"Source: {c.description}.", "",
-             f"Plain decoding: {1e3 * c.plain:.3f} ms per target call of one token.", "",
-             "| call | " + " | ".join(f"k = {k}" for k in range(1, s["k_max"] + 1)) + " |",
-             "|---|" + "---|" * s["k_max"]]
+    if c.source == "given":
+        return _given_lines(summary)
+    tm = summary.timings or {}
+    lines = ["## Costs of the model calls", "", f"Source: {c.description}.", "", _provenance_line(summary), ""]
+    plain = c.plain
+    ptxt = f"{1e3 * plain:.3f} ms per target call of one token"
+    if tm.get(("target", 1, 1)):
+        t = tm[("target", 1, 1)]
+        ptxt += f" (the median of {len(t)} timings, {1e3 * min(t):.3f} to {1e3 * max(t):.3f} ms)"
+    lines += [f"Plain decoding: {ptxt}.", ""]
+    if tm:
+        lines += ["Each cell: the median over plain decoding's median, and in parentheses the smallest and largest "
+                  "of its timings on the same scale (the spread).", ""]
+    lines += ["| call | " + " | ".join(f"k = {k}" for k in range(1, s["k_max"] + 1)) + " |",
+              "|---|" + "---|" * s["k_max"]]
     lines.append("| draft step on k rows (x plain) | " + " | ".join(
-        f"{c.draft[k] / c.plain:.2f}" for k in range(1, s["k_max"] + 1)) + " |")
+        f"{c.draft[k] / plain:.2f}{_spread(tm, ('draft', k, 1), plain)}" for k in range(1, s["k_max"] + 1)) + " |")
     for L in range(1, s["L_max"] + 1):
         lines.append(f"| target scoring k rows of {L + 1} tokens (x plain) | " + " | ".join(
-            f"{c.target[(k, L)] / c.plain:.2f}" for k in range(1, s["k_max"] + 1)) + " |")
-    return lines + [""]
+            f"{c.target[(k, L)] / plain:.2f}{_spread(tm, ('target', k, L + 1), plain)}"
+            for k in range(1, s["k_max"] + 1)) + " |")
+    lines.append("")
+    tree = sorted(key for key in tm if key[0] == "tree-target")
+    rows = sorted(key for key in tm if key[0] == "draft" and key[1] > s["k_max"])
+    if tree or rows:
+        lines += ["The tree calls behind the draft trees' speed-ups (x plain; between the measured sizes the cost "
+                  "model interpolates linearly):", "", "| call | median (spread) |", "|---|---|"]
+        for key in tree + rows:
+            lines.append(f"| {_call_name(key)} | {float(np.median(tm[key])) / plain:.2f}{_spread(tm, key, plain)} |")
+        lines.append("")
+    inv = cost_inversions(tm)
+    if inv:
+        shown = "; ".join(f"{_call_name(b)} ({float(np.median(tm[b])) / plain:.2f}x plain) cheaper than "
+                          f"{_call_name(a)} ({float(np.median(tm[a])) / plain:.2f}x)" for b, a in inv[:4])
+        lines += [f"**The cost table is not monotone**: {shown}" + (f"; {len(inv) - 4} more" if len(inv) > 4 else "")
+                  + ". Every timing of the larger call lies below every timing of the smaller one, which no "
+                  "model computes: timing noise (a shared or busy device). The speed-ups, and the order of "
+                  "configurations close to each other, inherit it; time the run again on a quiet device, or give "
+                  "the costs (`--draft-cost`, `--score-cost`).", ""]
+    return lines
 
 
 def _tables_lines(summary) -> list[str]:
@@ -192,7 +394,7 @@ def _tables_lines(summary) -> list[str]:
             for (kind, v, k, j) in ps.gaps:
                 if kind == "tv" and j == 1:
                     lines.append(f"| {v} | {k} | {_fmt(ps.gaps[('tv', v, k, 1)], '.4f')} | "
-                                 f"{_fmt(ps.gaps[('kl', v, k, 1)], '.4f')} |")
+                                 f"{_kl(ps.gaps[('kl', v, k, 1)])} |")
             lines.append("")
     return lines
 
@@ -260,8 +462,10 @@ def _trees_lines(summary) -> list[str]:
             lines.append(f"| {n}{mark} | {_fmt(st.tokens_per_call)} | {_fmt(st.speedup, '.2f')} | "
                          f"{_paths_text(st.paths)} |")
         for name, d in ch.versus.items():
-            lines.append(f"| {ts.families[name]['n']} ({name}) | {_fmt(ch.heldout[name])} | - | the family itself; "
-                         f"best static shape minus it: {_signed(d)} |")
+            sp = ch.heldout_speedup.get(name)
+            lines.append(f"| {ts.families[name]['n']} ({name}) | {_fmt(ch.heldout[name])} | "
+                         f"{_fmt(sp, '.2f') if sp else '-'} | the family itself; best static shape minus it, "
+                         f"paired difference in tokens per call: {_signed(d)} |")
         if ch.fastest is not None and ch.fastest.n not in _budgets(len(ch.static)):
             st = ch.fastest
             lines.append(f"| {st.n} (fastest) | {_fmt(st.tokens_per_call)} | {_fmt(st.speedup, '.2f')} | "
@@ -269,7 +473,8 @@ def _trees_lines(summary) -> list[str]:
         ex = ch.export
         sg = ex["sglang"]
         lines += ["", f"**Device-aware choice**: n = {ch.fastest.n} nodes, {_fmt(ch.fastest.tokens_per_call)} tokens "
-                  f"per call, speed-up {_fmt(ch.fastest.speedup, '.2f')} (held out).", "",
+                  f"per call, speed-up {_fmt(ch.fastest.speedup, '.2f')} (held out)."
+                  + (" " + _edge_line(ch.edge, summary) if ch.edge else ""), "",
                   f"- medusa_choices: `{ex['medusa_choices']}`",
                   f"- SGLang (closest EAGLE-2 parameters): `--speculative-num-steps {sg['speculative_num_steps']} "
                   f"--speculative-eagle-topk {sg['speculative_eagle_topk']} --speculative-num-draft-tokens "
@@ -300,7 +505,7 @@ def _trees_lines(summary) -> list[str]:
     return lines
 
 
-def report_markdown(summary, *, figures=()) -> str:
+def report_markdown(summary, *, figures=(), left_out=()) -> str:
     r"""The report's markdown text: the recommendation first, then what was profiled, the costs, and the tables.
 
     Every table holds estimates computed on one set of positions, named in its title (all profiled
@@ -312,6 +517,8 @@ def report_markdown(summary, *, figures=()) -> str:
     summary : ProfileSummary
     figures : sequence of str, keyword-only
         File names of figures to link.
+    left_out : sequence of str, keyword-only
+        Lines saying which figures were left out and why (drawn on too few positions to rank).
 
     Returns
     -------
@@ -325,7 +532,8 @@ def report_markdown(summary, *, figures=()) -> str:
         f"Draft: {summary.models['draft']['name']}; target: {summary.models['target']['name']} "
         f"(V = {summary.models['target']['vocab_size']}). {summary.prompts} prompts, {summary.positions} profiled "
         f"positions{sub}; k_max = {s['k_max']}, L_max = {s['L_max']}, context path: {s['context']}, temperature "
-        f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts.",
+        f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts; an "
+        f"estimate resting on one prompt has none (\"{ONE_PROMPT}\").",
         "",
     ]
     lines += _recommendation_lines(summary)
@@ -345,41 +553,116 @@ def report_markdown(summary, *, figures=()) -> str:
             palm, bias = summary.palm.get((f, k, L)), summary.position_bias.get((f, k, L))
             lines.append(f"| {f} | {k} | {L} | {_fmt(e)} | {_fmt(palm) if palm else '-'} | {_percent(bias)} |")
         if summary.renewal_differences:
-            lines += ["", "| scheme | k | L | minus | renewal difference |", "|---|---|---|---|---|"]
+            lines += ["", "| scheme | k | L | minus | difference in renewal tokens per call |", "|---|---|---|---|---|"]
             for ((f, k, L), (r, _, _)), e in summary.renewal_differences.items():
                 lines.append(f"| {f} | {k} | {L} | {r} | {_signed(e)} |")
         lines.append("")
     if summary.differences:
         lines += ["## Paired differences of tokens per call", "",
                   "Both sides on the same positions (the subsample when either is computed there only).", "",
-                  "| scheme | k | L | minus | positions | difference |", "|---|---|---|---|---|---|"]
+                  "| scheme | k | L | minus | positions | difference in tokens per call |", "|---|---|---|---|---|---|"]
         for ((f, k, L), (r, rk, _)), e in summary.differences.items():
             lines.append(f"| {f} | {k} | {L} | {r} (k = {rk}) | {e.positions} | {_signed(e)} |")
         lines.append("")
-    if figures:
+    if figures or left_out:
         lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
+        lines += [f"- {t}" for t in left_out] + ([""] if left_out else [])
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _draw_panels(path: Path, title: str, items: list, draw) -> None:
-    """One PNG of ``len(items)`` panels (at most 3 a row), ``draw(ax, item)`` each."""
+def _draw_panels(path: Path, title: str, items: list, draw, *, size=(5.0, 3.8), cols: int = 3) -> None:
+    """One PNG of ``len(items)`` panels (at most ``cols`` a row), ``draw(ax, item)`` each; the title wrapped to the
+    figure's width and the bounding box fitted to everything drawn (titles, legends outside the axes)."""
+    import textwrap
+
     import matplotlib.pyplot as plt
 
-    cols = min(3, len(items))
+    cols = min(cols, len(items))
     rows = -(-len(items) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(size[0] * cols, size[1] * rows), squeeze=False)
     for ax, item in zip(axes.flat, items):
         draw(ax, item)
     for ax in list(axes.flat)[len(items):]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle("\n".join(textwrap.wrap(title, width=int(14 * size[0] * cols))), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=90, metadata={"Software": None})
+    fig.savefig(path, dpi=100, bbox_inches="tight", pad_inches=0.15, metadata={"Software": None})
     plt.close(fig)
 
 
+#: Every figure a report may draw.
+FIGURES = ("acceptance_vs_k.png", "tokens_vs_L.png", "speedup.png", "trees_tokens.png", "trees_speedup.png",
+           "trees_heldout.png", "tree_chosen.png")
+
+
+def _too_few(what: str, n: int) -> str:
+    return (f"{what}: left out, drawn on {_positions(n)} (fewer than the {MIN_RANKED_POSITIONS} this report needs to "
+            "rank; profile more positions).")
+
+
+def _figures(summary, dest: Path) -> tuple[list, list]:
+    """Draw the report's figures: ``(file names, lines saying which were left out and why)``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    names, left = [], []
+    ps = position_set(summary)
+    st = summary.settings
+    depths = sorted({j for _, _, j in ps.acceptance})
+    ks = sorted({k for _, k, _ in ps.tokens_per_call})
+    fams = list(dict.fromkeys(f for f, _, _ in ps.speedup))
+    where = _set_title(ps, summary)
+    panels = (
+        ("acceptance_vs_k.png", "Mean acceptance against k, per depth", depths,
+         lambda ax, j: plot_acceptance_vs_k(summary, depth=j, positions=ps.name, ax=ax)),
+        ("tokens_vs_L.png", "Tokens per target call against L, per number of drafts k", ks,
+         lambda ax, k: plot_tokens_vs_L(summary, k=k, positions=ps.name, ax=ax)),
+        ("speedup.png", "Predicted speed-up over plain decoding, per scheme (framed: its best k, L)", fams,
+         lambda ax, f: plot_speedup(summary, family=f, positions=ps.name, ax=ax)),
+    )
+    if ps.positions < MIN_RANKED_POSITIONS:
+        left.append(_too_few("The (k, L) figures (acceptance_vs_k.png, tokens_vs_L.png, speedup.png), on the "
+                             "recommendation's positions", ps.positions))
+    else:
+        for fname, title, items, draw in panels:
+            if items:
+                _draw_panels(dest / fname, f"{title}: {st['k_max']} drafts at most, on {where}", items, draw,
+                             size=(5.6, 3.8) if fname != "speedup.png" else (4.6, 3.6))
+                names.append(fname)
+    ts = summary.trees
+    if ts is not None and ts.tokens_per_call:
+        if ts.positions < MIN_RANKED_POSITIONS:
+            left.append(_too_few("The tree figures on all profiled positions (trees_tokens.png, trees_speedup.png)",
+                                 ts.positions))
+        else:
+            for fname, draw in (("trees_tokens.png", plot_tree_tokens), ("trees_speedup.png", plot_tree_speedup)):
+                _draw_panels(dest / fname, "Draft trees beside the (k, L) schemes", [None],
+                             lambda ax, _, draw=draw: draw(summary, positions="all", ax=ax), size=(6.4, 4.4))
+                names.append(fname)
+    ch = ts.choice if ts is not None else None
+    if ch is not None and ch.static:
+        if ch.positions[1] < MIN_RANKED_POSITIONS:
+            left.append(_too_few("The held-out tree figures (trees_heldout.png, tree_chosen.png)", ch.positions[1]))
+        else:
+            _draw_panels(dest / "trees_heldout.png", "Draft trees and the best static shape of every size, held out",
+                         ["tokens", "speedup"],
+                         lambda ax, w: (plot_tree_tokens if w == "tokens" else plot_tree_speedup)(
+                             summary, positions="held out", ax=ax), size=(6.4, 4.4), cols=1)
+            names.append("trees_heldout.png")
+            _draw_panels(dest / "tree_chosen.png", "The chosen draft tree", [None],
+                         lambda ax, _: plot_chosen_tree(summary, ax=ax), size=chosen_tree_size(summary))
+            names.append("tree_chosen.png")
+    return names, left
+
+
 def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> Path:
-    r"""Write ``report.md`` (and ``acceptance_vs_k.png``, ``tokens_vs_L.png``, ``speedup.png``) for a run.
+    r"""Write ``report.md`` and its figures for a run.
+
+    The figures (PNG): ``acceptance_vs_k.png``, ``tokens_vs_L.png`` and ``speedup.png`` on the positions the
+    recommendation ranks; with trees, ``trees_tokens.png`` and ``trees_speedup.png`` on every profiled
+    position, ``trees_heldout.png`` and ``tree_chosen.png`` on the held-out prompts. A figure whose positions
+    are fewer than :data:`~otspec.profile._summary.MIN_RANKED_POSITIONS` is left out, and the report says so
+    (a figure of an earlier report of the same name is removed with it).
 
     .. math::
 
@@ -409,39 +692,11 @@ def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> 
     summary = summarize(out, **summary_options)
     dest = Path(out if dest is None else dest)
     dest.mkdir(parents=True, exist_ok=True)
-    names = []
-    if figures:
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
-        ps = position_set(summary)
-        st = summary.settings
-        depths = sorted({j for _, _, j in ps.acceptance})
-        ks = sorted({k for _, k, _ in ps.tokens_per_call})
-        fams = list(dict.fromkeys(f for f, _, _ in ps.speedup))
-        panels = (
-            ("acceptance_vs_k.png", "Mean acceptance against k, per depth", depths,
-             lambda ax, j: plot_acceptance_vs_k(summary, depth=j, positions=ps.name, ax=ax)),
-            ("tokens_vs_L.png", "Tokens per target call against L, per number of drafts k", ks,
-             lambda ax, k: plot_tokens_vs_L(summary, k=k, positions=ps.name, ax=ax)),
-            ("speedup.png", "Predicted speed-up over plain decoding, per scheme (framed: its best k, L)", fams,
-             lambda ax, f: plot_speedup(summary, family=f, positions=ps.name, ax=ax)),
-        )
-        for fname, title, items, draw in panels:
-            if items:
-                _draw_panels(dest / fname, f"{title} -- {st['k_max']} drafts at most, {_set_title(ps, summary)}",
-                             items, draw)
-                names.append(fname)
-        ts = summary.trees
-        if ts is not None and ts.tokens_per_call:
-            for fname, draw in (("trees_tokens.png", plot_tree_tokens), ("trees_speedup.png", plot_tree_speedup)):
-                _draw_panels(dest / fname, "Draft trees beside the (k, L) schemes", [None],
-                             lambda ax, _, draw=draw: draw(summary, ax=ax))
-                names.append(fname)
-        if ts is not None and ts.choice is not None and ts.choice.fastest is not None:
-            _draw_panels(dest / "tree_chosen.png", "The chosen draft tree", [None],
-                         lambda ax, _: plot_chosen_tree(summary, ax=ax))
-            names.append("tree_chosen.png")
+    names, left = _figures(summary, dest) if figures else ([], [])
+    if figures and (dest / "report.md").is_file():
+        for stale in FIGURES:
+            if stale not in names and (dest / stale).is_file():
+                (dest / stale).unlink()
     path = dest / "report.md"
-    write_atomic(path, report_markdown(summary, figures=names).encode())
+    write_atomic(path, report_markdown(summary, figures=names, left_out=left).encode())
     return path

@@ -212,7 +212,7 @@ def prepare(prompts, *, out, draft, target, settings: ProfileSettings, tokenizer
     check_folder(out, {"format": FORMAT, "settings": settings_entry(settings), "prompts": prompts_entry(items),
                        "models": ids})
     models = {role: dict(ids[role], fingerprint=fingerprint(lm)) for role, lm in (("draft", draft), ("target", target))}
-    manifest = manifest_for(settings, models, items)
+    manifest = manifest_for(settings, models, items, devices={"draft": draft.device, "target": target.device})
     check_folder(out, manifest)
     return Plan(out=out, settings=settings, items=items, manifest=manifest)
 

@@ -17,17 +17,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import tempfile
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
+from .. import __version__
 from ._collect import COLUMNS, TIMING_KINDS, path_length
 
 __all__ = ["MANIFEST", "FORMAT", "write_atomic", "manifest_for", "check_folder", "write_manifest", "shard_path",
            "write_shard", "read_table", "iter_shards", "read_manifest", "fingerprint", "probe_ids", "prompts_entry",
-           "settings_entry", "position_counts", "PROBE_LENGTH", "FINGERPRINT_DIGITS", "FINGERPRINT_RTOL",
+           "settings_entry", "position_counts", "machine_entry", "PROBE_LENGTH", "FINGERPRINT_DIGITS", "FINGERPRINT_RTOL",
            "MAX_WEIGHT_HASH_BYTES"]
 
 MANIFEST = "manifest.json"
@@ -68,14 +70,53 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+#: The distribution that installs ``otspec`` (``pip install otspec-verifiers``).
+DISTRIBUTION = "otspec-verifiers"
+
+
 def _versions() -> dict:
+    """Versions of otspec (its distribution's, else the imported package's ``__version__``) and of the packages
+    behind the numbers (None: not installed)."""
     out = {}
     for pkg in ("otspec", "numpy", "torch", "transformers", "pyarrow"):
         try:
-            out[pkg] = metadata.version(pkg)
+            out[pkg] = metadata.version(DISTRIBUTION if pkg == "otspec" else pkg)
         except metadata.PackageNotFoundError:
             out[pkg] = None
+    if out["otspec"] is None:
+        out["otspec"] = __version__
     return out
+
+
+def machine_entry(devices: dict | None = None) -> dict:
+    """Where and under what load a run's costs were timed: the models' devices, torch's threads, the load average.
+
+    Returns
+    -------
+    dict
+        ``devices`` (``{"draft": "cpu", "target": "cuda:0"}``, or None when not given), ``device_name`` (the
+        accelerator's name where a CUDA device is used, else the processor), ``torch_threads``
+        (``torch.get_num_threads()``, None without torch), ``cpu_count``, ``load_average`` (1, 5 and 15
+        minutes, ``os.getloadavg()``; None where the system has none) and ``platform``.
+    """
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - the profile needs torch
+        torch = None
+    devs = {role: str(d) for role, d in devices.items()} if devices else None
+    name = platform.processor() or platform.machine()
+    if torch is not None and devs and any(d.startswith("cuda") for d in devs.values()):
+        cuda = next(d for d in devs.values() if d.startswith("cuda"))
+        try:
+            name = torch.cuda.get_device_name(torch.device(cuda))
+        except (RuntimeError, AssertionError):  # pragma: no cover - no driver
+            pass
+    try:
+        load = [round(float(x), 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):  # pragma: no cover - Windows
+        load = None
+    return {"devices": devs, "device_name": name, "torch_threads": torch.get_num_threads() if torch else None,
+            "cpu_count": os.cpu_count(), "load_average": load, "platform": platform.platform()}
 
 
 def _model_id(lm) -> dict:
@@ -228,10 +269,12 @@ def position_counts(settings, prompts: list) -> tuple[int, int]:
     return profiled, sub
 
 
-def manifest_for(settings, models: dict, prompts: list) -> dict:
+def manifest_for(settings, models: dict, prompts: list, *, devices: dict | None = None) -> dict:
     """The manifest of a run: its identity entries (``format``, ``settings``, ``models``, ``prompts``) and its
-    provenance (``shards``, ``seeds``, ``packages``, and what was left out and where each quantity runs:
-    ``skipped``, ``positions``)."""
+    provenance (``shards``, ``seeds``, ``packages`` with otspec's own version, ``machine``: the models'
+    ``devices``, torch's threads and the load average when the run started (:func:`machine_entry`), and what
+    was left out and where each quantity runs: ``skipped``, ``positions``). Provenance is recorded, never
+    compared: a run may resume on another machine."""
     n = len(prompts)
     size = settings.shard_size
     profiled, sub = position_counts(settings, prompts)
@@ -244,6 +287,7 @@ def manifest_for(settings, models: dict, prompts: list) -> dict:
         "seeds": {"root": settings.seed, "rule": "numpy.random.SeedSequence(root).spawn(count)[i] for prompt i",
                   "per_prompt": prompt_seeds(settings.seed, n)},
         "packages": _versions(),
+        "machine": machine_entry(devices),
         "skipped": settings.skipped,
         "positions": dict(settings.positions(), profiled=profiled, subsampled=sub),
     }

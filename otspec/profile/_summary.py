@@ -29,7 +29,8 @@ from ._trees import (
     static_order,
 )
 
-__all__ = ["MIN_RANKED_POSITIONS", "Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize",
+__all__ = ["MIN_RANKED_POSITIONS", "Configuration", "configurations", "cost_timings", "cost_inversions",
+           "Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize",
            "prompt_sums", "TreeSummary", "TreeChoice", "StaticShape", "SequoiaShape", "MAX_STATIC_BUDGET"]
 
 #: Bootstrap resamples of every interval.
@@ -41,19 +42,32 @@ MIN_RANKED_POSITIONS = 30
 
 @dataclass(frozen=True)
 class Estimate:
-    """A point estimate with its 95 % bootstrap interval over prompts, and the number of profiled positions behind it."""
+    """A point estimate with its 95 % bootstrap interval over prompts, and the number of profiled positions
+    (and of prompts) behind it.
+
+    An estimate from one prompt has no interval over prompts (every resample is that prompt or nothing):
+    :attr:`has_interval` is False and it formats as ``value [n/a (1 prompt)]``.
+    """
 
     value: float
     lo: float
     hi: float
     positions: int = 0
+    prompts: int = 0
 
     @property
     def half_width(self) -> float:
         return 0.5 * (self.hi - self.lo)
 
+    @property
+    def has_interval(self) -> bool:
+        """Whether the interval rests on more than one prompt (0 prompts: not recorded, taken as yes)."""
+        return self.prompts != 1
+
     def __format__(self, spec: str) -> str:
         spec = spec or ".3f"
+        if not self.has_interval:
+            return f"{self.value:{spec}} [n/a (1 prompt)]"
         return f"{self.value:{spec}} [{self.lo:{spec}}, {self.hi:{spec}}]"
 
 
@@ -207,6 +221,18 @@ class ProfileSummary:
         ``{"families": {name: reason}, "verifiers": {name: reason}}``: what the run left out, and why.
     trees : TreeSummary or None
         The draft-tree families (a run with ``trees``): tokens per call, speed-ups, and the choice of a tree.
+    timings : dict
+        Every timing of the run's cost calibration (:func:`cost_timings`; empty without one): the spread
+        behind each median of :attr:`costs`.
+    cost_overrides : dict
+        ``{"draft_cost": ..., "score_cost": ...}`` as given to :func:`summarize` (None: not given).
+    provenance : dict
+        The manifest's ``packages`` (otspec's version among them) and ``machine`` (the models' devices,
+        torch's threads, the load average when the run started).
+    configurations : tuple of Configuration
+        Every lossless configuration a decoder can run -- the ``(k, L)`` schemes of the recommendation's
+        position set and the draft-tree families and chosen shapes -- fastest first
+        (:func:`configurations`).
     """
 
     acceptance: dict
@@ -229,6 +255,10 @@ class ProfileSummary:
     recommendation: Recommendation | None = None
     skipped: dict = field(default_factory=dict)
     trees: TreeSummary | None = None
+    timings: dict = field(default_factory=dict)
+    cost_overrides: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)
+    configurations: tuple = ()
 
     def __repr__(self) -> str:
         return (f"ProfileSummary(prompts={self.prompts}, positions={self.positions}, "
@@ -243,9 +273,14 @@ def _boot(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.n
     return point, res
 
 
-def _interval(point: float, res: np.ndarray, positions: int = 0) -> Estimate:
+def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 0) -> Estimate:
     lo, hi = np.nanpercentile(res, [2.5, 97.5]) if np.isfinite(res).any() else (np.nan, np.nan)
-    return Estimate(float(point), float(lo), float(hi), int(positions))
+    return Estimate(float(point), float(lo), float(hi), int(positions), int(prompts))
+
+
+def _prompts(counts: np.ndarray) -> int:
+    """How many prompts (rows of ``counts``, per-prompt positions) hold at least one position."""
+    return int((np.asarray(counts) > 0).sum())
 
 
 def prompt_sums(table, kinds, prompts=None):
@@ -320,8 +355,9 @@ def _timing(out) -> tuple[float, float]:
     return d, q
 
 
-def _calibration(out) -> dict:
-    """Median seconds of every calibrated call: ``(model, rows, new tokens per row) -> seconds``."""
+def cost_timings(out) -> dict:
+    """Every timing of every calibrated call of a run: ``(model, rows, new tokens per row) -> tuple of seconds``
+    (``model``: ``"target"``, ``"draft"`` or ``"tree-target"``, the target scoring a tree of ``m - 1`` nodes)."""
     import pyarrow.compute as pc
 
     got: dict = {}
@@ -330,7 +366,49 @@ def _calibration(out) -> dict:
         for name, k, m, v in zip(t["name"].to_pylist(), t["k"].to_pylist(), t["m"].to_pylist(),
                                  t["value"].to_pylist()):
             got.setdefault((name, int(k), int(m)), []).append(float(v))
-    return {key: float(np.median(v)) for key, v in sorted(got.items())}
+    return {key: tuple(v) for key, v in sorted(got.items())}
+
+
+def _calibration(out) -> dict:
+    """Median seconds of every calibrated call: ``(model, rows, new tokens per row) -> seconds``."""
+    return {key: float(np.median(v)) for key, v in cost_timings(out).items()}
+
+
+def cost_inversions(timings: dict) -> list:
+    r"""The pairs of calibrated calls of one model whose order their timings contradict beyond their spread.
+
+    .. math::
+
+        a \preceq b \ (\text{rows and tokens per row both at most } b\text{'s}),\qquad
+        \max t(b) < \min t(a),
+
+    a call on at least as many rows and tokens as another that every timing puts below every timing of the
+    other: the cost table is not monotone, which no model computes (timing noise: a shared or busy device).
+    The target's plain call (one row of one token) is compared with the tree calls too.
+
+    Parameters
+    ----------
+    timings : dict
+        :func:`cost_timings`.
+
+    Returns
+    -------
+    list of tuple
+        ``(larger call, smaller call)`` keys, the larger one cheaper.
+    """
+    out = []
+    groups: dict = {}
+    for key in timings:
+        groups.setdefault(key[0], []).append(key)
+    if ("target", 1, 1) in timings and "tree-target" in groups:
+        groups["tree-target"].append(("target", 1, 1))
+    for keys in groups.values():
+        for a in keys:
+            for b in keys:
+                if a != b and a[1] <= b[1] and a[2] <= b[2] and (a[1], a[2]) != (b[1], b[2]) and \
+                        max(timings[b]) < min(timings[a]):
+                    out.append((b, a))
+    return sorted(out)
 
 
 def _costs(out, settings: dict, draft_cost, score_cost) -> Costs:
@@ -375,10 +453,11 @@ def _recommend(point, res, tokens, positions) -> Recommendation | None:
     if not cands:
         return None
     order = sorted(cands, key=lambda key: (-point[key], key))
-    ranking = tuple((key, _interval(point[key], res[key], positions)) for key in order)
+    ranking = tuple((key, _interval(point[key], res[key], positions, tokens[key].prompts)) for key in order)
     best = order[0]
     ru = order[1] if len(order) > 1 else None
-    diff = _interval(point[best] - point[ru], res[best] - res[ru], positions) if ru else None
+    diff = (_interval(point[best] - point[ru], res[best] - res[ru], positions,
+                      min(tokens[best].prompts, tokens[ru].prompts)) if ru else None)
     return Recommendation(best=best, speedup=ranking[0][1], tokens_per_call=tokens[best], runner_up=ru,
                           runner_up_speedup=ranking[1][1] if ru else None, difference=diff, ranking=ranking,
                           positions=positions)
@@ -395,9 +474,9 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep) -> PositionSet:
             continue
         n = int(C[:, i].sum())
         if kind == "acc":
-            acceptance[(nm, k, j)] = _interval(point[i], res[:, i], n)
+            acceptance[(nm, k, j)] = _interval(point[i], res[:, i], n, _prompts(C[:, i]))
         elif kind in ("tv", "kl"):
-            gaps[(kind, nm, k, j)] = _interval(point[i], res[:, i], n)
+            gaps[(kind, nm, k, j)] = _interval(point[i], res[:, i], n, _prompts(C[:, i]))
     tkeys, E, Cm, npos = _emitted_and_calls(keys, S, C)
     sel = [i for i, key in enumerate(tkeys) if keep("tau", key[0])]
     tkeys = [tkeys[i] for i in sel]
@@ -410,8 +489,8 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep) -> PositionSet:
         sp, sres = _speedups(tkeys, tp, tres, extra, costs)
         for i, key in enumerate(tkeys):
             n = int(npos[:, i].sum())
-            tokens[key] = _interval(tp[i], tres[:, i], n)
-            speed[key] = _interval(sp[key], sres[key], n)
+            tokens[key] = _interval(tp[i], tres[:, i], n, _prompts(npos[:, i]))
+            speed[key] = _interval(sp[key], sres[key], n, _prompts(npos[:, i]))
         rec = _recommend(sp, sres, tokens, max(e.positions for e in tokens.values()))
     counts = [e.positions for e in (*acceptance.values(), *tokens.values())]
     return PositionSet(name=name, positions=max(counts, default=0), acceptance=acceptance, gaps=gaps,
@@ -519,7 +598,8 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             if other not in src or (f, k, L) not in src:
                 continue
             i, r = src.index((f, k, L)), src.index(other)
-            diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r], int(cnt[:, i].sum()))
+            diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r], int(cnt[:, i].sum()),
+                                                  _prompts(cnt[:, i]))
     has_trees = bool(settings.get("trees") or settings.get("tree_universe"))
     tree_labels = {n for f in resolve_trees(settings.get("trees") or (), settings.get("tree_universe")).families
                    for n in f.names()} if has_trees else set()
@@ -535,9 +615,10 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             if key not in tokens:
                 continue
             pp, pres = _boot(num[:, None], den[:, None], W)
-            palm[key] = _interval(pp[0], pres[:, 0], tokens[key].positions)
+            palm[key] = _interval(pp[0], pres[:, 0], tokens[key].positions, tokens[key].prompts)
             i = a_keys.index(key)
-            bias[key] = _interval(tp[i] / pp[0] - 1.0, tres[:, i] / pres[:, 0] - 1.0, tokens[key].positions)
+            bias[key] = _interval(tp[i] / pp[0] - 1.0, tres[:, i] / pres[:, 0] - 1.0, tokens[key].positions,
+                                  tokens[key].prompts)
     ren_diffs = {}
     if renewal:
         fams = list(dict.fromkeys(f for f, _, _ in renewal))
@@ -545,7 +626,8 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
         for (f, k, L), e in renewal.items():
             r = (rref, 1, L)
             if f != rref and r in renewal:
-                ren_diffs[((f, k, L), r)] = _interval(e.value - renewal[r].value, ren_res[(f, k, L)] - ren_res[r])
+                ren_diffs[((f, k, L), r)] = _interval(e.value - renewal[r].value, ren_res[(f, k, L)] - ren_res[r], 0,
+                                                      min(e.prompts, renewal[r].prompts))
     # rank every scheme on the positions where all were computed, when there are enough of them for an interval
     # over prompts; else the schemes computed at every position (the report says which)
     sub = sets.get("subsample")
@@ -555,15 +637,153 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
         common = sub
     else:
         common = every or sub or sets["all"]
+    trees = _tree_summary(out, settings, prompts, W, costs, sets["all"], n_boot, seed, tree_renewal) \
+        if has_trees else None
     return ProfileSummary(acceptance=own.acceptance, gaps=own.gaps, tokens_per_call=tokens, differences=diffs,
                           speedup=speed, draft_cost=float(costs.draft[1] / costs.plain),
                           score_cost=float(costs.target[(1, settings["L_max"])] / costs.plain),
                           positions=sets["all"].positions or own.positions, prompts=N, settings=settings,
                           models=man["models"], renewal=renewal, renewal_differences=ren_diffs, palm=palm,
                           position_bias=bias, costs=costs, sets=sets, recommendation=common.recommendation,
-                          skipped=man.get("skipped", {}),
-                          trees=_tree_summary(out, settings, prompts, W, costs, sets["all"], n_boot, seed,
-                                              tree_renewal) if has_trees else None)
+                          skipped=man.get("skipped", {}), trees=trees,
+                          timings=cost_timings(out) if costs.source == "measured" else {},
+                          cost_overrides={"draft_cost": draft_cost, "score_cost": score_cost},
+                          provenance={"packages": man.get("packages", {}), "machine": man.get("machine")},
+                          configurations=configurations(common, trees))
+
+
+#: Which serving engines run a ``(k, L)`` scheme, by family (the others: none; :mod:`otspec.decoding` runs every
+#: one). Sources: vLLM ``RejectionSampler`` and SGLang's chain path (token-level speculative sampling, Leviathan
+#: et al., arXiv:2211.17192, §2.3); block verification (Sun et al., arXiv:2403.10444) merged in vLLM's V2 model
+#: runner as an opt-in rule (vllm-project/vllm pull request 46781), not in SGLang.
+CHAIN_ENGINES = {
+    "token": "vLLM, SGLang, transformers",
+    "block": "vLLM's V2 model runner (opt-in); not SGLang",
+}
+#: Which serving engines run a draft-tree family, by draft process (a static top-k tree: Medusa, Cai et al.,
+#: arXiv:2401.10774, §2.1.2; EAGLE-2, Li et al., arXiv:2406.16858, in SGLang; SpecInfer, Miao et al.,
+#: arXiv:2305.09781; Sequoia, Chen et al., arXiv:2402.12374).
+TREE_ENGINES = {
+    "topk": "Medusa (`medusa_choices`)",
+    "eagle2": "SGLang",
+    "iid": "none (SpecInfer's research system)",
+    "wor": "none (Sequoia's research code)",
+}
+#: What no engine runs (otspec.decoding runs every configuration).
+NO_ENGINE = "none"
+#: Longest ``medusa_choices`` a configuration writes out in full (a larger shape is named by its text).
+MAX_LISTED_PATHS = 64
+#: What a deterministic tree is verified with: its value is the same under every lossless rule.
+DETERMINISTIC_VERIFIER = "any lossless verifier (engines: the target-only rule)"
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """One configuration a decoder can run, with its predicted speed-up over plain decoding.
+
+    Attributes
+    ----------
+    name : str
+        ``"token, k = 1, L = 3"``, a tree family's label, or the chosen static shape.
+    kind : {"chain", "tree", "chosen tree"}
+        A ``(k, L)`` scheme; a profiled draft-tree family; a shape chosen on the even-indexed prompts.
+    speedup, tokens_per_call : Estimate
+    positions : str
+        Which positions the values rest on: ``"all"``, ``"subsample"`` (the ``(k, L)`` schemes' own set) or
+        ``"held out"`` (the odd-indexed prompts; a chosen shape is never measured on the prompts that chose it).
+    verifier : str
+        The verifier to run it with.
+    settings : str
+        The engine settings that run it (``medusa_choices``, SGLang's flags), or ``""``.
+    engines : str
+        Which serving engines ship it.
+    key : tuple or str
+        ``(family, k, L)``, the tree family's label, or ``("static", n)``.
+    """
+
+    name: str
+    kind: str
+    speedup: Estimate
+    tokens_per_call: Estimate
+    positions: str
+    verifier: str
+    settings: str
+    engines: str
+    key: tuple | str
+
+
+def sglang_flags(params: dict) -> str:
+    """SGLang's command-line flags of an EAGLE-2 tree (``speculative_num_steps`` ... as keys)."""
+    return (f"--speculative-num-steps {params['speculative_num_steps']} --speculative-eagle-topk "
+            f"{params['speculative_eagle_topk']} --speculative-num-draft-tokens {params['speculative_num_draft_tokens']}")
+
+
+def _chain_verifier(family: str) -> str:
+    spec = get_verifier(family)
+    summary = getattr(spec, "summary", "") or ""
+    return f"{family}" + (f": {summary}" if summary else "")
+
+
+def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tuple:
+    r"""Every lossless configuration a decoder can run, fastest first by predicted speed-up.
+
+    .. math::
+
+        \widehat S(c) = \frac{\widehat{\text{tpc}}(c)\ t_{\text{plain}}}{t(c)}\quad\text{for every } c,
+
+    the ``(k, L)`` schemes ranked by ``chains``' recommendation (on its positions), the draft-tree families
+    (on every profiled position) and the device-aware static top-k shape chosen on the even-indexed prompts,
+    at its held-out value (measured on the odd-indexed ones; left out when those are fewer than
+    :data:`MIN_RANKED_POSITIONS` positions and the others are not).
+
+    Parameters
+    ----------
+    chains : PositionSet or None
+        The position set the recommendation ranks.
+    trees : TreeSummary or None
+
+    Returns
+    -------
+    tuple of Configuration
+    """
+    out = []
+    rec = chains.recommendation if chains is not None else None
+    for key, sp in (rec.ranking if rec is not None else ()):
+        f, k, L = key
+        out.append(Configuration(name=f"{f}, k = {k}, L = {L}", kind="chain", speedup=sp,
+                                 tokens_per_call=chains.tokens_per_call[key], positions=chains.name,
+                                 verifier=_chain_verifier(f), settings="",
+                                 engines=CHAIN_ENGINES.get(f, NO_ENGINE), key=key))
+    if trees is not None:
+        for name, fam in trees.families.items():
+            v = fam["verifier"]
+            if v is not None and not get_verifier(v).lossless:
+                continue
+            proc = fam["process"]
+            settings = ""
+            if proc == "eagle2":
+                d, k, t = (int(x) for x in name.split(":")[1].split(","))
+                settings = sglang_flags({"speculative_num_steps": d, "speculative_eagle_topk": k,
+                                         "speculative_num_draft_tokens": t})
+            elif proc == "topk":
+                mc = fam.get("medusa_choices") or []
+                settings = (f"medusa_choices = {mc}" if len(mc) <= MAX_LISTED_PATHS else
+                            f"medusa_choices of {fam['spec']} ({len(mc)} rank paths)")
+            out.append(Configuration(name=name, kind="tree", speedup=trees.speedup[name],
+                                     tokens_per_call=trees.tokens_per_call[name], positions="all",
+                                     verifier=DETERMINISTIC_VERIFIER if v is None else v, settings=settings,
+                                     engines=TREE_ENGINES[proc], key=name))
+        ch = trees.choice
+        if ch is not None and ch.fastest is not None and (ch.positions[1] >= MIN_RANKED_POSITIONS
+                                                          or trees.positions < MIN_RANKED_POSITIONS):
+            st, ex = ch.fastest, ch.export
+            out.append(Configuration(
+                name=f"static top-k tree, n = {st.n} (chosen" + ("; at the edge of the recorded universe)" if ch.edge
+                                                               else ")"),
+                kind="chosen tree", speedup=st.speedup,
+                tokens_per_call=st.tokens_per_call, positions="held out", verifier=DETERMINISTIC_VERIFIER,
+                settings=f"medusa_choices = {ex['medusa_choices']}", engines=TREE_ENGINES["topk"], key=("static", st.n)))
+    return tuple(sorted(out, key=lambda c: (-c.speedup.value if np.isfinite(c.speedup.value) else np.inf, c.name)))
 
 
 def _merge_sums(parts):
@@ -684,7 +904,7 @@ def _renewal_estimates(T_n: np.ndarray, starts: dict, W: np.ndarray) -> tuple[di
         with np.errstate(invalid="ignore", divide="ignore"):
             point = T_n.sum() / S_n.sum()
             res = (W @ T_n) / (W @ S_n)
-        out[key] = _interval(point, res)
+        out[key] = _interval(point, res, 0, _prompts(S_n))
         resampled[key] = res
     return out, resampled
 
@@ -783,6 +1003,12 @@ class TreeChoice:
     versus : dict
         Every ``"topk"`` family -> the best static shape of its size minus it, tokens per call on the evaluation
         half (paired: the same resamples on both sides).
+    heldout_speedup : dict
+        Every tree family -> its predicted speed-up on the evaluation half (:attr:`heldout` by the cost model).
+    edge : tuple of str
+        Where ``fastest`` touches the edge of the recorded universe, so that a shape beyond it might be faster
+        and was not considered: ``"size"`` (the largest budget), ``"depth"`` (the universe's deepest level),
+        ``"rank"`` (a node of the largest rank the universe holds under its parent); empty: inside it.
     export : dict
         For ``fastest``: ``medusa_choices``; ``sglang`` (``speculative_num_steps``, ``speculative_eagle_topk``,
         ``speculative_num_draft_tokens``: its depth, its widest node and its size + 1); ``sglang_tokens_per_call``
@@ -804,6 +1030,8 @@ class TreeChoice:
     export: dict
     heldout: dict = field(default_factory=dict)
     versus: dict = field(default_factory=dict)
+    heldout_speedup: dict = field(default_factory=dict)
+    edge: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -813,7 +1041,8 @@ class TreeSummary:
     Attributes
     ----------
     families : dict
-        ``name -> {"process", "verifier", "n", "depth", "spec"}`` of every ``kind="tree"`` row name.
+        ``name -> {"process", "verifier", "n", "depth", "spec", "medusa_choices"}`` of every ``kind="tree"`` row
+        name (``medusa_choices``: a ``topk`` family's rank paths, else None).
     tokens_per_call, speedup : dict
         ``name -> Estimate`` on every profiled position (all prompts; the same resamples as every estimate).
     seconds : dict
@@ -937,7 +1166,7 @@ def _resample(N: int, n_boot: int, seed: int) -> np.ndarray:
 
 def _ratio_estimate(E: np.ndarray, C: np.ndarray, W: np.ndarray, positions: int, factor: float = 1.0) -> Estimate:
     p, r = _boot(E[:, None], C[:, None], W)
-    return _interval(p[0] * factor, r[:, 0] * factor, positions)
+    return _interval(p[0] * factor, r[:, 0] * factor, positions, _prompts(C))
 
 
 def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs: Costs, every: PositionSet,
@@ -958,7 +1187,8 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
                 continue
             n = C[:, i]
             positions = max(positions, int(n.sum()))
-            fams[name] = {"process": f.process, "verifier": v, "n": f.n, "depth": f.depth, "spec": f.spec}
+            fams[name] = {"process": f.process, "verifier": v, "n": f.n, "depth": f.depth, "spec": f.spec,
+                          "medusa_choices": f.shape.to_medusa_choices() if f.process == "topk" else None}
             along[name] = along_text_route(f.process, v, stride=settings.get("stride", 1),
                                            context=settings.get("context", "sample"))
             secs[name] = tc.iteration(f.shape)
@@ -971,8 +1201,8 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
                 num, den = ren["palm"][key]
                 pp, pres = _boot(num[:, None], den[:, None], W)
                 tp, tres = _boot((S[:, i] + n)[:, None], n[:, None], W)
-                palm[name] = _interval(pp[0], pres[:, 0], int(n.sum()))
-                bias[name] = _interval(tp[0] / pp[0] - 1.0, tres[:, 0] / pres[:, 0] - 1.0, int(n.sum()))
+                palm[name] = _interval(pp[0], pres[:, 0], int(n.sum()), _prompts(n))
+                bias[name] = _interval(tp[0] / pp[0] - 1.0, tres[:, 0] / pres[:, 0] - 1.0, int(n.sum()), _prompts(n))
     choice, note = None, ""
     even = prompts % 2 == 0
     if not even.any() or even.all():
@@ -1021,8 +1251,8 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
             f = tc.plain / secs
             out_static.append(StaticShape(
                 n=n, paths=shape.paths[1:],
-                tokens_per_call=_interval(point[n - 1], res[:, n - 1], pos_e),
-                speedup=_interval(point[n - 1] * f, res[:, n - 1] * f, pos_e),
+                tokens_per_call=_interval(point[n - 1], res[:, n - 1], pos_e, _prompts(ne)),
+                speedup=_interval(point[n - 1] * f, res[:, n - 1] * f, pos_e, _prompts(ne)),
                 node_values=tuple(float(mean_e[i - 1]) for i in (plan.index[p] for p in shape.paths[1:])),
                 seconds=secs))
             pred.append(tpc_c[n - 1] * f)
@@ -1034,7 +1264,7 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
                 continue
             both = np.stack([cum_e[:, f.n - 1], Se[:, i] + Ce[:, i]], axis=1)
             p2, r2 = _boot(both, np.stack([ne, Ce[:, i]], axis=1), We)
-            versus[f.label] = _interval(p2[0] - p2[1], r2[:, 0] - r2[:, 1], pos_e)
+            versus[f.label] = _interval(p2[0] - p2[1], r2[:, 0] - r2[:, 1], pos_e, _prompts(ne))
     # Sequoia: the acceptance vector of a per-node rule on a recorded sampled family, on the choosing half
     seq, acc, source = (), (), None
     cands = [(f, name, v) for f in plan.sampled for v, name in zip(f.verifiers, f.names())
@@ -1075,9 +1305,35 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
         if sc > best_c:
             best, best_c = f.label, sc
     export = _export(fastest, plan, prompts[odd], We, e2, out) if fastest is not None else {}
+    shapes = {name: f.shape for f in plan.families for name in f.names()}
+    heldout_speedup = {name: _scaled(e, tc.plain / tc.iteration(shapes[name])) for name, e in heldout.items()
+                       if name in shapes}
+    edge = _universe_edge(fastest, plan.universe, len(static)) if fastest is not None else ()
     return TreeChoice(choose_prompts=int(even.sum()), evaluate_prompts=int(odd.sum()), positions=(pos_c, pos_e),
                       static=static, fastest=fastest, sequoia=seq, acceptance=acc, sequoia_source=source, eagle2=e2,
-                      eagle2_speedup=e2s, best_eagle2=best, export=export, heldout=heldout, versus=versus)
+                      eagle2_speedup=e2s, best_eagle2=best, export=export, heldout=heldout, versus=versus,
+                      heldout_speedup=heldout_speedup, edge=edge)
+
+
+def _scaled(e: Estimate, factor: float) -> Estimate:
+    """``e`` times a positive constant (its interval with it)."""
+    return Estimate(e.value * factor, e.lo * factor, e.hi * factor, e.positions, e.prompts)
+
+
+def _universe_edge(chosen: StaticShape, universe: TreeShape, largest: int) -> tuple:
+    """Where a shape chosen inside ``universe`` touches its edge (:attr:`TreeChoice.edge`)."""
+    paths = chosen.paths
+    width: dict = {}
+    for p in universe.paths[1:]:
+        width[p[:-1]] = max(width.get(p[:-1], 0), p[-1] + 1)
+    out = []
+    if chosen.n >= largest:
+        out.append("size")
+    if max(len(p) for p in paths) >= universe.max_depth:
+        out.append("depth")
+    if any(p[-1] + 1 >= width.get(p[:-1], 0) for p in paths):
+        out.append("rank")
+    return tuple(out)
 
 
 def _export(chosen: StaticShape, plan: TreePlan, eval_prompts: np.ndarray, We: np.ndarray, e2: dict, out) -> dict:
