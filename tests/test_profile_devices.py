@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("pyarrow")
 
+from otspec.decoding._sampling import Sampling  # noqa: E402
 from otspec.profile import profile, read_table, toy_pair  # noqa: E402
 from otspec.profile._distributed import takes_device, worker_devices  # noqa: E402
+from otspec.profile._trees import draw_and_score, position_values, ranked_rows, resolve_trees, tree_rng  # noqa: E402
 
 V = 3
 PROMPTS = [[0], [1, 2], [2, 0, 1], [1], [0, 0]]
@@ -101,3 +106,108 @@ def test_weights_digest_computed_once_per_loaded_model(monkeypatch):
     torch.manual_seed(0)
     other = HFCausalLM(transformers.LlamaForCausalLM(cfg), name="tiny")  # another object: its own digest
     assert _store.fingerprint(other)["weights_sha256"] == a["weights_sha256"] and len(calls) == 3
+
+
+# --------------------------------------------------------------------------- the trees' laws on their device
+TREES = ("topk:branching(2,2)", "topk:[[0],[2],[0,1]]", "eagle2:3,2,5", "iid:branching(2,2):specinfer,target-only",
+         "wor:branching(3,1):sequoia,traversal,target-only")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(1, 12), st.integers(1, 12))
+def test_ranked_rows_on_the_device_equal_the_host_ranking(seed, levels, n, K):
+    # laws with many ties (a few distinct values, zeros among them): the device's top-k with the ties taken by lower
+    # id, then a stable sort, gives the host's ranking, which is the first K of the full stable sort
+    rng = np.random.default_rng(seed)
+    V = 12
+    p = rng.integers(0, levels + 1, size=(n, V)).astype(np.float64)
+    p[:, 0] += 1.0
+    p /= p.sum(axis=1, keepdims=True)
+    K = min(K, V)
+    ids_t, vals_t = ranked_rows(torch.from_numpy(p), K)
+    ids_n, vals_n = ranked_rows(p, K)
+    want = np.argsort(-p, axis=1, kind="stable")[:, :K]
+    np.testing.assert_array_equal(ids_t.numpy(), want)
+    np.testing.assert_array_equal(ids_n, want)
+    np.testing.assert_array_equal(vals_t.numpy(), np.take_along_axis(p, want, axis=1))
+    np.testing.assert_array_equal(vals_n, vals_t.numpy())
+
+
+def _trees_at(draft, target, ctxs, plan, sampling, on_device):
+    ids = torch.tensor(ctxs)
+    ds, ts = draft.new_state(), target.new_state()
+    logits = draft.logits(ds, ids)[:, -1]
+    p, r = sampling.probs(logits).numpy(), sampling.own_law(logits).numpy()
+    q = sampling.probs(target.logits(ts, ids))[:, -1].numpy()
+    rngs = [tree_rng(0, b) for b in range(len(ctxs))]
+    return draw_and_score(draft, ds, target, ts, ids[:, -1].numpy(), ids.shape[1], p, q, plan, sampling, rngs,
+                          r_root=r, on_device=on_device)
+
+
+@pytest.mark.parametrize("top_k", [None, 3])
+def test_trees_ranked_on_the_device_equal_the_host_route(top_k):
+    # every tree family, two prompts walked together, with and without truncation (EAGLE-2 then ranks by the
+    # draft's own law): the same trees, and every value within 1e-12 relative of the host route's
+    V = 7
+    draft, target = toy_pair(V, seed=4, closeness=0.6)
+    plan = resolve_trees(TREES, "branching(3,2)")
+    s = Sampling(1.0, top_k, None, "ties")
+    for ctxs in ([[1, 3, 0], [2, 2, 5]], [[6, 1], [0, 4]]):
+        host = _trees_at(draft, target, ctxs, plan, s, on_device=False)
+        dev = _trees_at(draft, target, ctxs, plan, s, on_device=True)
+        for a, b in zip(host, dev):
+            assert {k: v.tree.tokens.tolist() for k, v in a.items()} == {k: v.tree.tokens.tolist() for k, v in b.items()}
+            va, vb = position_values(plan, a, V), position_values(plan, b, V)
+            assert va["tree"].keys() == vb["tree"].keys()
+            for name in va["tree"]:
+                np.testing.assert_allclose(vb["tree"][name], va["tree"][name], rtol=1e-12, atol=0)
+            for key in ("treeq", "treep"):
+                np.testing.assert_allclose(vb[key], va[key], rtol=1e-12, atol=0)
+            for name in va["treenode"]:
+                np.testing.assert_allclose(vb["treenode"][name], va["treenode"][name], rtol=1e-12, atol=0)
+
+
+def test_deterministic_trees_on_the_device_move_no_whole_law(monkeypatch):
+    # the top-k and EAGLE-2 trees read (n, K) ranks and the target's probabilities of the drawn tokens: no (., V)
+    # law reaches the host from the device route's depths and scoring; the host route moves every law
+    V = 40
+    draft, target = toy_pair(V, seed=2)
+    plan = resolve_trees(["topk:branching(3,2)", "eagle2:3,2,5"], "branching(3,2)")
+    s = Sampling(1.0, None, None, "ties")
+    moved = []
+    to_numpy = torch.Tensor.numpy
+
+    def numpy(self, *args, **kw):
+        moved.append(tuple(self.shape))
+        return to_numpy(self, *args, **kw)
+
+    ids = torch.tensor([[1, 3, 0], [2, 2, 5]])
+    for on_device in (True, False):
+        ds, ts = draft.new_state(), target.new_state()
+        logits = draft.logits(ds, ids)[:, -1]
+        p, q = s.probs(logits).numpy(), s.probs(target.logits(ts, ids))[:, -1].numpy()
+        moved.clear()
+        monkeypatch.setattr(torch.Tensor, "numpy", numpy)
+        draw_and_score(draft, ds, target, ts, ids[:, -1].numpy(), 3, p, q, plan, s, [tree_rng(0, 0), tree_rng(0, 1)],
+                       on_device=on_device)
+        monkeypatch.setattr(torch.Tensor, "numpy", to_numpy)
+        whole = [m for m in moved if m and m[-1] == V]
+        assert (not whole) if on_device else whole
+
+
+def test_the_walk_on_device_tensors_equals_the_host_route(tmp_path, monkeypatch):
+    # the whole walk with the laws kept as torch tensors (the route of an accelerator, here on the CPU): every
+    # quantity at every position (subsample=1) and every tree family, each row within 1e-12 relative of the
+    # numpy route's
+    import otspec.profile._collect as C
+
+    draft, target = toy_pair(6, seed=3)
+    kw = dict(k_max=2, L_max=3, max_new_tokens=4, subsample=1, progress=False, trees=list(TREES), top_k=4)
+    prompts = [[0, 1], [2], [3, 4, 5]]
+    profile(prompts, out=tmp_path / "host", draft=draft, target=target, **kw)
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    profile(prompts, out=tmp_path / "device", draft=draft, target=target, **kw)
+    a, b = _rows(tmp_path / "host"), _rows(tmp_path / "device")
+    assert {c: v for c, v in a.items() if c != "value"} == {c: v for c, v in b.items() if c != "value"}
+    assert {"tree", "treeq", "treep", "treenode", "acc", "tau"} <= set(a["kind"])
+    np.testing.assert_allclose(b["value"], a["value"], rtol=1e-12, atol=0)

@@ -284,10 +284,11 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     families whose emission along the text reads the drawn tree are kept: ``drawn[b][pos] = {label: (2, n + 1)
     parents and tokens}`` (:func:`otspec.profile._trees.compact_tree`);
     ``buffers`` (:class:`otspec.profile._trees.LawBuffers`) holds the sampled trees' node laws from one position
-    to the next."""
+    to the next. On an accelerator (:func:`analysis_device`) the deterministic trees are ranked and read where the
+    laws are (``draw_and_score(..., on_device=True)``)."""
     plan = getattr(settings, "tree_plan", None)
     got = draw_and_score(draft, ds, target, ts, last, n_ctx, np.asarray(p_root), np.asarray(q_root), plan,
-                         settings.sampling, rngs, r_root=r_root)
+                         settings.sampling, rngs, r_root=r_root, on_device=analysis_device(target) is not None)
     V = int(np.shape(p_root)[-1])
     for r, scored in zip(rows, got):
         record_position(r, pos, plan, position_values(plan, scored, V, buffers))
