@@ -211,3 +211,28 @@ def test_the_walk_on_device_tensors_equals_the_host_route(tmp_path, monkeypatch)
     assert {c: v for c, v in a.items() if c != "value"} == {c: v for c, v in b.items() if c != "value"}
     assert {"tree", "treeq", "treep", "treenode", "acc", "tau"} <= set(a["kind"])
     np.testing.assert_allclose(b["value"], a["value"], rtol=1e-12, atol=0)
+
+
+# --------------------------------------------------------------------------- the device's free memory
+def test_laws_above_the_devices_free_memory_are_refused_before_the_run(tmp_path, monkeypatch):
+    import otspec.profile._run as R
+    from otspec.profile import ProfileSettings
+    from otspec.profile._collect import check_device_memory, device_law_bytes
+
+    s = ProfileSettings(k_max=4, L_max=4, batch_size=8, trees=["topk:branching(8,4,2)"]).for_vocabulary(128_256)
+    parts = device_law_bytes(s, 128_256, [40] * 8)
+    assert parts["blocks"] == 8 * 4 * 9 * 128_256 * 8 and parts["trees"] > 0
+    need = sum(parts.values())
+    check_device_memory(s, 128_256, [40] * 8, torch.device("cuda:0"), free=need)  # fits exactly
+    check_device_memory(s, 128_256, [40] * 8, None, free=1)                        # the host: not checked here
+    with pytest.raises(ValueError, match=r"GiB of laws at once on cuda:0 .*blocks 0\.28 GiB.*first call.*trees.*"
+                                         r"above its free memory 0\.10 GiB: lower `batch_size`"):
+        check_device_memory(s, 128_256, [40] * 8, torch.device("cuda:0"), free=int(0.1 * 2**30))
+    # through profile: refused before any forward pass, nothing written
+    draft, target = toy_pair(V, seed=3)
+    calls = []
+    monkeypatch.setattr(R, "analysis_device", lambda lm: torch.device("cuda:0"))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: calls.append(device) or (100, 2**34))
+    with pytest.raises(ValueError, match=r"above its free memory 0\.00 GiB"):
+        profile(PROMPTS, out=tmp_path / "run", draft=draft, target=target, **SMALL)
+    assert calls and not (tmp_path / "run").exists()

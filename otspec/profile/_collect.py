@@ -44,7 +44,8 @@ from ._trees import (
     tree_rng,
 )
 
-__all__ = ["analysis_device", "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
+__all__ = ["analysis_device", "check_device_memory", "device_law_bytes",
+           "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
            "cost_rows", "cost_shapes", "tree_rows", "COLUMNS", "COST_REPEATS", "TIMING_KINDS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
@@ -237,6 +238,51 @@ def analysis_device(lm):
 
     dev = torch.device(getattr(lm, "device", "cpu"))
     return None if dev.type == "cpu" else dev
+
+
+def device_law_bytes(settings, V: int, lengths) -> dict:
+    """Bytes of the laws a batch holds on the models' device at once, by part: ``"blocks"`` (the draft laws of the
+    ``(k, L)`` blocks and the target's float64 scoring laws, ``B k_max (2 L_max + 1) V``), ``"first call"`` (the
+    float32 logits of the first target call on prompts of up to ``max(lengths)`` tokens) and ``"trees"`` (the
+    float32 logits and float64 laws of the largest tree scoring call, :func:`otspec.profile._trees.tree_law_bytes`
+    at 12 bytes a value)."""
+    from ._trees import tree_law_bytes
+
+    s = settings
+    lengths = [int(n) for n in lengths] or [0]
+    B = min(s.batch_size, s.shard_size, len(lengths))
+    out = {"blocks": B * s.k_max * (2 * s.L_max + 1) * V * 8,
+           "first call": B * s.k_max * (max(lengths) + s.L_max + 1) * V * 4,
+           "trees": tree_law_bytes(s.tree_plan, V, B) * 12 // 8}
+    return out
+
+
+def check_device_memory(settings, V: int, lengths, device, *, free: int | None = None) -> None:
+    """Refuse settings whose laws on the models' accelerator (:func:`device_law_bytes`) pass its free memory.
+
+    ``device``: a torch device (None or the CPU: nothing to check here, the host's limit is
+    :func:`otspec.profile._settings.check_limits`'); ``free``: its free bytes (default
+    ``torch.cuda.mem_get_info``), read before the run's first forward pass.
+
+    Raises
+    ------
+    ValueError
+        Naming every part's size, the total and the free memory, and what to lower.
+    """
+    if device is None or (free is None and getattr(device, "type", str(device)) != "cuda"):
+        return
+    if free is None:
+        import torch
+
+        free = int(torch.cuda.mem_get_info(device)[0])
+    parts = device_law_bytes(settings, V, lengths)
+    need = sum(parts.values())
+    if need > free:
+        sizes = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in parts.items() if v)
+        raise ValueError(
+            f"these settings hold {need / 2**30:.2f} GiB of laws at once on {device} at a vocabulary of {V} tokens "
+            f"({sizes}), above its free memory {free / 2**30:.2f} GiB: lower `batch_size`, `k_max` or `L_max`, "
+            "shorten the prompts, or use smaller `trees`")
 
 
 def _to_device(P: np.ndarray, dev):
