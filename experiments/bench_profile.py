@@ -38,7 +38,22 @@ Three measurements, each printed as ratios side by side and marked when they mis
    measurement 1. Then the peak RSS of a fresh process profiling 2 vs 6 prompts (``--tree-memory-positions``
    positions) with each family (growth <= 10 %).
 
-Usage: ``python experiments/bench_profile.py [--quick] [--batching-only] [--overhead-only] [--trees]``
+Measurements 1 and 4 report per-position and per-run costs apart. Per position: the walk along the prompts
+(``profile_prompt``/``profile_bucket``: every profiled position, its renewal tables included) outside its forward
+passes, target ``PER_POSITION_TARGET`` = 0.10 of the walk's forward seconds. Per run: the cost calibration (its
+size is the calibration's own: reported, not judged here), the models' fingerprints (computed cold: the benchmark
+forgets the weights digests its warm-up computed), the Parquet writing and the rest outside the walk (checks,
+manifest), target ``PER_RUN_TARGET_S`` = 2 s outside the calibration whatever the number of prompts (on an idle
+machine; loaded, the CPU seconds are judged). The whole call's other / forward is printed too: on a run of 32
+positions it is dominated by the per-run work.
+
+5. ``--llama``: the random-weight Llama pair at V = 128,256 (hidden size 64, 4 layers: the forward passes are
+   cheap, so the exact analysis at that vocabulary shows), ``k_max = L_max = 4``, the chain quantities alone and
+   with the tree families ``topk:branching(4,2)``, ``eagle2:4,4,16``, ``topk:branching(8,4,2)``,
+   ``iid:branching(4,2):specinfer``: per position the seconds outside the forward passes and their share, per run
+   its seconds by phase (``--tree-prompts`` x ``--tree-positions``).
+
+Usage: ``python experiments/bench_profile.py [--quick] [--batching-only] [--overhead-only] [--trees] [--llama]``
 (``--quick``: fewer positions, for a smoke run; ``--batching-only``: measurement 3 alone;
 ``--overhead-only``: measurement 1 alone; ``--trees``: measurement 4 alone, ``--tree-only SPEC ...`` to run some
 of its families, ``none`` for the same run without trees).
@@ -127,6 +142,7 @@ class _Phases:
         out = {k: self.wall[k] for k in self.PER_RUN}
         out["other"] = wall - self.wall["walk"] - sum(out.values())
         out["total"] = wall - self.wall["walk"]
+        out["cpu_outside_calibration"] = sum(self.cpu[k] for k in self.PER_RUN if k != "calibration")
         return out
 
 
@@ -139,6 +155,13 @@ def _cold_fingerprints() -> None:
 
 def _verdict(ratio: float, idle: bool) -> str:
     return ("ok" if ratio <= PER_POSITION_TARGET else "MISS") if idle else "loaded"
+
+
+def _run_verdict(per_run: dict, idle: bool) -> str:
+    """The per-run target on wall seconds on an idle machine; when loaded, "loaded" and the CPU seconds' verdict."""
+    if idle:
+        return "ok" if per_run["total"] - per_run["calibration"] <= PER_RUN_TARGET_S else "MISS"
+    return "loaded (CPU " + ("ok" if per_run["cpu_outside_calibration"] <= PER_RUN_TARGET_S else "MISS") + ")"
 
 
 #: Per-position target: the walk's work outside the forward passes, at most this share of its forward seconds.
@@ -469,10 +492,11 @@ def trees_main(args) -> None:
         verdict = _verdict(r["walk_ratio"], idle)
         cpu_verdict = "ok" if r["walk_cpu_ratio"] <= PER_POSITION_TARGET else "MISS"
         pr = r["per_run"]
-        run_verdict = "ok" if pr["total"] - pr["calibration"] <= PER_RUN_TARGET_S else "MISS"
+        run_verdict = _run_verdict(pr, idle)
         rows.append((spec, f"{r['walk_ratio']:.3f}", f"{r['walk_cpu_ratio']:.3f}", f"{r['ratio']:.3f}",
                      f"{r['cpu_ratio']:.3f}", f"{r['walk_forward']:.1f}", f"{r['forward']:.1f}", f"{r['wall']:.1f}",
-                     f"{pr['calibration']:.1f}", f"{pr['fingerprints']:.2f}", f"{pr['total'] - pr['calibration']:.2f}",
+                     f"{pr['calibration']:.1f}", f"{pr['fingerprints']:.2f}",
+                     f"{pr['total'] - pr['calibration']:.2f} ({pr['cpu_outside_calibration']:.2f})",
                      f"{r['select']:.2f}", f"{r['load'][0]:.2f}->{r['load'][1]:.2f}",
                      f"{verdict} (CPU {cpu_verdict}); per run {run_verdict}"))
         print("  " + " | ".join(rows[-1]), flush=True)
@@ -484,7 +508,7 @@ def trees_main(args) -> None:
             mem.append((spec, f"{a:.0f} MB -> {b:.0f} MB ({g:+.1%})", "ok" if g <= 0.10 else "MISS"))
             print("  " + " | ".join(mem[-1]), flush=True)
     print("family | per position (walk): other/forward wall | CPU | whole call: other/forward wall | CPU | "
-          "walk forward s | forward s | wall s | per run: calibration s | fingerprints s | outside the calibration s | "
+          "walk forward s | forward s | wall s | per run: calibration s | fingerprints s | outside the calibration s (CPU) | "
           f"select s | load per core | verdict (per position <= {PER_POSITION_TARGET}, per run outside the "
           f"calibration <= {PER_RUN_TARGET_S} s)")
     for r in rows:
@@ -598,8 +622,9 @@ def main() -> None:
                          f"{r['walk_ratio']:.3f} (CPU {r['walk_cpu_ratio']:.3f})", f"<= {PER_POSITION_TARGET}",
                          _verdict(r["walk_ratio"], idle)))
             rest = pr["total"] - pr["calibration"]
-            rows.append((f"per run: seconds outside the walk and the calibration, {label}", f"{rest:.2f} s",
-                         f"<= {PER_RUN_TARGET_S} s", "ok" if rest <= PER_RUN_TARGET_S else "MISS"))
+            rows.append((f"per run: seconds outside the walk and the calibration, {label}",
+                         f"{rest:.2f} s (CPU {pr['cpu_outside_calibration']:.2f} s)", f"<= {PER_RUN_TARGET_S} s",
+                         _run_verdict(pr, idle)))
             rows.append((f"whole call other / forward (per-run work on {r['positions']} positions), {label}",
                          f"{r['ratio']:.3f} (CPU {r['cpu_ratio']:.3f})", "(reported)", ""))
             print(f"  {label}: wall {r['wall']:.1f} s, forward {r['forward']:.1f} s, other {r['other']:.1f} s over "
