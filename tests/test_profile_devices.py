@@ -236,3 +236,15 @@ def test_laws_above_the_devices_free_memory_are_refused_before_the_run(tmp_path,
     with pytest.raises(ValueError, match=r"above its free memory 0\.00 GiB"):
         profile(PROMPTS, out=tmp_path / "run", draft=draft, target=target, **SMALL)
     assert calls and not (tmp_path / "run").exists()
+
+
+def test_a_node_with_too_few_tokens_is_refused_alike_on_both_routes():
+    # nucleus sampling leaving one token at a node of depth 1 of a top-k tree that needs two children there (the
+    # root has more): the same error on the device route (ranked on the laws' device) as on the host's
+    draft, target = toy_pair(5, seed=0, closeness=0.2)
+    s = Sampling(0.5, None, 0.5, "ties")
+    plan = resolve_trees(["topk:branching(2,2)"])
+    for on_device in (False, True):
+        with pytest.raises(ValueError, match=r"needs 2 distinct children at node 1 \(rank path \(0,\)\), but the "
+                                             r"draft's law there has only 1 tokens"):
+            _trees_at(draft, target, [[4, 4]], plan, s, on_device)

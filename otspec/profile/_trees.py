@@ -809,7 +809,7 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
         src = laws.index_select(0, idx)
         if own is not None:
             src = torch.where(eagle[:, None], own.index_select(0, idx), src)
-        ids, vals = ranked_rows(src, max(K[i] for i in ranked))
+        ids, vals = ranked_rows(src, min(max(K[i] for i in ranked), int(src.shape[-1])))  # a job asking more: refused
         at_own = own.index_select(0, idx).gather(1, ids) if own is not None else None
         ids, vals = ids.cpu().numpy(), vals.cpu().numpy()
         at_own = at_own.cpu().numpy() if at_own is not None else None
