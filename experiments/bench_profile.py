@@ -203,10 +203,10 @@ def overhead(n_prompts: int, max_new: int, subsample: int, keep: int = 0) -> dic
         finally:
             cpu["forward"] += time.process_time() - t0
 
-    def kept_rows(rows, pos, X, P, Q, settings, costly):
+    def kept_rows(rows, pos, X, P, Q, settings, costly, **kw):
         if len(trees) < keep:
             trees.append((pos, X.copy(), P.copy(), Q.copy(), settings))
-        return rows_fn(rows, pos, X, P, Q, settings, costly)
+        return rows_fn(rows, pos, X, P, Q, settings, costly, **kw)
 
     C._Timer.call, C.position_rows = timed_call, kept_rows
     _cold_fingerprints()

@@ -248,3 +248,29 @@ def test_a_node_with_too_few_tokens_is_refused_alike_on_both_routes():
         with pytest.raises(ValueError, match=r"needs 2 distinct children at node 1 \(rank path \(0,\)\), but the "
                                              r"draft's law there has only 1 tokens"):
             _trees_at(draft, target, [[4, 4]], plan, s, on_device)
+
+
+def test_prompts_walked_together_share_one_pass_of_the_batched_quantities(tmp_path, monkeypatch):
+    # laws on the (stand-in) accelerator and three prompts in one batch: alpha_k, the maximal coupling, k-Seq and
+    # the token and block E[tau | X] rows computed once per position for the three prompts, every row within
+    # 1e-12 relative of the host route's (the same per-row arithmetic), the costly quantities on the subsample still
+    # per prompt
+    import otspec.profile._collect as C
+    import otspec.profile._quantities as Qm
+
+    draft, target = toy_pair(6, seed=3)
+    kw = dict(k_max=2, L_max=3, max_new_tokens=4, subsample=2, progress=False, batch_size=3,
+              verifiers=["token", "optimal", "kseq", "multiround"], families=["token", "block", "block-onestep",
+                                                                              "kseq"])
+    prompts = [[0, 1], [2, 5], [3, 4]]
+    profile(prompts, out=tmp_path / "host", draft=draft, target=target, **kw)
+    calls = []
+    alpha = Qm.alpha_k
+    monkeypatch.setattr(Qm, "alpha_k", lambda P, *a, **k: calls.append(tuple(P.shape)) or alpha(P, *a, **k))
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    profile(prompts, out=tmp_path / "device", draft=draft, target=target, **kw)
+    assert calls == [(3, 3, 6)] * 4  # one call per position, the three prompts' (L, V) laws stacked
+    a, b = _rows(tmp_path / "host"), _rows(tmp_path / "device")
+    assert {c: v for c, v in a.items() if c != "value"} == {c: v for c, v in b.items() if c != "value"}
+    assert {"multiround", "block", "block-onestep", "optimal"} <= set(a["name"])
+    np.testing.assert_allclose(b["value"], a["value"], rtol=1e-12, atol=0)

@@ -29,7 +29,7 @@ import numpy as np
 from .._registry import get_verifier
 from ..decoding._models import supports_padding
 from ..decoding._sampling import sample_rows
-from ._quantities import Builds, depth_quantities, expected_accepted
+from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
 from ._trees import (
@@ -44,7 +44,7 @@ from ._trees import (
     tree_rng,
 )
 
-__all__ = ["analysis_device", "check_device_memory", "device_law_bytes",
+__all__ = ["analysis_device", "batch_builds", "check_device_memory", "device_law_bytes",
            "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
            "cost_rows", "cost_shapes", "tree_rows", "COLUMNS", "COST_REPEATS", "TIMING_KINDS"]
 
@@ -303,10 +303,12 @@ def is_subsampled(pos, prompt, settings) -> bool:
     return every > 0 and (pos // stride + prompt) % every == 0
 
 
-def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> None:
-    """Every exact quantity of one profiled position, appended to ``rows``."""
+def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool, builds: Builds | None = None) -> None:
+    """Every exact quantity of one profiled position, appended to ``rows`` (``builds``: the tree's
+    :class:`otspec.profile._quantities.Builds`, its batched quantities perhaps already computed with other prompts'
+    by :func:`batch_builds`)."""
     L = settings.L_max
-    builds = Builds(X, P, Q, settings.verifier_options)
+    builds = Builds(X, P, Q, settings.verifier_options) if builds is None else builds
     for name in settings.verifiers:
         if is_costly("acc", name) and not costly:
             continue
@@ -320,6 +322,18 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> Non
         for k in settings.ks(name):
             for kind, vals in expected_accepted(name, k, builds, L).items():
                 rows.add(pos, kind, name, k, vals)
+
+
+def batch_builds(X, P, Q, settings) -> list | None:
+    """The :class:`otspec.profile._quantities.Builds` of the ``B`` prompts of one position of a batched walk, their
+    cheap batched quantities computed for all prompts at once (:func:`otspec.profile._quantities.prefill_batched`),
+    when the laws are on an accelerator (arrays other than numpy); None otherwise (each prompt's own, as before)."""
+    if isinstance(P, np.ndarray) or len(X) < 2:
+        return None
+    out = [Builds(X[b], P[b], Q[b], settings.verifier_options) for b in range(len(X))]
+    prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
+                    [f for f in settings.families if not is_costly("tau", f)], settings.ks, settings.L_max)
+    return out
 
 
 def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs,
@@ -547,8 +561,10 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             held_t = n
             q_t = _np(Q[:, 0, 0]).copy()
             Pa = _to_device(P, dev)
+            bl = batch_builds(X, Pa, Q, settings) or [None] * B
             for b in range(B):
-                position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings))
+                position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings),
+                              builds=bl[b])
             if trngs is not None:
                 tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn, buffers,
                           r1)
