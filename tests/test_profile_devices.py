@@ -84,6 +84,15 @@ def test_two_local_workers_each_build_the_pair_once_on_their_device(tmp_path):
     assert _rows(tmp_path / "dask") == _rows(tmp_path / "local")
 
 
+def test_a_factory_defined_in_a_script_is_held_by_its_cloudpickle():
+    from otspec.profile._distributed import _factory_key
+
+    def local(device=None):  # not importable by reference: pickle refuses it, dask ships it by cloudpickle
+        return toy_pair(V, seed=3)
+
+    assert _factory_key(local) == _factory_key(local) and _factory_key(devices_pair) != _factory_key(local)
+
+
 # --------------------------------------------------------------------------- per-run costs paid once
 def test_weights_digest_computed_once_per_loaded_model(monkeypatch):
     transformers = pytest.importorskip("transformers")

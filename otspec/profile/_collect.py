@@ -41,6 +41,7 @@ from ._trees import (
     ranks_by_raw_law,
     record_position,
     tree_cost_shapes,
+    tree_law_bytes,
     tree_rng,
 )
 
@@ -246,8 +247,6 @@ def device_law_bytes(settings, V: int, lengths) -> dict:
     float32 logits of the first target call on prompts of up to ``max(lengths)`` tokens) and ``"trees"`` (the
     float32 logits and float64 laws of the largest tree scoring call, :func:`otspec.profile._trees.tree_law_bytes`
     at 12 bytes a value)."""
-    from ._trees import tree_law_bytes
-
     s = settings
     lengths = [int(n) for n in lengths] or [0]
     B = min(s.batch_size, s.shard_size, len(lengths))

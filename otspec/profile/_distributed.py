@@ -97,10 +97,21 @@ def _own_device() -> str:
     return "cuda:0" if _gpus_seen() else "cpu"
 
 
+def _factory_key(models):
+    """The factory's identity across tasks: its pickle (by reference for a module's function or a partial of one),
+    else its cloudpickle (a function defined in a script or a notebook, as dask itself ships it)."""
+    try:
+        return pickle.dumps(models)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        import cloudpickle
+
+        return cloudpickle.dumps(models)
+
+
 def _held_models(models, device=None):
     """The pair this worker built from ``models`` (on ``device`` when given), built on first use."""
     address = _worker_address()
-    key = (pickle.dumps(models), device, address)
+    key = (_factory_key(models), device, address)
     pair = _HELD.get(key)
     if pair is None:
         pair = _HELD[key] = models() if device is None else models(device=device)

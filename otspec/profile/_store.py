@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import tempfile
+import weakref
 from importlib import metadata
 from pathlib import Path
 
@@ -149,8 +150,6 @@ def _weights_digest(lm) -> str | None:
     if held is not None and held[0] == state and held[1]() is model:
         return held[2]
     digest = _hash_state_dict(sd)
-    import weakref
-
     try:
         ref = weakref.ref(model)
     except TypeError:  # pragma: no cover - torch modules take weak references
