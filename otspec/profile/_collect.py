@@ -29,7 +29,7 @@ import numpy as np
 from .._registry import get_verifier
 from ..decoding._models import supports_padding
 from ..decoding._sampling import sample_rows
-from ._quantities import Builds, depth_quantities, expected_accepted
+from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
 from ._trees import (
@@ -41,10 +41,12 @@ from ._trees import (
     ranks_by_raw_law,
     record_position,
     tree_cost_shapes,
+    tree_law_bytes,
     tree_rng,
 )
 
-__all__ = ["analysis_device", "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
+__all__ = ["analysis_device", "batch_builds", "check_device_memory", "device_law_bytes",
+           "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
            "cost_rows", "cost_shapes", "tree_rows", "COLUMNS", "COST_REPEATS", "TIMING_KINDS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
@@ -239,6 +241,49 @@ def analysis_device(lm):
     return None if dev.type == "cpu" else dev
 
 
+def device_law_bytes(settings, V: int, lengths) -> dict:
+    """Bytes of the laws a batch holds on the models' device at once, by part: ``"blocks"`` (the draft laws of the
+    ``(k, L)`` blocks and the target's float64 scoring laws, ``B k_max (2 L_max + 1) V``), ``"first call"`` (the
+    float32 logits of the first target call on prompts of up to ``max(lengths)`` tokens) and ``"trees"`` (the
+    float32 logits and float64 laws of the largest tree scoring call, :func:`otspec.profile._trees.tree_law_bytes`
+    at 12 bytes a value)."""
+    s = settings
+    lengths = [int(n) for n in lengths] or [0]
+    B = min(s.batch_size, s.shard_size, len(lengths))
+    out = {"blocks": B * s.k_max * (2 * s.L_max + 1) * V * 8,
+           "first call": B * s.k_max * (max(lengths) + s.L_max + 1) * V * 4,
+           "trees": tree_law_bytes(s.tree_plan, V, B) * 12 // 8}
+    return out
+
+
+def check_device_memory(settings, V: int, lengths, device, *, free: int | None = None) -> None:
+    """Refuse settings whose laws on the models' accelerator (:func:`device_law_bytes`) pass its free memory.
+
+    ``device``: a torch device (None or the CPU: nothing to check here, the host's limit is
+    :func:`otspec.profile._settings.check_limits`'); ``free``: its free bytes (default
+    ``torch.cuda.mem_get_info``), read before the run's first forward pass.
+
+    Raises
+    ------
+    ValueError
+        Naming every part's size, the total and the free memory, and what to lower.
+    """
+    if device is None or (free is None and getattr(device, "type", str(device)) != "cuda"):
+        return
+    if free is None:
+        import torch
+
+        free = int(torch.cuda.mem_get_info(device)[0])
+    parts = device_law_bytes(settings, V, lengths)
+    need = sum(parts.values())
+    if need > free:
+        sizes = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in parts.items() if v)
+        raise ValueError(
+            f"these settings hold {need / 2**30:.2f} GiB of laws at once on {device} at a vocabulary of {V} tokens "
+            f"({sizes}), above its free memory {free / 2**30:.2f} GiB: lower `batch_size`, `k_max` or `L_max`, "
+            "shorten the prompts, or use smaller `trees`")
+
+
 def _to_device(P: np.ndarray, dev):
     import torch
 
@@ -257,10 +302,12 @@ def is_subsampled(pos, prompt, settings) -> bool:
     return every > 0 and (pos // stride + prompt) % every == 0
 
 
-def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> None:
-    """Every exact quantity of one profiled position, appended to ``rows``."""
+def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool, builds: Builds | None = None) -> None:
+    """Every exact quantity of one profiled position, appended to ``rows`` (``builds``: the tree's
+    :class:`otspec.profile._quantities.Builds`, its batched quantities perhaps already computed with other prompts'
+    by :func:`batch_builds`)."""
     L = settings.L_max
-    builds = Builds(X, P, Q, settings.verifier_options)
+    builds = Builds(X, P, Q, settings.verifier_options) if builds is None else builds
     for name in settings.verifiers:
         if is_costly("acc", name) and not costly:
             continue
@@ -276,6 +323,18 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool) -> Non
                 rows.add(pos, kind, name, k, vals)
 
 
+def batch_builds(X, P, Q, settings) -> list | None:
+    """The :class:`otspec.profile._quantities.Builds` of the ``B`` prompts of one position of a batched walk, their
+    cheap batched quantities computed for all prompts at once (:func:`otspec.profile._quantities.prefill_batched`),
+    when the laws are on an accelerator (arrays other than numpy); None otherwise (each prompt's own, as before)."""
+    if isinstance(P, np.ndarray) or len(X) < 2:
+        return None
+    out = [Builds(X[b], P[b], Q[b], settings.verifier_options) for b in range(len(X))]
+    prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
+                    [f for f in settings.families if not is_costly("tau", f)], settings.ks, settings.L_max)
+    return out
+
+
 def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs,
               drawn=None, buffers=None, r_root=None) -> None:
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
@@ -284,10 +343,11 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     families whose emission along the text reads the drawn tree are kept: ``drawn[b][pos] = {label: (2, n + 1)
     parents and tokens}`` (:func:`otspec.profile._trees.compact_tree`);
     ``buffers`` (:class:`otspec.profile._trees.LawBuffers`) holds the sampled trees' node laws from one position
-    to the next."""
+    to the next. On an accelerator (:func:`analysis_device`) the deterministic trees are ranked and read where the
+    laws are (``draw_and_score(..., on_device=True)``)."""
     plan = getattr(settings, "tree_plan", None)
     got = draw_and_score(draft, ds, target, ts, last, n_ctx, np.asarray(p_root), np.asarray(q_root), plan,
-                         settings.sampling, rngs, r_root=r_root)
+                         settings.sampling, rngs, r_root=r_root, on_device=analysis_device(target) is not None)
     V = int(np.shape(p_root)[-1])
     for r, scored in zip(rows, got):
         record_position(r, pos, plan, position_values(plan, scored, V, buffers))
@@ -500,8 +560,10 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             held_t = n
             q_t = _np(Q[:, 0, 0]).copy()
             Pa = _to_device(P, dev)
+            bl = batch_builds(X, Pa, Q, settings) or [None] * B
             for b in range(B):
-                position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings))
+                position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings),
+                              builds=bl[b])
             if trngs is not None:
                 tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn, buffers,
                           r1)

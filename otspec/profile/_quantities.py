@@ -34,7 +34,7 @@ from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
-           "to_host"]
+           "to_host", "prefill_batched"]
 
 
 def to_host(x) -> np.ndarray:
@@ -237,10 +237,10 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
             out[("acc", k)] = vals[:, i]
         return out
     if name == "token":
-        out[("acc", 1)] = to_host(batched_maximal_coupling_acceptance(P0, Q0, validate=False))
+        out[("acc", 1)] = builds.batched(("token-acc", L), lambda: to_host(_token_acceptance(P0, Q0)))
         return out
     if name == "kseq" and not builds.options.get("kseq"):  # one sort of the ratios serves every k
-        vals = to_host(xp.stack(kseq_acceptance_rows(P0, Q0, list(ks), xp), axis=-1))
+        vals = builds.batched(("kseq", tuple(ks), L), lambda: to_host(_kseq_acceptance(P0, Q0, ks, xp)))
         for i, k in enumerate(ks):
             out[("acc", k)] = vals[:, i].copy()
         return out
@@ -301,6 +301,16 @@ def tree_reach(name: str, rows, builds: Builds, L: int) -> np.ndarray:
     return reach
 
 
+def _token_acceptance(P0, Q0):
+    """The maximal coupling's acceptance of every row of ``(..., V)`` laws (the laws' namespace)."""
+    return batched_maximal_coupling_acceptance(P0, Q0, validate=False)
+
+
+def _kseq_acceptance(P0, Q0, ks, xp):
+    """k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``."""
+    return xp.stack(kseq_acceptance_rows(P0, Q0, list(ks), xp), axis=-1)
+
+
 def _token_reach_rows(builds: Builds, L: int):
     r""":func:`tree_reach` of each drawn block alone under the maximal coupling, ``(k_max, L)``, in the laws' namespace.
 
@@ -310,9 +320,13 @@ def _token_reach_rows(builds: Builds, L: int):
 
     (the laws renormalised per row, as the decoding loop does).
     """
-    xp = builds.xp
-    P, Q = builds.P[:, :L], builds.Q[:, :L]
-    x = xp.reshape(builds.tokens()[:, :L], (-1, L, 1))
+    return _token_reach(builds.P, builds.Q, builds.tokens(), L, builds.xp)
+
+
+def _token_reach(P, Q, X, L: int, xp):
+    """:func:`_token_reach_rows` on ``(R, >= L, V)`` laws and ``(R, >= L)`` tokens of namespace ``xp``."""
+    P, Q = P[:, :L], Q[:, :L]
+    x = xp.reshape(X[:, :L], (-1, L, 1))
     p = xp.take_along_axis(P, x, axis=-1)[..., 0] / xp.sum(P, axis=-1)
     q = xp.take_along_axis(Q, x, axis=-1)[..., 0] / xp.sum(Q, axis=-1)
     return xp.cumulative_prod(xp.minimum(q / p, 1.0), axis=-1)
@@ -401,6 +415,67 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
     return xp.stack(cols, axis=-1)
 
 
+def _block_tau_calls(name: str, P, Q, X, L_max: int, xp):
+    r"""``(2, R, L_max)``: block verification's :math:`E[\tau \mid X_r^\ell]` and expected target calls for every
+    row and length, from :func:`block_path_laws` (the laws' namespace)."""
+    law = block_path_laws(name, P, Q, X, L_max, xp)  # (R, L, L + 1)
+    t = xp.reshape(xp.astype(xp.arange(L_max + 1, device=_device(P)), xp.float64), (1, 1, -1))
+    ell = xp.reshape(xp.astype(xp.arange(1, L_max + 1, device=_device(P)), xp.float64), (1, -1, 1))
+    tau = xp.sum(law * t, axis=-1)
+    calls = 1.0 + xp.sum(law * xp.clip(ell - t, 0.0, None), axis=-1)
+    return xp.stack([tau, calls], axis=0)
+
+
+def prefill_batched(builds: list, verifiers, families, ks, L: int) -> None:
+    r"""The batched quantities of ``B`` prompts' draft trees in one pass each, put in every :class:`Builds`' cache.
+
+    .. math::
+
+        \alpha_k\big(p^{(b)}_j, q^{(b)}_j\big),\ \beta\big(p^{(b)}_j, q^{(b)}_j\big),\
+        1 - E(\rho^*)^k,\ E[\tau_\ell \mid X^{(b)}_r] \quad \text{for every prompt } b \text{ at once},
+
+    the cheap per-depth acceptances of ``verifiers`` (``"optimal"``/``"lp"``: :math:`\alpha_k`; ``"token"``;
+    ``"kseq"``) and the batched :math:`E[\tau \mid X]` rows of ``families`` (``"token"``, ``"block"``,
+    ``"block-onestep"``), each computed on the stacked ``(B, ...)`` laws of the prompts walked together (one
+    sort, one launch and one move to the host for all of them, instead of one per prompt) and sliced into each
+    prompt's cache under the key :func:`depth_quantities` and :func:`expected_accepted` read, so their values are
+    the per-prompt route's (the same per-row arithmetic). For laws on an accelerator; ``builds`` share one
+    namespace, shapes and options; ``ks(name)`` gives each name's numbers of drafts.
+    """
+    if len(builds) < 2:
+        return
+    b0 = builds[0]
+    xp = b0.xp
+    P = xp.stack([b.P for b in builds], axis=0)  # (B, k_max, L_max, V)
+    Q = xp.stack([b.Q for b in builds], axis=0)
+    P0, Q0 = P[:, 0, :L], Q[:, 0, :L]
+    B = len(builds)
+
+    def put(key, stacked):
+        for b, bl in zip(range(B), builds):
+            bl._batched[key] = stacked[b]
+
+    names = set(verifiers)
+    alpha_ks = sorted({tuple(ks(n)) for n in names & {"optimal", "lp"}})
+    for kk in alpha_ks:
+        put(("alpha", kk, L), to_host(alpha_k(P0, Q0, list(kk), validate=False, workers=1)).reshape(B, L, len(kk)))
+    if "token" in names:
+        put(("token-acc", L), to_host(_token_acceptance(P0, Q0)))
+    if "kseq" in names and not b0.options.get("kseq"):
+        kk = tuple(ks("kseq"))
+        put(("kseq", kk, L), to_host(_kseq_acceptance(P0, Q0, kk, xp)))
+    k_max = int(P.shape[1])
+    R = B * k_max
+    X = xp.reshape(xp.stack([b.tokens() for b in builds], axis=0), (R, -1))
+    Pr, Qr = xp.reshape(P, (R,) + tuple(P.shape[2:])), xp.reshape(Q, (R,) + tuple(Q.shape[2:]))
+    for name in ("block", "block-onestep"):
+        if name in families:
+            both = to_host(_block_tau_calls(name, Pr, Qr, X, L, xp)).reshape(2, B, k_max, L)
+            put(("block", name, L), both.transpose(1, 0, 2, 3))
+    if "token" in families:
+        put(("token", L), to_host(_token_reach(Pr, Qr, X, L, xp)).reshape(B, k_max, L))
+
+
 def _excess_sums(W, P, Q, L: int, xp, both: bool):
     r"""``pos[r, t - 1] = \sum_x (W_{r,t} Q_{r,t}(x) - P_{r,t}(x))_+`` for ``t = 1..L-1`` (and ``neg``, of the
     negative part, when ``both``).
@@ -473,15 +548,8 @@ def expected_accepted(name: str, k: int, builds: Builds, L_max: int) -> dict:
     spec = get_verifier(name)
     xp = builds.xp
     if spec.kind == "block":
-        def rows():
-            law = block_path_laws(name, builds.P, builds.Q, builds.tokens(), L_max, xp)  # (k_max, L, L + 1)
-            t = xp.reshape(xp.astype(xp.arange(L_max + 1, device=_device(builds.P)), xp.float64), (1, 1, -1))
-            ell = xp.reshape(xp.astype(xp.arange(1, L_max + 1, device=_device(builds.P)), xp.float64), (1, -1, 1))
-            tau = xp.sum(law * t, axis=-1)
-            calls = 1.0 + xp.sum(law * xp.clip(ell - t, 0.0, None), axis=-1)
-            return to_host(xp.stack([tau, calls], axis=0))  # (2, k_max, L_max)
-
-        both = builds.batched(("block", name, L_max), rows)
+        both = builds.batched(("block", name, L_max), lambda: to_host(
+            _block_tau_calls(name, builds.P, builds.Q, builds.tokens(), L_max, xp)))  # (2, k_max, L_max)
         out = {"tau": _group_mean(both[0], 1, G)}
         if name == "block":
             out["calls"] = _group_mean(both[1], 1, G)

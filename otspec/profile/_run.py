@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .._deps import check_installed
 from ..decoding._models import validate_language_model
-from ._collect import path_length
+from ._collect import analysis_device, check_device_memory, path_length
 from ._distributed import run_on_client
 from ._prompts import load_prompts
 from ._settings import ProfileSettings, check_limits
@@ -205,6 +205,7 @@ def prepare(prompts, *, out, draft, target, settings: ProfileSettings, tokenizer
     settings = settings.for_vocabulary(V)
     items = load_prompts(prompts, V, tokenizer=tokenizer, context=settings.context, chat_template=chat_template)
     check_limits(settings, V, [len(p) for p, _ in items])
+    check_device_memory(settings, V, [len(p) for p, _ in items], analysis_device(target))
     check_tree_context(settings.tree_plan, draft, target, max((len(p) for p, _ in items), default=0),
                        settings.max_new_tokens)
     out = Path(out)

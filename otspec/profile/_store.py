@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import tempfile
+import weakref
 from importlib import metadata
 from pathlib import Path
 
@@ -159,15 +160,50 @@ def _law_digest(laws: np.ndarray) -> str:
     return h.hexdigest()
 
 
+#: Weights digests already computed in this process: ``id(module) -> (state key, weak reference, digest)``, the
+#: state key naming
+#: every tensor's storage, shape, dtype and version counter (an in-place write bumps it), so a digest is computed
+#: once per run and per process, not once per ``profile`` call on the same loaded models.
+_WEIGHTS_DIGESTS: dict = {}
+
+
+def _weights_state(sd) -> tuple:
+    """What identifies a state dict's current contents without reading them: names, storages, shapes, dtypes, devices
+    and version counters (bumped by every in-place write through autograd's view of the tensor)."""
+    return tuple((name, t.data_ptr(), tuple(t.shape), str(t.dtype), str(t.device), int(t._version))
+                 for name, t in sd.items())
+
+
 def _weights_digest(lm) -> str | None:
     """sha256 of a torch model's state dict (names, shapes, dtypes, bytes; a tensor shared by two names, as tied
-    embeddings, hashed once), or None: no torch module, or above :data:`MAX_WEIGHT_HASH_BYTES`."""
+    embeddings, hashed once), or None: no torch module, or above :data:`MAX_WEIGHT_HASH_BYTES`.
+
+    Computed once per loaded model and process (:data:`_WEIGHTS_DIGESTS`): a later call on the same module with
+    unchanged tensors (same storages, shapes, dtypes, devices and version counters) returns the digest already
+    computed. A write that bypasses the version counter (``param.data[...] = ...``) is not seen by that key; the
+    fingerprint's probe laws, recomputed at every call, still tell such a model apart."""
     model = getattr(lm, "model", None)
     if model is None or not callable(getattr(model, "state_dict", None)):
         return None
+    sd = model.state_dict()
+    state = _weights_state(sd)
+    held = _WEIGHTS_DIGESTS.get(id(model))
+    if held is not None and held[0] == state and held[1]() is model:
+        return held[2]
+    digest = _hash_state_dict(sd)
+    try:
+        ref = weakref.ref(model)
+    except TypeError:  # pragma: no cover - torch modules take weak references
+        return digest
+    for key in [k for k, held in _WEIGHTS_DIGESTS.items() if held[1]() is None]:  # models since freed
+        del _WEIGHTS_DIGESTS[key]
+    _WEIGHTS_DIGESTS[id(model)] = (state, ref, digest)
+    return digest
+
+
+def _hash_state_dict(sd) -> str | None:
     import torch
 
-    sd = model.state_dict()
     seen: dict = {}
     todo = []
     for name, t in sd.items():

@@ -462,6 +462,86 @@ def tree_rng(seed: int, index: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(int(index), 1)))
 
 
+class RankedLaw:
+    """The ``K`` most likely tokens of a node's law, ranked on the laws' device, and their probabilities.
+
+    What the deterministic trees read of a law (top-k children, EAGLE-2's proposals and scores, the universe's
+    draft probabilities): ``ids`` in decreasing probability, ties by lower id (the order of
+    :func:`otspec.tree._process._ranked`), ``vals`` the law at them; ``law[token]`` for a ranked token, as for a
+    dense law. ``own`` (optional): another law (the draft's own) at the same ``ids``.
+    """
+
+    __slots__ = ("ids", "vals", "_at")
+
+    def __init__(self, ids: np.ndarray, vals: np.ndarray):
+        self.ids, self.vals = ids, vals
+        self._at = None
+
+    def __getitem__(self, token) -> float:
+        if self._at is None:
+            self._at = dict(zip(self.ids.tolist(), self.vals.tolist()))
+        return self._at[int(token)]
+
+    def positive(self) -> int:
+        """Tokens of positive probability among the ranked ones (all of the law's when fewer than ``K``)."""
+        return int(np.count_nonzero(self.vals > 0))
+
+    def top(self, k: int) -> np.ndarray:
+        if k > self.ids.shape[0]:  # pragma: no cover - the caller ranks as many as any job needs
+            raise RuntimeError(f"{k} ranks asked of a law ranked to {self.ids.shape[0]}")
+        return self.ids[:k]
+
+
+def ranked_rows(laws, K: int):
+    r"""The ``K`` most likely tokens of every row, ties by lower id, and their probabilities, in the laws' namespace.
+
+    .. math::
+
+        \text{ids}_{i, r} = \text{the } r\text{-th token of row } i \text{ in decreasing } p_i,
+        \text{ ties by lower id}, \qquad \text{vals}_{i, r} = p_i(\text{ids}_{i, r}), \qquad r < K.
+
+    Batched over the rows in ``O(V)`` each: a top-``K`` for the ``K``-th largest value ``t_i``, every token above
+    it and the lowest-id tokens equal to it (a cumulative count), then a stable sort of those ``K``. A torch
+    tensor is ranked on its device; a numpy array row by row (:func:`otspec.tree._process._ranked`).
+
+    Parameters
+    ----------
+    laws : (n, V) torch tensor or numpy array
+    K : int
+        ``1 <= K <= V``.
+
+    Returns
+    -------
+    tuple of (n, K) arrays
+        ``ids`` (int64) and ``vals`` (the laws' dtype), in the laws' namespace and on their device.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from otspec.profile._trees import ranked_rows
+    >>> p = np.array([[0.1, 0.4, 0.1, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    >>> ranked_rows(torch.from_numpy(p), 3)[0].tolist(), ranked_rows(p, 3)[0].tolist()
+    ([[1, 3, 0], [0, 1, 2]], [[1, 3, 0], [0, 1, 2]])
+    """
+    if isinstance(laws, np.ndarray):
+        ids = np.stack([_ranked(row, K) for row in laws]) if laws.shape[0] else np.zeros((0, K), dtype=np.int64)
+        return ids.astype(np.int64), np.take_along_axis(laws, ids, axis=1)
+    import torch
+
+    n = laws.shape[0]
+    if n == 0:
+        return torch.zeros((0, K), dtype=torch.long, device=laws.device), laws[:, :K]
+    kth = torch.topk(laws, K, dim=-1).values[:, K - 1:K]
+    above = laws > kth
+    tied = laws == kth
+    need = K - above.sum(dim=-1, keepdim=True)
+    take = above | (tied & (torch.cumsum(tied, dim=-1) <= need))
+    cand = take.nonzero()[:, 1].reshape(n, K)  # row-major: each row's K tokens in id order
+    vals = laws.gather(1, cand)
+    order = torch.sort(vals, dim=-1, descending=True, stable=True).indices  # ties keep the lower id first
+    return cand.gather(1, order), vals.gather(1, order)
+
+
 class _ShapeJob:
     """A tree of a static shape (``"topk"``, ``"iid"``, ``"wor"``) for one prompt, grown depth by depth."""
 
@@ -485,11 +565,17 @@ class _ShapeJob:
     def token(self, v) -> int:
         return int(self.tokens[v])
 
+    def ranks(self, v) -> int:
+        """How many ranked tokens node ``v``'s children read (0: it draws them, or has none)."""
+        kids = self.kids.get(v)
+        return max(int(self.shape.ranks[c]) for c in kids) + 1 if kids and self.process == "topk" else 0
+
     def _support(self, need: int, v, p) -> None:
-        if np.count_nonzero(p > 0) < need:
+        have = p.positive() if isinstance(p, RankedLaw) else int(np.count_nonzero(p > 0))
+        if have < need:
             raise ValueError(f"tree family {self.label!r} needs {need} distinct children at node {v} (rank path "
                              f"{self.shape.paths[v]}), but the draft's law there has only "
-                             f"{int(np.count_nonzero(p > 0))} tokens of positive probability")
+                             f"{have} tokens of positive probability")
 
     def expand(self, v: int, p: np.ndarray, raw: np.ndarray | None = None) -> None:
         self.p[v] = p
@@ -501,7 +587,7 @@ class _ShapeJob:
         ranks = [int(self.shape.ranks[c]) for c in kids]
         if self.process == "topk":
             self._support(max(ranks) + 1, v, p)
-            order = _ranked(p, max(ranks) + 1)
+            order = p.top(max(ranks) + 1) if isinstance(p, RankedLaw) else _ranked(p, max(ranks) + 1)
             self.tokens[kids] = order[ranks]
         elif self.process == "iid":
             self.tokens[kids] = sample_rows(np.broadcast_to(p, (len(kids), p.shape[0])), self.rng)
@@ -511,7 +597,8 @@ class _ShapeJob:
 
     def tree(self) -> DraftTree:
         out = DraftTree(self.shape, self.shape.parents, self.tokens)
-        if self.process == "topk":  # the package's own construction, on the same laws
+        if self.process == "topk" and not any(isinstance(p, RankedLaw) for p in self.p.values()):
+            # the package's own construction, on the same laws (dense host laws: the CPU route)
             laws = {path: self.p[v] for v, path in enumerate(out.paths()) if v in self.p}
             ref = _topk_tree(self.shape, laws.__getitem__)
             if not np.array_equal(ref.tokens, out.tokens):  # pragma: no cover - the two rankings are one function
@@ -538,16 +625,27 @@ class _Eagle2Job:
     def token(self, pid) -> int:
         return int(self.toks[pid])
 
-    def _propose(self, par: int, base: float, path: tuple, p: np.ndarray) -> None:
+    def ranks(self, v) -> int:
+        """How many ranked tokens the node ``v`` (a frontier proposal) reads: ``top_k``."""
+        return self.params.top_k
+
+    def _propose(self, par: int, base: float, path: tuple, p) -> None:
         k = self.params.top_k
-        if np.count_nonzero(p > 0) < k:
+        have = p.positive() if isinstance(p, RankedLaw) else int(np.count_nonzero(p > 0))
+        if have < k:
             raise ValueError(f"tree family {self.label!r} needs top_k = {k} tokens of positive draft probability at "
-                             f"the node {path}, got {int(np.count_nonzero(p > 0))}")
+                             f"the node {path}, got {have}")
         self.laws[path] = p
-        with np.errstate(divide="ignore"):
-            logp = np.log(p)
-        for t in _ranked(p, k):
-            self.scores.append(base + float(logp[t]))
+        if isinstance(p, RankedLaw):  # ranked on the laws' device
+            top = p.top(k)
+            with np.errstate(divide="ignore"):
+                logp = dict(zip(top.tolist(), np.log(p.vals[:k]).tolist()))
+        else:
+            top = _ranked(p, k)
+            with np.errstate(divide="ignore"):
+                logp = np.log(p)
+        for t in top:
+            self.scores.append(base + float(logp[int(t)]))
             self.parent.append(par)
             self.toks.append(int(t))
             self.paths.append(path + (int(t),))
@@ -568,7 +666,18 @@ class _Eagle2Job:
             level = range(start, len(self.scores))
             self.frontier = sorted(level, key=lambda j: (-self.scores[j], j))[: self.params.top_k]
 
+    def _selected(self) -> DraftTree:
+        """The tree of the ``n`` best proposals made (EAGLE-2's reranking, as :func:`otspec.tree._process._eagle2_tree`
+        selects), from the expansion's own record: the route of laws ranked on their device."""
+        sc = self.scores
+        kept = sorted(sorted(range(len(sc)), key=lambda j: (-sc[j], j))[: self.params.n])
+        node_of = {j: i + 1 for i, j in enumerate(kept)}
+        parents = [-1] + [node_of[self.parent[j]] if self.parent[j] >= 0 else 0 for j in kept]
+        return DraftTree(None, parents, [-1] + [self.toks[j] for j in kept])
+
     def tree(self) -> DraftTree:
+        if any(isinstance(p, RankedLaw) for p in self.laws.values()):
+            return self._selected()
         try:
             return _eagle2_tree(self.params, self.laws.__getitem__)
         except KeyError as exc:  # pragma: no cover - the level-wise frontier is otspec.tree's
@@ -612,8 +721,45 @@ def ranks_by_raw_law(plan: TreePlan | None, sampling) -> bool:
     return bool(sampling.changes_law)
 
 
+def _device_expansions(need: list, jobs: list, laws, own) -> list:
+    """The ``(law, own law)`` each needing node expands with, its laws left on their device (a torch tensor each,
+    ``(len(need), V)``): the nodes whose children are ranked (a top-k tree, EAGLE-2) get :class:`RankedLaw` from one
+    batched :func:`ranked_rows` (by the draft's own law for EAGLE-2 when ``own`` is given; the universe also gets its
+    own law at the ranked tokens), the sampled trees' nodes their dense laws on the host (their draws and verifiers
+    read every token). The host receives ``(n, K)`` ranks and probabilities, and the sampled nodes' rows only."""
+    import torch
+
+    jobs_of = [jobs[b][j][1] for b, j, _ in need]
+    K = [job.ranks(v) for job, (_, _, v) in zip(jobs_of, need)]
+    out: list = [None] * len(need)
+    ranked = [i for i, k in enumerate(K) if k > 0]
+    if ranked:
+        idx = torch.as_tensor(ranked, dtype=torch.long, device=laws.device)
+        eagle = torch.as_tensor([isinstance(jobs_of[i], _Eagle2Job) for i in ranked], device=laws.device)
+        src = laws.index_select(0, idx)
+        if own is not None:
+            src = torch.where(eagle[:, None], own.index_select(0, idx), src)
+        ids, vals = ranked_rows(src, min(max(K[i] for i in ranked), int(src.shape[-1])))  # a job asking more: refused
+        at_own = own.index_select(0, idx).gather(1, ids) if own is not None else None
+        ids, vals = ids.cpu().numpy(), vals.cpu().numpy()
+        at_own = at_own.cpu().numpy() if at_own is not None else None
+        for row, i in enumerate(ranked):
+            law = RankedLaw(ids[row], vals[row])
+            if isinstance(jobs_of[i], _Eagle2Job):
+                out[i] = (law, law if own is not None else None)
+            else:
+                out[i] = (law, RankedLaw(ids[row], at_own[row]) if at_own is not None else None)
+    dense = [i for i, k in enumerate(K) if k == 0]
+    if dense:
+        rows = laws.index_select(0, torch.as_tensor(dense, dtype=torch.long, device=laws.device)).cpu().numpy()
+        for row, i in enumerate(dense):
+            out[i] = (rows[row], None)
+    return out
+
+
 def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, q_root: np.ndarray,
-                   plan: TreePlan, sampling, rngs, r_root: np.ndarray | None = None) -> list[dict]:
+                   plan: TreePlan, sampling, rngs, r_root: np.ndarray | None = None, *,
+                   on_device: bool = False) -> list[dict]:
     r"""Draw every tree of ``plan`` after the contexts of a batch and score it: one draft call per depth, one target
     call per tree.
 
@@ -640,6 +786,13 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         The draft's own law after each context (softmax of its logits, temperature 1, untruncated), by which
         EAGLE-2 ranks and scores its candidates, as EAGLE's and SGLang's drafters do (and
         :func:`otspec.decoding.speculative_decode`); needed when :func:`ranks_by_raw_law`.
+    on_device : bool, keyword-only
+        Keep the laws of the nodes where the models computed them (a torch tensor, on their device): the
+        deterministic trees' ranks by one batched :func:`ranked_rows` per depth and their target probabilities by
+        one gather per tree family, only ``(n, K)`` ranks and values moved to the host (the sampled trees' laws
+        still come to the host whole: their draws and verifiers read every token). The values equal the host
+        route's (``False``: every law moved to the host and ranked there, each deterministic tree checked
+        against :mod:`otspec.tree`'s own construction).
 
     Returns
     -------
@@ -668,10 +821,15 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         draft.select(ds, src, n_ctx + level - 1)
         ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
         logits = draft.logits(ds, ids)[:, -1:]
-        laws = _np(sampling.probs(logits))[:, 0]
-        own = _np(sampling.own_law(logits))[:, 0] if raw else [None] * len(need)
+        if on_device:
+            got = _device_expansions(need, jobs, sampling.probs(logits)[:, 0],
+                                     sampling.own_law(logits)[:, 0] if raw else None)
+        else:
+            laws = _np(sampling.probs(logits))[:, 0]
+            own = _np(sampling.own_law(logits))[:, 0] if raw else [None] * len(need)
+            got = list(zip(laws, own))
         row_of = {key: i for i, key in enumerate(need)}
-        for (b, j, v), p, r in zip(need, laws, own):
+        for (b, j, v), (p, r) in zip(need, got):
             jobs[b][j][1].expand(v, p, r)
         level += 1
     if level > 1:
@@ -686,7 +844,8 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             inner = _internal(tree.parents)
             p = job.p if isinstance(job, _ShapeJob) else _eagle2_inner_laws(job, tree, inner)
             scored.append(_Scored(tree, inner, p, raw=(job.raw or None) if isinstance(job, _ShapeJob) else None))
-        _score(target, ts, last, n_ctx, scored, q_root, sampling)
+        deterministic = on_device and (jobs[0][j][0] == "universe" or isinstance(jobs[0][j][1], _Eagle2Job))
+        _score(target, ts, last, n_ctx, scored, q_root, sampling, gather=deterministic)
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
     return out
@@ -703,8 +862,12 @@ def _eagle2_inner_laws(job: _Eagle2Job, tree: DraftTree, inner: np.ndarray) -> d
     return {int(v): job.laws[paths[v]] for v in inner.tolist()}
 
 
-def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampling) -> None:
-    """One target call scoring the internal nodes of ``B`` trees (padded to the largest); the state keeps the contexts."""
+def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampling, *, gather: bool = False) -> None:
+    """One target call scoring the internal nodes of ``B`` trees (padded to the largest); the state keeps the contexts.
+
+    Each tree's ``q`` is its ``(len(inner), V)`` target laws on the host, or (``gather``: deterministic trees, whose
+    values read only the target's probability of each node's token at its parent) one mapping ``token -> q`` per
+    internal node, gathered where the laws are and moved as one small array."""
     import torch
 
     B = len(scored)
@@ -726,9 +889,34 @@ def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampl
     pad = torch.from_numpy((parents == -1) & (np.arange(m) > 0)[None]).to(logits.device)
     if bool(pad.any()):
         logits = logits.masked_fill(pad[:, :, None], 0.0)
+    if gather:
+        _gather_children(scored, sampling.probs(logits))
+        return
     q = _np(sampling.probs(logits))
     for b, s in enumerate(scored):
         s.q = q[b, : len(s.inner)]
+
+
+def _gather_children(scored: list, q) -> None:
+    """``s.q[i] = {token: q[b, i, token]}`` for the children tokens of every internal node ``i`` of every tree ``b``,
+    from one gather on ``q``'s device."""
+    import torch
+
+    where, spans = [], []
+    for b, s in enumerate(scored):
+        pos = {int(v): i for i, v in enumerate(s.inner.tolist())}
+        kids = [(pos[int(s.tree.parents[c])], int(s.tree.tokens[c])) for c in range(1, s.tree.n + 1)
+                if int(s.tree.parents[c]) in pos]
+        spans.append((pos, kids))
+        where += [(b, i, t) for i, t in kids]
+    flat = torch.as_tensor(where, dtype=torch.long, device=q.device).reshape(-1, 3)
+    vals = q[flat[:, 0], flat[:, 1], flat[:, 2]].cpu().numpy().tolist()
+    at = 0
+    for s, (pos, kids) in zip(scored, spans):
+        s.q = [dict() for _ in pos]
+        for i, t in kids:
+            s.q[i][t] = vals[at]
+            at += 1
 
 
 # --------------------------------------------------------------------------- exact values and rows
