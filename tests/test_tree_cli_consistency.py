@@ -180,6 +180,15 @@ def test_report_dest_refuses_a_folder_holding_another_run(tmp_path, capsys):
     check_report_dest(a, copy)  # a copy of the same run
 
 
+def test_write_report_refuses_a_folder_holding_another_run(tmp_path):
+    from otspec.profile import write_report
+
+    a, b = _fake_run(tmp_path / "a", 0), _fake_run(tmp_path / "b", 1)
+    with pytest.raises(ValueError, match="`dest` .* holds another profile run"):
+        write_report(a, dest=b, figures=False)
+    assert (b / "report.md").read_text() == "report of run 1\n"  # untouched
+
+
 # --------------------------------------------------------------------------- the plan's words
 def test_plan_quotes_the_runs_vocabulary(tmp_path, prompts, capsys):
     assert _profile(prompts, tmp_path / "r") == 0

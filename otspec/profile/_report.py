@@ -17,7 +17,7 @@ from ._figures import (
     plot_tree_tokens,
     position_set,
 )
-from ._store import write_atomic
+from ._store import check_report_dest, write_atomic
 from ._summary import CHAIN_ENGINES, MIN_RANKED_POSITIONS, NO_ENGINE, cost_inversions, sglang_flags, summarize
 
 __all__ = ["write_report", "report_markdown"]
@@ -687,8 +687,9 @@ def write_report(out, *, dest=None, figures: bool = True, **summary_options) -> 
     Raises
     ------
     ValueError
-        ``out`` holds no run.
+        ``out`` holds no run, or ``dest`` holds another run (its report and figures are left as they are).
     """
+    check_report_dest(out, dest)
     summary = summarize(out, **summary_options)
     dest = Path(out if dest is None else dest)
     dest.mkdir(parents=True, exist_ok=True)

@@ -15,11 +15,11 @@ from ._prompts import load_prompts
 from ._settings import ProfileSettings, check_limits
 from ._shard import run_shard
 from ._store import (
-    _IDENTITY,
     FORMAT,
     MANIFEST,
     _model_id,
     check_folder,
+    check_report_dest,
     fingerprint,
     manifest_for,
     prompts_entry,
@@ -265,40 +265,6 @@ def execute(plan: Plan, draft, target, *, progress: bool | None = None, client=N
                 cols = run_shard(draft, target, items[s * size:(s + 1) * size], settings, s * size, bar=bar)
                 write_shard(out, s, cols)
     return len(todo), skipped
-
-
-def check_report_dest(out, dest) -> None:
-    """Refuse to write the report of the run in ``out`` into ``dest`` when ``dest`` holds another run.
-
-    ``dest`` may be None, the run's own folder, a folder without ``manifest.json``, or one holding a copy of
-    the same run (the same identity entries: format, settings, models, prompts); a folder holding another run
-    keeps its own report and figures.
-
-    Raises
-    ------
-    ValueError
-        ``dest`` holds the manifest of another run (the entries that differ are named), or one that cannot be read.
-    """
-    if dest is None:
-        return
-    out, dest = Path(out), Path(dest)
-    theirs = dest / MANIFEST
-    if not theirs.is_file() or (out.exists() and dest.exists() and dest.resolve() == out.resolve()):
-        return
-    ours = out / MANIFEST
-    if not ours.is_file():
-        return  # write_report says the run holds no manifest
-    try:
-        other = json.loads(theirs.read_text())
-    except (OSError, ValueError):
-        raise ValueError(f"`dest` {str(dest)!r} holds a {MANIFEST} that cannot be read: it may be another run's "
-                         "folder; choose another `dest`") from None
-    mine = json.loads(ours.read_text())
-    differ = [k for k in _IDENTITY if not isinstance(other, dict) or other.get(k) != mine.get(k)]
-    if differ:
-        raise ValueError(f"`dest` {str(dest)!r} holds another profile run (its {MANIFEST} differs from that of "
-                         f"`out` {str(out)!r} in {', '.join(differ)}): writing there would replace that run's "
-                         "report and figures; choose an empty folder, or that run's own report")
 
 
 def subsample_positions(settings: ProfileSettings, items: list) -> list[tuple[int, int]]:

@@ -28,7 +28,8 @@ import numpy as np
 from .. import __version__
 from ._collect import COLUMNS, TIMING_KINDS, path_length
 
-__all__ = ["MANIFEST", "FORMAT", "write_atomic", "manifest_for", "check_folder", "write_manifest", "shard_path",
+__all__ = ["MANIFEST", "FORMAT", "write_atomic", "check_report_dest", "manifest_for", "check_folder", "write_manifest",
+           "shard_path",
            "write_shard", "read_table", "iter_shards", "read_manifest", "fingerprint", "probe_ids", "prompts_entry",
            "settings_entry", "position_counts", "machine_entry", "PROBE_LENGTH", "FINGERPRINT_DIGITS", "FINGERPRINT_RTOL",
            "MAX_WEIGHT_HASH_BYTES"]
@@ -438,3 +439,37 @@ def read_table(out, *, timing: bool = False):
             t = t.filter(pc.invert(pc.is_in(t["kind"], value_set=pa.array(TIMING_KINDS))))
         tables.append(t)
     return pa.concat_tables(tables) if tables else _schema().empty_table()
+
+
+def check_report_dest(out, dest) -> None:
+    """Refuse to write the report of the run in ``out`` into ``dest`` when ``dest`` holds another run.
+
+    ``dest`` may be None, the run's own folder, a folder without ``manifest.json``, or one holding a copy of
+    the same run (the same identity entries: format, settings, models, prompts); a folder holding another run
+    keeps its own report and figures.
+
+    Raises
+    ------
+    ValueError
+        ``dest`` holds the manifest of another run (the entries that differ are named), or one that cannot be read.
+    """
+    if dest is None:
+        return
+    out, dest = Path(out), Path(dest)
+    theirs = dest / MANIFEST
+    if not theirs.is_file() or (out.exists() and dest.exists() and dest.resolve() == out.resolve()):
+        return
+    ours = out / MANIFEST
+    if not ours.is_file():
+        return  # write_report says the run holds no manifest
+    try:
+        other = json.loads(theirs.read_text())
+    except (OSError, ValueError):
+        raise ValueError(f"`dest` {str(dest)!r} holds a {MANIFEST} that cannot be read: it may be another run's "
+                         "folder; choose another `dest`") from None
+    mine = json.loads(ours.read_text())
+    differ = [k for k in _IDENTITY if not isinstance(other, dict) or other.get(k) != mine.get(k)]
+    if differ:
+        raise ValueError(f"`dest` {str(dest)!r} holds another profile run (its {MANIFEST} differs from that of "
+                         f"`out` {str(out)!r} in {', '.join(differ)}): writing there would replace that run's "
+                         "report and figures; choose an empty folder, or that run's own report")
