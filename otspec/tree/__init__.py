@@ -17,6 +17,7 @@ lossless verifier of a draft process can do (LPs); and the choice of a tree
 Notation: ``p`` is the draft law and ``q`` the target law at a node.
 """
 
+from ._bound import MAX_BOUND_BUDGET, TreeBound, bound
 from ._choose import (
     MAX_CHOOSE_WORK,
     MAX_SEQUOIA_WORK,

@@ -1,0 +1,584 @@
+r"""An upper bound on every lossless tree verifier of a draft process, at any vocabulary size (anytime).
+
+A lossless verifier emits an accepted root path :math:`A` (length
+:math:`\tau`) of the realised tree :math:`T` and one more token; with
+:math:`Y \sim Q` the output completed by the target, :math:`A = Y_{1:\tau}`.
+For every token path :math:`y` of length :math:`d`,
+:math:`P(A_{1:d} = y) \le \min(Q(y), \pi(y))`, :math:`\pi(y)` the probability
+that :math:`y` is a root path of :math:`T`, so
+
+.. math::
+
+    P(\tau \ge d) \le b_d = \sum_{|y| = d} \min\big(Q(y), \pi(y)\big), \qquad
+    \mathbb E[\tau] \le B = \sum_{d=1}^{D} \min(b_1, \dots, b_d),
+
+which bounds the coupling optimum :math:`\mathrm{OPT}_c` and so the one-token
+optimum :math:`\mathrm{OPT}_1` of :func:`otspec.tree.optimum` (the proof:
+docs/theory/trees.rst, "An upper bound at any vocabulary"). :func:`bound`
+computes it from the draft's and the target's laws at a budget of expanded
+prefixes; every prefix left unexpanded adds an upper bound on what lies
+below it, so the value only tightens as the budget grows and equals
+:math:`B` once every prefix that matters is expanded.
+
+Notation: ``p`` is the draft law and ``q`` the target law at a prefix;
+:math:`P`, :math:`Q` their probabilities of a token path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import validate_positive_int
+from ..models import validate_model_pair, validate_sequence
+from ._process import (
+    DETERMINISTIC_PROCESSES,
+    LawCache,
+    _child_groups,
+    _eagle2_tree,
+    _ranked,
+    _support_error,
+    _topk_tree,
+    _wor_sequences,
+    as_tree_shape,
+    validate_process,
+)
+
+__all__ = ["DEFAULT_BOUND_BATCH", "MAX_BOUND_BUDGET", "MAX_BOUND_BATCH", "TreeBound", "bound"]
+
+#: Largest ``budget`` of :func:`bound` (expanded prefixes; each costs a draft and a target law of ``V`` entries).
+MAX_BOUND_BUDGET = 100_000
+#: Largest ``batch`` of :func:`bound` (prefixes scored per model call).
+MAX_BOUND_BATCH = 4096
+#: Default prefixes scored per model call.
+DEFAULT_BOUND_BATCH = 64
+#: Largest ``batch * V`` (entries of one frontier's law array): a few float64 temporaries of this size.
+_MAX_FRONTIER_ENTRIES = 2**26
+#: Largest number of ordered draws without replacement enumerated for the exact law of the ``r``-th draw
+#: (times ``V``, per prefix); above it ranks >= 2 get the stated upper bound.
+_MAX_WOR_ENUMERATION = 2_000_000
+
+
+@dataclass(frozen=True, eq=False)
+class TreeBound:
+    r"""Result of :func:`bound`.
+
+    Attributes
+    ----------
+    value : float
+        The upper bound :math:`\hat B = \sum_d \min(\hat b_1, \dots, \hat b_d) \ge B \ge \mathrm{OPT}_c \ge
+        \mathrm{OPT}_1` on :math:`\mathbb E[\tau]`; :math:`\hat B = B` when ``complete`` and ``pi_exact``.
+    per_depth : (D,) ndarray of float64
+        :math:`\hat b_d \ge b_d \ge P(\tau \ge d)`, ``d = 1..D`` (before the running minimum).
+    lower_per_depth : (D,) ndarray of float64
+        The part of :math:`\hat b_d` computed exactly (paths whose parent prefix was expanded): :math:`\le b_d`.
+    remainder : float
+        ``value`` minus :math:`\sum_d \min(e_1, \dots, e_d)` (``e`` = ``lower_per_depth``): what the budget left
+        open. With ``pi_exact``, :math:`B` lies in ``[value - remainder, value]``; 0 when ``complete``.
+    n_expanded : int
+        Prefixes whose draft and target laws were read (the root included).
+    n_calls : int
+        Batched model calls per model (one per frontier).
+    complete : bool
+        Every prefix with :math:`\min(Q, \pi) > 0` above the last depth was expanded (no remainder).
+    pi_exact : bool
+        :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was computed exactly);
+        False where the stated upper bound on a draw's law was used (``value`` is then still an upper bound).
+    process : str
+    budget : int
+    """
+
+    value: float
+    per_depth: np.ndarray
+    lower_per_depth: np.ndarray
+    remainder: float
+    n_expanded: int
+    n_calls: int
+    complete: bool
+    pi_exact: bool
+    process: str
+    budget: int
+
+
+# --------------------------------------------------------------------------- the shape's slots
+class _Slots:
+    """The shape's structure as the recursions read it: slots by depth, children, descendant counts."""
+
+    def __init__(self, shape):
+        self.D = int(shape.max_depth)
+        n = shape.n
+        self.depth = [int(d) for d in shape.depth]
+        self.rank = [int(r) for r in shape.ranks]
+        self.parent = [int(r) for r in shape.parents]
+        self.children: list = [[] for _ in range(n + 1)]
+        for i in range(1, n + 1):
+            self.children[int(shape.parents[i])].append(i)
+        self.by_depth = [[i for i in range(n + 1) if self.depth[i] == j] for j in range(self.D + 1)]
+        self.pos = {}
+        for slots in self.by_depth:
+            for k, i in enumerate(slots):
+                self.pos[i] = k
+        # N[i, d]: slots at depth d in the subtree of slot i (itself included at its own depth)
+        N = np.zeros((n + 1, self.D + 1))
+        for i in range(n, -1, -1):
+            N[i, self.depth[i]] = 1.0
+            for c in self.children[i]:
+                N[i] += N[c]
+        self.N = N
+        self.n_at = [len(s) for s in self.by_depth]
+        # ranks used below each depth, and the (slot, rank) incidence of a depth's children
+        self.ranks_below = [sorted({self.rank[c] for w in self.by_depth[j] for c in self.children[w]})
+                            for j in range(self.D + 1)]
+        self.need = [max(self.ranks_below[j]) + 1 if self.ranks_below[j] else 0 for j in range(self.D + 1)]
+        self._iid_classes: dict = {}
+
+    def incidence(self, j: int):
+        """``(C, beta)``: ``C[w, r]`` = 1 if depth-``j`` slot ``w`` has a child of the ``r``-th used rank;
+        ``beta[d][w, r]`` = depth-``d`` slots below that child."""
+        ranks = self.ranks_below[j]
+        col = {r: k for k, r in enumerate(ranks)}
+        C = np.zeros((self.n_at[j], len(ranks)))
+        beta = np.zeros((self.D + 1, self.n_at[j], len(ranks)))
+        for k, w in enumerate(self.by_depth[j]):
+            for c in self.children[w]:
+                C[k, col[self.rank[c]]] = 1.0
+                beta[:, k, col[self.rank[c]]] = self.N[c]
+        return ranks, C, beta
+
+    def iid_classes(self, j: int):
+        """Levels ``j, j - 1, ..., 0`` of the i.i.d. recursion for a path of length ``j + 1``, slots merged by
+        the shape of their subtree down to depth ``j + 1``: ``[{key: ((child key, count), ...)}]`` per level,
+        level ``j`` keyed by the number of children, and the root's key."""
+        got = self._iid_classes.get(j)
+        if got is not None:
+            return got
+        key = {w: ("leafs", len(self.children[w])) for w in self.by_depth[j]}
+        levels = [{k: k for k in set(key.values())}]
+        for i in range(j - 1, -1, -1):
+            lvl = {}
+            for w in self.by_depth[i]:
+                k = tuple(sorted(Counter(key[c] for c in self.children[w]).items()))
+                key[w] = k
+                lvl[k] = k
+            levels.append(lvl)
+        got = (levels, key[0])
+        self._iid_classes[j] = got
+        return got
+
+
+# --------------------------------------------------------------------------- laws of the draws
+def _wor_draw_laws(p: np.ndarray, ranks, *, exact_limit: int | None = None):
+    r"""``({r: P(draw r = .)}, exact)`` for the draws without replacement from ``p`` (one prefix).
+
+    Exact by enumeration of the ordered draws when there are few; otherwise rank 0 is ``p``, rank 1 the
+    closed form :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)`, and ranks :math:`r \ge 2` the upper bound
+
+    .. math::
+
+        P(\text{draw } r = y) \le \min\Big(\frac{p_y}{1 - M_r(y)},\ 1 - P(\text{draw } 0 = y) - P(\text{draw } 1 = y)\Big),
+
+    :math:`M_r(y)` the mass of the ``r`` most likely tokens other than ``y`` (given the earlier draws
+    :math:`S`, the next is ``y`` with probability :math:`p_y / (1 - p(S)) \le p_y / (1 - M_r(y))`).
+    """
+    V = p.shape[0]
+    need = max(ranks) + 1
+    support = int(np.count_nonzero(p > 0))
+    if need <= 1:
+        return {0: p}, True
+    limit = _MAX_WOR_ENUMERATION if exact_limit is None else exact_limit
+    if math.perm(support, need) * V <= limit:
+        out = {r: np.zeros(V) for r in ranks}
+        for seq, w in _wor_sequences(p, need):
+            for r in ranks:
+                out[r][seq[r]] += w
+        return out, True
+    out = {}
+    P1 = _second_draw(p) if any(r >= 1 for r in ranks) else None
+    if 0 in ranks:
+        out[0] = p
+    if 1 in ranks:
+        out[1] = P1
+    exact = True
+    for r in ranks:
+        if r < 2:
+            continue
+        exact = False
+        top = _ranked(p, r + 1)
+        tail_r = math.fsum(p.tolist()) - math.fsum(p[top[:r]].tolist())  # mass outside the r largest
+        tail_r1 = tail_r - float(p[top[r]])
+        den = np.full(V, tail_r)
+        den[top[:r]] = tail_r1 + p[top[:r]]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            b = np.where(den > 0, p / np.where(den > 0, den, 1.0), 0.0)
+        out[r] = np.clip(np.minimum(b, 1.0 - p - P1), 0.0, 1.0)
+    return out, exact
+
+
+def _second_draw(p: np.ndarray) -> np.ndarray:
+    r""":math:`P(\text{draw } 1 = y) = p_y \sum_{x \ne y} p_x / (1 - p_x)` (at least two tokens of positive
+    probability); :math:`1 - p_x` is summed from the other entries for the most likely token."""
+    top = int(np.argmax(p))
+    rest = 1.0 - p
+    rest[top] = math.fsum(np.delete(p, top).tolist())
+    t = np.where(rest > 0, p / np.where(rest > 0, rest, 1.0), 0.0)
+    S = math.fsum(t.tolist())
+    out = p * (S - t)
+    out[top] = p[top] * math.fsum(np.delete(t, top).tolist())
+    return np.clip(out, 0.0, 1.0)
+
+
+# --------------------------------------------------------------------------- prefixes
+class _Prefix:
+    """A token path below the context: its target and draft path data and the caps on what lies below it."""
+
+    __slots__ = ("path", "Q", "pi", "A", "s", "caps", "S", "exact", "children")
+
+    def __init__(self, path, Q, pi, A, s, caps):
+        self.path, self.Q, self.pi, self.A, self.s, self.caps = path, Q, pi, A, s, caps
+        self.S: dict = {}          # d -> sum over every child x of cap_d(ux)   (d >= depth + 2)
+        self.exact = 0.0           # sum over x of min(Q(ux), pi(ux))            (level depth + 1)
+        self.children: list = []   # expanded children
+
+
+def _expand(slots: _Slots, process: str, frontier: list, Pl: np.ndarray, Ql: np.ndarray, keep: int):
+    """Expand the prefixes of one depth ``j`` with their laws ``Pl``, ``Ql`` (rows); return the new candidates
+    (children at depths below ``D``, at most ``keep`` per prefix, by decreasing min(Q, pi)), ``pi_exact`` and
+    the number of children with min(Q, pi) > 0 left out of the candidates."""
+    j = len(frontier[0].path)
+    D = slots.D
+    Qc = np.array([u.Q for u in frontier])[:, None] * Ql
+    ranks, _C, beta = slots.incidence(j)
+    pi, Dr, pi_exact = _child_pi(slots, process, frontier, Pl)
+    A = np.stack([u.A for u in frontier])
+    low = np.minimum(Qc, pi)
+    caps = {}
+    for d in range(j + 2, D + 1):
+        if process == "wor":
+            md = np.einsum("mr,rmv->mv", A @ beta[d], Dr)
+        else:
+            md = (A @ beta[d].sum(axis=1))[:, None] * Pl
+        caps[d] = np.minimum(Qc, md)
+    for i, u in enumerate(frontier):
+        u.exact = math.fsum(low[i].tolist())
+        u.S = {d: math.fsum(caps[d][i].tolist()) for d in caps}
+    out: list = []
+    if j + 1 >= D:
+        return out, pi_exact, 0
+    dropped = 0
+    child_slots = slots.by_depth[j + 1]
+    col = {r: k for k, r in enumerate(ranks)}
+    par = [slots.pos[slots.parent[c]] for c in child_slots]
+    rk = [col[slots.rank[c]] for c in child_slots]
+    for i, u in enumerate(frontier):
+        row = low[i]
+        n_pos = int(np.count_nonzero(row > 0))
+        top = _ranked(row, min(keep, n_pos)) if keep > 0 and n_pos > 0 else row[:0].astype(np.int64)
+        dropped += n_pos - top.shape[0]
+        for x in top.tolist():
+            if process == "wor":
+                Achild = u.A[par] * Dr[rk, i, x]
+            else:
+                Achild = np.full(len(child_slots), u.A[0] * float(Pl[i, x]))
+            c = _Prefix(u.path + (x,), float(Qc[i, x]), float(pi[i, x]), Achild, u.s + (float(Pl[i, x]),),
+                        {d: float(caps[d][i, x]) for d in caps})
+            out.append((float(row[x]), c, u))
+    return out, pi_exact, dropped
+
+
+def _child_pi(slots: _Slots, process: str, frontier: list, Pl: np.ndarray):
+    """``(pi, Dr, pi_exact)``: :math:`\\pi(ux)` for every child ``x`` of each prefix ``u`` (one depth ``j``), rows
+    as ``Pl``; for ``"wor"`` also the laws of the draws, ``Dr[r, i, x]`` = P(draw of the ``r``-th used rank = x)."""
+    j = len(frontier[0].path)
+    ranks, C, _beta = slots.incidence(j)
+    if process != "wor":
+        return np.minimum(_iid_pi(slots, j, frontier, Pl), 1.0), None, True
+    need = slots.need[j]
+    draws = []
+    pi_exact = True
+    for i, u in enumerate(frontier):
+        if np.count_nonzero(Pl[i] > 0) < need:
+            raise _support_error("wor", need, u.path, Pl[i])
+        laws, ex = _wor_draw_laws(Pl[i], ranks)
+        pi_exact &= ex
+        draws.append(np.stack([laws[r] for r in ranks]))
+    Dr = np.stack(draws, axis=1)                          # (R, m, V)
+    A = np.stack([u.A for u in frontier])                 # (m, n_j)
+    pi = np.einsum("mr,rmv->mv", A @ C, Dr)
+    return np.minimum(pi, 1.0), Dr, pi_exact
+
+
+def _iid_pi(slots: _Slots, j: int, frontier: list, Pl: np.ndarray) -> np.ndarray:
+    r""":math:`\pi(ux)` for every child ``x`` of each prefix ``u`` of depth ``j``, i.i.d. children:
+    :math:`f = 1` at depth ``j + 1``, :math:`f(v) = 1 - \prod_{c} (1 - p(y_{i+1} \mid y_{1:i}) f(c))`,
+    :math:`\pi = f(\text{root})`, in the log domain (:math:`1 - \prod = -\mathrm{expm1}(\sum \log1p(-p f))`)."""
+    levels, root = slots.iid_classes(j)
+    with np.errstate(divide="ignore"):
+        lt = np.log1p(-Pl)                                   # log(1 - p(x | u))
+        f = {k: -np.expm1(k[1] * lt) if k[1] else np.zeros_like(Pl) for k in levels[0]}
+        for lev, lvl in enumerate(levels[1:], start=1):
+            i = j - lev                                      # slots at depth i; their children hold y_{i+1}
+            s = np.array([u.s[i] for u in frontier])[:, None]
+            g = {}
+            for k in lvl:
+                acc = np.zeros_like(Pl)
+                for ck, cnt in k:
+                    acc += cnt * np.log1p(-s * f[ck])
+                g[k] = -np.expm1(acc)
+            f = g
+    return f[root]
+
+
+def _root_path_probability(shape, draft, path, *, process: str, prefix=()) -> tuple[float, bool]:
+    """``(pi(path), exact)`` by the recursions of :func:`bound` (``"iid"``, ``"wor"``; the tests' route to
+    compare with the realised trees enumerated)."""
+    V = draft.vocab_size
+    slots = _Slots(shape)
+    if len(path) > slots.D:
+        return 0.0, True
+    laws = _ModelLaws(draft, draft, V, tuple(prefix))
+    u = _Prefix((), 1.0, 1.0, np.ones(1), (), {})
+    exact = True
+    for j, x in enumerate(path):
+        Pl, _ = laws([u.path])
+        pi, Dr, ex = _child_pi(slots, process, [u], Pl)
+        exact &= ex
+        if j + 1 == len(path):
+            return float(pi[0, x]), exact
+        child_slots = slots.by_depth[j + 1]
+        if process == "wor":
+            col = {r: k for k, r in enumerate(slots.ranks_below[j])}
+            A = np.array([u.A[slots.pos[slots.parent[c]]] * Dr[col[slots.rank[c]], 0, x] for c in child_slots])
+        else:
+            A = np.full(len(child_slots), u.A[0] * float(Pl[0, x]))
+        u = _Prefix(u.path + (x,), 0.0, float(pi[0, x]), A, u.s + (float(Pl[0, x]),), {})
+    return 1.0, exact
+
+
+# --------------------------------------------------------------------------- laws of the models at prefixes
+class _ModelLaws:
+    """Draft and target laws at a batch of prefixes through the Model protocol (``next_dist``), memoised."""
+
+    def __init__(self, draft, target, V, ctx):
+        self.d = LawCache(draft, V, ctx, "draft")
+        self.t = LawCache(target, V, ctx, "target")
+        self.calls = 0
+
+    def __call__(self, paths):
+        self.calls += 1
+        return np.stack([self.d(s) for s in paths]), np.stack([self.t(s) for s in paths])
+
+
+def _validate_budget(budget, name: str, limit: int) -> int:
+    b = validate_positive_int(budget, name)
+    if b > limit:
+        raise ValueError(f"`{name}` must be at most {limit}, got {b}")
+    return b
+
+
+def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
+          batch: int = DEFAULT_BOUND_BATCH) -> TreeBound:
+    r"""Upper bound on the expected accepted draft tokens of every lossless verifier of a draft-tree process.
+
+    .. math::
+
+        \mathbb E[\tau] \;\le\; \mathrm{OPT}_c \;\le\; B = \sum_{d=1}^{D} \min(b_1, \dots, b_d),
+        \qquad b_d = \sum_{|y| = d} \min\big(Q(y), \pi(y)\big),
+
+    :math:`Q(y)` the target's probability of the token path :math:`y` after
+    the context and :math:`\pi(y)` the probability that :math:`y` is a root
+    path of the realised tree. For i.i.d. children (``"iid"``), with
+    :math:`f = 1` at the slots of depth :math:`d` and, for a slot :math:`v`
+    of depth :math:`j` holding :math:`y_j`,
+
+    .. math::
+
+        f(v) = 1 - \prod_{c \text{ child slot of } v} \big(1 - p(y_{j+1} \mid y_{1:j})\, f(c)\big),
+        \qquad \pi(y) = f(\text{root});
+
+    without replacement (``"wor"``) the children of a node hold distinct
+    tokens and :math:`f(v) = \sum_c P(\text{draw } r(c) = y_{j+1})\, f(c)`,
+    :math:`r(c)` the child's rank. On a deterministic tree (``"topk"``,
+    ``"eagle2"``) :math:`\pi \in \{0, 1\}` and
+    :math:`B = \sum_{v \ne 0} Q(x_{1:d(v)})`, which every lossless verifier
+    attains (the target-only rule).
+
+    Anytime: prefixes are expanded (their draft and target laws read, one
+    batched call per model for up to ``batch`` of them) in decreasing order
+    of :math:`\min(Q, \pi)`, starting at the context. The paths of depth
+    :math:`d'` below a prefix :math:`u` left unexpanded sum to at most
+    :math:`\min(Q(u), m_{d'}(u))`, :math:`m_{d'}(u)` the expected number of
+    depth-:math:`d'` slots below the slots that hold :math:`u` (which bounds
+    :math:`\sum_y \pi(y)` over them); each expanded prefix's share is the
+    smaller of that cap and the sum over its children. The value is an upper
+    bound at every budget, never increases with it, and equals :math:`B`
+    once every prefix with :math:`\min(Q, \pi) > 0` above depth :math:`D` is
+    expanded (``complete``).
+
+    Parameters
+    ----------
+    shape : TreeShape, sequence of rank paths or Eagle2Params
+    draft, target : Model
+        Draft :math:`M_s` and target :math:`M_b` models (``vocab_size``,
+        ``next_dist(prefix)``), same vocabulary.
+    process : {"iid", "wor", "topk", "eagle2"}, keyword-only
+    prefix : sequence of int, keyword-only
+        The context.
+    budget : int, keyword-only
+        Prefixes to expand, the context included (1 to :data:`MAX_BOUND_BUDGET`;
+        default 256). Unused by the deterministic processes, whose tree is
+        built and scored whole.
+    batch : int, keyword-only
+        Prefixes scored per model call (1 to :data:`MAX_BOUND_BATCH`). The
+        order of expansion does not depend on ``budget``, so a larger budget
+        expands a superset of the prefixes.
+
+    Returns
+    -------
+    TreeBound
+        ``value``, the per-depth :math:`\hat b_d`, the remainder the budget
+        left, and whether :math:`\pi` was exact.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad models, shape or process (before any model call); laws of unequal
+        vocabularies; ``budget`` or ``batch`` below 1 or above their limits;
+        a ``"wor"`` shape with more ranks at a node than the vocabulary has
+        tokens (before any model call) or than the draft's support at a
+        prefix that the tree can hold (the message names the prefix).
+
+    Notes
+    -----
+    For ``"wor"``, :math:`P(\text{draw } r = y)` is computed exactly by
+    enumerating the ordered draws when there are few (small vocabularies or
+    supports); otherwise rank 0 is :math:`p`, rank 1 is the closed form
+    :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)`, and ranks :math:`r \ge 2` use
+    the upper bound :math:`\min(p_y / (1 - M_r(y)), 1 - P(\text{draw } 0 = y)
+    - P(\text{draw } 1 = y))`, :math:`M_r(y)` the mass of the ``r`` most
+    likely other tokens: an upper bound on :math:`\pi` keeps the value an
+    upper bound, and ``pi_exact`` says which was used.
+
+    See Also
+    --------
+    otspec.tree.optimum : :math:`\mathrm{OPT}_1` and :math:`\mathrm{OPT}_c`, exact LPs at small vocabularies.
+    otspec.tree.value : one verifier's exact :math:`\mathbb E[\tau]`.
+
+    References
+    ----------
+    .. [1] Sun, Ro, Beirami, Suresh, "Optimal Block-Level Draft Verification for Accelerating Speculative
+       Decoding", arXiv:2403.10444 v1, eq. (3) and Theorem 1 (on one chain :math:`B = \sum_d (1 -
+       \mathrm{TV}(P_{1:d}, Q_{1:d}))`, the block bound, attained by block verification).
+    .. [2] Miao et al., "SpecInfer", arXiv:2305.09781, §3 (i.i.d. children); Chen et al., "Sequoia",
+       arXiv:2402.12374, §3.2 (children drawn without replacement); Li et al., "EAGLE-2",
+       arXiv:2406.16858, §4.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel
+    >>> from otspec.tree import TreeShape, bound
+    >>> p, q = MemorylessModel([0.5, 0.5]), MemorylessModel([0.25, 0.75])
+    >>> bound(TreeShape.chains(1, 2), p, q, process="iid").value   # (1 - TV(P_1, Q_1)) + (1 - TV(P_2, Q_2))
+    1.4375
+    >>> r = bound(TreeShape([(0,), (1,)]), p, q, process="iid")     # sum_x min(q(x), 1 - (1 - p(x))**2)
+    >>> r.value, r.complete, r.pi_exact
+    (1.0, True, True)
+    """
+    shape = as_tree_shape(shape, process)
+    process = validate_process(process, shape)
+    V = validate_model_pair(draft, target)
+    ctx = validate_sequence(prefix, V, "prefix")
+    budget = _validate_budget(budget, "budget", MAX_BOUND_BUDGET)
+    batch = _validate_budget(batch, "batch", MAX_BOUND_BATCH)
+    if batch * V > _MAX_FRONTIER_ENTRIES:
+        raise ValueError(f"`batch` * V = {batch} * {V} law entries per call is above the limit "
+                         f"{_MAX_FRONTIER_ENTRIES}; pass a smaller `batch`")
+    if shape.n < 1:
+        raise ValueError("`shape` must have at least one draft node, got the root alone")
+    if process in DETERMINISTIC_PROCESSES:
+        return _deterministic(shape, draft, target, process, V, ctx, budget)
+    if process == "wor":
+        for _par, ch, ranks in _child_groups(shape):
+            if max(ranks) + 1 > V:
+                raise ValueError(
+                    f"process='wor' cannot draw the shape: a node has a child of rank {max(ranks)}, which needs "
+                    f"{max(ranks) + 1} distinct tokens, but the vocabulary has V={V}"
+                )
+    laws = _ModelLaws(draft, target, V, ctx)
+    return _sampled(_Slots(shape), process, laws, budget, batch)
+
+
+def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> TreeBound:
+    D = slots.D
+    root = _Prefix((), 1.0, 1.0, np.ones(1), (), {})
+    expanded = [root]
+    pool: list = []            # (priority, child, parent), unexpanded candidates
+    pi_exact = True
+    dropped = 0
+    frontier = [root]
+    while True:
+        # expand the frontier: one batched call per model, rows grouped by depth for the recursions
+        Pl, Ql = laws([u.path for u in frontier])
+        left = budget - len(expanded)
+        by_depth: dict = {}
+        for i, u in enumerate(frontier):
+            by_depth.setdefault(len(u.path), []).append(i)
+        for _j, idx in sorted(by_depth.items()):
+            new, ex, drop = _expand(slots, process, [frontier[i] for i in idx], Pl[idx], Ql[idx], left)
+            pi_exact &= ex
+            dropped += drop
+            pool.extend(new)
+        left = budget - len(expanded)
+        if left <= 0 or not pool:
+            break
+        pool.sort(key=lambda t: (-t[0], len(t[1].path), t[1].path))
+        take = min(batch, left)
+        frontier = [c for _, c, _ in pool[:take]]
+        for _, c, par in pool[:take]:
+            par.children.append(c)
+        expanded.extend(frontier)
+        pool = pool[take:]
+    complete = not pool and dropped == 0
+    hat = np.array([_share(root, d) for d in range(1, D + 1)])
+    lower = np.array([math.fsum([u.exact for u in expanded if len(u.path) == d - 1]) for d in range(1, D + 1)])
+    value = math.fsum(np.minimum.accumulate(hat).tolist())
+    low_value = math.fsum(np.minimum.accumulate(lower).tolist())
+    return TreeBound(
+        value=value, per_depth=hat, lower_per_depth=lower, remainder=max(0.0, value - low_value),
+        n_expanded=len(expanded), n_calls=laws.calls, complete=bool(complete), pi_exact=bool(pi_exact), process=process, budget=budget,
+    )
+
+
+def _share(u: _Prefix, d: int) -> float:
+    """Upper bound on the sum over the paths of length ``d`` below ``u`` of min(Q, pi)."""
+    j = len(u.path)
+    if d == j + 1:
+        inner = u.exact
+    else:
+        terms = [u.S.get(d, 0.0)]
+        for c in u.children:
+            terms.append(-c.caps[d])
+            terms.append(_share(c, d))
+        inner = max(0.0, math.fsum(terms))
+    cap = u.caps.get(d, math.inf)
+    return min(cap, inner)
+
+
+def _deterministic(shape, draft, target, process, V, ctx, budget) -> TreeBound:
+    dl = LawCache(draft, V, ctx, "draft")
+    tree = _topk_tree(shape, dl) if process == "topk" else _eagle2_tree(shape, dl)
+    tl = LawCache(target, V, ctx, "target")
+    paths = tree.paths()
+    D = int(tree.max_depth)
+    Qp = {(): 1.0}
+    per = [[] for _ in range(D)]
+    for path in paths[1:]:
+        Qp[path] = Qp[path[:-1]] * float(tl(path[:-1])[path[-1]])
+        per[len(path) - 1].append(Qp[path])
+    b = np.array([math.fsum(t) for t in per])
+    value = math.fsum(b.tolist())
+    n_internal = len({path[:-1] for path in paths[1:]})
+    return TreeBound(value=value, per_depth=b, lower_per_depth=b.copy(), remainder=0.0, n_expanded=n_internal,
+                     n_calls=n_internal, complete=True, pi_exact=True, process=process, budget=budget)
