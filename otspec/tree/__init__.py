@@ -64,6 +64,7 @@ from ._verifiers import (
 
 __all__ = [
     "DETERMINISTIC_PROCESSES",
+    "MAX_BOUND_BUDGET",
     "MAX_CHOOSE_WORK",
     "MAX_SEQUOIA_WORK",
     "MAX_SPECHUB_TREES",
@@ -84,6 +85,7 @@ __all__ = [
     "SpecInferVerifier",
     "SpecTrTreeVerifier",
     "TargetOnlyVerifier",
+    "TreeBound",
     "TraversalVerify",
     "TreeCheck",
     "TreeOptimum",
@@ -92,6 +94,7 @@ __all__ = [
     "TreeVerifier",
     "acceptance_vector",
     "best_shape",
+    "bound",
     "check_lossless",
     "check_spechub_lossless",
     "enumerate_spechub_trees",

@@ -57,6 +57,8 @@ MAX_BOUND_BATCH = 4096
 DEFAULT_BOUND_BATCH = 64
 #: Largest ``batch * V`` (entries of one frontier's law array): a few float64 temporaries of this size.
 _MAX_FRONTIER_ENTRIES = 2**26
+#: Rows of a frontier evaluated together by the i.i.d. recursion (a few (rows, V) temporaries stay in cache).
+_CHUNK_ROWS = 8
 #: Largest number of ordered draws without replacement enumerated for the exact law of the ``r``-th draw
 #: (times ``V``, per prefix); above it ranks >= 2 get the stated upper bound.
 _MAX_WOR_ENUMERATION = 2_000_000
@@ -170,63 +172,77 @@ class _Slots:
 
 
 # --------------------------------------------------------------------------- laws of the draws
-def _wor_draw_laws(p: np.ndarray, ranks, *, exact_limit: int | None = None):
-    r"""``({r: P(draw r = .)}, exact)`` for the draws without replacement from ``p`` (one prefix).
+def _wor_draw_laws(P: np.ndarray, ranks, *, exact_limit: int | None = None):
+    r"""``(laws, exact)``: ``laws[k, i]`` = :math:`P(\text{draw } r_k = \cdot)` for draws without replacement
+    from the row ``P[i]`` (each with at least ``max(ranks) + 1`` tokens of positive probability).
 
-    Exact by enumeration of the ordered draws when there are few; otherwise rank 0 is ``p``, rank 1 the
-    closed form :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)`, and ranks :math:`r \ge 2` the upper bound
+    Exact by enumeration of the ordered draws when there are few (at most ``exact_limit / V`` per row); otherwise
+    rank 0 is ``p``, rank 1 the closed form :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)` (:func:`_second_draw`),
+    and ranks :math:`r \ge 2` the upper bound
 
     .. math::
 
-        P(\text{draw } r = y) \le \min\Big(\frac{p_y}{1 - M_r(y)},\ 1 - P(\text{draw } 0 = y) - P(\text{draw } 1 = y)\Big),
+        P(\text{draw } r = y) \le \min\Big(\frac{p_y}{1 - M_r(y)},\
+        1 - P(\text{draw } 0 = y) - P(\text{draw } 1 = y)\Big),
 
     :math:`M_r(y)` the mass of the ``r`` most likely tokens other than ``y`` (given the earlier draws
-    :math:`S`, the next is ``y`` with probability :math:`p_y / (1 - p(S)) \le p_y / (1 - M_r(y))`).
+    :math:`S \not\ni y`, the next is ``y`` with probability :math:`p_y / (1 - p(S)) \le p_y / (1 - M_r(y))`).
     """
-    V = p.shape[0]
+    P = np.atleast_2d(P)
+    m, V = P.shape
     need = max(ranks) + 1
-    support = int(np.count_nonzero(p > 0))
-    if need <= 1:
-        return {0: p}, True
+    out = np.empty((len(ranks), m, V))
     limit = _MAX_WOR_ENUMERATION if exact_limit is None else exact_limit
-    if math.perm(support, need) * V <= limit:
-        out = {r: np.zeros(V) for r in ranks}
-        for seq, w in _wor_sequences(p, need):
-            for r in ranks:
-                out[r][seq[r]] += w
-        return out, True
-    out = {}
-    P1 = _second_draw(p) if any(r >= 1 for r in ranks) else None
-    if 0 in ranks:
-        out[0] = p
-    if 1 in ranks:
-        out[1] = P1
+    support = np.count_nonzero(P > 0, axis=1)
+    small = np.array([math.perm(int(n), need) * V <= limit for n in support.tolist()], dtype=bool)
+    for i in np.flatnonzero(small).tolist():
+        out[:, i] = 0.0
+        for seq, w in _wor_sequences(P[i], need):
+            for k, r in enumerate(ranks):
+                out[k, i, seq[r]] += w
+    big = np.flatnonzero(~small)
     exact = True
-    for r in ranks:
-        if r < 2:
-            continue
-        exact = False
-        top = _ranked(p, r + 1)
-        tail_r = math.fsum(p.tolist()) - math.fsum(p[top[:r]].tolist())  # mass outside the r largest
-        tail_r1 = tail_r - float(p[top[r]])
-        den = np.full(V, tail_r)
-        den[top[:r]] = tail_r1 + p[top[:r]]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            b = np.where(den > 0, p / np.where(den > 0, den, 1.0), 0.0)
-        out[r] = np.clip(np.minimum(b, 1.0 - p - P1), 0.0, 1.0)
+    if big.size:
+        p = P[big]
+        P1 = _second_draw(p) if need > 1 else None
+        top = np.argsort(-p, axis=1, kind="stable")[:, :need] if need > 2 else None
+        rows = np.arange(p.shape[0])[:, None]
+        for k, r in enumerate(ranks):
+            if r == 0:
+                out[k, big] = p
+            elif r == 1:
+                out[k, big] = P1
+            else:
+                exact = False
+                mask = np.zeros_like(p, dtype=bool)
+                mask[rows, top[:, :r]] = True
+                tail_r = np.where(mask, 0.0, p).sum(axis=1)                      # mass outside the r largest
+                tail_r1 = tail_r - p[rows[:, 0], top[:, r]]
+                den = np.where(mask, tail_r1[:, None] + p, tail_r[:, None])
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    b = np.where(den > 0, p / np.where(den > 0, den, 1.0), 0.0)
+                out[k, big] = np.clip(np.minimum(b, 1.0 - p - P1), 0.0, 1.0)
     return out, exact
 
 
-def _second_draw(p: np.ndarray) -> np.ndarray:
-    r""":math:`P(\text{draw } 1 = y) = p_y \sum_{x \ne y} p_x / (1 - p_x)` (at least two tokens of positive
-    probability); :math:`1 - p_x` is summed from the other entries for the most likely token."""
-    top = int(np.argmax(p))
-    rest = 1.0 - p
-    rest[top] = math.fsum(np.delete(p, top).tolist())
-    t = np.where(rest > 0, p / np.where(rest > 0, rest, 1.0), 0.0)
-    S = math.fsum(t.tolist())
-    out = p * (S - t)
-    out[top] = p[top] * math.fsum(np.delete(t, top).tolist())
+def _second_draw(P: np.ndarray) -> np.ndarray:
+    r""":math:`P(\text{draw } 1 = y) = p_y \sum_{x \ne y} p_x / (1 - p_x)` for every row (at least two tokens of
+    positive probability); for the most likely token :math:`1 - p_x` and the sum over :math:`x \ne y` are summed
+    from the other entries (no cancellation)."""
+    P = np.atleast_2d(P)
+    rows = np.arange(P.shape[0])
+    top = np.argmax(P, axis=1)
+    rest = 1.0 - P
+    others = P.copy()
+    others[rows, top] = 0.0
+    rest[rows, top] = others.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(rest > 0, P / np.where(rest > 0, rest, 1.0), 0.0)
+    S = t.sum(axis=1)
+    out = P * (S[:, None] - t)
+    t_others = t.copy()
+    t_others[rows, top] = 0.0
+    out[rows, top] = P[rows, top] * t_others.sum(axis=1)
     return np.clip(out, 0.0, 1.0)
 
 
@@ -234,19 +250,21 @@ def _second_draw(p: np.ndarray) -> np.ndarray:
 class _Prefix:
     """A token path below the context: its target and draft path data and the caps on what lies below it."""
 
-    __slots__ = ("path", "Q", "pi", "A", "s", "caps", "S", "exact", "children")
+    __slots__ = ("path", "Q", "pi", "A", "s", "caps", "S", "exact", "children", "order")
 
     def __init__(self, path, Q, pi, A, s, caps):
         self.path, self.Q, self.pi, self.A, self.s, self.caps = path, Q, pi, A, s, caps
         self.S: dict = {}          # d -> sum over every child x of cap_d(ux)   (d >= depth + 2)
         self.exact = 0.0           # sum over x of min(Q(ux), pi(ux))            (level depth + 1)
         self.children: list = []   # expanded children
+        self.order = -1            # position in the order of expansion
 
 
 def _expand(slots: _Slots, process: str, frontier: list, Pl: np.ndarray, Ql: np.ndarray, keep: int):
-    """Expand the prefixes of one depth ``j`` with their laws ``Pl``, ``Ql`` (rows); return the new candidates
-    (children at depths below ``D``, at most ``keep`` per prefix, by decreasing min(Q, pi)), ``pi_exact`` and
-    the number of children with min(Q, pi) > 0 left out of the candidates."""
+    """Expand the prefixes of one depth ``j`` with their laws ``Pl``, ``Ql`` (rows): set their exact level and
+    caps, and return ``(candidates, pi_exact, dropped)``: the children at depths below ``D`` with min(Q, pi) > 0,
+    at most ``keep`` per prefix (the largest, ties by lower token id), as arrays (:func:`_take`), and the number
+    of such children left out."""
     j = len(frontier[0].path)
     D = slots.D
     Qc = np.array([u.Q for u in frontier])[:, None] * Ql
@@ -261,31 +279,45 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl: np.ndarray, Ql: np.
         else:
             md = (A @ beta[d].sum(axis=1))[:, None] * Pl
         caps[d] = np.minimum(Qc, md)
+    exact = low.sum(axis=1)
+    S = {d: c.sum(axis=1) for d, c in caps.items()}
     for i, u in enumerate(frontier):
-        u.exact = math.fsum(low[i].tolist())
-        u.S = {d: math.fsum(caps[d][i].tolist()) for d in caps}
-    out: list = []
+        u.exact = float(exact[i])
+        u.S = {d: float(S[d][i]) for d in S}
     if j + 1 >= D:
-        return out, pi_exact, 0
+        return None, pi_exact, 0
     dropped = 0
+    rows, xs = [], []
+    for i in range(len(frontier)):
+        n_pos = int(np.count_nonzero(low[i] > 0))
+        k = min(keep, n_pos)
+        dropped += n_pos - k
+        if k > 0:
+            top = _ranked(low[i], k)
+            rows.append(np.full(k, i))
+            xs.append(top)
+    if not rows:
+        return None, pi_exact, dropped
+    r, x = np.concatenate(rows), np.concatenate(xs)
+    cand = dict(pr=low[r, x], owner=[frontier[i] for i in r.tolist()], x=x, Q=Qc[r, x], pi=pi[r, x], p=Pl[r, x],
+                caps={d: c[r, x] for d, c in caps.items()}, dr=None if Dr is None else Dr[:, r, x],
+                rank_col={q: k for k, q in enumerate(ranks)})
+    return cand, pi_exact, dropped
+
+
+def _child(slots: _Slots, process: str, cand: dict, k: int) -> _Prefix:
+    """The prefix of candidate ``k`` of a block returned by :func:`_expand`."""
+    u, x = cand["owner"][k], int(cand["x"][k])
+    j = len(u.path)
     child_slots = slots.by_depth[j + 1]
-    col = {r: k for k, r in enumerate(ranks)}
-    par = [slots.pos[slots.parent[c]] for c in child_slots]
-    rk = [col[slots.rank[c]] for c in child_slots]
-    for i, u in enumerate(frontier):
-        row = low[i]
-        n_pos = int(np.count_nonzero(row > 0))
-        top = _ranked(row, min(keep, n_pos)) if keep > 0 and n_pos > 0 else row[:0].astype(np.int64)
-        dropped += n_pos - top.shape[0]
-        for x in top.tolist():
-            if process == "wor":
-                Achild = u.A[par] * Dr[rk, i, x]
-            else:
-                Achild = np.full(len(child_slots), u.A[0] * float(Pl[i, x]))
-            c = _Prefix(u.path + (x,), float(Qc[i, x]), float(pi[i, x]), Achild, u.s + (float(Pl[i, x]),),
-                        {d: float(caps[d][i, x]) for d in caps})
-            out.append((float(row[x]), c, u))
-    return out, pi_exact, dropped
+    p = float(cand["p"][k])
+    if process == "wor":
+        col = cand["rank_col"]
+        A = np.array([u.A[slots.pos[slots.parent[c]]] * cand["dr"][col[slots.rank[c]], k] for c in child_slots])
+    else:
+        A = np.full(len(child_slots), u.A[0] * p)
+    return _Prefix(u.path + (x,), float(cand["Q"][k]), float(cand["pi"][k]), A, u.s + (p,),
+                   {d: float(c[k]) for d, c in cand["caps"].items()})
 
 
 def _child_pi(slots: _Slots, process: str, frontier: list, Pl: np.ndarray):
@@ -296,39 +328,56 @@ def _child_pi(slots: _Slots, process: str, frontier: list, Pl: np.ndarray):
     if process != "wor":
         return np.minimum(_iid_pi(slots, j, frontier, Pl), 1.0), None, True
     need = slots.need[j]
-    draws = []
-    pi_exact = True
-    for i, u in enumerate(frontier):
-        if np.count_nonzero(Pl[i] > 0) < need:
-            raise _support_error("wor", need, u.path, Pl[i])
-        laws, ex = _wor_draw_laws(Pl[i], ranks)
-        pi_exact &= ex
-        draws.append(np.stack([laws[r] for r in ranks]))
-    Dr = np.stack(draws, axis=1)                          # (R, m, V)
-    A = np.stack([u.A for u in frontier])                 # (m, n_j)
-    pi = np.einsum("mr,rmv->mv", A @ C, Dr)
+    support = np.count_nonzero(Pl > 0, axis=1)
+    for i in np.flatnonzero(support < need).tolist():
+        raise _support_error("wor", need, frontier[i].path, Pl[i])
+    Dr, pi_exact = _wor_draw_laws(Pl, ranks)                # (R, m, V)
+    A = np.stack([u.A for u in frontier])                   # (m, n_j)
+    W = A @ C                                               # (m, R)
+    pi = W[:, 0, None] * Dr[0]
+    for r in range(1, len(ranks)):
+        pi += W[:, r, None] * Dr[r]
     return np.minimum(pi, 1.0), Dr, pi_exact
+
+
+def _union(a: np.ndarray, n: int) -> np.ndarray:
+    """:math:`1 - (1 - a)^n = a \\sum_{i < n} (1 - a)^i` by Horner's rule: positive terms only, so accurate for
+    tiny ``a`` too (no cancellation in ``1 - (1 - a)^n``)."""
+    if n == 1:
+        return a.copy()
+    r = 1.0 - a
+    h = 1.0 + r
+    for _ in range(n - 2):
+        h *= r
+        h += 1.0
+    h *= a
+    return h
 
 
 def _iid_pi(slots: _Slots, j: int, frontier: list, Pl: np.ndarray) -> np.ndarray:
     r""":math:`\pi(ux)` for every child ``x`` of each prefix ``u`` of depth ``j``, i.i.d. children:
     :math:`f = 1` at depth ``j + 1``, :math:`f(v) = 1 - \prod_{c} (1 - p(y_{i+1} \mid y_{1:i}) f(c))`,
-    :math:`\pi = f(\text{root})`, in the log domain (:math:`1 - \prod = -\mathrm{expm1}(\sum \log1p(-p f))`)."""
+    :math:`\pi = f(\text{root})`. Slots with the same subtree shape are evaluated once; ``1 - prod`` is summed
+    as :math:`g_1 + (1 - g_1)(g_2 + (1 - g_2)(\dots))` over groups of equal children, each
+    :math:`g = 1 - (1 - a)^n` by :func:`_union` (positive terms throughout); rows in chunks that stay in cache."""
     levels, root = slots.iid_classes(j)
-    with np.errstate(divide="ignore"):
-        lt = np.log1p(-Pl)                                   # log(1 - p(x | u))
-        f = {k: -np.expm1(k[1] * lt) if k[1] else np.zeros_like(Pl) for k in levels[0]}
+    out = np.empty_like(Pl)
+    s_all = np.array([u.s for u in frontier]).reshape(len(frontier), j)
+    for c0 in range(0, Pl.shape[0], _CHUNK_ROWS):
+        t = Pl[c0:c0 + _CHUNK_ROWS]
+        f = {k: _union(t, k[1]) if k[1] else np.zeros_like(t) for k in levels[0]}
         for lev, lvl in enumerate(levels[1:], start=1):
-            i = j - lev                                      # slots at depth i; their children hold y_{i+1}
-            s = np.array([u.s[i] for u in frontier])[:, None]
+            s = s_all[c0:c0 + _CHUNK_ROWS, j - lev][:, None]     # slots at depth j - lev; children hold y_{j-lev+1}
             g = {}
             for k in lvl:
-                acc = np.zeros_like(Pl)
-                for ck, cnt in k:
-                    acc += cnt * np.log1p(-s * f[ck])
-                g[k] = -np.expm1(acc)
+                acc = None
+                for ck, cnt in reversed(k):
+                    gk = _union(s * f[ck], cnt)
+                    acc = gk if acc is None else gk + (1.0 - gk) * acc
+                g[k] = np.zeros_like(t) if acc is None else acc
             f = g
-    return f[root]
+        out[c0:c0 + _CHUNK_ROWS] = f[root]
+    return out
 
 
 def _root_path_probability(shape, draft, path, *, process: str, prefix=()) -> tuple[float, bool]:
@@ -500,7 +549,7 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     if process in DETERMINISTIC_PROCESSES:
         return _deterministic(shape, draft, target, process, V, ctx, budget)
     if process == "wor":
-        for _par, ch, ranks in _child_groups(shape):
+        for _par, _ch, ranks in _child_groups(shape):
             if max(ranks) + 1 > V:
                 raise ValueError(
                     f"process='wor' cannot draw the shape: a node has a child of rank {max(ranks)}, which needs "
@@ -513,8 +562,9 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
 def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> TreeBound:
     D = slots.D
     root = _Prefix((), 1.0, 1.0, np.ones(1), (), {})
+    root.order = 0
     expanded = [root]
-    pool: list = []            # (priority, child, parent), unexpanded candidates
+    blocks: list = []          # candidate blocks of _expand; `alive` marks the unexpanded ones
     pi_exact = True
     dropped = 0
     frontier = [root]
@@ -526,28 +576,44 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> Tree
         for i, u in enumerate(frontier):
             by_depth.setdefault(len(u.path), []).append(i)
         for _j, idx in sorted(by_depth.items()):
-            new, ex, drop = _expand(slots, process, [frontier[i] for i in idx], Pl[idx], Ql[idx], left)
+            cand, ex, drop = _expand(slots, process, [frontier[i] for i in idx], Pl[idx], Ql[idx], left)
             pi_exact &= ex
             dropped += drop
-            pool.extend(new)
-        left = budget - len(expanded)
-        if left <= 0 or not pool:
+            if cand is not None:
+                cand["alive"] = np.ones(cand["x"].shape[0], dtype=bool)
+                cand["depth"] = np.array([len(u.path) + 1 for u in cand["owner"]])
+                cand["order"] = np.array([u.order for u in cand["owner"]])
+                blocks.append(cand)
+        n_alive = sum(int(c["alive"].sum()) for c in blocks)
+        if left <= 0 or n_alive == 0:
             break
-        pool.sort(key=lambda t: (-t[0], len(t[1].path), t[1].path))
+        # the next frontier: the largest min(Q, pi) first; ties by depth, the parent's order of expansion, token
+        # (an order that does not depend on the budget, so a larger budget expands a superset)
+        ids = [(b, k) for b, c in enumerate(blocks) for k in np.flatnonzero(c["alive"]).tolist()]
+        pr = np.concatenate([c["pr"][c["alive"]] for c in blocks])
+        dep = np.concatenate([c["depth"][c["alive"]] for c in blocks])
+        order = np.concatenate([c["order"][c["alive"]] for c in blocks])
+        x = np.concatenate([c["x"][c["alive"]] for c in blocks])
         take = min(batch, left)
-        frontier = [c for _, c, _ in pool[:take]]
-        for _, c, par in pool[:take]:
-            par.children.append(c)
-        expanded.extend(frontier)
-        pool = pool[take:]
-    complete = not pool and dropped == 0
+        sel = np.lexsort((x, order, dep, -pr))[:take]
+        frontier = []
+        for t in sel.tolist():
+            b, k = ids[t]
+            c = _child(slots, process, blocks[b], k)
+            blocks[b]["alive"][k] = False
+            blocks[b]["owner"][k].children.append(c)
+            c.order = len(expanded)
+            expanded.append(c)
+            frontier.append(c)
+    complete = all(not c["alive"].any() for c in blocks) and dropped == 0
     hat = np.array([_share(root, d) for d in range(1, D + 1)])
     lower = np.array([math.fsum([u.exact for u in expanded if len(u.path) == d - 1]) for d in range(1, D + 1)])
     value = math.fsum(np.minimum.accumulate(hat).tolist())
     low_value = math.fsum(np.minimum.accumulate(lower).tolist())
     return TreeBound(
         value=value, per_depth=hat, lower_per_depth=lower, remainder=max(0.0, value - low_value),
-        n_expanded=len(expanded), n_calls=laws.calls, complete=bool(complete), pi_exact=bool(pi_exact), process=process, budget=budget,
+        n_expanded=len(expanded), n_calls=laws.calls, complete=bool(complete), pi_exact=bool(pi_exact),
+        process=process, budget=budget,
     )
 
 
