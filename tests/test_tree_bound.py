@@ -308,3 +308,40 @@ def test_result_is_frozen():
     assert isinstance(res, TreeBound)
     with pytest.raises(AttributeError):
         res.value = 0.0
+
+
+# --------------------------------------------------------------------------- decoding models: one call per frontier
+def test_decoding_models_score_each_frontier_in_one_call_and_agree_with_next_dist():
+    torch = pytest.importorskip("torch")
+    from otspec.decoding import CallableLM
+
+    V = 5
+    gen = torch.Generator().manual_seed(0)
+    Wd, Wt = torch.randn(V, V, generator=gen, dtype=torch.float64), torch.randn(V, V, generator=gen, dtype=torch.float64)
+
+    def bigram(W):
+        return lambda ids: W[ids]                          # logits depend on the last token only
+
+    class Counting(CallableLM):
+        calls = 0
+
+        def tree_logits(self, *a, **k):
+            type(self).calls += 1
+            return super().tree_logits(*a, **k)
+
+    lm_d, lm_t = Counting(bigram(Wd), V), Counting(bigram(Wt), V)
+    ctx = [2, 4]
+    md = MarkovModel(torch.softmax(Wd, -1).numpy(), initial=[torch.softmax(Wd[4], -1).numpy()])
+    mt = MarkovModel(torch.softmax(Wt, -1).numpy(), initial=[torch.softmax(Wt[4], -1).numpy()])
+    for process, shape in (("iid", TreeShape.branching(2, 2, 2)), ("wor", TreeShape.branching(3, 2))):
+        Counting.calls = 0
+        a = bound(shape, lm_d, lm_t, process=process, prefix=ctx, budget=20, batch=8)
+        b = bound(shape, md, mt, process=process, budget=20, batch=8)
+        assert Counting.calls == 2 * a.n_calls and a.n_expanded == b.n_expanded
+        assert abs(a.value - b.value) <= EXACT and abs(a.remainder - b.remainder) <= EXACT
+    c = bound(TreeShape.branching(2, 2), lm_d, lm_t, process="topk", prefix=ctx)
+    assert abs(c.value - value(TreeShape.branching(2, 2), md, mt, process="topk", verifier="target-only")) <= EXACT
+    with pytest.raises(ValueError, match="at least one token"):
+        bound(TreeShape.branching(2), lm_d, lm_t, process="iid")
+    with pytest.raises(TypeError, match="both be models"):
+        bound(TreeShape.branching(2), lm_d, md, process="iid", prefix=ctx)

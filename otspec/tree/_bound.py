@@ -205,8 +205,16 @@ def _wor_draw_laws(P: np.ndarray, ranks, *, exact_limit: int | None = None):
     if big.size:
         p = P[big]
         P1 = _second_draw(p) if need > 1 else None
-        top = np.argsort(-p, axis=1, kind="stable")[:, :need] if need > 2 else None
-        rows = np.arange(p.shape[0])[:, None]
+        if need > 2:
+            rows = np.arange(p.shape[0])[:, None]
+            part = np.argpartition(-p, need - 1, axis=1)[:, :need]
+            top = np.take_along_axis(part, np.argsort(-np.take_along_axis(p, part, axis=1), axis=1, kind="stable"),
+                                     axis=1)
+            ptop = p[rows, top]                                              # (m, need), decreasing
+            rest = p.copy()
+            rest[rows, top] = 0.0
+            base = rest.sum(axis=1)                                          # mass outside the need largest
+            room = np.clip(1.0 - p - P1, 0.0, 1.0)                           # 1 - P(draw 0 = y) - P(draw 1 = y)
         for k, r in enumerate(ranks):
             if r == 0:
                 out[k, big] = p
@@ -214,14 +222,13 @@ def _wor_draw_laws(P: np.ndarray, ranks, *, exact_limit: int | None = None):
                 out[k, big] = P1
             else:
                 exact = False
-                mask = np.zeros_like(p, dtype=bool)
-                mask[rows, top[:, :r]] = True
-                tail_r = np.where(mask, 0.0, p).sum(axis=1)                      # mass outside the r largest
-                tail_r1 = tail_r - p[rows[:, 0], top[:, r]]
-                den = np.where(mask, tail_r1[:, None] + p, tail_r[:, None])
+                tail_r = base + ptop[:, r:].sum(axis=1)                      # mass outside the r largest
+                tail_r1 = tail_r - ptop[:, r]
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    b = np.where(den > 0, p / np.where(den > 0, den, 1.0), 0.0)
-                out[k, big] = np.clip(np.minimum(b, 1.0 - p - P1), 0.0, 1.0)
+                    b = p / tail_r[:, None]
+                    b[rows, top[:, :r]] = ptop[:, :r] / (tail_r1[:, None] + ptop[:, :r])
+                np.minimum(b, room, out=b)
+                out[k, big] = b
     return out, exact
 
 
@@ -420,6 +427,68 @@ class _ModelLaws:
         return np.stack([self.d(s) for s in paths]), np.stack([self.t(s) for s in paths])
 
 
+class _TreeAttentionLaws:
+    """Draft and target laws at a batch of prefixes from decoding models (``score_tree``, e.g.
+    :class:`otspec.decoding.HFCausalLM`): the prefixes and their ancestors as one tree, one tree-attention call
+    per model; the context stays in each model's cache but for its last token (the root)."""
+
+    def __init__(self, draft, target, ctx):
+        self.models = (draft, target)
+        self.ctx = np.asarray(ctx, dtype=np.int64)
+        self.states: list = [None, None]
+        self.calls = 0
+
+    def __call__(self, paths):
+        self.calls += 1
+        nodes = sorted({path[:k] for path in paths for k in range(1, len(path) + 1)}, key=lambda s: (len(s), s))
+        index = {(): 0}
+        parents, tokens = [-1], [-1]
+        for i, s in enumerate(nodes, start=1):
+            index[s] = i
+            parents.append(index[s[:-1]])
+            tokens.append(s[-1])
+        rows = [index[s] for s in paths]
+        out = []
+        for k, lm in enumerate(self.models):
+            state, pending = self.states[k], self.ctx[-1:]
+            if state is None:
+                state, pending = lm.new_state(), self.ctx
+            laws = lm.score_tree(state, np.array(parents), np.array(tokens), pending=pending)
+            lm.select(state, 0, self.ctx.shape[0] - 1)
+            self.states[k] = state
+            out.append(np.asarray(laws, dtype=np.float64)[rows])
+        return out[0], out[1]
+
+    def one(self, k: int):
+        """The law of model ``k`` (0 draft, 1 target) after one path, as a ``path -> law`` callable."""
+        return lambda path: self([tuple(path)])[k][0]
+
+
+def _is_decoding_model(m) -> bool:
+    return callable(getattr(m, "score_tree", None)) and callable(getattr(m, "new_state", None))
+
+
+def _setup_models(draft, target, prefix):
+    """``(V, ctx, laws)``: the Model protocol (``next_dist``) or two decoding models (``score_tree``)."""
+    dec = (_is_decoding_model(draft), _is_decoding_model(target))
+    if not any(dec):
+        V = validate_model_pair(draft, target)
+        ctx = validate_sequence(prefix, V, "prefix")
+        return V, ctx, None
+    if not all(dec):
+        raise TypeError("`draft` and `target` must both be models with `next_dist` or both decoding models with "
+                        f"`score_tree`, got {type(draft).__name__} and {type(target).__name__}")
+    vs, vb = int(draft.vocab_size), int(target.vocab_size)
+    if vs != vb:
+        raise ValueError(f"`draft` and `target` must share one vocabulary, got vocab_size {vs} (draft) and {vb} "
+                         "(target)")
+    ctx = validate_sequence(prefix, vs, "prefix")
+    if not ctx:
+        raise ValueError("`prefix` must hold at least one token with decoding models (the root is scored after the "
+                         "context's last token), got an empty prefix")
+    return vs, ctx, _TreeAttentionLaws(draft, target, ctx)
+
+
 def _validate_budget(budget, name: str, limit: int) -> int:
     b = validate_positive_int(budget, name)
     if b > limit:
@@ -469,12 +538,16 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     Parameters
     ----------
     shape : TreeShape, sequence of rank paths or Eagle2Params
-    draft, target : Model
-        Draft :math:`M_s` and target :math:`M_b` models (``vocab_size``,
-        ``next_dist(prefix)``), same vocabulary.
+    draft, target : Model or LanguageModel
+        Draft :math:`M_s` and target :math:`M_b` models on one vocabulary:
+        both with ``vocab_size`` and ``next_dist(prefix)`` (one call per
+        prefix), or both decoding models with ``score_tree``
+        (:class:`otspec.decoding.HFCausalLM`, :class:`otspec.decoding.CallableLM`:
+        each frontier is scored in one tree-attention call per model, the
+        context kept in the cache).
     process : {"iid", "wor", "topk", "eagle2"}, keyword-only
     prefix : sequence of int, keyword-only
-        The context.
+        The context (at least one token with decoding models).
     budget : int, keyword-only
         Prefixes to expand, the context included (1 to :data:`MAX_BOUND_BUDGET`;
         default 256). Unused by the deterministic processes, whose tree is
@@ -537,8 +610,7 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     """
     shape = as_tree_shape(shape, process)
     process = validate_process(process, shape)
-    V = validate_model_pair(draft, target)
-    ctx = validate_sequence(prefix, V, "prefix")
+    V, ctx, tree_laws = _setup_models(draft, target, prefix)
     budget = _validate_budget(budget, "budget", MAX_BOUND_BUDGET)
     batch = _validate_budget(batch, "batch", MAX_BOUND_BATCH)
     if batch * V > _MAX_FRONTIER_ENTRIES:
@@ -547,7 +619,11 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     if shape.n < 1:
         raise ValueError("`shape` must have at least one draft node, got the root alone")
     if process in DETERMINISTIC_PROCESSES:
-        return _deterministic(shape, draft, target, process, V, ctx, budget)
+        if tree_laws is None:
+            dl, tl = LawCache(draft, V, ctx, "draft"), LawCache(target, V, ctx, "target")
+        else:
+            dl, tl = tree_laws.one(0), tree_laws.one(1)
+        return _deterministic(shape, dl, tl, process, budget)
     if process == "wor":
         for _par, _ch, ranks in _child_groups(shape):
             if max(ranks) + 1 > V:
@@ -555,7 +631,7 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
                     f"process='wor' cannot draw the shape: a node has a child of rank {max(ranks)}, which needs "
                     f"{max(ranks) + 1} distinct tokens, but the vocabulary has V={V}"
                 )
-    laws = _ModelLaws(draft, target, V, ctx)
+    laws = _ModelLaws(draft, target, V, ctx) if tree_laws is None else tree_laws
     return _sampled(_Slots(shape), process, laws, budget, batch)
 
 
@@ -632,10 +708,8 @@ def _share(u: _Prefix, d: int) -> float:
     return min(cap, inner)
 
 
-def _deterministic(shape, draft, target, process, V, ctx, budget) -> TreeBound:
-    dl = LawCache(draft, V, ctx, "draft")
+def _deterministic(shape, dl, tl, process, budget) -> TreeBound:
     tree = _topk_tree(shape, dl) if process == "topk" else _eagle2_tree(shape, dl)
-    tl = LawCache(target, V, ctx, "target")
     paths = tree.paths()
     D = int(tree.max_depth)
     Qp = {(): 1.0}
