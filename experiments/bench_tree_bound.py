@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _bench import print_table, timeit_many  # noqa: E402
 from _chat_prompts import CHAT_PROMPTS  # noqa: E402
 
-#: The target of the issue: the bound's arithmetic within 10 % of the target forward that scores the tree.
+#: The stated target: the bound's arithmetic within 10 % of the target forward that scores the tree.
 TARGET = 0.10
 
 
