@@ -682,8 +682,12 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> Tree
             expanded.append(c)
             frontier.append(c)
     complete = all(not c["alive"].any() for c in blocks) and dropped == 0
-    hat = np.array([_share(root, d) for d in range(1, D + 1)])
     lower = np.array([math.fsum([u.exact for u in expanded if len(u.path) == d - 1]) for d in range(1, D + 1)])
+    hat = np.array([_share(root, d) for d in range(1, D + 1)])
+    if complete:
+        # every path with min(Q, pi) > 0 is counted exactly: the exact part is b_d too (without the rounding of
+        # subtracting the caps again, which would leave a remainder of 1e-17)
+        hat = np.minimum(hat, lower)
     value = math.fsum(np.minimum.accumulate(hat).tolist())
     low_value = math.fsum(np.minimum.accumulate(lower).tolist())
     return TreeBound(
