@@ -595,11 +595,12 @@ def _coupling_gap(sec: Section, rows, pairs) -> None:
 #: Larger cases of the bound's tightness, (V, shape label, shape): OPT_1 and OPT_c still LPs of seconds.
 BOUND_LARGER = (
     (4, "branching(2,2)", (2, 2)), (5, "branching(2,2)", (2, 2)), (6, "branching(2,1)", (2, 1)),
-    (6, "branching(3,1)", (3, 1)), (8, "branching(2,1)", (2, 1)), (4, "chains(2,3)", None),
+    (6, "branching(3,1)", (3, 1)), (7, "branching(2,1)", (2, 1)), (4, "chains(2,3)", None),
     (8, "chains(1,3)", None),
 )
-#: Random Markov pairs per larger case (seeds BOUND_SEED + 2 i, + 2 i + 1).
-N_BOUND_PAIRS = 2
+#: Random Markov pairs per larger case (seeds BOUND_SEED + 2 i, + 2 i + 1). With two pairs and V = 8 for
+#: branching(2,1) (a one-token LP of 1.2 M columns) this step took 22 minutes on a loaded 2-core machine.
+N_BOUND_PAIRS = 1
 BOUND_SEED = 900
 
 
@@ -695,7 +696,8 @@ def _bound_tightness(sec: Section, out: Path, rows) -> None:
         "V = 4-8, depth 2-3): B >= OPT_c >= OPT_1 on every case, equality where the theory says (chains: the block "
         "bound; deterministic trees: the sum of Q)",
         "— (B: an upper bound on every lossless verifier at any vocabulary; docs/theory/trees.rst)",
-        f"smallest B - OPT_c or OPT_c - OPT_1: {fmt_error(max(-below, 0.0), LP_TOL)} below 0; sampled trees: "
+        f"largest shortfall of B below OPT_c or of OPT_c below OPT_1: {fmt_error(max(-below, 0.0), LP_TOL)}; "
+        "sampled trees: "
         f"B = OPT_c (within 1e-8) in {int(np.sum(sc == 0))}/{sc.size}, B - OPT_c mean {sc.mean():.3f}, max "
         f"{sc.max():.3f} ({loose['shape']}, {loose['process']}, V = {loose['V']}); B - OPT_1 mean {s1.mean():.3f}, "
         f"max {s1.max():.3f}; one chain of 3: B = OPT_c in {sum(_gap_cell(r['bound'] - r['opt_c']) == 0 for r in chain)}"
