@@ -145,38 +145,27 @@ def verifier_gaps(tok, draft, target, prompts=PROMPTS[:GAP_PROMPTS]) -> dict:
     for label, _, _process, vs in GAP_FAMILIES:
         d = per[label]
         B = np.array(d["bound"])
-        fam = {"bound": _boot(B, owner), "remainder_mean": _r(float(np.mean(d["remainder"]))),
+        one = np.ones_like(B)
+        fam = {"bound": _over_prompts(B, one, owner), "remainder_mean": _r(float(np.mean(d["remainder"]))),
                "remainder_max": _r(float(np.max(d["remainder"]))), "pi_exact": bool(d["pi_exact"]),
                "budget": GAP_BUDGET, "contexts": int(B.size), "draws_per_context": GAP_DRAWS, "verifiers": {}}
         for v in vs:
             x = np.array(d[v])
-            fam["verifiers"][v] = {"value": _boot(x, owner), "gap": _boot(B - x, owner),
-                                   "share": _boot_ratio(x, B, owner)}
+            fam["verifiers"][v] = {"value": _over_prompts(x, one, owner), "gap": _over_prompts(B - x, one, owner),
+                                   "share": _over_prompts(x, B, owner)}
         out[label] = fam
     return out
 
 
-def _boot(x, owner, n_boot: int = 2000, seed: int = 0) -> dict:
-    """Mean of ``x`` over contexts with a 95 % bootstrap interval over prompts (``owner``: each context's prompt)."""
-    groups = [x[owner == g] for g in np.unique(owner)]
-    gen = np.random.default_rng(seed)
-    means = [np.concatenate([groups[i] for i in gen.integers(0, len(groups), len(groups))]).mean()
-             for _ in range(n_boot)]
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return {"value": _r(float(x.mean())), "lo": _r(float(lo)), "hi": _r(float(hi)), "positions": int(x.size)}
+def _over_prompts(num, den, owner, n_boot: int = 2000, seed: int = 0) -> dict:
+    """sum(num) / sum(den) over contexts, with the profile's 95 % bootstrap interval over prompts (``owner``: each
+    context's prompt): a mean over contexts with ``den`` = 1, the share of the bound reached with ``den`` = B."""
+    from otspec.profile._summary import _ratio_estimate, _resample
 
-
-def _boot_ratio(x, y, owner, n_boot: int = 2000, seed: int = 0) -> dict:
-    """sum(x) / sum(y) over contexts (the share of the bound reached), 95 % bootstrap interval over prompts."""
     ids = np.unique(owner)
-    gen = np.random.default_rng(seed)
-    reps = []
-    for _ in range(n_boot):
-        pick = np.concatenate([np.flatnonzero(owner == ids[i]) for i in gen.integers(0, len(ids), len(ids))])
-        reps.append(x[pick].sum() / y[pick].sum())
-    lo, hi = np.percentile(reps, [2.5, 97.5])
-    return {"value": _r(float(x.sum() / y.sum())), "lo": _r(float(lo)), "hi": _r(float(hi)), "positions": int(x.size)}
-
+    S = np.array([num[owner == g].sum() for g in ids])
+    C = np.array([den[owner == g].sum() for g in ids])
+    return _est(_ratio_estimate(S, C, _resample(len(ids), n_boot, seed), int(num.size)))
 
 def _est(e) -> dict | None:
     return None if e is None else {"value": _r(e.value), "lo": _r(e.lo), "hi": _r(e.hi), "positions": e.positions}
