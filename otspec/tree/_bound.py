@@ -307,22 +307,27 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl: np.ndarray, Ql: np.
         return None, pi_exact, dropped
     r, x = np.concatenate(rows), np.concatenate(xs)
     cand = dict(pr=low[r, x], owner=[frontier[i] for i in r.tolist()], x=x, Q=Qc[r, x], pi=pi[r, x], p=Pl[r, x],
-                caps={d: c[r, x] for d, c in caps.items()}, dr=None if Dr is None else Dr[:, r, x],
-                rank_col={q: k for k, q in enumerate(ranks)})
+                caps={d: c[r, x] for d, c in caps.items()}, dr=None if Dr is None else Dr[:, r, x])
     return cand, pi_exact, dropped
+
+
+def _slot_weights(slots: _Slots, process: str, u: _Prefix, p: float, draws) -> np.ndarray:
+    """P(slot ``w`` holds ``ux``) for the slots ``w`` of depth ``|u| + 1``: the parent slot's weight times the
+    probability that ``w``'s draw is ``x`` (``p = p(x | u)`` for i.i.d. children; ``draws[k]``, the law of the
+    draw of the ``k``-th used rank at ``x``, without replacement)."""
+    j = len(u.path)
+    child_slots = slots.by_depth[j + 1]
+    if process != "wor":
+        return np.full(len(child_slots), u.A[0] * p)
+    col = {r: k for k, r in enumerate(slots.ranks_below[j])}
+    return np.array([u.A[slots.pos[slots.parent[c]]] * draws[col[slots.rank[c]]] for c in child_slots])
 
 
 def _child(slots: _Slots, process: str, cand: dict, k: int) -> _Prefix:
     """The prefix of candidate ``k`` of a block returned by :func:`_expand`."""
     u, x = cand["owner"][k], int(cand["x"][k])
-    j = len(u.path)
-    child_slots = slots.by_depth[j + 1]
     p = float(cand["p"][k])
-    if process == "wor":
-        col = cand["rank_col"]
-        A = np.array([u.A[slots.pos[slots.parent[c]]] * cand["dr"][col[slots.rank[c]], k] for c in child_slots])
-    else:
-        A = np.full(len(child_slots), u.A[0] * p)
+    A = _slot_weights(slots, process, u, p, None if cand["dr"] is None else cand["dr"][:, k])
     return _Prefix(u.path + (x,), float(cand["Q"][k]), float(cand["pi"][k]), A, u.s + (p,),
                    {d: float(c[k]) for d, c in cand["caps"].items()})
 
@@ -403,12 +408,7 @@ def _root_path_probability(shape, draft, path, *, process: str, prefix=()) -> tu
         exact &= ex
         if j + 1 == len(path):
             return float(pi[0, x]), exact
-        child_slots = slots.by_depth[j + 1]
-        if process == "wor":
-            col = {r: k for k, r in enumerate(slots.ranks_below[j])}
-            A = np.array([u.A[slots.pos[slots.parent[c]]] * Dr[col[slots.rank[c]], 0, x] for c in child_slots])
-        else:
-            A = np.full(len(child_slots), u.A[0] * float(Pl[0, x]))
+        A = _slot_weights(slots, process, u, float(Pl[0, x]), None if Dr is None else Dr[:, 0, x])
         u = _Prefix(u.path + (x,), 0.0, float(pi[0, x]), A, u.s + (float(Pl[0, x]),), {})
     return 1.0, exact
 
