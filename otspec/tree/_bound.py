@@ -76,7 +76,8 @@ class TreeBound:
     per_depth : (D,) ndarray of float64
         :math:`\hat b_d \ge b_d \ge P(\tau \ge d)`, ``d = 1..D`` (before the running minimum).
     lower_per_depth : (D,) ndarray of float64
-        The part of :math:`\hat b_d` computed exactly (paths whose parent prefix was expanded): :math:`\le b_d`.
+        The part of :math:`\hat b_d` computed exactly (paths whose parent prefix was expanded): :math:`\le b_d`
+        with ``pi_exact``.
     remainder : float
         ``value`` minus :math:`\sum_d \min(e_1, \dots, e_d)` (``e`` = ``lower_per_depth``): what the budget left
         open. With ``pi_exact``, :math:`B` lies in ``[value - remainder, value]``; 0 when ``complete``.
@@ -690,6 +691,8 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> Tree
         hat = np.minimum(hat, lower)
     value = math.fsum(np.minimum.accumulate(hat).tolist())
     low_value = math.fsum(np.minimum.accumulate(lower).tolist())
+    hat.setflags(write=False)
+    lower.setflags(write=False)
     return TreeBound(
         value=value, per_depth=hat, lower_per_depth=lower, remainder=max(0.0, value - low_value),
         n_expanded=len(expanded), n_calls=laws.calls, complete=bool(complete), pi_exact=bool(pi_exact),
@@ -723,6 +726,7 @@ def _deterministic(shape, dl, tl, process, budget) -> TreeBound:
         per[len(path) - 1].append(Qp[path])
     b = np.array([math.fsum(t) for t in per])
     value = math.fsum(b.tolist())
+    b.setflags(write=False)
     n_internal = len({path[:-1] for path in paths[1:]})
-    return TreeBound(value=value, per_depth=b, lower_per_depth=b.copy(), remainder=0.0, n_expanded=n_internal,
+    return TreeBound(value=value, per_depth=b, lower_per_depth=b, remainder=0.0, n_expanded=n_internal,
                      n_calls=n_internal, complete=True, pi_exact=True, process=process, budget=budget)
