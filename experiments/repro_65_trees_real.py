@@ -374,6 +374,19 @@ def section(res: dict) -> Section:
                 f"{_ci(g['value'])}; gap {_ci(g['gap'])}; share of the bound reached "
                 f"{100 * g['share']['value']:.1f} % [{100 * g['share']['lo']:.1f}, {100 * g['share']['hi']:.1f}]",
                 "measured (exact laws)"))
+    for label, fam in res.get("bound_gaps", {}).items():
+        best, g = max(fam["verifiers"].items(), key=lambda kv: kv[1]["value"]["value"])
+        worst = min(v["value"]["value"] for v in fam["verifiers"].values())
+        slack = fam["remainder_mean"] + (0.0 if fam["pi_exact"] else math.nan)
+        sec.rows.append(Row(
+            f"{label}: does the gap justify a better tree verifier?",
+            "- (no paper bounds the best verifier of these trees)",
+            f"the best rule here, {best}, accepts {g['value']['value'] - worst:.3f} more than the worst on the same "
+            f"trees and is {_ci(g['gap'])} below the bound; the bound itself exceeds OPT_1 by up to 0.15 on "
+            "enumerable branched trees" + (f" and the budget left {slack:.3f} open" if slack == slack else
+                                           ", and is looser here (pi bounded for draws of rank >= 2)"),
+            "a gap larger than the bound's slack" if g["gap"]["lo"] > 0.15 + fam["remainder_mean"] else
+            "within the bound's slack: not shown to be improvable"))
     for c in res.get("checks", ()):
         p = c["predicted"]
         sec.rows.append(Row(f"real decoding with {c['family']}: tokens per call ({c['prompts']} prompts x "
