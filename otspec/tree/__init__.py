@@ -19,6 +19,7 @@ the one node limit :data:`MAX_DRAFT_TREE_NODES`).
 Notation: ``p`` is the draft law and ``q`` the target law at a node.
 """
 
+from ._bound import MAX_BOUND_BUDGET, TreeBound, bound
 from ._choose import (
     MAX_CHOOSE_WORK,
     MAX_SEQUOIA_WORK,
@@ -66,6 +67,7 @@ from ._verifiers import (
 
 __all__ = [
     "DETERMINISTIC_PROCESSES",
+    "MAX_BOUND_BUDGET",
     "MAX_DRAFT_TREE_NODES",
     "MAX_CHOOSE_WORK",
     "MAX_SEQUOIA_WORK",
@@ -87,6 +89,7 @@ __all__ = [
     "SpecInferVerifier",
     "SpecTrTreeVerifier",
     "TargetOnlyVerifier",
+    "TreeBound",
     "TraversalVerify",
     "TreeCheck",
     "TreeOptimum",
@@ -96,6 +99,7 @@ __all__ = [
     "TreeVerifier",
     "acceptance_vector",
     "best_shape",
+    "bound",
     "check_lossless",
     "check_spechub_lossless",
     "enumerate_spechub_trees",

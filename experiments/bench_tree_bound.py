@@ -1,0 +1,135 @@
+"""Benchmark: the anytime upper bound on every tree verifier (``otspec.tree.bound``) against the target forward.
+
+The target forward is one ``tree_logits`` call of SmolLM2-135M-Instruct (the real pair's target) on a
+64-node tree, ``branching(8, 7)``, on top of the context's KV cache: what a profile or a decoder pays to
+score the tree. Against it, ``otspec.tree.bound`` on the same shape at ``V = 49,152`` with a budget of 256
+expanded prefixes (64 per model call), for the i.i.d. and the without-replacement processes:
+
+* "bound, laws given": the bound's own arithmetic, the draft and target laws of the expanded prefixes
+  read from memory (a ``next_dist`` model over the laws that the decoding models gave, each law checked
+  as a distribution on reading, as every ``next_dist`` model is);
+* "bound with its model calls": the same bound from the two decoding models (the real pair: target
+  SmolLM2-135M, draft 24 of its 30 layers), each frontier of up to 64 prefixes scored in one tree-attention
+  call per model.
+
+The target: "bound, laws given" / forward <= 0.10. Every contender is timed interleaved in each round
+after a warm-up and the median kept (``experiments/_bench.py``); the 1-minute load average is printed
+before and after, since the project's machine is shared.
+
+Usage: python experiments/bench_tree_bound.py [--device cuda] [--threads 1] [--repeat 3] [--rst]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _bench import print_table, timeit_many  # noqa: E402
+from _chat_prompts import CHAT_PROMPTS  # noqa: E402
+
+#: The stated target: the bound's arithmetic within 10 % of the target forward that scores the tree.
+TARGET = 0.10
+
+
+def _load() -> str:
+    a, b, c = os.getloadavg()
+    return f"{a:.2f} {b:.2f} {c:.2f}"
+
+
+class _Recorded:
+    """A ``next_dist`` model over the laws a decoding model gave at the prefixes a bound expanded."""
+
+    def __init__(self, laws: dict, V: int):
+        self.laws, self.vocab_size = laws, V
+
+    def next_dist(self, prefix):
+        return self.laws[tuple(prefix)]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--budget", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--rst", action="store_true")
+    args = ap.parse_args(argv)
+    import otspec.tree._bound as B
+    from otspec.decoding import smollm2_pair
+    from otspec.tree import TreeShape, bound
+
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    tok, target, draft = smollm2_pair(device=device)
+    ctx = tok.apply_chat_template([{"role": "user", "content": CHAT_PROMPTS[0]}], add_generation_prompt=True)
+    ctx = list(ctx["input_ids"] if hasattr(ctx, "keys") else ctx)
+    V = target.vocab_size
+    shape = TreeShape.branching(8, 7)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} torch thread(s)"
+    print(f"device: {name}; torch {torch.__version__}; target {target.name}; draft {draft.name}; V = {V}; "
+          f"context {len(ctx)} tokens; shape branching(8,7) ({shape.n} nodes); budget {args.budget}, "
+          f"{args.batch} prefixes per call")
+
+    # the forward: one tree-attention call of the target on the 64-node tree (tokens: the draft's top-k tree)
+    parents = np.array([-1] + [0] * 8 + [1 + i // 7 for i in range(56)], dtype=np.int64)
+    rng = np.random.default_rng(0)
+    tokens = np.concatenate([[-1], rng.integers(0, V, size=shape.n)]).astype(np.int64)
+    state = target.new_state()
+    target.logits(state, torch.tensor([ctx[:-1]], device=device))
+
+    def forward():
+        target.tree_logits(state, parents, tokens, pending=ctx[-1:])
+        target.select(state, 0, len(ctx) - 1)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    rows = []
+    for process in ("iid", "wor"):
+        # one run through the decoding models records the laws the bound reads
+        rec = {}
+        orig = B._TreeAttentionLaws.__call__
+
+        def recording(self, paths, rec=rec, orig=orig):
+            P, Q = orig(self, paths)
+            for s, p, q in zip(paths, P, Q):
+                rec[tuple(s)] = (p, q)
+            return P, Q
+
+        B._TreeAttentionLaws.__call__ = recording
+        try:
+            res = bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
+        finally:
+            B._TreeAttentionLaws.__call__ = orig
+        md = _Recorded({s: pq[0] for s, pq in rec.items()}, V)
+        mt = _Recorded({s: pq[1] for s, pq in rec.items()}, V)
+        again = bound(shape, md, mt, process=process, budget=args.budget, batch=args.batch)
+        assert abs(again.value - res.value) <= 1e-12, (again.value, res.value)
+
+        def given(process=process, md=md, mt=mt):
+            bound(shape, md, mt, process=process, budget=args.budget, batch=args.batch)
+
+        def with_calls(process=process):
+            bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
+
+        before = _load()
+        t_fwd, t_given, t_calls = timeit_many([forward, given, with_calls], repeat=args.repeat, min_time=0.0)
+        after = _load()
+        rows.append((process, t_fwd * 1e3, t_given * 1e3, t_given / t_fwd, t_calls * 1e3, t_calls / t_fwd,
+                     res.n_calls, res.n_expanded, res.value, res.remainder, res.pi_exact, f"{before} / {after}"))
+    head = ("process", "forward ms", "bound, laws given ms", "given / forward", "bound with its calls ms",
+            "with calls / forward", "calls per model", "expanded", "bound", "remainder", "pi exact",
+            "load average before / after")
+    print_table(f"otspec.tree.bound on branching(8,7) at V = {V}, budget {args.budget} ({name})", head, rows,
+                args.rst, target=("given / forward", TARGET))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,732 @@
+r"""An upper bound on every lossless tree verifier of a draft process, at any vocabulary size (anytime).
+
+A lossless verifier emits an accepted root path :math:`A` (length
+:math:`\tau`) of the realised tree :math:`T` and one more token; with
+:math:`Y \sim Q` the output completed by the target, :math:`A = Y_{1:\tau}`.
+For every token path :math:`y` of length :math:`d`,
+:math:`P(A_{1:d} = y) \le \min(Q(y), \pi(y))`, :math:`\pi(y)` the probability
+that :math:`y` is a root path of :math:`T`, so
+
+.. math::
+
+    P(\tau \ge d) \le b_d = \sum_{|y| = d} \min\big(Q(y), \pi(y)\big), \qquad
+    \mathbb E[\tau] \le B = \sum_{d=1}^{D} \min(b_1, \dots, b_d),
+
+which bounds the coupling optimum :math:`\mathrm{OPT}_c` and so the one-token
+optimum :math:`\mathrm{OPT}_1` of :func:`otspec.tree.optimum` (the proof:
+docs/theory/trees.rst, "An upper bound at any vocabulary"). :func:`bound`
+computes it from the draft's and the target's laws at a budget of expanded
+prefixes; every prefix left unexpanded adds an upper bound on what lies
+below it, so the value only tightens as the budget grows and equals
+:math:`B` once every prefix that matters is expanded.
+
+Notation: ``p`` is the draft law and ``q`` the target law at a prefix;
+:math:`P`, :math:`Q` their probabilities of a token path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._validation import validate_positive_int
+from ..models import validate_model_pair, validate_sequence
+from ._process import (
+    DETERMINISTIC_PROCESSES,
+    LawCache,
+    _child_groups,
+    _eagle2_tree,
+    _ranked,
+    _support_error,
+    _topk_tree,
+    _wor_sequences,
+    as_tree_shape,
+    validate_process,
+)
+
+__all__ = ["DEFAULT_BOUND_BATCH", "MAX_BOUND_BUDGET", "MAX_BOUND_BATCH", "TreeBound", "bound"]
+
+#: Largest ``budget`` of :func:`bound` (expanded prefixes; each costs a draft and a target law of ``V`` entries).
+MAX_BOUND_BUDGET = 100_000
+#: Largest ``batch`` of :func:`bound` (prefixes scored per model call).
+MAX_BOUND_BATCH = 4096
+#: Default prefixes scored per model call.
+DEFAULT_BOUND_BATCH = 64
+#: Largest ``batch * V`` (entries of one frontier's law array): a few float64 temporaries of this size.
+_MAX_FRONTIER_ENTRIES = 2**26
+#: Rows of a frontier evaluated together by the i.i.d. recursion (a few (rows, V) temporaries stay in cache).
+_CHUNK_ROWS = 8
+#: Largest number of ordered draws without replacement enumerated for the exact law of the ``r``-th draw
+#: (times ``V``, per prefix); above it ranks >= 2 get the stated upper bound.
+_MAX_WOR_ENUMERATION = 2_000_000
+
+
+@dataclass(frozen=True, eq=False)
+class TreeBound:
+    r"""Result of :func:`bound`.
+
+    Attributes
+    ----------
+    value : float
+        The upper bound :math:`\hat B = \sum_d \min(\hat b_1, \dots, \hat b_d) \ge B \ge \mathrm{OPT}_c \ge
+        \mathrm{OPT}_1` on :math:`\mathbb E[\tau]`; :math:`\hat B = B` when ``complete`` and ``pi_exact``.
+    per_depth : (D,) ndarray of float64
+        :math:`\hat b_d \ge b_d \ge P(\tau \ge d)`, ``d = 1..D`` (before the running minimum).
+    lower_per_depth : (D,) ndarray of float64
+        The part of :math:`\hat b_d` computed exactly (paths whose parent prefix was expanded): :math:`\le b_d`
+        with ``pi_exact``.
+    remainder : float
+        ``value`` minus :math:`\sum_d \min(e_1, \dots, e_d)` (``e`` = ``lower_per_depth``): what the budget left
+        open. With ``pi_exact``, :math:`B` lies in ``[value - remainder, value]``; 0 when ``complete``.
+    n_expanded : int
+        Prefixes whose draft and target laws were read (the root included).
+    n_calls : int
+        Batched model calls per model (one per frontier).
+    complete : bool
+        Every prefix with :math:`\min(Q, \pi) > 0` above the last depth was expanded (no remainder).
+    pi_exact : bool
+        :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was computed exactly);
+        False where the stated upper bound on a draw's law was used (``value`` is then still an upper bound).
+    process : str
+    budget : int
+    """
+
+    value: float
+    per_depth: np.ndarray
+    lower_per_depth: np.ndarray
+    remainder: float
+    n_expanded: int
+    n_calls: int
+    complete: bool
+    pi_exact: bool
+    process: str
+    budget: int
+
+
+# --------------------------------------------------------------------------- the shape's slots
+class _Slots:
+    """The shape's structure as the recursions read it: slots by depth, children, descendant counts."""
+
+    def __init__(self, shape):
+        self.D = int(shape.max_depth)
+        n = shape.n
+        self.depth = [int(d) for d in shape.depth]
+        self.rank = [int(r) for r in shape.ranks]
+        self.parent = [int(r) for r in shape.parents]
+        self.children: list = [[] for _ in range(n + 1)]
+        for i in range(1, n + 1):
+            self.children[int(shape.parents[i])].append(i)
+        self.by_depth = [[i for i in range(n + 1) if self.depth[i] == j] for j in range(self.D + 1)]
+        self.pos = {}
+        for slots in self.by_depth:
+            for k, i in enumerate(slots):
+                self.pos[i] = k
+        # N[i, d]: slots at depth d in the subtree of slot i (itself included at its own depth)
+        N = np.zeros((n + 1, self.D + 1))
+        for i in range(n, -1, -1):
+            N[i, self.depth[i]] = 1.0
+            for c in self.children[i]:
+                N[i] += N[c]
+        self.N = N
+        self.n_at = [len(s) for s in self.by_depth]
+        # ranks used below each depth, and the (slot, rank) incidence of a depth's children
+        self.ranks_below = [sorted({self.rank[c] for w in self.by_depth[j] for c in self.children[w]})
+                            for j in range(self.D + 1)]
+        self.need = [max(self.ranks_below[j]) + 1 if self.ranks_below[j] else 0 for j in range(self.D + 1)]
+        self._iid_classes: dict = {}
+
+    def incidence(self, j: int):
+        """``(C, beta)``: ``C[w, r]`` = 1 if depth-``j`` slot ``w`` has a child of the ``r``-th used rank;
+        ``beta[d][w, r]`` = depth-``d`` slots below that child."""
+        ranks = self.ranks_below[j]
+        col = {r: k for k, r in enumerate(ranks)}
+        C = np.zeros((self.n_at[j], len(ranks)))
+        beta = np.zeros((self.D + 1, self.n_at[j], len(ranks)))
+        for k, w in enumerate(self.by_depth[j]):
+            for c in self.children[w]:
+                C[k, col[self.rank[c]]] = 1.0
+                beta[:, k, col[self.rank[c]]] = self.N[c]
+        return ranks, C, beta
+
+    def iid_classes(self, j: int):
+        """Levels ``j, j - 1, ..., 0`` of the i.i.d. recursion for a path of length ``j + 1``, slots merged by
+        the shape of their subtree down to depth ``j + 1``: ``[{key: ((child key, count), ...)}]`` per level,
+        level ``j`` keyed by the number of children, and the root's key."""
+        got = self._iid_classes.get(j)
+        if got is not None:
+            return got
+        key = {w: ("leafs", len(self.children[w])) for w in self.by_depth[j]}
+        levels = [{k: k for k in set(key.values())}]
+        for i in range(j - 1, -1, -1):
+            lvl = {}
+            for w in self.by_depth[i]:
+                k = tuple(sorted(Counter(key[c] for c in self.children[w]).items()))
+                key[w] = k
+                lvl[k] = k
+            levels.append(lvl)
+        got = (levels, key[0])
+        self._iid_classes[j] = got
+        return got
+
+
+# --------------------------------------------------------------------------- laws of the draws
+def _wor_draw_laws(P: np.ndarray, ranks, *, exact_limit: int | None = None):
+    r"""``(laws, exact)``: ``laws[k, i]`` = :math:`P(\text{draw } r_k = \cdot)` for draws without replacement
+    from the row ``P[i]`` (each with at least ``max(ranks) + 1`` tokens of positive probability).
+
+    Exact by enumeration of the ordered draws when there are few (at most ``exact_limit / V`` per row); otherwise
+    rank 0 is ``p``, rank 1 the closed form :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)` (:func:`_second_draw`),
+    and ranks :math:`r \ge 2` the upper bound
+
+    .. math::
+
+        P(\text{draw } r = y) \le \min\Big(\frac{p_y}{1 - M_r(y)},\
+        1 - P(\text{draw } 0 = y) - P(\text{draw } 1 = y)\Big),
+
+    :math:`M_r(y)` the mass of the ``r`` most likely tokens other than ``y`` (given the earlier draws
+    :math:`S \not\ni y`, the next is ``y`` with probability :math:`p_y / (1 - p(S)) \le p_y / (1 - M_r(y))`).
+    """
+    P = np.atleast_2d(P)
+    m, V = P.shape
+    need = max(ranks) + 1
+    out = np.empty((len(ranks), m, V))
+    limit = _MAX_WOR_ENUMERATION if exact_limit is None else exact_limit
+    support = np.count_nonzero(P > 0, axis=1)
+    small = np.array([math.perm(int(n), need) * V <= limit for n in support.tolist()], dtype=bool)
+    for i in np.flatnonzero(small).tolist():
+        out[:, i] = 0.0
+        for seq, w in _wor_sequences(P[i], need):
+            for k, r in enumerate(ranks):
+                out[k, i, seq[r]] += w
+    big = np.flatnonzero(~small)
+    exact = True
+    if big.size:
+        p = P[big]
+        P1 = _second_draw(p) if need > 1 else None
+        if need > 2:
+            rows = np.arange(p.shape[0])[:, None]
+            part = np.argpartition(-p, need - 1, axis=1)[:, :need]
+            top = np.take_along_axis(part, np.argsort(-np.take_along_axis(p, part, axis=1), axis=1, kind="stable"),
+                                     axis=1)
+            ptop = p[rows, top]                                              # (m, need), decreasing
+            rest = p.copy()
+            rest[rows, top] = 0.0
+            base = rest.sum(axis=1)                                          # mass outside the need largest
+            room = np.clip(1.0 - p - P1, 0.0, 1.0)                           # 1 - P(draw 0 = y) - P(draw 1 = y)
+        for k, r in enumerate(ranks):
+            if r == 0:
+                out[k, big] = p
+            elif r == 1:
+                out[k, big] = P1
+            else:
+                exact = False
+                tail_r = base + ptop[:, r:].sum(axis=1)                      # mass outside the r largest
+                tail_r1 = tail_r - ptop[:, r]
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    b = p / tail_r[:, None]
+                    b[rows, top[:, :r]] = ptop[:, :r] / (tail_r1[:, None] + ptop[:, :r])
+                np.minimum(b, room, out=b)
+                out[k, big] = b
+    return out, exact
+
+
+def _second_draw(P: np.ndarray) -> np.ndarray:
+    r""":math:`P(\text{draw } 1 = y) = p_y \sum_{x \ne y} p_x / (1 - p_x)` for every row (at least two tokens of
+    positive probability); for the most likely token :math:`1 - p_x` and the sum over :math:`x \ne y` are summed
+    from the other entries (no cancellation)."""
+    P = np.atleast_2d(P)
+    rows = np.arange(P.shape[0])
+    top = np.argmax(P, axis=1)
+    rest = 1.0 - P
+    others = P.copy()
+    others[rows, top] = 0.0
+    rest[rows, top] = others.sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(rest > 0, P / np.where(rest > 0, rest, 1.0), 0.0)
+    S = t.sum(axis=1)
+    out = P * (S[:, None] - t)
+    t_others = t.copy()
+    t_others[rows, top] = 0.0
+    out[rows, top] = P[rows, top] * t_others.sum(axis=1)
+    return np.clip(out, 0.0, 1.0)
+
+
+# --------------------------------------------------------------------------- prefixes
+class _Prefix:
+    """A token path below the context: its target and draft path data and the caps on what lies below it."""
+
+    __slots__ = ("path", "Q", "pi", "A", "s", "caps", "S", "exact", "children", "order")
+
+    def __init__(self, path, Q, pi, A, s, caps):
+        self.path, self.Q, self.pi, self.A, self.s, self.caps = path, Q, pi, A, s, caps
+        self.S: dict = {}          # d -> sum over every child x of cap_d(ux)   (d >= depth + 2)
+        self.exact = 0.0           # sum over x of min(Q(ux), pi(ux))            (level depth + 1)
+        self.children: list = []   # expanded children
+        self.order = -1            # position in the order of expansion
+
+
+def _expand(slots: _Slots, process: str, frontier: list, Pl: np.ndarray, Ql: np.ndarray, keep: int):
+    """Expand the prefixes of one depth ``j`` with their laws ``Pl``, ``Ql`` (rows): set their exact level and
+    caps, and return ``(candidates, pi_exact, dropped)``: the children at depths below ``D`` with min(Q, pi) > 0,
+    at most ``keep`` per prefix (the largest, ties by lower token id), as arrays (:func:`_take`), and the number
+    of such children left out."""
+    j = len(frontier[0].path)
+    D = slots.D
+    Qc = np.array([u.Q for u in frontier])[:, None] * Ql
+    ranks, _C, beta = slots.incidence(j)
+    pi, Dr, pi_exact = _child_pi(slots, process, frontier, Pl)
+    A = np.stack([u.A for u in frontier])
+    low = np.minimum(Qc, pi)
+    caps = {}
+    for d in range(j + 2, D + 1):
+        if process == "wor":
+            md = np.einsum("mr,rmv->mv", A @ beta[d], Dr)
+        else:
+            md = (A @ beta[d].sum(axis=1))[:, None] * Pl
+        caps[d] = np.minimum(Qc, md)
+    exact = low.sum(axis=1)
+    S = {d: c.sum(axis=1) for d, c in caps.items()}
+    for i, u in enumerate(frontier):
+        u.exact = float(exact[i])
+        u.S = {d: float(S[d][i]) for d in S}
+    if j + 1 >= D:
+        return None, pi_exact, 0
+    dropped = 0
+    rows, xs = [], []
+    for i in range(len(frontier)):
+        n_pos = int(np.count_nonzero(low[i] > 0))
+        k = min(keep, n_pos)
+        dropped += n_pos - k
+        if k > 0:
+            top = _ranked(low[i], k)
+            rows.append(np.full(k, i))
+            xs.append(top)
+    if not rows:
+        return None, pi_exact, dropped
+    r, x = np.concatenate(rows), np.concatenate(xs)
+    cand = dict(pr=low[r, x], owner=[frontier[i] for i in r.tolist()], x=x, Q=Qc[r, x], pi=pi[r, x], p=Pl[r, x],
+                caps={d: c[r, x] for d, c in caps.items()}, dr=None if Dr is None else Dr[:, r, x])
+    return cand, pi_exact, dropped
+
+
+def _slot_weights(slots: _Slots, process: str, u: _Prefix, p: float, draws) -> np.ndarray:
+    """P(slot ``w`` holds ``ux``) for the slots ``w`` of depth ``|u| + 1``: the parent slot's weight times the
+    probability that ``w``'s draw is ``x`` (``p = p(x | u)`` for i.i.d. children; ``draws[k]``, the law of the
+    draw of the ``k``-th used rank at ``x``, without replacement)."""
+    j = len(u.path)
+    child_slots = slots.by_depth[j + 1]
+    if process != "wor":
+        return np.full(len(child_slots), u.A[0] * p)
+    col = {r: k for k, r in enumerate(slots.ranks_below[j])}
+    return np.array([u.A[slots.pos[slots.parent[c]]] * draws[col[slots.rank[c]]] for c in child_slots])
+
+
+def _child(slots: _Slots, process: str, cand: dict, k: int) -> _Prefix:
+    """The prefix of candidate ``k`` of a block returned by :func:`_expand`."""
+    u, x = cand["owner"][k], int(cand["x"][k])
+    p = float(cand["p"][k])
+    A = _slot_weights(slots, process, u, p, None if cand["dr"] is None else cand["dr"][:, k])
+    return _Prefix(u.path + (x,), float(cand["Q"][k]), float(cand["pi"][k]), A, u.s + (p,),
+                   {d: float(c[k]) for d, c in cand["caps"].items()})
+
+
+def _child_pi(slots: _Slots, process: str, frontier: list, Pl: np.ndarray):
+    """``(pi, Dr, pi_exact)``: :math:`\\pi(ux)` for every child ``x`` of each prefix ``u`` (one depth ``j``), rows
+    as ``Pl``; for ``"wor"`` also the laws of the draws, ``Dr[r, i, x]`` = P(draw of the ``r``-th used rank = x)."""
+    j = len(frontier[0].path)
+    ranks, C, _beta = slots.incidence(j)
+    if process != "wor":
+        return np.minimum(_iid_pi(slots, j, frontier, Pl), 1.0), None, True
+    need = slots.need[j]
+    support = np.count_nonzero(Pl > 0, axis=1)
+    for i in np.flatnonzero(support < need).tolist():
+        raise _support_error("wor", need, frontier[i].path, Pl[i])
+    Dr, pi_exact = _wor_draw_laws(Pl, ranks)                # (R, m, V)
+    A = np.stack([u.A for u in frontier])                   # (m, n_j)
+    W = A @ C                                               # (m, R)
+    pi = W[:, 0, None] * Dr[0]
+    for r in range(1, len(ranks)):
+        pi += W[:, r, None] * Dr[r]
+    return np.minimum(pi, 1.0), Dr, pi_exact
+
+
+def _union(a: np.ndarray, n: int) -> np.ndarray:
+    """:math:`1 - (1 - a)^n = a \\sum_{i < n} (1 - a)^i` by Horner's rule: positive terms only, so accurate for
+    tiny ``a`` too (no cancellation in ``1 - (1 - a)^n``)."""
+    if n == 1:
+        return a.copy()
+    r = 1.0 - a
+    h = 1.0 + r
+    for _ in range(n - 2):
+        h *= r
+        h += 1.0
+    h *= a
+    return h
+
+
+def _iid_pi(slots: _Slots, j: int, frontier: list, Pl: np.ndarray) -> np.ndarray:
+    r""":math:`\pi(ux)` for every child ``x`` of each prefix ``u`` of depth ``j``, i.i.d. children:
+    :math:`f = 1` at depth ``j + 1``, :math:`f(v) = 1 - \prod_{c} (1 - p(y_{i+1} \mid y_{1:i}) f(c))`,
+    :math:`\pi = f(\text{root})`. Slots with the same subtree shape are evaluated once; ``1 - prod`` is summed
+    as :math:`g_1 + (1 - g_1)(g_2 + (1 - g_2)(\dots))` over groups of equal children, each
+    :math:`g = 1 - (1 - a)^n` by :func:`_union` (positive terms throughout); rows in chunks that stay in cache."""
+    levels, root = slots.iid_classes(j)
+    out = np.empty_like(Pl)
+    s_all = np.array([u.s for u in frontier]).reshape(len(frontier), j)
+    for c0 in range(0, Pl.shape[0], _CHUNK_ROWS):
+        t = Pl[c0:c0 + _CHUNK_ROWS]
+        f = {k: _union(t, k[1]) if k[1] else np.zeros_like(t) for k in levels[0]}
+        for lev, lvl in enumerate(levels[1:], start=1):
+            s = s_all[c0:c0 + _CHUNK_ROWS, j - lev][:, None]     # slots at depth j - lev; children hold y_{j-lev+1}
+            g = {}
+            for k in lvl:
+                acc = None
+                for ck, cnt in reversed(k):
+                    gk = _union(s * f[ck], cnt)
+                    acc = gk if acc is None else gk + (1.0 - gk) * acc
+                g[k] = np.zeros_like(t) if acc is None else acc
+            f = g
+        out[c0:c0 + _CHUNK_ROWS] = f[root]
+    return out
+
+
+def _root_path_probability(shape, draft, path, *, process: str, prefix=()) -> tuple[float, bool]:
+    """``(pi(path), exact)`` by the recursions of :func:`bound` (``"iid"``, ``"wor"``; the tests' route to
+    compare with the realised trees enumerated)."""
+    V = draft.vocab_size
+    slots = _Slots(shape)
+    if len(path) > slots.D:
+        return 0.0, True
+    laws = _ModelLaws(draft, draft, V, tuple(prefix))
+    u = _Prefix((), 1.0, 1.0, np.ones(1), (), {})
+    exact = True
+    for j, x in enumerate(path):
+        Pl, _ = laws([u.path])
+        pi, Dr, ex = _child_pi(slots, process, [u], Pl)
+        exact &= ex
+        if j + 1 == len(path):
+            return float(pi[0, x]), exact
+        A = _slot_weights(slots, process, u, float(Pl[0, x]), None if Dr is None else Dr[:, 0, x])
+        u = _Prefix(u.path + (x,), 0.0, float(pi[0, x]), A, u.s + (float(Pl[0, x]),), {})
+    return 1.0, exact
+
+
+# --------------------------------------------------------------------------- laws of the models at prefixes
+class _ModelLaws:
+    """Draft and target laws at a batch of prefixes through the Model protocol (``next_dist``), memoised."""
+
+    def __init__(self, draft, target, V, ctx):
+        self.d = LawCache(draft, V, ctx, "draft")
+        self.t = LawCache(target, V, ctx, "target")
+        self.calls = 0
+
+    def __call__(self, paths):
+        self.calls += 1
+        return np.stack([self.d(s) for s in paths]), np.stack([self.t(s) for s in paths])
+
+
+class _TreeAttentionLaws:
+    """Draft and target laws at a batch of prefixes from decoding models (``score_tree``, e.g.
+    :class:`otspec.decoding.HFCausalLM`): the prefixes and their ancestors as one tree, one tree-attention call
+    per model; the context stays in each model's cache but for its last token (the root)."""
+
+    def __init__(self, draft, target, ctx):
+        self.models = (draft, target)
+        self.ctx = np.asarray(ctx, dtype=np.int64)
+        self.states: list = [None, None]
+        self.calls = 0
+
+    def __call__(self, paths):
+        self.calls += 1
+        nodes = sorted({path[:k] for path in paths for k in range(1, len(path) + 1)}, key=lambda s: (len(s), s))
+        index = {(): 0}
+        parents, tokens = [-1], [-1]
+        for i, s in enumerate(nodes, start=1):
+            index[s] = i
+            parents.append(index[s[:-1]])
+            tokens.append(s[-1])
+        rows = [index[s] for s in paths]
+        out = []
+        for k, lm in enumerate(self.models):
+            state, pending = self.states[k], self.ctx[-1:]
+            if state is None:
+                state, pending = lm.new_state(), self.ctx
+            laws = lm.score_tree(state, np.array(parents), np.array(tokens), pending=pending)
+            lm.select(state, 0, self.ctx.shape[0] - 1)
+            self.states[k] = state
+            out.append(np.asarray(laws, dtype=np.float64)[rows])
+        return out[0], out[1]
+
+    def one(self, k: int):
+        """The law of model ``k`` (0 draft, 1 target) after one path, as a ``path -> law`` callable."""
+        return lambda path: self([tuple(path)])[k][0]
+
+
+def _is_decoding_model(m) -> bool:
+    return callable(getattr(m, "score_tree", None)) and callable(getattr(m, "new_state", None))
+
+
+def _setup_models(draft, target, prefix):
+    """``(V, ctx, laws)``: the Model protocol (``next_dist``) or two decoding models (``score_tree``)."""
+    dec = (_is_decoding_model(draft), _is_decoding_model(target))
+    if not any(dec):
+        V = validate_model_pair(draft, target)
+        ctx = validate_sequence(prefix, V, "prefix")
+        return V, ctx, None
+    if not all(dec):
+        raise TypeError("`draft` and `target` must both be models with `next_dist` or both decoding models with "
+                        f"`score_tree`, got {type(draft).__name__} and {type(target).__name__}")
+    vs, vb = int(draft.vocab_size), int(target.vocab_size)
+    if vs != vb:
+        raise ValueError(f"`draft` and `target` must share one vocabulary, got vocab_size {vs} (draft) and {vb} "
+                         "(target)")
+    ctx = validate_sequence(prefix, vs, "prefix")
+    if not ctx:
+        raise ValueError("`prefix` must hold at least one token with decoding models (the root is scored after the "
+                         "context's last token), got an empty prefix")
+    return vs, ctx, _TreeAttentionLaws(draft, target, ctx)
+
+
+def _validate_budget(budget, name: str, limit: int) -> int:
+    b = validate_positive_int(budget, name)
+    if b > limit:
+        raise ValueError(f"`{name}` must be at most {limit}, got {b}")
+    return b
+
+
+def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
+          batch: int = DEFAULT_BOUND_BATCH) -> TreeBound:
+    r"""Upper bound on the expected accepted draft tokens of every lossless verifier of a draft-tree process.
+
+    .. math::
+
+        \mathbb E[\tau] \;\le\; \mathrm{OPT}_c \;\le\; B = \sum_{d=1}^{D} \min(b_1, \dots, b_d),
+        \qquad b_d = \sum_{|y| = d} \min\big(Q(y), \pi(y)\big),
+
+    :math:`Q(y)` the target's probability of the token path :math:`y` after
+    the context and :math:`\pi(y)` the probability that :math:`y` is a root
+    path of the realised tree. For i.i.d. children (``"iid"``), with
+    :math:`f = 1` at the slots of depth :math:`d` and, for a slot :math:`v`
+    of depth :math:`j` holding :math:`y_j`,
+
+    .. math::
+
+        f(v) = 1 - \prod_{c \text{ child slot of } v} \big(1 - p(y_{j+1} \mid y_{1:j})\, f(c)\big),
+        \qquad \pi(y) = f(\text{root});
+
+    without replacement (``"wor"``) the children of a node hold distinct
+    tokens and :math:`f(v) = \sum_c P(\text{draw } r(c) = y_{j+1})\, f(c)`,
+    :math:`r(c)` the child's rank. On a deterministic tree (``"topk"``,
+    ``"eagle2"``) :math:`\pi \in \{0, 1\}` and
+    :math:`B = \sum_{v \ne 0} Q(x_{1:d(v)})`, which every lossless verifier
+    attains (the target-only rule).
+
+    Anytime: prefixes are expanded (their draft and target laws read, one
+    batched call per model for up to ``batch`` of them) in decreasing order
+    of :math:`\min(Q, \pi)`, starting at the context. The paths of depth
+    :math:`d'` below a prefix :math:`u` left unexpanded sum to at most
+    :math:`\min(Q(u), m_{d'}(u))`, :math:`m_{d'}(u)` the expected number of
+    depth-:math:`d'` slots below the slots that hold :math:`u` (which bounds
+    :math:`\sum_y \pi(y)` over them); each expanded prefix's share is the
+    smaller of that cap and the sum over its children. The value is an upper
+    bound at every budget, never increases with it, and equals :math:`B`
+    once every prefix with :math:`\min(Q, \pi) > 0` above depth :math:`D` is
+    expanded (``complete``).
+
+    Parameters
+    ----------
+    shape : TreeShape, sequence of rank paths or Eagle2Params
+    draft, target : Model or LanguageModel
+        Draft :math:`M_s` and target :math:`M_b` models on one vocabulary:
+        both with ``vocab_size`` and ``next_dist(prefix)`` (one call per
+        prefix), or both decoding models with ``score_tree``
+        (:class:`otspec.decoding.HFCausalLM`, :class:`otspec.decoding.CallableLM`:
+        each frontier is scored in one tree-attention call per model, the
+        context kept in the cache).
+    process : {"iid", "wor", "topk", "eagle2"}, keyword-only
+    prefix : sequence of int, keyword-only
+        The context (at least one token with decoding models).
+    budget : int, keyword-only
+        Prefixes to expand, the context included (1 to :data:`MAX_BOUND_BUDGET`;
+        default 256). Unused by the deterministic processes, whose tree is
+        built and scored whole.
+    batch : int, keyword-only
+        Prefixes scored per model call (1 to :data:`MAX_BOUND_BATCH`). The
+        order of expansion does not depend on ``budget``, so a larger budget
+        expands a superset of the prefixes.
+
+    Returns
+    -------
+    TreeBound
+        ``value``, the per-depth :math:`\hat b_d`, the remainder the budget
+        left, and whether :math:`\pi` was exact.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Bad models, shape or process (before any model call); laws of unequal
+        vocabularies; ``budget`` or ``batch`` below 1 or above their limits;
+        a ``"wor"`` shape with more ranks at a node than the vocabulary has
+        tokens (before any model call) or than the draft's support at a
+        prefix that the tree can hold (the message names the prefix).
+
+    Notes
+    -----
+    For ``"wor"``, :math:`P(\text{draw } r = y)` is computed exactly by
+    enumerating the ordered draws when there are few (small vocabularies or
+    supports); otherwise rank 0 is :math:`p`, rank 1 is the closed form
+    :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)`, and ranks :math:`r \ge 2` use
+    the upper bound :math:`\min(p_y / (1 - M_r(y)), 1 - P(\text{draw } 0 = y)
+    - P(\text{draw } 1 = y))`, :math:`M_r(y)` the mass of the ``r`` most
+    likely other tokens: an upper bound on :math:`\pi` keeps the value an
+    upper bound, and ``pi_exact`` says which was used.
+
+    See Also
+    --------
+    otspec.tree.optimum : :math:`\mathrm{OPT}_1` and :math:`\mathrm{OPT}_c`, exact LPs at small vocabularies.
+    otspec.tree.value : one verifier's exact :math:`\mathbb E[\tau]`.
+
+    References
+    ----------
+    .. [1] Sun, Ro, Beirami, Suresh, "Optimal Block-Level Draft Verification for Accelerating Speculative
+       Decoding", arXiv:2403.10444 v1, eq. (3) and Theorem 1 (on one chain :math:`B = \sum_d (1 -
+       \mathrm{TV}(P_{1:d}, Q_{1:d}))`, the block bound, attained by block verification).
+    .. [2] Miao et al., "SpecInfer", arXiv:2305.09781, §3 (i.i.d. children); Chen et al., "Sequoia",
+       arXiv:2402.12374, §3.2 (children drawn without replacement); Li et al., "EAGLE-2",
+       arXiv:2406.16858, §4.
+
+    Examples
+    --------
+    >>> from otspec.models import MemorylessModel
+    >>> from otspec.tree import TreeShape, bound
+    >>> p, q = MemorylessModel([0.5, 0.5]), MemorylessModel([0.25, 0.75])
+    >>> bound(TreeShape.chains(1, 2), p, q, process="iid").value   # (1 - TV(P_1, Q_1)) + (1 - TV(P_2, Q_2))
+    1.4375
+    >>> r = bound(TreeShape([(0,), (1,)]), p, q, process="iid")     # sum_x min(q(x), 1 - (1 - p(x))**2)
+    >>> r.value, r.complete, r.pi_exact
+    (1.0, True, True)
+    """
+    shape = as_tree_shape(shape, process)
+    process = validate_process(process, shape)
+    V, ctx, tree_laws = _setup_models(draft, target, prefix)
+    budget = _validate_budget(budget, "budget", MAX_BOUND_BUDGET)
+    batch = _validate_budget(batch, "batch", MAX_BOUND_BATCH)
+    if batch * V > _MAX_FRONTIER_ENTRIES:
+        raise ValueError(f"`batch` * V = {batch} * {V} law entries per call is above the limit "
+                         f"{_MAX_FRONTIER_ENTRIES}; pass a smaller `batch`")
+    if shape.n < 1:
+        raise ValueError("`shape` must have at least one draft node, got the root alone")
+    if process in DETERMINISTIC_PROCESSES:
+        if tree_laws is None:
+            dl, tl = LawCache(draft, V, ctx, "draft"), LawCache(target, V, ctx, "target")
+        else:
+            dl, tl = tree_laws.one(0), tree_laws.one(1)
+        return _deterministic(shape, dl, tl, process, budget)
+    if process == "wor":
+        for _par, _ch, ranks in _child_groups(shape):
+            if max(ranks) + 1 > V:
+                raise ValueError(
+                    f"process='wor' cannot draw the shape: a node has a child of rank {max(ranks)}, which needs "
+                    f"{max(ranks) + 1} distinct tokens, but the vocabulary has V={V}"
+                )
+    laws = _ModelLaws(draft, target, V, ctx) if tree_laws is None else tree_laws
+    return _sampled(_Slots(shape), process, laws, budget, batch)
+
+
+def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> TreeBound:
+    D = slots.D
+    root = _Prefix((), 1.0, 1.0, np.ones(1), (), {})
+    root.order = 0
+    expanded = [root]
+    blocks: list = []          # candidate blocks of _expand; `alive` marks the unexpanded ones
+    pi_exact = True
+    dropped = 0
+    frontier = [root]
+    while True:
+        # expand the frontier: one batched call per model, rows grouped by depth for the recursions
+        Pl, Ql = laws([u.path for u in frontier])
+        left = budget - len(expanded)
+        by_depth: dict = {}
+        for i, u in enumerate(frontier):
+            by_depth.setdefault(len(u.path), []).append(i)
+        for _j, idx in sorted(by_depth.items()):
+            cand, ex, drop = _expand(slots, process, [frontier[i] for i in idx], Pl[idx], Ql[idx], left)
+            pi_exact &= ex
+            dropped += drop
+            if cand is not None:
+                cand["alive"] = np.ones(cand["x"].shape[0], dtype=bool)
+                cand["depth"] = np.array([len(u.path) + 1 for u in cand["owner"]])
+                cand["order"] = np.array([u.order for u in cand["owner"]])
+                blocks.append(cand)
+        n_alive = sum(int(c["alive"].sum()) for c in blocks)
+        if left <= 0 or n_alive == 0:
+            break
+        # the next frontier: the largest min(Q, pi) first; ties by depth, the parent's order of expansion, token
+        # (an order that does not depend on the budget, so a larger budget expands a superset)
+        ids = [(b, k) for b, c in enumerate(blocks) for k in np.flatnonzero(c["alive"]).tolist()]
+        pr = np.concatenate([c["pr"][c["alive"]] for c in blocks])
+        dep = np.concatenate([c["depth"][c["alive"]] for c in blocks])
+        order = np.concatenate([c["order"][c["alive"]] for c in blocks])
+        x = np.concatenate([c["x"][c["alive"]] for c in blocks])
+        take = min(batch, left)
+        sel = np.lexsort((x, order, dep, -pr))[:take]
+        frontier = []
+        for t in sel.tolist():
+            b, k = ids[t]
+            c = _child(slots, process, blocks[b], k)
+            blocks[b]["alive"][k] = False
+            blocks[b]["owner"][k].children.append(c)
+            c.order = len(expanded)
+            expanded.append(c)
+            frontier.append(c)
+    complete = all(not c["alive"].any() for c in blocks) and dropped == 0
+    lower = np.array([math.fsum([u.exact for u in expanded if len(u.path) == d - 1]) for d in range(1, D + 1)])
+    hat = np.array([_share(root, d) for d in range(1, D + 1)])
+    if complete:
+        # every path with min(Q, pi) > 0 is counted exactly: the exact part is b_d too (without the rounding of
+        # subtracting the caps again, which would leave a remainder of 1e-17)
+        hat = np.minimum(hat, lower)
+    value = math.fsum(np.minimum.accumulate(hat).tolist())
+    low_value = math.fsum(np.minimum.accumulate(lower).tolist())
+    hat.setflags(write=False)
+    lower.setflags(write=False)
+    return TreeBound(
+        value=value, per_depth=hat, lower_per_depth=lower, remainder=max(0.0, value - low_value),
+        n_expanded=len(expanded), n_calls=laws.calls, complete=bool(complete), pi_exact=bool(pi_exact),
+        process=process, budget=budget,
+    )
+
+
+def _share(u: _Prefix, d: int) -> float:
+    """Upper bound on the sum over the paths of length ``d`` below ``u`` of min(Q, pi)."""
+    j = len(u.path)
+    if d == j + 1:
+        inner = u.exact
+    else:
+        terms = [u.S.get(d, 0.0)]
+        for c in u.children:
+            terms.append(-c.caps[d])
+            terms.append(_share(c, d))
+        inner = max(0.0, math.fsum(terms))
+    cap = u.caps.get(d, math.inf)
+    return min(cap, inner)
+
+
+def _deterministic(shape, dl, tl, process, budget) -> TreeBound:
+    tree = _topk_tree(shape, dl) if process == "topk" else _eagle2_tree(shape, dl)
+    paths = tree.paths()
+    D = int(tree.max_depth)
+    Qp = {(): 1.0}
+    per = [[] for _ in range(D)]
+    for path in paths[1:]:
+        Qp[path] = Qp[path[:-1]] * float(tl(path[:-1])[path[-1]])
+        per[len(path) - 1].append(Qp[path])
+    b = np.array([math.fsum(t) for t in per])
+    value = math.fsum(b.tolist())
+    b.setflags(write=False)
+    n_internal = len({path[:-1] for path in paths[1:]})
+    return TreeBound(value=value, per_depth=b, lower_per_depth=b, remainder=0.0, n_expanded=n_internal,
+                     n_calls=n_internal, complete=True, pi_exact=True, process=process, budget=budget)

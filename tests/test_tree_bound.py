@@ -1,0 +1,347 @@
+"""The anytime upper bound B on every lossless tree verifier (otspec.tree.bound).
+
+Independent routes: every realised tree enumerated (pi(y) = P(y is a root path), b_d and B summed from it), the
+coupling and one-token optima of otspec.tree.optimum (LPs: B >= OPT_c >= OPT_1), the block bound on one chain
+from the joint laws, alpha at depth 1, the target-only rule's exact value on deterministic trees, and the laws of
+the draws without replacement by enumerating ordered draws.
+
+Tolerances: sums over enumerated trees agree to EXACT = 1e-12 (at most a few thousand float64 terms of size <= 1);
+LP values carry the HiGHS tolerance, LP_TOL = 1e-8.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from otspec.models import MarkovModel, MemorylessModel, joint_law, random_markov_model, sequence_probability
+from otspec.tree import MAX_BOUND_BUDGET, Eagle2Params, TreeBound, TreeShape, bound, enumerate_trees, optimum, value
+from otspec.tree._bound import _root_path_probability, _second_draw, _wor_draw_laws
+from otspec.tree._process import _wor_sequences
+
+EXACT = 1e-12
+LP_TOL = 1e-8
+
+
+def _reference(shape, draft, target, process, prefix=()):
+    """(b_d, B, pi) from every realised tree enumerated: pi(y) = sum of P(T) over the trees with root path y."""
+    D = int(shape.max_depth)
+    pi: dict = {}
+    for tree, w in enumerate_trees(shape, draft, process=process, prefix=prefix):
+        for y in set(tree.paths()[1:]):
+            pi.setdefault(y, []).append(w)
+    pi = {y: math.fsum(ws) for y, ws in pi.items()}
+    b = []
+    for d in range(1, D + 1):
+        b.append(math.fsum(min(sequence_probability(_After(target, prefix), y), w)
+                           for y, w in pi.items() if len(y) == d))
+    return np.array(b), math.fsum(np.minimum.accumulate(b).tolist()), pi
+
+
+class _After:
+    def __init__(self, model, prefix):
+        self.model, self.prefix, self.vocab_size = model, tuple(prefix), model.vocab_size
+
+    def next_dist(self, s):
+        return self.model.next_dist(self.prefix + tuple(s))
+
+
+@st.composite
+def shapes(draw, max_nodes=5, max_depth=3, max_rank=2):
+    paths = {()}
+    for _ in range(draw(st.integers(1, max_nodes))):
+        par = draw(st.sampled_from(sorted(p for p in paths if len(p) < max_depth)))
+        free = [r for r in range(max_rank + 1) if par + (r,) not in paths]
+        if free:
+            paths.add(par + (draw(st.sampled_from(free)),))
+    return TreeShape(sorted(p for p in paths if p))
+
+
+@st.composite
+def markov_pairs(draw, V):
+    """Two first-order Markov models whose rows have zeros and ties (values from a small grid, normalised)."""
+    def rows():
+        grid = draw(st.lists(st.lists(st.sampled_from([0, 0, 1, 1, 2, 5]), min_size=V, max_size=V),
+                             min_size=V + 1, max_size=V + 1))
+        a = np.array(grid, dtype=float)
+        a[a.sum(axis=1) == 0, 0] = 1.0
+        return a / a.sum(axis=1, keepdims=True)
+    d, t = rows(), rows()
+    return MarkovModel(d[1:], initial=[d[0]]), MarkovModel(t[1:], initial=[t[0]])
+
+
+# --------------------------------------------------------------------------- exact against enumeration
+@settings(max_examples=60)
+@given(shape=shapes(), V=st.sampled_from([2, 3]), data=st.data(), process=st.sampled_from(["iid", "wor"]))
+def test_bound_equals_the_enumerated_sum_when_every_prefix_is_expanded(shape, V, data, process):
+    if process == "wor" and max(r for p in shape.paths[1:] for r in p) + 1 > V:
+        return
+    draft, target = data.draw(markov_pairs(V))
+    try:
+        b_ref, B_ref, _ = _reference(shape, draft, target, process)
+    except ValueError as exc:   # the draft's support is too small for the shape at some prefix
+        assert "distinct children" in str(exc)
+        with pytest.raises(ValueError, match="distinct children"):
+            bound(shape, draft, target, process=process)
+        return
+    res = bound(shape, draft, target, process=process, budget=10_000)
+    assert res.complete and res.pi_exact and res.remainder == 0.0
+    np.testing.assert_allclose(res.per_depth, b_ref, rtol=0, atol=EXACT)
+    np.testing.assert_allclose(res.lower_per_depth, b_ref, rtol=0, atol=EXACT)
+    assert abs(res.value - B_ref) <= EXACT
+
+
+@settings(max_examples=40)
+@given(shape=shapes(max_nodes=4, max_depth=3), seed=st.integers(0, 10**6), process=st.sampled_from(["iid", "wor"]),
+       V=st.sampled_from([3, 4]))
+def test_root_path_probability_against_realised_trees(shape, seed, process, V):
+    draft = random_markov_model(V, rng=seed, concentration=0.7)
+    _, _, pi = _reference(shape, draft, draft, process)
+    for d in range(1, int(shape.max_depth) + 1):
+        for y in itertools.product(range(V), repeat=d):
+            got, exact = _root_path_probability(shape, draft, y, process=process)
+            assert exact
+            assert abs(got - pi.get(y, 0.0)) <= EXACT
+
+
+def test_iid_pi_is_not_the_product_of_per_depth_probabilities():
+    # two slots that drew the same token each get their own chance below: branching(2, 2), V = 2, uniform
+    draft = MemorylessModel([0.5, 0.5])
+    got, _ = _root_path_probability(TreeShape.branching(2, 2), draft, (0, 0), process="iid")
+    f1 = 1 - (1 - 0.5) ** 2                      # a depth-1 slot holding 0 has a child 0
+    assert got == pytest.approx(1 - (1 - 0.5 * f1) ** 2, abs=EXACT)        # 0.609375
+    assert got != pytest.approx((1 - 0.5**2) ** 2, abs=1e-3)                # 0.5625, the wrong product
+
+
+# --------------------------------------------------------------------------- above the optima, equal where theory says
+@settings(max_examples=25)
+@given(shape=shapes(max_nodes=4, max_depth=2), V=st.sampled_from([2, 3]), data=st.data(),
+       process=st.sampled_from(["iid", "wor"]))
+def test_bound_is_above_both_optima(shape, V, data, process):
+    if process == "wor" and max(r for p in shape.paths[1:] for r in p) + 1 > V:
+        return
+    draft, target = data.draw(markov_pairs(V))
+    try:
+        oc = optimum(shape, draft, target, process=process, one_token=False, raise_on_failure=True).value
+    except ValueError as exc:
+        assert "distinct children" in str(exc)
+        return
+    o1 = optimum(shape, draft, target, process=process, raise_on_failure=True).value
+    for budget in (1, 2, 3, 10_000):
+        assert bound(shape, draft, target, process=process, budget=budget).value >= oc - LP_TOL
+    assert oc >= o1 - LP_TOL
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("L", [1, 2, 3])
+def test_one_chain_gives_the_block_bound(seed, L):
+    draft, target = random_markov_model(3, rng=seed), random_markov_model(3, rng=100 + seed)
+    block = math.fsum(1.0 - 0.5 * float(np.abs(joint_law(draft, d) - joint_law(target, d)).sum())
+                      for d in range(1, L + 1))
+    res = bound(TreeShape.chains(1, L), draft, target, process="iid")
+    assert abs(res.value - block) <= EXACT
+    assert abs(res.value - optimum(TreeShape.chains(1, L), draft, target, process="iid",
+                                   one_token=False).value) <= LP_TOL
+    # drawing one child without replacement is drawing it from p
+    assert abs(bound(TreeShape.chains(1, L), draft, target, process="wor").value - block) <= EXACT
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_depth_one_with_one_child_is_the_one_token_optimum(seed):
+    draft, target = random_markov_model(4, rng=seed), random_markov_model(4, rng=50 + seed)
+    p, q = draft.next_dist(()), target.next_dist(())
+    s = TreeShape([(0,)])
+    res = bound(s, draft, target, process="iid")
+    assert abs(res.value - float(np.minimum(p, q).sum())) <= EXACT
+    assert abs(res.value - optimum(s, draft, target, process="iid").value) <= LP_TOL
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("shape", [TreeShape.branching(2, 2), TreeShape([(0,), (2,), (0, 0), (0, 1)]),
+                                   Eagle2Params(depth=3, top_k=2, total_tokens=6)])
+def test_deterministic_trees_give_the_attained_sum_of_q(seed, shape):
+    process = "eagle2" if isinstance(shape, Eagle2Params) else "topk"
+    draft, target = random_markov_model(4, rng=seed), random_markov_model(4, rng=70 + seed)
+    res = bound(shape, draft, target, process=process)
+    attained = value(shape, draft, target, process=process, verifier="target-only")
+    assert abs(res.value - attained) <= EXACT
+    assert res.complete and res.pi_exact and res.remainder == 0.0
+    assert abs(res.value - optimum(shape, draft, target, process=process).value) <= LP_TOL
+
+
+# --------------------------------------------------------------------------- anytime
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("shape", [TreeShape.branching(3, 2, 2), TreeShape.chains(2, 4),
+                                   TreeShape([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (1, 0, 0)])])
+def test_bound_never_increases_with_the_budget_and_reaches_b(process, shape):
+    # B itself: the complete bound (equal to the enumerated sum in the test above, where enumeration is possible)
+    V = 5
+    draft, target = random_markov_model(V, rng=3, concentration=0.5), random_markov_model(V, rng=4, concentration=0.5)
+    full = bound(shape, draft, target, process=process, budget=10_000, batch=3)
+    assert full.complete and full.remainder == 0.0
+    B = full.value
+    prev = math.inf
+    first = None
+    for budget in range(1, 60):
+        res = bound(shape, draft, target, process=process, budget=budget, batch=3)
+        assert res.n_expanded <= budget
+        assert res.value <= prev + EXACT
+        assert res.value >= B - EXACT
+        assert res.value - res.remainder <= B + EXACT
+        prev = res.value
+        first = res.value if first is None else first
+    if process == "iid":
+        assert first > B + 1e-3             # one expanded prefix leaves a remainder here
+
+
+def test_frontier_size_changes_the_calls_not_the_complete_value():
+    draft, target = random_markov_model(6, rng=8), random_markov_model(6, rng=9)
+    s = TreeShape.branching(2, 2, 2)
+    one = bound(s, draft, target, process="iid", budget=10_000, batch=1)
+    many = bound(s, draft, target, process="iid", budget=10_000, batch=64)
+    assert one.complete and many.complete
+    assert abs(one.value - many.value) <= EXACT
+    assert many.n_calls < one.n_calls == one.n_expanded
+
+
+def test_large_vocabulary_runs_and_brackets():
+    V = 2000
+    rng = np.random.default_rng(0)
+    p, q = rng.dirichlet(np.full(V, 0.05)), rng.dirichlet(np.full(V, 0.05))
+    draft, target = MemorylessModel(p), MemorylessModel(q)
+    s = TreeShape.branching(4, 2, 2)
+    prev = math.inf
+    for budget in (1, 4, 16, 64):
+        for process in ("iid", "wor"):
+            res = bound(s, draft, target, process=process, budget=budget, batch=16)
+            assert 0.0 <= res.value - res.remainder <= res.value <= 3.0
+        r = bound(s, draft, target, process="iid", budget=budget, batch=16)
+        assert r.value <= prev + EXACT
+        assert (budget == 1) == (prev == math.inf) and (budget == 1 or r.value < prev - 1e-6)
+        prev = r.value
+    # at depth 1 the bound is exact from the root alone: sum_x min(q, 1 - (1 - p)**4)
+    r1 = bound(TreeShape.branching(4), draft, target, process="iid", budget=1)
+    assert r1.complete and abs(r1.value - math.fsum(np.minimum(q, 1 - (1 - p) ** 4).tolist())) <= EXACT
+
+
+# --------------------------------------------------------------------------- the law of a draw without replacement
+@pytest.mark.parametrize("p", [[0.5, 0.5], [0.7, 0.2, 0.1, 0.0], [0.25, 0.25, 0.25, 0.25], [1 - 1e-12, 1e-12, 0.0],
+                               [0.4, 0.3, 0.2, 0.05, 0.05, 0.0]])
+def test_draw_laws_without_replacement_against_ordered_draws(p):
+    p = np.array(p)
+    need = int(np.count_nonzero(p))
+    ranks = list(range(need))
+    exact = {r: np.zeros(p.shape[0]) for r in ranks}
+    for seq, w in _wor_sequences(p, need):
+        for r in ranks:
+            exact[r][seq[r]] += w
+    np.testing.assert_allclose(_second_draw(p)[0], exact[1], rtol=0, atol=EXACT)
+    got, ex = _wor_draw_laws(p, ranks)
+    assert ex
+    for r in ranks:
+        np.testing.assert_allclose(got[r, 0], exact[r], rtol=0, atol=EXACT)
+    # the stated upper bound (ranks >= 2) when enumeration is refused
+    bnd, ex = _wor_draw_laws(p, ranks, exact_limit=0)
+    assert ex == (need <= 2)
+    for r in ranks:
+        assert np.all(bnd[r, 0] >= exact[r] - EXACT)
+        if r < 2:
+            np.testing.assert_allclose(bnd[r, 0], exact[r], rtol=0, atol=EXACT)
+
+
+def test_bounded_draw_laws_keep_an_upper_bound(monkeypatch):
+    import otspec.tree._bound as mod
+
+    draft, target = random_markov_model(5, rng=21, concentration=0.4), random_markov_model(5, rng=22)
+    s = TreeShape([(0,), (1,), (2,), (3,), (0, 0), (2, 0), (2, 1), (2, 2)])
+    exact = bound(s, draft, target, process="wor", budget=10_000)
+    monkeypatch.setattr(mod, "_MAX_WOR_ENUMERATION", 0)
+    loose = bound(s, draft, target, process="wor", budget=10_000)
+    assert exact.pi_exact and not loose.pi_exact
+    assert loose.value >= exact.value - EXACT
+    assert exact.value >= optimum(s, draft, target, process="wor", one_token=False).value - LP_TOL
+
+
+# --------------------------------------------------------------------------- bad input
+class _Refuses:
+    vocab_size = 3
+
+    def next_dist(self, prefix):
+        raise AssertionError("a model call before the input was checked")
+
+
+@pytest.mark.parametrize("kwargs, exc, match", [
+    (dict(budget=0), ValueError, "`budget` must be"),
+    (dict(budget=MAX_BOUND_BUDGET + 1), ValueError, "`budget` must be at most"),
+    (dict(budget=2.0), TypeError, "`budget` must be an integer"),
+    (dict(batch=0), ValueError, "`batch` must be"),
+    (dict(process="beam"), ValueError, "`process` must be one of"),
+    (dict(process="eagle2"), TypeError, "Eagle2Params"),
+    (dict(prefix=[5]), ValueError, "`prefix` must hold token ids"),
+])
+def test_bad_input_is_refused_before_any_model_call(kwargs, exc, match):
+    args = dict(process="iid")
+    args.update(kwargs)
+    with pytest.raises(exc, match=match):
+        bound(TreeShape.branching(2, 2), _Refuses(), _Refuses(), **args)
+
+
+def test_a_shape_the_process_cannot_draw_and_unequal_vocabularies():
+    with pytest.raises(ValueError, match="process='wor' cannot draw the shape.*V=3"):
+        bound(TreeShape([(0,), (3,)]), _Refuses(), _Refuses(), process="wor")
+    with pytest.raises(ValueError, match="share one vocabulary"):
+        bound(TreeShape.branching(2), MemorylessModel([0.5, 0.5]), _Refuses(), process="iid")
+    with pytest.raises(ValueError, match="at least one draft node"):
+        bound(TreeShape([]), _Refuses(), _Refuses(), process="iid")
+    with pytest.raises(ValueError, match="distinct children at the node with token path"):
+        bound(TreeShape([(0,), (1,)]), MemorylessModel([1.0, 0.0, 0.0]), MemorylessModel([0.2, 0.3, 0.5]),
+              process="wor")
+
+
+def test_result_is_frozen():
+    res = bound(TreeShape.branching(2), MemorylessModel([0.5, 0.5]), MemorylessModel([0.2, 0.8]), process="iid")
+    assert isinstance(res, TreeBound)
+    with pytest.raises(AttributeError):
+        res.value = 0.0
+
+
+# --------------------------------------------------------------------------- decoding models: one call per frontier
+def test_decoding_models_score_each_frontier_in_one_call_and_agree_with_next_dist():
+    torch = pytest.importorskip("torch")
+    from otspec.decoding import CallableLM
+
+    V = 5
+    gen = torch.Generator().manual_seed(0)
+    Wd, Wt = torch.randn(V, V, generator=gen, dtype=torch.float64), torch.randn(V, V, generator=gen, dtype=torch.float64)
+
+    def bigram(W):
+        return lambda ids: W[ids]                          # logits depend on the last token only
+
+    class Counting(CallableLM):
+        calls = 0
+
+        def tree_logits(self, *a, **k):
+            type(self).calls += 1
+            return super().tree_logits(*a, **k)
+
+    lm_d, lm_t = Counting(bigram(Wd), V), Counting(bigram(Wt), V)
+    ctx = [2, 4]
+    md = MarkovModel(torch.softmax(Wd, -1).numpy(), initial=[torch.softmax(Wd[4], -1).numpy()])
+    mt = MarkovModel(torch.softmax(Wt, -1).numpy(), initial=[torch.softmax(Wt[4], -1).numpy()])
+    for process, shape in (("iid", TreeShape.branching(2, 2, 2)), ("wor", TreeShape.branching(3, 2))):
+        Counting.calls = 0
+        a = bound(shape, lm_d, lm_t, process=process, prefix=ctx, budget=20, batch=8)
+        b = bound(shape, md, mt, process=process, budget=20, batch=8)
+        assert Counting.calls == 2 * a.n_calls and a.n_expanded == b.n_expanded
+        assert abs(a.value - b.value) <= EXACT and abs(a.remainder - b.remainder) <= EXACT
+    c = bound(TreeShape.branching(2, 2), lm_d, lm_t, process="topk", prefix=ctx)
+    assert abs(c.value - value(TreeShape.branching(2, 2), md, mt, process="topk", verifier="target-only")) <= EXACT
+    with pytest.raises(ValueError, match="at least one token"):
+        bound(TreeShape.branching(2), lm_d, lm_t, process="iid")
+    with pytest.raises(TypeError, match="both be models"):
+        bound(TreeShape.branching(2), lm_d, md, process="iid", prefix=ctx)
