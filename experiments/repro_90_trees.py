@@ -595,11 +595,12 @@ def _coupling_gap(sec: Section, rows, pairs) -> None:
 #: Larger cases of the bound's tightness, (V, shape label, shape): OPT_1 and OPT_c still LPs of seconds.
 BOUND_LARGER = (
     (4, "branching(2,2)", (2, 2)), (5, "branching(2,2)", (2, 2)), (6, "branching(2,1)", (2, 1)),
-    (6, "branching(3,1)", (3, 1)), (7, "branching(2,1)", (2, 1)), (4, "chains(2,3)", None),
+    (5, "branching(3,1)", (3, 1)), (7, "branching(2,1)", (2, 1)), (4, "chains(2,3)", None),
     (8, "chains(1,3)", None),
 )
 #: Random Markov pairs per larger case (seeds BOUND_SEED + 2 i, + 2 i + 1). With two pairs and V = 8 for
-#: branching(2,1) (a one-token LP of 1.2 M columns) this step took 22 minutes on a loaded 2-core machine.
+#: branching(2,1) (a one-token LP of 1.2 M columns) this step took 22 minutes on a loaded 2-core machine;
+#: branching(3,1) at V = 6 alone took 3.6 minutes (its one-token LP), at V = 5 about 14 s.
 N_BOUND_PAIRS = 1
 BOUND_SEED = 900
 
