@@ -477,12 +477,12 @@ def _verify_one_chain_t(x, P, Q, gen, draw):
     acc = u * px < qx  # strict and division-free: u = 0 never accepts a token with q(x) = 0
     tau = torch.cumprod(acc.to(torch.int64), 0).sum()
     j = tau.clamp(max=L - 1)
-    prow = P.index_select(0, j.reshape(1))[0] * (tau < L)  # p_{L+1} = 0: at tau = L the residual is q_{L+1}
-    qrow = Q.index_select(0, tau.reshape(1))[0]
-    r = (qrow - prow).clamp_(min=0.0)
+    prow = P.index_select(0, j.reshape(1))
+    qrow = Q.index_select(0, tau.reshape(1))
+    r = qrow.sub(prow, alpha=(tau < L).to(P.dtype)).clamp_(min=0.0)  # p_{L+1} = 0: at tau = L, q_{L+1}
     r = torch.where(r.sum() > 0, r, qrow)  # the guarded residual (no mass: rejection had probability 0)
-    y = draw(r[None], gen)[0]
+    y = draw(r, gen)[0]
     out = torch.cat([x, x[:1]])
     out = torch.where(torch.arange(L + 1, device=dev) < tau, out, y)
-    alpha = 1.0 - (P - Q[:L]).clamp_(min=0.0).sum(-1)  # 1 - TV(p_j, q_j), as MaximalCoupling.acceptance
+    alpha = torch.minimum(P, Q[:L]).sum(-1)  # 1 - TV(p_j, q_j)
     return out, tau, torch.zeros((), dtype=torch.int64, device=dev), alpha
