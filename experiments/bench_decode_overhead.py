@@ -92,8 +92,9 @@ def small_pair(device, dtype):
 
 
 def smollm2(device, dtype):
-    import otspec.decoding as D
     from _chat_prompts import CHAT_PROMPTS, chat_ids
+
+    import otspec.decoding as D
 
     tok, target, draft = D.smollm2_pair(device=device)
     target.model.to(dtype=dtype)
