@@ -401,7 +401,8 @@ def draw_rows(W, gen, *, rule: str | None = None):
 
     Returns
     -------
-    torch.Tensor of int64, shape ``(B,)``, on ``W``'s device (no host synchronisation).
+    torch.Tensor of int64, shape ``(B,)``, on ``W``'s device (no host synchronisation). A row of NaN
+    (bad logits, :func:`bad_rows`) still gives an id in ``[0, V)``, so the caller can check later.
 
     Raises
     ------
@@ -430,4 +431,4 @@ def draw_rows(W, gen, *, rule: str | None = None):
     u = torch.rand((W.shape[0], 1), dtype=torch.float64, device=W.device, generator=gen) * tot
     i = torch.searchsorted(c, u, right=True)
     top = torch.searchsorted(c, tot, right=False)  # the first entry reaching the total: positive weight
-    return torch.where(i < W.shape[-1], i, top)[:, 0]
+    return torch.where(i < W.shape[-1], i, top)[:, 0].clamp_(max=W.shape[-1] - 1)  # a NaN row: an id still

@@ -1,0 +1,229 @@
+"""The decoder's device route (``engine="torch"``) against the numpy route and the exact laws.
+
+Chi-square tests fail spuriously with probability ALPHA_FAIL = 1e-4 each (4 in this file); seeds are
+fixed, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import otspec  # noqa: E402
+import otspec.decoding as D  # noqa: E402
+from otspec.decoding import _loop  # noqa: E402
+from otspec.decoding._sampling import bad_rows, draw_rows  # noqa: E402
+from otspec.decoding._verifiers import step_law_t, verify_chain_t  # noqa: E402
+from otspec.testing import chi2_gof  # noqa: E402
+from tests.toy_lm import toy_target_draft  # noqa: E402
+
+torch.set_num_threads(1)
+ALPHA_FAIL = 1e-4
+
+
+def _law(rng, n, holes=0.3):
+    x = rng.random(n) * (rng.random(n) >= holes)
+    x[rng.integers(n)] += 0.2
+    return x / x.sum()
+
+
+def _memoryless(n, seed=0, scale=2.0, noise=0.6, name="mem"):
+    """Logits that depend on the last token only: the laws after any context are rows of two tables."""
+    g = torch.Generator().manual_seed(seed)
+    tq = torch.randn(n, n, generator=g, dtype=torch.float64) * scale
+    tp = tq + noise * torch.randn(n, n, generator=g, dtype=torch.float64)
+    return (D.CallableLM(lambda ids: tq[ids], n, name=f"{name}-target"),
+            D.CallableLM(lambda ids: tp[ids], n, name=f"{name}-draft"), tq, tp)
+
+
+# ----------------------------------------------------------------------------- one depth: the law
+def test_device_step_law_equals_the_numpy_verifiers():
+    """The device rule's law given its drafts (from the round targets the sampler uses) is
+    MultiRound.conditional (and MaximalCoupling.conditional at k = 1), the numpy route, to 1e-12."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n, k = int(rng.integers(2, 12)), int(rng.integers(1, 5))
+        p, q = _law(rng, n), _law(rng, n)
+        if rng.random() < 0.2:
+            q = p.copy()  # no residual mass: the guarded residual
+        xs = [int(x) for x in rng.choice(n, k, p=p)]
+        got = step_law_t(torch.from_numpy(p), torch.from_numpy(q), xs).numpy()
+        np.testing.assert_allclose(got, otspec.multidraft.multiround(p, q, k).conditional(xs), rtol=0, atol=1e-12)
+        if k == 1:
+            np.testing.assert_allclose(got, otspec.maximal_coupling(p, q).conditional(xs), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("rule", ["race", "cdf"])
+def test_draw_rows_follows_the_weights(rule):
+    """Both draw rules against W / sum W by chi-square; zero-weight entries are never drawn."""
+    W = torch.tensor([[0.0, 3.0, 0.0, 1.0, 2.0, 0.0, 4.0, 0.0]], dtype=torch.float64) * 0.37
+    g = torch.Generator().manual_seed(5)
+    ids = torch.cat([draw_rows(W.expand(2000, -1), g, rule=rule) for _ in range(3)]).numpy()
+    counts = np.bincount(ids, minlength=8)
+    law = (W[0] / W.sum()).numpy()
+    assert counts[law == 0].sum() == 0
+    assert chi2_gof(counts, law, alpha_fail=ALPHA_FAIL).passed
+    with pytest.raises(ValueError, match="rule"):
+        draw_rows(W, g, rule="gumbel")
+
+
+@pytest.mark.parametrize("K", [1, 3])
+def test_verify_chain_first_depth_follows_its_law(K):
+    """The device verification's first output, fixed drafts, against step_law_t (chi-square)."""
+    rng = np.random.default_rng(2)
+    n, L = 6, 2
+    P = torch.from_numpy(np.stack([[_law(rng, n) for _ in range(L)]] * K))
+    Q = torch.from_numpy(np.stack([[_law(rng, n) for _ in range(L + 1)]] * K))
+    X = torch.tensor([[int(rng.choice(n, p=P[0, 0].numpy())), 1] for _ in range(K)])
+    g = torch.Generator().manual_seed(9)
+    counts = np.zeros(n, dtype=np.int64)
+    for _ in range(3000):
+        out, tau, row, alpha = verify_chain_t(X, P, Q, g)
+        counts[int(out[0])] += 1
+    law = step_law_t(P[0, 0], Q[0, 0], X[:, 0].tolist()).numpy()
+    assert chi2_gof(counts, law, alpha_fail=ALPHA_FAIL).passed
+    exact = otspec.multidraft.multiround(P[0, 0].numpy(), Q[0, 0].numpy(), K).acceptance()
+    np.testing.assert_allclose(float(alpha[0]), exact, rtol=0, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- the loop
+@pytest.mark.parametrize("verifier,K", [("token", 1), ("multiround", 3)])
+def test_device_route_predictions_are_the_exact_values(verifier, K):
+    """alpha_first is the verifier's exact acceptance on the laws after each iteration's context (computed
+    here from the models' tables with the numpy route), alpha_opt_first is alpha_K, to 1e-12."""
+    n = 30
+    target, draft, tq, tp = _memoryless(n, seed=4)
+    res = D.speculative_decode([0], draft=draft, target=target, verifier=verifier, k=K, L=3, max_new_tokens=40,
+                               rng=3)
+    assert res.engine == "torch" and res.lossless
+    ctx = [0] + res.tokens.tolist()
+    starts = np.concatenate([[0], np.cumsum(res.emitted)[:-1]])
+    for i, s in enumerate(starts):
+        last = ctx[s]
+        p = torch.softmax(tp[last], -1).numpy()
+        q = torch.softmax(tq[last], -1).numpy()
+        v = otspec.multidraft.multiround(p, q, K)
+        np.testing.assert_allclose(res.alpha_first[i], v.acceptance(), rtol=0, atol=1e-12)
+        np.testing.assert_allclose(res.alpha_opt_first[i], otspec.alpha_k(p, q, K), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.predicted_reached[:, 0], res.alpha_first, rtol=0, atol=0)
+    np.testing.assert_allclose(res.predicted_accepted, res.predicted_reached.sum(axis=1), rtol=1e-12)
+    if K > 1:
+        quiet = D.speculative_decode([0], draft=draft, target=target, verifier=verifier, k=K, L=3,
+                                     max_new_tokens=40, rng=3, log_laws=False)
+        np.testing.assert_array_equal(quiet.tokens, res.tokens)
+        assert np.isnan(quiet.alpha_opt_first).all()
+
+
+def test_device_and_numpy_routes_agree_on_acceptance():
+    """Both routes' measured acceptance against their own exact predictions (martingale z-scores)."""
+    target, draft = toy_target_draft(5, seed=0)
+    for engine in ("torch", "numpy"):
+        runs = [D.speculative_decode([1, 2], draft=draft, target=target, L=3, max_new_tokens=60, rng=s,
+                                     engine=engine) for s in range(8)]
+        assert {r.engine for r in runs} == {engine}
+        assert abs(D.summarize(runs).z_accepted) < 4.0
+
+
+class _HostReads(torch.overrides.TorchFunctionMode):
+    """Counts every call that reads a tensor on the host (the synchronisations of a CUDA run)."""
+
+    READS = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.numpy,
+             torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__, torch.Tensor.cpu}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS:
+            self.reads.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("verifier,K", [("token", 1), ("multiround", 2)])
+def test_device_route_reads_the_host_once_per_iteration(verifier, K):
+    """One host read per iteration (the emitted tokens), plus the seed before the loop and the logged
+    acceptances after it; the numpy route reads far more."""
+    target, draft, _, _ = _memoryless(40, seed=1)
+    kw = dict(draft=draft, target=target, verifier=verifier, k=K, L=3, max_new_tokens=30, rng=0)
+    with _HostReads() as mode:
+        res = D.speculative_decode([0], **kw, log_laws=False)
+    assert mode.reads.count("tolist") == res.iterations
+    assert len(mode.reads) == res.iterations + 2, mode.reads
+    with _HostReads() as mode:
+        host = D.speculative_decode([0], **kw, engine="numpy")
+    assert len(mode.reads) > 2 * host.iterations
+
+
+def test_engine_bad_input_before_any_model_call():
+    target, draft, _, _ = _memoryless(8)
+    for kw, match in [({"engine": "cuda"}, "`engine`"), ({"engine": "torch", "verifier": "kseq", "k": 2},
+                                                         "engine`='torch'"),
+                      ({"log_laws": 1}, "log_laws")]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            D.speculative_decode([0], draft=_Refuse(draft), target=_Refuse(target), **kw)
+
+
+class _Refuse:
+    """A LanguageModel that fails the test if called."""
+
+    def __init__(self, lm):
+        self.vocab_size, self.device, self.name = lm.vocab_size, lm.device, lm.name
+
+    def new_state(self):
+        raise AssertionError("a model was called")
+
+    def logits(self, state, ids):
+        raise AssertionError("a model was called")
+
+    def select(self, state, row, length):
+        raise AssertionError("a model was called")
+
+
+def test_law_memory_is_checked_before_any_model_call(monkeypatch):
+    target, draft, _, _ = _memoryless(8)
+    assert _loop.law_bytes(8, 3, 4) == 8 * 8 * 3 * 9
+    monkeypatch.setattr(_loop, "MAX_LAW_BYTES", _loop.law_bytes(8, 3, 4) - 1)
+    with pytest.raises(ValueError, match=r"8 \* V \* k \* \(2L \+ 1\).*V=8, k=3, L=4.*MAX_LAW_BYTES"):
+        D.speculative_decode([0], draft=_Refuse(draft), target=_Refuse(target), verifier="multiround", k=3, L=4)
+    D.speculative_decode([0], draft=draft, target=target, verifier="multiround", k=3, L=3, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("role,bad_at", [("target", 5), ("draft", 4)])
+@pytest.mark.parametrize("engine", ["torch"])
+def test_non_finite_logits_name_the_model_and_the_position(role, bad_at, engine):
+    """float16 logits that overflow (+inf) after ``bad_at`` tokens: a ValueError naming the model and the
+    position, not a silent garbage token."""
+    n = 6
+    g = torch.Generator().manual_seed(0)
+    table = torch.randn(n, n, generator=g).to(torch.float16)
+
+    def fn(ids):
+        out = table[ids].clone()
+        if ids.shape[1] >= bad_at:
+            out[:, bad_at - 1, 2] = math.inf
+        return out
+
+    ok = D.CallableLM(lambda ids: table[ids], n, name="fine")
+    broken = D.CallableLM(fn, n, name="overflowing-fp16")
+    pair = dict(target=broken, draft=ok) if role == "target" else dict(target=ok, draft=broken)
+    with pytest.raises(ValueError, match=rf"the {role} model 'overflowing-fp16' gave non-finite logits .* "
+                                         rf"position {bad_at}"):
+        D.speculative_decode([0, 1], **pair, L=3, max_new_tokens=20, rng=0, engine=engine)
+
+
+def test_bad_rows_marks_every_processing_rule():
+    """Sampling.probs(check=False) turns NaN / +inf / all -inf rows into NaN rows under every rule, so one
+    entry per row tells them apart; a row with some -inf logits stays a law."""
+    L = torch.tensor([[0.0, 1.0, 2.0, 3.0], [0.0, math.nan, 1.0, 2.0], [0.0, math.inf, 1.0, 2.0],
+                      [-math.inf] * 4, [0.0, -math.inf, 1.0, 2.0]])
+    for s in (D.Sampling(), D.Sampling(temperature=0.7), D.Sampling(top_k=2), D.Sampling(top_p=0.5),
+              D.Sampling(top_p=0.5, top_p_rule="transformers"), D.Sampling(temperature=0)):
+        assert bad_rows(s.probs(L, check=False)).tolist() == [False, True, True, True, False], s
+    np.testing.assert_array_equal(D.Sampling().probs(L[[0, 4]], check=False).numpy(),
+                                  D.Sampling().probs(L[[0, 4]]).numpy())
