@@ -980,7 +980,7 @@ class _Decoder:
             lg["alpha_opt1"] = [math.nan] * len(taus)
 
     def _flush_first_laws(self) -> None:
-        """:math:`\\alpha_K` of the first laws kept so far, in one batched sort on their device, timed as analysis
+        r""":math:`\alpha_K` of the first laws kept so far, in one batched sort on their device, timed as analysis
         (excluded from ``wall_time``); the laws are then dropped."""
         if not self.first_laws:
             return
