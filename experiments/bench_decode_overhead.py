@@ -108,10 +108,16 @@ def measure(pair, L, prompts, tokens, repeats, device):
 
     import otspec.decoding as D
 
+    import transformers
+
     target, draft = pair
     tt, td = Timed(target), Timed(draft)
-    gen_kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=tokens,
-                  min_new_tokens=tokens, pad_token_id=0)
+    sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=tokens,
+                    min_new_tokens=tokens, pad_token_id=0)
+    plain_cfg = transformers.GenerationConfig(**sampling)
+    assist_cfg = transformers.GenerationConfig(**sampling, num_assistant_tokens=L,
+                                               num_assistant_tokens_schedule="constant",
+                                               assistant_confidence_threshold=0.0)
 
     def spec(engine):
         def run(ids, seed):
@@ -125,9 +131,7 @@ def measure(pair, L, prompts, tokens, repeats, device):
         torch.manual_seed(seed)
         x = torch.tensor([ids], device=device)
         t0 = time.perf_counter()
-        out = target.model.generate(x, assistant_model=draft.model, num_assistant_tokens=L,
-                                    num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0,
-                                    **gen_kw)
+        out = target.model.generate(x, assistant_model=draft.model, generation_config=assist_cfg)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         return time.perf_counter() - t0, out.shape[1] - len(ids), float("nan"), float("nan")
@@ -136,7 +140,7 @@ def measure(pair, L, prompts, tokens, repeats, device):
         torch.manual_seed(seed)
         x = torch.tensor([ids], device=device)
         t0 = time.perf_counter()
-        out = target.model.generate(x, **gen_kw)
+        out = target.model.generate(x, generation_config=plain_cfg)
         if device.startswith("cuda"):
             torch.cuda.synchronize()
         return time.perf_counter() - t0, out.shape[1] - len(ids), float("nan"), float("nan")

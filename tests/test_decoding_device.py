@@ -1,6 +1,6 @@
 """The decoder's device route (``engine="torch"``) against the numpy route and the exact laws.
 
-Chi-square tests fail spuriously with probability ALPHA_FAIL = 1e-4 each (4 in this file); seeds are
+Chi-square tests fail spuriously with probability ALPHA_FAIL = 1e-4 each (5 in this file); seeds are
 fixed, so a run is reproducible.
 """
 
@@ -145,7 +145,7 @@ class _HostReads(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("verifier,K", [("token", 1), ("multiround", 2)])
+@pytest.mark.parametrize("verifier,K", [("token", 1), ("multiround", 2), ("block-onestep", 1)])
 def test_device_route_reads_the_host_once_per_iteration(verifier, K):
     """One host read per iteration (the emitted tokens), plus the seed before the loop and the logged
     acceptances after it; the numpy route reads far more."""
@@ -227,3 +227,52 @@ def test_bad_rows_marks_every_processing_rule():
         assert bad_rows(s.probs(L, check=False)).tolist() == [False, True, True, True, False], s
     np.testing.assert_array_equal(D.Sampling().probs(L[[0, 4]], check=False).numpy(),
                                   D.Sampling().probs(L[[0, 4]]).numpy())
+
+
+# ----------------------------------------------------------------------------- one-step block verification
+def test_block_onestep_tau_law_equals_the_numpy_route():
+    """P(tau = t | X) of the device rule equals otspec.block.tau_law_on_path to 1e-12 (drafts equal to the
+    target along the block included: every h_i = 1)."""
+    from otspec.decoding._verifiers import block_onestep_tau_law_t
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n, L = int(rng.integers(2, 9)), int(rng.integers(1, 6))
+        P = np.stack([_law(rng, n) for _ in range(L)])
+        Q = np.stack([_law(rng, n) for _ in range(L + 1)])
+        if rng.random() < 0.2:
+            Q[:L] = P
+        x = [int(rng.choice(n, p=P[i])) for i in range(L)]
+        got = block_onestep_tau_law_t(torch.tensor(x), torch.from_numpy(P), torch.from_numpy(Q))[0].numpy()
+        want = otspec.block.tau_law_on_path("block-onestep", x, list(P), list(Q))
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def test_block_onestep_draws_follow_the_exact_law():
+    """(tau, emitted token) of the device rule on a fixed block against the exact joint law, built here in
+    numpy: P(tau = t | X) times the normalised (w_t q_{t+1} - p_{t+1})_+ (q_{L+1} at t = L)."""
+    from otspec.decoding._verifiers import verify_block_onestep_t
+
+    rng = np.random.default_rng(3)
+    n, L = 4, 2
+    P = np.stack([_law(rng, n, holes=0) for _ in range(L)])
+    Q = np.stack([_law(rng, n, holes=0) for _ in range(L + 1)])
+    x = [int(np.argmax(P[0])), int(np.argmax(P[1] - Q[1]))]
+    tau_law = otspec.block.tau_law_on_path("block-onestep", x, list(P), list(Q))
+    w = [1.0]
+    for i in range(L):
+        w.append(min(1.0, w[-1] * Q[i, x[i]] / P[i, x[i]]))
+    joint = np.zeros((L + 1, n))
+    for t in range(L + 1):
+        r = Q[L] if t == L else np.maximum(w[t] * Q[t] - P[t], 0.0)
+        joint[t] = tau_law[t] * r / r.sum()
+    g = torch.Generator().manual_seed(4)
+    args = torch.tensor([x]), torch.from_numpy(P[None]), torch.from_numpy(Q[None])
+    counts = np.zeros((L + 1, n), dtype=np.int64)
+    for _ in range(4000):
+        out, tau, _, law = verify_block_onestep_t(*args, g)
+        counts[int(tau), int(out[int(tau)])] += 1
+    np.testing.assert_allclose(law.numpy(), tau_law, rtol=0, atol=1e-12)
+    keep = joint.ravel() > 0
+    assert counts.ravel()[~keep].sum() == 0
+    assert chi2_gof(counts.ravel()[keep], joint.ravel()[keep], alpha_fail=ALPHA_FAIL).passed

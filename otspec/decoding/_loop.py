@@ -25,7 +25,14 @@ from ._deps import require
 from ._models import validate_language_model, validate_prompt
 from ._sampling import Sampling, bad_rows, draw_rows, sample_rows
 from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
-from ._verifiers import DEVICE_VERIFIERS, Scheme, check_multiblock_size, resolve_scheme, verify_chain_t
+from ._verifiers import (
+    DEVICE_VERIFIERS,
+    Scheme,
+    check_multiblock_size,
+    resolve_scheme,
+    verify_block_onestep_t,
+    verify_chain_t,
+)
 
 torch = require("torch", "otspec.decoding")
 
@@ -679,15 +686,16 @@ def speculative_decode(
         Show a tqdm progress bar.
     engine : {"auto", "torch", "numpy"}, keyword-only
         Where a chain is verified. ``"torch"``: on the models' device
-        (:func:`otspec.decoding._verifiers.verify_chain_t`, for ``"token"``
-        and ``"multiround"``): drafts, laws, ratio tests and residual draws
+        (:func:`otspec.decoding._verifiers.verify_chain_t` for ``"token"``
+        and ``"multiround"``, :func:`~otspec.decoding._verifiers.verify_block_onestep_t`
+        for ``"block-onestep"``): drafts, laws, ratio tests and residual draws
         stay there, drawn with a ``torch.Generator`` on that device seeded
         from ``rng``, and one transfer per iteration brings the emitted
         tokens (and the flags of non-finite logits) to the host. ``"numpy"``:
         the package's verifiers on the host (every verifier; the
         independent route the tests hold the device route against).
         ``"auto"`` (default): ``"torch"`` where the verifier has it.
-        Trees and block schemes run their own route whatever this says.
+        Trees and the other block schemes run their own route whatever this says.
     log_laws : bool, keyword-only
         With ``engine="torch"`` and ``K > 1``: keep each iteration's first
         draft and target laws on the device (``16 V`` bytes an iteration)
@@ -787,7 +795,7 @@ def _engine(engine, scheme: Scheme) -> bool:
     """Whether ``scheme`` runs on the device (``engine`` checked against :data:`ENGINES` and the scheme)."""
     if not isinstance(engine, str) or engine not in ENGINES:
         raise ValueError(unknown_name_message("engine", engine, ENGINES))
-    has = scheme.kind == "token" and scheme.name in DEVICE_VERIFIERS and scheme.lossless is not None
+    has = scheme.kind in ("token", "block") and scheme.name in DEVICE_VERIFIERS and scheme.lossless is not None
     if engine == "torch" and not has:
         raise ValueError(
             f"`engine`='torch' verifies on the device with {list(DEVICE_VERIFIERS)} only, got `verifier`="
@@ -923,7 +931,11 @@ class _Decoder:
         Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
         head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
         Q = probs(t.logits_ids(torch.cat([head, Xt], dim=1))[:, -(L + 1):], check=False)  # (K, L + 1, V)
-        out, tau, row, alpha = verify_chain_t(Xt, Pt, Q, gt)
+        if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
+            out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt)
+            alpha = torch.cat([law, torch.minimum(Pt[0, 0], Q[0, 0]).sum()[None]])
+        else:
+            out, tau, row, alpha = verify_chain_t(Xt, Pt, Q, gt)
         bad = torch.cat([bad_rows(Pt).flatten(), bad_rows(Q).flatten()])
         host = torch.cat([out, tau[None], row[None], bad.to(torch.long)]).tolist()  # the one synchronisation
         if any(host[L + 3:]):
@@ -963,8 +975,16 @@ class _Decoder:
         if not self.dev_log:
             return
         K, L, lg = self.K, self.L, self.log
-        A = _np(torch.stack(self.dev_log).to("cpu"))  # (N, L)
+        A = _np(torch.stack(self.dev_log).to("cpu"))  # (N, L): depth acceptances; block: (N, L + 2)
         taus = np.array(lg["accepted"], dtype=np.int64)
+        if self.scheme.kind == "block":  # P(tau = t | X), t = 0..L, then alpha_1 = sum min(p_1, q_1)
+            law = A[:, : L + 1]
+            pred_tau = law @ np.arange(L + 1)
+            lg["pred_reached"] = list(np.cumsum(law[:, ::-1], axis=1)[:, ::-1][:, 1:])  # P(tau >= j | X)
+            lg["pred_acc"] = list(pred_tau)
+            lg["pred_emit"] = list(pred_tau + 1.0)
+            lg["alpha1"] = lg["alpha_opt1"] = list(A[:, L + 1])
+            return
         m = np.minimum(taus + 1, L)  # depths verified
         pred = np.where(np.arange(L)[None, :] < m[:, None], A, 0.0)  # 1{depth j reached} a_j
         lg["pred_reached"] = list(pred)

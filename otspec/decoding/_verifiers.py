@@ -36,6 +36,8 @@ __all__ = [
     "round_targets_t",
     "Scheme",
     "step_law_t",
+    "block_onestep_tau_law_t",
+    "verify_block_onestep_t",
     "verify_chain_t",
 ]
 
@@ -309,10 +311,11 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
 
 
 # --------------------------------------------------------------------------- the device route (torch)
-#: Registered verifiers that also run on the models' device, in torch (:func:`verify_chain_t`):
-#: speculative sampling (``"token"``, ``k = 1``) and multi-round rejection sampling (``"multiround"``,
-#: SpecInfer's rule over ``k`` i.i.d. drafts; at ``k = 1`` it is ``"token"``).
-DEVICE_VERIFIERS = ("token", "multiround")
+#: Registered verifiers that also run on the models' device, in torch: speculative sampling (``"token"``,
+#: ``k = 1``) and multi-round rejection sampling (``"multiround"``, SpecInfer's rule over ``k`` i.i.d. drafts;
+#: at ``k = 1`` it is ``"token"``) by :func:`verify_chain_t`, one-step block verification (``"block-onestep"``)
+#: by :func:`verify_block_onestep_t`.
+DEVICE_VERIFIERS = ("token", "multiround", "block-onestep")
 
 
 def round_targets_t(p, q, k: int):
@@ -486,3 +489,91 @@ def _verify_one_chain_t(x, P, Q, gen, draw):
     out = torch.where(torch.arange(L + 1, device=dev) < tau, out, y)
     alpha = torch.minimum(P, Q[:L]).sum(-1)  # 1 - TV(p_j, q_j)
     return out, tau, torch.zeros((), dtype=torch.int64, device=dev), alpha
+
+
+def block_onestep_tau_law_t(x, P, Q):
+    r"""The law of the accepted length of one-step block verification along a block, on its device.
+
+    With :math:`w_0 = 1`, :math:`w_i = \min(1, w_{i-1} q_i(x_i) / p_i(x_i))`
+    (the ratio 1 where :math:`p_i(x_i) = 0`),
+    :math:`Z_i = \sum_y (w_i q_{i+1}(y) - p_{i+1}(y))_+`, :math:`h_i = Z_i / (Z_i + 1 - w_i)`
+    for :math:`0 < i < L` (1 when the denominator is 0), :math:`h_0 = 1`, :math:`h_L = w_L`:
+
+    .. math::
+
+        P(\tau = t \mid x_{1:L}) = h_t \prod_{j > t} (1 - h_j)
+
+    (Sun et al., arXiv:2403.10444, the one-correction-token variant; the
+    numpy route is :meth:`otspec.block.BlockVerifyOneStep` and
+    :func:`otspec.block.tau_law_on_path`).
+
+    Parameters
+    ----------
+    x : torch.Tensor of int64, shape ``(L,)``
+    P : torch.Tensor of float64, shape ``(L, V)``
+        Draft laws along the block (``P[i]`` after ``x_{1:i}``).
+    Q : torch.Tensor of float64, shape ``(L + 1, V)``
+        Target laws along the block.
+
+    Returns
+    -------
+    law : torch.Tensor of float64, shape ``(L + 1,)``
+    h : torch.Tensor of float64, shape ``(L + 1,)``
+    w : torch.Tensor of float64, shape ``(L + 1,)``
+    """
+    L = x.shape[0]
+    ar = torch.arange(L, device=x.device)
+    px, qx = P[ar, x], Q[ar, x]
+    raw = torch.where(px > 0, qx / torch.where(px > 0, px, 1.0), 1.0)
+    w = [torch.ones((), dtype=P.dtype, device=P.device)]
+    for i in range(L):
+        w.append(torch.clamp(w[i] * raw[i], max=1.0))
+    w = torch.stack(w)  # (L + 1,)
+    Z = (w[1:L, None] * Q[1:L] - P[1:L]).clamp_(min=0.0).sum(-1)  # (L - 1,)
+    den = Z + 1.0 - w[1:L]
+    hmid = torch.where(den > 0, Z / torch.where(den > 0, den, 1.0), 1.0)
+    h = torch.cat([w[:1], hmid, w[L:]])  # h_0 = 1, h_L = w_L
+    tail = torch.flip(torch.cumprod(torch.flip(1.0 - h, (0,)), 0), (0,))  # prod_{j >= t} (1 - h_j)
+    law = h * torch.cat([tail[1:], torch.ones_like(tail[:1])])
+    return law, h, w
+
+
+def verify_block_onestep_t(X, P, Q, gen, *, draw=None):
+    r"""One-step block verification (``K = 1``) on the models' device: one uniform per depth, one draw.
+
+    :math:`\tau = \max\{i : \eta_i < h_i\}` (0 if none) with the :math:`h_i` of
+    :func:`block_onestep_tau_law_t`; then one token from
+    :math:`(w_\tau q_{\tau+1} - p_{\tau+1})_+` normalised (guarded to
+    :math:`q_{\tau+1}` when it has no mass), or the bonus from
+    :math:`q_{L+1}` at :math:`\tau = L` (:math:`p_{L+1} = 0`). The same rule
+    as :class:`otspec.block.BlockVerifyOneStep`, lossless (Sun et al.,
+    arXiv:2403.10444).
+
+    Parameters
+    ----------
+    X, P, Q, gen, draw
+        As :func:`verify_chain_t` with ``K = 1``.
+
+    Returns
+    -------
+    out, tau, row
+        As :func:`verify_chain_t`.
+    law : torch.Tensor of float64, shape ``(L + 1,)``
+        :math:`P(\tau = t \mid X)`, the exact prediction of this iteration.
+    """
+    draw = draw_rows if draw is None else draw
+    x, P, Q = X[0], P[0], Q[0]
+    L = x.shape[0]
+    dev = x.device
+    law, h, w = block_onestep_tau_law_t(x, P, Q)
+    eta = torch.rand(L, dtype=torch.float64, device=dev, generator=gen)
+    ar = torch.arange(1, L + 1, device=dev)
+    tau = torch.amax(torch.where(eta < h[1:], ar, 0))
+    j = tau.clamp(max=L - 1).reshape(1)
+    prow = P.index_select(0, j)
+    qrow = Q.index_select(0, tau.reshape(1))
+    r = (qrow * w[tau]).sub_(prow, alpha=(tau < L).to(P.dtype)).clamp_(min=0.0)
+    r = torch.where(r.sum() > 0, r, qrow)
+    y = draw(r, gen)[0]
+    out = torch.where(torch.arange(L + 1, device=dev) < tau, torch.cat([x, x[:1]]), y)
+    return out, tau, torch.zeros((), dtype=torch.int64, device=dev), law
