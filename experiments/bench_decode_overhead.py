@@ -105,10 +105,9 @@ def smollm2(device, dtype):
 def measure(pair, L, prompts, tokens, repeats, device):
     """Median ms per token / per iteration and the share outside forwards of every contender."""
     import torch
+    import transformers
 
     import otspec.decoding as D
-
-    import transformers
 
     target, draft = pair
     tt, td = Timed(target), Timed(draft)
