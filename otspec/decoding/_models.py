@@ -41,6 +41,7 @@ plain function ``ids -> logits`` without a cache (tests, toy models).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import numbers
@@ -49,6 +50,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._registry import unknown_name_message
 from ._deps import require
 
 torch = require("torch", "otspec.decoding")
@@ -71,8 +73,6 @@ def check_dtype(dtype, name: str = "dtype"):
     torch.bfloat16
     """
     if not isinstance(dtype, str) or dtype not in DTYPES:
-        from .._registry import unknown_name_message
-
         raise ValueError(unknown_name_message(name, dtype, DTYPES))
     return dtype if dtype == "auto" else getattr(torch, dtype)
 
@@ -108,6 +108,19 @@ def check_device(device, name: str = "device"):
         except (RuntimeError, AssertionError):
             raise ValueError(f"`{name}`={device!r} is not a device this machine has") from None
     return dev
+
+
+@contextlib.contextmanager
+def _progress_bars(transformers, show: bool):
+    """transformers' (and the hub's) progress bars on or off for the block; the previous setting is restored."""
+    log = transformers.utils.logging
+    was = log.is_progress_bar_enabled()
+    (log.enable_progress_bar if show else log.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        if was != show:
+            (log.enable_progress_bar if was else log.disable_progress_bar)()
 
 
 def checkpoint_vocab(name_or_path) -> int:
@@ -760,8 +773,6 @@ class HFCausalLM(_TreeScoring):
         transformers = require("transformers", "HFCausalLM.from_pretrained")
         major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
         key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
-        from .real import _progress_bars
-
         with _progress_bars(transformers, False):
             model = transformers.AutoModelForCausalLM.from_pretrained(str(name_or_path), **{key: dt})
         return cls(model.to(dev), name=name or str(name_or_path))
