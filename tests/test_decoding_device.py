@@ -14,6 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 import otspec  # noqa: E402
 import otspec.decoding as D  # noqa: E402
 from otspec.decoding import _loop  # noqa: E402
@@ -145,16 +147,31 @@ class _HostReads(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+class _ScalarReads(TorchDispatchMode):
+    """Counts ``aten._local_scalar_dense``: every tensor turned into a Python number, also inside C++ (a 0-dim
+    tensor used as an index or as a Scalar argument), each a synchronisation on a GPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.reads += func is torch.ops.aten._local_scalar_dense.default
+        return func(*args, **(kwargs or {}))
+
+
 @pytest.mark.parametrize("verifier,K", [("token", 1), ("multiround", 2), ("block-onestep", 1)])
 def test_device_route_reads_the_host_once_per_iteration(verifier, K):
     """One host read per iteration (the emitted tokens), plus the seed before the loop and the logged
-    acceptances after it; the numpy route reads far more."""
+    acceptances after it, and no tensor turned into a number anywhere else (counted at the dispatcher,
+    where a hidden ``.item()`` would show); the numpy route reads far more."""
     target, draft, _, _ = _memoryless(40, seed=1)
     kw = dict(draft=draft, target=target, verifier=verifier, k=K, L=3, max_new_tokens=30, rng=0)
-    with _HostReads() as mode:
+    with _HostReads() as mode, _ScalarReads() as scalars:
         res = D.speculative_decode([0], **kw, log_laws=False)
     assert mode.reads.count("tolist") == res.iterations
     assert len(mode.reads) == res.iterations + 2, mode.reads
+    assert scalars.reads == 1  # the seed, drawn once from rng before the loop
     with _HostReads() as mode:
         host = D.speculative_decode([0], **kw, engine="numpy")
     assert len(mode.reads) > 2 * host.iterations

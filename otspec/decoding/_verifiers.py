@@ -401,7 +401,8 @@ def verify_chain_t(X, P, Q, gen, *, draw=None):
     rejection (:math:`p_{L+1} = 0`: the bonus). Each depth's output follows
     :math:`q_j` exactly (:func:`step_law_t`), so the chain is lossless.
 
-    Nothing leaves the device: the draws use ``gen`` and :func:`draw_rows`
+    Nothing leaves the device (no tensor is used as a Python index, which would synchronise a GPU): the
+    draws use ``gen`` and :func:`draw_rows`
     (unnormalised weights, no sort; vLLM's v1 rejection sampler,
     ``vllm/v1/sample/rejection_sampler.py``, is the model: per-draft
     uniforms against the ratio, the recovered token from the residual), and
@@ -447,15 +448,15 @@ def verify_chain_t(X, P, Q, gen, *, draw=None):
     u = torch.rand((L, K), dtype=torch.float64, device=dev, generator=gen)
     ranks = torch.arange(K, device=dev)
     for j in range(L):
-        r0 = torch.argmax(alive.to(torch.int8))  # the first chain alive: all alive chains share p_j, q_j
-        p, q = P[r0, j], Q[r0, j]
+        r0 = torch.argmax(alive.to(torch.int8)).reshape(1)  # the first chain alive: all share p_j, q_j
+        p, q = P[:, j].index_select(0, r0)[0], Q[:, j].index_select(0, r0)[0]
         T = round_targets_t(p, q, K)
         kj = alive.sum()
         x = X[:, j]
         rnd = (torch.cumsum(alive, 0) - 1).clamp_(min=0)  # round of each alive chain
         acc = alive & (u[j] * p[x] < T[rnd, x])
         first = torch.argmax(acc.to(torch.int8))
-        y = torch.where(acc.any(), x[first], draw(T[kj][None], gen)[0])
+        y = torch.where(acc.any(), x.index_select(0, first.reshape(1))[0], draw(T.index_select(0, kj.reshape(1)), gen)[0])
         beta = torch.minimum(p[None], T[:K]).sum(-1)
         alpha[j] = -torch.expm1(torch.where(ranks < kj, torch.log1p(-beta.clamp(max=1.0)), 0.0).sum())
         out[j] = torch.where(done, out[j], y)
@@ -465,7 +466,7 @@ def verify_chain_t(X, P, Q, gen, *, draw=None):
         alive = torch.where(go, surv, alive)
         done = ~go
     row = torch.argmax(alive.to(torch.int8))
-    bonus = draw(Q[row, L][None], gen)[0]
+    bonus = draw(Q[:, L].index_select(0, row.reshape(1)), gen)[0]
     out[L] = torch.where(done, out[L], bonus)
     return out, tau, row, alpha
 
@@ -482,7 +483,7 @@ def _verify_one_chain_t(x, P, Q, gen, draw):
     j = tau.clamp(max=L - 1)
     prow = P.index_select(0, j.reshape(1))
     qrow = Q.index_select(0, tau.reshape(1))
-    r = qrow.sub(prow, alpha=(tau < L).to(P.dtype)).clamp_(min=0.0)  # p_{L+1} = 0: at tau = L, q_{L+1}
+    r = qrow.sub(prow * (tau < L)).clamp_(min=0.0)  # p_{L+1} = 0: at tau = L, q_{L+1} (a tensor, no sync)
     r = torch.where(r.sum() > 0, r, qrow)  # the guarded residual (no mass: rejection had probability 0)
     y = draw(r, gen)[0]
     out = torch.cat([x, x[:1]])
@@ -572,7 +573,7 @@ def verify_block_onestep_t(X, P, Q, gen, *, draw=None):
     j = tau.clamp(max=L - 1).reshape(1)
     prow = P.index_select(0, j)
     qrow = Q.index_select(0, tau.reshape(1))
-    r = (qrow * w[tau]).sub_(prow, alpha=(tau < L).to(P.dtype)).clamp_(min=0.0)
+    r = (qrow * w.index_select(0, tau.reshape(1))).sub_(prow * (tau < L)).clamp_(min=0.0)  # p_{L+1} = 0
     r = torch.where(r.sum() > 0, r, qrow)
     y = draw(r, gen)[0]
     out = torch.where(torch.arange(L + 1, device=dev) < tau, torch.cat([x, x[:1]]), y)
