@@ -293,3 +293,30 @@ def test_block_onestep_draws_follow_the_exact_law():
     keep = joint.ravel() > 0
     assert counts.ravel()[~keep].sum() == 0
     assert chi2_gof(counts.ravel()[keep], joint.ravel()[keep], alpha_fail=ALPHA_FAIL).passed
+
+
+def test_device_generators_one_per_device():
+    """One generator when draft and target share a device (however it is spelled), seeded from rng."""
+    gd, gt = _loop._device_generators(7, "cpu", torch.device("cpu"))
+    assert gd is gt and gt.initial_seed() == 7
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("verifier,K", [("token", 1), ("multiround", 2), ("block-onestep", 1)])
+def test_device_route_on_cuda_is_reproducible_with_one_read_per_iteration(verifier, K):
+    """On a GPU (run wherever one is at hand): the device route, the draft on the CPU or the GPU, reproducible
+    from its seed, one host read per iteration and no hidden scalar read."""
+    n = 64
+    g = torch.Generator().manual_seed(0)
+    tq = torch.randn(n, n, generator=g, dtype=torch.float64).cuda()
+    tp_cpu = (tq.cpu() + 0.5 * torch.randn(n, n, generator=g, dtype=torch.float64))
+    target = D.CallableLM(lambda ids: tq[ids], n, device="cuda", name="t")
+    for draft in (D.CallableLM(lambda ids: tp_cpu.cuda()[ids], n, device="cuda", name="d"),
+                  D.CallableLM(lambda ids: tp_cpu[ids], n, device="cpu", name="d-cpu")):
+        kw = dict(draft=draft, target=target, verifier=verifier, k=K, L=3, max_new_tokens=24, rng=1, log_laws=False)
+        a = D.speculative_decode([0], **kw)
+        with _ScalarReads() as scalars:
+            b = D.speculative_decode([0], **kw)
+        assert a.engine == "torch"
+        np.testing.assert_array_equal(a.tokens, b.tokens)
+        assert scalars.reads == 1

@@ -594,14 +594,20 @@ def speculative_decode(
         P\big(Y_{1:m} = y_{1:m}\big) = \prod_{t=1}^{m} q(y_t \mid \text{prompt}, y_{1:t-1})
         \quad\text{(lossless verifiers)}.
 
-    Probabilities are float64; verifiers work on the union of the supports
-    of ``p`` and ``q`` (the full vocabulary without truncation, e.g.
-    ``verifier="optimal"`` at ``V = 49,152``; small after top-k / top-p).
-    The laws ``P`` (K, L, V) and ``Q`` (K, L + 1, V) stay on the models'
-    device: drafts are sampled there (only ``K`` uniforms and ``K`` ids
-    cross), and each verified depth moves one row of ``p`` and one of ``q``
-    restricted to their union support (plus the bonus row of ``q``) to the
-    host, not the whole arrays. On the CPU the moves are views (no copy).
+    Probabilities are float64. The laws ``P`` (K, L, V) and ``Q`` (K, L + 1,
+    V) stay on the models' device. With ``engine="torch"`` (the default for
+    ``"token"``, ``"multiround"`` and ``"block-onestep"``) everything else
+    does too: drafts and residuals are drawn there with a
+    ``torch.Generator`` on that device, the ratio tests run there, and one
+    host read per iteration brings the emitted tokens (the draft may sit on
+    another device than the target: its drafts and laws are then copied to
+    the target's). With ``engine="numpy"`` (every other verifier) drafts are
+    sampled on the device (only ``K`` uniforms and ``K`` ids cross) and
+    each verified depth moves one row of ``p`` and one of ``q`` restricted
+    to their union support (plus the bonus row of ``q``) to the host, where
+    the package's verifiers work on that support (the full vocabulary
+    without truncation, e.g. ``verifier="optimal"`` at ``V = 49,152``;
+    small after top-k / top-p). On the CPU the moves are views (no copy).
 
     Parameters
     ----------
