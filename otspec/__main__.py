@@ -27,7 +27,8 @@ import re
 import sys
 from dataclasses import dataclass
 
-from otspec.decoding import HFCausalLM, smollm2_pair
+from otspec.decoding import smollm2_pair
+from otspec.decoding._models import DTYPES, check_device, check_dtype, checkpoint_vocab, load_pair
 from otspec.decoding._sampling import TOP_P_RULES
 from otspec.decoding.real import DEFAULT_KEEP, draft_name
 from otspec.profile import ProfileSettings, summarize, toy_pair, write_report
@@ -49,7 +50,8 @@ _DEFAULTS = {f.name: (f.default if f.default is not dataclasses.MISSING else f.d
 #: Parameter names as the command line spells them (used to rewrite every message coming out of it).
 _PROFILE_FLAGS = {**{name: "--" + name.replace("_", "-") for name in _DEFAULTS},
                   "prompts": "--prompts", "out": "--out", "draft": "--draft", "target": "--target",
-                  "chat_template": "--chat-template", "device": "--device"}
+                  "chat_template": "--chat-template", "device": "--device", "draft_device": "--draft-device",
+                  "dtype": "--dtype"}
 _REPORT_FLAGS = {"out": "RUN", "dest": "--dest", "draft_cost": "--draft-cost", "score_cost": "--score-cost",
                  "reference": "--reference", "figures": "--no-figures"}
 
@@ -141,23 +143,51 @@ def _model_names(d: _Model, t: _Model) -> dict:
     return {"draft": one(d, "draft"), "target": one(t, "target")}
 
 
-def _load_pair(draft: str, target: str, device: str):
-    """(tokenizer or None, draft LM, target LM) from the command line's model names (checked by :func:`_pair`)."""
+def _check_models(d: _Model, t: _Model, dtype: str, device: str, draft_device: str | None) -> None:
+    """``--dtype``, ``--device``, ``--draft-device`` and (checkpoints) the two vocabularies, before any model
+    loads: the dtype a known name, each device one this machine has, the configs' vocabularies equal."""
+    check_dtype(dtype, "dtype")
+    check_device(device, "device")
+    if draft_device is not None:
+        check_device(draft_device, "draft_device")
+    if d.kind == "hf" and t.kind == "hf":
+        vd, vt = checkpoint_vocab(d.spec), checkpoint_vocab(t.spec)
+        if vd != vt:
+            raise ValueError(f"`draft` {d.spec!r} and `target` {t.spec!r} must share one vocabulary, got "
+                             f"vocab_size {vd} and {vt} (read from their configs)")
+
+
+def _load_pair(draft: str, target: str, device: str, *, dtype: str = "auto", draft_device: str | None = None,
+               tokenizer: bool = True):
+    """(tokenizer or None, draft LM, target LM) from the command line's model names (checked by :func:`_pair`);
+    ``tokenizer=False``: token-id prompts, no tokenizer is loaded (a checkpoint folder need not have one)."""
     d, t = _pair(draft, target)
+    ddev = device if draft_device is None else draft_device
     if d.kind == "toy":
         return (None, toy_pair(d.V, seed=d.seed, closeness=d.closeness)[0],
                 toy_pair(t.V, seed=t.seed, closeness=t.closeness)[1])
     if t.kind == "smollm2":
         tok, tm, dm = smollm2_pair(device=device)
-        return tok, (dm if d.kind == "smollm2-skip" else tm), tm
-    import transformers
+        dm = dm if d.kind == "smollm2-skip" else tm
+        if dtype != "auto":
+            for lm in {id(tm): tm, id(dm): dm}.values():
+                lm.model.to(dtype=check_dtype(dtype))
+        if ddev != device:
+            if dm is tm:
+                raise ValueError("`--draft smollm2` is the target itself: it cannot sit on another device")
+            dm.model.to(ddev)
+        return tok, dm, tm
+    dm, tm = load_pair(draft, target, dtype=dtype, device=device, draft_device=ddev)
+    tok = None
+    if tokenizer:
+        import transformers
 
-    tok = transformers.AutoTokenizer.from_pretrained(target)
-    out = []
-    for name in (draft, target):
-        m = transformers.AutoModelForCausalLM.from_pretrained(name)
-        out.append(HFCausalLM(m.to(device), name=name))
-    return tok, out[0], out[1]
+        try:
+            tok = transformers.AutoTokenizer.from_pretrained(target)
+        except (OSError, ValueError, TypeError) as exc:
+            raise ValueError(f"the prompts are text, and `--target` {target!r} has no tokenizer ({exc}); give "
+                             "`input_ids` lines instead") from None
+    return tok, dm, tm
 
 
 # --------------------------------------------------------------------------- profile
@@ -236,7 +266,10 @@ def _profile(args) -> int:
     elif not has_text(records):
         items = [(r.prompt, r.reference) for r in records]
     check_before_loading(args.out, settings, items=items, models=_model_names(d, t), V=d.V)
-    tok, draft, target = _load_pair(args.draft, args.target, args.device)
+    _check_models(d, t, args.dtype, args.device, args.draft_device)
+    tok, draft, target = _load_pair(args.draft, args.target, args.device, dtype=args.dtype,
+                                    draft_device=args.draft_device,
+                                    tokenizer=has_text(records) or bool(args.chat_template))
     plan = prepare(args.prompts, out=args.out, draft=draft, target=target, settings=settings, tokenizer=tok,
                    chat_template=args.chat_template)
     print("\n".join(_plan_lines(plan)), flush=True)
@@ -334,6 +367,11 @@ def _parser() -> _Parser:
                         "generation prompt (apply_chat_template(..., add_generation_prompt=True)); reference "
                         "text stays raw (default: off: text prompts are tokenised raw)")
     p.add_argument("--device", metavar="DEVICE", default="cpu", help="torch device of the models (default: %(default)s)")
+    p.add_argument("--draft-device", metavar="DEVICE", default=None,
+                   help="torch device of the draft, when not --device's (default: --device)")
+    p.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="dtype the models are loaded in; auto: the checkpoint's own (SmolLM2: float32) "
+                        "(default: %(default)s)")
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress bar (default: a bar on a terminal)")
     r = sub.add_parser("report", help="write report.md and figures of a profile run",

@@ -513,7 +513,8 @@ def test_device_sampler_equals_host_sampler():
 
 @pytest.mark.parametrize("verifier,K", [("token", 1), ("kseq", 3), ("optimal", 3)])
 def test_token_level_verification_moves_rows_not_the_arrays(verifier, K, monkeypatch):
-    """The device path, faked on the CPU: drafts sampled where the laws live and every host move counted.
+    """The host route's moves with laws on a device, faked on the CPU: drafts sampled where the laws live and
+    every host move counted.
 
     Per iteration at most K ids per drafted position and, per verified depth, one row of p and one of
     q on their union support (and its ids) cross -- never the (K, L, V) / (K, L + 1, V) arrays -- and
@@ -523,7 +524,7 @@ def test_token_level_verification_moves_rows_not_the_arrays(verifier, K, monkeyp
 
     n, L = 40, 4
     target, draft = _memoryless_pair(n, seed=3)
-    kw = dict(draft=draft, target=target, verifier=verifier, k=K, L=L, max_new_tokens=40, rng=11)
+    kw = dict(draft=draft, target=target, verifier=verifier, k=K, L=L, max_new_tokens=40, rng=11, engine="numpy")
     host = D.speculative_decode([0], **kw)
     moved = []
     real_np = _loop._np

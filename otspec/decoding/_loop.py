@@ -7,6 +7,7 @@ Notation: ``p`` is the draft model's next-token law, ``q`` the target's
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import time
 import warnings
@@ -18,17 +19,87 @@ import numpy as np
 import otspec
 import otspec.block
 
-from .._registry import get_verifier
+from .._registry import get_verifier, unknown_name_message
 from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
-from ._sampling import Sampling, sample_rows
+from ._sampling import Sampling, bad_rows, draw_rows, sample_rows
 from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
-from ._verifiers import Scheme, check_multiblock_size, resolve_scheme
+from ._verifiers import (
+    DEVICE_VERIFIERS,
+    Scheme,
+    check_multiblock_size,
+    resolve_scheme,
+    verify_block_onestep_t,
+    verify_chain_t,
+)
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["DecodeResult", "BaselineResult", "speculative_decode", "autoregressive_decode", "make_rng"]
+__all__ = ["ENGINES", "MAX_LAW_BYTES", "DecodeResult", "BaselineResult", "speculative_decode",
+           "autoregressive_decode", "make_rng", "law_bytes"]
+
+#: Where a chain's verification runs (``speculative_decode(engine=...)``): ``"torch"`` on the models' device
+#: (:data:`otspec.decoding._verifiers.DEVICE_VERIFIERS`), ``"numpy"`` on the host through the package's
+#: verifiers (every verifier; the independent route), ``"auto"`` the first where the verifier has it.
+ENGINES = ("auto", "torch", "numpy")
+#: Largest memory for the laws of one iteration (:func:`law_bytes`), checked before any model call.
+MAX_LAW_BYTES = 8 * 2**30
+#: First laws kept on the device (``log_laws``) before their :math:`\alpha_K` are computed in one batch.
+LAW_BATCH = 64
+
+
+def law_bytes(V: int, k: int, L: int) -> int:
+    r"""Bytes of the float64 laws one chain iteration holds on the device: :math:`8 V k (2L + 1)`.
+
+    The draft laws ``(k, L, V)`` and the target laws ``(k, L + 1, V)``; the
+    softmax of the target's logits needs one more block of the latter's size
+    while it runs, which the check below counts as well.
+
+    Parameters
+    ----------
+    V, k, L : int
+
+    Returns
+    -------
+    int
+
+    Examples
+    --------
+    >>> from otspec.decoding._loop import law_bytes
+    >>> law_bytes(128_256, 1, 4) / 2**20  # MiB
+    8.806640625
+    """
+    return 8 * int(V) * int(k) * (2 * int(L) + 1)
+
+
+def _check_law_memory(V: int, k: int, L: int, devices) -> None:
+    """Refuse (ValueError) an iteration whose laws exceed :data:`MAX_LAW_BYTES`, or the free memory of a CUDA
+    device of the models (counting the softmax's temporary block), before any model call."""
+    need = law_bytes(V, k, L)
+    peak = need + 8 * V * k * (L + 1)
+    free = None
+    for dev in devices:
+        if dev.type == "cuda":
+            f = int(torch.cuda.mem_get_info(dev)[0])
+            free = f if free is None else min(free, f)
+    if need > MAX_LAW_BYTES or (free is not None and peak > free):
+        where = (f"MAX_LAW_BYTES = {MAX_LAW_BYTES / 2**30:.1f} GiB" if need > MAX_LAW_BYTES
+                 else f"the {free / 2**30:.2f} GiB free on the device (with the softmax's temporary: "
+                      f"{peak / 2**30:.2f} GiB)")
+        raise ValueError(
+            f"the float64 laws of one iteration, 8 * V * k * (2L + 1) bytes = {need / 2**30:.2f} GiB for V={V}, "
+            f"k={k}, L={L}, exceed {where}: use a smaller `k` or `L`"
+        )
+
+
+def _clock(*devices) -> float:
+    """The decoder's one clock: :func:`time.perf_counter` after synchronising the CUDA devices among ``devices``
+    (a no-op on the CPU), so no queued work is charged to the wrong side of a reading."""
+    for dev in devices:
+        if dev is not None and dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+    return time.perf_counter()
 
 
 def make_rng(rng) -> np.random.Generator:
@@ -59,16 +130,34 @@ def make_rng(rng) -> np.random.Generator:
     >>> float(make_rng(0).random()) == float(make_rng(0).random())
     True
     """
+    seed = _seed(rng)
+    return np.random.default_rng(seed)
+
+
+def _seed(rng) -> int | None:
+    """One draw from ``rng`` (see :func:`make_rng`), or None for fresh entropy."""
     if rng is None:
-        return np.random.default_rng()
+        return None
     if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
         g = torch.Generator().manual_seed(validate_seed(rng, "rng"))  # numpy integers too; >= 0
     elif isinstance(rng, torch.Generator):
         g = rng
     else:
         raise TypeError(f"`rng` must be a torch.Generator, an int seed or None, got {type(rng).__name__}")
-    seed = int(torch.randint(0, 2**62, (1,), generator=g, device=g.device).item())
-    return np.random.default_rng(seed)
+    return int(torch.randint(0, 2**62, (1,), generator=g, device=g.device).item())
+
+
+def _device_generators(seed: int | None, draft_device, target_device):
+    """``torch.Generator`` s on the draft's and the target's devices (one when they coincide), seeded from
+    ``seed`` (fresh entropy when None)."""
+    def make(dev, s):
+        g = torch.Generator(device=dev)
+        return g.manual_seed(s) if s is not None else (g.seed(), g)[1]
+
+    gt = make(target_device, seed)
+    if torch.device(draft_device) == torch.device(target_device):
+        return gt, gt
+    return make(draft_device, None if seed is None else (seed * 2654435761 + 1) % 2**62), gt
 
 
 def _np(t) -> np.ndarray:
@@ -140,6 +229,13 @@ class _Track:
         logits (B, t, V), a tensor on the model's device."""
         t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(self.lm.device)
         logits = self.lm.logits(self.state, t)
+        self.calls += 1
+        self.batch = int(ids.shape[0])
+        return logits
+
+    def logits_ids(self, ids):
+        """:meth:`logits_t` of ids already a tensor on the model's device (no host round trip)."""
+        logits = self.lm.logits(self.state, ids)
         self.calls += 1
         self.batch = int(ids.shape[0])
         return logits
@@ -246,9 +342,14 @@ class DecodeResult:
         (:math:`P(Y \in S(X))` of the verifier on :math:`p_1, q_1`).
     alpha_opt_first : (N,) ndarray of float64
         :math:`\alpha_K(p_1, q_1)`, the optimum for ``K`` drafts (:func:`otspec.alpha_k`).
+        With ``engine="torch"`` and ``K > 1`` it needs a sort of each first
+        law: computed on the device from the kept first laws in batches
+        outside ``wall_time``, or NaN when the run kept none
+        (``log_laws=False``); at ``K = 1`` it is :math:`1 - \mathrm{TV}(p_1, q_1)`.
     wall_time : float
-        Seconds spent decoding (model calls, sampling, verification);
-        the prediction bookkeeping is excluded.
+        Seconds spent decoding (model calls, sampling, verification), the
+        devices synchronised at both ends; the prediction bookkeeping is
+        excluded.
     draft_calls, total_target_calls : int
     process : str or None
         The draft process of a tree run (:data:`otspec.tree.PROCESSES` or
@@ -263,6 +364,11 @@ class DecodeResult:
         :math:`\alpha_K` for ``"iid"``, its without-replacement analogue for
         ``"wor"``, the target mass of the root's children for ``"topk"`` and
         ``"eagle2"``, :func:`otspec.tree.spechub_optimum` for ``"spechub"``.
+    engine : {"torch", "numpy"}
+        Where the verification ran: on the models' device in torch (the
+        laws never leave it; one host synchronisation per iteration, the
+        emitted tokens), or on the host through the package's numpy
+        verifiers (rows of the laws moved there).
     """
 
     tokens: np.ndarray
@@ -287,6 +393,7 @@ class DecodeResult:
     total_target_calls: int
     process: str | None = None
     tree: object = None
+    engine: str = "numpy"
 
     verifier = property(_deprecated_verifier_name, doc="Deprecated alias of ``verifier_name``.")
 
@@ -453,6 +560,8 @@ def speculative_decode(
     verifier_options: dict | None = None,
     eos_token_id=None,
     progress: bool = False,
+    engine: str = "auto",
+    log_laws: bool = True,
 ) -> DecodeResult:
     r"""Speculative decoding of a real (or toy) draft/target pair with any verifier of the package.
 
@@ -485,14 +594,20 @@ def speculative_decode(
         P\big(Y_{1:m} = y_{1:m}\big) = \prod_{t=1}^{m} q(y_t \mid \text{prompt}, y_{1:t-1})
         \quad\text{(lossless verifiers)}.
 
-    Probabilities are float64; verifiers work on the union of the supports
-    of ``p`` and ``q`` (the full vocabulary without truncation, e.g.
-    ``verifier="optimal"`` at ``V = 49,152``; small after top-k / top-p).
-    The laws ``P`` (K, L, V) and ``Q`` (K, L + 1, V) stay on the models'
-    device: drafts are sampled there (only ``K`` uniforms and ``K`` ids
-    cross), and each verified depth moves one row of ``p`` and one of ``q``
-    restricted to their union support (plus the bonus row of ``q``) to the
-    host, not the whole arrays. On the CPU the moves are views (no copy).
+    Probabilities are float64. The laws ``P`` (K, L, V) and ``Q`` (K, L + 1,
+    V) stay on the models' device. With ``engine="torch"`` (the default for
+    ``"token"``, ``"multiround"`` and ``"block-onestep"``) everything else
+    does too: drafts and residuals are drawn there with a
+    ``torch.Generator`` on that device, the ratio tests run there, and one
+    host read per iteration brings the emitted tokens (the draft may sit on
+    another device than the target: its drafts and laws are then copied to
+    the target's). With ``engine="numpy"`` (every other verifier) drafts are
+    sampled on the device (only ``K`` uniforms and ``K`` ids cross) and
+    each verified depth moves one row of ``p`` and one of ``q`` restricted
+    to their union support (plus the bonus row of ``q``) to the host, where
+    the package's verifiers work on that support (the full vocabulary
+    without truncation, e.g. ``verifier="optimal"`` at ``V = 49,152``;
+    small after top-k / top-p). On the CPU the moves are views (no copy).
 
     Parameters
     ----------
@@ -579,6 +694,26 @@ def speculative_decode(
         Stop after any of these tokens.
     progress : bool, keyword-only
         Show a tqdm progress bar.
+    engine : {"auto", "torch", "numpy"}, keyword-only
+        Where a chain is verified. ``"torch"``: on the models' device
+        (:func:`otspec.decoding._verifiers.verify_chain_t` for ``"token"``
+        and ``"multiround"``, :func:`~otspec.decoding._verifiers.verify_block_onestep_t`
+        for ``"block-onestep"``): drafts, laws, ratio tests and residual draws
+        stay there, drawn with a ``torch.Generator`` on that device seeded
+        from ``rng``, and one transfer per iteration brings the emitted
+        tokens (and the flags of non-finite logits) to the host. ``"numpy"``:
+        the package's verifiers on the host (every verifier; the
+        independent route the tests hold the device route against).
+        ``"auto"`` (default): ``"torch"`` where the verifier has it.
+        Trees and the other block schemes run their own route whatever this says.
+    log_laws : bool, keyword-only
+        With ``engine="torch"`` and ``K > 1``: keep each iteration's first
+        draft and target laws on the device (``16 V`` bytes an iteration)
+        and compute ``alpha_opt_first`` from them in batches of
+        :data:`LAW_BATCH` iterations, one sort on the device each, timed
+        apart from ``wall_time``. ``False`` keeps nothing and leaves
+        ``alpha_opt_first`` NaN there. Ignored elsewhere (``K = 1``:
+        :math:`\alpha_1 = 1 - \mathrm{TV}` costs nothing).
 
     Returns
     -------
@@ -587,7 +722,10 @@ def speculative_decode(
     Raises
     ------
     ValueError
-        Different vocabularies, an empty prompt, ``K`` or ``L`` < 1,
+        Different vocabularies, an empty prompt, ``K`` or ``L`` < 1, an
+        unknown ``engine`` or ``"torch"`` for a verifier without that route,
+        laws of one iteration above :data:`MAX_LAW_BYTES` (or the free
+        memory of a CUDA device),
         ``temperature < 0``, an unknown verifier or one that does not fit
         ``K`` or the sampling; with ``tree``: a malformed tree, an unknown
         ``process``, a tree verifier not lossless for the process without
@@ -649,14 +787,42 @@ def speculative_decode(
     scheme = _resolve("token" if verifier is None else verifier, K, verifier_options, V, sampling)
     if scheme.kind == "multiblock":
         check_multiblock_size(scheme.name, V, L, K)
-    gen = make_rng(rng)
-    return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress).run()
+    use_torch = _engine(engine, scheme)
+    if not isinstance(log_laws, bool):
+        raise TypeError(f"`log_laws` must be a bool, got {type(log_laws).__name__}")
+    _check_law_memory(V, K, L, {torch.device(draft.device), torch.device(target.device)})
+    if use_torch:
+        seed = _seed(rng)
+        gen = np.random.default_rng(seed)
+        gens = _device_generators(seed, draft.device, target.device)
+    else:
+        gen, gens = make_rng(rng), None
+    return _Decoder(draft, target, prompt_, scheme, K, L, max_new, sampling, gen, eos, progress,
+                    device_gens=gens, log_laws=log_laws).run()
+
+
+def _engine(engine, scheme: Scheme) -> bool:
+    """Whether ``scheme`` runs on the device (``engine`` checked against :data:`ENGINES` and the scheme)."""
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ValueError(unknown_name_message("engine", engine, ENGINES))
+    has = scheme.kind in ("token", "block") and scheme.name in DEVICE_VERIFIERS and scheme.lossless is not None
+    if engine == "torch" and not has:
+        raise ValueError(
+            f"`engine`='torch' verifies on the device with {list(DEVICE_VERIFIERS)} only, got `verifier`="
+            f"{scheme.name!r}: use engine='numpy' (or 'auto')"
+        )
+    return has and engine != "numpy"
 
 
 class _Decoder:
     def __init__(self, draft, target, prompt, scheme: Scheme, K, L, max_new, sampling, gen, eos, progress,
-                 tree_step: TreeStep | None = None):
+                 tree_step: TreeStep | None = None, device_gens=None, log_laws: bool = False):
         self.tree_step = tree_step
+        self.device_gens = device_gens
+        self.log_laws = log_laws
+        self.dev_log: list = []  # per iteration, on the device: the acceptance of each depth
+        self.first_laws: list = []  # (p_1, q_1) on the device, K > 1 with log_laws, until the next flush
+        self.alpha_opt: list = []  # alpha_K of the flushed first laws, on the device
         self.t = _Track(target, sampling)
         self.d = _Track(draft, sampling)
         self.prompt = prompt
@@ -752,6 +918,110 @@ class _Decoder:
         self._record(tau, len(out), 1, float(sum(accs)), float(sum(accs)) + 1.0, 1.0, reached, pred_reached)
         return out
 
+    # -- token-level schemes on the models' device ----------------------------------------------
+    def _iter_token_t(self, ctx):
+        """One chain iteration on the device (:func:`verify_chain_t`): one host synchronisation, the emitted
+        tokens with the flags of non-finite logits."""
+        K, L = self.K, self.L
+        d, t, probs = self.d, self.t, self.sampling.probs
+        gd, gt = self.device_gens
+        pending = d.sync(ctx)
+        ids = torch.tensor([pending], dtype=torch.long, device=d.lm.device)
+        P1 = probs(d.logits_ids(ids)[:, -1], check=False)  # (1, V)
+        V = P1.shape[-1]
+        P = torch.empty((K, L, V), dtype=torch.float64, device=P1.device)
+        X = torch.empty((K, L), dtype=torch.long, device=P1.device)
+        P[:, 0] = P1
+        X[:, 0] = draw_rows(P1, gd).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd)
+        for j in range(1, L):
+            P[:, j] = probs(d.logits_ids(X[:, j - 1 : j])[:, -1], check=False)
+            X[:, j] = draw_rows(P[:, j], gd)
+        pending_t = t.sync(ctx)
+        tdev = t.lm.device
+        Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
+        head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
+        Q = probs(t.logits_ids(torch.cat([head, Xt], dim=1))[:, -(L + 1):], check=False)  # (K, L + 1, V)
+        if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
+            out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt)
+            alpha = torch.cat([law, torch.minimum(Pt[0, 0], Q[0, 0]).sum()[None]])
+        else:
+            out, tau, row, alpha = verify_chain_t(Xt, Pt, Q, gt)
+        bad = torch.cat([bad_rows(Pt).flatten(), bad_rows(Q).flatten()])
+        host = torch.cat([out, tau[None], row[None], bad.to(torch.long)]).tolist()  # the one synchronisation
+        if any(host[L + 3:]):
+            self._refuse_bad_logits(ctx, host[L + 3:], X[int(host[L + 2])].tolist())
+        tau, row = int(host[L + 1]), int(host[L + 2])
+        out = host[: tau + 1]
+        held = ctx + out[:tau] + [-1] * (L - tau)  # what the states hold past the accepted tokens never matches
+        t.seq, d.seq = held, held[: len(ctx) + L - 1]
+        t.sync(ctx + out, row=row)
+        d.sync(ctx + out, row=row)
+        self.dev_log.append(alpha)
+        if self.log_laws and K > 1:
+            self.first_laws.append((Pt[0, 0].clone(), Q[0, 0].clone()))  # every chain shares the first laws
+            if len(self.first_laws) == LAW_BATCH:
+                self._flush_first_laws()
+        reached = np.zeros(L)
+        reached[:tau] = 1.0
+        self._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(L, math.nan))
+        return out
+
+    def _refuse_bad_logits(self, ctx, flags, xs):
+        """ValueError naming the model and the position of the first law made from non-finite logits."""
+        K, L = self.K, self.L
+        fd, ft = np.array(flags[: K * L]).reshape(K, L), np.array(flags[K * L:]).reshape(K, L + 1)
+        role, lm, f = ("draft", self.d.lm, fd) if fd.any() else ("target", self.t.lm, ft)
+        r, j = (int(a[0]) for a in np.nonzero(f))
+        pos = len(ctx) + j
+        dtype = getattr(getattr(lm, "model", None), "dtype", None)
+        raise ValueError(
+            f"the {role} model {getattr(lm, 'name', type(lm).__name__)!r} gave non-finite logits (NaN or inf) at "
+            f"position {pos} (its next-token law after {pos} tokens, chain {r})"
+            + (f"; its dtype is {dtype}: float16 overflows, try bfloat16 or float32" if dtype is not None else "")
+        )
+
+    def _finish_device_log(self) -> None:
+        """The per-iteration predictions of the device route, from its logged acceptances (one transfer)."""
+        if not self.dev_log:
+            return
+        K, L, lg = self.K, self.L, self.log
+        A = _np(torch.stack(self.dev_log).to("cpu"))  # (N, L): depth acceptances; block: (N, L + 2)
+        taus = np.array(lg["accepted"], dtype=np.int64)
+        if self.scheme.kind == "block":  # P(tau = t | X), t = 0..L, then alpha_1 = sum min(p_1, q_1)
+            law = A[:, : L + 1]
+            pred_tau = law @ np.arange(L + 1)
+            lg["pred_reached"] = list(np.cumsum(law[:, ::-1], axis=1)[:, ::-1][:, 1:])  # P(tau >= j | X)
+            lg["pred_acc"] = list(pred_tau)
+            lg["pred_emit"] = list(pred_tau + 1.0)
+            lg["alpha1"] = lg["alpha_opt1"] = list(A[:, L + 1])
+            return
+        m = np.minimum(taus + 1, L)  # depths verified
+        pred = np.where(np.arange(L)[None, :] < m[:, None], A, 0.0)  # 1{depth j reached} a_j
+        lg["pred_reached"] = list(pred)
+        lg["pred_acc"] = list(pred.sum(axis=1))
+        lg["pred_emit"] = list(pred.sum(axis=1) + 1.0)
+        lg["alpha1"] = list(A[:, 0])
+        if K == 1:
+            lg["alpha_opt1"] = list(A[:, 0])
+        elif self.log_laws:
+            self._flush_first_laws()
+            lg["alpha_opt1"] = list(_np(torch.cat(self.alpha_opt).to("cpu")))
+        else:
+            lg["alpha_opt1"] = [math.nan] * len(taus)
+
+    def _flush_first_laws(self) -> None:
+        r""":math:`\alpha_K` of the first laws kept so far, in one batched sort on their device, timed as analysis
+        (excluded from ``wall_time``); the laws are then dropped."""
+        if not self.first_laws:
+            return
+        dev = self.first_laws[0][0].device
+        a0 = _clock(dev)
+        p1 = torch.stack([a for a, _ in self.first_laws])
+        q1 = torch.stack([b for _, b in self.first_laws])
+        self.alpha_opt.append(otspec.alpha_k(p1, q1, self.K, validate=False))
+        self.first_laws = []
+        self.analysis_time += _clock(dev) - a0
+
     # -- block verification (K = 1) -----------------------------------------------------------
     def _iter_block(self, ctx):
         L = self.L
@@ -831,12 +1101,15 @@ class _Decoder:
         from tqdm.auto import tqdm
 
         step = {"block": self._iter_block, "multiblock": self._iter_multiblock}.get(self.scheme.kind, self._iter_token)
+        if self.device_gens is not None:
+            step = self._iter_token_t
         if self.tree_step is not None:
             step = functools.partial(self.tree_step, self)
         ctx = list(self.prompt)
         out: list[int] = []
         bar = tqdm(total=self.max_new, disable=not self.progress, desc=f"speculative[{self.scheme.name}]", leave=False)
-        t0 = time.perf_counter()
+        devices = (torch.device(self.d.lm.device), torch.device(self.t.lm.device))
+        t0 = _clock(*devices)
         try:
             while len(out) < self.max_new:
                 new = step(ctx)
@@ -847,7 +1120,8 @@ class _Decoder:
                     break
         finally:
             bar.close()
-        wall = time.perf_counter() - t0 - self.analysis_time
+        wall = _clock(*devices) - t0 - self.analysis_time
+        self._finish_device_log()
         lg = self.log
         L = self.L
         return DecodeResult(
@@ -873,4 +1147,5 @@ class _Decoder:
             total_target_calls=self.t.calls,
             process=None if self.tree_step is None else self.tree_step.plan.process,
             tree=None if self.tree_step is None else self.tree_step.plan.shape,
+            engine="torch" if self.device_gens is not None else "numpy",
         )

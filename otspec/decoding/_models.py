@@ -41,6 +41,7 @@ plain function ``ids -> logits`` without a cache (tests, toy models).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import numbers
@@ -49,12 +50,147 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._registry import unknown_name_message
 from ._deps import require
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["LanguageModel", "HFCausalLM", "CallableLM", "next_token_logits", "validate_language_model",
-           "MAX_TREE_NODES", "MAX_TREE_CELLS"]
+__all__ = ["DTYPES", "LanguageModel", "HFCausalLM", "CallableLM", "check_device", "check_dtype",
+           "checkpoint_vocab", "load_pair", "next_token_logits", "validate_language_model", "MAX_TREE_NODES",
+           "MAX_TREE_CELLS"]
+
+#: ``dtype`` of a loaded checkpoint: ``"auto"`` keeps the checkpoint's own (its config's ``dtype``).
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def check_dtype(dtype, name: str = "dtype"):
+    """The torch dtype (or ``"auto"``) of a name of :data:`DTYPES`; ValueError naming ``name`` otherwise.
+
+    Examples
+    --------
+    >>> from otspec.decoding._models import check_dtype
+    >>> check_dtype("bfloat16")
+    torch.bfloat16
+    """
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(unknown_name_message(name, dtype, DTYPES))
+    return dtype if dtype == "auto" else getattr(torch, dtype)
+
+
+def check_device(device, name: str = "device"):
+    """The ``torch.device`` of ``device``, refused (ValueError naming ``name``) when this machine has no such
+    device: ``cuda`` without CUDA, ``cuda:3`` with 2 GPUs, ``mps`` without Metal, a malformed name.
+
+    Examples
+    --------
+    >>> from otspec.decoding._models import check_device
+    >>> check_device("cpu")
+    device(type='cpu')
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"`{name}` must name a torch device such as 'cpu', 'cuda' or 'cuda:1', got {device!r}") \
+            from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise ValueError(f"`{name}`={device!r}, but this machine has no CUDA device "
+                             "(torch.cuda.is_available() is False): use 'cpu'")
+        if dev.index is not None and dev.index >= n:
+            raise ValueError(f"`{name}`={device!r}, but this machine has {n} CUDA device(s): cuda:0 to cuda:{n - 1}")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"`{name}`={device!r}, but this machine has no MPS device: use 'cpu'")
+    elif dev.type != "cpu":
+        try:
+            torch.empty(0, device=dev)
+        except (RuntimeError, AssertionError):
+            raise ValueError(f"`{name}`={device!r} is not a device this machine has") from None
+    return dev
+
+
+@contextlib.contextmanager
+def _progress_bars(transformers, show: bool):
+    """transformers' (and the hub's) progress bars on or off for the block; the previous setting is restored."""
+    log = transformers.utils.logging
+    was = log.is_progress_bar_enabled()
+    (log.enable_progress_bar if show else log.disable_progress_bar)()
+    try:
+        yield
+    finally:
+        if was != show:
+            (log.enable_progress_bar if was else log.disable_progress_bar)()
+
+
+def checkpoint_vocab(name_or_path) -> int:
+    """Width of a checkpoint's output layer, from its config alone (no weights loaded): ``config.vocab_size``.
+
+    Raises
+    ------
+    OSError
+        No config at ``name_or_path`` (transformers' message).
+    """
+    transformers = require("transformers", "checkpoint_vocab")
+    cfg = transformers.AutoConfig.from_pretrained(str(name_or_path))
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    return int(cfg.vocab_size)
+
+
+def load_pair(draft, target, *, dtype: str = "auto", device="cpu", draft_device=None):
+    r"""Load a draft and a target checkpoint (folder or hub name) as :class:`HFCausalLM`, checked first.
+
+    .. math::
+
+        V_{\text{draft}} = V_{\text{target}}
+
+    is required (read from both configs). Every check comes before any
+    weight is loaded: the ``dtype`` name, both devices (a device this
+    machine lacks is refused), the two vocabularies.
+
+    Parameters
+    ----------
+    draft, target : str or path
+        Checkpoint folders (``save_pretrained``) or names.
+    dtype : {"auto", "bfloat16", "float16", "float32"}, keyword-only
+        ``"auto"``: each checkpoint's own dtype.
+    device : str or torch.device, keyword-only
+        The target's device (and the draft's, unless ``draft_device``).
+    draft_device : str or torch.device, optional, keyword-only
+
+    Returns
+    -------
+    draft, target : HFCausalLM
+
+    Raises
+    ------
+    ValueError
+        An unknown ``dtype``, a device this machine lacks, vocabularies that differ.
+    OSError
+        A folder or name without a config.
+
+    Examples
+    --------
+    >>> import tempfile, torch, transformers
+    >>> from otspec.decoding._models import load_pair
+    >>> cfg = transformers.LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32,
+    ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    >>> folder = tempfile.mkdtemp()
+    >>> transformers.LlamaForCausalLM(cfg).save_pretrained(folder)
+    >>> d, t = load_pair(folder, folder, dtype="bfloat16")
+    >>> t.model.dtype, t.vocab_size
+    (torch.bfloat16, 8)
+    """
+    dt = check_dtype(dtype)
+    tdev = check_device(device, "device")
+    ddev = tdev if draft_device is None else check_device(draft_device, "draft_device")
+    vd, vt = checkpoint_vocab(draft), checkpoint_vocab(target)
+    if vd != vt:
+        raise ValueError(f"`draft` and `target` must share one vocabulary, got vocab_size {vd} ({draft}) and "
+                         f"{vt} ({target})")
+    return (HFCausalLM.from_pretrained(draft, dtype=dt, device=ddev),
+            HFCausalLM.from_pretrained(target, dtype=dt, device=tdev))
+
 
 
 @runtime_checkable
@@ -596,6 +732,50 @@ class HFCausalLM(_TreeScoring):
     @property
     def device(self):
         return next(self.model.parameters()).device
+
+    @classmethod
+    def from_pretrained(cls, name_or_path, *, dtype="auto", device="cpu", name: str | None = None) -> HFCausalLM:
+        r"""Load a checkpoint folder or name (``AutoModelForCausalLM``) in ``dtype`` on ``device``.
+
+        .. math::
+
+            \text{checkpoint} \mapsto \text{HFCausalLM}(\text{model in } \texttt{dtype} \text{ on } \texttt{device})
+
+        No tokenizer is needed (the decoder takes token ids). The dtype and
+        the device are checked before anything is read.
+
+        Parameters
+        ----------
+        name_or_path : str or path
+        dtype : {"auto", "bfloat16", "float16", "float32"} or torch.dtype, keyword-only
+            ``"auto"``: the checkpoint's own dtype.
+        device : str or torch.device, keyword-only
+        name : str, optional, keyword-only
+            A label (default: ``name_or_path``).
+
+        Returns
+        -------
+        HFCausalLM
+
+        Raises
+        ------
+        ValueError
+            An unknown ``dtype``, a device this machine lacks.
+        OSError
+            Nothing loadable at ``name_or_path``.
+
+        Examples
+        --------
+        See :func:`otspec.decoding._models.load_pair`.
+        """
+        dt = dtype if isinstance(dtype, torch.dtype) else check_dtype(dtype)
+        dev = check_device(device)
+        transformers = require("transformers", "HFCausalLM.from_pretrained")
+        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+        key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
+        with _progress_bars(transformers, False):
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(name_or_path), **{key: dt})
+        return cls(model.to(dev), name=name or str(name_or_path))
 
     def new_state(self, pad=None) -> _HFState:
         r"""An empty state: batch 1, or ``len(pad)`` left-padded rows.

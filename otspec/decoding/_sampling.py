@@ -13,7 +13,7 @@ from ._deps import require
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["TOP_P_RULES", "Sampling", "sample_rows", "transformers_keep_mask"]
+__all__ = ["DRAW_RULES", "TOP_P_RULES", "Sampling", "draw_rows", "sample_rows", "transformers_keep_mask"]
 
 #: Nucleus boundary rules of :class:`Sampling` (``top_p_rule``).
 TOP_P_RULES = ("ties", "transformers")
@@ -169,12 +169,18 @@ class Sampling:
         """
         return torch.softmax(logits.to(torch.float64), dim=-1)
 
-    def probs(self, logits):
+    def probs(self, logits, *, check: bool = True):
         r"""The processed law, float64, same shape as ``logits`` (last axis = vocabulary).
 
         Parameters
         ----------
         logits : torch.Tensor, shape ``(..., V)``
+        check : bool, keyword-only
+            Check that every row is a law (one host synchronisation on a
+            GPU). ``False`` returns at once; a row from a NaN or ``+inf``
+            logit, or with no finite logit, is then NaN in every entry (also
+            under top-k / top-p and greedy decoding), so the caller can test
+            one entry per row later (:func:`bad_rows`).
 
         Returns
         -------
@@ -183,16 +189,20 @@ class Sampling:
         Raises
         ------
         ValueError
-            If a row has no finite logit (no law can be formed), or, when
-            greedy, a NaN or a ``+inf`` logit (no well-defined argmax).
+            If ``check`` and a row has no finite logit (no law can be formed),
+            or, when greedy, a NaN or a ``+inf`` logit (no well-defined argmax).
         """
         if self.greedy:
-            return greedy_probs(logits)
+            return greedy_probs(logits, check=check)
+        if not check and not self.truncated and self.temperature == 1.0:
+            return torch.softmax(logits, dim=-1, dtype=torch.float64)  # the cast inside the kernel: one pass less
         x = logits.to(torch.float64) / self.temperature
         V = x.shape[-1]
         if self.top_p_rule == "transformers":
             keep = transformers_keep_mask(logits, self.temperature, self.top_k, self.top_p)
             probs = torch.softmax(x.masked_fill(~keep, -math.inf), dim=-1)
+            if not check:  # NaN or +inf logits, which transformers' warpers would drop, mark the row
+                return probs.masked_fill(~torch.isfinite(x.amax(dim=-1, keepdim=True)), math.nan)
             if not bool(torch.isfinite(probs).all()):
                 raise ValueError("logits gave no valid law (a row with no finite logit, or NaN)")
             return probs
@@ -207,12 +217,12 @@ class Sampling:
             thresh = torch.gather(sp, -1, m)
             probs = torch.where(probs >= thresh, probs, torch.zeros_like(probs))
             probs = probs / probs.sum(dim=-1, keepdim=True)
-        if not bool(torch.isfinite(probs).all()):
+        if check and not bool(torch.isfinite(probs).all()):
             raise ValueError("logits gave no valid law (a row with no finite logit, or NaN)")
         return probs
 
 
-def greedy_probs(logits):
+def greedy_probs(logits, *, check: bool = True):
     r"""The one-hot law of the argmax of each row, float64; ties go to the smallest token id.
 
     .. math::
@@ -226,6 +236,9 @@ def greedy_probs(logits):
     Parameters
     ----------
     logits : torch.Tensor, shape ``(..., V)``
+    check : bool, keyword-only
+        Refuse rows without a well-defined argmax (one host synchronisation);
+        ``False`` marks them instead: such a row is NaN in every entry.
 
     Returns
     -------
@@ -234,7 +247,8 @@ def greedy_probs(logits):
     Raises
     ------
     ValueError
-        If a row contains NaN, contains ``+inf``, or has no finite logit; no vocabulary axis.
+        If ``check`` and a row contains NaN, contains ``+inf``, or has no finite
+        logit; no vocabulary axis.
 
     Examples
     --------
@@ -246,10 +260,14 @@ def greedy_probs(logits):
     x = logits.to(torch.float64)  # exact from float32 / bfloat16: the same argmax, ties included
     if x.ndim < 1 or x.shape[-1] < 1:
         raise ValueError(f"`logits` must have a vocabulary axis, got shape {tuple(x.shape)}")
-    if bool(torch.isnan(x).any()) or not bool(torch.isfinite(x.max(dim=-1).values).all()):
-        raise ValueError("logits gave no valid greedy law (a row with NaN, +inf, or no finite logit)")
+    if check:
+        if bool(torch.isnan(x).any()) or not bool(torch.isfinite(x.max(dim=-1).values).all()):
+            raise ValueError("logits gave no valid greedy law (a row with NaN, +inf, or no finite logit)")
     idx = torch.argmax(x, dim=-1, keepdim=True)
-    return torch.zeros_like(x).scatter_(-1, idx, 1.0)
+    out = torch.zeros_like(x).scatter_(-1, idx, 1.0)
+    if not check:  # a row with NaN, +inf or no finite logit (amax propagates NaN): NaN throughout
+        out = out.masked_fill(~torch.isfinite(x.amax(dim=-1, keepdim=True)), math.nan)
+    return out
 
 
 def transformers_keep_mask(logits, temperature: float, top_k: int | None, top_p: float | None):
@@ -335,3 +353,82 @@ def sample_rows(P: np.ndarray, gen: np.random.Generator) -> np.ndarray:
             i -= 1
         idx[b] = i
     return idx
+
+
+#: Rules of :func:`draw_rows`: ``"race"`` (the exponential race of vLLM's rejection sampler) and ``"cdf"``
+#: (the inverse of the running sums).
+DRAW_RULES = ("race", "cdf")
+
+
+def bad_rows(P):
+    """Rows of a law tensor ``(..., V)`` made from bad logits (NaN in every entry, see :meth:`Sampling.probs`):
+    a bool tensor ``(...)`` on the same device, read from the first entry of each row (no synchronisation)."""
+    return torch.isnan(P[..., 0])
+
+
+def draw_rows(W, gen, *, rule: str | None = None):
+    r"""One draw per row of non-negative weights ``W`` (``(B, V)``, any float tensor), where ``W`` lives.
+
+    .. math::
+
+        P(\text{row } b \text{ draws } i) = \frac{W_{b,i}}{\sum_j W_{b,j}},
+
+    with no normalisation and no sort. Two exact rules, the same law:
+
+    * ``"race"`` (default on CUDA): :math:`\arg\max_i W_{b,i} / E_{b,i}` with
+      :math:`E_{b,i}` i.i.d. ``Exp(1)`` -- the smallest of independent
+      exponential clocks of rates :math:`W_{b,i}` rings at ``i`` with
+      probability :math:`W_{b,i} / \sum_j W_{b,j}` (the draw of vLLM's v1
+      rejection sampler, ``vllm/v1/sample/rejection_sampler.py``,
+      ``sample_recovered_tokens``: ``argmax(prob / q)`` with ``q`` exponential).
+      One random number per entry: cheap on a GPU, slow on a CPU.
+    * ``"cdf"`` (default elsewhere): the running sums ``c`` and one uniform
+      ``u`` per row; the first ``i`` with :math:`c_i > u\,c_V`. A zero-weight
+      entry never has :math:`c_i > c_{i-1}`, so it is never drawn; a uniform
+      rounded up to the total falls back to the first ``i`` with
+      :math:`c_i = c_V` (positive weight too).
+
+    Both are exact up to the float64 rounding of the uniforms (``2**-53``).
+
+    Parameters
+    ----------
+    W : torch.Tensor, shape ``(B, V)``
+        Non-negative weights, every row with positive total.
+    gen : torch.Generator
+        On ``W``'s device.
+    rule : {"race", "cdf"} or None, keyword-only
+        None: ``"race"`` on CUDA, ``"cdf"`` elsewhere.
+
+    Returns
+    -------
+    torch.Tensor of int64, shape ``(B,)``, on ``W``'s device (no host synchronisation). A row of NaN
+    (bad logits, :func:`bad_rows`) still gives an id in ``[0, V)``, so the caller can check later.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``rule``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding._sampling import draw_rows
+    >>> g = torch.Generator().manual_seed(0)
+    >>> W = torch.tensor([[0.0, 2.0, 0.0], [1.0, 0.0, 0.0]], dtype=torch.float64)
+    >>> draw_rows(W, g).tolist(), draw_rows(W, g, rule="race").tolist()
+    ([1, 0], [1, 0])
+    """
+    if rule is None:
+        rule = "race" if W.device.type == "cuda" else "cdf"
+    if rule not in DRAW_RULES:
+        raise ValueError(unknown_name_message("rule", rule, DRAW_RULES))
+    if rule == "race":
+        E = torch.empty(W.shape, dtype=torch.float64, device=W.device).exponential_(generator=gen)
+        # E = 0 (a uniform of exactly 0) would make 0 / 0 a NaN that argmax takes: floor it at the smallest normal
+        return torch.argmax(W.to(torch.float64) / E.clamp_(min=torch.finfo(torch.float64).tiny), dim=-1)
+    c = torch.cumsum(W.to(torch.float64), dim=-1)
+    tot = c[:, -1:].contiguous()
+    u = torch.rand((W.shape[0], 1), dtype=torch.float64, device=W.device, generator=gen) * tot
+    i = torch.searchsorted(c, u, right=True)
+    top = torch.searchsorted(c, tot, right=False)  # the first entry reaching the total: positive weight
+    return torch.where(i < W.shape[-1], i, top)[:, 0].clamp_(max=W.shape[-1] - 1)  # a NaN row: an id still

