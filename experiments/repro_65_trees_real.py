@@ -73,8 +73,11 @@ GAP_FAMILIES = (
 )
 #: Contexts of the gap: the first GAP_PROMPTS prompts, at the prompt's end and after GAP_STEP target-sampled tokens
 #: (temperature 1, untruncated laws: the bound and the verifiers read the same laws); GAP_DRAWS trees per context.
-#: This step took 14 minutes of CPU (mostly model calls: one per drawn node and five frontiers per bound) on the
-#: project's loaded 2-core machine.
+#: Each path's laws are scored once per context, in one tree-attention call per bound frontier and per depth of
+#: all the context's drawn trees (88 calls of each model, 5,242 scored nodes): 58-64 s of CPU on the project's
+#: 2-core machine (81-142 s of wall time at load averages of 4-5), where one call per drawn node (513 calls, 6,823
+#: nodes) took 136 s of CPU (187-396 s of wall time at 3-6); the numbers agree to 2e-6 (the float32 models round
+#: with the batch they score in).
 GAP_PROMPTS = 4
 GAP_STEP = 4
 GAP_DRAWS = 4
@@ -83,61 +86,135 @@ GAP_BUDGET = 256
 GAP_SEED = 3000
 
 
-class _LawsAt:
-    """The ``next_dist`` view of a decoding pair after one context: each law by a tree-attention call, memoised."""
+class _ContextLaws:
+    """The draft's and the target's laws at token paths after one context, each path scored once: the paths not
+    yet in ``memo`` in one tree-attention call of each model (``laws``, a ``_TreeAttentionLaws``). What
+    ``otspec.tree.bound`` reads (``paths -> (P, Q)`` and ``calls``), shared with the drawn trees' laws."""
 
-    def __init__(self, laws, which: int, memo: dict):
-        self.laws, self.which, self.memo, self.vocab_size = laws, which, memo, laws.models[0].vocab_size
+    def __init__(self, laws, memo: dict):
+        self.laws, self.memo, self.calls, self.vocab_size = laws, memo, 0, laws.models[0].vocab_size
 
     def prefetch(self, paths) -> None:
-        new = [tuple(s) for s in paths if tuple(s) not in self.memo]
+        new = list(dict.fromkeys(tuple(s) for s in paths if tuple(s) not in self.memo))
         if new:
+            self.calls += 1
             P, Q = self.laws(new)
             for s, p, q in zip(new, P, Q):
                 self.memo[s] = (p, q)
 
+    def __call__(self, paths):
+        self.prefetch(paths)
+        return (np.stack([self.memo[tuple(s)][0] for s in paths]), np.stack([self.memo[tuple(s)][1] for s in paths]))
+
+
+class _LawsAt:
+    """The ``next_dist`` view of one model of a :class:`_ContextLaws` (0 draft, 1 target)."""
+
+    def __init__(self, laws: _ContextLaws, which: int):
+        self.laws, self.which, self.vocab_size = laws, which, laws.vocab_size
+
+    def prefetch(self, paths) -> None:
+        self.laws.prefetch(paths)
+
     def next_dist(self, path):
         self.prefetch([path])
-        return self.memo[tuple(path)][self.which]
+        return self.laws.memo[tuple(path)][self.which]
+
+
+def _bound(shape, process, laws: _ContextLaws):
+    """``otspec.tree.bound(shape, draft, target, process=process, prefix=c, budget=GAP_BUDGET)`` on the laws of
+    context ``c`` (the same recursion and order of expansion, 64 prefixes per frontier), every path's laws read
+    once for both families and the drawn trees."""
+    from otspec.tree._bound import DEFAULT_BOUND_BATCH, _sampled, _Slots
+    from otspec.tree._process import as_tree_shape, validate_process
+
+    shape = as_tree_shape(shape, process)
+    return _sampled(_Slots(shape), validate_process(process, shape), laws, GAP_BUDGET, DEFAULT_BOUND_BATCH)
+
+
+def _draw_trees(draws, dm, rng) -> list:
+    """The trees of ``sample_tree(shape, dm, process=process, rng=rng)`` called once per ``(shape, process)`` of
+    ``draws`` in turn -- the very same tokens, ``rng`` left in the same state -- with the draft laws of one depth
+    of every tree read in one tree-attention call (``dm.prefetch``) instead of one call per node.
+
+    Every draw of :func:`otspec.tree.draw_children` takes one uniform per i.i.d. child and ``max(ranks) + 1`` per
+    node drawn without replacement, a number fixed by the shape: tree ``i`` draws from a copy of ``rng`` advanced
+    by the uniforms of the trees before it, and its copy must end where the next one starts (checked)."""
+    import copy
+
+    from otspec.models import next_law
+    from otspec.tree import DraftTree
+    from otspec.tree._process import _child_groups, draw_children
+
+    plans, gens, starts = [], [], []
+    for shape, process in draws:
+        groups = _child_groups(shape)
+        if any(shape.depth[a] > shape.depth[b] for (a, _, _), (b, _, _) in zip(groups, groups[1:])):
+            raise ValueError("the shape's nodes must come in order of depth")
+        plans.append((shape, process, groups))
+        gens.append(copy.deepcopy(rng))
+        starts.append(rng.bit_generator.state)
+        rng.random(sum(len(r) if process == "iid" else max(r) + 1 for _, _, r in groups))
+    tokens = [np.full(shape.n + 1, -1, dtype=np.int64) for shape, _, _ in plans]
+    paths = [[()] * (shape.n + 1) for shape, _, _ in plans]
+    D = max(int(shape.max_depth) for shape, _, _ in plans)
+    for d in range(D + 1):
+        dm.prefetch([paths[t][i] for t, (shape, _, _) in enumerate(plans) for i in range(shape.n + 1)
+                     if shape.depth[i] == d])
+        for t, (shape, process, groups) in enumerate(plans):
+            for par, ch, ranks in groups:
+                if shape.depth[par] == d:
+                    law = next_law(dm, paths[t][par], dm.vocab_size, "draft")
+                    for c_, x in zip(ch, draw_children(law, ranks, process, gens[t], path=paths[t][par])):
+                        tokens[t][c_] = x
+                        paths[t][c_] = paths[t][par] + (int(x),)
+    for t, g in enumerate(gens):
+        end = starts[t + 1] if t + 1 < len(gens) else rng.bit_generator.state
+        if g.bit_generator.state != end:
+            raise RuntimeError("a tree took another number of uniforms than its shape fixes")
+    return [DraftTree(shape, shape.parents, tok) for (shape, _, _), tok in zip(plans, tokens)]
 
 
 def verifier_gaps(tok, draft, target, prompts=PROMPTS[:GAP_PROMPTS]) -> dict:
     """Per sampled family and verifier: the mean over contexts of the bound B (any lossless verifier's best on the
     family's trees, an upper bound) minus the verifier's exact E[tau | T] averaged over drawn trees, with a 95 %
     bootstrap interval over prompts; the budget's remaining slack (the bound's remainder) beside it."""
-    from otspec.tree import TreeShape, bound, make_tree_verifier, sample_tree, tree_laws
+    from otspec.tree import TreeShape, make_tree_verifier, tree_laws
     from otspec.tree._bound import _TreeAttentionLaws
 
     rng = np.random.default_rng(GAP_SEED)
     per = {label: {"bound": [], "remainder": [], "pi_exact": True, **{v: [] for v in vs}}
            for label, _, _, vs in GAP_FAMILIES}
+    shapes = {label: TreeShape.branching(*br) for label, br, _, _ in GAP_FAMILIES}
     owner = []
     for pi_, text in enumerate(prompts):
         ctx = chat_ids(tok, text)
         for step in (0, GAP_STEP):
             c = list(ctx)
-            for _ in range(step):          # target-sampled continuation, temperature 1
-                _, Q = _TreeAttentionLaws(draft, target, c)([()])
+            for _ in range(step):          # target-sampled continuation, temperature 1 (the target's law alone)
+                Q = target.score_tree(target.new_state(), np.array([-1]), np.array([-1]), pending=np.array(c))
                 c.append(int(rng.choice(Q.shape[1], p=Q[0] / Q[0].sum())))
             owner.append(pi_)
-            laws = _TreeAttentionLaws(draft, target, c)
-            memo: dict = {}
-            dm, tm = _LawsAt(laws, 0, memo), _LawsAt(laws, 1, memo)
-            for label, br, process, vs in GAP_FAMILIES:
-                shape = TreeShape.branching(*br)
-                b = bound(shape, draft, target, process=process, prefix=c, budget=GAP_BUDGET)
+            laws = _ContextLaws(_TreeAttentionLaws(draft, target, c), {})
+            dm, tm = _LawsAt(laws, 0), _LawsAt(laws, 1)
+            for label, _, process, _vs in GAP_FAMILIES:
+                b = _bound(shapes[label], process, laws)
                 per[label]["bound"].append(b.value)
                 per[label]["remainder"].append(b.remainder)
                 per[label]["pi_exact"] &= b.pi_exact
+            # every family's GAP_DRAWS trees, in the order of one sample_tree call after the other
+            trees = iter(_draw_trees([(shapes[label], process) for label, _, process, _ in GAP_FAMILIES
+                                      for _ in range(GAP_DRAWS)], dm, rng))
+            for label, _, _process, vs in GAP_FAMILIES:
+                # one verifier per context: its token verifiers memoised by (p, q, k) across the draws
+                vers = {v: make_tree_verifier(v, token_verifier="optimal") if v == "spectr-tree" else
+                        make_tree_verifier(v) for v in vs}
                 vals = {v: [] for v in vs}
                 for _ in range(GAP_DRAWS):
-                    T = sample_tree(shape, dm, process=process, rng=rng)
-                    dm.prefetch(T.paths())
+                    T = next(trees)
                     P, Q = tree_laws(T, dm, tm)
                     for v in vs:
-                        ver = make_tree_verifier(v, token_verifier="optimal") if v == "spectr-tree" else \
-                            make_tree_verifier(v)
-                        vals[v].append(ver.expected_accepted(T, P, Q, validate=False))
+                        vals[v].append(vers[v].expected_accepted(T, P, Q, validate=False))
                 for v in vs:
                     per[label][v].append(float(np.mean(vals[v])))
     owner = np.array(owner)
