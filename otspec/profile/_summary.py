@@ -550,17 +550,24 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
     Raises
     ------
     ValueError
-        ``out`` holds no run, or no finished shard; ``draft_cost`` or ``score_cost`` negative;
-        ``reference`` not profiled.
+        ``out`` holds no run, or no finished shard; ``draft_cost`` negative, ``score_cost`` not above 0, or
+        either not finite; ``reference`` not profiled.
+    TypeError
+        ``draft_cost`` or ``score_cost`` not a number.
 
     Examples
     --------
     See :func:`profile`.
     """
+    for nm, val, least in (("draft_cost", draft_cost, ">= 0"), ("score_cost", score_cost, "> 0")):
+        if val is None:
+            continue
+        if isinstance(val, bool) or not isinstance(val, (int, float, np.integer, np.floating)):
+            raise TypeError(f"`{nm}` must be a number, got {type(val).__name__}")
+        # a target call that scores tokens takes time: s = 0 would make an iteration without draft steps free
+        if not (np.isfinite(val) and (val > 0 if least == "> 0" else val >= 0)):
+            raise ValueError(f"`{nm}` must be a finite number {least}, got {val!r}")
     man = read_manifest(out)
-    for nm, val in (("draft_cost", draft_cost), ("score_cost", score_cost)):
-        if val is not None and not (isinstance(val, (int, float)) and np.isfinite(val) and val >= 0):
-            raise ValueError(f"`{nm}` must be a finite number >= 0, got {val!r}")
     settings = man["settings"]
     sums = _stream_sums(out, settings)
     if sums is None:
