@@ -189,6 +189,21 @@ def test_write_report_refuses_a_folder_holding_another_run(tmp_path):
     assert (b / "report.md").read_text() == "report of run 1\n"  # untouched
 
 
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_report_dest_that_is_a_file_is_refused_with_its_flag(tmp_path, capsys, below):
+    # it used to end in "[Errno 17] File exists" (or "Not a directory"), naming no parameter
+    a = _fake_run(tmp_path / "a", 0)
+    f = tmp_path / "notes.txt"
+    f.write_text("mine\n")
+    dest = f / below if below else f
+    assert cli.main(["report", str(a), "--dest", str(dest), "--no-figures"]) == 2
+    err = _error(capsys)
+    assert f"`--dest` '{dest}' must be a folder, but '{f}' is a file" in err
+    assert f.read_text() == "mine\n"
+    with pytest.raises(ValueError, match="`dest` .* must be a folder"):
+        check_report_dest(a, dest)
+
+
 # --------------------------------------------------------------------------- the plan's words
 def test_plan_quotes_the_runs_vocabulary(tmp_path, prompts, capsys):
     assert _profile(prompts, tmp_path / "r") == 0
