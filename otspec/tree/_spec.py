@@ -207,6 +207,7 @@ def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
     ------
     ValueError
         Not three parts at most, an unknown process (with the closest name), a shape of none of the forms,
+        an empty verifier name (a trailing ``:`` or ``,``),
         a tree without draft nodes or above ``limit`` (with its exact size), EAGLE-2 parameters out of range
         (named as SGLang names them).
 
@@ -244,5 +245,8 @@ def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
         canon = f"{shape.num_steps},{shape.topk},{shape.num_draft_tokens}"
     else:
         shape, canon = parse_shape_text(shape_text, where, limit)
-    verifiers = tuple(v for v in vs.split(",") if v)
+    verifiers = tuple(vs.split(",")) if len(parts) == 3 else ()
+    if any(not v for v in verifiers):
+        raise ValueError(f"{where}: the verifiers after the second ':' must be comma-separated names, got "
+                         f"{parts[2]!r} (leave out ':' and the verifiers for the defaults)")
     return TreeSpec(process, shape, verifiers, canon)
