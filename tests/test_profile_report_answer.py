@@ -142,6 +142,30 @@ def test_a_chosen_tree_on_too_few_held_out_positions_is_not_ranked(summary):
     assert "Not ranked: the chosen static tree" in text and "12 positions" in text
 
 
+def test_one_prompt_decides_nothing_and_few_positions_are_said_in_the_answer(tmp_path, small):
+    # one prompt: no interval exists, so "plain decoding is fastest" (what no interval clearing 1 means with
+    # several prompts) would be a claim the run cannot make
+    d, t = toy_pair(4, seed=0)
+    profile([[0, 1]], out=tmp_path / "one", draft=d, target=t, k_max=2, L_max=2, max_new_tokens=4,
+            families=["token", "block", "block-onestep"], verifiers=["token"], progress=False)
+    s = summarize(tmp_path / "one", draft_cost=0.01, score_cost=1.0, n_boot=50)
+    assert s.prompts == 1 and not any(c.speedup.has_interval for c in s.configurations)
+    rec = _section(report_markdown(s), "Recommendation").strip().split("\n\n")
+    assert rec[0].startswith("**Not decided: one prompt gives no interval**") and "fastest" not in rec[0].split(
+        "**")[1]
+    assert "Plain decoding is fastest" not in report_markdown(s)
+    assert s.configurations[0].name in rec[0] and f"[{ONE_PROMPT}]" in rec[0]
+    assert any(p.startswith("Ranked on as few as 4 positions, fewer than the 30") for p in rec)
+    # with nothing decided, the engines' line names what no engine ships (not "it")
+    top = s.configurations[0]
+    assert top.engines == "none"
+    assert any(p.startswith(f"No serving engine ships {top.name}; the fastest that one does") for p in rec)
+    slow = summarize(small, draft_cost=1.0, score_cost=1.0, n_boot=50)
+    text = _section(report_markdown(slow), "Recommendation")
+    assert text.strip().startswith("**Plain decoding is fastest on this device**")
+    assert "Ranked on as few as 8 positions" in text
+
+
 # --------------------------------------------------------------------------- 2. the positions each figure claims
 def test_no_interval_from_one_prompt(small):
     s = summarize(small, n_boot=100)

@@ -118,6 +118,11 @@ def _recommendation_lines(summary) -> list[str]:
         c = clear[0]
         lines += [f"Run {_run_it(c)}: predicted speed-up {_fmt(c.speedup, '.2f')} over plain decoding on "
                   f"{_where(c, summary)} (engines: {c.engines})."]
+    elif not any(c.speedup.has_interval for c in configs):
+        lines += [f"**Not decided: one prompt gives no interval**, so no configuration is shown faster or slower "
+                  f"than plain decoding; the fastest point estimate, {best.name}, predicts "
+                  f"{_fmt(best.speedup, '.2f')}. Profile more prompts before acting on it. The alternatives "
+                  "follow, fastest first."]
     else:
         lines += [f"**Plain decoding is fastest on this device**: no profiled configuration's speed-up interval lies "
                   f"above 1; the fastest, {best.name}, predicts {_fmt(best.speedup, '.2f')} "
@@ -126,8 +131,13 @@ def _recommendation_lines(summary) -> list[str]:
     shipped = [c for c in configs if not c.engines.startswith(NO_ENGINE)]
     if top.engines.startswith(NO_ENGINE) and shipped:
         c = shipped[0]
-        lines += ["", f"No serving engine ships it; the fastest that one does ({c.engines}): {_run_it(c)}, "
+        it = "it" if clear else top.name  # after "plain decoding is fastest", "it" would read as plain decoding
+        lines += ["", f"No serving engine ships {it}; the fastest that one does ({c.engines}): {_run_it(c)}, "
                   f"speed-up {_fmt(c.speedup, '.2f')} ({_verdict(c.speedup)})."]
+    few = min(c.speedup.positions for c in configs)
+    if few < MIN_RANKED_POSITIONS:
+        lines += ["", f"Ranked on as few as {_positions(few)}, fewer than the {MIN_RANKED_POSITIONS} this report "
+                  "needs to rank configurations (their order may be noise): profile more positions."]
     chosen = [c for c in (*configs[:1], *clear[:1]) if c.kind == "chosen tree"]
     ex = summary.trees.choice.export if chosen else None
     if ex:
