@@ -238,6 +238,21 @@ def test_tree_figures_draw_one_position_set_each(summary):
     plt.close(fig)
 
 
+@pytest.mark.parametrize("positions", ["all", "held out"])
+def test_tree_size_axes_read_as_plain_integers(summary, positions):
+    # the logarithmic axis of sizes used matplotlib's minor labels below a decade ("2 x 10^0", overlapping)
+    fig, ax = plt.subplots()
+    plot_tree_tokens(summary, positions=positions, ax=ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels(which="both") if t.get_text()]
+    assert labels and all(re.fullmatch(r"\d+", t) for t in labels), labels
+    ticks = [int(t) for t in labels]
+    assert ticks == sorted(set(ticks)) and ticks[0] >= 1
+    sizes = [f["n"] for f in summary.trees.families.values()]
+    assert ticks[-1] <= max(sizes + [s.n for s in summary.trees.choice.static]) and 1 in ticks
+    plt.close(fig)
+
+
 def test_one_marker_and_colour_per_family_and_legends_outside(summary):
     fig, ax = plt.subplots()
     plot_tree_tokens(summary, ax=ax)
