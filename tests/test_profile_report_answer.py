@@ -156,6 +156,7 @@ def test_one_prompt_decides_nothing_and_few_positions_are_said_in_the_answer(tmp
     assert "Plain decoding is fastest" not in report_markdown(s)
     assert s.configurations[0].name in rec[0] and f"[{ONE_PROMPT}]" in rec[0]
     assert any(p.startswith("Ranked on as few as 4 positions, fewer than the 30") for p in rec)
+    assert "1 prompt, 4 profiled positions" in report_markdown(s) and "1 prompts" not in report_markdown(s)
     # with nothing decided, the engines' line names what no engine ships (not "it")
     top = s.configurations[0]
     assert top.engines == "none"
@@ -190,6 +191,8 @@ def test_figures_from_too_few_positions_are_left_out_with_a_line(small, tmp_path
     assert not list(tmp_path.glob("*.png"))
     line = next(ln for ln in text.splitlines() if "acceptance_vs_k.png" in ln)
     assert "left out" in line and f"fewer than the {MIN_RANKED_POSITIONS}" in line and "8 positions" in line
+    assert "drawn on" not in line  # a figure left out was not drawn
+    assert "## Figures\n\n- " in text and "\n\n\n" not in text
 
 
 def test_the_figures_of_a_report_rest_on_the_recommendations_positions(run, summary, tmp_path):

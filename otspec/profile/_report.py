@@ -540,8 +540,10 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
         "# Profile of a draft/target pair",
         "",
         f"Draft: {summary.models['draft']['name']}; target: {summary.models['target']['name']} "
-        f"(V = {summary.models['target']['vocab_size']}). {summary.prompts} prompts, {summary.positions} profiled "
-        f"positions{sub}; k_max = {s['k_max']}, L_max = {s['L_max']}, context path: {s['context']}, temperature "
+        f"(V = {summary.models['target']['vocab_size']}). {summary.prompts} prompt"
+        f"{'' if summary.prompts == 1 else 's'}, {summary.positions} profiled position"
+        f"{'' if summary.positions == 1 else 's'}{sub}; k_max = {s['k_max']}, L_max = {s['L_max']}, context path: "
+        f"{s['context']}, temperature "
         f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts; an "
         f"estimate resting on one prompt has none (\"{ONE_PROMPT}\").",
         "",
@@ -575,7 +577,7 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
             lines.append(f"| {f} | {k} | {L} | {r} (k = {rk}) | {e.positions} | {_signed(e)} |")
         lines.append("")
     if figures or left_out:
-        lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
+        lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + ([""] if figures else [])
         lines += [f"- {t}" for t in left_out] + ([""] if left_out else [])
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -606,8 +608,8 @@ FIGURES = ("acceptance_vs_k.png", "tokens_vs_L.png", "speedup.png", "trees_token
 
 
 def _too_few(what: str, n: int) -> str:
-    return (f"{what}: left out, drawn on {_positions(n)} (fewer than the {MIN_RANKED_POSITIONS} this report needs to "
-            "rank; profile more positions).")
+    return (f"{what}: left out, as they would rest on {_positions(n)} only (fewer than the {MIN_RANKED_POSITIONS} "
+            "this report needs to rank; profile more positions).")
 
 
 def _figures(summary, dest: Path) -> tuple[list, list]:
