@@ -167,6 +167,23 @@ def test_one_prompt_decides_nothing_and_few_positions_are_said_in_the_answer(tmp
     assert "Ranked on as few as 8 positions" in text
 
 
+def test_trees_with_every_k_L_scheme_on_the_subsample_only(tmp_path):
+    # the (k, L) schemes (here one lossy rule) computed on the subsample only: the prompts without a subsampled
+    # position hold tree rows alone; they used to be missing from the summary's prompts (a KeyError in the
+    # renewal starts), and the profiled positions were counted from the subsample
+    d, t = toy_pair(4, seed=1)
+    prompts = [[i % 4, (i + 1) % 4] for i in range(6)]
+    profile(prompts, out=tmp_path / "r", draft=d, target=t, k_max=2, L_max=2, max_new_tokens=2, subsample=8,
+            families=["typical"], verifiers=["typical"], trees=["topk:branching(2,1)"], progress=False)
+    s = summarize(tmp_path / "r", n_boot=50)
+    assert s.prompts == 6 and s.positions == 12 == s.trees.positions
+    assert s.sets["subsample"].positions == 1
+    e = s.trees.tokens_per_call["topk:branching(2,1)"]
+    assert e.prompts == 6 and e.positions == 12
+    assert {c.kind for c in s.configurations} <= {"tree", "chosen tree"}  # a lossy rule is never ranked
+    assert "6 prompts, 12 profiled positions" in report_markdown(s)
+
+
 # --------------------------------------------------------------------------- 2. the positions each figure claims
 def test_no_interval_from_one_prompt(small):
     s = summarize(small, n_boot=100)

@@ -646,10 +646,11 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
         common = every or sub or sets["all"]
     trees = _tree_summary(out, settings, prompts, W, costs, sets["all"], n_boot, seed, tree_renewal) \
         if has_trees else None
+    profiled = max(sets["all"].positions, trees.positions if trees is not None else 0) or own.positions
     return ProfileSummary(acceptance=own.acceptance, gaps=own.gaps, tokens_per_call=tokens, differences=diffs,
                           speedup=speed, draft_cost=float(costs.draft[1] / costs.plain),
                           score_cost=float(costs.target[(1, settings["L_max"])] / costs.plain),
-                          positions=sets["all"].positions or own.positions, prompts=N, settings=settings,
+                          positions=profiled, prompts=N, settings=settings,
                           models=man["models"], renewal=renewal, renewal_differences=ren_diffs, palm=palm,
                           position_bias=bias, costs=costs, sets=sets, recommendation=common.recommendation,
                           skipped=man.get("skipped", {}), trees=trees,
@@ -825,7 +826,9 @@ def _stream_sums(out, settings: dict):
         t = t.filter(pc.invert(pc.is_in(t["kind"], value_set=pa.array(TIMING_KINDS))))
         if t.num_rows == 0:
             continue
-        part = prompt_sums(t, ("acc", "tv", "kl", "tau", "calls"))
+        # every prompt of the shard has a row, also one whose only rows are the trees' (a run whose (k, L)
+        # schemes are computed on the subsample only): the trees and the renewal starts are indexed by these rows
+        part = prompt_sums(t, ("acc", "tv", "kl", "tau", "calls"), np.unique(t["prompt"].to_numpy()))
         prompts = part[1]
         alls.append(part)
         mask = [is_subsampled(p, i, settings) for p, i in zip(t["pos"].to_pylist(), t["prompt"].to_pylist())]
