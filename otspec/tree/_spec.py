@@ -47,7 +47,7 @@ SHAPE_FORMS = ("branching(b1,...,bD), chains(k,L) or a JSON list of rank paths s
 #: The form of a tree's text, for messages.
 SPEC_FORM = ("'process:shape[:verifiers]' (e.g. 'topk:branching(4,2)', 'wor:chains(2,3):sequoia', "
              "'eagle2:3,4,16' for SGLang's num_steps,topk,num_draft_tokens)")
-#: Longest integer (in digits) of a shape's text: sizes past it are reported as "more than" the limit.
+#: Longest integer (in digits) of a shape's text: a longer one is refused as such before any size is computed.
 _MAX_DIGITS = 30
 
 
