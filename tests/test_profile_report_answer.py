@@ -384,6 +384,21 @@ def test_a_choice_at_the_edge_of_the_universe_is_flagged(run):
     assert "(the largest node budget recorded" in text and "`--tree-universe`" in text
 
 
+def test_a_universe_holding_every_token_has_no_rank_edge(tmp_path):
+    # the universe holds all V = 3 ranks under the root: a chosen tree using rank 2 could not take a rank 3, so
+    # "a shape beyond it ... may be faster" would be false
+    U = TreeShape.branching(3, 2, 2)
+    e = Estimate(1.0, 1.0, 1.0)
+    st = StaticShape(n=3, paths=((0,), (1,), (2,)), tokens_per_call=e, speedup=e, node_values=(), seconds=1.0)
+    assert _universe_edge(st, U, 20, vocab=3) == ()
+    assert _universe_edge(st, U, 20, vocab=4) == ("rank",)
+    d, t = toy_pair(3, seed=2)
+    profile([[i % 3, (i + 1) % 3] for i in range(8)], out=tmp_path / "r", draft=d, target=t, k_max=1, L_max=1,
+            max_new_tokens=4, families=["token"], verifiers=["token"], tree_universe="branching(3,3)", progress=False)
+    ch = summarize(tmp_path / "r", draft_cost=0.01, n_boot=50).trees.choice
+    assert "rank" not in ch.edge
+
+
 def test_the_draft_label_names_the_instruct_model():
     import otspec.__main__ as cli
     from otspec.decoding.real import DEFAULT_KEEP, draft_name

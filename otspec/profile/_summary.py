@@ -1318,7 +1318,8 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
     shapes = {name: f.shape for f in plan.families for name in f.names()}
     heldout_speedup = {name: _scaled(e, tc.plain / tc.iteration(shapes[name])) for name, e in heldout.items()
                        if name in shapes}
-    edge = _universe_edge(fastest, plan.universe, len(static)) if fastest is not None else ()
+    edge = (_universe_edge(fastest, plan.universe, len(static), read_manifest(out)["models"]["target"]["vocab_size"])
+            if fastest is not None else ())
     return TreeChoice(choose_prompts=int(even.sum()), evaluate_prompts=int(odd.sum()), positions=(pos_c, pos_e),
                       static=static, fastest=fastest, sequoia=seq, acceptance=acc, sequoia_source=source, eagle2=e2,
                       eagle2_speedup=e2s, best_eagle2=best, export=export, heldout=heldout, versus=versus,
@@ -1330,8 +1331,9 @@ def _scaled(e: Estimate, factor: float) -> Estimate:
     return Estimate(e.value * factor, e.lo * factor, e.hi * factor, e.positions, e.prompts)
 
 
-def _universe_edge(chosen: StaticShape, universe: TreeShape, largest: int) -> tuple:
-    """Where a shape chosen inside ``universe`` touches its edge (:attr:`TreeChoice.edge`)."""
+def _universe_edge(chosen: StaticShape, universe: TreeShape, largest: int, vocab: int | None = None) -> tuple:
+    """Where a shape chosen inside ``universe`` touches its edge (:attr:`TreeChoice.edge`); a node of rank
+    ``vocab - 1`` is not at the edge (the vocabulary has no larger rank)."""
     paths = chosen.paths
     width: dict = {}
     for p in universe.paths[1:]:
@@ -1341,7 +1343,7 @@ def _universe_edge(chosen: StaticShape, universe: TreeShape, largest: int) -> tu
         out.append("size")
     if max(len(p) for p in paths) >= universe.max_depth:
         out.append("depth")
-    if any(p[-1] + 1 >= width.get(p[:-1], 0) for p in paths):
+    if any(p[-1] + 1 >= width.get(p[:-1], 0) and (vocab is None or p[-1] + 1 < vocab) for p in paths):
         out.append("rank")
     return tuple(out)
 
