@@ -182,6 +182,9 @@ def test_trees_with_every_k_L_scheme_on_the_subsample_only(tmp_path):
     assert e.prompts == 6 and e.positions == 12
     assert {c.kind for c in s.configurations} <= {"tree", "chosen tree"}  # a lossy rule is never ranked
     assert "6 prompts, 12 profiled positions" in report_markdown(s)
+    # no (k, L) figure to draw on every position: no line about one resting on "0 positions"
+    text = write_report(tmp_path / "r", dest=tmp_path / "rep", n_boot=50).read_text()
+    assert "0 positions" not in text and "acceptance_vs_k.png" not in text
 
 
 # --------------------------------------------------------------------------- 2. the positions each figure claims

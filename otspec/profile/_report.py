@@ -632,7 +632,9 @@ def _figures(summary, dest: Path) -> tuple[list, list]:
         ("speedup.png", "Predicted speed-up over plain decoding, per scheme (framed: its best k, L)", fams,
          lambda ax, f: plot_speedup(summary, family=f, positions=ps.name, ax=ax)),
     )
-    if ps.positions < MIN_RANKED_POSITIONS:
+    if not (ps.acceptance or ps.tokens_per_call):
+        pass  # no (k, L) quantity on these positions (every scheme on the subsample only, or none): nothing to draw
+    elif ps.positions < MIN_RANKED_POSITIONS:
         left.append(_too_few("The (k, L) figures (acceptance_vs_k.png, tokens_vs_L.png, speedup.png), on the "
                              "recommendation's positions", ps.positions))
     else:
