@@ -218,9 +218,31 @@ def _plan_lines(plan) -> list[str]:
     return lines
 
 
+def _check_device(text: str, toy: bool) -> None:
+    """Refuse a ``--device`` torch cannot name, one this machine does not have, or one toy models would ignore."""
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"`--device` must be a torch device such as cpu, cuda or cuda:1, got {text!r}") from None
+    if dev.type == "cpu":
+        return
+    if toy:
+        raise ValueError(f"`--device` {text!r}: toy models (toy:V) run on the CPU only; leave out --device")
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if (dev.index or 0) >= count:
+            raise ValueError(f"`--device` {text!r}: this machine has {count} CUDA device"
+                             f"{'' if count == 1 else 's'}" + (f" (cuda:0 to cuda:{count - 1})" if count else ""))
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"`--device` {text!r}: MPS is not available on this machine")
+
+
 def _profile(args) -> int:
     settings = _settings(args)
     d, t = _pair(args.draft, args.target)
+    _check_device(args.device, d.kind == "toy")
     records = read_prompts(args.prompts, context=settings.context)
     items = None
     if d.kind == "toy":
@@ -333,7 +355,9 @@ def _parser() -> _Parser:
                    help="apply the tokenizer's chat template to text prompts, each as one user message with the "
                         "generation prompt (apply_chat_template(..., add_generation_prompt=True)); reference "
                         "text stays raw (default: off: text prompts are tokenised raw)")
-    p.add_argument("--device", metavar="DEVICE", default="cpu", help="torch device of the models (default: %(default)s)")
+    p.add_argument("--device", metavar="DEVICE", default="cpu",
+                   help="torch device of the models, checked before they load; toy models run on the CPU only "
+                        "(default: %(default)s)")
     p.add_argument("--no-progress", action="store_true",
                    help="hide the progress bar (default: a bar on a terminal)")
     r = sub.add_parser("report", help="write report.md and figures of a profile run",
