@@ -131,6 +131,18 @@ def test_the_report_opens_with_one_sentence(run):
                              f"**{shipped.name}**")
 
 
+def test_engine_settings_too_long_for_the_answers_table_are_in_the_tree_section(summary):
+    # a top-k family of many rank paths: its row says "see the tree section", which has to hold them
+    mc = [[i] for i in range(40)]
+    configs = tuple(dataclasses.replace(c, settings=f"medusa_choices = {mc}") if c.key == "topk:branching(2,2)"
+                    else c for c in summary.configurations)
+    text = report_markdown(dataclasses.replace(summary, configurations=configs))
+    row = next(ln for ln in _section(text, "Recommendation").splitlines() if "| topk:branching(2,2) |" in ln)
+    assert "| see the tree section |" in row
+    trees = _section(text, "Draft trees, on all 64 profiled positions")
+    assert f"- topk:branching(2,2): `medusa_choices = {mc}`" in trees
+
+
 def test_a_chosen_tree_on_too_few_held_out_positions_is_not_ranked(summary):
     ts = summary.trees
     few = dataclasses.replace(ts, choice=dataclasses.replace(ts.choice, positions=(ts.choice.positions[0], 12)))

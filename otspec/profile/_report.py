@@ -438,6 +438,10 @@ def _trees_lines(summary) -> list[str]:
     for n, name, proc, d, e, sp in sorted(rows, key=lambda r: (r[0], r[1])):
         lines.append(f"| {name} | {proc} | {n} | {d} | {_fmt(e)} | {_fmt(sp, '.2f')} |")
     lines.append("")
+    # the engine settings the answer's table left to this section (too long for a cell)
+    long = [c for c in summary.configurations if c.kind == "tree" and c.settings and len(c.settings) > MAX_CELL]
+    if long:
+        lines += ["Engine settings of the families above:", ""] + [f"- {c.name}: `{c.settings}`" for c in long] + [""]
     ren = getattr(ts, "renewal", None) or {}
     routes = ts.along
     if ren:
