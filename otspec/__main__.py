@@ -248,9 +248,24 @@ def _plan_lines(plan) -> list[str]:
     return lines
 
 
+def _check_device(text: str, toy: bool) -> None:
+    """Refuse a ``--device`` torch cannot name, one this machine does not have (:func:`check_device`), or one
+    that toy models would ignore (they run on the CPU only)."""
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, TypeError, ValueError):
+        dev = None  # check_device names the flag and the expected form
+    if toy and dev is not None and dev.type != "cpu":
+        raise ValueError(f"`--device` {text!r}: toy models (toy:V) run on the CPU only; leave out --device")
+    check_device(text, "device")
+
+
 def _profile(args) -> int:
     settings = _settings(args)
     d, t = _pair(args.draft, args.target)
+    _check_device(args.device, d.kind == "toy")
     records = read_prompts(args.prompts, context=settings.context)
     items = None
     if d.kind == "toy":
@@ -366,7 +381,9 @@ def _parser() -> _Parser:
                    help="apply the tokenizer's chat template to text prompts, each as one user message with the "
                         "generation prompt (apply_chat_template(..., add_generation_prompt=True)); reference "
                         "text stays raw (default: off: text prompts are tokenised raw)")
-    p.add_argument("--device", metavar="DEVICE", default="cpu", help="torch device of the models (default: %(default)s)")
+    p.add_argument("--device", metavar="DEVICE", default="cpu",
+                   help="torch device of the models, checked before they load; toy models run on the CPU only "
+                        "(default: %(default)s)")
     p.add_argument("--draft-device", metavar="DEVICE", default=None,
                    help="torch device of the draft, when not --device's (default: --device)")
     p.add_argument("--dtype", default="auto", choices=DTYPES,

@@ -364,3 +364,18 @@ def test_real_pair_default_command_line(tmp_path, capsys):
     assert "0 shards written, 1 skipped" in capsys.readouterr().out
     assert cli.main(args + ["--chat-template"]) == 2
     assert "holds a run with other prompts" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- --device
+@pytest.mark.parametrize(("models", "device", "match"), [
+    ("toy:3", "bogus", r"`--device` must name a torch device such as 'cpu', 'cuda' or 'cuda:1', got 'bogus'"),
+    ("toy:3", "cuda", r"`--device` 'cuda': toy models \(toy:V\) run on the CPU only"),
+    ("smollm2", "cuda:99", r"`--device`='cuda:99', but this machine has (no CUDA device|\d+ CUDA device)"),
+])
+def test_a_device_that_does_not_exist_or_would_be_ignored_is_refused_before_loading(tmp_path, prompts, no_loading,
+                                                                                      capsys, models, device, match):
+    # --device was taken as given: toy models ran on the CPU whatever it said, and a device torch cannot name
+    # or this machine lacks failed only once the models were loaded
+    draft = "smollm2-skip" if models == "smollm2" else models
+    assert _profile(prompts, tmp_path / "out", "--device", device, draft=draft, target=models) == 2
+    _refused(capsys, match, tmp_path / "out")

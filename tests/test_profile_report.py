@@ -113,6 +113,21 @@ def test_given_costs_keep_the_relative_model(run):
     assert isinstance(s.costs, Costs)
 
 
+@pytest.mark.parametrize(("options", "error", "match"), [
+    (dict(score_cost=0.0), ValueError, r"`score_cost` must be a finite number > 0, got 0\.0"),
+    (dict(draft_cost=0.0, score_cost=0.0), ValueError, r"`score_cost` must be a finite number > 0"),
+    (dict(score_cost=float("inf")), ValueError, r"`score_cost` must be a finite number > 0"),
+    (dict(draft_cost="0.1"), TypeError, r"`draft_cost` must be a number, got str"),
+    (dict(score_cost=True), TypeError, r"`score_cost` must be a number, got bool"),
+])
+def test_given_costs_out_of_range_are_refused_before_the_run_is_read(tmp_path, options, error, match):
+    # a free scoring call made every speed-up a division by zero (a traceback from the tree costs); the folder
+    # need not hold a run: the costs are checked first
+    with pytest.raises(error, match=match):
+        summarize(tmp_path / "none", **options)
+    assert not (tmp_path / "none").exists()
+
+
 def test_report_leads_with_the_recommendation(run):
     text = write_report(run, n_boot=200).read_text()
     sections = re.findall(r"^## (.*)$", text, flags=re.M)

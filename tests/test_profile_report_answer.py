@@ -131,6 +131,18 @@ def test_the_report_opens_with_one_sentence(run):
                              f"**{shipped.name}**")
 
 
+def test_engine_settings_too_long_for_the_answers_table_are_in_the_tree_section(summary):
+    # a top-k family of many rank paths: its row says "see the tree section", which has to hold them
+    mc = [[i] for i in range(40)]
+    configs = tuple(dataclasses.replace(c, settings=f"medusa_choices = {mc}") if c.key == "topk:branching(2,2)"
+                    else c for c in summary.configurations)
+    text = report_markdown(dataclasses.replace(summary, configurations=configs))
+    row = next(ln for ln in _section(text, "Recommendation").splitlines() if "| topk:branching(2,2) |" in ln)
+    assert "| see the tree section |" in row
+    trees = _section(text, "Draft trees, on all 64 profiled positions")
+    assert f"- topk:branching(2,2): `medusa_choices = {mc}`" in trees
+
+
 def test_a_chosen_tree_on_too_few_held_out_positions_is_not_ranked(summary):
     ts = summary.trees
     few = dataclasses.replace(ts, choice=dataclasses.replace(ts.choice, positions=(ts.choice.positions[0], 12)))
@@ -140,6 +152,51 @@ def test_a_chosen_tree_on_too_few_held_out_positions_is_not_ranked(summary):
     assert not any(c.kind == "chosen tree" for c in ranked) and len(ranked) == len(summary.configurations) - 1
     text = report_markdown(dataclasses.replace(summary, trees=few, configurations=ranked))
     assert "Not ranked: the chosen static tree" in text and "12 positions" in text
+
+
+def test_one_prompt_decides_nothing_and_few_positions_are_said_in_the_answer(tmp_path, small):
+    # one prompt: no interval exists, so "plain decoding is fastest" (what no interval clearing 1 means with
+    # several prompts) would be a claim the run cannot make
+    d, t = toy_pair(4, seed=0)
+    profile([[0, 1]], out=tmp_path / "one", draft=d, target=t, k_max=2, L_max=2, max_new_tokens=4,
+            families=["token", "block", "block-onestep"], verifiers=["token"], progress=False)
+    s = summarize(tmp_path / "one", draft_cost=0.01, score_cost=1.0, n_boot=50)
+    assert s.prompts == 1 and not any(c.speedup.has_interval for c in s.configurations)
+    rec = _section(report_markdown(s), "Recommendation").strip().split("\n\n")
+    assert rec[0].startswith("**Not decided: one prompt gives no interval**") and "fastest" not in rec[0].split(
+        "**")[1]
+    assert "Plain decoding is fastest" not in report_markdown(s)
+    assert s.configurations[0].name in rec[0] and f"[{ONE_PROMPT}]" in rec[0]
+    assert any(p.startswith("Ranked on as few as 4 positions, fewer than the 30") for p in rec)
+    assert "1 prompt, 4 profiled positions" in report_markdown(s) and "1 prompts" not in report_markdown(s)
+    # with nothing decided, the engines' line names what no engine ships (not "it")
+    top = s.configurations[0]
+    assert top.engines == "none"
+    assert any(p.startswith(f"No serving engine ships {top.name}; the fastest that one does") for p in rec)
+    slow = summarize(small, draft_cost=1.0, score_cost=1.0, n_boot=50)
+    text = _section(report_markdown(slow), "Recommendation")
+    assert text.strip().startswith("**Plain decoding is fastest on this device**")
+    assert "Ranked on as few as 8 positions" in text
+
+
+def test_trees_with_every_k_L_scheme_on_the_subsample_only(tmp_path):
+    # the (k, L) schemes (here one lossy rule) computed on the subsample only: the prompts without a subsampled
+    # position hold tree rows alone; they used to be missing from the summary's prompts (a KeyError in the
+    # renewal starts), and the profiled positions were counted from the subsample
+    d, t = toy_pair(4, seed=1)
+    prompts = [[i % 4, (i + 1) % 4] for i in range(6)]
+    profile(prompts, out=tmp_path / "r", draft=d, target=t, k_max=2, L_max=2, max_new_tokens=2, subsample=8,
+            families=["typical"], verifiers=["typical"], trees=["topk:branching(2,1)"], progress=False)
+    s = summarize(tmp_path / "r", n_boot=50)
+    assert s.prompts == 6 and s.positions == 12 == s.trees.positions
+    assert s.sets["subsample"].positions == 1
+    e = s.trees.tokens_per_call["topk:branching(2,1)"]
+    assert e.prompts == 6 and e.positions == 12
+    assert {c.kind for c in s.configurations} <= {"tree", "chosen tree"}  # a lossy rule is never ranked
+    assert "6 prompts, 12 profiled positions" in report_markdown(s)
+    # no (k, L) figure to draw on every position: no line about one resting on "0 positions"
+    text = write_report(tmp_path / "r", dest=tmp_path / "rep", n_boot=50).read_text()
+    assert "0 positions" not in text and "acceptance_vs_k.png" not in text
 
 
 # --------------------------------------------------------------------------- 2. the positions each figure claims
@@ -166,6 +223,8 @@ def test_figures_from_too_few_positions_are_left_out_with_a_line(small, tmp_path
     assert not list(tmp_path.glob("*.png"))
     line = next(ln for ln in text.splitlines() if "acceptance_vs_k.png" in ln)
     assert "left out" in line and f"fewer than the {MIN_RANKED_POSITIONS}" in line and "8 positions" in line
+    assert "drawn on" not in line  # a figure left out was not drawn
+    assert "## Figures\n\n- " in text and "\n\n\n" not in text
 
 
 def test_the_figures_of_a_report_rest_on_the_recommendations_positions(run, summary, tmp_path):
@@ -211,6 +270,21 @@ def test_tree_figures_draw_one_position_set_each(summary):
     assert list(curve.get_ydata()) == [s.speedup.value for s in ch.static]
     with pytest.raises(ValueError, match="`positions` must be one of"):
         plot_tree_tokens(summary, positions="subsample", ax=ax)
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("positions", ["all", "held out"])
+def test_tree_size_axes_read_as_plain_integers(summary, positions):
+    # the logarithmic axis of sizes used matplotlib's minor labels below a decade ("2 x 10^0", overlapping)
+    fig, ax = plt.subplots()
+    plot_tree_tokens(summary, positions=positions, ax=ax)
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_xticklabels(which="both") if t.get_text()]
+    assert labels and all(re.fullmatch(r"\d+", t) for t in labels), labels
+    ticks = [int(t) for t in labels]
+    assert ticks == sorted(set(ticks)) and ticks[0] >= 1
+    sizes = [f["n"] for f in summary.trees.families.values()]
+    assert ticks[-1] <= max(sizes + [s.n for s in summary.trees.choice.static]) and 1 in ticks
     plt.close(fig)
 
 
@@ -323,6 +397,21 @@ def test_a_choice_at_the_edge_of_the_universe_is_flagged(run):
     text = report_markdown(s)
     assert text.count("is at the edge of the recorded universe**") == 2  # the answer and the tree section
     assert "(the largest node budget recorded" in text and "`--tree-universe`" in text
+
+
+def test_a_universe_holding_every_token_has_no_rank_edge(tmp_path):
+    # the universe holds all V = 3 ranks under the root: a chosen tree using rank 2 could not take a rank 3, so
+    # "a shape beyond it ... may be faster" would be false
+    U = TreeShape.branching(3, 2, 2)
+    e = Estimate(1.0, 1.0, 1.0)
+    st = StaticShape(n=3, paths=((0,), (1,), (2,)), tokens_per_call=e, speedup=e, node_values=(), seconds=1.0)
+    assert _universe_edge(st, U, 20, vocab=3) == ()
+    assert _universe_edge(st, U, 20, vocab=4) == ("rank",)
+    d, t = toy_pair(3, seed=2)
+    profile([[i % 3, (i + 1) % 3] for i in range(8)], out=tmp_path / "r", draft=d, target=t, k_max=1, L_max=1,
+            max_new_tokens=4, families=["token"], verifiers=["token"], tree_universe="branching(3,3)", progress=False)
+    ch = summarize(tmp_path / "r", draft_cost=0.01, n_boot=50).trees.choice
+    assert "rank" not in ch.edge
 
 
 def test_the_draft_label_names_the_instruct_model():

@@ -396,6 +396,8 @@ def test_tree_costs_are_calibrated(tree_run):
     (["wor:[[0],[2]]:traversal"], r"skips a sibling rank"),
     (["tpk:chains(2,2)"], r"process must be one of .* got 'tpk' \(did you mean 'topk'\?\)"),
     (["topk:chains(2,2):specinfer"], r"verifier 'specinfer' is not lossless on 'topk' trees"),
+    (["wor:chains(2,2):hsd"], r"'hsd' is not lossless on 'wor' trees of this shape: it is lossless for no draft "
+                              r"process \(lossy as its authors coded it\)$"),
     (["eagle2:3,2"], r"eagle2 takes three integers"),
     (["eagle2:2,2,9"], r"exceeds the 6 nodes proposed"),
     (["iid:chains(2,2):specinfr"], r"unknown tree verifier 'specinfr' \(did you mean 'specinfer'\?\)"),

@@ -59,6 +59,18 @@ def test_empty_tree_is_refused_by_the_decoder_too(tree):
 
 
 # --------------------------------------------------------------------------- EAGLE-2 by SGLang's names
+@pytest.mark.parametrize("tree", ["iid:branching(2,2):", "iid:branching(2,2):specinfer,", "wor:chains(2,2):sequoia,,traversal"])
+def test_an_empty_verifier_name_is_refused_in_both(tmp_path, prompts, no_loading, capsys, tree):
+    # a trailing ':' or ',' used to be dropped silently: the family ran the default verifiers, or fewer
+    out = tmp_path / "r"
+    assert _profile(prompts, out, "--trees", tree) == 2
+    assert "`--trees[0]`: the verifiers after the second ':' must be comma-separated names" in _error(capsys)
+    assert not out.exists()
+    d, t = toy_pair(3)
+    with pytest.raises(ValueError, match="`tree`: the verifiers after the second ':' must be comma-separated"):
+        D.speculative_decode([0], draft=d, target=t, tree=tree, max_new_tokens=2)
+
+
 def test_eagle2_params_take_sglangs_keywords():
     e = T.Eagle2Params(num_steps=3, topk=2, num_draft_tokens=6)
     assert e == T.Eagle2Params(3, 2, 6) == T.Eagle2Params(depth=3, top_k=2, total_tokens=6)
@@ -187,6 +199,21 @@ def test_write_report_refuses_a_folder_holding_another_run(tmp_path):
     with pytest.raises(ValueError, match="`dest` .* holds another profile run"):
         write_report(a, dest=b, figures=False)
     assert (b / "report.md").read_text() == "report of run 1\n"  # untouched
+
+
+@pytest.mark.parametrize("below", ["", "sub"])
+def test_report_dest_that_is_a_file_is_refused_with_its_flag(tmp_path, capsys, below):
+    # it used to end in "[Errno 17] File exists" (or "Not a directory"), naming no parameter
+    a = _fake_run(tmp_path / "a", 0)
+    f = tmp_path / "notes.txt"
+    f.write_text("mine\n")
+    dest = f / below if below else f
+    assert cli.main(["report", str(a), "--dest", str(dest), "--no-figures"]) == 2
+    err = _error(capsys)
+    assert f"`--dest` '{dest}' must be a folder, but '{f}' is a file" in err
+    assert f.read_text() == "mine\n"
+    with pytest.raises(ValueError, match="`dest` .* must be a folder"):
+        check_report_dest(a, dest)
 
 
 # --------------------------------------------------------------------------- the plan's words

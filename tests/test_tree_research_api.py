@@ -135,6 +135,12 @@ def test_as_model_checks_its_arguments_and_the_refusal_names_it():
     assert D.as_model(lm).next_dist((0,)).tolist() == [1 / 3] * 3
     with pytest.raises(ValueError, match="context"):
         D.as_model(lm, context=[5])
+    # not token ids: the message names `context` (it was "object of type 'int' has no len()")
+    with pytest.raises(TypeError, match=r"`context` must be a sequence of token ids, got a single int: wrap it"):
+        D.as_model(lm, context=2)
+    with pytest.raises(TypeError, match="`context` must be token ids, got None"):
+        D.as_model(lm, context=None)
+    assert D.as_model(lm, context=np.array([], dtype=np.int64)).context == ()
     with pytest.raises(TypeError, match="`sampling`"):
         D.as_model(lm, context=[0], sampling=0.5)
     greedy = D.as_model(D.CallableLM(lambda ids: torch.arange(3.0).expand(ids.shape + (3,)), vocab_size=3),

@@ -93,7 +93,7 @@ def as_model(lm, *, context=(), sampling=None) -> LanguageModelLaws:
     Raises
     ------
     TypeError
-        ``lm`` not a LanguageModel, ``sampling`` not a Sampling.
+        ``lm`` not a LanguageModel, ``context`` not token ids, ``sampling`` not a Sampling.
     ValueError
         A context token outside the vocabulary.
 
@@ -110,7 +110,8 @@ def as_model(lm, *, context=(), sampling=None) -> LanguageModelLaws:
     0.5
     """
     validate_language_model(lm, "lm")
-    ctx = tuple(validate_prompt(context, lm.vocab_size, "context")) if len(context) else ()
+    empty = hasattr(context, "__len__") and not isinstance(context, str) and len(context) == 0
+    ctx = () if empty else tuple(validate_prompt(context, lm.vocab_size, "context"))
     if sampling is None:
         sampling = Sampling()
     elif not isinstance(sampling, Sampling):

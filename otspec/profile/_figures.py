@@ -64,6 +64,24 @@ def _integer_axis(axis, values):
     axis.set_ticks(values, [str(v) for v in values])
 
 
+def _log_node_axis(ax):
+    """The logarithmic axis of draft nodes labelled with plain integers (powers of 2 and the largest size), not
+    matplotlib's ``2 x 10^0`` minor labels, which overlap below one decade."""
+    from matplotlib.ticker import NullFormatter
+
+    xs = [float(x) for ln in ax.get_lines() for x in np.atleast_1d(ln.get_xdata())]
+    xs += [float(c.lines[0].get_xdata()[0]) for c in ax.containers if c.lines and c.lines[0] is not None]
+    xs = [x for x in xs if np.isfinite(x) and x >= 1]
+    if not xs:
+        return
+    lo, hi = int(min(xs)), int(max(xs))
+    ticks = [1 << e for e in range(hi.bit_length()) if lo <= 1 << e <= hi] or [lo]
+    if hi / ticks[-1] >= 1.25:
+        ticks.append(hi)
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def plot_acceptance_vs_k(summary, *, depth: int = 1, positions: str | None = None, ax=None):
     r"""Mean exact acceptance at one depth against ``k``, per verifier, under the :math:`\alpha_k` ceiling.
 
@@ -294,6 +312,7 @@ def _plot_trees(summary, which: str, positions: str, ax):
             ax.plot([s.n for s in seq], [s.tokens_per_call.value for s in seq], color="black", lw=1, ls="--",
                     label="Sequoia's shape, measured")
     ax.set_xscale("log")
+    _log_node_axis(ax)
     ax.set_xlabel("draft nodes n")
     ax.set_ylabel("tokens per target call" if which == "tokens" else "speed-up over plain decoding")
     if which == "speedup":

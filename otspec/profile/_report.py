@@ -118,6 +118,11 @@ def _recommendation_lines(summary) -> list[str]:
         c = clear[0]
         lines += [f"Run {_run_it(c)}: predicted speed-up {_fmt(c.speedup, '.2f')} over plain decoding on "
                   f"{_where(c, summary)} (engines: {c.engines})."]
+    elif not any(c.speedup.has_interval for c in configs):
+        lines += [f"**Not decided: one prompt gives no interval**, so no configuration is shown faster or slower "
+                  f"than plain decoding; the fastest point estimate, {best.name}, predicts "
+                  f"{_fmt(best.speedup, '.2f')}. Profile more prompts before acting on it. The alternatives "
+                  "follow, fastest first."]
     else:
         lines += [f"**Plain decoding is fastest on this device**: no profiled configuration's speed-up interval lies "
                   f"above 1; the fastest, {best.name}, predicts {_fmt(best.speedup, '.2f')} "
@@ -126,8 +131,13 @@ def _recommendation_lines(summary) -> list[str]:
     shipped = [c for c in configs if not c.engines.startswith(NO_ENGINE)]
     if top.engines.startswith(NO_ENGINE) and shipped:
         c = shipped[0]
-        lines += ["", f"No serving engine ships it; the fastest that one does ({c.engines}): {_run_it(c)}, "
+        it = "it" if clear else top.name  # after "plain decoding is fastest", "it" would read as plain decoding
+        lines += ["", f"No serving engine ships {it}; the fastest that one does ({c.engines}): {_run_it(c)}, "
                   f"speed-up {_fmt(c.speedup, '.2f')} ({_verdict(c.speedup)})."]
+    few = min(c.speedup.positions for c in configs)
+    if few < MIN_RANKED_POSITIONS:
+        lines += ["", f"Ranked on as few as {_positions(few)}, fewer than the {MIN_RANKED_POSITIONS} this report "
+                  "needs to rank configurations (their order may be noise): profile more positions."]
     chosen = [c for c in (*configs[:1], *clear[:1]) if c.kind == "chosen tree"]
     ex = summary.trees.choice.export if chosen else None
     if ex:
@@ -428,6 +438,10 @@ def _trees_lines(summary) -> list[str]:
     for n, name, proc, d, e, sp in sorted(rows, key=lambda r: (r[0], r[1])):
         lines.append(f"| {name} | {proc} | {n} | {d} | {_fmt(e)} | {_fmt(sp, '.2f')} |")
     lines.append("")
+    # the engine settings the answer's table left to this section (too long for a cell)
+    long = [c for c in summary.configurations if c.kind == "tree" and c.settings and len(c.settings) > MAX_CELL]
+    if long:
+        lines += ["Engine settings of the families above:", ""] + [f"- {c.name}: `{c.settings}`" for c in long] + [""]
     ren = getattr(ts, "renewal", None) or {}
     routes = ts.along
     if ren:
@@ -530,8 +544,10 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
         "# Profile of a draft/target pair",
         "",
         f"Draft: {summary.models['draft']['name']}; target: {summary.models['target']['name']} "
-        f"(V = {summary.models['target']['vocab_size']}). {summary.prompts} prompts, {summary.positions} profiled "
-        f"positions{sub}; k_max = {s['k_max']}, L_max = {s['L_max']}, context path: {s['context']}, temperature "
+        f"(V = {summary.models['target']['vocab_size']}). {summary.prompts} prompt"
+        f"{'' if summary.prompts == 1 else 's'}, {summary.positions} profiled position"
+        f"{'' if summary.positions == 1 else 's'}{sub}; k_max = {s['k_max']}, L_max = {s['L_max']}, context path: "
+        f"{s['context']}, temperature "
         f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts; an "
         f"estimate resting on one prompt has none (\"{ONE_PROMPT}\").",
         "",
@@ -565,7 +581,7 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
             lines.append(f"| {f} | {k} | {L} | {r} (k = {rk}) | {e.positions} | {_signed(e)} |")
         lines.append("")
     if figures or left_out:
-        lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + [""]
+        lines += ["## Figures", ""] + [f"![{Path(f).stem}]({f})" for f in figures] + ([""] if figures else [])
         lines += [f"- {t}" for t in left_out] + ([""] if left_out else [])
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -596,8 +612,8 @@ FIGURES = ("acceptance_vs_k.png", "tokens_vs_L.png", "speedup.png", "trees_token
 
 
 def _too_few(what: str, n: int) -> str:
-    return (f"{what}: left out, drawn on {_positions(n)} (fewer than the {MIN_RANKED_POSITIONS} this report needs to "
-            "rank; profile more positions).")
+    return (f"{what}: left out, as they would rest on {_positions(n)} only (fewer than the {MIN_RANKED_POSITIONS} "
+            "this report needs to rank; profile more positions).")
 
 
 def _figures(summary, dest: Path) -> tuple[list, list]:
@@ -620,7 +636,9 @@ def _figures(summary, dest: Path) -> tuple[list, list]:
         ("speedup.png", "Predicted speed-up over plain decoding, per scheme (framed: its best k, L)", fams,
          lambda ax, f: plot_speedup(summary, family=f, positions=ps.name, ax=ax)),
     )
-    if ps.positions < MIN_RANKED_POSITIONS:
+    if not (ps.acceptance or ps.tokens_per_call):
+        pass  # no (k, L) quantity on these positions (every scheme on the subsample only, or none): nothing to draw
+    elif ps.positions < MIN_RANKED_POSITIONS:
         left.append(_too_few("The (k, L) figures (acceptance_vs_k.png, tokens_vs_L.png, speedup.png), on the "
                              "recommendation's positions", ps.positions))
     else:

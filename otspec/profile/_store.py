@@ -451,11 +451,16 @@ def check_report_dest(out, dest) -> None:
     Raises
     ------
     ValueError
-        ``dest`` holds the manifest of another run (the entries that differ are named), or one that cannot be read.
+        ``dest`` holds the manifest of another run (the entries that differ are named), or one that cannot be
+        read; ``dest`` (or a folder above it) is a file.
     """
     if dest is None:
         return
     out, dest = Path(out), Path(dest)
+    blocked = next((p for p in (dest, *dest.parents) if p.exists() and not p.is_dir()), None)
+    if blocked is not None:
+        raise ValueError(f"`dest` {str(dest)!r} must be a folder, but {str(blocked)!r} is a file: choose a folder "
+                         "(it is created if missing)")
     theirs = dest / MANIFEST
     if not theirs.is_file() or (out.exists() and dest.exists() and dest.resolve() == out.resolve()):
         return

@@ -550,17 +550,24 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
     Raises
     ------
     ValueError
-        ``out`` holds no run, or no finished shard; ``draft_cost`` or ``score_cost`` negative;
-        ``reference`` not profiled.
+        ``out`` holds no run, or no finished shard; ``draft_cost`` negative, ``score_cost`` not above 0, or
+        either not finite; ``reference`` not profiled.
+    TypeError
+        ``draft_cost`` or ``score_cost`` not a number.
 
     Examples
     --------
     See :func:`profile`.
     """
+    for nm, val, least in (("draft_cost", draft_cost, ">= 0"), ("score_cost", score_cost, "> 0")):
+        if val is None:
+            continue
+        if isinstance(val, bool) or not isinstance(val, (int, float, np.integer, np.floating)):
+            raise TypeError(f"`{nm}` must be a number, got {type(val).__name__}")
+        # a target call that scores tokens takes time: s = 0 would make an iteration without draft steps free
+        if not (np.isfinite(val) and (val > 0 if least == "> 0" else val >= 0)):
+            raise ValueError(f"`{nm}` must be a finite number {least}, got {val!r}")
     man = read_manifest(out)
-    for nm, val in (("draft_cost", draft_cost), ("score_cost", score_cost)):
-        if val is not None and not (isinstance(val, (int, float)) and np.isfinite(val) and val >= 0):
-            raise ValueError(f"`{nm}` must be a finite number >= 0, got {val!r}")
     settings = man["settings"]
     sums = _stream_sums(out, settings)
     if sums is None:
@@ -639,10 +646,11 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
         common = every or sub or sets["all"]
     trees = _tree_summary(out, settings, prompts, W, costs, sets["all"], n_boot, seed, tree_renewal) \
         if has_trees else None
+    profiled = max(sets["all"].positions, trees.positions if trees is not None else 0) or own.positions
     return ProfileSummary(acceptance=own.acceptance, gaps=own.gaps, tokens_per_call=tokens, differences=diffs,
                           speedup=speed, draft_cost=float(costs.draft[1] / costs.plain),
                           score_cost=float(costs.target[(1, settings["L_max"])] / costs.plain),
-                          positions=sets["all"].positions or own.positions, prompts=N, settings=settings,
+                          positions=profiled, prompts=N, settings=settings,
                           models=man["models"], renewal=renewal, renewal_differences=ren_diffs, palm=palm,
                           position_bias=bias, costs=costs, sets=sets, recommendation=common.recommendation,
                           skipped=man.get("skipped", {}), trees=trees,
@@ -818,7 +826,9 @@ def _stream_sums(out, settings: dict):
         t = t.filter(pc.invert(pc.is_in(t["kind"], value_set=pa.array(TIMING_KINDS))))
         if t.num_rows == 0:
             continue
-        part = prompt_sums(t, ("acc", "tv", "kl", "tau", "calls"))
+        # every prompt of the shard has a row, also one whose only rows are the trees' (a run whose (k, L)
+        # schemes are computed on the subsample only): the trees and the renewal starts are indexed by these rows
+        part = prompt_sums(t, ("acc", "tv", "kl", "tau", "calls"), np.unique(t["prompt"].to_numpy()))
         prompts = part[1]
         alls.append(part)
         mask = [is_subsampled(p, i, settings) for p, i in zip(t["pos"].to_pylist(), t["prompt"].to_pylist())]
@@ -1308,7 +1318,8 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
     shapes = {name: f.shape for f in plan.families for name in f.names()}
     heldout_speedup = {name: _scaled(e, tc.plain / tc.iteration(shapes[name])) for name, e in heldout.items()
                        if name in shapes}
-    edge = _universe_edge(fastest, plan.universe, len(static)) if fastest is not None else ()
+    edge = (_universe_edge(fastest, plan.universe, len(static), read_manifest(out)["models"]["target"]["vocab_size"])
+            if fastest is not None else ())
     return TreeChoice(choose_prompts=int(even.sum()), evaluate_prompts=int(odd.sum()), positions=(pos_c, pos_e),
                       static=static, fastest=fastest, sequoia=seq, acceptance=acc, sequoia_source=source, eagle2=e2,
                       eagle2_speedup=e2s, best_eagle2=best, export=export, heldout=heldout, versus=versus,
@@ -1320,8 +1331,9 @@ def _scaled(e: Estimate, factor: float) -> Estimate:
     return Estimate(e.value * factor, e.lo * factor, e.hi * factor, e.positions, e.prompts)
 
 
-def _universe_edge(chosen: StaticShape, universe: TreeShape, largest: int) -> tuple:
-    """Where a shape chosen inside ``universe`` touches its edge (:attr:`TreeChoice.edge`)."""
+def _universe_edge(chosen: StaticShape, universe: TreeShape, largest: int, vocab: int | None = None) -> tuple:
+    """Where a shape chosen inside ``universe`` touches its edge (:attr:`TreeChoice.edge`); a node of rank
+    ``vocab - 1`` is not at the edge (the vocabulary has no larger rank)."""
     paths = chosen.paths
     width: dict = {}
     for p in universe.paths[1:]:
@@ -1331,7 +1343,7 @@ def _universe_edge(chosen: StaticShape, universe: TreeShape, largest: int) -> tu
         out.append("size")
     if max(len(p) for p in paths) >= universe.max_depth:
         out.append("depth")
-    if any(p[-1] + 1 >= width.get(p[:-1], 0) for p in paths):
+    if any(p[-1] + 1 >= width.get(p[:-1], 0) and (vocab is None or p[-1] + 1 < vocab) for p in paths):
         out.append("rank")
     return tuple(out)
 

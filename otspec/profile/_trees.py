@@ -157,8 +157,10 @@ def _check_verifiers(names, process: str, shape, where: str) -> tuple[str, ...]:
         ver = make_tree_verifier(v)
         if not ver.lossless_for(process, shape):
             gaps = " (this shape skips a sibling rank)" if process in ver.processes else ""
-            raise ValueError(f"{where}: verifier {v!r} is not lossless on {process!r} trees of this shape{gaps}: it "
-                             f"is lossless for the processes {ver.processes}")
+            which = (f"it is lossless for the processes {ver.processes}" if ver.processes else
+                     "it is lossless for no draft process (lossy as its authors coded it)")
+            raise ValueError(f"{where}: verifier {v!r} is not lossless on {process!r} trees of this shape{gaps}: "
+                             f"{which}")
         if v in out:
             raise ValueError(f"{where}: verifier {v!r} is named twice")
         out.append(v)

@@ -47,7 +47,7 @@ SHAPE_FORMS = ("branching(b1,...,bD), chains(k,L) or a JSON list of rank paths s
 #: The form of a tree's text, for messages.
 SPEC_FORM = ("'process:shape[:verifiers]' (e.g. 'topk:branching(4,2)', 'wor:chains(2,3):sequoia', "
              "'eagle2:3,4,16' for SGLang's num_steps,topk,num_draft_tokens)")
-#: Longest integer (in digits) of a shape's text: sizes past it are reported as "more than" the limit.
+#: Longest integer (in digits) of a shape's text: a longer one is refused as such before any size is computed.
 _MAX_DIGITS = 30
 
 
@@ -207,6 +207,7 @@ def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
     ------
     ValueError
         Not three parts at most, an unknown process (with the closest name), a shape of none of the forms,
+        an empty verifier name (a trailing ``:`` or ``,``),
         a tree without draft nodes or above ``limit`` (with its exact size), EAGLE-2 parameters out of range
         (named as SGLang names them).
 
@@ -244,5 +245,8 @@ def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
         canon = f"{shape.num_steps},{shape.topk},{shape.num_draft_tokens}"
     else:
         shape, canon = parse_shape_text(shape_text, where, limit)
-    verifiers = tuple(v for v in vs.split(",") if v)
+    verifiers = tuple(vs.split(",")) if len(parts) == 3 else ()
+    if any(not v for v in verifiers):
+        raise ValueError(f"{where}: the verifiers after the second ':' must be comma-separated names, got "
+                         f"{parts[2]!r} (leave out ':' and the verifiers for the defaults)")
     return TreeSpec(process, shape, verifiers, canon)
