@@ -1,0 +1,172 @@
+r"""The decoder's own work outside the forward passes, measured on a few real iterations of every scheme.
+
+A speed-up predicted from the forward passes alone is what an engine whose
+verification is fused into its forward pass could reach; otspec's own
+decoder also spends time outside them every iteration (the laws, the
+verification, the draws, the cache cuts). The profile's first shard decodes
+a few iterations of every scheme family with
+:func:`otspec.decoding.speculative_decode` on the run's first prompt, with
+each model call timed as it is made (:class:`TimedLM`: the device
+synchronised before and after, :class:`otspec._timing.Stopwatch`), and
+records per iteration
+
+.. math::
+
+    o(f, k, L) = \frac{W - F}{I}, \qquad
+    r(f, k, L) = \frac{F_{\text{residual}}}{\#\text{residual calls}},
+
+with :math:`W` the decode's wall time, :math:`F` the seconds of its model
+calls, :math:`I` its iterations and :math:`F_{\text{residual}}` the seconds
+of the target calls after the first of an iteration (the residual calls of
+Sun et al.'s block verification, arXiv:2403.10444 v1, Algorithm 2).
+Plain decoding's own per-token work :math:`o_{\text{plain}}` is measured the
+same way on :func:`otspec.decoding.autoregressive_decode`. The summary
+predicts the speed-up of this decoder from the calibrated forward costs
+plus these (see :class:`otspec.profile.Costs`).
+
+The configurations timed per family are ``(1, 1)``, ``(1, L_max)`` and
+``(k_max, L_max)`` (those the family supports); the summary fits
+:math:`o = a + b L + c (k - 1) L` through them (exact at the timed points).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._timing import Stopwatch
+
+__all__ = ["TimedLM", "overhead_configs", "overhead_rows", "OVERHEAD_REPEATS", "OVERHEAD_ITERATIONS"]
+
+#: Timed decodes of every configuration (the summary keeps the median), after one untimed warm-up decode per run.
+OVERHEAD_REPEATS = 3
+#: Iterations of each timed decode (at least; ``max_new_tokens = OVERHEAD_ITERATIONS (L + 1)``).
+OVERHEAD_ITERATIONS = 3
+
+
+class TimedLM:
+    """A language model whose calls (``logits``, ``tree_logits``) are timed, each as one synchronised section.
+
+    Every other attribute is the wrapped model's. ``laps`` holds every call's seconds in order, ``seconds``
+    their sum.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import CallableLM
+    >>> lm = TimedLM(CallableLM(lambda ids: torch.zeros(ids.shape + (5,)), vocab_size=5))
+    >>> _ = lm.logits(lm.new_state(), torch.zeros((1, 2), dtype=torch.long))
+    >>> len(lm.laps), lm.vocab_size
+    (1, 5)
+    """
+
+    def __init__(self, lm):
+        self.lm = lm
+        self.watch = Stopwatch(lm.device)
+
+    @property
+    def laps(self) -> list:
+        return self.watch.laps
+
+    @property
+    def seconds(self) -> float:
+        return self.watch.seconds
+
+    @property
+    def vocab_size(self) -> int:
+        return self.lm.vocab_size
+
+    @property
+    def device(self):
+        return self.lm.device
+
+    def new_state(self, *args, **kwargs):
+        return self.lm.new_state(*args, **kwargs)
+
+    def select(self, *args, **kwargs):
+        return self.lm.select(*args, **kwargs)
+
+    def logits(self, *args, **kwargs):
+        with self.watch:
+            return self.lm.logits(*args, **kwargs)
+
+    def tree_logits(self, *args, **kwargs):
+        with self.watch:
+            return self.lm.tree_logits(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.lm, name)
+
+
+def overhead_configs(settings) -> list[tuple]:
+    """The configurations decoded by :func:`overhead_rows`: ``(family, k, L)`` at ``(1, 1)``, ``(1, L_max)``,
+    ``(k_max, L_max)`` of every profiled family (those it supports, without repeats), then ``(tree name, n,
+    depth)`` of every tree family of the run (each verifier of a sampled family; a deterministic family once)."""
+    out = []
+    for name in settings.families:
+        ks = settings.ks(name)
+        for k, L in ((1, 1), (1, settings.L_max), (max(ks), settings.L_max)):
+            if (name, k, L) not in out:
+                out.append((name, k, L))
+    plan = getattr(settings, "tree_plan", None)
+    for f in plan.families if plan is not None else ():
+        for name in f.names():
+            out.append((name, f.n, f.depth))
+    return out
+
+
+def _tree_decode_args(settings, name: str) -> dict:
+    """``speculative_decode``'s tree arguments of the tree family row ``name``."""
+    f = settings.tree_plan.family_of(name)
+    v = f.verifiers[f.names().index(name)] if f.verifiers else "target-only"
+    return {"tree": f.shape, "process": f.process, "verifier": v, "max_new_tokens": OVERHEAD_ITERATIONS * (f.depth + 1)}
+
+
+def _decode_once(draft, target, prompt, settings, name, k, L, seed):
+    """One timed decode: ``(wall, forward seconds, iterations, residual seconds, residual calls)``."""
+    from ..decoding import autoregressive_decode, speculative_decode
+
+    d, t = TimedLM(draft), TimedLM(target)
+    s = settings
+    if name == "plain":
+        res = autoregressive_decode(t, prompt, max_new_tokens=OVERHEAD_ITERATIONS + 1, temperature=s.temperature,
+                                    top_k=s.top_k, top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed)
+        return res.wall_time, t.seconds, int(res.target_calls), 0.0, 0
+    plan = getattr(s, "tree_plan", None)
+    if plan is not None and name in {n for f in plan.families for n in f.names()}:
+        how = _tree_decode_args(s, name)
+    else:
+        how = {"verifier": name, "k": k, "L": L, "max_new_tokens": OVERHEAD_ITERATIONS * (L + 1),
+               "verifier_options": s.options(name) or None}
+    res = speculative_decode(prompt, draft=d, target=t, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                             top_p_rule=s.top_p_rule, rng=seed, **how)
+    calls = np.asarray(res.target_calls, dtype=np.int64)
+    res_s, res_n = 0.0, 0
+    if int(calls.sum()) == len(t.laps):  # the target's calls in order: the scoring call first in each iteration
+        at = np.concatenate([[0], np.cumsum(calls)[:-1]])
+        extra = [t.laps[i] for a, c in zip(at, calls) for i in range(a + 1, a + c)]
+        res_s, res_n = float(sum(extra)), len(extra)
+    return res.wall_time, d.seconds + t.seconds, res.iterations, res_s, res_n
+
+
+def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
+    r"""Time a few real decoding iterations of every family (:func:`overhead_configs`) and of plain decoding.
+
+    Appends, for every repetition ``j`` (interleaved: every configuration once per round), rows
+    ``kind="cost"``: ``name="overhead:<family>"`` (``k``, ``m = L``; a tree family: ``k = n`` its nodes, ``m``
+    its depth) the seconds per iteration outside the model calls; ``name="residual:<family>"`` the seconds of
+    one residual target call (block verification; only when there were some); ``name="overhead:plain"``
+    (``k = m = 1``) plain decoding's seconds per token outside its target call; ``name="forward:<family>"``
+    the seconds per iteration in model calls (for the report).
+    """
+    configs = [("plain", 1, 1)] + overhead_configs(settings)
+    seed = int(settings.seed)
+    _decode_once(draft, target, prompt, settings, *configs[min(1, len(configs) - 1)], seed)  # warm-up
+    for rep in range(OVERHEAD_REPEATS):
+        shift = rep % len(configs)
+        for name, k, L in configs[shift:] + configs[:shift]:
+            wall, fwd, iters, res_s, res_n = _decode_once(draft, target, prompt, settings, name, k, L, seed + rep)
+            iters = max(int(iters), 1)
+            rows.add(-1, "cost", f"overhead:{name}", k, [max(wall - fwd, 0.0) / iters], m=L, j0=rep + 1)
+            rows.add(-1, "cost", f"forward:{name}", k, [fwd / iters], m=L, j0=rep + 1)
+            if res_n:
+                rows.add(-1, "cost", f"residual:{name}", k, [res_s / res_n], m=L, j0=rep + 1)
