@@ -84,21 +84,63 @@ def test_measured_costs_predict_from_the_calibration(run, summary):
         rows.setdefault((name, k, m), []).append(v)
     shards = 1
     shapes = cost_shapes(summary_settings := type("S", (), SETTINGS))
-    assert sorted(rows) == sorted({("target", k, m) for k, m in shapes["target"]} | {
+    calls = {key for key in rows if key[0] in ("target", "draft")}
+    assert sorted(calls) == sorted({("target", k, m) for k, m in shapes["target"]} | {
         ("draft", k, m) for k, m in shapes["draft"]})
     assert all(len(v) == COST_REPEATS * shards for v in rows.values())
     med = {key: float(np.median(v)) for key, v in rows.items()}
+
+    def env(name, k, m):  # the monotone envelope: at least as dear as any call on fewer rows and tokens
+        return max(v for (n, a, b), v in med.items() if n == name and a <= k and b <= m)
+
     c = summary.costs
     assert c.source == "measured" and summary_settings.k_max == 3
     assert c.plain == med[("target", 1, 1)]
+    # the decoder's own work: plain decoding and every family at its timed configurations
+    np.testing.assert_allclose(c.overhead_plain, med[("overhead:plain", 1, 1)], rtol=1e-15)
+    timed = {(n.split(":")[1], k, L): v for (n, k, L), v in med.items() if n.startswith("overhead:")}
+    assert {f for f, _, _ in timed} == set(SETTINGS["families"]) | {"plain"}
+    assert ("kseq", 3, 3) in timed and ("block", 3, 3) not in timed  # every family at the k and L it supports
+    for (f, k, L), v in timed.items():
+        if f != "plain":
+            np.testing.assert_allclose(c.overhead[(f, k, L)], max(v, 0.0), rtol=1e-9, atol=1e-15)
     for k in range(1, 4):
         for L in range(1, 4):
-            it = med[("draft", 1, 1)] + (L - 1) * med[("draft", k, 1)] + med[("target", k, L + 1)]
+            it = env("draft", 1, 1) + (L - 1) * env("draft", k, 1) + env("target", k, L + 1)
             np.testing.assert_allclose(c.iteration(k, L), it, rtol=1e-15)
             if k == 1:
                 tpc = summary.sets["all"].tokens_per_call[("token", 1, L)].value
-                np.testing.assert_allclose(summary.sets["all"].speedup[("token", 1, L)].value,
+                np.testing.assert_allclose(summary.sets["all"].speedup_forward[("token", 1, L)].value,
                                            tpc * med[("target", 1, 1)] / it, rtol=1e-12)
+                dec = (med[("target", 1, 1)] + c.overhead_plain) / (it + c.overhead[("token", 1, L)])
+                np.testing.assert_allclose(summary.sets["all"].speedup[("token", 1, L)].value, tpc * dec,
+                                           rtol=1e-12)
+
+
+def test_speedup_intervals_carry_the_timing_spread(run):
+    # the costs' bootstrap replicates resample each call's timing repetitions: they vary, within the repetitions
+    from otspec.profile._summary import _costs, _replicates, read_manifest
+
+    settings = read_manifest(run)["settings"]
+    c = _costs(run, settings, None, None)
+    reps = _replicates(c, settings, 400, 0)
+    it = np.asarray(reps.iteration(2, 3))
+    assert it.shape == (400,) and np.ptp(it) > 0
+    assert it.min() >= min(c.samples[("draft", 1, 1)]) + 2 * min(c.samples[("draft", 2, 1)]) + min(
+        c.samples[("target", 2, 4)]) - 1e-15
+
+
+def test_a_call_cheaper_than_a_smaller_one_is_flagged_and_not_predicted_from():
+    from otspec.profile._summary import _cost_violations, _envelope
+
+    med = {("target", 1, 1): 10.0, ("target", 1, 3): 4.0, ("target", 4, 5): 12.0, ("draft", 1, 1): 1.0,
+           ("draft", 2, 1): 0.95}
+    spread = {key: 0.1 for key in med}
+    got = _cost_violations(med, spread)
+    assert len(got) == 1 and got[0].startswith("target: 1 rows x 3 tokens 4000.000 ms, cheaper than 1 x 1")
+    env = _envelope(med)
+    assert env[("target", 1, 3)] == 10.0 and env[("target", 4, 5)] == 12.0 and env[("draft", 2, 1)] == 1.0
+    assert _cost_violations(env, spread) == ()
 
 
 def test_given_costs_keep_the_relative_model(run):
