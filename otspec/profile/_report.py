@@ -156,7 +156,19 @@ def _costs_lines(summary) -> list[str]:
     for L in range(1, s["L_max"] + 1):
         lines.append(f"| target scoring k rows of {L + 1} tokens (x plain) | " + " | ".join(
             f"{c.target[(k, L)] / c.plain:.2f}" for k in range(1, s["k_max"] + 1)) + " |")
-    return lines + [""]
+    lines.append("")
+    if getattr(c, "decoder_measured", False):
+        lines += ["Speed-ups are prediction (a), otspec's own decoder on this device: the forward passes above plus "
+                  "the decoder's work outside them, timed on a few real iterations of every scheme "
+                  f"(plain decoding: {1e3 * c.overhead_plain:.3f} ms per token outside its forward pass). "
+                  "Prediction (b), the forward passes alone (an engine whose verification is fused into its "
+                  "forward pass), is `speedup_forward` in the summary.", ""]
+    else:
+        lines += ["Speed-ups count the forward passes alone (the run did not time the decoder's work outside "
+                  "them).", ""]
+    for v in getattr(c, "violations", ()):
+        lines.append(f"- Warning: {v}; predicted from the monotone envelope instead.")
+    return lines + [""] if getattr(c, "violations", ()) else lines
 
 
 def _tables_lines(summary) -> list[str]:
