@@ -15,9 +15,10 @@ records per iteration
     o(f, k, L) = \frac{W - F}{I}, \qquad
     r(f, k, L) = \frac{F_{\text{residual}}}{\#\text{residual calls}},
 
-with :math:`W` the decode's wall time, :math:`F` the seconds of its model
-calls, :math:`I` its iterations and :math:`F_{\text{residual}}` the seconds
-of the target calls after the first of an iteration (the residual calls of
+with :math:`W` the seconds of the whole call (setting up included, as a
+caller of the decoder pays them), :math:`F` the seconds of its model calls,
+:math:`I` its iterations and :math:`F_{\text{residual}}` the seconds of the
+target calls after the first of an iteration (the residual calls of
 Sun et al.'s block verification, arXiv:2403.10444 v1, Algorithm 2).
 Plain decoding's own per-token work :math:`o_{\text{plain}}` is measured the
 same way on :func:`otspec.decoding.autoregressive_decode`. The summary
@@ -127,25 +128,28 @@ def _decode_once(draft, target, prompt, settings, name, k, L, seed):
 
     d, t = TimedLM(draft), TimedLM(target)
     s = settings
+    whole = Stopwatch(target.device)
     if name == "plain":
-        res = autoregressive_decode(t, prompt, max_new_tokens=OVERHEAD_ITERATIONS + 1, temperature=s.temperature,
-                                    top_k=s.top_k, top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed)
-        return res.wall_time, t.seconds, int(res.target_calls), 0.0, 0
+        with whole:
+            res = autoregressive_decode(t, prompt, max_new_tokens=OVERHEAD_ITERATIONS + 1, temperature=s.temperature,
+                                        top_k=s.top_k, top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed)
+        return whole.seconds, t.seconds, int(res.target_calls), 0.0, 0
     plan = getattr(s, "tree_plan", None)
     if plan is not None and name in {n for f in plan.families for n in f.names()}:
         how = _tree_decode_args(s, name)
     else:
         how = {"verifier": name, "k": k, "L": L, "max_new_tokens": OVERHEAD_ITERATIONS * (L + 1),
                "verifier_options": s.options(name) or None}
-    res = speculative_decode(prompt, draft=d, target=t, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                             top_p_rule=s.top_p_rule, rng=seed, **how)
+    with whole:
+        res = speculative_decode(prompt, draft=d, target=t, temperature=s.temperature, top_k=s.top_k,
+                                 top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed, **how)
     calls = np.asarray(res.target_calls, dtype=np.int64)
     res_s, res_n = 0.0, 0
     if int(calls.sum()) == len(t.laps):  # the target's calls in order: the scoring call first in each iteration
         at = np.concatenate([[0], np.cumsum(calls)[:-1]])
         extra = [t.laps[i] for a, c in zip(at, calls) for i in range(a + 1, a + c)]
         res_s, res_n = float(sum(extra)), len(extra)
-    return res.wall_time, d.seconds + t.seconds, res.iterations, res_s, res_n
+    return whole.seconds, d.seconds + t.seconds, res.iterations, res_s, res_n
 
 
 def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
