@@ -25,9 +25,11 @@ same way on :func:`otspec.decoding.autoregressive_decode`. The summary
 predicts the speed-up of this decoder from the calibrated forward costs
 plus these (see :class:`otspec.profile.Costs`).
 
-The configurations timed per family are ``(1, 1)``, ``(1, L_max)`` and
-``(k_max, L_max)`` (those the family supports); the summary fits
-:math:`o = a + b L + c (k - 1) L` through them (exact at the timed points).
+The configurations timed per family are ``(1, 1)`` and ``(K, L_max)``, ``K``
+the largest ``k`` the family supports; the summary fits
+:math:`o = a + b\, k (2 L + 1)` through them (exact at the timed points):
+the decoder's work per iteration grows with the laws it handles, ``k L``
+draft rows and ``k (L + 1)`` target rows.
 """
 
 from __future__ import annotations
@@ -99,13 +101,13 @@ class TimedLM:
 
 
 def overhead_configs(settings) -> list[tuple]:
-    """The configurations decoded by :func:`overhead_rows`: ``(family, k, L)`` at ``(1, 1)``, ``(1, L_max)``,
-    ``(k_max, L_max)`` of every profiled family (those it supports, without repeats), then ``(tree name, n,
+    """The configurations decoded by :func:`overhead_rows`: ``(family, k, L)`` at ``(1, 1)`` and ``(K, L_max)`` of
+    every profiled family (``K`` the largest ``k`` it supports; one when they coincide), then ``(tree name, n,
     depth)`` of every tree family of the run (each verifier of a sampled family; a deterministic family once)."""
     out = []
     for name in settings.families:
         ks = settings.ks(name)
-        for k, L in ((1, 1), (1, settings.L_max), (max(ks), settings.L_max)):
+        for k, L in ((1, 1), (max(ks), settings.L_max)):
             if (name, k, L) not in out:
                 out.append((name, k, L))
     plan = getattr(settings, "tree_plan", None)

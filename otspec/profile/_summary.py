@@ -433,23 +433,24 @@ def _envelope(med: dict) -> dict:
 def _overhead(med: dict, settings: dict) -> tuple[dict, float, dict]:
     r"""The decoder's work outside the forward passes: ``(per (family, k, L) or tree name, plain, residual)``.
 
-    A family's seconds per iteration are fitted as :math:`o = a + b L + c (k - 1) L` through its timed
-    configurations (:func:`otspec.profile._overhead.overhead_configs`: exact there), clipped at 0.
+    A family's seconds per iteration are fitted as :math:`o = a + b\, k (2 L + 1)` (the laws an iteration
+    handles) through its two timed configurations (:func:`otspec.profile._overhead.overhead_configs`: exact
+    there), clipped at 0; one timed configuration: that value everywhere.
     """
     k_max, L_max = settings["k_max"], settings["L_max"]
     fams = set(settings["families"])
     over, residual = {}, {}
     for f in settings["families"]:
         o = {(k, m): v for (n, k, m), v in med.items() if n == f"overhead:{f}"}
-        if (1, 1) not in o:
+        if not o:
             continue
-        slope = (o[(1, L_max)] - o[(1, 1)]) / (L_max - 1) if L_max > 1 and (1, L_max) in o else 0.0
-        a = o[(1, 1)] - slope
-        K = max(k for k, m in o if m == L_max) if any(m == L_max for _, m in o) else 1
-        c = (o[(K, L_max)] - a - slope * L_max) / ((K - 1) * L_max) if K > 1 else 0.0
+        pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))
+        (k0, L0), (k1, L1) = pts[0], pts[-1]
+        x0, x1 = k0 * (2 * L0 + 1), k1 * (2 * L1 + 1)
+        b = (o[(k1, L1)] - o[(k0, L0)]) / (x1 - x0) if x1 > x0 else 0.0
         for k in range(1, k_max + 1):
             for L in range(1, L_max + 1):
-                over[(f, k, L)] = np.maximum(a + slope * L + c * (k - 1) * L, 0.0)
+                over[(f, k, L)] = np.maximum(o[(k0, L0)] + b * (k * (2 * L + 1) - x0), 0.0)
         res = [v for (n, _, _), v in med.items() if n == f"residual:{f}"]
         if res:
             residual[f] = np.mean(res, axis=0)
