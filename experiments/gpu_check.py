@@ -96,8 +96,9 @@ HEAD = ("what", "ms", "x plain", "predicted (a)", "predicted (b)", "measured", "
 
 
 def _forward_rows(draft, target, k_max: int, L: int, device: str, rows: list) -> None:
-    """Synchronised forward passes of the target and the draft after a cached context of 8 tokens, each shape with
-    a cache of its own, cut back to the context after every call (outside the clock)."""
+    """Synchronised forward passes (:class:`otspec.decoding.HFCausalLM` ``logits``) of the target and the draft
+    after a cached context of 8 tokens, each shape with a state of its own, cut back to the context after every
+    call outside the clock."""
     import torch
 
     from otspec._timing import timed_rounds
@@ -105,15 +106,17 @@ def _forward_rows(draft, target, k_max: int, L: int, device: str, rows: list) ->
     ctx_len = 8
 
     def calls(lm, shapes):
-        caches, fns = {}, {}
+        states, fns = {}, {}
         for r, n in shapes:
-            ctx = torch.arange(1, ctx_len + 1, device=device)[None].repeat(r, 1)
-            caches[(r, n)] = lm(ctx, use_cache=True).past_key_values
+            st = lm.new_state()
+            lm.logits(st, torch.arange(1, ctx_len + 1, device=device)[None])
+            if r > 1:  # r rows holding the context: one call on r rows, then cut back to the context
+                lm.logits(st, torch.ones((r, 1), dtype=torch.long, device=device))
+                lm.select(st, list(range(r)), ctx_len)
+            states[(r, n)] = st
             ids = torch.ones((r, n), dtype=torch.long, device=device)
-            pos = torch.arange(ctx_len, ctx_len + n, device=device)[None].repeat(r, 1)
-            fns[(r, n)] = (lambda ids=ids, pos=pos, key=(r, n): lm(ids, past_key_values=caches[key],
-                                                                  position_ids=pos, use_cache=True).logits)
-        return fns, lambda key: caches[key].crop(ctx_len)
+            fns[(r, n)] = (lambda ids=ids, key=(r, n): lm.logits(states[key], ids))
+        return fns, lambda key: lm.select(states[key], list(range(key[0])) if key[0] > 1 else 0, ctx_len)
 
     with torch.inference_mode():
         fns, reset = calls(target, [(1, 1), (1, L + 1), (k_max, L + 1)])
@@ -180,6 +183,8 @@ def main(argv=None) -> int:
     shape = SHAPES[args.shape or ("tiny" if args.tiny else "llama-3.2-1b")]
     plan = PLANS["tiny" if args.tiny else "full"]
     device = args.device or ("cpu" if args.tiny else "cuda")
+    if device == "cpu":
+        torch.set_num_threads(1)  # tiny CPU calls: one thread, no intra-op spinning against the machine's load
     if device.startswith("cuda") and not torch.cuda.is_available():
         print(f"error: --device {device!r} but torch sees no CUDA device", file=sys.stderr)
         return 2
@@ -203,7 +208,7 @@ def main(argv=None) -> int:
 
     done: list = []
     L = plan["L_max"]
-    _forward_rows(d_model, t_model, plan["k_max"], L, device, rows)
+    _forward_rows(draft, target, plan["k_max"], L, device, rows)
     flush()
     settings = dict(k_max=plan["k_max"], L_max=L, max_new_tokens=plan["positions"], families=list(plan["families"]),
                     verifiers=["token"], trees=list(plan["trees"]), seed=args.seed)
