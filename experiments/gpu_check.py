@@ -224,7 +224,7 @@ def main(argv=None) -> int:
                      "", "", "", ""))
     for k in sorted({1, plan["k_max"]}):
         rows.append((f"calibration: draft {k} x 1 tokens", 1e3 * c.draft[k], c.draft[k] / c.plain, "", "", "", ""))
-    rows.append(("calibration: plain outside fwd", 1e3 * c.overhead_plain, c.overhead_plain / c.plain, "", "", "",
+    rows.append(("calibration: plain beyond fwd", 1e3 * c.overhead_plain, c.overhead_plain / c.plain, "", "", "",
                  f"{c.overhead_plain / (c.plain + c.overhead_plain):.2f}"))
     flush()
     print(f"# profile + summary {prof_s:.1f} s; cost violations: {len(c.violations)}"

@@ -22,7 +22,7 @@ def test_tiny_run_prints_every_part_of_the_table(capsys):
     assert gpu_check.main(["--tiny", "--budget-s", "600"]) == 0
     out = capsys.readouterr().out
     for row in ("forward: target 1 x 1 tokens", "forward: draft 2 x 1 tokens", "calibration: target 1 x 1 (plain)",
-                "calibration: plain outside fwd", "otspec autoregressive_decode", "(recommended)", "(runner-up)",
+                "calibration: plain beyond fwd", "otspec autoregressive_decode", "(recommended)", "(runner-up)",
                 "otspec topk:branching(2,2)", "transformers generate", "transformers assisted L = "):
         assert row in out, row
     assert "cost violations:" in out and "# total" in out

@@ -12,18 +12,23 @@ records per iteration
 
 .. math::
 
-    o(f, k, L) = \frac{W - F}{I}, \qquad
-    r(f, k, L) = \frac{F_{\text{residual}}}{\#\text{residual calls}},
+    s(f, k, L) = \frac{W - F_{\text{residual}}}{I}, \qquad
+    r(f) = \frac{F_{\text{residual}}}{\#\text{residual calls}},
 
 with :math:`W` the seconds of the whole call (setting up included, as a
-caller of the decoder pays them), :math:`F` the seconds of its model calls,
-:math:`I` its iterations and :math:`F_{\text{residual}}` the seconds of the
-target calls after the first of an iteration (the residual calls of
-Sun et al.'s block verification, arXiv:2403.10444 v1, Algorithm 2).
-Plain decoding's own per-token work :math:`o_{\text{plain}}` is measured the
-same way on :func:`otspec.decoding.autoregressive_decode`. The summary
-predicts the speed-up of this decoder from the calibrated forward costs
-plus these (see :class:`otspec.profile.Costs`).
+caller of the decoder pays them; the prompt's prefill counted as a typical
+call), :math:`I` its iterations and :math:`F_{\text{residual}}` the seconds
+of the target calls after the first of an iteration (the residual calls of
+Sun et al.'s block verification, arXiv:2403.10444 v1, Algorithm 2), and the
+seconds of its model calls apart (the share outside them). Plain decoding's
+seconds per token are measured the same way on
+:func:`otspec.decoding.autoregressive_decode`. The summary takes the
+decoder's work beyond the calibrated forward passes,
+:math:`o(f, k, L) = s(f, k, L) - t(k, L)`, so that prediction (a) at a timed
+configuration is the measured time of a whole step, as engines rank their
+settings (SGLang's ``bench_speculative.py``); the forward passes the decoder
+makes can cost more than the calibration's (on a CPU, its own work evicts
+the weights from the caches), and that difference is the decoder's too.
 
 The configurations timed per family are ``(1, 1)`` and ``(K, L_max)``, ``K``
 the largest ``k`` the family supports; the summary fits
@@ -124,8 +129,15 @@ def _tree_decode_args(settings, name: str) -> dict:
     return {"tree": f.shape, "process": f.process, "verifier": v, "max_new_tokens": OVERHEAD_ITERATIONS * (f.depth + 1)}
 
 
+def _prefill_excess(laps: list) -> float:
+    """Seconds by which a model's first call of a decode (the prompt's prefill) exceeds its typical call."""
+    return laps[0] - float(np.median(laps[1:])) if len(laps) > 1 else 0.0
+
+
 def _decode_once(draft, target, prompt, settings, name, k, L, seed):
-    """One timed decode: ``(wall, forward seconds, iterations, residual seconds, residual calls)``."""
+    """One timed decode: ``(step, forward, iterations, residual seconds, residual calls)``, the seconds of the
+    whole call and of its model calls less the prompt's prefill (each model's first call counted as a typical
+    one) and less the residual calls."""
     from ..decoding import autoregressive_decode, speculative_decode
 
     d, t = TimedLM(draft), TimedLM(target)
@@ -135,7 +147,8 @@ def _decode_once(draft, target, prompt, settings, name, k, L, seed):
         with whole:
             res = autoregressive_decode(t, prompt, max_new_tokens=OVERHEAD_ITERATIONS + 1, temperature=s.temperature,
                                         top_k=s.top_k, top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed)
-        return whole.seconds, t.seconds, int(res.target_calls), 0.0, 0
+        excess = _prefill_excess(t.laps)
+        return whole.seconds - excess, t.seconds - excess, int(res.target_calls), 0.0, 0
     plan = getattr(s, "tree_plan", None)
     if plan is not None and name in {n for f in plan.families for n in f.names()}:
         how = _tree_decode_args(s, name)
@@ -146,23 +159,27 @@ def _decode_once(draft, target, prompt, settings, name, k, L, seed):
         res = speculative_decode(prompt, draft=d, target=t, temperature=s.temperature, top_k=s.top_k,
                                  top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed, **how)
     calls = np.asarray(res.target_calls, dtype=np.int64)
-    res_s, res_n = 0.0, 0
+    res_s, res_n, scoring = 0.0, 0, t.laps
     if int(calls.sum()) == len(t.laps):  # the target's calls in order: the scoring call first in each iteration
         at = np.concatenate([[0], np.cumsum(calls)[:-1]])
         extra = [t.laps[i] for a, c in zip(at, calls) for i in range(a + 1, a + c)]
+        scoring = [t.laps[a] for a in at]
         res_s, res_n = float(sum(extra)), len(extra)
-    return whole.seconds, d.seconds + t.seconds, res.iterations, res_s, res_n
+    excess = _prefill_excess(d.laps) + _prefill_excess(scoring)
+    return (whole.seconds - excess - res_s, d.seconds + t.seconds - excess - res_s, res.iterations, res_s,
+            res_n)
 
 
 def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
     r"""Time a few real decoding iterations of every family (:func:`overhead_configs`) and of plain decoding.
 
     Appends, for every repetition ``j`` (interleaved: every configuration once per round), rows
-    ``kind="cost"``: ``name="overhead:<family>"`` (``k``, ``m = L``; a tree family: ``k = n`` its nodes, ``m``
-    its depth) the seconds per iteration outside the model calls; ``name="residual:<family>"`` the seconds of
-    one residual target call (block verification; only when there were some); ``name="overhead:plain"``
-    (``k = m = 1``) plain decoding's seconds per token outside its target call; ``name="forward:<family>"``
-    the seconds per iteration in model calls (for the report).
+    ``kind="cost"``, all per iteration (per token for plain decoding), the prompt's prefill counted as a
+    typical call and the residual calls left out: ``name="step:<family>"`` (``k``, ``m = L``; a tree family:
+    ``k = n`` its nodes, ``m`` its depth; ``"step:plain"``: ``k = m = 1``) the seconds of the whole step;
+    ``name="forward:<family>"`` the seconds of its model calls, timed as the decoder makes them;
+    ``name="residual:<family>"`` the seconds of one residual target call (block verification; only when
+    there were some).
     """
     configs = [("plain", 1, 1)] + overhead_configs(settings)
     seed = int(settings.seed)
@@ -170,9 +187,9 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
     for rep in range(OVERHEAD_REPEATS):
         shift = rep % len(configs)
         for name, k, L in configs[shift:] + configs[:shift]:
-            wall, fwd, iters, res_s, res_n = _decode_once(draft, target, prompt, settings, name, k, L, seed + rep)
+            step, fwd, iters, res_s, res_n = _decode_once(draft, target, prompt, settings, name, k, L, seed + rep)
             iters = max(int(iters), 1)
-            rows.add(-1, "cost", f"overhead:{name}", k, [max(wall - fwd, 0.0) / iters], m=L, j0=rep + 1)
+            rows.add(-1, "cost", f"step:{name}", k, [step / iters], m=L, j0=rep + 1)
             rows.add(-1, "cost", f"forward:{name}", k, [fwd / iters], m=L, j0=rep + 1)
             if res_n:
                 rows.add(-1, "cost", f"residual:{name}", k, [res_s / res_n], m=L, j0=rep + 1)

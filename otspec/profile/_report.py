@@ -159,8 +159,8 @@ def _costs_lines(summary) -> list[str]:
     lines.append("")
     if getattr(c, "decoder_measured", False):
         lines += ["Speed-ups are prediction (a), otspec's own decoder on this device: the forward passes above plus "
-                  "the decoder's work outside them, timed on a few real iterations of every scheme "
-                  f"(plain decoding: {1e3 * c.overhead_plain:.3f} ms per token outside its forward pass). "
+                  "the decoder's work beyond them, from whole steps timed on a few real iterations of every scheme "
+                  f"(plain decoding: {1e3 * c.overhead_plain:.3f} ms per token beyond its forward pass). "
                   "Prediction (b), the forward passes alone (an engine whose verification is fused into its "
                   "forward pass), is `speedup_forward` in the summary.", ""]
     else:

@@ -95,10 +95,12 @@ class Costs:
     spread : dict
         ``(model, rows, new tokens) -> seconds``: half the range of the calibration's repetitions of each call.
     overhead : dict
-        ``(family, k, L) -> seconds`` per iteration of the decoder's work outside the forward passes (a
-        tree family's name ``-> seconds``); empty when the run did not measure it (then (a) is (b)).
+        ``(family, k, L) -> seconds`` per iteration of the decoder's work beyond the calibrated forward passes
+        (the measured seconds of a whole step less :meth:`iteration`, fitted between the timed
+        configurations; see :mod:`otspec.profile._overhead`); a tree family's name ``-> seconds`` of its
+        measured step; empty when the run did not measure them (then (a) is (b)).
     overhead_plain : float
-        Plain decoding's work outside its forward pass, per token.
+        Plain decoding's work beyond its calibrated forward pass, per token.
     residual : dict
         ``family -> seconds`` of one residual target call (Sun et al.'s block verification), as timed in the
         decodes; a family not in it is charged :attr:`plain` per residual call.
@@ -430,18 +432,25 @@ def _envelope(med: dict) -> dict:
     return env
 
 
-def _overhead(med: dict, settings: dict) -> tuple[dict, float, dict]:
-    r"""The decoder's work outside the forward passes: ``(per (family, k, L) or tree name, plain, residual)``.
+def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict]:
+    r"""The decoder's work beyond the calibrated forward passes: ``(per (family, k, L) or tree name, plain,
+    residual)``.
 
-    A family's seconds per iteration are fitted as :math:`o = a + b\, k (2 L + 1)` (the laws an iteration
-    handles) through its two timed configurations (:func:`otspec.profile._overhead.overhead_configs`: exact
-    there), clipped at 0; one timed configuration: that value everywhere.
+    At a timed configuration :math:`o = s - t(k, L)`, the measured seconds of a whole step less the calibrated
+    forward passes (:mod:`otspec.profile._overhead`); a family's are fitted as :math:`o = a + b\, k (2 L + 1)`
+    (the laws an iteration handles) through its two timed configurations (exact there); one timed
+    configuration: that value everywhere. A tree family's entry is its step's seconds :math:`s` (the tree's
+    forward passes are subtracted where its shape is known, :class:`_TreeCosts`).
     """
     k_max, L_max = settings["k_max"], settings["L_max"]
     fams = set(settings["families"])
+
+    def fwd(k, L):
+        return env[("draft", 1, 1)] + (L - 1) * env[("draft", k, 1)] + env[("target", k, L + 1)]
+
     over, residual = {}, {}
     for f in settings["families"]:
-        o = {(k, m): v for (n, k, m), v in med.items() if n == f"overhead:{f}"}
+        o = {(k, m): v - fwd(k, m) for (n, k, m), v in med.items() if n == f"step:{f}"}
         if not o:
             continue
         pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))
@@ -450,15 +459,16 @@ def _overhead(med: dict, settings: dict) -> tuple[dict, float, dict]:
         b = (o[(k1, L1)] - o[(k0, L0)]) / (x1 - x0) if x1 > x0 else 0.0
         for k in range(1, k_max + 1):
             for L in range(1, L_max + 1):
-                over[(f, k, L)] = np.maximum(o[(k0, L0)] + b * (k * (2 * L + 1) - x0), 0.0)
+                over[(f, k, L)] = o[(k0, L0)] + b * (k * (2 * L + 1) - x0)
         res = [v for (n, _, _), v in med.items() if n == f"residual:{f}"]
         if res:
             residual[f] = np.mean(res, axis=0)
     for (n, _, _), v in med.items():
         name = n.partition(":")[2]
-        if n.startswith("overhead:") and name not in fams and name != "plain":
+        if n.startswith("step:") and name not in fams and name != "plain":
             over[name] = v
-    return over, med.get(("overhead:plain", 1, 1), 0.0), residual
+    plain = med[("step:plain", 1, 1)] - env[("target", 1, 1)] if ("step:plain", 1, 1) in med else 0.0
+    return over, plain, residual
 
 
 def _measured(med: dict, settings: dict, spread: dict, samples: dict, violations: tuple | None = None) -> Costs:
@@ -466,7 +476,7 @@ def _measured(med: dict, settings: dict, spread: dict, samples: dict, violations
     ks = range(1, settings["k_max"] + 1)
     Ls = range(1, settings["L_max"] + 1)
     env = _envelope(med)
-    over, plain_over, residual = _overhead(med, settings)
+    over, plain_over, residual = _overhead(med, settings, env)
     return Costs("measured", env[("target", 1, 1)], {(k, L): env[("target", k, L + 1)] for k in ks for L in Ls},
                  {k: env[("draft", k, 1)] for k in ks},
                  "measured by the run on its own device: every forward pass shape timed with the device "
@@ -1055,6 +1065,7 @@ class _TreeCosts:
         self.L_max = settings["L_max"]
         plan = resolve_trees(settings.get("trees") or (), settings.get("tree_universe"))
         sizes = {name: (f.n, f.process) for f in plan.families for name in f.names()}
+        self.shapes = {name: f.shape for f in plan.families for name in f.names()}
         timed = [(sizes[nm][0], nm) for nm in costs.overhead if isinstance(nm, str) and nm in sizes]
         topk = [t for t in timed if sizes[t[1]][1] == "topk"]
         self.over = sorted(topk or timed)  # static shapes: interpolated in n between these families' own
@@ -1069,12 +1080,16 @@ class _TreeCosts:
             return c.draft[1]
         return _interp(r, self.r, [c.calls[("draft", int(k), 1)] for k in self.r])
 
+    def _beyond(self, c: Costs, name: str):
+        """A timed tree family's measured step less its calibrated forward passes."""
+        return c.overhead[name] - self.iteration(self.shapes[name], c)
+
     def _overhead(self, c: Costs, n: int, name: str | None):
         if name is not None and name in c.overhead:
-            return c.overhead[name]
+            return self._beyond(c, name)
         if not self.over:
             return 0.0
-        return _interp(n, np.array([a for a, _ in self.over], float), [c.overhead[nm] for _, nm in self.over])
+        return _interp(n, np.array([a for a, _ in self.over], float), [self._beyond(c, nm) for _, nm in self.over])
 
     def iteration(self, shape, c: Costs | None = None):
         """One iteration's forward passes: a draft call per depth (the nodes of that depth with children) and one
