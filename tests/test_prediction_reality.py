@@ -57,6 +57,8 @@ def _check(draft, target, prompts, settings, *, rounds: int, tokens: int):
 
 
 def _assert_within(rows):
+    for sc, p, m in rows:  # shown with -s: the record in docs/perf/gpu_check.rst
+        print(f"{sc}: predicted (a) {p:.3f}, measured {m:.3f} ({m / p - 1:+.1%})")
     bad = [(sc, round(p, 3), round(m, 3), round(m / p - 1, 3)) for sc, p, m in rows if abs(m / p - 1) > TOLERANCE]
     assert not bad, f"measured speed-ups off prediction (a) by more than {TOLERANCE:.0%}: {bad} (all: {rows})"
 
