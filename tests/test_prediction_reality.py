@@ -91,3 +91,20 @@ def test_smollm2_pair():
     settings = dict(k_max=2, L_max=3, max_new_tokens=8, families=["token", "kseq", "block-onestep"],
                     verifiers=["token"], trees=["topk:branching(2,2)"])
     _assert_within(_check(draft, target, prompts, settings, rounds=3, tokens=32))
+
+
+def test_check_decodes_on_a_toy_pair():
+    from otspec.profile import ProfileSettings, toy_pair
+    from otspec.profile._check import DecodeCheck, check_decodes
+
+    d, t = toy_pair(5, seed=0)
+    s = ProfileSettings(k_max=2, L_max=2, families=["token", "kseq"], verifiers=["token"],
+                        trees=["topk:branching(2,2)"])
+    got = check_decodes(d, t, [[0, 1], [2]], [("kseq", 2, 2), "topk:branching(2,2)"], s, rounds=2,
+                        max_new_tokens=6)
+    assert list(got) == [("kseq", 2, 2), "topk:branching(2,2)"]
+    for g in got.values():
+        assert isinstance(g, DecodeCheck) and len(g.rounds) == 4 and g.speedup > 0
+        assert 0 <= g.outside_share <= 1 and 0 <= g.plain_outside_share <= 1 and g.tokens_per_call >= 1
+    with pytest.raises(ValueError, match="`rounds` must be an integer >= 1, got 0"):
+        check_decodes(d, t, [[0]], [("kseq", 2, 2)], s, rounds=0)

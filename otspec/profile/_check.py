@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._timing import Stopwatch
-from ._overhead import TimedLM
+from ._overhead import TimedLM, decode_args
 
 __all__ = ["DecodeCheck", "check_decodes"]
 
@@ -60,23 +60,16 @@ class DecodeCheck:
 def _decode(draft, target, prompt, settings, scheme, max_new_tokens: int, seed: int):
     from ..decoding import autoregressive_decode, speculative_decode
 
-    s = settings
     whole = Stopwatch(target.device)
-    common = dict(max_new_tokens=max_new_tokens, temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                  top_p_rule=s.top_p_rule, rng=seed)
     if scheme == "plain":
+        s = settings
         with whole:
-            r = autoregressive_decode(target, prompt, **common)
+            r = autoregressive_decode(target, prompt, max_new_tokens=max_new_tokens, temperature=s.temperature,
+                                      top_k=s.top_k, top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed)
         return whole.seconds, int(r.tokens.shape[0]), int(r.target_calls), int(r.tokens.shape[0])
-    if isinstance(scheme, str):
-        f = s.tree_plan.family_of(scheme)
-        how = {"tree": f.shape, "process": f.process,
-               "verifier": f.verifiers[f.names().index(scheme)] if f.verifiers else "target-only"}
-    else:
-        name, k, L = scheme
-        how = {"verifier": name, "k": k, "L": L, "verifier_options": s.options(name) or None}
     with whole:
-        r = speculative_decode(prompt, draft=draft, target=target, **how, **common)
+        r = speculative_decode(prompt, draft=draft, target=target, max_new_tokens=max_new_tokens, rng=seed,
+                               **decode_args(settings, scheme))
     return whole.seconds, int(r.tokens.shape[0]), int(np.sum(r.target_calls)), int(np.sum(r.emitted))
 
 

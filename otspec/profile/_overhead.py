@@ -43,7 +43,7 @@ import numpy as np
 
 from .._timing import Stopwatch
 
-__all__ = ["TimedLM", "overhead_configs", "overhead_rows", "OVERHEAD_REPEATS", "OVERHEAD_ITERATIONS"]
+__all__ = ["TimedLM", "decode_args", "overhead_configs", "overhead_rows", "OVERHEAD_REPEATS", "OVERHEAD_ITERATIONS"]
 
 #: Timed decodes of every configuration (the summary keeps the median), after one untimed warm-up decode per run.
 OVERHEAD_REPEATS = 3
@@ -122,11 +122,17 @@ def overhead_configs(settings) -> list[tuple]:
     return out
 
 
-def _tree_decode_args(settings, name: str) -> dict:
-    """``speculative_decode``'s tree arguments of the tree family row ``name``."""
-    f = settings.tree_plan.family_of(name)
-    v = f.verifiers[f.names().index(name)] if f.verifiers else "target-only"
-    return {"tree": f.shape, "process": f.process, "verifier": v, "max_new_tokens": OVERHEAD_ITERATIONS * (f.depth + 1)}
+def decode_args(settings, scheme) -> dict:
+    """``speculative_decode``'s keyword arguments for ``scheme`` -- ``(family, k, L)`` or a tree family's name of
+    ``settings.tree_plan`` -- with the profile's sampling (``max_new_tokens`` and ``rng`` left to the caller)."""
+    s = settings
+    out = dict(temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, top_p_rule=s.top_p_rule)
+    if isinstance(scheme, str):
+        f = s.tree_plan.family_of(scheme)
+        return {**out, "tree": f.shape, "process": f.process,
+                "verifier": f.verifiers[f.names().index(scheme)] if f.verifiers else "target-only"}
+    name, k, L = scheme
+    return {**out, "verifier": name, "k": k, "L": L, "verifier_options": s.options(name) or None}
 
 
 def _prefill_excess(laps: list) -> float:
@@ -150,14 +156,11 @@ def _decode_once(draft, target, prompt, settings, name, k, L, seed):
         excess = _prefill_excess(t.laps)
         return whole.seconds - excess, t.seconds - excess, int(res.target_calls), 0.0, 0
     plan = getattr(s, "tree_plan", None)
-    if plan is not None and name in {n for f in plan.families for n in f.names()}:
-        how = _tree_decode_args(s, name)
-    else:
-        how = {"verifier": name, "k": k, "L": L, "max_new_tokens": OVERHEAD_ITERATIONS * (L + 1),
-               "verifier_options": s.options(name) or None}
+    tree = plan is not None and name in {n for f in plan.families for n in f.names()}
+    how = decode_args(s, name if tree else (name, k, L))
     with whole:
-        res = speculative_decode(prompt, draft=d, target=t, temperature=s.temperature, top_k=s.top_k,
-                                 top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed, **how)
+        res = speculative_decode(prompt, draft=d, target=t, rng=seed, max_new_tokens=OVERHEAD_ITERATIONS * (L + 1),
+                                 **how)
     calls = np.asarray(res.target_calls, dtype=np.int64)
     res_s, res_n, scoring = 0.0, 0, t.laps
     if int(calls.sum()) == len(t.laps):  # the target's calls in order: the scoring call first in each iteration
