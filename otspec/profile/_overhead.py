@@ -47,7 +47,8 @@ __all__ = ["TimedLM", "decode_args", "overhead_configs", "overhead_rows", "OVERH
 
 #: Timed decodes of every configuration (the summary keeps the median), after one untimed warm-up decode per run.
 OVERHEAD_REPEATS = 3
-#: Iterations of each timed decode (at least; ``max_new_tokens = OVERHEAD_ITERATIONS (L + 1)``).
+#: Iterations of each timed decode (at least; ``max_new_tokens = OVERHEAD_ITERATIONS (L + 1)``; plain decoding:
+#: ``OVERHEAD_ITERATIONS (L_max + 1)`` tokens, as long as the longest, so that its setting up weighs alike).
 OVERHEAD_ITERATIONS = 3
 
 
@@ -151,8 +152,9 @@ def _decode_once(draft, target, prompt, settings, name, k, L, seed):
     whole = Stopwatch(target.device)
     if name == "plain":
         with whole:
-            res = autoregressive_decode(t, prompt, max_new_tokens=OVERHEAD_ITERATIONS + 1, temperature=s.temperature,
-                                        top_k=s.top_k, top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed)
+            res = autoregressive_decode(t, prompt, max_new_tokens=OVERHEAD_ITERATIONS * (s.L_max + 1),
+                                        temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
+                                        top_p_rule=s.top_p_rule, rng=seed)
         excess = _prefill_excess(t.laps)
         return whole.seconds - excess, t.seconds - excess, int(res.target_calls), 0.0, 0
     plan = getattr(s, "tree_plan", None)
