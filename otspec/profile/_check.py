@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._timing import Stopwatch
+from ..decoding._loop import autoregressive_decode, speculative_decode
 from ._overhead import TimedLM, decode_args
 
 __all__ = ["DecodeCheck", "check_decodes"]
@@ -58,8 +59,6 @@ class DecodeCheck:
 
 
 def _decode(draft, target, prompt, settings, scheme, max_new_tokens: int, seed: int):
-    from ..decoding import autoregressive_decode, speculative_decode
-
     whole = Stopwatch(target.device)
     if scheme == "plain":
         s = settings

@@ -42,6 +42,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._timing import Stopwatch
+from ..decoding._loop import autoregressive_decode, speculative_decode
 
 __all__ = ["TimedLM", "decode_args", "overhead_configs", "overhead_rows", "OVERHEAD_REPEATS", "OVERHEAD_ITERATIONS"]
 
@@ -145,8 +146,6 @@ def _decode_once(draft, target, prompt, settings, name, k, L, seed):
     """One timed decode: ``(step, forward, iterations, residual seconds, residual calls)``, the seconds of the
     whole call and of its model calls less the prompt's prefill (each model's first call counted as a typical
     one) and less the residual calls."""
-    from ..decoding import autoregressive_decode, speculative_decode
-
     d, t = TimedLM(draft), TimedLM(target)
     s = settings
     whole = Stopwatch(target.device)
