@@ -88,7 +88,7 @@ def build_pair(shape: Shape, device: str, seed: int = 0):
     return draft, target
 
 
-def _row(cells, widths=(34, 11, 9, 14, 14, 10, 11)):
+def _row(cells, widths=(44, 11, 9, 20, 14, 10, 11)):
     print(" | ".join(str(c).rjust(w) for c, w in zip(cells, widths)), flush=True)
 
 
@@ -245,7 +245,7 @@ def main(argv=None) -> int:
             b = s.trees.speedup_forward[sc] if isinstance(sc, str) else s.speedup_forward[sc]
             tag = " (recommended)" if sc == rec.best else " (runner-up)" if sc == rec.runner_up else ""
             name = sc if isinstance(sc, str) else f"{sc[0]} k={sc[1]} L={sc[2]}"
-            rows.append((f"otspec {name}{tag}"[:34], 1e3 * g.seconds_per_token, g.seconds_per_token / (plain_ms / 1e3),
+            rows.append((f"otspec {name}{tag}", 1e3 * g.seconds_per_token, g.seconds_per_token / (plain_ms / 1e3),
                          f"{a.value:.2f} [{a.lo:.2f}, {a.hi:.2f}]", f"{b.value:.2f}", f"{g.speedup:.2f}",
                          f"{g.outside_share:.2f}"))
         flush()
