@@ -103,7 +103,7 @@ def test_measured_costs_predict_from_the_calibration(run, summary):
     np.testing.assert_allclose(c.overhead_plain, med[("step:plain", 1, 1)] - med[("target", 1, 1)], rtol=1e-12)
     timed = {(n.split(":")[1], k, L): v for (n, k, L), v in med.items() if n.startswith("step:")}
     assert {f for f, _, _ in timed} == set(SETTINGS["families"]) | {"plain"}
-    assert ("kseq", 3, 3) in timed and ("block", 1, 3) in timed and ("block", 3, 3) not in timed  # k it supports
+    assert ("kseq", 2, 3) in timed and ("block", 1, 3) in timed and ("block", 2, 3) not in timed  # k it supports, <= 2
     for (f, k, L), v in timed.items():
         if f != "plain":
             np.testing.assert_allclose(c.overhead[(f, k, L)], v - fwd(k, L), rtol=1e-9, atol=1e-15)
@@ -242,3 +242,15 @@ def test_cli_default_families_at_a_vocabulary_that_leaves_optimal_out(tmp_path, 
     text = (out / "report.md").read_text()
     assert text.split("\n## ")[1].startswith("Recommendation")
     assert "- Left out (families): optimal -- " in text and "above 1024 tokens" in text
+
+
+def test_a_family_the_decoder_refused_gets_no_prediction_a():
+    from otspec.profile._summary import Costs, _overhead
+
+    med = {("draft", 1, 1): 1.0, ("draft", 2, 1): 1.5, ("target", 1, 1): 4.0, ("target", 1, 2): 5.0,
+           ("target", 2, 2): 6.0, ("step:kseq", 1, 1): 7.0, ("step:token", 1, 1): 6.0, ("step:plain", 1, 1): 5.0}
+    env = dict(med)
+    over, plain, _ = _overhead(med, {"k_max": 2, "L_max": 1, "families": ["token", "kseq"]}, env)
+    assert over == {("token", 1, 1): 0.0, ("kseq", 1, 1): 1.0} and plain == 1.0  # kseq refused at k = 2: none
+    c = Costs("measured", 4.0, {(1, 1): 5.0, (2, 1): 6.0}, {1: 1.0, 2: 1.5}, "", overhead=over, overhead_plain=plain)
+    assert c.decoder_iteration("kseq", 1, 1) == 7.0 and np.isnan(c.decoder_iteration("kseq", 2, 1))

@@ -44,10 +44,15 @@ import numpy as np
 from .._timing import Stopwatch
 from ..decoding._loop import autoregressive_decode, speculative_decode
 
-__all__ = ["TimedLM", "decode_args", "overhead_configs", "overhead_rows", "OVERHEAD_REPEATS", "OVERHEAD_ITERATIONS"]
+__all__ = ["TimedLM", "decode_args", "overhead_configs", "overhead_rows", "OVERHEAD_REPEATS", "OVERHEAD_ITERATIONS",
+           "OVERHEAD_MAX_K"]
 
 #: Timed decodes of every configuration (the summary keeps the median), after one untimed warm-up decode per run.
 OVERHEAD_REPEATS = 3
+#: Largest ``k`` decoded (the fit extends to the larger ``k`` of the run): at a real vocabulary some verifiers'
+#: decoders need memory that grows fast with ``k`` (the optimal verifier at ``V = 49,152`` and ``k = 4`` held
+#: 22 GB), and the calibration must not be what a run fails on.
+OVERHEAD_MAX_K = 2
 #: Iterations of each timed decode (at least; ``max_new_tokens = OVERHEAD_ITERATIONS (L + 1)``; plain decoding:
 #: ``OVERHEAD_ITERATIONS (L_max + 1)`` tokens, as long as the longest, so that its setting up weighs alike).
 OVERHEAD_ITERATIONS = 3
@@ -109,12 +114,13 @@ class TimedLM:
 
 def overhead_configs(settings) -> list[tuple]:
     """The configurations decoded by :func:`overhead_rows`: ``(family, k, L)`` at ``(1, 1)`` and ``(K, L_max)`` of
-    every profiled family (``K`` the largest ``k`` it supports; one when they coincide), then ``(tree name, n,
+    every profiled family (``K`` the largest ``k`` it supports, at most :data:`OVERHEAD_MAX_K`; one when they
+    coincide), then ``(tree name, n,
     depth)`` of every tree family of the run (each verifier of a sampled family; a deterministic family once)."""
     out = []
     for name in settings.families:
         ks = settings.ks(name)
-        for k, L in ((1, 1), (max(ks), settings.L_max)):
+        for k, L in ((1, 1), (min(max(ks), OVERHEAD_MAX_K), settings.L_max)):
             if (name, k, L) not in out:
                 out.append((name, k, L))
     plan = getattr(settings, "tree_plan", None)
@@ -183,11 +189,17 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
     ``k = n`` its nodes, ``m`` its depth; ``"step:plain"``: ``k = m = 1``) the seconds of the whole step;
     ``name="forward:<family>"`` the seconds of its model calls, timed as the decoder makes them;
     ``name="residual:<family>"`` the seconds of one residual target call (block verification; only when
-    there were some).
+    there were some). A configuration the decoder refuses (a ``ValueError``: e.g. an LP over too many draft
+    multisets at this vocabulary) gets no rows: the summary makes no prediction (a) for it.
     """
-    configs = [("plain", 1, 1)] + overhead_configs(settings)
     seed = int(settings.seed)
-    _decode_once(draft, target, prompt, settings, *configs[min(1, len(configs) - 1)], seed)  # warm-up
+    configs = []
+    for c in [("plain", 1, 1)] + overhead_configs(settings):  # one untimed decode each: warm-up, and the ones the
+        try:                                                    # decoder refuses at this vocabulary are left out
+            _decode_once(draft, target, prompt, settings, *c, seed)
+        except ValueError:
+            continue
+        configs.append(c)
     for rep in range(OVERHEAD_REPEATS):
         shift = rep % len(configs)
         for name, k, L in configs[shift:] + configs[:shift]:

@@ -141,8 +141,10 @@ class Costs:
         return self.residual.get(family, self.plain)
 
     def decoder_iteration(self, family: str, k: int, L: int) -> float:
-        """Seconds of one iteration of otspec's decoder: forward passes plus its work outside them."""
-        return self.iteration(k, L) + self.overhead.get((family, k, L), 0.0)
+        """Seconds of one iteration of otspec's decoder: forward passes plus its work beyond them (NaN when the run
+        timed the decoder but could not time this family: the decoder refused it)."""
+        default = float("nan") if self.overhead else 0.0
+        return self.iteration(k, L) + self.overhead.get((family, k, L), default)
 
     @property
     def decoder_plain(self) -> float:
@@ -439,7 +441,8 @@ def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict]:
     At a timed configuration :math:`o = s - t(k, L)`, the measured seconds of a whole step less the calibrated
     forward passes (:mod:`otspec.profile._overhead`); a family's are fitted as :math:`o = a + b\, k (2 L + 1)`
     (the laws an iteration handles) through its two timed configurations (exact there); one timed
-    configuration: that value everywhere. A tree family's entry is its step's seconds :math:`s` (the tree's
+    configuration: that value everywhere; a family the decoder refused at its larger ``k`` (no timed step there)
+    gets none for ``k > 1``. A tree family's entry is its step's seconds :math:`s` (the tree's
     forward passes are subtracted where its shape is known, :class:`_TreeCosts`).
     """
     k_max, L_max = settings["k_max"], settings["L_max"]
@@ -453,11 +456,14 @@ def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict]:
         o = {(k, m): v - fwd(k, m) for (n, k, m), v in med.items() if n == f"step:{f}"}
         if not o:
             continue
-        pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))
+        spec = get_verifier(f)
+        multi = not (spec.single_draft or spec.kind == "block")
+        ks = range(1, k_max + 1) if multi and max(k for k, _ in o) > 1 else range(1, 2)  # the decoder refused k > 1:
+        pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))                           # no prediction (a) there
         (k0, L0), (k1, L1) = pts[0], pts[-1]
         x0, x1 = k0 * (2 * L0 + 1), k1 * (2 * L1 + 1)
         b = (o[(k1, L1)] - o[(k0, L0)]) / (x1 - x0) if x1 > x0 else 0.0
-        for k in range(1, k_max + 1):
+        for k in ks:
             for L in range(1, L_max + 1):
                 over[(f, k, L)] = o[(k0, L0)] + b * (k * (2 * L + 1) - x0)
         res = [v for (n, _, _), v in med.items() if n == f"residual:{f}"]
