@@ -45,7 +45,7 @@ from .._timing import Stopwatch
 from ..decoding._loop import autoregressive_decode, speculative_decode
 
 __all__ = ["TimedLM", "decode_args", "overhead_configs", "overhead_rows", "OVERHEAD_REPEATS", "OVERHEAD_ITERATIONS",
-           "OVERHEAD_MAX_K"]
+           "OVERHEAD_MAX_K", "UNTIMED_ABOVE"]
 
 #: Timed decodes of every configuration (the summary keeps the median), after one untimed warm-up decode per run.
 OVERHEAD_REPEATS = 3
@@ -53,6 +53,9 @@ OVERHEAD_REPEATS = 3
 #: decoders need memory that grows fast with ``k`` (the optimal verifier at ``V = 49,152`` and ``k = 4`` held
 #: 22 GB), and the calibration must not be what a run fails on.
 OVERHEAD_MAX_K = 2
+#: Families whose decoder is not timed above a vocabulary size, with the reason: k-Khisti's decoder solves a
+#: selection LP whose matrix grows as V squared (at V = 49,152 and k = 1 it held 23 GB and the run was killed).
+UNTIMED_ABOVE = {"khisti": (4096, "its selection LP grows as the vocabulary squared")}
 #: Iterations of each timed decode (at least; ``max_new_tokens = OVERHEAD_ITERATIONS (L + 1)``; plain decoding:
 #: ``OVERHEAD_ITERATIONS (L_max + 1)`` tokens, as long as the longest, so that its setting up weighs alike).
 OVERHEAD_ITERATIONS = 3
@@ -190,12 +193,16 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
     ``name="forward:<family>"`` the seconds of its model calls, timed as the decoder makes them;
     ``name="residual:<family>"`` the seconds of one residual target call (block verification; only when
     there were some). A configuration the decoder refuses (a ``ValueError``: e.g. an LP over too many draft
-    multisets at this vocabulary) gets no rows: the summary makes no prediction (a) for it.
+    multisets at this vocabulary), or a family of :data:`UNTIMED_ABOVE` above its vocabulary size, gets no rows:
+    the summary makes no prediction (a) for it.
     """
     seed = int(settings.seed)
     configs = []
+    V = int(target.vocab_size)
     for c in [("plain", 1, 1)] + overhead_configs(settings):  # one untimed decode each: warm-up, and the ones the
-        try:                                                    # decoder refuses at this vocabulary are left out
+        if c[0] in UNTIMED_ABOVE and V > UNTIMED_ABOVE[c[0]][0]:  # decoder refuses at this vocabulary left out
+            continue
+        try:
             _decode_once(draft, target, prompt, settings, *c, seed)
         except ValueError:
             continue
