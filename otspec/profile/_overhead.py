@@ -151,7 +151,7 @@ def _prefill_excess(laps: list) -> float:
     return laps[0] - float(np.median(laps[1:])) if len(laps) > 1 else 0.0
 
 
-def _decode_once(draft, target, prompt, settings, name, k, L, seed):
+def _decode_once(draft, target, prompt, settings, name, k, L, seed, iterations: int = OVERHEAD_ITERATIONS):
     """One timed decode: ``(step, forward, iterations, residual seconds, residual calls)``, the seconds of the
     whole call and of its model calls less the prompt's prefill (each model's first call counted as a typical
     one) and less the residual calls."""
@@ -160,7 +160,7 @@ def _decode_once(draft, target, prompt, settings, name, k, L, seed):
     whole = Stopwatch(target.device)
     if name == "plain":
         with whole:
-            res = autoregressive_decode(t, prompt, max_new_tokens=OVERHEAD_ITERATIONS * (s.L_max + 1),
+            res = autoregressive_decode(t, prompt, max_new_tokens=iterations * (s.L_max + 1),
                                         temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
                                         top_p_rule=s.top_p_rule, rng=seed)
         excess = _prefill_excess(t.laps)
@@ -169,7 +169,7 @@ def _decode_once(draft, target, prompt, settings, name, k, L, seed):
     tree = plan is not None and name in {n for f in plan.families for n in f.names()}
     how = decode_args(s, name if tree else (name, k, L))
     with whole:
-        res = speculative_decode(prompt, draft=d, target=t, rng=seed, max_new_tokens=OVERHEAD_ITERATIONS * (L + 1),
+        res = speculative_decode(prompt, draft=d, target=t, rng=seed, max_new_tokens=iterations * (L + 1),
                                  **how)
     calls = np.asarray(res.target_calls, dtype=np.int64)
     res_s, res_n, scoring = 0.0, 0, t.laps
@@ -203,7 +203,7 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
         if c[0] in UNTIMED_ABOVE and V > UNTIMED_ABOVE[c[0]][0]:  # decoder refuses at this vocabulary left out
             continue
         try:
-            _decode_once(draft, target, prompt, settings, *c, seed)
+            _decode_once(draft, target, prompt, settings, *c, seed, iterations=1)
         except ValueError:
             continue
         configs.append(c)
