@@ -15,31 +15,30 @@ import numpy as np
 __all__ = ["timeit", "timeit_many", "llm_like", "print_table", "target_column"]
 
 
-def _once(fn, min_time):
+def _calls_for(fn, min_time):
+    """How many calls of ``fn`` one timed sample makes (at least ``min_time`` seconds, at most 1000); the first
+    call is the warm-up."""
     t0 = time.perf_counter()
-    reps = 0
-    while True:
-        fn()
-        reps += 1
-        el = time.perf_counter() - t0
-        if el >= min_time or reps >= 1000:
-            return el / reps
+    fn()
+    one = max(time.perf_counter() - t0, 1e-9)
+    return max(1, min(1000, int(np.ceil(min_time / one))))
 
 
-def timeit_many(fns, *, repeat=9, min_time=0.03):
-    """Median time of each function, the functions interleaved in every repeat (after one warm-up each)."""
-    for fn in fns:
-        fn()
-    times = [[] for _ in fns]
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            times[i].append(_once(fn, min_time))
-    return [statistics.median(t) for t in times]
+def timeit_many(fns, *, repeat=9, min_time=0.03, device=None):
+    """Median seconds per call of each function, the functions interleaved in every repeat (after one warm-up
+    each), through the package's one timing function (:func:`otspec._timing.timed_rounds`: ``device``
+    synchronised before and after each sample)."""
+    from otspec._timing import timed_rounds
+
+    counts = [_calls_for(fn, min_time) for fn in fns]
+    calls = {i: (lambda fn=fn, n=n: [fn() for _ in range(n)]) for i, (fn, n) in enumerate(zip(fns, counts))}
+    got = timed_rounds(calls, device=device, warmup=0, repeats=repeat)
+    return [statistics.median(np.array(got[i].samples) / n) for i, n in enumerate(counts)]
 
 
-def timeit(fn, *, repeat=7, min_time=0.05):
+def timeit(fn, *, repeat=7, min_time=0.05, device=None):
     """Median time of one function after a warm-up."""
-    return timeit_many([fn], repeat=repeat, min_time=min_time)[0]
+    return timeit_many([fn], repeat=repeat, min_time=min_time, device=device)[0]
 
 
 def llm_like(n, rng, sigma=3.0, noise=1.0):

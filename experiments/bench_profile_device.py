@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 
@@ -60,27 +59,24 @@ def run(device: str | None, n: int, repeat: int) -> None:
     if device and device != "cpu":
         routes[f"torch {device}"] = lambda a: torch.from_numpy(a).to(device)
 
-    def sync():
-        if device and device.startswith("cuda"):
-            torch.cuda.synchronize()
+    from otspec._timing import timed
 
+    dev = device if device and device != "cpu" else None
     values, times = {}, {}
     for name, conv in routes.items():
         laws = [(X, conv(P), conv(Q)) for X, P, Q in data]
-        sync()
         rows = _Rows(0)
         position_rows(rows, 0, *laws[0], settings, costly=False)  # warm-up (kernels, caches)
-        best = float("inf")
-        for _ in range(repeat):
+
+        def all_positions(laws=laws):
             rows = _Rows(0)
-            sync()
-            t0 = time.perf_counter()
             for t, (X, P, Q) in enumerate(laws):
                 position_rows(rows, t, X, P, Q, settings, costly=False)
-            sync()
-            best = min(best, (time.perf_counter() - t0) / n)
-        times[name] = best
-        values[name] = np.array(rows.cols["value"])
+            return rows
+
+        # synchronised before and after each repeat (otspec._timing: one way to time device work)
+        times[name] = min(timed(all_positions, device=dev, warmup=0, repeats=repeat).samples) / n
+        values[name] = np.array(all_positions().cols["value"])
     ref = values["numpy (host)"]
     print(f"load average {os.getloadavg()}; V = {V}, k_max = L_max = {k}; {n} positions x {repeat} repeats (best)")
     if device and device.startswith("cuda"):

@@ -84,21 +84,66 @@ def test_measured_costs_predict_from_the_calibration(run, summary):
         rows.setdefault((name, k, m), []).append(v)
     shards = 1
     shapes = cost_shapes(summary_settings := type("S", (), SETTINGS))
-    assert sorted(rows) == sorted({("target", k, m) for k, m in shapes["target"]} | {
+    calls = {key for key in rows if key[0] in ("target", "draft")}
+    assert sorted(calls) == sorted({("target", k, m) for k, m in shapes["target"]} | {
         ("draft", k, m) for k, m in shapes["draft"]})
     assert all(len(v) == COST_REPEATS * shards for v in rows.values())
     med = {key: float(np.median(v)) for key, v in rows.items()}
+
+    def env(name, k, m):  # the monotone envelope: at least as dear as any call on fewer rows and tokens
+        return max(v for (n, a, b), v in med.items() if n == name and a <= k and b <= m)
+
     c = summary.costs
     assert c.source == "measured" and summary_settings.k_max == 3
     assert c.plain == med[("target", 1, 1)]
+    def fwd(k, L):
+        return env("draft", 1, 1) + (L - 1) * env("draft", k, 1) + env("target", k, L + 1)
+
+    # the decoder's work beyond the calibrated forwards: its measured step less them, exact at the timed points
+    np.testing.assert_allclose(c.overhead_plain, med[("step:plain", 1, 1)] - med[("target", 1, 1)], rtol=1e-12)
+    timed = {(n.split(":")[1], k, L): v for (n, k, L), v in med.items() if n.startswith("step:")}
+    assert {f for f, _, _ in timed} == set(SETTINGS["families"]) | {"plain"}
+    assert ("kseq", 2, 3) in timed and ("block", 1, 3) in timed and ("block", 2, 3) not in timed  # k it supports, <= 2
+    for (f, k, L), v in timed.items():
+        if f != "plain":
+            np.testing.assert_allclose(c.overhead[(f, k, L)], v - fwd(k, L), rtol=1e-9, atol=1e-15)
     for k in range(1, 4):
         for L in range(1, 4):
-            it = med[("draft", 1, 1)] + (L - 1) * med[("draft", k, 1)] + med[("target", k, L + 1)]
+            it = env("draft", 1, 1) + (L - 1) * env("draft", k, 1) + env("target", k, L + 1)
             np.testing.assert_allclose(c.iteration(k, L), it, rtol=1e-15)
             if k == 1:
                 tpc = summary.sets["all"].tokens_per_call[("token", 1, L)].value
-                np.testing.assert_allclose(summary.sets["all"].speedup[("token", 1, L)].value,
+                np.testing.assert_allclose(summary.sets["all"].speedup_forward[("token", 1, L)].value,
                                            tpc * med[("target", 1, 1)] / it, rtol=1e-12)
+                dec = (med[("target", 1, 1)] + c.overhead_plain) / (it + c.overhead[("token", 1, L)])
+                np.testing.assert_allclose(summary.sets["all"].speedup[("token", 1, L)].value, tpc * dec,
+                                           rtol=1e-12)
+
+
+def test_speedup_intervals_carry_the_timing_spread(run):
+    # the costs' bootstrap replicates resample each call's timing repetitions: they vary, within the repetitions
+    from otspec.profile._summary import _costs, _replicates, read_manifest
+
+    settings = read_manifest(run)["settings"]
+    c = _costs(run, settings, None, None)
+    reps = _replicates(c, settings, 400, 0)
+    it = np.asarray(reps.iteration(2, 3))
+    assert it.shape == (400,) and np.ptp(it) > 0
+    assert it.min() >= min(c.samples[("draft", 1, 1)]) + 2 * min(c.samples[("draft", 2, 1)]) + min(
+        c.samples[("target", 2, 4)]) - 1e-15
+
+
+def test_a_call_cheaper_than_a_smaller_one_is_flagged_and_not_predicted_from():
+    from otspec.profile._summary import _cost_violations, _envelope
+
+    med = {("target", 1, 1): 10.0, ("target", 1, 3): 4.0, ("target", 4, 5): 12.0, ("draft", 1, 1): 1.0,
+           ("draft", 2, 1): 0.95}
+    spread = {key: 0.1 for key in med}
+    got = _cost_violations(med, spread)
+    assert len(got) == 1 and got[0].startswith("target: 1 rows x 3 tokens 4000.000 ms, cheaper than 1 x 1")
+    env = _envelope(med)
+    assert env[("target", 1, 3)] == 10.0 and env[("target", 4, 5)] == 12.0 and env[("draft", 2, 1)] == 1.0
+    assert _cost_violations(env, spread) == ()
 
 
 def test_given_costs_keep_the_relative_model(run):
@@ -213,3 +258,15 @@ def test_cli_default_families_at_a_vocabulary_that_leaves_optimal_out(tmp_path, 
     text = (out / "report.md").read_text()
     assert text.split("\n## ")[1].startswith("Recommendation")
     assert "- Left out (families): optimal -- " in text and "above 1024 tokens" in text
+
+
+def test_a_family_the_decoder_refused_gets_no_prediction_a():
+    from otspec.profile._summary import Costs, _overhead
+
+    med = {("draft", 1, 1): 1.0, ("draft", 2, 1): 1.5, ("target", 1, 1): 4.0, ("target", 1, 2): 5.0,
+           ("target", 2, 2): 6.0, ("step:kseq", 1, 1): 7.0, ("step:token", 1, 1): 6.0, ("step:plain", 1, 1): 5.0}
+    env = dict(med)
+    over, plain, _ = _overhead(med, {"k_max": 2, "L_max": 1, "families": ["token", "kseq"]}, env)
+    assert over == {("token", 1, 1): 0.0, ("kseq", 1, 1): 1.0} and plain == 1.0  # kseq refused at k = 2: none
+    c = Costs("measured", 4.0, {(1, 1): 5.0, (2, 1): 6.0}, {1: 1.0, 2: 1.5}, "", overhead=over, overhead_plain=plain)
+    assert c.decoder_iteration("kseq", 1, 1) == 7.0 and np.isnan(c.decoder_iteration("kseq", 2, 1))

@@ -22,13 +22,13 @@ Notation: ``p`` is the draft's law, ``q`` the target's.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from .._registry import get_verifier
+from .._timing import Stopwatch, timed_rounds
 from ..decoding._models import supports_padding
 from ..decoding._sampling import sample_rows
+from ._overhead import overhead_rows
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
@@ -47,7 +47,7 @@ from ._trees import (
 
 __all__ = ["analysis_device", "batch_builds", "check_device_memory", "device_law_bytes",
            "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
-           "cost_rows", "cost_shapes", "tree_rows", "COLUMNS", "COST_REPEATS", "TIMING_KINDS"]
+           "cost_rows", "cost_shapes", "tree_rows", "COLUMNS", "COST_REPEATS", "COST_WARMUP", "TIMING_KINDS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
 #: number of drafts, depth or draft length, index inside an emission table, the value.
@@ -96,20 +96,21 @@ class _Timer:
 
     def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False, own: bool = False):
         """The float64 laws of the last ``last`` positions: numpy, or (``keep``) a tensor left on the model's device;
-        with ``own``, also the model's own laws there (numpy, :meth:`otspec.decoding.Sampling.own_law`)."""
+        with ``own``, also the model's own laws there (numpy, :meth:`otspec.decoding.Sampling.own_law`).
+
+        Timed as one synchronised section (:class:`otspec._timing.Stopwatch`): work queued on the device before
+        the call is not charged to it, the call's own kernels are."""
         import torch
 
-        t0 = time.perf_counter()
-        t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(lm.device)
-        logits = lm.logits(state, t)[:, -last:]
-        probs = sampling.probs(logits)
-        raw = _np(sampling.own_law(logits)) if own else None
-        if keep:
-            if probs.device.type == "cuda":
-                torch.cuda.synchronize(probs.device)  # the seconds of the call, not of its launch
-        else:
-            probs = _np(probs)
-        dt = time.perf_counter() - t0
+        watch = Stopwatch(lm.device)
+        with watch:
+            t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(lm.device)
+            logits = lm.logits(state, t)[:, -last:]
+            probs = sampling.probs(logits)
+            raw = _np(sampling.own_law(logits)) if own else None
+            if not keep:
+                probs = _np(probs)
+        dt = watch.seconds
         if which == "draft":
             self.draft += dt
             self.draft_steps += 1
@@ -137,8 +138,11 @@ class _Shared:
         return probs
 
 
-#: Repetitions of every timed call of the cost calibration (:func:`cost_rows`; the summary keeps the median).
+#: Repetitions of every timed call of the cost calibration (:func:`cost_rows`; the summary keeps the median and
+#: the spread), after one untimed warm-up round.
 COST_REPEATS = 3
+#: Untimed rounds of every call shape before the timed ones.
+COST_WARMUP = 1
 
 
 def cost_shapes(settings) -> dict[str, list[tuple[int, int]]]:
@@ -156,19 +160,46 @@ def cost_shapes(settings) -> dict[str, list[tuple[int, int]]]:
             "draft": [(k, 1) for k in range(1, settings.k_max + 1)] + [(r, 1) for r in tree_rows if r > settings.k_max]}
 
 
-def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
+def _timed_calls(rows: _Rows, lm, ctx: list[int], name: str, calls: dict) -> None:
+    """Time ``calls`` (``key -> (k, m, call(state))``) after ``ctx[:-1]`` held in ``lm``'s state, in interleaved
+    rounds (:func:`otspec._timing.timed_rounds`: synchronised, warmed up), the state cut back to the context
+    after each call outside the clock; rows ``kind="cost"``, ``name``, ``k``, ``m``, ``j`` the repetition."""
+    import torch
+
+    held = len(ctx) - 1
+    box = [lm.new_state()]
+    if held:
+        lm.logits(box[0], torch.as_tensor([ctx[:held]], dtype=torch.long).to(lm.device))
+
+    def reset(_key):
+        if held:
+            lm.select(box[0], 0, held)
+        else:
+            box[0] = lm.new_state()
+
+    got = timed_rounds({key: (lambda c=c: c(box[0])) for key, (_, _, c) in calls.items()}, device=lm.device,
+                       warmup=COST_WARMUP, repeats=COST_REPEATS, reset=reset)
+    for key, (k, m, _) in calls.items():
+        rows.add(-1, "cost", name, k, got[key].samples, m=m)
+
+
+def cost_rows(draft, target, prompt: list[int], settings, index: int, *, overhead: bool = True) -> dict:
     r"""Seconds of every model call a decoder makes, measured on the models' device at ``prompt``'s context.
 
     .. math::
 
         t_{\text{target}}(k, L + 1), \qquad t_{\text{target}}(1, 1), \qquad t_{\text{draft}}(k, 1),
 
-    the wall time of one call on ``k`` rows of ``n`` new tokens after the prompt's cached context (the
-    float64 laws included, as decoding computes them), for the shapes of :func:`cost_shapes`, each timed
-    :data:`COST_REPEATS` times in interleaved rounds; the run's first shard calls it once. The speed-up
-    model of :func:`otspec.profile.summarize` predicts from these, so the prediction is for the device and
-    the models the profile ran on. The token ids of the timed calls are fixed (a call's time does not
-    depend on them).
+    the wall time of one model call (the forward pass: its logits; the laws, the verification and the draws
+    are the decoder's work outside it, measured apart) on ``k`` rows of ``n`` new tokens after the prompt's
+    cached context, for the shapes of :func:`cost_shapes`: one untimed
+    warm-up round, then :data:`COST_REPEATS` interleaved rounds (every shape once per round), each call with
+    the device synchronised before the clock starts and after it stops (:func:`otspec._timing.timed_rounds`),
+    so that the queued work of one call (or of the cache cut after it) is never charged to the next. The run's
+    first shard calls it once. With ``overhead``, also the decoder's own work outside the model calls, on a few
+    real iterations of every family (:func:`otspec.profile._overhead.overhead_rows`). The speed-up model of
+    :func:`otspec.profile.summarize` predicts from these, so the prediction is for the device and the models
+    the profile ran on. The token ids of the timed calls are fixed (a call's time does not depend on them).
 
     Returns
     -------
@@ -179,52 +210,35 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int) -> dict:
     import torch
 
     rows = _Rows(index)
-    sampling = settings.sampling
     ctx = [int(t) for t in prompt]
-    held = len(ctx) - 1
     shapes = cost_shapes(settings)
     for name, lm in (("target", target), ("draft", draft)):
-        state = lm.new_state()
-        if held:
-            lm.logits(state, torch.as_tensor([ctx[:held]], dtype=torch.long).to(lm.device))
-        for rep in range(COST_REPEATS):
-            for k, n in shapes[name]:
-                ids = np.full((k, n), ctx[-1], dtype=np.int64)
-                ids[:, 1:] = (np.arange(1, n) * 7919 + np.arange(k)[:, None]) % lm.vocab_size
-                if not held:
-                    state = lm.new_state()
-                t0 = time.perf_counter()
-                _np(sampling.probs(lm.logits(state, torch.as_tensor(ids).to(lm.device))))
-                dt = time.perf_counter() - t0
-                if held:
-                    lm.select(state, 0, held)
-                rows.add(-1, "cost", name, k, [dt], m=n, j0=rep + 1)
+        calls = {}
+        for k, n in shapes[name]:
+            ids = np.full((k, n), ctx[-1], dtype=np.int64)
+            ids[:, 1:] = (np.arange(1, n) * 7919 + np.arange(k)[:, None]) % lm.vocab_size
+            t = torch.as_tensor(ids).to(lm.device)
+            calls[(k, n)] = (k, n, lambda state, lm=lm, t=t: lm.logits(state, t))
+        _timed_calls(rows, lm, ctx, name, calls)
     plan = getattr(settings, "tree_plan", None)
     if plan is not None:
-        _tree_costs(rows, target, ctx, held, sampling, tree_cost_shapes(plan)["tree"])
+        _tree_costs(rows, target, ctx, tree_cost_shapes(plan)["tree"])
+    if overhead:
+        overhead_rows(rows, draft, target, ctx, settings)
     return rows.cols
 
 
-def _tree_costs(rows: _Rows, target, ctx: list[int], held: int, sampling, trees) -> None:
+def _tree_costs(rows: _Rows, target, ctx: list[int], trees) -> None:
     """Seconds of the target scoring a draft tree of ``n`` nodes (``n + 1`` tokens, tree mask), for every ``n`` of
-    ``trees``: rows ``kind="cost"``, ``name="tree-target"``, ``m = n + 1``."""
-    import torch
-
+    ``trees``, timed as :func:`cost_rows` times its calls: rows ``kind="cost"``, ``name="tree-target"``,
+    ``m = n + 1``."""
     V = target.vocab_size
-    state = target.new_state()
-    if held:
-        target.logits(state, torch.as_tensor([ctx[:held]], dtype=torch.long).to(target.device))
-    for rep in range(COST_REPEATS):
-        for n, parents in trees:
-            tokens = np.concatenate([[-1], (np.arange(1, n + 1) * 7919 + 1) % V]).astype(np.int64)
-            if not held:
-                state = target.new_state()
-            t0 = time.perf_counter()
-            _np(sampling.probs(target.tree_logits(state, parents, tokens, pending=[ctx[-1]], fallback="rows")))
-            dt = time.perf_counter() - t0
-            if held:
-                target.select(state, 0, held)
-            rows.add(-1, "cost", "tree-target", 1, [dt], m=n + 1, j0=rep + 1)
+    calls = {}
+    for n, parents in trees:
+        tokens = np.concatenate([[-1], (np.arange(1, n + 1) * 7919 + 1) % V]).astype(np.int64)
+        calls[n] = (1, n + 1, lambda state, parents=parents, tokens=tokens: target.tree_logits(
+            state, parents, tokens, pending=[ctx[-1]], fallback="rows"))
+    _timed_calls(rows, target, ctx, "tree-target", calls)
 
 
 def analysis_device(lm):

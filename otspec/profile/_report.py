@@ -359,13 +359,23 @@ def _costs_lines(summary) -> list[str]:
         for key in tree + rows:
             lines.append(f"| {_call_name(key)} | {float(np.median(tm[key])) / plain:.2f}{_spread(tm, key, plain)} |")
         lines.append("")
+    if c.decoder_measured:
+        lines += ["Speed-ups are prediction (a), otspec's own decoder on this device: the forward passes above plus "
+                  "the decoder's work beyond them, from whole steps timed on a few real iterations of every scheme "
+                  f"(plain decoding: {1e3 * c.overhead_plain:.3f} ms per token beyond its forward pass). "
+                  "Prediction (b), the forward passes alone (an engine whose verification is fused into its "
+                  "forward pass), is `speedup_forward` in the summary.", ""]
+    else:
+        lines += ["Speed-ups count the forward passes alone (the run did not time the decoder's work outside "
+                  "them).", ""]
     inv = cost_inversions(tm)
     if inv:
         shown = "; ".join(f"{_call_name(b)} ({float(np.median(tm[b])) / plain:.2f}x plain) cheaper than "
                           f"{_call_name(a)} ({float(np.median(tm[a])) / plain:.2f}x)" for b, a in inv[:4])
         lines += [f"**The cost table is not monotone**: {shown}" + (f"; {len(inv) - 4} more" if len(inv) > 4 else "")
-                  + ". Every timing of the larger call lies below every timing of the smaller one, which no "
-                  "model computes: timing noise (a shared or busy device). The speed-ups, and the order of "
+                  + ". The larger call was measured cheaper beyond both calls' spreads, which no "
+                  "model computes: timing noise (a shared or busy device). The predictions use the monotone "
+                  "envelope (every call at least as dear as any smaller one); the speed-ups, and the order of "
                   "configurations close to each other, inherit it; time the run again on a quiet device, or give "
                   "the costs (`--draft-cost`, `--score-cost`).", ""]
     return lines

@@ -73,22 +73,31 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Costs:
-    r"""Seconds of the model calls of one decoding iteration, from which speed-ups are predicted.
+    r"""Seconds of one decoding iteration, from which the two speed-up predictions are made.
 
     .. math::
 
         t(k, L) = t_{\text{draft}}(1) + (L - 1)\, t_{\text{draft}}(k) + t_{\text{target}}(k, L),
 
     one draft step from the context, ``L - 1`` batched steps on ``k`` rows, and one target call scoring
-    ``k`` rows of ``L + 1`` tokens; plain decoding spends :math:`t_{\text{plain}}` per token.
+    ``k`` rows of ``L + 1`` tokens: the forward passes of an iteration; plain decoding spends
+    :math:`t_{\text{plain}}` per token in its forward pass. Two predictions follow (see :func:`summarize`):
+
+    (a) *otspec's decoder on this device*: the forward passes plus the decoder's measured work outside
+        them, :math:`t(k, L) + o(f, k, L)` per iteration against :math:`t_{\text{plain}} + o_{\text{plain}}`
+        per token (:attr:`overhead`, measured on a few real iterations of every family by the run:
+        :mod:`otspec.profile._overhead`);
+    (b) *forward passes alone*: :math:`t(k, L)` against :math:`t_{\text{plain}}`, what an engine whose
+        verification is fused into its forward pass could reach (an upper bound on (a)'s device).
 
     Attributes
     ----------
     source : {"measured", "timers", "given"}
         ``"measured"``: the run's cost calibration (every call shape timed on the run's device,
-        :func:`otspec.profile._collect.cost_rows`, medians); ``"timers"``: a run without calibration, the
-        mean seconds of its draft steps and target calls (every target call costing the same);
-        ``"given"``: ``draft_cost=`` / ``score_cost=`` in units of one target call.
+        :func:`otspec.profile._collect.cost_rows`: synchronised, warmed up, interleaved rounds, medians);
+        ``"timers"``: a run without calibration, the mean seconds of its draft steps and target calls
+        (every target call costing the same); ``"given"``: ``draft_cost=`` / ``score_cost=`` in units of
+        one target call.
     plain : float
         One target call on one new token.
     target : dict
@@ -97,6 +106,26 @@ class Costs:
         ``k -> seconds`` of one draft step on ``k`` rows.
     description : str
         Where the numbers come from, for the report.
+    spread : dict
+        ``(model, rows, new tokens) -> seconds``: half the range of the calibration's repetitions of each call.
+    overhead : dict
+        ``(family, k, L) -> seconds`` per iteration of the decoder's work beyond the calibrated forward passes
+        (the measured seconds of a whole step less :meth:`iteration`, fitted between the timed
+        configurations; see :mod:`otspec.profile._overhead`); a tree family's name ``-> seconds`` of its
+        measured step; empty when the run did not measure them (then (a) is (b)).
+    overhead_plain : float
+        Plain decoding's work beyond its calibrated forward pass, per token.
+    residual : dict
+        ``family -> seconds`` of one residual target call (Sun et al.'s block verification), as timed in the
+        decodes; a family not in it is charged :attr:`plain` per residual call.
+    violations : tuple of str
+        Calls measured cheaper than a call on fewer rows or tokens beyond the two repetitions' spreads; the
+        predictions use the monotone envelope (every call at least as dear as any smaller one).
+    samples : dict
+        ``(model, rows, new tokens) -> tuple`` of the repetitions' seconds (the bootstrap resamples them).
+    calls : dict
+        ``(model, rows, new tokens) -> seconds`` of every calibrated call (``"target"``, ``"draft"``,
+        ``"tree-target"``), the monotone envelope of the medians.
     """
 
     source: str
@@ -104,10 +133,37 @@ class Costs:
     target: dict
     draft: dict
     description: str
+    spread: dict = field(default_factory=dict)
+    overhead: dict = field(default_factory=dict)
+    overhead_plain: float = 0.0
+    residual: dict = field(default_factory=dict)
+    violations: tuple = ()
+    samples: dict = field(default_factory=dict)
+    calls: dict = field(default_factory=dict)
 
     def iteration(self, k: int, L: int) -> float:
-        """Seconds of one iteration with ``k`` draft blocks of ``L`` tokens."""
+        """Seconds of one iteration's forward passes with ``k`` draft blocks of ``L`` tokens."""
         return self.draft[1] + (L - 1) * self.draft[k] + self.target[(k, L)]
+
+    @property
+    def decoder_measured(self) -> bool:
+        """Whether prediction (a) adds the decoder's measured work outside the forward passes."""
+        return bool(self.overhead)
+
+    def residual_call(self, family: str) -> float:
+        """Seconds of one residual target call of ``family``."""
+        return self.residual.get(family, self.plain)
+
+    def decoder_iteration(self, family: str, k: int, L: int) -> float:
+        """Seconds of one iteration of otspec's decoder: forward passes plus its work beyond them (NaN when the run
+        timed the decoder but could not time this family: the decoder refused it)."""
+        default = float("nan") if self.overhead else 0.0
+        return self.iteration(k, L) + self.overhead.get((family, k, L), default)
+
+    @property
+    def decoder_plain(self) -> float:
+        """Seconds per token of otspec's plain decoding: its forward pass plus its work outside it."""
+        return self.plain + self.overhead_plain
 
 
 @dataclass(frozen=True)
@@ -162,6 +218,7 @@ class PositionSet:
     tokens_per_call: dict
     speedup: dict
     recommendation: Recommendation | None
+    speedup_forward: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -188,7 +245,14 @@ class ProfileSummary:
         ``((family, k, L), (reference, k', L')) -> Estimate``: paired
         differences of tokens per call, on the positions where both were computed.
     speedup : dict
-        ``(family, k, L) -> Estimate``: predicted wall-clock speed-up over plain decoding (:attr:`costs`).
+        ``(family, k, L) -> Estimate``: predicted wall-clock speed-up over plain decoding of otspec's own
+        decoder on the run's device (prediction (a) of :class:`Costs`: the forward passes plus the decoder's
+        measured work outside them); the recommendation ranks by it. Its interval carries the spread of the
+        timings (their repetitions resampled with the prompts) as well as the spread over prompts.
+    speedup_forward : dict
+        ``(family, k, L) -> Estimate``: prediction (b), the forward passes alone (what an engine whose
+        verification is fused into its forward pass could reach; the same as :attr:`speedup` when the run did
+        not measure the decoder's own work).
     costs : Costs
         The seconds of each model call the speed-up model uses, and their source.
     sets : dict
@@ -259,6 +323,7 @@ class ProfileSummary:
     cost_overrides: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
     configurations: tuple = ()
+    speedup_forward: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return (f"ProfileSummary(prompts={self.prompts}, positions={self.positions}, "
@@ -374,17 +439,41 @@ def _calibration(out) -> dict:
     return {key: float(np.median(v)) for key, v in cost_timings(out).items()}
 
 
+#: The model calls of the calibration, whose costs must grow with their rows and tokens.
+_CALLS = ("target", "draft", "tree-target")
+
+
+def _inversions(med: dict, spread: dict) -> list:
+    """``(larger call, smaller call)`` pairs of one model, the larger measured cheaper beyond the two spreads
+    (the target's plain call is compared with the tree calls too)."""
+    groups: dict = {}
+    for key in med:
+        if key[0] in _CALLS:
+            groups.setdefault(key[0], []).append(key)
+    if ("target", 1, 1) in med and "tree-target" in groups:
+        groups["tree-target"].append(("target", 1, 1))
+    out = []
+    for keys in groups.values():
+        for a in keys:
+            for b in keys:
+                if a != b and a[1] <= b[1] and a[2] <= b[2] and (a[1], a[2]) != (b[1], b[2]) and \
+                        med[b] < med[a] - spread[a] - spread[b]:
+                    out.append((b, a))
+    return sorted(out)
+
+
 def cost_inversions(timings: dict) -> list:
-    r"""The pairs of calibrated calls of one model whose order their timings contradict beyond their spread.
+    r"""The pairs of calibrated calls whose order their timings contradict beyond their spread.
 
     .. math::
 
         a \preceq b \ (\text{rows and tokens per row both at most } b\text{'s}),\qquad
-        \max t(b) < \min t(a),
+        \operatorname{med} t(b) < \operatorname{med} t(a) - s(a) - s(b),
 
-    a call on at least as many rows and tokens as another that every timing puts below every timing of the
-    other: the cost table is not monotone, which no model computes (timing noise: a shared or busy device).
-    The target's plain call (one row of one token) is compared with the tree calls too.
+    with :math:`s` half the range of a call's timings: a call on at least as many rows and tokens as another,
+    measured cheaper beyond both spreads. The cost table is then not monotone, which no model computes (timing
+    noise: a shared or busy device); the predictions use the monotone envelope instead. The target's plain
+    call (one row of one token) is compared with the tree calls too.
 
     Parameters
     ----------
@@ -396,19 +485,85 @@ def cost_inversions(timings: dict) -> list:
     list of tuple
         ``(larger call, smaller call)`` keys, the larger one cheaper.
     """
-    out = []
-    groups: dict = {}
-    for key in timings:
-        groups.setdefault(key[0], []).append(key)
-    if ("target", 1, 1) in timings and "tree-target" in groups:
-        groups["tree-target"].append(("target", 1, 1))
-    for keys in groups.values():
-        for a in keys:
-            for b in keys:
-                if a != b and a[1] <= b[1] and a[2] <= b[2] and (a[1], a[2]) != (b[1], b[2]) and \
-                        max(timings[b]) < min(timings[a]):
-                    out.append((b, a))
-    return sorted(out)
+    med = {key: float(np.median(v)) for key, v in timings.items()}
+    return _inversions(med, {key: 0.5 * (max(v) - min(v)) for key, v in timings.items()})
+
+
+def _cost_violations(med: dict, spread: dict) -> tuple:
+    """:func:`cost_inversions` of medians and spreads, as sentences."""
+    return tuple(f"{b[0]}: {b[1]} rows x {b[2]} tokens {1e3 * med[b]:.3f} ms, cheaper than {a[1]} x {a[2]} "
+                 f"({1e3 * med[a]:.3f} ms) beyond their spreads" for b, a in _inversions(med, spread))
+
+
+def _envelope(med: dict) -> dict:
+    """Every model call at least as dear as any call on no more rows and no more tokens (the monotone envelope);
+    values are floats or arrays of bootstrap replicates."""
+    env = dict(med)
+    for (model, k, m) in med:
+        if model in _CALLS:
+            env[(model, k, m)] = np.maximum.reduce([v for (n, a, b), v in med.items()
+                                                    if n == model and a <= k and b <= m])
+    return env
+
+
+def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict]:
+    r"""The decoder's work beyond the calibrated forward passes: ``(per (family, k, L) or tree name, plain,
+    residual)``.
+
+    At a timed configuration :math:`o = s - t(k, L)`, the measured seconds of a whole step less the calibrated
+    forward passes (:mod:`otspec.profile._overhead`); a family's are fitted as :math:`o = a + b\, k (2 L + 1)`
+    (the laws an iteration handles) through its two timed configurations (exact there); one timed
+    configuration: that value everywhere; a family the decoder refused at its larger ``k`` (no timed step there)
+    gets none for ``k > 1``. A tree family's entry is its step's seconds :math:`s` (the tree's
+    forward passes are subtracted where its shape is known, :class:`_TreeCosts`).
+    """
+    k_max, L_max = settings["k_max"], settings["L_max"]
+    fams = set(settings["families"])
+
+    def fwd(k, L):
+        return env[("draft", 1, 1)] + (L - 1) * env[("draft", k, 1)] + env[("target", k, L + 1)]
+
+    over, residual = {}, {}
+    for f in settings["families"]:
+        o = {(k, m): v - fwd(k, m) for (n, k, m), v in med.items() if n == f"step:{f}"}
+        if not o:
+            continue
+        spec = get_verifier(f)
+        multi = not (spec.single_draft or spec.kind == "block")
+        ks = range(1, k_max + 1) if multi and max(k for k, _ in o) > 1 else range(1, 2)  # the decoder refused k > 1:
+        pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))                           # no prediction (a) there
+        (k0, L0), (k1, L1) = pts[0], pts[-1]
+        x0, x1 = k0 * (2 * L0 + 1), k1 * (2 * L1 + 1)
+        b = (o[(k1, L1)] - o[(k0, L0)]) / (x1 - x0) if x1 > x0 else 0.0
+        for k in ks:
+            for L in range(1, L_max + 1):
+                over[(f, k, L)] = o[(k0, L0)] + b * (k * (2 * L + 1) - x0)
+        res = [v for (n, _, _), v in med.items() if n == f"residual:{f}"]
+        if res:
+            residual[f] = np.mean(res, axis=0)
+    for (n, _, _), v in med.items():
+        name = n.partition(":")[2]
+        if n.startswith("step:") and name not in fams and name != "plain":
+            over[name] = v
+    plain = med[("step:plain", 1, 1)] - env[("target", 1, 1)] if ("step:plain", 1, 1) in med else 0.0
+    return over, plain, residual
+
+
+def _measured(med: dict, settings: dict, spread: dict, samples: dict, violations: tuple | None = None) -> Costs:
+    """The :class:`Costs` of a calibration's medians (floats, or arrays of bootstrap replicates)."""
+    ks = range(1, settings["k_max"] + 1)
+    Ls = range(1, settings["L_max"] + 1)
+    env = _envelope(med)
+    over, plain_over, residual = _overhead(med, settings, env)
+    return Costs("measured", env[("target", 1, 1)], {(k, L): env[("target", k, L + 1)] for k in ks for L in Ls},
+                 {k: env[("draft", k, 1)] for k in ks},
+                 "measured by the run on its own device: every forward pass shape timed with the device "
+                 "synchronised before and after, after a warm-up round, in interleaved rounds; the median of "
+                 f"{max((len(v) for v in samples.values()), default=0)} repetitions (the target scoring k rows of "
+                 "L + 1 tokens, or one token; the draft stepping k rows)", spread=spread, overhead=over,
+                 overhead_plain=plain_over, residual=residual,
+                 violations=_cost_violations(med, spread) if violations is None else violations,
+                 samples=samples, calls={key: v for key, v in env.items() if key[0] in _CALLS})
 
 
 def _costs(out, settings: dict, draft_cost, score_cost) -> Costs:
@@ -423,28 +578,46 @@ def _costs(out, settings: dict, draft_cost, score_cost) -> Costs:
         return Costs("given", 1.0, {(k, L): s for k in ks for L in Ls}, {k: float(draft_cost) for k in ks},
                      f"given in target calls: a draft step c = {draft_cost:.3f}, scoring k blocks of L + 1 tokens "
                      f"s = {s:.3f}, whatever k and L")
-    cal = _calibration(out)
+    samples = cost_timings(out)
+    med = {key: float(np.median(v)) for key, v in samples.items()}
     need = [("target", 1, 1)] + [("target", k, L + 1) for k in ks for L in Ls] + [("draft", k, 1) for k in ks]
-    if all(key in cal for key in need):
-        return Costs("measured", cal[("target", 1, 1)], {(k, L): cal[("target", k, L + 1)] for k in ks for L in Ls},
-                     {k: cal[("draft", k, 1)] for k in ks},
-                     "measured by the run on its own device: the median of 3 timings of every call shape "
-                     "(the target scoring k rows of L + 1 tokens, or one token; the draft stepping k rows)")
+    if all(key in med for key in need):
+        spread = {key: 0.5 * (max(v) - min(v)) for key, v in samples.items()}
+        return _measured(med, settings, spread, {key: tuple(v) for key, v in samples.items()})
     d, q = _timing(out)
     return Costs("timers", q, {(k, L): q for k in ks for L in Ls}, {k: d for k in ks},
                  "from the run's timers (it has no cost calibration): the mean seconds of its draft steps and of "
                  "its target calls, every target call costing the same whatever its size")
 
 
-def _speedups(keys, tp, tres, extra, costs: Costs):
-    """Point and resampled speed-ups over plain decoding of every (scheme, k, L)."""
-    point, res = {}, {}
+def _replicates(costs: Costs, settings: dict, n_boot: int, seed: int) -> Costs:
+    """``costs`` with every measured value replaced by ``n_boot`` bootstrap replicates: the median of a resample
+    (with replacement) of its timing repetitions; unmeasured costs stay as they are."""
+    if costs.source != "measured" or n_boot < 1:
+        return costs
+    rng = np.random.default_rng([seed, 7])
+    med = {}
+    for key, v in costs.samples.items():
+        x = np.asarray(v, dtype=np.float64)
+        med[key] = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
+    return _measured(med, settings, costs.spread, costs.samples, costs.violations)
+
+
+def _speedups(keys, tp, tres, extra, costs: Costs, reps: Costs):
+    """Point and resampled speed-ups over plain decoding of every (scheme, k, L): prediction (a), otspec's
+    decoder, and (b), the forward passes alone; the resampled ones with the costs of ``reps`` (bootstrap
+    replicates of the timing repetitions, paired with the prompts' resamples)."""
+    pa, ra, pb, rb = {}, {}, {}, {}
     for i, (f, k, L) in enumerate(keys):
         e = extra[i]
-        factor = (1.0 + e) * costs.plain / (costs.iteration(k, L) + e * costs.plain)
-        point[(f, k, L)] = tp[i] * factor
-        res[(f, k, L)] = tres[:, i] * factor
-    return point, res
+        for c, pt in ((costs, True), (reps, False)):
+            fb = (1.0 + e) * c.plain / (c.iteration(k, L) + e * c.residual_call(f))
+            fa = (1.0 + e) * c.decoder_plain / (c.decoder_iteration(f, k, L) + e * c.residual_call(f))
+            if pt:
+                pa[(f, k, L)], pb[(f, k, L)] = tp[i] * fa, tp[i] * fb
+            else:
+                ra[(f, k, L)], rb[(f, k, L)] = tres[:, i] * fa, tres[:, i] * fb
+    return pa, ra, pb, rb
 
 
 def _recommend(point, res, tokens, positions) -> Recommendation | None:
@@ -463,7 +636,7 @@ def _recommend(point, res, tokens, positions) -> Recommendation | None:
                           positions=positions)
 
 
-def _position_set(name, keys, S, C, W, costs: Costs, keep) -> PositionSet:
+def _position_set(name, keys, S, C, W, costs: Costs, keep, reps: Costs | None = None) -> PositionSet:
     """The estimates of one position set, for the ``(kind, name)`` pairs ``keep`` accepts."""
     col = {key: i for i, key in enumerate(keys)}
     point, res = _boot(S, C, W)
@@ -481,20 +654,21 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep) -> PositionSet:
     sel = [i for i, key in enumerate(tkeys) if keep("tau", key[0])]
     tkeys = [tkeys[i] for i in sel]
     E, Cm, npos = E[:, sel], Cm[:, sel], npos[:, sel]
-    tokens, speed = {}, {}
+    tokens, speed, forward = {}, {}, {}
     rec = None
     if tkeys:
         tp, tres = _boot(E, Cm, W)
         extra = Cm.sum(axis=0) / np.maximum(npos.sum(axis=0), 1.0) - 1.0
-        sp, sres = _speedups(tkeys, tp, tres, extra, costs)
+        sp, sres, fp, fres = _speedups(tkeys, tp, tres, extra, costs, costs if reps is None else reps)
         for i, key in enumerate(tkeys):
             n = int(npos[:, i].sum())
             tokens[key] = _interval(tp[i], tres[:, i], n, _prompts(npos[:, i]))
             speed[key] = _interval(sp[key], sres[key], n, _prompts(npos[:, i]))
+            forward[key] = _interval(fp[key], fres[key], n, _prompts(npos[:, i]))
         rec = _recommend(sp, sres, tokens, max(e.positions for e in tokens.values()))
     counts = [e.positions for e in (*acceptance.values(), *tokens.values())]
     return PositionSet(name=name, positions=max(counts, default=0), acceptance=acceptance, gaps=gaps,
-                       tokens_per_call=tokens, speedup=speed, recommendation=rec)
+                       tokens_per_call=tokens, speedup=speed, recommendation=rec, speedup_forward=forward)
 
 
 def summarize(out, *, draft_cost: float | None = None, score_cost: float | None = None, reference: str | None = None,
@@ -577,12 +751,13 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
     rng = np.random.default_rng(seed)
     W = rng.multinomial(N, np.full(N, 1.0 / N), size=n_boot).astype(np.float64)
     costs = _costs(out, settings, draft_cost, score_cost)
+    reps = _replicates(costs, settings, W.shape[0], seed)
     # each quantity on the positions where it was computed (the cheap ones everywhere, the costly on the subsample)
-    own = _position_set("own", keys, S, C, W, costs, lambda kind, name: True)
-    sets = {"all": _position_set("all", keys, S, C, W, costs, lambda kind, name: not costly(kind, name))}
+    own = _position_set("own", keys, S, C, W, costs, lambda kind, name: True, reps)
+    sets = {"all": _position_set("all", keys, S, C, W, costs, lambda kind, name: not costly(kind, name), reps)}
     skeys, _, sS, sC = sums["sub"]
     if sC.size and sC.sum() > 0:
-        sets["subsample"] = _position_set("subsample", skeys, sS, sC, W, costs, lambda kind, name: True)
+        sets["subsample"] = _position_set("subsample", skeys, sS, sC, W, costs, lambda kind, name: True, reps)
     tokens, speed = own.tokens_per_call, own.speedup
     tpc_keys = list(tokens)
     diffs = {}
@@ -654,10 +829,10 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
                           models=man["models"], renewal=renewal, renewal_differences=ren_diffs, palm=palm,
                           position_bias=bias, costs=costs, sets=sets, recommendation=common.recommendation,
                           skipped=man.get("skipped", {}), trees=trees,
-                          timings=cost_timings(out) if costs.source == "measured" else {},
+                          timings=dict(costs.samples) if costs.source == "measured" else {},
                           cost_overrides={"draft_cost": draft_cost, "score_cost": score_cost},
                           provenance={"packages": man.get("packages", {}), "machine": man.get("machine")},
-                          configurations=configurations(common, trees))
+                          configurations=configurations(common, trees), speedup_forward=own.speedup_forward)
 
 
 #: Which serving engines run a ``(k, L)`` scheme, by family (the others: none; :mod:`otspec.decoding` runs every
@@ -946,6 +1121,9 @@ class StaticShape:
         that a target sample passes through it), in node order.
     seconds : float
         One iteration's seconds by the run's cost model (draft calls per depth and the tree call).
+    speedup_forward : Estimate or None
+        Prediction (b), the forward passes alone (``speedup`` is prediction (a), otspec's decoder: see
+        :class:`Costs`).
     """
 
     n: int
@@ -954,6 +1132,7 @@ class StaticShape:
     speedup: Estimate
     node_values: tuple
     seconds: float
+    speedup_forward: Estimate | None = None
 
     @property
     def shape(self) -> TreeShape:
@@ -1054,7 +1233,10 @@ class TreeSummary:
         ``name -> {"process", "verifier", "n", "depth", "spec", "medusa_choices"}`` of every ``kind="tree"`` row
         name (``medusa_choices``: a ``topk`` family's rank paths, else None).
     tokens_per_call, speedup : dict
-        ``name -> Estimate`` on every profiled position (all prompts; the same resamples as every estimate).
+        ``name -> Estimate`` on every profiled position (all prompts; the same resamples as every estimate);
+        ``speedup`` is prediction (a), otspec's decoder (:class:`Costs`).
+    speedup_forward : dict
+        ``name -> Estimate``: prediction (b), the forward passes alone.
     seconds : dict
         ``name -> seconds``: one iteration's seconds by the cost model.
     chains, chains_speedup : dict
@@ -1086,37 +1268,83 @@ class TreeSummary:
     palm: dict = field(default_factory=dict)
     position_bias: dict = field(default_factory=dict)
     along: dict = field(default_factory=dict)
+    speedup_forward: dict = field(default_factory=dict)
+
+
+def _interp(x: float, xs: np.ndarray, ys: list):
+    """Linear interpolation of ``ys`` (floats or arrays of replicates) at ``x``, constant beyond the ends."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    i = int(np.searchsorted(xs, x))
+    w = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+    return (1.0 - w) * ys[i - 1] + w * ys[i]
 
 
 class _TreeCosts:
-    """Seconds of a tree decoder's calls: the target scoring ``n`` nodes, the draft stepping ``r`` rows."""
+    """Seconds of a tree decoder's iteration: the target scoring ``n`` nodes, the draft stepping ``r`` rows, and
+    (prediction (a)) the decoder's measured work outside them; with the bootstrap replicates of the timings."""
 
-    def __init__(self, out, costs: Costs, settings: dict):
+    def __init__(self, costs: Costs, settings: dict, reps: Costs | None = None):
+        self.costs, self.reps = costs, costs if reps is None else reps
         self.plain = costs.plain
-        cal = _calibration(out) if costs.source == "measured" else {}
-        tree = sorted((m - 1, v) for (name, _, m), v in cal.items() if name == "tree-target")
-        draft = sorted((k, v) for (name, k, m), v in cal.items() if name == "draft" and m == 1)
-        if tree and draft:
-            self.n, self.t = np.array([a for a, _ in tree], float), np.array([b for _, b in tree])
-            self.r, self.d = np.array([a for a, _ in draft], float), np.array([b for _, b in draft])
+        cal = costs.calls if costs.source == "measured" else {}
+        self.n = np.array(sorted(m - 1 for (name, _, m) in cal if name == "tree-target"), float)
+        self.r = np.array(sorted(k for (name, k, m) in cal if name == "draft" and m == 1), float)
+        if self.n.size and self.r.size:
             self.description = ("measured by the run on its own device: the target scoring a tree of n nodes (n + 1 "
-                                "tokens, tree mask) and the draft stepping r rows, medians of 3 timings, linear "
-                                "between the measured sizes")
+                                "tokens, tree mask) and the draft stepping r rows, medians of synchronised timings, "
+                                "linear between the measured sizes")
         else:
             self.n = self.r = None
-            self.t0, self.d0 = costs.target[(1, settings["L_max"])], costs.draft[1]
             self.description = (f"{costs.description}; a tree call costs what scoring one block of L_max + 1 tokens "
                                 "does, whatever its size")
+        self.L_max = settings["L_max"]
+        plan = resolve_trees(settings.get("trees") or (), settings.get("tree_universe"))
+        sizes = {name: (f.n, f.process) for f in plan.families for name in f.names()}
+        self.shapes = {name: f.shape for f in plan.families for name in f.names()}
+        timed = [(sizes[nm][0], nm) for nm in costs.overhead if isinstance(nm, str) and nm in sizes]
+        topk = [t for t in timed if sizes[t[1]][1] == "topk"]
+        self.over = sorted(topk or timed)  # static shapes: interpolated in n between these families' own
 
-    def tree(self, n: int) -> float:
-        return float(np.interp(n, self.n, self.t)) if self.n is not None else self.t0
+    def _tree(self, c: Costs, n: int):
+        if self.n is None:
+            return c.target[(1, self.L_max)]
+        return _interp(n, self.n, [c.calls[("tree-target", 1, int(m) + 1)] for m in self.n])
 
-    def draft(self, r: int) -> float:
-        return float(np.interp(r, self.r, self.d)) if self.r is not None else self.d0
+    def _draft(self, c: Costs, r: int):
+        if self.r is None:
+            return c.draft[1]
+        return _interp(r, self.r, [c.calls[("draft", int(k), 1)] for k in self.r])
 
-    def iteration(self, shape) -> float:
-        """One iteration: a draft call per depth (the nodes of that depth with children) and one tree call."""
-        return sum(self.draft(r) for r in draft_rows(shape)) + self.tree(shape.n)
+    def _beyond(self, c: Costs, name: str):
+        """A timed tree family's measured step less its calibrated forward passes."""
+        return c.overhead[name] - self.iteration(self.shapes[name], c)
+
+    def _overhead(self, c: Costs, n: int, name: str | None):
+        if name is not None and name in c.overhead:
+            return self._beyond(c, name)
+        if not self.over:
+            return 0.0
+        return _interp(n, np.array([a for a, _ in self.over], float), [self._beyond(c, nm) for _, nm in self.over])
+
+    def iteration(self, shape, c: Costs | None = None):
+        """One iteration's forward passes: a draft call per depth (the nodes of that depth with children) and one
+        tree call."""
+        c = self.costs if c is None else c
+        return sum(self._draft(c, r) for r in draft_rows(shape)) + self._tree(c, shape.n)
+
+    def factors(self, shape, name: str | None = None) -> tuple:
+        """``(a, a replicates, b, b replicates)``: the speed-up per token per call of prediction (a), otspec's
+        decoder (forward passes plus its measured work outside them, :meth:`Costs.decoder_plain` per plain token),
+        and of (b), the forward passes alone."""
+        out = []
+        for c in (self.costs, self.reps):
+            it = self.iteration(shape, c)
+            out.append((c.decoder_plain / (it + self._overhead(c, shape.n, name)), c.plain / it))
+        (a, b), (ar, br) = out
+        return a, ar, b, br
 
 
 def _tree_sums(out, prompts: np.ndarray):
@@ -1174,9 +1402,13 @@ def _resample(N: int, n_boot: int, seed: int) -> np.ndarray:
     return rng.multinomial(N, np.full(N, 1.0 / N), size=n_boot).astype(np.float64)
 
 
-def _ratio_estimate(E: np.ndarray, C: np.ndarray, W: np.ndarray, positions: int, factor: float = 1.0) -> Estimate:
+def _ratio_estimate(E: np.ndarray, C: np.ndarray, W: np.ndarray, positions: int, factor: float = 1.0,
+                    factor_res=None) -> Estimate:
+    """``sum E / sum C`` times ``factor``, its resamples times ``factor_res`` (replicates paired with ``W``'s rows;
+    default ``factor``)."""
     p, r = _boot(E[:, None], C[:, None], W)
-    return _interval(p[0] * factor, r[:, 0] * factor, positions, _prompts(C))
+    return _interval(p[0] * factor, r[:, 0] * (factor if factor_res is None else factor_res), positions,
+                     _prompts(C))
 
 
 def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs: Costs, every: PositionSet,
@@ -1185,10 +1417,10 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
     for the static top-k families, the renewal estimate, the Palm average and the per-position bias from ``ren``
     (``{"T_n", "starts", "palm"}`` keyed ``(label, n, depth)``, as the ``(k, L)`` families')."""
     plan = resolve_trees(settings.get("trees") or (), settings.get("tree_universe"))
-    tc = _TreeCosts(out, costs, settings)
+    tc = _TreeCosts(costs, settings, _replicates(costs, settings, W.shape[0], seed))
     keys, S, C = _tree_sums(out, prompts)
     col = {key: i for i, key in enumerate(keys)}
-    fams, tokens, speed, secs, renewal, palm, bias, along = {}, {}, {}, {}, {}, {}, {}, {}
+    fams, tokens, speed, secs, renewal, palm, bias, along, forward = {}, {}, {}, {}, {}, {}, {}, {}, {}
     positions = 0
     for f in plan.families:
         for v, name in zip(f.verifiers or (None,), f.names()):
@@ -1203,7 +1435,9 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
                                            context=settings.get("context", "sample"))
             secs[name] = tc.iteration(f.shape)
             tokens[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()))
-            speed[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), tc.plain / secs[name])
+            a, ar, b, br = tc.factors(f.shape, name)
+            speed[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), a, ar)
+            forward[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), b, br)
             key = (name, f.n, f.depth)
             if ren and key in ren["starts"]:
                 renewal[name] = _renewal_estimates(ren["T_n"], {key: ren["starts"][key]}, W)[0][key]
@@ -1221,7 +1455,7 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
         note = "No tree rows were recorded."
     else:
         choice = _tree_choice(plan, prompts, even, keys, col, S, C, tc, out, n_boot, seed)
-    return TreeSummary(families=fams, tokens_per_call=tokens, speedup=speed, seconds=secs,
+    return TreeSummary(families=fams, tokens_per_call=tokens, speedup=speed, seconds=secs, speedup_forward=forward,
                        chains=dict(every.tokens_per_call), chains_speedup=dict(every.speedup), positions=positions,
                        choice=choice, note=note, renewal=renewal, palm=palm, position_bias=bias, along=along)
 
@@ -1258,11 +1492,12 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
             paths = tuple(U.paths[i] for i in ids)
             shape = TreeShape(paths)
             secs = tc.iteration(shape)
-            f = tc.plain / secs
+            f, fr, fb, fbr = tc.factors(shape)
             out_static.append(StaticShape(
                 n=n, paths=shape.paths[1:],
                 tokens_per_call=_interval(point[n - 1], res[:, n - 1], pos_e, _prompts(ne)),
-                speedup=_interval(point[n - 1] * f, res[:, n - 1] * f, pos_e, _prompts(ne)),
+                speedup=_interval(point[n - 1] * f, res[:, n - 1] * fr, pos_e, _prompts(ne)),
+                speedup_forward=_interval(point[n - 1] * fb, res[:, n - 1] * fbr, pos_e, _prompts(ne)),
                 node_values=tuple(float(mean_e[i - 1]) for i in (plan.index[p] for p in shape.paths[1:])),
                 seconds=secs))
             pred.append(tpc_c[n - 1] * f)
@@ -1308,9 +1543,9 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
         if key not in col:
             continue
         i = col[key]
-        fac = tc.plain / tc.iteration(f.shape)
+        fac, fac_r, _, _ = tc.factors(f.shape, f.label)
         e2[f.label] = _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()))
-        e2s[f.label] = _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()), fac)
+        e2s[f.label] = _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()), fac, fac_r)
         sc = (Sc[:, i].sum() + Cc[:, i].sum()) / max(Cc[:, i].sum(), 1.0) * fac
         if sc > best_c:
             best, best_c = f.label, sc

@@ -1,0 +1,268 @@
+"""Does the profile's speed-up come true on this device? One table, from a random-weight pair built on the device.
+
+Builds the random-weight draft/target pair of a named serving shape on ``--device`` (no download:
+``transformers.LlamaForCausalLM(config)``; the draft is the target's embedding, its first layers, its
+final norm and its output head), then, printing each part of the table as soon as it is measured:
+
+1. **forward**: the target's and the draft's forward passes timed directly, synchronised
+   (:func:`otspec._timing.timed_rounds`: warm-up, interleaved rounds, median and spread);
+2. **calibration**: the same calls as the profile's cost calibration measured them
+   (:class:`otspec.profile.Costs`), with any call flagged cheaper than a smaller one;
+3. **decoders**: the recommended scheme, the runner-up, a chain and a tree decoded with
+   :func:`otspec.decoding.speculative_decode` beside :func:`otspec.decoding.autoregressive_decode` on the
+   profile's own prompts (:func:`otspec.profile._check.check_decodes`), each with its prediction (a)
+   (otspec's decoder: forward passes plus the decoder's measured work outside them) and (b) (the forward
+   passes alone), the measured speed-up and the decoder's share of time outside the forward passes;
+4. **transformers**: ``generate`` plain and assisted (``assistant_model=``, ``num_assistant_tokens=L``)
+   at the recommended ``L``, on the same prompts.
+
+    python experiments/gpu_check.py                      # the 1B shape (Llama-3.2-1B) on cuda
+    python experiments/gpu_check.py --tiny               # a tiny shape on the CPU, well under a minute
+    python experiments/gpu_check.py --shape llama-3.2-1b --device cuda --budget-s 330
+
+The default run on one H100 is sized for about 6 minutes; ``--budget-s`` stops starting new parts once it
+is spent (the parts already printed stand). The load average and the device are printed with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Llama-shaped serving pair: the target's config and the draft's number of layers."""
+
+    hidden: int
+    layers: int
+    heads: int
+    kv_heads: int
+    intermediate: int
+    vocab: int
+    draft_layers: int
+    dtype: str
+
+
+#: Named shapes: the target's config; the draft keeps the embedding, the first ``draft_layers`` layers and the head.
+SHAPES = {
+    "llama-3.2-1b": Shape(2048, 16, 32, 8, 8192, 128_256, 4, "bfloat16"),
+    "tiny": Shape(32, 2, 4, 2, 64, 2048, 1, "float32"),
+    "tiny-128k": Shape(64, 4, 4, 2, 128, 128_256, 1, "float32"),
+}
+
+#: What each size runs: the profile, the decodes and transformers' generate.
+PLANS = {
+    "full": dict(prompts=4, prompt_len=16, positions=16, k_max=2, L_max=4, trees=("topk:branching(4,2)",),
+                 families=("token", "kseq", "block-onestep", "block"), decode_tokens=48, rounds=2),
+    "tiny": dict(prompts=2, prompt_len=6, positions=4, k_max=2, L_max=2, trees=("topk:branching(2,2)",),
+                 families=("token", "block-onestep"), decode_tokens=8, rounds=1),
+}
+
+
+def build_pair(shape: Shape, device: str, seed: int = 0):
+    """The random-weight ``(draft, target)`` transformers models of ``shape`` on ``device``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    dtype = getattr(torch, shape.dtype)
+    cfg = LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                      num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                      num_key_value_heads=shape.kv_heads, max_position_embeddings=4096, tie_word_embeddings=False,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(seed)
+    with torch.device(device):
+        target = LlamaForCausalLM(cfg).to(dtype).eval()
+        draft = LlamaForCausalLM(LlamaConfig(**{**cfg.to_dict(), "num_hidden_layers": shape.draft_layers})
+                                 ).to(dtype).eval()
+    keep = {k: v for k, v in target.state_dict().items()
+            if not k.startswith("model.layers.") or int(k.split(".")[2]) < shape.draft_layers}
+    draft.load_state_dict(keep)
+    return draft, target
+
+
+def _row(cells, widths=(44, 11, 9, 20, 14, 10, 11)):
+    print(" | ".join(str(c).rjust(w) for c, w in zip(cells, widths)), flush=True)
+
+
+HEAD = ("what", "ms", "x plain", "predicted (a)", "predicted (b)", "measured", "outside fwd")
+
+
+def _forward_rows(draft, target, k_max: int, L: int, device: str, rows: list) -> None:
+    """Synchronised forward passes (:class:`otspec.decoding.HFCausalLM` ``logits``) of the target and the draft
+    after a cached context of 8 tokens, each shape with a state of its own, cut back to the context after every
+    call outside the clock."""
+    import torch
+
+    from otspec._timing import timed_rounds
+
+    ctx_len = 8
+
+    def calls(lm, shapes):
+        states, fns = {}, {}
+        for r, n in shapes:
+            st = lm.new_state()
+            lm.logits(st, torch.arange(1, ctx_len + 1, device=device)[None])
+            if r > 1:  # r rows holding the context: one call on r rows, then cut back to the context
+                lm.logits(st, torch.ones((r, 1), dtype=torch.long, device=device))
+                lm.select(st, list(range(r)), ctx_len)
+            states[(r, n)] = st
+            ids = torch.ones((r, n), dtype=torch.long, device=device)
+            fns[(r, n)] = (lambda ids=ids, key=(r, n): lm.logits(states[key], ids))
+        return fns, lambda key: lm.select(states[key], list(range(key[0])) if key[0] > 1 else 0, ctx_len)
+
+    with torch.inference_mode():
+        fns, reset = calls(target, [(1, 1), (1, L + 1), (k_max, L + 1)])
+        t = timed_rounds(fns, device=device, warmup=2, repeats=7, reset=reset)
+        fns, reset = calls(draft, [(1, 1), (k_max, 1)])
+        d = timed_rounds(fns, device=device, warmup=2, repeats=7, reset=reset)
+    plain = t[(1, 1)].median
+    for (r, n), tm in t.items():
+        rows.append((f"forward: target {r} x {n} tokens", 1e3 * tm.median, tm.median / plain, "", "", "",
+                     f"+-{1e3 * tm.spread:.3f}"))
+    for (r, n), tm in d.items():
+        rows.append((f"forward: draft {r} x {n} tokens", 1e3 * tm.median, tm.median / plain, "", "", "",
+                     f"+-{1e3 * tm.spread:.3f}"))
+
+
+def _generate_rows(draft, target, prompts, L: int, tokens: int, device: str, rows: list, plain_ms: float) -> None:
+    """transformers' ``generate``, plain and assisted at ``L``: ms per generated token (synchronised)."""
+    import torch
+
+    from otspec._timing import Stopwatch
+
+    def run(**kw):
+        sw = Stopwatch(device)
+        n = 0
+        for i, p in enumerate(prompts):
+            ids = torch.tensor([p], device=device)
+            torch.manual_seed(i)
+            with sw:
+                out = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
+                                      min_new_tokens=tokens, do_sample=True, temperature=1.0, top_k=0,
+                                      pad_token_id=0, **kw)
+            n += out.shape[1] - ids.shape[1]
+        return sw.seconds / max(n, 1)
+
+    run()  # warm-up
+    assisted_kw = dict(assistant_model=draft)
+    draft.generation_config.num_assistant_tokens = L
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    run(**assisted_kw)
+    plain = run()
+    assisted = run(**assisted_kw)
+    rows.append(("transformers generate", 1e3 * plain, plain / (plain_ms / 1e3), "", "", "", ""))
+    rows.append((f"transformers assisted L = {L}", 1e3 * assisted, assisted / (plain_ms / 1e3), "", "",
+                 f"{plain / assisted:.2f}", ""))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shape", default=None, choices=sorted(SHAPES), help="serving shape (default llama-3.2-1b)")
+    ap.add_argument("--tiny", action="store_true", help="the tiny shape and plan, on the CPU unless --device")
+    ap.add_argument("--device", default=None, help="torch device (default cuda, or cpu with --tiny)")
+    ap.add_argument("--budget-s", type=float, default=330.0, help="start no new part after this many seconds")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    import torch
+    import transformers
+
+    from otspec.decoding import HFCausalLM
+    from otspec.profile import ProfileSettings, profile, summarize
+    from otspec.profile._check import check_decodes
+
+    transformers.logging.set_verbosity_error()
+    t_start = time.perf_counter()
+    shape = SHAPES[args.shape or ("tiny" if args.tiny else "llama-3.2-1b")]
+    plan = PLANS["tiny" if args.tiny else "full"]
+    device = args.device or ("cpu" if args.tiny else "cuda")
+    if device == "cpu":
+        torch.set_num_threads(1)  # tiny CPU calls: one thread, no intra-op spinning against the machine's load
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print(f"error: --device {device!r} but torch sees no CUDA device", file=sys.stderr)
+        return 2
+    card = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else platform.processor()
+    print(f"# gpu_check: {args.shape or ('tiny' if args.tiny else 'llama-3.2-1b')} {shape} on {device} ({card}); "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {os.getloadavg()}; torch "
+          f"{torch.__version__}, transformers {transformers.__version__}", flush=True)
+    d_model, t_model = build_pair(shape, device, args.seed)
+    draft, target = HFCausalLM(d_model, name="draft"), HFCausalLM(t_model, name="target")
+    rng = np.random.default_rng(args.seed)
+    prompts = [rng.integers(3, shape.vocab, size=plan["prompt_len"]).tolist() for _ in range(plan["prompts"])]
+    print(f"# pair built in {time.perf_counter() - t_start:.1f} s", flush=True)
+    _row(HEAD)
+    rows: list = []
+
+    def flush():
+        for r in rows:
+            _row([f"{c:.3f}" if isinstance(c, float) else c for c in r])
+        done.extend(rows)
+        rows.clear()
+
+    done: list = []
+    L = plan["L_max"]
+    _forward_rows(draft, target, plan["k_max"], L, device, rows)
+    flush()
+    settings = dict(k_max=plan["k_max"], L_max=L, max_new_tokens=plan["positions"], families=list(plan["families"]),
+                    verifiers=["token"], trees=list(plan["trees"]), seed=args.seed)
+    with tempfile.TemporaryDirectory() as out:
+        t0 = time.perf_counter()
+        profile(prompts, out=out, draft=draft, target=target, progress=False, **settings)
+        s = summarize(out, n_boot=500)
+        prof_s = time.perf_counter() - t0
+    c = s.costs
+    rows.append(("calibration: target 1 x 1 (plain)", 1e3 * c.plain, 1.0, "", "", "", ""))
+    for k, LL in sorted({(1, L), (plan["k_max"], L)}):
+        rows.append((f"calibration: target {k} x {LL + 1} tokens", 1e3 * c.target[(k, LL)], c.target[(k, LL)] / c.plain,
+                     "", "", "", ""))
+    for k in sorted({1, plan["k_max"]}):
+        rows.append((f"calibration: draft {k} x 1 tokens", 1e3 * c.draft[k], c.draft[k] / c.plain, "", "", "", ""))
+    rows.append(("calibration: plain beyond fwd", 1e3 * c.overhead_plain, c.overhead_plain / c.plain, "", "", "",
+                 f"{c.overhead_plain / (c.plain + c.overhead_plain):.2f}"))
+    flush()
+    print(f"# profile + summary {prof_s:.1f} s; cost violations: {len(c.violations)}"
+          + "".join(f"\n#   {v}" for v in c.violations), flush=True)
+    rec = s.recommendation
+    chain = ("token", 1, L)
+    tree = next(iter(s.trees.speedup)) if s.trees is not None and s.trees.speedup else None
+    schemes = list(dict.fromkeys(x for x in (rec.best, rec.runner_up, chain, tree) if x is not None))
+    if time.perf_counter() - t_start < args.budget_s:
+        st = ProfileSettings(**settings)
+        got = check_decodes(draft, target, prompts, schemes, st, rounds=plan["rounds"],
+                            max_new_tokens=plan["decode_tokens"], seed=args.seed)
+        first = next(iter(got.values()))
+        plain_ms = 1e3 * first.plain_seconds_per_token
+        rows.append(("otspec autoregressive_decode", plain_ms, 1.0, "", "", "", f"{first.plain_outside_share:.2f}"))
+        for sc, g in got.items():
+            a = s.trees.speedup[sc] if isinstance(sc, str) else s.speedup[sc]
+            b = s.trees.speedup_forward[sc] if isinstance(sc, str) else s.speedup_forward[sc]
+            tag = " (recommended)" if sc == rec.best else " (runner-up)" if sc == rec.runner_up else ""
+            name = sc if isinstance(sc, str) else f"{sc[0]} k={sc[1]} L={sc[2]}"
+            rows.append((f"otspec {name}{tag}", 1e3 * g.seconds_per_token, g.seconds_per_token / (plain_ms / 1e3),
+                         f"{a.value:.2f} [{a.lo:.2f}, {a.hi:.2f}]", f"{b.value:.2f}", f"{g.speedup:.2f}",
+                         f"{g.outside_share:.2f}"))
+        flush()
+    else:
+        plain_ms = 1e3 * c.plain
+        print("# budget spent: decoders skipped", flush=True)
+    if time.perf_counter() - t_start < args.budget_s:
+        _generate_rows(d_model, t_model, prompts, rec.best[2] if isinstance(rec.best, tuple) else L,
+                       plan["decode_tokens"], device, rows, plain_ms)
+        flush()
+    else:
+        print("# budget spent: transformers skipped", flush=True)
+    print(f"# total {time.perf_counter() - t_start:.1f} s; 'x plain': seconds over otspec's plain decoding per "
+          "token (decoders) or over the target's one-token forward (calls); 'measured': speed-up over plain "
+          "decoding of the same library", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
