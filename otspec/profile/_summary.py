@@ -434,11 +434,6 @@ def cost_timings(out) -> dict:
     return {key: tuple(v) for key, v in sorted(got.items())}
 
 
-def _calibration(out) -> dict:
-    """Median seconds of every calibrated call: ``(model, rows, new tokens per row) -> seconds``."""
-    return {key: float(np.median(v)) for key, v in cost_timings(out).items()}
-
-
 #: The model calls of the calibration, whose costs must grow with their rows and tokens.
 _CALLS = ("target", "draft", "tree-target")
 
