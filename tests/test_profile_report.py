@@ -179,9 +179,14 @@ def test_report_leads_with_the_recommendation(run):
     assert sections[0] == "Recommendation"
     first_table = [ln for ln in text.split("## Recommendation")[1].splitlines() if ln.startswith("|")]
     assert first_table[0] == ("| rank | configuration | verifier | engine settings | engines | positions | "
-                              "tokens per call | speed-up |")
-    assert first_table[2] == "| baseline | plain decoding | - | - | every engine | - | 1 | 1 |"
+                              "tokens per call | speed-up | forward passes alone |")
+    assert first_table[2] == "| baseline | plain decoding | - | - | every engine | - | 1 | 1 | 1 |"
     assert first_table[3].startswith("| 1 | ")
+    # prediction (b), the forward passes alone, beside (a) in every ranked row
+    s = summarize(run, n_boot=200)
+    assert all(c.speedup_forward is not None for c in s.configurations)
+    ranked = first_table[3:3 + len(s.configurations)]
+    assert all(re.match(r"\| \d+ \| ", row) and row.count("|") == 10 and not row.endswith("| - |") for row in ranked)
     assert "below 1 is slower than plain decoding" in text
     assert "Runner-up:" in text and "paired difference in speed-up, best - runner-up" in text
     # every table names its positions; no mean of one set of positions beside another's

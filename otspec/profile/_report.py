@@ -151,17 +151,24 @@ def _recommendation_lines(summary) -> list[str]:
               f"(speed-up = time per token of plain decoding / predicted time per token, with the costs "
               f"{_cost_source(summary)}; below 1 is slower than plain decoding). A configuration chosen on the "
               "same positions its value is reported on (the (k, L) schemes) is optimistic by the selection; a "
-              "chosen tree is measured on prompts that did not choose it.", "",
+              "chosen tree is measured on prompts that did not choose it. " + (
+                  "The speed-up is prediction (a), otspec's own decoder on this device (its work outside the forward "
+                  "passes timed on real iterations); \"forward passes alone\" is prediction (b), what an engine "
+                  "whose verification is fused into its forward pass could reach (an upper bound)."
+                  if summary.costs.decoder_measured else
+                  "The run did not time the decoder's work outside the forward passes: both columns count the "
+                  "forward passes alone."), "",
               "| rank | configuration | verifier | engine settings | engines | positions | tokens per call | "
-              "speed-up |", "|---|---|---|---|---|---|---|---|",
-              "| baseline | plain decoding | - | - | every engine | - | 1 | 1 |"]
+              "speed-up | forward passes alone |", "|---|---|---|---|---|---|---|---|---|",
+              "| baseline | plain decoding | - | - | every engine | - | 1 | 1 | 1 |"]
     short = {"all": "all", "subsample": "subsample", "held out": "held out"}
     for r, c in enumerate(configs, start=1):
         settings = ('`' + c.settings + '`') if c.settings and len(c.settings) <= MAX_CELL else \
             "see the tree section" if c.settings else "-"
         lines.append(f"| {r} | {c.name} | {c.verifier} | {settings} | "
                      f"{c.engines} | {short[c.positions]} ({_positions(c.speedup.positions)}) | "
-                     f"{_fmt(c.tokens_per_call)} | {_fmt(c.speedup, '.2f')} |")
+                     f"{_fmt(c.tokens_per_call)} | {_fmt(c.speedup, '.2f')} | "
+                     f"{_fmt(c.speedup_forward, '.2f') if c.speedup_forward is not None else '-'} |")
     lines.append("")
     ch = summary.trees.choice if summary.trees is not None else None
     if ch is not None and ch.fastest is not None and not any(c.kind == "chosen tree" for c in configs):

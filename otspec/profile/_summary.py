@@ -877,6 +877,10 @@ class Configuration:
         Which serving engines ship it.
     key : tuple or str
         ``(family, k, L)``, the tree family's label, or ``("static", n)``.
+    speedup_forward : Estimate or None
+        Prediction (b): the speed-up with the forward passes alone (an engine whose verification is fused into
+        its forward pass; an upper bound on what removing the decoder's own work could reach). ``speedup`` is
+        prediction (a), otspec's decoder on the run's device, when the run timed it (:class:`Costs`).
     """
 
     name: str
@@ -888,6 +892,7 @@ class Configuration:
     settings: str
     engines: str
     key: tuple | str
+    speedup_forward: Estimate | None = None
 
 
 def sglang_flags(params: dict) -> str:
@@ -931,7 +936,8 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
         out.append(Configuration(name=f"{f}, k = {k}, L = {L}", kind="chain", speedup=sp,
                                  tokens_per_call=chains.tokens_per_call[key], positions=chains.name,
                                  verifier=_chain_verifier(f), settings="",
-                                 engines=CHAIN_ENGINES.get(f, NO_ENGINE), key=key))
+                                 engines=CHAIN_ENGINES.get(f, NO_ENGINE), key=key,
+                                 speedup_forward=chains.speedup_forward.get(key)))
     if trees is not None:
         for name, fam in trees.families.items():
             v = fam["verifier"]
@@ -950,7 +956,8 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
             out.append(Configuration(name=name, kind="tree", speedup=trees.speedup[name],
                                      tokens_per_call=trees.tokens_per_call[name], positions="all",
                                      verifier=DETERMINISTIC_VERIFIER if v is None else v, settings=settings,
-                                     engines=TREE_ENGINES[proc], key=name))
+                                     engines=TREE_ENGINES[proc], key=name,
+                                     speedup_forward=trees.speedup_forward.get(name)))
         ch = trees.choice
         if ch is not None and ch.fastest is not None and (ch.positions[1] >= MIN_RANKED_POSITIONS
                                                           or trees.positions < MIN_RANKED_POSITIONS):
@@ -960,7 +967,8 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
                                                                else ")"),
                 kind="chosen tree", speedup=st.speedup,
                 tokens_per_call=st.tokens_per_call, positions="held out", verifier=DETERMINISTIC_VERIFIER,
-                settings=f"medusa_choices = {ex['medusa_choices']}", engines=TREE_ENGINES["topk"], key=("static", st.n)))
+                settings=f"medusa_choices = {ex['medusa_choices']}", engines=TREE_ENGINES["topk"], key=("static", st.n),
+                speedup_forward=st.speedup_forward))
     return tuple(sorted(out, key=lambda c: (-c.speedup.value if np.isfinite(c.speedup.value) else np.inf, c.name)))
 
 
