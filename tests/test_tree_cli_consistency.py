@@ -234,3 +234,17 @@ def test_subsample_text_says_what_was_taken():
     assert subsample_text(ProfileSettings(max_new_tokens=8, subsample=8), items).startswith(
         "position 0 of prompt 0, position 7 of prompt 1, position 6 of prompt 2 only (3 of 24")
     assert subsample_text(ProfileSettings(max_new_tokens=8, subsample=1), items).startswith("every profiled position")
+
+
+@pytest.mark.parametrize("text", ["iid:branching(2,2):spec infer", "t opk:branching(2,2)", "topk:branching(4 2)",
+                                  "wor:chains(2,3):sequoia, tra versal", "eagle2:3 2,6"])
+def test_blanks_inside_a_name_or_a_number_are_refused_not_dropped(text):
+    # blanks were removed everywhere: 'spec infer' was read as 'specinfer' and 'branching(4 2)' as branching(42)
+    with pytest.raises(ValueError, match="no blanks inside|separated by commas"):
+        parse_tree_spec(text)
+
+
+def test_blanks_around_separators_and_between_a_shapes_numbers_are_kept_out():
+    a = parse_tree_spec(" iid : branching(4, 2) : specinfer , spectr-tree ")
+    b = parse_tree_spec("iid:branching(4,2):specinfer,spectr-tree")
+    assert a == b and a.verifiers == ("specinfer", "spectr-tree")

@@ -234,10 +234,19 @@ def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
     """
     if not isinstance(text, str):
         raise TypeError(f"{where} must be a text {SPEC_FORM}, got {type(text).__name__}")
-    parts = re.sub(r"\s+", "", text).split(":")
+    parts = [p.strip() for p in text.split(":")]
     if len(parts) < 2 or len(parts) > 3 or not parts[1]:
         raise ValueError(f"{where} must be {SPEC_FORM}, got {text!r}")
-    process, shape_text, vs = parts[0], parts[1], parts[2] if len(parts) == 3 else ""
+    # blanks around the separators are dropped, blanks inside a name are refused ('spec infer' is no
+    # 'specinfer'); inside a shape they separate numbers only ('branching(4, 2)')
+    names = [parts[0], *(v.strip() for v in (parts[2].split(",") if len(parts) == 3 else ()))]
+    if any(re.search(r"\s", v) for v in names):
+        raise ValueError(f"{where}: a process or verifier name has no blanks inside, got {text!r}")
+    if re.search(r"\d\s+\d", parts[1]):
+        raise ValueError(f"{where}: numbers of a shape are separated by commas, got {parts[1]!r} ('4 2' is not "
+                         "'4,2' nor '42')")
+    process, shape_text = parts[0], re.sub(r"\s+", "", parts[1])
+    vs = ",".join(names[1:])
     check_process(process, processes, where)
     if process == "eagle2":
         shape = eagle2_of(shape_text, where)
