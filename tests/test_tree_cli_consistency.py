@@ -248,3 +248,11 @@ def test_blanks_around_separators_and_between_a_shapes_numbers_are_kept_out():
     a = parse_tree_spec(" iid : branching(4, 2) : specinfer , spectr-tree ")
     b = parse_tree_spec("iid:branching(4,2):specinfer,spectr-tree")
     assert a == b and a.verifiers == ("specinfer", "spectr-tree")
+
+
+def test_an_unknown_verifier_in_the_decoders_tree_text_is_named_by_tree():
+    # the message spoke of `verifier`, a keyword the user did not give
+    d, t = toy_pair(6, seed=0)
+    with pytest.raises(ValueError, match=r"`tree` 'iid:branching\(2,2\):specnfer' names the verifier 'specnfer', "
+                                         r"which is no tree verifier.*specinfer"):
+        D.speculative_decode([0, 1], draft=d, target=t, tree="iid:branching(2,2):specnfer", max_new_tokens=4, rng=0)

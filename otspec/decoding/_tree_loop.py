@@ -40,7 +40,7 @@ import numpy as np
 import otspec
 import otspec.tree
 
-from .._registry import suggest
+from .._registry import suggest, verifier_names
 from .._verifier import sample_from
 from ..tree._process import PROCESSES, _child_groups, _ranked, _support_error, draw_children
 from ..tree._published import _chains, _children, spechub_optimum, spechub_pair_law
@@ -239,6 +239,10 @@ def _from_text(tree: str, process, verifier):
         if verifier is not None and verifier != named:
             raise ValueError(f"`tree` {tree!r} names the verifier {named!r} and `verifier` is {verifier!r}: give "
                              "one of them")
+        tree_rules = verifier_names(kind="tree")
+        if named not in tree_rules:
+            raise ValueError(f"`tree` {tree!r} names the verifier {named!r}, which is no tree verifier: one of "
+                             f"{tree_rules}{suggest(named, tree_rules)}")
         verifier = named
     return spec.shape, spec.process, verifier
 
