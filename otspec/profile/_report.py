@@ -154,7 +154,9 @@ def _recommendation_lines(summary) -> list[str]:
               "chosen tree is measured on prompts that did not choose it. " + (
                   "The speed-up is prediction (a), otspec's own decoder on this device (its work outside the forward "
                   "passes timed on real iterations); \"forward passes alone\" is prediction (b), what an engine "
-                  "whose verification is fused into its forward pass could reach (an upper bound)."
+                  "whose verification is fused into its forward pass could reach. Where (b) lies below (a), the "
+                  "decoder's timed steps ran faster than the calibrated forward passes they contain: timing noise "
+                  "of this device, which both predictions carry."
                   if summary.costs.decoder_measured else
                   "The run did not time the decoder's work outside the forward passes: both columns count the "
                   "forward passes alone."), "",
