@@ -7,9 +7,7 @@ chi-square test of the sampler against the exact conditional law.
 """
 
 import importlib
-import importlib.util
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +18,7 @@ import otspec
 from otspec.multidraft import _submodular as sm
 from otspec.testing import chi2_gof
 from otspec.testing.strategies import pairs
+from tests.experiment import load_experiment
 
 
 def _mixture(p, q, k, **kw):
@@ -556,10 +555,7 @@ def test_chain_keeps_singletons_out_of_the_matrix():
 def test_real_pairs_full_vocabulary_exact(k):
     # the cached SmolLM2 next-token laws (experiments/real_pair_dists.py), full vocabulary
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location(
-        "real_pair_dists", Path(__file__).resolve().parent.parent / "experiments" / "real_pair_dists.py")
-    rpd = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rpd)
+    rpd = load_experiment("real_pair_dists")
     try:
         pairs_ = rpd.load_real_pairs(2)
     except (ImportError, FileNotFoundError) as exc:

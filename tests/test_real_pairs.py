@@ -13,27 +13,15 @@ statistical. Everything touching the model is ``slow``.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 
 import otspec  # noqa: E402
+from tests.experiment import load_experiment  # noqa: E402
 
-_PATH = Path(__file__).resolve().parent.parent / "experiments" / "real_pair_dists.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("real_pair_dists", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-rpd = _module()
+rpd = load_experiment("real_pair_dists")
 M = len(rpd.PROMPTS) * rpd.POSITIONS
 
 

@@ -8,30 +8,18 @@ bounds those of ``otspec.tree.bound`` (same expansions, values within float64 ro
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
 from otspec.tree import TreeShape, bound, sample_tree
+from tests.experiment import load_experiment
 
 pytest.importorskip("torch")
 
 EXACT = 1e-12
-_PATH = Path(__file__).resolve().parent.parent / "experiments" / "repro_65_trees_real.py"
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("repro_65_trees_real", _PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def gaps():
-    return _module()
+    return load_experiment("repro_65_trees_real")
 
 
 def _pair(V: int = 7, seed: int = 0):
