@@ -33,7 +33,7 @@ from otspec.decoding._sampling import TOP_P_RULES
 from otspec.decoding.real import DEFAULT_KEEP, draft_name
 from otspec.profile import ProfileSettings, summarize, toy_pair, write_report
 from otspec.profile._prompts import has_text, load_prompts, read_prompts
-from otspec.profile._run import check_before_loading, check_report_dest, execute, prepare, subsample_text
+from otspec.profile._run import check_before_loading, execute, prepare, subsample_text
 from otspec.profile._settings import CONTEXTS, MAX_K, families, token_verifiers
 
 __all__ = ["main"]
@@ -295,7 +295,6 @@ def _profile(args) -> int:
 
 # --------------------------------------------------------------------------- report
 def _report(args) -> int:
-    check_report_dest(args.run, args.dest)
     path = write_report(args.run, dest=args.dest, draft_cost=args.draft_cost, score_cost=args.score_cost,
                         reference=args.reference, figures=not args.no_figures)
     print(path)
