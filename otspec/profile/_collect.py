@@ -32,6 +32,7 @@ from ._overhead import overhead_rows
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
+from ._tree_bound import position_bounds, record_bounds
 from ._trees import (
     LawBuffers,
     along_text_families,
@@ -353,7 +354,8 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
               drawn=None, buffers=None, r_root=None) -> None:
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
-    recorded; the states are left holding the contexts. With ``drawn`` (a list of ``B`` dicts), the trees of the
+    recorded, and at the subsampled positions the bound on every lossless verifier of the sampled families
+    (:func:`otspec.profile._tree_bound.position_bounds`); the states are left holding the contexts. With ``drawn`` (a list of ``B`` dicts), the trees of the
     families whose emission along the text reads the drawn tree are kept: ``drawn[b][pos] = {label: (2, n + 1)
     parents and tokens}`` (:func:`otspec.profile._trees.compact_tree`);
     ``buffers`` (:class:`otspec.profile._trees.LawBuffers`) holds the sampled trees' node laws from one position
@@ -365,6 +367,11 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     V = int(np.shape(p_root)[-1])
     for r, scored in zip(rows, got):
         record_position(r, pos, plan, position_values(plan, scored, V, buffers))
+    if settings.bounds_trees:  # the bound on every lossless verifier, at the subsampled positions
+        which = [is_subsampled(pos, r.prompt, settings) for r in rows]
+        record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, np.asarray(p_root),
+                                                       np.asarray(q_root), plan, settings.sampling, got, which,
+                                                       settings.bound_budget))
     if drawn is not None:
         labels = [f.label for f in along_text_families(plan)]
         for keep, scored in zip(drawn, got):

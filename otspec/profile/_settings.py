@@ -14,6 +14,13 @@ from ..decoding._sampling import Sampling
 from ..decoding._verifiers import decoding_names, lp_max_support
 from ..multidraft._khisti import MAX_MULTISETS
 from ._renewal import RENEWAL_SCHEMES
+from ._tree_bound import (
+    BOUND_FIELDS,
+    DEFAULT_BOUND_BUDGET,
+    bound_law_bytes,
+    check_bound_vocabulary,
+    validate_bound_budget,
+)
 from ._trees import (
     check_tree_support,
     kept_tree_bytes,
@@ -200,6 +207,13 @@ class ProfileSettings:
         Rank paths whose target path probabilities (and the draft's token probabilities) are recorded at every
         profiled position (with the ``"topk"`` shapes): any static top-k shape inside it gets its exact value, and
         the best one per number of nodes is chosen from them (e.g. ``"branching(8,4,2)"``).
+    bound_budget : int
+        At every subsampled position, the upper bound on every lossless verifier of each sampled-tree family
+        (``"iid"``, ``"wor"``: :func:`otspec.tree.bound`) is computed with this many prefixes expanded (the
+        context included; their laws in one tree-attention call per model and position) and recorded beside the
+        verifiers' values (0: off; default 64; at most
+        :data:`otspec.profile._tree_bound.MAX_PROFILE_BOUND_BUDGET`). Recorded in the manifest only when on and
+        the run has a sampled family.
 
     Attributes
     ----------
@@ -264,6 +278,7 @@ class ProfileSettings:
     batch_size: int = 1
     trees: tuple | None = None
     tree_universe: str | None = None
+    bound_budget: int = DEFAULT_BOUND_BUDGET
 
     def __post_init__(self):
         for name in ("k_max", "L_max", "max_new_tokens", "stride", "shard_size", "batch_size"):
@@ -275,6 +290,7 @@ class ProfileSettings:
         object.__setattr__(self, "trees", plan.specs)
         object.__setattr__(self, "tree_universe", plan.universe_spec)
         object.__setattr__(self, "_tree_plan", plan if plan.families or plan.universe is not None else None)
+        object.__setattr__(self, "bound_budget", validate_bound_budget(self.bound_budget, len(plan.sampled)))
         if self.context not in CONTEXTS:
             raise ValueError(unknown_name_message("context", self.context, CONTEXTS))
         Sampling(self.temperature, self.top_k, self.top_p, self.top_p_rule)  # validates the sampling
@@ -404,6 +420,8 @@ class ProfileSettings:
             A verifier asked for by name whose exact computation does not fit the vocabulary.
         """
         V = validate_positive_int(V, "V")
+        if self.bounds_trees:
+            check_bound_vocabulary(self.bound_budget, V)
         sampling = self.sampling
         reach = 1 if sampling.greedy else (V if self.top_k is None else min(V, self.top_k))
         nucleus = self.top_p is not None and self.top_p < 1.0
@@ -449,7 +467,7 @@ class ProfileSettings:
                 and skipped == self._skipped):
             return self
         d = self.to_dict()
-        d.update(keep)
+        d.update(keep, bound_budget=self.bound_budget)  # to_dict leaves it out when the bound is off
         out = ProfileSettings(**d)
         object.__setattr__(out, "_auto", self._auto)
         object.__setattr__(out, "_skipped", skipped)
@@ -482,7 +500,14 @@ class ProfileSettings:
             d["trees"] = list(self.trees)
         else:  # a run without trees keeps the manifest of runs made before trees existed
             del d["trees"], d["tree_universe"]
+        if not self.bounds_trees:  # a run without the bound keeps the manifest of runs made before it existed
+            del d["bound_budget"]
         return d
+
+    @property
+    def bounds_trees(self) -> bool:
+        """Whether the run records the bound (a positive ``bound_budget``, a sampled family and a subsample)."""
+        return bool(self.bound_budget and self.subsample and self.tree_plan is not None and self.tree_plan.sampled)
 
 
 def _on_request_reason(V: int | None) -> str:
@@ -531,7 +556,9 @@ def values_per_prompt(settings: ProfileSettings, path: int) -> int:
     if settings.context == "sample":
         renewal = path * (1 + sum(len(settings.ks(n)) for n in settings.renewal) * L * (L + 3) // 2
                           + tree_values_per_text_position(settings.tree_plan))
-    return positions * cheap + sub * dear + renewal + positions * tree_values_per_position(settings.tree_plan) + 8
+    bound = sub * len(BOUND_FIELDS) * len(settings.tree_plan.sampled) if settings.bounds_trees else 0
+    return (positions * cheap + sub * dear + renewal + positions * tree_values_per_position(settings.tree_plan) + bound
+            + 8)
 
 
 def check_limits(settings: ProfileSettings, V: int, lengths) -> None:
@@ -557,7 +584,8 @@ def check_limits(settings: ProfileSettings, V: int, lengths) -> None:
     first = B * s.k_max * (n + s.L_max + 1) * V * 4
     path = B * T * V * 8 + ((2 * T * V * 8 + (n + T) * V * 4) if s.renewal and s.context == "sample" else 0)
     path += B * T * kept_tree_bytes(s.tree_plan) if s.context == "sample" and s.stride == 1 else 0
-    families = tree_law_bytes(s.tree_plan, V, B)
+    families = tree_law_bytes(s.tree_plan, V, B) + (bound_law_bytes(s.tree_plan, s.bound_budget, V, B)
+                                                     if s.bounds_trees else 0)
     need = tree + first + path + families
     if need > MAX_LAW_BYTES:
         raise ValueError(

@@ -1,0 +1,250 @@
+r"""The upper bound on every lossless tree verifier, at the subsampled positions of a profile's sampled-tree families.
+
+At every subsampled position (:func:`otspec.profile._collect.is_subsampled`)
+and for every sampled-tree family (processes ``"iid"`` and ``"wor"``),
+:func:`position_bounds` computes the anytime bound of
+:func:`otspec.tree.bound` on the family's shape after the position's context,
+
+.. math::
+
+    \mathbb E[\tau] \;\le\; \mathrm{OPT}_c \;\le\; \hat B = \sum_{d=1}^{D} \min(\hat b_1, \dots, \hat b_d),
+    \qquad \hat b_d \ge \sum_{|y| = d} \min\big(Q(y), \pi(y)\big),
+
+from the laws the walk already holds (the draft's and the target's law after the context, and at the internal
+nodes of the trees it drew there) and the prefixes the bound expands beyond them: the context's most likely
+children by :math:`\min(Q, \pi)`, ``budget - 1`` of them per family, scored for every family and every prompt of
+the batch in one tree-attention call per model (``tree_logits``), on the states that hold the contexts, as the
+walk scores its own trees. With the budget spent in that one call (the bound's ``batch`` equal to its
+``budget``), the value is the one :func:`otspec.tree.bound` gives at the same context with
+``budget=batch=bound_budget``: an upper bound at every budget, exact where nothing is left (``remainder`` 0) and
+:math:`\pi` is exact (``"iid"``, and ``"wor"`` up to rank 1 or at small supports; above, an upper bound on
+:math:`\pi`, and the value stays an upper bound).
+
+Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value
+:math:`\hat B`, its remainder, whether :math:`\pi` was exact (1 or 0), and the prefixes expanded. The summary
+sets them beside the families' ``E[tau | T]`` on the same positions (docs/theory/trees.rst, "An upper bound at
+any vocabulary"; docs/theory/profile.rst).
+
+Notation: ``p`` is the draft law and ``q`` the target law at a prefix.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._validation import validate_positive_int
+from ..decoding._models import MAX_TREE_NODES
+from ..tree._bound import _MAX_FRONTIER_ENTRIES, _sampled, _Slots
+
+__all__ = ["BOUND_KIND", "BOUND_FIELDS", "DEFAULT_BOUND_BUDGET", "MAX_PROFILE_BOUND_BUDGET", "validate_bound_budget",
+           "check_bound_vocabulary", "bound_law_bytes", "position_bounds", "record_bounds"]
+
+#: Row kind of the bound.
+BOUND_KIND = "treebound"
+#: What the rows ``j = 1, 2, ...`` of a family's bound hold.
+BOUND_FIELDS = ("value", "remainder", "pi_exact", "n_expanded")
+#: Default prefixes the bound expands per family and position (the context included); 0 switches it off.
+DEFAULT_BOUND_BUDGET = 64
+#: Largest ``bound_budget``: its prefixes are scored in one call per model.
+MAX_PROFILE_BOUND_BUDGET = 1024
+
+
+def validate_bound_budget(budget, n_sampled: int) -> int:
+    """``bound_budget`` checked: an integer in ``[0, MAX_PROFILE_BOUND_BUDGET]`` whose one call per model holds at
+    most :data:`otspec.decoding.MAX_TREE_NODES` nodes (``n_sampled`` sampled families, ``budget - 1`` children of
+    the context each, the root).
+
+    Raises
+    ------
+    TypeError
+        Not an integer.
+    ValueError
+        Negative, above :data:`MAX_PROFILE_BOUND_BUDGET`, or too many nodes for one call.
+    """
+    b = validate_positive_int(budget, "bound_budget", minimum=0)
+    if b > MAX_PROFILE_BOUND_BUDGET:
+        raise ValueError(f"`bound_budget` must be at most {MAX_PROFILE_BOUND_BUDGET} (MAX_PROFILE_BOUND_BUDGET: its "
+                         f"prefixes are scored in one call per model), got {b}")
+    nodes = n_sampled * max(b - 1, 0) + 1
+    if b and nodes > MAX_TREE_NODES:
+        raise ValueError(f"`bound_budget` = {b} with {n_sampled} sampled tree families scores up to {nodes} nodes in "
+                         f"one call per model, above MAX_TREE_NODES = {MAX_TREE_NODES}: lower `bound_budget` or "
+                         "profile fewer 'iid'/'wor' families")
+    return b
+
+
+def check_bound_vocabulary(budget: int, V: int) -> None:
+    """Refuse a ``bound_budget`` whose frontier of laws passes the bound's limit at vocabulary ``V``.
+
+    Raises
+    ------
+    ValueError
+        ``budget * V`` above the bound's law entries per call.
+    """
+    if budget * V > _MAX_FRONTIER_ENTRIES:
+        raise ValueError(f"`bound_budget` = {budget} at a vocabulary of {V} tokens holds {budget * V} law entries per "
+                         f"family and position, above the bound's limit {_MAX_FRONTIER_ENTRIES}: use `bound_budget` <= "
+                         f"{_MAX_FRONTIER_ENTRIES // V}")
+
+
+def bound_law_bytes(plan, budget: int, V: int, batch: int) -> int:
+    """Bytes of the laws the bound's call holds at once (float64, both models, ``batch`` prompts), 0 when off."""
+    if plan is None or not budget or not plan.sampled:
+        return 0
+    return 2 * 8 * V * batch * (len(plan.sampled) * (budget - 1) + 1)
+
+
+class _Need(Exception):
+    """Raised by :class:`_HeldLaws` when the bound asks for laws that are not held: ``paths``."""
+
+    def __init__(self, paths):
+        super().__init__(paths)
+        self.paths = paths
+
+
+class _HeldLaws:
+    """``paths -> (P, Q)`` (float64, ``(len(paths), V)``) from the laws held for one prompt, keyed by token path;
+    :class:`_Need` with the missing paths otherwise (the caller scores them and asks again)."""
+
+    def __init__(self, held: dict):
+        self.held = held
+        self.calls = 0
+
+    def __call__(self, paths):
+        self.calls += 1
+        miss = [path for path in paths if path not in self.held]
+        if miss:
+            raise _Need(miss)
+        return (np.stack([self.held[path][0] for path in paths]), np.stack([self.held[path][1] for path in paths]))
+
+
+def _held(p_root, q_root, scored: dict, plan) -> dict:
+    """The laws the walk holds for one prompt: after the context, and at the internal nodes of its sampled trees."""
+    held = {(): (np.asarray(p_root, dtype=np.float64), np.asarray(q_root, dtype=np.float64))}
+    for f in plan.sampled:
+        s = scored.get(f.label)
+        if s is None or s.q is None:
+            continue
+        paths = s.tree.paths()
+        for i, v in enumerate(s.inner.tolist()):
+            if v and paths[v] not in held:
+                held[paths[v]] = (np.asarray(s.p[v], dtype=np.float64), np.asarray(s.q[i], dtype=np.float64))
+    return held
+
+
+def _run(slots, f, laws, budget: int):
+    """The bound of family ``f`` with ``budget`` prefixes expanded in one frontier after the context; None when
+    ``laws`` lacks some (:class:`_Need` is raised again)."""
+    return _sampled(slots, f.process, laws, budget, budget)
+
+
+def _score_paths(lm, state, last, n_ctx: int, want: list, sampling) -> list:
+    """One tree-attention call of ``lm`` on the ``B`` contexts its state holds: prompt ``b``'s paths ``want[b]``
+    (and their ancestors) as one tree after its context; ``[{path: law}]`` per prompt, the state left holding the
+    contexts."""
+    import torch
+
+    B = len(want)
+    trees = []
+    for paths in want:
+        nodes = sorted({path[:k] for path in paths for k in range(1, len(path) + 1)}, key=lambda s: (len(s), s))
+        trees.append(nodes)
+    m = 1 + max(len(nodes) for nodes in trees)
+    parents = np.full((B, m), -1, dtype=np.int64)
+    tokens = np.full((B, m), -1, dtype=np.int64)
+    index = []
+    for b, nodes in enumerate(trees):
+        at = {(): 0}
+        for i, s in enumerate(nodes, start=1):
+            at[s] = i
+            parents[b, i] = at[s[:-1]]
+            tokens[b, i] = s[-1]
+        index.append(at)
+    lm.select(state, list(range(B)), n_ctx - 1)
+    logits = lm.tree_logits(state, parents, tokens, pending=np.asarray(last, dtype=np.int64)[:, None],
+                            fallback="rows")
+    pad = torch.from_numpy((parents == -1) & (np.arange(m) > 0)[None]).to(logits.device)
+    if bool(pad.any()):
+        logits = logits.masked_fill(pad[:, :, None], 0.0)
+    laws = sampling.probs(logits)
+    laws = laws if isinstance(laws, np.ndarray) else laws.detach().to("cpu").numpy()
+    return [{path: laws[b, index[b][path]] for path in want[b]} for b in range(B)]
+
+
+def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, plan, sampling, scored: list,
+                    which, budget: int) -> list:
+    r"""The bound of every sampled-tree family at one position of ``B`` prompts, from the laws the walk holds and
+    one tree-attention call per model for the prefixes it expands beyond them.
+
+    .. math::
+
+        \hat B(f, c_b) \ge \mathrm{OPT}_c(f, c_b) \ge \mathbb E[\tau \mid c_b]
+        \quad\text{for every lossless verifier of the family } f \text{ at the context } c_b.
+
+    Parameters
+    ----------
+    draft, target : LanguageModel
+        With ``tree_logits`` (both), as the walk's target.
+    ds, ts : states
+        Holding the ``B`` contexts (``n_ctx`` columns each); left holding them.
+    last : (B,) int array
+        The contexts' last tokens (the roots).
+    p_root, q_root : (B, V) arrays
+        The draft's and the target's (processed) laws after each context.
+    plan : TreePlan
+    sampling : Sampling
+        Applied to every law, as for the walk's trees.
+    scored : list of dict
+        Per prompt, :func:`otspec.profile._trees.draw_and_score`'s ``label -> _Scored``: their internal nodes'
+        laws are reused.
+    which : sequence of bool
+        The prompts whose bound is computed (their subsampled positions).
+    budget : int
+        Prefixes expanded per family (the context included), 1 to :data:`MAX_PROFILE_BOUND_BUDGET`.
+
+    Returns
+    -------
+    list
+        Per prompt, ``label -> TreeBound`` (:class:`otspec.tree.TreeBound`) of every sampled family, or None
+        where ``which`` is False.
+    """
+    B = len(which)
+    out: list = [None] * B
+    fams = plan.sampled
+    if not fams or not any(which):
+        return out
+    slots = {f.label: _Slots(f.shape) for f in fams}
+    held = [_held(p_root[b], q_root[b], scored[b], plan) if which[b] else None for b in range(B)]
+    want: list = [dict() for _ in range(B)]  # ordered sets of the paths to score
+    for b in range(B):
+        if not which[b]:
+            continue
+        out[b] = {}
+        for f in fams:
+            try:
+                out[b][f.label] = _run(slots[f.label], f, _HeldLaws(held[b]), budget)
+            except _Need as need:
+                want[b].update(dict.fromkeys(need.paths))
+    if any(want):
+        paths = [list(w) for w in want]
+        got_d = _score_paths(draft, ds, last, n_ctx, paths, sampling)
+        got_t = _score_paths(target, ts, last, n_ctx, paths, sampling)
+        for b in range(B):
+            for path in paths[b]:
+                held[b][path] = (got_d[b][path], got_t[b][path])
+            for f in fams:
+                if which[b] and f.label not in out[b]:
+                    out[b][f.label] = _run(slots[f.label], f, _HeldLaws(held[b]), budget)
+    return out
+
+
+def record_bounds(rows, pos: int, plan, bounds: list) -> None:
+    """Append one position's bound rows to each prompt's row builder (``rows[b]``; prompts whose ``bounds[b]`` is
+    None get none): ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j`` 1..4 as
+    :data:`BOUND_FIELDS`."""
+    for r, got in zip(rows, bounds):
+        if got is None:
+            continue
+        for f in plan.sampled:
+            tb = got[f.label]
+            r.add(pos, BOUND_KIND, f.label, f.n, [tb.value, tb.remainder, float(tb.pi_exact), float(tb.n_expanded)])
