@@ -538,6 +538,51 @@ def _trees_lines(summary) -> list[str]:
     return lines
 
 
+#: How the report names the tree verifiers in sentences.
+_RULE_NAMES = {"specinfer": "SpecInfer's rule", "sequoia": "Sequoia's rule", "traversal": "Traversal Verification",
+               "spectr-tree": "The SpecTr tree rule", "target-only": "The target-only rule"}
+
+
+def _bound_lines(summary) -> list[str]:
+    """The sampled-tree families' verifiers against the upper bound on every lossless verifier, on the same
+    positions (:class:`otspec.profile._summary.TreeBoundSummary`)."""
+    bounds = getattr(summary.trees, "bounds", None) or {}
+    if not bounds:
+        return []
+    budget = next(iter(bounds.values())).budget
+    lines = ["## How far the tree verifiers are from the best possible", "",
+             "At every subsampled position, an upper bound B on the expected accepted draft tokens of every lossless "
+             "verifier of each sampled tree family (the bound of docs/theory/trees.rst, 'An upper bound at any "
+             "vocabulary': B >= OPT_c >= E[tau] of any verifier, averaged over the drawn trees), computed from the "
+             f"draft's and the target's laws with {budget} prefixes expanded per family and position (the context "
+             "and its most likely children, scored in one tree-attention call per model); the remainder is what the "
+             "budget left open (the bound stays an upper bound). Value: E[tau | T] of the drawn trees, accepted draft "
+             "tokens per call, on the same positions; share: value / bound, a lower bound on the share of the best "
+             "possible verifier's value (on one drawn tree E[tau | T] may exceed B: B bounds the mean over trees).",
+             "", "| scheme | positions | value | bound | gap | share of the bound | mean remainder | pi |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, b in bounds.items():
+        lines.append(f"| {name} | {b.positions} | {_fmt(b.value)} | {_fmt(b.bound)} | {_fmt(b.gap)} | "
+                     f"{_share(b.share)} | {b.remainder:.2g} | {'exact' if b.pi_exact else 'bounded'} |")
+    lines.append("")
+    for name, b in bounds.items():
+        rule = _RULE_NAMES.get(b.verifier, f"The rule {b.verifier!r}")
+        text = (f"- {rule} reaches {_share(b.share)} of what any verifier could on these trees ({b.family}, "
+                f"{b.positions} positions; budget {b.budget} prefixes, mean remainder {b.remainder:.2g}).")
+        if not b.pi_exact:
+            text += (" The probability that a path is drafted is only bounded here (ranks >= 2 drawn without "
+                     "replacement at this vocabulary), so the share is a lower bound on the true share.")
+        lines.append(text)
+    return lines + [""]
+
+
+def _share(e) -> str:
+    """A share as a percentage with its interval."""
+    if not e.has_interval:
+        return f"{100 * e.value:.0f} % [{ONE_PROMPT}]"
+    return f"{100 * e.value:.0f} % [{100 * e.lo:.0f}, {100 * e.hi:.0f}]"
+
+
 def report_markdown(summary, *, figures=(), left_out=()) -> str:
     r"""The report's markdown text: the recommendation first, then what was profiled, the costs, and the tables.
 
@@ -577,6 +622,7 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
     lines += _tables_lines(summary)
     if getattr(summary, "trees", None) is not None:
         lines += _trees_lines(summary)
+        lines += _bound_lines(summary)
     if summary.renewal:
         lines += ["## Tokens per call, renewal estimator along the text", "",
                   "Renewal: tokens per call of decoding these texts (T / expected calls); Palm: the profiled "

@@ -31,7 +31,8 @@ from ._trees import (
 
 __all__ = ["MIN_RANKED_POSITIONS", "Configuration", "configurations", "cost_timings", "cost_inversions",
            "Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize",
-           "prompt_sums", "TreeSummary", "TreeChoice", "StaticShape", "SequoiaShape", "MAX_STATIC_BUDGET"]
+           "prompt_sums", "TreeSummary", "TreeChoice", "StaticShape", "SequoiaShape", "MAX_STATIC_BUDGET",
+           "TreeBoundSummary"]
 
 #: Bootstrap resamples of every interval.
 N_BOOT = 2000
@@ -1256,6 +1257,9 @@ class TreeSummary:
     along : dict
         ``name -> (route, reason)``: how each family's emission law along the text is computed (``route``, a
         sentence), or why it has none (``route`` None, ``reason`` a sentence).
+    bounds : dict
+        ``name -> TreeBoundSummary`` of every sampled family's verifier: its value beside the upper bound on every
+        lossless verifier, on the positions where the bound was computed (empty when it was not).
     """
 
     families: dict
@@ -1272,6 +1276,7 @@ class TreeSummary:
     position_bias: dict = field(default_factory=dict)
     along: dict = field(default_factory=dict)
     speedup_forward: dict = field(default_factory=dict)
+    bounds: dict = field(default_factory=dict)
 
 
 def _interp(x: float, xs: np.ndarray, ys: list):
@@ -1460,7 +1465,8 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
         choice = _tree_choice(plan, prompts, even, keys, col, S, C, tc, out, n_boot, seed)
     return TreeSummary(families=fams, tokens_per_call=tokens, speedup=speed, seconds=secs, speedup_forward=forward,
                        chains=dict(every.tokens_per_call), chains_speedup=dict(every.speedup), positions=positions,
-                       choice=choice, note=note, renewal=renewal, palm=palm, position_bias=bias, along=along)
+                       choice=choice, note=note, renewal=renewal, palm=palm, position_bias=bias, along=along,
+                       bounds=_bound_summary(out, settings, plan, prompts, W))
 
 
 def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts, out, n_boot: int,
@@ -1617,3 +1623,110 @@ def _export(chosen: StaticShape, plan: TreePlan, eval_prompts: np.ndarray, We: n
                        "speculative_num_draft_tokens": tokens},
             "sglang_tokens_per_call": value, "sglang_source": how, "closest_eagle2": closest,
             "closest_eagle2_tokens_per_call": e2.get(closest) if closest else None}
+
+
+@dataclass(frozen=True)
+class TreeBoundSummary:
+    r"""A sampled-tree family's verifier beside the upper bound on every lossless verifier, on the same positions.
+
+    .. math::
+
+        \text{share} = \frac{\sum_{\text{positions}} \mathbb E[\tau \mid T]}{\sum_{\text{positions}} \hat B}, \qquad
+        \text{gap} = \overline{\hat B} - \overline{\mathbb E[\tau \mid T]},
+
+    over the positions where the bound :math:`\hat B \ge \mathrm{OPT}_c \ge \mathbb E[\tau]` was computed
+    (:func:`otspec.tree.bound`; docs/theory/trees.rst), every estimate a ratio of sums over prompts with the
+    summary's bootstrap intervals. :math:`\hat B` bounds the mean over the drawn trees, so the share estimates a
+    lower bound on the share of the best possible value that the verifier reaches; on one drawn tree
+    :math:`\mathbb E[\tau \mid T]` may exceed :math:`\hat B`.
+
+    Attributes
+    ----------
+    family, verifier, process : str
+        The family's label, the verifier's name and the draft process (``"iid"``, ``"wor"``).
+    value : Estimate
+        Mean :math:`\mathbb E[\tau \mid T]`, accepted draft tokens per call (as the ``kind="tree"`` rows).
+    bound : Estimate
+        Mean :math:`\hat B`.
+    gap : Estimate
+        ``bound - value``.
+    share : Estimate
+        ``value / bound`` (ratio of sums).
+    remainder : float
+        Mean of what the budget left open (:attr:`otspec.tree.TreeBound.remainder`): with exact :math:`\pi`,
+        the true bound lies within it below ``bound``.
+    pi_exact : bool
+        :math:`\pi` exact at every position (else an upper bound on it was used somewhere: the bound is still an
+        upper bound, the share a lower bound on the true share).
+    budget : int
+        Prefixes expanded per family and position.
+    positions : int
+    """
+
+    family: str
+    verifier: str
+    process: str
+    value: Estimate
+    bound: Estimate
+    gap: Estimate
+    share: Estimate
+    remainder: float
+    pi_exact: bool
+    budget: int
+    positions: int
+
+
+def _bound_summary(out, settings: dict, plan: TreePlan, prompts: np.ndarray, W: np.ndarray) -> dict:
+    """``name -> TreeBoundSummary`` of every sampled family's verifier, on the positions with a bound row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from ._tree_bound import BOUND_FIELDS, BOUND_KIND
+
+    budget = int(settings.get("bound_budget") or 0)
+    fams = {f.label: f for f in plan.sampled}
+    if not budget or not fams:
+        return {}
+    at = {}  # (prompt, pos, label) -> [value, remainder, pi_exact, n_expanded]
+    taus = []
+    for t in iter_shards(out):
+        t = t.filter(pc.is_in(t["kind"], value_set=pa.array(["tree", BOUND_KIND])))
+        for kind, pr, pos, name, j, v in zip(*(t[c].to_pylist() for c in ("kind", "prompt", "pos", "name", "j",
+                                                                             "value"))):
+            if kind == BOUND_KIND:
+                at.setdefault((pr, pos, name), [None] * len(BOUND_FIELDS))[j - 1] = v
+            else:
+                taus.append((pr, pos, name, v))
+    row = {int(p): i for i, p in enumerate(prompts.tolist())}
+    names = [(f, v, f"{f.label}/{v}") for f in fams.values() for v in f.verifiers]
+    col = {name: i for i, (_, _, name) in enumerate(names)}
+    N, K = len(prompts), len(names)
+    SE, SB, SR, C = (np.zeros((N, K)) for _ in range(4))
+    exact = np.ones(K, dtype=bool)
+    for pr, pos, name, v in taus:
+        i = col.get(name)
+        if i is None:
+            continue
+        got = at.get((pr, pos, names[i][0].label))
+        if got is None:  # not a subsampled position
+            continue
+        r = row[pr]
+        SE[r, i] += v
+        SB[r, i] += got[0]
+        SR[r, i] += got[1]
+        C[r, i] += 1.0
+        exact[i] &= got[2] == 1.0
+    out_: dict = {}
+    for i, (f, v, name) in enumerate(names):
+        n = C[:, i]
+        if not n.sum():
+            continue
+        pos, np_ = int(n.sum()), _prompts(n)
+        est = {}
+        for key, (num, den) in {"value": (SE[:, i], n), "bound": (SB[:, i], n), "gap": (SB[:, i] - SE[:, i], n),
+                                "share": (SE[:, i], SB[:, i])}.items():
+            p, r = _boot(num[:, None], den[:, None], W)
+            est[key] = _interval(p[0], r[:, 0], pos, np_)
+        out_[name] = TreeBoundSummary(family=f.label, verifier=v, process=f.process, remainder=float(SR[:, i].sum() / pos),
+                                      pi_exact=bool(exact[i]), budget=budget, positions=pos, **est)
+    return out_
