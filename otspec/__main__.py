@@ -212,6 +212,7 @@ def _settings(args) -> ProfileSettings:
         verifier_options=opts, subsample=args.subsample, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, top_p_rule=args.top_p_rule, context=args.context, seed=args.seed,
         shard_size=args.shard_size, batch_size=args.batch_size, trees=args.trees, tree_universe=args.tree_universe,
+        bound_budget=args.bound_budget,
     )
 
 
@@ -237,6 +238,9 @@ def _plan_lines(plan) -> list[str]:
     if pos["subsample"] or pos["acceptance"]["subsample"]:
         lines.append(f"  the subsample, {subsample_text(s, plan_items)}: "
                      f"{what(pos['subsample'], pos['acceptance']['subsample'])}")
+    if s.bounds_trees:
+        lines.append(f"  the subsample, draft trees: the bound on every lossless verifier of "
+                     f"{', '.join(f.label for f in plan.sampled)} (--bound-budget {s.bound_budget})")
     reasons: dict = {}
     for field_name in ("verifiers", "families"):
         for name, why in skipped[field_name].items():
@@ -353,6 +357,10 @@ def _parser() -> _Parser:
                    help="rank paths whose target and draft path probabilities are recorded, for choosing the best "
                         "static top-k shape of every size, e.g. branching(8,4,2) (default: the topk shapes of "
                         "--trees)")
+    p.add_argument("--bound-budget", type=int, metavar="N", default=D["bound_budget"],
+                   help="at every subsampled position, bound what any lossless verifier could accept on each iid/wor "
+                        "tree family (docs/theory/trees.rst), expanding N prefixes per family (one tree-attention "
+                        "call per model and position); 0: off (default: %(default)s)")
     p.add_argument("--verifier-options", metavar="JSON",
                    help='JSON object of per-verifier options, e.g. \'{"mentored": {"D": 0.1}}\' (default: none)')
     p.add_argument("--subsample", type=int, metavar="N", default=D["subsample"],

@@ -355,7 +355,8 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
     recorded, and at the subsampled positions the bound on every lossless verifier of the sampled families
-    (:func:`otspec.profile._tree_bound.position_bounds`); the states are left holding the contexts. With ``drawn`` (a list of ``B`` dicts), the trees of the
+    (:func:`otspec.profile._tree_bound.position_bounds`); the states are left holding the contexts. With ``drawn``
+    (a list of ``B`` dicts), the trees of the
     families whose emission along the text reads the drawn tree are kept: ``drawn[b][pos] = {label: (2, n + 1)
     parents and tokens}`` (:func:`otspec.profile._trees.compact_tree`);
     ``buffers`` (:class:`otspec.profile._trees.LawBuffers`) holds the sampled trees' node laws from one position

@@ -554,8 +554,9 @@ def _bound_lines(summary) -> list[str]:
              "At every subsampled position, an upper bound B on the expected accepted draft tokens of every lossless "
              "verifier of each sampled tree family (the bound of docs/theory/trees.rst, 'An upper bound at any "
              "vocabulary': B >= OPT_c >= E[tau] of any verifier, averaged over the drawn trees), computed from the "
-             f"draft's and the target's laws with {budget} prefixes expanded per family and position (the context "
-             "and its most likely children, scored in one tree-attention call per model); the remainder is what the "
+             f"draft's and the target's laws with up to {budget} prefixes expanded per family and position (the "
+             "context and its children of largest min(Q, pi), scored in one tree-attention call per model); the "
+             "remainder is what the "
              "budget left open (the bound stays an upper bound). Value: E[tau | T] of the drawn trees, accepted draft "
              "tokens per call, on the same positions; share: value / bound, a lower bound on the share of the best "
              "possible verifier's value (on one drawn tree E[tau | T] may exceed B: B bounds the mean over trees).",
@@ -565,10 +566,11 @@ def _bound_lines(summary) -> list[str]:
         lines.append(f"| {name} | {b.positions} | {_fmt(b.value)} | {_fmt(b.bound)} | {_fmt(b.gap)} | "
                      f"{_share(b.share)} | {b.remainder:.2g} | {'exact' if b.pi_exact else 'bounded'} |")
     lines.append("")
-    for name, b in bounds.items():
+    for b in bounds.values():
         rule = _RULE_NAMES.get(b.verifier, f"The rule {b.verifier!r}")
         text = (f"- {rule} reaches {_share(b.share)} of what any verifier could on these trees ({b.family}, "
-                f"{b.positions} positions; budget {b.budget} prefixes, mean remainder {b.remainder:.2g}).")
+                f"{b.positions} positions; budget {b.budget} prefixes, {b.expanded:.1f} expanded on average, mean "
+                f"remainder {b.remainder:.2g}).")
         if not b.pi_exact:
             text += (" The probability that a path is drafted is only bounded here (ranks >= 2 drawn without "
                      "replacement at this vocabulary), so the share is a lower bound on the true share.")

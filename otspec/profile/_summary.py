@@ -1659,7 +1659,10 @@ class TreeBoundSummary:
         :math:`\pi` exact at every position (else an upper bound on it was used somewhere: the bound is still an
         upper bound, the share a lower bound on the true share).
     budget : int
-        Prefixes expanded per family and position.
+        Most prefixes expanded per family and position.
+    expanded : float
+        Mean prefixes expanded (below ``budget`` where the context has fewer children with
+        :math:`\min(Q, \pi) > 0`).
     positions : int
     """
 
@@ -1673,6 +1676,7 @@ class TreeBoundSummary:
     remainder: float
     pi_exact: bool
     budget: int
+    expanded: float
     positions: int
 
 
@@ -1701,7 +1705,7 @@ def _bound_summary(out, settings: dict, plan: TreePlan, prompts: np.ndarray, W: 
     names = [(f, v, f"{f.label}/{v}") for f in fams.values() for v in f.verifiers]
     col = {name: i for i, (_, _, name) in enumerate(names)}
     N, K = len(prompts), len(names)
-    SE, SB, SR, C = (np.zeros((N, K)) for _ in range(4))
+    SE, SB, SR, SX, C = (np.zeros((N, K)) for _ in range(5))
     exact = np.ones(K, dtype=bool)
     for pr, pos, name, v in taus:
         i = col.get(name)
@@ -1714,6 +1718,7 @@ def _bound_summary(out, settings: dict, plan: TreePlan, prompts: np.ndarray, W: 
         SE[r, i] += v
         SB[r, i] += got[0]
         SR[r, i] += got[1]
+        SX[r, i] += got[3]
         C[r, i] += 1.0
         exact[i] &= got[2] == 1.0
     out_: dict = {}
@@ -1728,5 +1733,6 @@ def _bound_summary(out, settings: dict, plan: TreePlan, prompts: np.ndarray, W: 
             p, r = _boot(num[:, None], den[:, None], W)
             est[key] = _interval(p[0], r[:, 0], pos, np_)
         out_[name] = TreeBoundSummary(family=f.label, verifier=v, process=f.process, remainder=float(SR[:, i].sum() / pos),
-                                      pi_exact=bool(exact[i]), budget=budget, positions=pos, **est)
+                                      pi_exact=bool(exact[i]), budget=budget, expanded=float(SX[:, i].sum() / pos),
+                                      positions=pos, **est)
     return out_

@@ -11,12 +11,13 @@ and for every sampled-tree family (processes ``"iid"`` and ``"wor"``),
     \qquad \hat b_d \ge \sum_{|y| = d} \min\big(Q(y), \pi(y)\big),
 
 from the laws the walk already holds (the draft's and the target's law after the context, and at the internal
-nodes of the trees it drew there) and the prefixes the bound expands beyond them: the context's most likely
-children by :math:`\min(Q, \pi)`, ``budget - 1`` of them per family, scored for every family and every prompt of
-the batch in one tree-attention call per model (``tree_logits``), on the states that hold the contexts, as the
-walk scores its own trees. With the budget spent in that one call (the bound's ``batch`` equal to its
-``budget``), the value is the one :func:`otspec.tree.bound` gives at the same context with
-``budget=batch=bound_budget``: an upper bound at every budget, exact where nothing is left (``remainder`` 0) and
+nodes of the trees it drew there) and the prefixes the bound expands beyond them: the context's children with the
+largest :math:`\min(Q, \pi)`, up to ``budget - 1`` of them per family (fewer where fewer have
+:math:`\min(Q, \pi) > 0`), scored for every family and every prompt of the batch in one tree-attention call per
+model (``tree_logits``), on the states that hold the contexts, as the walk scores its own trees. The budget is
+spent in that one call (the bound's ``batch`` equal to its ``budget``), so the value is the one
+:func:`otspec.tree.bound` gives at the same context with ``budget = batch = n_expanded`` (``bound_budget``, or
+fewer when the context has fewer such children): an upper bound at every budget, exact where nothing is left (``remainder`` 0) and
 :math:`\pi` is exact (``"iid"``, and ``"wor"`` up to rank 1 or at small supports; above, an upper bound on
 :math:`\pi`, and the value stays an upper bound).
 
@@ -94,8 +95,9 @@ def bound_law_bytes(plan, budget: int, V: int, batch: int) -> int:
     return 2 * 8 * V * batch * (len(plan.sampled) * (budget - 1) + 1)
 
 
-class _Need(Exception):
-    """Raised by :class:`_HeldLaws` when the bound asks for laws that are not held: ``paths``."""
+class _Frontier(Exception):
+    """Raised by :class:`_HeldLaws` in its probe mode at the bound's second call: ``paths``, the frontier it asks
+    for after the context."""
 
     def __init__(self, paths):
         super().__init__(paths)
@@ -103,18 +105,19 @@ class _Need(Exception):
 
 
 class _HeldLaws:
-    """``paths -> (P, Q)`` (float64, ``(len(paths), V)``) from the laws held for one prompt, keyed by token path;
-    :class:`_Need` with the missing paths otherwise (the caller scores them and asks again)."""
+    """``paths -> (P, Q)`` (float64, ``(len(paths), V)``) from the laws held for one prompt, keyed by token path.
 
-    def __init__(self, held: dict):
-        self.held = held
+    With ``probe``, the second call (the frontier after the context) raises :class:`_Frontier` instead: the
+    caller scores the paths it lacks and runs the bound again with the budget that frontier spends."""
+
+    def __init__(self, held: dict, *, probe: bool = False):
+        self.held, self.probe = held, probe
         self.calls = 0
 
     def __call__(self, paths):
         self.calls += 1
-        miss = [path for path in paths if path not in self.held]
-        if miss:
-            raise _Need(miss)
+        if self.probe and self.calls == 2:
+            raise _Frontier(list(paths))
         return (np.stack([self.held[path][0] for path in paths]), np.stack([self.held[path][1] for path in paths]))
 
 
@@ -133,8 +136,7 @@ def _held(p_root, q_root, scored: dict, plan) -> dict:
 
 
 def _run(slots, f, laws, budget: int):
-    """The bound of family ``f`` with ``budget`` prefixes expanded in one frontier after the context; None when
-    ``laws`` lacks some (:class:`_Need` is raised again)."""
+    """The bound of family ``f`` with at most ``budget`` prefixes expanded, in one frontier after the context."""
     return _sampled(slots, f.process, laws, budget, budget)
 
 
@@ -200,7 +202,8 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
     which : sequence of bool
         The prompts whose bound is computed (their subsampled positions).
     budget : int
-        Prefixes expanded per family (the context included), 1 to :data:`MAX_PROFILE_BOUND_BUDGET`.
+        Most prefixes expanded per family (the context included), 1 to :data:`MAX_PROFILE_BOUND_BUDGET`: the
+        context and up to ``budget - 1`` of its children, the largest :math:`\min(Q, \pi)` first.
 
     Returns
     -------
@@ -214,17 +217,20 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
     if not fams or not any(which):
         return out
     slots = {f.label: _Slots(f.shape) for f in fams}
+    plan_family = {f.label: f for f in fams}
     held = [_held(p_root[b], q_root[b], scored[b], plan) if which[b] else None for b in range(B)]
     want: list = [dict() for _ in range(B)]  # ordered sets of the paths to score
+    spend: dict = {}  # (prompt, label) -> the budget that the frontier after the context spends
     for b in range(B):
         if not which[b]:
             continue
         out[b] = {}
         for f in fams:
-            try:
-                out[b][f.label] = _run(slots[f.label], f, _HeldLaws(held[b]), budget)
-            except _Need as need:
-                want[b].update(dict.fromkeys(need.paths))
+            try:  # the context's laws are held: the bound asks for its frontier next, or is done
+                out[b][f.label] = _run(slots[f.label], f, _HeldLaws(held[b], probe=True), budget)
+            except _Frontier as front:
+                spend[(b, f.label)] = 1 + len(front.paths)
+                want[b].update(dict.fromkeys(p for p in front.paths if p not in held[b]))
     if any(want):
         paths = [list(w) for w in want]
         got_d = _score_paths(draft, ds, last, n_ctx, paths, sampling)
@@ -232,9 +238,9 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
         for b in range(B):
             for path in paths[b]:
                 held[b][path] = (got_d[b][path], got_t[b][path])
-            for f in fams:
-                if which[b] and f.label not in out[b]:
-                    out[b][f.label] = _run(slots[f.label], f, _HeldLaws(held[b]), budget)
+    for (b, label), n in spend.items():
+        # every prefix of the frontier is held now: one more expansion, and the budget is spent
+        out[b][label] = _run(slots[label], plan_family[label], _HeldLaws(held[b]), n)
     return out
 
 
