@@ -53,7 +53,16 @@ positions it is dominated by the per-run work.
    ``iid:branching(4,2):specinfer``: per position the seconds outside the forward passes and their share, per run
    its seconds by phase (``--tree-prompts`` x ``--tree-positions``).
 
-Usage: ``python experiments/bench_profile.py [--quick] [--batching-only] [--overhead-only] [--trees] [--llama]``
+6. ``--bound``: the upper bound on every lossless verifier of the sampled tree families (``bound_budget``) on the
+   SmolLM2 pair (V = 49,152, 1 torch thread): for ``iid:branching(8,7):specinfer`` and
+   ``wor:branching(8,7):sequoia`` (64 draft nodes), one ``profile`` call with the bound at every position
+   (``subsample=1``, the token verifier alone, so that nothing else runs on the subsample) at ``--bound-budget``
+   (default 64) and one with it off (0), ``--tree-prompts`` x ``--tree-positions``: per position the walk's seconds
+   in model calls (the bound's one tree-attention call per model included) and outside them, and their ratio, side
+   by side in the same run (``--quick``: 1 prompt x 2 positions).
+
+Usage: ``python experiments/bench_profile.py [--quick] [--batching-only] [--overhead-only] [--trees] [--llama]
+[--bound]``
 (``--quick``: fewer positions, for a smoke run; ``--batching-only``: measurement 3 alone;
 ``--overhead-only``: measurement 1 alone; ``--trees``: measurement 4 alone, ``--tree-only SPEC ...`` to run some
 of its families, ``none`` for the same run without trees).
@@ -565,6 +574,38 @@ def llama_main(args) -> None:
                           f"{r['load'][0]:.2f}->{r['load'][1]:.2f}"]), flush=True)
 
 
+#: The sampled tree families of measurement 6 (64 draft nodes each).
+BOUND_TREES = ["iid:branching(8,7):specinfer", "wor:branching(8,7):sequoia"]
+
+
+def bound_main(args) -> None:
+    """Measurement 6: the walk's seconds per position outside and inside the model calls, with the bound at every
+    position (``--bound-budget``) and without it (0), on the SmolLM2 pair, side by side in one run."""
+    sys.path.insert(0, str(ROOT))
+    import otspec.decoding as D
+
+    prompts, positions = (1, 2) if args.quick else (args.tree_prompts, args.tree_positions)
+    pair = D.smollm2_pair(device="cpu", threads=1)
+    base = dict(k_max=2, L_max=4, subsample=1, verifiers=["token"], families=["token"])
+    print(f"the bound in the profile, SmolLM2 pair, V = 49,152, 1 torch thread, {base}, {prompts} prompts x "
+          f"{positions} positions; os.getloadavg {os.getloadavg()} on {os.cpu_count()} cores", flush=True)
+    print("family | bound_budget | per position: forward ms | other ms | other / forward wall (CPU) | load per core")
+    for spec in BOUND_TREES:
+        got = {}
+        for budget in (0, args.bound_budget):
+            r = tree_overhead(spec, prompts, positions, pair, settings=dict(base, bound_budget=budget))
+            n = r["positions"]
+            fwd = r["walk_forward"] / n
+            got[budget] = (fwd, r["walk_ratio"] * fwd)
+            print(" | ".join([spec, str(budget), f"{fwd * 1e3:.0f}", f"{r['walk_ratio'] * fwd * 1e3:.0f}",
+                              f"{r['walk_ratio']:.3f} ({r['walk_cpu_ratio']:.3f})",
+                              f"{r['load'][0]:.2f}->{r['load'][1]:.2f}"]), flush=True)
+        (f0, o0), (f1, o1) = got[0], got[args.bound_budget]
+        print(f"  {spec}: with the bound / without, per position: forward {f1 / f0:.3f}, other {o1 / o0:.3f}, "
+              f"forward + other {(f1 + o1) / (f0 + o0):.3f}", flush=True)
+    print(f"os.getloadavg at the end: {os.getloadavg()}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -579,6 +620,8 @@ def main() -> None:
     ap.add_argument("--tree-positions", type=int, default=8)
     ap.add_argument("--tree-memory-positions", type=int, default=4)
     ap.add_argument("--tree-memory-child", nargs=3)  # spec, prompts, positions
+    ap.add_argument("--bound", action="store_true")
+    ap.add_argument("--bound-budget", type=int, default=64)
     args = ap.parse_args()
     if args.memory_child:
         memory_child(args.memory_child)
@@ -592,6 +635,9 @@ def main() -> None:
         return
     if args.llama:
         llama_main(args)
+        return
+    if args.bound:
+        bound_main(args)
         return
     rows = []
     if not (args.batching_only or args.overhead_only):
