@@ -260,3 +260,34 @@ def test_command_line_prints_and_records_the_bound(tmp_path, capsys):
     assert ("the subsample, draft trees: the bound on every lossless verifier of iid:branching(2,1) "
             "(--bound-budget 3)") in capsys.readouterr().out
     assert len(_bounds(tmp_path / "r")) == 4
+
+
+@pytest.mark.slow  # about 20 s: the profile's cost calibration and overhead iterations on transformers models
+def test_transformers_pair_left_padded_batch(tmp_path):
+    """A tiny Llama pair (KV cache, tree mask, prompts of unequal lengths in one left-padded batch): the rows
+    against otspec.tree.bound on the same models at the same contexts (float32 logits scored in other calls:
+    1e-5)."""
+    transformers = pytest.importorskip("transformers")
+    from otspec.decoding import HFCausalLM
+
+    def tiny(seed):
+        cfg = transformers.LlamaConfig(vocab_size=12, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                       initializer_range=0.3)
+        torch.manual_seed(seed)
+        return HFCausalLM(transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").eval())
+
+    draft, target = tiny(0), tiny(1)
+    items = [{"input_ids": [3, 1, 4, 1, 5], "reference_ids": [9, 2]}, {"input_ids": [9, 2], "reference_ids": [6, 5]}]
+    trees = ["iid:branching(2,2):specinfer", "wor:branching(2,1):sequoia"]
+    profile(items, out=tmp_path, draft=draft, target=target, trees=trees, bound_budget=5, batch_size=2,
+            **dict(RUN, max_new_tokens=2))
+    plan = resolve_trees(trees)
+    got = _bounds(tmp_path)
+    assert len(got) == 2 * 2 * 2
+    for (prompt, pos, label), (val, rem, exact, n) in got.items():
+        f = next(f for f in plan.sampled if f.label == label)
+        ref = bound(f.shape, draft, target, process=f.process, prefix=_context(items[prompt], pos), budget=int(n),
+                    batch=int(n))
+        assert int(n) == 5 and exact == float(ref.pi_exact)
+        assert val == pytest.approx(ref.value, abs=1e-5) and rem == pytest.approx(ref.remainder, abs=1e-5)

@@ -368,7 +368,7 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     V = int(np.shape(p_root)[-1])
     for r, scored in zip(rows, got):
         record_position(r, pos, plan, position_values(plan, scored, V, buffers))
-    if settings.bounds_trees:  # the bound on every lossless verifier, at the subsampled positions
+    if getattr(settings, "bounds_trees", False):  # the bound on every lossless verifier, at the subsampled positions
         which = [is_subsampled(pos, r.prompt, settings) for r in rows]
         record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, np.asarray(p_root),
                                                        np.asarray(q_root), plan, settings.sampling, got, which,
