@@ -209,11 +209,11 @@ class ProfileSettings:
         the best one per number of nodes is chosen from them (e.g. ``"branching(8,4,2)"``).
     bound_budget : int
         At every subsampled position, the upper bound on every lossless verifier of each sampled-tree family
-        (``"iid"``, ``"wor"``: :func:`otspec.tree.bound`) is computed with this many prefixes expanded (the
-        context included; their laws in one tree-attention call per model and position) and recorded beside the
-        verifiers' values (0: off; default 64; at most
-        :data:`otspec.profile._tree_bound.MAX_PROFILE_BOUND_BUDGET`). Recorded in the manifest only when on and
-        the run has a sampled family.
+        (``"iid"``, ``"wor"``: :func:`otspec.tree.bound`) is computed with at most this many prefixes expanded
+        (the context and its children, their laws in one tree-attention call per model and position) and recorded
+        beside the verifiers' values (0: off; default 64; at most
+        :data:`otspec.profile._tree_bound.MAX_PROFILE_BOUND_BUDGET`). Recorded in the manifest only when the bound
+        runs (on, with a sampled family and ``subsample`` > 0), so runs without it keep their manifests.
 
     Attributes
     ----------
@@ -229,7 +229,7 @@ class ProfileSettings:
         unknown ``context``, a bad sampling setting; a setting above one of
         the limits on work and memory (:data:`MAX_K` = 256 drafts,
         :data:`MAX_L` = 64 tokens per draft, :data:`MAX_TREE_NODES` = 1024 for
-        ``k_max * L_max``, :data:`MAX_NEW_TOKENS`, :data:`MAX_SHARD_SIZE`,
+        ``k_max * L_max``, :data:`MAX_NEW_TOKENS`, :data:`MAX_SHARD_SIZE`, ``bound_budget``,
         :data:`MAX_CALL_ROWS` for ``batch_size * k_max``; those that need the
         vocabulary are checked by :func:`check_limits`).
     TypeError

@@ -19,6 +19,7 @@ from ._collect import TIMING_KINDS, is_subsampled
 from ._renewal import starts_recursion
 from ._settings import costly
 from ._store import iter_shards, read_manifest
+from ._tree_bound import BOUND_FIELDS, BOUND_KIND
 from ._trees import (
     TREE_KINDS,
     TreePlan,
@@ -1684,8 +1685,6 @@ def _bound_summary(out, settings: dict, plan: TreePlan, prompts: np.ndarray, W: 
     """``name -> TreeBoundSummary`` of every sampled family's verifier, on the positions with a bound row."""
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from ._tree_bound import BOUND_FIELDS, BOUND_KIND
 
     budget = int(settings.get("bound_budget") or 0)
     fams = {f.label: f for f in plan.sampled}
