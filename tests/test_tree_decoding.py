@@ -10,14 +10,15 @@ Independent routes:
   scratch;
 * losslessness: Pearson's chi-square of the first 2 (slow: 3) decoded tokens against the target's
   exact law from plain target scoring (``exact_prefix_law``), for every registered tree verifier on
-  a process it is lossless for, on the toy pair and on a tiny Llama; a lossy pairing fails the
+  a process it is lossless for (on both routes where the device one exists), on the toy pair and on a
+  tiny Llama; a lossy pairing fails the
   same test (the test can fail);
 * greedy decoding: token for token the target's greedy continuation (``autoregressive_decode``);
 * acceptance: measured tokens per call against ``otspec.tree.value`` (exact enumeration over the
   realised trees) at every context the run visited, within Monte Carlo error.
 
-Each chi-square or z test fails spuriously with probability ALPHA_FAIL = 1e-4; this file has 32 of
-them (slow ones included), so its false-failure rate is below 3.2e-3 (union bound); the seeds are
+Each chi-square or z test fails spuriously with probability ALPHA_FAIL = 1e-4; this file has 36 of
+them (slow ones included), so its false-failure rate is below 3.6e-3 (union bound); the seeds are
 fixed, so a run is reproducible.
 """
 
@@ -32,6 +33,7 @@ transformers = pytest.importorskip("transformers")
 import otspec  # noqa: E402
 import otspec.decoding as D  # noqa: E402
 import otspec.tree as T  # noqa: E402
+from otspec.decoding._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS  # noqa: E402
 from otspec.models import random_markov_model  # noqa: E402
 from otspec.testing import chi2_gof  # noqa: E402
 from otspec.tree._published import enumerate_spechub_trees, sample_spechub_tree  # noqa: E402
@@ -60,6 +62,9 @@ LOSSLESS = [
     ("hsd", "iid", T.TreeShape.chains(1, 1)),
     ("spechub", "spechub", SHAPE),
 ]
+#: the pairings of LOSSLESS that the device route runs (engine="auto" picks it)
+ON_DEVICE = [c for c in LOSSLESS if isinstance(c[0], str) and c[0] in DEVICE_TREE_VERIFIERS
+             and c[1] in DEVICE_TREE_PROCESSES]
 
 
 def test_every_registered_tree_verifier_is_covered():
@@ -221,10 +226,14 @@ def _counts(target, draft, prompt, m, runs, seed, **kw):
     return counts, np.append(law, 0.0)
 
 
-@pytest.mark.parametrize("verifier,process,tree", LOSSLESS)
-def test_lossless_first_two_tokens_toy(toy, verifier, process, tree):
+@pytest.mark.parametrize("verifier,process,tree,engine", [(*c, "auto") for c in LOSSLESS]
+                         + [(*c, "numpy") for c in ON_DEVICE])
+def test_lossless_first_two_tokens_toy(toy, verifier, process, tree, engine):
+    """Every verifier by its default route ("auto": on the device where it has that route), and those with a
+    device route on the host too."""
     target, draft = toy[:2]
-    counts, law = _counts(target, draft, [1, 2], 2, 600, 11, tree=tree, process=process, verifier=verifier)
+    counts, law = _counts(target, draft, [1, 2], 2, 600, 11, tree=tree, process=process, verifier=verifier,
+                          engine=engine)
     g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert g.outside_support == 0 and g.passed, (verifier, process, g)
 

@@ -24,6 +24,7 @@ from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
 from ._sampling import Sampling, bad_rows, draw_rows, sample_rows
+from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, TreeStepT, has_device_route
 from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
     DEVICE_VERIFIERS,
@@ -367,8 +368,9 @@ class DecodeResult:
     engine : {"torch", "numpy"}
         Where the verification ran: on the models' device in torch (the
         laws never leave it; one host synchronisation per iteration, the
-        emitted tokens), or on the host through the package's numpy
-        verifiers (rows of the laws moved there).
+        emitted tokens; two for a draft tree, its token ids before the
+        target's call and the outcome after it), or on the host through the
+        package's numpy verifiers (rows of the laws moved there).
     """
 
     tokens: np.ndarray
@@ -705,7 +707,14 @@ def speculative_decode(
         the package's verifiers on the host (every verifier; the
         independent route the tests hold the device route against).
         ``"auto"`` (default): ``"torch"`` where the verifier has it.
-        Trees and the other block schemes run their own route whatever this says.
+        Trees: ``"torch"`` for static shapes filled by ``"iid"``, ``"wor"`` or
+        ``"topk"`` and verified by ``"specinfer"``, ``"sequoia"`` or
+        ``"target-only"`` (:mod:`otspec.decoding._tree_device`: the tree
+        drawn, verified and its residual drawn on the device, two host reads
+        per iteration -- the tree's token ids before the target call, the
+        accepted node and token after it); every other tree, and the other
+        block schemes, run on the host whatever this says (``"torch"`` is
+        refused for a tree without the device route).
     log_laws : bool, keyword-only
         With ``engine="torch"`` and ``K > 1``: keep each iteration's first
         draft and target laws on the device (``16 V`` bytes an iteration)
@@ -713,7 +722,10 @@ def speculative_decode(
         :data:`LAW_BATCH` iterations, one sort on the device each, timed
         apart from ``wall_time``. ``False`` keeps nothing and leaves
         ``alpha_opt_first`` NaN there. Ignored elsewhere (``K = 1``:
-        :math:`\alpha_1 = 1 - \mathrm{TV}` costs nothing).
+        :math:`\alpha_1 = 1 - \mathrm{TV}` costs nothing). The same for
+        trees on the device with ``process="iid"`` or ``"wor"`` (the root's
+        laws kept; the optimum without replacement on the host, after each
+        batch); ``"topk"`` trees need nothing kept.
 
     Returns
     -------
@@ -777,10 +789,17 @@ def speculative_decode(
         check_with_tree(k, L)
         plan = tree_plan(tree, process=process, verifier=verifier, options=verifier_options,
                          allow_lossy=allow_lossy, target=target, V=V, sampling=sampling)
-        gen = make_rng(rng)
+        if not isinstance(log_laws, bool):
+            raise TypeError(f"`log_laws` must be a bool, got {type(log_laws).__name__}")
         scheme = Scheme(plan.name, "tree", None, plan.lossless)
+        if _tree_engine(engine, plan):
+            seed = _seed(rng)
+            gen, gens = np.random.default_rng(seed), _device_generators(seed, draft.device, target.device)
+            step = TreeStepT(plan, sampling, log_laws, law_batch=LAW_BATCH, clock=_clock)
+        else:
+            gen, gens, step = make_rng(rng), None, TreeStep(plan, sampling)
         return _Decoder(draft, target, prompt_, scheme, plan.k, plan.L, max_new, sampling, gen, eos, progress,
-                        tree_step=TreeStep(plan, sampling)).run()
+                        tree_step=step, device_gens=gens).run()
     check_without_tree(process, allow_lossy)
     K = validate_positive_int(1 if k is None else k, "k")
     L = validate_positive_int(4 if L is None else L, "L")
@@ -811,6 +830,19 @@ def _engine(engine, scheme: Scheme) -> bool:
             f"`engine`='torch' verifies on the device with {list(DEVICE_VERIFIERS)} only, got `verifier`="
             f"{scheme.name!r}: use engine='numpy' (or 'auto')"
         )
+    return has and engine != "numpy"
+
+
+def _tree_engine(engine, plan) -> bool:
+    """Whether a tree runs on the device (``engine`` checked against :data:`ENGINES` and the tree's route)."""
+    if not isinstance(engine, str) or engine not in ENGINES:
+        raise ValueError(unknown_name_message("engine", engine, ENGINES))
+    has = has_device_route(plan)
+    if engine == "torch" and not has:
+        raise ValueError(
+            f"`engine`='torch' runs draft trees on the device with the processes {list(DEVICE_TREE_PROCESSES)} "
+            f"and the verifiers {list(DEVICE_TREE_VERIFIERS)} only, got process={plan.process!r} and `verifier`="
+            f"{plan.name!r}: use engine='numpy' (or 'auto')")
     return has and engine != "numpy"
 
 
@@ -1122,6 +1154,8 @@ class _Decoder:
             bar.close()
         wall = _clock(*devices) - t0 - self.analysis_time
         self._finish_device_log()
+        if self.tree_step is not None:
+            self.tree_step.finish(self)
         lg = self.log
         L = self.L
         return DecodeResult(

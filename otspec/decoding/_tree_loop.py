@@ -504,6 +504,9 @@ class TreeStep:
         dec.analysis_time += time.perf_counter() - a0
         return out
 
+    def finish(self, dec) -> None:
+        """Nothing to do after the loop: every iteration logged its predictions (the device route's differ)."""
+
     def _analyse(self, dec, tree, P, Q, tau: int, emitted: int) -> None:
         """The exact predictions given the realised tree (excluded from the wall time)."""
         plan, L = self.plan, self.plan.L

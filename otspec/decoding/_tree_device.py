@@ -1,0 +1,596 @@
+r"""Draft trees on the models' device: drafting, the laws, the verification and the residual draw in torch.
+
+The device route of :func:`otspec.decoding.speculative_decode` with ``tree=`` (``engine="torch"``, the
+default where it exists): static tree shapes (:class:`otspec.tree.TreeShape`) filled by the processes
+``"iid"``, ``"wor"`` or ``"topk"`` and verified by SpecInfer's rule (``"specinfer"``), Sequoia's
+(``"sequoia"``) or the target-only rule (``"target-only"``). One iteration on a context ``x_{1:T}``:
+
+1. **Draft, one call per depth**, as the host route (:mod:`otspec.decoding._tree_loop`): the frontier's
+   tokens are fed from a device tensor; the children are drawn there -- i.i.d. by :func:`draw_rows`,
+   without replacement as the ``need`` largest of :math:`p(x) / E_x` (:math:`E_x` i.i.d. ``Exp(1)``: the
+   exponential race, whose order is the sequential draws without replacement), the top-ranked by
+   ``torch.topk`` (ties among equal probabilities as ``torch.topk`` breaks them; the host route takes the
+   lower id); top-k children verified by the target-only rule rank by the draft's logits (the order of
+   its own law), so no float64 draft law is formed at all.
+2. **One host read**: the tree's ``n + 1`` token ids (and the flags of bad laws or too small supports),
+   which the target's tree-attention call (:meth:`~otspec.decoding.HFCausalLM.tree_logits`) validates and
+   lays out on the host.
+3. **Target, one call**; its logits stay on the device.
+4. **Verify on the device** (:func:`node_rules_t`, :func:`verify_tree_t`): the float64 target laws are
+   formed at the nodes with children only (and at the accepted node when it is a leaf: its bonus token);
+   every such node's per-child acceptance probabilities come at once, in the closed form of the package's
+   verifiers (one pass over ``V`` per rejection and node, nothing written), one uniform per child decides
+   each node's outcome, a walk of ``L`` gathers finds the accepted node, and one draw from its residual
+   (formed for that node only) or, at a leaf, from its ``q`` gives the emitted token.
+5. **One host read**: the accepted node and the emitted token (and the flags of bad target laws).
+
+So two host reads per iteration, each a few integers; the ``(n + 1, V)`` laws never leave the device.
+The exact prediction of the iteration (the law of the accepted node's depth given the realised tree, the
+verifier's :meth:`~otspec.tree.TreeVerifier.emission` summed over tokens) comes from the same acceptance
+probabilities on the device, is logged there as ``L + 2`` numbers and read once after the loop; the
+optimum :math:`\alpha_K` at the root (a sort) is computed from kept root laws in batches outside the wall
+time, or skipped (``log_laws=False``).
+
+Exactness: the rules are those of :class:`otspec.tree.SpecInferVerifier`,
+:class:`otspec.tree.SequoiaVerifier` and :class:`otspec.tree.TargetOnlyVerifier` (the tests hold the
+per-node laws against their ``emission`` to 1e-12 and the samples against them by chi-square), in their
+closed form :math:`(q - t p)_+ / S(t)` of the residual after each rejection (Miao et al., SpecInfer,
+arXiv:2305.09781, §4, Algorithm 2; Chen et al., Sequoia, arXiv:2402.12374, §3.2; the target-only rule of SGLang's
+``tree_speculative_sampling_target_only``). The draws follow vLLM's v1 rejection sampler
+(``vllm/v1/sample/rejection_sampler.py``): uniforms against the ratio, the residual drawn unnormalised and
+unsorted (:func:`draw_rows`).
+
+Notation: ``p`` is the draft law and ``q`` the target law, as everywhere in otspec.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import otspec
+import otspec.tree
+
+from ..tree._process import _support_error
+from ..tree._verifiers import SequoiaVerifier, SpecInferVerifier, TargetOnlyVerifier
+from ._deps import require
+from ._sampling import bad_rows, draw_rows
+from ._tree_loop import _common, _is_repeat
+
+torch = require("torch", "otspec.decoding")
+
+__all__ = ["DEVICE_TREE_PROCESSES", "DEVICE_TREE_VERIFIERS", "TreeLayoutT", "TreeStepT", "has_device_route",
+           "node_rules_t", "residual_rows_t", "verify_tree_t"]
+
+#: Draft processes the device route fills trees with (static shapes).
+DEVICE_TREE_PROCESSES = ("iid", "wor", "topk")
+#: Tree verifiers the device route runs (by their registered names).
+DEVICE_TREE_VERIFIERS = ("specinfer", "sequoia", "target-only")
+_RULES = {SpecInferVerifier: "specinfer", SequoiaVerifier: "sequoia", TargetOnlyVerifier: "target-only"}
+
+
+def has_device_route(plan) -> bool:
+    """Whether a :class:`~otspec.decoding._tree_loop.TreePlan` runs on the device: a static shape, a process of
+    :data:`DEVICE_TREE_PROCESSES` and a verifier of :data:`DEVICE_TREE_VERIFIERS` (the package's own class)."""
+    return plan.process in DEVICE_TREE_PROCESSES and type(plan.verifier) in _RULES
+
+
+class TreeLayoutT:
+    """The static layout of a tree shape for the device route, tensors on one device.
+
+    ``inner`` the nodes with children (the frontiers of depths ``0..D-1`` concatenated, the order of the draft
+    calls' rows), ``row_of[v]`` the row of node ``v`` in ``inner`` (-1 for a leaf), ``kids[i, j]`` the
+    ``j``-th child of ``inner[i]`` in node order (-1 past its last), ``depth``, ``parents`` of every node, and
+    per depth ``d = 1..L`` the nodes of that depth (``levels``).
+    """
+
+    def __init__(self, parents, depth, inner, device):
+        parents = np.asarray(parents, dtype=np.int64)
+        n1 = parents.shape[0]
+        kids: dict = {}
+        for c in range(1, n1):
+            kids.setdefault(int(parents[c]), []).append(c)
+        self.inner_np = np.asarray(inner, dtype=np.int64)
+        m = max((len(kids[int(v)]) for v in self.inner_np), default=0)
+        mat = np.full((len(self.inner_np), m), -1, dtype=np.int64)
+        for i, v in enumerate(self.inner_np.tolist()):
+            mat[i, : len(kids[v])] = kids[v]
+        row_of = np.full(n1, -1, dtype=np.int64)
+        row_of[self.inner_np] = np.arange(len(self.inner_np))
+        depth = np.asarray(depth, dtype=np.int64)
+        self.n1, self.m, self.L = n1, m, int(depth.max())
+        self.parents_np, self.depth_np, self.kids_np = parents, depth, mat
+
+        def t(a):
+            return torch.tensor(np.array(a, dtype=np.int64), device=device)
+
+        self.device = torch.device(device)
+        self.inner, self.row_of, self.kids = t(self.inner_np), t(row_of), t(mat)
+        self.kids0 = self.kids.clamp(min=0)
+        self.valid = self.kids >= 0
+        self.last = t(np.arange(m)[None, :] == (mat >= 0).sum(1)[:, None] - 1).bool()  # each node's last child
+        self.depth = t(depth)
+        self.levels = [(t(np.flatnonzero(depth == d)), t(parents[depth == d])) for d in range(1, self.L + 1)]
+        # an earlier sibling j < i of the same node: the pairs whose equal tokens make child i a duplicate
+        self.earlier = torch.ones((m, m), dtype=torch.bool, device=device).tril(-1)
+        cells = np.flatnonzero(mat.ravel() >= 0)
+        self.kid_cells, self.kid_nodes = t(cells), t(mat.ravel()[cells])  # (row, rank) cells of real children
+
+    @classmethod
+    def of_tree(cls, tree, device="cpu"):
+        """The layout of a realised :class:`otspec.tree.DraftTree` (its nodes with children in node order)."""
+        inner = sorted(set(int(v) for v in tree.parents[1:]))
+        return cls(tree.parents, tree.depth, inner, device)
+
+
+def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner):
+    r"""Every node's verification at once, on the laws' device: tests, acceptances and residual levels.
+
+    At the node ``v = inner[i]`` with children :math:`c_1, \dots, c_m` (node order) of tokens :math:`x_j`,
+    laws :math:`p = p_v`, :math:`q = q_v`:
+
+    * ``"specinfer"``: child ``j`` is accepted when :math:`u_j\,p(x_j) < q_j(x_j)` (probability
+      :math:`a_j = \min(1, q_j(x_j) / p(x_j))`, 1 or 0 where :math:`p(x_j) = 0`), where
+      :math:`q_j = (q - t_j p)_+ / S_j` with :math:`t_1 = 0`, :math:`S_j = \lVert (q - t_j p)_+ \rVert_1` and
+      after a rejection :math:`t_{j+1} = t_j + S_j` (kept when :math:`S_{j+1} = 0`: such a rejection has
+      probability 0) -- the closed form of :math:`q_{j+1} = (q_j - p)_+ / \lVert\cdot\rVert_1`;
+    * ``"sequoia"``: the draft law of child ``j`` is :math:`p` off the earlier siblings, renormalised by
+      what is left, :math:`\ell_j = 1 - p(x_{<j})` (0 for a repeated token), and
+      :math:`t_{j+1} = t_j + S_j / \ell_j`;
+    * ``"target-only"``: child ``j`` is reached with probability :math:`q(x_j)` (0 for a token repeating an
+      earlier sibling's), one uniform per node against the running sums; the residual is :math:`q` off the
+      children's tokens.
+
+    Each rejection costs one pass over the vocabulary per node (:math:`S_{j+1}`), none is written; the
+    residual of a node is formed only where it is drawn (:func:`residual_rows_t`). The same closed form as
+    :class:`otspec.tree.SpecInferVerifier` and :class:`otspec.tree.SequoiaVerifier`.
+
+    Parameters
+    ----------
+    rule : {"specinfer", "sequoia", "target-only"}
+    lay : TreeLayoutT
+        On the laws' device.
+    tokens : torch.Tensor of int64, shape ``(n + 1,)``
+    P_inner : torch.Tensor of float64, shape ``(I, V)``
+        The draft law at each node of ``lay.inner`` (not read by ``"target-only"``).
+    Q_inner : torch.Tensor of float64, shape ``(I, V)``
+        The target law at each node of ``lay.inner`` (the rules read no other).
+
+    Returns
+    -------
+    acc : torch.Tensor of float64, shape ``(n + 1,)``
+        :math:`P(\text{accept } c \mid \text{its parent reached})` (1 at the root).
+    alive : torch.Tensor of float64, shape ``(n + 1,)``
+        :math:`P(\text{every child of } v \text{ rejected} \mid v \text{ reached})` (1 at a leaf).
+    x : torch.Tensor of int64, shape ``(I, m)``
+        The children's tokens (padding repeats the first child's).
+    level : tuple of torch.Tensor of float64, shape ``(I,)`` each
+        ``(t, S, ell)`` before each node's last rejection: the residual after it is
+        :math:`(q - (t + S / \ell) p)_+`, or :math:`(q - t p)_+` where that has no mass or :math:`\ell = 0`
+        (:func:`residual_rows_t`: formed for the accepted node only, the last pass over ``V`` of every other
+        node saved).
+    sampler : tuple
+        What :func:`verify_tree_t` tests its uniforms against.
+    """
+    I, m = lay.kids.shape
+    dev, dt = Q_inner.device, Q_inner.dtype
+    x = tokens.index_select(0, lay.kids0.flatten()).reshape(I, m)
+    x = torch.where(lay.valid, x, x[:, :1])  # padding: the first child's token (every inner node has one)
+    dup = ((x[:, :, None] == x[:, None, :]) & lay.earlier & lay.valid[:, None, :]).any(-1) & lay.valid
+    qx = torch.gather(Q_inner, 1, x)
+    t = torch.zeros(I, dtype=dt, device=dev)
+    level = None
+    if rule == "target-only":
+        acc_k = torch.where(lay.valid & ~dup, qx, 0.0)
+        alive_in = 1.0 - acc_k.sum(-1)  # q off the children's tokens (rows of q sum to 1 up to rounding)
+        sampler = ("cum", torch.cumsum(acc_k, 1))
+    else:
+        px_raw = torch.gather(P_inner, 1, x)
+        S = torch.ones(I, dtype=dt, device=dev)
+        total = P_inner.sum(-1) if rule == "sequoia" else None  # what is left = total - removed (exactly summed)
+        removed = torch.zeros(I, dtype=dt, device=dev)
+        end_ell = torch.ones(I, dtype=dt, device=dev)
+        w = torch.ones(I, dtype=dt, device=dev)
+        acc_k = torch.zeros((I, m), dtype=dt, device=dev)
+        px_all = torch.ones((I, m), dtype=dt, device=dev)
+        tx_all = torch.zeros((I, m), dtype=dt, device=dev)
+        wor = rule == "sequoia"
+        for j in range(m):
+            on = lay.valid[:, j]
+            tx = (qx[:, j] - t * px_raw[:, j]).clamp(min=0.0) / S
+            left = total - removed if wor else None
+            if wor:  # p off the earlier siblings: 0 for a repeated token or when nothing is left
+                px = torch.where(dup[:, j] | ~(left > 0), 0.0, px_raw[:, j] / torch.where(left > 0, left, 1.0))
+            else:
+                px = px_raw[:, j]
+            a = torch.where(px > 0, torch.clamp(tx / torch.where(px > 0, px, 1.0), max=1.0), (tx > 0).to(dt))
+            a = torch.where(on, a, 0.0)
+            acc_k[:, j] = w * a
+            w = w * (1.0 - a)
+            px_all[:, j], tx_all[:, j] = torch.where(on, px, 1.0), torch.where(on, tx, 0.0)
+            ell = left if wor else torch.ones_like(t)
+            end_ell = torch.where(lay.last[:, j], ell, end_ell)
+            if j < m - 1:  # not after a node's last child: that level is formed for the accepted node only
+                t, S, removed = _reject(on & ~lay.last[:, j], x[:, j], dup[:, j], t, S, ell, removed, P_inner,
+                                        Q_inner, px_raw[:, j], wor)
+        level = (t, S, end_ell)
+        alive_in = w
+        sampler = ("ratio", px_all, tx_all)
+    acc = torch.ones(lay.n1, dtype=dt, device=dev).index_copy(
+        0, lay.kid_nodes, acc_k.flatten().index_select(0, lay.kid_cells))
+    alive = torch.ones(lay.n1, dtype=dt, device=dev).index_copy(0, lay.inner, alive_in)
+    return acc, alive, x, level, sampler
+
+
+def _reject(on, xj, dupj, t, S, ell, removed, P, Q, pxj, wor: bool):
+    """The level after rejecting child ``j`` at the nodes ``on`` (what is left of the draft law: ``ell``): one pass
+    over ``V``."""
+    t_new = t + S / torch.where(ell > 0, ell, 1.0)
+    S_new = torch.addcmul(Q, P, -t_new[:, None]).clamp_(min=0.0).sum(-1)
+    move = on & (ell > 0) & (S_new > 0)  # a level of no mass is kept (that rejection had probability 0)
+    t, S = torch.where(move, t_new, t), torch.where(move, S_new, S)
+    if wor:  # the rejected token's mass out of what is left (a repeated token was out already)
+        gone = on & ~dupj
+        removed = torch.where(gone, removed + pxj, removed)
+    return t, S, removed
+
+
+def residual_rows_t(rule: str, x, level, P_inner, Q_inner, rows):
+    r"""The residual (unnormalised) at the nodes ``inner[rows]`` after all their children are rejected.
+
+    :math:`(q - t' p)_+` with the level :math:`t' = t + S / \ell` after the last rejection, kept at
+    :math:`t` where that has no mass or :math:`\ell = 0` (``level`` of :func:`node_rules_t`); :math:`q` off
+    the children's tokens for ``"target-only"``.
+
+    Returns
+    -------
+    torch.Tensor of float64, shape ``(len(rows), V)``
+    """
+    q = Q_inner.index_select(0, rows)
+    if rule == "target-only":
+        return q.scatter(1, x.index_select(0, rows), 0.0)
+    t, S, ell = (v.index_select(0, rows)[:, None] for v in level)
+    p = P_inner.index_select(0, rows)
+    new = torch.addcmul(q, p, -(t + S / torch.where(ell > 0, ell, 1.0))).clamp_(min=0.0)
+    old = torch.addcmul(q, p, -t).clamp_(min=0.0)
+    return torch.where((ell > 0) & (new.sum(-1, keepdim=True) > 0), new, old)
+
+
+def end_mass_t(lay: TreeLayoutT, acc, alive):
+    r"""The law of the accepted node, :math:`P(a = v) = \prod_{c \preceq v} acc_c \cdot alive_v`, shape
+    ``(n + 1,)``: the verifier's ``emission`` summed over tokens (``L`` gathers, no pass over ``V``)."""
+    reach = torch.ones_like(acc)
+    for nodes, par in lay.levels:
+        reach = reach.index_copy(0, nodes, reach.index_select(0, par) * acc.index_select(0, nodes))
+    return reach * alive
+
+
+def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None):
+    r"""One tree verification on the laws' device: the accepted node, the emitted token, the exact law.
+
+    Every node's outcome is decided at once with one uniform per child (``"specinfer"``, ``"sequoia"``: the
+    first child ``j`` with :math:`u_j\,p_j(x_j) < T_j(x_j)`; ``"target-only"``: one uniform ``u`` per node,
+    the first child ``j`` whose running sum of :math:`q_v(x_i)` exceeds ``u``); a walk of ``L`` gathers from
+    the root follows the outcomes to the accepted node ``a`` (the uniforms of the nodes off the walk are never
+    used, so the law is that of the rule's walk); one draw from ``a``'s residual (at a leaf, from
+    :math:`q_a`: the bonus token) gives the emitted token (:func:`draw_rows`, unnormalised weights).
+    Nothing is read on the host.
+
+    Parameters
+    ----------
+    rule : {"specinfer", "sequoia", "target-only"}
+    lay : TreeLayoutT
+    tokens : torch.Tensor of int64, shape ``(n + 1,)``
+    P_inner : torch.Tensor of float64, shape ``(I, V)``
+    Q_inner : torch.Tensor of float64, shape ``(I, V)``
+    q_at : callable
+        ``q_at(v)`` the target law at the node ``v`` (a tensor of shape ``(1,)``), shape ``(1, V)``: the bonus
+        token's law when ``v`` is a leaf (called once, whatever ``v`` is: no host read decides it).
+    gen : torch.Generator
+        On the laws' device.
+    draw : callable, optional
+        ``(W, gen) -> ids`` (default :func:`draw_rows`).
+
+    Returns
+    -------
+    a : torch.Tensor of int64, shape ``(1,)``
+        The accepted node (0: none).
+    y : torch.Tensor of int64, shape ``(1,)``
+        The emitted token.
+    mass : torch.Tensor of float64, shape ``(n + 1,)``
+        The exact law of the accepted node given the tree (:func:`end_mass_t`).
+
+    Examples
+    --------
+    One chain ``1, 0`` with ``p = (1/2, 1/2)`` and ``q = (1/4, 3/4)`` at every node (SpecInfer's rule): token 1
+    is accepted surely, then token 0 with probability 1/2.
+
+    >>> import torch
+    >>> import otspec.tree as T
+    >>> from otspec.decoding._tree_device import TreeLayoutT, verify_tree_t
+    >>> chain = T.DraftTree.from_paths([(1,), (1, 0)])
+    >>> lay = TreeLayoutT.of_tree(chain)          # nodes with children: 0 and 1
+    >>> P = torch.full((2, 2), 0.5, dtype=torch.float64)
+    >>> Q = torch.tensor([[0.25, 0.75]] * 3, dtype=torch.float64)
+    >>> a, y, mass = verify_tree_t("specinfer", lay, torch.tensor(chain.tokens), P, Q[:2],
+    ...                            lambda v: Q.index_select(0, v), torch.Generator().manual_seed(0))
+    >>> mass.tolist(), int(a[0]) in (1, 2)
+    ([0.0, 0.5, 0.5], True)
+    """
+    draw = draw_rows if draw is None else draw
+    acc, alive, x, level, sampler = node_rules_t(rule, lay, tokens, P_inner, Q_inner)
+    I, m = lay.kids.shape
+    dev, dt = Q_inner.device, Q_inner.dtype
+    if sampler[0] == "cum":
+        u = torch.rand((I, 1), dtype=dt, device=dev, generator=gen)
+        hit = lay.valid & (u < sampler[1])
+    else:
+        u = torch.rand((I, m), dtype=dt, device=dev, generator=gen)
+        hit = lay.valid & (u * sampler[1] < sampler[2])  # strict and division-free: u = 0 never takes q = 0
+    first = torch.argmax(hit.to(torch.int8), 1, keepdim=True)
+    nxt = torch.where(hit.any(1), torch.gather(lay.kids, 1, first)[:, 0], -1)  # (I,): the accepted child or -1
+    nxt = torch.cat([nxt, torch.full((1,), -1, dtype=torch.long, device=dev)])  # row I: a leaf stays
+    cur = torch.zeros(1, dtype=torch.long, device=dev)
+    for _ in range(lay.L):
+        r = lay.row_of.index_select(0, cur)
+        c = nxt.index_select(0, torch.where(r >= 0, r, I))
+        cur = torch.where(c >= 0, c, cur)
+    r = lay.row_of.index_select(0, cur)
+    r0 = r.clamp(min=0)
+    q = torch.where(r[:, None] >= 0, Q_inner.index_select(0, r0), q_at(cur))
+    W = torch.where(r[:, None] >= 0, residual_rows_t(rule, x, level, P_inner, Q_inner, r0), q)
+    W = torch.where(W.sum(-1, keepdim=True) > 0, W, q)  # a residual of no mass (drawn with probability 0)
+    y = draw(W, gen)
+    return cur, y, end_mass_t(lay, acc, alive)
+
+
+# ----------------------------------------------------------------------------- one iteration
+class _Grow:
+    """The static draft plan of a shape: per depth, which frontier row each child is drawn from and its rank."""
+
+    def __init__(self, plan, device):
+        shape = plan.shape
+        self.D = len(plan.levels)
+        self.src, self.rank, self.dst, self.need, self.most = [], [], [], [], []
+        self.cell, self.width = [], []
+        for lev in plan.levels:
+            src, rank, dst, need, cell = [], [], [], [], []
+            width = max(len(ch) for _, ch, _ in lev)
+            for j, (_, ch, ranks) in enumerate(lev):
+                src += [j] * len(ch)
+                rank += list(ranks)
+                dst += list(ch)
+                need.append(max(ranks) + 1)
+                cell += [j * width + i for i in range(len(ch))]  # i.i.d. children: the i-th draw of row j
+            t = lambda a: torch.tensor(np.array(a, dtype=np.int64), device=device)  # noqa: E731
+            self.src.append(t(src))
+            self.rank.append(t(rank))
+            self.dst.append(t(dst))
+            self.need.append(t(need))
+            self.most.append(max(need))
+            self.cell.append(t(cell))
+            self.width.append(width)
+        self.frontier = [torch.tensor(np.array(f, dtype=np.int64), device=device) for f in plan.frontier]
+        inner = np.concatenate(plan.frontier)
+        self.lay = TreeLayoutT(shape.parents, shape.depth, inner, device)
+
+
+def _draws(P, k: int, gen):
+    r"""``k`` independent draws from each row of ``P`` (``(B, V)``, non-negative), shape ``(B, k)``: the
+    ``"cdf"`` rule of :func:`draw_rows` with ``k`` uniforms per row against one running sum (the first ``i``
+    with :math:`c_i > u\,c_V`; a uniform rounded up to the total falls back to the first ``i`` with
+    :math:`c_i = c_V`). No host read."""
+    c = torch.cumsum(P, dim=-1)
+    tot = c[:, -1:].contiguous()
+    u = torch.rand((P.shape[0], k), dtype=torch.float64, device=P.device, generator=gen) * tot
+    i = torch.searchsorted(c, u, right=True)
+    top = torch.searchsorted(c, tot, right=False)
+    return torch.where(i < P.shape[-1], i, top).clamp_(max=P.shape[-1] - 1)
+
+
+class TreeStepT:
+    """One decoding iteration with a draft tree on the models' device (see the module docstring).
+
+    Called as ``step(dec, ctx)`` by the decoder (its tracks ``dec.d``, ``dec.t``, device generators
+    ``dec.device_gens``); returns the emitted tokens. :meth:`finish` fills the decoder's log after the loop.
+    ``law_batch`` and ``clock`` are the decoder's batch of kept laws and its one clock (``log_laws``).
+    """
+
+    def __init__(self, plan, sampling, log_laws: bool, *, law_batch: int, clock):
+        self.plan, self.sampling = plan, sampling
+        self.rule = _RULES[type(plan.verifier)]
+        self.log_laws = log_laws and plan.process in ("iid", "wor")
+        self.needs_p = plan.process != "topk" or self.rule != "target-only"
+        self.grow = None  # on the draft's device, built at the first call
+        self.lay_t = None  # on the target's device
+        self.dev_log: list = []
+        self.law_batch, self.clock = law_batch, clock  # the decoder's batch of kept laws and its one clock
+        self.wor_laws: list = []  # root laws of "wor" trees until the next flush ("iid": the decoder's own list)
+        self.alpha_wor: list = []
+        self.parents = plan.shape.parents
+
+    def _fill(self, tokens, j: int, P, logits, lse):
+        """The children of the frontier of depth ``j`` from its laws ``P`` (``"topk"``: its logits and their
+        log-sum-exp); the flags of supports too small for the children (None for ``"iid"``)."""
+        g, process = self.grow, self.plan.process
+        if process == "iid":
+            vals = _draws(P, g.width[j], self.gd).flatten().index_select(0, g.cell[j])
+            return tokens.index_copy_(0, g.dst[j], vals), None
+        if process == "wor":  # the exponential race: the `most` largest of p / E, in order, are draws without replacement
+            E = torch.empty(P.shape, dtype=torch.float64, device=P.device).exponential_(generator=self.gd)
+            top = torch.topk(P / E.clamp_(min=torch.finfo(torch.float64).tiny), g.most[j], dim=-1).indices
+            short = (P > 0).sum(-1) < g.need[j]
+        else:  # the draft's own law (temperature 1, untruncated) ranks as its logits do: no float64 law is formed
+            vals, top = torch.topk(logits, g.most[j], dim=-1)
+            kth = vals.gather(1, (g.need[j] - 1)[:, None])[:, 0].to(torch.float64)
+            lse = torch.logsumexp(logits.float(), -1) if lse is None else lse
+            short = ~(torch.exp(kth - lse.to(torch.float64)) > 0)  # the need-th token's own probability
+        vals = top.flatten().index_select(0, g.src[j] * g.most[j] + g.rank[j])
+        return tokens.index_copy_(0, g.dst[j], vals), short
+
+    def __call__(self, dec, ctx: list[int]) -> list[int]:
+        plan, d, t, probs = self.plan, dec.d, dec.t, self.sampling.probs
+        ddev, tdev = torch.device(d.lm.device), torch.device(t.lm.device)
+        self.gd, gt = dec.device_gens
+        if self.grow is None:
+            self.grow = _Grow(plan, ddev)
+            self.lay_t = self.grow.lay if tdev == ddev else TreeLayoutT(
+                plan.shape.parents, plan.shape.depth, self.grow.lay.inner_np, tdev)
+        g = self.grow
+        # -- draft: the root, then one call per depth on the frontier's rows; tokens and laws stay on the device
+        pending = d.sync(ctx)
+        logits = d.logits_ids(torch.tensor([pending], dtype=torch.long, device=ddev))[:, -1]
+        tokens = torch.full((plan.shape.n + 1,), -1, dtype=torch.long, device=ddev)
+        Ps, flags, shorts, raws = [], [], [], []
+        length, batch = len(ctx), 1
+        for j in range(g.D):
+            raws.append(logits)
+            P = lse = None
+            if self.needs_p:
+                P = probs(logits, check=False)
+                Ps.append(P)
+                flags.append(bad_rows(P))
+            else:  # top-k children verified by the target-only rule: the draft's laws are never read
+                lse = torch.logsumexp(logits.float(), -1)
+                flags.append(~torch.isfinite(lse))
+            tokens, short = self._fill(tokens, j, P, logits, lse)
+            if short is not None:
+                shorts.append(short)
+            if j + 1 < g.D:
+                prow = plan.parent_rows[j + 1]
+                if not _is_repeat(prow, batch):
+                    d.lm.select(d.state, prow.tolist(), length)
+                feed = tokens.index_select(0, g.frontier[j + 1])[:, None]
+                logits = d.logits_ids(feed)[:, -1]
+                length, batch = length + 1, int(feed.shape[0])
+        d.seq = list(ctx)
+        # -- the one read before the target call: the tree's tokens (and the flags of bad laws, small supports)
+        host = torch.cat([tokens, torch.cat(flags).to(torch.long)] + [s.to(torch.long) for s in shorts]).tolist()
+        n1 = plan.shape.n + 1
+        tok = host[:n1]
+        if any(host[n1:]):
+            self._refuse(dec, ctx, host[n1:], tok, Ps, raws)
+        tok_np = np.array(tok, dtype=np.int64)
+        # -- target: one call scores every node; its laws stay on the device
+        pending_t = t.sync(ctx)
+        logits = t.lm.tree_logits(t.state, self.parents, tok_np, pending=pending_t, fallback="rows")
+        t.calls += 1
+        t.batch = 1
+        t.seq = list(ctx)
+        # the float64 laws the rules read: q at the nodes with children, and at the accepted node if a leaf
+        Q = probs(logits.index_select(0, self.lay_t.inner), check=False)
+        leaf: list = []
+
+        def q_at(v):
+            leaf.append(probs(logits.index_select(0, v), check=False))
+            return leaf[0]
+
+        P_inner = torch.cat(Ps).to(tdev, non_blocking=True) if Ps else None
+        tokens_t = tokens.to(tdev, non_blocking=True)
+        a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt)
+        # -- the one read after it: the accepted node, the emitted token, the flags of bad target laws
+        res = torch.cat([a, y, bad_rows(Q).to(torch.long), bad_rows(leaf[0]).to(torch.long)]).tolist()
+        if any(res[2:]):
+            self._refuse_target(dec, ctx, res[2:], tok_np, res[0])
+        a, y = int(res[0]), int(res[1])
+        paths = self._paths(tok)
+        out = list(paths[a]) + [y]
+        # -- caches: the draft keeps the row sharing the longest prefix with the emitted tokens
+        rows = [paths[int(v)] for v in plan.frontier[-1]] if g.D > 1 else [()]
+        full = tuple(out)
+        best = max(range(len(rows)), key=lambda r: _common(rows[r], full))
+        d.sync(ctx + out, row=best, row_seq=ctx + list(rows[best]))
+        by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, self.lay_t.depth, mass)
+        self.dev_log.append(torch.cat([by_depth, self._root_alpha(tokens_t, Q)[None]]))
+        if self.log_laws:
+            kept = dec.first_laws if plan.process == "iid" else self.wor_laws
+            kept.append((P_inner[0].clone(), Q[0].clone()))  # the root is inner[0]
+            if len(kept) == self.law_batch:
+                self._flush(dec)
+        tau = int(plan.shape.depth[a])
+        reached = np.zeros(plan.L)
+        reached[:tau] = 1.0
+        dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
+        return out
+
+    def _paths(self, tok: list[int]) -> list[tuple]:
+        """The token path of every node, from the tree's tokens (the shape's ancestors, no tree object built)."""
+        paths: list = [()] * len(tok)
+        for v in range(1, len(tok)):
+            paths[v] = paths[int(self.parents[v])] + (tok[v],)
+        return paths
+
+    def _root_alpha(self, tokens, Q):
+        """The target mass of the root's distinct children: the optimum of a deterministic tree at the root."""
+        lay = self.lay_t
+        x = tokens.index_select(0, lay.kids0[0])
+        first = ~((x[:, None] == x[None, :]) & lay.earlier).any(-1) & lay.valid[0]
+        return torch.where(first, Q[0].index_select(0, x), 0.0).sum()
+
+    def _flush(self, dec) -> None:
+        r"""The optimum at the root of the kept root laws, timed as analysis (excluded from ``wall_time``): for
+        ``"iid"`` :math:`\alpha_K` by the decoder's batch (one sort on the device), for ``"wor"`` its analogue
+        without replacement on the host, one root at a time; the laws are then dropped."""
+        if self.plan.process == "iid":
+            dec._flush_first_laws()
+            return
+        if self.wor_laws:
+            a0 = self.clock(self.wor_laws[0][0].device)
+            for p, q in self.wor_laws:
+                p, q = p.to("cpu").numpy(), q.to("cpu").numpy()
+                self.alpha_wor.append(float(otspec.alpha_k(p, q, self.plan.k, replacement=False)))
+            dec.analysis_time += self.clock(self.wor_laws[0][0].device) - a0
+            self.wor_laws = []
+
+    def finish(self, dec) -> None:
+        """The per-iteration predictions from the logged device values (one transfer), after the loop."""
+        if not self.dev_log:
+            return
+        L, lg = self.plan.L, dec.log
+        A = torch.stack(self.dev_log).to("cpu").numpy()  # (N, L + 2): the law of the accepted depth, root alpha
+        by_depth = A[:, : L + 1]
+        pred_reached = np.cumsum(by_depth[:, ::-1], axis=1)[:, ::-1][:, 1:]
+        pred_acc = by_depth @ np.arange(L + 1)
+        lg["pred_reached"] = list(pred_reached)
+        lg["pred_acc"] = list(pred_acc)
+        lg["pred_emit"] = list(pred_acc + 1.0)
+        lg["alpha1"] = list(pred_reached[:, 0])
+        if self.plan.process == "topk":
+            lg["alpha_opt1"] = list(A[:, L + 1])
+        elif self.log_laws:
+            self._flush(dec)
+            got = self.alpha_wor if self.plan.process == "wor" else torch.cat(dec.alpha_opt).to("cpu").tolist()
+            lg["alpha_opt1"] = list(got)
+        else:
+            lg["alpha_opt1"] = [math.nan] * A.shape[0]
+
+    def _refuse(self, dec, ctx, flags, tok, Ps, raws) -> None:
+        """ValueError for a draft law from non-finite logits, or a node whose law has too few tokens."""
+        nb = sum(int(r.shape[0]) for r in raws)
+        bad, short = flags[:nb], flags[nb:]
+        paths = self._paths(tok)
+        inner = np.concatenate(self.plan.frontier)
+        if any(bad):
+            v = int(inner[bad.index(1)])
+            _bad_logits("draft", dec.d.lm, len(ctx) + len(paths[v]))
+        i = short.index(1)
+        v = int(inner[i])
+        need = int(torch.cat(self.grow.need)[i])
+        law = (torch.cat(Ps)[i] if Ps else self.sampling.own_law(torch.cat(raws)[i])).to("cpu").numpy()
+        raise _support_error(self.plan.process, need, paths[v], law)
+
+    def _refuse_target(self, dec, ctx, flags, tok, a: int) -> None:
+        paths = self._paths(tok.tolist())
+        i = flags.index(1)
+        v = int(self.lay_t.inner_np[i]) if i < len(self.lay_t.inner_np) else a
+        _bad_logits("target", dec.t.lm, len(ctx) + len(paths[v]))
+
+
+def _bad_logits(role: str, lm, pos: int) -> None:
+    dtype = getattr(getattr(lm, "model", None), "dtype", None)
+    raise ValueError(
+        f"the {role} model {getattr(lm, 'name', type(lm).__name__)!r} gave non-finite logits (NaN or inf) at "
+        f"position {pos} (its next-token law after {pos} tokens, in the draft tree)"
+        + (f"; its dtype is {dtype}: float16 overflows, try bfloat16 or float32" if dtype is not None else ""))
+

@@ -1,0 +1,182 @@
+"""Draft trees on the models' device (``speculative_decode(tree=..., engine="torch")``) against the numpy route.
+
+Independent routes:
+
+* the per-node laws of the device rules (:func:`node_rules_t`: the law of the accepted node and the
+  residual of every node with children) against the package's numpy verifiers' ``emission``, to 1e-12,
+  on random trees of every process, degenerate laws included;
+* the device sampler's (accepted node, token) against that exact law by chi-square, fixed tree;
+* the decoder: the host reads per iteration counted at the dispatcher, the predictions of a top-k tree
+  (one tree per context) equal on both routes, the engine refused before any model call where the tree
+  has no device route. Losslessness of the decoded tokens for both routes is tested in
+  tests/test_tree_decoding.py (``test_lossless_first_two_tokens_toy``, parametrised by engine).
+
+Each chi-square test fails spuriously with probability ALPHA_FAIL = 1e-4 (3 in this file: below 3e-4 by
+the union bound); the seeds are fixed, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import otspec.decoding as D  # noqa: E402
+import otspec.tree as T  # noqa: E402
+from otspec.decoding._tree_device import (  # noqa: E402
+    TreeLayoutT,
+    end_mass_t,
+    node_rules_t,
+    residual_rows_t,
+    verify_tree_t,
+)
+from otspec.models import random_markov_model  # noqa: E402
+from otspec.testing import chi2_gof  # noqa: E402
+from tests.test_decoding_device import _HostReads, _memoryless, _Refuse, _ScalarReads  # noqa: E402
+
+torch.set_num_threads(1)
+ALPHA_FAIL = 1e-4
+RULES = {"specinfer": T.SpecInferVerifier(), "sequoia": T.SequoiaVerifier(), "target-only": T.TargetOnlyVerifier()}
+WIDE = T.TreeShape([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (0, 0, 1), (2, 0)])
+SMALL = T.TreeShape([(0,), (1,), (0, 0), (1, 0)])
+
+
+def _device_laws(rule, tree, P, Q):
+    lay = TreeLayoutT.of_tree(tree)
+    Pin, Qin = torch.from_numpy(P[lay.inner_np]), torch.from_numpy(Q[lay.inner_np])
+    acc, alive, x, level, _ = node_rules_t(rule, lay, torch.tensor(tree.tokens), Pin, Qin)
+    resid = residual_rows_t(rule, x, level, Pin, Qin, torch.arange(len(lay.inner_np)))
+    return lay, end_mass_t(lay, acc, alive).numpy(), resid.numpy()
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+@pytest.mark.parametrize("process", ["iid", "wor", "topk"])
+def test_node_laws_equal_the_numpy_emission(rule, process):
+    """The law of the accepted node and every inner node's residual (normalised) against the numpy verifier's
+    emission, to 1e-12: random trees of each process (repeated siblings under "iid" at V = 2 and 3), the
+    target equal to the draft (no residual mass: the guarded residual) and one-hot laws (greedy)."""
+    rng = np.random.default_rng(zlib.crc32(f"{rule}:{process}".encode()))
+    v = RULES[rule]
+    for it in range(40):
+        V = int(rng.integers(2, 9))
+        shape = WIDE if V >= 3 else SMALL
+        d = random_markov_model(V, rng=int(rng.integers(2**31)))
+        t = d if it % 5 == 0 else random_markov_model(V, rng=int(rng.integers(2**31)))
+        tree = T.sample_tree(shape, d, process=process, rng=int(rng.integers(2**31)))
+        P, Q = T.tree_laws(tree, d, t)
+        if it % 7 == 1:  # one-hot laws (greedy decoding), ties among children included
+            P, Q = np.eye(V)[P.argmax(1)], np.eye(V)[Q.argmax(1)]
+        lay, mass, resid = _device_laws(rule, tree, P, Q)
+        E = v.emission(tree, P, Q)
+        np.testing.assert_allclose(mass, E.sum(axis=1), rtol=0, atol=1e-12)
+        for i, node in enumerate(lay.inner_np.tolist()):
+            if E[node].sum() > 1e-9:
+                np.testing.assert_allclose(resid[i] / resid[i].sum(), E[node] / E[node].sum(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("rule,process", [("specinfer", "iid"), ("sequoia", "wor"), ("target-only", "topk")])
+def test_device_sampler_follows_the_emission_law(rule, process):
+    """(accepted node, emitted token) of verify_tree_t on one fixed tree against the numpy emission law."""
+    V = 4
+    d, t = random_markov_model(V, rng=3), random_markov_model(V, rng=4)
+    tree = T.sample_tree(WIDE, d, process=process, rng=5)
+    P, Q = T.tree_laws(tree, d, t)
+    law = RULES[rule].emission(tree, P, Q).ravel()
+    lay = TreeLayoutT.of_tree(tree)
+    toks, Pin, Qt = torch.tensor(tree.tokens), torch.from_numpy(P[lay.inner_np]), torch.from_numpy(Q)
+    Qin = Qt[torch.from_numpy(lay.inner_np)]
+    g = torch.Generator().manual_seed(6)
+    counts = np.zeros(law.shape[0], dtype=np.int64)
+    for _ in range(4000):
+        a, y, mass = verify_tree_t(rule, lay, toks, Pin, Qin, lambda v: Qt.index_select(0, v), g)
+        counts[int(a[0]) * V + int(y[0])] += 1
+    np.testing.assert_allclose(mass.numpy(), law.reshape(-1, V).sum(1), rtol=0, atol=1e-12)
+    gof = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
+    assert gof.outside_support == 0 and gof.passed, gof
+
+
+@pytest.mark.parametrize("process,verifier", [("topk", "target-only"), ("iid", "specinfer"), ("wor", "sequoia")])
+def test_device_route_reads_the_host_twice_per_iteration(process, verifier):
+    """Two host reads per iteration (the tree's tokens before the target call, the accepted node and token
+    after it), one after the loop (the logged predictions), the seed before it, and no tensor turned into a
+    number anywhere else (counted at the dispatcher); the numpy route reads far more."""
+    target, draft, _, _ = _memoryless(40, seed=1)
+    kw = dict(draft=draft, target=target, tree=WIDE, process=process, verifier=verifier, max_new_tokens=30, rng=0)
+    with _HostReads() as mode, _ScalarReads() as scalars:
+        res = D.speculative_decode([0], **kw, log_laws=False)
+    assert res.engine == "torch"
+    assert mode.reads.count("tolist") == 2 * res.iterations
+    assert len(mode.reads) == 2 * res.iterations + 2, mode.reads  # + the seed, + the log after the loop
+    assert scalars.reads == 1  # the seed
+    with _HostReads() as mode:
+        host = D.speculative_decode([0], **kw, engine="numpy")
+    assert host.engine == "numpy" and len(mode.reads) > 3 * host.iterations
+
+
+def test_topk_predictions_equal_on_both_routes():
+    """A top-k tree is one tree per context: the first iteration's exact predictions agree on both routes to
+    1e-12 (the same context and tree; only the device route's draws differ afterwards)."""
+    target, draft, _, _ = _memoryless(30, seed=2)
+    runs = {e: D.speculative_decode([3], draft=draft, target=target, tree=WIDE, process="topk", max_new_tokens=6,
+                                    rng=1, engine=e) for e in ("torch", "numpy")}
+    a, b = runs["torch"], runs["numpy"]
+    assert (a.engine, b.engine) == ("torch", "numpy")
+    for name in ("predicted_accepted", "predicted_emitted", "alpha_first", "alpha_opt_first"):
+        np.testing.assert_allclose(getattr(a, name)[0], getattr(b, name)[0], rtol=0, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(a.predicted_reached[0], b.predicted_reached[0], rtol=0, atol=1e-12)
+
+
+def test_iid_alpha_opt_first_is_alpha_k_and_optional():
+    """The optimum at the root (alpha_K, a sort) from the kept root laws in batches; skipped without log_laws."""
+    import otspec
+
+    target, draft, tq, tp = _memoryless(20, seed=4)
+    res = D.speculative_decode([0], draft=draft, target=target, tree=WIDE, process="iid", max_new_tokens=25, rng=3)
+    ctx = [0] + res.tokens.tolist()
+    starts = np.concatenate([[0], np.cumsum(res.emitted)[:-1]])
+    for i, s in enumerate(starts):
+        p, q = torch.softmax(tp[ctx[s]], -1).numpy(), torch.softmax(tq[ctx[s]], -1).numpy()
+        np.testing.assert_allclose(res.alpha_opt_first[i], otspec.alpha_k(p, q, 3), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.predicted_reached[:, 0], res.alpha_first, rtol=0, atol=0)
+    quiet = D.speculative_decode([0], draft=draft, target=target, tree=WIDE, process="iid", max_new_tokens=25, rng=3,
+                                 log_laws=False)
+    np.testing.assert_array_equal(quiet.tokens, res.tokens)
+    assert np.isnan(quiet.alpha_opt_first).all()
+
+
+class _RefuseTree(_Refuse):
+    def tree_logits(self, *a, **k):
+        raise AssertionError("a model was called")
+
+
+def test_tree_engine_bad_input_before_any_model_call():
+    target, draft, _, _ = _memoryless(8)
+    eagle = T.Eagle2Params(depth=2, top_k=2, total_tokens=4)
+    for kw, match in [({"tree": eagle, "engine": "torch"}, "`engine`='torch' runs draft trees"),
+                      ({"tree": SMALL, "process": "iid", "verifier": "traversal", "allow_lossy": True,
+                        "engine": "torch"}, "'traversal'"),
+                      ({"tree": SMALL, "process": "iid", "engine": "gpu"}, "`engine`"),
+                      ({"tree": SMALL, "process": "iid", "log_laws": 1}, "log_laws")]:
+        with pytest.raises((ValueError, TypeError), match=match):
+            D.speculative_decode([0], draft=_RefuseTree(draft), target=_RefuseTree(target), **kw)
+    res = D.speculative_decode([0], draft=draft, target=target, tree=eagle, max_new_tokens=4, rng=0)
+    assert res.engine == "numpy"  # auto: EAGLE-2's dynamic trees stay on the host route
+
+
+def test_bench_tree_rows_time_both_routes():
+    """experiments/bench_decode_overhead.py: the tree texts split outside brackets, both routes timed with the
+    target's tree call counted as a forward (a share outside the forwards in [0, 1))."""
+    from tests.experiment import load_experiment
+
+    bench = load_experiment("bench_decode_overhead")
+    assert bench._split_trees("topk:branching(2,2), iid:[[0],[1],[0,0]]:specinfer") == [
+        "topk:branching(2,2)", "iid:[[0],[1],[0,0]]:specinfer"]
+    target, draft, _, _ = _memoryless(12, seed=5)
+    res = bench.measure_trees((target, draft), ["topk:branching(2,2)"], [[1, 2, 3]], tokens=6, repeats=1)
+    assert set(res) == {"otspec topk:branching(2,2), engine=numpy", "otspec topk:branching(2,2), engine=torch"}
+    for ms, cpu_ms, it_ms, out, out_cpu in res.values():
+        assert ms > 0 and cpu_ms > 0 and it_ms >= ms and 0.0 <= out < 1.0 and out_cpu < 1.0
