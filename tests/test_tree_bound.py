@@ -408,3 +408,30 @@ def test_draw_laws_of_tensors_agree_with_numpy(p):
         assert isinstance(b, torch.Tensor) and ea == eb
         np.testing.assert_allclose(b.numpy(), a, rtol=EXACT, atol=0)
     np.testing.assert_allclose(_second_draw(torch.from_numpy(P)).numpy(), _second_draw(P), rtol=EXACT, atol=0)
+
+
+@settings(max_examples=60)
+@given(rows=st.lists(st.lists(st.sampled_from([0.0, 0.0, 0.1, 0.1, 0.2, 0.5]), min_size=6, max_size=6), min_size=1,
+                     max_size=4), keep=st.integers(0, 7), as_tensor=st.booleans())
+def test_candidates_of_a_block_are_each_rows_ranked_prefix(rows, keep, as_tensor):
+    # one partition of the whole block gives, row by row, what _ranked gives (decreasing, ties by lower id)
+    from otspec.tree._bound import _top_per_row
+    from otspec.tree._process import _ranked
+
+    low = np.array(rows)
+    xp = np
+    if as_tensor:
+        torch = pytest.importorskip("torch")
+        import array_api_compat
+
+        low, xp = torch.from_numpy(low), array_api_compat.array_namespace(torch.zeros(1))
+    r, x, dropped = _top_per_row(low, keep, xp)
+    want_r, want_x, want_drop = [], [], 0
+    for i, row in enumerate(np.array(rows)):
+        n_pos = int(np.count_nonzero(row > 0))
+        k = min(keep, n_pos)
+        want_drop += n_pos - k
+        if k:
+            want_x += _ranked(row, k).tolist()
+            want_r += [i] * k
+    assert r.tolist() == want_r and x.tolist() == want_x and dropped == want_drop
