@@ -490,7 +490,7 @@ def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl,
 
     if process != "wor":
         md = {d: col(A @ beta[d].sum(axis=1)) * Pl for d in depths}
-        return _clip1(_iid_pi(slots, j, s_all, Pl), xp), md, None, True
+        return _iid_pi(slots, j, s_all, Pl), md, None, True
     need = slots.need[j]
     support = _host(xp.sum(xp.astype(Pl > 0, xp.int64), axis=1))
     for i in np.flatnonzero(support < need).tolist():
@@ -541,7 +541,7 @@ def _iid_pi(slots: _Slots, j: int, s_all: np.ndarray, Pl):
     :math:`f = 1` at depth ``j + 1``, :math:`f(v) = 1 - \prod_{c} (1 - p(y_{i+1} \mid y_{1:i}) f(c))`,
     :math:`\pi = f(\text{root})`. Slots with the same subtree shape are evaluated once; ``1 - prod`` is summed
     as :math:`g_1 + (1 - g_1)(g_2 + (1 - g_2)(\dots))` over groups of equal children, each
-    :math:`g = 1 - (1 - a)^n` by :func:`_union` (positive terms throughout). ``s_all[i]``: the draft's
+    :math:`g = 1 - (1 - a)^n` by :func:`_union` (positive terms throughout), capped at 1. ``s_all[i]``: the draft's
     probabilities along prefix ``i``. Numpy: blocks of :data:`_CHUNK_ENTRIES` that stay in cache; a tensor:
     the whole array at once."""
     xp = _xp(Pl)
@@ -568,9 +568,9 @@ def _iid_pi(slots: _Slots, j: int, s_all: np.ndarray, Pl):
                     g[k] = xp.zeros_like(t) if acc is None else acc
                 f = g
             if xp is np:
-                out[c0:c0 + rows, v0:v0 + cols] = f[root]
+                np.minimum(f[root], 1.0, out=out[c0:c0 + rows, v0:v0 + cols])
             else:
-                out = f[root]
+                out = _clip1(f[root], xp)
     return out
 
 
