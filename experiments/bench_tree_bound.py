@@ -8,6 +8,9 @@ expanded prefixes (64 per model call), for the i.i.d. and the without-replacemen
 * "bound, laws given": the bound's own arithmetic, the draft and target laws of the expanded prefixes
   read from memory (a ``next_dist`` model over the laws that the decoding models gave, each law checked
   as a distribution on reading, as every ``next_dist`` model is);
+* "laws as tensors": the same arithmetic on the same laws held as float64 tensors on ``--device`` (the
+  torch route of the bound's frontier expansion, which the decoding models take when their logits are on
+  an accelerator);
 * "bound with its model calls": the same bound from the two decoding models (the real pair: target
   SmolLM2-135M, draft 24 of its 30 layers), each frontier of up to 64 prefixes scored in one tree-attention
   call per model.
@@ -50,6 +53,25 @@ class _Recorded:
 
     def next_dist(self, prefix):
         return self.laws[tuple(prefix)]
+
+
+def _np(X):
+    """Laws as a numpy array (a tensor's copied to the host)."""
+    return X if isinstance(X, np.ndarray) else X.detach().cpu().numpy()
+
+
+class _TensorLaws:
+    """``laws(paths) -> (P, Q)`` as float64 tensors on ``device``: the recorded laws of a frontier stacked there."""
+
+    def __init__(self, rec: dict, device):
+        self.laws = {s: (torch.as_tensor(p, device=device), torch.as_tensor(q, device=device))
+                     for s, (p, q) in rec.items()}
+        self.calls = 0
+
+    def __call__(self, paths):
+        self.calls += 1
+        rows = [self.laws[tuple(s)] for s in paths]
+        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
 
 
 def main(argv=None):
@@ -99,7 +121,7 @@ def main(argv=None):
 
         def recording(self, paths, rec=rec, orig=orig):
             P, Q = orig(self, paths)
-            for s, p, q in zip(paths, P, Q):
+            for s, p, q in zip(paths, _np(P), _np(Q)):
                 rec[tuple(s)] = (p, q)
             return P, Q
 
@@ -116,17 +138,28 @@ def main(argv=None):
         def given(process=process, md=md, mt=mt):
             bound(shape, md, mt, process=process, budget=args.budget, batch=args.batch)
 
+        tensor_laws = _TensorLaws(rec, device)
+
+        def given_tensors(process=process, laws=tensor_laws):
+            # the torch route: the same laws as float64 tensors on the device, one stacked block per frontier
+            laws.calls = 0
+            B._sampled(B._Slots(shape), process, laws, args.budget, args.batch)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+
         def with_calls(process=process):
             bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
 
         before = _load()
-        t_fwd, t_given, t_calls = timeit_many([forward, given, with_calls], repeat=args.repeat, min_time=0.0)
+        t_fwd, t_given, t_tens, t_calls = timeit_many([forward, given, given_tensors, with_calls],
+                                                      repeat=args.repeat, min_time=0.0)
         after = _load()
-        rows.append((process, t_fwd * 1e3, t_given * 1e3, t_given / t_fwd, t_calls * 1e3, t_calls / t_fwd,
-                     res.n_calls, res.n_expanded, res.value, res.remainder, res.pi_exact, f"{before} / {after}"))
-    head = ("process", "forward ms", "bound, laws given ms", "given / forward", "bound with its calls ms",
-            "with calls / forward", "calls per model", "expanded", "bound", "remainder", "pi exact",
-            "load average before / after")
+        rows.append((process, t_fwd * 1e3, t_given * 1e3, t_given / t_fwd, t_tens * 1e3, t_tens / t_fwd,
+                     t_calls * 1e3, t_calls / t_fwd, res.n_calls, res.n_expanded, res.value, res.remainder,
+                     res.pi_exact, f"{before} / {after}"))
+    head = ("process", "forward ms", "bound, laws given ms", "given / forward", "laws as tensors ms",
+            "tensors / forward", "bound with its calls ms", "with calls / forward", "calls per model", "expanded",
+            "bound", "remainder", "pi exact", "load average before / after")
     print_table(f"otspec.tree.bound on branching(8,7) at V = {V}, budget {args.budget} ({name})", head, rows,
                 args.rst, target=("given / forward", TARGET))
 

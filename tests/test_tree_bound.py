@@ -345,3 +345,93 @@ def test_decoding_models_score_each_frontier_in_one_call_and_agree_with_next_dis
         bound(TreeShape.branching(2), lm_d, lm_t, process="iid")
     with pytest.raises(TypeError, match="both be models"):
         bound(TreeShape.branching(2), lm_d, md, process="iid", prefix=ctx)
+
+
+# --------------------------------------------------------------------------- the torch route: laws as tensors
+class _Laws:
+    """``laws(paths) -> (P, Q)`` from two models, as float64 numpy arrays or as torch tensors (the interface of
+    the bound's frontier expansion), counting calls."""
+
+    def __init__(self, draft, target, as_tensor):
+        self.draft, self.target, self.as_tensor, self.calls = draft, target, as_tensor, 0
+
+    def __call__(self, paths):
+        self.calls += 1
+        P = np.array([self.draft.next_dist(tuple(s)) for s in paths], dtype=np.float64)
+        Q = np.array([self.target.next_dist(tuple(s)) for s in paths], dtype=np.float64)
+        if self.as_tensor:
+            import torch
+
+            return torch.from_numpy(P), torch.from_numpy(Q)
+        return P, Q
+
+
+def _rel(a, b):
+    return abs(a - b) / max(abs(a), abs(b), 1e-300)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("V, concentration, shape", [
+    (4, 0.5, TreeShape([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])),   # small supports: enumerated
+    (200, 0.3, TreeShape.branching(4, 3, 2)),                                       # ranks >= 2 bounded
+    (300, 1.0, TreeShape([(0,), (3,), (0, 0), (0, 2), (3, 1), (0, 0, 0), (0, 2, 1)])),
+])
+@pytest.mark.parametrize("budget, batch", [(1, 1), (7, 3), (40, 16), (150, 64)])
+def test_torch_route_agrees_with_numpy(process, V, concentration, shape, budget, batch):
+    torch = pytest.importorskip("torch")
+    from otspec.tree._bound import _sampled, _Slots
+
+    draft = random_markov_model(V, rng=V + 1, concentration=concentration)
+    target = random_markov_model(V, rng=V + 2, concentration=concentration)
+    a = _sampled(_Slots(shape), process, _Laws(draft, target, False), budget, batch)
+    b = _sampled(_Slots(shape), process, _Laws(draft, target, True), budget, batch)
+    assert isinstance(torch.zeros(1), torch.Tensor)
+    assert (a.n_expanded, a.n_calls, a.complete, a.pi_exact) == (b.n_expanded, b.n_calls, b.complete, b.pi_exact)
+    assert _rel(a.value, b.value) <= EXACT and abs(a.remainder - b.remainder) <= EXACT * a.value
+    for x, y in ((a.per_depth, b.per_depth), (a.lower_per_depth, b.lower_per_depth)):
+        np.testing.assert_allclose(y, x, rtol=EXACT, atol=0)
+    # the numpy route is the public function's
+    c = bound(shape, draft, target, process=process, budget=budget, batch=batch)
+    assert c.value == a.value and c.n_expanded == a.n_expanded
+    if V == 4 and budget == 150:
+        assert a.complete and a.pi_exact                      # every prefix expanded, every draw law enumerated
+
+
+@pytest.mark.parametrize("p", [[0.4, 0.3, 0.2, 0.05, 0.05, 0.0], [0.25, 0.25, 0.25, 0.25]])
+def test_draw_laws_of_tensors_agree_with_numpy(p):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(5)
+    P = np.vstack([p, rng.dirichlet(np.full(len(p), 0.5))])
+    for limit in (None, 0):
+        a, ea = _wor_draw_laws(P, [0, 1, 2, 3], exact_limit=limit)
+        b, eb = _wor_draw_laws(torch.from_numpy(P), [0, 1, 2, 3], exact_limit=limit)
+        assert isinstance(b, torch.Tensor) and ea == eb
+        np.testing.assert_allclose(b.numpy(), a, rtol=EXACT, atol=0)
+    np.testing.assert_allclose(_second_draw(torch.from_numpy(P)).numpy(), _second_draw(P), rtol=EXACT, atol=0)
+
+
+@settings(max_examples=60)
+@given(rows=st.lists(st.lists(st.sampled_from([0.0, 0.0, 0.1, 0.1, 0.2, 0.5]), min_size=6, max_size=6), min_size=1,
+                     max_size=4), keep=st.integers(0, 7), as_tensor=st.booleans())
+def test_candidates_of_a_block_are_each_rows_ranked_prefix(rows, keep, as_tensor):
+    # one partition of the whole block gives, row by row, what _ranked gives (decreasing, ties by lower id)
+    from otspec.tree._bound import _top_per_row
+    from otspec.tree._process import _ranked
+
+    low = np.array(rows)
+    xp = np
+    if as_tensor:
+        torch = pytest.importorskip("torch")
+        import array_api_compat
+
+        low, xp = torch.from_numpy(low), array_api_compat.array_namespace(torch.zeros(1))
+    r, x, dropped = _top_per_row(low, keep, xp)
+    want_r, want_x, want_drop = [], [], 0
+    for i, row in enumerate(np.array(rows)):
+        n_pos = int(np.count_nonzero(row > 0))
+        k = min(keep, n_pos)
+        want_drop += n_pos - k
+        if k:
+            want_x += _ranked(row, k).tolist()
+            want_r += [i] * k
+    assert r.tolist() == want_r and x.tolist() == want_x and dropped == want_drop

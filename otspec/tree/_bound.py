@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._array import namespace
 from .._validation import validate_positive_int
 from ..models import validate_model_pair, validate_sequence
 from ._process import (
@@ -39,7 +40,6 @@ from ._process import (
     LawCache,
     _child_groups,
     _eagle2_tree,
-    _ranked,
     _support_error,
     _topk_tree,
     _wor_sequences,
@@ -57,8 +57,10 @@ MAX_BOUND_BATCH = 4096
 DEFAULT_BOUND_BATCH = 64
 #: Largest ``batch * V`` (entries of one frontier's law array): a few float64 temporaries of this size.
 _MAX_FRONTIER_ENTRIES = 2**26
-#: Rows of a frontier evaluated together by the i.i.d. recursion (a few (rows, V) temporaries stay in cache).
-_CHUNK_ROWS = 8
+#: Entries of a frontier's laws evaluated together by the i.i.d. recursion on the host (blocks of rows and
+#: columns: its few dozen passes then run on temporaries that stay in the CPU's cache; 3x faster at V = 49,152
+#: than blocks of 8 whole rows).
+_CHUNK_ENTRIES = 2**15
 #: Largest number of ordered draws without replacement enumerated for the exact law of the ``r``-th draw
 #: (times ``V``, per prefix); above it ranks >= 2 get the stated upper bound.
 _MAX_WOR_ENUMERATION = 2_000_000
@@ -172,8 +174,36 @@ class _Slots:
         return got
 
 
+# --------------------------------------------------------------------------- arrays: numpy on the host, torch on a device
+def _xp(X):
+    """The namespace of a law array: numpy itself for ndarrays (the CPU route), else the array-API namespace of
+    the tensor (torch on the models' device; the same algorithm)."""
+    return np if isinstance(X, np.ndarray) else namespace(X)
+
+
+def _host(X) -> np.ndarray:
+    """A small array of any library as a numpy array (candidates' values, per-row sums)."""
+    if isinstance(X, np.ndarray):
+        return X
+    import array_api_compat
+
+    return np.asarray(array_api_compat.to_device(X, "cpu"))
+
+
+def _as_laws(X, xp):
+    """float64 laws in the namespace ``xp`` (numpy arrays as given; tensors converted on their device)."""
+    if xp is np:
+        return np.asarray(X, dtype=np.float64)
+    return xp.astype(X, xp.float64, copy=False)
+
+
+def _clip1(X, xp):
+    """min(X, 1) elementwise."""
+    return np.minimum(X, 1.0) if xp is np else xp.clip(X, None, 1.0)
+
+
 # --------------------------------------------------------------------------- laws of the draws
-def _wor_draw_laws(P: np.ndarray, ranks, *, exact_limit: int | None = None):
+def _wor_draw_laws(P, ranks, *, exact_limit: int | None = None):
     r"""``(laws, exact)``: ``laws[k, i]`` = :math:`P(\text{draw } r_k = \cdot)` for draws without replacement
     from the row ``P[i]`` (each with at least ``max(ranks) + 1`` tokens of positive probability).
 
@@ -188,70 +218,151 @@ def _wor_draw_laws(P: np.ndarray, ranks, *, exact_limit: int | None = None):
 
     :math:`M_r(y)` the mass of the ``r`` most likely tokens other than ``y`` (given the earlier draws
     :math:`S \not\ni y`, the next is ``y`` with probability :math:`p_y / (1 - p(S)) \le p_y / (1 - M_r(y))`).
+    ``P`` a numpy array or a tensor (the laws come back in its namespace); :class:`_DrawLaws` streams them one
+    rank at a time.
     """
-    P = np.atleast_2d(P)
-    m, V = P.shape
-    need = max(ranks) + 1
-    out = np.empty((len(ranks), m, V))
-    limit = _MAX_WOR_ENUMERATION if exact_limit is None else exact_limit
-    support = np.count_nonzero(P > 0, axis=1)
-    small = np.array([math.perm(int(n), need) * V <= limit for n in support.tolist()], dtype=bool)
-    for i in np.flatnonzero(small).tolist():
-        out[:, i] = 0.0
-        for seq, w in _wor_sequences(P[i], need):
-            for k, r in enumerate(ranks):
-                out[k, i, seq[r]] += w
-    big = np.flatnonzero(~small)
-    exact = True
-    if big.size:
-        p = P[big]
-        P1 = _second_draw(p) if need > 1 else None
-        if need > 2:
-            rows = np.arange(p.shape[0])[:, None]
-            part = np.argpartition(-p, need - 1, axis=1)[:, :need]
-            top = np.take_along_axis(part, np.argsort(-np.take_along_axis(p, part, axis=1), axis=1, kind="stable"),
-                                     axis=1)
-            ptop = p[rows, top]                                              # (m, need), decreasing
-            rest = p.copy()
-            rest[rows, top] = 0.0
-            base = rest.sum(axis=1)                                          # mass outside the need largest
-            room = np.clip(1.0 - p - P1, 0.0, 1.0)                           # 1 - P(draw 0 = y) - P(draw 1 = y)
-        for k, r in enumerate(ranks):
-            if r == 0:
-                out[k, big] = p
-            elif r == 1:
-                out[k, big] = P1
+    P = np.atleast_2d(P) if isinstance(P, np.ndarray) else P
+    xp = _xp(P)
+    dl = _DrawLaws(P, ranks, xp, exact_limit=exact_limit)
+    laws = [dl.law(k) for k in range(len(ranks))]
+    return (np.stack(laws) if xp is np else xp.stack(laws)), dl.exact
+
+
+class _DrawLaws:
+    """The laws of the draws of the used ranks without replacement from each row of ``P`` (see
+    :func:`_wor_draw_laws`), one rank at a time (``law(k)``, an ``(m, V)`` array) or at a few entries
+    (``at(k, rows, cols)``), without holding all ranks at once."""
+
+    def __init__(self, P, ranks, xp, *, exact_limit: int | None = None):
+        self.P, self.ranks, self.xp = P, list(ranks), xp
+        self.kept: dict = {}
+        m, V = P.shape
+        need = max(ranks) + 1
+        limit = _MAX_WOR_ENUMERATION if exact_limit is None else exact_limit
+        support = _host(xp.sum(xp.astype(P > 0, xp.int64), axis=1)).tolist()
+        small = [i for i, n in enumerate(support) if math.perm(int(n), need) * V <= limit]
+        self.small = {}
+        if small:
+            rows = _host(P[xp.asarray(small, device=_device(P))] if xp is not np else P[small])
+            for i, row in zip(small, rows):
+                e = np.zeros((len(self.ranks), V))
+                for seq, w in _wor_sequences(row, need):
+                    for k, r in enumerate(self.ranks):
+                        e[k, seq[r]] += w
+                self.small[i] = e
+        self.n_big = m - len(small)
+        self.exact = self.n_big == 0 or need <= 2
+        self.P1 = _second_draw(P) if need > 1 and self.n_big else None
+        if need > 2 and self.n_big:
+            # the `need` most likely tokens of each row, by decreasing p (ties by lower id)
+            if xp is np:
+                part = np.argpartition(-P, need - 1, axis=1)[:, :need]
+                top = np.take_along_axis(part, np.argsort(-np.take_along_axis(P, part, axis=1), axis=1,
+                                                          kind="stable"), axis=1)
             else:
-                exact = False
-                tail_r = base + ptop[:, r:].sum(axis=1)                      # mass outside the r largest
-                tail_r1 = tail_r - ptop[:, r]
+                top = xp.topk(P, need, dim=1).indices
+            self.top = top
+            self.ptop = xp.take_along_axis(P, top, axis=1)                   # (m, need), decreasing
+            self.base = self._rest_mass()                                    # mass outside the need largest
+            self.room = xp.clip(1.0 - P - self.P1, 0.0, 1.0)                 # 1 - P(draw 0 = y) - P(draw 1 = y)
+
+    def _rest_mass(self):
+        """Per row, the mass outside the ``need`` most likely tokens, summed over the others (no cancellation)."""
+        xp, P = self.xp, self.P
+        rest = xp.asarray(P, copy=True)
+        rows = xp.reshape(xp.arange(P.shape[0], device=_device(P)), (-1, 1)) if xp is not np else \
+            np.arange(P.shape[0])[:, None]
+        rest[rows, self.top] = 0.0
+        return xp.sum(rest, axis=1)
+
+    def _tails(self, r):
+        """(mass outside the r largest, the same outside the r + 1 largest) per row, as (m, 1) columns."""
+        xp = self.xp
+        tail_r = self.base + xp.sum(self.ptop[:, r:], axis=1)
+        tail_r1 = tail_r - self.ptop[:, r]
+        return tail_r[:, None], tail_r1[:, None]
+
+    def law(self, k: int, v0: int = 0, v1: int | None = None):
+        """``(m, v1 - v0)``: the law of the draw of the ``k``-th used rank in every row, at the tokens
+        ``v0 <= y < v1`` (the whole vocabulary by default; numpy only for a part)."""
+        xp, P, r = self.xp, self.P, self.ranks[k]
+        V = P.shape[1]
+        v1 = V if v1 is None else v1
+        part = (v0, v1) != (0, V)
+        if not self.n_big:                                   # every row enumerated
+            out = xp.zeros_like(P[:, v0:v1])
+        elif r == 0:
+            out = P[:, v0:v1]
+        elif r == 1:
+            out = self.P1[:, v0:v1]
+        else:
+            tail_r, tail_r1 = self._tails(r)
+            top, ptop = self.top[:, :r], self.ptop[:, :r]
+            at_top = ptop / (tail_r1 + ptop)                 # the r most likely tokens: S holds the others
+            if xp is np:
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    b = p / tail_r[:, None]
-                    b[rows, top[:, :r]] = ptop[:, :r] / (tail_r1[:, None] + ptop[:, :r])
-                np.minimum(b, room, out=b)
-                out[k, big] = b
-    return out, exact
+                    b = P[:, v0:v1] / tail_r
+                    if part:
+                        rr, cc = np.nonzero((top >= v0) & (top < v1))
+                        b[rr, top[rr, cc] - v0] = at_top[rr, cc]
+                    else:
+                        b[np.arange(P.shape[0])[:, None], top] = at_top
+                np.minimum(b, self.room[:, v0:v1], out=b)
+            else:
+                b = P / tail_r
+                b[xp.reshape(xp.arange(P.shape[0], device=_device(P)), (-1, 1)), top] = at_top
+                b = xp.minimum(b, self.room)
+            out = b
+        if self.small:
+            out = xp.asarray(out, copy=True)
+            for i, e in self.small.items():
+                out[i] = xp.asarray(e[k], device=_device(P)) if xp is not np else e[k, v0:v1]
+        return out
+
+    def at(self, k: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """The law of the ``k``-th used rank at the entries ``(rows[i], cols[i])`` (numpy float64)."""
+        law = self.kept[k] if k in self.kept else self.law(k)
+        return _host(_gather(law, rows, cols, self.xp))
 
 
-def _second_draw(P: np.ndarray) -> np.ndarray:
+def _device(X):
+    import array_api_compat
+
+    return array_api_compat.device(X)
+
+
+def _gather(X, rows: np.ndarray, cols: np.ndarray, xp):
+    """``X[rows, cols]`` for host index arrays, in ``X``'s namespace."""
+    if xp is np:
+        return X[rows, cols]
+    dev = _device(X)
+    return X[xp.asarray(rows, device=dev), xp.asarray(cols, device=dev)]
+
+
+def _second_draw(P):
     r""":math:`P(\text{draw } 1 = y) = p_y \sum_{x \ne y} p_x / (1 - p_x)` for every row (at least two tokens of
     positive probability); for the most likely token :math:`1 - p_x` and the sum over :math:`x \ne y` are summed
-    from the other entries (no cancellation)."""
-    P = np.atleast_2d(P)
-    rows = np.arange(P.shape[0])
-    top = np.argmax(P, axis=1)
+    from the other entries (no cancellation). Numpy arrays or tensors (the result in their namespace)."""
+    if isinstance(P, np.ndarray):
+        P = np.atleast_2d(P)
+    xp = _xp(P)
+    m = P.shape[0]
+    rows = np.arange(m) if xp is np else xp.arange(m, device=_device(P))
+    top = xp.argmax(P, axis=1)
     rest = 1.0 - P
-    others = P.copy()
+    others = xp.asarray(P, copy=True)
     others[rows, top] = 0.0
-    rest[rows, top] = others.sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(rest > 0, P / np.where(rest > 0, rest, 1.0), 0.0)
-    S = t.sum(axis=1)
+    rest[rows, top] = xp.sum(others, axis=1)
+    if xp is np:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(rest > 0, P / np.where(rest > 0, rest, 1.0), 0.0)
+    else:
+        t = xp.where(rest > 0, P / xp.where(rest > 0, rest, 1.0), 0.0)
+    S = xp.sum(t, axis=1)
     out = P * (S[:, None] - t)
-    t_others = t.copy()
-    t_others[rows, top] = 0.0
-    out[rows, top] = P[rows, top] * t_others.sum(axis=1)
-    return np.clip(out, 0.0, 1.0)
+    t[rows, top] = 0.0
+    out[rows, top] = P[rows, top] * xp.sum(t, axis=1)
+    return xp.clip(out, 0.0, 1.0)
 
 
 # --------------------------------------------------------------------------- prefixes
@@ -268,48 +379,77 @@ class _Prefix:
         self.order = -1            # position in the order of expansion
 
 
-def _expand(slots: _Slots, process: str, frontier: list, Pl: np.ndarray, Ql: np.ndarray, keep: int):
-    """Expand the prefixes of one depth ``j`` with their laws ``Pl``, ``Ql`` (rows): set their exact level and
-    caps, and return ``(candidates, pi_exact, dropped)``: the children at depths below ``D`` with min(Q, pi) > 0,
-    at most ``keep`` per prefix (the largest, ties by lower token id), as arrays (:func:`_take`), and the number
-    of such children left out."""
+def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
+    """Expand the prefixes of one depth ``j`` with their laws ``Pl``, ``Ql`` (rows; numpy arrays, or tensors on
+    the models' device): set their exact level and caps, and return ``(candidates, pi_exact, dropped)``: the
+    children at depths below ``D`` with min(Q, pi) > 0, at most ``keep`` per prefix (the largest, ties by lower
+    token id), as host arrays (:func:`_child`), and the number of such children left out.
+
+    Every step is one array operation over the whole ``(m, V)`` block (no loop over prefixes): the children's
+    :math:`\\pi` (:func:`_child_pi`), min(Q, pi) and its row sums, the caps of the lower depths and their row
+    sums, and the candidates (:func:`_top_per_row`), whose values alone come back to the host."""
+    xp = _xp(Pl)
+    dev = None if xp is np else _device(Pl)
     j = len(frontier[0].path)
     D = slots.D
-    Qc = np.array([u.Q for u in frontier])[:, None] * Ql
-    ranks, _C, beta = slots.incidence(j)
-    pi, Dr, pi_exact = _child_pi(slots, process, frontier, Pl)
+    m = len(frontier)
+    Qu = np.array([u.Q for u in frontier])
     A = np.stack([u.A for u in frontier])
-    low = np.minimum(Qc, pi)
-    caps = {}
-    for d in range(j + 2, D + 1):
-        if process == "wor":
-            md = np.einsum("mr,rmv->mv", A @ beta[d], Dr)
-        else:
-            md = (A @ beta[d].sum(axis=1))[:, None] * Pl
-        caps[d] = np.minimum(Qc, md)
-    exact = low.sum(axis=1)
-    S = {d: c.sum(axis=1) for d, c in caps.items()}
+    s_all = np.array([u.s for u in frontier]).reshape(m, j)
+    Qc = (Qu[:, None] if xp is np else xp.asarray(Qu, device=dev)[:, None]) * Ql
+    ranks = slots.ranks_below[j]
+    more = j + 1 < D
+    pi, md, draws, pi_exact = _child_pi(slots, process, A, s_all, Pl, [u.path for u in frontier],
+                                        keep_draws=more)
+    low = xp.minimum(Qc, pi)
+    caps = {d: xp.minimum(Qc, v) for d, v in md.items()}
+    exact = _host(xp.sum(low, axis=1))
+    S = {d: _host(xp.sum(c, axis=1)) for d, c in caps.items()}
     for i, u in enumerate(frontier):
         u.exact = float(exact[i])
         u.S = {d: float(S[d][i]) for d in S}
-    if j + 1 >= D:
+    if not more:
         return None, pi_exact, 0
-    dropped = 0
-    rows, xs = [], []
-    for i in range(len(frontier)):
-        n_pos = int(np.count_nonzero(low[i] > 0))
-        k = min(keep, n_pos)
-        dropped += n_pos - k
-        if k > 0:
-            top = _ranked(low[i], k)
-            rows.append(np.full(k, i))
-            xs.append(top)
-    if not rows:
+    r, x, dropped = _top_per_row(low, keep, xp)
+    if r.size == 0:
         return None, pi_exact, dropped
-    r, x = np.concatenate(rows), np.concatenate(xs)
-    cand = dict(pr=low[r, x], owner=[frontier[i] for i in r.tolist()], x=x, Q=Qc[r, x], pi=pi[r, x], p=Pl[r, x],
-                caps={d: c[r, x] for d, c in caps.items()}, dr=None if Dr is None else Dr[:, r, x])
+    cand = dict(pr=_host(_gather(low, r, x, xp)), owner=[frontier[i] for i in r.tolist()], x=x,
+                Q=_host(_gather(Qc, r, x, xp)), pi=_host(_gather(pi, r, x, xp)), p=_host(_gather(Pl, r, x, xp)),
+                caps={d: _host(_gather(c, r, x, xp)) for d, c in caps.items()},
+                dr=None if draws is None else np.stack([draws.at(k, r, x) for k in range(len(ranks))]))
     return cand, pi_exact, dropped
+
+
+def _top_per_row(low, keep: int, xp):
+    """``(rows, cols, dropped)`` (host int64): per row the at most ``keep`` largest positive entries of ``low``,
+    rows in order, each row's entries by decreasing value, ties by lower column (the order of
+    :func:`otspec.tree._process._ranked` on each row), and the number of positive entries left out.
+
+    One partition of the whole block finds each row's ``keep``-th largest value; only the entries at or above it
+    come to the host."""
+    m, V = low.shape
+    pos = low > 0
+    npos = _host(xp.sum(xp.astype(pos, xp.int64), axis=1)).astype(np.int64)
+    dropped = int(np.maximum(npos - keep, 0).sum())
+    if keep <= 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), dropped
+    if keep < V and int(npos.max()) > keep:
+        if xp is np:
+            kth = np.partition(low, V - keep, axis=1)[:, V - keep]
+        else:
+            kth = xp.topk(low, keep, dim=1).values[:, -1]
+        pos = pos & (low >= kth[:, None])
+    if xp is np:
+        rows, cols = np.nonzero(pos)
+        vals = low[rows, cols]
+    else:
+        rows, cols = (_host(v).astype(np.int64) for v in xp.nonzero(pos))
+        vals = _host(low[pos])
+    order = np.lexsort((cols, -vals, rows))
+    rows, cols = rows[order], cols[order]
+    within = np.arange(rows.size) - np.searchsorted(rows, rows, side="left")
+    ok = within < keep
+    return rows[ok].astype(np.int64), cols[ok].astype(np.int64), dropped
 
 
 def _slot_weights(slots: _Slots, process: str, u: _Prefix, p: float, draws) -> np.ndarray:
@@ -333,31 +473,60 @@ def _child(slots: _Slots, process: str, cand: dict, k: int) -> _Prefix:
                    {d: float(c[k]) for d, c in cand["caps"].items()})
 
 
-def _child_pi(slots: _Slots, process: str, frontier: list, Pl: np.ndarray):
-    """``(pi, Dr, pi_exact)``: :math:`\\pi(ux)` for every child ``x`` of each prefix ``u`` (one depth ``j``), rows
-    as ``Pl``; for ``"wor"`` also the laws of the draws, ``Dr[r, i, x]`` = P(draw of the ``r``-th used rank = x)."""
-    j = len(frontier[0].path)
-    ranks, C, _beta = slots.incidence(j)
+def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl, paths, *,
+              keep_draws: bool = False):
+    """``(pi, md, draws, pi_exact)`` for the children ``x`` of the prefixes ``paths`` of one depth ``j`` (rows as
+    ``Pl``, their slot weights the rows of ``A`` and their draft path probabilities the rows of ``s_all``):
+    :math:`\\pi(ux)`; ``md[d]``, the expected number of depth-``d`` slots below the slots holding ``ux``, for
+    ``d >= j + 2``; without replacement the laws of the draws (:class:`_DrawLaws`, kept with ``keep_draws``)."""
+    xp = _xp(Pl)
+    dev = None if xp is np else _device(Pl)
+    j = s_all.shape[1]
+    ranks, C, beta = slots.incidence(j)
+    depths = range(j + 2, slots.D + 1)
+
+    def col(v):
+        return v[:, None] if xp is np else xp.asarray(v, device=dev)[:, None]
+
     if process != "wor":
-        return np.minimum(_iid_pi(slots, j, frontier, Pl), 1.0), None, True
+        md = {d: col(A @ beta[d].sum(axis=1)) * Pl for d in depths}
+        return _iid_pi(slots, j, s_all, Pl), md, None, True
     need = slots.need[j]
-    support = np.count_nonzero(Pl > 0, axis=1)
+    support = _host(xp.sum(xp.astype(Pl > 0, xp.int64), axis=1))
     for i in np.flatnonzero(support < need).tolist():
-        raise _support_error("wor", need, frontier[i].path, Pl[i])
-    Dr, pi_exact = _wor_draw_laws(Pl, ranks)                # (R, m, V)
-    A = np.stack([u.A for u in frontier])                   # (m, n_j)
-    W = A @ C                                               # (m, R)
-    pi = W[:, 0, None] * Dr[0]
-    for r in range(1, len(ranks)):
-        pi += W[:, r, None] * Dr[r]
-    return np.minimum(pi, 1.0), Dr, pi_exact
+        raise _support_error("wor", need, paths[i], _host(Pl[i]))
+    draws = _DrawLaws(Pl, ranks, xp)
+    W = A @ C                                                # (m, R)
+    coef = {d: A @ beta[d] for d in depths}                  # depth-d slots below each child of each rank
+    V = Pl.shape[1]
+    # one rank's law at a time (never all ranks held), on the host in blocks of columns that stay in cache
+    step = V if (xp is not np or keep_draws) else max(1, min(V, _CHUNK_ENTRIES // max(1, Pl.shape[0])))
+    pi = xp.empty_like(Pl) if step < V else None
+    md = {d: xp.empty_like(Pl) for d in depths} if step < V else {}
+    for v0 in range(0, V, step):
+        v1 = min(V, v0 + step)
+        pib, mdb = None, {}
+        for k in range(len(ranks)):
+            law = draws.law(k, v0, v1) if step < V else draws.law(k)
+            if keep_draws:
+                draws.kept[k] = law
+            pib = col(W[:, k]) * law if pib is None else pib + col(W[:, k]) * law
+            for d, c in coef.items():
+                mdb[d] = col(c[:, k]) * law if d not in mdb else mdb[d] + col(c[:, k]) * law
+        if step == V:
+            pi, md = pib, mdb
+        else:
+            pi[:, v0:v1] = pib
+            for d in depths:
+                md[d][:, v0:v1] = mdb[d]
+    return _clip1(pi, xp), md, (draws if keep_draws else None), draws.exact
 
 
-def _union(a: np.ndarray, n: int) -> np.ndarray:
+def _union(a, n: int):
     """:math:`1 - (1 - a)^n = a \\sum_{i < n} (1 - a)^i` by Horner's rule: positive terms only, so accurate for
     tiny ``a`` too (no cancellation in ``1 - (1 - a)^n``)."""
     if n == 1:
-        return a.copy()
+        return a * 1.0
     r = 1.0 - a
     h = 1.0 + r
     for _ in range(n - 2):
@@ -367,29 +536,41 @@ def _union(a: np.ndarray, n: int) -> np.ndarray:
     return h
 
 
-def _iid_pi(slots: _Slots, j: int, frontier: list, Pl: np.ndarray) -> np.ndarray:
+def _iid_pi(slots: _Slots, j: int, s_all: np.ndarray, Pl):
     r""":math:`\pi(ux)` for every child ``x`` of each prefix ``u`` of depth ``j``, i.i.d. children:
     :math:`f = 1` at depth ``j + 1``, :math:`f(v) = 1 - \prod_{c} (1 - p(y_{i+1} \mid y_{1:i}) f(c))`,
     :math:`\pi = f(\text{root})`. Slots with the same subtree shape are evaluated once; ``1 - prod`` is summed
     as :math:`g_1 + (1 - g_1)(g_2 + (1 - g_2)(\dots))` over groups of equal children, each
-    :math:`g = 1 - (1 - a)^n` by :func:`_union` (positive terms throughout); rows in chunks that stay in cache."""
+    :math:`g = 1 - (1 - a)^n` by :func:`_union` (positive terms throughout), capped at 1. ``s_all[i]``: the draft's
+    probabilities along prefix ``i``. Numpy: blocks of :data:`_CHUNK_ENTRIES` that stay in cache; a tensor:
+    the whole array at once."""
+    xp = _xp(Pl)
     levels, root = slots.iid_classes(j)
-    out = np.empty_like(Pl)
-    s_all = np.array([u.s for u in frontier]).reshape(len(frontier), j)
-    for c0 in range(0, Pl.shape[0], _CHUNK_ROWS):
-        t = Pl[c0:c0 + _CHUNK_ROWS]
-        f = {k: _union(t, k[1]) if k[1] else np.zeros_like(t) for k in levels[0]}
-        for lev, lvl in enumerate(levels[1:], start=1):
-            s = s_all[c0:c0 + _CHUNK_ROWS, j - lev][:, None]     # slots at depth j - lev; children hold y_{j-lev+1}
-            g = {}
-            for k in lvl:
-                acc = None
-                for ck, cnt in reversed(k):
-                    gk = _union(s * f[ck], cnt)
-                    acc = gk if acc is None else gk + (1.0 - gk) * acc
-                g[k] = np.zeros_like(t) if acc is None else acc
-            f = g
-        out[c0:c0 + _CHUNK_ROWS] = f[root]
+    m, V = Pl.shape
+    if xp is np:
+        out = np.empty_like(Pl)
+        cols = min(V, _CHUNK_ENTRIES)
+        rows = max(1, _CHUNK_ENTRIES // cols)
+    else:
+        out, rows, cols, s_all = None, m, V, xp.asarray(s_all, device=_device(Pl))
+    for c0 in range(0, m, rows):
+        for v0 in range(0, V, cols):
+            t = Pl[c0:c0 + rows, v0:v0 + cols]
+            f = {k: _union(t, k[1]) if k[1] else xp.zeros_like(t) for k in levels[0]}
+            for lev, lvl in enumerate(levels[1:], start=1):
+                s = s_all[c0:c0 + rows, j - lev][:, None]        # slots at depth j - lev; children hold y_{j-lev+1}
+                g = {}
+                for k in lvl:
+                    acc = None
+                    for ck, cnt in reversed(k):
+                        gk = _union(s * f[ck], cnt)
+                        acc = gk if acc is None else gk + (1.0 - gk) * acc
+                    g[k] = xp.zeros_like(t) if acc is None else acc
+                f = g
+            if xp is np:
+                np.minimum(f[root], 1.0, out=out[c0:c0 + rows, v0:v0 + cols])
+            else:
+                out = _clip1(f[root], xp)
     return out
 
 
@@ -405,11 +586,14 @@ def _root_path_probability(shape, draft, path, *, process: str, prefix=()) -> tu
     exact = True
     for j, x in enumerate(path):
         Pl, _ = laws([u.path])
-        pi, Dr, ex = _child_pi(slots, process, [u], Pl)
+        pi, _md, draws, ex = _child_pi(slots, process, u.A[None, :], np.array([u.s]).reshape(1, j), Pl, [u.path],
+                                       keep_draws=True)
         exact &= ex
         if j + 1 == len(path):
             return float(pi[0, x]), exact
-        A = _slot_weights(slots, process, u, float(Pl[0, x]), None if Dr is None else Dr[:, 0, x])
+        dr = None if draws is None else np.array([draws.at(k, np.zeros(1, np.int64), np.array([x]))[0]
+                                                  for k in range(len(slots.ranks_below[j]))])
+        A = _slot_weights(slots, process, u, float(Pl[0, x]), dr)
         u = _Prefix(u.path + (x,), 0.0, float(pi[0, x]), A, u.s + (float(Pl[0, x]),), {})
     return 1.0, exact
 
@@ -454,15 +638,32 @@ class _TreeAttentionLaws:
             state, pending = self.states[k], self.ctx[-1:]
             if state is None:
                 state, pending = lm.new_state(), self.ctx
-            laws = lm.score_tree(state, np.array(parents), np.array(tokens), pending=pending)
+            laws = _tree_laws(lm, state, np.array(parents), np.array(tokens), pending)
             lm.select(state, 0, self.ctx.shape[0] - 1)
             self.states[k] = state
-            out.append(np.asarray(laws, dtype=np.float64)[rows])
+            out.append(laws[rows] if isinstance(laws, np.ndarray) else laws[_device_index(rows, laws)])
         return out[0], out[1]
 
     def one(self, k: int):
         """The law of model ``k`` (0 draft, 1 target) after one path, as a ``path -> law`` callable."""
         return lambda path: self([tuple(path)])[k][0]
+
+
+def _tree_laws(lm, state, parents, tokens, pending):
+    """The laws at every node of a tree from a decoding model (the softmax of ``tree_logits`` in float64, as
+    ``score_tree``): a tensor on the model's device when its logits are on an accelerator (the bound's arithmetic
+    then runs there), else a numpy array."""
+    if not callable(getattr(lm, "tree_logits", None)):
+        return np.asarray(lm.score_tree(state, parents, tokens, pending=pending), dtype=np.float64)
+    import torch
+
+    laws = torch.softmax(lm.tree_logits(state, parents, tokens, pending=pending).to(torch.float64), dim=-1)
+    return laws.numpy() if laws.device.type == "cpu" else laws
+
+
+def _device_index(rows, X):
+    """``rows`` (host ints) as an index array on ``X``'s device."""
+    return namespace(X).asarray(rows, device=_device(X))
 
 
 def _is_decoding_model(m) -> bool:
@@ -584,6 +785,12 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     likely other tokens: an upper bound on :math:`\pi` keeps the value an
     upper bound, and ``pi_exact`` says which was used.
 
+    Each frontier is expanded as whole ``(prefixes, V)`` arrays (no loop over
+    prefixes): numpy on the host, in cache-sized blocks; with decoding
+    models whose logits are on an accelerator the laws stay there as float64
+    tensors and the same arithmetic runs on the device, only the candidates'
+    values coming back (the two routes agree to 1e-12).
+
     See Also
     --------
     otspec.tree.optimum : :math:`\mathrm{OPT}_1` and :math:`\mathrm{OPT}_c`, exact LPs at small vocabularies.
@@ -646,14 +853,16 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> Tree
     dropped = 0
     frontier = [root]
     while True:
-        # expand the frontier: one batched call per model, rows grouped by depth for the recursions
+        # expand the frontier: one batched call per model, its rows grouped by depth (contiguous blocks) for the
+        # recursions; the laws as numpy arrays or as tensors on the models' device (kept there)
+        frontier.sort(key=lambda u: len(u.path))           # stable: the order of expansion within a depth
         Pl, Ql = laws([u.path for u in frontier])
+        xp = _xp(Pl)
+        Pl, Ql = _as_laws(Pl, xp), _as_laws(Ql, xp)
         left = budget - len(expanded)
-        by_depth: dict = {}
-        for i, u in enumerate(frontier):
-            by_depth.setdefault(len(u.path), []).append(i)
-        for _j, idx in sorted(by_depth.items()):
-            cand, ex, drop = _expand(slots, process, [frontier[i] for i in idx], Pl[idx], Ql[idx], left)
+        starts = [0] + [i for i in range(1, len(frontier)) if len(frontier[i].path) != len(frontier[i - 1].path)]
+        for a, b in zip(starts, starts[1:] + [len(frontier)]):
+            cand, ex, drop = _expand(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
             pi_exact &= ex
             dropped += drop
             if cand is not None:
