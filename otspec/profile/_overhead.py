@@ -218,22 +218,23 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
     the summary makes no prediction (a) for it.
     """
     seed = int(settings.seed)
-    configs = []
     V = int(target.vocab_size)
-    for c in [("plain", 1, 1)] + overhead_configs(settings):  # one untimed decode each: warm-up, and the ones the
-        if c[0] in UNTIMED_ABOVE and V > UNTIMED_ABOVE[c[0]][0]:  # decoder refuses at this vocabulary left out
-            continue
-        try:
-            _decode_once(draft, target, prompt, settings, *c, seed, iterations=1)
-        except ValueError:
-            continue
-        configs.append(c)
+    configs = [c for c in [("plain", 1, 1)] + overhead_configs(settings)  # a family of UNTIMED_ABOVE above its
+               if not (c[0] in UNTIMED_ABOVE and V > UNTIMED_ABOVE[c[0]][0])]  # vocabulary size left out
+    refused = set()
     for rep in range(OVERHEAD_REPEATS):
         shift = rep % len(configs)
         for name, k, L in configs[shift:] + configs[:shift]:
-            # the decoder warm first (its caches and the allocator's free blocks its own, as in a server
-            # running one scheme), then timed
-            _decode_once(draft, target, prompt, settings, name, k, L, seed + rep, iterations=1)
+            if (name, k, L) in refused:
+                continue
+            # an untimed one-iteration decode of the same configuration first: the decoder warm (its caches and
+            # the allocator's free blocks its own, as in a server running one scheme); the configurations the
+            # decoder refuses at this vocabulary (a ValueError) found and left out
+            try:
+                _decode_once(draft, target, prompt, settings, name, k, L, seed + rep, iterations=1)
+            except ValueError:
+                refused.add((name, k, L))
+                continue
             step, fwd, iters, res_s, res_n = _decode_once(draft, target, prompt, settings, name, k, L, seed + rep)
             if res_n:
                 rows.add(-1, "cost", f"residual:{name}", k, [res_s / res_n], m=L, j0=rep + 1)
