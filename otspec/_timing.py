@@ -148,8 +148,10 @@ class Stopwatch:
     """Seconds of synchronised sections, accumulated: ``with sw: work()`` adds the section's seconds.
 
     The device is synchronised when a section starts (work queued before it is not charged to it) and when
-    it stops (the section's own kernels are). ``seconds`` is the sum, ``count`` the number of sections and
-    ``laps`` every section's seconds.
+    it stops (the section's own kernels are). ``seconds`` is the sum, ``count`` the number of sections,
+    ``laps`` every section's seconds and ``starts`` the clock (:func:`now`) at each section's start, after
+    the synchronisation (the seconds from one section's start to the next's are the first section and every
+    piece of work after it, timed or not).
 
     Examples
     --------
@@ -165,11 +167,13 @@ class Stopwatch:
         self.seconds = 0.0
         self.count = 0
         self.laps: list[float] = []
+        self.starts: list[float] = []
         self._t0 = None
 
     def __enter__(self) -> Stopwatch:
         synchronize(self.device)
         self._t0 = now()
+        self.starts.append(self._t0)
         return self
 
     def __exit__(self, *exc) -> None:

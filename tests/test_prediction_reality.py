@@ -7,10 +7,23 @@ the profile's timings and the check decodes read the process's CPU seconds (:fun
 :func:`time.process_time`: on an idle core with one torch thread they are the wall seconds) so that a burst of
 someone else's load does not land on one side of a ratio only. The 15 % criterion is the one a serving engineer
 would apply; the medians and the side-by-side decodes are how it is measured robustly, not a looser bound.
+
+Each check runs in a fresh process whose C allocator keeps the memory it frees (glibc's
+``MALLOC_MMAP_THRESHOLD_`` and ``MALLOC_TRIM_THRESHOLD_``, :data:`KEEP_FREED`). By default glibc hands freed
+blocks back to the kernel as the heap's history dictates (its mmap threshold rises with the largest block freed
+so far, and the heap's top is trimmed whenever enough of it is free), and every law over ``V = 128,256`` tokens
+allocated afterwards is faulted in page by page: on the random pair 0.9 to 3.8 million minor page faults per
+run, in numbers that differ between processes and between the profile's phase and the check's phase of one
+process, so that plain decoding's step moved from 5.1 to 6.7 ms and the tree's from 37 to 50 ms with the same
+code, pair and prompts. Told to keep freed memory, as a long-running server's heap does once it has grown to
+its working set, the prediction and the decodes meet the same machine (a few hundred page faults per run).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -27,6 +40,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Largest relative error of prediction (a) against the measured speed-up.
 TOLERANCE = 0.15
+#: The environment of the checks' processes: glibc keeps the memory it frees (no page faults from handing it back
+#: and faulting it in again; ignored by other C libraries).
+KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(32 * 2**20), "MALLOC_TRIM_THRESHOLD_": str(2**40)}
 
 
 def _check(draft, target, prompts, settings, *, rounds: int, tokens: int):
@@ -68,8 +84,7 @@ def _assert_within(rows):
     assert not bad, f"measured speed-ups off prediction (a) by more than {TOLERANCE:.0%}: {bad} (all: {rows})"
 
 
-@pytest.fixture(scope="module")
-def random_pair_checks():
+def _random_pair():
     # a 4-layer Llama of hidden size 64 at V = 128,256 (its draft: the embedding, the first layer and the head):
     # forwards of a few ms, where the decoder's own work outside them matters most
     sys.path.insert(0, str(ROOT / "experiments"))
@@ -81,9 +96,34 @@ def random_pair_checks():
     draft, target = HFCausalLM(d, name="draft"), HFCausalLM(t, name="target")
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, 128_256, size=6).tolist() for _ in range(3)]
-    settings = dict(k_max=2, L_max=3, max_new_tokens=8, families=["token", "kseq", "block-onestep"],
-                    verifiers=["token"], trees=["topk:branching(2,2)"])
-    return _check(draft, target, prompts, settings, rounds=4, tokens=32)
+    return draft, target, prompts, 4
+
+
+def _smollm2_pair():
+    from otspec.decoding import smollm2_pair
+
+    tok, target, draft = smollm2_pair(device="cpu", threads=1)
+    texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
+    return draft, target, [tok(x)["input_ids"] for x in texts], 3
+
+
+PAIRS = {"random": _random_pair, "smollm2": _smollm2_pair}
+SETTINGS = dict(k_max=2, L_max=3, max_new_tokens=8, families=["token", "kseq", "block-onestep"],
+                verifiers=["token"], trees=["topk:branching(2,2)"])
+
+
+def _rows(pair: str) -> list:
+    """The four schemes' ``(scheme, predicted (a), measured)`` on ``pair``, checked in a fresh process with
+    :data:`KEEP_FREED` (this file run as a script)."""
+    env = {**os.environ, **KEEP_FREED, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    got = subprocess.run([sys.executable, __file__, pair], env=env, capture_output=True, text=True, check=False)
+    assert got.returncode == 0, got.stderr[-4000:]
+    return [(tuple(sc) if isinstance(sc, list) else sc, p, m) for sc, p, m in json.loads(got.stdout.splitlines()[-1])]
+
+
+@pytest.fixture(scope="module")
+def random_pair_checks():
+    return _rows("random")
 
 
 @pytest.mark.slow
@@ -93,24 +133,28 @@ def test_random_llama_pair_at_a_real_vocabulary_chains(random_pair_checks):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="the 6-node top-k tree's measured speed-up was +23 % off prediction (a) "
-                   "under load and -21 % to +6 % on an idle CPU, though its whole step is predicted within 1 %: the "
-                   "plain-decoding reference and the tree decoder's page faults are suspected, not fixed "
-                   "(docs/perf/gpu_check.rst, 'The tree's miss measured again, split up')")
 def test_random_llama_pair_at_a_real_vocabulary_tree(random_pair_checks):
     _assert_within(random_pair_checks[3:])
 
 
 @pytest.mark.slow
 def test_smollm2_pair():
-    from otspec.decoding import smollm2_pair
+    _assert_within(_rows("smollm2"))
 
-    tok, target, draft = smollm2_pair(device="cpu", threads=1)
-    texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,"]
-    prompts = [tok(x)["input_ids"] for x in texts]
-    settings = dict(k_max=2, L_max=3, max_new_tokens=8, families=["token", "kseq", "block-onestep"],
-                    verifiers=["token"], trees=["topk:branching(2,2)"])
-    _assert_within(_check(draft, target, prompts, settings, rounds=3, tokens=32))
+
+def test_steady_step_leaves_out_setting_up_and_the_last_iteration():
+    # target calls starting at 1.0, 1.5, 2.0, 2.5 s (the first, the prefill, 0.3 s long; the others 0.1 s), set up
+    # from 0 s and finished at 9 s: the step is the span from the first start to the last, 1.5 s for 3 iterations,
+    # less the prefill's excess over a typical call (0.2 s) and a residual call's 0.1 s -- the old whole-call step
+    # charged the setting up and the last iteration's bookkeeping (9 s) to the iterations
+    from otspec.profile._overhead import _steady
+
+    starts, laps = [1.0, 1.5, 2.0, 2.5], [0.3, 0.1, 0.1, 0.1]
+    step, n = _steady(starts, laps, range(4), extra=0.1)
+    assert n == 3 and abs(step - 1.2) < 1e-12
+    assert _steady(starts, laps, [2, 3]) == (0.5, 1)
+    step, n = _steady(starts, laps, [0])
+    assert n == 0 and step != step  # one iteration: no span, NaN
 
 
 def test_check_decodes_on_a_toy_pair():
@@ -128,3 +172,9 @@ def test_check_decodes_on_a_toy_pair():
         assert 0 <= g.outside_share <= 1 and 0 <= g.plain_outside_share <= 1 and g.tokens_per_call >= 1
     with pytest.raises(ValueError, match="`rounds` must be an integer >= 1, got 0"):
         check_decodes(d, t, [[0]], [("kseq", 2, 2)], s, rounds=0)
+
+
+if __name__ == "__main__":  # one pair's check, its rows as JSON on the last line (run by _rows)
+    draft, target, prompts, rounds = PAIRS[sys.argv[1]]()
+    rows = _check(draft, target, prompts, SETTINGS, rounds=rounds, tokens=32)
+    print(json.dumps([(list(sc) if isinstance(sc, tuple) else sc, p, m) for sc, p, m in rows]))

@@ -74,6 +74,7 @@ def test_queued_work_is_charged_to_the_call_that_queued_it():
     with sw:
         dev.launch(0.02)
     assert sw.laps[-1] >= 0.02 and sw.count == 2
+    assert len(sw.starts) == 2 and sw.starts[1] - sw.starts[0] >= sw.laps[0]  # each section's start, in order
 
 
 def test_timing_statistics():

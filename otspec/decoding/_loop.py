@@ -854,6 +854,7 @@ class _Decoder:
         self.log_laws = log_laws
         self.dev_log: list = []  # per iteration, on the device: the acceptance of each depth
         self.first_laws: list = []  # (p_1, q_1) on the device, K > 1 with log_laws, until the next flush
+        self._P = None  # the device route's draft laws (K, L, V), reused from iteration to iteration
         self.alpha_opt: list = []  # alpha_K of the flushed first laws, on the device
         self.t = _Track(target, sampling)
         self.d = _Track(draft, sampling)
@@ -961,7 +962,7 @@ class _Decoder:
         ids = torch.tensor([pending], dtype=torch.long, device=d.lm.device)
         P1 = probs(d.logits_ids(ids)[:, -1], check=False)  # (1, V)
         V = P1.shape[-1]
-        P = torch.empty((K, L, V), dtype=torch.float64, device=P1.device)
+        P = self._draft_laws(K, L, V, P1.device)
         X = torch.empty((K, L), dtype=torch.long, device=P1.device)
         P[:, 0] = P1
         X[:, 0] = draw_rows(P1, gd).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd)
@@ -997,6 +998,15 @@ class _Decoder:
         reached[:tau] = 1.0
         self._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(L, math.nan))
         return out
+
+    def _draft_laws(self, K: int, L: int, V: int, device):
+        """The block ``(K, L, V)`` of float64 draft laws, allocated once per decode and overwritten every iteration
+        (every law of an iteration is read before the next one's are written: a fresh block of ``8 K L V``
+        bytes each iteration cost the allocator's page faults, 1,000 of them per iteration at ``V = 128,256``)."""
+        P = self._P
+        if P is None or P.shape != (K, L, V) or P.device != torch.device(device):
+            P = self._P = torch.empty((K, L, V), dtype=torch.float64, device=device)
+        return P
 
     def _refuse_bad_logits(self, ctx, flags, xs):
         """ValueError naming the model and the position of the first law made from non-finite logits."""

@@ -7,11 +7,15 @@ r"""A profile's predicted speed-ups checked against real decoding on the same pa
 
 the per-token seconds of :func:`otspec.decoding.autoregressive_decode` over those of
 :func:`otspec.decoding.speculative_decode` with scheme ``s`` on prompt ``i`` in round ``r`` (each whole
-call, synchronised: :class:`otspec._timing.Stopwatch`), every contender on the same prompt one after the
-other in a rotated order (so that a pair shares the machine's load), the median over rounds and prompts.
-Round 0 is a warm-up, run with every model call timed (:class:`otspec.profile._overhead.TimedLM`) for the
-share of the decoder's time outside its forward passes; the counted rounds run the models bare.
-"""
+call, synchronised: :class:`otspec._timing.Stopwatch`; :math:`n` every token the iterations made, those
+of the last iteration beyond ``max_new_tokens`` included, so that the ratio is one of rates, as the
+profile predicts it), every contender on the same prompt one after the other in a rotated order (so that
+a pair shares the machine's load), each timed decode right after a short untimed decode of the same
+contender (its caches and the allocator's free blocks its own, as in a server that runs one scheme; the
+profile times its steps the same way: :mod:`otspec.profile._overhead`), the median over rounds and
+prompts. Round 0 is a warm-up, run with every model call timed
+(:class:`otspec.profile._overhead.TimedLM`) for the share of the decoder's time outside its forward
+passes; the counted rounds run the models bare."""
 
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ class DecodeCheck:
     rounds : tuple of float
         Every (round, prompt)'s speed-up.
     seconds_per_token, plain_seconds_per_token : float
-        Medians over rounds.
+        Medians over rounds (per token made, see above).
     tokens_per_call : float
         Tokens emitted per target call, over every counted round.
     outside_share : float
@@ -106,6 +110,7 @@ def check_decodes(draft, target, prompts, schemes, settings, *, rounds: int = 3,
             w0 += _decode(td, tt, p, settings, c, max_new_tokens, seed + i)[0]
         fwd = (td.seconds - d0) + (tt.seconds - t0)
         share[c] = max(w0 - fwd, 0.0) / w0 if w0 > 0 else float("nan")
+    warm = max(1, max_new_tokens // 4)
     per_token = {c: [] for c in contenders}
     emitted = {c: 0 for c in contenders}
     calls = {c: 0 for c in contenders}
@@ -113,10 +118,13 @@ def check_decodes(draft, target, prompts, schemes, settings, *, rounds: int = 3,
         for i, p in enumerate(prompts):  # every contender on one prompt, side by side: a pair shares the load
             shift = (r + i) % len(contenders)
             for c in contenders[shift:] + contenders[:shift]:
+                # a short untimed decode of the same contender first: the caches and the allocator's free
+                # blocks its own, as in a server that runs one scheme (not the previous contender's)
+                _decode(draft, target, p, settings, c, warm, seed + 1000 * r + i)
                 w, got, cl, em = _decode(draft, target, p, settings, c, max_new_tokens, seed + 1000 * r + i)
                 calls[c] += cl
                 emitted[c] += em
-                per_token[c].append(w / max(got, 1))
+                per_token[c].append(w / max(em, 1))  # every token the iterations made: a rate, as predicted
     plain = np.array(per_token["plain"])
     out = {}
     for c in schemes:

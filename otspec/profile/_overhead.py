@@ -12,17 +12,25 @@ records per iteration
 
 .. math::
 
-    s(f, k, L) = \frac{W - F_{\text{residual}}}{I}, \qquad
+    s(f, k, L) = \frac{(T_{I} - T_{1}) - e - F_{\text{residual}}}{I - 1}, \qquad
     r(f) = \frac{F_{\text{residual}}}{\#\text{residual calls}},
 
-with :math:`W` the seconds of the whole call (setting up included, as a
-caller of the decoder pays them; the prompt's prefill counted as a typical
-call), :math:`I` its iterations and :math:`F_{\text{residual}}` the seconds
-of the target calls after the first of an iteration (the residual calls of
-Sun et al.'s block verification, arXiv:2403.10444 v1, Algorithm 2), and the
-seconds of its model calls apart (the share outside them). Plain decoding's
-seconds per token are measured the same way on
-:func:`otspec.decoding.autoregressive_decode`. The summary takes the
+in the decoder's steady state: :math:`T_i` the clock at the start of the
+target's first call of iteration :math:`i` (:attr:`otspec._timing.Stopwatch.starts`),
+so that the span holds iterations :math:`1, \dots, I - 1` whole and no
+setting up, no draft prefill and no last iteration's bookkeeping;
+:math:`e` the first call's excess over a typical call (the prompt's
+prefill); :math:`F_{\text{residual}}` the seconds of the target calls after
+the first of an iteration inside the span (the residual calls of Sun et
+al.'s block verification, arXiv:2403.10444 v1, Algorithm 2); the seconds of
+the model calls inside the span apart (the share outside them). Plain
+decoding's seconds per token are measured the same way on
+:func:`otspec.decoding.autoregressive_decode` (every call an iteration).
+Each timed decode follows an untimed one-iteration decode of the same
+configuration, so that the caches and the allocator's free blocks are the
+decoder's own, as in a server that runs one scheme, not the previous
+configuration's (a 12-token plain decode measured 20 % dearer right after a
+chain's decode than after a plain one). The summary takes the
 decoder's work beyond the calibrated forward passes,
 :math:`o(f, k, L) = s(f, k, L) - t(k, L)`, so that prediction (a) at a timed
 configuration is the measured time of a whole step, as engines rank their
@@ -47,7 +55,8 @@ from ..decoding._loop import autoregressive_decode, speculative_decode
 __all__ = ["TimedLM", "decode_args", "overhead_configs", "overhead_rows", "OVERHEAD_REPEATS", "OVERHEAD_ITERATIONS",
            "OVERHEAD_MAX_K", "UNTIMED_ABOVE"]
 
-#: Timed decodes of every configuration (the summary keeps the median), after one untimed warm-up decode per run.
+#: Timed decodes of every configuration (the summary keeps the median), each after an untimed one-iteration decode
+#: of the same configuration.
 OVERHEAD_REPEATS = 3
 #: Largest ``k`` decoded (the fit extends to the larger ``k`` of the run): at a real vocabulary some verifiers'
 #: decoders need memory that grows fast with ``k`` (the optimal verifier at ``V = 49,152`` and ``k = 4`` held
@@ -146,41 +155,53 @@ def decode_args(settings, scheme) -> dict:
     return {**out, "verifier": name, "k": k, "L": L, "verifier_options": s.options(name) or None}
 
 
-def _prefill_excess(laps: list) -> float:
-    """Seconds by which a model's first call of a decode (the prompt's prefill) exceeds its typical call."""
-    return laps[0] - float(np.median(laps[1:])) if len(laps) > 1 else 0.0
+def _steady(starts: list, laps: list, firsts, extra: float = 0.0) -> tuple[float, int]:
+    """Seconds and count of the iterations from the start of the first of ``firsts`` to the start of the last
+    (indices into a timed model's ``starts`` and ``laps``: the first call of each iteration), less the first
+    call's excess over the typical call (the prompt's prefill) and ``extra`` seconds (timed work inside the
+    span that is not the step's: residual calls); ``(nan, 0)`` with fewer than two iterations."""
+    firsts = list(firsts)
+    n = len(firsts) - 1
+    if n < 1:
+        return float("nan"), 0
+    typical = float(np.median([laps[i] for i in firsts[1:]]))
+    excess = laps[firsts[0]] - typical
+    return starts[firsts[-1]] - starts[firsts[0]] - excess - extra, n
 
 
 def _decode_once(draft, target, prompt, settings, name, k, L, seed, iterations: int = OVERHEAD_ITERATIONS):
-    """One timed decode: ``(step, forward, iterations, residual seconds, residual calls)``, the seconds of the
-    whole call and of its model calls less the prompt's prefill (each model's first call counted as a typical
-    one) and less the residual calls."""
+    """One timed decode: ``(step, forward, iterations, residual seconds, residual calls)``, the step in the decode's
+    steady state: from the start of its first target call to the start of its last (the iterations between
+    them: no setting up, no draft prefill, no last iteration's bookkeeping), the first call's excess over a
+    typical call (the prompt's prefill) taken out, and the residual calls left out; ``forward`` the seconds of
+    the model calls inside that span (the same excess out)."""
     d, t = TimedLM(draft), TimedLM(target)
     s = settings
-    whole = Stopwatch(target.device)
     if name == "plain":
-        with whole:
-            res = autoregressive_decode(t, prompt, max_new_tokens=iterations * (s.L_max + 1),
-                                        temperature=s.temperature, top_k=s.top_k, top_p=s.top_p,
-                                        top_p_rule=s.top_p_rule, rng=seed)
-        excess = _prefill_excess(t.laps)
-        return whole.seconds - excess, t.seconds - excess, int(res.target_calls), 0.0, 0
+        autoregressive_decode(t, prompt, max_new_tokens=iterations * (s.L_max + 1) + 1, temperature=s.temperature,
+                              top_k=s.top_k, top_p=s.top_p, top_p_rule=s.top_p_rule, rng=seed)
+        step, n = _steady(t.watch.starts, t.laps, range(len(t.laps)))
+        fwd = sum(t.laps[:-1]) - (t.laps[0] - float(np.median(t.laps[1:]))) if n else float("nan")
+        return step, fwd, n, 0.0, 0
     plan = getattr(s, "tree_plan", None)
     tree = plan is not None and name in {n for f in plan.families for n in f.names()}
     how = decode_args(s, name if tree else (name, k, L))
-    with whole:
-        res = speculative_decode(prompt, draft=d, target=t, rng=seed, max_new_tokens=iterations * (L + 1),
-                                 **how)
+    res = speculative_decode(prompt, draft=d, target=t, rng=seed, max_new_tokens=iterations * (L + 1), **how)
     calls = np.asarray(res.target_calls, dtype=np.int64)
-    res_s, res_n, scoring = 0.0, 0, t.laps
-    if int(calls.sum()) == len(t.laps):  # the target's calls in order: the scoring call first in each iteration
-        at = np.concatenate([[0], np.cumsum(calls)[:-1]])
-        extra = [t.laps[i] for a, c in zip(at, calls) for i in range(a + 1, a + c)]
-        scoring = [t.laps[a] for a in at]
-        res_s, res_n = float(sum(extra)), len(extra)
-    excess = _prefill_excess(d.laps) + _prefill_excess(scoring)
-    return (whole.seconds - excess - res_s, d.seconds + t.seconds - excess - res_s, res.iterations, res_s,
-            res_n)
+    if int(calls.sum()) != len(t.laps):  # pragma: no cover - every decoder's target calls are counted
+        raise RuntimeError("the decoder's target calls do not match the timed ones")
+    at = np.concatenate([[0], np.cumsum(calls)[:-1]]).astype(int)  # each iteration's first (scoring) call
+    extra = [[t.laps[i] for i in range(a + 1, a + c)] for a, c in zip(at, calls)]  # residual calls
+    res_n = sum(len(e) for e in extra)  # every residual call timed, in the span or not
+    res_s = float(sum(sum(e) for e in extra))
+    step, n = _steady(t.watch.starts, t.laps, at, extra=float(sum(sum(e) for e in extra[:-1])))
+    if not n:
+        return float("nan"), float("nan"), 0, res_s, res_n
+    lo, hi = t.watch.starts[at[0]], t.watch.starts[at[-1]]
+    inside = [lap for st, lap in zip(d.watch.starts, d.laps) if lo <= st < hi]
+    inside += [t.laps[a] for a in at[:-1]]
+    fwd = float(sum(inside)) - (t.laps[at[0]] - float(np.median([t.laps[a] for a in at[1:]])))
+    return step, fwd, n, res_s, res_n
 
 
 def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
@@ -197,22 +218,27 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
     the summary makes no prediction (a) for it.
     """
     seed = int(settings.seed)
-    configs = []
     V = int(target.vocab_size)
-    for c in [("plain", 1, 1)] + overhead_configs(settings):  # one untimed decode each: warm-up, and the ones the
-        if c[0] in UNTIMED_ABOVE and V > UNTIMED_ABOVE[c[0]][0]:  # decoder refuses at this vocabulary left out
-            continue
-        try:
-            _decode_once(draft, target, prompt, settings, *c, seed, iterations=1)
-        except ValueError:
-            continue
-        configs.append(c)
+    configs = [c for c in [("plain", 1, 1)] + overhead_configs(settings)  # a family of UNTIMED_ABOVE above its
+               if not (c[0] in UNTIMED_ABOVE and V > UNTIMED_ABOVE[c[0]][0])]  # vocabulary size left out
+    refused = set()
     for rep in range(OVERHEAD_REPEATS):
         shift = rep % len(configs)
         for name, k, L in configs[shift:] + configs[:shift]:
+            if (name, k, L) in refused:
+                continue
+            # an untimed one-iteration decode of the same configuration first: the decoder warm (its caches and
+            # the allocator's free blocks its own, as in a server running one scheme); the configurations the
+            # decoder refuses at this vocabulary (a ValueError) found and left out
+            try:
+                _decode_once(draft, target, prompt, settings, name, k, L, seed + rep, iterations=1)
+            except ValueError:
+                refused.add((name, k, L))
+                continue
             step, fwd, iters, res_s, res_n = _decode_once(draft, target, prompt, settings, name, k, L, seed + rep)
-            iters = max(int(iters), 1)
-            rows.add(-1, "cost", f"step:{name}", k, [step / iters], m=L, j0=rep + 1)
-            rows.add(-1, "cost", f"forward:{name}", k, [fwd / iters], m=L, j0=rep + 1)
             if res_n:
                 rows.add(-1, "cost", f"residual:{name}", k, [res_s / res_n], m=L, j0=rep + 1)
+            if not iters:  # a decode of one iteration (an end-of-sequence token): no step timed
+                continue
+            rows.add(-1, "cost", f"step:{name}", k, [step / iters], m=L, j0=rep + 1)
+            rows.add(-1, "cost", f"forward:{name}", k, [fwd / iters], m=L, j0=rep + 1)
