@@ -59,7 +59,7 @@ import numpy as np
 from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
-from ..tree._process import _eagle2_tree, _ranked, _topk_tree, draw_children
+from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
 
@@ -572,7 +572,11 @@ class _ShapeJob:
         kids = self.kids.get(v)
         return max(int(self.shape.ranks[c]) for c in kids) + 1 if kids and self.process == "topk" else 0
 
-    def _support(self, need: int, v, p) -> None:
+    def _support(self, need: int, v, p, top=None) -> None:
+        """Refuse node ``v`` when its law has fewer than ``need`` tokens of positive probability; ``top``: its
+        ``need`` most likely tokens, when ranked already (then the check reads the last of them, not the whole law)."""
+        if top is not None and not isinstance(p, RankedLaw) and p[top[-1]] > 0:
+            return
         have = p.positive() if isinstance(p, RankedLaw) else int(np.count_nonzero(p > 0))
         if have < need:
             raise ValueError(f"tree family {self.label!r} needs {need} distinct children at node {v} (rank path "
@@ -588,8 +592,8 @@ class _ShapeJob:
             return
         ranks = [int(self.shape.ranks[c]) for c in kids]
         if self.process == "topk":
-            self._support(max(ranks) + 1, v, p)
             order = p.top(max(ranks) + 1) if isinstance(p, RankedLaw) else _ranked(p, max(ranks) + 1)
+            self._support(max(ranks) + 1, v, p, order)
             self.tokens[kids] = order[ranks]
         elif self.process == "iid":
             self.tokens[kids] = sample_rows(np.broadcast_to(p, (len(kids), p.shape[0])), self.rng)
@@ -598,14 +602,9 @@ class _ShapeJob:
             self.tokens[kids] = draw_children(np.asarray(p, dtype=np.float64), ranks, "wor", self.rng)
 
     def tree(self) -> DraftTree:
-        out = DraftTree(self.shape, self.shape.parents, self.tokens)
-        if self.process == "topk" and not any(isinstance(p, RankedLaw) for p in self.p.values()):
-            # the package's own construction, on the same laws (dense host laws: the CPU route)
-            laws = {path: self.p[v] for v, path in enumerate(out.paths()) if v in self.p}
-            ref = _topk_tree(self.shape, laws.__getitem__)
-            if not np.array_equal(ref.tokens, out.tokens):  # pragma: no cover - the two rankings are one function
-                raise RuntimeError(f"tree family {self.label!r}: the level-wise top-k tree differs from otspec.tree's")
-        return out
+        """The drawn tree (a top-k tree is :func:`otspec.tree.sample_tree`'s on the same laws: tested, not rebuilt
+        here at every position)."""
+        return DraftTree(self.shape, self.shape.parents, self.tokens)
 
 
 class _Eagle2Job:
@@ -633,21 +632,18 @@ class _Eagle2Job:
 
     def _propose(self, par: int, base: float, path: tuple, p) -> None:
         k = self.params.top_k
-        have = p.positive() if isinstance(p, RankedLaw) else int(np.count_nonzero(p > 0))
-        if have < k:
+        ranked = isinstance(p, RankedLaw)  # ranked on the laws' device
+        top = p.top(k) if ranked else _ranked(p, k)
+        at = p.vals[:k] if ranked else p[top]
+        if not (top.shape[0] == k and at[-1] > 0):  # the k-th most likely token has mass: enough tokens
+            have = p.positive() if ranked else int(np.count_nonzero(p > 0))
             raise ValueError(f"tree family {self.label!r} needs top_k = {k} tokens of positive draft probability at "
                              f"the node {path}, got {have}")
         self.laws[path] = p
-        if isinstance(p, RankedLaw):  # ranked on the laws' device
-            top = p.top(k)
-            with np.errstate(divide="ignore"):
-                logp = dict(zip(top.tolist(), np.log(p.vals[:k]).tolist()))
-        else:
-            top = _ranked(p, k)
-            with np.errstate(divide="ignore"):
-                logp = np.log(p)
-        for t in top:
-            self.scores.append(base + float(logp[int(t)]))
+        with np.errstate(divide="ignore"):
+            logp = np.log(at).tolist()
+        for t, lp in zip(top.tolist(), logp):
+            self.scores.append(base + lp)
             self.parent.append(par)
             self.toks.append(int(t))
             self.paths.append(path + (int(t),))
@@ -668,23 +664,16 @@ class _Eagle2Job:
             level = range(start, len(self.scores))
             self.frontier = sorted(level, key=lambda j: (-self.scores[j], j))[: self.params.top_k]
 
-    def _selected(self) -> DraftTree:
+    def tree(self) -> DraftTree:
         """The tree of the ``n`` best proposals made (EAGLE-2's reranking, as :func:`otspec.tree._process._eagle2_tree`
-        selects), from the expansion's own record: the route of laws ranked on their device."""
+        selects), from the expansion's own record, on either route (the laws ranked on their device or on the
+        host): the expansion is that function's, level by level, so the tree is (tested against
+        :func:`otspec.tree.value`) without ranking every law a second time."""
         sc = self.scores
         kept = sorted(sorted(range(len(sc)), key=lambda j: (-sc[j], j))[: self.params.n])
         node_of = {j: i + 1 for i, j in enumerate(kept)}
         parents = [-1] + [node_of[self.parent[j]] if self.parent[j] >= 0 else 0 for j in kept]
         return DraftTree(None, parents, [-1] + [self.toks[j] for j in kept])
-
-    def tree(self) -> DraftTree:
-        if any(isinstance(p, RankedLaw) for p in self.laws.values()):
-            return self._selected()
-        try:
-            return _eagle2_tree(self.params, self.laws.__getitem__)
-        except KeyError as exc:  # pragma: no cover - the level-wise frontier is otspec.tree's
-            raise RuntimeError(f"tree family {self.label!r}: EAGLE-2's tree asked for the law at {exc}, "
-                               "which the level-wise expansion did not compute") from None
 
 
 @dataclass
