@@ -283,3 +283,32 @@ def test_prompts_walked_together_share_one_pass_of_the_batched_quantities(tmp_pa
     assert {c: v for c, v in a.items() if c != "value"} == {c: v for c, v in b.items() if c != "value"}
     assert {"multiround", "block", "block-onestep", "optimal"} <= set(a["name"])
     np.testing.assert_allclose(b["value"], a["value"], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_host_route_trees_are_otspec_trees_construction(seed):
+    # the host route ranks each node once as it expands (no second construction at every position): its top-k
+    # universe and EAGLE-2 trees are otspec.tree.sample_tree's on the same laws, with many exact ties (integer
+    # logits: ties go to the lower id), and an EAGLE-2 node with too few tokens of mass is refused by name
+    from otspec.models import MarkovModel
+    from otspec.tree import sample_tree
+
+    V = 6
+    draft, target = toy_pair(V, seed=seed)
+    draft.fn.table = np.round(draft.fn.table)  # exact ties in every row
+    e = np.exp(draft.fn.table - draft.fn.table.max(axis=-1, keepdims=True))
+    Md = MarkovModel(e / e.sum(axis=-1, keepdims=True))
+    plan = resolve_trees(["topk:branching(2,2)", "eagle2:3,2,5", "eagle2:2,3,6"], "branching(3,2,2)")
+    s = Sampling(1.0, None, None, "ties")
+    for ctxs in ([[1, 3, 0], [2, 2, 5]], [[4], [5]]):
+        for ctx, got in zip(ctxs, _trees_at(draft, target, ctxs, plan, s, on_device=False)):
+            want = sample_tree(plan.universe, Md, process="topk", prefix=tuple(ctx))
+            assert got["universe"].tree.tokens.tolist() == want.tokens.tolist()
+            for f in plan.eagle2:
+                want = sample_tree(f.shape, Md, process="eagle2", prefix=tuple(ctx))
+                assert got[f.label].tree.parents.tolist() == want.parents.tolist()
+                assert got[f.label].tree.tokens.tolist() == want.tokens.tolist()
+    draft.fn.table[:, 2:] = -np.inf  # two tokens of mass at every node (the draft's own law too), EAGLE-2 asks 3
+    with pytest.raises(ValueError, match=r"'eagle2:2,3,6' needs top_k = 3 tokens of positive draft probability at "
+                                         r"the node \(\), got 2"):
+        _trees_at(draft, target, [[1, 3, 0]], resolve_trees(["eagle2:2,3,6"]), s, on_device=False)
