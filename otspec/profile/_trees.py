@@ -56,12 +56,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._array import namespace
 from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
+from ._quantities import to_host
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
@@ -1080,15 +1082,45 @@ def tree_cost_shapes(plan: TreePlan) -> dict:
 
 
 # --------------------------------------------------------------------------- emission along the text
-def text_ranks(p_text: np.ndarray, y_text: np.ndarray) -> np.ndarray:
+def _text_ids(laws, y_text):
+    """The text ``y`` as an int64 ``(T, 1)`` array of the laws' namespace, on their device."""
+    import array_api_compat
+
+    xp = namespace(laws)
+    y = np.asarray(y_text, dtype=np.int64).reshape(-1, 1)
+    return xp, (y if xp is np or isinstance(laws, np.ndarray) else
+                xp.asarray(y, dtype=xp.int64, device=array_api_compat.device(laws)))
+
+
+def text_probs(laws, y_text) -> np.ndarray:
+    """``laws[t, y_t]`` for every text position, gathered in the laws' namespace (on their device): ``(T,)`` float64
+    in host memory."""
+    if isinstance(laws, np.ndarray) or not hasattr(laws, "shape"):
+        laws = np.asarray(laws, dtype=np.float64)
+    xp, y = _text_ids(laws, y_text)
+    return to_host(xp.take_along_axis(laws, y, axis=-1)[:, 0])
+
+
+def text_ranks(p_text, y_text) -> np.ndarray:
     """Rank of each text token under the draft's law at the text's own context (decreasing ``p``, ties by lower
-    id, as the ``"topk"`` process orders children); ``-1`` where ``p(y_t) = 0`` (never a drafted child)."""
-    P = np.asarray(p_text, dtype=np.float64)
-    y = np.asarray(y_text, dtype=np.int64)
-    py = P[np.arange(y.shape[0]), y]
-    ties = (P == py[:, None]) & (np.arange(P.shape[1])[None, :] < y[:, None])
-    rank = (P > py[:, None]).sum(axis=1) + ties.sum(axis=1)
-    return np.where(py > 0, rank, -1).astype(np.int64)
+    id, as the ``"topk"`` process orders children); ``-1`` where ``p(y_t) = 0`` (never a drafted child).
+
+    Counted in the laws' namespace, on their device (numpy or a torch tensor): only the ``(T,)`` ranks reach the
+    host."""
+    if isinstance(p_text, np.ndarray) or not hasattr(p_text, "shape"):
+        p_text = np.asarray(p_text, dtype=np.float64)
+    xp, y = _text_ids(p_text, y_text)
+    py = xp.take_along_axis(p_text, y, axis=-1)
+    ids = xp.reshape(xp.arange(p_text.shape[1], dtype=xp.int64, device=_device_of(p_text)), (1, -1))
+    rank = xp.sum(xp.astype(p_text > py, xp.int64), axis=1) + xp.sum(xp.astype((p_text == py) & (ids < y), xp.int64),
+                                                                     axis=1)
+    return np.where(to_host(py[:, 0]) > 0, to_host(rank), -1).astype(np.int64)
+
+
+def _device_of(x):
+    import array_api_compat
+
+    return array_api_compat.device(x)
 
 
 def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
@@ -1131,10 +1163,9 @@ def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
     >>> topk_emission_along(TreeShape.chains(1, 1), p, q, np.array([0, 1, 0])).tolist()
     [[0.0, 0.25], [0.5, 0.0], [0.0, 0.0]]
     """
-    Q = np.asarray(q_text, dtype=np.float64)
     y = np.asarray(y_text, dtype=np.int64)
     T, D = y.shape[0], int(shape.max_depth)
-    qy = Q[np.arange(T), y]
+    qy = text_probs(q_text, y)
     rank = text_ranks(p_text, y).tolist()
     members = set(shape.paths)
     E = np.zeros((T, D + 1))
@@ -1164,6 +1195,49 @@ def _iid_levels(q: np.ndarray, p: np.ndarray, m: int, buf: np.ndarray) -> list:
             S_new = node._level(node.t + S)  # 0 where the level is kept: q_i = p, every draw is accepted
             alive = alive * S_new / S if S_new > 0.0 else 0.0  # 1 - sum_y min(p, q_i) = S(t_i + S_i) / S_i
     return out
+
+
+def iid_levels_along(p_text, q_text, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""The levels of recursive rejection over i.i.d. draws at every text position: ``(t, S, alive)``, each
+    ``(T, m + 1)`` float64 in host memory.
+
+    .. math::
+
+        t_0 = 0,\ S_0 = 1,\ a_0 = 1, \qquad t_{i+1} = t_i + S_i,\quad
+        S_{i+1} = \sum_x \big(q_t(x) - t_{i+1}\, p_t(x)\big)_+,\quad a_{i+1} = a_i\, S_{i+1} / S_i,
+
+    the level kept (and :math:`a_{i+1} = 0`) where :math:`S_{i+1} = 0` (:func:`_iid_levels` at one position).
+    Numpy laws position by position (:class:`otspec.tree._verifiers._NodeScan`'s passes over the shrinking set of
+    tokens above the level); other arrays (torch tensors, on any device) in one batched pass over the ``(T, V)``
+    laws per level, where they are: only the ``(T, m + 1)`` levels reach the host.
+    """
+    if isinstance(p_text, np.ndarray) or not hasattr(p_text, "shape"):
+        P, Q = np.asarray(p_text, dtype=np.float64), np.asarray(q_text, dtype=np.float64)
+        T = P.shape[0]
+        out = np.zeros((3, T, m + 1))
+        buf = np.empty(P.shape[1])
+        for r in range(T):
+            out[:, r] = np.array(_iid_levels(Q[r], P[r], m, buf)).T
+        return out[0], out[1], out[2]
+    xp = namespace(p_text, q_text)
+    P, Q = p_text, q_text
+    T = int(P.shape[0])
+    dev = _device_of(P)
+    t = xp.zeros((T,), dtype=xp.float64, device=dev)
+    S = xp.ones((T,), dtype=xp.float64, device=dev)
+    alive = xp.ones((T,), dtype=xp.float64, device=dev)
+    ts, Ss, alives = [t], [S], [alive]
+    for _ in range(m):
+        t_new = t + S
+        S_new = xp.sum(xp.maximum(Q - xp.reshape(t_new, (-1, 1)) * P, 0.0), axis=-1)
+        moved = (alive > 0.0) & (S_new > 0.0)  # else the level is kept: every later draw accepted, or none alive
+        alive = xp.where(moved, alive * S_new / S, 0.0)
+        t, S = xp.where(moved, t_new, t), xp.where(moved, S_new, S)
+        ts.append(t)
+        Ss.append(S)
+        alives.append(alive)
+    both = to_host(xp.stack([xp.stack(ts, axis=1), xp.stack(Ss, axis=1), xp.stack(alives, axis=1)], axis=0))
+    return both[0], both[1], both[2]
 
 
 def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
@@ -1206,24 +1280,23 @@ def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
     >>> iid_emission_along(TreeShape.chains(1, 1), p, q, np.array([0, 1, 0])).round(4).tolist()
     [[0.0, 0.25], [0.1, 0.2], [0.0, 0.0]]
     """
-    P = np.asarray(p_text, dtype=np.float64)
-    Q = np.asarray(q_text, dtype=np.float64)
     y = np.asarray(y_text, dtype=np.int64)
     T, D = y.shape[0], int(shape.max_depth)
     kids: dict = {}
     for c in range(1, shape.n + 1):
         kids.setdefault(int(shape.parents[c]), []).append(c)
-    widest = [max((len(kids.get(v, ())) for v in range(shape.n + 1) if shape.depth[v] == d), default=0)
-              for d in range(D + 1)]
-    buf = np.empty(P.shape[1])
+    widest = max(len(ch) for ch in kids.values()) if kids else 0
+    # the levels of a text position do not depend on the node: computed once per position, in the laws' namespace
+    lt, lS, la = iid_levels_along(p_text, q_text, widest)
+    lt, lS, la = lt.tolist(), lS.tolist(), la.tolist()
+    PY, QY = text_probs(p_text, y).tolist(), text_probs(q_text, y).tolist()
     E = np.zeros((T, D + 1))
     for s in range(T):
         live = {0: 1.0}
         for d in range(min(D + 1, T - s)):
             t_ = s + d
-            tok, q, p = int(y[t_]), Q[t_], P[t_]
-            qy, py = float(q[tok]), float(p[tok])
-            levels = _iid_levels(q, p, widest[d], buf) if widest[d] else [(0.0, 1.0, 1.0)]
+            qy, py = QY[t_], PY[t_]
+            levels = list(zip(lt[t_], lS[t_], la[t_]))
             nxt: dict = {}
             total = 0.0
             for a, w in live.items():
