@@ -474,7 +474,10 @@ def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks
     multi-round and the optimal verifier compute their step laws :math:`W_m`,
     ``m = 1..max(ks)``, once (each ``W_m`` depends on ``m`` alone, not on the
     number of drafts it is part of) and chain them for every ``(k, L)``. The
-    values equal :func:`emission_probs_along`'s bit for bit.
+    values equal :func:`emission_probs_along`'s bit for bit. The laws may be
+    torch tensors (on an accelerator): the token-only schemes gather the text
+    tokens' probabilities where the laws are (only ``(..., T)`` values reach
+    the host), the others read a host copy.
 
     Returns
     -------
