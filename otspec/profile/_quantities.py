@@ -496,9 +496,8 @@ def _excess_sums(W, P, Q, L: int, xp, both: bool):
                 np.multiply(Q[r, t], W[r, t], out=d)
                 np.subtract(d, P[r, t], out=d)
                 pos[r, t - 1] = np.maximum(d, 0.0, out=part).sum()
-                if both:
-                    np.negative(d, out=d)
-                    neg[r, t - 1] = np.maximum(d, 0.0, out=part).sum()
+                if both:  # the sum of min(d, 0), negated: the same sum as of max(-d, 0), one pass fewer
+                    neg[r, t - 1] = -np.minimum(d, 0.0, out=part).sum()
         return pos, neg
     d = W[:, 1:L, None] * Q[:, 1:L] - P[:, 1:L]
     return xp.sum(xp.maximum(d, 0.0), axis=-1), (xp.sum(xp.maximum(-d, 0.0), axis=-1) if both else None)
