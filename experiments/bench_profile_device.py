@@ -11,6 +11,7 @@ give the same rows (to 1e-12 relative).
 
     python experiments/bench_profile_device.py                 # CPU only: numpy vs torch-CPU
     python experiments/bench_profile_device.py --device cuda   # adds the GPU column
+    python experiments/bench_profile_device.py --text 32       # the renewal tables' text quantities instead
 
 Ratios are printed; the load average is recorded (a loaded CPU slows the host columns).
 """
@@ -88,12 +89,54 @@ def run(device: str | None, n: int, repeat: int) -> None:
         print(f"{name:<22}{1e3 * t:>14.2f}{t / times['numpy (host)']:>10.3f}{diff:>15.1e}{flag}")
 
 
+def text_run(device: str | None, T: int, repeat: int, V: int = 128_256) -> None:
+    """The renewal tables' text quantities of one prompt (``T`` text positions at vocabulary ``V``): the ranks of the
+    text tokens and the emission tables of a static top-k tree and of an i.i.d. tree with SpecInfer's rule
+    (``branching(4,2)``), numpy on the host against torch tensors (CPU, and ``--device``), the same values."""
+    import torch
+
+    from otspec._timing import timed
+    from otspec.profile._trees import iid_emission_along, text_ranks, topk_emission_along
+    from otspec.tree import TreeShape
+
+    (_, P, Q), = trees(1, V, 1, T)  # one block of T draft laws and T + 1 target laws: a text's laws
+    P, Q = P[0], Q[0, :T]
+    y = np.array([int(np.random.default_rng(t).choice(V, p=Q[t])) for t in range(T)])
+    shape = TreeShape.branching(4, 2)
+    routes = {"numpy (host)": lambda a: a, "torch CPU": torch.from_numpy}
+    if device and device != "cpu":
+        routes[f"torch {device}"] = lambda a: torch.from_numpy(a).to(device)
+    dev = device if device and device != "cpu" else None
+    times, values = {}, {}
+    for name, conv in routes.items():
+        Pd, Qd = conv(P), conv(Q)
+
+        def once(Pd=Pd, Qd=Qd):
+            return (text_ranks(Pd, y), topk_emission_along(shape, Pd, Qd, y), iid_emission_along(shape, Pd, Qd, y))
+
+        once()
+        times[name] = min(timed(once, device=dev, warmup=0, repeats=repeat).samples)
+        values[name] = np.concatenate([np.ravel(v).astype(np.float64) for v in once()])
+    ref = values["numpy (host)"]
+    print(f"renewal text quantities, V = {V}, T = {T} text positions, branching(4,2); load average {os.getloadavg()}")
+    print(f"{'route':<22}{'ms / prompt':>14}{'vs numpy':>10}{'max rel. diff':>15}")
+    for name, t in times.items():
+        diff = float(np.max(np.abs(values[name] - ref) / np.maximum(np.abs(ref), 1e-300)))
+        flag = "" if diff <= 1e-12 else "  MISS (values differ)"
+        print(f"{name:<22}{1e3 * t:>14.2f}{t / times['numpy (host)']:>10.3f}{diff:>15.1e}{flag}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default=None, help="a torch device for the third column (e.g. cuda)")
     ap.add_argument("--positions", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--text", type=int, default=0, metavar="T",
+                    help="instead: the renewal tables' text quantities of one prompt of T positions at V = 128,256")
     args = ap.parse_args(argv)
+    if args.text:
+        text_run(args.device, args.text, args.repeat)
+        return
     run(args.device, args.positions, args.repeat)
 
 

@@ -400,3 +400,12 @@ def test_renewal_tables_on_the_device_move_no_whole_law_and_equal_the_host_route
     assert {"token", "block-onestep"} <= e_names and len(e_names) >= 4  # the schemes' and the trees' tables
     np.testing.assert_allclose(b["value"], a["value"], rtol=1e-12, atol=0)
     assert calls and moved and not [m for m in moved if m and m[-1] == V]  # (T,) values only, no law
+
+
+def test_bench_profile_device_text_routes_agree(capsys):
+    # the benchmark's renewal text measurement on a small vocabulary: both routes timed, the same values
+    from tests.experiment import load_experiment
+
+    load_experiment("bench_profile_device").text_run(None, 4, 1, V=60)
+    out = capsys.readouterr().out
+    assert "torch CPU" in out and "MISS" not in out
