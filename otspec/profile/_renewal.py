@@ -47,7 +47,7 @@ from .._validation import as_rng, validate_positive_int
 from ..multidraft._batched import batched_kseq_rho_star
 from ..multidraft._priority_keys import PriorityKeyVerifier
 from ..spectr._common import resolve_verifier
-from ._quantities import to_host
+from ._quantities import text_probs, to_host
 
 __all__ = [
     "RENEWAL_SCHEMES",
@@ -158,18 +158,6 @@ def _tokens(y, shape: tuple[int, ...], V: int, name: str) -> np.ndarray:
 def _at(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
     """``X[..., t, Y[..., t]]``: the law of every row at the text's own token."""
     return np.take_along_axis(X, Y[..., None], axis=-1)[..., 0]
-
-
-def _at_rows(X, Y: np.ndarray) -> np.ndarray:
-    """:func:`_at` of laws of any array namespace (a torch tensor on its device): the gather where the laws are,
-    the ``(..., T)`` values in host memory."""
-    if isinstance(X, np.ndarray):
-        return _at(X, Y)
-    import array_api_compat
-
-    xp = array_api_compat.array_namespace(X)
-    y = xp.asarray(np.asarray(Y, dtype=np.int64)[..., None], device=array_api_compat.device(X))
-    return to_host(xp.take_along_axis(X, y, axis=-1)[..., 0])
 
 
 def _poly_mul_linear(poly: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> np.ndarray:
@@ -504,7 +492,7 @@ def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks
         _scheme(scheme, k, "closed")
     if not (isinstance(P, np.ndarray) and isinstance(Q, np.ndarray)) and scheme not in ("token", "block-onestep"):
         P, Q = to_host(P), to_host(Q)  # the other schemes' step laws read every token: on the host
-    py, qy = _at_rows(P, Y), _at_rows(Q, Y)  # where the laws are: only (..., T) values reach the host
+    py, qy = text_probs(P, Y), text_probs(Q, Y)  # where the laws are: only (..., T) values reach the host
     if scheme == "block-onestep":
         return {(k, L): _onestep(py, qy, L) for k in ks for L in Ls}
     k_max = max(ks)

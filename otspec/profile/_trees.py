@@ -63,7 +63,7 @@ from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_
 from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
-from ._quantities import to_host
+from ._quantities import text_probs, to_host, tokens_like
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
@@ -1082,34 +1082,15 @@ def tree_cost_shapes(plan: TreePlan) -> dict:
 
 
 # --------------------------------------------------------------------------- emission along the text
-def _text_ids(laws, y_text):
-    """The text ``y`` as an int64 ``(T, 1)`` array of the laws' namespace, on their device."""
-    import array_api_compat
-
-    xp = namespace(laws)
-    y = np.asarray(y_text, dtype=np.int64).reshape(-1, 1)
-    return xp, (y if xp is np or isinstance(laws, np.ndarray) else
-                xp.asarray(y, dtype=xp.int64, device=array_api_compat.device(laws)))
-
-
-def text_probs(laws, y_text) -> np.ndarray:
-    """``laws[t, y_t]`` for every text position, gathered in the laws' namespace (on their device): ``(T,)`` float64
-    in host memory."""
-    if isinstance(laws, np.ndarray) or not hasattr(laws, "shape"):
-        laws = np.asarray(laws, dtype=np.float64)
-    xp, y = _text_ids(laws, y_text)
-    return to_host(xp.take_along_axis(laws, y, axis=-1)[:, 0])
-
-
 def text_ranks(p_text, y_text) -> np.ndarray:
     """Rank of each text token under the draft's law at the text's own context (decreasing ``p``, ties by lower
     id, as the ``"topk"`` process orders children); ``-1`` where ``p(y_t) = 0`` (never a drafted child).
 
     Counted in the laws' namespace, on their device (numpy or a torch tensor): only the ``(T,)`` ranks reach the
     host."""
-    if isinstance(p_text, np.ndarray) or not hasattr(p_text, "shape"):
+    if not hasattr(p_text, "shape"):
         p_text = np.asarray(p_text, dtype=np.float64)
-    xp, y = _text_ids(p_text, y_text)
+    xp, y = namespace(p_text), tokens_like(p_text, y_text)
     py = xp.take_along_axis(p_text, y, axis=-1)
     ids = xp.reshape(xp.arange(p_text.shape[1], dtype=xp.int64, device=_device_of(p_text)), (1, -1))
     rank = xp.sum(xp.astype(p_text > py, xp.int64), axis=1) + xp.sum(xp.astype((p_text == py) & (ids < y), xp.int64),
