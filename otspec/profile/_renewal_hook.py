@@ -67,7 +67,7 @@ def _draft_path_laws(draft, prompt, y, sampling, timer, *, keep: bool = False):
     return P
 
 
-def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None) -> None:
+def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None, device=None) -> None:
     """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``.
 
     A tree family's rows are named as its ``kind="tree"`` rows, with ``k`` its
@@ -75,7 +75,9 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     families' from the ranks along the text, SpecInfer's on i.i.d. children in closed form
     (:func:`otspec.profile._trees.iid_emission_along`), EAGLE-2's and the
     target-only rule's on sampled trees from ``trees`` (``{pos: {label: (2, n + 1) parents and tokens}}``, the
-    tree drawn at every text position, kept by the walk).
+    tree drawn at every text position, kept by the walk). With ``device`` (the walk's accelerator,
+    :func:`otspec.profile._collect.analysis_device`), the draft's path laws stay on the draft's device and the
+    text's quantities are computed there (only ``(T,)``-sized values reach the host).
 
     Each scheme's step laws are computed once for every ``k`` and ``L``
     (:func:`otspec.profile._renewal.emission_tables`); token verification and
@@ -91,9 +93,7 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
 
     # on an accelerator the draft's path laws stay there: the ranks, the text tokens' probabilities and the i.i.d.
     # levels along the text are computed where they are, and only (T,)-sized values come to the host
-    from . import _collect
-
-    dev = _collect.analysis_device(draft)
+    dev = device
     p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer, keep=dev is not None)
     T = len(y)
     log_q = np.log(q_path[np.arange(T), y])
@@ -101,7 +101,9 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     for f in static:  # the ranks need every token's draft probability: before dropping columns
         for name, route in static_along_names(f):
             if route == "iid" and dev is not None and q_dev is None:  # the levels read both laws: one move
-                q_dev = _collect._to_device(q_path, p_path.device)
+                import torch
+
+                q_dev = torch.as_tensor(q_path).to(p_path.device)
             q_at = q_path if route == "topk" or q_dev is None else q_dev
             e = (topk_emission_along if route == "topk" else iid_emission_along)(f.shape, p_path, q_at, y)
             for s in range(T):
