@@ -51,7 +51,9 @@ positions it is dominated by the per-run work.
    cheap, so the exact analysis at that vocabulary shows), ``k_max = L_max = 4``, the chain quantities alone and
    with the tree families ``topk:branching(4,2)``, ``eagle2:4,4,16``, ``topk:branching(8,4,2)``,
    ``iid:branching(4,2):specinfer``: per position the seconds outside the forward passes and their share, per run
-   its seconds by phase (``--tree-prompts`` x ``--tree-positions``).
+   its seconds by phase (``--tree-prompts`` x ``--tree-positions``). With ``--against DIR`` (an older checkout's
+   root), the same run in a fresh process for that checkout's ``otspec`` and this one's, in turn (``--rounds``): the
+   before/after ratios side by side in one run, each with its load average.
 
 6. ``--bound``: the upper bound on every lossless verifier of the sampled tree families (``bound_budget``) on the
    SmolLM2 pair (V = 49,152, 1 torch thread): for ``iid:branching(8,7):specinfer`` and
@@ -606,6 +608,19 @@ def bound_main(args) -> None:
     print(f"os.getloadavg at the end: {os.getloadavg()}")
 
 
+def llama_against(args) -> None:
+    """Measurement 5 side by side: the same ``--llama`` run in a fresh process for each checkout (``--against DIR``,
+    an older checkout's root holding ``otspec``, then this one), ``--rounds`` times in turn, the load average
+    printed by each."""
+    env = dict(os.environ)
+    for r in range(args.rounds):
+        for label, root in (("before", Path(args.against).resolve()), ("after", ROOT)):
+            print(f"--- round {r + 1}, {label}: otspec from {root}", flush=True)
+            env["PYTHONPATH"] = str(root)
+            subprocess.run([sys.executable, __file__, "--llama", "--tree-prompts", str(args.tree_prompts),
+                            "--tree-positions", str(args.tree_positions)], env=env, check=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -622,6 +637,8 @@ def main() -> None:
     ap.add_argument("--tree-memory-child", nargs=3)  # spec, prompts, positions
     ap.add_argument("--bound", action="store_true")
     ap.add_argument("--bound-budget", type=int, default=64)
+    ap.add_argument("--against", help="with --llama: an older checkout's root, measured in turn with this one")
+    ap.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args()
     if args.memory_child:
         memory_child(args.memory_child)
@@ -632,6 +649,9 @@ def main() -> None:
         return
     if args.trees:
         trees_main(args)
+        return
+    if args.llama and args.against:
+        llama_against(args)
         return
     if args.llama:
         llama_main(args)

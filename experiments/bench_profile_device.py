@@ -11,6 +11,7 @@ give the same rows (to 1e-12 relative).
 
     python experiments/bench_profile_device.py                 # CPU only: numpy vs torch-CPU
     python experiments/bench_profile_device.py --device cuda   # adds the GPU column
+    python experiments/bench_profile_device.py --text 32       # the renewal tables' text quantities instead
 
 Ratios are printed; the load average is recorded (a loaded CPU slows the host columns).
 """
@@ -45,6 +46,27 @@ def trees(n: int, V: int, k: int, L: int, seed: int = 0):
     return out
 
 
+def _routes(device: str | None):
+    """``{route name: numpy array -> that route's array}`` (numpy, torch CPU, torch on ``device``) and the device to
+    synchronise (None on the CPU)."""
+    import torch
+
+    routes = {"numpy (host)": lambda a: a, "torch CPU": torch.from_numpy}
+    if device and device != "cpu":
+        routes[f"torch {device}"] = lambda a: torch.from_numpy(a).to(device)
+    return routes, (device if device and device != "cpu" else None)
+
+
+def _table(times: dict, values: dict, unit: str) -> None:
+    """Each route's best time, its ratio to numpy's and its largest relative difference from numpy's values."""
+    ref = values["numpy (host)"]
+    print(f"{'route':<22}{unit:>14}{'vs numpy':>10}{'max rel. diff':>15}")
+    for name, t in times.items():
+        diff = float(np.max(np.abs(values[name] - ref) / np.maximum(np.abs(ref), 1e-300)))
+        flag = "" if diff <= 1e-12 else "  MISS (values differ)"
+        print(f"{name:<22}{1e3 * t:>14.2f}{t / times['numpy (host)']:>10.3f}{diff:>15.1e}{flag}")
+
+
 def run(device: str | None, n: int, repeat: int) -> None:
     import torch
 
@@ -55,13 +77,10 @@ def run(device: str | None, n: int, repeat: int) -> None:
     settings = ProfileSettings(k_max=k, L_max=L, verifiers=["token", "optimal"], families=["token", "block",
                                                                                           "block-onestep"])
     data = trees(n, V, k, L)
-    routes = {"numpy (host)": lambda a: a, "torch CPU": torch.from_numpy}
-    if device and device != "cpu":
-        routes[f"torch {device}"] = lambda a: torch.from_numpy(a).to(device)
+    routes, dev = _routes(device)
 
     from otspec._timing import timed
 
-    dev = device if device and device != "cpu" else None
     values, times = {}, {}
     for name, conv in routes.items():
         laws = [(X, conv(P), conv(Q)) for X, P, Q in data]
@@ -77,15 +96,37 @@ def run(device: str | None, n: int, repeat: int) -> None:
         # synchronised before and after each repeat (otspec._timing: one way to time device work)
         times[name] = min(timed(all_positions, device=dev, warmup=0, repeats=repeat).samples) / n
         values[name] = np.array(all_positions().cols["value"])
-    ref = values["numpy (host)"]
     print(f"load average {os.getloadavg()}; V = {V}, k_max = L_max = {k}; {n} positions x {repeat} repeats (best)")
     if device and device.startswith("cuda"):
         print(f"device: {torch.cuda.get_device_name(0)}")
-    print(f"{'route':<22}{'ms / position':>14}{'vs numpy':>10}{'max rel. diff':>15}")
-    for name, t in times.items():
-        diff = float(np.max(np.abs(values[name] - ref) / np.maximum(np.abs(ref), 1e-300)))
-        flag = "" if diff <= 1e-12 else "  MISS (rows differ)"
-        print(f"{name:<22}{1e3 * t:>14.2f}{t / times['numpy (host)']:>10.3f}{diff:>15.1e}{flag}")
+    _table(times, values, "ms / position")
+
+
+def text_run(device: str | None, T: int, repeat: int, V: int = 128_256) -> None:
+    """The renewal tables' text quantities of one prompt (``T`` text positions at vocabulary ``V``): the ranks of the
+    text tokens and the emission tables of a static top-k tree and of an i.i.d. tree with SpecInfer's rule
+    (``branching(4,2)``), numpy on the host against torch tensors (CPU, and ``--device``), the same values."""
+    from otspec._timing import timed
+    from otspec.profile._trees import iid_emission_along, text_ranks, topk_emission_along
+    from otspec.tree import TreeShape
+
+    (_, P, Q), = trees(1, V, 1, T)  # one block of T draft laws and T + 1 target laws: a text's laws
+    P, Q = P[0], Q[0, :T]
+    y = np.array([int(np.random.default_rng(t).choice(V, p=Q[t])) for t in range(T)])
+    shape = TreeShape.branching(4, 2)
+    routes, dev = _routes(device)
+    times, values = {}, {}
+    for name, conv in routes.items():
+        Pd, Qd = conv(P), conv(Q)
+
+        def once(Pd=Pd, Qd=Qd):
+            return (text_ranks(Pd, y), topk_emission_along(shape, Pd, Qd, y), iid_emission_along(shape, Pd, Qd, y))
+
+        once()
+        times[name] = min(timed(once, device=dev, warmup=0, repeats=repeat).samples)
+        values[name] = np.concatenate([np.ravel(v).astype(np.float64) for v in once()])
+    print(f"renewal text quantities, V = {V}, T = {T} text positions, branching(4,2); load average {os.getloadavg()}")
+    _table(times, values, "ms / prompt")
 
 
 def main(argv=None) -> None:
@@ -93,7 +134,12 @@ def main(argv=None) -> None:
     ap.add_argument("--device", default=None, help="a torch device for the third column (e.g. cuda)")
     ap.add_argument("--positions", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--text", type=int, default=0, metavar="T",
+                    help="instead: the renewal tables' text quantities of one prompt of T positions at V = 128,256")
     args = ap.parse_args(argv)
+    if args.text:
+        text_run(args.device, args.text, args.repeat)
+        return
     run(args.device, args.positions, args.repeat)
 
 

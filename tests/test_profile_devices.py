@@ -283,3 +283,129 @@ def test_prompts_walked_together_share_one_pass_of_the_batched_quantities(tmp_pa
     assert {c: v for c, v in a.items() if c != "value"} == {c: v for c, v in b.items() if c != "value"}
     assert {"multiround", "block", "block-onestep", "optimal"} <= set(a["name"])
     np.testing.assert_allclose(b["value"], a["value"], rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_host_route_trees_are_otspec_trees_construction(seed):
+    # the host route ranks each node once as it expands (no second construction at every position): its top-k
+    # universe and EAGLE-2 trees are otspec.tree.sample_tree's on the same laws, with many exact ties (integer
+    # logits: ties go to the lower id), and an EAGLE-2 node with too few tokens of mass is refused by name
+    from otspec.models import MarkovModel
+    from otspec.tree import sample_tree
+
+    V = 6
+    draft, target = toy_pair(V, seed=seed)
+    draft.fn.table = np.round(draft.fn.table)  # exact ties in every row
+    e = np.exp(draft.fn.table - draft.fn.table.max(axis=-1, keepdims=True))
+    Md = MarkovModel(e / e.sum(axis=-1, keepdims=True))
+    plan = resolve_trees(["topk:branching(2,2)", "eagle2:3,2,5", "eagle2:2,3,6"], "branching(3,2,2)")
+    s = Sampling(1.0, None, None, "ties")
+    for ctxs in ([[1, 3, 0], [2, 2, 5]], [[4], [5]]):
+        for ctx, got in zip(ctxs, _trees_at(draft, target, ctxs, plan, s, on_device=False)):
+            want = sample_tree(plan.universe, Md, process="topk", prefix=tuple(ctx))
+            assert got["universe"].tree.tokens.tolist() == want.tokens.tolist()
+            for f in plan.eagle2:
+                want = sample_tree(f.shape, Md, process="eagle2", prefix=tuple(ctx))
+                assert got[f.label].tree.parents.tolist() == want.parents.tolist()
+                assert got[f.label].tree.tokens.tolist() == want.tokens.tolist()
+    draft.fn.table[:, 2:] = -np.inf  # two tokens of mass at every node (the draft's own law too), EAGLE-2 asks 3
+    with pytest.raises(ValueError, match=r"'eagle2:2,3,6' needs top_k = 3 tokens of positive draft probability at "
+                                         r"the node \(\), got 2"):
+        _trees_at(draft, target, [[1, 3, 0]], resolve_trees(["eagle2:2,3,6"]), s, on_device=False)
+
+
+# --------------------------------------------------------------------------- the text's quantities on the device
+def _text_laws(seed: int, T: int = 9, V: int = 11):
+    # peaked laws with exact ties and zeros, one row where the draft equals the target (a level kept at once)
+    rng = np.random.default_rng(seed)
+    P = rng.integers(0, 4, size=(T, V)).astype(np.float64) * rng.choice([1.0, 1.0, 0.0], size=(T, V))
+    P[:, 0] += 1.0
+    P /= P.sum(axis=1, keepdims=True)
+    Q = rng.dirichlet(np.full(V, 0.3), size=T)
+    Q[2] = P[2]
+    y = np.array([int(rng.choice(V, p=Q[t])) for t in range(T)])
+    y[4] = int(np.flatnonzero(P[4] == 0)[0]) if (P[4] == 0).any() else y[4]  # a text token the draft never drafts
+    return P, Q, y
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_text_quantities_in_the_laws_namespace_equal_the_host_route(seed):
+    # the ranks of the text tokens, their probabilities, the i.i.d. levels along the text and the emission tables
+    # of static top-k trees, of i.i.d. trees with SpecInfer's rule and of the token-only schemes: numpy (the host
+    # route, the levels by otspec.tree's node scan) and torch CPU tensors (the device route, batched over the text)
+    # agree to 1e-12 relative; the ranks exactly
+    from otspec.profile._renewal import emission_tables
+    from otspec.profile._trees import (
+        iid_emission_along,
+        iid_levels_along,
+        text_probs,
+        text_ranks,
+        topk_emission_along,
+    )
+    from otspec.tree import TreeShape
+
+    P, Q, y = _text_laws(seed)
+    Pt, Qt = torch.from_numpy(P), torch.from_numpy(Q)
+    np.testing.assert_array_equal(text_ranks(Pt, y), text_ranks(P, y))
+    want = np.array([int(np.flatnonzero(np.argsort(-P[t], kind="stable") == y[t])[0]) if P[t, y[t]] > 0 else -1
+                     for t in range(len(y))])
+    np.testing.assert_array_equal(text_ranks(P, y), want)  # the position in the full stable sort
+    np.testing.assert_array_equal(text_probs(Qt, y), Q[np.arange(len(y)), y])
+    for a, b in zip(iid_levels_along(Pt, Qt, 3), iid_levels_along(P, Q, 3)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+    for shape in (TreeShape.chains(2, 3), TreeShape([[0], [1], [0, 0], [0, 1], [1, 0]])):
+        for along in (topk_emission_along, iid_emission_along):
+            np.testing.assert_allclose(along(shape, Pt, Qt, y), along(shape, P, Q, y), rtol=1e-12, atol=0)
+    for scheme, ks in (("token", [1]), ("block-onestep", [1]), ("kseq", [1, 2])):
+        a, b = emission_tables(scheme, Pt, Qt, y, ks, [1, 3]), emission_tables(scheme, P, Q, y, ks, [1, 3])
+        assert a.keys() == b.keys()
+        for key in a:
+            np.testing.assert_allclose(a[key], b[key], rtol=1e-12, atol=0)
+
+
+def test_renewal_tables_on_the_device_move_no_whole_law_and_equal_the_host_route(tmp_path, monkeypatch):
+    # a walk with the laws on the (stand-in) accelerator, static top-k and i.i.d. SpecInfer trees along the text and
+    # the token-only schemes' renewal tables: the draft's path laws stay on the device (no (T, V) law reaches the
+    # host from the renewal hook), and every row equals the host route's within 1e-12 relative
+    import otspec.profile._collect as C
+    import otspec.profile._renewal_hook as H
+
+    V = 9
+    draft, target = toy_pair(V, seed=5)
+    kw = dict(k_max=2, L_max=2, max_new_tokens=6, subsample=0, progress=False, verifiers=["token"],
+              families=["token", "block-onestep"], trees=["topk:branching(2,2)", "iid:branching(2,1):specinfer"])
+    prompts = [[0, 1], [2]]
+    profile(prompts, out=tmp_path / "host", draft=draft, target=target, **kw)
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    moved, calls = [], []
+    emission_rows, to_numpy = H.emission_rows, torch.Tensor.numpy
+
+    def numpy(self, *args, **kw):
+        moved.append(tuple(self.shape))
+        return to_numpy(self, *args, **kw)
+
+    def counting(*args, **kwargs):  # every tensor moved to the host inside the renewal hook
+        calls.append(1)
+        with monkeypatch.context() as m:
+            m.setattr(torch.Tensor, "numpy", numpy)
+            return emission_rows(*args, **kwargs)
+
+    import otspec.profile._shard as S
+
+    monkeypatch.setattr(S, "emission_rows", counting)
+    profile(prompts, out=tmp_path / "device", draft=draft, target=target, **kw)
+    a, b = _rows(tmp_path / "host"), _rows(tmp_path / "device")
+    assert {c: v for c, v in a.items() if c != "value"} == {c: v for c, v in b.items() if c != "value"}
+    e_names = {n for k, n in zip(a["kind"], a["name"]) if k == "e"}
+    assert {"token", "block-onestep"} <= e_names and len(e_names) >= 4  # the schemes' and the trees' tables
+    np.testing.assert_allclose(b["value"], a["value"], rtol=1e-12, atol=0)
+    assert calls and moved and not [m for m in moved if m and m[-1] == V]  # (T,) values only, no law
+
+
+def test_bench_profile_device_text_routes_agree(capsys):
+    # the benchmark's renewal text measurement on a small vocabulary: both routes timed, the same values
+    from tests.experiment import load_experiment
+
+    load_experiment("bench_profile_device").text_run(None, 4, 1, V=60)
+    out = capsys.readouterr().out
+    assert "torch CPU" in out and "MISS" not in out

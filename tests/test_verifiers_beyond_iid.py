@@ -222,3 +222,18 @@ def test_strict_coins_never_emit_a_zero_target_draft():
     assert otspec.top_k_verifier(p, q, 2).sample((0, 1), rng=gen) != 0
     assert otspec.khisti_verifier(p, q, 1).sample((0,), rng=gen) != 0
     assert otspec.ensemble_verifier(p, q, 1.0).sample((0,), rng=gen) != 0
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(1, 14))
+def test_top_tokens_are_the_first_of_the_full_stable_sort(seed, levels, V):
+    # the partition route of the greedy and top-k drafters: the first m of the full stable sort (ties by lower id),
+    # for every m from 0 to beyond V, on laws with many ties and zeros
+    from otspec.multidraft._greedy_drafts import top_tokens
+
+    rng = np.random.default_rng(seed)
+    p = rng.integers(0, levels + 1, size=V).astype(np.float64)
+    p[0] += 1.0
+    p /= p.sum()
+    full = np.argsort(-p, kind="stable")
+    for m in range(V + 2):
+        np.testing.assert_array_equal(top_tokens(p, m), full[:m])

@@ -452,7 +452,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
         ctx.append(y)
     if renewal is not None and T > 0:
         renewal(rows, draft, prompt, np.array(y_path, dtype=np.int64), np.array(q_path), settings, timer,
-                trees=drawn[0] if drawn else None)
+                trees=drawn[0] if drawn else None, device=dev)
     rows.add(-1, "time", "draft", k_max, [timer.draft, timer.draft_steps])
     rows.add(-1, "time", "target", k_max, [timer.target, timer.target_calls])
     return rows.cols
@@ -606,7 +606,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     for b in range(B):
         if renewal is not None and T > 0:
             renewal(rows[b], draft, prompts[b], np.array([y[b] for y in y_path], dtype=np.int64),
-                    np.array([q[b] for q in q_path]), settings, timers[b], trees=drawn[b] if drawn else None)
+                    np.array([q[b] for q in q_path]), settings, timers[b], trees=drawn[b] if drawn else None,
+                    device=dev)
         rows[b].add(-1, "time", "draft", k, [timers[b].draft, timers[b].draft_steps])
         rows[b].add(-1, "time", "target", k, [timers[b].target, timers[b].target_calls])
         out.append(rows[b].cols)

@@ -34,7 +34,7 @@ from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
-           "to_host", "prefill_batched"]
+           "to_host", "text_probs", "tokens_like", "prefill_batched"]
 
 
 def to_host(x) -> np.ndarray:
@@ -47,6 +47,24 @@ def to_host(x) -> np.ndarray:
     if array_api_compat.is_torch_array(x):
         return x.detach().cpu().numpy()
     return np.asarray(array_api_compat.to_device(x, "cpu"))
+
+
+def tokens_like(laws, y) -> object:
+    """Token ids ``y`` (``(...,)`` ints) as an int64 ``(..., 1)`` array of the laws' namespace, on their device."""
+    y = np.asarray(y, dtype=np.int64)[..., None]
+    if isinstance(laws, np.ndarray):
+        return y
+    import array_api_compat
+
+    return array_api_compat.array_namespace(laws).asarray(y, device=array_api_compat.device(laws))
+
+
+def text_probs(laws, y) -> np.ndarray:
+    """``laws[..., t, y[..., t]]``: each row's law at its token, gathered in the laws' namespace (on their device),
+    the ``(..., T)`` float64 values in host memory."""
+    if not hasattr(laws, "shape"):
+        laws = np.asarray(laws, dtype=np.float64)
+    return to_host(namespace(laws).take_along_axis(laws, tokens_like(laws, y), axis=-1)[..., 0])
 
 
 def _compress(p: np.ndarray, q: np.ndarray):
@@ -496,9 +514,8 @@ def _excess_sums(W, P, Q, L: int, xp, both: bool):
                 np.multiply(Q[r, t], W[r, t], out=d)
                 np.subtract(d, P[r, t], out=d)
                 pos[r, t - 1] = np.maximum(d, 0.0, out=part).sum()
-                if both:
-                    np.negative(d, out=d)
-                    neg[r, t - 1] = np.maximum(d, 0.0, out=part).sum()
+                if both:  # the sum of min(d, 0), negated: the same sum as of max(-d, 0), one pass fewer
+                    neg[r, t - 1] = -np.minimum(d, 0.0, out=part).sum()
         return pos, neg
     d = W[:, 1:L, None] * Q[:, 1:L] - P[:, 1:L]
     return xp.sum(xp.maximum(d, 0.0), axis=-1), (xp.sum(xp.maximum(-d, 0.0), axis=-1) if both else None)

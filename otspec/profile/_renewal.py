@@ -47,6 +47,7 @@ from .._validation import as_rng, validate_positive_int
 from ..multidraft._batched import batched_kseq_rho_star
 from ..multidraft._priority_keys import PriorityKeyVerifier
 from ..spectr._common import resolve_verifier
+from ._quantities import text_probs, to_host
 
 __all__ = [
     "RENEWAL_SCHEMES",
@@ -461,7 +462,10 @@ def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks
     multi-round and the optimal verifier compute their step laws :math:`W_m`,
     ``m = 1..max(ks)``, once (each ``W_m`` depends on ``m`` alone, not on the
     number of drafts it is part of) and chain them for every ``(k, L)``. The
-    values equal :func:`emission_probs_along`'s bit for bit.
+    values equal :func:`emission_probs_along`'s bit for bit. The laws may be
+    torch tensors (on an accelerator): the token-only schemes gather the text
+    tokens' probabilities where the laws are (only ``(..., T)`` values reach
+    the host), the others read a host copy.
 
     Returns
     -------
@@ -486,7 +490,9 @@ def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks
     Ls = [validate_positive_int(L, "L") for L in Ls]
     for k in ks:  # the scheme, its closed form and every k checked (ValueError otherwise)
         _scheme(scheme, k, "closed")
-    py, qy = _at(P, Y), _at(Q, Y)
+    if not (isinstance(P, np.ndarray) and isinstance(Q, np.ndarray)) and scheme not in ("token", "block-onestep"):
+        P, Q = to_host(P), to_host(Q)  # the other schemes' step laws read every token: on the host
+    py, qy = text_probs(P, Y), text_probs(Q, Y)  # where the laws are: only (..., T) values reach the host
     if scheme == "block-onestep":
         return {(k, L): _onestep(py, qy, L) for k in ks for L in Ls}
     k_max = max(ks)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._quantities import drop_null_columns
+from ._quantities import drop_null_columns, to_host
 from ._renewal import emission_tables
 from ._trees import (
     along_text_families,
@@ -58,15 +58,16 @@ def renewal_drawn_trees(settings) -> tuple:
     return along_text_families(settings.tree_plan)
 
 
-def _draft_path_laws(draft, prompt, y, sampling, timer) -> np.ndarray:
-    """One teacher-forced draft pass: ``p(. | prompt, y_{<t})`` for ``t = 0..T-1``, ``(T, V)`` float64."""
+def _draft_path_laws(draft, prompt, y, sampling, timer, *, keep: bool = False):
+    """One teacher-forced draft pass: ``p(. | prompt, y_{<t})`` for ``t = 0..T-1``, ``(T, V)`` float64 (numpy, or
+    with ``keep`` a tensor left on the draft's device)."""
     ids = np.array([list(prompt) + y[:-1].tolist()], dtype=np.int64)
-    P = timer.call(draft, draft.new_state(), ids, sampling, "draft", len(y))[0]
+    P = timer.call(draft, draft.new_state(), ids, sampling, "draft", len(y), keep=keep)[0]
     timer.draft_steps -= 1  # not a drafting step: the cost ratio counts the tree's draft steps only
     return P
 
 
-def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None) -> None:
+def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None, device=None) -> None:
     """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``.
 
     A tree family's rows are named as its ``kind="tree"`` rows, with ``k`` its
@@ -74,7 +75,9 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     families' from the ranks along the text, SpecInfer's on i.i.d. children in closed form
     (:func:`otspec.profile._trees.iid_emission_along`), EAGLE-2's and the
     target-only rule's on sampled trees from ``trees`` (``{pos: {label: (2, n + 1) parents and tokens}}``, the
-    tree drawn at every text position, kept by the walk).
+    tree drawn at every text position, kept by the walk). With ``device`` (the walk's accelerator,
+    :func:`otspec.profile._collect.analysis_device`), the draft's path laws stay on the draft's device and the
+    text's quantities are computed there (only ``(T,)``-sized values reach the host).
 
     Each scheme's step laws are computed once for every ``k`` and ``L``
     (:func:`otspec.profile._renewal.emission_tables`); token verification and
@@ -88,12 +91,21 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     if not fams and not static and not drawn:
         return
 
-    p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer)
+    # on an accelerator the draft's path laws stay there: the ranks, the text tokens' probabilities and the i.i.d.
+    # levels along the text are computed where they are, and only (T,)-sized values come to the host
+    dev = device
+    p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer, keep=dev is not None)
     T = len(y)
     log_q = np.log(q_path[np.arange(T), y])
+    q_dev = None
     for f in static:  # the ranks need every token's draft probability: before dropping columns
         for name, route in static_along_names(f):
-            e = (topk_emission_along if route == "topk" else iid_emission_along)(f.shape, p_path, q_path, y)
+            if route == "iid" and dev is not None and q_dev is None:  # the levels read both laws: one move
+                import torch
+
+                q_dev = torch.as_tensor(q_path).to(p_path.device)
+            q_at = q_path if route == "topk" or q_dev is None else q_dev
+            e = (topk_emission_along if route == "topk" else iid_emission_along)(f.shape, p_path, q_at, y)
             for s in range(T):
                 rows.add(s, "e", name, f.n, e[s], m=f.depth)
     for f in drawn:
@@ -103,8 +115,8 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
             e = tree_emission_along(trees[s][f.label], q_path[s:end], y[s:end], depth=f.depth)
             for name in names:  # the same walk for every name of the family
                 rows.add(s, "e", name, f.n, e, m=f.depth)
-    if any(name not in _TOKEN_ONLY for name in fams):
-        p_path, q_path, y = drop_null_columns(p_path, q_path, y)  # same tables on the tokens with mass
+    if any(name not in _TOKEN_ONLY for name in fams):  # same tables on the tokens with mass, on the host
+        p_path, q_path, y = drop_null_columns(to_host(p_path), q_path, y)
     for s in range(T):
         rows.add(s, "logq", "target", 1, [log_q[s]])
     Ls = range(1, settings.L_max + 1)

@@ -56,12 +56,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .._array import namespace
 from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
-from ..tree._process import _eagle2_tree, _ranked, _topk_tree, draw_children
+from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
+from ._quantities import text_probs, to_host, tokens_like
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
@@ -572,7 +574,11 @@ class _ShapeJob:
         kids = self.kids.get(v)
         return max(int(self.shape.ranks[c]) for c in kids) + 1 if kids and self.process == "topk" else 0
 
-    def _support(self, need: int, v, p) -> None:
+    def _support(self, need: int, v, p, top=None) -> None:
+        """Refuse node ``v`` when its law has fewer than ``need`` tokens of positive probability; ``top``: its
+        ``need`` most likely tokens, when ranked already (then the check reads the last of them, not the whole law)."""
+        if top is not None and not isinstance(p, RankedLaw) and p[top[-1]] > 0:
+            return
         have = p.positive() if isinstance(p, RankedLaw) else int(np.count_nonzero(p > 0))
         if have < need:
             raise ValueError(f"tree family {self.label!r} needs {need} distinct children at node {v} (rank path "
@@ -588,8 +594,8 @@ class _ShapeJob:
             return
         ranks = [int(self.shape.ranks[c]) for c in kids]
         if self.process == "topk":
-            self._support(max(ranks) + 1, v, p)
             order = p.top(max(ranks) + 1) if isinstance(p, RankedLaw) else _ranked(p, max(ranks) + 1)
+            self._support(max(ranks) + 1, v, p, order)
             self.tokens[kids] = order[ranks]
         elif self.process == "iid":
             self.tokens[kids] = sample_rows(np.broadcast_to(p, (len(kids), p.shape[0])), self.rng)
@@ -598,14 +604,9 @@ class _ShapeJob:
             self.tokens[kids] = draw_children(np.asarray(p, dtype=np.float64), ranks, "wor", self.rng)
 
     def tree(self) -> DraftTree:
-        out = DraftTree(self.shape, self.shape.parents, self.tokens)
-        if self.process == "topk" and not any(isinstance(p, RankedLaw) for p in self.p.values()):
-            # the package's own construction, on the same laws (dense host laws: the CPU route)
-            laws = {path: self.p[v] for v, path in enumerate(out.paths()) if v in self.p}
-            ref = _topk_tree(self.shape, laws.__getitem__)
-            if not np.array_equal(ref.tokens, out.tokens):  # pragma: no cover - the two rankings are one function
-                raise RuntimeError(f"tree family {self.label!r}: the level-wise top-k tree differs from otspec.tree's")
-        return out
+        """The drawn tree (a top-k tree is :func:`otspec.tree.sample_tree`'s on the same laws: tested, not rebuilt
+        here at every position)."""
+        return DraftTree(self.shape, self.shape.parents, self.tokens)
 
 
 class _Eagle2Job:
@@ -633,21 +634,18 @@ class _Eagle2Job:
 
     def _propose(self, par: int, base: float, path: tuple, p) -> None:
         k = self.params.top_k
-        have = p.positive() if isinstance(p, RankedLaw) else int(np.count_nonzero(p > 0))
-        if have < k:
+        ranked = isinstance(p, RankedLaw)  # ranked on the laws' device
+        top = p.top(k) if ranked else _ranked(p, k)
+        at = p.vals[:k] if ranked else p[top]
+        if not (top.shape[0] == k and at[-1] > 0):  # the k-th most likely token has mass: enough tokens
+            have = p.positive() if ranked else int(np.count_nonzero(p > 0))
             raise ValueError(f"tree family {self.label!r} needs top_k = {k} tokens of positive draft probability at "
                              f"the node {path}, got {have}")
         self.laws[path] = p
-        if isinstance(p, RankedLaw):  # ranked on the laws' device
-            top = p.top(k)
-            with np.errstate(divide="ignore"):
-                logp = dict(zip(top.tolist(), np.log(p.vals[:k]).tolist()))
-        else:
-            top = _ranked(p, k)
-            with np.errstate(divide="ignore"):
-                logp = np.log(p)
-        for t in top:
-            self.scores.append(base + float(logp[int(t)]))
+        with np.errstate(divide="ignore"):
+            logp = np.log(at).tolist()
+        for t, lp in zip(top.tolist(), logp):
+            self.scores.append(base + lp)
             self.parent.append(par)
             self.toks.append(int(t))
             self.paths.append(path + (int(t),))
@@ -668,23 +666,16 @@ class _Eagle2Job:
             level = range(start, len(self.scores))
             self.frontier = sorted(level, key=lambda j: (-self.scores[j], j))[: self.params.top_k]
 
-    def _selected(self) -> DraftTree:
+    def tree(self) -> DraftTree:
         """The tree of the ``n`` best proposals made (EAGLE-2's reranking, as :func:`otspec.tree._process._eagle2_tree`
-        selects), from the expansion's own record: the route of laws ranked on their device."""
+        selects), from the expansion's own record, on either route (the laws ranked on their device or on the
+        host): the expansion is that function's, level by level, so the tree is (tested against
+        :func:`otspec.tree.value`) without ranking every law a second time."""
         sc = self.scores
         kept = sorted(sorted(range(len(sc)), key=lambda j: (-sc[j], j))[: self.params.n])
         node_of = {j: i + 1 for i, j in enumerate(kept)}
         parents = [-1] + [node_of[self.parent[j]] if self.parent[j] >= 0 else 0 for j in kept]
         return DraftTree(None, parents, [-1] + [self.toks[j] for j in kept])
-
-    def tree(self) -> DraftTree:
-        if any(isinstance(p, RankedLaw) for p in self.laws.values()):
-            return self._selected()
-        try:
-            return _eagle2_tree(self.params, self.laws.__getitem__)
-        except KeyError as exc:  # pragma: no cover - the level-wise frontier is otspec.tree's
-            raise RuntimeError(f"tree family {self.label!r}: EAGLE-2's tree asked for the law at {exc}, "
-                               "which the level-wise expansion did not compute") from None
 
 
 @dataclass
@@ -1091,15 +1082,26 @@ def tree_cost_shapes(plan: TreePlan) -> dict:
 
 
 # --------------------------------------------------------------------------- emission along the text
-def text_ranks(p_text: np.ndarray, y_text: np.ndarray) -> np.ndarray:
+def text_ranks(p_text, y_text) -> np.ndarray:
     """Rank of each text token under the draft's law at the text's own context (decreasing ``p``, ties by lower
-    id, as the ``"topk"`` process orders children); ``-1`` where ``p(y_t) = 0`` (never a drafted child)."""
-    P = np.asarray(p_text, dtype=np.float64)
-    y = np.asarray(y_text, dtype=np.int64)
-    py = P[np.arange(y.shape[0]), y]
-    ties = (P == py[:, None]) & (np.arange(P.shape[1])[None, :] < y[:, None])
-    rank = (P > py[:, None]).sum(axis=1) + ties.sum(axis=1)
-    return np.where(py > 0, rank, -1).astype(np.int64)
+    id, as the ``"topk"`` process orders children); ``-1`` where ``p(y_t) = 0`` (never a drafted child).
+
+    Counted in the laws' namespace, on their device (numpy or a torch tensor): only the ``(T,)`` ranks reach the
+    host."""
+    if not hasattr(p_text, "shape"):
+        p_text = np.asarray(p_text, dtype=np.float64)
+    xp, y = namespace(p_text), tokens_like(p_text, y_text)
+    py = xp.take_along_axis(p_text, y, axis=-1)
+    ids = xp.reshape(xp.arange(p_text.shape[1], dtype=xp.int64, device=_device_of(p_text)), (1, -1))
+    rank = xp.sum(xp.astype(p_text > py, xp.int64), axis=1) + xp.sum(xp.astype((p_text == py) & (ids < y), xp.int64),
+                                                                     axis=1)
+    return np.where(to_host(py[:, 0]) > 0, to_host(rank), -1).astype(np.int64)
+
+
+def _device_of(x):
+    import array_api_compat
+
+    return array_api_compat.device(x)
 
 
 def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
@@ -1142,10 +1144,9 @@ def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
     >>> topk_emission_along(TreeShape.chains(1, 1), p, q, np.array([0, 1, 0])).tolist()
     [[0.0, 0.25], [0.5, 0.0], [0.0, 0.0]]
     """
-    Q = np.asarray(q_text, dtype=np.float64)
     y = np.asarray(y_text, dtype=np.int64)
     T, D = y.shape[0], int(shape.max_depth)
-    qy = Q[np.arange(T), y]
+    qy = text_probs(q_text, y)
     rank = text_ranks(p_text, y).tolist()
     members = set(shape.paths)
     E = np.zeros((T, D + 1))
@@ -1175,6 +1176,49 @@ def _iid_levels(q: np.ndarray, p: np.ndarray, m: int, buf: np.ndarray) -> list:
             S_new = node._level(node.t + S)  # 0 where the level is kept: q_i = p, every draw is accepted
             alive = alive * S_new / S if S_new > 0.0 else 0.0  # 1 - sum_y min(p, q_i) = S(t_i + S_i) / S_i
     return out
+
+
+def iid_levels_along(p_text, q_text, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    r"""The levels of recursive rejection over i.i.d. draws at every text position: ``(t, S, alive)``, each
+    ``(T, m + 1)`` float64 in host memory.
+
+    .. math::
+
+        t_0 = 0,\ S_0 = 1,\ a_0 = 1, \qquad t_{i+1} = t_i + S_i,\quad
+        S_{i+1} = \sum_x \big(q_t(x) - t_{i+1}\, p_t(x)\big)_+,\quad a_{i+1} = a_i\, S_{i+1} / S_i,
+
+    the level kept (and :math:`a_{i+1} = 0`) where :math:`S_{i+1} = 0` (:func:`_iid_levels` at one position).
+    Numpy laws position by position (:class:`otspec.tree._verifiers._NodeScan`'s passes over the shrinking set of
+    tokens above the level); other arrays (torch tensors, on any device) in one batched pass over the ``(T, V)``
+    laws per level, where they are: only the ``(T, m + 1)`` levels reach the host.
+    """
+    if isinstance(p_text, np.ndarray) or not hasattr(p_text, "shape"):
+        P, Q = np.asarray(p_text, dtype=np.float64), np.asarray(q_text, dtype=np.float64)
+        T = P.shape[0]
+        out = np.zeros((3, T, m + 1))
+        buf = np.empty(P.shape[1])
+        for r in range(T):
+            out[:, r] = np.array(_iid_levels(Q[r], P[r], m, buf)).T
+        return out[0], out[1], out[2]
+    xp = namespace(p_text, q_text)
+    P, Q = p_text, q_text
+    T = int(P.shape[0])
+    dev = _device_of(P)
+    t = xp.zeros((T,), dtype=xp.float64, device=dev)
+    S = xp.ones((T,), dtype=xp.float64, device=dev)
+    alive = xp.ones((T,), dtype=xp.float64, device=dev)
+    ts, Ss, alives = [t], [S], [alive]
+    for _ in range(m):
+        t_new = t + S
+        S_new = xp.sum(xp.maximum(Q - xp.reshape(t_new, (-1, 1)) * P, 0.0), axis=-1)
+        moved = (alive > 0.0) & (S_new > 0.0)  # else the level is kept: every later draw accepted, or none alive
+        alive = xp.where(moved, alive * S_new / S, 0.0)
+        t, S = xp.where(moved, t_new, t), xp.where(moved, S_new, S)
+        ts.append(t)
+        Ss.append(S)
+        alives.append(alive)
+    both = to_host(xp.stack([xp.stack(ts, axis=1), xp.stack(Ss, axis=1), xp.stack(alives, axis=1)], axis=0))
+    return both[0], both[1], both[2]
 
 
 def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
@@ -1217,24 +1261,23 @@ def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
     >>> iid_emission_along(TreeShape.chains(1, 1), p, q, np.array([0, 1, 0])).round(4).tolist()
     [[0.0, 0.25], [0.1, 0.2], [0.0, 0.0]]
     """
-    P = np.asarray(p_text, dtype=np.float64)
-    Q = np.asarray(q_text, dtype=np.float64)
     y = np.asarray(y_text, dtype=np.int64)
     T, D = y.shape[0], int(shape.max_depth)
     kids: dict = {}
     for c in range(1, shape.n + 1):
         kids.setdefault(int(shape.parents[c]), []).append(c)
-    widest = [max((len(kids.get(v, ())) for v in range(shape.n + 1) if shape.depth[v] == d), default=0)
-              for d in range(D + 1)]
-    buf = np.empty(P.shape[1])
+    widest = max(len(ch) for ch in kids.values()) if kids else 0
+    # the levels of a text position do not depend on the node: computed once per position, in the laws' namespace
+    lt, lS, la = iid_levels_along(p_text, q_text, widest)
+    lt, lS, la = lt.tolist(), lS.tolist(), la.tolist()
+    PY, QY = text_probs(p_text, y).tolist(), text_probs(q_text, y).tolist()
     E = np.zeros((T, D + 1))
     for s in range(T):
         live = {0: 1.0}
         for d in range(min(D + 1, T - s)):
             t_ = s + d
-            tok, q, p = int(y[t_]), Q[t_], P[t_]
-            qy, py = float(q[tok]), float(p[tok])
-            levels = _iid_levels(q, p, widest[d], buf) if widest[d] else [(0.0, 1.0, 1.0)]
+            qy, py = QY[t_], PY[t_]
+            levels = list(zip(lt[t_], lS[t_], la[t_]))
             nxt: dict = {}
             total = 0.0
             for a, w in live.items():
