@@ -17,6 +17,7 @@ the union bound); the seeds are fixed, so a run is reproducible.
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import numpy as np
@@ -240,3 +241,40 @@ def test_tree_logits_take_device_tokens_without_a_host_read(kind, monkeypatch):
         lm.tree_logits(lm.new_state(), parents, torch.zeros(6), pending=[1])
     with pytest.raises(ValueError, match=r"`parents` must have shape \(5,\)"):
         lm.tree_logits(lm.new_state(), parents, torch.zeros(5, dtype=torch.long), pending=[1])
+
+
+@pytest.mark.parametrize("role,bad_at", [("draft", 2), ("draft", 3), ("target", 2), ("target", 3)])
+def test_device_tree_refuses_non_finite_logits_after_the_one_read(role, bad_at):
+    """Non-finite logits after ``bad_at`` tokens (at the root with a prompt of 2, or at a node of depth 1): a
+    ValueError naming the model and the position, read with the outcome after the target call (the draft's
+    flags too: its token ids are valid whatever its laws, so the target's call on them is harmless)."""
+    n = 6
+    table = torch.randn(n, n, generator=torch.Generator().manual_seed(0))
+
+    def fn(ids):
+        out = table[ids].clone()
+        if ids.shape[1] >= bad_at:
+            out[:, bad_at - 1, 2] = float("inf")
+        return out
+
+    ok, broken = D.CallableLM(lambda ids: table[ids], n, name="fine"), D.CallableLM(fn, n, name="overflowing")
+    pair = dict(target=broken, draft=ok) if role == "target" else dict(target=ok, draft=broken)
+    for process, verifier in [("iid", "specinfer"), ("topk", "target-only")]:
+        with pytest.raises(ValueError, match=rf"the {role} model 'overflowing' gave non-finite logits .* "
+                                             rf"position {bad_at}"):
+            D.speculative_decode([0, 1], **pair, tree=SMALL, process=process, verifier=verifier,
+                                 max_new_tokens=10, rng=0, engine="torch")
+
+
+def test_device_tree_refuses_a_support_too_small_for_distinct_children():
+    """A draft law with one token of positive probability cannot give two distinct children ("wor", "topk"):
+    the support error of the host route, naming the node's token path."""
+    n = 5
+    tq = torch.randn(n, n, generator=torch.Generator().manual_seed(1))
+    tp = torch.full((n, n), -math.inf)
+    tp[:, 3] = 0.0  # the draft always says 3
+    pair = dict(target=D.CallableLM(lambda ids: tq[ids], n), draft=D.CallableLM(lambda ids: tp[ids], n))
+    for process in ("wor", "topk"):
+        with pytest.raises(ValueError, match=rf"process='{process}' needs 2 distinct children at the node with "
+                                             r"token path \(\), but the draft's law there has only 1 tokens"):
+            D.speculative_decode([0], **pair, tree=SMALL, process=process, max_new_tokens=6, rng=0, engine="torch")
