@@ -27,7 +27,10 @@ tokens, pending=...)`` scores every node of a draft tree -- ``parents`` and
 ``tokens`` arrays of ``n + 1`` nodes, node 0 the root (the context) -- in one
 call, each node attending to the context and its own ancestors
 (:meth:`HFCausalLM.tree_logits`); ``score_tree`` gives the same as float64
-laws.
+laws. The decoder's device route passes ``tokens`` as an int64 tensor on the
+target's device and reads nothing before the call: a model of one's own
+takes such a tensor too (without reading it, to keep the one host
+synchronisation per iteration).
 
 Lengths and columns count padding: every row of a state has ``length``
 columns, row ``r``'s first ``a_r`` of them padding, so the rows of a
