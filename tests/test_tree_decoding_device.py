@@ -6,7 +6,7 @@ Independent routes:
   residual of every node with children) against the package's numpy verifiers' ``emission``, to 1e-12,
   on random trees of every process, degenerate laws included;
 * the device sampler's (accepted node, token) against that exact law by chi-square, fixed tree;
-* the decoder: the host reads per iteration counted at the dispatcher, the predictions of a top-k tree
+* the decoder: the host reads per iteration (one) counted at the dispatcher, the predictions of a top-k tree
   (one tree per context) equal on both routes, the engine refused before any model call where the tree
   has no device route. Losslessness of the decoded tokens for both routes is tested in
   tests/test_tree_decoding.py (``test_lossless_first_two_tokens_toy``, parametrised by engine).
@@ -17,6 +17,7 @@ the union bound); the seeds are fixed, so a run is reproducible.
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import numpy as np
@@ -100,17 +101,18 @@ def test_device_sampler_follows_the_emission_law(rule, process):
 
 
 @pytest.mark.parametrize("process,verifier", [("topk", "target-only"), ("iid", "specinfer"), ("wor", "sequoia")])
-def test_device_route_reads_the_host_twice_per_iteration(process, verifier):
-    """Two host reads per iteration (the tree's tokens before the target call, the accepted node and token
-    after it), one after the loop (the logged predictions), the seed before it, and no tensor turned into a
-    number anywhere else (counted at the dispatcher); the numpy route reads far more."""
+def test_device_route_reads_the_host_once_per_iteration(process, verifier):
+    """One host read per iteration (after the target call: the accepted node and token, the tree's tokens and
+    the flags; the target scores the tree from its tokens on the device), one after the loop (the logged
+    predictions), the seed before it, and no tensor turned into a number anywhere else (counted at the
+    dispatcher); the numpy route reads far more."""
     target, draft, _, _ = _memoryless(40, seed=1)
     kw = dict(draft=draft, target=target, tree=WIDE, process=process, verifier=verifier, max_new_tokens=30, rng=0)
     with _HostReads() as mode, _ScalarReads() as scalars:
         res = D.speculative_decode([0], **kw, log_laws=False)
     assert res.engine == "torch"
-    assert mode.reads.count("tolist") == 2 * res.iterations
-    assert len(mode.reads) == 2 * res.iterations + 2, mode.reads  # + the seed, + the log after the loop
+    assert mode.reads.count("tolist") == res.iterations
+    assert len(mode.reads) == res.iterations + 2, mode.reads  # + the seed, + the log after the loop
     assert scalars.reads == 1  # the seed
     with _HostReads() as mode:
         host = D.speculative_decode([0], **kw, engine="numpy")
@@ -180,3 +182,99 @@ def test_bench_tree_rows_time_both_routes():
     assert set(res) == {"otspec topk:branching(2,2), engine=numpy", "otspec topk:branching(2,2), engine=torch"}
     for ms, cpu_ms, it_ms, out, out_cpu in res.values():
         assert ms > 0 and cpu_ms > 0 and it_ms >= ms and 0.0 <= out < 1.0 and out_cpu < 1.0
+
+
+def _tiny_llama(V, seed, attn):
+    import transformers
+
+    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                                   initializer_range=0.2)
+    torch.manual_seed(seed)
+    return D.HFCausalLM(transformers.LlamaForCausalLM._from_config(cfg, attn_implementation=attn).eval())
+
+
+@pytest.mark.parametrize("kind", ["hf-sdpa", "hf-rows", "callable"])
+def test_tree_logits_take_device_tokens_without_a_host_read(kind, monkeypatch):
+    """``tree_logits`` with the tokens as a tensor: the same logits and state as with a numpy array (one tree,
+    a kept path, a batch of two trees with padding nodes), no host read inside the call; an id outside
+    ``[0, V)`` at a draft node (not refusable without a read) gives NaN rows at that node and below only."""
+    V = 11
+    if kind == "callable":
+        lm, _, _, _ = _memoryless(V, seed=7)
+    else:
+        lm = _tiny_llama(V, 0, "sdpa" if kind == "hf-sdpa" else "eager")
+        if kind == "hf-rows":  # as a model refusing 4-D masks: the row route
+            from otspec.decoding import _models
+
+            monkeypatch.setattr(_models, "_tree_refusal", lambda model: "no 4-D mask (a stand-in)")
+    fb = "rows" if kind != "hf-sdpa" else None
+    parents = np.array([-1, 0, 0, 1, 1, 3])
+    tokens = np.array([-1, 4, 7, 2, 9, 5])
+    batch_p = np.array([parents, [-1, 0, 1, -1, -1, -1]])
+    batch_t = np.array([tokens, [-1, 3, 8, -1, -1, -1]])
+    for par, tok, pending, keep in [(parents, tokens, [1, 2], None), (parents, tokens, [6], 5),
+                                    (batch_p, batch_t, [[1, 2], [3, 4]], None)]:
+        states = []
+        outs = []
+        for as_tensor in (False, True):
+            st = lm.new_state()
+            lm.logits(st, torch.tensor([[0, 3]]))
+            arg = torch.from_numpy(tok.copy()) if as_tensor else tok
+            with _HostReads() as mode:
+                outs.append(lm.tree_logits(st, par, arg, pending=pending, keep=keep, fallback=fb))
+            if as_tensor and keep is None:
+                assert mode.reads == [], mode.reads
+            states.append(st)
+        torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0, equal_nan=True)
+        assert states[0].length == states[1].length
+        nxt = [lm.logits(s, torch.tensor([[1]] * (2 if par.ndim == 2 else 1)))[:, -1] for s in states]
+        torch.testing.assert_close(nxt[1], nxt[0], rtol=0, atol=0)
+    for wrong in (V, -1):
+        bad = torch.from_numpy(tokens.copy())
+        bad[3] = wrong  # node 3 and its child 5
+        st = lm.new_state()
+        lm.logits(st, torch.tensor([[0, 3]]))
+        got = lm.tree_logits(st, parents, bad, pending=[1, 2], fallback=fb)
+        assert torch.isnan(got).all(-1).tolist() == [False, False, False, True, False, True]
+    with pytest.raises(TypeError, match=r"`tokens` must hold ints, got dtype torch.float32"):
+        lm.tree_logits(lm.new_state(), parents, torch.zeros(6), pending=[1])
+    with pytest.raises(ValueError, match=r"`parents` must have shape \(5,\)"):
+        lm.tree_logits(lm.new_state(), parents, torch.zeros(5, dtype=torch.long), pending=[1])
+
+
+@pytest.mark.parametrize("role,bad_at", [("draft", 2), ("draft", 3), ("target", 2), ("target", 3)])
+def test_device_tree_refuses_non_finite_logits_after_the_one_read(role, bad_at):
+    """Non-finite logits after ``bad_at`` tokens (at the root with a prompt of 2, or at a node of depth 1): a
+    ValueError naming the model and the position, read with the outcome after the target call (the draft's
+    flags too: its token ids are valid whatever its laws, so the target's call on them is harmless)."""
+    n = 6
+    table = torch.randn(n, n, generator=torch.Generator().manual_seed(0))
+
+    def fn(ids):
+        out = table[ids].clone()
+        if ids.shape[1] >= bad_at:
+            out[:, bad_at - 1, 2] = float("inf")
+        return out
+
+    ok, broken = D.CallableLM(lambda ids: table[ids], n, name="fine"), D.CallableLM(fn, n, name="overflowing")
+    pair = dict(target=broken, draft=ok) if role == "target" else dict(target=ok, draft=broken)
+    for process, verifier in [("iid", "specinfer"), ("topk", "target-only")]:
+        with pytest.raises(ValueError, match=rf"the {role} model 'overflowing' gave non-finite logits .* "
+                                             rf"position {bad_at}"):
+            D.speculative_decode([0, 1], **pair, tree=SMALL, process=process, verifier=verifier,
+                                 max_new_tokens=10, rng=0, engine="torch")
+
+
+def test_device_tree_refuses_a_support_too_small_for_distinct_children():
+    """A draft law with one token of positive probability cannot give two distinct children ("wor", "topk"):
+    the support error of the host route, naming the node's token path."""
+    n = 5
+    tq = torch.randn(n, n, generator=torch.Generator().manual_seed(1))
+    tp = torch.full((n, n), -math.inf)
+    tp[:, 3] = 0.0  # the draft always says 3
+    pair = dict(target=D.CallableLM(lambda ids: tq[ids], n), draft=D.CallableLM(lambda ids: tp[ids], n))
+    for process in ("wor", "topk"):
+        with pytest.raises(ValueError, match=rf"process='{process}' needs 2 distinct children at the node with "
+                                             r"token path \(\), but the draft's law there has only 1 tokens"):
+            D.speculative_decode([0], **pair, tree=SMALL, process=process, max_new_tokens=6, rng=0, engine="torch")

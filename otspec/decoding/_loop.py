@@ -710,9 +710,9 @@ def speculative_decode(
         Trees: ``"torch"`` for static shapes filled by ``"iid"``, ``"wor"`` or
         ``"topk"`` and verified by ``"specinfer"``, ``"sequoia"`` or
         ``"target-only"`` (:mod:`otspec.decoding._tree_device`: the tree
-        drawn, verified and its residual drawn on the device, two host reads
-        per iteration -- the tree's token ids before the target call, the
-        accepted node and token after it); every other tree, and the other
+        drawn, scored, verified and its residual drawn on the device, one
+        host read per iteration -- the accepted node and token, with the
+        tree's token ids, after the target call); every other tree, and the other
         block schemes, run on the host whatever this says (``"torch"`` is
         refused for a tree without the device route).
     log_laws : bool, keyword-only

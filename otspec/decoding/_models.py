@@ -27,7 +27,10 @@ tokens, pending=...)`` scores every node of a draft tree -- ``parents`` and
 ``tokens`` arrays of ``n + 1`` nodes, node 0 the root (the context) -- in one
 call, each node attending to the context and its own ancestors
 (:meth:`HFCausalLM.tree_logits`); ``score_tree`` gives the same as float64
-laws.
+laws. The decoder's device route passes ``tokens`` as an int64 tensor on the
+target's device and reads nothing before the call: a model of one's own
+takes such a tensor too (without reading it, to keep the one host
+synchronisation per iteration).
 
 Lengths and columns count padding: every row of a state has ``length``
 columns, row ``r``'s first ``a_r`` of them padding, so the rows of a
@@ -230,6 +233,13 @@ def validate_language_model(lm, name: str) -> int:
     return int(v)
 
 
+def _to_device(a, device):
+    """Host ints (a list or an array) as an int64 tensor on ``device``, copied without waiting for the device's
+    queued work (``non_blocking``: a blocking copy to a GPU synchronises its stream; from pageable host memory
+    the copy is staged at once, so ``a`` may be dropped after the call)."""
+    return torch.as_tensor(np.asarray(a, dtype=np.int64)).to(device, non_blocking=True)
+
+
 def _kept_rows(row, batch: int) -> list[int]:
     """The rows ``select`` keeps: ``[row]`` for an int, the list for a sequence (each in ``[0, batch)``)."""
     if isinstance(row, numbers.Integral) and not isinstance(row, bool):
@@ -303,7 +313,8 @@ _MASK_ATTENTION = ("eager", "sdpa")
 class _TreeBatch:
     """Validated arrays of one tree-scoring call: ``B`` trees of ``n + 1`` nodes each (padding nodes allowed)."""
 
-    __slots__ = ("batched", "B", "n", "t0", "parents", "tokens", "depth", "real", "anc", "pending", "keep")
+    __slots__ = ("batched", "B", "n", "t0", "parents", "tokens", "tokens_t", "depth", "real", "anc", "pending",
+                 "keep", "V", "ids")
 
     def path(self, r: int, a: int) -> list[int]:
         """The nodes on the root path of node ``a`` of tree ``r``, root excluded, root first."""
@@ -333,9 +344,22 @@ def _where(batched: bool, r: int) -> str:
     return f" in row {r}" if batched else ""
 
 
+def _tensor_tokens(tokens):
+    """A tensor ``tokens`` checked by its metadata alone (dtype, shape; no value read, no synchronisation), and a
+    placeholder array of its shape for the structural checks (``None`` where ``tokens`` is no tensor)."""
+    if not torch.is_tensor(tokens):
+        return None, None
+    if tokens.dtype == torch.bool or tokens.is_floating_point() or tokens.is_complex():
+        raise TypeError(f"`tokens` must hold ints, got dtype {tokens.dtype}")
+    return tokens, np.full(tuple(tokens.shape), -1, dtype=np.int64)
+
+
 def _tree_batch(parents, tokens, pending, keep, V: int) -> _TreeBatch:
-    """Check the arguments of ``tree_logits`` (see :meth:`HFCausalLM.tree_logits`) before any work."""
-    par, tok = _int_array(parents, "parents"), _int_array(tokens, "tokens")
+    """Check the arguments of ``tree_logits`` (see :meth:`HFCausalLM.tree_logits`) before any work; a tensor
+    ``tokens`` by its dtype and shape only (its values are checked on its device by :func:`_node_ids`)."""
+    tok_t, tok = _tensor_tokens(tokens)
+    par = _int_array(parents, "parents")
+    tok = _int_array(tokens, "tokens") if tok_t is None else tok
     if tok.ndim not in (1, 2) or tok.shape[-1] < 1 or tok.size < 1:
         raise ValueError(f"`tokens` must have shape (n+1,) or (B, n+1) with B, n+1 >= 1, got {tok.shape}")
     batched = tok.ndim == 2
@@ -366,6 +390,9 @@ def _tree_batch(parents, tokens, pending, keep, V: int) -> _TreeBatch:
                          f"parents[{i}] = {int(par2[r, i])}{_where(batched, r)}")
     real = par2 != -1
     real[:, 0] = True
+    if tok_t is not None:
+        tok2 = np.where(real, 0, -1)  # the values stay on the device: the checks below see valid ids
+        tok2[:, 0] = -1
     bad = np.argwhere(~real & (tok2 != -1))
     if bad.size:
         r, i = int(bad[0, 0]), int(bad[0, 1])
@@ -403,7 +430,9 @@ def _tree_batch(parents, tokens, pending, keep, V: int) -> _TreeBatch:
         raise ValueError(f"`pending` must hold token ids in [0, {V}), got {int(pen.min() if pen.min() < 0 else pen.max())}")
     tb = _TreeBatch()
     tb.batched, tb.B, tb.n, tb.t0 = batched, B, n, int(pen.shape[1])
-    tb.parents, tb.tokens, tb.depth, tb.real, tb.anc = par2, tok2, depth, real, anc
+    tb.parents, tb.tokens, tb.depth, tb.real, tb.anc = par2, None if tok_t is not None else tok2, depth, real, anc
+    tb.tokens_t = None if tok_t is None else tok_t.reshape(B, m)
+    tb.V, tb.ids = V, None
     tb.pending = np.broadcast_to(pen, (B, tb.t0))
     tb.keep = None if keep is None else _kept_nodes(keep, tb)
     return tb
@@ -454,6 +483,23 @@ def _tree_refusal(model) -> str | None:
     return None
 
 
+def _node_ids(tb: _TreeBatch, device):
+    """The ids fed for the nodes, ``(B, n + 1)`` int64 on ``device`` (0 at the root and at padding nodes), and the
+    nodes whose logits are meaningless: ``None`` for host ``tokens`` (checked before the call), else the draft
+    nodes of a tensor ``tokens`` with an id outside ``[0, V)`` and their descendants (``(B, n + 1)`` bool, read
+    on the device only). Computed once per call (kept in ``tb``)."""
+    if tb.ids is None and tb.tokens_t is None:
+        tb.ids = torch.from_numpy(np.where(tb.real, tb.tokens, 0)).to(device, non_blocking=True).clamp_(min=0), None
+    if tb.ids is not None:
+        return tb.ids
+    real = torch.from_numpy(tb.real & (np.arange(tb.n + 1) > 0)[None]).to(device, non_blocking=True)
+    tok = tb.tokens_t.to(device=device, dtype=torch.long, non_blocking=True)
+    wrong = real & ((tok < 0) | (tok >= tb.V))
+    anc = torch.from_numpy(tb.anc).to(device, non_blocking=True)
+    tb.ids = torch.where(real & ~wrong, tok, 0), (anc & wrong[:, None, :]).any(-1)
+    return tb.ids
+
+
 def _tree_layout(tb: _TreeBatch, L: int, pad, device):
     r"""Input ids ``(B, t0 + n)``, boolean mask ``(B, t0 + n, L + t0 + n)`` and position ids of one tree call.
 
@@ -463,18 +509,19 @@ def _tree_layout(tb: _TreeBatch, L: int, pad, device):
     """
     B, n, t0 = tb.B, tb.n, tb.t0
     Q, K = t0 + n, L + t0 + n
-    ids = np.concatenate([tb.pending, np.where(tb.real, tb.tokens, 0)[:, 1:]], axis=1)
+    pen = torch.from_numpy(np.array(tb.pending)).to(device, non_blocking=True)
+    ids = torch.cat([pen, _node_ids(tb, device)[0][:, 1:]], dim=1)
     q = torch.arange(Q, device=device)
     cols = torch.arange(K, device=device)
     mask = (cols[None, :] <= torch.clamp(L + q, max=L + t0 - 1)[:, None]).expand(B, Q, K).clone()
-    mask[:, t0:, L + t0:] = torch.from_numpy(tb.anc[:, 1:, 1:]).to(device)
-    depth = torch.from_numpy(tb.depth[:, 1:]).to(device)
+    mask[:, t0:, L + t0:] = torch.from_numpy(tb.anc[:, 1:, 1:]).to(device, non_blocking=True)
+    depth = torch.from_numpy(tb.depth[:, 1:]).to(device, non_blocking=True)
     pos = torch.cat([(L + q[:t0]).expand(B, t0), L + t0 - 1 + depth], dim=1)
     if pad is not None:
         mask &= cols[None, None, :] >= pad[:, None, None]
         mask[:, q, L + q] = True            # every query sees itself (a padding query would see nothing)
         pos = (pos - pad[:, None]).clamp(min=0)
-    return torch.from_numpy(ids).to(device), mask, pos
+    return ids, mask, pos
 
 
 def _kept_columns(tb: _TreeBatch, L: int, path_cols: list[list[int]]):
@@ -524,11 +571,14 @@ def _gather_cache(cache, rows, cols) -> None:
             kv[i] = _gather_kv(t, rows, cols)
 
 
-def _finish_tree(logits, tb: _TreeBatch):
-    """The tree's ``(B, n + 1, V)`` logits, NaN at padding nodes; ``(n + 1, V)`` for one unbatched tree."""
+def _finish_tree(logits, tb: _TreeBatch, wrong=None):
+    """The tree's ``(B, n + 1, V)`` logits, NaN at padding nodes (and at the nodes ``wrong`` of :func:`_node_ids`);
+    ``(n + 1, V)`` for one unbatched tree."""
     if not tb.real.all():
-        pad_nodes = torch.from_numpy(~tb.real).to(logits.device)
+        pad_nodes = torch.from_numpy(~tb.real).to(logits.device, non_blocking=True)
         logits = logits.masked_fill(pad_nodes[:, :, None], math.nan)
+    if wrong is not None:
+        logits = logits.masked_fill(wrong[:, :, None], math.nan)
     return logits if tb.batched else logits[0]
 
 
@@ -555,13 +605,16 @@ def _score_rows(lm, state, tb: _TreeBatch):
         paths.append(rp)
     k = max(len(p) for p in paths)
     D = int(tb.depth[tb.real].max())
-    ids = np.zeros((B * k, t0 + D), dtype=np.int64)
+    nodes = np.zeros((B * k, D), dtype=np.int64)  # node of each column of each row (0: right padding, id 0)
     for r, rp in enumerate(paths):
         for j in range(k):
             p = rp[min(j, len(rp) - 1)]
-            ids[r * k + j, :t0] = tb.pending[r]
-            ids[r * k + j, t0 : t0 + len(p)] = tb.tokens[r, p]
-    logits = lm.logits(state, torch.from_numpy(ids).to(lm.device))
+            nodes[r * k + j, : len(p)] = p
+    node_ids, wrong = _node_ids(tb, lm.device)
+    tree_of = torch.from_numpy(np.repeat(np.arange(B), k)).to(lm.device, non_blocking=True)
+    tail = node_ids[tree_of[:, None], torch.from_numpy(nodes).to(lm.device, non_blocking=True)]
+    pen = torch.from_numpy(np.repeat(tb.pending, k, axis=0)).to(lm.device, non_blocking=True)
+    logits = lm.logits(state, torch.cat([pen, tail], dim=1))
     row = torch.from_numpy(np.arange(B)[:, None] * k + leaf_of).to(logits.device)
     col = torch.from_numpy(np.where(tb.real, t0 - 1 + tb.depth, t0 - 1)).to(logits.device)
     out = logits[row, col]
@@ -571,7 +624,7 @@ def _score_rows(lm, state, tb: _TreeBatch):
         rows = [r * k + int(leaf_of[r, a]) for r, a in enumerate(tb.keep.tolist())]
         kept = [list(range(L + t0, L + t0 + int(tb.depth[r, a]))) for r, a in enumerate(tb.keep.tolist())]
         lm._take(state, rows, *_kept_columns(tb, L, kept))
-    return _finish_tree(out, tb)
+    return _finish_tree(out, tb, wrong)
 
 
 class _TreeScoring:
@@ -849,7 +902,7 @@ class HFCausalLM(_TreeScoring):
             return
         state.pad = _kept_pad(state.pad, rows, length)
         if rows != list(range(state.batch)):
-            state.cache.batch_select_indices(torch.tensor(rows, device=self.device))
+            state.cache.batch_select_indices(_to_device(rows, self.device))
             state.batch = len(rows)
         if length < state.length:
             if length == 0:
@@ -893,9 +946,13 @@ class HFCausalLM(_TreeScoring):
         parents : array of int, shape ``(n + 1,)`` or ``(B, n + 1)``
             ``parents[0] = -1``; ``-1 <= parents[i] < i``. In a batch, trees with fewer nodes are padded to
             ``n + 1`` nodes by padding nodes ``parents[i] = -1``, ``tokens[i] = -1`` (``i >= 1``).
-        tokens : array of int, shape ``(n + 1,)`` or ``(B, n + 1)``
+        tokens : array of int or torch.Tensor of int, shape ``(n + 1,)`` or ``(B, n + 1)``
             ``tokens[0] = -1``; the draft token of each node, in ``[0, V)``. A 2-D ``tokens`` makes a
-            batch of ``B`` trees (sharing ``parents`` when it is 1-D).
+            batch of ``B`` trees (sharing ``parents`` when it is 1-D). A tensor (on any device) is never
+            read on the host -- no synchronisation, as a decoder on the models' device needs: its dtype and
+            shape are checked, its root and padding entries ignored, and an id outside ``[0, V)`` at a draft
+            node, which only a read could refuse, makes the rows of that node and of its descendants NaN
+            (what a caller checking its laws for non-finite rows catches).
         pending : array of int, shape ``(t,)`` or ``(B, t)``, keyword-only
             The context's last ``t >= 1`` tokens, not yet in ``state`` (1-D: the same for every tree).
             On a new left-padded state they are the whole padded prompts and must reach past the padding.
@@ -985,12 +1042,12 @@ class HFCausalLM(_TreeScoring):
         else:
             kept = [[L + t0 - 1 + a for a in tb.path(r, a)] for r, a in enumerate(tb.keep.tolist())]
             self._take(state, list(range(tb.B)), *_kept_columns(tb, L, kept))
-        return _finish_tree(out.logits[:, t0 - 1 :], tb)
+        return _finish_tree(out.logits[:, t0 - 1 :], tb, _node_ids(tb, self.device)[1])
 
     def _take(self, state: _HFState, rows: list[int], cols: np.ndarray, shift: np.ndarray) -> None:
         """Keep rows ``rows`` of the state, columns ``cols[r]`` of each, padded ``shift`` more columns."""
-        r = torch.tensor(rows, device=self.device)
-        _gather_cache(state.cache, r, torch.from_numpy(cols).to(self.device))
+        r = _to_device(rows, self.device)
+        _gather_cache(state.cache, r, _to_device(cols, self.device))
         state.pad = _shifted_pad(state.pad, r, shift, self.device)
         state.length, state.batch = int(cols.shape[1]), len(rows)
 
@@ -1141,7 +1198,7 @@ class CallableLM(_TreeScoring):
         elif len(rows) == 1:
             state.ids = state.ids[rows[0] : rows[0] + 1, :length]
         else:
-            state.ids = state.ids[torch.tensor(rows, device=state.ids.device), :length]
+            state.ids = state.ids[_to_device(rows, state.ids.device), :length]
 
     def tree_logits(self, state: _SeqState, parents, tokens, *, pending, keep=None, fallback: str | None = None):
         r"""Logits at the root and at every node of a draft tree, by rows (exact).
@@ -1176,8 +1233,8 @@ class CallableLM(_TreeScoring):
 
     def _take(self, state: _SeqState, rows: list[int], cols: np.ndarray, shift: np.ndarray) -> None:
         """Keep rows ``rows`` of the state, columns ``cols[r]`` of each, padded ``shift`` more columns."""
-        r = torch.tensor(rows, device=self._device)
-        state.ids = state.ids[r[:, None], torch.from_numpy(cols).to(self._device)]
+        r = _to_device(rows, self._device)
+        state.ids = state.ids[r[:, None], _to_device(cols, self._device)]
         state.pad = _shifted_pad(state.pad, r, shift, self._device)
 
     def __repr__(self) -> str:

@@ -12,19 +12,22 @@ default where it exists): static tree shapes (:class:`otspec.tree.TreeShape`) fi
    ``torch.topk`` (ties among equal probabilities as ``torch.topk`` breaks them; the host route takes the
    lower id); top-k children verified by the target-only rule rank by the draft's logits (the order of
    its own law), so no float64 draft law is formed at all.
-2. **One host read**: the tree's ``n + 1`` token ids (and the flags of bad laws or too small supports),
-   which the target's tree-attention call (:meth:`~otspec.decoding.HFCausalLM.tree_logits`) validates and
-   lays out on the host.
-3. **Target, one call**; its logits stay on the device.
+2. **Target, one call** (:meth:`~otspec.decoding.HFCausalLM.tree_logits`) on the tree's ``n + 1`` token
+   ids as a device tensor: no host read before it (every id lies in ``[0, V)`` whatever the draft laws, so
+   the call is harmless where a flag below refuses the iteration); its logits stay on the device.
+3. (Nothing read: the flags of bad draft laws or too small supports wait for step 5.)
 4. **Verify on the device** (:func:`node_rules_t`, :func:`verify_tree_t`): the float64 target laws are
    formed at the nodes with children only (and at the accepted node when it is a leaf: its bonus token);
    every such node's per-child acceptance probabilities come at once, in the closed form of the package's
    verifiers (one pass over ``V`` per rejection and node, nothing written), one uniform per child decides
    each node's outcome, a walk of ``L`` gathers finds the accepted node, and one draw from its residual
    (formed for that node only) or, at a leaf, from its ``q`` gives the emitted token.
-5. **One host read**: the accepted node and the emitted token (and the flags of bad target laws).
+5. **One host read**: the accepted node, the emitted token and the tree's token ids (the path of the
+   accepted node, the rows the draft's cache keeps), with the flags of bad draft laws, too small supports
+   and bad target laws (a draft flag is raised first, as the host route refuses it before the target call).
 
-So two host reads per iteration, each a few integers; the ``(n + 1, V)`` laws never leave the device.
+So one host read per iteration, ``n + 3`` integers and the flags; the ``(n + 1, V)`` laws never leave the
+device.
 The exact prediction of the iteration (the law of the accepted node's depth given the realised tree, the
 verifier's :meth:`~otspec.tree.TreeVerifier.emission` summed over tokens) comes from the same acceptance
 probabilities on the device, is logged there as ``L + 2`` numbers and read once after the loop; the
@@ -440,7 +443,7 @@ class TreeStepT:
         g = self.grow
         # -- draft: the root, then one call per depth on the frontier's rows; tokens and laws stay on the device
         pending = d.sync(ctx)
-        logits = d.logits_ids(torch.tensor([pending], dtype=torch.long, device=ddev))[:, -1]
+        logits = d.logits_ids(torch.tensor([pending], dtype=torch.long).to(ddev, non_blocking=True))[:, -1]
         tokens = torch.full((plan.shape.n + 1,), -1, dtype=torch.long, device=ddev)
         Ps, flags, shorts, raws = [], [], [], []
         length, batch = len(ctx), 1
@@ -465,16 +468,14 @@ class TreeStepT:
                 logits = d.logits_ids(feed)[:, -1]
                 length, batch = length + 1, int(feed.shape[0])
         d.seq = list(ctx)
-        # -- the one read before the target call: the tree's tokens (and the flags of bad laws, small supports)
-        host = torch.cat([tokens, torch.cat(flags).to(torch.long)] + [s.to(torch.long) for s in shorts]).tolist()
+        # the flags of bad draft laws and too small supports, read with the outcome (every token id is in [0, V)
+        # whatever the laws: the target's call on them is harmless, its result dropped where a flag is set)
+        dflags = torch.cat([torch.cat(flags).to(torch.long)] + [s.to(torch.long) for s in shorts])
         n1 = plan.shape.n + 1
-        tok = host[:n1]
-        if any(host[n1:]):
-            self._refuse(dec, ctx, host[n1:], tok, Ps, raws)
-        tok_np = np.array(tok, dtype=np.int64)
-        # -- target: one call scores every node; its laws stay on the device
+        tokens_t = tokens.to(tdev, non_blocking=True)
+        # -- target: one call scores every node from the tree's tokens on the device; its laws stay there
         pending_t = t.sync(ctx)
-        logits = t.lm.tree_logits(t.state, self.parents, tok_np, pending=pending_t, fallback="rows")
+        logits = t.lm.tree_logits(t.state, self.parents, tokens_t, pending=pending_t, fallback="rows")
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
@@ -487,12 +488,17 @@ class TreeStepT:
             return leaf[0]
 
         P_inner = torch.cat(Ps).to(tdev, non_blocking=True) if Ps else None
-        tokens_t = tokens.to(tdev, non_blocking=True)
         a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt)
-        # -- the one read after it: the accepted node, the emitted token, the flags of bad target laws
-        res = torch.cat([a, y, bad_rows(Q).to(torch.long), bad_rows(leaf[0]).to(torch.long)]).tolist()
-        if any(res[2:]):
-            self._refuse_target(dec, ctx, res[2:], tok_np, res[0])
+        # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
+        # flags of bad draft laws or small supports, then of bad target laws
+        nd = int(dflags.shape[0])
+        res = torch.cat([a, y, tokens_t, dflags.to(tdev, non_blocking=True), bad_rows(Q).to(torch.long),
+                         bad_rows(leaf[0]).to(torch.long)]).tolist()
+        tok = res[2 : 2 + n1]
+        if any(res[2 + n1 : 2 + n1 + nd]):
+            self._refuse(dec, ctx, res[2 + n1 : 2 + n1 + nd], tok, Ps, raws)
+        if any(res[2 + n1 + nd :]):
+            self._refuse_target(dec, ctx, res[2 + n1 + nd :], tok, res[0])
         a, y = int(res[0]), int(res[1])
         paths = self._paths(tok)
         out = list(paths[a]) + [y]
@@ -581,7 +587,7 @@ class TreeStepT:
         raise _support_error(self.plan.process, need, paths[v], law)
 
     def _refuse_target(self, dec, ctx, flags, tok, a: int) -> None:
-        paths = self._paths(tok.tolist())
+        paths = self._paths(tok)
         i = flags.index(1)
         v = int(self.lay_t.inner_np[i]) if i < len(self.lay_t.inner_np) else a
         _bad_logits("target", dec.t.lm, len(ctx) + len(paths[v]))
