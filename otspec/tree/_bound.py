@@ -866,7 +866,9 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     upper bound, and ``pi_exact`` says which was used.
 
     Each frontier is expanded as whole ``(prefixes, V)`` arrays (no loop over
-    prefixes): numpy on the host, in cache-sized blocks; with decoding
+    prefixes): on the host by fused kernels (the i.i.d. recursion, the draw laws
+    without replacement; compiled by numba with the ``fast`` extra, bit for bit the
+    vectorised numpy route that runs without it), in cache-sized blocks; with decoding
     models whose logits are on an accelerator the laws stay there as float64
     tensors and the same arithmetic runs on the device, only the candidates'
     values coming back (the two routes agree to 1e-12).
