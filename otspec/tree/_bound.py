@@ -198,6 +198,13 @@ def _as_laws(X, xp):
     return xp.astype(X, xp.float64, copy=False)
 
 
+def _count_positive(X, xp) -> np.ndarray:
+    """The number of positive entries of each row of ``X``, host int64 (numpy without an integer temporary)."""
+    if xp is np:
+        return np.count_nonzero(X > 0, axis=1).astype(np.int64)
+    return _host(xp.sum(xp.astype(X > 0, xp.int64), axis=1)).astype(np.int64)
+
+
 def _clip1(X, xp):
     """min(X, 1) elementwise."""
     return np.minimum(X, 1.0) if xp is np else xp.clip(X, None, 1.0)
@@ -240,7 +247,7 @@ class _DrawLaws:
         m, V = P.shape
         need = max(ranks) + 1
         limit = _MAX_WOR_ENUMERATION if exact_limit is None else exact_limit
-        support = _host(xp.sum(xp.astype(P > 0, xp.int64), axis=1)).tolist()
+        support = _count_positive(P, xp).tolist()
         small = [i for i, n in enumerate(support) if math.perm(int(n), need) * V <= limit]
         self.small = {}
         if small:
@@ -491,7 +498,7 @@ def _top_per_row(low, keep: int, xp):
     come to the host."""
     m, V = low.shape
     pos = low > 0
-    npos = _host(xp.sum(xp.astype(pos, xp.int64), axis=1)).astype(np.int64)
+    npos = _count_positive(low, xp)
     dropped = int(np.maximum(npos - keep, 0).sum())
     if keep <= 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), dropped
@@ -554,7 +561,7 @@ def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl,
         md = {d: col(A @ beta[d].sum(axis=1)) * Pl for d in depths}
         return _iid_pi(slots, j, s_all, Pl), md, None, True
     need = slots.need[j]
-    support = _host(xp.sum(xp.astype(Pl > 0, xp.int64), axis=1))
+    support = _count_positive(Pl, xp)
     for i in np.flatnonzero(support < need).tolist():
         raise _support_error("wor", need, paths[i], _host(Pl[i]))
     draws = _DrawLaws(Pl, ranks, xp, fused=True)
