@@ -8,6 +8,11 @@ expanded prefixes (64 per model call), for the i.i.d. and the without-replacemen
 * "bound, laws given": the bound's own arithmetic, the draft and target laws of the expanded prefixes
   read from memory (a ``next_dist`` model over the laws that the decoding models gave, each law checked
   as a distribution on reading, as every ``next_dist`` model is);
+* "numpy route": the same, the host's fused kernels turned off (what runs without numba, the ``fast``
+  extra); the kernels' first compilation (or load from numba's cache) is timed once before the rounds,
+  outside every timed call, and printed;
+* "laws as arrays": the bound's own arithmetic, each frontier's laws handed over as one stacked numpy
+  block (no check on reading: the route of decoding models whose logits are on the CPU);
 * "laws as tensors": the same arithmetic on the same laws held as float64 tensors on ``--device`` (the
   torch route of the bound's frontier expansion, which the decoding models take when their logits are on
   an accelerator);
@@ -61,17 +66,19 @@ def _np(X):
 
 
 class _TensorLaws:
-    """``laws(paths) -> (P, Q)`` as float64 tensors on ``device``: the recorded laws of a frontier stacked there."""
+    """``laws(paths) -> (P, Q)`` as float64 tensors on ``device`` (numpy arrays with ``device=None``): the
+    recorded laws of a frontier stacked there."""
 
     def __init__(self, rec: dict, device):
-        self.laws = {s: (torch.as_tensor(p, device=device), torch.as_tensor(q, device=device))
-                     for s, (p, q) in rec.items()}
+        wrap = (lambda x: x) if device is None else (lambda x: torch.as_tensor(x, device=device))
+        self.stack = np.stack if device is None else torch.stack
+        self.laws = {s: (wrap(p), wrap(q)) for s, (p, q) in rec.items()}
         self.calls = 0
 
     def __call__(self, paths):
         self.calls += 1
         rows = [self.laws[tuple(s)] for s in paths]
-        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+        return self.stack([r[0] for r in rows]), self.stack([r[1] for r in rows])
 
 
 def main(argv=None):
@@ -83,8 +90,12 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rst", action="store_true")
     args = ap.parse_args(argv)
+    import time
+
     import otspec.tree._bound as B
+    import otspec.tree._bound_kernels as K
     from otspec.decoding import smollm2_pair
+    from otspec.models import MemorylessModel
     from otspec.tree import TreeShape, bound
 
     device = torch.device(args.device)
@@ -113,6 +124,14 @@ def main(argv=None):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    # the kernels' compilation (or load from numba's on-disk cache), outside every timed call
+    t0 = time.perf_counter()
+    small_p, small_q = MemorylessModel(np.full(600, 1 / 600)), MemorylessModel(np.full(600, 1 / 600))
+    for process in ("iid", "wor"):
+        bound(TreeShape.branching(3, 2), small_p, small_q, process=process, budget=4)
+    print(f"numba kernels: {'compiled' if K.JIT else 'off (numba not installed)'}; first call (compile or load "
+          f"from cache, not timed below) {time.perf_counter() - t0:.2f} s")
+
     rows = []
     for process in ("iid", "wor"):
         # one run through the decoding models records the laws the bound reads
@@ -138,7 +157,20 @@ def main(argv=None):
         def given(process=process, md=md, mt=mt):
             bound(shape, md, mt, process=process, budget=args.budget, batch=args.batch)
 
+        def given_numpy(process=process, md=md, mt=mt):
+            jit, K.JIT = K.JIT, False
+            try:
+                bound(shape, md, mt, process=process, budget=args.budget, batch=args.batch)
+            finally:
+                K.JIT = jit
+
         tensor_laws = _TensorLaws(rec, device)
+        array_laws = _TensorLaws(rec, None)
+
+        def given_arrays(process=process, laws=array_laws):
+            # the bound's own arithmetic: each frontier's laws one stacked numpy block, no check on reading
+            laws.calls = 0
+            B._sampled(B._Slots(shape), process, laws, args.budget, args.batch)
 
         def given_tensors(process=process, laws=tensor_laws):
             # the torch route: the same laws as float64 tensors on the device, one stacked block per frontier
@@ -151,13 +183,16 @@ def main(argv=None):
             bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
 
         before = _load()
-        t_fwd, t_given, t_tens, t_calls = timeit_many([forward, given, given_tensors, with_calls],
-                                                      repeat=args.repeat, min_time=0.0)
+        t_fwd, t_given, t_np, t_arr, t_tens, t_calls = timeit_many(
+            [forward, given, given_numpy, given_arrays, given_tensors, with_calls], repeat=args.repeat, min_time=0.0)
         after = _load()
-        rows.append((process, t_fwd * 1e3, t_given * 1e3, t_given / t_fwd, t_tens * 1e3, t_tens / t_fwd,
+        rows.append((process, t_fwd * 1e3, t_given * 1e3, t_given / t_fwd, t_np * 1e3, t_np / t_fwd,
+                     t_arr * 1e3, t_arr / t_fwd,
+                     t_tens * 1e3, t_tens / t_fwd,
                      t_calls * 1e3, t_calls / t_fwd, res.n_calls, res.n_expanded, res.value, res.remainder,
                      res.pi_exact, f"{before} / {after}"))
-    head = ("process", "forward ms", "bound, laws given ms", "given / forward", "laws as tensors ms",
+    head = ("process", "forward ms", "bound, laws given ms", "given / forward", "numpy route ms",
+            "numpy / forward", "laws as arrays ms", "arrays / forward", "laws as tensors ms",
             "tensors / forward", "bound with its calls ms", "with calls / forward", "calls per model", "expanded",
             "bound", "remainder", "pi exact", "load average before / after")
     print_table(f"otspec.tree.bound on branching(8,7) at V = {V}, budget {args.budget} ({name})", head, rows,

@@ -20,8 +20,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otspec.models import MarkovModel, MemorylessModel, joint_law, random_markov_model, sequence_probability
-from otspec.tree import MAX_BOUND_BUDGET, Eagle2Params, TreeBound, TreeShape, bound, enumerate_trees, optimum, value
-from otspec.tree._bound import _root_path_probability, _second_draw, _wor_draw_laws
+from otspec.tree import (
+    MAX_BOUND_BUDGET,
+    Eagle2Params,
+    TreeBound,
+    TreeShape,
+    _bound_kernels,
+    bound,
+    enumerate_trees,
+    optimum,
+    value,
+)
+from otspec.tree._bound import _DrawLaws, _root_path_probability, _second_draw, _wor_draw_laws
 from otspec.tree._process import _wor_sequences
 
 EXACT = 1e-12
@@ -370,6 +380,57 @@ def _rel(a, b):
     return abs(a - b) / max(abs(a), abs(b), 1e-300)
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def host(request, monkeypatch):
+    """Run a test with the host route's fused kernels (numba, when installed) and with its numpy route."""
+    if request.param == "numpy":
+        monkeypatch.setattr(_bound_kernels, "JIT", False)
+    return request.param
+
+
+def _outcome(r):
+    return (r.value, r.per_depth.tolist(), r.lower_per_depth.tolist(), r.remainder, r.n_expanded, r.n_calls,
+            r.complete, r.pi_exact)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("V, concentration, shape", [
+    (60, 0.05, TreeShape.branching(8, 7)),
+    (300, 1.0, TreeShape([(0,), (3,), (0, 0), (0, 2), (3, 1), (0, 0, 0), (0, 2, 1)])),
+    (700, 0.3, TreeShape.branching(3, 2, 2)),                  # more than one block of columns per row
+    (500, 5.0, TreeShape([(0,), (1,), (0, 0), (0, 0, 0), (0, 0, 1), (1, 0)])),
+])
+@pytest.mark.parametrize("budget", [1, 9, 80])
+def test_fused_kernels_are_bit_for_bit_the_numpy_route(process, V, concentration, shape, budget, monkeypatch):
+    """The kernels do the numpy route's operations in its order: every value, per-depth sum, remainder and
+    flag identical in float64 (the bounded draws of ranks >= 2, the closed form of the second draw, the i.i.d.
+    recursion, the candidates' draw laws read at entries)."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    draft = random_markov_model(V, rng=V + 3, concentration=concentration)
+    target = random_markov_model(V, rng=V + 4, concentration=concentration)
+    a = bound(shape, draft, target, process=process, budget=budget, batch=16)
+    monkeypatch.setattr(_bound_kernels, "JIT", False)
+    b = bound(shape, draft, target, process=process, budget=budget, batch=16)
+    assert _outcome(a) == _outcome(b)
+
+
+def test_fused_draw_laws_at_entries_are_the_whole_laws():
+    """Without replacement the fused route holds no law whole: the laws of the candidates' draws, read at
+    entries, are the numpy route's whole laws there, bit for bit, the top tokens and the most likely one
+    included."""
+    rng = np.random.default_rng(5)
+    P = rng.dirichlet(np.full(900, 0.2), size=3)
+    ranks = [0, 1, 2, 4, 5]
+    whole = _DrawLaws(P, ranks, np)
+    fused = _DrawLaws(P, ranks, np, fused=True)
+    assert not whole.fused and fused.fused == _bound_kernels.JIT
+    rows = np.repeat(np.arange(3), 900)
+    cols = np.tile(np.arange(900), 3)
+    for k in range(len(ranks)):
+        np.testing.assert_array_equal(fused.at(k, rows, cols), whole.law(k)[rows, cols])
+
+
 @pytest.mark.parametrize("process", ["iid", "wor"])
 @pytest.mark.parametrize("V, concentration, shape", [
     (4, 0.5, TreeShape([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)])),   # small supports: enumerated
@@ -377,7 +438,7 @@ def _rel(a, b):
     (300, 1.0, TreeShape([(0,), (3,), (0, 0), (0, 2), (3, 1), (0, 0, 0), (0, 2, 1)])),
 ])
 @pytest.mark.parametrize("budget, batch", [(1, 1), (7, 3), (40, 16), (150, 64)])
-def test_torch_route_agrees_with_numpy(process, V, concentration, shape, budget, batch):
+def test_torch_route_agrees_with_numpy(process, V, concentration, shape, budget, batch, host):
     torch = pytest.importorskip("torch")
     from otspec.tree._bound import _sampled, _Slots
 

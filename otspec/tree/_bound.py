@@ -35,6 +35,7 @@ import numpy as np
 from .._array import namespace
 from .._validation import validate_positive_int
 from ..models import validate_model_pair, validate_sequence
+from . import _bound_kernels as _K
 from ._process import (
     DETERMINISTIC_PROCESSES,
     LawCache,
@@ -197,6 +198,13 @@ def _as_laws(X, xp):
     return xp.astype(X, xp.float64, copy=False)
 
 
+def _count_positive(X, xp) -> np.ndarray:
+    """The number of positive entries of each row of ``X``, host int64 (numpy without an integer temporary)."""
+    if xp is np:
+        return np.count_nonzero(X > 0, axis=1).astype(np.int64)
+    return _host(xp.sum(xp.astype(X > 0, xp.int64), axis=1)).astype(np.int64)
+
+
 def _clip1(X, xp):
     """min(X, 1) elementwise."""
     return np.minimum(X, 1.0) if xp is np else xp.clip(X, None, 1.0)
@@ -233,13 +241,13 @@ class _DrawLaws:
     :func:`_wor_draw_laws`), one rank at a time (``law(k)``, an ``(m, V)`` array) or at a few entries
     (``at(k, rows, cols)``), without holding all ranks at once."""
 
-    def __init__(self, P, ranks, xp, *, exact_limit: int | None = None):
+    def __init__(self, P, ranks, xp, *, exact_limit: int | None = None, fused: bool = False):
         self.P, self.ranks, self.xp = P, list(ranks), xp
         self.kept: dict = {}
         m, V = P.shape
         need = max(ranks) + 1
         limit = _MAX_WOR_ENUMERATION if exact_limit is None else exact_limit
-        support = _host(xp.sum(xp.astype(P > 0, xp.int64), axis=1)).tolist()
+        support = _count_positive(P, xp).tolist()
         small = [i for i, n in enumerate(support) if math.perm(int(n), need) * V <= limit]
         self.small = {}
         if small:
@@ -252,7 +260,14 @@ class _DrawLaws:
                 self.small[i] = e
         self.n_big = m - len(small)
         self.exact = self.n_big == 0 or need <= 2
-        self.P1 = _second_draw(P) if need > 1 and self.n_big else None
+        # the fused kernels (numba, numpy arrays, no enumerated row): the second draw's terms only, no law whole
+        self.fused = bool(fused and _K.JIT and xp is np and not small and need > 1)
+        if self.fused:
+            self.P = P = np.ascontiguousarray(P)
+            self.top1, self.t, self.S1, self.S2 = _second_draw_terms(P)
+            self.P1 = None
+        else:
+            self.P1 = _second_draw(P) if need > 1 and self.n_big else None
         if need > 2 and self.n_big:
             # the `need` most likely tokens of each row, by decreasing p (ties by lower id)
             if xp is np:
@@ -264,7 +279,8 @@ class _DrawLaws:
             self.top = top
             self.ptop = xp.take_along_axis(P, top, axis=1)                   # (m, need), decreasing
             self.base = self._rest_mass()                                    # mass outside the need largest
-            self.room = xp.clip(1.0 - P - self.P1, 0.0, 1.0)                 # 1 - P(draw 0 = y) - P(draw 1 = y)
+            if not self.fused:                                               # 1 - P(draw 0 = y) - P(draw 1 = y)
+                self.room = xp.clip(1.0 - P - self.P1, 0.0, 1.0)
 
     def _rest_mass(self):
         """Per row, the mass outside the ``need`` most likely tokens, summed over the others (no cancellation)."""
@@ -321,8 +337,43 @@ class _DrawLaws:
 
     def at(self, k: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """The law of the ``k``-th used rank at the entries ``(rows[i], cols[i])`` (numpy float64)."""
+        if self.fused:
+            return self._fused_at(k, rows, cols)
         law = self.kept[k] if k in self.kept else self.law(k)
         return _host(_gather(law, rows, cols, self.xp))
+
+    def tails(self) -> np.ndarray:
+        """``(m, need)``: the mass outside the ``r`` most likely tokens per row, ``r < need`` (the ``_tails``
+        of each rank; zeros when no rank above 1 is used)."""
+        m = self.P.shape[0]
+        if not hasattr(self, "top"):
+            return np.zeros((m, 1))
+        need = self.top.shape[1]
+        out = np.zeros((m, need))
+        for r in range(2, need):
+            out[:, r] = self._tails(r)[0][:, 0]
+        return out
+
+    def _fused_at(self, k: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """:meth:`at` from the second draw's terms: the operations of :func:`_bound_kernels.wor_pi_kernel` on the
+        entries (so bit for bit its laws and those of :meth:`law`)."""
+        P, r = self.P, self.ranks[k]
+        p = P[rows, cols]
+        if r == 0:
+            return p.copy()
+        at_top1 = cols == self.top1[rows]
+        p1 = np.where(at_top1, p * self.S2[rows], p * (self.S1[rows] - self.t[rows, cols]))
+        p1 = np.clip(p1, 0.0, 1.0)
+        if r == 1:
+            return p1
+        room = np.clip((1.0 - p) - p1, 0.0, 1.0)
+        tail_r, tail_r1 = (x[:, 0] for x in self._tails(r))
+        b = p / tail_r[rows]
+        for c in range(r):
+            hit = self.top[rows, c] == cols
+            pc = self.ptop[rows, c]
+            b[hit] = (pc / (tail_r1[rows] + pc))[hit]
+        return np.minimum(b, room)
 
 
 def _device(X):
@@ -337,6 +388,24 @@ def _gather(X, rows: np.ndarray, cols: np.ndarray, xp):
         return X[rows, cols]
     dev = _device(X)
     return X[xp.asarray(rows, device=dev), xp.asarray(cols, device=dev)]
+
+
+def _second_draw_terms(P: np.ndarray):
+    """``(top, t, S1, S2)`` of :func:`_second_draw` for a numpy block, by the kernel: each row's most likely token,
+    the terms :math:`t_x = p_x / (1 - p_x)` with the top's zeroed, their sum before (``S1``) and after (``S2``);
+    the sums are numpy's, as in :func:`_second_draw`."""
+    m = P.shape[0]
+    rows = np.arange(m)
+    top = np.argmax(P, axis=1)
+    others = P.copy()
+    others[rows, top] = 0.0
+    rest_top = np.sum(others, axis=1)
+    t = others                                              # reused as the terms' buffer
+    _K.second_draw_t(P, top, rest_top, t)
+    S1 = np.sum(t, axis=1)
+    t[rows, top] = 0.0
+    S2 = np.sum(t, axis=1)
+    return top, t, S1, S2
 
 
 def _second_draw(P):
@@ -429,7 +498,7 @@ def _top_per_row(low, keep: int, xp):
     come to the host."""
     m, V = low.shape
     pos = low > 0
-    npos = _host(xp.sum(xp.astype(pos, xp.int64), axis=1)).astype(np.int64)
+    npos = _count_positive(low, xp)
     dropped = int(np.maximum(npos - keep, 0).sum())
     if keep <= 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), dropped
@@ -492,13 +561,25 @@ def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl,
         md = {d: col(A @ beta[d].sum(axis=1)) * Pl for d in depths}
         return _iid_pi(slots, j, s_all, Pl), md, None, True
     need = slots.need[j]
-    support = _host(xp.sum(xp.astype(Pl > 0, xp.int64), axis=1))
+    support = _count_positive(Pl, xp)
     for i in np.flatnonzero(support < need).tolist():
         raise _support_error("wor", need, paths[i], _host(Pl[i]))
-    draws = _DrawLaws(Pl, ranks, xp)
+    draws = _DrawLaws(Pl, ranks, xp, fused=True)
     W = A @ C                                                # (m, R)
     coef = {d: A @ beta[d] for d in depths}                  # depth-d slots below each child of each rank
     V = Pl.shape[1]
+    if draws.fused:
+        # one pass per row: every rank's law at an entry in registers, combined into pi and the slot counts
+        m = Pl.shape[0]
+        dummy = not hasattr(draws, "top")
+        pi = np.empty((m, V))
+        mds = np.empty((len(coef), m, V))
+        _K.wor_pi_kernel(draws.P, draws.t, draws.top1, draws.S1, draws.S2, np.asarray(ranks, dtype=np.int64),
+                         np.ascontiguousarray(W), np.stack([coef[d] for d in depths]) if coef else
+                         np.zeros((0, m, len(ranks))),
+                         np.zeros((m, 1), np.int64) if dummy else np.ascontiguousarray(draws.top, dtype=np.int64),
+                         np.zeros((m, 1)) if dummy else np.ascontiguousarray(draws.ptop), draws.tails(), pi, mds)
+        return pi, dict(zip(depths, mds)), (draws if keep_draws else None), draws.exact
     # one rank's law at a time (never all ranks held), on the host in blocks of columns that stay in cache
     step = V if (xp is not np or keep_draws) else max(1, min(V, _CHUNK_ENTRIES // max(1, Pl.shape[0])))
     pi = xp.empty_like(Pl) if step < V else None
@@ -547,6 +628,12 @@ def _iid_pi(slots: _Slots, j: int, s_all: np.ndarray, Pl):
     xp = _xp(Pl)
     levels, root = slots.iid_classes(j)
     m, V = Pl.shape
+    if xp is np and _K.JIT:
+        # the fused kernel: one pass over each row, every slot product in registers (the same operations)
+        out = np.empty((m, V))
+        _K.iid_pi_kernel(np.ascontiguousarray(Pl), np.ascontiguousarray(s_all, dtype=np.float64), j,
+                         *_K.iid_program(levels, root), out)
+        return out
     if xp is np:
         out = np.empty_like(Pl)
         cols = min(V, _CHUNK_ENTRIES)
@@ -786,7 +873,9 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     upper bound, and ``pi_exact`` says which was used.
 
     Each frontier is expanded as whole ``(prefixes, V)`` arrays (no loop over
-    prefixes): numpy on the host, in cache-sized blocks; with decoding
+    prefixes): on the host by fused kernels (the i.i.d. recursion, the draw laws
+    without replacement; compiled by numba with the ``fast`` extra, bit for bit the
+    vectorised numpy route that runs without it), in cache-sized blocks; with decoding
     models whose logits are on an accelerator the laws stay there as float64
     tensors and the same arithmetic runs on the device, only the candidates'
     values coming back (the two routes agree to 1e-12).

@@ -1,0 +1,221 @@
+r"""Fused kernels of :func:`otspec.tree.bound` on the host: one pass per row instead of dozens of whole-array passes.
+
+* :func:`iid_pi_kernel`: the i.i.d. recursion
+  :math:`f(v) = 1 - \prod_c (1 - p\, f(c))` for every child token of a block
+  of prefixes, the slots' classes given as a flat program
+  (:func:`iid_program`), every product held in registers;
+* :func:`second_draw_t`: the terms :math:`t_x = p_x / (1 - p_x)` of the
+  closed form of the second draw without replacement;
+* :func:`wor_pi_kernel`: the laws of the draws of every used rank (rank 0
+  :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the stated upper
+  bound) combined into :math:`\pi` and the expected slot counts in one pass,
+  no law held whole.
+
+Plain Python on scalars, compiled by numba when installed (the ``fast`` extra,
+:data:`JIT`); the same operations in the same order as the vectorised numpy
+route of :mod:`otspec.tree._bound` (which runs without numba), so the two
+agree bit for bit (IEEE arithmetic, no contraction into fused multiply-adds;
+the row sums stay numpy's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._jit import compile_in
+
+#: Columns of a row evaluated together (buffers that stay in the L1 cache; the loops over them vectorise).
+BLOCK = 256
+
+
+def union_block(a, n, b, r, h, out):
+    """``out[:b]`` = :math:`1 - (1 - a)^n` for ``a[:b]`` by Horner's rule, positive terms only (as
+    :func:`otspec.tree._bound._union`, the same operations); ``r``, ``h`` scratch."""
+    if n == 1:
+        for v in range(b):
+            out[v] = a[v] * 1.0
+        return
+    for v in range(b):
+        r[v] = 1.0 - a[v]
+        h[v] = 1.0 + r[v]
+    for _ in range(n - 2):
+        for v in range(b):
+            h[v] *= r[v]
+            h[v] += 1.0
+    for v in range(b):
+        out[v] = h[v] * a[v]
+
+
+def iid_pi_kernel(P, s_all, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, out):
+    r"""``out[i, v]`` = :math:`\pi` of the child ``v`` of prefix ``i`` (i.i.d. children), by the program of
+    :func:`iid_program`: classes ``0 .. lvl_start[1] - 1`` are level 0 (``leaf_n`` leaf children each), the
+    classes of level ``l`` combine their terms ``(term_child, term_cnt)`` with ``s = s_all[i, j - l]``;
+    :data:`BLOCK` columns at a time."""
+    m, V = P.shape
+    n_lvl = lvl_start.shape[0] - 1
+    n_cls = lvl_start[n_lvl]
+    F = np.zeros((n_cls, BLOCK))
+    a = np.zeros(BLOCK)
+    g = np.zeros(BLOCK)
+    acc = np.zeros(BLOCK)
+    r = np.zeros(BLOCK)
+    h = np.zeros(BLOCK)
+    for i in range(m):
+        for v0 in range(0, V, BLOCK):
+            b = min(BLOCK, V - v0)
+            for v in range(b):
+                a[v] = P[i, v0 + v]
+            for c in range(lvl_start[1]):
+                n = leaf_n[c]
+                if n > 0:
+                    union_block(a, n, b, r, h, F[c])
+                else:
+                    F[c, :b] = 0.0
+            for lev in range(1, n_lvl):
+                s = s_all[i, j - lev]
+                for c in range(lvl_start[lev], lvl_start[lev + 1]):
+                    if term_start[c] == term_start[c + 1]:
+                        F[c, :b] = 0.0
+                        continue
+                    for k in range(term_start[c], term_start[c + 1]):
+                        fc = F[term_child[k]]
+                        for v in range(b):
+                            a[v] = s * fc[v]
+                        if k == term_start[c]:
+                            union_block(a, term_cnt[k], b, r, h, acc)
+                        else:
+                            union_block(a, term_cnt[k], b, r, h, g)
+                            for v in range(b):
+                                acc[v] = g[v] + (1.0 - g[v]) * acc[v]
+                    for v in range(b):
+                        F[c, v] = acc[v]
+            fr = F[root]
+            for v in range(b):
+                x = fr[v]
+                out[i, v0 + v] = x if x < 1.0 else 1.0
+
+
+def second_draw_t(P, top, rest_top, t):
+    """``t[i, x]`` = :math:`p_x / (1 - p_x)` (0 where the denominator is 0), the most likely token's
+    :math:`1 - p_x` given as ``rest_top[i]`` (the sum of the row's other entries)."""
+    m, V = P.shape
+    for i in range(m):
+        for v in range(V):
+            rest = 1.0 - P[i, v]
+            t[i, v] = P[i, v] / rest if rest > 0.0 else 0.0
+        rest = rest_top[i]
+        v = top[i]
+        t[i, v] = P[i, v] / rest if rest > 0.0 else 0.0
+
+
+def _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i, v0, b, special,
+                 law, room, acc):
+    """:func:`wor_pi_kernel` on the columns ``v0 .. v0 + b - 1`` of row ``i``; ``special``: the columns may hold
+    the row's most likely tokens (each checked), else none does."""
+    K = ranks.shape[0]
+    E = md.shape[0]
+    for v in range(b):
+        p = P[i, v0 + v]
+        if special and v0 + v == top1[i]:
+            p1 = p * S2[i]
+        else:
+            p1 = p * (S1[i] - t[i, v0 + v])
+        p1 = 0.0 if p1 < 0.0 else (1.0 if p1 > 1.0 else p1)
+        x = (1.0 - p) - p1
+        room[v] = 0.0 if x < 0.0 else (1.0 if x > 1.0 else x)
+        law[1, v] = p1
+    for k in range(K):
+        rk = ranks[k]
+        if rk == 0:
+            for v in range(b):
+                law[0, v] = P[i, v0 + v]
+            lk = law[0]
+        elif rk == 1:
+            lk = law[1]
+        else:
+            lk = law[2]
+            tr = tails[i, rk]
+            for v in range(b):
+                y = P[i, v0 + v] / tr
+                lk[v] = y if y < room[v] else room[v]
+            if special:
+                tr1 = tails[i, rk] - ptop[i, rk]
+                for c in range(rk):
+                    v = top[i, c] - v0
+                    if 0 <= v < b:
+                        y = ptop[i, c] / (tr1 + ptop[i, c])
+                        lk[v] = y if y < room[v] else room[v]
+        w = W[i, k]
+        if k == 0:
+            for v in range(b):
+                acc[v] = w * lk[v]
+        else:
+            for v in range(b):
+                acc[v] = acc[v] + w * lk[v]
+        for e in range(E):
+            ce = coef[e, i, k]
+            if k == 0:
+                for v in range(b):
+                    md[e, i, v0 + v] = ce * lk[v]
+            else:
+                for v in range(b):
+                    md[e, i, v0 + v] = md[e, i, v0 + v] + ce * lk[v]
+    for v in range(b):
+        x = acc[v]
+        pi[i, v0 + v] = x if x < 1.0 else 1.0
+
+
+def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md):
+    r"""``pi[i, v]`` = :math:`\min(1, \sum_k W[i, k]\, \ell_k(i, v))` and ``md[e, i, v]`` =
+    :math:`\sum_k \mathrm{coef}[e, i, k]\, \ell_k(i, v)`, :math:`\ell_k` the law of the draw of rank
+    ``ranks[k]`` without replacement from row ``i``: ``P`` (rank 0), the closed form from the terms ``t``
+    (the most likely token's zeroed), ``S1`` (their sum before) and ``S2`` (after) (rank 1), the stated upper
+    bound from the decreasing ``top``/``ptop`` and the tails ``tails[i, r]`` (mass outside the ``r`` largest)
+    for ranks ``r >= 2``, capped by :math:`1 - \ell_0 - \ell_1`; :data:`BLOCK` columns at a time, the
+    blocks that hold one of the row's most likely tokens again entry by entry."""
+    m, V = P.shape
+    law = np.zeros((3, BLOCK))
+    room = np.zeros(BLOCK)
+    acc = np.zeros(BLOCK)
+    nt = top.shape[1]
+    for i in range(m):
+        for v0 in range(0, V, BLOCK):
+            b = min(BLOCK, V - v0)
+            special = v0 <= top1[i] < v0 + b
+            for c in range(nt):
+                if v0 <= top[i, c] < v0 + b:
+                    special = True
+            _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i, v0, b, special,
+                         law, room, acc)
+
+
+#: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
+JIT = compile_in(globals(), ("union_block", "iid_pi_kernel", "second_draw_t", "_wor_entries", "wor_pi_kernel"))
+
+
+def iid_program(levels, root):
+    """The classes of :meth:`otspec.tree._bound._Slots.iid_classes` as flat int64 arrays for
+    :func:`iid_pi_kernel`: ``(leaf_n, lvl_start, term_start, term_child, term_cnt, root)``, each class's terms in
+    the order the numpy route combines them (reversed)."""
+    ids: dict = {}
+    lvl_start = [0]
+    leaf_n = []
+    for k in levels[0]:
+        ids[(0, k)] = len(ids)
+        leaf_n.append(k[1])
+    lvl_start.append(len(ids))
+    term_start, term_child, term_cnt = [0] * len(ids), [], []
+    for lev, lvl in enumerate(levels[1:], start=1):
+        for k in lvl:
+            ids[(lev, k)] = len(ids)
+            term_start.append(len(term_child))
+            for ck, cnt in reversed(k):
+                term_child.append(ids[(lev - 1, ck)])
+                term_cnt.append(cnt)
+        lvl_start.append(len(ids))
+    term_start.append(len(term_child))
+    leaf_n += [0] * (len(ids) - len(leaf_n))
+    a = [np.asarray(x, dtype=np.int64) for x in (leaf_n, lvl_start, term_start, term_child, term_cnt)]
+    if a[3].size == 0:
+        a[3], a[4] = np.zeros(1, np.int64), np.zeros(1, np.int64)
+    return (*a, ids[(len(levels) - 1, root)])
