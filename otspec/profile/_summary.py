@@ -521,7 +521,9 @@ def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict, 
     configuration: that value everywhere; a family the decoder refused at its larger ``k`` (no timed step there)
     gets none for ``k > 1``. A tree family's entry is its step's seconds :math:`s` (the tree's forward passes are
     subtracted where its shape is known, :class:`_TreeCosts`). The values may be arrays of bootstrap replicates
-    (the fit is taken replicate by replicate).
+    (the fit is taken replicate by replicate, and an interpolated entry's replicates carry, beside the timed
+    points' spread, a normal draw of the residual standard error: the scatter of a new point about the line, so
+    that the interval of a prediction read off the line holds the fit's error).
     """
     k_max, L_max = settings["k_max"], settings["L_max"]
     fams = set(settings["families"])
@@ -553,6 +555,8 @@ def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict, 
                     over[(f, k, L)] = o[(k, L)]
                 else:
                     val, e = a + b * (k * (2 * L + 1)), err
+                    if np.ndim(val) and np.isfinite(e).all():  # replicates: a new point's scatter about the line
+                        val = val + e * np.random.default_rng([k, L, 13]).standard_normal(np.shape(val))
                     over[(f, k, L)] = float(val) if np.ndim(val) == 0 else val
                     fit[(f, k, L)] = float(e) if np.ndim(e) == 0 else e
         res = [v for (n, _, _), v in med.items() if n == f"residual:{f}"]
