@@ -174,6 +174,47 @@ def test_check_decodes_on_a_toy_pair():
         check_decodes(d, t, [[0]], [("kseq", 2, 2)], s, rounds=0)
 
 
+def test_every_single_draft_configuration_is_timed():
+    # every L at k = 1 of every family, and (K, L_max): the old two points, (1, 1) and (K, L_max), left the (1, 2)
+    # that SmolLM2's check recommended interpolated, 27 % off
+    from otspec.profile import ProfileSettings
+    from otspec.profile._overhead import overhead_configs
+
+    s = ProfileSettings(k_max=3, L_max=3, families=["token", "kseq"], verifiers=["token"], trees=[])
+    assert overhead_configs(s) == [("token", 1, 1), ("token", 1, 2), ("token", 1, 3),
+                                   ("kseq", 1, 1), ("kseq", 1, 2), ("kseq", 1, 3), ("kseq", 2, 3)]
+
+
+def test_overhead_measured_where_timed_and_fitted_with_its_residual_elsewhere():
+    from otspec.profile._summary import _overhead
+
+    # forward passes cost nothing: o = s. kseq timed at x = k (2 L + 1) = 3, 5, 7 (k = 1) and 14 (2, 3), the
+    # k = 1 points off the line o = 1 + x by +0.5, -1, +0.5 and (2, 3) on it
+    env = {("draft", k, 1): 0.0 for k in (1, 2)} | {("target", k, m): 0.0 for k in (1, 2) for m in (1, 2, 3, 4)}
+    med = {("step:kseq", 1, 1): 4.5, ("step:kseq", 1, 2): 5.0, ("step:kseq", 1, 3): 8.5, ("step:kseq", 2, 3): 15.0,
+           ("step:plain", 1, 1): 2.0, **env}
+    over, plain, _, fit = _overhead(med, {"k_max": 2, "L_max": 3, "families": ["kseq"]}, env)
+    for L, v in ((1, 4.5), (2, 5.0), (3, 8.5)):  # timed: the measurement itself, not the line
+        assert over[("kseq", 1, L)] == v and ("kseq", 1, L) not in fit
+    assert over[("kseq", 2, 3)] == 15.0 and plain == 2.0
+    x, y = np.array([3.0, 5, 7, 14]), np.array([4.5, 5.0, 8.5, 15.0])
+    b, a = np.polyfit(x, y, 1)
+    se = np.sqrt(((y - a - b * x) ** 2).sum() / 2)
+    for L in (1, 2):  # interpolated: the least-squares line, its residual standard error recorded
+        assert abs(over[("kseq", 2, L)] - (a + b * 2 * (2 * L + 1))) < 1e-12
+        assert abs(fit[("kseq", 2, L)] - se) < 1e-12
+    # bootstrap replicates: the fit replicate by replicate
+    reps = {key: np.array([v, 2 * v]) if key[0].startswith("step:kseq") else v for key, v in med.items()}
+    over2, _, _, fit2 = _overhead(reps, {"k_max": 2, "L_max": 3, "families": ["kseq"]}, env)
+    assert np.allclose(fit2[("kseq", 2, 1)], [se, 2 * se])
+    assert np.allclose(over2[("kseq", 1, 2)], [5.0, 10.0])  # timed: the replicates themselves
+    # many replicates of the same timings: an interpolated entry scatters about the line by the residual's error
+    many = {key: np.full(20_000, v) if key[0].startswith("step:kseq") else v for key, v in med.items()}
+    over3, _, _, fit3 = _overhead(many, {"k_max": 2, "L_max": 3, "families": ["kseq"]}, env)
+    z = (over3[("kseq", 2, 1)] - over[("kseq", 2, 1)]) / se
+    assert abs(z.mean()) < 0.05 and abs(z.std() - 1) < 0.05  # 5 sd of the mean and of the sd at 20,000 draws
+
+
 if __name__ == "__main__":  # one pair's check, its rows as JSON on the last line (run by _rows)
     draft, target, prompts, rounds = PAIRS[sys.argv[1]]()
     rows = _check(draft, target, prompts, SETTINGS, rounds=rounds, tokens=32)

@@ -271,7 +271,7 @@ def test_a_family_the_decoder_refused_gets_no_prediction_a():
     med = {("draft", 1, 1): 1.0, ("draft", 2, 1): 1.5, ("target", 1, 1): 4.0, ("target", 1, 2): 5.0,
            ("target", 2, 2): 6.0, ("step:kseq", 1, 1): 7.0, ("step:token", 1, 1): 6.0, ("step:plain", 1, 1): 5.0}
     env = dict(med)
-    over, plain, _ = _overhead(med, {"k_max": 2, "L_max": 1, "families": ["token", "kseq"]}, env)
+    over, plain, _, _ = _overhead(med, {"k_max": 2, "L_max": 1, "families": ["token", "kseq"]}, env)
     assert over == {("token", 1, 1): 0.0, ("kseq", 1, 1): 1.0} and plain == 1.0  # kseq refused at k = 2: none
     c = Costs("measured", 4.0, {(1, 1): 5.0, (2, 1): 6.0}, {1: 1.0, 2: 1.5}, "", overhead=over, overhead_plain=plain)
     assert c.decoder_iteration("kseq", 1, 1) == 7.0 and np.isnan(c.decoder_iteration("kseq", 2, 1))

@@ -128,6 +128,10 @@ class Costs:
     calls : dict
         ``(model, rows, new tokens) -> seconds`` of every calibrated call (``"target"``, ``"draft"``,
         ``"tree-target"``), the monotone envelope of the medians.
+    overhead_fit : dict
+        ``(family, k, L) -> seconds``: for every entry of :attr:`overhead` that was not timed but read off the
+        family's least-squares line through its timed configurations, the line's residual standard error over
+        them (NaN: two timed points, an error not measured); a timed entry is not in it.
     """
 
     source: str
@@ -142,6 +146,7 @@ class Costs:
     violations: tuple = ()
     samples: dict = field(default_factory=dict)
     calls: dict = field(default_factory=dict)
+    overhead_fit: dict = field(default_factory=dict)
 
     def iteration(self, k: int, L: int) -> float:
         """Seconds of one iteration's forward passes with ``k`` draft blocks of ``L`` tokens."""
@@ -503,16 +508,22 @@ def _envelope(med: dict) -> dict:
     return env
 
 
-def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict]:
+def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict, dict]:
     r"""The decoder's work beyond the calibrated forward passes: ``(per (family, k, L) or tree name, plain,
-    residual)``.
+    residual, fit)``.
 
     At a timed configuration :math:`o = s - t(k, L)`, the measured seconds of a whole step less the calibrated
-    forward passes (:mod:`otspec.profile._overhead`); a family's are fitted as :math:`o = a + b\, k (2 L + 1)`
-    (the laws an iteration handles) through its two timed configurations (exact there); one timed
+    forward passes (:mod:`otspec.profile._overhead`: every ``L`` at ``k = 1`` and ``(K, L_max)``), used as
+    measured. At the others, a family's least-squares line :math:`o = a + b\, x`, :math:`x = k (2 L + 1)` (the laws
+    an iteration handles), through its timed configurations; ``fit`` maps each such ``(family, k, L)`` to the
+    line's residual standard error :math:`\sqrt{\sum_i (o_i - a - b x_i)^2 / (n - 2)}` over the family's
+    :math:`n` timed points (NaN with two points or fewer: an interpolation whose error is not measured). One timed
     configuration: that value everywhere; a family the decoder refused at its larger ``k`` (no timed step there)
-    gets none for ``k > 1``. A tree family's entry is its step's seconds :math:`s` (the tree's
-    forward passes are subtracted where its shape is known, :class:`_TreeCosts`).
+    gets none for ``k > 1``. A tree family's entry is its step's seconds :math:`s` (the tree's forward passes are
+    subtracted where its shape is known, :class:`_TreeCosts`). The values may be arrays of bootstrap replicates
+    (the fit is taken replicate by replicate, and an interpolated entry's replicates carry, beside the timed
+    points' spread, a normal draw of the residual standard error: the scatter of a new point about the line, so
+    that the interval of a prediction read off the line holds the fit's error).
     """
     k_max, L_max = settings["k_max"], settings["L_max"]
     fams = set(settings["families"])
@@ -520,7 +531,7 @@ def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict]:
     def fwd(k, L):
         return env[("draft", 1, 1)] + (L - 1) * env[("draft", k, 1)] + env[("target", k, L + 1)]
 
-    over, residual = {}, {}
+    over, residual, fit = {}, {}, {}
     for f in settings["families"]:
         o = {(k, m): v - fwd(k, m) for (n, k, m), v in med.items() if n == f"step:{f}"}
         if not o:
@@ -529,12 +540,25 @@ def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict]:
         multi = not (spec.single_draft or spec.kind == "block")
         ks = range(1, k_max + 1) if multi and max(k for k, _ in o) > 1 else range(1, 2)  # the decoder refused k > 1:
         pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))                           # no prediction (a) there
-        (k0, L0), (k1, L1) = pts[0], pts[-1]
-        x0, x1 = k0 * (2 * L0 + 1), k1 * (2 * L1 + 1)
-        b = (o[(k1, L1)] - o[(k0, L0)]) / (x1 - x0) if x1 > x0 else 0.0
+        x = np.array([k * (2 * m + 1) for k, m in pts], dtype=float)
+        y = np.stack([np.asarray(o[p], dtype=float) for p in pts])  # (points, ...) : replicates behind
+        dx = (x - x.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
+        sxx = float((dx**2).sum())
+        b = (dx * (y - y.mean(axis=0))).sum(axis=0) / sxx if sxx > 0 else np.zeros_like(y[0])
+        a = y.mean(axis=0) - b * x.mean()
+        n_pts = len(pts)
+        err = np.sqrt(((y - a - b * x.reshape(dx.shape)) ** 2).sum(axis=0) / (n_pts - 2)) if n_pts > 2 else (
+            np.full_like(y[0], np.nan))
         for k in ks:
             for L in range(1, L_max + 1):
-                over[(f, k, L)] = o[(k0, L0)] + b * (k * (2 * L + 1) - x0)
+                if (k, L) in o:
+                    over[(f, k, L)] = o[(k, L)]
+                else:
+                    val, e = a + b * (k * (2 * L + 1)), err
+                    if np.ndim(val) and np.isfinite(e).all():  # replicates: a new point's scatter about the line
+                        val = val + e * np.random.default_rng([k, L, 13]).standard_normal(np.shape(val))
+                    over[(f, k, L)] = float(val) if np.ndim(val) == 0 else val
+                    fit[(f, k, L)] = float(e) if np.ndim(e) == 0 else e
         res = [v for (n, _, _), v in med.items() if n == f"residual:{f}"]
         if res:
             residual[f] = np.mean(res, axis=0)
@@ -543,7 +567,7 @@ def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict]:
         if n.startswith("step:") and name not in fams and name != "plain":
             over[name] = v
     plain = med[("step:plain", 1, 1)] - env[("target", 1, 1)] if ("step:plain", 1, 1) in med else 0.0
-    return over, plain, residual
+    return over, plain, residual, fit
 
 
 def _measured(med: dict, settings: dict, spread: dict, samples: dict, violations: tuple | None = None) -> Costs:
@@ -551,14 +575,14 @@ def _measured(med: dict, settings: dict, spread: dict, samples: dict, violations
     ks = range(1, settings["k_max"] + 1)
     Ls = range(1, settings["L_max"] + 1)
     env = _envelope(med)
-    over, plain_over, residual = _overhead(med, settings, env)
+    over, plain_over, residual, fit = _overhead(med, settings, env)
     return Costs("measured", env[("target", 1, 1)], {(k, L): env[("target", k, L + 1)] for k in ks for L in Ls},
                  {k: env[("draft", k, 1)] for k in ks},
                  "measured by the run on its own device: every forward pass shape timed with the device "
                  "synchronised before and after, after a warm-up round, in interleaved rounds; the median of "
                  f"{max((len(v) for v in samples.values()), default=0)} repetitions (the target scoring k rows of "
                  "L + 1 tokens, or one token; the draft stepping k rows)", spread=spread, overhead=over,
-                 overhead_plain=plain_over, residual=residual,
+                 overhead_plain=plain_over, residual=residual, overhead_fit=fit,
                  violations=_cost_violations(med, spread) if violations is None else violations,
                  samples=samples, calls={key: v for key, v in env.items() if key[0] in _CALLS})
 
