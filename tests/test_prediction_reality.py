@@ -180,9 +180,11 @@ def test_every_single_draft_configuration_is_timed():
     from otspec.profile import ProfileSettings
     from otspec.profile._overhead import overhead_configs
 
-    s = ProfileSettings(k_max=3, L_max=3, families=["token", "kseq"], verifiers=["token"], trees=[])
+    s = ProfileSettings(k_max=3, L_max=3, families=["token", "kseq", "typical"], verifiers=["token"], trees=[])
+    # typical acceptance is lossy, never recommended: its two ends only
     assert overhead_configs(s) == [("token", 1, 1), ("token", 1, 2), ("token", 1, 3),
-                                   ("kseq", 1, 1), ("kseq", 1, 2), ("kseq", 1, 3), ("kseq", 2, 3)]
+                                   ("kseq", 1, 1), ("kseq", 1, 2), ("kseq", 1, 3), ("kseq", 2, 3),
+                                   ("typical", 1, 1), ("typical", 1, 3)]
 
 
 def test_overhead_measured_where_timed_and_fitted_with_its_residual_elsewhere():

@@ -275,3 +275,18 @@ def test_a_family_the_decoder_refused_gets_no_prediction_a():
     assert over == {("token", 1, 1): 0.0, ("kseq", 1, 1): 1.0} and plain == 1.0  # kseq refused at k = 2: none
     c = Costs("measured", 4.0, {(1, 1): 5.0, (2, 1): 6.0}, {1: 1.0, 2: 1.5}, "", overhead=over, overhead_plain=plain)
     assert c.decoder_iteration("kseq", 1, 1) == 7.0 and np.isnan(c.decoder_iteration("kseq", 2, 1))
+
+
+def test_report_says_which_predictions_a_rest_on_the_fitted_line():
+    from otspec.profile._report import _fitted_sentence
+    from otspec.profile._summary import Costs, _overhead
+
+    env = {("draft", k, 1): 0.0 for k in (1, 2)} | {("target", k, m): 0.0 for k in (1, 2) for m in (1, 2, 3, 4)}
+    med = {("step:kseq", 1, 1): 4.5, ("step:kseq", 1, 2): 5.0, ("step:kseq", 1, 3): 8.5, ("step:kseq", 2, 3): 15.0,
+           ("step:plain", 1, 1): 2.0, **env}
+    over, plain, _, fit = _overhead(med, {"k_max": 2, "L_max": 3, "families": ["kseq"]}, env)
+    assert set(fit) == {("kseq", 2, 1), ("kseq", 2, 2)}  # k = 2 below L_max: read off the line
+    c = Costs("measured", 1.0, {}, {}, "", overhead=over, overhead_plain=plain, overhead_fit=fit)
+    text = _fitted_sentence(c)
+    assert "timed itself" in text and "2 others" in text and "residual error" in text
+    assert _fitted_sentence(Costs("measured", 1.0, {}, {}, "", overhead=over, overhead_plain=plain)) == ""

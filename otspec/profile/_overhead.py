@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._registry import get_verifier
 from .._timing import Stopwatch
 from ..decoding._loop import autoregressive_decode, speculative_decode
 
@@ -135,13 +136,16 @@ class TimedLM:
 
 def overhead_configs(settings) -> list[tuple]:
     """The configurations decoded by :func:`overhead_rows`: ``(family, k, L)`` at ``k = 1`` and every ``L`` up to
-    ``L_max``, and at ``(K, L_max)``, of every profiled family (``K`` the largest ``k`` it supports, at most
+    ``L_max`` (only ``L = 1`` for a lossy family, which is never recommended), and at ``(K, L_max)``, of every
+    profiled family (``K`` the largest ``k`` it supports, at most
     :data:`OVERHEAD_MAX_K`; once when they coincide), then ``(tree name, n,
     depth)`` of every tree family of the run (each verifier of a sampled family; a deterministic family once)."""
     out = []
     for name in settings.families:
         ks = settings.ks(name)
-        for k, L in [(1, L) for L in range(1, settings.L_max + 1)] + [(min(max(ks), OVERHEAD_MAX_K), settings.L_max)]:
+        # a lossy family is never recommended: its two ends suffice for the fitted line its predictions use
+        Ls = range(1, settings.L_max + 1) if get_verifier(name).lossless else (1,)
+        for k, L in [(1, L) for L in Ls] + [(min(max(ks), OVERHEAD_MAX_K), settings.L_max)]:
             if (name, k, L) not in out:
                 out.append((name, k, L))
     plan = getattr(settings, "tree_plan", None)

@@ -335,6 +335,17 @@ def _spread(timings, key, plain) -> str:
     return f" ({min(t) / plain:.2f}-{max(t) / plain:.2f})"
 
 
+def _fitted_sentence(c) -> str:
+    """Which predictions (a) rest on the fitted line of a family's timed steps rather than on a step of their own."""
+    n = len(c.overhead_fit)
+    if not n:
+        return ""
+    return (" Every single-draft configuration (k = 1) of a lossless family was timed itself; "
+            f"{n} other{'s' if n != 1 else ''} (k > 1, or the middle L of a lossy family) "
+            f"{'take' if n != 1 else 'takes'} the decoder's work from a line a + b k (2L + 1) through the family's "
+            "timed steps, the line's residual error added to the intervals.")
+
+
 def _costs_lines(summary) -> list[str]:
     c = summary.costs
     s = summary.settings
@@ -373,7 +384,7 @@ def _costs_lines(summary) -> list[str]:
                   "the decoder's work beyond them, from whole steps timed on a few real iterations of every scheme "
                   f"(plain decoding: {1e3 * c.overhead_plain:.3f} ms per token beyond its forward pass). "
                   "Prediction (b), the forward passes alone (an engine whose verification is fused into its "
-                  "forward pass), is `speedup_forward` in the summary.", ""]
+                  "forward pass), is `speedup_forward` in the summary." + _fitted_sentence(c), ""]
     else:
         lines += ["Speed-ups count the forward passes alone (the run did not time the decoder's work outside "
                   "them).", ""]
