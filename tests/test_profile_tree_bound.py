@@ -267,17 +267,10 @@ def test_transformers_pair_left_padded_batch(tmp_path):
     """A tiny Llama pair (KV cache, tree mask, prompts of unequal lengths in one left-padded batch): the rows
     against otspec.tree.bound on the same models at the same contexts (float32 logits scored in other calls:
     1e-5)."""
-    transformers = pytest.importorskip("transformers")
-    from otspec.decoding import HFCausalLM
+    pytest.importorskip("transformers")
+    from tests.toy_lm import tiny_llama
 
-    def tiny(seed):
-        cfg = transformers.LlamaConfig(vocab_size=12, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-                                       initializer_range=0.3)
-        torch.manual_seed(seed)
-        return HFCausalLM(transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").eval())
-
-    draft, target = tiny(0), tiny(1)
+    draft, target = tiny_llama(0), tiny_llama(1)
     items = [{"input_ids": [3, 1, 4, 1, 5], "reference_ids": [9, 2]}, {"input_ids": [9, 2], "reference_ids": [6, 5]}]
     trees = ["iid:branching(2,2):specinfer", "wor:branching(2,1):sequoia"]
     profile(items, out=tmp_path, draft=draft, target=target, trees=trees, bound_budget=5, batch_size=2,

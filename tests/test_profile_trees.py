@@ -176,18 +176,11 @@ def test_eagle2_from_the_universe_is_the_recorded_value():
 def test_transformers_kv_cache_left_padded_batch():
     # a tiny Llama pair (KV cache, tree mask): two prompts of unequal lengths in one left-padded batch; every
     # law at the trees' nodes against the same path scored alone, without cache (float32: rtol 1e-4)
-    transformers = pytest.importorskip("transformers")
-    from otspec.decoding import HFCausalLM
+    pytest.importorskip("transformers")
     from otspec.decoding._models import next_token_logits
+    from tests.toy_lm import tiny_llama
 
-    def tiny(seed):
-        cfg = transformers.LlamaConfig(vocab_size=12, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                       num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
-                                       initializer_range=0.3)
-        torch.manual_seed(seed)
-        return HFCausalLM(transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").eval())
-
-    draft, target = tiny(0), tiny(1)
+    draft, target = tiny_llama(0), tiny_llama(1)
     ctxs = [[3, 1, 4, 1, 5], [9, 2]]
     pad = [0, 3]
     ids = torch.tensor([[0] * a + c for a, c in zip(pad, ctxs)])
