@@ -36,6 +36,7 @@ import numpy as np
 from .._validation import validate_positive_int
 from ..decoding._models import MAX_TREE_NODES
 from ..tree._bound import _MAX_FRONTIER_ENTRIES, _sampled, _Slots
+from ._trees import padded_tree_logits
 
 __all__ = ["BOUND_KIND", "BOUND_FIELDS", "DEFAULT_BOUND_BUDGET", "MAX_PROFILE_BOUND_BUDGET", "validate_bound_budget",
            "check_bound_vocabulary", "bound_law_bytes", "position_bounds", "record_bounds"]
@@ -144,7 +145,6 @@ def _score_paths(lm, state, last, n_ctx: int, want: list, sampling) -> list:
     """One tree-attention call of ``lm`` on the ``B`` contexts its state holds: prompt ``b``'s paths ``want[b]``
     (and their ancestors) as one tree after its context; ``[{path: law}]`` per prompt, the state left holding the
     contexts."""
-    import torch
 
     B = len(want)
     trees = []
@@ -162,12 +162,7 @@ def _score_paths(lm, state, last, n_ctx: int, want: list, sampling) -> list:
             parents[b, i] = at[s[:-1]]
             tokens[b, i] = s[-1]
         index.append(at)
-    lm.select(state, list(range(B)), n_ctx - 1)
-    logits = lm.tree_logits(state, parents, tokens, pending=np.asarray(last, dtype=np.int64)[:, None],
-                            fallback="rows")
-    pad = torch.from_numpy((parents == -1) & (np.arange(m) > 0)[None]).to(logits.device)
-    if bool(pad.any()):
-        logits = logits.masked_fill(pad[:, :, None], 0.0)
+    logits = padded_tree_logits(lm, state, parents, tokens, last, n_ctx)
     laws = sampling.probs(logits)
     laws = laws if isinstance(laws, np.ndarray) else laws.detach().to("cpu").numpy()
     return [{path: laws[b, index[b][path]] for path in want[b]} for b in range(B)]

@@ -855,13 +855,34 @@ def _eagle2_inner_laws(job: _Eagle2Job, tree: DraftTree, inner: np.ndarray) -> d
     return {int(v): job.laws[paths[v]] for v in inner.tolist()}
 
 
+def padded_tree_logits(lm, state, parents: np.ndarray, tokens: np.ndarray, last, n_ctx: int):
+    """One tree-attention call of ``lm`` on ``B`` trees padded to ``m`` nodes (``parents``, ``tokens``: ``(B, m)``,
+    padding ``-1``), after the batch's contexts (``n_ctx`` positions, the last token of each in ``last`` pending):
+    the state is cut back to the contexts first, and the padding's logits are zeroed (finite, never read).
+
+    Returns
+    -------
+    torch.Tensor
+        ``(B, m, V)`` logits.
+    """
+    import torch
+
+    m = parents.shape[1]
+    lm.select(state, list(range(parents.shape[0])), n_ctx - 1)
+    logits = lm.tree_logits(state, parents, tokens, pending=np.asarray(last, dtype=np.int64)[:, None],
+                            fallback="rows")
+    pad = torch.from_numpy((parents == -1) & (np.arange(m) > 0)[None]).to(logits.device)
+    if bool(pad.any()):
+        logits = logits.masked_fill(pad[:, :, None], 0.0)
+    return logits
+
+
 def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampling, *, gather: bool = False) -> None:
     """One target call scoring the internal nodes of ``B`` trees (padded to the largest); the state keeps the contexts.
 
     Each tree's ``q`` is its ``(len(inner), V)`` target laws on the host, or (``gather``: deterministic trees, whose
     values read only the target's probability of each node's token at its parent) one mapping ``token -> q`` per
     internal node, gathered where the laws are and moved as one small array."""
-    import torch
 
     B = len(scored)
     m = max(len(s.inner) for s in scored)
@@ -876,12 +897,7 @@ def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampl
         for i, v in enumerate(s.inner.tolist()[1:], start=1):
             parents[b, i] = pos[int(s.tree.parents[v])]
             tokens[b, i] = int(s.tree.tokens[v])
-    target.select(ts, list(range(B)), n_ctx - 1)
-    logits = target.tree_logits(ts, parents, tokens, pending=np.asarray(last, dtype=np.int64)[:, None],
-                                fallback="rows")
-    pad = torch.from_numpy((parents == -1) & (np.arange(m) > 0)[None]).to(logits.device)
-    if bool(pad.any()):
-        logits = logits.masked_fill(pad[:, :, None], 0.0)
+    logits = padded_tree_logits(target, ts, parents, tokens, last, n_ctx)
     if gather:
         _gather_children(scored, sampling.probs(logits))
         return
