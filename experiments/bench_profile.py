@@ -99,6 +99,13 @@ def _load_per_core() -> float:
     return max(os.getloadavg()[0] - 1.0, 0.0) / (os.cpu_count() or 1)
 
 
+def _sync() -> None:
+    """Wait for the GPU's queued work (a no-op on the CPU), so that a clock charges each call only its own work."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 class _Phases:
     """Wall and process CPU seconds of the phases of ``profile`` calls, by patching the functions that run them:
     per-run work (the cost calibration ``cost_rows``, the models' fingerprints, the Parquet shards' writing) and
@@ -120,11 +127,13 @@ class _Phases:
 
     def _wrap(self, phase, fn):
         def timed(*args, **kw):
+            _sync()
             w0, c0 = time.perf_counter(), time.process_time()
             f0, g0 = (self.fwd.wall, self.fwd.cpu) if self.fwd is not None else (0.0, 0.0)
             try:
                 return fn(*args, **kw)
             finally:
+                _sync()
                 self.wall[phase] += time.perf_counter() - w0
                 self.cpu[phase] += time.process_time() - c0
                 if phase == "walk" and self.fwd is not None:
@@ -393,10 +402,12 @@ class _CallClock:
             if self.depth:
                 return fn(*args, **kw)
             self.depth += 1
+            _sync()
             w0, c0 = time.perf_counter(), time.process_time()
             try:
                 return fn(*args, **kw)
             finally:
+                _sync()
                 self.wall += time.perf_counter() - w0
                 self.cpu += time.process_time() - c0
                 self.depth -= 1

@@ -163,6 +163,56 @@ def _generate_rows(draft, target, prompts, L: int, tokens: int, device: str, row
                  f"{plain / assisted:.2f}", ""))
 
 
+#: Target of the profile's walk on the device: its work outside the forward passes, as a share of them (moonshot 0.10).
+PROFILE_TARGET, PROFILE_MOONSHOT = 0.25, 0.10
+
+
+def _profile_overhead(draft, target, prompts, positions: int) -> None:
+    """The profile's own work outside its forward passes on this device at ``k_max = L_max = 4``: the chain
+    quantities alone, then with the four tree families of ``experiments/bench_profile.py --llama``; per position
+    (the walk along the prompts) and for the whole call (per-run work included). Forward passes and phases are
+    timed with the device synchronised at both ends (``bench_profile._CallClock``/``_Phases``)."""
+    import torch
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import bench_profile as B
+
+    threads = torch.get_num_threads()
+    print(f"# profile overhead, k_max = L_max = 4, {len(prompts)} prompts x {positions} positions; target: other / "
+          f"forward <= {PROFILE_TARGET} per position (moonshot {PROFILE_MOONSHOT})", flush=True)
+    print("trees | per position: other ms | forward ms | other / forward | verdict | whole call: wall s | "
+          "forward s | other / forward | calibration s | fingerprints s", flush=True)
+    try:
+        for spec in ("none", B.LLAMA_TREES):
+            r = B.tree_overhead(spec, len(prompts), positions, (None, target, draft), prompts=prompts,
+                                settings=dict(k_max=4, L_max=4))
+            n = r["positions"]
+            fwd = r["walk_forward"] / n
+            ratio = r["walk_ratio"]
+            verdict = ("moonshot" if ratio <= PROFILE_MOONSHOT else "ok" if ratio <= PROFILE_TARGET else "MISS")
+            pr = r["per_run"]
+            print(" | ".join([spec if isinstance(spec, str) else " ".join(spec), f"{ratio * fwd * 1e3:.1f}",
+                              f"{fwd * 1e3:.1f}", f"{ratio:.3f}", verdict, f"{r['wall']:.1f}", f"{r['forward']:.1f}",
+                              f"{r['ratio']:.3f}", f"{pr['calibration']:.1f}", f"{pr['fingerprints']:.2f}"]),
+                  flush=True)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _guarded(name: str, fn, *args) -> bool:
+    """Run one part of the table; a failure is printed with its traceback and the later parts still run."""
+    import traceback
+
+    try:
+        fn(*args)
+        return True
+    except Exception:  # noqa: BLE001 -- one part's failure must not lose the others' rows on a lent machine
+        print(f"# part {name!r} failed:", flush=True)
+        traceback.print_exc(file=sys.stdout)
+        sys.stdout.flush()
+        return False
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default=None, choices=sorted(SHAPES), help="serving shape (default llama-3.2-1b)")
@@ -233,31 +283,34 @@ def main(argv=None) -> int:
     chain = ("token", 1, L)
     tree = next(iter(s.trees.speedup)) if s.trees is not None and s.trees.speedup else None
     schemes = list(dict.fromkeys(x for x in (rec.best, rec.runner_up, chain, tree) if x is not None))
-    if time.perf_counter() - t_start < args.budget_s:
-        st = ProfileSettings(**settings)
-        got = check_decodes(draft, target, prompts, schemes, st, rounds=plan["rounds"],
+    plain_ms = [1e3 * c.plain]
+
+    def decoders():
+        got = check_decodes(draft, target, prompts, schemes, ProfileSettings(**settings), rounds=plan["rounds"],
                             max_new_tokens=plan["decode_tokens"], seed=args.seed)
         first = next(iter(got.values()))
-        plain_ms = 1e3 * first.plain_seconds_per_token
-        rows.append(("otspec autoregressive_decode", plain_ms, 1.0, "", "", "", f"{first.plain_outside_share:.2f}"))
+        plain_ms[0] = 1e3 * first.plain_seconds_per_token
+        rows.append(("otspec autoregressive_decode", plain_ms[0], 1.0, "", "", "", f"{first.plain_outside_share:.2f}"))
         for sc, g in got.items():
             a = s.trees.speedup[sc] if isinstance(sc, str) else s.speedup[sc]
             b = s.trees.speedup_forward[sc] if isinstance(sc, str) else s.speedup_forward[sc]
             tag = " (recommended)" if sc == rec.best else " (runner-up)" if sc == rec.runner_up else ""
             name = sc if isinstance(sc, str) else f"{sc[0]} k={sc[1]} L={sc[2]}"
-            rows.append((f"otspec {name}{tag}", 1e3 * g.seconds_per_token, g.seconds_per_token / (plain_ms / 1e3),
+            rows.append((f"otspec {name}{tag}", 1e3 * g.seconds_per_token, g.seconds_per_token / (plain_ms[0] / 1e3),
                          f"{a.value:.2f} [{a.lo:.2f}, {a.hi:.2f}]", f"{b.value:.2f}", f"{g.speedup:.2f}",
                          f"{g.outside_share:.2f}"))
         flush()
-    else:
-        plain_ms = 1e3 * c.plain
-        print("# budget spent: decoders skipped", flush=True)
-    if time.perf_counter() - t_start < args.budget_s:
-        _generate_rows(d_model, t_model, prompts, rec.best[2] if isinstance(rec.best, tuple) else L,
-                       plan["decode_tokens"], device, rows, plain_ms)
-        flush()
-    else:
-        print("# budget spent: transformers skipped", flush=True)
+
+    parts = [("decoders", decoders),
+             ("profile overhead", lambda: _profile_overhead(draft, target, prompts, plan["positions"])),
+             ("transformers", lambda: (_generate_rows(d_model, t_model, prompts,
+                                                      rec.best[2] if isinstance(rec.best, tuple) else L,
+                                                      plan["decode_tokens"], device, rows, plain_ms[0]), flush()))]
+    for name, fn in parts:
+        if time.perf_counter() - t_start < args.budget_s:
+            _guarded(name, fn)
+        else:
+            print(f"# budget spent: {name} skipped", flush=True)
     print(f"# total {time.perf_counter() - t_start:.1f} s; 'x plain': seconds over otspec's plain decoding per "
           "token (decoders) or over the target's one-token forward (calls); 'measured': speed-up over plain "
           "decoding of the same library", flush=True)

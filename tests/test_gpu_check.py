@@ -23,8 +23,10 @@ def test_tiny_run_prints_every_part_of_the_table(capsys):
     out = capsys.readouterr().out
     for row in ("forward: target 1 x 1 tokens", "forward: draft 2 x 1 tokens", "calibration: target 1 x 1 (plain)",
                 "calibration: plain beyond fwd", "otspec autoregressive_decode", "(recommended)", "(runner-up)",
-                "otspec topk:branching(2,2)", "transformers generate", "transformers assisted L = "):
+                "otspec topk:branching(2,2)", "transformers generate", "transformers assisted L = ",
+                "# profile overhead, k_max = L_max = 4", "\nnone | ", "iid:branching(4,2):specinfer | "):
         assert row in out, row
+    assert "failed" not in out
     assert "cost violations:" in out and "# total" in out
 
 
@@ -34,6 +36,7 @@ def test_a_spent_budget_still_prints_the_parts_measured(capsys):
     out = capsys.readouterr().out
     assert "forward: target 1 x 1 tokens" in out and "calibration: target 1 x 1 (plain)" in out
     assert "budget spent: decoders skipped" in out and "budget spent: transformers skipped" in out
+    assert "budget spent: profile overhead skipped" in out
 
 
 def test_a_missing_device_is_refused_before_any_model_is_built(capsys):
