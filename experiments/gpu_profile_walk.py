@@ -1,0 +1,155 @@
+"""Where a ``profile`` call spends its time outside the forward passes, on the device: host and device views.
+
+The random-weight pair of ``experiments/gpu_check.py`` (default the Llama-3.2-1B shape, V = 128,256, on cuda),
+``k_max = L_max = 4``, the chain quantities alone and with the four tree families of
+``experiments/bench_profile.py --llama``. For each:
+
+1. **cProfile** of one whole ``profile`` call (the cost calibration, the walk along the prompts, the Parquet
+   writing): the functions with the most own time and the most cumulative time, written to
+   ``OUT/cprof_<label>.txt``. On a GPU the host waits where it reads a result, so a function's own time
+   includes the device work queued before that read.
+2. **torch.profiler** of the walk along one prompt (the cost calibration left out): operators by their time on
+   the device and by their time on the host, in ``OUT/torchprof_<label>.txt``.
+
+    python experiments/gpu_profile_walk.py --out /tmp/prof          # the 1B shape on cuda
+    python experiments/gpu_profile_walk.py --tiny --out /tmp/prof   # a tiny shape on the CPU, seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _stats(prof: cProfile.Profile, n: int) -> str:
+    s = io.StringIO()
+    st = pstats.Stats(prof, stream=s)
+    st.sort_stats("tottime").print_stats(n)
+    st.sort_stats("cumulative").print_stats(n)
+    return s.getvalue()
+
+
+def _walk_only(fn_enter, fn_exit):
+    """Patch the walk along the prompts (``profile_prompt``/``profile_bucket`` where ``run_shard`` calls them) so
+    that ``fn_enter``/``fn_exit`` run around each call; returns the restoring function."""
+    from otspec.profile import _shard
+
+    saved = {n: getattr(_shard, n) for n in ("profile_prompt", "profile_bucket")}
+
+    def wrap(f):
+        def g(*a, **k):
+            fn_enter()
+            try:
+                return f(*a, **k)
+            finally:
+                fn_exit()
+        return g
+
+    for n, f in saved.items():
+        setattr(_shard, n, wrap(f))
+    return lambda: [setattr(_shard, n, f) for n, f in saved.items()]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--tiny", action="store_true", help="the tiny shape on the CPU")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--prompts", type=int, default=4)
+    ap.add_argument("--positions", type=int, default=8)
+    ap.add_argument("--lines", type=int, default=40, help="rows of each table")
+    ap.add_argument("--out", default=".", help="folder for the tables")
+    args = ap.parse_args(argv)
+    import bench_profile as B
+    import gpu_check as G
+    import torch
+    import transformers
+
+    from otspec.decoding import HFCausalLM
+    from otspec.profile import profile
+
+    transformers.logging.set_verbosity_error()
+    shape = G.SHAPES["tiny" if args.tiny else "llama-3.2-1b"]
+    device = args.device or ("cpu" if args.tiny else "cuda")
+    os.makedirs(args.out, exist_ok=True)
+    d_model, t_model = G.build_pair(shape, device)
+    draft, target = HFCausalLM(d_model, name="draft"), HFCausalLM(t_model, name="target")
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(3, shape.vocab, size=16).tolist() for _ in range(args.prompts)]
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    with tempfile.TemporaryDirectory() as tmp:  # warm-up: kernels, allocator, imports (a small calibration)
+        profile(prompts[:1], out=tmp, draft=draft, target=target, k_max=1, L_max=1, max_new_tokens=2, progress=False)
+    for label, trees in (("chains", None), ("trees", B.LLAMA_TREES)):
+        kw = dict(draft=draft, target=target, k_max=4, L_max=4, trees=trees, progress=False)
+        prof = cProfile.Profile()
+        walk = [0.0]
+        t_in = [0.0]
+
+        def enter(t_in=t_in):
+            sync()
+            t_in[0] = time.perf_counter()
+
+        def leave(t_in=t_in, walk=walk):
+            sync()
+            walk[0] += time.perf_counter() - t_in[0]
+
+        restore = _walk_only(enter, leave)
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                sync()
+                t0 = time.perf_counter()
+                prof.enable()
+                profile(prompts, out=tmp, max_new_tokens=args.positions, **kw)
+                sync()
+                prof.disable()
+                wall = time.perf_counter() - t0
+        finally:
+            restore()
+        text = _stats(prof, args.lines)
+        head = (f"# {label}: profile call {wall:.2f} s, walk {walk[0]:.2f} s, {args.prompts} prompts x "
+                f"{args.positions} positions on {device}\n")
+        with open(os.path.join(args.out, f"cprof_{label}.txt"), "w") as f:
+            f.write(head + text)
+        print(head + "\n".join(text.splitlines()[: args.lines + 12]), flush=True)
+
+        from torch.profiler import ProfilerActivity
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+        tp = torch.profiler.profile(activities=acts)
+        restore = _walk_only(lambda tp=tp: (sync(), tp.start()), lambda tp=tp: (sync(), tp.stop()))
+        from otspec.profile import _shard
+
+        calibrate, _shard.cost_rows = _shard.cost_rows, lambda *a, **k: None  # the walk alone: no calibration
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                profile(prompts[:1], out=tmp, max_new_tokens=args.positions, **kw)
+        finally:
+            restore()
+            _shard.cost_rows = calibrate
+        ka = tp.key_averages()
+        parts = []
+        keys = ([("self_device_time_total", "self_cuda_time_total")] if device.startswith("cuda") else []) + [
+            ("self_cpu_time_total",)]
+        for alts in keys:  # the device column's name differs between torch versions
+            for key in alts:
+                try:
+                    parts.append(f"## sorted by {key}\n" + ka.table(sort_by=key, row_limit=args.lines))
+                    break
+                except (KeyError, AttributeError, ValueError, RuntimeError):
+                    continue
+        with open(os.path.join(args.out, f"torchprof_{label}.txt"), "w") as f:
+            f.write("\n".join(parts))
+        print("\n".join(parts[0].splitlines()[: args.lines // 2 + 6]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
