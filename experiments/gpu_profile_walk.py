@@ -63,6 +63,7 @@ def _walk_only(fn_enter, fn_exit):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="the tiny shape on the CPU")
+    ap.add_argument("--shape", default=None, help="a named shape of gpu_check.SHAPES (default llama-3.2-1b)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--prompts", type=int, default=4)
     ap.add_argument("--positions", type=int, default=8)
@@ -78,7 +79,7 @@ def main(argv=None) -> int:
     from otspec.profile import profile
 
     transformers.logging.set_verbosity_error()
-    shape = G.SHAPES["tiny" if args.tiny else "llama-3.2-1b"]
+    shape = G.SHAPES[args.shape or ("tiny" if args.tiny else "llama-3.2-1b")]
     device = args.device or ("cpu" if args.tiny else "cuda")
     os.makedirs(args.out, exist_ok=True)
     d_model, t_model = G.build_pair(shape, device)

@@ -640,3 +640,15 @@ def test_chat_template_is_one_user_message_with_the_generation_prompt():
         load_prompts(["hi"], 5, tokenizer=Plain(), chat_template=True)
     with pytest.raises(TypeError, match=r"`chat_template` must be a bool, got str"):
         load_prompts(["hi"], 5, tokenizer=Tok(), chat_template="yes")
+
+
+@pytest.mark.parametrize("V", [4097, 49_152, 128_256])
+def test_khisti_at_one_draft_is_bounded_by_its_dense_plan(V):
+    # at k = 1 the multisets are the V tokens, so the plan (sets x tokens) is V x V: 123 GiB at V = 128,256, which a
+    # default profile with k_max = 1 once tried to allocate; now left out before any model call, refused when named
+    s = ProfileSettings(k_max=1).for_vocabulary(V)
+    assert "khisti" not in s.verifiers and "dense" in s.skipped["verifiers"]["khisti"]
+    with pytest.raises(ValueError, match=r"`verifiers`: the selection plan of 'khisti' is a dense"):
+        ProfileSettings(k_max=1, verifiers=["khisti"]).for_vocabulary(V)
+    assert "khisti" in ProfileSettings(k_max=1, top_k=50).for_vocabulary(V).verifiers
+    assert "khisti" in ProfileSettings(k_max=1).for_vocabulary(4096).verifiers  # 4096**2 entries: at the limit

@@ -237,3 +237,24 @@ def test_top_tokens_are_the_first_of_the_full_stable_sort(seed, levels, V):
     full = np.argsort(-p, kind="stable")
     for m in range(V + 2):
         np.testing.assert_array_equal(top_tokens(p, m), full[:m])
+
+
+@pytest.mark.parametrize("n,k", [(4097, 1), (40_000, 1), (600, 2)])
+def test_dense_selection_plans_are_refused_before_allocation(n, k):
+    import tracemalloc
+
+    from otspec.otm._lp import MAX_PLAN_ENTRIES
+    from otspec.otm._multisets import n_multisets
+
+    assert n_multisets(n, k) * n > MAX_PLAN_ENTRIES
+    p = np.full(n, 1.0 / n)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"dense \(\d+, \d+\) float64 array.*above the limit"):
+            otspec.khisti_verifier(p, p, k)
+        if k == 1:
+            with pytest.raises(ValueError, match=r"the membership plan is a dense"):
+                membership_plan([(i,) for i in range(n)], p, p)
+        assert tracemalloc.get_traced_memory()[1] < 64 * 2**20  # nothing near the plan's size was allocated
+    finally:
+        tracemalloc.stop()

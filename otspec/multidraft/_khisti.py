@@ -50,7 +50,7 @@ import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair
 from .._verifier import Verifier, sample_from
-from ..otm._lp import membership_plan, set_weights
+from ..otm._lp import check_plan_entries, membership_plan, set_weights
 from ..otm._multisets import n_multisets
 
 __all__ = ["KhistiVerifier", "khisti_verifier", "khisti_alpha2", "khisti_acceptance_one"]
@@ -147,7 +147,8 @@ def khisti_verifier(p, q, k: int, *, normalize: bool = False) -> KhistiVerifier:
     Raises
     ------
     ValueError
-        Invalid input, or too many drafted sets (the selection is an LP over them).
+        Invalid input, or too many drafted sets (the selection is an LP over them), or a
+        selection plan (sets x tokens) above :data:`otspec.otm._lp.MAX_PLAN_ENTRIES` entries.
     otspec.SolverError
         The LP fails its re-check.
 
@@ -172,6 +173,8 @@ def khisti_verifier(p, q, k: int, *, normalize: bool = False) -> KhistiVerifier:
             f"the selection LP enumerates C({m} + {k} - 1, {k}) = {n_multisets(m, k)} draft multisets, "
             f"above the limit {MAX_MULTISETS}"
         )
+    check_plan_entries(n_multisets(m, k), q_.shape[0], f"the selection plan of `k` = {k} drafts over `p`'s "
+                       f"{m} tokens and `q`'s {q_.shape[0]}")
     sets, w = set_weights(p_, k)
     _, _, matched = membership_plan(sets, w, q_)
     select = np.array(matched)

@@ -193,6 +193,18 @@ class _FactoredRows:
 
 #: Largest membership LP built by :func:`membership_plan` (columns = key-token memberships).
 MAX_MEMBERSHIP_COLUMNS = 1_000_000
+#: Largest dense plan :func:`membership_plan` returns: keys x tokens entries (2**24 float64: 128 MiB per array).
+MAX_PLAN_ENTRIES = 1 << 24
+
+
+def check_plan_entries(n_keys: int, n: int, what: str) -> None:
+    """Refuse, before any allocation, a dense ``(n_keys, n)`` plan above :data:`MAX_PLAN_ENTRIES` entries."""
+    if n_keys * n > MAX_PLAN_ENTRIES:
+        raise ValueError(
+            f"{what} is a dense ({n_keys}, {n}) float64 array: {n_keys * n} entries "
+            f"({8 * n_keys * n / 2**30:.1f} GiB), above the limit {MAX_PLAN_ENTRIES} entries "
+            f"({8 * MAX_PLAN_ENTRIES / 2**20:.0f} MiB): use fewer keys or a smaller support"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -247,6 +259,7 @@ def _membership_lp(members, w: np.ndarray, q: np.ndarray, *, limit: int, what: s
 
 def _membership_plan(keys, w: np.ndarray, q: np.ndarray):
     """``(alpha, rows, matched)`` of the membership LP over ``keys`` as dense ``(n_keys, n)`` arrays."""
+    check_plan_entries(len(keys), q.shape[0], "the membership plan")
     sol, m = _membership_lp([sorted(set(a)) for a in keys], w, q, limit=MAX_MEMBERSHIP_COLUMNS,
                             what="membership LP")
     if m is None:
@@ -286,7 +299,8 @@ def membership_plan(keys, w, q):
     ------
     ValueError
         ``w`` not one non-negative weight per key summing to 1, an empty key or
-        an id outside ``[0, n)``, ``q`` not a distribution; a solver failure.
+        an id outside ``[0, n)``, ``q`` not a distribution; a plan of more than
+        :data:`MAX_PLAN_ENTRIES` entries (``len(keys) * n``, refused before it is built); a solver failure.
 
     References
     ----------

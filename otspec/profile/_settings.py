@@ -13,6 +13,7 @@ from .._validation import validate_positive_int, validate_seed
 from ..decoding._sampling import Sampling
 from ..decoding._verifiers import decoding_names, lp_max_support
 from ..multidraft._khisti import MAX_MULTISETS
+from ..otm._lp import MAX_PLAN_ENTRIES
 from ._renewal import RENEWAL_SCHEMES
 from ._tree_bound import (
     BOUND_FIELDS,
@@ -433,6 +434,11 @@ class ProfileSettings:
             if name == "khisti" and math.comb(reach + self.k_max - 1, self.k_max) > MAX_MULTISETS:
                 return (f"'khisti' enumerates C(s + k - 1, k) draft multisets, at most {MAX_MULTISETS}; with "
                         f"s = {reach} tokens and k_max = {self.k_max} that is too many: pass top_k")
+            union = V if reach == V else min(V, 2 * reach)  # the draft's and the target's supports together
+            if name == "khisti" and math.comb(reach + self.k_max - 1, self.k_max) * union > MAX_PLAN_ENTRIES:
+                return (f"the selection plan of 'khisti' is a dense (C(s + k - 1, k), n) array, at most "
+                        f"{MAX_PLAN_ENTRIES} entries; with s = {reach} draft tokens, n = {union} tokens of the "
+                        f"two supports and k_max = {self.k_max} that is too many: pass top_k")
             if name == "optimal" and kind == "tau" and reach > OPTIMAL_TREE_SUPPORT and not nucleus:
                 return (f"the optimal verifier's expected tokens build it at every node of the draft tree "
                         f"(0.1 to 2.5 s per build at V = 49,152); above {OPTIMAL_TREE_SUPPORT} tokens they run on "
