@@ -4,11 +4,12 @@ The random-weight pair of ``experiments/gpu_check.py`` (default the Llama-3.2-1B
 ``k_max = L_max = 4``, the chain quantities alone and with the four tree families of
 ``experiments/bench_profile.py --llama``. For each:
 
-1. **cProfile** of one whole ``profile`` call (the cost calibration, the walk along the prompts, the Parquet
-   writing): the functions with the most own time and the most cumulative time, written to
-   ``OUT/cprof_<label>.txt``. On a GPU the host waits where it reads a result, so a function's own time
+1. **cProfile** of the walk along the prompts (every profiled position; the cost calibration is left out of
+   every call of this script, a per-run cost timed by ``gpu_check.py``), with its seconds inside the forward
+   passes (the models' calls and their laws, the device synchronised at both ends) and outside them: the
+   functions with the most own time and the most cumulative time, written to ``OUT/cprof_<label>.txt``. On a GPU the host waits where it reads a result, so a function's own time
    includes the device work queued before that read.
-2. **torch.profiler** of the walk along one prompt (the cost calibration left out): operators by their time on
+2. **torch.profiler** of the walk along one prompt: operators by their time on
    the device and by their time on the host, in ``OUT/torchprof_<label>.txt``.
 
     python experiments/gpu_profile_walk.py --out /tmp/prof          # the 1B shape on cuda
@@ -87,69 +88,93 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, shape.vocab, size=16).tolist() for _ in range(args.prompts)]
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    with tempfile.TemporaryDirectory() as tmp:  # warm-up: kernels, allocator, imports (a small calibration)
-        profile(prompts[:1], out=tmp, draft=draft, target=target, k_max=1, L_max=1, max_new_tokens=2, progress=False)
-    for label, trees in (("chains", None), ("trees", B.LLAMA_TREES)):
-        kw = dict(draft=draft, target=target, k_max=4, L_max=4, trees=trees, progress=False)
-        prof = cProfile.Profile()
-        walk = [0.0]
-        t_in = [0.0]
+    from otspec.decoding._sampling import Sampling
+    from otspec.profile import _shard
 
-        def enter(t_in=t_in):
-            sync()
-            t_in[0] = time.perf_counter()
-
-        def leave(t_in=t_in, walk=walk):
-            sync()
-            walk[0] += time.perf_counter() - t_in[0]
-
-        restore = _walk_only(enter, leave)
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                sync()
-                t0 = time.perf_counter()
-                prof.enable()
-                profile(prompts, out=tmp, max_new_tokens=args.positions, **kw)
-                sync()
-                prof.disable()
-                wall = time.perf_counter() - t0
-        finally:
-            restore()
-        text = _stats(prof, args.lines)
-        head = (f"# {label}: profile call {wall:.2f} s, walk {walk[0]:.2f} s, {args.prompts} prompts x "
-                f"{args.positions} positions on {device}\n")
-        with open(os.path.join(args.out, f"cprof_{label}.txt"), "w") as f:
-            f.write(head + text)
-        print(head + "\n".join(text.splitlines()[: args.lines + 12]), flush=True)
-
-        from torch.profiler import ProfilerActivity
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
-        tp = torch.profiler.profile(activities=acts)
-        restore = _walk_only(lambda tp=tp: (sync(), tp.start()), lambda tp=tp: (sync(), tp.stop()))
-        from otspec.profile import _shard
-
-        calibrate, _shard.cost_rows = _shard.cost_rows, lambda *a, **k: None  # the walk alone: no calibration
-        try:
-            with tempfile.TemporaryDirectory() as tmp:
-                profile(prompts[:1], out=tmp, max_new_tokens=args.positions, **kw)
-        finally:
-            restore()
-            _shard.cost_rows = calibrate
-        ka = tp.key_averages()
-        parts = []
-        keys = ([("self_device_time_total", "self_cuda_time_total")] if device.startswith("cuda") else []) + [
-            ("self_cpu_time_total",)]
-        for alts in keys:  # the device column's name differs between torch versions
-            for key in alts:
-                try:
-                    parts.append(f"## sorted by {key}\n" + ka.table(sort_by=key, row_limit=args.lines))
-                    break
-                except (KeyError, AttributeError, ValueError, RuntimeError):
-                    continue
-        with open(os.path.join(args.out, f"torchprof_{label}.txt"), "w") as f:
-            f.write("\n".join(parts))
-        print("\n".join(parts[0].splitlines()[: args.lines // 2 + 6]), flush=True)
+    calibrate, _shard.cost_rows = _shard.cost_rows, lambda *a, **k: None  # the walk alone: no cost calibration
+    try:
+        with tempfile.TemporaryDirectory() as tmp:  # warm-up: kernels, allocator, imports
+            profile(prompts[:1], out=tmp, draft=draft, target=target, k_max=1, L_max=1, max_new_tokens=2,
+                    progress=False)
+        for label, trees in (("chains", None), ("trees", B.LLAMA_TREES)):
+            kw = dict(draft=draft, target=target, k_max=4, L_max=4, trees=trees, progress=False)
+            _walk_tables(label, kw, prompts, args, device, sync, Sampling)
+    finally:
+        _shard.cost_rows = calibrate
     return 0
+
+
+def _walk_tables(label, kw, prompts, args, device, sync, Sampling) -> None:
+    """cProfile of the walk along ``prompts`` with its forward seconds (the models' calls and their laws, timed with
+    the device synchronised at both ends), then torch.profiler of the walk along the first prompt."""
+    import bench_profile as B
+    import torch
+
+    from otspec.profile import profile
+
+    prof = cProfile.Profile()
+    walk = [0.0, 0.0]  # wall seconds of the walk, forward seconds inside it
+    fwd = B._CallClock()
+    mark = [0.0, 0.0]
+
+    def enter():
+        sync()
+        mark[0], mark[1] = time.perf_counter(), fwd.wall
+        prof.enable()
+
+    def leave():
+        sync()
+        prof.disable()
+        walk[0] += time.perf_counter() - mark[0]
+        walk[1] += fwd.wall - mark[1]
+
+    draft, target = kw["draft"], kw["target"]
+    classes = {c for m in (draft, target) for c in type.mro(type(m)) if c is not object}
+    saved = {}
+    B._patch(classes, ("logits", "tree_logits"), fwd, saved)
+    B._patch({Sampling}, ("probs",), fwd, saved)
+    restore = _walk_only(enter, leave)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            profile(prompts, out=tmp, max_new_tokens=args.positions, **kw)
+    finally:
+        restore()
+        for (cls, name), fn in saved.items():
+            setattr(cls, name, fn)
+    n = len(prompts) * args.positions
+    text = _stats(prof, args.lines)
+    head = (f"# {label}: walk {walk[0]:.2f} s over {len(prompts)} prompts x {args.positions} positions on {device}: "
+            f"per position {1e3 * (walk[0] - walk[1]) / n:.1f} ms outside the forward passes, "
+            f"{1e3 * walk[1] / n:.1f} ms in them (other / forward {(walk[0] - walk[1]) / walk[1]:.3f}); "
+            "cProfile on (it slows the host's side)\n")
+    with open(os.path.join(args.out, f"cprof_{label}.txt"), "w") as f:
+        f.write(head + text)
+    print(head + "\n".join(text.splitlines()[: args.lines + 12]), flush=True)
+
+    from torch.profiler import ProfilerActivity
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    tp = torch.profiler.profile(activities=acts)
+    restore = _walk_only(lambda: (sync(), tp.start()), lambda: (sync(), tp.stop()))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            profile(prompts[:1], out=tmp, max_new_tokens=args.positions, **kw)
+    finally:
+        restore()
+    ka = tp.key_averages()
+    parts = []
+    keys = ([("self_device_time_total", "self_cuda_time_total")] if device.startswith("cuda") else []) + [
+        ("self_cpu_time_total",)]
+    for alts in keys:  # the device column's name differs between torch versions
+        for key in alts:
+            try:
+                parts.append(f"## sorted by {key}\n" + ka.table(sort_by=key, row_limit=args.lines))
+                break
+            except (KeyError, AttributeError, ValueError, RuntimeError):
+                continue
+    with open(os.path.join(args.out, f"torchprof_{label}.txt"), "w") as f:
+        f.write("\n".join(parts))
+    print("\n".join(parts[0].splitlines()[: args.lines // 2 + 6]), flush=True)
 
 
 if __name__ == "__main__":
