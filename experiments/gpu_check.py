@@ -19,6 +19,7 @@ final norm and its output head), then, printing each part of the table as soon a
     python experiments/gpu_check.py                      # the 1B shape (Llama-3.2-1B) on cuda
     python experiments/gpu_check.py --tiny               # a tiny shape on the CPU, well under a minute
     python experiments/gpu_check.py --shape llama-3.2-1b --device cuda --budget-s 330
+    python experiments/gpu_check.py --profile-only       # the forward passes and the profile's own work alone
 
 The default run on one H100 is sized for about 6 minutes; ``--budget-s`` stops starting new parts once it
 is spent (the parts already printed stand). The load average and the device are printed with the table.
@@ -220,6 +221,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="torch device (default cuda, or cpu with --tiny)")
     ap.add_argument("--budget-s", type=float, default=330.0, help="start no new part after this many seconds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile-only", action="store_true",
+                    help="only the forward passes and the profile's own work (part 4), a few minutes shorter")
     args = ap.parse_args(argv)
     import torch
     import transformers
@@ -260,6 +263,10 @@ def main(argv=None) -> int:
     L = plan["L_max"]
     _forward_rows(draft, target, plan["k_max"], L, device, rows)
     flush()
+    if args.profile_only:
+        _guarded("profile overhead", _profile_overhead, draft, target, prompts, plan["positions"])
+        print(f"# total {time.perf_counter() - t_start:.1f} s", flush=True)
+        return 0
     settings = dict(k_max=plan["k_max"], L_max=L, max_new_tokens=plan["positions"], families=list(plan["families"]),
                     verifiers=["token"], trees=list(plan["trees"]), seed=args.seed)
     with tempfile.TemporaryDirectory() as out:

@@ -56,3 +56,11 @@ def test_named_shapes():
     assert len(d.model.layers) == 1 and len(t.model.layers) == 2
     for name, w in d.state_dict().items():  # the draft is the target's embedding, first layer, norm and head
         assert (w == t.state_dict()[name]).all(), name
+
+
+@pytest.mark.slow
+def test_profile_only_runs_the_forward_passes_and_the_profile_overhead(capsys):
+    assert gpu_check.main(["--tiny", "--profile-only"]) == 0
+    out = capsys.readouterr().out
+    assert "forward: target 1 x 1 tokens" in out and "\nnone | " in out and "iid:branching(4,2):specinfer | " in out
+    assert "calibration:" not in out and "otspec autoregressive_decode" not in out and "failed" not in out
