@@ -73,6 +73,7 @@ of its families, ``none`` for the same run without trees).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -423,10 +424,11 @@ def _patch(classes, names, clock, saved):
                 setattr(cls, name, clock.wrap(vars(cls)[name]))
 
 
-def tree_overhead(spec, n_prompts: int, positions: int, pair=None, prompts=None, settings=None) -> dict:
+def tree_overhead(spec, n_prompts: int, positions: int, pair=None, prompts=None, settings=None, keep=None) -> dict:
     """Wall and CPU seconds in model calls vs the rest of one ``profile`` call with the tree family ``spec`` (one
     spec, a list of specs, or ``"none"``); ``prompts`` (token ids) and ``settings`` (default :data:`TREE_KW`) for
-    another pair than SmolLM2's."""
+    another pair than SmolLM2's; ``keep``: a new folder where the measured call's profile stays (else a temporary
+    one)."""
     import torch
 
     torch.set_num_threads(1)
@@ -442,8 +444,16 @@ def tree_overhead(spec, n_prompts: int, positions: int, pair=None, prompts=None,
         prompts = [chat_ids(tok, text) for text in CHAT[:n_prompts]]
     trees = None if spec == "none" else ([spec] if isinstance(spec, str) else list(spec))
     kw = dict(draft=draft, target=target, trees=trees, progress=False, **(TREE_KW if settings is None else settings))
-    with tempfile.TemporaryDirectory() as out:  # warm-up: imports, first calls, first tree shapes
-        profile(prompts[:1], out=out, max_new_tokens=1, **kw)
+    from otspec.profile import _shard
+
+    # warm-up: imports, first calls, first tree shapes; without the cost calibration (a per-run cost the measured
+    # call pays and reports apart: warming it up too would double its minutes on a GPU for nothing)
+    calibrate, _shard.cost_rows = _shard.cost_rows, lambda *a, **k: None
+    try:
+        with tempfile.TemporaryDirectory() as out:
+            profile(prompts[:1], out=out, max_new_tokens=1, **kw)
+    finally:
+        _shard.cost_rows = calibrate
     fwd, sel, saved = _CallClock(), _CallClock(), {}
     # the walk along the prompts (every profiled position, trees included; not the per-run work: cost
     # calibration, fingerprints, Parquet), with the forward seconds inside it
@@ -454,7 +464,8 @@ def tree_overhead(spec, n_prompts: int, positions: int, pair=None, prompts=None,
     _patch(classes, ("select",), sel, saved)
     _cold_fingerprints()
     try:
-        with tempfile.TemporaryDirectory() as out, _Phases(fwd) as ph:
+        where = tempfile.TemporaryDirectory() if keep is None else contextlib.nullcontext(keep)
+        with where as out, _Phases(fwd) as ph:
             load0 = _load_per_core()
             c0, t0 = time.process_time(), time.perf_counter()
             profile(prompts, out=out, max_new_tokens=positions, **kw)

@@ -168,11 +168,13 @@ def _generate_rows(draft, target, prompts, L: int, tokens: int, device: str, row
 PROFILE_TARGET, PROFILE_MOONSHOT = 0.25, 0.10
 
 
-def _profile_overhead(draft, target, prompts, positions: int) -> None:
+def _profile_overhead(draft, target, prompts, positions: int, keep: str | None = None) -> None:
     """The profile's own work outside its forward passes on this device at ``k_max = L_max = 4``: the chain
     quantities alone, then with the four tree families of ``experiments/bench_profile.py --llama``; per position
     (the walk along the prompts) and for the whole call (per-run work included). Forward passes and phases are
-    timed with the device synchronised at both ends (``bench_profile._CallClock``/``_Phases``)."""
+    timed with the device synchronised at both ends (``bench_profile._CallClock``/``_Phases``). ``keep``: a folder
+    where the two profiles stay (``chains``, ``trees``: their cost calibration's every repetition, for
+    :func:`otspec.profile.summarize`)."""
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -186,7 +188,9 @@ def _profile_overhead(draft, target, prompts, positions: int) -> None:
     try:
         for spec in ("none", B.LLAMA_TREES):
             r = B.tree_overhead(spec, len(prompts), positions, (None, target, draft), prompts=prompts,
-                                settings=dict(k_max=4, L_max=4))
+                                settings=dict(k_max=4, L_max=4),
+                                keep=None if keep is None else os.path.join(keep, "chains" if spec == "none" else
+                                                                            "trees"))
             n = r["positions"]
             fwd = r["walk_forward"] / n
             ratio = r["walk_ratio"]
@@ -221,6 +225,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="torch device (default cuda, or cpu with --tiny)")
     ap.add_argument("--budget-s", type=float, default=330.0, help="start no new part after this many seconds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--keep", default=None, help="a folder where the profile-overhead part's two profiles stay")
     ap.add_argument("--profile-only", action="store_true",
                     help="only the forward passes and the profile's own work (part 4), a few minutes shorter")
     args = ap.parse_args(argv)
@@ -264,7 +269,7 @@ def main(argv=None) -> int:
     _forward_rows(draft, target, plan["k_max"], L, device, rows)
     flush()
     if args.profile_only:
-        _guarded("profile overhead", _profile_overhead, draft, target, prompts, plan["positions"])
+        _guarded("profile overhead", _profile_overhead, draft, target, prompts, plan["positions"], args.keep)
         print(f"# total {time.perf_counter() - t_start:.1f} s", flush=True)
         return 0
     settings = dict(k_max=plan["k_max"], L_max=L, max_new_tokens=plan["positions"], families=list(plan["families"]),
@@ -309,7 +314,7 @@ def main(argv=None) -> int:
         flush()
 
     parts = [("decoders", decoders),
-             ("profile overhead", lambda: _profile_overhead(draft, target, prompts, plan["positions"])),
+             ("profile overhead", lambda: _profile_overhead(draft, target, prompts, plan["positions"], args.keep)),
              ("transformers", lambda: (_generate_rows(d_model, t_model, prompts,
                                                       rec.best[2] if isinstance(rec.best, tuple) else L,
                                                       plan["decode_tokens"], device, rows, plain_ms[0]), flush()))]
