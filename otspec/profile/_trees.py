@@ -687,6 +687,7 @@ class _Scored:
     p: dict                    # node -> draft law (internal nodes)
     q: np.ndarray | None = None  # (len(inner), V) target laws at the internal nodes
     raw: dict | None = None      # node -> the draft's own law (temperature 1, untruncated), when ranked by it
+    reach: dict | None = None    # verifier name -> (n + 1,) reach probabilities computed on the laws' device
 
 
 def _jobs(plan: TreePlan, rng, V: int) -> list:
@@ -718,8 +719,8 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
     """The ``(law, own law)`` each needing node expands with, its laws left on their device (a torch tensor each,
     ``(len(need), V)``): the nodes whose children are ranked (a top-k tree, EAGLE-2) get :class:`RankedLaw` from one
     batched :func:`ranked_rows` (by the draft's own law for EAGLE-2 when ``own`` is given; the universe also gets its
-    own law at the ranked tokens), the sampled trees' nodes their dense laws on the host (their draws and verifiers
-    read every token). The host receives ``(n, K)`` ranks and probabilities, and the sampled nodes' rows only."""
+    own law at the ranked tokens); the sampled trees' nodes None (drawn on the device,
+    :class:`otspec.profile._trees_device.SampledTrees`). The host receives ``(n, K)`` ranks and probabilities only."""
     import torch
 
     jobs_of = [jobs[b][j][1] for b, j, _ in need]
@@ -742,11 +743,6 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
                 out[i] = (law, law if own is not None else None)
             else:
                 out[i] = (law, RankedLaw(ids[row], at_own[row]) if at_own is not None else None)
-    dense = [i for i, k in enumerate(K) if k == 0]
-    if dense:
-        rows = laws.index_select(0, torch.as_tensor(dense, dtype=torch.long, device=laws.device)).cpu().numpy()
-        for row, i in enumerate(dense):
-            out[i] = (rows[row], None)
     return out
 
 
@@ -782,10 +778,13 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     on_device : bool, keyword-only
         Keep the laws of the nodes where the models computed them (a torch tensor, on their device): the
         deterministic trees' ranks by one batched :func:`ranked_rows` per depth and their target probabilities by
-        one gather per tree family, only ``(n, K)`` ranks and values moved to the host (the sampled trees' laws
-        still come to the host whole: their draws and verifiers read every token). The values equal the host
-        route's (``False``: every law moved to the host and ranked there, each deterministic tree checked
-        against :mod:`otspec.tree`'s own construction).
+        one gather per tree family, only ``(n, K)`` ranks and values moved to the host; the sampled trees drawn,
+        scored and verified there (:class:`otspec.profile._trees_device.SampledTrees`: one batch of draws per
+        depth, one forest per verifier rule, one host read of their tokens and reach probabilities), from a
+        ``torch.Generator`` seeded by ``rngs``. The deterministic trees and their values equal the host route's;
+        the sampled trees follow the same law, and the values of a given sampled tree equal the host's verifiers'
+        (``False``: every law moved to the host, ranked, drawn and verified there, each deterministic tree
+        checked against :mod:`otspec.tree`'s own construction).
 
     Returns
     -------
@@ -799,9 +798,18 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     if raw and r_root is None:
         raise ValueError("`r_root` (the draft's own law at the roots) is needed: EAGLE-2 ranks by it")
     jobs = [_jobs(plan, rngs[b], V) for b in range(B)]
+    held = None  # the sampled trees, drawn, scored and verified on the laws' device
+    if on_device and plan.sampled:
+        from ._trees_device import SampledTrees, device_generator
+
+        dev = torch.device(getattr(target, "device", "cpu"))
+        held = SampledTrees(jobs, dev, device_generator(rngs, dev))
     for b in range(B):
-        for _, job in jobs[b]:
-            job.expand(0, p_root[b], r_root[b] if raw else None)
+        for j, (_, job) in enumerate(jobs[b]):
+            if held is None or not held.holds(b, j):
+                job.expand(0, p_root[b], r_root[b] if raw else None)
+    if held is not None:
+        held.draw_roots(p_root)
     level, row_of = 1, None
     while True:
         need = [(b, j, v) for b in range(B) for j, (_, job) in enumerate(jobs[b]) for v in job.need(level)]
@@ -812,24 +820,32 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         else:
             src = [row_of[(b, j, _parent_of(jobs[b][j][1], v))] for b, j, v in need]
         draft.select(ds, src, n_ctx + level - 1)
-        ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
+        if held is None:
+            ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
+        else:
+            ids = held.feed(need, [0 if held.holds(b, j) else jobs[b][j][1].token(v) for b, j, v in need], draft.device)
         logits = draft.logits(ds, ids)[:, -1:]
         if on_device:
-            got = _device_expansions(need, jobs, sampling.probs(logits)[:, 0],
-                                     sampling.own_law(logits)[:, 0] if raw else None)
+            laws = sampling.probs(logits)[:, 0]
+            got = _device_expansions(need, jobs, laws, sampling.own_law(logits)[:, 0] if raw else None)
+            if held is not None:
+                held.draw(need, laws)
         else:
             laws = _np(sampling.probs(logits))[:, 0]
             own = _np(sampling.own_law(logits))[:, 0] if raw else [None] * len(need)
             got = list(zip(laws, own))
         row_of = {key: i for i, key in enumerate(need)}
-        for (b, j, v), (p, r) in zip(need, got):
-            jobs[b][j][1].expand(v, p, r)
+        for (b, j, v), g in zip(need, got):
+            if g is not None:
+                jobs[b][j][1].expand(v, *g)
         level += 1
     if level > 1:
         per = len(row_of) // B
         draft.select(ds, [b * per for b in range(B)], n_ctx)
     out = [dict() for _ in range(B)]
     for j in range(len(jobs[0])):
+        if held is not None and held.holds(0, j):
+            continue
         scored = []
         for b in range(B):
             job = jobs[b][j][1]
@@ -841,6 +857,9 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         _score(target, ts, last, n_ctx, scored, q_root, sampling, gather=deterministic)
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
+    if held is not None:
+        for (b, j), s in held.finish(plan, target, ts, last, n_ctx, q_root, sampling).items():
+            out[b][jobs[b][j][0]] = s
     return out
 
 
@@ -988,7 +1007,9 @@ def position_values(plan: TreePlan, scored: dict, V: int, buffers: LawBuffers | 
     r"""The exact values of one prompt's trees at one position.
 
     ``buffers`` (a :class:`LawBuffers` kept by the caller from one position to the next) holds the sampled
-    trees' node laws; a fresh one by default.
+    trees' node laws; a fresh one by default. A sampled tree verified on the laws' device (its ``reach``) gives
+    its reach probabilities as they are, and :math:`E[\tau \mid T]` as their sum; its laws are read only for
+    the verifiers without a device rule.
 
     Returns
     -------
@@ -1020,8 +1041,16 @@ def position_values(plan: TreePlan, scored: dict, V: int, buffers: LawBuffers | 
             Qp = _path_probs(s.tree, s.inner, lambda v, s=s, pos=pos: s.q[pos[v]])
             out["tree"][f.label] = math.fsum(Qp[1:].tolist())
             continue
-        P, Q = buffers.laws(s, V)
+        laws = None
         for v_name, name in zip(f.verifiers, f.names()):
+            if s.reach is not None and name in s.reach:  # verified on the laws' device
+                reach = s.reach[name]
+                out["tree"][name] = float(reach[1:].sum())
+                out["treenode"][name] = reach[1:]
+                continue
+            if laws is None:  # the host's verifiers: the node laws as (n + 1, V) arrays, once per tree
+                laws = buffers.laws(s, V)
+            P, Q = laws
             ver = make_tree_verifier(v_name)
             if hasattr(ver, "reach"):  # per-node rules: one pass, no (n + 1, V) emission law
                 reach = ver.reach(s.tree, P, Q, validate=False)
