@@ -41,6 +41,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from ..decoding._sampling import bad_rows
 from ..decoding._tree_device import _RULES, TreeLayoutT, _draws, end_mass_t, node_rules_t
 from ..tree import DraftTree, make_tree_verifier
 from ._trees import _internal, _Scored, _ShapeJob, padded_tree_logits
@@ -234,7 +235,7 @@ class SampledTrees:
         P_all = torch.cat(self.parts) if len(self.parts) > 1 else self.parts[0]
         tok = self.tok
         q_root_t = None
-        Q, inner = {}, {}
+        Q, inner, scored = {}, {}, {}
         for j in self.fams:
             shape = self.jobs[0][j][1].shape
             inner[j] = _internal(shape.parents)
@@ -251,7 +252,8 @@ class SampledTrees:
             toks = tok.index_select(0, rows).index_select(1, torch.as_tensor(inner[j], dtype=torch.long, device=dev))
             logits = padded_tree_logits(target, ts, np.broadcast_to(par, (B, m)).copy(), toks.to(target.device),
                                         last, n_ctx)
-            Q[j] = sampling.probs(logits).to(dev)
+            Q[j] = sampling.probs(logits, check=False).to(dev)  # a bad row is flagged in the one read below
+            scored[j] = logits
         groups: dict = {}
         family = {f.label: f for f in plan.sampled}
         for j in self.fams:
@@ -273,7 +275,8 @@ class SampledTrees:
             acc, alive, *_ = node_rules_t(rule, lay, tokens, P_in, Q_in)
             reached.append(end_mass_t(lay, acc, torch.ones_like(alive)))
         have = [torch.cat(self.have).to(dev)] if self.have else []
-        host = torch.cat([tok.flatten().to(torch.float64)] + [h.to(torch.float64) for h in have] + reached)
+        bad = [torch.stack([bad_rows(Q[j]).any() for j in scored])] if scored else []
+        host = torch.cat([tok.flatten().to(torch.float64)] + [h.to(torch.float64) for h in have + bad] + reached)
         host = host.to("cpu").numpy()
         at = tok.numel()
         tokens = host[:at].astype(np.int64).reshape(tok.shape)
@@ -283,6 +286,10 @@ class SampledTrees:
             for (b, j, v, need), have_v in zip(self.wor, counts.tolist()):
                 if have_v < need:  # the host route's error, from the node's law (read for it alone)
                     self.jobs[b][j][1]._support(need, v, P_all[self.p_row[(b, j, v)]].to("cpu").numpy())
+        for j, flag in zip(list(scored), host[at : at + len(scored)].tolist()):
+            if flag:  # a target law from bad logits: the checked route's error
+                sampling.probs(scored[j])
+        at += len(scored)
         reach: dict = {}
         for members in groups.values():
             for j, name in members:
