@@ -200,3 +200,33 @@ def test_the_device_stream_is_seeded_by_the_prompts_tree_generators():
     for r, f in zip(a, fresh):
         f.integers(2**63)
         assert r.integers(2**63) == f.integers(2**63)
+
+
+def test_a_walk_with_the_bound_on_the_device_route_equals_the_host_route(tmp_path, monkeypatch):
+    # the whole walk with the laws on the (stand-in) device, the sampled trees drawn from the host route's stream
+    # and verified on the device, the bound on every lossless verifier reading their laws at the host (HostRows):
+    # every row, the bound's included, within 1e-12 relative of the host route's
+    pytest.importorskip("pyarrow")
+    import otspec.profile._collect as C
+    from otspec.profile import profile, read_table
+
+    def rows(out):
+        t = read_table(out).sort_by([(c, "ascending") for c in ("prompt", "pos", "kind", "name", "k", "j", "m")])
+        return {c: t[c].to_pylist() for c in t.column_names}
+
+    draft, target = toy_pair(6, seed=7, closeness=0.6)
+    kw = dict(k_max=1, L_max=2, max_new_tokens=3, verifiers=["token"], families=["token"], subsample=1,
+              progress=False, batch_size=2, bound_budget=5,
+              trees=["iid:branching(3,2):specinfer,target-only", "wor:branching(2,2):sequoia,traversal"])
+    prompts = [[0, 1], [3, 2], [1, 2]]
+    profile(prompts, out=tmp_path / "host", draft=draft, target=target, **kw)
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    monkeypatch.setattr(TD, "device_generator", lambda rngs, device: None)
+    profile(prompts, out=tmp_path / "device", draft=draft, target=target, **kw)
+    a, b = rows(tmp_path / "host"), rows(tmp_path / "device")
+    keep = [i for i, k in enumerate(a["kind"]) if k not in ("time", "cost")]
+    assert {"treebound", "treenode", "tree"} <= set(a["kind"])
+    for c in a:
+        if c != "value":
+            assert [a[c][i] for i in keep] == [b[c][i] for i in keep]
+    np.testing.assert_allclose([b["value"][i] for i in keep], [a["value"][i] for i in keep], rtol=1e-12, atol=0)
