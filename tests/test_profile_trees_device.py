@@ -172,13 +172,15 @@ def test_a_wor_node_with_too_few_tokens_is_refused_alike_on_both_routes():
             _at(draft, target, [[4, 4]], plan, s, on_device=on_device)
 
 
-def test_a_bad_target_law_at_a_node_is_refused_alike_on_both_routes():
-    # the target's logits NaN after every token but 0, the draft never drawing 0: the target's laws at the depth-1
-    # nodes are bad, flagged in the device route's one read and refused with the host route's error
+@pytest.mark.parametrize("role", ["draft", "target"])
+def test_a_bad_law_at_a_node_is_refused_alike_on_both_routes(role):
+    # the draft's or the target's logits NaN after every token but 0, the draft never drawing 0: the laws at the
+    # depth-1 nodes are bad, formed unchecked on the device route, flagged in its one read and refused with the host
+    # route's error
     V = 5
     draft, target = toy_pair(V, seed=1)
     draft.fn.table[:, 0] = -np.inf
-    target.fn.table[1:] = np.nan
+    (draft if role == "draft" else target).fn.table[1:] = np.nan
     plan = resolve_trees(["iid:branching(2,2):specinfer"])
     errors = []
     for on_device in (False, True):

@@ -826,10 +826,12 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             ids = held.feed(need, [0 if held.holds(b, j) else jobs[b][j][1].token(v) for b, j, v in need], draft.device)
         logits = draft.logits(ds, ids)[:, -1:]
         if on_device:
-            laws = sampling.probs(logits)[:, 0]
+            # a depth of sampled trees alone reads nothing: its laws are checked in the position's one read
+            unchecked = held is not None and all(held.holds(b, j) for b, j, _ in need)
+            laws = sampling.probs(logits, check=not unchecked)[:, 0]
             got = _device_expansions(need, jobs, laws, sampling.own_law(logits)[:, 0] if raw else None)
             if held is not None:
-                held.draw(need, laws)
+                held.draw(need, laws, logits if unchecked else None)
         else:
             laws = _np(sampling.probs(logits))[:, 0]
             own = _np(sampling.own_law(logits))[:, 0] if raw else [None] * len(need)

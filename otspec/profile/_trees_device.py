@@ -138,14 +138,19 @@ class SampledTrees:
         self.n_rows = 0
         self.wor: list = []  # (b, j, v, need) of every "wor" node, in draw order
         self.have: list = []  # per depth: the positive entries of those nodes' laws
+        self.unchecked: list = []  # (logits, any bad row) of the draft's laws formed unchecked
 
     def holds(self, b: int, j: int) -> bool:
         return (b, j) in self.row
 
-    def draw(self, need: list, laws) -> None:
+    def draw(self, need: list, laws, unchecked=None) -> None:
         """The children of the held nodes of ``need`` (``(b, j, v)``, the rows of ``laws``: ``(len(need), V)``), all
-        at once; their laws kept for the verification."""
+        at once; their laws kept for the verification. ``unchecked``: the logits of ``laws`` when these were formed
+        without their check (``Sampling.probs(..., check=False)``): a bad row is flagged in the position's one read,
+        and the checked route's error raised then."""
         V = int(laws.shape[-1])
+        if unchecked is not None:
+            self.unchecked.append((unchecked, bad_rows(laws).any()))
         if self.tok is None:
             self.tok = torch.full((len(self.row), self.n1), -1, dtype=torch.long, device=self.device)
         held = [(i, b, j, v) for i, (b, j, v) in enumerate(need) if (b, j) in self.row]
@@ -275,10 +280,14 @@ class SampledTrees:
             acc, alive, *_ = node_rules_t(rule, lay, tokens, P_in, Q_in)
             reached.append(end_mass_t(lay, acc, torch.ones_like(alive)))
         have = [torch.cat(self.have).to(dev)] if self.have else []
-        bad = [torch.stack([bad_rows(Q[j]).any() for j in scored])] if scored else []
+        flags = [bad.to(dev) for _, bad in self.unchecked] + [bad_rows(Q[j]).any() for j in scored]
+        bad = [torch.stack(flags)] if flags else []
         host = torch.cat([tok.flatten().to(torch.float64)] + [h.to(torch.float64) for h in have + bad] + reached)
         host = host.to("cpu").numpy()
         at = tok.numel()
+        for (logits, _), flag in zip(self.unchecked, host[at + len(self.wor) :].tolist()):
+            if flag:  # a draft law from bad logits: the checked route's error (before any other)
+                sampling.probs(logits)
         tokens = host[:at].astype(np.int64).reshape(tok.shape)
         if self.wor:
             counts = host[at : at + len(self.wor)]
@@ -286,6 +295,7 @@ class SampledTrees:
             for (b, j, v, need), have_v in zip(self.wor, counts.tolist()):
                 if have_v < need:  # the host route's error, from the node's law (read for it alone)
                     self.jobs[b][j][1]._support(need, v, P_all[self.p_row[(b, j, v)]].to("cpu").numpy())
+        at += len(self.unchecked)
         for j, flag in zip(list(scored), host[at : at + len(scored)].tolist()):
             if flag:  # a target law from bad logits: the checked route's error
                 sampling.probs(scored[j])
