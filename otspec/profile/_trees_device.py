@@ -54,10 +54,36 @@ _MAX_FORESTS = 64
 
 
 def device_generator(rngs, device):
-    """The ``torch.Generator`` on ``device`` of one position's sampled trees: seeded by one 63-bit integer drawn from
-    each prompt's tree generator (:func:`otspec.profile._trees.tree_rng`), so a run is reproducible and every prompt's
-    stream advances alike. (None: the host route's stream, each node drawn by its job on the host from its prompt's
-    numpy generator -- the check route, whose trees are the host route's.)"""
+    r"""The ``torch.Generator`` on ``device`` of one position's sampled trees.
+
+    .. math::
+
+        \text{seed} = \bigoplus_b s_b, \qquad s_b \sim \mathcal U\{0, \dots, 2^{63} - 1\}
+        \text{ drawn from prompt } b\text{'s tree generator},
+
+    so a run is reproducible and every prompt's stream advances alike, one integer per position. (Where this
+    returns None -- a test's stand-in -- :class:`SampledTrees` draws with the host route's stream instead: each
+    node by its job on the host from its prompt's numpy generator, so the trees are the host route's.)
+
+    Parameters
+    ----------
+    rngs : list of numpy.random.Generator
+        One per prompt (:func:`otspec.profile._trees.tree_rng`); each advanced by one draw.
+    device : str or torch.device
+
+    Returns
+    -------
+    torch.Generator
+
+    Examples
+    --------
+    >>> from otspec.profile._trees import tree_rng
+    >>> from otspec.profile._trees_device import device_generator
+    >>> a = device_generator([tree_rng(0, 0), tree_rng(0, 1)], "cpu")
+    >>> b = device_generator([tree_rng(0, 0), tree_rng(0, 1)], "cpu")
+    >>> bool((a.get_state() == b.get_state()).all())
+    True
+    """
     seed = 0
     for r in rngs:
         seed ^= int(r.integers(2**63))
@@ -114,6 +140,16 @@ class SampledTrees:
     r"""The ``"iid"`` and ``"wor"`` trees of one position of ``B`` prompts, drawn, scored and verified on the laws'
     device (see the module docstring).
 
+    .. math::
+
+        x_c \sim p_{\mathrm{pa}(c)} \ \text{(i.i.d., or the rank-}r(c)\text{ draw without replacement)}, \qquad
+        \Pr(\text{reach } v \mid T) = \prod_{c \preceq v,\, c \ne 0} a_c(T, p, q),
+
+    :math:`a_c` the verifier's probability of accepting child ``c`` given its parent is reached, for every node of
+    every held tree; :math:`E[\tau \mid T] = \sum_{v \ne 0} \Pr(\text{reach } v \mid T)`.
+    Used by :func:`otspec.profile._trees.draw_and_score` (``on_device=True``): :meth:`draw_roots`, then per depth
+    :meth:`feed` and :meth:`draw`, then :meth:`finish`.
+
     Parameters
     ----------
     jobs : list
@@ -132,7 +168,7 @@ class SampledTrees:
         self.fams = [j for j, (_, job) in enumerate(jobs[0]) if _sampled(job)]
         self.row = {(b, j): r for r, (b, j) in enumerate((b, j) for b in range(self.B) for j in self.fams)}
         self.n1 = max([jobs[0][j][1].shape.n + 1 for j in self.fams], default=1)
-        self.tok = None  # (trees, n1) int64 on the draft's laws' device, made at the first draw
+        self.tok = None  # (trees, n1) int64 on `device`, made at the first draw (-1: not drawn, or padding)
         self.parts: list = []  # the sampled rows of the draft's laws, per depth, on `device`
         self.p_row: dict = {}  # (b, j, v) -> row of the concatenated parts
         self.n_rows = 0
