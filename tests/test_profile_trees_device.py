@@ -232,3 +232,16 @@ def test_a_walk_with_the_bound_on_the_device_route_equals_the_host_route(tmp_pat
         if c != "value":
             assert [a[c][i] for i in keep] == [b[c][i] for i in keep]
     np.testing.assert_allclose([b["value"][i] for i in keep], [a["value"][i] for i in keep], rtol=1e-12, atol=0)
+
+
+def test_the_memory_estimate_holds_the_sampled_trees_laws_on_the_device():
+    # five float64 (V,) rows per internal node of every sampled tree of the batch (draft and target laws, their
+    # forest copies, one pass's temporary) on top of the host route's estimate (two target laws per internal node
+    # of the largest scored tree of the batch, three per node of the largest sampled tree)
+    from otspec.profile._trees import tree_law_bytes
+
+    V, B = 1000, 3
+    plan = resolve_trees(["topk:branching(2,2)", "iid:branching(3,2):specinfer", "wor:branching(2,2,1):sequoia"])
+    inner = (1 + 3) + (1 + 2 + 4)  # the internal nodes of the i.i.d. tree, then of the without-replacement one
+    assert tree_law_bytes(plan, V, B) == 8 * V * (2 * B * 7 + 3 * (1 + 2 + 4 + 4) + 5 * B * inner)
+    assert tree_law_bytes(resolve_trees(["topk:branching(2,2)"]), V, B) == 8 * V * 2 * B * 3

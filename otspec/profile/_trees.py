@@ -448,15 +448,18 @@ def draft_rows(shape) -> list[int]:
 
 def tree_law_bytes(plan: TreePlan, V: int, batch: int) -> int:
     """Bytes of the laws the trees of one position hold at once (float64): a batch's target laws at the internal
-    nodes of the largest scored tree (twice: tensor and array), and one sampled tree's full node laws and
-    emission."""
+    nodes of the largest scored tree (twice: tensor and array), one sampled tree's full node laws and emission, and
+    on the laws' device the sampled trees' draft and target laws at the internal nodes of every such family of the
+    batch, with their copies into the verification's forests and its one pass's temporary (five each:
+    :class:`otspec.profile._trees_device.SampledTrees`)."""
     if plan is None or not plan.families and plan.universe is None:
         return 0
     scored = [len(_internal(plan.universe.parents))] if plan.universe is not None else []
     scored += [len(_internal(f.shape.parents)) for f in plan.families if isinstance(f.shape, TreeShape)]
     scored += [f.shape.n + 1 for f in plan.eagle2]
     full = max((f.n + 1 for f in plan.sampled), default=0)
-    return 8 * V * (2 * batch * max(scored, default=1) + 3 * full)
+    held = sum(len(_internal(f.shape.parents)) for f in plan.sampled)
+    return 8 * V * (2 * batch * max(scored, default=1) + 3 * full + 5 * batch * held)
 
 
 # --------------------------------------------------------------------------- drawing at a position
