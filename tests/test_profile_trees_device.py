@@ -49,15 +49,18 @@ def _on_host(s: _Scored) -> _Scored:
 
 
 # --------------------------------------------------------------------------- values of a drawn tree
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_values_of_a_device_drawn_tree_equal_the_host_verifiers(seed):
+@pytest.mark.parametrize(("seed", "top_k"), [(0, None), (1, None), (2, 3)])
+def test_values_of_a_device_drawn_tree_equal_the_host_verifiers(seed, top_k):
     # trees drawn on the device's stream for three prompts at once: every (family, verifier) row -- E[tau | T] and
-    # every node's reach probability -- within 1e-12 relative of the host's verifiers on the same tree and laws
+    # every node's reach probability -- within 1e-12 relative of the host's verifiers on the same tree and laws;
+    # under top-k truncation every drawn token has positive draft probability at its parent
     V = 6
     draft, target = toy_pair(V, seed=seed, closeness=0.7)
     plan = resolve_trees(SAMPLED)
-    got = _at(draft, target, [[1, 3], [2, 2], [5, 0]], plan, seed=seed)
+    got = _at(draft, target, [[1, 3], [2, 2], [5, 0]], plan, Sampling(1.0, top_k, None, "ties"), seed=seed)
     for scored in got:
+        for s in scored.values():
+            assert all(s.p[int(s.tree.parents[c])][int(s.tree.tokens[c])] > 0 for c in range(1, s.tree.n + 1))
         dev = position_values(plan, scored, V)
         host = position_values(plan, {k: _on_host(s) for k, s in scored.items()}, V)
         assert dev["tree"].keys() == host["tree"].keys() == set(plan.names())
