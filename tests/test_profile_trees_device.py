@@ -194,13 +194,15 @@ def test_a_bad_law_at_a_node_is_refused_alike_on_both_routes(role):
 
 
 def test_the_device_stream_is_seeded_by_the_prompts_tree_generators():
-    # one integer drawn from each prompt's generator per position: the same seed gives the same generator state,
-    # another seed another, and every prompt's generator advances alike
+    # one integer drawn from each prompt's generator per position: the same seed gives the same generator states,
+    # another seed others, each prompt its own, and every prompt's generator advances alike
     a = [tree_rng(0, b) for b in range(3)]
     g1 = TD.device_generator(a, "cpu")
     g2 = TD.device_generator([tree_rng(0, b) for b in range(3)], "cpu")
     g3 = TD.device_generator([tree_rng(1, b) for b in range(3)], "cpu")
-    assert torch.equal(g1.get_state(), g2.get_state()) and not torch.equal(g1.get_state(), g3.get_state())
+    assert len(g1) == 3 and all(torch.equal(x.get_state(), y.get_state()) for x, y in zip(g1, g2))
+    assert not any(torch.equal(x.get_state(), y.get_state()) for x, y in zip(g1, g3))
+    assert not torch.equal(g1[0].get_state(), g1[1].get_state())
     fresh = [tree_rng(0, b) for b in range(3)]
     for r, f in zip(a, fresh):
         f.integers(2**63)
@@ -248,3 +250,25 @@ def test_the_memory_estimate_holds_the_sampled_trees_laws_on_the_device():
     inner = (1 + 3) + (1 + 2 + 4)  # the internal nodes of the i.i.d. tree, then of the without-replacement one
     assert tree_law_bytes(plan, V, B) == 8 * V * (2 * B * 7 + 3 * (1 + 2 + 4 + 4) + 5 * B * inner)
     assert tree_law_bytes(resolve_trees(["topk:branching(2,2)"]), V, B) == 8 * V * 2 * B * 3
+
+
+def test_a_prompts_device_drawn_trees_do_not_depend_on_the_batch():
+    # each prompt draws from its own device generator, in the order of its own nodes: walked with two others or
+    # alone, its sampled trees and their values are the same
+    V = 6
+    draft, target = toy_pair(V, seed=3)
+    plan = resolve_trees(SAMPLED)
+    ds, ts = draft.new_state(), target.new_state()
+    ctxs = [[1, 3], [2, 2], [5, 0]]
+    together = _at(draft, target, ctxs, plan, seed=4)
+    for b, ctx in enumerate(ctxs):
+        ids = torch.tensor([ctx])
+        ds, ts = draft.new_state(), target.new_state()
+        p = PLAIN.probs(draft.logits(ds, ids)[:, -1]).numpy()
+        q = PLAIN.probs(target.logits(ts, ids))[:, -1].numpy()
+        alone = draw_and_score(draft, ds, target, ts, [ctx[-1]], 2, p, q, plan, PLAIN, [tree_rng(4, b)],
+                               on_device=True)[0]
+        for label, s in alone.items():
+            np.testing.assert_array_equal(together[b][label].tree.tokens, s.tree.tokens)
+        a, t = position_values(plan, alone, V), position_values(plan, together[b], V)
+        assert a["tree"] == t["tree"]

@@ -784,9 +784,9 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         one gather per tree family, only ``(n, K)`` ranks and values moved to the host; the sampled trees drawn,
         scored and verified there (:class:`otspec.profile._trees_device.SampledTrees`: one batch of draws per
         depth, one forest per verifier rule, one host read of their tokens and reach probabilities), from a
-        ``torch.Generator`` seeded by ``rngs``. The deterministic trees and their values equal the host route's;
-        the sampled trees follow the same law, and the values of a given sampled tree equal the host's verifiers'
-        (``False``: every law moved to the host, ranked, drawn and verified there, each deterministic tree
+        ``torch.Generator`` per prompt seeded by its generator of ``rngs``. The deterministic trees and their values
+        equal the host route's; the sampled trees follow the same law, and the values of a given sampled tree equal
+        the host's verifiers' (``False``: every law moved to the host, ranked, drawn and verified there, each deterministic tree
         checked against :mod:`otspec.tree`'s own construction).
 
     Returns

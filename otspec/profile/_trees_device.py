@@ -26,10 +26,11 @@ The laws reach the host only where a verifier without a device rule (Traversal V
 bound on the lossless verifiers (:mod:`otspec.profile._tree_bound`) reads them, once per position
 (:class:`HostRows`).
 
-The random stream is a ``torch.Generator`` on the device (:func:`device_generator`, seeded from the prompts'
-tree generators), so the drawn trees differ from the host route's; the law of the draws is the same (tested by
-chi-square), and the values of a given drawn tree agree with the host's verifiers to 1e-12 relative (tested by
-running this route with the host's stream, :func:`device_generator` returning None).
+The random stream is one ``torch.Generator`` per prompt on the device (:func:`device_generator`, seeded from the
+prompt's tree generator; a depth's draws are one kernel per prompt for the uniforms or exponentials, the rest
+batched), so a prompt's trees are the same walked alone or with others, and differ from the host route's; the law of
+the draws is the same (tested by chi-square), and the values of a given drawn tree agree with the host's verifiers to
+1e-12 relative (tested by running this route with the host's stream, :func:`device_generator` returning None).
 
 Notation: ``p`` is the draft's law and ``q`` the target's.
 """
@@ -53,17 +54,17 @@ _FORESTS: dict = {}
 _MAX_FORESTS = 64
 
 
-def device_generator(rngs, device):
-    r"""The ``torch.Generator`` on ``device`` of one position's sampled trees.
+def device_generator(rngs, device) -> list:
+    r"""The ``torch.Generator`` on ``device`` of each prompt's sampled trees at one position.
 
     .. math::
 
-        \text{seed} = \bigoplus_b s_b, \qquad s_b \sim \mathcal U\{0, \dots, 2^{63} - 1\}
-        \text{ drawn from prompt } b\text{'s tree generator},
+        \text{seed}_b \sim \mathcal U\{0, \dots, 2^{63} - 1\} \text{ drawn from prompt } b\text{'s tree generator},
 
-    so a run is reproducible and every prompt's stream advances alike, one integer per position. (Where this
-    returns None -- a test's stand-in -- :class:`SampledTrees` draws with the host route's stream instead: each
-    node by its job on the host from its prompt's numpy generator, so the trees are the host route's.)
+    so a run is reproducible and a prompt's trees are the same whether it is walked alone or with others (its
+    draws read its own generator only, in the order of its own nodes). (Where this returns None -- a test's
+    stand-in -- :class:`SampledTrees` draws with the host route's stream instead: each node by its job on the host
+    from its prompt's numpy generator, so the trees are the host route's.)
 
     Parameters
     ----------
@@ -73,21 +74,19 @@ def device_generator(rngs, device):
 
     Returns
     -------
-    torch.Generator
+    list of torch.Generator
+        One per prompt.
 
     Examples
     --------
     >>> from otspec.profile._trees import tree_rng
     >>> from otspec.profile._trees_device import device_generator
     >>> a = device_generator([tree_rng(0, 0), tree_rng(0, 1)], "cpu")
-    >>> b = device_generator([tree_rng(0, 0), tree_rng(0, 1)], "cpu")
-    >>> bool((a.get_state() == b.get_state()).all())
+    >>> b = device_generator([tree_rng(0, 1)], "cpu")
+    >>> bool((a[1].get_state() == b[0].get_state()).all())
     True
     """
-    seed = 0
-    for r in rngs:
-        seed ^= int(r.integers(2**63))
-    return torch.Generator(device=device).manual_seed(seed)
+    return [torch.Generator(device=device).manual_seed(int(r.integers(2**63))) for r in rngs]
 
 
 def device_rule(verifier: str) -> str | None:
@@ -158,8 +157,8 @@ class SampledTrees:
         ``"wor"``) are held here.
     device : torch.device
         Where the analysis runs (the target's device).
-    gen : torch.Generator or None
-        On ``device`` (:func:`device_generator`); None: the host route's stream.
+    gen : list of torch.Generator, or None
+        One per prompt, on ``device`` (:func:`device_generator`); None: the host route's stream.
     """
 
     def __init__(self, jobs: list, device, gen):
@@ -212,14 +211,16 @@ class SampledTrees:
             width = max(len(r) for *_, r, _ in iid)
             rows = torch.as_tensor(_positions(held, iid), dtype=torch.long, device=P.device)
             cells = [n * width + c for n, (*_, ranks, _) in enumerate(iid) for c in range(len(ranks))]
-            got = _draws(P.index_select(0, rows), width, self.gen).flatten()
+            Pi = P.index_select(0, rows)
+            got = torch.cat([_draws(Pi[a:e], width, self.gen[b]) for b, a, e in _runs(iid)]).flatten()
             vals.append(got.index_select(0, torch.as_tensor(cells, dtype=torch.long, device=P.device)))
             dst += [d for *_, ds in iid for d in ds]
         if wor:
             most = min(max(max(r) + 1 for *_, r, _ in wor), V)
             rows = torch.as_tensor(_positions(held, wor), dtype=torch.long, device=P.device)
             W = P.index_select(0, rows)
-            E = torch.empty(W.shape, dtype=W.dtype, device=W.device).exponential_(generator=self.gen)
+            E = torch.cat([torch.empty((e - a, V), dtype=W.dtype, device=W.device).exponential_(generator=self.gen[b])
+                           for b, a, e in _runs(wor)])
             top = torch.topk(W / E.clamp_(min=torch.finfo(W.dtype).tiny), most, dim=-1).indices.flatten()
             cells = [n * most + min(r, most - 1) for n, (*_, ranks, _) in enumerate(wor) for r in ranks]
             vals.append(top.index_select(0, torch.as_tensor(cells, dtype=torch.long, device=P.device)))
@@ -358,6 +359,17 @@ class SampledTrees:
 
 def _sampled(job) -> bool:
     return isinstance(job, _ShapeJob) and job.process in ("iid", "wor")
+
+
+def _runs(group: list) -> list:
+    """``(b, start, end)`` of each prompt's rows in a group of nodes (in need order: each prompt's rows together)."""
+    out: list = []
+    for n, (_, b, *_) in enumerate(group):
+        if out and out[-1][0] == b:
+            out[-1][2] = n + 1
+        else:
+            out.append([b, n, n + 1])
+    return out
 
 
 def _positions(held: list, group: list):
