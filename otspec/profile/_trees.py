@@ -895,9 +895,9 @@ def padded_tree_logits(lm, state, parents: np.ndarray, tokens: np.ndarray, last,
     lm.select(state, list(range(parents.shape[0])), n_ctx - 1)
     logits = lm.tree_logits(state, parents, tokens, pending=np.asarray(last, dtype=np.int64)[:, None],
                             fallback="rows")
-    pad = torch.from_numpy((parents == -1) & (np.arange(m) > 0)[None]).to(logits.device)
-    if bool(pad.any()):
-        logits = logits.masked_fill(pad[:, :, None], 0.0)
+    pad = (parents == -1) & (np.arange(m) > 0)[None]
+    if pad.any():  # decided on the host: no read of the device
+        logits = logits.masked_fill(torch.from_numpy(pad).to(logits.device)[:, :, None], 0.0)
     return logits
 
 
