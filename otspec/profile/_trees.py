@@ -63,6 +63,7 @@ from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_
 from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
+from . import _trees_device
 from ._quantities import text_probs, to_host, tokens_like
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
@@ -559,9 +560,9 @@ class _ShapeJob:
         self.kids: dict = {}
         for c in range(1, n1):
             self.kids.setdefault(int(shape.parents[c]), []).append(c)
-        inner = _internal(shape.parents)
+        self.inner = _internal(shape.parents)  # the nodes with children, root first
         self.by_depth: dict = {}
-        for v in inner.tolist():
+        for v in self.inner.tolist():
             self.by_depth.setdefault(int(shape.depth[v]), []).append(v)
         self.p: dict = {}
         self.raw: dict = {}  # the draft's own laws (temperature 1, untruncated), when the run ranks by them
@@ -803,10 +804,8 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     jobs = [_jobs(plan, rngs[b], V) for b in range(B)]
     held = None  # the sampled trees, drawn, scored and verified on the laws' device
     if on_device and plan.sampled:
-        from ._trees_device import SampledTrees, device_generator
-
         dev = torch.device(getattr(target, "device", "cpu"))
-        held = SampledTrees(jobs, dev, device_generator(rngs, dev))
+        held = _trees_device.SampledTrees(jobs, dev, _trees_device.device_generator(rngs, dev))
     for b in range(B):
         for j, (_, job) in enumerate(jobs[b]):
             if held is None or not held.holds(b, j):
@@ -863,8 +862,9 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
     if held is not None:
-        for (b, j), s in held.finish(plan, target, ts, last, n_ctx, q_root, sampling).items():
-            out[b][jobs[b][j][0]] = s
+        for (b, j), (tree, inner, p, q, reach) in held.finish(plan, padded_tree_logits, target, ts, last, n_ctx,
+                                                              q_root, sampling).items():
+            out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
     return out
 
 

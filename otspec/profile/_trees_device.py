@@ -13,7 +13,8 @@ when the laws are torch tensors: ``on_device=True``). At one profiled position o
    Beams and Where to Find Them*, arXiv:1903.06059, §3), the child of rank ``r`` taking the ``r``-th. The drawn
    tokens stay in one ``(trees, n + 1)`` tensor; the next depth's draft call is fed from it.
 2. **Scoring, one target call per family** (tree attention on the ``B`` trees of the family, tokens fed as a
-   device tensor, :func:`otspec.profile._trees.padded_tree_logits`); the target's laws stay on the device.
+   device tensor, by the caller's ``score``: :func:`otspec.profile._trees.padded_tree_logits`); the target's laws
+   stay on the device.
 3. **Verification, one batch per rule.** Every tree of every family verified by the same rule (SpecInfer's,
    Sequoia's or the target-only rule) is a tree of one forest, and the rule's closed form
    (:func:`otspec.decoding._tree_device.node_rules_t`) gives every node's acceptance probability given its
@@ -45,7 +46,6 @@ import torch
 from ..decoding._sampling import bad_rows
 from ..decoding._tree_device import _RULES, TreeLayoutT, _draws, end_mass_t, node_rules_t
 from ..tree import DraftTree, make_tree_verifier
-from ._trees import _internal, _Scored, _ShapeJob, padded_tree_logits
 
 __all__ = ["HostRows", "SampledTrees", "device_generator", "device_rule"]
 
@@ -164,7 +164,7 @@ class SampledTrees:
     def __init__(self, jobs: list, device, gen):
         self.jobs, self.device, self.gen = jobs, torch.device(device), gen
         self.B = len(jobs)
-        self.fams = [j for j, (_, job) in enumerate(jobs[0]) if _sampled(job)]
+        self.fams = [j for j, (_, job) in enumerate(jobs[0]) if getattr(job, "process", None) in ("iid", "wor")]
         self.row = {(b, j): r for r, (b, j) in enumerate((b, j) for b in range(self.B) for j in self.fams)}
         self.n1 = max([jobs[0][j][1].shape.n + 1 for j in self.fams], default=1)
         self.tok = None  # (trees, n1) int64 on `device`, made at the first draw (-1: not drawn, or padding)
@@ -263,14 +263,24 @@ class SampledTrees:
             out.index_copy_(0, at, self.tok.view(-1).index_select(0, flat))
         return out[:, None].to(device)
 
-    def finish(self, plan, target, ts, last, n_ctx: int, q_root, sampling) -> dict:
+    def finish(self, plan, score, target, ts, last, n_ctx: int, q_root, sampling) -> dict:
         r"""Score every held tree (one target call per family), verify them on the device (one batch per rule), read
         the tokens and the reach probabilities once.
+
+        Parameters
+        ----------
+        plan : otspec.profile._trees.TreePlan
+        score : callable
+            ``score(target, ts, parents, tokens, last, n_ctx)``: the ``(B, m, V)`` logits of one tree-attention
+            call on ``B`` trees (:func:`otspec.profile._trees.padded_tree_logits`).
+        target, ts, last, n_ctx, q_root, sampling
+            As :func:`otspec.profile._trees.draw_and_score`'s.
 
         Returns
         -------
         dict
-            ``(b, j) -> _Scored`` with the tree, its laws (:class:`HostRows`, read on the host on first use) and
+            ``(b, j) -> (tree, inner, p, q, reach)``: the drawn :class:`otspec.tree.DraftTree`, its internal nodes,
+            the draft's and the target's laws there (:class:`HostRows`, read on the host on first use) and
             ``reach``: ``name -> (n + 1,)`` reach probabilities of every name verified here.
         """
         dev, B = self.device, self.B
@@ -280,7 +290,7 @@ class SampledTrees:
         Q, inner, scored = {}, {}, {}
         for j in self.fams:
             shape = self.jobs[0][j][1].shape
-            inner[j] = _internal(shape.parents)
+            inner[j] = self.jobs[0][j][1].inner
             m = len(inner[j])
             if m == 1:  # stars: the root's law is all a verifier needs
                 if q_root_t is None:
@@ -292,8 +302,7 @@ class SampledTrees:
             par[1:] = [pos[int(shape.parents[v])] for v in inner[j][1:].tolist()]
             rows = torch.as_tensor([self.row[(b, j)] for b in range(B)], dtype=torch.long, device=dev)
             toks = tok.index_select(0, rows).index_select(1, torch.as_tensor(inner[j], dtype=torch.long, device=dev))
-            logits = padded_tree_logits(target, ts, np.broadcast_to(par, (B, m)).copy(), toks.to(target.device),
-                                        last, n_ctx)
+            logits = score(target, ts, np.broadcast_to(par, (B, m)).copy(), toks.to(target.device), last, n_ctx)
             Q[j] = sampling.probs(logits, check=False).to(dev)  # a bad row is flagged in the one read below
             scored[j] = logits
         groups: dict = {}
@@ -353,12 +362,8 @@ class SampledTrees:
                 p = HostRows(p_copy, {int(v): self.p_row[(b, j, int(v))] for v in inner[j].tolist()})
                 q = HostRows(q_copy, {i: (b, i) for i in range(len(inner[j]))})
                 got = {name: r for (bb, jj, name), r in reach.items() if bb == b and jj == j}
-                out[(b, j)] = _Scored(tree, inner[j], p, q, reach=got)
+                out[(b, j)] = (tree, inner[j], p, q, got)
         return out
-
-
-def _sampled(job) -> bool:
-    return isinstance(job, _ShapeJob) and job.process in ("iid", "wor")
 
 
 def _runs(group: list) -> list:
