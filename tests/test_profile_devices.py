@@ -154,9 +154,13 @@ def _trees_at(draft, target, ctxs, plan, sampling, on_device):
 
 
 @pytest.mark.parametrize("top_k", [None, 3])
-def test_trees_ranked_on_the_device_equal_the_host_route(top_k):
+def test_trees_ranked_on_the_device_equal_the_host_route(top_k, monkeypatch):
     # every tree family, two prompts walked together, with and without truncation (EAGLE-2 then ranks by the
-    # draft's own law): the same trees, and every value within 1e-12 relative of the host route's
+    # draft's own law): the same trees, and every value within 1e-12 relative of the host route's (the sampled
+    # trees drawn from the host route's stream, then scored and verified on the device)
+    import otspec.profile._trees_device as TD
+
+    monkeypatch.setattr(TD, "device_generator", lambda rngs, device: None)
     V = 7
     draft, target = toy_pair(V, seed=4, closeness=0.6)
     plan = resolve_trees(TREES, "branching(3,2)")
@@ -207,14 +211,16 @@ def test_deterministic_trees_on_the_device_move_no_whole_law(monkeypatch):
 def test_the_walk_on_device_tensors_equals_the_host_route(tmp_path, monkeypatch):
     # the whole walk with the laws kept as torch tensors (the route of an accelerator, here on the CPU): every
     # quantity at every position (subsample=1) and every tree family, each row within 1e-12 relative of the
-    # numpy route's
+    # numpy route's (the sampled trees drawn from the host route's stream, then scored and verified on the device)
     import otspec.profile._collect as C
+    import otspec.profile._trees_device as TD
 
     draft, target = toy_pair(6, seed=3)
     kw = dict(k_max=2, L_max=3, max_new_tokens=4, subsample=1, progress=False, trees=list(TREES), top_k=4)
     prompts = [[0, 1], [2], [3, 4, 5]]
     profile(prompts, out=tmp_path / "host", draft=draft, target=target, **kw)
     monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    monkeypatch.setattr(TD, "device_generator", lambda rngs, device: None)
     profile(prompts, out=tmp_path / "device", draft=draft, target=target, **kw)
     a, b = _rows(tmp_path / "host"), _rows(tmp_path / "device")
     assert {c: v for c, v in a.items() if c != "value"} == {c: v for c, v in b.items() if c != "value"}
@@ -366,9 +372,11 @@ def test_text_quantities_in_the_laws_namespace_equal_the_host_route(seed):
 def test_renewal_tables_on_the_device_move_no_whole_law_and_equal_the_host_route(tmp_path, monkeypatch):
     # a walk with the laws on the (stand-in) accelerator, static top-k and i.i.d. SpecInfer trees along the text and
     # the token-only schemes' renewal tables: the draft's path laws stay on the device (no (T, V) law reaches the
-    # host from the renewal hook), and every row equals the host route's within 1e-12 relative
+    # host from the renewal hook), and every row equals the host route's within 1e-12 relative (the i.i.d. trees
+    # drawn from the host route's stream)
     import otspec.profile._collect as C
     import otspec.profile._renewal_hook as H
+    import otspec.profile._trees_device as TD
 
     V = 9
     draft, target = toy_pair(V, seed=5)
@@ -377,6 +385,7 @@ def test_renewal_tables_on_the_device_move_no_whole_law_and_equal_the_host_route
     prompts = [[0, 1], [2]]
     profile(prompts, out=tmp_path / "host", draft=draft, target=target, **kw)
     monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    monkeypatch.setattr(TD, "device_generator", lambda rngs, device: None)
     moved, calls = [], []
     emission_rows, to_numpy = H.emission_rows, torch.Tensor.numpy
 

@@ -63,6 +63,7 @@ from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_
 from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
+from . import _trees_device
 from ._quantities import text_probs, to_host, tokens_like
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
@@ -448,15 +449,18 @@ def draft_rows(shape) -> list[int]:
 
 def tree_law_bytes(plan: TreePlan, V: int, batch: int) -> int:
     """Bytes of the laws the trees of one position hold at once (float64): a batch's target laws at the internal
-    nodes of the largest scored tree (twice: tensor and array), and one sampled tree's full node laws and
-    emission."""
+    nodes of the largest scored tree (twice: tensor and array), one sampled tree's full node laws and emission, and
+    on the laws' device the sampled trees' draft and target laws at the internal nodes of every such family of the
+    batch, with their copies into the verification's forests and its one pass's temporary (five each:
+    :class:`otspec.profile._trees_device.SampledTrees`)."""
     if plan is None or not plan.families and plan.universe is None:
         return 0
     scored = [len(_internal(plan.universe.parents))] if plan.universe is not None else []
     scored += [len(_internal(f.shape.parents)) for f in plan.families if isinstance(f.shape, TreeShape)]
     scored += [f.shape.n + 1 for f in plan.eagle2]
     full = max((f.n + 1 for f in plan.sampled), default=0)
-    return 8 * V * (2 * batch * max(scored, default=1) + 3 * full)
+    held = sum(len(_internal(f.shape.parents)) for f in plan.sampled)
+    return 8 * V * (2 * batch * max(scored, default=1) + 3 * full + 5 * batch * held)
 
 
 # --------------------------------------------------------------------------- drawing at a position
@@ -556,9 +560,9 @@ class _ShapeJob:
         self.kids: dict = {}
         for c in range(1, n1):
             self.kids.setdefault(int(shape.parents[c]), []).append(c)
-        inner = _internal(shape.parents)
+        self.inner = _internal(shape.parents)  # the nodes with children, root first
         self.by_depth: dict = {}
-        for v in inner.tolist():
+        for v in self.inner.tolist():
             self.by_depth.setdefault(int(shape.depth[v]), []).append(v)
         self.p: dict = {}
         self.raw: dict = {}  # the draft's own laws (temperature 1, untruncated), when the run ranks by them
@@ -687,6 +691,7 @@ class _Scored:
     p: dict                    # node -> draft law (internal nodes)
     q: np.ndarray | None = None  # (len(inner), V) target laws at the internal nodes
     raw: dict | None = None      # node -> the draft's own law (temperature 1, untruncated), when ranked by it
+    reach: dict | None = None    # verifier name -> (n + 1,) reach probabilities computed on the laws' device
 
 
 def _jobs(plan: TreePlan, rng, V: int) -> list:
@@ -718,8 +723,8 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
     """The ``(law, own law)`` each needing node expands with, its laws left on their device (a torch tensor each,
     ``(len(need), V)``): the nodes whose children are ranked (a top-k tree, EAGLE-2) get :class:`RankedLaw` from one
     batched :func:`ranked_rows` (by the draft's own law for EAGLE-2 when ``own`` is given; the universe also gets its
-    own law at the ranked tokens), the sampled trees' nodes their dense laws on the host (their draws and verifiers
-    read every token). The host receives ``(n, K)`` ranks and probabilities, and the sampled nodes' rows only."""
+    own law at the ranked tokens); the sampled trees' nodes None (drawn on the device,
+    :class:`otspec.profile._trees_device.SampledTrees`). The host receives ``(n, K)`` ranks and probabilities only."""
     import torch
 
     jobs_of = [jobs[b][j][1] for b, j, _ in need]
@@ -742,11 +747,6 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
                 out[i] = (law, law if own is not None else None)
             else:
                 out[i] = (law, RankedLaw(ids[row], at_own[row]) if at_own is not None else None)
-    dense = [i for i, k in enumerate(K) if k == 0]
-    if dense:
-        rows = laws.index_select(0, torch.as_tensor(dense, dtype=torch.long, device=laws.device)).cpu().numpy()
-        for row, i in enumerate(dense):
-            out[i] = (rows[row], None)
     return out
 
 
@@ -782,10 +782,13 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     on_device : bool, keyword-only
         Keep the laws of the nodes where the models computed them (a torch tensor, on their device): the
         deterministic trees' ranks by one batched :func:`ranked_rows` per depth and their target probabilities by
-        one gather per tree family, only ``(n, K)`` ranks and values moved to the host (the sampled trees' laws
-        still come to the host whole: their draws and verifiers read every token). The values equal the host
-        route's (``False``: every law moved to the host and ranked there, each deterministic tree checked
-        against :mod:`otspec.tree`'s own construction).
+        one gather per tree family, only ``(n, K)`` ranks and values moved to the host; the sampled trees drawn,
+        scored and verified there (:class:`otspec.profile._trees_device.SampledTrees`: one batch of draws per
+        depth, one forest per verifier rule, one host read of their tokens and reach probabilities), from a
+        ``torch.Generator`` per prompt seeded by its generator of ``rngs``. The deterministic trees and their values
+        equal the host route's; the sampled trees follow the same law, and the values of a given sampled tree equal
+        the host's verifiers' (``False``: every law moved to the host, ranked, drawn and verified there, each deterministic tree
+        checked against :mod:`otspec.tree`'s own construction).
 
     Returns
     -------
@@ -799,9 +802,16 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     if raw and r_root is None:
         raise ValueError("`r_root` (the draft's own law at the roots) is needed: EAGLE-2 ranks by it")
     jobs = [_jobs(plan, rngs[b], V) for b in range(B)]
+    held = None  # the sampled trees, drawn, scored and verified on the laws' device
+    if on_device and plan.sampled:
+        dev = torch.device(getattr(target, "device", "cpu"))
+        held = _trees_device.SampledTrees(jobs, dev, _trees_device.device_generator(rngs, dev))
     for b in range(B):
-        for _, job in jobs[b]:
-            job.expand(0, p_root[b], r_root[b] if raw else None)
+        for j, (_, job) in enumerate(jobs[b]):
+            if held is None or not held.holds(b, j):
+                job.expand(0, p_root[b], r_root[b] if raw else None)
+    if held is not None:
+        held.draw_roots(p_root)
     level, row_of = 1, None
     while True:
         need = [(b, j, v) for b in range(B) for j, (_, job) in enumerate(jobs[b]) for v in job.need(level)]
@@ -812,24 +822,34 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         else:
             src = [row_of[(b, j, _parent_of(jobs[b][j][1], v))] for b, j, v in need]
         draft.select(ds, src, n_ctx + level - 1)
-        ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
+        if held is None:
+            ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
+        else:
+            ids = held.feed(need, [0 if held.holds(b, j) else jobs[b][j][1].token(v) for b, j, v in need], draft.device)
         logits = draft.logits(ds, ids)[:, -1:]
         if on_device:
-            got = _device_expansions(need, jobs, sampling.probs(logits)[:, 0],
-                                     sampling.own_law(logits)[:, 0] if raw else None)
+            # a depth of sampled trees alone reads nothing: its laws are checked in the position's one read
+            unchecked = held is not None and all(held.holds(b, j) for b, j, _ in need)
+            laws = sampling.probs(logits, check=not unchecked)[:, 0]
+            got = _device_expansions(need, jobs, laws, sampling.own_law(logits)[:, 0] if raw else None)
+            if held is not None:
+                held.draw(need, laws, logits if unchecked else None)
         else:
             laws = _np(sampling.probs(logits))[:, 0]
             own = _np(sampling.own_law(logits))[:, 0] if raw else [None] * len(need)
             got = list(zip(laws, own))
         row_of = {key: i for i, key in enumerate(need)}
-        for (b, j, v), (p, r) in zip(need, got):
-            jobs[b][j][1].expand(v, p, r)
+        for (b, j, v), g in zip(need, got):
+            if g is not None:
+                jobs[b][j][1].expand(v, *g)
         level += 1
     if level > 1:
         per = len(row_of) // B
         draft.select(ds, [b * per for b in range(B)], n_ctx)
     out = [dict() for _ in range(B)]
     for j in range(len(jobs[0])):
+        if held is not None and held.holds(0, j):
+            continue
         scored = []
         for b in range(B):
             job = jobs[b][j][1]
@@ -841,6 +861,10 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         _score(target, ts, last, n_ctx, scored, q_root, sampling, gather=deterministic)
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
+    if held is not None:
+        for (b, j), (tree, inner, p, q, reach) in held.finish(plan, padded_tree_logits, target, ts, last, n_ctx,
+                                                              q_root, sampling).items():
+            out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
     return out
 
 
@@ -871,9 +895,9 @@ def padded_tree_logits(lm, state, parents: np.ndarray, tokens: np.ndarray, last,
     lm.select(state, list(range(parents.shape[0])), n_ctx - 1)
     logits = lm.tree_logits(state, parents, tokens, pending=np.asarray(last, dtype=np.int64)[:, None],
                             fallback="rows")
-    pad = torch.from_numpy((parents == -1) & (np.arange(m) > 0)[None]).to(logits.device)
-    if bool(pad.any()):
-        logits = logits.masked_fill(pad[:, :, None], 0.0)
+    pad = (parents == -1) & (np.arange(m) > 0)[None]
+    if pad.any():  # decided on the host: no read of the device
+        logits = logits.masked_fill(torch.from_numpy(pad).to(logits.device)[:, :, None], 0.0)
     return logits
 
 
@@ -988,7 +1012,9 @@ def position_values(plan: TreePlan, scored: dict, V: int, buffers: LawBuffers | 
     r"""The exact values of one prompt's trees at one position.
 
     ``buffers`` (a :class:`LawBuffers` kept by the caller from one position to the next) holds the sampled
-    trees' node laws; a fresh one by default.
+    trees' node laws; a fresh one by default. A sampled tree verified on the laws' device (its ``reach``) gives
+    its reach probabilities as they are, and :math:`E[\tau \mid T]` as their sum; its laws are read only for
+    the verifiers without a device rule.
 
     Returns
     -------
@@ -1020,8 +1046,16 @@ def position_values(plan: TreePlan, scored: dict, V: int, buffers: LawBuffers | 
             Qp = _path_probs(s.tree, s.inner, lambda v, s=s, pos=pos: s.q[pos[v]])
             out["tree"][f.label] = math.fsum(Qp[1:].tolist())
             continue
-        P, Q = buffers.laws(s, V)
+        laws = None
         for v_name, name in zip(f.verifiers, f.names()):
+            if s.reach is not None and name in s.reach:  # verified on the laws' device
+                reach = s.reach[name]
+                out["tree"][name] = float(reach[1:].sum())
+                out["treenode"][name] = reach[1:]
+                continue
+            if laws is None:  # the host's verifiers: the node laws as (n + 1, V) arrays, once per tree
+                laws = buffers.laws(s, V)
+            P, Q = laws
             ver = make_tree_verifier(v_name)
             if hasattr(ver, "reach"):  # per-node rules: one pass, no (n + 1, V) emission law
                 reach = ver.reach(s.tree, P, Q, validate=False)

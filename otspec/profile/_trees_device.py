@@ -1,0 +1,383 @@
+r"""The sampled tree families of a profile on the laws' device: drawn, scored and verified in torch.
+
+The device route of the ``"iid"`` and ``"wor"`` families of :func:`otspec.profile._trees.draw_and_score` (taken
+when the laws are torch tensors: ``on_device=True``). At one profiled position of ``B`` prompts:
+
+1. **Draws, one batch per depth.** The children of every node of that depth of every sampled tree of every
+   prompt are drawn at once from the laws the depth's draft call left on the device: i.i.d. children by the
+   running sums of each row and one uniform per child (the ``"cdf"`` rule of the decoder's device route,
+   :func:`otspec.decoding._tree_device._draws`), children without replacement by the exponential race -- the
+   ``r + 1`` largest of :math:`p(x) / E_x`, :math:`E_x` i.i.d. ``Exp(1)``, in decreasing order, are ``r + 1``
+   successive draws without replacement (Efraimidis and Spirakis, *Weighted random sampling with a reservoir*,
+   Information Processing Letters 97(5), 2006; the Gumbel-top-k trick of Kool, van Hoof and Welling, *Stochastic
+   Beams and Where to Find Them*, arXiv:1903.06059, §3), the child of rank ``r`` taking the ``r``-th. The drawn
+   tokens stay in one ``(trees, n + 1)`` tensor; the next depth's draft call is fed from it.
+2. **Scoring, one target call per family** (tree attention on the ``B`` trees of the family, tokens fed as a
+   device tensor, by the caller's ``score``: :func:`otspec.profile._trees.padded_tree_logits`); the target's laws
+   stay on the device.
+3. **Verification, one batch per rule.** Every tree of every family verified by the same rule (SpecInfer's,
+   Sequoia's or the target-only rule) is a tree of one forest, and the rule's closed form
+   (:func:`otspec.decoding._tree_device.node_rules_t`) gives every node's acceptance probability given its
+   parent is reached, for the whole forest at once; the reach probabilities (:math:`\prod_{c \preceq v} a_c`)
+   follow by one gather per depth (:func:`otspec.decoding._tree_device.end_mass_t`).
+4. **One host read per position**: the drawn tokens, the supports of the ``"wor"`` nodes and every reach
+   probability (``B`` trees, ``n + 1`` values each, per verifier).
+
+The laws reach the host only where a verifier without a device rule (Traversal Verification, SpecTr's) or the
+bound on the lossless verifiers (:mod:`otspec.profile._tree_bound`) reads them, once per position
+(:class:`HostRows`).
+
+The random stream is one ``torch.Generator`` per prompt on the device (:func:`device_generator`, seeded from the
+prompt's tree generator; a depth's draws are one kernel per prompt for the uniforms or exponentials, the rest
+batched), so a prompt's trees are the same walked alone or with others, and differ from the host route's; the law of
+the draws is the same (tested by chi-square), and the values of a given drawn tree agree with the host's verifiers to
+1e-12 relative (tested by running this route with the host's stream, :func:`device_generator` returning None).
+
+Notation: ``p`` is the draft's law and ``q`` the target's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+from ..decoding._sampling import bad_rows
+from ..decoding._tree_device import _RULES, TreeLayoutT, _draws, end_mass_t, node_rules_t
+from ..tree import DraftTree, make_tree_verifier
+
+__all__ = ["HostRows", "SampledTrees", "device_generator", "device_rule"]
+
+#: Forest layouts by (shapes, prompts, device): built once per run and plan.
+_FORESTS: dict = {}
+_MAX_FORESTS = 64
+
+
+def device_generator(rngs, device) -> list:
+    r"""The ``torch.Generator`` on ``device`` of each prompt's sampled trees at one position.
+
+    .. math::
+
+        \text{seed}_b \sim \mathcal U\{0, \dots, 2^{63} - 1\} \text{ drawn from prompt } b\text{'s tree generator},
+
+    so a run is reproducible and a prompt's trees are the same whether it is walked alone or with others (its
+    draws read its own generator only, in the order of its own nodes). (Where this returns None -- a test's
+    stand-in -- :class:`SampledTrees` draws with the host route's stream instead: each node by its job on the host
+    from its prompt's numpy generator, so the trees are the host route's.)
+
+    Parameters
+    ----------
+    rngs : list of numpy.random.Generator
+        One per prompt (:func:`otspec.profile._trees.tree_rng`); each advanced by one draw.
+    device : str or torch.device
+
+    Returns
+    -------
+    list of torch.Generator
+        One per prompt.
+
+    Examples
+    --------
+    >>> from otspec.profile._trees import tree_rng
+    >>> from otspec.profile._trees_device import device_generator
+    >>> a = device_generator([tree_rng(0, 0), tree_rng(0, 1)], "cpu")
+    >>> b = device_generator([tree_rng(0, 1)], "cpu")
+    >>> bool((a[1].get_state() == b[0].get_state()).all())
+    True
+    """
+    return [torch.Generator(device=device).manual_seed(int(r.integers(2**63))) for r in rngs]
+
+
+def device_rule(verifier: str) -> str | None:
+    """The device rule of a registered tree verifier's name (``"specinfer"``, ``"sequoia"``, ``"target-only"``),
+    None where it has none (its values are computed on the host)."""
+    return _RULES.get(type(make_tree_verifier(verifier)))
+
+
+class HostRows(Mapping):
+    """Rows of a device tensor read on the host on first use: ``rows[key]`` is ``host[at[key]]``, the whole tensor
+    copied once (shared by every :class:`HostRows` of the same ``copy``)."""
+
+    def __init__(self, copy: list, at: dict):
+        self._copy, self._at = copy, at  # copy: [device tensor, host array or None]
+
+    def __getitem__(self, key):
+        if self._copy[1] is None:
+            self._copy[1] = self._copy[0].detach().to("cpu").numpy()
+        return self._copy[1][self._at[key]]
+
+    def __iter__(self):
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+
+def _forest(shapes: list, inner: list, device) -> TreeLayoutT:
+    """The layout of the trees ``shapes`` side by side as one forest (their nodes numbered on, every root of
+    parent -1): its nodes with children are each tree's ``inner`` in turn."""
+    key = (tuple(s.parents.tobytes() for s in shapes), str(device))
+    lay = _FORESTS.get(key)
+    if lay is None:
+        off, par, dep, inn = 0, [], [], []
+        for s, nodes in zip(shapes, inner):
+            p = np.asarray(s.parents, dtype=np.int64) + off
+            p[0] = -1
+            par.append(p)
+            dep.append(np.asarray(s.depth, dtype=np.int64))
+            inn.append(np.asarray(nodes, dtype=np.int64) + off)
+            off += s.n + 1
+        lay = TreeLayoutT(np.concatenate(par), np.concatenate(dep), np.concatenate(inn), device)
+        if len(_FORESTS) >= _MAX_FORESTS:
+            _FORESTS.clear()
+        _FORESTS[key] = lay
+    return lay
+
+
+class SampledTrees:
+    r"""The ``"iid"`` and ``"wor"`` trees of one position of ``B`` prompts, drawn, scored and verified on the laws'
+    device (see the module docstring).
+
+    .. math::
+
+        x_c \sim p_{\mathrm{pa}(c)} \ \text{(i.i.d., or the rank-}r(c)\text{ draw without replacement)}, \qquad
+        \Pr(\text{reach } v \mid T) = \prod_{c \preceq v,\, c \ne 0} a_c(T, p, q),
+
+    :math:`a_c` the verifier's probability of accepting child ``c`` given its parent is reached, for every node of
+    every held tree; :math:`E[\tau \mid T] = \sum_{v \ne 0} \Pr(\text{reach } v \mid T)`.
+    Used by :func:`otspec.profile._trees.draw_and_score` (``on_device=True``): :meth:`draw_roots`, then per depth
+    :meth:`feed` and :meth:`draw`, then :meth:`finish`.
+
+    Parameters
+    ----------
+    jobs : list
+        Per prompt, :func:`otspec.profile._trees._jobs`' ``(label, job)`` pairs (the same labels in the same order
+        for every prompt); the sampled ones (:class:`otspec.profile._trees._ShapeJob` of process ``"iid"`` or
+        ``"wor"``) are held here.
+    device : torch.device
+        Where the analysis runs (the target's device).
+    gen : list of torch.Generator, or None
+        One per prompt, on ``device`` (:func:`device_generator`); None: the host route's stream.
+    """
+
+    def __init__(self, jobs: list, device, gen):
+        self.jobs, self.device, self.gen = jobs, torch.device(device), gen
+        self.B = len(jobs)
+        self.fams = [j for j, (_, job) in enumerate(jobs[0]) if getattr(job, "process", None) in ("iid", "wor")]
+        self.row = {(b, j): r for r, (b, j) in enumerate((b, j) for b in range(self.B) for j in self.fams)}
+        self.n1 = max([jobs[0][j][1].shape.n + 1 for j in self.fams], default=1)
+        self.tok = None  # (trees, n1) int64 on `device`, made at the first draw (-1: not drawn, or padding)
+        self.parts: list = []  # the sampled rows of the draft's laws, per depth, on `device`
+        self.p_row: dict = {}  # (b, j, v) -> row of the concatenated parts
+        self.n_rows = 0
+        self.wor: list = []  # (b, j, v, need) of every "wor" node, in draw order
+        self.have: list = []  # per depth: the positive entries of those nodes' laws
+        self.unchecked: list = []  # (logits, any bad row) of the draft's laws formed unchecked
+
+    def holds(self, b: int, j: int) -> bool:
+        return (b, j) in self.row
+
+    def draw(self, need: list, laws, unchecked=None) -> None:
+        """The children of the held nodes of ``need`` (``(b, j, v)``, the rows of ``laws``: ``(len(need), V)``), all
+        at once; their laws kept for the verification. ``unchecked``: the logits of ``laws`` when these were formed
+        without their check (``Sampling.probs(..., check=False)``): a bad row is flagged in the position's one read,
+        and the checked route's error raised then."""
+        V = int(laws.shape[-1])
+        if unchecked is not None:
+            self.unchecked.append((unchecked, bad_rows(laws).any()))
+        if self.tok is None:
+            self.tok = torch.full((len(self.row), self.n1), -1, dtype=torch.long, device=self.device)
+        held = [(i, b, j, v) for i, (b, j, v) in enumerate(need) if (b, j) in self.row]
+        if not held:
+            return
+        iid, wor = [], []
+        for i, b, j, v in held:
+            job = self.jobs[b][j][1]
+            kids = job.kids.get(v, [])
+            ranks = [int(job.shape.ranks[c]) for c in kids]
+            dst = [self.row[(b, j)] * self.n1 + c for c in kids]
+            (iid if job.process == "iid" else wor).append((i, b, j, v, ranks, dst))
+        idx = torch.as_tensor([i for i, *_ in held], dtype=torch.long, device=laws.device)
+        P = laws.index_select(0, idx).to(self.device)
+        for _, b, j, v in held:
+            self.p_row[(b, j, v)] = self.n_rows
+            self.n_rows += 1
+        self.parts.append(P)
+        if self.gen is None:
+            return self._draw_on_host(held, P)
+        vals, dst = [], []
+        if iid:
+            width = max(len(r) for *_, r, _ in iid)
+            rows = torch.as_tensor(_positions(held, iid), dtype=torch.long, device=P.device)
+            cells = [n * width + c for n, (*_, ranks, _) in enumerate(iid) for c in range(len(ranks))]
+            Pi = P.index_select(0, rows)
+            got = torch.cat([_draws(Pi[a:e], width, self.gen[b]) for b, a, e in _runs(iid)]).flatten()
+            vals.append(got.index_select(0, torch.as_tensor(cells, dtype=torch.long, device=P.device)))
+            dst += [d for *_, ds in iid for d in ds]
+        if wor:
+            most = min(max(max(r) + 1 for *_, r, _ in wor), V)
+            rows = torch.as_tensor(_positions(held, wor), dtype=torch.long, device=P.device)
+            W = P.index_select(0, rows)
+            E = torch.cat([torch.empty((e - a, V), dtype=W.dtype, device=W.device).exponential_(generator=self.gen[b])
+                           for b, a, e in _runs(wor)])
+            top = torch.topk(W / E.clamp_(min=torch.finfo(W.dtype).tiny), most, dim=-1).indices.flatten()
+            cells = [n * most + min(r, most - 1) for n, (*_, ranks, _) in enumerate(wor) for r in ranks]
+            vals.append(top.index_select(0, torch.as_tensor(cells, dtype=torch.long, device=P.device)))
+            dst += [d for *_, ds in wor for d in ds]
+            self.wor += [(b, j, v, max(r) + 1) for _, b, j, v, r, _ in wor]
+            self.have.append((W > 0).sum(-1))
+        self.tok.view(-1).index_copy_(0, torch.as_tensor(dst, dtype=torch.long, device=P.device), torch.cat(vals))
+
+    def _draw_on_host(self, held: list, P) -> None:
+        """The host route's draws (each node by its job, from its prompt's numpy generator), into the device's
+        tokens: the check route, whose trees are the host route's."""
+        host = P.detach().to("cpu").numpy()
+        dst, vals = [], []
+        for n, (_, b, j, v) in enumerate(held):
+            job = self.jobs[b][j][1]
+            job.expand(v, host[n])
+            kids = job.kids.get(v, [])
+            dst += [self.row[(b, j)] * self.n1 + c for c in kids]
+            vals += job.tokens[kids].tolist()
+        self.tok.view(-1).index_copy_(0, torch.as_tensor(dst, dtype=torch.long, device=self.tok.device),
+                                      torch.as_tensor(vals, dtype=torch.long, device=self.tok.device))
+
+    def draw_roots(self, p_root) -> None:
+        """The root's children of every held tree, from the draft's laws after the contexts (``(B, V)``, moved to
+        the device once)."""
+        need = [(b, j, 0) for b in range(self.B) for j in self.fams]
+        if not need:
+            return
+        laws = torch.as_tensor(np.asarray(p_root, dtype=np.float64)).to(self.device)
+        self.draw(need, laws.index_select(0, torch.as_tensor([b for b, _, _ in need], device=self.device)))
+
+    def feed(self, need: list, ids: list, device):
+        """The tokens of ``need`` as a ``(len(need), 1)`` tensor on ``device`` (the draft's): ``ids`` (host tokens
+        of the other trees' nodes) with the held nodes' tokens gathered where they were drawn."""
+        out = torch.as_tensor(ids, dtype=torch.long).to(self.tok.device)
+        held = [(i, self.row[(b, j)] * self.n1 + v) for i, (b, j, v) in enumerate(need) if (b, j) in self.row]
+        if held:
+            at = torch.as_tensor([i for i, _ in held], dtype=torch.long, device=out.device)
+            flat = torch.as_tensor([f for _, f in held], dtype=torch.long, device=out.device)
+            out.index_copy_(0, at, self.tok.view(-1).index_select(0, flat))
+        return out[:, None].to(device)
+
+    def finish(self, plan, score, target, ts, last, n_ctx: int, q_root, sampling) -> dict:
+        r"""Score every held tree (one target call per family), verify them on the device (one batch per rule), read
+        the tokens and the reach probabilities once.
+
+        Parameters
+        ----------
+        plan : otspec.profile._trees.TreePlan
+        score : callable
+            ``score(target, ts, parents, tokens, last, n_ctx)``: the ``(B, m, V)`` logits of one tree-attention
+            call on ``B`` trees (:func:`otspec.profile._trees.padded_tree_logits`).
+        target, ts, last, n_ctx, q_root, sampling
+            As :func:`otspec.profile._trees.draw_and_score`'s.
+
+        Returns
+        -------
+        dict
+            ``(b, j) -> (tree, inner, p, q, reach)``: the drawn :class:`otspec.tree.DraftTree`, its internal nodes,
+            the draft's and the target's laws there (:class:`HostRows`, read on the host on first use) and
+            ``reach``: ``name -> (n + 1,)`` reach probabilities of every name verified here.
+        """
+        dev, B = self.device, self.B
+        P_all = torch.cat(self.parts) if len(self.parts) > 1 else self.parts[0]
+        tok = self.tok
+        q_root_t = None
+        Q, inner, scored = {}, {}, {}
+        for j in self.fams:
+            shape = self.jobs[0][j][1].shape
+            inner[j] = self.jobs[0][j][1].inner
+            m = len(inner[j])
+            if m == 1:  # stars: the root's law is all a verifier needs
+                if q_root_t is None:
+                    q_root_t = torch.as_tensor(np.asarray(q_root, dtype=np.float64)).to(dev)
+                Q[j] = q_root_t[:, None]
+                continue
+            pos = {int(v): i for i, v in enumerate(inner[j].tolist())}
+            par = np.full(m, -1, dtype=np.int64)
+            par[1:] = [pos[int(shape.parents[v])] for v in inner[j][1:].tolist()]
+            rows = torch.as_tensor([self.row[(b, j)] for b in range(B)], dtype=torch.long, device=dev)
+            toks = tok.index_select(0, rows).index_select(1, torch.as_tensor(inner[j], dtype=torch.long, device=dev))
+            logits = score(target, ts, np.broadcast_to(par, (B, m)).copy(), toks.to(target.device), last, n_ctx)
+            Q[j] = sampling.probs(logits, check=False).to(dev)  # a bad row is flagged in the one read below
+            scored[j] = logits
+        groups: dict = {}
+        family = {f.label: f for f in plan.sampled}
+        for j in self.fams:
+            f = family[self.jobs[0][j][0]]
+            for v_name, name in zip(f.verifiers, f.names()):
+                rule = device_rule(v_name)
+                if rule is not None:
+                    groups.setdefault(rule, []).append((j, name))
+        reached = []
+        for rule, members in groups.items():
+            trees = [(b, j) for j, _ in members for b in range(B)]
+            shapes = [self.jobs[b][j][1].shape for b, j in trees]
+            lay = _forest(shapes, [inner[j] for _, j in trees], dev)
+            flat = np.concatenate([self.row[(b, j)] * self.n1 + np.arange(s.n + 1) for (b, j), s in zip(trees, shapes)])
+            tokens = tok.view(-1).index_select(0, torch.as_tensor(flat, dtype=torch.long, device=dev))
+            p_rows = [self.p_row[(b, j, int(v))] for b, j in trees for v in inner[j].tolist()]
+            P_in = P_all.index_select(0, torch.as_tensor(p_rows, dtype=torch.long, device=dev))
+            Q_in = torch.cat([Q[j][b] for b, j in trees])
+            acc, alive, *_ = node_rules_t(rule, lay, tokens, P_in, Q_in)
+            reached.append(end_mass_t(lay, acc, torch.ones_like(alive)))
+        have = [torch.cat(self.have).to(dev)] if self.have else []
+        flags = [bad.to(dev) for _, bad in self.unchecked] + [bad_rows(Q[j]).any() for j in scored]
+        bad = [torch.stack(flags)] if flags else []
+        host = torch.cat([tok.flatten().to(torch.float64)] + [h.to(torch.float64) for h in have + bad] + reached)
+        host = host.to("cpu").numpy()
+        at = tok.numel()
+        for (logits, _), flag in zip(self.unchecked, host[at + len(self.wor) :].tolist()):
+            if flag:  # a draft law from bad logits: the checked route's error (before any other)
+                sampling.probs(logits)
+        tokens = host[:at].astype(np.int64).reshape(tok.shape)
+        if self.wor:
+            counts = host[at : at + len(self.wor)]
+            at += len(self.wor)
+            for (b, j, v, need), have_v in zip(self.wor, counts.tolist()):
+                if have_v < need:  # the host route's error, from the node's law (read for it alone)
+                    self.jobs[b][j][1]._support(need, v, P_all[self.p_row[(b, j, v)]].to("cpu").numpy())
+        at += len(self.unchecked)
+        for j, flag in zip(list(scored), host[at : at + len(scored)].tolist()):
+            if flag:  # a target law from bad logits: the checked route's error
+                sampling.probs(scored[j])
+        at += len(scored)
+        reach: dict = {}
+        for members in groups.values():
+            for j, name in members:
+                for b in range(B):
+                    n1 = self.jobs[b][j][1].shape.n + 1
+                    reach[(b, j, name)] = host[at : at + n1]
+                    at += n1
+        p_copy, out = [P_all, None], {}
+        for j in self.fams:
+            q_copy = [Q[j], None]
+            for b in range(B):
+                shape = self.jobs[b][j][1].shape
+                tree = DraftTree(shape, shape.parents, tokens[self.row[(b, j)], : shape.n + 1])
+                p = HostRows(p_copy, {int(v): self.p_row[(b, j, int(v))] for v in inner[j].tolist()})
+                q = HostRows(q_copy, {i: (b, i) for i in range(len(inner[j]))})
+                got = {name: r for (bb, jj, name), r in reach.items() if bb == b and jj == j}
+                out[(b, j)] = (tree, inner[j], p, q, got)
+        return out
+
+
+def _runs(group: list) -> list:
+    """``(b, start, end)`` of each prompt's rows in a group of nodes (in need order: each prompt's rows together)."""
+    out: list = []
+    for n, (_, b, *_) in enumerate(group):
+        if out and out[-1][0] == b:
+            out[-1][2] = n + 1
+        else:
+            out.append([b, n, n + 1])
+    return out
+
+
+def _positions(held: list, group: list):
+    """The positions in ``held`` (the rows of the held laws) of a group's nodes."""
+    where = {i: n for n, (i, *_) in enumerate(held)}
+    return [where[i] for i, *_ in group]
