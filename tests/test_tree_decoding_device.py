@@ -158,7 +158,7 @@ class _RefuseTree(_Refuse):
 def test_tree_engine_bad_input_before_any_model_call():
     target, draft, _, _ = _memoryless(8)
     eagle = T.Eagle2Params(depth=2, top_k=2, total_tokens=4)
-    for kw, match in [({"tree": eagle, "engine": "torch"}, "`engine`='torch' runs draft trees"),
+    for kw, match in [({"tree": SMALL, "process": "spechub", "engine": "torch"}, "`engine`='torch' runs draft trees"),
                       ({"tree": SMALL, "process": "iid", "verifier": "traversal", "allow_lossy": True,
                         "engine": "torch"}, "'traversal'"),
                       ({"tree": SMALL, "process": "iid", "engine": "gpu"}, "`engine`"),
@@ -166,7 +166,7 @@ def test_tree_engine_bad_input_before_any_model_call():
         with pytest.raises((ValueError, TypeError), match=match):
             D.speculative_decode([0], draft=_RefuseTree(draft), target=_RefuseTree(target), **kw)
     res = D.speculative_decode([0], draft=draft, target=target, tree=eagle, max_new_tokens=4, rng=0)
-    assert res.engine == "numpy"  # auto: EAGLE-2's dynamic trees stay on the host route
+    assert res.engine == "torch"  # auto: EAGLE-2's dynamic trees run on the device route too
 
 
 def test_bench_tree_rows_time_both_routes():

@@ -24,7 +24,7 @@ from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
 from ._sampling import Sampling, bad_rows, draw_rows, sample_rows
-from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, TreeStepT, has_device_route
+from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
 from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
     DEVICE_VERIFIERS,
@@ -795,7 +795,7 @@ def speculative_decode(
         if _tree_engine(engine, plan):
             seed = _seed(rng)
             gen, gens = np.random.default_rng(seed), _device_generators(seed, draft.device, target.device)
-            step = TreeStepT(plan, sampling, log_laws, law_batch=LAW_BATCH, clock=_clock)
+            step = device_tree_step(plan, sampling, log_laws, law_batch=LAW_BATCH, clock=_clock)
         else:
             gen, gens, step = make_rng(rng), None, TreeStep(plan, sampling)
         return _Decoder(draft, target, prompt_, scheme, plan.k, plan.L, max_new, sampling, gen, eos, progress,
