@@ -199,22 +199,23 @@ def test_first_iteration_predictions_equal_on_both_routes(models):
         np.testing.assert_allclose(a.predicted_reached[0], b.predicted_reached[0], rtol=0, atol=1e-12)
 
 
-def test_eagle2_device_route_reads_the_host_twice_per_iteration():
-    """Two host reads per iteration: the tree's parents (the target's attention mask is built on the host) with
-    the draft's flags before the target's call, the outcome after it; one after the loop (the logged
-    predictions), the seed before it, and no tensor turned into a number anywhere else. The host route reads
-    far more (the laws of every level)."""
-    target, draft, _, _ = _memoryless(40, seed=1)
-    kw = dict(draft=draft, target=target, tree=T.Eagle2Params(3, 2, 6), max_new_tokens=30, rng=0)
-    with _HostReads() as mode, _ScalarReads() as scalars:
-        res = D.speculative_decode([0], **kw, log_laws=False)
-    assert res.engine == "torch"
-    assert mode.reads.count("tolist") == 2 * res.iterations
-    assert len(mode.reads) == 2 * res.iterations + 2, mode.reads
-    assert scalars.reads == 1
-    with _HostReads() as mode:
-        host = D.speculative_decode([0], **kw, engine="numpy")
-    assert host.engine == "numpy" and len(mode.reads) > 4 * host.iterations
+def test_eagle2_device_route_reads_the_host_once_per_iteration():
+    """One host read per iteration (after the verification: the outcome, the tree, the draft's cache rows and the
+    flags; the target scores the tree from its parents and tokens on the device), one after the loop (the logged
+    predictions), the seed before it, and no tensor turned into a number anywhere else (counted at the dispatcher);
+    on a tiny Llama pair (tree attention) and on the row route. The host route reads far more (every level's
+    laws)."""
+    kw = dict(tree=T.Eagle2Params(3, 2, 6), max_new_tokens=30, rng=0)
+    for target, draft in [_memoryless(40, seed=1)[:2], (tiny_llama(1, vocab=40), tiny_llama(2, vocab=40))]:
+        with _HostReads() as mode, _ScalarReads() as scalars:
+            res = D.speculative_decode([0], draft=draft, target=target, **kw, log_laws=False)
+        assert res.engine == "torch"
+        assert mode.reads.count("tolist") == res.iterations
+        assert len(mode.reads) == res.iterations + 2, mode.reads
+        assert scalars.reads == 1
+        with _HostReads() as mode:
+            host = D.speculative_decode([0], draft=draft, target=target, **kw, engine="numpy")
+        assert host.engine == "numpy" and len(mode.reads) > 3 * host.iterations
 
 
 def _counts(target, draft, prompt, m, runs, seed, **kw):
@@ -243,9 +244,10 @@ def test_device_eagle2_decoding_is_lossless(models):
     assert g.outside_support == 0 and g.passed, g
 
 
-def test_device_eagle2_refuses_bad_draft_laws_before_the_target_call():
-    """Non-finite draft logits, and a draft law with fewer than top_k tokens of positive probability: the host
-    route's ValueErrors (the model and the position; the node's token path), before the target is called."""
+def test_device_eagle2_refuses_bad_laws_after_the_one_read():
+    """Non-finite draft logits, a draft law with fewer than top_k tokens of positive probability, non-finite target
+    logits: the host route's ValueErrors (the model and the position; the node's token path), read with the
+    outcome (the target's call on a tree from bad draft laws is harmless: its ids and structure are valid)."""
     n = 6
     table = torch.randn(n, n, generator=torch.Generator().manual_seed(0))
 
@@ -255,11 +257,7 @@ def test_device_eagle2_refuses_bad_draft_laws_before_the_target_call():
             out[:, 2, 2] = float("inf")
         return out
 
-    class _NoTree(D.CallableLM):
-        def tree_logits(self, *a, **k):
-            raise AssertionError("the target was called")
-
-    target = _NoTree(lambda ids: table[ids], n, name="fine")
+    target = D.CallableLM(lambda ids: table[ids], n, name="fine")
     params = T.Eagle2Params(2, 2, 4)
     with pytest.raises(ValueError, match=r"the draft model 'overflowing' gave non-finite logits .* position 3"):
         D.speculative_decode([0, 1], draft=D.CallableLM(overflowing, n, name="overflowing"), target=target,
@@ -270,3 +268,60 @@ def test_device_eagle2_refuses_bad_draft_laws_before_the_target_call():
                                          r"\(\), but the draft's law there has only 1 tokens"):
         D.speculative_decode([0], draft=D.CallableLM(lambda ids: tp[ids], n), target=target, tree=params,
                              max_new_tokens=6, rng=0, engine="torch")
+    with pytest.raises(ValueError, match=r"the target model 'overflowing' gave non-finite logits .* position 3"):
+        D.speculative_decode([0, 1], draft=target, target=D.CallableLM(overflowing, n, name="overflowing"),
+                             tree=params, max_new_tokens=6, rng=0, engine="torch")
+
+
+@pytest.mark.parametrize("kind", ["hf-sdpa", "hf-rows", "callable"])
+def test_tree_logits_take_device_parents_without_a_host_read(kind, monkeypatch):
+    """``tree_logits`` with the tree's parents and tokens as tensors (EAGLE-2's tree, chosen on the device): the
+    logits and the state of the numpy parents (to float rounding on the row route, which scores every node's
+    path as its own row), no host read inside the call; a parent outside ``[0, i)`` gives NaN rows at that node
+    and below only; the refusals of what needs the structure on the host."""
+    from tests.test_tree_decoding_device import _tiny_llama
+
+    V = 11
+    if kind == "callable":
+        lm = _memoryless(V, seed=7)[0]
+    else:
+        lm = _tiny_llama(V, 0, "sdpa" if kind == "hf-sdpa" else "eager")
+        if kind == "hf-rows":
+            from otspec.decoding import _models
+
+            monkeypatch.setattr(_models, "_tree_refusal", lambda model: "no 4-D mask (a stand-in)")
+    fb = "rows" if kind != "hf-sdpa" else None
+    tol = 1e-5 if kind == "hf-rows" else 0.0
+    for parents, tokens in [([-1, 0, 0, 1, 1, 3], [-1, 4, 7, 2, 9, 5]), ([-1, 0, 1, 2, 3], [-1, 1, 2, 3, 4]),
+                            ([-1, 0], [-1, 6])]:
+        parents, tokens = np.array(parents), np.array(tokens)
+        outs, states = [], []
+        for as_tensor in (False, True):
+            st = lm.new_state()
+            lm.logits(st, torch.tensor([[0, 3]]))
+            par = torch.from_numpy(parents.copy()) if as_tensor else parents
+            with _HostReads() as mode:
+                outs.append(lm.tree_logits(st, par, torch.from_numpy(tokens.copy()), pending=[1, 2], fallback=fb))
+            assert mode.reads == [], mode.reads
+            states.append(st)
+        torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=tol)
+        assert states[0].length == states[1].length == 4
+        nxt = [lm.logits(s, torch.tensor([[1]]))[:, -1] for s in states]
+        torch.testing.assert_close(nxt[1], nxt[0], rtol=0, atol=tol)
+    tokens = torch.tensor([-1, 4, 7, 2, 9, 5])
+    for wrong in (5, 3, -1):  # node 3's parent: after it, itself, none
+        st = lm.new_state()
+        lm.logits(st, torch.tensor([[0, 3]]))
+        got = lm.tree_logits(st, torch.tensor([-1, 0, 0, wrong, 1, 3]), tokens, pending=[1, 2], fallback=fb)
+        assert torch.isnan(got).all(-1).tolist() == [False, False, False, True, False, True]
+    par = torch.tensor([-1, 0, 0, 1, 1, 3])
+    with pytest.raises(TypeError, match=r"`parents` as a tensor needs `tokens` as a tensor too"):
+        lm.tree_logits(lm.new_state(), par, tokens.numpy(), pending=[1], fallback=fb)
+    with pytest.raises(TypeError, match=r"`keep` needs the tree's structure on the host"):
+        lm.tree_logits(lm.new_state(), par, tokens, pending=[1], keep=3, fallback=fb)
+    with pytest.raises(TypeError, match=r"`parents` must hold ints, got dtype torch.float32"):
+        lm.tree_logits(lm.new_state(), par.float(), tokens, pending=[1], fallback=fb)
+    with pytest.raises(ValueError, match=r"`tokens` must have the shape of `parents` \(6,\), got \(5,\)"):
+        lm.tree_logits(lm.new_state(), par, tokens[:5], pending=[1], fallback=fb)
+    with pytest.raises(ValueError, match=r"`parents` as a tensor must have shape \(n\+1,\)"):
+        lm.tree_logits(lm.new_state(), par[None], tokens[None], pending=[1], fallback=fb)

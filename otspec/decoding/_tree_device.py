@@ -2,8 +2,10 @@ r"""Draft trees on the models' device: drafting, the laws, the verification and 
 
 The device route of :func:`otspec.decoding.speculative_decode` with ``tree=`` (``engine="torch"``, the
 default where it exists): static tree shapes (:class:`otspec.tree.TreeShape`) filled by the processes
-``"iid"``, ``"wor"`` or ``"topk"`` and verified by SpecInfer's rule (``"specinfer"``), Sequoia's
-(``"sequoia"``) or the target-only rule (``"target-only"``). One iteration on a context ``x_{1:T}``:
+``"iid"``, ``"wor"`` or ``"topk"``, and EAGLE-2's dynamic trees (:class:`otspec.tree.Eagle2Params`,
+``"eagle2"``: :class:`Eagle2TreeT`, :class:`Eagle2StepT`), verified by SpecInfer's rule (``"specinfer"``),
+Sequoia's (``"sequoia"``) or the target-only rule (``"target-only"``). One iteration on a context
+``x_{1:T}``:
 
 1. **Draft, one call per depth**, as the host route (:mod:`otspec.decoding._tree_loop`): the frontier's
    tokens are fed from a device tensor; the children are drawn there -- i.i.d. by :func:`draw_rows`,
@@ -27,7 +29,10 @@ default where it exists): static tree shapes (:class:`otspec.tree.TreeShape`) fi
    and bad target laws (a draft flag is raised first, as the host route refuses it before the target call).
 
 So one host read per iteration, ``n + 3`` integers and the flags; the ``(n + 1, V)`` laws never leave the
-device.
+device. An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
+``n`` nodes: :class:`Eagle2TreeT`); the target scores it from its ``parents`` and tokens as device tensors
+(its attention mask built there), the rules run on a layout of its expanded nodes (:class:`Eagle2LayoutT`),
+and the one read also brings its parents and the draft's cache rows.
 The exact prediction of the iteration (the law of the accepted node's depth given the realised tree, the
 verifier's :meth:`~otspec.tree.TreeVerifier.emission` summed over tokens) comes from the same acceptance
 probabilities on the device, is logged there as ``L + 2`` numbers and read once after the loop; the
@@ -682,7 +687,7 @@ class Eagle2LayoutT:
         self.kid_cells = torch.arange(E * m, device=dev)
         self.kid_nodes = torch.where(self.valid, kids, n1).flatten()
         nodes = torch.arange(1, n1, device=dev)
-        self.levels = [(nodes, parents[1:])] * self.L
+        self.levels = [(nodes, parents[1:].clamp(min=0))] * self.L  # a tree from bad laws stays indexable
 
     def to(self, device):
         """The same layout on ``device``."""
@@ -804,8 +809,10 @@ class Eagle2StepT(TreeStepT):
 
     As :class:`TreeStepT`, with the tree grown by :class:`Eagle2TreeT` (one draft call per level on the
     frontier's paths, laws and scores on the device) and verified on its :class:`Eagle2LayoutT`. The target's
-    tree call takes the tree's ``parents`` on the host (its attention mask is built there): they are read once,
-    with the flags of the draft's laws, before that call; the outcome is read after it.
+    tree call takes the tree's ``parents`` and ``tokens`` as device tensors (its attention mask is built on the
+    device, :meth:`~otspec.decoding.HFCausalLM.tree_logits`), so one host read per iteration, after the
+    verification: the outcome, the tree, the last frontier's paths and the flags of the draft's and the target's
+    laws (a draft flag raised first, as the host route refuses it before the target's call).
     """
 
     def __init__(self, plan, sampling, log_laws: bool, *, law_batch: int, clock):
@@ -843,22 +850,15 @@ class Eagle2StepT(TreeStepT):
         d.seq = list(ctx)
         parents, tokens, _, lay = b.tree()
         n1 = b.n + 1
+        # the flags of bad draft laws and too small supports, read with the outcome (every token id is in [0, V)
+        # and the tree well formed whatever the laws: the target's call on it is harmless, its result dropped)
         dflags = torch.cat([torch.cat(flags), torch.cat(shorts)]).to(torch.long)
         last = b.path.index_select(0, b.slots[-1])[:, : b.D - 1].flatten() if b.slots else dflags[:0]
-        # -- the tree's structure for the target's attention mask, with the draft's flags (read before its call)
-        got = torch.cat([parents, tokens, dflags, last]).tolist()
-        par, tok, fl = got[:n1], got[n1 : 2 * n1], got[2 * n1 : 2 * n1 + b.E * 2]
-        if any(fl):
-            self._refuse_eagle(dec, ctx, fl, Rs)
-        paths = self._paths(tok, par)
-        rows = [tuple(got[2 * n1 + 2 * b.E + i * (b.D - 1) : 2 * n1 + 2 * b.E + (i + 1) * (b.D - 1)])
-                for i in range(b.K)] if b.slots else [()]
-        # -- target: one call scores every node; its laws stay on the device
-        tokens_t = tokens.to(tdev, non_blocking=True)
+        # -- target: one call scores every node from the tree on the device (its mask built there); laws stay there
+        tokens_t, parents_t = tokens.to(tdev, non_blocking=True), parents.to(tdev, non_blocking=True)
         lay_t = lay.to(tdev)
         pending_t = t.sync(ctx)
-        logits = t.lm.tree_logits(t.state, np.asarray(par, dtype=np.int64), tokens_t, pending=pending_t,
-                                  fallback="rows")
+        logits = t.lm.tree_logits(t.state, parents_t, tokens_t, pending=pending_t, fallback="rows")
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
@@ -871,12 +871,22 @@ class Eagle2StepT(TreeStepT):
 
         P_inner = torch.cat(Ps).to(tdev, non_blocking=True) if Ps else None
         a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt)
-        # -- the outcome: the accepted node, the emitted token and the flags of bad target laws
-        res = torch.cat([a, y, bad_rows(Q).to(torch.long), bad_rows(leaf[0]).to(torch.long)]).tolist()
-        if any(res[2:]):
-            i = res[2:].index(1)
+        # -- the one host read of the iteration: the accepted node, the emitted token, the tree (parents, tokens),
+        # the last frontier's paths (the draft's cache rows), the flags of the draft's laws, then of the target's
+        nd = 2 * b.E
+        res = torch.cat([a, y, parents_t, tokens_t, last.to(tdev, non_blocking=True), dflags.to(tdev, non_blocking=True),
+                         bad_rows(Q).to(torch.long), bad_rows(leaf[0]).to(torch.long)]).tolist()
+        par, tok = res[2 : 2 + n1], res[2 + n1 : 2 + 2 * n1]
+        o = 2 + 2 * n1 + int(last.shape[0])
+        if any(res[o : o + nd]):
+            self._refuse_eagle(dec, ctx, res[o : o + nd], Rs)
+        paths = self._paths(tok, par)
+        if any(res[o + nd :]):
+            i = res[o + nd :].index(1)
             v = int(lay_t.inner0[i]) if i < b.E else res[0]
             _bad_logits("target", t.lm, len(ctx) + len(paths[v]))
+        rows = [tuple(res[2 + 2 * n1 + i * (b.D - 1) : 2 + 2 * n1 + (i + 1) * (b.D - 1)]) for i in range(b.K)] \
+            if b.slots else [()]
         a, y = int(res[0]), int(res[1])
         out = list(paths[a]) + [y]
         # -- caches: the draft keeps the row sharing the longest prefix with the emitted tokens
