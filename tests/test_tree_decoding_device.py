@@ -177,6 +177,8 @@ def test_bench_tree_rows_time_both_routes():
     bench = load_experiment("bench_decode_overhead")
     assert bench._split_trees("topk:branching(2,2), iid:[[0],[1],[0,0]]:specinfer") == [
         "topk:branching(2,2)", "iid:[[0],[1],[0,0]]:specinfer"]
+    assert bench._split_trees("eagle2:3,2,6, eagle2:4, 4, 16:target-only,topk:chain(2)") == [
+        "eagle2:3,2,6", "eagle2:4, 4, 16:target-only", "topk:chain(2)"]
     target, draft, _, _ = _memoryless(12, seed=5)
     res = bench.measure_trees((target, draft), ["topk:branching(2,2)"], [[1, 2, 3]], tokens=6, repeats=1)
     assert set(res) == {"otspec topk:branching(2,2), engine=numpy", "otspec topk:branching(2,2), engine=torch"}
