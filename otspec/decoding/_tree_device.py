@@ -619,9 +619,10 @@ def ranked_rows_t(R, k: int):
         \text{ ties by lower id}, \qquad \text{vals}_{b, r} = R_b(\text{ids}_{b, r}), \qquad r < k,
 
     the order of :func:`otspec.tree._process._ranked` (so the same children as the host route). A top-``k``
-    gives the ``k``-th largest value ``t_b``; every token above it and the lowest-id tokens equal to it (a
-    running count) are placed in id order by one scatter (no ``nonzero``, whose size a GPU would read), then
-    sorted stably by value. A few passes over ``V`` per row, no sort of the vocabulary.
+    gives the ``k``-th largest value ``t_b``; the tokens above it are the top-k's own, the lowest-id tokens equal
+    to it come from a second top-k over :math:`V - x` on the tied tokens (no ``nonzero``, whose size a GPU would
+    read); the ``2k`` candidates are sorted stably by id, then by value. Four passes over ``V`` per row, no sort
+    of the vocabulary.
 
     Parameters
     ----------
@@ -644,16 +645,22 @@ def ranked_rows_t(R, k: int):
     [[1, 3, 0], [0, 1, 2]]
     """
     B, V = R.shape
-    kth = torch.topk(R, k, dim=-1).values[:, k - 1 : k]
-    above = R > kth
-    tied = R == kth
-    take = above | (tied & (torch.cumsum(tied, dim=-1) <= k - above.sum(dim=-1, keepdim=True)))
-    pos = torch.where(take, torch.cumsum(take, dim=-1) - 1, k)  # column k: a dump for the tokens not taken
-    ids = torch.zeros((B, k + 1), dtype=torch.long, device=R.device).scatter_(
-        1, pos, torch.arange(V, device=R.device).expand(B, V))[:, :k]  # each row's k tokens in id order
-    vals = R.gather(1, ids)
-    order = torch.sort(vals, dim=-1, descending=True, stable=True).indices  # ties keep the lower id first
-    return ids.gather(1, order), vals.gather(1, order)
+    vals, ids = torch.topk(R, k, dim=-1)
+    kth = vals[:, k - 1 : k]
+    # the tokens equal to the k-th value, lowest ids first: a top-k of V - id over them (0 elsewhere)
+    key = torch.where(R == kth, torch.arange(V, 0, -1, device=R.device), 0)
+    low = V - torch.topk(key, k, dim=-1).values  # (B, k): ids of tied tokens in increasing order (V: none)
+    above = vals > kth
+    need = k - above.sum(-1, keepdim=True)  # how many tied tokens the top k take
+    rank = torch.arange(k, device=R.device)
+    # candidates: the top-k's tokens above the k-th value, then the `need` lowest-id tied ones; the rest last
+    cand = torch.cat([torch.where(above, ids, V), torch.where(rank < need, low, V)], dim=1)
+    cval = torch.cat([torch.where(above, vals, -1.0), torch.where(rank < need, kth, -1.0)], dim=1)
+    first = torch.sort(cand, dim=-1, stable=True)  # by id, then stably by value: ties keep the lower id first
+    cval = cval.gather(1, first.indices)
+    order = torch.sort(cval, dim=-1, descending=True, stable=True).indices[:, :k]
+    ids = first.values.gather(1, order).clamp_(max=V - 1)
+    return ids, R.gather(1, ids)
 
 
 class Eagle2LayoutT:
