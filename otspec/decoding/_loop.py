@@ -708,11 +708,12 @@ def speculative_decode(
         independent route the tests hold the device route against).
         ``"auto"`` (default): ``"torch"`` where the verifier has it.
         Trees: ``"torch"`` for static shapes filled by ``"iid"``, ``"wor"`` or
-        ``"topk"`` and verified by ``"specinfer"``, ``"sequoia"`` or
-        ``"target-only"`` (:mod:`otspec.decoding._tree_device`: the tree
-        drawn, scored, verified and its residual drawn on the device, one
-        host read per iteration -- the accepted node and token, with the
-        tree's token ids, after the target call); every other tree, and the other
+        ``"topk"``, and EAGLE-2's dynamic trees (``"eagle2"``), verified by
+        ``"specinfer"``, ``"sequoia"`` or ``"target-only"``
+        (:mod:`otspec.decoding._tree_device`: the tree drawn or chosen,
+        scored, verified and its residual drawn on the device, one host read
+        per iteration -- the accepted node and token, with the tree's token
+        ids (and an EAGLE-2 tree's parents), after the target call); every other tree, and the other
         block schemes, run on the host whatever this says (``"torch"`` is
         refused for a tree without the device route).
     log_laws : bool, keyword-only
