@@ -298,14 +298,15 @@ def main(argv=None) -> int:
 
 
 def _split_trees(text: str) -> list[str]:
-    """Tree texts separated by commas outside parentheses and brackets."""
+    """Tree texts separated by commas outside parentheses and brackets and not before a digit (EAGLE-2's
+    ``eagle2:3,2,6``: no text starts with a digit)."""
     out, depth, cur = [], 0, ""
-    for ch in text:
+    for i, ch in enumerate(text):
         if ch in "([":
             depth += 1
         elif ch in ")]":
             depth -= 1
-        if ch == "," and depth == 0:
+        if ch == "," and depth == 0 and not text[i + 1 :].lstrip()[:1].isdigit():
             out.append(cur)
             cur = ""
         else:

@@ -320,3 +320,23 @@ def test_device_route_on_cuda_is_reproducible_with_one_read_per_iteration(verifi
         assert a.engine == "torch"
         np.testing.assert_array_equal(a.tokens, b.tokens)
         assert scalars.reads == 1
+
+
+def test_laws_are_written_into_the_reused_block_bit_for_bit():
+    """The device route's laws go straight into one block per decode (no fresh 8 V-byte row and copy each time):
+    the same values as Sampling.probs bit for bit, for the plain law (the softmax writing into the block) and the
+    others (computed, then copied); the block is reused while its shape and device hold."""
+    from otspec.decoding._loop import _law_block, _laws_into
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 50, generator=g) * 4
+    block = _law_block(None, (2, 3, 50), "cpu")
+    assert _law_block(block, (2, 3, 50), "cpu") is block
+    assert _law_block(block, (1, 3, 50), "cpu") is not block
+    for s in (D.Sampling(), D.Sampling(temperature=0.7), D.Sampling(top_k=5), D.Sampling(top_p=0.8),
+              D.Sampling(temperature=0.0)):
+        got = _laws_into(s, logits, block)
+        assert got.data_ptr() == block.data_ptr()
+        assert torch.equal(block, s.probs(logits, check=False)), s
+        row = _laws_into(s, logits[:, -1], block[:, 1])  # a strided view of the block
+        assert row.data_ptr() == block[:, 1].data_ptr() and torch.equal(block[:, 1], s.probs(logits[:, -1]))

@@ -158,7 +158,7 @@ class _RefuseTree(_Refuse):
 def test_tree_engine_bad_input_before_any_model_call():
     target, draft, _, _ = _memoryless(8)
     eagle = T.Eagle2Params(depth=2, top_k=2, total_tokens=4)
-    for kw, match in [({"tree": eagle, "engine": "torch"}, "`engine`='torch' runs draft trees"),
+    for kw, match in [({"tree": SMALL, "process": "spechub", "engine": "torch"}, "`engine`='torch' runs draft trees"),
                       ({"tree": SMALL, "process": "iid", "verifier": "traversal", "allow_lossy": True,
                         "engine": "torch"}, "'traversal'"),
                       ({"tree": SMALL, "process": "iid", "engine": "gpu"}, "`engine`"),
@@ -166,7 +166,7 @@ def test_tree_engine_bad_input_before_any_model_call():
         with pytest.raises((ValueError, TypeError), match=match):
             D.speculative_decode([0], draft=_RefuseTree(draft), target=_RefuseTree(target), **kw)
     res = D.speculative_decode([0], draft=draft, target=target, tree=eagle, max_new_tokens=4, rng=0)
-    assert res.engine == "numpy"  # auto: EAGLE-2's dynamic trees stay on the host route
+    assert res.engine == "torch"  # auto: EAGLE-2's dynamic trees run on the device route too
 
 
 def test_bench_tree_rows_time_both_routes():
@@ -177,6 +177,8 @@ def test_bench_tree_rows_time_both_routes():
     bench = load_experiment("bench_decode_overhead")
     assert bench._split_trees("topk:branching(2,2), iid:[[0],[1],[0,0]]:specinfer") == [
         "topk:branching(2,2)", "iid:[[0],[1],[0,0]]:specinfer"]
+    assert bench._split_trees("eagle2:3,2,6, eagle2:4, 4, 16:target-only,topk:chain(2)") == [
+        "eagle2:3,2,6", "eagle2:4, 4, 16:target-only", "topk:chain(2)"]
     target, draft, _, _ = _memoryless(12, seed=5)
     res = bench.measure_trees((target, draft), ["topk:branching(2,2)"], [[1, 2, 3]], tokens=6, repeats=1)
     assert set(res) == {"otspec topk:branching(2,2), engine=numpy", "otspec topk:branching(2,2), engine=torch"}

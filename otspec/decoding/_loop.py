@@ -24,7 +24,7 @@ from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
 from ._sampling import Sampling, bad_rows, draw_rows, sample_rows
-from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, TreeStepT, has_device_route
+from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
 from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
     DEVICE_VERIFIERS,
@@ -159,6 +159,25 @@ def _device_generators(seed: int | None, draft_device, target_device):
     if torch.device(draft_device) == torch.device(target_device):
         return gt, gt
     return make(draft_device, None if seed is None else (seed * 2654435761 + 1) % 2**62), gt
+
+
+def _law_block(block, shape: tuple, device):
+    """A float64 block of laws of ``shape``, allocated once per decode and overwritten every iteration (every law
+    of an iteration is read before the next one's are written; nothing keeps a view of it): a fresh block of
+    ``8 V`` bytes a row cost the allocator's page faults, 1,000 of them per iteration at ``V = 128,256``."""
+    if block is None or tuple(block.shape) != shape or block.device != torch.device(device):
+        block = torch.empty(shape, dtype=torch.float64, device=device)
+    return block
+
+
+def _laws_into(sampling: Sampling, logits, out):
+    """``sampling.probs(logits, check=False)`` written into ``out`` (a view of a :func:`_law_block`) and returned:
+    the plain law (temperature 1, untruncated) by the softmax writing straight into it -- the same values bit for
+    bit, without a fresh ``8 V``-byte row (whose page faults cost twice the softmax on the CPU: 1.7 ms against
+    0.56 ms a row at ``V = 128,256``) and its copy; any other law computed, then copied."""
+    if not sampling.greedy and not sampling.truncated and sampling.temperature == 1.0:
+        return torch.softmax(logits, dim=-1, dtype=torch.float64, out=out)
+    return out.copy_(sampling.probs(logits, check=False))
 
 
 def _np(t) -> np.ndarray:
@@ -708,11 +727,12 @@ def speculative_decode(
         independent route the tests hold the device route against).
         ``"auto"`` (default): ``"torch"`` where the verifier has it.
         Trees: ``"torch"`` for static shapes filled by ``"iid"``, ``"wor"`` or
-        ``"topk"`` and verified by ``"specinfer"``, ``"sequoia"`` or
-        ``"target-only"`` (:mod:`otspec.decoding._tree_device`: the tree
-        drawn, scored, verified and its residual drawn on the device, one
-        host read per iteration -- the accepted node and token, with the
-        tree's token ids, after the target call); every other tree, and the other
+        ``"topk"``, and EAGLE-2's dynamic trees (``"eagle2"``), verified by
+        ``"specinfer"``, ``"sequoia"`` or ``"target-only"``
+        (:mod:`otspec.decoding._tree_device`: the tree drawn or chosen,
+        scored, verified and its residual drawn on the device, one host read
+        per iteration -- the accepted node and token, with the tree's token
+        ids (and an EAGLE-2 tree's parents), after the target call); every other tree, and the other
         block schemes, run on the host whatever this says (``"torch"`` is
         refused for a tree without the device route).
     log_laws : bool, keyword-only
@@ -795,7 +815,7 @@ def speculative_decode(
         if _tree_engine(engine, plan):
             seed = _seed(rng)
             gen, gens = np.random.default_rng(seed), _device_generators(seed, draft.device, target.device)
-            step = TreeStepT(plan, sampling, log_laws, law_batch=LAW_BATCH, clock=_clock)
+            step = device_tree_step(plan, sampling, log_laws, law_batch=LAW_BATCH, clock=_clock)
         else:
             gen, gens, step = make_rng(rng), None, TreeStep(plan, sampling)
         return _Decoder(draft, target, prompt_, scheme, plan.k, plan.L, max_new, sampling, gen, eos, progress,
@@ -855,6 +875,7 @@ class _Decoder:
         self.dev_log: list = []  # per iteration, on the device: the acceptance of each depth
         self.first_laws: list = []  # (p_1, q_1) on the device, K > 1 with log_laws, until the next flush
         self._P = None  # the device route's draft laws (K, L, V), reused from iteration to iteration
+        self._Q = None  # and its target laws (K, L + 1, V)
         self.alpha_opt: list = []  # alpha_K of the flushed first laws, on the device
         self.t = _Track(target, sampling)
         self.d = _Track(draft, sampling)
@@ -956,24 +977,27 @@ class _Decoder:
         """One chain iteration on the device (:func:`verify_chain_t`): one host synchronisation, the emitted
         tokens with the flags of non-finite logits."""
         K, L = self.K, self.L
-        d, t, probs = self.d, self.t, self.sampling.probs
+        d, t = self.d, self.t
         gd, gt = self.device_gens
         pending = d.sync(ctx)
         ids = torch.tensor([pending], dtype=torch.long, device=d.lm.device)
-        P1 = probs(d.logits_ids(ids)[:, -1], check=False)  # (1, V)
-        V = P1.shape[-1]
-        P = self._draft_laws(K, L, V, P1.device)
-        X = torch.empty((K, L), dtype=torch.long, device=P1.device)
-        P[:, 0] = P1
+        logits = d.logits_ids(ids)[:, -1]
+        V = logits.shape[-1]
+        P = self._P = _law_block(self._P, (K, L, V), logits.device)
+        X = torch.empty((K, L), dtype=torch.long, device=logits.device)
+        P1 = _laws_into(self.sampling, logits, P[:1, 0])  # (1, V)
+        if K > 1:
+            P[1:, 0] = P1
         X[:, 0] = draw_rows(P1, gd).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd)
         for j in range(1, L):
-            P[:, j] = probs(d.logits_ids(X[:, j - 1 : j])[:, -1], check=False)
+            _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j])[:, -1], P[:, j])
             X[:, j] = draw_rows(P[:, j], gd)
         pending_t = t.sync(ctx)
         tdev = t.lm.device
         Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
         head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
-        Q = probs(t.logits_ids(torch.cat([head, Xt], dim=1))[:, -(L + 1):], check=False)  # (K, L + 1, V)
+        Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev)
+        _laws_into(self.sampling, t.logits_ids(torch.cat([head, Xt], dim=1))[:, -(L + 1):], Q)  # (K, L + 1, V)
         if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
             out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt)
             alpha = torch.cat([law, torch.minimum(Pt[0, 0], Q[0, 0]).sum()[None]])
@@ -998,15 +1022,6 @@ class _Decoder:
         reached[:tau] = 1.0
         self._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(L, math.nan))
         return out
-
-    def _draft_laws(self, K: int, L: int, V: int, device):
-        """The block ``(K, L, V)`` of float64 draft laws, allocated once per decode and overwritten every iteration
-        (every law of an iteration is read before the next one's are written: a fresh block of ``8 K L V``
-        bytes each iteration cost the allocator's page faults, 1,000 of them per iteration at ``V = 128,256``)."""
-        P = self._P
-        if P is None or P.shape != (K, L, V) or P.device != torch.device(device):
-            P = self._P = torch.empty((K, L, V), dtype=torch.float64, device=device)
-        return P
 
     def _refuse_bad_logits(self, ctx, flags, xs):
         """ValueError naming the model and the position of the first law made from non-finite logits."""

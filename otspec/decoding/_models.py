@@ -314,7 +314,7 @@ class _TreeBatch:
     """Validated arrays of one tree-scoring call: ``B`` trees of ``n + 1`` nodes each (padding nodes allowed)."""
 
     __slots__ = ("batched", "B", "n", "t0", "parents", "tokens", "tokens_t", "depth", "real", "anc", "pending",
-                 "keep", "V", "ids")
+                 "keep", "V", "ids", "lost")
 
     def path(self, r: int, a: int) -> list[int]:
         """The nodes on the root path of node ``a`` of tree ``r``, root excluded, root first."""
@@ -357,6 +357,8 @@ def _tensor_tokens(tokens):
 def _tree_batch(parents, tokens, pending, keep, V: int) -> _TreeBatch:
     """Check the arguments of ``tree_logits`` (see :meth:`HFCausalLM.tree_logits`) before any work; a tensor
     ``tokens`` by its dtype and shape only (its values are checked on its device by :func:`_node_ids`)."""
+    if torch.is_tensor(parents):
+        return _device_tree_batch(parents, tokens, pending, keep, V)
     tok_t, tok = _tensor_tokens(tokens)
     par = _int_array(parents, "parents")
     tok = _int_array(tokens, "tokens") if tok_t is None else tok
@@ -420,6 +422,19 @@ def _tree_batch(parents, tokens, pending, keep, V: int) -> _TreeBatch:
     anc[~real] = False                      # a padding node sees the context and itself only
     anc[:, :, 0] = True
     anc[:, idx, idx] = True
+    pen = _pending_rows(pending, B, V)
+    tb = _TreeBatch()
+    tb.batched, tb.B, tb.n, tb.t0 = batched, B, n, int(pen.shape[1])
+    tb.parents, tb.tokens, tb.depth, tb.real, tb.anc = par2, None if tok_t is not None else tok2, depth, real, anc
+    tb.tokens_t = None if tok_t is None else tok_t.reshape(B, m)
+    tb.V, tb.ids, tb.lost = V, None, None
+    tb.pending = np.broadcast_to(pen, (B, tb.t0))
+    tb.keep = None if keep is None else _kept_nodes(keep, tb)
+    return tb
+
+
+def _pending_rows(pending, B: int, V: int) -> np.ndarray:
+    """``pending`` of ``tree_logits`` checked, as a ``(1, t)`` or ``(B, t)`` array."""
     pen = _int_array(pending, "pending")
     if pen.ndim == 1:
         pen = pen[None]
@@ -428,14 +443,58 @@ def _tree_batch(parents, tokens, pending, keep, V: int) -> _TreeBatch:
                          f"token, the root's), got {np.shape(pending)}")
     if pen.min() < 0 or pen.max() >= V:
         raise ValueError(f"`pending` must hold token ids in [0, {V}), got {int(pen.min() if pen.min() < 0 else pen.max())}")
+    return pen
+
+
+def _device_tree_batch(parents, tokens, pending, keep, V: int) -> _TreeBatch:
+    r"""``tree_logits``'s arguments with ``parents`` a tensor: one tree whose structure stays on its device, never
+    read on the host (a decoder whose tree is chosen on the device, as EAGLE-2's is). Its dtype and shape are
+    checked; its ancestor table comes from :math:`\lceil \log_2 n 
+ceil` squarings of the parent relation
+    (``(n + 1)^2`` each) and the depths from it; a parent outside ``[0, i)`` at node ``i >= 1``, which only a read
+    could refuse, makes the rows of that node and of its descendants NaN (as an out-of-range token does)."""
+    if not torch.is_tensor(tokens):
+        raise TypeError(f"`parents` as a tensor needs `tokens` as a tensor too (the tree stays on the device), got "
+                        f"{type(tokens).__name__}")
+    for x, name in ((parents, "parents"), (tokens, "tokens")):
+        if x.dtype == torch.bool or x.is_floating_point() or x.is_complex():
+            raise TypeError(f"`{name}` must hold ints, got dtype {x.dtype}")
+    if parents.ndim != 1 or parents.shape[0] < 1:
+        raise ValueError(f"`parents` as a tensor must have shape (n+1,) with n+1 >= 1 (one tree), got "
+                         f"{tuple(parents.shape)}")
+    if tuple(tokens.shape) != tuple(parents.shape):
+        raise ValueError(f"`tokens` must have the shape of `parents` {tuple(parents.shape)}, got {tuple(tokens.shape)}")
+    if keep is not None:
+        raise TypeError("`keep` needs the tree's structure on the host: pass `parents` as an array")
+    m = int(parents.shape[0])
+    n = m - 1
+    if n > MAX_TREE_NODES:
+        raise ValueError(f"`tokens` holds n = {n} draft nodes per tree, above MAX_TREE_NODES = {MAX_TREE_NODES}")
+    pen = _pending_rows(pending, 1, V)
+    dev = parents.device
+    idx = torch.arange(m, device=dev)
+    par = parents.to(torch.long)
+    bad = (idx > 0) & ((par < 0) | (par >= idx))
+    step = torch.zeros((m, m), dtype=torch.float32, device=dev)
+    step[idx[1:], torch.where(bad, 0, par)[1:]] = 1.0  # a bad parent read as the root (its rows are NaN anyway)
+    anc = (step + torch.eye(m, device=dev)) > 0
+    for _ in range(max(n - 1, 1).bit_length()):  # paths of up to 2^j steps after j squarings
+        f = anc.to(torch.float32)
+        anc = (f @ f) > 0
     tb = _TreeBatch()
-    tb.batched, tb.B, tb.n, tb.t0 = batched, B, n, int(pen.shape[1])
-    tb.parents, tb.tokens, tb.depth, tb.real, tb.anc = par2, None if tok_t is not None else tok2, depth, real, anc
-    tb.tokens_t = None if tok_t is None else tok_t.reshape(B, m)
-    tb.V, tb.ids = V, None
-    tb.pending = np.broadcast_to(pen, (B, tb.t0))
-    tb.keep = None if keep is None else _kept_nodes(keep, tb)
+    tb.batched, tb.B, tb.n, tb.t0 = False, 1, n, int(pen.shape[1])
+    tb.parents, tb.tokens, tb.tokens_t = None, None, tokens.reshape(1, m)
+    tb.anc, tb.depth = anc[None], (anc.sum(-1) - 1)[None]
+    tb.real = np.ones((1, m), dtype=bool)
+    tb.lost = (anc & bad[None, :]).any(-1)[None]
+    tb.V, tb.ids, tb.keep = V, None, None
+    tb.pending = pen
     return tb
+
+
+def _on(a, device):
+    """A host array as a tensor on ``device`` (copied without waiting), a tensor as it is."""
+    return a if torch.is_tensor(a) else torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
 
 
 def _kept_nodes(keep, tb: _TreeBatch):
@@ -495,8 +554,9 @@ def _node_ids(tb: _TreeBatch, device):
     real = torch.from_numpy(tb.real & (np.arange(tb.n + 1) > 0)[None]).to(device, non_blocking=True)
     tok = tb.tokens_t.to(device=device, dtype=torch.long, non_blocking=True)
     wrong = real & ((tok < 0) | (tok >= tb.V))
-    anc = torch.from_numpy(tb.anc).to(device, non_blocking=True)
-    tb.ids = torch.where(real & ~wrong, tok, 0), (anc & wrong[:, None, :]).any(-1)
+    anc = _on(tb.anc, device)
+    lost = (anc & wrong[:, None, :]).any(-1)
+    tb.ids = torch.where(real & ~wrong, tok, 0), lost if tb.lost is None else lost | tb.lost
     return tb.ids
 
 
@@ -514,8 +574,8 @@ def _tree_layout(tb: _TreeBatch, L: int, pad, device):
     q = torch.arange(Q, device=device)
     cols = torch.arange(K, device=device)
     mask = (cols[None, :] <= torch.clamp(L + q, max=L + t0 - 1)[:, None]).expand(B, Q, K).clone()
-    mask[:, t0:, L + t0:] = torch.from_numpy(tb.anc[:, 1:, 1:]).to(device, non_blocking=True)
-    depth = torch.from_numpy(tb.depth[:, 1:]).to(device, non_blocking=True)
+    mask[:, t0:, L + t0:] = _on(tb.anc, device)[:, 1:, 1:]
+    depth = _on(tb.depth, device)[:, 1:]
     pos = torch.cat([(L + q[:t0]).expand(B, t0), L + t0 - 1 + depth], dim=1)
     if pad is not None:
         mask &= cols[None, None, :] >= pad[:, None, None]
@@ -585,7 +645,10 @@ def _finish_tree(logits, tb: _TreeBatch, wrong=None):
 def _score_rows(lm, state, tb: _TreeBatch):
     r"""Score a batch of trees by rows: each root-to-leaf path of each tree as its own row, in one ``lm.logits``
     call (every tree gets ``k`` rows, the most leaves of a tree, repeating its first path; shorter paths are
-    right-padded, which a causal model never sees). The state ends as after :meth:`HFCausalLM.tree_logits`."""
+    right-padded, which a causal model never sees). The state ends as after :meth:`HFCausalLM.tree_logits`.
+    A tree whose structure is on the device (:func:`_device_tree_batch`): :func:`_score_node_rows`."""
+    if tb.lost is not None:
+        return _score_node_rows(lm, state, tb)
     B, n, t0 = tb.B, tb.n, tb.t0
     L = state.length
     has_child = np.zeros((B, n + 1), dtype=bool)
@@ -625,6 +688,28 @@ def _score_rows(lm, state, tb: _TreeBatch):
         kept = [list(range(L + t0, L + t0 + int(tb.depth[r, a]))) for r, a in enumerate(tb.keep.tolist())]
         lm._take(state, rows, *_kept_columns(tb, L, kept))
     return _finish_tree(out, tb, wrong)
+
+
+def _score_node_rows(lm, state, tb: _TreeBatch):
+    """:func:`_score_rows` for one tree whose structure stays on the device: every node's root path as its own
+    row (``n + 1`` rows of ``t0 + n`` columns, right-padded: the leaves are not known on the host), one
+    ``lm.logits`` call; the state ends holding the context."""
+    n, t0 = tb.n, tb.t0
+    L = state.length
+    dev = torch.device(lm.device)
+    node_ids, wrong = _node_ids(tb, dev)
+    anc, depth = tb.anc[0].to(dev), tb.depth[0].to(dev)
+    m = n + 1
+    cols = torch.arange(1, max(n, 1) + 1, device=dev)
+    # node at depth c of each node's path (0, the root, past its end): one ancestor per depth
+    at = anc[:, None, :] & (depth[None, None, :] == cols[None, :, None])
+    path = (at.to(torch.long) * torch.arange(m, device=dev)).sum(-1)
+    tail = node_ids[0].index_select(0, path.flatten()).reshape(m, -1)
+    pen = torch.from_numpy(np.ascontiguousarray(tb.pending)).to(dev, non_blocking=True).expand(m, t0)
+    logits = lm.logits(state, torch.cat([pen, tail], dim=1))
+    out = logits[torch.arange(m, device=dev), t0 - 1 + depth]
+    lm.select(state, 0, L + t0)
+    return _finish_tree(out[None], tb, wrong)
 
 
 class _TreeScoring:
@@ -943,9 +1028,13 @@ class HFCausalLM(_TreeScoring):
         ----------
         state : state of :meth:`new_state`
             Batch ``b`` dividing ``B``; its rows are repeated ``B / b`` times as in :meth:`logits`.
-        parents : array of int, shape ``(n + 1,)`` or ``(B, n + 1)``
+        parents : array of int, shape ``(n + 1,)`` or ``(B, n + 1)``, or torch.Tensor of int, shape ``(n + 1,)``
             ``parents[0] = -1``; ``-1 <= parents[i] < i``. In a batch, trees with fewer nodes are padded to
-            ``n + 1`` nodes by padding nodes ``parents[i] = -1``, ``tokens[i] = -1`` (``i >= 1``).
+            ``n + 1`` nodes by padding nodes ``parents[i] = -1``, ``tokens[i] = -1`` (``i >= 1``). A tensor
+            (one tree, ``tokens`` a tensor of its shape, no ``keep``; a tree chosen on the device, as EAGLE-2's)
+            is never read on the host: the attention mask and positions are built on the device, the row
+            fallback scores every node's path as its own row, and a parent outside ``[0, i)`` at node
+            ``i >= 1`` makes the rows of that node and of its descendants NaN.
         tokens : array of int or torch.Tensor of int, shape ``(n + 1,)`` or ``(B, n + 1)``
             ``tokens[0] = -1``; the draft token of each node, in ``[0, V)``. A 2-D ``tokens`` makes a
             batch of ``B`` trees (sharing ``parents`` when it is 1-D). A tensor (on any device) is never
@@ -977,7 +1066,8 @@ class HFCausalLM(_TreeScoring):
             sdpa (flash attention ignores such masks), it has sliding-window layers, or its forward takes
             no ``attention_mask`` / ``position_ids`` -- and ``fallback`` is not ``'rows'`` (the message
             names the model class and what is missing); ``keep`` with a cache that is not a
-            ``DynamicCache``; arrays of non-integers.
+            ``DynamicCache``; arrays of non-integers; ``parents`` a tensor with ``tokens`` not one, or with
+            ``keep``.
         ValueError
             A malformed tree (named entry), ``tokens`` or ``pending`` outside ``[0, V)``, more than
             :data:`MAX_TREE_NODES` nodes or :data:`MAX_TREE_CELLS` ancestor cells, a ``keep`` that is not

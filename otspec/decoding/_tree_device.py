@@ -2,8 +2,10 @@ r"""Draft trees on the models' device: drafting, the laws, the verification and 
 
 The device route of :func:`otspec.decoding.speculative_decode` with ``tree=`` (``engine="torch"``, the
 default where it exists): static tree shapes (:class:`otspec.tree.TreeShape`) filled by the processes
-``"iid"``, ``"wor"`` or ``"topk"`` and verified by SpecInfer's rule (``"specinfer"``), Sequoia's
-(``"sequoia"``) or the target-only rule (``"target-only"``). One iteration on a context ``x_{1:T}``:
+``"iid"``, ``"wor"`` or ``"topk"``, and EAGLE-2's dynamic trees (:class:`otspec.tree.Eagle2Params`,
+``"eagle2"``: :class:`Eagle2TreeT`, :class:`Eagle2StepT`), verified by SpecInfer's rule (``"specinfer"``),
+Sequoia's (``"sequoia"``) or the target-only rule (``"target-only"``). One iteration on a context
+``x_{1:T}``:
 
 1. **Draft, one call per depth**, as the host route (:mod:`otspec.decoding._tree_loop`): the frontier's
    tokens are fed from a device tensor; the children are drawn there -- i.i.d. by :func:`draw_rows`,
@@ -27,7 +29,10 @@ default where it exists): static tree shapes (:class:`otspec.tree.TreeShape`) fi
    and bad target laws (a draft flag is raised first, as the host route refuses it before the target call).
 
 So one host read per iteration, ``n + 3`` integers and the flags; the ``(n + 1, V)`` laws never leave the
-device.
+device. An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
+``n`` nodes: :class:`Eagle2TreeT`); the target scores it from its ``parents`` and tokens as device tensors
+(its attention mask built there), the rules run on a layout of its expanded nodes (:class:`Eagle2LayoutT`),
+and the one read also brings its parents and the draft's cache rows.
 The exact prediction of the iteration (the law of the accepted node's depth given the realised tree, the
 verifier's :meth:`~otspec.tree.TreeVerifier.emission` summed over tokens) comes from the same acceptance
 probabilities on the device, is logged there as ``L + 2`` numbers and read once after the loop; the
@@ -63,20 +68,28 @@ from ._tree_loop import _common, _is_repeat
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["DEVICE_TREE_PROCESSES", "DEVICE_TREE_VERIFIERS", "TreeLayoutT", "TreeStepT", "has_device_route",
-           "node_rules_t", "residual_rows_t", "verify_tree_t"]
+__all__ = ["DEVICE_TREE_PROCESSES", "DEVICE_TREE_VERIFIERS", "Eagle2LayoutT", "Eagle2StepT", "Eagle2TreeT",
+           "TreeLayoutT", "TreeStepT", "device_tree_step", "has_device_route", "node_rules_t", "ranked_rows_t",
+           "residual_rows_t", "verify_tree_t"]
 
 #: Draft processes the device route fills trees with (static shapes).
-DEVICE_TREE_PROCESSES = ("iid", "wor", "topk")
+DEVICE_TREE_PROCESSES = ("iid", "wor", "topk", "eagle2")
 #: Tree verifiers the device route runs (by their registered names).
 DEVICE_TREE_VERIFIERS = ("specinfer", "sequoia", "target-only")
 _RULES = {SpecInferVerifier: "specinfer", SequoiaVerifier: "sequoia", TargetOnlyVerifier: "target-only"}
 
 
 def has_device_route(plan) -> bool:
-    """Whether a :class:`~otspec.decoding._tree_loop.TreePlan` runs on the device: a static shape, a process of
+    """Whether a :class:`~otspec.decoding._tree_loop.TreePlan` runs on the device: a process of
     :data:`DEVICE_TREE_PROCESSES` and a verifier of :data:`DEVICE_TREE_VERIFIERS` (the package's own class)."""
     return plan.process in DEVICE_TREE_PROCESSES and type(plan.verifier) in _RULES
+
+
+def device_tree_step(plan, sampling, log_laws: bool, *, law_batch: int, clock):
+    """The device route's iteration for ``plan``: :class:`Eagle2StepT` for EAGLE-2's trees, else
+    :class:`TreeStepT`."""
+    cls = Eagle2StepT if plan.process == "eagle2" else TreeStepT
+    return cls(plan, sampling, log_laws, law_batch=law_batch, clock=clock)
 
 
 class TreeLayoutT:
@@ -103,6 +116,7 @@ class TreeLayoutT:
         row_of[self.inner_np] = np.arange(len(self.inner_np))
         depth = np.asarray(depth, dtype=np.int64)
         self.n1, self.m, self.L = n1, m, int(depth.max())
+        self.n_out = n1  # length of the scatter targets of node_rules_t (a dynamic layout adds a dump slot)
         self.parents_np, self.depth_np, self.kids_np = parents, depth, mat
 
         def t(a):
@@ -220,9 +234,9 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner):
         level = (t, S, end_ell)
         alive_in = w
         sampler = ("ratio", px_all, tx_all)
-    acc = torch.ones(lay.n1, dtype=dt, device=dev).index_copy(
-        0, lay.kid_nodes, acc_k.flatten().index_select(0, lay.kid_cells))
-    alive = torch.ones(lay.n1, dtype=dt, device=dev).index_copy(0, lay.inner, alive_in)
+    acc = torch.ones(lay.n_out, dtype=dt, device=dev).index_copy(
+        0, lay.kid_nodes, acc_k.flatten().index_select(0, lay.kid_cells))[: lay.n1]
+    alive = torch.ones(lay.n_out, dtype=dt, device=dev).index_copy(0, lay.inner, alive_in)[: lay.n1]
     return acc, alive, x, level, sampler
 
 
@@ -404,14 +418,14 @@ class TreeStepT:
         self.plan, self.sampling = plan, sampling
         self.rule = _RULES[type(plan.verifier)]
         self.log_laws = log_laws and plan.process in ("iid", "wor")
-        self.needs_p = plan.process != "topk" or self.rule != "target-only"
+        self.needs_p = plan.process not in ("topk", "eagle2") or self.rule != "target-only"
         self.grow = None  # on the draft's device, built at the first call
         self.lay_t = None  # on the target's device
         self.dev_log: list = []
         self.law_batch, self.clock = law_batch, clock  # the decoder's batch of kept laws and its one clock
         self.wor_laws: list = []  # root laws of "wor" trees until the next flush ("iid": the decoder's own list)
         self.alpha_wor: list = []
-        self.parents = plan.shape.parents
+        self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
 
     def _fill(self, tokens, j: int, P, logits, lse):
         """The children of the frontier of depth ``j`` from its laws ``P`` (``"topk"``: its logits and their
@@ -508,7 +522,7 @@ class TreeStepT:
         best = max(range(len(rows)), key=lambda r: _common(rows[r], full))
         d.sync(ctx + out, row=best, row_seq=ctx + list(rows[best]))
         by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, self.lay_t.depth, mass)
-        self.dev_log.append(torch.cat([by_depth, self._root_alpha(tokens_t, Q)[None]]))
+        self.dev_log.append(torch.cat([by_depth, self._root_alpha(self.lay_t, tokens_t, Q)[None]]))
         if self.log_laws:
             kept = dec.first_laws if plan.process == "iid" else self.wor_laws
             kept.append((P_inner[0].clone(), Q[0].clone()))  # the root is inner[0]
@@ -520,16 +534,18 @@ class TreeStepT:
         dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
         return out
 
-    def _paths(self, tok: list[int]) -> list[tuple]:
-        """The token path of every node, from the tree's tokens (the shape's ancestors, no tree object built)."""
+    def _paths(self, tok: list[int], parents=None) -> list[tuple]:
+        """The token path of every node, from the tree's tokens (the shape's ancestors, or ``parents``; no tree
+        object built)."""
+        parents = self.parents if parents is None else parents
         paths: list = [()] * len(tok)
         for v in range(1, len(tok)):
-            paths[v] = paths[int(self.parents[v])] + (tok[v],)
+            paths[v] = paths[int(parents[v])] + (tok[v],)
         return paths
 
-    def _root_alpha(self, tokens, Q):
+    @staticmethod
+    def _root_alpha(lay, tokens, Q):
         """The target mass of the root's distinct children: the optimum of a deterministic tree at the root."""
-        lay = self.lay_t
         x = tokens.index_select(0, lay.kids0[0])
         first = ~((x[:, None] == x[None, :]) & lay.earlier).any(-1) & lay.valid[0]
         return torch.where(first, Q[0].index_select(0, x), 0.0).sum()
@@ -562,7 +578,7 @@ class TreeStepT:
         lg["pred_acc"] = list(pred_acc)
         lg["pred_emit"] = list(pred_acc + 1.0)
         lg["alpha1"] = list(pred_reached[:, 0])
-        if self.plan.process == "topk":
+        if self.plan.process in ("topk", "eagle2"):
             lg["alpha_opt1"] = list(A[:, L + 1])
         elif self.log_laws:
             self._flush(dec)
@@ -591,6 +607,320 @@ class TreeStepT:
         i = flags.index(1)
         v = int(self.lay_t.inner_np[i]) if i < len(self.lay_t.inner_np) else a
         _bad_logits("target", dec.t.lm, len(ctx) + len(paths[v]))
+
+
+# ----------------------------------------------------------------------------- EAGLE-2's dynamic trees
+def ranked_rows_t(R, k: int):
+    r"""The ``k`` most likely tokens of every row of ``R``, ties by lower id, and their values, with no host read.
+
+    .. math::
+
+        \text{ids}_{b, r} = \text{the } r\text{-th token of row } b \text{ in decreasing } R_b,
+        \text{ ties by lower id}, \qquad \text{vals}_{b, r} = R_b(\text{ids}_{b, r}), \qquad r < k,
+
+    the order of :func:`otspec.tree._process._ranked` (so the same children as the host route). A top-``k``
+    gives the ``k``-th largest value ``t_b``; the tokens above it are the top-k's own, the lowest-id tokens equal
+    to it come from a second top-k over :math:`V - x` on the tied tokens (no ``nonzero``, whose size a GPU would
+    read); the ``2k`` candidates are sorted stably by id, then by value. Four passes over ``V`` per row, no sort
+    of the vocabulary.
+
+    Parameters
+    ----------
+    R : torch.Tensor of float, shape ``(B, V)``
+    k : int
+        ``1 <= k <= V``.
+
+    Returns
+    -------
+    ids : torch.Tensor of int64, shape ``(B, k)``
+    vals : torch.Tensor, shape ``(B, k)``, the dtype of ``R``
+        A row with fewer than ``k`` positive entries ends with zeros (``vals[:, k - 1] = 0``); a NaN row gives NaN.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding._tree_device import ranked_rows_t
+    >>> p = torch.tensor([[0.1, 0.4, 0.1, 0.4], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+    >>> ranked_rows_t(p, 3)[0].tolist()
+    [[1, 3, 0], [0, 1, 2]]
+    """
+    B, V = R.shape
+    vals, ids = torch.topk(R, k, dim=-1)
+    kth = vals[:, k - 1 : k]
+    # the tokens equal to the k-th value, lowest ids first: a top-k of V - id over them (0 elsewhere)
+    key = torch.where(R == kth, torch.arange(V, 0, -1, device=R.device), 0)
+    low = V - torch.topk(key, k, dim=-1).values  # (B, k): ids of tied tokens in increasing order (V: none)
+    above = vals > kth
+    need = k - above.sum(-1, keepdim=True)  # how many tied tokens the top k take
+    rank = torch.arange(k, device=R.device)
+    # candidates: the top-k's tokens above the k-th value, then the `need` lowest-id tied ones; the rest last
+    cand = torch.cat([torch.where(above, ids, V), torch.where(rank < need, low, V)], dim=1)
+    cval = torch.cat([torch.where(above, vals, -1.0), torch.where(rank < need, kth, -1.0)], dim=1)
+    first = torch.sort(cand, dim=-1, stable=True)  # by id, then stably by value: ties keep the lower id first
+    cval = cval.gather(1, first.indices)
+    order = torch.sort(cval, dim=-1, descending=True, stable=True).indices[:, :k]
+    ids = first.values.gather(1, order).clamp_(max=V - 1)
+    return ids, R.gather(1, ids)
+
+
+class Eagle2LayoutT:
+    r"""The layout of one realised EAGLE-2 tree for :func:`node_rules_t` and :func:`verify_tree_t`, built on the
+    device from the expansion's record (no host read).
+
+    Its rows are the expanded nodes (*slots*), static in number, ``E = 1 + (D - 1) K``: the root, then each
+    level's frontier; ``kids[s, r]`` the node of the ``r``-th proposed child of slot ``s`` when kept, else -1 (a
+    prefix of each row: the children of a node keep the order of their probabilities). A slot not kept (no kept
+    child either) or kept without children is a row with no child; its scatters go to a dump entry ``n + 1``
+    (``n_out = n + 2``), and ``row_of`` maps a node to its slot only when it has children (a kept leaf draws its
+    bonus token from its own ``q``). The levels of :func:`end_mass_t` are ``D`` passes over every node.
+    """
+
+    def __init__(self, parents, depth, slot_node, kids, L: int):
+        dev = parents.device
+        n1 = int(parents.shape[0])
+        E, m = kids.shape
+        self.n1, self.n_out, self.m, self.L = n1, n1 + 1, int(m), int(L)
+        self.parents, self.depth, self.kids, self.slot_node = parents, depth, kids, slot_node
+        self.valid = kids >= 0
+        self.kids0 = torch.where(self.valid, kids, 1)  # node 1 (the root's first child) always exists
+        nxt = torch.cat([self.valid[:, 1:], torch.zeros((E, 1), dtype=torch.bool, device=dev)], dim=1)
+        self.last = self.valid & ~nxt
+        self.inner = torch.where(slot_node >= 0, slot_node, n1)
+        self.inner0 = torch.where(slot_node >= 0, slot_node, 0)  # a row of the target's logits for every slot
+        rows = torch.where(self.valid[:, 0], self.inner, n1)
+        self.row_of = torch.full((n1 + 1,), -1, dtype=torch.long, device=dev).index_copy(
+            0, rows, torch.arange(E, device=dev))[:n1]
+        self.earlier = torch.ones((m, m), dtype=torch.bool, device=dev).tril(-1)
+        self.kid_cells = torch.arange(E * m, device=dev)
+        self.kid_nodes = torch.where(self.valid, kids, n1).flatten()
+        nodes = torch.arange(1, n1, device=dev)
+        self.levels = [(nodes, parents[1:].clamp(min=0))] * self.L  # a tree from bad laws stays indexable
+
+    def to(self, device):
+        """The same layout on ``device``."""
+        if torch.device(device) == self.parents.device:
+            return self
+        return Eagle2LayoutT(*(v.to(device, non_blocking=True) for v in (self.parents, self.depth, self.slot_node,
+                                                                           self.kids)), self.L)
+
+
+class Eagle2TreeT:
+    r"""EAGLE-2's expansion and reranking on the draft's device, one level per draft call, batched per depth.
+
+    With ``K = top_k`` and ``D`` levels, proposal ``j`` gets the score
+    :math:`s_j = s_{\text{parent}(j)} + \log r(x_j)`, :math:`r` the draft's own law at the parent (its softmax,
+    temperature 1, untruncated, as EAGLE's and SGLang's drafters rank):
+
+    * level 1: the root's ``K`` most likely tokens (proposals ``0..K-1``), every one expanded next;
+    * level ``l >= 2``: each of the ``K`` expanded nodes (the frontier, in its order) proposes its ``K`` most
+      likely children (proposals ``K + (l - 2) K^2 + f K + r``), and the next frontier is the ``K`` of these
+      ``K^2`` with the largest scores, ties by the earlier proposal (one stable sort of ``K^2`` numbers);
+    * the tree keeps the ``n`` proposals of largest score, ties by the earlier proposal (one stable sort of the
+      ``K + (D - 1) K^2`` scores), in proposal order: prefix-closed, since a score never increases along a path.
+
+    Exactly :func:`otspec.tree.sample_tree` with ``process="eagle2"`` (``otspec.tree``'s ``_eagle2_tree``) and the
+    host route's grower, given the same laws (the tests hold the trees equal). The ``K`` most likely tokens come
+    from :func:`ranked_rows_t` (ties by lower id, as the host route's sort); the frontier's rows are fed to the
+    draft as their whole paths from the context (``(K, l)`` ids), so no cache row is selected by a value that
+    only the device knows.
+
+    References
+    ----------
+    Li, Wei, Zhang, Zhang, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees",
+    arXiv:2406.16858, §4.1 (expansion by the top-k of cumulative scores) and §4.2 (reranking to the total token
+    budget); SafeAILab/EAGLE ``eagle/model/cnets.py``, ``Model.topK_genrate``.
+    """
+
+    def __init__(self, params, device):
+        K, D = int(params.top_k), int(params.depth)
+        self.K, self.D, self.n = K, D, int(params.n)
+        self.NP = K + (D - 1) * K * K
+        self.E = 1 + (D - 1) * K
+        self.start = [0] + [K + (lv - 1) * K * K for lv in range(1, D)]
+        child = np.empty((self.E, K), dtype=np.int64)
+        child[0] = np.arange(K)
+        depth = np.ones(self.NP, dtype=np.int64)
+        for lv in range(1, D):
+            s0 = self.start[lv]
+            child[1 + (lv - 1) * K : 1 + lv * K] = s0 + np.arange(K * K).reshape(K, K)
+            depth[s0 : s0 + K * K] = lv + 1
+        self.device = torch.device(device)
+        self.child = torch.tensor(child, device=self.device)
+        self.depth_prop = torch.tensor(depth, device=self.device)
+        self.first = torch.arange(K, device=self.device)
+        self.new()
+
+    def new(self) -> None:
+        """Forget the last tree (one per iteration)."""
+        dev = self.device
+        self.score = torch.empty(self.NP, dtype=torch.float64, device=dev)
+        self.parent = torch.empty(self.NP, dtype=torch.long, device=dev)
+        self.token = torch.empty(self.NP, dtype=torch.long, device=dev)
+        self.path = torch.zeros((self.NP, self.D), dtype=torch.long, device=dev)
+        self.slots: list = []
+
+    def expand(self, lv: int, R, frontier):
+        r"""The proposals of level ``lv + 1`` from the ranking laws ``R`` of level ``lv``'s expanded nodes (the root
+        ``(1, V)`` for ``lv = 0``, else the frontier's ``(K, V)`` in its order); returns the next frontier (``(K,)``
+        proposal ids, None after the last level) and the flags of laws with fewer than ``K`` positive tokens."""
+        K = self.K
+        ids, vals = ranked_rows_t(R, K)
+        short = ~(vals[:, K - 1] > 0)
+        lp = torch.log(vals)
+        if lv == 0:
+            self.score[:K] = lp[0]
+            self.parent[:K] = -1
+            self.token[:K] = ids[0]
+            self.path[:K, 0] = ids[0]
+            nxt = self.first
+        else:
+            s0 = self.start[lv]
+            blk = slice(s0, s0 + K * K)
+            self.score[blk] = (self.score.index_select(0, frontier)[:, None] + lp).flatten()
+            self.parent[blk] = frontier.repeat_interleave(K)
+            self.token[blk] = ids.flatten()
+            self.path[blk] = self.path.index_select(0, frontier).repeat_interleave(K, dim=0)
+            self.path[blk, lv] = ids.flatten()
+            nxt = torch.sort(self.score[blk], descending=True, stable=True).indices[:K] + s0
+        if lv + 1 >= self.D:
+            return None, short
+        self.slots.append(nxt)
+        return nxt, short
+
+    def tree(self):
+        """The kept tree: ``parents``, ``tokens`` (``-1`` at the root) and ``depth``, ``(n + 1,)`` int64 each, and
+        its :class:`Eagle2LayoutT`, all on the draft's device."""
+        dev, n = self.device, self.n
+        kept = torch.sort(torch.sort(self.score, descending=True, stable=True).indices[:n]).values
+        node_of = torch.full((self.NP,), -1, dtype=torch.long, device=dev).index_copy_(
+            0, kept, torch.arange(1, n + 1, device=dev))
+        par = self.parent.index_select(0, kept)
+        root = torch.full((1,), -1, dtype=torch.long, device=dev)
+        parents = torch.cat([root, torch.where(par >= 0, node_of.index_select(0, par.clamp(min=0)), 0)])
+        tokens = torch.cat([root, self.token.index_select(0, kept)])
+        depth = torch.cat([torch.zeros(1, dtype=torch.long, device=dev), self.depth_prop.index_select(0, kept)])
+        slot_node = torch.cat([torch.zeros(1, dtype=torch.long, device=dev)]
+                              + [node_of.index_select(0, f) for f in self.slots])
+        kids = node_of[self.child]
+        return parents, tokens, depth, Eagle2LayoutT(parents, depth, slot_node, kids, self.D)
+
+    def slot_paths(self):
+        """The token path of every slot (the root's empty), ``(E, D - 1)`` with a slot of depth ``d`` in its first
+        ``d`` columns."""
+        rows = [torch.zeros((1, self.D - 1), dtype=torch.long, device=self.device)]
+        return torch.cat(rows + [self.path.index_select(0, f)[:, : self.D - 1] for f in self.slots])
+
+
+class Eagle2StepT(TreeStepT):
+    """One decoding iteration with EAGLE-2's dynamic tree on the models' device (see :class:`Eagle2TreeT`).
+
+    As :class:`TreeStepT`, with the tree grown by :class:`Eagle2TreeT` (one draft call per level on the
+    frontier's paths, laws and scores on the device) and verified on its :class:`Eagle2LayoutT`. The target's
+    tree call takes the tree's ``parents`` and ``tokens`` as device tensors (its attention mask is built on the
+    device, :meth:`~otspec.decoding.HFCausalLM.tree_logits`), so one host read per iteration, after the
+    verification: the outcome, the tree, the last frontier's paths and the flags of the draft's and the target's
+    laws (a draft flag raised first, as the host route refuses it before the target's call).
+    """
+
+    def __init__(self, plan, sampling, log_laws: bool, *, law_batch: int, clock):
+        super().__init__(plan, sampling, log_laws, law_batch=law_batch, clock=clock)
+        self.build = None
+
+    def __call__(self, dec, ctx: list[int]) -> list[int]:
+        plan, d, t, sampling = self.plan, dec.d, dec.t, self.sampling
+        ddev, tdev = torch.device(d.lm.device), torch.device(t.lm.device)
+        self.gd, gt = dec.device_gens
+        if self.build is None:
+            self.build = Eagle2TreeT(plan.shape, ddev)
+        b = self.build
+        b.new()
+        # -- draft: the root, then one call per level on the frontier's paths; laws and scores stay on the device
+        pending = d.sync(ctx)
+        logits = d.logits_ids(torch.tensor([pending], dtype=torch.long).to(ddev, non_blocking=True))[:, -1]
+        length = len(ctx)
+        Ps, Rs, flags, shorts, frontier = [], [], [], [], None
+        for lv in range(b.D):
+            R = sampling.own_law(logits)  # EAGLE-2 ranks and scores by the draft's own law
+            Rs.append(R)
+            bad = bad_rows(R)
+            if self.needs_p:
+                P = sampling.probs(logits, check=False)
+                Ps.append(P)
+                bad = bad | bad_rows(P)
+            flags.append(bad)
+            frontier, short = b.expand(lv, R, frontier)
+            shorts.append(short)
+            if frontier is not None:
+                if lv >= 1:  # back to the context: the next frontier's paths are fed whole
+                    d.lm.select(d.state, 0, length)
+                logits = d.logits_ids(b.path.index_select(0, frontier)[:, : lv + 1])[:, -1]
+        d.seq = list(ctx)
+        parents, tokens, _, lay = b.tree()
+        n1 = b.n + 1
+        # the flags of bad draft laws and too small supports, read with the outcome (every token id is in [0, V)
+        # and the tree well formed whatever the laws: the target's call on it is harmless, its result dropped)
+        dflags = torch.cat([torch.cat(flags), torch.cat(shorts)]).to(torch.long)
+        last = b.path.index_select(0, b.slots[-1])[:, : b.D - 1].flatten() if b.slots else dflags[:0]
+        # -- target: one call scores every node from the tree on the device (its mask built there); laws stay there
+        tokens_t, parents_t = tokens.to(tdev, non_blocking=True), parents.to(tdev, non_blocking=True)
+        lay_t = lay.to(tdev)
+        pending_t = t.sync(ctx)
+        logits = t.lm.tree_logits(t.state, parents_t, tokens_t, pending=pending_t, fallback="rows")
+        t.calls += 1
+        t.batch = 1
+        t.seq = list(ctx)
+        Q = sampling.probs(logits.index_select(0, lay_t.inner0), check=False)
+        leaf: list = []
+
+        def q_at(v):
+            leaf.append(sampling.probs(logits.index_select(0, v), check=False))
+            return leaf[0]
+
+        P_inner = torch.cat(Ps).to(tdev, non_blocking=True) if Ps else None
+        a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt)
+        # -- the one host read of the iteration: the accepted node, the emitted token, the tree (parents, tokens),
+        # the last frontier's paths (the draft's cache rows), the flags of the draft's laws, then of the target's
+        nd = 2 * b.E
+        res = torch.cat([a, y, parents_t, tokens_t, last.to(tdev, non_blocking=True), dflags.to(tdev, non_blocking=True),
+                         bad_rows(Q).to(torch.long), bad_rows(leaf[0]).to(torch.long)]).tolist()
+        par, tok = res[2 : 2 + n1], res[2 + n1 : 2 + 2 * n1]
+        o = 2 + 2 * n1 + int(last.shape[0])
+        if any(res[o : o + nd]):
+            self._refuse_eagle(dec, ctx, res[o : o + nd], Rs)
+        paths = self._paths(tok, par)
+        if any(res[o + nd :]):
+            i = res[o + nd :].index(1)
+            v = int(lay_t.inner0[i]) if i < b.E else res[0]
+            _bad_logits("target", t.lm, len(ctx) + len(paths[v]))
+        rows = [tuple(res[2 + 2 * n1 + i * (b.D - 1) : 2 + 2 * n1 + (i + 1) * (b.D - 1)]) for i in range(b.K)] \
+            if b.slots else [()]
+        a, y = int(res[0]), int(res[1])
+        out = list(paths[a]) + [y]
+        # -- caches: the draft keeps the row sharing the longest prefix with the emitted tokens
+        full = tuple(out)
+        best = max(range(len(rows)), key=lambda r: _common(rows[r], full))
+        d.sync(ctx + out, row=best, row_seq=ctx + list(rows[best]))
+        by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, lay_t.depth, mass)
+        self.dev_log.append(torch.cat([by_depth, self._root_alpha(lay_t, tokens_t, Q)[None]]))
+        tau = len(paths[a])
+        reached = np.zeros(plan.L)
+        reached[:tau] = 1.0
+        dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
+        return out
+
+    def _refuse_eagle(self, dec, ctx, flags, Rs) -> None:
+        """ValueError for a draft law from non-finite logits, or an expanded node with fewer than ``top_k`` tokens
+        of positive probability (the host route's messages)."""
+        b = self.build
+        bad, short = flags[: b.E], flags[b.E :]
+        sp = b.slot_paths().tolist()
+        depth = [0] + [lv for lv in range(1, b.D) for _ in range(b.K)]
+        if any(bad):
+            s = bad.index(1)
+            _bad_logits("draft", dec.d.lm, len(ctx) + depth[s])
+        s = short.index(1)
+        path = tuple(sp[s][: depth[s]])
+        raise _support_error("eagle2", b.K, path, torch.cat(Rs)[s].to("cpu").numpy())
 
 
 def _bad_logits(role: str, lm, pos: int) -> None:
