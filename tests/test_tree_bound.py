@@ -255,8 +255,13 @@ def test_draw_laws_without_replacement_against_ordered_draws(p):
     assert ex
     for r in ranks:
         np.testing.assert_allclose(got[r, 0], exact[r], rtol=0, atol=EXACT)
-    # the stated upper bound (ranks >= 2) when enumeration is refused
-    bnd, ex = _wor_draw_laws(p, ranks, exact_limit=0)
+    # enumeration refused: the exponential race, exact to WOR_LAW_RTOL
+    race, ex = _wor_draw_laws(p, ranks, exact_limit=0)
+    assert ex
+    for r in ranks:
+        np.testing.assert_allclose(race[r, 0], exact[r], rtol=0, atol=EXACT)
+    # the stated upper bound (ranks >= 2) without the race
+    bnd, ex = _wor_draw_laws(p, ranks, exact_limit=0, race=False)
     assert ex == (need <= 2)
     for r in ranks:
         assert np.all(bnd[r, 0] >= exact[r] - EXACT)
@@ -271,8 +276,12 @@ def test_bounded_draw_laws_keep_an_upper_bound(monkeypatch):
     s = TreeShape([(0,), (1,), (2,), (3,), (0, 0), (2, 0), (2, 1), (2, 2)])
     exact = bound(s, draft, target, process="wor", budget=10_000)
     monkeypatch.setattr(mod, "_MAX_WOR_ENUMERATION", 0)
+    race = bound(s, draft, target, process="wor", budget=10_000)          # the exponential race
+    monkeypatch.setattr(mod, "_WOR_RACE", False)
     loose = bound(s, draft, target, process="wor", budget=10_000)
-    assert exact.pi_exact and not loose.pi_exact
+    assert exact.pi_exact and race.pi_exact and not loose.pi_exact
+    assert abs(race.value - exact.value) <= EXACT
+    np.testing.assert_allclose(race.per_depth, exact.per_depth, rtol=0, atol=EXACT)
     assert loose.value >= exact.value - EXACT
     assert exact.value >= optimum(s, draft, target, process="wor", one_token=False).value - LP_TOL
 

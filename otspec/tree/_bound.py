@@ -211,7 +211,122 @@ def _clip1(X, xp):
 
 
 # --------------------------------------------------------------------------- laws of the draws
-def _wor_draw_laws(P, ranks, *, exact_limit: int | None = None):
+#: The exact law of a draw without replacement by the exponential race (:class:`_Race`): Taylor terms and power
+#: sums kept, the trapezoidal rule's step in log t, its first node, the largest p_max(tail) t over the nodes, the
+#: head's first size, and the most nodes of one row.
+_RACE_TERMS = 48
+_RACE_STEP = 0.125
+_RACE_T0 = 1e-5
+_RACE_UMAX = 1.0
+_RACE_HEAD = 32
+_RACE_MAX_NODES = 4000
+#: Whether the bound takes the race's exact laws (else the stated upper bound on ranks >= 2).
+_WOR_RACE = True
+#: The stated tolerance of the race's laws (relative; the checks below keep the estimated error far under it).
+WOR_LAW_RTOL = 1e-12
+
+
+class _Race:
+    r"""The laws of the draws of ranks :math:`r \ge 2` without replacement, exact to :data:`WOR_LAW_RTOL`, for
+    the rows ``rows`` of the host array ``P``, by the exponential race (Efraimidis & Spirakis, "Weighted random
+    sampling with a reservoir", Inf. Process. Lett. 97(5), 2006: successive draws without replacement are the
+    order of independent clocks :math:`E_x \sim \mathrm{Exp}(p_x)`):
+
+    .. math::
+
+        P(\text{draw } r = y) = p_y \int_0^\infty e^{-p_y t}\, P\big(N_{-y}(t) = r\big)\, dt,
+
+    :math:`N_{-y}(t)` the number of clocks other than ``y`` rung by ``t`` (a Poisson-binomial count). Per row, the
+    ``K`` most likely tokens (the head) get the integral itself (:func:`_bound_kernels.race_row`); every other
+    token ``y`` (the tail) gets :math:`p_y \sum_n C_n x^n`, :math:`x = p_y / p_{\max}` (:math:`p_{\max}` the
+    tail's largest probability), the Taylor series of the same integral written with the whole row's count
+    :math:`N(t)` deflated by ``y``'s clock, cut per entry where the terms left are below 1e-17 of the first.
+
+    A row is accepted when (i) the trapezoidal sums with steps ``h`` and ``2h`` in :math:`\log t` differ by at
+    most 1e-8 (relative; the rule's error falls like :math:`e^{-c/h}`, so the step-``h`` sum's error is of the
+    order of the square of that), (ii) :math:`p_{\max} t \le` :data:`_RACE_UMAX` at the last node (the tail's
+    power series and deflation then converge fast and lose no digits), (iii) the Taylor series has converged at
+    :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
+    in the head keeps the stated upper bound (``ok`` False)."""
+
+    def __init__(self, P: np.ndarray, ranks: list, rows):
+        m, V = P.shape
+        self.ranks = list(ranks)
+        nk, N = len(self.ranks), _RACE_TERMS
+        deg = max(self.ranks) + 1
+        s = _K.stirling_table(deg, N)
+        r_arr = np.asarray(self.ranks, dtype=np.int64)
+        support = np.count_nonzero(P > 0, axis=1)
+        self.ok = np.zeros(m, bool)
+        self.pmax = np.ones(m)
+        got: dict = {}
+        todo = [int(i) for i in rows]
+        K = min(_RACE_HEAD, V)
+        mark = np.zeros(V, bool)
+        while todo:
+            sub = P[todo]
+            part = np.argpartition(-sub, K - 1, axis=1)[:, :K] if K < V else np.tile(np.arange(V), (len(todo), 1))
+            head = np.take_along_axis(part, np.lexsort((part, -np.take_along_axis(sub, part, axis=1)), axis=1), axis=1)
+            head = np.ascontiguousarray(head, dtype=np.int64)
+            pmax = np.zeros(len(todo))
+            nu = np.zeros((len(todo), N + 1))
+            _K.race_moments(np.ascontiguousarray(sub), head, mark, pmax, nu)
+            again = []
+            for j, i in enumerate(todo):
+                k = int(min(K, support[i]))
+                ph = np.ascontiguousarray(sub[j, head[j, :k]])
+                HL, HL2 = np.zeros((nk, k)), np.zeros((nk, k))
+                C, C2 = np.zeros((nk, N + 1)), np.zeros((nk, N + 1))
+                info = np.zeros(3)
+                _K.race_row(ph, float(pmax[j]), nu[j], r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
+                            HL, HL2, C, C2, np.zeros((k + 1, deg + 1)), np.zeros((k + 1, deg + 1)), np.zeros(deg + 1),
+                            np.zeros(k), np.zeros(k), np.zeros(deg + 1), np.zeros(deg + 1), info)
+                tail = pmax[j] > 0
+                good = bool(info[2]) and (not tail or pmax[j] * info[0] <= _RACE_UMAX)
+                if good and k:
+                    good = bool(np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph)))
+                if good and tail:
+                    c0 = C[:, 0]
+                    good = bool(np.all(c0 > 0) and np.all(np.abs(C - C2).sum(axis=1) <= 1e-8 * c0)
+                                and np.all(np.abs(C[:, -4:]).sum(axis=1) <= 1e-16 * c0))
+                if good:
+                    got[i] = (head[j, :k].copy(), HL, C, float(pmax[j]) if tail else 1.0)
+                elif k < support[i]:
+                    again.append(i)
+            todo = again
+            K = min(V, 4 * K)
+        Kmax = max([len(g[0]) for g in got.values()] + [1])
+        self.head = np.full((m, Kmax), -1, dtype=np.int64)
+        self.HL = np.zeros((m, nk, Kmax))
+        self.C = np.zeros((m, nk, N + 1))
+        self.theta = np.full((m, N + 1), np.inf)
+        for i, (hd, HL, C, pm) in got.items():
+            self.ok[i] = True
+            self.head[i, :hd.size] = hd
+            self.HL[i, :, :hd.size] = HL
+            self.C[i] = C
+            self.pmax[i] = pm
+            self.theta[i] = _race_thresholds(C)
+
+
+
+def _race_thresholds(C: np.ndarray) -> np.ndarray:
+    r"""``theta[d]``: entries with :math:`x \le \theta_d` need the Taylor terms up to degree ``d`` only (what the
+    terms above leave, :math:`x^{d+1} \sum_{n > d} |C_n|` for :math:`x \le 1`, is below 1e-17 of :math:`C_0` for
+    every rank); nondecreasing, the last infinite."""
+    N = C.shape[1] - 1
+    A = np.abs(C)
+    above = np.cumsum(A[:, ::-1], axis=1)[:, ::-1]               # above[:, d] = sum_{n >= d} |C_n|
+    th = np.full(N + 1, np.inf)
+    with np.errstate(divide="ignore"):
+        for d in range(N):
+            rest = above[:, d + 1]
+            th[d] = np.min(np.where(rest > 0, (1e-17 * C[:, 0] / np.where(rest > 0, rest, 1.0)) ** (1.0 / (d + 1)),
+                                    np.inf))
+    return np.minimum.accumulate(th[::-1])[::-1]
+
+
+def _wor_draw_laws(P, ranks, *, exact_limit: int | None = None, race: bool = True):
     r"""``(laws, exact)``: ``laws[k, i]`` = :math:`P(\text{draw } r_k = \cdot)` for draws without replacement
     from the row ``P[i]`` (each with at least ``max(ranks) + 1`` tokens of positive probability).
 
@@ -231,7 +346,7 @@ def _wor_draw_laws(P, ranks, *, exact_limit: int | None = None):
     """
     P = np.atleast_2d(P) if isinstance(P, np.ndarray) else P
     xp = _xp(P)
-    dl = _DrawLaws(P, ranks, xp, exact_limit=exact_limit)
+    dl = _DrawLaws(P, ranks, xp, exact_limit=exact_limit, race=race)
     laws = [dl.law(k) for k in range(len(ranks))]
     return (np.stack(laws) if xp is np else xp.stack(laws)), dl.exact
 
@@ -241,7 +356,7 @@ class _DrawLaws:
     :func:`_wor_draw_laws`), one rank at a time (``law(k)``, an ``(m, V)`` array) or at a few entries
     (``at(k, rows, cols)``), without holding all ranks at once."""
 
-    def __init__(self, P, ranks, xp, *, exact_limit: int | None = None, fused: bool = False):
+    def __init__(self, P, ranks, xp, *, exact_limit: int | None = None, fused: bool = False, race: bool = True):
         self.P, self.ranks, self.xp = P, list(ranks), xp
         self.kept: dict = {}
         m, V = P.shape
@@ -260,6 +375,19 @@ class _DrawLaws:
                 self.small[i] = e
         self.n_big = m - len(small)
         self.exact = self.n_big == 0 or need <= 2
+        # ranks >= 2 of the rows not enumerated: the exponential race (exact to WOR_LAW_RTOL), else the upper bound
+        self.race = None
+        self.kk = [-1] * len(self.ranks)
+        if need > 2 and self.n_big and race:
+            big = [i for i in range(m) if i not in self.small]
+            self.race = _Race(np.ascontiguousarray(_host(P), dtype=np.float64), [r for r in self.ranks if r >= 2], big)
+            self.kk = [self.race.ranks.index(r) if r >= 2 else -1 for r in self.ranks]
+            self.exact = bool(np.all(self.race.ok[big]))
+            if xp is not np:
+                dev = _device(P)
+                self.race_x = {a: xp.asarray(getattr(self.race, a), device=dev)
+                               for a in ("C", "theta", "pmax", "head", "HL", "ok")}
+        self.bounded = need > 2 and self.n_big and not self.exact   # some row keeps the stated upper bound
         # the fused kernels (numba, numpy arrays, no enumerated row): the second draw's terms only, no law whole
         self.fused = bool(fused and _K.JIT and xp is np and not small and need > 1)
         if self.fused:
@@ -268,7 +396,7 @@ class _DrawLaws:
             self.P1 = None
         else:
             self.P1 = _second_draw(P) if need > 1 and self.n_big else None
-        if need > 2 and self.n_big:
+        if self.bounded:
             # the `need` most likely tokens of each row, by decreasing p (ties by lower id)
             if xp is np:
                 part = np.argpartition(-P, need - 1, axis=1)[:, :need]
@@ -311,29 +439,73 @@ class _DrawLaws:
             out = P[:, v0:v1]
         elif r == 1:
             out = self.P1[:, v0:v1]
+        elif not self.bounded:
+            out = self._race_law(k, v0, v1, None)
         else:
-            tail_r, tail_r1 = self._tails(r)
-            top, ptop = self.top[:, :r], self.ptop[:, :r]
-            at_top = ptop / (tail_r1 + ptop)                 # the r most likely tokens: S holds the others
-            if xp is np:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    b = P[:, v0:v1] / tail_r
-                    if part:
-                        rr, cc = np.nonzero((top >= v0) & (top < v1))
-                        b[rr, top[rr, cc] - v0] = at_top[rr, cc]
-                    else:
-                        b[np.arange(P.shape[0])[:, None], top] = at_top
-                np.minimum(b, self.room[:, v0:v1], out=b)
-            else:
-                b = P / tail_r
-                b[xp.reshape(xp.arange(P.shape[0], device=_device(P)), (-1, 1)), top] = at_top
-                b = xp.minimum(b, self.room)
-            out = b
+            out = self._race_law(k, v0, v1, self._bound_law(r, v0, v1, part))
         if self.small:
             out = xp.asarray(out, copy=True)
             for i, e in self.small.items():
                 out[i] = xp.asarray(e[k], device=_device(P)) if xp is not np else e[k, v0:v1]
         return out
+
+    def _race_law(self, k: int, v0: int, v1: int, bounded):
+        """The race's law of the ``k``-th used rank (>= 2) at the tokens ``v0 <= y < v1`` of every row (rows the race
+        refused: ``bounded``): :math:`p \\sum_n C_n x^n` by Horner's rule up to each entry's degree, the head's
+        laws put in (the operations of :func:`_bound_kernels.wor_pi_kernel`)."""
+        xp, race, kk = self.xp, self.race, self.kk[k]
+        if race is None:
+            return bounded
+        Pb = self.P[:, v0:v1]
+        arr = race.__dict__ if xp is np else self.race_x
+        C, theta, pmax, head, HL = (arr[a] for a in ("C", "theta", "pmax", "head", "HL"))
+        x = Pb / pmax[:, None]
+        N = theta.shape[1] - 1
+        d = xp.zeros(x.shape, dtype=xp.int64) if xp is not np else np.zeros(x.shape, dtype=np.int64)
+        for n in range(N):
+            d += x > theta[:, n:n + 1]
+        top = int(_host(xp.max(d))) if xp is not np else int(d.max(initial=0))
+        acc = xp.zeros_like(Pb)
+        with np.errstate(over="ignore", invalid="ignore"):       # the head's entries (x >= 1), replaced below
+            for n in range(top, -1, -1):
+                acc = xp.where(d >= n, acc * x + C[:, kk, n:n + 1], acc)
+            out = Pb * acc
+        # the head: its laws where its tokens fall in the columns
+        hr, hc = np.nonzero(race.head >= 0)
+        hv = race.head[hr, hc]
+        sel = (hv >= v0) & (hv < v1)
+        hr, hc, hv = hr[sel], hc[sel], hv[sel]
+        if xp is np:
+            out[hr, hv - v0] = HL[hr, kk, hc]
+        else:
+            dev = _device(Pb)
+            ti = [xp.asarray(a, device=dev) for a in (hr, hc, hv - v0)]
+            out[ti[0], ti[2]] = HL[ti[0], kk, ti[1]]
+        if bounded is not None:
+            ok = race.ok[:, None] if xp is np else self.race_x["ok"][:, None]
+            out = xp.where(ok, out, bounded)
+        return out
+
+    def _bound_law(self, r: int, v0: int, v1: int, part: bool):
+        """The stated upper bound on the law of the draw of rank ``r >= 2`` at the tokens ``v0 <= y < v1``."""
+        xp, P = self.xp, self.P
+        tail_r, tail_r1 = self._tails(r)
+        top, ptop = self.top[:, :r], self.ptop[:, :r]
+        at_top = ptop / (tail_r1 + ptop)                 # the r most likely tokens: S holds the others
+        if xp is np:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                b = P[:, v0:v1] / tail_r
+                if part:
+                    rr, cc = np.nonzero((top >= v0) & (top < v1))
+                    b[rr, top[rr, cc] - v0] = at_top[rr, cc]
+                else:
+                    b[np.arange(P.shape[0])[:, None], top] = at_top
+            np.minimum(b, self.room[:, v0:v1], out=b)
+        else:
+            b = P / tail_r
+            b[xp.reshape(xp.arange(P.shape[0], device=_device(P)), (-1, 1)), top] = at_top
+            b = xp.minimum(b, self.room)
+        return b
 
     def at(self, k: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """The law of the ``k``-th used rank at the entries ``(rows[i], cols[i])`` (numpy float64)."""
@@ -366,6 +538,9 @@ class _DrawLaws:
         p1 = np.clip(p1, 0.0, 1.0)
         if r == 1:
             return p1
+        exact = None if self.race is None else _race_at(self.race, self.kk[k], p, rows, cols)
+        if not self.bounded:
+            return exact
         room = np.clip((1.0 - p) - p1, 0.0, 1.0)
         tail_r, tail_r1 = (x[:, 0] for x in self._tails(r))
         b = p / tail_r[rows]
@@ -373,7 +548,28 @@ class _DrawLaws:
             hit = self.top[rows, c] == cols
             pc = self.ptop[rows, c]
             b[hit] = (pc / (tail_r1[rows] + pc))[hit]
-        return np.minimum(b, room)
+        b = np.minimum(b, room)
+        return b if exact is None else np.where(self.race.ok[rows], exact, b)
+
+
+def _race_at(race: _Race, kk: int, p: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The race's law of its ``kk``-th rank at the entries ``(rows, cols)`` (values ``p``), by the operations of
+    :meth:`_DrawLaws._race_law` on each entry."""
+    x = p / race.pmax[rows]
+    th = race.theta[rows]
+    d = np.zeros(p.shape, dtype=np.int64)
+    for n in range(th.shape[1] - 1):
+        d += x > th[:, n]
+    C = race.C[rows, kk]
+    acc = np.zeros_like(p)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for n in range(int(d.max(initial=0)), -1, -1):
+            acc = np.where(d >= n, acc * x + C[:, n], acc)
+        out = p * acc
+    hit = race.head[rows] == cols[:, None]
+    hr, hc = np.nonzero(hit)
+    out[hr] = race.HL[rows[hr], kk, hc]
+    return out
 
 
 def _device(X):
@@ -564,7 +760,7 @@ def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl,
     support = _count_positive(Pl, xp)
     for i in np.flatnonzero(support < need).tolist():
         raise _support_error("wor", need, paths[i], _host(Pl[i]))
-    draws = _DrawLaws(Pl, ranks, xp, fused=True)
+    draws = _DrawLaws(Pl, ranks, xp, fused=True, race=_WOR_RACE)
     W = A @ C                                                # (m, R)
     coef = {d: A @ beta[d] for d in depths}                  # depth-d slots below each child of each rank
     V = Pl.shape[1]
@@ -574,11 +770,18 @@ def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl,
         dummy = not hasattr(draws, "top")
         pi = np.empty((m, V))
         mds = np.empty((len(coef), m, V))
+        rc = draws.race
+        if rc is None:
+            rargs = (np.zeros(m, bool), np.zeros((m, 1, 1)), np.zeros((m, 1)), np.ones(m), np.full((m, 1), -1),
+                     np.zeros((m, 1, 1)))
+        else:
+            rargs = (rc.ok, rc.C, rc.theta, rc.pmax, rc.head, rc.HL)
         _K.wor_pi_kernel(draws.P, draws.t, draws.top1, draws.S1, draws.S2, np.asarray(ranks, dtype=np.int64),
                          np.ascontiguousarray(W), np.stack([coef[d] for d in depths]) if coef else
                          np.zeros((0, m, len(ranks))),
                          np.zeros((m, 1), np.int64) if dummy else np.ascontiguousarray(draws.top, dtype=np.int64),
-                         np.zeros((m, 1)) if dummy else np.ascontiguousarray(draws.ptop), draws.tails(), pi, mds)
+                         np.zeros((m, 1)) if dummy else np.ascontiguousarray(draws.ptop), draws.tails(), pi, mds,
+                         np.asarray(draws.kk, dtype=np.int64), *rargs)
         return pi, dict(zip(depths, mds)), (draws if keep_draws else None), draws.exact
     # one rank's law at a time (never all ranks held), on the host in blocks of columns that stay in cache
     step = V if (xp is not np or keep_draws) else max(1, min(V, _CHUNK_ENTRIES // max(1, Pl.shape[0])))

@@ -109,7 +109,7 @@ def second_draw_t(P, top, rest_top, t):
 
 
 def _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i, v0, b, special,
-                 law, room, acc):
+                 law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial):
     """:func:`wor_pi_kernel` on the columns ``v0 .. v0 + b - 1`` of row ``i``; ``special``: the columns may hold
     the row's most likely tokens (each checked), else none does."""
     K = ranks.shape[0]
@@ -132,6 +132,27 @@ def _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i
             lk = law[0]
         elif rk == 1:
             lk = law[1]
+        elif rok[i]:
+            # the exponential race: p * sum_n C_n x^n by Horner's rule up to the entry's degree, the head's laws
+            lk = law[2]
+            q = kk[k]
+            pm = rpm[i]
+            N = rth.shape[1] - 1
+            for v in range(b):
+                p = P[i, v0 + v]
+                x = p / pm
+                d = 0
+                while d < N and x > rth[i, d]:
+                    d += 1
+                h = rC[i, q, d]
+                for n in range(d - 1, -1, -1):
+                    h = h * x + rC[i, q, n]
+                lk[v] = p * h
+            if rspecial:
+                for c in range(rhead.shape[1]):
+                    v = rhead[i, c] - v0
+                    if rhead[i, c] >= 0 and 0 <= v < b:
+                        lk[v] = rHL[i, q, c]
         else:
             lk = law[2]
             tr = tails[i, rk]
@@ -165,14 +186,18 @@ def _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i
         pi[i, v0 + v] = x if x < 1.0 else 1.0
 
 
-def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md):
+def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, kk, rok, rC, rth, rpm, rhead,
+                  rHL):
     r"""``pi[i, v]`` = :math:`\min(1, \sum_k W[i, k]\, \ell_k(i, v))` and ``md[e, i, v]`` =
     :math:`\sum_k \mathrm{coef}[e, i, k]\, \ell_k(i, v)`, :math:`\ell_k` the law of the draw of rank
     ``ranks[k]`` without replacement from row ``i``: ``P`` (rank 0), the closed form from the terms ``t``
     (the most likely token's zeroed), ``S1`` (their sum before) and ``S2`` (after) (rank 1), the stated upper
     bound from the decreasing ``top``/``ptop`` and the tails ``tails[i, r]`` (mass outside the ``r`` largest)
-    for ranks ``r >= 2``, capped by :math:`1 - \ell_0 - \ell_1`; :data:`BLOCK` columns at a time, the
-    blocks that hold one of the row's most likely tokens again entry by entry."""
+    for ranks ``r >= 2``, capped by :math:`1 - \ell_0 - \ell_1`, or, in the rows ``rok``, the exact law of
+    the exponential race (:class:`otspec.tree._bound._Race`: ``rC``, ``rth``, ``rpm`` the tail's Taylor
+    coefficients, degree thresholds and largest probability, ``rhead``/``rHL`` the head's tokens and laws, ``kk``
+    the race's index of each rank); :data:`BLOCK` columns at a time, the blocks that hold one of the row's most
+    likely tokens again entry by entry."""
     m, V = P.shape
     law = np.zeros((3, BLOCK))
     room = np.zeros(BLOCK)
@@ -185,8 +210,13 @@ def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md):
             for c in range(nt):
                 if v0 <= top[i, c] < v0 + b:
                     special = True
+            rspecial = False
+            if rok[i]:
+                for c in range(rhead.shape[1]):
+                    if v0 <= rhead[i, c] < v0 + b:
+                        rspecial = True
             _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i, v0, b, special,
-                         law, room, acc)
+                         law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial)
 
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
@@ -219,3 +249,187 @@ def iid_program(levels, root):
     if a[3].size == 0:
         a[3], a[4] = np.zeros(1, np.int64), np.zeros(1, np.int64)
     return (*a, ids[(len(levels) - 1, root)])
+
+
+# --------------------------------------------------------------------------- the exact law of a draw without replacement
+def stirling_table(kmax: int, nmax: int):
+    r"""``s[k, n]`` = :math:`k!\, S(n, k) / n!` (:math:`S` the Stirling numbers of the second kind): the Taylor
+    coefficients :math:`(e^u - 1)^k = \sum_n s[k, n]\, u^n`, by :math:`s[k, n] = k\,(s[k, n-1] + s[k-1, n-1]) / n`."""
+    s = np.zeros((kmax + 1, nmax + 1))
+    s[0, 0] = 1.0
+    for n in range(1, nmax + 1):
+        for k in range(1, min(n, kmax) + 1):
+            s[k, n] = k * (s[k, n - 1] + s[k - 1, n - 1]) / n
+    return s
+
+
+def race_moments(P, head, mark, pmax, nu):
+    r"""Per row ``i``, with the tokens ``head[i]`` left out (the tail): ``pmax[i]``, the tail's largest probability,
+    and ``nu[i, n]`` = :math:`\sum_{x} (p_x / p_{\max})^n`, ``n = 1 .. nu.shape[1] - 1`` (compensated sums; a
+    token's powers stop once below 1e-30, far below what the rows' ``n``-th terms need); ``mark`` a boolean scratch
+    of ``V`` False entries."""
+    m, V = P.shape
+    K = head.shape[1]
+    N = nu.shape[1] - 1
+    comp = np.zeros(N + 1)
+    for i in range(m):
+        for c in range(K):
+            mark[head[i, c]] = True
+        mx = 0.0
+        for v in range(V):
+            if not mark[v] and P[i, v] > mx:
+                mx = P[i, v]
+        pmax[i] = mx
+        for n in range(N + 1):
+            nu[i, n] = 0.0
+            comp[n] = 0.0
+        if mx > 0.0:
+            for v in range(V):
+                x = P[i, v]
+                if mark[v] or x <= 0.0:
+                    continue
+                y = x / mx
+                q = y
+                for n in range(1, N + 1):
+                    s = nu[i, n] + q                       # Neumaier's compensated sum
+                    if abs(nu[i, n]) >= abs(q):
+                        comp[n] += (nu[i, n] - s) + q
+                    else:
+                        comp[n] += (q - s) + nu[i, n]
+                    nu[i, n] = s
+                    q *= y
+                    if q < 1e-30:
+                        break
+            for n in range(1, N + 1):
+                nu[i, n] += comp[n]
+        for c in range(K):
+            mark[head[i, c]] = False
+
+
+def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre, suf, pb, a, b, pw, E, info):
+    r"""The laws of the draws of the ranks ``ranks`` (all >= 2) without replacement from one row, by the
+    exponential race: the ``K`` head tokens ``ph`` (decreasing) exactly, the tail (largest probability ``pmax``,
+    scaled power sums ``nu``) as Taylor coefficients in :math:`x = p / p_{\max}`.
+
+    With :math:`N(t)` the number of clocks (token ``x`` rings at rate :math:`p_x`) rung by ``t`` and
+    :math:`\mathrm{PB}_j(t) = P(N(t) = j)`,
+
+    .. math::
+
+        P(\text{draw } r = y) = p_y \int_0^\infty e^{-p_y t}\, P(N_{-y}(t) = r)\, dt
+        = p_y \int_0^\infty [z^r] \frac{\mathrm{PB}(t, z)}{1 + w_y(t) z}\, dt, \quad w_y = e^{p_y t} - 1:
+
+    ``HL[k, c]`` the first form for head token ``c`` (:math:`N_{-y}` from prefix and suffix products, positive
+    terms); ``C[k, n]`` the Taylor coefficients of the second over :math:`p_y`
+    (:math:`[p^n] w^k = s[k, n]\, t^n`), so the law of a tail token is :math:`p \sum_n C[k, n]\, x^n`. The tail's
+    generating function :math:`e^{-m_L t} \exp(\sum_j (-1)^{j+1} z^j P_j / j)` from its power sums
+    :math:`P_j = \sum_x (e^{p_x t} - 1)^j = \sum_n s[j, n]\, (p_{\max} t)^n \nu_n`. The trapezoidal rule in
+    :math:`\log t` with step ``h`` from ``vlo`` (``HL2``/``C2`` the same with step ``2h``, for the error), until
+    :math:`t\, P(N(t) \le \mathrm{deg})` (times :math:`e^{-p_{\min} t}` without a tail) is below 1e-22 of its
+    largest value. ``info`` = (last ``t``, nodes, done)."""
+    K = ph.shape[0]
+    nk = ranks.shape[0]
+    N = nu.shape[0] - 1
+    mL = pmax * nu[1]
+    tail = mL > 0.0
+    pmin = ph[K - 1] if K > 0 else 0.0
+    for k in range(nk):
+        for c in range(K):
+            HL[k, c] = 0.0
+            HL2[k, c] = 0.0
+        for n in range(N + 1):
+            C[k, n] = 0.0
+            C2[k, n] = 0.0
+    gmax = 0.0
+    t = 0.0
+    done = False
+    i = 0
+    while i < max_nodes:
+        t = np.exp(vlo + i * h)
+        wt = h * t
+        even = i % 2 == 0
+        # the tail's generating function E (degrees 0 .. deg)
+        for j in range(deg + 1):
+            pw[j] = 0.0
+            E[j] = 0.0
+        if tail:
+            u = pmax * t
+            un = 1.0
+            for n in range(1, N + 1):
+                un *= u
+                tn = un * nu[n]
+                for j in range(1, min(n, deg) + 1):
+                    pw[j] += s[j, n] * tn
+            E[0] = np.exp(-mL * t)
+            for k in range(1, deg + 1):
+                acc = 0.0
+                for j in range(1, k + 1):
+                    term = pw[j] * E[k - j]
+                    acc = acc + term if j % 2 == 1 else acc - term
+                E[k] = acc / k
+        else:
+            E[0] = 1.0
+        # head clocks; suffix products from the tail's function, prefix products from 1
+        for c in range(K):
+            a[c] = np.exp(-ph[c] * t)
+            b[c] = -np.expm1(-ph[c] * t)
+        for j in range(deg + 1):
+            suf[K, j] = E[j]
+            pre[0, j] = 0.0
+        pre[0, 0] = 1.0
+        for c in range(K - 1, -1, -1):
+            suf[c, 0] = a[c] * suf[c + 1, 0]
+            for j in range(1, deg + 1):
+                suf[c, j] = a[c] * suf[c + 1, j] + b[c] * suf[c + 1, j - 1]
+        for c in range(K):
+            pre[c + 1, 0] = a[c] * pre[c, 0]
+            for j in range(1, deg + 1):
+                pre[c + 1, j] = a[c] * pre[c, j] + b[c] * pre[c, j - 1]
+        g = 0.0
+        for j in range(deg + 1):
+            pb[j] = suf[0, j]
+            g += pb[j]
+        # head tokens
+        for c in range(K):
+            f = wt * ph[c] * a[c]
+            for k in range(nk):
+                r = ranks[k]
+                val = 0.0
+                for j in range(r + 1):
+                    val += pre[c, j] * suf[c + 1, r - j]
+                HL[k, c] += f * val
+                if even:
+                    HL2[k, c] += 2.0 * f * val
+        # tail coefficients
+        if tail:
+            u = pmax * t
+            for k in range(nk):
+                r = ranks[k]
+                C[k, 0] += wt * pb[r]
+                if even:
+                    C2[k, 0] += 2.0 * wt * pb[r]
+                un = 1.0
+                for n in range(1, N + 1):
+                    un *= u
+                    acc = 0.0
+                    for q in range(1, min(r, n) + 1):
+                        term = s[q, n] * pb[r - q]
+                        acc = acc - term if q % 2 == 1 else acc + term
+                    d = wt * un * acc
+                    C[k, n] += d
+                    if even:
+                        C2[k, n] += 2.0 * d
+        G = t * g if tail else t * g * np.exp(-pmin * t)
+        if G > gmax:
+            gmax = G
+        elif G <= 1e-22 * gmax and i % 2 == 0:
+            done = True
+            break
+        i += 1
+    info[0] = t
+    info[1] = i + 1
+    info[2] = 1.0 if done else 0.0
+
+
+#: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
+RACE_JIT = compile_in(globals(), ("race_moments", "race_row"))
