@@ -264,34 +264,33 @@ class _Race:
         K = min(_RACE_HEAD, V)
         mark = np.zeros(V, bool)
         while todo:
-            sub = P[todo]
-            part = np.argpartition(-sub, K - 1, axis=1)[:, :K] if K < V else np.tile(np.arange(V), (len(todo), 1))
+            sub = np.ascontiguousarray(P[todo])
+            n = len(todo)
+            part = np.argpartition(-sub, K - 1, axis=1)[:, :K] if K < V else np.tile(np.arange(V), (n, 1))
             head = np.take_along_axis(part, np.lexsort((part, -np.take_along_axis(sub, part, axis=1)), axis=1), axis=1)
             head = np.ascontiguousarray(head, dtype=np.int64)
-            pmax = np.zeros(len(todo))
-            nu = np.zeros((len(todo), N + 1))
-            _K.race_moments(np.ascontiguousarray(sub), head, mark, pmax, nu)
+            kh = np.minimum(K, support[todo]).astype(np.int64)
+            ph = np.where(np.arange(K) < kh[:, None], np.take_along_axis(sub, head, axis=1), 0.0)
+            pmax = np.zeros(n)
+            nu = np.zeros((n, N + 1))
+            _K.race_moments(sub, head, mark, pmax, nu)
+            HL, HL2 = np.zeros((n, nk, K)), np.zeros((n, nk, K))
+            C, C2 = np.zeros((n, nk, N + 1)), np.zeros((n, nk, N + 1))
+            info = np.zeros((n, 3))
+            _K.race_rows(sub, head, kh, pmax, nu, r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
+                         HL, HL2, C, C2, info)
+            tail = pmax > 0
+            good = (info[:, 2] > 0) & (~tail | (pmax * info[:, 0] <= _RACE_UMAX))
+            good &= np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph[:, None, :]), axis=(1, 2))
+            c0 = C[:, :, 0]
+            good &= ~tail | np.all((c0 > 0) & (np.abs(C - C2).sum(axis=2) <= 1e-8 * c0)
+                                   & (np.abs(C[:, :, -4:]).sum(axis=2) <= 1e-16 * c0), axis=1)
+            th = _race_thresholds(C)
             again = []
             for j, i in enumerate(todo):
-                k = int(min(K, support[i]))
-                ph = np.ascontiguousarray(sub[j, head[j, :k]])
-                HL, HL2 = np.zeros((nk, k)), np.zeros((nk, k))
-                C, C2 = np.zeros((nk, N + 1)), np.zeros((nk, N + 1))
-                info = np.zeros(3)
-                _K.race_row(ph, float(pmax[j]), nu[j], r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
-                            HL, HL2, C, C2, np.zeros((k + 1, deg + 1)), np.zeros((k + 1, deg + 1)), np.zeros(deg + 1),
-                            np.zeros(k), np.zeros(k), np.zeros(deg + 1), np.zeros(deg + 1), info)
-                tail = pmax[j] > 0
-                good = bool(info[2]) and (not tail or pmax[j] * info[0] <= _RACE_UMAX)
-                if good and k:
-                    good = bool(np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph)))
-                if good and tail:
-                    c0 = C[:, 0]
-                    good = bool(np.all(c0 > 0) and np.all(np.abs(C - C2).sum(axis=1) <= 1e-8 * c0)
-                                and np.all(np.abs(C[:, -4:]).sum(axis=1) <= 1e-16 * c0))
-                if good:
-                    got[i] = (head[j, :k].copy(), HL, C, float(pmax[j]) if tail else 1.0)
-                elif k < support[i]:
+                if good[j]:
+                    got[i] = (head[j, :kh[j]], HL[j, :, :kh[j]], C[j], float(pmax[j]) if tail[j] else 1.0, th[j])
+                elif kh[j] < support[i]:
                     again.append(i)
             todo = again
             K = min(V, 4 * K)
@@ -300,30 +299,27 @@ class _Race:
         self.HL = np.zeros((m, nk, Kmax))
         self.C = np.zeros((m, nk, N + 1))
         self.theta = np.full((m, N + 1), np.inf)
-        for i, (hd, HL, C, pm) in got.items():
+        for i, (hd, HL, C, pm, th) in got.items():
             self.ok[i] = True
             self.head[i, :hd.size] = hd
             self.HL[i, :, :hd.size] = HL
             self.C[i] = C
             self.pmax[i] = pm
-            self.theta[i] = _race_thresholds(C)
-
+            self.theta[i] = th
 
 
 def _race_thresholds(C: np.ndarray) -> np.ndarray:
-    r"""``theta[d]``: entries with :math:`x \le \theta_d` need the Taylor terms up to degree ``d`` only (what the
-    terms above leave, :math:`x^{d+1} \sum_{n > d} |C_n|` for :math:`x \le 1`, is below 1e-17 of :math:`C_0` for
-    every rank); nondecreasing, the last infinite."""
-    N = C.shape[1] - 1
-    A = np.abs(C)
-    above = np.cumsum(A[:, ::-1], axis=1)[:, ::-1]               # above[:, d] = sum_{n >= d} |C_n|
-    th = np.full(N + 1, np.inf)
-    with np.errstate(divide="ignore"):
-        for d in range(N):
-            rest = above[:, d + 1]
-            th[d] = np.min(np.where(rest > 0, (1e-17 * C[:, 0] / np.where(rest > 0, rest, 1.0)) ** (1.0 / (d + 1)),
-                                    np.inf))
-    return np.minimum.accumulate(th[::-1])[::-1]
+    r"""``theta[i, d]``: entries of row ``i`` with :math:`x \le \theta_d` need the Taylor terms up to degree ``d``
+    only (what the terms above leave, :math:`x^{d+1} \sum_{n > d} |C_n|` for :math:`x \le 1`, is below 1e-17 of
+    :math:`C_0` for every rank); nondecreasing in ``d``, the last infinite. ``C``: ``(m, ranks, N + 1)``."""
+    N = C.shape[2] - 1
+    above = np.cumsum(np.abs(C)[:, :, ::-1], axis=2)[:, :, ::-1]           # above[..., d] = sum_{n >= d} |C_n|
+    rest = above[:, :, 1:]                                                  # sum_{n > d}, d = 0 .. N - 1
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        th = np.where(rest > 0, (1e-17 * C[:, :, :1] / np.where(rest > 0, rest, 1.0))
+                      ** (1.0 / np.arange(1, N + 1)), np.inf)
+    th = np.concatenate([th.min(axis=1), np.full((C.shape[0], 1), np.inf)], axis=1)
+    return np.minimum.accumulate(th[:, ::-1], axis=1)[:, ::-1]
 
 
 def _wor_draw_laws(P, ranks, *, exact_limit: int | None = None, race: bool = True):
@@ -451,8 +447,8 @@ class _DrawLaws:
 
     def _race_law(self, k: int, v0: int, v1: int, bounded):
         """The race's law of the ``k``-th used rank (>= 2) at the tokens ``v0 <= y < v1`` of every row (rows the race
-        refused: ``bounded``): :math:`p \\sum_n C_n x^n` by Horner's rule up to each entry's degree, the head's
-        laws put in (the operations of :func:`_bound_kernels.wor_pi_kernel`)."""
+        refused: ``bounded``): :math:`p \\sum_n C_n x^n` summed by ascending powers up to each entry's degree, the
+        head's laws put in (the operations of :func:`_bound_kernels.wor_pi_kernel`)."""
         xp, race, kk = self.xp, self.race, self.kk[k]
         if race is None:
             return bounded
@@ -465,10 +461,12 @@ class _DrawLaws:
         for n in range(N):
             d += x > theta[:, n:n + 1]
         top = int(_host(xp.max(d))) if xp is not np else int(d.max(initial=0))
-        acc = xp.zeros_like(Pb)
+        acc = xp.zeros_like(Pb) + C[:, kk, 0:1]
+        pw = xp.ones_like(Pb)
         with np.errstate(over="ignore", invalid="ignore"):       # the head's entries (x >= 1), replaced below
-            for n in range(top, -1, -1):
-                acc = xp.where(d >= n, acc * x + C[:, kk, n:n + 1], acc)
+            for n in range(1, top + 1):
+                pw = pw * x
+                acc = acc + C[:, kk, n:n + 1] * xp.where(d >= n, pw, 0.0)
             out = Pb * acc
         # the head: its laws where its tokens fall in the columns
         hr, hc = np.nonzero(race.head >= 0)
@@ -561,10 +559,12 @@ def _race_at(race: _Race, kk: int, p: np.ndarray, rows: np.ndarray, cols: np.nda
     for n in range(th.shape[1] - 1):
         d += x > th[:, n]
     C = race.C[rows, kk]
-    acc = np.zeros_like(p)
+    acc = np.zeros_like(p) + C[:, 0]
+    pw = np.ones_like(p)
     with np.errstate(over="ignore", invalid="ignore"):
-        for n in range(int(d.max(initial=0)), -1, -1):
-            acc = np.where(d >= n, acc * x + C[:, n], acc)
+        for n in range(1, int(d.max(initial=0)) + 1):
+            pw = pw * x
+            acc = acc + C[:, n] * np.where(d >= n, pw, 0.0)
         out = p * acc
     hit = race.head[rows] == cols[:, None]
     hr, hc = np.nonzero(hit)

@@ -26,6 +26,8 @@ from .._jit import compile_in
 
 #: Columns of a row evaluated together (buffers that stay in the L1 cache; the loops over them vectorise).
 BLOCK = 256
+#: Taylor terms of the race's tail evaluated for a whole block (an entry that needs more continues on its own).
+DCAP = 4
 
 
 def union_block(a, n, b, r, h, out):
@@ -109,11 +111,38 @@ def second_draw_t(P, top, rest_top, t):
 
 
 def _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i, v0, b, special,
-                 law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial):
+                 law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial, rx, rd, rdmax, rpw):
     """:func:`wor_pi_kernel` on the columns ``v0 .. v0 + b - 1`` of row ``i``; ``special``: the columns may hold
     the row's most likely tokens (each checked), else none does."""
     K = ranks.shape[0]
     E = md.shape[0]
+    if rok[i]:                                     # the race's x and Taylor degree of each entry, for every rank
+        pm = rpm[i]
+        N = rth.shape[1] - 1
+        rdmax[0] = 0
+        for v in range(b):
+            rx[v] = P[i, v0 + v] / pm
+            rd[v] = 0
+        for n in range(min(DCAP, N)):               # the degree: thresholds below x (nondecreasing)
+            th = rth[i, n]
+            for v in range(b):
+                rd[v] += 1 if rx[v] > th else 0
+        for v in range(b):
+            d = rd[v]
+            if d == DCAP:
+                while d < N and rx[v] > rth[i, d]:
+                    d += 1
+                rd[v] = d
+            if d > rdmax[0]:
+                rdmax[0] = d
+        for v in range(b):
+            rpw[0, v] = 1.0
+        for n in range(1, DCAP + 1):
+            for v in range(b):
+                rpw[n, v] = rpw[n - 1, v] * rx[v]
+        for n in range(1, DCAP + 1):
+            for v in range(b):
+                rpw[n, v] = rpw[n, v] if n <= rd[v] else 0.0
     for v in range(b):
         p = P[i, v0 + v]
         if special and v0 + v == top1[i]:
@@ -136,18 +165,22 @@ def _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i
             # the exponential race: p * sum_n C_n x^n by Horner's rule up to the entry's degree, the head's laws
             lk = law[2]
             q = kk[k]
-            pm = rpm[i]
-            N = rth.shape[1] - 1
+            c0 = rC[i, q, 0]
             for v in range(b):
-                p = P[i, v0 + v]
-                x = p / pm
-                d = 0
-                while d < N and x > rth[i, d]:
-                    d += 1
-                h = rC[i, q, d]
-                for n in range(d - 1, -1, -1):
-                    h = h * x + rC[i, q, n]
-                lk[v] = p * h
+                lk[v] = c0
+            for n in range(1, min(DCAP, rdmax[0]) + 1):    # ascending powers, zero above an entry's degree
+                cn = rC[i, q, n]
+                for v in range(b):
+                    lk[v] = lk[v] + cn * rpw[n, v]
+            if rdmax[0] > DCAP:
+                for v in range(b):
+                    if rd[v] > DCAP:
+                        xn = rpw[DCAP, v]
+                        for n in range(DCAP + 1, rd[v] + 1):
+                            xn = xn * rx[v]
+                            lk[v] = lk[v] + rC[i, q, n] * xn
+            for v in range(b):
+                lk[v] = P[i, v0 + v] * lk[v]
             if rspecial:
                 for c in range(rhead.shape[1]):
                     v = rhead[i, c] - v0
@@ -202,6 +235,10 @@ def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, 
     law = np.zeros((3, BLOCK))
     room = np.zeros(BLOCK)
     acc = np.zeros(BLOCK)
+    rx = np.zeros(BLOCK)
+    rd = np.zeros(BLOCK, dtype=np.int64)
+    rdmax = np.zeros(1, dtype=np.int64)
+    rpw = np.zeros((DCAP + 1, BLOCK))
     nt = top.shape[1]
     for i in range(m):
         for v0 in range(0, V, BLOCK):
@@ -216,7 +253,7 @@ def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, 
                     if v0 <= rhead[i, c] < v0 + b:
                         rspecial = True
             _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i, v0, b, special,
-                         law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial)
+                         law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial, rx, rd, rdmax, rpw)
 
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
@@ -265,13 +302,13 @@ def stirling_table(kmax: int, nmax: int):
 
 def race_moments(P, head, mark, pmax, nu):
     r"""Per row ``i``, with the tokens ``head[i]`` left out (the tail): ``pmax[i]``, the tail's largest probability,
-    and ``nu[i, n]`` = :math:`\sum_{x} (p_x / p_{\max})^n`, ``n = 1 .. nu.shape[1] - 1`` (compensated sums; a
-    token's powers stop once below 1e-30, far below what the rows' ``n``-th terms need); ``mark`` a boolean scratch
-    of ``V`` False entries."""
+    and ``nu[i, n]`` = :math:`\sum_{x} y_x^n`, :math:`y_x = p_x / p_{\max}`, ``n = 1 .. nu.shape[1] - 1``
+    (``n = 1`` a compensated sum, the mass that enters :math:`e^{-m_L t}`). A token with :math:`y \le 10^{-4}`
+    adds its powers up to 5 (:math:`y^6 \le 10^{-24}`), any other token its powers until they fall below 1e-24;
+    ``mark`` a boolean scratch of ``V`` False entries."""
     m, V = P.shape
     K = head.shape[1]
     N = nu.shape[1] - 1
-    comp = np.zeros(N + 1)
     for i in range(m):
         for c in range(K):
             mark[head[i, c]] = True
@@ -282,28 +319,80 @@ def race_moments(P, head, mark, pmax, nu):
         pmax[i] = mx
         for n in range(N + 1):
             nu[i, n] = 0.0
-            comp[n] = 0.0
         if mx > 0.0:
+            s1 = 0.0
+            comp = 0.0
+            a2 = 0.0
+            a3 = 0.0
+            a4 = 0.0
+            a5 = 0.0
+            a6 = 0.0
+            a7 = 0.0
+            inv = 1.0 / mx
             for v in range(V):
                 x = P[i, v]
                 if mark[v] or x <= 0.0:
                     continue
-                y = x / mx
-                q = y
-                for n in range(1, N + 1):
-                    s = nu[i, n] + q                       # Neumaier's compensated sum
-                    if abs(nu[i, n]) >= abs(q):
-                        comp[n] += (nu[i, n] - s) + q
-                    else:
-                        comp[n] += (q - s) + nu[i, n]
-                    nu[i, n] = s
-                    q *= y
-                    if q < 1e-30:
-                        break
-            for n in range(1, N + 1):
-                nu[i, n] += comp[n]
+                y = x * inv
+                t = s1 + y                                 # Neumaier's compensated sum
+                if abs(s1) >= y:
+                    comp += (s1 - t) + y
+                else:
+                    comp += (y - t) + s1
+                s1 = t
+                if y <= 1e-3:
+                    y2 = y * y
+                    y3 = y2 * y
+                    y4 = y2 * y2
+                    a2 += y2
+                    a3 += y3
+                    a4 += y4
+                    a5 += y4 * y
+                    a6 += y3 * y3
+                    a7 += y4 * y3
+                else:
+                    q = y * y
+                    for n in range(2, N + 1):
+                        nu[i, n] += q
+                        q *= y
+                        if q < 1e-21:
+                            break
+            nu[i, 1] = s1 + comp
+            if N >= 2:
+                nu[i, 2] += a2
+            if N >= 3:
+                nu[i, 3] += a3
+            if N >= 4:
+                nu[i, 4] += a4
+            if N >= 5:
+                nu[i, 5] += a5
+            if N >= 6:
+                nu[i, 6] += a6
+            if N >= 7:
+                nu[i, 7] += a7
         for c in range(K):
             mark[head[i, c]] = False
+
+
+def race_rows(P, head, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info):
+    """:func:`race_row` for each row ``i`` of ``P``: its ``kh[i]`` head tokens ``head[i]``, tail ``pmax[i]``,
+    ``nu[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``, ``C2[i]``, ``info[i]``."""
+    m = P.shape[0]
+    K = head.shape[1]
+    ph = np.zeros(K)
+    pre = np.zeros((K + 1, deg + 1))
+    suf = np.zeros((K + 1, deg + 1))
+    pb = np.zeros(deg + 1)
+    a = np.zeros(K)
+    b = np.zeros(K)
+    pw = np.zeros(deg + 1)
+    E = np.zeros(deg + 1)
+    for i in range(m):
+        k = kh[i]
+        for c in range(k):
+            ph[c] = P[i, head[i, c]]
+        race_row(ph[:k], pmax[i], nu[i], ranks, deg, h, vlo, s, max_nodes, HL[i], HL2[i], C[i], C2[i], pre, suf, pb,
+                 a, b, pw, E, info[i])
 
 
 def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre, suf, pb, a, b, pw, E, info):
@@ -331,6 +420,11 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
     nk = ranks.shape[0]
     N = nu.shape[0] - 1
     mL = pmax * nu[1]
+    smax = np.zeros(N + 1)                         # the largest s[j, n] over j: terms below 1e-30 end the sums
+    for n in range(N + 1):
+        for j in range(s.shape[0]):
+            if s[j, n] > smax[n]:
+                smax[n] = s[j, n]
     tail = mL > 0.0
     pmin = ph[K - 1] if K > 0 else 0.0
     for k in range(nk):
@@ -358,6 +452,8 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
             for n in range(1, N + 1):
                 un *= u
                 tn = un * nu[n]
+                if tn * smax[n] < 1e-30 * nu[1]:
+                    break
                 for j in range(1, min(n, deg) + 1):
                     pw[j] += s[j, n] * tn
             E[0] = np.exp(-mL * t)
@@ -411,6 +507,8 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
                 un = 1.0
                 for n in range(1, N + 1):
                     un *= u
+                    if un * smax[n] < 1e-30:
+                        break
                     acc = 0.0
                     for q in range(1, min(r, n) + 1):
                         term = s[q, n] * pb[r - q]
@@ -432,4 +530,4 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
 
 
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
-RACE_JIT = compile_in(globals(), ("race_moments", "race_row"))
+RACE_JIT = compile_in(globals(), ("race_moments", "race_row", "race_rows"))
