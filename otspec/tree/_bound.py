@@ -91,8 +91,9 @@ class TreeBound:
     complete : bool
         Every prefix with :math:`\min(Q, \pi) > 0` above the last depth was expanded (no remainder).
     pi_exact : bool
-        :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was computed exactly);
-        False where the stated upper bound on a draw's law was used (``value`` is then still an upper bound).
+        :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was enumerated or
+        computed by the exponential race, to a relative 1e-12); False where the stated upper bound
+        on a draw's law was used (``value`` is then still an upper bound).
     process : str
     budget : int
     """
@@ -1069,8 +1070,13 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     For ``"wor"``, :math:`P(\text{draw } r = y)` is computed exactly by
     enumerating the ordered draws when there are few (small vocabularies or
     supports); otherwise rank 0 is :math:`p`, rank 1 is the closed form
-    :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)`, and ranks :math:`r \ge 2` use
-    the upper bound :math:`\min(p_y / (1 - M_r(y)), 1 - P(\text{draw } 0 = y)
+    :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)`, and ranks :math:`r \ge 2` the
+    exponential race, :math:`p_y \int_0^\infty e^{-p_y t} P(N_{-y}(t) = r)\,
+    dt` (:math:`N_{-y}(t)` the number of other clocks :math:`\mathrm{Exp}(p_x)`
+    rung by ``t``), by a checked quadrature to a relative
+    1e-12 (docs/theory/trees.rst, "An upper bound at any vocabulary"). A row whose
+    quadrature fails its checks would keep the upper bound
+    :math:`\min(p_y / (1 - M_r(y)), 1 - P(\text{draw } 0 = y)
     - P(\text{draw } 1 = y))`, :math:`M_r(y)` the mass of the ``r`` most
     likely other tokens: an upper bound on :math:`\pi` keeps the value an
     upper bound, and ``pi_exact`` says which was used.
