@@ -307,6 +307,8 @@ class _Race:
             self.C[i] = C
             self.pmax[i] = pm
             self.theta[i] = th
+        self.hr, self.hc = np.nonzero(self.head >= 0)             # the head's entries: row, place, token
+        self.hv = self.head[self.hr, self.hc]
 
 
 def _race_thresholds(C: np.ndarray) -> np.ndarray:
@@ -374,6 +376,7 @@ class _DrawLaws:
         self.exact = self.n_big == 0 or need <= 2
         # ranks >= 2 of the rows not enumerated: the exponential race (exact to WOR_LAW_RTOL), else the upper bound
         self.race = None
+        self._rt = None
         self.kk = [-1] * len(self.ranks)
         if need > 2 and self.n_big and race:
             big = [i for i in range(m) if i not in self.small]
@@ -446,40 +449,67 @@ class _DrawLaws:
                 out[i] = xp.asarray(e[k], device=_device(P)) if xp is not np else e[k, v0:v1]
         return out
 
+    def _race_terms(self, v0: int, v1: int):
+        """What every rank's race law at the tokens ``v0 <= y < v1`` shares (kept for the last columns asked): the
+        powers :math:`x^n`, ``n <= DCAP``, set to 0 above each entry's Taylor degree (0 at the head's entries,
+        whose laws replace the sums), the largest degree, the entries above :data:`_bound_kernels.DCAP` (summed
+        on their own: place, ``x``, degree, :math:`x^{DCAP}`) and the head's entries in the columns."""
+        if self._rt is not None and self._rt[0] == (v0, v1):
+            return self._rt[1]
+        xp, race = self.xp, self.race
+        arr = race.__dict__ if xp is np else self.race_x
+        theta = arr["theta"]
+        Pb = self.P[:, v0:v1]
+        x = Pb / arr["pmax"][:, None]
+        sel = (race.hv >= v0) & (race.hv < v1)
+        hr, hc, hcol = race.hr[sel], race.hc[sel], race.hv[sel] - v0
+        if xp is not np:
+            dev = _device(Pb)
+            hr, hc, hcol = (xp.asarray(a, device=dev) for a in (hr, hc, hcol))
+        xd = xp.asarray(x, copy=True)
+        xd[hr, hcol] = 0.0
+        d = xp.zeros(x.shape, dtype=xp.int64) if xp is not np else np.zeros(x.shape, dtype=np.int64)
+        for n in range(theta.shape[1] - 1):
+            gt = xd > theta[:, n:n + 1]
+            if not bool(xp.any(gt)):
+                break
+            d = d + (gt if xp is np else xp.astype(gt, xp.int64))
+        top = int(d.max(initial=0)) if xp is np else int(_host(xp.max(d)))
+        pw, masked = xp.ones_like(Pb), []
+        for n in range(1, min(top, _K.DCAP) + 1):                  # x^n, 0 above an entry's degree
+            pw = pw * x
+            masked.append(xp.where(d >= n, pw, 0.0))
+        far = None
+        if top > _K.DCAP:                                           # entries that need more: x, degree, x^DCAP
+            re, ce = np.nonzero(d > _K.DCAP) if xp is np else xp.nonzero(d > _K.DCAP)
+            far = (re, ce, x[re, ce], d[re, ce], pw[re, ce])
+        got = (Pb, masked, top, far, (hr, hc, hcol))
+        self._rt = ((v0, v1), got)
+        return got
+
     def _race_law(self, k: int, v0: int, v1: int, bounded):
         """The race's law of the ``k``-th used rank (>= 2) at the tokens ``v0 <= y < v1`` of every row (rows the race
-        refused: ``bounded``): :math:`p \\sum_n C_n x^n` summed by ascending powers up to each entry's degree, the
-        head's laws put in (the operations of :func:`_bound_kernels.wor_pi_kernel`)."""
+        refused: ``bounded``): :math:`p \\sum_n C_n x^n` summed by ascending powers up to each entry's degree (the
+        first :data:`_bound_kernels.DCAP` for the whole block, the rest entry by entry), the head's laws put in: the
+        operations of :func:`_bound_kernels.wor_pi_kernel` on each entry."""
         xp, race, kk = self.xp, self.race, self.kk[k]
         if race is None:
             return bounded
-        Pb = self.P[:, v0:v1]
         arr = race.__dict__ if xp is np else self.race_x
-        C, theta, pmax, head, HL = (arr[a] for a in ("C", "theta", "pmax", "head", "HL"))
-        x = Pb / pmax[:, None]
-        N = theta.shape[1] - 1
-        d = xp.zeros(x.shape, dtype=xp.int64) if xp is not np else np.zeros(x.shape, dtype=np.int64)
-        for n in range(N):
-            d += x > theta[:, n:n + 1]
-        top = int(_host(xp.max(d))) if xp is not np else int(d.max(initial=0))
+        C, HL = arr["C"], arr["HL"]
+        Pb, masked, top, far, (hr, hc, hcol) = self._race_terms(v0, v1)
         acc = xp.zeros_like(Pb) + C[:, kk, 0:1]
-        pw = xp.ones_like(Pb)
-        with np.errstate(over="ignore", invalid="ignore"):       # the head's entries (x >= 1), replaced below
-            for n in range(1, top + 1):
-                pw = pw * x
-                acc = acc + C[:, kk, n:n + 1] * xp.where(d >= n, pw, 0.0)
-            out = Pb * acc
-        # the head: its laws where its tokens fall in the columns
-        hr, hc = np.nonzero(race.head >= 0)
-        hv = race.head[hr, hc]
-        sel = (hv >= v0) & (hv < v1)
-        hr, hc, hv = hr[sel], hc[sel], hv[sel]
-        if xp is np:
-            out[hr, hv - v0] = HL[hr, kk, hc]
-        else:
-            dev = _device(Pb)
-            ti = [xp.asarray(a, device=dev) for a in (hr, hc, hv - v0)]
-            out[ti[0], ti[2]] = HL[ti[0], kk, ti[1]]
+        for n, pwn in enumerate(masked, start=1):
+            acc = acc + C[:, kk, n:n + 1] * pwn
+        if far is not None:
+            re, ce, xe, de, pe = far
+            ae, Ce = acc[re, ce], C[re, kk, :]
+            for n in range(_K.DCAP + 1, top + 1):
+                pe = pe * xe
+                ae = ae + Ce[:, n] * xp.where(de >= n, pe, 0.0)
+            acc[re, ce] = ae
+        out = Pb * acc
+        out[hr, hcol] = HL[hr, kk, hc]
         if bounded is not None:
             ok = race.ok[:, None] if xp is np else self.race_x["ok"][:, None]
             out = xp.where(ok, out, bounded)

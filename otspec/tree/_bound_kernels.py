@@ -7,9 +7,14 @@ r"""Fused kernels of :func:`otspec.tree.bound` on the host: one pass per row ins
 * :func:`second_draw_t`: the terms :math:`t_x = p_x / (1 - p_x)` of the
   closed form of the second draw without replacement;
 * :func:`wor_pi_kernel`: the laws of the draws of every used rank (rank 0
-  :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the stated upper
-  bound) combined into :math:`\pi` and the expected slot counts in one pass,
-  no law held whole.
+  :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the exact law of
+  the exponential race, or the stated upper bound in a row the race refused)
+  combined into :math:`\pi` and the expected slot counts in one pass, no law
+  held whole;
+* :func:`race_moments`, :func:`race_rows`: the exponential race's work per
+  row (the tail's power sums in one pass over the vocabulary; the quadrature
+  in :math:`\log t` for the head's laws and the tail's Taylor coefficients),
+  shared by the fused and the numpy route.
 
 Plain Python on scalars, compiled by numba when installed (the ``fast`` extra,
 :data:`JIT`); the same operations in the same order as the vectorised numpy
