@@ -331,7 +331,8 @@ def _wor_draw_laws(P, ranks, *, exact_limit: int | None = None, race: bool = Tru
 
     Exact by enumeration of the ordered draws when there are few (at most ``exact_limit / V`` per row); otherwise
     rank 0 is ``p``, rank 1 the closed form :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)` (:func:`_second_draw`),
-    and ranks :math:`r \ge 2` the upper bound
+    and ranks :math:`r \ge 2` the exponential race (:class:`_Race`, exact to :data:`WOR_LAW_RTOL`), or, with
+    ``race=False`` and in the rows the race refuses, the upper bound
 
     .. math::
 
