@@ -13,6 +13,9 @@ expanded prefixes (64 per model call), for the i.i.d. and the without-replacemen
   outside every timed call, and printed;
 * "laws as arrays": the bound's own arithmetic, each frontier's laws handed over as one stacked numpy
   block (no check on reading: the route of decoding models whose logits are on the CPU);
+* "bounded draws": "laws as arrays" with the draws of ranks >= 2 without replacement given the stated upper
+  bound instead of their exact laws (the exponential race; the bound before the race), and the (looser) bound
+  it gives;
 * "laws as tensors": the same arithmetic on the same laws held as float64 tensors on ``--device`` (the
   torch route of the bound's frontier expansion, which the decoding models take when their logits are on
   an accelerator);
@@ -145,10 +148,17 @@ def main(argv=None):
             return P, Q
 
         B._TreeAttentionLaws.__call__ = recording
+        race = B._WOR_RACE
         try:
+            # the prefixes the bound with bounded draws expands too (recorded first: the run below overwrites the
+            # laws of the prefixes both expand with its own)
+            B._WOR_RACE = False
+            bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
+            B._WOR_RACE = race
             res = bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
         finally:
             B._TreeAttentionLaws.__call__ = orig
+            B._WOR_RACE = race
         md = _Recorded({s: pq[0] for s, pq in rec.items()}, V)
         mt = _Recorded({s: pq[1] for s, pq in rec.items()}, V)
         again = bound(shape, md, mt, process=process, budget=args.budget, batch=args.batch)
@@ -172,6 +182,15 @@ def main(argv=None):
             laws.calls = 0
             B._sampled(B._Slots(shape), process, laws, args.budget, args.batch)
 
+        def given_bounded(process=process, laws=array_laws):
+            # the same, ranks >= 2 without replacement by the stated upper bound (the bound before the race)
+            laws.calls = 0
+            race, B._WOR_RACE = B._WOR_RACE, False
+            try:
+                return B._sampled(B._Slots(shape), process, laws, args.budget, args.batch)
+            finally:
+                B._WOR_RACE = race
+
         def given_tensors(process=process, laws=tensor_laws):
             # the torch route: the same laws as float64 tensors on the device, one stacked block per frontier
             laws.calls = 0
@@ -182,17 +201,20 @@ def main(argv=None):
         def with_calls(process=process):
             bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
 
+        loose = given_bounded()
         before = _load()
-        t_fwd, t_given, t_np, t_arr, t_tens, t_calls = timeit_many(
-            [forward, given, given_numpy, given_arrays, given_tensors, with_calls], repeat=args.repeat, min_time=0.0)
+        t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls = timeit_many(
+            [forward, given, given_numpy, given_arrays, given_bounded, given_tensors, with_calls], repeat=args.repeat,
+            min_time=0.0)
         after = _load()
         rows.append((process, t_fwd * 1e3, t_given * 1e3, t_given / t_fwd, t_np * 1e3, t_np / t_fwd,
-                     t_arr * 1e3, t_arr / t_fwd,
+                     t_arr * 1e3, t_arr / t_fwd, t_bnd * 1e3, t_bnd / t_arr, loose.value,
                      t_tens * 1e3, t_tens / t_fwd,
                      t_calls * 1e3, t_calls / t_fwd, res.n_calls, res.n_expanded, res.value, res.remainder,
                      res.pi_exact, f"{before} / {after}"))
     head = ("process", "forward ms", "bound, laws given ms", "given / forward", "numpy route ms",
-            "numpy / forward", "laws as arrays ms", "arrays / forward", "laws as tensors ms",
+            "numpy / forward", "laws as arrays ms", "arrays / forward", "bounded draws ms", "bounded / arrays",
+            "bound, bounded draws", "laws as tensors ms",
             "tensors / forward", "bound with its calls ms", "with calls / forward", "calls per model", "expanded",
             "bound", "remainder", "pi exact", "load average before / after")
     print_table(f"otspec.tree.bound on branching(8,7) at V = {V}, budget {args.budget} ({name})", head, rows,

@@ -199,10 +199,18 @@ def test_report_says_what_share_each_rule_reaches(bound_run, tmp_path):
     assert "lower bound on the true share" not in text  # pi exact at V = 5
 
 
-def test_report_says_when_pi_is_only_bounded(tmp_path):
-    """Ranks >= 2 drawn without replacement at a vocabulary too large to enumerate the draws: pi is bounded."""
+def test_report_says_when_pi_is_only_bounded(tmp_path, monkeypatch):
+    """Ranks >= 2 drawn without replacement at a vocabulary too large to enumerate the draws: pi is exact (the
+    exponential race); where their laws are only bounded above (the race turned off), the report says so."""
+    import otspec.tree._bound as tb
+
     draft, target = toy_pair(200, seed=1)
     items = [{"input_ids": [1, 2], "reference_ids": [3, 4]}, {"input_ids": [5], "reference_ids": [6, 7]}]
+    profile(items, out=tmp_path / "e", draft=draft, target=target, trees=["wor:branching(3,1):sequoia"],
+            bound_budget=8, **dict(RUN, max_new_tokens=2))
+    assert all(v[2] == 1.0 for v in _bounds(tmp_path / "e").values())
+    assert "lower bound on the true share" not in write_report(tmp_path / "e", figures=False).read_text()
+    monkeypatch.setattr(tb, "_WOR_RACE", False)
     profile(items, out=tmp_path / "r", draft=draft, target=target, trees=["wor:branching(3,1):sequoia"],
             bound_budget=8, **dict(RUN, max_new_tokens=2))
     got = _bounds(tmp_path / "r")

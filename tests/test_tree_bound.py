@@ -255,8 +255,13 @@ def test_draw_laws_without_replacement_against_ordered_draws(p):
     assert ex
     for r in ranks:
         np.testing.assert_allclose(got[r, 0], exact[r], rtol=0, atol=EXACT)
-    # the stated upper bound (ranks >= 2) when enumeration is refused
-    bnd, ex = _wor_draw_laws(p, ranks, exact_limit=0)
+    # enumeration refused: the exponential race, exact to WOR_LAW_RTOL
+    race, ex = _wor_draw_laws(p, ranks, exact_limit=0)
+    assert ex
+    for r in ranks:
+        np.testing.assert_allclose(race[r, 0], exact[r], rtol=0, atol=EXACT)
+    # the stated upper bound (ranks >= 2) without the race
+    bnd, ex = _wor_draw_laws(p, ranks, exact_limit=0, race=False)
     assert ex == (need <= 2)
     for r in ranks:
         assert np.all(bnd[r, 0] >= exact[r] - EXACT)
@@ -271,8 +276,12 @@ def test_bounded_draw_laws_keep_an_upper_bound(monkeypatch):
     s = TreeShape([(0,), (1,), (2,), (3,), (0, 0), (2, 0), (2, 1), (2, 2)])
     exact = bound(s, draft, target, process="wor", budget=10_000)
     monkeypatch.setattr(mod, "_MAX_WOR_ENUMERATION", 0)
+    race = bound(s, draft, target, process="wor", budget=10_000)          # the exponential race
+    monkeypatch.setattr(mod, "_WOR_RACE", False)
     loose = bound(s, draft, target, process="wor", budget=10_000)
-    assert exact.pi_exact and not loose.pi_exact
+    assert exact.pi_exact and race.pi_exact and not loose.pi_exact
+    assert abs(race.value - exact.value) <= EXACT
+    np.testing.assert_allclose(race.per_depth, exact.per_depth, rtol=0, atol=EXACT)
     assert loose.value >= exact.value - EXACT
     assert exact.value >= optimum(s, draft, target, process="wor", one_token=False).value - LP_TOL
 
@@ -496,3 +505,186 @@ def test_candidates_of_a_block_are_each_rows_ranked_prefix(rows, keep, as_tensor
             want_x += _ranked(row, k).tolist()
             want_r += [i] * k
     assert r.tolist() == want_r and x.tolist() == want_x and dropped == want_drop
+
+
+# --------------------------------------------------------------------------- the exponential race (exact laws, any V)
+def _subset_laws(p, ranks):
+    """P(draw r = y) by summing over the sets S of the first r draws: P(first |S| draws are S) by the recursion
+    over sets, then p_y / (1 - p(S)) (an independent exact route, every term positive; V up to ~16)."""
+    p = np.asarray(p, dtype=float)
+    V, R = p.size, max(ranks)
+    out = np.zeros((len(ranks), V))
+    layer = {frozenset(): 1.0}
+    for r in range(R + 1):
+        if r in ranks:
+            for S, w in layer.items():
+                rest = math.fsum(p[[x for x in range(V) if x not in S]])
+                for y in range(V):
+                    if y not in S and p[y] > 0:
+                        out[ranks.index(r), y] += w * p[y] / rest
+        nxt: dict = {}
+        for S, w in layer.items():
+            rest = math.fsum(p[[x for x in range(V) if x not in S]])
+            for y in range(V):
+                if y not in S and p[y] > 0:
+                    nxt[S | {y}] = nxt.get(S | {y}, 0.0) + w * p[y] / rest
+        layer = nxt
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(grid=st.lists(st.sampled_from([0, 0, 1, 1, 2, 5, 40]), min_size=4, max_size=7), scale=st.sampled_from([1, 1e-9]))
+def test_race_laws_equal_the_ordered_draws_enumerated(grid, scale):
+    # zeros, ties, and a token of probability ~1e-9 next to ~1: the race (enumeration refused) against every
+    # ordered sequence of draws
+    p = np.array(grid, dtype=float)
+    if np.count_nonzero(p) < 3:
+        return
+    p[np.argmax(p)] /= scale
+    p /= p.sum()
+    need = int(min(np.count_nonzero(p), 5))
+    ranks = list(range(need))
+    exact = np.zeros((need, p.size))
+    for seq, w in _wor_sequences(p, need):
+        for r in ranks:
+            exact[r, seq[r]] += w
+    got, ex = _wor_draw_laws(p, ranks, exact_limit=0)
+    assert ex
+    np.testing.assert_allclose(got[:, 0], exact, rtol=0, atol=EXACT)
+
+
+@pytest.mark.parametrize("seed, concentration", [(0, 0.3), (1, 1.0), (2, 0.05), (3, 3.0)])
+def test_race_laws_equal_the_sums_over_sets_of_earlier_draws(seed, concentration, monkeypatch):
+    # V = 13, ranks up to 7 (too many ordered draws to enumerate); a small head, so the tail's series is used too
+    import otspec.tree._bound as mod
+
+    monkeypatch.setattr(mod, "_RACE_HEAD", 4)
+    p = np.random.default_rng(seed).dirichlet(np.full(13, concentration))
+    ranks = [0, 1, 2, 3, 5, 7]
+    got, ex = _wor_draw_laws(p, ranks, exact_limit=0)
+    assert ex
+    np.testing.assert_allclose(got[:, 0], _subset_laws(p, ranks), rtol=0, atol=EXACT)
+
+
+def _rows(V):
+    rng = np.random.default_rng(V)
+    peaked = np.full(V, 1e-3 / (V - 1))
+    peaked[7] = 1 - 1e-3
+    geometric = 0.5 ** np.arange(1, V + 1)
+    zipf = 1.0 / np.arange(1, V + 1)
+    with_zeros = rng.dirichlet(np.full(V, 0.02))
+    with_zeros[::3] = 0.0
+    logits = 3.0 * rng.standard_normal(V)
+    rows = [np.full(V, 1.0 / V), peaked, geometric, zipf, with_zeros, np.exp(logits - logits.max()),
+            rng.dirichlet(np.full(V, 0.01))]
+    return np.stack([r / r.sum() for r in rows])
+
+
+@pytest.mark.parametrize("head", [8, 32, 200])
+def test_race_laws_at_a_large_vocabulary_are_distributions_and_below_the_bound(head, monkeypatch):
+    # V = 20,000: each rank's law sums to 1; the laws do not depend on how many tokens the head holds; they lie
+    # below the stated upper bound; every row is accepted
+    import otspec.tree._bound as mod
+
+    P = _rows(20_000)
+    ranks = [0, 1, 2, 4, 7]
+    monkeypatch.setattr(mod, "_RACE_HEAD", 32)
+    ref = _DrawLaws(P, ranks, np, exact_limit=0)
+    monkeypatch.setattr(mod, "_RACE_HEAD", head)
+    dl = _DrawLaws(P, ranks, np, exact_limit=0)
+    bnd = _DrawLaws(P, ranks, np, exact_limit=0, race=False)
+    assert dl.exact and dl.race.ok.all() and not bnd.exact
+    for k in range(len(ranks)):
+        law = dl.law(k)
+        np.testing.assert_allclose(law.sum(axis=1), 1.0, rtol=0, atol=EXACT)
+        np.testing.assert_allclose(law, ref.law(k), rtol=0, atol=EXACT * 1e-3)
+        assert np.all(law <= bnd.law(k) + EXACT)
+        assert np.all(law >= 0.0)
+
+
+def test_rows_the_race_refuses_keep_the_stated_bound(monkeypatch):
+    import otspec.tree._bound as mod
+
+    P = _rows(3_000)[[1, 5]]
+    ranks = [0, 1, 3]
+    bnd = _DrawLaws(P, ranks, np, exact_limit=0, race=False)
+    monkeypatch.setattr(mod, "_RACE_MAX_NODES", 4)         # the quadrature cannot finish: every row refused
+    dl = _DrawLaws(P, ranks, np, exact_limit=0)
+    assert not dl.exact and not dl.race.ok.any()
+    for k in range(3):
+        np.testing.assert_array_equal(dl.law(k), bnd.law(k))
+    fused = _DrawLaws(P, ranks, np, exact_limit=0, fused=True)
+    rows, cols = np.repeat(np.arange(2), 3000), np.tile(np.arange(3000), 2)
+    np.testing.assert_array_equal(fused.at(2, rows, cols), bnd.law(2)[rows, cols])
+
+
+@settings(max_examples=30, deadline=None)
+@given(shape=shapes(max_nodes=5, max_depth=2), V=st.sampled_from([3, 4]), data=st.data())
+def test_bound_with_the_race_is_the_enumerated_bound(shape, V, data):
+    # enumeration of the draws refused everywhere: B equals the enumerated B, stays above OPT_c >= OPT_1, and is at
+    # most the B of the stated upper bound
+    import otspec.tree._bound as mod
+
+    if max(r for p in shape.paths[1:] for r in p) + 1 > V:
+        return
+    draft, target = data.draw(markov_pairs(V))
+    try:
+        oc = optimum(shape, draft, target, process="wor", one_token=False, raise_on_failure=True).value
+    except ValueError as exc:
+        assert "distinct children" in str(exc)
+        return
+    o1 = optimum(shape, draft, target, process="wor", raise_on_failure=True).value
+    b_ref, B_ref, _ = _reference(shape, draft, target, "wor")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(mod, "_MAX_WOR_ENUMERATION", 0)
+        race = bound(shape, draft, target, process="wor", budget=10_000)
+        mp.setattr(mod, "_WOR_RACE", False)
+        old = bound(shape, draft, target, process="wor", budget=10_000)
+    assert race.pi_exact and race.complete
+    np.testing.assert_allclose(race.per_depth, b_ref, rtol=0, atol=EXACT)
+    assert abs(race.value - B_ref) <= EXACT
+    assert race.value >= oc - LP_TOL and oc >= o1 - LP_TOL
+    assert race.value <= old.value + EXACT
+
+
+def test_race_tightens_the_bound_at_a_large_vocabulary():
+    # V = 1,000 (no enumeration): the race's B is exact and below the B of the stated upper bound, by a margin
+    import otspec.tree._bound as mod
+
+    draft = random_markov_model(1000, rng=31, concentration=0.05)
+    target = random_markov_model(1000, rng=32, concentration=0.05)
+    shape = TreeShape.branching(6, 4)
+    race = bound(shape, draft, target, process="wor", budget=50)
+    old_flag = mod._WOR_RACE
+    try:
+        mod._WOR_RACE = False
+        old = bound(shape, draft, target, process="wor", budget=50)
+    finally:
+        mod._WOR_RACE = old_flag
+    assert race.pi_exact and not old.pi_exact
+    assert np.all(race.per_depth <= old.per_depth + EXACT)
+    assert race.value < old.value - 1e-6
+
+
+def test_race_laws_against_sampled_draws_chi_square():
+    # an independent route by sampling: successive draws without replacement as the order of Gumbel-perturbed log
+    # probabilities, 200,000 draws of V = 40 tokens; each rank's counts against the race's law by a chi-square test
+    # at level 1e-4 per rank (3 ranks: a false failure at most 3e-4 for a random seed; the seed is fixed)
+    from scipy.stats import chisquare
+
+    rng = np.random.default_rng(11)
+    p = rng.dirichlet(np.full(40, 0.5))
+    ranks = [2, 4, 6]
+    laws, ex = _wor_draw_laws(p, ranks, exact_limit=0)
+    assert ex
+    n = 200_000
+    keys = np.log(p)[None, :] + rng.gumbel(size=(n, p.size))
+    order = np.argsort(-keys, axis=1)[:, :7]
+    for k, r in enumerate(ranks):
+        expected = laws[k, 0] * n
+        counts = np.bincount(order[:, r], minlength=p.size).astype(float)
+        big = expected >= 5
+        obs = np.append(counts[big], counts[~big].sum())
+        exp = np.append(expected[big], expected[~big].sum())
+        keep = exp > 0
+        assert chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue > 1e-4

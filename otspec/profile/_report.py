@@ -570,7 +570,9 @@ def _bound_lines(summary) -> list[str]:
              "remainder is what the "
              "budget left open (the bound stays an upper bound). Value: E[tau | T] of the drawn trees, accepted draft "
              "tokens per call, on the same positions; share: value / bound, a lower bound on the share of the best "
-             "possible verifier's value (on one drawn tree E[tau | T] may exceed B: B bounds the mean over trees).",
+             "possible verifier's value (on one drawn tree E[tau | T] may exceed B: B bounds the mean over trees); "
+             "pi: whether the probability that a path is drafted was exact (draws without replacement by their "
+             "exact laws, to a relative 1e-12) or only bounded above.",
              "", "| scheme | positions | value | bound | gap | share of the bound | mean remainder | pi |",
              "|---|---|---|---|---|---|---|---|"]
     for name, b in bounds.items():
@@ -583,8 +585,9 @@ def _bound_lines(summary) -> list[str]:
                 f"{b.positions} positions; budget {b.budget} prefixes, {b.expanded:.1f} expanded on average, mean "
                 f"remainder {b.remainder:.2g}).")
         if not b.pi_exact:
-            text += (" The probability that a path is drafted is only bounded here (ranks >= 2 drawn without "
-                     "replacement at this vocabulary), so the share is a lower bound on the true share.")
+            text += (" The probability that a path is drafted is only bounded here (the exact law of a draw of "
+                     "rank >= 2 without replacement failed its checks at some position and its upper bound was "
+                     "used), so the share is a lower bound on the true share.")
         lines.append(text)
     return lines + [""]
 

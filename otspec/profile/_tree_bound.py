@@ -18,8 +18,9 @@ model (``tree_logits``), on the states that hold the contexts, as the walk score
 spent in that one call (the bound's ``batch`` equal to its ``budget``), so the value is the one
 :func:`otspec.tree.bound` gives at the same context with ``budget = batch = n_expanded`` (``bound_budget``, or
 fewer when the context has fewer such children): an upper bound at every budget, exact where nothing is left (``remainder`` 0) and
-:math:`\pi` is exact (``"iid"``, and ``"wor"`` up to rank 1 or at small supports; above, an upper bound on
-:math:`\pi`, and the value stays an upper bound).
+:math:`\pi` is exact (``"iid"``, and ``"wor"`` at every rank: enumerated, or by the exponential race to a
+relative 1e-12; where a row fails the race's checks, an upper bound on :math:`\pi`, and the value stays an upper
+bound).
 
 Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value
 :math:`\hat B`, its remainder, whether :math:`\pi` was exact (1 or 0), and the prefixes expanded. The summary

@@ -91,8 +91,9 @@ class TreeBound:
     complete : bool
         Every prefix with :math:`\min(Q, \pi) > 0` above the last depth was expanded (no remainder).
     pi_exact : bool
-        :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was computed exactly);
-        False where the stated upper bound on a draw's law was used (``value`` is then still an upper bound).
+        :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was enumerated or
+        computed by the exponential race, to a relative 1e-12); False where the stated upper bound
+        on a draw's law was used (``value`` is then still an upper bound).
     process : str
     budget : int
     """
@@ -211,13 +212,127 @@ def _clip1(X, xp):
 
 
 # --------------------------------------------------------------------------- laws of the draws
-def _wor_draw_laws(P, ranks, *, exact_limit: int | None = None):
+#: The exact law of a draw without replacement by the exponential race (:class:`_Race`): Taylor terms and power
+#: sums kept, the trapezoidal rule's step in log t, its first node, the largest p_max(tail) t over the nodes, the
+#: head's first size, and the most nodes of one row.
+_RACE_TERMS = 48
+_RACE_STEP = 0.125
+_RACE_T0 = 1e-5
+_RACE_UMAX = 1.0
+_RACE_HEAD = 32
+_RACE_MAX_NODES = 4000
+#: Whether the bound takes the race's exact laws (else the stated upper bound on ranks >= 2).
+_WOR_RACE = True
+#: The stated tolerance of the race's laws (relative; the checks below keep the estimated error far under it).
+WOR_LAW_RTOL = 1e-12
+
+
+class _Race:
+    r"""The laws of the draws of ranks :math:`r \ge 2` without replacement, exact to :data:`WOR_LAW_RTOL`, for
+    the rows ``rows`` of the host array ``P``, by the exponential race (Efraimidis & Spirakis, "Weighted random
+    sampling with a reservoir", Inf. Process. Lett. 97(5), 2006: successive draws without replacement are the
+    order of independent clocks :math:`E_x \sim \mathrm{Exp}(p_x)`):
+
+    .. math::
+
+        P(\text{draw } r = y) = p_y \int_0^\infty e^{-p_y t}\, P\big(N_{-y}(t) = r\big)\, dt,
+
+    :math:`N_{-y}(t)` the number of clocks other than ``y`` rung by ``t`` (a Poisson-binomial count). Per row, the
+    ``K`` most likely tokens (the head) get the integral itself (:func:`_bound_kernels.race_row`); every other
+    token ``y`` (the tail) gets :math:`p_y \sum_n C_n x^n`, :math:`x = p_y / p_{\max}` (:math:`p_{\max}` the
+    tail's largest probability), the Taylor series of the same integral written with the whole row's count
+    :math:`N(t)` deflated by ``y``'s clock, cut per entry where the terms left are below 1e-17 of the first.
+
+    A row is accepted when (i) the trapezoidal sums with steps ``h`` and ``2h`` in :math:`\log t` differ by at
+    most 1e-8 (relative; the rule's error falls like :math:`e^{-c/h}`, so the step-``h`` sum's error is of the
+    order of the square of that), (ii) :math:`p_{\max} t \le` :data:`_RACE_UMAX` at the last node (the tail's
+    power series and deflation then converge fast and lose no digits), (iii) the Taylor series has converged at
+    :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
+    in the head keeps the stated upper bound (``ok`` False)."""
+
+    def __init__(self, P: np.ndarray, ranks: list, rows):
+        m, V = P.shape
+        self.ranks = list(ranks)
+        nk, N = len(self.ranks), _RACE_TERMS
+        deg = max(self.ranks) + 1
+        s = _K.stirling_table(deg, N)
+        r_arr = np.asarray(self.ranks, dtype=np.int64)
+        support = np.count_nonzero(P > 0, axis=1)
+        self.ok = np.zeros(m, bool)
+        self.pmax = np.ones(m)
+        got: dict = {}
+        todo = [int(i) for i in rows]
+        K = min(_RACE_HEAD, V)
+        mark = np.zeros(V, bool)
+        while todo:
+            sub = np.ascontiguousarray(P[todo])
+            n = len(todo)
+            part = np.argpartition(-sub, K - 1, axis=1)[:, :K] if K < V else np.tile(np.arange(V), (n, 1))
+            head = np.take_along_axis(part, np.lexsort((part, -np.take_along_axis(sub, part, axis=1)), axis=1), axis=1)
+            head = np.ascontiguousarray(head, dtype=np.int64)
+            kh = np.minimum(K, support[todo]).astype(np.int64)
+            ph = np.where(np.arange(K) < kh[:, None], np.take_along_axis(sub, head, axis=1), 0.0)
+            pmax = np.zeros(n)
+            nu = np.zeros((n, N + 1))
+            _K.race_moments(sub, head, mark, pmax, nu)
+            HL, HL2 = np.zeros((n, nk, K)), np.zeros((n, nk, K))
+            C, C2 = np.zeros((n, nk, N + 1)), np.zeros((n, nk, N + 1))
+            info = np.zeros((n, 3))
+            _K.race_rows(sub, head, kh, pmax, nu, r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
+                         HL, HL2, C, C2, info)
+            tail = pmax > 0
+            good = (info[:, 2] > 0) & (~tail | (pmax * info[:, 0] <= _RACE_UMAX))
+            good &= np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph[:, None, :]), axis=(1, 2))
+            c0 = C[:, :, 0]
+            good &= ~tail | np.all((c0 > 0) & (np.abs(C - C2).sum(axis=2) <= 1e-8 * c0)
+                                   & (np.abs(C[:, :, -4:]).sum(axis=2) <= 1e-16 * c0), axis=1)
+            th = _race_thresholds(C)
+            again = []
+            for j, i in enumerate(todo):
+                if good[j]:
+                    got[i] = (head[j, :kh[j]], HL[j, :, :kh[j]], C[j], float(pmax[j]) if tail[j] else 1.0, th[j])
+                elif kh[j] < support[i]:
+                    again.append(i)
+            todo = again
+            K = min(V, 4 * K)
+        Kmax = max([len(g[0]) for g in got.values()] + [1])
+        self.head = np.full((m, Kmax), -1, dtype=np.int64)
+        self.HL = np.zeros((m, nk, Kmax))
+        self.C = np.zeros((m, nk, N + 1))
+        self.theta = np.full((m, N + 1), np.inf)
+        for i, (hd, HL, C, pm, th) in got.items():
+            self.ok[i] = True
+            self.head[i, :hd.size] = hd
+            self.HL[i, :, :hd.size] = HL
+            self.C[i] = C
+            self.pmax[i] = pm
+            self.theta[i] = th
+        self.hr, self.hc = np.nonzero(self.head >= 0)             # the head's entries: row, place, token
+        self.hv = self.head[self.hr, self.hc]
+
+
+def _race_thresholds(C: np.ndarray) -> np.ndarray:
+    r"""``theta[i, d]``: entries of row ``i`` with :math:`x \le \theta_d` need the Taylor terms up to degree ``d``
+    only (what the terms above leave, :math:`x^{d+1} \sum_{n > d} |C_n|` for :math:`x \le 1`, is below 1e-17 of
+    :math:`C_0` for every rank); nondecreasing in ``d``, the last infinite. ``C``: ``(m, ranks, N + 1)``."""
+    N = C.shape[2] - 1
+    above = np.cumsum(np.abs(C)[:, :, ::-1], axis=2)[:, :, ::-1]           # above[..., d] = sum_{n >= d} |C_n|
+    rest = above[:, :, 1:]                                                  # sum_{n > d}, d = 0 .. N - 1
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        th = np.where(rest > 0, (1e-17 * C[:, :, :1] / np.where(rest > 0, rest, 1.0))
+                      ** (1.0 / np.arange(1, N + 1)), np.inf)
+    th = np.concatenate([th.min(axis=1), np.full((C.shape[0], 1), np.inf)], axis=1)
+    return np.minimum.accumulate(th[:, ::-1], axis=1)[:, ::-1]
+
+
+def _wor_draw_laws(P, ranks, *, exact_limit: int | None = None, race: bool = True):
     r"""``(laws, exact)``: ``laws[k, i]`` = :math:`P(\text{draw } r_k = \cdot)` for draws without replacement
     from the row ``P[i]`` (each with at least ``max(ranks) + 1`` tokens of positive probability).
 
     Exact by enumeration of the ordered draws when there are few (at most ``exact_limit / V`` per row); otherwise
     rank 0 is ``p``, rank 1 the closed form :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)` (:func:`_second_draw`),
-    and ranks :math:`r \ge 2` the upper bound
+    and ranks :math:`r \ge 2` the exponential race (:class:`_Race`, exact to :data:`WOR_LAW_RTOL`), or, with
+    ``race=False`` and in the rows the race refuses, the upper bound
 
     .. math::
 
@@ -231,7 +346,7 @@ def _wor_draw_laws(P, ranks, *, exact_limit: int | None = None):
     """
     P = np.atleast_2d(P) if isinstance(P, np.ndarray) else P
     xp = _xp(P)
-    dl = _DrawLaws(P, ranks, xp, exact_limit=exact_limit)
+    dl = _DrawLaws(P, ranks, xp, exact_limit=exact_limit, race=race)
     laws = [dl.law(k) for k in range(len(ranks))]
     return (np.stack(laws) if xp is np else xp.stack(laws)), dl.exact
 
@@ -241,7 +356,7 @@ class _DrawLaws:
     :func:`_wor_draw_laws`), one rank at a time (``law(k)``, an ``(m, V)`` array) or at a few entries
     (``at(k, rows, cols)``), without holding all ranks at once."""
 
-    def __init__(self, P, ranks, xp, *, exact_limit: int | None = None, fused: bool = False):
+    def __init__(self, P, ranks, xp, *, exact_limit: int | None = None, fused: bool = False, race: bool = True):
         self.P, self.ranks, self.xp = P, list(ranks), xp
         self.kept: dict = {}
         m, V = P.shape
@@ -260,6 +375,20 @@ class _DrawLaws:
                 self.small[i] = e
         self.n_big = m - len(small)
         self.exact = self.n_big == 0 or need <= 2
+        # ranks >= 2 of the rows not enumerated: the exponential race (exact to WOR_LAW_RTOL), else the upper bound
+        self.race = None
+        self._rt = None
+        self.kk = [-1] * len(self.ranks)
+        if need > 2 and self.n_big and race:
+            big = [i for i in range(m) if i not in self.small]
+            self.race = _Race(np.ascontiguousarray(_host(P), dtype=np.float64), [r for r in self.ranks if r >= 2], big)
+            self.kk = [self.race.ranks.index(r) if r >= 2 else -1 for r in self.ranks]
+            self.exact = bool(np.all(self.race.ok[big]))
+            if xp is not np:
+                dev = _device(P)
+                self.race_x = {a: xp.asarray(getattr(self.race, a), device=dev)
+                               for a in ("C", "theta", "pmax", "head", "HL", "ok")}
+        self.bounded = need > 2 and self.n_big and not self.exact   # some row keeps the stated upper bound
         # the fused kernels (numba, numpy arrays, no enumerated row): the second draw's terms only, no law whole
         self.fused = bool(fused and _K.JIT and xp is np and not small and need > 1)
         if self.fused:
@@ -268,7 +397,7 @@ class _DrawLaws:
             self.P1 = None
         else:
             self.P1 = _second_draw(P) if need > 1 and self.n_big else None
-        if need > 2 and self.n_big:
+        if self.bounded:
             # the `need` most likely tokens of each row, by decreasing p (ties by lower id)
             if xp is np:
                 part = np.argpartition(-P, need - 1, axis=1)[:, :need]
@@ -311,29 +440,102 @@ class _DrawLaws:
             out = P[:, v0:v1]
         elif r == 1:
             out = self.P1[:, v0:v1]
+        elif not self.bounded:
+            out = self._race_law(k, v0, v1, None)
         else:
-            tail_r, tail_r1 = self._tails(r)
-            top, ptop = self.top[:, :r], self.ptop[:, :r]
-            at_top = ptop / (tail_r1 + ptop)                 # the r most likely tokens: S holds the others
-            if xp is np:
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    b = P[:, v0:v1] / tail_r
-                    if part:
-                        rr, cc = np.nonzero((top >= v0) & (top < v1))
-                        b[rr, top[rr, cc] - v0] = at_top[rr, cc]
-                    else:
-                        b[np.arange(P.shape[0])[:, None], top] = at_top
-                np.minimum(b, self.room[:, v0:v1], out=b)
-            else:
-                b = P / tail_r
-                b[xp.reshape(xp.arange(P.shape[0], device=_device(P)), (-1, 1)), top] = at_top
-                b = xp.minimum(b, self.room)
-            out = b
+            out = self._race_law(k, v0, v1, self._bound_law(r, v0, v1, part))
         if self.small:
             out = xp.asarray(out, copy=True)
             for i, e in self.small.items():
                 out[i] = xp.asarray(e[k], device=_device(P)) if xp is not np else e[k, v0:v1]
         return out
+
+    def _race_terms(self, v0: int, v1: int):
+        """What every rank's race law at the tokens ``v0 <= y < v1`` shares (kept for the last columns asked): the
+        powers :math:`x^n`, ``n <= DCAP``, set to 0 above each entry's Taylor degree (0 at the head's entries,
+        whose laws replace the sums), the largest degree, the entries above :data:`_bound_kernels.DCAP` (summed
+        on their own: place, ``x``, degree, :math:`x^{DCAP}`) and the head's entries in the columns."""
+        if self._rt is not None and self._rt[0] == (v0, v1):
+            return self._rt[1]
+        xp, race = self.xp, self.race
+        arr = race.__dict__ if xp is np else self.race_x
+        theta = arr["theta"]
+        Pb = self.P[:, v0:v1]
+        x = Pb / arr["pmax"][:, None]
+        sel = (race.hv >= v0) & (race.hv < v1)
+        hr, hc, hcol = race.hr[sel], race.hc[sel], race.hv[sel] - v0
+        if xp is not np:
+            dev = _device(Pb)
+            hr, hc, hcol = (xp.asarray(a, device=dev) for a in (hr, hc, hcol))
+        xd = xp.asarray(x, copy=True)
+        xd[hr, hcol] = 0.0
+        d = xp.zeros(x.shape, dtype=xp.int64) if xp is not np else np.zeros(x.shape, dtype=np.int64)
+        for n in range(theta.shape[1] - 1):
+            gt = xd > theta[:, n:n + 1]
+            if not bool(xp.any(gt)):
+                break
+            d = d + (gt if xp is np else xp.astype(gt, xp.int64))
+        top = int(d.max(initial=0)) if xp is np else int(_host(xp.max(d)))
+        pw, masked = xp.ones_like(Pb), []
+        for n in range(1, min(top, _K.DCAP) + 1):                  # x^n, 0 above an entry's degree
+            pw = pw * x
+            masked.append(xp.where(d >= n, pw, 0.0))
+        far = None
+        if top > _K.DCAP:                                           # entries that need more: x, degree, x^DCAP
+            re, ce = np.nonzero(d > _K.DCAP) if xp is np else xp.nonzero(d > _K.DCAP)
+            far = (re, ce, x[re, ce], d[re, ce], pw[re, ce])
+        got = (Pb, masked, top, far, (hr, hc, hcol))
+        self._rt = ((v0, v1), got)
+        return got
+
+    def _race_law(self, k: int, v0: int, v1: int, bounded):
+        """The race's law of the ``k``-th used rank (>= 2) at the tokens ``v0 <= y < v1`` of every row (rows the race
+        refused: ``bounded``): :math:`p \\sum_n C_n x^n` summed by ascending powers up to each entry's degree (the
+        first :data:`_bound_kernels.DCAP` for the whole block, the rest entry by entry), the head's laws put in: the
+        operations of :func:`_bound_kernels.wor_pi_kernel` on each entry."""
+        xp, race, kk = self.xp, self.race, self.kk[k]
+        if race is None:
+            return bounded
+        arr = race.__dict__ if xp is np else self.race_x
+        C, HL = arr["C"], arr["HL"]
+        Pb, masked, top, far, (hr, hc, hcol) = self._race_terms(v0, v1)
+        acc = xp.zeros_like(Pb) + C[:, kk, 0:1]
+        for n, pwn in enumerate(masked, start=1):
+            acc = acc + C[:, kk, n:n + 1] * pwn
+        if far is not None:
+            re, ce, xe, de, pe = far
+            ae, Ce = acc[re, ce], C[re, kk, :]
+            for n in range(_K.DCAP + 1, top + 1):
+                pe = pe * xe
+                ae = ae + Ce[:, n] * xp.where(de >= n, pe, 0.0)
+            acc[re, ce] = ae
+        out = Pb * acc
+        out[hr, hcol] = HL[hr, kk, hc]
+        if bounded is not None:
+            ok = race.ok[:, None] if xp is np else self.race_x["ok"][:, None]
+            out = xp.where(ok, out, bounded)
+        return out
+
+    def _bound_law(self, r: int, v0: int, v1: int, part: bool):
+        """The stated upper bound on the law of the draw of rank ``r >= 2`` at the tokens ``v0 <= y < v1``."""
+        xp, P = self.xp, self.P
+        tail_r, tail_r1 = self._tails(r)
+        top, ptop = self.top[:, :r], self.ptop[:, :r]
+        at_top = ptop / (tail_r1 + ptop)                 # the r most likely tokens: S holds the others
+        if xp is np:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                b = P[:, v0:v1] / tail_r
+                if part:
+                    rr, cc = np.nonzero((top >= v0) & (top < v1))
+                    b[rr, top[rr, cc] - v0] = at_top[rr, cc]
+                else:
+                    b[np.arange(P.shape[0])[:, None], top] = at_top
+            np.minimum(b, self.room[:, v0:v1], out=b)
+        else:
+            b = P / tail_r
+            b[xp.reshape(xp.arange(P.shape[0], device=_device(P)), (-1, 1)), top] = at_top
+            b = xp.minimum(b, self.room)
+        return b
 
     def at(self, k: int, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
         """The law of the ``k``-th used rank at the entries ``(rows[i], cols[i])`` (numpy float64)."""
@@ -366,6 +568,9 @@ class _DrawLaws:
         p1 = np.clip(p1, 0.0, 1.0)
         if r == 1:
             return p1
+        exact = None if self.race is None else _race_at(self.race, self.kk[k], p, rows, cols)
+        if not self.bounded:
+            return exact
         room = np.clip((1.0 - p) - p1, 0.0, 1.0)
         tail_r, tail_r1 = (x[:, 0] for x in self._tails(r))
         b = p / tail_r[rows]
@@ -373,7 +578,30 @@ class _DrawLaws:
             hit = self.top[rows, c] == cols
             pc = self.ptop[rows, c]
             b[hit] = (pc / (tail_r1[rows] + pc))[hit]
-        return np.minimum(b, room)
+        b = np.minimum(b, room)
+        return b if exact is None else np.where(self.race.ok[rows], exact, b)
+
+
+def _race_at(race: _Race, kk: int, p: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The race's law of its ``kk``-th rank at the entries ``(rows, cols)`` (values ``p``), by the operations of
+    :meth:`_DrawLaws._race_law` on each entry."""
+    x = p / race.pmax[rows]
+    th = race.theta[rows]
+    d = np.zeros(p.shape, dtype=np.int64)
+    for n in range(th.shape[1] - 1):
+        d += x > th[:, n]
+    C = race.C[rows, kk]
+    acc = np.zeros_like(p) + C[:, 0]
+    pw = np.ones_like(p)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for n in range(1, int(d.max(initial=0)) + 1):
+            pw = pw * x
+            acc = acc + C[:, n] * np.where(d >= n, pw, 0.0)
+        out = p * acc
+    hit = race.head[rows] == cols[:, None]
+    hr, hc = np.nonzero(hit)
+    out[hr] = race.HL[rows[hr], kk, hc]
+    return out
 
 
 def _device(X):
@@ -564,7 +792,7 @@ def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl,
     support = _count_positive(Pl, xp)
     for i in np.flatnonzero(support < need).tolist():
         raise _support_error("wor", need, paths[i], _host(Pl[i]))
-    draws = _DrawLaws(Pl, ranks, xp, fused=True)
+    draws = _DrawLaws(Pl, ranks, xp, fused=True, race=_WOR_RACE)
     W = A @ C                                                # (m, R)
     coef = {d: A @ beta[d] for d in depths}                  # depth-d slots below each child of each rank
     V = Pl.shape[1]
@@ -574,11 +802,18 @@ def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl,
         dummy = not hasattr(draws, "top")
         pi = np.empty((m, V))
         mds = np.empty((len(coef), m, V))
+        rc = draws.race
+        if rc is None:
+            rargs = (np.zeros(m, bool), np.zeros((m, 1, 1)), np.zeros((m, 1)), np.ones(m), np.full((m, 1), -1),
+                     np.zeros((m, 1, 1)))
+        else:
+            rargs = (rc.ok, rc.C, rc.theta, rc.pmax, rc.head, rc.HL)
         _K.wor_pi_kernel(draws.P, draws.t, draws.top1, draws.S1, draws.S2, np.asarray(ranks, dtype=np.int64),
                          np.ascontiguousarray(W), np.stack([coef[d] for d in depths]) if coef else
                          np.zeros((0, m, len(ranks))),
                          np.zeros((m, 1), np.int64) if dummy else np.ascontiguousarray(draws.top, dtype=np.int64),
-                         np.zeros((m, 1)) if dummy else np.ascontiguousarray(draws.ptop), draws.tails(), pi, mds)
+                         np.zeros((m, 1)) if dummy else np.ascontiguousarray(draws.ptop), draws.tails(), pi, mds,
+                         np.asarray(draws.kk, dtype=np.int64), *rargs)
         return pi, dict(zip(depths, mds)), (draws if keep_draws else None), draws.exact
     # one rank's law at a time (never all ranks held), on the host in blocks of columns that stay in cache
     step = V if (xp is not np or keep_draws) else max(1, min(V, _CHUNK_ENTRIES // max(1, Pl.shape[0])))
@@ -866,8 +1101,13 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     For ``"wor"``, :math:`P(\text{draw } r = y)` is computed exactly by
     enumerating the ordered draws when there are few (small vocabularies or
     supports); otherwise rank 0 is :math:`p`, rank 1 is the closed form
-    :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)`, and ranks :math:`r \ge 2` use
-    the upper bound :math:`\min(p_y / (1 - M_r(y)), 1 - P(\text{draw } 0 = y)
+    :math:`p_y \sum_{x \ne y} p_x / (1 - p_x)`, and ranks :math:`r \ge 2` the
+    exponential race, :math:`p_y \int_0^\infty e^{-p_y t} P(N_{-y}(t) = r)\,
+    dt` (:math:`N_{-y}(t)` the number of other clocks :math:`\mathrm{Exp}(p_x)`
+    rung by ``t``), by a checked quadrature to a relative
+    1e-12 (docs/theory/trees.rst, "An upper bound at any vocabulary"). A row whose
+    quadrature fails its checks would keep the upper bound
+    :math:`\min(p_y / (1 - M_r(y)), 1 - P(\text{draw } 0 = y)
     - P(\text{draw } 1 = y))`, :math:`M_r(y)` the mass of the ``r`` most
     likely other tokens: an upper bound on :math:`\pi` keeps the value an
     upper bound, and ``pi_exact`` says which was used.

@@ -7,9 +7,14 @@ r"""Fused kernels of :func:`otspec.tree.bound` on the host: one pass per row ins
 * :func:`second_draw_t`: the terms :math:`t_x = p_x / (1 - p_x)` of the
   closed form of the second draw without replacement;
 * :func:`wor_pi_kernel`: the laws of the draws of every used rank (rank 0
-  :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the stated upper
-  bound) combined into :math:`\pi` and the expected slot counts in one pass,
-  no law held whole.
+  :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the exact law of
+  the exponential race, or the stated upper bound in a row the race refused)
+  combined into :math:`\pi` and the expected slot counts in one pass, no law
+  held whole;
+* :func:`race_moments`, :func:`race_rows`: the exponential race's work per
+  row (the tail's power sums in one pass over the vocabulary; the quadrature
+  in :math:`\log t` for the head's laws and the tail's Taylor coefficients),
+  shared by the fused and the numpy route.
 
 Plain Python on scalars, compiled by numba when installed (the ``fast`` extra,
 :data:`JIT`); the same operations in the same order as the vectorised numpy
@@ -26,6 +31,8 @@ from .._jit import compile_in
 
 #: Columns of a row evaluated together (buffers that stay in the L1 cache; the loops over them vectorise).
 BLOCK = 256
+#: Taylor terms of the race's tail evaluated for a whole block (an entry that needs more continues on its own).
+DCAP = 4
 
 
 def union_block(a, n, b, r, h, out):
@@ -109,11 +116,38 @@ def second_draw_t(P, top, rest_top, t):
 
 
 def _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i, v0, b, special,
-                 law, room, acc):
+                 law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial, rx, rd, rdmax, rpw):
     """:func:`wor_pi_kernel` on the columns ``v0 .. v0 + b - 1`` of row ``i``; ``special``: the columns may hold
     the row's most likely tokens (each checked), else none does."""
     K = ranks.shape[0]
     E = md.shape[0]
+    if rok[i]:                                     # the race's x and Taylor degree of each entry, for every rank
+        pm = rpm[i]
+        N = rth.shape[1] - 1
+        rdmax[0] = 0
+        for v in range(b):
+            rx[v] = P[i, v0 + v] / pm
+            rd[v] = 0
+        for n in range(min(DCAP, N)):               # the degree: thresholds below x (nondecreasing)
+            th = rth[i, n]
+            for v in range(b):
+                rd[v] += 1 if rx[v] > th else 0
+        for v in range(b):
+            d = rd[v]
+            if d == DCAP:
+                while d < N and rx[v] > rth[i, d]:
+                    d += 1
+                rd[v] = d
+            if d > rdmax[0]:
+                rdmax[0] = d
+        for v in range(b):
+            rpw[0, v] = 1.0
+        for n in range(1, DCAP + 1):
+            for v in range(b):
+                rpw[n, v] = rpw[n - 1, v] * rx[v]
+        for n in range(1, DCAP + 1):
+            for v in range(b):
+                rpw[n, v] = rpw[n, v] if n <= rd[v] else 0.0
     for v in range(b):
         p = P[i, v0 + v]
         if special and v0 + v == top1[i]:
@@ -132,6 +166,31 @@ def _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i
             lk = law[0]
         elif rk == 1:
             lk = law[1]
+        elif rok[i]:
+            # the exponential race: p * sum_n C_n x^n by Horner's rule up to the entry's degree, the head's laws
+            lk = law[2]
+            q = kk[k]
+            c0 = rC[i, q, 0]
+            for v in range(b):
+                lk[v] = c0
+            for n in range(1, min(DCAP, rdmax[0]) + 1):    # ascending powers, zero above an entry's degree
+                cn = rC[i, q, n]
+                for v in range(b):
+                    lk[v] = lk[v] + cn * rpw[n, v]
+            if rdmax[0] > DCAP:
+                for v in range(b):
+                    if rd[v] > DCAP:
+                        xn = rpw[DCAP, v]
+                        for n in range(DCAP + 1, rd[v] + 1):
+                            xn = xn * rx[v]
+                            lk[v] = lk[v] + rC[i, q, n] * xn
+            for v in range(b):
+                lk[v] = P[i, v0 + v] * lk[v]
+            if rspecial:
+                for c in range(rhead.shape[1]):
+                    v = rhead[i, c] - v0
+                    if rhead[i, c] >= 0 and 0 <= v < b:
+                        lk[v] = rHL[i, q, c]
         else:
             lk = law[2]
             tr = tails[i, rk]
@@ -165,18 +224,26 @@ def _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i
         pi[i, v0 + v] = x if x < 1.0 else 1.0
 
 
-def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md):
+def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, kk, rok, rC, rth, rpm, rhead,
+                  rHL):
     r"""``pi[i, v]`` = :math:`\min(1, \sum_k W[i, k]\, \ell_k(i, v))` and ``md[e, i, v]`` =
     :math:`\sum_k \mathrm{coef}[e, i, k]\, \ell_k(i, v)`, :math:`\ell_k` the law of the draw of rank
     ``ranks[k]`` without replacement from row ``i``: ``P`` (rank 0), the closed form from the terms ``t``
     (the most likely token's zeroed), ``S1`` (their sum before) and ``S2`` (after) (rank 1), the stated upper
     bound from the decreasing ``top``/``ptop`` and the tails ``tails[i, r]`` (mass outside the ``r`` largest)
-    for ranks ``r >= 2``, capped by :math:`1 - \ell_0 - \ell_1`; :data:`BLOCK` columns at a time, the
-    blocks that hold one of the row's most likely tokens again entry by entry."""
+    for ranks ``r >= 2``, capped by :math:`1 - \ell_0 - \ell_1`, or, in the rows ``rok``, the exact law of
+    the exponential race (:class:`otspec.tree._bound._Race`: ``rC``, ``rth``, ``rpm`` the tail's Taylor
+    coefficients, degree thresholds and largest probability, ``rhead``/``rHL`` the head's tokens and laws, ``kk``
+    the race's index of each rank); :data:`BLOCK` columns at a time, the blocks that hold one of the row's most
+    likely tokens again entry by entry."""
     m, V = P.shape
     law = np.zeros((3, BLOCK))
     room = np.zeros(BLOCK)
     acc = np.zeros(BLOCK)
+    rx = np.zeros(BLOCK)
+    rd = np.zeros(BLOCK, dtype=np.int64)
+    rdmax = np.zeros(1, dtype=np.int64)
+    rpw = np.zeros((DCAP + 1, BLOCK))
     nt = top.shape[1]
     for i in range(m):
         for v0 in range(0, V, BLOCK):
@@ -185,8 +252,13 @@ def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md):
             for c in range(nt):
                 if v0 <= top[i, c] < v0 + b:
                     special = True
+            rspecial = False
+            if rok[i]:
+                for c in range(rhead.shape[1]):
+                    if v0 <= rhead[i, c] < v0 + b:
+                        rspecial = True
             _wor_entries(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, i, v0, b, special,
-                         law, room, acc)
+                         law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial, rx, rd, rdmax, rpw)
 
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
@@ -219,3 +291,248 @@ def iid_program(levels, root):
     if a[3].size == 0:
         a[3], a[4] = np.zeros(1, np.int64), np.zeros(1, np.int64)
     return (*a, ids[(len(levels) - 1, root)])
+
+
+# --------------------------------------------------------------------------- the exact law of a draw without replacement
+def stirling_table(kmax: int, nmax: int):
+    r"""``s[k, n]`` = :math:`k!\, S(n, k) / n!` (:math:`S` the Stirling numbers of the second kind): the Taylor
+    coefficients :math:`(e^u - 1)^k = \sum_n s[k, n]\, u^n`, by :math:`s[k, n] = k\,(s[k, n-1] + s[k-1, n-1]) / n`."""
+    s = np.zeros((kmax + 1, nmax + 1))
+    s[0, 0] = 1.0
+    for n in range(1, nmax + 1):
+        for k in range(1, min(n, kmax) + 1):
+            s[k, n] = k * (s[k, n - 1] + s[k - 1, n - 1]) / n
+    return s
+
+
+def race_moments(P, head, mark, pmax, nu):
+    r"""Per row ``i``, with the tokens ``head[i]`` left out (the tail): ``pmax[i]``, the tail's largest probability,
+    and ``nu[i, n]`` = :math:`\sum_{x} y_x^n`, :math:`y_x = p_x / p_{\max}`, ``n = 1 .. nu.shape[1] - 1``
+    (``n = 1`` a compensated sum, the mass that enters :math:`e^{-m_L t}`). A token with :math:`y \le 10^{-4}`
+    adds its powers up to 5 (:math:`y^6 \le 10^{-24}`), any other token its powers until they fall below 1e-24;
+    ``mark`` a boolean scratch of ``V`` False entries."""
+    m, V = P.shape
+    K = head.shape[1]
+    N = nu.shape[1] - 1
+    for i in range(m):
+        for c in range(K):
+            mark[head[i, c]] = True
+        mx = 0.0
+        for v in range(V):
+            if not mark[v] and P[i, v] > mx:
+                mx = P[i, v]
+        pmax[i] = mx
+        for n in range(N + 1):
+            nu[i, n] = 0.0
+        if mx > 0.0:
+            s1 = 0.0
+            comp = 0.0
+            a2 = 0.0
+            a3 = 0.0
+            a4 = 0.0
+            a5 = 0.0
+            a6 = 0.0
+            a7 = 0.0
+            inv = 1.0 / mx
+            for v in range(V):
+                x = P[i, v]
+                if mark[v] or x <= 0.0:
+                    continue
+                y = x * inv
+                t = s1 + y                                 # Neumaier's compensated sum
+                if abs(s1) >= y:
+                    comp += (s1 - t) + y
+                else:
+                    comp += (y - t) + s1
+                s1 = t
+                if y <= 1e-3:
+                    y2 = y * y
+                    y3 = y2 * y
+                    y4 = y2 * y2
+                    a2 += y2
+                    a3 += y3
+                    a4 += y4
+                    a5 += y4 * y
+                    a6 += y3 * y3
+                    a7 += y4 * y3
+                else:
+                    q = y * y
+                    for n in range(2, N + 1):
+                        nu[i, n] += q
+                        q *= y
+                        if q < 1e-21:
+                            break
+            nu[i, 1] = s1 + comp
+            if N >= 2:
+                nu[i, 2] += a2
+            if N >= 3:
+                nu[i, 3] += a3
+            if N >= 4:
+                nu[i, 4] += a4
+            if N >= 5:
+                nu[i, 5] += a5
+            if N >= 6:
+                nu[i, 6] += a6
+            if N >= 7:
+                nu[i, 7] += a7
+        for c in range(K):
+            mark[head[i, c]] = False
+
+
+def race_rows(P, head, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info):
+    """:func:`race_row` for each row ``i`` of ``P``: its ``kh[i]`` head tokens ``head[i]``, tail ``pmax[i]``,
+    ``nu[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``, ``C2[i]``, ``info[i]``."""
+    m = P.shape[0]
+    K = head.shape[1]
+    ph = np.zeros(K)
+    pre = np.zeros((K + 1, deg + 1))
+    suf = np.zeros((K + 1, deg + 1))
+    pb = np.zeros(deg + 1)
+    a = np.zeros(K)
+    b = np.zeros(K)
+    pw = np.zeros(deg + 1)
+    E = np.zeros(deg + 1)
+    for i in range(m):
+        k = kh[i]
+        for c in range(k):
+            ph[c] = P[i, head[i, c]]
+        race_row(ph[:k], pmax[i], nu[i], ranks, deg, h, vlo, s, max_nodes, HL[i], HL2[i], C[i], C2[i], pre, suf, pb,
+                 a, b, pw, E, info[i])
+
+
+def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre, suf, pb, a, b, pw, E, info):
+    r"""The laws of the draws of the ranks ``ranks`` (all >= 2) without replacement from one row, by the
+    exponential race: the ``K`` head tokens ``ph`` (decreasing) exactly, the tail (largest probability ``pmax``,
+    scaled power sums ``nu``) as Taylor coefficients in :math:`x = p / p_{\max}`.
+
+    With :math:`N(t)` the number of clocks (token ``x`` rings at rate :math:`p_x`) rung by ``t`` and
+    :math:`\mathrm{PB}_j(t) = P(N(t) = j)`,
+
+    .. math::
+
+        P(\text{draw } r = y) = p_y \int_0^\infty e^{-p_y t}\, P(N_{-y}(t) = r)\, dt
+        = p_y \int_0^\infty [z^r] \frac{\mathrm{PB}(t, z)}{1 + w_y(t) z}\, dt, \quad w_y = e^{p_y t} - 1:
+
+    ``HL[k, c]`` the first form for head token ``c`` (:math:`N_{-y}` from prefix and suffix products, positive
+    terms); ``C[k, n]`` the Taylor coefficients of the second over :math:`p_y`
+    (:math:`[p^n] w^k = s[k, n]\, t^n`), so the law of a tail token is :math:`p \sum_n C[k, n]\, x^n`. The tail's
+    generating function :math:`e^{-m_L t} \exp(\sum_j (-1)^{j+1} z^j P_j / j)` from its power sums
+    :math:`P_j = \sum_x (e^{p_x t} - 1)^j = \sum_n s[j, n]\, (p_{\max} t)^n \nu_n`. The trapezoidal rule in
+    :math:`\log t` with step ``h`` from ``vlo`` (``HL2``/``C2`` the same with step ``2h``, for the error), until
+    :math:`t\, P(N(t) \le \mathrm{deg})` (times :math:`e^{-p_{\min} t}` without a tail) is below 1e-22 of its
+    largest value. ``info`` = (last ``t``, nodes, done)."""
+    K = ph.shape[0]
+    nk = ranks.shape[0]
+    N = nu.shape[0] - 1
+    mL = pmax * nu[1]
+    smax = np.zeros(N + 1)                         # the largest s[j, n] over j: terms below 1e-30 end the sums
+    for n in range(N + 1):
+        for j in range(s.shape[0]):
+            if s[j, n] > smax[n]:
+                smax[n] = s[j, n]
+    tail = mL > 0.0
+    pmin = ph[K - 1] if K > 0 else 0.0
+    for k in range(nk):
+        for c in range(K):
+            HL[k, c] = 0.0
+            HL2[k, c] = 0.0
+        for n in range(N + 1):
+            C[k, n] = 0.0
+            C2[k, n] = 0.0
+    gmax = 0.0
+    t = 0.0
+    done = False
+    i = 0
+    while i < max_nodes:
+        t = np.exp(vlo + i * h)
+        wt = h * t
+        even = i % 2 == 0
+        # the tail's generating function E (degrees 0 .. deg)
+        for j in range(deg + 1):
+            pw[j] = 0.0
+            E[j] = 0.0
+        if tail:
+            u = pmax * t
+            un = 1.0
+            for n in range(1, N + 1):
+                un *= u
+                tn = un * nu[n]
+                if tn * smax[n] < 1e-30 * nu[1]:
+                    break
+                for j in range(1, min(n, deg) + 1):
+                    pw[j] += s[j, n] * tn
+            E[0] = np.exp(-mL * t)
+            for k in range(1, deg + 1):
+                acc = 0.0
+                for j in range(1, k + 1):
+                    term = pw[j] * E[k - j]
+                    acc = acc + term if j % 2 == 1 else acc - term
+                E[k] = acc / k
+        else:
+            E[0] = 1.0
+        # head clocks; suffix products from the tail's function, prefix products from 1
+        for c in range(K):
+            a[c] = np.exp(-ph[c] * t)
+            b[c] = -np.expm1(-ph[c] * t)
+        for j in range(deg + 1):
+            suf[K, j] = E[j]
+            pre[0, j] = 0.0
+        pre[0, 0] = 1.0
+        for c in range(K - 1, -1, -1):
+            suf[c, 0] = a[c] * suf[c + 1, 0]
+            for j in range(1, deg + 1):
+                suf[c, j] = a[c] * suf[c + 1, j] + b[c] * suf[c + 1, j - 1]
+        for c in range(K):
+            pre[c + 1, 0] = a[c] * pre[c, 0]
+            for j in range(1, deg + 1):
+                pre[c + 1, j] = a[c] * pre[c, j] + b[c] * pre[c, j - 1]
+        g = 0.0
+        for j in range(deg + 1):
+            pb[j] = suf[0, j]
+            g += pb[j]
+        # head tokens
+        for c in range(K):
+            f = wt * ph[c] * a[c]
+            for k in range(nk):
+                r = ranks[k]
+                val = 0.0
+                for j in range(r + 1):
+                    val += pre[c, j] * suf[c + 1, r - j]
+                HL[k, c] += f * val
+                if even:
+                    HL2[k, c] += 2.0 * f * val
+        # tail coefficients
+        if tail:
+            u = pmax * t
+            for k in range(nk):
+                r = ranks[k]
+                C[k, 0] += wt * pb[r]
+                if even:
+                    C2[k, 0] += 2.0 * wt * pb[r]
+                un = 1.0
+                for n in range(1, N + 1):
+                    un *= u
+                    if un * smax[n] < 1e-30:
+                        break
+                    acc = 0.0
+                    for q in range(1, min(r, n) + 1):
+                        term = s[q, n] * pb[r - q]
+                        acc = acc - term if q % 2 == 1 else acc + term
+                    d = wt * un * acc
+                    C[k, n] += d
+                    if even:
+                        C2[k, n] += 2.0 * d
+        G = t * g if tail else t * g * np.exp(-pmin * t)
+        if G > gmax:
+            gmax = G
+        elif G <= 1e-22 * gmax and i % 2 == 0:
+            done = True
+            break
+        i += 1
+    info[0] = t
+    info[1] = i + 1
+    info[2] = 1.0 if done else 0.0
+
+
+#: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
+RACE_JIT = compile_in(globals(), ("race_moments", "race_row", "race_rows"))
