@@ -39,6 +39,7 @@ from otspec.tree import (  # noqa: E402
     tree_laws,
     value,
 )
+from tests.test_profile_tree_palm import _softmax  # noqa: E402
 
 V, SEED, CLOSENESS = 5, 4, 0.8
 #: The prompt's last token: every decode and every profiled text starts in this state.
@@ -61,15 +62,10 @@ TREES = ["topk:branching(2,2)", "eagle2:2,2,4", "iid:branching(2,1):specinfer",
 Z_MAX = 4.0
 
 
-def _softmax(W: np.ndarray) -> np.ndarray:
-    e = np.exp(W - W.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _pair():
+def _pair(vocab_size: int = V, seed: int = SEED, closeness: float = CLOSENESS):
     """The toy pair (for the profile and the decoder) and the same pair as exact Markov models (numpy softmax of
     its tables, independent of its torch route)."""
-    draft, target = toy_pair(V, seed=SEED, closeness=CLOSENESS)
+    draft, target = toy_pair(vocab_size, seed=seed, closeness=closeness)
     return draft, target, MarkovModel(_softmax(draft.fn.table)), MarkovModel(_softmax(target.fn.table))
 
 
@@ -80,9 +76,10 @@ def _depth(shape) -> int:
 def _kernel(shape, process: str, verifier: str, Md, Mt) -> np.ndarray:
     """``K[x, j - 1, z]`` from the verifier's (accepted node, emitted token) law on every realised tree after the
     context ``(x,)``, weighted by the tree's probability (one tree for the deterministic processes)."""
-    K = np.zeros((V, _depth(shape) + 1, V))
+    n_states = Mt.vocab_size
+    K = np.zeros((n_states, _depth(shape) + 1, n_states))
     ver = make_tree_verifier(verifier)
-    for x in range(V):
+    for x in range(n_states):
         ctx = (x,)
         trees = ([(sample_tree(shape, Md, process=process, prefix=ctx), 1.0)] if process in ("topk", "eagle2")
                  else enumerate_trees(shape, Md, process=process, prefix=ctx))
@@ -97,7 +94,7 @@ def _exact(K: np.ndarray, x0: int, n_tokens: int) -> tuple[float, float]:
     """``(TPC_T, BE_T)`` of decoding ``n_tokens`` tokens after a prompt ending in ``x0``: the start recursion
     over (position, state), :math:`R_t(z) = \\sum_j \\sum_x R_{t-j}(x) K(x, j, z)`."""
     D1 = K.shape[1]
-    R = np.zeros((n_tokens, V))
+    R = np.zeros((n_tokens, K.shape[0]))
     R[0, x0] = 1.0
     for t in range(1, n_tokens):
         for j in range(1, min(D1, t) + 1):
@@ -210,18 +207,21 @@ def test_renewal_estimates_tokens_delivered_and_palm_tokens_emitted(tmp_path, pa
     _check_run(_profile(tmp_path, pair, 48, 11), kernels, contrast=False)
 
 
-@pytest.mark.slow  # ~15-30 s: 480 texts
+@pytest.mark.slow  # 480 texts: about 15 s of CPU (one torch thread)
 def test_renewal_is_not_the_emitted_tokens_per_call(tmp_path, pair, kernels):
     # with 480 texts the renewal estimate is also distinguishable from BE_T (expected gap 7-30 standard errors by
     # family): it is not the quantity that emitted / target_calls of real decodes measures, the Palm average is
     _check_run(_profile(tmp_path, pair, 480, 12), kernels, contrast=True)
 
 
-def _decodes(draft, target, shape, process: str, verifier: str, n: int):
+def _decodes(draft, target, shape, process: str, verifier: str, n: int, *, x0: int = X0, n_tokens: int = T,
+             seed: int = 1000):
+    """``n`` real tree decodes of ``n_tokens`` tokens after the prompt ``[x0]`` (``rng = seed + i``): the tokens
+    kept, emitted and the target calls of each."""
     kept, emitted, calls = [], [], []
     for i in range(n):
-        r = speculative_decode([X0], draft=draft, target=target, tree=shape, process=process, verifier=verifier,
-                               max_new_tokens=T, rng=1000 + i)
+        r = speculative_decode([x0], draft=draft, target=target, tree=shape, process=process, verifier=verifier,
+                               max_new_tokens=n_tokens, rng=seed + i)
         kept.append(r.tokens.shape[0])
         emitted.append(int(r.emitted.sum()))
         calls.append(int(r.target_calls.sum()))
