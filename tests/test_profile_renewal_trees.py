@@ -245,3 +245,29 @@ def test_real_decodes_deliver_tpc_and_emit_be(pair, kernels, name):
     assert abs(r - tpc) < Z_MAX * se, (r, se, tpc)
     r, se = _ratio(emitted, calls)
     assert abs(r - be) < Z_MAX * se, (r, se, be)
+
+
+def test_reproduce_check_decodes_report_tokens_kept_and_emitted_per_call(monkeypatch, pair):
+    # the reproduce report's check decodes (experiments/repro_60_decoding.decode_check) give both quantities with
+    # their intervals: the renewal estimate is compared with the tokens kept per call, the Palm average with the
+    # tokens emitted per call
+    import sys
+
+    from scipy.stats import t as student_t
+
+    from tests.experiment import load_experiment
+
+    load_experiment("repro_65_trees_real")  # imports repro_60_decoding as its sibling
+    r60 = sys.modules["repro_60_decoding"]
+    monkeypatch.setattr(r60, "chat_ids", lambda tok, text: [text])  # the prompt [X0], no tokenizer
+    draft, target, _, _ = pair
+    shape, process, v = FAMILIES["topk:branching(2,2)"]
+    got = r60.decode_check(None, draft, target, [X0] * 8, seed=5, tree=shape, process=process, verifier=v,
+                           max_new_tokens=T)
+    kept, emitted, calls = _decodes(draft, target, shape, process, v, 8, seed=5)  # the same decodes
+    for key, half, num in (("tokens_kept_per_call", "kept_half_width", kept),
+                           ("tokens_per_call", "half_width", emitted)):
+        r, se = _ratio(num, calls)
+        assert got[key] == round(r, 6)  # the records round to 6 decimals
+        np.testing.assert_allclose(got[half], student_t.ppf(0.975, 7) * se, rtol=0, atol=1e-6)
+    assert got["tokens"] == kept.sum() == 8 * T and emitted.sum() > kept.sum()
