@@ -10,7 +10,7 @@ route from the profile's emission tables along the text). From it, exactly,
 
     \\mathrm{TPC}_T = T / E[N_T], \\qquad \\mathrm{BE}_T = E[T + O_T] / E[N_T],
 
-the tokens delivered per call (the last iteration's overshoot :math:`O_T` wasted) and the tokens emitted per
+the tokens kept per call (the last iteration's overshoot :math:`O_T` wasted) and the tokens emitted per
 call (every token the iterations made, what ``DecodeResult.block_efficiency`` and ``emitted / target_calls``
 count). The renewal estimate along the text estimates the first, the Palm average the second
 (docs/theory/profile.rst); for short decodes they differ by :math:`E[O_T] / E[N_T]`, a few tenths of a token
@@ -145,7 +145,7 @@ def test_kernel_is_the_iteration_law(pair, kernels):
 
 def test_overshoot_separates_the_two_tokens_per_call(kernels):
     # TPC_T < BE_T at every finite T (the last iteration's overshoot), both tend to the long-run rate, and the gap
-    # shrinks like 1/T
+    # shrinks as T grows
     for K in kernels.values():
         lr = _long_run(K)
         gaps = []
@@ -201,7 +201,7 @@ def _check_run(out, kernels, *, contrast: bool) -> None:
             assert (be - ren) > Z_MAX * ren_se, (name, ren, ren_se, be)
 
 
-def test_renewal_estimates_tokens_delivered_and_palm_tokens_emitted(tmp_path, pair, kernels):
+def test_renewal_estimates_tokens_kept_and_palm_tokens_emitted(tmp_path, pair, kernels):
     # the profile's renewal estimate of every tree family with an emission table along the text agrees with the
     # exact TPC_T, its Palm average with the exact BE_T (48 texts of 8 tokens)
     _check_run(_profile(tmp_path, pair, 48, 11), kernels, contrast=False)
@@ -233,7 +233,7 @@ def _decodes(draft, target, shape, process: str, verifier: str, n: int, *, x0: i
                                   pytest.param("iid:branching(2,1)/specinfer", marks=pytest.mark.slow),
                                   pytest.param("eagle2:2,2,4", marks=pytest.mark.slow),
                                   pytest.param("wor:branching(2,1)/target-only", marks=pytest.mark.slow)])
-def test_real_decodes_deliver_tpc_and_emit_be(pair, kernels, name):
+def test_real_decodes_keep_tpc_and_emit_be(pair, kernels, name):
     # real tree decodes of T tokens: tokens kept per target call estimate TPC_T, tokens emitted per call BE_T
     # (|z| < 4, each decode a unit); the two differ by the overshoot, which the kept tokens do not count
     draft, target, _, _ = pair

@@ -825,7 +825,7 @@ def starts_recursion(e, log_q, *, lengths=None) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class RenewalEstimate:
-    r"""Tokens delivered per target call of real decoding of the texts' lengths, estimated as a ratio over texts.
+    r"""Tokens kept per target call of real decoding of the texts' lengths, estimated as a ratio over texts.
 
     .. math::
 
