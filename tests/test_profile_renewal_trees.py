@@ -207,7 +207,7 @@ def test_renewal_estimates_tokens_kept_and_palm_tokens_emitted(tmp_path, pair, k
     _check_run(_profile(tmp_path, pair, 48, 11), kernels, contrast=False)
 
 
-@pytest.mark.slow  # 480 texts: about 15 s of CPU (one torch thread)
+@pytest.mark.slow  # 480 texts: about 30 s (one torch thread)
 def test_renewal_is_not_the_emitted_tokens_per_call(tmp_path, pair, kernels):
     # with 480 texts the renewal estimate is also distinguishable from BE_T (expected gap 7-30 standard errors by
     # family): it is not the quantity that emitted / target_calls of real decodes measures, the Palm average is
@@ -229,10 +229,7 @@ def _decodes(draft, target, shape, process: str, verifier: str, n: int, *, x0: i
             np.array(calls, dtype=np.float64))
 
 
-@pytest.mark.parametrize("name", [pytest.param("topk:branching(2,2)"),
-                                  pytest.param("iid:branching(2,1)/specinfer", marks=pytest.mark.slow),
-                                  pytest.param("eagle2:2,2,4", marks=pytest.mark.slow),
-                                  pytest.param("wor:branching(2,1)/target-only", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("name", list(FAMILIES))
 def test_real_decodes_keep_tpc_and_emit_be(pair, kernels, name):
     # real tree decodes of T tokens: tokens kept per target call estimate TPC_T, tokens emitted per call BE_T
     # (|z| < 4, each decode a unit); the two differ by the overshoot, which the kept tokens do not count
