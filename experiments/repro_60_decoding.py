@@ -88,21 +88,27 @@ def decode_check(tok, draft, target, texts, *, seed: int, **decode) -> dict:
 
     from otspec.decoding import speculative_decode
 
-    E, C, kept, iters = [], [], 0, 0
+    E, C, K, iters = [], [], [], 0
     for i, text in enumerate(texts):
         res = speculative_decode(chat_ids(tok, text), draft=draft, target=target, rng=seed + i, **decode)
         E.append(float(res.emitted.sum()))
         C.append(float(res.target_calls.sum()))
-        kept += int(res.tokens.shape[0])
+        K.append(float(res.tokens.shape[0]))
         iters += res.iterations
-    E, C = np.array(E), np.array(C)
+    E, C, K = np.array(E), np.array(C), np.array(K)
     n = E.shape[0]
-    ratio = E.sum() / C.sum()
-    resid = E - ratio * C
-    half = float(student_t.ppf(0.975, n - 1) * math.sqrt(n / (n - 1) * (resid ** 2).sum()) / C.sum()) if n > 1 \
-        else float("nan")
-    return {"prompts": n, "iterations": iters, "tokens": kept, "tokens_per_call": _r(ratio), "half_width": _r(half),
-            "tokens_kept_per_iteration": _r(kept / iters)}
+
+    def ratio(num):  # sum num / sum C and its half-width (cluster-robust delta method, Student t)
+        r = num.sum() / C.sum()
+        if n < 2:
+            return _r(r), float("nan")
+        return _r(r), _r(float(student_t.ppf(0.975, n - 1) * math.sqrt(n / (n - 1) * ((num - r * C) ** 2).sum())
+                               / C.sum()))
+
+    (emitted, half), (kept, kept_half) = ratio(E), ratio(K)
+    return {"prompts": n, "iterations": iters, "tokens": int(K.sum()), "tokens_per_call": emitted, "half_width": half,
+            "tokens_kept_per_iteration": _r(K.sum() / iters), "tokens_kept_per_call": kept,
+            "kept_half_width": kept_half}
 
 
 def agrees(estimate, check: dict) -> bool:

@@ -272,14 +272,17 @@ class ProfileSummary:
         The draft step and the scoring call relative to one target call of plain decoding (from :attr:`costs`).
     renewal : dict
         ``(family, k, L) -> Estimate``: the renewal tokens-per-call estimator
-        from the emission tables along the text (empty when not recorded).
+        from the emission tables along the text (empty when not recorded):
+        ``T / E[calls]``, the tokens kept per call of decodes of the texts' ``T`` tokens.
     renewal_differences : dict
         Paired differences of the renewal estimates with the reference scheme (same resamples).
     palm : dict
         ``(family, k, L) -> Estimate``: the Palm average, the profiled
         positions' expected tokens per call weighted by their start
         probabilities :math:`r(t)` (:func:`otspec.profile.palm_tokens_per_call`;
-        consistent for the long-run tokens per call of real decoding).
+        consistent for the tokens emitted per call of decodes of ``T`` tokens,
+        the last iteration's overshoot included, as ``emitted / target_calls``
+        counts them; the renewal estimate's long-run limit too).
     position_bias : dict
         ``(family, k, L) -> Estimate``: ``tokens_per_call / palm - 1``, the
         relative bias of the per-position average (the inspection paradox of
@@ -1276,8 +1279,9 @@ class TreeSummary:
         Why there is no choice, when there is none.
     renewal, palm, position_bias : dict
         For the static top-k families (profiled along a target-sampled text), ``name -> Estimate``: tokens per
-        call by the renewal estimator (their emission law along the text is exact: no verifier, no drawn tree),
-        the Palm average of ``1 + E[tau | T]`` (weighted by the start probabilities) and ``tokens_per_call /
+        call by the renewal estimator (their emission law along the text is exact: no verifier, no drawn tree;
+        tokens kept per call of decodes of the texts' length), the Palm average of ``1 + E[tau | T]`` (weighted
+        by the start probabilities; tokens emitted per call, overshoot included) and ``tokens_per_call /
         palm - 1``, the per-position average's bias.
     along : dict
         ``name -> (route, reason)``: how each family's emission law along the text is computed (``route``, a
