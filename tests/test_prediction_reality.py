@@ -221,3 +221,31 @@ if __name__ == "__main__":  # one pair's check, its rows as JSON on the last lin
     draft, target, prompts, rounds = PAIRS[sys.argv[1]]()
     rows = _check(draft, target, prompts, SETTINGS, rounds=rounds, tokens=32)
     print(json.dumps([(list(sc) if isinstance(sc, tuple) else sc, p, m) for sc, p, m in rows]))
+
+
+def test_the_first_rounds_warm_up_is_as_long_as_the_timed_decode(monkeypatch):
+    # on an H100 the first round's steps cost up to 5x the later ones after a one-iteration warm-up (first call
+    # shapes and cache lengths): the first round's untimed decode now meets every one of them, the later ones stay
+    # one iteration long; every configuration is warmed before each of its timed decodes
+    from otspec.profile import ProfileSettings, toy_pair
+    from otspec.profile import _overhead as O
+
+    calls = []
+    real = O._decode_once
+
+    def spy(*args, iterations=O.OVERHEAD_ITERATIONS):
+        calls.append((args[4:7], iterations))
+        return real(*args, iterations=iterations)
+
+    monkeypatch.setattr(O, "_decode_once", spy)
+    d, t = toy_pair(5, seed=0)
+    s = ProfileSettings(k_max=2, L_max=2, families=["token"], verifiers=["token"], trees=[])
+    rows = type("Rows", (), {"add": lambda self, *a, **k: None})()
+    O.overhead_rows(rows, d, t, [0, 1], s)
+    n = len(O.overhead_configs(s)) + 1  # and plain decoding
+    assert len(calls) == 2 * n * O.OVERHEAD_REPEATS
+    warm, timed = calls[0::2], calls[1::2]
+    assert [c for c, _ in warm] == [c for c, _ in timed]  # each timed decode right after its own warm-up
+    assert [i for _, i in warm[:n]] == [O.OVERHEAD_ITERATIONS] * n
+    assert [i for _, i in warm[n:]] == [1] * (n * (O.OVERHEAD_REPEATS - 1))
+    assert {i for _, i in timed} == {O.OVERHEAD_ITERATIONS}

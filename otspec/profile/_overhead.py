@@ -26,8 +26,11 @@ al.'s block verification, arXiv:2403.10444 v1, Algorithm 2); the seconds of
 the model calls inside the span apart (the share outside them). Plain
 decoding's seconds per token are measured the same way on
 :func:`otspec.decoding.autoregressive_decode` (every call an iteration).
-Each timed decode follows an untimed one-iteration decode of the same
-configuration, so that the caches and the allocator's free blocks are the
+Each timed decode follows an untimed decode of the same configuration (in
+the first round as long as the timed one, so that every call shape and
+cache length the configuration makes has been met once: on an H100 the
+first round's steps cost up to five times the later ones after a
+one-iteration warm-up; later, of one iteration), so that the caches and the allocator's free blocks are the
 decoder's own, as in a server that runs one scheme, not the previous
 configuration's (a 12-token plain decode measured 20 % dearer right after a
 chain's decode than after a plain one). The summary takes the
@@ -240,11 +243,14 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings) -> None:
         for name, k, L in configs[shift:] + configs[:shift]:
             if (name, k, L) in refused:
                 continue
-            # an untimed one-iteration decode of the same configuration first: the decoder warm (its caches and
-            # the allocator's free blocks its own, as in a server running one scheme); the configurations the
-            # decoder refuses at this vocabulary (a ValueError) found and left out
+            # an untimed decode of the same configuration first: the decoder warm (its caches and the allocator's
+            # free blocks its own, as in a server running one scheme), in the first round as long as the timed one
+            # (every call shape and cache length of the configuration met once: on an H100 the first round's steps
+            # cost up to 5x the later ones after a one-iteration warm-up), then of one iteration; the
+            # configurations the decoder refuses at this vocabulary (a ValueError) found and left out
             try:
-                _decode_once(draft, target, prompt, settings, name, k, L, seed + rep, iterations=1)
+                _decode_once(draft, target, prompt, settings, name, k, L, seed + rep,
+                             iterations=OVERHEAD_ITERATIONS if rep == 0 else 1)
             except ValueError:
                 refused.add((name, k, L))
                 continue
