@@ -642,7 +642,8 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
     if summary.renewal:
         lines += ["## Tokens per call, renewal estimator along the text", "",
                   "Renewal: tokens per call of decoding these texts (T / expected calls); Palm: the profiled "
-                  "positions weighted by their start probabilities (the long-run tokens per call); bias: the "
+                  "positions weighted by their start probabilities (the long-run tokens per call, and the tokens a decode "
+                  "of these texts emits per call, the last iteration's tokens past T included); bias: the "
                   "per-position average over the Palm average, minus 1 (docs/theory/profile.rst). Computed along "
                   "the whole text of every prompt.", "",
                   "| scheme | k | L | renewal | Palm | per-position bias |", "|---|---|---|---|---|---|"]
