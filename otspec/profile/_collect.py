@@ -341,8 +341,9 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool, builds
 def batch_builds(X, P, Q, settings) -> list | None:
     """The :class:`otspec.profile._quantities.Builds` of the ``B`` prompts of one position of a batched walk, their
     cheap batched quantities computed for all prompts at once (:func:`otspec.profile._quantities.prefill_batched`),
-    when the laws are on an accelerator (arrays other than numpy); None otherwise (each prompt's own, as before)."""
-    if isinstance(P, np.ndarray) or len(X) < 2:
+    when the laws are on an accelerator (arrays other than numpy), one prompt too (its values then come to the host
+    in one read); None otherwise (each prompt's own, as before)."""
+    if isinstance(P, np.ndarray):
         return None
     out = [Builds(X[b], P[b], Q[b], settings.verifier_options) for b in range(len(X))]
     prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
@@ -436,7 +437,10 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
             q_t = _np(Q[0, 0]).copy()  # not a view: the path's laws must not hold every tree's Q
-            position_rows(rows, t, X, _to_device(P, dev), Q, settings, costly=is_subsampled(t, index, settings))
+            Pd = _to_device(P, dev)
+            bl = batch_builds(X[None], Pd[None], Q[None], settings)
+            position_rows(rows, t, X, Pd, Q, settings, costly=is_subsampled(t, index, settings),
+                          builds=bl[0] if bl else None)
             if trng is not None:
                 tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
                           drawn, buffers, r1)

@@ -1,0 +1,69 @@
+"""The profile's chain walk on the device route reads the host a bounded number of times per position.
+
+On a GPU every read of a tensor into host memory (``tolist``, ``item``, ``numpy``, ``np.asarray``, a Python number
+made of a tensor) waits for the device's queue, so the profile's cost outside the forward passes grows with the
+number of reads per position more than with their size. The walk is run on the device route (the laws kept as torch
+tensors, here on the CPU: :func:`otspec.profile._collect.analysis_device` patched) and every read counted.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+from otspec.profile import ProfileSettings  # noqa: E402
+from otspec.profile._collect import profile_prompt  # noqa: E402
+from tests.toy_lm import tiny_llama  # noqa: E402
+
+T = 6  # positions walked (stride 1: every one profiled)
+
+
+class HostReads(TorchFunctionMode):
+    """Counts every call that copies a tensor's values into host memory (a synchronisation on a GPU); the calls a
+    read makes inside it (``np.asarray`` calling ``numpy``) are not seen twice (a mode is off in its own handler)."""
+
+    READS = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.numpy, torch.Tensor.__array__,
+             torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__}
+
+    def __init__(self):
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS:
+            self.reads.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+#: The verifiers and families walked: the batched cheap ones and a costly one of each (on the subsample).
+NAMES = dict(verifiers=["token", "optimal", "kseq", "multiround"], families=["token", "block", "block-onestep", "kseq"])
+
+
+def walk_reads(monkeypatch, subsample: int) -> tuple[dict, float]:
+    """The rows of a tiny Llama pair's walk (k_max = L_max = 4) on the device route, and its host reads per
+    position."""
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=40), tiny_llama(2, vocab=40)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=subsample, **NAMES).for_vocabulary(40)
+    with HostReads() as mode:
+        rows = profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    return rows, len(mode.reads) / T
+
+
+#: Reads per position: the four draft steps' laws (sampled on the host) and the path's target law, the five model
+#: calls' checks for bad logits, and one read of every batched quantity of the position (before: one read per
+#: batched quantity, 15 and 18); on the subsample, the host copies of the laws for the per-depth builds.
+BOUND = {0: 11, 1: 14}
+
+
+@pytest.mark.parametrize("subsample", [0, 1])
+def test_reads_per_position_on_the_device_route(monkeypatch, subsample):
+    rows, reads = walk_reads(monkeypatch, subsample)
+    assert {"acc", "tau"} <= set(rows["kind"]) and ("multiround" in rows["name"]) == (subsample > 0)
+    assert reads <= BOUND[subsample], reads
