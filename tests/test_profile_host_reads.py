@@ -8,6 +8,7 @@ tensors, here on the CPU: :func:`otspec.profile._collect.analysis_device` patche
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -67,3 +68,25 @@ def test_reads_per_position_on_the_device_route(monkeypatch, subsample):
     rows, reads = walk_reads(monkeypatch, subsample)
     assert {"acc", "tau"} <= set(rows["kind"]) and ("multiround" in rows["name"]) == (subsample > 0)
     assert reads <= BOUND[subsample], reads
+
+
+def test_ranked_rows_on_the_device_need_no_nonzero():
+    # the trees' ranking of a torch law: no nonzero (its output's size is a host read on a GPU), nor any other read,
+    # and the host's ranking (ties to the lower id), ties and zeros included
+    from otspec.profile._trees import ranked_rows
+
+    p = np.array([[0.1, 0.4, 0.1, 0.4, 0.0], [0.25, 0.25, 0.0, 0.25, 0.25], [0.5, 0.0, 0.0, 0.0, 0.5]])
+    calls = []
+
+    class Seen(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    for K in (1, 2, 3, 5):
+        with Seen():
+            ids_t, vals_t = ranked_rows(torch.from_numpy(p), K)
+        assert "nonzero" not in calls and not set(calls) & {f.__name__ for f in HostReads.READS}, calls
+        ids, vals = ranked_rows(p, K)
+        np.testing.assert_array_equal(ids_t.numpy(), ids)
+        np.testing.assert_array_equal(vals_t.numpy(), vals)
