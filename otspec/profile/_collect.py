@@ -105,7 +105,8 @@ class _Timer:
 
         watch = Stopwatch(lm.device)
         with watch:
-            t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(lm.device)
+            t = ids.to(lm.device) if torch.is_tensor(ids) else torch.as_tensor(np.ascontiguousarray(ids),
+                                                                               dtype=torch.long).to(lm.device)
             logits = lm.logits(state, t)[:, -last:]
             probs = sampling.probs(logits)
             raw = _np(sampling.own_law(logits)) if own else None
@@ -302,7 +303,22 @@ def check_device_memory(settings, V: int, lengths, device, *, free: int | None =
 def _to_device(P: np.ndarray, dev):
     import torch
 
-    return P if dev is None else torch.as_tensor(P).to(dev)
+    return P if dev is None else torch.as_tensor(P).to(dev)  # a tensor already: moved if elsewhere
+
+
+def _draft_buffers(p1, k: int, L: int, V: int):
+    """The ``(k, L)`` drafts and ``(k, L, V)`` draft laws of a position, where ``p1`` (the first depth's law) is."""
+    if isinstance(p1, np.ndarray):
+        return np.empty((k, L), dtype=np.int64), np.empty((k, L, V))
+    import torch
+
+    return (torch.empty((k, L), dtype=torch.long, device=p1.device),
+            torch.empty((k, L, V), dtype=torch.float64, device=p1.device))
+
+
+def _rows_of(p1, k: int, V: int):
+    """``p1`` (one row) seen as ``k`` rows, without a copy."""
+    return np.broadcast_to(p1, (k, V)) if isinstance(p1, np.ndarray) else p1.expand(k, V)
 
 
 def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -419,16 +435,17 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     own = ranks_by_raw_law(getattr(settings, "tree_plan", None), sampling)
     for t in range(T):
         if t % settings.stride == 0:
-            got = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1, own=own)
+            on = dev is not None  # the draft's laws and tokens stay on its device, read once (X) per position
+            got = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1, own=own, keep=on)
             p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (1, V): processed, own law
             V = p1.shape[-1]
-            X = np.empty((k_max, L), dtype=np.int64)
-            P = np.empty((k_max, L, V))
+            X, P = _draft_buffers(p1, k_max, L, V)
             P[:, 0] = p1
-            X[:, 0] = _sample(np.broadcast_to(p1, (k_max, V)), rng)
+            X[:, 0] = _sample(_rows_of(p1, k_max, V), rng)
             for j in range(1, L):
-                P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1)[:, 0]
+                P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1, keep=on)[:, 0]
                 X[:, j] = _sample(P[:, j], rng)
+            X = _np(X)
             draft.select(ds, 0, len(ctx))
             held_d = len(ctx)
             pend = np.broadcast_to(np.array(ctx[held_t:], dtype=np.int64), (k_max, len(ctx) - held_t))
