@@ -306,14 +306,16 @@ def _to_device(P: np.ndarray, dev):
     return P if dev is None else torch.as_tensor(P).to(dev)  # a tensor already: moved if elsewhere
 
 
-def _draft_buffers(p1, k: int, L: int, V: int):
-    """The ``(k, L)`` drafts and ``(k, L, V)`` draft laws of a position, where ``p1`` (the first depth's law) is."""
+def _draft_buffers(p1, k, L: int, V: int):
+    """The ``(*k, L)`` drafts and ``(*k, L, V)`` draft laws of a position (``k`` an int or a shape), where ``p1``
+    (the first depth's law) is."""
+    k = (k,) if isinstance(k, int) else tuple(k)
     if isinstance(p1, np.ndarray):
-        return np.empty((k, L), dtype=np.int64), np.empty((k, L, V))
+        return np.empty(k + (L,), dtype=np.int64), np.empty(k + (L, V))
     import torch
 
-    return (torch.empty((k, L), dtype=torch.long, device=p1.device),
-            torch.empty((k, L, V), dtype=torch.float64, device=p1.device))
+    return (torch.empty(k + (L,), dtype=torch.long, device=p1.device),
+            torch.empty(k + (L, V), dtype=torch.float64, device=p1.device))
 
 
 def _rows_of(p1, k: int, V: int):
@@ -581,19 +583,20 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     for t in range(T):
         n = ctx.shape[1]
         if t % settings.stride == 0:
-            got = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1, own=own)
+            on = dev is not None  # the draft's laws and tokens stay on its device, read once (X) per position
+            got = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1, own=own, keep=on)
             p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (B, V): processed, own law
             V = p1.shape[-1]
-            X = np.empty((B, k, L), dtype=np.int64)
-            P = np.empty((B, k, L, V))
+            X, P = _draft_buffers(p1, (B, k), L, V)
             P[:, :, 0] = p1[:, None]
             for b in range(B):
-                X[b, :, 0] = _sample(np.broadcast_to(p1[b], (k, V)), rngs[b])
+                X[b, :, 0] = _sample(_rows_of(p1[b], k, V), rngs[b])
             for j in range(1, L):
                 P[:, :, j] = shared.call(draft, ds, X[:, :, j - 1].reshape(B * k, 1), sampling, "draft",
-                                         1)[:, 0].reshape(B, k, V)
+                                         1, keep=on)[:, 0].reshape(B, k, V)
                 for b in range(B):
                     X[b, :, j] = _sample(P[b, :, j], rngs[b])
+            X = _np(X)
             draft.select(ds, kept, n)
             held_d = n
             pend = np.repeat(ctx[:, held_t:], k, axis=0)
