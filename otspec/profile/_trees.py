@@ -59,6 +59,7 @@ import numpy as np
 from .._array import namespace
 from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
+from ..decoding._tree_device import ranked_rows_t
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
@@ -535,8 +536,6 @@ def ranked_rows(laws, K: int):
         ids = np.stack([_ranked(row, K) for row in laws]) if laws.shape[0] else np.zeros((0, K), dtype=np.int64)
         return ids.astype(np.int64), np.take_along_axis(laws, ids, axis=1)
     import torch
-
-    from ..decoding._tree_device import ranked_rows_t
 
     if laws.shape[0] == 0:
         return torch.zeros((0, K), dtype=torch.long, device=laws.device), laws[:, :K]
