@@ -338,7 +338,22 @@ def transformers_keep_mask(logits, temperature: float, top_k: int | None, top_p:
 
 
 def sample_rows(P: np.ndarray, gen: np.random.Generator) -> np.ndarray:
-    """One inverse-CDF draw per row of a ``(B, V)`` float64 law; exact, zero-mass entries never drawn."""
+    """One inverse-CDF draw per row of a ``(B, V)`` float64 law; exact, zero-mass entries never drawn.
+
+    A torch tensor is drawn where it lives, with no host read: the same ``B`` uniforms of ``gen`` go in, the same
+    rule (``u`` times the total searched in the running sums, a landing on a zero-mass entry stepped back to the
+    last positive one), and an int64 tensor of ids on its device comes out."""
+    if not isinstance(P, np.ndarray) and hasattr(P, "device"):
+        P = P if P.ndim == 2 else P[None]
+        n, V = P.shape
+        if n > 1 and P.stride(0) == 0:  # one law broadcast to every row: one cumulative sum
+            c = torch.cumsum(P[:1], dim=1).expand(n, V).contiguous()
+        else:
+            c = torch.cumsum(P, dim=1)
+        u = torch.as_tensor(gen.random(n), device=P.device) * c[:, -1]
+        i = torch.searchsorted(c, u[:, None].contiguous(), right=True).clamp_(max=V - 1)
+        ar = torch.arange(V, device=P.device)
+        return torch.where((P > 0) & (ar <= i), ar, -1).amax(dim=1).clamp_(min=0)
     P = np.atleast_2d(P)
     if P.shape[0] > 1 and P.strides[0] == 0:  # one law broadcast to every row (i.i.d. drafts): one cumulative sum
         c = np.broadcast_to(np.cumsum(P[0]), P.shape)

@@ -105,7 +105,8 @@ class _Timer:
 
         watch = Stopwatch(lm.device)
         with watch:
-            t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(lm.device)
+            t = ids.to(lm.device) if torch.is_tensor(ids) else torch.as_tensor(np.ascontiguousarray(ids),
+                                                                               dtype=torch.long).to(lm.device)
             logits = lm.logits(state, t)[:, -last:]
             probs = sampling.probs(logits)
             raw = _np(sampling.own_law(logits)) if own else None
@@ -302,7 +303,24 @@ def check_device_memory(settings, V: int, lengths, device, *, free: int | None =
 def _to_device(P: np.ndarray, dev):
     import torch
 
-    return P if dev is None else torch.as_tensor(P).to(dev)
+    return P if dev is None else torch.as_tensor(P).to(dev)  # a tensor already: moved if elsewhere
+
+
+def _draft_buffers(p1, k, L: int, V: int):
+    """The ``(*k, L)`` drafts and ``(*k, L, V)`` draft laws of a position (``k`` an int or a shape), where ``p1``
+    (the first depth's law) is."""
+    k = (k,) if isinstance(k, int) else tuple(k)
+    if isinstance(p1, np.ndarray):
+        return np.empty(k + (L,), dtype=np.int64), np.empty(k + (L, V))
+    import torch
+
+    return (torch.empty(k + (L,), dtype=torch.long, device=p1.device),
+            torch.empty(k + (L, V), dtype=torch.float64, device=p1.device))
+
+
+def _rows_of(p1, k: int, V: int):
+    """``p1`` (one row) seen as ``k`` rows, without a copy."""
+    return np.broadcast_to(p1, (k, V)) if isinstance(p1, np.ndarray) else p1.expand(k, V)
 
 
 def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -341,8 +359,9 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool, builds
 def batch_builds(X, P, Q, settings) -> list | None:
     """The :class:`otspec.profile._quantities.Builds` of the ``B`` prompts of one position of a batched walk, their
     cheap batched quantities computed for all prompts at once (:func:`otspec.profile._quantities.prefill_batched`),
-    when the laws are on an accelerator (arrays other than numpy); None otherwise (each prompt's own, as before)."""
-    if isinstance(P, np.ndarray) or len(X) < 2:
+    when the laws are on an accelerator (arrays other than numpy), one prompt too (its values then come to the host
+    in one read); None otherwise (each prompt's own, as before)."""
+    if isinstance(P, np.ndarray):
         return None
     out = [Builds(X[b], P[b], Q[b], settings.verifier_options) for b in range(len(X))]
     prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
@@ -418,16 +437,17 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     own = ranks_by_raw_law(getattr(settings, "tree_plan", None), sampling)
     for t in range(T):
         if t % settings.stride == 0:
-            got = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1, own=own)
+            on = dev is not None  # the draft's laws and tokens stay on its device, read once (X) per position
+            got = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1, own=own, keep=on)
             p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (1, V): processed, own law
             V = p1.shape[-1]
-            X = np.empty((k_max, L), dtype=np.int64)
-            P = np.empty((k_max, L, V))
+            X, P = _draft_buffers(p1, k_max, L, V)
             P[:, 0] = p1
-            X[:, 0] = _sample(np.broadcast_to(p1, (k_max, V)), rng)
+            X[:, 0] = _sample(_rows_of(p1, k_max, V), rng)
             for j in range(1, L):
-                P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1)[:, 0]
+                P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1, keep=on)[:, 0]
                 X[:, j] = _sample(P[:, j], rng)
+            X = _np(X)
             draft.select(ds, 0, len(ctx))
             held_d = len(ctx)
             pend = np.broadcast_to(np.array(ctx[held_t:], dtype=np.int64), (k_max, len(ctx) - held_t))
@@ -436,7 +456,10 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
             q_t = _np(Q[0, 0]).copy()  # not a view: the path's laws must not hold every tree's Q
-            position_rows(rows, t, X, _to_device(P, dev), Q, settings, costly=is_subsampled(t, index, settings))
+            Pd = _to_device(P, dev)
+            bl = batch_builds(X[None], Pd[None], Q[None], settings)
+            position_rows(rows, t, X, Pd, Q, settings, costly=is_subsampled(t, index, settings),
+                          builds=bl[0] if bl else None)
             if trng is not None:
                 tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
                           drawn, buffers, r1)
@@ -560,19 +583,20 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     for t in range(T):
         n = ctx.shape[1]
         if t % settings.stride == 0:
-            got = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1, own=own)
+            on = dev is not None  # the draft's laws and tokens stay on its device, read once (X) per position
+            got = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1, own=own, keep=on)
             p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (B, V): processed, own law
             V = p1.shape[-1]
-            X = np.empty((B, k, L), dtype=np.int64)
-            P = np.empty((B, k, L, V))
+            X, P = _draft_buffers(p1, (B, k), L, V)
             P[:, :, 0] = p1[:, None]
             for b in range(B):
-                X[b, :, 0] = _sample(np.broadcast_to(p1[b], (k, V)), rngs[b])
+                X[b, :, 0] = _sample(_rows_of(p1[b], k, V), rngs[b])
             for j in range(1, L):
                 P[:, :, j] = shared.call(draft, ds, X[:, :, j - 1].reshape(B * k, 1), sampling, "draft",
-                                         1)[:, 0].reshape(B, k, V)
+                                         1, keep=on)[:, 0].reshape(B, k, V)
                 for b in range(B):
                     X[b, :, j] = _sample(P[b, :, j], rngs[b])
+            X = _np(X)
             draft.select(ds, kept, n)
             held_d = n
             pend = np.repeat(ctx[:, held_t:], k, axis=0)

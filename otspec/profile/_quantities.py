@@ -455,43 +455,50 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int) -> None:
     the cheap per-depth acceptances of ``verifiers`` (``"optimal"``/``"lp"``: :math:`\alpha_k`; ``"token"``;
     ``"kseq"``) and the batched :math:`E[\tau \mid X]` rows of ``families`` (``"token"``, ``"block"``,
     ``"block-onestep"``), each computed on the stacked ``(B, ...)`` laws of the prompts walked together (one
-    sort, one launch and one move to the host for all of them, instead of one per prompt) and sliced into each
+    sort, one launch for all of them, instead of one per prompt; every value read into host memory in one read,
+    a single synchronisation on a GPU) and sliced into each
     prompt's cache under the key :func:`depth_quantities` and :func:`expected_accepted` read, so their values are
     the per-prompt route's (the same per-row arithmetic). For laws on an accelerator; ``builds`` share one
     namespace, shapes and options; ``ks(name)`` gives each name's numbers of drafts.
     """
-    if len(builds) < 2:
-        return
     b0 = builds[0]
     xp = b0.xp
     P = xp.stack([b.P for b in builds], axis=0)  # (B, k_max, L_max, V)
     Q = xp.stack([b.Q for b in builds], axis=0)
     P0, Q0 = P[:, 0, :L], Q[:, 0, :L]
     B = len(builds)
-
-    def put(key, stacked):
-        for b, bl in zip(range(B), builds):
-            bl._batched[key] = stacked[b]
+    parts = []  # (key, values on the device, their host shape): read together, one host read for all
 
     names = set(verifiers)
     alpha_ks = sorted({tuple(ks(n)) for n in names & {"optimal", "lp"}})
     for kk in alpha_ks:
-        put(("alpha", kk, L), to_host(alpha_k(P0, Q0, list(kk), validate=False, workers=1)).reshape(B, L, len(kk)))
+        parts.append((("alpha", kk, L), alpha_k(P0, Q0, list(kk), validate=False, workers=1), (B, L, len(kk))))
     if "token" in names:
-        put(("token-acc", L), to_host(_token_acceptance(P0, Q0)))
+        parts.append((("token-acc", L), _token_acceptance(P0, Q0), (B, L)))
     if "kseq" in names and not b0.options.get("kseq"):
         kk = tuple(ks("kseq"))
-        put(("kseq", kk, L), to_host(_kseq_acceptance(P0, Q0, kk, xp)))
+        parts.append((("kseq", kk, L), _kseq_acceptance(P0, Q0, kk, xp), (B, L, len(kk))))
     k_max = int(P.shape[1])
     R = B * k_max
     X = xp.reshape(xp.stack([b.tokens() for b in builds], axis=0), (R, -1))
     Pr, Qr = xp.reshape(P, (R,) + tuple(P.shape[2:])), xp.reshape(Q, (R,) + tuple(Q.shape[2:]))
     for name in ("block", "block-onestep"):
         if name in families:
-            both = to_host(_block_tau_calls(name, Pr, Qr, X, L, xp)).reshape(2, B, k_max, L)
-            put(("block", name, L), both.transpose(1, 0, 2, 3))
+            parts.append((("block", name, L), _block_tau_calls(name, Pr, Qr, X, L, xp), (2, B, k_max, L)))
     if "token" in families:
-        put(("token", L), to_host(_token_reach(Pr, Qr, X, L, xp)).reshape(B, k_max, L))
+        parts.append((("token", L), _token_reach(Pr, Qr, X, L, xp), (B, k_max, L)))
+    if not parts:
+        return
+    host = to_host(xp.concat([xp.reshape(xp.astype(a, xp.float64), (-1,)) for _, a, _ in parts]))
+    at = 0
+    for key, _, shape in parts:
+        n = int(np.prod(shape))
+        vals = host[at:at + n].reshape(shape)
+        at += n
+        if key[0] == "block":
+            vals = vals.transpose(1, 0, 2, 3)
+        for b, bl in enumerate(builds):
+            bl._batched[key] = vals[b]
 
 
 def _excess_sums(W, P, Q, L: int, xp, both: bool):

@@ -59,6 +59,7 @@ import numpy as np
 from .._array import namespace
 from .._registry import suggest, verifier_names
 from ..decoding._sampling import sample_rows
+from ..decoding._tree_device import ranked_rows_t
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
@@ -508,9 +509,9 @@ def ranked_rows(laws, K: int):
         \text{ids}_{i, r} = \text{the } r\text{-th token of row } i \text{ in decreasing } p_i,
         \text{ ties by lower id}, \qquad \text{vals}_{i, r} = p_i(\text{ids}_{i, r}), \qquad r < K.
 
-    Batched over the rows in ``O(V)`` each: a top-``K`` for the ``K``-th largest value ``t_i``, every token above
-    it and the lowest-id tokens equal to it (a cumulative count), then a stable sort of those ``K``. A torch
-    tensor is ranked on its device; a numpy array row by row (:func:`otspec.tree._process._ranked`).
+    A torch tensor is ranked on its device with no host read (:func:`otspec.decoding._tree_device.ranked_rows_t`:
+    top-``K`` passes over the rows, no ``nonzero``, whose size a GPU would read); a numpy array row by row
+    (:func:`otspec.tree._process._ranked`).
 
     Parameters
     ----------
@@ -536,18 +537,9 @@ def ranked_rows(laws, K: int):
         return ids.astype(np.int64), np.take_along_axis(laws, ids, axis=1)
     import torch
 
-    n = laws.shape[0]
-    if n == 0:
+    if laws.shape[0] == 0:
         return torch.zeros((0, K), dtype=torch.long, device=laws.device), laws[:, :K]
-    kth = torch.topk(laws, K, dim=-1).values[:, K - 1:K]
-    above = laws > kth
-    tied = laws == kth
-    need = K - above.sum(dim=-1, keepdim=True)
-    take = above | (tied & (torch.cumsum(tied, dim=-1) <= need))
-    cand = take.nonzero()[:, 1].reshape(n, K)  # row-major: each row's K tokens in id order
-    vals = laws.gather(1, cand)
-    order = torch.sort(vals, dim=-1, descending=True, stable=True).indices  # ties keep the lower id first
-    return cand.gather(1, order), vals.gather(1, order)
+    return ranked_rows_t(laws, K)  # no nonzero: nothing whose size the host must read
 
 
 class _ShapeJob:

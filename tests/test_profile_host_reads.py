@@ -1,0 +1,118 @@
+"""The profile's chain walk on the device route reads the host a bounded number of times per position.
+
+On a GPU every read of a tensor into host memory (``tolist``, ``item``, ``numpy``, ``np.asarray``, a Python number
+made of a tensor) waits for the device's queue, so the profile's cost outside the forward passes grows with the
+number of reads per position more than with their size. The walk is run on the device route (the laws kept as torch
+tensors, here on the CPU: :func:`otspec.profile._collect.analysis_device` patched) and every read counted.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from torch.overrides import TorchFunctionMode  # noqa: E402
+
+from otspec.profile import ProfileSettings  # noqa: E402
+from otspec.profile._collect import profile_prompt  # noqa: E402
+from tests.toy_lm import tiny_llama  # noqa: E402
+
+T = 6  # positions walked (stride 1: every one profiled)
+
+
+class HostReads(TorchFunctionMode):
+    """Counts every call that copies a tensor's values into host memory (a synchronisation on a GPU); the calls a
+    read makes inside it (``np.asarray`` calling ``numpy``) are not seen twice (a mode is off in its own handler)."""
+
+    READS = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.numpy, torch.Tensor.__array__,
+             torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__}
+
+    def __init__(self):
+        super().__init__()
+        self.reads: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS:
+            self.reads.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+#: The verifiers and families walked: the batched cheap ones and a costly one of each (on the subsample).
+NAMES = dict(verifiers=["token", "optimal", "kseq", "multiround"], families=["token", "block", "block-onestep", "kseq"])
+
+
+def walk_reads(monkeypatch, subsample: int) -> tuple[dict, float]:
+    """The rows of a tiny Llama pair's walk (k_max = L_max = 4) on the device route, and its host reads per
+    position."""
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=40), tiny_llama(2, vocab=40)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=subsample, **NAMES).for_vocabulary(40)
+    with HostReads() as mode:
+        rows = profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    return rows, len(mode.reads) / T
+
+
+#: Reads per position: the drafts (drawn on the device) and the path's target law, the five model calls' checks for
+#: bad logits, and one read of every batched quantity of the position (before: each draft step's law read to be
+#: sampled on the host, and one read per batched quantity: 15 and 18); on the subsample, the host copies of the
+#: laws for the per-depth builds.
+BOUND = {0: 8, 1: 11}
+
+
+@pytest.mark.parametrize("subsample", [0, 1])
+def test_reads_per_position_on_the_device_route(monkeypatch, subsample):
+    rows, reads = walk_reads(monkeypatch, subsample)
+    assert {"acc", "tau"} <= set(rows["kind"]) and ("multiround" in rows["name"]) == (subsample > 0)
+    assert reads <= BOUND[subsample], reads
+
+
+def test_ranked_rows_on_the_device_need_no_nonzero():
+    # the trees' ranking of a torch law: no nonzero (its output's size is a host read on a GPU), nor any other read,
+    # and the host's ranking (ties to the lower id), ties and zeros included
+    from otspec.profile._trees import ranked_rows
+
+    p = np.array([[0.1, 0.4, 0.1, 0.4, 0.0], [0.25, 0.25, 0.0, 0.25, 0.25], [0.5, 0.0, 0.0, 0.0, 0.5]])
+    calls = []
+
+    class Seen(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            calls.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    for K in (1, 2, 3, 5):
+        with Seen():
+            ids_t, vals_t = ranked_rows(torch.from_numpy(p), K)
+        assert "nonzero" not in calls and not set(calls) & {f.__name__ for f in HostReads.READS}, calls
+        ids, vals = ranked_rows(p, K)
+        np.testing.assert_array_equal(ids_t.numpy(), ids)
+        np.testing.assert_array_equal(vals_t.numpy(), vals)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5), st.booleans())
+def test_sample_rows_of_a_tensor_draw_the_numpy_route_s_ids_from_the_same_stream(seed, n, broadcast):
+    # laws with zero-mass entries (never drawn), one law broadcast to every row or one law per row: the same ids as
+    # the numpy route's, from the same uniforms (the generators end in the same state), as a tensor where P lives
+    from otspec.decoding._sampling import sample_rows
+
+    r = np.random.default_rng(seed)
+    V = 9
+    P = r.random((1 if broadcast else n, V)) * (r.random((1 if broadcast else n, V)) < 0.6)
+    P[:, r.integers(V)] += 0.5
+    P /= P.sum(axis=1, keepdims=True)
+    Pn = np.broadcast_to(P, (n, V)) if broadcast else P
+    Pt = torch.from_numpy(P).expand(n, V) if broadcast else torch.from_numpy(P)
+    g1, g2 = np.random.default_rng(seed + 1), np.random.default_rng(seed + 1)
+    for _ in range(5):
+        with HostReads() as mode:
+            got = sample_rows(Pt, g2)
+        assert torch.is_tensor(got) and got.dtype == torch.long and not mode.reads
+        np.testing.assert_array_equal(got.numpy(), sample_rows(Pn, g1))
+    assert g1.random() == g2.random()
