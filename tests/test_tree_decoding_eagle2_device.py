@@ -43,11 +43,10 @@ from otspec.models import MarkovModel, random_markov_model  # noqa: E402
 from otspec.testing import chi2_gof  # noqa: E402
 from otspec.tree._process import _ranked  # noqa: E402
 from tests.test_decoding_device import _HostReads, _memoryless, _ScalarReads  # noqa: E402
+from tests.test_tree_decoding_device import ALPHA_FAIL, RULES  # noqa: E402  (the static trees' rules and level)
 from tests.toy_lm import tiny_llama  # noqa: E402
 
 torch.set_num_threads(1)
-ALPHA_FAIL = 1e-4
-RULES = {"specinfer": T.SpecInferVerifier(), "sequoia": T.SequoiaVerifier(), "target-only": T.TargetOnlyVerifier()}
 
 
 def _dyadic_markov(V, rng):
