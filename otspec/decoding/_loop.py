@@ -23,7 +23,7 @@ from .._registry import get_verifier, unknown_name_message
 from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import validate_language_model, validate_prompt
-from ._sampling import Sampling, bad_rows, draw_rows, sample_rows
+from ._sampling import Sampling, _law_block, _laws_into, bad_rows, draw_rows, sample_rows
 from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
 from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
@@ -159,25 +159,6 @@ def _device_generators(seed: int | None, draft_device, target_device):
     if torch.device(draft_device) == torch.device(target_device):
         return gt, gt
     return make(draft_device, None if seed is None else (seed * 2654435761 + 1) % 2**62), gt
-
-
-def _law_block(block, shape: tuple, device):
-    """A float64 block of laws of ``shape``, allocated once per decode and overwritten every iteration (every law
-    of an iteration is read before the next one's are written; nothing keeps a view of it): a fresh block of
-    ``8 V`` bytes a row cost the allocator's page faults, 1,000 of them per iteration at ``V = 128,256``."""
-    if block is None or tuple(block.shape) != shape or block.device != torch.device(device):
-        block = torch.empty(shape, dtype=torch.float64, device=device)
-    return block
-
-
-def _laws_into(sampling: Sampling, logits, out):
-    """``sampling.probs(logits, check=False)`` written into ``out`` (a view of a :func:`_law_block`) and returned:
-    the plain law (temperature 1, untruncated) by the softmax writing straight into it -- the same values bit for
-    bit, without a fresh ``8 V``-byte row (whose page faults cost twice the softmax on the CPU: 1.7 ms against
-    0.56 ms a row at ``V = 128,256``) and its copy; any other law computed, then copied."""
-    if not sampling.greedy and not sampling.truncated and sampling.temperature == 1.0:
-        return torch.softmax(logits, dim=-1, dtype=torch.float64, out=out)
-    return out.copy_(sampling.probs(logits, check=False))
 
 
 def _np(t) -> np.ndarray:

@@ -63,13 +63,13 @@ import otspec.tree
 from ..tree._process import _support_error
 from ..tree._verifiers import SequoiaVerifier, SpecInferVerifier, TargetOnlyVerifier
 from ._deps import require
-from ._sampling import bad_rows, draw_rows
+from ._sampling import Sampling, _law_block, _laws_into, bad_rows, draw_rows
 from ._tree_loop import _common, _is_repeat
 
 torch = require("torch", "otspec.decoding")
 
 __all__ = ["DEVICE_TREE_PROCESSES", "DEVICE_TREE_VERIFIERS", "Eagle2LayoutT", "Eagle2StepT", "Eagle2TreeT",
-           "TreeLayoutT", "TreeStepT", "device_tree_step", "has_device_route", "node_rules_t", "ranked_rows_t",
+           "RANK_BY_MAXIMA", "TreeLayoutT", "TreeStepT", "device_tree_step", "has_device_route", "node_rules_t", "ranked_rows_t",
            "residual_rows_t", "verify_tree_t"]
 
 #: Draft processes the device route fills trees with (static shapes).
@@ -77,6 +77,7 @@ DEVICE_TREE_PROCESSES = ("iid", "wor", "topk", "eagle2")
 #: Tree verifiers the device route runs (by their registered names).
 DEVICE_TREE_VERIFIERS = ("specinfer", "sequoia", "target-only")
 _RULES = {SpecInferVerifier: "specinfer", SequoiaVerifier: "sequoia", TargetOnlyVerifier: "target-only"}
+_OWN = Sampling()  # the model's own law (temperature 1, untruncated): what EAGLE-2 ranks by
 
 
 def has_device_route(plan) -> bool:
@@ -303,7 +304,8 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     Q_inner : torch.Tensor of float64, shape ``(I, V)``
     q_at : callable
         ``q_at(v)`` the target law at the node ``v`` (a tensor of shape ``(1,)``), shape ``(1, V)``: the bonus
-        token's law when ``v`` is a leaf (called once, whatever ``v`` is: no host read decides it).
+        token's law when ``v`` is a leaf, the row of ``Q_inner`` (the same values) where ``v`` has children
+        (called once, whatever ``v`` is: no host read decides it).
     gen : torch.Generator
         On the laws' device.
     draw : callable, optional
@@ -354,9 +356,14 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
         c = nxt.index_select(0, torch.where(r >= 0, r, I))
         cur = torch.where(c >= 0, c, cur)
     r = lay.row_of.index_select(0, cur)
+    inner = r[:, None] >= 0
     r0 = r.clamp(min=0)
-    q = torch.where(r[:, None] >= 0, Q_inner.index_select(0, r0), q_at(cur))
-    W = torch.where(r[:, None] >= 0, residual_rows_t(rule, x, level, P_inner, Q_inner, r0), q)
+    q = q_at(cur)  # the accepted node's law: its row of Q_inner where it has children, the bonus token's at a leaf
+    if rule == "target-only":  # q off the children's tokens at a node with children (one copy of the row), q at a leaf
+        xr = x.index_select(0, r0)
+        W = q.scatter(1, xr, torch.where(inner, 0.0, q.gather(1, xr)))
+    else:
+        W = torch.where(inner, residual_rows_t(rule, x, level, P_inner, Q_inner, r0), q)
     W = torch.where(W.sum(-1, keepdim=True) > 0, W, q)  # a residual of no mass (drawn with probability 0)
     y = draw(W, gen)
     return cur, y, end_mass_t(lay, acc, alive)
@@ -426,6 +433,7 @@ class TreeStepT:
         self.wor_laws: list = []  # root laws of "wor" trees until the next flush ("iid": the decoder's own list)
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
+        self._blocks: dict = {}  # float64 law blocks allocated once per decode, overwritten every iteration
 
     def _fill(self, tokens, j: int, P, logits, lse):
         """The children of the frontier of depth ``j`` from its laws ``P`` (``"topk"``: its logits and their
@@ -447,7 +455,7 @@ class TreeStepT:
         return tokens.index_copy_(0, g.dst[j], vals), short
 
     def __call__(self, dec, ctx: list[int]) -> list[int]:
-        plan, d, t, probs = self.plan, dec.d, dec.t, self.sampling.probs
+        plan, d, t = self.plan, dec.d, dec.t
         ddev, tdev = torch.device(d.lm.device), torch.device(t.lm.device)
         self.gd, gt = dec.device_gens
         if self.grow is None:
@@ -459,14 +467,18 @@ class TreeStepT:
         pending = d.sync(ctx)
         logits = d.logits_ids(torch.tensor([pending], dtype=torch.long).to(ddev, non_blocking=True))[:, -1]
         tokens = torch.full((plan.shape.n + 1,), -1, dtype=torch.long, device=ddev)
-        Ps, flags, shorts, raws = [], [], [], []
-        length, batch = len(ctx), 1
+        flags, shorts, raws = [], [], []
+        length, batch, row = len(ctx), 1, 0
+        Pb = None
+        if self.needs_p:  # the draft's laws at the nodes with children, in a block kept across iterations
+            Pb = self._blocks["P"] = _law_block(self._blocks.get("P"), (g.lay.inner_np.shape[0],
+                                                                          int(logits.shape[-1])), ddev)
         for j in range(g.D):
             raws.append(logits)
             P = lse = None
             if self.needs_p:
-                P = probs(logits, check=False)
-                Ps.append(P)
+                P = _laws_into(self.sampling, logits, Pb[row : row + int(logits.shape[0])])
+                row += int(logits.shape[0])
                 flags.append(bad_rows(P))
             else:  # top-k children verified by the target-only rule: the draft's laws are never read
                 lse = torch.logsumexp(logits.float(), -1)
@@ -493,15 +505,8 @@ class TreeStepT:
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
-        # the float64 laws the rules read: q at the nodes with children, and at the accepted node if a leaf
-        Q = probs(logits.index_select(0, self.lay_t.inner), check=False)
-        leaf: list = []
-
-        def q_at(v):
-            leaf.append(probs(logits.index_select(0, v), check=False))
-            return leaf[0]
-
-        P_inner = torch.cat(Ps).to(tdev, non_blocking=True) if Ps else None
+        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner)
+        P_inner = Pb.to(tdev, non_blocking=True) if Pb is not None else None
         a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
         # flags of bad draft laws or small supports, then of bad target laws
@@ -510,7 +515,7 @@ class TreeStepT:
                          bad_rows(leaf[0]).to(torch.long)]).tolist()
         tok = res[2 : 2 + n1]
         if any(res[2 + n1 : 2 + n1 + nd]):
-            self._refuse(dec, ctx, res[2 + n1 : 2 + n1 + nd], tok, Ps, raws)
+            self._refuse(dec, ctx, res[2 + n1 : 2 + n1 + nd], tok, Pb, raws)
         if any(res[2 + n1 + nd :]):
             self._refuse_target(dec, ctx, res[2 + n1 + nd :], tok, res[0])
         a, y = int(res[0]), int(res[1])
@@ -533,6 +538,23 @@ class TreeStepT:
         reached[:tau] = 1.0
         dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
         return out
+
+    def _target_laws(self, logits, rows):
+        """The float64 target laws the rules read, on the target's device: ``Q`` at the nodes ``rows`` (those with
+        children), written into a block kept across iterations, and ``q_at`` for the accepted node's (its bonus
+        token's when a leaf; a one-row block), with the list that receives it (for its flag)."""
+        V = int(logits.shape[-1])
+        dev = logits.device
+        Qb = self._blocks["Q"] = _law_block(self._blocks.get("Q"), (int(rows.shape[0]), V), dev)
+        Q = _laws_into(self.sampling, logits.index_select(0, rows), Qb)
+        leaf: list = []
+
+        def q_at(v):
+            qb = self._blocks["q"] = _law_block(self._blocks.get("q"), (1, V), dev)
+            leaf.append(_laws_into(self.sampling, logits.index_select(0, v), qb))
+            return leaf[0]
+
+        return Q, q_at, leaf
 
     def _paths(self, tok: list[int], parents=None) -> list[tuple]:
         """The token path of every node, from the tree's tokens (the shape's ancestors, or ``parents``; no tree
@@ -587,7 +609,7 @@ class TreeStepT:
         else:
             lg["alpha_opt1"] = [math.nan] * A.shape[0]
 
-    def _refuse(self, dec, ctx, flags, tok, Ps, raws) -> None:
+    def _refuse(self, dec, ctx, flags, tok, P, raws) -> None:
         """ValueError for a draft law from non-finite logits, or a node whose law has too few tokens."""
         nb = sum(int(r.shape[0]) for r in raws)
         bad, short = flags[:nb], flags[nb:]
@@ -599,7 +621,7 @@ class TreeStepT:
         i = short.index(1)
         v = int(inner[i])
         need = int(torch.cat(self.grow.need)[i])
-        law = (torch.cat(Ps)[i] if Ps else self.sampling.own_law(torch.cat(raws)[i])).to("cpu").numpy()
+        law = (P[i] if P is not None else self.sampling.own_law(torch.cat(raws)[i])).to("cpu").numpy()
         raise _support_error(self.plan.process, need, paths[v], law)
 
     def _refuse_target(self, dec, ctx, flags, tok, a: int) -> None:
@@ -610,6 +632,10 @@ class TreeStepT:
 
 
 # ----------------------------------------------------------------------------- EAGLE-2's dynamic trees
+#: Largest ``k`` that :func:`ranked_rows_t` ranks by ``k`` passes of a row maximum (beyond it: two top-k passes).
+RANK_BY_MAXIMA = 6
+
+
 def ranked_rows_t(R, k: int):
     r"""The ``k`` most likely tokens of every row of ``R``, ties by lower id, and their values, with no host read.
 
@@ -618,15 +644,19 @@ def ranked_rows_t(R, k: int):
         \text{ids}_{b, r} = \text{the } r\text{-th token of row } b \text{ in decreasing } R_b,
         \text{ ties by lower id}, \qquad \text{vals}_{b, r} = R_b(\text{ids}_{b, r}), \qquad r < k,
 
-    the order of :func:`otspec.tree._process._ranked` (so the same children as the host route). A top-``k``
-    gives the ``k``-th largest value ``t_b``; the tokens above it are the top-k's own, the lowest-id tokens equal
-    to it come from a second top-k over :math:`V - x` on the tied tokens (no ``nonzero``, whose size a GPU would
-    read); the ``2k`` candidates are sorted stably by id, then by value. Four passes over ``V`` per row, no sort
-    of the vocabulary.
+    the order of :func:`otspec.tree._process._ranked` (so the same children as the host route). Two exact routes:
+
+    * ``k <= RANK_BY_MAXIMA``: ``k`` passes of ``torch.max`` over a copy of the rows, each pick set to
+      :math:`-\infty` before the next pass (``torch.max`` returns the first maximal index: ties by lower id);
+      on this project's CPU a pass costs a fifth of a top-k at ``V = 128,256``;
+    * larger ``k``: a top-``k`` gives the ``k``-th largest value ``t_b``; the tokens above it are the top-k's own,
+      the lowest-id tokens equal to it come from a second top-k over :math:`V - x` on the tied tokens (no
+      ``nonzero``, whose size a GPU would read); the ``2k`` candidates are sorted stably by id, then by value.
 
     Parameters
     ----------
     R : torch.Tensor of float, shape ``(B, V)``
+        Non-negative rows (laws); a row of NaN (bad logits) gives ids in ``[0, V)`` and NaN values.
     k : int
         ``1 <= k <= V``.
 
@@ -644,6 +674,8 @@ def ranked_rows_t(R, k: int):
     >>> ranked_rows_t(p, 3)[0].tolist()
     [[1, 3, 0], [0, 1, 2]]
     """
+    if k <= RANK_BY_MAXIMA:
+        return _ranked_by_maxima(R, k)
     B, V = R.shape
     vals, ids = torch.topk(R, k, dim=-1)
     kth = vals[:, k - 1 : k]
@@ -660,6 +692,21 @@ def ranked_rows_t(R, k: int):
     cval = cval.gather(1, first.indices)
     order = torch.sort(cval, dim=-1, descending=True, stable=True).indices[:, :k]
     ids = first.values.gather(1, order).clamp_(max=V - 1)
+    return ids, R.gather(1, ids)
+
+
+def _ranked_by_maxima(R, k: int):
+    """:func:`ranked_rows_t` by ``k`` passes of ``torch.max`` (first maximal index) over a copy of ``R``."""
+    if k == 1:
+        vals, ids = torch.max(R, dim=-1, keepdim=True)
+        return ids, vals
+    W = R.clone()
+    ids = torch.empty((R.shape[0], k), dtype=torch.long, device=R.device)
+    for r in range(k):
+        i = torch.max(W, dim=-1, keepdim=True).indices
+        ids[:, r : r + 1] = i
+        if r + 1 < k:
+            W.scatter_(1, i, -math.inf)
     return ids, R.gather(1, ids)
 
 
@@ -838,15 +885,22 @@ class Eagle2StepT(TreeStepT):
         pending = d.sync(ctx)
         logits = d.logits_ids(torch.tensor([pending], dtype=torch.long).to(ddev, non_blocking=True))[:, -1]
         length = len(ctx)
-        Ps, Rs, flags, shorts, frontier = [], [], [], [], None
+        V = int(logits.shape[-1])
+        # the draft's laws of the iteration's expanded rows, written into blocks kept across iterations; the
+        # processed law is its own law (the same values) unless the sampling changes it
+        Rb = self._blocks["R"] = _law_block(self._blocks.get("R"), (b.E, V), ddev)
+        own_p = self.needs_p and not sampling.changes_law
+        Pb = None
+        if self.needs_p and not own_p:
+            Pb = self._blocks["P"] = _law_block(self._blocks.get("P"), (b.E, V), ddev)
+        flags, shorts, frontier, row = [], [], None, 0
         for lv in range(b.D):
-            R = sampling.own_law(logits)  # EAGLE-2 ranks and scores by the draft's own law
-            Rs.append(R)
+            nb = int(logits.shape[0])
+            R = _laws_into(_OWN, logits, Rb[row : row + nb])  # EAGLE-2 ranks and scores by the draft's own law
             bad = bad_rows(R)
-            if self.needs_p:
-                P = sampling.probs(logits, check=False)
-                Ps.append(P)
-                bad = bad | bad_rows(P)
+            if Pb is not None:
+                bad = bad | bad_rows(_laws_into(sampling, logits, Pb[row : row + nb]))
+            row += nb
             flags.append(bad)
             frontier, short = b.expand(lv, R, frontier)
             shorts.append(short)
@@ -869,14 +923,8 @@ class Eagle2StepT(TreeStepT):
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
-        Q = sampling.probs(logits.index_select(0, lay_t.inner0), check=False)
-        leaf: list = []
-
-        def q_at(v):
-            leaf.append(sampling.probs(logits.index_select(0, v), check=False))
-            return leaf[0]
-
-        P_inner = torch.cat(Ps).to(tdev, non_blocking=True) if Ps else None
+        Q, q_at, leaf = self._target_laws(logits, lay_t.inner0)
+        P_inner = (Rb if own_p else Pb).to(tdev, non_blocking=True) if self.needs_p else None
         a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree (parents, tokens),
         # the last frontier's paths (the draft's cache rows), the flags of the draft's laws, then of the target's
@@ -886,7 +934,7 @@ class Eagle2StepT(TreeStepT):
         par, tok = res[2 : 2 + n1], res[2 + n1 : 2 + 2 * n1]
         o = 2 + 2 * n1 + int(last.shape[0])
         if any(res[o : o + nd]):
-            self._refuse_eagle(dec, ctx, res[o : o + nd], Rs)
+            self._refuse_eagle(dec, ctx, res[o : o + nd], Rb)
         paths = self._paths(tok, par)
         if any(res[o + nd :]):
             i = res[o + nd :].index(1)
@@ -908,7 +956,7 @@ class Eagle2StepT(TreeStepT):
         dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
         return out
 
-    def _refuse_eagle(self, dec, ctx, flags, Rs) -> None:
+    def _refuse_eagle(self, dec, ctx, flags, R) -> None:
         """ValueError for a draft law from non-finite logits, or an expanded node with fewer than ``top_k`` tokens
         of positive probability (the host route's messages)."""
         b = self.build
@@ -920,7 +968,7 @@ class Eagle2StepT(TreeStepT):
             _bad_logits("draft", dec.d.lm, len(ctx) + depth[s])
         s = short.index(1)
         path = tuple(sp[s][: depth[s]])
-        raise _support_error("eagle2", b.K, path, torch.cat(Rs)[s].to("cpu").numpy())
+        raise _support_error("eagle2", b.K, path, R[s].to("cpu").numpy())
 
 
 def _bad_logits(role: str, lm, pos: int) -> None:
