@@ -96,6 +96,27 @@ def test_ranked_rows_t_is_the_host_ranking():
             np.testing.assert_array_equal(vals[row].numpy(), p[row][want])
 
 
+def test_ranked_rows_t_both_routes_and_in_place():
+    """Both routes of ranked_rows_t (passes of a row maximum for k <= RANK_BY_MAXIMA, two top-k passes above) give
+    the host ranking on rows with many ties and zeros; in_place leaves the rows bit for bit as they were, NaN rows
+    included."""
+    from otspec.decoding._tree_device import RANK_BY_MAXIMA
+
+    rng = np.random.default_rng(1)
+    for k in range(1, RANK_BY_MAXIMA + 4):
+        p = rng.choice([0.0, 2.0**-9, 2.0**-8, 2.0**-7], size=(4, 300))
+        p[3] = np.nan
+        R = torch.from_numpy(p.copy())
+        before = R.clone()
+        ids, vals = ranked_rows_t(R, k, in_place=True)
+        assert torch.equal(R[:3], before[:3]) and torch.isnan(R[3]).all()
+        for row in range(3):
+            want = _ranked(p[row], k)
+            np.testing.assert_array_equal(ids[row].numpy(), want)
+            np.testing.assert_array_equal(vals[row].numpy(), p[row][want])
+        assert ((ids[3] >= 0) & (ids[3] < 300)).all() and torch.isnan(vals[3]).all()
+
+
 def test_device_tree_is_sample_trees_tree():
     """The device expansion and reranking give exactly otspec.tree's EAGLE-2 tree (parents and tokens), for
     random parameters and laws with and without ties."""

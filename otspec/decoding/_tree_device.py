@@ -636,7 +636,7 @@ class TreeStepT:
 RANK_BY_MAXIMA = 6
 
 
-def ranked_rows_t(R, k: int):
+def ranked_rows_t(R, k: int, *, in_place: bool = False):
     r"""The ``k`` most likely tokens of every row of ``R``, ties by lower id, and their values, with no host read.
 
     .. math::
@@ -659,6 +659,10 @@ def ranked_rows_t(R, k: int):
         Non-negative rows (laws); a row of NaN (bad logits) gives ids in ``[0, V)`` and NaN values.
     k : int
         ``1 <= k <= V``.
+    in_place : bool, keyword-only
+        Let the passes of a row maximum mark their picks in ``R`` itself instead of a copy, and write the picks'
+        values back before returning (``R`` ends bit for bit as it was; a pass over ``R`` saved): for a block the
+        caller owns, never for a tensor another reader may see meanwhile.
 
     Returns
     -------
@@ -675,7 +679,7 @@ def ranked_rows_t(R, k: int):
     [[1, 3, 0], [0, 1, 2]]
     """
     if k <= RANK_BY_MAXIMA:
-        return _ranked_by_maxima(R, k)
+        return _ranked_by_maxima(R, k, in_place)
     B, V = R.shape
     vals, ids = torch.topk(R, k, dim=-1)
     kth = vals[:, k - 1 : k]
@@ -695,19 +699,23 @@ def ranked_rows_t(R, k: int):
     return ids, R.gather(1, ids)
 
 
-def _ranked_by_maxima(R, k: int):
-    """:func:`ranked_rows_t` by ``k`` passes of ``torch.max`` (first maximal index) over a copy of ``R``."""
+def _ranked_by_maxima(R, k: int, in_place: bool):
+    """:func:`ranked_rows_t` by ``k`` passes of ``torch.max`` (first maximal index) over a copy of ``R`` (over ``R``,
+    restored after, when ``in_place``)."""
     if k == 1:
         vals, ids = torch.max(R, dim=-1, keepdim=True)
         return ids, vals
-    W = R.clone()
+    W = R if in_place else R.clone()
     ids = torch.empty((R.shape[0], k), dtype=torch.long, device=R.device)
+    vals = torch.empty((R.shape[0], k), dtype=R.dtype, device=R.device)
     for r in range(k):
-        i = torch.max(W, dim=-1, keepdim=True).indices
-        ids[:, r : r + 1] = i
+        v, i = torch.max(W, dim=-1, keepdim=True)
+        ids[:, r : r + 1], vals[:, r : r + 1] = i, v
         if r + 1 < k:
             W.scatter_(1, i, -math.inf)
-    return ids, R.gather(1, ids)
+    if in_place:
+        W.scatter_(1, ids[:, : k - 1], vals[:, : k - 1])
+    return ids, vals
 
 
 class Eagle2LayoutT:
@@ -806,12 +814,13 @@ class Eagle2TreeT:
         self.path = torch.zeros((self.NP, self.D), dtype=torch.long, device=dev)
         self.slots: list = []
 
-    def expand(self, lv: int, R, frontier):
+    def expand(self, lv: int, R, frontier, *, in_place: bool = False):
         r"""The proposals of level ``lv + 1`` from the ranking laws ``R`` of level ``lv``'s expanded nodes (the root
         ``(1, V)`` for ``lv = 0``, else the frontier's ``(K, V)`` in its order); returns the next frontier (``(K,)``
-        proposal ids, None after the last level) and the flags of laws with fewer than ``K`` positive tokens."""
+        proposal ids, None after the last level) and the flags of laws with fewer than ``K`` positive tokens.
+        ``in_place``: ``R`` is a block the caller owns (:func:`ranked_rows_t` marks it, then restores it)."""
         K = self.K
-        ids, vals = ranked_rows_t(R, K)
+        ids, vals = ranked_rows_t(R, K, in_place=in_place)
         short = ~(vals[:, K - 1] > 0)
         lp = torch.log(vals)
         if lv == 0:
@@ -902,7 +911,7 @@ class Eagle2StepT(TreeStepT):
                 bad = bad | bad_rows(_laws_into(sampling, logits, Pb[row : row + nb]))
             row += nb
             flags.append(bad)
-            frontier, short = b.expand(lv, R, frontier)
+            frontier, short = b.expand(lv, R, frontier, in_place=True)  # R: a view of the step's own block
             shorts.append(short)
             if frontier is not None:
                 if lv >= 1:  # back to the context: the next frontier's paths are fed whole
