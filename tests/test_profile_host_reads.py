@@ -59,11 +59,11 @@ def walk_reads(monkeypatch, subsample: int) -> tuple[dict, float]:
     return rows, len(mode.reads) / T
 
 
-#: Reads per position: the drafts (drawn on the device) and the path's target law, the five model calls' checks for
-#: bad logits, and one read of every batched quantity of the position (before: each draft step's law read to be
-#: sampled on the host, and one read per batched quantity: 15 and 18); on the subsample, the host copies of the
-#: laws for the per-depth builds.
-BOUND = {0: 8, 1: 11}
+#: Reads per position: the drafts (drawn on the device) with the four draft calls' checks for bad logits, the path's
+#: target law with the target call's, and one read of every batched quantity of the position (before: each draft
+#: step's law read to be sampled on the host, one read per batched quantity and one per call's check: 15 and 18,
+#: then 8 and 11 with the checks read alone); on the subsample, the host copies of the laws for the per-depth builds.
+BOUND = {0: 3, 1: 6}
 
 
 @pytest.mark.parametrize("subsample", [0, 1])
@@ -71,6 +71,62 @@ def test_reads_per_position_on_the_device_route(monkeypatch, subsample):
     rows, reads = walk_reads(monkeypatch, subsample)
     assert {"acc", "tau"} <= set(rows["kind"]) and ("multiround" in rows["name"]) == (subsample > 0)
     assert reads <= BOUND[subsample], reads
+
+
+class _Poisoned:
+    """A language model whose ``bad``-th call of ``logits`` (from 0) has a NaN entry (its law then has no row)."""
+
+    def __init__(self, lm, bad: int, name: str):
+        self.lm, self.bad, self.name, self.n = lm, bad, name, 0
+
+    def __getattr__(self, attr):
+        return getattr(self.lm, attr)
+
+    def logits(self, state, ids):
+        out = self.lm.logits(state, ids)
+        if self.n == self.bad:
+            out = out.clone()
+            out[..., -1] = float("nan")
+        self.n += 1
+        return out
+
+
+@pytest.mark.parametrize("route", ["device", "host"])
+@pytest.mark.parametrize("bucket", [False, True])
+def test_bad_logits_in_any_call_of_a_position_raise_before_its_rows(monkeypatch, route, bucket):
+    """A NaN in any model call of a position -- each draft step, the target's scoring call, the target's call at a
+    position not profiled -- raises the error naming the model and the position, before any row of that position is
+    written (the checks read with the drafts and the path's law on the device route; on the host copies
+    otherwise)."""
+    import otspec.profile._collect as C
+
+    if route == "device":
+        monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    written: list[int] = []
+    real = C.position_rows
+    monkeypatch.setattr(C, "position_rows", lambda rows, t, *a, **kw: (written.append(t), real(rows, t, *a, **kw))[1])
+    L = 3
+    prompts = [[3, 7, 1], [5, 2, 9]] if bucket else [[3, 7, 1]]
+    B = len(prompts)
+    # (model, its poisoned call, stride, the position that fails): position 2's draft steps and target call; with
+    # stride 2, the target's call at position 1 (not profiled: its law read to the host to draw the path's token)
+    cases = [("draft", 2 * L + c, 1, 2) for c in range(L)] + [("target", 2, 1, 2), ("target", 1, 2, 1)]
+    for which, bad, stride, pos in cases:
+        s = ProfileSettings(k_max=2, L_max=L, max_new_tokens=4, stride=stride, verifiers=["token"],
+                            families=["token"]).for_vocabulary(40)
+        draft, target = tiny_llama(1, vocab=40), tiny_llama(2, vocab=40)
+        if which == "draft":
+            draft = _Poisoned(draft, bad, "bad-draft")
+        else:
+            target = _Poisoned(target, bad, "bad-target")
+        written.clear()
+        with pytest.raises(ValueError, match=rf"the {which} model 'bad-{which}' gave non-finite logits \(NaN or inf\) "
+                                             rf"at path position {pos}\b.*logits gave no valid law"):
+            if bucket:
+                C.profile_bucket(draft, target, prompts, [None] * B, s, list(range(B)))
+            else:
+                C.profile_prompt(draft, target, prompts[0], None, s, 0)
+        assert written == [t for t in range(0, pos, stride) for _ in range(B)], (which, bad, written)
 
 
 def test_ranked_rows_on_the_device_need_no_nonzero():

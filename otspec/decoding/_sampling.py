@@ -15,6 +15,9 @@ torch = require("torch", "otspec.decoding")
 
 __all__ = ["DRAW_RULES", "TOP_P_RULES", "Sampling", "draw_rows", "sample_rows", "transformers_keep_mask"]
 
+#: The errors of :meth:`Sampling.probs` on bad logits (:attr:`Sampling.invalid_law`).
+NO_LAW = "logits gave no valid law (a row with no finite logit, or NaN)"
+NO_GREEDY_LAW = "logits gave no valid greedy law (a row with NaN, +inf, or no finite logit)"
 #: Nucleus boundary rules of :class:`Sampling` (``top_p_rule``).
 TOP_P_RULES = ("ties", "transformers")
 
@@ -139,6 +142,12 @@ class Sampling:
             raise ValueError(unknown_name_message("top_p_rule", self.top_p_rule, TOP_P_RULES))
 
     @property
+    def invalid_law(self) -> str:
+        """The message of the error a law made from bad logits raises (:meth:`probs` with ``check=True``; a
+        caller that checks later, :func:`bad_rows`, raises the same words)."""
+        return NO_GREEDY_LAW if self.greedy else NO_LAW
+
+    @property
     def greedy(self) -> bool:
         """Whether this is greedy decoding (``temperature == 0``): one-hot laws of the argmax."""
         return self.temperature == 0.0
@@ -204,7 +213,7 @@ class Sampling:
             if not check:  # NaN or +inf logits, which transformers' warpers would drop, mark the row
                 return probs.masked_fill(~torch.isfinite(x.amax(dim=-1, keepdim=True)), math.nan)
             if not bool(torch.isfinite(probs).all()):
-                raise ValueError("logits gave no valid law (a row with no finite logit, or NaN)")
+                raise ValueError(NO_LAW)
             return probs
         if self.top_k is not None and self.top_k < V:
             kth = torch.topk(x, self.top_k, dim=-1).values[..., -1:]
@@ -218,7 +227,7 @@ class Sampling:
             probs = torch.where(probs >= thresh, probs, torch.zeros_like(probs))
             probs = probs / probs.sum(dim=-1, keepdim=True)
         if check and not bool(torch.isfinite(probs).all()):
-            raise ValueError("logits gave no valid law (a row with no finite logit, or NaN)")
+            raise ValueError(NO_LAW)
         return probs
 
 
@@ -262,7 +271,7 @@ def greedy_probs(logits, *, check: bool = True):
         raise ValueError(f"`logits` must have a vocabulary axis, got shape {tuple(x.shape)}")
     if check:
         if bool(torch.isnan(x).any()) or not bool(torch.isfinite(x.max(dim=-1).values).all()):
-            raise ValueError("logits gave no valid greedy law (a row with NaN, +inf, or no finite logit)")
+            raise ValueError(NO_GREEDY_LAW)
     idx = torch.argmax(x, dim=-1, keepdim=True)
     out = torch.zeros_like(x).scatter_(-1, idx, 1.0)
     if not check:  # a row with NaN, +inf or no finite logit (amax propagates NaN): NaN throughout

@@ -27,7 +27,7 @@ import numpy as np
 from .._registry import get_verifier
 from .._timing import Stopwatch, timed_rounds
 from ..decoding._models import supports_padding
-from ..decoding._sampling import sample_rows
+from ..decoding._sampling import bad_rows, sample_rows
 from ._overhead import overhead_rows
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched
 from ._renewal_hook import renewal_drawn_trees
@@ -86,6 +86,50 @@ class _Rows:
             c["value"].append(v)
 
 
+class _Checks:
+    r"""The bad-logits checks of one profiled position's model calls, left on the device and read once.
+
+    Each kept law (:meth:`_Timer.call` with ``checks``) adds one flag, :math:`\exists` a row made from bad logits
+    (:func:`otspec.decoding._sampling.bad_rows`: such a row is NaN throughout); :meth:`read` brings a tensor of the
+    position's values to the host together with the flags added since the last read, in one transfer (one
+    synchronisation on a GPU instead of one per call), and raises :meth:`fail`'s error for the first bad call
+    before any value is returned. Reading the drafts carries the draft calls' flags, reading the path's target
+    law the target call's: nothing computed from a bad law leaves the device unchecked.
+    """
+
+    def __init__(self, pos: int | None):
+        self.pos = pos
+        self.pending: list = []  # (lm, which, call number, flag)
+        self.calls = 0
+
+    def add(self, lm, which: str, probs) -> None:
+        self.calls += 1
+        self.pending.append((lm, which, self.calls, bad_rows(probs).any()))
+
+    def fail(self, lm, which: str, sampling, call: int | None = None):
+        name = getattr(lm, "name", type(lm).__name__)
+        where = f" at path position {self.pos}" if self.pos is not None else ""
+        nth = f" (call {call} of the position)" if call is not None else ""
+        raise ValueError(f"the {which} model {name!r} gave non-finite logits (NaN or inf){where}{nth}: "
+                         f"{sampling.invalid_law}")
+
+    def read(self, values, sampling) -> np.ndarray:
+        """``values`` (a tensor) on the host as numpy, with the pending flags in the same transfer."""
+        import torch
+
+        if not self.pending:
+            return _np(values)
+        flat = values.reshape(-1)
+        flags = torch.stack([f.to(flat.device) for *_, f in self.pending]).to(flat.dtype)
+        host = torch.cat([flat, flags]).to("cpu").numpy()
+        n = flat.shape[0]
+        for (lm, which, call, _), bad in zip(self.pending, host[n:]):
+            if bad:
+                self.fail(lm, which, sampling, call)
+        self.pending = []
+        return host[:n].reshape(tuple(values.shape))
+
+
 class _Timer:
     """Seconds spent in forward passes (model calls and the float64 laws), per model."""
 
@@ -95,9 +139,14 @@ class _Timer:
         self.draft_steps = 0
         self.target_calls = 0
 
-    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False, own: bool = False):
+    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False, own: bool = False,
+             checks: _Checks | None = None):
         """The float64 laws of the last ``last`` positions: numpy, or (``keep``) a tensor left on the model's device;
         with ``own``, also the model's own laws there (numpy, :meth:`otspec.decoding.Sampling.own_law`).
+
+        Laws from bad logits raise :attr:`~otspec.decoding.Sampling.invalid_law`'s error: checked on the host
+        copy (no read of its own), or, for a kept tensor, at once (one host read) unless ``checks`` defers the
+        check to its one read of the position's values (:class:`_Checks`).
 
         Timed as one synchronised section (:class:`otspec._timing.Stopwatch`): work queued on the device before
         the call is not charged to it, the call's own kernels are."""
@@ -108,11 +157,16 @@ class _Timer:
             t = ids.to(lm.device) if torch.is_tensor(ids) else torch.as_tensor(np.ascontiguousarray(ids),
                                                                                dtype=torch.long).to(lm.device)
             logits = lm.logits(state, t)[:, -last:]
-            probs = sampling.probs(logits)
+            probs = sampling.probs(logits, check=keep and checks is None)
             raw = _np(sampling.own_law(logits)) if own else None
             if not keep:
                 probs = _np(probs)
         dt = watch.seconds
+        for law in (probs, raw) if not keep else (raw,):  # on the host: checked where they are
+            if law is not None and law.size and np.isnan(law[..., 0]).any():
+                (checks or _Checks(None)).fail(lm, which, sampling)
+        if keep and checks is not None:
+            checks.add(lm, which, probs)
         if which == "draft":
             self.draft += dt
             self.draft_steps += 1
@@ -128,9 +182,10 @@ class _Shared:
     def __init__(self, timers: list[_Timer]):
         self.timers = timers
 
-    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False, own: bool = False):
+    def call(self, lm, state, ids, sampling, which: str, last: int, *, keep: bool = False, own: bool = False,
+             checks: _Checks | None = None):
         one = _Timer()
-        probs = one.call(lm, state, ids, sampling, which, last, keep=keep, own=own)
+        probs = one.call(lm, state, ids, sampling, which, last, keep=keep, own=own, checks=checks)
         B = len(self.timers)
         for tm in self.timers:
             tm.draft += one.draft / B
@@ -438,24 +493,25 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     for t in range(T):
         if t % settings.stride == 0:
             on = dev is not None  # the draft's laws and tokens stay on its device, read once (X) per position
-            got = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1, own=own, keep=on)
+            checks = _Checks(t)  # the calls' bad-logits flags, read with the drafts and with the path's law
+            got = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1, own=own, keep=on, checks=checks)
             p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (1, V): processed, own law
             V = p1.shape[-1]
             X, P = _draft_buffers(p1, k_max, L, V)
             P[:, 0] = p1
             X[:, 0] = _sample(_rows_of(p1, k_max, V), rng)
             for j in range(1, L):
-                P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1, keep=on)[:, 0]
+                P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1, keep=on, checks=checks)[:, 0]
                 X[:, j] = _sample(P[:, j], rng)
-            X = _np(X)
+            X = checks.read(X, sampling) if on else X
             draft.select(ds, 0, len(ctx))
             held_d = len(ctx)
             pend = np.broadcast_to(np.array(ctx[held_t:], dtype=np.int64), (k_max, len(ctx) - held_t))
             Q = timer.call(target, ts, np.concatenate([pend, X], axis=1), sampling, "target", L + 1,
-                           keep=dev is not None)
+                           keep=dev is not None, checks=checks)
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
-            q_t = _np(Q[0, 0]).copy()  # not a view: the path's laws must not hold every tree's Q
+            q_t = checks.read(Q[0, 0], sampling).copy()  # not a view: the path's laws must not hold every tree's Q
             Pd = _to_device(P, dev)
             bl = batch_builds(X[None], Pd[None], Q[None], settings)
             position_rows(rows, t, X, Pd, Q, settings, costly=is_subsampled(t, index, settings),
@@ -466,7 +522,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             if bar is not None:
                 bar.update(1)
         else:
-            q_t = timer.call(target, ts, [ctx[held_t:]], sampling, "target", 1)[0, 0]
+            q_t = timer.call(target, ts, [ctx[held_t:]], sampling, "target", 1, checks=_Checks(t))[0, 0]
             held_t = len(ctx)
         y = int(_sample(q_t[None], rng)[0]) if reference is None else int(reference[t])
         if renewal is not None:
@@ -584,7 +640,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
         n = ctx.shape[1]
         if t % settings.stride == 0:
             on = dev is not None  # the draft's laws and tokens stay on its device, read once (X) per position
-            got = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1, own=own, keep=on)
+            checks = _Checks(t)  # the calls' bad-logits flags, read with the drafts and with the path's laws
+            got = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1, own=own, keep=on, checks=checks)
             p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (B, V): processed, own law
             V = p1.shape[-1]
             X, P = _draft_buffers(p1, (B, k), L, V)
@@ -593,18 +650,18 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                 X[b, :, 0] = _sample(_rows_of(p1[b], k, V), rngs[b])
             for j in range(1, L):
                 P[:, :, j] = shared.call(draft, ds, X[:, :, j - 1].reshape(B * k, 1), sampling, "draft",
-                                         1, keep=on)[:, 0].reshape(B, k, V)
+                                         1, keep=on, checks=checks)[:, 0].reshape(B, k, V)
                 for b in range(B):
                     X[b, :, j] = _sample(P[b, :, j], rngs[b])
-            X = _np(X)
+            X = checks.read(X, sampling) if on else X
             draft.select(ds, kept, n)
             held_d = n
             pend = np.repeat(ctx[:, held_t:], k, axis=0)
             Q = shared.call(target, ts, np.concatenate([pend, X.reshape(B * k, L)], axis=1), sampling, "target",
-                            L + 1, keep=dev is not None).reshape(B, k, L + 1, V)
+                            L + 1, keep=dev is not None, checks=checks).reshape(B, k, L + 1, V)
             target.select(ts, np.arange(B) * k, n)
             held_t = n
-            q_t = _np(Q[:, 0, 0]).copy()
+            q_t = checks.read(Q[:, 0, 0], sampling).copy()
             Pa = _to_device(P, dev)
             bl = batch_builds(X, Pa, Q, settings) or [None] * B
             for b in range(B):
@@ -616,7 +673,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             if bar is not None:
                 bar.update(B)
         else:
-            q_t = shared.call(target, ts, ctx[:, held_t:], sampling, "target", 1)[:, 0]
+            q_t = shared.call(target, ts, ctx[:, held_t:], sampling, "target", 1, checks=_Checks(t))[:, 0]
             held_t = n
         if references[0] is None:
             y = np.array([int(_sample(q_t[b][None], rngs[b])[0]) for b in range(B)], dtype=np.int64)
