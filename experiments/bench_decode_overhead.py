@@ -35,16 +35,23 @@ Draft trees (``--trees``, the profile's texts ``process:shape[:verifier]``): eac
 residual drawn on the models' device), interleaved in every repeat; the target's tree-attention call is
 timed as a forward.
 
+Before and after a change (``--before PATH``, a checkout of the package at an earlier commit): the device route
+(``engine="torch"``) of every tree is timed in child processes that alternate between that checkout and this one,
+one process per repeat and checkout (each builds the pair, warms up and decodes the prompts with the same seeds),
+and the medians are printed side by side with the load average; the chains and the numpy route are not run then.
+
 Run: ``python experiments/bench_decode_overhead.py [--pairs smollm2,small] [--L 2,4] [--trees TEXTS]
-[--chains no] [--rst]``.
+[--chains no] [--before PATH] [--rst]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -127,7 +134,7 @@ def smollm2(device, dtype):
     return target, draft, [chat_ids(tok, t) for t in CHAT_PROMPTS[:3]]
 
 
-def interleaved(contenders, prompts, repeats):
+def interleaved(contenders, prompts, repeats, seed0: int = 0):
     """Each contender ``fn(ids, seed) -> (wall, tokens, iterations, forward, cpu, forward_cpu)`` warmed up, then
     run on every prompt in every repeat, the contenders interleaved; the medians over repeats of ms per token,
     CPU ms per token, ms per iteration and the shares outside the forwards (wall, CPU time)."""
@@ -138,7 +145,7 @@ def interleaved(contenders, prompts, repeats):
         for name, fn in contenders.items():
             tot = np.zeros(6)
             for i, ids in enumerate(prompts):
-                tot += np.array(fn(ids, 100 * rep + i), dtype=np.float64)
+                tot += np.array(fn(ids, seed0 + 100 * rep + i), dtype=np.float64)
             wall, n, it, fwd, cpu, fwd_cpu = tot
             acc[name].append((1e3 * wall / n, 1e3 * cpu / n, 1e3 * wall / it, 1.0 - fwd / wall, 1.0 - fwd_cpu / cpu))
     return {name: tuple(statistics.median(v[i] for v in vals) for i in range(5)) for name, vals in acc.items()}
@@ -202,7 +209,7 @@ def measure(pair, L, prompts, tokens, repeats, device):
     return interleaved(contenders, prompts, repeats)
 
 
-def measure_trees(pair, trees, prompts, tokens, repeats):
+def measure_trees(pair, trees, prompts, tokens, repeats, engines=("numpy", "torch"), seed0: int = 0):
     """The same for draft trees: each tree text decoded with ``engine="numpy"`` and ``engine="torch"``, the two
     routes interleaved in every repeat."""
     import otspec.decoding as D
@@ -221,8 +228,58 @@ def measure_trees(pair, trees, prompts, tokens, repeats):
                     tt.forward_cpu + td.forward_cpu)
         return run
 
-    contenders = {f"otspec {tree}, engine={e}": spec(tree, e) for tree in trees for e in ("numpy", "torch")}
-    return interleaved(contenders, prompts, repeats)
+    contenders = {f"otspec {tree}, engine={e}": spec(tree, e) for tree in trees for e in engines}
+    return interleaved(contenders, prompts, repeats, seed0)
+
+
+VERSION_HEAD = ("decoder", "checkout", "ms/token", "CPU ms/token", "ms/iteration", "outside forwards",
+                "outside forwards (CPU time)", "x before (CPU time)")
+
+
+def _commit(root: str) -> str:
+    got = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return got.stdout.strip() or "?"
+
+
+def measure_versions(a, name: str, trees: list[str]) -> None:
+    """The device route of every tree in child processes alternating between ``a.before`` and this checkout (one
+    process per repeat and checkout, seeds ``100 * repeat + prompt`` in both); the medians side by side."""
+    roots = {"before": str(Path(a.before).resolve()), "after": str(Path(__file__).resolve().parent.parent)}
+    got: dict = {v: [] for v in roots}
+    load0 = os.getloadavg()[0]
+    for rep in range(a.repeats):
+        for v, root in roots.items():
+            cmd = [sys.executable, __file__, "--child", str(rep), "--pairs", name, "--trees", a.trees, "--tokens",
+                   str(a.tokens), "--prompts", str(a.prompts), "--device", a.device, "--dtype", a.dtype]
+            if a.threads:
+                cmd += ["--threads", str(a.threads)]
+            out = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True)
+            if out.returncode:
+                raise RuntimeError(f"the {v} checkout's child failed:\n{out.stderr[-3000:]}")
+            got[v].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    load1 = os.getloadavg()[0]
+    med = {v: {c: [statistics.median(r[c][i] for r in runs) for i in range(5)] for c in runs[0]}
+           for v, runs in got.items()}
+    rows = []
+    for c in med["after"]:
+        for v in roots:
+            ms, cms, it, out, oc = med[v][c]
+            rows.append((c, f"{v} ({_commit(roots[v])})", ms, cms, it, out, oc, cms / med["before"][c][1]))
+    bound = TARGETS.get(name) if a.device == "cpu" else 0.10
+    print_table(f"{name}, device route before and after, {a.prompts} prompts x {a.tokens} tokens, medians of "
+                f"{a.repeats} repeats in alternating processes; load average {load0:.2f} -> {load1:.2f}",
+                VERSION_HEAD, rows, a.rst, target=("outside forwards", bound))
+
+
+def child(a, name: str, trees: list[str]) -> None:
+    """One repeat of the device route of every tree, printed as JSON (the child of :func:`measure_versions`)."""
+    import torch
+
+    target, draft, prompts = {"smollm2": smollm2, "small": small_pair}[name](a.device, getattr(torch, a.dtype))
+    prompts = prompts[: a.prompts]
+    rep = int(a.child)
+    res = measure_trees((target, draft), trees, prompts, a.tokens, 1, engines=("torch",), seed0=100 * rep)
+    print(json.dumps({c.replace(", engine=torch", ""): list(v) for c, v in res.items()}))
 
 
 TREE_HEAD = ("decoder", "ms/token", "CPU ms/token", "ms/iteration", "outside forwards", "outside forwards (CPU time)",
@@ -242,6 +299,8 @@ def main(argv=None) -> int:
     ap.add_argument("--trees", default="topk:branching(2,2),iid:branching(2,2)",
                     help="tree texts (process:shape[:verifier]) to time on both routes; '' for none")
     ap.add_argument("--chains", default="yes", choices=("yes", "no"), help="time the chains (--L) too")
+    ap.add_argument("--before", default=None, help="a checkout of the package to time the device route beside")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--rst", action="store_true")
     a = ap.parse_args(argv)
     import platform
@@ -258,7 +317,13 @@ def main(argv=None) -> int:
           f"{os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads), device "
           f"{a.device}, {a.dtype}; load average {os.getloadavg()[0]:.2f}", flush=True)
     builders = {"smollm2": smollm2, "small": small_pair}
+    if a.child is not None:
+        child(a, a.pairs, _split_trees(a.trees))
+        return 0
     for name in a.pairs.split(","):
+        if a.before:
+            measure_versions(a, name, _split_trees(a.trees))
+            continue
         target, draft, prompts = builders[name](a.device, dtype)
         prompts = prompts[: a.prompts]
         trees = _split_trees(a.trees)
