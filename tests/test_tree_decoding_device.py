@@ -6,12 +6,14 @@ Independent routes:
   residual of every node with children) against the package's numpy verifiers' ``emission``, to 1e-12,
   on random trees of every process, degenerate laws included;
 * the device sampler's (accepted node, token) against that exact law by chi-square, fixed tree;
+* the draws without replacement of ``"wor"`` children (both rules: the exponential race, the running sums
+  recomputed after each draw) against the sequential law by chi-square, and their flags of small supports;
 * the decoder: the host reads per iteration (one) counted at the dispatcher, the predictions of a top-k tree
   (one tree per context) equal on both routes, the engine refused before any model call where the tree
   has no device route. Losslessness of the decoded tokens for both routes is tested in
   tests/test_tree_decoding.py (``test_lossless_first_two_tokens_toy``, parametrised by engine).
 
-Each chi-square test fails spuriously with probability ALPHA_FAIL = 1e-4 (3 in this file: below 3e-4 by
+Each chi-square test fails spuriously with probability ALPHA_FAIL = 1e-4 (5 in this file: below 5e-4 by
 the union bound); the seeds are fixed, so a run is reproducible.
 """
 
@@ -98,6 +100,34 @@ def test_device_sampler_follows_the_emission_law(rule, process):
     np.testing.assert_allclose(mass.numpy(), law.reshape(-1, V).sum(1), rtol=0, atol=1e-12)
     gof = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert gof.outside_support == 0 and gof.passed, gof
+
+
+@pytest.mark.parametrize("rule", ["cdf", "race"])
+def test_wor_children_follow_the_sequential_law(rule):
+    """The ordered draws without replacement of a "wor" node's children, P(x1, x2, x3) = prod p(x_r) / (1 - sum of
+    the earlier), by chi-square, on a law with a zero-mass token (never drawn); the flags of rows with fewer
+    positive tokens than the children they need, and no repeated token in a row."""
+    from otspec.decoding._tree_device import _draws_wor
+
+    p = np.array([0.4, 0.0, 0.3, 0.2, 0.1])
+    V, m, N = p.shape[0], 3, 6000
+    law = np.zeros((V, V, V))
+    for a in range(V):
+        for b in range(V):
+            for c in range(V):
+                if len({a, b, c}) == 3:
+                    law[a, b, c] = p[a] * p[b] / (1 - p[a]) * p[c] / (1 - p[a] - p[b])
+    g = torch.Generator().manual_seed(11)
+    top, short = _draws_wor(torch.from_numpy(p).expand(N, V).contiguous(), m, torch.full((N,), m), g, rule=rule)
+    assert not short.any()
+    ids = top.numpy()
+    counts = np.bincount(ids[:, 0] * V * V + ids[:, 1] * V + ids[:, 2], minlength=V**3)
+    gof = chi2_gof(counts, law.ravel(), alpha_fail=ALPHA_FAIL)
+    assert gof.outside_support == 0 and gof.passed, gof
+    two = torch.tensor([[0.0, 0.5, 0.0, 0.5, 0.0]] * 3, dtype=torch.float64)
+    top, short = _draws_wor(two, 3, torch.tensor([2, 3, 1]), g, rule=rule)
+    assert short.tolist() == [False, True, False]
+    assert sorted(top[0, :2].tolist()) == [1, 3]
 
 
 @pytest.mark.parametrize("process,verifier", [("topk", "target-only"), ("iid", "specinfer"), ("wor", "sequoia")])

@@ -413,6 +413,48 @@ def _draws(P, k: int, gen):
     return torch.where(i < P.shape[-1], i, top).clamp_(max=P.shape[-1] - 1)
 
 
+def _draws_wor(P, most: int, need, gen, *, rule: str | None = None):
+    r"""``most`` draws without replacement from each row of ``P`` (``(B, V)``, non-negative), in draw order, shape
+    ``(B, most)``, and the flags of rows with fewer than ``need`` (``(B,)``) tokens of positive mass. No host read.
+
+    .. math::
+
+        P(x_1, \dots, x_m) = \prod_{r=1}^{m} \frac{p(x_r)}{1 - \sum_{s < r} p(x_s)},
+
+    by one of the two exact rules of :func:`otspec.decoding._sampling.draw_rows`:
+
+    * ``"race"`` (default on CUDA): the ``most`` largest of :math:`p(x) / E_x`, :math:`E_x` i.i.d. ``Exp(1)``, in
+      decreasing order (the exponential race: its order is that of the sequential draws); one random number per
+      entry, cheap on a GPU;
+    * ``"cdf"`` (default elsewhere): ``most`` draws in turn, each from fresh running sums of the row with the
+      tokens drawn before set to 0 (a uniform against the total, the first entry past it); on a CPU one
+      exponential per entry costs 15 times a running sum. A row's total before draw ``r`` is 0 exactly when it
+      has fewer than ``r`` tokens of positive mass: the flags come from those totals.
+    """
+    if rule is None:
+        rule = "race" if P.device.type == "cuda" else "cdf"
+    if rule == "race":
+        E = torch.empty(P.shape, dtype=torch.float64, device=P.device).exponential_(generator=gen)
+        top = torch.topk(P / E.clamp_(min=torch.finfo(torch.float64).tiny), most, dim=-1).indices
+        return top, (P > 0).sum(-1) < need
+    B, V = P.shape
+    W = P.clone()
+    top = torch.empty((B, most), dtype=torch.long, device=P.device)
+    tots = torch.empty((B, most), dtype=P.dtype, device=P.device)
+    for r in range(most):
+        c = torch.cumsum(W, dim=-1)
+        tot = c[:, -1:].contiguous()
+        u = torch.rand((B, 1), dtype=torch.float64, device=P.device, generator=gen) * tot
+        i = torch.searchsorted(c, u, right=True)
+        last = torch.searchsorted(c, tot, right=False)  # a uniform rounded up to the total: the first entry reaching it
+        pick = torch.where(i < V, i, last).clamp_(max=V - 1)
+        top[:, r : r + 1], tots[:, r : r + 1] = pick, tot
+        if r + 1 < most:
+            W.scatter_(1, pick, 0.0)
+    short = ((tots == 0) & (torch.arange(most, device=P.device) < need[:, None])).any(-1)
+    return top, short
+
+
 class TreeStepT:
     """One decoding iteration with a draft tree on the models' device (see the module docstring).
 
@@ -442,10 +484,8 @@ class TreeStepT:
         if process == "iid":
             vals = _draws(P, g.width[j], self.gd).flatten().index_select(0, g.cell[j])
             return tokens.index_copy_(0, g.dst[j], vals), None
-        if process == "wor":  # the exponential race: the `most` largest of p / E, in order, are draws without replacement
-            E = torch.empty(P.shape, dtype=torch.float64, device=P.device).exponential_(generator=self.gd)
-            top = torch.topk(P / E.clamp_(min=torch.finfo(torch.float64).tiny), g.most[j], dim=-1).indices
-            short = (P > 0).sum(-1) < g.need[j]
+        if process == "wor":
+            top, short = _draws_wor(P, g.most[j], g.need[j], self.gd)
         else:  # the draft's own law (temperature 1, untruncated) ranks as its logits do: no float64 law is formed
             vals, top = torch.topk(logits, g.most[j], dim=-1)
             kth = vals.gather(1, (g.need[j] - 1)[:, None])[:, 0].to(torch.float64)
