@@ -111,6 +111,15 @@ def _ratio_sorted(P, Q, xp) -> dict:
                 Qp=Qcum - qo, Ps=Ps, Qs=Qs, tot_p=xp.sum(po, axis=-1), tot_q=xp.sum(qo, axis=-1))
 
 
+def _sorted_take(S: dict, idx, xp) -> dict:
+    """The rows ``idx`` (an int array of namespace ``xp``) of :func:`_ratio_sorted`'s output, as its output for those
+    rows alone (one sort shared by laws that several ``k`` need)."""
+    B = int(idx.shape[0])
+    out = {key: (xp.take(v, idx, axis=0) if hasattr(v, "shape") else v) for key, v in S.items()}
+    out.update(shape=(B,), B=B)
+    return out
+
+
 def _rho_star_rows(P, Q, k: int, xp, sorted_=None):
     """rho* (and E(rho*)) for every row of (..., V) float64 laws; see batched_kseq_rho_star.
 
