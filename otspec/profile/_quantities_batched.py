@@ -107,12 +107,16 @@ def _greedy_drafts(P, Q, ks, xp):
     renormalised (NaN where ``p`` has fewer than ``k`` tokens)."""
     out = []
     n = _count_positive(P, xp)
-    K = max(ks) - 1
+    V = int(P.shape[-1])
+    K = min(max(ks), V) - 1  # k > V: undefined (NaN), below
     if K:
         ids = top_ids(P, K, xp)
         qT = xp.cumulative_sum(xp.take_along_axis(Q, ids, axis=-1), axis=-1)
-        pos = xp.arange(int(P.shape[-1]), device=_device(P))
+        pos = xp.arange(V, device=_device(P))
     for k in ks:
+        if k > V:
+            out.append(xp.full(tuple(P.shape[:-1]), math.nan, dtype=xp.float64, device=_device(P)))
+            continue
         if k == 1:
             val = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1)
         else:
@@ -127,8 +131,9 @@ def _greedy_drafts(P, Q, ks, xp):
 def _top_k(P, Q, ks, xp):
     """``q(C)``, ``C`` the top ``k`` of ``p`` (NaN where ``p`` has fewer than ``k`` tokens)."""
     n = _count_positive(P, xp)
-    qC = xp.cumulative_sum(xp.take_along_axis(Q, top_ids(P, max(ks), xp), axis=-1), axis=-1)
-    return [xp.where(n < k, math.nan, xp.minimum(qC[..., k - 1], 1.0)) for k in ks]
+    V = int(P.shape[-1])
+    qC = xp.cumulative_sum(xp.take_along_axis(Q, top_ids(P, min(max(ks), V), xp), axis=-1), axis=-1)
+    return [xp.where(n < k, math.nan, xp.minimum(qC[..., min(k, V) - 1], 1.0)) for k in ks]
 
 
 def _typical_rule(Q, xp, options: dict):
