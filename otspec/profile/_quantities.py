@@ -691,7 +691,8 @@ def expected_accepted(name: str, k: int, builds: Builds, L_max: int) -> dict:
     if name == "token":
         reach = builds.batched(("token", L_max), lambda: to_host(_token_reach_rows(builds, L_max)))
         return {"tau": np.cumsum(_group_mean(reach, k, G))}
-    part = reach_part(name, (k,), builds, L_max)
+    ks = (1,) if spec.single_draft else tuple(range(1, k_max + 1))  # every k of the profile's grid at once
+    part = reach_part(name, ks if k in ks else (k,), builds, L_max)
     if part is not None:  # the conditional laws of every node batched (prefill_batched may have read them already)
         keys, make = part
         return {"tau": np.cumsum(builds.value(keys[k], make))}

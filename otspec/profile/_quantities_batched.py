@@ -322,16 +322,21 @@ def _kseq_parts(Pj, Qj, lw, n, toks, xp, options):
     index = {key: i for i, key in enumerate(inst)}
     ilaw = np.array([li for _, li in inst], dtype=np.int64)
     rho = []
-    S = None
+    many = sorted({li for c, li in inst if c > 1})  # the laws with several drafts somewhere: one sort, shared
+    if many:
+        m = _on(np.array(many, dtype=np.int64), Pj, xp)
+        Pm, Qm = xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0)
+        S = _ratio_sorted(Pm, Qm, xp)
     for c in sorted({c for c, _ in inst}):
-        sel = np.array([li for cc, li in inst if cc == c], dtype=np.int64)
+        sel = [li for cc, li in inst if cc == c]
         if c == 1:  # one draft: rho* = 1 (no sort)
-            rho.append(xp.ones(int(sel.shape[0]), dtype=xp.float64, device=_device(Pj)))
+            rho.append(xp.ones(len(sel), dtype=xp.float64, device=_device(Pj)))
             continue
-        if S is None:  # one sort of the ratios of every law of the depth, shared by every number of drafts
-            S = _ratio_sorted(Pj, Qj, xp)
-        s = _on(sel, Pj, xp)
-        rho.append(_rho_star_rows(xp.take(Pj, s, axis=0), xp.take(Qj, s, axis=0), c, xp, _sorted_take(S, s, xp))[0])
+        if sel == many:
+            rho.append(_rho_star_rows(Pm, Qm, c, xp, S)[0])
+            continue
+        s = _on(np.array([many.index(li) for li in sel], dtype=np.int64), Pj, xp)
+        rho.append(_rho_star_rows(xp.take(Pm, s, axis=0), xp.take(Qm, s, axis=0), c, xp, _sorted_take(S, s, xp))[0])
     rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
     il = _on(ilaw, Pj, xp)
     Pi, Qi = xp.take(Pj, il, axis=0), xp.take(Qj, il, axis=0)
