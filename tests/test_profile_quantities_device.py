@@ -24,6 +24,7 @@ from otspec.profile import ProfileSettings
 from otspec.profile._collect import _Rows, position_rows
 from otspec.profile._quantities import Builds, _lossy_gaps, depth_quantities, expected_accepted, tree_reach
 from otspec.profile._quantities_batched import acceptance_rows, kl_rows, top_ids
+from tests.test_profile_quantities_backend import _tree as _backend_tree
 
 torch = pytest.importorskip("torch")
 
@@ -56,23 +57,8 @@ def _rows(seed: int, n: int, V: int, style: str):
 
 
 def _tree(seed: int, V: int, k: int, L: int, style: str):
-    """A draft tree whose laws depend on the prefix only (as a model's do), rows often sharing prefixes."""
-    rng = np.random.default_rng(seed)
-    X = np.zeros((k, L), dtype=np.int64)
-    P, Q = np.empty((k, L, V)), np.empty((k, L + 1, V))
-    laws: dict = {}
-    for r in range(k):
-        for j in range(L + 1):
-            key = tuple(X[r, :j].tolist())
-            if key not in laws:
-                laws[key] = (_law(rng, V, style), _law(rng, V, style))
-            P_, Q_ = laws[key]
-            Q[r, j] = Q_
-            if j < L:
-                P[r, j] = P_
-                share = r > 0 and (X[r, :j] == X[r - 1, :j]).all() and rng.random() < 0.6
-                X[r, j] = X[r - 1, j] if share else rng.choice(V, p=P_)
-    return X, P, Q
+    """A draft tree whose laws (of ``style``) depend on the prefix only, rows sharing prefixes."""
+    return _backend_tree(seed, V, k, L, laws_of=lambda rng: (_law(rng, V, style), _law(rng, V, style)))
 
 
 def _host_acc(name: str, p, q, k: int) -> tuple[float, float, float]:
