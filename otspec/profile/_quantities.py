@@ -41,7 +41,7 @@ from ..otm._without_replacement import alpha_k_without_replacement
 from ._quantities_batched import ACC_BATCHED, REACH_BATCHED, acceptance_rows, node_conditional, reach_nodes, reach_parts
 
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
-           "to_host", "text_probs", "tokens_like", "prefill_batched"]
+           "to_host", "text_probs", "tokens_like", "prefill_batched", "acc_part", "reach_part", "read_parts"]
 
 
 def to_host(x) -> np.ndarray:
@@ -128,8 +128,11 @@ class Builds:
     the first block serves both ``"optimal"`` and ``"lp"``. Numpy laws are
     kept on the tokens with mass somewhere in the tree
     (:func:`drop_null_columns`); other arrays (torch tensors, on any device)
-    stay where they are for the batched quantities, and a host copy restricted
-    the same way is made on the first per-node build.
+    stay where they are for the batched quantities (the costly ones with a
+    batched form included: :func:`acc_part`, :func:`reach_part`), and a host
+    copy restricted the same way is made on the first per-node build (only the
+    verifiers without one: the optimal verifier's and Khisti et al.'s expected
+    tokens, the without-replacement optimum, k-Seq at a given ``rho``, ...).
 
     Parameters
     ----------
@@ -665,7 +668,10 @@ def expected_accepted(name: str, k: int, builds: Builds, L_max: int) -> dict:
     :math:`E[\tau_L]` and exact given the drafts). Token-level schemes use
     :func:`tree_reach` (``E[\tau_L] = \sum_{j \le L} P(\tau \ge j)``: a
     shorter draft is the same selection stopped earlier; token verification
-    by products of :math:`\min(1, q/p)` along each block, batched); block
+    by products of :math:`\min(1, q/p)` along each block, batched; k-Seq,
+    multi-round and typical acceptance from their conditional laws at every
+    node batched over the nodes of each depth, for every ``k`` of the grid at
+    once: :func:`reach_part`); block
     schemes :func:`block_path_laws` (every row and length in one batched
     pass). Sun et al.'s (arXiv:2403.10444) Algorithm 3 (``"block"``) draws
     its multi-token residual with one extra target call per missing token, so
