@@ -267,7 +267,8 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     Computed depth by depth: one ``(laws, V)`` block of the distinct prefixes of the depth
     (one sort of the ratios for k-Seq's :math:`\rho^*` of every number of drafts), every
     node's values gathered from it; :func:`node_conditional` finishes each node's law at
-    its drafts on the host.
+    its drafts on the host. The tree's structure is read from the host's ``X``: the index
+    arrays of every depth go to the laws' device in one copy.
 
     Parameters
     ----------
@@ -288,59 +289,89 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
         ``[i, 0, l]``: :math:`a_l` of the ``l``-th draft of node ``i``; ``[i, 1, l]``: ``r`` at that draft
         (entries past the node's number of drafts are padding).
     """
-    dev = _device(P)
+    V = int(P.shape[-1])
     n_max = max(len(a) for a, _ in nodes)
+    pack = _Pack()
+    plans = []
+    for j in sorted({d for _, d in nodes}):  # the host's part: which laws, nodes, drafts and instances
+        at = [a for a, d in nodes if d == j]
+        laws: dict = {}
+        for a in at:
+            laws.setdefault(tuple(X[a[0], :j].tolist()), a[0])
+        law_of = {r0: i for i, r0 in enumerate(laws.values())}
+        lw = np.array([law_of[laws[tuple(X[a[0], :j].tolist())]] for a in at], dtype=np.int64)
+        n = np.array([len(a) for a in at], dtype=np.int64)
+        toks = np.array([[X[a[min(i, len(a) - 1)], j] for i in range(n_max)] for a in at], dtype=np.int64)
+        plan = _PLANS[name](pack, lw, n, toks, len(laws), V)
+        plans.append((j, pack.add(list(laws.values())), plan))
+    idx = pack.send(xp, P)  # one copy of every index array to the laws' device
     out = []
     with np.errstate(divide="ignore", invalid="ignore"):
-        for j in sorted({d for _, d in nodes}):
-            at = [a for a, d in nodes if d == j]
-            laws: dict = {}
-            for a in at:
-                laws.setdefault(tuple(X[a[0], :j].tolist()), a[0])
-            law_of = {r0: i for i, r0 in enumerate(laws.values())}
-            rows = xp.asarray(np.array(list(laws.values()), dtype=np.int64), device=dev)
-            Pj, Qj = _simplex(xp.take(P[:, j], rows, axis=0), xp), _simplex(xp.take(Q[:, j], rows, axis=0), xp)
-            lw = np.array([law_of[laws[tuple(X[a[0], :j].tolist())]] for a in at], dtype=np.int64)
-            n = np.array([len(a) for a in at], dtype=np.int64)
-            toks = np.array([[X[a[min(i, len(a) - 1)], j] for i in range(n_max)] for a in at], dtype=np.int64)
-            out.append(_PARTS[name](Pj, Qj, lw, n, toks, xp, options or {}))
+        for j, rows, plan in plans:
+            Pj = _simplex(xp.take(P[:, j], idx[rows], axis=0), xp)
+            Qj = _simplex(xp.take(Q[:, j], idx[rows], axis=0), xp)
+            out.append(_PARTS[name](Pj, Qj, plan, idx, xp, options or {}))
     return xp.concat(out, axis=0)
+
+
+class _Pack:
+    """Host int arrays gathered for one copy to the device: ``add`` gives a handle, ``send`` the arrays there."""
+
+    def __init__(self):
+        self.arrays: list[np.ndarray] = []
+
+    def add(self, a) -> int:
+        self.arrays.append(np.asarray(a, dtype=np.int64))
+        return len(self.arrays) - 1
+
+    def send(self, xp, like) -> list:
+        flat = np.concatenate([a.ravel() for a in self.arrays]) if self.arrays else np.zeros(0, np.int64)
+        dev = xp.asarray(flat, device=_device(like))
+        out, at = [], 0
+        for a in self.arrays:
+            out.append(xp.reshape(dev[at:at + a.size], a.shape))
+            at += a.size
+        return out
 
 
 def _flat_at(A, idx, xp):
     """``A.reshape(-1)[idx]``: values of a ``(..., V)`` block at flat indices (an int array of namespace ``xp``)."""
-    return xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,)))
+    return xp.reshape(xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,))), tuple(idx.shape))
 
 
-def _on(x: np.ndarray, like, xp):
-    return xp.asarray(x, device=_device(like))
-
-
-def _kseq_parts(Pj, Qj, lw, n, toks, xp, options):
-    """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts)."""
+def _kseq_plan(pack, lw, n, toks, I, V):
+    """The instances (law, number of drafts) of k-Seq at a depth, the laws to sort, and the drafts' flat indices."""
     inst = sorted({(int(c), int(li)) for li, c in zip(lw, n)})  # (number of drafts, law), by number of drafts
     index = {key: i for i, key in enumerate(inst)}
-    ilaw = np.array([li for _, li in inst], dtype=np.int64)
-    rho = []
     many = sorted({li for c, li in inst if c > 1})  # the laws with several drafts somewhere: one sort, shared
-    if many:
-        m = _on(np.array(many, dtype=np.int64), Pj, xp)
-        Pm, Qm = xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0)
-        S = _ratio_sorted(Pm, Qm, xp)
+    groups = []
     for c in sorted({c for c, _ in inst}):
         sel = [li for cc, li in inst if cc == c]
+        groups.append((c, len(sel), None if c == 1 or sel == many else pack.add([many.index(li) for li in sel])))
+    ni = np.array([index[(int(cc), int(li))] for li, cc in zip(lw, n)], dtype=np.int64)
+    return dict(many=pack.add(many) if many else None, groups=groups, ilaw=pack.add([li for _, li in inst]),
+                kf=pack.add([c for c, _ in inst]), ni=pack.add(ni), at=pack.add(ni[:, None] * V + toks))
+
+
+def _kseq_parts(Pj, Qj, plan, idx, xp, options):
+    """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts)."""
+    rho = []
+    if plan["many"] is not None:
+        m = idx[plan["many"]]
+        Pm, Qm = xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0)
+        S = _ratio_sorted(Pm, Qm, xp)
+    for c, size, sel in plan["groups"]:
         if c == 1:  # one draft: rho* = 1 (no sort)
-            rho.append(xp.ones(len(sel), dtype=xp.float64, device=_device(Pj)))
-            continue
-        if sel == many:
+            rho.append(xp.ones(size, dtype=xp.float64, device=_device(Pj)))
+        elif sel is None:
             rho.append(_rho_star_rows(Pm, Qm, c, xp, S)[0])
-            continue
-        s = _on(np.array([many.index(li) for li in sel], dtype=np.int64), Pj, xp)
-        rho.append(_rho_star_rows(xp.take(Pm, s, axis=0), xp.take(Qm, s, axis=0), c, xp, _sorted_take(S, s, xp))[0])
+        else:
+            s = idx[sel]
+            rho.append(_rho_star_rows(xp.take(Pm, s, axis=0), xp.take(Qm, s, axis=0), c, xp, _sorted_take(S, s, xp))[0])
     rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
-    il = _on(ilaw, Pj, xp)
+    il = idx[plan["ilaw"]]
     Pi, Qi = xp.take(Pj, il, axis=0), xp.take(Qj, il, axis=0)
-    kf = _on(np.array([float(c) for c, _ in inst]), Pj, xp)
+    kf = xp.astype(idx[plan["kf"]], xp.float64)
     # _kseq_parts of otspec.multidraft._kseq, row by row: beta, E, p_acc, c = min(p_acc / beta, rho), the residual
     mins = xp.minimum(Pi, Qi / rho)
     beta = xp.sum(mins, axis=-1)
@@ -349,45 +380,47 @@ def _kseq_parts(Pj, Qj, lw, n, toks, xp, options):
     c = xp.minimum(xp.where(beta > 0.0, p_acc / xp.where(beta > 0.0, beta, 1.0), kf), rho[:, 0])[:, None]
     v = xp.maximum(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0)
     total = xp.sum(v, axis=-1)
-    ni = np.array([index[(int(cc), int(li))] for li, cc in zip(lw, n)], dtype=np.int64)
-    at = _on(ni[:, None] * int(Pi.shape[-1]) + toks, Pj, xp)
-    shape = toks.shape
-    px, qx, vx = (xp.reshape(_flat_at(A, at, xp), shape) for A in (Pi, Qi, v))
-    r_n = xp.take(rho[:, 0], _on(ni, Pj, xp))[:, None]
-    t_n = xp.take(total, _on(ni, Pj, xp))[:, None]
+    at, ni = idx[plan["at"]], idx[plan["ni"]]
+    px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
+    r_n = xp.take(rho[:, 0], ni)[:, None]
+    t_n = xp.take(total, ni)[:, None]
     a = xp.where(qx >= r_n * px, 1.0, qx / (r_n * px))
     res = xp.where(t_n > 0.0, vx / xp.where(t_n > 0.0, t_n, 1.0), qx)
     return xp.stack([a, res], axis=1)
 
 
-def _multiround_parts(Pj, Qj, lw, n, toks, xp, options):
+def _multiround_plan(pack, lw, n, toks, I, V):
+    """The rounds' flat indices at each node's drafts: round ``i`` at draft ``i``, the last round at every draft."""
+    rounds = np.minimum(np.arange(toks.shape[1]), n.max())[None, :]
+    return dict(n_max=int(n.max()), t=pack.add((rounds * I + lw[:, None]) * V + toks), d=pack.add(lw[:, None] * V + toks),
+                last=pack.add((n[:, None] * I + lw[:, None]) * V + toks))
+
+
+def _multiround_parts(Pj, Qj, plan, idx, xp, options):
     """Multi-round rejection's per-round acceptance at each draft and the final residual at the drafts."""
-    I, V = int(Pj.shape[0]), int(Pj.shape[-1])
     T = [Qj]
-    for _ in range(int(n.max())):
+    for _ in range(plan["n_max"]):
         T.append(_residual(Pj, T[-1], xp))
     T = xp.stack(T, axis=0)  # (n_max + 1, laws, V): q_1 = q, q_2, ...
-    n_max = toks.shape[1]
-    rounds = np.minimum(np.arange(n_max), n.max())[None, :]
-    t = xp.reshape(_flat_at(T, _on((rounds * I + lw[:, None]) * V + toks, Pj, xp), xp), toks.shape)
-    d = xp.reshape(_flat_at(Pj, _on(lw[:, None] * V + toks, Pj, xp), xp), toks.shape)
-    last = xp.reshape(_flat_at(T, _on((n[:, None] * I + lw[:, None]) * V + toks, Pj, xp), xp), toks.shape)
-    a = xp.where(t >= d, 1.0, t / d)
-    return xp.stack([a, last], axis=1)
+    t, d, last = _flat_at(T, idx[plan["t"]], xp), _flat_at(Pj, idx[plan["d"]], xp), _flat_at(T, idx[plan["last"]], xp)
+    return xp.stack([xp.where(t >= d, 1.0, t / d), last], axis=1)
 
 
-def _typical_parts(Pj, Qj, lw, n, toks, xp, options):
+def _typical_plan(pack, lw, n, toks, I, V):
+    return dict(lw=pack.add(lw[:, None]), at=pack.add(lw[:, None] * V + toks), x=pack.add(toks))
+
+
+def _typical_parts(Pj, Qj, plan, idx, xp, options):
     """Typical acceptance at each node's one draft: accepted (1 or 0), and whether it is the replacement token."""
     thr, y = _typical_rule(Qj, xp, options)
-    V = int(Pj.shape[-1])
-    ln = _on(lw, Pj, xp)
-    qx = xp.reshape(_flat_at(Qj, _on(lw[:, None] * V + toks, Pj, xp), xp), toks.shape)
-    x = _on(toks, Pj, xp)
-    a = xp.astype(qx > xp.take(thr, ln)[:, None], xp.float64)
-    r = xp.astype(x == xp.take(y, ln)[:, None], xp.float64)
+    lw = idx[plan["lw"]]
+    qx = _flat_at(Qj, idx[plan["at"]], xp)
+    a = xp.astype(qx > xp.take(thr, lw[:, 0])[:, None], xp.float64)
+    r = xp.astype(idx[plan["x"]] == xp.take(y, lw[:, 0])[:, None], xp.float64)
     return xp.stack([a, r], axis=1)
 
 
+_PLANS = {"kseq": _kseq_plan, "multiround": _multiround_plan, "typical": _typical_plan}
 _PARTS = {"kseq": _kseq_parts, "multiround": _multiround_parts, "typical": _typical_parts}
 
 
