@@ -272,3 +272,37 @@ def test_a_subsampled_position_reads_the_host_as_often_as_a_cheap_one(monkeypatc
         assert ("typical" in rows["name"]) == (sub > 0)
         reads[sub] = len(mode.reads)
     assert reads[1] == reads[0], reads
+
+
+def test_the_batched_forms_make_no_scalar_tensors_and_one_copy_of_indices():
+    # on a GPU a Python number made into a device tensor (array-api-compat's maximum(x, 0.0) does so) and a host array
+    # copied to the device each wait for the device's queue: the batched forms clip with numbers instead, and the
+    # conditional laws at the nodes take the tree's indices to the device in one copy per name
+    from torch.overrides import TorchFunctionMode
+
+    from otspec.profile._quantities import _kseq_acceptance
+    from otspec.profile._quantities_batched import reach_nodes, reach_parts
+
+    class Made(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.calls = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if getattr(func, "__name__", "") in ("asarray", "as_tensor", "tensor", "scalar_tensor"):
+                self.calls.append(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    X, P, Q = _tree(3, 50, 4, 3, "ties")
+    Pt, Qt = torch.from_numpy(P), torch.from_numpy(Q)
+    xp = _xp(Pt)
+    nodes = reach_nodes(X, [[0, 1], [2, 3], [0, 1, 2, 3], [0], [1], [2], [3]], 3)
+    for name in REACH:
+        with Made() as mode:
+            reach_parts(name, Pt, Qt, X, nodes, xp)
+        assert mode.calls == ["asarray"], (name, mode.calls)
+    with Made() as mode:
+        for name in ACC:
+            acceptance_rows(name, Pt[0], Qt[0, :3], (1,) if name == "typical" else (1, 2, 3), xp)
+        _kseq_acceptance(Pt[0], Qt[0, :3], (1, 2, 3), xp)
+    assert not mode.calls, mode.calls

@@ -449,7 +449,7 @@ def _token_reach(P, Q, X, L: int, xp):
     x = xp.reshape(X[:, :L], (-1, L, 1))
     p = xp.take_along_axis(P, x, axis=-1)[..., 0] / xp.sum(P, axis=-1)
     q = xp.take_along_axis(Q, x, axis=-1)[..., 0] / xp.sum(Q, axis=-1)
-    return xp.cumulative_prod(xp.minimum(q / p, 1.0), axis=-1)
+    return xp.cumulative_prod(xp.clip(q / p, None, 1.0), axis=-1)
 
 
 def block_path_laws(name: str, P, Q, X, L: int, xp=None):
@@ -510,7 +510,7 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
     ratio = xp.where(px > 0, qx / xp.where(px > 0, px, 1.0), 1.0)  # 1 where p = 0 (weightless blocks)
     w = [xp.ones_like(ratio[:, 0])]
     for i in range(L):  # w_i (block) or the one-step p_i (capped at 1), sequential products as along one path
-        w.append(xp.minimum(w[-1] * ratio[:, i], 1.0) if onestep else w[-1] * ratio[:, i])
+        w.append(xp.clip(w[-1] * ratio[:, i], None, 1.0) if onestep else w[-1] * ratio[:, i])
     W = xp.stack(w, axis=1)  # (R, L + 1)
     r = [xp.ones_like(w[0])]  # r_0 = 1: the empty prefix is always accepted
     if L > 1:
@@ -519,9 +519,9 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
             den = pos + 1.0 - W[:, 1:L]
             acc = xp.where(den > 0, pos / xp.where(den > 0, den, 1.0), 1.0)
         else:
-            acc = xp.where(neg > 0, xp.minimum(pos / xp.where(neg > 0, neg, 1.0), 1.0), 1.0)
+            acc = xp.where(neg > 0, xp.clip(pos / xp.where(neg > 0, neg, 1.0), None, 1.0), 1.0)
         r += [acc[:, t] for t in range(L - 1)]
-    top = W[:, 1:] if onestep else xp.minimum(W[:, 1:], 1.0)  # P(tau = ell | X^ell), (R, L)
+    top = W[:, 1:] if onestep else xp.clip(W[:, 1:], None, 1.0)  # P(tau = ell | X^ell), (R, L)
     # backward over t for every length at once: left = P(tau < t + 1 | X^ell) as the walk goes down
     ells = xp.reshape(xp.arange(1, L + 1, device=_device(P)), (1, L))
     left = 1.0 - top
@@ -638,7 +638,7 @@ def _excess_sums(W, P, Q, L: int, xp, both: bool):
                     neg[r, t - 1] = -np.minimum(d, 0.0, out=part).sum()
         return pos, neg
     d = W[:, 1:L, None] * Q[:, 1:L] - P[:, 1:L]
-    return xp.sum(xp.maximum(d, 0.0), axis=-1), (xp.sum(xp.maximum(-d, 0.0), axis=-1) if both else None)
+    return xp.sum(xp.clip(d, 0.0, None), axis=-1), (xp.sum(xp.clip(-d, 0.0, None), axis=-1) if both else None)
 
 
 def _device(x):

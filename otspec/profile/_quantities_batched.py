@@ -58,7 +58,7 @@ def _simplex(A, xp):
 
 def _residual(P, T, xp):
     r"""Row by row :math:`(T - P)_+ / \sum (T - P)_+`, or ``T`` where that has no mass (the host's ``residual``)."""
-    r = xp.maximum(T - P, 0.0)
+    r = xp.clip(T - P, 0.0, None)
     s = xp.sum(r, axis=-1, keepdims=True)
     return xp.where(s > 0.0, r / xp.where(s > 0.0, s, 1.0), T)
 
@@ -97,7 +97,7 @@ def _multiround(P, Q, ks, xp):
     for i in range(max(ks)):
         if i:
             t = _residual(P, t, xp)
-        logs.append(xp.log1p(-xp.minimum(xp.sum(xp.minimum(P, t), axis=-1), 1.0)))
+        logs.append(xp.log1p(-xp.clip(xp.sum(xp.minimum(P, t), axis=-1), None, 1.0)))
     cum = xp.cumulative_sum(xp.stack(logs, axis=-1), axis=-1)  # the host's sum of the k logs, in order
     return [-xp.expm1(cum[..., k - 1]) for k in ks]
 
@@ -124,7 +124,7 @@ def _greedy_drafts(P, Q, ks, xp):
             law = xp.where(inT, 0.0, P)
             last = law / xp.sum(law, axis=-1, keepdims=True)
             val = qT[..., k - 2] + xp.sum(xp.where(inT, 0.0, xp.minimum(last, Q)), axis=-1)
-        out.append(xp.where(n < k, math.nan, xp.minimum(val, 1.0)))
+        out.append(xp.where(n < k, math.nan, xp.clip(val, None, 1.0)))
     return out
 
 
@@ -133,14 +133,14 @@ def _top_k(P, Q, ks, xp):
     n = _count_positive(P, xp)
     V = int(P.shape[-1])
     qC = xp.cumulative_sum(xp.take_along_axis(Q, top_ids(P, min(max(ks), V), xp), axis=-1), axis=-1)
-    return [xp.where(n < k, math.nan, xp.minimum(qC[..., min(k, V) - 1], 1.0)) for k in ks]
+    return [xp.where(n < k, math.nan, xp.clip(qC[..., min(k, V) - 1], None, 1.0)) for k in ks]
 
 
 def _typical_rule(Q, xp, options: dict):
     r"""The threshold :math:`\min(\varepsilon, \delta e^{-H_\gamma(q)})` of every row and its first argmax."""
     o = {**VLLM_DEFAULTS, **options}
     H = -xp.sum(Q * xp.log(Q + o["guard"]), axis=-1)
-    return xp.minimum(o["delta"] * xp.exp(-H), o["epsilon"]), xp.argmax(Q, axis=-1)
+    return xp.clip(o["delta"] * xp.exp(-H), None, o["epsilon"]), xp.argmax(Q, axis=-1)
 
 
 def _h_series(u, xp):
@@ -160,7 +160,7 @@ def kl_rows(q, pi, xp):
     u, v = (ps - qs) / qs, ps / qs
     h = xp.where(xp.abs(u) < 0.05, _h_series(u, xp), u - xp.log(v))
     val = xp.sum(xp.where(m, q * h, 0.0), axis=-1) + xp.sum(xp.where(m, 0.0, pi), axis=-1)
-    return xp.where(miss, math.inf, xp.maximum(val, 0.0))
+    return xp.where(miss, math.inf, xp.clip(val, 0.0, None))
 
 
 def _typical(P, Q, xp, options: dict):
@@ -171,9 +171,9 @@ def _typical(P, Q, xp, options: dict):
     is_y = xp.arange(int(P.shape[-1]), device=_device(P)) == y1
     law = xp.where(acc, P, 0.0)
     kept = xp.sum(law, axis=-1)
-    out = law + xp.where(is_y, xp.maximum(1.0 - kept, 0.0)[..., None], 0.0)
+    out = law + xp.where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], 0.0)
     y_acc = xp.take_along_axis(acc, y1, axis=-1)[..., 0]
-    a = xp.minimum(kept + xp.where(y_acc, 0.0, xp.take_along_axis(P, y1, axis=-1)[..., 0]), 1.0)
+    a = xp.clip(kept + xp.where(y_acc, 0.0, xp.take_along_axis(P, y1, axis=-1)[..., 0]), None, 1.0)
     tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1)
     return [a, tv, kl_rows(Q, out, xp)]
 
@@ -376,9 +376,9 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options):
     mins = xp.minimum(Pi, Qi / rho)
     beta = xp.sum(mins, axis=-1)
     E = xp.sum(Pi - mins, axis=-1)
-    p_acc = xp.where(beta < 0.5, -xp.expm1(kf * xp.log1p(-xp.minimum(beta, 1.0))), -xp.expm1(kf * xp.log(E)))
+    p_acc = xp.where(beta < 0.5, -xp.expm1(kf * xp.log1p(-xp.clip(beta, None, 1.0))), -xp.expm1(kf * xp.log(E)))
     c = xp.minimum(xp.where(beta > 0.0, p_acc / xp.where(beta > 0.0, beta, 1.0), kf), rho[:, 0])[:, None]
-    v = xp.maximum(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0)
+    v = xp.clip(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0, None)
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
     px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
