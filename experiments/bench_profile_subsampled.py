@@ -10,7 +10,8 @@ position and a subsampled one. With ``--against DIR`` (an older checkout's root)
 for that checkout's ``otspec`` and this one's, in turn (``--rounds``), the 1-minute load average printed by each,
 and the largest relative difference between the two checkouts' rows (every value of every position).
 
-Usage: ``python experiments/bench_profile_subsampled.py [--against DIR] [--rounds 2] [--positions 3] [--repeat 3]``
+Usage: ``python experiments/bench_profile_subsampled.py [--against DIR] [--rounds 2] [--positions 3] [--repeat 3]
+[--V 128256]``
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-V = 128_256
+V = 128_256  # the vocabulary (--V: e.g. 49,152, SmolLM2's)
 K_MAX = L_MAX = 4
 
 
@@ -106,7 +107,9 @@ def main() -> None:
     ap.add_argument("--positions", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--child")
+    ap.add_argument("--V", type=int, default=V)
     a = ap.parse_args()
+    globals()["V"] = a.V
     if a.child:
         child(a.positions, a.repeat, a.child)
         return
@@ -123,7 +126,7 @@ def main() -> None:
                 out = str(Path(tmp) / f"{label}.json")
                 env = dict(os.environ, PYTHONPATH=str(root))
                 subprocess.run([sys.executable, __file__, "--child", out, "--positions", str(a.positions),
-                                "--repeat", str(a.repeat)], env=env, check=True)
+                                "--repeat", str(a.repeat), "--V", str(a.V)], env=env, check=True)
                 got = json.loads(Path(out).read_text())
                 t = got["timing"]
                 last[label] = got

@@ -30,6 +30,7 @@ import math
 
 import numpy as np
 
+from ..decoding._tree_device import ranked_rows_t
 from ..lossy._typical import VLLM_DEFAULTS
 from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _sorted_take
 from ..multidraft._greedy_drafts import top_tokens
@@ -80,8 +81,6 @@ def top_ids(P, K: int, xp):
     import array_api_compat
 
     if array_api_compat.is_torch_array(P):
-        from ..decoding._tree_device import ranked_rows_t
-
         return xp.reshape(ranked_rows_t(flat, K)[0], shape + (K,))
     return xp.argsort(P, axis=-1, descending=True, stable=True)[..., :K]
 
