@@ -36,9 +36,11 @@ def _laws(rng, V: int, top: int | None) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-def _tree(seed: int, V: int, k: int, L: int, top: int | None = None):
-    """A draft tree whose laws depend on the prefix only (as a model's do), with rows sharing prefixes."""
+def _tree(seed: int, V: int, k: int, L: int, top: int | None = None, laws_of=None):
+    """A draft tree whose laws depend on the prefix only (as a model's do), with rows sharing prefixes; each prefix's
+    ``(p, q)`` from ``laws_of(rng)`` (default :func:`_laws`)."""
     rng = np.random.default_rng(seed)
+    laws_of = laws_of or (lambda g: _laws(g, V, top))
     X = np.zeros((k, L), dtype=np.int64)
     P, Q = np.empty((k, L, V)), np.empty((k, L + 1, V))
     laws: dict = {}
@@ -46,7 +48,7 @@ def _tree(seed: int, V: int, k: int, L: int, top: int | None = None):
         for j in range(L + 1):
             key = tuple(X[r, :j].tolist())
             if key not in laws:
-                laws[key] = _laws(rng, V, top)
+                laws[key] = laws_of(rng)
             Q[r, j] = laws[key][1]
             if j < L:
                 P[r, j] = laws[key][0]

@@ -91,8 +91,8 @@ def _ratio_sorted(P, Q, xp) -> dict:
     Q2 = xp.reshape(Q, (B, V))
     dev = _device(P)
     # f at rho = 1 (exact zeros when p == q)
-    D1 = xp.sum(xp.maximum(Q2 - P2, 0.0), axis=-1)
-    E1 = xp.sum(xp.maximum(P2 - Q2, 0.0), axis=-1)
+    D1 = xp.sum(xp.clip(Q2 - P2, 0.0, None), axis=-1)
+    E1 = xp.sum(xp.clip(P2 - Q2, 0.0, None), axis=-1)
     # one batched sort of the ratios q/p (p = 0 < q: +inf; p = q = 0: nan, last, weightless)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = Q2 / P2
@@ -111,27 +111,36 @@ def _ratio_sorted(P, Q, xp) -> dict:
                 Qp=Qcum - qo, Ps=Ps, Qs=Qs, tot_p=xp.sum(po, axis=-1), tot_q=xp.sum(qo, axis=-1))
 
 
+def _sorted_take(S: dict, idx, xp) -> dict:
+    """The rows ``idx`` (an int array of namespace ``xp``) of :func:`_ratio_sorted`'s output, as its output for those
+    rows alone (one sort shared by laws that several ``k`` need)."""
+    B = int(idx.shape[0])
+    out = {key: (xp.take(v, idx, axis=0) if hasattr(v, "shape") else v) for key, v in S.items()}
+    out.update(shape=(B,), B=B)
+    return out
+
+
 def _rho_star_rows(P, Q, k: int, xp, sorted_=None):
     """rho* (and E(rho*)) for every row of (..., V) float64 laws; see batched_kseq_rho_star.
 
     ``sorted_``: :func:`_ratio_sorted` of the same laws, shared by several ``k`` (computed here when None).
     """
     if k == 1:  # rho* = 1: one draft is speculative sampling (no sort)
-        E1 = xp.sum(xp.maximum(P - Q, 0.0), axis=-1)
+        E1 = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
         return xp.ones_like(E1), E1
     S = _ratio_sorted(P, Q, xp) if sorted_ is None else sorted_
     shape, B, V, P2, Q2, ro = S["shape"], S["B"], S["V"], S["P2"], S["Q2"], S["ro"]
     kf = float(k)
     # f at rho = 1 and rho = k, term by term (exact zeros when p == q)
     f1 = S["D1"] - S["E1"]**k
-    Dk = xp.sum(xp.maximum(Q2 - kf * P2, 0.0), axis=-1)
-    Ek = xp.sum(xp.maximum(P2 - Q2 / kf, 0.0), axis=-1)
+    Dk = xp.sum(xp.clip(Q2 - kf * P2, 0.0, None), axis=-1)
+    Ek = xp.sum(xp.clip(P2 - Q2 / kf, 0.0, None), axis=-1)
     fk = Dk - Ek**k
     # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
     inside = (ro > 1.0) & (ro < kf)
     rho_j = xp.where(inside, ro, 2.0)
-    E = xp.maximum(S["Pp"] - S["Qp"] / rho_j, 0.0)
-    D = xp.maximum(S["Qs"] - rho_j * S["Ps"], 0.0)
+    E = xp.clip(S["Pp"] - S["Qp"] / rho_j, 0.0, None)
+    D = xp.clip(S["Qs"] - rho_j * S["Ps"], 0.0, None)
     fj = xp.where(inside, D - E**k, xp.where(ro <= 1.0, float("inf"), -float("inf")))
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end
     neg = fj <= 0.0
@@ -140,7 +149,7 @@ def _rho_star_rows(P, Q, k: int, xp, sorted_=None):
     jj = xp.reshape(j, (B, 1))
     ro_j = xp.reshape(xp.take_along_axis(ro, jj, axis=-1), (B,))
     hi = xp.where(has & (ro_j < kf), xp.where(xp.isnan(ro_j), kf, ro_j), kf)
-    hi = xp.minimum(hi, kf)
+    hi = xp.clip(hi, None, kf)
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
     below = xp.where((ro < xp.reshape(hi, (B, 1))) & (ro > 1.0), ro, 1.0)
     lo = xp.max(below, axis=-1)
@@ -149,11 +158,11 @@ def _rho_star_rows(P, Q, k: int, xp, sorted_=None):
     idx = xp.clip(nb - 1, 0, V - 1)
     Pl = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(S["Pcum"], idx, axis=-1), (B,)), 0.0)
     Ql = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(S["Qcum"], idx, axis=-1), (B,)), 0.0)
-    Ph = xp.maximum(S["tot_p"] - Pl, 0.0)
-    Qh = xp.maximum(S["tot_q"] - Ql, 0.0)
+    Ph = xp.clip(S["tot_p"] - Pl, 0.0, None)
+    Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
 
     def F(rho):
-        return xp.maximum(Qh - rho * Ph, 0.0) - xp.maximum(Pl - Ql / rho, 0.0) ** k
+        return xp.clip(Qh - rho * Ph, 0.0, None) - xp.clip(Pl - Ql / rho, 0.0, None) ** k
 
     a, b = lo, hi
     for _ in range(_BISECT):
@@ -164,7 +173,7 @@ def _rho_star_rows(P, Q, k: int, xp, sorted_=None):
     f_lo = F(lo)
     root = xp.where(f_lo <= 0.0, lo, xp.where(F(hi) >= 0.0, hi, b))
     rho = xp.where(f1 <= 0.0, 1.0, xp.where(fk > 0.0, kf, root))
-    E_star = xp.sum(xp.maximum(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0), axis=-1)
+    E_star = xp.sum(xp.clip(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), xp.reshape(E_star, shape)
 
 

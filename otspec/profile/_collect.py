@@ -411,16 +411,19 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool, builds
                 rows.add(pos, kind, name, k, vals)
 
 
-def batch_builds(X, P, Q, settings) -> list | None:
+def batch_builds(X, P, Q, settings, subsampled=None) -> list | None:
     """The :class:`otspec.profile._quantities.Builds` of the ``B`` prompts of one position of a batched walk, their
     cheap batched quantities computed for all prompts at once (:func:`otspec.profile._quantities.prefill_batched`),
-    when the laws are on an accelerator (arrays other than numpy), one prompt too (its values then come to the host
-    in one read); None otherwise (each prompt's own, as before)."""
+    and, for the prompts whose position is subsampled (``subsampled``, one bool each), the costly quantities that
+    have batched forms, when the laws are on an accelerator (arrays other than numpy), one prompt too (every value
+    then comes to the host in one read); None otherwise (each prompt's own, as before)."""
     if isinstance(P, np.ndarray):
         return None
     out = [Builds(X[b], P[b], Q[b], settings.verifier_options) for b in range(len(X))]
     prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
-                    [f for f in settings.families if not is_costly("tau", f)], settings.ks, settings.L_max)
+                    [f for f in settings.families if not is_costly("tau", f)], settings.ks, settings.L_max,
+                    subsampled=subsampled, costly=([n for n in settings.verifiers if is_costly("acc", n)],
+                                                   [f for f in settings.families if is_costly("tau", f)]))
     return out
 
 
@@ -513,9 +516,9 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             held_t = len(ctx)
             q_t = checks.read(Q[0, 0], sampling).copy()  # not a view: the path's laws must not hold every tree's Q
             Pd = _to_device(P, dev)
-            bl = batch_builds(X[None], Pd[None], Q[None], settings)
-            position_rows(rows, t, X, Pd, Q, settings, costly=is_subsampled(t, index, settings),
-                          builds=bl[0] if bl else None)
+            sub = is_subsampled(t, index, settings)
+            bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub])
+            position_rows(rows, t, X, Pd, Q, settings, costly=sub, builds=bl[0] if bl else None)
             if trng is not None:
                 tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
                           drawn, buffers, r1)
@@ -663,10 +666,10 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             held_t = n
             q_t = checks.read(Q[:, 0, 0], sampling).copy()
             Pa = _to_device(P, dev)
-            bl = batch_builds(X, Pa, Q, settings) or [None] * B
+            sub = [is_subsampled(t, i, settings) for i in indices]
+            bl = batch_builds(X, Pa, Q, settings, sub) or [None] * B
             for b in range(B):
-                position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=is_subsampled(t, indices[b], settings),
-                              builds=bl[b])
+                position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=sub[b], builds=bl[b])
             if trngs is not None:
                 tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn, buffers,
                           r1)

@@ -16,8 +16,14 @@ The laws may be numpy arrays or any array-API arrays (torch tensors, on the
 CPU or a GPU): the batched quantities (:math:`\alpha_k`, the maximal
 coupling, k-Seq's acceptance, token and block verification's
 :math:`E[\tau \mid X]`) are computed in the laws' namespace on their device
-and only their ``(L,)`` values come back to the host; the quantities that
-build a verifier per node read a host copy of the laws, made on first use.
+and only their ``(L,)`` values come back to the host; so are the costly
+quantities that have closed forms (:mod:`otspec.profile._quantities_batched`:
+multi-round, greedy and top-k draft sets, typical acceptance per depth, and
+the conditional laws of k-Seq, multi-round and typical acceptance at every
+node of the tree); the quantities that still build a verifier per node
+(the optimal verifier, Khisti et al.'s, the without-replacement optimum, a
+k-Seq at a given ``rho``, mentored decoding, ...) read a host copy of the
+laws, made on first use.
 
 Notation: ``p`` is the draft's law, ``q`` the target's.
 """
@@ -32,9 +38,10 @@ from ..lossy._mentored import kl_divergence
 from ..multidraft._batched import batched_maximal_coupling_acceptance, kseq_acceptance_rows
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
+from ._quantities_batched import ACC_BATCHED, REACH_BATCHED, acceptance_rows, node_conditional, reach_nodes, reach_parts
 
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
-           "to_host", "text_probs", "tokens_like", "prefill_batched"]
+           "to_host", "text_probs", "tokens_like", "prefill_batched", "acc_part", "reach_part", "read_parts"]
 
 
 def to_host(x) -> np.ndarray:
@@ -121,8 +128,11 @@ class Builds:
     the first block serves both ``"optimal"`` and ``"lp"``. Numpy laws are
     kept on the tokens with mass somewhere in the tree
     (:func:`drop_null_columns`); other arrays (torch tensors, on any device)
-    stay where they are for the batched quantities, and a host copy restricted
-    the same way is made on the first per-node build.
+    stay where they are for the batched quantities (the costly ones with a
+    batched form included: :func:`acc_part`, :func:`reach_part`), and a host
+    copy restricted the same way is made on the first per-node build (only the
+    verifiers without one: the optimal verifier's and Khisti et al.'s expected
+    tokens, the without-replacement optimum, k-Seq at a given ``rho``, ...).
 
     Parameters
     ----------
@@ -171,6 +181,17 @@ class Builds:
             out = self._batched[key] = compute()
         return out
 
+    def value(self, key, make):
+        """The value under ``key``, read into host memory from the parts ``make()`` returns when not yet there
+        (:func:`read_parts`: one host read)."""
+        if key not in self._batched:
+            read_parts(make())
+        return self._batched[key]
+
+    def store(self, key):
+        """A function that puts its argument in the cache under ``key``."""
+        return lambda vals: self._batched.__setitem__(key, vals)
+
     def support(self, r: int, j: int):
         _, _, X = self.host
         key = (tuple(X[r, :j].tolist()), j)
@@ -214,8 +235,10 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
     reach the optimum: one call, one sort per depth, serves both and every
     ``k``), the maximal coupling for ``"token"``,
     :func:`otspec.multidraft.batched_kseq_acceptance` for ``"kseq"`` (one sort
-    per depth for every ``k``); every other verifier is built per depth (on a
-    host copy of the laws) and asked for its
+    per depth for every ``k``), :func:`otspec.profile._quantities_batched.acceptance_rows`
+    for ``"multiround"``, ``"greedy-drafts"``, ``"top-k"`` and ``"typical"``
+    (with its output law's total variation and KL); every other verifier is
+    built per depth (on a host copy of the laws) and asked for its
     exact ``acceptance()`` (and, when lossy, the total variation and
     :math:`\mathrm{KL}(q \| \pi)` of its output law :math:`\pi`).
 
@@ -241,7 +264,6 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
     """
     # the laws come from Sampling.probs: float64 rows summing to 1 (checked there), so no re-validation
     P0, Q0 = builds.P[0, :L], builds.Q[0, :L]
-    xp = builds.xp
     out: dict = {}
     if name in ("optimal", "lp"):  # both reach the optimum: one alpha_k (one sort per depth) serves both
         vals = builds.batched(("alpha", tuple(ks), L), lambda: to_host(
@@ -257,8 +279,13 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
     if name == "token":
         out[("acc", 1)] = builds.batched(("token-acc", L), lambda: to_host(_token_acceptance(P0, Q0)))
         return out
-    if name == "kseq" and not builds.options.get("kseq"):  # one sort of the ratios serves every k
-        vals = builds.batched(("kseq", tuple(ks), L), lambda: to_host(_kseq_acceptance(P0, Q0, ks, xp)))
+    part = acc_part(name, ks, builds, L)
+    if part is not None:  # a batched closed form (one sort of the ratios serves every k for k-Seq)
+        vals = builds.value(*part)
+        if name == "typical":
+            for i, kind in enumerate(("acc", "tv", "kl")):
+                out[(kind, 1)] = vals[:, i].copy()
+            return out
         for i, k in enumerate(ks):
             out[("acc", k)] = vals[:, i].copy()
         return out
@@ -299,24 +326,99 @@ def tree_reach(name: str, rows, builds: Builds, L: int) -> np.ndarray:
     -------
     (L,) ndarray of float64
     """
-    reach = np.zeros(L)
     X = builds.host[2]
+
+    def cond(alive, j):
+        r0 = alive[0]
+        toks = X[alive, j]
+        law = builds.get(name, r0, j, len(alive)).conditional(builds.local(r0, j, toks))
+        return [(y, float(law[builds.local(r0, j, [y])[0]])) for y in np.unique(toks).tolist()]
+
+    return _walk(rows, X, L, cond)
+
+
+def _walk(rows, X: np.ndarray, L: int, cond) -> np.ndarray:
+    """:func:`tree_reach`'s sum over the branches of the draft tree of ``rows``, given ``cond(alive, j)``: the
+    output's law at the node's distinct drafts, ``[(y, P(Y = y | drafts)), ...]`` in increasing ``y``."""
+    reach = np.zeros(L)
     stack = [(list(rows), 0, 1.0)]
     while stack:
         alive, j, prob = stack.pop()
         if j == L or prob == 0.0:
             continue
-        r0 = alive[0]
-        v = builds.get(name, r0, j, len(alive))
-        toks = X[alive, j]
-        cond = v.conditional(builds.local(r0, j, toks))
-        for y in np.unique(toks):
-            py = float(cond[builds.local(r0, j, [y])[0]])
+        for y, py in cond(alive, j):
             if py <= 0.0:
                 continue
             reach[j] += prob * py
             stack.append(([r for r in alive if X[r, j] == y], j + 1, prob * py))
     return reach
+
+
+def acc_part(name: str, ks, builds: Builds, L: int):
+    """``(key, make)`` of the batched per-depth acceptance of ``name`` along the first block (for
+    :meth:`Builds.value` and :func:`prefill_batched`), or None when ``name`` has no batched closed form here."""
+    P0, Q0, xp = builds.P[0, :L], builds.Q[0, :L], builds.xp
+    ks = tuple(ks)
+    if name == "kseq" and not builds.options.get("kseq"):  # at rho* only: a given rho is built on the host
+        key = ("kseq", ks, L)
+        return key, lambda: [(_kseq_acceptance(P0, Q0, ks, xp), builds.store(key))]
+    if name in ACC_BATCHED and (name != "typical" or ks == (1,)):  # typical verifies one draft (else: its error)
+        key = ("acc", name, ks, L)
+        return key, lambda: [(acceptance_rows(name, P0, Q0, ks, xp, builds.options.get(name)), builds.store(key))]
+    return None
+
+
+def reach_part(name: str, ks, builds: Builds, L: int):
+    r"""``(keys, make)`` of :math:`\frac1G \sum_g` :func:`tree_reach` over the ``G`` groups of ``k`` rows of each
+    ``k`` of ``ks`` (``keys[k]``), from the batched conditional laws at every node
+    (:func:`otspec.profile._quantities_batched.reach_parts`), or None when ``name`` has none here."""
+    ks = tuple(ks)
+    if name not in REACH_BATCHED or (name == "kseq" and builds.options.get("kseq")) or (
+            name == "typical" and ks != (1,)):
+        return None
+    keys = {k: ("reach", name, k, L) for k in ks}
+
+    def make():
+        X = builds.X
+        k_max = int(X.shape[0])
+        groups = {k: [list(range(g * k, (g + 1) * k)) for g in range(k_max // k)] for k in ks}
+        nodes = reach_nodes(X, [rows for gs in groups.values() for rows in gs], L)
+        parts = reach_parts(name, builds.P, builds.Q, X, nodes, builds.xp, builds.options.get(name))
+
+        def store(vals):
+            at = {node: vals[i] for i, node in enumerate(nodes)}
+
+            def cond(alive, j):
+                return node_conditional(at[(tuple(alive), j)], X[alive, j])
+
+            for k, gs in groups.items():
+                reach = np.zeros(L)
+                for rows in gs:
+                    reach += _walk(rows, X, L, cond) / len(gs)
+                builds._batched[keys[k]] = reach
+
+        return [(parts, store)]
+
+    return keys, make
+
+
+def read_parts(parts) -> None:
+    """Read the arrays of ``parts`` (``(array, store)`` pairs, one namespace) into host memory in one read (a
+    single synchronisation on a GPU) and hand each its values, shaped as the array: ``store(values)``."""
+    if not parts:
+        return
+    if all(isinstance(a, np.ndarray) for a, _ in parts):
+        for a, store in parts:
+            store(a)
+        return
+    xp = namespace(*(a for a, _ in parts))
+    host = to_host(xp.concat([xp.reshape(xp.astype(a, xp.float64), (-1,)) for a, _ in parts]))
+    at = 0
+    for a, store in parts:
+        shape = tuple(int(n) for n in a.shape)
+        n = int(np.prod(shape))
+        store(host[at:at + n].reshape(shape))
+        at += n
 
 
 def _token_acceptance(P0, Q0):
@@ -347,7 +449,7 @@ def _token_reach(P, Q, X, L: int, xp):
     x = xp.reshape(X[:, :L], (-1, L, 1))
     p = xp.take_along_axis(P, x, axis=-1)[..., 0] / xp.sum(P, axis=-1)
     q = xp.take_along_axis(Q, x, axis=-1)[..., 0] / xp.sum(Q, axis=-1)
-    return xp.cumulative_prod(xp.minimum(q / p, 1.0), axis=-1)
+    return xp.cumulative_prod(xp.clip(q / p, None, 1.0), axis=-1)
 
 
 def block_path_laws(name: str, P, Q, X, L: int, xp=None):
@@ -408,7 +510,7 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
     ratio = xp.where(px > 0, qx / xp.where(px > 0, px, 1.0), 1.0)  # 1 where p = 0 (weightless blocks)
     w = [xp.ones_like(ratio[:, 0])]
     for i in range(L):  # w_i (block) or the one-step p_i (capped at 1), sequential products as along one path
-        w.append(xp.minimum(w[-1] * ratio[:, i], 1.0) if onestep else w[-1] * ratio[:, i])
+        w.append(xp.clip(w[-1] * ratio[:, i], None, 1.0) if onestep else w[-1] * ratio[:, i])
     W = xp.stack(w, axis=1)  # (R, L + 1)
     r = [xp.ones_like(w[0])]  # r_0 = 1: the empty prefix is always accepted
     if L > 1:
@@ -417,9 +519,9 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
             den = pos + 1.0 - W[:, 1:L]
             acc = xp.where(den > 0, pos / xp.where(den > 0, den, 1.0), 1.0)
         else:
-            acc = xp.where(neg > 0, xp.minimum(pos / xp.where(neg > 0, neg, 1.0), 1.0), 1.0)
+            acc = xp.where(neg > 0, xp.clip(pos / xp.where(neg > 0, neg, 1.0), None, 1.0), 1.0)
         r += [acc[:, t] for t in range(L - 1)]
-    top = W[:, 1:] if onestep else xp.minimum(W[:, 1:], 1.0)  # P(tau = ell | X^ell), (R, L)
+    top = W[:, 1:] if onestep else xp.clip(W[:, 1:], None, 1.0)  # P(tau = ell | X^ell), (R, L)
     # backward over t for every length at once: left = P(tau < t + 1 | X^ell) as the walk goes down
     ells = xp.reshape(xp.arange(1, L + 1, device=_device(P)), (1, L))
     left = 1.0 - top
@@ -444,7 +546,7 @@ def _block_tau_calls(name: str, P, Q, X, L_max: int, xp):
     return xp.stack([tau, calls], axis=0)
 
 
-def prefill_batched(builds: list, verifiers, families, ks, L: int) -> None:
+def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled=None, costly=((), ())) -> None:
     r"""The batched quantities of ``B`` prompts' draft trees in one pass each, put in every :class:`Builds`' cache.
 
     .. math::
@@ -455,11 +557,15 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int) -> None:
     the cheap per-depth acceptances of ``verifiers`` (``"optimal"``/``"lp"``: :math:`\alpha_k`; ``"token"``;
     ``"kseq"``) and the batched :math:`E[\tau \mid X]` rows of ``families`` (``"token"``, ``"block"``,
     ``"block-onestep"``), each computed on the stacked ``(B, ...)`` laws of the prompts walked together (one
-    sort, one launch for all of them, instead of one per prompt; every value read into host memory in one read,
-    a single synchronisation on a GPU) and sliced into each
+    sort, one launch for all of them, instead of one per prompt) and sliced into each
     prompt's cache under the key :func:`depth_quantities` and :func:`expected_accepted` read, so their values are
-    the per-prompt route's (the same per-row arithmetic). For laws on an accelerator; ``builds`` share one
-    namespace, shapes and options; ``ks(name)`` gives each name's numbers of drafts.
+    the per-prompt route's (the same per-row arithmetic). With ``subsampled`` (one bool per prompt: whether its
+    costly quantities run at this position), the batched forms of the costly quantities ``costly`` (a pair:
+    verifiers, families) of those prompts too, where they have one (:func:`acc_part`, :func:`reach_part`), prompt
+    by prompt. Every
+    value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU). For laws
+    on an accelerator; ``builds`` share one namespace, shapes and options; ``ks(name)`` gives each name's numbers
+    of drafts.
     """
     b0 = builds[0]
     xp = b0.xp
@@ -467,38 +573,45 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int) -> None:
     Q = xp.stack([b.Q for b in builds], axis=0)
     P0, Q0 = P[:, 0, :L], Q[:, 0, :L]
     B = len(builds)
-    parts = []  # (key, values on the device, their host shape): read together, one host read for all
+    parts = []  # (values on the device, what to do with their host copy): read together, one host read for all
+
+    def spread(key, shape, move=None):
+        def store(vals):
+            vals = vals.reshape(shape)
+            vals = vals if move is None else np.moveaxis(vals, move, 0)
+            for b, bl in enumerate(builds):
+                bl._batched[key] = vals[b]
+        return store
 
     names = set(verifiers)
     alpha_ks = sorted({tuple(ks(n)) for n in names & {"optimal", "lp"}})
     for kk in alpha_ks:
-        parts.append((("alpha", kk, L), alpha_k(P0, Q0, list(kk), validate=False, workers=1), (B, L, len(kk))))
+        parts.append((alpha_k(P0, Q0, list(kk), validate=False, workers=1), spread(("alpha", kk, L), (B, L, len(kk)))))
     if "token" in names:
-        parts.append((("token-acc", L), _token_acceptance(P0, Q0), (B, L)))
+        parts.append((_token_acceptance(P0, Q0), spread(("token-acc", L), (B, L))))
     if "kseq" in names and not b0.options.get("kseq"):
         kk = tuple(ks("kseq"))
-        parts.append((("kseq", kk, L), _kseq_acceptance(P0, Q0, kk, xp), (B, L, len(kk))))
+        parts.append((_kseq_acceptance(P0, Q0, kk, xp), spread(("kseq", kk, L), (B, L, len(kk)))))
     k_max = int(P.shape[1])
     R = B * k_max
     X = xp.reshape(xp.stack([b.tokens() for b in builds], axis=0), (R, -1))
     Pr, Qr = xp.reshape(P, (R,) + tuple(P.shape[2:])), xp.reshape(Q, (R,) + tuple(Q.shape[2:]))
     for name in ("block", "block-onestep"):
         if name in families:
-            parts.append((("block", name, L), _block_tau_calls(name, Pr, Qr, X, L, xp), (2, B, k_max, L)))
+            parts.append((_block_tau_calls(name, Pr, Qr, X, L, xp), spread(("block", name, L), (2, B, k_max, L), 1)))
     if "token" in families:
-        parts.append((("token", L), _token_reach(Pr, Qr, X, L, xp), (B, k_max, L)))
-    if not parts:
-        return
-    host = to_host(xp.concat([xp.reshape(xp.astype(a, xp.float64), (-1,)) for _, a, _ in parts]))
-    at = 0
-    for key, _, shape in parts:
-        n = int(np.prod(shape))
-        vals = host[at:at + n].reshape(shape)
-        at += n
-        if key[0] == "block":
-            vals = vals.transpose(1, 0, 2, 3)
-        for b, bl in enumerate(builds):
-            bl._batched[key] = vals[b]
+        parts.append((_token_reach(Pr, Qr, X, L, xp), spread(("token", L), (B, k_max, L))))
+    for bl, on in zip(builds, subsampled or [False] * B):
+        if on:
+            for name in costly[0]:
+                part = acc_part(name, ks(name), bl, L)
+                if part is not None:
+                    parts.extend(part[1]())
+            for name in costly[1]:
+                part = reach_part(name, ks(name), bl, L)
+                if part is not None:
+                    parts.extend(part[1]())
+    read_parts(parts)
 
 
 def _excess_sums(W, P, Q, L: int, xp, both: bool):
@@ -525,7 +638,7 @@ def _excess_sums(W, P, Q, L: int, xp, both: bool):
                     neg[r, t - 1] = -np.minimum(d, 0.0, out=part).sum()
         return pos, neg
     d = W[:, 1:L, None] * Q[:, 1:L] - P[:, 1:L]
-    return xp.sum(xp.maximum(d, 0.0), axis=-1), (xp.sum(xp.maximum(-d, 0.0), axis=-1) if both else None)
+    return xp.sum(xp.clip(d, 0.0, None), axis=-1), (xp.sum(xp.clip(-d, 0.0, None), axis=-1) if both else None)
 
 
 def _device(x):
@@ -555,7 +668,10 @@ def expected_accepted(name: str, k: int, builds: Builds, L_max: int) -> dict:
     :math:`E[\tau_L]` and exact given the drafts). Token-level schemes use
     :func:`tree_reach` (``E[\tau_L] = \sum_{j \le L} P(\tau \ge j)``: a
     shorter draft is the same selection stopped earlier; token verification
-    by products of :math:`\min(1, q/p)` along each block, batched); block
+    by products of :math:`\min(1, q/p)` along each block, batched; k-Seq,
+    multi-round and typical acceptance from their conditional laws at every
+    node batched over the nodes of each depth, for every ``k`` of the grid at
+    once: :func:`reach_part`); block
     schemes :func:`block_path_laws` (every row and length in one batched
     pass). Sun et al.'s (arXiv:2403.10444) Algorithm 3 (``"block"``) draws
     its multi-token residual with one extra target call per missing token, so
@@ -581,6 +697,11 @@ def expected_accepted(name: str, k: int, builds: Builds, L_max: int) -> dict:
     if name == "token":
         reach = builds.batched(("token", L_max), lambda: to_host(_token_reach_rows(builds, L_max)))
         return {"tau": np.cumsum(_group_mean(reach, k, G))}
+    ks = (1,) if spec.single_draft else tuple(range(1, k_max + 1))  # every k of the profile's grid at once
+    part = reach_part(name, ks if k in ks else (k,), builds, L_max)
+    if part is not None:  # the conditional laws of every node batched (prefill_batched may have read them already)
+        keys, make = part
+        return {"tau": np.cumsum(builds.value(keys[k], make))}
     reach = np.zeros(L_max)
     for g in range(G):
         rows = list(range(g * k, (g + 1) * k))

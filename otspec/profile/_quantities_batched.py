@@ -1,0 +1,443 @@
+r"""Batched closed forms of the profile's costly per-position quantities, in the laws' namespace (on their device).
+
+At a profiled position the per-depth acceptance of multi-round sampling, of
+greedy and top-k draft sets and of typical acceptance, and the conditional
+laws that the expected accepted tokens given the drafts (:math:`E[\tau_L \mid X]`)
+of k-Seq, multi-round sampling and typical acceptance need at every node of the
+drawn draft tree, all follow from a few passes over ``(rows, V)`` blocks of
+the laws. Here they are computed for every depth (and every node of a depth)
+at once, in the namespace of the laws (numpy arrays, or torch tensors left on
+their device), so that only small arrays of finished values reach the host;
+the same arithmetic as the host verifiers of :mod:`otspec.multidraft` and
+:mod:`otspec.lossy` (their ``acceptance()`` and ``conditional()``, the
+independent route of the tests), on each row renormalised as the host
+verifiers' supports are.
+
+Notation: ``p`` is the draft's law, ``q`` the target's.
+
+References
+----------
+.. [1] Miao et al., "SpecInfer", arXiv:2305.09781 (multi-step speculative sampling: multi-round rejection).
+.. [2] Sun et al., "SpecTr: Fast Speculative Decoding via Optimal Transport", arXiv:2310.15141, Algorithm 2 (k-Seq)
+   and Algorithm 3 (draft selection along a tree).
+.. [3] Hu et al., "Towards Optimal Multi-draft Speculative Decoding", arXiv:2502.18779 (greedy draft sets).
+.. [4] Cai et al., "Medusa", arXiv:2401.10774, §3.3.1 (typical acceptance).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..decoding._tree_device import ranked_rows_t
+from ..lossy._typical import VLLM_DEFAULTS
+from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _sorted_take
+from ..multidraft._greedy_drafts import top_tokens
+
+__all__ = ["ACC_BATCHED", "REACH_BATCHED", "acceptance_rows", "top_ids", "reach_nodes", "reach_parts",
+           "node_conditional"]
+
+#: Token-level verifiers whose per-depth acceptance (and, when lossy, the total variation and KL of the output
+#: law) :func:`acceptance_rows` computes for every depth at once.
+ACC_BATCHED = ("multiround", "greedy-drafts", "top-k", "typical")
+#: Token-level verifiers whose conditional law at every node of a draft tree :func:`reach_parts` computes for all
+#: the nodes of a depth at once (k-Seq at its exact rho* only: a given ``rho`` is built on the host).
+REACH_BATCHED = ("kseq", "multiround", "typical")
+
+
+def _device(x):
+    import array_api_compat
+
+    return array_api_compat.device(x)
+
+
+def _simplex(A, xp):
+    """Each row divided by its sum: the renormalisation of the host verifiers' supports."""
+    return A / xp.sum(A, axis=-1, keepdims=True)
+
+
+def _residual(P, T, xp):
+    r"""Row by row :math:`(T - P)_+ / \sum (T - P)_+`, or ``T`` where that has no mass (the host's ``residual``)."""
+    r = xp.clip(T - P, 0.0, None)
+    s = xp.sum(r, axis=-1, keepdims=True)
+    return xp.where(s > 0.0, r / xp.where(s > 0.0, s, 1.0), T)
+
+
+def top_ids(P, K: int, xp):
+    """The ``K`` most likely tokens of every row of ``(..., V)`` laws, most likely first, ties by the lower id.
+
+    The order of :func:`otspec.multidraft._greedy_drafts.top_tokens` (the host verifiers' draft sets): numpy row
+    by row with it, a torch tensor on its device by top-``K`` passes
+    (:func:`otspec.decoding._tree_device.ranked_rows_t`, no sort of the vocabulary), any other array by a stable
+    descending sort. Returns ``(..., K)`` int64 ids in the laws' namespace.
+    """
+    shape = tuple(P.shape[:-1])
+    V = int(P.shape[-1])
+    flat = xp.reshape(P, (-1, V))
+    if isinstance(P, np.ndarray):
+        ids = np.stack([top_tokens(row, K) for row in flat]) if flat.shape[0] else np.zeros((0, K), np.int64)
+        return ids.astype(np.int64).reshape(shape + (K,))
+    import array_api_compat
+
+    if array_api_compat.is_torch_array(P):
+        return xp.reshape(ranked_rows_t(flat, K)[0], shape + (K,))
+    return xp.argsort(P, axis=-1, descending=True, stable=True)[..., :K]
+
+
+def _count_positive(P, xp):
+    return xp.sum(xp.astype(P > 0.0, xp.int64), axis=-1)
+
+
+def _multiround(P, Q, ks, xp):
+    r""":math:`1 - \prod_{i \le k} (1 - \beta_i)`, :math:`\beta_i = \sum \min(p, q_i)`, :math:`q_{i+1}` the residual."""
+    t = Q
+    logs = []
+    for i in range(max(ks)):
+        if i:
+            t = _residual(P, t, xp)
+        logs.append(xp.log1p(-xp.clip(xp.sum(xp.minimum(P, t), axis=-1), None, 1.0)))
+    cum = xp.cumulative_sum(xp.stack(logs, axis=-1), axis=-1)  # the host's sum of the k logs, in order
+    return [-xp.expm1(cum[..., k - 1]) for k in ks]
+
+
+def _greedy_drafts(P, Q, ks, xp):
+    r""":math:`q(T) + \sum_{x \notin T} \min(p'(x), q(x))`, ``T`` the top ``k - 1`` of ``p``, ``p'`` ``p`` off ``T``
+    renormalised (NaN where ``p`` has fewer than ``k`` tokens)."""
+    out = []
+    n = _count_positive(P, xp)
+    V = int(P.shape[-1])
+    K = min(max(ks), V) - 1  # k > V: undefined (NaN), below
+    if K:
+        ids = top_ids(P, K, xp)
+        qT = xp.cumulative_sum(xp.take_along_axis(Q, ids, axis=-1), axis=-1)
+        pos = xp.arange(V, device=_device(P))
+    for k in ks:
+        if k > V:
+            out.append(xp.full(tuple(P.shape[:-1]), math.nan, dtype=xp.float64, device=_device(P)))
+            continue
+        if k == 1:
+            val = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1)
+        else:
+            inT = xp.any(ids[..., : k - 1, None] == pos, axis=-2)  # (..., V): the fixed drafts
+            law = xp.where(inT, 0.0, P)
+            last = law / xp.sum(law, axis=-1, keepdims=True)
+            val = qT[..., k - 2] + xp.sum(xp.where(inT, 0.0, xp.minimum(last, Q)), axis=-1)
+        out.append(xp.where(n < k, math.nan, xp.clip(val, None, 1.0)))
+    return out
+
+
+def _top_k(P, Q, ks, xp):
+    """``q(C)``, ``C`` the top ``k`` of ``p`` (NaN where ``p`` has fewer than ``k`` tokens)."""
+    n = _count_positive(P, xp)
+    V = int(P.shape[-1])
+    qC = xp.cumulative_sum(xp.take_along_axis(Q, top_ids(P, min(max(ks), V), xp), axis=-1), axis=-1)
+    return [xp.where(n < k, math.nan, xp.clip(qC[..., min(k, V) - 1], None, 1.0)) for k in ks]
+
+
+def _typical_rule(Q, xp, options: dict):
+    r"""The threshold :math:`\min(\varepsilon, \delta e^{-H_\gamma(q)})` of every row and its first argmax."""
+    o = {**VLLM_DEFAULTS, **options}
+    H = -xp.sum(Q * xp.log(Q + o["guard"]), axis=-1)
+    return xp.clip(o["delta"] * xp.exp(-H), None, o["epsilon"]), xp.argmax(Q, axis=-1)
+
+
+def _h_series(u, xp):
+    """:math:`u^2 \\sum_{k \\ge 2} (-u)^{k-2} / k`, the host's series for :math:`u - \\ln(1 + u)` at small ``|u|``."""
+    acc = xp.zeros_like(u)
+    for k in range(18, 1, -1):
+        acc = acc * (-u) + 1.0 / k
+    return u * u * acc
+
+
+def kl_rows(q, pi, xp):
+    r""":math:`\mathrm{KL}(q \| \pi)` of every row, as :func:`otspec.lossy._mentored.kl_divergence` (``inf`` where
+    :math:`\pi` misses mass of ``q``), by its non-negative terms :math:`q\,h(\pi/q - 1)`."""
+    m = q > 0.0
+    miss = xp.any(m & (pi <= 0.0), axis=-1)
+    qs, ps = xp.where(m, q, 1.0), xp.where(m & (pi > 0.0), pi, 1.0)
+    u, v = (ps - qs) / qs, ps / qs
+    h = xp.where(xp.abs(u) < 0.05, _h_series(u, xp), u - xp.log(v))
+    val = xp.sum(xp.where(m, q * h, 0.0), axis=-1) + xp.sum(xp.where(m, 0.0, pi), axis=-1)
+    return xp.where(miss, math.inf, xp.clip(val, 0.0, None))
+
+
+def _typical(P, Q, xp, options: dict):
+    """Typical acceptance's acceptance, and its output law's total variation and KL from ``q``: ``(..., 3)``."""
+    thr, y = _typical_rule(Q, xp, options)
+    acc = Q > thr[..., None]
+    y1 = y[..., None]
+    is_y = xp.arange(int(P.shape[-1]), device=_device(P)) == y1
+    law = xp.where(acc, P, 0.0)
+    kept = xp.sum(law, axis=-1)
+    out = law + xp.where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], 0.0)
+    y_acc = xp.take_along_axis(acc, y1, axis=-1)[..., 0]
+    a = xp.clip(kept + xp.where(y_acc, 0.0, xp.take_along_axis(P, y1, axis=-1)[..., 0]), None, 1.0)
+    tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1)
+    return [a, tv, kl_rows(Q, out, xp)]
+
+
+def acceptance_rows(name: str, P, Q, ks, xp, options: dict | None = None):
+    r"""Per-depth acceptance of verifier ``name`` for every row of ``(..., V)`` laws and each ``k`` of ``ks``.
+
+    .. math::
+
+        \text{multiround: } 1 - \prod_{i=1}^k \big(1 - \textstyle\sum_x \min(p, q_i)\big),\qquad
+        \text{greedy-drafts: } q(T_{k-1}) + \sum_{x \notin T_{k-1}} \min(p', q),\qquad
+        \text{top-k: } q(T_k),
+
+        \text{typical: } p(\mathcal A) + p(y^\star)\,\mathbb 1\{y^\star \notin \mathcal A\},
+        \ \tfrac12 \lVert r - q \rVert_1,\ \mathrm{KL}(q \| r),
+
+    with :math:`q_1 = q`, :math:`q_{i+1} = (q_i - p)_+ / \sum (q_i - p)_+` (Miao et al.,
+    arXiv:2305.09781), :math:`T_m` the ``m`` most likely tokens of ``p`` (ties by the
+    lower id) and :math:`p'` the draft law off :math:`T_{k-1}` renormalised (Hu et al.,
+    arXiv:2502.18779), :math:`\mathcal A = \{x : q(x) > \min(\varepsilon, \delta e^{-H_\gamma(q)})\}`,
+    :math:`y^\star = \arg\max q` and ``r`` the output law of typical acceptance (Cai et al.,
+    arXiv:2401.10774, §3.3.1, with vLLM's defaults). The values of the host verifiers'
+    ``acceptance()`` (and ``output_law()``) on each row renormalised, to rounding.
+
+    Parameters
+    ----------
+    name : {"multiround", "greedy-drafts", "top-k", "typical"}
+    P, Q : (..., V) float64 arrays of namespace ``xp`` (numpy, torch on any device)
+        Draft and target laws (rows summing to 1 up to rounding; zeros and ties allowed).
+    ks : sequence of int
+        Numbers of drafts (``(1,)`` for ``"typical"``).
+    xp : namespace
+    options : dict, optional
+        ``"typical"``'s ``epsilon``, ``delta``, ``guard`` (vLLM's defaults otherwise).
+
+    Returns
+    -------
+    (..., len(ks)) array, or (..., 3) for ``"typical"`` (acceptance, total variation, KL)
+        float64, namespace and device of ``P``; NaN where the draft set is undefined (fewer than ``k``
+        tokens with ``p > 0`` for ``"greedy-drafts"`` and ``"top-k"``).
+
+    Examples
+    --------
+    >>> import numpy as np, otspec
+    >>> from otspec.profile._quantities_batched import acceptance_rows
+    >>> P, Q = np.array([[0.6, 0.3, 0.1]]), np.array([[0.2, 0.3, 0.5]])
+    >>> acceptance_rows("greedy-drafts", P, Q, (2,), np).round(12).tolist()
+    [[0.75]]
+    >>> round(otspec.greedy_draft_verifier(P[0], Q[0], 2).acceptance(), 12)
+    0.75
+    """
+    P, Q = _simplex(P, xp), _simplex(Q, xp)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if name == "typical":
+            cols = _typical(P, Q, xp, options or {})
+        else:
+            cols = {"multiround": _multiround, "greedy-drafts": _greedy_drafts, "top-k": _top_k}[name](P, Q, ks, xp)
+    return xp.stack(cols, axis=-1)
+
+
+def reach_nodes(X: np.ndarray, groups, L: int) -> list[tuple[tuple[int, ...], int]]:
+    """Every node ``(alive rows, depth)`` of the draft trees of ``groups`` (lists of rows of ``X``), depths ``< L``:
+    the rows that share the prefix ``X[r, :depth]``, split by their next token (in increasing order)."""
+    seen: dict = {}
+    stack = [(tuple(g), 0) for g in groups]
+    while stack:
+        alive, j = stack.pop()
+        if j == L or (alive, j) in seen:
+            continue
+        seen[(alive, j)] = None
+        toks = X[list(alive), j]
+        for y in np.unique(toks).tolist():
+            stack.append((tuple(r for r, t in zip(alive, toks.tolist()) if t == y), j + 1))
+    return sorted(seen, key=lambda node: (node[1], node[0]))
+
+
+def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None):
+    r"""Each node's per-draft acceptance and final law at its drafts, for every node of a draft tree at once.
+
+    .. math::
+
+        K(y \mid x_1..x_n) = \sum_{i=1}^n \Big[\prod_{l<i} (1 - a_l)\Big] a_i \mathbb 1\{y = x_i\}
+        + \prod_{i=1}^n (1 - a_i)\, r(y),
+
+    the exact conditional law of ``name`` at a node with ``n`` drafts (``conditional()`` of
+    the host verifiers): k-Seq (Sun et al., arXiv:2310.15141, Algorithm 2) at its exact
+    :math:`\rho^*` for ``n`` drafts, :math:`a_i = \min(1, q(x_i)/(\rho^* p(x_i)))`,
+    ``r`` its residual (SpecTr eq. 5); multi-round rejection (Miao et al., arXiv:2305.09781),
+    :math:`a_i = \min(1, q_i(x_i)/p(x_i))`, :math:`r = q_{n+1}`; typical acceptance (one draft),
+    :math:`a_1 = \mathbb 1\{x_1 \in \mathcal A\}`, :math:`r = \mathbb 1\{\cdot = y^\star\}`.
+    Computed depth by depth: one ``(laws, V)`` block of the distinct prefixes of the depth
+    (one sort of the ratios for k-Seq's :math:`\rho^*` of every number of drafts), every
+    node's values gathered from it; :func:`node_conditional` finishes each node's law at
+    its drafts on the host. The tree's structure is read from the host's ``X``: the index
+    arrays of every depth go to the laws' device in one copy.
+
+    Parameters
+    ----------
+    name : {"kseq", "multiround", "typical"}
+    P, Q : (R, >= L, V) float64 arrays of namespace ``xp``
+        The laws along the ``R`` drafted rows (``P[r, j] = p(. | c, X[r, :j])``).
+    X : (R, >= L) ndarray of int (host memory)
+        The drafts.
+    nodes : list of (tuple of int, int)
+        :func:`reach_nodes`' output (every node's rows share the prefix of its depth).
+    xp : namespace
+    options : dict, optional
+        ``"typical"``'s options.
+
+    Returns
+    -------
+    (len(nodes), 2, n_max) array of float64, namespace and device of ``P``
+        ``[i, 0, l]``: :math:`a_l` of the ``l``-th draft of node ``i``; ``[i, 1, l]``: ``r`` at that draft
+        (entries past the node's number of drafts are padding).
+    """
+    V = int(P.shape[-1])
+    n_max = max(len(a) for a, _ in nodes)
+    pack = _Pack()
+    plans = []
+    for j in sorted({d for _, d in nodes}):  # the host's part: which laws, nodes, drafts and instances
+        at = [a for a, d in nodes if d == j]
+        laws: dict = {}
+        for a in at:
+            laws.setdefault(tuple(X[a[0], :j].tolist()), a[0])
+        law_of = {r0: i for i, r0 in enumerate(laws.values())}
+        lw = np.array([law_of[laws[tuple(X[a[0], :j].tolist())]] for a in at], dtype=np.int64)
+        n = np.array([len(a) for a in at], dtype=np.int64)
+        toks = np.array([[X[a[min(i, len(a) - 1)], j] for i in range(n_max)] for a in at], dtype=np.int64)
+        plan = _PLANS[name](pack, lw, n, toks, len(laws), V)
+        plans.append((j, pack.add(list(laws.values())), plan))
+    idx = pack.send(xp, P)  # one copy of every index array to the laws' device
+    out = []
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j, rows, plan in plans:
+            Pj = _simplex(xp.take(P[:, j], idx[rows], axis=0), xp)
+            Qj = _simplex(xp.take(Q[:, j], idx[rows], axis=0), xp)
+            out.append(_PARTS[name](Pj, Qj, plan, idx, xp, options or {}))
+    return xp.concat(out, axis=0)
+
+
+class _Pack:
+    """Host int arrays gathered for one copy to the device: ``add`` gives a handle, ``send`` the arrays there."""
+
+    def __init__(self):
+        self.arrays: list[np.ndarray] = []
+
+    def add(self, a) -> int:
+        self.arrays.append(np.asarray(a, dtype=np.int64))
+        return len(self.arrays) - 1
+
+    def send(self, xp, like) -> list:
+        flat = np.concatenate([a.ravel() for a in self.arrays]) if self.arrays else np.zeros(0, np.int64)
+        dev = xp.asarray(flat, device=_device(like))
+        out, at = [], 0
+        for a in self.arrays:
+            out.append(xp.reshape(dev[at:at + a.size], a.shape))
+            at += a.size
+        return out
+
+
+def _flat_at(A, idx, xp):
+    """``A.reshape(-1)[idx]``: values of a ``(..., V)`` block at flat indices (an int array of namespace ``xp``)."""
+    return xp.reshape(xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,))), tuple(idx.shape))
+
+
+def _kseq_plan(pack, lw, n, toks, I, V):
+    """The instances (law, number of drafts) of k-Seq at a depth, the laws to sort, and the drafts' flat indices."""
+    inst = sorted({(int(c), int(li)) for li, c in zip(lw, n)})  # (number of drafts, law), by number of drafts
+    index = {key: i for i, key in enumerate(inst)}
+    many = sorted({li for c, li in inst if c > 1})  # the laws with several drafts somewhere: one sort, shared
+    groups = []
+    for c in sorted({c for c, _ in inst}):
+        sel = [li for cc, li in inst if cc == c]
+        groups.append((c, len(sel), None if c == 1 or sel == many else pack.add([many.index(li) for li in sel])))
+    ni = np.array([index[(int(cc), int(li))] for li, cc in zip(lw, n)], dtype=np.int64)
+    return dict(many=pack.add(many) if many else None, groups=groups, ilaw=pack.add([li for _, li in inst]),
+                kf=pack.add([c for c, _ in inst]), ni=pack.add(ni), at=pack.add(ni[:, None] * V + toks))
+
+
+def _kseq_parts(Pj, Qj, plan, idx, xp, options):
+    """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts)."""
+    rho = []
+    if plan["many"] is not None:
+        m = idx[plan["many"]]
+        Pm, Qm = xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0)
+        S = _ratio_sorted(Pm, Qm, xp)
+    for c, size, sel in plan["groups"]:
+        if c == 1:  # one draft: rho* = 1 (no sort)
+            rho.append(xp.ones(size, dtype=xp.float64, device=_device(Pj)))
+        elif sel is None:
+            rho.append(_rho_star_rows(Pm, Qm, c, xp, S)[0])
+        else:
+            s = idx[sel]
+            rho.append(_rho_star_rows(xp.take(Pm, s, axis=0), xp.take(Qm, s, axis=0), c, xp, _sorted_take(S, s, xp))[0])
+    rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
+    il = idx[plan["ilaw"]]
+    Pi, Qi = xp.take(Pj, il, axis=0), xp.take(Qj, il, axis=0)
+    kf = xp.astype(idx[plan["kf"]], xp.float64)
+    # _kseq_parts of otspec.multidraft._kseq, row by row: beta, E, p_acc, c = min(p_acc / beta, rho), the residual
+    mins = xp.minimum(Pi, Qi / rho)
+    beta = xp.sum(mins, axis=-1)
+    E = xp.sum(Pi - mins, axis=-1)
+    p_acc = xp.where(beta < 0.5, -xp.expm1(kf * xp.log1p(-xp.clip(beta, None, 1.0))), -xp.expm1(kf * xp.log(E)))
+    c = xp.minimum(xp.where(beta > 0.0, p_acc / xp.where(beta > 0.0, beta, 1.0), kf), rho[:, 0])[:, None]
+    v = xp.clip(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0, None)
+    total = xp.sum(v, axis=-1)
+    at, ni = idx[plan["at"]], idx[plan["ni"]]
+    px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
+    r_n = xp.take(rho[:, 0], ni)[:, None]
+    t_n = xp.take(total, ni)[:, None]
+    a = xp.where(qx >= r_n * px, 1.0, qx / (r_n * px))
+    res = xp.where(t_n > 0.0, vx / xp.where(t_n > 0.0, t_n, 1.0), qx)
+    return xp.stack([a, res], axis=1)
+
+
+def _multiround_plan(pack, lw, n, toks, I, V):
+    """The rounds' flat indices at each node's drafts: round ``i`` at draft ``i``, the last round at every draft."""
+    rounds = np.minimum(np.arange(toks.shape[1]), n.max())[None, :]
+    return dict(n_max=int(n.max()), t=pack.add((rounds * I + lw[:, None]) * V + toks), d=pack.add(lw[:, None] * V + toks),
+                last=pack.add((n[:, None] * I + lw[:, None]) * V + toks))
+
+
+def _multiround_parts(Pj, Qj, plan, idx, xp, options):
+    """Multi-round rejection's per-round acceptance at each draft and the final residual at the drafts."""
+    T = [Qj]
+    for _ in range(plan["n_max"]):
+        T.append(_residual(Pj, T[-1], xp))
+    T = xp.stack(T, axis=0)  # (n_max + 1, laws, V): q_1 = q, q_2, ...
+    t, d, last = _flat_at(T, idx[plan["t"]], xp), _flat_at(Pj, idx[plan["d"]], xp), _flat_at(T, idx[plan["last"]], xp)
+    return xp.stack([xp.where(t >= d, 1.0, t / d), last], axis=1)
+
+
+def _typical_plan(pack, lw, n, toks, I, V):
+    return dict(lw=pack.add(lw[:, None]), at=pack.add(lw[:, None] * V + toks), x=pack.add(toks))
+
+
+def _typical_parts(Pj, Qj, plan, idx, xp, options):
+    """Typical acceptance at each node's one draft: accepted (1 or 0), and whether it is the replacement token."""
+    thr, y = _typical_rule(Qj, xp, options)
+    lw = idx[plan["lw"]]
+    qx = _flat_at(Qj, idx[plan["at"]], xp)
+    a = xp.astype(qx > xp.take(thr, lw[:, 0])[:, None], xp.float64)
+    r = xp.astype(idx[plan["x"]] == xp.take(y, lw[:, 0])[:, None], xp.float64)
+    return xp.stack([a, r], axis=1)
+
+
+_PLANS = {"kseq": _kseq_plan, "multiround": _multiround_plan, "typical": _typical_plan}
+_PARTS = {"kseq": _kseq_parts, "multiround": _multiround_parts, "typical": _typical_parts}
+
+
+def node_conditional(part: np.ndarray, toks) -> list[tuple[int, float]]:
+    """A node's output law at its distinct drafts (increasing ids) from its :func:`reach_parts` row ``part``
+    (``(2, n_max)``, host memory) and its ``n`` drafts ``toks``: the sum of ``conditional()`` of the host verifiers,
+    in their order of operations."""
+    toks = [int(t) for t in toks]
+    out = dict.fromkeys(toks, 0.0)
+    rem = 1.0
+    for i, x in enumerate(toks):
+        a = float(part[0, i])
+        out[x] += rem * a
+        rem *= 1.0 - a
+        if rem == 0.0:
+            break
+    else:
+        for i, x in enumerate(toks):
+            if toks.index(x) == i:
+                out[x] += rem * float(part[1, i])
+    return sorted(out.items())
