@@ -390,9 +390,9 @@ def _exact_rows(P, Q, ks, xp):
     del order, flat
     # prefixes j = 1 .. V-1 (the empty and the full prefix both give exactly 1):
     # P_j, Q_j summed from the front, S_j = 1 - P_j summed from the back
-    Pc = xp.minimum(xp.cumulative_sum(po, axis=-1)[:, : V - 1], 1.0)
-    Qc = xp.minimum(xp.cumulative_sum(qo, axis=-1)[:, : V - 1], 1.0)
-    S = xp.minimum(xp.flip(xp.cumulative_sum(xp.flip(po, axis=-1), axis=-1), axis=-1)[:, 1:], 1.0)
+    Pc = xp.clip(xp.cumulative_sum(po, axis=-1)[:, : V - 1], None, 1.0)
+    Qc = xp.clip(xp.cumulative_sum(qo, axis=-1)[:, : V - 1], None, 1.0)
+    S = xp.clip(xp.flip(xp.cumulative_sum(xp.flip(po, axis=-1), axis=-1), axis=-1)[:, 1:], None, 1.0)
     del po, qo
     # P is non-decreasing along a row, so "P <= 1/2" is a prefix of each row:
     # columns [0, c0) are low in every row, [c1, V-1) high in every row

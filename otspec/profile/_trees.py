@@ -1252,7 +1252,7 @@ def iid_levels_along(p_text, q_text, m: int) -> tuple[np.ndarray, np.ndarray, np
     ts, Ss, alives = [t], [S], [alive]
     for _ in range(m):
         t_new = t + S
-        S_new = xp.sum(xp.maximum(Q - xp.reshape(t_new, (-1, 1)) * P, 0.0), axis=-1)
+        S_new = xp.sum(xp.clip(Q - xp.reshape(t_new, (-1, 1)) * P, 0.0, None), axis=-1)
         moved = (alive > 0.0) & (S_new > 0.0)  # else the level is kept: every later draw accepted, or none alive
         alive = xp.where(moved, alive * S_new / S, 0.0)
         t, S = xp.where(moved, t_new, t), xp.where(moved, S_new, S)
