@@ -102,6 +102,91 @@ def iid_pi_kernel(P, s_all, j, leaf_n, lvl_start, term_start, term_child, term_c
                 out[i, v0 + v] = x if x < 1.0 else 1.0
 
 
+def lane_total(L):
+    """The sum of the :data:`BLOCK` lanes ``L`` (each a running sum over every ``BLOCK``-th entry of a row) by
+    pairwise halving: a row of ``V`` entries is summed within about ``V / BLOCK + log2(BLOCK)`` roundings."""
+    buf = L.copy()
+    w = buf.shape[0]
+    while w > 1:
+        h = w // 2
+        for k in range(h):
+            buf[k] = buf[k] + buf[k + h]
+        w = h
+    return buf[0]
+
+
+def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, low, pi):
+    r"""One prefix's expansion, i.i.d. children, in one pass over its draft law ``p`` and target law ``q``
+    (:data:`BLOCK` columns at a time): :math:`\pi` of every child by the program of :func:`iid_program` (as
+    :func:`iid_pi_kernel`, ``s`` the draft's probabilities along the prefix), and the row sums
+    ``sums[0]`` = :math:`\sum_x \min(Q_u q_x, \pi_x)`, ``sums[1 + e]`` =
+    :math:`\sum_x \min(Q_u q_x, \mathrm{mdc}[e]\, p_x)` (the caps of the lower depths), each over
+    :data:`BLOCK` lanes (:func:`lane_total`). With ``low``/``pi`` of length ``V`` (else empty) the entries
+    :math:`\min(Q_u q, \pi)` and :math:`\pi` are written too (the candidates' values)."""
+    V = p.shape[0]
+    E = mdc.shape[0]
+    write = low.shape[0] > 0
+    n_lvl = lvl_start.shape[0] - 1
+    n_cls = lvl_start[n_lvl]
+    F = np.zeros((n_cls, BLOCK))
+    a = np.zeros(BLOCK)
+    g = np.zeros(BLOCK)
+    acc = np.zeros(BLOCK)
+    r = np.zeros(BLOCK)
+    h = np.zeros(BLOCK)
+    qc = np.zeros(BLOCK)
+    L = np.zeros((1 + E, BLOCK))
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        for v in range(b):
+            a[v] = p[v0 + v]
+        for c in range(lvl_start[1]):
+            n = leaf_n[c]
+            if n > 0:
+                union_block(a, n, b, r, h, F[c])
+            else:
+                F[c, :b] = 0.0
+        for lev in range(1, n_lvl):
+            sl = s[j - lev]
+            for c in range(lvl_start[lev], lvl_start[lev + 1]):
+                if term_start[c] == term_start[c + 1]:
+                    F[c, :b] = 0.0
+                    continue
+                for k in range(term_start[c], term_start[c + 1]):
+                    fc = F[term_child[k]]
+                    for v in range(b):
+                        a[v] = sl * fc[v]
+                    if k == term_start[c]:
+                        union_block(a, term_cnt[k], b, r, h, acc)
+                    else:
+                        union_block(a, term_cnt[k], b, r, h, g)
+                        for v in range(b):
+                            acc[v] = g[v] + (1.0 - g[v]) * acc[v]
+                for v in range(b):
+                    F[c, v] = acc[v]
+        fr = F[root]
+        L0 = L[0]
+        for v in range(b):
+            x = fr[v]
+            pv = x if x < 1.0 else 1.0
+            y = Qu * q[v0 + v]
+            qc[v] = y
+            L0[v] += y if y < pv else pv
+        if write:
+            for v in range(b):
+                x = fr[v]
+                pv = x if x < 1.0 else 1.0
+                low[v0 + v] = qc[v] if qc[v] < pv else pv
+                pi[v0 + v] = pv
+        for e in range(E):
+            ce = mdc[e]
+            for v in range(b):
+                y = ce * p[v0 + v]
+                L[1 + e, v] += qc[v] if qc[v] < y else y
+    for e in range(1 + E):
+        sums[e] = lane_total(L[e])
+
+
 def second_draw_t(P, top, rest_top, t):
     """``t[i, x]`` = :math:`p_x / (1 - p_x)` (0 where the denominator is 0), the most likely token's
     :math:`1 - p_x` given as ``rest_top[i]`` (the sum of the row's other entries)."""
@@ -261,8 +346,202 @@ def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, 
                          law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial, rx, rd, rdmax, rpw)
 
 
+def wor_row_stats(p, K, race, head, hval, nu, mark, st):
+    r"""What one draft row ``p`` gives the draws without replacement, read from memory once (the second sweep
+    finds the row in the cache): ``st`` = (support, most likely token, head size ``kh``, the tail's largest
+    probability, the mass outside the most likely token, :math:`S_1`, :math:`S_2`); ``head[:kh]``/``hval[:kh]``
+    the ``kh = min(K, support)`` most likely tokens and their probabilities (decreasing, ties by lower id, as
+    :func:`otspec.tree._process._ranked`); the terms of the second draw's closed form,
+    :math:`S_2 = \sum_{x \ne \mathrm{top}} p_x / (1 - p_x)` and :math:`S_1 = S_2 + p_{\mathrm{top}} /
+    \sum_{x \ne \mathrm{top}} p_x` (over :data:`BLOCK` lanes, :func:`lane_total`); with ``race``, the tail's
+    power sums ``nu`` (:func:`race_moments_row`, the head left out). ``mark``: a boolean scratch of ``V`` False
+    entries (left so)."""
+    V = p.shape[0]
+    hv = np.zeros(K + 1)
+    hi = np.zeros(K + 1, dtype=np.int64)
+    c = 0
+    support = 0
+    for v in range(V):
+        x = p[v]
+        if x > 0.0:
+            support += 1
+            if c <= K or x > hv[K]:
+                pos = c if c <= K else K
+                while pos > 0 and hv[pos - 1] < x:
+                    hv[pos] = hv[pos - 1]
+                    hi[pos] = hi[pos - 1]
+                    pos -= 1
+                hv[pos] = x
+                hi[pos] = v
+                if c <= K:
+                    c += 1
+    kh = c if c < K else K
+    for k in range(K):
+        head[k] = hi[k] if k < kh else -1
+        hval[k] = hv[k] if k < kh else 0.0
+    top = hi[0]
+    Lr = np.zeros(BLOCK)
+    Lt = np.zeros(BLOCK)
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        for v in range(b):
+            x = p[v0 + v] if v0 + v != top else 0.0
+            den = 1.0 - x
+            Lr[v] += x
+            Lt[v] += x / den if den > 0.0 else 0.0
+    rest = lane_total(Lr)
+    S2 = lane_total(Lt)
+    pt = p[top]
+    S1 = S2 + (pt / rest if rest > 0.0 else 0.0)
+    mx = hv[K] if c > K else 0.0
+    if race:
+        for k in range(kh):
+            mark[hi[k]] = True
+        race_moments_row(p, mark, mx, nu)
+        for k in range(kh):
+            mark[hi[k]] = False
+    st[0] = support
+    st[1] = top
+    st[2] = kh
+    st[3] = mx
+    st[4] = rest
+    st[5] = S1
+    st[6] = S2
+
+
+def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw, HLmd, sums, low, pi, md):
+    r"""One prefix's expansion, children drawn without replacement, in one pass over its draft law ``p`` and
+    target law ``q`` (:data:`BLOCK` columns at a time): with every used rank's law combined before the sum,
+
+    .. math::
+
+        \pi_x = \min\Big(1,\ w_0\, p_x + w_1\, \ell_1(x) + p_x \sum_n H_n\, (p_x / p_{\max})^n\Big),
+
+    :math:`\ell_1` the second draw's closed form (``top``, ``S1``, ``S2`` of :func:`wor_row_stats`), ``H`` the
+    race's Taylor coefficients of the ranks >= 2 weighted by their slots (``rok``; each entry up to the degree of
+    the thresholds ``theta``), the head's tokens ``head`` taking the race's weighted laws ``HLw`` instead; the
+    expected slot counts ``md[e]`` the same with ``c01[e]``, ``Hmd[e]``, ``HLmd[e]``. ``sums[0]`` =
+    :math:`\sum_x \min(Q_u q_x, \pi_x)`, ``sums[1 + e]`` = :math:`\sum_x \min(Q_u q_x, \mathrm{md}_e(x))` over
+    :data:`BLOCK` lanes; ``low``, ``pi`` (length ``V``, else empty) and ``md`` (``(E, V)``, else ``(E, 0)``)
+    written when given."""
+    V = p.shape[0]
+    E = Hmd.shape[0]
+    N = H.shape[0] - 1
+    K = head.shape[0]
+    write = low.shape[0] > 0
+    L = np.zeros((1 + E, BLOCK))
+    p1 = np.zeros(BLOCK)
+    qc = np.zeros(BLOCK)
+    val = np.zeros(BLOCK)
+    mv = np.zeros((E, BLOCK))
+    rx = np.zeros(BLOCK)
+    rd = np.zeros(BLOCK, dtype=np.int64)
+    rpw = np.zeros((DCAP + 1, BLOCK))
+    hit = np.zeros(BLOCK, dtype=np.int64)
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        for v in range(b):
+            x = p[v0 + v]
+            den = 1.0 - x
+            t = x / den if den > 0.0 else 0.0
+            y = x * (S1 - t)
+            p1[v] = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+            qc[v] = Qu * q[v0 + v]
+        if v0 <= top < v0 + b:
+            y = p[top] * S2
+            p1[top - v0] = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+        for v in range(b):
+            val[v] = w01[0] * p[v0 + v] + w01[1] * p1[v]
+        for e in range(E):
+            for v in range(b):
+                mv[e, v] = c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]
+        if rok:
+            # the race's x, its Taylor degree (thresholds below x, nondecreasing) and the powers up to DCAP
+            dmax = 0
+            for v in range(b):
+                rx[v] = p[v0 + v] / pmax
+                rd[v] = 0
+            for n in range(min(DCAP, N)):
+                th = theta[n]
+                for v in range(b):
+                    rd[v] += 1 if rx[v] > th else 0
+            for v in range(b):
+                d = rd[v]
+                if d == DCAP:
+                    while d < N and rx[v] > theta[d]:
+                        d += 1
+                    rd[v] = d
+                if d > dmax:
+                    dmax = d
+            for v in range(b):
+                rpw[0, v] = 1.0
+            for n in range(1, DCAP + 1):
+                for v in range(b):
+                    rpw[n, v] = rpw[n - 1, v] * rx[v]
+            for n in range(1, DCAP + 1):
+                for v in range(b):
+                    rpw[n, v] = rpw[n, v] if n <= rd[v] else 0.0
+            for v in range(b):
+                hit[v] = -1
+            for c in range(K):
+                if v0 <= head[c] < v0 + b:
+                    hit[head[c] - v0] = c
+            for e in range(-1, E):
+                Hc = H if e < 0 else Hmd[e]
+                out = val if e < 0 else mv[e]
+                for v in range(b):
+                    acc = Hc[0]
+                    for n in range(1, DCAP + 1):
+                        acc = acc + Hc[n] * rpw[n, v]
+                    out[v] = out[v] + p[v0 + v] * acc
+                if dmax > DCAP:                        # entries that need more terms: x^n continued on their own
+                    for v in range(b):
+                        if rd[v] > DCAP:
+                            acc = Hc[0]
+                            for n in range(1, DCAP + 1):
+                                acc = acc + Hc[n] * rpw[n, v]
+                            xn = rpw[DCAP, v]
+                            for n in range(DCAP + 1, rd[v] + 1):
+                                xn = xn * rx[v]
+                                acc = acc + Hc[n] * xn
+                            if e < 0:
+                                base = w01[0] * p[v0 + v] + w01[1] * p1[v]
+                            else:
+                                base = c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]
+                            out[v] = base + p[v0 + v] * acc
+                for v in range(b):                     # the head's tokens: the race's laws themselves
+                    c = hit[v]
+                    if c >= 0:
+                        if e < 0:
+                            out[v] = (w01[0] * p[v0 + v] + w01[1] * p1[v]) + HLw[c]
+                        else:
+                            out[v] = (c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]) + HLmd[e, c]
+        L0 = L[0]
+        for v in range(b):
+            x = val[v]
+            pv = x if x < 1.0 else 1.0
+            val[v] = pv
+            y = qc[v]
+            L0[v] += y if y < pv else pv
+        for e in range(E):
+            Le = L[1 + e]
+            for v in range(b):
+                y = mv[e, v]
+                Le[v] += qc[v] if qc[v] < y else y
+        if write:
+            for v in range(b):
+                pi[v0 + v] = val[v]
+                low[v0 + v] = qc[v] if qc[v] < val[v] else val[v]
+            for e in range(E):
+                for v in range(b):
+                    md[e, v0 + v] = mv[e, v]
+    for e in range(1 + E):
+        sums[e] = lane_total(L[e])
+
+
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
-JIT = compile_in(globals(), ("union_block", "iid_pi_kernel", "second_draw_t", "_wor_entries", "wor_pi_kernel"))
+JIT = compile_in(globals(), ("union_block", "iid_pi_kernel", "lane_total", "iid_row", "second_draw_t", "_wor_entries",
+                               "wor_pi_kernel", "wor_row_stats", "wor_row"))
 
 
 def iid_program(levels, root):
@@ -308,82 +587,89 @@ def stirling_table(kmax: int, nmax: int):
 def race_moments(P, head, mark, pmax, nu):
     r"""Per row ``i``, with the tokens ``head[i]`` left out (the tail): ``pmax[i]``, the tail's largest probability,
     and ``nu[i, n]`` = :math:`\sum_{x} y_x^n`, :math:`y_x = p_x / p_{\max}`, ``n = 1 .. nu.shape[1] - 1``
-    (``n = 1`` a compensated sum, the mass that enters :math:`e^{-m_L t}`). A token with :math:`y \le 10^{-4}`
-    adds its powers up to 5 (:math:`y^6 \le 10^{-24}`), any other token its powers until they fall below 1e-24;
-    ``mark`` a boolean scratch of ``V`` False entries."""
-    m, V = P.shape
+    (:func:`race_moments_row` on each row); ``mark`` a boolean scratch of ``V`` False entries."""
+    m = P.shape[0]
     K = head.shape[1]
-    N = nu.shape[1] - 1
     for i in range(m):
         for c in range(K):
             mark[head[i, c]] = True
         mx = 0.0
-        for v in range(V):
+        for v in range(P.shape[1]):
             if not mark[v] and P[i, v] > mx:
                 mx = P[i, v]
         pmax[i] = mx
-        for n in range(N + 1):
-            nu[i, n] = 0.0
-        if mx > 0.0:
-            s1 = 0.0
-            comp = 0.0
-            a2 = 0.0
-            a3 = 0.0
-            a4 = 0.0
-            a5 = 0.0
-            a6 = 0.0
-            a7 = 0.0
-            inv = 1.0 / mx
-            for v in range(V):
-                x = P[i, v]
-                if mark[v] or x <= 0.0:
-                    continue
-                y = x * inv
-                t = s1 + y                                 # Neumaier's compensated sum
-                if abs(s1) >= y:
-                    comp += (s1 - t) + y
-                else:
-                    comp += (y - t) + s1
-                s1 = t
-                if y <= 1e-3:
-                    y2 = y * y
-                    y3 = y2 * y
-                    y4 = y2 * y2
-                    a2 += y2
-                    a3 += y3
-                    a4 += y4
-                    a5 += y4 * y
-                    a6 += y3 * y3
-                    a7 += y4 * y3
-                else:
-                    q = y * y
-                    for n in range(2, N + 1):
-                        nu[i, n] += q
-                        q *= y
-                        if q < 1e-21:
-                            break
-            nu[i, 1] = s1 + comp
-            if N >= 2:
-                nu[i, 2] += a2
-            if N >= 3:
-                nu[i, 3] += a3
-            if N >= 4:
-                nu[i, 4] += a4
-            if N >= 5:
-                nu[i, 5] += a5
-            if N >= 6:
-                nu[i, 6] += a6
-            if N >= 7:
-                nu[i, 7] += a7
+        race_moments_row(P[i], mark, mx, nu[i])
         for c in range(K):
             mark[head[i, c]] = False
 
 
-def race_rows(P, head, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info):
-    """:func:`race_row` for each row ``i`` of ``P``: its ``kh[i]`` head tokens ``head[i]``, tail ``pmax[i]``,
-    ``nu[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``, ``C2[i]``, ``info[i]``."""
-    m = P.shape[0]
-    K = head.shape[1]
+def race_moments_row(p, mark, mx, nu):
+    r"""``nu[n]`` = :math:`\sum_{x} y_x^n`, :math:`y_x = p_x / m_x` over the entries of ``p`` not marked in
+    ``mark`` (the tail; ``mx`` its largest probability), ``n = 1 .. nu.shape[0] - 1`` (``n = 1`` a compensated
+    sum, the mass that enters :math:`e^{-m_L t}`). A token with :math:`y \le 10^{-3}` adds its powers up to 7
+    (:math:`y^8 \le 10^{-24}`), any other token its powers until they fall below 1e-21."""
+    V = p.shape[0]
+    N = nu.shape[0] - 1
+    for n in range(N + 1):
+        nu[n] = 0.0
+    if mx > 0.0:
+        s1 = 0.0
+        comp = 0.0
+        a2 = 0.0
+        a3 = 0.0
+        a4 = 0.0
+        a5 = 0.0
+        a6 = 0.0
+        a7 = 0.0
+        inv = 1.0 / mx
+        for v in range(V):
+            x = p[v]
+            if mark[v] or x <= 0.0:
+                continue
+            y = x * inv
+            t = s1 + y                                 # Neumaier's compensated sum
+            if abs(s1) >= y:
+                comp += (s1 - t) + y
+            else:
+                comp += (y - t) + s1
+            s1 = t
+            if y <= 1e-3:
+                y2 = y * y
+                y3 = y2 * y
+                y4 = y2 * y2
+                a2 += y2
+                a3 += y3
+                a4 += y4
+                a5 += y4 * y
+                a6 += y3 * y3
+                a7 += y4 * y3
+            else:
+                q = y * y
+                for n in range(2, N + 1):
+                    nu[n] += q
+                    q *= y
+                    if q < 1e-21:
+                        break
+        nu[1] = s1 + comp
+        if N >= 2:
+            nu[2] += a2
+        if N >= 3:
+            nu[3] += a3
+        if N >= 4:
+            nu[4] += a4
+        if N >= 5:
+            nu[5] += a5
+        if N >= 6:
+            nu[6] += a6
+        if N >= 7:
+            nu[7] += a7
+
+
+def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info):
+    """:func:`race_row` for each row ``i``: its ``kh[i]`` head probabilities ``PH[i]`` (decreasing), tail
+    ``pmax[i]``, ``nu[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``, ``C2[i]``, ``info[i]``."""
+    m = PH.shape[0]
+    K = PH.shape[1]
     ph = np.zeros(K)
     pre = np.zeros((K + 1, deg + 1))
     suf = np.zeros((K + 1, deg + 1))
@@ -395,7 +681,7 @@ def race_rows(P, head, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, 
     for i in range(m):
         k = kh[i]
         for c in range(k):
-            ph[c] = P[i, head[i, c]]
+            ph[c] = PH[i, c]
         race_row(ph[:k], pmax[i], nu[i], ranks, deg, h, vlo, s, max_nodes, HL[i], HL2[i], C[i], C2[i], pre, suf, pb,
                  a, b, pw, E, info[i])
 
@@ -535,4 +821,4 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
 
 
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
-RACE_JIT = compile_in(globals(), ("race_moments", "race_row", "race_rows"))
+RACE_JIT = compile_in(globals(), ("race_moments_row", "race_moments", "race_row", "race_rows"))
