@@ -70,11 +70,11 @@ def _np(X):
 
 class _TensorLaws:
     """``laws(paths) -> (P, Q)`` as float64 tensors on ``device`` (numpy arrays with ``device=None``): the
-    recorded laws of a frontier stacked there."""
+    recorded laws of a frontier stacked there; with ``stack=False`` (numpy) the rows where they are, as lists."""
 
-    def __init__(self, rec: dict, device):
+    def __init__(self, rec: dict, device, stack: bool = True):
         wrap = (lambda x: x) if device is None else (lambda x: torch.as_tensor(x, device=device))
-        self.stack = np.stack if device is None else torch.stack
+        self.stack = (np.stack if stack else list) if device is None else torch.stack
         self.laws = {s: (wrap(p), wrap(q)) for s, (p, q) in rec.items()}
         self.calls = 0
 
@@ -82,6 +82,23 @@ class _TensorLaws:
         self.calls += 1
         rows = [self.laws[tuple(s)] for s in paths]
         return self.stack([r[0] for r in rows]), self.stack([r[1] for r in rows])
+
+
+def _load_against(root: str):
+    """The ``otspec.tree._bound`` module of another checkout (``root``), imported as the package ``otspec_against``
+    beside this one (its relative imports stay inside it), and its kernels' module."""
+    import importlib.util
+
+    pkg = Path(root).resolve() / "otspec"
+    spec = importlib.util.spec_from_file_location("otspec_against", pkg / "__init__.py",
+                                                  submodule_search_locations=[str(pkg)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["otspec_against"] = mod
+    spec.loader.exec_module(mod)
+    import otspec_against.tree._bound as OB
+    import otspec_against.tree._bound_kernels as OK
+
+    return OB, OK
 
 
 def main(argv=None):
@@ -92,6 +109,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rst", action="store_true")
+    ap.add_argument("--against", default=None, help="another checkout (e.g. the code before a change): its "
+                    "'laws given' and 'laws as arrays' timed interleaved in the same rounds")
     args = ap.parse_args(argv)
     import time
 
@@ -101,6 +120,9 @@ def main(argv=None):
     from otspec.models import MemorylessModel
     from otspec.tree import TreeShape, bound
 
+    OB = OK = None
+    if args.against:
+        OB, OK = _load_against(args.against)
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
@@ -132,6 +154,8 @@ def main(argv=None):
     small_p, small_q = MemorylessModel(np.full(600, 1 / 600)), MemorylessModel(np.full(600, 1 / 600))
     for process in ("iid", "wor"):
         bound(TreeShape.branching(3, 2), small_p, small_q, process=process, budget=4)
+        if OB is not None:
+            OB.bound(TreeShape.branching(3, 2), small_p, small_q, process=process, budget=4)
     print(f"numba kernels: {'compiled' if K.JIT else 'off (numba not installed)'}; first call (compile or load "
           f"from cache, not timed below) {time.perf_counter() - t0:.2f} s")
 
@@ -175,7 +199,22 @@ def main(argv=None):
                 K.JIT = jit
 
         tensor_laws = _TensorLaws(rec, device)
-        array_laws = _TensorLaws(rec, None)
+        array_laws = _TensorLaws(rec, None, stack=False)
+        stacked_laws = _TensorLaws(rec, None)
+
+        def before_given(process=process, md=md, mt=mt):
+            OB.bound(shape, md, mt, process=process, budget=args.budget, batch=args.batch)
+
+        def before_arrays(process=process, laws=stacked_laws):
+            # the other checkout's route: each frontier's laws one stacked numpy block
+            laws.calls = 0
+            OB._sampled(OB._Slots(shape), process, laws, args.budget, args.batch)
+
+        if OB is not None:
+            old = OB._sampled(OB._Slots(shape), process, stacked_laws, args.budget, args.batch)
+            new = B._sampled(B._Slots(shape), process, array_laws, args.budget, args.batch)
+            drift = abs(new.value - old.value) / old.value
+            assert drift <= 1e-12, (new.value, old.value)
 
         def given_arrays(process=process, laws=array_laws):
             # the bound's own arithmetic: each frontier's laws one stacked numpy block, no check on reading
@@ -203,20 +242,28 @@ def main(argv=None):
 
         loose = given_bounded()
         before = _load()
-        t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls = timeit_many(
-            [forward, given, given_numpy, given_arrays, given_bounded, given_tensors, with_calls], repeat=args.repeat,
-            min_time=0.0)
+        fns = [forward, given, given_numpy, given_arrays, given_bounded, given_tensors, with_calls]
+        if OB is not None:
+            fns += [before_given, before_arrays]
+        got = timeit_many(fns, repeat=args.repeat, min_time=0.0)
+        t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls = got[:7]
         after = _load()
+        against = () if OB is None else (got[7] * 1e3, got[7] / t_fwd, got[8] * 1e3, got[8] / t_fwd,
+                                         got[8] / t_arr, f"{drift:.1e}")
         rows.append((process, t_fwd * 1e3, t_given * 1e3, t_given / t_fwd, t_np * 1e3, t_np / t_fwd,
                      t_arr * 1e3, t_arr / t_fwd, t_bnd * 1e3, t_bnd / t_arr, loose.value,
                      t_tens * 1e3, t_tens / t_fwd,
                      t_calls * 1e3, t_calls / t_fwd, res.n_calls, res.n_expanded, res.value, res.remainder,
-                     res.pi_exact, f"{before} / {after}"))
+                     res.pi_exact, *against, f"{before} / {after}"))
     head = ("process", "forward ms", "bound, laws given ms", "given / forward", "numpy route ms",
             "numpy / forward", "laws as arrays ms", "arrays / forward", "bounded draws ms", "bounded / arrays",
             "bound, bounded draws", "laws as tensors ms",
             "tensors / forward", "bound with its calls ms", "with calls / forward", "calls per model", "expanded",
-            "bound", "remainder", "pi exact", "load average before / after")
+            "bound", "remainder", "pi exact")
+    if OB is not None:
+        head += ("before: laws given ms", "before: given / forward", "before: laws as arrays ms",
+                 "before: arrays / forward", "before / after (arrays)", "bound: relative change")
+    head += ("load average before / after",)
     print_table(f"otspec.tree.bound on branching(8,7) at V = {V}, budget {args.budget} ({name})", head, rows,
                 args.rst, target=("given / forward", TARGET))
 

@@ -1099,7 +1099,7 @@ def _root_path_probability(shape, draft, path, *, process: str, prefix=()) -> tu
     u = _Prefix((), 1.0, 1.0, np.ones(1), (), {})
     exact = True
     for j, x in enumerate(path):
-        Pl, _ = laws([u.path])
+        Pl = np.stack(laws([u.path])[0])
         pi, _md, draws, ex = _child_pi(slots, process, u.A[None, :], np.array([u.s]).reshape(1, j), Pl, [u.path],
                                        keep_draws=True)
         exact &= ex
@@ -1123,7 +1123,7 @@ class _ModelLaws:
 
     def __call__(self, paths):
         self.calls += 1
-        return np.stack([self.d(s) for s in paths]), np.stack([self.t(s) for s in paths])
+        return [self.d(s) for s in paths], [self.t(s) for s in paths]       # rows where they are (no stacking copy)
 
 
 class _TreeAttentionLaws:
@@ -1155,7 +1155,7 @@ class _TreeAttentionLaws:
             laws = _tree_laws(lm, state, np.array(parents), np.array(tokens), pending)
             lm.select(state, 0, self.ctx.shape[0] - 1)
             self.states[k] = state
-            out.append(laws[rows] if isinstance(laws, np.ndarray) else laws[_device_index(rows, laws)])
+            out.append([laws[r] for r in rows] if isinstance(laws, np.ndarray) else laws[_device_index(rows, laws)])
         return out[0], out[1]
 
     def one(self, k: int):

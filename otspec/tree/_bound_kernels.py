@@ -360,21 +360,21 @@ def wor_row_stats(p, K, race, head, hval, nu, mark, st):
     hv = np.zeros(K + 1)
     hi = np.zeros(K + 1, dtype=np.int64)
     c = 0
-    support = 0
+    thr = 0.0                                   # entries above it enter the head (positive; then the (K+1)-th)
     for v in range(V):
         x = p[v]
-        if x > 0.0:
-            support += 1
-            if c <= K or x > hv[K]:
-                pos = c if c <= K else K
-                while pos > 0 and hv[pos - 1] < x:
-                    hv[pos] = hv[pos - 1]
-                    hi[pos] = hi[pos - 1]
-                    pos -= 1
-                hv[pos] = x
-                hi[pos] = v
-                if c <= K:
-                    c += 1
+        if x > thr:
+            pos = c if c <= K else K
+            while pos > 0 and hv[pos - 1] < x:
+                hv[pos] = hv[pos - 1]
+                hi[pos] = hi[pos - 1]
+                pos -= 1
+            hv[pos] = x
+            hi[pos] = v
+            if c <= K:
+                c += 1
+            if c == K + 1:
+                thr = hv[K]
     kh = c if c < K else K
     for k in range(K):
         head[k] = hi[k] if k < kh else -1
@@ -382,13 +382,19 @@ def wor_row_stats(p, K, race, head, hval, nu, mark, st):
     top = hi[0]
     Lr = np.zeros(BLOCK)
     Lt = np.zeros(BLOCK)
+    Ls = np.zeros(BLOCK, dtype=np.int64)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
         for v in range(b):
-            x = p[v0 + v] if v0 + v != top else 0.0
+            y = p[v0 + v]
+            Ls[v] += 1 if y > 0.0 else 0
+            x = y if v0 + v != top else 0.0
             den = 1.0 - x
             Lr[v] += x
             Lt[v] += x / den if den > 0.0 else 0.0
+    support = 0
+    for v in range(BLOCK):
+        support += Ls[v]
     rest = lane_total(Lr)
     S2 = lane_total(Lt)
     pt = p[top]
@@ -605,64 +611,72 @@ def race_moments(P, head, mark, pmax, nu):
 
 def race_moments_row(p, mark, mx, nu):
     r"""``nu[n]`` = :math:`\sum_{x} y_x^n`, :math:`y_x = p_x / m_x` over the entries of ``p`` not marked in
-    ``mark`` (the tail; ``mx`` its largest probability), ``n = 1 .. nu.shape[0] - 1`` (``n = 1`` a compensated
-    sum, the mass that enters :math:`e^{-m_L t}`). A token with :math:`y \le 10^{-3}` adds its powers up to 7
-    (:math:`y^8 \le 10^{-24}`), any other token its powers until they fall below 1e-21."""
+    ``mark`` (the tail; ``mx`` its largest probability), ``n = 1 .. nu.shape[0] - 1``. Over :data:`BLOCK` lanes
+    without branches: ``n = 1`` a compensated sum in each lane (Neumaier), the lanes then summed compensated too
+    (the mass that enters :math:`e^{-m_L t}`); a token with :math:`y \le 10^{-3}` adds its powers up to 7
+    (:math:`y^8 \le 10^{-24}`); any other token (a second sweep over the row, which the cache holds) its powers
+    until they fall below 1e-21."""
     V = p.shape[0]
     N = nu.shape[0] - 1
     for n in range(N + 1):
         nu[n] = 0.0
-    if mx > 0.0:
-        s1 = 0.0
-        comp = 0.0
-        a2 = 0.0
-        a3 = 0.0
-        a4 = 0.0
-        a5 = 0.0
-        a6 = 0.0
-        a7 = 0.0
-        inv = 1.0 / mx
-        for v in range(V):
-            x = p[v]
-            if mark[v] or x <= 0.0:
-                continue
+    if mx <= 0.0:
+        return
+    inv = 1.0 / mx
+    s0 = np.zeros(BLOCK)                        # per lane: the sum, its correction, the powers 2 .. 7
+    s1 = np.zeros(BLOCK)
+    a2 = np.zeros(BLOCK)
+    a3 = np.zeros(BLOCK)
+    a4 = np.zeros(BLOCK)
+    a5 = np.zeros(BLOCK)
+    a6 = np.zeros(BLOCK)
+    a7 = np.zeros(BLOCK)
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        for v in range(b):
+            x = p[v0 + v]
             y = x * inv
-            t = s1 + y                                 # Neumaier's compensated sum
-            if abs(s1) >= y:
-                comp += (s1 - t) + y
-            else:
-                comp += (y - t) + s1
-            s1 = t
-            if y <= 1e-3:
-                y2 = y * y
-                y3 = y2 * y
-                y4 = y2 * y2
-                a2 += y2
-                a3 += y3
-                a4 += y4
-                a5 += y4 * y
-                a6 += y3 * y3
-                a7 += y4 * y3
-            else:
-                q = y * y
-                for n in range(2, N + 1):
-                    nu[n] += q
-                    q *= y
-                    if q < 1e-21:
-                        break
-        nu[1] = s1 + comp
-        if N >= 2:
-            nu[2] += a2
-        if N >= 3:
-            nu[3] += a3
-        if N >= 4:
-            nu[4] += a4
-        if N >= 5:
-            nu[5] += a5
-        if N >= 6:
-            nu[6] += a6
-        if N >= 7:
-            nu[7] += a7
+            y = y if x > 0.0 else 0.0
+            y = 0.0 if mark[v0 + v] else y
+            u = s0[v]
+            t = u + y                                  # Neumaier's compensated sum, lane by lane
+            d1 = (u - t) + y
+            d2 = (y - t) + u
+            s1[v] += d1 if abs(u) >= y else d2
+            s0[v] = t
+            w = y if y <= 1e-3 else 0.0
+            y2 = w * w
+            y3 = y2 * w
+            y4 = y2 * y2
+            a2[v] += y2
+            a3[v] += y3
+            a4[v] += y4
+            a5[v] += y4 * w
+            a6[v] += y3 * y3
+            a7[v] += y4 * y3
+    tot = 0.0
+    comp = 0.0
+    for v in range(BLOCK):                              # the lanes, compensated: sums, then corrections
+        y = s0[v]
+        t = tot + y
+        comp += ((tot - t) + y) if abs(tot) >= abs(y) else ((y - t) + tot)
+        tot = t
+    for v in range(BLOCK):
+        comp += s1[v]
+    nu[1] = tot + comp
+    for n, a in ((2, a2), (3, a3), (4, a4), (5, a5), (6, a6), (7, a7)):
+        if n <= N:
+            nu[n] = lane_total(a)
+    for v in range(V):                                  # the tokens above 1e-3 of the tail's largest
+        x = p[v]
+        if x * inv > 1e-3 and not mark[v]:
+            y = x * inv
+            q = y * y
+            for n in range(2, N + 1):
+                nu[n] += q
+                q *= y
+                if q < 1e-21:
+                    break
 
 
 def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info):
