@@ -37,7 +37,8 @@ DCAP = 4
 
 def union_block(a, n, b, r, h, out):
     """``out[:b]`` = :math:`1 - (1 - a)^n` for ``a[:b]`` by Horner's rule, positive terms only (as
-    :func:`otspec.tree._bound._union`, the same operations); ``r``, ``h`` scratch."""
+    :func:`otspec.tree._bound._union`, the same operations, up to four steps per sweep of the block); ``r``,
+    ``h`` scratch."""
     if n == 1:
         for v in range(b):
             out[v] = a[v] * 1.0
@@ -45,10 +46,26 @@ def union_block(a, n, b, r, h, out):
     for v in range(b):
         r[v] = 1.0 - a[v]
         h[v] = 1.0 + r[v]
-    for _ in range(n - 2):
+    k = n - 2
+    while k >= 4:
+        for v in range(b):
+            x = h[v]
+            y = r[v]
+            x *= y
+            x += 1.0
+            x *= y
+            x += 1.0
+            x *= y
+            x += 1.0
+            x *= y
+            x += 1.0
+            h[v] = x
+        k -= 4
+    while k >= 1:
         for v in range(b):
             h[v] *= r[v]
             h[v] += 1.0
+        k -= 1
     for v in range(b):
         out[v] = h[v] * a[v]
 
@@ -462,31 +479,29 @@ def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw
             for v in range(b):
                 mv[e, v] = c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]
         if rok:
-            # the race's x, its Taylor degree (thresholds below x, nondecreasing) and the powers up to DCAP
+            # the race's x, its Taylor degree (thresholds below x, nondecreasing; the first DCAP in one sweep with
+            # the powers x^n, 0 above the degree), the entries that need more continued on their own
             dmax = 0
             for v in range(b):
-                rx[v] = p[v0 + v] / pmax
-                rd[v] = 0
-            for n in range(min(DCAP, N)):
-                th = theta[n]
+                x = p[v0 + v] / pmax
+                rx[v] = x
+                d = 0
+                for n in range(DCAP):
+                    d += 1 if x > theta[n] else 0
+                rd[v] = d
+                pw = 1.0
+                for n in range(1, DCAP + 1):
+                    pw = pw * x
+                    rpw[n, v] = pw if n <= d else 0.0
+            if N > DCAP:
                 for v in range(b):
-                    rd[v] += 1 if rx[v] > th else 0
-            for v in range(b):
-                d = rd[v]
-                if d == DCAP:
-                    while d < N and rx[v] > theta[d]:
-                        d += 1
-                    rd[v] = d
-                if d > dmax:
-                    dmax = d
-            for v in range(b):
-                rpw[0, v] = 1.0
-            for n in range(1, DCAP + 1):
-                for v in range(b):
-                    rpw[n, v] = rpw[n - 1, v] * rx[v]
-            for n in range(1, DCAP + 1):
-                for v in range(b):
-                    rpw[n, v] = rpw[n, v] if n <= rd[v] else 0.0
+                    d = rd[v]
+                    if d == DCAP:
+                        while d < N and rx[v] > theta[d]:
+                            d += 1
+                        rd[v] = d
+                    if d > dmax:
+                        dmax = d
             for v in range(b):
                 hit[v] = -1
             for c in range(K):
