@@ -11,8 +11,9 @@ expanded prefixes (64 per model call), for the i.i.d. and the without-replacemen
 * "numpy route": the same, the host's fused kernels turned off (what runs without numba, the ``fast``
   extra); the kernels' first compilation (or load from numba's cache) is timed once before the rounds,
   outside every timed call, and printed;
-* "laws as arrays": the bound's own arithmetic, each frontier's laws handed over as one stacked numpy
-  block (no check on reading: the route of decoding models whose logits are on the CPU);
+* "laws as arrays": the bound's own arithmetic, each frontier's laws handed over as numpy rows where they are
+  (lists of the recorded rows, no stacking copy, no check on reading: the route of decoding models whose logits
+  are on the CPU, which hands over rows of the tree's law array);
 * "bounded draws": "laws as arrays" with the draws of ranks >= 2 without replacement given the stated upper
   bound instead of their exact laws (the exponential race; the bound before the race), and the (looser) bound
   it gives;
@@ -23,11 +24,19 @@ expanded prefixes (64 per model call), for the i.i.d. and the without-replacemen
   SmolLM2-135M, draft 24 of its 30 layers), each frontier of up to 64 prefixes scored in one tree-attention
   call per model.
 
+* "one pass over them": every law the bound reads (the recorded draft and target rows) summed once, where it
+  is, by a compiled loop: the memory traffic that any route must pay, with the bandwidth it reached (the floor
+  of the bound's arithmetic on this machine);
+* with ``--against DIR`` (another checkout of the project, e.g. the code before a change): that checkout's
+  "laws given" and "laws as arrays" (its route: each frontier's laws one stacked numpy block), timed in the
+  same interleaved rounds, and the relative change of the bound between the two (checked <= 1e-12). The other
+  checkout is imported as the package ``otspec_against`` beside this one.
+
 The target: "bound, laws given" / forward <= 0.10. Every contender is timed interleaved in each round
 after a warm-up and the median kept (``experiments/_bench.py``); the 1-minute load average is printed
 before and after, since the project's machine is shared.
 
-Usage: python experiments/bench_tree_bound.py [--device cuda] [--threads 1] [--repeat 3] [--rst]
+Usage: python experiments/bench_tree_bound.py [--device cuda] [--threads 1] [--repeat 3] [--rst] [--against DIR]
 """
 
 from __future__ import annotations
@@ -51,6 +60,26 @@ TARGET = 0.10
 def _load() -> str:
     a, b, c = os.getloadavg()
     return f"{a:.2f} {b:.2f} {c:.2f}"
+
+
+def _row_sum(x):
+    """The sum of a row over 8 lanes: one read of its bytes, the least a pass over the laws costs."""
+    acc = np.zeros(8)
+    n = x.shape[0] - x.shape[0] % 8
+    for v in range(0, n, 8):
+        for k in range(8):
+            acc[k] += x[v + k]
+    for v in range(n, x.shape[0]):
+        acc[0] += x[v]
+    return acc.sum()
+
+
+try:  # the floor is measured with the bound's own compiler (the ``fast`` extra); numpy's sum without it
+    import numba
+
+    _row_sum = numba.njit(cache=False)(_row_sum)
+except ImportError:  # pragma: no cover
+    _row_sum = np.sum
 
 
 class _Recorded:
@@ -162,13 +191,14 @@ def main(argv=None):
     rows = []
     for process in ("iid", "wor"):
         # one run through the decoding models records the laws the bound reads
-        rec = {}
+        rec, read = {}, set()
         orig = B._TreeAttentionLaws.__call__
 
-        def recording(self, paths, rec=rec, orig=orig):
+        def recording(self, paths, rec=rec, orig=orig, read=read):
             P, Q = orig(self, paths)
-            for s, p, q in zip(paths, _np(P), _np(Q)):
-                rec[tuple(s)] = (p, q)
+            for s, p, q in zip(paths, P, Q):
+                rec[tuple(s)] = (_np(p), _np(q))
+                read.add(tuple(s))
             return P, Q
 
         B._TreeAttentionLaws.__call__ = recording
@@ -179,6 +209,7 @@ def main(argv=None):
             B._WOR_RACE = False
             bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
             B._WOR_RACE = race
+            read.clear()
             res = bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
         finally:
             B._TreeAttentionLaws.__call__ = orig
@@ -237,29 +268,39 @@ def main(argv=None):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
 
+        rows = [x for path in sorted(read) for x in rec[path]]      # the laws the bound reads, each once
+
+        def read_once(rows=rows):
+            # one pass over the bytes of every law the bound reads (each row once, where it is): the floor
+            for x in rows:
+                _row_sum(x)
+
         def with_calls(process=process):
             bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
 
         loose = given_bounded()
         before = _load()
-        fns = [forward, given, given_numpy, given_arrays, given_bounded, given_tensors, with_calls]
+        fns = [forward, given, given_numpy, given_arrays, given_bounded, given_tensors, with_calls, read_once]
         if OB is not None:
             fns += [before_given, before_arrays]
         got = timeit_many(fns, repeat=args.repeat, min_time=0.0)
-        t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls = got[:7]
+        t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls, t_read = got[:8]
         after = _load()
-        against = () if OB is None else (got[7] * 1e3, got[7] / t_fwd, got[8] * 1e3, got[8] / t_fwd,
-                                         got[8] / t_arr, f"{drift:.1e}")
+        mb = sum(x.nbytes for x in rows) / 1e6
+        floor = (f"{mb:.0f}", t_read * 1e3, mb / 1e3 / t_read, t_read / t_fwd)
+        against = () if OB is None else (got[8] * 1e3, got[8] / t_fwd, got[9] * 1e3, got[9] / t_fwd,
+                                         got[9] / t_arr, f"{drift:.1e}")
         rows.append((process, t_fwd * 1e3, t_given * 1e3, t_given / t_fwd, t_np * 1e3, t_np / t_fwd,
                      t_arr * 1e3, t_arr / t_fwd, t_bnd * 1e3, t_bnd / t_arr, loose.value,
                      t_tens * 1e3, t_tens / t_fwd,
                      t_calls * 1e3, t_calls / t_fwd, res.n_calls, res.n_expanded, res.value, res.remainder,
-                     res.pi_exact, *against, f"{before} / {after}"))
+                     res.pi_exact, *floor, *against, f"{before} / {after}"))
     head = ("process", "forward ms", "bound, laws given ms", "given / forward", "numpy route ms",
             "numpy / forward", "laws as arrays ms", "arrays / forward", "bounded draws ms", "bounded / arrays",
             "bound, bounded draws", "laws as tensors ms",
             "tensors / forward", "bound with its calls ms", "with calls / forward", "calls per model", "expanded",
-            "bound", "remainder", "pi exact")
+            "bound", "remainder", "pi exact", "laws read MB", "one pass over them ms", "GB/s",
+            "one pass / forward")
     if OB is not None:
         head += ("before: laws given ms", "before: given / forward", "before: laws as arrays ms",
                  "before: arrays / forward", "before / after (arrays)", "bound: relative change")

@@ -70,49 +70,58 @@ def union_block(a, n, b, r, h, out):
         out[v] = h[v] * a[v]
 
 
+def iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h):
+    """``F[c, :b]`` = :math:`f` of every class ``c`` of the program of :func:`iid_program` at the columns
+    ``v0 .. v0 + b - 1`` of the draft row ``p`` (``s`` the draft's probabilities along the prefix, ``j`` its
+    length); ``a``, ``g``, ``acc``, ``r``, ``h`` scratch of :data:`BLOCK` entries."""
+    n_lvl = lvl_start.shape[0] - 1
+    for v in range(b):
+        a[v] = p[v0 + v]
+    for c in range(lvl_start[1]):
+        n = leaf_n[c]
+        if n > 0:
+            union_block(a, n, b, r, h, F[c])
+        else:
+            F[c, :b] = 0.0
+    for lev in range(1, n_lvl):
+        sl = s[j - lev]
+        for c in range(lvl_start[lev], lvl_start[lev + 1]):
+            if term_start[c] == term_start[c + 1]:
+                F[c, :b] = 0.0
+                continue
+            for k in range(term_start[c], term_start[c + 1]):
+                fc = F[term_child[k]]
+                for v in range(b):
+                    a[v] = sl * fc[v]
+                if k == term_start[c]:
+                    union_block(a, term_cnt[k], b, r, h, acc)
+                else:
+                    union_block(a, term_cnt[k], b, r, h, g)
+                    for v in range(b):
+                        acc[v] = g[v] + (1.0 - g[v]) * acc[v]
+            for v in range(b):
+                F[c, v] = acc[v]
+
+
+def iid_scratch(lvl_start):
+    """The buffers of :func:`iid_block`: ``F`` (a row of :data:`BLOCK` entries per class of the program) and five
+    scratch rows."""
+    F = np.zeros((lvl_start[lvl_start.shape[0] - 1], BLOCK))
+    return F, np.zeros(BLOCK), np.zeros(BLOCK), np.zeros(BLOCK), np.zeros(BLOCK), np.zeros(BLOCK)
+
+
 def iid_pi_kernel(P, s_all, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, out):
     r"""``out[i, v]`` = :math:`\pi` of the child ``v`` of prefix ``i`` (i.i.d. children), by the program of
     :func:`iid_program`: classes ``0 .. lvl_start[1] - 1`` are level 0 (``leaf_n`` leaf children each), the
     classes of level ``l`` combine their terms ``(term_child, term_cnt)`` with ``s = s_all[i, j - l]``;
     :data:`BLOCK` columns at a time."""
     m, V = P.shape
-    n_lvl = lvl_start.shape[0] - 1
-    n_cls = lvl_start[n_lvl]
-    F = np.zeros((n_cls, BLOCK))
-    a = np.zeros(BLOCK)
-    g = np.zeros(BLOCK)
-    acc = np.zeros(BLOCK)
-    r = np.zeros(BLOCK)
-    h = np.zeros(BLOCK)
+    F, a, g, acc, r, h = iid_scratch(lvl_start)
     for i in range(m):
         for v0 in range(0, V, BLOCK):
             b = min(BLOCK, V - v0)
-            for v in range(b):
-                a[v] = P[i, v0 + v]
-            for c in range(lvl_start[1]):
-                n = leaf_n[c]
-                if n > 0:
-                    union_block(a, n, b, r, h, F[c])
-                else:
-                    F[c, :b] = 0.0
-            for lev in range(1, n_lvl):
-                s = s_all[i, j - lev]
-                for c in range(lvl_start[lev], lvl_start[lev + 1]):
-                    if term_start[c] == term_start[c + 1]:
-                        F[c, :b] = 0.0
-                        continue
-                    for k in range(term_start[c], term_start[c + 1]):
-                        fc = F[term_child[k]]
-                        for v in range(b):
-                            a[v] = s * fc[v]
-                        if k == term_start[c]:
-                            union_block(a, term_cnt[k], b, r, h, acc)
-                        else:
-                            union_block(a, term_cnt[k], b, r, h, g)
-                            for v in range(b):
-                                acc[v] = g[v] + (1.0 - g[v]) * acc[v]
-                    for v in range(b):
-                        F[c, v] = acc[v]
+            iid_block(P[i], v0, b, s_all[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r,
+                      h)
             fr = F[root]
             for v in range(b):
                 x = fr[v]
@@ -143,44 +152,12 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
     V = p.shape[0]
     E = mdc.shape[0]
     write = low.shape[0] > 0
-    n_lvl = lvl_start.shape[0] - 1
-    n_cls = lvl_start[n_lvl]
-    F = np.zeros((n_cls, BLOCK))
-    a = np.zeros(BLOCK)
-    g = np.zeros(BLOCK)
-    acc = np.zeros(BLOCK)
-    r = np.zeros(BLOCK)
-    h = np.zeros(BLOCK)
+    F, a, g, acc, r, h = iid_scratch(lvl_start)
     qc = np.zeros(BLOCK)
     L = np.zeros((1 + E, BLOCK))
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
-        for v in range(b):
-            a[v] = p[v0 + v]
-        for c in range(lvl_start[1]):
-            n = leaf_n[c]
-            if n > 0:
-                union_block(a, n, b, r, h, F[c])
-            else:
-                F[c, :b] = 0.0
-        for lev in range(1, n_lvl):
-            sl = s[j - lev]
-            for c in range(lvl_start[lev], lvl_start[lev + 1]):
-                if term_start[c] == term_start[c + 1]:
-                    F[c, :b] = 0.0
-                    continue
-                for k in range(term_start[c], term_start[c + 1]):
-                    fc = F[term_child[k]]
-                    for v in range(b):
-                        a[v] = sl * fc[v]
-                    if k == term_start[c]:
-                        union_block(a, term_cnt[k], b, r, h, acc)
-                    else:
-                        union_block(a, term_cnt[k], b, r, h, g)
-                        for v in range(b):
-                            acc[v] = g[v] + (1.0 - g[v]) * acc[v]
-                for v in range(b):
-                    F[c, v] = acc[v]
+        iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
         fr = F[root]
         L0 = L[0]
         for v in range(b):
@@ -561,8 +538,8 @@ def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw
 
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
-JIT = compile_in(globals(), ("union_block", "iid_pi_kernel", "lane_total", "iid_row", "second_draw_t", "_wor_entries",
-                               "wor_pi_kernel", "wor_row_stats", "wor_row"))
+JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "second_draw_t",
+                             "_wor_entries", "wor_pi_kernel", "wor_row_stats", "wor_row"))
 
 
 def iid_program(levels, root):
