@@ -752,3 +752,47 @@ def test_race_laws_against_sampled_draws_chi_square():
         exp = np.append(expected[big], expected[~big].sum())
         keep = exp > 0
         assert chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("V, K, ties", [(5000, 32, False), (700, 32, True), (20, 32, False), (40, 8, True)])
+def test_one_pass_row_stats_against_numpy(V, K, ties):
+    """What one pass over a draft row gives the draws without replacement (support, most likely token, the head
+    of K tokens by decreasing p with ties to the lower id, the tail's largest probability, the second draw's sums
+    and the race's power sums) against numpy and math.fsum on the same row."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree._process import _ranked
+
+    rng = np.random.default_rng(V + K)
+    z = rng.normal(0, 3.0, V)
+    if ties:
+        z = np.round(z)                                   # many exactly equal probabilities
+    p = np.exp(z - z.max())
+    p[rng.random(V) < 0.1] = 0.0
+    p /= p.sum()
+    N = 48
+    head, hval, nu, st = np.empty(K, np.int64), np.empty(K), np.zeros(N + 1), np.empty(7)
+    mark = np.zeros(V, dtype=bool)
+    _bound_kernels.wor_row_stats(p, K, True, head, hval, nu, mark, st)
+    assert not mark.any()
+    support = int(np.count_nonzero(p > 0))
+    kh = min(K, support)
+    order = _ranked(p)
+    assert st[0] == support and st[1] == np.argmax(p) and st[2] == kh
+    np.testing.assert_array_equal(head[:kh], order[:kh])
+    np.testing.assert_array_equal(hval[:kh], p[order[:kh]])
+    assert (head[kh:] == -1).all()
+    tail = np.setdiff1d(np.flatnonzero(p > 0), order[:kh])
+    pmax = p[tail].max() if tail.size else 0.0
+    assert st[3] == pmax
+    top = int(np.argmax(p))
+    others = np.delete(p, top)
+    rest = math.fsum(others.tolist())
+    S2 = math.fsum((others / (1.0 - others)).tolist())
+    assert _rel(st[4], rest) <= 1e-13 and _rel(st[6], S2) <= 1e-13
+    assert _rel(st[5], S2 + p[top] / rest) <= 1e-13
+    if tail.size:
+        y = p[tail] / pmax
+        for n in range(1, N + 1):
+            want = math.fsum((y ** n).tolist())
+            assert abs(nu[n] - want) <= 1e-13 * want + 1e-24 * nu[1], n   # terms below 1e-24 of the largest dropped

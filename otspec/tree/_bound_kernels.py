@@ -75,12 +75,11 @@ def iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cn
     ``v0 .. v0 + b - 1`` of the draft row ``p`` (``s`` the draft's probabilities along the prefix, ``j`` its
     length); ``a``, ``g``, ``acc``, ``r``, ``h`` scratch of :data:`BLOCK` entries."""
     n_lvl = lvl_start.shape[0] - 1
-    for v in range(b):
-        a[v] = p[v0 + v]
+    pb = p[v0:v0 + b]
     for c in range(lvl_start[1]):
         n = leaf_n[c]
         if n > 0:
-            union_block(a, n, b, r, h, F[c])
+            union_block(pb, n, b, r, h, F[c])
         else:
             F[c, :b] = 0.0
     for lev in range(1, n_lvl):
@@ -89,18 +88,20 @@ def iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cn
             if term_start[c] == term_start[c + 1]:
                 F[c, :b] = 0.0
                 continue
+            one = term_start[c + 1] - term_start[c] == 1         # one term: its union is f(c) itself
             for k in range(term_start[c], term_start[c + 1]):
                 fc = F[term_child[k]]
                 for v in range(b):
                     a[v] = sl * fc[v]
                 if k == term_start[c]:
-                    union_block(a, term_cnt[k], b, r, h, acc)
+                    union_block(a, term_cnt[k], b, r, h, F[c] if one else acc)
                 else:
                     union_block(a, term_cnt[k], b, r, h, g)
                     for v in range(b):
                         acc[v] = g[v] + (1.0 - g[v]) * acc[v]
-            for v in range(b):
-                F[c, v] = acc[v]
+            if not one:
+                for v in range(b):
+                    F[c, v] = acc[v]
 
 
 def iid_scratch(lvl_start):
