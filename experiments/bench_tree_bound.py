@@ -115,7 +115,7 @@ class _TensorLaws:
 
 def _load_against(root: str):
     """The ``otspec.tree._bound`` module of another checkout (``root``), imported as the package ``otspec_against``
-    beside this one (its relative imports stay inside it), and its kernels' module."""
+    beside this one (its relative imports stay inside it), and its ``TreeShape`` (which its functions check)."""
     import importlib.util
 
     pkg = Path(root).resolve() / "otspec"
@@ -124,10 +124,10 @@ def _load_against(root: str):
     mod = importlib.util.module_from_spec(spec)
     sys.modules["otspec_against"] = mod
     spec.loader.exec_module(mod)
+    import otspec_against.tree as OT
     import otspec_against.tree._bound as OB
-    import otspec_against.tree._bound_kernels as OK
 
-    return OB, OK
+    return OB, OT.TreeShape
 
 
 def main(argv=None):
@@ -149,9 +149,9 @@ def main(argv=None):
     from otspec.models import MemorylessModel
     from otspec.tree import TreeShape, bound
 
-    OB = OK = None
+    OB = OShape = None
     if args.against:
-        OB, OK = _load_against(args.against)
+        OB, OShape = _load_against(args.against)
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
@@ -184,7 +184,7 @@ def main(argv=None):
     for process in ("iid", "wor"):
         bound(TreeShape.branching(3, 2), small_p, small_q, process=process, budget=4)
         if OB is not None:
-            OB.bound(TreeShape.branching(3, 2), small_p, small_q, process=process, budget=4)
+            OB.bound(OShape.branching(3, 2), small_p, small_q, process=process, budget=4)
     print(f"numba kernels: {'compiled' if K.JIT else 'off (numba not installed)'}; first call (compile or load "
           f"from cache, not timed below) {time.perf_counter() - t0:.2f} s")
 
@@ -234,15 +234,15 @@ def main(argv=None):
         stacked_laws = _TensorLaws(rec, None)
 
         def before_given(process=process, md=md, mt=mt):
-            OB.bound(shape, md, mt, process=process, budget=args.budget, batch=args.batch)
+            OB.bound(OShape.branching(8, 7), md, mt, process=process, budget=args.budget, batch=args.batch)
 
         def before_arrays(process=process, laws=stacked_laws):
             # the other checkout's route: each frontier's laws one stacked numpy block
             laws.calls = 0
-            OB._sampled(OB._Slots(shape), process, laws, args.budget, args.batch)
+            OB._sampled(OB._Slots(OShape.branching(8, 7)), process, laws, args.budget, args.batch)
 
         if OB is not None:
-            old = OB._sampled(OB._Slots(shape), process, stacked_laws, args.budget, args.batch)
+            old = OB._sampled(OB._Slots(OShape.branching(8, 7)), process, stacked_laws, args.budget, args.batch)
             new = B._sampled(B._Slots(shape), process, array_laws, args.budget, args.batch)
             drift = abs(new.value - old.value) / old.value
             assert drift <= 1e-12, (new.value, old.value)
@@ -268,9 +268,9 @@ def main(argv=None):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
 
-        rows = [x for path in sorted(read) for x in rec[path]]      # the laws the bound reads, each once
+        law_rows = [x for path in sorted(read) for x in rec[path]]  # the laws the bound reads, each once
 
-        def read_once(rows=rows):
+        def read_once(rows=law_rows):
             # one pass over the bytes of every law the bound reads (each row once, where it is): the floor
             for x in rows:
                 _row_sum(x)
@@ -286,7 +286,7 @@ def main(argv=None):
         got = timeit_many(fns, repeat=args.repeat, min_time=0.0)
         t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls, t_read = got[:8]
         after = _load()
-        mb = sum(x.nbytes for x in rows) / 1e6
+        mb = sum(x.nbytes for x in law_rows) / 1e6
         floor = (f"{mb:.0f}", t_read * 1e3, mb / 1e3 / t_read, t_read / t_fwd)
         against = () if OB is None else (got[8] * 1e3, got[8] / t_fwd, got[9] * 1e3, got[9] / t_fwd,
                                          got[9] / t_arr, f"{drift:.1e}")

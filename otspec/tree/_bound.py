@@ -1304,13 +1304,17 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     likely other tokens: an upper bound on :math:`\pi` keeps the value an
     upper bound, and ``pi_exact`` says which was used.
 
-    Each frontier is expanded as whole ``(prefixes, V)`` arrays (no loop over
-    prefixes): on the host by fused kernels (the i.i.d. recursion, the draw laws
-    without replacement; compiled by numba with the ``fast`` extra, bit for bit the
-    vectorised numpy route that runs without it), in cache-sized blocks; with decoding
-    models whose logits are on an accelerator the laws stay there as float64
-    tensors and the same arithmetic runs on the device, only the candidates'
-    values coming back (the two routes agree to 1e-12).
+    On the host with numba (the ``fast`` extra) each expanded prefix's draft
+    and target laws are read where they are (no stacked copy of a frontier),
+    in one fused kernel call per prefix that computes :math:`\pi` of every
+    child (the i.i.d. recursion; without replacement the laws of every used
+    rank's draw, combined before the sum), its minimum with :math:`Q` and
+    every row sum the bound needs; without numba the same arithmetic runs as
+    whole ``(prefixes, V)`` numpy arrays in cache-sized blocks (the two agree
+    to a relative 1e-12: the kernels sum over lanes, numpy pairwise). With
+    decoding models whose logits are on an accelerator the laws stay there as
+    float64 tensors and the same arithmetic runs on the device, only the
+    candidates' values coming back (the routes agree to 1e-12).
 
     See Also
     --------

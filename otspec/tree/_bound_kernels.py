@@ -1,26 +1,40 @@
-r"""Fused kernels of :func:`otspec.tree.bound` on the host: one pass per row instead of dozens of whole-array passes.
+r"""Fused kernels of :func:`otspec.tree.bound` on the host: one pass per law row instead of dozens of whole-array passes.
 
-* :func:`iid_pi_kernel`: the i.i.d. recursion
-  :math:`f(v) = 1 - \prod_c (1 - p\, f(c))` for every child token of a block
-  of prefixes, the slots' classes given as a flat program
-  (:func:`iid_program`), every product held in registers;
-* :func:`second_draw_t`: the terms :math:`t_x = p_x / (1 - p_x)` of the
-  closed form of the second draw without replacement;
-* :func:`wor_pi_kernel`: the laws of the draws of every used rank (rank 0
+The row kernels, one call per expanded prefix, each reading the prefix's draft and target rows where they are
+(no stacked copy of a frontier):
+
+* :func:`iid_row`: the i.i.d. recursion
+  :math:`f(v) = 1 - \prod_c (1 - p\, f(c))` for every child token (the
+  slots' classes given as a flat program, :func:`iid_program`,
+  :data:`BLOCK` columns at a time, :func:`iid_block`), the minimum with the
+  target's path probability and every row sum the bound needs (the exact
+  level, the caps of the lower depths), over :data:`BLOCK` lanes
+  (:func:`lane_total`);
+* :func:`wor_row_stats`: what the draws without replacement need of a draft
+  row, from one read of it (the support, the most likely tokens, the second
+  draw's sums, the exponential race's power sums of the tail,
+  :func:`race_moments_row`);
+* :func:`wor_row`: the laws of the draws of every used rank (rank 0
   :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the exact law of
-  the exponential race, or the stated upper bound in a row the race refused)
-  combined into :math:`\pi` and the expected slot counts in one pass, no law
-  held whole;
-* :func:`race_moments`, :func:`race_rows`: the exponential race's work per
-  row (the tail's power sums in one pass over the vocabulary; the quadrature
-  in :math:`\log t` for the head's laws and the tail's Taylor coefficients),
-  shared by the fused and the numpy route.
+  the exponential race, their Taylor coefficients combined by the slots'
+  weights before the sum) combined into :math:`\pi` and the expected slot
+  counts, the minimum with the target's path probability and the row sums.
+
+The block kernels (a frontier's ``(m, V)`` block): :func:`iid_pi_kernel`,
+:func:`second_draw_t` and :func:`wor_pi_kernel` (ranks :math:`r \ge 2` also
+by the stated upper bound in a row the race refused), for the block route
+(rows enumerated or refused by the race, the bounded draws, the paths of
+:func:`otspec.tree._bound._root_path_probability`); :func:`race_moments` and
+:func:`race_rows`, the race's work per row (the quadrature in :math:`\log t`
+for the head's laws and the tail's Taylor coefficients), shared by every
+route.
 
 Plain Python on scalars, compiled by numba when installed (the ``fast`` extra,
-:data:`JIT`); the same operations in the same order as the vectorised numpy
-route of :mod:`otspec.tree._bound` (which runs without numba), so the two
-agree bit for bit (IEEE arithmetic, no contraction into fused multiply-adds;
-the row sums stay numpy's).
+:data:`JIT`). The entries (:math:`\pi`, the minima) are the vectorised numpy
+route's operations in its order (IEEE arithmetic, no contraction into fused
+multiply-adds): bit for bit for i.i.d. children; without replacement the row
+kernels combine the ranks' race laws before the sum (within a relative 1e-12).
+The row sums are summed over lanes (numpy: pairwise), within about 1e-13.
 """
 
 from __future__ import annotations
