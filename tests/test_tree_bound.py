@@ -796,3 +796,53 @@ def test_one_pass_row_stats_against_numpy(V, K, ties):
         for n in range(1, N + 1):
             want = math.fsum((y ** n).tolist())
             assert abs(nu[n] - want) <= 1e-13 * want + 1e-24 * nu[1], n   # terms below 1e-24 of the largest dropped
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_row_route_reads_the_laws_where_they_are(process):
+    """With numba the laws handed over as rows are read where they are: no frontier is stacked into a block (the
+    block route copied each frontier's draft and target laws, 2 * 32 * V * 8 bytes here), and the bound is the
+    block route's."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    import tracemalloc
+
+    from otspec.tree._bound import _sampled, _Slots
+
+    V, shape = 20_000, TreeShape.branching(8, 4)
+    rng = np.random.default_rng(11)
+
+    def law():
+        z = rng.normal(0, 3.0, V)
+        p = np.exp(z - z.max())
+        return p / p.sum()
+
+    held: dict = {}
+
+    class Rows:
+        calls = 0
+
+        def __call__(self, paths):
+            self.calls += 1
+            for s in paths:
+                if tuple(s) not in held:
+                    held[tuple(s)] = (law(), law())
+            return [held[tuple(s)][0] for s in paths], [held[tuple(s)][1] for s in paths]
+
+    _sampled(_Slots(shape), process, Rows(), 33, 32)                   # every law made and held before tracing
+    tracemalloc.start()
+    try:
+        got = _sampled(_Slots(shape), process, Rows(), 33, 32)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    block = 32 * V * 8
+    assert peak < block / 4, peak
+
+    class Stacked(Rows):
+        def __call__(self, paths):
+            P, Q = super().__call__(paths)
+            return np.stack(P), np.stack(Q)
+
+    ref = _sampled(_Slots(shape), process, Stacked(), 33, 32)
+    assert got.value == ref.value and got.n_expanded == ref.n_expanded == 33
