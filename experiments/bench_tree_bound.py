@@ -11,8 +11,9 @@ expanded prefixes (64 per model call), for the i.i.d. and the without-replacemen
 * "numpy route": the same, the host's fused kernels turned off (what runs without numba, the ``fast``
   extra); the kernels' first compilation (or load from numba's cache) is timed once before the rounds,
   outside every timed call, and printed;
-* "laws as arrays": the bound's own arithmetic, each frontier's laws handed over as one stacked numpy
-  block (no check on reading: the route of decoding models whose logits are on the CPU);
+* "laws as arrays": the bound's own arithmetic, each frontier's laws handed over as numpy rows where they are
+  (lists of the recorded rows, no stacking copy, no check on reading: the route of decoding models whose logits
+  are on the CPU, which hands over rows of the tree's law array);
 * "bounded draws": "laws as arrays" with the draws of ranks >= 2 without replacement given the stated upper
   bound instead of their exact laws (the exponential race; the bound before the race), and the (looser) bound
   it gives;
@@ -23,11 +24,19 @@ expanded prefixes (64 per model call), for the i.i.d. and the without-replacemen
   SmolLM2-135M, draft 24 of its 30 layers), each frontier of up to 64 prefixes scored in one tree-attention
   call per model.
 
+* "one pass over them": every law the bound reads (the recorded draft and target rows) summed once, where it
+  is, by a compiled loop: the memory traffic that any route must pay, with the bandwidth it reached (the floor
+  of the bound's arithmetic on this machine);
+* with ``--against DIR`` (another checkout of the project, e.g. the code before a change): that checkout's
+  "laws given" and "laws as arrays" (its route: each frontier's laws one stacked numpy block), timed in the
+  same interleaved rounds, and the relative change of the bound between the two (checked <= 1e-12). The other
+  checkout is imported as the package ``otspec_against`` beside this one.
+
 The target: "bound, laws given" / forward <= 0.10. Every contender is timed interleaved in each round
 after a warm-up and the median kept (``experiments/_bench.py``); the 1-minute load average is printed
 before and after, since the project's machine is shared.
 
-Usage: python experiments/bench_tree_bound.py [--device cuda] [--threads 1] [--repeat 3] [--rst]
+Usage: python experiments/bench_tree_bound.py [--device cuda] [--threads 1] [--repeat 3] [--rst] [--against DIR]
 """
 
 from __future__ import annotations
@@ -53,6 +62,26 @@ def _load() -> str:
     return f"{a:.2f} {b:.2f} {c:.2f}"
 
 
+def _row_sum(x):
+    """The sum of a row over 8 lanes: one read of its bytes, the least a pass over the laws costs."""
+    acc = np.zeros(8)
+    n = x.shape[0] - x.shape[0] % 8
+    for v in range(0, n, 8):
+        for k in range(8):
+            acc[k] += x[v + k]
+    for v in range(n, x.shape[0]):
+        acc[0] += x[v]
+    return acc.sum()
+
+
+try:  # the floor is measured with the bound's own compiler (the ``fast`` extra); numpy's sum without it
+    import numba
+
+    _row_sum = numba.njit(cache=False)(_row_sum)
+except ImportError:  # pragma: no cover
+    _row_sum = np.sum
+
+
 class _Recorded:
     """A ``next_dist`` model over the laws a decoding model gave at the prefixes a bound expanded."""
 
@@ -70,11 +99,11 @@ def _np(X):
 
 class _TensorLaws:
     """``laws(paths) -> (P, Q)`` as float64 tensors on ``device`` (numpy arrays with ``device=None``): the
-    recorded laws of a frontier stacked there."""
+    recorded laws of a frontier stacked there; with ``stack=False`` (numpy) the rows where they are, as lists."""
 
-    def __init__(self, rec: dict, device):
+    def __init__(self, rec: dict, device, stack: bool = True):
         wrap = (lambda x: x) if device is None else (lambda x: torch.as_tensor(x, device=device))
-        self.stack = np.stack if device is None else torch.stack
+        self.stack = (np.stack if stack else list) if device is None else torch.stack
         self.laws = {s: (wrap(p), wrap(q)) for s, (p, q) in rec.items()}
         self.calls = 0
 
@@ -82,6 +111,23 @@ class _TensorLaws:
         self.calls += 1
         rows = [self.laws[tuple(s)] for s in paths]
         return self.stack([r[0] for r in rows]), self.stack([r[1] for r in rows])
+
+
+def _load_against(root: str):
+    """The ``otspec.tree._bound`` module of another checkout (``root``), imported as the package ``otspec_against``
+    beside this one (its relative imports stay inside it), and its ``TreeShape`` (which its functions check)."""
+    import importlib.util
+
+    pkg = Path(root).resolve() / "otspec"
+    spec = importlib.util.spec_from_file_location("otspec_against", pkg / "__init__.py",
+                                                  submodule_search_locations=[str(pkg)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["otspec_against"] = mod
+    spec.loader.exec_module(mod)
+    import otspec_against.tree as OT
+    import otspec_against.tree._bound as OB
+
+    return OB, OT.TreeShape
 
 
 def main(argv=None):
@@ -92,6 +138,8 @@ def main(argv=None):
     ap.add_argument("--budget", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--rst", action="store_true")
+    ap.add_argument("--against", default=None, help="another checkout (e.g. the code before a change): its "
+                    "'laws given' and 'laws as arrays' timed interleaved in the same rounds")
     args = ap.parse_args(argv)
     import time
 
@@ -101,6 +149,9 @@ def main(argv=None):
     from otspec.models import MemorylessModel
     from otspec.tree import TreeShape, bound
 
+    OB = OShape = None
+    if args.against:
+        OB, OShape = _load_against(args.against)
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
@@ -132,19 +183,22 @@ def main(argv=None):
     small_p, small_q = MemorylessModel(np.full(600, 1 / 600)), MemorylessModel(np.full(600, 1 / 600))
     for process in ("iid", "wor"):
         bound(TreeShape.branching(3, 2), small_p, small_q, process=process, budget=4)
+        if OB is not None:
+            OB.bound(OShape.branching(3, 2), small_p, small_q, process=process, budget=4)
     print(f"numba kernels: {'compiled' if K.JIT else 'off (numba not installed)'}; first call (compile or load "
           f"from cache, not timed below) {time.perf_counter() - t0:.2f} s")
 
     rows = []
     for process in ("iid", "wor"):
         # one run through the decoding models records the laws the bound reads
-        rec = {}
+        rec, read = {}, set()
         orig = B._TreeAttentionLaws.__call__
 
-        def recording(self, paths, rec=rec, orig=orig):
+        def recording(self, paths, rec=rec, orig=orig, read=read):
             P, Q = orig(self, paths)
-            for s, p, q in zip(paths, _np(P), _np(Q)):
-                rec[tuple(s)] = (p, q)
+            for s, p, q in zip(paths, P, Q):
+                rec[tuple(s)] = (_np(p), _np(q))
+                read.add(tuple(s))
             return P, Q
 
         B._TreeAttentionLaws.__call__ = recording
@@ -155,6 +209,7 @@ def main(argv=None):
             B._WOR_RACE = False
             bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
             B._WOR_RACE = race
+            read.clear()
             res = bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
         finally:
             B._TreeAttentionLaws.__call__ = orig
@@ -175,7 +230,22 @@ def main(argv=None):
                 K.JIT = jit
 
         tensor_laws = _TensorLaws(rec, device)
-        array_laws = _TensorLaws(rec, None)
+        array_laws = _TensorLaws(rec, None, stack=False)
+        stacked_laws = _TensorLaws(rec, None)
+
+        def before_given(process=process, md=md, mt=mt):
+            OB.bound(OShape.branching(8, 7), md, mt, process=process, budget=args.budget, batch=args.batch)
+
+        def before_arrays(process=process, laws=stacked_laws):
+            # the other checkout's route: each frontier's laws one stacked numpy block
+            laws.calls = 0
+            OB._sampled(OB._Slots(OShape.branching(8, 7)), process, laws, args.budget, args.batch)
+
+        if OB is not None:
+            old = OB._sampled(OB._Slots(OShape.branching(8, 7)), process, stacked_laws, args.budget, args.batch)
+            new = B._sampled(B._Slots(shape), process, array_laws, args.budget, args.batch)
+            drift = abs(new.value - old.value) / old.value
+            assert drift <= 1e-12, (new.value, old.value)
 
         def given_arrays(process=process, laws=array_laws):
             # the bound's own arithmetic: each frontier's laws one stacked numpy block, no check on reading
@@ -198,25 +268,43 @@ def main(argv=None):
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
 
+        law_rows = [x for path in sorted(read) for x in rec[path]]  # the laws the bound reads, each once
+
+        def read_once(rows=law_rows):
+            # one pass over the bytes of every law the bound reads (each row once, where it is): the floor
+            for x in rows:
+                _row_sum(x)
+
         def with_calls(process=process):
             bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
 
         loose = given_bounded()
         before = _load()
-        t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls = timeit_many(
-            [forward, given, given_numpy, given_arrays, given_bounded, given_tensors, with_calls], repeat=args.repeat,
-            min_time=0.0)
+        fns = [forward, given, given_numpy, given_arrays, given_bounded, given_tensors, with_calls, read_once]
+        if OB is not None:
+            fns += [before_given, before_arrays]
+        got = timeit_many(fns, repeat=args.repeat, min_time=0.0)
+        t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls, t_read = got[:8]
         after = _load()
+        mb = sum(x.nbytes for x in law_rows) / 1e6
+        floor = (f"{mb:.0f}", t_read * 1e3, mb / 1e3 / t_read, t_read / t_fwd)
+        against = () if OB is None else (got[8] * 1e3, got[8] / t_fwd, got[9] * 1e3, got[9] / t_fwd,
+                                         got[9] / t_arr, f"{drift:.1e}")
         rows.append((process, t_fwd * 1e3, t_given * 1e3, t_given / t_fwd, t_np * 1e3, t_np / t_fwd,
                      t_arr * 1e3, t_arr / t_fwd, t_bnd * 1e3, t_bnd / t_arr, loose.value,
                      t_tens * 1e3, t_tens / t_fwd,
                      t_calls * 1e3, t_calls / t_fwd, res.n_calls, res.n_expanded, res.value, res.remainder,
-                     res.pi_exact, f"{before} / {after}"))
+                     res.pi_exact, *floor, *against, f"{before} / {after}"))
     head = ("process", "forward ms", "bound, laws given ms", "given / forward", "numpy route ms",
             "numpy / forward", "laws as arrays ms", "arrays / forward", "bounded draws ms", "bounded / arrays",
             "bound, bounded draws", "laws as tensors ms",
             "tensors / forward", "bound with its calls ms", "with calls / forward", "calls per model", "expanded",
-            "bound", "remainder", "pi exact", "load average before / after")
+            "bound", "remainder", "pi exact", "laws read MB", "one pass over them ms", "GB/s",
+            "one pass / forward")
+    if OB is not None:
+        head += ("before: laws given ms", "before: given / forward", "before: laws as arrays ms",
+                 "before: arrays / forward", "before / after (arrays)", "bound: relative change")
+    head += ("load average before / after",)
     print_table(f"otspec.tree.bound on branching(8,7) at V = {V}, budget {args.budget} ({name})", head, rows,
                 args.rst, target=("given / forward", TARGET))
 

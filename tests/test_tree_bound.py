@@ -410,10 +410,11 @@ def _outcome(r):
     (500, 5.0, TreeShape([(0,), (1,), (0, 0), (0, 0, 0), (0, 0, 1), (1, 0)])),
 ])
 @pytest.mark.parametrize("budget", [1, 9, 80])
-def test_fused_kernels_are_bit_for_bit_the_numpy_route(process, V, concentration, shape, budget, monkeypatch):
-    """The kernels do the numpy route's operations in its order: every value, per-depth sum, remainder and
-    flag identical in float64 (the bounded draws of ranks >= 2, the closed form of the second draw, the i.i.d.
-    recursion, the candidates' draw laws read at entries)."""
+def test_fused_row_kernels_agree_with_the_numpy_route(process, V, concentration, shape, budget, monkeypatch):
+    """The fused row kernels against the numpy route (numba off): the same prefixes expanded, every value,
+    per-depth sum and remainder within EXACT (relative). Not bit for bit: the kernels sum each row over 256
+    lanes (numpy: pairwise) and, without replacement, combine the ranks' race laws before the sum; the entries
+    and the row sums are pinned against independent routes below."""
     if not _bound_kernels.JIT:
         pytest.skip("numba is not installed")
     draft = random_markov_model(V, rng=V + 3, concentration=concentration)
@@ -421,7 +422,70 @@ def test_fused_kernels_are_bit_for_bit_the_numpy_route(process, V, concentration
     a = bound(shape, draft, target, process=process, budget=budget, batch=16)
     monkeypatch.setattr(_bound_kernels, "JIT", False)
     b = bound(shape, draft, target, process=process, budget=budget, batch=16)
-    assert _outcome(a) == _outcome(b)
+    assert (a.n_expanded, a.n_calls, a.complete, a.pi_exact) == (b.n_expanded, b.n_calls, b.complete, b.pi_exact)
+    assert _rel(a.value, b.value) <= EXACT and abs(a.remainder - b.remainder) <= EXACT * a.value
+    for x, y in ((a.per_depth, b.per_depth), (a.lower_per_depth, b.lower_per_depth)):
+        np.testing.assert_allclose(x, y, rtol=EXACT, atol=0)
+
+
+def _one_frontier(process, shape, V, m, seed):
+    """A frontier of ``m`` depth-1 prefixes of ``shape`` with LLM-like laws (softmax of Gaussian logits, some exact
+    zeros): ``(slots, prefixes, P, Q)``."""
+    from otspec.tree._bound import _Prefix, _Slots
+
+    rng = np.random.default_rng(seed)
+    slots = _Slots(shape)
+
+    def law():
+        z = rng.normal(0, 3.0, V)
+        p = np.exp(z - z.max())
+        p[rng.random(V) < 0.05] = 0.0
+        return p / p.sum()
+
+    P, Q = np.stack([law() for _ in range(m)]), np.stack([law() for _ in range(m)])
+    n1 = slots.n_at[1]
+    frontier = [_Prefix((int(x),), float(rng.random()), 0.5, rng.random(n1), (float(rng.random()),), {})
+                for x in rng.choice(V, m, replace=False)]
+    return slots, frontier, P, Q
+
+
+@pytest.mark.parametrize("process, shape", [("iid", TreeShape.branching(3, 4, 2)), ("iid", TreeShape.branching(8, 7, 1)),
+                                            ("wor", TreeShape.branching(3, 4, 2)), ("wor", TreeShape.branching(2, 6, 1))])
+@pytest.mark.parametrize("V", [700, 5000])
+def test_fused_row_pass_entries_and_row_sums(process, shape, V, monkeypatch):
+    """One frontier expanded by the fused row kernels against the numpy route's whole arrays (numba off): the
+    children's pi and min(Q, pi) entries bit for bit (i.i.d.: the same operations) or within EXACT (without
+    replacement: the ranks' race laws combined before the sum), and every row sum (the exact level and the caps
+    of the lower depths) within 1e-13 of math.fsum over the numpy route's entries."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree._bound import _expand_rows, _iid_pi
+
+    slots, frontier, P, Q = _one_frontier(process, shape, V, 5, V)
+    j = 1
+    a = _expand_rows(slots, process, frontier, list(P), list(Q), 10**6)[0]
+    rc = (np.array([frontier.index(o) for o in a["owner"]]), a["x"])
+    got = [(u.exact, dict(u.S)) for u in frontier]
+    monkeypatch.setattr(_bound_kernels, "JIT", False)
+    from otspec.tree._bound import _child_pi
+
+    A = np.stack([u.A for u in frontier])
+    s_all = np.array([u.s for u in frontier])
+    pi, md, _draws, _ex = _child_pi(slots, process, A, s_all, P, [u.path for u in frontier])
+    Qc = np.array([u.Q for u in frontier])[:, None] * Q
+    low = np.minimum(Qc, pi)
+    if process == "iid":
+        np.testing.assert_array_equal(pi, _iid_pi(slots, j, s_all, P))
+        np.testing.assert_array_equal(a["pi"], pi[rc])          # the candidates' values, bit for bit
+        np.testing.assert_array_equal(a["pr"], low[rc])
+    else:
+        np.testing.assert_allclose(a["pi"], pi[rc], rtol=EXACT, atol=0)
+        np.testing.assert_allclose(a["pr"], low[rc], rtol=EXACT, atol=0)
+    for i, (exact, S) in enumerate(got):
+        assert _rel(exact, math.fsum(low[i].tolist())) <= 1e-13
+        assert set(S) == set(md)
+        for d, v in S.items():
+            assert _rel(v, math.fsum(np.minimum(Qc[i], md[d][i]).tolist())) <= 1e-13
 
 
 def test_fused_draw_laws_at_entries_are_the_whole_laws():
@@ -688,3 +752,97 @@ def test_race_laws_against_sampled_draws_chi_square():
         exp = np.append(expected[big], expected[~big].sum())
         keep = exp > 0
         assert chisquare(obs[keep], exp[keep] * obs[keep].sum() / exp[keep].sum()).pvalue > 1e-4
+
+
+@pytest.mark.parametrize("V, K, ties", [(5000, 32, False), (700, 32, True), (20, 32, False), (40, 8, True)])
+def test_one_pass_row_stats_against_numpy(V, K, ties):
+    """What one pass over a draft row gives the draws without replacement (support, most likely token, the head
+    of K tokens by decreasing p with ties to the lower id, the tail's largest probability, the second draw's sums
+    and the race's power sums) against numpy and math.fsum on the same row."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree._process import _ranked
+
+    rng = np.random.default_rng(V + K)
+    z = rng.normal(0, 3.0, V)
+    if ties:
+        z = np.round(z)                                   # many exactly equal probabilities
+    p = np.exp(z - z.max())
+    p[rng.random(V) < 0.1] = 0.0
+    p /= p.sum()
+    N = 48
+    head, hval, nu, st = np.empty(K, np.int64), np.empty(K), np.zeros(N + 1), np.empty(7)
+    mark = np.zeros(V, dtype=bool)
+    _bound_kernels.wor_row_stats(p, K, True, head, hval, nu, mark, st)
+    assert not mark.any()
+    support = int(np.count_nonzero(p > 0))
+    kh = min(K, support)
+    order = _ranked(p)
+    assert st[0] == support and st[1] == np.argmax(p) and st[2] == kh
+    np.testing.assert_array_equal(head[:kh], order[:kh])
+    np.testing.assert_array_equal(hval[:kh], p[order[:kh]])
+    assert (head[kh:] == -1).all()
+    tail = np.setdiff1d(np.flatnonzero(p > 0), order[:kh])
+    pmax = p[tail].max() if tail.size else 0.0
+    assert st[3] == pmax
+    top = int(np.argmax(p))
+    others = np.delete(p, top)
+    rest = math.fsum(others.tolist())
+    S2 = math.fsum((others / (1.0 - others)).tolist())
+    assert _rel(st[4], rest) <= 1e-13 and _rel(st[6], S2) <= 1e-13
+    assert _rel(st[5], S2 + p[top] / rest) <= 1e-13
+    if tail.size:
+        y = p[tail] / pmax
+        for n in range(1, N + 1):
+            want = math.fsum((y ** n).tolist())
+            assert abs(nu[n] - want) <= 1e-13 * want + 1e-24 * nu[1], n   # terms below 1e-24 of the largest dropped
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_row_route_reads_the_laws_where_they_are(process):
+    """With numba the laws handed over as rows are read where they are: no frontier is stacked into a block (the
+    block route copied each frontier's draft and target laws, 2 * 32 * V * 8 bytes here), and the bound is the
+    block route's."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    import tracemalloc
+
+    from otspec.tree._bound import _sampled, _Slots
+
+    V, shape = 20_000, TreeShape.branching(8, 4)
+    rng = np.random.default_rng(11)
+
+    def law():
+        z = rng.normal(0, 3.0, V)
+        p = np.exp(z - z.max())
+        return p / p.sum()
+
+    held: dict = {}
+
+    class Rows:
+        calls = 0
+
+        def __call__(self, paths):
+            self.calls += 1
+            for s in paths:
+                if tuple(s) not in held:
+                    held[tuple(s)] = (law(), law())
+            return [held[tuple(s)][0] for s in paths], [held[tuple(s)][1] for s in paths]
+
+    _sampled(_Slots(shape), process, Rows(), 33, 32)                   # every law made and held before tracing
+    tracemalloc.start()
+    try:
+        got = _sampled(_Slots(shape), process, Rows(), 33, 32)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    block = 32 * V * 8
+    assert peak < block / 4, peak
+
+    class Stacked(Rows):
+        def __call__(self, paths):
+            P, Q = super().__call__(paths)
+            return np.stack(P), np.stack(Q)
+
+    ref = _sampled(_Slots(shape), process, Stacked(), 33, 32)
+    assert got.value == ref.value and got.n_expanded == ref.n_expanded == 33

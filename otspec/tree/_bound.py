@@ -250,14 +250,14 @@ class _Race:
     :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
     in the head keeps the stated upper bound (``ok`` False)."""
 
-    def __init__(self, P: np.ndarray, ranks: list, rows):
-        m, V = P.shape
+    def __init__(self, P, ranks: list, rows, first: dict | None = None):
+        m, V = len(P), P[0].shape[0]
         self.ranks = list(ranks)
         nk, N = len(self.ranks), _RACE_TERMS
         deg = max(self.ranks) + 1
         s = _K.stirling_table(deg, N)
         r_arr = np.asarray(self.ranks, dtype=np.int64)
-        support = np.count_nonzero(P > 0, axis=1)
+        support = np.count_nonzero(P > 0, axis=1) if first is None else first["support"]
         self.ok = np.zeros(m, bool)
         self.pmax = np.ones(m)
         got: dict = {}
@@ -265,20 +265,28 @@ class _Race:
         K = min(_RACE_HEAD, V)
         mark = np.zeros(V, bool)
         while todo:
-            sub = np.ascontiguousarray(P[todo])
             n = len(todo)
-            part = np.argpartition(-sub, K - 1, axis=1)[:, :K] if K < V else np.tile(np.arange(V), (n, 1))
-            head = np.take_along_axis(part, np.lexsort((part, -np.take_along_axis(sub, part, axis=1)), axis=1), axis=1)
-            head = np.ascontiguousarray(head, dtype=np.int64)
-            kh = np.minimum(K, support[todo]).astype(np.int64)
-            ph = np.where(np.arange(K) < kh[:, None], np.take_along_axis(sub, head, axis=1), 0.0)
-            pmax = np.zeros(n)
-            nu = np.zeros((n, N + 1))
-            _K.race_moments(sub, head, mark, pmax, nu)
+            if first is not None:
+                # the first round from the rows' one pass (:func:`_bound_kernels.wor_row_stats`): the head, its
+                # probabilities, the tail's largest probability and power sums
+                head, kh = first["head"][todo], first["kh"][todo]
+                ph, pmax, nu = first["hval"][todo], first["pmax"][todo], first["nu"][todo]
+                first = None
+            else:
+                sub = np.ascontiguousarray(P[todo]) if isinstance(P, np.ndarray) else np.stack([P[i] for i in todo])
+                part = np.argpartition(-sub, K - 1, axis=1)[:, :K] if K < V else np.tile(np.arange(V), (n, 1))
+                head = np.take_along_axis(part, np.lexsort((part, -np.take_along_axis(sub, part, axis=1)), axis=1),
+                                          axis=1)
+                head = np.ascontiguousarray(head, dtype=np.int64)
+                kh = np.minimum(K, support[todo]).astype(np.int64)
+                ph = np.where(np.arange(K) < kh[:, None], np.take_along_axis(sub, head, axis=1), 0.0)
+                pmax = np.zeros(n)
+                nu = np.zeros((n, N + 1))
+                _K.race_moments(sub, head, mark, pmax, nu)
             HL, HL2 = np.zeros((n, nk, K)), np.zeros((n, nk, K))
             C, C2 = np.zeros((n, nk, N + 1)), np.zeros((n, nk, N + 1))
             info = np.zeros((n, 3))
-            _K.race_rows(sub, head, kh, pmax, nu, r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
+            _K.race_rows(ph, kh, pmax, nu, r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
                          HL, HL2, C, C2, info)
             tail = pmax > 0
             good = (info[:, 2] > 0) & (~tail | (pmax * info[:, 0] <= _RACE_UMAX))
@@ -717,6 +725,190 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     return cand, pi_exact, dropped
 
 
+def _host_rows(P, Q):
+    """``(P rows, Q rows)``: a frontier's laws as lists of contiguous float64 rows, read where they are (rows of a
+    numpy block are views, a list's rows are taken as given), when the fused row kernels run (numba, host
+    arrays); else None (the numpy route without numba, tensors)."""
+    if not _K.JIT:
+        return None
+    out = []
+    for X in (P, Q):
+        if isinstance(X, np.ndarray):
+            if X.ndim != 2:
+                return None
+            X = np.ascontiguousarray(X, dtype=np.float64)
+            out.append([X[i] for i in range(X.shape[0])])
+        elif isinstance(X, (list, tuple)) and all(isinstance(x, np.ndarray) for x in X):
+            out.append([np.ascontiguousarray(x, dtype=np.float64) for x in X])
+        else:
+            return None
+    return out[0], out[1]
+
+
+def _block(X):
+    """A frontier's laws as one ``(m, V)`` block (a list of rows stacked: numpy rows, or tensors on their device)."""
+    if not isinstance(X, (list, tuple)):
+        return X
+    if all(isinstance(x, np.ndarray) for x in X):
+        return np.stack(X)
+    return namespace(X[0]).stack(list(X))
+
+
+def _row_gather(rows: list, r: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``rows[r[i]][x[i]]`` for host index arrays (``r`` nondecreasing), one fancy index per row."""
+    out = np.empty(r.shape[0])
+    if r.size == 0:
+        return out
+    starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    for a, b in zip(starts.tolist(), starts[1:].tolist() + [r.size]):
+        out[a:b] = rows[int(r[a])][x[a:b]]
+    return out
+
+
+def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows: list, keep: int):
+    r""":func:`_expand` by the fused row kernels (numba): each prefix's draft and target rows read where they are,
+    in one kernel call per row that computes :math:`\pi` of every child, the exact level and the caps' row sums
+    (and, above the last depth, the candidates' values); the same ``(candidates, pi_exact, dropped)``. The row
+    sums are summed over :data:`_bound_kernels.BLOCK` lanes (within ~1e-13 of numpy's pairwise sums)."""
+    j = len(frontier[0].path)
+    D = slots.D
+    m = len(frontier)
+    V = Prows[0].shape[0]
+    Qu = np.array([u.Q for u in frontier])
+    A = np.stack([u.A for u in frontier])
+    s_all = np.array([u.s for u in frontier], dtype=np.float64).reshape(m, j)
+    more = j + 1 < D
+    depths = list(range(j + 2, D + 1))
+    sums = np.empty((m, 1 + len(depths)))
+    low = np.empty((m, V if more else 0))
+    pi = np.empty((m, V if more else 0))
+    draws = None
+    if process != "wor":
+        _r, _C, beta = slots.incidence(j)
+        mdc = np.ascontiguousarray(np.stack([A @ beta[d].sum(axis=1) for d in depths], axis=1)) if depths else \
+            np.zeros((m, 0))
+        prog = _K.iid_program(*slots.iid_classes(j))
+        s_rows = s_all if j else np.zeros((m, 1))
+        for i in range(m):
+            _K.iid_row(Prows[i], Qrows[i], float(Qu[i]), s_rows[i], j, *prog, mdc[i], sums[i], low[i], pi[i])
+        pi_exact = True
+    else:
+        got = _wor_rows(slots, j, A, Prows, Qrows, Qu, [u.path for u in frontier], depths, sums, low, pi)
+        if got is None:   # a row enumerated or refused by the race: the block route, the whole frontier
+            return _expand(slots, process, frontier, np.stack(Prows), np.stack(Qrows), keep)
+        draws, mdc = got
+        pi_exact = True
+    for i, u in enumerate(frontier):
+        u.exact = float(sums[i, 0])
+        u.S = {d: float(sums[i, 1 + e]) for e, d in enumerate(depths)}
+    if not more:
+        return None, pi_exact, 0
+    r, x, dropped = _top_per_row(low, keep, np)
+    if r.size == 0:
+        return None, pi_exact, dropped
+    Pg, Qg = _row_gather(Prows, r, x), Qu[r] * _row_gather(Qrows, r, x)
+    if draws is None:
+        caps = {d: np.minimum(Qg, mdc[r, e] * Pg) for e, d in enumerate(depths)}
+    else:
+        caps = {d: np.minimum(Qg, mdc[r, e, x]) for e, d in enumerate(depths)}
+    cand = dict(pr=low[r, x], owner=[frontier[i] for i in r.tolist()], x=x, Q=Qg, pi=pi[r, x], p=Pg, caps=caps,
+                dr=None if draws is None else draws.at(Pg, r, x))
+    return cand, pi_exact, dropped
+
+
+class _RowDraws:
+    """The laws of the draws of the used ranks without replacement at a few entries of a frontier's rows (the
+    candidates): rank 0 ``p``, rank 1 the closed form (as :func:`_bound_kernels.wor_row`), ranks >= 2 the race's
+    (:func:`_race_at`)."""
+
+    def __init__(self, ranks, st, race):
+        self.ranks, self.st, self.race = list(ranks), st, race
+
+    def at(self, p: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """``(ranks, n)``: each used rank's law at the entries ``(rows[i], cols[i])``, whose draft values are ``p``."""
+        st = self.st[rows]
+        den = 1.0 - p
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(den > 0, p / np.where(den > 0, den, 1.0), 0.0)
+        p1 = np.clip(np.where(cols == st[:, 1].astype(np.int64), p * st[:, 6], p * (st[:, 5] - t)), 0.0, 1.0)
+        out = []
+        for r in self.ranks:
+            out.append(p.copy() if r == 0 else p1 if r == 1 else _race_at(self.race, self.race.ranks.index(r), p, rows, cols))
+        return np.stack(out)
+
+
+def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, low, pi):
+    """The fused row route of :func:`_expand_rows` for draws without replacement: one pass per draft row for what
+    the draws' laws need (:func:`_bound_kernels.wor_row_stats`: support, the most likely tokens, the second
+    draw's sums, the race's power sums), the race's quadrature per row, then one pass per row over both laws
+    (:func:`_bound_kernels.wor_row`), the ranks' laws combined by their slot weights before the sums.
+    ``(draws at entries, md)`` (``md[e]`` the expected slot counts of depth ``depths[e]`` when written), or None
+    where a row is enumerated (few ordered draws) or refused by the race (the block route then)."""
+    m = len(Prows)
+    V = Prows[0].shape[0]
+    ranks, C, beta = slots.incidence(j)
+    need = slots.need[j]
+    K = min(_RACE_HEAD, V)
+    race_on = need > 2 and _WOR_RACE
+    N = _RACE_TERMS
+    head = np.empty((m, K), dtype=np.int64)
+    hval = np.empty((m, K))
+    nu = np.zeros((m, N + 1))
+    st = np.empty((m, 7))
+    mark = np.zeros(V, dtype=bool)
+    for i in range(m):
+        _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
+    support = st[:, 0].astype(np.int64)
+    for i in np.flatnonzero(support < need).tolist():
+        raise _support_error("wor", need, paths[i], Prows[i])
+    if need > 2 and any(math.perm(int(n), need) * V <= _MAX_WOR_ENUMERATION for n in support.tolist()):
+        return None
+    if need > 2 and not race_on:
+        return None
+    E = len(depths)
+    W = A @ C                                                # (m, R): slot weight of each used rank
+    coef = [A @ beta[d] for d in depths]                     # (m, R) each: depth-d slots below each rank's child
+    w01 = np.zeros((m, 2))
+    c01 = np.zeros((m, E, 2))
+    for k, r in enumerate(ranks):
+        if r < 2:
+            w01[:, r] = W[:, k]
+            for e in range(E):
+                c01[:, e, r] = coef[e][:, k]
+    race = None
+    if race_on:
+        race = _Race(Prows, [r for r in ranks if r >= 2], range(m),
+                     first=dict(support=support, head=head, hval=hval, kh=st[:, 2].astype(np.int64), pmax=st[:, 3],
+                                nu=nu))
+        if not race.ok.all():
+            return None
+        Kh = race.head.shape[1]
+        H = np.zeros((m, N + 1))
+        Hmd = np.zeros((m, E, N + 1))
+        HLw = np.zeros((m, Kh))
+        HLmd = np.zeros((m, E, Kh))
+        for k, r in enumerate(ranks):
+            if r < 2:
+                continue
+            q = race.ranks.index(r)
+            H += W[:, k, None] * race.C[:, q]
+            HLw += W[:, k, None] * race.HL[:, q]
+            for e in range(E):
+                Hmd[:, e] += coef[e][:, k, None] * race.C[:, q]
+                HLmd[:, e] += coef[e][:, k, None] * race.HL[:, q]
+        rhead, theta, pmax = race.head, race.theta, race.pmax
+    else:
+        H, Hmd, HLw, HLmd = np.zeros((m, 1)), np.zeros((m, E, 1)), np.zeros((m, 1)), np.zeros((m, E, 1))
+        rhead, theta, pmax = np.full((m, 1), -1, dtype=np.int64), np.zeros((m, 1)), np.ones(m)
+    md = np.empty((m, E, low.shape[1]))
+    top = st[:, 1].astype(np.int64)
+    for i in range(m):
+        _K.wor_row(Prows[i], Qrows[i], float(Qu[i]), int(top[i]), float(st[i, 5]), float(st[i, 6]), w01[i], H[i],
+                   c01[i], Hmd[i], race_on, float(pmax[i]), theta[i], rhead[i], HLw[i], HLmd[i], sums[i], low[i], pi[i],
+                   md[i])
+    return _RowDraws(ranks, st, race), md
+
+
 def _top_per_row(low, keep: int, xp):
     """``(rows, cols, dropped)`` (host int64): per row the at most ``keep`` largest positive entries of ``low``,
     rows in order, each row's entries by decreasing value, ties by lower column (the order of
@@ -907,7 +1099,7 @@ def _root_path_probability(shape, draft, path, *, process: str, prefix=()) -> tu
     u = _Prefix((), 1.0, 1.0, np.ones(1), (), {})
     exact = True
     for j, x in enumerate(path):
-        Pl, _ = laws([u.path])
+        Pl = np.stack(laws([u.path])[0])
         pi, _md, draws, ex = _child_pi(slots, process, u.A[None, :], np.array([u.s]).reshape(1, j), Pl, [u.path],
                                        keep_draws=True)
         exact &= ex
@@ -931,7 +1123,7 @@ class _ModelLaws:
 
     def __call__(self, paths):
         self.calls += 1
-        return np.stack([self.d(s) for s in paths]), np.stack([self.t(s) for s in paths])
+        return [self.d(s) for s in paths], [self.t(s) for s in paths]       # rows where they are (no stacking copy)
 
 
 class _TreeAttentionLaws:
@@ -963,7 +1155,7 @@ class _TreeAttentionLaws:
             laws = _tree_laws(lm, state, np.array(parents), np.array(tokens), pending)
             lm.select(state, 0, self.ctx.shape[0] - 1)
             self.states[k] = state
-            out.append(laws[rows] if isinstance(laws, np.ndarray) else laws[_device_index(rows, laws)])
+            out.append([laws[r] for r in rows] if isinstance(laws, np.ndarray) else laws[_device_index(rows, laws)])
         return out[0], out[1]
 
     def one(self, k: int):
@@ -1112,13 +1304,17 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     likely other tokens: an upper bound on :math:`\pi` keeps the value an
     upper bound, and ``pi_exact`` says which was used.
 
-    Each frontier is expanded as whole ``(prefixes, V)`` arrays (no loop over
-    prefixes): on the host by fused kernels (the i.i.d. recursion, the draw laws
-    without replacement; compiled by numba with the ``fast`` extra, bit for bit the
-    vectorised numpy route that runs without it), in cache-sized blocks; with decoding
-    models whose logits are on an accelerator the laws stay there as float64
-    tensors and the same arithmetic runs on the device, only the candidates'
-    values coming back (the two routes agree to 1e-12).
+    On the host with numba (the ``fast`` extra) each expanded prefix's draft
+    and target laws are read where they are (no stacked copy of a frontier),
+    in one fused kernel call per prefix that computes :math:`\pi` of every
+    child (the i.i.d. recursion; without replacement the laws of every used
+    rank's draw, combined before the sum), its minimum with :math:`Q` and
+    every row sum the bound needs; without numba the same arithmetic runs as
+    whole ``(prefixes, V)`` numpy arrays in cache-sized blocks (the two agree
+    to a relative 1e-12: the kernels sum over lanes, numpy pairwise). With
+    decoding models whose logits are on an accelerator the laws stay there as
+    float64 tensors and the same arithmetic runs on the device, only the
+    candidates' values coming back (the routes agree to 1e-12).
 
     See Also
     --------
@@ -1186,12 +1382,18 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> Tree
         # recursions; the laws as numpy arrays or as tensors on the models' device (kept there)
         frontier.sort(key=lambda u: len(u.path))           # stable: the order of expansion within a depth
         Pl, Ql = laws([u.path for u in frontier])
-        xp = _xp(Pl)
-        Pl, Ql = _as_laws(Pl, xp), _as_laws(Ql, xp)
+        rows = _host_rows(Pl, Ql)
+        if rows is None:
+            Pl, Ql = _block(Pl), _block(Ql)
+            xp = _xp(Pl)
+            Pl, Ql = _as_laws(Pl, xp), _as_laws(Ql, xp)
+        else:
+            Pl, Ql = rows
         left = budget - len(expanded)
         starts = [0] + [i for i in range(1, len(frontier)) if len(frontier[i].path) != len(frontier[i - 1].path)]
         for a, b in zip(starts, starts[1:] + [len(frontier)]):
-            cand, ex, drop = _expand(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
+            run = _expand if rows is None else _expand_rows
+            cand, ex, drop = run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
             pi_exact &= ex
             dropped += drop
             if cand is not None:

@@ -1,26 +1,40 @@
-r"""Fused kernels of :func:`otspec.tree.bound` on the host: one pass per row instead of dozens of whole-array passes.
+r"""Fused kernels of :func:`otspec.tree.bound` on the host: one pass per law row instead of dozens of whole-array passes.
 
-* :func:`iid_pi_kernel`: the i.i.d. recursion
-  :math:`f(v) = 1 - \prod_c (1 - p\, f(c))` for every child token of a block
-  of prefixes, the slots' classes given as a flat program
-  (:func:`iid_program`), every product held in registers;
-* :func:`second_draw_t`: the terms :math:`t_x = p_x / (1 - p_x)` of the
-  closed form of the second draw without replacement;
-* :func:`wor_pi_kernel`: the laws of the draws of every used rank (rank 0
+The row kernels, one call per expanded prefix, each reading the prefix's draft and target rows where they are
+(no stacked copy of a frontier):
+
+* :func:`iid_row`: the i.i.d. recursion
+  :math:`f(v) = 1 - \prod_c (1 - p\, f(c))` for every child token (the
+  slots' classes given as a flat program, :func:`iid_program`,
+  :data:`BLOCK` columns at a time, :func:`iid_block`), the minimum with the
+  target's path probability and every row sum the bound needs (the exact
+  level, the caps of the lower depths), over :data:`BLOCK` lanes
+  (:func:`lane_total`);
+* :func:`wor_row_stats`: what the draws without replacement need of a draft
+  row, from one read of it (the support, the most likely tokens, the second
+  draw's sums, the exponential race's power sums of the tail,
+  :func:`race_moments_row`);
+* :func:`wor_row`: the laws of the draws of every used rank (rank 0
   :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the exact law of
-  the exponential race, or the stated upper bound in a row the race refused)
-  combined into :math:`\pi` and the expected slot counts in one pass, no law
-  held whole;
-* :func:`race_moments`, :func:`race_rows`: the exponential race's work per
-  row (the tail's power sums in one pass over the vocabulary; the quadrature
-  in :math:`\log t` for the head's laws and the tail's Taylor coefficients),
-  shared by the fused and the numpy route.
+  the exponential race, their Taylor coefficients combined by the slots'
+  weights before the sum) combined into :math:`\pi` and the expected slot
+  counts, the minimum with the target's path probability and the row sums.
+
+The block kernels (a frontier's ``(m, V)`` block): :func:`iid_pi_kernel`,
+:func:`second_draw_t` and :func:`wor_pi_kernel` (ranks :math:`r \ge 2` also
+by the stated upper bound in a row the race refused), for the block route
+(rows enumerated or refused by the race, the bounded draws, the paths of
+:func:`otspec.tree._bound._root_path_probability`); :func:`race_moments` and
+:func:`race_rows`, the race's work per row (the quadrature in :math:`\log t`
+for the head's laws and the tail's Taylor coefficients), shared by every
+route.
 
 Plain Python on scalars, compiled by numba when installed (the ``fast`` extra,
-:data:`JIT`); the same operations in the same order as the vectorised numpy
-route of :mod:`otspec.tree._bound` (which runs without numba), so the two
-agree bit for bit (IEEE arithmetic, no contraction into fused multiply-adds;
-the row sums stay numpy's).
+:data:`JIT`). The entries (:math:`\pi`, the minima) are the vectorised numpy
+route's operations in its order (IEEE arithmetic, no contraction into fused
+multiply-adds): bit for bit for i.i.d. children; without replacement the row
+kernels combine the ranks' race laws before the sum (within a relative 1e-12).
+The row sums are summed over lanes (numpy: pairwise), within about 1e-13.
 """
 
 from __future__ import annotations
@@ -37,7 +51,8 @@ DCAP = 4
 
 def union_block(a, n, b, r, h, out):
     """``out[:b]`` = :math:`1 - (1 - a)^n` for ``a[:b]`` by Horner's rule, positive terms only (as
-    :func:`otspec.tree._bound._union`, the same operations); ``r``, ``h`` scratch."""
+    :func:`otspec.tree._bound._union`, the same operations, up to four steps per sweep of the block); ``r``,
+    ``h`` scratch."""
     if n == 1:
         for v in range(b):
             out[v] = a[v] * 1.0
@@ -45,12 +60,69 @@ def union_block(a, n, b, r, h, out):
     for v in range(b):
         r[v] = 1.0 - a[v]
         h[v] = 1.0 + r[v]
-    for _ in range(n - 2):
+    k = n - 2
+    while k >= 4:
+        for v in range(b):
+            x = h[v]
+            y = r[v]
+            x *= y
+            x += 1.0
+            x *= y
+            x += 1.0
+            x *= y
+            x += 1.0
+            x *= y
+            x += 1.0
+            h[v] = x
+        k -= 4
+    while k >= 1:
         for v in range(b):
             h[v] *= r[v]
             h[v] += 1.0
+        k -= 1
     for v in range(b):
         out[v] = h[v] * a[v]
+
+
+def iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h):
+    """``F[c, :b]`` = :math:`f` of every class ``c`` of the program of :func:`iid_program` at the columns
+    ``v0 .. v0 + b - 1`` of the draft row ``p`` (``s`` the draft's probabilities along the prefix, ``j`` its
+    length); ``a``, ``g``, ``acc``, ``r``, ``h`` scratch of :data:`BLOCK` entries."""
+    n_lvl = lvl_start.shape[0] - 1
+    pb = p[v0:v0 + b]
+    for c in range(lvl_start[1]):
+        n = leaf_n[c]
+        if n > 0:
+            union_block(pb, n, b, r, h, F[c])
+        else:
+            F[c, :b] = 0.0
+    for lev in range(1, n_lvl):
+        sl = s[j - lev]
+        for c in range(lvl_start[lev], lvl_start[lev + 1]):
+            if term_start[c] == term_start[c + 1]:
+                F[c, :b] = 0.0
+                continue
+            one = term_start[c + 1] - term_start[c] == 1         # one term: its union is f(c) itself
+            for k in range(term_start[c], term_start[c + 1]):
+                fc = F[term_child[k]]
+                for v in range(b):
+                    a[v] = sl * fc[v]
+                if k == term_start[c]:
+                    union_block(a, term_cnt[k], b, r, h, F[c] if one else acc)
+                else:
+                    union_block(a, term_cnt[k], b, r, h, g)
+                    for v in range(b):
+                        acc[v] = g[v] + (1.0 - g[v]) * acc[v]
+            if not one:
+                for v in range(b):
+                    F[c, v] = acc[v]
+
+
+def iid_scratch(lvl_start):
+    """The buffers of :func:`iid_block`: ``F`` (a row of :data:`BLOCK` entries per class of the program) and five
+    scratch rows."""
+    F = np.zeros((lvl_start[lvl_start.shape[0] - 1], BLOCK))
+    return F, np.zeros(BLOCK), np.zeros(BLOCK), np.zeros(BLOCK), np.zeros(BLOCK), np.zeros(BLOCK)
 
 
 def iid_pi_kernel(P, s_all, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, out):
@@ -59,47 +131,69 @@ def iid_pi_kernel(P, s_all, j, leaf_n, lvl_start, term_start, term_child, term_c
     classes of level ``l`` combine their terms ``(term_child, term_cnt)`` with ``s = s_all[i, j - l]``;
     :data:`BLOCK` columns at a time."""
     m, V = P.shape
-    n_lvl = lvl_start.shape[0] - 1
-    n_cls = lvl_start[n_lvl]
-    F = np.zeros((n_cls, BLOCK))
-    a = np.zeros(BLOCK)
-    g = np.zeros(BLOCK)
-    acc = np.zeros(BLOCK)
-    r = np.zeros(BLOCK)
-    h = np.zeros(BLOCK)
+    F, a, g, acc, r, h = iid_scratch(lvl_start)
     for i in range(m):
         for v0 in range(0, V, BLOCK):
             b = min(BLOCK, V - v0)
-            for v in range(b):
-                a[v] = P[i, v0 + v]
-            for c in range(lvl_start[1]):
-                n = leaf_n[c]
-                if n > 0:
-                    union_block(a, n, b, r, h, F[c])
-                else:
-                    F[c, :b] = 0.0
-            for lev in range(1, n_lvl):
-                s = s_all[i, j - lev]
-                for c in range(lvl_start[lev], lvl_start[lev + 1]):
-                    if term_start[c] == term_start[c + 1]:
-                        F[c, :b] = 0.0
-                        continue
-                    for k in range(term_start[c], term_start[c + 1]):
-                        fc = F[term_child[k]]
-                        for v in range(b):
-                            a[v] = s * fc[v]
-                        if k == term_start[c]:
-                            union_block(a, term_cnt[k], b, r, h, acc)
-                        else:
-                            union_block(a, term_cnt[k], b, r, h, g)
-                            for v in range(b):
-                                acc[v] = g[v] + (1.0 - g[v]) * acc[v]
-                    for v in range(b):
-                        F[c, v] = acc[v]
+            iid_block(P[i], v0, b, s_all[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r,
+                      h)
             fr = F[root]
             for v in range(b):
                 x = fr[v]
                 out[i, v0 + v] = x if x < 1.0 else 1.0
+
+
+def lane_total(L):
+    """The sum of the :data:`BLOCK` lanes ``L`` (each a running sum over every ``BLOCK``-th entry of a row) by
+    pairwise halving: a row of ``V`` entries is summed within about ``V / BLOCK + log2(BLOCK)`` roundings."""
+    buf = L.copy()
+    w = buf.shape[0]
+    while w > 1:
+        h = w // 2
+        for k in range(h):
+            buf[k] = buf[k] + buf[k + h]
+        w = h
+    return buf[0]
+
+
+def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, low, pi):
+    r"""One prefix's expansion, i.i.d. children, in one pass over its draft law ``p`` and target law ``q``
+    (:data:`BLOCK` columns at a time): :math:`\pi` of every child by the program of :func:`iid_program` (as
+    :func:`iid_pi_kernel`, ``s`` the draft's probabilities along the prefix), and the row sums
+    ``sums[0]`` = :math:`\sum_x \min(Q_u q_x, \pi_x)`, ``sums[1 + e]`` =
+    :math:`\sum_x \min(Q_u q_x, \mathrm{mdc}[e]\, p_x)` (the caps of the lower depths), each over
+    :data:`BLOCK` lanes (:func:`lane_total`). With ``low``/``pi`` of length ``V`` (else empty) the entries
+    :math:`\min(Q_u q, \pi)` and :math:`\pi` are written too (the candidates' values)."""
+    V = p.shape[0]
+    E = mdc.shape[0]
+    write = low.shape[0] > 0
+    F, a, g, acc, r, h = iid_scratch(lvl_start)
+    qc = np.zeros(BLOCK)
+    L = np.zeros((1 + E, BLOCK))
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
+        fr = F[root]
+        L0 = L[0]
+        for v in range(b):
+            x = fr[v]
+            pv = x if x < 1.0 else 1.0
+            y = Qu * q[v0 + v]
+            qc[v] = y
+            L0[v] += y if y < pv else pv
+        if write:
+            for v in range(b):
+                x = fr[v]
+                pv = x if x < 1.0 else 1.0
+                low[v0 + v] = qc[v] if qc[v] < pv else pv
+                pi[v0 + v] = pv
+        for e in range(E):
+            ce = mdc[e]
+            for v in range(b):
+                y = ce * p[v0 + v]
+                L[1 + e, v] += qc[v] if qc[v] < y else y
+    for e in range(1 + E):
+        sums[e] = lane_total(L[e])
 
 
 def second_draw_t(P, top, rest_top, t):
@@ -261,8 +355,206 @@ def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, 
                          law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial, rx, rd, rdmax, rpw)
 
 
+def wor_row_stats(p, K, race, head, hval, nu, mark, st):
+    r"""What one draft row ``p`` gives the draws without replacement, read from memory once (the second sweep
+    finds the row in the cache): ``st`` = (support, most likely token, head size ``kh``, the tail's largest
+    probability, the mass outside the most likely token, :math:`S_1`, :math:`S_2`); ``head[:kh]``/``hval[:kh]``
+    the ``kh = min(K, support)`` most likely tokens and their probabilities (decreasing, ties by lower id, as
+    :func:`otspec.tree._process._ranked`); the terms of the second draw's closed form,
+    :math:`S_2 = \sum_{x \ne \mathrm{top}} p_x / (1 - p_x)` and :math:`S_1 = S_2 + p_{\mathrm{top}} /
+    \sum_{x \ne \mathrm{top}} p_x` (over :data:`BLOCK` lanes, :func:`lane_total`); with ``race``, the tail's
+    power sums ``nu`` (:func:`race_moments_row`, the head left out). ``mark``: a boolean scratch of ``V`` False
+    entries (left so)."""
+    V = p.shape[0]
+    hv = np.zeros(K + 1)
+    hi = np.zeros(K + 1, dtype=np.int64)
+    c = 0
+    thr = 0.0                                   # entries above it enter the head (positive; then the (K+1)-th)
+    for v in range(V):
+        x = p[v]
+        if x > thr:
+            pos = c if c <= K else K
+            while pos > 0 and hv[pos - 1] < x:
+                hv[pos] = hv[pos - 1]
+                hi[pos] = hi[pos - 1]
+                pos -= 1
+            hv[pos] = x
+            hi[pos] = v
+            if c <= K:
+                c += 1
+            if c == K + 1:
+                thr = hv[K]
+    kh = c if c < K else K
+    for k in range(K):
+        head[k] = hi[k] if k < kh else -1
+        hval[k] = hv[k] if k < kh else 0.0
+    top = hi[0]
+    Lr = np.zeros(BLOCK)
+    Lt = np.zeros(BLOCK)
+    Ls = np.zeros(BLOCK, dtype=np.int64)
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        for v in range(b):
+            y = p[v0 + v]
+            Ls[v] += 1 if y > 0.0 else 0
+            x = y if v0 + v != top else 0.0
+            den = 1.0 - x
+            Lr[v] += x
+            Lt[v] += x / den if den > 0.0 else 0.0
+    support = 0
+    for v in range(BLOCK):
+        support += Ls[v]
+    rest = lane_total(Lr)
+    S2 = lane_total(Lt)
+    pt = p[top]
+    S1 = S2 + (pt / rest if rest > 0.0 else 0.0)
+    mx = hv[K] if c > K else 0.0
+    if race:
+        for k in range(kh):
+            mark[hi[k]] = True
+        race_moments_row(p, mark, mx, nu)
+        for k in range(kh):
+            mark[hi[k]] = False
+    st[0] = support
+    st[1] = top
+    st[2] = kh
+    st[3] = mx
+    st[4] = rest
+    st[5] = S1
+    st[6] = S2
+
+
+def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw, HLmd, sums, low, pi, md):
+    r"""One prefix's expansion, children drawn without replacement, in one pass over its draft law ``p`` and
+    target law ``q`` (:data:`BLOCK` columns at a time): with every used rank's law combined before the sum,
+
+    .. math::
+
+        \pi_x = \min\Big(1,\ w_0\, p_x + w_1\, \ell_1(x) + p_x \sum_n H_n\, (p_x / p_{\max})^n\Big),
+
+    :math:`\ell_1` the second draw's closed form (``top``, ``S1``, ``S2`` of :func:`wor_row_stats`), ``H`` the
+    race's Taylor coefficients of the ranks >= 2 weighted by their slots (``rok``; each entry up to the degree of
+    the thresholds ``theta``), the head's tokens ``head`` taking the race's weighted laws ``HLw`` instead; the
+    expected slot counts ``md[e]`` the same with ``c01[e]``, ``Hmd[e]``, ``HLmd[e]``. ``sums[0]`` =
+    :math:`\sum_x \min(Q_u q_x, \pi_x)`, ``sums[1 + e]`` = :math:`\sum_x \min(Q_u q_x, \mathrm{md}_e(x))` over
+    :data:`BLOCK` lanes; ``low``, ``pi`` (length ``V``, else empty) and ``md`` (``(E, V)``, else ``(E, 0)``)
+    written when given."""
+    V = p.shape[0]
+    E = Hmd.shape[0]
+    N = H.shape[0] - 1
+    K = head.shape[0]
+    write = low.shape[0] > 0
+    L = np.zeros((1 + E, BLOCK))
+    p1 = np.zeros(BLOCK)
+    qc = np.zeros(BLOCK)
+    val = np.zeros(BLOCK)
+    mv = np.zeros((E, BLOCK))
+    rx = np.zeros(BLOCK)
+    rd = np.zeros(BLOCK, dtype=np.int64)
+    rpw = np.zeros((DCAP + 1, BLOCK))
+    hit = np.zeros(BLOCK, dtype=np.int64)
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        for v in range(b):
+            x = p[v0 + v]
+            den = 1.0 - x
+            t = x / den if den > 0.0 else 0.0
+            y = x * (S1 - t)
+            p1[v] = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+            qc[v] = Qu * q[v0 + v]
+        if v0 <= top < v0 + b:
+            y = p[top] * S2
+            p1[top - v0] = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+        for v in range(b):
+            val[v] = w01[0] * p[v0 + v] + w01[1] * p1[v]
+        for e in range(E):
+            for v in range(b):
+                mv[e, v] = c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]
+        if rok:
+            # the race's x, its Taylor degree (thresholds below x, nondecreasing; the first DCAP in one sweep with
+            # the powers x^n, 0 above the degree), the entries that need more continued on their own
+            dmax = 0
+            for v in range(b):
+                x = p[v0 + v] / pmax
+                rx[v] = x
+                d = 0
+                for n in range(DCAP):
+                    d += 1 if x > theta[n] else 0
+                rd[v] = d
+                pw = 1.0
+                for n in range(1, DCAP + 1):
+                    pw = pw * x
+                    rpw[n, v] = pw if n <= d else 0.0
+            if N > DCAP:
+                for v in range(b):
+                    d = rd[v]
+                    if d == DCAP:
+                        while d < N and rx[v] > theta[d]:
+                            d += 1
+                        rd[v] = d
+                    if d > dmax:
+                        dmax = d
+            for v in range(b):
+                hit[v] = -1
+            for c in range(K):
+                if v0 <= head[c] < v0 + b:
+                    hit[head[c] - v0] = c
+            for e in range(-1, E):
+                Hc = H if e < 0 else Hmd[e]
+                out = val if e < 0 else mv[e]
+                for v in range(b):
+                    acc = Hc[0]
+                    for n in range(1, DCAP + 1):
+                        acc = acc + Hc[n] * rpw[n, v]
+                    out[v] = out[v] + p[v0 + v] * acc
+                if dmax > DCAP:                        # entries that need more terms: x^n continued on their own
+                    for v in range(b):
+                        if rd[v] > DCAP:
+                            acc = Hc[0]
+                            for n in range(1, DCAP + 1):
+                                acc = acc + Hc[n] * rpw[n, v]
+                            xn = rpw[DCAP, v]
+                            for n in range(DCAP + 1, rd[v] + 1):
+                                xn = xn * rx[v]
+                                acc = acc + Hc[n] * xn
+                            if e < 0:
+                                base = w01[0] * p[v0 + v] + w01[1] * p1[v]
+                            else:
+                                base = c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]
+                            out[v] = base + p[v0 + v] * acc
+                for v in range(b):                     # the head's tokens: the race's laws themselves
+                    c = hit[v]
+                    if c >= 0:
+                        if e < 0:
+                            out[v] = (w01[0] * p[v0 + v] + w01[1] * p1[v]) + HLw[c]
+                        else:
+                            out[v] = (c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]) + HLmd[e, c]
+        L0 = L[0]
+        for v in range(b):
+            x = val[v]
+            pv = x if x < 1.0 else 1.0
+            val[v] = pv
+            y = qc[v]
+            L0[v] += y if y < pv else pv
+        for e in range(E):
+            Le = L[1 + e]
+            for v in range(b):
+                y = mv[e, v]
+                Le[v] += qc[v] if qc[v] < y else y
+        if write:
+            for v in range(b):
+                pi[v0 + v] = val[v]
+                low[v0 + v] = qc[v] if qc[v] < val[v] else val[v]
+            for e in range(E):
+                for v in range(b):
+                    md[e, v0 + v] = mv[e, v]
+    for e in range(1 + E):
+        sums[e] = lane_total(L[e])
+
+
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
-JIT = compile_in(globals(), ("union_block", "iid_pi_kernel", "second_draw_t", "_wor_entries", "wor_pi_kernel"))
+JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "second_draw_t",
+                             "_wor_entries", "wor_pi_kernel", "wor_row_stats", "wor_row"))
 
 
 def iid_program(levels, root):
@@ -308,82 +600,97 @@ def stirling_table(kmax: int, nmax: int):
 def race_moments(P, head, mark, pmax, nu):
     r"""Per row ``i``, with the tokens ``head[i]`` left out (the tail): ``pmax[i]``, the tail's largest probability,
     and ``nu[i, n]`` = :math:`\sum_{x} y_x^n`, :math:`y_x = p_x / p_{\max}`, ``n = 1 .. nu.shape[1] - 1``
-    (``n = 1`` a compensated sum, the mass that enters :math:`e^{-m_L t}`). A token with :math:`y \le 10^{-4}`
-    adds its powers up to 5 (:math:`y^6 \le 10^{-24}`), any other token its powers until they fall below 1e-24;
-    ``mark`` a boolean scratch of ``V`` False entries."""
-    m, V = P.shape
+    (:func:`race_moments_row` on each row); ``mark`` a boolean scratch of ``V`` False entries."""
+    m = P.shape[0]
     K = head.shape[1]
-    N = nu.shape[1] - 1
     for i in range(m):
         for c in range(K):
             mark[head[i, c]] = True
         mx = 0.0
-        for v in range(V):
+        for v in range(P.shape[1]):
             if not mark[v] and P[i, v] > mx:
                 mx = P[i, v]
         pmax[i] = mx
-        for n in range(N + 1):
-            nu[i, n] = 0.0
-        if mx > 0.0:
-            s1 = 0.0
-            comp = 0.0
-            a2 = 0.0
-            a3 = 0.0
-            a4 = 0.0
-            a5 = 0.0
-            a6 = 0.0
-            a7 = 0.0
-            inv = 1.0 / mx
-            for v in range(V):
-                x = P[i, v]
-                if mark[v] or x <= 0.0:
-                    continue
-                y = x * inv
-                t = s1 + y                                 # Neumaier's compensated sum
-                if abs(s1) >= y:
-                    comp += (s1 - t) + y
-                else:
-                    comp += (y - t) + s1
-                s1 = t
-                if y <= 1e-3:
-                    y2 = y * y
-                    y3 = y2 * y
-                    y4 = y2 * y2
-                    a2 += y2
-                    a3 += y3
-                    a4 += y4
-                    a5 += y4 * y
-                    a6 += y3 * y3
-                    a7 += y4 * y3
-                else:
-                    q = y * y
-                    for n in range(2, N + 1):
-                        nu[i, n] += q
-                        q *= y
-                        if q < 1e-21:
-                            break
-            nu[i, 1] = s1 + comp
-            if N >= 2:
-                nu[i, 2] += a2
-            if N >= 3:
-                nu[i, 3] += a3
-            if N >= 4:
-                nu[i, 4] += a4
-            if N >= 5:
-                nu[i, 5] += a5
-            if N >= 6:
-                nu[i, 6] += a6
-            if N >= 7:
-                nu[i, 7] += a7
+        race_moments_row(P[i], mark, mx, nu[i])
         for c in range(K):
             mark[head[i, c]] = False
 
 
-def race_rows(P, head, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info):
-    """:func:`race_row` for each row ``i`` of ``P``: its ``kh[i]`` head tokens ``head[i]``, tail ``pmax[i]``,
-    ``nu[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``, ``C2[i]``, ``info[i]``."""
-    m = P.shape[0]
-    K = head.shape[1]
+def race_moments_row(p, mark, mx, nu):
+    r"""``nu[n]`` = :math:`\sum_{x} y_x^n`, :math:`y_x = p_x / m_x` over the entries of ``p`` not marked in
+    ``mark`` (the tail; ``mx`` its largest probability), ``n = 1 .. nu.shape[0] - 1``. Over :data:`BLOCK` lanes
+    without branches: ``n = 1`` a compensated sum in each lane (Neumaier), the lanes then summed compensated too
+    (the mass that enters :math:`e^{-m_L t}`); a token with :math:`y \le 10^{-3}` adds its powers up to 7
+    (:math:`y^8 \le 10^{-24}`); any other token (a second sweep over the row, which the cache holds) its powers
+    until they fall below 1e-21."""
+    V = p.shape[0]
+    N = nu.shape[0] - 1
+    for n in range(N + 1):
+        nu[n] = 0.0
+    if mx <= 0.0:
+        return
+    inv = 1.0 / mx
+    s0 = np.zeros(BLOCK)                        # per lane: the sum, its correction, the powers 2 .. 7
+    s1 = np.zeros(BLOCK)
+    a2 = np.zeros(BLOCK)
+    a3 = np.zeros(BLOCK)
+    a4 = np.zeros(BLOCK)
+    a5 = np.zeros(BLOCK)
+    a6 = np.zeros(BLOCK)
+    a7 = np.zeros(BLOCK)
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        for v in range(b):
+            x = p[v0 + v]
+            y = x * inv
+            y = y if x > 0.0 else 0.0
+            y = 0.0 if mark[v0 + v] else y
+            u = s0[v]
+            t = u + y                                  # Neumaier's compensated sum, lane by lane
+            d1 = (u - t) + y
+            d2 = (y - t) + u
+            s1[v] += d1 if abs(u) >= y else d2
+            s0[v] = t
+            w = y if y <= 1e-3 else 0.0
+            y2 = w * w
+            y3 = y2 * w
+            y4 = y2 * y2
+            a2[v] += y2
+            a3[v] += y3
+            a4[v] += y4
+            a5[v] += y4 * w
+            a6[v] += y3 * y3
+            a7[v] += y4 * y3
+    tot = 0.0
+    comp = 0.0
+    for v in range(BLOCK):                              # the lanes, compensated: sums, then corrections
+        y = s0[v]
+        t = tot + y
+        comp += ((tot - t) + y) if abs(tot) >= abs(y) else ((y - t) + tot)
+        tot = t
+    for v in range(BLOCK):
+        comp += s1[v]
+    nu[1] = tot + comp
+    for n, a in ((2, a2), (3, a3), (4, a4), (5, a5), (6, a6), (7, a7)):
+        if n <= N:
+            nu[n] = lane_total(a)
+    for v in range(V):                                  # the tokens above 1e-3 of the tail's largest
+        x = p[v]
+        if x * inv > 1e-3 and not mark[v]:
+            y = x * inv
+            q = y * y
+            for n in range(2, N + 1):
+                nu[n] += q
+                q *= y
+                if q < 1e-21:
+                    break
+
+
+def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info):
+    """:func:`race_row` for each row ``i``: its ``kh[i]`` head probabilities ``PH[i]`` (decreasing), tail
+    ``pmax[i]``, ``nu[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``, ``C2[i]``, ``info[i]``."""
+    m = PH.shape[0]
+    K = PH.shape[1]
     ph = np.zeros(K)
     pre = np.zeros((K + 1, deg + 1))
     suf = np.zeros((K + 1, deg + 1))
@@ -395,7 +702,7 @@ def race_rows(P, head, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, 
     for i in range(m):
         k = kh[i]
         for c in range(k):
-            ph[c] = P[i, head[i, c]]
+            ph[c] = PH[i, c]
         race_row(ph[:k], pmax[i], nu[i], ranks, deg, h, vlo, s, max_nodes, HL[i], HL2[i], C[i], C2[i], pre, suf, pb,
                  a, b, pw, E, info[i])
 
@@ -535,4 +842,4 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
 
 
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
-RACE_JIT = compile_in(globals(), ("race_moments", "race_row", "race_rows"))
+RACE_JIT = compile_in(globals(), ("race_moments_row", "race_moments", "race_row", "race_rows"))
