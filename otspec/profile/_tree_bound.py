@@ -107,7 +107,8 @@ class _Frontier(Exception):
 
 
 class _HeldLaws:
-    """``paths -> (P, Q)`` (float64, ``(len(paths), V)``) from the laws held for one prompt, keyed by token path.
+    """``paths -> (P, Q)`` (two lists of ``len(paths)`` float64 ``(V,)`` rows) from the laws held for one prompt, keyed
+    by token path.
 
     With ``probe``, the second call (the frontier after the context) raises :class:`_Frontier` instead: the
     caller scores the paths it lacks and runs the bound again with the budget that frontier spends."""
@@ -120,7 +121,8 @@ class _HeldLaws:
         self.calls += 1
         if self.probe and self.calls == 2:
             raise _Frontier(list(paths))
-        return (np.stack([self.held[path][0] for path in paths]), np.stack([self.held[path][1] for path in paths]))
+        # the rows where they are: the bound's row kernels read them in place (stacked only where it needs a block)
+        return [self.held[path][0] for path in paths], [self.held[path][1] for path in paths]
 
 
 def _held(p_root, q_root, scored: dict, plan) -> dict:
