@@ -541,8 +541,11 @@ def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict, 
             continue
         spec = get_verifier(f)
         multi = not (spec.single_draft or spec.kind == "block")
-        ks = range(1, k_max + 1) if multi and max(k for k, _ in o) > 1 else range(1, 2)  # the decoder refused k > 1:
-        pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))                           # no prediction (a) there
+        # k > 1 predicted when a k > 1 step was timed, or one was left untimed by the racing calibration (its budget,
+        # or a prediction (b) too low to contend: the line extends to it); the decoder refused k > 1: no prediction
+        left = any(n == f"untimed:{f}" and k > 1 for (n, k, _) in med)
+        ks = range(1, k_max + 1) if multi and (max(k for k, _ in o) > 1 or left) else range(1, 2)
+        pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))
         x = np.array([k * (2 * m + 1) for k, m in pts], dtype=float)
         y = np.stack([np.asarray(o[p], dtype=float) for p in pts])  # (points, ...) : replicates behind
         dx = (x - x.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
