@@ -623,11 +623,37 @@ def _replicates(costs: Costs, settings: dict, n_boot: int, seed: int) -> Costs:
     if costs.source != "measured" or n_boot < 1:
         return costs
     rng = np.random.default_rng([seed, 7])
+    pool = _pooled_deviations(costs.samples)
     med = {}
     for key, v in costs.samples.items():
         x = np.asarray(v, dtype=np.float64)
         med[key] = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
+        r = pool.get(_timing_group(key[0]))
+        if len(x) == 1 and r is not None:  # timed once: a single timing's scatter, not none
+            med[key] = x[0] * (1.0 + r[rng.integers(0, len(r), size=n_boot)])
     return _measured(med, settings, costs.spread, costs.samples, costs.violations)
+
+
+def _timing_group(name: str) -> str | None:
+    """Which timings share a scatter: the model calls (``"calls"``), the decoder's steps (``"steps"``); None for the
+    calibration's own records."""
+    if name in _CALLS:
+        return "calls"
+    return "steps" if name.partition(":")[0] in ("step", "forward", "residual") else None
+
+
+def _pooled_deviations(samples: dict) -> dict:
+    r"""``group -> array`` of the relative deviations :math:`t_i / \operatorname{med}(t) - 1` of every timing of
+    every repeated key of the group (:func:`_timing_group`): how far one timing falls from its key's median. A key
+    the racing calibration timed once draws its bootstrap replicates as :math:`t (1 + r^*)`, :math:`r^*` from its
+    group's pool, so that its interval holds a single timing's scatter (wider than a median's)."""
+    out: dict = {}
+    for key, v in samples.items():
+        g = _timing_group(key[0])
+        x = np.asarray(v, dtype=np.float64)
+        if g is not None and len(x) > 1 and np.median(x) > 0:
+            out.setdefault(g, []).extend((x / np.median(x) - 1.0).tolist())
+    return {g: np.asarray(r) for g, r in out.items()}
 
 
 def _speedups(keys, tp, tres, extra, costs: Costs, reps: Costs):
