@@ -248,3 +248,24 @@ def test_calibration_s_is_not_part_of_the_runs_identity():
     assert settings_entry(ProfileSettings(calibration_s=5)) == settings_entry(ProfileSettings()) == settings_entry(
         ProfileSettings(calibration_s=None))
     assert math.isclose(ProfileSettings().calibration_s, 20.0)
+
+
+def test_the_command_line_takes_calibration_s_and_refuses_a_bad_one_before_loading(tmp_path, capsys, monkeypatch):
+    import otspec.__main__ as cli
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the error was reported")
+
+    p = tmp_path / "p.jsonl"
+    p.write_text('{"input_ids": [0, 1]}\n')
+    base = ["profile", "--draft", "toy:3", "--target", "toy:3", "--prompts", str(p), "--k-max", "1", "--L-max", "1",
+            "--max-new-tokens", "2", "--families", "token", "--verifiers", "token", "--no-progress"]
+    with monkeypatch.context() as m:
+        m.setattr(cli, "_load_pair", refuse)
+        assert cli.main([*base, "--out", str(tmp_path / "bad"), "--calibration-s", "-1"]) != 0
+        err = capsys.readouterr().err
+        assert "`--calibration-s` must be a finite number of seconds" in err and not (tmp_path / "bad").exists()
+    # 0: unbounded; the run's calibration records no budget, and a run resumes under another budget
+    out = tmp_path / "run"
+    assert cli.main([*base, "--out", str(out), "--calibration-s", "0"]) == 0
+    assert cli.main([*base, "--out", str(out), "--calibration-s", "5"]) == 0
