@@ -269,3 +269,24 @@ def test_the_command_line_takes_calibration_s_and_refuses_a_bad_one_before_loadi
     out = tmp_path / "run"
     assert cli.main([*base, "--out", str(out), "--calibration-s", "0"]) == 0
     assert cli.main([*base, "--out", str(out), "--calibration-s", "5"]) == 0
+
+
+def test_a_budget_too_small_for_the_baseline_is_reported(tmp_path):
+    # the first round of call shapes always runs (about 20 s on the fake clock here); a 1-second budget leaves no
+    # room for plain decoding's decodes: nothing is decoded, both predictions count the forward passes, and the
+    # report says why
+    from otspec.profile import write_report
+
+    now = [0.0]
+    d, t = _pair(now)
+    out = tmp_path / "run"
+    with clock(lambda: now[0]):
+        profile([[0, 1], [2]], out=out, draft=d, target=t, progress=False, max_new_tokens=3,
+                **dict(SETTINGS, calibration_s=1.0))
+    s = summarize(out, n_boot=20)
+    assert s.costs.source == "measured" and not s.costs.decoder_measured
+    assert not any(key[0].startswith("step:") for key in s.timings)
+    assert {key for key in s.timings if key[0].startswith(O.UNTIMED_PREFIX)} == {
+        (f"untimed:{f}", k, L) for f, k, L in [("plain", 1, 1), *O.overhead_configs(ProfileSettings(**SETTINGS))]}
+    text = write_report(out, figures=False).read_text()
+    assert "of its budget of 1 s (`calibration_s`): the budget ran out before plain decoding's decodes" in text

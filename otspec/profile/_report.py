@@ -359,12 +359,16 @@ def _calibration_lines(summary) -> list[str]:
 
     tm = summary.timings or {}
     steps = {(n.partition(":")[2], k, m): len(v) for (n, k, m), v in tm.items() if n.startswith("step:")}
-    if not steps:
-        return []
-    full = max(steps.values())
     spent, budget = tm.get((SPENT_ROW, 0, 0)), tm.get((BUDGET_ROW, 0, 0))
     head = (f"The calibration took {spent[0]:.1f} s" if spent else "The calibration") + (
         f" of its budget of {budget[0]:g} s (`calibration_s`)" if budget else " (no budget)")
+    if not steps:
+        if any(n.startswith(UNTIMED_PREFIX) for n, _, _ in tm):
+            return [head + ": the budget ran out before plain decoding's decodes, so the decoder's work outside the "
+                    "forward passes was not timed and both predictions count the forward passes alone. Raise "
+                    "`calibration_s` (`--calibration-s`) on a slow or busy device.", ""]
+        return []
+    full = max(steps.values())
     lines = [head + f": plain decoding and the contenders -- the configurations whose prediction (a) after one "
              f"timing was within {CONTENDER_MARGIN:.0%} of the best's, and the runner-up -- timed up to {full} "
              "times."]
@@ -429,7 +433,7 @@ def _costs_lines(summary) -> list[str]:
         lines += _calibration_lines(summary)
     else:
         lines += ["Speed-ups count the forward passes alone (the run did not time the decoder's work outside "
-                  "them).", ""]
+                  "them).", ""] + _calibration_lines(summary)
     inv = cost_inversions(tm)
     if inv:
         shown = "; ".join(f"{_call_name(b)} ({float(np.median(tm[b])) / plain:.2f}x plain) cheaper than "
