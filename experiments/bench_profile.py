@@ -199,6 +199,10 @@ PER_RUN_TARGET_S = 2.0
 CALIBRATION_TARGET_S = 20.0 + 5.0
 
 
+#: ``profile``'s ``calibration_s`` when ``--calibration-s`` is given (0: unbounded); else the settings' default.
+CALIBRATION: dict = {}
+
+
 def calibration_record(out) -> dict:
     """What a run's cost calibration timed: configurations whose decoder step was timed, their timings, those left
     untimed (the racing calibration's rows; none before it) and the call shapes' timings."""
@@ -264,7 +268,7 @@ def overhead(n_prompts: int, max_new: int, subsample: int, keep: int = 0) -> dic
             load0 = _load_per_core()
             c0, t0 = time.process_time(), time.perf_counter()
             run = profile(prompts, out=out, draft=draft, target=target, k_max=4, L_max=4, max_new_tokens=max_new,
-                          progress=False, subsample=subsample)
+                          progress=False, subsample=subsample, **CALIBRATION)
             wall, cpu_all = time.perf_counter() - t0, time.process_time() - c0
             load1 = _load_per_core()
             fwd = _forward_seconds(out)
@@ -612,7 +616,7 @@ def llama_main(args) -> None:
     pair = llama_pair()
     V = 128_256
     prompts = [[(7919 * i + 13 * j + 1) % V for j in range(6)] for i in range(args.tree_prompts)]
-    kw = dict(k_max=4, L_max=4)
+    kw = dict(k_max=4, L_max=4, **CALIBRATION)
     print(f"random-weight Llama pair, V = 128,256, 1 torch thread, {kw}, {len(prompts)} prompts x "
           f"{args.tree_positions} positions; os.getloadavg {os.getloadavg()} on {os.cpu_count()} cores", flush=True)
     print("trees | per position: other ms | forward ms | other / forward (CPU) | per run: calibration s | "
@@ -693,7 +697,10 @@ def main() -> None:
     ap.add_argument("--bound-budget", type=int, default=64)
     ap.add_argument("--against", help="with --llama: an older checkout's root, measured in turn with this one")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--calibration-s", type=float, help="the profile's calibration_s (0: unbounded; default: its own)")
     args = ap.parse_args()
+    if args.calibration_s is not None:
+        CALIBRATION["calibration_s"] = args.calibration_s or None
     if args.memory_child:
         memory_child(args.memory_child)
         return
