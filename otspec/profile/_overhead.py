@@ -501,8 +501,8 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings, *, tokens: d
             continue
         if ranked and c in rest and c in pb:
             pa, _ = predictions()
-            best = max((v for key, v in pa.items() if get_verifier(key[0]).lossless and np.isfinite(v)),
-                       default=float("nan"))
+            best = max((v for key, v in pa.items() if key in timed and get_verifier(key[0]).lossless
+                        and np.isfinite(v)), default=float("nan"))  # measured, not read off a line
             if np.isfinite(best) and pb[c] < (1.0 - CONTENDER_MARGIN) * best:
                 untimed(c, "bound")
                 continue
