@@ -129,16 +129,22 @@ def test_measured_costs_predict_from_the_calibration(run, summary):
 
 
 def test_speedup_intervals_carry_the_timing_spread(run):
-    # the costs' bootstrap replicates resample each call's timing repetitions: they vary, within the repetitions
-    from otspec.profile._summary import _costs, _replicates, read_manifest
+    # the costs' bootstrap replicates resample each call's timing repetitions: they vary, within the repetitions (a
+    # call the racing calibration timed once: within its timing scaled by the pooled deviations of the repeated ones)
+    from otspec.profile._summary import _costs, _pooled_deviations, _replicates, read_manifest
 
     settings = read_manifest(run)["settings"]
     c = _costs(run, settings, None, None)
     reps = _replicates(c, settings, 400, 0)
     it = np.asarray(reps.iteration(2, 3))
     assert it.shape == (400,) and np.ptp(it) > 0
-    assert it.min() >= min(c.samples[("draft", 1, 1)]) + 2 * min(c.samples[("draft", 2, 1)]) + min(
-        c.samples[("target", 2, 4)]) - 1e-15
+    low = _pooled_deviations(c.samples)["calls"].min()
+
+    def least(key):
+        v = c.samples[key]
+        return min(v) if len(v) > 1 else v[0] * (1.0 + low)
+
+    assert it.min() >= least(("draft", 1, 1)) + 2 * least(("draft", 2, 1)) + least(("target", 2, 4)) - 1e-15
 
 
 def test_a_call_cheaper_than_a_smaller_one_is_flagged_and_not_predicted_from():
