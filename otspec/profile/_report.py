@@ -388,6 +388,14 @@ def _calibration_lines(summary) -> list[str]:
     if left:
         lines[0] += (" Their decoder's work is read off their family's line through its timed configurations; a "
                      "family with none timed has no prediction (a) and is not ranked.")
+    trees = [nm for nms in left.values() for nm in nms if ":" in nm]
+    if trees:
+        timed_trees = [key for key in steps if ":" in key[0]]
+        lines[0] += (" A tree family not timed takes the decoder's work of the timed tree families, interpolated in "
+                     "the number of nodes." if timed_trees else
+                     " No tree family was timed: the trees' prediction (a) counts their forward passes and plain "
+                     "decoding's measured work alone, not the tree decoder's (optimistic beside the chains'): raise "
+                     "`calibration_s` before acting on a tree.")
     return lines + [""]
 
 
