@@ -227,6 +227,13 @@ def test_a_configuration_timed_once_carries_a_single_timings_scatter():
     # the old bootstrap of one timing: that timing every time (no scatter); now 3 (1 + r), r from the steps' pool
     assert np.ptp(step) > 0
     np.testing.assert_allclose(np.unique(np.round(step / 3.0 - 1.0, 12)), np.unique(np.round(pool["steps"], 12)))
+    # no step repeated (plain decoding timed once too): the steps draw the calls' scatter, never none
+    once = {**samples, ("step:plain", 1, 1): (1.2,)}
+    c1 = _measured({key: float(np.median(v)) for key, v in once.items()}, settings, spread, once)
+    r1 = _replicates(c1, settings, 2000, 0)
+    step1 = np.asarray(r1.overhead[("token", 1, 1)]) + np.asarray(r1.iteration(1, 1))
+    assert "steps" not in _pooled_deviations(once) and np.ptp(step1) > 0
+    assert set(np.round(step1 / 3.0 - 1.0, 12)) <= set(np.round(pool["calls"], 12))
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), 1e9])
@@ -247,7 +254,7 @@ def test_calibration_s_is_not_part_of_the_runs_identity():
     assert ProfileSettings(calibration_s=5).calibration_s == 5.0 and ProfileSettings(calibration_s=None)
     assert settings_entry(ProfileSettings(calibration_s=5)) == settings_entry(ProfileSettings()) == settings_entry(
         ProfileSettings(calibration_s=None))
-    assert math.isclose(ProfileSettings().calibration_s, 20.0)
+    assert math.isclose(ProfileSettings().calibration_s, 30.0)
 
 
 def test_the_command_line_takes_calibration_s_and_refuses_a_bad_one_before_loading(tmp_path, capsys, monkeypatch):

@@ -377,6 +377,9 @@ def _calibration_lines(summary) -> list[str]:
         lines[0] += (" Timed fewer times (not contenders, or cut short by the budget): " + "; ".join(fewer) + ". A "
                      "configuration timed once draws its intervals' timing scatter from the repeated timings' "
                      "deviations from their medians (a single timing's scatter, wider than a median's).")
+    if not any(len(v) > 1 for key, v in tm.items() if key[0] in ("target", "draft", "tree-target", "step:plain")):
+        lines[0] += (" No timing was repeated within the budget: the intervals carry no timing scatter (raise "
+                     "`calibration_s`).")
     why = {"budget": "the budget ran out before it", "bound": f"its prediction (b), the forward passes alone, lay "
            f"below {1 - CONTENDER_MARGIN:.0%} of the best prediction (a)"}
     left = {}

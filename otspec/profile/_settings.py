@@ -71,7 +71,7 @@ RENEWAL_DEFAULT = ("token", "block-onestep")
 #: drafts run by default; above it, on request (``families=[..., "optimal"]``).
 OPTIMAL_TREE_SUPPORT = 1024
 #: Default wall seconds of a run's cost calibration (``calibration_s``).
-DEFAULT_CALIBRATION_S = 20.0
+DEFAULT_CALIBRATION_S = 30.0
 #: Largest ``calibration_s`` (a day): a larger number is a typo, not a budget.
 MAX_CALIBRATION_S = 86_400.0
 

@@ -628,7 +628,8 @@ def _replicates(costs: Costs, settings: dict, n_boot: int, seed: int) -> Costs:
     for key, v in costs.samples.items():
         x = np.asarray(v, dtype=np.float64)
         med[key] = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
-        r = pool.get(_timing_group(key[0]))
+        g = _timing_group(key[0])
+        r = pool.get(g, pool.get("calls")) if g is not None else None  # no repeated step: the calls' scatter
         if len(x) == 1 and r is not None:  # timed once: a single timing's scatter, not none
             med[key] = x[0] * (1.0 + r[rng.integers(0, len(r), size=n_boot)])
     return _measured(med, settings, costs.spread, costs.samples, costs.violations)
@@ -646,7 +647,8 @@ def _pooled_deviations(samples: dict) -> dict:
     r"""``group -> array`` of the relative deviations :math:`t_i / \operatorname{med}(t) - 1` of every timing of
     every repeated key of the group (:func:`_timing_group`): how far one timing falls from its key's median. A key
     the racing calibration timed once draws its bootstrap replicates as :math:`t (1 + r^*)`, :math:`r^*` from its
-    group's pool, so that its interval holds a single timing's scatter (wider than a median's)."""
+    group's pool (a step with no repeated step: the calls' pool), so that its interval holds a single timing's
+    scatter (wider than a median's)."""
     out: dict = {}
     for key, v in samples.items():
         g = _timing_group(key[0])
