@@ -21,6 +21,7 @@ from otspec.profile import ProfileSettings, profile, summarize, toy_pair  # noqa
 from otspec.profile import _collect as C  # noqa: E402
 from otspec.profile import _overhead as O  # noqa: E402
 from otspec.profile._collect import COST_REPEATS, cost_rows, cost_shapes  # noqa: E402
+from otspec.profile._summary import calibration_predictions  # noqa: E402
 
 #: Seconds of a model call: a fixed part and a part per token scored (rows x new tokens).
 FIXED, PER_TOKEN = 1.0, 0.1
@@ -83,7 +84,7 @@ def test_contenders_get_the_repetitions_the_others_one_plain_always():
     d, t = _pair(now, same=True)  # draft = target: every draft accepted, the decodes' lengths fixed
     s = ProfileSettings(**SETTINGS, calibration_s=None)
     with clock(lambda: now[0]):
-        cols = cost_rows(d, t, [0, 1, 2], s, 0, walked=_walk(TPC))
+        cols = cost_rows(d, t, [0, 1, 2], s, 0, walked=_walk(TPC), predict=calibration_predictions)
     n = _counts(cols)
     assert n[("step:plain", 1, 1)] == n[("step:token", 1, 1)] == n[("step:token", 1, 2)] == O.OVERHEAD_REPEATS
     assert n[("step:kseq", 1, 1)] == 1  # its family's first: timed once
@@ -130,7 +131,7 @@ def test_the_budget_is_respected(budget):
         FIXED + 2 * PER_TOKEN)  # and each model's prefill of the context
     assert first < budget
     with clock(lambda: now[0]):
-        cols = cost_rows(d, t, [0, 1, 2], s, 0, walked=_walk(TPC))
+        cols = cost_rows(d, t, [0, 1, 2], s, 0, walked=_walk(TPC), predict=calibration_predictions)
     got = dict(zip(cols["name"], cols["value"]))
     assert got["calibration:budget"] == budget
     assert got["calibration:seconds"] == now[0] <= budget

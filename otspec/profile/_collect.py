@@ -221,7 +221,7 @@ def _needed_shapes(keys, settings) -> set | None:
 
 
 def cost_rows(draft, target, prompt: list[int], settings, index: int, *, overhead: bool = True,
-              walked: dict | None = None) -> dict:
+              walked: dict | None = None, predict=None) -> dict:
     r"""Seconds of every model call a decoder makes, measured on the models' device at ``prompt``'s context.
 
     .. math::
@@ -237,7 +237,8 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int, *, overhea
     it) is never charged to the next. The run's first shard calls it once, after walking its prompts. With
     ``overhead``, also the decoder's own work outside the model calls, on a few real iterations of the
     configurations the recommendation needs (:func:`otspec.profile._overhead.overhead_rows`: a racing
-    calibration on the walk's tokens per call, ``walked`` the first shard's rows). The speed-up model of
+    calibration on the walk's tokens per call, ``walked`` the first shard's rows, ranked by ``predict``:
+    :func:`otspec.profile._summary.calibration_predictions`). The speed-up model of
     :func:`otspec.profile.summarize` predicts from these, so the prediction is for the device and the models the
     profile ran on. The token ids of the timed calls are fixed (a call's time does not depend on them).
 
@@ -276,7 +277,7 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int, *, overhea
 
     if overhead:
         overhead_rows(rows, draft, target, ctx, settings, tokens=walk_tokens(walked) if walked else None,
-                      budget=budget, on_round=again)
+                      budget=budget, on_round=again, predict=predict)
     else:
         for rep in range(1, COST_REPEATS):
             again(rep, None)

@@ -297,30 +297,6 @@ def walk_tokens(cols: dict) -> dict:
     return out
 
 
-def _predictions(cols: dict, settings, tokens: dict) -> tuple[dict, dict]:
-    """Predictions (a) and (b) of every ``(family, k, L)`` of ``tokens`` from the calibration rows so far (``cols``:
-    every call shape timed), by the summary's own speed-up model; ``({}, {})`` before the shapes are timed."""
-    from ._summary import _measured, _speedups
-
-    samples: dict = {}
-    for kind, name, k, m, v in zip(cols["kind"], cols["name"], cols["k"], cols["m"], cols["value"]):
-        if kind == "cost":
-            samples.setdefault((name, int(k), int(m)), []).append(float(v))
-    med = {key: float(np.median(v)) for key, v in samples.items()}
-    ks, Ls = range(1, settings.k_max + 1), range(1, settings.L_max + 1)
-    need = [("target", 1, 1)] + [("target", k, L + 1) for k in ks for L in Ls] + [("draft", k, 1) for k in ks]
-    keys = [key for key in tokens if np.isfinite(tokens[key][0])]
-    if not keys or not all(key in med for key in need):
-        return {}, {}
-    spread = {key: 0.5 * (max(v) - min(v)) for key, v in samples.items()}
-    sd = {"k_max": settings.k_max, "L_max": settings.L_max, "families": list(settings.families)}
-    costs = _measured(med, sd, spread, {key: tuple(v) for key, v in samples.items()}, violations=())
-    tp = np.array([tokens[key][0] for key in keys])
-    extra = np.array([tokens[key][1] for key in keys])
-    pa, _, pb, _ = _speedups(keys, tp, tp[None, :], extra, costs, costs)
-    return pa, pb
-
-
 def contenders(pa: dict, margin: float = CONTENDER_MARGIN) -> set:
     r"""The lossless ``(family, k, L)`` whose prediction (a) could still be the best: at least ``1 - margin`` times
     the best's, and the runner-up whatever its distance (the report shows both).
@@ -399,7 +375,7 @@ class _DecodeCosts:
 
 
 def overhead_rows(rows, draft, target, prompt: list[int], settings, *, tokens: dict | None = None,
-                  budget: CalibrationBudget | None = None, on_round=None) -> set:
+                  budget: CalibrationBudget | None = None, on_round=None, predict=None) -> set:
     r"""Time a few real decoding iterations of the configurations the recommendation needs
     (:func:`overhead_configs`), and of plain decoding.
 
@@ -432,8 +408,11 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings, *, tokens: d
     the summary makes no prediction (a) for it.
 
     ``on_round(rep, keys)`` (optional) runs before each later round ``rep`` (1, 2, ...) with the contenders'
-    ``(family, k, L)`` (None: every one), e.g. to time their call shapes again. Returns the contenders' keys
-    (None: every configuration).
+    ``(family, k, L)`` (None: every one), e.g. to time their call shapes again. ``predict(cols, settings, tokens)``
+    gives predictions (a) and (b) from the calibration's rows so far
+    (:func:`otspec.profile._summary.calibration_predictions`, passed in by the caller: the summary reads this
+    module's rows); without it, or without ``tokens``, every configuration is a contender. Returns the contenders'
+    keys (None: every configuration).
     """
     seed = int(settings.seed)
     V = int(target.vocab_size)
@@ -445,10 +424,10 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings, *, tokens: d
     cols = getattr(rows, "cols", None) or {c: [] for c in ("kind", "name", "k", "m", "value")}
     tokens = dict(tokens or {})
     cost = _DecodeCosts(settings, cols, tokens)
-    ranked = bool(tokens)
+    ranked = bool(tokens) and predict is not None
 
     def predictions():
-        return _predictions(cols, settings, tokens) if ranked else ({}, {})
+        return predict(cols, settings, tokens) if ranked else ({}, {})
 
     def run(c, rep: int) -> str:
         name, k, L = c

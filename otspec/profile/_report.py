@@ -17,6 +17,7 @@ from ._figures import (
     plot_tree_tokens,
     position_set,
 )
+from ._overhead import BUDGET_ROW, CONTENDER_MARGIN, SPENT_ROW, UNTIMED, UNTIMED_PREFIX
 from ._store import check_report_dest, write_atomic
 from ._summary import CHAIN_ENGINES, MIN_RANKED_POSITIONS, NO_ENGINE, cost_inversions, sglang_flags, summarize
 
@@ -355,8 +356,6 @@ def _scheme_name(key) -> str:
 def _calibration_lines(summary) -> list[str]:
     """What the racing calibration timed how often, and what it left out and why (its budget, or a prediction (b)
     too low to contend), from the run's cost rows."""
-    from ._overhead import BUDGET_ROW, CONTENDER_MARGIN, SPENT_ROW, UNTIMED, UNTIMED_PREFIX
-
     tm = summary.timings or {}
     steps = {(n.partition(":")[2], k, m): len(v) for (n, k, m), v in tm.items() if n.startswith("step:")}
     spent, budget = tm.get((SPENT_ROW, 0, 0)), tm.get((BUDGET_ROW, 0, 0))

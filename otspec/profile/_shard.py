@@ -10,6 +10,7 @@ from ..decoding._models import supports_padding
 from ._collect import COLUMNS, cost_rows, path_length, profile_bucket, profile_prompt
 from ._renewal_hook import emission_rows
 from ._settings import ProfileSettings
+from ._summary import calibration_predictions
 
 __all__ = ["buckets", "run_shard"]
 
@@ -51,5 +52,6 @@ def run_shard(draft, target, items, settings: ProfileSettings, start: int, bar=N
             for i, c in zip(batch, got):
                 cols[1 + i] = c
     if items and start == 0:  # the run's first shard calibrates the costs once per run, sized by its walk's rows
-        cols[0] = cost_rows(draft, target, items[0][0], settings, start, walked=_merge(cols[1:]))
+        cols[0] = cost_rows(draft, target, items[0][0], settings, start, walked=_merge(cols[1:]),
+                            predict=calibration_predictions)
     return _merge(cols)

@@ -30,7 +30,8 @@ from ._trees import (
     static_order,
 )
 
-__all__ = ["MIN_RANKED_POSITIONS", "Configuration", "configurations", "cost_timings", "cost_inversions",
+__all__ = ["MIN_RANKED_POSITIONS", "Configuration", "calibration_predictions", "configurations", "cost_timings",
+           "cost_inversions",
            "Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize",
            "prompt_sums", "TreeSummary", "TreeChoice", "StaticShape", "SequoiaShape", "MAX_STATIC_BUDGET",
            "TreeBoundSummary"]
@@ -673,6 +674,30 @@ def _speedups(keys, tp, tres, extra, costs: Costs, reps: Costs):
             else:
                 ra[(f, k, L)], rb[(f, k, L)] = tres[:, i] * fa, tres[:, i] * fb
     return pa, ra, pb, rb
+
+
+def calibration_predictions(cols: dict, settings, tokens: dict) -> tuple[dict, dict]:
+    """Predictions (a) and (b) of every ``(family, k, L)`` of ``tokens`` (:func:`otspec.profile._overhead.walk_tokens`)
+    from a cost calibration's rows so far (``cols``: every call shape timed), by this module's own speed-up model
+    (:func:`_measured`, :func:`_speedups`): what the racing calibration ranks its configurations by; ``({}, {})``
+    before the shapes are timed."""
+    samples: dict = {}
+    for kind, name, k, m, v in zip(cols["kind"], cols["name"], cols["k"], cols["m"], cols["value"]):
+        if kind == "cost":
+            samples.setdefault((name, int(k), int(m)), []).append(float(v))
+    med = {key: float(np.median(v)) for key, v in samples.items()}
+    ks, Ls = range(1, settings.k_max + 1), range(1, settings.L_max + 1)
+    need = [("target", 1, 1)] + [("target", k, L + 1) for k in ks for L in Ls] + [("draft", k, 1) for k in ks]
+    keys = [key for key in tokens if np.isfinite(tokens[key][0])]
+    if not keys or not all(key in med for key in need):
+        return {}, {}
+    spread = {key: 0.5 * (max(v) - min(v)) for key, v in samples.items()}
+    sd = {"k_max": settings.k_max, "L_max": settings.L_max, "families": list(settings.families)}
+    costs = _measured(med, sd, spread, {key: tuple(v) for key, v in samples.items()}, violations=())
+    tp = np.array([tokens[key][0] for key in keys])
+    extra = np.array([tokens[key][1] for key in keys])
+    pa, _, pb, _ = _speedups(keys, tp, tp[None, :], extra, costs, costs)
+    return pa, pb
 
 
 def _recommend(point, res, tokens, positions) -> Recommendation | None:
