@@ -40,8 +40,9 @@ Three measurements, each printed as ratios side by side and marked when they mis
 
 Measurements 1 and 4 report per-position and per-run costs apart. Per position: the walk along the prompts
 (``profile_prompt``/``profile_bucket``: every profiled position, its renewal tables included) outside its forward
-passes, target ``PER_POSITION_TARGET`` = 0.10 of the walk's forward seconds. Per run: the cost calibration (its
-size is the calibration's own: reported, not judged here), the models' fingerprints (computed cold: the benchmark
+passes, target ``PER_POSITION_TARGET`` = 0.10 of the walk's forward seconds. Per run: the cost calibration (wall
+seconds, target ``CALIBRATION_TARGET_S``: the default budget ``calibration_s`` plus its first round of call shapes;
+printed with what it timed: configurations, timed decodes, those left untimed, call timings), the models' fingerprints (computed cold: the benchmark
 forgets the weights digests its warm-up computed), the Parquet writing and the rest outside the walk (checks,
 manifest), target ``PER_RUN_TARGET_S`` = 2 s outside the calibration whatever the number of prompts (on an idle
 machine; loaded, the CPU seconds are judged). The whole call's other / forward is printed too: on a run of 32
@@ -164,6 +165,7 @@ class _Phases:
         out["other"] = wall - self.wall["walk"] - sum(out.values())
         out["total"] = wall - self.wall["walk"]
         out["cpu_outside_calibration"] = sum(self.cpu[k] for k in self.PER_RUN if k != "calibration")
+        out["calibration_cpu"] = self.cpu["calibration"]
         return out
 
 
@@ -190,6 +192,36 @@ PER_POSITION_TARGET = 0.10
 #: Per-run target: seconds of the per-run work outside the cost calibration (fingerprints, checks, manifest,
 #: Parquet) on the SmolLM2 pair, whatever the number of prompts and positions.
 PER_RUN_TARGET_S = 2.0
+
+
+#: Per-run target: wall seconds of the cost calibration at most the default budget (``ProfileSettings.calibration_s``)
+#: plus its first round of call shapes, which always runs (on the SmolLM2 pair, 21 shapes: about 2 to 5 s).
+CALIBRATION_TARGET_S = 30.0 + 5.0
+
+
+#: ``profile``'s ``calibration_s`` when ``--calibration-s`` is given (0: unbounded); else the settings' default.
+CALIBRATION: dict = {}
+
+
+def calibration_record(out) -> dict:
+    """What a run's cost calibration timed: configurations whose decoder step was timed, their timings, those left
+    untimed (the racing calibration's rows; none before it) and the call shapes' timings."""
+    from otspec.profile._summary import cost_timings
+
+    tm = cost_timings(out)
+    steps = {key: len(v) for key, v in tm.items() if key[0].startswith("step:")}
+    return {"configs": len(steps), "decodes": sum(steps.values()),
+            "untimed": sum(1 for key in tm if key[0].startswith("untimed:")),
+            "shape_timings": sum(len(v) for key, v in tm.items() if key[0] in ("target", "draft", "tree-target"))}
+
+
+def _calibration_row(pr: dict, rec: dict) -> tuple:
+    """The benchmark's row of the calibration's seconds against :data:`CALIBRATION_TARGET_S` (wall: the budget is
+    wall seconds whatever the load)."""
+    return (f"per run: the cost calibration's seconds ({rec['configs']} configurations timed, {rec['decodes']} timed "
+            f"decodes, {rec['untimed']} left untimed, {rec['shape_timings']} call timings)",
+            f"{pr['calibration']:.1f} s (CPU {pr['calibration_cpu']:.1f} s)",
+            f"<= {CALIBRATION_TARGET_S:g} s", "ok" if pr["calibration"] <= CALIBRATION_TARGET_S else "MISS")
 
 
 def overhead(n_prompts: int, max_new: int, subsample: int, keep: int = 0) -> dict:
@@ -236,11 +268,12 @@ def overhead(n_prompts: int, max_new: int, subsample: int, keep: int = 0) -> dic
             load0 = _load_per_core()
             c0, t0 = time.process_time(), time.perf_counter()
             run = profile(prompts, out=out, draft=draft, target=target, k_max=4, L_max=4, max_new_tokens=max_new,
-                          progress=False, subsample=subsample)
+                          progress=False, subsample=subsample, **CALIBRATION)
             wall, cpu_all = time.perf_counter() - t0, time.process_time() - c0
             load1 = _load_per_core()
             fwd = _forward_seconds(out)
             d, q = _timing(out)
+            calib = calibration_record(out)
     finally:
         C._Timer.call, C.position_rows = timer_call, rows_fn
     walk, walk_cpu = ph.wall["walk"], ph.cpu["walk"]
@@ -249,7 +282,8 @@ def overhead(n_prompts: int, max_new: int, subsample: int, keep: int = 0) -> dic
             "cpu_forward": cpu["forward"], "cpu_other": cpu_all - cpu["forward"],
             "cpu_ratio": (cpu_all - cpu["forward"]) / cpu["forward"], "load": (load0, load1), "trees": trees,
             "walk": walk, "walk_ratio": (walk - fwd) / fwd, "walk_cpu_ratio": (walk_cpu - cpu["forward"]) / cpu["forward"],
-            "per_position_other": (walk - fwd) / (n_prompts * max_new), "per_run": ph.per_run(wall)}
+            "per_position_other": (walk - fwd) / (n_prompts * max_new), "per_run": ph.per_run(wall),
+            "calibration": calib}
 
 
 def analysis_ms(trees, torch_laws: bool, costly: bool, repeat: int = 3) -> float | None:
@@ -471,6 +505,7 @@ def tree_overhead(spec, n_prompts: int, positions: int, pair=None, prompts=None,
             profile(prompts, out=out, max_new_tokens=positions, **kw)
             wall, cpu_all = time.perf_counter() - t0, time.process_time() - c0
             load1 = _load_per_core()
+            calib = calibration_record(out)
     finally:
         for (cls, name), fn in saved.items():
             setattr(cls, name, fn)
@@ -480,7 +515,7 @@ def tree_overhead(spec, n_prompts: int, positions: int, pair=None, prompts=None,
             "spec": spec, "wall": wall, "forward": fwd.wall, "ratio": (wall - fwd.wall) / fwd.wall,
             "cpu_forward": fwd.cpu, "cpu_ratio": (cpu_all - fwd.cpu) / fwd.cpu, "select": sel.wall,
             "calls": fwd.calls, "positions": n_prompts * positions, "load": (load0, load1),
-            "per_run": ph.per_run(wall)}
+            "per_run": ph.per_run(wall), "calibration": calib}
 
 
 def tree_memory_child(spec: str, n_prompts: int, positions: int) -> None:
@@ -581,7 +616,7 @@ def llama_main(args) -> None:
     pair = llama_pair()
     V = 128_256
     prompts = [[(7919 * i + 13 * j + 1) % V for j in range(6)] for i in range(args.tree_prompts)]
-    kw = dict(k_max=4, L_max=4)
+    kw = dict(k_max=4, L_max=4, **CALIBRATION)
     print(f"random-weight Llama pair, V = 128,256, 1 torch thread, {kw}, {len(prompts)} prompts x "
           f"{args.tree_positions} positions; os.getloadavg {os.getloadavg()} on {os.cpu_count()} cores", flush=True)
     print("trees | per position: other ms | forward ms | other / forward (CPU) | per run: calibration s | "
@@ -596,6 +631,7 @@ def llama_main(args) -> None:
                           f"{r['walk_ratio']:.3f} ({r['walk_cpu_ratio']:.3f})", f"{pr['calibration']:.1f}",
                           f"{pr['fingerprints']:.2f}", f"{pr['total'] - pr['calibration']:.2f}",
                           f"{r['load'][0]:.2f}->{r['load'][1]:.2f}"]), flush=True)
+        print("  " + " | ".join(_calibration_row(pr, r["calibration"])), flush=True)
 
 
 #: The sampled tree families of measurement 6 (64 draft nodes each).
@@ -661,7 +697,10 @@ def main() -> None:
     ap.add_argument("--bound-budget", type=int, default=64)
     ap.add_argument("--against", help="with --llama: an older checkout's root, measured in turn with this one")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--calibration-s", type=float, help="the profile's calibration_s (0: unbounded; default: its own)")
     args = ap.parse_args()
+    if args.calibration_s is not None:
+        CALIBRATION["calibration_s"] = args.calibration_s or None
     if args.memory_child:
         memory_child(args.memory_child)
         return
@@ -713,6 +752,7 @@ def main() -> None:
             rows.append((f"per run: seconds outside the walk and the calibration, {label}",
                          f"{rest:.2f} s (CPU {pr['cpu_outside_calibration']:.2f} s)", f"<= {PER_RUN_TARGET_S} s",
                          _run_verdict(pr, idle)))
+            rows.append(_calibration_row(pr, r["calibration"]))
             rows.append((f"whole call other / forward (per-run work on {r['positions']} positions), {label}",
                          f"{r['ratio']:.3f} (CPU {r['cpu_ratio']:.3f})", "(reported)", ""))
             print(f"  {label}: wall {r['wall']:.1f} s, forward {r['forward']:.1f} s, other {r['other']:.1f} s over "

@@ -212,7 +212,7 @@ def _settings(args) -> ProfileSettings:
         verifier_options=opts, subsample=args.subsample, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, top_p_rule=args.top_p_rule, context=args.context, seed=args.seed,
         shard_size=args.shard_size, batch_size=args.batch_size, trees=args.trees, tree_universe=args.tree_universe,
-        bound_budget=args.bound_budget,
+        bound_budget=args.bound_budget, calibration_s=None if args.calibration_s == 0 else args.calibration_s,
     )
 
 
@@ -384,6 +384,10 @@ def _parser() -> _Parser:
     p.add_argument("--batch-size", type=int, metavar="B", default=D["batch_size"],
                    help="prompts walked together (left-padded to one length), one model call per step "
                         "(default: %(default)s)")
+    p.add_argument("--calibration-s", type=float, metavar="S", default=D["calibration_s"],
+                   help="wall seconds the cost calibration may take (its first round of model-call shapes always "
+                        "runs; the decodes that time the decoder's own work run while they fit, the configurations "
+                        "that could be recommended first); 0: unbounded (default: %(default)s)")
     p.add_argument("--chat-template", action="store_true",
                    help="apply the tokenizer's chat template to text prompts, each as one user message with the "
                         "generation prompt (apply_chat_template(..., add_generation_prompt=True)); reference "

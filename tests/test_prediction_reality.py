@@ -108,8 +108,10 @@ def _smollm2_pair():
 
 
 PAIRS = {"random": _random_pair, "smollm2": _smollm2_pair}
+#: The calibration unbounded (``calibration_s=None``): the check is of the prediction's accuracy, with every timing a
+#: serving engineer checking it would give it; the racing calibration still times only the contenders repeatedly.
 SETTINGS = dict(k_max=2, L_max=3, max_new_tokens=8, families=["token", "kseq", "block-onestep"],
-                verifiers=["token"], trees=["topk:branching(2,2)"])
+                verifiers=["token"], trees=["topk:branching(2,2)"], calibration_s=None)
 
 
 def _rows(pair: str) -> list:

@@ -118,4 +118,8 @@ def test_the_cost_calibration_synchronises_every_call_on_the_models_device(monke
     shapes = cost_shapes(s)
     rounds = COST_WARMUP + COST_REPEATS
     assert seen == ["cpu"] * 2 * rounds * (len(shapes["target"]) + len(shapes["draft"]))
-    assert len(cols["value"]) == COST_REPEATS * (len(shapes["target"]) + len(shapes["draft"]))
+    calls = [n for n in cols["name"] if n in ("target", "draft")]
+    assert len(calls) == COST_REPEATS * (len(shapes["target"]) + len(shapes["draft"]))
+    # beside them, the calibration's own record: its budget and the seconds it took
+    assert sorted(n for n in cols["name"] if n not in ("target", "draft")) == ["calibration:budget",
+                                                                                "calibration:seconds"]

@@ -28,7 +28,7 @@ from .._registry import get_verifier
 from .._timing import Stopwatch, timed_rounds
 from ..decoding._models import supports_padding
 from ..decoding._sampling import bad_rows, sample_rows
-from ._overhead import overhead_rows
+from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, walk_tokens
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
@@ -196,7 +196,8 @@ class _Shared:
 
 
 #: Repetitions of every timed call of the cost calibration (:func:`cost_rows`; the summary keeps the median and
-#: the spread), after one untimed warm-up round.
+#: the spread), after one untimed warm-up round: every call shape the contenders need (all of them without the
+#: walk's tokens per call); the others once.
 COST_REPEATS = 3
 #: Untimed rounds of every call shape before the timed ones.
 COST_WARMUP = 1
@@ -217,10 +218,12 @@ def cost_shapes(settings) -> dict[str, list[tuple[int, int]]]:
             "draft": [(k, 1) for k in range(1, settings.k_max + 1)] + [(r, 1) for r in tree_rows if r > settings.k_max]}
 
 
-def _timed_calls(rows: _Rows, lm, ctx: list[int], name: str, calls: dict) -> None:
+def _timed_calls(rows: _Rows, lm, ctx: list[int], name: str, calls: dict, *, warmup: int = COST_WARMUP,
+                 repeats: int = COST_REPEATS, j0: int = 1) -> None:
     """Time ``calls`` (``key -> (k, m, call(state))``) after ``ctx[:-1]`` held in ``lm``'s state, in interleaved
-    rounds (:func:`otspec._timing.timed_rounds`: synchronised, warmed up), the state cut back to the context
-    after each call outside the clock; rows ``kind="cost"``, ``name``, ``k``, ``m``, ``j`` the repetition."""
+    rounds (:func:`otspec._timing.timed_rounds`: synchronised, ``warmup`` untimed rounds first), the state cut back
+    to the context after each call outside the clock; rows ``kind="cost"``, ``name``, ``k``, ``m``, ``j`` the
+    repetition (from ``j0``)."""
     import torch
 
     held = len(ctx) - 1
@@ -235,12 +238,45 @@ def _timed_calls(rows: _Rows, lm, ctx: list[int], name: str, calls: dict) -> Non
             box[0] = lm.new_state()
 
     got = timed_rounds({key: (lambda c=c: c(box[0])) for key, (_, _, c) in calls.items()}, device=lm.device,
-                       warmup=COST_WARMUP, repeats=COST_REPEATS, reset=reset)
+                       warmup=warmup, repeats=repeats, reset=reset)
     for key, (k, m, _) in calls.items():
-        rows.add(-1, "cost", name, k, got[key].samples, m=m)
+        rows.add(-1, "cost", name, k, got[key].samples, m=m, j0=j0)
 
 
-def cost_rows(draft, target, prompt: list[int], settings, index: int, *, overhead: bool = True) -> dict:
+def _shape_calls(draft, target, ctx: list[int], settings) -> dict:
+    """The calibration's timed calls: ``name -> (model, {(rows, tokens per row) -> (k, m, call(state))})`` for
+    ``"target"``, ``"draft"`` (:func:`cost_shapes`) and, with trees, ``"tree-target"`` (:func:`_tree_costs`)."""
+    import torch
+
+    shapes = cost_shapes(settings)
+    out = {}
+    for name, lm in (("target", target), ("draft", draft)):
+        calls = {}
+        for k, n in shapes[name]:
+            ids = np.full((k, n), ctx[-1], dtype=np.int64)
+            ids[:, 1:] = (np.arange(1, n) * 7919 + np.arange(k)[:, None]) % lm.vocab_size
+            t = torch.as_tensor(ids).to(lm.device)
+            calls[(k, n)] = (k, n, lambda state, lm=lm, t=t: lm.logits(state, t))
+        out[name] = (lm, calls)
+    plan = getattr(settings, "tree_plan", None)
+    if plan is not None:
+        out["tree-target"] = (target, _tree_costs(target, ctx, tree_cost_shapes(plan)["tree"]))
+    return out
+
+
+def _needed_shapes(keys, settings) -> set | None:
+    """The call shapes ``(name, rows, tokens per row)`` behind the forward passes of the ``(family, k, L)`` of
+    ``keys`` and of plain decoding (None: every shape); the tree families' shapes always."""
+    if keys is None:
+        return None
+    need = {("target", 1, 1), ("draft", 1, 1)}
+    for _, k, L in keys:
+        need |= {("draft", k, 1), ("target", k, L + 1)}
+    return need
+
+
+def cost_rows(draft, target, prompt: list[int], settings, index: int, *, overhead: bool = True,
+              walked: dict | None = None, predict=None) -> dict:
     r"""Seconds of every model call a decoder makes, measured on the models' device at ``prompt``'s context.
 
     .. math::
@@ -249,14 +285,21 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int, *, overhea
 
     the wall time of one model call (the forward pass: its logits; the laws, the verification and the draws
     are the decoder's work outside it, measured apart) on ``k`` rows of ``n`` new tokens after the prompt's
-    cached context, for the shapes of :func:`cost_shapes`: one untimed
-    warm-up round, then :data:`COST_REPEATS` interleaved rounds (every shape once per round), each call with
-    the device synchronised before the clock starts and after it stops (:func:`otspec._timing.timed_rounds`),
-    so that the queued work of one call (or of the cache cut after it) is never charged to the next. The run's
-    first shard calls it once. With ``overhead``, also the decoder's own work outside the model calls, on a few
-    real iterations of every family (:func:`otspec.profile._overhead.overhead_rows`). The speed-up model of
-    :func:`otspec.profile.summarize` predicts from these, so the prediction is for the device and the models
-    the profile ran on. The token ids of the timed calls are fixed (a call's time does not depend on them).
+    cached context, for the shapes of :func:`cost_shapes`: one untimed warm-up round and one timed round of every
+    shape, then up to :data:`COST_REPEATS` timings in all of the shapes the contenders need (every shape without
+    ``walked``), in interleaved rounds, each call with the device synchronised before the clock starts and after
+    it stops (:func:`otspec._timing.timed_rounds`), so that the queued work of one call (or of the cache cut after
+    it) is never charged to the next. The run's first shard calls it once, after walking its prompts. With
+    ``overhead``, also the decoder's own work outside the model calls, on a few real iterations of the
+    configurations the recommendation needs (:func:`otspec.profile._overhead.overhead_rows`: a racing
+    calibration on the walk's tokens per call, ``walked`` the first shard's rows, ranked by ``predict``:
+    :func:`otspec.profile._summary.calibration_predictions`). The speed-up model of
+    :func:`otspec.profile.summarize` predicts from these, so the prediction is for the device and the models the
+    profile ran on. The token ids of the timed calls are fixed (a call's time does not depend on them).
+
+    Everything after the first round of shapes runs only while it fits ``settings.calibration_s`` seconds (None:
+    unbounded), each next piece of work estimated from the seconds measured before it; the rows record the
+    budget (``name="calibration:budget"``) and the seconds taken (``"calibration:seconds"``).
 
     Returns
     -------
@@ -264,38 +307,52 @@ def cost_rows(draft, target, prompt: list[int], settings, index: int, *, overhea
         The columns :data:`COLUMNS`: rows ``kind="cost"``, ``name`` the model, ``k`` the rows, ``m`` the new
         tokens per row, ``j`` the repetition, ``value`` the seconds.
     """
-    import torch
-
     rows = _Rows(index)
     ctx = [int(t) for t in prompt]
-    shapes = cost_shapes(settings)
-    for name, lm in (("target", target), ("draft", draft)):
-        calls = {}
-        for k, n in shapes[name]:
-            ids = np.full((k, n), ctx[-1], dtype=np.int64)
-            ids[:, 1:] = (np.arange(1, n) * 7919 + np.arange(k)[:, None]) % lm.vocab_size
-            t = torch.as_tensor(ids).to(lm.device)
-            calls[(k, n)] = (k, n, lambda state, lm=lm, t=t: lm.logits(state, t))
-        _timed_calls(rows, lm, ctx, name, calls)
-    plan = getattr(settings, "tree_plan", None)
-    if plan is not None:
-        _tree_costs(rows, target, ctx, tree_cost_shapes(plan)["tree"])
+    seconds = getattr(settings, "calibration_s", None)
+    budget = CalibrationBudget(seconds)
+    shapes = _shape_calls(draft, target, ctx, settings)
+    for name, (lm, calls) in shapes.items():
+        _timed_calls(rows, lm, ctx, name, calls, repeats=1)
+    meds = {}
+
+    def again(rep: int, keys) -> None:
+        if rep >= COST_REPEATS:
+            return
+        need = _needed_shapes(keys, settings)
+        for name, (lm, calls) in shapes.items():
+            pick = {key: c for key, c in calls.items() if need is None or name == "tree-target"
+                    or (name, *key) in need or (name == "draft" and key[0] > settings.k_max)}
+            if not meds:  # each shape's first timing
+                for n, k, m, v in zip(*(rows.cols[c] for c in ("name", "k", "m", "value"))):
+                    meds.setdefault((n, k, m), v)
+            est = sum(meds.get((name, k, m), 0.0) for k, m, _ in pick.values()) + meds.get(("target", 1, 1), 0.0)
+            if pick and budget.fits(est):
+                _timed_calls(rows, lm, ctx, name, pick, warmup=0, repeats=1, j0=rep + 1)
+
     if overhead:
-        overhead_rows(rows, draft, target, ctx, settings)
+        overhead_rows(rows, draft, target, ctx, settings, tokens=walk_tokens(walked) if walked else None,
+                      budget=budget, on_round=again, predict=predict)
+    else:
+        for rep in range(1, COST_REPEATS):
+            again(rep, None)
+    if seconds is not None:
+        rows.add(-1, "cost", BUDGET_ROW, 0, [seconds])
+    rows.add(-1, "cost", SPENT_ROW, 0, [budget.spent()])
     return rows.cols
 
 
-def _tree_costs(rows: _Rows, target, ctx: list[int], trees) -> None:
-    """Seconds of the target scoring a draft tree of ``n`` nodes (``n + 1`` tokens, tree mask), for every ``n`` of
-    ``trees``, timed as :func:`cost_rows` times its calls: rows ``kind="cost"``, ``name="tree-target"``,
-    ``m = n + 1``."""
+def _tree_costs(target, ctx: list[int], trees) -> dict:
+    """The calls of the target scoring a draft tree of ``n`` nodes (``n + 1`` tokens, tree mask), for every ``n`` of
+    ``trees``, timed as :func:`cost_rows` times its calls (rows ``name="tree-target"``, ``m = n + 1``):
+    ``n -> (1, n + 1, call(state))``."""
     V = target.vocab_size
     calls = {}
     for n, parents in trees:
         tokens = np.concatenate([[-1], (np.arange(1, n + 1) * 7919 + 1) % V]).astype(np.int64)
         calls[n] = (1, n + 1, lambda state, parents=parents, tokens=tokens: target.tree_logits(
             state, parents, tokens, pending=[ctx[-1]], fallback="rows"))
-    _timed_calls(rows, target, ctx, "tree-target", calls)
+    return calls
 
 
 def analysis_device(lm):

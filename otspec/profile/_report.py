@@ -17,6 +17,7 @@ from ._figures import (
     plot_tree_tokens,
     position_set,
 )
+from ._overhead import BUDGET_ROW, CONTENDER_MARGIN, SPENT_ROW, UNTIMED, UNTIMED_PREFIX
 from ._store import check_report_dest, write_atomic
 from ._summary import CHAIN_ENGINES, MIN_RANKED_POSITIONS, NO_ENGINE, cost_inversions, sglang_flags, summarize
 
@@ -244,8 +245,9 @@ def _cost_source(summary) -> str:
     devs = ((summary.provenance or {}).get("machine") or {}).get("devices") or {}
     on = "".join(f"{r} on {d}; " for r, d in devs.items())
     if c.source == "measured":
-        return f"measured by the run on its own device ({on}medians of 3 timings; spread, threads and load in the " \
-               "costs' section)"
+        n = max((len(v) for key, v in (summary.timings or {}).items() if key[0] in ("target", "draft")), default=3)
+        return f"measured by the run on its own device ({on}medians of up to {n} timings; spread, threads, load and " \
+               "the calibration's repetitions in the costs' section)"
     if c.source == "timers":
         return f"from the run's timers ({on}no cost calibration; every target call costing the same)"
     return c.description
@@ -346,6 +348,59 @@ def _fitted_sentence(c) -> str:
             "timed steps, the line's residual error added to the intervals.")
 
 
+def _scheme_name(key) -> str:
+    f, k, L = key
+    return "plain decoding" if f == "plain" else f if ":" in f else f"{f} (k = {k}, L = {L})"  # a tree: its name
+
+
+def _calibration_lines(summary) -> list[str]:
+    """What the racing calibration timed how often, and what it left out and why (its budget, or a prediction (b)
+    too low to contend), from the run's cost rows."""
+    tm = summary.timings or {}
+    steps = {(n.partition(":")[2], k, m): len(v) for (n, k, m), v in tm.items() if n.startswith("step:")}
+    spent, budget = tm.get((SPENT_ROW, 0, 0)), tm.get((BUDGET_ROW, 0, 0))
+    head = (f"The calibration took {spent[0]:.1f} s" if spent else "The calibration") + (
+        f" of its budget of {budget[0]:g} s (`calibration_s`)" if budget else " (no budget)")
+    if not steps:
+        if any(n.startswith(UNTIMED_PREFIX) for n, _, _ in tm):
+            return [head + ": the budget ran out before plain decoding's decodes, so the decoder's work outside the "
+                    "forward passes was not timed and both predictions count the forward passes alone. Raise "
+                    "`calibration_s` (`--calibration-s`) on a slow or busy device.", ""]
+        return []
+    full = max(steps.values())
+    lines = [head + f": plain decoding and the contenders -- the configurations whose prediction (a) after one "
+             f"timing was within {CONTENDER_MARGIN:.0%} of the best's, and the runner-up -- timed up to {full} "
+             "times."]
+    fewer = [f"{_scheme_name(key)}: {n}" for key, n in steps.items() if n < full]
+    if fewer:
+        lines[0] += (" Timed fewer times (not contenders, or cut short by the budget): " + "; ".join(fewer) + ". A "
+                     "configuration timed once draws its intervals' timing scatter from the repeated timings' "
+                     "deviations from their medians (a single timing's scatter, wider than a median's).")
+    if not any(len(v) > 1 for key, v in tm.items() if key[0] in ("target", "draft", "tree-target", "step:plain")):
+        lines[0] += (" No timing was repeated within the budget: the intervals carry no timing scatter (raise "
+                     "`calibration_s`).")
+    why = {"budget": "the budget ran out before it", "bound": f"its prediction (b), the forward passes alone, lay "
+           f"below {1 - CONTENDER_MARGIN:.0%} of the best prediction (a)"}
+    left = {}
+    for (n, k, m), v in tm.items():
+        if n.startswith(UNTIMED_PREFIX):
+            left.setdefault(UNTIMED.get(v[0], "budget"), []).append(_scheme_name((n[len(UNTIMED_PREFIX):], k, m)))
+    for reason, names in left.items():
+        lines[0] += f" Not timed ({why[reason]}): {', '.join(names)}."
+    if left:
+        lines[0] += (" Their decoder's work is read off their family's line through its timed configurations; a "
+                     "family with none timed has no prediction (a) and is not ranked.")
+    trees = [nm for nms in left.values() for nm in nms if ":" in nm]
+    if trees:
+        timed_trees = [key for key in steps if ":" in key[0]]
+        lines[0] += (" A tree family not timed takes the decoder's work of the timed tree families, interpolated in "
+                     "the number of nodes." if timed_trees else
+                     " No tree family was timed: the trees' prediction (a) counts their forward passes and plain "
+                     "decoding's measured work alone, not the tree decoder's (optimistic beside the chains'): raise "
+                     "`calibration_s` before acting on a tree.")
+    return lines + [""]
+
+
 def _costs_lines(summary) -> list[str]:
     c = summary.costs
     s = summary.settings
@@ -385,9 +440,10 @@ def _costs_lines(summary) -> list[str]:
                   f"(plain decoding: {1e3 * c.overhead_plain:.3f} ms per token beyond its forward pass). "
                   "Prediction (b), the forward passes alone (an engine whose verification is fused into its "
                   "forward pass), is `speedup_forward` in the summary." + _fitted_sentence(c), ""]
+        lines += _calibration_lines(summary)
     else:
         lines += ["Speed-ups count the forward passes alone (the run did not time the decoder's work outside "
-                  "them).", ""]
+                  "them).", ""] + _calibration_lines(summary)
     inv = cost_inversions(tm)
     if inv:
         shown = "; ".join(f"{_call_name(b)} ({float(np.median(tm[b])) / plain:.2f}x plain) cheaper than "

@@ -6,6 +6,7 @@ Notation: ``p`` is the draft model's next-token law, ``q`` the target's.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 
 from .._registry import get_verifier, suggest, unknown_name_message, verifier_names
@@ -33,7 +34,8 @@ from ._trees import (
 
 __all__ = ["ProfileSettings", "BATCHED", "CHEAP_ACC", "CHEAP_FAMILIES", "CONTEXTS", "ON_REQUEST", "RENEWAL_DEFAULT",
            "MAX_K", "MAX_L", "MAX_TREE_NODES", "MAX_NEW_TOKENS", "MAX_SHARD_SIZE", "MAX_CALL_ROWS", "MAX_LAW_BYTES",
-           "MAX_SHARD_VALUES", "costly", "token_verifiers", "families", "check_limits", "values_per_prompt"]
+           "MAX_SHARD_VALUES", "DEFAULT_CALIBRATION_S", "MAX_CALIBRATION_S", "costly", "token_verifiers",
+           "families", "check_limits", "values_per_prompt", "validate_calibration_s"]
 
 #: Token-level verifiers whose per-depth acceptance has a batched closed form on ``(..., V)`` laws
 #: (:func:`otspec.alpha_k` -- also the value of ``"optimal"`` and of the LP plan ``"lp"``, both optimal --,
@@ -68,6 +70,12 @@ RENEWAL_DEFAULT = ("token", "block-onestep")
 #: Largest support (vocabulary, or top-k) on which the optimal verifier's expected tokens given the
 #: drafts run by default; above it, on request (``families=[..., "optimal"]``).
 OPTIMAL_TREE_SUPPORT = 1024
+#: Default wall seconds of a run's cost calibration (``calibration_s``).
+DEFAULT_CALIBRATION_S = 30.0
+#: Largest ``calibration_s`` (a day): a larger number is a typo, not a budget.
+MAX_CALIBRATION_S = 86_400.0
+
+
 #: Where the profiled contexts come from.
 CONTEXTS = ("sample", "reference")
 
@@ -215,6 +223,12 @@ class ProfileSettings:
         beside the verifiers' values (0: off; default 64; at most
         :data:`otspec.profile._tree_bound.MAX_PROFILE_BOUND_BUDGET`). Recorded in the manifest only when the bound
         runs (on, with a sampled family and ``subsample`` > 0), so runs without it keep their manifests.
+    calibration_s : float or None
+        Wall seconds the run's cost calibration may take (default :data:`DEFAULT_CALIBRATION_S`; None: unbounded):
+        after one round of every model-call shape, the timed decodes and the further timings run while their
+        estimated seconds fit, the configurations that could still be recommended first
+        (:func:`otspec.profile._overhead.overhead_rows`); what the budget left out is recorded and the report
+        says so. How a run executes, like ``batch_size``: not part of the run's identity (its manifest).
 
     Attributes
     ----------
@@ -280,8 +294,10 @@ class ProfileSettings:
     trees: tuple | None = None
     tree_universe: str | None = None
     bound_budget: int = DEFAULT_BOUND_BUDGET
+    calibration_s: float | None = DEFAULT_CALIBRATION_S
 
     def __post_init__(self):
+        object.__setattr__(self, "calibration_s", validate_calibration_s(self.calibration_s))
         for name in ("k_max", "L_max", "max_new_tokens", "stride", "shard_size", "batch_size"):
             object.__setattr__(self, name, validate_positive_int(getattr(self, name), name))
         object.__setattr__(self, "subsample", validate_positive_int(self.subsample, "subsample", minimum=0))
@@ -514,6 +530,32 @@ class ProfileSettings:
     def bounds_trees(self) -> bool:
         """Whether the run records the bound (a positive ``bound_budget``, a sampled family and a subsample)."""
         return bool(self.bound_budget and self.subsample and self.tree_plan is not None and self.tree_plan.sampled)
+
+
+def validate_calibration_s(value) -> float | None:
+    """``calibration_s`` as a float in ``(0, MAX_CALIBRATION_S]``, or None (unbounded).
+
+    Raises
+    ------
+    TypeError
+        Not a real number (a bool included).
+    ValueError
+        Not finite, not positive, or above :data:`MAX_CALIBRATION_S`.
+
+    Examples
+    --------
+    >>> validate_calibration_s(5), validate_calibration_s(None)
+    (5.0, None)
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"`calibration_s` must be a number of seconds or None, got {type(value).__name__}")
+    v = float(value)
+    if not (math.isfinite(v) and 0.0 < v <= MAX_CALIBRATION_S):
+        raise ValueError(f"`calibration_s` must be a finite number of seconds in (0, {MAX_CALIBRATION_S:g}] or None "
+                         f"(unbounded), got {value!r}")
+    return v
 
 
 def _on_request_reason(V: int | None) -> str:

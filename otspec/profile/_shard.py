@@ -10,6 +10,7 @@ from ..decoding._models import supports_padding
 from ._collect import COLUMNS, cost_rows, path_length, profile_bucket, profile_prompt
 from ._renewal_hook import emission_rows
 from ._settings import ProfileSettings
+from ._summary import calibration_predictions
 
 __all__ = ["buckets", "run_shard"]
 
@@ -40,15 +41,17 @@ def run_shard(draft, target, items, settings: ProfileSettings, start: int, bar=N
     both models take ``new_state(pad=...)``, else by length buckets."""
     hook = emission_rows
     refs = [ref if settings.context == "reference" else None for _, ref in items]
-    # the run's first shard times every call shape once per run (about 20 model calls)
-    costs = cost_rows(draft, target, items[0][0], settings, start) if items and start == 0 else None
     if settings.batch_size == 1:
-        return _merge([costs, *(profile_prompt(draft, target, prompt, refs[i], settings, start + i, bar=bar,
-                                               renewal=hook) for i, (prompt, _) in enumerate(items))])
-    cols = [costs] + [None] * len(items)
-    for batch in buckets(items, settings, pad=supports_padding(draft) and supports_padding(target)):
-        got = profile_bucket(draft, target, [items[i][0] for i in batch], [refs[i] for i in batch], settings,
-                             [start + i for i in batch], bar=bar, renewal=hook)
-        for i, c in zip(batch, got):
-            cols[1 + i] = c
+        cols = [None] + [profile_prompt(draft, target, prompt, refs[i], settings, start + i, bar=bar, renewal=hook)
+                         for i, (prompt, _) in enumerate(items)]
+    else:
+        cols = [None] * (1 + len(items))
+        for batch in buckets(items, settings, pad=supports_padding(draft) and supports_padding(target)):
+            got = profile_bucket(draft, target, [items[i][0] for i in batch], [refs[i] for i in batch], settings,
+                                 [start + i for i in batch], bar=bar, renewal=hook)
+            for i, c in zip(batch, got):
+                cols[1 + i] = c
+    if items and start == 0:  # the run's first shard calibrates the costs once per run, sized by its walk's rows
+        cols[0] = cost_rows(draft, target, items[0][0], settings, start, walked=_merge(cols[1:]),
+                            predict=calibration_predictions)
     return _merge(cols)

@@ -54,7 +54,7 @@ MAX_WEIGHT_HASH_BYTES = 2**30
 #: Manifest entries that must agree for a folder to be reused (package versions are recorded, not compared).
 _IDENTITY = ("format", "settings", "models", "prompts")
 #: Settings of how a run executes, not of what it computes: left out of the manifest (a run may resume with others).
-EXECUTION = ("batch_size",)
+EXECUTION = ("batch_size", "calibration_s")
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -30,7 +30,8 @@ from ._trees import (
     static_order,
 )
 
-__all__ = ["MIN_RANKED_POSITIONS", "Configuration", "configurations", "cost_timings", "cost_inversions",
+__all__ = ["MIN_RANKED_POSITIONS", "Configuration", "calibration_predictions", "configurations", "cost_timings",
+           "cost_inversions",
            "Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize",
            "prompt_sums", "TreeSummary", "TreeChoice", "StaticShape", "SequoiaShape", "MAX_STATIC_BUDGET",
            "TreeBoundSummary"]
@@ -541,8 +542,11 @@ def _overhead(med: dict, settings: dict, env: dict) -> tuple[dict, float, dict, 
             continue
         spec = get_verifier(f)
         multi = not (spec.single_draft or spec.kind == "block")
-        ks = range(1, k_max + 1) if multi and max(k for k, _ in o) > 1 else range(1, 2)  # the decoder refused k > 1:
-        pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))                           # no prediction (a) there
+        # k > 1 predicted when a k > 1 step was timed, or one was left untimed by the racing calibration (its budget,
+        # or a prediction (b) too low to contend: the line extends to it); the decoder refused k > 1: no prediction
+        left = any(n == f"untimed:{f}" and k > 1 for (n, k, _) in med)
+        ks = range(1, k_max + 1) if multi and (max(k for k, _ in o) > 1 or left) else range(1, 2)
+        pts = sorted(o, key=lambda km: km[0] * (2 * km[1] + 1))
         x = np.array([k * (2 * m + 1) for k, m in pts], dtype=float)
         y = np.stack([np.asarray(o[p], dtype=float) for p in pts])  # (points, ...) : replicates behind
         dx = (x - x.mean()).reshape((-1,) + (1,) * (y.ndim - 1))
@@ -620,11 +624,39 @@ def _replicates(costs: Costs, settings: dict, n_boot: int, seed: int) -> Costs:
     if costs.source != "measured" or n_boot < 1:
         return costs
     rng = np.random.default_rng([seed, 7])
+    pool = _pooled_deviations(costs.samples)
     med = {}
     for key, v in costs.samples.items():
         x = np.asarray(v, dtype=np.float64)
         med[key] = np.median(x[rng.integers(0, len(x), size=(n_boot, len(x)))], axis=1)
+        g = _timing_group(key[0])
+        r = pool.get(g, pool.get("calls")) if g is not None else None  # no repeated step: the calls' scatter
+        if len(x) == 1 and r is not None:  # timed once: a single timing's scatter, not none
+            med[key] = x[0] * (1.0 + r[rng.integers(0, len(r), size=n_boot)])
     return _measured(med, settings, costs.spread, costs.samples, costs.violations)
+
+
+def _timing_group(name: str) -> str | None:
+    """Which timings share a scatter: the model calls (``"calls"``), the decoder's steps (``"steps"``); None for the
+    calibration's own records."""
+    if name in _CALLS:
+        return "calls"
+    return "steps" if name.partition(":")[0] in ("step", "forward", "residual") else None
+
+
+def _pooled_deviations(samples: dict) -> dict:
+    r"""``group -> array`` of the relative deviations :math:`t_i / \operatorname{med}(t) - 1` of every timing of
+    every repeated key of the group (:func:`_timing_group`): how far one timing falls from its key's median. A key
+    the racing calibration timed once draws its bootstrap replicates as :math:`t (1 + r^*)`, :math:`r^*` from its
+    group's pool (a step with no repeated step: the calls' pool), so that its interval holds a single timing's
+    scatter (wider than a median's)."""
+    out: dict = {}
+    for key, v in samples.items():
+        g = _timing_group(key[0])
+        x = np.asarray(v, dtype=np.float64)
+        if g is not None and len(x) > 1 and np.median(x) > 0:
+            out.setdefault(g, []).extend((x / np.median(x) - 1.0).tolist())
+    return {g: np.asarray(r) for g, r in out.items()}
 
 
 def _speedups(keys, tp, tres, extra, costs: Costs, reps: Costs):
@@ -642,6 +674,30 @@ def _speedups(keys, tp, tres, extra, costs: Costs, reps: Costs):
             else:
                 ra[(f, k, L)], rb[(f, k, L)] = tres[:, i] * fa, tres[:, i] * fb
     return pa, ra, pb, rb
+
+
+def calibration_predictions(cols: dict, settings, tokens: dict) -> tuple[dict, dict]:
+    """Predictions (a) and (b) of every ``(family, k, L)`` of ``tokens`` (:func:`otspec.profile._overhead.walk_tokens`)
+    from a cost calibration's rows so far (``cols``: every call shape timed), by this module's own speed-up model
+    (:func:`_measured`, :func:`_speedups`): what the racing calibration ranks its configurations by; ``({}, {})``
+    before the shapes are timed."""
+    samples: dict = {}
+    for kind, name, k, m, v in zip(cols["kind"], cols["name"], cols["k"], cols["m"], cols["value"]):
+        if kind == "cost":
+            samples.setdefault((name, int(k), int(m)), []).append(float(v))
+    med = {key: float(np.median(v)) for key, v in samples.items()}
+    ks, Ls = range(1, settings.k_max + 1), range(1, settings.L_max + 1)
+    need = [("target", 1, 1)] + [("target", k, L + 1) for k in ks for L in Ls] + [("draft", k, 1) for k in ks]
+    keys = [key for key in tokens if np.isfinite(tokens[key][0])]
+    if not keys or not all(key in med for key in need):
+        return {}, {}
+    spread = {key: 0.5 * (max(v) - min(v)) for key, v in samples.items()}
+    sd = {"k_max": settings.k_max, "L_max": settings.L_max, "families": list(settings.families)}
+    costs = _measured(med, sd, spread, {key: tuple(v) for key, v in samples.items()}, violations=())
+    tp = np.array([tokens[key][0] for key in keys])
+    extra = np.array([tokens[key][1] for key in keys])
+    pa, _, pb, _ = _speedups(keys, tp, tp[None, :], extra, costs, costs)
+    return pa, pb
 
 
 def _recommend(point, res, tokens, positions) -> Recommendation | None:
