@@ -55,6 +55,7 @@ import numpy as np
 
 from .._registry import unknown_name_message
 from ._deps import require
+from ._sampling import on_device
 
 torch = require("torch", "otspec.decoding")
 
@@ -871,6 +872,17 @@ class HFCausalLM(_TreeScoring):
     def device(self):
         return next(self.model.parameters()).device
 
+    def _rows_index(self, rows: list[int]):
+        """The kept rows of :meth:`select` as an int64 tensor on the model's device, made once per rows and device
+        (a walk keeps the same few row sets at every step: one host-to-device copy each per run, not per call)."""
+        key = (str(self.device), tuple(rows))
+        memo = self.__dict__.setdefault("_rows_memo", {})
+        if key not in memo:
+            if len(memo) >= 64:  # bounded: a caller selecting ever new rows keeps at most 64 of them
+                memo.clear()
+            memo[key] = _to_device(rows, self.device)
+        return memo[key]
+
     @classmethod
     def from_pretrained(cls, name_or_path, *, dtype="auto", device="cpu", name: str | None = None) -> HFCausalLM:
         r"""Load a checkpoint folder or name (``AutoModelForCausalLM``) in ``dtype`` on ``device``.
@@ -959,7 +971,8 @@ class HFCausalLM(_TreeScoring):
 
     @torch.inference_mode()
     def logits(self, state: _HFState, input_ids):
-        ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device)
+        ids = (on_device(input_ids, self.device, torch.long) if torch.is_tensor(input_ids)
+               else torch.as_tensor(input_ids, dtype=torch.long, device=self.device))
         if ids.ndim != 2 or ids.shape[1] < 1:
             raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
         B, t = int(ids.shape[0]), int(ids.shape[1])
@@ -987,7 +1000,7 @@ class HFCausalLM(_TreeScoring):
             return
         state.pad = _kept_pad(state.pad, rows, length)
         if rows != list(range(state.batch)):
-            state.cache.batch_select_indices(_to_device(rows, self.device))
+            state.cache.batch_select_indices(self._rows_index(rows))
             state.batch = len(rows)
         if length < state.length:
             if length == 0:

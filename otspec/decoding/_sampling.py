@@ -346,6 +346,35 @@ def transformers_keep_mask(logits, temperature: float, top_k: int | None, top_p:
     return torch.isfinite(s)
 
 
+def on_device(t, device=None, dtype=None, *, non_blocking: bool = False):
+    """The tensor ``t`` on ``device`` with ``dtype`` (None: as it is): ``t`` itself when it is already so, else
+    ``t.to(...)``.
+
+    A ``.to`` of a tensor already in place copies nothing but still costs a Python dispatch per call (hundreds per
+    profiled position otherwise); a ``device`` without an index (``"cuda"``) means the current one of its type.
+
+    Examples
+    --------
+    >>> import torch
+    >>> t = torch.zeros(2, dtype=torch.float64)
+    >>> on_device(t, "cpu", torch.float64) is t, on_device(t, dtype=torch.float32).dtype
+    (True, torch.float32)
+    """
+    import torch
+
+    here = t.device
+    if device is not None:
+        want = torch.device(device)
+        index = want.index
+        if index is None and want.type == "cuda" and here.type == "cuda":
+            index = torch.cuda.current_device()
+        if want.type != here.type or (index is not None and index != here.index):
+            return t.to(device=device, dtype=dtype, non_blocking=non_blocking)
+    if dtype is not None and t.dtype != dtype:
+        return t.to(dtype=dtype, non_blocking=non_blocking)
+    return t
+
+
 def sample_rows(P: np.ndarray, gen: np.random.Generator) -> np.ndarray:
     """One inverse-CDF draw per row of a ``(B, V)`` float64 law; exact, zero-mass entries never drawn.
 

@@ -27,7 +27,7 @@ import numpy as np
 from .._registry import get_verifier
 from .._timing import Stopwatch, timed_rounds
 from ..decoding._models import supports_padding
-from ..decoding._sampling import bad_rows, sample_rows
+from ..decoding._sampling import bad_rows, on_device, sample_rows
 from ._overhead import overhead_rows
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched
 from ._renewal_hook import renewal_drawn_trees
@@ -120,7 +120,7 @@ class _Checks:
         if not self.pending:
             return _np(values)
         flat = values.reshape(-1)
-        flags = torch.stack([f.to(flat.device) for *_, f in self.pending]).to(flat.dtype)
+        flags = torch.stack([on_device(f, flat.device) for *_, f in self.pending]).to(flat.dtype)
         host = torch.cat([flat, flags]).to("cpu").numpy()
         n = flat.shape[0]
         for (lm, which, call, _), bad in zip(self.pending, host[n:]):
@@ -154,8 +154,8 @@ class _Timer:
 
         watch = Stopwatch(lm.device)
         with watch:
-            t = ids.to(lm.device) if torch.is_tensor(ids) else torch.as_tensor(np.ascontiguousarray(ids),
-                                                                               dtype=torch.long).to(lm.device)
+            t = on_device(ids, lm.device) if torch.is_tensor(ids) else torch.as_tensor(np.ascontiguousarray(ids),
+                                                                                       dtype=torch.long).to(lm.device)
             logits = lm.logits(state, t)[:, -last:]
             probs = sampling.probs(logits, check=keep and checks is None)
             raw = _np(sampling.own_law(logits)) if own else None
@@ -358,7 +358,9 @@ def check_device_memory(settings, V: int, lengths, device, *, free: int | None =
 def _to_device(P: np.ndarray, dev):
     import torch
 
-    return P if dev is None else torch.as_tensor(P).to(dev)  # a tensor already: moved if elsewhere
+    if dev is None:
+        return P
+    return on_device(P, dev) if torch.is_tensor(P) else torch.as_tensor(P).to(dev)  # a tensor: moved if elsewhere
 
 
 def _draft_buffers(p1, k, L: int, V: int):

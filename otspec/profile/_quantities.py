@@ -412,7 +412,8 @@ def read_parts(parts) -> None:
             store(a)
         return
     xp = namespace(*(a for a, _ in parts))
-    host = to_host(xp.concat([xp.reshape(xp.astype(a, xp.float64), (-1,)) for a, _ in parts]))
+    host = to_host(xp.concat([xp.reshape(a if a.dtype == xp.float64 else xp.astype(a, xp.float64), (-1,))
+                              for a, _ in parts]))  # the concatenation copies: no cast of a float64 part
     at = 0
     for a, store in parts:
         shape = tuple(int(n) for n in a.shape)
@@ -539,8 +540,8 @@ def _block_tau_calls(name: str, P, Q, X, L_max: int, xp):
     r"""``(2, R, L_max)``: block verification's :math:`E[\tau \mid X_r^\ell]` and expected target calls for every
     row and length, from :func:`block_path_laws` (the laws' namespace)."""
     law = block_path_laws(name, P, Q, X, L_max, xp)  # (R, L, L + 1)
-    t = xp.reshape(xp.astype(xp.arange(L_max + 1, device=_device(P)), xp.float64), (1, 1, -1))
-    ell = xp.reshape(xp.astype(xp.arange(1, L_max + 1, device=_device(P)), xp.float64), (1, -1, 1))
+    t = xp.reshape(xp.arange(L_max + 1, dtype=xp.float64, device=_device(P)), (1, 1, -1))
+    ell = xp.reshape(xp.arange(1, L_max + 1, dtype=xp.float64, device=_device(P)), (1, -1, 1))
     tau = xp.sum(law * t, axis=-1)
     calls = 1.0 + xp.sum(law * xp.clip(ell - t, 0.0, None), axis=-1)
     return xp.stack([tau, calls], axis=0)
