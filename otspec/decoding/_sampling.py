@@ -375,12 +375,13 @@ def on_device(t, device=None, dtype=None, *, non_blocking: bool = False):
     return t
 
 
-def sample_rows(P: np.ndarray, gen: np.random.Generator) -> np.ndarray:
+def sample_rows(P: np.ndarray, gen: np.random.Generator, *, uniforms=None) -> np.ndarray:
     """One inverse-CDF draw per row of a ``(B, V)`` float64 law; exact, zero-mass entries never drawn.
 
     A torch tensor is drawn where it lives, with no host read: the same ``B`` uniforms of ``gen`` go in, the same
     rule (``u`` times the total searched in the running sums, a landing on a zero-mass entry stepped back to the
-    last positive one), and an int64 tensor of ids on its device comes out."""
+    last positive one), and an int64 tensor of ids on its device comes out; ``uniforms`` (a tensor of the ``B``
+    uniforms there, drawn from ``gen`` beforehand: several draws' in one host-to-device copy) replaces them."""
     if not isinstance(P, np.ndarray) and hasattr(P, "device"):
         P = P if P.ndim == 2 else P[None]
         n, V = P.shape
@@ -388,7 +389,7 @@ def sample_rows(P: np.ndarray, gen: np.random.Generator) -> np.ndarray:
             c = torch.cumsum(P[:1], dim=1).expand(n, V).contiguous()
         else:
             c = torch.cumsum(P, dim=1)
-        u = torch.as_tensor(gen.random(n), device=P.device) * c[:, -1]
+        u = (torch.as_tensor(gen.random(n), device=P.device) if uniforms is None else uniforms) * c[:, -1]
         i = torch.searchsorted(c, u[:, None].contiguous(), right=True).clamp_(max=V - 1)
         ar = torch.arange(V, device=P.device)
         return torch.where((P > 0) & (ar <= i), ar, -1).amax(dim=1).clamp_(min=0)

@@ -142,9 +142,11 @@ class Builds:
         Draft and target laws along them, float64 rows on the simplex.
     options : dict
         Per-verifier build options.
+    X_dev : (k_max, L_max) int64 array of the laws' namespace, optional
+        ``X`` where the laws are, when the caller has it there (not copied there again by :meth:`tokens`).
     """
 
-    def __init__(self, X, P, Q, options: dict):
+    def __init__(self, X, P, Q, options: dict, X_dev=None):
         self.xp = namespace(P, Q)
         self.options = options
         self._cache: dict = {}
@@ -157,7 +159,7 @@ class Builds:
         else:
             self.P, self.Q, self.X = P, Q, X
             self._host = None
-        self._Xdev = None
+        self._Xdev = X_dev if X_dev is not None and not isinstance(P, np.ndarray) else None
 
     @property
     def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
