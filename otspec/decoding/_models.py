@@ -55,6 +55,7 @@ import numpy as np
 
 from .._registry import unknown_name_message
 from ._deps import require
+from ._sampling import on_device
 
 torch = require("torch", "otspec.decoding")
 
@@ -497,6 +498,27 @@ def _on(a, device):
     return a if torch.is_tensor(a) else torch.from_numpy(np.ascontiguousarray(a)).to(device, non_blocking=True)
 
 
+#: Tensors of :func:`_shape_on`, by device and content (at most :data:`_SHAPES_KEPT`; then made afresh).
+_SHAPES: dict = {}
+_SHAPES_KEPT = 256
+
+
+def _shape_on(a, device):
+    """A host array of a tree's shape (ancestor masks, depths, the real nodes of a batch) as a tensor on
+    ``device``, made once per content and device: a walk drafting trees of static shapes copies each to the
+    device once per run instead of once per call. Never written to by its users; a tensor is returned as it is."""
+    if torch.is_tensor(a):
+        return a
+    a = np.ascontiguousarray(a)
+    key = (str(device), a.dtype.str, a.shape, a.tobytes())
+    t = _SHAPES.get(key)
+    if t is None:
+        if len(_SHAPES) >= _SHAPES_KEPT:
+            _SHAPES.clear()
+        t = _SHAPES[key] = _on(a.copy(), device)  # its own memory: on the CPU a tensor shares the array's
+    return t
+
+
 def _kept_nodes(keep, tb: _TreeBatch):
     """``keep`` as one node per tree (``None`` when every tree keeps its root: nothing beyond the context)."""
     if isinstance(keep, numbers.Integral) and not isinstance(keep, bool):
@@ -551,10 +573,10 @@ def _node_ids(tb: _TreeBatch, device):
         tb.ids = torch.from_numpy(np.where(tb.real, tb.tokens, 0)).to(device, non_blocking=True).clamp_(min=0), None
     if tb.ids is not None:
         return tb.ids
-    real = torch.from_numpy(tb.real & (np.arange(tb.n + 1) > 0)[None]).to(device, non_blocking=True)
-    tok = tb.tokens_t.to(device=device, dtype=torch.long, non_blocking=True)
+    real = _shape_on(tb.real & (np.arange(tb.n + 1) > 0)[None], device)
+    tok = on_device(tb.tokens_t, device, torch.long, non_blocking=True)
     wrong = real & ((tok < 0) | (tok >= tb.V))
-    anc = _on(tb.anc, device)
+    anc = _shape_on(tb.anc, device)
     lost = (anc & wrong[:, None, :]).any(-1)
     tb.ids = torch.where(real & ~wrong, tok, 0), lost if tb.lost is None else lost | tb.lost
     return tb.ids
@@ -574,8 +596,8 @@ def _tree_layout(tb: _TreeBatch, L: int, pad, device):
     q = torch.arange(Q, device=device)
     cols = torch.arange(K, device=device)
     mask = (cols[None, :] <= torch.clamp(L + q, max=L + t0 - 1)[:, None]).expand(B, Q, K).clone()
-    mask[:, t0:, L + t0:] = _on(tb.anc, device)[:, 1:, 1:]
-    depth = _on(tb.depth, device)[:, 1:]
+    mask[:, t0:, L + t0:] = _shape_on(tb.anc, device)[:, 1:, 1:]
+    depth = _shape_on(tb.depth, device)[:, 1:]
     pos = torch.cat([(L + q[:t0]).expand(B, t0), L + t0 - 1 + depth], dim=1)
     if pad is not None:
         mask &= cols[None, None, :] >= pad[:, None, None]
@@ -871,6 +893,17 @@ class HFCausalLM(_TreeScoring):
     def device(self):
         return next(self.model.parameters()).device
 
+    def _rows_index(self, rows: list[int]):
+        """The kept rows of :meth:`select` as an int64 tensor on the model's device, made once per rows and device
+        (a walk keeps the same few row sets at every step: one host-to-device copy each per run, not per call)."""
+        key = (str(self.device), tuple(rows))
+        memo = self.__dict__.setdefault("_rows_memo", {})
+        if key not in memo:
+            if len(memo) >= 64:  # bounded: a caller selecting ever new rows keeps at most 64 of them
+                memo.clear()
+            memo[key] = _to_device(rows, self.device)
+        return memo[key]
+
     @classmethod
     def from_pretrained(cls, name_or_path, *, dtype="auto", device="cpu", name: str | None = None) -> HFCausalLM:
         r"""Load a checkpoint folder or name (``AutoModelForCausalLM``) in ``dtype`` on ``device``.
@@ -959,7 +992,8 @@ class HFCausalLM(_TreeScoring):
 
     @torch.inference_mode()
     def logits(self, state: _HFState, input_ids):
-        ids = torch.as_tensor(input_ids, dtype=torch.long, device=self.device)
+        ids = (on_device(input_ids, self.device, torch.long) if torch.is_tensor(input_ids)
+               else torch.as_tensor(input_ids, dtype=torch.long, device=self.device))
         if ids.ndim != 2 or ids.shape[1] < 1:
             raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
         B, t = int(ids.shape[0]), int(ids.shape[1])
@@ -987,7 +1021,7 @@ class HFCausalLM(_TreeScoring):
             return
         state.pad = _kept_pad(state.pad, rows, length)
         if rows != list(range(state.batch)):
-            state.cache.batch_select_indices(_to_device(rows, self.device))
+            state.cache.batch_select_indices(self._rows_index(rows))
             state.batch = len(rows)
         if length < state.length:
             if length == 0:

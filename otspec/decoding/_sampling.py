@@ -346,12 +346,42 @@ def transformers_keep_mask(logits, temperature: float, top_k: int | None, top_p:
     return torch.isfinite(s)
 
 
-def sample_rows(P: np.ndarray, gen: np.random.Generator) -> np.ndarray:
+def on_device(t, device=None, dtype=None, *, non_blocking: bool = False):
+    """The tensor ``t`` on ``device`` with ``dtype`` (None: as it is): ``t`` itself when it is already so, else
+    ``t.to(...)``.
+
+    A ``.to`` of a tensor already in place copies nothing but still costs a Python dispatch per call (hundreds per
+    profiled position otherwise); a ``device`` without an index (``"cuda"``) means the current one of its type.
+
+    Examples
+    --------
+    >>> import torch
+    >>> t = torch.zeros(2, dtype=torch.float64)
+    >>> on_device(t, "cpu", torch.float64) is t, on_device(t, dtype=torch.float32).dtype
+    (True, torch.float32)
+    """
+    import torch
+
+    here = t.device
+    if device is not None:
+        want = torch.device(device)
+        index = want.index
+        if index is None and want.type == "cuda" and here.type == "cuda":
+            index = torch.cuda.current_device()
+        if want.type != here.type or (index is not None and index != here.index):
+            return t.to(device=device, dtype=dtype, non_blocking=non_blocking)
+    if dtype is not None and t.dtype != dtype:
+        return t.to(dtype=dtype, non_blocking=non_blocking)
+    return t
+
+
+def sample_rows(P: np.ndarray, gen: np.random.Generator, *, uniforms=None) -> np.ndarray:
     """One inverse-CDF draw per row of a ``(B, V)`` float64 law; exact, zero-mass entries never drawn.
 
     A torch tensor is drawn where it lives, with no host read: the same ``B`` uniforms of ``gen`` go in, the same
     rule (``u`` times the total searched in the running sums, a landing on a zero-mass entry stepped back to the
-    last positive one), and an int64 tensor of ids on its device comes out."""
+    last positive one), and an int64 tensor of ids on its device comes out; ``uniforms`` (a tensor of the ``B``
+    uniforms there, drawn from ``gen`` beforehand: several draws' in one host-to-device copy) replaces them."""
     if not isinstance(P, np.ndarray) and hasattr(P, "device"):
         P = P if P.ndim == 2 else P[None]
         n, V = P.shape
@@ -359,7 +389,7 @@ def sample_rows(P: np.ndarray, gen: np.random.Generator) -> np.ndarray:
             c = torch.cumsum(P[:1], dim=1).expand(n, V).contiguous()
         else:
             c = torch.cumsum(P, dim=1)
-        u = torch.as_tensor(gen.random(n), device=P.device) * c[:, -1]
+        u = (torch.as_tensor(gen.random(n), device=P.device) if uniforms is None else uniforms) * c[:, -1]
         i = torch.searchsorted(c, u[:, None].contiguous(), right=True).clamp_(max=V - 1)
         ar = torch.arange(V, device=P.device)
         return torch.where((P > 0) & (ar <= i), ar, -1).amax(dim=1).clamp_(min=0)

@@ -27,7 +27,7 @@ import numpy as np
 from .._registry import get_verifier
 from .._timing import Stopwatch, timed_rounds
 from ..decoding._models import supports_padding
-from ..decoding._sampling import bad_rows, sample_rows
+from ..decoding._sampling import bad_rows, on_device, sample_rows
 from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, walk_tokens
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched
 from ._renewal_hook import renewal_drawn_trees
@@ -120,7 +120,7 @@ class _Checks:
         if not self.pending:
             return _np(values)
         flat = values.reshape(-1)
-        flags = torch.stack([f.to(flat.device) for *_, f in self.pending]).to(flat.dtype)
+        flags = torch.stack([on_device(f, flat.device) for *_, f in self.pending]).to(flat.dtype)
         host = torch.cat([flat, flags]).to("cpu").numpy()
         n = flat.shape[0]
         for (lm, which, call, _), bad in zip(self.pending, host[n:]):
@@ -154,8 +154,8 @@ class _Timer:
 
         watch = Stopwatch(lm.device)
         with watch:
-            t = ids.to(lm.device) if torch.is_tensor(ids) else torch.as_tensor(np.ascontiguousarray(ids),
-                                                                               dtype=torch.long).to(lm.device)
+            t = on_device(ids, lm.device) if torch.is_tensor(ids) else torch.as_tensor(np.ascontiguousarray(ids),
+                                                                                       dtype=torch.long).to(lm.device)
             logits = lm.logits(state, t)[:, -last:]
             probs = sampling.probs(logits, check=keep and checks is None)
             raw = _np(sampling.own_law(logits)) if own else None
@@ -415,7 +415,9 @@ def check_device_memory(settings, V: int, lengths, device, *, free: int | None =
 def _to_device(P: np.ndarray, dev):
     import torch
 
-    return P if dev is None else torch.as_tensor(P).to(dev)  # a tensor already: moved if elsewhere
+    if dev is None:
+        return P
+    return on_device(P, dev) if torch.is_tensor(P) else torch.as_tensor(P).to(dev)  # a tensor: moved if elsewhere
 
 
 def _draft_buffers(p1, k, L: int, V: int):
@@ -430,13 +432,45 @@ def _draft_buffers(p1, k, L: int, V: int):
             torch.empty(k + (L, V), dtype=torch.float64, device=p1.device))
 
 
+def _fed(ids: np.ndarray, dev):
+    """The ``(B, t)`` host token ids a position feeds its models: the array itself for host laws, else one
+    int64 tensor on ``dev`` (one host-to-device copy for the draft's call and the target's)."""
+    if dev is None:
+        return ids
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).to(dev, non_blocking=True)
+
+
+def _scored(pend, X, k: int):
+    """The target's ``(B k, t + L)`` input of a position: each prompt's pending ids ``pend`` (``(B, t)``) before
+    its ``k`` drafts ``X`` (``(B k, L)``), in ``X``'s namespace (numpy, or a tensor where both are)."""
+    if isinstance(X, np.ndarray):
+        return np.concatenate([np.repeat(np.asarray(pend, dtype=np.int64), k, axis=0), X], axis=1)
+    import torch
+
+    return torch.cat([torch.repeat_interleave(pend, k, dim=0), X], dim=1)
+
+
 def _rows_of(p1, k: int, V: int):
     """``p1`` (one row) seen as ``k`` rows, without a copy."""
     return np.broadcast_to(p1, (k, V)) if isinstance(p1, np.ndarray) else p1.expand(k, V)
 
 
-def _sample(P: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    return sample_rows(P, rng)
+def _sample(P: np.ndarray, rng: np.random.Generator, uniforms=None) -> np.ndarray:
+    return sample_rows(P, rng, uniforms=uniforms)
+
+
+def _step_uniforms(p1, rngs: list, k: int, L: int):
+    """The ``(B, L, k)`` uniforms of the ``L`` draft steps of ``B`` prompts on the device of the tensor ``p1``, in
+    one host-to-device copy: ``rngs[b]``'s next ``L k`` doubles, in the order the steps would draw them one copy at a
+    time (a generator's ``random(L k)`` is its ``random(k)`` drawn ``L`` times); None for host laws (drawn per step).
+    """
+    if isinstance(p1, np.ndarray):
+        return None
+    import torch
+
+    return torch.from_numpy(np.stack([g.random((L, k)) for g in rngs])).to(p1.device, non_blocking=True)
 
 
 def is_subsampled(pos, prompt, settings) -> bool:
@@ -468,15 +502,17 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool, builds
                 rows.add(pos, kind, name, k, vals)
 
 
-def batch_builds(X, P, Q, settings, subsampled=None) -> list | None:
+def batch_builds(X, P, Q, settings, subsampled=None, X_dev=None) -> list | None:
     """The :class:`otspec.profile._quantities.Builds` of the ``B`` prompts of one position of a batched walk, their
     cheap batched quantities computed for all prompts at once (:func:`otspec.profile._quantities.prefill_batched`),
     and, for the prompts whose position is subsampled (``subsampled``, one bool each), the costly quantities that
     have batched forms, when the laws are on an accelerator (arrays other than numpy), one prompt too (every value
-    then comes to the host in one read); None otherwise (each prompt's own, as before)."""
+    then comes to the host in one read); None otherwise (each prompt's own, as before). ``X_dev``: the drafts
+    where the laws are, when the walk drew them there (not sent again)."""
     if isinstance(P, np.ndarray):
         return None
-    out = [Builds(X[b], P[b], Q[b], settings.verifier_options) for b in range(len(X))]
+    out = [Builds(X[b], P[b], Q[b], settings.verifier_options, None if X_dev is None else X_dev[b])
+           for b in range(len(X))]
     prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
                     [f for f in settings.families if not is_costly("tau", f)], settings.ks, settings.L_max,
                     subsampled=subsampled, costly=([n for n in settings.verifiers if is_costly("acc", n)],
@@ -554,27 +590,28 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
         if t % settings.stride == 0:
             on = dev is not None  # the draft's laws and tokens stay on its device, read once (X) per position
             checks = _Checks(t)  # the calls' bad-logits flags, read with the drafts and with the path's law
-            got = timer.call(draft, ds, [ctx[held_d:]], sampling, "draft", 1, own=own, keep=on, checks=checks)
+            fed = _fed(np.asarray([ctx[held_d:]], dtype=np.int64), dev)  # the path's new tokens, for both models
+            got = timer.call(draft, ds, fed, sampling, "draft", 1, own=own, keep=on, checks=checks)
             p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (1, V): processed, own law
             V = p1.shape[-1]
             X, P = _draft_buffers(p1, k_max, L, V)
             P[:, 0] = p1
-            X[:, 0] = _sample(_rows_of(p1, k_max, V), rng)
+            U = _step_uniforms(p1, [rng], k_max, L)
+            X[:, 0] = _sample(_rows_of(p1, k_max, V), rng, None if U is None else U[0, 0])
             for j in range(1, L):
                 P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1, keep=on, checks=checks)[:, 0]
-                X[:, j] = _sample(P[:, j], rng)
-            X = checks.read(X, sampling) if on else X
+                X[:, j] = _sample(P[:, j], rng, None if U is None else U[0, j])
+            Xd, X = X, (checks.read(X, sampling) if on else X)  # Xd: where the laws are
             draft.select(ds, 0, len(ctx))
+            scored = _scored(fed[:, held_t - held_d:], Xd, k_max)
             held_d = len(ctx)
-            pend = np.broadcast_to(np.array(ctx[held_t:], dtype=np.int64), (k_max, len(ctx) - held_t))
-            Q = timer.call(target, ts, np.concatenate([pend, X], axis=1), sampling, "target", L + 1,
-                           keep=dev is not None, checks=checks)
+            Q = timer.call(target, ts, scored, sampling, "target", L + 1, keep=dev is not None, checks=checks)
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
             q_t = checks.read(Q[0, 0], sampling).copy()  # not a view: the path's laws must not hold every tree's Q
             Pd = _to_device(P, dev)
             sub = is_subsampled(t, index, settings)
-            bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub])
+            bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None])
             position_rows(rows, t, X, Pd, Q, settings, costly=sub, builds=bl[0] if bl else None)
             if trng is not None:
                 tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
@@ -701,30 +738,32 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
         if t % settings.stride == 0:
             on = dev is not None  # the draft's laws and tokens stay on its device, read once (X) per position
             checks = _Checks(t)  # the calls' bad-logits flags, read with the drafts and with the path's laws
-            got = shared.call(draft, ds, ctx[:, held_d:], sampling, "draft", 1, own=own, keep=on, checks=checks)
+            fed = _fed(ctx[:, held_d:], dev)  # the paths' new tokens, for both models
+            got = shared.call(draft, ds, fed, sampling, "draft", 1, own=own, keep=on, checks=checks)
             p1, r1 = (got[0][:, 0], got[1][:, 0]) if own else (got[:, 0], None)  # (B, V): processed, own law
             V = p1.shape[-1]
             X, P = _draft_buffers(p1, (B, k), L, V)
             P[:, :, 0] = p1[:, None]
+            U = _step_uniforms(p1, rngs, k, L)
             for b in range(B):
-                X[b, :, 0] = _sample(_rows_of(p1[b], k, V), rngs[b])
+                X[b, :, 0] = _sample(_rows_of(p1[b], k, V), rngs[b], None if U is None else U[b, 0])
             for j in range(1, L):
                 P[:, :, j] = shared.call(draft, ds, X[:, :, j - 1].reshape(B * k, 1), sampling, "draft",
                                          1, keep=on, checks=checks)[:, 0].reshape(B, k, V)
                 for b in range(B):
-                    X[b, :, j] = _sample(P[b, :, j], rngs[b])
-            X = checks.read(X, sampling) if on else X
+                    X[b, :, j] = _sample(P[b, :, j], rngs[b], None if U is None else U[b, j])
+            Xd, X = X, (checks.read(X, sampling) if on else X)  # Xd: where the laws are
             draft.select(ds, kept, n)
+            scored = _scored(fed[:, held_t - held_d:], Xd.reshape(B * k, L), k)
             held_d = n
-            pend = np.repeat(ctx[:, held_t:], k, axis=0)
-            Q = shared.call(target, ts, np.concatenate([pend, X.reshape(B * k, L)], axis=1), sampling, "target",
-                            L + 1, keep=dev is not None, checks=checks).reshape(B, k, L + 1, V)
+            Q = shared.call(target, ts, scored, sampling, "target", L + 1, keep=dev is not None,
+                            checks=checks).reshape(B, k, L + 1, V)
             target.select(ts, np.arange(B) * k, n)
             held_t = n
             q_t = checks.read(Q[:, 0, 0], sampling).copy()
             Pa = _to_device(P, dev)
             sub = [is_subsampled(t, i, settings) for i in indices]
-            bl = batch_builds(X, Pa, Q, settings, sub) or [None] * B
+            bl = batch_builds(X, Pa, Q, settings, sub, Xd) or [None] * B
             for b in range(B):
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=sub[b], builds=bl[b])
             if trngs is not None:

@@ -142,9 +142,11 @@ class Builds:
         Draft and target laws along them, float64 rows on the simplex.
     options : dict
         Per-verifier build options.
+    X_dev : (k_max, L_max) int64 array of the laws' namespace, optional
+        ``X`` where the laws are, when the caller has it there (not copied there again by :meth:`tokens`).
     """
 
-    def __init__(self, X, P, Q, options: dict):
+    def __init__(self, X, P, Q, options: dict, X_dev=None):
         self.xp = namespace(P, Q)
         self.options = options
         self._cache: dict = {}
@@ -157,7 +159,7 @@ class Builds:
         else:
             self.P, self.Q, self.X = P, Q, X
             self._host = None
-        self._Xdev = None
+        self._Xdev = X_dev if X_dev is not None and not isinstance(P, np.ndarray) else None
 
     @property
     def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -412,7 +414,8 @@ def read_parts(parts) -> None:
             store(a)
         return
     xp = namespace(*(a for a, _ in parts))
-    host = to_host(xp.concat([xp.reshape(xp.astype(a, xp.float64), (-1,)) for a, _ in parts]))
+    host = to_host(xp.concat([xp.reshape(a if a.dtype == xp.float64 else xp.astype(a, xp.float64), (-1,))
+                              for a, _ in parts]))  # the concatenation copies: no cast of a float64 part
     at = 0
     for a, store in parts:
         shape = tuple(int(n) for n in a.shape)
@@ -539,8 +542,8 @@ def _block_tau_calls(name: str, P, Q, X, L_max: int, xp):
     r"""``(2, R, L_max)``: block verification's :math:`E[\tau \mid X_r^\ell]` and expected target calls for every
     row and length, from :func:`block_path_laws` (the laws' namespace)."""
     law = block_path_laws(name, P, Q, X, L_max, xp)  # (R, L, L + 1)
-    t = xp.reshape(xp.astype(xp.arange(L_max + 1, device=_device(P)), xp.float64), (1, 1, -1))
-    ell = xp.reshape(xp.astype(xp.arange(1, L_max + 1, device=_device(P)), xp.float64), (1, -1, 1))
+    t = xp.reshape(xp.arange(L_max + 1, dtype=xp.float64, device=_device(P)), (1, 1, -1))
+    ell = xp.reshape(xp.arange(1, L_max + 1, dtype=xp.float64, device=_device(P)), (1, -1, 1))
     tau = xp.sum(law * t, axis=-1)
     calls = 1.0 + xp.sum(law * xp.clip(ell - t, 0.0, None), axis=-1)
     return xp.stack([tau, calls], axis=0)

@@ -66,6 +66,7 @@ from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shap
 from ..tree._verifiers import _NodeScan
 from . import _trees_device
 from ._quantities import text_probs, to_host, tokens_like
+from ._quantities_batched import _Pack
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
@@ -724,11 +725,14 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
     out: list = [None] * len(need)
     ranked = [i for i, k in enumerate(K) if k > 0]
     if ranked:
-        idx = torch.as_tensor(ranked, dtype=torch.long, device=laws.device)
-        eagle = torch.as_tensor([isinstance(jobs_of[i], _Eagle2Job) for i in ranked], device=laws.device)
+        pack = _Pack()  # the ranked rows, and which are EAGLE-2's when own laws are given: one copy
+        at_idx = pack.add(ranked)
+        at_eagle = pack.add([isinstance(jobs_of[i], _Eagle2Job) for i in ranked]) if own is not None else None
+        sent = pack.send(torch, laws)
+        idx = sent[at_idx]
         src = laws.index_select(0, idx)
         if own is not None:
-            src = torch.where(eagle[:, None], own.index_select(0, idx), src)
+            src = torch.where(sent[at_eagle][:, None] > 0, own.index_select(0, idx), src)
         ids, vals = ranked_rows(src, min(max(K[i] for i in ranked), int(src.shape[-1])))  # a job asking more: refused
         at_own = own.index_select(0, idx).gather(1, ids) if own is not None else None
         ids, vals = ids.cpu().numpy(), vals.cpu().numpy()

@@ -43,9 +43,10 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from ..decoding._sampling import bad_rows
+from ..decoding._sampling import bad_rows, on_device
 from ..decoding._tree_device import _RULES, TreeLayoutT, _draws, end_mass_t, node_rules_t
 from ..tree import DraftTree, make_tree_verifier
+from ._quantities_batched import _Pack
 
 __all__ = ["HostRows", "SampledTrees", "device_generator", "device_rule"]
 
@@ -206,28 +207,32 @@ class SampledTrees:
         self.parts.append(P)
         if self.gen is None:
             return self._draw_on_host(held, P)
-        vals, dst = [], []
+        vals, dst, pack = [], [], _Pack()  # the host indices of the draws, sent in one copy
         if iid:
             width = max(len(r) for *_, r, _ in iid)
-            rows = torch.as_tensor(_positions(held, iid), dtype=torch.long, device=P.device)
-            cells = [n * width + c for n, (*_, ranks, _) in enumerate(iid) for c in range(len(ranks))]
-            Pi = P.index_select(0, rows)
-            got = torch.cat([_draws(Pi[a:e], width, self.gen[b]) for b, a, e in _runs(iid)]).flatten()
-            vals.append(got.index_select(0, torch.as_tensor(cells, dtype=torch.long, device=P.device)))
+            i_rows = pack.add(_positions(held, iid))
+            i_cells = pack.add([n * width + c for n, (*_, ranks, _) in enumerate(iid) for c in range(len(ranks))])
             dst += [d for *_, ds in iid for d in ds]
         if wor:
             most = min(max(max(r) + 1 for *_, r, _ in wor), V)
-            rows = torch.as_tensor(_positions(held, wor), dtype=torch.long, device=P.device)
-            W = P.index_select(0, rows)
+            w_rows = pack.add(_positions(held, wor))
+            w_cells = pack.add([n * most + min(r, most - 1) for n, (*_, ranks, _) in enumerate(wor) for r in ranks])
+            dst += [d for *_, ds in wor for d in ds]
+        at_dst = pack.add(dst)
+        sent = pack.send(torch, P)
+        if iid:
+            Pi = P.index_select(0, sent[i_rows])
+            got = torch.cat([_draws(Pi[a:e], width, self.gen[b]) for b, a, e in _runs(iid)]).flatten()
+            vals.append(got.index_select(0, sent[i_cells]))
+        if wor:
+            W = P.index_select(0, sent[w_rows])
             E = torch.cat([torch.empty((e - a, V), dtype=W.dtype, device=W.device).exponential_(generator=self.gen[b])
                            for b, a, e in _runs(wor)])
             top = torch.topk(W / E.clamp_(min=torch.finfo(W.dtype).tiny), most, dim=-1).indices.flatten()
-            cells = [n * most + min(r, most - 1) for n, (*_, ranks, _) in enumerate(wor) for r in ranks]
-            vals.append(top.index_select(0, torch.as_tensor(cells, dtype=torch.long, device=P.device)))
-            dst += [d for *_, ds in wor for d in ds]
+            vals.append(top.index_select(0, sent[w_cells]))
             self.wor += [(b, j, v, max(r) + 1) for _, b, j, v, r, _ in wor]
             self.have.append((W > 0).sum(-1))
-        self.tok.view(-1).index_copy_(0, torch.as_tensor(dst, dtype=torch.long, device=P.device), torch.cat(vals))
+        self.tok.view(-1).index_copy_(0, sent[at_dst], torch.cat(vals))
 
     def _draw_on_host(self, held: list, P) -> None:
         """The host route's draws (each node by its job, from its prompt's numpy generator), into the device's
@@ -254,14 +259,16 @@ class SampledTrees:
 
     def feed(self, need: list, ids: list, device):
         """The tokens of ``need`` as a ``(len(need), 1)`` tensor on ``device`` (the draft's): ``ids`` (host tokens
-        of the other trees' nodes) with the held nodes' tokens gathered where they were drawn."""
-        out = torch.as_tensor(ids, dtype=torch.long).to(self.tok.device)
+        of the other trees' nodes) with the held nodes' tokens gathered where they were drawn (the host ids and
+        indices in one copy)."""
         held = [(i, self.row[(b, j)] * self.n1 + v) for i, (b, j, v) in enumerate(need) if (b, j) in self.row]
+        pack = _Pack()
+        k_ids, k_at, k_flat = pack.add(ids), pack.add([i for i, _ in held]), pack.add([f for _, f in held])
+        sent = pack.send(torch, self.tok)
+        out = sent[k_ids]
         if held:
-            at = torch.as_tensor([i for i, _ in held], dtype=torch.long, device=out.device)
-            flat = torch.as_tensor([f for _, f in held], dtype=torch.long, device=out.device)
-            out.index_copy_(0, at, self.tok.view(-1).index_select(0, flat))
-        return out[:, None].to(device)
+            out = out.index_copy(0, sent[k_at], self.tok.view(-1).index_select(0, sent[k_flat]))
+        return on_device(out[:, None], device)
 
     def finish(self, plan, score, target, ts, last, n_ctx: int, q_root, sampling) -> dict:
         r"""Score every held tree (one target call per family), verify them on the device (one batch per rule), read
