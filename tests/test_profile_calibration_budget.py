@@ -298,3 +298,20 @@ def test_a_budget_too_small_for_the_baseline_is_reported(tmp_path):
         (f"untimed:{f}", k, L) for f, k, L in [("plain", 1, 1), *O.overhead_configs(ProfileSettings(**SETTINGS))]}
     text = write_report(out, figures=False).read_text()
     assert "of its budget of 1 s (`calibration_s`): the budget ran out before plain decoding's decodes" in text
+
+
+def test_a_tree_family_is_timed_right_after_the_baseline():
+    # the trees' prediction (a) needs a timed tree decoder (the other tree families' work is interpolated in the
+    # nodes from the timed ones): the smallest tree family is decoded right after plain decoding, before the chains,
+    # so that a budget spent on the chains never leaves the trees with their forward passes alone
+    now = [0.0]
+    d, t = _pair(now, same=True)
+    s = ProfileSettings(**{**SETTINGS, "trees": ["topk:branching(3,2)", "topk:branching(2)"]}, calibration_s=None)
+    with clock(lambda: now[0]):
+        cols = cost_rows(d, t, [0, 1, 2], s, 0, walked=_walk(TPC), predict=calibration_predictions)
+    steps = [nm for nm in cols["name"] if nm.startswith("step:")]
+    trees = {nm for f in s.tree_plan.families for nm in f.names()}
+    assert steps[0] == "step:plain"
+    smallest = min(s.tree_plan.families, key=lambda f: (f.n, f.depth)).names()[0]
+    assert steps[1] == f"step:{smallest}", steps
+    assert {f"step:{nm}" for nm in trees} <= set(steps)

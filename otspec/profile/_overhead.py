@@ -381,8 +381,10 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings, *, tokens: d
 
     A sequential ("racing") calibration. Round 1 times every configuration once (each decode after an untimed
     one of the same configuration, as long as the timed one), in order of priority: plain decoding (the baseline
-    every speed-up divides by), each lossless family's configuration of largest prediction (b), the tree
-    families, the other lossless configurations by prediction (b), the lossy ones last (never recommended).
+    every speed-up divides by), the smallest tree family (so that the trees' prediction (a) rests on a timed tree
+    decoder before the budget is spent on the chains), each lossless family's configuration of largest prediction
+    (b), the other tree families, the other lossless configurations by prediction (b), the lossy ones last (never
+    recommended).
     With ``tokens`` (the walk's tokens per call, :func:`walk_tokens`), a lossless configuration other than its
     family's first whose prediction (b) -- the forward passes alone, which the decoder's work only lowers --
     lies below ``1 - CONTENDER_MARGIN`` times the best prediction (a) measured so far is not decoded (its
@@ -471,8 +473,10 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings, *, tokens: d
             firsts[c[0]] = c
     head = sorted(firsts.values(), key=lambda c: -b_of(c))
     rest = sorted([c for c in lossless if c not in head], key=lambda c: -b_of(c))
-    order = [configs[0], *head, *[c for c in configs if c[0] in trees], *rest,
-             *[c for c in chains if c not in lossless]]
+    # the smallest tree family right after the baseline: the trees' prediction (a) rests on a timed tree decoder
+    # (the others' work is interpolated in the nodes from it) before any chain family's budget is spent
+    tree_cs = sorted((c for c in configs if c[0] in trees), key=lambda c: (c[1], c[2]))
+    order = [configs[0], *tree_cs[:1], *head, *tree_cs[1:], *rest, *[c for c in chains if c not in lossless]]
     timed = []
     for c in order:
         if timed[:1] != [configs[0]] and c != configs[0]:  # no baseline, no speed-up: nothing else is decoded
