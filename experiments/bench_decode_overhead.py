@@ -82,9 +82,9 @@ class Timed:
     def new_state(self):
         return self.lm.new_state()
 
-    def logits(self, state, ids):
+    def logits(self, state, ids, **kw):
         t0, c0 = self._clock(self.device), time.process_time()
-        out = self.lm.logits(state, ids)
+        out = self.lm.logits(state, ids, **kw)
         self.forward += self._clock(self.device) - t0
         self.forward_cpu += time.process_time() - c0
         self.calls += 1
@@ -101,6 +101,53 @@ class Timed:
         self.forward_cpu += time.process_time() - c0
         self.calls += 1
         return out
+
+
+class CallMeter:
+    """Forward hooks on a torch module (the HF model itself, so every decoder's calls are seen the same way,
+    otspec's through ``HFCausalLM.logits`` and transformers' inside ``generate``): per call the rows x tokens fed,
+    the logit rows returned per row, and the wall (the decoder's one clock, CUDA synchronised) and CPU time.
+
+    ``reset()`` before a decode; after it ``calls``, ``tokens`` (sum of rows x tokens), ``logit_rows`` (sum of
+    rows x positions of the returned logits) and ``wall``/``cpu`` (seconds), each also as ``first_*`` for the
+    decode's first call (the prompt's prefill) apart."""
+
+    FIELDS = ("calls", "tokens", "logit_rows", "wall", "cpu")
+
+    def __init__(self, module):
+        from otspec.decoding._loop import _clock
+
+        self._clock = _clock
+        self.device = next(module.parameters()).device
+        self._t0 = self._c0 = 0.0
+        self._fed = 0
+        self.reset()
+        module.register_forward_pre_hook(self._pre, with_kwargs=True)
+        module.register_forward_hook(self._post, with_kwargs=True)
+
+    def reset(self):
+        for f in self.FIELDS:
+            setattr(self, f, 0.0)
+            setattr(self, "first_" + f, 0.0)
+
+    def _pre(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self._fed = int(ids.numel()) if ids is not None else 0
+        self._t0, self._c0 = self._clock(self.device), time.process_time()
+
+    def _post(self, module, args, kwargs, out):
+        wall, cpu = self._clock(self.device) - self._t0, time.process_time() - self._c0
+        logits = getattr(out, "logits", None)
+        rows = int(logits.shape[0] * logits.shape[1]) if logits is not None and logits.ndim == 3 else 0
+        first = self.calls == 0
+        for f, v in zip(self.FIELDS, (1, self._fed, rows, wall, cpu)):
+            setattr(self, f, getattr(self, f) + v)
+            if first:
+                setattr(self, "first_" + f, v)
+
+    def totals(self):
+        """``calls, tokens, logit_rows, wall, cpu`` over the decode and the same of its first call."""
+        return [getattr(self, f) for f in self.FIELDS] + [getattr(self, "first_" + f) for f in self.FIELDS]
 
 
 def small_pair(device, dtype):
@@ -134,25 +181,71 @@ def smollm2(device, dtype):
     return target, draft, [chat_ids(tok, t) for t in CHAT_PROMPTS[:3]]
 
 
-def interleaved(contenders, prompts, repeats, seed0: int = 0):
+def interleaved(contenders, prompts, repeats, seed0: int = 0, calls: dict | None = None):
     """Each contender ``fn(ids, seed) -> (wall, tokens, iterations, forward, cpu, forward_cpu)`` warmed up, then
     run on every prompt in every repeat, the contenders interleaved; the medians over repeats of ms per token,
-    CPU ms per token, ms per iteration and the shares outside the forwards (wall, CPU time)."""
+    CPU ms per token, ms per iteration and the shares outside the forwards (wall, CPU time).
+
+    ``calls``: ``{contender: medians}`` filled with the medians over repeats of :func:`call_stats` of the
+    :class:`CallMeter` totals (target then draft) each ``fn`` returns after its six numbers."""
     for fn in contenders.values():  # warm-up
         fn(prompts[0][:8], 0)
     acc = {name: [] for name in contenders}
+    per_call = {name: [] for name in contenders}
     for rep in range(repeats):
         for name, fn in contenders.items():
-            tot = np.zeros(6)
+            tot = None
             for i, ids in enumerate(prompts):
-                tot += np.array(fn(ids, seed0 + 100 * rep + i), dtype=np.float64)
-            wall, n, it, fwd, cpu, fwd_cpu = tot
+                got = np.array(fn(ids, seed0 + 100 * rep + i), dtype=np.float64)
+                tot = got if tot is None else tot + got
+            wall, n, it, fwd, cpu, fwd_cpu = tot[:6]
             acc[name].append((1e3 * wall / n, 1e3 * cpu / n, 1e3 * wall / it, 1.0 - fwd / wall, 1.0 - fwd_cpu / cpu))
+            if tot.shape[0] > 6:
+                per_call[name].append(call_stats(wall, n, tot[6:], len(prompts)))
+    if calls is not None:
+        for name, vals in per_call.items():
+            if vals:
+                calls[name] = {k: statistics.median(v[k] for v in vals) for k in vals[0]}
     return {name: tuple(statistics.median(v[i] for v in vals) for i in range(5)) for name, vals in acc.items()}
 
 
-def measure(pair, L, prompts, tokens, repeats, device):
-    """Median ms per token / per iteration and the share outside forwards of every contender."""
+CALL_HEAD = ("decoder", "tokens/iteration", "ms/iteration", "target calls/token", "draft calls/token",
+             "tokens/target call", "logit rows/target call", "tokens/draft call", "logit rows/draft call",
+             "ms/target call", "ms/draft call", "prefill ms/prompt", "outside forwards ms/iteration",
+             "outside forwards (share)")
+
+
+def call_stats(wall, n, meters, prompts):
+    """Per-call figures of one repeat from the summed :meth:`CallMeter.totals` of the target and the draft
+    (``meters``: 20 numbers) over ``prompts`` decodes of ``n`` tokens in ``wall`` seconds. An iteration is a
+    target call (one per iteration in every decoder here, the prefill riding on the first); the per-call sizes
+    and times leave out each decode's first call of each model (the prompt's prefill, given apart as ms per
+    prompt, both models)."""
+    t, d = meters[:10], meters[10:]
+    calls, tokens, rows, w = t[0], t[1], t[2], t[3]
+    dcalls, dtokens, drows, dw = d[0], d[1], d[2], d[3]
+    tl, dl = calls - t[5], dcalls - d[5]  # the calls after each decode's first
+    fwd = w + dw
+    nan = float("nan")
+    return {
+        "tokens/iteration": n / calls, "ms/iteration": 1e3 * wall / calls,
+        "target calls/token": calls / n, "draft calls/token": dcalls / n,
+        "tokens/target call": (tokens - t[6]) / tl if tl else nan,
+        "logit rows/target call": (rows - t[7]) / tl if tl else nan,
+        "tokens/draft call": (dtokens - d[6]) / dl if dl else nan,
+        "logit rows/draft call": (drows - d[7]) / dl if dl else nan,
+        "ms/target call": 1e3 * (w - t[8]) / tl if tl else nan,
+        "ms/draft call": 1e3 * (dw - d[8]) / dl if dl else nan,
+        "prefill ms/prompt": 1e3 * (t[8] + d[8]) / prompts,
+        "outside forwards ms/iteration": 1e3 * (wall - fwd) / calls,
+        "outside forwards (share)": 1.0 - fwd / wall,
+    }
+
+
+def measure(pair, L, prompts, tokens, repeats, device, engines=("numpy", "torch"), calls: dict | None = None):
+    """Median ms per token / per iteration and the share outside forwards of every contender; ``calls`` (a dict)
+    gets every contender's per-call figures (:func:`call_stats`, both models' forwards hooked by
+    :class:`CallMeter`)."""
     import torch
     import transformers
 
@@ -160,9 +253,18 @@ def measure(pair, L, prompts, tokens, repeats, device):
 
     target, draft = pair
     tt, td = Timed(target), Timed(draft)
+    meters = _meters(target, draft)
     sampling = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=tokens,
                     min_new_tokens=tokens, pad_token_id=0)
     plain_cfg = transformers.GenerationConfig(**sampling)
+
+    def metered(fn):
+        def run(ids, seed):
+            for m in meters:
+                m.reset()
+            got = fn(ids, seed)
+            return (*got, *meters[0].totals(), *meters[1].totals())
+        return run
 
     def assistant_config():
         # transformers reads L from the *assistant's* generation config (and writes it back after a heuristic run)
@@ -204,9 +306,22 @@ def measure(pair, L, prompts, tokens, repeats, device):
         r = D.autoregressive_decode(target, ids, max_new_tokens=tokens, rng=seed)
         return r.wall_time, r.tokens.shape[0], r.tokens.shape[0], NAN, time.process_time() - c0, NAN
 
-    contenders = {"otspec token, engine=numpy": spec("numpy"), "otspec token, engine=torch": spec("torch"),
-                  "transformers assisted": assisted, "otspec autoregressive": plain, "transformers generate": plain_hf}
-    return interleaved(contenders, prompts, repeats)
+    contenders = {f"otspec token, engine={e}": spec(e) for e in engines}
+    contenders.update({"transformers assisted": assisted, "otspec autoregressive": plain,
+                       "transformers generate": plain_hf})
+    return interleaved({k: metered(fn) for k, fn in contenders.items()}, prompts, repeats, calls=calls)
+
+
+def _meters(target, draft):
+    """One :class:`CallMeter` per model (target, draft), attached once per model and reused."""
+    out = []
+    for lm in (target, draft):
+        m = lm.model.__dict__.get("_bench_meter")
+        if m is None:
+            m = CallMeter(lm.model)
+            lm.model.__dict__["_bench_meter"] = m
+        out.append(m)
+    return out
 
 
 def measure_trees(pair, trees, prompts, tokens, repeats, engines=("numpy", "torch"), seed0: int = 0):
@@ -298,6 +413,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--trees", default="topk:branching(2,2),iid:branching(2,2)",
                     help="tree texts (process:shape[:verifier]) to time on both routes; '' for none")
+    ap.add_argument("--engines", default="numpy,torch", help="the chains' routes to time (numpy, torch)")
     ap.add_argument("--chains", default="yes", choices=("yes", "no"), help="time the chains (--L) too")
     ap.add_argument("--before", default=None, help="a checkout of the package to time the device route beside")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -320,6 +436,7 @@ def main(argv=None) -> int:
     if a.child is not None:
         child(a, a.pairs, _split_trees(a.trees))
         return 0
+    engines = tuple(e for e in a.engines.split(",") if e)
     for name in a.pairs.split(","):
         if a.before:
             measure_versions(a, name, _split_trees(a.trees))
@@ -341,7 +458,8 @@ def main(argv=None) -> int:
                         TREE_HEAD, rows, a.rst, target=("outside forwards", bound))
         for L in (int(x) for x in a.L.split(",") if a.chains == "yes"):
             load0 = os.getloadavg()[0]
-            res = measure((target, draft), L, prompts, a.tokens, a.repeats, a.device)
+            calls: dict = {}
+            res = measure((target, draft), L, prompts, a.tokens, a.repeats, a.device, engines, calls)
             load1 = os.getloadavg()[0]
             ref, ref_cpu = res["transformers assisted"][:2]
             rows = [(c, ms, cms, it, out if out == out else "-", oc if oc == oc else "-", ms / ref, cms / ref_cpu)
@@ -354,10 +472,19 @@ def main(argv=None) -> int:
                         HEAD, spec_rows, a.rst, target=("outside forwards", bound))
             print_table("the others (ms/iteration: plain decoding's per token; assisted: not counted)",
                         HEAD, other, a.rst)
-            torch_row, torch_cpu = res["otspec token, engine=torch"][:2]
-            print(f"\nengine=torch vs assisted generation: {torch_row / ref:.2f}x the time per token, "
+            print_table("the models' forward calls, hooked on both models for every decoder (an iteration is a "
+                        "target call; sizes and ms per call leave out each decode's first call, the prefill)",
+                        CALL_HEAD, [(c, *(v[k] for k in CALL_HEAD[1:])) for c, v in calls.items()], a.rst)
+            torch_key = "otspec token, engine=torch" if "torch" in engines else f"otspec token, engine={engines[0]}"
+            torch_row, torch_cpu = res[torch_key][:2]
+            print(f"\n{torch_key.split(', ')[1]} vs assisted generation: {torch_row / ref:.2f}x the time per token, "
                   f"{torch_cpu / ref_cpu:.2f}x the CPU time per token "
                   f"({'met' if torch_row <= ref else 'MISSED'}: target <= 1)", flush=True)
+            ct, ca = calls[torch_key], calls["transformers assisted"]
+            print(f"per iteration: {ct['ms/iteration'] / ca['ms/iteration']:.2f}x the time, "
+                  f"{ct['tokens/iteration'] / ca['tokens/iteration']:.2f}x the tokens (sampled acceptance lengths); "
+                  f"per call: target {ct['ms/target call'] / ca['ms/target call']:.2f}x, "
+                  f"draft {ct['ms/draft call'] / ca['ms/draft call']:.2f}x", flush=True)
     print(f"\n# load average at the end {os.getloadavg()[0]:.2f}", flush=True)
     return 0
 

@@ -22,7 +22,7 @@ import otspec.block
 from .._registry import get_verifier, unknown_name_message
 from .._validation import validate_positive_int, validate_seed
 from ._deps import require
-from ._models import validate_language_model, validate_prompt
+from ._models import takes_last, validate_language_model, validate_prompt
 from ._sampling import Sampling, _law_block, _laws_into, bad_rows, draw_rows, sample_rows
 from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
 from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
@@ -224,19 +224,24 @@ class _Track:
         self.seq: list[int] = []
         self.batch = 1
         self.calls = 0
+        self.keeps = takes_last(lm)  # ask for the logits read only (``logits(..., last=m)``)
 
-    def logits_t(self, ids: np.ndarray):
+    def _logits(self, ids, last):
+        return self.lm.logits(self.state, ids, last=last) if self.keeps and last else self.lm.logits(self.state, ids)
+
+    def logits_t(self, ids: np.ndarray, last: int | None = None):
         """Append ``ids`` (B, t) to every row (the state's rows repeated as ``logits`` does); return the raw
-        logits (B, t, V), a tensor on the model's device."""
+        logits, a tensor on the model's device: (B, t, V), or at least the last ``last`` positions (the model
+        computes only those where it can, :func:`~otspec.decoding._models.takes_last`; the caller slices)."""
         t = torch.as_tensor(np.ascontiguousarray(ids), dtype=torch.long).to(self.lm.device)
-        logits = self.lm.logits(self.state, t)
+        logits = self._logits(t, last)
         self.calls += 1
         self.batch = int(ids.shape[0])
         return logits
 
-    def logits_ids(self, ids):
+    def logits_ids(self, ids, last: int | None = None):
         """:meth:`logits_t` of ids already a tensor on the model's device (no host round trip)."""
-        logits = self.lm.logits(self.state, ids)
+        logits = self._logits(ids, last)
         self.calls += 1
         self.batch = int(ids.shape[0])
         return logits
@@ -246,7 +251,7 @@ class _Track:
 
         A tensor on the model's device: the decoder moves to the host only the rows its verifiers read.
         """
-        return self.sampling.probs(self.logits_t(ids)[:, -last:])
+        return self.sampling.probs(self.logits_t(ids, last)[:, -last:])
 
     def feed(self, ids: np.ndarray, last: int = 1) -> np.ndarray:
         """:meth:`feed_t` as a numpy array (the baseline and the block schemes, one row each)."""
@@ -962,7 +967,7 @@ class _Decoder:
         gd, gt = self.device_gens
         pending = d.sync(ctx)
         ids = torch.tensor([pending], dtype=torch.long, device=d.lm.device)
-        logits = d.logits_ids(ids)[:, -1]
+        logits = d.logits_ids(ids, 1)[:, -1]
         V = logits.shape[-1]
         P = self._P = _law_block(self._P, (K, L, V), logits.device)
         X = torch.empty((K, L), dtype=torch.long, device=logits.device)
@@ -971,14 +976,14 @@ class _Decoder:
             P[1:, 0] = P1
         X[:, 0] = draw_rows(P1, gd).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd)
         for j in range(1, L):
-            _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j])[:, -1], P[:, j])
+            _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j], 1)[:, -1], P[:, j])
             X[:, j] = draw_rows(P[:, j], gd)
         pending_t = t.sync(ctx)
         tdev = t.lm.device
         Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
         head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
         Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev)
-        _laws_into(self.sampling, t.logits_ids(torch.cat([head, Xt], dim=1))[:, -(L + 1):], Q)  # (K, L + 1, V)
+        _laws_into(self.sampling, t.logits_ids(torch.cat([head, Xt], dim=1), L + 1)[:, -(L + 1):], Q)  # (K, L + 1, V)
         if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
             out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt)
             alpha = torch.cat([law, torch.minimum(Pt[0, 0], Q[0, 0]).sum()[None]])

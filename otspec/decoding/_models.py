@@ -17,6 +17,14 @@ step only pays for the new tokens:
   place (rows ``r B/b, ..., (r + 1) B/b - 1`` continue row ``r``, as
   ``torch.repeat_interleave``): ``b`` contexts of equal length, ``B / b``
   continuations each;
+* optionally ``logits(state, input_ids, last=m)`` -- the same, returning
+  the logits of the last ``m`` positions only, ``(B, m, V)``, which the model
+  may compute alone (both adapters do: a Hugging Face model applies its
+  output layer to those positions only, transformers' ``logits_to_keep``);
+  the decoder passes it where :func:`takes_last` finds the keyword, and
+  asks for the rows it reads (one per draft call, ``L + 1`` per target
+  call), so a prompt's prefill does not pay the ``V``-wide output layer at
+  every prompt position;
 * ``select(state, row, length)`` -- keep one row, truncated to its first
   ``length`` tokens (used after verification: the chosen draft, its
   accepted prefix); ``row`` may also be a sequence of row indices, kept in
@@ -219,6 +227,50 @@ class LanguageModel(Protocol):
 
     def select(self, state: Any, row: int | Sequence[int], length: int) -> None:  # pragma: no cover - protocol
         """Keep row ``row`` (or the rows of a sequence ``row``, in order), truncated to the first ``length`` tokens."""
+
+
+def takes_last(lm, depth: int = 4) -> bool:
+    """Whether ``lm.logits`` takes the keyword ``last`` (:class:`LanguageModel`: the last positions' logits
+    only): a parameter of that name, or a wrapper whose ``logits(*args, **kwargs)`` passes keywords on to a
+    wrapped ``lm.lm`` that takes it (at most ``depth`` wrappers deep). Anything else is called without it.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding import CallableLM
+    >>> takes_last(CallableLM(lambda ids: torch.zeros(ids.shape + (3,)), vocab_size=3))
+    True
+    """
+    try:
+        params = inspect.signature(lm.logits).parameters
+    except (AttributeError, TypeError, ValueError):
+        return False
+    if "last" in params:
+        return True
+    passes = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    inner = lm.__dict__.get("lm") if hasattr(lm, "__dict__") else None
+    return passes and inner is not None and depth > 0 and takes_last(inner, depth - 1)
+
+
+def _check_last(last, t: int):
+    """``last`` of :meth:`LanguageModel.logits`: ``None`` (all ``t`` positions) or an int in ``[1, t]``."""
+    if last is None:
+        return None
+    if isinstance(last, bool) or not isinstance(last, numbers.Integral):
+        raise TypeError(f"`last` must be None or an int, got {type(last).__name__}")
+    if not 1 <= last <= t:
+        raise ValueError(f"`last` must lie in [1, {t}] (the positions fed), got {last}")
+    return int(last)
+
+
+def _logits_keyword(model) -> str | None:
+    """The keyword of ``model.forward`` that limits its output layer to the last positions: ``logits_to_keep``
+    (transformers >= 4.50), ``num_logits_to_keep`` (4.45-4.49), or ``None`` (the logits are sliced after)."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - a forward without a signature
+        return None
+    return next((k for k in ("logits_to_keep", "num_logits_to_keep") if k in params), None)
 
 
 def validate_language_model(lm, name: str) -> int:
@@ -884,6 +936,7 @@ class HFCausalLM(_TreeScoring):
         self.name = name or type(model).__name__
         self.n_calls = 0
         self._cache_kw = _cache_keyword(model)
+        self._keep_kw = _logits_keyword(model)
 
     @property
     def vocab_size(self) -> int:
@@ -991,12 +1044,55 @@ class HFCausalLM(_TreeScoring):
         return state
 
     @torch.inference_mode()
-    def logits(self, state: _HFState, input_ids):
+    def logits(self, state: _HFState, input_ids, *, last: int | None = None):
+        r"""Append ``input_ids`` to every row of ``state``; the logits at the new positions.
+
+        .. math::
+
+            \text{out}_{b, i} = \text{logits}(x_{b, 1:T - m + i}), \qquad i = 1, \dots, m,
+
+        for the ``m = last`` last of the ``t`` positions fed (``m = t`` by default), ``T`` the state's length
+        after the call. With ``last`` the model computes its output layer at those positions only
+        (transformers' ``logits_to_keep``; sliced after the call for a model without that keyword), which is
+        the whole saving of a prompt's prefill: the ``V``-wide layer at one position instead of every one.
+
+        Parameters
+        ----------
+        state : state
+            From :meth:`new_state`; updated in place (the cache holds all ``t`` positions whatever ``last``).
+        input_ids : array_like or tensor of int, shape (B, t)
+        last : int in [1, t], optional, keyword-only
+
+        Returns
+        -------
+        torch.Tensor, shape (B, t, V) or (B, last, V)
+            The model's own dtype, on its device.
+
+        Raises
+        ------
+        ValueError
+            ``input_ids`` not of shape ``(B, t)`` with ``t >= 1``; ``last`` outside ``[1, t]``; a padded
+            state's first call not longer than its padding.
+        TypeError
+            ``last`` not an int.
+
+        Examples
+        --------
+        >>> import torch, transformers
+        >>> from otspec.decoding import HFCausalLM
+        >>> cfg = transformers.LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32,
+        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+        >>> _ = torch.manual_seed(0)
+        >>> lm = HFCausalLM(transformers.LlamaForCausalLM(cfg))
+        >>> tuple(lm.logits(lm.new_state(), torch.tensor([[1, 2, 3]]), last=1).shape)
+        (1, 1, 8)
+        """
         ids = (on_device(input_ids, self.device, torch.long) if torch.is_tensor(input_ids)
                else torch.as_tensor(input_ids, dtype=torch.long, device=self.device))
         if ids.ndim != 2 or ids.shape[1] < 1:
             raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
         B, t = int(ids.shape[0]), int(ids.shape[1])
+        last = _check_last(last, t)
         _check_padded_call(state.pad, state.length, t)
         _grow(state, B)
         kw = {self._cache_kw: state.cache}
@@ -1004,12 +1100,15 @@ class HFCausalLM(_TreeScoring):
             cols = torch.arange(state.length + t, device=self.device)
             kw["attention_mask"] = (cols[None, :] >= state.pad[:, None]).long()
             kw["position_ids"] = (cols[None, state.length:] - state.pad[:, None]).clamp(min=0)
+        if last is not None and last < t and self._keep_kw is not None:
+            kw[self._keep_kw] = last
         out = self.model(input_ids=ids, use_cache=True, **kw)
         self.n_calls += 1
         state.cache = getattr(out, self._cache_kw)  # out.cache (5.x) or out.past_key_values (4.x)
         state.length += int(ids.shape[1])
         state.batch = B
-        return out.logits
+        logits = out.logits
+        return logits if last is None or logits.shape[1] == last else logits[:, -last:]
 
     @torch.inference_mode()
     def select(self, state: _HFState, row: int | Sequence[int], length: int) -> None:
@@ -1266,11 +1365,13 @@ class CallableLM(_TreeScoring):
             state.pad = torch.tensor(_pad_rows(pad), dtype=torch.long, device=self._device)
         return state
 
-    def logits(self, state: _SeqState, input_ids):
+    def logits(self, state: _SeqState, input_ids, *, last: int | None = None):
+        """:meth:`HFCausalLM.logits` (``fn`` sees the whole sequence; ``last`` only slices its output)."""
         ids = torch.as_tensor(input_ids, dtype=torch.long, device=self._device)
         if ids.ndim != 2 or ids.shape[1] < 1:
             raise ValueError(f"`input_ids` must have shape (B, t) with t >= 1, got {tuple(ids.shape)}")
         B, t = int(ids.shape[0]), int(ids.shape[1])
+        last = _check_last(last, t)
         pad = state.pad
         if pad is not None:
             _check_padded_call(pad, state.length, t)
@@ -1293,7 +1394,7 @@ class CallableLM(_TreeScoring):
             )
         state.ids = full
         state.pad = pad
-        return out[:, -t:]
+        return out[:, -(t if last is None else last):]
 
     def _padded(self, full, pad):
         """``fn`` on each row's real tokens: one call per distinct padding, 0 at the padding columns."""

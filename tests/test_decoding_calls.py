@@ -1,0 +1,185 @@
+"""The decoder's forward calls on a Hugging Face pair: how many per iteration, how many tokens each is fed and
+how many positions of logits each computes (counted by forward hooks on the models themselves, as the benchmark
+``experiments/bench_decode_overhead.py`` counts transformers' assisted generation).
+
+A chain iteration (``k = 1``, draft length ``L``) makes ``L`` draft calls of one new token each (two after a full
+acceptance: the last draft and the bonus token) and one target call of ``L + 1`` tokens; every call computes the
+output layer at the positions the decoder reads only -- one per draft call, ``L + 1`` per target call, the
+prompt's prefill included (transformers' ``logits_to_keep``, as its ``generate`` asks for).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import otspec.decoding as D  # noqa: E402
+from otspec.decoding._models import takes_last  # noqa: E402
+
+torch.set_num_threads(1)
+V = 11
+PROMPT = [1, 4, 2, 7, 3, 9, 5, 0, 6]
+
+
+def _tiny_llama(seed, layers=2, vocab=V):
+    cfg = transformers.LlamaConfig(vocab_size=vocab, hidden_size=16, intermediate_size=32, num_hidden_layers=layers,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
+    torch.manual_seed(seed)
+    m = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():  # larger logits than the default init, so drafts get rejected as well as accepted
+        m.lm_head.weight.mul_(8.0)
+    return m
+
+
+class Calls:
+    """Forward hooks on a torch module: ``(tokens fed, positions of logits returned)`` of every call, per row."""
+
+    def __init__(self, module):
+        self.log: list[tuple[int, int]] = []
+        self._fed = 0
+        self._hooks = [module.register_forward_pre_hook(self._pre, with_kwargs=True),
+                       module.register_forward_hook(self._post, with_kwargs=True)]
+
+    def _pre(self, module, args, kwargs):
+        self._fed = int(kwargs["input_ids"].shape[1])
+
+    def _post(self, module, args, kwargs, out):
+        self.log.append((self._fed, int(out.logits.shape[1])))
+
+    def remove(self):
+        for h in self._hooks:
+            h.remove()
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = _tiny_llama(3, layers=3)
+    return target, D.layer_skip_draft(target, [0, 2])
+
+
+def _counted(pair, run):
+    target, draft = pair
+    ct, cd = Calls(target), Calls(draft)
+    try:
+        res = run(D.HFCausalLM(target), D.HFCausalLM(draft))
+    finally:
+        ct.remove()
+        cd.remove()
+    return res, ct.log, cd.log
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("L", [1, 2, 4])
+def test_chain_calls_per_iteration_and_logits_computed(pair, engine, L):
+    """``L`` draft calls and one target call per iteration; one position of logits per draft call and ``L + 1``
+    per target call, the prefills included (before: every prompt position of both models, and two positions of
+    the draft's first call after a full acceptance)."""
+    for seed in range(3):
+        res, tcalls, dcalls = _counted(pair, lambda t, d: D.speculative_decode(
+            PROMPT, draft=d, target=t, verifier="token", L=L, max_new_tokens=12, rng=seed, engine=engine))
+        it = res.iterations
+        assert len(tcalls) == it and len(dcalls) == L * it
+        assert tcalls[0] == (len(PROMPT) + L, L + 1)  # the prefill rides on the first target call
+        assert all(c == (1 + L, L + 1) for c in tcalls[1:])
+        assert dcalls[0] == (len(PROMPT), 1)
+        assert all(rows == 1 and fed in (1, 2) for fed, rows in dcalls[1:])
+        # the first draft call of an iteration is fed two tokens exactly after a full acceptance
+        full = [int(a) == L for a in res.accepted[:-1]]
+        assert [fed for fed, _ in dcalls[L::L]] == [2 if f else 1 for f in full]
+
+
+def test_multidraft_block_and_plain_calls(pair):
+    """``k = 3`` drafts: ``k (L + 1)`` target rows of logits at the last ``L + 1`` positions; the block verifier
+    (the host route) and plain decoding ask for the positions they read as well."""
+    L, k = 2, 3
+    res, tcalls, dcalls = _counted(pair, lambda t, d: D.speculative_decode(
+        PROMPT, draft=d, target=t, verifier="kseq", k=k, L=L, max_new_tokens=10, rng=0))
+    assert len(tcalls) == res.iterations and all(rows == L + 1 for _, rows in tcalls)
+    assert all(rows == 1 for _, rows in dcalls)
+    res, tcalls, dcalls = _counted(pair, lambda t, d: D.speculative_decode(
+        PROMPT, draft=d, target=t, verifier="block", L=L, max_new_tokens=10, rng=0))
+    assert tcalls[0] == (len(PROMPT) + L, L + 1) and all(rows == 1 for _, rows in dcalls)
+    res, tcalls, _ = _counted(pair, lambda t, d: D.autoregressive_decode(t, PROMPT, max_new_tokens=6, rng=0))
+    assert tcalls == [(len(PROMPT), 1)] + [(1, 1)] * 5
+
+
+def test_last_gives_the_last_positions_and_keeps_the_whole_cache(pair):
+    target, _ = pair
+    lm = D.HFCausalLM(target)
+    full_state, kept_state = lm.new_state(), lm.new_state()
+    ids = torch.tensor([PROMPT])
+    full = lm.logits(full_state, ids)
+    for m in (1, 3, len(PROMPT)):
+        s = lm.new_state()
+        got = lm.logits(s, ids, last=m)
+        assert got.shape == (1, m, V) and s.length == len(PROMPT)
+        torch.testing.assert_close(got, full[:, -m:], rtol=0, atol=1e-5)
+    lm.logits(kept_state, ids, last=1)
+    nxt = torch.tensor([[8, 2]])  # the cache after last= holds every position: the next call agrees
+    torch.testing.assert_close(lm.logits(kept_state, nxt), lm.logits(full_state, nxt), rtol=0, atol=1e-5)
+    # CallableLM slices its function's output
+    fn = D.CallableLM(lambda x: torch.nn.functional.one_hot(x, V).double(), vocab_size=V)
+    got = fn.logits(fn.new_state(), ids, last=2)
+    assert torch.equal(got, torch.nn.functional.one_hot(ids[:, -2:], V).double())
+
+
+class _NoKeep(torch.nn.Module):
+    """A causal LM whose forward has no ``logits_to_keep`` (the adapter slices after the call)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m, self.config = m, m.config
+
+    def get_output_embeddings(self):
+        return self.m.get_output_embeddings()
+
+    def forward(self, input_ids, cache=None, use_cache=True):
+        return self.m(input_ids=input_ids, cache=cache, use_cache=use_cache)
+
+
+def test_last_without_logits_to_keep_slices(pair):
+    target, _ = pair
+    lm, ref = D.HFCausalLM(_NoKeep(target)), D.HFCausalLM(target)
+    ids = torch.tensor([PROMPT])
+    got = lm.logits(lm.new_state(), ids, last=2)
+    assert got.shape == (1, 2, V)
+    torch.testing.assert_close(got, ref.logits(ref.new_state(), ids)[:, -2:], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("last, err, match", [(0, ValueError, r"\[1, 3\].*got 0"), (4, ValueError, "got 4"),
+                                               (1.5, TypeError, "float"), (True, TypeError, "bool")])
+def test_bad_last_is_refused_before_the_call(pair, last, err, match):
+    target, _ = pair
+    for lm in (D.HFCausalLM(target), D.CallableLM(lambda x: torch.zeros(x.shape + (V,)), vocab_size=V)):
+        state = lm.new_state()
+        with pytest.raises(err, match=match):
+            lm.logits(state, torch.tensor([[1, 2, 3]]), last=last)
+        assert lm.n_calls == 0
+
+
+class _Plain:
+    """A wrapper whose ``logits`` takes no keywords."""
+
+    def __init__(self, lm):
+        self.lm = lm
+
+    def logits(self, state, ids):
+        return self.lm.logits(state, ids)
+
+
+class _Passing:
+    """A wrapper passing every keyword on to ``self.lm`` (as the profile's timed models)."""
+
+    def __init__(self, lm):
+        self.lm = lm
+
+    def logits(self, *args, **kwargs):
+        return self.lm.logits(*args, **kwargs)
+
+
+def test_takes_last(pair):
+    hf = D.HFCausalLM(pair[0])
+    assert takes_last(hf) and takes_last(_Passing(hf)) and takes_last(_Passing(_Passing(hf)))
+    assert not takes_last(_Plain(hf)) and not takes_last(_Passing(_Plain(hf))) and not takes_last(object())
