@@ -40,8 +40,18 @@ Before and after a change (``--before PATH``, a checkout of the package at an ea
 one process per repeat and checkout (each builds the pair, warms up and decodes the prompts with the same seeds),
 and the medians are printed side by side with the load average; the chains and the numpy route are not run then.
 
+The models' forward calls (a third table): forward hooks on both Hugging Face models (:class:`CallMeter`) see
+every decoder's calls alike -- otspec's through ``HFCausalLM.logits``, transformers' inside ``generate`` -- and
+give per decoder the tokens per iteration (an iteration is one target call in every decoder here), otspec's
+exact expected tokens per iteration given each iteration's context (the mean of ``predicted_emitted``; both
+decoders draw from the same laws, so this is their common expectation and the realised tokens per iteration
+differ from it by the sampling noise of the acceptance lengths), the target's and the draft's calls per token,
+the tokens fed and the positions of logits computed per call, ms per call (each decode's first call of each
+model, the prompt's prefill, apart: ms per prompt) and the time outside the forwards per iteration. At equal
+acceptance the ratio of two decoders' times per token is the ratio of their ms per iteration.
+
 Run: ``python experiments/bench_decode_overhead.py [--pairs smollm2,small] [--L 2,4] [--trees TEXTS]
-[--chains no] [--before PATH] [--rst]``.
+[--chains no] [--engines numpy,torch] [--plain no] [--before PATH] [--rst]``.
 """
 
 from __future__ import annotations
@@ -209,7 +219,8 @@ def interleaved(contenders, prompts, repeats, seed0: int = 0, calls: dict | None
     return {name: tuple(statistics.median(v[i] for v in vals) for i in range(5)) for name, vals in acc.items()}
 
 
-CALL_HEAD = ("decoder", "tokens/iteration", "ms/iteration", "target calls/token", "draft calls/token",
+CALL_HEAD = ("decoder", "tokens/iteration", "exact E tokens/iteration", "ms/iteration", "target calls/token",
+             "draft calls/token",
              "tokens/target call", "logit rows/target call", "tokens/draft call", "logit rows/draft call",
              "ms/target call", "ms/draft call", "prefill ms/prompt", "outside forwards ms/iteration",
              "outside forwards (share)")
@@ -217,18 +228,20 @@ CALL_HEAD = ("decoder", "tokens/iteration", "ms/iteration", "target calls/token"
 
 def call_stats(wall, n, meters, prompts):
     """Per-call figures of one repeat from the summed :meth:`CallMeter.totals` of the target and the draft
-    (``meters``: 20 numbers) over ``prompts`` decodes of ``n`` tokens in ``wall`` seconds. An iteration is a
+    (``meters``: the sum over iterations of otspec's exact expected tokens per iteration given each one's context
+    (``predicted_emitted``; NaN for the others), then 20 numbers) over ``prompts`` decodes of ``n`` tokens in
+    ``wall`` seconds. An iteration is a
     target call (one per iteration in every decoder here, the prefill riding on the first); the per-call sizes
     and times leave out each decode's first call of each model (the prompt's prefill, given apart as ms per
     prompt, both models)."""
-    t, d = meters[:10], meters[10:]
+    pred, t, d = meters[0], meters[1:11], meters[11:]
     calls, tokens, rows, w = t[0], t[1], t[2], t[3]
     dcalls, dtokens, drows, dw = d[0], d[1], d[2], d[3]
     tl, dl = calls - t[5], dcalls - d[5]  # the calls after each decode's first
     fwd = w + dw
     nan = float("nan")
     return {
-        "tokens/iteration": n / calls, "ms/iteration": 1e3 * wall / calls,
+        "tokens/iteration": n / calls, "exact E tokens/iteration": pred / calls, "ms/iteration": 1e3 * wall / calls,
         "target calls/token": calls / n, "draft calls/token": dcalls / n,
         "tokens/target call": (tokens - t[6]) / tl if tl else nan,
         "logit rows/target call": (rows - t[7]) / tl if tl else nan,
@@ -242,7 +255,8 @@ def call_stats(wall, n, meters, prompts):
     }
 
 
-def measure(pair, L, prompts, tokens, repeats, device, engines=("numpy", "torch"), calls: dict | None = None):
+def measure(pair, L, prompts, tokens, repeats, device, engines=("numpy", "torch"), calls: dict | None = None,
+            plain_too: bool = True):
     """Median ms per token / per iteration and the share outside forwards of every contender; ``calls`` (a dict)
     gets every contender's per-call figures (:func:`call_stats`, both models' forwards hooked by
     :class:`CallMeter`)."""
@@ -263,7 +277,7 @@ def measure(pair, L, prompts, tokens, repeats, device, engines=("numpy", "torch"
             for m in meters:
                 m.reset()
             got = fn(ids, seed)
-            return (*got, *meters[0].totals(), *meters[1].totals())
+            return (*got[:6], got[6] if len(got) > 6 else NAN, *meters[0].totals(), *meters[1].totals())
         return run
 
     def assistant_config():
@@ -279,7 +293,7 @@ def measure(pair, L, prompts, tokens, repeats, device, engines=("numpy", "torch"
                                      rng=seed, engine=engine)
             cpu = time.process_time() - c0
             return (r.wall_time, r.tokens.shape[0], r.iterations, tt.forward + td.forward, cpu,
-                    tt.forward_cpu + td.forward_cpu)
+                    tt.forward_cpu + td.forward_cpu, float(np.sum(r.predicted_emitted)))
         return run
 
     def assisted(ids, seed):
@@ -307,8 +321,9 @@ def measure(pair, L, prompts, tokens, repeats, device, engines=("numpy", "torch"
         return r.wall_time, r.tokens.shape[0], r.tokens.shape[0], NAN, time.process_time() - c0, NAN
 
     contenders = {f"otspec token, engine={e}": spec(e) for e in engines}
-    contenders.update({"transformers assisted": assisted, "otspec autoregressive": plain,
-                       "transformers generate": plain_hf})
+    contenders["transformers assisted"] = assisted
+    if plain_too:
+        contenders.update({"otspec autoregressive": plain, "transformers generate": plain_hf})
     return interleaved({k: metered(fn) for k, fn in contenders.items()}, prompts, repeats, calls=calls)
 
 
@@ -414,6 +429,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trees", default="topk:branching(2,2),iid:branching(2,2)",
                     help="tree texts (process:shape[:verifier]) to time on both routes; '' for none")
     ap.add_argument("--engines", default="numpy,torch", help="the chains' routes to time (numpy, torch)")
+    ap.add_argument("--plain", default="yes", choices=("yes", "no"), help="time plain decoding beside the chains")
     ap.add_argument("--chains", default="yes", choices=("yes", "no"), help="time the chains (--L) too")
     ap.add_argument("--before", default=None, help="a checkout of the package to time the device route beside")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -459,7 +475,8 @@ def main(argv=None) -> int:
         for L in (int(x) for x in a.L.split(",") if a.chains == "yes"):
             load0 = os.getloadavg()[0]
             calls: dict = {}
-            res = measure((target, draft), L, prompts, a.tokens, a.repeats, a.device, engines, calls)
+            res = measure((target, draft), L, prompts, a.tokens, a.repeats, a.device, engines, calls,
+                          a.plain == "yes")
             load1 = os.getloadavg()[0]
             ref, ref_cpu = res["transformers assisted"][:2]
             rows = [(c, ms, cms, it, out if out == out else "-", oc if oc == oc else "-", ms / ref, cms / ref_cpu)
@@ -470,7 +487,7 @@ def main(argv=None) -> int:
             print_table(f"{name}, L = {L}, {len(prompts)} prompts x {a.tokens} tokens, medians of {a.repeats} "
                         f"interleaved repeats; load average {load0:.2f} -> {load1:.2f}",
                         HEAD, spec_rows, a.rst, target=("outside forwards", bound))
-            print_table("the others (ms/iteration: plain decoding's per token; assisted: not counted)",
+            print_table("the others (ms/iteration: plain decoding's per token; assisted: in the next table)",
                         HEAD, other, a.rst)
             print_table("the models' forward calls, hooked on both models for every decoder (an iteration is a "
                         "target call; sizes and ms per call leave out each decode's first call, the prefill)",

@@ -77,7 +77,7 @@ def test_chain_calls_per_iteration_and_logits_computed(pair, engine, L):
     per target call, the prefills included (before: every prompt position of both models, and two positions of
     the draft's first call after a full acceptance)."""
     for seed in range(3):
-        res, tcalls, dcalls = _counted(pair, lambda t, d: D.speculative_decode(
+        res, tcalls, dcalls = _counted(pair, lambda t, d, seed=seed: D.speculative_decode(
             PROMPT, draft=d, target=t, verifier="token", L=L, max_new_tokens=12, rng=seed, engine=engine))
         it = res.iterations
         assert len(tcalls) == it and len(dcalls) == L * it
