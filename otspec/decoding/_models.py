@@ -914,6 +914,8 @@ class HFCausalLM(_TreeScoring):
     >>> state = lm.new_state()
     >>> tuple(lm.logits(state, torch.tensor([[1, 2, 3]])).shape)
     (1, 3, 8)
+    >>> tuple(lm.logits(lm.new_state(), torch.tensor([[1, 2, 3]]), last=1).shape)  # the last position only
+    (1, 1, 8)
 
     Prompts ``[5]`` and ``[3, 1, 5]`` in one left-padded batch (row 0 padded by 2):
 
@@ -1078,14 +1080,7 @@ class HFCausalLM(_TreeScoring):
 
         Examples
         --------
-        >>> import torch, transformers
-        >>> from otspec.decoding import HFCausalLM
-        >>> cfg = transformers.LlamaConfig(vocab_size=8, hidden_size=16, intermediate_size=32,
-        ...     num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
-        >>> _ = torch.manual_seed(0)
-        >>> lm = HFCausalLM(transformers.LlamaForCausalLM(cfg))
-        >>> tuple(lm.logits(lm.new_state(), torch.tensor([[1, 2, 3]]), last=1).shape)
-        (1, 1, 8)
+        The class example computes the output layer at the last position only with ``last=1``.
         """
         ids = (on_device(input_ids, self.device, torch.long) if torch.is_tensor(input_ids)
                else torch.as_tensor(input_ids, dtype=torch.long, device=self.device))
