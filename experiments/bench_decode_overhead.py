@@ -48,10 +48,12 @@ decoders draw from the same laws, so this is their common expectation and the re
 differ from it by the sampling noise of the acceptance lengths), the target's and the draft's calls per token,
 the tokens fed and the positions of logits computed per call, ms per call (each decode's first call of each
 model, the prompt's prefill, apart: ms per prompt) and the time outside the forwards per iteration. At equal
-acceptance the ratio of two decoders' times per token is the ratio of their ms per iteration.
+acceptance the ratio of two decoders' times per token is the ratio of their ms per iteration. ``--call-paths
+ROUNDS`` adds one iteration's calls made as otspec makes them and as transformers' ``generate`` makes them, on
+the same states, without sampling (:func:`measure_call_paths`): the cost per call of each route alone.
 
 Run: ``python experiments/bench_decode_overhead.py [--pairs smollm2,small] [--L 2,4] [--trees TEXTS]
-[--chains no] [--engines numpy,torch] [--plain no] [--before PATH] [--rst]``.
+[--chains no] [--engines numpy,torch] [--plain no] [--call-paths ROUNDS] [--before PATH] [--rst]``.
 """
 
 from __future__ import annotations
@@ -327,6 +329,79 @@ def measure(pair, L, prompts, tokens, repeats, device, engines=("numpy", "torch"
     return interleaved({k: metered(fn) for k, fn in contenders.items()}, prompts, repeats, calls=calls)
 
 
+def measure_call_paths(pair, prompt, L, rounds, device):
+    """One chain iteration's forward calls (``L`` draft calls of one token, a target call of ``L + 1``, both
+    caches cropped back after) made three ways on the same states, interleaved in ``rounds`` rounds of 5
+    iterations: through ``HFCausalLM`` as otspec's decoder makes them (``logits(..., last=m)``, under
+    ``inference_mode``), the same with the decoder's float64 laws and draws between the calls, and directly as
+    transformers' ``generate`` makes them (``position_ids``, ``logits_to_keep``, under ``no_grad``). Medians of
+    ms per target call, per draft call (:class:`CallMeter`) and per iteration."""
+    import torch
+    import transformers
+
+    from otspec.decoding._sampling import Sampling, _law_block, _laws_into, draw_rows
+
+    target, draft = pair
+    meters = _meters(target, draft)
+    V, n = target.vocab_size, len(prompt) - 1
+    head, drafts = prompt[:-1], [prompt[-1]] + [7] * L  # the pending token, then L fixed draft tokens
+    samp, gen = Sampling(), torch.Generator(device=device).manual_seed(0)
+
+    def tensor(x):
+        return torch.tensor([x], device=device)
+
+    def adapter(laws):
+        st, sd = target.new_state(), draft.new_state()
+        target.logits(st, tensor(head), last=1)
+        draft.logits(sd, tensor(head), last=1)
+        P, Q = _law_block(None, (1, L, V), device), _law_block(None, (1, L + 1, V), device)
+
+        def it():
+            for j in range(L):
+                x = draft.logits(sd, tensor(drafts[j:j + 1]), last=1)[:, -1]
+                if laws:
+                    draw_rows(_laws_into(samp, x, P[:, j]), gen)
+            x = target.logits(st, tensor(drafts), last=L + 1)
+            if laws:
+                _laws_into(samp, x, Q)
+            target.select(st, 0, n)
+            draft.select(sd, 0, n)
+        return it
+
+    def as_generate():
+        ct, cd = transformers.DynamicCache(), transformers.DynamicCache()
+        with torch.no_grad():
+            target.model(input_ids=tensor(head), cache=ct, use_cache=True, logits_to_keep=1)
+            draft.model(input_ids=tensor(head), cache=cd, use_cache=True, logits_to_keep=1)
+
+        def it():
+            with torch.no_grad():
+                for j in range(L):
+                    draft.model(input_ids=tensor(drafts[j:j + 1]), cache=cd, use_cache=True, logits_to_keep=1,
+                                position_ids=tensor([n + j]))
+                target.model(input_ids=tensor(drafts), cache=ct, use_cache=True, logits_to_keep=L + 1,
+                             position_ids=torch.arange(n, n + L + 1, device=device)[None])
+            ct.crop(-(L + 1))
+            cd.crop(-L)
+        return it
+
+    modes = {"otspec's calls (HFCausalLM)": adapter(False), "otspec's calls with its laws and draws": adapter(True),
+             "transformers generate's calls": as_generate()}
+    got = {k: [] for k in modes}
+    for _ in range(rounds):
+        for k, f in modes.items():
+            f()  # warm-up of this round
+            for m in meters:
+                m.reset()
+            t0 = time.perf_counter()
+            for _ in range(5):
+                f()
+            wall = time.perf_counter() - t0
+            got[k].append((1e3 * meters[0].wall / meters[0].calls, 1e3 * meters[1].wall / meters[1].calls,
+                           1e3 * wall / 5))
+    return {k: tuple(statistics.median(v[i] for v in vals) for i in range(3)) for k, vals in got.items()}
+
+
 def _meters(target, draft):
     """One :class:`CallMeter` per model (target, draft), attached once per model and reused."""
     out = []
@@ -430,6 +505,8 @@ def main(argv=None) -> int:
                     help="tree texts (process:shape[:verifier]) to time on both routes; '' for none")
     ap.add_argument("--engines", default="numpy,torch", help="the chains' routes to time (numpy, torch)")
     ap.add_argument("--plain", default="yes", choices=("yes", "no"), help="time plain decoding beside the chains")
+    ap.add_argument("--call-paths", type=int, default=0, metavar="ROUNDS",
+                    help="also time one iteration's calls made as otspec and as transformers' generate make them")
     ap.add_argument("--chains", default="yes", choices=("yes", "no"), help="time the chains (--L) too")
     ap.add_argument("--before", default=None, help="a checkout of the package to time the device route beside")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -492,6 +569,13 @@ def main(argv=None) -> int:
             print_table("the models' forward calls, hooked on both models for every decoder (an iteration is a "
                         "target call; sizes and ms per call leave out each decode's first call, the prefill)",
                         CALL_HEAD, [(c, *(v[k] for k in CALL_HEAD[1:])) for c, v in calls.items()], a.rst)
+            if a.call_paths:
+                load0 = os.getloadavg()[0]
+                paths = measure_call_paths((target, draft), prompts[0], L, a.call_paths, a.device)
+                print_table(f"one iteration's calls (L = {L}) made three ways on the same states, medians of "
+                            f"{a.call_paths} interleaved rounds; load average {load0:.2f} -> "
+                            f"{os.getloadavg()[0]:.2f}", ("calls", "ms/target call", "ms/draft call", "ms/iteration"),
+                            [(k, *v) for k, v in paths.items()], a.rst)
             torch_key = "otspec token, engine=torch" if "torch" in engines else f"otspec token, engine={engines[0]}"
             torch_row, torch_cpu = res[torch_key][:2]
             print(f"\n{torch_key.split(', ')[1]} vs assisted generation: {torch_row / ref:.2f}x the time per token, "
