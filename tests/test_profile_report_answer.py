@@ -335,7 +335,9 @@ def test_the_costs_show_their_spread_the_tree_calls_and_a_non_monotone_table(sum
     text = _section(report_markdown(summary), "Costs of the model calls")
     assert re.search(r"\| draft step on k rows \(x plain\) \| \d+\.\d\d \(\d+\.\d\d-\d+\.\d\d\) \|", text)
     assert "the target scoring a tree of 6 nodes" in text  # the tree calls behind the tree speed-ups
-    key = ("target", 1, 3)
+    # plain decoding's call is repeated in every round; a chain's shapes only while the racing calibration keeps
+    # one of its configurations among the contenders, which depends on the run's own timings
+    key = ("target", 1, 1)
     assert summary.timings[key] and len(summary.timings[key]) == 3
     # timings growing with the rows and tokens of a call: monotone, nothing flagged (whatever the run's own
     # noisy timings say) ...
