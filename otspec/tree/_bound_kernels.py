@@ -45,6 +45,9 @@ from .._jit import compile_in
 
 #: Columns of a row evaluated together (buffers that stay in the L1 cache; the loops over them vectorise).
 BLOCK = 256
+#: The draft probability at which the row kernels take the slope of a concave lower bound on pi (entries above it
+#: get pi itself).
+SLOPE_AT = 1e-3
 #: Taylor terms of the race's tail evaluated for a whole block (an entry that needs more continues on its own).
 DCAP = 4
 
@@ -163,30 +166,72 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
     ``sums[0]`` = :math:`\sum_x \min(Q_u q_x, \pi_x)`, ``sums[1 + e]`` =
     :math:`\sum_x \min(Q_u q_x, \mathrm{mdc}[e]\, p_x)` (the caps of the lower depths), each over
     :data:`BLOCK` lanes (:func:`lane_total`). With ``low``/``pi`` of length ``V`` (else empty) the entries
-    :math:`\min(Q_u q, \pi)` and :math:`\pi` are written too (the candidates' values)."""
+    :math:`\min(Q_u q, \pi)` and :math:`\pi` are written too (the candidates' values).
+
+    Without them, :math:`\pi` is evaluated only where it can be the minimum: :math:`\pi_x = f(p_x)` is concave
+    and increasing in :math:`p_x` with :math:`f(0) = 0` (unions :math:`1 - (1 - a)^n` of concave increasing
+    arguments, products of the complements of two of them convex), so :math:`f(p) \ge p\, f(P) / P` for
+    :math:`p \le P`, ``P`` the largest draft entry of the block; an entry with
+    :math:`Q_u q_x \le (1 - 10^{-12})\, p_x f(P) / P` has :math:`\min(Q_u q_x, \pi_x) = Q_u q_x` (the margin
+    above the rounding of either side), every other entry gets :math:`\pi_x` by the same operations. The row
+    sums are bit for bit those of the whole evaluation."""
     V = p.shape[0]
     E = mdc.shape[0]
     write = low.shape[0] > 0
     F, a, g, acc, r, h = iid_scratch(lvl_start)
     qc = np.zeros(BLOCK)
+    val = np.zeros(BLOCK)
+    buf = np.zeros(BLOCK)
+    idx = np.zeros(BLOCK, dtype=np.int64)
     L = np.zeros((1 + E, BLOCK))
+    c = 0.0
+    if not write:                                            # the slope f(P) / P at P = SLOPE_AT, below the margin
+        buf[0] = SLOPE_AT
+        iid_block(buf, 0, 1, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
+        x = F[root, 0]
+        c = ((x if x < 1.0 else 1.0) / SLOPE_AT) * (1.0 - 1e-12)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
-        iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
-        fr = F[root]
         L0 = L[0]
-        for v in range(b):
-            x = fr[v]
-            pv = x if x < 1.0 else 1.0
-            y = Qu * q[v0 + v]
-            qc[v] = y
-            L0[v] += y if y < pv else pv
         if write:
+            iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
+            fr = F[root]
+            for v in range(b):
+                x = fr[v]
+                pv = x if x < 1.0 else 1.0
+                y = Qu * q[v0 + v]
+                qc[v] = y
+                L0[v] += y if y < pv else pv
             for v in range(b):
                 x = fr[v]
                 pv = x if x < 1.0 else 1.0
                 low[v0 + v] = qc[v] if qc[v] < pv else pv
                 pi[v0 + v] = pv
+        else:
+            n = 0
+            for v in range(b):
+                y = Qu * q[v0 + v]
+                x = p[v0 + v]
+                qc[v] = y
+                val[v] = y
+                n += 1 if (x > SLOPE_AT or y > c * x) else 0
+            if n > 0:                                        # the entries pi may be below: pi itself
+                k = 0
+                for v in range(b):
+                    x = p[v0 + v]
+                    if x > SLOPE_AT or qc[v] > c * x:
+                        idx[k] = v
+                        buf[k] = x
+                        k += 1
+                iid_block(buf, 0, n, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
+                fr = F[root]
+                for k in range(n):
+                    x = fr[k]
+                    pv = x if x < 1.0 else 1.0
+                    v = idx[k]
+                    val[v] = qc[v] if qc[v] < pv else pv
+            for v in range(b):
+                L0[v] += val[v]
         for e in range(E):
             ce = mdc[e]
             for v in range(b):
