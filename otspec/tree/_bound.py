@@ -838,10 +838,18 @@ class _RowDraws:
 
 
 def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, low, pi):
-    """The fused row route of :func:`_expand_rows` for draws without replacement: one pass per draft row for what
+    r"""The fused row route of :func:`_expand_rows` for draws without replacement: one pass per draft row for what
     the draws' laws need (:func:`_bound_kernels.wor_row_stats`: support, the most likely tokens, the second
     draw's sums, the race's power sums), the race's quadrature per row, then one pass per row over both laws
     (:func:`_bound_kernels.wor_row`), the ranks' laws combined by their slot weights before the sums.
+
+    At the last expanded depth (no caps, no candidates) the rows' sums need :math:`\pi` only where it can be the
+    minimum: one pass per row over both laws decides the entries below a lower bound on :math:`\pi`
+    (:func:`_bound_kernels.wor_row_last`); a row with entries left gets its stats, a tighter bound from the
+    second draw's closed form (:func:`_bound_kernels.wor_row_recheck`) and, with entries still left, the race's
+    power sums and quadrature, and :math:`\pi` at those entries alone (:func:`_bound_kernels.wor_row_at`; a row
+    with more than ``V // 16`` left, at every entry). The sums are those of the whole evaluation up to the order
+    of the additions (the decided entries' :math:`\min` is :math:`Q` itself).
     ``(draws at entries, md)`` (``md[e]`` the expected slot counts of depth ``depths[e]`` when written), or None
     where a row is enumerated (few ordered draws) or refused by the race (the block route then)."""
     m = len(Prows)
@@ -854,10 +862,44 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     head = np.empty((m, K), dtype=np.int64)
     hval = np.empty((m, K))
     nu = np.zeros((m, N + 1))
-    st = np.empty((m, 7))
+    st = np.zeros((m, 7))
     mark = np.zeros(V, dtype=bool)
+    W = A @ C                                                # (m, R): slot weight of each used rank
+    # the last expanded depth (no caps, no candidates): a lower bound on pi decides most entries in one pass
+    # (_bound_kernels.wor_row_last); the rows' stats and the race only for the rows with entries left
+    last = not depths and low.shape[1] == 0 and ranks == list(range(need))
+    if last:
+        dW = W - np.concatenate([W[:, 1:], np.zeros((m, 1))], axis=1)
+        last = bool((dW >= 0).all())                       # nonincreasing slot weights (always, by the shapes)
+    lo = np.zeros((m, 3))
+    left: dict = {}                                          # row -> the columns left (at most V // 16 kept)
+    whole: set = set()                                       # rows with more left: pi at every entry (wor_row)
+    idx = np.empty(V if last else 0, dtype=np.int32)
     for i in range(m):
-        _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
+        if not last:
+            _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
+            continue
+        _K.wor_row_last(Prows[i], Qrows[i], float(Qu[i]), dW[i], idx, lo[i])
+        if lo[i, 1] == 0:
+            st[i, 0] = lo[i, 0]
+            continue
+        # entries left: the row's stats (the second draw's sums decide most of them again), the race's power sums
+        # only for the rows with entries still left
+        _K.wor_row_stats(Prows[i], K, False, head[i], hval[i], nu[i], mark, st[i])
+        if lo[i, 1] > V // 16:
+            whole.add(i)
+        else:
+            _K.wor_row_recheck(Prows[i], Qrows[i], float(Qu[i]), idx, int(st[i, 1]), float(st[i, 5]),
+                               float(st[i, 6]), dW[i], lo[i])
+            if lo[i, 1] == 0:
+                continue
+            left[i] = idx[:int(lo[i, 1])].copy()
+        if race_on:
+            kh = int(st[i, 2])
+            mark[head[i, :kh]] = True
+            _K.race_moments_row(Prows[i], mark, float(st[i, 3]), nu[i])
+            mark[head[i, :kh]] = False
+    rows = sorted(set(left) | whole) if last else list(range(m))
     support = st[:, 0].astype(np.int64)
     for i in np.flatnonzero(support < need).tolist():
         raise _support_error("wor", need, paths[i], Prows[i])
@@ -866,7 +908,6 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     if need > 2 and not race_on:
         return None
     E = len(depths)
-    W = A @ C                                                # (m, R): slot weight of each used rank
     coef = [A @ beta[d] for d in depths]                     # (m, R) each: depth-d slots below each rank's child
     w01 = np.zeros((m, 2))
     c01 = np.zeros((m, E, 2))
@@ -877,10 +918,10 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
                 c01[:, e, r] = coef[e][:, k]
     race = None
     if race_on:
-        race = _Race(Prows, [r for r in ranks if r >= 2], range(m),
+        race = _Race(Prows, [r for r in ranks if r >= 2], rows,
                      first=dict(support=support, head=head, hval=hval, kh=st[:, 2].astype(np.int64), pmax=st[:, 3],
                                 nu=nu))
-        if not race.ok.all():
+        if not race.ok[rows].all():
             return None
         Kh = race.head.shape[1]
         H = np.zeros((m, N + 1))
@@ -902,6 +943,19 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
         rhead, theta, pmax = np.full((m, 1), -1, dtype=np.int64), np.zeros((m, 1)), np.ones(m)
     md = np.empty((m, E, low.shape[1]))
     top = st[:, 1].astype(np.int64)
+    if last:
+        for i in range(m):
+            if i in whole:
+                _K.wor_row(Prows[i], Qrows[i], float(Qu[i]), int(top[i]), float(st[i, 5]), float(st[i, 6]), w01[i],
+                           H[i], c01[i], Hmd[i], race_on, float(pmax[i]), theta[i], rhead[i], HLw[i], HLmd[i],
+                           sums[i], low[i], pi[i], md[i])
+                continue
+            sums[i, 0] = lo[i, 2]
+            if i in left:
+                sums[i, 0] += _K.wor_row_at(Prows[i], Qrows[i], float(Qu[i]), left[i], int(top[i]), float(st[i, 5]),
+                                            float(st[i, 6]), w01[i], H[i], race_on, float(pmax[i]), theta[i], rhead[i],
+                                            HLw[i])
+        return _RowDraws(ranks, st, race), md
     for i in range(m):
         _K.wor_row(Prows[i], Qrows[i], float(Qu[i]), int(top[i]), float(st[i, 5]), float(st[i, 6]), w01[i], H[i],
                    c01[i], Hmd[i], race_on, float(pmax[i]), theta[i], rhead[i], HLw[i], HLmd[i], sums[i], low[i], pi[i],

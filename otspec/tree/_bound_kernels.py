@@ -597,9 +597,162 @@ def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw
         sums[e] = lane_total(L[e])
 
 
+def wor_lower(dW, x):
+    r""":math:`\min(1, \sum_n \mathrm{dW}[n - 1]\, (1 - (1 - x)^n))`, the lower bound on :math:`\pi` of
+    :func:`wor_row_last` at a draft probability ``x`` (each :math:`1 - (1 - x)^n = x \sum_{i < n} (1 - x)^i`,
+    positive terms)."""
+    rr = 1.0 - x
+    tot = 0.0
+    hn = 0.0
+    pw = 1.0
+    for k in range(dW.shape[0]):
+        hn += pw
+        pw *= rr
+        tot += dW[k] * hn
+    tot *= x
+    return tot if tot < 1.0 else 1.0
+
+
+def wor_row_last(p, q, Qu, dW, idx, out):
+    r"""A prefix of the last expanded depth, children drawn without replacement, in one pass over its draft law
+    ``p`` and target law ``q``: the part of :math:`\sum_x \min(Q_u q_x, \pi_x)` that a lower bound on
+    :math:`\pi` decides, and the columns it leaves (``idx[:n]``, increasing) for :func:`wor_row_at`.
+
+    With the slots' weights :math:`W_r` of the ranks :math:`r = 0 .. R - 1` (nonincreasing: a slot with a child
+    of rank ``r`` has children of every lower rank) and ``dW[n - 1]`` :math:`= W_{n-1} - W_n \ge 0`
+    (:math:`W_R = 0`), :math:`\pi_x = \min(1, \sum_n \Delta W_n\, P(x \in S_n))`, :math:`S_n` the first ``n``
+    draws. Each draw takes ``x``, if not drawn yet, with probability :math:`p_x / (1 - \text{mass drawn}) \ge
+    p_x`, so :math:`P(x \in S_n) \ge 1 - (1 - p_x)^n`: :math:`\pi_x \ge \min(1, \sum_n \Delta W_n (1 - (1 -
+    p_x)^n))`, concave in :math:`p_x` and 0 at 0, hence :math:`\pi_x \ge c\, p_x` for :math:`p_x \le`
+    :data:`SLOPE_AT` with ``c`` its slope there (less a margin of 1e-9, far above the race's error). Entries with
+    :math:`p_x \le` :data:`SLOPE_AT` and :math:`Q_u q_x \le c\, p_x` give :math:`Q_u q_x`, summed over
+    :data:`BLOCK` lanes into ``out[2]``; ``out[0]`` the support (entries > 0), ``out[1]`` = ``n``."""
+    V = p.shape[0]
+    P = SLOPE_AT
+    c = (wor_lower(dW, P) / P) * (1.0 - 1e-9)
+    qc = np.zeros(BLOCK)
+    Lq = np.zeros(BLOCK)
+    Ls = np.zeros(BLOCK, dtype=np.int64)
+    n = 0
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        m = 0
+        for v in range(b):
+            x = p[v0 + v]
+            y = Qu * q[v0 + v]
+            Ls[v] += 1 if x > 0.0 else 0
+            und = x > P or y > c * x
+            qc[v] = y
+            Lq[v] += 0.0 if und else y
+            m += 1 if und else 0
+        if m > 0:
+            for v in range(b):
+                x = p[v0 + v]
+                if x > P:                           # a large entry: the lower bound itself
+                    y = qc[v]
+                    if y <= wor_lower(dW, x) * (1.0 - 1e-9):
+                        Lq[v] += y
+                        continue
+                    idx[n] = v0 + v
+                    n += 1
+                elif qc[v] > c * x:
+                    idx[n] = v0 + v
+                    n += 1
+    support = 0
+    for v in range(BLOCK):
+        support += Ls[v]
+    out[0] = support
+    out[1] = n
+    out[2] = lane_total(Lq)
+
+
+def wor_row_recheck(p, q, Qu, idx, top, S1, S2, dW, out):
+    r"""The entries ``idx[:n]`` that :func:`wor_row_last` left (``n = out[1]``), decided again by a tighter lower bound
+    on :math:`\pi` from the second draw's closed form (``top``, ``S1``, ``S2`` of :func:`wor_row_stats`): with
+    :math:`I_2 = p_x + \ell_1(x)` the exact probability that ``x`` is one of the first two draws, each later
+    draw takes ``x``, if not drawn yet, with probability at least :math:`p_x`, so :math:`P(x \in S_n) \ge I_2 +
+    (1 - I_2)(1 - (1 - p_x)^{n - 2})` for :math:`n \ge 2` (:math:`p_x` for :math:`n = 1`). The entries it decides
+    add :math:`Q_u q_x` to ``out[2]``; the others stay in ``idx[:out[1]]`` (compacted, in order)."""
+    n = int(out[1])
+    R = dW.shape[0]
+    k = 0
+    add = 0.0
+    for i in range(n):
+        v = idx[i]
+        x = p[v]
+        if v == top:
+            y = x * S2
+        else:
+            den = 1.0 - x
+            t = x / den if den > 0.0 else 0.0
+            y = x * (S1 - t)
+        p1 = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+        i2 = x + p1
+        i2 = i2 if i2 < 1.0 else 1.0
+        lb = dW[0] * x
+        rr = 1.0 - x
+        hn = 0.0
+        pw = 1.0
+        for r in range(1, R):                       # n = r + 1 >= 2: I_2 + (1 - I_2) x sum_{i < n - 2} (1 - x)^i
+            lb += dW[r] * (i2 + (1.0 - i2) * (x * hn))
+            hn += pw
+            pw *= rr
+        lb = lb if lb < 1.0 else 1.0
+        qv = Qu * q[v]
+        if qv <= lb * (1.0 - 1e-9):
+            add += qv
+        else:
+            idx[k] = v
+            k += 1
+    out[1] = k
+    out[2] += add
+
+
+def wor_row_at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
+    r""":math:`\sum_x \min(Q_u q_x, \pi_x)` over the columns ``idx`` (the entries :func:`wor_row_last` left), each
+    :math:`\pi_x` by the operations of :func:`wor_row` (the same value, bit for bit)."""
+    N = H.shape[0] - 1
+    K = head.shape[0]
+    tot = 0.0
+    for k in range(idx.shape[0]):
+        v = idx[k]
+        x = p[v]
+        if v == top:
+            y = x * S2
+        else:
+            den = 1.0 - x
+            t = x / den if den > 0.0 else 0.0
+            y = x * (S1 - t)
+        p1 = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+        val = w01[0] * x + w01[1] * p1
+        if rok:
+            hit = -1
+            for c in range(K):
+                if head[c] == v:
+                    hit = c
+            if hit >= 0:
+                val = val + HLw[hit]
+            else:
+                xr = x / pmax
+                d = 0
+                while d < N and xr > theta[d]:
+                    d += 1
+                acc = H[0]
+                xn = 1.0
+                for n in range(1, d + 1):
+                    xn = xn * xr
+                    acc = acc + H[n] * xn
+                val = val + x * acc
+        pv = val if val < 1.0 else 1.0
+        y = Qu * q[v]
+        tot += y if y < pv else pv
+    return tot
+
+
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
 JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "second_draw_t",
-                             "_wor_entries", "wor_pi_kernel", "wor_row_stats", "wor_row"))
+                             "_wor_entries", "wor_pi_kernel", "wor_row_stats", "wor_row", "wor_lower", "wor_row_last",
+                             "wor_row_recheck", "wor_row_at"))
 
 
 def iid_program(levels, root):
