@@ -248,9 +248,11 @@ class _Race:
     order of the square of that), (ii) :math:`p_{\max} t \le` :data:`_RACE_UMAX` at the last node (the tail's
     power series and deflation then converge fast and lose no digits), (iii) the Taylor series has converged at
     :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
-    in the head keeps the stated upper bound (``ok`` False)."""
+    in the head keeps the stated upper bound (``ok`` False). ``heads`` (a boolean per row of ``P``; None: all):
+    the rows whose head tokens get their laws in the first round (the others' ``HL`` stay 0: rows where no head
+    token's law is read); a grown head gets them in every row."""
 
-    def __init__(self, P, ranks: list, rows, first: dict | None = None):
+    def __init__(self, P, ranks: list, rows, first: dict | None = None, heads=None):
         m, V = len(P), P[0].shape[0]
         self.ranks = list(ranks)
         nk, N = len(self.ranks), _RACE_TERMS
@@ -266,6 +268,8 @@ class _Race:
         mark = np.zeros(V, bool)
         while todo:
             n = len(todo)
+            want = np.ones(n, bool) if heads is None else heads[todo]
+            heads = None                                   # a grown head: every row's laws
             if first is not None:
                 # the first round from the rows' one pass (:func:`_bound_kernels.wor_row_stats`): the head, its
                 # probabilities, the tail's largest probability and power sums
@@ -287,7 +291,7 @@ class _Race:
             C, C2 = np.zeros((n, nk, N + 1)), np.zeros((n, nk, N + 1))
             info = np.zeros((n, 3))
             _K.race_rows(ph, kh, pmax, nu, r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
-                         HL, HL2, C, C2, info)
+                         HL, HL2, C, C2, info, want)
             tail = pmax > 0
             good = (info[:, 2] > 0) & (~tail | (pmax * info[:, 0] <= _RACE_UMAX))
             good &= np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph[:, None, :]), axis=(1, 2))
@@ -872,6 +876,7 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
         dW = W - np.concatenate([W[:, 1:], np.zeros((m, 1))], axis=1)
         last = bool((dW >= 0).all())                       # nonincreasing slot weights (always, by the shapes)
     lo = np.zeros((m, 3))
+    heads = np.zeros(m, bool) if last else None
     left: dict = {}                                          # row -> the columns left (at most V // 16 kept)
     whole: set = set()                                       # rows with more left: pi at every entry (wor_row)
     idx = np.empty(V if last else 0, dtype=np.int32)
@@ -898,6 +903,7 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
             kh = int(st[i, 2])
             mark[head[i, :kh]] = True
             _K.race_moments_row(Prows[i], mark, float(st[i, 3]), nu[i])
+            heads[i] = i in whole or bool(mark[left[i]].any())   # the head's laws only where one is read
             mark[head[i, :kh]] = False
     rows = sorted(set(left) | whole) if last else list(range(m))
     support = st[:, 0].astype(np.int64)
@@ -920,7 +926,7 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     if race_on:
         race = _Race(Prows, [r for r in ranks if r >= 2], rows,
                      first=dict(support=support, head=head, hval=hval, kh=st[:, 2].astype(np.int64), pmax=st[:, 3],
-                                nu=nu))
+                                nu=nu), heads=heads)
         if not race.ok[rows].all():
             return None
         Kh = race.head.shape[1]

@@ -884,9 +884,10 @@ def race_moments_row(p, mark, mx, nu):
                     break
 
 
-def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info):
+def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info, heads):
     """:func:`race_row` for each row ``i``: its ``kh[i]`` head probabilities ``PH[i]`` (decreasing), tail
-    ``pmax[i]``, ``nu[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``, ``C2[i]``, ``info[i]``."""
+    ``pmax[i]``, ``nu[i]``, the head's laws where ``heads[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``,
+    ``C2[i]``, ``info[i]``."""
     m = PH.shape[0]
     K = PH.shape[1]
     ph = np.zeros(K)
@@ -902,10 +903,10 @@ def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
         for c in range(k):
             ph[c] = PH[i, c]
         race_row(ph[:k], pmax[i], nu[i], ranks, deg, h, vlo, s, max_nodes, HL[i], HL2[i], C[i], C2[i], pre, suf, pb,
-                 a, b, pw, E, info[i])
+                 a, b, pw, E, info[i], heads[i])
 
 
-def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre, suf, pb, a, b, pw, E, info):
+def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre, suf, pb, a, b, pw, E, info, heads):
     r"""The laws of the draws of the ranks ``ranks`` (all >= 2) without replacement from one row, by the
     exponential race: the ``K`` head tokens ``ph`` (decreasing) exactly, the tail (largest probability ``pmax``,
     scaled power sums ``nu``) as Taylor coefficients in :math:`x = p / p_{\max}`.
@@ -925,7 +926,11 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
     :math:`P_j = \sum_x (e^{p_x t} - 1)^j = \sum_n s[j, n]\, (p_{\max} t)^n \nu_n`. The trapezoidal rule in
     :math:`\log t` with step ``h`` from ``vlo`` (``HL2``/``C2`` the same with step ``2h``, for the error), until
     :math:`t\, P(N(t) \le \mathrm{deg})` (times :math:`e^{-p_{\min} t}` without a tail) is below 1e-22 of its
-    largest value. ``info`` = (last ``t``, nodes, done)."""
+    largest value. ``info`` = (last ``t``, nodes, done). Without ``heads`` the head's laws are left 0 (rows whose
+    head tokens need no law: the prefix products and the head's terms skipped).
+
+    Each head clock's :math:`e^{-p t}` and :math:`1 - e^{-p t}` from one exponential: the smaller of the two from
+    ``exp`` or ``expm1``, the other as 1 minus it (at least 1/2, so within two roundings)."""
     K = ph.shape[0]
     nk = ranks.shape[0]
     N = nu.shape[0] - 1
@@ -977,8 +982,13 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
             E[0] = 1.0
         # head clocks; suffix products from the tail's function, prefix products from 1
         for c in range(K):
-            a[c] = np.exp(-ph[c] * t)
-            b[c] = -np.expm1(-ph[c] * t)
+            xe = ph[c] * t
+            if xe <= 0.6931471805599453:
+                b[c] = -np.expm1(-xe)
+                a[c] = 1.0 - b[c]
+            else:
+                a[c] = np.exp(-xe)
+                b[c] = 1.0 - a[c]
         for j in range(deg + 1):
             suf[K, j] = E[j]
             pre[0, j] = 0.0
@@ -987,7 +997,7 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
             suf[c, 0] = a[c] * suf[c + 1, 0]
             for j in range(1, deg + 1):
                 suf[c, j] = a[c] * suf[c + 1, j] + b[c] * suf[c + 1, j - 1]
-        for c in range(K):
+        for c in range(K if heads else 0):
             pre[c + 1, 0] = a[c] * pre[c, 0]
             for j in range(1, deg + 1):
                 pre[c + 1, j] = a[c] * pre[c, j] + b[c] * pre[c, j - 1]
@@ -996,7 +1006,7 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
             pb[j] = suf[0, j]
             g += pb[j]
         # head tokens
-        for c in range(K):
+        for c in range(K if heads else 0):
             f = wt * ph[c] * a[c]
             for k in range(nk):
                 r = ranks[k]
