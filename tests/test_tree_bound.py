@@ -904,14 +904,7 @@ def test_last_depth_rows_against_the_whole_evaluation(process, shape, V, data):
     try:
         got = B._expand_rows(slots, process, frontier, list(P), list(Q), 10**6)
         assert got[0] is None
-        A = np.stack([u.A for u in frontier])
-        s_all = np.array([u.s for u in frontier])
-        jit = _bound_kernels.JIT
-        _bound_kernels.JIT = False
-        try:
-            pi = B._child_pi(slots, process, A, s_all, P, [u.path for u in frontier])[0]
-        finally:
-            _bound_kernels.JIT = jit
+        pi = _whole_pi(slots, process, frontier, P)
     finally:
         B._MAX_WOR_ENUMERATION = limit
     _check_last_depth_sums(process, slots, frontier, P, Q, pi)
@@ -942,15 +935,21 @@ def test_last_depth_rows_of_llm_like_laws(process, shape, sigma, scale):
     frontier = [B._Prefix((i,), float(rng.random()), 0.5, scale * rng.random(slots.n_at[1]),
                           (scale * float(rng.random()),), {}) for i in range(m)]
     assert B._expand_rows(slots, process, frontier, list(P), list(Q), 10**6)[0] is None
+    _check_last_depth_sums(process, slots, frontier, P, Q, _whole_pi(slots, process, frontier, P))
+
+
+def _whole_pi(slots, process, frontier, P):
+    """pi of every child of the frontier's prefixes by the numpy route (numba off): the whole evaluation."""
+    from otspec.tree import _bound as B
+
     A = np.stack([u.A for u in frontier])
     s_all = np.array([u.s for u in frontier])
     jit = _bound_kernels.JIT
     _bound_kernels.JIT = False
     try:
-        pi = B._child_pi(slots, process, A, s_all, P, [u.path for u in frontier])[0]
+        return B._child_pi(slots, process, A, s_all, P, [u.path for u in frontier])[0]
     finally:
         _bound_kernels.JIT = jit
-    _check_last_depth_sums(process, slots, frontier, P, Q, pi)
 
 
 def _check_last_depth_sums(process, slots, frontier, P, Q, pi):

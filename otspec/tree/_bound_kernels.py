@@ -666,6 +666,18 @@ def wor_row_last(p, q, Qu, dW, idx, out):
     out[2] = lane_total(Lq)
 
 
+def second_draw_at(x, v, top, S1, S2):
+    r"""The second draw's law at column ``v`` of draft probability ``x``, as :func:`wor_row` computes it:
+    :math:`x\, (S_1 - x / (1 - x))`, at the most likely token ``top`` :math:`x\, S_2`, clipped to [0, 1]."""
+    if v == top:
+        y = x * S2
+    else:
+        den = 1.0 - x
+        t = x / den if den > 0.0 else 0.0
+        y = x * (S1 - t)
+    return 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+
+
 def wor_row_recheck(p, q, Qu, idx, top, S1, S2, dW, out):
     r"""The entries ``idx[:n]`` that :func:`wor_row_last` left (``n = out[1]``), decided again by a tighter lower bound
     on :math:`\pi` from the second draw's closed form (``top``, ``S1``, ``S2`` of :func:`wor_row_stats`): with
@@ -680,13 +692,7 @@ def wor_row_recheck(p, q, Qu, idx, top, S1, S2, dW, out):
     for i in range(n):
         v = idx[i]
         x = p[v]
-        if v == top:
-            y = x * S2
-        else:
-            den = 1.0 - x
-            t = x / den if den > 0.0 else 0.0
-            y = x * (S1 - t)
-        p1 = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+        p1 = second_draw_at(x, v, top, S1, S2)
         i2 = x + p1
         i2 = i2 if i2 < 1.0 else 1.0
         lb = dW[0] * x
@@ -717,13 +723,7 @@ def wor_row_at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
     for k in range(idx.shape[0]):
         v = idx[k]
         x = p[v]
-        if v == top:
-            y = x * S2
-        else:
-            den = 1.0 - x
-            t = x / den if den > 0.0 else 0.0
-            y = x * (S1 - t)
-        p1 = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+        p1 = second_draw_at(x, v, top, S1, S2)
         val = w01[0] * x + w01[1] * p1
         if rok:
             hit = -1
@@ -752,7 +752,7 @@ def wor_row_at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
 JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "wor_row_stats", "wor_row", "wor_lower", "wor_row_last",
-                             "wor_row_recheck", "wor_row_at"))
+                             "second_draw_at", "wor_row_recheck", "wor_row_at"))
 
 
 def iid_program(levels, root):
