@@ -1057,3 +1057,39 @@ def test_last_depth_rows_skip_the_race_where_the_draft_covers_the_target(monkeyp
     assert B._expand_rows(slots, "wor", frontier, list(P), list(P), 10**6)[0] is None
     for u in frontier:
         assert u.exact == pytest.approx(0.05, rel=1e-13)          # every entry min(Q, pi) = Q: the row sums to Q_u
+
+
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2)])
+def test_last_depth_entries_left_at_head_tokens(shape, monkeypatch):
+    """Entries left at the draft's most likely tokens (the target puts 0.7 of its mass on the draft's third most
+    likely token): pi there from the race's laws of the head (or, with two children
+    per slot, the closed forms alone), the row sums against the whole evaluation."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(17)
+    V, m = 3000, 4
+    slots = B._Slots(shape)
+    P, Q = np.empty((m, V)), np.empty((m, V))
+    for i in range(m):
+        z = rng.normal(0, 3.0, V)
+        P[i] = np.exp(z - z.max())
+        P[i] /= P[i].sum()
+        Q[i] = 0.3 * P[i]
+        Q[i, np.argsort(-P[i])[2]] += 0.7
+    # slot weights summing to 0.4: pi >= 0.4 p(x) decides the bulk (Q_u q = 0.27 p), not the spike (Q_u q > 0.63)
+    frontier = [B._Prefix((i,), 0.9, 0.5, np.full(slots.n_at[1], 0.4 / slots.n_at[1]), (0.01,), {})
+                for i in range(m)]
+    seen = []
+    at = _bound_kernels.wor_row_at
+
+    def spy(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
+        seen.append((bool(rok), bool(np.isin(idx, np.argsort(-p)[:3]).any())))
+        return at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw)
+
+    monkeypatch.setattr(_bound_kernels, "wor_row_at", spy)
+    assert B._expand_rows(slots, "wor", frontier, list(P), list(Q), 10**6)[0] is None
+    assert len(seen) == m and all(hit for _rok, hit in seen)
+    assert all(rok == (slots.need[1] > 2) for rok, _hit in seen)
+    _check_last_depth_sums("wor", slots, frontier, P, Q, _whole_pi(slots, "wor", frontier, P))
