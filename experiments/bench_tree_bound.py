@@ -28,11 +28,14 @@ expanded prefixes (64 per model call), for the i.i.d. and the without-replacemen
   is, by a compiled loop: the memory traffic that any route must pay, with the bandwidth it reached (the floor
   of the bound's arithmetic on this machine);
 * with ``--against DIR`` (another checkout of the project, e.g. the code before a change): that checkout's
-  "laws given" and "laws as arrays" (its route: each frontier's laws one stacked numpy block), timed in the
-  same interleaved rounds, and the relative change of the bound between the two (checked <= 1e-12). The other
-  checkout is imported as the package ``otspec_against`` beside this one.
+  "laws given" and "laws as arrays" (the same rows handed over the same way; a checkout without the row kernels
+  stacks each frontier into one block itself), timed in the same interleaved rounds, and the relative change of
+  the bound between the two (checked <= 1e-12). The other checkout is imported as the package
+  ``otspec_against`` beside this one.
 
-The target: "bound, laws given" / forward <= 0.10. Every contender is timed interleaved in each round
+The target: "bound, laws given" / forward <= 0.10. A second table gives CPU time (``time.process_time``, medians of
+interleaved rounds) of the forward, "laws as arrays", the floor and, with ``--against``, the other checkout's "laws
+as arrays": the shared machine's other jobs inflate CPU time less than wall time. Every contender is timed interleaved in each round
 after a warm-up and the median kept (``experiments/_bench.py``); the 1-minute load average is printed
 before and after, since the project's machine is shared.
 
@@ -60,6 +63,24 @@ TARGET = 0.10
 def _load() -> str:
     a, b, c = os.getloadavg()
     return f"{a:.2f} {b:.2f} {c:.2f}"
+
+
+def _cpu_rounds(fns, repeat: int) -> list:
+    """Median CPU seconds (``time.process_time``: this process's time on every core, the shared machine's other
+    jobs left out) of each function, interleaved in ``repeat`` rounds after one warm-up round, the order rotated
+    by one each round."""
+    import time
+
+    got = [[] for _ in fns]
+    for r in range(repeat + 1):
+        order = list(range(len(fns)))
+        order = order[r % len(fns):] + order[:r % len(fns)]
+        for i in order:
+            t0 = time.process_time()
+            fns[i]()
+            if r:
+                got[i].append(time.process_time() - t0)
+    return [float(np.median(g)) for g in got]
 
 
 def _row_sum(x):
@@ -188,7 +209,7 @@ def main(argv=None):
     print(f"numba kernels: {'compiled' if K.JIT else 'off (numba not installed)'}; first call (compile or load "
           f"from cache, not timed below) {time.perf_counter() - t0:.2f} s")
 
-    rows = []
+    rows, cpu_rows = [], []
     for process in ("iid", "wor"):
         # one run through the decoding models records the laws the bound reads
         rec, read = {}, set()
@@ -231,18 +252,18 @@ def main(argv=None):
 
         tensor_laws = _TensorLaws(rec, device)
         array_laws = _TensorLaws(rec, None, stack=False)
-        stacked_laws = _TensorLaws(rec, None)
 
         def before_given(process=process, md=md, mt=mt):
             OB.bound(OShape.branching(8, 7), md, mt, process=process, budget=args.budget, batch=args.batch)
 
-        def before_arrays(process=process, laws=stacked_laws):
-            # the other checkout's route: each frontier's laws one stacked numpy block
+        def before_arrays(process=process, laws=array_laws):
+            # the other checkout's arithmetic on the same rows handed over the same way (a checkout without the row
+            # kernels stacks them into one block itself)
             laws.calls = 0
             OB._sampled(OB._Slots(OShape.branching(8, 7)), process, laws, args.budget, args.batch)
 
         if OB is not None:
-            old = OB._sampled(OB._Slots(OShape.branching(8, 7)), process, stacked_laws, args.budget, args.batch)
+            old = OB._sampled(OB._Slots(OShape.branching(8, 7)), process, array_laws, args.budget, args.batch)
             new = B._sampled(B._Slots(shape), process, array_laws, args.budget, args.batch)
             drift = abs(new.value - old.value) / old.value
             assert drift <= 1e-12, (new.value, old.value)
@@ -286,6 +307,14 @@ def main(argv=None):
         got = timeit_many(fns, repeat=args.repeat, min_time=0.0)
         t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls, t_read = got[:8]
         after = _load()
+        # CPU time of the bound's arithmetic (laws as arrays), the forward and the floor (and the other checkout's),
+        # interleaved: the load of the shared machine inflates CPU time less than wall time
+        cfns = [forward, given_arrays, read_once] + ([before_arrays] if OB is not None else [])
+        cpu = _cpu_rounds(cfns, max(args.repeat, 5))
+        cpu_after = _load()
+        cpu_rows.append((process, cpu[0] * 1e3, cpu[1] * 1e3, cpu[1] / cpu[0], cpu[2] * 1e3, cpu[2] / cpu[0])
+                        + (() if OB is None else (cpu[3] * 1e3, cpu[3] / cpu[0], cpu[3] / cpu[1]))
+                        + (f"{after} / {cpu_after}",))
         mb = sum(x.nbytes for x in law_rows) / 1e6
         floor = (f"{mb:.0f}", t_read * 1e3, mb / 1e3 / t_read, t_read / t_fwd)
         against = () if OB is None else (got[8] * 1e3, got[8] / t_fwd, got[9] * 1e3, got[9] / t_fwd,
@@ -307,6 +336,13 @@ def main(argv=None):
     head += ("load average before / after",)
     print_table(f"otspec.tree.bound on branching(8,7) at V = {V}, budget {args.budget} ({name})", head, rows,
                 args.rst, target=("given / forward", TARGET))
+    chead = ("process", "forward CPU ms", "bound, laws as arrays CPU ms", "arrays / forward", "one pass CPU ms",
+             "one pass / forward")
+    if OB is not None:
+        chead += ("before: laws as arrays CPU ms", "before / forward", "before / after")
+    chead += ("load average before / after",)
+    print_table(f"CPU time (process_time), medians of {max(args.repeat, 5)} interleaved rounds ({name})", chead,
+                cpu_rows, args.rst, target=("arrays / forward", TARGET))
 
 
 if __name__ == "__main__":  # pragma: no cover

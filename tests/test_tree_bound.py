@@ -846,3 +846,250 @@ def test_row_route_reads_the_laws_where_they_are(process):
 
     ref = _sampled(_Slots(shape), process, Stacked(), 33, 32)
     assert got.value == ref.value and got.n_expanded == ref.n_expanded == 33
+
+
+# --------------------------------------------------------------------------- the last depth: pi only where it can be the minimum
+@st.composite
+def law_rows(draw, V):
+    """A draft or target row: a grid with zeros and ties, a one-hot row, or LLM-like (softmax of wide logits, some
+    exact zeros)."""
+    kind = draw(st.sampled_from(["grid", "onehot", "llm", "llm"]))
+    if kind == "grid":
+        a = np.array(draw(st.lists(st.sampled_from([0, 0, 1, 1, 2, 5, 1000]), min_size=V, max_size=V)), float)
+    elif kind == "onehot":
+        a = np.zeros(V)
+        a[draw(st.integers(0, V - 1))] = 1.0
+    else:
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        z = rng.normal(0, draw(st.sampled_from([0.5, 3.0, 8.0])), V)
+        a = np.exp(z - z.max())
+        a[rng.random(V) < 0.05] = 0.0
+    if a.sum() == 0:
+        a[0] = 1.0
+    return a / a.sum()
+
+
+_LAST_SHAPES = [TreeShape.branching(3, 2), TreeShape.branching(2, 4), TreeShape.branching(8, 7),
+                TreeShape([(0,), (1,), (0, 0), (0, 1), (0, 2), (1, 0)])]
+
+
+@settings(max_examples=80, deadline=None)
+@given(process=st.sampled_from(["iid", "wor"]), shape=st.sampled_from(_LAST_SHAPES),
+       V=st.sampled_from([2, 3, 8, 60, 700, 3000]), data=st.data())
+def test_last_depth_rows_against_the_whole_evaluation(process, shape, V, data):
+    """Rows of the last expanded depth (no caps, no candidates), where the row kernels decide most entries by a
+    lower bound on pi and evaluate pi only at the others: each row's sum of min(Q, pi) within 1e-13 of
+    math.fsum over the numpy route's entries (pi of every child, numba off; without replacement at any size by
+    the race, the enumeration turned off), and for i.i.d. children bit for bit the kernel's whole evaluation."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    slots = B._Slots(shape)
+    j = 1
+    need = slots.need[j]
+    m = data.draw(st.integers(1, 4))
+    P = np.stack([data.draw(law_rows(V)) for _ in range(m)])
+    Q = np.stack([data.draw(law_rows(V)) for _ in range(m)])
+    if process == "wor" and (np.count_nonzero(P, axis=1) < need).any():
+        return
+    unit = st.floats(0.0, 1.0, allow_nan=False)
+    scale = st.sampled_from([1.0, 0.1, 1e-3, 1e-6])          # slot weights from about Q_u to far below it
+    frontier = []
+    for i in range(m):
+        a = data.draw(scale) * np.array([data.draw(unit) for _ in range(slots.n_at[1])])
+        frontier.append(B._Prefix((i,), data.draw(unit), 0.5, a, (data.draw(scale) * data.draw(unit),), {}))
+    limit = B._MAX_WOR_ENUMERATION
+    B._MAX_WOR_ENUMERATION = 0                      # the row route at any size (the race, not the enumeration)
+    try:
+        got = B._expand_rows(slots, process, frontier, list(P), list(Q), 10**6)
+        assert got[0] is None
+        pi = _whole_pi(slots, process, frontier, P)
+    finally:
+        B._MAX_WOR_ENUMERATION = limit
+    _check_last_depth_sums(process, slots, frontier, P, Q, pi)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2)])
+@pytest.mark.parametrize("sigma, scale", [(3.0, 1.0), (8.0, 1e-2), (8.0, 1e-4)])
+def test_last_depth_rows_of_llm_like_laws(process, shape, sigma, scale):
+    """The same check on whole frontiers of LLM-like laws at V = 5000 (softmax of Gaussian logits, some exact
+    zeros; draft and target independent, so that many entries fall on either side of pi), slot weights and draft
+    path probabilities from about Q_u to far below it."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(int(sigma * 7 + 1 / scale))
+    V, m = 5000, 6
+    slots = B._Slots(shape)
+
+    def law():
+        z = rng.normal(0, sigma, V)
+        p = np.exp(z - z.max())
+        p[rng.random(V) < 0.05] = 0.0
+        return p / p.sum()
+
+    P, Q = np.stack([law() for _ in range(m)]), np.stack([law() for _ in range(m)])
+    frontier = [B._Prefix((i,), float(rng.random()), 0.5, scale * rng.random(slots.n_at[1]),
+                          (scale * float(rng.random()),), {}) for i in range(m)]
+    assert B._expand_rows(slots, process, frontier, list(P), list(Q), 10**6)[0] is None
+    _check_last_depth_sums(process, slots, frontier, P, Q, _whole_pi(slots, process, frontier, P))
+
+
+def _whole_pi(slots, process, frontier, P):
+    """pi of every child of the frontier's prefixes by the numpy route (numba off): the whole evaluation."""
+    from otspec.tree import _bound as B
+
+    A = np.stack([u.A for u in frontier])
+    s_all = np.array([u.s for u in frontier])
+    jit = _bound_kernels.JIT
+    _bound_kernels.JIT = False
+    try:
+        return B._child_pi(slots, process, A, s_all, P, [u.path for u in frontier])[0]
+    finally:
+        _bound_kernels.JIT = jit
+
+
+def _check_last_depth_sums(process, slots, frontier, P, Q, pi):
+    """Each row's exact level against math.fsum of min(Q, pi) over the whole evaluation's entries (1e-13), and for
+    i.i.d. children bit for bit the kernel's whole evaluation (pi at every entry)."""
+    m, V = P.shape
+    j = 1
+    sums = [u.exact for u in frontier]
+    s_all = np.array([u.s for u in frontier])
+    Qc = np.array([u.Q for u in frontier])[:, None] * Q
+    for i in range(m):
+        want = math.fsum(np.minimum(Qc[i], pi[i]).tolist())
+        assert abs(sums[i] - want) <= 1e-13 * want + 1e-300, (i, sums[i], want)
+    if process == "iid":
+        prog = _bound_kernels.iid_program(*slots.iid_classes(j))
+        for i in range(m):
+            whole = np.zeros(1)
+            _bound_kernels.iid_row(P[i], Q[i], float(frontier[i].Q), s_all[i], j, *prog, np.zeros(0), whole,
+                                   np.empty(V), np.empty(V))
+            assert sums[i] == whole[0]
+
+
+def _inclusion(p, n):
+    """P(x in the first n draws without replacement) for every token x, by enumerating the ordered draws."""
+    out = np.zeros(p.shape[0])
+    for seq, w in _wor_sequences(p, n):
+        out[list(seq)] += w
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=st.lists(st.sampled_from([0, 1, 1, 2, 3, 10, 50]), min_size=2, max_size=6), data=st.data())
+def test_lower_bounds_on_pi_without_replacement_against_enumeration(p, data):
+    """The lower bounds the row kernels decide entries by, against the inclusion probabilities enumerated:
+    P(x in S_n) >= 1 - (1 - p_x)^n and >= I_2 + (1 - I_2)(1 - (1 - p_x)^(n - 2)) (I_2 the exact first two draws),
+    and the kernels' weighted bound (``wor_lower``, the slope at SLOPE_AT, ``wor_row_recheck``) below
+    min(1, sum_r W_r P(draw r = x)) for nonincreasing weights W."""
+    p = np.array(p, float)
+    if p.sum() == 0:
+        p[0] = 1.0
+    p /= p.sum()
+    R = int(np.count_nonzero(p))
+    inc = {n: _inclusion(p, n) for n in range(1, R + 1)}
+    for n in range(1, R + 1):
+        assert np.all(inc[n] >= 1 - (1 - p) ** n - EXACT)
+        if n >= 2:
+            assert np.all(inc[n] >= inc[2] + (1 - inc[2]) * (1 - (1 - p) ** (n - 2)) - EXACT)
+    W = np.sort(np.array([data.draw(st.floats(0.0, 3.0)) for _ in range(R)]))[::-1]
+    dW = np.ascontiguousarray(W - np.append(W[1:], 0.0))
+    pi = np.minimum(1.0, sum(dW[n - 1] * inc[n] for n in range(1, R + 1)))
+    for x in range(p.shape[0]):
+        assert _bound_kernels.wor_lower(dW, float(p[x])) <= pi[x] + EXACT
+    # the recheck decides an entry only below its pi: every entry's target just above the bound stays undecided
+    top = int(np.argmax(p))
+    t = np.where(p < 1, p / np.where(p < 1, 1 - p, 1), 0.0)
+    S2 = math.fsum(np.delete(t, top).tolist())
+    rest = math.fsum(np.delete(p, top).tolist())
+    S1 = S2 + (p[top] / rest if rest > 0 else 0.0)
+    idx = np.arange(p.shape[0], dtype=np.int64)
+    q = np.minimum(pi * (1 + 1e-6) + 1e-300, 1.0)   # Q_u q_x just above pi_x: never decided
+    out = np.array([0.0, p.shape[0], 0.0])
+    _bound_kernels.wor_row_recheck(p, q, 1.0, idx, top, S1, S2, dW, out)
+    decided = np.setdiff1d(np.arange(p.shape[0]), idx[:int(out[1])])
+    assert np.all(q[decided] <= pi[decided] + EXACT)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_iid_pi_is_concave_in_the_child_probability(seed):
+    """The i.i.d. recursion's pi(ux) as a function of p(x | u) is concave with pi = 0 at 0, so pi(p) >= p pi(P) / P
+    for p <= P (the slope the row kernel decides entries by): checked on a grid for several shapes."""
+    from otspec.tree._bound import _iid_pi, _Slots
+
+    rng = np.random.default_rng(seed)
+    grid = np.concatenate([[0.0], np.geomspace(1e-12, 1.0, 400)])
+    for shape in (TreeShape.branching(8, 7), TreeShape.branching(3, 2, 2), TreeShape([(0,), (1,), (0, 0), (0, 1),
+                                                                                         (1, 0), (0, 0, 0)])):
+        slots = _Slots(shape)
+        for j in range(1, slots.D):
+            s_all = rng.random((1, j))
+            f = _iid_pi(slots, j, s_all, grid[None, :])[0]
+            slope = f[1:] / grid[1:]
+            assert f[0] == 0.0 and np.all(np.diff(slope) <= 1e-12 * slope[:-1])
+
+
+def test_last_depth_rows_skip_the_race_where_the_draft_covers_the_target(monkeypatch):
+    """Without replacement at the last depth, a row whose every target entry lies below the lower bound on pi needs
+    neither the row's stats nor the race's quadrature (the code before ran both for every row)."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    V, m = 5000, 3
+    rng = np.random.default_rng(5)
+    z = rng.normal(0, 3.0, (m, V))
+    P = np.exp(z - z.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    slots = B._Slots(TreeShape.branching(8, 7))
+    frontier = [B._Prefix((i,), 0.05, 0.5, np.full(8, 0.5), (0.3,), {}) for i in range(m)]
+
+    def refuse(*a, **k):
+        raise AssertionError("the race ran")
+
+    monkeypatch.setattr(_bound_kernels, "race_rows", refuse)
+    monkeypatch.setattr(_bound_kernels, "wor_row_stats", refuse)
+    assert B._expand_rows(slots, "wor", frontier, list(P), list(P), 10**6)[0] is None
+    for u in frontier:
+        assert u.exact == pytest.approx(0.05, rel=1e-13)          # every entry min(Q, pi) = Q: the row sums to Q_u
+
+
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2)])
+def test_last_depth_entries_left_at_head_tokens(shape, monkeypatch):
+    """Entries left at the draft's most likely tokens (the target puts 0.7 of its mass on the draft's third most
+    likely token): pi there from the race's laws of the head (or, with two children
+    per slot, the closed forms alone), the row sums against the whole evaluation."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(17)
+    V, m = 3000, 4
+    slots = B._Slots(shape)
+    P, Q = np.empty((m, V)), np.empty((m, V))
+    for i in range(m):
+        z = rng.normal(0, 3.0, V)
+        P[i] = np.exp(z - z.max())
+        P[i] /= P[i].sum()
+        Q[i] = 0.3 * P[i]
+        Q[i, np.argsort(-P[i])[2]] += 0.7
+    # slot weights summing to 0.4: pi >= 0.4 p(x) decides the bulk (Q_u q = 0.27 p), not the spike (Q_u q > 0.63)
+    frontier = [B._Prefix((i,), 0.9, 0.5, np.full(slots.n_at[1], 0.4 / slots.n_at[1]), (0.01,), {})
+                for i in range(m)]
+    seen = []
+    at = _bound_kernels.wor_row_at
+
+    def spy(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
+        seen.append((bool(rok), bool(np.isin(idx, np.argsort(-p)[:3]).any())))
+        return at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw)
+
+    monkeypatch.setattr(_bound_kernels, "wor_row_at", spy)
+    assert B._expand_rows(slots, "wor", frontier, list(P), list(Q), 10**6)[0] is None
+    assert len(seen) == m and all(hit for _rok, hit in seen)
+    assert all(rok == (slots.need[1] > 2) for rok, _hit in seen)
+    _check_last_depth_sums("wor", slots, frontier, P, Q, _whole_pi(slots, "wor", frontier, P))

@@ -248,9 +248,11 @@ class _Race:
     order of the square of that), (ii) :math:`p_{\max} t \le` :data:`_RACE_UMAX` at the last node (the tail's
     power series and deflation then converge fast and lose no digits), (iii) the Taylor series has converged at
     :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
-    in the head keeps the stated upper bound (``ok`` False)."""
+    in the head keeps the stated upper bound (``ok`` False). ``heads`` (a boolean per row of ``P``; None: all):
+    the rows whose head tokens get their laws in the first round (the others' ``HL`` stay 0: rows where no head
+    token's law is read); a grown head gets them in every row."""
 
-    def __init__(self, P, ranks: list, rows, first: dict | None = None):
+    def __init__(self, P, ranks: list, rows, first: dict | None = None, heads=None):
         m, V = len(P), P[0].shape[0]
         self.ranks = list(ranks)
         nk, N = len(self.ranks), _RACE_TERMS
@@ -266,6 +268,8 @@ class _Race:
         mark = np.zeros(V, bool)
         while todo:
             n = len(todo)
+            want = np.ones(n, bool) if heads is None else heads[todo]
+            heads = None                                   # a grown head: every row's laws
             if first is not None:
                 # the first round from the rows' one pass (:func:`_bound_kernels.wor_row_stats`): the head, its
                 # probabilities, the tail's largest probability and power sums
@@ -287,7 +291,7 @@ class _Race:
             C, C2 = np.zeros((n, nk, N + 1)), np.zeros((n, nk, N + 1))
             info = np.zeros((n, 3))
             _K.race_rows(ph, kh, pmax, nu, r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
-                         HL, HL2, C, C2, info)
+                         HL, HL2, C, C2, info, want)
             tail = pmax > 0
             good = (info[:, 2] > 0) & (~tail | (pmax * info[:, 0] <= _RACE_UMAX))
             good &= np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph[:, None, :]), axis=(1, 2))
@@ -838,10 +842,18 @@ class _RowDraws:
 
 
 def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, low, pi):
-    """The fused row route of :func:`_expand_rows` for draws without replacement: one pass per draft row for what
+    r"""The fused row route of :func:`_expand_rows` for draws without replacement: one pass per draft row for what
     the draws' laws need (:func:`_bound_kernels.wor_row_stats`: support, the most likely tokens, the second
     draw's sums, the race's power sums), the race's quadrature per row, then one pass per row over both laws
     (:func:`_bound_kernels.wor_row`), the ranks' laws combined by their slot weights before the sums.
+
+    At the last expanded depth (no caps, no candidates) the rows' sums need :math:`\pi` only where it can be the
+    minimum: one pass per row over both laws decides the entries below a lower bound on :math:`\pi`
+    (:func:`_bound_kernels.wor_row_last`); a row with entries left gets its stats, a tighter bound from the
+    second draw's closed form (:func:`_bound_kernels.wor_row_recheck`) and, with entries still left, the race's
+    power sums and quadrature, and :math:`\pi` at those entries alone (:func:`_bound_kernels.wor_row_at`; a row
+    with more than ``V // 16`` left, at every entry). The sums are those of the whole evaluation up to the order
+    of the additions (the decided entries' :math:`\min` is :math:`Q` itself).
     ``(draws at entries, md)`` (``md[e]`` the expected slot counts of depth ``depths[e]`` when written), or None
     where a row is enumerated (few ordered draws) or refused by the race (the block route then)."""
     m = len(Prows)
@@ -854,10 +866,46 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     head = np.empty((m, K), dtype=np.int64)
     hval = np.empty((m, K))
     nu = np.zeros((m, N + 1))
-    st = np.empty((m, 7))
+    st = np.zeros((m, 7))
     mark = np.zeros(V, dtype=bool)
+    W = A @ C                                                # (m, R): slot weight of each used rank
+    # the last expanded depth (no caps, no candidates): a lower bound on pi decides most entries in one pass
+    # (_bound_kernels.wor_row_last); the rows' stats and the race only for the rows with entries left
+    last = not depths and low.shape[1] == 0 and ranks == list(range(need))
+    if last:
+        dW = W - np.concatenate([W[:, 1:], np.zeros((m, 1))], axis=1)
+        last = bool((dW >= 0).all())                       # nonincreasing slot weights (always, by the shapes)
+    lo = np.zeros((m, 3))
+    heads = np.zeros(m, bool) if last else None
+    left: dict = {}                                          # row -> the columns left (at most V // 16 kept)
+    whole: set = set()                                       # rows with more left: pi at every entry (wor_row)
+    idx = np.empty(V if last else 0, dtype=np.int32)
     for i in range(m):
-        _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
+        if not last:
+            _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
+            continue
+        _K.wor_row_last(Prows[i], Qrows[i], float(Qu[i]), dW[i], idx, lo[i])
+        if lo[i, 1] == 0:
+            st[i, 0] = lo[i, 0]
+            continue
+        # entries left: the row's stats (the second draw's sums decide most of them again), the race's power sums
+        # only for the rows with entries still left
+        _K.wor_row_stats(Prows[i], K, False, head[i], hval[i], nu[i], mark, st[i])
+        if lo[i, 1] > V // 16:
+            whole.add(i)
+        else:
+            _K.wor_row_recheck(Prows[i], Qrows[i], float(Qu[i]), idx, int(st[i, 1]), float(st[i, 5]),
+                               float(st[i, 6]), dW[i], lo[i])
+            if lo[i, 1] == 0:
+                continue
+            left[i] = idx[:int(lo[i, 1])].copy()
+        if race_on:
+            kh = int(st[i, 2])
+            mark[head[i, :kh]] = True
+            _K.race_moments_row(Prows[i], mark, float(st[i, 3]), nu[i])
+            heads[i] = i in whole or bool(mark[left[i]].any())   # the head's laws only where one is read
+            mark[head[i, :kh]] = False
+    rows = sorted(set(left) | whole) if last else list(range(m))
     support = st[:, 0].astype(np.int64)
     for i in np.flatnonzero(support < need).tolist():
         raise _support_error("wor", need, paths[i], Prows[i])
@@ -866,7 +914,6 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     if need > 2 and not race_on:
         return None
     E = len(depths)
-    W = A @ C                                                # (m, R): slot weight of each used rank
     coef = [A @ beta[d] for d in depths]                     # (m, R) each: depth-d slots below each rank's child
     w01 = np.zeros((m, 2))
     c01 = np.zeros((m, E, 2))
@@ -877,10 +924,10 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
                 c01[:, e, r] = coef[e][:, k]
     race = None
     if race_on:
-        race = _Race(Prows, [r for r in ranks if r >= 2], range(m),
+        race = _Race(Prows, [r for r in ranks if r >= 2], rows,
                      first=dict(support=support, head=head, hval=hval, kh=st[:, 2].astype(np.int64), pmax=st[:, 3],
-                                nu=nu))
-        if not race.ok.all():
+                                nu=nu), heads=heads)
+        if not race.ok[rows].all():
             return None
         Kh = race.head.shape[1]
         H = np.zeros((m, N + 1))
@@ -902,6 +949,19 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
         rhead, theta, pmax = np.full((m, 1), -1, dtype=np.int64), np.zeros((m, 1)), np.ones(m)
     md = np.empty((m, E, low.shape[1]))
     top = st[:, 1].astype(np.int64)
+    if last:
+        for i in range(m):
+            if i in whole:
+                _K.wor_row(Prows[i], Qrows[i], float(Qu[i]), int(top[i]), float(st[i, 5]), float(st[i, 6]), w01[i],
+                           H[i], c01[i], Hmd[i], race_on, float(pmax[i]), theta[i], rhead[i], HLw[i], HLmd[i],
+                           sums[i], low[i], pi[i], md[i])
+                continue
+            sums[i, 0] = lo[i, 2]
+            if i in left:
+                sums[i, 0] += _K.wor_row_at(Prows[i], Qrows[i], float(Qu[i]), left[i], int(top[i]), float(st[i, 5]),
+                                            float(st[i, 6]), w01[i], H[i], race_on, float(pmax[i]), theta[i], rhead[i],
+                                            HLw[i])
+        return _RowDraws(ranks, st, race), md
     for i in range(m):
         _K.wor_row(Prows[i], Qrows[i], float(Qu[i]), int(top[i]), float(st[i, 5]), float(st[i, 6]), w01[i], H[i],
                    c01[i], Hmd[i], race_on, float(pmax[i]), theta[i], rhead[i], HLw[i], HLmd[i], sums[i], low[i], pi[i],

@@ -45,6 +45,9 @@ from .._jit import compile_in
 
 #: Columns of a row evaluated together (buffers that stay in the L1 cache; the loops over them vectorise).
 BLOCK = 256
+#: The draft probability at which the row kernels take the slope of a concave lower bound on pi (entries above it
+#: get pi itself).
+SLOPE_AT = 1e-3
 #: Taylor terms of the race's tail evaluated for a whole block (an entry that needs more continues on its own).
 DCAP = 4
 
@@ -163,30 +166,72 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
     ``sums[0]`` = :math:`\sum_x \min(Q_u q_x, \pi_x)`, ``sums[1 + e]`` =
     :math:`\sum_x \min(Q_u q_x, \mathrm{mdc}[e]\, p_x)` (the caps of the lower depths), each over
     :data:`BLOCK` lanes (:func:`lane_total`). With ``low``/``pi`` of length ``V`` (else empty) the entries
-    :math:`\min(Q_u q, \pi)` and :math:`\pi` are written too (the candidates' values)."""
+    :math:`\min(Q_u q, \pi)` and :math:`\pi` are written too (the candidates' values).
+
+    Without them, :math:`\pi` is evaluated only where it can be the minimum: :math:`\pi_x = f(p_x)` is concave
+    and increasing in :math:`p_x` with :math:`f(0) = 0` (unions :math:`1 - (1 - a)^n` of concave increasing
+    arguments, products of the complements of two of them convex), so :math:`f(p) \ge p\, f(P) / P` for
+    :math:`p \le P`, ``P`` the largest draft entry of the block; an entry with
+    :math:`Q_u q_x \le (1 - 10^{-12})\, p_x f(P) / P` has :math:`\min(Q_u q_x, \pi_x) = Q_u q_x` (the margin
+    above the rounding of either side), every other entry gets :math:`\pi_x` by the same operations. The row
+    sums are bit for bit those of the whole evaluation."""
     V = p.shape[0]
     E = mdc.shape[0]
     write = low.shape[0] > 0
     F, a, g, acc, r, h = iid_scratch(lvl_start)
     qc = np.zeros(BLOCK)
+    val = np.zeros(BLOCK)
+    buf = np.zeros(BLOCK)
+    idx = np.zeros(BLOCK, dtype=np.int64)
     L = np.zeros((1 + E, BLOCK))
+    c = 0.0
+    if not write:                                            # the slope f(P) / P at P = SLOPE_AT, below the margin
+        buf[0] = SLOPE_AT
+        iid_block(buf, 0, 1, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
+        x = F[root, 0]
+        c = ((x if x < 1.0 else 1.0) / SLOPE_AT) * (1.0 - 1e-12)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
-        iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
-        fr = F[root]
         L0 = L[0]
-        for v in range(b):
-            x = fr[v]
-            pv = x if x < 1.0 else 1.0
-            y = Qu * q[v0 + v]
-            qc[v] = y
-            L0[v] += y if y < pv else pv
         if write:
+            iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
+            fr = F[root]
+            for v in range(b):
+                x = fr[v]
+                pv = x if x < 1.0 else 1.0
+                y = Qu * q[v0 + v]
+                qc[v] = y
+                L0[v] += y if y < pv else pv
             for v in range(b):
                 x = fr[v]
                 pv = x if x < 1.0 else 1.0
                 low[v0 + v] = qc[v] if qc[v] < pv else pv
                 pi[v0 + v] = pv
+        else:
+            n = 0
+            for v in range(b):
+                y = Qu * q[v0 + v]
+                x = p[v0 + v]
+                qc[v] = y
+                val[v] = y
+                n += 1 if (x > SLOPE_AT or y > c * x) else 0
+            if n > 0:                                        # the entries pi may be below: pi itself
+                k = 0
+                for v in range(b):
+                    x = p[v0 + v]
+                    if x > SLOPE_AT or qc[v] > c * x:
+                        idx[k] = v
+                        buf[k] = x
+                        k += 1
+                iid_block(buf, 0, n, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
+                fr = F[root]
+                for k in range(n):
+                    x = fr[k]
+                    pv = x if x < 1.0 else 1.0
+                    v = idx[k]
+                    val[v] = qc[v] if qc[v] < pv else pv
+            for v in range(b):
+                L0[v] += val[v]
         for e in range(E):
             ce = mdc[e]
             for v in range(b):
@@ -552,9 +597,162 @@ def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw
         sums[e] = lane_total(L[e])
 
 
+def wor_lower(dW, x):
+    r""":math:`\min(1, \sum_n \mathrm{dW}[n - 1]\, (1 - (1 - x)^n))`, the lower bound on :math:`\pi` of
+    :func:`wor_row_last` at a draft probability ``x`` (each :math:`1 - (1 - x)^n = x \sum_{i < n} (1 - x)^i`,
+    positive terms)."""
+    rr = 1.0 - x
+    tot = 0.0
+    hn = 0.0
+    pw = 1.0
+    for k in range(dW.shape[0]):
+        hn += pw
+        pw *= rr
+        tot += dW[k] * hn
+    tot *= x
+    return tot if tot < 1.0 else 1.0
+
+
+def wor_row_last(p, q, Qu, dW, idx, out):
+    r"""A prefix of the last expanded depth, children drawn without replacement, in one pass over its draft law
+    ``p`` and target law ``q``: the part of :math:`\sum_x \min(Q_u q_x, \pi_x)` that a lower bound on
+    :math:`\pi` decides, and the columns it leaves (``idx[:n]``, increasing) for :func:`wor_row_at`.
+
+    With the slots' weights :math:`W_r` of the ranks :math:`r = 0 .. R - 1` (nonincreasing: a slot with a child
+    of rank ``r`` has children of every lower rank) and ``dW[n - 1]`` :math:`= W_{n-1} - W_n \ge 0`
+    (:math:`W_R = 0`), :math:`\pi_x = \min(1, \sum_n \Delta W_n\, P(x \in S_n))`, :math:`S_n` the first ``n``
+    draws. Each draw takes ``x``, if not drawn yet, with probability :math:`p_x / (1 - \text{mass drawn}) \ge
+    p_x`, so :math:`P(x \in S_n) \ge 1 - (1 - p_x)^n`: :math:`\pi_x \ge \min(1, \sum_n \Delta W_n (1 - (1 -
+    p_x)^n))`, concave in :math:`p_x` and 0 at 0, hence :math:`\pi_x \ge c\, p_x` for :math:`p_x \le`
+    :data:`SLOPE_AT` with ``c`` its slope there (less a margin of 1e-9, far above the race's error). Entries with
+    :math:`p_x \le` :data:`SLOPE_AT` and :math:`Q_u q_x \le c\, p_x` give :math:`Q_u q_x`, summed over
+    :data:`BLOCK` lanes into ``out[2]``; ``out[0]`` the support (entries > 0), ``out[1]`` = ``n``."""
+    V = p.shape[0]
+    P = SLOPE_AT
+    c = (wor_lower(dW, P) / P) * (1.0 - 1e-9)
+    qc = np.zeros(BLOCK)
+    Lq = np.zeros(BLOCK)
+    Ls = np.zeros(BLOCK, dtype=np.int64)
+    n = 0
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        m = 0
+        for v in range(b):
+            x = p[v0 + v]
+            y = Qu * q[v0 + v]
+            Ls[v] += 1 if x > 0.0 else 0
+            und = x > P or y > c * x
+            qc[v] = y
+            Lq[v] += 0.0 if und else y
+            m += 1 if und else 0
+        if m > 0:
+            for v in range(b):
+                x = p[v0 + v]
+                if x > P:                           # a large entry: the lower bound itself
+                    y = qc[v]
+                    if y <= wor_lower(dW, x) * (1.0 - 1e-9):
+                        Lq[v] += y
+                        continue
+                    idx[n] = v0 + v
+                    n += 1
+                elif qc[v] > c * x:
+                    idx[n] = v0 + v
+                    n += 1
+    support = 0
+    for v in range(BLOCK):
+        support += Ls[v]
+    out[0] = support
+    out[1] = n
+    out[2] = lane_total(Lq)
+
+
+def second_draw_at(x, v, top, S1, S2):
+    r"""The second draw's law at column ``v`` of draft probability ``x``, as :func:`wor_row` computes it:
+    :math:`x\, (S_1 - x / (1 - x))`, at the most likely token ``top`` :math:`x\, S_2`, clipped to [0, 1]."""
+    if v == top:
+        y = x * S2
+    else:
+        den = 1.0 - x
+        t = x / den if den > 0.0 else 0.0
+        y = x * (S1 - t)
+    return 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
+
+
+def wor_row_recheck(p, q, Qu, idx, top, S1, S2, dW, out):
+    r"""The entries ``idx[:n]`` that :func:`wor_row_last` left (``n = out[1]``), decided again by a tighter lower bound
+    on :math:`\pi` from the second draw's closed form (``top``, ``S1``, ``S2`` of :func:`wor_row_stats`): with
+    :math:`I_2 = p_x + \ell_1(x)` the exact probability that ``x`` is one of the first two draws, each later
+    draw takes ``x``, if not drawn yet, with probability at least :math:`p_x`, so :math:`P(x \in S_n) \ge I_2 +
+    (1 - I_2)(1 - (1 - p_x)^{n - 2})` for :math:`n \ge 2` (:math:`p_x` for :math:`n = 1`). The entries it decides
+    add :math:`Q_u q_x` to ``out[2]``; the others stay in ``idx[:out[1]]`` (compacted, in order)."""
+    n = int(out[1])
+    R = dW.shape[0]
+    k = 0
+    add = 0.0
+    for i in range(n):
+        v = idx[i]
+        x = p[v]
+        p1 = second_draw_at(x, v, top, S1, S2)
+        i2 = x + p1
+        i2 = i2 if i2 < 1.0 else 1.0
+        lb = dW[0] * x
+        rr = 1.0 - x
+        hn = 0.0
+        pw = 1.0
+        for r in range(1, R):                       # n = r + 1 >= 2: I_2 + (1 - I_2) x sum_{i < n - 2} (1 - x)^i
+            lb += dW[r] * (i2 + (1.0 - i2) * (x * hn))
+            hn += pw
+            pw *= rr
+        lb = lb if lb < 1.0 else 1.0
+        qv = Qu * q[v]
+        if qv <= lb * (1.0 - 1e-9):
+            add += qv
+        else:
+            idx[k] = v
+            k += 1
+    out[1] = k
+    out[2] += add
+
+
+def wor_row_at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
+    r""":math:`\sum_x \min(Q_u q_x, \pi_x)` over the columns ``idx`` (the entries :func:`wor_row_last` left), each
+    :math:`\pi_x` by the operations of :func:`wor_row` (the same value, bit for bit)."""
+    N = H.shape[0] - 1
+    K = head.shape[0]
+    tot = 0.0
+    for k in range(idx.shape[0]):
+        v = idx[k]
+        x = p[v]
+        p1 = second_draw_at(x, v, top, S1, S2)
+        val = w01[0] * x + w01[1] * p1
+        if rok:
+            hit = -1
+            for c in range(K):
+                if head[c] == v:
+                    hit = c
+            if hit >= 0:
+                val = val + HLw[hit]
+            else:
+                xr = x / pmax
+                d = 0
+                while d < N and xr > theta[d]:
+                    d += 1
+                acc = H[0]
+                xn = 1.0
+                for n in range(1, d + 1):
+                    xn = xn * xr
+                    acc = acc + H[n] * xn
+                val = val + x * acc
+        pv = val if val < 1.0 else 1.0
+        y = Qu * q[v]
+        tot += y if y < pv else pv
+    return tot
+
+
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
 JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "second_draw_t",
-                             "_wor_entries", "wor_pi_kernel", "wor_row_stats", "wor_row"))
+                             "_wor_entries", "wor_pi_kernel", "wor_row_stats", "wor_row", "wor_lower", "wor_row_last",
+                             "second_draw_at", "wor_row_recheck", "wor_row_at"))
 
 
 def iid_program(levels, root):
@@ -686,9 +884,10 @@ def race_moments_row(p, mark, mx, nu):
                     break
 
 
-def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info):
+def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info, heads):
     """:func:`race_row` for each row ``i``: its ``kh[i]`` head probabilities ``PH[i]`` (decreasing), tail
-    ``pmax[i]``, ``nu[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``, ``C2[i]``, ``info[i]``."""
+    ``pmax[i]``, ``nu[i]``, the head's laws where ``heads[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``,
+    ``C2[i]``, ``info[i]``."""
     m = PH.shape[0]
     K = PH.shape[1]
     ph = np.zeros(K)
@@ -704,10 +903,10 @@ def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
         for c in range(k):
             ph[c] = PH[i, c]
         race_row(ph[:k], pmax[i], nu[i], ranks, deg, h, vlo, s, max_nodes, HL[i], HL2[i], C[i], C2[i], pre, suf, pb,
-                 a, b, pw, E, info[i])
+                 a, b, pw, E, info[i], heads[i])
 
 
-def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre, suf, pb, a, b, pw, E, info):
+def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre, suf, pb, a, b, pw, E, info, heads):
     r"""The laws of the draws of the ranks ``ranks`` (all >= 2) without replacement from one row, by the
     exponential race: the ``K`` head tokens ``ph`` (decreasing) exactly, the tail (largest probability ``pmax``,
     scaled power sums ``nu``) as Taylor coefficients in :math:`x = p / p_{\max}`.
@@ -727,7 +926,11 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
     :math:`P_j = \sum_x (e^{p_x t} - 1)^j = \sum_n s[j, n]\, (p_{\max} t)^n \nu_n`. The trapezoidal rule in
     :math:`\log t` with step ``h`` from ``vlo`` (``HL2``/``C2`` the same with step ``2h``, for the error), until
     :math:`t\, P(N(t) \le \mathrm{deg})` (times :math:`e^{-p_{\min} t}` without a tail) is below 1e-22 of its
-    largest value. ``info`` = (last ``t``, nodes, done)."""
+    largest value. ``info`` = (last ``t``, nodes, done). Without ``heads`` the head's laws are left 0 (rows whose
+    head tokens need no law: the prefix products and the head's terms skipped).
+
+    Each head clock's :math:`e^{-p t}` and :math:`1 - e^{-p t}` from one exponential: the smaller of the two from
+    ``exp`` or ``expm1``, the other as 1 minus it (at least 1/2, so within two roundings)."""
     K = ph.shape[0]
     nk = ranks.shape[0]
     N = nu.shape[0] - 1
@@ -779,8 +982,13 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
             E[0] = 1.0
         # head clocks; suffix products from the tail's function, prefix products from 1
         for c in range(K):
-            a[c] = np.exp(-ph[c] * t)
-            b[c] = -np.expm1(-ph[c] * t)
+            xe = ph[c] * t
+            if xe <= 0.6931471805599453:
+                b[c] = -np.expm1(-xe)
+                a[c] = 1.0 - b[c]
+            else:
+                a[c] = np.exp(-xe)
+                b[c] = 1.0 - a[c]
         for j in range(deg + 1):
             suf[K, j] = E[j]
             pre[0, j] = 0.0
@@ -789,7 +997,7 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
             suf[c, 0] = a[c] * suf[c + 1, 0]
             for j in range(1, deg + 1):
                 suf[c, j] = a[c] * suf[c + 1, j] + b[c] * suf[c + 1, j - 1]
-        for c in range(K):
+        for c in range(K if heads else 0):
             pre[c + 1, 0] = a[c] * pre[c, 0]
             for j in range(1, deg + 1):
                 pre[c + 1, j] = a[c] * pre[c, j] + b[c] * pre[c, j - 1]
@@ -798,7 +1006,7 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
             pb[j] = suf[0, j]
             g += pb[j]
         # head tokens
-        for c in range(K):
+        for c in range(K if heads else 0):
             f = wt * ph[c] * a[c]
             for k in range(nk):
                 r = ranks[k]
