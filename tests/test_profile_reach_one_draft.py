@@ -104,3 +104,46 @@ def test_builds_only_at_the_nodes_with_several_drafts(monkeypatch):
     for k in range(1, 5):
         M.expected_accepted("optimal", k, b, 3)
     assert built and min(built) >= 2
+
+
+@pytest.mark.parametrize("top", [None, 3, 1])
+@pytest.mark.parametrize("V", [5, 60])
+def test_the_host_copy_holds_the_support_only_and_drop_null_columns_values(top, V):
+    # laws off the host reach it restricted to the tokens with mass (truncated: a few columns; one-hot rows with top
+    # = 1), with the values, bit for bit, of the host route's restriction of full copies; nothing restricted at full
+    # support
+    from otspec.profile._quantities import drop_null_columns, support_to_host
+    from tests.test_profile_quantities_backend import _tree as tree
+
+    X, P, Q = tree(V + (top or 0), V, 3, 2, top=top)
+    want = drop_null_columns(P, Q, X)
+    got = support_to_host(torch.from_numpy(P), torch.from_numpy(Q), X)
+    for g, w in zip(got, want):
+        assert type(g) is np.ndarray and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+    if top is not None and V == 60:  # a few tokens of each row's law: not every column
+        assert got[0].shape[-1] < V
+    b = Builds(X, torch.from_numpy(P), torch.from_numpy(Q), {})
+    for g, w in zip(b.host, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_the_host_copy_reads_the_laws_once_restricted():
+    # two reads: which columns have mass (V booleans), then both laws' values at those columns in one copy
+    from tests.test_profile_host_reads import HostReads
+    from tests.test_profile_quantities_backend import _tree as tree
+
+    X, P, Q = tree(1, 500, 4, 3, top=5)
+    b = Builds(X, torch.from_numpy(P), torch.from_numpy(Q), {})
+    sizes = []
+
+    class Sized(HostReads):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in self.READS:
+                sizes.append(args[0].numel())
+            return super().__torch_function__(func, types, args, kwargs)
+
+    with Sized() as mode:
+        Ph, Qh, _ = b.host
+    S = Ph.shape[-1]
+    assert len(mode.reads) == 2 and sizes == [500, (Ph.size + Qh.size)] and S < 500 // 2, (sizes, S)

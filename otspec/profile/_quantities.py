@@ -50,7 +50,8 @@ from ._quantities_batched import (
 )
 
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
-           "to_host", "text_probs", "tokens_like", "prefill_batched", "acc_part", "reach_part", "read_parts"]
+           "to_host", "text_probs", "tokens_like", "prefill_batched", "acc_part", "reach_part", "read_parts",
+           "support_to_host"]
 
 
 def to_host(x) -> np.ndarray:
@@ -127,6 +128,61 @@ def drop_null_columns(P: np.ndarray, Q: np.ndarray, X: np.ndarray | None = None)
     return out if X is None else out + (np.searchsorted(cols, X),)
 
 
+def support_to_host(P, Q, X: np.ndarray, xp=None):
+    r""":func:`drop_null_columns` of laws of any namespace, the restriction made in their namespace (on their device):
+    only the columns with mass reach the host.
+
+    .. math::
+
+        S = \{x : \exists\, i,\ P_i(x) > 0 \text{ or } Q_i(x) > 0\}, \qquad
+        (P, Q, X) \mapsto (P_{\cdot, S},\ Q_{\cdot, S},\ \text{rank of } X \text{ in } S)
+        \quad\text{in host memory}.
+
+    With truncated sampling (``top_k``, ``top_p``) ``|S|`` is at most the truncation times the number of rows, so at
+    ``V = 128,256`` the copy is a few thousand columns, not the vocabulary; two host reads (which columns have mass,
+    ``V`` booleans, then both laws' values in one copy). The values are those of :func:`drop_null_columns` on host
+    copies, bit for bit.
+
+    Parameters
+    ----------
+    P, Q : (..., V) arrays (numpy, torch on any device, any array-API library)
+    X : ndarray of int
+        Token ids of the laws' vocabulary, all in ``S`` (host memory).
+    xp : namespace, optional
+        The laws' (found when None).
+
+    Returns
+    -------
+    tuple of ndarray
+        ``(P_S, Q_S, X_S)`` in host memory.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from otspec.profile._quantities import support_to_host
+    >>> P = torch.tensor([[0.5, 0.0, 0.5, 0.0]], dtype=torch.float64)
+    >>> Q = torch.tensor([[0.0, 0.0, 0.25, 0.75]], dtype=torch.float64)
+    >>> Ps, Qs, Xs = support_to_host(P, Q, np.array([2, 3]))
+    >>> Ps.tolist(), Qs.tolist(), Xs.tolist()
+    ([[0.5, 0.5, 0.0]], [[0.0, 0.25, 0.75]], [1, 2])
+    """
+    X = np.asarray(X)
+    if isinstance(P, np.ndarray):
+        return drop_null_columns(P, np.asarray(Q), X)
+    xp = namespace(P, Q) if xp is None else xp
+    V = int(P.shape[-1])
+    keep = xp.any(xp.reshape(P, (-1, V)) > 0, axis=0) | xp.any(xp.reshape(Q, (-1, V)) > 0, axis=0)
+    cols = np.flatnonzero(to_host(keep))  # one read: V booleans (a synchronisation on a GPU)
+    if cols.shape[0] == V:
+        return to_host(P), to_host(Q), X
+    idx = xp.nonzero(keep)[0]
+    Ps, Qs = xp.take(P, idx, axis=-1), xp.take(Q, idx, axis=-1)
+    both = to_host(xp.concat([xp.reshape(Ps, (-1,)), xp.reshape(Qs, (-1,))]))  # one read: both laws' values
+    n = int(np.prod(tuple(int(d) for d in Ps.shape)))
+    return (both[:n].reshape(tuple(int(d) for d in Ps.shape)), both[n:].reshape(tuple(int(d) for d in Qs.shape)),
+            np.searchsorted(cols, X))
+
+
 class Builds:
     """The laws of one draft tree, its batched quantities and its verifiers, each computed at most once.
 
@@ -172,9 +228,10 @@ class Builds:
 
     @property
     def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(P, Q, X)`` in host memory, restricted to the tokens with mass (:func:`drop_null_columns`)."""
+        """``(P, Q, X)`` in host memory, restricted to the tokens with mass (:func:`drop_null_columns`; for laws off
+        the host the restriction is made where they are, and only its columns are copied: :func:`support_to_host`)."""
         if self._host is None:
-            self._host = drop_null_columns(to_host(self.P), to_host(self.Q), self.X)
+            self._host = support_to_host(self.P, self.Q, self.X, self.xp)
         return self._host
 
     def tokens(self):
