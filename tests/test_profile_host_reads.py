@@ -35,10 +35,12 @@ class HostReads(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.reads: list[str] = []
+        self.values = 0  # entries read
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in self.READS:
             self.reads.append(func.__name__)
+            self.values += args[0].numel()
         return func(*args, **(kwargs or {}))
 
 
@@ -73,6 +75,28 @@ def test_reads_per_position_on_the_device_route(monkeypatch, subsample):
     rows, reads = walk_reads(monkeypatch, subsample)
     assert {"acc", "tau"} <= set(rows["kind"]) and ("multiround" in rows["name"]) == (subsample > 0)
     assert reads <= BOUND[subsample], reads
+
+
+#: Host reads and entries read per position with the optimal verifier's and Khisti's expected tokens on the subsample
+#: (V = 400, top_k = 5, k_max = L_max = 4), measured: 5 reads and 3,746 entries. Before: 5 reads and 14,841 entries
+#: (the (k, L) laws copied whole for the verifiers built per node, and built at every node); now the nodes with one
+#: draft come with the position's other values, and the laws reach the host restricted to their support.
+SUPPORT_BOUND = (5, 4000)
+
+
+@pytest.mark.parametrize("family", ["optimal", "khisti"])
+def test_the_per_node_builds_read_the_support_only(monkeypatch, family):
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=400), tiny_llama(2, vocab=400)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=1, top_k=5, verifiers=["token"],
+                        families=["token", family]).for_vocabulary(400)
+    with HostReads() as mode:
+        rows = profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    assert family in set(rows["name"])
+    reads, values = len(mode.reads) / T, mode.values / T
+    assert reads <= SUPPORT_BOUND[0] and values <= SUPPORT_BOUND[1], (reads, values)
 
 
 class _Poisoned:
