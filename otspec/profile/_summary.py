@@ -1000,7 +1000,8 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
         \widehat S(c) = \frac{\widehat{\text{tpc}}(c)\ t_{\text{plain}}}{t(c)}\quad\text{for every } c,
 
     the ``(k, L)`` schemes ranked by ``chains``' recommendation (on its positions), the draft-tree families
-    (on every profiled position) and the device-aware static top-k shape chosen on the even-indexed prompts,
+    with a prediction (a) (on every profiled position; not those of :attr:`TreeSummary.unranked`) and the
+    device-aware static top-k shape chosen on the even-indexed prompts,
     at its held-out value (measured on the odd-indexed ones; left out when those are fewer than
     :data:`MIN_RANKED_POSITIONS` positions and the others are not).
 
