@@ -1027,7 +1027,7 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
     if trees is not None:
         for name, fam in trees.families.items():
             v = fam["verifier"]
-            if v is not None and not get_verifier(v).lossless or name in trees.unranked:
+            if (v is not None and not get_verifier(v).lossless) or name in trees.unranked:
                 continue  # lossy; or no prediction (a) (its decoder not timed): not ranked, as the (k, L) schemes
             proc = fam["process"]
             settings = ""
