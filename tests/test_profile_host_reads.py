@@ -35,10 +35,12 @@ class HostReads(TorchFunctionMode):
     def __init__(self):
         super().__init__()
         self.reads: list[str] = []
+        self.values = 0  # entries read
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func in self.READS:
             self.reads.append(func.__name__)
+            self.values += args[0].numel()
         return func(*args, **(kwargs or {}))
 
 
@@ -73,6 +75,88 @@ def test_reads_per_position_on_the_device_route(monkeypatch, subsample):
     rows, reads = walk_reads(monkeypatch, subsample)
     assert {"acc", "tau"} <= set(rows["kind"]) and ("multiround" in rows["name"]) == (subsample > 0)
     assert reads <= BOUND[subsample], reads
+
+
+#: Host reads and entries read per position with the optimal verifier's and Khisti's expected tokens on the subsample
+#: (V = 400, top_k = 5, k_max = L_max = 4), measured: 5 reads and 3,746 entries. Before: 5 reads and 14,841 entries
+#: (the (k, L) laws copied whole for the verifiers built per node, and built at every node); now the nodes with one
+#: draft come with the position's other values, and the laws reach the host restricted to their support.
+SUPPORT_BOUND = (5, 4000)
+
+
+@pytest.mark.parametrize("family", ["optimal", "khisti"])
+def test_the_per_node_builds_read_the_support_only(monkeypatch, family):
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=400), tiny_llama(2, vocab=400)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=1, top_k=5, verifiers=["token"],
+                        families=["token", family]).for_vocabulary(400)
+    with HostReads() as mode:
+        rows = profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    assert family in set(rows["name"])
+    reads, values = len(mode.reads) / T, mode.values / T
+    assert reads <= SUPPORT_BOUND[0] and values <= SUPPORT_BOUND[1], (reads, values)
+
+
+#: Host reads and entries read per position of the walk with one tree family (V = 400, k_max = L_max = 4, no
+#: subsample), measured: topk 9 reads / 479 entries, eagle2 15 / 564, iid 4 / 469, wor 4 / 474. Before: 9 / 871, 15 /
+#: 956, 5 / 869, 5 / 874 -- the roots' draft law read whole (V entries) to rank or draw the roots' children on the host
+#: (and sent back to the device for the sampled trees): now ranked where it is, (B, K) ranks and values read.
+TREE_BOUND = {"topk:branching(4,2)": (9, 479), "eagle2:4,4,16": (15, 564), "iid:branching(4,2):specinfer": (4, 469),
+              "wor:branching(4,2):sequoia": (4, 474)}
+
+
+@pytest.mark.parametrize("tree", list(TREE_BOUND))
+def test_the_trees_roots_are_expanded_where_their_law_is(monkeypatch, tree):
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    V, n = 400, 4
+    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=n, subsample=0, verifiers=["token"], families=["token"],
+                        trees=[tree]).for_vocabulary(V)
+    with HostReads() as mode:
+        rows = profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    assert "tree" in set(rows["kind"])
+    reads, values = len(mode.reads) / n, mode.values / n
+    assert reads <= TREE_BOUND[tree][0] and values <= TREE_BOUND[tree][1], (reads, values)
+
+
+class Unmoved(TorchFunctionMode):
+    """Records every read of a tensor into numpy (``numpy``, ``np.asarray``) that no move to the CPU preceded: on a
+    GPU each raises (a device tensor has no numpy view); on the CPU stand-in of the device route it passes silently.
+    A tensor counts as moved when it is the result of ``cpu()`` or ``to("cpu")``."""
+
+    def __init__(self):
+        super().__init__()
+        self.moved: set = set()
+        self.bad: list = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        where = list(args[1:]) + list((kwargs or {}).values())
+        if func is torch.Tensor.cpu or (func is torch.Tensor.to and any(
+                (isinstance(a, str) and a == "cpu") or (isinstance(a, torch.device) and a.type == "cpu") for a in where)):
+            self.moved.add(id(out))
+        if func in (torch.Tensor.numpy, torch.Tensor.__array__) and id(args[0]) not in self.moved:
+            self.bad.append(tuple(args[0].shape))
+        return out
+
+
+def test_no_tensor_is_read_into_numpy_in_place_with_trees(monkeypatch):
+    # the trees' roots were handed to the tree walk as np.asarray(draft law): on a GPU that raises (the law is a device
+    # tensor since the drafts are drawn there); every read of the walk, with the four tree families and the bound on the
+    # subsample, goes through a move to the CPU first
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=40), tiny_llama(2, vocab=40)
+    trees = ["topk:branching(4,2)", "eagle2:4,4,16", "iid:branching(4,2):specinfer", "wor:branching(4,2):sequoia"]
+    s = ProfileSettings(k_max=3, L_max=3, max_new_tokens=3, subsample=1, trees=trees).for_vocabulary(40)
+    with Unmoved() as mode:
+        rows = profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    assert {"tree", "treebound"} <= set(rows["kind"]) and not mode.bad, mode.bad
 
 
 class _Poisoned:

@@ -29,7 +29,7 @@ from .._timing import Stopwatch, timed_rounds
 from ..decoding._models import supports_padding
 from ..decoding._sampling import bad_rows, on_device, sample_rows
 from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, walk_tokens
-from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched
+from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched, to_host
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
 from ._tree_bound import position_bounds, record_bounds
@@ -533,14 +533,16 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     to the next. On an accelerator (:func:`analysis_device`) the deterministic trees are ranked and read where the
     laws are (``draw_and_score(..., on_device=True)``)."""
     plan = getattr(settings, "tree_plan", None)
-    got = draw_and_score(draft, ds, target, ts, last, n_ctx, np.asarray(p_root), np.asarray(q_root), plan,
+    # p_root (and r_root) as they are: a tensor on the models' device is expanded there (np.asarray of it would
+    # fail on a GPU)
+    got = draw_and_score(draft, ds, target, ts, last, n_ctx, p_root, np.asarray(q_root), plan,
                          settings.sampling, rngs, r_root=r_root, on_device=analysis_device(target) is not None)
     V = int(np.shape(p_root)[-1])
     for r, scored in zip(rows, got):
         record_position(r, pos, plan, position_values(plan, scored, V, buffers))
     if getattr(settings, "bounds_trees", False):  # the bound on every lossless verifier, at the subsampled positions
         which = [is_subsampled(pos, r.prompt, settings) for r in rows]
-        record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, np.asarray(p_root),
+        record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, to_host(p_root),
                                                        np.asarray(q_root), plan, settings.sampling, got, which,
                                                        settings.bound_budget))
     if drawn is not None:

@@ -407,7 +407,8 @@ def overhead_rows(rows, draft, target, prompt: list[int], settings, *, tokens: d
     makes them; ``name="residual:<family>"`` the seconds of one residual target call (block verification; only
     when there were some). A configuration the decoder refuses (a ``ValueError``: e.g. an LP over too many draft
     multisets at this vocabulary), or a family of :data:`UNTIMED_ABOVE` above its vocabulary size, gets no rows:
-    the summary makes no prediction (a) for it.
+    the summary makes no prediction (a) for it; nor for the tree families when none of them was timed (their
+    decoder's work is read off the timed tree families only).
 
     ``on_round(rep, keys)`` (optional) runs before each later round ``rep`` (1, 2, ...) with the contenders'
     ``(family, k, L)`` (None: every one), e.g. to time their call shapes again. ``predict(cols, settings, tokens)``

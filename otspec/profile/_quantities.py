@@ -20,10 +20,11 @@ and only their ``(L,)`` values come back to the host; so are the costly
 quantities that have closed forms (:mod:`otspec.profile._quantities_batched`:
 multi-round, greedy and top-k draft sets, typical acceptance per depth, and
 the conditional laws of k-Seq, multi-round and typical acceptance at every
-node of the tree); the quantities that still build a verifier per node
-(the optimal verifier, Khisti et al.'s, the without-replacement optimum, a
-k-Seq at a given ``rho``, mentored decoding, ...) read a host copy of the
-laws, made on first use.
+node of the tree, and of the optimal verifier and Khisti et al.'s rule at
+every node with one draft); the quantities that still build a verifier per
+node (the optimal verifier and Khisti et al.'s at the nodes with several
+drafts, the without-replacement optimum, a k-Seq at a given ``rho``,
+mentored decoding, ...) read a host copy of the laws, made on first use.
 
 Notation: ``p`` is the draft's law, ``q`` the target's.
 """
@@ -38,10 +39,19 @@ from ..lossy._mentored import kl_divergence
 from ..multidraft._batched import batched_maximal_coupling_acceptance, kseq_acceptance_rows
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
-from ._quantities_batched import ACC_BATCHED, REACH_BATCHED, acceptance_rows, node_conditional, reach_nodes, reach_parts
+from ._quantities_batched import (
+    ACC_BATCHED,
+    REACH_BATCHED,
+    REACH_ONE_DRAFT,
+    acceptance_rows,
+    node_conditional,
+    reach_nodes,
+    reach_parts,
+)
 
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
-           "to_host", "text_probs", "tokens_like", "prefill_batched", "acc_part", "reach_part", "read_parts"]
+           "to_host", "text_probs", "tokens_like", "prefill_batched", "acc_part", "reach_part", "read_parts",
+           "support_to_host"]
 
 
 def to_host(x) -> np.ndarray:
@@ -118,6 +128,61 @@ def drop_null_columns(P: np.ndarray, Q: np.ndarray, X: np.ndarray | None = None)
     return out if X is None else out + (np.searchsorted(cols, X),)
 
 
+def support_to_host(P, Q, X: np.ndarray, xp=None):
+    r""":func:`drop_null_columns` of laws of any namespace, the restriction made in their namespace (on their device):
+    only the columns with mass reach the host.
+
+    .. math::
+
+        S = \{x : \exists\, i,\ P_i(x) > 0 \text{ or } Q_i(x) > 0\}, \qquad
+        (P, Q, X) \mapsto (P_{\cdot, S},\ Q_{\cdot, S},\ \text{rank of } X \text{ in } S)
+        \quad\text{in host memory}.
+
+    With truncated sampling (``top_k``, ``top_p``) ``|S|`` is at most the truncation times the number of rows, so at
+    ``V = 128,256`` the copy is a few thousand columns, not the vocabulary; two host reads (which columns have mass,
+    ``V`` booleans, then both laws' values in one copy). The values are those of :func:`drop_null_columns` on host
+    copies, bit for bit.
+
+    Parameters
+    ----------
+    P, Q : (..., V) arrays (numpy, torch on any device, any array-API library)
+    X : ndarray of int
+        Token ids of the laws' vocabulary, all in ``S`` (host memory).
+    xp : namespace, optional
+        The laws' (found when None).
+
+    Returns
+    -------
+    tuple of ndarray
+        ``(P_S, Q_S, X_S)`` in host memory.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> from otspec.profile._quantities import support_to_host
+    >>> P = torch.tensor([[0.5, 0.0, 0.5, 0.0]], dtype=torch.float64)
+    >>> Q = torch.tensor([[0.0, 0.0, 0.25, 0.75]], dtype=torch.float64)
+    >>> Ps, Qs, Xs = support_to_host(P, Q, np.array([2, 3]))
+    >>> Ps.tolist(), Qs.tolist(), Xs.tolist()
+    ([[0.5, 0.5, 0.0]], [[0.0, 0.25, 0.75]], [1, 2])
+    """
+    X = np.asarray(X)
+    if isinstance(P, np.ndarray):
+        return drop_null_columns(P, np.asarray(Q), X)
+    xp = namespace(P, Q) if xp is None else xp
+    V = int(P.shape[-1])
+    keep = xp.any(xp.reshape(P, (-1, V)) > 0, axis=0) | xp.any(xp.reshape(Q, (-1, V)) > 0, axis=0)
+    cols = np.flatnonzero(to_host(keep))  # one read: V booleans (a synchronisation on a GPU)
+    if cols.shape[0] == V:
+        return to_host(P), to_host(Q), X
+    idx = xp.nonzero(keep)[0]
+    Ps, Qs = xp.take(P, idx, axis=-1), xp.take(Q, idx, axis=-1)
+    both = to_host(xp.concat([xp.reshape(Ps, (-1,)), xp.reshape(Qs, (-1,))]))  # one read: both laws' values
+    n = int(np.prod(tuple(int(d) for d in Ps.shape)))
+    return (both[:n].reshape(tuple(int(d) for d in Ps.shape)), both[n:].reshape(tuple(int(d) for d in Qs.shape)),
+            np.searchsorted(cols, X))
+
+
 class Builds:
     """The laws of one draft tree, its batched quantities and its verifiers, each computed at most once.
 
@@ -163,9 +228,10 @@ class Builds:
 
     @property
     def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(P, Q, X)`` in host memory, restricted to the tokens with mass (:func:`drop_null_columns`)."""
+        """``(P, Q, X)`` in host memory, restricted to the tokens with mass (:func:`drop_null_columns`; for laws off
+        the host the restriction is made where they are, and only its columns are copied: :func:`support_to_host`)."""
         if self._host is None:
-            self._host = drop_null_columns(to_host(self.P), to_host(self.Q), self.X)
+            self._host = support_to_host(self.P, self.Q, self.X, self.xp)
         return self._host
 
     def tokens(self):
@@ -329,14 +395,25 @@ def tree_reach(name: str, rows, builds: Builds, L: int) -> np.ndarray:
     (L,) ndarray of float64
     """
     X = builds.host[2]
+    return _walk(rows, X, L, _host_conditional(name, builds, X))
+
+
+def _host_conditional(name: str, builds: Builds, X: np.ndarray):
+    """``cond(alive, j)`` of :func:`_walk` by the verifier ``name`` built on the host at the node (on its union
+    support, :meth:`Builds.get`) for the drafts alive there, asked for its exact ``conditional()``; the drafts' ids
+    are ``X``'s (the laws' own, or the host copy's restricted ids: the restriction keeps their order)."""
 
     def cond(alive, j):
+        Xh = builds.host[2]
         r0 = alive[0]
-        toks = X[alive, j]
+        toks = Xh[alive, j]
         law = builds.get(name, r0, j, len(alive)).conditional(builds.local(r0, j, toks))
-        return [(y, float(law[builds.local(r0, j, [y])[0]])) for y in np.unique(toks).tolist()]
+        out = [(y, float(law[builds.local(r0, j, [y])[0]])) for y in np.unique(toks).tolist()]
+        if X is Xh:
+            return out
+        return [(y, v) for y, (_, v) in zip(np.unique(X[alive, j]).tolist(), out)]
 
-    return _walk(rows, X, L, cond)
+    return cond
 
 
 def _walk(rows, X: np.ndarray, L: int, cond) -> np.ndarray:
@@ -375,6 +452,8 @@ def reach_part(name: str, ks, builds: Builds, L: int):
     ``k`` of ``ks`` (``keys[k]``), from the batched conditional laws at every node
     (:func:`otspec.profile._quantities_batched.reach_parts`), or None when ``name`` has none here."""
     ks = tuple(ks)
+    if name in REACH_ONE_DRAFT:
+        return _one_draft_part(name, ks, builds, L)
     if name not in REACH_BATCHED or (name == "kseq" and builds.options.get("kseq")) or (
             name == "typical" and ks != (1,)):
         return None
@@ -400,6 +479,39 @@ def reach_part(name: str, ks, builds: Builds, L: int):
                 builds._batched[keys[k]] = reach
 
         return [(parts, store)]
+
+    return keys, make
+
+
+def _one_draft_part(name: str, ks: tuple, builds: Builds, L: int):
+    r"""``(keys, make)`` of :func:`reach_part` for a verifier of
+    :data:`otspec.profile._quantities_batched.REACH_ONE_DRAFT`: its conditional law at every node with one draft
+    ``x`` is :math:`\min(1, q(x)/p(x))` (the ratios of every row and depth in one batched pass in the laws'
+    namespace, read with the position's other values), at a node with several drafts the verifier built on the host
+    (:func:`_host_conditional`: the host copy of the laws is made only when the tree has such a node, i.e. for
+    ``k >= 2``). At ``k = 1`` the value is token verification's (:func:`_token_reach_rows`), bit for bit."""
+    keys = {k: ("reach", name, k, L) for k in ks}
+
+    def make():
+        X = builds.X
+        k_max = int(X.shape[0])
+
+        def store(vals):
+            several = _host_conditional(name, builds, X)
+
+            def cond(alive, j):
+                if len(alive) == 1:
+                    return [(int(X[alive[0], j]), float(vals[alive[0], j]))]
+                return several(alive, j)
+
+            for k in ks:
+                gs = [list(range(g * k, (g + 1) * k)) for g in range(k_max // k)]
+                reach = np.zeros(L)
+                for rows in gs:
+                    reach += _walk(rows, X, L, cond) / len(gs)
+                builds._batched[keys[k]] = reach
+
+        return [(_token_ratios(builds.P, builds.Q, builds.tokens(), L, builds.xp), store)]
 
     return keys, make
 
@@ -448,11 +560,18 @@ def _token_reach_rows(builds: Builds, L: int):
 
 def _token_reach(P, Q, X, L: int, xp):
     """:func:`_token_reach_rows` on ``(R, >= L, V)`` laws and ``(R, >= L)`` tokens of namespace ``xp``."""
+    return xp.cumulative_prod(_token_ratios(P, Q, X, L, xp), axis=-1)
+
+
+def _token_ratios(P, Q, X, L: int, xp):
+    r""":math:`\min(1, q_{r,i}(X_{r,i}) / p_{r,i}(X_{r,i}))` of every row and depth ``i < L``, ``(R, L)`` in namespace
+    ``xp`` (the laws renormalised per row, as the decoding loop does): the maximal coupling's acceptance of each
+    draft."""
     P, Q = P[:, :L], Q[:, :L]
     x = xp.reshape(X[:, :L], (-1, L, 1))
     p = xp.take_along_axis(P, x, axis=-1)[..., 0] / xp.sum(P, axis=-1)
     q = xp.take_along_axis(Q, x, axis=-1)[..., 0] / xp.sum(Q, axis=-1)
-    return xp.cumulative_prod(xp.clip(q / p, None, 1.0), axis=-1)
+    return xp.clip(q / p, None, 1.0)
 
 
 def block_path_laws(name: str, P, Q, X, L: int, xp=None):
@@ -674,7 +793,9 @@ def expected_accepted(name: str, k: int, builds: Builds, L_max: int) -> dict:
     by products of :math:`\min(1, q/p)` along each block, batched; k-Seq,
     multi-round and typical acceptance from their conditional laws at every
     node batched over the nodes of each depth, for every ``k`` of the grid at
-    once: :func:`reach_part`); block
+    once: :func:`reach_part`; the optimal verifier and Khisti et al.'s rule
+    with :math:`\min(1, q/p)` at every node with one draft, batched, and the
+    verifier built at each node with several); block
     schemes :func:`block_path_laws` (every row and length in one batched
     pass). Sun et al.'s (arXiv:2403.10444) Algorithm 3 (``"block"``) draws
     its multi-token residual with one extra target call per missing token, so

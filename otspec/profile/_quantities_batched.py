@@ -35,7 +35,7 @@ from ..lossy._typical import VLLM_DEFAULTS
 from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _sorted_take
 from ..multidraft._greedy_drafts import top_tokens
 
-__all__ = ["ACC_BATCHED", "REACH_BATCHED", "acceptance_rows", "top_ids", "reach_nodes", "reach_parts",
+__all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "acceptance_rows", "top_ids", "reach_nodes", "reach_parts",
            "node_conditional"]
 
 #: Token-level verifiers whose per-depth acceptance (and, when lossy, the total variation and KL of the output
@@ -44,6 +44,14 @@ ACC_BATCHED = ("multiround", "greedy-drafts", "top-k", "typical")
 #: Token-level verifiers whose conditional law at every node of a draft tree :func:`reach_parts` computes for all
 #: the nodes of a depth at once (k-Seq at its exact rho* only: a given ``rho`` is built on the host).
 REACH_BATCHED = ("kseq", "multiround", "typical")
+#: Token-level verifiers whose conditional law at a node with one draft ``x`` accepts it with the maximal coupling's
+#: probability :math:`\min(1, q(x)/p(x))`, computed for every such node of the tree at once (their nodes with several
+#: drafts are built on the host): the optimal verifier (Sun et al., SpecTr, arXiv:2310.15141, eq. (4); otspec's
+#: priority keys) and Khisti et al.'s canonical decomposition (arXiv:2410.18234, §3) attain :math:`\alpha_1 =
+#: \sum_y \min(p(y), q(y))` with one draft, and every coupling of ``p`` and ``q`` that does so has
+#: :math:`P(Y = x \mid X = x) = \min(1, q(x)/p(x))` (its mass on the diagonal at ``x`` is at most
+#: :math:`\min(p(x), q(x))`, and these sum to :math:`\alpha_1`).
+REACH_ONE_DRAFT = ("optimal", "khisti")
 
 
 def _device(x):

@@ -111,7 +111,17 @@ def _recommendation_lines(summary) -> list[str]:
     rec = summary.recommendation
     lines = ["## Recommendation", ""]
     configs = summary.configurations
+    unranked = summary.trees.unranked if summary.trees is not None else ()
+    if unranked:  # said before the ranking (or in its place): which trees it leaves out, and why
+        ts = summary.trees
+        lines += ["Not ranked, no prediction (a) (the calibration timed no tree decoder within `calibration_s`; "
+                  "raising it would time them): " + "; ".join(
+                      f"{name} (forward passes alone: {_fmt(ts.speedup_forward[name], '.2f')})" for name in unranked
+                      if name in ts.speedup_forward) + ".", ""]
     if not configs:
+        if unranked or any(ps.tokens_per_call for ps in summary.sets.values()):
+            return lines + ["No lossless configuration has a prediction (a): this report cannot rank them (raise "
+                            "`calibration_s` to time their decoders).", ""]
         return lines + ["No lossless scheme with tokens per call was profiled: nothing to recommend.", ""]
     clear = [c for c in configs if c.speedup.has_interval and c.speedup.lo > 1]
     best = configs[0]
@@ -394,11 +404,15 @@ def _calibration_lines(summary) -> list[str]:
     if trees:
         timed_trees = [key for key in steps if ":" in key[0]]
         lines[0] += (" A tree family not timed takes the decoder's work of the timed tree families, interpolated in "
-                     "the number of nodes." if timed_trees else
-                     " No tree family was timed: the trees' prediction (a) counts their forward passes and plain "
-                     "decoding's measured work alone, not the tree decoder's (optimistic beside the chains'): raise "
-                     "`calibration_s` before acting on a tree.")
+                     "the number of nodes." if timed_trees else " " + _untimed_trees_sentence(trees))
     return lines + [""]
+
+
+def _untimed_trees_sentence(names) -> str:
+    """Why the tree families ``names`` (none of them timed) have no prediction (a), and what would time them."""
+    return (f"No tree family was timed ({', '.join(names)} left untimed): the trees have no prediction (a) and are not "
+            "ranked (their speed-up from the forward passes alone, prediction (b), is in the tree section); raising "
+            "`calibration_s` (`--calibration-s`) would time them.")
 
 
 def _costs_lines(summary) -> list[str]:
@@ -516,14 +530,19 @@ def _trees_lines(summary) -> list[str]:
              "the sum of the target's path probabilities of their nodes), beside the (k, L) schemes on the same "
              "positions; speed-up from one iteration's seconds: a draft call per depth (on the nodes of that depth "
              "that get children) and one target call scoring the tree.", "",
-             "| scheme | process | nodes | depth | tokens per call | speed-up |", "|---|---|---|---|---|---|"]
-    rows = [(f["n"], name, f["process"], f["depth"], ts.tokens_per_call[name], ts.speedup[name])
+             "| scheme | process | nodes | depth | tokens per call | speed-up | forward passes alone |",
+             "|---|---|---|---|---|---|---|"]
+    fw = {**ts.chains_speedup_forward, **ts.speedup_forward}
+    rows = [(f["n"], name, f["process"], f["depth"], ts.tokens_per_call[name], ts.speedup[name], name)
             for name, f in ts.families.items()]
-    rows += [(k * L, f"{f} (k = {k}, L = {L})", "k i.i.d. blocks", L, e, ts.chains_speedup[(f, k, L)])
+    rows += [(k * L, f"{f} (k = {k}, L = {L})", "k i.i.d. blocks", L, e, ts.chains_speedup[(f, k, L)], (f, k, L))
              for (f, k, L), e in ts.chains.items() if get_verifier(f).lossless]
-    for n, name, proc, d, e, sp in sorted(rows, key=lambda r: (r[0], r[1])):
-        lines.append(f"| {name} | {proc} | {n} | {d} | {_fmt(e)} | {_fmt(sp, '.2f')} |")
+    for n, name, proc, d, e, sp, key in sorted(rows, key=lambda r: (r[0], r[1])):
+        lines.append(f"| {name} | {proc} | {n} | {d} | {_fmt(e)} | {_fmt(sp, '.2f')} | "
+                     f"{_fmt(fw[key], '.2f') if key in fw else '-'} |")
     lines.append("")
+    if ts.unranked:
+        lines += [_untimed_trees_sentence(ts.unranked), ""]
     # the engine settings the answer's table left to this section (too long for a cell)
     long = [c for c in summary.configurations if c.kind == "tree" and c.settings and len(c.settings) > MAX_CELL]
     if long:
@@ -571,6 +590,10 @@ def _trees_lines(summary) -> list[str]:
             lines.append(f"| {st.n} (fastest) | {_fmt(st.tokens_per_call)} | {_fmt(st.speedup, '.2f')} | "
                          f"{_paths_text(st.paths)} |")
         ex = ch.export
+        if ch.fastest is None:  # no prediction (a) to choose by
+            lines += ["", "**No device-aware choice**: no tree family's decoder was timed, so the shapes have no "
+                      "prediction (a) to rank them by (raise `calibration_s`).", ""]
+    if ch.static and ch.fastest is not None:
         sg = ex["sglang"]
         lines += ["", f"**Device-aware choice**: n = {ch.fastest.n} nodes, {_fmt(ch.fastest.tokens_per_call)} tokens "
                   f"per call, speed-up {_fmt(ch.fastest.speedup, '.2f')} (held out)."
@@ -597,8 +620,9 @@ def _trees_lines(summary) -> list[str]:
                 lines.append(f"| {sq.n} | {sq.predicted:.3f} | {m} | {_paths_text(sq.paths)} |")
         lines.append("")
     if ch.eagle2:
-        lines += ["EAGLE-2 grid (held out); chosen on the choosing half by predicted speed-up: "
-                  f"**{ch.best_eagle2}**.", "", "| family | tokens per call | speed-up |", "|---|---|---|"]
+        lines += ["EAGLE-2 grid (held out); chosen on the choosing half by predicted speed-up: " + (
+                  f"**{ch.best_eagle2}**." if ch.best_eagle2 is not None else "none (no prediction (a))."), "",
+                  "| family | tokens per call | speed-up |", "|---|---|---|"]
         for name, e in ch.eagle2.items():
             lines.append(f"| {name} | {_fmt(e)} | {_fmt(ch.eagle2_speedup[name], '.2f')} |")
         lines.append("")

@@ -1000,7 +1000,8 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
         \widehat S(c) = \frac{\widehat{\text{tpc}}(c)\ t_{\text{plain}}}{t(c)}\quad\text{for every } c,
 
     the ``(k, L)`` schemes ranked by ``chains``' recommendation (on its positions), the draft-tree families
-    (on every profiled position) and the device-aware static top-k shape chosen on the even-indexed prompts,
+    with a prediction (a) (on every profiled position; not those of :attr:`TreeSummary.unranked`) and the
+    device-aware static top-k shape chosen on the even-indexed prompts,
     at its held-out value (measured on the odd-indexed ones; left out when those are fewer than
     :data:`MIN_RANKED_POSITIONS` positions and the others are not).
 
@@ -1026,8 +1027,8 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
     if trees is not None:
         for name, fam in trees.families.items():
             v = fam["verifier"]
-            if v is not None and not get_verifier(v).lossless:
-                continue
+            if (v is not None and not get_verifier(v).lossless) or name in trees.unranked:
+                continue  # lossy; or no prediction (a) (its decoder not timed): not ranked, as the (k, L) schemes
             proc = fam["process"]
             settings = ""
             if proc == "eagle2":
@@ -1345,6 +1346,13 @@ class TreeSummary:
     bounds : dict
         ``name -> TreeBoundSummary`` of every sampled family's verifier: its value beside the upper bound on every
         lossless verifier, on the positions where the bound was computed (empty when it was not).
+    unranked : tuple of str
+        The families with no prediction (a): the run's cost calibration timed the decoder but no tree family's
+        decode within its budget (``calibration_s``), so no tree decoder's work outside the forward passes was
+        measured; their ``speedup`` is NaN and :func:`configurations` leaves them out (as a ``(k, L)`` family with
+        no timed configuration), their ``speedup_forward`` (prediction (b)) stands.
+    chains_speedup_forward : dict
+        Prediction (b) of the ``chains`` (``-> Estimate``).
     """
 
     families: dict
@@ -1362,6 +1370,8 @@ class TreeSummary:
     along: dict = field(default_factory=dict)
     speedup_forward: dict = field(default_factory=dict)
     bounds: dict = field(default_factory=dict)
+    unranked: tuple = ()
+    chains_speedup_forward: dict = field(default_factory=dict)
 
 
 def _interp(x: float, xs: np.ndarray, ys: list):
@@ -1415,11 +1425,17 @@ class _TreeCosts:
         """A timed tree family's measured step less its calibrated forward passes."""
         return c.overhead[name] - self.iteration(self.shapes[name], c)
 
+    @property
+    def unranked(self) -> bool:
+        """Whether the run timed the decoder (prediction (a) adds its measured work) but no tree family's decode:
+        then no tree has a prediction (a) (NaN), as a ``(k, L)`` family with no timed configuration has none."""
+        return self.costs.decoder_measured and not self.over
+
     def _overhead(self, c: Costs, n: int, name: str | None):
         if name is not None and name in c.overhead:
             return self._beyond(c, name)
-        if not self.over:
-            return 0.0
+        if not self.over:  # no tree decoder timed: none to read off (nothing when the run timed no decoder at all)
+            return float("nan") if self.unranked else 0.0
         return _interp(n, np.array([a for a, _ in self.over], float), [self._beyond(c, nm) for _, nm in self.over])
 
     def iteration(self, shape, c: Costs | None = None):
@@ -1551,7 +1567,9 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
     return TreeSummary(families=fams, tokens_per_call=tokens, speedup=speed, seconds=secs, speedup_forward=forward,
                        chains=dict(every.tokens_per_call), chains_speedup=dict(every.speedup), positions=positions,
                        choice=choice, note=note, renewal=renewal, palm=palm, position_bias=bias, along=along,
-                       bounds=_bound_summary(out, settings, plan, prompts, W))
+                       bounds=_bound_summary(out, settings, plan, prompts, W),
+                       unranked=tuple(name for name, e in speed.items() if tc.unranked and not np.isfinite(e.value)),
+                       chains_speedup_forward=dict(every.speedup_forward))
 
 
 def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts, out, n_boot: int,
@@ -1596,7 +1614,9 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
                 seconds=secs))
             pred.append(tpc_c[n - 1] * f)
         static = tuple(out_static)
-        fastest = static[int(np.argmax(pred))]
+        pred = np.array(pred, dtype=float)
+        if np.isfinite(pred).any():  # no prediction (a) (no tree decoder timed): no device-aware choice
+            fastest = static[int(np.argmax(np.where(np.isfinite(pred), pred, -np.inf)))]
         for f in plan.topk:
             i = col.get(("tree", f.label, f.n, f.depth))
             if i is None or f.n > N:

@@ -58,6 +58,7 @@ import numpy as np
 
 from .._array import namespace
 from .._registry import suggest, verifier_names
+from ..decoding._sampling import on_device as _moved
 from ..decoding._sampling import sample_rows
 from ..decoding._tree_device import ranked_rows_t
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
@@ -746,6 +747,60 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
     return out
 
 
+def _root_expansions(jobs: list, held, p_root, own) -> None:
+    r"""Expand the roots of every tree not ``held`` (a :class:`otspec.profile._trees_device.SampledTrees`, or None)
+    from the draft's laws after the ``B`` contexts, ``(B, V)`` tensors where the models computed them.
+
+    As :func:`_device_expansions` at the deeper nodes, but every tree of a prompt shares its root's law: each prompt's
+    law is ranked once (:func:`ranked_rows`, to the most ranks any of its trees reads; EAGLE-2's by the draft's own
+    law ``own`` when given, the other trees' by the processed law, with the own law at their ranked tokens), no index
+    is sent to the device, and the ``(B, K)`` ranks and values reach the host in one read. The trees' expansions are
+    the host route's (:func:`otspec.tree._process._ranked`'s order; tested)."""
+    import torch
+
+    B, V = (int(n) for n in p_root.shape)
+    mine = [(b, j, job) for b in range(B) for j, (_, job) in enumerate(jobs[b]) if held is None or not held.holds(b, j)]
+    if not mine:
+        return
+    if own is not None:
+        own = _moved(own if torch.is_tensor(own) else torch.from_numpy(np.asarray(own)), p_root.device)
+    by_own = [own is not None and isinstance(job, _Eagle2Job) for _, _, job in mine]
+    K = [job.ranks(0) for _, _, job in mine]
+    k_law = min(max([k for k, o in zip(K, by_own) if not o], default=0), V)  # a job asking more: refused there
+    k_own = min(max([k for k, o in zip(K, by_own) if o], default=0), V)
+    parts = []
+    if k_law:
+        ids, vals = ranked_rows(p_root, k_law)
+        parts += [ids, vals] + ([own.gather(1, ids)] if own is not None else [])
+    if k_own:
+        parts += list(ranked_rows(own, k_own))
+    host = torch.cat([(t if t.dtype == torch.float64 else t.double()).reshape(-1) for t in parts]).cpu().numpy() \
+        if parts else None
+    at = 0
+
+    def take(k, dtype):
+        nonlocal at
+        out = host[at:at + B * k].reshape(B, k).astype(dtype)
+        at += B * k
+        return out
+
+    if k_law:
+        ids, vals = take(k_law, np.int64), take(k_law, np.float64)
+        at_own = take(k_law, np.float64) if own is not None else None
+    if k_own:
+        ids_o, vals_o = take(k_own, np.int64), take(k_own, np.float64)
+    dense = None
+    for (b, _, job), k, o in zip(mine, K, by_own):
+        if o:
+            law = RankedLaw(ids_o[b], vals_o[b])
+            job.expand(0, law, law)
+        elif k:
+            job.expand(0, RankedLaw(ids[b], vals[b]), RankedLaw(ids[b], at_own[b]) if own is not None else None)
+        else:  # a tree that draws its root's children (not held on the device): the whole law, on the host
+            dense = to_host(p_root) if dense is None else dense
+            job.expand(0, dense[b], to_host(own)[b] if own is not None else None)
+
+
 def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, q_root: np.ndarray,
                    plan: TreePlan, sampling, rngs, r_root: np.ndarray | None = None, *,
                    on_device: bool = False) -> list[dict]:
@@ -765,7 +820,9 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     last : (B,) int array
         The contexts' last tokens (the roots).
     p_root, q_root : (B, V) arrays
-        The draft's and the target's laws after each context (already computed by the ``(k, L)`` part).
+        The draft's and the target's laws after each context (already computed by the ``(k, L)`` part); ``p_root``
+        (and ``r_root``) may be a tensor on the models' device, where the roots are then expanded with
+        ``on_device`` (ranked there, as the deeper nodes; only ``(B, K)`` ranks and values reach the host).
     plan : TreePlan
     sampling : Sampling
         Applied to every law, as for the ``(k, L)`` families.
@@ -793,7 +850,7 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     """
     import torch
 
-    B, V = p_root.shape
+    B, V = (int(n) for n in p_root.shape)
     raw = ranks_by_raw_law(plan, sampling)
     if raw and r_root is None:
         raise ValueError("`r_root` (the draft's own law at the roots) is needed: EAGLE-2 ranks by it")
@@ -802,10 +859,14 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     if on_device and plan.sampled:
         dev = torch.device(getattr(target, "device", "cpu"))
         held = _trees_device.SampledTrees(jobs, dev, _trees_device.device_generator(rngs, dev))
-    for b in range(B):
-        for j, (_, job) in enumerate(jobs[b]):
-            if held is None or not held.holds(b, j):
-                job.expand(0, p_root[b], r_root[b] if raw else None)
+    if on_device and torch.is_tensor(p_root):  # the roots expanded where their laws are, as the deeper nodes
+        _root_expansions(jobs, held, p_root, r_root if raw else None)
+    else:
+        p_root, r_root = to_host(p_root), (to_host(r_root) if r_root is not None else None)
+        for b in range(B):
+            for j, (_, job) in enumerate(jobs[b]):
+                if held is None or not held.holds(b, j):
+                    job.expand(0, p_root[b], r_root[b] if raw else None)
     if held is not None:
         held.draw_roots(p_root)
     level, row_of = 1, None

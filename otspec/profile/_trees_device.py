@@ -249,12 +249,13 @@ class SampledTrees:
                                       torch.as_tensor(vals, dtype=torch.long, device=self.tok.device))
 
     def draw_roots(self, p_root) -> None:
-        """The root's children of every held tree, from the draft's laws after the contexts (``(B, V)``, moved to
-        the device once)."""
+        """The root's children of every held tree, from the draft's laws after the contexts (``(B, V)``: a tensor
+        where it is, or a host array moved to the device once)."""
         need = [(b, j, 0) for b in range(self.B) for j in self.fams]
         if not need:
             return
-        laws = torch.as_tensor(np.asarray(p_root, dtype=np.float64)).to(self.device)
+        laws = on_device(p_root if torch.is_tensor(p_root) else torch.from_numpy(np.asarray(p_root, dtype=np.float64)),
+                         self.device, torch.float64)
         self.draw(need, laws.index_select(0, torch.as_tensor([b for b, _, _ in need], device=self.device)))
 
     def feed(self, need: list, ids: list, device):
