@@ -456,8 +456,8 @@ class ProfileSettings:
                         f"{MAX_PLAN_ENTRIES} entries; with s = {reach} draft tokens, n = {union} tokens of the "
                         f"two supports and k_max = {self.k_max} that is too many: pass top_k")
             if name == "optimal" and kind == "tau" and reach > OPTIMAL_TREE_SUPPORT and not nucleus:
-                return (f"the optimal verifier's expected tokens build it at every node of the draft tree "
-                        f"(0.1 to 2.5 s per build at V = 49,152); above {OPTIMAL_TREE_SUPPORT} tokens they run on "
+                return (f"the optimal verifier's expected tokens build it at every node of the draft tree with "
+                        f"several drafts (0.1 to 2.5 s per build at V = 49,152); above {OPTIMAL_TREE_SUPPORT} tokens they run on "
                         "request only, when `families` names 'optimal' (its per-depth acceptance, alpha_k, always "
                         "runs)")
             if name == "lp" and kind == "tau" and reach > lp_max_support(self.k_max):
