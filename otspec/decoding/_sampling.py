@@ -429,13 +429,17 @@ def _block(work, name: str, shape: tuple, device, dtype=None):
     dtype = torch.float64 if dtype is None else dtype
     if work is None:
         return torch.empty(shape, dtype=dtype, device=device)
+    view = work.get((name, shape, device, dtype))  # the view made for these before: no slicing again
+    if view is not None:
+        return view
     dev = torch.device(device)
     key = (name, dev.type, dev.index)  # one buffer per device: a draft and a target on two devices keep their own
     n = math.prod(shape)
     b = work.get(key)
-    if b is None or b.numel() < n or b.dtype != dtype:
+    if b is None or b.numel() < n or b.dtype != dtype:  # views made before keep the buffer they were made of
         b = work[key] = torch.empty(n, dtype=dtype, device=dev)
-    return b[:n].view(shape)
+    view = work[(name, shape, device, dtype)] = b[:n].view(shape)
+    return view
 
 
 def _laws_into(sampling: Sampling, logits, out):

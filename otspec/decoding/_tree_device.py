@@ -78,8 +78,9 @@ DEVICE_TREE_PROCESSES = ("iid", "wor", "topk", "eagle2")
 DEVICE_TREE_VERIFIERS = ("specinfer", "sequoia", "target-only")
 _RULES = {SpecInferVerifier: "specinfer", SequoiaVerifier: "sequoia", TargetOnlyVerifier: "target-only"}
 _OWN = Sampling()  # the model's own law (temperature 1, untruncated): what EAGLE-2 ranks by
-#: Root laws (``log_laws``) kept in blocks of this many rows, reused across iterations, before their optimum is
-#: computed (outside the wall time) and the rows written again.
+#: Iterations whose law blocks the device route keeps with ``log_laws`` (a ring, reused across iterations): the root
+#: laws stay there, with no copy, until their optimum is computed (outside the wall time) and the blocks are written
+#: again.
 ROOT_RING = 8
 
 
@@ -266,14 +267,14 @@ def _reject(on, xj, dupj, t, S, ell, removed, P, Q, pxj, wor: bool, work=None):
     return t, S, removed
 
 
-def residual_rows_t(rule: str, x, level, P_inner, Q_inner, rows, *, work=None):
+def residual_rows_t(rule: str, x, level, P_inner, Q_inner, rows, *, q=None, inner=None, work=None):
     r"""The residual (unnormalised) at the nodes ``inner[rows]`` after all their children are rejected.
 
     :math:`(q - t' p)_+` with the level :math:`t' = t + S / \ell` after the last rejection, kept at
     :math:`t` where that has no mass or :math:`\ell = 0` (``level`` of :func:`node_rules_t`); :math:`q` off
-    the children's tokens for ``"target-only"``. The residual at :math:`t'` is formed, its mass decides the
-    level of each row, and the residual at that level is written over it (the same values as forming both and
-    choosing, one block instead of three).
+    the children's tokens for ``"target-only"``; :math:`q` itself where that has no mass (a residual drawn with
+    probability 0). The residual at :math:`t'` is formed, its mass decides the level of each row, and the
+    residual at that level is written over it: the same values as forming both and choosing, in one block.
 
     Parameters
     ----------
@@ -282,26 +283,40 @@ def residual_rows_t(rule: str, x, level, P_inner, Q_inner, rows, *, work=None):
     P_inner, Q_inner : torch.Tensor of float64, shape ``(I, V)``
     rows : torch.Tensor of int64, shape ``(R,)``
         Rows of ``inner``.
+    q : torch.Tensor of float64, shape ``(R, V)``, optional, keyword-only
+        The target laws at those rows, the same values as ``Q_inner[rows]`` (as :func:`verify_tree_t`'s ``q_at``
+        gives them), read instead of a copy of ``Q_inner``'s rows; ``"target-only"`` writes the residual over
+        it.
+    inner : torch.Tensor of bool, shape ``(R, 1)``, optional, keyword-only
+        False where the row stands for a node without children: the result there is ``q`` itself (the level
+        0), bit for bit.
     work : dict, optional, keyword-only
         Blocks kept across calls (``"rq"``, ``"rp"``, ``"rw"``): the rows selected and the residual are written
-        there instead of into fresh ``(R, V)`` blocks. The result is then a view of ``work["rw"]``, valid until
-        the next call with the same ``work``.
+        there instead of into fresh ``(R, V)`` blocks. The result is then a view of one of them (or ``q``),
+        valid until the next call with the same ``work``.
 
     Returns
     -------
     torch.Tensor of float64, shape ``(R, V)``
     """
     shape, dev = (int(rows.shape[0]), int(Q_inner.shape[1])), Q_inner.device
-    q = torch.index_select(Q_inner, 0, rows, out=_block(work, "rq", shape, dev))
-    W = _block(work, "rw", shape, dev)
-    if rule == "target-only":
-        return W.copy_(q).scatter_(1, x.index_select(0, rows), 0.0)
+    if q is None:
+        q = torch.index_select(Q_inner, 0, rows, out=_block(work, "rq", shape, dev))
+    if rule == "target-only":  # the children's tokens set to 0 in q's own rows, put back where nothing is left
+        xr = x.index_select(0, rows)
+        was = q.gather(1, xr)
+        zero = torch.zeros_like(was) if inner is None else torch.where(inner, 0.0, was)
+        W = q.scatter_(1, xr, zero)
+        return W.scatter_(1, xr, torch.where(W.sum(-1, keepdim=True) > 0, zero, was))
     t, S, ell = (v.index_select(0, rows)[:, None] for v in level)
     p = torch.index_select(P_inner, 0, rows, out=_block(work, "rp", shape, dev))
     t_new = t + S / torch.where(ell > 0, ell, 1.0)
-    new = torch.addcmul(q, p, -t_new, out=W).clamp_(min=0.0)
+    new = torch.addcmul(q, p, -t_new, out=_block(work, "rw", shape, dev)).clamp_(min=0.0)
     t_used = torch.where((ell > 0) & (new.sum(-1, keepdim=True) > 0), t_new, t)  # no mass at t': t (probability 0)
-    return torch.addcmul(q, p, -t_used, out=W).clamp_(min=0.0)
+    if inner is not None:
+        t_used = torch.where(inner, t_used, 0.0)  # (q - 0 p)_+ = q
+    W = torch.addcmul(q, p, -t_used, out=new).clamp_(min=0.0)
+    return torch.where(W.sum(-1, keepdim=True) > 0, W, q, out=W)
 
 
 def end_mass_t(lay: TreeLayoutT, acc, alive):
@@ -333,8 +348,9 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     Q_inner : torch.Tensor of float64, shape ``(I, V)``
     q_at : callable
         ``q_at(v)`` the target law at the node ``v`` (a tensor of shape ``(1,)``), shape ``(1, V)``: the bonus
-        token's law when ``v`` is a leaf, the row of ``Q_inner`` (the same values) where ``v`` has children
-        (called once, whatever ``v`` is: no host read decides it).
+        token's law when ``v`` is a leaf, the row of ``Q_inner`` (the same values, bit for bit) where ``v`` has
+        children (called once, whatever ``v`` is: no host read decides it). The row is read for nothing else
+        afterwards: the residual may be written over it.
     gen : torch.Generator
         On the laws' device.
     draw : callable, optional
@@ -391,14 +407,9 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     inner = r[:, None] >= 0
     r0 = r.clamp(min=0)
     q = q_at(cur)  # the accepted node's law: its row of Q_inner where it has children, the bonus token's at a leaf
-    if rule == "target-only":  # q off the children's tokens at a node with children (one copy of the row), q at a leaf
-        xr = x.index_select(0, r0)
-        W = _block(work, "rw", tuple(q.shape), dev).copy_(q)
-        W.scatter_(1, xr, torch.where(inner, 0.0, q.gather(1, xr)))
-    else:  # the residual in its block, then q where the node is a leaf
-        W = residual_rows_t(rule, x, level, P_inner, Q_inner, r0, work=work)
-        W = torch.where(inner, W, q, out=W)
-    W = torch.where(W.sum(-1, keepdim=True) > 0, W, q, out=W)  # a residual of no mass (drawn with probability 0)
+    # its residual at a node with children (q off the children's tokens for "target-only", written over q), q at a
+    # leaf; q where the residual has no mass (drawn with probability 0)
+    W = residual_rows_t(rule, x, level, P_inner, Q_inner, r0, q=q, inner=inner, work=work)
     y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
     return cur, y, end_mass_t(lay, acc, alive)
 
@@ -520,7 +531,10 @@ class TreeStepT:
         self.lay_t = None  # on the target's device
         self.dev_log: list = []
         self.law_batch, self.clock = law_batch, clock  # the decoder's batch of kept laws and its one clock
-        self.wor_laws: list = []  # root laws of "wor" trees until the next flush ("iid": the decoder's own list)
+        # log_laws: the root laws of the last iterations, views of their own law blocks (a ring of ROOT_RING, or
+        # law_batch if fewer), until the next flush
+        self.kept: list = []
+        self.ring = min(int(law_batch), ROOT_RING)
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
         self._blocks: dict = {}  # float64 law blocks allocated once per decode, overwritten every iteration
@@ -558,8 +572,9 @@ class TreeStepT:
         flags, shorts, raws = [], [], []
         length, batch, row = len(ctx), 1, 0
         Pb = None
+        slot = len(self.kept) if self.log_laws else 0  # the laws' blocks of this iteration (log_laws: a ring)
         if self.needs_p:  # the draft's laws at the nodes with children, in a block kept across iterations
-            Pb = _block(self._blocks, "P", (g.lay.inner_np.shape[0], int(logits.shape[-1])), ddev)
+            Pb = _block(self._blocks, f"P{slot}", (g.lay.inner_np.shape[0], int(logits.shape[-1])), ddev)
         for j in range(g.D):
             raws.append(logits)
             P = lse = None
@@ -592,14 +607,14 @@ class TreeStepT:
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
-        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows)
+        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows, f"Q{slot}")
         P_inner = Pb.to(tdev, non_blocking=True) if Pb is not None else None
         a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
         # flags of bad draft laws or small supports, then of bad target laws
         nd = int(dflags.shape[0])
         res = torch.cat([a, y, tokens_t, dflags.to(tdev, non_blocking=True), bad_rows(Q).to(torch.long),
-                         bad_rows(leaf[0]).to(torch.long)]).tolist()
+                         leaf[0].to(torch.long)]).tolist()
         tok = res[2 : 2 + n1]
         if any(res[2 + n1 : 2 + n1 + nd]):
             self._refuse(dec, ctx, res[2 + n1 : 2 + n1 + nd], tok, Pb, raws)
@@ -615,23 +630,26 @@ class TreeStepT:
         d.sync(ctx + out, row=best, row_seq=ctx + list(rows[best]))
         by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, self.lay_t.depth, mass)
         self.dev_log.append(torch.cat([by_depth, self._root_alpha(self.lay_t, tokens_t, Q)[None]]))
-        if self.log_laws:
-            self._keep_root_laws(dec, P_inner[0], Q[0])  # the root is inner[0]
+        if self.log_laws:  # the root (inner[0]) laws stay in this iteration's blocks until the ring is flushed
+            self.kept.append((P_inner[0], Q[0]))
+            if len(self.kept) == self.ring:
+                self._flush(dec)
         tau = int(plan.shape.depth[a])
         reached = np.zeros(plan.L)
         reached[:tau] = 1.0
         dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
         return out
 
-    def _target_laws(self, logits, rows, row_slice=None):
+    def _target_laws(self, logits, rows, row_slice=None, name: str = "Q"):
         """The float64 target laws the rules read, on the target's device: ``Q`` at the nodes ``rows`` (those with
         children; ``row_slice`` the same rows as a slice where they are consecutive: the logits there are read in
-        place), written into a block kept across iterations, and ``q_at`` for the accepted node's (its bonus
-        token's when a leaf; a one-row block), with the list that receives it (for its flag). The logits of rows
-        chosen on the device are gathered into a block kept across iterations too."""
+        place), written into the block ``name`` kept across iterations, and ``q_at`` for the accepted node's (its
+        bonus token's when a leaf; a one-row block), with the list that receives the flag of a bad law there (read
+        when the law is formed: the verification writes the residual over it). The logits of rows chosen on the
+        device are gathered into a block kept across iterations too."""
         V = int(logits.shape[-1])
         dev, blocks = logits.device, self._blocks
-        Qb = _block(blocks, "Q", (int(rows.shape[0]), V), dev)
+        Qb = _block(blocks, name, (int(rows.shape[0]), V), dev)
         if row_slice is not None:
             at = logits[row_slice]
         else:
@@ -643,24 +661,11 @@ class TreeStepT:
         def q_at(v):
             qb = _block(blocks, "q", (1, V), dev)
             at = torch.index_select(logits, 0, v, out=_block(blocks, "sel", (1, V), dev, logits.dtype))
-            leaf.append(_laws_into(self.sampling, at, qb))
-            return leaf[0]
+            law = _laws_into(self.sampling, at, qb)
+            leaf.append(bad_rows(law))
+            return law
 
         return Q, q_at, leaf
-
-    def _keep_root_laws(self, dec, p, q) -> None:
-        """Copy the root's draft and target laws into the next row of two blocks of :data:`ROOT_RING` rows (or the
-        decoder's ``law_batch``, if fewer) kept across iterations, for their optimum after the loop; a full ring is
-        flushed (:meth:`_flush`, timed as analysis) before its rows are written again. A fresh copy of each law per
-        iteration cost the allocator's page faults (``16 V`` bytes an iteration)."""
-        kept = dec.first_laws if self.plan.process == "iid" else self.wor_laws
-        ring, V, dev = min(self.law_batch, ROOT_RING), int(p.shape[-1]), p.device
-        Pr = _block(self._blocks, "rootP", (ring, V), dev)
-        Qr = _block(self._blocks, "rootQ", (ring, V), dev)
-        i = len(kept)
-        kept.append((Pr[i].copy_(p), Qr[i].copy_(q)))
-        if len(kept) == ring:
-            self._flush(dec)
 
     def _paths(self, tok: list[int], parents=None) -> list[tuple]:
         """The token path of every node, from the tree's tokens (the shape's ancestors, or ``parents``; no tree
@@ -683,15 +688,16 @@ class TreeStepT:
         ``"iid"`` :math:`\alpha_K` by the decoder's batch (one sort on the device), for ``"wor"`` its analogue
         without replacement on the host, one root at a time; the laws are then dropped."""
         if self.plan.process == "iid":
+            dec.first_laws, self.kept = self.kept, []
             dec._flush_first_laws()
             return
-        if self.wor_laws:
-            a0 = self.clock(self.wor_laws[0][0].device)
-            for p, q in self.wor_laws:
+        if self.kept:
+            a0 = self.clock(self.kept[0][0].device)
+            for p, q in self.kept:
                 p, q = p.to("cpu").numpy(), q.to("cpu").numpy()
                 self.alpha_wor.append(float(otspec.alpha_k(p, q, self.plan.k, replacement=False)))
-            dec.analysis_time += self.clock(self.wor_laws[0][0].device) - a0
-            self.wor_laws = []
+            dec.analysis_time += self.clock(self.kept[0][0].device) - a0
+            self.kept = []
 
     def finish(self, dec) -> None:
         """The per-iteration predictions from the logged device values (one transfer), after the loop."""
@@ -1045,7 +1051,7 @@ class Eagle2StepT(TreeStepT):
         # the last frontier's paths (the draft's cache rows), the flags of the draft's laws, then of the target's
         nd = 2 * b.E
         res = torch.cat([a, y, parents_t, tokens_t, last.to(tdev, non_blocking=True), dflags.to(tdev, non_blocking=True),
-                         bad_rows(Q).to(torch.long), bad_rows(leaf[0]).to(torch.long)]).tolist()
+                         bad_rows(Q).to(torch.long), leaf[0].to(torch.long)]).tolist()
         par, tok = res[2 : 2 + n1], res[2 + n1 : 2 + 2 * n1]
         o = 2 + 2 * n1 + int(last.shape[0])
         if any(res[o : o + nd]):
