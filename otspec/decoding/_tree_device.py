@@ -78,10 +78,6 @@ DEVICE_TREE_PROCESSES = ("iid", "wor", "topk", "eagle2")
 DEVICE_TREE_VERIFIERS = ("specinfer", "sequoia", "target-only")
 _RULES = {SpecInferVerifier: "specinfer", SequoiaVerifier: "sequoia", TargetOnlyVerifier: "target-only"}
 _OWN = Sampling()  # the model's own law (temperature 1, untruncated): what EAGLE-2 ranks by
-#: Iterations whose law blocks the device route keeps with ``log_laws`` (a ring, reused across iterations): the root
-#: laws stay there, with no copy, until their optimum is computed (outside the wall time) and the blocks are written
-#: again.
-ROOT_RING = 8
 
 
 def has_device_route(plan) -> bool:
@@ -531,10 +527,7 @@ class TreeStepT:
         self.lay_t = None  # on the target's device
         self.dev_log: list = []
         self.law_batch, self.clock = law_batch, clock  # the decoder's batch of kept laws and its one clock
-        # log_laws: the root laws of the last iterations, views of their own law blocks (a ring of ROOT_RING, or
-        # law_batch if fewer), until the next flush
-        self.kept: list = []
-        self.ring = min(int(law_batch), ROOT_RING)
+        self.kept: list = []  # log_laws: the root laws (p, q) kept until the next flush (:meth:`_keep_root_laws`)
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
         self._blocks: dict = {}  # float64 law blocks allocated once per decode, overwritten every iteration
@@ -572,9 +565,8 @@ class TreeStepT:
         flags, shorts, raws = [], [], []
         length, batch, row = len(ctx), 1, 0
         Pb = None
-        slot = len(self.kept) if self.log_laws else 0  # the laws' blocks of this iteration (log_laws: a ring)
         if self.needs_p:  # the draft's laws at the nodes with children, in a block kept across iterations
-            Pb = _block(self._blocks, f"P{slot}", (g.lay.inner_np.shape[0], int(logits.shape[-1])), ddev)
+            Pb = _block(self._blocks, "P", (g.lay.inner_np.shape[0], int(logits.shape[-1])), ddev)
         for j in range(g.D):
             raws.append(logits)
             P = lse = None
@@ -607,7 +599,7 @@ class TreeStepT:
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
-        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows, f"Q{slot}")
+        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows)
         P_inner = Pb.to(tdev, non_blocking=True) if Pb is not None else None
         a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
@@ -630,26 +622,24 @@ class TreeStepT:
         d.sync(ctx + out, row=best, row_seq=ctx + list(rows[best]))
         by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, self.lay_t.depth, mass)
         self.dev_log.append(torch.cat([by_depth, self._root_alpha(self.lay_t, tokens_t, Q)[None]]))
-        if self.log_laws:  # the root (inner[0]) laws stay in this iteration's blocks until the ring is flushed
-            self.kept.append((P_inner[0], Q[0]))
-            if len(self.kept) == self.ring:
-                self._flush(dec)
+        if self.log_laws:
+            self._keep_root_laws(dec, P_inner[0], Q[0])  # the root is inner[0]
         tau = int(plan.shape.depth[a])
         reached = np.zeros(plan.L)
         reached[:tau] = 1.0
         dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
         return out
 
-    def _target_laws(self, logits, rows, row_slice=None, name: str = "Q"):
+    def _target_laws(self, logits, rows, row_slice=None):
         """The float64 target laws the rules read, on the target's device: ``Q`` at the nodes ``rows`` (those with
         children; ``row_slice`` the same rows as a slice where they are consecutive: the logits there are read in
-        place), written into the block ``name`` kept across iterations, and ``q_at`` for the accepted node's (its
+        place), written into a block kept across iterations, and ``q_at`` for the accepted node's (its
         bonus token's when a leaf; a one-row block), with the list that receives the flag of a bad law there (read
         when the law is formed: the verification writes the residual over it). The logits of rows chosen on the
         device are gathered into a block kept across iterations too."""
         V = int(logits.shape[-1])
         dev, blocks = logits.device, self._blocks
-        Qb = _block(blocks, name, (int(rows.shape[0]), V), dev)
+        Qb = _block(blocks, "Q", (int(rows.shape[0]), V), dev)
         if row_slice is not None:
             at = logits[row_slice]
         else:
@@ -666,6 +656,23 @@ class TreeStepT:
             return law
 
         return Q, q_at, leaf
+
+    def _keep_root_laws(self, dec, p, q) -> None:
+        """Keep the root's draft and target laws for their optimum (:meth:`_flush`, timed as analysis, outside the
+        wall time). On the CPU the optimum is computed at once from the iteration's own law blocks (no copy: a copy
+        of two rows of ``8 V`` bytes is a pass the flush would cost anyway); elsewhere the laws are copied into the
+        next rows of two blocks of ``law_batch`` rows kept across iterations (a device-to-device copy, no fresh
+        block), flushed when full, as the decoder keeps a chain's first laws."""
+        if p.device.type == "cpu":
+            self.kept.append((p, q))
+            self._flush(dec)
+            return
+        ring, V, dev = self.law_batch, int(p.shape[-1]), p.device
+        i = len(self.kept)
+        Pr, Qr = (_block(self._blocks, name, (ring, V), dev) for name in ("rootP", "rootQ"))
+        self.kept.append((Pr[i].copy_(p), Qr[i].copy_(q)))
+        if len(self.kept) == ring:
+            self._flush(dec)
 
     def _paths(self, tok: list[int], parents=None) -> list[tuple]:
         """The token path of every node, from the tree's tokens (the shape's ancestors, or ``parents``; no tree
