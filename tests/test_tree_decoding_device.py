@@ -452,3 +452,23 @@ def test_tree_decoding_with_kept_blocks_equals_fresh_blocks(monkeypatch):
     for a, b in zip(kept, fresh):
         for name in names:
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_root_laws_copied_or_not_give_the_same_optimum(process, monkeypatch):
+    """log_laws' root optimum: computed after each iteration from its own law blocks ("iid" on the CPU) or from
+    copies in blocks of law_batch rows flushed when full and after the loop ("wor", and elsewhere), both forced here:
+    the same values bit for bit, and the same tokens."""
+    from otspec.decoding import _loop
+    from otspec.decoding._tree_device import TreeStepT
+
+    target, draft, _, _ = _memoryless(20, seed=4)
+    kw = dict(draft=draft, target=target, tree=WIDE, process=process, max_new_tokens=25, rng=3, engine="torch")
+    monkeypatch.setattr(TreeStepT, "copy_root_laws", False)
+    at_once = D.speculative_decode([0], **kw)
+    monkeypatch.setattr(TreeStepT, "copy_root_laws", True)
+    monkeypatch.setattr(_loop, "LAW_BATCH", 4)  # a few full flushes, then the rest after the loop
+    copied = D.speculative_decode([0], **kw)
+    np.testing.assert_array_equal(copied.tokens, at_once.tokens)
+    np.testing.assert_array_equal(copied.alpha_opt_first, at_once.alpha_opt_first)
+    assert np.isfinite(copied.alpha_opt_first).all() and len(copied.alpha_opt_first) == copied.iterations

@@ -518,6 +518,11 @@ class TreeStepT:
     ``law_batch`` and ``clock`` are the decoder's batch of kept laws and its one clock (``log_laws``).
     """
 
+    #: ``log_laws``: copy the root laws into blocks of ``law_batch`` rows (True) or compute their optimum after each
+    #: iteration from its own blocks (False); None: copy everywhere but for ``"iid"`` on the CPU
+    #: (:meth:`_keep_root_laws`).
+    copy_root_laws: bool | None = None
+
     def __init__(self, plan, sampling, log_laws: bool, *, law_batch: int, clock):
         self.plan, self.sampling = plan, sampling
         self.rule = _RULES[type(plan.verifier)]
@@ -659,11 +664,16 @@ class TreeStepT:
 
     def _keep_root_laws(self, dec, p, q) -> None:
         """Keep the root's draft and target laws for their optimum (:meth:`_flush`, timed as analysis, outside the
-        wall time). On the CPU the optimum is computed at once from the iteration's own law blocks (no copy: a copy
-        of two rows of ``8 V`` bytes is a pass the flush would cost anyway); elsewhere the laws are copied into the
-        next rows of two blocks of ``law_batch`` rows kept across iterations (a device-to-device copy, no fresh
-        block), flushed when full, as the decoder keeps a chain's first laws."""
-        if p.device.type == "cpu":
+        wall time). For ``"iid"`` on the CPU the optimum (a sort) is computed at once from the iteration's own law
+        blocks (no copy: a copy of two rows of ``8 V`` bytes is a pass the flush would cost anyway); elsewhere, and
+        for ``"wor"`` (whose optimum is long host work: between iterations it evicted the models' weights from the
+        caches and slowed the next forwards), the laws are copied into the next rows of two blocks of ``law_batch``
+        rows kept across iterations (no fresh block), flushed when full and after the loop, as the decoder keeps a
+        chain's first laws."""
+        copy = self.copy_root_laws
+        if copy is None:  # "wor": its optimum is host work of about 0.2 s a root at V = 128,256, kept after the loop
+            copy = p.device.type != "cpu" or self.plan.process == "wor"
+        if not copy:
             self.kept.append((p, q))
             self._flush(dec)
             return
