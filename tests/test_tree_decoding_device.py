@@ -310,3 +310,165 @@ def test_device_tree_refuses_a_support_too_small_for_distinct_children():
         with pytest.raises(ValueError, match=rf"process='{process}' needs 2 distinct children at the node with "
                                              r"token path \(\), but the draft's law there has only 1 tokens"):
             D.speculative_decode([0], **pair, tree=SMALL, process=process, max_new_tokens=6, rng=0, engine="torch")
+
+
+# ----------------------------------------------------------------------------- blocks kept across iterations
+def _fresh_blocks(monkeypatch):
+    """Make every block of the device route a fresh tensor (the route before blocks were kept)."""
+    import otspec.decoding._sampling as S
+    import otspec.decoding._tree_device as TD
+
+    real = S._block
+
+    def fresh(work, name, shape, device, dtype=None):
+        return real(None, name, shape, device, dtype)
+
+    monkeypatch.setattr(TD, "_block", fresh)
+
+
+@pytest.mark.parametrize("rule,process", [("specinfer", "iid"), ("sequoia", "wor"), ("target-only", "topk")])
+def test_verify_with_reused_blocks_equals_fresh_blocks(rule, process):
+    """verify_tree_t writing every pass over V into blocks kept across calls (``work``) gives the accepted node, the
+    emitted token and the exact law bit for bit as with fresh blocks, call after call on other laws (nothing stale is
+    read), and the blocks are the same memory from one call to the next."""
+    rng = np.random.default_rng(zlib.crc32(f"reuse:{rule}".encode()))
+    work: dict = {}
+    ptrs = None
+    V = 6  # the same shapes every call: the same blocks
+    for it in range(30):
+        d, t = random_markov_model(V, rng=int(rng.integers(2**31))), random_markov_model(V, rng=int(rng.integers(2**31)))
+        if it % 6 == 0:
+            t = d  # no residual mass: the guarded residuals
+        tree = T.sample_tree(WIDE, d, process=process, rng=int(rng.integers(2**31)))
+        P, Q = T.tree_laws(tree, d, t)
+        lay = TreeLayoutT.of_tree(tree)
+        toks, Pin, Qt = torch.tensor(tree.tokens), torch.from_numpy(P[lay.inner_np]), torch.from_numpy(Q)
+        Qin = Qt[torch.from_numpy(lay.inner_np)]
+        seed = int(rng.integers(2**31))
+        got = verify_tree_t(rule, lay, toks, Pin, Qin, lambda v, Qt=Qt: Qt.index_select(0, v),
+                            torch.Generator().manual_seed(seed), work=work)
+        want = verify_tree_t(rule, lay, toks, Pin, Qin, lambda v, Qt=Qt: Qt.index_select(0, v),
+                             torch.Generator().manual_seed(seed))
+        for a, b in zip(got, want):
+            assert torch.equal(a, b)
+        if it == 0:
+            ptrs = {k: v.data_ptr() for k, v in work.items() if isinstance(k, tuple) and len(k) == 3}
+    assert ptrs and all(work[k].data_ptr() == p for k, p in ptrs.items())
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_residual_given_q_and_leaves_is_the_residual_and_q(rule):
+    """residual_rows_t reading the target laws it is given (q_at's row) equals the one copying Q's rows bit for bit,
+    and is q itself, bit for bit, at rows marked as leaves (``inner`` False): what verify_tree_t draws from."""
+    rng = np.random.default_rng(zlib.crc32(f"resid:{rule}".encode()))
+    for _ in range(20):
+        V = int(rng.integers(2, 9))
+        shape = WIDE if V >= 3 else SMALL
+        d, t = random_markov_model(V, rng=int(rng.integers(2**31))), random_markov_model(V, rng=int(rng.integers(2**31)))
+        tree = T.sample_tree(shape, d, process="iid" if rule != "sequoia" else "wor", rng=int(rng.integers(2**31)))
+        P, Q = T.tree_laws(tree, d, t)
+        lay = TreeLayoutT.of_tree(tree)
+        Pin, Qin = torch.from_numpy(P[lay.inner_np]), torch.from_numpy(Q[lay.inner_np])
+        _, _, x, level, _ = node_rules_t(rule, lay, torch.tensor(tree.tokens), Pin, Qin)
+        rows = torch.arange(len(lay.inner_np))
+        want = residual_rows_t(rule, x, level, Pin, Qin, rows)
+        got = residual_rows_t(rule, x, level, Pin, Qin, rows, q=Qin.clone(), work={})
+        assert torch.equal(got, want)
+        leaf = torch.tensor([[bool(i % 2)] for i in range(len(rows))])
+        mixed = residual_rows_t(rule, x, level, Pin, Qin, rows, q=Qin.clone(), inner=leaf)
+        assert torch.equal(mixed[~leaf[:, 0]], Qin[~leaf[:, 0]]) and torch.equal(mixed[leaf[:, 0]], want[leaf[:, 0]])
+
+
+def test_wor_draws_in_place_leave_the_laws_bit_for_bit():
+    """The running-sum draws without replacement marking the caller's own block (``in_place``) draw what the copy
+    route draws and leave the block bit for bit as it was, a degenerate row (one positive token for two draws)
+    included."""
+    from otspec.decoding._tree_device import _draws_wor
+
+    g = torch.Generator().manual_seed(3)
+    P = torch.rand((5, 40), dtype=torch.float64, generator=g) ** 3
+    P[1, 3:] = 0.0
+    P[2] = 0.0
+    P[2, 7] = 1.0  # one positive token: flagged short, drawn twice
+    P[4, ::2] = 0.0
+    before = P.clone()
+    need = torch.tensor([3, 3, 2, 1, 3])
+    a = _draws_wor(P.clone(), 3, need, torch.Generator().manual_seed(9), rule="cdf")
+    b = _draws_wor(P, 3, need, torch.Generator().manual_seed(9), rule="cdf", work={}, in_place=True)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert torch.equal(P, before)
+    assert b[1].tolist() == [False, False, True, False, False]
+
+
+@pytest.mark.parametrize("sampling", [D.Sampling(), D.Sampling(temperature=0.7, top_k=5), D.Sampling(top_p=0.8),
+                                      D.Sampling(temperature=0.0), D.Sampling(top_p=0.8, top_p_rule="transformers")])
+def test_target_laws_q_at_equals_the_rows_of_q_bit_for_bit(sampling):
+    """The device route's target laws: Q at the nodes with children (logits read in place where those rows are
+    consecutive, gathered into a kept block elsewhere) is Sampling.probs of those rows, and q_at(v) at a node with
+    children is Q's row bit for bit (the residual is then formed from q_at's row), at a leaf Sampling.probs of its row;
+    q_at's flag marks a bad row."""
+    from otspec.decoding._tree_device import TreeStepT
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn((7, 300), generator=g) * 3
+    logits[2, :5] = 9.0  # ties at the top
+    plan = type("Plan", (), {"verifier": T.SpecInferVerifier(), "process": "iid", "shape": WIDE})()
+    step = TreeStepT(plan, sampling, False, law_batch=4, clock=None)
+    for rows in ([0, 1, 2], [1, 3, 4]):
+        r = torch.tensor(rows)
+        sl = slice(rows[0], rows[-1] + 1) if rows == list(range(rows[0], rows[-1] + 1)) else None
+        for _ in range(2):  # the second time in the kept blocks
+            Q, q_at, leaf = step._target_laws(logits, r, sl)
+            want = sampling.probs(logits[r], check=False)
+            assert torch.equal(Q, want)
+            for i, v in enumerate(rows + [6]):
+                row = q_at(torch.tensor([v]))
+                ref = Q[i : i + 1] if v in rows else sampling.probs(logits[v : v + 1], check=False)
+                assert torch.equal(row, ref)
+    bad = logits.clone()
+    bad[5, 0] = math.nan
+    _, q_at, leaf = step._target_laws(bad, torch.tensor([0, 1, 2]), slice(0, 3))
+    q_at(torch.tensor([5]))
+    assert leaf[0].tolist() == [True]
+
+
+def test_tree_decoding_with_kept_blocks_equals_fresh_blocks(monkeypatch):
+    """Whole decodes of every tree family on a tiny Llama pair: the blocks kept across iterations (laws, levels,
+    residuals, running sums, gathered logits) give the tokens and the logged predictions bit for bit as fresh blocks
+    every iteration."""
+    from tests.toy_lm import tiny_llama
+
+    target, draft = tiny_llama(1, vocab=40), tiny_llama(2, vocab=40)
+    trees = ["eagle2:3,2,6", "topk:branching(2,2)", "iid:branching(2,2):specinfer", "wor:branching(2,2):sequoia"]
+    names = ("tokens", "predicted_accepted", "alpha_first", "alpha_opt_first")
+
+    def run():
+        return [D.speculative_decode([3, 1, 4], draft=draft, target=target, tree=tree, max_new_tokens=12, rng=s,
+                                     engine="torch") for tree in trees for s in (0, 1)]
+
+    kept = run()
+    _fresh_blocks(monkeypatch)
+    fresh = run()
+    for a, b in zip(kept, fresh):
+        for name in names:
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_root_laws_copied_or_not_give_the_same_optimum(process, monkeypatch):
+    """log_laws' root optimum: computed after each iteration from its own law blocks ("iid" on the CPU) or from
+    copies in blocks of law_batch rows flushed when full and after the loop ("wor", and elsewhere), both forced here:
+    the same values bit for bit, and the same tokens."""
+    from otspec.decoding import _loop
+    from otspec.decoding._tree_device import TreeStepT
+
+    target, draft, _, _ = _memoryless(20, seed=4)
+    kw = dict(draft=draft, target=target, tree=WIDE, process=process, max_new_tokens=25, rng=3, engine="torch")
+    monkeypatch.setattr(TreeStepT, "copy_root_laws", False)
+    at_once = D.speculative_decode([0], **kw)
+    monkeypatch.setattr(TreeStepT, "copy_root_laws", True)
+    monkeypatch.setattr(_loop, "LAW_BATCH", 4)  # a few full flushes, then the rest after the loop
+    copied = D.speculative_decode([0], **kw)
+    np.testing.assert_array_equal(copied.tokens, at_once.tokens)
+    np.testing.assert_array_equal(copied.alpha_opt_first, at_once.alpha_opt_first)
+    assert np.isfinite(copied.alpha_opt_first).all() and len(copied.alpha_opt_first) == copied.iterations

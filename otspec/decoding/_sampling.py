@@ -409,13 +409,37 @@ def sample_rows(P: np.ndarray, gen: np.random.Generator, *, uniforms=None) -> np
     return idx
 
 
-def _law_block(block, shape: tuple, device):
-    """A float64 block of laws of ``shape``, allocated once per decode and overwritten every iteration (every law
-    of an iteration is read before the next one's are written; nothing keeps a view of it): a fresh block of
-    ``8 V`` bytes a row cost the allocator's page faults, 1,000 of them per iteration at ``V = 128,256``."""
-    if block is None or tuple(block.shape) != shape or block.device != torch.device(device):
-        block = torch.empty(shape, dtype=torch.float64, device=device)
+def _law_block(block, shape: tuple, device, dtype=None):
+    """A float64 block of laws of ``shape`` (or of ``dtype``), allocated once per decode and overwritten every
+    iteration (every law of an iteration is read before the next one's are written; nothing keeps a view of it): a
+    fresh block of ``8 V`` bytes a row cost the allocator's page faults, 1,000 of them per iteration at
+    ``V = 128,256``."""
+    dtype = torch.float64 if dtype is None else dtype
+    if (block is None or tuple(block.shape) != shape or block.dtype != dtype
+            or block.device != torch.device(device)):
+        block = torch.empty(shape, dtype=dtype, device=device)
     return block
+
+
+def _block(work, name: str, shape: tuple, device, dtype=None):
+    """A block of ``shape`` (float64 unless ``dtype``) on ``device`` kept in the dict ``work`` under ``name`` across
+    calls: a view of the first entries of one buffer per name and device, made again only when it is too small or
+    of another dtype (a call's shapes vary: a tree's levels have their own numbers of rows); a fresh tensor when
+    ``work`` is None. What a view holds is overwritten by the next call for the same ``name`` and device."""
+    dtype = torch.float64 if dtype is None else dtype
+    if work is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    view = work.get((name, shape, device, dtype))  # the view made for these before: no slicing again
+    if view is not None:
+        return view
+    dev = torch.device(device)
+    key = (name, dev.type, dev.index)  # one buffer per device: a draft and a target on two devices keep their own
+    n = math.prod(shape)
+    b = work.get(key)
+    if b is None or b.numel() < n or b.dtype != dtype:  # views made before keep the buffer they were made of
+        b = work[key] = torch.empty(n, dtype=dtype, device=dev)
+    view = work[(name, shape, device, dtype)] = b[:n].view(shape)
+    return view
 
 
 def _laws_into(sampling: Sampling, logits, out):
@@ -440,7 +464,7 @@ def bad_rows(P):
     return torch.isnan(P[..., 0])
 
 
-def draw_rows(W, gen, *, rule: str | None = None):
+def draw_rows(W, gen, *, rule: str | None = None, out=None):
     r"""One draw per row of non-negative weights ``W`` (``(B, V)``, any float tensor), where ``W`` lives.
 
     .. math::
@@ -472,6 +496,9 @@ def draw_rows(W, gen, *, rule: str | None = None):
         On ``W``'s device.
     rule : {"race", "cdf"} or None, keyword-only
         None: ``"race"`` on CUDA, ``"cdf"`` elsewhere.
+    out : torch.Tensor of float64, shape ``(B, V)``, optional, keyword-only
+        A block on ``W``'s device that receives the running sums (``"cdf"``) or the exponentials and ratios
+        (``"race"``) instead of a fresh one (the same draws: the same operations write there); not ``W``.
 
     Returns
     -------
@@ -497,10 +524,12 @@ def draw_rows(W, gen, *, rule: str | None = None):
     if rule not in DRAW_RULES:
         raise ValueError(unknown_name_message("rule", rule, DRAW_RULES))
     if rule == "race":
-        E = torch.empty(W.shape, dtype=torch.float64, device=W.device).exponential_(generator=gen)
+        E = (torch.empty(W.shape, dtype=torch.float64, device=W.device) if out is None else out).exponential_(
+            generator=gen)
         # E = 0 (a uniform of exactly 0) would make 0 / 0 a NaN that argmax takes: floor it at the smallest normal
-        return torch.argmax(W.to(torch.float64) / E.clamp_(min=torch.finfo(torch.float64).tiny), dim=-1)
-    c = torch.cumsum(W.to(torch.float64), dim=-1)
+        E.clamp_(min=torch.finfo(torch.float64).tiny)
+        return torch.argmax(torch.div(W.to(torch.float64), E, out=E), dim=-1)
+    c = torch.cumsum(W.to(torch.float64), dim=-1, out=out)
     tot = c[:, -1:].contiguous()
     u = torch.rand((W.shape[0], 1), dtype=torch.float64, device=W.device, generator=gen) * tot
     i = torch.searchsorted(c, u, right=True)

@@ -63,7 +63,7 @@ import otspec.tree
 from ..tree._process import _support_error
 from ..tree._verifiers import SequoiaVerifier, SpecInferVerifier, TargetOnlyVerifier
 from ._deps import require
-from ._sampling import Sampling, _law_block, _laws_into, bad_rows, draw_rows
+from ._sampling import Sampling, _block, _laws_into, bad_rows, draw_rows
 from ._tree_loop import _common, _is_repeat
 
 torch = require("torch", "otspec.decoding")
@@ -124,6 +124,11 @@ class TreeLayoutT:
             return torch.tensor(np.array(a, dtype=np.int64), device=device)
 
         self.device = torch.device(device)
+        # the rows of the nodes with children as a slice where they are consecutive (a shape in node order: its
+        # first nodes), so the target's logits there are a view, not a copy
+        i0 = int(self.inner_np[0]) if len(self.inner_np) else 0
+        consecutive = np.array_equal(self.inner_np, np.arange(i0, i0 + len(self.inner_np)))
+        self.inner_rows = slice(i0, i0 + len(self.inner_np)) if consecutive else None
         self.inner, self.row_of, self.kids = t(self.inner_np), t(row_of), t(mat)
         self.kids0 = self.kids.clamp(min=0)
         self.valid = self.kids >= 0
@@ -142,7 +147,7 @@ class TreeLayoutT:
         return cls(tree.parents, tree.depth, inner, device)
 
 
-def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner):
+def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=None):
     r"""Every node's verification at once, on the laws' device: tests, acceptances and residual levels.
 
     At the node ``v = inner[i]`` with children :math:`c_1, \dots, c_m` (node order) of tokens :math:`x_j`,
@@ -174,6 +179,9 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner):
         The draft law at each node of ``lay.inner`` (not read by ``"target-only"``).
     Q_inner : torch.Tensor of float64, shape ``(I, V)``
         The target law at each node of ``lay.inner`` (the rules read no other).
+    work : dict, optional, keyword-only
+        Blocks kept across calls (a decoder's, one per iteration): each rejection's pass over ``V`` writes there
+        instead of into a fresh ``(I, V)`` block (the same values).
 
     Returns
     -------
@@ -231,7 +239,7 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner):
             end_ell = torch.where(lay.last[:, j], ell, end_ell)
             if j < m - 1:  # not after a node's last child: that level is formed for the accepted node only
                 t, S, removed = _reject(on & ~lay.last[:, j], x[:, j], dup[:, j], t, S, ell, removed, P_inner,
-                                        Q_inner, px_raw[:, j], wor)
+                                        Q_inner, px_raw[:, j], wor, work)
         level = (t, S, end_ell)
         alive_in = w
         sampler = ("ratio", px_all, tx_all)
@@ -241,11 +249,12 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner):
     return acc, alive, x, level, sampler
 
 
-def _reject(on, xj, dupj, t, S, ell, removed, P, Q, pxj, wor: bool):
+def _reject(on, xj, dupj, t, S, ell, removed, P, Q, pxj, wor: bool, work=None):
     """The level after rejecting child ``j`` at the nodes ``on`` (what is left of the draft law: ``ell``): one pass
-    over ``V``."""
+    over ``V`` (written into the block ``work["lvl"]``)."""
     t_new = t + S / torch.where(ell > 0, ell, 1.0)
-    S_new = torch.addcmul(Q, P, -t_new[:, None]).clamp_(min=0.0).sum(-1)
+    lvl = _block(work, "lvl", tuple(Q.shape), Q.device)
+    S_new = torch.addcmul(Q, P, -t_new[:, None], out=lvl).clamp_(min=0.0).sum(-1)
     move = on & (ell > 0) & (S_new > 0)  # a level of no mass is kept (that rejection had probability 0)
     t, S = torch.where(move, t_new, t), torch.where(move, S_new, S)
     if wor:  # the rejected token's mass out of what is left (a repeated token was out already)
@@ -254,25 +263,56 @@ def _reject(on, xj, dupj, t, S, ell, removed, P, Q, pxj, wor: bool):
     return t, S, removed
 
 
-def residual_rows_t(rule: str, x, level, P_inner, Q_inner, rows):
+def residual_rows_t(rule: str, x, level, P_inner, Q_inner, rows, *, q=None, inner=None, work=None):
     r"""The residual (unnormalised) at the nodes ``inner[rows]`` after all their children are rejected.
 
     :math:`(q - t' p)_+` with the level :math:`t' = t + S / \ell` after the last rejection, kept at
     :math:`t` where that has no mass or :math:`\ell = 0` (``level`` of :func:`node_rules_t`); :math:`q` off
-    the children's tokens for ``"target-only"``.
+    the children's tokens for ``"target-only"``; :math:`q` itself where that has no mass (a residual drawn with
+    probability 0). The residual at :math:`t'` is formed, its mass decides the level of each row, and the
+    residual at that level is written over it: the same values as forming both and choosing, in one block.
+
+    Parameters
+    ----------
+    rule, x, level
+        As :func:`node_rules_t` returns them.
+    P_inner, Q_inner : torch.Tensor of float64, shape ``(I, V)``
+    rows : torch.Tensor of int64, shape ``(R,)``
+        Rows of ``inner``.
+    q : torch.Tensor of float64, shape ``(R, V)``, optional, keyword-only
+        The target laws at those rows, the same values as ``Q_inner[rows]`` (as :func:`verify_tree_t`'s ``q_at``
+        gives them), read instead of a copy of ``Q_inner``'s rows; ``"target-only"`` writes the residual over
+        it.
+    inner : torch.Tensor of bool, shape ``(R, 1)``, optional, keyword-only
+        False where the row stands for a node without children: the result there is ``q`` itself (the level
+        0), bit for bit.
+    work : dict, optional, keyword-only
+        Blocks kept across calls (``"rq"``, ``"rp"``, ``"rw"``): the rows selected and the residual are written
+        there instead of into fresh ``(R, V)`` blocks. The result is then a view of one of them (or ``q``),
+        valid until the next call with the same ``work``.
 
     Returns
     -------
-    torch.Tensor of float64, shape ``(len(rows), V)``
+    torch.Tensor of float64, shape ``(R, V)``
     """
-    q = Q_inner.index_select(0, rows)
-    if rule == "target-only":
-        return q.scatter(1, x.index_select(0, rows), 0.0)
+    shape, dev = (int(rows.shape[0]), int(Q_inner.shape[1])), Q_inner.device
+    if q is None:
+        q = torch.index_select(Q_inner, 0, rows, out=_block(work, "rq", shape, dev))
+    if rule == "target-only":  # the children's tokens set to 0 in q's own rows, put back where nothing is left
+        xr = x.index_select(0, rows)
+        was = q.gather(1, xr)
+        zero = torch.zeros_like(was) if inner is None else torch.where(inner, 0.0, was)
+        W = q.scatter_(1, xr, zero)
+        return W.scatter_(1, xr, torch.where(W.sum(-1, keepdim=True) > 0, zero, was))
     t, S, ell = (v.index_select(0, rows)[:, None] for v in level)
-    p = P_inner.index_select(0, rows)
-    new = torch.addcmul(q, p, -(t + S / torch.where(ell > 0, ell, 1.0))).clamp_(min=0.0)
-    old = torch.addcmul(q, p, -t).clamp_(min=0.0)
-    return torch.where((ell > 0) & (new.sum(-1, keepdim=True) > 0), new, old)
+    p = torch.index_select(P_inner, 0, rows, out=_block(work, "rp", shape, dev))
+    t_new = t + S / torch.where(ell > 0, ell, 1.0)
+    new = torch.addcmul(q, p, -t_new, out=_block(work, "rw", shape, dev)).clamp_(min=0.0)
+    t_used = torch.where((ell > 0) & (new.sum(-1, keepdim=True) > 0), t_new, t)  # no mass at t': t (probability 0)
+    if inner is not None:
+        t_used = torch.where(inner, t_used, 0.0)  # (q - 0 p)_+ = q
+    W = torch.addcmul(q, p, -t_used, out=new).clamp_(min=0.0)
+    return torch.where(W.sum(-1, keepdim=True) > 0, W, q, out=W)
 
 
 def end_mass_t(lay: TreeLayoutT, acc, alive):
@@ -284,7 +324,7 @@ def end_mass_t(lay: TreeLayoutT, acc, alive):
     return reach * alive
 
 
-def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None):
+def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None, work=None):
     r"""One tree verification on the laws' device: the accepted node, the emitted token, the exact law.
 
     Every node's outcome is decided at once with one uniform per child (``"specinfer"``, ``"sequoia"``: the
@@ -304,12 +344,17 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     Q_inner : torch.Tensor of float64, shape ``(I, V)``
     q_at : callable
         ``q_at(v)`` the target law at the node ``v`` (a tensor of shape ``(1,)``), shape ``(1, V)``: the bonus
-        token's law when ``v`` is a leaf, the row of ``Q_inner`` (the same values) where ``v`` has children
-        (called once, whatever ``v`` is: no host read decides it).
+        token's law when ``v`` is a leaf, the row of ``Q_inner`` (the same values, bit for bit) where ``v`` has
+        children (called once, whatever ``v`` is: no host read decides it). The row is read for nothing else
+        afterwards: the residual may be written over it.
     gen : torch.Generator
         On the laws' device.
     draw : callable, optional
-        ``(W, gen) -> ids`` (default :func:`draw_rows`).
+        ``(W, gen) -> ids`` (default :func:`draw_rows`, its running sums written into ``work``).
+    work : dict, optional, keyword-only
+        Blocks kept across calls (a decoder's, reused every iteration): every pass over ``V`` (the rejections'
+        levels, the accepted node's residual, the running sums of its draw) writes there instead of into fresh
+        blocks; the same values, hence the same draws from the same generator.
 
     Returns
     -------
@@ -337,8 +382,7 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     >>> mass.tolist(), int(a[0]) in (1, 2)
     ([0.0, 0.5, 0.5], True)
     """
-    draw = draw_rows if draw is None else draw
-    acc, alive, x, level, sampler = node_rules_t(rule, lay, tokens, P_inner, Q_inner)
+    acc, alive, x, level, sampler = node_rules_t(rule, lay, tokens, P_inner, Q_inner, work=work)
     I, m = lay.kids.shape
     dev, dt = Q_inner.device, Q_inner.dtype
     if sampler[0] == "cum":
@@ -359,13 +403,10 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     inner = r[:, None] >= 0
     r0 = r.clamp(min=0)
     q = q_at(cur)  # the accepted node's law: its row of Q_inner where it has children, the bonus token's at a leaf
-    if rule == "target-only":  # q off the children's tokens at a node with children (one copy of the row), q at a leaf
-        xr = x.index_select(0, r0)
-        W = q.scatter(1, xr, torch.where(inner, 0.0, q.gather(1, xr)))
-    else:
-        W = torch.where(inner, residual_rows_t(rule, x, level, P_inner, Q_inner, r0), q)
-    W = torch.where(W.sum(-1, keepdim=True) > 0, W, q)  # a residual of no mass (drawn with probability 0)
-    y = draw(W, gen)
+    # its residual at a node with children (q off the children's tokens for "target-only", written over q), q at a
+    # leaf; q where the residual has no mass (drawn with probability 0)
+    W = residual_rows_t(rule, x, level, P_inner, Q_inner, r0, q=q, inner=inner, work=work)
+    y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
     return cur, y, end_mass_t(lay, acc, alive)
 
 
@@ -400,12 +441,12 @@ class _Grow:
         self.lay = TreeLayoutT(shape.parents, shape.depth, inner, device)
 
 
-def _draws(P, k: int, gen):
+def _draws(P, k: int, gen, *, work=None):
     r"""``k`` independent draws from each row of ``P`` (``(B, V)``, non-negative), shape ``(B, k)``: the
     ``"cdf"`` rule of :func:`draw_rows` with ``k`` uniforms per row against one running sum (the first ``i``
     with :math:`c_i > u\,c_V`; a uniform rounded up to the total falls back to the first ``i`` with
-    :math:`c_i = c_V`). No host read."""
-    c = torch.cumsum(P, dim=-1)
+    :math:`c_i = c_V`). No host read; the running sums go into ``work["cum"]`` when given (:func:`_block`)."""
+    c = torch.cumsum(P, dim=-1, out=None if work is None else _block(work, "cum", tuple(P.shape), P.device))
     tot = c[:, -1:].contiguous()
     u = torch.rand((P.shape[0], k), dtype=torch.float64, device=P.device, generator=gen) * tot
     i = torch.searchsorted(c, u, right=True)
@@ -413,7 +454,7 @@ def _draws(P, k: int, gen):
     return torch.where(i < P.shape[-1], i, top).clamp_(max=P.shape[-1] - 1)
 
 
-def _draws_wor(P, most: int, need, gen, *, rule: str | None = None):
+def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, in_place: bool = False):
     r"""``most`` draws without replacement from each row of ``P`` (``(B, V)``, non-negative), in draw order, shape
     ``(B, most)``, and the flags of rows with fewer than ``need`` (``(B,)``) tokens of positive mass. No host read.
 
@@ -430,19 +471,28 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None):
       tokens drawn before set to 0 (a uniform against the total, the first entry past it); on a CPU one
       exponential per entry costs 15 times a running sum. A row's total before draw ``r`` is 0 exactly when it
       has fewer than ``r`` tokens of positive mass: the flags come from those totals.
+
+    ``work`` (a dict of blocks kept across calls, :func:`_block`) receives the running sums or the exponentials
+    instead of fresh blocks; ``in_place`` lets the ``"cdf"`` rule set the drawn tokens to 0 in ``P`` itself (a
+    block the caller owns) instead of a copy, and write their values back in reverse order of the draws before
+    returning (``P`` ends bit for bit as it was). The same draws either way.
     """
     if rule is None:
         rule = "race" if P.device.type == "cuda" else "cdf"
+    blk = None if work is None else _block(work, "cum", tuple(P.shape), P.device)
     if rule == "race":
-        E = torch.empty(P.shape, dtype=torch.float64, device=P.device).exponential_(generator=gen)
-        top = torch.topk(P / E.clamp_(min=torch.finfo(torch.float64).tiny), most, dim=-1).indices
+        E = (torch.empty(P.shape, dtype=torch.float64, device=P.device) if blk is None else blk).exponential_(
+            generator=gen)
+        E.clamp_(min=torch.finfo(torch.float64).tiny)
+        top = torch.topk(torch.div(P, E, out=E), most, dim=-1).indices
         return top, (P > 0).sum(-1) < need
     B, V = P.shape
-    W = P.clone()
+    W = P if in_place else P.clone()
     top = torch.empty((B, most), dtype=torch.long, device=P.device)
     tots = torch.empty((B, most), dtype=P.dtype, device=P.device)
+    was = torch.empty((B, most), dtype=P.dtype, device=P.device) if in_place else None
     for r in range(most):
-        c = torch.cumsum(W, dim=-1)
+        c = torch.cumsum(W, dim=-1, out=blk)
         tot = c[:, -1:].contiguous()
         u = torch.rand((B, 1), dtype=torch.float64, device=P.device, generator=gen) * tot
         i = torch.searchsorted(c, u, right=True)
@@ -450,7 +500,12 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None):
         pick = torch.where(i < V, i, last).clamp_(max=V - 1)
         top[:, r : r + 1], tots[:, r : r + 1] = pick, tot
         if r + 1 < most:
+            if in_place:
+                was[:, r : r + 1] = W.gather(1, pick)
             W.scatter_(1, pick, 0.0)
+    if in_place:  # the drawn tokens' values back, the first draw's last (a degenerate row may draw a token twice)
+        for r in range(most - 2, -1, -1):
+            W.scatter_(1, top[:, r : r + 1], was[:, r : r + 1])
     short = ((tots == 0) & (torch.arange(most, device=P.device) < need[:, None])).any(-1)
     return top, short
 
@@ -463,6 +518,11 @@ class TreeStepT:
     ``law_batch`` and ``clock`` are the decoder's batch of kept laws and its one clock (``log_laws``).
     """
 
+    #: ``log_laws``: copy the root laws into blocks of ``law_batch`` rows (True) or compute their optimum after each
+    #: iteration from its own blocks (False); None: copy everywhere but for ``"iid"`` on the CPU
+    #: (:meth:`_keep_root_laws`).
+    copy_root_laws: bool | None = None
+
     def __init__(self, plan, sampling, log_laws: bool, *, law_batch: int, clock):
         self.plan, self.sampling = plan, sampling
         self.rule = _RULES[type(plan.verifier)]
@@ -472,7 +532,7 @@ class TreeStepT:
         self.lay_t = None  # on the target's device
         self.dev_log: list = []
         self.law_batch, self.clock = law_batch, clock  # the decoder's batch of kept laws and its one clock
-        self.wor_laws: list = []  # root laws of "wor" trees until the next flush ("iid": the decoder's own list)
+        self.kept: list = []  # log_laws: the root laws (p, q) kept until the next flush (:meth:`_keep_root_laws`)
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
         self._blocks: dict = {}  # float64 law blocks allocated once per decode, overwritten every iteration
@@ -482,10 +542,10 @@ class TreeStepT:
         log-sum-exp); the flags of supports too small for the children (None for ``"iid"``)."""
         g, process = self.grow, self.plan.process
         if process == "iid":
-            vals = _draws(P, g.width[j], self.gd).flatten().index_select(0, g.cell[j])
+            vals = _draws(P, g.width[j], self.gd, work=self._blocks).flatten().index_select(0, g.cell[j])
             return tokens.index_copy_(0, g.dst[j], vals), None
-        if process == "wor":
-            top, short = _draws_wor(P, g.most[j], g.need[j], self.gd)
+        if process == "wor":  # P: rows of the step's own block, restored bit for bit after the draws
+            top, short = _draws_wor(P, g.most[j], g.need[j], self.gd, work=self._blocks, in_place=True)
         else:  # the draft's own law (temperature 1, untruncated) ranks as its logits do: no float64 law is formed
             vals, top = torch.topk(logits, g.most[j], dim=-1)
             kth = vals.gather(1, (g.need[j] - 1)[:, None])[:, 0].to(torch.float64)
@@ -511,8 +571,7 @@ class TreeStepT:
         length, batch, row = len(ctx), 1, 0
         Pb = None
         if self.needs_p:  # the draft's laws at the nodes with children, in a block kept across iterations
-            Pb = self._blocks["P"] = _law_block(self._blocks.get("P"), (g.lay.inner_np.shape[0],
-                                                                          int(logits.shape[-1])), ddev)
+            Pb = _block(self._blocks, "P", (g.lay.inner_np.shape[0], int(logits.shape[-1])), ddev)
         for j in range(g.D):
             raws.append(logits)
             P = lse = None
@@ -545,14 +604,14 @@ class TreeStepT:
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
-        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner)
+        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows)
         P_inner = Pb.to(tdev, non_blocking=True) if Pb is not None else None
-        a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt)
+        a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
         # flags of bad draft laws or small supports, then of bad target laws
         nd = int(dflags.shape[0])
         res = torch.cat([a, y, tokens_t, dflags.to(tdev, non_blocking=True), bad_rows(Q).to(torch.long),
-                         bad_rows(leaf[0]).to(torch.long)]).tolist()
+                         leaf[0].to(torch.long)]).tolist()
         tok = res[2 : 2 + n1]
         if any(res[2 + n1 : 2 + n1 + nd]):
             self._refuse(dec, ctx, res[2 + n1 : 2 + n1 + nd], tok, Pb, raws)
@@ -569,32 +628,61 @@ class TreeStepT:
         by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, self.lay_t.depth, mass)
         self.dev_log.append(torch.cat([by_depth, self._root_alpha(self.lay_t, tokens_t, Q)[None]]))
         if self.log_laws:
-            kept = dec.first_laws if plan.process == "iid" else self.wor_laws
-            kept.append((P_inner[0].clone(), Q[0].clone()))  # the root is inner[0]
-            if len(kept) == self.law_batch:
-                self._flush(dec)
+            self._keep_root_laws(dec, P_inner[0], Q[0])  # the root is inner[0]
         tau = int(plan.shape.depth[a])
         reached = np.zeros(plan.L)
         reached[:tau] = 1.0
         dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
         return out
 
-    def _target_laws(self, logits, rows):
+    def _target_laws(self, logits, rows, row_slice=None):
         """The float64 target laws the rules read, on the target's device: ``Q`` at the nodes ``rows`` (those with
-        children), written into a block kept across iterations, and ``q_at`` for the accepted node's (its bonus
-        token's when a leaf; a one-row block), with the list that receives it (for its flag)."""
+        children; ``row_slice`` the same rows as a slice where they are consecutive: the logits there are read in
+        place), written into a block kept across iterations, and ``q_at`` for the accepted node's (its
+        bonus token's when a leaf; a one-row block), with the list that receives the flag of a bad law there (read
+        when the law is formed: the verification writes the residual over it). The logits of rows chosen on the
+        device are gathered into a block kept across iterations too."""
         V = int(logits.shape[-1])
-        dev = logits.device
-        Qb = self._blocks["Q"] = _law_block(self._blocks.get("Q"), (int(rows.shape[0]), V), dev)
-        Q = _laws_into(self.sampling, logits.index_select(0, rows), Qb)
+        dev, blocks = logits.device, self._blocks
+        Qb = _block(blocks, "Q", (int(rows.shape[0]), V), dev)
+        if row_slice is not None:
+            at = logits[row_slice]
+        else:
+            at = torch.index_select(logits, 0, rows, out=_block(blocks, "sel", (int(rows.shape[0]), V), dev,
+                                                                 logits.dtype))
+        Q = _laws_into(self.sampling, at, Qb)
         leaf: list = []
 
         def q_at(v):
-            qb = self._blocks["q"] = _law_block(self._blocks.get("q"), (1, V), dev)
-            leaf.append(_laws_into(self.sampling, logits.index_select(0, v), qb))
-            return leaf[0]
+            qb = _block(blocks, "q", (1, V), dev)
+            at = torch.index_select(logits, 0, v, out=_block(blocks, "sel", (1, V), dev, logits.dtype))
+            law = _laws_into(self.sampling, at, qb)
+            leaf.append(bad_rows(law))
+            return law
 
         return Q, q_at, leaf
+
+    def _keep_root_laws(self, dec, p, q) -> None:
+        """Keep the root's draft and target laws for their optimum (:meth:`_flush`, timed as analysis, outside the
+        wall time). For ``"iid"`` on the CPU the optimum (a sort) is computed at once from the iteration's own law
+        blocks (no copy: a copy of two rows of ``8 V`` bytes is a pass the flush would cost anyway); elsewhere, and
+        for ``"wor"`` (whose optimum is long host work: between iterations it evicted the models' weights from the
+        caches and slowed the next forwards), the laws are copied into the next rows of two blocks of ``law_batch``
+        rows kept across iterations (no fresh block), flushed when full and after the loop, as the decoder keeps a
+        chain's first laws."""
+        copy = self.copy_root_laws
+        if copy is None:  # "wor": its optimum is host work of about 0.2 s a root at V = 128,256, kept after the loop
+            copy = p.device.type != "cpu" or self.plan.process == "wor"
+        if not copy:
+            self.kept.append((p, q))
+            self._flush(dec)
+            return
+        ring, V, dev = self.law_batch, int(p.shape[-1]), p.device
+        i = len(self.kept)
+        Pr, Qr = (_block(self._blocks, name, (ring, V), dev) for name in ("rootP", "rootQ"))
+        self.kept.append((Pr[i].copy_(p), Qr[i].copy_(q)))
+        if len(self.kept) == ring:
+            self._flush(dec)
 
     def _paths(self, tok: list[int], parents=None) -> list[tuple]:
         """The token path of every node, from the tree's tokens (the shape's ancestors, or ``parents``; no tree
@@ -617,15 +705,16 @@ class TreeStepT:
         ``"iid"`` :math:`\alpha_K` by the decoder's batch (one sort on the device), for ``"wor"`` its analogue
         without replacement on the host, one root at a time; the laws are then dropped."""
         if self.plan.process == "iid":
+            dec.first_laws, self.kept = self.kept, []
             dec._flush_first_laws()
             return
-        if self.wor_laws:
-            a0 = self.clock(self.wor_laws[0][0].device)
-            for p, q in self.wor_laws:
+        if self.kept:
+            a0 = self.clock(self.kept[0][0].device)
+            for p, q in self.kept:
                 p, q = p.to("cpu").numpy(), q.to("cpu").numpy()
                 self.alpha_wor.append(float(otspec.alpha_k(p, q, self.plan.k, replacement=False)))
-            dec.analysis_time += self.clock(self.wor_laws[0][0].device) - a0
-            self.wor_laws = []
+            dec.analysis_time += self.clock(self.kept[0][0].device) - a0
+            self.kept = []
 
     def finish(self, dec) -> None:
         """The per-iteration predictions from the logged device values (one transfer), after the loop."""
@@ -937,11 +1026,11 @@ class Eagle2StepT(TreeStepT):
         V = int(logits.shape[-1])
         # the draft's laws of the iteration's expanded rows, written into blocks kept across iterations; the
         # processed law is its own law (the same values) unless the sampling changes it
-        Rb = self._blocks["R"] = _law_block(self._blocks.get("R"), (b.E, V), ddev)
+        Rb = _block(self._blocks, "R", (b.E, V), ddev)
         own_p = self.needs_p and not sampling.changes_law
         Pb = None
         if self.needs_p and not own_p:
-            Pb = self._blocks["P"] = _law_block(self._blocks.get("P"), (b.E, V), ddev)
+            Pb = _block(self._blocks, "P", (b.E, V), ddev)
         flags, shorts, frontier, row = [], [], None, 0
         for lv in range(b.D):
             nb = int(logits.shape[0])
@@ -974,12 +1063,12 @@ class Eagle2StepT(TreeStepT):
         t.seq = list(ctx)
         Q, q_at, leaf = self._target_laws(logits, lay_t.inner0)
         P_inner = (Rb if own_p else Pb).to(tdev, non_blocking=True) if self.needs_p else None
-        a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt)
+        a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree (parents, tokens),
         # the last frontier's paths (the draft's cache rows), the flags of the draft's laws, then of the target's
         nd = 2 * b.E
         res = torch.cat([a, y, parents_t, tokens_t, last.to(tdev, non_blocking=True), dflags.to(tdev, non_blocking=True),
-                         bad_rows(Q).to(torch.long), bad_rows(leaf[0]).to(torch.long)]).tolist()
+                         bad_rows(Q).to(torch.long), leaf[0].to(torch.long)]).tolist()
         par, tok = res[2 : 2 + n1], res[2 + n1 : 2 + 2 * n1]
         o = 2 + 2 * n1 + int(last.shape[0])
         if any(res[o : o + nd]):
