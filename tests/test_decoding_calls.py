@@ -183,3 +183,17 @@ def test_takes_last(pair):
     hf = D.HFCausalLM(pair[0])
     assert takes_last(hf) and takes_last(_Passing(hf)) and takes_last(_Passing(_Passing(hf)))
     assert not takes_last(_Plain(hf)) and not takes_last(_Passing(_Plain(hf))) and not takes_last(object())
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("tree", ["topk:branching(2,2)", "eagle2:3,2,5", "iid:branching(2,2):specinfer",
+                                  "wor:branching(2,2):sequoia"])
+def test_tree_draft_calls_compute_one_position_per_row(pair, engine, tree):
+    """A draft tree's draft calls read the last position of every row only, and ask for it alone (before: every
+    prompt position at the draft's first call, and every fed token after a full acceptance); the target's tree
+    call scores every node."""
+    res, tcalls, dcalls = _counted(pair, lambda t, d: D.speculative_decode(
+        PROMPT, draft=d, target=t, tree=tree, max_new_tokens=10, rng=0, engine=engine))
+    assert res.iterations >= 2 and len(tcalls) == res.iterations
+    assert dcalls[0] == (len(PROMPT), 1)
+    assert all(rows == 1 for _, rows in dcalls)

@@ -565,7 +565,7 @@ class TreeStepT:
         g = self.grow
         # -- draft: the root, then one call per depth on the frontier's rows; tokens and laws stay on the device
         pending = d.sync(ctx)
-        logits = d.logits_ids(torch.tensor([pending], dtype=torch.long).to(ddev, non_blocking=True))[:, -1]
+        logits = d.logits_ids(torch.tensor([pending], dtype=torch.long).to(ddev, non_blocking=True), last=1)[:, -1]
         tokens = torch.full((plan.shape.n + 1,), -1, dtype=torch.long, device=ddev)
         flags, shorts, raws = [], [], []
         length, batch, row = len(ctx), 1, 0
@@ -590,7 +590,7 @@ class TreeStepT:
                 if not _is_repeat(prow, batch):
                     d.lm.select(d.state, prow.tolist(), length)
                 feed = tokens.index_select(0, g.frontier[j + 1])[:, None]
-                logits = d.logits_ids(feed)[:, -1]
+                logits = d.logits_ids(feed, last=1)[:, -1]
                 length, batch = length + 1, int(feed.shape[0])
         d.seq = list(ctx)
         # the flags of bad draft laws and too small supports, read with the outcome (every token id is in [0, V)
@@ -1021,7 +1021,7 @@ class Eagle2StepT(TreeStepT):
         b.new()
         # -- draft: the root, then one call per level on the frontier's paths; laws and scores stay on the device
         pending = d.sync(ctx)
-        logits = d.logits_ids(torch.tensor([pending], dtype=torch.long).to(ddev, non_blocking=True))[:, -1]
+        logits = d.logits_ids(torch.tensor([pending], dtype=torch.long).to(ddev, non_blocking=True), last=1)[:, -1]
         length = len(ctx)
         V = int(logits.shape[-1])
         # the draft's laws of the iteration's expanded rows, written into blocks kept across iterations; the
@@ -1045,7 +1045,7 @@ class Eagle2StepT(TreeStepT):
             if frontier is not None:
                 if lv >= 1:  # back to the context: the next frontier's paths are fed whole
                     d.lm.select(d.state, 0, length)
-                logits = d.logits_ids(b.path.index_select(0, frontier)[:, : lv + 1])[:, -1]
+                logits = d.logits_ids(b.path.index_select(0, frontier)[:, : lv + 1], last=1)[:, -1]
         d.seq = list(ctx)
         parents, tokens, _, lay = b.tree()
         n1 = b.n + 1

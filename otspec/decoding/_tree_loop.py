@@ -465,7 +465,7 @@ class TreeStep:
         grower = plan.grower(dec.gen)
         # -- draft: the root, then one call per depth on the frontier's rows
         pending = d.sync(ctx)
-        P, R = self._laws(d.logits_t(np.array([pending], dtype=np.int64))[:, -1])
+        P, R = self._laws(d.logits_t(np.array([pending], dtype=np.int64), last=1)[:, -1])
         d.seq = list(ctx)
         rows: list[tuple] = [()]
         laws = {(): P[0]}
@@ -475,7 +475,7 @@ class TreeStep:
             toks, prow = nxt
             if not _is_repeat(prow, len(rows)):
                 d.lm.select(d.state, prow.tolist(), length)
-            P, R = self._laws(d.logits_t(toks[:, None])[:, -1])
+            P, R = self._laws(d.logits_t(toks[:, None], last=1)[:, -1])
             rows = [rows[r] + (int(x),) for r, x in zip(prow.tolist(), toks.tolist())]
             laws.update(zip(rows, P))
             length += 1
