@@ -730,8 +730,10 @@ def speculative_decode(
         ``alpha_opt_first`` NaN there. Ignored elsewhere (``K = 1``:
         :math:`\alpha_1 = 1 - \mathrm{TV}` costs nothing). The same for
         trees on the device with ``process="iid"`` or ``"wor"`` (the root's
-        laws kept; the optimum without replacement on the host, after each
-        batch); ``"topk"`` trees need nothing kept.
+        laws kept in blocks of :data:`LAW_BATCH` iterations, their optimum
+        after each batch, without replacement on the host; ``"iid"`` trees
+        on a CPU compute it after each iteration from the iteration's own
+        blocks, timed apart too); ``"topk"`` trees need nothing kept.
 
     Returns
     -------
