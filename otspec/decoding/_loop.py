@@ -969,7 +969,7 @@ class _Decoder:
         gd, gt = self.device_gens
         pending = d.sync(ctx)
         ids = torch.tensor([pending], dtype=torch.long, device=d.lm.device)
-        logits = d.logits_ids(ids, 1)[:, -1]
+        logits = d.logits_ids(ids, last=1)[:, -1]
         V = logits.shape[-1]
         P = self._P = _law_block(self._P, (K, L, V), logits.device)
         X = torch.empty((K, L), dtype=torch.long, device=logits.device)
@@ -978,14 +978,14 @@ class _Decoder:
             P[1:, 0] = P1
         X[:, 0] = draw_rows(P1, gd).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd)
         for j in range(1, L):
-            _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j], 1)[:, -1], P[:, j])
+            _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j], last=1)[:, -1], P[:, j])
             X[:, j] = draw_rows(P[:, j], gd)
         pending_t = t.sync(ctx)
         tdev = t.lm.device
         Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
         head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
         Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev)
-        _laws_into(self.sampling, t.logits_ids(torch.cat([head, Xt], dim=1), L + 1)[:, -(L + 1):], Q)  # (K, L + 1, V)
+        _laws_into(self.sampling, t.logits_ids(torch.cat([head, Xt], dim=1), last=L + 1)[:, -(L + 1):], Q)  # (K, L + 1, V)
         if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
             out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt)
             alpha = torch.cat([law, torch.minimum(Pt[0, 0], Q[0, 0]).sum()[None]])
