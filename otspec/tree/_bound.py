@@ -250,9 +250,11 @@ class _Race:
     :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
     in the head keeps the stated upper bound (``ok`` False). ``heads`` (a boolean per row of ``P``; None: all):
     the rows whose head tokens get their laws in the first round (the others' ``HL`` stay 0: rows where no head
-    token's law is read); a grown head gets them in every row."""
+    token's law is read); a grown head gets them in every row. ``stats`` (None: from the host rows of ``P``):
+    ``stats(rows, K) -> (head, kh, hval, pmax, nu)`` of a grown head of ``K`` tokens, as ``first``'s entries
+    (the laws of a device: :func:`_race_stats_t`)."""
 
-    def __init__(self, P, ranks: list, rows, first: dict | None = None, heads=None):
+    def __init__(self, P, ranks: list, rows, first: dict | None = None, heads=None, stats=None):
         m, V = len(P), P[0].shape[0]
         self.ranks = list(ranks)
         nk, N = len(self.ranks), _RACE_TERMS
@@ -276,6 +278,9 @@ class _Race:
                 head, kh = first["head"][todo], first["kh"][todo]
                 ph, pmax, nu = first["hval"][todo], first["pmax"][todo], first["nu"][todo]
                 first = None
+            elif stats is not None:
+                # a grown head where the rows are (a device's laws): ``stats(rows, K)`` as the first round's
+                head, kh, ph, pmax, nu = stats(todo, K)
             else:
                 sub = np.ascontiguousarray(P[todo]) if isinstance(P, np.ndarray) else np.stack([P[i] for i in todo])
                 part = np.argpartition(-sub, K - 1, axis=1)[:, :K] if K < V else np.tile(np.arange(V), (n, 1))
@@ -915,13 +920,7 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
         return None
     E = len(depths)
     coef = [A @ beta[d] for d in depths]                     # (m, R) each: depth-d slots below each rank's child
-    w01 = np.zeros((m, 2))
-    c01 = np.zeros((m, E, 2))
-    for k, r in enumerate(ranks):
-        if r < 2:
-            w01[:, r] = W[:, k]
-            for e in range(E):
-                c01[:, e, r] = coef[e][:, k]
+    w01, c01 = _first_two_weights(ranks, W, coef)
     race = None
     if race_on:
         race = _Race(Prows, [r for r in ranks if r >= 2], rows,
@@ -929,20 +928,7 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
                                 nu=nu), heads=heads)
         if not race.ok[rows].all():
             return None
-        Kh = race.head.shape[1]
-        H = np.zeros((m, N + 1))
-        Hmd = np.zeros((m, E, N + 1))
-        HLw = np.zeros((m, Kh))
-        HLmd = np.zeros((m, E, Kh))
-        for k, r in enumerate(ranks):
-            if r < 2:
-                continue
-            q = race.ranks.index(r)
-            H += W[:, k, None] * race.C[:, q]
-            HLw += W[:, k, None] * race.HL[:, q]
-            for e in range(E):
-                Hmd[:, e] += coef[e][:, k, None] * race.C[:, q]
-                HLmd[:, e] += coef[e][:, k, None] * race.HL[:, q]
+        H, Hmd, HLw, HLmd = _race_weights(race, ranks, W, coef)
         rhead, theta, pmax = race.head, race.theta, race.pmax
     else:
         H, Hmd, HLw, HLmd = np.zeros((m, 1)), np.zeros((m, E, 1)), np.zeros((m, 1)), np.zeros((m, E, 1))
@@ -967,6 +953,279 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
                    c01[i], Hmd[i], race_on, float(pmax[i]), theta[i], rhead[i], HLw[i], HLmd[i], sums[i], low[i], pi[i],
                    md[i])
     return _RowDraws(ranks, st, race), md
+
+
+def _first_two_weights(ranks, W, coef):
+    """``(w01, c01)``: the slot weights of the ranks 0 and 1 (``(m, 2)``, 0 where unused) and their slot counts
+    at each lower depth (``(m, E, 2)``), from ``W`` (``(m, R)``) and ``coef`` (``E`` arrays ``(m, R)``)."""
+    m, E = W.shape[0], len(coef)
+    w01 = np.zeros((m, 2))
+    c01 = np.zeros((m, E, 2))
+    for k, r in enumerate(ranks):
+        if r < 2:
+            w01[:, r] = W[:, k]
+            for e in range(E):
+                c01[:, e, r] = coef[e][:, k]
+    return w01, c01
+
+
+def _race_weights(race: _Race, ranks, W, coef):
+    r"""``(H, Hmd, HLw, HLmd)``: the race's Taylor coefficients (``(m, N + 1)``) and head laws (``(m, Kh)``) of the
+    ranks >= 2 combined by their slot weights ``W``, and the same with the slot counts ``coef`` of each lower
+    depth (``(m, E, .)``): the law of the draws' union that :math:`\pi` and the caps read."""
+    m, E = W.shape[0], len(coef)
+    Kh, N1 = race.head.shape[1], race.C.shape[2]
+    H, Hmd = np.zeros((m, N1)), np.zeros((m, E, N1))
+    HLw, HLmd = np.zeros((m, Kh)), np.zeros((m, E, Kh))
+    for k, r in enumerate(ranks):
+        if r < 2:
+            continue
+        q = race.ranks.index(r)
+        H += W[:, k, None] * race.C[:, q]
+        HLw += W[:, k, None] * race.HL[:, q]
+        for e in range(E):
+            Hmd[:, e] += coef[e][:, k, None] * race.C[:, q]
+            HLmd[:, e] += coef[e][:, k, None] * race.HL[:, q]
+    return H, Hmd, HLw, HLmd
+
+
+# --------------------------------------------------------------------------- the device route: torch tensors, few reads
+def _to_device(a, like):
+    """A host array as a float64 tensor on ``like``'s device (one copy)."""
+    import torch
+
+    return torch.as_tensor(np.ascontiguousarray(a, dtype=np.float64), device=like.device)
+
+
+def _read(parts) -> np.ndarray:
+    """The tensors ``parts`` flattened into one float64 host array: one read of the device for all of them."""
+    import torch
+
+    return torch.cat([t.reshape(-1).to(torch.float64) for t in parts]).to("cpu").numpy()
+
+
+def _race_stats_t(P, rows, K: int):
+    r"""What the exponential race needs of the rows ``rows`` of the ``(m, V)`` tensor ``P``, computed where ``P`` is
+    and read in one copy: ``(support, head, kh, hval, pmax, nu)`` (host arrays, ``len(rows)`` rows) as
+    :func:`_bound_kernels.wor_row_stats` gives them: the support, the ``K`` most likely tokens by decreasing
+    probability (-1 past the ``kh`` positive ones) and their probabilities, the tail's largest probability (0
+    without a tail) and its power sums :math:`\nu_n = \sum_x (p_x / p_{\max})^n`, ``n = 1 ..``
+    :data:`_RACE_TERMS`, over every tail token (the host's kernel leaves out the powers below 1e-21; the sums agree
+    to a relative 1e-16)."""
+    import torch
+
+    N = _RACE_TERMS
+    sub = P if len(rows) == P.shape[0] and list(rows) == list(range(P.shape[0])) else \
+        P[torch.as_tensor(list(rows), dtype=torch.long, device=P.device)]
+    m, V = sub.shape
+    K = min(K, V)
+    vals, idx = torch.topk(sub, min(K + 1, V), dim=1)
+    pmax = vals[:, K] if K < V else torch.zeros(m, dtype=sub.dtype, device=sub.device)
+    y = (sub / torch.where(pmax > 0, pmax, 1.0)[:, None]).scatter(1, idx[:, :K], 0.0)
+    cols, pw = [torch.sum(y, dim=1)], y
+    for _ in range(2, N + 1):
+        pw = pw * y
+        cols.append(torch.sum(pw, dim=1))
+    nu = torch.stack(cols, dim=1) * (pmax > 0)[:, None]
+    host = _read([torch.cat([torch.sum(sub > 0, dim=1, keepdim=True).to(sub.dtype), vals[:, :K],
+                             idx[:, :K].to(sub.dtype), pmax[:, None], nu], dim=1)]).reshape(m, 1 + 2 * K + 1 + N)
+    support = host[:, 0].astype(np.int64)
+    kh = np.minimum(K, support)
+    inside = np.arange(K)[None, :] < kh[:, None]
+    head = np.where(inside, host[:, 1 + K:1 + 2 * K], -1).astype(np.int64)
+    hval = np.where(inside, host[:, 1:1 + K], 0.0)
+    pm = host[:, 1 + 2 * K]
+    nu_h = np.concatenate([np.zeros((m, 1)), host[:, 2 + 2 * K:]], axis=1)
+    return support, head, kh, hval, pm, nu_h
+
+
+def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, last: bool):
+    r"""The children's :math:`\pi` and expected slot counts below them, draws without replacement, for the
+    ``(m, V)`` tensor ``P`` of one depth's prefixes, where ``P`` is: rank 0 is ``p``, rank 1 the closed form
+    (:func:`_second_draw`), ranks >= 2 the exponential race (its power sums here, :func:`_race_stats_t`; its
+    quadrature per row on the host, :class:`_Race`, small arrays both ways), combined by their slot weights before
+    the Taylor sum, which runs by Horner's rule over the whole block, to the largest degree any row needs (each
+    entry's own degree on the host: the terms above it are below 1e-17 of the first). At the last expanded depth
+    (``last``) the rows whose lower bound :math:`w_0 p + w_1 \ell_1 \ge Q` everywhere need no race.
+
+    Returns ``(pi, mds, P1, race, support)``: ``pi`` clipped at 1, ``mds`` the ``E`` slot counts, the second
+    draw's law, the :class:`_Race` (None without ranks >= 2) and the supports as a tensor (checked by the caller
+    with its one read), or None where the host's block route must take the frontier (rows whose draws are
+    enumerated, the race refused or off)."""
+    import torch
+
+    ranks, C, beta = slots.incidence(j)
+    need = slots.need[j]
+    m, V = P.shape
+    E = len(depths)
+    race_on = need > 2
+    if race_on and not _WOR_RACE:
+        return None
+    P1 = _second_draw(P) if need > 1 else torch.zeros_like(P)
+    dev_w = _to_device(np.concatenate([w01, c01.reshape(m, 2 * E)], axis=1), P)
+    base_pi = dev_w[:, 0:1] * P + dev_w[:, 1:2] * P1
+    base_md = [dev_w[:, 2 + 2 * e:3 + 2 * e] * P + dev_w[:, 3 + 2 * e:4 + 2 * e] * P1 for e in range(E)]
+    support = torch.sum(P > 0, dim=1)
+    race = None
+    if race_on:
+        paths = [u.path for u in frontier]
+        if last:   # one read: the supports, and the rows where the lower bound leaves entries undecided
+            got = _read([support, torch.any(base_pi < Qc, dim=1)]).reshape(2, m)
+            sup, rows = got[0].astype(np.int64), np.flatnonzero(got[1] > 0).tolist()
+        else:
+            sup, rows = None, list(range(m))
+        K = min(_RACE_HEAD, V)
+        st = _race_stats_t(P, rows, K) if rows else None
+        if sup is None:
+            sup = st[0]
+        for i in np.flatnonzero(sup < need).tolist():
+            raise _support_error("wor", need, paths[i], P[i].to("cpu").numpy())
+        if any(math.perm(int(n), need) * V <= _MAX_WOR_ENUMERATION for n in sup.tolist()):
+            return None
+        if rows:
+            first = dict(support=sup, head=np.full((m, K), -1, np.int64), hval=np.zeros((m, K)),
+                         kh=np.zeros(m, np.int64), pmax=np.zeros(m), nu=np.zeros((m, _RACE_TERMS + 1)))
+            for key, v in zip(("head", "kh", "hval", "pmax", "nu"), st[1:]):
+                first[key][rows] = v
+            race = _Race(P, [r for r in ranks if r >= 2], rows, first=first,
+                         stats=lambda todo, k: _race_stats_t(P, todo, k)[1:])
+            if not race.ok[rows].all():
+                return None
+            A = np.stack([u.A for u in frontier])
+            W, coef = A @ C, [A @ beta[d] for d in depths]
+            H, Hmd, HLw, HLmd = _race_weights(race, ranks, W, coef)
+            N = race.C.shape[2] - 1
+            # the largest Taylor degree of a tail entry (x <= 1): thresholds below 1, over the rows with a tail
+            top = int(np.max(np.sum(race.theta[:, :N] < 1.0, axis=1), initial=0))
+            Kh = race.head.shape[1]
+            host = np.concatenate([np.stack([H] + [Hmd[:, e] for e in range(E)], axis=1)[:, :, :top + 1]
+                                   .reshape(m, -1), np.stack([HLw] + [HLmd[:, e] for e in range(E)], axis=1)
+                                   .reshape(m, -1), race.head.astype(np.float64), race.pmax[:, None]], axis=1)
+            got = _to_device(host, P)
+            Hs = got[:, :(1 + E) * (top + 1)].reshape(m, 1 + E, top + 1)
+            at = (1 + E) * (top + 1)
+            HL = got[:, at:at + (1 + E) * Kh].reshape(m, 1 + E, Kh)
+            head = got[:, at + (1 + E) * Kh:at + (2 + E) * Kh].to(torch.long)
+            pmax = got[:, -1]
+            valid = head >= 0
+            hidx = torch.where(valid, head, 0)
+            hm = torch.zeros_like(P).scatter_add_(1, hidx, valid.to(P.dtype)) > 0
+            x = (P / pmax[:, None]).masked_fill(hm, 0.0)
+            acc = Hs[:, :, top, None].expand(m, 1 + E, V)
+            for n in range(top - 1, -1, -1):
+                acc = torch.addcmul(Hs[:, :, n, None], acc, x[:, None, :])
+            hv = torch.zeros(m, 1 + E, V, dtype=P.dtype, device=P.device).scatter_add_(
+                2, hidx[:, None, :].expand(m, 1 + E, Kh), torch.where(valid[:, None, :], HL, 0.0))
+            add = torch.where(hm[:, None, :], hv, P[:, None, :] * acc)
+            base_pi = base_pi + add[:, 0]
+            base_md = [b + add[:, 1 + e] for e, b in enumerate(base_md)]
+    return torch.clip(base_pi, None, 1.0), base_md, P1, race, support
+
+
+def _top_t(low, keep: int):
+    """``(vals, idx)`` (``(m, min(keep, V))`` tensors): per row the at most ``keep`` largest positive entries of
+    ``low`` with their columns, ties at the ``keep``-th value taken by lower column (the host's
+    :func:`_top_per_row`); the other places hold -1. Two ``topk``, a ``cumsum``, no read."""
+    import torch
+
+    m, V = low.shape
+    pos = low > 0
+    if keep < V:
+        kth = torch.topk(low, keep, dim=1).values[:, -1:]
+        gt = low > kth
+        eq = (low == kth) & pos
+        room = keep - torch.sum(gt, dim=1, keepdim=True)
+        pos = gt | (eq & (torch.cumsum(eq.to(torch.int64), dim=1) <= room))
+    return torch.topk(torch.where(pos, low, -1.0), min(keep, V), dim=1)
+
+
+def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
+    r""":func:`_expand` where the laws are (torch tensors on the models' device, ``(m, V)`` float64 blocks): the
+    children's :math:`\pi` (i.i.d.: :func:`_iid_pi`'s recursion over the whole block; without replacement
+    :func:`_wor_pi_t`), min(Q, pi), the caps of the lower depths and every row sum, the candidates of each row
+    (:func:`_top_t`) and their values, all read in one copy (without replacement and ranks >= 2, one more read
+    before it for the race's power sums, and at the last depth one for the rows that need the race). The same
+    ``(candidates, pi_exact, dropped)``; the host's block route (:func:`_expand` on the tensors) where
+    :func:`_wor_pi_t` declines."""
+    import torch
+
+    j = len(frontier[0].path)
+    D, m, V = slots.D, len(frontier), Pl.shape[1]
+    more = j + 1 < D
+    depths = list(range(j + 2, D + 1))
+    E = len(depths)
+    Qu = np.array([u.Q for u in frontier])
+    A = np.stack([u.A for u in frontier])
+    s_all = np.array([u.s for u in frontier], dtype=np.float64).reshape(m, j)
+    ranks, C, beta = slots.incidence(j)
+    race, P1, support = None, None, None
+    if process != "wor":
+        mdc = np.stack([A @ beta[d].sum(axis=1) for d in depths], axis=1) if depths else np.zeros((m, 0))
+        got = _to_device(np.concatenate([Qu[:, None], mdc, s_all], axis=1), Pl)
+        Qc = got[:, :1] * Ql
+        pi = _iid_pi(slots, j, got[:, 1 + E:], Pl)
+        mds = [got[:, 1 + e:2 + e] * Pl for e in range(E)]
+    else:
+        Qc = _to_device(Qu[:, None], Pl) * Ql
+        w01, c01 = _first_two_weights(ranks, A @ C, [A @ beta[d] for d in depths])
+        got = _wor_pi_t(slots, j, frontier, Pl, Qc, w01, c01, depths, not more)
+        if got is None:
+            return _expand(slots, process, frontier, Pl, Ql, keep)
+        pi, mds, P1, race, support = got
+    low = torch.minimum(Qc, pi)
+    caps = [torch.minimum(Qc, md) for md in mds]
+    parts = [torch.stack([torch.sum(low, dim=1)] + [torch.sum(c, dim=1) for c in caps], dim=1)]
+    sizes = [m * (1 + E)]
+    if support is not None:
+        parts.append(support)
+        sizes.append(m)
+    K = min(keep, V) if more else 0
+    if more:
+        parts.append(torch.sum(low > 0, dim=1))
+        sizes.append(m)
+    if K > 0:
+        vals, idx = _top_t(low, K)
+        fields = [low, Qc, pi, Pl] + ([P1] if P1 is not None else []) + caps
+        parts += [vals, idx, torch.stack([torch.gather(f, 1, idx) for f in fields], dim=2)]
+        sizes += [m * K, m * K, m * K * len(fields)]
+    host = np.split(_read(parts), np.cumsum(sizes)[:-1])
+    sums = host[0].reshape(m, 1 + E)
+    for i, u in enumerate(frontier):
+        u.exact = float(sums[i, 0])
+        u.S = {d: float(sums[i, 1 + e]) for e, d in enumerate(depths)}
+    at = 1
+    if support is not None:
+        need = slots.need[j]
+        for i in np.flatnonzero(host[at] < need).tolist():
+            raise _support_error("wor", need, frontier[i].path, Pl[i].to("cpu").numpy())
+        at += 1
+    pi_exact = True                                   # the race's rows all accepted (else the block route)
+    if not more:
+        return None, pi_exact, 0
+    npos = host[at].astype(np.int64)
+    dropped = int(np.maximum(npos - keep, 0).sum())
+    if K <= 0:
+        return None, pi_exact, dropped
+    vals = host[at + 1].reshape(m, K)
+    cols = host[at + 2].reshape(m, K).astype(np.int64)
+    G = host[at + 3].reshape(m, K, -1)
+    rr, kk = np.nonzero(vals > 0)
+    order = np.lexsort((cols[rr, kk], -vals[rr, kk], rr))
+    rr, kk = rr[order], kk[order]
+    x = cols[rr, kk]
+    if rr.size == 0:
+        return None, pi_exact, dropped
+    g = G[rr, kk]
+    p = g[:, 3]
+    dr = None
+    if process == "wor":
+        p1 = g[:, 4]
+        dr = np.stack([p.copy() if r == 0 else p1 if r == 1 else
+                       _race_at(race, race.ranks.index(r), p, rr.astype(np.int64), x) for r in ranks])
+    off = 5 if P1 is not None else 4
+    cand = dict(pr=g[:, 0], owner=[frontier[i] for i in rr.tolist()], x=x, Q=g[:, 1], pi=g[:, 2], p=p,
+                caps={d: g[:, off + e] for e, d in enumerate(depths)}, dr=dr)
+    return cand, pi_exact, dropped
 
 
 def _top_per_row(low, keep: int, xp):
@@ -1452,7 +1711,7 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> Tree
         left = budget - len(expanded)
         starts = [0] + [i for i in range(1, len(frontier)) if len(frontier[i].path) != len(frontier[i - 1].path)]
         for a, b in zip(starts, starts[1:] + [len(frontier)]):
-            run = _expand if rows is None else _expand_rows
+            run = _expand_rows if rows is not None else _expand if xp is np else _expand_t
             cand, ex, drop = run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
             pi_exact &= ex
             dropped += drop
