@@ -542,9 +542,10 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
         record_position(r, pos, plan, position_values(plan, scored, V, buffers))
     if getattr(settings, "bounds_trees", False):  # the bound on every lossless verifier, at the subsampled positions
         which = [is_subsampled(pos, r.prompt, settings) for r in rows]
-        record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, to_host(p_root),
-                                                       np.asarray(q_root), plan, settings.sampling, got, which,
-                                                       settings.bound_budget))
+        # the laws where they are: on an accelerator the bound runs there (its torch route), else on the host
+        p_b = p_root if analysis_device(target) is not None else to_host(p_root)
+        record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, p_b, np.asarray(q_root),
+                                                       plan, settings.sampling, got, which, settings.bound_budget))
     if drawn is not None:
         labels = [f.label for f in along_text_families(plan)]
         for keep, scored in zip(drawn, got):

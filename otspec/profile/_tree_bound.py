@@ -36,8 +36,9 @@ import numpy as np
 
 from .._validation import validate_positive_int
 from ..decoding._models import MAX_TREE_NODES
-from ..tree._bound import _MAX_FRONTIER_ENTRIES, _sampled, _Slots
+from ..tree._bound import _MAX_FRONTIER_ENTRIES, _depth_runs, _laws_block, _Search, _Slots
 from ._trees import padded_tree_logits
+from ._trees_device import HostRows
 
 __all__ = ["BOUND_KIND", "BOUND_FIELDS", "DEFAULT_BOUND_BUDGET", "MAX_PROFILE_BOUND_BUDGET", "validate_bound_budget",
            "check_bound_vocabulary", "bound_law_bytes", "position_bounds", "record_bounds"]
@@ -97,37 +98,27 @@ def bound_law_bytes(plan, budget: int, V: int, batch: int) -> int:
     return 2 * 8 * V * batch * (len(plan.sampled) * (budget - 1) + 1)
 
 
-class _Frontier(Exception):
-    """Raised by :class:`_HeldLaws` in its probe mode at the bound's second call: ``paths``, the frontier it asks
-    for after the context."""
+def _law_row(rows, key, device):
+    """Row ``key`` of a mapping of laws (a dict of rows, an array, or :class:`otspec.profile._trees_device.HostRows`
+    over a device tensor) as float64: a numpy array on the host route (``device`` None), else a tensor on
+    ``device``, read from the tensor the rows are kept in (no host copy)."""
+    if device is None:
+        return np.asarray(rows[key], dtype=np.float64)
+    import torch
 
-    def __init__(self, paths):
-        super().__init__(paths)
-        self.paths = paths
-
-
-class _HeldLaws:
-    """``paths -> (P, Q)`` (two lists of ``len(paths)`` float64 ``(V,)`` rows) from the laws held for one prompt, keyed
-    by token path.
-
-    With ``probe``, the second call (the frontier after the context) raises :class:`_Frontier` instead: the
-    caller scores the paths it lacks and runs the bound again with the budget that frontier spends."""
-
-    def __init__(self, held: dict, *, probe: bool = False):
-        self.held, self.probe = held, probe
-        self.calls = 0
-
-    def __call__(self, paths):
-        self.calls += 1
-        if self.probe and self.calls == 2:
-            raise _Frontier(list(paths))
-        # the rows where they are: the bound's row kernels read them in place (stacked only where it needs a block)
-        return [self.held[path][0] for path in paths], [self.held[path][1] for path in paths]
+    if isinstance(rows, HostRows):                  # the walk's device tensor itself, not its host copy
+        tensor, at = rows._copy[0], rows._at[key]
+        return tensor[at].to(device=device, dtype=torch.float64)
+    row = rows[key]
+    if torch.is_tensor(row):
+        return row.to(device=device, dtype=torch.float64)
+    return torch.as_tensor(np.asarray(row, dtype=np.float64), device=device)
 
 
-def _held(p_root, q_root, scored: dict, plan) -> dict:
-    """The laws the walk holds for one prompt: after the context, and at the internal nodes of its sampled trees."""
-    held = {(): (np.asarray(p_root, dtype=np.float64), np.asarray(q_root, dtype=np.float64))}
+def _held(p_root, q_root, scored: dict, plan, device=None) -> dict:
+    """The laws the walk holds for one prompt: after the context, and at the internal nodes of its sampled trees;
+    numpy rows on the host route, tensors on ``device`` on the device route (where the walk keeps them)."""
+    held = {(): (_law_row([p_root], 0, device), _law_row([q_root], 0, device))}
     for f in plan.sampled:
         s = scored.get(f.label)
         if s is None or s.q is None:
@@ -135,19 +126,49 @@ def _held(p_root, q_root, scored: dict, plan) -> dict:
         paths = s.tree.paths()
         for i, v in enumerate(s.inner.tolist()):
             if v and paths[v] not in held:
-                held[paths[v]] = (np.asarray(s.p[v], dtype=np.float64), np.asarray(s.q[i], dtype=np.float64))
+                held[paths[v]] = (_law_row(s.p, v, device), _law_row(s.q, i, device))
     return held
 
 
-def _run(slots, f, laws, budget: int):
-    """The bound of family ``f`` with at most ``budget`` prefixes expanded, in one frontier after the context."""
-    return _sampled(slots, f.process, laws, budget, budget)
+def _expand_group(searches: list, held: list) -> None:
+    """Expand the frontiers of ``searches`` (:class:`otspec.tree._bound._Search`, one family's shape, one per prompt)
+    in one call per depth, from the laws ``held[i]`` holds for search ``i`` (host rows or tensors on the models'
+    device: the bound's host or device route), each search taking its own rows' candidates; then each advances
+    to its next frontier."""
+    rows = [(i, u) for i, s in enumerate(searches) for u in s.frontier]
+    rows.sort(key=lambda r: len(r[1].path))                 # stable: each search's order within a depth
+    left = {s.left for s in searches}
+    if len(left) != 1:
+        raise AssertionError("the searches of one call must have one budget left")
+    keep = left.pop()
+    frontier = [u for _, u in rows]
+    run, Pl, Ql = _laws_block([held[i][u.path][0] for i, u in rows], [held[i][u.path][1] for i, u in rows])
+    slots, process = searches[0].slots, searches[0].process
+    whose = {id(u): i for i, u in rows}
+    for a, b in _depth_runs(frontier):
+        cand, ex, _drop = run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], keep)
+        owner = np.array([whose[id(u)] for u in cand["owner"]]) if cand is not None else np.zeros(0, np.int64)
+        for i, s in enumerate(searches):
+            s.absorb(_candidates_of(cand, owner == i), ex)
+    for s in searches:
+        s.advance()
 
 
-def _score_paths(lm, state, last, n_ctx: int, want: list, sampling) -> list:
+def _candidates_of(cand, mask: np.ndarray):
+    """The candidates of one search in a block that several searches share (None when it has none)."""
+    if cand is None or not mask.any():
+        return None
+    idx = np.flatnonzero(mask)
+    return dict(pr=cand["pr"][idx], owner=[cand["owner"][k] for k in idx.tolist()], x=cand["x"][idx],
+                Q=cand["Q"][idx], pi=cand["pi"][idx], p=cand["p"][idx],
+                caps={d: c[idx] for d, c in cand["caps"].items()},
+                dr=None if cand["dr"] is None else cand["dr"][:, idx])
+
+
+def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None) -> list:
     """One tree-attention call of ``lm`` on the ``B`` contexts its state holds: prompt ``b``'s paths ``want[b]``
-    (and their ancestors) as one tree after its context; ``[{path: law}]`` per prompt, the state left holding the
-    contexts."""
+    (and their ancestors) as one tree after its context; ``[{path: law}]`` per prompt (host rows, or with
+    ``device`` rows of the call's laws kept on it), the state left holding the contexts."""
 
     B = len(want)
     trees = []
@@ -167,7 +188,12 @@ def _score_paths(lm, state, last, n_ctx: int, want: list, sampling) -> list:
         index.append(at)
     logits = padded_tree_logits(lm, state, parents, tokens, last, n_ctx)
     laws = sampling.probs(logits)
-    laws = laws if isinstance(laws, np.ndarray) else laws.detach().to("cpu").numpy()
+    if device is None:
+        laws = laws if isinstance(laws, np.ndarray) else laws.detach().to("cpu").numpy()
+    else:                                           # kept where they are: the bound runs there
+        import torch
+
+        laws = laws.detach().to(device=device, dtype=torch.float64)
     return [{path: laws[b, index[b][path]] for path in want[b]} for b in range(B)]
 
 
@@ -190,7 +216,10 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
     last : (B,) int array
         The contexts' last tokens (the roots).
     p_root, q_root : (B, V) arrays
-        The draft's and the target's (processed) laws after each context.
+        The draft's and the target's (processed) laws after each context. A tensor ``p_root`` (the walk's laws on
+        the models' device, :func:`otspec.profile._collect.analysis_device`) puts the bound on the device route:
+        the held laws and the scored frontier stay tensors there (``q_root`` is copied there), the bound runs on
+        them (:func:`otspec.tree.bound`'s torch route) and only its per-row values reach the host.
     plan : TreePlan
     sampling : Sampling
         Applied to every law, as for the walk's trees.
@@ -214,32 +243,43 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
     fams = plan.sampled
     if not fams or not any(which):
         return out
-    slots = {f.label: _Slots(f.shape) for f in fams}
-    plan_family = {f.label: f for f in fams}
-    held = [_held(p_root[b], q_root[b], scored[b], plan) if which[b] else None for b in range(B)]
-    want: list = [dict() for _ in range(B)]  # ordered sets of the paths to score
-    spend: dict = {}  # (prompt, label) -> the budget that the frontier after the context spends
-    for b in range(B):
-        if not which[b]:
-            continue
-        out[b] = {}
-        for f in fams:
-            try:  # the context's laws are held: the bound asks for its frontier next, or is done
-                out[b][f.label] = _run(slots[f.label], f, _HeldLaws(held[b], probe=True), budget)
-            except _Frontier as front:
-                spend[(b, f.label)] = 1 + len(front.paths)
-                want[b].update(dict.fromkeys(p for p in front.paths if p not in held[b]))
-    if any(want):
-        paths = [list(w) for w in want]
-        got_d = _score_paths(draft, ds, last, n_ctx, paths, sampling)
-        got_t = _score_paths(target, ts, last, n_ctx, paths, sampling)
-        for b in range(B):
+    device = _route_device(p_root)
+    bs = [b for b in range(B) if which[b]]
+    held = {b: _held(p_root[b], q_root[b], scored[b], plan, device) for b in bs}
+    want: dict = {b: dict() for b in bs}  # ordered sets of the paths to score
+    searches: dict = {}
+    for f in fams:
+        # the contexts of every prompt in one expansion; each frontier after them spends the budget
+        group = [_Search(_Slots(f.shape), f.process, budget, budget) for _ in bs]
+        _expand_group(group, [held[b] for b in bs])
+        for b, s in zip(bs, group):
+            searches[(b, f.label)] = s
+            if s.frontier:
+                s.budget = len(s.expanded)  # one expansion more, and the budget is spent
+                want[b].update(dict.fromkeys(u.path for u in s.frontier if u.path not in held[b]))
+    if any(want.values()):
+        paths = [list(want.get(b, ())) for b in range(B)]
+        got_d = _score_paths(draft, ds, last, n_ctx, paths, sampling, device)
+        got_t = _score_paths(target, ts, last, n_ctx, paths, sampling, device)
+        for b in bs:
             for path in paths[b]:
                 held[b][path] = (got_d[b][path], got_t[b][path])
-    for (b, label), n in spend.items():
-        # every prefix of the frontier is held now: one more expansion, and the budget is spent
-        out[b][label] = _run(slots[label], plan_family[label], _HeldLaws(held[b]), n)
+    for f in fams:
+        # every prompt's frontier in one expansion (per depth)
+        group = [(b, searches[(b, f.label)]) for b in bs if searches[(b, f.label)].frontier]
+        if group:
+            _expand_group([s for _, s in group], [held[b] for b, _ in group])
+    for b in bs:
+        out[b] = {f.label: searches[(b, f.label)].result() for f in fams}
     return out
+
+
+def _route_device(p_root):
+    """The device of the bound's route: ``p_root``'s when it is a tensor (the walk's device route), else None."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return p_root.device if torch is not None and torch.is_tensor(p_root) else None
 
 
 def record_bounds(rows, pos: int, plan, bounds: list) -> None:

@@ -683,7 +683,7 @@ def _second_draw(P):
 class _Prefix:
     """A token path below the context: its target and draft path data and the caps on what lies below it."""
 
-    __slots__ = ("path", "Q", "pi", "A", "s", "caps", "S", "exact", "children", "order")
+    __slots__ = ("path", "Q", "pi", "A", "s", "caps", "S", "exact", "children", "order", "dropped")
 
     def __init__(self, path, Q, pi, A, s, caps):
         self.path, self.Q, self.pi, self.A, self.s, self.caps = path, Q, pi, A, s, caps
@@ -691,6 +691,7 @@ class _Prefix:
         self.exact = 0.0           # sum over x of min(Q(ux), pi(ux))            (level depth + 1)
         self.children: list = []   # expanded children
         self.order = -1            # position in the order of expansion
+        self.dropped = 0           # children with min(Q, pi) > 0 that its expansion left out (above the last depth)
 
 
 def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
@@ -724,7 +725,7 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
         u.S = {d: float(S[d][i]) for d in S}
     if not more:
         return None, pi_exact, 0
-    r, x, dropped = _top_per_row(low, keep, xp)
+    r, x, dropped = _top_per_row(low, keep, xp, owners=frontier)
     if r.size == 0:
         return None, pi_exact, dropped
     cand = dict(pr=_host(_gather(low, r, x, xp)), owner=[frontier[i] for i in r.tolist()], x=x,
@@ -812,7 +813,7 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
         u.S = {d: float(sums[i, 1 + e]) for e, d in enumerate(depths)}
     if not more:
         return None, pi_exact, 0
-    r, x, dropped = _top_per_row(low, keep, np)
+    r, x, dropped = _top_per_row(low, keep, np, owners=frontier)
     if r.size == 0:
         return None, pi_exact, dropped
     Pg, Qg = _row_gather(Prows, r, x), Qu[r] * _row_gather(Qrows, r, x)
@@ -1203,7 +1204,7 @@ def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     if not more:
         return None, pi_exact, 0
     npos = host[at].astype(np.int64)
-    dropped = int(np.maximum(npos - keep, 0).sum())
+    dropped = _note_dropped(frontier, npos, keep)
     if K <= 0:
         return None, pi_exact, dropped
     vals = host[at + 1].reshape(m, K)
@@ -1228,17 +1229,28 @@ def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     return cand, pi_exact, dropped
 
 
-def _top_per_row(low, keep: int, xp):
+def _note_dropped(owners, npos: np.ndarray, keep: int) -> int:
+    """The children with min(Q, pi) > 0 that a budget of ``keep`` per row leaves out (``npos`` positive per row),
+    noted on each row's prefix (``owners``, when given: its own search counts them) and summed."""
+    per = np.maximum(npos - keep, 0)
+    if owners is not None:
+        for u, n in zip(owners, per.tolist()):
+            u.dropped = int(n)
+    return int(per.sum())
+
+
+def _top_per_row(low, keep: int, xp, owners=None):
     """``(rows, cols, dropped)`` (host int64): per row the at most ``keep`` largest positive entries of ``low``,
     rows in order, each row's entries by decreasing value, ties by lower column (the order of
-    :func:`otspec.tree._process._ranked` on each row), and the number of positive entries left out.
+    :func:`otspec.tree._process._ranked` on each row), and the number of positive entries left out (also noted on
+    each row's prefix in ``owners``, when given).
 
     One partition of the whole block finds each row's ``keep``-th largest value; only the entries at or above it
     come to the host."""
     m, V = low.shape
     pos = low > 0
     npos = _count_positive(low, xp)
-    dropped = int(np.maximum(npos - keep, 0).sum())
+    dropped = _note_dropped(owners, npos, keep)
     if keep <= 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), dropped
     if keep < V and int(npos.max()) > keep:
@@ -1687,76 +1699,120 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     return _sampled(_Slots(shape), process, laws, budget, batch)
 
 
-def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> TreeBound:
-    D = slots.D
-    root = _Prefix((), 1.0, 1.0, np.ones(1), (), {})
-    root.order = 0
-    expanded = [root]
-    blocks: list = []          # candidate blocks of _expand; `alive` marks the unexpanded ones
-    pi_exact = True
-    dropped = 0
-    frontier = [root]
-    while True:
-        # expand the frontier: one batched call per model, its rows grouped by depth (contiguous blocks) for the
-        # recursions; the laws as numpy arrays or as tensors on the models' device (kept there)
-        frontier.sort(key=lambda u: len(u.path))           # stable: the order of expansion within a depth
-        Pl, Ql = laws([u.path for u in frontier])
-        rows = _host_rows(Pl, Ql)
-        if rows is None:
-            Pl, Ql = _block(Pl), _block(Ql)
-            xp = _xp(Pl)
-            Pl, Ql = _as_laws(Pl, xp), _as_laws(Ql, xp)
-        else:
-            Pl, Ql = rows
-        left = budget - len(expanded)
-        starts = [0] + [i for i in range(1, len(frontier)) if len(frontier[i].path) != len(frontier[i - 1].path)]
-        for a, b in zip(starts, starts[1:] + [len(frontier)]):
-            run = _expand_rows if rows is not None else _expand if xp is np else _expand_t
-            cand, ex, drop = run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
-            pi_exact &= ex
-            dropped += drop
-            if cand is not None:
-                cand["alive"] = np.ones(cand["x"].shape[0], dtype=bool)
-                cand["depth"] = np.array([len(u.path) + 1 for u in cand["owner"]])
-                cand["order"] = np.array([u.order for u in cand["owner"]])
-                blocks.append(cand)
-        n_alive = sum(int(c["alive"].sum()) for c in blocks)
+class _Search:
+    """The anytime search of :func:`bound` for one context: the prefixes expanded, the candidate blocks left, the
+    next frontier. A driver scores each frontier, expands it (:func:`_expand`, :func:`_expand_rows`,
+    :func:`_expand_t`: rows of several searches may share one call; each prefix keeps its own results) and calls
+    :meth:`absorb` with each call's candidates and :meth:`advance`; :meth:`result` gives the bound."""
+
+    def __init__(self, slots: _Slots, process: str, budget: int, batch: int):
+        self.slots, self.process, self.budget, self.batch = slots, process, budget, batch
+        self.root = _Prefix((), 1.0, 1.0, np.ones(1), (), {})
+        self.root.order = 0
+        self.expanded = [self.root]
+        self.blocks: list = []       # candidate blocks of _expand; `alive` marks the unexpanded ones
+        self.pi_exact = True
+        self.frontier = [self.root]  # to expand next (empty: done)
+        self.calls = 0
+
+    @property
+    def left(self) -> int:
+        """Prefixes the budget still allows, counted when the frontier was taken (every child per row then)."""
+        return self.budget - len(self.expanded)
+
+    def absorb(self, cand, pi_exact: bool) -> None:
+        """Take one expansion call's candidates (those whose owner is this search's) and exactness."""
+        self.pi_exact &= bool(pi_exact)
+        if cand is None:
+            return
+        cand["alive"] = np.ones(cand["x"].shape[0], dtype=bool)
+        cand["depth"] = np.array([len(u.path) + 1 for u in cand["owner"]])
+        cand["order"] = np.array([u.order for u in cand["owner"]])
+        self.blocks.append(cand)
+
+    def advance(self) -> list:
+        """After the frontier's expansion: the next frontier, the largest min(Q, pi) first (ties by depth, the
+        parent's order of expansion, token: an order that does not depend on the budget, so a larger budget
+        expands a superset); empty when the budget is spent or no candidate is left."""
+        self.calls += 1
+        left = self.left
+        n_alive = sum(int(c["alive"].sum()) for c in self.blocks)
         if left <= 0 or n_alive == 0:
-            break
-        # the next frontier: the largest min(Q, pi) first; ties by depth, the parent's order of expansion, token
-        # (an order that does not depend on the budget, so a larger budget expands a superset)
+            self.frontier = []
+            return self.frontier
+        blocks = self.blocks
         ids = [(b, k) for b, c in enumerate(blocks) for k in np.flatnonzero(c["alive"]).tolist()]
         pr = np.concatenate([c["pr"][c["alive"]] for c in blocks])
         dep = np.concatenate([c["depth"][c["alive"]] for c in blocks])
         order = np.concatenate([c["order"][c["alive"]] for c in blocks])
         x = np.concatenate([c["x"][c["alive"]] for c in blocks])
-        take = min(batch, left)
+        take = min(self.batch, left)
         sel = np.lexsort((x, order, dep, -pr))[:take]
         frontier = []
         for t in sel.tolist():
             b, k = ids[t]
-            c = _child(slots, process, blocks[b], k)
+            c = _child(self.slots, self.process, blocks[b], k)
             blocks[b]["alive"][k] = False
             blocks[b]["owner"][k].children.append(c)
-            c.order = len(expanded)
-            expanded.append(c)
+            c.order = len(self.expanded)
+            self.expanded.append(c)
             frontier.append(c)
-    complete = all(not c["alive"].any() for c in blocks) and dropped == 0
-    lower = np.array([math.fsum([u.exact for u in expanded if len(u.path) == d - 1]) for d in range(1, D + 1)])
-    hat = np.array([_share(root, d) for d in range(1, D + 1)])
-    if complete:
-        # every path with min(Q, pi) > 0 is counted exactly: the exact part is b_d too (without the rounding of
-        # subtracting the caps again, which would leave a remainder of 1e-17)
-        hat = np.minimum(hat, lower)
-    value = math.fsum(np.minimum.accumulate(hat).tolist())
-    low_value = math.fsum(np.minimum.accumulate(lower).tolist())
-    hat.setflags(write=False)
-    lower.setflags(write=False)
-    return TreeBound(
-        value=value, per_depth=hat, lower_per_depth=lower, remainder=max(0.0, value - low_value),
-        n_expanded=len(expanded), n_calls=laws.calls, complete=bool(complete), pi_exact=bool(pi_exact),
-        process=process, budget=budget,
-    )
+        frontier.sort(key=lambda u: len(u.path))           # stable: the order of expansion within a depth
+        self.frontier = frontier
+        return frontier
+
+    def result(self, n_calls: int | None = None) -> TreeBound:
+        D, expanded = self.slots.D, self.expanded
+        dropped = sum(u.dropped for u in expanded)
+        complete = all(not c["alive"].any() for c in self.blocks) and dropped == 0
+        lower = np.array([math.fsum([u.exact for u in expanded if len(u.path) == d - 1]) for d in range(1, D + 1)])
+        hat = np.array([_share(self.root, d) for d in range(1, D + 1)])
+        if complete:
+            # every path with min(Q, pi) > 0 is counted exactly: the exact part is b_d too (without the rounding of
+            # subtracting the caps again, which would leave a remainder of 1e-17)
+            hat = np.minimum(hat, lower)
+        value = math.fsum(np.minimum.accumulate(hat).tolist())
+        low_value = math.fsum(np.minimum.accumulate(lower).tolist())
+        hat.setflags(write=False)
+        lower.setflags(write=False)
+        return TreeBound(
+            value=value, per_depth=hat, lower_per_depth=lower, remainder=max(0.0, value - low_value),
+            n_expanded=len(expanded), n_calls=self.calls if n_calls is None else n_calls, complete=bool(complete),
+            pi_exact=bool(self.pi_exact), process=self.process, budget=self.budget,
+        )
+
+
+def _laws_block(Pl, Ql):
+    """``(run, P, Q)``: a frontier's laws as the expansion reads them and the expansion to run: host rows for the
+    fused row kernels (:func:`_expand_rows`), else one float64 block, numpy (:func:`_expand`) or a tensor where it
+    is (:func:`_expand_t`)."""
+    rows = _host_rows(Pl, Ql)
+    if rows is not None:
+        return _expand_rows, rows[0], rows[1]
+    Pl, Ql = _block(Pl), _block(Ql)
+    xp = _xp(Pl)
+    return (_expand if xp is np else _expand_t), _as_laws(Pl, xp), _as_laws(Ql, xp)
+
+
+def _depth_runs(frontier: list) -> list:
+    """``(a, b)`` of each run of equal depth in a frontier sorted by depth."""
+    starts = [0] + [i for i in range(1, len(frontier)) if len(frontier[i].path) != len(frontier[i - 1].path)]
+    return list(zip(starts, starts[1:] + [len(frontier)]))
+
+
+def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> TreeBound:
+    search = _Search(slots, process, budget, batch)
+    frontier = search.frontier
+    while frontier:
+        # expand the frontier: one batched call per model, its rows grouped by depth (contiguous blocks) for the
+        # recursions; the laws as numpy arrays or as tensors on the models' device (kept there)
+        run, Pl, Ql = _laws_block(*laws([u.path for u in frontier]))
+        left = search.left
+        for a, b in _depth_runs(frontier):
+            cand, ex, _drop = run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
+            search.absorb(cand, ex)
+        frontier = search.advance()
+    return search.result(laws.calls)
 
 
 def _share(u: _Prefix, d: int) -> float:
