@@ -1,0 +1,85 @@
+"""The profile's tree bound on the device route: the walk's laws and the bound's scored frontier kept as tensors where
+the walk holds them (CPU tensors standing in for a GPU's: :func:`otspec.profile._collect.analysis_device` patched),
+the bound computed there, its rows within 1e-12 of the bound's host route on the same laws, and a number of host reads
+per position that grows with neither the vocabulary nor the prompts of a batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import otspec.profile._tree_bound as TB  # noqa: E402
+from otspec.profile import ProfileSettings  # noqa: E402
+from tests.test_profile_host_reads import HostReads  # noqa: E402
+from tests.toy_lm import tiny_llama  # noqa: E402
+
+TREES = ["iid:branching(4,2):specinfer", "wor:branching(4,2):sequoia", "wor:branching(3,2,2):sequoia",
+         "iid:branching(8,7)"]
+T = 3  # positions walked, each subsampled
+
+
+def _walk(monkeypatch, V: int, B: int, *, bound_on_device: bool):
+    """The treebound rows of a tiny Llama pair's device walk of ``B`` prompts, and the host reads and values the
+    bound made per position."""
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    if not bound_on_device:  # the same walk, the bound on the host's numpy route from host copies of the same laws
+        monkeypatch.setattr(TB, "_route_device", lambda p_root: None)
+    reads, values = [], []
+    real = C.position_bounds
+
+    def counted(*a, **k):
+        with HostReads() as mode:
+            out = real(*a, **k)
+        reads.append(len(mode.reads))
+        values.append(mode.values)
+        return out
+
+    monkeypatch.setattr(C, "position_bounds", counted)
+    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=T, subsample=1, verifiers=["token"], families=["token"],
+                        trees=TREES, bound_budget=16).for_vocabulary(V)
+    prompts = [[3, 7, 1], [5, 2, 9], [1, 1, 4]][:B]
+    rows = C.profile_bucket(draft, target, prompts, [None] * B, s, list(range(B)))
+    out = {}
+    for b, r in enumerate(rows):
+        keep = np.asarray(r["kind"]) == TB.BOUND_KIND
+        for pos, name, j, v in zip(*(np.asarray(r[c])[keep] for c in ("pos", "name", "j", "value"))):
+            out[(b, int(pos), str(name), int(j))] = float(v)
+    monkeypatch.undo()
+    return out, reads, values
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_device_route_rows_equal_the_host_route(monkeypatch, B):
+    dev, reads, values = _walk(monkeypatch, 300, B, bound_on_device=True)
+    host, _, _ = _walk(monkeypatch, 300, B, bound_on_device=False)
+    assert set(dev) == set(host) and len(dev) == B * T * len(TREES) * len(TB.BOUND_FIELDS)
+    for key, v in host.items():
+        if key[3] == 1:      # the value
+            assert abs(dev[key] - v) <= 1e-12 * max(abs(v), 1.0), key
+        elif key[3] == 2:    # the remainder
+            assert abs(dev[key] - v) <= 1e-12 * max(abs(host[key[:3] + (1,)]), 1.0), key
+        else:                # pi exact, prefixes expanded
+            assert dev[key] == v, key
+
+
+#: Host reads of the bound per position on the device route with the four families above, for every prompt of the
+#: batch together: 2 per i.i.d. family (the contexts' expansion, the frontier's) and 2 per expansion without
+#: replacement (the race's power sums, the values), at the last depth one more for the rows whose lower bound leaves
+#: entries undecided and the race's sums only where there are any: measured 12 at every V and B here (at most 14).
+#: The host route (the bound before, on this walk) reads 10-12 times but copies the laws: 30,302 values per position
+#: at V = 300 and B = 1, 490,502 at V = 1,500 and B = 3; the device route 830 and 2,486.
+READS_PER_POSITION = 14
+
+
+@pytest.mark.parametrize(("V", "B"), [(300, 1), (300, 3), (1500, 3)])
+def test_host_reads_per_position_grow_with_neither_V_nor_the_batch(monkeypatch, V, B):
+    _rows, reads, values = _walk(monkeypatch, V, B, bound_on_device=True)
+    assert len(reads) == T and max(reads) <= READS_PER_POSITION, reads
+    # per-row values only: no law of V entries (the candidates of the contexts' expansion and the race's sums)
+    assert max(values) <= B * 4 * (16 * 8 + 200) + 2000, values
