@@ -39,7 +39,18 @@ as arrays": the shared machine's other jobs inflate CPU time less than wall time
 after a warm-up and the median kept (``experiments/_bench.py``); the 1-minute load average is printed
 before and after, since the project's machine is shared.
 
+With ``--device-route``: the bound's two routes side by side on the same recorded laws of the real pair, for
+``branching(8,7)`` at ``--budget`` (64 prefixes per call) and for the profile's sampled families
+(``iid``/``wor`` ``branching(4,3)`` and ``branching(8,7)``, the profile's default budget of 64 spent in one
+frontier after the context, as :func:`otspec.profile._tree_bound.position_bounds` spends it): the host's numpy
+route (numba row kernels) on numpy rows, and the torch route on the same laws as float64 tensors on ``--device``
+(CPU tensors with ``--threads`` torch threads when no GPU is lent). CPU time (medians of interleaved rounds), the
+forward beside them, the largest relative difference of the two bounds, and what a GPU pays per bound: the host
+reads (each a synchronisation; counted by a ``TorchFunctionMode``) and the torch operations dispatched (a
+``TorchDispatchMode``: each about one kernel launch).
+
 Usage: python experiments/bench_tree_bound.py [--device cuda] [--threads 1] [--repeat 3] [--rst] [--against DIR]
+       python experiments/bench_tree_bound.py --device-route [--device cuda] [--threads 1] [--repeat 5] [--rst]
 """
 
 from __future__ import annotations
@@ -161,7 +172,11 @@ def main(argv=None):
     ap.add_argument("--rst", action="store_true")
     ap.add_argument("--against", default=None, help="another checkout (e.g. the code before a change): its "
                     "'laws given' and 'laws as arrays' timed interleaved in the same rounds")
+    ap.add_argument("--device-route", action="store_true", help="the numpy route against the torch route on the "
+                    "same laws (CPU time, host reads and torch operations per bound)")
     args = ap.parse_args(argv)
+    if args.device_route:
+        return device_route(args)
     import time
 
     import otspec.tree._bound as B
@@ -343,6 +358,121 @@ def main(argv=None):
     chead += ("load average before / after",)
     print_table(f"CPU time (process_time), medians of {max(args.repeat, 5)} interleaved rounds ({name})", chead,
                 cpu_rows, args.rst, target=("arrays / forward", TARGET))
+
+
+class _Counts(torch.overrides.TorchFunctionMode):
+    """Host reads of tensors (``tolist``, ``item``, ``numpy``, ``bool``, ...: each a synchronisation on a GPU) and
+    the values they read."""
+
+    READS = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.__bool__, torch.Tensor.numpy, torch.Tensor.__array__,
+             torch.Tensor.__int__, torch.Tensor.__float__, torch.Tensor.__index__}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = self.values = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in self.READS:
+            self.reads += 1
+            self.values += args[0].numel()
+        return func(*args, **(kwargs or {}))
+
+
+def _count_ops(fn) -> int:
+    """The torch operations (aten calls, about one kernel launch each) that ``fn()`` dispatches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Ops.n += 1
+            return func(*args, **(kwargs or {}))
+
+    with Ops():
+        fn()
+    return Ops.n
+
+
+def device_route(args) -> None:
+    """``--device-route``: the numpy route against the torch route on the same recorded laws (see the module's
+    docstring)."""
+    import datetime
+
+    import otspec.tree._bound as B
+    from otspec.decoding import smollm2_pair
+    from otspec.tree import TreeShape, bound
+
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    tok, target, draft = smollm2_pair(device=device)
+    ctx = tok.apply_chat_template([{"role": "user", "content": CHAT_PROMPTS[0]}], add_generation_prompt=True)
+    ctx = list(ctx["input_ids"] if hasattr(ctx, "keys") else ctx)
+    V = target.vocab_size
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} torch thread(s)"
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"{stamp}; device: {name}; torch {torch.__version__}; V = {V}; context {len(ctx)} tokens")
+    big = TreeShape.branching(8, 7)
+    parents = np.array([-1] + [0] * 8 + [1 + i // 7 for i in range(56)], dtype=np.int64)
+    tokens = np.concatenate([[-1], np.random.default_rng(0).integers(0, V, size=big.n)]).astype(np.int64)
+    state = target.new_state()
+    target.logits(state, torch.tensor([ctx[:-1]], device=device))
+
+    def forward():
+        target.tree_logits(state, parents, tokens, pending=ctx[-1:])
+        target.select(state, 0, len(ctx) - 1)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    cases = [(f"{p}:branching(8,7)", big, p, args.budget, args.batch) for p in ("iid", "wor")]
+    cases += [(f"profile {p}:branching({sh[0]},{sh[1]})", TreeShape.branching(*sh), p, 64, 64)
+              for sh in ((4, 3), (8, 7)) for p in ("iid", "wor")]
+    for process in ("iid", "wor"):                                # the kernels compiled outside the timings
+        bound(TreeShape.branching(3, 2), draft, target, process=process, prefix=ctx, budget=4)
+    rows = []
+    for label, shape, process, budget, batch in cases:
+        rec = {}
+        orig = B._TreeAttentionLaws.__call__
+
+        def recording(self, paths, rec=rec, orig=orig):
+            P, Q = orig(self, paths)
+            for s, p, q in zip(paths, P, Q):
+                rec[tuple(s)] = (_np(p), _np(q))
+            return P, Q
+
+        B._TreeAttentionLaws.__call__ = recording
+        try:
+            bound(shape, draft, target, process=process, prefix=ctx, budget=budget, batch=batch)
+        finally:
+            B._TreeAttentionLaws.__call__ = orig
+        host_laws = _TensorLaws(rec, None, stack=False)
+        dev_laws = _TensorLaws(rec, device)
+
+        def run(laws, shape=shape, process=process, budget=budget, batch=batch):
+            laws.calls = 0
+            out = B._sampled(B._Slots(shape), process, laws, budget, batch)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            return out
+
+        a, b = run(host_laws), run(dev_laws)
+        rel = max(abs(a.value - b.value) / a.value, abs(a.remainder - b.remainder) / a.value)
+        same = (a.n_expanded, a.complete, a.pi_exact) == (b.n_expanded, b.complete, b.pi_exact)
+        with _Counts() as c:
+            run(dev_laws)
+        ops = _count_ops(lambda: run(dev_laws))
+        before = _load()
+        cpu = _cpu_rounds([forward, lambda: run(host_laws), lambda: run(dev_laws)], args.repeat)
+        after = _load()
+        rows.append((label, budget, b.n_expanded, cpu[0] * 1e3, cpu[1] * 1e3, cpu[1] / cpu[0], cpu[2] * 1e3,
+                     cpu[2] / cpu[0], cpu[2] / cpu[1], f"{rel:.1e}", "yes" if same else "NO", c.reads, c.values, ops,
+                     f"{before} / {after}"))
+    head = ("bound", "budget", "expanded", "forward CPU ms", "numpy route CPU ms", "numpy / forward",
+            "torch route CPU ms", "torch / forward", "torch / numpy", "relative difference",
+            "same expanded, complete, pi exact", "host reads", "values read", "torch ops", "load average before / after")
+    print_table(f"the bound's numpy route against its torch route on the same laws, V = {V} ({name}, {stamp}), "
+                f"CPU time medians of {args.repeat} interleaved rounds", head, rows, args.rst)
 
 
 if __name__ == "__main__":  # pragma: no cover
