@@ -47,7 +47,7 @@ route (numba row kernels) on numpy rows, and the torch route on the same laws as
 (CPU tensors with ``--threads`` torch threads when no GPU is lent). CPU time (medians of interleaved rounds), the
 forward beside them, the largest relative difference of the two bounds, and what a GPU pays per bound: the host
 reads (each a synchronisation; counted by a ``TorchFunctionMode``) and the torch operations dispatched (a
-``TorchDispatchMode``: each about one kernel launch).
+``TorchDispatchMode``, views left out: each about one kernel launch).
 
 Usage: python experiments/bench_tree_bound.py [--device cuda] [--threads 1] [--repeat 3] [--rst] [--against DIR]
        python experiments/bench_tree_bound.py --device-route [--device cuda] [--threads 1] [--repeat 5] [--rst]
@@ -378,15 +378,21 @@ class _Counts(torch.overrides.TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
+#: aten operations that make views or wrap host data (no kernel on a device), left out of the count.
+_VIEWS = {"view", "_unsafe_view", "unsqueeze", "squeeze", "slice", "select", "expand", "alias", "lift_fresh", "detach",
+          "t", "transpose", "permute", "as_strided", "reshape", "split", "unbind"}
+
+
 def _count_ops(fn) -> int:
-    """The torch operations (aten calls, about one kernel launch each) that ``fn()`` dispatches."""
+    """The torch operations that ``fn()`` dispatches, views left out: about one kernel launch each on a GPU."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Ops(TorchDispatchMode):
         n = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Ops.n += 1
+            if func.__name__.split(".")[0] not in _VIEWS:
+                Ops.n += 1
             return func(*args, **(kwargs or {}))
 
     with Ops():
@@ -470,7 +476,7 @@ def device_route(args) -> None:
                      f"{before} / {after}"))
     head = ("bound", "budget", "expanded", "forward CPU ms", "numpy route CPU ms", "numpy / forward",
             "torch route CPU ms", "torch / forward", "torch / numpy", "relative difference",
-            "same expanded, complete, pi exact", "host reads", "values read", "torch ops", "load average before / after")
+            "same expanded, complete, pi exact", "host reads", "values read", "torch ops (no views)", "load average before / after")
     print_table(f"the bound's numpy route against its torch route on the same laws, V = {V} ({name}, {stamp}), "
                 f"CPU time medians of {args.repeat} interleaved rounds", head, rows, args.rst)
 

@@ -62,6 +62,8 @@ _MAX_FRONTIER_ENTRIES = 2**26
 #: columns: its few dozen passes then run on temporaries that stay in the CPU's cache; 3x faster at V = 49,152
 #: than blocks of 8 whole rows).
 _CHUNK_ENTRIES = 2**15
+#: Entries of the temporaries of the race's power sums on the device route (blocks of columns times the powers).
+_POWER_ENTRIES = 2**24
 #: Largest number of ordered draws without replacement enumerated for the exact law of the ``r``-th draw
 #: (times ``V``, per prefix); above it ranks >= 2 get the stated upper bound.
 _MAX_WOR_ENUMERATION = 2_000_000
@@ -1023,11 +1025,11 @@ def _race_stats_t(P, rows, K: int):
     vals, idx = torch.topk(sub, min(K + 1, V), dim=1)
     pmax = vals[:, K] if K < V else torch.zeros(m, dtype=sub.dtype, device=sub.device)
     y = (sub / torch.where(pmax > 0, pmax, 1.0)[:, None]).scatter(1, idx[:, :K], 0.0)
-    cols, pw = [torch.sum(y, dim=1)], y
-    for _ in range(2, N + 1):
-        pw = pw * y
-        cols.append(torch.sum(pw, dim=1))
-    nu = torch.stack(cols, dim=1) * (pmax > 0)[:, None]
+    # the powers y^1 .. y^N of blocks of columns by one cumprod each (y * y * ... in order, as a loop would take
+    # them), summed over the columns: a few kernels per block instead of two per power
+    step = max(1, _POWER_ENTRIES // max(1, m * N))
+    nu = sum(torch.sum(torch.cumprod(y[:, v0:v0 + step, None].expand(-1, -1, N), dim=2), dim=1)
+             for v0 in range(0, V, step)) * (pmax > 0)[:, None]
     host = _read([torch.cat([torch.sum(sub > 0, dim=1, keepdim=True).to(sub.dtype), vals[:, :K],
                              idx[:, :K].to(sub.dtype), pmax[:, None], nu], dim=1)]).reshape(m, 1 + 2 * K + 1 + N)
     support = host[:, 0].astype(np.int64)
