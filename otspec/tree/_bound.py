@@ -63,7 +63,7 @@ _MAX_FRONTIER_ENTRIES = 2**26
 #: than blocks of 8 whole rows).
 _CHUNK_ENTRIES = 2**15
 #: Entries of the temporaries of the race's power sums on the device route (blocks of columns times the powers).
-_POWER_ENTRIES = 2**24
+_POWER_ENTRIES = 2**26
 #: Largest number of ordered draws without replacement enumerated for the exact law of the ``r``-th draw
 #: (times ``V``, per prefix); above it ranks >= 2 get the stated upper bound.
 _MAX_WOR_ENUMERATION = 2_000_000
@@ -1007,14 +1007,36 @@ def _read(parts) -> np.ndarray:
     return torch.cat([t.reshape(-1).to(torch.float64) for t in parts]).to("cpu").numpy()
 
 
+def _power_sums(y, N: int):
+    r"""``(m, N)``: :math:`\sum_x y_x^n`, ``n = 1 .. N``, over the columns of the ``(m, V)`` tensor ``y``: the
+    powers of a block of columns by doubling (:math:`y^{i + k} = y^i y^k`, log2(N) products of the powers so far),
+    summed over its columns; a few kernels per block instead of two per power."""
+    import torch
+
+    m, V = y.shape
+    step = max(1, _POWER_ENTRIES // max(1, m * N))
+    nu = torch.zeros(N, m, dtype=y.dtype, device=y.device)
+    for v0 in range(0, V, step):
+        yc = y[:, v0:v0 + step]
+        pw = torch.empty((N,) + tuple(yc.shape), dtype=y.dtype, device=y.device)
+        pw[0] = yc
+        k = 1
+        while k < N:
+            n = min(k, N - k)
+            torch.mul(pw[:n], pw[k - 1], out=pw[k:k + n])
+            k += n
+        nu += torch.sum(pw, dim=2)
+    return nu.T
+
+
 def _race_stats_t(P, rows, K: int):
     r"""What the exponential race needs of the rows ``rows`` of the ``(m, V)`` tensor ``P``, computed where ``P`` is
     and read in one copy: ``(support, head, kh, hval, pmax, nu)`` (host arrays, ``len(rows)`` rows) as
     :func:`_bound_kernels.wor_row_stats` gives them: the support, the ``K`` most likely tokens by decreasing
     probability (-1 past the ``kh`` positive ones) and their probabilities, the tail's largest probability (0
     without a tail) and its power sums :math:`\nu_n = \sum_x (p_x / p_{\max})^n`, ``n = 1 ..``
-    :data:`_RACE_TERMS`, over every tail token (the host's kernel leaves out the powers below 1e-21; the sums agree
-    to a relative 1e-16)."""
+    :data:`_RACE_TERMS`, over every tail token (:func:`_power_sums`; the host's kernel leaves out the powers below
+    1e-21: the sums agree to a relative 1e-16)."""
     import torch
 
     N = _RACE_TERMS
@@ -1025,11 +1047,7 @@ def _race_stats_t(P, rows, K: int):
     vals, idx = torch.topk(sub, min(K + 1, V), dim=1)
     pmax = vals[:, K] if K < V else torch.zeros(m, dtype=sub.dtype, device=sub.device)
     y = (sub / torch.where(pmax > 0, pmax, 1.0)[:, None]).scatter(1, idx[:, :K], 0.0)
-    # the powers y^1 .. y^N of blocks of columns by one cumprod each (y * y * ... in order, as a loop would take
-    # them), summed over the columns: a few kernels per block instead of two per power
-    step = max(1, _POWER_ENTRIES // max(1, m * N))
-    nu = sum(torch.sum(torch.cumprod(y[:, v0:v0 + step, None].expand(-1, -1, N), dim=2), dim=1)
-             for v0 in range(0, V, step)) * (pmax > 0)[:, None]
+    nu = _power_sums(y, N) * (pmax > 0)[:, None]
     host = _read([torch.cat([torch.sum(sub > 0, dim=1, keepdim=True).to(sub.dtype), vals[:, :K],
                              idx[:, :K].to(sub.dtype), pmax[:, None], nu], dim=1)]).reshape(m, 1 + 2 * K + 1 + N)
     support = host[:, 0].astype(np.int64)
