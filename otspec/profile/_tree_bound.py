@@ -22,6 +22,12 @@ fewer when the context has fewer such children): an upper bound at every budget,
 relative 1e-12; where a row fails the race's checks, an upper bound on :math:`\pi`, and the value stays an upper
 bound).
 
+Every prompt of a batch is expanded together, family by family: the contexts in one pass, then the frontiers in
+one pass per depth. On the models' device (:func:`otspec.profile._collect.analysis_device`) the laws stay where the
+walk holds them, the scored frontier too, and :func:`otspec.tree.bound`'s torch route computes the bound there:
+the host reads a few small arrays per family and position (2 per i.i.d. family, 4 or 5 without replacement), for
+the whole batch, never a law. On a CPU the host's route (numba row kernels) reads the same laws as numpy rows.
+
 Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value
 :math:`\hat B`, its remainder, whether :math:`\pi` was exact (1 or 0), and the prefixes expanded. The summary
 sets them beside the families' ``E[tau | T]`` on the same positions (docs/theory/trees.rst, "An upper bound at

@@ -1008,25 +1008,30 @@ def _read(parts) -> np.ndarray:
 
 
 def _power_sums(y, N: int):
-    r"""``(m, N)``: :math:`\sum_x y_x^n`, ``n = 1 .. N``, over the columns of the ``(m, V)`` tensor ``y``: the
-    powers of a block of columns by doubling (:math:`y^{i + k} = y^i y^k`, log2(N) products of the powers so far),
-    summed over its columns; a few kernels per block instead of two per power."""
+    r"""``(m, N)``: :math:`\sum_x y_x^n`, ``n = 1 .. N``, over the columns of the ``(m, V)`` tensor ``y``, as one
+    batched matrix product per block of columns: with :math:`n = b + s a` (:math:`s = \lceil \sqrt{N + 1}\,
+    \rceil`), :math:`\sum_x y_x^b\, (y_x^s)^a` for every pair, from the ``s`` powers :math:`y^b` and the
+    powers :math:`(y^s)^a` (about :math:`2 \sqrt N` products of the block, not ``N``; every term positive)."""
     import torch
 
     m, V = y.shape
-    step = max(1, _POWER_ENTRIES // max(1, m * N))
-    nu = torch.zeros(N, m, dtype=y.dtype, device=y.device)
+    s = math.isqrt(N) + 1                                     # ceil(sqrt(N + 1))
+    t = -(-(N + 1) // s)                                      # s * t >= N + 1 powers 0 .. s t - 1
+    step = max(1, _POWER_ENTRIES // max(1, m * (s + t)))
+    out = torch.zeros(m, s, t, dtype=y.dtype, device=y.device)
     for v0 in range(0, V, step):
         yc = y[:, v0:v0 + step]
-        pw = torch.empty((N,) + tuple(yc.shape), dtype=y.dtype, device=y.device)
-        pw[0] = yc
-        k = 1
-        while k < N:
-            n = min(k, N - k)
-            torch.mul(pw[:n], pw[k - 1], out=pw[k:k + n])
-            k += n
-        nu += torch.sum(pw, dim=2)
-    return nu.T
+        lo = torch.empty((m, s, yc.shape[1]), dtype=y.dtype, device=y.device)
+        hi = torch.empty((m, t, yc.shape[1]), dtype=y.dtype, device=y.device)
+        lo[:, 0] = 1.0
+        for b in range(1, s):
+            torch.mul(lo[:, b - 1], yc, out=lo[:, b])
+        ys = lo[:, s - 1] * yc                                # y^s
+        hi[:, 0] = 1.0
+        for a in range(1, t):
+            torch.mul(hi[:, a - 1], ys, out=hi[:, a])
+        out += torch.bmm(lo, hi.transpose(1, 2))              # [b, a]: sum_x y^b (y^s)^a
+    return out.transpose(1, 2).reshape(m, s * t)[:, 1:N + 1]  # n = b + s a, in order
 
 
 def _race_stats_t(P, rows, K: int):
@@ -1664,8 +1669,16 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     whole ``(prefixes, V)`` numpy arrays in cache-sized blocks (the two agree
     to a relative 1e-12: the kernels sum over lanes, numpy pairwise). With
     decoding models whose logits are on an accelerator the laws stay there as
-    float64 tensors and the same arithmetic runs on the device, only the
-    candidates' values coming back (the routes agree to 1e-12).
+    float64 tensors and the same arithmetic runs on the device, batched over
+    each frontier's rows (one pass of a few kernels per depth): every row sum
+    and the candidates' values come back in one read per depth; without
+    replacement the race's power sums are taken there too (one more read, and
+    at the last depth one for the rows whose lower bound on :math:`\pi`
+    leaves entries undecided), its quadrature runs on the host on those small
+    arrays, and its Taylor sums by Horner's rule over the block to the largest
+    degree a row needs (the routes agree to 1e-12; rows whose draws are
+    enumerated or refused by the race take the host's block route on the
+    tensors, with more reads).
 
     See Also
     --------
