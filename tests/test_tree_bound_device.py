@@ -158,3 +158,23 @@ def test_device_route_never_copies_a_law_block_to_the_host():
     with Sizes():
         _sampled(_Slots(TreeShape.branching(4, 3, 2)), "wor", _Laws(draft, target, True), 40, 16)
     assert sizes and max(sizes) < V, sizes
+
+
+@pytest.mark.parametrize(("m", "V", "N"), [(3, 7, 48), (5, 1000, 48), (2, 50, 1), (2, 50, 2), (2, 50, 3),
+                                           (4, 300, 10)])
+def test_power_sums_against_fsum(m, V, N, monkeypatch):
+    # the race's power sums by one batched product per block (blocks of a few columns here) against math.fsum of
+    # every power, zeros and ones among the entries
+    import math
+
+    import otspec.tree._bound as TBd
+
+    monkeypatch.setattr(TBd, "_POWER_ENTRIES", 64)
+    rng = np.random.default_rng(m * V + N)
+    y = rng.random((m, V))
+    y[:, 0] = 1.0
+    y[y < 0.2] = 0.0
+    got = TBd._power_sums(torch.from_numpy(y), N).numpy()
+    want = np.array([[math.fsum((y[i] ** n).tolist()) for n in range(1, N + 1)] for i in range(m)])
+    assert got.shape == (m, N)
+    np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
