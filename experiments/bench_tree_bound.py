@@ -162,6 +162,39 @@ def _load_against(root: str):
     return OB, OT.TreeShape
 
 
+def _real_pair(args):
+    """``(device, target, draft, ctx, name)``: the real pair on ``--device`` (``--threads`` torch threads on a CPU),
+    the first chat prompt in SmolLM2's chat template, and the device's name."""
+    from otspec.decoding import smollm2_pair
+
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    tok, target, draft = smollm2_pair(device=device)
+    ctx = tok.apply_chat_template([{"role": "user", "content": CHAT_PROMPTS[0]}], add_generation_prompt=True)
+    ctx = list(ctx["input_ids"] if hasattr(ctx, "keys") else ctx)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} torch thread(s)"
+    return device, target, draft, ctx, name
+
+
+def _forward(target, ctx, device):
+    """The forward the bound is set against: one tree-attention call of the target on the 64-node tree
+    ``branching(8, 7)`` (random tokens) after the context, the cache cropped back after each call."""
+    V = target.vocab_size
+    parents = np.array([-1] + [0] * 8 + [1 + i // 7 for i in range(56)], dtype=np.int64)
+    tokens = np.concatenate([[-1], np.random.default_rng(0).integers(0, V, size=64)]).astype(np.int64)
+    state = target.new_state()
+    target.logits(state, torch.tensor([ctx[:-1]], device=device))
+
+    def forward():
+        target.tree_logits(state, parents, tokens, pending=ctx[-1:])
+        target.select(state, 0, len(ctx) - 1)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    return forward
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cpu")
@@ -181,38 +214,20 @@ def main(argv=None):
 
     import otspec.tree._bound as B
     import otspec.tree._bound_kernels as K
-    from otspec.decoding import smollm2_pair
     from otspec.models import MemorylessModel
     from otspec.tree import TreeShape, bound
 
     OB = OShape = None
     if args.against:
         OB, OShape = _load_against(args.against)
-    device = torch.device(args.device)
-    if device.type == "cpu":
-        torch.set_num_threads(args.threads)
-    tok, target, draft = smollm2_pair(device=device)
-    ctx = tok.apply_chat_template([{"role": "user", "content": CHAT_PROMPTS[0]}], add_generation_prompt=True)
-    ctx = list(ctx["input_ids"] if hasattr(ctx, "keys") else ctx)
+    device, target, draft, ctx, name = _real_pair(args)
     V = target.vocab_size
     shape = TreeShape.branching(8, 7)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} torch thread(s)"
     print(f"device: {name}; torch {torch.__version__}; target {target.name}; draft {draft.name}; V = {V}; "
           f"context {len(ctx)} tokens; shape branching(8,7) ({shape.n} nodes); budget {args.budget}, "
           f"{args.batch} prefixes per call")
 
-    # the forward: one tree-attention call of the target on the 64-node tree (tokens: the draft's top-k tree)
-    parents = np.array([-1] + [0] * 8 + [1 + i // 7 for i in range(56)], dtype=np.int64)
-    rng = np.random.default_rng(0)
-    tokens = np.concatenate([[-1], rng.integers(0, V, size=shape.n)]).astype(np.int64)
-    state = target.new_state()
-    target.logits(state, torch.tensor([ctx[:-1]], device=device))
-
-    def forward():
-        target.tree_logits(state, parents, tokens, pending=ctx[-1:])
-        target.select(state, 0, len(ctx) - 1)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
+    forward = _forward(target, ctx, device)
 
     # the kernels' compilation (or load from numba's on-disk cache), outside every timed call
     t0 = time.perf_counter()
@@ -406,31 +421,14 @@ def device_route(args) -> None:
     import datetime
 
     import otspec.tree._bound as B
-    from otspec.decoding import smollm2_pair
     from otspec.tree import TreeShape, bound
 
-    device = torch.device(args.device)
-    if device.type == "cpu":
-        torch.set_num_threads(args.threads)
-    tok, target, draft = smollm2_pair(device=device)
-    ctx = tok.apply_chat_template([{"role": "user", "content": CHAT_PROMPTS[0]}], add_generation_prompt=True)
-    ctx = list(ctx["input_ids"] if hasattr(ctx, "keys") else ctx)
+    device, target, draft, ctx, name = _real_pair(args)
     V = target.vocab_size
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} torch thread(s)"
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"{stamp}; device: {name}; torch {torch.__version__}; V = {V}; context {len(ctx)} tokens")
     big = TreeShape.branching(8, 7)
-    parents = np.array([-1] + [0] * 8 + [1 + i // 7 for i in range(56)], dtype=np.int64)
-    tokens = np.concatenate([[-1], np.random.default_rng(0).integers(0, V, size=big.n)]).astype(np.int64)
-    state = target.new_state()
-    target.logits(state, torch.tensor([ctx[:-1]], device=device))
-
-    def forward():
-        target.tree_logits(state, parents, tokens, pending=ctx[-1:])
-        target.select(state, 0, len(ctx) - 1)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
+    forward = _forward(target, ctx, device)
     cases = [(f"{p}:branching(8,7)", big, p, args.budget, args.batch) for p in ("iid", "wor")]
     cases += [(f"profile {p}:branching({sh[0]},{sh[1]})", TreeShape.branching(*sh), p, 64, 64)
               for sh in ((4, 3), (8, 7)) for p in ("iid", "wor")]
