@@ -137,10 +137,11 @@ def _held(p_root, q_root, scored: dict, plan, device=None) -> dict:
 
 
 def _expand_group(searches: list, held: list) -> None:
-    """Expand the frontiers of ``searches`` (:class:`otspec.tree._bound._Search`, one family's shape, one per prompt)
+    r"""Expand the frontiers of ``searches`` (:class:`otspec.tree._bound._Search`, one family's shape, one per prompt)
     in one call per depth, from the laws ``held[i]`` holds for search ``i`` (host rows or tensors on the models'
     device: the bound's host or device route), each search taking its own rows' candidates; then each advances
-    to its next frontier."""
+    to its next frontier. A call's ``pi_exact`` holds for every search in it: where the race refuses a row (or is
+    switched off) every prompt of that call reports :math:`\pi` as bounded, never the other way round."""
     rows = [(i, u) for i, s in enumerate(searches) for u in s.frontier]
     rows.sort(key=lambda r: len(r[1].path))                 # stable: each search's order within a depth
     left = {s.left for s in searches}
