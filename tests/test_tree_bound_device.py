@@ -178,3 +178,28 @@ def test_power_sums_against_fsum(m, V, N, monkeypatch):
     want = np.array([[math.fsum((y[i] ** n).tolist()) for n in range(1, N + 1)] for i in range(m)])
     assert got.shape == (m, N)
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+def test_bound_of_decoding_models_whose_laws_stay_tensors(process, monkeypatch):
+    # otspec.tree.bound on two decoding models whose tree laws come back as tensors (as from an accelerator: here
+    # CPU tensors, _tree_laws patched) against the same models' numpy laws: the same bound, the same prefixes
+    pytest.importorskip("transformers")
+    import otspec.tree._bound as TBd
+    from otspec.tree import bound
+    from tests.toy_lm import tiny_llama
+
+    draft, target = tiny_llama(1, vocab=300), tiny_llama(2, vocab=300)
+    shape, ctx = TreeShape.branching(4, 3, 2), [3, 7, 1]
+    host = bound(shape, draft, target, process=process, prefix=ctx, budget=40, batch=16)
+    real = TBd._tree_laws
+
+    def as_tensor(*a, **k):
+        out = real(*a, **k)
+        return torch.from_numpy(out) if isinstance(out, np.ndarray) else out
+
+    monkeypatch.setattr(TBd, "_tree_laws", as_tensor)
+    with HostReads() as mode:
+        dev = bound(shape, draft, target, process=process, prefix=ctx, budget=40, batch=16)
+    _same(host, dev)
+    assert len(mode.reads) <= 3 * dev.n_calls * shape.max_depth, mode.reads
