@@ -1,7 +1,8 @@
 """The profile's tree bound on the device route: the walk's laws and the bound's scored frontier kept as tensors where
 the walk holds them (CPU tensors standing in for a GPU's: :func:`otspec.profile._collect.analysis_device` patched),
 the bound computed there, its rows within 1e-12 of the bound's host route on the same laws, and a number of host reads
-per position that grows with neither the vocabulary nor the prompts of a batch."""
+per position that grows with neither the vocabulary nor the prompts of a batch. The walk takes this route when
+:data:`otspec.profile._tree_bound.BOUND_ON_DEVICE` is set (here patched on)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def _walk(monkeypatch, V: int, B: int, *, bound_on_device: bool):
     import otspec.profile._collect as C
 
     monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    monkeypatch.setattr(TB, "BOUND_ON_DEVICE", True)
     if not bound_on_device:  # the same walk, the bound on the host's numpy route from host copies of the same laws
         monkeypatch.setattr(TB, "_route_device", lambda p_root: None)
     reads, values = [], []

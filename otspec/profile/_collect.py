@@ -32,7 +32,7 @@ from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, 
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched, to_host
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
-from ._tree_bound import position_bounds, record_bounds
+from ._tree_bound import bound_route_on_device, position_bounds, record_bounds
 from ._trees import (
     LawBuffers,
     along_text_families,
@@ -542,8 +542,8 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
         record_position(r, pos, plan, position_values(plan, scored, V, buffers))
     if getattr(settings, "bounds_trees", False):  # the bound on every lossless verifier, at the subsampled positions
         which = [is_subsampled(pos, r.prompt, settings) for r in rows]
-        # the laws where they are: on an accelerator the bound runs there (its torch route), else on the host
-        p_b = p_root if analysis_device(target) is not None else to_host(p_root)
+        # the laws where they are when the bound runs on the device route (its torch route), else on the host
+        p_b = p_root if analysis_device(target) is not None and bound_route_on_device() else to_host(p_root)
         record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, p_b, np.asarray(q_root),
                                                        plan, settings.sampling, got, which, settings.bound_budget))
     if drawn is not None:

@@ -23,10 +23,11 @@ relative 1e-12; where a row fails the race's checks, an upper bound on :math:`\p
 bound).
 
 Every prompt of a batch is expanded together, family by family: the contexts in one pass, then the frontiers in
-one pass per depth. On the models' device (:func:`otspec.profile._collect.analysis_device`) the laws stay where the
-walk holds them, the scored frontier too, and :func:`otspec.tree.bound`'s torch route computes the bound there:
-the host reads a few small arrays per family and position (2 per i.i.d. family, 4 or 5 without replacement), for
-the whole batch, never a law. On a CPU the host's route (numba row kernels) reads the same laws as numpy rows.
+one pass per depth. Handed the laws as tensors on the models' device (``p_root`` a tensor: the walk does so on an accelerator when
+:data:`BOUND_ON_DEVICE` is set) the laws stay where the walk holds them, the scored frontier too, and
+:func:`otspec.tree.bound`'s torch route computes the bound there: the host reads a few small arrays per family and
+position (2 per i.i.d. family, 4 or 5 without replacement), for the whole batch, never a law. Otherwise the host's
+route (numba row kernels) reads the same laws as numpy rows.
 
 Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value
 :math:`\hat B`, its remainder, whether :math:`\pi` was exact (1 or 0), and the prefixes expanded. The summary
@@ -46,8 +47,9 @@ from ..tree._bound import _MAX_FRONTIER_ENTRIES, _depth_runs, _laws_block, _Sear
 from ._trees import padded_tree_logits
 from ._trees_device import HostRows
 
-__all__ = ["BOUND_KIND", "BOUND_FIELDS", "DEFAULT_BOUND_BUDGET", "MAX_PROFILE_BOUND_BUDGET", "validate_bound_budget",
-           "check_bound_vocabulary", "bound_law_bytes", "position_bounds", "record_bounds"]
+__all__ = ["BOUND_KIND", "BOUND_FIELDS", "BOUND_ON_DEVICE", "bound_route_on_device", "DEFAULT_BOUND_BUDGET",
+           "MAX_PROFILE_BOUND_BUDGET", "validate_bound_budget", "check_bound_vocabulary", "bound_law_bytes",
+           "position_bounds", "record_bounds"]
 
 #: Row kind of the bound.
 BOUND_KIND = "treebound"
@@ -57,6 +59,17 @@ BOUND_FIELDS = ("value", "remainder", "pi_exact", "n_expanded")
 DEFAULT_BOUND_BUDGET = 64
 #: Largest ``bound_budget``: its prefixes are scored in one call per model.
 MAX_PROFILE_BOUND_BUDGET = 1024
+#: Whether the walk on an accelerator hands the bound its laws where they are (the device route of
+#: :func:`position_bounds`). Off for now: the device route reads the host a few times per position instead of
+#: copying every law there, but makes a few small tensors of host data per position (the contexts' target laws,
+#: each frontier's per-row values, the race's coefficients: 2 for an i.i.d. family, 3 to 4 without replacement),
+#: above the walk's pinned budget of such copies (tests/test_profile_device_copies.py).
+BOUND_ON_DEVICE = False
+
+
+def bound_route_on_device() -> bool:
+    """Whether the walk on an accelerator runs the bound on the device route (:data:`BOUND_ON_DEVICE`)."""
+    return BOUND_ON_DEVICE
 
 
 def validate_bound_budget(budget, n_sampled: int) -> int:
@@ -113,12 +126,12 @@ def _law_row(rows, key, device):
     import torch
 
     if isinstance(rows, HostRows):                  # the walk's device tensor itself, not its host copy
-        tensor, at = rows._copy[0], rows._at[key]
-        return tensor[at].to(device=device, dtype=torch.float64)
-    row = rows[key]
-    if torch.is_tensor(row):
-        return row.to(device=device, dtype=torch.float64)
-    return torch.as_tensor(np.asarray(row, dtype=np.float64), device=device)
+        row = rows._copy[0][rows._at[key]]
+    else:
+        row = rows[key]
+    if not torch.is_tensor(row):
+        return torch.as_tensor(np.asarray(row, dtype=np.float64), device=device)
+    return row if (row.device, row.dtype) == (device, torch.float64) else row.to(device=device, dtype=torch.float64)
 
 
 def _held(p_root, q_root, scored: dict, plan, device=None) -> dict:
@@ -200,7 +213,9 @@ def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None)
     else:                                           # kept where they are: the bound runs there
         import torch
 
-        laws = laws.detach().to(device=device, dtype=torch.float64)
+        laws = laws.detach()
+        if (laws.device, laws.dtype) != (device, torch.float64):
+            laws = laws.to(device=device, dtype=torch.float64)
     return [{path: laws[b, index[b][path]] for path in want[b]} for b in range(B)]
 
 
@@ -252,6 +267,8 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
         return out
     device = _route_device(p_root)
     bs = [b for b in range(B) if which[b]]
+    if device is not None:                          # the contexts' target laws: one copy for the batch
+        q_root = _law_row([q_root], 0, device)
     held = {b: _held(p_root[b], q_root[b], scored[b], plan, device) for b in bs}
     want: dict = {b: dict() for b in bs}  # ordered sets of the paths to score
     searches: dict = {}

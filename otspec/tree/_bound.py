@@ -198,7 +198,7 @@ def _as_laws(X, xp):
     """float64 laws in the namespace ``xp`` (numpy arrays as given; tensors converted on their device)."""
     if xp is np:
         return np.asarray(X, dtype=np.float64)
-    return xp.astype(X, xp.float64, copy=False)
+    return X if X.dtype == xp.float64 else xp.astype(X, xp.float64, copy=False)
 
 
 def _count_positive(X, xp) -> np.ndarray:
@@ -666,7 +666,7 @@ def _second_draw(P):
     rows = np.arange(m) if xp is np else xp.arange(m, device=_device(P))
     top = xp.argmax(P, axis=1)
     rest = 1.0 - P
-    others = xp.asarray(P, copy=True)
+    others = P.copy() if xp is np else P.clone()
     others[rows, top] = 0.0
     rest[rows, top] = xp.sum(others, axis=1)
     if xp is np:
@@ -1004,7 +1004,8 @@ def _read(parts) -> np.ndarray:
     """The tensors ``parts`` flattened into one float64 host array: one read of the device for all of them."""
     import torch
 
-    return torch.cat([t.reshape(-1).to(torch.float64) for t in parts]).to("cpu").numpy()
+    flat = [t.reshape(-1) if t.dtype == torch.float64 else t.reshape(-1).to(torch.float64) for t in parts]
+    return torch.cat(flat).to("cpu").numpy()
 
 
 def _power_sums(y, N: int):
@@ -1034,35 +1035,51 @@ def _power_sums(y, N: int):
     return out.transpose(1, 2).reshape(m, s * t)[:, 1:N + 1]  # n = b + s a, in order
 
 
-def _race_stats_t(P, rows, K: int):
-    r"""What the exponential race needs of the rows ``rows`` of the ``(m, V)`` tensor ``P``, computed where ``P`` is
-    and read in one copy: ``(support, head, kh, hval, pmax, nu)`` (host arrays, ``len(rows)`` rows) as
+class _Columns:
+    """Per-row host values (``(m, c)``) that a pass over a device block reads as columns: Python floats where every
+    row holds the same (the contexts of a batch: nothing copied), else one ``(m, c)`` tensor on ``like``'s device
+    (one copy); ``cols(k)`` is column ``k`` (a float or an ``(m, 1)`` tensor)."""
+
+    def __init__(self, host: np.ndarray, like):
+        host = np.asarray(host, dtype=np.float64)
+        self.same = host.shape[0] == 1 or bool((host == host[0]).all())
+        self.vals = host[0].tolist() if self.same else _to_device(host, like)
+
+    def __call__(self, k: int):
+        return self.vals[k] if self.same else self.vals[:, k:k + 1]
+
+
+def _race_stats_t(P, K: int, rows=None, extra=()):
+    r"""What the exponential race needs of the rows ``rows`` (None: all) of the ``(m, V)`` tensor ``P``, computed
+    where ``P`` is and read in one copy with the ``(m,)`` float64 tensors ``extra``: ``(support, head, kh, hval,
+    pmax, nu, extra, head_t)`` (host arrays but ``head_t``, ``len(rows)`` rows) as
     :func:`_bound_kernels.wor_row_stats` gives them: the support, the ``K`` most likely tokens by decreasing
     probability (-1 past the ``kh`` positive ones) and their probabilities, the tail's largest probability (0
     without a tail) and its power sums :math:`\nu_n = \sum_x (p_x / p_{\max})^n`, ``n = 1 ..``
     :data:`_RACE_TERMS`, over every tail token (:func:`_power_sums`; the host's kernel leaves out the powers below
-    1e-21: the sums agree to a relative 1e-16)."""
+    1e-21: the sums agree to a relative 1e-16); ``head_t`` the head as a tensor where ``P`` is (its places past
+    ``kh`` hold tokens of probability 0)."""
     import torch
 
     N = _RACE_TERMS
-    sub = P if len(rows) == P.shape[0] and list(rows) == list(range(P.shape[0])) else \
-        P[torch.as_tensor(list(rows), dtype=torch.long, device=P.device)]
+    sub = P if rows is None else P[torch.as_tensor(list(rows), dtype=torch.long, device=P.device)]
     m, V = sub.shape
     K = min(K, V)
     vals, idx = torch.topk(sub, min(K + 1, V), dim=1)
     pmax = vals[:, K] if K < V else torch.zeros(m, dtype=sub.dtype, device=sub.device)
     y = (sub / torch.where(pmax > 0, pmax, 1.0)[:, None]).scatter(1, idx[:, :K], 0.0)
     nu = _power_sums(y, N) * (pmax > 0)[:, None]
-    host = _read([torch.cat([torch.sum(sub > 0, dim=1, keepdim=True).to(sub.dtype), vals[:, :K],
-                             idx[:, :K].to(sub.dtype), pmax[:, None], nu], dim=1)]).reshape(m, 1 + 2 * K + 1 + N)
+    host = _read([torch.cat([torch.sum(sub > 0, dim=1, keepdim=True, dtype=sub.dtype), vals[:, :K],
+                             idx[:, :K].to(sub.dtype), pmax[:, None], nu] + [e[:, None] for e in extra], dim=1)])
+    host = host.reshape(m, 1 + 2 * K + 1 + N + len(extra))
     support = host[:, 0].astype(np.int64)
     kh = np.minimum(K, support)
     inside = np.arange(K)[None, :] < kh[:, None]
     head = np.where(inside, host[:, 1 + K:1 + 2 * K], -1).astype(np.int64)
     hval = np.where(inside, host[:, 1:1 + K], 0.0)
     pm = host[:, 1 + 2 * K]
-    nu_h = np.concatenate([np.zeros((m, 1)), host[:, 2 + 2 * K:]], axis=1)
-    return support, head, kh, hval, pm, nu_h
+    nu_h = np.concatenate([np.zeros((m, 1)), host[:, 2 + 2 * K:2 + 2 * K + N]], axis=1)
+    return support, head, kh, hval, pm, nu_h, [host[:, 2 + 2 * K + N + i] for i in range(len(extra))], idx[:, :K]
 
 
 def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, last: bool):
@@ -1073,6 +1090,9 @@ def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, la
     the Taylor sum, which runs by Horner's rule over the whole block, to the largest degree any row needs (each
     entry's own degree on the host: the terms above it are below 1e-17 of the first). At the last expanded depth
     (``last``) the rows whose lower bound :math:`w_0 p + w_1 \ell_1 \ge Q` everywhere need no race.
+
+    ``w01(r)``, ``c01(2 e + r)``: the slot weight of rank ``r`` and its slot count at the ``e``-th lower depth,
+    per row (:class:`_Columns`).
 
     Returns ``(pi, mds, P1, race, support)``: ``pi`` clipped at 1, ``mds`` the ``E`` slot counts, the second
     draw's law, the :class:`_Race` (None without ranks >= 2) and the supports as a tensor (checked by the caller
@@ -1088,22 +1108,19 @@ def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, la
     if race_on and not _WOR_RACE:
         return None
     P1 = _second_draw(P) if need > 1 else torch.zeros_like(P)
-    dev_w = _to_device(np.concatenate([w01, c01.reshape(m, 2 * E)], axis=1), P)
-    base_pi = dev_w[:, 0:1] * P + dev_w[:, 1:2] * P1
-    base_md = [dev_w[:, 2 + 2 * e:3 + 2 * e] * P + dev_w[:, 3 + 2 * e:4 + 2 * e] * P1 for e in range(E)]
-    support = torch.sum(P > 0, dim=1)
+    base_pi = w01(0) * P + w01(1) * P1
+    base_md = [c01(2 * e) * P + c01(2 * e + 1) * P1 for e in range(E)]
+    support = torch.sum(P > 0, dim=1, dtype=P.dtype)
     race = None
     if race_on:
         paths = [u.path for u in frontier]
-        if last:   # one read: the supports, and the rows where the lower bound leaves entries undecided
-            got = _read([support, torch.any(base_pi < Qc, dim=1)]).reshape(2, m)
-            sup, rows = got[0].astype(np.int64), np.flatnonzero(got[1] > 0).tolist()
-        else:
-            sup, rows = None, list(range(m))
         K = min(_RACE_HEAD, V)
-        st = _race_stats_t(P, rows, K) if rows else None
-        if sup is None:
-            sup = st[0]
+        # one read: the supports, the race's power sums and, at the last depth, the rows where the lower bound
+        # leaves entries undecided (only they take the race's quadrature)
+        und = [torch.sum(base_pi < Qc, dim=1, dtype=P.dtype)] if last else []
+        st = _race_stats_t(P, K, extra=und)
+        sup, head_t = st[0], st[7]
+        rows = np.flatnonzero(st[6][0] > 0).tolist() if last else list(range(m))
         for i in np.flatnonzero(sup < need).tolist():
             raise _support_error("wor", need, paths[i], P[i].to("cpu").numpy())
         if any(math.perm(int(n), need) * V <= _MAX_WOR_ENUMERATION for n in sup.tolist()):
@@ -1111,10 +1128,10 @@ def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, la
         if rows:
             first = dict(support=sup, head=np.full((m, K), -1, np.int64), hval=np.zeros((m, K)),
                          kh=np.zeros(m, np.int64), pmax=np.zeros(m), nu=np.zeros((m, _RACE_TERMS + 1)))
-            for key, v in zip(("head", "kh", "hval", "pmax", "nu"), st[1:]):
-                first[key][rows] = v
+            for key, v in zip(("head", "kh", "hval", "pmax", "nu"), st[1:6]):
+                first[key][rows] = v[rows]
             race = _Race(P, [r for r in ranks if r >= 2], rows, first=first,
-                         stats=lambda todo, k: _race_stats_t(P, todo, k)[1:])
+                         stats=lambda todo, k: _race_stats_t(P, k, rows=todo)[1:6])
             if not race.ok[rows].all():
                 return None
             A = np.stack([u.A for u in frontier])
@@ -1124,18 +1141,21 @@ def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, la
             # the largest Taylor degree of a tail entry (x <= 1): thresholds below 1, over the rows with a tail
             top = int(np.max(np.sum(race.theta[:, :N] < 1.0, axis=1), initial=0))
             Kh = race.head.shape[1]
+            grown = Kh != K                      # a row's head grown: the head itself goes to the device
             host = np.concatenate([np.stack([H] + [Hmd[:, e] for e in range(E)], axis=1)[:, :, :top + 1]
                                    .reshape(m, -1), np.stack([HLw] + [HLmd[:, e] for e in range(E)], axis=1)
-                                   .reshape(m, -1), race.head.astype(np.float64), race.pmax[:, None]], axis=1)
+                                   .reshape(m, -1), race.pmax[:, None]]
+                                  + ([race.head.astype(np.float64)] if grown else []), axis=1)
             got = _to_device(host, P)
             Hs = got[:, :(1 + E) * (top + 1)].reshape(m, 1 + E, top + 1)
             at = (1 + E) * (top + 1)
             HL = got[:, at:at + (1 + E) * Kh].reshape(m, 1 + E, Kh)
-            head = got[:, at + (1 + E) * Kh:at + (2 + E) * Kh].to(torch.long)
-            pmax = got[:, -1]
+            pmax = got[:, at + (1 + E) * Kh]
+            # the head's places (rows not raced: H and HL are 0 there, so any token does)
+            head = got[:, at + (1 + E) * Kh + 1:].to(torch.long) if grown else head_t
             valid = head >= 0
             hidx = torch.where(valid, head, 0)
-            hm = torch.zeros_like(P).scatter_add_(1, hidx, valid.to(P.dtype)) > 0
+            hm = torch.zeros_like(P).scatter_add_(1, hidx, torch.where(valid, torch.ones_like(HL[:, 0]), 0.0)) > 0
             x = (P / pmax[:, None]).masked_fill(hm, 0.0)
             acc = Hs[:, :, top, None].expand(m, 1 + E, V)
             for n in range(top - 1, -1, -1):
@@ -1187,14 +1207,16 @@ def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     race, P1, support = None, None, None
     if process != "wor":
         mdc = np.stack([A @ beta[d].sum(axis=1) for d in depths], axis=1) if depths else np.zeros((m, 0))
-        got = _to_device(np.concatenate([Qu[:, None], mdc, s_all], axis=1), Pl)
-        Qc = got[:, :1] * Ql
-        pi = _iid_pi(slots, j, got[:, 1 + E:], Pl)
-        mds = [got[:, 1 + e:2 + e] * Pl for e in range(E)]
+        cols = _Columns(np.concatenate([Qu[:, None], mdc, s_all], axis=1), Pl)
+        Qc = cols(0) * Ql
+        pi = _iid_pi(slots, j, s_all if cols.same else cols.vals[:, 1 + E:], Pl)
+        mds = [cols(1 + e) * Pl for e in range(E)]
     else:
-        Qc = _to_device(Qu[:, None], Pl) * Ql
         w01, c01 = _first_two_weights(ranks, A @ C, [A @ beta[d] for d in depths])
-        got = _wor_pi_t(slots, j, frontier, Pl, Qc, w01, c01, depths, not more)
+        cols = _Columns(np.concatenate([Qu[:, None], w01, c01.reshape(m, 2 * E)], axis=1), Pl)
+        Qc = cols(0) * Ql
+        got = _wor_pi_t(slots, j, frontier, Pl, Qc, lambda r: cols(1 + r), lambda k: cols(3 + k), depths,
+                        not more)
         if got is None:
             return _expand(slots, process, frontier, Pl, Ql, keep)
         pi, mds, P1, race, support = got
@@ -1422,7 +1444,9 @@ def _iid_pi(slots: _Slots, j: int, s_all: np.ndarray, Pl):
         cols = min(V, _CHUNK_ENTRIES)
         rows = max(1, _CHUNK_ENTRIES // cols)
     else:
-        out, rows, cols, s_all = None, m, V, xp.asarray(s_all, device=_device(Pl))
+        out, rows, cols = None, m, V
+        if j and isinstance(s_all, np.ndarray):
+            s_all = xp.asarray(s_all, device=_device(Pl))
     for c0 in range(0, m, rows):
         for v0 in range(0, V, cols):
             t = Pl[c0:c0 + rows, v0:v0 + cols]
