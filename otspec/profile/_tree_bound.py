@@ -26,7 +26,7 @@ Every prompt of a batch is expanded together, family by family: the contexts in 
 one pass per depth. Handed the laws as tensors on the models' device (``p_root`` a tensor: the walk does so on an accelerator when
 :data:`BOUND_ON_DEVICE` is set) the laws stay where the walk holds them, the scored frontier too, and
 :func:`otspec.tree.bound`'s torch route computes the bound there: the host reads a few small arrays per family and
-position (2 per i.i.d. family, 4 or 5 without replacement), for the whole batch, never a law. Otherwise the host's
+position (2 per i.i.d. family, 4 without replacement with ranks >= 2), for the whole batch, never a law. Otherwise the host's
 route (numba row kernels) reads the same laws as numpy rows.
 
 Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value

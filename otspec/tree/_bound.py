@@ -1190,7 +1190,7 @@ def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     children's :math:`\pi` (i.i.d.: :func:`_iid_pi`'s recursion over the whole block; without replacement
     :func:`_wor_pi_t`), min(Q, pi), the caps of the lower depths and every row sum, the candidates of each row
     (:func:`_top_t`) and their values, all read in one copy (without replacement and ranks >= 2, one more read
-    before it for the race's power sums, and at the last depth one for the rows that need the race). The same
+    before it for the race's power sums, which at the last depth also names the rows that need the race). The same
     ``(candidates, pi_exact, dropped)``; the host's block route (:func:`_expand` on the tensors) where
     :func:`_wor_pi_t` declines."""
     import torch
@@ -1696,13 +1696,13 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     float64 tensors and the same arithmetic runs on the device, batched over
     each frontier's rows (one pass of a few kernels per depth): every row sum
     and the candidates' values come back in one read per depth; without
-    replacement the race's power sums are taken there too (one more read, and
-    at the last depth one for the rows whose lower bound on :math:`\pi`
-    leaves entries undecided), its quadrature runs on the host on those small
-    arrays, and its Taylor sums by Horner's rule over the block to the largest
-    degree a row needs (the routes agree to 1e-12; rows whose draws are
-    enumerated or refused by the race take the host's block route on the
-    tensors, with more reads).
+    replacement the race's power sums are taken there too (one more read,
+    which at the last depth also names the rows whose lower bound on
+    :math:`\pi` leaves entries undecided), its quadrature runs on the host on
+    those small arrays (for those rows alone), and its Taylor sums by
+    Horner's rule over the block to the largest degree a row needs (the
+    routes agree to 1e-12; rows whose draws are enumerated or refused by the
+    race take the host's block route on the tensors, with more reads).
 
     See Also
     --------
