@@ -324,7 +324,8 @@ def end_mass_t(lay: TreeLayoutT, acc, alive):
     return reach * alive
 
 
-def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None, work=None):
+def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None, work=None,
+                  host: bool = False):
     r"""One tree verification on the laws' device: the accepted node, the emitted token, the exact law.
 
     Every node's outcome is decided at once with one uniform per child (``"specinfer"``, ``"sequoia"``: the
@@ -400,6 +401,9 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
         c = nxt.index_select(0, torch.where(r >= 0, r, I))
         cur = torch.where(c >= 0, c, cur)
     r = lay.row_of.index_select(0, cur)
+    if host:  # the accepted node read (on the CPU this waits for nothing): its rows are views, its branch taken once
+        return cur, _emit_host(rule, int(r[0]), cur, x, level, P_inner, Q_inner, q_at, gen, draw, work), \
+            end_mass_t(lay, acc, alive)
     inner = r[:, None] >= 0
     r0 = r.clamp(min=0)
     q = q_at(cur)  # the accepted node's law: its row of Q_inner where it has children, the bonus token's at a leaf
@@ -408,6 +412,43 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     W = residual_rows_t(rule, x, level, P_inner, Q_inner, r0, q=q, inner=inner, work=work)
     y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
     return cur, y, end_mass_t(lay, acc, alive)
+
+
+def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work):
+    r"""The emitted token of :func:`verify_tree_t` with the accepted node's row ``r`` of ``inner`` known on the host
+    (-1 at a leaf): the same weights bit for bit as :func:`residual_rows_t`, with fewer passes over ``V``.
+
+    * a leaf: ``q_at(cur)`` itself (:func:`residual_rows_t` at the level 0 gives ``q`` bit for bit);
+    * ``"specinfer"``, ``"sequoia"``: :math:`(q - t' p)_+` read from views of ``Q_inner``'s and ``P_inner``'s rows
+      (no copy, no ``q_at`` law formed: its values are those of ``Q_inner``'s row); formed again at :math:`t` only
+      where :math:`\ell = 0` or it has no mass (the second pass of :func:`residual_rows_t`, at :math:`t'`, gives the
+      values of the first), ``q`` itself where that has no mass either;
+    * ``"target-only"``: the children's tokens set to 0 in ``Q_inner``'s own row, put back where nothing is left,
+      and written back after the draw (``Q_inner`` ends bit for bit as it was).
+    """
+    dev = Q_inner.device
+    if r < 0:
+        W = q_at(cur)
+    elif rule == "target-only":
+        q = Q_inner[r : r + 1]
+        xr = x[r : r + 1]
+        was = q.gather(1, xr)
+        W = q.scatter_(1, xr, 0.0)
+        if not bool(W.sum(-1) > 0):
+            W.scatter_(1, xr, was)
+    else:
+        q, p = Q_inner[r : r + 1], P_inner[r : r + 1]
+        t, S, ell = (v[r : r + 1, None] for v in level)
+        t_new = t + S / torch.where(ell > 0, ell, 1.0)
+        W = torch.addcmul(q, p, -t_new, out=_block(work, "rw", tuple(q.shape), dev)).clamp_(min=0.0)
+        if not (bool(ell > 0) and bool(W.sum(-1) > 0)):  # no mass at t': t (probability 0), else q
+            W = torch.addcmul(q, p, -t, out=W).clamp_(min=0.0)
+            if not bool(W.sum(-1) > 0):
+                W = q
+    y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
+    if rule == "target-only" and r >= 0:
+        q.scatter_(1, xr, was)
+    return y
 
 
 # ----------------------------------------------------------------------------- one iteration
@@ -522,6 +563,10 @@ class TreeStepT:
     #: iteration from its own blocks (False); None: copy everywhere but for ``"iid"`` on the CPU
     #: (:meth:`_keep_root_laws`).
     copy_root_laws: bool | None = None
+    #: Read the accepted node on the host before its residual (:func:`verify_tree_t`'s ``host``): its rows read in
+    #: place, its branch taken once, the same draws bit for bit. None: where reading waits for nothing (the CPU);
+    #: on an accelerator the one host read of an iteration stays the only one.
+    read_on_host: bool | None = None
 
     def __init__(self, plan, sampling, log_laws: bool, *, law_batch: int, clock):
         self.plan, self.sampling = plan, sampling
@@ -604,14 +649,16 @@ class TreeStepT:
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
-        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows)
+        host = self._reads_host(tdev)
+        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows, host=host)
         P_inner = Pb.to(tdev, non_blocking=True) if Pb is not None else None
-        a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks)
+        a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks,
+                                   host=host)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
         # flags of bad draft laws or small supports, then of bad target laws
         nd = int(dflags.shape[0])
         res = torch.cat([a, y, tokens_t, dflags.to(tdev, non_blocking=True), bad_rows(Q).to(torch.long),
-                         leaf[0].to(torch.long)]).tolist()
+                         _leaf_flag(leaf, tdev)]).tolist()
         tok = res[2 : 2 + n1]
         if any(res[2 + n1 : 2 + n1 + nd]):
             self._refuse(dec, ctx, res[2 + n1 : 2 + n1 + nd], tok, Pb, raws)
@@ -635,32 +682,45 @@ class TreeStepT:
         dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
         return out
 
-    def _target_laws(self, logits, rows, row_slice=None):
+    def _target_laws(self, logits, rows, row_slice=None, *, host: bool = False):
         """The float64 target laws the rules read, on the target's device: ``Q`` at the nodes ``rows`` (those with
         children; ``row_slice`` the same rows as a slice where they are consecutive: the logits there are read in
         place), written into a block kept across iterations, and ``q_at`` for the accepted node's (its
         bonus token's when a leaf; a one-row block), with the list that receives the flag of a bad law there (read
         when the law is formed: the verification writes the residual over it). The logits of rows chosen on the
-        device are gathered into a block kept across iterations too."""
+        device are gathered into a block kept across iterations too; with ``host`` (the rows read where reading
+        waits for nothing: the CPU) each row is copied straight into ``Q``'s block, or read in place by ``q_at``,
+        with no gathered copy (the same values)."""
         V = int(logits.shape[-1])
         dev, blocks = logits.device, self._blocks
         Qb = _block(blocks, "Q", (int(rows.shape[0]), V), dev)
         if row_slice is not None:
-            at = logits[row_slice]
+            Q = _laws_into(self.sampling, logits[row_slice], Qb)
+        elif host and _plain(self.sampling):  # the float64 logits written row by row, then the softmax in place
+            for i, v in enumerate(rows.tolist()):
+                Qb[i].copy_(logits[v])
+            Q = torch.softmax(Qb, dim=-1, out=Qb)
         else:
             at = torch.index_select(logits, 0, rows, out=_block(blocks, "sel", (int(rows.shape[0]), V), dev,
                                                                  logits.dtype))
-        Q = _laws_into(self.sampling, at, Qb)
+            Q = _laws_into(self.sampling, at, Qb)
         leaf: list = []
 
         def q_at(v):
             qb = _block(blocks, "q", (1, V), dev)
-            at = torch.index_select(logits, 0, v, out=_block(blocks, "sel", (1, V), dev, logits.dtype))
+            if host:
+                at = logits.narrow(0, int(v[0]), 1)
+            else:
+                at = torch.index_select(logits, 0, v, out=_block(blocks, "sel", (1, V), dev, logits.dtype))
             law = _laws_into(self.sampling, at, qb)
             leaf.append(bad_rows(law))
             return law
 
         return Q, q_at, leaf
+
+    def _reads_host(self, device) -> bool:
+        """Whether the verification reads the accepted node on the host (:attr:`read_on_host`)."""
+        return torch.device(device).type == "cpu" if self.read_on_host is None else bool(self.read_on_host)
 
     def _keep_root_laws(self, dec, p, q) -> None:
         """Keep the root's draft and target laws for their optimum (:meth:`_flush`, timed as analysis, outside the
@@ -1061,14 +1121,15 @@ class Eagle2StepT(TreeStepT):
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
-        Q, q_at, leaf = self._target_laws(logits, lay_t.inner0)
+        host = self._reads_host(tdev)
+        Q, q_at, leaf = self._target_laws(logits, lay_t.inner0, host=host)
         P_inner = (Rb if own_p else Pb).to(tdev, non_blocking=True) if self.needs_p else None
-        a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks)
+        a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks, host=host)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree (parents, tokens),
         # the last frontier's paths (the draft's cache rows), the flags of the draft's laws, then of the target's
         nd = 2 * b.E
         res = torch.cat([a, y, parents_t, tokens_t, last.to(tdev, non_blocking=True), dflags.to(tdev, non_blocking=True),
-                         bad_rows(Q).to(torch.long), leaf[0].to(torch.long)]).tolist()
+                         bad_rows(Q).to(torch.long), _leaf_flag(leaf, tdev)]).tolist()
         par, tok = res[2 : 2 + n1], res[2 + n1 : 2 + 2 * n1]
         o = 2 + 2 * n1 + int(last.shape[0])
         if any(res[o : o + nd]):
@@ -1107,6 +1168,18 @@ class Eagle2StepT(TreeStepT):
         s = short.index(1)
         path = tuple(sp[s][: depth[s]])
         raise _support_error("eagle2", b.K, path, R[s].to("cpu").numpy())
+
+
+def _plain(sampling) -> bool:
+    """Whether ``sampling`` keeps the model's own law (temperature 1, untruncated): its law is the softmax of the
+    float64 logits (:func:`~otspec.decoding._sampling._laws_into`)."""
+    return not sampling.greedy and not sampling.truncated and sampling.temperature == 1.0
+
+
+def _leaf_flag(leaf: list, device):
+    """The flag of a bad law at the accepted leaf, as a ``(1,)`` int64 tensor (0 where ``q_at`` was not called:
+    the accepted node has children, its law is a row of ``Q``, flagged there)."""
+    return leaf[0].to(torch.long) if leaf else torch.zeros(1, dtype=torch.long, device=device)
 
 
 def _bad_logits(role: str, lm, pos: int) -> None:
