@@ -578,6 +578,7 @@ class TreeStepT:
         self.dev_log: list = []
         self.law_batch, self.clock = law_batch, clock  # the decoder's batch of kept laws and its one clock
         self.kept: list = []  # log_laws: the root laws (p, q) kept until the next flush (:meth:`_keep_root_laws`)
+        self.kept_logits = False  # whether self.kept holds the root logits (copied), not laws
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
         self._blocks: dict = {}  # float64 law blocks allocated once per decode, overwritten every iteration
@@ -675,7 +676,7 @@ class TreeStepT:
         by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, self.lay_t.depth, mass)
         self.dev_log.append(torch.cat([by_depth, self._root_alpha(self.lay_t, tokens_t, Q)[None]]))
         if self.log_laws:
-            self._keep_root_laws(dec, P_inner[0], Q[0])  # the root is inner[0]
+            self._keep_root_laws(dec, P_inner[0], Q[0], raws[0][0], logits[0])  # the root is inner[0]
         tau = int(plan.shape.depth[a])
         reached = np.zeros(plan.L)
         reached[:tau] = 1.0
@@ -722,14 +723,17 @@ class TreeStepT:
         """Whether the verification reads the accepted node on the host (:attr:`read_on_host`)."""
         return torch.device(device).type == "cpu" if self.read_on_host is None else bool(self.read_on_host)
 
-    def _keep_root_laws(self, dec, p, q) -> None:
-        """Keep the root's draft and target laws for their optimum (:meth:`_flush`, timed as analysis, outside the
-        wall time). For ``"iid"`` on the CPU the optimum (a sort) is computed at once from the iteration's own law
-        blocks (no copy: a copy of two rows of ``8 V`` bytes is a pass the flush would cost anyway); elsewhere, and
-        for ``"wor"`` (whose optimum is long host work: between iterations it evicted the models' weights from the
-        caches and slowed the next forwards), the laws are copied into the next rows of two blocks of ``law_batch``
-        rows kept across iterations (no fresh block), flushed when full and after the loop, as the decoder keeps a
-        chain's first laws."""
+    def _keep_root_laws(self, dec, p, q, lp, lq) -> None:
+        """Keep the root's draft and target laws ``p``, ``q`` (their logits ``lp``, ``lq``) for their optimum
+        (:meth:`_flush`, timed as analysis, outside the wall time). For ``"iid"`` on the CPU the optimum (a sort) is
+        computed at once from the iteration's own law blocks (no copy: a copy of two rows of ``8 V`` bytes is a pass
+        the flush would cost anyway); elsewhere, and for ``"wor"`` (whose optimum is long host work: between
+        iterations it evicted the models' weights from the caches and slowed the next forwards), the root's
+        *logits* are copied into the next rows of two blocks of ``law_batch`` rows in the models' dtype, kept across
+        iterations (no fresh block), and their laws formed again when the blocks are flushed (full, or after the
+        loop): the same values bit for bit (a row's law depends on that row's logits only), from half the bytes of
+        float64 laws or less (every row of a block is fresh memory the first time it is written: its page faults
+        are most of a copy's cost), as the decoder keeps a chain's first laws."""
         copy = self.copy_root_laws
         if copy is None:  # "wor": its optimum is host work of about 0.2 s a root at V = 128,256, kept after the loop
             copy = p.device.type != "cpu" or self.plan.process == "wor"
@@ -737,12 +741,28 @@ class TreeStepT:
             self.kept.append((p, q))
             self._flush(dec)
             return
-        ring, V, dev = self.law_batch, int(p.shape[-1]), p.device
+        ring, V, dev = self.law_batch, int(p.shape[-1]), q.device
         i = len(self.kept)
-        Pr, Qr = (_block(self._blocks, name, (ring, V), dev) for name in ("rootP", "rootQ"))
-        self.kept.append((Pr[i].copy_(p), Qr[i].copy_(q)))
+        Pr, Qr = (_block(self._blocks, name, (ring, V), dev, x.dtype) for name, x in (("rootP", lp), ("rootQ", lq)))
+        self.kept.append((Pr[i].copy_(lp, non_blocking=True), Qr[i].copy_(lq)))
+        self.kept_logits = True
         if len(self.kept) == ring:
             self._flush(dec)
+
+    def _root_laws(self, dec) -> None:
+        """The kept root logits (:meth:`_keep_root_laws`) made laws again, in place of them in ``self.kept``, timed as
+        analysis: row by row, each as the iteration formed it (:func:`_laws_into` on its own logits)."""
+        if not (self.kept and self.kept_logits):
+            return
+        dev = self.kept[0][1].device
+        a0 = self.clock(dev)
+        n, V = len(self.kept), int(self.kept[0][1].shape[-1])
+        P, Q = (torch.empty((n, V), dtype=torch.float64, device=dev) for _ in range(2))
+        for i, (lp, lq) in enumerate(self.kept):
+            _laws_into(self.sampling, lp[None], P[i : i + 1])
+            _laws_into(self.sampling, lq[None], Q[i : i + 1])
+        self.kept, self.kept_logits = list(zip(P, Q)), False
+        dec.analysis_time += self.clock(dev) - a0
 
     def _paths(self, tok: list[int], parents=None) -> list[tuple]:
         """The token path of every node, from the tree's tokens (the shape's ancestors, or ``parents``; no tree
@@ -764,6 +784,7 @@ class TreeStepT:
         r"""The optimum at the root of the kept root laws, timed as analysis (excluded from ``wall_time``): for
         ``"iid"`` :math:`\alpha_K` by the decoder's batch (one sort on the device), for ``"wor"`` its analogue
         without replacement on the host, one root at a time; the laws are then dropped."""
+        self._root_laws(dec)
         if self.plan.process == "iid":
             dec.first_laws, self.kept = self.kept, []
             dec._flush_first_laws()
