@@ -683,7 +683,18 @@ class TreeStepT:
         dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
         return out
 
-    def _target_laws(self, logits, rows, row_slice=None, *, host: bool = False):
+    def _target_flags(self, Q, logits, rows, formed=None):
+        """The flags of bad target laws at ``Q``'s rows (:func:`bad_rows`), int64; where ``formed`` (host booleans)
+        says a row's law was not formed, from its logits: the plain law (the only one left unformed, see
+        :meth:`_target_laws`) is NaN exactly where the row's largest logit is not finite (a NaN, a ``+inf``, or every
+        entry ``-inf``)."""
+        if formed is None or all(formed):
+            return bad_rows(Q).to(torch.long)
+        idx = rows.tolist()
+        return torch.cat([bad_rows(Q[i : i + 1]) if f else ~torch.isfinite(logits[idx[i]].amax())[None]
+                          for i, f in enumerate(formed)]).to(torch.long)
+
+    def _target_laws(self, logits, rows, row_slice=None, *, host: bool = False, formed=None):
         """The float64 target laws the rules read, on the target's device: ``Q`` at the nodes ``rows`` (those with
         children; ``row_slice`` the same rows as a slice where they are consecutive: the logits there are read in
         place), written into a block kept across iterations, and ``q_at`` for the accepted node's (its
@@ -697,6 +708,11 @@ class TreeStepT:
         Qb = _block(blocks, "Q", (int(rows.shape[0]), V), dev)
         if row_slice is not None:
             Q = _laws_into(self.sampling, logits[row_slice], Qb)
+        elif host and _plain(self.sampling) and formed is not None and not all(formed):  # the rows read only
+            for i, v in enumerate(rows.tolist()):
+                if formed[i]:
+                    torch.softmax(Qb[i].copy_(logits[v]), dim=-1, out=Qb[i])
+            Q = Qb
         elif host and _plain(self.sampling):  # the float64 logits written row by row, then the softmax in place
             for i, v in enumerate(rows.tolist()):
                 Qb[i].copy_(logits[v])
@@ -1143,14 +1159,17 @@ class Eagle2StepT(TreeStepT):
         t.batch = 1
         t.seq = list(ctx)
         host = self._reads_host(tdev)
-        Q, q_at, leaf = self._target_laws(logits, lay_t.inner0, host=host)
+        # the target-only rule reads q at the slots with children only: on the host, the other slots' laws are not
+        # formed (their rows keep stale values, read by no rule), their flags taken from their logits
+        formed = lay_t.valid[:, 0].tolist() if host and self.rule == "target-only" else None
+        Q, q_at, leaf = self._target_laws(logits, lay_t.inner0, host=host, formed=formed)
         P_inner = (Rb if own_p else Pb).to(tdev, non_blocking=True) if self.needs_p else None
         a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks, host=host)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree (parents, tokens),
         # the last frontier's paths (the draft's cache rows), the flags of the draft's laws, then of the target's
         nd = 2 * b.E
         res = torch.cat([a, y, parents_t, tokens_t, last.to(tdev, non_blocking=True), dflags.to(tdev, non_blocking=True),
-                         bad_rows(Q).to(torch.long), _leaf_flag(leaf, tdev)]).tolist()
+                         self._target_flags(Q, logits, lay_t.inner0, formed), _leaf_flag(leaf, tdev)]).tolist()
         par, tok = res[2 : 2 + n1], res[2 + n1 : 2 + 2 * n1]
         o = 2 + 2 * n1 + int(last.shape[0])
         if any(res[o : o + nd]):
