@@ -29,7 +29,13 @@ Sequoia's (``"sequoia"``) or the target-only rule (``"target-only"``). One itera
    and bad target laws (a draft flag is raised first, as the host route refuses it before the target call).
 
 So one host read per iteration, ``n + 3`` integers and the flags; the ``(n + 1, V)`` laws never leave the
-device. An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
+device. On the CPU, where reading a tensor waits for nothing, the accepted node is also read before its residual
+(``TreeStepT.read_on_host``): its rows are read in place and its residual's level chosen once (:func:`verify_tree_t`'s
+``host``), the target's laws of EAGLE-2's slots without children are not formed (the target-only rule reads none of
+them), and the rows are copied from the logits without a gathered copy; the same draws and logged predictions, bit
+for bit (tests/test_tree_decoding_lazy.py).
+
+An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
 ``n`` nodes: :class:`Eagle2TreeT`); the target scores it from its ``parents`` and tokens as device tensors
 (its attention mask built there), the rules run on a layout of its expanded nodes (:class:`Eagle2LayoutT`),
 and the one read also brings its parents and the draft's cache rows.
@@ -334,7 +340,7 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     the root follows the outcomes to the accepted node ``a`` (the uniforms of the nodes off the walk are never
     used, so the law is that of the rule's walk); one draw from ``a``'s residual (at a leaf, from
     :math:`q_a`: the bonus token) gives the emitted token (:func:`draw_rows`, unnormalised weights).
-    Nothing is read on the host.
+    Nothing is read on the host (but with ``host``).
 
     Parameters
     ----------
@@ -350,6 +356,10 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
         afterwards: the residual may be written over it.
     gen : torch.Generator
         On the laws' device.
+    host : bool, keyword-only
+        Read the accepted node on the host before its residual (:func:`_emit_host`; where a read waits for
+        nothing, the CPU): its rows of ``P_inner`` and ``Q_inner`` read in place (``q_at`` called at a leaf only),
+        the residual's level chosen once; the same token bit for bit, ``Q_inner`` left as it was.
     draw : callable, optional
         ``(W, gen) -> ids`` (default :func:`draw_rows`, its running sums written into ``work``).
     work : dict, optional, keyword-only
@@ -702,7 +712,9 @@ class TreeStepT:
         when the law is formed: the verification writes the residual over it). The logits of rows chosen on the
         device are gathered into a block kept across iterations too; with ``host`` (the rows read where reading
         waits for nothing: the CPU) each row is copied straight into ``Q``'s block, or read in place by ``q_at``,
-        with no gathered copy (the same values)."""
+        with no gathered copy (the same values). ``formed`` (host booleans, the plain law only): the rows whose law
+        is formed; the others keep whatever the block held (no rule may read them; :meth:`_target_flags` flags them
+        from their logits)."""
         V = int(logits.shape[-1])
         dev, blocks = logits.device, self._blocks
         Qb = _block(blocks, "Q", (int(rows.shape[0]), V), dev)
