@@ -14,8 +14,8 @@ logged predictions, bit for bit, as the route without host reads:
   top-p 0.9, greedy), ``read_on_host`` on and off: tokens, acceptances and every logged prediction equal;
 * the root optimum from kept logits against the one from the iteration's own law blocks, four samplings;
 * the flags of EAGLE-2's unformed slots (from the logits) against the flags of their formed laws, on rows with a
-  NaN, a ``+inf``, every entry ``-inf``, and finite rows; and a decode with non-finite target logits refused on both
-  routes with the same message.
+  NaN, a ``+inf``, every entry ``-inf``, and finite rows; and decodes with bad laws (EAGLE-2's draft and target)
+  refused on both routes with the same messages.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ import otspec.decoding as D  # noqa: E402
 import otspec.tree as T  # noqa: E402
 from otspec.decoding._sampling import Sampling, _laws_into, bad_rows  # noqa: E402
 from otspec.decoding._tree_device import TreeLayoutT, TreeStepT, verify_tree_t  # noqa: E402
+from tests.test_tree_decoding_eagle2_device import (  # noqa: E402
+    test_device_eagle2_refuses_bad_laws_after_the_one_read as eagle2_refusals,
+)
 from tests.toy_lm import tiny_llama  # noqa: E402
 
 torch.set_num_threads(1)
@@ -165,20 +168,9 @@ def test_unformed_slots_flag_bad_logits_as_their_laws_would():
 
 
 @pytest.mark.parametrize("host", [True, False])
-def test_eagle2_non_finite_target_logits_refused_on_both_routes(host, monkeypatch):
-    """Non-finite target logits after 3 tokens (a node of depth 1): the same ValueError, naming the model and the
-    position, whether the slots' laws are formed lazily (host reads) or all of them."""
+def test_eagle2_bad_laws_refused_on_both_routes(host, monkeypatch):
+    """Non-finite draft or target logits and a draft support too small: the same ValueErrors (the model and the
+    position; the node's token path) whether the slots' target laws are formed lazily (host reads) or all of them
+    (tests/test_tree_decoding_eagle2_device.py's refusals, run on both routes)."""
     monkeypatch.setattr(TreeStepT, "read_on_host", host)
-    n = 6
-    table = torch.randn(n, n, generator=torch.Generator().manual_seed(0))
-
-    def fn(ids):
-        out = table[ids].clone()
-        if ids.shape[1] >= 3:
-            out[:, 2, 2] = float("inf")
-        return out
-
-    ok, broken = D.CallableLM(lambda ids: table[ids], n, name="fine"), D.CallableLM(fn, n, name="overflowing")
-    with pytest.raises(ValueError, match=r"the target model 'overflowing' gave non-finite logits .* position 3"):
-        D.speculative_decode([0, 1], draft=ok, target=broken, tree="eagle2:2,2,4", max_new_tokens=10, rng=0,
-                             engine="torch")
+    eagle2_refusals()
