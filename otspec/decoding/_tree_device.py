@@ -1173,7 +1173,8 @@ class Eagle2StepT(TreeStepT):
         host = self._reads_host(tdev)
         # the target-only rule reads q at the slots with children only: on the host, the other slots' laws are not
         # formed (their rows keep stale values, read by no rule), their flags taken from their logits
-        formed = lay_t.valid[:, 0].tolist() if host and self.rule == "target-only" else None
+        lazy = host and self.rule == "target-only" and _plain(self.sampling)
+        formed = lay_t.valid[:, 0].tolist() if lazy else None
         Q, q_at, leaf = self._target_laws(logits, lay_t.inner0, host=host, formed=formed)
         P_inner = (Rb if own_p else Pb).to(tdev, non_blocking=True) if self.needs_p else None
         a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks, host=host)
