@@ -219,12 +219,16 @@ def test_first_iteration_predictions_equal_on_both_routes(models):
         np.testing.assert_allclose(a.predicted_reached[0], b.predicted_reached[0], rtol=0, atol=1e-12)
 
 
-def test_eagle2_device_route_reads_the_host_once_per_iteration():
+def test_eagle2_device_route_reads_the_host_once_per_iteration(monkeypatch):
     """One host read per iteration (after the verification: the outcome, the tree, the draft's cache rows and the
     flags; the target scores the tree from its parents and tokens on the device), one after the loop (the logged
     predictions), the seed before it, and no tensor turned into a number anywhere else (counted at the dispatcher);
     on a tiny Llama pair (tree attention) and on the row route. The host route reads far more (every level's
-    laws)."""
+    laws). The route an accelerator runs (``read_on_host=False``; on the CPU the accepted node is read before its
+    residual, tests/test_tree_decoding_lazy.py)."""
+    from otspec.decoding._tree_device import TreeStepT
+
+    monkeypatch.setattr(TreeStepT, "read_on_host", False)
     kw = dict(tree=T.Eagle2Params(3, 2, 6), max_new_tokens=30, rng=0)
     for target, draft in [_memoryless(40, seed=1)[:2], (tiny_llama(1, vocab=40), tiny_llama(2, vocab=40))]:
         with _HostReads() as mode, _ScalarReads() as scalars:

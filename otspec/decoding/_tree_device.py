@@ -29,7 +29,13 @@ Sequoia's (``"sequoia"``) or the target-only rule (``"target-only"``). One itera
    and bad target laws (a draft flag is raised first, as the host route refuses it before the target call).
 
 So one host read per iteration, ``n + 3`` integers and the flags; the ``(n + 1, V)`` laws never leave the
-device. An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
+device. On the CPU, where reading a tensor waits for nothing, the accepted node is also read before its residual
+(``TreeStepT.read_on_host``): its rows are read in place and its residual's level chosen once (:func:`verify_tree_t`'s
+``host``), the target's laws of EAGLE-2's slots without children are not formed (the target-only rule reads none of
+them), and the rows are copied from the logits without a gathered copy; the same draws and logged predictions, bit
+for bit (tests/test_tree_decoding_lazy.py).
+
+An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
 ``n`` nodes: :class:`Eagle2TreeT`); the target scores it from its ``parents`` and tokens as device tensors
 (its attention mask built there), the rules run on a layout of its expanded nodes (:class:`Eagle2LayoutT`),
 and the one read also brings its parents and the draft's cache rows.
@@ -324,7 +330,8 @@ def end_mass_t(lay: TreeLayoutT, acc, alive):
     return reach * alive
 
 
-def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None, work=None):
+def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None, work=None,
+                  host: bool = False):
     r"""One tree verification on the laws' device: the accepted node, the emitted token, the exact law.
 
     Every node's outcome is decided at once with one uniform per child (``"specinfer"``, ``"sequoia"``: the
@@ -333,7 +340,7 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     the root follows the outcomes to the accepted node ``a`` (the uniforms of the nodes off the walk are never
     used, so the law is that of the rule's walk); one draw from ``a``'s residual (at a leaf, from
     :math:`q_a`: the bonus token) gives the emitted token (:func:`draw_rows`, unnormalised weights).
-    Nothing is read on the host.
+    Nothing is read on the host (but with ``host``).
 
     Parameters
     ----------
@@ -349,6 +356,10 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
         afterwards: the residual may be written over it.
     gen : torch.Generator
         On the laws' device.
+    host : bool, keyword-only
+        Read the accepted node on the host before its residual (:func:`_emit_host`; where a read waits for
+        nothing, the CPU): its rows of ``P_inner`` and ``Q_inner`` read in place (``q_at`` called at a leaf only),
+        the residual's level chosen once; the same token bit for bit, ``Q_inner`` left as it was.
     draw : callable, optional
         ``(W, gen) -> ids`` (default :func:`draw_rows`, its running sums written into ``work``).
     work : dict, optional, keyword-only
@@ -400,6 +411,9 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
         c = nxt.index_select(0, torch.where(r >= 0, r, I))
         cur = torch.where(c >= 0, c, cur)
     r = lay.row_of.index_select(0, cur)
+    if host:  # the accepted node read (on the CPU this waits for nothing): its rows are views, its branch taken once
+        return cur, _emit_host(rule, int(r[0]), cur, x, level, P_inner, Q_inner, q_at, gen, draw, work), \
+            end_mass_t(lay, acc, alive)
     inner = r[:, None] >= 0
     r0 = r.clamp(min=0)
     q = q_at(cur)  # the accepted node's law: its row of Q_inner where it has children, the bonus token's at a leaf
@@ -408,6 +422,43 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     W = residual_rows_t(rule, x, level, P_inner, Q_inner, r0, q=q, inner=inner, work=work)
     y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
     return cur, y, end_mass_t(lay, acc, alive)
+
+
+def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work):
+    r"""The emitted token of :func:`verify_tree_t` with the accepted node's row ``r`` of ``inner`` known on the host
+    (-1 at a leaf): the same weights bit for bit as :func:`residual_rows_t`, with fewer passes over ``V``.
+
+    * a leaf: ``q_at(cur)`` itself (:func:`residual_rows_t` at the level 0 gives ``q`` bit for bit);
+    * ``"specinfer"``, ``"sequoia"``: :math:`(q - t' p)_+` read from views of ``Q_inner``'s and ``P_inner``'s rows
+      (no copy, no ``q_at`` law formed: its values are those of ``Q_inner``'s row); formed again at :math:`t` only
+      where :math:`\ell = 0` or it has no mass (the second pass of :func:`residual_rows_t`, at :math:`t'`, gives the
+      values of the first), ``q`` itself where that has no mass either;
+    * ``"target-only"``: the children's tokens set to 0 in ``Q_inner``'s own row, put back where nothing is left,
+      and written back after the draw (``Q_inner`` ends bit for bit as it was).
+    """
+    dev = Q_inner.device
+    if r < 0:
+        W = q_at(cur)
+    elif rule == "target-only":
+        q = Q_inner[r : r + 1]
+        xr = x[r : r + 1]
+        was = q.gather(1, xr)
+        W = q.scatter_(1, xr, 0.0)
+        if not bool(W.sum(-1) > 0):
+            W.scatter_(1, xr, was)
+    else:
+        q, p = Q_inner[r : r + 1], P_inner[r : r + 1]
+        t, S, ell = (v[r : r + 1, None] for v in level)
+        t_new = t + S / torch.where(ell > 0, ell, 1.0)
+        W = torch.addcmul(q, p, -t_new, out=_block(work, "rw", tuple(q.shape), dev)).clamp_(min=0.0)
+        if not (bool(ell > 0) and bool(W.sum(-1) > 0)):  # no mass at t': t (probability 0), else q
+            W = torch.addcmul(q, p, -t, out=W).clamp_(min=0.0)
+            if not bool(W.sum(-1) > 0):
+                W = q
+    y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
+    if rule == "target-only" and r >= 0:
+        q.scatter_(1, xr, was)
+    return y
 
 
 # ----------------------------------------------------------------------------- one iteration
@@ -522,6 +573,10 @@ class TreeStepT:
     #: iteration from its own blocks (False); None: copy everywhere but for ``"iid"`` on the CPU
     #: (:meth:`_keep_root_laws`).
     copy_root_laws: bool | None = None
+    #: Read the accepted node on the host before its residual (:func:`verify_tree_t`'s ``host``): its rows read in
+    #: place, its branch taken once, the same draws bit for bit. None: where reading waits for nothing (the CPU);
+    #: on an accelerator the one host read of an iteration stays the only one.
+    read_on_host: bool | None = None
 
     def __init__(self, plan, sampling, log_laws: bool, *, law_batch: int, clock):
         self.plan, self.sampling = plan, sampling
@@ -533,6 +588,7 @@ class TreeStepT:
         self.dev_log: list = []
         self.law_batch, self.clock = law_batch, clock  # the decoder's batch of kept laws and its one clock
         self.kept: list = []  # log_laws: the root laws (p, q) kept until the next flush (:meth:`_keep_root_laws`)
+        self.kept_logits = False  # whether self.kept holds the root logits (copied), not laws
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
         self._blocks: dict = {}  # float64 law blocks allocated once per decode, overwritten every iteration
@@ -604,14 +660,16 @@ class TreeStepT:
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
-        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows)
+        host = self._reads_host(tdev)
+        Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows, host=host)
         P_inner = Pb.to(tdev, non_blocking=True) if Pb is not None else None
-        a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks)
+        a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks,
+                                   host=host)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
         # flags of bad draft laws or small supports, then of bad target laws
         nd = int(dflags.shape[0])
         res = torch.cat([a, y, tokens_t, dflags.to(tdev, non_blocking=True), bad_rows(Q).to(torch.long),
-                         leaf[0].to(torch.long)]).tolist()
+                         _leaf_flag(leaf, tdev)]).tolist()
         tok = res[2 : 2 + n1]
         if any(res[2 + n1 : 2 + n1 + nd]):
             self._refuse(dec, ctx, res[2 + n1 : 2 + n1 + nd], tok, Pb, raws)
@@ -628,48 +686,82 @@ class TreeStepT:
         by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, self.lay_t.depth, mass)
         self.dev_log.append(torch.cat([by_depth, self._root_alpha(self.lay_t, tokens_t, Q)[None]]))
         if self.log_laws:
-            self._keep_root_laws(dec, P_inner[0], Q[0])  # the root is inner[0]
+            self._keep_root_laws(dec, P_inner[0], Q[0], raws[0][0], logits[0])  # the root is inner[0]
         tau = int(plan.shape.depth[a])
         reached = np.zeros(plan.L)
         reached[:tau] = 1.0
         dec._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(plan.L, math.nan))
         return out
 
-    def _target_laws(self, logits, rows, row_slice=None):
+    def _target_flags(self, Q, logits, rows, formed=None):
+        """The flags of bad target laws at ``Q``'s rows (:func:`bad_rows`), int64; where ``formed`` (host booleans)
+        says a row's law was not formed, from its logits: the plain law (the only one left unformed, see
+        :meth:`_target_laws`) is NaN exactly where the row's largest logit is not finite (a NaN, a ``+inf``, or every
+        entry ``-inf``)."""
+        if formed is None or all(formed):
+            return bad_rows(Q).to(torch.long)
+        idx = rows.tolist()
+        return torch.cat([bad_rows(Q[i : i + 1]) if f else ~torch.isfinite(logits[idx[i]].amax())[None]
+                          for i, f in enumerate(formed)]).to(torch.long)
+
+    def _target_laws(self, logits, rows, row_slice=None, *, host: bool = False, formed=None):
         """The float64 target laws the rules read, on the target's device: ``Q`` at the nodes ``rows`` (those with
         children; ``row_slice`` the same rows as a slice where they are consecutive: the logits there are read in
         place), written into a block kept across iterations, and ``q_at`` for the accepted node's (its
         bonus token's when a leaf; a one-row block), with the list that receives the flag of a bad law there (read
         when the law is formed: the verification writes the residual over it). The logits of rows chosen on the
-        device are gathered into a block kept across iterations too."""
+        device are gathered into a block kept across iterations too; with ``host`` (the rows read where reading
+        waits for nothing: the CPU) each row is copied straight into ``Q``'s block, or read in place by ``q_at``,
+        with no gathered copy (the same values). ``formed`` (host booleans, the plain law only): the rows whose law
+        is formed; the others keep whatever the block held (no rule may read them; :meth:`_target_flags` flags them
+        from their logits)."""
         V = int(logits.shape[-1])
         dev, blocks = logits.device, self._blocks
         Qb = _block(blocks, "Q", (int(rows.shape[0]), V), dev)
         if row_slice is not None:
-            at = logits[row_slice]
+            Q = _laws_into(self.sampling, logits[row_slice], Qb)
+        elif host and _plain(self.sampling) and formed is not None and not all(formed):  # the rows read only
+            for i, v in enumerate(rows.tolist()):
+                if formed[i]:
+                    torch.softmax(Qb[i].copy_(logits[v]), dim=-1, out=Qb[i])
+            Q = Qb
+        elif host and _plain(self.sampling):  # the float64 logits written row by row, then the softmax in place
+            for i, v in enumerate(rows.tolist()):
+                Qb[i].copy_(logits[v])
+            Q = torch.softmax(Qb, dim=-1, out=Qb)
         else:
             at = torch.index_select(logits, 0, rows, out=_block(blocks, "sel", (int(rows.shape[0]), V), dev,
                                                                  logits.dtype))
-        Q = _laws_into(self.sampling, at, Qb)
+            Q = _laws_into(self.sampling, at, Qb)
         leaf: list = []
 
         def q_at(v):
             qb = _block(blocks, "q", (1, V), dev)
-            at = torch.index_select(logits, 0, v, out=_block(blocks, "sel", (1, V), dev, logits.dtype))
+            if host:
+                at = logits.narrow(0, int(v[0]), 1)
+            else:
+                at = torch.index_select(logits, 0, v, out=_block(blocks, "sel", (1, V), dev, logits.dtype))
             law = _laws_into(self.sampling, at, qb)
             leaf.append(bad_rows(law))
             return law
 
         return Q, q_at, leaf
 
-    def _keep_root_laws(self, dec, p, q) -> None:
-        """Keep the root's draft and target laws for their optimum (:meth:`_flush`, timed as analysis, outside the
-        wall time). For ``"iid"`` on the CPU the optimum (a sort) is computed at once from the iteration's own law
-        blocks (no copy: a copy of two rows of ``8 V`` bytes is a pass the flush would cost anyway); elsewhere, and
-        for ``"wor"`` (whose optimum is long host work: between iterations it evicted the models' weights from the
-        caches and slowed the next forwards), the laws are copied into the next rows of two blocks of ``law_batch``
-        rows kept across iterations (no fresh block), flushed when full and after the loop, as the decoder keeps a
-        chain's first laws."""
+    def _reads_host(self, device) -> bool:
+        """Whether the verification reads the accepted node on the host (:attr:`read_on_host`)."""
+        return torch.device(device).type == "cpu" if self.read_on_host is None else bool(self.read_on_host)
+
+    def _keep_root_laws(self, dec, p, q, lp, lq) -> None:
+        """Keep the root's draft and target laws ``p``, ``q`` (their logits ``lp``, ``lq``) for their optimum
+        (:meth:`_flush`, timed as analysis, outside the wall time). For ``"iid"`` on the CPU the optimum (a sort) is
+        computed at once from the iteration's own law blocks (no copy: a copy of two rows of ``8 V`` bytes is a pass
+        the flush would cost anyway); elsewhere, and for ``"wor"`` (whose optimum is long host work: between
+        iterations it evicted the models' weights from the caches and slowed the next forwards), the root's
+        *logits* are copied into the next rows of two blocks of ``law_batch`` rows in the models' dtype, kept across
+        iterations (no fresh block), and their laws formed again when the blocks are flushed (full, or after the
+        loop): the same values bit for bit (a row's law depends on that row's logits only), from half the bytes of
+        float64 laws or less (every row of a block is fresh memory the first time it is written: its page faults
+        are most of a copy's cost), as the decoder keeps a chain's first laws."""
         copy = self.copy_root_laws
         if copy is None:  # "wor": its optimum is host work of about 0.2 s a root at V = 128,256, kept after the loop
             copy = p.device.type != "cpu" or self.plan.process == "wor"
@@ -677,12 +769,28 @@ class TreeStepT:
             self.kept.append((p, q))
             self._flush(dec)
             return
-        ring, V, dev = self.law_batch, int(p.shape[-1]), p.device
+        ring, V, dev = self.law_batch, int(p.shape[-1]), q.device
         i = len(self.kept)
-        Pr, Qr = (_block(self._blocks, name, (ring, V), dev) for name in ("rootP", "rootQ"))
-        self.kept.append((Pr[i].copy_(p), Qr[i].copy_(q)))
+        Pr, Qr = (_block(self._blocks, name, (ring, V), dev, x.dtype) for name, x in (("rootP", lp), ("rootQ", lq)))
+        self.kept.append((Pr[i].copy_(lp, non_blocking=True), Qr[i].copy_(lq)))
+        self.kept_logits = True
         if len(self.kept) == ring:
             self._flush(dec)
+
+    def _root_laws(self, dec) -> None:
+        """The kept root logits (:meth:`_keep_root_laws`) made laws again, in place of them in ``self.kept``, timed as
+        analysis: row by row, each as the iteration formed it (:func:`_laws_into` on its own logits)."""
+        if not (self.kept and self.kept_logits):
+            return
+        dev = self.kept[0][1].device
+        a0 = self.clock(dev)
+        n, V = len(self.kept), int(self.kept[0][1].shape[-1])
+        P, Q = (torch.empty((n, V), dtype=torch.float64, device=dev) for _ in range(2))
+        for i, (lp, lq) in enumerate(self.kept):
+            _laws_into(self.sampling, lp[None], P[i : i + 1])
+            _laws_into(self.sampling, lq[None], Q[i : i + 1])
+        self.kept, self.kept_logits = list(zip(P, Q)), False
+        dec.analysis_time += self.clock(dev) - a0
 
     def _paths(self, tok: list[int], parents=None) -> list[tuple]:
         """The token path of every node, from the tree's tokens (the shape's ancestors, or ``parents``; no tree
@@ -704,6 +812,7 @@ class TreeStepT:
         r"""The optimum at the root of the kept root laws, timed as analysis (excluded from ``wall_time``): for
         ``"iid"`` :math:`\alpha_K` by the decoder's batch (one sort on the device), for ``"wor"`` its analogue
         without replacement on the host, one root at a time; the laws are then dropped."""
+        self._root_laws(dec)
         if self.plan.process == "iid":
             dec.first_laws, self.kept = self.kept, []
             dec._flush_first_laws()
@@ -1061,14 +1170,19 @@ class Eagle2StepT(TreeStepT):
         t.calls += 1
         t.batch = 1
         t.seq = list(ctx)
-        Q, q_at, leaf = self._target_laws(logits, lay_t.inner0)
+        host = self._reads_host(tdev)
+        # the target-only rule reads q at the slots with children only: on the host, the other slots' laws are not
+        # formed (their rows keep stale values, read by no rule), their flags taken from their logits
+        lazy = host and self.rule == "target-only" and _plain(self.sampling)
+        formed = lay_t.valid[:, 0].tolist() if lazy else None
+        Q, q_at, leaf = self._target_laws(logits, lay_t.inner0, host=host, formed=formed)
         P_inner = (Rb if own_p else Pb).to(tdev, non_blocking=True) if self.needs_p else None
-        a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks)
+        a, y, mass = verify_tree_t(self.rule, lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks, host=host)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree (parents, tokens),
         # the last frontier's paths (the draft's cache rows), the flags of the draft's laws, then of the target's
         nd = 2 * b.E
         res = torch.cat([a, y, parents_t, tokens_t, last.to(tdev, non_blocking=True), dflags.to(tdev, non_blocking=True),
-                         bad_rows(Q).to(torch.long), leaf[0].to(torch.long)]).tolist()
+                         self._target_flags(Q, logits, lay_t.inner0, formed), _leaf_flag(leaf, tdev)]).tolist()
         par, tok = res[2 : 2 + n1], res[2 + n1 : 2 + 2 * n1]
         o = 2 + 2 * n1 + int(last.shape[0])
         if any(res[o : o + nd]):
@@ -1107,6 +1221,18 @@ class Eagle2StepT(TreeStepT):
         s = short.index(1)
         path = tuple(sp[s][: depth[s]])
         raise _support_error("eagle2", b.K, path, R[s].to("cpu").numpy())
+
+
+def _plain(sampling) -> bool:
+    """Whether ``sampling`` keeps the model's own law (temperature 1, untruncated): its law is the softmax of the
+    float64 logits (:func:`~otspec.decoding._sampling._laws_into`)."""
+    return not sampling.greedy and not sampling.truncated and sampling.temperature == 1.0
+
+
+def _leaf_flag(leaf: list, device):
+    """The flag of a bad law at the accepted leaf, as a ``(1,)`` int64 tensor (0 where ``q_at`` was not called:
+    the accepted node has children, its law is a row of ``Q``, flagged there)."""
+    return leaf[0].to(torch.long) if leaf else torch.zeros(1, dtype=torch.long, device=device)
 
 
 def _bad_logits(role: str, lm, pos: int) -> None:
