@@ -36,7 +36,14 @@ import numpy as np
 from .._array import namespace
 from .._registry import get_verifier
 from ..lossy._mentored import kl_divergence
-from ..multidraft._batched import batched_maximal_coupling_acceptance, kseq_acceptance_rows
+from ..multidraft._batched import (
+    _per_row_k,
+    _ratio_sorted,
+    _rho_star_rows,
+    _sorted_take,
+    batched_maximal_coupling_acceptance,
+    kseq_acceptance_rows,
+)
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 from ._quantities_batched import (
@@ -542,8 +549,22 @@ def _token_acceptance(P0, Q0):
 
 
 def _kseq_acceptance(P0, Q0, ks, xp):
-    """k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``."""
-    return xp.stack(kseq_acceptance_rows(P0, Q0, list(ks), xp), axis=-1)
+    """k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``: one sort of
+    the ratios and one bisection for every ``k >= 2`` (the rows tiled, one number of drafts each), each value
+    :func:`otspec.multidraft._batched.kseq_acceptance_rows`' bit for bit."""
+    ks = [int(k) for k in ks]
+    many = [k for k in ks if k > 1]
+    if len(many) < 2:
+        return xp.stack(kseq_acceptance_rows(P0, Q0, ks, xp), axis=-1)
+    shape = tuple(P0.shape[:-1])
+    S = _ratio_sorted(P0, Q0, xp)
+    B, n, dev = S["B"], len(many), _device(P0)
+    tiled = xp.reshape(xp.broadcast_to(xp.arange(B, dtype=xp.int64, device=dev)[None], (n, B)), (-1,))
+    kf = xp.concat([xp.full((B,), float(k), dtype=xp.float64, device=dev) for k in many])
+    _, E = _rho_star_rows(P0, Q0, (kf, many), xp, _sorted_take(S, tiled, xp))
+    acc = xp.reshape(xp.clip(1.0 - _per_row_k((kf, many), n * B, xp)[1](E), 0.0, 1.0), (n,) + shape)
+    one = kseq_acceptance_rows(P0, Q0, [1], xp)[0] if 1 in ks else None
+    return xp.stack([one if k == 1 else acc[many.index(k)] for k in ks], axis=-1)
 
 
 def _token_reach_rows(builds: Builds, L: int):

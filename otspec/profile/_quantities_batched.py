@@ -351,34 +351,31 @@ def _kseq_plan(pack, lw, n, toks, I, V):
     inst = sorted({(int(c), int(li)) for li, c in zip(lw, n)})  # (number of drafts, law), by number of drafts
     index = {key: i for i, key in enumerate(inst)}
     many = sorted({li for c, li in inst if c > 1})  # the laws with several drafts somewhere: one sort, shared
-    groups = []
-    for c in sorted({c for c, _ in inst}):
-        sel = [li for cc, li in inst if cc == c]
-        groups.append((c, len(sel), None if c == 1 or sel == many else pack.add([many.index(li) for li in sel])))
+    several = [(c, li) for c, li in inst if c > 1]  # after the one-draft instances (inst is sorted by c)
+    sel = [many.index(li) for _, li in several]
     ni = np.array([index[(int(cc), int(li))] for li, cc in zip(lw, n)], dtype=np.int64)
-    return dict(many=pack.add(many) if many else None, groups=groups, ilaw=pack.add([li for _, li in inst]),
-                kf=pack.add([c for c, _ in inst]), ni=pack.add(ni), at=pack.add(ni[:, None] * V + toks))
+    return dict(many=pack.add(many) if many else None, ones=len(inst) - len(several),
+                ks=tuple(sorted({c for c, _ in several})), sel=None if sel == list(range(len(many))) else pack.add(sel),
+                ilaw=pack.add([li for _, li in inst]), kf=pack.add([c for c, _ in inst]), ni=pack.add(ni),
+                at=pack.add(ni[:, None] * V + toks))
 
 
 def _kseq_parts(Pj, Qj, plan, idx, xp, options):
-    """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts)."""
-    rho = []
+    """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts): the
+    :math:`\\rho^*` of every instance with several drafts from one bisection (each its own ``k``'s, bit for bit)."""
+    kf = xp.astype(idx[plan["kf"]], xp.float64)
+    rho = [xp.ones(plan["ones"], dtype=xp.float64, device=_device(Pj))] if plan["ones"] else []
     if plan["many"] is not None:
         m = idx[plan["many"]]
         Pm, Qm = xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0)
         S = _ratio_sorted(Pm, Qm, xp)
-    for c, size, sel in plan["groups"]:
-        if c == 1:  # one draft: rho* = 1 (no sort)
-            rho.append(xp.ones(size, dtype=xp.float64, device=_device(Pj)))
-        elif sel is None:
-            rho.append(_rho_star_rows(Pm, Qm, c, xp, S)[0])
-        else:
-            s = idx[sel]
-            rho.append(_rho_star_rows(xp.take(Pm, s, axis=0), xp.take(Qm, s, axis=0), c, xp, _sorted_take(S, s, xp))[0])
+        if plan["sel"] is not None:
+            S = _sorted_take(S, idx[plan["sel"]], xp)  # Pm, Qm are not read past the sort (every k >= 2)
+        ks = plan["ks"]
+        rho.append(_rho_star_rows(Pm, Qm, (kf[plan["ones"]:], ks) if len(ks) > 1 else ks[0], xp, S)[0])
     rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
     il = idx[plan["ilaw"]]
     Pi, Qi = xp.take(Pj, il, axis=0), xp.take(Qj, il, axis=0)
-    kf = xp.astype(idx[plan["kf"]], xp.float64)
     # _kseq_parts of otspec.multidraft._kseq, row by row: beta, E, p_acc, c = min(p_acc / beta, rho), the residual
     mins = xp.minimum(Pi, Qi / rho)
     beta = xp.sum(mins, axis=-1)
