@@ -35,8 +35,8 @@ from ..lossy._typical import VLLM_DEFAULTS
 from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _sorted_take
 from ..multidraft._greedy_drafts import top_tokens
 
-__all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "acceptance_rows", "top_ids", "reach_nodes", "reach_parts",
-           "node_conditional"]
+__all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
+           "reach_parts", "node_conditional"]
 
 #: Token-level verifiers whose per-depth acceptance (and, when lossy, the total variation and KL of the output
 #: law) :func:`acceptance_rows` computes for every depth at once.
@@ -257,7 +257,7 @@ def reach_nodes(X: np.ndarray, groups, L: int) -> list[tuple[tuple[int, ...], in
     return sorted(seen, key=lambda node: (node[1], node[0]))
 
 
-def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None):
+def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None, rho=None):
     r"""Each node's per-draft acceptance and final law at its drafts, for every node of a draft tree at once.
 
     .. math::
@@ -289,6 +289,9 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     xp : namespace
     options : dict, optional
         ``"typical"``'s options.
+    rho : RhoStar, optional
+        The position's gathered k-Seq :math:`\rho^*` requests: this tree's are added to it, and a function
+        returning the array is returned instead (call it after ``rho.solve()``).
 
     Returns
     -------
@@ -312,13 +315,20 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
         plan = _PLANS[name](pack, lw, n, toks, len(laws), V)
         plans.append((j, pack.add(list(laws.values())), plan))
     idx = pack.send(xp, P)  # one copy of every index array to the laws' device
-    out = []
+    solver = RhoStar(xp) if rho is None else rho
+    staged = []
     with np.errstate(divide="ignore", invalid="ignore"):
         for j, rows, plan in plans:
             Pj = _simplex(xp.take(P[:, j], idx[rows], axis=0), xp)
             Qj = _simplex(xp.take(Q[:, j], idx[rows], axis=0), xp)
-            out.append(_PARTS[name](Pj, Qj, plan, idx, xp, options or {}))
-    return xp.concat(out, axis=0)
+            staged.append((Pj, Qj, plan, _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None))
+
+    def finish():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return xp.concat([_PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, h))
+                              for Pj, Qj, plan, h in staged], axis=0)
+
+    return finish if rho is not None else finish()
 
 
 class _Pack:
@@ -341,6 +351,69 @@ class _Pack:
         return out
 
 
+class RhoStar:
+    r"""k-Seq's :math:`\rho^*` requests of a position, gathered and solved in one bisection.
+
+    .. math::
+
+        \rho^*_i = \min\{\rho \ge 1 : 1 - (1 - \beta_i(\rho))^{k_i} \le \rho\, \beta_i(\rho)\}
+
+    for every row ``i`` of every block added (SpecTr, Sun et al., arXiv:2310.15141, Algorithm 2): ``add`` a block of
+    sorted laws (:func:`otspec.multidraft._batched._ratio_sorted`) with one number of drafts per row, ``solve``
+    once (:func:`otspec.multidraft._batched._rho_star_rows` on the blocks' rows stacked: the per-depth acceptances
+    and the draft tree's nodes of every depth and prompt of a position in one pass of a fixed number of ops, instead of
+    one per block and number of drafts), then ``get`` each block's ``(rho, E(rho))``, ``(n,)`` each. Every row's
+    values are those of a call for its rows and ``k`` alone (the same per-row arithmetic; torch's ``pow`` may round
+    the last bit differently where a row lands on another lane of its vectorised kernel: within 1e-15 relative).
+    """
+
+    _ROWS = ("P2", "Q2", "D1", "E1", "ro", "Pcum", "Qcum", "Pp", "Qp", "Ps", "Qs", "tot_p", "tot_q")
+
+    def __init__(self, xp):
+        self.xp = xp
+        self.blocks: list = []
+        self.got: list | None = None
+
+    def add(self, S: dict, ks, kf=None) -> int:
+        """A block of ``S["B"]`` rows, with ``k`` drafts each (``ks`` an int) or ``kf`` (``(B,)`` float64, the laws'
+        namespace) of the distinct ints ``ks`` (each ``>= 2``); its handle."""
+        if self.got is not None:
+            raise RuntimeError("RhoStar.add after solve")
+        xp = self.xp
+        if kf is None:
+            ks = (int(ks),)
+            kf = xp.full((S["B"],), float(ks[0]), dtype=xp.float64, device=_device(S["P2"]))
+        self.blocks.append((S, kf, tuple(int(k) for k in ks)))
+        return len(self.blocks) - 1
+
+    def solve(self) -> None:
+        if self.got is not None:
+            return
+        self.got = []
+        if not self.blocks:
+            return
+        xp = self.xp
+        ks = sorted({k for *_, kk in self.blocks for k in kk})
+        sizes = [S["B"] for S, *_ in self.blocks]
+        if len(self.blocks) == 1:
+            S, kf = self.blocks[0][:2]
+        else:
+            S = {key: xp.concat([b[0][key] for b in self.blocks], axis=0) for key in self._ROWS}
+            kf = xp.concat([b[1] for b in self.blocks], axis=0)
+            S.update(shape=(sum(sizes),), B=sum(sizes), V=self.blocks[0][0]["V"])
+        rho, E = _rho_star_rows(None, None, (kf, ks) if len(ks) > 1 else ks[0], xp, S)
+        rho, E = xp.reshape(rho, (-1,)), xp.reshape(E, (-1,))
+        at = 0
+        for n in sizes:
+            self.got.append((rho[at:at + n], E[at:at + n]))
+            at += n
+
+    def get(self, i: int):
+        """Block ``i``'s ``(rho, E(rho))`` (solving first if not yet solved)."""
+        self.solve()
+        return self.got[i]
+
+
 def _flat_at(A, idx, xp):
     """``A.reshape(-1)[idx]``: values of a ``(..., V)`` block at flat indices (an int array of namespace ``xp``)."""
     return xp.reshape(xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,))), tuple(idx.shape))
@@ -360,19 +433,27 @@ def _kseq_plan(pack, lw, n, toks, I, V):
                 at=pack.add(ni[:, None] * V + toks))
 
 
-def _kseq_parts(Pj, Qj, plan, idx, xp, options):
-    """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts): the
-    :math:`\\rho^*` of every instance with several drafts from one bisection (each its own ``k``'s, bit for bit)."""
+def _kseq_stage(Pj, Qj, plan, idx, xp, solver: RhoStar):
+    """The instances with several drafts of a depth handed to ``solver`` (one sort of their laws); their handle."""
+    if plan["many"] is None:
+        return None
+    m = idx[plan["many"]]
+    S = _ratio_sorted(xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0), xp)
+    if plan["sel"] is not None:
+        S = _sorted_take(S, idx[plan["sel"]], xp)
+    ks = plan["ks"]
+    return solver.add(S, ks, xp.astype(idx[plan["kf"]][plan["ones"]:], xp.float64)) if len(ks) > 1 else solver.add(
+        S, ks[0])
+
+
+def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
+    """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts), the
+    :math:`\\rho^*` of the instances with several drafts from ``staged`` (``(solver, handle)`` of
+    :func:`_kseq_stage`)."""
     kf = xp.astype(idx[plan["kf"]], xp.float64)
     rho = [xp.ones(plan["ones"], dtype=xp.float64, device=_device(Pj))] if plan["ones"] else []
-    if plan["many"] is not None:
-        m = idx[plan["many"]]
-        Pm, Qm = xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0)
-        S = _ratio_sorted(Pm, Qm, xp)
-        if plan["sel"] is not None:
-            S = _sorted_take(S, idx[plan["sel"]], xp)  # Pm, Qm are not read past the sort (every k >= 2)
-        ks = plan["ks"]
-        rho.append(_rho_star_rows(Pm, Qm, (kf[plan["ones"]:], ks) if len(ks) > 1 else ks[0], xp, S)[0])
+    if staged is not None and staged[1] is not None:
+        rho.append(staged[0].get(staged[1])[0])
     rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
     il = idx[plan["ilaw"]]
     Pi, Qi = xp.take(Pj, il, axis=0), xp.take(Qj, il, axis=0)
@@ -400,7 +481,7 @@ def _multiround_plan(pack, lw, n, toks, I, V):
                 last=pack.add((n[:, None] * I + lw[:, None]) * V + toks))
 
 
-def _multiround_parts(Pj, Qj, plan, idx, xp, options):
+def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     """Multi-round rejection's per-round acceptance at each draft and the final residual at the drafts."""
     T = [Qj]
     for _ in range(plan["n_max"]):
@@ -414,7 +495,7 @@ def _typical_plan(pack, lw, n, toks, I, V):
     return dict(lw=pack.add(lw[:, None]), at=pack.add(lw[:, None] * V + toks), x=pack.add(toks))
 
 
-def _typical_parts(Pj, Qj, plan, idx, xp, options):
+def _typical_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     """Typical acceptance at each node's one draft: accepted (1 or 0), and whether it is the replacement token."""
     thr, y = _typical_rule(Qj, xp, options)
     lw = idx[plan["lw"]]
