@@ -187,8 +187,9 @@ def settings(V: int, positions: int, subsample: int, trees, batch_size: int):
 
 
 def walk(draft, target, s, batch_size: int, *, renewal=True):
-    """One walk on the device route on CPU tensors: ``batch_size`` prompts, together when more than one (the renewal
-    tables along the text included with ``renewal``); its rows."""
+    """One walk on the device route (on CPU tensors for models on the CPU, else on the models' device):
+    ``batch_size`` prompts, together when more than one (the renewal tables along the text included with
+    ``renewal``); its rows."""
     import torch
 
     import otspec.profile._collect as C
@@ -196,7 +197,8 @@ def walk(draft, target, s, batch_size: int, *, renewal=True):
 
     prompts = [[3 + b, 7, 1 + 2 * b] for b in range(batch_size)]
     saved = C.analysis_device
-    C.analysis_device = lambda lm: torch.device("cpu")
+    if saved(target) is None:
+        C.analysis_device = lambda lm: torch.device("cpu")
     hook = None
     if renewal:
         hook = _renewal_phase(emission_rows)
@@ -244,6 +246,19 @@ def measure(draft, target, V: int, positions: int, subsample: int, trees, batch_
     return {"aten": c.aten / n, "calls": c.calls / n, "reads": c.reads / n, "other_ms": 1e3 * best[0] / n,
             "forward_ms": 1e3 * best[1]["forward"] / n, "phases": {k: 1e3 * v / n for k, v in best[1].items()},
             "ops": {k: v / n for k, v in sorted(c.ops.items(), key=lambda kv: -kv[1])}}
+
+
+def ops_per_position(draft, target, V: int, positions: int = 2, batch_size: int = 1) -> dict:
+    """``{(trees or not, subsampled or not): aten ops per position}`` of the walk outside its forward passes
+    (chains and the tree families of :data:`TREES`, cheap and subsampled positions), on the models' device."""
+    out = {}
+    for trees in (None, TREES):
+        for sub in (0, 1):
+            c = Counts()
+            with counting(c):
+                walk(draft, target, settings(V, positions, sub, trees, batch_size), batch_size)
+            out[(trees is not None, bool(sub))] = c.aten / (positions * batch_size)
+    return out
 
 
 def configurations(no_trees: bool = False, batches=(1, 4)):
