@@ -30,11 +30,11 @@ V, T = 64, 4
 #: the host whose size grows with the drafts: seconds, and no torch op).
 FAMILIES = ("token", "kseq", "multiround", "optimal", "typical", "block", "block-onestep")
 
-#: aten ops per position (V = 64, k_max = L_max = 4, one prompt of 4 positions), measured: chains 486 cheap and 3,782
-#: subsampled, with the four tree families of ``experiments/bench_profile.py --llama`` 1,058 and 4,374. Before: 486,
-#: 9,017, 1,058 and 9,609 -- k-Seq's rho* solved by one bisection of 80 steps (about 13 ops each) per number of drafts,
-#: per depth of the draft tree and again for the per-depth acceptances; now one bisection for every rho* of the
-#: position (every k, depth, node and prompt: otspec.profile._quantities_batched.RhoStar).
+#: aten ops per position (V = 64, k_max = L_max = 4, one prompt of 4 positions), measured: chains 480 cheap and 3,776
+#: subsampled, with the four tree families of ``experiments/bench_profile.py --llama`` 1,031 and 4,333. Before: the
+#: same cheap counts, 9,013 and 9,576 subsampled -- k-Seq's rho* solved by one bisection of 80 steps (about 13 ops
+#: each) per number of drafts, per depth of the draft tree and again for the per-depth acceptances; now one bisection
+#: for every rho* of the position (every k, depth, node and prompt: otspec.profile._quantities_batched.RhoStar).
 BOUND = {(False, 0): 500, (False, 1): 4000, (True, 0): 1100, (True, 1): 4600}
 
 
