@@ -147,8 +147,9 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
 
     ``k``: the number of drafts, an int, or a pair ``(kf, ks)`` of one number of drafts per row (every one
     ``>= 2``; :func:`_per_row_k`): one bisection for all of them, every row's values those of a call for its
-    ``k`` alone, bit for bit. ``sorted_``: :func:`_ratio_sorted` of the same laws, shared by several ``k``
-    (computed here when None).
+    ``k`` alone (the same per-row arithmetic; torch's vectorised ``pow`` may round the last bit differently where a
+    row lands on another lane of its kernel, as it may between batches of one ``k``). ``sorted_``:
+    :func:`_ratio_sorted` of the same laws, shared by several ``k`` (computed here when None).
     """
     if not isinstance(k, tuple) and k == 1:  # rho* = 1: one draft is speculative sampling (no sort)
         E1 = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
