@@ -202,6 +202,12 @@ def _profile_overhead(draft, target, prompts, positions: int, keep: str | None =
                   flush=True)
     finally:
         torch.set_num_threads(threads)
+    import bench_profile_ops as O
+
+    ops = O.ops_per_position(draft, target, int(target.vocab_size))
+    print("# aten ops per position outside the forward passes (experiments/bench_profile_ops.py; one prompt x 2 "
+          "positions, no calibration): " + ", ".join(f"{'trees' if t else 'chains'} {'subsampled' if s else 'cheap'} "
+                                                     f"{n:.0f}" for (t, s), n in ops.items()), flush=True)
 
 
 def _guarded(name: str, fn, *args) -> bool:

@@ -64,3 +64,4 @@ def test_profile_only_runs_the_forward_passes_and_the_profile_overhead(capsys):
     out = capsys.readouterr().out
     assert "forward: target 1 x 1 tokens" in out and "\nnone | " in out and "iid:branching(4,2):specinfer | " in out
     assert "calibration:" not in out and "otspec autoregressive_decode" not in out and "failed" not in out
+    assert "aten ops per position outside the forward passes" in out and "trees subsampled " in out

@@ -120,36 +120,63 @@ def _sorted_take(S: dict, idx, xp) -> dict:
     return out
 
 
-def _rho_star_rows(P, Q, k: int, xp, sorted_=None):
+def _per_row_k(k, B: int, xp):
+    """``(kf, power)`` of :func:`_rho_star_rows`' ``k``: an int (``kf`` a float, ``power(x) = x**k``), or a pair
+    ``(kf, ks)`` of rows with numbers of drafts of their own (``kf`` their ``(B,)`` float64 numbers of drafts,
+    namespace ``xp``; ``ks`` the distinct ints among them), ``power(x)`` then every row's ``x**k`` with its own
+    Python int ``k`` (the value a call for that ``k`` alone computes, bit for bit); ``kf`` shaped ``(B, 1)``."""
+    if not isinstance(k, tuple):
+        kf = float(k)
+        return kf, (lambda x: x**k)
+    kf, ks = k
+    kf = xp.reshape(kf, (B, 1))
+    ks = sorted({int(c) for c in ks})
+    masks = {c: kf == float(c) for c in ks[1:]}
+
+    def power(x):
+        out = x ** ks[0]
+        for c in ks[1:]:
+            out = xp.where(masks[c] if x.ndim == 2 else masks[c][:, 0], x**c, out)
+        return out
+
+    return kf, power
+
+
+def _rho_star_rows(P, Q, k, xp, sorted_=None):
     """rho* (and E(rho*)) for every row of (..., V) float64 laws; see batched_kseq_rho_star.
 
-    ``sorted_``: :func:`_ratio_sorted` of the same laws, shared by several ``k`` (computed here when None).
+    ``k``: the number of drafts, an int, or a pair ``(kf, ks)`` of one number of drafts per row (every one
+    ``>= 2``; :func:`_per_row_k`): one bisection for all of them, every row's values those of a call for its
+    ``k`` alone (the same per-row arithmetic; torch's vectorised ``pow`` may round the last bit differently where a
+    row lands on another lane of its kernel, as it may between batches of one ``k``). ``sorted_``:
+    :func:`_ratio_sorted` of the same laws, shared by several ``k`` (computed here when None).
     """
-    if k == 1:  # rho* = 1: one draft is speculative sampling (no sort)
+    if not isinstance(k, tuple) and k == 1:  # rho* = 1: one draft is speculative sampling (no sort)
         E1 = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
         return xp.ones_like(E1), E1
     S = _ratio_sorted(P, Q, xp) if sorted_ is None else sorted_
     shape, B, V, P2, Q2, ro = S["shape"], S["B"], S["V"], S["P2"], S["Q2"], S["ro"]
-    kf = float(k)
+    kf, power = _per_row_k(k, B, xp)
+    kr = kf if isinstance(kf, float) else xp.reshape(kf, (B,))  # per row, (B,)
     # f at rho = 1 and rho = k, term by term (exact zeros when p == q)
-    f1 = S["D1"] - S["E1"]**k
+    f1 = S["D1"] - power(S["E1"])
     Dk = xp.sum(xp.clip(Q2 - kf * P2, 0.0, None), axis=-1)
     Ek = xp.sum(xp.clip(P2 - Q2 / kf, 0.0, None), axis=-1)
-    fk = Dk - Ek**k
+    fk = Dk - power(Ek)
     # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
     inside = (ro > 1.0) & (ro < kf)
     rho_j = xp.where(inside, ro, 2.0)
     E = xp.clip(S["Pp"] - S["Qp"] / rho_j, 0.0, None)
     D = xp.clip(S["Qs"] - rho_j * S["Ps"], 0.0, None)
-    fj = xp.where(inside, D - E**k, xp.where(ro <= 1.0, float("inf"), -float("inf")))
+    fj = xp.where(inside, D - power(E), xp.where(ro <= 1.0, float("inf"), -float("inf")))
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end
     neg = fj <= 0.0
     has = xp.any(neg, axis=-1)
     j = xp.argmax(xp.astype(neg, xp.float64), axis=-1)
     jj = xp.reshape(j, (B, 1))
     ro_j = xp.reshape(xp.take_along_axis(ro, jj, axis=-1), (B,))
-    hi = xp.where(has & (ro_j < kf), xp.where(xp.isnan(ro_j), kf, ro_j), kf)
-    hi = xp.clip(hi, None, kf)
+    hi = xp.where(has & (ro_j < kr), xp.where(xp.isnan(ro_j), kr, ro_j), kr)
+    hi = xp.clip(hi, None, kr) if isinstance(kr, float) else xp.minimum(hi, kr)
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
     below = xp.where((ro < xp.reshape(hi, (B, 1))) & (ro > 1.0), ro, 1.0)
     lo = xp.max(below, axis=-1)
@@ -162,7 +189,7 @@ def _rho_star_rows(P, Q, k: int, xp, sorted_=None):
     Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
 
     def F(rho):
-        return xp.clip(Qh - rho * Ph, 0.0, None) - xp.clip(Pl - Ql / rho, 0.0, None) ** k
+        return xp.clip(Qh - rho * Ph, 0.0, None) - power(xp.clip(Pl - Ql / rho, 0.0, None))
 
     a, b = lo, hi
     for _ in range(_BISECT):
@@ -172,7 +199,7 @@ def _rho_star_rows(P, Q, k: int, xp, sorted_=None):
         b = xp.where(go_up, b, mid)
     f_lo = F(lo)
     root = xp.where(f_lo <= 0.0, lo, xp.where(F(hi) >= 0.0, hi, b))
-    rho = xp.where(f1 <= 0.0, 1.0, xp.where(fk > 0.0, kf, root))
+    rho = xp.where(f1 <= 0.0, 1.0, xp.where(fk > 0.0, kr, root))
     E_star = xp.sum(xp.clip(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), xp.reshape(E_star, shape)
 

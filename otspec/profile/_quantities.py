@@ -36,13 +36,14 @@ import numpy as np
 from .._array import namespace
 from .._registry import get_verifier
 from ..lossy._mentored import kl_divergence
-from ..multidraft._batched import batched_maximal_coupling_acceptance, kseq_acceptance_rows
+from ..multidraft._batched import _ratio_sorted, batched_maximal_coupling_acceptance, kseq_acceptance_rows
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 from ._quantities_batched import (
     ACC_BATCHED,
     REACH_BATCHED,
     REACH_ONE_DRAFT,
+    RhoStar,
     acceptance_rows,
     node_conditional,
     reach_nodes,
@@ -433,24 +434,27 @@ def _walk(rows, X: np.ndarray, L: int, cond) -> np.ndarray:
     return reach
 
 
-def acc_part(name: str, ks, builds: Builds, L: int):
+def acc_part(name: str, ks, builds: Builds, L: int, rho=None):
     """``(key, make)`` of the batched per-depth acceptance of ``name`` along the first block (for
-    :meth:`Builds.value` and :func:`prefill_batched`), or None when ``name`` has no batched closed form here."""
+    :meth:`Builds.value` and :func:`prefill_batched`), or None when ``name`` has no batched closed form here. With
+    ``rho`` (:class:`otspec.profile._quantities_batched.RhoStar`), k-Seq's part is a function returning the array,
+    to call after ``rho.solve()``."""
     P0, Q0, xp = builds.P[0, :L], builds.Q[0, :L], builds.xp
     ks = tuple(ks)
     if name == "kseq" and not builds.options.get("kseq"):  # at rho* only: a given rho is built on the host
         key = ("kseq", ks, L)
-        return key, lambda: [(_kseq_acceptance(P0, Q0, ks, xp), builds.store(key))]
+        return key, lambda: [(_kseq_acceptance(P0, Q0, ks, xp, rho), builds.store(key))]
     if name in ACC_BATCHED and (name != "typical" or ks == (1,)):  # typical verifies one draft (else: its error)
         key = ("acc", name, ks, L)
         return key, lambda: [(acceptance_rows(name, P0, Q0, ks, xp, builds.options.get(name)), builds.store(key))]
     return None
 
 
-def reach_part(name: str, ks, builds: Builds, L: int):
+def reach_part(name: str, ks, builds: Builds, L: int, rho=None):
     r"""``(keys, make)`` of :math:`\frac1G \sum_g` :func:`tree_reach` over the ``G`` groups of ``k`` rows of each
     ``k`` of ``ks`` (``keys[k]``), from the batched conditional laws at every node
-    (:func:`otspec.profile._quantities_batched.reach_parts`), or None when ``name`` has none here."""
+    (:func:`otspec.profile._quantities_batched.reach_parts`), or None when ``name`` has none here; with ``rho``, as
+    :func:`acc_part`."""
     ks = tuple(ks)
     if name in REACH_ONE_DRAFT:
         return _one_draft_part(name, ks, builds, L)
@@ -464,7 +468,8 @@ def reach_part(name: str, ks, builds: Builds, L: int):
         k_max = int(X.shape[0])
         groups = {k: [list(range(g * k, (g + 1) * k)) for g in range(k_max // k)] for k in ks}
         nodes = reach_nodes(X, [rows for gs in groups.values() for rows in gs], L)
-        parts = reach_parts(name, builds.P, builds.Q, X, nodes, builds.xp, builds.options.get(name))
+        parts = reach_parts(name, builds.P, builds.Q, X, nodes, builds.xp, builds.options.get(name),
+                            rho if name == "kseq" else None)
 
         def store(vals):
             at = {node: vals[i] for i, node in enumerate(nodes)}
@@ -541,9 +546,31 @@ def _token_acceptance(P0, Q0):
     return batched_maximal_coupling_acceptance(P0, Q0, validate=False)
 
 
-def _kseq_acceptance(P0, Q0, ks, xp):
-    """k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``."""
-    return xp.stack(kseq_acceptance_rows(P0, Q0, list(ks), xp), axis=-1)
+def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
+    """k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``: one sort of
+    the ratios, and the :math:`\\rho^*` of every ``k >= 2`` from one bisection
+    (:class:`otspec.profile._quantities_batched.RhoStar`), each value
+    :func:`otspec.multidraft._batched.kseq_acceptance_rows`' (to the last bit of torch's ``pow``). With ``rho`` (a
+    :class:`~otspec.profile._quantities_batched.RhoStar`) the requests are added to it and a function returning the
+    array is returned (call it after ``rho.solve()``)."""
+    ks = [int(k) for k in ks]
+    many = [k for k in ks if k > 1]
+    shape = tuple(P0.shape[:-1])
+    solver = RhoStar(xp) if rho is None else rho
+    S = _ratio_sorted(P0, Q0, xp) if many else None
+    handles = {k: solver.add(S, k) for k in many}
+
+    def finish():
+        cols = []
+        for k in ks:
+            if k == 1:
+                cols.append(kseq_acceptance_rows(P0, Q0, [1], xp)[0])
+            else:
+                E = solver.get(handles[k])[1]
+                cols.append(xp.reshape(xp.clip(1.0 - E**k, 0.0, 1.0), shape))
+        return xp.stack(cols, axis=-1)
+
+    return finish if rho is not None else finish()
 
 
 def _token_reach_rows(builds: Builds, L: int):
@@ -696,6 +723,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     P0, Q0 = P[:, 0, :L], Q[:, 0, :L]
     B = len(builds)
     parts = []  # (values on the device, what to do with their host copy): read together, one host read for all
+    rho = RhoStar(xp)  # k-Seq's rho* of every prompt, depth, node and k of the position: one bisection
 
     def spread(key, shape, move=None):
         def store(vals):
@@ -713,7 +741,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
         parts.append((_token_acceptance(P0, Q0), spread(("token-acc", L), (B, L))))
     if "kseq" in names and not b0.options.get("kseq"):
         kk = tuple(ks("kseq"))
-        parts.append((_kseq_acceptance(P0, Q0, kk, xp), spread(("kseq", kk, L), (B, L, len(kk)))))
+        parts.append((_kseq_acceptance(P0, Q0, kk, xp, rho), spread(("kseq", kk, L), (B, L, len(kk)))))
     k_max = int(P.shape[1])
     R = B * k_max
     X = xp.reshape(xp.stack([b.tokens() for b in builds], axis=0), (R, -1))
@@ -726,14 +754,15 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     for bl, on in zip(builds, subsampled or [False] * B):
         if on:
             for name in costly[0]:
-                part = acc_part(name, ks(name), bl, L)
+                part = acc_part(name, ks(name), bl, L, rho)
                 if part is not None:
                     parts.extend(part[1]())
             for name in costly[1]:
-                part = reach_part(name, ks(name), bl, L)
+                part = reach_part(name, ks(name), bl, L, rho)
                 if part is not None:
                     parts.extend(part[1]())
-    read_parts(parts)
+    rho.solve()
+    read_parts([(a() if callable(a) else a, store) for a, store in parts])
 
 
 def _excess_sums(W, P, Q, L: int, xp, both: bool):

@@ -35,8 +35,8 @@ from ..lossy._typical import VLLM_DEFAULTS
 from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _sorted_take
 from ..multidraft._greedy_drafts import top_tokens
 
-__all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "acceptance_rows", "top_ids", "reach_nodes", "reach_parts",
-           "node_conditional"]
+__all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
+           "reach_parts", "node_conditional"]
 
 #: Token-level verifiers whose per-depth acceptance (and, when lossy, the total variation and KL of the output
 #: law) :func:`acceptance_rows` computes for every depth at once.
@@ -257,7 +257,7 @@ def reach_nodes(X: np.ndarray, groups, L: int) -> list[tuple[tuple[int, ...], in
     return sorted(seen, key=lambda node: (node[1], node[0]))
 
 
-def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None):
+def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None, rho=None):
     r"""Each node's per-draft acceptance and final law at its drafts, for every node of a draft tree at once.
 
     .. math::
@@ -289,6 +289,9 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     xp : namespace
     options : dict, optional
         ``"typical"``'s options.
+    rho : RhoStar, optional
+        The position's gathered k-Seq :math:`\rho^*` requests: this tree's are added to it, and a function
+        returning the array is returned instead (call it after ``rho.solve()``).
 
     Returns
     -------
@@ -312,13 +315,20 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
         plan = _PLANS[name](pack, lw, n, toks, len(laws), V)
         plans.append((j, pack.add(list(laws.values())), plan))
     idx = pack.send(xp, P)  # one copy of every index array to the laws' device
-    out = []
+    solver = RhoStar(xp) if rho is None else rho
+    staged = []
     with np.errstate(divide="ignore", invalid="ignore"):
         for j, rows, plan in plans:
             Pj = _simplex(xp.take(P[:, j], idx[rows], axis=0), xp)
             Qj = _simplex(xp.take(Q[:, j], idx[rows], axis=0), xp)
-            out.append(_PARTS[name](Pj, Qj, plan, idx, xp, options or {}))
-    return xp.concat(out, axis=0)
+            staged.append((Pj, Qj, plan, _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None))
+
+    def finish():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return xp.concat([_PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, h))
+                              for Pj, Qj, plan, h in staged], axis=0)
+
+    return finish if rho is not None else finish()
 
 
 class _Pack:
@@ -341,6 +351,69 @@ class _Pack:
         return out
 
 
+class RhoStar:
+    r"""k-Seq's :math:`\rho^*` requests of a position, gathered and solved in one bisection.
+
+    .. math::
+
+        \rho^*_i = \min\{\rho \ge 1 : 1 - (1 - \beta_i(\rho))^{k_i} \le \rho\, \beta_i(\rho)\}
+
+    for every row ``i`` of every block added (SpecTr, Sun et al., arXiv:2310.15141, Algorithm 2): ``add`` a block of
+    sorted laws (:func:`otspec.multidraft._batched._ratio_sorted`) with one number of drafts per row, ``solve``
+    once (:func:`otspec.multidraft._batched._rho_star_rows` on the blocks' rows stacked: the per-depth acceptances
+    and the draft tree's nodes of every depth and prompt of a position in one pass of a fixed number of ops, instead of
+    one per block and number of drafts), then ``get`` each block's ``(rho, E(rho))``, ``(n,)`` each. Every row's
+    values are those of a call for its rows and ``k`` alone (the same per-row arithmetic; torch's ``pow`` may round
+    the last bit differently where a row lands on another lane of its vectorised kernel: within 1e-15 relative).
+    """
+
+    _ROWS = ("P2", "Q2", "D1", "E1", "ro", "Pcum", "Qcum", "Pp", "Qp", "Ps", "Qs", "tot_p", "tot_q")
+
+    def __init__(self, xp):
+        self.xp = xp
+        self.blocks: list = []
+        self.got: list | None = None
+
+    def add(self, S: dict, ks, kf=None) -> int:
+        """A block of ``S["B"]`` rows, with ``k`` drafts each (``ks`` an int) or ``kf`` (``(B,)`` float64, the laws'
+        namespace) of the distinct ints ``ks`` (each ``>= 2``); its handle."""
+        if self.got is not None:
+            raise RuntimeError("RhoStar.add after solve")
+        xp = self.xp
+        if kf is None:
+            ks = (int(ks),)
+            kf = xp.full((S["B"],), float(ks[0]), dtype=xp.float64, device=_device(S["P2"]))
+        self.blocks.append((S, kf, tuple(int(k) for k in ks)))
+        return len(self.blocks) - 1
+
+    def solve(self) -> None:
+        if self.got is not None:
+            return
+        self.got = []
+        if not self.blocks:
+            return
+        xp = self.xp
+        ks = sorted({k for *_, kk in self.blocks for k in kk})
+        sizes = [S["B"] for S, *_ in self.blocks]
+        if len(self.blocks) == 1:
+            S, kf = self.blocks[0][:2]
+        else:
+            S = {key: xp.concat([b[0][key] for b in self.blocks], axis=0) for key in self._ROWS}
+            kf = xp.concat([b[1] for b in self.blocks], axis=0)
+            S.update(shape=(sum(sizes),), B=sum(sizes), V=self.blocks[0][0]["V"])
+        rho, E = _rho_star_rows(None, None, (kf, ks) if len(ks) > 1 else ks[0], xp, S)
+        rho, E = xp.reshape(rho, (-1,)), xp.reshape(E, (-1,))
+        at = 0
+        for n in sizes:
+            self.got.append((rho[at:at + n], E[at:at + n]))
+            at += n
+
+    def get(self, i: int):
+        """Block ``i``'s ``(rho, E(rho))`` (solving first if not yet solved)."""
+        self.solve()
+        return self.got[i]
+
+
 def _flat_at(A, idx, xp):
     """``A.reshape(-1)[idx]``: values of a ``(..., V)`` block at flat indices (an int array of namespace ``xp``)."""
     return xp.reshape(xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,))), tuple(idx.shape))
@@ -351,34 +424,39 @@ def _kseq_plan(pack, lw, n, toks, I, V):
     inst = sorted({(int(c), int(li)) for li, c in zip(lw, n)})  # (number of drafts, law), by number of drafts
     index = {key: i for i, key in enumerate(inst)}
     many = sorted({li for c, li in inst if c > 1})  # the laws with several drafts somewhere: one sort, shared
-    groups = []
-    for c in sorted({c for c, _ in inst}):
-        sel = [li for cc, li in inst if cc == c]
-        groups.append((c, len(sel), None if c == 1 or sel == many else pack.add([many.index(li) for li in sel])))
+    several = [(c, li) for c, li in inst if c > 1]  # after the one-draft instances (inst is sorted by c)
+    sel = [many.index(li) for _, li in several]
     ni = np.array([index[(int(cc), int(li))] for li, cc in zip(lw, n)], dtype=np.int64)
-    return dict(many=pack.add(many) if many else None, groups=groups, ilaw=pack.add([li for _, li in inst]),
-                kf=pack.add([c for c, _ in inst]), ni=pack.add(ni), at=pack.add(ni[:, None] * V + toks))
+    return dict(many=pack.add(many) if many else None, ones=len(inst) - len(several),
+                ks=tuple(sorted({c for c, _ in several})), sel=None if sel == list(range(len(many))) else pack.add(sel),
+                ilaw=pack.add([li for _, li in inst]), kf=pack.add([c for c, _ in inst]), ni=pack.add(ni),
+                at=pack.add(ni[:, None] * V + toks))
 
 
-def _kseq_parts(Pj, Qj, plan, idx, xp, options):
-    """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts)."""
-    rho = []
-    if plan["many"] is not None:
-        m = idx[plan["many"]]
-        Pm, Qm = xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0)
-        S = _ratio_sorted(Pm, Qm, xp)
-    for c, size, sel in plan["groups"]:
-        if c == 1:  # one draft: rho* = 1 (no sort)
-            rho.append(xp.ones(size, dtype=xp.float64, device=_device(Pj)))
-        elif sel is None:
-            rho.append(_rho_star_rows(Pm, Qm, c, xp, S)[0])
-        else:
-            s = idx[sel]
-            rho.append(_rho_star_rows(xp.take(Pm, s, axis=0), xp.take(Qm, s, axis=0), c, xp, _sorted_take(S, s, xp))[0])
+def _kseq_stage(Pj, Qj, plan, idx, xp, solver: RhoStar):
+    """The instances with several drafts of a depth handed to ``solver`` (one sort of their laws); their handle."""
+    if plan["many"] is None:
+        return None
+    m = idx[plan["many"]]
+    S = _ratio_sorted(xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0), xp)
+    if plan["sel"] is not None:
+        S = _sorted_take(S, idx[plan["sel"]], xp)
+    ks = plan["ks"]
+    return solver.add(S, ks, xp.astype(idx[plan["kf"]][plan["ones"]:], xp.float64)) if len(ks) > 1 else solver.add(
+        S, ks[0])
+
+
+def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
+    """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts), the
+    :math:`\\rho^*` of the instances with several drafts from ``staged`` (``(solver, handle)`` of
+    :func:`_kseq_stage`)."""
+    kf = xp.astype(idx[plan["kf"]], xp.float64)
+    rho = [xp.ones(plan["ones"], dtype=xp.float64, device=_device(Pj))] if plan["ones"] else []
+    if staged is not None and staged[1] is not None:
+        rho.append(staged[0].get(staged[1])[0])
     rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
     il = idx[plan["ilaw"]]
     Pi, Qi = xp.take(Pj, il, axis=0), xp.take(Qj, il, axis=0)
-    kf = xp.astype(idx[plan["kf"]], xp.float64)
     # _kseq_parts of otspec.multidraft._kseq, row by row: beta, E, p_acc, c = min(p_acc / beta, rho), the residual
     mins = xp.minimum(Pi, Qi / rho)
     beta = xp.sum(mins, axis=-1)
@@ -403,7 +481,7 @@ def _multiround_plan(pack, lw, n, toks, I, V):
                 last=pack.add((n[:, None] * I + lw[:, None]) * V + toks))
 
 
-def _multiround_parts(Pj, Qj, plan, idx, xp, options):
+def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     """Multi-round rejection's per-round acceptance at each draft and the final residual at the drafts."""
     T = [Qj]
     for _ in range(plan["n_max"]):
@@ -417,7 +495,7 @@ def _typical_plan(pack, lw, n, toks, I, V):
     return dict(lw=pack.add(lw[:, None]), at=pack.add(lw[:, None] * V + toks), x=pack.add(toks))
 
 
-def _typical_parts(Pj, Qj, plan, idx, xp, options):
+def _typical_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     """Typical acceptance at each node's one draft: accepted (1 or 0), and whether it is the replacement token."""
     thr, y = _typical_rule(Qj, xp, options)
     lw = idx[plan["lw"]]

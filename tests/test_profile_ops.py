@@ -1,0 +1,90 @@
+"""The profile's walk on the device route issues a bounded number of torch ops per position outside its forwards.
+
+On a GPU with small per-position tensors each op costs its dispatch and launch (about 5-20 us in eager mode, whatever
+its size), so the walk's work outside the forward passes grows with its op count. The walk is run on the device route
+with the laws kept as torch tensors on the CPU (:func:`otspec.profile._collect.analysis_device` patched) and every
+aten op dispatched outside the models' forward passes counted (``experiments/bench_profile_ops.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "experiments"))
+import bench_profile_ops as O  # noqa: E402
+
+sys.path.remove(str(ROOT / "experiments"))
+
+from otspec.profile import ProfileSettings  # noqa: E402
+from tests.toy_lm import tiny_llama  # noqa: E402
+
+V, T = 64, 4
+#: The default verifiers and families but Khisti et al.'s (its nodes with several drafts solve a linear program on
+#: the host whose size grows with the drafts: seconds, and no torch op).
+FAMILIES = ("token", "kseq", "multiround", "optimal", "typical", "block", "block-onestep")
+
+#: aten ops per position (V = 64, k_max = L_max = 4, one prompt of 4 positions), measured: chains 480 cheap and 3,776
+#: subsampled, with the four tree families of ``experiments/bench_profile.py --llama`` 1,031 and 4,333. Before: the
+#: same cheap counts, 9,013 and 9,576 subsampled -- k-Seq's rho* solved by one bisection of 80 steps (about 13 ops
+#: each) per number of drafts, per depth of the draft tree and again for the per-depth acceptances; now one bisection
+#: for every rho* of the position (every k, depth, node and prompt: otspec.profile._quantities_batched.RhoStar).
+BOUND = {(False, 0): 500, (False, 1): 4000, (True, 0): 1100, (True, 1): 4600}
+
+
+@pytest.mark.parametrize("trees,subsample", list(BOUND))
+def test_aten_ops_per_position(monkeypatch, trees, subsample):
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=subsample, families=FAMILIES,
+                        trees=O.TREES if trees else ()).for_vocabulary(V)
+    c = O.Counts()
+    with O.counting(c):
+        rows = C.profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    assert ("kseq" in rows["name"]) == bool(subsample) and ("tree" in rows["kind"]) == trees
+    ops = c.aten / T
+    assert ops <= BOUND[(trees, subsample)], ops
+
+
+def test_rho_star_of_a_position_in_one_bisection_equals_one_call_per_k():
+    # the rho* and E(rho*) RhoStar solves for blocks of several numbers of drafts at once are those of one
+    # _rho_star_rows call per block and k (to the last bit of torch's vectorised pow), numpy and torch, ties and p = q
+    import array_api_compat
+    import numpy as np
+
+    from otspec.multidraft._batched import _ratio_sorted, _rho_star_rows
+    from otspec.profile._quantities_batched import RhoStar
+
+    r = np.random.default_rng(7)
+    for conv in (lambda a: a, torch.from_numpy):
+        blocks = []
+        for n, Vb in ((3, 9), (5, 9), (2, 9)):
+            P = r.random((n, Vb)) ** 3 * (r.random((n, Vb)) < 0.7)
+            P[:, 0] += 1e-3
+            Q = r.random((n, Vb)) ** 2
+            Q[0] = P[0]
+            blocks.append((conv(P / P.sum(1, keepdims=True)), conv(Q / Q.sum(1, keepdims=True))))
+        xp = array_api_compat.array_namespace(blocks[0][0])
+        solver = RhoStar(xp)
+        ks = [2, (2, 4, 4, 3, 2), 3]
+        handles = []
+        for (P, Q), k in zip(blocks, ks):
+            if isinstance(k, tuple):
+                handles.append(solver.add(_ratio_sorted(P, Q, xp), k, xp.asarray(np.array(k, dtype=np.float64))))
+            else:
+                handles.append(solver.add(_ratio_sorted(P, Q, xp), k))
+        solver.solve()
+        for (P, Q), k, h in zip(blocks, ks, handles):
+            rho, E = (np.asarray(a) for a in solver.get(h))
+            for i in range(P.shape[0]):
+                kk = k[i] if isinstance(k, tuple) else k
+                one_rho, one_E = (float(np.asarray(a)[0]) for a in _rho_star_rows(P[i:i + 1], Q[i:i + 1], kk, xp))
+                np.testing.assert_allclose([rho[i], E[i]], [one_rho, one_E], rtol=1e-15, atol=0)
