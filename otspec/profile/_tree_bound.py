@@ -23,8 +23,8 @@ relative 1e-12; where a row fails the race's checks, an upper bound on :math:`\p
 bound).
 
 Every prompt of a batch is expanded together, family by family: the contexts in one pass, then the frontiers in
-one pass per depth. Handed the laws as tensors on the models' device (``p_root`` a tensor: the walk does so on an accelerator when
-:data:`BOUND_ON_DEVICE` is set) the laws stay where the walk holds them, the scored frontier too, and
+one pass per depth. Handed the laws as tensors on the models' device (``p_root`` a tensor: the walk does so on an accelerator, as
+:data:`BOUND_ON_DEVICE` sets) the laws stay where the walk holds them, the scored frontier too, and
 :func:`otspec.tree.bound`'s torch route computes the bound there: the host reads a few small arrays per family and
 position (2 per i.i.d. family, 4 without replacement with ranks >= 2), for the whole batch, never a law. Otherwise the host's
 route (numba row kernels) reads the same laws as numpy rows.
@@ -60,11 +60,11 @@ DEFAULT_BOUND_BUDGET = 64
 #: Largest ``bound_budget``: its prefixes are scored in one call per model.
 MAX_PROFILE_BOUND_BUDGET = 1024
 #: Whether the walk on an accelerator hands the bound its laws where they are (the device route of
-#: :func:`position_bounds`). Off for now: the device route reads the host a few times per position instead of
-#: copying every law there, but makes a few small tensors of host data per position (the contexts' target laws,
-#: each frontier's per-row values, the race's coefficients: 2 for an i.i.d. family, 3 to 4 without replacement),
-#: above the walk's pinned budget of such copies (tests/test_profile_device_copies.py).
-BOUND_ON_DEVICE = False
+#: :func:`position_bounds`; off: the laws it uses copied to the host and bounded there by the numba kernels). On:
+#: the device route reads the host a few times per position instead of copying every law there, for 2 (an i.i.d.
+#: family) to 3 (without replacement) small tensors of host data per position (the contexts' target laws, each
+#: frontier's per-row values, the race's coefficients), counted in tests/test_profile_device_copies.py.
+BOUND_ON_DEVICE = True
 
 
 def bound_route_on_device() -> bool:
