@@ -1093,7 +1093,8 @@ class _Decoder:
         elif self.log_laws:
             self._flush_first_laws()
             opt = np.full(len(taus), math.nan)  # an iteration without drafts kept no first laws
-            opt[drafted > 0] = _np(torch.cat(self.alpha_opt).to("cpu"))
+            if self.alpha_opt:
+                opt[drafted > 0] = _np(torch.cat(self.alpha_opt).to("cpu"))
             lg["alpha_opt1"] = list(opt)
         else:
             lg["alpha_opt1"] = [math.nan] * len(taus)

@@ -473,6 +473,11 @@ def check_lossless(
     verifier : str or callable, keyword-only
     num_tokens : int, keyword-only
         ``m``: tokens tested jointly (``m <= L + 1`` tests one iteration).
+        Each run decodes :math:`\max(m, L + 1)` tokens, so that its first
+        iteration drafts all ``L`` (asked for fewer, the decoder would draft
+        fewer: see :func:`speculative_decode`, last iterations), and its
+        first ``m`` are tested; ``m > L + 1`` tests the shortened last
+        iterations too.
     n_runs : int, keyword-only
     rng : torch.Generator, int or None, keyword-only
         One generator drives all runs (each run advances it); an integer seed
@@ -525,7 +530,7 @@ def check_lossless(
             f"`draft` and `target` must share one vocabulary, got vocab_size {Vd} (draft) and {V} (target)"
         )
     K = validate_positive_int(k, "k")
-    validate_positive_int(L, "L")
+    L = validate_positive_int(L, "L")
     _resolve(verifier, K, verifier_options, V, sampling)
     rng = _torch_generator(rng)
     cells, law = exact_prefix_law(target, prompt, m, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -543,7 +548,7 @@ def check_lossless(
     for _ in tqdm(range(n_runs), disable=not progress, desc=f"lossless[{verifier}]", leave=False):
         res = speculative_decode(
             prompt, draft=draft, target=target, verifier=verifier, k=k, L=L,
-            max_new_tokens=m, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
+            max_new_tokens=max(m, L + 1), temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
             verifier_options=verifier_options,
         )
         name = res.verifier_name
