@@ -142,7 +142,7 @@ def test_last_iterations_draft_what_is_left(pair, verifier, k, engine):
             if multiblock:  # every draft prefix of length < L_i queried, one call each
                 assert len(dcalls) == sum(sum(V**j for j in range(n)) for n in lengths)
                 continue
-            tper = _split(tcalls, lengths, lambda i, n: int(res.target_calls[i]))
+            tper = _split(tcalls, lengths, lambda i, n, r=res: int(r.target_calls[i]))
             dper = _split(dcalls, lengths, lambda i, n: n)
             for i, (n, tc, dc) in enumerate(zip(lengths, tper, dper)):
                 head = len(PROMPT) if i == 0 else 1
