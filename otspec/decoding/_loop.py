@@ -638,10 +638,10 @@ def speculative_decode(
     tokens (it makes at most :math:`L_i + 1`, so none past the limit), and
     at :math:`r_i = 1` it is plain decoding's step: one target call, one
     token from :math:`q`, no draft. transformers' assisted generation does
-    the same (``AssistedCandidateGenerator`` in
+    the same (``AssistedCandidateGenerator._calculate_new_tokens`` in
     ``transformers/generation/candidate_generator.py``: the assistant's
     ``max_new_tokens`` is ``min(num_assistant_tokens, max_length -
-    cur_len - 1)``). It is lossless: :math:`L_i` is a function of the tokens
+    cur_len - 1)``, and ``get_candidates`` drafts nothing at 0). It is lossless: :math:`L_i` is a function of the tokens
     made before iteration :math:`i` only, so given them it is fixed before
     the iteration's randomness, and an iteration of a lossless verifier
     emits target-distributed tokens for every draft length fixed so
