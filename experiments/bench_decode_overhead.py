@@ -486,9 +486,10 @@ def measure_versions(a, name: str, trees: list[str]) -> None:
             ms, cms, it, out, oc = med[v][c][:5]
             rows.append((c, f"{v} ({_commit(roots[v])})", ms, cms, it, out, oc, cms / med["before"][c][1]))
     bound = TARGETS.get(name) if a.device == "cpu" else 0.10
-    print_table(f"{name}, device route before and after, {a.prompts} prompts x {a.tokens} tokens, medians of "
-                f"{a.repeats} repeats in alternating processes; load average {load0:.2f} -> {load1:.2f}",
-                VERSION_HEAD, rows, a.rst, target=("outside forwards", bound))
+    if rows:  # trees timed (``--trees ''`` with ``--before-chains``: the chains alone)
+        print_table(f"{name}, device route before and after, {a.prompts} prompts x {a.tokens} tokens, medians of "
+                    f"{a.repeats} repeats in alternating processes; load average {load0:.2f} -> {load1:.2f}",
+                    VERSION_HEAD, rows, a.rst, target=("outside forwards", bound))
 
 
 #: Name prefix of the chains' rows in :func:`measure_versions` (``--before-chains``), and their columns.
