@@ -23,7 +23,7 @@ from .._registry import get_verifier, unknown_name_message
 from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import takes_last, validate_language_model, validate_prompt
-from ._sampling import Sampling, _block, _laws_into, bad_rows, draw_rows, sample_rows
+from ._sampling import Sampling, _block, _law_block, _laws_into, bad_rows, draw_rows, sample_rows
 from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
 from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
@@ -902,7 +902,9 @@ class _Decoder:
         self.log_laws = log_laws
         self.dev_log: list = []  # per iteration, on the device: the acceptance of each depth
         self.first_laws: list = []  # (p_1, q_1) on the device, K > 1 with log_laws, until the next flush
-        self._work: dict = {}  # the device route's laws P (K, L, V) and Q (K, L + 1, V), reused across iterations
+        self._P = None  # the device route's draft laws (K, L, V), reused from iteration to iteration
+        self._Q = None  # and its target laws (K, L + 1, V)
+        self._work: dict = {}  # those of the shortened last iterations (views, :func:`_block`)
         self.alpha_opt: list = []  # alpha_K of the flushed first laws, on the device
         self.t = _Track(target, sampling)
         self.d = _Track(draft, sampling)
@@ -1010,7 +1012,9 @@ class _Decoder:
         ids = torch.tensor([pending], dtype=torch.long, device=d.lm.device)
         logits = d.logits_ids(ids, last=1)[:, -1]
         V = logits.shape[-1]
-        P = _block(self._work, "P", (K, L, V), logits.device)  # views of one block per decode (L shrinks at the end)
+        full = L == self.L  # one block per decode, reused; a shortened iteration's laws in views of another
+        P = self._P = _law_block(self._P, (K, L, V), logits.device) if full else _block(self._work, "P", (K, L, V),
+                                                                                         logits.device)
         X = torch.empty((K, L), dtype=torch.long, device=logits.device)
         P1 = _laws_into(self.sampling, logits, P[:1, 0])  # (1, V)
         if K > 1:
@@ -1023,7 +1027,8 @@ class _Decoder:
         tdev = t.lm.device
         Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
         head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
-        Q = _block(self._work, "Q", (K, L + 1, V), tdev)
+        Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev) if full else _block(self._work, "Q", (K, L + 1, V),
+                                                                                         tdev)
         _laws_into(self.sampling, t.logits_ids(torch.cat([head, Xt], dim=1), last=L + 1)[:, -(L + 1):], Q)  # (K, L + 1, V)
         if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
             out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt)
