@@ -70,10 +70,12 @@ def test_joint_law_with_shortened_iterations_token_device(toy_pair):
 @pytest.mark.parametrize("verifier, k, engine", FAMILIES)
 def test_joint_law_with_shortened_iterations(toy_pair, verifier, k, engine):
     """Every chain family and route, ``L = 2``, 4 tokens (not a multiple of ``L + 1``): full iterations, then
-    ``L_i = 1`` or plain decoding's step; the joint law of the 4 tokens is the target's (chi-square, 81 cells)."""
+    ``L_i = 1`` or plain decoding's step (only the latter for the schemes that make ``L_i + 1`` tokens); the
+    joint law of the 4 tokens is the target's (chi-square, 81 cells)."""
     target, draft = toy_pair
     counts, law, met = _joint_counts(target, draft, 4, 2000, verifier=verifier, k=k, L=2, engine=engine)
-    assert met == {0, 1, 2}
+    # v1 block and the multi-draft plan make L_i + 1 tokens every iteration: 3, then plain decoding's step
+    assert met == ({0, 2} if verifier in ("block", "multidraft-plan") else {0, 1, 2})
     g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert g.outside_support == 0 and g.passed, (verifier, engine, g)
 
