@@ -38,7 +38,10 @@ timed as a forward.
 Before and after a change (``--before PATH``, a checkout of the package at an earlier commit): the device route
 (``engine="torch"``) of every tree is timed in child processes that alternate between that checkout and this one,
 one process per repeat and checkout (each builds the pair, warms up and decodes the prompts with the same seeds),
-and the medians are printed side by side with the load average; the chains and the numpy route are not run then.
+and the medians are printed side by side with the load average; the chains and the numpy route are not run then,
+unless ``--before-chains``: then speculative sampling's device route (``k = 1``) at every ``--L`` is timed the same
+way, with the models' calls per generated token (both models' forwards hooked), so that a change in what the loop
+computes (the last iterations' shortened drafts) shows beside its time (``--trees ''`` for the chains alone).
 
 The models' forward calls (a third table): forward hooks on both Hugging Face models (:class:`CallMeter`) see
 every decoder's calls alike -- otspec's through ``HFCausalLM.logits``, transformers' inside ``generate`` -- and
@@ -258,7 +261,7 @@ def call_stats(wall, n, meters, prompts):
 
 
 def measure(pair, L, prompts, tokens, repeats, device, engines=("numpy", "torch"), calls: dict | None = None,
-            plain_too: bool = True):
+            plain_too: bool = True, assisted_too: bool = True):
     """Median ms per token / per iteration and the share outside forwards of every contender; ``calls`` (a dict)
     gets every contender's per-call figures (:func:`call_stats`, both models' forwards hooked by
     :class:`CallMeter`)."""
@@ -323,7 +326,8 @@ def measure(pair, L, prompts, tokens, repeats, device, engines=("numpy", "torch"
         return r.wall_time, r.tokens.shape[0], r.tokens.shape[0], NAN, time.process_time() - c0, NAN
 
     contenders = {f"otspec token, engine={e}": spec(e) for e in engines}
-    contenders["transformers assisted"] = assisted
+    if assisted_too:
+        contenders["transformers assisted"] = assisted
     if plain_too:
         contenders.update({"otspec autoregressive": plain, "transformers generate": plain_hf})
     return interleaved({k: metered(fn) for k, fn in contenders.items()}, prompts, repeats, calls=calls)
@@ -458,33 +462,60 @@ def measure_versions(a, name: str, trees: list[str]) -> None:
                    str(a.tokens), "--prompts", str(a.prompts), "--device", a.device, "--dtype", a.dtype]
             if a.threads:
                 cmd += ["--threads", str(a.threads)]
+            if a.before_chains:
+                cmd += ["--before-chains", "--L", a.L]
             out = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=root), capture_output=True, text=True)
             if out.returncode:
                 raise RuntimeError(f"the {v} checkout's child failed:\n{out.stderr[-3000:]}")
             got[v].append(json.loads(out.stdout.strip().splitlines()[-1]))
     load1 = os.getloadavg()[0]
-    med = {v: {c: [statistics.median(r[c][i] for r in runs) for i in range(5)] for c in runs[0]}
+    med = {v: {c: [statistics.median(r[c][i] for r in runs) for i in range(len(runs[0][c]))] for c in runs[0]}
            for v, runs in got.items()}
     rows = []
+    chains = [c for c in med["after"] if c.startswith(CHAIN_PREFIX)]
+    if chains:
+        print_table(f"{name}, speculative sampling's device route before and after, {a.prompts} prompts x "
+                    f"{a.tokens} tokens, medians of {a.repeats} repeats in alternating processes; load average "
+                    f"{load0:.2f} -> {load1:.2f}", CHAIN_VERSION_HEAD,
+                    [(c, f"{v} ({_commit(roots[v])})", *med[v][c][:2], med[v][c][1] / med["before"][c][1],
+                      *med[v][c][2:4], *med[v][c][5:7]) for c in chains for v in roots], a.rst)
     for c in med["after"]:
+        if c in chains:
+            continue
         for v in roots:
-            ms, cms, it, out, oc = med[v][c]
+            ms, cms, it, out, oc = med[v][c][:5]
             rows.append((c, f"{v} ({_commit(roots[v])})", ms, cms, it, out, oc, cms / med["before"][c][1]))
     bound = TARGETS.get(name) if a.device == "cpu" else 0.10
-    print_table(f"{name}, device route before and after, {a.prompts} prompts x {a.tokens} tokens, medians of "
-                f"{a.repeats} repeats in alternating processes; load average {load0:.2f} -> {load1:.2f}",
-                VERSION_HEAD, rows, a.rst, target=("outside forwards", bound))
+    if rows:  # trees timed (``--trees ''`` with ``--before-chains``: the chains alone)
+        print_table(f"{name}, device route before and after, {a.prompts} prompts x {a.tokens} tokens, medians of "
+                    f"{a.repeats} repeats in alternating processes; load average {load0:.2f} -> {load1:.2f}",
+                    VERSION_HEAD, rows, a.rst, target=("outside forwards", bound))
+
+
+#: Name prefix of the chains' rows in :func:`measure_versions` (``--before-chains``), and their columns.
+CHAIN_PREFIX = "otspec token k=1 "
+CHAIN_VERSION_HEAD = ("decoder", "checkout", "ms/token", "CPU ms/token", "x before (CPU time)", "ms/iteration",
+                      "outside forwards", "target calls/token", "draft calls/token")
 
 
 def child(a, name: str, trees: list[str]) -> None:
-    """One repeat of the device route of every tree, printed as JSON (the child of :func:`measure_versions`)."""
+    """One repeat of the device route of every tree (and, with ``--before-chains``, of speculative sampling at every
+    ``--L``, with the calls per token), printed as JSON (the child of :func:`measure_versions`)."""
     import torch
 
     target, draft, prompts = {"smollm2": smollm2, "small": small_pair}[name](a.device, getattr(torch, a.dtype))
     prompts = prompts[: a.prompts]
     rep = int(a.child)
-    res = measure_trees((target, draft), trees, prompts, a.tokens, 1, engines=("torch",), seed0=100 * rep)
-    print(json.dumps({c.replace(", engine=torch", ""): list(v) for c, v in res.items()}))
+    res = measure_trees((target, draft), trees, prompts, a.tokens, 1, engines=("torch",), seed0=100 * rep) \
+        if trees else {}
+    got = {c.replace(", engine=torch", ""): list(v) for c, v in res.items()}
+    for L in (int(x) for x in a.L.split(",") if a.before_chains):
+        calls: dict = {}
+        r = measure((target, draft), L, prompts, a.tokens, 1, a.device, engines=("torch",), calls=calls,
+                    plain_too=False, assisted_too=False)
+        key = "otspec token, engine=torch"
+        got[f"{CHAIN_PREFIX}L={L}"] = [*r[key], calls[key]["target calls/token"], calls[key]["draft calls/token"]]
+    print(json.dumps(got))
 
 
 TREE_HEAD = ("decoder", "ms/token", "CPU ms/token", "ms/iteration", "outside forwards", "outside forwards (CPU time)",
@@ -509,6 +540,8 @@ def main(argv=None) -> int:
                     help="also time one iteration's calls made as otspec and as transformers' generate make them")
     ap.add_argument("--chains", default="yes", choices=("yes", "no"), help="time the chains (--L) too")
     ap.add_argument("--before", default=None, help="a checkout of the package to time the device route beside")
+    ap.add_argument("--before-chains", action="store_true",
+                    help="with --before: time speculative sampling's device route at every --L too, with its calls")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--rst", action="store_true")
     a = ap.parse_args(argv)

@@ -87,7 +87,9 @@ def _lossless_counts(target, draft, prompt, m, runs, **kw):
     counts = np.zeros(len(cells) + 1, dtype=np.int64)
     gen = torch.Generator().manual_seed(1234)
     for _ in range(runs):
-        res = D.speculative_decode(prompt, draft=draft, target=target, max_new_tokens=m, rng=gen, **kw)
+        # at least L + 1 tokens: the first iteration drafts all L (asked for fewer, the loop would draft fewer)
+        res = D.speculative_decode(prompt, draft=draft, target=target, max_new_tokens=max(m, kw.get("L", 4) + 1),
+                                   rng=gen, **kw)
         counts[index.get(tuple(res.tokens[:m].tolist()), len(cells))] += 1
     return counts, np.append(law, 0.0)
 

@@ -10,6 +10,7 @@ prompt's prefill included (transformers' ``logits_to_keep``, as its ``generate``
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -70,33 +71,110 @@ def _counted(pair, run):
     return res, ct.log, cd.log
 
 
+def _split(calls, lengths, per_iteration):
+    """``calls`` (a hooked model's log) cut into the iterations, ``per_iteration(i, L_i)`` calls each."""
+    out, at = [], 0
+    for i, n in enumerate(lengths):
+        c = per_iteration(i, int(n))
+        out.append(calls[at : at + c])
+        at += c
+    assert at == len(calls)
+    return out
+
+
+def _expected_lengths(res, L, max_new):
+    """``L_i = min(L, left - 1)`` from the tokens each iteration made before it."""
+    made = np.concatenate([[0], np.cumsum(res.emitted)[:-1]])
+    return np.minimum(L, max_new - made - 1)
+
+
 @pytest.mark.parametrize("engine", ["torch", "numpy"])
 @pytest.mark.parametrize("L", [1, 2, 4])
 def test_chain_calls_per_iteration_and_logits_computed(pair, engine, L):
-    """``L`` draft calls and one target call per iteration; one position of logits per draft call and ``L + 1``
-    per target call, the prefills included (before: every prompt position of both models, and two positions of
-    the draft's first call after a full acceptance)."""
+    """``L_i`` draft calls and one target call per iteration (``L_i = L`` but in the last iterations); one position
+    of logits per draft call and ``L_i + 1`` per target call, the prefills included (before: every prompt position
+    of both models, and two positions of the draft's first call after a full acceptance)."""
     for seed in range(3):
         res, tcalls, dcalls = _counted(pair, lambda t, d, seed=seed: D.speculative_decode(
             PROMPT, draft=d, target=t, verifier="token", L=L, max_new_tokens=12, rng=seed, engine=engine))
-        it = res.iterations
-        assert len(tcalls) == it and len(dcalls) == L * it
-        assert tcalls[0] == (len(PROMPT) + L, L + 1)  # the prefill rides on the first target call
-        assert all(c == (1 + L, L + 1) for c in tcalls[1:])
+        lengths = res.draft_lengths
+        np.testing.assert_array_equal(lengths, _expected_lengths(res, L, 12))
+        assert len(tcalls) == res.iterations and len(dcalls) == lengths.sum()
+        assert tcalls[0] == (len(PROMPT) + lengths[0], lengths[0] + 1)  # the prefill rides on the first target call
+        assert all(c == (1 + n, n + 1) for c, n in zip(tcalls[1:], lengths[1:]))
         assert dcalls[0] == (len(PROMPT), 1)
         assert all(rows == 1 and fed in (1, 2) for fed, rows in dcalls[1:])
         # the first draft call of an iteration is fed two tokens exactly after a full acceptance
-        full = [int(a) == L for a in res.accepted[:-1]]
-        assert [fed for fed, _ in dcalls[L::L]] == [2 if f else 1 for f in full]
+        per = _split(dcalls, lengths, lambda i, n: n)
+        full = [int(a) == int(n) for a, n in zip(res.accepted[:-1], lengths[:-1])]
+        assert [c[0][0] for c in per[1:] if c] == [2 if f else 1 for f, c in zip(full, per[1:]) if c]
+
+
+#: Every chain family the loop dispatches (``(verifier, k)``) with its routes: the token-level rules (SpecTr's
+#: DraftSelection with the package's verifiers on the host, the device's chain verifier), the block verifiers
+#: (Sun et al.'s v1 with its residual calls, one-step), and the enumerated multi-draft block ones.
+FAMILIES = [("token", 1, "numpy"), ("token", 1, "torch"), ("kseq", 2, "numpy"), ("multiround", 2, "numpy"),
+            ("multiround", 2, "torch"), ("optimal", 2, "numpy"), ("block", 1, "numpy"),
+            ("block-onestep", 1, "numpy"), ("block-onestep", 1, "torch"),
+            pytest.param("multidraft-plan", 2, "numpy", marks=pytest.mark.slow)]  # about a minute: its LP
+# ("multidraft-one-token" shares multidraft-plan's loop; its LP over the 121 blocks of this pair at L = 2 took
+# minutes at some seeds, before the change as after it)
+
+
+@pytest.mark.parametrize("verifier, k, engine", FAMILIES)
+def test_last_iterations_draft_what_is_left(pair, verifier, k, engine):
+    """With ``left`` tokens to make, an iteration drafts ``L_i = min(L, left - 1)`` tokens, each draft call fed one
+    token (two after a full acceptance) and the target call ``L_i`` drafts (``L_i + 1`` positions of logits), and
+    makes no token past ``max_new_tokens``; one token left: plain decoding's step, one target call and no draft
+    (before: ``L`` drafts in every iteration, the surplus thrown away)."""
+    multiblock = verifier.startswith("multidraft")
+    L = 2 if multiblock else 3  # the enumerated schemes query V**j prefixes at depth j
+    for max_new in (1, 2, L, L + 2, 2 * L + 3):
+        for seed in range(2):
+            res, tcalls, dcalls = _counted(pair, lambda t, d, seed=seed, m=max_new: D.speculative_decode(
+                PROMPT, draft=d, target=t, verifier=verifier, k=k, L=L, max_new_tokens=m, rng=seed, engine=engine))
+            lengths = res.draft_lengths
+            assert res.engine == engine and res.tokens.shape[0] == max_new == res.emitted.sum()
+            np.testing.assert_array_equal(lengths, _expected_lengths(res, L, max_new))
+            assert lengths[-1] < L or max_new > L  # the last iteration is short whenever the run is
+            assert all(int(a) <= int(n) for a, n in zip(res.accepted, lengths))
+            if max_new == 1:  # plain decoding's step
+                assert tcalls == [(len(PROMPT), 1)] and dcalls == []
+                continue
+            if multiblock:  # every draft prefix of length < L_i queried, one call each
+                assert len(dcalls) == sum(sum(V**j for j in range(n)) for n in lengths)
+                continue
+            tper = _split(tcalls, lengths, lambda i, n, r=res: int(r.target_calls[i]))
+            dper = _split(dcalls, lengths, lambda i, n: n)
+            for i, (n, tc, dc) in enumerate(zip(lengths, tper, dper)):
+                head = len(PROMPT) if i == 0 else 1
+                assert tc[0] == (head + n, n + 1)  # the scoring call: L_i drafts, L_i + 1 laws
+                assert len(dc) == n and all(rows == 1 for _, rows in dc)
+                assert all(fed == 1 for fed, _ in dc[1:])
+                if i == 0 and dc:
+                    assert dc[0][0] == len(PROMPT)  # the draft's prefill
+                elif dc:
+                    assert dc[0][0] == (2 if int(res.accepted[i - 1]) == int(lengths[i - 1]) else 1)
+
+
+def test_a_lossy_verifier_keeps_its_draft_length(pair):
+    """A verifier that is not lossless drafts ``L`` to the end (its output law depends on ``L``): no shortening."""
+    for max_new in (1, 5):
+        res, tcalls, dcalls = _counted(pair, lambda t, d, m=max_new: D.speculative_decode(
+            PROMPT, draft=d, target=t, verifier="mentored", verifier_options={"D": 0.1}, L=3, max_new_tokens=m,
+            rng=0))
+        assert not res.lossless and (res.draft_lengths == 3).all() and len(dcalls) == 3 * res.iterations
+        assert res.tokens.shape[0] == max_new
 
 
 def test_multidraft_block_and_plain_calls(pair):
-    """``k = 3`` drafts: ``k (L + 1)`` target rows of logits at the last ``L + 1`` positions; the block verifier
+    """``k = 3`` drafts: ``k (L_i + 1)`` target rows of logits at the last ``L_i + 1`` positions; the block verifier
     (the host route) and plain decoding ask for the positions they read as well."""
     L, k = 2, 3
     res, tcalls, dcalls = _counted(pair, lambda t, d: D.speculative_decode(
         PROMPT, draft=d, target=t, verifier="kseq", k=k, L=L, max_new_tokens=10, rng=0))
-    assert len(tcalls) == res.iterations and all(rows == L + 1 for _, rows in tcalls)
+    assert len(tcalls) == res.iterations and [rows for _, rows in tcalls] == list(res.draft_lengths + 1)
+    assert res.draft_lengths[0] == L
     assert all(rows == 1 for _, rows in dcalls)
     res, tcalls, dcalls = _counted(pair, lambda t, d: D.speculative_decode(
         PROMPT, draft=d, target=t, verifier="block", L=L, max_new_tokens=10, rng=0))

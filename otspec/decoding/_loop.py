@@ -23,7 +23,7 @@ from .._registry import get_verifier, unknown_name_message
 from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import takes_last, validate_language_model, validate_prompt
-from ._sampling import Sampling, _law_block, _laws_into, bad_rows, draw_rows, sample_rows
+from ._sampling import Sampling, _block, _law_block, _laws_into, bad_rows, draw_rows, sample_rows
 from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
 from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
@@ -323,13 +323,14 @@ class DecodeResult:
     lossless : bool
         Whether the verifier reproduces the (processed) target law exactly.
     k, L : int
-        ``K`` draft sequences of length ``L``.
+        ``K`` draft sequences of length ``L`` (at most: see ``draft_lengths``).
     sampling : Sampling
     accepted : (N,) ndarray of int64
         Accepted draft tokens :math:`\tau` per iteration.
     emitted : (N,) ndarray of int64
-        Tokens produced per iteration (``tau + 1``; ``L + 1`` for Sun et al.'s (arXiv:2403.10444)
-        v1 block verifier), before truncation to ``max_new_tokens``.
+        Tokens produced per iteration (``tau + 1``; ``L_i + 1`` for Sun et al.'s (arXiv:2403.10444)
+        v1 block verifier); a lossless run makes none past ``max_new_tokens`` (see ``draft_lengths``), a
+        lossy one counts its last iteration's tokens before their truncation to ``max_new_tokens``.
     target_calls : (N,) ndarray of int64
         Serial target calls per iteration (1, plus the v1 residual's calls).
     predicted_accepted : (N,) ndarray of float64
@@ -340,9 +341,9 @@ class DecodeResult:
     predicted_emitted, predicted_calls : (N,) ndarray of float64
         The same for ``emitted`` and ``target_calls``.
     reached : (N, L) ndarray of float64
-        Measured :math:`\mathbb 1\{\tau \ge j\}`, ``j = 1..L``.
+        Measured :math:`\mathbb 1\{\tau \ge j\}`, ``j = 1..L`` (0 past an iteration's ``L_i``).
     predicted_reached : (N, L) ndarray of float64
-        Predicted :math:`P(\tau \ge j)` contributions (unbiased for ``reached``).
+        Predicted :math:`P(\tau \ge j)` contributions (unbiased for ``reached``; 0 past ``L_i``).
     alpha_first : (N,) ndarray of float64
         Exact acceptance of the first-depth verification
         (:math:`P(Y \in S(X))` of the verifier on :math:`p_1, q_1`).
@@ -352,6 +353,7 @@ class DecodeResult:
         law: computed on the device from the kept first laws in batches
         outside ``wall_time``, or NaN when the run kept none
         (``log_laws=False``); at ``K = 1`` it is :math:`1 - \mathrm{TV}(p_1, q_1)`.
+        It and ``alpha_first`` are NaN for an iteration without drafts (``L_i = 0``).
     wall_time : float
         Seconds spent decoding (model calls, sampling, verification), the
         devices synchronised at both ends; the prediction bookkeeping is
@@ -376,6 +378,14 @@ class DecodeResult:
         emitted tokens; two for a draft tree, its token ids before the
         target's call and the outcome after it), or on the host through the
         package's numpy verifiers (rows of the laws moved there).
+    draft_lengths : (N,) ndarray of int64
+        The drafts of each iteration, :math:`L_i = \min(L, r_i - 1)` with
+        :math:`r_i` the tokens left before ``max_new_tokens`` (``L`` for a
+        lossy verifier and for trees; 0: plain decoding's step, one target
+        call and no draft): see :func:`speculative_decode`. Every other
+        per-iteration record is that of the iteration as made: ``accepted
+        <= L_i``, the predictions exact for ``L_i`` drafts. None in a result
+        built by hand.
     """
 
     tokens: np.ndarray
@@ -401,6 +411,7 @@ class DecodeResult:
     process: str | None = None
     tree: object = None
     engine: str = "numpy"
+    draft_lengths: np.ndarray | None = None
 
     verifier = property(_deprecated_verifier_name, doc="Deprecated alias of ``verifier_name``.")
 
@@ -615,6 +626,35 @@ def speculative_decode(
     the package's verifiers work on that support (the full vocabulary
     without truncation, e.g. ``verifier="optimal"`` at ``V = 49,152``;
     small after top-k / top-p). On the CPU the moves are views (no copy).
+
+    The last iterations of a chain draft only what can still be used: with
+    :math:`r_i` tokens left before ``max_new_tokens``, iteration :math:`i`
+    drafts
+
+    .. math::
+
+        L_i = \min(L,\; r_i - 1)
+
+    tokens (it makes at most :math:`L_i + 1`, so none past the limit), and
+    at :math:`r_i = 1` it is plain decoding's step: one target call, one
+    token from :math:`q`, no draft. transformers' assisted generation does
+    the same (``AssistedCandidateGenerator._calculate_new_tokens`` in
+    ``transformers/generation/candidate_generator.py``: the assistant's
+    ``max_new_tokens`` is ``min(num_assistant_tokens, max_length -
+    cur_len - 1)``, and ``get_candidates`` drafts nothing at 0). It is lossless: :math:`L_i` is a function of the tokens
+    made before iteration :math:`i` only, so given them it is fixed before
+    the iteration's randomness, and an iteration of a lossless verifier
+    emits target-distributed tokens for every draft length fixed so
+    (Leviathan et al. [1]_, Theorem 1; SpecTr [2]_, Theorem 2; Sun et
+    al. [3]_); by induction over the iterations the whole output follows
+    the target, as with a constant ``L``. Stopping at ``eos_token_id`` is
+    unchanged (where an EOS will come is not known before it is drawn). A
+    verifier that is not lossless (``"mentored"``, a lossy callable) keeps
+    ``L`` to the end: its output law depends on ``L``, and the run makes the
+    scheme it was asked for (the tokens past the limit are dropped). Trees
+    are drafted whole. ``DecodeResult.draft_lengths`` holds every
+    :math:`L_i`, and every per-iteration record is the shortened
+    iteration's own (:class:`DecodeResult`).
 
     Parameters
     ----------
@@ -864,6 +904,7 @@ class _Decoder:
         self.first_laws: list = []  # (p_1, q_1) on the device, K > 1 with log_laws, until the next flush
         self._P = None  # the device route's draft laws (K, L, V), reused from iteration to iteration
         self._Q = None  # and its target laws (K, L + 1, V)
+        self._work: dict = {}  # those of the shortened last iterations (views, :func:`_block`)
         self.alpha_opt: list = []  # alpha_K of the flushed first laws, on the device
         self.t = _Track(target, sampling)
         self.d = _Track(draft, sampling)
@@ -881,15 +922,15 @@ class _Decoder:
             k: []
             for k in (
                 "accepted", "emitted", "calls", "pred_acc", "pred_emit", "pred_calls",
-                "reached", "pred_reached", "alpha1", "alpha_opt1",
+                "reached", "pred_reached", "alpha1", "alpha_opt1", "lengths",
             )
         }
 
     # -- the draft and target phases (shared) -----------------------------------------
-    def _draft_and_score(self, ctx):
-        """Draft ``K`` sequences and score them: token ids ``X`` (K, L) on the host, the float64 laws
-        ``P`` (K, L, V) and ``Q`` (K, L + 1, V) as tensors on the models' device (never moved whole)."""
-        K, L = self.K, self.L
+    def _draft_and_score(self, ctx, L):
+        """Draft ``K`` sequences of ``L`` tokens and score them: token ids ``X`` (K, L) on the host, the float64
+        laws ``P`` (K, L, V) and ``Q`` (K, L + 1, V) as tensors on the models' device (never moved whole)."""
+        K = self.K
         pending = self.d.sync(ctx)
         P1 = self.d.feed_t(np.array([pending], dtype=np.int64))[:, -1]  # (1, V)
         V = P1.shape[-1]
@@ -916,9 +957,9 @@ class _Decoder:
         return float(otspec.alpha_k(pc, qc, k))
 
     # -- token-level DraftSelection ---------------------------------------------------------
-    def _iter_token(self, ctx):
-        K, L = self.K, self.L
-        X, P, Q = self._draft_and_score(ctx)
+    def _iter_token(self, ctx, L):
+        K = self.K
+        X, P, Q = self._draft_and_score(ctx, L)
         alive = list(range(K))
         out: list[int] = []
         accs: list[float] = []
@@ -961,17 +1002,19 @@ class _Decoder:
         return out
 
     # -- token-level schemes on the models' device ----------------------------------------------
-    def _iter_token_t(self, ctx):
-        """One chain iteration on the device (:func:`verify_chain_t`): one host synchronisation, the emitted
-        tokens with the flags of non-finite logits."""
-        K, L = self.K, self.L
+    def _iter_token_t(self, ctx, L):
+        """One chain iteration of ``L`` drafts on the device (:func:`verify_chain_t`): one host synchronisation,
+        the emitted tokens with the flags of non-finite logits."""
+        K = self.K
         d, t = self.d, self.t
         gd, gt = self.device_gens
         pending = d.sync(ctx)
         ids = torch.tensor([pending], dtype=torch.long, device=d.lm.device)
         logits = d.logits_ids(ids, last=1)[:, -1]
         V = logits.shape[-1]
-        P = self._P = _law_block(self._P, (K, L, V), logits.device)
+        full = L == self.L  # one block per decode, reused; a shortened iteration's laws in views of another
+        P = self._P = _law_block(self._P, (K, L, V), logits.device) if full else _block(self._work, "P", (K, L, V),
+                                                                                         logits.device)
         X = torch.empty((K, L), dtype=torch.long, device=logits.device)
         P1 = _laws_into(self.sampling, logits, P[:1, 0])  # (1, V)
         if K > 1:
@@ -984,7 +1027,8 @@ class _Decoder:
         tdev = t.lm.device
         Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
         head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
-        Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev)
+        Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev) if full else _block(self._work, "Q", (K, L + 1, V),
+                                                                                         tdev)
         _laws_into(self.sampling, t.logits_ids(torch.cat([head, Xt], dim=1), last=L + 1)[:, -(L + 1):], Q)  # (K, L + 1, V)
         if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
             out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt)
@@ -994,14 +1038,14 @@ class _Decoder:
         bad = torch.cat([bad_rows(Pt).flatten(), bad_rows(Q).flatten()])
         host = torch.cat([out, tau[None], row[None], bad.to(torch.long)]).tolist()  # the one synchronisation
         if any(host[L + 3:]):
-            self._refuse_bad_logits(ctx, host[L + 3:], X[int(host[L + 2])].tolist())
+            self._refuse_bad_logits(ctx, host[L + 3:], L)
         tau, row = int(host[L + 1]), int(host[L + 2])
         out = host[: tau + 1]
         held = ctx + out[:tau] + [-1] * (L - tau)  # what the states hold past the accepted tokens never matches
         t.seq, d.seq = held, held[: len(ctx) + L - 1]
         t.sync(ctx + out, row=row)
         d.sync(ctx + out, row=row)
-        self.dev_log.append(alpha)
+        self.dev_log.append(self._pad_depths(alpha, L))
         if self.log_laws and K > 1:
             self.first_laws.append((Pt[0, 0].clone(), Q[0, 0].clone()))  # every chain shares the first laws
             if len(self.first_laws) == LAW_BATCH:
@@ -1011,9 +1055,10 @@ class _Decoder:
         self._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(L, math.nan))
         return out
 
-    def _refuse_bad_logits(self, ctx, flags, xs):
-        """ValueError naming the model and the position of the first law made from non-finite logits."""
-        K, L = self.K, self.L
+    def _refuse_bad_logits(self, ctx, flags, L):
+        """ValueError naming the model and the position of the first law made from non-finite logits (``flags``:
+        the draft's ``K L`` then the target's ``K (L + 1)``, ``L`` the iteration's drafts)."""
+        K = self.K
         fd, ft = np.array(flags[: K * L]).reshape(K, L), np.array(flags[K * L:]).reshape(K, L + 1)
         role, lm, f = ("draft", self.d.lm, fd) if fd.any() else ("target", self.t.lm, ft)
         r, j = (int(a[0]) for a in np.nonzero(f))
@@ -1026,12 +1071,14 @@ class _Decoder:
         )
 
     def _finish_device_log(self) -> None:
-        """The per-iteration predictions of the device route, from its logged acceptances (one transfer)."""
+        """The per-iteration predictions of the device route, from its logged acceptances (one transfer); an
+        iteration of ``L_i < L`` drafts logged its own (:meth:`_pad_depths`), one of none NaN."""
         if not self.dev_log:
             return
         K, L, lg = self.K, self.L, self.log
         A = _np(torch.stack(self.dev_log).to("cpu"))  # (N, L): depth acceptances; block: (N, L + 2)
         taus = np.array(lg["accepted"], dtype=np.int64)
+        drafted = np.array(lg["lengths"], dtype=np.int64)
         if self.scheme.kind == "block":  # P(tau = t | X), t = 0..L, then alpha_1 = sum min(p_1, q_1)
             law = A[:, : L + 1]
             pred_tau = law @ np.arange(L + 1)
@@ -1040,7 +1087,7 @@ class _Decoder:
             lg["pred_emit"] = list(pred_tau + 1.0)
             lg["alpha1"] = lg["alpha_opt1"] = list(A[:, L + 1])
             return
-        m = np.minimum(taus + 1, L)  # depths verified
+        m = np.minimum(taus + 1, drafted)  # depths verified
         pred = np.where(np.arange(L)[None, :] < m[:, None], A, 0.0)  # 1{depth j reached} a_j
         lg["pred_reached"] = list(pred)
         lg["pred_acc"] = list(pred.sum(axis=1))
@@ -1050,7 +1097,10 @@ class _Decoder:
             lg["alpha_opt1"] = list(A[:, 0])
         elif self.log_laws:
             self._flush_first_laws()
-            lg["alpha_opt1"] = list(_np(torch.cat(self.alpha_opt).to("cpu")))
+            opt = np.full(len(taus), math.nan)  # an iteration without drafts kept no first laws
+            if self.alpha_opt:
+                opt[drafted > 0] = _np(torch.cat(self.alpha_opt).to("cpu"))
+            lg["alpha_opt1"] = list(opt)
         else:
             lg["alpha_opt1"] = [math.nan] * len(taus)
 
@@ -1068,9 +1118,8 @@ class _Decoder:
         self.analysis_time += _clock(dev) - a0
 
     # -- block verification (K = 1) -----------------------------------------------------------
-    def _iter_block(self, ctx):
-        L = self.L
-        X, P, Q = self._draft_and_score(ctx)
+    def _iter_block(self, ctx, L):
+        X, P, Q = self._draft_and_score(ctx, L)
         P, Q = _np(P), _np(Q)  # K = 1: the block verifier and its analysis read every row of the block
         block = tuple(X[0].tolist())
         cs = {block[:i]: P[0, i] for i in range(L)}
@@ -1106,8 +1155,8 @@ class _Decoder:
         return out
 
     # -- k draft blocks, every block enumerated (tiny V**L only) -----------------------------------
-    def _iter_multiblock(self, ctx):
-        L, K = self.L, self.K
+    def _iter_multiblock(self, ctx, L):
+        K = self.K
         dm = _PathModel(self.d, ctx, {})  # queried on every prefix the verifier reads (all of them)
         tm = _PathModel(self.t, ctx, {})
         ver = get_verifier(self.scheme.name).build_multi(dm, tm, L, K)
@@ -1132,7 +1181,10 @@ class _Decoder:
         return out
 
     def _record(self, tau, emitted, calls, pred_acc, pred_emit, pred_calls, reached, pred_reached):
+        r"""Log one iteration; ``reached`` and ``pred_reached`` of an iteration with fewer than ``L`` drafts are
+        padded with zeros (a depth not drafted is not reached: :math:`P(\tau \ge j) = 0`)."""
         lg = self.log
+        reached, pred_reached = self._pad_zeros(reached), self._pad_zeros(pred_reached)
         lg["accepted"].append(tau)
         lg["emitted"].append(emitted)
         lg["calls"].append(calls)
@@ -1141,6 +1193,57 @@ class _Decoder:
         lg["pred_calls"].append(pred_calls)
         lg["reached"].append(reached)
         lg["pred_reached"].append(pred_reached)
+
+    def _pad_zeros(self, a):
+        a = np.asarray(a, dtype=np.float64)
+        return a if a.shape[0] == self.L else np.concatenate([a, np.zeros(self.L - a.shape[0])])
+
+    def _pad_depths(self, alpha, L):
+        r"""The device log's row of an iteration with ``L < self.L`` drafts padded to the decode's width: zeros at
+        the depths not drafted (the chain's acceptances; the block verifier's :math:`P(\tau = t)` before its
+        :math:`\alpha_1`); the row itself when nothing is missing."""
+        if L == self.L:
+            return alpha
+        z = torch.zeros(self.L - L, dtype=alpha.dtype, device=alpha.device)
+        if self.scheme.kind == "block":
+            return torch.cat([alpha[: L + 1], z, alpha[L + 1:]])
+        return torch.cat([alpha, z])
+
+    # -- the last iteration when one token is left: plain decoding's step ----------------------
+    def _iter_plain(self, ctx):
+        r"""One target call and one token from its law, no draft (an iteration of ``L_i = 0`` drafts, when
+        ``max_new_tokens`` leaves one token to make): plain decoding's step, on the route of the run (the device's
+        generator and one host read with ``engine="torch"``). Its :math:`\alpha_1` is NaN (nothing verified)."""
+        t = self.t
+        pending = t.sync(ctx)
+        if self.device_gens is None:
+            law = t.feed_t(np.array([pending], dtype=np.int64))[:, -1]
+            y = int(_sample(law, self.gen)[0])
+            self.log["alpha1"].append(math.nan)
+            self.log["alpha_opt1"].append(math.nan)
+        else:
+            ids = torch.tensor([pending], dtype=torch.long, device=t.lm.device)
+            law = self.sampling.probs(t.logits_ids(ids, last=1)[:, -1])  # (1, V)
+            yb = torch.cat([draw_rows(law, self.device_gens[1]), bad_rows(law).to(torch.long)]).tolist()
+            if yb[1]:
+                self._refuse_bad_logits(ctx, [1] + [0] * (self.K - 1), 0)
+            y = yb[0]
+            L, dev = self.L, law.device
+            row = torch.full((L + 2 if self.scheme.kind == "block" else L,), math.nan, dtype=torch.float64, device=dev)
+            if self.scheme.kind == "block":  # P(tau = 0) = 1, then alpha_1 (NaN)
+                row[: L + 1] = 0.0
+                row[0] = 1.0
+            self.dev_log.append(row)
+        t.seq = ctx + [y]
+        self._record(0, 1, 1, 0.0, 1.0, 1.0, np.zeros(0), np.zeros(0))
+        return [y]
+
+    def _draft_length(self, done: int) -> int:
+        r"""Drafts of the next chain iteration after ``done`` tokens: :math:`L_i = \min(L, m - \text{done} - 1)`,
+        ``m = max_new_tokens`` (an iteration makes at most :math:`L_i + 1` tokens, so none is made past ``m``; as
+        transformers' assisted generation, ``AssistedCandidateGenerator``); ``L`` for a verifier not known to be
+        lossless (its output law depends on ``L``: the run keeps the scheme it was asked for)."""
+        return min(self.L, self.max_new - done - 1) if self.lossless is True else self.L
 
     def run(self) -> DecodeResult:
         from tqdm.auto import tqdm
@@ -1157,7 +1260,13 @@ class _Decoder:
         t0 = _clock(*devices)
         try:
             while len(out) < self.max_new:
-                new = step(ctx)
+                if self.tree_step is None:
+                    L_i = self._draft_length(len(out))
+                    new = step(ctx, L_i) if L_i else self._iter_plain(ctx)
+                else:  # a draft tree is drafted whole (its depth is not shortened)
+                    L_i = self.L
+                    new = step(ctx)
+                self.log["lengths"].append(L_i)
                 ctx = ctx + new
                 out.extend(new)
                 bar.update(min(len(new), self.max_new - bar.n))
@@ -1189,6 +1298,7 @@ class _Decoder:
             predicted_reached=np.array(lg["pred_reached"], dtype=np.float64).reshape(-1, L),
             alpha_first=np.array(lg["alpha1"], dtype=np.float64),
             alpha_opt_first=np.array(lg["alpha_opt1"], dtype=np.float64),
+            draft_lengths=np.array(lg["lengths"], dtype=np.int64),
             wall_time=wall,
             draft_calls=self.d.calls,
             total_target_calls=self.t.calls,

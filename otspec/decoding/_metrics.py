@@ -59,7 +59,7 @@ class DecodingSummary:
         logged laws (see :class:`DecodeResult`).
     iid_block_efficiency : float
         Leviathan's i.i.d. approximation :math:`(1 - \bar\alpha^{L+1})/(1 - \bar\alpha)`
-        with :math:`\bar\alpha` the mean first-depth acceptance.
+        with :math:`\bar\alpha` the mean first-depth acceptance (``alpha_first``).
     mean_accepted, predicted_mean_accepted : float
         Accepted draft tokens per iteration.
     z_accepted : float
@@ -67,12 +67,18 @@ class DecodingSummary:
         the differences are martingale differences under the model, so
         :math:`|z| < 1.96` is the 95 % agreement check.
     per_position : (L,) ndarray
-        Measured :math:`P(\tau \ge j)`, ``j = 1..L``.
+        Measured :math:`P(\tau \ge j)`, ``j = 1..L``, over every iteration
+        (one that drafted fewer than ``j`` tokens counts 0, measured and
+        predicted alike: the two sum to ``mean_accepted`` and
+        ``predicted_mean_accepted``).
     per_position_predicted : (L,) ndarray
         Predicted :math:`P(\tau \ge j)`.
     alpha_first, alpha_opt_first : float
         Mean exact acceptance of the first-depth verification, and mean
-        :math:`\alpha_K(p_1, q_1)` (the optimum for ``K`` drafts).
+        :math:`\alpha_K(p_1, q_1)` (the optimum for ``K`` drafts), over the
+        iterations that drafted (``DecodeResult.draft_lengths > 0``: the
+        last iteration of a run may be plain decoding's step, which
+        verifies nothing).
     wall_time : float
         Seconds of decoding.
     tokens_per_second : float
@@ -196,7 +202,8 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
     L = r0.L
     reached = np.concatenate([r.reached for r in results]).reshape(-1, L)
     preached = np.concatenate([r.predicted_reached for r in results]).reshape(-1, L)
-    a1 = cat("alpha_first")
+    drafted = np.concatenate([_drafted(r) for r in results])  # iterations that verified drafts
+    a1, a_opt = cat("alpha_first")[drafted], cat("alpha_opt_first")[drafted]
     wall = float(sum(r.wall_time for r in results))
     ntok = int(sum(r.tokens.shape[0] for r in results))
     tps = ntok / wall if wall > 0 else float("inf")
@@ -219,19 +226,31 @@ def summarize(results: Sequence[DecodeResult], baseline: Sequence[BaselineResult
         block_efficiency=be,
         block_efficiency_ci=(be - Z95 * se, be + Z95 * se),
         predicted_block_efficiency=float(pe.sum() / pc.sum()),
-        iid_block_efficiency=float(expected_tokens(float(a1.mean()), L)),
+        iid_block_efficiency=float(expected_tokens(_mean(a1), L)) if a1.size else math.nan,
         mean_accepted=float(acc.mean()),
         predicted_mean_accepted=float(pacc.mean()),
         z_accepted=z,
         per_position=reached.mean(axis=0),
         per_position_predicted=preached.mean(axis=0),
-        alpha_first=float(a1.mean()),
-        alpha_opt_first=float(cat("alpha_opt_first").mean()),
+        alpha_first=_mean(a1),
+        alpha_opt_first=_mean(a_opt),
         wall_time=wall,
         tokens_per_second=tps,
         baseline_tokens_per_second=btps,
         speedup=(tps / btps) if btps else None,
     )
+
+
+def _drafted(r: DecodeResult) -> np.ndarray:
+    """Which iterations of ``r`` verified drafts (``L_i > 0``; every one of a result without ``draft_lengths``)."""
+    if r.draft_lengths is None:
+        return np.ones(r.iterations, dtype=bool)
+    return np.asarray(r.draft_lengths) > 0
+
+
+def _mean(a: np.ndarray) -> float:
+    """The mean of ``a``; NaN when empty (no warning)."""
+    return float(a.mean()) if a.size else math.nan
 
 
 def exact_prefix_law(
@@ -454,6 +473,11 @@ def check_lossless(
     verifier : str or callable, keyword-only
     num_tokens : int, keyword-only
         ``m``: tokens tested jointly (``m <= L + 1`` tests one iteration).
+        Each run decodes :math:`\max(m, L + 1)` tokens, so that its first
+        iteration drafts all ``L`` (asked for fewer, the decoder would draft
+        fewer: see :func:`speculative_decode`, last iterations), and its
+        first ``m`` are tested; ``m > L + 1`` tests the shortened last
+        iterations too.
     n_runs : int, keyword-only
     rng : torch.Generator, int or None, keyword-only
         One generator drives all runs (each run advances it); an integer seed
@@ -506,7 +530,7 @@ def check_lossless(
             f"`draft` and `target` must share one vocabulary, got vocab_size {Vd} (draft) and {V} (target)"
         )
     K = validate_positive_int(k, "k")
-    validate_positive_int(L, "L")
+    L = validate_positive_int(L, "L")
     _resolve(verifier, K, verifier_options, V, sampling)
     rng = _torch_generator(rng)
     cells, law = exact_prefix_law(target, prompt, m, temperature=temperature, top_k=top_k, top_p=top_p)
@@ -524,7 +548,7 @@ def check_lossless(
     for _ in tqdm(range(n_runs), disable=not progress, desc=f"lossless[{verifier}]", leave=False):
         res = speculative_decode(
             prompt, draft=draft, target=target, verifier=verifier, k=k, L=L,
-            max_new_tokens=m, temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
+            max_new_tokens=max(m, L + 1), temperature=temperature, top_k=top_k, top_p=top_p, rng=rng,
             verifier_options=verifier_options,
         )
         name = res.verifier_name

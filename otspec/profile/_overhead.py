@@ -18,7 +18,11 @@ records per iteration
 in the decoder's steady state: :math:`T_i` the clock at the start of the
 target's first call of iteration :math:`i` (:attr:`otspec._timing.Stopwatch.starts`),
 so that the span holds iterations :math:`1, \dots, I - 1` whole and no
-setting up, no draft prefill and no last iteration's bookkeeping;
+setting up, no draft prefill and no last iteration's bookkeeping (the
+decoder's last iterations draft only the tokens left before
+``max_new_tokens``: :math:`I` is then the last iteration before the first
+that drafts fewer than ``L``, so that the span holds whole iterations of
+``L`` drafts only; ``max_new_tokens = 3 (L + 1)`` leaves at least three);
 :math:`e` the first call's excess over a typical call (the prompt's
 prefill); :math:`F_{\text{residual}}` the seconds of the target calls after
 the first of an iteration inside the span (the residual calls of Sun et
@@ -232,7 +236,12 @@ def _decode_once(draft, target, prompt, settings, name, k, L, seed, iterations: 
     extra = [[t.laps[i] for i in range(a + 1, a + c)] for a, c in zip(at, calls)]  # residual calls
     res_n = sum(len(e) for e in extra)  # every residual call timed, in the span or not
     res_s = float(sum(sum(e) for e in extra))
-    step, n = _steady(t.watch.starts, t.laps, at, extra=float(sum(sum(e) for e in extra[:-1])))
+    # the span ends at the scoring call of the last iteration before the first that drafted fewer than L (the
+    # decoder's last iterations draft only what is left, speculative_decode): it holds whole iterations of the
+    # configuration's L only, their drafts included (those of an iteration come before its scoring call)
+    short = np.flatnonzero(np.asarray(res.draft_lengths) < res.L)
+    at = at[: int(short[0])] if short.size else at
+    step, n = _steady(t.watch.starts, t.laps, at, extra=float(sum(sum(e) for e in extra[: len(at) - 1])))
     if not n:
         return float("nan"), float("nan"), 0, res_s, res_n
     lo, hi = t.watch.starts[at[0]], t.watch.starts[at[-1]]
