@@ -126,7 +126,7 @@ def _law_row(rows, key, device):
     import torch
 
     if isinstance(rows, HostRows):                  # the walk's device tensor itself, not its host copy
-        row = rows._copy[0][rows._at[key]]
+        row = rows.on_device(key)
     else:
         row = rows[key]
     if not torch.is_tensor(row):

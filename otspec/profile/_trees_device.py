@@ -114,6 +114,10 @@ class HostRows(Mapping):
     def __len__(self) -> int:
         return len(self._at)
 
+    def on_device(self, key):
+        """Row ``key`` of the device tensor itself (no host copy)."""
+        return self._copy[0][self._at[key]]
+
 
 def _forest(shapes: list, inner: list, device) -> TreeLayoutT:
     """The layout of the trees ``shapes`` side by side as one forest (their nodes numbered on, every root of
