@@ -192,6 +192,10 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
         c = ((x if x < 1.0 else 1.0) / SLOPE_AT) * (1.0 - 1e-12)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
+        pb = p[v0:v0 + b]
+        qb = q[v0:v0 + b]
+        lb = low[v0:v0 + b]
+        pib = pi[v0:v0 + b]
         L0 = L[0]
         if write:
             iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
@@ -199,26 +203,26 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
             for v in range(b):
                 x = fr[v]
                 pv = x if x < 1.0 else 1.0
-                y = Qu * q[v0 + v]
+                y = Qu * qb[v]
                 qc[v] = y
                 L0[v] += y if y < pv else pv
             for v in range(b):
                 x = fr[v]
                 pv = x if x < 1.0 else 1.0
-                low[v0 + v] = qc[v] if qc[v] < pv else pv
-                pi[v0 + v] = pv
+                lb[v] = qc[v] if qc[v] < pv else pv
+                pib[v] = pv
         else:
             n = 0
             for v in range(b):
-                y = Qu * q[v0 + v]
-                x = p[v0 + v]
+                y = Qu * qb[v]
+                x = pb[v]
                 qc[v] = y
                 val[v] = y
                 n += 1 if (x > SLOPE_AT or y > c * x) else 0
             if n > 0:                                        # the entries pi may be below: pi itself
                 k = 0
                 for v in range(b):
-                    x = p[v0 + v]
+                    x = pb[v]
                     if x > SLOPE_AT or qc[v] > c * x:
                         idx[k] = v
                         buf[k] = x
@@ -235,7 +239,7 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
         for e in range(E):
             ce = mdc[e]
             for v in range(b):
-                y = ce * p[v0 + v]
+                y = ce * pb[v]
                 L[1 + e, v] += qc[v] if qc[v] < y else y
     for e in range(1 + E):
         sums[e] = lane_total(L[e])
@@ -439,8 +443,9 @@ def wor_row_stats(p, K, race, head, hval, nu, mark, st):
     Ls = np.zeros(BLOCK, dtype=np.int64)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
+        pb = p[v0:v0 + b]
         for v in range(b):
-            y = p[v0 + v]
+            y = pb[v]
             Ls[v] += 1 if y > 0.0 else 0
             x = y if v0 + v != top else 0.0
             den = 1.0 - x
@@ -500,27 +505,31 @@ def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw
     hit = np.zeros(BLOCK, dtype=np.int64)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
+        pb = p[v0:v0 + b]
+        qb = q[v0:v0 + b]
+        lb = low[v0:v0 + b]
+        pib = pi[v0:v0 + b]
         for v in range(b):
-            x = p[v0 + v]
+            x = pb[v]
             den = 1.0 - x
             t = x / den if den > 0.0 else 0.0
             y = x * (S1 - t)
             p1[v] = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
-            qc[v] = Qu * q[v0 + v]
+            qc[v] = Qu * qb[v]
         if v0 <= top < v0 + b:
             y = p[top] * S2
             p1[top - v0] = 0.0 if y < 0.0 else (1.0 if y > 1.0 else y)
         for v in range(b):
-            val[v] = w01[0] * p[v0 + v] + w01[1] * p1[v]
+            val[v] = w01[0] * pb[v] + w01[1] * p1[v]
         for e in range(E):
             for v in range(b):
-                mv[e, v] = c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]
+                mv[e, v] = c01[e, 0] * pb[v] + c01[e, 1] * p1[v]
         if rok:
             # the race's x, its Taylor degree (thresholds below x, nondecreasing; the first DCAP in one sweep with
             # the powers x^n, 0 above the degree), the entries that need more continued on their own
             dmax = 0
             for v in range(b):
-                x = p[v0 + v] / pmax
+                x = pb[v] / pmax
                 rx[v] = x
                 d = 0
                 for n in range(DCAP):
@@ -551,7 +560,7 @@ def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw
                     acc = Hc[0]
                     for n in range(1, DCAP + 1):
                         acc = acc + Hc[n] * rpw[n, v]
-                    out[v] = out[v] + p[v0 + v] * acc
+                    out[v] = out[v] + pb[v] * acc
                 if dmax > DCAP:                        # entries that need more terms: x^n continued on their own
                     for v in range(b):
                         if rd[v] > DCAP:
@@ -563,17 +572,17 @@ def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw
                                 xn = xn * rx[v]
                                 acc = acc + Hc[n] * xn
                             if e < 0:
-                                base = w01[0] * p[v0 + v] + w01[1] * p1[v]
+                                base = w01[0] * pb[v] + w01[1] * p1[v]
                             else:
-                                base = c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]
-                            out[v] = base + p[v0 + v] * acc
+                                base = c01[e, 0] * pb[v] + c01[e, 1] * p1[v]
+                            out[v] = base + pb[v] * acc
                 for v in range(b):                     # the head's tokens: the race's laws themselves
                     c = hit[v]
                     if c >= 0:
                         if e < 0:
-                            out[v] = (w01[0] * p[v0 + v] + w01[1] * p1[v]) + HLw[c]
+                            out[v] = (w01[0] * pb[v] + w01[1] * p1[v]) + HLw[c]
                         else:
-                            out[v] = (c01[e, 0] * p[v0 + v] + c01[e, 1] * p1[v]) + HLmd[e, c]
+                            out[v] = (c01[e, 0] * pb[v] + c01[e, 1] * p1[v]) + HLmd[e, c]
         L0 = L[0]
         for v in range(b):
             x = val[v]
@@ -588,8 +597,8 @@ def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw
                 Le[v] += qc[v] if qc[v] < y else y
         if write:
             for v in range(b):
-                pi[v0 + v] = val[v]
-                low[v0 + v] = qc[v] if qc[v] < val[v] else val[v]
+                pib[v] = val[v]
+                lb[v] = qc[v] if qc[v] < val[v] else val[v]
             for e in range(E):
                 for v in range(b):
                     md[e, v0 + v] = mv[e, v]
@@ -636,10 +645,12 @@ def wor_row_last(p, q, Qu, dW, idx, out):
     n = 0
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
+        pb = p[v0:v0 + b]
+        qb = q[v0:v0 + b]
         m = 0
         for v in range(b):
-            x = p[v0 + v]
-            y = Qu * q[v0 + v]
+            x = pb[v]
+            y = Qu * qb[v]
             Ls[v] += 1 if x > 0.0 else 0
             und = x > P or y > c * x
             qc[v] = y
@@ -647,7 +658,7 @@ def wor_row_last(p, q, Qu, dW, idx, out):
             m += 1 if und else 0
         if m > 0:
             for v in range(b):
-                x = p[v0 + v]
+                x = pb[v]
                 if x > P:                           # a large entry: the lower bound itself
                     y = qc[v]
                     if y <= wor_lower(dW, x) * (1.0 - 1e-9):
@@ -838,11 +849,13 @@ def race_moments_row(p, mark, mx, nu):
     a7 = np.zeros(BLOCK)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
+        pb = p[v0:v0 + b]
+        mb = mark[v0:v0 + b]
         for v in range(b):
-            x = p[v0 + v]
+            x = pb[v]
             y = x * inv
             y = y if x > 0.0 else 0.0
-            y = 0.0 if mark[v0 + v] else y
+            y = 0.0 if mb[v] else y
             u = s0[v]
             t = u + y                                  # Neumaier's compensated sum, lane by lane
             d1 = (u - t) + y
