@@ -798,6 +798,46 @@ def test_one_pass_row_stats_against_numpy(V, K, ties):
             assert abs(nu[n] - want) <= 1e-13 * want + 1e-24 * nu[1], n   # terms below 1e-24 of the largest dropped
 
 
+
+@settings(max_examples=60, deadline=None)
+@given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers"]), seed=st.integers(0, 10**6),
+       K=st.sampled_from([0, 1, 8, 32]))
+def test_race_power_sums_against_fsum(V, kind, seed, K):
+    # the race's power sums of a row's tail (race_moments_row: tokens up to 1e-2 of the tail's largest in the
+    # sweep's lanes, the others from the gathered list, above 0.1 up to the last power) against math.fsum of every
+    # power: zeros, ties, one-hot rows, LLM-like rows, rows with many tokens in each tier
+    rng = np.random.default_rng(seed)
+    if kind == "llm":
+        z = rng.normal(0, rng.uniform(1, 5), V)
+        p = np.exp(z - z.max())
+    elif kind == "grid":
+        p = rng.choice([0.0, 0.0, 1.0, 2.0, 1e-3, 1e-9], V)
+    elif kind == "one-hot":
+        p = np.zeros(V)
+    elif kind == "flat":
+        p = np.ones(V)
+    else:
+        p = 10.0 ** rng.choice([0.0, -0.5, -1.0, -1.5, -2.0, -2.5, -3.0, -6.0], V)
+    p[rng.integers(V)] = 1.0 if kind == "one-hot" else p.max()
+    p /= p.sum()
+    N = 48
+    mark = np.zeros(V, dtype=bool)
+    head = np.argsort(-p, kind="stable")[:min(K, V - 1)]
+    mark[head] = True
+    tail = p[~mark & (p > 0)]
+    mx = float(tail.max()) if tail.size else 0.0
+    nu = np.full(N + 1, np.nan)
+    _bound_kernels.race_moments_row(p, mark, mx, nu)
+    assert nu[0] == 0.0
+    if mx == 0.0:
+        assert (nu == 0.0).all()
+        return
+    y = tail / mx
+    for n in range(1, N + 1):
+        want = math.fsum((y ** n).tolist())
+        # each token leaves out at most 1e-22 (its powers below it); nu[n] >= 1 (the largest has y = 1)
+        assert abs(nu[n] - want) <= 1e-14 * want + 1e-22 * y.size, (n, nu[n], want)
+
 @pytest.mark.parametrize("process", ["iid", "wor"])
 def test_row_route_reads_the_laws_where_they_are(process):
     """With numba the laws handed over as rows are read where they are: no frontier is stacked into a block (the
