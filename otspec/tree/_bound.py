@@ -26,6 +26,7 @@ Notation: ``p`` is the draft law and ``q`` the target law at a prefix;
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -261,7 +262,7 @@ class _Race:
         self.ranks = list(ranks)
         nk, N = len(self.ranks), _RACE_TERMS
         deg = max(self.ranks) + 1
-        s = _K.stirling_table(deg, N)
+        s = _stirling(deg, N)
         r_arr = np.asarray(self.ranks, dtype=np.int64)
         support = np.count_nonzero(P > 0, axis=1) if first is None else first["support"]
         self.ok = np.zeros(m, bool)
@@ -328,6 +329,14 @@ class _Race:
             self.theta[i] = th
         self.hr, self.hc = np.nonzero(self.head >= 0)             # the head's entries: row, place, token
         self.hv = self.head[self.hr, self.hc]
+
+
+@functools.lru_cache(maxsize=16)
+def _stirling(kmax: int, nmax: int) -> np.ndarray:
+    """:func:`_bound_kernels.stirling_table`, computed once per size (read only)."""
+    s = _K.stirling_table(kmax, nmax)
+    s.flags.writeable = False
+    return s
 
 
 def _race_thresholds(C: np.ndarray) -> np.ndarray:

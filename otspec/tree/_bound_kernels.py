@@ -406,10 +406,11 @@ def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, 
 
 def wor_row_stats(p, K, race, head, hval, nu, mark, st):
     r"""What one draft row ``p`` gives the draws without replacement, read from memory once (the second sweep
-    finds the row in the cache): ``st`` = (support, most likely token, head size ``kh``, the tail's largest
-    probability, the mass outside the most likely token, :math:`S_1`, :math:`S_2`); ``head[:kh]``/``hval[:kh]``
-    the ``kh = min(K, support)`` most likely tokens and their probabilities (decreasing, ties by lower id, as
-    :func:`otspec.tree._process._ranked`); the terms of the second draw's closed form,
+    finds the row in the cache; the first inserts into the head only in the blocks with an entry above the head's
+    current threshold, counted in a vectorised sweep of the block): ``st`` = (support, most likely token, head size
+    ``kh``, the tail's largest probability, the mass outside the most likely token, :math:`S_1`, :math:`S_2`);
+    ``head[:kh]``/``hval[:kh]`` the ``kh = min(K, support)`` most likely tokens and their probabilities
+    (decreasing, ties by lower id, as :func:`otspec.tree._process._ranked`); the terms of the second draw's closed form,
     :math:`S_2 = \sum_{x \ne \mathrm{top}} p_x / (1 - p_x)` and :math:`S_1 = S_2 + p_{\mathrm{top}} /
     \sum_{x \ne \mathrm{top}} p_x` (over :data:`BLOCK` lanes, :func:`lane_total`); with ``race``, the tail's
     power sums ``nu`` (:func:`race_moments_row`, the head left out). ``mark``: a boolean scratch of ``V`` False
@@ -419,20 +420,28 @@ def wor_row_stats(p, K, race, head, hval, nu, mark, st):
     hi = np.zeros(K + 1, dtype=np.int64)
     c = 0
     thr = 0.0                                   # entries above it enter the head (positive; then the (K+1)-th)
-    for v in range(V):
-        x = p[v]
-        if x > thr:
-            pos = c if c <= K else K
-            while pos > 0 and hv[pos - 1] < x:
-                hv[pos] = hv[pos - 1]
-                hi[pos] = hi[pos - 1]
-                pos -= 1
-            hv[pos] = x
-            hi[pos] = v
-            if c <= K:
-                c += 1
-            if c == K + 1:
-                thr = hv[K]
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        pb = p[v0:v0 + b]
+        n = 0
+        for v in range(b):                      # a block with no entry above the threshold inserts nothing
+            n += 1 if pb[v] > thr else 0
+        if n == 0:
+            continue
+        for v in range(b):
+            x = pb[v]
+            if x > thr:
+                pos = c if c <= K else K
+                while pos > 0 and hv[pos - 1] < x:
+                    hv[pos] = hv[pos - 1]
+                    hi[pos] = hi[pos - 1]
+                    pos -= 1
+                hv[pos] = x
+                hi[pos] = v0 + v
+                if c <= K:
+                    c += 1
+                if c == K + 1:
+                    thr = hv[K]
     kh = c if c < K else K
     for k in range(K):
         head[k] = hi[k] if k < kh else -1
