@@ -49,8 +49,14 @@ forward beside them, the largest relative difference of the two bounds, and what
 reads (each a synchronisation; counted by a ``TorchFunctionMode``) and the torch operations dispatched (a
 ``TorchDispatchMode``, views left out: each about one kernel launch).
 
+With ``--passes``: where the bound's time goes, CPU time of each host kernel of the bound (:data:`PASSES`, by
+wrappers around the kernel module's globals) and the rest (Python and numpy around them), on the recorded laws of
+``branching(8,7)`` handed over as arrays; with ``--against DIR`` the other checkout's kernels in the same process,
+the two alternating in every round.
+
 Usage: python experiments/bench_tree_bound.py [--device cuda] [--threads 1] [--repeat 3] [--rst] [--against DIR]
        python experiments/bench_tree_bound.py --device-route [--device cuda] [--threads 1] [--repeat 5] [--rst]
+       python experiments/bench_tree_bound.py --passes [--repeat 5] [--rst] [--against DIR]
 """
 
 from __future__ import annotations
@@ -207,9 +213,13 @@ def main(argv=None):
                     "'laws given' and 'laws as arrays' timed interleaved in the same rounds")
     ap.add_argument("--device-route", action="store_true", help="the numpy route against the torch route on the "
                     "same laws (CPU time, host reads and torch operations per bound)")
+    ap.add_argument("--passes", action="store_true", help="where the bound's time goes: CPU time of each kernel "
+                    "(and, with --against, the other checkout's) on the recorded laws, rounds interleaved")
     args = ap.parse_args(argv)
     if args.device_route:
         return device_route(args)
+    if args.passes:
+        return passes(args)
     import time
 
     import otspec.tree._bound as B
@@ -477,6 +487,106 @@ def device_route(args) -> None:
             "same expanded, complete, pi exact", "host reads", "values read", "torch ops (no views)", "load average before / after")
     print_table(f"the bound's numpy route against its torch route on the same laws, V = {V} ({name}, {stamp}), "
                 f"CPU time medians of {args.repeat} interleaved rounds", head, rows, args.rst)
+
+
+#: The host kernels whose CPU time ``--passes`` reports (those a checkout has; Python and numpy around them is
+#: "the rest").
+PASSES = ("iid_row", "wor_row_last", "wor_row_stats", "wor_row_recheck", "race_moments_row", "race_rows", "wor_row_at",
+          "wor_row")
+
+
+class _PassClock:
+    """CPU time and calls of the kernels :data:`PASSES` of one ``_bound_kernels`` module, by wrappers around its
+    module globals (installed after the kernels are compiled: compiled kernels that call each other keep the
+    compiled callee)."""
+
+    def __init__(self, K):
+        self.K, self.acc, self.calls, self.orig = K, {}, {}, {}
+
+    def __enter__(self):
+        import time
+
+        for n in PASSES:
+            if hasattr(self.K, n):
+                f = self.orig[n] = getattr(self.K, n)
+
+                def g(*a, n=n, f=f):
+                    t = time.process_time()
+                    try:
+                        return f(*a)
+                    finally:
+                        self.acc[n] = self.acc.get(n, 0.0) + time.process_time() - t
+                        self.calls[n] = self.calls.get(n, 0) + 1
+
+                setattr(self.K, n, g)
+        return self
+
+    def __exit__(self, *exc):
+        for n, f in self.orig.items():
+            setattr(self.K, n, f)
+
+
+def passes(args) -> None:
+    """``--passes``: the CPU time of each host kernel of the bound (laws as arrays, the real pair's recorded laws of
+    ``branching(8,7)`` at ``--budget``), this checkout and, with ``--against``, the other one, alternating in
+    ``max(--repeat, 5)`` rounds; medians per kernel, the rest (Python, numpy) and the whole call."""
+    import datetime
+    import statistics
+    import time
+
+    import otspec.tree._bound as B
+    import otspec.tree._bound_kernels as K
+    from otspec.tree import TreeShape, bound
+
+    mods = [("after", B, K, TreeShape)]
+    if args.against:
+        OB, OShape = _load_against(args.against)
+        mods.append(("before", OB, sys.modules["otspec_against.tree._bound_kernels"], OShape))
+    device, target, draft, ctx, name = _real_pair(args)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"{stamp}; {name}; V = {target.vocab_size}; branching(8,7), budget {args.budget}, {args.batch} per call")
+    rows, nrep = [], max(args.repeat, 5)
+    for process in ("iid", "wor"):
+        rec = {}
+        orig = B._TreeAttentionLaws.__call__
+
+        def recording(self, paths, rec=rec, orig=orig):
+            P, Q = orig(self, paths)
+            for s, p, q in zip(paths, P, Q):
+                rec[tuple(s)] = (_np(p), _np(q))
+            return P, Q
+
+        B._TreeAttentionLaws.__call__ = recording
+        try:
+            bound(TreeShape.branching(8, 7), draft, target, process=process, prefix=ctx, budget=args.budget,
+                  batch=args.batch)
+        finally:
+            B._TreeAttentionLaws.__call__ = orig
+        laws = _TensorLaws(rec, None, stack=False)
+        runs = {label: (lambda MB=MB, Sh=Sh: MB._sampled(MB._Slots(Sh.branching(8, 7)), process, laws, args.budget,
+                                                          args.batch)) for label, MB, _, Sh in mods}
+        values = {label: run().value for label, run in runs.items()}       # compiled before the clocks
+        got: dict = {label: [] for label in runs}
+        before = _load()
+        for _ in range(nrep):
+            for label, _MB, MK, _Sh in mods:
+                with _PassClock(MK) as clock:
+                    t = time.process_time()
+                    runs[label]()
+                    total = time.process_time() - t
+                got[label].append((total, dict(clock.acc), dict(clock.calls)))
+        after = _load()
+        for label, _MB, _MK, _Sh in mods:
+            med = {n: statistics.median(g[1].get(n, 0.0) for g in got[label]) * 1e3 for n in PASSES}
+            tot = statistics.median(g[0] for g in got[label]) * 1e3
+            rest = statistics.median(g[0] - sum(g[1].values()) for g in got[label]) * 1e3
+            calls = got[label][0][2]
+            rows.append((process, label, *(f"{med[n]:.1f} ({calls[n]})" if n in calls else "--" for n in PASSES),
+                         f"{rest:.1f}", f"{tot:.1f}", f"{values[label]:.15g}", f"{before} / {after}"))
+    head = ("process", "code", *(f"{n} ms (calls)" for n in PASSES), "rest ms", "total ms", "bound",
+            "load average before / after")
+    print_table(f"CPU ms per pass of one bound, medians of {nrep} alternating rounds ({name}, {stamp})", head, rows,
+                args.rst)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -799,6 +799,42 @@ def test_one_pass_row_stats_against_numpy(V, K, ties):
 
 
 
+
+@settings(max_examples=60, deadline=None)
+@given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "rising"]),
+       seed=st.integers(0, 10**6), K=st.sampled_from([1, 3, 32]))
+def test_row_stats_head_against_ranked(V, kind, seed, K):
+    # the head of wor_row_stats (its insertion pass visits only the blocks with an entry above the head's current
+    # threshold) against the ranking of otspec.tree._process._ranked: ties by lower id, zeros, one-hot rows, rows
+    # rising along the vocabulary (every block raises the threshold), V across block boundaries
+    from otspec.tree._process import _ranked
+
+    rng = np.random.default_rng(seed)
+    if kind == "llm":
+        z = rng.normal(0, rng.uniform(1, 5), V)
+        p = np.exp(z - z.max())
+    elif kind == "grid":
+        p = rng.choice([0.0, 0.0, 1.0, 2.0, 3.0], V)
+    elif kind == "one-hot":
+        p = np.zeros(V)
+    elif kind == "flat":
+        p = np.ones(V)
+    else:
+        p = np.arange(1.0, V + 1.0) + rng.choice([0.0, 0.5], V)
+    p[rng.integers(V)] = 1.0 if kind == "one-hot" or p.max() == 0 else p.max()
+    p /= p.sum()
+    head, hval, nu, st_ = np.empty(K, np.int64), np.empty(K), np.zeros(49), np.empty(7)
+    mark = np.zeros(V, dtype=bool)
+    _bound_kernels.wor_row_stats(p, K, True, head, hval, nu, mark, st_)
+    support = int(np.count_nonzero(p > 0))
+    kh = min(K, support)
+    order = _ranked(p)
+    assert st_[0] == support and st_[1] == order[0] and st_[2] == kh
+    np.testing.assert_array_equal(head[:kh], order[:kh])
+    np.testing.assert_array_equal(hval[:kh], p[order[:kh]])
+    assert (head[kh:] == -1).all() and not mark.any()
+    assert st_[3] == (p[order[kh]] if support > kh else 0.0)
+
 @settings(max_examples=60, deadline=None)
 @given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers"]), seed=st.integers(0, 10**6),
        K=st.sampled_from([0, 1, 8, 32]))
@@ -818,7 +854,7 @@ def test_race_power_sums_against_fsum(V, kind, seed, K):
         p = np.ones(V)
     else:
         p = 10.0 ** rng.choice([0.0, -0.5, -1.0, -1.5, -2.0, -2.5, -3.0, -6.0], V)
-    p[rng.integers(V)] = 1.0 if kind == "one-hot" else p.max()
+    p[rng.integers(V)] = 1.0 if kind == "one-hot" or p.max() == 0 else p.max()
     p /= p.sum()
     N = 48
     mark = np.zeros(V, dtype=bool)
