@@ -151,6 +151,26 @@ class _TensorLaws:
         return self.stack([r[0] for r in rows]), self.stack([r[1] for r in rows])
 
 
+def _record_laws(B, run) -> dict:
+    """``{path: (draft law, target law)}`` of every prefix that the tree-attention calls of ``run()`` scored (the
+    bound's ``_TreeAttentionLaws`` of the module ``B`` wrapped while it runs)."""
+    rec: dict = {}
+    orig = B._TreeAttentionLaws.__call__
+
+    def recording(self, paths):
+        P, Q = orig(self, paths)
+        for s, p, q in zip(paths, P, Q):
+            rec[tuple(s)] = (_np(p), _np(q))
+        return P, Q
+
+    B._TreeAttentionLaws.__call__ = recording
+    try:
+        run()
+    finally:
+        B._TreeAttentionLaws.__call__ = orig
+    return rec
+
+
 def _load_against(root: str):
     """The ``otspec.tree._bound`` module of another checkout (``root``), imported as the package ``otspec_against``
     beside this one (its relative imports stay inside it), and its ``TreeShape`` (which its functions check)."""
@@ -446,20 +466,8 @@ def device_route(args) -> None:
         bound(TreeShape.branching(3, 2), draft, target, process=process, prefix=ctx, budget=4)
     rows = []
     for label, shape, process, budget, batch in cases:
-        rec = {}
-        orig = B._TreeAttentionLaws.__call__
-
-        def recording(self, paths, rec=rec, orig=orig):
-            P, Q = orig(self, paths)
-            for s, p, q in zip(paths, P, Q):
-                rec[tuple(s)] = (_np(p), _np(q))
-            return P, Q
-
-        B._TreeAttentionLaws.__call__ = recording
-        try:
-            bound(shape, draft, target, process=process, prefix=ctx, budget=budget, batch=batch)
-        finally:
-            B._TreeAttentionLaws.__call__ = orig
+        rec = _record_laws(B, lambda shape=shape, process=process, budget=budget, batch=batch: bound(
+            shape, draft, target, process=process, prefix=ctx, budget=budget, batch=batch))
         host_laws = _TensorLaws(rec, None, stack=False)
         dev_laws = _TensorLaws(rec, device)
 
@@ -547,21 +555,8 @@ def passes(args) -> None:
     print(f"{stamp}; {name}; V = {target.vocab_size}; branching(8,7), budget {args.budget}, {args.batch} per call")
     rows, nrep = [], max(args.repeat, 5)
     for process in ("iid", "wor"):
-        rec = {}
-        orig = B._TreeAttentionLaws.__call__
-
-        def recording(self, paths, rec=rec, orig=orig):
-            P, Q = orig(self, paths)
-            for s, p, q in zip(paths, P, Q):
-                rec[tuple(s)] = (_np(p), _np(q))
-            return P, Q
-
-        B._TreeAttentionLaws.__call__ = recording
-        try:
-            bound(TreeShape.branching(8, 7), draft, target, process=process, prefix=ctx, budget=args.budget,
-                  batch=args.batch)
-        finally:
-            B._TreeAttentionLaws.__call__ = orig
+        rec = _record_laws(B, lambda process=process: bound(TreeShape.branching(8, 7), draft, target, process=process,
+                                                              prefix=ctx, budget=args.budget, batch=args.batch))
         laws = _TensorLaws(rec, None, stack=False)
         runs = {label: (lambda MB=MB, Sh=Sh: MB._sampled(MB._Slots(Sh.branching(8, 7)), process, laws, args.budget,
                                                           args.batch)) for label, MB, _, Sh in mods}

@@ -800,6 +800,26 @@ def test_one_pass_row_stats_against_numpy(V, K, ties):
 
 
 
+
+def _row_of_kind(kind: str, V: int, rng) -> np.ndarray:
+    """A draft row of ``V`` entries: LLM-like, a grid with zeros and ties, one-hot, flat, rising along the
+    vocabulary (with ties), or with many tokens at each power of 10**-0.5 (``tiers``)."""
+    if kind == "llm":
+        z = rng.normal(0, rng.uniform(1, 5), V)
+        p = np.exp(z - z.max())
+    elif kind == "grid":
+        p = rng.choice([0.0, 0.0, 1.0, 2.0, 3.0, 1e-3, 1e-9], V)
+    elif kind == "one-hot":
+        p = np.zeros(V)
+    elif kind == "flat":
+        p = np.ones(V)
+    elif kind == "rising":
+        p = np.arange(1.0, V + 1.0) + rng.choice([0.0, 0.5], V)
+    else:
+        p = 10.0 ** rng.choice([0.0, -0.5, -1.0, -1.5, -2.0, -2.5, -3.0, -6.0], V)
+    p[rng.integers(V)] = 1.0 if kind == "one-hot" or p.max() == 0 else p.max()
+    return p / p.sum()
+
 @settings(max_examples=60, deadline=None)
 @given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "rising"]),
        seed=st.integers(0, 10**6), K=st.sampled_from([1, 3, 32]))
@@ -810,19 +830,7 @@ def test_row_stats_head_against_ranked(V, kind, seed, K):
     from otspec.tree._process import _ranked
 
     rng = np.random.default_rng(seed)
-    if kind == "llm":
-        z = rng.normal(0, rng.uniform(1, 5), V)
-        p = np.exp(z - z.max())
-    elif kind == "grid":
-        p = rng.choice([0.0, 0.0, 1.0, 2.0, 3.0], V)
-    elif kind == "one-hot":
-        p = np.zeros(V)
-    elif kind == "flat":
-        p = np.ones(V)
-    else:
-        p = np.arange(1.0, V + 1.0) + rng.choice([0.0, 0.5], V)
-    p[rng.integers(V)] = 1.0 if kind == "one-hot" or p.max() == 0 else p.max()
-    p /= p.sum()
+    p = _row_of_kind(kind, V, rng)
     head, hval, nu, st_ = np.empty(K, np.int64), np.empty(K), np.zeros(49), np.empty(7)
     mark = np.zeros(V, dtype=bool)
     _bound_kernels.wor_row_stats(p, K, True, head, hval, nu, mark, st_)
@@ -836,26 +844,15 @@ def test_row_stats_head_against_ranked(V, kind, seed, K):
     assert st_[3] == (p[order[kh]] if support > kh else 0.0)
 
 @settings(max_examples=60, deadline=None)
-@given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers"]), seed=st.integers(0, 10**6),
+@given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers", "rising"]),
+       seed=st.integers(0, 10**6),
        K=st.sampled_from([0, 1, 8, 32]))
 def test_race_power_sums_against_fsum(V, kind, seed, K):
     # the race's power sums of a row's tail (race_moments_row: tokens up to 1e-2 of the tail's largest in the
     # sweep's lanes, the others from the gathered list, above 0.1 up to the last power) against math.fsum of every
     # power: zeros, ties, one-hot rows, LLM-like rows, rows with many tokens in each tier
     rng = np.random.default_rng(seed)
-    if kind == "llm":
-        z = rng.normal(0, rng.uniform(1, 5), V)
-        p = np.exp(z - z.max())
-    elif kind == "grid":
-        p = rng.choice([0.0, 0.0, 1.0, 2.0, 1e-3, 1e-9], V)
-    elif kind == "one-hot":
-        p = np.zeros(V)
-    elif kind == "flat":
-        p = np.ones(V)
-    else:
-        p = 10.0 ** rng.choice([0.0, -0.5, -1.0, -1.5, -2.0, -2.5, -3.0, -6.0], V)
-    p[rng.integers(V)] = 1.0 if kind == "one-hot" or p.max() == 0 else p.max()
-    p /= p.sum()
+    p = _row_of_kind(kind, V, rng)
     N = 48
     mark = np.zeros(V, dtype=bool)
     head = np.argsort(-p, kind="stable")[:min(K, V - 1)]
