@@ -173,18 +173,33 @@ def _record_laws(B, run) -> dict:
 
 def _load_against(root: str):
     """The ``otspec.tree._bound`` module of another checkout (``root``), imported as the package ``otspec_against``
-    beside this one (its relative imports stay inside it), and its ``TreeShape`` (which its functions check)."""
-    import importlib.util
+    beside this one (its relative imports stay inside it), and its ``TreeShape`` (which its functions check).
 
+    Its numba kernels cache their machine code in a folder of the system's temporary directory, not in that
+    checkout's ``__pycache__``: numba's cache names the module that compiled a kernel, and a cache written under
+    ``otspec_against`` fails to load when that checkout later runs as ``otspec``."""
+    import importlib.util
+    import tempfile
+
+    try:
+        from numba.core import config as numba_config
+    except ImportError:  # pragma: no cover - without the ``fast`` extra nothing is compiled
+        numba_config = None
     pkg = Path(root).resolve() / "otspec"
     spec = importlib.util.spec_from_file_location("otspec_against", pkg / "__init__.py",
                                                   submodule_search_locations=[str(pkg)])
     mod = importlib.util.module_from_spec(spec)
     sys.modules["otspec_against"] = mod
-    spec.loader.exec_module(mod)
-    import otspec_against.tree as OT
-    import otspec_against.tree._bound as OB
-
+    cache = None if numba_config is None else numba_config.CACHE_DIR
+    if numba_config is not None:
+        numba_config.CACHE_DIR = str(Path(tempfile.gettempdir()) / "otspec_against_numba_cache")
+    try:
+        spec.loader.exec_module(mod)
+        import otspec_against.tree as OT
+        import otspec_against.tree._bound as OB
+    finally:
+        if numba_config is not None:
+            numba_config.CACHE_DIR = cache
     return OB, OT.TreeShape
 
 
