@@ -1065,8 +1065,8 @@ def _race_stats_t(P, K: int, rows=None, extra=()):
     :func:`_bound_kernels.wor_row_stats` gives them: the support, the ``K`` most likely tokens by decreasing
     probability (-1 past the ``kh`` positive ones) and their probabilities, the tail's largest probability (0
     without a tail) and its power sums :math:`\nu_n = \sum_x (p_x / p_{\max})^n`, ``n = 1 ..``
-    :data:`_RACE_TERMS`, over every tail token (:func:`_power_sums`; the host's kernel leaves out the powers below
-    1e-21: the sums agree to a relative 1e-16); ``head_t`` the head as a tensor where ``P`` is (its places past
+    :data:`_RACE_TERMS`, over every tail token (:func:`_power_sums`; the host's kernel leaves out at most 1e-22 of
+    each token's powers: the sums agree to a relative 1e-16); ``head_t`` the head as a tensor where ``P`` is (its places past
     ``kh`` hold tokens of probability 0)."""
     import torch
 
