@@ -31,6 +31,7 @@ Notation: ``p`` is the draft's law, ``q`` the target's.
 
 from __future__ import annotations
 
+import array_api_compat
 import numpy as np
 
 from .._array import namespace
@@ -585,20 +586,32 @@ def _token_reach_rows(builds: Builds, L: int):
     return _token_reach(builds.P, builds.Q, builds.tokens(), L, builds.xp)
 
 
-def _token_reach(P, Q, X, L: int, xp):
-    """:func:`_token_reach_rows` on ``(R, >= L, V)`` laws and ``(R, >= L)`` tokens of namespace ``xp``."""
-    return xp.cumulative_prod(_token_ratios(P, Q, X, L, xp), axis=-1)
+def _token_reach(P, Q, X, L: int, xp, drafted=None):
+    """:func:`_token_reach_rows` on ``(R, >= L, V)`` laws and ``(R, >= L)`` tokens of namespace ``xp``
+    (``drafted``: :func:`_drafted`'s ``(p, q)`` at the tokens, when already gathered)."""
+    return xp.cumulative_prod(_token_ratios(P, Q, X, L, xp, drafted), axis=-1)
 
 
-def _token_ratios(P, Q, X, L: int, xp):
+def _token_ratios(P, Q, X, L: int, xp, drafted=None):
     r""":math:`\min(1, q_{r,i}(X_{r,i}) / p_{r,i}(X_{r,i}))` of every row and depth ``i < L``, ``(R, L)`` in namespace
     ``xp`` (the laws renormalised per row, as the decoding loop does): the maximal coupling's acceptance of each
     draft."""
-    P, Q = P[:, :L], Q[:, :L]
-    x = xp.reshape(X[:, :L], (-1, L, 1))
-    p = xp.take_along_axis(P, x, axis=-1)[..., 0] / xp.sum(P, axis=-1)
-    q = xp.take_along_axis(Q, x, axis=-1)[..., 0] / xp.sum(Q, axis=-1)
+    px, qx = _drafted(P, Q, X, L, xp) if drafted is None else drafted
+    p = px / xp.sum(P[:, :L], axis=-1)
+    q = qx / xp.sum(Q[:, :L], axis=-1)
     return xp.clip(q / p, None, 1.0)
+
+
+def _drafted(P, Q, X, L: int, xp):
+    """``(P[r, i, X[r, i]], Q[r, i, X[r, i]])`` for ``i < L``, ``(R, L)`` each: the laws at the drafted tokens (one
+    gather each; torch's own on torch tensors, without the array-API wrapper's index arithmetic)."""
+    x = xp.reshape(X[:, :L], (-1, L, 1))
+    if array_api_compat.is_torch_array(P) and array_api_compat.is_torch_array(X):
+        import torch
+
+        x = x if x.dtype == torch.int64 else x.to(torch.int64)
+        return torch.gather(P[:, :L], 2, x)[..., 0], torch.gather(Q[:, :L], 2, x)[..., 0]
+    return xp.take_along_axis(P[:, :L], x, axis=-1)[..., 0], xp.take_along_axis(Q[:, :L], x, axis=-1)[..., 0]
 
 
 def block_path_laws(name: str, P, Q, X, L: int, xp=None):
@@ -654,7 +667,7 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
     return block_path_laws_stack((name,), P, Q, X, L, xp)[0]
 
 
-def block_path_laws_stack(names, P, Q, X, L: int, xp=None):
+def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     r""":func:`block_path_laws` of each scheme of ``names`` (``"block"``, ``"block-onestep"``), stacked, in a fixed
     number of batched operations (no loop over depths or lengths).
 
@@ -679,6 +692,8 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None):
     names : sequence of {"block", "block-onestep"}
     P, Q, X, L, xp
         As :func:`block_path_laws`.
+    drafted : tuple of two (R, L) arrays, optional, keyword-only
+        ``P`` and ``Q`` at the drafted tokens (:func:`_drafted`), when already gathered.
 
     Returns
     -------
@@ -691,9 +706,7 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None):
             raise ValueError(f"`names` must hold 'block' or 'block-onestep', got {n!r}")
     dev = _device(P)
     R = int(P.shape[0])
-    x = xp.reshape(X[:, :L], (R, L, 1))
-    px = xp.take_along_axis(P[:, :L], x, axis=-1)[..., 0]
-    qx = xp.take_along_axis(Q[:, :L], x, axis=-1)[..., 0]
+    px, qx = _drafted(P, Q, X, L, xp) if drafted is None else drafted
     some = px > 0
     ratio = xp.where(some, qx / xp.where(some, px, 1.0), 1.0)  # 1 where p = 0 (weightless blocks)
     m = _block_steps(L, xp, dev)
@@ -733,10 +746,10 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None):
     return xp.where(m["short"], law, xp.where(m["full"], top, 0.0))
 
 
-def _block_tau_calls(names, P, Q, X, L_max: int, xp):
+def _block_tau_calls(names, P, Q, X, L_max: int, xp, drafted=None):
     r"""``(len(names), 2, R, L_max)``: block verification's :math:`E[\tau \mid X_r^\ell]` and expected target calls
     for every scheme of ``names``, row and length, from :func:`block_path_laws_stack` (the laws' namespace)."""
-    law = block_path_laws_stack(names, P, Q, X, L_max, xp)  # (F, R, L, L + 1)
+    law = block_path_laws_stack(names, P, Q, X, L_max, xp, drafted=drafted)  # (F, R, L, L + 1)
     m = _block_steps(L_max, xp, _device(P))
     tau = xp.sum(law * m["t"], axis=-1)
     calls = 1.0 + xp.sum(law * m["missing"], axis=-1)
@@ -756,12 +769,11 @@ def _block_steps(L: int, xp, dev) -> dict:
     key = (getattr(xp, "__name__", str(xp)), str(dev), int(L))
     got = _STEPS.get(key)
     if got is None:
-        t = np.arange(L + 1)[None, :]
-        ell1 = np.arange(L)[:, None]
-        got = {"suffix": ell1 <= ell1.T,
-               "inside": t[:, :L] < ell1, "last": t[:, :L] == ell1, "short": t <= ell1, "full": t == ell1 + 1,
-               "t": t * 1.0, "missing": np.clip(ell1 + 1 - t, 0, None) * 1.0}
-        got = {k: xp.asarray(np.array(v), device=dev) for k, v in got.items()}
+        t = xp.reshape(xp.arange(L + 1, device=dev), (1, L + 1))  # made where the laws are: no host data
+        ell1 = xp.reshape(xp.arange(L, device=dev), (L, 1))
+        got = {"suffix": ell1 <= xp.reshape(ell1, (1, L)), "inside": t[:, :L] < ell1, "last": t[:, :L] == ell1,
+               "short": t <= ell1, "full": t == ell1 + 1, "t": xp.astype(t, xp.float64),
+               "missing": xp.astype(xp.clip(ell1 + 1 - t, 0, None), xp.float64)}
         if len(_STEPS) >= 64:
             _STEPS.clear()
         _STEPS[key] = got
@@ -820,6 +832,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     X = xp.reshape(xp.stack([b.tokens() for b in builds], axis=0), (R, -1))
     Pr, Qr = xp.reshape(P, (R,) + tuple(P.shape[2:])), xp.reshape(Q, (R,) + tuple(Q.shape[2:]))
     blocks = [name for name in ("block", "block-onestep") if name in families]
+    drafted = _drafted(Pr, Qr, X, L, xp) if blocks or "token" in families else None  # shared by both
     if blocks:  # both schemes in one batched pass
         spreads = [spread(("block", name, L), (2, B, k_max, L), 1) for name in blocks]
 
@@ -828,9 +841,9 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
             for f, put in enumerate(spreads):
                 put(vals[f])
 
-        parts.append((_block_tau_calls(blocks, Pr, Qr, X, L, xp), store_blocks))
+        parts.append((_block_tau_calls(blocks, Pr, Qr, X, L, xp, drafted), store_blocks))
     if "token" in families:
-        parts.append((_token_reach(Pr, Qr, X, L, xp), spread(("token", L), (B, k_max, L))))
+        parts.append((_token_reach(Pr, Qr, X, L, xp, drafted), spread(("token", L), (B, k_max, L))))
     for bl, on in zip(builds, subsampled or [False] * B):
         if on:
             for name in costly[0]:

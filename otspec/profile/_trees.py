@@ -58,8 +58,8 @@ import numpy as np
 
 from .._array import namespace
 from .._registry import suggest, verifier_names
+from ..decoding._sampling import bad_rows, sample_rows
 from ..decoding._sampling import on_device as _moved
-from ..decoding._sampling import sample_rows
 from ..decoding._tree_device import ranked_rows_t
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, draw_children
@@ -736,8 +736,11 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
             src = torch.where(sent[at_eagle][:, None] > 0, own.index_select(0, idx), src)
         ids, vals = ranked_rows(src, min(max(K[i] for i in ranked), int(src.shape[-1])))  # a job asking more: refused
         at_own = own.index_select(0, idx).gather(1, ids) if own is not None else None
-        ids, vals = ids.cpu().numpy(), vals.cpu().numpy()
-        at_own = at_own.cpu().numpy() if at_own is not None else None
+        # one read: the ranks (exact in float64, V < 2**53), the values and the own law there
+        host = torch.cat([ids, vals] + ([at_own] if at_own is not None else []), 1).cpu().numpy()  # float64
+        K_read = int(ids.shape[1])
+        ids, vals = host[:, :K_read].astype(np.int64), host[:, K_read:2 * K_read]
+        at_own = host[:, 2 * K_read:] if at_own is not None else None
         for row, i in enumerate(ranked):
             law = RankedLaw(ids[row], vals[row])
             if isinstance(jobs_of[i], _Eagle2Job):
@@ -904,6 +907,7 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         per = len(row_of) // B
         draft.select(ds, [b * per for b in range(B)], n_ctx)
     out = [dict() for _ in range(B)]
+    gathered = []  # the deterministic families' gathered target probabilities: read together after their calls
     for j in range(len(jobs[0])):
         if held is not None and held.holds(0, j):
             continue
@@ -915,9 +919,12 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             p = job.p if isinstance(job, _ShapeJob) else _eagle2_inner_laws(job, tree, inner)
             scored.append(_Scored(tree, inner, p, raw=(job.raw or None) if isinstance(job, _ShapeJob) else None))
         deterministic = on_device and (jobs[0][j][0] == "universe" or isinstance(jobs[0][j][1], _Eagle2Job))
-        _score(target, ts, last, n_ctx, scored, q_root, sampling, gather=deterministic)
+        got = _score(target, ts, last, n_ctx, scored, q_root, sampling, gather=deterministic)
+        if got is not None:
+            gathered.append(got)
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
+    _read_children(gathered, sampling)
     if held is not None:
         for (b, j), (tree, inner, p, q, reach) in held.finish(plan, padded_tree_logits, target, ts, last, n_ctx,
                                                               q_root, sampling).items():
@@ -963,7 +970,8 @@ def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampl
 
     Each tree's ``q`` is its ``(len(inner), V)`` target laws on the host, or (``gather``: deterministic trees, whose
     values read only the target's probability of each node's token at its parent) one mapping ``token -> q`` per
-    internal node, gathered where the laws are and moved as one small array."""
+    internal node, gathered where the laws are: then the gather is returned unread (:func:`_gathered_children`),
+    for :func:`_read_children` to read with the other families' in one read."""
 
     B = len(scored)
     m = max(len(s.inner) for s in scored)
@@ -980,18 +988,20 @@ def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampl
             tokens[b, i] = int(s.tree.tokens[v])
     logits = padded_tree_logits(target, ts, parents, tokens, last, n_ctx)
     if gather:
-        _gather_children(scored, sampling.probs(logits))
-        return
+        return _gathered_children(scored, logits, sampling)
     q = _np(sampling.probs(logits))
     for b, s in enumerate(scored):
         s.q = q[b, : len(s.inner)]
 
 
-def _gather_children(scored: list, q) -> None:
-    """``s.q[i] = {token: q[b, i, token]}`` for the children tokens of every internal node ``i`` of every tree ``b``,
-    from one gather on ``q``'s device."""
+def _gathered_children(scored: list, logits, sampling) -> tuple:
+    """The target probabilities ``q[b, i, token]`` of the children tokens of every internal node ``i`` of every tree
+    ``b``, gathered on the laws' device by one gather and left there, unread: ``(values, bad, logits, store)``, the
+    flag ``bad`` whether a law came from bad logits (checked in the read), ``store(host values)`` setting each
+    tree's ``s.q[i] = {token: q}`` (:func:`_read_children`)."""
     import torch
 
+    q = sampling.probs(logits, check=False)  # a bad row is flagged in the read
     where, spans = [], []
     for b, s in enumerate(scored):
         pos = {int(v): i for i, v in enumerate(s.inner.tolist())}
@@ -1000,13 +1010,36 @@ def _gather_children(scored: list, q) -> None:
         spans.append((pos, kids))
         where += [(b, i, t) for i, t in kids]
     flat = torch.as_tensor(where, dtype=torch.long, device=q.device).reshape(-1, 3)
-    vals = q[flat[:, 0], flat[:, 1], flat[:, 2]].cpu().numpy().tolist()
-    at = 0
-    for s, (pos, kids) in zip(scored, spans):
-        s.q = [dict() for _ in pos]
-        for i, t in kids:
-            s.q[i][t] = vals[at]
-            at += 1
+
+    def store(vals) -> None:
+        vals, at = vals.tolist(), 0
+        for s, (pos, kids) in zip(scored, spans):
+            s.q = [dict() for _ in pos]
+            for i, t in kids:
+                s.q[i][t] = vals[at]
+                at += 1
+
+    return q[flat[:, 0], flat[:, 1], flat[:, 2]], bad_rows(q).any(), logits, store
+
+
+def _read_children(gathered: list, sampling) -> None:
+    """Read the gathers of :func:`_gathered_children` (of every deterministic family of a position) and their
+    bad-logits flags in one host read, raise the checked route's error for a law from bad logits, store the
+    values."""
+    import torch
+
+    if not gathered:
+        return
+    host = torch.cat([torch.stack([bad for _, bad, _, _ in gathered])] + [vals for vals, *_ in gathered]).cpu().numpy()
+    # (float64: cat promotes the flags; the laws are float64)
+    for (_, _, logits, _), flag in zip(gathered, host[: len(gathered)].tolist()):
+        if flag:
+            sampling.probs(logits)  # the checked route's error
+    at = len(gathered)
+    for vals, _, _, store in gathered:
+        n = int(vals.shape[0])
+        store(host[at:at + n])
+        at += n
 
 
 # --------------------------------------------------------------------------- exact values and rows
