@@ -780,7 +780,8 @@ def _block_steps(L: int, xp, dev) -> dict:
     return got
 
 
-def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled=None, costly=((), ())) -> None:
+def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled=None, costly=((), ()),
+                    also=()) -> None:
     r"""The batched quantities of ``B`` prompts' draft trees in one pass each, put in every :class:`Builds`' cache.
 
     .. math::
@@ -797,7 +798,9 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     costly quantities run at this position), the batched forms of the costly quantities ``costly`` (a pair:
     verifiers, families) of those prompts too, where they have one (:func:`acc_part`, :func:`reach_part`), prompt
     by prompt. Every
-    value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU). For laws
+    value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU), with the
+    caller's parts ``also`` (``(array, store)`` pairs of :func:`read_parts`, stored first: the position's pending
+    bad-logits flags and the path's target law). For laws
     on an accelerator; ``builds`` share one namespace, shapes and options; ``ks(name)`` gives each name's numbers
     of drafts.
     """
@@ -809,6 +812,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     B = len(builds)
     parts = []  # (values on the device, what to do with their host copy): read together, one host read for all
     rho = RhoStar(xp)  # k-Seq's rho* of every prompt, depth, node and k of the position: one bisection
+    parts += list(also)
 
     def spread(key, shape, move=None):
         def store(vals):

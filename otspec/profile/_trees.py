@@ -924,11 +924,13 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             gathered.append(got)
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
-    _read_children(gathered, sampling)
-    if held is not None:
+    if held is not None:  # the gathered probabilities read with the sampled trees' values: one read
         for (b, j), (tree, inner, p, q, reach) in held.finish(plan, padded_tree_logits, target, ts, last, n_ctx,
-                                                              q_root, sampling).items():
+                                                              q_root, sampling, also=_children_values(gathered)).items():
             out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
+        _read_children(gathered, sampling, held.also_host)
+    else:
+        _read_children(gathered, sampling)
     return out
 
 
@@ -1022,16 +1024,22 @@ def _gathered_children(scored: list, logits, sampling) -> tuple:
     return q[flat[:, 0], flat[:, 1], flat[:, 2]], bad_rows(q).any(), logits, store
 
 
-def _read_children(gathered: list, sampling) -> None:
-    """Read the gathers of :func:`_gathered_children` (of every deterministic family of a position) and their
-    bad-logits flags in one host read, raise the checked route's error for a law from bad logits, store the
-    values."""
+def _children_values(gathered: list):
+    """The gathers of :func:`_gathered_children` (every deterministic family of a position) and their bad-logits
+    flags as one float64 device tensor (flags first; cat promotes them), None when there are none."""
     import torch
 
     if not gathered:
+        return None
+    return torch.cat([torch.stack([bad for _, bad, _, _ in gathered])] + [vals for vals, *_ in gathered])
+
+
+def _read_children(gathered: list, sampling, host=None) -> None:
+    """Read :func:`_children_values` in one host read (or take its host copy ``host``, read with other values),
+    raise the checked route's error for a law from bad logits, store the values."""
+    if not gathered:
         return
-    host = torch.cat([torch.stack([bad for _, bad, _, _ in gathered])] + [vals for vals, *_ in gathered]).cpu().numpy()
-    # (float64: cat promotes the flags; the laws are float64)
+    host = _children_values(gathered).cpu().numpy() if host is None else host
     for (_, _, logits, _), flag in zip(gathered, host[: len(gathered)].tolist()):
         if flag:
             sampling.probs(logits)  # the checked route's error
@@ -1235,7 +1243,8 @@ def text_ranks(p_text, y_text) -> np.ndarray:
     ids = xp.reshape(xp.arange(p_text.shape[1], dtype=xp.int64, device=_device_of(p_text)), (1, -1))
     rank = xp.sum(xp.astype(p_text > py, xp.int64), axis=1) + xp.sum(xp.astype((p_text == py) & (ids < y), xp.int64),
                                                                      axis=1)
-    return np.where(to_host(py[:, 0]) > 0, to_host(rank), -1).astype(np.int64)
+    both = to_host(xp.stack([py[:, 0], xp.astype(rank, py.dtype)]))  # one read; ranks exact in float64 (V < 2**53)
+    return np.where(both[0] > 0, both[1], -1).astype(np.int64)
 
 
 def _device_of(x):
