@@ -26,6 +26,7 @@ position). It is no measurement of a GPU.
     python experiments/bench_profile_ops.py                  # the table, V = 64, 4 positions
     python experiments/bench_profile_ops.py --V 128256 --positions 2 --no-trees   # the same walk at V = 128,256
     python experiments/bench_profile_ops.py --against /work/old  # an older checkout's table in turn (3 runs)
+    python experiments/bench_profile_ops.py --by-function 12 --batches 1  # which functions issue the ops and reads
 """
 
 from __future__ import annotations
@@ -51,14 +52,29 @@ PHASES = ("draft calls", "draws", "reads", "quantities", "trees", "tree bound", 
 
 
 class Counts:
-    """aten ops, torch calls and host reads of the walk outside its forward passes (``paused`` > 0 inside them)."""
+    """aten ops, torch calls and host reads of the walk outside its forward passes (``paused`` > 0 inside them);
+    with ``by_function``, also by the innermost function of ``otspec`` that issued them (``where``: aten ops,
+    ``read_from``: host reads)."""
 
-    def __init__(self):
+    def __init__(self, by_function: bool = False):
         self.aten = 0
         self.calls = 0
         self.reads = 0
         self.paused = 0
         self.ops: dict[str, int] = {}
+        self.by_function = by_function
+        self.where: dict[str, int] = {}
+        self.read_from: dict[str, int] = {}
+
+
+def _issuer(frame) -> str:
+    """``module.py:function`` of the innermost frame of ``otspec`` above ``frame`` ("?" if none)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if "otspec" + os.sep in name and os.sep + "torch" + os.sep not in name:
+            return f"{name.rsplit('otspec' + os.sep, 1)[1]}:{frame.f_code.co_qualname}"
+        frame = frame.f_back
+    return "?"
 
 
 def _modes(counts: Counts):
@@ -76,6 +92,9 @@ def _modes(counts: Counts):
                 counts.aten += 1
                 name = str(func.overloadpacket)
                 counts.ops[name] = counts.ops.get(name, 0) + 1
+                if counts.by_function:
+                    at = _issuer(sys._getframe(1))
+                    counts.where[at] = counts.where.get(at, 0) + 1
             return func(*args, **(kwargs or {}))
 
     class Calls(TorchFunctionMode):
@@ -83,6 +102,9 @@ def _modes(counts: Counts):
             if not counts.paused:
                 counts.calls += 1
                 counts.reads += func in reads
+                if counts.by_function and func in reads:
+                    at = _issuer(sys._getframe(1))
+                    counts.read_from[at] = counts.read_from.get(at, 0) + 1
             return func(*args, **(kwargs or {}))
 
     return Aten(), Calls()
@@ -219,7 +241,8 @@ def _renewal_phase(fn):
     return f
 
 
-def measure(draft, target, V: int, positions: int, subsample: int, trees, batch_size: int, repeat: int = 3) -> dict:
+def measure(draft, target, V: int, positions: int, subsample: int, trees, batch_size: int, repeat: int = 3,
+            by_function: bool = False) -> dict:
     """Per position (``batch_size x positions`` of them): aten ops, torch calls, host reads (one counted walk), and
     ms outside the forwards by phase and forward ms (the fastest of ``repeat`` uncounted walks, after a warm-up)."""
     import torch
@@ -228,7 +251,7 @@ def measure(draft, target, V: int, positions: int, subsample: int, trees, batch_
     s = settings(V, positions, subsample, trees, batch_size)
     n = positions * batch_size
     walk(draft, target, s, batch_size)  # warm-up
-    c = Counts()
+    c = Counts(by_function)
     with counting(c):
         walk(draft, target, s, batch_size)
     best = None
@@ -245,7 +268,9 @@ def measure(draft, target, V: int, positions: int, subsample: int, trees, batch_
             best = (other, ph.seconds)
     return {"aten": c.aten / n, "calls": c.calls / n, "reads": c.reads / n, "other_ms": 1e3 * best[0] / n,
             "forward_ms": 1e3 * best[1]["forward"] / n, "phases": {k: 1e3 * v / n for k, v in best[1].items()},
-            "ops": {k: v / n for k, v in sorted(c.ops.items(), key=lambda kv: -kv[1])}}
+            "ops": {k: v / n for k, v in sorted(c.ops.items(), key=lambda kv: -kv[1])},
+            "where": {k: v / n for k, v in sorted(c.where.items(), key=lambda kv: -kv[1])},
+            "read_from": {k: v / n for k, v in sorted(c.read_from.items(), key=lambda kv: -kv[1])}}
 
 
 def ops_per_position(draft, target, V: int, positions: int = 2, batch_size: int = 1) -> dict:
@@ -272,8 +297,9 @@ def configurations(no_trees: bool = False, batches=(1, 4)):
     return out
 
 
-def table(V: int, positions: int, no_trees: bool, batches, top: int = 0) -> list[dict]:
-    """Print the table (and the ``top`` commonest aten ops of each row); the rows' measurements."""
+def table(V: int, positions: int, no_trees: bool, batches, top: int = 0, by_function: int = 0) -> list[dict]:
+    """Print the table (and the ``top`` commonest aten ops of each row, and with ``by_function`` the functions of
+    ``otspec`` issuing the most aten ops and every host read's); the rows' measurements."""
     draft, target = pair(V)
     print(f"profile walk on the device route, torch CPU tensors, tiny Llama pair (2 layers, hidden 16), V = {V}, "
           f"k_max = L_max = 4, default verifiers and families, {positions} positions x B prompts; "
@@ -283,13 +309,17 @@ def table(V: int, positions: int, no_trees: bool, batches, top: int = 0) -> list
           + " | ".join(PHASES) + " | rough GPU estimate: ops x 10 us (ms, share of 34 ms of 1B forwards)")
     got = []
     for label, sub, trees, b in configurations(no_trees, batches):
-        r = measure(draft, target, V, positions, sub, trees, b)
+        r = measure(draft, target, V, positions, sub, trees, b, by_function=bool(by_function))
         est = r["aten"] * US_PER_OP
         print(" | ".join([label, f"{r['aten']:.0f}", f"{r['calls']:.0f}", f"{r['reads']:.1f}", f"{r['other_ms']:.1f}",
                           f"{r['forward_ms']:.1f}"] + [f"{r['phases'][p]:.1f}" for p in PHASES]
                          + [f"{1e3 * est:.0f} ({est / H100_FORWARD_S:.2f}, rough estimate)"]), flush=True)
         if top:
             print("    " + ", ".join(f"{k} {v:.0f}" for k, v in list(r["ops"].items())[:top]))
+        if by_function:
+            print("    aten ops by function: " + ", ".join(f"{k} {v:.1f}" for k, v in
+                                                        list(r["where"].items())[:by_function]))
+            print("    host reads by function: " + ", ".join(f"{k} {v:.1f}" for k, v in r["read_from"].items()))
         got.append(dict(r, label=label))
     return got
 
@@ -313,6 +343,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-trees", action="store_true")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 4])
     ap.add_argument("--top", type=int, default=0, help="print the commonest aten ops of each row")
+    ap.add_argument("--by-function", type=int, default=0, metavar="N",
+                    help="print the N functions of otspec issuing the most aten ops per position, and every host "
+                         "read's function (innermost otspec frame)")
     ap.add_argument("--against", help="an older checkout's root, measured in turn with this one")
     ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
@@ -322,7 +355,7 @@ def main(argv=None) -> int:
     if args.against:
         against(args)
         return 0
-    table(args.V, args.positions, args.no_trees, args.batches, args.top)
+    table(args.V, args.positions, args.no_trees, args.batches, args.top, args.by_function)
     return 0
 
 

@@ -66,8 +66,9 @@ def walk_reads(monkeypatch, subsample: int) -> tuple[dict, float]:
 #: step's law read to be sampled on the host, one read per batched quantity and one per call's check: 15 and 18,
 #: then 8 and 11 with the checks read alone). On the subsample the costly quantities named here (k-Seq's and
 #: multi-round's acceptance and expected tokens) have batched forms read in that same one read (before: the host
-#: copies of the laws for the per-depth and per-node builds, and k-Seq's acceptance apart).
-BOUND = {0: 3, 1: 3}
+#: copies of the laws for the per-depth and per-node builds, and k-Seq's acceptance apart). Then the path's target law
+#: and the target call's check read with the position's batched quantities: 3 -> 2.
+BOUND = {0: 2, 1: 2}
 
 
 @pytest.mark.parametrize("subsample", [0, 1])
@@ -80,8 +81,9 @@ def test_reads_per_position_on_the_device_route(monkeypatch, subsample):
 #: Host reads and entries read per position with the optimal verifier's and Khisti's expected tokens on the subsample
 #: (V = 400, top_k = 5, k_max = L_max = 4), measured: 5 reads and 3,746 entries. Before: 5 reads and 14,841 entries
 #: (the (k, L) laws copied whole for the verifiers built per node, and built at every node); now the nodes with one
-#: draft come with the position's other values, and the laws reach the host restricted to their support.
-SUPPORT_BOUND = (5, 4000)
+#: draft come with the position's other values, and the laws reach the host restricted to their support. Then the
+#: path's target law read with the position's batched quantities: 4 reads.
+SUPPORT_BOUND = (4, 4000)
 
 
 @pytest.mark.parametrize("family", ["optimal", "khisti"])
@@ -102,9 +104,12 @@ def test_the_per_node_builds_read_the_support_only(monkeypatch, family):
 #: Host reads and entries read per position of the walk with one tree family (V = 400, k_max = L_max = 4, no
 #: subsample), measured: topk 9 reads / 479 entries, eagle2 15 / 564, iid 4 / 469, wor 4 / 474. Before: 9 / 871, 15 /
 #: 956, 5 / 869, 5 / 874 -- the roots' draft law read whole (V entries) to rank or draw the roots' children on the host
-#: (and sent back to the device for the sampled trees): now ranked where it is, (B, K) ranks and values read.
-TREE_BOUND = {"topk:branching(4,2)": (9, 479), "eagle2:4,4,16": (15, 564), "iid:branching(4,2):specinfer": (4, 469),
-              "wor:branching(4,2):sequoia": (4, 474)}
+#: (and sent back to the device for the sampled trees): now ranked where it is, (B, K) ranks and values read. Then
+#: the path's target law read with the position's batched quantities, a depth's ranks, values and own-law values in
+#: one read (before: one each), a text's ranks and the probabilities there in one: topk 6, eagle2 10, iid 3, wor 3
+#: reads (the same entries).
+TREE_BOUND = {"topk:branching(4,2)": (6, 479), "eagle2:4,4,16": (10, 564), "iid:branching(4,2):specinfer": (3, 469),
+              "wor:branching(4,2):sequoia": (3, 474)}
 
 
 @pytest.mark.parametrize("tree", list(TREE_BOUND))

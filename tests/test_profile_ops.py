@@ -37,7 +37,15 @@ FAMILIES = ("token", "kseq", "multiround", "optimal", "typical", "block", "block
 #: for every rho* of the position (every k, depth, node and prompt: otspec.profile._quantities_batched.RhoStar).
 #: Then the bound on every lossless tree verifier on the device route (the i.i.d. family, subsampled positions):
 #: 4,333 -> 4,668 with trees, its arithmetic where the laws are instead of a host copy of every law it reads.
-BOUND = {(False, 0): 500, (False, 1): 4000, (True, 0): 1100, (True, 1): 4700}
+#: Then (measured 293 / 3,498 chains, 817.5 / 4,359 with trees; before 479.5 / 3,776 and 1,030.5 / 4,659): block
+#: verification's E[tau | X] of both block schemes in one batched pass with no loop over depths
+#: (otspec.profile._quantities.block_path_laws_stack), the laws at the drafted tokens gathered once for the token and
+#: block schemes, the tree families' reads merged.
+BOUND = {(False, 0): 300, (False, 1): 3550, (True, 0): 830, (True, 1): 4400}
+#: Host reads per position of the same walks, measured: 2 / 5 chains, 7 / 12 with trees (before 3 / 6 and 13 / 18):
+#: the path's target law read with the position's batched quantities, a depth's ranks and values of the tree
+#: families in one read, the deterministic families' target probabilities with the sampled trees' values.
+READS = {(False, 0): 2, (False, 1): 5, (True, 0): 7, (True, 1): 12}
 
 
 @pytest.mark.parametrize("trees,subsample", list(BOUND))
@@ -52,8 +60,9 @@ def test_aten_ops_per_position(monkeypatch, trees, subsample):
     with O.counting(c):
         rows = C.profile_prompt(draft, target, [3, 7, 1], None, s, 0)
     assert ("kseq" in rows["name"]) == bool(subsample) and ("tree" in rows["kind"]) == trees
-    ops = c.aten / T
+    ops, reads = c.aten / T, c.reads / T
     assert ops <= BOUND[(trees, subsample)], ops
+    assert reads <= READS[(trees, subsample)], reads
 
 
 def test_rho_star_of_a_position_in_one_bisection_equals_one_call_per_k():

@@ -20,7 +20,13 @@ from otspec.multidraft import batched_kseq_acceptance
 from otspec.multidraft._batched import kseq_acceptance_rows
 from otspec.profile import ProfileSettings
 from otspec.profile._collect import _Rows, position_rows
-from otspec.profile._quantities import Builds, block_path_laws, depth_quantities, expected_accepted
+from otspec.profile._quantities import (
+    Builds,
+    block_path_laws,
+    block_path_laws_stack,
+    depth_quantities,
+    expected_accepted,
+)
 from otspec.profile._renewal import emission_probs_along, emission_tables
 
 
@@ -127,6 +133,79 @@ def test_block_path_laws_are_laws_and_match_per_path():
                 want = tau_law_on_path(name, X[r, :ell], list(P[r, :ell]), list(Q[r, :ell]))
                 np.testing.assert_allclose(law[r, ell - 1, : ell + 1], want, rtol=1e-12, atol=1e-15)
                 assert (law[r, ell - 1, ell + 1 :] == 0).all()
+
+
+def _walked_block_path_laws(name: str, P, Q, X, L: int, total=np.sum) -> np.ndarray:
+    """block_path_laws walked as the definition reads, one depth and one step at a time (numpy): the running
+    weight, then for each length the backward walk from t = ell - 1 down to 0 (``total``: the sum over the
+    vocabulary, numpy's or torch's, whose orders of summation differ)."""
+    R = P.shape[0]
+    out = np.zeros((R, L, L + 1))
+    for r in range(R):
+        px = P[r, np.arange(L), X[r, :L]]
+        qx = Q[r, np.arange(L), X[r, :L]]
+        w = [1.0]
+        for i in range(L):
+            ratio = qx[i] / px[i] if px[i] > 0 else 1.0
+            w.append(min(w[-1] * ratio, 1.0) if name == "block-onestep" else w[-1] * ratio)
+        a = [1.0]
+        for t in range(1, L):
+            d = w[t] * Q[r, t] - P[r, t]
+            pos = float(total(np.clip(d, 0.0, None)))
+            if name == "block-onestep":
+                den = pos + 1.0 - w[t]
+                a.append(pos / den if den > 0 else 1.0)
+            else:
+                neg = float(total(np.clip(-d, 0.0, None)))
+                a.append(min(pos / neg, 1.0) if neg > 0 else 1.0)
+        for ell in range(1, L + 1):
+            top = w[ell] if name == "block-onestep" else min(w[ell], 1.0)
+            out[r, ell - 1, ell] = top
+            left = 1.0 - top
+            for t in range(ell - 1, -1, -1):
+                out[r, ell - 1, t] = left * a[t]
+                left = left * (1.0 - a[t])
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_path_laws_stack_equal_the_walk_along_the_depths(seed):
+    """The batched closed forms (a cumulative product per length, the one-step weights as the least capped suffix
+    product) give the values of the walk along the depths bit for bit, on numpy and torch's CPU, for ratios far
+    past 1 (weights capped, suffix products overflowing) and p = 0 or q = 0 at the drafted tokens."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(seed)
+    R, L, V = 3, 5, 7
+    P = rng.dirichlet(np.full(V, 0.3), size=(R, L))
+    Q = rng.dirichlet(np.full(V, 0.3), size=(R, L + 1))
+    X = rng.integers(0, V, size=(R, L))
+    if seed % 2:
+        P[0, :, X[0, 0]] = 1e-160  # ratios about 1e160: their products overflow
+        X[0] = X[0, 0]
+        P[1][P[1] < 0.1] = 0.0  # p = 0 or q = 0 at some drafted tokens
+        Q[1][Q[1] < 0.1] = 0.0
+    copies = P.copy(), Q.copy(), X.copy()
+    names = ["block", "block-onestep"]
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = np.stack([_walked_block_path_laws(n, P, Q, X, L) for n in names])
+    got = block_path_laws_stack(names, P, Q, X, L)
+    np.testing.assert_array_equal(got, want)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want_t = np.stack([_walked_block_path_laws(n, P, Q, X, L, lambda d: torch.from_numpy(d).sum().item())
+                           for n in names])
+    got_t = block_path_laws_stack(names, torch.from_numpy(P), torch.from_numpy(Q), torch.from_numpy(X), L)
+    np.testing.assert_array_equal(got_t.numpy(), want_t)
+    for f, n in enumerate(names):
+        with np.errstate(over="ignore", invalid="ignore"):  # block's own weight overflows, as it did walked
+            np.testing.assert_array_equal(block_path_laws(n, P, Q, X, L), want[f])
+    for a, b in zip(copies, (P, Q, X)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_block_path_laws_stack_refuses_other_names():
+    X, P, Q = _tree(4, 20, 2, 2)
+    with pytest.raises(ValueError, match="`names`"):
+        block_path_laws_stack(["token"], P, Q, X, 2)
 
 
 @pytest.mark.parametrize("scheme,ks", [("token", (1,)), ("block-onestep", (1,)), ("kseq", (1, 2, 3)),

@@ -175,16 +175,19 @@ def test_a_wor_node_with_too_few_tokens_is_refused_alike_on_both_routes():
             _at(draft, target, [[4, 4]], plan, s, on_device=on_device)
 
 
+@pytest.mark.parametrize("trees", [["iid:branching(2,2):specinfer"], ["topk:branching(2,2)"], ["eagle2:2,2,4"],
+                                   ["topk:branching(2,2)", "iid:branching(2,2):specinfer"]])
 @pytest.mark.parametrize("role", ["draft", "target"])
-def test_a_bad_law_at_a_node_is_refused_alike_on_both_routes(role):
+def test_a_bad_law_at_a_node_is_refused_alike_on_both_routes(role, trees):
     # the draft's or the target's logits NaN after every token but 0, the draft never drawing 0: the laws at the
     # depth-1 nodes are bad, formed unchecked on the device route, flagged in its one read and refused with the host
-    # route's error
+    # route's error (the deterministic families' target laws flagged in the read of their gathered probabilities,
+    # alone or with the sampled trees' values)
     V = 5
     draft, target = toy_pair(V, seed=1)
     draft.fn.table[:, 0] = -np.inf
     (draft if role == "draft" else target).fn.table[1:] = np.nan
-    plan = resolve_trees(["iid:branching(2,2):specinfer"])
+    plan = resolve_trees(trees)
     errors = []
     for on_device in (False, True):
         with pytest.raises(ValueError) as err:

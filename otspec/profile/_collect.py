@@ -113,6 +113,27 @@ class _Checks:
         raise ValueError(f"the {which} model {name!r} gave non-finite logits (NaN or inf){where}{nth}: "
                          f"{sampling.invalid_law}")
 
+    def parts(self, values, sampling) -> tuple[list, dict]:
+        """:meth:`read` as parts of a larger read (:func:`otspec.profile._quantities.read_parts`): ``(parts, got)``,
+        the pending flags first (their store raises :meth:`fail`'s error for the first bad call, before any value is
+        stored), then ``values``, whose host copy the store puts in ``got["values"]``."""
+        import torch
+
+        got: dict = {}
+        pend, self.pending = self.pending, []
+        out = []
+        if pend:
+            flags = torch.stack([on_device(f, values.device) for *_, f in pend]).to(torch.float64)
+
+            def check(host):
+                for (lm, which, call, _), bad in zip(pend, host.tolist()):
+                    if bad:
+                        self.fail(lm, which, sampling, call)
+
+            out.append((flags, check))
+        out.append((values, lambda host: got.__setitem__("values", np.array(host))))  # a copy, not a view
+        return out, got
+
     def read(self, values, sampling) -> np.ndarray:
         """``values`` (a tensor) on the host as numpy, with the pending flags in the same transfer."""
         import torch
@@ -502,13 +523,14 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool, builds
                 rows.add(pos, kind, name, k, vals)
 
 
-def batch_builds(X, P, Q, settings, subsampled=None, X_dev=None) -> list | None:
+def batch_builds(X, P, Q, settings, subsampled=None, X_dev=None, also=()) -> list | None:
     """The :class:`otspec.profile._quantities.Builds` of the ``B`` prompts of one position of a batched walk, their
     cheap batched quantities computed for all prompts at once (:func:`otspec.profile._quantities.prefill_batched`),
     and, for the prompts whose position is subsampled (``subsampled``, one bool each), the costly quantities that
     have batched forms, when the laws are on an accelerator (arrays other than numpy), one prompt too (every value
     then comes to the host in one read); None otherwise (each prompt's own, as before). ``X_dev``: the drafts
-    where the laws are, when the walk drew them there (not sent again)."""
+    where the laws are, when the walk drew them there (not sent again); ``also``: the caller's parts read in the same
+    read (:func:`otspec.profile._quantities.read_parts`)."""
     if isinstance(P, np.ndarray):
         return None
     out = [Builds(X[b], P[b], Q[b], settings.verifier_options, None if X_dev is None else X_dev[b])
@@ -516,7 +538,7 @@ def batch_builds(X, P, Q, settings, subsampled=None, X_dev=None) -> list | None:
     prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
                     [f for f in settings.families if not is_costly("tau", f)], settings.ks, settings.L_max,
                     subsampled=subsampled, costly=([n for n in settings.verifiers if is_costly("acc", n)],
-                                                   [f for f in settings.families if is_costly("tau", f)]))
+                                                   [f for f in settings.families if is_costly("tau", f)]), also=also)
     return out
 
 
@@ -611,10 +633,15 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             Q = timer.call(target, ts, scored, sampling, "target", L + 1, keep=dev is not None, checks=checks)
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
-            q_t = checks.read(Q[0, 0], sampling).copy()  # not a view: the path's laws must not hold every tree's Q
             Pd = _to_device(P, dev)
             sub = is_subsampled(t, index, settings)
-            bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None])
+            if on:  # the path's law and the target call's flag read with the position's values: one read
+                also, got_q = checks.parts(Q[0, 0], sampling)
+                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], also)
+                q_t = got_q["values"]
+            else:
+                q_t = checks.read(Q[0, 0], sampling).copy()  # not a view: the path's laws must not hold every Q
+                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None])
             position_rows(rows, t, X, Pd, Q, settings, costly=sub, builds=bl[0] if bl else None)
             if trng is not None:
                 tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
@@ -763,10 +790,15 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                             checks=checks).reshape(B, k, L + 1, V)
             target.select(ts, np.arange(B) * k, n)
             held_t = n
-            q_t = checks.read(Q[:, 0, 0], sampling).copy()
             Pa = _to_device(P, dev)
             sub = [is_subsampled(t, i, settings) for i in indices]
-            bl = batch_builds(X, Pa, Q, settings, sub, Xd) or [None] * B
+            if on:  # the paths' laws and the target call's flag read with the position's values: one read
+                also, got_q = checks.parts(Q[:, 0, 0], sampling)
+                bl = batch_builds(X, Pa, Q, settings, sub, Xd, also)
+                q_t = got_q["values"]
+            else:
+                q_t = checks.read(Q[:, 0, 0], sampling).copy()
+                bl = batch_builds(X, Pa, Q, settings, sub, Xd) or [None] * B
             for b in range(B):
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=sub[b], builds=bl[b])
             if trngs is not None:

@@ -31,6 +31,7 @@ Notation: ``p`` is the draft's law, ``q`` the target's.
 
 from __future__ import annotations
 
+import array_api_compat
 import numpy as np
 
 from .._array import namespace
@@ -51,8 +52,8 @@ from ._quantities_batched import (
 )
 
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
-           "to_host", "text_probs", "tokens_like", "prefill_batched", "acc_part", "reach_part", "read_parts",
-           "support_to_host"]
+           "block_path_laws_stack", "to_host", "text_probs", "tokens_like", "prefill_batched", "acc_part", "reach_part",
+           "read_parts", "support_to_host"]
 
 
 def to_host(x) -> np.ndarray:
@@ -585,20 +586,32 @@ def _token_reach_rows(builds: Builds, L: int):
     return _token_reach(builds.P, builds.Q, builds.tokens(), L, builds.xp)
 
 
-def _token_reach(P, Q, X, L: int, xp):
-    """:func:`_token_reach_rows` on ``(R, >= L, V)`` laws and ``(R, >= L)`` tokens of namespace ``xp``."""
-    return xp.cumulative_prod(_token_ratios(P, Q, X, L, xp), axis=-1)
+def _token_reach(P, Q, X, L: int, xp, drafted=None):
+    """:func:`_token_reach_rows` on ``(R, >= L, V)`` laws and ``(R, >= L)`` tokens of namespace ``xp``
+    (``drafted``: :func:`_drafted`'s ``(p, q)`` at the tokens, when already gathered)."""
+    return xp.cumulative_prod(_token_ratios(P, Q, X, L, xp, drafted), axis=-1)
 
 
-def _token_ratios(P, Q, X, L: int, xp):
+def _token_ratios(P, Q, X, L: int, xp, drafted=None):
     r""":math:`\min(1, q_{r,i}(X_{r,i}) / p_{r,i}(X_{r,i}))` of every row and depth ``i < L``, ``(R, L)`` in namespace
     ``xp`` (the laws renormalised per row, as the decoding loop does): the maximal coupling's acceptance of each
     draft."""
-    P, Q = P[:, :L], Q[:, :L]
-    x = xp.reshape(X[:, :L], (-1, L, 1))
-    p = xp.take_along_axis(P, x, axis=-1)[..., 0] / xp.sum(P, axis=-1)
-    q = xp.take_along_axis(Q, x, axis=-1)[..., 0] / xp.sum(Q, axis=-1)
+    px, qx = _drafted(P, Q, X, L, xp) if drafted is None else drafted
+    p = px / xp.sum(P[:, :L], axis=-1)
+    q = qx / xp.sum(Q[:, :L], axis=-1)
     return xp.clip(q / p, None, 1.0)
+
+
+def _drafted(P, Q, X, L: int, xp):
+    """``(P[r, i, X[r, i]], Q[r, i, X[r, i]])`` for ``i < L``, ``(R, L)`` each: the laws at the drafted tokens (one
+    gather each; torch's own on torch tensors, without the array-API wrapper's index arithmetic)."""
+    x = xp.reshape(X[:, :L], (-1, L, 1))
+    if array_api_compat.is_torch_array(P) and array_api_compat.is_torch_array(X):
+        import torch
+
+        x = x if x.dtype == torch.int64 else x.to(torch.int64)
+        return torch.gather(P[:, :L], 2, x)[..., 0], torch.gather(Q[:, :L], 2, x)[..., 0]
+    return xp.take_along_axis(P[:, :L], x, axis=-1)[..., 0], xp.take_along_axis(Q[:, :L], x, axis=-1)[..., 0]
 
 
 def block_path_laws(name: str, P, Q, X, L: int, xp=None):
@@ -620,7 +633,8 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
     weights and the sums over the vocabulary depend on the prefix only, so one
     pass over the ``L - 1`` depths serves every length. The same arithmetic as
     :func:`otspec.block.tau_law_on_path` per row and length (whose values it
-    equals to rounding), batched in the namespace of ``P`` on its device.
+    equals to rounding), batched in the namespace of ``P`` on its device
+    (:func:`block_path_laws_stack`: both schemes at once).
 
     Parameters
     ----------
@@ -650,52 +664,124 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
     >>> tau_law_on_path("block", (0, 1), [p, p], [q, q]).round(4).tolist()
     [0.25, 0.0, 0.75]
     """
+    return block_path_laws_stack((name,), P, Q, X, L, xp)[0]
+
+
+def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
+    r""":func:`block_path_laws` of each scheme of ``names`` (``"block"``, ``"block-onestep"``), stacked, in a fixed
+    number of batched operations (no loop over depths or lengths).
+
+    .. math::
+
+        w_n = \prod_{i < n} r_i \ (\texttt{"block"}), \qquad
+        w_n = \min\Big(1, \min_{j \le n} \prod_{j \le i < n} r_i\Big) \ (\texttt{"block-onestep"}),
+
+        \text{law}[\ell - 1, t] = (1 - \text{top}_\ell)\, a_t \prod_{t < s < \ell} (1 - a_s) \ (t < \ell), \qquad
+        \text{law}[\ell - 1, \ell] = \text{top}_\ell,
+
+    :math:`r_i = q_i(X_i) / p_i(X_i)`, :math:`a_s` the backward walk's acceptance at depth ``s`` (:math:`a_0 = 1`).
+    The one-step variant's capped running product :math:`w_n = \min(1, w_{n-1} r_{n-1})` is the smallest capped
+    product over the suffixes of its path (each suffix product formed left to right, as the running product is;
+    rounding is monotone, so the minimum is the running product's value to the last bit); the products of the
+    backward walk are one cumulative product per length, taken in the walk's order. Every value is the one the
+    sequential walk along the depths computes, bit for bit on numpy and on torch's CPU (whose cumulative products
+    run in order; a GPU's scan may group them otherwise, to rounding).
+
+    Parameters
+    ----------
+    names : sequence of {"block", "block-onestep"}
+    P, Q, X, L, xp
+        As :func:`block_path_laws`.
+    drafted : tuple of two (R, L) arrays, optional, keyword-only
+        ``P`` and ``Q`` at the drafted tokens (:func:`_drafted`), when already gathered.
+
+    Returns
+    -------
+    (len(names), R, L, L + 1) array of float64, namespace and device of ``P``
+    """
     xp = namespace(P, Q) if xp is None else xp
-    onestep = name == "block-onestep"
+    names = list(names)
+    for n in names:
+        if n not in ("block", "block-onestep"):
+            raise ValueError(f"`names` must hold 'block' or 'block-onestep', got {n!r}")
+    dev = _device(P)
     R = int(P.shape[0])
-    x = xp.reshape(X[:, :L], (R, L, 1))
-    px = xp.take_along_axis(P[:, :L], x, axis=-1)[..., 0]
-    qx = xp.take_along_axis(Q[:, :L], x, axis=-1)[..., 0]
-    ratio = xp.where(px > 0, qx / xp.where(px > 0, px, 1.0), 1.0)  # 1 where p = 0 (weightless blocks)
-    w = [xp.ones_like(ratio[:, 0])]
-    for i in range(L):  # w_i (block) or the one-step p_i (capped at 1), sequential products as along one path
-        w.append(xp.clip(w[-1] * ratio[:, i], None, 1.0) if onestep else w[-1] * ratio[:, i])
-    W = xp.stack(w, axis=1)  # (R, L + 1)
-    r = [xp.ones_like(w[0])]  # r_0 = 1: the empty prefix is always accepted
+    px, qx = _drafted(P, Q, X, L, xp) if drafted is None else drafted
+    some = px > 0
+    ratio = xp.where(some, qx / xp.where(some, px, 1.0), 1.0)  # 1 where p = 0 (weightless blocks)
+    m = _block_steps(L, xp, dev)
+    if "block-onestep" in names:  # S[r, j, n] = prod_{j <= i <= n} ratio[r, i] (1 for j > n), formed left to right
+        with np.errstate(over="ignore", invalid="ignore"):  # a suffix past 1 (inf, nan: inf * 0) is capped, unread
+            S = xp.cumulative_prod(xp.where(m["suffix"], ratio[:, None, :], 1.0), axis=-1)
+            run = {"block": S[:, 0, :], "block-onestep": xp.min(xp.where(S <= 1.0, S, 1.0), axis=1)}
+    else:
+        run = {"block": xp.cumulative_prod(ratio, axis=-1)}
+    ones = xp.ones((len(names), R, 1), dtype=ratio.dtype, device=dev)
+    W = xp.concat([ones, xp.stack([run[n] for n in names], axis=0)], axis=-1)  # (F, R, L + 1): w_0 = 1
+    top, acc = [], []  # P(tau = ell | X^ell), (R, L); the backward walk's acceptance at depth 1..L-1, (R, L - 1)
     if L > 1:
-        pos, neg = _excess_sums(W, P, Q, L, xp, not onestep)  # (R, L - 1) each
-        if onestep:
-            den = pos + 1.0 - W[:, 1:L]
-            acc = xp.where(den > 0, pos / xp.where(den > 0, den, 1.0), 1.0)
+        pos, neg = _excess_sums(W, P, Q, L, xp, "block" in names)  # (F, R, L - 1) each
+    for f, n in enumerate(names):
+        if n == "block-onestep":
+            top.append(W[f, :, 1:])
+            if L > 1:
+                den = pos[f] + 1.0 - W[f, :, 1:L]
+                some = den > 0
+                acc.append(xp.where(some, pos[f] / xp.where(some, den, 1.0), 1.0))
         else:
-            acc = xp.where(neg > 0, xp.clip(pos / xp.where(neg > 0, neg, 1.0), None, 1.0), 1.0)
-        r += [acc[:, t] for t in range(L - 1)]
-    top = W[:, 1:] if onestep else xp.clip(W[:, 1:], None, 1.0)  # P(tau = ell | X^ell), (R, L)
-    # backward over t for every length at once: left = P(tau < t + 1 | X^ell) as the walk goes down
-    ells = xp.reshape(xp.arange(1, L + 1, device=_device(P)), (1, L))
-    left = 1.0 - top
-    cols = [None] * (L + 1)
-    cols[L] = xp.where(ells == L, top, 0.0)
-    for t in range(L - 1, -1, -1):
-        live = ells > t
-        rt = xp.reshape(r[t], (R, 1))
-        cols[t] = xp.where(live, left * rt, 0.0) + xp.where(ells == t, top, 0.0)
-        left = xp.where(live, left * (1.0 - rt), left)
-    return xp.stack(cols, axis=-1)
+            top.append(xp.clip(W[f, :, 1:], None, 1.0))
+            if L > 1:
+                some = neg[f] > 0
+                acc.append(xp.where(some, xp.clip(pos[f] / xp.where(some, neg[f], 1.0), None, 1.0), 1.0))
+    top = xp.stack(top, axis=0)[..., None]  # (F, R, L, 1)
+    acc = xp.stack(acc, axis=0) if L > 1 else xp.zeros((len(names), R, 0), dtype=ratio.dtype, device=dev)
+    # the backward walk of every length at once: left = (1 - top_ell) prod_{ell > s > t} (1 - a_s), multiplied from
+    # s = ell - 1 down as the walk goes: one cumulative product over t reversed of G[ell - 1, t] = 1 - a_{t + 1}
+    # (t < ell - 1), 1 - top_ell (t = ell - 1), 1 (t >= ell)
+    below = xp.concat([1.0 - acc, ones], axis=-1)[:, :, None, :]  # (F, R, 1, L): 1 - a_{t + 1}, 1 at t = L - 1
+    G = xp.where(m["inside"], below, xp.where(m["last"], 1.0 - top, 1.0))
+    left = xp.flip(xp.cumulative_prod(xp.flip(G, axis=-1), axis=-1), axis=-1)  # (F, R, L, L)
+    a = xp.concat([ones, acc], axis=-1)[:, :, None, :]  # a_t, a_0 = 1
+    law = xp.concat([left * a, xp.zeros((len(names), R, L, 1), dtype=ratio.dtype, device=dev)], axis=-1)
+    return xp.where(m["short"], law, xp.where(m["full"], top, 0.0))
 
 
-def _block_tau_calls(name: str, P, Q, X, L_max: int, xp):
-    r"""``(2, R, L_max)``: block verification's :math:`E[\tau \mid X_r^\ell]` and expected target calls for every
-    row and length, from :func:`block_path_laws` (the laws' namespace)."""
-    law = block_path_laws(name, P, Q, X, L_max, xp)  # (R, L, L + 1)
-    t = xp.reshape(xp.arange(L_max + 1, dtype=xp.float64, device=_device(P)), (1, 1, -1))
-    ell = xp.reshape(xp.arange(1, L_max + 1, dtype=xp.float64, device=_device(P)), (1, -1, 1))
-    tau = xp.sum(law * t, axis=-1)
-    calls = 1.0 + xp.sum(law * xp.clip(ell - t, 0.0, None), axis=-1)
-    return xp.stack([tau, calls], axis=0)
+def _block_tau_calls(names, P, Q, X, L_max: int, xp, drafted=None):
+    r"""``(len(names), 2, R, L_max)``: block verification's :math:`E[\tau \mid X_r^\ell]` and expected target calls
+    for every scheme of ``names``, row and length, from :func:`block_path_laws_stack` (the laws' namespace)."""
+    law = block_path_laws_stack(names, P, Q, X, L_max, xp, drafted=drafted)  # (F, R, L, L + 1)
+    m = _block_steps(L_max, xp, _device(P))
+    tau = xp.sum(law * m["t"], axis=-1)
+    calls = 1.0 + xp.sum(law * m["missing"], axis=-1)
+    return xp.stack([tau, calls], axis=1)
 
 
-def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled=None, costly=((), ())) -> None:
+#: :func:`_block_steps`' arrays by (namespace, device, L): made once per run.
+_STEPS: dict = {}
+
+
+def _block_steps(L: int, xp, dev) -> dict:
+    r"""The constant index arrays of :func:`block_path_laws_stack` and :func:`_block_tau_calls` at draft length
+    ``L`` on ``dev`` (made once: no index arithmetic per position). For lengths :math:`\ell = 1..L` (axis -2) and
+    steps ``t`` (axis -1): ``suffix[j, n]`` (``j <= n``, ``(L, L)``), ``inside`` (``t < \ell - 1``), ``last``
+    (``t = \ell - 1``), ``short`` (``t < \ell``, over ``t = 0..L``), ``full`` (``t = \ell``), the float64 steps
+    ``t`` and the missing tokens ``missing`` (:math:`\max(\ell - t, 0)`)."""
+    key = (getattr(xp, "__name__", str(xp)), str(dev), int(L))
+    got = _STEPS.get(key)
+    if got is None:
+        t = xp.reshape(xp.arange(L + 1, device=dev), (1, L + 1))  # made where the laws are: no host data
+        ell1 = xp.reshape(xp.arange(L, device=dev), (L, 1))
+        got = {"suffix": ell1 <= xp.reshape(ell1, (1, L)), "inside": t[:, :L] < ell1, "last": t[:, :L] == ell1,
+               "short": t <= ell1, "full": t == ell1 + 1, "t": xp.astype(t, xp.float64),
+               "missing": xp.astype(xp.clip(ell1 + 1 - t, 0, None), xp.float64)}
+        if len(_STEPS) >= 64:
+            _STEPS.clear()
+        _STEPS[key] = got
+    return got
+
+
+def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled=None, costly=((), ()),
+                    also=()) -> None:
     r"""The batched quantities of ``B`` prompts' draft trees in one pass each, put in every :class:`Builds`' cache.
 
     .. math::
@@ -712,7 +798,9 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     costly quantities run at this position), the batched forms of the costly quantities ``costly`` (a pair:
     verifiers, families) of those prompts too, where they have one (:func:`acc_part`, :func:`reach_part`), prompt
     by prompt. Every
-    value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU). For laws
+    value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU), with the
+    caller's parts ``also`` (``(array, store)`` pairs of :func:`read_parts`, stored first: the position's pending
+    bad-logits flags and the path's target law). For laws
     on an accelerator; ``builds`` share one namespace, shapes and options; ``ks(name)`` gives each name's numbers
     of drafts.
     """
@@ -724,6 +812,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     B = len(builds)
     parts = []  # (values on the device, what to do with their host copy): read together, one host read for all
     rho = RhoStar(xp)  # k-Seq's rho* of every prompt, depth, node and k of the position: one bisection
+    parts += list(also)
 
     def spread(key, shape, move=None):
         def store(vals):
@@ -746,11 +835,19 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     R = B * k_max
     X = xp.reshape(xp.stack([b.tokens() for b in builds], axis=0), (R, -1))
     Pr, Qr = xp.reshape(P, (R,) + tuple(P.shape[2:])), xp.reshape(Q, (R,) + tuple(Q.shape[2:]))
-    for name in ("block", "block-onestep"):
-        if name in families:
-            parts.append((_block_tau_calls(name, Pr, Qr, X, L, xp), spread(("block", name, L), (2, B, k_max, L), 1)))
+    blocks = [name for name in ("block", "block-onestep") if name in families]
+    drafted = _drafted(Pr, Qr, X, L, xp) if blocks or "token" in families else None  # shared by both
+    if blocks:  # both schemes in one batched pass
+        spreads = [spread(("block", name, L), (2, B, k_max, L), 1) for name in blocks]
+
+        def store_blocks(vals):
+            vals = vals.reshape((len(blocks), 2 * B * k_max * L))
+            for f, put in enumerate(spreads):
+                put(vals[f])
+
+        parts.append((_block_tau_calls(blocks, Pr, Qr, X, L, xp, drafted), store_blocks))
     if "token" in families:
-        parts.append((_token_reach(Pr, Qr, X, L, xp), spread(("token", L), (B, k_max, L))))
+        parts.append((_token_reach(Pr, Qr, X, L, xp, drafted), spread(("token", L), (B, k_max, L))))
     for bl, on in zip(builds, subsampled or [False] * B):
         if on:
             for name in costly[0]:
@@ -766,8 +863,8 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
 
 
 def _excess_sums(W, P, Q, L: int, xp, both: bool):
-    r"""``pos[r, t - 1] = \sum_x (W_{r,t} Q_{r,t}(x) - P_{r,t}(x))_+`` for ``t = 1..L-1`` (and ``neg``, of the
-    negative part, when ``both``).
+    r"""``pos[..., r, t - 1] = \sum_x (W_{..., r,t} Q_{r,t}(x) - P_{r,t}(x))_+`` for ``t = 1..L-1`` (and ``neg``, of
+    the negative part, when ``both``); ``W`` is ``(R, L + 1)`` or ``(F, R, L + 1)`` (one row of weights per scheme).
 
     Host (numpy) laws row by row and depth by depth into two reused ``(V,)``
     buffers: fresh row-sized temporaries cost more in page faults than in
@@ -775,6 +872,9 @@ def _excess_sums(W, P, Q, L: int, xp, both: bool):
     (a GPU) in one batched pass over ``(R, L - 1, V)``.
     """
     if isinstance(P, np.ndarray):
+        if W.ndim == 3:
+            got = [_excess_sums(w, P, Q, L, xp, both) for w in W]
+            return np.stack([g[0] for g in got]), (np.stack([g[1] for g in got]) if both else None)
         R = P.shape[0]
         pos = np.zeros((R, L - 1))
         neg = np.zeros((R, L - 1)) if both else None
@@ -788,7 +888,7 @@ def _excess_sums(W, P, Q, L: int, xp, both: bool):
                 if both:  # the sum of min(d, 0), negated: the same sum as of max(-d, 0), one pass fewer
                     neg[r, t - 1] = -np.minimum(d, 0.0, out=part).sum()
         return pos, neg
-    d = W[:, 1:L, None] * Q[:, 1:L] - P[:, 1:L]
+    d = W[..., 1:L, None] * Q[:, 1:L] - P[:, 1:L]
     return xp.sum(xp.clip(d, 0.0, None), axis=-1), (xp.sum(xp.clip(-d, 0.0, None), axis=-1) if both else None)
 
 
@@ -842,7 +942,7 @@ def expected_accepted(name: str, k: int, builds: Builds, L_max: int) -> dict:
     xp = builds.xp
     if spec.kind == "block":
         both = builds.batched(("block", name, L_max), lambda: to_host(
-            _block_tau_calls(name, builds.P, builds.Q, builds.tokens(), L_max, xp)))  # (2, k_max, L_max)
+            _block_tau_calls((name,), builds.P, builds.Q, builds.tokens(), L_max, xp)[0]))  # (2, k_max, L_max)
         out = {"tau": _group_mean(both[0], 1, G)}
         if name == "block":
             out["calls"] = _group_mean(both[1], 1, G)

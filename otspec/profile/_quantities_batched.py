@@ -344,6 +344,9 @@ class _Pack:
     def send(self, xp, like) -> list:
         flat = np.concatenate([a.ravel() for a in self.arrays]) if self.arrays else np.zeros(0, np.int64)
         dev = xp.asarray(flat, device=_device(like))
+        if hasattr(dev, "split_with_sizes"):  # torch: every piece in one op, 1-D pieces as they come
+            return [p if a.ndim == 1 else p.reshape(a.shape)
+                    for a, p in zip(self.arrays, dev.split_with_sizes([a.size for a in self.arrays]))]
         out, at = [], 0
         for a in self.arrays:
             out.append(xp.reshape(dev[at:at + a.size], a.shape))

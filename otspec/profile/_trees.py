@@ -58,8 +58,8 @@ import numpy as np
 
 from .._array import namespace
 from .._registry import suggest, verifier_names
+from ..decoding._sampling import bad_rows, sample_rows
 from ..decoding._sampling import on_device as _moved
-from ..decoding._sampling import sample_rows
 from ..decoding._tree_device import ranked_rows_t
 from ..tree import DraftTree, Eagle2Params, TargetOnlyVerifier, TreeShape, make_tree_verifier
 from ..tree._process import _eagle2_tree, _ranked, draw_children
@@ -736,8 +736,11 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
             src = torch.where(sent[at_eagle][:, None] > 0, own.index_select(0, idx), src)
         ids, vals = ranked_rows(src, min(max(K[i] for i in ranked), int(src.shape[-1])))  # a job asking more: refused
         at_own = own.index_select(0, idx).gather(1, ids) if own is not None else None
-        ids, vals = ids.cpu().numpy(), vals.cpu().numpy()
-        at_own = at_own.cpu().numpy() if at_own is not None else None
+        # one read: the ranks (exact in float64, V < 2**53), the values and the own law there
+        host = torch.cat([ids, vals] + ([at_own] if at_own is not None else []), 1).cpu().numpy()  # float64
+        K_read = int(ids.shape[1])
+        ids, vals = host[:, :K_read].astype(np.int64), host[:, K_read:2 * K_read]
+        at_own = host[:, 2 * K_read:] if at_own is not None else None
         for row, i in enumerate(ranked):
             law = RankedLaw(ids[row], vals[row])
             if isinstance(jobs_of[i], _Eagle2Job):
@@ -904,6 +907,7 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         per = len(row_of) // B
         draft.select(ds, [b * per for b in range(B)], n_ctx)
     out = [dict() for _ in range(B)]
+    gathered = []  # the deterministic families' gathered target probabilities: read together after their calls
     for j in range(len(jobs[0])):
         if held is not None and held.holds(0, j):
             continue
@@ -915,13 +919,18 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             p = job.p if isinstance(job, _ShapeJob) else _eagle2_inner_laws(job, tree, inner)
             scored.append(_Scored(tree, inner, p, raw=(job.raw or None) if isinstance(job, _ShapeJob) else None))
         deterministic = on_device and (jobs[0][j][0] == "universe" or isinstance(jobs[0][j][1], _Eagle2Job))
-        _score(target, ts, last, n_ctx, scored, q_root, sampling, gather=deterministic)
+        got = _score(target, ts, last, n_ctx, scored, q_root, sampling, gather=deterministic)
+        if got is not None:
+            gathered.append(got)
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
-    if held is not None:
+    if held is not None:  # the gathered probabilities read with the sampled trees' values: one read
         for (b, j), (tree, inner, p, q, reach) in held.finish(plan, padded_tree_logits, target, ts, last, n_ctx,
-                                                              q_root, sampling).items():
+                                                              q_root, sampling, also=_children_values(gathered)).items():
             out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
+        _read_children(gathered, sampling, held.also_host)
+    else:
+        _read_children(gathered, sampling)
     return out
 
 
@@ -963,7 +972,8 @@ def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampl
 
     Each tree's ``q`` is its ``(len(inner), V)`` target laws on the host, or (``gather``: deterministic trees, whose
     values read only the target's probability of each node's token at its parent) one mapping ``token -> q`` per
-    internal node, gathered where the laws are and moved as one small array."""
+    internal node, gathered where the laws are: then the gather is returned unread (:func:`_gathered_children`),
+    for :func:`_read_children` to read with the other families' in one read."""
 
     B = len(scored)
     m = max(len(s.inner) for s in scored)
@@ -980,18 +990,20 @@ def _score(target, ts, last, n_ctx: int, scored: list, q_root: np.ndarray, sampl
             tokens[b, i] = int(s.tree.tokens[v])
     logits = padded_tree_logits(target, ts, parents, tokens, last, n_ctx)
     if gather:
-        _gather_children(scored, sampling.probs(logits))
-        return
+        return _gathered_children(scored, logits, sampling)
     q = _np(sampling.probs(logits))
     for b, s in enumerate(scored):
         s.q = q[b, : len(s.inner)]
 
 
-def _gather_children(scored: list, q) -> None:
-    """``s.q[i] = {token: q[b, i, token]}`` for the children tokens of every internal node ``i`` of every tree ``b``,
-    from one gather on ``q``'s device."""
+def _gathered_children(scored: list, logits, sampling) -> tuple:
+    """The target probabilities ``q[b, i, token]`` of the children tokens of every internal node ``i`` of every tree
+    ``b``, gathered on the laws' device by one gather and left there, unread: ``(values, bad, logits, store)``, the
+    flag ``bad`` whether a law came from bad logits (checked in the read), ``store(host values)`` setting each
+    tree's ``s.q[i] = {token: q}`` (:func:`_read_children`)."""
     import torch
 
+    q = sampling.probs(logits, check=False)  # a bad row is flagged in the read
     where, spans = [], []
     for b, s in enumerate(scored):
         pos = {int(v): i for i, v in enumerate(s.inner.tolist())}
@@ -1000,13 +1012,42 @@ def _gather_children(scored: list, q) -> None:
         spans.append((pos, kids))
         where += [(b, i, t) for i, t in kids]
     flat = torch.as_tensor(where, dtype=torch.long, device=q.device).reshape(-1, 3)
-    vals = q[flat[:, 0], flat[:, 1], flat[:, 2]].cpu().numpy().tolist()
-    at = 0
-    for s, (pos, kids) in zip(scored, spans):
-        s.q = [dict() for _ in pos]
-        for i, t in kids:
-            s.q[i][t] = vals[at]
-            at += 1
+
+    def store(vals) -> None:
+        vals, at = vals.tolist(), 0
+        for s, (pos, kids) in zip(scored, spans):
+            s.q = [dict() for _ in pos]
+            for i, t in kids:
+                s.q[i][t] = vals[at]
+                at += 1
+
+    return q[flat[:, 0], flat[:, 1], flat[:, 2]], bad_rows(q).any(), logits, store
+
+
+def _children_values(gathered: list):
+    """The gathers of :func:`_gathered_children` (every deterministic family of a position) and their bad-logits
+    flags as one float64 device tensor (flags first; cat promotes them), None when there are none."""
+    import torch
+
+    if not gathered:
+        return None
+    return torch.cat([torch.stack([bad for _, bad, _, _ in gathered])] + [vals for vals, *_ in gathered])
+
+
+def _read_children(gathered: list, sampling, host=None) -> None:
+    """Read :func:`_children_values` in one host read (or take its host copy ``host``, read with other values),
+    raise the checked route's error for a law from bad logits, store the values."""
+    if not gathered:
+        return
+    host = _children_values(gathered).cpu().numpy() if host is None else host
+    for (_, _, logits, _), flag in zip(gathered, host[: len(gathered)].tolist()):
+        if flag:
+            sampling.probs(logits)  # the checked route's error
+    at = len(gathered)
+    for vals, _, _, store in gathered:
+        n = int(vals.shape[0])
+        store(host[at:at + n])
+        at += n
 
 
 # --------------------------------------------------------------------------- exact values and rows
@@ -1202,7 +1243,8 @@ def text_ranks(p_text, y_text) -> np.ndarray:
     ids = xp.reshape(xp.arange(p_text.shape[1], dtype=xp.int64, device=_device_of(p_text)), (1, -1))
     rank = xp.sum(xp.astype(p_text > py, xp.int64), axis=1) + xp.sum(xp.astype((p_text == py) & (ids < y), xp.int64),
                                                                      axis=1)
-    return np.where(to_host(py[:, 0]) > 0, to_host(rank), -1).astype(np.int64)
+    both = to_host(xp.stack([py[:, 0], xp.astype(rank, py.dtype)]))  # one read; ranks exact in float64 (V < 2**53)
+    return np.where(both[0] > 0, both[1], -1).astype(np.int64)
 
 
 def _device_of(x):

@@ -275,7 +275,7 @@ class SampledTrees:
             out = out.index_copy(0, sent[k_at], self.tok.view(-1).index_select(0, sent[k_flat]))
         return on_device(out[:, None], device)
 
-    def finish(self, plan, score, target, ts, last, n_ctx: int, q_root, sampling) -> dict:
+    def finish(self, plan, score, target, ts, last, n_ctx: int, q_root, sampling, *, also=None) -> dict:
         r"""Score every held tree (one target call per family), verify them on the device (one batch per rule), read
         the tokens and the reach probabilities once.
 
@@ -287,6 +287,9 @@ class SampledTrees:
             call on ``B`` trees (:func:`otspec.profile._trees.padded_tree_logits`).
         target, ts, last, n_ctx, q_root, sampling
             As :func:`otspec.profile._trees.draw_and_score`'s.
+        also : torch.Tensor of float64, shape ``(n,)``, optional, keyword-only
+            Other values of the position read in the same read (the deterministic families' gathered target
+            probabilities); their host copy is left in :attr:`also_host`.
 
         Returns
         -------
@@ -340,8 +343,11 @@ class SampledTrees:
         have = [torch.cat(self.have).to(dev)] if self.have else []
         flags = [bad.to(dev) for _, bad in self.unchecked] + [bad_rows(Q[j]).any() for j in scored]
         bad = [torch.stack(flags)] if flags else []
-        host = torch.cat([tok.flatten().to(torch.float64)] + [h.to(torch.float64) for h in have + bad] + reached)
+        extra = [] if also is None else [also if also.device == dev else also.to(dev)]
+        host = torch.cat([tok.flatten().to(torch.float64)] + [h.to(torch.float64) for h in have + bad] + reached
+                         + extra)
         host = host.to("cpu").numpy()
+        self.also_host = host[host.shape[0] - int(also.shape[0]):] if also is not None else None
         at = tok.numel()
         for (logits, _), flag in zip(self.unchecked, host[at + len(self.wor) :].tolist()):
             if flag:  # a draft law from bad logits: the checked route's error (before any other)
