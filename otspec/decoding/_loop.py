@@ -25,7 +25,7 @@ from ._deps import require
 from ._models import takes_last, validate_language_model, validate_prompt
 from ._sampling import Sampling, _block, _law_block, _laws_into, bad_rows, draw_rows, sample_rows
 from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
-from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
+from ._tree_loop import TreeStep, TreeSteps, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
     DEVICE_VERIFIERS,
     Scheme,
@@ -843,9 +843,10 @@ def speculative_decode(
         if _tree_engine(engine, plan):
             seed = _seed(rng)
             gen, gens = np.random.default_rng(seed), _device_generators(seed, draft.device, target.device)
-            step = device_tree_step(plan, sampling, log_laws, law_batch=LAW_BATCH, clock=_clock)
+            step = TreeSteps(plan, lambda p: device_tree_step(p, sampling, log_laws, law_batch=LAW_BATCH,
+                                                              clock=_clock))
         else:
-            gen, gens, step = make_rng(rng), None, TreeStep(plan, sampling)
+            gen, gens, step = make_rng(rng), None, TreeSteps(plan, lambda p: TreeStep(p, sampling))
         return _Decoder(draft, target, prompt_, scheme, plan.k, plan.L, max_new, sampling, gen, eos, progress,
                         tree_step=step, device_gens=gens).run()
     check_without_tree(process, allow_lossy)
@@ -896,7 +897,7 @@ def _tree_engine(engine, plan) -> bool:
 
 class _Decoder:
     def __init__(self, draft, target, prompt, scheme: Scheme, K, L, max_new, sampling, gen, eos, progress,
-                 tree_step: TreeStep | None = None, device_gens=None, log_laws: bool = False):
+                 tree_step: TreeSteps | None = None, device_gens=None, log_laws: bool = False):
         self.tree_step = tree_step
         self.device_gens = device_gens
         self.log_laws = log_laws
@@ -1216,14 +1217,15 @@ class _Decoder:
         generator and one host read with ``engine="torch"``). Its :math:`\alpha_1` is NaN (nothing verified)."""
         t = self.t
         pending = t.sync(ctx)
+        if self.device_gens is None or self.tree_step is not None:  # a tree run's device log is its steps' own
+            self.log["alpha1"].append(math.nan)
+            self.log["alpha_opt1"].append(math.nan)
         if self.device_gens is None:
             law = t.feed_t(np.array([pending], dtype=np.int64))[:, -1]
             y = int(_sample(law, self.gen)[0])
-            self.log["alpha1"].append(math.nan)
-            self.log["alpha_opt1"].append(math.nan)
         else:
             ids = torch.tensor([pending], dtype=torch.long, device=t.lm.device)
-            law = self.sampling.probs(t.logits_ids(ids, last=1)[:, -1])  # (1, V)
+            law = self.sampling.probs(t.logits_ids(ids, last=1)[:, -1], check=False)  # (1, V); bad_rows checks it
             yb = torch.cat([draw_rows(law, self.device_gens[1]), bad_rows(law).to(torch.long)]).tolist()
             if yb[1]:
                 self._refuse_bad_logits(ctx, [1] + [0] * (self.K - 1), 0)
@@ -1233,7 +1235,8 @@ class _Decoder:
             if self.scheme.kind == "block":  # P(tau = 0) = 1, then alpha_1 (NaN)
                 row[: L + 1] = 0.0
                 row[0] = 1.0
-            self.dev_log.append(row)
+            if self.tree_step is None:
+                self.dev_log.append(row)
         t.seq = ctx + [y]
         self._record(0, 1, 1, 0.0, 1.0, 1.0, np.zeros(0), np.zeros(0))
         return [y]
@@ -1260,12 +1263,8 @@ class _Decoder:
         t0 = _clock(*devices)
         try:
             while len(out) < self.max_new:
-                if self.tree_step is None:
-                    L_i = self._draft_length(len(out))
-                    new = step(ctx, L_i) if L_i else self._iter_plain(ctx)
-                else:  # a draft tree is drafted whole (its depth is not shortened)
-                    L_i = self.L
-                    new = step(ctx)
+                L_i = self._draft_length(len(out))  # a tree's depth D_i: its first D_i levels (TreeSteps)
+                new = step(ctx, L_i) if L_i else self._iter_plain(ctx)
                 self.log["lengths"].append(L_i)
                 ctx = ctx + new
                 out.extend(new)
