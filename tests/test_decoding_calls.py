@@ -275,3 +275,80 @@ def test_tree_draft_calls_compute_one_position_per_row(pair, engine, tree):
     assert res.iterations >= 2 and len(tcalls) == res.iterations
     assert dcalls[0] == (len(PROMPT), 1)
     assert all(rows == 1 for _, rows in dcalls)
+
+
+class _Rows(Calls):
+    """:class:`Calls` that also records the rows of every call (a draft tree's frontier is a batch of rows)."""
+
+    def __init__(self, module):
+        self.rows: list[int] = []
+        super().__init__(module)
+
+    def _pre(self, module, args, kwargs):
+        super()._pre(module, args, kwargs)
+        self.rows.append(int(kwargs["input_ids"].shape[0]))
+
+
+def _nodes_to_depth(tree: str, n: int) -> int:
+    """The draft nodes of depth at most ``n`` that ``tree`` (the profile's text) drafts: a static shape's nodes of
+    depth <= n; EAGLE-2's ``topk + (n - 1) topk**2`` proposals of its first ``n`` levels, at most its budget."""
+    import otspec.tree as T
+    from otspec.decoding._tree_loop import TREE_PROCESSES
+
+    spec = T.parse_tree_spec(tree, "tree", processes=TREE_PROCESSES)
+    s = spec.shape
+    if spec.process == "eagle2":
+        return min(s.n, s.topk + (n - 1) * s.topk**2)
+    return sum(1 for p in s.paths if 0 < len(p) <= n)
+
+
+#: Every tree family the decoder drafts, depth 3: top-k, EAGLE-2 (its budget of 9 nodes more than its first level
+#: proposes), i.i.d. (SpecInfer) and without replacement (Sequoia) on balanced and explicit rank-path shapes, SpecHub.
+TREE_FAMILIES = ["topk:branching(2,2,1)", "eagle2:3,2,10", "iid:branching(2,2,1):specinfer",
+                 "iid:[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]:specinfer", "wor:branching(2,2,1):sequoia",
+                 "wor:[[0],[1],[2],[0,0],[1,0],[0,0,0]]:sequoia", "spechub:branching(2,2,1)"]
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("tree", TREE_FAMILIES)
+def test_tree_last_iterations_draft_the_levels_left(pair, tree, engine):
+    """With ``left`` tokens to make, a tree iteration drafts the tree's first ``D_i = min(D, left - 1)`` levels only:
+    ``D_i`` draft calls (one per level, each on the frontier's rows as in a whole tree), and a target call that
+    scores the nodes of depth at most ``D_i`` (fed the pending tokens and those nodes), so no token is made past
+    ``max_new_tokens``; one token left: plain decoding's step, one target call of one position, no draft (before:
+    every iteration drafted and scored the whole tree, its surplus thrown away)."""
+    if engine == "torch" and tree.startswith("spechub"):
+        pytest.skip("SpecHub's trees run on the host route only")
+    D_ = 3
+    for max_new in (1, 2, D_, D_ + 2, 2 * D_ + 3):
+        for seed in range(2):
+            res, tcalls, dcalls = _counted_rows(pair, lambda t, d, seed=seed, m=max_new: D.speculative_decode(
+                PROMPT, draft=d, target=t, tree=tree, max_new_tokens=m, rng=seed, engine=engine))
+            lengths = res.draft_lengths
+            assert res.engine == engine and res.L == D_ and res.lossless
+            assert res.tokens.shape[0] == max_new == res.emitted.sum()
+            np.testing.assert_array_equal(lengths, _expected_lengths(res, D_, max_new))
+            assert all(int(a) <= int(n) for a, n in zip(res.accepted, lengths))
+            assert len(tcalls) == res.iterations and len(dcalls[0]) == lengths.sum() == res.draft_calls
+            per = _split(list(zip(*dcalls)), lengths, lambda i, n: n)
+            for i, (n, (fed, _), dc) in enumerate(zip(lengths, tcalls, per)):
+                head = len(PROMPT) if i == 0 else int(res.emitted[i - 1])  # the target's pending tokens
+                if n == 0:  # plain decoding's step: the last iteration, one position of logits
+                    assert i == res.iterations - 1 and tcalls[i] == (head, 1) and dc == []
+                    continue
+                assert fed == head + _nodes_to_depth(tree, int(n))  # the nodes of depth <= D_i, none deeper
+                full = _nodes_to_depth(tree, D_)
+                assert (fed - head < full) == (n < D_) or tree.startswith("eagle2")
+                assert [rows for (_, rows) in dc][0] == 1  # the root's call: one row
+
+
+def _counted_rows(pair, run):
+    """:func:`_counted` with the draft's calls as ``(calls, rows)``."""
+    target, draft = pair
+    ct, cd = Calls(target), _Rows(draft)
+    try:
+        res = run(D.HFCausalLM(target), D.HFCausalLM(draft))
+    finally:
+        ct.remove()
+        cd.remove()
+    return res, ct.log, (cd.log, cd.rows)
