@@ -380,12 +380,13 @@ class DecodeResult:
         package's numpy verifiers (rows of the laws moved there).
     draft_lengths : (N,) ndarray of int64
         The drafts of each iteration, :math:`L_i = \min(L, r_i - 1)` with
-        :math:`r_i` the tokens left before ``max_new_tokens`` (``L`` for a
-        lossy verifier and for trees; 0: plain decoding's step, one target
+        :math:`r_i` the tokens left before ``max_new_tokens`` (for a tree,
+        the depth :math:`D_i = \min(D, r_i - 1)` of the levels drafted;
+        ``L`` for a lossy verifier; 0: plain decoding's step, one target
         call and no draft): see :func:`speculative_decode`. Every other
         per-iteration record is that of the iteration as made: ``accepted
-        <= L_i``, the predictions exact for ``L_i`` drafts. None in a result
-        built by hand.
+        <= L_i``, the predictions exact for ``L_i`` drafts (for the tree cut
+        to :math:`D_i` levels). None in a result built by hand.
     """
 
     tokens: np.ndarray
@@ -651,10 +652,21 @@ def speculative_decode(
     unchanged (where an EOS will come is not known before it is drawn). A
     verifier that is not lossless (``"mentored"``, a lossy callable) keeps
     ``L`` to the end: its output law depends on ``L``, and the run makes the
-    scheme it was asked for (the tokens past the limit are dropped). Trees
-    are drafted whole. ``DecodeResult.draft_lengths`` holds every
-    :math:`L_i`, and every per-iteration record is the shortened
-    iteration's own (:class:`DecodeResult`).
+    scheme it was asked for (the tokens past the limit are dropped). A draft
+    tree of depth :math:`D` is cut the same way: with :math:`r_i` tokens
+    left the iteration drafts and scores its first :math:`D_i = \min(D,
+    r_i - 1)` levels only (a shape's nodes of depth at most :math:`D_i`;
+    EAGLE-2's tree grown :math:`D_i` levels, its node budget capped at the
+    nodes they propose), plain decoding's step at :math:`r_i = 1`; lossless
+    for the same reason (a tree verifier's iteration follows the target for
+    any shape fixed before its randomness, and :math:`D_i` is fixed by the
+    past), while a tree verifier not lossless for the process keeps the
+    whole tree (its output law depends on the shape). SafeAILab/EAGLE's own
+    loop (``eagle/model/ea_model.py``, ``eagenerate``) drafts whole trees and
+    stops once it has made more than ``max_new_tokens``. ``DecodeResult.draft_lengths``
+    holds every :math:`L_i` (:math:`D_i` for trees), and every
+    per-iteration record is the shortened iteration's own
+    (:class:`DecodeResult`).
 
     Parameters
     ----------
@@ -1242,7 +1254,7 @@ class _Decoder:
         return [y]
 
     def _draft_length(self, done: int) -> int:
-        r"""Drafts of the next chain iteration after ``done`` tokens: :math:`L_i = \min(L, m - \text{done} - 1)`,
+        r"""Drafts (a tree's levels) of the next iteration after ``done`` tokens: :math:`L_i = \min(L, m - \text{done} - 1)`,
         ``m = max_new_tokens`` (an iteration makes at most :math:`L_i + 1` tokens, so none is made past ``m``; as
         transformers' assisted generation, ``AssistedCandidateGenerator``); ``L`` for a verifier not known to be
         lossless (its output law depends on ``L``: the run keeps the scheme it was asked for)."""

@@ -26,6 +26,13 @@ One iteration on a context :math:`x_{1:T}` (draft law ``p``, target law ``q``):
    tree (they are its pending tokens): no extra call, a few more columns in
    the next one.
 
+**The last iterations.** With :math:`r_i` tokens left before
+``max_new_tokens`` an iteration drafts the tree's first
+:math:`D_i = \min(D, r_i - 1)` levels (:meth:`TreePlan.pruned`, run by
+:class:`TreeSteps`), and at :math:`r_i = 1` it is plain decoding's step;
+lossless since :math:`D_i` is fixed by the past (see
+:func:`otspec.decoding.speculative_decode`).
+
 Notation: ``p`` is the draft law and ``q`` the target law, as everywhere in otspec.
 """
 
