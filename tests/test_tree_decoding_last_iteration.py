@@ -148,3 +148,36 @@ def test_pruned_plan(tree):
             keep = [p for p in plan.shape.paths if len(p) <= n]
             assert cut.shape.paths == tuple(keep) == plan.shape.paths[: len(keep)]
             assert cut.shape == T.TreeShape(keep[1:]) and cut.shape.max_depth == n
+
+
+def test_the_profiles_timed_tree_decodes_time_whole_trees_only(monkeypatch):
+    """The profile's timed decodes (its calibration of the decoder's own work) of a tree family span whole trees
+    only: the span ends at the scoring call of the last iteration before the first pruned one, so the steady step is
+    that of ``depth``-level iterations (the pruned tail, met in most decodes, is left out)."""
+    from otspec.profile import ProfileSettings, toy_pair
+    from otspec.profile import _overhead as O
+
+    got = []
+    real = O.speculative_decode
+
+    def spy(*args, **kw):
+        res = real(*args, **kw)
+        got.append(res)
+        return res
+
+    monkeypatch.setattr(O, "speculative_decode", spy)
+    d, t = toy_pair(5, seed=0)
+    s = ProfileSettings(k_max=2, L_max=2, families=["token"], verifiers=["token"],
+                        trees=["topk:branching(2,2)", "iid:branching(2,1,1):specinfer"])
+    trees = [c for c in O.overhead_configs(s) if ":" in c[0]]
+    assert len(trees) == 2
+    pruned = 0
+    for name, k, depth in trees:
+        for seed in range(4):
+            _, _, n, _, _ = O._decode_once(d, t, [0, 1], s, name, k, depth, seed)
+            res = got[-1]
+            assert res.L == depth and res.process is not None
+            whole = int(np.argmax(res.draft_lengths < depth)) if (res.draft_lengths < depth).any() else res.iterations
+            assert n == whole - 1 and whole >= 2
+            pruned += whole < res.iterations
+    assert pruned > 0  # the pruned tails were met, and left out
