@@ -11,8 +11,6 @@ them, so its false-failure rate stays below 1e-3; the seeds are fixed, so a run 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -22,6 +20,7 @@ import otspec.decoding as D  # noqa: E402
 import otspec.tree as T  # noqa: E402
 from otspec.decoding._tree_loop import tree_plan  # noqa: E402
 from otspec.testing import chi2_gof  # noqa: E402
+from tests.test_decoding_last_iteration import _joint_counts, assert_full_acceptance_records  # noqa: E402
 from tests.toy_lm import toy_target_draft  # noqa: E402
 
 torch.set_num_threads(1)
@@ -46,55 +45,27 @@ def test_joint_law_with_pruned_trees(toy_pair, tree, engine):
     """Depth-2 trees, 3 tokens: the first iteration drafts the whole tree, the next one its first level or plain
     decoding's step; the joint law of the 3 tokens is the target's (chi-square, 27 cells)."""
     target, draft = toy_pair
-    m, runs = 3, 700
-    cells, law = D.exact_prefix_law(target, PROMPT, m)
-    index = {c: i for i, c in enumerate(cells)}
-    counts = np.zeros(len(cells) + 1, dtype=np.int64)
-    gen = torch.Generator().manual_seed(2024)
-    met: set = set()
-    for _ in range(runs):
-        res = D.speculative_decode(PROMPT, draft=draft, target=target, tree=tree, max_new_tokens=m, rng=gen,
-                                   engine=engine)
-        assert res.tokens.shape[0] == m == int(res.emitted.sum())  # nothing made past the limit
-        counts[index.get(tuple(res.tokens.tolist()), len(cells))] += 1
-        met.update(int(n) for n in res.draft_lengths)
+    counts, law, met = _joint_counts(target, draft, 3, 700, tree=tree, engine=engine)
     assert met == {0, 1, 2}  # whole trees, trees of one level, plain decoding's step
-    g = chi2_gof(counts, np.append(law, 0.0), alpha_fail=ALPHA_FAIL)
+    g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert g.outside_support == 0 and g.passed, (tree, engine, g)
 
 
 @pytest.mark.parametrize("engine", ["numpy", "torch"])
 @pytest.mark.parametrize("tree", ["iid:branching(2,2,1):specinfer", "topk:branching(2,2,1)", "eagle2:3,2,10"])
 def test_records_of_pruned_iterations_are_their_own(tree, engine):
-    """Identical memoryless draft and target, greedy: every drafted level is accepted, so each iteration's records are known
-    exactly -- ``D_i`` accepted, ``D_i + 1`` made, predictions equal to them, ``reached`` ones up to ``D_i`` and zeros
-    after, :math:`\\alpha_1 = 1`; plain decoding's step (``D_i = 0``) verifies nothing: NaN acceptances, which
-    :func:`summarize` leaves out."""
+    """Identical memoryless draft and target, greedy: every drafted level is accepted, so each iteration's records
+    are known exactly -- ``D_i`` accepted, ``D_i + 1`` made, predictions equal to them, ``reached`` ones up to
+    ``D_i`` and zeros after, :math:`\\alpha_1 = 1`; plain decoding's step (``D_i = 0``) verifies nothing: NaN
+    acceptances, which :func:`summarize` leaves out."""
     # one law at every position: the greedy path is the most likely path of every depth, so EAGLE-2 keeps it too
     lm = D.CallableLM(lambda ids: torch.tensor([1.0, 0.5, 0.0]).expand(ids.shape + (V,)).clone(), vocab_size=V)
     L = 3
     for m, lengths in [(7, [3, 2]), (5, [3, 0]), (3, [2]), (1, [0]), (10, [3, 3, 1])]:
         res = D.speculative_decode(PROMPT, draft=lm, target=lm, tree=tree, max_new_tokens=m, rng=0, engine=engine,
                                    temperature=0)
-        n = np.array(lengths)
-        assert res.engine == engine and res.L == L and res.tokens.shape[0] == m
-        np.testing.assert_array_equal(res.draft_lengths, n)
-        np.testing.assert_array_equal(res.accepted, n)
-        np.testing.assert_array_equal(res.emitted, n + 1)
-        np.testing.assert_array_equal(res.target_calls, np.ones_like(n))
-        assert res.draft_calls == n.sum()  # one draft call per level drafted
-        np.testing.assert_allclose(res.predicted_accepted, n, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(res.predicted_emitted, n + 1, rtol=0, atol=1e-12)
-        reached = (np.arange(L)[None, :] < n[:, None]).astype(float)
-        np.testing.assert_array_equal(res.reached, reached)
-        np.testing.assert_allclose(res.predicted_reached, reached, rtol=0, atol=1e-12)
-        for a in (res.alpha_first, res.alpha_opt_first):
-            np.testing.assert_allclose(a[n > 0], 1.0, rtol=0, atol=1e-12)
-            assert np.isnan(a[n == 0]).all()
-        S = D.summarize([res])
-        assert S.block_efficiency == S.predicted_block_efficiency == m / len(n)
-        if not (n > 0).any():
-            assert math.isnan(S.alpha_first)
+        assert res.engine == engine and res.draft_calls == sum(lengths)  # one draft call per level drafted
+        assert_full_acceptance_records(res, lengths, L, m)
 
 
 @pytest.mark.parametrize("engine", ["numpy", "torch"])
