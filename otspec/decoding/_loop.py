@@ -363,7 +363,8 @@ class DecodeResult:
         The draft process of a tree run (:data:`otspec.tree.PROCESSES` or
         ``"spechub"``); None for chains.
     tree : TreeShape, Eagle2Params or None
-        The tree a tree run drafted at every step; None for chains. Then
+        The tree a tree run drafted at every step (its last iterations its
+        first ``draft_lengths[i]`` levels); None for chains. Then
         ``k`` is the number of children of the root, ``L`` the largest depth,
         ``accepted`` the depth of the accepted node, ``predicted_*`` and
         ``alpha_first`` the verifier's exact values given each realised tree
