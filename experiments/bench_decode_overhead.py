@@ -38,7 +38,8 @@ timed as a forward.
 Before and after a change (``--before PATH``, a checkout of the package at an earlier commit): the device route
 (``engine="torch"``) of every tree is timed in child processes that alternate between that checkout and this one,
 one process per repeat and checkout (each builds the pair, warms up and decodes the prompts with the same seeds),
-and the medians are printed side by side with the load average; the chains and the numpy route are not run then,
+and the medians are printed side by side with the load average, with the models' calls per generated token and the
+tokens fed per call (both models' forwards hooked: a tree's last iterations draft only the levels left); the chains and the numpy route are not run then,
 unless ``--before-chains``: then speculative sampling's device route (``k = 1``) at every ``--L`` is timed the same
 way, with the models' calls per generated token (both models' forwards hooked), so that a change in what the loop
 computes (the last iterations' shortened drafts) shows beside its time (``--trees ''`` for the chains alone).
@@ -418,13 +419,16 @@ def _meters(target, draft):
     return out
 
 
-def measure_trees(pair, trees, prompts, tokens, repeats, engines=("numpy", "torch"), seed0: int = 0):
+def measure_trees(pair, trees, prompts, tokens, repeats, engines=("numpy", "torch"), seed0: int = 0,
+                  calls: dict | None = None):
     """The same for draft trees: each tree text decoded with ``engine="numpy"`` and ``engine="torch"``, the two
-    routes interleaved in every repeat."""
+    routes interleaved in every repeat; ``calls`` (a dict) gets every contender's per-call figures
+    (:func:`call_stats`, both models' forwards hooked), as :func:`measure`'s."""
     import otspec.decoding as D
 
     target, draft = pair
     tt, td = Timed(target), Timed(draft)
+    meters = _meters(target, draft) if calls is not None else None
 
     def spec(tree, engine):
         def run(ids, seed):
@@ -433,16 +437,30 @@ def measure_trees(pair, trees, prompts, tokens, repeats, engines=("numpy", "torc
             r = D.speculative_decode(ids, draft=td, target=tt, tree=tree, max_new_tokens=tokens, rng=seed,
                                      engine=engine)
             cpu = time.process_time() - c0
-            return (r.wall_time, r.tokens.shape[0], r.iterations, tt.forward + td.forward, cpu,
-                    tt.forward_cpu + td.forward_cpu)
-        return run
+            out = (r.wall_time, r.tokens.shape[0], r.iterations, tt.forward + td.forward, cpu,
+                   tt.forward_cpu + td.forward_cpu)
+            if meters is None:
+                return out
+            return (*out, float(np.sum(r.predicted_emitted)), *meters[0].totals(), *meters[1].totals())
+
+        if meters is None:
+            return run
+
+        def metered(ids, seed):
+            for m in meters:
+                m.reset()
+            return run(ids, seed)
+        return metered
 
     contenders = {f"otspec {tree}, engine={e}": spec(tree, e) for tree in trees for e in engines}
-    return interleaved(contenders, prompts, repeats, seed0)
+    return interleaved(contenders, prompts, repeats, seed0, calls)
 
 
 VERSION_HEAD = ("decoder", "checkout", "ms/token", "CPU ms/token", "ms/iteration", "outside forwards",
-                "outside forwards (CPU time)", "x before (CPU time)")
+                "outside forwards (CPU time)", "x before (CPU time)", "target calls/token", "draft calls/token",
+                "tokens/target call", "tokens/draft call")
+#: The models' call figures (:func:`call_stats`) a tree's row of :func:`measure_versions` ends with.
+TREE_CALLS = VERSION_HEAD[-4:]
 
 
 def _commit(root: str) -> str:
@@ -484,7 +502,8 @@ def measure_versions(a, name: str, trees: list[str]) -> None:
             continue
         for v in roots:
             ms, cms, it, out, oc = med[v][c][:5]
-            rows.append((c, f"{v} ({_commit(roots[v])})", ms, cms, it, out, oc, cms / med["before"][c][1]))
+            rows.append((c, f"{v} ({_commit(roots[v])})", ms, cms, it, out, oc, cms / med["before"][c][1],
+                         *med[v][c][5:]))
     bound = TARGETS.get(name) if a.device == "cpu" else 0.10
     if rows:  # trees timed (``--trees ''`` with ``--before-chains``: the chains alone)
         print_table(f"{name}, device route before and after, {a.prompts} prompts x {a.tokens} tokens, medians of "
@@ -506,9 +525,10 @@ def child(a, name: str, trees: list[str]) -> None:
     target, draft, prompts = {"smollm2": smollm2, "small": small_pair}[name](a.device, getattr(torch, a.dtype))
     prompts = prompts[: a.prompts]
     rep = int(a.child)
-    res = measure_trees((target, draft), trees, prompts, a.tokens, 1, engines=("torch",), seed0=100 * rep) \
-        if trees else {}
-    got = {c.replace(", engine=torch", ""): list(v) for c, v in res.items()}
+    tcalls: dict = {}
+    res = measure_trees((target, draft), trees, prompts, a.tokens, 1, engines=("torch",), seed0=100 * rep,
+                        calls=tcalls) if trees else {}
+    got = {c.replace(", engine=torch", ""): [*v, *(tcalls[c][k] for k in TREE_CALLS)] for c, v in res.items()}
     for L in (int(x) for x in a.L.split(",") if a.before_chains):
         calls: dict = {}
         r = measure((target, draft), L, prompts, a.tokens, 1, a.device, engines=("torch",), calls=calls,

@@ -35,16 +35,19 @@ def _tiny_llama(seed, layers=2, vocab=V):
 
 
 class Calls:
-    """Forward hooks on a torch module: ``(tokens fed, positions of logits returned)`` of every call, per row."""
+    """Forward hooks on a torch module: ``(tokens fed, positions of logits returned)`` of every call, per row (and
+    the rows of every call in ``rows``: a draft tree's frontier is a batch of rows)."""
 
     def __init__(self, module):
         self.log: list[tuple[int, int]] = []
+        self.rows: list[int] = []
         self._fed = 0
         self._hooks = [module.register_forward_pre_hook(self._pre, with_kwargs=True),
                        module.register_forward_hook(self._post, with_kwargs=True)]
 
     def _pre(self, module, args, kwargs):
         self._fed = int(kwargs["input_ids"].shape[1])
+        self.rows.append(int(kwargs["input_ids"].shape[0]))
 
     def _post(self, module, args, kwargs, out):
         self.log.append((self._fed, int(out.logits.shape[1])))
@@ -60,7 +63,8 @@ def pair():
     return target, D.layer_skip_draft(target, [0, 2])
 
 
-def _counted(pair, run):
+def _counted(pair, run, draft_rows: list | None = None):
+    """``run(target, draft)``'s result and the calls of both models; ``draft_rows`` receives the draft's rows."""
     target, draft = pair
     ct, cd = Calls(target), Calls(draft)
     try:
@@ -68,6 +72,8 @@ def _counted(pair, run):
     finally:
         ct.remove()
         cd.remove()
+    if draft_rows is not None:
+        draft_rows.extend(cd.rows)
     return res, ct.log, cd.log
 
 
@@ -275,3 +281,72 @@ def test_tree_draft_calls_compute_one_position_per_row(pair, engine, tree):
     assert res.iterations >= 2 and len(tcalls) == res.iterations
     assert dcalls[0] == (len(PROMPT), 1)
     assert all(rows == 1 for _, rows in dcalls)
+
+
+def _nodes_to_depth(tree: str, n: int) -> int:
+    """The draft nodes of depth at most ``n`` that ``tree`` (the profile's text) drafts: a static shape's nodes of
+    depth <= n; EAGLE-2's ``topk + (n - 1) topk**2`` proposals of its first ``n`` levels, at most its budget."""
+    import otspec.tree as T
+    from otspec.decoding._tree_loop import TREE_PROCESSES
+
+    spec = T.parse_tree_spec(tree, "tree", processes=TREE_PROCESSES)
+    s = spec.shape
+    if spec.process == "eagle2":
+        return min(s.n, s.topk + (n - 1) * s.topk**2)
+    return sum(1 for p in s.paths if 0 < len(p) <= n)
+
+
+def _frontier(tree: str, j: int) -> int:
+    """The rows of the draft's call at depth ``j``: the root's one, then the nodes of depth ``j`` with children
+    (EAGLE-2's ``topk`` best of its level)."""
+    import otspec.tree as T
+    from otspec.decoding._tree_loop import TREE_PROCESSES
+
+    spec = T.parse_tree_spec(tree, "tree", processes=TREE_PROCESSES)
+    if j == 0:
+        return 1
+    if spec.process == "eagle2":
+        return spec.shape.topk
+    return len({p[:j] for p in spec.shape.paths if len(p) == j + 1})
+
+
+#: Every tree family the decoder drafts, depth 3: top-k, EAGLE-2 (its budget of 9 nodes more than its first level
+#: proposes), i.i.d. (SpecInfer) and without replacement (Sequoia) on balanced and explicit rank-path shapes, SpecHub.
+TREE_FAMILIES = ["topk:branching(2,2,1)", "eagle2:3,2,10", "iid:branching(2,2,1):specinfer",
+                 "iid:[[0],[1],[0,0],[0,1],[1,0],[0,0,0]]:specinfer", "wor:branching(2,2,1):sequoia",
+                 "wor:[[0],[1],[2],[0,0],[1,0],[0,0,0]]:sequoia", "spechub:branching(2,2,1)"]
+
+
+@pytest.mark.parametrize("engine", ["torch", "numpy"])
+@pytest.mark.parametrize("tree", TREE_FAMILIES)
+def test_tree_last_iterations_draft_the_levels_left(pair, tree, engine):
+    """With ``left`` tokens to make, a tree iteration drafts the tree's first ``D_i = min(D, left - 1)`` levels only:
+    ``D_i`` draft calls (one per level, each on the frontier's rows as in a whole tree), and a target call that
+    scores the nodes of depth at most ``D_i`` (fed the pending tokens and those nodes), so no token is made past
+    ``max_new_tokens``; one token left: plain decoding's step, one target call of one position, no draft (before:
+    every iteration drafted and scored the whole tree, its surplus thrown away)."""
+    if engine == "torch" and tree.startswith("spechub"):
+        pytest.skip("SpecHub's trees run on the host route only")
+    D_ = 3
+    for max_new in (1, 2, D_, D_ + 2, 2 * D_ + 3):
+        for seed in range(2):
+            rows: list = []
+            res, tcalls, dcalls = _counted(pair, lambda t, d, seed=seed, m=max_new: D.speculative_decode(
+                PROMPT, draft=d, target=t, tree=tree, max_new_tokens=m, rng=seed, engine=engine), rows)
+            lengths = res.draft_lengths
+            assert res.engine == engine and res.L == D_ and res.lossless
+            assert res.tokens.shape[0] == max_new == res.emitted.sum()
+            np.testing.assert_array_equal(lengths, _expected_lengths(res, D_, max_new))
+            assert all(int(a) <= int(n) for a, n in zip(res.accepted, lengths))
+            assert len(tcalls) == res.iterations and len(dcalls) == lengths.sum() == res.draft_calls
+            per = _split(list(zip(dcalls, rows)), lengths, lambda i, n: n)
+            for i, (n, (fed, _), dc) in enumerate(zip(lengths, tcalls, per)):
+                head = len(PROMPT) if i == 0 else int(res.emitted[i - 1])  # the target's pending tokens
+                if n == 0:  # plain decoding's step: the last iteration, one position of logits
+                    assert i == res.iterations - 1 and tcalls[i] == (head, 1) and dc == []
+                    continue
+                assert fed == head + _nodes_to_depth(tree, int(n))  # the nodes of depth <= D_i, none deeper
+                full = _nodes_to_depth(tree, D_)
+                assert (fed - head < full) == (n < D_) or tree.startswith("eagle2")
+                assert [r for _, r in dc] == [_frontier(tree, j) for j in range(n)]  # rows as in a whole tree
+

@@ -91,27 +91,35 @@ def test_records_of_shortened_iterations_are_their_own(verifier, k, engine):
     for m, lengths in [(7, [3, 2]), (5, [3, 0]), (3, [2]), (1, [0]), (10, [3, 3, 1])]:
         res = D.speculative_decode(PROMPT, draft=lm, target=lm, verifier=verifier, k=k, L=L, max_new_tokens=m,
                                    rng=0, engine=engine)
-        n = np.array(lengths)
-        assert res.engine == engine and res.L == L and res.tokens.shape[0] == m
-        np.testing.assert_array_equal(res.draft_lengths, n)
-        np.testing.assert_array_equal(res.accepted, n)
-        np.testing.assert_array_equal(res.emitted, n + 1)
-        np.testing.assert_array_equal(res.target_calls, np.ones_like(n))
-        np.testing.assert_allclose(res.predicted_accepted, n, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(res.predicted_emitted, n + 1, rtol=0, atol=1e-12)
-        np.testing.assert_allclose(res.predicted_calls, 1.0, rtol=0, atol=0)
-        reached = (np.arange(L)[None, :] < n[:, None]).astype(float)
-        np.testing.assert_array_equal(res.reached, reached)
-        np.testing.assert_allclose(res.predicted_reached, reached, rtol=0, atol=1e-12)
-        for a in (res.alpha_first, res.alpha_opt_first):
-            np.testing.assert_allclose(a[n > 0], 1.0, rtol=0, atol=1e-12)
-            assert np.isnan(a[n == 0]).all()
-        S = D.summarize([res])
-        assert S.block_efficiency == S.predicted_block_efficiency == m / len(n)
-        if (n > 0).any():
-            assert S.alpha_first == pytest.approx(1.0, abs=1e-12) and S.alpha_opt_first == pytest.approx(1.0, abs=1e-12)
-        else:
-            assert math.isnan(S.alpha_first) and math.isnan(S.iid_block_efficiency)
+        assert res.engine == engine
+        assert_full_acceptance_records(res, lengths, L, m)
+
+
+def assert_full_acceptance_records(res, lengths, L: int, m: int) -> None:
+    """The records of a run of ``m`` tokens whose every draft is accepted, iteration ``i`` drafting ``lengths[i]``
+    (``L`` at most; a tree's levels): accepted, made and predicted exactly, ``reached`` ones up to ``L_i``,
+    :math:`\alpha_1 = 1`, NaN for plain decoding's step (``L_i = 0``)."""
+    n = np.array(lengths)
+    assert res.L == L and res.tokens.shape[0] == m
+    np.testing.assert_array_equal(res.draft_lengths, n)
+    np.testing.assert_array_equal(res.accepted, n)
+    np.testing.assert_array_equal(res.emitted, n + 1)
+    np.testing.assert_array_equal(res.target_calls, np.ones_like(n))
+    np.testing.assert_allclose(res.predicted_accepted, n, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.predicted_emitted, n + 1, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.predicted_calls, 1.0, rtol=0, atol=0)
+    reached = (np.arange(L)[None, :] < n[:, None]).astype(float)
+    np.testing.assert_array_equal(res.reached, reached)
+    np.testing.assert_allclose(res.predicted_reached, reached, rtol=0, atol=1e-12)
+    for a in (res.alpha_first, res.alpha_opt_first):
+        np.testing.assert_allclose(a[n > 0], 1.0, rtol=0, atol=1e-12)
+        assert np.isnan(a[n == 0]).all()
+    S = D.summarize([res])
+    assert S.block_efficiency == S.predicted_block_efficiency == m / len(n)
+    if (n > 0).any():
+        assert S.alpha_first == pytest.approx(1.0, abs=1e-12) and S.alpha_opt_first == pytest.approx(1.0, abs=1e-12)
+    else:
+        assert math.isnan(S.alpha_first) and math.isnan(S.iid_block_efficiency)
 
 
 @pytest.mark.parametrize("verifier, k, engine", [f for f in FAMILIES if f[0] != "multidraft-plan"])

@@ -142,11 +142,14 @@ def _run(target, draft, prompt, verifier, process, tree, **kw):
     ("eagle2", T.Eagle2Params(depth=3, top_k=2, total_tokens=6)), ("spechub", SHAPE), ("iid", T.TreeShape.chains(3, 2)),
 ])
 def test_first_tree_is_sample_trees_tree_for_the_same_seed(toy, process, tree):
-    """The decoder's per-depth growth draws exactly the tree otspec.tree draws node by node (same generator)."""
+    """The decoder's per-depth growth draws exactly the tree otspec.tree draws node by node (same generator); the
+    first iteration drafts the whole tree (``max_new_tokens`` leaves it ``depth + 1`` tokens to make)."""
     target, draft, _, dm = toy
+    depth = tree.depth if process == "eagle2" else tree.max_depth
     for seed in range(4):
-        _, seen = _run(target, draft, [1, 2], "target-only" if process != "spechub" else "spechub", process, tree,
-                       max_new_tokens=1, rng=seed)
+        res, seen = _run(target, draft, [1, 2], "target-only" if process != "spechub" else "spechub", process, tree,
+                         max_new_tokens=depth + 1, rng=seed)
+        assert res.draft_lengths[0] == depth
         gen = D.make_rng(seed)
         if process == "spechub":
             want = sample_spechub_tree(tree, dm, prefix=(1, 2), rng=gen)
@@ -183,8 +186,11 @@ def test_laws_at_every_node_are_the_models_laws(request, models, process, verifi
         np.testing.assert_allclose(P[has_child], p[has_child], **tol)
         drafted += int(has_child.sum())
         ctx += list(paths[a]) + [int(y)]
-    assert len(seen) == res.iterations >= 3 and drafted > 3 * len(seen) - 1
-    np.testing.assert_array_equal(np.array(ctx[len(prompt):])[:20], res.tokens)
+    # the last iteration may be plain decoding's step (one token left): no tree, no verifier
+    assert len(seen) == int((res.draft_lengths > 0).sum()) >= 3 and drafted > 3 * len(seen) - 1
+    made = ctx[len(prompt):]
+    assert len(made) == 20 - int(res.draft_lengths[-1] == 0)
+    np.testing.assert_array_equal(made, res.tokens[: len(made)])
 
 
 @pytest.mark.parametrize("verifier,process,tree",
@@ -305,8 +311,11 @@ def test_tokens_per_call_agree_with_tree_value(toy, verifier, process, tree):
         res = D.speculative_decode([1, 2], draft=draft, target=target, tree=tree, process=process,
                                    verifier=verifier, max_new_tokens=60, rng=seed)
         start = np.concatenate([[0], np.cumsum(res.emitted)[:-1]])  # tokens decoded before each iteration
-        for acc, pred, c in zip(res.accepted, res.predicted_accepted, start):
-            exact = T.value(tree, dm, tm, process=process, verifier=verifier, prefix=[1, 2] + res.tokens[:c].tolist())
+        for acc, pred, c, n in zip(res.accepted, res.predicted_accepted, start, res.draft_lengths):
+            # the last iterations draft the tree's first n = min(L, left - 1) levels (none: plain decoding's step)
+            cut = T.TreeShape([s for s in tree.paths if len(s) <= n]) if n else None
+            exact = 0.0 if cut is None else T.value(cut, dm, tm, process=process, verifier=verifier,
+                                                    prefix=[1, 2] + res.tokens[:c].tolist())
             diffs.append(acc - exact)
             pdiffs.append(pred - exact)
         np.testing.assert_array_equal(res.emitted, res.accepted + 1)
@@ -323,14 +332,18 @@ def test_decode_result_records_one_target_call_and_one_draft_call_per_depth(toy)
     assert (res.k, res.L, res.process, res.tree, res.verifier_name, res.lossless) == (2, 2, "iid", SHAPE,
                                                                                        "specinfer", True)
     np.testing.assert_array_equal(res.target_calls, 1)
-    assert res.total_target_calls == res.iterations and res.draft_calls == 2 * res.iterations
+    # one draft call per level drafted: L_i = min(L, left - 1) levels (plain decoding's step: none)
+    assert res.total_target_calls == res.iterations and res.draft_calls == res.draft_lengths.sum()
+    assert (res.draft_lengths[:-2] == 2).all() and res.draft_lengths[-1] < 2
     assert res.tokens.shape == (25,) and res.reached.shape == res.predicted_reached.shape == (res.iterations, 2)
     np.testing.assert_array_equal(res.reached.sum(axis=1), res.accepted)
-    np.testing.assert_allclose(res.predicted_reached[:, 0], res.alpha_first, rtol=1e-15)
+    drafted = res.draft_lengths > 0  # plain decoding's step: nothing verified, alpha NaN, no depth reached
+    np.testing.assert_allclose(res.predicted_reached[drafted, 0], res.alpha_first[drafted], rtol=1e-15)
+    assert np.isnan(res.alpha_first[~drafted]).all() and (res.predicted_reached[~drafted] == 0).all()
     np.testing.assert_allclose(res.predicted_accepted, res.predicted_reached.sum(axis=1), rtol=1e-12)
     e = D.speculative_decode([1, 2], draft=draft, target=target, tree=EAGLE, max_new_tokens=10, rng=1)
     assert (e.process, e.verifier_name, e.k, e.L) == ("eagle2", "target-only", 2, 2)
-    assert e.draft_calls == 2 * e.iterations
+    assert e.draft_calls == e.draft_lengths.sum() and (e.draft_lengths[:-2] == 2).all()
     np.testing.assert_allclose(e.alpha_first, e.alpha_opt_first, rtol=1e-14)  # target-only: q of the root's children
     same = D.speculative_decode([1, 2], draft=target, target=target, tree=SHAPE, process="iid", max_new_tokens=12,
                                 rng=0)

@@ -146,7 +146,10 @@ def test_device_route_reads_the_host_once_per_iteration(process, verifier, monke
         res = D.speculative_decode([0], **kw, log_laws=False)
     assert res.engine == "torch"
     assert mode.reads.count("tolist") == res.iterations
-    assert len(mode.reads) == res.iterations + 2, mode.reads  # + the seed, + the log after the loop
+    # + the seed, + the log after the loop: one read for the iterations of each depth drafted (the last ones
+    # draft fewer levels; plain decoding's step reads its token)
+    depths = len(set(res.draft_lengths[res.draft_lengths > 0].tolist()))
+    assert len(mode.reads) == res.iterations + 1 + depths, mode.reads
     assert scalars.reads == 1  # the seed
     with _HostReads() as mode:
         host = D.speculative_decode([0], **kw, engine="numpy")
@@ -176,8 +179,13 @@ def test_iid_alpha_opt_first_is_alpha_k_and_optional():
     starts = np.concatenate([[0], np.cumsum(res.emitted)[:-1]])
     for i, s in enumerate(starts):
         p, q = torch.softmax(tp[ctx[s]], -1).numpy(), torch.softmax(tq[ctx[s]], -1).numpy()
+        if res.draft_lengths[i] == 0:  # plain decoding's step: no draft, nothing verified
+            assert np.isnan(res.alpha_opt_first[i]) and np.isnan(res.alpha_first[i])
+            continue
         np.testing.assert_allclose(res.alpha_opt_first[i], otspec.alpha_k(p, q, 3), rtol=0, atol=1e-12)
-    np.testing.assert_allclose(res.predicted_reached[:, 0], res.alpha_first, rtol=0, atol=0)
+    drafted = res.draft_lengths > 0  # plain decoding's step (one token left): alpha NaN, no depth reached
+    np.testing.assert_allclose(res.predicted_reached[drafted, 0], res.alpha_first[drafted], rtol=0, atol=0)
+    assert (res.predicted_reached[~drafted] == 0).all()
     quiet = D.speculative_decode([0], draft=draft, target=target, tree=WIDE, process="iid", max_new_tokens=25, rng=3,
                                  log_laws=False)
     np.testing.assert_array_equal(quiet.tokens, res.tokens)
@@ -475,4 +483,6 @@ def test_root_laws_copied_or_not_give_the_same_optimum(process, monkeypatch):
     copied = D.speculative_decode([0], **kw)
     np.testing.assert_array_equal(copied.tokens, at_once.tokens)
     np.testing.assert_array_equal(copied.alpha_opt_first, at_once.alpha_opt_first)
-    assert np.isfinite(copied.alpha_opt_first).all() and len(copied.alpha_opt_first) == copied.iterations
+    drafted = copied.draft_lengths > 0  # plain decoding's step (one token left) has none: NaN
+    assert np.isfinite(copied.alpha_opt_first[drafted]).all() and len(copied.alpha_opt_first) == copied.iterations
+    assert np.isnan(copied.alpha_opt_first[~drafted]).all()

@@ -235,7 +235,8 @@ def test_eagle2_device_route_reads_the_host_once_per_iteration(monkeypatch):
             res = D.speculative_decode([0], draft=draft, target=target, **kw, log_laws=False)
         assert res.engine == "torch"
         assert mode.reads.count("tolist") == res.iterations
-        assert len(mode.reads) == res.iterations + 2, mode.reads
+        depths = len(set(res.draft_lengths[res.draft_lengths > 0].tolist()))  # one log read per depth drafted
+        assert len(mode.reads) == res.iterations + 1 + depths, mode.reads
         assert scalars.reads == 1
         with _HostReads() as mode:
             host = D.speculative_decode([0], draft=draft, target=target, **kw, engine="numpy")

@@ -25,7 +25,7 @@ from ._deps import require
 from ._models import takes_last, validate_language_model, validate_prompt
 from ._sampling import Sampling, _block, _law_block, _laws_into, bad_rows, draw_rows, sample_rows
 from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
-from ._tree_loop import TreeStep, check_with_tree, check_without_tree, tree_plan
+from ._tree_loop import TreeStep, TreeSteps, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
     DEVICE_VERIFIERS,
     Scheme,
@@ -363,7 +363,8 @@ class DecodeResult:
         The draft process of a tree run (:data:`otspec.tree.PROCESSES` or
         ``"spechub"``); None for chains.
     tree : TreeShape, Eagle2Params or None
-        The tree a tree run drafted at every step; None for chains. Then
+        The tree a tree run drafted at every step (its last iterations its
+        first ``draft_lengths[i]`` levels); None for chains. Then
         ``k`` is the number of children of the root, ``L`` the largest depth,
         ``accepted`` the depth of the accepted node, ``predicted_*`` and
         ``alpha_first`` the verifier's exact values given each realised tree
@@ -380,12 +381,13 @@ class DecodeResult:
         package's numpy verifiers (rows of the laws moved there).
     draft_lengths : (N,) ndarray of int64
         The drafts of each iteration, :math:`L_i = \min(L, r_i - 1)` with
-        :math:`r_i` the tokens left before ``max_new_tokens`` (``L`` for a
-        lossy verifier and for trees; 0: plain decoding's step, one target
+        :math:`r_i` the tokens left before ``max_new_tokens`` (for a tree,
+        the depth :math:`D_i = \min(D, r_i - 1)` of the levels drafted;
+        ``L`` for a lossy verifier; 0: plain decoding's step, one target
         call and no draft): see :func:`speculative_decode`. Every other
         per-iteration record is that of the iteration as made: ``accepted
-        <= L_i``, the predictions exact for ``L_i`` drafts. None in a result
-        built by hand.
+        <= L_i``, the predictions exact for ``L_i`` drafts (for the tree cut
+        to :math:`D_i` levels). None in a result built by hand.
     """
 
     tokens: np.ndarray
@@ -651,10 +653,21 @@ def speculative_decode(
     unchanged (where an EOS will come is not known before it is drawn). A
     verifier that is not lossless (``"mentored"``, a lossy callable) keeps
     ``L`` to the end: its output law depends on ``L``, and the run makes the
-    scheme it was asked for (the tokens past the limit are dropped). Trees
-    are drafted whole. ``DecodeResult.draft_lengths`` holds every
-    :math:`L_i`, and every per-iteration record is the shortened
-    iteration's own (:class:`DecodeResult`).
+    scheme it was asked for (the tokens past the limit are dropped). A draft
+    tree of depth :math:`D` is cut the same way: with :math:`r_i` tokens
+    left the iteration drafts and scores its first :math:`D_i = \min(D,
+    r_i - 1)` levels only (a shape's nodes of depth at most :math:`D_i`;
+    EAGLE-2's tree grown :math:`D_i` levels, its node budget capped at the
+    nodes they propose), plain decoding's step at :math:`r_i = 1`; lossless
+    for the same reason (a tree verifier's iteration follows the target for
+    any shape fixed before its randomness, and :math:`D_i` is fixed by the
+    past), while a tree verifier not lossless for the process keeps the
+    whole tree (its output law depends on the shape). SafeAILab/EAGLE's own
+    loop (``eagle/model/ea_model.py``, ``eagenerate``) drafts whole trees and
+    stops once it has made more than ``max_new_tokens``. ``DecodeResult.draft_lengths``
+    holds every :math:`L_i` (:math:`D_i` for trees), and every
+    per-iteration record is the shortened iteration's own
+    (:class:`DecodeResult`).
 
     Parameters
     ----------
@@ -843,9 +856,10 @@ def speculative_decode(
         if _tree_engine(engine, plan):
             seed = _seed(rng)
             gen, gens = np.random.default_rng(seed), _device_generators(seed, draft.device, target.device)
-            step = device_tree_step(plan, sampling, log_laws, law_batch=LAW_BATCH, clock=_clock)
+            step = TreeSteps(plan, lambda p: device_tree_step(p, sampling, log_laws, law_batch=LAW_BATCH,
+                                                              clock=_clock))
         else:
-            gen, gens, step = make_rng(rng), None, TreeStep(plan, sampling)
+            gen, gens, step = make_rng(rng), None, TreeSteps(plan, lambda p: TreeStep(p, sampling))
         return _Decoder(draft, target, prompt_, scheme, plan.k, plan.L, max_new, sampling, gen, eos, progress,
                         tree_step=step, device_gens=gens).run()
     check_without_tree(process, allow_lossy)
@@ -896,7 +910,7 @@ def _tree_engine(engine, plan) -> bool:
 
 class _Decoder:
     def __init__(self, draft, target, prompt, scheme: Scheme, K, L, max_new, sampling, gen, eos, progress,
-                 tree_step: TreeStep | None = None, device_gens=None, log_laws: bool = False):
+                 tree_step: TreeSteps | None = None, device_gens=None, log_laws: bool = False):
         self.tree_step = tree_step
         self.device_gens = device_gens
         self.log_laws = log_laws
@@ -1216,14 +1230,15 @@ class _Decoder:
         generator and one host read with ``engine="torch"``). Its :math:`\alpha_1` is NaN (nothing verified)."""
         t = self.t
         pending = t.sync(ctx)
+        if self.device_gens is None or self.tree_step is not None:  # a tree run's device log is its steps' own
+            self.log["alpha1"].append(math.nan)
+            self.log["alpha_opt1"].append(math.nan)
         if self.device_gens is None:
             law = t.feed_t(np.array([pending], dtype=np.int64))[:, -1]
             y = int(_sample(law, self.gen)[0])
-            self.log["alpha1"].append(math.nan)
-            self.log["alpha_opt1"].append(math.nan)
         else:
             ids = torch.tensor([pending], dtype=torch.long, device=t.lm.device)
-            law = self.sampling.probs(t.logits_ids(ids, last=1)[:, -1])  # (1, V)
+            law = self.sampling.probs(t.logits_ids(ids, last=1)[:, -1], check=False)  # (1, V); bad_rows checks it
             yb = torch.cat([draw_rows(law, self.device_gens[1]), bad_rows(law).to(torch.long)]).tolist()
             if yb[1]:
                 self._refuse_bad_logits(ctx, [1] + [0] * (self.K - 1), 0)
@@ -1233,13 +1248,14 @@ class _Decoder:
             if self.scheme.kind == "block":  # P(tau = 0) = 1, then alpha_1 (NaN)
                 row[: L + 1] = 0.0
                 row[0] = 1.0
-            self.dev_log.append(row)
+            if self.tree_step is None:
+                self.dev_log.append(row)
         t.seq = ctx + [y]
         self._record(0, 1, 1, 0.0, 1.0, 1.0, np.zeros(0), np.zeros(0))
         return [y]
 
     def _draft_length(self, done: int) -> int:
-        r"""Drafts of the next chain iteration after ``done`` tokens: :math:`L_i = \min(L, m - \text{done} - 1)`,
+        r"""Drafts (a tree's levels) of the next iteration after ``done`` tokens: :math:`L_i = \min(L, m - \text{done} - 1)`,
         ``m = max_new_tokens`` (an iteration makes at most :math:`L_i + 1` tokens, so none is made past ``m``; as
         transformers' assisted generation, ``AssistedCandidateGenerator``); ``L`` for a verifier not known to be
         lossless (its output law depends on ``L``: the run keeps the scheme it was asked for)."""
@@ -1260,12 +1276,8 @@ class _Decoder:
         t0 = _clock(*devices)
         try:
             while len(out) < self.max_new:
-                if self.tree_step is None:
-                    L_i = self._draft_length(len(out))
-                    new = step(ctx, L_i) if L_i else self._iter_plain(ctx)
-                else:  # a draft tree is drafted whole (its depth is not shortened)
-                    L_i = self.L
-                    new = step(ctx)
+                L_i = self._draft_length(len(out))  # a tree's depth D_i: its first D_i levels (TreeSteps)
+                new = step(ctx, L_i) if L_i else self._iter_plain(ctx)
                 self.log["lengths"].append(L_i)
                 ctx = ctx + new
                 out.extend(new)

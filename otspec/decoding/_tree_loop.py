@@ -26,6 +26,13 @@ One iteration on a context :math:`x_{1:T}` (draft law ``p``, target law ``q``):
    tree (they are its pending tokens): no extra call, a few more columns in
    the next one.
 
+**The last iterations.** With :math:`r_i` tokens left before
+``max_new_tokens`` an iteration drafts the tree's first
+:math:`D_i = \min(D, r_i - 1)` levels (:meth:`TreePlan.pruned`, run by
+:class:`TreeSteps`), and at :math:`r_i = 1` it is plain decoding's step;
+lossless since :math:`D_i` is fixed by the past (see
+:func:`otspec.decoding.speculative_decode`).
+
 Notation: ``p`` is the draft law and ``q`` the target law, as everywhere in otspec.
 """
 
@@ -33,7 +40,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -52,8 +59,8 @@ from ._verifiers import lp_max_support
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["DEFAULT_VERIFIERS", "SPECHUB_MAX_VOCAB", "TREE_PROCESSES", "TreePlan", "TreeStep", "check_with_tree",
-           "check_without_tree", "tree_plan"]
+__all__ = ["DEFAULT_VERIFIERS", "SPECHUB_MAX_VOCAB", "TREE_PROCESSES", "TreePlan", "TreeStep", "TreeSteps",
+           "check_with_tree", "check_without_tree", "tree_plan"]
 
 #: The draft processes the decoder grows trees with: those of :data:`otspec.tree.PROCESSES` and SpecHub's
 #: pairs (:func:`otspec.tree.sample_spechub_tree`).
@@ -204,6 +211,66 @@ class TreePlan:
     levels: list
     frontier: list
     parent_rows: list
+    _pruned: dict = field(default_factory=dict, repr=False)  # the plans of :meth:`pruned`, by depth
+
+    def pruned(self, depth: int) -> TreePlan:
+        r"""The plan of the tree cut to its first ``depth`` levels (``self`` when ``depth >= L``), made once per depth.
+
+        .. math::
+
+            S_D = \{v \in S : d(v) \le D\},
+
+        a shape's nodes of depth at most ``D`` (a prefix of its node order,
+        the same nodes with the same numbers: the draft fills them with the
+        same draws as the first ``D`` levels of the whole tree); EAGLE-2's
+        ``Eagle2Params(num_steps, topk, num_draft_tokens)`` becomes
+        ``Eagle2Params(D, topk, min(num_draft_tokens, topk + (D - 1) topk**2 + 1))``: the same
+        expansion for ``D`` levels and the same node budget, capped at the
+        nodes those levels propose (the kept nodes are the ``n`` best
+        proposals of the ``D`` levels, so the budget a deeper level would
+        have taken goes to the next best shallower proposals). The decoder
+        drafts it in its last iterations (:class:`TreeSteps`).
+
+        Parameters
+        ----------
+        depth : int
+            ``1 <= depth``.
+
+        Returns
+        -------
+        TreePlan
+            Same process, verifier, name, ``k`` and losslessness; ``L = min(depth, L)``.
+
+        Examples
+        --------
+        >>> from otspec.decoding import CallableLM, Sampling
+        >>> from otspec.decoding._tree_loop import tree_plan
+        >>> lm = CallableLM(lambda ids: ids[..., None].double().repeat(1, 1, 4), vocab_size=4)
+        >>> plan = tree_plan("iid:branching(2,2)", process=None, verifier=None, options=None, allow_lossy=False,
+        ...                  target=lm, V=4, sampling=Sampling())
+        >>> cut = plan.pruned(1)
+        >>> cut.L, cut.shape.n, cut.k, plan.pruned(1) is cut, plan.pruned(2) is plan
+        (1, 2, 2, True, True)
+        """
+        if depth >= self.L:
+            return self
+        if depth < 1:
+            raise ValueError(f"`depth` must be at least 1 (a tree of no level is plain decoding's step), got {depth}")
+        got = self._pruned.get(depth)
+        if got is None:
+            s = self.shape
+            if self.process == "eagle2":
+                shape = otspec.tree.Eagle2Params(depth, s.topk, min(s.num_draft_tokens,
+                                                                     s.topk + (depth - 1) * s.topk**2 + 1))
+                levels = frontier = parent_rows = []
+            else:
+                shape = otspec.tree.TreeShape([p for p in s.paths if len(p) <= depth])
+                levels, frontier, parent_rows = _levels(shape)
+            got = self._pruned[depth] = TreePlan(
+                shape=shape, process=self.process, verifier=self.verifier, name=self.name,
+                lossless=bool(self.verifier.lossless_for(self.process, shape)), k=self.k, L=depth, levels=levels,
+                frontier=frontier, parent_rows=parent_rows)
+        return got
 
     def grower(self, gen: np.random.Generator):
         """A fresh grower of one realised tree."""
@@ -519,6 +586,82 @@ class TreeStep:
         dec.log["alpha1"].append(float(pred_reached[0]))
         dec.log["alpha_opt1"].append(_alpha_opt(plan, tree, P[0], Q[0]))
         dec._record(tau, emitted, 1, pred_acc, pred_acc + 1.0, 1.0, reached, pred_reached)
+
+
+#: The per-iteration records that a step's :meth:`finish` writes after the loop (the device route's predictions).
+_FINISHED = ("pred_reached", "pred_acc", "pred_emit", "alpha1", "alpha_opt1")
+
+
+class TreeSteps:
+    r"""The decoder's tree iterations: the step of each depth an iteration drafts, made once per depth.
+
+    Called as ``steps(dec, ctx, depth)`` with the iteration's depth
+    :math:`D_i = \min(D, r_i - 1)` (:math:`r_i` the tokens left before
+    ``max_new_tokens``; the decoder's plain step at :math:`r_i = 1`), it
+    drafts :meth:`TreePlan.pruned` of that depth with the step that ``make``
+    builds for it (:class:`TreeStep`, or the device route's). The depths of a
+    decode never increase, so each step runs one contiguous span of
+    iterations; :meth:`finish` calls each step's ``finish`` on a log of its
+    own span and writes what it fills back in place (its rows padded to
+    ``L`` with zeros), and each step keeps its own optimum at the root
+    (the decoder's ``alpha_opt`` swapped in around its calls).
+
+    Parameters
+    ----------
+    plan : TreePlan
+        The decode's whole tree.
+    make : callable
+        ``make(plan) -> step``, a step called as ``step(dec, ctx)`` with a ``finish(dec)``.
+    """
+
+    def __init__(self, plan: TreePlan, make):
+        self.plan = plan
+        self._make = make
+        self.steps: dict = {}  # depth -> (step, its optimum at the root: the decoder's alpha_opt while it runs)
+        self.spans: list = []  # [depth, first iteration, end] of the steps in the order run
+
+    def step(self, depth: int):
+        """The step of ``depth`` (made at its first call)."""
+        got = self.steps.get(depth)
+        if got is None:
+            got = self.steps[depth] = (self._make(self.plan.pruned(depth)), [])
+        return got[0]
+
+    def _own(self, dec, depth: int, call):
+        """``call()`` with the decoder's optimum at the root that of the step of ``depth``."""
+        mine = self.steps[depth]
+        kept, dec.alpha_opt = dec.alpha_opt, mine[1]
+        try:
+            return call()
+        finally:
+            self.steps[depth] = (mine[0], dec.alpha_opt)
+            dec.alpha_opt = kept
+
+    def __call__(self, dec, ctx: list[int], depth: int) -> list[int]:
+        lg = dec.log
+        i = len(lg["accepted"])
+        step = self.step(depth)
+        if not self.spans or self.spans[-1][0] != depth:
+            self.spans.append([depth, i, i])
+        out = self._own(dec, depth, lambda: step(dec, ctx))
+        self.spans[-1][2] = i + 1
+        for key in ("alpha1", "alpha_opt1"):  # the device route's are written by its finish: keep the rows aligned
+            lg[key].extend([np.nan] * (i + 1 - len(lg[key])))
+        return out
+
+    def finish(self, dec) -> None:
+        """Each step's ``finish`` on its own span of the log (see the class)."""
+        whole = dec.log
+        try:
+            for depth, lo, hi in self.spans:
+                own = {key: rows[lo:hi] for key, rows in whole.items()}
+                dec.log = own
+                self._own(dec, depth, lambda d=depth: self.steps[d][0].finish(dec))
+                for key in _FINISHED:
+                    rows = own[key] if key != "pred_reached" else [dec._pad_zeros(r) for r in own[key]]
+                    whole[key][lo:hi] = rows
+        finally:
+            dec.log = whole
 
 
 def check_without_tree(process, allow_lossy) -> None:
