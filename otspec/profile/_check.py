@@ -7,14 +7,13 @@ r"""A profile's predicted speed-ups checked against real decoding on the same pa
 
 the per-token seconds of :func:`otspec.decoding.autoregressive_decode` over those of
 :func:`otspec.decoding.speculative_decode` with scheme ``s`` on prompt ``i`` in round ``r`` (each whole
-call, synchronised: :class:`otspec._timing.Stopwatch`; :math:`n` every token the iterations made, those
-of a tree's last iteration beyond ``max_new_tokens`` included, so that the ratio is one of rates, as the
-profile predicts it; a chain's last iterations draft only the tokens left, as transformers' assisted
-generation does), every contender on the same prompt one after the other in a rotated order (so that
-a pair shares the machine's load), each timed decode right after a short untimed decode of the same
-contender (its caches and the allocator's free blocks its own, as in a server that runs one scheme; the
-profile times its steps the same way: :mod:`otspec.profile._overhead`), the median over rounds and
-prompts. Round 0 is a warm-up, run with every model call timed
+call, synchronised: :class:`otspec._timing.Stopwatch`; :math:`n` every token the iterations made: the
+last iterations of a chain or a tree draft only the tokens left, as transformers' assisted generation
+does, so that none is made past ``max_new_tokens``), every contender on the same prompt one after the
+other in a rotated order (so that a pair shares the machine's load), each timed decode right after a
+short untimed decode of the same contender (its caches and the allocator's free blocks its own, as in a
+server that runs one scheme; the profile times its steps the same way: :mod:`otspec.profile._overhead`),
+the median over rounds and prompts. Round 0 is a warm-up, run with every model call timed
 (:class:`otspec.profile._overhead.TimedLM`) for the share of the decoder's time outside its forward
 passes; the counted rounds run the models bare."""
 

@@ -832,13 +832,15 @@ class RenewalEstimate:
         \widehat{\rm TPC} = \frac{\sum_n T_n}{\sum_n \sum_{t < T_n} r_n(t)}
         \;\to\; \mathrm{TPC}_T = \frac{T}{E[N_T]},
 
-    the tokens kept per call of decodes of ``T`` tokens (the last
-    iteration's overshoot :math:`O_T` wasted). A decoder's emitted tokens per
-    call, :math:`E[T + O_T] / E[N_T]` (``DecodeResult.block_efficiency``,
-    ``emitted / target_calls``), is larger by :math:`E[O_T] / E[N_T]`, a few
-    tenths of a token for decodes of 8 tokens: it is estimated by
-    :func:`palm_tokens_per_call`; the two share the long-run limit
-    (``docs/theory/profile.rst``).
+    the tokens kept per call of decodes of ``T`` tokens: what
+    :func:`otspec.decoding.speculative_decode` makes per call
+    (``DecodeResult.block_efficiency``), since its last iterations draft only
+    the tokens left and make none past ``T``. A decoder that drafts whole
+    chains or trees to the end emits :math:`E[T + O_T] / E[N_T]` per call,
+    larger by :math:`E[O_T] / E[N_T]` (its last iteration's overshoot
+    :math:`O_T`, a few tenths of a token for decodes of 8 tokens): that is
+    estimated by :func:`palm_tokens_per_call`; the two share the long-run
+    limit (``docs/theory/profile.rst``).
 
     Attributes
     ----------
@@ -881,9 +883,11 @@ def tokens_per_call(e, log_q, *, lengths=None) -> RenewalEstimate:
     with ``r`` from :func:`starts_recursion` and :math:`N_T` the number of
     target calls real decoding makes for ``T`` tokens; for equal lengths this
     is ``T`` over the expected calls, exactly in the limit of many texts:
-    the tokens *kept* per call of decodes with ``max_new_tokens = T``. The
-    tokens *emitted* per call of the same decodes count the last iteration's
-    overshoot too and are estimated by :func:`palm_tokens_per_call`
+    the tokens *kept* per call of decodes with ``max_new_tokens = T``, which
+    otspec's decoder makes (its last iterations draft only the tokens left).
+    The tokens *emitted* per call of a decoder that drafts whole chains or
+    trees to the end count the last iteration's overshoot too and are
+    estimated by :func:`palm_tokens_per_call`
     (:class:`RenewalEstimate`).
 
     Parameters
@@ -982,9 +986,10 @@ def palm_tokens_per_call(m, r, *, lengths=None) -> float:
 
         \frac{\sum_n \sum_{t<T_n} r_n(t)\, m(y^{(n)}_{<t})}{\sum_n \sum_{t<T_n} r_n(t)}
 
-    Consistent for the tokens *emitted* per call of real decodes of ``T``
-    tokens, :math:`E[T + O_T] / E[N_T]` (``emitted / target_calls``, the
-    last iteration's overshoot :math:`O_T` included: its numerator estimates
+    Consistent for the tokens *emitted* per call of decodes of ``T`` tokens
+    by a decoder that drafts whole chains or trees to the end,
+    :math:`E[T + O_T] / E[N_T]` (the last iteration's overshoot :math:`O_T`
+    included: its numerator estimates
     the expected tokens emitted by iterations begun before ``T``), where
     :func:`tokens_per_call` estimates the tokens kept, :math:`T / E[N_T]`;
     the two share the long-run limit.

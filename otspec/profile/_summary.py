@@ -281,9 +281,11 @@ class ProfileSummary:
         ``(family, k, L) -> Estimate``: the Palm average, the profiled
         positions' expected tokens per call weighted by their start
         probabilities :math:`r(t)` (:func:`otspec.profile.palm_tokens_per_call`;
-        consistent for the tokens emitted per call of decodes of ``T`` tokens,
-        the last iteration's overshoot included, as ``emitted / target_calls``
-        counts them; the renewal estimate's long-run limit too).
+        consistent for the tokens emitted per call of decodes of ``T`` tokens
+        by a decoder that drafts whole chains or trees to the end, the last
+        iteration's overshoot included; otspec's decoder drafts only the tokens
+        left and makes the renewal estimate's tokens kept per call; the two
+        share the long-run limit).
     position_bias : dict
         ``(family, k, L) -> Estimate``: ``tokens_per_call / palm - 1``, the
         relative bias of the per-position average (the inspection paradox of
@@ -1337,9 +1339,10 @@ class TreeSummary:
     renewal, palm, position_bias : dict
         For the static top-k families (profiled along a target-sampled text), ``name -> Estimate``: tokens per
         call by the renewal estimator (their emission law along the text is exact: no verifier, no drawn tree;
-        tokens kept per call of decodes of the texts' length), the Palm average of ``1 + E[tau | T]`` (weighted
-        by the start probabilities; tokens emitted per call, overshoot included) and ``tokens_per_call /
-        palm - 1``, the per-position average's bias.
+        tokens kept per call of decodes of the texts' length, as otspec's decoder makes them), the Palm average
+        of ``1 + E[tau | T]`` (weighted by the start probabilities; tokens emitted per call by a decoder that
+        drafts whole trees to the end, overshoot included) and ``tokens_per_call / palm - 1``, the per-position
+        average's bias.
     along : dict
         ``name -> (route, reason)``: how each family's emission law along the text is computed (``route``, a
         sentence), or why it has none (``route`` None, ``reason`` a sentence).
