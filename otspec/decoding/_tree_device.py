@@ -505,7 +505,8 @@ def _draws(P, k: int, gen, *, work=None):
     return torch.where(i < P.shape[-1], i, top).clamp_(max=P.shape[-1] - 1)
 
 
-def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, in_place: bool = False):
+def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, in_place: bool = False,
+               host: bool = False):
     r"""``most`` draws without replacement from each row of ``P`` (``(B, V)``, non-negative), in draw order, shape
     ``(B, most)``, and the flags of rows with fewer than ``need`` (``(B,)``) tokens of positive mass. No host read.
 
@@ -526,7 +527,9 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
     ``work`` (a dict of blocks kept across calls, :func:`_block`) receives the running sums or the exponentials
     instead of fresh blocks; ``in_place`` lets the ``"cdf"`` rule set the drawn tokens to 0 in ``P`` itself (a
     block the caller owns) instead of a copy, and write their values back in reverse order of the draws before
-    returning (``P`` ends bit for bit as it was). The same draws either way.
+    returning (``P`` ends bit for bit as it was). ``host`` (where a read waits for nothing: the CPU, whose
+    ``torch.cumsum`` adds in order) lets the ``"cdf"`` rule read each draw's tokens and continue the running sums from
+    there (:func:`_cumsum_after`) instead of summing the whole row again. The same draws either way.
     """
     if rule is None:
         rule = "race" if P.device.type == "cuda" else "cdf"
@@ -542,8 +545,13 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
     top = torch.empty((B, most), dtype=torch.long, device=P.device)
     tots = torch.empty((B, most), dtype=P.dtype, device=P.device)
     was = torch.empty((B, most), dtype=P.dtype, device=P.device) if in_place else None
+    tail = host and P.device.type == "cpu" and P.is_contiguous()  # the later draws' sums from the pick on
+    c = picks = None
     for r in range(most):
-        c = torch.cumsum(W, dim=-1, out=blk)
+        if picks is None:
+            c = torch.cumsum(W, dim=-1, out=blk)
+        else:
+            _cumsum_after(W, c, picks)
         tot = c[:, -1:].contiguous()
         u = torch.rand((B, 1), dtype=torch.float64, device=P.device, generator=gen) * tot
         i = torch.searchsorted(c, u, right=True)
@@ -553,12 +561,36 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
         if r + 1 < most:
             if in_place:
                 was[:, r : r + 1] = W.gather(1, pick)
-            W.scatter_(1, pick, 0.0)
+            if tail:
+                picks = pick[:, 0].tolist()  # on the CPU a read waits for nothing; the token set to 0 by _cumsum_after
+            else:
+                W.scatter_(1, pick, 0.0)
     if in_place:  # the drawn tokens' values back, the first draw's last (a degenerate row may draw a token twice)
         for r in range(most - 2, -1, -1):
             W.scatter_(1, top[:, r : r + 1], was[:, r : r + 1])
     short = ((tots == 0) & (torch.arange(most, device=P.device) < need[:, None])).any(-1)
     return top, short
+
+
+def _cumsum_after(W, c, picks) -> None:
+    r"""The running sums ``c`` of ``W`` (``(B, V)``, float64, on the CPU) after ``W[b, picks[b]]`` is set to 0 in every
+    row ``b``, written over ``c`` (the running sums of ``W`` before), bit for bit as ``torch.cumsum`` of the new ``W``;
+    ``W[b, picks[b]]`` is 0 afterwards.
+
+    The CPU's ``torch.cumsum`` adds in order, :math:`c_i = c_{i-1} + w_i` from :math:`0`: the sums before the pick
+    :math:`j` do not change, :math:`c'_j = c_{j-1} + 0 = c_{j-1}` and from there on the same additions continue from
+    :math:`c_{j-1}`, which is what ``torch.cumsum`` of :math:`(c_{j-1}, w_{j+1}, \dots)` adds (its first sum
+    :math:`0 + c_{j-1} = c_{j-1}`): one sequential pass over ``V - j`` entries instead of ``V``, about half a pass
+    for a token drawn where the mass is spread.
+    """
+    for b, j in enumerate(picks):
+        row, crow = W[b], c[b]
+        if j > 0:
+            row[j] = crow[j - 1]
+        else:
+            row[j] = 0.0
+        torch.cumsum(row[j:], dim=0, out=crow[j:])
+        row[j] = 0.0
 
 
 class TreeStepT:
@@ -601,7 +633,8 @@ class TreeStepT:
             vals = _draws(P, g.width[j], self.gd, work=self._blocks).flatten().index_select(0, g.cell[j])
             return tokens.index_copy_(0, g.dst[j], vals), None
         if process == "wor":  # P: rows of the step's own block, restored bit for bit after the draws
-            top, short = _draws_wor(P, g.most[j], g.need[j], self.gd, work=self._blocks, in_place=True)
+            top, short = _draws_wor(P, g.most[j], g.need[j], self.gd, work=self._blocks, in_place=True,
+                                    host=self._reads_host(P.device))
         else:  # the draft's own law (temperature 1, untruncated) ranks as its logits do: no float64 law is formed
             vals, top = torch.topk(logits, g.most[j], dim=-1)
             kth = vals.gather(1, (g.need[j] - 1)[:, None])[:, 0].to(torch.float64)
