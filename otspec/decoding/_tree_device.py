@@ -435,8 +435,22 @@ def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, dr
       values of the first), ``q`` itself where that has no mass either;
     * ``"target-only"``: the children's tokens set to 0 in ``Q_inner``'s own row, put back where nothing is left,
       and written back after the draw (``Q_inner`` ends bit for bit as it was).
+
+    Off CUDA (``draw`` None: the ``"cdf"`` rule of :func:`draw_rows`) the running sums of the draw are formed first and
+    their last entry decides whether a row has mass (non-negative entries: the sum is positive exactly when some entry
+    is), in place of a sum over ``V``; the draw then reads the same sums.
     """
-    dev = Q_inner.device
+    dev, V = Q_inner.device, int(Q_inner.shape[1])
+    # the "cdf" draw of draw_rows (its default off CUDA) from running sums formed once: a row has mass exactly where
+    # its running sums end above 0 (non-negative entries), so they decide the branch in place of a sum over V
+    cum = _block(work, "cum", (1, V), dev) if draw is None and dev.type != "cuda" else None
+
+    def mass(W) -> bool:
+        if cum is None:
+            return bool(W.sum(-1) > 0)
+        return bool(torch.cumsum(W, dim=-1, out=cum)[0, -1] > 0)
+
+    summed = False  # whether cum holds the running sums of W
     if r < 0:
         W = q_at(cur)
     elif rule == "target-only":
@@ -444,18 +458,24 @@ def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, dr
         xr = x[r : r + 1]
         was = q.gather(1, xr)
         W = q.scatter_(1, xr, 0.0)
-        if not bool(W.sum(-1) > 0):
+        summed = mass(W)
+        if not summed:
             W.scatter_(1, xr, was)
     else:
         q, p = Q_inner[r : r + 1], P_inner[r : r + 1]
         t, S, ell = (v[r : r + 1, None] for v in level)
         t_new = t + S / torch.where(ell > 0, ell, 1.0)
         W = torch.addcmul(q, p, -t_new, out=_block(work, "rw", tuple(q.shape), dev)).clamp_(min=0.0)
-        if not (bool(ell > 0) and bool(W.sum(-1) > 0)):  # no mass at t': t (probability 0), else q
+        summed = bool(ell > 0) and mass(W)
+        if not summed:  # no mass at t': t (probability 0), else q
             W = torch.addcmul(q, p, -t, out=W).clamp_(min=0.0)
-            if not bool(W.sum(-1) > 0):
+            summed = mass(W)
+            if not summed:
                 W = q
-    y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
+    if cum is not None:
+        y = _draws_from_sums(cum if summed else torch.cumsum(W, dim=-1, out=cum), 1, gen)[:, 0]
+    else:
+        y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
     if rule == "target-only" and r >= 0:
         q.scatter_(1, xr, was)
     return y
@@ -498,11 +518,16 @@ def _draws(P, k: int, gen, *, work=None):
     with :math:`c_i > u\,c_V`; a uniform rounded up to the total falls back to the first ``i`` with
     :math:`c_i = c_V`). No host read; the running sums go into ``work["cum"]`` when given (:func:`_block`)."""
     c = torch.cumsum(P, dim=-1, out=None if work is None else _block(work, "cum", tuple(P.shape), P.device))
+    return _draws_from_sums(c, k, gen)
+
+
+def _draws_from_sums(c, k: int, gen):
+    """:func:`_draws` from the running sums ``c`` of the rows (``(B, V)``), shape ``(B, k)``."""
     tot = c[:, -1:].contiguous()
-    u = torch.rand((P.shape[0], k), dtype=torch.float64, device=P.device, generator=gen) * tot
+    u = torch.rand((c.shape[0], k), dtype=torch.float64, device=c.device, generator=gen) * tot
     i = torch.searchsorted(c, u, right=True)
     top = torch.searchsorted(c, tot, right=False)
-    return torch.where(i < P.shape[-1], i, top).clamp_(max=P.shape[-1] - 1)
+    return torch.where(i < c.shape[-1], i, top).clamp_(max=c.shape[-1] - 1)
 
 
 def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, in_place: bool = False,
