@@ -393,6 +393,9 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     >>> mass.tolist(), int(a[0]) in (1, 2)
     ([0.0, 0.5, 0.5], True)
     """
+    if host and rule != "target-only":  # the rules' arithmetic on a few numbers per child in Python floats
+        cur, r, x, level, mass = _verify_host(rule, lay, tokens, P_inner, Q_inner, gen, work)
+        return cur, _emit_host(rule, r, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work), mass
     acc, alive, x, level, sampler = node_rules_t(rule, lay, tokens, P_inner, Q_inner, work=work)
     I, m = lay.kids.shape
     dev, dt = Q_inner.device, Q_inner.dtype
@@ -422,6 +425,126 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     W = residual_rows_t(rule, x, level, P_inner, Q_inner, r0, q=q, inner=inner, work=work)
     y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
     return cur, y, end_mass_t(lay, acc, alive)
+
+
+class _HostLayout:
+    """A layout's index tensors as Python lists (read where a read waits for nothing), for :func:`_verify_host`:
+    made once per static :class:`TreeLayoutT` (kept on it), once per iteration for an :class:`Eagle2LayoutT`."""
+
+    def __init__(self, lay):
+        self.kids0, self.valid, self.last = lay.kids0.tolist(), lay.valid.tolist(), lay.last.tolist()
+        self.kids, self.row_of, self.inner = lay.kids.tolist(), lay.row_of.tolist(), lay.inner.tolist()
+        self.I, self.m, self.n1, self.n_out, self.L = len(self.kids), int(lay.m), int(lay.n1), int(lay.n_out), int(lay.L)
+        parents = lay.parents_np.tolist() if isinstance(lay, TreeLayoutT) else lay.parents.tolist()
+        depth = lay.depth_np.tolist() if isinstance(lay, TreeLayoutT) else lay.depth.tolist()
+        self.parents = parents
+        self.by_depth = sorted(range(1, self.n1), key=lambda v: depth[v])  # every parent before its children
+
+    @staticmethod
+    def of(lay) -> "_HostLayout":
+        if not isinstance(lay, TreeLayoutT):
+            return _HostLayout(lay)
+        got = getattr(lay, "_host", None)
+        if got is None:
+            got = lay._host = _HostLayout(lay)
+        return got
+
+
+def _clamp_min0(v: float) -> float:
+    """``torch.clamp(v, min=0.0)`` of one float: NaN stays NaN."""
+    return 0.0 if v < 0.0 else v
+
+
+def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
+    r""":func:`node_rules_t` (``"specinfer"``, ``"sequoia"``) and the walk of :func:`verify_tree_t` with the few
+    numbers per child read on the host and the rules' arithmetic done in Python floats (IEEE float64, each operation
+    rounded once, as torch's elementwise kernels on the CPU round it; the guards against division by 0 the same
+    ``where``\ s), the passes over ``V`` in torch as there (the draft law's totals, each rejection's level over every
+    row with children, ``torch.rand`` for the uniforms with the same shape and generator): the same acceptances, levels,
+    uniforms, accepted node and exact law, bit for bit, with some ten torch operators where the device route runs a
+    hundred on tensors of a few entries.
+
+    Returns ``cur`` (``(1,)`` int64, the accepted node), its row of ``inner`` (-1 at a leaf), ``x`` (``(I, m)`` int64,
+    the children's tokens), ``level`` (``(t, S, ell)``, ``(I,)`` float64 each) and the law of the accepted node
+    (:func:`end_mass_t`).
+    """
+    h = _HostLayout.of(lay)
+    I, m = h.I, h.m
+    dev, dt = Q_inner.device, Q_inner.dtype
+    x = tokens.index_select(0, lay.kids0.flatten()).reshape(I, m)
+    x = torch.where(lay.valid, x, x[:, :1])
+    xs = x.tolist()
+    qx, px_raw = torch.gather(Q_inner, 1, x).tolist(), torch.gather(P_inner, 1, x).tolist()
+    wor = rule == "sequoia"
+    total = P_inner.sum(-1).tolist() if wor else None
+    valid, last = h.valid, h.last
+    dup = [[valid[i][j] and any(valid[i][k] and xs[i][k] == xs[i][j] for k in range(j)) for j in range(m)]
+           for i in range(I)]
+    t, S, removed = [0.0] * I, [1.0] * I, [0.0] * I
+    end_ell, w = [1.0] * I, [1.0] * I
+    acc_k = [[0.0] * m for _ in range(I)]
+    px_all = [[1.0] * m for _ in range(I)]
+    tx_all = [[0.0] * m for _ in range(I)]
+    for j in range(m):
+        ells = [1.0] * I
+        for i in range(I):
+            on = valid[i][j]
+            tx = _clamp_min0(qx[i][j] - t[i] * px_raw[i][j]) / S[i]
+            if wor:  # p off the earlier siblings: 0 for a repeated token or when nothing is left
+                left = total[i] - removed[i]
+                px = 0.0 if (dup[i][j] or not left > 0) else px_raw[i][j] / (left if left > 0 else 1.0)
+                ells[i] = left
+            else:
+                px = px_raw[i][j]
+            if px > 0:
+                a = tx / px
+                a = 1.0 if a > 1.0 else a
+            else:
+                a = 1.0 if tx > 0 else 0.0
+            a = a if on else 0.0
+            acc_k[i][j] = w[i] * a
+            w[i] = w[i] * (1.0 - a)
+            if on:
+                px_all[i][j], tx_all[i][j] = px, tx
+            if last[i][j]:
+                end_ell[i] = ells[i]
+        if j < m - 1:  # the level after rejecting child j: one pass over V at every row (as _reject)
+            t_new = [t[i] + S[i] / (ells[i] if ells[i] > 0 else 1.0) for i in range(I)]
+            lvl = _block(work, "lvl", tuple(Q_inner.shape), dev)
+            T = torch.tensor(t_new, dtype=dt, device=dev)
+            S_new = torch.addcmul(Q_inner, P_inner, -T[:, None], out=lvl).clamp_(min=0.0).sum(-1).tolist()
+            for i in range(I):
+                on = valid[i][j] and not last[i][j]
+                if on and ells[i] > 0 and S_new[i] > 0:  # a level of no mass is kept (probability 0)
+                    t[i], S[i] = t_new[i], S_new[i]
+                if wor and on and not dup[i][j]:  # the rejected token's mass out of what is left
+                    removed[i] = removed[i] + px_raw[i][j]
+    # the uniforms, as verify_tree_t draws them; the walk from the root to the accepted node
+    u = torch.rand((I, m), dtype=dt, device=dev, generator=gen).tolist()
+    nxt = [-1] * (I + 1)
+    for i in range(I):
+        for j in range(m):
+            if valid[i][j] and u[i][j] * px_all[i][j] < tx_all[i][j]:
+                nxt[i] = h.kids[i][j]
+                break
+    cur = 0
+    for _ in range(h.L):
+        r = h.row_of[cur]
+        c = nxt[r if r >= 0 else I]
+        cur = c if c >= 0 else cur
+    # the law of the accepted node (end_mass_t): the products along each path from the root, times its alive mass
+    acc, alive = [1.0] * h.n_out, [1.0] * h.n_out
+    for i in range(I):
+        for j in range(m):
+            if valid[i][j]:
+                acc[h.kids[i][j]] = acc_k[i][j]
+        alive[h.inner[i]] = w[i]
+    reach = [1.0] * h.n1
+    for v in h.by_depth:
+        reach[v] = reach[max(h.parents[v], 0)] * acc[v]  # a tree from bad laws stays indexable
+    mass = torch.tensor([reach[v] * alive[v] for v in range(h.n1)], dtype=dt, device=dev)
+    level = torch.tensor([t, S, end_ell], dtype=dt, device=dev).unbind(0)
+    return torch.tensor([cur], device=dev), h.row_of[cur], x, level, mass
 
 
 def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work):
