@@ -110,3 +110,50 @@ def test_running_sums_after_a_pick_at_a_real_vocabulary(V):
     _cumsum_after(W, c, picks)
     P[torch.arange(4), torch.tensor(picks)] = 0.0
     assert torch.equal(c, torch.cumsum(P, -1))
+
+
+def test_block_pool_hands_the_blocks_on_and_the_decodes_stay_the_same(monkeypatch):
+    """A decode's blocks are handed to the next decode (the same memory), a pooled dict is given back once, by its
+    taker only, a dict with a tensor off the CPU is dropped; decodes with pooled blocks equal decodes with fresh ones,
+    bit for bit (the tokens and every logged prediction), whatever the decode before left in them."""
+    import otspec.decoding as D
+    from otspec.decoding import _tree_device as TD
+    from tests.toy_lm import tiny_llama
+
+    pool = TD._BlockPool(keep=1)
+    work, lease = pool.take()
+    work[("x",)] = torch.zeros(3)
+    pool.give(work, object())  # not its taker: kept out
+    assert pool.free == []
+    pool.give(work, lease)
+    assert pool.free == [work] and "lease" not in work
+    pool.give(work, lease)  # given back once only
+    assert pool.free == [work]
+    again, lease2 = pool.take()
+    assert again is work and pool.free == []
+    again[("y",)] = torch.empty(2, device="meta")
+    pool.give(again, lease2)  # a tensor off the CPU: dropped
+    assert pool.free == []
+
+    target, draft = tiny_llama(1, vocab=60), tiny_llama(2, vocab=60)
+    names = ("tokens", "accepted", "predicted_accepted", "predicted_emitted", "predicted_reached", "alpha_first",
+             "alpha_opt_first")
+
+    def runs():
+        out = []
+        for tree in ("wor:branching(2,2):sequoia", "iid:branching(2,2):specinfer", "eagle2:3,2,6", "topk:branching(2,2)",
+                     "wor:branching(3,1,1)"):
+            for seed in (0, 1):
+                r = D.speculative_decode([3, 1, 4], draft=draft, target=target, tree=tree, max_new_tokens=10,
+                                         rng=seed, engine="torch", top_p=0.9 if seed else 1.0)
+                out.append([np.asarray(getattr(r, n)) for n in names])
+        return out
+
+    monkeypatch.setattr(TD, "_POOL", TD._BlockPool(keep=0))  # fresh blocks every decode
+    fresh = runs()
+    monkeypatch.setattr(TD, "_POOL", TD._BlockPool(keep=1))
+    pooled = runs()
+    assert len(TD._POOL.free) == 1
+    for a, b in zip(fresh, pooled):
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(x, y)

@@ -60,6 +60,7 @@ Notation: ``p`` is the draft law and ``q`` the target law, as everywhere in otsp
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -84,6 +85,41 @@ DEVICE_TREE_PROCESSES = ("iid", "wor", "topk", "eagle2")
 DEVICE_TREE_VERIFIERS = ("specinfer", "sequoia", "target-only")
 _RULES = {SpecInferVerifier: "specinfer", SequoiaVerifier: "sequoia", TargetOnlyVerifier: "target-only"}
 _OWN = Sampling()  # the model's own law (temperature 1, untruncated): what EAGLE-2 ranks by
+
+
+
+class _BlockPool:
+    """The tree steps' blocks (:func:`~otspec.decoding._sampling._block`'s dicts) handed on from one decode to the next
+    on the CPU, as CUDA's caching allocator hands on device memory: torch's CPU allocator gives a large block back to
+    the system when it is freed, so every decode's blocks were fresh memory whose first writes page-fault (the ring of
+    kept root logits: two rows of ``4 V`` bytes an iteration, 0.35 ms at ``V = 128,256``; each law block its first
+    iteration). A step takes a dict when built and gives it back at :meth:`TreeStepT.finish`; a dict holding any
+    tensor off the CPU is dropped (CUDA caches its memory already), and at most ``keep`` dicts are kept. What a block
+    held before is never read: every block is written before it is read in an iteration."""
+
+    def __init__(self, keep: int = 2):
+        self.keep, self.free, self.lock = keep, [], threading.Lock()
+
+    def take(self):
+        """A dict of blocks and its lease (the token :meth:`give` checks: a dict is given back once, by its taker)."""
+        lease = object()
+        with self.lock:
+            work = self.free.pop() if self.free else {}
+        work["lease"] = lease
+        return work, lease
+
+    def give(self, work: dict, lease) -> None:
+        if lease is None or work.get("lease") is not lease:
+            return
+        del work["lease"]
+        if any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in work.values()):
+            return
+        with self.lock:
+            if len(self.free) < self.keep:
+                self.free.append(work)
+
+
+_POOL = _BlockPool()
 
 
 def has_device_route(plan) -> bool:
@@ -771,7 +807,8 @@ class TreeStepT:
         self.kept_logits = False  # whether self.kept holds the root logits (copied), not laws
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
-        self._blocks: dict = {}  # float64 law blocks allocated once per decode, overwritten every iteration
+        # float64 law blocks overwritten every iteration; on the CPU handed on from one decode to the next (_BlockPool)
+        self._blocks, self._blocks_lease = _POOL.take()
 
     def _fill(self, tokens, j: int, P, logits, lse):
         """The children of the frontier of depth ``j`` from its laws ``P`` (``"topk"``: its logits and their
@@ -1007,7 +1044,15 @@ class TreeStepT:
             self.kept = []
 
     def finish(self, dec) -> None:
-        """The per-iteration predictions from the logged device values (one transfer), after the loop."""
+        """The per-iteration predictions from the logged device values (one transfer), after the loop; the step's
+        blocks handed back to the pool (:class:`_BlockPool`): the step is not called again."""
+        try:
+            self._finish(dec)
+        finally:
+            _POOL.give(self._blocks, self._blocks_lease)
+            self._blocks, self._blocks_lease = {}, None
+
+    def _finish(self, dec) -> None:
         if not self.dev_log:
             return
         L, lg = self.plan.L, dec.log
