@@ -724,18 +724,15 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
         E.clamp_(min=torch.finfo(torch.float64).tiny)
         top = torch.topk(torch.div(P, E, out=E), most, dim=-1).indices
         return top, (P > 0).sum(-1) < need
+    if host and P.device.type == "cpu" and P.is_contiguous() and P.dtype == torch.float64:
+        return _draws_wor_host(P, most, need, gen, blk, in_place)
     B, V = P.shape
     W = P if in_place else P.clone()
     top = torch.empty((B, most), dtype=torch.long, device=P.device)
     tots = torch.empty((B, most), dtype=P.dtype, device=P.device)
     was = torch.empty((B, most), dtype=P.dtype, device=P.device) if in_place else None
-    tail = host and P.device.type == "cpu" and P.is_contiguous()  # the later draws' sums from the pick on
-    c = picks = None
     for r in range(most):
-        if picks is None:
-            c = torch.cumsum(W, dim=-1, out=blk)
-        else:
-            _cumsum_after(W, c, picks)
+        c = torch.cumsum(W, dim=-1, out=blk)
         tot = c[:, -1:].contiguous()
         u = torch.rand((B, 1), dtype=torch.float64, device=P.device, generator=gen) * tot
         i = torch.searchsorted(c, u, right=True)
@@ -745,14 +742,49 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
         if r + 1 < most:
             if in_place:
                 was[:, r : r + 1] = W.gather(1, pick)
-            if tail:
-                picks = pick[:, 0].tolist()  # on the CPU a read waits for nothing; the token set to 0 by _cumsum_after
-            else:
-                W.scatter_(1, pick, 0.0)
+            W.scatter_(1, pick, 0.0)
     if in_place:  # the drawn tokens' values back, the first draw's last (a degenerate row may draw a token twice)
         for r in range(most - 2, -1, -1):
             W.scatter_(1, top[:, r : r + 1], was[:, r : r + 1])
     short = ((tots == 0) & (torch.arange(most, device=P.device) < need[:, None])).any(-1)
+    return top, short
+
+
+def _draws_wor_host(P, most: int, need, gen, blk, in_place: bool):
+    """The ``"cdf"`` rule of :func:`_draws_wor` on the CPU with each draw read on the host: the running sums of a later
+    draw continued from the token drawn before (:func:`_cumsum_after`), the totals, uniforms and picks read as Python
+    numbers (the uniform times the total rounded once, as torch's product), one ``torch.searchsorted`` per draw (a
+    second only for a uniform rounded up to the total), the flags from the totals: the same draws and flags, bit for
+    bit, with a third of the torch operators."""
+    B, V = P.shape
+    W = P if in_place else P.clone()
+    needs = need.tolist()
+    picks: list = []  # per draw, the token of every row
+    tots: list = []
+    was: list = []  # in_place: the drawn tokens' values, put back after the last draw
+    c = None
+    for r in range(most):
+        if r == 0:
+            c = torch.cumsum(W, dim=-1, out=blk)
+        else:
+            if in_place:
+                was.append(W[torch.arange(B), torch.tensor(picks[-1])].tolist())
+            _cumsum_after(W, c, picks[-1])
+        tot = c[:, -1].tolist()
+        u = torch.rand((B, 1), dtype=torch.float64, device=P.device, generator=gen)[:, 0].tolist()
+        at = torch.tensor([[ub * tb] for ub, tb in zip(u, tot)], dtype=torch.float64)
+        i = torch.searchsorted(c, at, right=True)[:, 0].tolist()
+        if any(ib >= V for ib in i):  # a uniform rounded up to the total: the first entry reaching it
+            last = torch.searchsorted(c, c[:, -1:].contiguous(), right=False)[:, 0].tolist()
+            i = [ib if ib < V else lb for ib, lb in zip(i, last)]
+        picks.append([min(ib, V - 1) for ib in i])
+        tots.append(tot)
+    if in_place:  # the drawn tokens' values back, the first draw's last (a degenerate row may draw a token twice)
+        for r in range(len(was) - 1, -1, -1):
+            for b in range(B):
+                W[b, picks[r][b]] = was[r][b]
+    top = torch.tensor(picks, dtype=torch.long).T.contiguous() if most else torch.empty((B, 0), dtype=torch.long)
+    short = torch.tensor([any(tots[r][b] == 0 for r in range(min(most, needs[b]))) for b in range(B)])
     return top, short
 
 
@@ -902,7 +934,9 @@ class TreeStepT:
         best = max(range(len(rows)), key=lambda r: _common(rows[r], full))
         d.sync(ctx + out, row=best, row_seq=ctx + list(rows[best]))
         by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, self.lay_t.depth, mass)
-        self.dev_log.append(torch.cat([by_depth, self._root_alpha(self.lay_t, tokens_t, Q)[None]]))
+        # the root optimum of a deterministic tree, logged for "topk" (iid and wor log theirs from the kept root laws)
+        alpha = self._root_alpha(self.lay_t, tokens_t, Q) if plan.process == "topk" else by_depth[0]
+        self.dev_log.append(torch.cat([by_depth, alpha[None]]))
         if self.log_laws:
             self._keep_root_laws(dec, P_inner[0], Q[0], raws[0][0], logits[0])  # the root is inner[0]
         tau = int(plan.shape.depth[a])
