@@ -501,7 +501,8 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
     hundred on tensors of a few entries.
 
     Returns ``cur`` (``(1,)`` int64, the accepted node), its row of ``inner`` (-1 at a leaf), ``x`` (``(I, m)`` int64,
-    the children's tokens), ``level`` (``(t, S, ell)``, ``(I,)`` float64 each) and the law of the accepted node
+    the children's tokens), ``level`` (``(t, S, ell)``, lists of ``I`` Python floats, read by :func:`_emit_host`) and
+    the law of the accepted node
     (:func:`end_mass_t`).
     """
     h = _HostLayout.of(lay)
@@ -579,8 +580,7 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
     for v in h.by_depth:
         reach[v] = reach[max(h.parents[v], 0)] * acc[v]  # a tree from bad laws stays indexable
     mass = torch.tensor([reach[v] * alive[v] for v in range(h.n1)], dtype=dt, device=dev)
-    level = torch.tensor([t, S, end_ell], dtype=dt, device=dev).unbind(0)
-    return torch.tensor([cur], device=dev), h.row_of[cur], x, level, mass
+    return torch.tensor([cur], device=dev), h.row_of[cur], x, (t, S, end_ell), mass
 
 
 def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work):
@@ -622,12 +622,19 @@ def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, dr
             W.scatter_(1, xr, was)
     else:
         q, p = Q_inner[r : r + 1], P_inner[r : r + 1]
-        t, S, ell = (v[r : r + 1, None] for v in level)
-        t_new = t + S / torch.where(ell > 0, ell, 1.0)
-        W = torch.addcmul(q, p, -t_new, out=_block(work, "rw", tuple(q.shape), dev)).clamp_(min=0.0)
-        summed = bool(ell > 0) and mass(W)
+        if isinstance(level[0], list):  # Python floats (_verify_host): the same arithmetic, rounded the same
+            t, S, ell = (v[r] for v in level)
+            t_new = t + S / (ell if ell > 0 else 1.0)
+            minus_new, minus_t = torch.tensor([[-t_new], [-t]], dtype=q.dtype, device=dev).split(1)
+            positive = ell > 0
+        else:
+            t, S, ell = (v[r : r + 1, None] for v in level)
+            t_new = t + S / torch.where(ell > 0, ell, 1.0)
+            minus_new, minus_t, positive = -t_new, -t, bool(ell > 0)
+        W = torch.addcmul(q, p, minus_new, out=_block(work, "rw", tuple(q.shape), dev)).clamp_(min=0.0)
+        summed = positive and mass(W)
         if not summed:  # no mass at t': t (probability 0), else q
-            W = torch.addcmul(q, p, -t, out=W).clamp_(min=0.0)
+            W = torch.addcmul(q, p, minus_t, out=W).clamp_(min=0.0)
             summed = mass(W)
             if not summed:
                 W = q
