@@ -3,7 +3,13 @@
 * the draws without replacement on the CPU continue each row's running sums from the last drawn token
   (``_cumsum_after``) instead of summing the whole row again: the same sums, the same draws, the same flags, the
   laws left as they were, against the draw-by-draw computation (a full ``torch.cumsum`` per draw) on rows with
-  zeros, ties, one-hot rows, rows of no mass and laws from ``-inf`` logits;
+  zeros, ties, one-hot rows, rows of no mass and laws from ``-inf`` logits, with the draws read on the host
+  (``_draws_wor_host``) and not;
+* the steps' blocks handed on from one decode to the next on the CPU (``_BlockPool``): the pool's rules, and decodes
+  with pooled blocks equal to decodes with fresh ones.
+
+(The node rules in Python floats and the residual's branch from the running sums of its draw are held against the
+route without host reads in tests/test_tree_decoding_lazy.py.)
 """
 
 from __future__ import annotations

@@ -32,8 +32,12 @@ So one host read per iteration, ``n + 3`` integers and the flags; the ``(n + 1, 
 device. On the CPU, where reading a tensor waits for nothing, the accepted node is also read before its residual
 (``TreeStepT.read_on_host``): its rows are read in place and its residual's level chosen once (:func:`verify_tree_t`'s
 ``host``), the target's laws of EAGLE-2's slots without children are not formed (the target-only rule reads none of
-them), and the rows are copied from the logits without a gathered copy; the same draws and logged predictions, bit
-for bit (tests/test_tree_decoding_lazy.py).
+them), and the rows are copied from the logits without a gathered copy; SpecInfer's and Sequoia's rules, the walk
+and the accepted node's law run in Python floats on a few numbers per child read there (:func:`_verify_host`: the
+passes over ``V`` stay in torch), the residual's branch is decided by the running sums of its draw, the draws without
+replacement read each draw and continue the running sums from the token drawn (:func:`_draws_wor_host`), and the
+steps' blocks are handed on from one decode to the next (:class:`_BlockPool`); the same draws and logged predictions,
+bit for bit (tests/test_tree_decoding_lazy.py, tests/test_tree_decoding_passes.py).
 
 An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
 ``n`` nodes: :class:`Eagle2TreeT`); the target scores it from its ``parents`` and tokens as device tensors
