@@ -9,9 +9,13 @@ optimum are kept as logits and formed again at the flush. Every one of these mus
 logged predictions, bit for bit, as the route without host reads:
 
 * :func:`verify_tree_t` with ``host=True`` against ``host=False`` on hypothesis-made laws (sparse supports, the
-  target equal to the draft: no residual mass, repeated children), every rule, the target laws left as they were;
+  target equal to the draft: no residual mass, tied probabilities, repeated children), every rule, the target laws
+  left as they were (``host=True`` runs SpecInfer's and Sequoia's rules, the walk and the accepted node's law in
+  Python floats, and the residual's branch from the running sums of its draw);
+* the same on whole decodes of the lossy pairings (EAGLE-2's dynamic layouts under SpecInfer's and Sequoia's rules);
 * whole decodes on a tiny Llama pair (every tree family, four samplings: plain, temperature 0.7 with top-k 50,
-  top-p 0.9, greedy), ``read_on_host`` on and off: tokens, acceptances and every logged prediction equal;
+  top-p 0.9, greedy), ``read_on_host`` on and off (on: the draws without replacement read on the host, their running
+  sums continued): tokens, acceptances and every logged prediction equal;
 * the root optimum from kept logits against the one from the iteration's own law blocks, four samplings;
 * the flags of EAGLE-2's unformed slots (from the logits) against the flags of their formed laws, on rows with a
   NaN, a ``+inf``, every entry ``-inf``, and finite rows; and decodes with bad laws (EAGLE-2's draft and target)
@@ -51,15 +55,18 @@ LOGGED = ("tokens", "accepted", "predicted_accepted", "predicted_emitted", "pred
 @st.composite
 def _laws(draw):
     """A tree of WIDE's shape with arbitrary tokens and laws at its nodes: sparse supports (exact zeros), the target
-    equal to the draft (no residual mass anywhere), or both dense."""
+    equal to the draft (no residual mass anywhere), tied probabilities, or both dense."""
     V = draw(st.integers(2, 6))
     seed = draw(st.integers(0, 2**31 - 1))
-    mode = draw(st.sampled_from(["dense", "sparse", "equal", "one-token"]))
+    mode = draw(st.sampled_from(["dense", "sparse", "equal", "one-token", "ties"]))
     rng = np.random.default_rng(seed)
     n1 = WIDE.n + 1
 
     def laws():
         W = rng.gamma(0.5, size=(n1, V))
+        if mode == "ties":  # equal probabilities and exact zeros
+            W = rng.integers(0, 3, size=(n1, V)).astype(float)
+            W[np.arange(n1), rng.integers(V, size=n1)] = 1.0
         if mode in ("sparse", "one-token"):
             keep = rng.random((n1, V)) < (0.5 if mode == "sparse" else 0.0)
             keep[np.arange(n1), rng.integers(V, size=n1)] = True  # at least one token of positive mass
@@ -107,6 +114,29 @@ def _decodes(target, draft, host: bool, monkeypatch, **kw):
                                                               max_new_tokens=8, rng=seed, engine="torch", **skw,
                                                               **kw)
     return out
+
+
+LOSSY_TREES = ["eagle2:3,2,6:specinfer", "eagle2:2,3,5:sequoia", "wor:branching(2,2):specinfer",
+               "iid:branching(2,2):sequoia"]
+
+
+def test_lossy_pairings_reading_the_host_equal_the_device_route(monkeypatch):
+    """The rules on trees they are not lossless for (allow_lossy): EAGLE-2's dynamic layouts verified by SpecInfer's and
+    Sequoia's rules (the Python-float rules on a layout made per iteration), the draws without replacement verified by
+    SpecInfer's rule and the i.i.d. draws by Sequoia's: the host route bit for bit as the route without host reads."""
+    target, draft = tiny_llama(1, vocab=60), tiny_llama(2, vocab=60)
+    got = {}
+    for host in (True, False):
+        monkeypatch.setattr(TreeStepT, "read_on_host", host)
+        got[host] = {(tree, sname): D.speculative_decode([3, 1, 4], draft=draft, target=target, tree=tree,
+                                                         max_new_tokens=10, rng=2, engine="torch", allow_lossy=True,
+                                                         **skw)
+                     for tree in LOSSY_TREES for sname, skw in SAMPLINGS.items()
+                     if not (sname == "greedy" and tree.startswith(("wor", "eagle2:2")))}
+    for key, res in got[True].items():
+        for name in LOGGED:
+            np.testing.assert_array_equal(np.asarray(getattr(res, name)), np.asarray(getattr(got[False][key], name)),
+                                          err_msg=f"{key} {name}")
 
 
 def test_whole_decodes_reading_the_host_equal_the_device_route(monkeypatch):

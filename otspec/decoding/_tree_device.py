@@ -32,8 +32,12 @@ So one host read per iteration, ``n + 3`` integers and the flags; the ``(n + 1, 
 device. On the CPU, where reading a tensor waits for nothing, the accepted node is also read before its residual
 (``TreeStepT.read_on_host``): its rows are read in place and its residual's level chosen once (:func:`verify_tree_t`'s
 ``host``), the target's laws of EAGLE-2's slots without children are not formed (the target-only rule reads none of
-them), and the rows are copied from the logits without a gathered copy; the same draws and logged predictions, bit
-for bit (tests/test_tree_decoding_lazy.py).
+them), and the rows are copied from the logits without a gathered copy; SpecInfer's and Sequoia's rules, the walk
+and the accepted node's law run in Python floats on a few numbers per child read there (:func:`_verify_host`: the
+passes over ``V`` stay in torch), the residual's branch is decided by the running sums of its draw, the draws without
+replacement read each draw and continue the running sums from the token drawn (:func:`_draws_wor_host`), and the
+steps' blocks are handed on from one decode to the next (:class:`_BlockPool`); the same draws and logged predictions,
+bit for bit (tests/test_tree_decoding_lazy.py, tests/test_tree_decoding_passes.py).
 
 An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
 ``n`` nodes: :class:`Eagle2TreeT`); the target scores it from its ``parents`` and tokens as device tensors
@@ -60,6 +64,7 @@ Notation: ``p`` is the draft law and ``q`` the target law, as everywhere in otsp
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -84,6 +89,41 @@ DEVICE_TREE_PROCESSES = ("iid", "wor", "topk", "eagle2")
 DEVICE_TREE_VERIFIERS = ("specinfer", "sequoia", "target-only")
 _RULES = {SpecInferVerifier: "specinfer", SequoiaVerifier: "sequoia", TargetOnlyVerifier: "target-only"}
 _OWN = Sampling()  # the model's own law (temperature 1, untruncated): what EAGLE-2 ranks by
+
+
+
+class _BlockPool:
+    """The tree steps' blocks (:func:`~otspec.decoding._sampling._block`'s dicts) handed on from one decode to the next
+    on the CPU, as CUDA's caching allocator hands on device memory: torch's CPU allocator gives a large block back to
+    the system when it is freed, so every decode's blocks were fresh memory whose first writes page-fault (the ring of
+    kept root logits: two rows of ``4 V`` bytes an iteration, 0.35 ms at ``V = 128,256``; each law block its first
+    iteration). A step takes a dict when built and gives it back at :meth:`TreeStepT.finish`; a dict holding any
+    tensor off the CPU is dropped (CUDA caches its memory already), and at most ``keep`` dicts are kept. What a block
+    held before is never read: every block is written before it is read in an iteration."""
+
+    def __init__(self, keep: int = 2):
+        self.keep, self.free, self.lock = keep, [], threading.Lock()
+
+    def take(self):
+        """A dict of blocks and its lease (the token :meth:`give` checks: a dict is given back once, by its taker)."""
+        lease = object()
+        with self.lock:
+            work = self.free.pop() if self.free else {}
+        work["lease"] = lease
+        return work, lease
+
+    def give(self, work: dict, lease) -> None:
+        if lease is None or work.get("lease") is not lease:
+            return
+        del work["lease"]
+        if any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in work.values()):
+            return
+        with self.lock:
+            if len(self.free) < self.keep:
+                self.free.append(work)
+
+
+_POOL = _BlockPool()
 
 
 def has_device_route(plan) -> bool:
@@ -393,6 +433,9 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     >>> mass.tolist(), int(a[0]) in (1, 2)
     ([0.0, 0.5, 0.5], True)
     """
+    if host and rule != "target-only":  # the rules' arithmetic on a few numbers per child in Python floats
+        cur, r, x, level, mass = _verify_host(rule, lay, tokens, P_inner, Q_inner, gen, work)
+        return cur, _emit_host(rule, r, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work), mass
     acc, alive, x, level, sampler = node_rules_t(rule, lay, tokens, P_inner, Q_inner, work=work)
     I, m = lay.kids.shape
     dev, dt = Q_inner.device, Q_inner.dtype
@@ -424,6 +467,126 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     return cur, y, end_mass_t(lay, acc, alive)
 
 
+class _HostLayout:
+    """A layout's index tensors as Python lists (read where a read waits for nothing), for :func:`_verify_host`:
+    made once per static :class:`TreeLayoutT` (kept on it), once per iteration for an :class:`Eagle2LayoutT`."""
+
+    def __init__(self, lay):
+        self.kids0, self.valid, self.last = lay.kids0.tolist(), lay.valid.tolist(), lay.last.tolist()
+        self.kids, self.row_of, self.inner = lay.kids.tolist(), lay.row_of.tolist(), lay.inner.tolist()
+        self.I, self.m, self.n1, self.n_out, self.L = len(self.kids), int(lay.m), int(lay.n1), int(lay.n_out), int(lay.L)
+        parents = lay.parents_np.tolist() if isinstance(lay, TreeLayoutT) else lay.parents.tolist()
+        depth = lay.depth_np.tolist() if isinstance(lay, TreeLayoutT) else lay.depth.tolist()
+        self.parents = parents
+        self.by_depth = sorted(range(1, self.n1), key=lambda v: depth[v])  # every parent before its children
+
+    @staticmethod
+    def of(lay) -> "_HostLayout":
+        if not isinstance(lay, TreeLayoutT):
+            return _HostLayout(lay)
+        got = getattr(lay, "_host", None)
+        if got is None:
+            got = lay._host = _HostLayout(lay)
+        return got
+
+
+def _clamp_min0(v: float) -> float:
+    """``torch.clamp(v, min=0.0)`` of one float: NaN stays NaN."""
+    return 0.0 if v < 0.0 else v
+
+
+def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
+    r""":func:`node_rules_t` (``"specinfer"``, ``"sequoia"``) and the walk of :func:`verify_tree_t` with the few
+    numbers per child read on the host and the rules' arithmetic done in Python floats (IEEE float64, each operation
+    rounded once, as torch's elementwise kernels on the CPU round it; the guards against division by 0 the same
+    ``where``\ s), the passes over ``V`` in torch as there (the draft law's totals, each rejection's level over every
+    row with children, ``torch.rand`` for the uniforms with the same shape and generator): the same acceptances, levels,
+    uniforms, accepted node and exact law, bit for bit, with some ten torch operators where the device route runs a
+    hundred on tensors of a few entries.
+
+    Returns ``cur`` (``(1,)`` int64, the accepted node), its row of ``inner`` (-1 at a leaf), ``x`` (``(I, m)`` int64,
+    the children's tokens), ``level`` (``(t, S, ell)``, lists of ``I`` Python floats, read by :func:`_emit_host`) and
+    the law of the accepted node
+    (:func:`end_mass_t`).
+    """
+    h = _HostLayout.of(lay)
+    I, m = h.I, h.m
+    dev, dt = Q_inner.device, Q_inner.dtype
+    x = tokens.index_select(0, lay.kids0.flatten()).reshape(I, m)
+    x = torch.where(lay.valid, x, x[:, :1])
+    xs = x.tolist()
+    qx, px_raw = torch.gather(Q_inner, 1, x).tolist(), torch.gather(P_inner, 1, x).tolist()
+    wor = rule == "sequoia"
+    total = P_inner.sum(-1).tolist() if wor else None
+    valid, last = h.valid, h.last
+    dup = [[valid[i][j] and any(valid[i][k] and xs[i][k] == xs[i][j] for k in range(j)) for j in range(m)]
+           for i in range(I)]
+    t, S, removed = [0.0] * I, [1.0] * I, [0.0] * I
+    end_ell, w = [1.0] * I, [1.0] * I
+    acc_k = [[0.0] * m for _ in range(I)]
+    px_all = [[1.0] * m for _ in range(I)]
+    tx_all = [[0.0] * m for _ in range(I)]
+    for j in range(m):
+        ells = [1.0] * I
+        for i in range(I):
+            on = valid[i][j]
+            tx = _clamp_min0(qx[i][j] - t[i] * px_raw[i][j]) / S[i]
+            if wor:  # p off the earlier siblings: 0 for a repeated token or when nothing is left
+                left = total[i] - removed[i]
+                px = 0.0 if (dup[i][j] or not left > 0) else px_raw[i][j] / (left if left > 0 else 1.0)
+                ells[i] = left
+            else:
+                px = px_raw[i][j]
+            if px > 0:
+                a = tx / px
+                a = 1.0 if a > 1.0 else a
+            else:
+                a = 1.0 if tx > 0 else 0.0
+            a = a if on else 0.0
+            acc_k[i][j] = w[i] * a
+            w[i] = w[i] * (1.0 - a)
+            if on:
+                px_all[i][j], tx_all[i][j] = px, tx
+            if last[i][j]:
+                end_ell[i] = ells[i]
+        if j < m - 1:  # the level after rejecting child j: one pass over V at every row (as _reject)
+            t_new = [t[i] + S[i] / (ells[i] if ells[i] > 0 else 1.0) for i in range(I)]
+            lvl = _block(work, "lvl", tuple(Q_inner.shape), dev)
+            T = torch.tensor(t_new, dtype=dt, device=dev)
+            S_new = torch.addcmul(Q_inner, P_inner, -T[:, None], out=lvl).clamp_(min=0.0).sum(-1).tolist()
+            for i in range(I):
+                on = valid[i][j] and not last[i][j]
+                if on and ells[i] > 0 and S_new[i] > 0:  # a level of no mass is kept (probability 0)
+                    t[i], S[i] = t_new[i], S_new[i]
+                if wor and on and not dup[i][j]:  # the rejected token's mass out of what is left
+                    removed[i] = removed[i] + px_raw[i][j]
+    # the uniforms, as verify_tree_t draws them; the walk from the root to the accepted node
+    u = torch.rand((I, m), dtype=dt, device=dev, generator=gen).tolist()
+    nxt = [-1] * (I + 1)
+    for i in range(I):
+        for j in range(m):
+            if valid[i][j] and u[i][j] * px_all[i][j] < tx_all[i][j]:
+                nxt[i] = h.kids[i][j]
+                break
+    cur = 0
+    for _ in range(h.L):
+        r = h.row_of[cur]
+        c = nxt[r if r >= 0 else I]
+        cur = c if c >= 0 else cur
+    # the law of the accepted node (end_mass_t): the products along each path from the root, times its alive mass
+    acc, alive = [1.0] * h.n_out, [1.0] * h.n_out
+    for i in range(I):
+        for j in range(m):
+            if valid[i][j]:
+                acc[h.kids[i][j]] = acc_k[i][j]
+        alive[h.inner[i]] = w[i]
+    reach = [1.0] * h.n1
+    for v in h.by_depth:
+        reach[v] = reach[max(h.parents[v], 0)] * acc[v]  # a tree from bad laws stays indexable
+    mass = torch.tensor([reach[v] * alive[v] for v in range(h.n1)], dtype=dt, device=dev)
+    return torch.tensor([cur], device=dev), h.row_of[cur], x, (t, S, end_ell), mass
+
+
 def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work):
     r"""The emitted token of :func:`verify_tree_t` with the accepted node's row ``r`` of ``inner`` known on the host
     (-1 at a leaf): the same weights bit for bit as :func:`residual_rows_t`, with fewer passes over ``V``.
@@ -435,8 +598,22 @@ def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, dr
       values of the first), ``q`` itself where that has no mass either;
     * ``"target-only"``: the children's tokens set to 0 in ``Q_inner``'s own row, put back where nothing is left,
       and written back after the draw (``Q_inner`` ends bit for bit as it was).
+
+    Off CUDA (``draw`` None: the ``"cdf"`` rule of :func:`draw_rows`) the running sums of the draw are formed first and
+    their last entry decides whether a row has mass (non-negative entries: the sum is positive exactly when some entry
+    is), in place of a sum over ``V``; the draw then reads the same sums.
     """
-    dev = Q_inner.device
+    dev, V = Q_inner.device, int(Q_inner.shape[1])
+    # the "cdf" draw of draw_rows (its default off CUDA) from running sums formed once: a row has mass exactly where
+    # its running sums end above 0 (non-negative entries), so they decide the branch in place of a sum over V
+    cum = _block(work, "cum", (1, V), dev) if draw is None and dev.type != "cuda" else None
+
+    def mass(W) -> bool:
+        if cum is None:
+            return bool(W.sum(-1) > 0)
+        return bool(torch.cumsum(W, dim=-1, out=cum)[0, -1] > 0)
+
+    summed = False  # whether cum holds the running sums of W
     if r < 0:
         W = q_at(cur)
     elif rule == "target-only":
@@ -444,18 +621,31 @@ def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, dr
         xr = x[r : r + 1]
         was = q.gather(1, xr)
         W = q.scatter_(1, xr, 0.0)
-        if not bool(W.sum(-1) > 0):
+        summed = mass(W)
+        if not summed:
             W.scatter_(1, xr, was)
     else:
         q, p = Q_inner[r : r + 1], P_inner[r : r + 1]
-        t, S, ell = (v[r : r + 1, None] for v in level)
-        t_new = t + S / torch.where(ell > 0, ell, 1.0)
-        W = torch.addcmul(q, p, -t_new, out=_block(work, "rw", tuple(q.shape), dev)).clamp_(min=0.0)
-        if not (bool(ell > 0) and bool(W.sum(-1) > 0)):  # no mass at t': t (probability 0), else q
-            W = torch.addcmul(q, p, -t, out=W).clamp_(min=0.0)
-            if not bool(W.sum(-1) > 0):
+        if isinstance(level[0], list):  # Python floats (_verify_host): the same arithmetic, rounded the same
+            t, S, ell = (v[r] for v in level)
+            t_new = t + S / (ell if ell > 0 else 1.0)
+            minus_new, minus_t = torch.tensor([[-t_new], [-t]], dtype=q.dtype, device=dev).split(1)
+            positive = ell > 0
+        else:
+            t, S, ell = (v[r : r + 1, None] for v in level)
+            t_new = t + S / torch.where(ell > 0, ell, 1.0)
+            minus_new, minus_t, positive = -t_new, -t, bool(ell > 0)
+        W = torch.addcmul(q, p, minus_new, out=_block(work, "rw", tuple(q.shape), dev)).clamp_(min=0.0)
+        summed = positive and mass(W)
+        if not summed:  # no mass at t': t (probability 0), else q
+            W = torch.addcmul(q, p, minus_t, out=W).clamp_(min=0.0)
+            summed = mass(W)
+            if not summed:
                 W = q
-    y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
+    if cum is not None:
+        y = _draws_from_sums(cum if summed else torch.cumsum(W, dim=-1, out=cum), 1, gen)[:, 0]
+    else:
+        y = draw_rows(W, gen, out=_block(work, "cum", tuple(W.shape), dev)) if draw is None else draw(W, gen)
     if rule == "target-only" and r >= 0:
         q.scatter_(1, xr, was)
     return y
@@ -498,14 +688,20 @@ def _draws(P, k: int, gen, *, work=None):
     with :math:`c_i > u\,c_V`; a uniform rounded up to the total falls back to the first ``i`` with
     :math:`c_i = c_V`). No host read; the running sums go into ``work["cum"]`` when given (:func:`_block`)."""
     c = torch.cumsum(P, dim=-1, out=None if work is None else _block(work, "cum", tuple(P.shape), P.device))
+    return _draws_from_sums(c, k, gen)
+
+
+def _draws_from_sums(c, k: int, gen):
+    """:func:`_draws` from the running sums ``c`` of the rows (``(B, V)``), shape ``(B, k)``."""
     tot = c[:, -1:].contiguous()
-    u = torch.rand((P.shape[0], k), dtype=torch.float64, device=P.device, generator=gen) * tot
+    u = torch.rand((c.shape[0], k), dtype=torch.float64, device=c.device, generator=gen) * tot
     i = torch.searchsorted(c, u, right=True)
     top = torch.searchsorted(c, tot, right=False)
-    return torch.where(i < P.shape[-1], i, top).clamp_(max=P.shape[-1] - 1)
+    return torch.where(i < c.shape[-1], i, top).clamp_(max=c.shape[-1] - 1)
 
 
-def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, in_place: bool = False):
+def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, in_place: bool = False,
+               host: bool = False):
     r"""``most`` draws without replacement from each row of ``P`` (``(B, V)``, non-negative), in draw order, shape
     ``(B, most)``, and the flags of rows with fewer than ``need`` (``(B,)``) tokens of positive mass. No host read.
 
@@ -526,7 +722,9 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
     ``work`` (a dict of blocks kept across calls, :func:`_block`) receives the running sums or the exponentials
     instead of fresh blocks; ``in_place`` lets the ``"cdf"`` rule set the drawn tokens to 0 in ``P`` itself (a
     block the caller owns) instead of a copy, and write their values back in reverse order of the draws before
-    returning (``P`` ends bit for bit as it was). The same draws either way.
+    returning (``P`` ends bit for bit as it was). ``host`` (where a read waits for nothing: the CPU, whose
+    ``torch.cumsum`` adds in order) lets the ``"cdf"`` rule read each draw's tokens and continue the running sums from
+    there (:func:`_cumsum_after`) instead of summing the whole row again. The same draws either way.
     """
     if rule is None:
         rule = "race" if P.device.type == "cuda" else "cdf"
@@ -537,6 +735,8 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
         E.clamp_(min=torch.finfo(torch.float64).tiny)
         top = torch.topk(torch.div(P, E, out=E), most, dim=-1).indices
         return top, (P > 0).sum(-1) < need
+    if host and P.device.type == "cpu" and P.is_contiguous() and P.dtype == torch.float64:
+        return _draws_wor_host(P, most, need, gen, blk, in_place)
     B, V = P.shape
     W = P if in_place else P.clone()
     top = torch.empty((B, most), dtype=torch.long, device=P.device)
@@ -559,6 +759,65 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
             W.scatter_(1, top[:, r : r + 1], was[:, r : r + 1])
     short = ((tots == 0) & (torch.arange(most, device=P.device) < need[:, None])).any(-1)
     return top, short
+
+
+def _draws_wor_host(P, most: int, need, gen, blk, in_place: bool):
+    """The ``"cdf"`` rule of :func:`_draws_wor` on the CPU with each draw read on the host: the running sums of a later
+    draw continued from the token drawn before (:func:`_cumsum_after`), the totals, uniforms and picks read as Python
+    numbers (the uniform times the total rounded once, as torch's product), one ``torch.searchsorted`` per draw (a
+    second only for a uniform rounded up to the total), the flags from the totals: the same draws and flags, bit for
+    bit, with a third of the torch operators."""
+    B, V = P.shape
+    W = P if in_place else P.clone()
+    needs = need.tolist()
+    picks: list = []  # per draw, the token of every row
+    tots: list = []
+    was: list = []  # in_place: the drawn tokens' values, put back after the last draw
+    c = None
+    for r in range(most):
+        if r == 0:
+            c = torch.cumsum(W, dim=-1, out=blk)
+        else:
+            if in_place:
+                was.append(W[torch.arange(B), torch.tensor(picks[-1])].tolist())
+            _cumsum_after(W, c, picks[-1])
+        tot = c[:, -1].tolist()
+        u = torch.rand((B, 1), dtype=torch.float64, device=P.device, generator=gen)[:, 0].tolist()
+        at = torch.tensor([[ub * tb] for ub, tb in zip(u, tot)], dtype=torch.float64)
+        i = torch.searchsorted(c, at, right=True)[:, 0].tolist()
+        if any(ib >= V for ib in i):  # a uniform rounded up to the total: the first entry reaching it
+            last = torch.searchsorted(c, c[:, -1:].contiguous(), right=False)[:, 0].tolist()
+            i = [ib if ib < V else lb for ib, lb in zip(i, last)]
+        picks.append([min(ib, V - 1) for ib in i])
+        tots.append(tot)
+    if in_place:  # the drawn tokens' values back, the first draw's last (a degenerate row may draw a token twice)
+        for r in range(len(was) - 1, -1, -1):
+            for b in range(B):
+                W[b, picks[r][b]] = was[r][b]
+    top = torch.tensor(picks, dtype=torch.long).T.contiguous() if most else torch.empty((B, 0), dtype=torch.long)
+    short = torch.tensor([any(tots[r][b] == 0 for r in range(min(most, needs[b]))) for b in range(B)])
+    return top, short
+
+
+def _cumsum_after(W, c, picks) -> None:
+    r"""The running sums ``c`` of ``W`` (``(B, V)``, float64, on the CPU) after ``W[b, picks[b]]`` is set to 0 in every
+    row ``b``, written over ``c`` (the running sums of ``W`` before), bit for bit as ``torch.cumsum`` of the new ``W``;
+    ``W[b, picks[b]]`` is 0 afterwards.
+
+    The CPU's ``torch.cumsum`` adds in order, :math:`c_i = c_{i-1} + w_i` from :math:`0`: the sums before the pick
+    :math:`j` do not change, :math:`c'_j = c_{j-1} + 0 = c_{j-1}` and from there on the same additions continue from
+    :math:`c_{j-1}`, which is what ``torch.cumsum`` of :math:`(c_{j-1}, w_{j+1}, \dots)` adds (its first sum
+    :math:`0 + c_{j-1} = c_{j-1}`): one sequential pass over ``V - j`` entries instead of ``V``, about half a pass
+    for a token drawn where the mass is spread.
+    """
+    for b, j in enumerate(picks):
+        row, crow = W[b], c[b]
+        if j > 0:
+            row[j] = crow[j - 1]
+        else:
+            row[j] = 0.0
+        torch.cumsum(row[j:], dim=0, out=crow[j:])
+        row[j] = 0.0
 
 
 class TreeStepT:
@@ -591,7 +850,8 @@ class TreeStepT:
         self.kept_logits = False  # whether self.kept holds the root logits (copied), not laws
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
-        self._blocks: dict = {}  # float64 law blocks allocated once per decode, overwritten every iteration
+        # float64 law blocks overwritten every iteration; on the CPU handed on from one decode to the next (_BlockPool)
+        self._blocks, self._blocks_lease = _POOL.take()
 
     def _fill(self, tokens, j: int, P, logits, lse):
         """The children of the frontier of depth ``j`` from its laws ``P`` (``"topk"``: its logits and their
@@ -601,7 +861,8 @@ class TreeStepT:
             vals = _draws(P, g.width[j], self.gd, work=self._blocks).flatten().index_select(0, g.cell[j])
             return tokens.index_copy_(0, g.dst[j], vals), None
         if process == "wor":  # P: rows of the step's own block, restored bit for bit after the draws
-            top, short = _draws_wor(P, g.most[j], g.need[j], self.gd, work=self._blocks, in_place=True)
+            top, short = _draws_wor(P, g.most[j], g.need[j], self.gd, work=self._blocks, in_place=True,
+                                    host=self._reads_host(P.device))
         else:  # the draft's own law (temperature 1, untruncated) ranks as its logits do: no float64 law is formed
             vals, top = torch.topk(logits, g.most[j], dim=-1)
             kth = vals.gather(1, (g.need[j] - 1)[:, None])[:, 0].to(torch.float64)
@@ -684,7 +945,9 @@ class TreeStepT:
         best = max(range(len(rows)), key=lambda r: _common(rows[r], full))
         d.sync(ctx + out, row=best, row_seq=ctx + list(rows[best]))
         by_depth = torch.zeros(plan.L + 1, dtype=torch.float64, device=tdev).index_add_(0, self.lay_t.depth, mass)
-        self.dev_log.append(torch.cat([by_depth, self._root_alpha(self.lay_t, tokens_t, Q)[None]]))
+        # the root optimum of a deterministic tree, logged for "topk" (iid and wor log theirs from the kept root laws)
+        alpha = self._root_alpha(self.lay_t, tokens_t, Q) if plan.process == "topk" else by_depth[0]
+        self.dev_log.append(torch.cat([by_depth, alpha[None]]))
         if self.log_laws:
             self._keep_root_laws(dec, P_inner[0], Q[0], raws[0][0], logits[0])  # the root is inner[0]
         tau = int(plan.shape.depth[a])
@@ -826,7 +1089,15 @@ class TreeStepT:
             self.kept = []
 
     def finish(self, dec) -> None:
-        """The per-iteration predictions from the logged device values (one transfer), after the loop."""
+        """The per-iteration predictions from the logged device values (one transfer), after the loop; the step's
+        blocks handed back to the pool (:class:`_BlockPool`): the step is not called again."""
+        try:
+            self._finish(dec)
+        finally:
+            _POOL.give(self._blocks, self._blocks_lease)
+            self._blocks, self._blocks_lease = {}, None
+
+    def _finish(self, dec) -> None:
         if not self.dev_log:
             return
         L, lg = self.plan.L, dec.log
