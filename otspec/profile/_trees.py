@@ -741,10 +741,9 @@ def _device_expansions(need: list, jobs: list, laws, own, root=None) -> list:
         # one read: the ranks (exact in float64, V < 2**53), the values and the own law there
         host = torch.cat([ids, vals] + ([at_own] if at_own is not None else []), 1)  # float64
         if root is not None:  # the roots' values in the same read
-            n_root = int(root.flat.shape[0])
-            both = torch.cat([root.flat, host.reshape(-1)]).cpu().numpy()
-            root.apply(both[:n_root])
-            host, root = both[n_root:].reshape(host.shape), None
+            both = torch.cat(root.pieces + [host.reshape(-1)]).cpu().numpy()
+            root.apply(both[:root.size])
+            host, root = both[root.size:].reshape(host.shape), None
         else:
             host = host.cpu().numpy()
         K_read = int(ids.shape[1])
@@ -757,7 +756,7 @@ def _device_expansions(need: list, jobs: list, laws, own, root=None) -> list:
             else:
                 out[i] = (law, RankedLaw(ids[row], at_own[row]) if at_own is not None else None)
     if root is not None:  # no ranked node at this depth: the roots' values read alone
-        root.apply(root.flat.cpu().numpy())
+        root.read()
     return out
 
 
@@ -786,15 +785,13 @@ def _root_expansions(jobs: list, held, p_root, own, *, defer: bool = False):
     K = [job.ranks(0) for _, _, job in mine]
     k_law = min(max([k for k, o in zip(K, by_own) if not o], default=0), V)  # a job asking more: refused there
     k_own = min(max([k for k, o in zip(K, by_own) if o], default=0), V)
-    parts, tok = [], []
+    parts = []
     if k_law:
         ids_d, vals_d = ranked_rows(p_root, k_law)
         parts += [ids_d, vals_d] + ([own.gather(1, ids_d)] if own is not None else [])
-        tok.append(ids_d)
     if k_own:
         parts += list(ranked_rows(own, k_own))
-        tok.append(parts[-2])
-    flat = torch.cat([(t if t.dtype == torch.float64 else t.double()).reshape(-1) for t in parts]) if parts else None
+    pieces = [(t if t.dtype == torch.float64 else t.double()).reshape(-1) for t in parts]
 
     def apply(host) -> None:
         at = 0
@@ -821,27 +818,35 @@ def _root_expansions(jobs: list, held, p_root, own, *, defer: bool = False):
                 dense = to_host(p_root) if dense is None else dense
                 job.expand(0, dense[b], to_host(own)[b] if own is not None else None)
 
-    if defer and flat is not None and all(K):
+    if defer and pieces and all(K):
         for _, _, job in mine:
             if isinstance(job, _Eagle2Job):  # the root's frontier: its top_k proposals, whatever their tokens
                 job.frontier = list(range(job.params.top_k))
         # a node of the first depth: its token is the rank r of its prompt's ranking (law or own) at the root
-        where = {(b, j): (B * k_law if o else 0, k_own if o else k_law) for b, j, _ in mine
+        ids = [t for t in ((ids_d if k_law else None), (parts[-2] if k_own else None)) if t is not None]
+        where = {(b, j): (B * k_law if o and k_law else 0, k_own if o else k_law) for b, j, _ in mine
                  for o in [own is not None and isinstance(jobs[b][j][1], _Eagle2Job)]}
-        return _RootRead(flat, apply, torch.cat([t.reshape(-1) for t in tok]) if len(tok) > 1 else tok[0].reshape(-1),
-                         where)
-    apply(flat.cpu().numpy() if flat is not None else None)
+        return _RootRead(pieces, apply, ids[0] if len(ids) == 1 else torch.cat([t.reshape(-1) for t in ids]), where)
+    apply(torch.cat(pieces).cpu().numpy() if pieces else None)
     return None
 
 
 class _RootRead:
-    """The roots' ranks and values left unread on the device (:func:`_root_expansions` with ``defer``): ``flat``
-    the values to read, ``apply(host)`` the roots' expansions from their host copy, ``tokens`` the rankings' ids
-    flattened (the law's ``(B, k_law)`` then the own law's ``(B, k_own)``), ``where[(b, j)]`` the offset and row
-    length of tree ``j`` of prompt ``b`` in them."""
+    """The roots' ranks and values left unread on the device (:func:`_root_expansions` with ``defer``): ``pieces``
+    the 1-D float64 tensors to read in turn (the law's ranking's ``(B, k_law)`` ids, values and own-law values, then
+    the own law's ranking's ``(B, k_own)`` ids and values), ``apply(host)`` the roots' expansions from their host
+    copy, ``ids`` the rankings' ids (one ranking's ``(B, k)``, or both flattened, the law's first), ``where[(b, j)]``
+    the offset in ``ids`` (flattened) of the ranking of tree ``j`` of prompt ``b``, and its row length."""
 
-    def __init__(self, flat, apply, tokens, where: dict):
-        self.flat, self.apply, self.tokens, self.where = flat, apply, tokens, where
+    def __init__(self, pieces: list, apply, ids, where: dict):
+        self.pieces, self.apply, self.ids, self.where = pieces, apply, ids, where
+        self.size = sum(int(t.shape[0]) for t in pieces)
+
+    def read(self) -> None:
+        """The roots' values read alone, and the roots expanded."""
+        import torch
+
+        self.apply(torch.cat(self.pieces).cpu().numpy())
 
     def index(self, b: int, j: int, job, v) -> int:
         """The flat index of the token of first-depth node ``v`` of tree ``j`` of prompt ``b``."""
@@ -933,10 +938,9 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             at = [0 if held is not None and held.holds(b, j) else root.index(b, j, jobs[b][j][1], v)
                   for b, j, v in need]
             if held is None:
-                ids = _moved(root.tokens.index_select(0, torch.as_tensor(at).to(root.tokens.device))[:, None],
-                             draft.device)
+                ids = _moved(root.ids.take(torch.as_tensor(at).to(root.ids.device))[:, None], draft.device)
             else:  # the indices sent with the held nodes'
-                ids = held.feed(need, at, draft.device, of=root.tokens)
+                ids = held.feed(need, at, draft.device, of=root.ids)
         elif held is None:
             ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
         else:
@@ -960,7 +964,7 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
                 jobs[b][j][1].expand(v, *g)
         level += 1
     if root is not None:  # no first depth (stars): the roots' values read here
-        root.apply(root.flat.cpu().numpy())
+        root.read()
     if level > 1:
         per = len(row_of) // B
         draft.select(ds, [b * per for b in range(B)], n_ctx)
