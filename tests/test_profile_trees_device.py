@@ -275,3 +275,25 @@ def test_a_prompts_device_drawn_trees_do_not_depend_on_the_batch():
             np.testing.assert_array_equal(together[b][label].tree.tokens, s.tree.tokens)
         a, t = position_values(plan, alone, V), position_values(plan, together[b], V)
         assert a["tree"] == t["tree"]
+
+
+@pytest.mark.parametrize("trees", [["topk:branching(4)"], ["eagle2:4,1,4"], ["topk:branching(4)", "iid:branching(3):specinfer"],
+                                   ["topk:branching(1,1,1)", "eagle2:2,3,5"]])
+def test_the_roots_read_with_the_first_depth_give_the_host_routes_trees(monkeypatch, trees):
+    # the roots' ranks are read with the first depth's (its draft tokens gathered from the roots' rankings on the
+    # device) or alone when there is no first depth (stars): the deterministic families' rows equal the host route's
+    # bit for bit, stars and depth-1 EAGLE-2 trees included
+    import otspec.profile._collect as C
+    from otspec.profile import ProfileSettings
+    from tests.toy_lm import tiny_llama
+
+    draft, target = tiny_llama(1, vocab=64), tiny_llama(2, vocab=64)
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, subsample=0, verifiers=["token"], families=["token"],
+                        trees=trees).for_vocabulary(64)
+    rows = {}
+    for route, dev in (("device", torch.device("cpu")), ("host", None)):
+        monkeypatch.setattr(C, "analysis_device", lambda lm, dev=dev: dev)
+        r = C.profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+        rows[route] = [(n, v) for k, n, v in zip(r["kind"], r["name"], r["value"])
+                       if k == "tree" and not n.startswith("iid")]
+    assert rows["device"] and rows["device"] == rows["host"]

@@ -713,12 +713,14 @@ def ranks_by_raw_law(plan: TreePlan | None, sampling) -> bool:
     return bool(sampling.changes_law)
 
 
-def _device_expansions(need: list, jobs: list, laws, own) -> list:
+def _device_expansions(need: list, jobs: list, laws, own, root=None) -> list:
     """The ``(law, own law)`` each needing node expands with, its laws left on their device (a torch tensor each,
     ``(len(need), V)``): the nodes whose children are ranked (a top-k tree, EAGLE-2) get :class:`RankedLaw` from one
     batched :func:`ranked_rows` (by the draft's own law for EAGLE-2 when ``own`` is given; the universe also gets its
     own law at the ranked tokens); the sampled trees' nodes None (drawn on the device,
-    :class:`otspec.profile._trees_device.SampledTrees`). The host receives ``(n, K)`` ranks and probabilities only."""
+    :class:`otspec.profile._trees_device.SampledTrees`). The host receives ``(n, K)`` ranks and probabilities only;
+    with ``root`` (a :class:`_RootRead` of the first depth), the roots' ranks and values in the same read, the roots
+    expanded from them before this depth's nodes."""
     import torch
 
     jobs_of = [jobs[b][j][1] for b, j, _ in need]
@@ -737,7 +739,13 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
         ids, vals = ranked_rows(src, min(max(K[i] for i in ranked), int(src.shape[-1])))  # a job asking more: refused
         at_own = own.index_select(0, idx).gather(1, ids) if own is not None else None
         # one read: the ranks (exact in float64, V < 2**53), the values and the own law there
-        host = torch.cat([ids, vals] + ([at_own] if at_own is not None else []), 1).cpu().numpy()  # float64
+        host = torch.cat([ids, vals] + ([at_own] if at_own is not None else []), 1)  # float64
+        if root is not None:  # the roots' values in the same read
+            both = torch.cat(root.pieces + [host.reshape(-1)]).cpu().numpy()
+            root.apply(both[:root.size])
+            host, root = both[root.size:].reshape(host.shape), None
+        else:
+            host = host.cpu().numpy()
         K_read = int(ids.shape[1])
         ids, vals = host[:, :K_read].astype(np.int64), host[:, K_read:2 * K_read]
         at_own = host[:, 2 * K_read:] if at_own is not None else None
@@ -747,10 +755,12 @@ def _device_expansions(need: list, jobs: list, laws, own) -> list:
                 out[i] = (law, law if own is not None else None)
             else:
                 out[i] = (law, RankedLaw(ids[row], at_own[row]) if at_own is not None else None)
+    if root is not None:  # no ranked node at this depth: the roots' values read alone
+        root.read()
     return out
 
 
-def _root_expansions(jobs: list, held, p_root, own) -> None:
+def _root_expansions(jobs: list, held, p_root, own, *, defer: bool = False):
     r"""Expand the roots of every tree not ``held`` (a :class:`otspec.profile._trees_device.SampledTrees`, or None)
     from the draft's laws after the ``B`` contexts, ``(B, V)`` tensors where the models computed them.
 
@@ -758,7 +768,11 @@ def _root_expansions(jobs: list, held, p_root, own) -> None:
     law is ranked once (:func:`ranked_rows`, to the most ranks any of its trees reads; EAGLE-2's by the draft's own
     law ``own`` when given, the other trees' by the processed law, with the own law at their ranked tokens), no index
     is sent to the device, and the ``(B, K)`` ranks and values reach the host in one read. The trees' expansions are
-    the host route's (:func:`otspec.tree._process._ranked`'s order; tested)."""
+    the host route's (:func:`otspec.tree._process._ranked`'s order; tested).
+
+    With ``defer`` (every tree not held ranks its root's children), nothing is read here: a :class:`_RootRead` is
+    returned, whose tokens feed the first depth's draft call from the device and whose ranks and values are read
+    with that depth's (:func:`_device_expansions`), then expanded before it; otherwise None."""
     import torch
 
     B, V = (int(n) for n in p_root.shape)
@@ -773,35 +787,72 @@ def _root_expansions(jobs: list, held, p_root, own) -> None:
     k_own = min(max([k for k, o in zip(K, by_own) if o], default=0), V)
     parts = []
     if k_law:
-        ids, vals = ranked_rows(p_root, k_law)
-        parts += [ids, vals] + ([own.gather(1, ids)] if own is not None else [])
+        ids_d, vals_d = ranked_rows(p_root, k_law)
+        parts += [ids_d, vals_d] + ([own.gather(1, ids_d)] if own is not None else [])
     if k_own:
         parts += list(ranked_rows(own, k_own))
-    host = torch.cat([(t if t.dtype == torch.float64 else t.double()).reshape(-1) for t in parts]).cpu().numpy() \
-        if parts else None
-    at = 0
+    pieces = [(t if t.dtype == torch.float64 else t.double()).reshape(-1) for t in parts]
 
-    def take(k, dtype):
-        nonlocal at
-        out = host[at:at + B * k].reshape(B, k).astype(dtype)
-        at += B * k
-        return out
+    def apply(host) -> None:
+        at = 0
 
-    if k_law:
-        ids, vals = take(k_law, np.int64), take(k_law, np.float64)
-        at_own = take(k_law, np.float64) if own is not None else None
-    if k_own:
-        ids_o, vals_o = take(k_own, np.int64), take(k_own, np.float64)
-    dense = None
-    for (b, _, job), k, o in zip(mine, K, by_own):
-        if o:
-            law = RankedLaw(ids_o[b], vals_o[b])
-            job.expand(0, law, law)
-        elif k:
-            job.expand(0, RankedLaw(ids[b], vals[b]), RankedLaw(ids[b], at_own[b]) if own is not None else None)
-        else:  # a tree that draws its root's children (not held on the device): the whole law, on the host
-            dense = to_host(p_root) if dense is None else dense
-            job.expand(0, dense[b], to_host(own)[b] if own is not None else None)
+        def take(k, dtype):
+            nonlocal at
+            out = host[at:at + B * k].reshape(B, k).astype(dtype)
+            at += B * k
+            return out
+
+        if k_law:
+            ids, vals = take(k_law, np.int64), take(k_law, np.float64)
+            at_own = take(k_law, np.float64) if own is not None else None
+        if k_own:
+            ids_o, vals_o = take(k_own, np.int64), take(k_own, np.float64)
+        dense = None
+        for (b, _, job), k, o in zip(mine, K, by_own):
+            if o:
+                law = RankedLaw(ids_o[b], vals_o[b])
+                job.expand(0, law, law)
+            elif k:
+                job.expand(0, RankedLaw(ids[b], vals[b]), RankedLaw(ids[b], at_own[b]) if own is not None else None)
+            else:  # a tree that draws its root's children (not held on the device): the whole law, on the host
+                dense = to_host(p_root) if dense is None else dense
+                job.expand(0, dense[b], to_host(own)[b] if own is not None else None)
+
+    if defer and pieces and all(K):
+        for _, _, job in mine:
+            if isinstance(job, _Eagle2Job):  # the root's frontier: its top_k proposals, whatever their tokens
+                job.frontier = list(range(job.params.top_k))
+        # a node of the first depth: its token is the rank r of its prompt's ranking (law or own) at the root
+        ids = [t for t in ((ids_d if k_law else None), (parts[-2] if k_own else None)) if t is not None]
+        where = {(b, j): (B * k_law if o and k_law else 0, k_own if o else k_law) for b, j, _ in mine
+                 for o in [own is not None and isinstance(jobs[b][j][1], _Eagle2Job)]}
+        return _RootRead(pieces, apply, ids[0] if len(ids) == 1 else torch.cat([t.reshape(-1) for t in ids]), where)
+    apply(torch.cat(pieces).cpu().numpy() if pieces else None)
+    return None
+
+
+class _RootRead:
+    """The roots' ranks and values left unread on the device (:func:`_root_expansions` with ``defer``): ``pieces``
+    the 1-D float64 tensors to read in turn (the law's ranking's ``(B, k_law)`` ids, values and own-law values, then
+    the own law's ranking's ``(B, k_own)`` ids and values), ``apply(host)`` the roots' expansions from their host
+    copy, ``ids`` the rankings' ids (one ranking's ``(B, k)``, or both flattened, the law's first), ``where[(b, j)]``
+    the offset in ``ids`` (flattened) of the ranking of tree ``j`` of prompt ``b``, and its row length."""
+
+    def __init__(self, pieces: list, apply, ids, where: dict):
+        self.pieces, self.apply, self.ids, self.where = pieces, apply, ids, where
+        self.size = sum(int(t.shape[0]) for t in pieces)
+
+    def read(self) -> None:
+        """The roots' values read alone, and the roots expanded."""
+        import torch
+
+        self.apply(torch.cat(self.pieces).cpu().numpy())
+
+    def index(self, b: int, j: int, job, v) -> int:
+        """The flat index of the token of first-depth node ``v`` of tree ``j`` of prompt ``b``."""
+        start, k = self.where[(b, j)]
+        r = int(job.shape.ranks[v]) if isinstance(job, _ShapeJob) else int(v)  # EAGLE-2: proposal v is rank v
+        return start + b * k + r
 
 
 def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, q_root: np.ndarray,
@@ -862,8 +913,9 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     if on_device and plan.sampled:
         dev = torch.device(getattr(target, "device", "cpu"))
         held = _trees_device.SampledTrees(jobs, dev, _trees_device.device_generator(rngs, dev))
+    root = None  # the roots' ranks, when read with the first depth's
     if on_device and torch.is_tensor(p_root):  # the roots expanded where their laws are, as the deeper nodes
-        _root_expansions(jobs, held, p_root, r_root if raw else None)
+        root = _root_expansions(jobs, held, p_root, r_root if raw else None, defer=True)
     else:
         p_root, r_root = to_host(p_root), (to_host(r_root) if r_root is not None else None)
         for b in range(B):
@@ -882,7 +934,14 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         else:
             src = [row_of[(b, j, _parent_of(jobs[b][j][1], v))] for b, j, v in need]
         draft.select(ds, src, n_ctx + level - 1)
-        if held is None:
+        if root is not None:  # the first depth's tokens from the roots' rankings, on the device
+            at = [0 if held is not None and held.holds(b, j) else root.index(b, j, jobs[b][j][1], v)
+                  for b, j, v in need]
+            if held is None:
+                ids = _moved(root.ids.take(torch.as_tensor(at).to(root.ids.device))[:, None], draft.device)
+            else:  # the indices sent with the held nodes'
+                ids = held.feed(need, at, draft.device, of=root.ids)
+        elif held is None:
             ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
         else:
             ids = held.feed(need, [0 if held.holds(b, j) else jobs[b][j][1].token(v) for b, j, v in need], draft.device)
@@ -891,7 +950,8 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             # a depth of sampled trees alone reads nothing: its laws are checked in the position's one read
             unchecked = held is not None and all(held.holds(b, j) for b, j, _ in need)
             laws = sampling.probs(logits, check=not unchecked)[:, 0]
-            got = _device_expansions(need, jobs, laws, sampling.own_law(logits)[:, 0] if raw else None)
+            got = _device_expansions(need, jobs, laws, sampling.own_law(logits)[:, 0] if raw else None, root)
+            root = None
             if held is not None:
                 held.draw(need, laws, logits if unchecked else None)
         else:
@@ -903,6 +963,8 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
             if g is not None:
                 jobs[b][j][1].expand(v, *g)
         level += 1
+    if root is not None:  # no first depth (stars): the roots' values read here
+        root.read()
     if level > 1:
         per = len(row_of) // B
         draft.select(ds, [b * per for b in range(B)], n_ctx)

@@ -262,15 +262,15 @@ class SampledTrees:
                          self.device, torch.float64)
         self.draw(need, laws.index_select(0, torch.as_tensor([b for b, _, _ in need], device=self.device)))
 
-    def feed(self, need: list, ids: list, device):
+    def feed(self, need: list, ids: list, device, *, of=None):
         """The tokens of ``need`` as a ``(len(need), 1)`` tensor on ``device`` (the draft's): ``ids`` (host tokens
-        of the other trees' nodes) with the held nodes' tokens gathered where they were drawn (the host ids and
-        indices in one copy)."""
+        of the other trees' nodes; with ``of``, a tensor of tokens on the device, their flat indices in it) with the
+        held nodes' tokens gathered where they were drawn (the host ids and indices in one copy)."""
         held = [(i, self.row[(b, j)] * self.n1 + v) for i, (b, j, v) in enumerate(need) if (b, j) in self.row]
         pack = _Pack()
         k_ids, k_at, k_flat = pack.add(ids), pack.add([i for i, _ in held]), pack.add([f for _, f in held])
         sent = pack.send(torch, self.tok)
-        out = sent[k_ids]
+        out = sent[k_ids] if of is None else on_device(of, self.tok.device).take(sent[k_ids])
         if held:
             out = out.index_copy(0, sent[k_at], self.tok.view(-1).index_select(0, sent[k_flat]))
         return on_device(out[:, None], device)
