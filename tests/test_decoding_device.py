@@ -165,10 +165,12 @@ class _ScalarReads(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("verifier,K", [("token", 1), ("multiround", 2), ("block-onestep", 1)])
-def test_device_route_reads_the_host_once_per_iteration(verifier, K):
+def test_device_route_reads_the_host_once_per_iteration(verifier, K, monkeypatch):
     """One host read per iteration (the emitted tokens), plus the seed before the loop and the logged
     acceptances after it, and no tensor turned into a number anywhere else (counted at the dispatcher,
-    where a hidden ``.item()`` would show); the numpy route reads far more."""
+    where a hidden ``.item()`` would show); the numpy route reads far more. The route an accelerator runs
+    (``read_on_host=False``; on the CPU speculative sampling reads its few numbers on the host)."""
+    monkeypatch.setattr(_loop._Decoder, "read_on_host", False)
     target, draft, _, _ = _memoryless(40, seed=1)
     kw = dict(draft=draft, target=target, verifier=verifier, k=K, L=3, max_new_tokens=30, rng=0)
     with _HostReads() as mode, _ScalarReads() as scalars:

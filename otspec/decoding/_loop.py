@@ -23,7 +23,7 @@ from .._registry import get_verifier, unknown_name_message
 from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import takes_last, validate_language_model, validate_prompt
-from ._sampling import Sampling, _block, _law_block, _laws_into, bad_rows, draw_rows, sample_rows
+from ._sampling import Sampling, _block, _law_block, _laws_into, bad_logit_rows, bad_rows, draw_rows, sample_rows
 from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
 from ._tree_loop import TreeStep, TreeSteps, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
@@ -909,6 +909,10 @@ def _tree_engine(engine, plan) -> bool:
 
 
 class _Decoder:
+    #: Whether speculative sampling (``K = 1``) verifies reading the host (:meth:`_chain_on_host`); None: on the
+    #: CPU only. Tests set it False to run an accelerator's route (one host read per iteration) on CPU tensors.
+    read_on_host: bool | None = None
+
     def __init__(self, draft, target, prompt, scheme: Scheme, K, L, max_new, sampling, gen, eos, progress,
                  tree_step: TreeSteps | None = None, device_gens=None, log_laws: bool = False):
         self.tree_step = tree_step
@@ -1043,7 +1047,10 @@ class _Decoder:
         head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
         Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev) if full else _block(self._work, "Q", (K, L + 1, V),
                                                                                          tdev)
-        _laws_into(self.sampling, t.logits_ids(torch.cat([head, Xt], dim=1), last=L + 1)[:, -(L + 1):], Q)  # (K, L + 1, V)
+        logits_t = t.logits_ids(torch.cat([head, Xt], dim=1), last=L + 1)[:, -(L + 1):]  # (K, L + 1, V)
+        if K == 1 and self.scheme.kind != "block" and self._reads_host(tdev):
+            return self._chain_on_host(ctx, L, X[0], Pt[0], Q[0], logits_t[0], gt)
+        _laws_into(self.sampling, logits_t, Q)  # (K, L + 1, V)
         if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
             out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt)
             alpha = torch.cat([law, torch.minimum(Pt[0, 0], Q[0, 0]).sum()[None]])
@@ -1064,6 +1071,54 @@ class _Decoder:
             self.first_laws.append((Pt[0, 0].clone(), Q[0, 0].clone()))  # every chain shares the first laws
             if len(self.first_laws) == LAW_BATCH:
                 self._flush_first_laws()
+        reached = np.zeros(L)
+        reached[:tau] = 1.0
+        self._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(L, math.nan))
+        return out
+
+    def _reads_host(self, device) -> bool:
+        """Whether speculative sampling's verification (``K = 1``) reads its few numbers on the host
+        (:attr:`read_on_host`; default: on the CPU, where a read costs no synchronisation)."""
+        return torch.device(device).type == "cpu" if self.read_on_host is None else bool(self.read_on_host)
+
+    def _chain_on_host(self, ctx, L, x, P, Q, logits, gen):
+        r"""Speculative sampling's verification (``K = 1``) reading the host, the route of a CPU: the target's
+        laws formed row by row and only as far as the chain goes.
+
+        The same draws as :func:`verify_chain_t` (:func:`_verify_one_chain_t`): the ``L`` uniforms in one call,
+        then depth ``j`` accepted when :math:`u_j\,p_j(x_j) < q_j(x_j)` (the same float64 product and
+        comparison, read as Python floats), up to the first rejection ``tau``; the residual
+        :math:`(q_{\tau+1} - p_{\tau+1})_+` (:math:`q_{L+1}` after ``L`` acceptances) drawn by the same call on the
+        same row. The target's law of depth ``j`` is needed only for ``j <= tau`` (its acceptance test, and the
+        logged :math:`\alpha_j = \sum_x \min(p_j, q_j)` of the depths reached), so the rows past the first
+        rejection are never formed: each row is the softmax of its own logits, the same values bit for bit as
+        the block's. Their logits are still checked (:func:`bad_logit_rows`, the rule of :func:`bad_rows`), so
+        non-finite logits anywhere in the call are refused as before. Returns the emitted tokens."""
+        t, d = self.t, self.d
+        xs = x.tolist()
+        u = torch.rand(L, dtype=torch.float64, device=P.device, generator=gen).tolist()
+        tau = 0
+        while True:
+            _laws_into(self.sampling, logits[tau : tau + 1], Q[tau : tau + 1])
+            if tau == L or not u[tau] * P[tau, xs[tau]].item() < Q[tau, xs[tau]].item():
+                break
+            tau += 1
+        qrow = Q[tau : tau + 1]
+        r = qrow.sub(P[tau : tau + 1]).clamp_(min=0.0) if tau < L else qrow
+        y = int(draw_rows(r if r.sum().item() > 0 else qrow, gen)[0])  # the guarded residual
+        flags = bad_rows(P).tolist() + bad_rows(Q[: tau + 1]).tolist() + bad_logit_rows(self.sampling,
+                                                                                      logits[tau + 1:]).tolist()
+        if any(flags):
+            self._refuse_bad_logits(ctx, flags, L)
+        out = xs[:tau] + [y]
+        held = ctx + out[:tau] + [-1] * (L - tau)  # what the states hold past the accepted tokens never matches
+        t.seq, d.seq = held, held[: len(ctx) + L - 1]
+        t.sync(ctx + out, row=0)
+        d.sync(ctx + out, row=0)
+        m = min(tau + 1, L)  # the depths verified: the logged predictions read alpha_j there only
+        alpha = torch.zeros(L, dtype=torch.float64, device=P.device)
+        alpha[:m] = torch.minimum(P[:m], Q[:m]).sum(-1)
+        self.dev_log.append(self._pad_depths(alpha, L))
         reached = np.zeros(L)
         reached[:tau] = 1.0
         self._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(L, math.nan))

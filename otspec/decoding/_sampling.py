@@ -464,6 +464,17 @@ def bad_rows(P):
     return torch.isnan(P[..., 0])
 
 
+def bad_logit_rows(sampling: Sampling, logits):
+    """The rows of ``logits`` (``(..., V)``) whose law :meth:`Sampling.probs` would mark bad (:func:`bad_rows`),
+    without forming it: a NaN or ``+inf`` logit, or no finite one, after the temperature (a finite logit that
+    overflows when divided by it counts, as in ``probs``). One pass over the logits, no float64 row: the check of
+    rows whose law is never needed. A bool tensor ``(...)`` on the same device, no synchronisation."""
+    top = logits.amax(dim=-1).to(torch.float64)  # amax keeps a NaN; the largest logit overflows first
+    if not sampling.greedy and sampling.temperature != 1.0:
+        top = top / sampling.temperature
+    return ~torch.isfinite(top)
+
+
 def draw_rows(W, gen, *, rule: str | None = None, out=None):
     r"""One draw per row of non-negative weights ``W`` (``(B, V)``, any float tensor), where ``W`` lives.
 
