@@ -707,13 +707,22 @@ def _gather_cache(cache, rows, cols) -> None:
 
 def _finish_tree(logits, tb: _TreeBatch, wrong=None):
     """The tree's ``(B, n + 1, V)`` logits, NaN at padding nodes (and at the nodes ``wrong`` of :func:`_node_ids`);
-    ``(n + 1, V)`` for one unbatched tree."""
+    ``(n + 1, V)`` for one unbatched tree. ``logits`` is the call's own fresh tensor (a model's output, or rows
+    gathered from it), written in place: no copy of the tree's logits per call."""
     if not tb.real.all():
-        pad_nodes = torch.from_numpy(~tb.real).to(logits.device, non_blocking=True)
-        logits = logits.masked_fill(pad_nodes[:, :, None], math.nan)
+        _nan_rows(logits, torch.from_numpy(~tb.real).to(logits.device, non_blocking=True))
     if wrong is not None:
-        logits = logits.masked_fill(wrong[:, :, None], math.nan)
+        _nan_rows(logits, wrong)
     return logits if tb.batched else logits[0]
+
+
+def _nan_rows(logits, rows) -> None:
+    """NaN in place at the rows ``rows`` (bool, ``logits.shape[:-1]``) of ``logits``: on the CPU by a boolean index
+    (it writes those rows only; finding them waits for nothing there), elsewhere by a masked fill (no host read)."""
+    if logits.device.type == "cpu":
+        logits[rows] = math.nan
+    else:
+        logits.masked_fill_(rows[..., None], math.nan)
 
 
 def _score_rows(lm, state, tb: _TreeBatch):
