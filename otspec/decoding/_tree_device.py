@@ -71,6 +71,7 @@ import numpy as np
 import otspec
 import otspec.tree
 
+from .._jit import compile_in
 from ..tree._process import _support_error
 from ..tree._verifiers import SequoiaVerifier, SpecInferVerifier, TargetOnlyVerifier
 from ._deps import require
@@ -1227,6 +1228,78 @@ def _ranked_by_maxima(R, k: int, in_place: bool):
     return ids, vals
 
 
+def ranked_rows_host(R, k: int):
+    """:func:`ranked_rows_t` of a float64 CPU block read in place, one pass per row (:func:`_top_k_rows`, compiled by
+    numba): the same ids and values bit for bit. Rows with a NaN, a block of another kind, or no numba: the torch
+    route itself. For the host route of a decoder (the CPU), where ``ranked_rows_t``'s ``k`` passes of a row
+    maximum and their marks cost about twice one pass."""
+    if (_TOP_K_COMPILED and R.device.type == "cpu" and R.dtype == torch.float64 and R.ndim == 2 and R.is_contiguous()
+            and not R.requires_grad):
+        B = int(R.shape[0])
+        ids, vals = np.empty((B, k), dtype=np.int64), np.empty((B, k), dtype=np.float64)
+        if _top_k_rows(R.numpy(), k, ids, vals):
+            return torch.from_numpy(ids), torch.from_numpy(vals)
+    return ranked_rows_t(R, k)
+
+
+#: Columns a block of :func:`_top_k_rows` tests at once against the row's current ``k``-th value.
+TOP_K_BLOCK = 512
+
+
+def _top_k_insert(row, i0, i1, k, n, ids, vals, b):
+    """Insert ``row[i0:i1]`` into the sorted ``(vals[b], ids[b])`` (``n`` entries so far, at most ``k``): an entry
+    moves in only when strictly larger than the ``k``-th, and past the entries strictly smaller, so equal values
+    keep the lower id first. Returns the new ``n``."""
+    for i in range(i0, i1):
+        v = row[i]
+        if n < k or v > vals[b, k - 1]:
+            j = n if n < k else k - 1
+            while j > 0 and v > vals[b, j - 1]:
+                vals[b, j] = vals[b, j - 1]
+                ids[b, j] = ids[b, j - 1]
+                j -= 1
+            vals[b, j] = v
+            ids[b, j] = i
+            if n < k:
+                n += 1
+    return n
+
+
+def _top_k_rows(R, k, ids, vals):
+    r"""The ``k`` largest entries of every row of ``R`` (``(B, V)``, ``k <= V``) in decreasing order, ties by lower
+    id, written into ``ids`` and ``vals`` (``(B, k)``); False (and nothing to use) when a row holds a NaN.
+
+    One pass per row: a block of :data:`TOP_K_BLOCK` columns is scanned for an entry above the current ``k``-th
+    value (or a NaN), a vectorised count, and only such a block is inserted entry by entry
+    (:func:`_top_k_insert`). Every entry left out of a block is at most the ``k``-th value held when it was
+    tested, which only grows, and comes after the entries held (a larger id): ranked after them in the order
+    "value descending, id ascending", so the result is that order's first ``k`` entries.
+    """
+    B, V = R.shape
+    for b in range(B):
+        row = R[b]
+        for i in range(k):
+            if row[i] != row[i]:
+                return False
+        n = _top_k_insert(row, 0, k, k, 0, ids, vals, b)
+        for i0 in range(k, V, TOP_K_BLOCK):
+            i1 = min(i0 + TOP_K_BLOCK, V)
+            thr = vals[b, k - 1]
+            c = 0
+            for i in range(i0, i1):
+                v = row[i]
+                c += (v > thr) | (v != v)
+            if c:
+                for i in range(i0, i1):
+                    if row[i] != row[i]:
+                        return False
+                n = _top_k_insert(row, i0, i1, k, n, ids, vals, b)
+    return True
+
+
+_TOP_K_COMPILED = compile_in(globals(), ("_top_k_insert", "_top_k_rows"))
+
+
 class Eagle2LayoutT:
     r"""The layout of one realised EAGLE-2 tree for :func:`node_rules_t` and :func:`verify_tree_t`, built on the
     device from the expansion's record (no host read).
@@ -1323,13 +1396,14 @@ class Eagle2TreeT:
         self.path = torch.zeros((self.NP, self.D), dtype=torch.long, device=dev)
         self.slots: list = []
 
-    def expand(self, lv: int, R, frontier, *, in_place: bool = False):
+    def expand(self, lv: int, R, frontier, *, in_place: bool = False, host: bool = False):
         r"""The proposals of level ``lv + 1`` from the ranking laws ``R`` of level ``lv``'s expanded nodes (the root
         ``(1, V)`` for ``lv = 0``, else the frontier's ``(K, V)`` in its order); returns the next frontier (``(K,)``
         proposal ids, None after the last level) and the flags of laws with fewer than ``K`` positive tokens.
-        ``in_place``: ``R`` is a block the caller owns (:func:`ranked_rows_t` marks it, then restores it)."""
+        ``in_place``: ``R`` is a block the caller owns (:func:`ranked_rows_t` marks it, then restores it);
+        ``host``: ``R`` is ranked by :func:`ranked_rows_host` (the CPU; the same ids and values)."""
         K = self.K
-        ids, vals = ranked_rows_t(R, K, in_place=in_place)
+        ids, vals = ranked_rows_host(R, K) if host else ranked_rows_t(R, K, in_place=in_place)
         short = ~(vals[:, K - 1] > 0)
         lp = torch.log(vals)
         if lv == 0:
@@ -1399,6 +1473,7 @@ class Eagle2StepT(TreeStepT):
             self.build = Eagle2TreeT(plan.shape, ddev)
         b = self.build
         b.new()
+        host_d = self._reads_host(ddev)
         # -- draft: the root, then one call per level on the frontier's paths; laws and scores stay on the device
         pending = d.sync(ctx)
         logits = d.logits_ids(torch.tensor([pending], dtype=torch.long).to(ddev, non_blocking=True), last=1)[:, -1]
@@ -1420,7 +1495,8 @@ class Eagle2StepT(TreeStepT):
                 bad = bad | bad_rows(_laws_into(sampling, logits, Pb[row : row + nb]))
             row += nb
             flags.append(bad)
-            frontier, short = b.expand(lv, R, frontier, in_place=True)  # R: a view of the step's own block
+            # R: a view of the step's own block; on the CPU ranked in one pass per row
+            frontier, short = b.expand(lv, R, frontier, in_place=True, host=host_d)
             shorts.append(short)
             if frontier is not None:
                 if lv >= 1:  # back to the context: the next frontier's paths are fed whole
