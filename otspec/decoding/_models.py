@@ -717,10 +717,11 @@ def _finish_tree(logits, tb: _TreeBatch, wrong=None):
 
 
 def _nan_rows(logits, rows) -> None:
-    """NaN in place at the rows ``rows`` (bool, ``logits.shape[:-1]``) of ``logits``: on the CPU by a boolean index
-    (it writes those rows only; finding them waits for nothing there), elsewhere by a masked fill (no host read)."""
+    """NaN in place at the rows ``rows`` (bool, ``logits.shape[:-1]``) of ``logits``: on the CPU at the rows' indices
+    (finding them waits for nothing there, and only those rows are written: a boolean index, like a masked fill,
+    would pass over every entry), elsewhere by a masked fill (no host read)."""
     if logits.device.type == "cpu":
-        logits[rows] = math.nan
+        logits[rows.nonzero(as_tuple=True)] = math.nan
     else:
         logits.masked_fill_(rows[..., None], math.nan)
 
