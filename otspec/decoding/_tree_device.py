@@ -434,8 +434,9 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     >>> mass.tolist(), int(a[0]) in (1, 2)
     ([0.0, 0.5, 0.5], True)
     """
-    if host and rule != "target-only":  # the rules' arithmetic on a few numbers per child in Python floats
+    if host:  # the rules' arithmetic on a few numbers per child in Python floats
         cur, r, x, level, mass = _verify_host(rule, lay, tokens, P_inner, Q_inner, gen, work)
+        cur = torch.tensor([cur], device=Q_inner.device)
         return cur, _emit_host(rule, r, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work), mass
     acc, alive, x, level, sampler = node_rules_t(rule, lay, tokens, P_inner, Q_inner, work=work)
     I, m = lay.kids.shape
@@ -455,9 +456,6 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
         c = nxt.index_select(0, torch.where(r >= 0, r, I))
         cur = torch.where(c >= 0, c, cur)
     r = lay.row_of.index_select(0, cur)
-    if host:  # the accepted node read (on the CPU this waits for nothing): its rows are views, its branch taken once
-        return cur, _emit_host(rule, int(r[0]), cur, x, level, P_inner, Q_inner, q_at, gen, draw, work), \
-            end_mass_t(lay, acc, alive)
     inner = r[:, None] >= 0
     r0 = r.clamp(min=0)
     q = q_at(cur)  # the accepted node's law: its row of Q_inner where it has children, the bonus token's at a leaf
@@ -497,17 +495,18 @@ def _clamp_min0(v: float) -> float:
 
 
 def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
-    r""":func:`node_rules_t` (``"specinfer"``, ``"sequoia"``) and the walk of :func:`verify_tree_t` with the few
-    numbers per child read on the host and the rules' arithmetic done in Python floats (IEEE float64, each operation
+    r""":func:`node_rules_t` (``"specinfer"``, ``"sequoia"``; ``"target-only"`` by :func:`_verify_host_target_only`)
+    and the walk of :func:`verify_tree_t` with the few numbers per child read on the host and the rules' arithmetic
+    done in Python floats (IEEE float64, each operation
     rounded once, as torch's elementwise kernels on the CPU round it; the guards against division by 0 the same
     ``where``\ s), the passes over ``V`` in torch as there (the draft law's totals, each rejection's level over every
     row with children, ``torch.rand`` for the uniforms with the same shape and generator): the same acceptances, levels,
     uniforms, accepted node and exact law, bit for bit, with some ten torch operators where the device route runs a
     hundred on tensors of a few entries.
 
-    Returns ``cur`` (``(1,)`` int64, the accepted node), its row of ``inner`` (-1 at a leaf), ``x`` (``(I, m)`` int64,
-    the children's tokens), ``level`` (``(t, S, ell)``, lists of ``I`` Python floats, read by :func:`_emit_host`) and
-    the law of the accepted node
+    Returns ``cur`` (an int, the accepted node), its row of ``inner`` (-1 at a leaf), ``x`` (``(I, m)`` int64,
+    the children's tokens), ``level`` (``(t, S, ell)``, lists of ``I`` Python floats, read by :func:`_emit_host`;
+    None for ``"target-only"``, :func:`_verify_host_target_only`) and the law of the accepted node
     (:func:`end_mass_t`).
     """
     h = _HostLayout.of(lay)
@@ -516,12 +515,14 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
     x = tokens.index_select(0, lay.kids0.flatten()).reshape(I, m)
     x = torch.where(lay.valid, x, x[:, :1])
     xs = x.tolist()
-    qx, px_raw = torch.gather(Q_inner, 1, x).tolist(), torch.gather(P_inner, 1, x).tolist()
-    wor = rule == "sequoia"
-    total = P_inner.sum(-1).tolist() if wor else None
     valid, last = h.valid, h.last
     dup = [[valid[i][j] and any(valid[i][k] and xs[i][k] == xs[i][j] for k in range(j)) for j in range(m)]
            for i in range(I)]
+    if rule == "target-only":
+        return _verify_host_target_only(h, lay, x, dup, Q_inner, gen)
+    qx, px_raw = torch.gather(Q_inner, 1, x).tolist(), torch.gather(P_inner, 1, x).tolist()
+    wor = rule == "sequoia"
+    total = P_inner.sum(-1).tolist() if wor else None
     t, S, removed = [0.0] * I, [1.0] * I, [0.0] * I
     end_ell, w = [1.0] * I, [1.0] * I
     acc_k = [[0.0] * m for _ in range(I)]
@@ -569,11 +570,6 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
             if valid[i][j] and u[i][j] * px_all[i][j] < tx_all[i][j]:
                 nxt[i] = h.kids[i][j]
                 break
-    cur = 0
-    for _ in range(h.L):
-        r = h.row_of[cur]
-        c = nxt[r if r >= 0 else I]
-        cur = c if c >= 0 else cur
     # the law of the accepted node (end_mass_t): the products along each path from the root, times its alive mass
     acc, alive = [1.0] * h.n_out, [1.0] * h.n_out
     for i in range(I):
@@ -581,11 +577,60 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
             if valid[i][j]:
                 acc[h.kids[i][j]] = acc_k[i][j]
         alive[h.inner[i]] = w[i]
+    cur = _walk_host(h, nxt)
+    return cur, h.row_of[cur], x, (t, S, end_ell), _mass_host(h, acc, alive, dt, dev)
+
+
+def _walk_host(h, nxt) -> int:
+    """The accepted node of :func:`verify_tree_t`'s walk from the root, ``nxt[i]`` the accepted child of row ``i``
+    (-1: none; row ``I`` stands for a leaf)."""
+    cur = 0
+    for _ in range(h.L):
+        r = h.row_of[cur]
+        c = nxt[r if r >= 0 else h.I]
+        cur = c if c >= 0 else cur
+    return cur
+
+
+def _mass_host(h, acc, alive, dt, dev):
+    """:func:`end_mass_t` in Python floats from ``acc`` and ``alive`` (lists over ``n_out`` nodes): the products
+    along each path from the root in the same order, times the alive mass; a tensor ``(n + 1,)``."""
     reach = [1.0] * h.n1
     for v in h.by_depth:
         reach[v] = reach[max(h.parents[v], 0)] * acc[v]  # a tree from bad laws stays indexable
-    mass = torch.tensor([reach[v] * alive[v] for v in range(h.n1)], dtype=dt, device=dev)
-    return torch.tensor([cur], device=dev), h.row_of[cur], x, (t, S, end_ell), mass
+    return torch.tensor([reach[v] * alive[v] for v in range(h.n1)], dtype=dt, device=dev)
+
+
+def _verify_host_target_only(h, lay, x, dup, Q_inner, gen):
+    r""":func:`_verify_host` for the target-only rule: child ``j`` of a node reached with probability :math:`q(x_j)`
+    (0 for a token repeating an earlier sibling's), one uniform per node against the running sums. The children's
+    :math:`q(x_j)` gathered once; their running sums and the rows' alive masses :math:`1 - \sum_j q(x_j)` by the
+    very torch operators :func:`node_rules_t` runs on the same ``(I, m)`` values (the same bits), the uniforms by
+    the same ``torch.rand`` call, the walk and the exact law in Python floats as :func:`_verify_host`'s."""
+    I, m = h.I, h.m
+    dev, dt = Q_inner.device, Q_inner.dtype
+    valid = h.valid
+    qx = torch.gather(Q_inner, 1, x)
+    keep = torch.tensor([[valid[i][j] and not dup[i][j] for j in range(m)] for i in range(I)], device=dev)
+    acc_k = torch.where(keep, qx, 0.0)
+    alive_in = (1.0 - acc_k.sum(-1)).tolist()
+    cum = torch.cumsum(acc_k, 1).tolist()
+    acc_l = acc_k.tolist()
+    u = torch.rand((I, 1), dtype=dt, device=dev, generator=gen)[:, 0].tolist()
+    nxt = [-1] * (I + 1)
+    for i in range(I):
+        for j in range(m):
+            if valid[i][j] and u[i] < cum[i][j]:
+                nxt[i] = h.kids[i][j]
+                break
+    acc, alive = [1.0] * h.n_out, [1.0] * h.n_out
+    for i in range(I):
+        for j in range(m):
+            if valid[i][j]:
+                acc[h.kids[i][j]] = acc_l[i][j]
+        alive[h.inner[i]] = alive_in[i]
+    cur = _walk_host(h, nxt)
+    return cur, h.row_of[cur], x, None, _mass_host(h, acc, alive, dt, dev)
 
 
 def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work):
