@@ -621,7 +621,11 @@ def speculative_decode(
     ``torch.Generator`` on that device, the ratio tests run there, and one
     host read per iteration brings the emitted tokens (the draft may sit on
     another device than the target: its drafts and laws are then copied to
-    the target's). With ``engine="numpy"`` (every other verifier) drafts are
+    the target's). On the CPU, where a read waits for nothing, speculative
+    sampling (``k = 1``) reads its few numbers per depth instead and forms
+    the target's laws only up to the first rejection (the rows after it are
+    used by nothing; their logits are still checked): the same draws bit
+    for bit. With ``engine="numpy"`` (every other verifier) drafts are
     sampled on the device (only ``K`` uniforms and ``K`` ids cross) and
     each verified depth moves one row of ``p`` and one of ``q`` restricted
     to their union support (plus the bonus row of ``q``) to the host, where
