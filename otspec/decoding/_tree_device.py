@@ -1173,10 +1173,10 @@ def ranked_rows_t(R, k: int, *, in_place: bool = False):
     * ``k <= RANK_BY_MAXIMA``: ``k`` passes of ``torch.max`` over a copy of the rows, each pick set to
       :math:`-\infty` before the next pass (``torch.max`` returns the first maximal index: ties by lower id);
       on this project's CPU a pass costs a fifth of a top-k at ``V = 128,256``;
-    * larger ``k``: a top-``k`` gives the ``k``-th largest value ``t_b``; a second top-``k``, over the keys
-      :math:`2V - x` where :math:`R_b(x) > t_b`, :math:`V - x` where :math:`R_b(x) = t_b` and 0 elsewhere (distinct
-      where positive), picks every token above ``t_b`` and the lowest-id tokens equal to it, by increasing id in
-      each group (no ``nonzero``, whose size a GPU would read); a stable sort of their ``k`` values orders them.
+    * larger ``k``: a top-``k`` gives the ``k``-th largest value ``t_b`` and, first in its decreasing values, the
+      tokens above it; the lowest-id tokens equal to it are the indices of a second top-k over :math:`V - x` on the
+      tied tokens (no ``nonzero``, whose size a GPU would read); the ``k`` chosen are sorted by id, then stably by
+      value.
 
     Parameters
     ----------
@@ -1206,14 +1206,16 @@ def ranked_rows_t(R, k: int, *, in_place: bool = False):
     if k <= RANK_BY_MAXIMA:
         return _ranked_by_maxima(R, k, in_place)
     V = R.shape[1]
-    kth = torch.topk(R, k, dim=-1).values[:, k - 1 : k]
-    # the k chosen: every token above the k-th value, then the tokens equal to it, lowest ids first -- the k largest
-    # keys V - id (tied) and 2V - id (above), 0 for the rest; the top-k of the keys lists them by increasing id
-    # within each group (the keys are distinct)
-    low = torch.arange(V, 0, -1, device=R.device)
-    key = torch.where(R > kth, low + V, torch.where(R == kth, low, 0))
-    ids = torch.topk(key, k, dim=-1).indices
-    # by decreasing value, stably: equal values keep the lower id first (the tied group comes last, at the k-th value)
+    vals, ids = torch.topk(R, k, dim=-1)
+    kth = vals[:, k - 1 : k]
+    # the tokens equal to the k-th value, lowest ids first: the indices of a top-k of V - id over them (0 elsewhere;
+    # distinct keys where positive, and at least k - a tied tokens)
+    tied = torch.topk(torch.where(R == kth, torch.arange(V, 0, -1, device=R.device), 0), k, dim=-1).indices
+    # the top-k's values decrease: its first a tokens are those above the k-th value, the tied ones follow
+    a = (vals > kth).sum(-1, keepdim=True)
+    rank = torch.arange(k, device=R.device)
+    ids = torch.where(rank < a, ids, tied.gather(1, (rank - a).clamp_(min=0)))
+    ids = torch.sort(ids, dim=-1).values  # by id, then stably by value: equal values keep the lower id first
     vals, order = torch.sort(R.gather(1, ids), dim=-1, descending=True, stable=True)
     return ids.gather(1, order), vals
 
