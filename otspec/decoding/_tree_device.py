@@ -211,9 +211,13 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
       earlier sibling's), one uniform per node against the running sums; the residual is :math:`q` off the
       children's tokens.
 
-    Each rejection costs one pass over the vocabulary per node (:math:`S_{j+1}`), none is written; the
+    Each rejection costs one pass over the vocabulary per node (:math:`S_{j+1}`), none is kept; the
     residual of a node is formed only where it is drawn (:func:`residual_rows_t`). The same closed form as
-    :class:`otspec.tree.SpecInferVerifier` and :class:`otspec.tree.SequoiaVerifier`.
+    :class:`otspec.tree.SpecInferVerifier` and :class:`otspec.tree.SequoiaVerifier`. Only the levels are
+    sequential: one pass over ``V`` per sibling rank for every node at once (:func:`_levels_t`); every child's
+    test, acceptance and running product is then computed at once on ``(I, m)`` blocks, the products and
+    Sequoia's removed masses by a cumulative product and sum, left to right as a loop over siblings computes them
+    (on the CPU, the same floats bit for bit; a GPU's scan may group them otherwise, to rounding).
 
     Parameters
     ----------
