@@ -40,8 +40,11 @@ FAMILIES = ("token", "kseq", "multiround", "optimal", "typical", "block", "block
 #: Then (measured 293 / 3,498 chains, 817.5 / 4,359 with trees; before 479.5 / 3,776 and 1,030.5 / 4,659): block
 #: verification's E[tau | X] of both block schemes in one batched pass with no loop over depths
 #: (otspec.profile._quantities.block_path_laws_stack), the laws at the drafted tokens gathered once for the token and
-#: block schemes, the tree families' reads merged.
-BOUND = {(False, 0): 300, (False, 1): 3550, (True, 0): 830, (True, 1): 4400}
+#: block schemes, the tree families' reads merged. Then (measured 293 / 3,470 chains, 595.5 / 4,109.25 with trees;
+#: before 293 / 3,498 and 818.5 / 4,360.25): the tree verifiers' node rules batched over siblings (one pass over V per
+#: sibling rank, every child's test and product at once), the ranking's top-k route by one keyed top-k, the passes of
+#: a row maximum joined once.
+BOUND = {(False, 0): 300, (False, 1): 3490, (True, 0): 620, (True, 1): 4150}
 #: Host reads per position of the same walks, measured: 2 / 5 chains, 7 / 12 with trees (before 3 / 6 and 13 / 18):
 #: the path's target law read with the position's batched quantities, a depth's ranks and values of the tree
 #: families in one read, the deterministic families' target probabilities with the sampled trees' values. Then the

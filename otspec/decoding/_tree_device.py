@@ -212,9 +212,13 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
       earlier sibling's), one uniform per node against the running sums; the residual is :math:`q` off the
       children's tokens.
 
-    Each rejection costs one pass over the vocabulary per node (:math:`S_{j+1}`), none is written; the
+    Each rejection costs one pass over the vocabulary per node (:math:`S_{j+1}`), none is kept; the
     residual of a node is formed only where it is drawn (:func:`residual_rows_t`). The same closed form as
-    :class:`otspec.tree.SpecInferVerifier` and :class:`otspec.tree.SequoiaVerifier`.
+    :class:`otspec.tree.SpecInferVerifier` and :class:`otspec.tree.SequoiaVerifier`. Only the levels are
+    sequential: one pass over ``V`` per sibling rank for every node at once (:func:`_levels_t`); every child's
+    test, acceptance and running product is then computed at once on ``(I, m)`` blocks, the products and
+    Sequoia's removed masses by a cumulative product and sum, left to right as a loop over siblings computes them
+    (on the CPU, the same floats bit for bit; a GPU's scan may group them otherwise, to rounding).
 
     Parameters
     ----------
@@ -252,7 +256,6 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
     x = torch.where(lay.valid, x, x[:, :1])  # padding: the first child's token (every inner node has one)
     dup = ((x[:, :, None] == x[:, None, :]) & lay.earlier & lay.valid[:, None, :]).any(-1) & lay.valid
     qx = torch.gather(Q_inner, 1, x)
-    t = torch.zeros(I, dtype=dt, device=dev)
     level = None
     if rule == "target-only":
         acc_k = torch.where(lay.valid & ~dup, qx, 0.0)
@@ -260,54 +263,70 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
         sampler = ("cum", torch.cumsum(acc_k, 1))
     else:
         px_raw = torch.gather(P_inner, 1, x)
-        S = torch.ones(I, dtype=dt, device=dev)
-        total = P_inner.sum(-1) if rule == "sequoia" else None  # what is left = total - removed (exactly summed)
-        removed = torch.zeros(I, dtype=dt, device=dev)
-        end_ell = torch.ones(I, dtype=dt, device=dev)
-        w = torch.ones(I, dtype=dt, device=dev)
-        acc_k = torch.zeros((I, m), dtype=dt, device=dev)
-        px_all = torch.ones((I, m), dtype=dt, device=dev)
-        tx_all = torch.zeros((I, m), dtype=dt, device=dev)
         wor = rule == "sequoia"
-        for j in range(m):
-            on = lay.valid[:, j]
-            tx = (qx[:, j] - t * px_raw[:, j]).clamp(min=0.0) / S
-            left = total - removed if wor else None
-            if wor:  # p off the earlier siblings: 0 for a repeated token or when nothing is left
-                px = torch.where(dup[:, j] | ~(left > 0), 0.0, px_raw[:, j] / torch.where(left > 0, left, 1.0))
-            else:
-                px = px_raw[:, j]
-            a = torch.where(px > 0, torch.clamp(tx / torch.where(px > 0, px, 1.0), max=1.0), (tx > 0).to(dt))
-            a = torch.where(on, a, 0.0)
-            acc_k[:, j] = w * a
-            w = w * (1.0 - a)
-            px_all[:, j], tx_all[:, j] = torch.where(on, px, 1.0), torch.where(on, tx, 0.0)
-            ell = left if wor else torch.ones_like(t)
-            end_ell = torch.where(lay.last[:, j], ell, end_ell)
-            if j < m - 1:  # not after a node's last child: that level is formed for the accepted node only
-                t, S, removed = _reject(on & ~lay.last[:, j], x[:, j], dup[:, j], t, S, ell, removed, P_inner,
-                                        Q_inner, px_raw[:, j], wor, work)
-        level = (t, S, end_ell)
-        alive_in = w
-        sampler = ("ratio", px_all, tx_all)
+        rejects = lay.valid & ~lay.last  # the children whose rejection moves the level (not a node's last)
+        if wor:
+            px, left, safe, movable = _sequoia_siblings(lay, dup, rejects, px_raw, P_inner)
+        else:  # SpecInfer: p itself, ell = 1
+            px, left, safe, movable = px_raw, None, None, rejects
+        minus_t, S = _levels_t(movable, safe, P_inner, Q_inner, work)
+        # every child's test at once, in the loop's arithmetic (-t p rounds as t p, negated)
+        tx = (qx + minus_t * px_raw).clamp(min=0.0) / S
+        a = torch.where(px > 0, torch.clamp(tx / torch.where(px > 0, px, 1.0), max=1.0), tx > 0)
+        a = torch.where(lay.valid, a, 0.0)
+        kept = torch.cumprod(1.0 - a, 1)  # P(the first j + 1 siblings rejected), multiplied left to right
+        acc_k = torch.cat([torch.ones((I, 1), dtype=dt, device=dev), kept[:, :-1]], 1) * a
+        alive_in = kept[:, -1] if m else torch.ones(I, dtype=dt, device=dev)
+        end_ell = torch.ones(I, dtype=dt, device=dev) if left is None else \
+            torch.where(lay.valid[:, 0], torch.where(lay.last, left, 0.0).sum(1), 1.0)  # ell at each node's last child
+        level = (0.0 - minus_t[:, -1], S[:, -1], end_ell)
+        sampler = ("ratio", torch.where(lay.valid, px, 1.0), torch.where(lay.valid, tx, 0.0))
     acc = torch.ones(lay.n_out, dtype=dt, device=dev).index_copy(
-        0, lay.kid_nodes, acc_k.flatten().index_select(0, lay.kid_cells))[: lay.n1]
-    alive = torch.ones(lay.n_out, dtype=dt, device=dev).index_copy(0, lay.inner, alive_in)[: lay.n1]
+        0, lay.kid_nodes, acc_k.flatten().index_select(0, lay.kid_cells))
+    alive = torch.ones(lay.n_out, dtype=dt, device=dev).index_copy(0, lay.inner, alive_in)
+    if lay.n_out != lay.n1:
+        acc, alive = acc[: lay.n1], alive[: lay.n1]
     return acc, alive, x, level, sampler
 
 
-def _reject(on, xj, dupj, t, S, ell, removed, P, Q, pxj, wor: bool, work=None):
-    """The level after rejecting child ``j`` at the nodes ``on`` (what is left of the draft law: ``ell``): one pass
-    over ``V`` (written into the block ``work["lvl"]``)."""
-    t_new = t + S / torch.where(ell > 0, ell, 1.0)
-    lvl = _block(work, "lvl", tuple(Q.shape), Q.device)
-    S_new = torch.addcmul(Q, P, -t_new[:, None], out=lvl).clamp_(min=0.0).sum(-1)
-    move = on & (ell > 0) & (S_new > 0)  # a level of no mass is kept (that rejection had probability 0)
-    t, S = torch.where(move, t_new, t), torch.where(move, S_new, S)
-    if wor:  # the rejected token's mass out of what is left (a repeated token was out already)
-        gone = on & ~dupj
-        removed = torch.where(gone, removed + pxj, removed)
-    return t, S, removed
+def _sequoia_siblings(lay, dup, rejects, px_raw, P_inner):
+    r"""Sequoia's draft law at each child, :math:`p(x_j) / \ell_j` with :math:`\ell_j = 1 - p(\text{earlier
+    siblings' tokens})` (0 for a repeated token or when nothing is left), for every child at once: ``(px, left,
+    safe, movable)``, ``(I, m)`` each -- ``left`` :math:`\ell_j` (the row's total less the rejected tokens' mass,
+    summed left to right as the loop over siblings sums it), ``safe`` :math:`\ell_j` where positive else 1, and
+    ``movable`` the rejections that may move the level (``rejects`` where :math:`\ell_j > 0`)."""
+    gone = torch.where(rejects & ~dup, px_raw, 0.0)  # a rejected token's mass leaves (a repeated one left already)
+    removed = torch.cumsum(torch.cat([torch.zeros_like(gone[:, :1]), gone[:, :-1]], 1), 1)
+    left = P_inner.sum(-1, keepdim=True) - removed
+    positive = left > 0
+    safe = torch.where(positive, left, 1.0)
+    px = torch.where(dup | ~positive, 0.0, px_raw / safe)
+    return px, left, safe, rejects & positive
+
+
+def _levels_t(movable, safe, P_inner, Q_inner, work=None):
+    r"""The levels :math:`(t_j, S_j)` before each child ``j``, ``(I, m)`` each, as ``(-t, S)``: :math:`t_1 = 0`,
+    :math:`S_1 = 1`, and after rejecting child ``j`` at the rows ``movable[:, j]``, :math:`t' = t_j + S_j / \ell_j`
+    (``safe`` :math:`\ell_j`; None: 1) and :math:`S' = \lVert (q - t' p)_+ \rVert_1`, kept where :math:`S' > 0`
+    (a level of no mass: that rejection had probability 0). One pass over ``V`` per sibling rank for every row at
+    once (written into ``work["lvl"]``), a few ops on ``(I, 1)`` columns around it; :math:`-t` is carried (exact:
+    negation commutes with rounding), so the pass reads it without a negation."""
+    I, m = movable.shape
+    dev, dt = Q_inner.device, Q_inner.dtype
+    minus_t, S = torch.zeros((I, 1), dtype=dt, device=dev), torch.ones((I, 1), dtype=dt, device=dev)
+    ts, Ss = [minus_t], [S]
+    if m > 1:
+        lvl = _block(work, "lvl", tuple(Q_inner.shape), dev)
+        moves = movable[:, :, None].unbind(1)
+        steps = None if safe is None else safe[:, :, None].unbind(1)
+        for j in range(m - 1):
+            minus_new = minus_t - (S if steps is None else S / steps[j])
+            S_new = torch.addcmul(Q_inner, P_inner, minus_new, out=lvl).clamp_(min=0.0).sum(-1, keepdim=True)
+            move = moves[j] & (S_new > 0)
+            minus_t, S = torch.where(move, minus_new, minus_t), torch.where(move, S_new, S)
+            ts.append(minus_t)
+            Ss.append(S)
+    return torch.cat(ts, 1), torch.cat(Ss, 1)
 
 
 def residual_rows_t(rule: str, x, level, P_inner, Q_inner, rows, *, q=None, inner=None, work=None):
@@ -1204,9 +1223,10 @@ def ranked_rows_t(R, k: int, *, in_place: bool = False):
     * ``k <= RANK_BY_MAXIMA``: ``k`` passes of ``torch.max`` over a copy of the rows, each pick set to
       :math:`-\infty` before the next pass (``torch.max`` returns the first maximal index: ties by lower id);
       on this project's CPU a pass costs a fifth of a top-k at ``V = 128,256``;
-    * larger ``k``: a top-``k`` gives the ``k``-th largest value ``t_b``; the tokens above it are the top-k's own,
-      the lowest-id tokens equal to it come from a second top-k over :math:`V - x` on the tied tokens (no
-      ``nonzero``, whose size a GPU would read); the ``2k`` candidates are sorted stably by id, then by value.
+    * larger ``k``: a top-``k`` gives the ``k``-th largest value ``t_b`` and, first in its decreasing values, the
+      tokens above it; the lowest-id tokens equal to it are the indices of a second top-k over :math:`V - x` on the
+      tied tokens (no ``nonzero``, whose size a GPU would read); the ``k`` chosen are sorted by id, then stably by
+      value.
 
     Parameters
     ----------
@@ -1235,39 +1255,34 @@ def ranked_rows_t(R, k: int, *, in_place: bool = False):
     """
     if k <= RANK_BY_MAXIMA:
         return _ranked_by_maxima(R, k, in_place)
-    B, V = R.shape
+    V = R.shape[1]
     vals, ids = torch.topk(R, k, dim=-1)
     kth = vals[:, k - 1 : k]
-    # the tokens equal to the k-th value, lowest ids first: a top-k of V - id over them (0 elsewhere)
-    key = torch.where(R == kth, torch.arange(V, 0, -1, device=R.device), 0)
-    low = V - torch.topk(key, k, dim=-1).values  # (B, k): ids of tied tokens in increasing order (V: none)
-    above = vals > kth
-    need = k - above.sum(-1, keepdim=True)  # how many tied tokens the top k take
+    # the tokens equal to the k-th value, lowest ids first: the indices of a top-k of V - id over them (0 elsewhere;
+    # distinct keys where positive, and at least k - a tied tokens)
+    tied = torch.topk(torch.where(R == kth, torch.arange(V, 0, -1, device=R.device), 0), k, dim=-1).indices
+    # the top-k's values decrease: its first a tokens are those above the k-th value, the tied ones follow
+    a = (vals > kth).sum(-1, keepdim=True)
     rank = torch.arange(k, device=R.device)
-    # candidates: the top-k's tokens above the k-th value, then the `need` lowest-id tied ones; the rest last
-    cand = torch.cat([torch.where(above, ids, V), torch.where(rank < need, low, V)], dim=1)
-    cval = torch.cat([torch.where(above, vals, -1.0), torch.where(rank < need, kth, -1.0)], dim=1)
-    first = torch.sort(cand, dim=-1, stable=True)  # by id, then stably by value: ties keep the lower id first
-    cval = cval.gather(1, first.indices)
-    order = torch.sort(cval, dim=-1, descending=True, stable=True).indices[:, :k]
-    ids = first.values.gather(1, order).clamp_(max=V - 1)
-    return ids, R.gather(1, ids)
+    ids = torch.where(rank < a, ids, tied.gather(1, (rank - a).clamp_(min=0)))
+    ids = torch.sort(ids, dim=-1).values  # by id, then stably by value: equal values keep the lower id first
+    vals, order = torch.sort(R.gather(1, ids), dim=-1, descending=True, stable=True)
+    return ids.gather(1, order), vals
 
 
 def _ranked_by_maxima(R, k: int, in_place: bool):
     """:func:`ranked_rows_t` by ``k`` passes of ``torch.max`` (first maximal index) over a copy of ``R`` (over ``R``,
-    restored after, when ``in_place``)."""
+    restored after, when ``in_place``); the picks joined once at the end."""
     if k == 1:
         vals, ids = torch.max(R, dim=-1, keepdim=True)
         return ids, vals
     W = R if in_place else R.clone()
-    ids = torch.empty((R.shape[0], k), dtype=torch.long, device=R.device)
-    vals = torch.empty((R.shape[0], k), dtype=R.dtype, device=R.device)
+    picks = []
     for r in range(k):
-        v, i = torch.max(W, dim=-1, keepdim=True)
-        ids[:, r : r + 1], vals[:, r : r + 1] = i, v
+        picks.append(torch.max(W, dim=-1, keepdim=True))
         if r + 1 < k:
-            W.scatter_(1, i, -math.inf)
+            W.scatter_(1, picks[-1][1], -math.inf)
+    vals, ids = torch.cat([v for v, _ in picks], 1), torch.cat([i for _, i in picks], 1)
     if in_place:
         W.scatter_(1, ids[:, : k - 1], vals[:, : k - 1])
     return ids, vals
