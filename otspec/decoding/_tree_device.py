@@ -570,7 +570,7 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
                 px_all[i][j], tx_all[i][j] = px, tx
             if last[i][j]:
                 end_ell[i] = ells[i]
-        if j < m - 1:  # the level after rejecting child j: one pass over V at every row (as _reject)
+        if j < m - 1:  # the level after rejecting child j: one pass over V at every row (as _levels_t)
             t_new = [t[i] + S[i] / (ells[i] if ells[i] > 0 else 1.0) for i in range(I)]
             lvl = _block(work, "lvl", tuple(Q_inner.shape), dev)
             T = torch.tensor(t_new, dtype=dt, device=dev)
