@@ -144,6 +144,18 @@ class _Slots:
                             for j in range(self.D + 1)]
         self.need = [max(self.ranks_below[j]) + 1 if self.ranks_below[j] else 0 for j in range(self.D + 1)]
         self._iid_classes: dict = {}
+        self._child_index: dict = {}
+
+    def child_index(self, j: int):
+        """For the slots of depth ``j + 1`` (in :attr:`by_depth` order): their parent's position among the slots of
+        depth ``j``, and the column of their rank among :attr:`ranks_below` ``[j]`` (int arrays, made once)."""
+        got = self._child_index.get(j)
+        if got is None:
+            col = {r: k for k, r in enumerate(self.ranks_below[j])}
+            kids = self.by_depth[j + 1]
+            got = self._child_index[j] = (np.array([self.pos[self.parent[c]] for c in kids], dtype=np.int64),
+                                          np.array([col[self.rank[c]] for c in kids], dtype=np.int64))
+        return got
 
     def incidence(self, j: int):
         """``(C, beta)``: ``C[w, r]`` = 1 if depth-``j`` slot ``w`` has a child of the ``r``-th used rank;
@@ -1336,8 +1348,8 @@ def _slot_weights(slots: _Slots, process: str, u: _Prefix, p: float, draws) -> n
     child_slots = slots.by_depth[j + 1]
     if process != "wor":
         return np.full(len(child_slots), u.A[0] * p)
-    col = {r: k for k, r in enumerate(slots.ranks_below[j])}
-    return np.array([u.A[slots.pos[slots.parent[c]]] * draws[col[slots.rank[c]]] for c in child_slots])
+    parent_pos, rank_col = slots.child_index(j)
+    return u.A[parent_pos] * draws[rank_col]  # elementwise: the same products as one by one
 
 
 def _child(slots: _Slots, process: str, cand: dict, k: int) -> _Prefix:
