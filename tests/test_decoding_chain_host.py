@@ -27,13 +27,13 @@ def _decode(route, monkeypatch, **kw):
 
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "plain")
 def test_host_route_equals_the_accelerators_route(sampling, monkeypatch):
-    """Whole decodes, both routes on the same CPU tensors: the same tokens, acceptances and draft lengths bit for
+    """Whole decodes, both routes on the same CPU tensors (L = 1 and 4, two seeds): the same tokens, acceptances and draft lengths bit for
     bit (the same uniforms, products and residual rows), and the same logged predictions (the depths reached:
     the same sums of minima, formed on fewer rows; to 1e-14)."""
     pairs = [toy_target_draft(7, seed=3), (tiny_llama(1, vocab=40), tiny_llama(2, vocab=40))]
     for (target, draft) in pairs:
-        for L in (1, 2, 4):
-            for seed in range(3):
+        for L in (1, 4):
+            for seed in range(2):
                 kw = dict(prompt=[1, 2, 3], draft=draft, target=target, L=L, max_new_tokens=11, rng=seed,
                           **sampling)
                 dev, host = _decode(False, monkeypatch, **kw), _decode(None, monkeypatch, **kw)
