@@ -1041,10 +1041,11 @@ class _Decoder:
         P1 = _laws_into(self.sampling, logits, P[:1, 0])  # (1, V)
         if K > 1:
             P[1:, 0] = P1
-        X[:, 0] = draw_rows(P1, gd).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd)
+        c = _block(self._work, "draw_c", (K, V), logits.device)  # the draws' running sums, reused (same bits)
+        X[:, 0] = draw_rows(P1, gd, out=c[:1]).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd, out=c)
         for j in range(1, L):
             _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j], last=1)[:, -1], P[:, j])
-            X[:, j] = draw_rows(P[:, j], gd)
+            X[:, j] = draw_rows(P[:, j], gd, out=c)
         pending_t = t.sync(ctx)
         tdev = t.lm.device
         Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
@@ -1056,10 +1057,10 @@ class _Decoder:
             return self._chain_on_host(ctx, L, X[0], Pt[0], Q[0], logits_t[0], gt)
         _laws_into(self.sampling, logits_t, Q)  # (K, L + 1, V)
         if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
-            out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt)
+            out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt, work=self._work)
             alpha = torch.cat([law, torch.minimum(Pt[0, 0], Q[0, 0]).sum()[None]])
         else:
-            out, tau, row, alpha = verify_chain_t(Xt, Pt, Q, gt)
+            out, tau, row, alpha = verify_chain_t(Xt, Pt, Q, gt, work=self._work)
         bad = torch.cat([bad_rows(Pt).flatten(), bad_rows(Q).flatten()])
         host = torch.cat([out, tau[None], row[None], bad.to(torch.long)]).tolist()  # the one synchronisation
         if any(host[L + 3:]):

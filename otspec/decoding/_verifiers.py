@@ -19,7 +19,7 @@ from .._registry import get_verifier, registered_name, registered_spelling, sugg
 from .._verifier import Verifier
 from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
 from ._deps import require
-from ._sampling import draw_rows
+from ._sampling import _block, draw_rows
 
 torch = require("torch", "otspec.decoding")
 
@@ -384,7 +384,7 @@ def step_law_t(p, q, drafts):
     return out + rem * T[len(xs)]
 
 
-def verify_chain_t(X, P, Q, gen, *, draw=None):
+def verify_chain_t(X, P, Q, gen, *, draw=None, work=None):
     r"""Verify ``K`` i.i.d. draft chains on their device: multi-round rejection sampling at every depth.
 
     SpecTr's DraftSelection (Sun et al., arXiv:2310.15141, Algorithm 3) with
@@ -420,6 +420,10 @@ def verify_chain_t(X, P, Q, gen, *, draw=None):
         On the tensors' device.
     draw : callable, optional
         ``(W, gen) -> ids`` (default :func:`draw_rows`).
+    work : dict, optional
+        Buffers kept across calls (``_block``): at ``K = 1`` the residual's rows, its running sums and the
+        acceptances' minima are written there instead of fresh ``(L, V)`` and ``(1, V)`` blocks (the same
+        operations, the same bits); None: fresh tensors.
 
     Returns
     -------
@@ -439,7 +443,7 @@ def verify_chain_t(X, P, Q, gen, *, draw=None):
     K, L = X.shape
     dev = X.device
     if K == 1:
-        return _verify_one_chain_t(X[0], P[0], Q[0], gen, draw)
+        return _verify_one_chain_t(X[0], P[0], Q[0], gen, draw, work)
     alive = torch.ones(K, dtype=torch.bool, device=dev)
     done = torch.zeros((), dtype=torch.bool, device=dev)
     tau = torch.zeros((), dtype=torch.int64, device=dev)
@@ -471,9 +475,17 @@ def verify_chain_t(X, P, Q, gen, *, draw=None):
     return out, tau, row, alpha
 
 
-def _verify_one_chain_t(x, P, Q, gen, draw):
-    """:func:`verify_chain_t` at ``K = 1``: every depth's ratio test at once, one residual draw."""
-    L = x.shape[0]
+def _draw_into(draw, W, gen, work, name: str):
+    """``draw(W, gen)``; :func:`draw_rows` writes its running sums into the ``work`` block ``name`` (same bits)."""
+    if draw is draw_rows and work is not None:
+        return draw_rows(W, gen, out=_block(work, name, tuple(W.shape), W.device))
+    return draw(W, gen)
+
+
+def _verify_one_chain_t(x, P, Q, gen, draw, work=None):
+    """:func:`verify_chain_t` at ``K = 1``: every depth's ratio test at once, one residual draw; the rows it
+    forms written into the blocks of ``work`` (:func:`_block`; None: fresh ones)."""
+    L, V = P.shape
     dev = x.device
     ar = torch.arange(L, device=dev)
     px, qx = P[ar, x], Q[ar, x]
@@ -481,18 +493,19 @@ def _verify_one_chain_t(x, P, Q, gen, draw):
     acc = u * px < qx  # strict and division-free: u = 0 never accepts a token with q(x) = 0
     tau = torch.cumprod(acc.to(torch.int64), 0).sum()
     j = tau.clamp(max=L - 1)
-    prow = P.index_select(0, j.reshape(1))
-    qrow = Q.index_select(0, tau.reshape(1))
-    r = qrow.sub(prow * (tau < L)).clamp_(min=0.0)  # p_{L+1} = 0: at tau = L, q_{L+1} (a tensor, no sync)
-    r = torch.where(r.sum() > 0, r, qrow)  # the guarded residual (no mass: rejection had probability 0)
-    y = draw(r, gen)[0]
+    r = torch.index_select(P, 0, j.reshape(1), out=_block(work, "chain_r", (1, V), dev))
+    qrow = torch.index_select(Q, 0, tau.reshape(1), out=_block(work, "chain_q", (1, V), dev))
+    r.mul_(tau < L)  # p_{L+1} = 0: at tau = L, q_{L+1} (a tensor, no sync)
+    torch.sub(qrow, r, out=r).clamp_(min=0.0)
+    r = torch.where(r.sum() > 0, r, qrow, out=r)  # the guarded residual (no mass: rejection had probability 0)
+    y = _draw_into(draw, r, gen, work, "chain_c")[0]
     out = torch.cat([x, x[:1]])
     out = torch.where(torch.arange(L + 1, device=dev) < tau, out, y)
-    alpha = torch.minimum(P, Q[:L]).sum(-1)  # 1 - TV(p_j, q_j)
+    alpha = torch.minimum(P, Q[:L], out=_block(work, "chain_min", (L, V), dev)).sum(-1)  # 1 - TV(p_j, q_j)
     return out, tau, torch.zeros((), dtype=torch.int64, device=dev), alpha
 
 
-def block_onestep_tau_law_t(x, P, Q):
+def block_onestep_tau_law_t(x, P, Q, *, work=None):
     r"""The law of the accepted length of one-step block verification along a block, on its device.
 
     With :math:`w_0 = 1`, :math:`w_i = \min(1, w_{i-1} q_i(x_i) / p_i(x_i))`
@@ -515,6 +528,9 @@ def block_onestep_tau_law_t(x, P, Q):
         Draft laws along the block (``P[i]`` after ``x_{1:i}``).
     Q : torch.Tensor of float64, shape ``(L + 1, V)``
         Target laws along the block.
+    work : dict, optional, keyword-only
+        Buffers kept across calls (``_block``) for the ``(L - 1, V)`` block of the :math:`Z_i` (the same
+        operations, the same bits); None: a fresh one.
 
     Returns
     -------
@@ -530,7 +546,9 @@ def block_onestep_tau_law_t(x, P, Q):
     for i in range(L):
         w.append(torch.clamp(w[i] * raw[i], max=1.0))
     w = torch.stack(w)  # (L + 1,)
-    Z = (w[1:L, None] * Q[1:L] - P[1:L]).clamp_(min=0.0).sum(-1)  # (L - 1,)
+    V = P.shape[-1]
+    Z = torch.mul(w[1:L, None], Q[1:L], out=_block(work, "block_z", (L - 1, V), P.device))
+    Z = Z.sub_(P[1:L]).clamp_(min=0.0).sum(-1)  # (L - 1,)
     den = Z + 1.0 - w[1:L]
     hmid = torch.where(den > 0, Z / torch.where(den > 0, den, 1.0), 1.0)
     h = torch.cat([w[:1], hmid, w[L:]])  # h_0 = 1, h_L = w_L
@@ -539,7 +557,7 @@ def block_onestep_tau_law_t(x, P, Q):
     return law, h, w
 
 
-def verify_block_onestep_t(X, P, Q, gen, *, draw=None):
+def verify_block_onestep_t(X, P, Q, gen, *, draw=None, work=None):
     r"""One-step block verification (``K = 1``) on the models' device: one uniform per depth, one draw.
 
     :math:`\tau = \max\{i : \eta_i < h_i\}` (0 if none) with the :math:`h_i` of
@@ -552,7 +570,7 @@ def verify_block_onestep_t(X, P, Q, gen, *, draw=None):
 
     Parameters
     ----------
-    X, P, Q, gen, draw
+    X, P, Q, gen, draw, work
         As :func:`verify_chain_t` with ``K = 1``.
 
     Returns
@@ -566,15 +584,17 @@ def verify_block_onestep_t(X, P, Q, gen, *, draw=None):
     x, P, Q = X[0], P[0], Q[0]
     L = x.shape[0]
     dev = x.device
-    law, h, w = block_onestep_tau_law_t(x, P, Q)
+    V = P.shape[-1]
+    law, h, w = block_onestep_tau_law_t(x, P, Q, work=work)
     eta = torch.rand(L, dtype=torch.float64, device=dev, generator=gen)
     ar = torch.arange(1, L + 1, device=dev)
     tau = torch.amax(torch.where(eta < h[1:], ar, 0))
     j = tau.clamp(max=L - 1).reshape(1)
-    prow = P.index_select(0, j)
-    qrow = Q.index_select(0, tau.reshape(1))
-    r = (qrow * w.index_select(0, tau.reshape(1))).sub_(prow * (tau < L)).clamp_(min=0.0)  # p_{L+1} = 0
-    r = torch.where(r.sum() > 0, r, qrow)
-    y = draw(r, gen)[0]
+    prow = torch.index_select(P, 0, j, out=_block(work, "chain_r", (1, V), dev)).mul_(tau < L)  # p_{L+1} = 0
+    qrow = torch.index_select(Q, 0, tau.reshape(1), out=_block(work, "chain_q", (1, V), dev))
+    r = torch.mul(qrow, w.index_select(0, tau.reshape(1)), out=_block(work, "block_r", (1, V), dev))
+    r = r.sub_(prow).clamp_(min=0.0)
+    r = torch.where(r.sum() > 0, r, qrow, out=r)
+    y = _draw_into(draw, r, gen, work, "chain_c")[0]
     out = torch.where(torch.arange(L + 1, device=dev) < tau, torch.cat([x, x[:1]]), y)
     return out, tau, torch.zeros((), dtype=torch.int64, device=dev), law
