@@ -27,9 +27,9 @@ def _decode(route, monkeypatch, **kw):
 
 @pytest.mark.parametrize("sampling", SAMPLINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "plain")
 def test_host_route_equals_the_accelerators_route(sampling, monkeypatch):
-    """Whole decodes, both routes on the same CPU tensors (L = 1 and 4, two seeds): the same tokens, acceptances and draft lengths bit for
-    bit (the same uniforms, products and residual rows), and the same logged predictions (the depths reached:
-    the same sums of minima, formed on fewer rows; to 1e-14)."""
+    """Whole decodes, both routes on the same CPU tensors (L = 1 and 4, two seeds): the same tokens, acceptances
+    and draft lengths bit for bit (the same uniforms, products and residual rows), and the same logged predictions
+    (the depths reached: the same sums of minima, formed on fewer rows; to 1e-14)."""
     pairs = [toy_target_draft(7, seed=3), (tiny_llama(1, vocab=40), tiny_llama(2, vocab=40))]
     for (target, draft) in pairs:
         for L in (1, 4):
