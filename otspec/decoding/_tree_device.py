@@ -589,15 +589,8 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
             if valid[i][j] and u[i][j] * px_all[i][j] < tx_all[i][j]:
                 nxt[i] = h.kids[i][j]
                 break
-    # the law of the accepted node (end_mass_t): the products along each path from the root, times its alive mass
-    acc, alive = [1.0] * h.n_out, [1.0] * h.n_out
-    for i in range(I):
-        for j in range(m):
-            if valid[i][j]:
-                acc[h.kids[i][j]] = acc_k[i][j]
-        alive[h.inner[i]] = w[i]
-    cur = _walk_host(h, nxt)
-    return cur, h.row_of[cur], x, (t, S, end_ell), _mass_host(h, acc, alive, dt, dev)
+    cur, mass = _end_host(h, nxt, acc_k, w, dt, dev)
+    return cur, h.row_of[cur], x, (t, S, end_ell), mass
 
 
 def _walk_host(h, nxt) -> int:
@@ -609,6 +602,18 @@ def _walk_host(h, nxt) -> int:
         c = nxt[r if r >= 0 else h.I]
         cur = c if c >= 0 else cur
     return cur
+
+
+def _end_host(h, nxt, acc_k, alive_in, dt, dev):
+    """The accepted node (:func:`_walk_host`) and the law of the accepted node (:func:`end_mass_t`) from the rows'
+    children's acceptances ``acc_k`` (``I`` lists of ``m``) and the rows' alive masses ``alive_in``."""
+    acc, alive = [1.0] * h.n_out, [1.0] * h.n_out
+    for i in range(h.I):
+        for j in range(h.m):
+            if h.valid[i][j]:
+                acc[h.kids[i][j]] = acc_k[i][j]
+        alive[h.inner[i]] = alive_in[i]
+    return _walk_host(h, nxt), _mass_host(h, acc, alive, dt, dev)
 
 
 def _mass_host(h, acc, alive, dt, dev):
@@ -642,14 +647,8 @@ def _verify_host_target_only(h, lay, x, dup, Q_inner, gen):
             if valid[i][j] and u[i] < cum[i][j]:
                 nxt[i] = h.kids[i][j]
                 break
-    acc, alive = [1.0] * h.n_out, [1.0] * h.n_out
-    for i in range(I):
-        for j in range(m):
-            if valid[i][j]:
-                acc[h.kids[i][j]] = acc_l[i][j]
-        alive[h.inner[i]] = alive_in[i]
-    cur = _walk_host(h, nxt)
-    return cur, h.row_of[cur], x, None, _mass_host(h, acc, alive, dt, dev)
+    cur, mass = _end_host(h, nxt, acc_l, alive_in, dt, dev)
+    return cur, h.row_of[cur], x, None, mass
 
 
 def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work):
