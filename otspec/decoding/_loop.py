@@ -1053,8 +1053,9 @@ class _Decoder:
         Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev) if full else _block(self._work, "Q", (K, L + 1, V),
                                                                                          tdev)
         logits_t = t.logits_ids(torch.cat([head, Xt], dim=1), last=L + 1)[:, -(L + 1):]  # (K, L + 1, V)
-        if K == 1 and self.scheme.kind != "block" and self._reads_host(tdev):
-            return self._chain_on_host(ctx, L, X[0], Pt[0], Q[0], logits_t[0], gt)
+        if K == 1 and self._reads_host(tdev):
+            on_host = self._block_onestep_on_host if self.scheme.kind == "block" else self._chain_on_host
+            return on_host(ctx, L, X[0], Pt[0], Q[0], logits_t[0], gt)
         _laws_into(self.sampling, logits_t, Q)  # (K, L + 1, V)
         if self.scheme.kind == "block":  # block-onestep: the law of tau given the block, and alpha_1
             out, tau, row, law = verify_block_onestep_t(Xt, Pt, Q, gt, work=self._work)
@@ -1099,7 +1100,6 @@ class _Decoder:
         rejection are never formed: each row is the softmax of its own logits, the same values bit for bit as
         the block's. Their logits are still checked (:func:`bad_logit_rows`, the rule of :func:`bad_rows`), so
         non-finite logits anywhere in the call are refused as before. Returns the emitted tokens."""
-        t, d = self.t, self.d
         xs = x.tolist()
         u = torch.rand(L, dtype=torch.float64, device=P.device, generator=gen).tolist()
         tau = 0
@@ -1111,19 +1111,74 @@ class _Decoder:
         qrow = Q[tau : tau + 1]
         r = qrow.sub(P[tau : tau + 1]).clamp_(min=0.0) if tau < L else qrow
         y = int(draw_rows(r if r.sum().item() > 0 else qrow, gen)[0])  # the guarded residual
-        flags = bad_rows(P).tolist() + bad_rows(Q[: tau + 1]).tolist() + bad_logit_rows(self.sampling,
-                                                                                      logits[tau + 1:]).tolist()
+        m = min(tau + 1, L)  # the depths verified: the logged predictions read alpha_j there only
+        alpha = torch.zeros(L, dtype=torch.float64, device=P.device)
+        alpha[:m] = torch.minimum(P[:m], Q[:m]).sum(-1)
+        return self._emit_on_host(ctx, L, xs[:tau] + [y], tau, P, Q[: tau + 1], logits[tau + 1:], alpha)
+
+    def _block_onestep_on_host(self, ctx, L, x, P, Q, logits, gen):
+        r"""One-step block verification (``K = 1``) reading the host, the route of a CPU: the same draws, the same
+        logged law and the same bits as :func:`verify_block_onestep_t`, with the target's bonus law
+        :math:`q_{L+1}` formed only when every draft is accepted.
+
+        The weights :math:`w_i` come from :math:`p_i(x_i)` and :math:`q_i(x_i)` read as Python floats (the same
+        float64 division, product and minimum), the :math:`Z_i` from the same torch operators on the same
+        ``(L - 1, V)`` block, and :math:`h_i`, :math:`P(\tau = t \mid X)` and :math:`\tau` in Python floats
+        (the same operations in the same order as :func:`block_onestep_tau_law_t`; the suffix products
+        sequential from :math:`t = L` down, as ``torch.cumprod``). Neither :math:`\tau` nor the law reads
+        :math:`q_{L+1}`, so the target's laws are formed for the depths ``1..L`` and its last row only at
+        :math:`\tau = L` (its logits are checked otherwise, :func:`bad_logit_rows`). The residual
+        :math:`(w_\tau q_{\tau+1} - p_{\tau+1})_+` is written straight from the rows (no copies of them, no
+        multiplication of :math:`p_{L+1} = 0`). Returns the emitted tokens."""
+        xs = x.tolist()
+        _laws_into(self.sampling, logits[:L], Q[:L])
+        px, qx = P[torch.arange(L), x].tolist(), Q[torch.arange(L), x].tolist()
+        w = [1.0]
+        for i in range(L):
+            w.append(min(w[i] * (qx[i] / px[i] if px[i] > 0 else 1.0), 1.0))
+        V = P.shape[-1]
+        if L > 1:
+            wt = torch.tensor(w[1:L], dtype=torch.float64, device=P.device)[:, None]
+            Z = torch.mul(wt, Q[1:L], out=_block(self._work, "block_z", (L - 1, V), P.device))
+            Z = Z.sub_(P[1:L]).clamp_(min=0.0).sum(-1).tolist()
+        else:
+            Z = []
+        den = [z + 1.0 - wi for z, wi in zip(Z, w[1:L])]
+        h = [w[0]] + [z / dn if dn > 0 else 1.0 for z, dn in zip(Z, den)] + [w[L]]
+        tail = [1.0] * (L + 2)  # tail[t] = prod_{j >= t} (1 - h_j), tail[L + 1] = 1
+        tail[L] = 1.0 - h[L]
+        for t in range(L - 1, -1, -1):
+            tail[t] = tail[t + 1] * (1.0 - h[t])
+        law = [h[t] * tail[t + 1] for t in range(L + 1)]
+        eta = torch.rand(L, dtype=torch.float64, device=P.device, generator=gen).tolist()
+        tau = max([i for i in range(1, L + 1) if eta[i - 1] < h[i]], default=0)
+        if tau == L:
+            _laws_into(self.sampling, logits[L:], Q[L:])
+        qrow = Q[tau : tau + 1]
+        r = torch.mul(qrow, w[tau], out=_block(self._work, "block_r", (1, V), P.device))
+        if tau < L:
+            r.sub_(P[tau : tau + 1])
+        r.clamp_(min=0.0)
+        y = int(draw_rows(r if r.sum().item() > 0 else qrow, gen, out=_block(self._work, "chain_c", (1, V),
+                                                                               P.device))[0])
+        alpha1 = torch.minimum(P[0], Q[0]).sum()[None]
+        log = torch.cat([torch.tensor(law, dtype=torch.float64, device=P.device), alpha1])
+        formed = L + (tau == L)
+        return self._emit_on_host(ctx, L, xs[:tau] + [y], tau, P, Q[:formed], logits[formed:], log)
+
+    def _emit_on_host(self, ctx, L, out, tau, P, Q, logits, log):
+        """The end of an iteration verified on the host (``K = 1``): non-finite logits refused (the draft's laws
+        ``P``, the target's laws formed ``Q``, then the target's ``logits`` of the laws never formed), the states
+        synchronised to the emitted tokens ``out``, the device log's row ``log`` and the iteration recorded."""
+        flags = bad_rows(P).tolist() + bad_rows(Q).tolist() + bad_logit_rows(self.sampling, logits).tolist()
         if any(flags):
             self._refuse_bad_logits(ctx, flags, L)
-        out = xs[:tau] + [y]
+        t, d = self.t, self.d
         held = ctx + out[:tau] + [-1] * (L - tau)  # what the states hold past the accepted tokens never matches
         t.seq, d.seq = held, held[: len(ctx) + L - 1]
         t.sync(ctx + out, row=0)
         d.sync(ctx + out, row=0)
-        m = min(tau + 1, L)  # the depths verified: the logged predictions read alpha_j there only
-        alpha = torch.zeros(L, dtype=torch.float64, device=P.device)
-        alpha[:m] = torch.minimum(P[:m], Q[:m]).sum(-1)
-        self.dev_log.append(self._pad_depths(alpha, L))
+        self.dev_log.append(self._pad_depths(log, L))
         reached = np.zeros(L)
         reached[:tau] = 1.0
         self._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(L, math.nan))
