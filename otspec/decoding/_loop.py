@@ -1128,21 +1128,22 @@ class _Decoder:
         sequential from :math:`t = L` down, as ``torch.cumprod``). Neither :math:`\tau` nor the law reads
         :math:`q_{L+1}`, so the target's laws are formed for the depths ``1..L`` and its last row only at
         :math:`\tau = L` (its logits are checked otherwise, :func:`bad_logit_rows`). The residual
-        :math:`(w_\tau q_{\tau+1} - p_{\tau+1})_+` is written straight from the rows (no copies of them, no
-        multiplication of :math:`p_{L+1} = 0`). Returns the emitted tokens."""
+        :math:`(w_\tau q_{\tau+1} - p_{\tau+1})_+` for :math:`0 < \tau < L` is the row of the ``Z`` block already
+        made (its mass :math:`Z_\tau`), at :math:`\tau = 0` one subtraction (:math:`w_0 = 1`), at :math:`\tau = L`
+        one product (:math:`p_{L+1} = 0`): the same values as the accelerator's route, with no copies of rows.
+        Returns the emitted tokens."""
         xs = x.tolist()
         _laws_into(self.sampling, logits[:L], Q[:L])
         px, qx = P[torch.arange(L), x].tolist(), Q[torch.arange(L), x].tolist()
         w = [1.0]
         for i in range(L):
             w.append(min(w[i] * (qx[i] / px[i] if px[i] > 0 else 1.0), 1.0))
-        V = P.shape[-1]
+        V, dev = P.shape[-1], P.device
+        R = _block(self._work, "block_z", (L - 1, V), dev)  # row i - 1: (w_i q_{i+1} - p_{i+1})_+, i = 1..L-1
+        Z = []
         if L > 1:
-            wt = torch.tensor(w[1:L], dtype=torch.float64, device=P.device)[:, None]
-            Z = torch.mul(wt, Q[1:L], out=_block(self._work, "block_z", (L - 1, V), P.device))
-            Z = Z.sub_(P[1:L]).clamp_(min=0.0).sum(-1).tolist()
-        else:
-            Z = []
+            torch.mul(torch.tensor(w[1:L], dtype=torch.float64, device=dev)[:, None], Q[1:L], out=R)
+            Z = R.sub_(P[1:L]).clamp_(min=0.0).sum(-1).tolist()
         den = [z + 1.0 - wi for z, wi in zip(Z, w[1:L])]
         h = [w[0]] + [z / dn if dn > 0 else 1.0 for z, dn in zip(Z, den)] + [w[L]]
         tail = [1.0] * (L + 2)  # tail[t] = prod_{j >= t} (1 - h_j), tail[L + 1] = 1
@@ -1150,19 +1151,20 @@ class _Decoder:
         for t in range(L - 1, -1, -1):
             tail[t] = tail[t + 1] * (1.0 - h[t])
         law = [h[t] * tail[t + 1] for t in range(L + 1)]
-        eta = torch.rand(L, dtype=torch.float64, device=P.device, generator=gen).tolist()
+        eta = torch.rand(L, dtype=torch.float64, device=dev, generator=gen).tolist()
         tau = max([i for i in range(1, L + 1) if eta[i - 1] < h[i]], default=0)
-        if tau == L:
-            _laws_into(self.sampling, logits[L:], Q[L:])
+        if 0 < tau < L:  # the residual is a row of the Z block, its mass Z_tau (> 0 iff the row's sum is)
+            r, mass = R[tau - 1 : tau], Z[tau - 1]
+        else:  # w_0 = 1 (q_1 - p_1: no product), or the bonus w_L q_{L+1} (p_{L+1} = 0: nothing subtracted)
+            if tau == L:
+                _laws_into(self.sampling, logits[L:], Q[L:])
+            r = _block(self._work, "block_r", (1, V), dev)
+            r = (torch.sub(Q[:1], P[:1], out=r) if tau == 0 else torch.mul(Q[L:], w[L], out=r)).clamp_(min=0.0)
+            mass = r.sum().item()
         qrow = Q[tau : tau + 1]
-        r = torch.mul(qrow, w[tau], out=_block(self._work, "block_r", (1, V), P.device))
-        if tau < L:
-            r.sub_(P[tau : tau + 1])
-        r.clamp_(min=0.0)
-        y = int(draw_rows(r if r.sum().item() > 0 else qrow, gen, out=_block(self._work, "chain_c", (1, V),
-                                                                               P.device))[0])
+        y = int(draw_rows(r if mass > 0 else qrow, gen, out=_block(self._work, "chain_c", (1, V), dev))[0])
         alpha1 = torch.minimum(P[0], Q[0]).sum()[None]
-        log = torch.cat([torch.tensor(law, dtype=torch.float64, device=P.device), alpha1])
+        log = torch.cat([torch.tensor(law, dtype=torch.float64, device=dev), alpha1])
         formed = L + (tau == L)
         return self._emit_on_host(ctx, L, xs[:tau] + [y], tau, P, Q[:formed], logits[formed:], log)
 
