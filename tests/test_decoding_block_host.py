@@ -5,8 +5,6 @@ bit for bit."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 
@@ -15,7 +13,11 @@ pytest.importorskip("transformers")
 
 import otspec.decoding as D  # noqa: E402
 from otspec.decoding import _loop  # noqa: E402
-from tests.toy_lm import tiny_llama, toy_target_draft  # noqa: E402
+from tests.test_decoding_chain_host import (  # noqa: E402
+    decode_counting_laws,
+    decodes_on_both_routes,
+    rejected_pair_with_bad_logits,
+)
 
 SAMPLINGS = [dict(), dict(temperature=0.7, top_k=5), dict(top_p=0.9), dict(top_p=0.8, top_p_rule="transformers"),
              dict(temperature=0.0)]
@@ -34,22 +36,13 @@ def test_host_route_equals_the_accelerators_route(sampling, monkeypatch):
     Llama pair, the last iterations shortened): the same tokens, accepted lengths and draft lengths, and every
     logged prediction (the law of the accepted length, alpha_1) equal bit for bit; the cases include iterations
     that accept every draft (the bonus law formed), none, and (but greedy) some."""
-    pairs = [toy_target_draft(7, seed=3), (tiny_llama(1, vocab=40), tiny_llama(2, vocab=40))]
     seen = set()
-    for (target, draft) in pairs:
-        for L in (1, 2, 4):
-            for seed in range(2):
-                kw = dict(prompt=[1, 2, 3], draft=draft, target=target, L=L, max_new_tokens=11, rng=seed,
-                          **sampling)
-                dev, host = _decode(False, monkeypatch, **kw), _decode(None, monkeypatch, **kw)
-                np.testing.assert_array_equal(host.tokens, dev.tokens)
-                np.testing.assert_array_equal(host.accepted, dev.accepted)
-                np.testing.assert_array_equal(host.draft_lengths, dev.draft_lengths)
-                for f in LOGGED:
-                    np.testing.assert_array_equal(getattr(host, f), getattr(dev, f), err_msg=f)
-                n = host.draft_lengths
-                seen |= {"all" if a == m else "none" if a == 0 else "some"
-                         for a, m in zip(host.accepted[n > 1], n[n > 1], strict=True)}
+    for dev, host in decodes_on_both_routes(monkeypatch, _decode, (1, 2, 4), sampling):
+        for f in LOGGED:
+            np.testing.assert_array_equal(getattr(host, f), getattr(dev, f), err_msg=f)
+        n = host.draft_lengths
+        seen |= {"all" if a == m else "none" if a == 0 else "some"
+                 for a, m in zip(host.accepted[n > 1], n[n > 1], strict=True)}
     # greedy laws are one-hot: here the first draft off the target's argmax is always the first (no "some")
     assert seen == ({"all", "none"} if sampling.get("temperature") == 0.0 else {"all", "none", "some"})
 
@@ -58,16 +51,7 @@ def test_host_route_forms_the_bonus_law_only_when_every_draft_is_accepted(monkey
     """Every iteration forms its ``L`` draft laws and ``L`` target laws, and the target's bonus law
     :math:`q_{L+1}` only at :math:`\\tau = L`: counted at the one function that forms them. The route before this
     change formed ``L + 1`` target laws per iteration whatever :math:`\\tau`."""
-    target, draft = toy_target_draft(6, seed=0)
-    rows = []
-    real = _loop._laws_into
-
-    def counting(sampling, logits, out):
-        rows.append(math.prod(out.shape[:-1]))
-        return real(sampling, logits, out)
-
-    monkeypatch.setattr(_loop, "_laws_into", counting)
-    res = _decode(None, monkeypatch, prompt=[0], draft=draft, target=target, L=3, max_new_tokens=40, rng=5)
+    res, rows = decode_counting_laws(monkeypatch, L=3, verifier="block-onestep")
     drafted = res.draft_lengths[res.draft_lengths > 0]
     taus = res.accepted[res.draft_lengths > 0]
     assert (taus < drafted).any() and (taus == drafted).any() and len(drafted) > 5  # both cases occur
@@ -78,20 +62,7 @@ def test_bonus_logits_never_formed_are_still_refused(monkeypatch):
     """A non-finite logit in the target's bonus row (a law the host route forms only after ``L`` acceptances) is
     refused with the model and the position, as on the accelerator's route: the draft proposes token 0, which the
     target gives no mass, so no draft is accepted and the bonus law is never formed."""
-    V = 5
-    draft_table = torch.full((V,), -50.0, dtype=torch.float64)
-    draft_table[0] = 10.0
-    target_table = torch.zeros(V, dtype=torch.float64)
-    target_table[0] = -math.inf
-
-    def target_fn(ids):
-        out = target_table.expand(*ids.shape, V).clone()
-        if ids.shape[1] >= 5:
-            out[:, 4, 2] = math.inf  # the law after 5 tokens: the first iteration's bonus law
-        return out
-
-    draft = D.CallableLM(lambda ids: draft_table.expand(*ids.shape, V).clone(), V, name="draft")
-    target = D.CallableLM(target_fn, V, name="broken-target")
+    draft, target = rejected_pair_with_bad_logits(5)  # the law after 5 tokens: the first iteration's bonus law
     for route in (None, False):
         with pytest.raises(ValueError, match=r"the target model 'broken-target' gave non-finite logits .* position 5"):
             _decode(route, monkeypatch, prompt=[1, 1], draft=draft, target=target, L=3, max_new_tokens=8, rng=0)

@@ -20,6 +20,57 @@ SAMPLINGS = [dict(), dict(temperature=0.7, top_k=5), dict(top_p=0.9), dict(top_p
              dict(temperature=0.0)]
 
 
+def decode_counting_laws(monkeypatch, **kw):
+    """A decode on the host route of a toy pair (seed 5, 40 tokens) and the number of law rows formed by each call
+    of the one function that forms them (``_loop._laws_into``)."""
+    target, draft = toy_target_draft(6, seed=0)
+    rows = []
+    real = _loop._laws_into
+
+    def counting(sampling, logits, out):
+        rows.append(math.prod(out.shape[:-1]))
+        return real(sampling, logits, out)
+
+    monkeypatch.setattr(_loop, "_laws_into", counting)
+    return _decode(None, monkeypatch, prompt=[0], draft=draft, target=target, max_new_tokens=40, rng=5, **kw), rows
+
+
+def decodes_on_both_routes(monkeypatch, decode, Ls, sampling):
+    """Whole decodes of a toy table pair and a tiny Llama pair at each ``L`` of ``Ls`` and two seeds, on the
+    accelerator's route and the host route (``decode(route, monkeypatch, **kw)``), their tokens, acceptances and
+    draft lengths checked equal bit for bit; yields each ``(device route, host route)`` pair of results."""
+    pairs = [toy_target_draft(7, seed=3), (tiny_llama(1, vocab=40), tiny_llama(2, vocab=40))]
+    for (target, draft) in pairs:
+        for L in Ls:
+            for seed in range(2):
+                kw = dict(prompt=[1, 2, 3], draft=draft, target=target, L=L, max_new_tokens=11, rng=seed,
+                          **sampling)
+                dev, host = decode(False, monkeypatch, **kw), decode(None, monkeypatch, **kw)
+                np.testing.assert_array_equal(host.tokens, dev.tokens)
+                np.testing.assert_array_equal(host.accepted, dev.accepted)
+                np.testing.assert_array_equal(host.draft_lengths, dev.draft_lengths)
+                yield dev, host
+
+
+def rejected_pair_with_bad_logits(bad_at: int):
+    """``(draft, target)`` on 5 tokens: the draft proposes token 0, which the target gives no mass (every draft is
+    rejected), and the target's logits are ``+inf`` at one entry of its law after ``bad_at`` tokens."""
+    V = 5
+    draft_table = torch.full((V,), -50.0, dtype=torch.float64)
+    draft_table[0] = 10.0
+    target_table = torch.zeros(V, dtype=torch.float64)
+    target_table[0] = -math.inf
+
+    def target_fn(ids):
+        out = target_table.expand(*ids.shape, V).clone()
+        if ids.shape[1] >= bad_at:
+            out[:, bad_at - 1, 2] = math.inf
+        return out
+
+    draft = D.CallableLM(lambda ids: draft_table.expand(*ids.shape, V).clone(), V, name="draft")
+    return draft, D.CallableLM(target_fn, V, name="broken-target")
+
+
 def _decode(route, monkeypatch, **kw):
     monkeypatch.setattr(_loop._Decoder, "read_on_host", route)
     return D.speculative_decode(**kw, engine="torch")
@@ -30,34 +81,16 @@ def test_host_route_equals_the_accelerators_route(sampling, monkeypatch):
     """Whole decodes, both routes on the same CPU tensors (L = 1 and 4, two seeds): the same tokens, acceptances
     and draft lengths bit for bit (the same uniforms, products and residual rows), and the same logged predictions
     (the depths reached: the same sums of minima, formed on fewer rows; to 1e-14)."""
-    pairs = [toy_target_draft(7, seed=3), (tiny_llama(1, vocab=40), tiny_llama(2, vocab=40))]
-    for (target, draft) in pairs:
-        for L in (1, 4):
-            for seed in range(2):
-                kw = dict(prompt=[1, 2, 3], draft=draft, target=target, L=L, max_new_tokens=11, rng=seed,
-                          **sampling)
-                dev, host = _decode(False, monkeypatch, **kw), _decode(None, monkeypatch, **kw)
-                np.testing.assert_array_equal(host.tokens, dev.tokens)
-                np.testing.assert_array_equal(host.accepted, dev.accepted)
-                np.testing.assert_array_equal(host.draft_lengths, dev.draft_lengths)
-                for f in ("predicted_accepted", "predicted_emitted"):
-                    np.testing.assert_allclose(getattr(host, f), getattr(dev, f), rtol=1e-14, atol=1e-15)
+    for dev, host in decodes_on_both_routes(monkeypatch, _decode, (1, 4), sampling):
+        for f in ("predicted_accepted", "predicted_emitted"):
+            np.testing.assert_allclose(getattr(host, f), getattr(dev, f), rtol=1e-14, atol=1e-15)
 
 
 def test_host_route_forms_the_target_rows_up_to_the_first_rejection(monkeypatch):
     """Every iteration forms its ``L`` draft laws and ``tau + 1`` target laws (``L + 1`` when every draft is
     accepted), not ``L + 1`` target laws whatever ``tau``: counted at the one function that forms them. The
     route before this change formed ``L + 1`` target rows per iteration."""
-    target, draft = toy_target_draft(6, seed=0)
-    rows = []
-    real = _loop._laws_into
-
-    def counting(sampling, logits, out):
-        rows.append(math.prod(out.shape[:-1]))
-        return real(sampling, logits, out)
-
-    monkeypatch.setattr(_loop, "_laws_into", counting)
-    res = _decode(None, monkeypatch, prompt=[0], draft=draft, target=target, L=4, max_new_tokens=40, rng=5)
+    res, rows = decode_counting_laws(monkeypatch, L=4)
     drafted = res.draft_lengths[res.draft_lengths > 0]
     taus = res.accepted[res.draft_lengths > 0]
     assert (taus < drafted).any() and len(drafted) > 5  # rejections happen: the test can tell the routes apart
@@ -68,20 +101,7 @@ def test_logits_past_the_first_rejection_are_still_refused(monkeypatch):
     """A non-finite logit at a depth after the first rejection (a law the host route never forms) is refused with
     the model and the position, as on the accelerator's route: the draft proposes token 0, which the target gives
     no mass, so every chain stops at its first depth."""
-    V = 5
-    draft_table = torch.full((V,), -50.0, dtype=torch.float64)
-    draft_table[0] = 10.0
-    target_table = torch.zeros(V, dtype=torch.float64)
-    target_table[0] = -math.inf
-
-    def target_fn(ids):
-        out = target_table.expand(*ids.shape, V).clone()
-        if ids.shape[1] >= 4:
-            out[:, 3, 2] = math.inf  # the law after 4 tokens
-        return out
-
-    draft = D.CallableLM(lambda ids: draft_table.expand(*ids.shape, V).clone(), V, name="draft")
-    target = D.CallableLM(target_fn, V, name="broken-target")
+    draft, target = rejected_pair_with_bad_logits(4)
     for route in (None, False):
         with pytest.raises(ValueError, match=r"the target model 'broken-target' gave non-finite logits .* position 4"):
             _decode(route, monkeypatch, prompt=[1, 1], draft=draft, target=target, L=3, max_new_tokens=8, rng=0)
