@@ -37,7 +37,7 @@ import numpy as np
 
 from .._registry import VerifierSpec, get_verifier, register_verifier, unknown_name_message, verifier_names
 from .._validation import as_rng, validate_positive_int
-from .._verifier import sample_from
+from .._verifier import sample_from, sample_from_cdf
 from ..models import (
     MAX_ENUMERATION,
     check_enumeration,
@@ -107,6 +107,74 @@ def _path_weights(block, cs, cb):
 
 def _model_max_len(model):
     return getattr(model, "max_len", None)
+
+
+def remain_rej(w: float, cb: np.ndarray, cs: np.ndarray, work=None) -> tuple[float, float]:
+    r"""Block verification's backward test at the prefix :math:`X^k`, scaled by :math:`M_s(X^k)`.
+
+    .. math::
+
+        \Big(\sum_x (w_k\, M_b(x \mid X^k) - M_s(x \mid X^k))_+,\;
+        \sum_x (M_s(x \mid X^k) - w_k\, M_b(x \mid X^k))_+\Big)
+        = \frac{(p_{\rm remain}(X^k),\, p_{\rm rej}(X^k))}{M_s(X^k)},
+        \qquad w_k = \frac{M_b(X^k)}{M_s(X^k)}
+
+    (Sun et al., arXiv:2403.10444, Algorithm 3, eqs. 8-9): their ratio is the
+    probability of accepting :math:`X^k` in the backward walk, and the one
+    helper of the walk (:meth:`BlockVerify._run`), of its exact law
+    (:func:`tau_law_on_path`) and of the decoder's route, so all three read
+    the same bits.
+
+    Parameters
+    ----------
+    w : float
+        :math:`w_k` (the path weight of :func:`_path_weights`).
+    cb, cs : (V,) ndarray of float64
+        Target and draft conditionals after :math:`X^k`.
+    work : tuple of two (V,) float64 arrays, optional
+        Buffers written instead of fresh arrays (the same operations, the same values).
+
+    Returns
+    -------
+    (float, float)
+    """
+    if work is None:
+        d = w * cb - cs
+        return float(np.maximum(d, 0.0).sum()), float(np.maximum(-d, 0.0).sum())
+    a, b = work
+    d = np.subtract(np.multiply(cb, w, out=a), cs, out=a)
+    remain = float(np.maximum(d, 0.0, out=b).sum())
+    return remain, float(np.maximum(np.negative(d, out=a), 0.0, out=a).sum())
+
+
+def backward_law(w_L: float, sums) -> np.ndarray:
+    r""":math:`P(\tau = t \mid X^L)`, ``t = 0..L``, of block verification from :math:`w_L` and the backward
+    walk's ``sums[k - 1]`` :math:`= (p_{\rm remain}, p_{\rm rej})` of :math:`X^k` (:func:`remain_rej`),
+    ``k = 1..L-1``: :math:`P(\tau = L) = \min(1, w_L)`, then ``k = L-1`` down to ``0``, :math:`X^k` accepted
+    with probability :math:`\min(1, p_{\rm remain} / p_{\rm rej})` (1 at the empty prefix)."""
+    L = len(sums) + 1
+    out = np.zeros(L + 1)
+    out[L] = min(1.0, w_L)
+    left = 1.0 - out[L]
+    for k in range(L - 1, -1, -1):
+        r = 1.0 if k == 0 else float(_ratio_min1(*sums[k - 1]))
+        out[k] = left * r
+        left *= 1.0 - r
+    return out
+
+
+def draw_residual(jb: float, cb: np.ndarray, js: float, cs: np.ndarray, gen, work=None) -> int:
+    r"""One token of block verification's continuation: :math:`x \sim (M_b(y^j, x) - M_s(y^j, x))_+` along the
+    output prefix :math:`y^j` (Sun et al., arXiv:2403.10444, eq. 10), with :math:`M_b(y^j) =` ``jb``,
+    :math:`M_s(y^j) =` ``js`` and the conditionals ``cb``, ``cs`` after it; from ``cb`` when the residual has no
+    mass (an event of probability zero). One uniform of ``gen``, the inverse of the running sums of the weights
+    (unnormalised, :func:`otspec._verifier.sample_from_cdf`); ``work`` as in :func:`remain_rej`."""
+    a, b = (None, None) if work is None else work
+    res = np.maximum(np.subtract(np.multiply(cb, jb, out=a), np.multiply(cs, js, out=b), out=a), 0.0, out=a)
+    c = np.cumsum(res, out=b)
+    if not c[-1] > 0:
+        return sample_from(cb, gen)
+    return sample_from_cdf(c, res, gen)
 
 
 # ---------------------------------------------------------------------------
@@ -611,50 +679,31 @@ class BlockVerify(BlockVerifier):
         # computed scale-free as sum_x (w_k q_{k+1}(x) - p_{k+1}(x))_+ over its negative part
         L = len(block)
         w, _ = _path_weights(block, cs, cb)
-        out = np.zeros(L + 1)
-        out[L] = min(1.0, w[L])
-        left = 1.0 - out[L]
-        for k in range(L - 1, -1, -1):
-            if k == 0:
-                r = 1.0
-            else:
-                d = w[k] * cb[k] - cs[k]
-                r = float(_ratio_min1(np.maximum(d, 0.0).sum(), np.maximum(-d, 0.0).sum()))
-            out[k] = left * r
-            left *= 1.0 - r
-        return out
+        return backward_law(w[L], [remain_rej(w[k], cb[k], cs[k]) for k in range(1, L)])
 
     def _run(self, block, cs, cb, gen):
         L = self.L
-        Js = [1.0]
-        Jb = [1.0]
-        for i in range(L):
-            Js.append(Js[-1] * float(cs[i][block[i]]))
-            Jb.append(Jb[-1] * float(cb[i][block[i]]))
-        # Step 1-3: whole-block maximal coupling, eta_0 * M_s(X^L) < M_b(X^L)
-        if gen.random() * Js[L] < Jb[L]:
+        w, _ = _path_weights(block, cs, cb)
+        # Step 1-3: whole-block maximal coupling, eta_0 < M_b(X^L) / M_s(X^L) (scale-free, as the law)
+        if gen.random() < w[L]:
             return L, (sample_from(cb[L], gen),)
-        tau = 0
-        for i in range(1, L + 1):  # Steps 5-11: backward acceptance
-            k = L - i
-            if k == 0:
-                tau = 0  # p_remain(empty) = p_rej(empty): accept the empty prefix
-                break
-            d = Jb[k] * cb[k] - Js[k] * cs[k]
-            remain = float(np.maximum(d, 0.0).sum())
-            rej = float(np.maximum(-d, 0.0).sum())
+        tau = 0  # k = 0: p_remain(empty) = p_rej(empty), the empty prefix accepted
+        for k in range(L - 1, 0, -1):  # Steps 5-11: backward acceptance, p_remain / p_rej scale-free
+            remain, rej = remain_rej(w[k], cb[k], cs[k])
             if gen.random() * rej < remain:
                 tau = k
                 break
-        # Step 16: L - tau tokens from p_res along the output prefix, then M_b
+        # Step 16: L - tau tokens from p_res along the output prefix (joint probabilities), then M_b
         y = block[:tau]
-        js, jb = Js[tau], Jb[tau]
+        js = jb = 1.0
+        for i in range(tau):
+            js *= float(cs[i][block[i]])
+            jb *= float(cb[i][block[i]])
         emitted: tuple[int, ...] = ()
         for _ in range(tau, L):
             cs_y = self._law("draft", y)
             cb_y = self._law("target", y)
-            res = _residual(np.maximum(jb * cb_y - js * cs_y, 0.0), cb_y)
-            x = sample_from(res, gen)
+            x = draw_residual(jb, cb_y, js, cs_y, gen)
             js *= float(cs_y[x])
             jb *= float(cb_y[x])
             y += (x,)

@@ -18,6 +18,8 @@ import numpy as np
 
 import otspec
 import otspec.block
+from otspec._verifier import sample_from
+from otspec.block._verifiers import backward_law, draw_residual, remain_rej
 
 from .._registry import get_verifier, unknown_name_message
 from .._validation import validate_positive_int, validate_seed
@@ -293,6 +295,17 @@ class _PathModel:
             self.logged[key] = law
             self.extra_calls += 1
         return law
+
+
+def _bad_logits_error(role: str, lm, pos: int, where: str) -> ValueError:
+    """The ValueError of non-finite logits of the ``role`` model ``lm`` in its next-token law after ``pos``
+    tokens (``where``: which law of the iteration), with a hint when the model's dtype is known."""
+    dtype = getattr(getattr(lm, "model", None), "dtype", None)
+    return ValueError(
+        f"the {role} model {getattr(lm, 'name', type(lm).__name__)!r} gave non-finite logits (NaN or inf) at "
+        f"position {pos} (its next-token law after {pos} tokens, {where})"
+        + (f"; its dtype is {dtype}: float16 overflows, try bfloat16 or float32" if dtype is not None else "")
+    )
 
 
 def _deprecated_verifier_name(result) -> str:
@@ -940,6 +953,10 @@ class _Decoder:
         self.progress = progress
         self.lossless = scheme.lossless
         self.analysis_time = 0.0
+        #: Block verification (``"block"``) on the torch route reading the host (:meth:`_block_on_host`): the
+        #: numpy route's draws with the decoder's numpy generator, on the CPU.
+        self.host_block = (device_gens is not None and tree_step is None and scheme.name == "block"
+                           and self._reads_host(target.device))
         self.log: dict[str, list] = {
             k: []
             for k in (
@@ -1193,13 +1210,7 @@ class _Decoder:
         fd, ft = np.array(flags[: K * L]).reshape(K, L), np.array(flags[K * L:]).reshape(K, L + 1)
         role, lm, f = ("draft", self.d.lm, fd) if fd.any() else ("target", self.t.lm, ft)
         r, j = (int(a[0]) for a in np.nonzero(f))
-        pos = len(ctx) + j
-        dtype = getattr(getattr(lm, "model", None), "dtype", None)
-        raise ValueError(
-            f"the {role} model {getattr(lm, 'name', type(lm).__name__)!r} gave non-finite logits (NaN or inf) at "
-            f"position {pos} (its next-token law after {pos} tokens, chain {r})"
-            + (f"; its dtype is {dtype}: float16 overflows, try bfloat16 or float32" if dtype is not None else "")
-        )
+        raise _bad_logits_error(role, lm, len(ctx) + j, f"chain {r}")
 
     def _finish_device_log(self) -> None:
         """The per-iteration predictions of the device route, from its logged acceptances (one transfer); an
@@ -1285,6 +1296,116 @@ class _Decoder:
         self._record(tau, len(out), calls, pred_tau, pred_emit, pred_calls, reached, pred_reached)
         return out
 
+    def _block_on_host(self, ctx, L):
+        r"""Block verification (``verifier="block"``, ``K = 1``) reading the host, the route of a CPU: the draws,
+        tokens, model calls and logged law of the numpy route (:meth:`_iter_block`) bit for bit, with no copy of a
+        law and no pass over the vocabulary that the algorithm does not need.
+
+        The same uniforms of the decoder's numpy generator in the same order: the draft's ``L`` tokens by
+        :func:`sample_rows` on views of the laws, then Sun et al.'s Algorithm 3 (arXiv:2403.10444) as
+        :meth:`otspec.block.BlockVerify._run` runs it -- the whole block accepted when :math:`\eta_0 < w_L`
+        (:math:`w_k = M_b(X^k) / M_s(X^k)` from :math:`p_i(x_i)`, :math:`q_i(x_i)` read as Python floats), else
+        the backward walk :math:`\eta \, p_{
+m rej}(X^k) < p_{
+m remain}(X^k)`, ``k = L-1`` down to 1, and the
+        ``L - tau`` tokens of the continuation drawn from :math:`(M_b(y^j, x) - M_s(y^j, x))_+`, then the bonus
+        from :math:`M_b`. The sums of the walk (:func:`~otspec.block._verifiers.remain_rej`, computed for every
+        ``k`` once) are those of the logged law (:func:`~otspec.block._verifiers.backward_law`), the helpers
+        the numpy verifier and :func:`otspec.block.tau_law_on_path` call, on the same rows: the same bits. A
+        continuation's law is the logged row while the output follows the draft block, else one call of each
+        model on its kept state (:meth:`_law_after`, timed as every call; non-finite logits refused with the
+        model and the position). The target's bonus law :math:`q_{L+1}` is formed only when read (its logits
+        checked otherwise); :math:`\alpha_1 = \sum_x \min(p_1, q_1)` is also ``alpha_opt_first``
+        (:math:`\alpha_1` is the optimum for one draft). Returns the emitted tokens (``L + 1``)."""
+        d, t, gen, smp = self.d, self.t, self.gen, self.sampling
+        logits = d.logits_t(np.array([d.sync(ctx)], dtype=np.int64), last=1)[:, -1]  # (1, V)
+        V, dev = logits.shape[-1], logits.device
+        full = L == self.L
+        P = (_law_block(self._P, (1, L, V), dev) if full else _block(self._work, "P", (1, L, V), dev))
+        Q = (_law_block(self._Q, (1, L + 1, V), dev) if full else _block(self._work, "Q", (1, L + 1, V), dev))
+        if full:
+            self._P, self._Q = P, Q
+        P, Q = P[0], Q[0]
+        Pn, Qn = _np(P), _np(Q)  # views: the rows the numpy verifier reads
+        xs: list[int] = []
+        for j in range(L):
+            if j:
+                logits = d.logits_t(np.array([xs[-1:]], dtype=np.int64), last=1)[:, -1]
+            _laws_into(smp, logits, P[j : j + 1])
+            xs.append(int(sample_rows(Pn[j : j + 1], gen)[0]))
+        pending_t = t.sync(ctx)
+        lt = t.logits_t(np.array([pending_t + xs], dtype=np.int64), last=L + 1)[0, -(L + 1):]  # (L + 1, V)
+        _laws_into(smp, lt[:L], Q[:L])
+        flags = bad_rows(P).tolist() + bad_rows(Q[:L]).tolist() + bad_logit_rows(smp, lt[L:]).tolist()
+        if any(flags):
+            self._refuse_bad_logits(ctx, flags, L)
+        t.seq, d.seq = ctx + xs, ctx + xs[: L - 1]
+        ar = torch.arange(L)
+        px, qx = P[ar, ar.new_tensor(xs)].tolist(), Q[ar, ar.new_tensor(xs)].tolist()
+        w = [1.0]  # w_k = M_b(X^k) / M_s(X^k), as otspec.block's path weights
+        for i in range(L):
+            w.append(w[i] * (qx[i] / px[i] if px[i] > 0 else 1.0))
+        work = self._host_rows(V)
+        sums = [remain_rej(w[k], Qn[k], Pn[k], work) for k in range(1, L)]
+        law = backward_law(w[L], sums)
+        if gen.random() < w[L]:
+            tau = L
+        else:
+            tau = next((k for k in range(L - 1, 0, -1) if gen.random() * sums[k - 1][1] < sums[k - 1][0]), 0)
+        y, calls = xs[:tau], 1
+        js = jb = 1.0
+        for i in range(tau):
+            js *= px[i]
+            jb *= qx[i]
+        for j in range(tau, L):
+            if y == xs[:j]:  # the output still follows the block: the laws already formed
+                cs_y, cb_y = Pn[j], Qn[j]
+            else:
+                cs_y, cb_y = self._law_after(d, ctx + y, "draft"), self._law_after(t, ctx + y, "target")
+                calls += 1
+            x = draw_residual(jb, cb_y, js, cs_y, gen, work)
+            js *= float(cs_y[x])
+            jb *= float(cb_y[x])
+            y.append(x)
+        if y == xs:
+            _laws_into(smp, lt[L:], Q[L:])
+            cb_y = Qn[L]
+        else:
+            cb_y = self._law_after(t, ctx + y, "target")
+            calls += 1
+        y.append(sample_from(cb_y, gen))
+        t_idx = np.arange(L + 1)
+        reached = np.zeros(L)
+        reached[:tau] = 1.0
+        a1 = float(np.minimum(Pn[0], Qn[0], out=work[0]).sum())
+        self.log["alpha1"].append(a1)
+        self.log["alpha_opt1"].append(a1)
+        t.sync(ctx + y)
+        d.sync(ctx + y)
+        self._record(tau, len(y), calls, float(law @ t_idx), float(L + 1), 1.0 + float(law[:L] @ (L - t_idx[:L])),
+                     reached, np.cumsum(law[::-1])[::-1][1:])
+        return y
+
+    def _host_rows(self, V: int):
+        """Two float64 rows of ``V`` entries kept across iterations (numpy), the work of the host route's sums
+        and draws."""
+        rows = self._work.get(("host_rows", V))
+        if rows is None:
+            rows = self._work[("host_rows", V)] = (np.empty(V), np.empty(V))
+        return rows
+
+    def _law_after(self, track: _Track, ctx: list[int], role: str) -> np.ndarray:
+        """The ``role`` model's law after ``ctx`` (its state fed only what it lacks, :meth:`_Track.sync`), formed
+        into a row kept for ``role`` (:func:`_laws_into`) and returned as a numpy view: block verification's
+        continuation on the host. Non-finite logits are refused with the model and the position."""
+        logits = track.logits_t(np.array([track.sync(ctx)], dtype=np.int64), last=1)[:, -1]
+        row = _laws_into(self.sampling, logits, _block(self._work, "cont_" + role, tuple(logits.shape),
+                                                       logits.device))
+        if bool(bad_rows(row)[0]):
+            raise _bad_logits_error(role, track.lm, len(ctx), "a call of block verification's continuation")
+        track.seq = list(ctx)
+        return _np(row)[0]
+
     # -- k draft blocks, every block enumerated (tiny V**L only) -----------------------------------
     def _iter_multiblock(self, ctx, L):
         K = self.K
@@ -1347,10 +1468,13 @@ class _Decoder:
         generator and one host read with ``engine="torch"``). Its :math:`\alpha_1` is NaN (nothing verified)."""
         t = self.t
         pending = t.sync(ctx)
-        if self.device_gens is None or self.tree_step is not None:  # a tree run's device log is its steps' own
+        on_numpy = self.device_gens is None or self.host_block  # the numpy generator draws
+        if on_numpy or self.tree_step is not None:  # a tree run's device log is its steps' own
             self.log["alpha1"].append(math.nan)
             self.log["alpha_opt1"].append(math.nan)
-        if self.device_gens is None:
+        if self.host_block:  # the numpy route's draw, its law formed in a kept row and refused by name if bad
+            y = self._plain_on_host(ctx, pending)
+        elif on_numpy:
             law = t.feed_t(np.array([pending], dtype=np.int64))[:, -1]
             y = int(_sample(law, self.gen)[0])
         else:
@@ -1371,6 +1495,17 @@ class _Decoder:
         self._record(0, 1, 1, 0.0, 1.0, 1.0, np.zeros(0), np.zeros(0))
         return [y]
 
+    def _plain_on_host(self, ctx, pending) -> int:
+        """Plain decoding's step of :meth:`_block_on_host`'s run: the numpy route's draw (:func:`sample_rows` of
+        the target's law after ``ctx``, the decoder's numpy generator) from a law formed in a kept row; non-finite
+        logits refused with the model and the position."""
+        t = self.t
+        logits = t.logits_t(np.array([pending], dtype=np.int64), last=1)[:, -1]
+        row = _laws_into(self.sampling, logits, _block(self._work, "cont_target", tuple(logits.shape), logits.device))
+        if bool(bad_rows(row)[0]):
+            self._refuse_bad_logits(ctx, [1] + [0] * (self.K - 1), 0)
+        return int(sample_rows(_np(row), self.gen)[0])
+
     def _draft_length(self, done: int) -> int:
         r"""Drafts (a tree's levels) of the next iteration after ``done`` tokens: :math:`L_i = \min(L, m - \text{done} - 1)`,
         ``m = max_new_tokens`` (an iteration makes at most :math:`L_i + 1` tokens, so none is made past ``m``; as
@@ -1383,7 +1518,7 @@ class _Decoder:
 
         step = {"block": self._iter_block, "multiblock": self._iter_multiblock}.get(self.scheme.kind, self._iter_token)
         if self.device_gens is not None:
-            step = self._iter_token_t
+            step = self._block_on_host if self.host_block else self._iter_token_t
         if self.tree_step is not None:
             step = functools.partial(self.tree_step, self)
         ctx = list(self.prompt)

@@ -315,7 +315,7 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
 #: ``k = 1``) and multi-round rejection sampling (``"multiround"``, SpecInfer's rule over ``k`` i.i.d. drafts;
 #: at ``k = 1`` it is ``"token"``) by :func:`verify_chain_t`, one-step block verification (``"block-onestep"``)
 #: by :func:`verify_block_onestep_t`.
-DEVICE_VERIFIERS = ("token", "multiround", "block-onestep")
+DEVICE_VERIFIERS = ("token", "multiround", "block-onestep", "block")
 
 
 def round_targets_t(p, q, k: int):
