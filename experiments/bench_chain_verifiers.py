@@ -11,7 +11,7 @@ the iteration, with the load average before and after. Targets: the share at mos
 pair and 0.10 for SmolLM2 on the CPU.
 
 Run: ``python experiments/bench_chain_verifiers.py --before CHECKOUT [--pair small] [--cases
-token:2,token:4,block-onestep:4,block:4] [--tokens 32] [--repeats 5] [--threads 1] [--rst]``.
+token:2,token:4,block-onestep:2,block-onestep:4,block:2,block:4] [--tokens 32] [--repeats 5] [--threads 1] [--rst]``.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, help="a checkout of the package at an earlier commit")
     ap.add_argument("--pair", default="small", choices=sorted(TARGETS))
-    ap.add_argument("--cases", default="token:2,token:4,block-onestep:2,block-onestep:4,block:4")
+    ap.add_argument("--cases", default="token:2,token:4,block-onestep:2,block-onestep:4,block:2,block:4")
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)

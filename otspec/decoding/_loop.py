@@ -31,6 +31,7 @@ from ._tree_loop import TreeStep, TreeSteps, check_with_tree, check_without_tree
 from ._verifiers import (
     DEVICE_VERIFIERS,
     Scheme,
+    block_walk_t,
     check_multiblock_size,
     resolve_scheme,
     verify_block_onestep_t,
@@ -306,6 +307,11 @@ def _bad_logits_error(role: str, lm, pos: int, where: str) -> ValueError:
         f"position {pos} (its next-token law after {pos} tokens, {where})"
         + (f"; its dtype is {dtype}: float16 overflows, try bfloat16 or float32" if dtype is not None else "")
     )
+
+
+def _draw_into_work(W, gen, work):
+    """:func:`draw_rows` of ``W`` (1, V) with its running sums in the ``work`` block of the chains' draws."""
+    return draw_rows(W, gen, out=_block(work, "chain_c", tuple(W.shape), W.device))
 
 
 def _deprecated_verifier_name(result) -> str:
@@ -1046,30 +1052,9 @@ class _Decoder:
         the emitted tokens with the flags of non-finite logits."""
         K = self.K
         d, t = self.d, self.t
-        gd, gt = self.device_gens
-        pending = d.sync(ctx)
-        ids = torch.tensor([pending], dtype=torch.long, device=d.lm.device)
-        logits = d.logits_ids(ids, last=1)[:, -1]
-        V = logits.shape[-1]
-        full = L == self.L  # one block per decode, reused; a shortened iteration's laws in views of another
-        P = self._P = _law_block(self._P, (K, L, V), logits.device) if full else _block(self._work, "P", (K, L, V),
-                                                                                         logits.device)
-        X = torch.empty((K, L), dtype=torch.long, device=logits.device)
-        P1 = _laws_into(self.sampling, logits, P[:1, 0])  # (1, V)
-        if K > 1:
-            P[1:, 0] = P1
-        c = _block(self._work, "draw_c", (K, V), logits.device)  # the draws' running sums, reused (same bits)
-        X[:, 0] = draw_rows(P1, gd, out=c[:1]).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd, out=c)
-        for j in range(1, L):
-            _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j], last=1)[:, -1], P[:, j])
-            X[:, j] = draw_rows(P[:, j], gd, out=c)
-        pending_t = t.sync(ctx)
-        tdev = t.lm.device
-        Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
-        head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
-        Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev) if full else _block(self._work, "Q", (K, L + 1, V),
-                                                                                         tdev)
-        logits_t = t.logits_ids(torch.cat([head, Xt], dim=1), last=L + 1)[:, -(L + 1):]  # (K, L + 1, V)
+        gt = self.device_gens[1]
+        X, Xt, Pt, Q, logits_t = self._draft_and_score_t(ctx, L)
+        tdev = Xt.device
         if K == 1 and self._reads_host(tdev):
             on_host = self._block_onestep_on_host if self.scheme.kind == "block" else self._chain_on_host
             return on_host(ctx, L, X[0], Pt[0], Q[0], logits_t[0], gt)
@@ -1098,6 +1083,132 @@ class _Decoder:
         reached[:tau] = 1.0
         self._record(tau, len(out), 1, math.nan, math.nan, 1.0, reached, np.full(L, math.nan))
         return out
+
+    def _draft_and_score_t(self, ctx, L):
+        """The device route's draft and target phases: ``K`` chains of ``L`` drafts drawn on the draft's device
+        (its generator), scored by the target in one call. Returns the drafts ``X`` (K, L) on the draft's device,
+        the drafts ``Xt`` and laws ``Pt`` (K, L, V) on the target's, the block ``Q`` (K, L + 1, V) there that
+        receives the target's laws (not formed yet) and the target's logits (K, L + 1, V); no host read."""
+        K = self.K
+        d, t = self.d, self.t
+        gd = self.device_gens[0]
+        pending = d.sync(ctx)
+        ids = torch.tensor([pending], dtype=torch.long, device=d.lm.device)
+        logits = d.logits_ids(ids, last=1)[:, -1]
+        V = logits.shape[-1]
+        full = L == self.L  # one block per decode, reused; a shortened iteration's laws in views of another
+        P = self._P = _law_block(self._P, (K, L, V), logits.device) if full else _block(self._work, "P", (K, L, V),
+                                                                                         logits.device)
+        X = torch.empty((K, L), dtype=torch.long, device=logits.device)
+        P1 = _laws_into(self.sampling, logits, P[:1, 0])  # (1, V)
+        if K > 1:
+            P[1:, 0] = P1
+        c = _block(self._work, "draw_c", (K, V), logits.device)  # the draws' running sums, reused (same bits)
+        X[:, 0] = draw_rows(P1, gd, out=c[:1]).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd, out=c)
+        for j in range(1, L):
+            _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j], last=1)[:, -1], P[:, j])
+            X[:, j] = draw_rows(P[:, j], gd, out=c)
+        pending_t = t.sync(ctx)
+        tdev = t.lm.device
+        Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
+        head = torch.tensor(pending_t, dtype=torch.long, device=tdev).expand(K, len(pending_t))
+        Q = self._Q = _law_block(self._Q, (K, L + 1, V), tdev) if full else _block(self._work, "Q", (K, L + 1, V),
+                                                                                         tdev)
+        logits_t = t.logits_ids(torch.cat([head, Xt], dim=1), last=L + 1)[:, -(L + 1):]  # (K, L + 1, V)
+        return X, Xt, Pt, Q, logits_t
+
+    def _block_t(self, ctx, L):
+        r"""Block verification (``verifier="block"``, ``K = 1``) on an accelerator: the decision and the first
+        token past the accepted ones on the device (:func:`block_walk_t`), then the continuation's model calls
+        with its tokens kept on the device.
+
+        Host synchronisations: one per iteration (the drafts, :math:`\tau`, that token, the flags of
+        non-finite logits and the ``2 L`` numbers of the logged law: :math:`w_L`, the walk's sums and
+        :math:`\alpha_1`), plus one when :math:`\tau < L` (the continuation's ``L - tau`` tokens and its laws'
+        flags) -- ``1 + 1\{\tau < L\}``. The continuation :math:`y_{\tau+2}, \ldots, y_{L+1}` is drawn as
+        :class:`otspec.block.BlockVerify` draws it, :math:`\propto (M_b(y^j, x) - M_s(y^j, x))_+` along the
+        output prefix and the bonus from :math:`M_b`, each law from one call of each model on its state cut back
+        to :math:`X^\tau` (``L - tau`` target calls and ``L - tau - 1`` draft calls, whether or not the output
+        meets the block again: the tokens are never read in between). So ``target_calls`` is :math:`1 + L -
+        \tau` (the numpy route reuses the block's laws where the output follows the block and may make fewer).
+        Non-finite logits are refused with the model and the position. Returns the emitted tokens."""
+        d, t = self.d, self.t
+        gt = self.device_gens[1]
+        _, Xt, Pt, Q, logits_t = self._draft_and_score_t(ctx, L)
+        _laws_into(self.sampling, logits_t, Q)
+        x, P, Q = Xt[0], Pt[0], Q[0]
+        tau, y, w, sums = block_walk_t(x, P, Q, gt, work=self._work)
+        f64 = torch.float64
+        bad = torch.cat([bad_rows(P), bad_rows(Q)]).to(f64)
+        a1 = torch.minimum(P[0], Q[0], out=_block(self._work, "chain_min", (P.shape[-1],), P.device)).sum()
+        host = torch.cat([x.to(f64), torch.stack([tau, y]).to(f64), bad, w[L:], sums.flatten(),
+                          a1[None]]).tolist()  # the one synchronisation (ids < 2**53: exact in float64)
+        xs, (tau, y0) = [int(v) for v in host[:L]], (int(v) for v in host[L : L + 2])
+        flags = host[L + 2 : 3 * L + 3]
+        if any(flags):
+            self._refuse_bad_logits(ctx, flags, L)
+        rest = host[3 * L + 3 :]
+        w_L, pairs, a1 = rest[0], [tuple(rest[1 + 2 * i : 3 + 2 * i]) for i in range(L - 1)], rest[-1]
+        out = xs[:tau] + [y0]
+        if tau < L:
+            t.seq, d.seq = ctx + xs, ctx + xs[: L - 1]  # what the draft and target calls left in the states
+            out += self._continuation_t(ctx, xs, tau, y0, P, Q, w)
+        t.seq, d.seq = ctx + out[:L], ctx + out[: L - 1]  # what the states hold: the output but its last token(s)
+        law = backward_law(w_L, pairs)
+        self._record_block(ctx, L, out, tau, 1 + L - tau, law, a1)
+        return out
+
+    def _continuation_t(self, ctx, xs, tau, y0, P, Q, w):
+        """The continuation of :meth:`_block_t` past its first token ``y0``: tokens ``tau + 2 .. L + 1`` of the
+        output drawn on the target's device, each model fed the last token on the device; one host read at the
+        end. Returns those ``L - tau`` tokens."""
+        d, t = self.d, self.t
+        gt = self.device_gens[1]
+        L, V = P.shape
+        tdev, ddev = P.device, torch.device(d.lm.device)
+        head = ctx + xs[:tau] + [y0]
+        cur = torch.tensor([y0], dtype=torch.long, device=tdev)
+        for tr in (d, t):
+            tr.sync(head)  # cut back to X^tau (the pending token is y0, fed below)
+        jb, js = w[tau : tau + 1], torch.ones(1, dtype=P.dtype, device=tdev)  # M_b / M_s of the prefix, scaled
+        cb, cs = Q[tau], P[tau]
+        toks, bad = [], []
+        for j in range(tau + 1, L + 1):  # the law after the output's first j tokens
+            jb, js = jb * cb.index_select(0, cur), js * cs.index_select(0, cur)
+            cb = _laws_into(self.sampling, t.logits_ids(cur.view(1, 1), last=1)[:, -1],
+                            _block(self._work, "cont_target", (1, V), tdev))[0]
+            bad.append(bad_rows(cb))
+            if j == L:
+                cur = _draw_into_work(cb[None], gt, self._work)
+            else:
+                lg = d.logits_ids(cur.view(1, 1).to(ddev, non_blocking=True), last=1)[:, -1]
+                cs = _laws_into(self.sampling, lg, _block(self._work, "cont_draft", (1, V), ddev))[0]
+                cs = cs.to(tdev, non_blocking=True)
+                bad.append(bad_rows(cs))
+                r = torch.mul(cb, jb, out=_block(self._work, "block_r", (V,), tdev)).sub_(cs * js).clamp_(min=0.0)
+                r = torch.where(r.sum() > 0, r, cb, out=r)
+                cur = _draw_into_work(r[None], gt, self._work)
+            toks.append(cur)
+        host = torch.cat([torch.cat(toks), torch.stack(bad).to(torch.long)]).tolist()  # the second read
+        n = L - tau
+        for i, f in enumerate(host[n:]):
+            if f:  # the laws in order: per position the target's, then (but at the last) the draft's
+                j, role = tau + 1 + i // 2, ("target" if i % 2 == 0 else "draft")
+                lm = t.lm if role == "target" else d.lm
+                raise _bad_logits_error(role, lm, len(ctx) + j, "a call of block verification's continuation")
+        return host[:n]
+
+    def _record_block(self, ctx, L, out, tau, calls, law, a1):
+        """Log an iteration of block verification (``"block"``) on the torch route: the emitted ``L + 1`` tokens,
+        the target calls made, the law of :math:`\tau` given the block, :math:`\alpha_1` (also
+        ``alpha_opt_first``, the optimum for one draft); the predictions as the numpy route makes them."""
+        t_idx = np.arange(L + 1)
+        reached = np.zeros(L)
+        reached[:tau] = 1.0
+        self.log["alpha1"].append(a1)
+        self.log["alpha_opt1"].append(a1)
+        self._record(tau, len(out), calls, float(law @ t_idx), float(L + 1), 1.0 + float(law[:L] @ (L - t_idx[:L])),
+                     reached, np.cumsum(law[::-1])[::-1][1:])
 
     def _reads_host(self, device) -> bool:
         """Whether speculative sampling's verification (``K = 1``) reads its few numbers on the host
@@ -1374,16 +1485,9 @@ m remain}(X^k)`, ``k = L-1`` down to 1, and the
             cb_y = self._law_after(t, ctx + y, "target")
             calls += 1
         y.append(sample_from(cb_y, gen))
-        t_idx = np.arange(L + 1)
-        reached = np.zeros(L)
-        reached[:tau] = 1.0
-        a1 = float(np.minimum(Pn[0], Qn[0], out=work[0]).sum())
-        self.log["alpha1"].append(a1)
-        self.log["alpha_opt1"].append(a1)
         t.sync(ctx + y)
         d.sync(ctx + y)
-        self._record(tau, len(y), calls, float(law @ t_idx), float(L + 1), 1.0 + float(law[:L] @ (L - t_idx[:L])),
-                     reached, np.cumsum(law[::-1])[::-1][1:])
+        self._record_block(ctx, L, y, tau, calls, law, float(np.minimum(Pn[0], Qn[0], out=work[0]).sum()))
         return y
 
     def _host_rows(self, V: int):
@@ -1469,7 +1573,8 @@ m remain}(X^k)`, ``k = L-1`` down to 1, and the
         t = self.t
         pending = t.sync(ctx)
         on_numpy = self.device_gens is None or self.host_block  # the numpy generator draws
-        if on_numpy or self.tree_step is not None:  # a tree run's device log is its steps' own
+        logs_here = on_numpy or self.scheme.name == "block"  # block verification logs on the host on every route
+        if logs_here or self.tree_step is not None:  # a tree run's device log is its steps' own
             self.log["alpha1"].append(math.nan)
             self.log["alpha_opt1"].append(math.nan)
         if self.host_block:  # the numpy route's draw, its law formed in a kept row and refused by name if bad
@@ -1489,7 +1594,7 @@ m remain}(X^k)`, ``k = L-1`` down to 1, and the
             if self.scheme.kind == "block":  # P(tau = 0) = 1, then alpha_1 (NaN)
                 row[: L + 1] = 0.0
                 row[0] = 1.0
-            if self.tree_step is None:
+            if self.tree_step is None and not logs_here:
                 self.dev_log.append(row)
         t.seq = ctx + [y]
         self._record(0, 1, 1, 0.0, 1.0, 1.0, np.zeros(0), np.zeros(0))
@@ -1518,7 +1623,8 @@ m remain}(X^k)`, ``k = L-1`` down to 1, and the
 
         step = {"block": self._iter_block, "multiblock": self._iter_multiblock}.get(self.scheme.kind, self._iter_token)
         if self.device_gens is not None:
-            step = self._block_on_host if self.host_block else self._iter_token_t
+            step = (self._block_on_host if self.host_block
+                    else self._block_t if self.scheme.name == "block" else self._iter_token_t)
         if self.tree_step is not None:
             step = functools.partial(self.tree_step, self)
         ctx = list(self.prompt)

@@ -37,6 +37,7 @@ __all__ = [
     "Scheme",
     "step_law_t",
     "block_onestep_tau_law_t",
+    "block_walk_t",
     "verify_block_onestep_t",
     "verify_chain_t",
 ]
@@ -314,7 +315,8 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
 #: Registered verifiers that also run on the models' device, in torch: speculative sampling (``"token"``,
 #: ``k = 1``) and multi-round rejection sampling (``"multiround"``, SpecInfer's rule over ``k`` i.i.d. drafts;
 #: at ``k = 1`` it is ``"token"``) by :func:`verify_chain_t`, one-step block verification (``"block-onestep"``)
-#: by :func:`verify_block_onestep_t`.
+#: by :func:`verify_block_onestep_t`, block verification (``"block"``, Sun et al.'s Algorithm 3 with its
+#: continuation) by :func:`block_walk_t` and the decoder's continuation on the device.
 DEVICE_VERIFIERS = ("token", "multiround", "block-onestep", "block")
 
 
@@ -598,3 +600,81 @@ def verify_block_onestep_t(X, P, Q, gen, *, draw=None, work=None):
     y = _draw_into(draw, r, gen, work, "chain_c")[0]
     out = torch.where(torch.arange(L + 1, device=dev) < tau, torch.cat([x, x[:1]]), y)
     return out, tau, torch.zeros((), dtype=torch.int64, device=dev), law
+
+
+def block_walk_t(x, P, Q, gen, *, draw=None, work=None):
+    r"""Block verification's decision (``verifier="block"``, ``K = 1``) on the models' device, and the first token
+    after the accepted ones.
+
+    With :math:`w_k = M_b(X^k) / M_s(X^k) = \prod_{i \le k} q_i(x_i) / p_i(x_i)` (a ratio 1 where
+    :math:`p_i(x_i) = 0`) and, for ``k = 1..L-1``,
+
+    .. math::
+
+        (p_{\rm remain}, p_{\rm rej})(X^k) \propto \Big(\sum_x (w_k q_{k+1}(x) - p_{k+1}(x))_+,\;
+        \sum_x (p_{k+1}(x) - w_k q_{k+1}(x))_+\Big),
+
+    ``L`` uniforms :math:`\eta_0, \ldots, \eta_{L-1}`: :math:`\tau = L` if :math:`\eta_0 < w_L`, else the
+    largest ``k`` with :math:`\eta_k\, p_{\rm rej}(X^k) < p_{\rm remain}(X^k)` (0 if none) -- the backward walk
+    of Sun et al. (arXiv:2403.10444, Algorithm 3) from ``k = L-1`` down, stopping at its first acceptance, with
+    an independent uniform per test, so the same law (:class:`otspec.block.BlockVerify` consumes them one by
+    one). Then the first token of the output past :math:`X^\tau`: the bonus from :math:`q_{L+1}` at
+    :math:`\tau = L`, else the residual :math:`(w_\tau q_{\tau+1} - p_{\tau+1})_+` normalised
+    (:math:`\propto (M_b(X^\tau, x) - M_s(X^\tau, x))_+`, eq. 10; :math:`q_{\tau+1}` when it has no mass, an
+    event of probability zero). The rest of the continuation needs model calls (the decoder's).
+
+    Parameters
+    ----------
+    x : torch.Tensor of int64, shape ``(L,)``
+    P : torch.Tensor of float64, shape ``(L, V)``
+    Q : torch.Tensor of float64, shape ``(L + 1, V)``
+        Draft and target laws along the block, as :func:`block_onestep_tau_law_t`.
+    gen : torch.Generator
+        On their device.
+    draw, work
+        As :func:`verify_chain_t`.
+
+    Returns
+    -------
+    tau : torch.Tensor of int64, shape ``()``
+    y : torch.Tensor of int64, shape ``()``
+        The output's token ``tau + 1``.
+    w : torch.Tensor of float64, shape ``(L + 1,)``
+    sums : torch.Tensor of float64, shape ``(L - 1, 2)``
+        :math:`(p_{\rm remain}, p_{\rm rej})` of :math:`X^k`, ``k = 1..L-1``, scaled by :math:`M_s(X^k)`: with
+        :math:`w_L`, the exact law of :math:`\tau` (:func:`otspec.block._verifiers.backward_law`). Nothing is
+        read on the host.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.decoding._verifiers import block_walk_t
+    >>> P = torch.tensor([[0.5, 0.5], [0.5, 0.5]], dtype=torch.float64)
+    >>> Q = torch.tensor([[0.5, 0.5], [0.5, 0.5], [1.0, 0.0]], dtype=torch.float64)
+    >>> tau, y, w, sums = block_walk_t(torch.tensor([0, 1]), P, Q, torch.Generator().manual_seed(0))
+    >>> int(tau), int(y), w.tolist()  # the same laws: every block accepted, the bonus from q_3
+    (2, 0, [1.0, 1.0, 1.0])
+    """
+    draw = draw_rows if draw is None else draw
+    L = x.shape[0]
+    V = P.shape[-1]
+    dev = x.device
+    ar = torch.arange(L, device=dev)
+    px, qx = P[ar, x], Q[ar, x]
+    w = torch.cat([torch.ones(1, dtype=P.dtype, device=dev),
+                   torch.cumprod(torch.where(px > 0, qx / torch.where(px > 0, px, 1.0), 1.0), 0)])
+    D = torch.mul(w[1:L, None], Q[1:L], out=_block(work, "block_z", (L - 1, V), dev)).sub_(P[1:L])
+    remain = torch.clamp(D, min=0.0).sum(-1)
+    sums = torch.stack([remain, D.neg_().clamp_(min=0.0).sum(-1)], dim=-1)  # (L - 1, 2)
+    eta = torch.rand(L, dtype=torch.float64, device=dev, generator=gen)
+    back = torch.where(eta[1:] * sums[:, 1] < sums[:, 0], ar[1:], 0)
+    tau = torch.where(eta[0] < w[L], L, torch.cat([back, ar[:1]]).amax())
+    j = tau.clamp(max=L - 1).reshape(1)
+    prow = torch.index_select(P, 0, j, out=_block(work, "chain_r", (1, V), dev)).mul_(tau < L)  # p_{L+1} = 0
+    qrow = torch.index_select(Q, 0, tau.reshape(1), out=_block(work, "chain_q", (1, V), dev))
+    r = torch.mul(qrow, torch.where(tau < L, w.index_select(0, tau.reshape(1)), 1.0),
+                  out=_block(work, "block_r", (1, V), dev))
+    r = r.sub_(prow).clamp_(min=0.0)
+    r = torch.where(r.sum() > 0, r, qrow, out=r)
+    y = _draw_into(draw, r, gen, work, "chain_c")[0]
+    return tau, y, w, sums
