@@ -396,8 +396,11 @@ class DecodeResult:
         Where the verification ran: on the models' device in torch (the
         laws never leave it; one host synchronisation per iteration, the
         emitted tokens; two for a draft tree, its token ids before the
-        target's call and the outcome after it), or on the host through the
-        package's numpy verifiers (rows of the laws moved there).
+        target's call and the outcome after it; for block verification
+        (``"block"``) one more when :math:`\tau < L`, after its
+        continuation's calls; on the CPU the host routes read their few
+        numbers there), or on the host through the package's numpy
+        verifiers (rows of the laws moved there).
     draft_lengths : (N,) ndarray of int64
         The drafts of each iteration, :math:`L_i = \min(L, r_i - 1)` with
         :math:`r_i` the tokens left before ``max_new_tokens`` (for a tree,
@@ -635,7 +638,7 @@ def speculative_decode(
 
     Probabilities are float64. The laws ``P`` (K, L, V) and ``Q`` (K, L + 1,
     V) stay on the models' device. With ``engine="torch"`` (the default for
-    ``"token"``, ``"multiround"`` and ``"block-onestep"``) everything else
+    ``"token"``, ``"multiround"``, ``"block-onestep"`` and ``"block"``) everything else
     does too: drafts and residuals are drawn there with a
     ``torch.Generator`` on that device, the ratio tests run there, and one
     host read per iteration brings the emitted tokens (the draft may sit on
@@ -644,7 +647,13 @@ def speculative_decode(
     sampling (``k = 1``) reads its few numbers per depth instead and forms
     the target's laws only up to the first rejection (the rows after it are
     used by nothing; their logits are still checked): the same draws bit
-    for bit. With ``engine="numpy"`` (every other verifier) drafts are
+    for bit. Block verification (``"block"``) on the CPU reads the host
+    with the numpy route's generator: the numpy route's tokens, calls and
+    logged law bit for bit, without its copies and checks of every law;
+    on an accelerator its decision and first token are made on the device
+    (:func:`~otspec.decoding._verifiers.block_walk_t`) and its continuation
+    is called with its tokens kept there (one more host read when
+    :math:`\tau < L`). With ``engine="numpy"`` (every other verifier) drafts are
     sampled on the device (only ``K`` uniforms and ``K`` ids cross) and
     each verified depth moves one row of ``p`` and one of ``q`` restricted
     to their union support (plus the bonus row of ``q``) to the host, where
@@ -781,10 +790,14 @@ def speculative_decode(
         Where a chain is verified. ``"torch"``: on the models' device
         (:func:`otspec.decoding._verifiers.verify_chain_t` for ``"token"``
         and ``"multiround"``, :func:`~otspec.decoding._verifiers.verify_block_onestep_t`
-        for ``"block-onestep"``): drafts, laws, ratio tests and residual draws
+        for ``"block-onestep"``, :func:`~otspec.decoding._verifiers.block_walk_t`
+        and the continuation's calls for ``"block"``): drafts, laws, ratio tests and residual draws
         stay there, drawn with a ``torch.Generator`` on that device seeded
         from ``rng``, and one transfer per iteration brings the emitted
-        tokens (and the flags of non-finite logits) to the host. ``"numpy"``:
+        tokens (and the flags of non-finite logits) to the host (``"block"``:
+        a second one after its continuation, when :math:`\tau < L`; on the
+        CPU it draws with the numpy route's generator, the numpy route's
+        tokens bit for bit). ``"numpy"``:
         the package's verifiers on the host (every verifier; the
         independent route the tests hold the device route against).
         ``"auto"`` (default): ``"torch"`` where the verifier has it.
@@ -794,8 +807,8 @@ def speculative_decode(
         (:mod:`otspec.decoding._tree_device`: the tree drawn or chosen,
         scored, verified and its residual drawn on the device, one host read
         per iteration -- the accepted node and token, with the tree's token
-        ids (and an EAGLE-2 tree's parents), after the target call); every other tree, and the other
-        block schemes, run on the host whatever this says (``"torch"`` is
+        ids (and an EAGLE-2 tree's parents), after the target call); every other tree, and the
+        multi-draft block schemes, run on the host whatever this says (``"torch"`` is
         refused for a tree without the device route).
     log_laws : bool, keyword-only
         With ``engine="torch"`` and ``K > 1``: keep each iteration's first
