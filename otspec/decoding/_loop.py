@@ -973,9 +973,10 @@ class _Decoder:
         self.lossless = scheme.lossless
         self.analysis_time = 0.0
         #: Block verification (``"block"``) on the torch route reading the host (:meth:`_block_on_host`): the
-        #: numpy route's draws with the decoder's numpy generator, on the CPU.
+        #: numpy route's draws with the decoder's numpy generator, on the CPU (both models there: it reads views).
         self.host_block = (device_gens is not None and tree_step is None and scheme.name == "block"
-                           and self._reads_host(target.device))
+                           and self._reads_host(target.device)
+                           and torch.device(draft.device).type == torch.device(target.device).type == "cpu")
         self.log: dict[str, list] = {
             k: []
             for k in (
@@ -1212,7 +1213,7 @@ class _Decoder:
         return host[:n]
 
     def _record_block(self, ctx, L, out, tau, calls, law, a1):
-        """Log an iteration of block verification (``"block"``) on the torch route: the emitted ``L + 1`` tokens,
+        r"""Log an iteration of block verification (``"block"``) on the torch route: the emitted ``L + 1`` tokens,
         the target calls made, the law of :math:`\tau` given the block, :math:`\alpha_1` (also
         ``alpha_opt_first``, the optimum for one draft); the predictions as the numpy route makes them."""
         t_idx = np.arange(L + 1)
@@ -1429,9 +1430,7 @@ class _Decoder:
         :func:`sample_rows` on views of the laws, then Sun et al.'s Algorithm 3 (arXiv:2403.10444) as
         :meth:`otspec.block.BlockVerify._run` runs it -- the whole block accepted when :math:`\eta_0 < w_L`
         (:math:`w_k = M_b(X^k) / M_s(X^k)` from :math:`p_i(x_i)`, :math:`q_i(x_i)` read as Python floats), else
-        the backward walk :math:`\eta \, p_{
-m rej}(X^k) < p_{
-m remain}(X^k)`, ``k = L-1`` down to 1, and the
+        the backward walk :math:`\eta \, p_{\rm rej}(X^k) < p_{\rm remain}(X^k)`, ``k = L-1`` down to 1, and the
         ``L - tau`` tokens of the continuation drawn from :math:`(M_b(y^j, x) - M_s(y^j, x))_+`, then the bonus
         from :math:`M_b`. The sums of the walk (:func:`~otspec.block._verifiers.remain_rej`, computed for every
         ``k`` once) are those of the logged law (:func:`~otspec.block._verifiers.backward_law`), the helpers
