@@ -5,7 +5,7 @@ per-iteration record that of the iteration as made.
 Losslessness is tested by Pearson's chi-square of the joint law of all the generated tokens against the target's
 exact law (:func:`otspec.decoding.exact_prefix_law`: plain target scoring, no verifier), with ``max_new_tokens``
 not a multiple of ``L + 1`` so that the shortened iterations are met. Each chi-square test fails spuriously with
-probability ALPHA_FAIL = 1e-4; this file holds at most 8 of them (the slow ones included), so its false-failure
+probability ALPHA_FAIL = 1e-4; this file holds at most 9 of them (the slow ones included), so its false-failure
 rate stays below 1e-3; the seeds are fixed, so a run is reproducible.
 """
 
@@ -31,7 +31,7 @@ PROMPT = [1, 2]
 #: device, the block verifiers (Sun et al.'s v1 with its residual calls, one-step) and an enumerated multi-draft
 #: block one.
 FAMILIES = [("token", 1, "numpy"), ("token", 1, "torch"), ("kseq", 2, "numpy"), ("multiround", 2, "torch"),
-            ("block", 1, "numpy"), ("block-onestep", 1, "numpy"), ("block-onestep", 1, "torch"),
+            ("block", 1, "numpy"), ("block", 1, "torch"), ("block-onestep", 1, "numpy"), ("block-onestep", 1, "torch"),
             ("multidraft-plan", 2, "numpy")]
 
 
