@@ -1169,7 +1169,7 @@ class _Decoder:
             out += self._continuation_t(ctx, xs, tau, y0, P, Q, w)
         t.seq, d.seq = ctx + out[:L], ctx + out[: L - 1]  # what the states hold: the output but its last token(s)
         law = backward_law(w_L, pairs)
-        self._record_block(ctx, L, out, tau, 1 + L - tau, law, a1)
+        self._record_block(L, out, tau, 1 + L - tau, law, a1)
         return out
 
     def _continuation_t(self, ctx, xs, tau, y0, P, Q, w):
@@ -1212,7 +1212,7 @@ class _Decoder:
                 raise _bad_logits_error(role, lm, len(ctx) + j, "a call of block verification's continuation")
         return host[:n]
 
-    def _record_block(self, ctx, L, out, tau, calls, law, a1):
+    def _record_block(self, L, out, tau, calls, law, a1):
         r"""Log an iteration of block verification (``"block"``) on the torch route: the emitted ``L + 1`` tokens,
         the target calls made, the law of :math:`\tau` given the block, :math:`\alpha_1` (also
         ``alpha_opt_first``, the optimum for one draft); the predictions as the numpy route makes them."""
@@ -1499,7 +1499,7 @@ class _Decoder:
         y.append(sample_from(cb_y, gen))
         t.sync(ctx + y)
         d.sync(ctx + y)
-        self._record_block(ctx, L, y, tau, calls, law, float(np.minimum(Pn[0], Qn[0], out=work[0]).sum()))
+        self._record_block(L, y, tau, calls, law, float(np.minimum(Pn[0], Qn[0], out=work[0]).sum()))
         return y
 
     def _host_rows(self, V: int):
