@@ -1017,22 +1017,24 @@ def _draft_on_device(draft, ds, n_ctx: int, jobs: list, held, root, sampling, ra
             if prev.front:
                 dyn = _frontier_rows(prev, d)
                 pack = _Pack()
-                k_src, k_at = pack.add(src), pack.add(dyn[0])
-                sent = pack.send(torch, dyn[2])
-                _trees_device.select_rows(draft, ds, sent[k_src].index_copy(0, sent[k_at], dyn[2]),
-                                          n_ctx + level - 1)
-                dyn = dyn[:2]
+                k_src, k_at = pack.add(src), [pack.add(pos) for pos, _, _ in dyn]
+                sent = pack.send(torch, of, static=True)
+                index = sent[k_src]
+                for k, (_, _, rows) in zip(k_at, dyn):
+                    index = index.index_put((sent[k],), rows)
+                _trees_device.select_rows(draft, ds, index, n_ctx + level - 1)
+                dyn = [(pos, flat) for pos, flat, _ in dyn]
             else:
                 draft.select(ds, src, n_ctx + level - 1)
         if held is None:
             ids = _trees_device.feed_tokens(at, draft.device, of=of, dyn=dyn)
         else:
             ids = held.feed(need, at, draft.device, of=of, dyn=dyn)
-        logits = draft.logits(ds, ids)[:, -1:]
-        laws = sampling.probs(logits, check=False)[:, 0]  # a bad row: flagged in the read
+        logits = draft.logits(ds, ids)[:, -1]
+        laws = sampling.probs(logits, check=False)  # a bad row: flagged in the read
         d.ranked = [i for i, m in enumerate(mine) if m]
         if d.ranked:
-            _rank_depth(d, jobs, laws, sampling.own_law(logits)[:, 0] if raw else None, level, root, prev)
+            _rank_depth(d, jobs, laws, sampling.own_law(logits) if raw else None, level, root, prev)
             d.logits = logits
             depths.append(d)
         if held is not None:  # a depth of sampled trees alone: its laws checked in their own read
@@ -1043,39 +1045,41 @@ def _draft_on_device(draft, ds, n_ctx: int, jobs: list, held, root, sampling, ra
 
 
 def _rank_depth(d: _Depth, jobs: list, laws, own, level: int, root, prev) -> None:
-    """Rank the deterministic trees' rows of depth ``d`` (one :func:`ranked_rows`; EAGLE-2's rows by ``own`` when
-    given), keep what the read takes of them, and choose EAGLE-2's next frontiers on the device."""
+    """Rank the rows of depth ``d`` (one :func:`ranked_rows` of every row, the sampled trees' too: no index to
+    send, and a bad row of any of them NaN in its values; EAGLE-2's rows by ``own`` when given), keep what the read
+    takes of them, and choose EAGLE-2's next frontiers on the device."""
     import torch
 
-    d.rank = {d.need[i]: r for r, i in enumerate(d.ranked)}
-    jobs_of = [jobs[d.need[i][0]][d.need[i][1]][1] for i in d.ranked]
+    d.rank = {d.need[i]: i for i in d.ranked}
+    jobs_of = [jobs[b][j][1] for b, j, _ in d.need]
     eagle = [isinstance(job, _Eagle2Job) for job in jobs_of]
-    K = max(job.ranks(d.need[i][2]) for job, i in zip(jobs_of, d.ranked))
-    pack = _Pack()
-    whole = len(d.ranked) == len(d.need)
-    at_idx = None if whole else pack.add(d.ranked)
-    mixed = own is not None and any(eagle) and not all(eagle)
-    at_eagle = pack.add(eagle) if mixed else None
-    sent = pack.send(torch, laws) if pack.arrays else None
-    src = laws if whole else laws.index_select(0, sent[at_idx])
-    own_r = None if own is None else own if whole else own.index_select(0, sent[at_idx])
-    if own_r is not None:
-        src = own_r if all(eagle) else torch.where(sent[at_eagle][:, None] > 0, own_r, src) if mixed else src
+    K = max(jobs_of[i].ranks(d.need[i][2]) for i in d.ranked)
+    src = laws
+    d.own = own is not None and not all(eagle)
+    if own is not None:
+        if all(eagle):
+            src = own
+        elif any(eagle):
+            pack = _Pack()
+            at_eagle = pack.add(eagle)
+            src = torch.where(pack.send(torch, laws, static=True)[at_eagle][:, None] > 0, own, laws)
     ids, vals = ranked_rows(src, min(K, int(src.shape[-1])))  # a job asking more: refused at its expansion
     d.K, d.ids = int(ids.shape[1]), ids
-    parts = [ids, vals] + ([own_r.gather(1, ids)] if own_r is not None and not all(eagle) else [])
-    d.own = len(parts) == 3
+    parts = [ids, vals] + ([own.gather(1, ids)] if d.own else [])
     d.logs = any(eagle)
     logs = torch.log(vals) if d.logs else None
     if logs is not None:
         parts.append(logs)
-    d.piece = [torch.cat(parts, 1).reshape(-1), laws[:, 0]]  # the ranks exact in float64 (V < 2**53); a NaN: bad
+    # the ranks exact in float64 (V < 2**53); a law from bad logits is NaN in its values (and in its first entry,
+    # read apart when the own law ranks some rows)
+    d.piece = [torch.cat(parts, 1).reshape(-1)] + ([laws[:, 0]] if own is not None else [])
     d.front = _frontiers(d, jobs, logs, level, root, prev) if logs is not None else []
 
 
 def _frontiers(d: _Depth, jobs: list, logs, level: int, root, prev) -> list:
     """EAGLE-2's next frontier of every EAGLE-2 tree of depth ``d`` with a next depth, one batch per ``top_k``:
-    ``(trees, flat, src, scores)`` (:class:`_Depth`)."""
+    ``(trees, flat, src, scores)`` (:class:`_Depth`). The flat index of each proposal's token in ``d.ids`` and the
+    row of its parent in the call come from two tables of the ``k^2`` proposals, the same at every position."""
     import torch
 
     groups: dict = {}
@@ -1085,46 +1089,40 @@ def _frontiers(d: _Depth, jobs: list, logs, level: int, root, prev) -> list:
             groups.setdefault(job.params.top_k, []).append((b, j))
     out = []
     for k, trees in groups.items():
+        T, K = len(trees), d.K
         pack = _Pack()
-        r0 = [d.rank[(b, j, 0)] for b, j in trees]
-        k_rows = pack.add([r + f for r in r0 for f in range(k)])
-        k_r0, k_n0 = pack.add(r0), pack.add([d.pos[(b, j, 0)] for b, j in trees])
-        if level == 1:
-            k_b = pack.add([b for b, _ in trees])
-        sent = pack.send(torch, logs)
-        T = len(trees)
-        lg = logs.index_select(0, sent[k_rows]).reshape(T, k, d.K)[:, :, :k]
+        r0 = np.array([d.rank[(b, j, 0)] for b, j in trees])
+        f, r = np.divmod(np.arange(k * k), k)  # proposal f k + r: the r-th child of the frontier's f-th node
+        flat = (r0[:, None] + f) * K + r  # its flat index in the depth's (n, K) ranking
+        k_logs = k_flat = pack.add(flat)
+        k_src = pack.add(np.array([d.pos[(b, j, 0)] for b, j in trees])[:, None] + f)
+        k_b = pack.add([b for b, _ in trees])
+        sent = pack.send(torch, logs, static=True)
+        lg = logs.take(sent[k_logs])
         if level == 1:
             if root is not None:  # the root's scores: the logarithms of its ranking, on the device
-                base = root.elogs.index_select(0, sent[k_b])[:, :k]
+                base = root.elogs
+                if T != base.shape[0] or [b for b, _ in trees] != list(range(T)):
+                    base = base.index_select(0, sent[k_b])
+                base = base if base.shape[1] == k else base[:, :k]
             else:  # the roots expanded on the host: their scores
                 base = torch.as_tensor([jobs[b][j][1].scores[:k] for b, j in trees], dtype=torch.float64,
                                        device=logs.device)
         else:  # the scores of the frontier chosen at the depth before
-            was, _, _, base = next(f for f in prev.front if f[3].shape[1] == k)
+            was, _, _, base = next(g for g in prev.front if g[3].shape[1] == k)
             if was != trees:  # some trees ended there
                 base = base.index_select(0, torch.as_tensor([was.index(t) for t in trees], device=base.device))
         chosen, scores = _trees_device.eagle2_frontier_t(base, lg)
-        parent = torch.div(chosen, k, rounding_mode="floor")
-        flat = (sent[k_r0] * d.K)[:, None] + chosen + parent * (d.K - k)  # row r0 + parent, rank chosen - k parent
-        out.append((trees, flat, sent[k_n0][:, None] + parent, scores))
+        out.append((trees, sent[k_flat].gather(1, chosen), sent[k_src].gather(1, chosen), scores))
     return out
 
 
-def _frontier_rows(prev: _Depth, d: _Depth) -> tuple:
-    """The EAGLE-2 rows of depth ``d``, fed from the frontiers chosen at ``prev``: ``(positions in d.need, flat
-    indices of their tokens in prev.ids, their parents' rows in prev's call)``, the last two on the device."""
-    import torch
-
-    pos, flat, src = [], [], []
-    for trees, f, s_, _ in prev.front:
-        k = int(f.shape[1])
-        pos += [d.pos[(b, j, i)] for b, j in trees for i in range(k)]
-        flat.append(f.reshape(-1))
-        src.append(s_.reshape(-1))
-    if len(flat) > 1:
-        return pos, torch.cat(flat), torch.cat(src)
-    return pos, flat[0], src[0]
+def _frontier_rows(prev: _Depth, d: _Depth) -> list:
+    """The EAGLE-2 rows of depth ``d``, fed from the frontiers chosen at ``prev``, per group of equal ``top_k``:
+    ``(positions in d.need, flat indices of their tokens in prev.ids, their parents' rows in prev's call)``, each
+    ``(T, k)``, the last two on the device."""
+    return [(np.array([[d.pos[(b, j, i)] for i in range(int(sc.shape[1]))] for b, j in trees]), f, s_)
+            for trees, f, s_, sc in prev.front]
 
 
 def _expand_read(depths: list, jobs: list, root, sampling) -> None:
@@ -1140,19 +1138,22 @@ def _expand_read(depths: list, jobs: list, root, sampling) -> None:
     host = torch.cat(pieces).cpu().numpy()
     at = root.size if root is not None else 0
     for d in depths:
-        n, K = len(d.ranked), d.K
+        n, K = len(d.need), d.K
         w = K * (2 + d.own + d.logs)
         blk = host[at:at + n * w].reshape(n, w)
-        first = host[at + n * w:at + n * w + len(d.need)]
-        at += n * w + len(d.need)
-        if np.isnan(first).any():  # a law from bad logits: the checked route's error
+        at += n * w
+        bad = np.isnan(blk[:, K:2 * K]).any()
+        if len(d.piece) > 1:  # the laws' first entries (the own law ranked some rows)
+            bad = bad or np.isnan(host[at:at + n]).any()
+            at += n
+        if bad:  # a law from bad logits: the checked route's error
             sampling.probs(d.logits)
         if root is not None:  # the roots, before the first depth's nodes
             root.apply(host[:root.size])
             root = None
         ids, vals = blk[:, :K].astype(np.int64), blk[:, K:2 * K]
-        for r, i in enumerate(d.ranked):
-            b, j, v = d.need[i]
+        for r in d.ranked:
+            b, j, v = d.need[r]
             job = jobs[b][j][1]
             if isinstance(job, _Eagle2Job):
                 law = RankedLaw(ids[r], vals[r], blk[r, w - K:] if d.logs else None)

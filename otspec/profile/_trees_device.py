@@ -115,9 +115,9 @@ def eagle2_frontier_t(base, logs):
     ----------
     base : torch.Tensor of float64, shape ``(T, k)``
         The frontier's scores (sums of log-probabilities along each node's path).
-    logs : torch.Tensor of float64, shape ``(T, k, k)``
-        ``logs[t, f, r]``: the log-probability of frontier node ``f``'s ``r``-th ranked child (``-inf`` for a child
-        of zero probability, which the host route refuses when it expands the node).
+    logs : torch.Tensor of float64, shape ``(T, k * k)``
+        ``logs[t, f k + r]``: the log-probability of frontier node ``f``'s ``r``-th ranked child (``-inf`` for a
+        child of zero probability, which the host route refuses when it expands the node).
 
     Returns
     -------
@@ -136,12 +136,13 @@ def eagle2_frontier_t(base, logs):
     >>> import torch
     >>> from otspec.profile._trees_device import eagle2_frontier_t
     >>> base = torch.tensor([[-0.5, -1.0]], dtype=torch.float64)
-    >>> logs = torch.log(torch.tensor([[[0.5, 0.25], [1.0, 0.0]]], dtype=torch.float64))
+    >>> logs = torch.log(torch.tensor([[0.5, 0.25, 1.0, 0.0]], dtype=torch.float64))
     >>> [c.tolist() for c in eagle2_frontier_t(base, logs)][0]
     [[2, 0]]
     """
     T, k = int(base.shape[0]), int(base.shape[1])
-    cand = (base[:, :, None] + logs).reshape(T, k * k)
+    rep = static_index(np.repeat(np.arange(T * k).reshape(T, k), k, axis=1), base)  # (T, k^2): t k + j // k
+    cand = base.take(rep) + logs
     # The host orders proposal j by the key (-s_j, j), ascending: decreasing score, and among equal scores the lower
     # j first. A stable sort by decreasing s keeps equal scores in their input order, which is increasing j: the same
     # total order on every non-NaN score (-inf included: -inf == -inf, and the host's keys -(-inf) tie alike), so the
@@ -180,25 +181,35 @@ def select_rows(lm, state, index, length: int) -> None:
         lm.select(state, index.tolist(), length)
 
 
+def static_index(a, like):
+    """The host ints ``a`` as an int64 tensor on ``like``'s device, copied once per run (a plan's layout, the same
+    at every position: :meth:`otspec.profile._quantities_batched._Pack.send` with ``static``); never written."""
+    pack = _Pack()
+    pack.add(a)
+    return pack.send(torch, like, static=True)[0]
+
+
 def feed_tokens(ids: list, device, *, of=None, dyn=None, held=None):
     """The tokens of one draft call as a ``(n, 1)`` int64 tensor on ``device``, gathered where they are (the host
     indices in one copy): ``ids`` host tokens, or with ``of`` (a tensor of tokens) flat indices into it; ``dyn``:
-    ``(positions, indices)``, entries of ``ids`` replaced by indices into ``of`` that only the device knows;
+    ``[(positions, indices), ...]``, entries of ``ids`` replaced by indices into ``of`` that only the device knows
+    (host positions and device indices, of one shape each);
     ``held``: ``(tokens, positions, flat)``, the rows at ``positions`` taken from the tensor ``tokens`` at ``flat``
     (the sampled trees' drawn tokens)."""
     like = of if of is not None else held[0] if held is not None else torch.empty(0, device=device)
-    pack = _Pack()
-    k_ids = pack.add(ids)
-    k_dyn = pack.add(dyn[0]) if dyn is not None else None
-    k_at, k_flat = (pack.add(held[1]), pack.add(held[2])) if held is not None else (None, None)
-    sent = pack.send(torch, like)
+    pack = _Pack()  # every index made (n, 1) or (., 1) on the host: the gathers give the call's column as it is
+    k_ids = pack.add(np.asarray(ids, dtype=np.int64)[:, None])
+    k_dyn = [(pack.add(pos), pack.add(np.zeros_like(pos))) for pos, _ in dyn] if dyn is not None else []
+    k_at, k_flat = (pack.add(held[1]), pack.add(np.asarray(held[2], dtype=np.int64)[:, None])) if held is not None \
+        else (None, None)
+    sent = pack.send(torch, like, static=of is not None)
     idx = sent[k_ids]
-    if dyn is not None:
-        idx = idx.index_copy(0, sent[k_dyn], on_device(dyn[1], idx.device))
-    out = idx if of is None else of.reshape(-1).take(idx)
+    for (k, z), (_, got) in zip(k_dyn, dyn or ()):
+        idx = idx.index_put((sent[k], sent[z]), on_device(got, idx.device))
+    out = idx if of is None else of.take(idx)
     if held is not None and held[1]:
-        out = out.index_copy(0, sent[k_at], on_device(held[0], out.device).view(-1).index_select(0, sent[k_flat]))
-    return on_device(out[:, None], device)
+        out = out.index_copy(0, sent[k_at], on_device(held[0], out.device).take(sent[k_flat]))
+    return on_device(out, device)
 
 
 class HostRows(Mapping):
@@ -308,7 +319,7 @@ class SampledTrees:
             ranks = [int(job.shape.ranks[c]) for c in kids]
             dst = [self.row[(b, j)] * self.n1 + c for c in kids]
             (iid if job.process == "iid" else wor).append((i, b, j, v, ranks, dst))
-        idx = torch.as_tensor([i for i, *_ in held], dtype=torch.long, device=laws.device)
+        idx = static_index([i for i, *_ in held], laws)
         P = laws.index_select(0, idx).to(self.device)
         for _, b, j, v in held:
             self.p_row[(b, j, v)] = self.n_rows
@@ -328,7 +339,7 @@ class SampledTrees:
             w_cells = pack.add([n * most + min(r, most - 1) for n, (*_, ranks, _) in enumerate(wor) for r in ranks])
             dst += [d for *_, ds in wor for d in ds]
         at_dst = pack.add(dst)
-        sent = pack.send(torch, P)
+        sent = pack.send(torch, P, static=True)
         if iid:
             Pi = P.index_select(0, sent[i_rows])
             got = torch.cat([_draws(Pi[a:e], width, self.gen[b]) for b, a, e in _runs(iid)]).flatten()
@@ -365,7 +376,7 @@ class SampledTrees:
             return
         laws = on_device(p_root if torch.is_tensor(p_root) else torch.from_numpy(np.asarray(p_root, dtype=np.float64)),
                          self.device, torch.float64)
-        self.draw(need, laws.index_select(0, torch.as_tensor([b for b, _, _ in need], device=self.device)))
+        self.draw(need, laws.index_select(0, static_index([b for b, _, _ in need], laws)))
 
     def feed(self, need: list, ids: list, device, *, of=None, dyn=None):
         """The tokens of ``need`` as a ``(len(need), 1)`` tensor on ``device`` (the draft's): ``ids`` (host tokens
@@ -416,8 +427,8 @@ class SampledTrees:
             pos = {int(v): i for i, v in enumerate(inner[j].tolist())}
             par = np.full(m, -1, dtype=np.int64)
             par[1:] = [pos[int(shape.parents[v])] for v in inner[j][1:].tolist()]
-            rows = torch.as_tensor([self.row[(b, j)] for b in range(B)], dtype=torch.long, device=dev)
-            toks = tok.index_select(0, rows).index_select(1, torch.as_tensor(inner[j], dtype=torch.long, device=dev))
+            rows = static_index([self.row[(b, j)] for b in range(B)], tok)
+            toks = tok.index_select(0, rows).index_select(1, static_index(inner[j], tok))
             logits = score(target, ts, np.broadcast_to(par, (B, m)).copy(), toks.to(target.device), last, n_ctx)
             Q[j] = sampling.probs(logits, check=False).to(dev)  # a bad row is flagged in the one read below
             scored[j] = logits
@@ -435,9 +446,9 @@ class SampledTrees:
             shapes = [self.jobs[b][j][1].shape for b, j in trees]
             lay = _forest(shapes, [inner[j] for _, j in trees], dev)
             flat = np.concatenate([self.row[(b, j)] * self.n1 + np.arange(s.n + 1) for (b, j), s in zip(trees, shapes)])
-            tokens = tok.view(-1).index_select(0, torch.as_tensor(flat, dtype=torch.long, device=dev))
+            tokens = tok.take(static_index(flat, tok))
             p_rows = [self.p_row[(b, j, int(v))] for b, j in trees for v in inner[j].tolist()]
-            P_in = P_all.index_select(0, torch.as_tensor(p_rows, dtype=torch.long, device=dev))
+            P_in = P_all.index_select(0, static_index(p_rows, P_all))
             Q_in = torch.cat([Q[j][b] for b, j in trees])
             acc, alive, *_ = node_rules_t(rule, lay, tokens, P_in, Q_in)
             reached.append(end_mass_t(lay, acc, torch.ones_like(alive)))
