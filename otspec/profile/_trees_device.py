@@ -159,20 +159,23 @@ def select_rows(lm, state, index, length: int) -> None:
     :class:`otspec.decoding.HFCausalLM` state's cache by its ``batch_select_indices`` (what ``select`` calls with its
     rows), a :class:`otspec.decoding.CallableLM` state's tokens by ``index_select``, the padding of each row with
     it (each kept row a row of the same prompt as before, so a padded state stays padded); any other state is
-    handed to ``lm.select`` with ``index`` read on the host. The state is first cut to ``length`` columns by
-    ``lm.select`` keeping every row (no gather).
+    handed to ``lm.select`` with ``index`` read on the host. A state longer than ``length`` is first cut by
+    ``lm.select`` keeping every row (no gather; on a padded state the model's select reads whether a row is still
+    padded); one of ``length`` columns is not touched but for its rows.
     """
     from ..decoding._models import _HFState, _SeqState
 
     if isinstance(state, _HFState) and state.cache is not None and hasattr(state.cache, "batch_select_indices"):
-        lm.select(state, list(range(state.batch)), length)
+        if length != state.length:
+            lm.select(state, list(range(state.batch)), length)
         if state.cache is not None:
             state.cache.batch_select_indices(index)
         if state.pad is not None:
             state.pad = state.pad.index_select(0, on_device(index, state.pad.device))
         state.batch = int(index.shape[0])
     elif isinstance(state, _SeqState) and state.ids is not None:
-        lm.select(state, list(range(int(state.ids.shape[0]))), length)
+        if length != state.length:
+            lm.select(state, list(range(int(state.ids.shape[0]))), length)
         if state.ids is not None:
             state.ids = state.ids.index_select(0, on_device(index, state.ids.device))
         if state.pad is not None:
