@@ -852,8 +852,10 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         :func:`otspec.decoding.speculative_decode`); needed when :func:`ranks_by_raw_law`.
     on_device : bool, keyword-only
         Keep the laws of the nodes where the models computed them (a torch tensor, on their device): the
-        deterministic trees' ranks by one batched :func:`ranked_rows` per depth and their target probabilities by
-        one gather per tree family, only ``(n, K)`` ranks and values moved to the host; the sampled trees drawn,
+        deterministic trees drafted there with no host read until the last depth (:func:`_draft_on_device`: one
+        batched :func:`ranked_rows` per depth, EAGLE-2's frontier chosen and the draft's rows selected on the
+        device), every depth's ``(n, K)`` ranks and values (and the roots') read once before the target calls, their
+        target probabilities gathered by one gather per tree family; the sampled trees drawn,
         scored and verified there (:class:`otspec.profile._trees_device.SampledTrees`: one batch of draws per
         depth, one forest per verifier rule, one host read of their tokens and reach probabilities), from a
         ``torch.Generator`` per prompt seeded by its generator of ``rngs``. The deterministic trees and their values
