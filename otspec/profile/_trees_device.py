@@ -43,6 +43,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from ..decoding._models import _HFState, _SeqState
 from ..decoding._sampling import bad_rows, on_device
 from ..decoding._tree_device import _RULES, TreeLayoutT, _draws, end_mass_t, node_rules_t
 from ..tree import DraftTree, make_tree_verifier
@@ -163,8 +164,6 @@ def select_rows(lm, state, index, length: int) -> None:
     ``lm.select`` keeping every row (no gather; on a padded state the model's select reads whether a row is still
     padded); one of ``length`` columns is not touched but for its rows.
     """
-    from ..decoding._models import _HFState, _SeqState
-
     if isinstance(state, _HFState) and state.cache is not None and hasattr(state.cache, "batch_select_indices"):
         if length != state.length:
             lm.select(state, list(range(state.batch)), length)
