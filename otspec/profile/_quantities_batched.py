@@ -331,6 +331,11 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     return finish if rho is not None else finish()
 
 
+#: The device copies of :meth:`_Pack.send` with ``static``, by content and device (bounded: cleared when full).
+_SENT: dict = {}
+_MAX_SENT = 256
+
+
 class _Pack:
     """Host int arrays gathered for one copy to the device: ``add`` gives a handle, ``send`` the arrays there."""
 
@@ -341,7 +346,20 @@ class _Pack:
         self.arrays.append(np.asarray(a, dtype=np.int64))
         return len(self.arrays) - 1
 
-    def send(self, xp, like) -> list:
+    def send(self, xp, like, *, static: bool = False) -> list:
+        """The arrays on ``like``'s device, in one copy; ``static``: indices that recur from one position to the next
+        (a plan's tree layouts), copied once per run and device and reused (the tensors are never written)."""
+        if not static:
+            return self._send(xp, like)
+        key = (str(_device(like)), tuple((a.shape, a.tobytes()) for a in self.arrays))
+        got = _SENT.get(key)
+        if got is None:
+            if len(_SENT) >= _MAX_SENT:
+                _SENT.clear()
+            got = _SENT[key] = self._send(xp, like)
+        return got
+
+    def _send(self, xp, like) -> list:
         flat = np.concatenate([a.ravel() for a in self.arrays]) if self.arrays else np.zeros(0, np.int64)
         dev = xp.asarray(flat, device=_device(like))
         if hasattr(dev, "split_with_sizes"):  # torch: every piece in one op, 1-D pieces as they come

@@ -479,13 +479,15 @@ class RankedLaw:
     What the deterministic trees read of a law (top-k children, EAGLE-2's proposals and scores, the universe's
     draft probabilities): ``ids`` in decreasing probability, ties by lower id (the order of
     :func:`otspec.tree._process._ranked`), ``vals`` the law at them; ``law[token]`` for a ranked token, as for a
-    dense law. ``own`` (optional): another law (the draft's own) at the same ``ids``.
+    dense law. ``own`` (optional): another law (the draft's own) at the same ``ids``. ``logs`` (optional): the
+    logarithms of ``vals`` as the laws' device computed them (EAGLE-2's scores add these, so that the host's scores
+    are the device's, whose frontier fed the draft).
     """
 
-    __slots__ = ("ids", "vals", "_at")
+    __slots__ = ("ids", "vals", "logs", "_at")
 
-    def __init__(self, ids: np.ndarray, vals: np.ndarray):
-        self.ids, self.vals = ids, vals
+    def __init__(self, ids: np.ndarray, vals: np.ndarray, logs: np.ndarray | None = None):
+        self.ids, self.vals, self.logs = ids, vals, logs
         self._at = None
 
     def __getitem__(self, token) -> float:
@@ -640,8 +642,11 @@ class _Eagle2Job:
             raise ValueError(f"tree family {self.label!r} needs top_k = {k} tokens of positive draft probability at "
                              f"the node {path}, got {have}")
         self.laws[path] = p
-        with np.errstate(divide="ignore"):
-            logp = np.log(at).tolist()
+        if ranked and p.logs is not None:  # the device's logarithms: its frontier was chosen by these scores
+            logp = p.logs[:k].tolist()
+        else:
+            with np.errstate(divide="ignore"):
+                logp = np.log(at).tolist()
         for t, lp in zip(top.tolist(), logp):
             self.scores.append(base + lp)
             self.parent.append(par)
@@ -713,58 +718,11 @@ def ranks_by_raw_law(plan: TreePlan | None, sampling) -> bool:
     return bool(sampling.changes_law)
 
 
-def _device_expansions(need: list, jobs: list, laws, own, root=None) -> list:
-    """The ``(law, own law)`` each needing node expands with, its laws left on their device (a torch tensor each,
-    ``(len(need), V)``): the nodes whose children are ranked (a top-k tree, EAGLE-2) get :class:`RankedLaw` from one
-    batched :func:`ranked_rows` (by the draft's own law for EAGLE-2 when ``own`` is given; the universe also gets its
-    own law at the ranked tokens); the sampled trees' nodes None (drawn on the device,
-    :class:`otspec.profile._trees_device.SampledTrees`). The host receives ``(n, K)`` ranks and probabilities only;
-    with ``root`` (a :class:`_RootRead` of the first depth), the roots' ranks and values in the same read, the roots
-    expanded from them before this depth's nodes."""
-    import torch
-
-    jobs_of = [jobs[b][j][1] for b, j, _ in need]
-    K = [job.ranks(v) for job, (_, _, v) in zip(jobs_of, need)]
-    out: list = [None] * len(need)
-    ranked = [i for i, k in enumerate(K) if k > 0]
-    if ranked:
-        pack = _Pack()  # the ranked rows, and which are EAGLE-2's when own laws are given: one copy
-        at_idx = pack.add(ranked)
-        at_eagle = pack.add([isinstance(jobs_of[i], _Eagle2Job) for i in ranked]) if own is not None else None
-        sent = pack.send(torch, laws)
-        idx = sent[at_idx]
-        src = laws.index_select(0, idx)
-        if own is not None:
-            src = torch.where(sent[at_eagle][:, None] > 0, own.index_select(0, idx), src)
-        ids, vals = ranked_rows(src, min(max(K[i] for i in ranked), int(src.shape[-1])))  # a job asking more: refused
-        at_own = own.index_select(0, idx).gather(1, ids) if own is not None else None
-        # one read: the ranks (exact in float64, V < 2**53), the values and the own law there
-        host = torch.cat([ids, vals] + ([at_own] if at_own is not None else []), 1)  # float64
-        if root is not None:  # the roots' values in the same read
-            both = torch.cat(root.pieces + [host.reshape(-1)]).cpu().numpy()
-            root.apply(both[:root.size])
-            host, root = both[root.size:].reshape(host.shape), None
-        else:
-            host = host.cpu().numpy()
-        K_read = int(ids.shape[1])
-        ids, vals = host[:, :K_read].astype(np.int64), host[:, K_read:2 * K_read]
-        at_own = host[:, 2 * K_read:] if at_own is not None else None
-        for row, i in enumerate(ranked):
-            law = RankedLaw(ids[row], vals[row])
-            if isinstance(jobs_of[i], _Eagle2Job):
-                out[i] = (law, law if own is not None else None)
-            else:
-                out[i] = (law, RankedLaw(ids[row], at_own[row]) if at_own is not None else None)
-    if root is not None:  # no ranked node at this depth: the roots' values read alone
-        root.read()
-    return out
-
-
 def _root_expansions(jobs: list, held, p_root, own, *, defer: bool = False):
     r"""Expand the roots of every tree not ``held`` (a :class:`otspec.profile._trees_device.SampledTrees`, or None)
     from the draft's laws after the ``B`` contexts, ``(B, V)`` tensors where the models computed them.
 
-    As :func:`_device_expansions` at the deeper nodes, but every tree of a prompt shares its root's law: each prompt's
+    As :func:`_draft_on_device` at the deeper nodes, but every tree of a prompt shares its root's law: each prompt's
     law is ranked once (:func:`ranked_rows`, to the most ranks any of its trees reads; EAGLE-2's by the draft's own
     law ``own`` when given, the other trees' by the processed law, with the own law at their ranked tokens), no index
     is sent to the device, and the ``(B, K)`` ranks and values reach the host in one read. The trees' expansions are
@@ -772,7 +730,7 @@ def _root_expansions(jobs: list, held, p_root, own, *, defer: bool = False):
 
     With ``defer`` (every tree not held ranks its root's children), nothing is read here: a :class:`_RootRead` is
     returned, whose tokens feed the first depth's draft call from the device and whose ranks and values are read
-    with that depth's (:func:`_device_expansions`), then expanded before it; otherwise None."""
+    with every depth's (:func:`_expand_read`), then expanded before the first depth's nodes; otherwise None."""
     import torch
 
     B, V = (int(n) for n in p_root.shape)
@@ -790,7 +748,14 @@ def _root_expansions(jobs: list, held, p_root, own, *, defer: bool = False):
         ids_d, vals_d = ranked_rows(p_root, k_law)
         parts += [ids_d, vals_d] + ([own.gather(1, ids_d)] if own is not None else [])
     if k_own:
-        parts += list(ranked_rows(own, k_own))
+        ids_o_d, vals_o_d = ranked_rows(own, k_own)
+        parts += [ids_o_d, vals_o_d]
+    # EAGLE-2's root scores: the logarithms of its ranking's values, taken where they are (the device's frontier
+    # adds to these, and so do its expansions on the host)
+    eagle = any(isinstance(job, _Eagle2Job) for _, _, job in mine)
+    k_e = (k_own if own is not None else k_law) if eagle else 0
+    elogs = torch.log(vals_o_d if own is not None else vals_d) if eagle else None
+    parts += [elogs] if eagle else []
     pieces = [(t if t.dtype == torch.float64 else t.double()).reshape(-1) for t in parts]
 
     def apply(host) -> None:
@@ -807,13 +772,15 @@ def _root_expansions(jobs: list, held, p_root, own, *, defer: bool = False):
             at_own = take(k_law, np.float64) if own is not None else None
         if k_own:
             ids_o, vals_o = take(k_own, np.int64), take(k_own, np.float64)
+        logs = take(k_e, np.float64) if k_e else None
         dense = None
         for (b, _, job), k, o in zip(mine, K, by_own):
             if o:
-                law = RankedLaw(ids_o[b], vals_o[b])
+                law = RankedLaw(ids_o[b], vals_o[b], logs[b])
                 job.expand(0, law, law)
             elif k:
-                job.expand(0, RankedLaw(ids[b], vals[b]), RankedLaw(ids[b], at_own[b]) if own is not None else None)
+                lg = logs[b] if isinstance(job, _Eagle2Job) else None
+                job.expand(0, RankedLaw(ids[b], vals[b], lg), RankedLaw(ids[b], at_own[b]) if own is not None else None)
             else:  # a tree that draws its root's children (not held on the device): the whole law, on the host
                 dense = to_host(p_root) if dense is None else dense
                 job.expand(0, dense[b], to_host(own)[b] if own is not None else None)
@@ -823,10 +790,11 @@ def _root_expansions(jobs: list, held, p_root, own, *, defer: bool = False):
             if isinstance(job, _Eagle2Job):  # the root's frontier: its top_k proposals, whatever their tokens
                 job.frontier = list(range(job.params.top_k))
         # a node of the first depth: its token is the rank r of its prompt's ranking (law or own) at the root
-        ids = [t for t in ((ids_d if k_law else None), (parts[-2] if k_own else None)) if t is not None]
+        ids = [t for t in ((ids_d if k_law else None), (ids_o_d if k_own else None)) if t is not None]
         where = {(b, j): (B * k_law if o and k_law else 0, k_own if o else k_law) for b, j, _ in mine
                  for o in [own is not None and isinstance(jobs[b][j][1], _Eagle2Job)]}
-        return _RootRead(pieces, apply, ids[0] if len(ids) == 1 else torch.cat([t.reshape(-1) for t in ids]), where)
+        return _RootRead(pieces, apply, ids[0] if len(ids) == 1 else torch.cat([t.reshape(-1) for t in ids]), where,
+                         elogs)
     apply(torch.cat(pieces).cpu().numpy() if pieces else None)
     return None
 
@@ -836,17 +804,13 @@ class _RootRead:
     the 1-D float64 tensors to read in turn (the law's ranking's ``(B, k_law)`` ids, values and own-law values, then
     the own law's ranking's ``(B, k_own)`` ids and values), ``apply(host)`` the roots' expansions from their host
     copy, ``ids`` the rankings' ids (one ranking's ``(B, k)``, or both flattened, the law's first), ``where[(b, j)]``
-    the offset in ``ids`` (flattened) of the ranking of tree ``j`` of prompt ``b``, and its row length."""
+    the offset in ``ids`` (flattened) of the ranking of tree ``j`` of prompt ``b``, and its row length; ``elogs``
+    the ``(B, k)`` logarithms of the values of EAGLE-2's ranking (None without EAGLE-2): its first frontier's
+    scores."""
 
-    def __init__(self, pieces: list, apply, ids, where: dict):
-        self.pieces, self.apply, self.ids, self.where = pieces, apply, ids, where
+    def __init__(self, pieces: list, apply, ids, where: dict, elogs=None):
+        self.pieces, self.apply, self.ids, self.where, self.elogs = pieces, apply, ids, where, elogs
         self.size = sum(int(t.shape[0]) for t in pieces)
-
-    def read(self) -> None:
-        """The roots' values read alone, and the roots expanded."""
-        import torch
-
-        self.apply(torch.cat(self.pieces).cpu().numpy())
 
     def index(self, b: int, j: int, job, v) -> int:
         """The flat index of the token of first-depth node ``v`` of tree ``j`` of prompt ``b``."""
@@ -888,8 +852,10 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
         :func:`otspec.decoding.speculative_decode`); needed when :func:`ranks_by_raw_law`.
     on_device : bool, keyword-only
         Keep the laws of the nodes where the models computed them (a torch tensor, on their device): the
-        deterministic trees' ranks by one batched :func:`ranked_rows` per depth and their target probabilities by
-        one gather per tree family, only ``(n, K)`` ranks and values moved to the host; the sampled trees drawn,
+        deterministic trees drafted there with no host read until the last depth (:func:`_draft_on_device`: one
+        batched :func:`ranked_rows` per depth, EAGLE-2's frontier chosen and the draft's rows selected on the
+        device), every depth's ``(n, K)`` ranks and values (and the roots') read once before the target calls, their
+        target probabilities gathered by one gather per tree family; the sampled trees drawn,
         scored and verified there (:class:`otspec.profile._trees_device.SampledTrees`: one batch of draws per
         depth, one forest per verifier rule, one host read of their tokens and reach probabilities), from a
         ``torch.Generator`` per prompt seeded by its generator of ``rngs``. The deterministic trees and their values
@@ -924,49 +890,11 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
                     job.expand(0, p_root[b], r_root[b] if raw else None)
     if held is not None:
         held.draw_roots(p_root)
-    level, row_of = 1, None
-    while True:
-        need = [(b, j, v) for b in range(B) for j, (_, job) in enumerate(jobs[b]) for v in job.need(level)]
-        if not need:
-            break
-        if level == 1:
-            src = [b for b, _, _ in need]
-        else:
-            src = [row_of[(b, j, _parent_of(jobs[b][j][1], v))] for b, j, v in need]
-        draft.select(ds, src, n_ctx + level - 1)
-        if root is not None:  # the first depth's tokens from the roots' rankings, on the device
-            at = [0 if held is not None and held.holds(b, j) else root.index(b, j, jobs[b][j][1], v)
-                  for b, j, v in need]
-            if held is None:
-                ids = _moved(root.ids.take(torch.as_tensor(at).to(root.ids.device))[:, None], draft.device)
-            else:  # the indices sent with the held nodes'
-                ids = held.feed(need, at, draft.device, of=root.ids)
-        elif held is None:
-            ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
-        else:
-            ids = held.feed(need, [0 if held.holds(b, j) else jobs[b][j][1].token(v) for b, j, v in need], draft.device)
-        logits = draft.logits(ds, ids)[:, -1:]
-        if on_device:
-            # a depth of sampled trees alone reads nothing: its laws are checked in the position's one read
-            unchecked = held is not None and all(held.holds(b, j) for b, j, _ in need)
-            laws = sampling.probs(logits, check=not unchecked)[:, 0]
-            got = _device_expansions(need, jobs, laws, sampling.own_law(logits)[:, 0] if raw else None, root)
-            root = None
-            if held is not None:
-                held.draw(need, laws, logits if unchecked else None)
-        else:
-            laws = _np(sampling.probs(logits))[:, 0]
-            own = _np(sampling.own_law(logits))[:, 0] if raw else [None] * len(need)
-            got = list(zip(laws, own))
-        row_of = {key: i for i, key in enumerate(need)}
-        for (b, j, v), g in zip(need, got):
-            if g is not None:
-                jobs[b][j][1].expand(v, *g)
-        level += 1
-    if root is not None:  # no first depth (stars): the roots' values read here
-        root.read()
-    if level > 1:
-        per = len(row_of) // B
+    if on_device:  # every depth drafted where the laws are, read once at the end (roots included)
+        per = _draft_on_device(draft, ds, n_ctx, jobs, held, root, sampling, raw, B)
+    else:
+        per = _draft_on_host(draft, ds, n_ctx, jobs, sampling, raw, B)
+    if per:
         draft.select(ds, [b * per for b in range(B)], n_ctx)
     out = [dict() for _ in range(B)]
     gathered = []  # the deterministic families' gathered target probabilities: read together after their calls
@@ -994,6 +922,248 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     else:
         _read_children(gathered, sampling)
     return out
+
+
+def _draft_on_host(draft, ds, n_ctx: int, jobs: list, sampling, raw: bool, B: int) -> int:
+    """The host route's drafting of every tree below the roots (expanded): one draft call per depth, each law moved
+    to the host and expanded there. Returns the rows of the last call per prompt (0: no call)."""
+    import torch
+
+    level, row_of = 1, None
+    while True:
+        need = [(b, j, v) for b in range(B) for j, (_, job) in enumerate(jobs[b]) for v in job.need(level)]
+        if not need:
+            break
+        if level == 1:
+            src = [b for b, _, _ in need]
+        else:
+            src = [row_of[(b, j, _parent_of(jobs[b][j][1], v))] for b, j, v in need]
+        draft.select(ds, src, n_ctx + level - 1)
+        ids = torch.as_tensor([[jobs[b][j][1].token(v)] for b, j, v in need], dtype=torch.long).to(draft.device)
+        logits = draft.logits(ds, ids)[:, -1:]
+        laws = _np(sampling.probs(logits))[:, 0]
+        own = _np(sampling.own_law(logits))[:, 0] if raw else [None] * len(need)
+        row_of = {key: i for i, key in enumerate(need)}
+        for (b, j, v), p, r in zip(need, laws, own):
+            jobs[b][j][1].expand(v, p, r)
+        level += 1
+    return len(row_of) // B if row_of else 0
+
+
+def _slots(job, level: int) -> list:
+    """The nodes of ``job`` fed to the draft call of depth ``level`` on the device route: a static shape's nodes of
+    that depth with children; EAGLE-2's frontier slots ``0..top_k - 1`` (slot ``f`` is the frontier's ``f``-th
+    proposal, which only the device knows below the first depth)."""
+    if isinstance(job, _Eagle2Job):
+        return list(range(job.params.top_k)) if 1 <= level < job.params.depth else []
+    return job.need(level)
+
+
+class _Depth:
+    """One draft call of the device route: ``need`` its rows ``(b, j, node or EAGLE-2 slot)``, ``pos`` the row of
+    each, ``ranked`` the rows ranked (the deterministic trees'), ``rank`` the ranked row of each, ``K`` the ranks
+    read, ``ids`` the ``(len(ranked), K)`` ranked ids on the device, ``front`` EAGLE-2's next frontiers
+    (``(trees, flat, src, scores)`` per group of equal ``top_k``: the flat indices in ``ids`` of their tokens and
+    the rows of their parents, ``(T, k)`` each, on the device), ``piece`` what the position's read takes of it,
+    ``logits`` the call's logits (for the checked route's error)."""
+
+    __slots__ = ("need", "pos", "ranked", "rank", "K", "ids", "front", "piece", "logits", "own", "logs")
+
+    def __init__(self, need: list):
+        self.need, self.pos = need, {key: i for i, key in enumerate(need)}
+        self.ranked, self.rank, self.K, self.ids, self.front = [], {}, 0, None, []
+
+
+def _draft_on_device(draft, ds, n_ctx: int, jobs: list, held, root, sampling, raw: bool, B: int) -> int:
+    r"""The device route's drafting of every tree below the roots: one draft call per depth, no host read until the
+    last, then one read of every depth's ranks and values (with the roots', when ``root`` defers them) and the trees
+    expanded on the host from it, depth by depth as the host route expands them.
+
+    At each depth the laws are formed unchecked (a bad row flagged in the read, the checked route's error raised
+    then, before the depth's expansions), the deterministic trees' rows ranked by one batched :func:`ranked_rows`
+    (EAGLE-2's by the draft's own law when ``raw``), the static top-k trees' next tokens taken from their parents'
+    rankings, EAGLE-2's next frontier chosen on the device (:func:`otspec.profile._trees_device.eagle2_frontier_t`:
+    the host's tie rule, on the scores the host then adds from the same logarithms), the frontier's tokens taken
+    from its parents' rankings and the draft's cache rows selected by a device index
+    (:func:`otspec.profile._trees_device.select_rows`); the sampled trees drawn by ``held``. Returns the rows of the
+    last call per prompt (0: no call)."""
+    import torch
+
+    depths: list = []
+    level, prev = 1, None
+    while True:
+        need = [(b, j, v) for b in range(B) for j, (_, job) in enumerate(jobs[b]) for v in _slots(job, level)]
+        if not need:
+            break
+        d = _Depth(need)
+        mine = [held is None or not held.holds(b, j) for b, j, _ in need]
+        dyn = None
+        if level == 1:
+            draft.select(ds, [b for b, _, _ in need], n_ctx)
+            if root is not None:  # the roots' rankings, on the device
+                at, of = [root.index(b, j, jobs[b][j][1], v) if m else 0 for (b, j, v), m in zip(need, mine)], root.ids
+            else:  # the roots expanded on the host: their tokens
+                at, of = [jobs[b][j][1].token(v) if m else 0 for (b, j, v), m in zip(need, mine)], None
+        else:
+            src, at = [], []
+            for (b, j, v), m in zip(need, mine):
+                job = jobs[b][j][1]
+                if isinstance(job, _Eagle2Job):  # the frontier's parents and tokens: on the device (dyn)
+                    src.append(0)
+                    at.append(0)
+                    continue
+                par = (b, j, int(job.shape.parents[v]))
+                src.append(prev.pos[par])
+                at.append(prev.rank[par] * prev.K + int(job.shape.ranks[v]) if m else 0)
+            of = prev.ids
+            if prev.front:
+                dyn = _frontier_rows(prev, d)
+                pack = _Pack()
+                k_src, k_at = pack.add(src), [pack.add(pos) for pos, _, _ in dyn]
+                sent = pack.send(torch, of, static=True)
+                index = sent[k_src]
+                for k, (_, _, rows) in zip(k_at, dyn):
+                    index = index.index_put((sent[k],), rows)
+                _trees_device.select_rows(draft, ds, index, n_ctx + level - 1)
+                dyn = [(pos, flat) for pos, flat, _ in dyn]
+            else:
+                draft.select(ds, src, n_ctx + level - 1)
+        if held is None:
+            ids = _trees_device.feed_tokens(at, draft.device, of=of, dyn=dyn)
+        else:
+            ids = held.feed(need, at, draft.device, of=of, dyn=dyn)
+        logits = draft.logits(ds, ids)[:, -1]
+        laws = sampling.probs(logits, check=False)  # a bad row: flagged in the read
+        d.ranked = [i for i, m in enumerate(mine) if m]
+        if d.ranked:
+            _rank_depth(d, jobs, laws, sampling.own_law(logits) if raw else None, level, root, prev)
+            d.logits = logits
+            depths.append(d)
+        if held is not None:  # a depth of sampled trees alone: its laws checked in their own read
+            held.draw(need, laws, None if d.ranked else logits)
+        prev, level = d, level + 1
+    _expand_read(depths, jobs, root, sampling)
+    return len(prev.need) // B if prev is not None else 0
+
+
+def _rank_depth(d: _Depth, jobs: list, laws, own, level: int, root, prev) -> None:
+    """Rank the rows of depth ``d`` (one :func:`ranked_rows` of every row, the sampled trees' too: no index to
+    send, and a bad row of any of them NaN in its values; EAGLE-2's rows by ``own`` when given), keep what the read
+    takes of them, and choose EAGLE-2's next frontiers on the device."""
+    import torch
+
+    d.rank = {d.need[i]: i for i in d.ranked}
+    jobs_of = [jobs[b][j][1] for b, j, _ in d.need]
+    eagle = [isinstance(job, _Eagle2Job) for job in jobs_of]
+    K = max(jobs_of[i].ranks(d.need[i][2]) for i in d.ranked)
+    src = laws
+    d.own = own is not None and not all(eagle)
+    if own is not None:
+        if all(eagle):
+            src = own
+        elif any(eagle):
+            pack = _Pack()
+            at_eagle = pack.add(eagle)
+            src = torch.where(pack.send(torch, laws, static=True)[at_eagle][:, None] > 0, own, laws)
+    ids, vals = ranked_rows(src, min(K, int(src.shape[-1])))  # a job asking more: refused at its expansion
+    d.K, d.ids = int(ids.shape[1]), ids
+    parts = [ids, vals] + ([own.gather(1, ids)] if d.own else [])
+    d.logs = any(eagle)
+    logs = torch.log(vals) if d.logs else None
+    if logs is not None:
+        parts.append(logs)
+    # the ranks exact in float64 (V < 2**53); a law from bad logits is NaN in its values (and in its first entry,
+    # read apart when the own law ranks some rows)
+    d.piece = [torch.cat(parts, 1).reshape(-1)] + ([laws[:, 0]] if own is not None else [])
+    d.front = _frontiers(d, jobs, logs, level, root, prev) if logs is not None else []
+
+
+def _frontiers(d: _Depth, jobs: list, logs, level: int, root, prev) -> list:
+    """EAGLE-2's next frontier of every EAGLE-2 tree of depth ``d`` with a next depth, one batch per ``top_k``:
+    ``(trees, flat, src, scores)`` (:class:`_Depth`). The flat index of each proposal's token in ``d.ids`` and the
+    row of its parent in the call come from two tables of the ``k^2`` proposals, the same at every position."""
+    import torch
+
+    groups: dict = {}
+    for b, j, v in d.need:
+        job = jobs[b][j][1]
+        if v == 0 and isinstance(job, _Eagle2Job) and level + 1 < job.params.depth:
+            groups.setdefault(job.params.top_k, []).append((b, j))
+    out = []
+    for k, trees in groups.items():
+        T, K = len(trees), d.K
+        pack = _Pack()
+        r0 = np.array([d.rank[(b, j, 0)] for b, j in trees])
+        f, r = np.divmod(np.arange(k * k), k)  # proposal f k + r: the r-th child of the frontier's f-th node
+        flat = (r0[:, None] + f) * K + r  # its flat index in the depth's (n, K) ranking
+        k_logs = k_flat = pack.add(flat)
+        k_src = pack.add(np.array([d.pos[(b, j, 0)] for b, j in trees])[:, None] + f)
+        k_b = pack.add([b for b, _ in trees])
+        sent = pack.send(torch, logs, static=True)
+        lg = logs.take(sent[k_logs])
+        if level == 1:
+            if root is not None:  # the root's scores: the logarithms of its ranking, on the device
+                base = root.elogs
+                if T != base.shape[0] or [b for b, _ in trees] != list(range(T)):
+                    base = base.index_select(0, sent[k_b])
+                base = base if base.shape[1] == k else base[:, :k]
+            else:  # the roots expanded on the host: their scores
+                base = torch.as_tensor([jobs[b][j][1].scores[:k] for b, j in trees], dtype=torch.float64,
+                                       device=logs.device)
+        else:  # the scores of the frontier chosen at the depth before
+            was, _, _, base = next(g for g in prev.front if g[3].shape[1] == k)
+            if was != trees:  # some trees ended there
+                base = base.index_select(0, torch.as_tensor([was.index(t) for t in trees], device=base.device))
+        chosen, scores = _trees_device.eagle2_frontier_t(base, lg)
+        out.append((trees, sent[k_flat].gather(1, chosen), sent[k_src].gather(1, chosen), scores))
+    return out
+
+
+def _frontier_rows(prev: _Depth, d: _Depth) -> list:
+    """The EAGLE-2 rows of depth ``d``, fed from the frontiers chosen at ``prev``, per group of equal ``top_k``:
+    ``(positions in d.need, flat indices of their tokens in prev.ids, their parents' rows in prev's call)``, each
+    ``(T, k)``, the last two on the device."""
+    return [(np.array([[d.pos[(b, j, i)] for i in range(int(sc.shape[1]))] for b, j in trees]), f, s_)
+            for trees, f, s_, sc in prev.front]
+
+
+def _expand_read(depths: list, jobs: list, root, sampling) -> None:
+    """Read every depth's ranks and values (and the roots', ``root``) in one read and expand the trees from it, depth
+    by depth as the host route does: a depth's bad draft law refused first (the checked route's error), then the
+    roots (before the first depth), then the depth's nodes (EAGLE-2's slot ``f`` the ``f``-th proposal of its
+    frontier, which these expansions compute on the host as the device chose it)."""
+    import torch
+
+    pieces = (root.pieces if root is not None else []) + [t for d in depths for t in d.piece]
+    if not pieces:
+        return
+    host = torch.cat(pieces).cpu().numpy()
+    at = root.size if root is not None else 0
+    for d in depths:
+        n, K = len(d.need), d.K
+        w = K * (2 + d.own + d.logs)
+        blk = host[at:at + n * w].reshape(n, w)
+        at += n * w
+        bad = np.isnan(blk[:, K:2 * K]).any()
+        if len(d.piece) > 1:  # the laws' first entries (the own law ranked some rows)
+            bad = bad or np.isnan(host[at:at + n]).any()
+            at += n
+        if bad:  # a law from bad logits: the checked route's error
+            sampling.probs(d.logits)
+        if root is not None:  # the roots, before the first depth's nodes
+            root.apply(host[:root.size])
+            root = None
+        ids, vals = blk[:, :K].astype(np.int64), blk[:, K:2 * K]
+        for r in d.ranked:
+            b, j, v = d.need[r]
+            job = jobs[b][j][1]
+            if isinstance(job, _Eagle2Job):
+                law = RankedLaw(ids[r], vals[r], blk[r, w - K:] if d.logs else None)
+                job.expand(job.frontier[v], law, law)
+            else:
+                job.expand(v, RankedLaw(ids[r], vals[r]), RankedLaw(ids[r], blk[r, 2 * K:3 * K]) if d.own else None)
+    if root is not None:  # no depth (stars)
+        root.apply(host[:root.size])
 
 
 def _parent_of(job, v):

@@ -43,12 +43,14 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
+from ..decoding._models import _HFState, _SeqState
 from ..decoding._sampling import bad_rows, on_device
 from ..decoding._tree_device import _RULES, TreeLayoutT, _draws, end_mass_t, node_rules_t
 from ..tree import DraftTree, make_tree_verifier
 from ._quantities_batched import _Pack
 
-__all__ = ["HostRows", "SampledTrees", "device_generator", "device_rule"]
+__all__ = ["HostRows", "SampledTrees", "device_generator", "device_rule", "eagle2_frontier_t", "feed_tokens",
+           "select_rows"]
 
 #: Forest layouts by (shapes, prompts, device): built once per run and plan.
 _FORESTS: dict = {}
@@ -94,6 +96,122 @@ def device_rule(verifier: str) -> str | None:
     """The device rule of a registered tree verifier's name (``"specinfer"``, ``"sequoia"``, ``"target-only"``),
     None where it has none (its values are computed on the host)."""
     return _RULES.get(type(make_tree_verifier(verifier)))
+
+
+def eagle2_frontier_t(base, logs):
+    r"""EAGLE-2's next frontier of ``T`` trees at once, on their device: the ``k`` best of each level's ``k^2``
+    proposals.
+
+    .. math::
+
+        s_{f k + r} = b_f + \log r_f(x_{f, r}), \qquad
+        \text{frontier} = \text{the first } k \text{ of } (0, \dots, k^2 - 1)
+        \text{ ordered by decreasing } s_j, \text{ ties by lower } j,
+
+    :math:`b_f` the score of the frontier's node ``f`` (in the frontier's order) and :math:`\log r_f(x_{f, r})` the
+    log-probability of its ``r``-th ranked child: proposal ``j = f k + r`` of the level, numbered as
+    :func:`otspec.tree._process._eagle2_tree` numbers them (frontier order, then rank), with its tie rule.
+
+    Parameters
+    ----------
+    base : torch.Tensor of float64, shape ``(T, k)``
+        The frontier's scores (sums of log-probabilities along each node's path).
+    logs : torch.Tensor of float64, shape ``(T, k * k)``
+        ``logs[t, f k + r]``: the log-probability of frontier node ``f``'s ``r``-th ranked child (``-inf`` for a
+        child of zero probability, which the host route refuses when it expands the node).
+
+    Returns
+    -------
+    chosen : torch.Tensor of int64, shape ``(T, k)``
+        The next frontier's proposals ``f k + r``, in its order (decreasing score).
+    scores : torch.Tensor of float64, shape ``(T, k)``
+        Their scores (each the very float the host adds: :math:`b_f + \log r_f`, one IEEE addition).
+
+    References
+    ----------
+    Li, Wei, Zhang, Zhang, "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees",
+    arXiv:2406.16858, §4.1 (expansion by the top-k of the cumulative scores).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from otspec.profile._trees_device import eagle2_frontier_t
+    >>> base = torch.tensor([[-0.5, -1.0]], dtype=torch.float64)
+    >>> logs = torch.log(torch.tensor([[0.5, 0.25, 1.0, 0.0]], dtype=torch.float64))
+    >>> [c.tolist() for c in eagle2_frontier_t(base, logs)][0]
+    [[2, 0]]
+    """
+    T, k = int(base.shape[0]), int(base.shape[1])
+    rep = static_index(np.repeat(np.arange(T * k).reshape(T, k), k, axis=1), base)  # (T, k^2): t k + j // k
+    cand = base.take(rep) + logs
+    # The host orders proposal j by the key (-s_j, j), ascending: decreasing score, and among equal scores the lower
+    # j first. A stable sort by decreasing s keeps equal scores in their input order, which is increasing j: the same
+    # total order on every non-NaN score (-inf included: -inf == -inf, and the host's keys -(-inf) tie alike), so the
+    # first k are the host's first k. (A NaN score comes only from a bad draft law, refused at the read before any
+    # expansion reads the frontier; torch.topk promises no order among ties, hence the sort of the k^2 scores.)
+    chosen = torch.sort(cand, dim=1, descending=True, stable=True).indices[:, :k]
+    return chosen, cand.gather(1, chosen)
+
+
+def select_rows(lm, state, index, length: int) -> None:
+    """``lm.select(state, rows, length)`` with the rows a tensor ``index`` on the models' device, read on no host.
+
+    The state's rows ``index`` (int64, one per kept row, each in ``[0, batch)``) are gathered where the state is: a
+    :class:`otspec.decoding.HFCausalLM` state's cache by its ``batch_select_indices`` (what ``select`` calls with its
+    rows), a :class:`otspec.decoding.CallableLM` state's tokens by ``index_select``, the padding of each row with
+    it (each kept row a row of the same prompt as before, so a padded state stays padded); any other state is
+    handed to ``lm.select`` with ``index`` read on the host. A state longer than ``length`` is first cut by
+    ``lm.select`` keeping every row (no gather; on a padded state the model's select reads whether a row is still
+    padded); one of ``length`` columns is not touched but for its rows.
+    """
+    if isinstance(state, _HFState) and state.cache is not None and hasattr(state.cache, "batch_select_indices"):
+        if length != state.length:
+            lm.select(state, list(range(state.batch)), length)
+        if state.cache is not None:
+            state.cache.batch_select_indices(index)
+        if state.pad is not None:
+            state.pad = state.pad.index_select(0, on_device(index, state.pad.device))
+        state.batch = int(index.shape[0])
+    elif isinstance(state, _SeqState) and state.ids is not None:
+        if length != state.length:
+            lm.select(state, list(range(int(state.ids.shape[0]))), length)
+        if state.ids is not None:
+            state.ids = state.ids.index_select(0, on_device(index, state.ids.device))
+        if state.pad is not None:
+            state.pad = state.pad.index_select(0, on_device(index, state.pad.device))
+    else:  # a model whose state this module does not know: its own select, the rows read on the host
+        lm.select(state, index.tolist(), length)
+
+
+def static_index(a, like):
+    """The host ints ``a`` as an int64 tensor on ``like``'s device, copied once per run (a plan's layout, the same
+    at every position: :meth:`otspec.profile._quantities_batched._Pack.send` with ``static``); never written."""
+    pack = _Pack()
+    pack.add(a)
+    return pack.send(torch, like, static=True)[0]
+
+
+def feed_tokens(ids: list, device, *, of=None, dyn=None, held=None):
+    """The tokens of one draft call as a ``(n, 1)`` int64 tensor on ``device``, gathered where they are (the host
+    indices in one copy): ``ids`` host tokens, or with ``of`` (a tensor of tokens) flat indices into it; ``dyn``:
+    ``[(positions, indices), ...]``, entries of ``ids`` replaced by indices into ``of`` that only the device knows
+    (host positions and device indices, of one shape each);
+    ``held``: ``(tokens, positions, flat)``, the rows at ``positions`` taken from the tensor ``tokens`` at ``flat``
+    (the sampled trees' drawn tokens)."""
+    like = of if of is not None else held[0] if held is not None else torch.empty(0, device=device)
+    pack = _Pack()  # every index made (n, 1) or (., 1) on the host: the gathers give the call's column as it is
+    k_ids = pack.add(np.asarray(ids, dtype=np.int64)[:, None])
+    k_dyn = [(pack.add(pos), pack.add(np.zeros_like(pos))) for pos, _ in dyn] if dyn is not None else []
+    k_at, k_flat = (pack.add(held[1]), pack.add(np.asarray(held[2], dtype=np.int64)[:, None])) if held is not None \
+        else (None, None)
+    sent = pack.send(torch, like, static=of is not None)
+    idx = sent[k_ids]
+    for (k, z), (_, got) in zip(k_dyn, dyn or ()):
+        idx = idx.index_put((sent[k], sent[z]), on_device(got, idx.device))
+    out = idx if of is None else of.take(idx)
+    if held is not None and held[1]:
+        out = out.index_copy(0, sent[k_at], on_device(held[0], out.device).take(sent[k_flat]))
+    return on_device(out, device)
 
 
 class HostRows(Mapping):
@@ -203,7 +321,7 @@ class SampledTrees:
             ranks = [int(job.shape.ranks[c]) for c in kids]
             dst = [self.row[(b, j)] * self.n1 + c for c in kids]
             (iid if job.process == "iid" else wor).append((i, b, j, v, ranks, dst))
-        idx = torch.as_tensor([i for i, *_ in held], dtype=torch.long, device=laws.device)
+        idx = static_index([i for i, *_ in held], laws)
         P = laws.index_select(0, idx).to(self.device)
         for _, b, j, v in held:
             self.p_row[(b, j, v)] = self.n_rows
@@ -223,7 +341,7 @@ class SampledTrees:
             w_cells = pack.add([n * most + min(r, most - 1) for n, (*_, ranks, _) in enumerate(wor) for r in ranks])
             dst += [d for *_, ds in wor for d in ds]
         at_dst = pack.add(dst)
-        sent = pack.send(torch, P)
+        sent = pack.send(torch, P, static=True)
         if iid:
             Pi = P.index_select(0, sent[i_rows])
             got = torch.cat([_draws(Pi[a:e], width, self.gen[b]) for b, a, e in _runs(iid)]).flatten()
@@ -260,20 +378,16 @@ class SampledTrees:
             return
         laws = on_device(p_root if torch.is_tensor(p_root) else torch.from_numpy(np.asarray(p_root, dtype=np.float64)),
                          self.device, torch.float64)
-        self.draw(need, laws.index_select(0, torch.as_tensor([b for b, _, _ in need], device=self.device)))
+        self.draw(need, laws.index_select(0, static_index([b for b, _, _ in need], laws)))
 
-    def feed(self, need: list, ids: list, device, *, of=None):
+    def feed(self, need: list, ids: list, device, *, of=None, dyn=None):
         """The tokens of ``need`` as a ``(len(need), 1)`` tensor on ``device`` (the draft's): ``ids`` (host tokens
-        of the other trees' nodes; with ``of``, a tensor of tokens on the device, their flat indices in it) with the
-        held nodes' tokens gathered where they were drawn (the host ids and indices in one copy)."""
+        of the other trees' nodes; with ``of``, a tensor of tokens on the device, their flat indices in it, some of
+        them, ``dyn``, known on the device only: :func:`feed_tokens`) with the held nodes' tokens gathered where they
+        were drawn (the host ids and indices in one copy)."""
         held = [(i, self.row[(b, j)] * self.n1 + v) for i, (b, j, v) in enumerate(need) if (b, j) in self.row]
-        pack = _Pack()
-        k_ids, k_at, k_flat = pack.add(ids), pack.add([i for i, _ in held]), pack.add([f for _, f in held])
-        sent = pack.send(torch, self.tok)
-        out = sent[k_ids] if of is None else on_device(of, self.tok.device).take(sent[k_ids])
-        if held:
-            out = out.index_copy(0, sent[k_at], self.tok.view(-1).index_select(0, sent[k_flat]))
-        return on_device(out[:, None], device)
+        return feed_tokens(ids, device, of=None if of is None else on_device(of, self.tok.device), dyn=dyn,
+                           held=(self.tok, [i for i, _ in held], [f for _, f in held]))
 
     def finish(self, plan, score, target, ts, last, n_ctx: int, q_root, sampling, *, also=None) -> dict:
         r"""Score every held tree (one target call per family), verify them on the device (one batch per rule), read
@@ -315,8 +429,8 @@ class SampledTrees:
             pos = {int(v): i for i, v in enumerate(inner[j].tolist())}
             par = np.full(m, -1, dtype=np.int64)
             par[1:] = [pos[int(shape.parents[v])] for v in inner[j][1:].tolist()]
-            rows = torch.as_tensor([self.row[(b, j)] for b in range(B)], dtype=torch.long, device=dev)
-            toks = tok.index_select(0, rows).index_select(1, torch.as_tensor(inner[j], dtype=torch.long, device=dev))
+            rows = static_index([self.row[(b, j)] for b in range(B)], tok)
+            toks = tok.index_select(0, rows).index_select(1, static_index(inner[j], tok))
             logits = score(target, ts, np.broadcast_to(par, (B, m)).copy(), toks.to(target.device), last, n_ctx)
             Q[j] = sampling.probs(logits, check=False).to(dev)  # a bad row is flagged in the one read below
             scored[j] = logits
@@ -334,9 +448,9 @@ class SampledTrees:
             shapes = [self.jobs[b][j][1].shape for b, j in trees]
             lay = _forest(shapes, [inner[j] for _, j in trees], dev)
             flat = np.concatenate([self.row[(b, j)] * self.n1 + np.arange(s.n + 1) for (b, j), s in zip(trees, shapes)])
-            tokens = tok.view(-1).index_select(0, torch.as_tensor(flat, dtype=torch.long, device=dev))
+            tokens = tok.take(static_index(flat, tok))
             p_rows = [self.p_row[(b, j, int(v))] for b, j in trees for v in inner[j].tolist()]
-            P_in = P_all.index_select(0, torch.as_tensor(p_rows, dtype=torch.long, device=dev))
+            P_in = P_all.index_select(0, static_index(p_rows, P_all))
             Q_in = torch.cat([Q[j][b] for b, j in trees])
             acc, alive, *_ = node_rules_t(rule, lay, tokens, P_in, Q_in)
             reached.append(end_mass_t(lay, acc, torch.ones_like(alive)))
