@@ -71,7 +71,7 @@ import numpy as np
 import otspec
 import otspec.tree
 
-from .._jit import compile_in
+from .._jit import HAVE_NUMBA, compile_in
 from ..tree._process import _support_error
 from ..tree._verifiers import SequoiaVerifier, SpecInferVerifier, TargetOnlyVerifier
 from ._deps import require
@@ -570,11 +570,10 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
                 px_all[i][j], tx_all[i][j] = px, tx
             if last[i][j]:
                 end_ell[i] = ells[i]
-        if j < m - 1:  # the level after rejecting child j: one pass over V at every row (as _levels_t)
+        if j < m - 1:  # the level after rejecting child j: one pass over V per row it may move (as _levels_t)
             t_new = [t[i] + S[i] / (ells[i] if ells[i] > 0 else 1.0) for i in range(I)]
-            lvl = _block(work, "lvl", tuple(Q_inner.shape), dev)
-            T = torch.tensor(t_new, dtype=dt, device=dev)
-            S_new = torch.addcmul(Q_inner, P_inner, -T[:, None], out=lvl).clamp_(min=0.0).sum(-1).tolist()
+            moves = [i for i in range(I) if valid[i][j] and not last[i][j] and ells[i] > 0]
+            S_new = _level_sums_host(Q_inner, P_inner, moves, t_new, work)
             for i in range(I):
                 on = valid[i][j] and not last[i][j]
                 if on and ells[i] > 0 and S_new[i] > 0:  # a level of no mass is kept (probability 0)
@@ -591,6 +590,35 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
                 break
     cur, mass = _end_host(h, nxt, acc_k, w, dt, dev)
     return cur, h.row_of[cur], x, (t, S, end_ell), mass
+
+
+def _kernel_rows(*rows) -> bool:
+    """Whether the numba passes (:func:`_level_sums`, :func:`_residual_total`, :func:`_residual_pick`) may read these
+    tensors in place: compiled, and every tensor a contiguous float64 CPU tensor without gradient."""
+    return _PASSES_COMPILED and all(
+        r.device.type == "cpu" and r.dtype == torch.float64 and r.is_contiguous() and not r.requires_grad
+        for r in rows)
+
+
+def _level_sums_host(Q_inner, P_inner, rows: list, t_new: list, work):
+    r"""The levels' masses :math:`S = \lVert (q - t' p)_+ \rVert_1` after a rejection for :func:`_verify_host`, a list
+    of ``I`` Python floats of which the entries ``rows`` (the rows whose level may move) are read: by
+    :func:`_level_sums` (one read of those rows, nothing written; its sum order is not torch's, see there) where it
+    may run, else by torch's ``addcmul``, ``clamp_`` and ``sum`` at every row, the values of :func:`_levels_t` bit for
+    bit."""
+    I = int(Q_inner.shape[0])
+    if _kernel_rows(Q_inner, P_inner):
+        out = np.zeros(len(rows))
+        if rows:
+            _level_sums(Q_inner.numpy(), P_inner.numpy(), np.array(rows, dtype=np.int64),
+                        np.array([-t_new[i] for i in rows]), out)
+        S = [0.0] * I
+        for k, i in enumerate(rows):
+            S[i] = float(out[k])
+        return S
+    lvl = _block(work, "lvl", tuple(Q_inner.shape), Q_inner.device)
+    T = torch.tensor(t_new, dtype=Q_inner.dtype, device=Q_inner.device)
+    return torch.addcmul(Q_inner, P_inner, -T[:, None], out=lvl).clamp_(min=0.0).sum(-1).tolist()
 
 
 def _walk_host(h, nxt) -> int:
@@ -668,6 +696,8 @@ def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, dr
     is), in place of a sum over ``V``; the draw then reads the same sums.
     """
     dev, V = Q_inner.device, int(Q_inner.shape[1])
+    if draw is None and _kernel_rows(Q_inner) and (P_inner is None or _kernel_rows(P_inner)):
+        return _emit_kernels(rule, r, cur, x, level, P_inner, Q_inner, q_at, gen)
     # the "cdf" draw of draw_rows (its default off CUDA) from running sums formed once: a row has mass exactly where
     # its running sums end above 0 (non-negative entries), so they decide the branch in place of a sum over V
     cum = _block(work, "cum", (1, V), dev) if draw is None and dev.type != "cuda" else None
@@ -713,6 +743,51 @@ def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, dr
     if rule == "target-only" and r >= 0:
         q.scatter_(1, xr, was)
     return y
+
+
+def _emit_kernels(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen):
+    r""":func:`_emit_host` by the numba passes on the CPU, the same token bit for bit (each weight rounded as
+    ``addcmul`` and ``clamp_`` round it, the running sums added in order as ``torch.cumsum``), no row written: the
+    weights :math:`w = (q + m\,p)_+` of each candidate in :func:`_emit_host`'s order -- the residual at :math:`t'`
+    (where :math:`\ell > 0`), at :math:`t`, then ``q`` itself (``m = 0``, ``p = q``); for ``"target-only"``
+    ``Q_inner``'s row with the children's tokens set to 0 (put back after), then ``q``; at a leaf ``q_at(cur)`` --
+    their total by one read (:func:`_residual_total`), the first candidate of positive total drawn (the last one
+    whatever its total) by a second read that stops at the token drawn (:func:`_residual_pick`), with the uniform of
+    ``draw_rows``'s ``"cdf"`` rule (the same ``torch.rand`` call, times the total rounded once)."""
+    restore = None
+    if r < 0:
+        q = q_at(cur)[0]
+        if not _kernel_rows(q):
+            q = q.contiguous().to(torch.float64)
+        q = q.numpy()
+        cands = [(q, q, 0.0)]
+    elif rule == "target-only":
+        row = Q_inner[r]
+        xr = x[r]
+        was = row.gather(0, xr)
+        row.scatter_(0, xr, 0.0)
+        q = row.numpy()
+        cands = [(q, q, 0.0), None]  # None: q itself, its children's tokens put back first
+        restore = (row, xr, was)
+    else:
+        q, p = Q_inner[r].numpy(), P_inner[r].numpy()
+        t, S, ell = (v[r] for v in level)
+        cands = [(q, p, -t), (q, q, 0.0)]
+        if ell > 0:
+            cands.insert(0, (q, p, -(t + S / ell)))
+    u = float(torch.rand((1, 1), dtype=torch.float64, device=Q_inner.device, generator=gen)[0, 0])
+    for k, c in enumerate(cands):
+        if c is None:
+            restore[0].scatter_(0, restore[1], restore[2])
+            restore = None
+            c = (q, q, 0.0)
+        tot = _residual_total(*c)
+        if tot > 0 or k == len(cands) - 1:
+            break
+    y = _residual_pick(*c, tot, u * tot)
+    if restore is not None:
+        restore[0].scatter_(0, restore[1], restore[2])
+    return torch.tensor([y], device=Q_inner.device)
 
 
 # ----------------------------------------------------------------------------- one iteration
@@ -1357,6 +1432,90 @@ def _top_k_rows(R, k, ids, vals):
 
 
 _TOP_K_COMPILED = compile_in(globals(), ("_top_k_insert", "_top_k_rows"))
+
+
+# ----------------------------------------------------------------------------- the CPU route's passes over V (numba)
+if HAVE_NUMBA:  # pragma: no branch - the ``fast`` extra
+    from numba.core import types as _nb_types
+    from numba.extending import intrinsic as _nb_intrinsic
+
+    @_nb_intrinsic
+    def _fma(typingctx, a, b, c):
+        """``a * b + c`` rounded once (LLVM's ``fma``): the product and sum of torch's ``addcmul`` on the CPU, whose
+        vectorised kernel fuses them."""
+        sig = _nb_types.float64(_nb_types.float64, _nb_types.float64, _nb_types.float64)
+
+        def codegen(context, builder, signature, args):
+            return builder.fma(*args)
+
+        return sig, codegen
+else:  # pragma: no cover - the kernels below are not called without numba
+    def _fma(a, b, c):
+        return a * b + c
+
+
+def _level_sums(Q, P, rows, minus_t, out):
+    r""":math:`S_k = \sum_x (Q_{r_k}(x) - t_k P_{r_k}(x))_+` for the rows ``rows[k]`` of ``Q`` and ``P`` (``(I, V)``
+    float64), ``minus_t[k]`` :math:`= -t_k`, written into ``out[k]``: one read of the two rows, nothing written (torch's
+    ``addcmul``, ``clamp_`` and ``sum`` write and read a third row twice). Each term is rounded as ``addcmul`` rounds it
+    (one fused multiply-add, then the clamp: a NaN stays NaN); the terms are summed in four interleaved running sums
+    (entries ``4 s + 0..3``), then ``(s_0 + s_1) + (s_2 + s_3)``: another order than torch's ``sum``, so the sum may
+    differ from it by the rounding of a sum of ``V`` non-negative terms (relative ``V`` ulps at most, far less in
+    practice); it is 0 exactly when every term is, as torch's."""
+    V = Q.shape[1]
+    n4 = V - V % 4
+    for k in range(rows.shape[0]):
+        r, m = rows[k], minus_t[k]
+        a0 = a1 = a2 = a3 = 0.0
+        for v in range(0, n4, 4):
+            w0 = _fma(P[r, v], m, Q[r, v])
+            w1 = _fma(P[r, v + 1], m, Q[r, v + 1])
+            w2 = _fma(P[r, v + 2], m, Q[r, v + 2])
+            w3 = _fma(P[r, v + 3], m, Q[r, v + 3])
+            a0 += w0 if not w0 < 0.0 else 0.0
+            a1 += w1 if not w1 < 0.0 else 0.0
+            a2 += w2 if not w2 < 0.0 else 0.0
+            a3 += w3 if not w3 < 0.0 else 0.0
+        for v in range(n4, V):
+            w = _fma(P[r, v], m, Q[r, v])
+            a0 += w if not w < 0.0 else 0.0
+        out[k] = (a0 + a1) + (a2 + a3)
+
+
+def _residual_total(q, p, m):
+    r"""The last running sum of :math:`w = (q + m\,p)_+` (``q``, ``p`` rows of ``V`` float64; each term as ``addcmul``
+    and ``clamp_`` round it): :math:`((w_0 + w_1) + w_2) + \dots` from 0, bit for bit the last entry of
+    ``torch.cumsum(w)`` on the CPU (which adds in order). ``p = q`` and ``m = 0`` give ``q``'s own (``q + 0 q = q``)."""
+    c = 0.0
+    for v in range(q.shape[0]):
+        w = _fma(p[v], m, q[v])
+        c += w if not w < 0.0 else 0.0
+    return c
+
+
+def _residual_pick(q, p, m, tot, at):
+    r"""The draw of ``draw_rows``'s ``"cdf"`` rule from :math:`w = (q + m\,p)_+` (:func:`_residual_total`'s terms) with
+    the running sums never written: the first ``i`` whose running sum :math:`c_i` exceeds ``at`` (the uniform times
+    ``tot``, the total :func:`_residual_total` gave), else (a uniform rounded up to the total) the first ``i`` with
+    :math:`c_i \ge` ``tot``, at most ``V - 1``: ``torch.searchsorted`` of ``torch.cumsum(w)`` bit for bit, reading the
+    rows up to the token drawn."""
+    V = q.shape[0]
+    c = 0.0
+    for v in range(V):
+        w = _fma(p[v], m, q[v])
+        c += w if not w < 0.0 else 0.0
+        if c > at:
+            return v
+    c = 0.0
+    for v in range(V):
+        w = _fma(p[v], m, q[v])
+        c += w if not w < 0.0 else 0.0
+        if c >= tot:
+            return v
+    return V - 1
+
+
+_PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_residual_total", "_residual_pick"))
 
 
 class Eagle2LayoutT:
