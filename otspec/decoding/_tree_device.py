@@ -391,7 +391,7 @@ def end_mass_t(lay: TreeLayoutT, acc, alive):
 
 
 def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None, work=None,
-                  host: bool = False):
+                  host: bool = False, totals: list | None = None):
     r"""One tree verification on the laws' device: the accepted node, the emitted token, the exact law.
 
     Every node's outcome is decided at once with one uniform per child (``"specinfer"``, ``"sequoia"``: the
@@ -420,6 +420,10 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
         Read the accepted node on the host before its residual (:func:`_emit_host`; where a read waits for
         nothing, the CPU): its rows of ``P_inner`` and ``Q_inner`` read in place (``q_at`` called at a leaf only),
         the residual's level chosen once; the same token bit for bit, ``Q_inner`` left as it was.
+    totals : list of float, optional, keyword-only
+        With ``host``: the totals of ``P_inner``'s rows (Sequoia's rule reads them) as the draft's draws summed them
+        (:func:`_draws_wor`'s ``totals``: added in order, where ``P_inner.sum(-1)`` sums in another order), read
+        instead of a pass over ``V`` per row.
     draw : callable, optional
         ``(W, gen) -> ids`` (default :func:`draw_rows`, its running sums written into ``work``).
     work : dict, optional, keyword-only
@@ -454,7 +458,7 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     ([0.0, 0.5, 0.5], True)
     """
     if host:  # the rules' arithmetic on a few numbers per child in Python floats
-        cur, r, x, level, mass = _verify_host(rule, lay, tokens, P_inner, Q_inner, gen, work)
+        cur, r, x, level, mass = _verify_host(rule, lay, tokens, P_inner, Q_inner, gen, work, totals)
         cur = torch.tensor([cur], device=Q_inner.device)
         return cur, _emit_host(rule, r, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work), mass
     acc, alive, x, level, sampler = node_rules_t(rule, lay, tokens, P_inner, Q_inner, work=work)
@@ -513,15 +517,18 @@ def _clamp_min0(v: float) -> float:
     return 0.0 if v < 0.0 else v
 
 
-def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
+def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work, totals=None):
     r""":func:`node_rules_t` (``"specinfer"``, ``"sequoia"``; ``"target-only"`` by :func:`_verify_host_target_only`)
     and the walk of :func:`verify_tree_t` with the few numbers per child read on the host and the rules' arithmetic
     done in Python floats (IEEE float64, each operation
     rounded once, as torch's elementwise kernels on the CPU round it; the guards against division by 0 the same
-    ``where``\ s), the passes over ``V`` in torch as there (the draft law's totals, each rejection's level over every
-    row with children, ``torch.rand`` for the uniforms with the same shape and generator): the same acceptances, levels,
-    uniforms, accepted node and exact law, bit for bit, with some ten torch operators where the device route runs a
-    hundred on tensors of a few entries.
+    ``where``\ s), the passes over ``V`` as there (the draft law's totals, each rejection's level at the rows it may
+    move, ``torch.rand`` for the uniforms with the same shape and generator), with some ten torch operators where the
+    device route runs a hundred on tensors of a few entries. With torch's passes (no numba) the same acceptances,
+    levels, uniforms, accepted node and exact law, bit for bit; with the numba passes (:func:`_level_sums_host`) and
+    the totals the draws summed (``totals``) the levels' masses and the totals are sums of the same terms in another
+    order, so the acceptances and the exact law agree to rounding (within 1e-12 relative in the tests) and the
+    uniforms decide the same children but where one falls within rounding of an acceptance probability.
 
     Returns ``cur`` (an int, the accepted node), its row of ``inner`` (-1 at a leaf), ``x`` (``(I, m)`` int64,
     the children's tokens), ``level`` (``(t, S, ell)``, lists of ``I`` Python floats, read by :func:`_emit_host`;
@@ -541,7 +548,7 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
         return _verify_host_target_only(h, lay, x, dup, Q_inner, gen)
     qx, px_raw = torch.gather(Q_inner, 1, x).tolist(), torch.gather(P_inner, 1, x).tolist()
     wor = rule == "sequoia"
-    total = P_inner.sum(-1).tolist() if wor else None
+    total = (P_inner.sum(-1).tolist() if totals is None else totals) if wor else None
     t, S, removed = [0.0] * I, [1.0] * I, [0.0] * I
     end_ell, w = [1.0] * I, [1.0] * I
     acc_k = [[0.0] * m for _ in range(I)]
@@ -840,7 +847,7 @@ def _draws_from_sums(c, k: int, gen):
 
 
 def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, in_place: bool = False,
-               host: bool = False):
+               host: bool = False, totals: list | None = None):
     r"""``most`` draws without replacement from each row of ``P`` (``(B, V)``, non-negative), in draw order, shape
     ``(B, most)``, and the flags of rows with fewer than ``need`` (``(B,)``) tokens of positive mass. No host read.
 
@@ -863,7 +870,9 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
     block the caller owns) instead of a copy, and write their values back in reverse order of the draws before
     returning (``P`` ends bit for bit as it was). ``host`` (where a read waits for nothing: the CPU, whose
     ``torch.cumsum`` adds in order) lets the ``"cdf"`` rule read each draw's tokens and continue the running sums from
-    there (:func:`_cumsum_after`) instead of summing the whole row again. The same draws either way.
+    there (:func:`_cumsum_after`) instead of summing the whole row again, or, where the numba passes run, draw from
+    running sums never written (:func:`_wor_rows`, ``P`` only read) and append each row's total to ``totals`` (a
+    list, when given: the row's sum added in order, the first draw's total). The same draws either way.
     """
     if rule is None:
         rule = "race" if P.device.type == "cuda" else "cdf"
@@ -875,6 +884,8 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
         top = torch.topk(torch.div(P, E, out=E), most, dim=-1).indices
         return top, (P > 0).sum(-1) < need
     if host and P.device.type == "cpu" and P.is_contiguous() and P.dtype == torch.float64:
+        if _kernel_rows(P):
+            return _draws_wor_kernel(P, most, need, gen, totals)
         return _draws_wor_host(P, most, need, gen, blk, in_place)
     B, V = P.shape
     W = P if in_place else P.clone()
@@ -898,6 +909,23 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
             W.scatter_(1, top[:, r : r + 1], was[:, r : r + 1])
     short = ((tots == 0) & (torch.arange(most, device=P.device) < need[:, None])).any(-1)
     return top, short
+
+
+def _draws_wor_kernel(P, most: int, need, gen, totals: list | None):
+    """The ``"cdf"`` rule of :func:`_draws_wor` by :func:`_wor_rows` (``P`` a contiguous float64 CPU block, only read):
+    the uniforms of every draw by one ``torch.rand`` call of ``most`` rows of ``B`` (the CPU generator fills them in
+    order: the values of ``most`` calls of ``B``, row ``r`` those of draw ``r``), the same draws and flags bit for bit
+    as the draw-by-draw rule; each row's total (its first draw's) appended to ``totals``."""
+    B = int(P.shape[0])
+    u = torch.rand((most, B), dtype=torch.float64, device=P.device, generator=gen)
+    picks, tots = np.zeros((B, most), dtype=np.int64), np.zeros((B, most))
+    if most:
+        _wor_rows(P.numpy(), u.numpy(), picks, tots)
+    if totals is not None:
+        totals.extend(tots[:, 0].tolist() if most else P.sum(-1).tolist())
+    needs = need.tolist()
+    short = torch.tensor([bool((tots[b, : min(most, needs[b])] == 0).any()) for b in range(B)])
+    return torch.from_numpy(picks), short
 
 
 def _draws_wor_host(P, most: int, need, gen, blk, in_place: bool):
@@ -987,6 +1015,7 @@ class TreeStepT:
         self.law_batch, self.clock = law_batch, clock  # the decoder's batch of kept laws and its one clock
         self.kept: list = []  # log_laws: the root laws (p, q) kept until the next flush (:meth:`_keep_root_laws`)
         self.kept_logits = False  # whether self.kept holds the root logits (copied), not laws
+        self.p_totals: list = []  # the draft laws' totals of an iteration's rows, as its draws summed them (or none)
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
         # float64 law blocks overwritten every iteration; on the CPU handed on from one decode to the next (_BlockPool)
@@ -1001,7 +1030,7 @@ class TreeStepT:
             return tokens.index_copy_(0, g.dst[j], vals), None
         if process == "wor":  # P: rows of the step's own block, restored bit for bit after the draws
             top, short = _draws_wor(P, g.most[j], g.need[j], self.gd, work=self._blocks, in_place=True,
-                                    host=self._reads_host(P.device))
+                                    host=self._reads_host(P.device), totals=self.p_totals)
         else:  # the draft's own law (temperature 1, untruncated) ranks as its logits do: no float64 law is formed
             vals, top = torch.topk(logits, g.most[j], dim=-1)
             kth = vals.gather(1, (g.need[j] - 1)[:, None])[:, 0].to(torch.float64)
@@ -1026,6 +1055,7 @@ class TreeStepT:
         flags, shorts, raws = [], [], []
         length, batch, row = len(ctx), 1, 0
         Pb = None
+        self.p_totals = []
         if self.needs_p:  # the draft's laws at the nodes with children, in a block kept across iterations
             Pb = _block(self._blocks, "P", (g.lay.inner_np.shape[0], int(logits.shape[-1])), ddev)
         for j in range(g.D):
@@ -1063,8 +1093,9 @@ class TreeStepT:
         host = self._reads_host(tdev)
         Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows, host=host)
         P_inner = Pb.to(tdev, non_blocking=True) if Pb is not None else None
+        totals = self.p_totals if len(self.p_totals) == g.lay.inner_np.shape[0] else None
         a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks,
-                                   host=host)
+                                   host=host, totals=totals)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
         # flags of bad draft laws or small supports, then of bad target laws
         nd = int(dflags.shape[0])
@@ -1515,7 +1546,91 @@ def _residual_pick(q, p, m, tot, at):
     return V - 1
 
 
-_PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_residual_total", "_residual_pick"))
+def _sum_skipping(row, lo, hi, c, picks, b, r):
+    """``c`` plus ``row[lo:hi]`` added in order, the tokens ``picks[b, :r]`` left out (adding them as 0 gives the same
+    sums: ``c + 0 = c``); the picks lie in ``[lo, V)``."""
+    start = lo
+    while True:
+        nxt = hi
+        for s in range(r):  # the next drawn token at or after start
+            j = picks[b, s]
+            if start <= j < nxt:
+                nxt = j
+        for i in range(start, nxt):
+            c += row[i]
+        if nxt >= hi:
+            return c
+        start = nxt + 1
+
+
+def _wor_rows(P, u, picks, tots):
+    r"""``most`` draws without replacement from every row of ``P`` (``(B, V)`` float64, non-negative), the ``"cdf"``
+    rule of :func:`_draws_wor` with no running sum written: the draw ``r`` of row ``b`` is the first token ``i`` whose
+    running sum :math:`c_i` of the row with the tokens drawn before set to 0 exceeds ``u[r, b]`` times its total (else,
+    a uniform rounded up to the total, the first ``i`` with :math:`c_i \ge` the total; at most ``V - 1``), written into
+    ``picks[b, r]``, the total into ``tots[b, r]``. The running sums are those of ``torch.cumsum`` on the CPU (added in
+    order from 0) bit for bit, so the draws and totals are those of the draw-by-draw rule.
+
+    The sums before the smallest token drawn so far, ``lo``, do not change from one draw to the next: their last,
+    ``base``, is kept, a draw's total is ``base`` plus the row from ``lo`` on (the drawn tokens left out), and its scan
+    starts at ``lo`` from ``base`` (or at 0 when ``base`` already exceeds the uniform's level, stopping before ``lo``):
+    per row one read for the first total, then about half a read per scan and ``V - lo`` per later total."""
+    B, V = P.shape
+    most = picks.shape[1]
+    for b in range(B):
+        row = P[b]
+        lo, base = 0, 0.0
+        for r in range(most):
+            tot = _sum_skipping(row, lo, V, base, picks, b, r)
+            at = u[r, b] * tot
+            j, before = -1, 0.0
+            if base > at:  # the token drawn lies before lo: no drawn token there
+                c = 0.0
+                for i in range(lo):
+                    before = c
+                    c += row[i]
+                    if c > at:
+                        j = i
+                        break
+            else:
+                c = base
+                start = lo
+                while j < 0:
+                    nxt = V
+                    for s in range(r):
+                        q = picks[b, s]
+                        if start <= q < nxt:
+                            nxt = q
+                    for i in range(start, nxt):
+                        before = c
+                        c += row[i]
+                        if c > at:
+                            j = i
+                            break
+                    if nxt >= V:
+                        break
+                    start = nxt + 1
+            if j < 0:  # a uniform rounded up to the total: the first running sum reaching it
+                c = 0.0
+                for i in range(V):
+                    drawn = False
+                    for s in range(r):
+                        drawn = drawn or picks[b, s] == i
+                    before = c
+                    if not drawn:
+                        c += row[i]
+                    if c >= tot:
+                        j = i
+                        break
+                if j < 0:
+                    j, before = V - 1, -1.0
+            picks[b, r], tots[b, r] = j, tot
+            if (r == 0 or j < lo) and before >= 0.0:
+                lo, base = j, before
+
+
+_PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_residual_total", "_residual_pick", "_sum_skipping",
+                                                    "_wor_rows"))
 
 
 class Eagle2LayoutT:
