@@ -828,11 +828,18 @@ class _Grow:
         self.lay = TreeLayoutT(shape.parents, shape.depth, inner, device)
 
 
-def _draws(P, k: int, gen, *, work=None):
+def _draws(P, k: int, gen, *, work=None, host: bool = False):
     r"""``k`` independent draws from each row of ``P`` (``(B, V)``, non-negative), shape ``(B, k)``: the
     ``"cdf"`` rule of :func:`draw_rows` with ``k`` uniforms per row against one running sum (the first ``i``
     with :math:`c_i > u\,c_V`; a uniform rounded up to the total falls back to the first ``i`` with
-    :math:`c_i = c_V`). No host read; the running sums go into ``work["cum"]`` when given (:func:`_block`)."""
+    :math:`c_i = c_V`). No host read; the running sums go into ``work["cum"]`` when given (:func:`_block`).
+    ``host`` (the CPU) with the numba passes: the same draws bit for bit by :func:`_iid_rows`, the rows only read."""
+    if host and _kernel_rows(P):
+        u = torch.rand((int(P.shape[0]), k), dtype=torch.float64, device=P.device, generator=gen)
+        picks = np.zeros((int(P.shape[0]), k), dtype=np.int64)
+        if k:
+            _iid_rows(P.numpy(), u.numpy(), picks)
+        return torch.from_numpy(picks)
     c = torch.cumsum(P, dim=-1, out=None if work is None else _block(work, "cum", tuple(P.shape), P.device))
     return _draws_from_sums(c, k, gen)
 
@@ -1026,7 +1033,8 @@ class TreeStepT:
         log-sum-exp); the flags of supports too small for the children (None for ``"iid"``)."""
         g, process = self.grow, self.plan.process
         if process == "iid":
-            vals = _draws(P, g.width[j], self.gd, work=self._blocks).flatten().index_select(0, g.cell[j])
+            vals = _draws(P, g.width[j], self.gd, work=self._blocks, host=self._reads_host(P.device))
+            vals = vals.flatten().index_select(0, g.cell[j])
             return tokens.index_copy_(0, g.dst[j], vals), None
         if process == "wor":  # P: rows of the step's own block, restored bit for bit after the draws
             top, short = _draws_wor(P, g.most[j], g.need[j], self.gd, work=self._blocks, in_place=True,
@@ -1629,8 +1637,49 @@ def _wor_rows(P, u, picks, tots):
                 lo, base = j, before
 
 
+def _iid_rows(P, u, picks):
+    r"""``k`` independent draws from every row of ``P`` (``(B, V)`` float64, non-negative; ``u`` ``(B, k)`` uniforms),
+    :func:`_draws`' rule with no running sum written: draw ``s`` of row ``b`` is the first ``i`` whose running sum
+    :math:`c_i` exceeds ``u[b, s]`` times the total (else the first ``i`` with :math:`c_i \ge` the total; at most
+    ``V - 1``), written into ``picks[b, s]``. The running sums are ``torch.cumsum``'s on the CPU (added in order from
+    0) bit for bit: one read for the total, then one scan up to the largest uniform's token (the uniforms in
+    increasing order: their tokens do not decrease)."""
+    B, V = P.shape
+    for b in range(B):
+        row = P[b]
+        tot = 0.0
+        for i in range(V):
+            tot += row[i]
+        order = np.argsort(u[b])
+        i, c, last, top = 0, 0.0, -1, -1  # c: the running sum up to token i - 1; last: the token of the last draw
+        for s in order:
+            at = u[b, s] * tot
+            if last >= 0 and c > at:  # the last draw's token: its sum exceeds this level too, the sum before it not
+                picks[b, s] = last
+                continue
+            j = -1
+            while i < V:
+                c += row[i]
+                i += 1
+                if c > at:
+                    j = i - 1
+                    break
+            if j < 0:  # a uniform rounded up to the total: the first running sum reaching it
+                if top < 0:
+                    cc = 0.0
+                    top = V - 1
+                    for v in range(V):
+                        cc += row[v]
+                        if cc >= tot:
+                            top = v
+                            break
+                j = top
+            picks[b, s] = j
+            last = j
+
+
 _PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_residual_total", "_residual_pick", "_sum_skipping",
-                                                    "_wor_rows"))
+                                                    "_wor_rows", "_iid_rows"))
 
 
 class Eagle2LayoutT:
