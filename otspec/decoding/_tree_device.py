@@ -33,11 +33,19 @@ device. On the CPU, where reading a tensor waits for nothing, the accepted node 
 (``TreeStepT.read_on_host``): its rows are read in place and its residual's level chosen once (:func:`verify_tree_t`'s
 ``host``), the target's laws of EAGLE-2's slots without children are not formed (the target-only rule reads none of
 them), and the rows are copied from the logits without a gathered copy; SpecInfer's and Sequoia's rules, the walk
-and the accepted node's law run in Python floats on a few numbers per child read there (:func:`_verify_host`: the
-passes over ``V`` stay in torch), the residual's branch is decided by the running sums of its draw, the draws without
-replacement read each draw and continue the running sums from the token drawn (:func:`_draws_wor_host`), and the
-steps' blocks are handed on from one decode to the next (:class:`_BlockPool`); the same draws and logged predictions,
-bit for bit (tests/test_tree_decoding_lazy.py, tests/test_tree_decoding_passes.py).
+and the accepted node's law run in Python floats on a few numbers per child read there (:func:`_verify_host`), and the
+steps' blocks are handed on from one decode to the next (:class:`_BlockPool`). Where numba is installed (the ``fast``
+extra) the passes over ``V`` after the laws are numba kernels that read the rows and write nothing: each rejection's
+level mass at the rows it may move in one read (:func:`_level_sums`), the draws without replacement and the i.i.d.
+draws from running sums never written (:func:`_wor_rows`, :func:`_iid_rows`; Sequoia's draft totals are their first
+totals), the accepted node's residual or bonus token by a read for its total and a read up to the token drawn
+(:func:`_residual_total`, :func:`_residual_pick`). The draws are those of the accelerator's route bit for bit where
+their inputs are (each term rounded as ``addcmul`` rounds it, the running sums added in order as ``torch.cumsum``);
+the level masses and the draft totals are sums of the same terms in another order than torch's ``sum``, so the
+acceptances and the logged predictions agree with that route's to rounding (1e-12 relative in the tests) and a child
+is decided otherwise only where its uniform falls within rounding of its acceptance probability. Without numba torch's
+passes run, and every draw and prediction is that route's bit for bit (tests/test_tree_decoding_lazy.py,
+tests/test_tree_decoding_passes.py, tests/test_tree_decoding_kernels.py).
 
 An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
 ``n`` nodes: :class:`Eagle2TreeT`); the target scores it from its ``parents`` and tokens as device tensors
@@ -579,7 +587,9 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work, totals=Non
                 end_ell[i] = ells[i]
         if j < m - 1:  # the level after rejecting child j: one pass over V per row it may move (as _levels_t)
             t_new = [t[i] + S[i] / (ells[i] if ells[i] > 0 else 1.0) for i in range(I)]
-            moves = [i for i in range(I) if valid[i][j] and not last[i][j] and ells[i] > 0]
+            # the rows whose level may move: not where a child so far is accepted surely (w = 0: the later children's
+            # acceptances and the node's residual are then never used, and multiply by 0 in the law of the end)
+            moves = [i for i in range(I) if valid[i][j] and not last[i][j] and ells[i] > 0 and w[i] != 0.0]
             S_new = _level_sums_host(Q_inner, P_inner, moves, t_new, work)
             for i in range(I):
                 on = valid[i][j] and not last[i][j]
