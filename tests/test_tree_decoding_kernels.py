@@ -3,7 +3,7 @@
 * ``_level_sums`` (a level's mass :math:`\\sum_x (q - t p)_+` in one read): its terms are those of torch's ``addcmul``
   and ``clamp_`` (one fused multiply-add each), summed in another order than torch's ``sum``: within the rounding of
   a sum of ``V`` non-negative terms of the exact sum of those terms (``math.fsum``), 0 exactly where torch's is;
-* ``_residual_total`` and ``_residual_pick`` (the residual's draw with its running sums never written): the total and
+* ``_residual_draw`` (the residual's draw with its running sums never written, only checkpoints kept): the total and
   the token of ``torch.cumsum`` and ``torch.searchsorted`` on the residual ``torch.addcmul(...).clamp_(min=0)``, bit
   for bit, uniforms 0 and next to 1 included;
 * ``_wor_rows`` (the draws without replacement reading the rows only): the draws, totals and flags of the
@@ -127,13 +127,12 @@ def test_residual_draw_equals_the_running_sums_and_searchsorted(case, plain, dat
     c = torch.cumsum(W, -1)
     u = data.draw(st.sampled_from([0.0, 1.0 - EPS, 0.5]) | st.floats(0.0, 1.0, exclude_max=True))
     for b in range(Q.shape[0]):
-        tot = TD._residual_total(Q[b], P[b], -t[b])
+        y, tot = TD._residual_draw(Q[b], P[b], -t[b], u)
         assert tot == float(c[b, -1])  # bit for bit (nan never: no bad rows here)
         at = u * tot
         i = int(torch.searchsorted(c[b : b + 1], torch.tensor([[at]], dtype=torch.float64), right=True))
         top = int(torch.searchsorted(c[b : b + 1], c[b : b + 1, -1:].contiguous(), right=False))
-        want = min(i if i < Q.shape[1] else top, Q.shape[1] - 1)
-        assert TD._residual_pick(Q[b], P[b], -t[b], tot, at) == want
+        assert y == min(i if i < Q.shape[1] else top, Q.shape[1] - 1)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

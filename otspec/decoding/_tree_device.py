@@ -38,8 +38,10 @@ steps' blocks are handed on from one decode to the next (:class:`_BlockPool`). W
 extra) the passes over ``V`` after the laws are numba kernels that read the rows and write nothing: each rejection's
 level mass at the rows it may move in one read (:func:`_level_sums`), the draws without replacement and the i.i.d.
 draws from running sums never written (:func:`_wor_rows`, :func:`_iid_rows`; Sequoia's draft totals are their first
-totals), the accepted node's residual or bonus token by a read for its total and a read up to the token drawn
-(:func:`_residual_total`, :func:`_residual_pick`). The draws are those of the accelerator's route bit for bit where
+totals), the accepted node's residual or bonus token by one read for its total (:func:`_residual_draw`): each
+row's running sums are added once, only their values at the ends of blocks of :data:`CDF_BLOCK` tokens kept
+(:func:`_cum_from`), and a draw adds again at most one block from the checkpoint before it (:func:`_cum_find`). The
+draws are those of the accelerator's route bit for bit where
 their inputs are (each term rounded as ``addcmul`` rounds it, the running sums added in order as ``torch.cumsum``);
 the level masses and the draft totals are sums of the same terms in another order than torch's ``sum``, so the
 acceptances and the logged predictions agree with that route's to rounding (1e-12 relative in the tests) and a child
@@ -610,8 +612,8 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work, totals=Non
 
 
 def _kernel_rows(*rows) -> bool:
-    """Whether the numba passes (:func:`_level_sums`, :func:`_residual_total`, :func:`_residual_pick`) may read these
-    tensors in place: compiled, and every tensor a contiguous float64 CPU tensor without gradient."""
+    """Whether the numba passes (:func:`_level_sums`, :func:`_residual_draw`, :func:`_wor_rows`, :func:`_iid_rows`)
+    may read these tensors in place: compiled, and every tensor a contiguous float64 CPU tensor without gradient."""
     return _PASSES_COMPILED and all(
         r.device.type == "cpu" and r.dtype == torch.float64 and r.is_contiguous() and not r.requires_grad
         for r in rows)
@@ -768,9 +770,9 @@ def _emit_kernels(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen)
     weights :math:`w = (q + m\,p)_+` of each candidate in :func:`_emit_host`'s order -- the residual at :math:`t'`
     (where :math:`\ell > 0`), at :math:`t`, then ``q`` itself (``m = 0``, ``p = q``); for ``"target-only"``
     ``Q_inner``'s row with the children's tokens set to 0 (put back after), then ``q``; at a leaf ``q_at(cur)`` --
-    their total by one read (:func:`_residual_total`), the first candidate of positive total drawn (the last one
-    whatever its total) by a second read that stops at the token drawn (:func:`_residual_pick`), with the uniform of
-    ``draw_rows``'s ``"cdf"`` rule (the same ``torch.rand`` call, times the total rounded once)."""
+    each drawn by one read of the row (:func:`_residual_draw`) until one has positive total (the last one whatever its
+    total), with the uniform of ``draw_rows``'s ``"cdf"`` rule (the same ``torch.rand`` call, times the total rounded
+    once)."""
     restore = None
     if r < 0:
         q = q_at(cur)[0]
@@ -798,10 +800,12 @@ def _emit_kernels(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen)
             restore[0].scatter_(0, restore[1], restore[2])
             restore = None
             c = (q, q, 0.0)
-        tot = _residual_total(*c)
-        if tot > 0 or k == len(cands) - 1:
+        if k == len(cands) - 1:
+            y = _residual_draw(*c, u)[0]
             break
-    y = _residual_pick(*c, tot, u * tot)
+        y, tot = _residual_draw(*c, u)
+        if tot > 0:
+            break
     if restore is not None:
         restore[0].scatter_(0, restore[1], restore[2])
     return torch.tensor([y], device=Q_inner.device)
@@ -1531,54 +1535,84 @@ def _level_sums(Q, P, rows, minus_t, out):
         out[k] = (a0 + a1) + (a2 + a3)
 
 
-def _residual_total(q, p, m):
-    r"""The last running sum of :math:`w = (q + m\,p)_+` (``q``, ``p`` rows of ``V`` float64; each term as ``addcmul``
-    and ``clamp_`` round it): :math:`((w_0 + w_1) + w_2) + \dots` from 0, bit for bit the last entry of
-    ``torch.cumsum(w)`` on the CPU (which adds in order). ``p = q`` and ``m = 0`` give ``q``'s own (``q + 0 q = q``)."""
-    c = 0.0
-    for v in range(q.shape[0]):
-        w = _fma(p[v], m, q[v])
-        c += w if not w < 0.0 else 0.0
+#: Entries per block of the running sums' checkpoints (:func:`_cum_from`, :func:`_cum_find`).
+CDF_BLOCK = 512
+
+
+def _cum_from(q, p, m, start, c, picks, b, r, cp):
+    r"""The running sums of :math:`w = (q + m\,p)_+` (``q``, ``p`` rows of ``V`` float64; each term as ``addcmul`` and
+    ``clamp_`` round it, one fused multiply-add: ``p = q`` with ``m = 0`` gives ``q`` itself) from the token ``start``
+    on, continuing ``c`` (the running sum before ``start``), the tokens ``picks[b, :r]`` left out (as 0: ``c + 0 = c``),
+    added in order as the CPU's ``torch.cumsum`` adds them; nothing written but the running sum at the end of every
+    block of :data:`CDF_BLOCK` tokens from ``start``'s on, into ``cp`` (the checkpoints :func:`_cum_find` starts from;
+    those before stand). Returns the last running sum, the total: bit for bit ``torch.cumsum(w)[-1]``."""
+    V = q.shape[0]
+    k = start // CDF_BLOCK
+    i = start
+    while k < cp.shape[0]:
+        end = min(V, (k + 1) * CDF_BLOCK)
+        for v in range(i, end):
+            drawn = False
+            for s in range(r):
+                drawn = drawn or picks[b, s] == v
+            if not drawn:
+                w = _fma(p[v], m, q[v])
+                c += w if not w < 0.0 else 0.0
+        cp[k] = c
+        i = end
+        k += 1
     return c
 
 
-def _residual_pick(q, p, m, tot, at):
-    r"""The draw of ``draw_rows``'s ``"cdf"`` rule from :math:`w = (q + m\,p)_+` (:func:`_residual_total`'s terms) with
-    the running sums never written: the first ``i`` whose running sum :math:`c_i` exceeds ``at`` (the uniform times
-    ``tot``, the total :func:`_residual_total` gave), else (a uniform rounded up to the total) the first ``i`` with
-    :math:`c_i \ge` ``tot``, at most ``V - 1``: ``torch.searchsorted`` of ``torch.cumsum(w)`` bit for bit, reading the
-    rows up to the token drawn."""
+def _cum_find(q, p, m, at, tot, cp, picks, b, r):
+    r"""The token of ``draw_rows``' ``"cdf"`` rule on the running sums :math:`c` of :func:`_cum_from` (the same ``q``,
+    ``p``, ``m`` and left-out tokens, its checkpoints ``cp`` and total ``tot``): the first ``i`` with :math:`c_i >`
+    ``at`` (the uniform times the total), else (a uniform rounded up to the total) the first with :math:`c_i \ge`
+    ``tot``, at most ``V - 1`` -- ``torch.searchsorted`` on ``torch.cumsum`` bit for bit. The first block whose
+    checkpoint passes is found among the checkpoints (the sums do not decrease), the sums inside it added again from
+    the checkpoint before it: at most :data:`CDF_BLOCK` additions. Returns ``(i, c_{i-1})`` (the running sum before
+    ``i``; -1 where none passes: a NaN)."""
     V = q.shape[0]
-    c = 0.0
-    for v in range(V):
-        w = _fma(p[v], m, q[v])
-        c += w if not w < 0.0 else 0.0
-        if c > at:
-            return v
-    c = 0.0
-    for v in range(V):
-        w = _fma(p[v], m, q[v])
-        c += w if not w < 0.0 else 0.0
-        if c >= tot:
-            return v
-    return V - 1
+    nb = cp.shape[0]
+    strict = True
+    k = 0
+    while k < nb and not cp[k] > at:
+        k += 1
+    if k == nb:
+        strict = False
+        k = 0
+        while k < nb and not cp[k] >= tot:
+            k += 1
+        if k == nb:
+            return V - 1, -1.0
+    c = cp[k - 1] if k > 0 else 0.0
+    end = min(V, (k + 1) * CDF_BLOCK)
+    for v in range(k * CDF_BLOCK, end):
+        before = c
+        drawn = False
+        for s in range(r):
+            drawn = drawn or picks[b, s] == v
+        if not drawn:
+            w = _fma(p[v], m, q[v])
+            c += w if not w < 0.0 else 0.0
+        if (c > at) if strict else (c >= tot):
+            return v, before
+    return V - 1, -1.0  # unreachable: the block's checkpoint passes
 
 
-def _sum_skipping(row, lo, hi, c, picks, b, r):
-    """``c`` plus ``row[lo:hi]`` added in order, the tokens ``picks[b, :r]`` left out (adding them as 0 gives the same
-    sums: ``c + 0 = c``); the picks lie in ``[lo, V)``."""
-    start = lo
-    while True:
-        nxt = hi
-        for s in range(r):  # the next drawn token at or after start
-            j = picks[b, s]
-            if start <= j < nxt:
-                nxt = j
-        for i in range(start, nxt):
-            c += row[i]
-        if nxt >= hi:
-            return c
-        start = nxt + 1
+def _blocks(V):
+    """The number of :data:`CDF_BLOCK` blocks of ``V`` tokens (at least one)."""
+    return max(1, (V + CDF_BLOCK - 1) // CDF_BLOCK)
+
+
+def _residual_draw(q, p, m, u):
+    """One draw of ``draw_rows``' ``"cdf"`` rule from :math:`w = (q + m\\,p)_+` with the uniform ``u``: ``(token,
+    total)``, bit for bit ``torch.searchsorted`` on ``torch.cumsum(w)`` and its last entry (:func:`_cum_from`,
+    :func:`_cum_find`): one read of the row, then at most :data:`CDF_BLOCK` additions."""
+    cp = np.empty(_blocks(q.shape[0]))
+    none = np.zeros((1, 0), dtype=np.int64)
+    tot = _cum_from(q, p, m, 0, 0.0, none, 0, 0, cp)
+    return _cum_find(q, p, m, u * tot, tot, cp, none, 0, 0)[0], tot
 
 
 def _wor_rows(P, u, picks, tots):
@@ -1589,62 +1623,23 @@ def _wor_rows(P, u, picks, tots):
     ``picks[b, r]``, the total into ``tots[b, r]``. The running sums are those of ``torch.cumsum`` on the CPU (added in
     order from 0) bit for bit, so the draws and totals are those of the draw-by-draw rule.
 
-    The sums before the smallest token drawn so far, ``lo``, do not change from one draw to the next: their last,
-    ``base``, is kept, a draw's total is ``base`` plus the row from ``lo`` on (the drawn tokens left out), and its scan
-    starts at ``lo`` from ``base`` (or at 0 when ``base`` already exceeds the uniform's level, stopping before ``lo``):
-    per row one read for the first total, then about half a read per scan and ``V - lo`` per later total."""
+    The sums before a drawn token ``j`` do not change when it is set to 0: the next draw's sums are added again from
+    ``j`` on only, from the sum before it (:func:`_cum_from`), and each draw is found from the checkpoints of its sums
+    (:func:`_cum_find`): per row one read, then ``V - j`` entries per later draw."""
     B, V = P.shape
     most = picks.shape[1]
+    cp = np.empty(_blocks(V))
     for b in range(B):
         row = P[b]
-        lo, base = 0, 0.0
+        start, c0 = 0, 0.0
         for r in range(most):
-            tot = _sum_skipping(row, lo, V, base, picks, b, r)
-            at = u[r, b] * tot
-            j, before = -1, 0.0
-            if base > at:  # the token drawn lies before lo: no drawn token there
-                c = 0.0
-                for i in range(lo):
-                    before = c
-                    c += row[i]
-                    if c > at:
-                        j = i
-                        break
-            else:
-                c = base
-                start = lo
-                while j < 0:
-                    nxt = V
-                    for s in range(r):
-                        q = picks[b, s]
-                        if start <= q < nxt:
-                            nxt = q
-                    for i in range(start, nxt):
-                        before = c
-                        c += row[i]
-                        if c > at:
-                            j = i
-                            break
-                    if nxt >= V:
-                        break
-                    start = nxt + 1
-            if j < 0:  # a uniform rounded up to the total: the first running sum reaching it
-                c = 0.0
-                for i in range(V):
-                    drawn = False
-                    for s in range(r):
-                        drawn = drawn or picks[b, s] == i
-                    before = c
-                    if not drawn:
-                        c += row[i]
-                    if c >= tot:
-                        j = i
-                        break
-                if j < 0:
-                    j, before = V - 1, -1.0
+            tot = _cum_from(row, row, 0.0, start, c0, picks, b, r, cp)
+            j, before = _cum_find(row, row, 0.0, u[r, b] * tot, tot, cp, picks, b, r)
             picks[b, r], tots[b, r] = j, tot
-            if (r == 0 or j < lo) and before >= 0.0:
-                lo, base = j, before
+            if before >= 0.0:
+                start, c0 = j, before
+            else:  # a NaN: the sums again from 0
+                start, c0 = 0, 0.0
 
 
 def _iid_rows(P, u, picks):
@@ -1652,44 +1647,19 @@ def _iid_rows(P, u, picks):
     :func:`_draws`' rule with no running sum written: draw ``s`` of row ``b`` is the first ``i`` whose running sum
     :math:`c_i` exceeds ``u[b, s]`` times the total (else the first ``i`` with :math:`c_i \ge` the total; at most
     ``V - 1``), written into ``picks[b, s]``. The running sums are ``torch.cumsum``'s on the CPU (added in order from
-    0) bit for bit: one read for the total, then one scan up to the largest uniform's token (the uniforms in
-    increasing order: their tokens do not decrease)."""
+    0) bit for bit: one read of the row for the total and the checkpoints (:func:`_cum_from`), then at most
+    :data:`CDF_BLOCK` additions per draw (:func:`_cum_find`)."""
     B, V = P.shape
+    cp = np.empty(_blocks(V))
     for b in range(B):
         row = P[b]
-        tot = 0.0
-        for i in range(V):
-            tot += row[i]
-        order = np.argsort(u[b])
-        i, c, last, top = 0, 0.0, -1, -1  # c: the running sum up to token i - 1; last: the token of the last draw
-        for s in order:
-            at = u[b, s] * tot
-            if last >= 0 and c > at:  # the last draw's token: its sum exceeds this level too, the sum before it not
-                picks[b, s] = last
-                continue
-            j = -1
-            while i < V:
-                c += row[i]
-                i += 1
-                if c > at:
-                    j = i - 1
-                    break
-            if j < 0:  # a uniform rounded up to the total: the first running sum reaching it
-                if top < 0:
-                    cc = 0.0
-                    top = V - 1
-                    for v in range(V):
-                        cc += row[v]
-                        if cc >= tot:
-                            top = v
-                            break
-                j = top
-            picks[b, s] = j
-            last = j
+        tot = _cum_from(row, row, 0.0, 0, 0.0, picks, b, 0, cp)
+        for s in range(u.shape[1]):
+            picks[b, s] = _cum_find(row, row, 0.0, u[b, s] * tot, tot, cp, picks, b, 0)[0]
 
 
-_PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_residual_total", "_residual_pick", "_sum_skipping",
-                                                    "_wor_rows", "_iid_rows"))
+_PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_cum_from", "_cum_find", "_blocks", "_residual_draw",
+                                          "_wor_rows", "_iid_rows"))
 
 
 class Eagle2LayoutT:
