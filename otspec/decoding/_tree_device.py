@@ -1539,6 +1539,16 @@ def _level_sums(Q, P, rows, minus_t, out):
 CDF_BLOCK = 512
 
 
+def _add_term(c, q, p, m, v, picks, b, r):
+    """``c`` plus the term ``v`` of :math:`(q + m\,p)_+` (one fused multiply-add, then the clamp: ``addcmul`` and
+    ``clamp_``'s rounding; a NaN stays NaN), or ``c`` itself where ``v`` is one of ``picks[b, :r]``."""
+    for s in range(r):
+        if picks[b, s] == v:
+            return c
+    w = _fma(p[v], m, q[v])
+    return c + (w if not w < 0.0 else 0.0)
+
+
 def _cum_from(q, p, m, start, c, picks, b, r, cp):
     r"""The running sums of :math:`w = (q + m\,p)_+` (``q``, ``p`` rows of ``V`` float64; each term as ``addcmul`` and
     ``clamp_`` round it, one fused multiply-add: ``p = q`` with ``m = 0`` gives ``q`` itself) from the token ``start``
@@ -1552,12 +1562,7 @@ def _cum_from(q, p, m, start, c, picks, b, r, cp):
     while k < cp.shape[0]:
         end = min(V, (k + 1) * CDF_BLOCK)
         for v in range(i, end):
-            drawn = False
-            for s in range(r):
-                drawn = drawn or picks[b, s] == v
-            if not drawn:
-                w = _fma(p[v], m, q[v])
-                c += w if not w < 0.0 else 0.0
+            c = _add_term(c, q, p, m, v, picks, b, r)
         cp[k] = c
         i = end
         k += 1
@@ -1589,12 +1594,7 @@ def _cum_find(q, p, m, at, tot, cp, picks, b, r):
     end = min(V, (k + 1) * CDF_BLOCK)
     for v in range(k * CDF_BLOCK, end):
         before = c
-        drawn = False
-        for s in range(r):
-            drawn = drawn or picks[b, s] == v
-        if not drawn:
-            w = _fma(p[v], m, q[v])
-            c += w if not w < 0.0 else 0.0
+        c = _add_term(c, q, p, m, v, picks, b, r)
         if (c > at) if strict else (c >= tot):
             return v, before
     return V - 1, -1.0  # unreachable: the block's checkpoint passes
@@ -1658,8 +1658,8 @@ def _iid_rows(P, u, picks):
             picks[b, s] = _cum_find(row, row, 0.0, u[b, s] * tot, tot, cp, picks, b, 0)[0]
 
 
-_PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_cum_from", "_cum_find", "_blocks", "_residual_draw",
-                                          "_wor_rows", "_iid_rows"))
+_PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_add_term", "_cum_from", "_cum_find", "_blocks",
+                                          "_residual_draw", "_wor_rows", "_iid_rows"))
 
 
 class Eagle2LayoutT:
