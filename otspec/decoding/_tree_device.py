@@ -1540,7 +1540,7 @@ CDF_BLOCK = 512
 
 
 def _add_term(c, q, p, m, v, picks, b, r):
-    """``c`` plus the term ``v`` of :math:`(q + m\,p)_+` (one fused multiply-add, then the clamp: ``addcmul`` and
+    r"""``c`` plus the term ``v`` of :math:`(q + m\,p)_+` (one fused multiply-add, then the clamp: ``addcmul`` and
     ``clamp_``'s rounding; a NaN stays NaN), or ``c`` itself where ``v`` is one of ``picks[b, :r]``."""
     for s in range(r):
         if picks[b, s] == v:
