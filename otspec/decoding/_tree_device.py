@@ -1021,8 +1021,9 @@ class TreeStepT:
     #: (:meth:`_keep_root_laws`).
     copy_root_laws: bool | None = None
     #: Read the accepted node on the host before its residual (:func:`verify_tree_t`'s ``host``): its rows read in
-    #: place, its branch taken once, the same draws bit for bit. None: where reading waits for nothing (the CPU);
-    #: on an accelerator the one host read of an iteration stays the only one.
+    #: place, its branch taken once, the same draws (bit for bit without numba; with its passes the level masses are
+    #: summed in another order, see the module docstring). None: where reading waits for nothing (the CPU); on an
+    #: accelerator the one host read of an iteration stays the only one.
     read_on_host: bool | None = None
 
     def __init__(self, plan, sampling, log_laws: bool, *, law_batch: int, clock):
