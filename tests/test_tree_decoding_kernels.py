@@ -224,3 +224,18 @@ def test_verify_with_the_passes_equals_torchs_passes(rule, V, monkeypatch):
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
         np.testing.assert_allclose(got[2].numpy(), want[2].numpy(), rtol=1e-12, atol=0)
         assert torch.equal(Qin, before)
+
+
+def test_the_passes_run_only_where_addcmul_rounds_once(monkeypatch):
+    """The passes' terms are one fused multiply-add: they are on only where torch's addcmul rounds as they do (this
+    CPU), checked on a case where rounding the product first gives 0; a torch that rounds twice leaves them off."""
+    assert TD._addcmul_fuses()
+    real = torch.addcmul
+    monkeypatch.setattr(torch, "addcmul", lambda q, p, m: q + p * m)  # the product rounded first
+    assert not TD._addcmul_fuses()
+    monkeypatch.setattr(torch, "addcmul", real)
+    q, p = np.full(70, -1.0), np.full(70, 1.0 + 2.0**-30)
+    assert TD._residual_draw(q, p, 1.0 - 2.0**-30, 0.5)[1] == 0.0  # every term -2**-60, clamped
+    out = np.zeros(1)
+    TD._level_sums(-q[None], p[None], np.array([0]), np.array([-(1.0 - 2.0**-30)]), out)
+    assert out[0] == 70 * 2.0**-60  # 1 - (1 + 2**-30)(1 - 2**-30) = 2**-60 once rounded, per term

@@ -1659,8 +1659,19 @@ def _iid_rows(P, u, picks):
             picks[b, s] = _cum_find(row, row, 0.0, u[b, s] * tot, tot, cp, picks, b, 0)[0]
 
 
+def _addcmul_fuses() -> bool:
+    """Whether torch's ``addcmul`` rounds ``q + p m`` once on this CPU (a fused multiply-add, as the numba passes'
+    terms: :func:`_add_term`): :math:`(1 + 2^{-30})(1 - 2^{-30}) - 1 = -2^{-60}` once rounded, 0 when the product is
+    rounded first, on a row long enough for the vectorised kernel and its tail. Where it does not, the passes would
+    not round as torch does: they are left off (torch's passes run, bit for bit)."""
+    q = torch.full((2, 67), -1.0, dtype=torch.float64)
+    p = torch.full((2, 67), 1.0 + 2.0**-30, dtype=torch.float64)
+    m = torch.full((2, 1), 1.0 - 2.0**-30, dtype=torch.float64)  # a level per row, as the rules pass it
+    return bool((torch.addcmul(q, p, m) == -(2.0**-60)).all())
+
+
 _PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_add_term", "_cum_from", "_cum_find", "_blocks",
-                                          "_residual_draw", "_wor_rows", "_iid_rows"))
+                                          "_residual_draw", "_wor_rows", "_iid_rows")) and _addcmul_fuses()
 
 
 class Eagle2LayoutT:
