@@ -33,11 +33,21 @@ device. On the CPU, where reading a tensor waits for nothing, the accepted node 
 (``TreeStepT.read_on_host``): its rows are read in place and its residual's level chosen once (:func:`verify_tree_t`'s
 ``host``), the target's laws of EAGLE-2's slots without children are not formed (the target-only rule reads none of
 them), and the rows are copied from the logits without a gathered copy; SpecInfer's and Sequoia's rules, the walk
-and the accepted node's law run in Python floats on a few numbers per child read there (:func:`_verify_host`: the
-passes over ``V`` stay in torch), the residual's branch is decided by the running sums of its draw, the draws without
-replacement read each draw and continue the running sums from the token drawn (:func:`_draws_wor_host`), and the
-steps' blocks are handed on from one decode to the next (:class:`_BlockPool`); the same draws and logged predictions,
-bit for bit (tests/test_tree_decoding_lazy.py, tests/test_tree_decoding_passes.py).
+and the accepted node's law run in Python floats on a few numbers per child read there (:func:`_verify_host`), and the
+steps' blocks are handed on from one decode to the next (:class:`_BlockPool`). Where numba is installed (the ``fast``
+extra) the passes over ``V`` after the laws are numba kernels that read the rows and write nothing: each rejection's
+level mass at the rows it may move in one read (:func:`_level_sums`), the draws without replacement and the i.i.d.
+draws from running sums never written (:func:`_wor_rows`, :func:`_iid_rows`; Sequoia's draft totals are their first
+totals), the accepted node's residual or bonus token by one read for its total (:func:`_residual_draw`): each
+row's running sums are added once, only their values at the ends of blocks of :data:`CDF_BLOCK` tokens kept
+(:func:`_cum_from`), and a draw adds again at most one block from the checkpoint before it (:func:`_cum_find`). The
+draws are those of the accelerator's route bit for bit where
+their inputs are (each term rounded as ``addcmul`` rounds it, the running sums added in order as ``torch.cumsum``);
+the level masses and the draft totals are sums of the same terms in another order than torch's ``sum``, so the
+acceptances and the logged predictions agree with that route's to rounding (1e-12 relative in the tests) and a child
+is decided otherwise only where its uniform falls within rounding of its acceptance probability. Without numba torch's
+passes run, and every draw and prediction is that route's bit for bit (tests/test_tree_decoding_lazy.py,
+tests/test_tree_decoding_passes.py, tests/test_tree_decoding_kernels.py).
 
 An EAGLE-2 tree is chosen on the device (the top-k of cumulative scores per level, the reranking to
 ``n`` nodes: :class:`Eagle2TreeT`); the target scores it from its ``parents`` and tokens as device tensors
@@ -71,7 +81,7 @@ import numpy as np
 import otspec
 import otspec.tree
 
-from .._jit import compile_in
+from .._jit import HAVE_NUMBA, compile_in
 from ..tree._process import _support_error
 from ..tree._verifiers import SequoiaVerifier, SpecInferVerifier, TargetOnlyVerifier
 from ._deps import require
@@ -391,7 +401,7 @@ def end_mass_t(lay: TreeLayoutT, acc, alive):
 
 
 def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None, work=None,
-                  host: bool = False):
+                  host: bool = False, totals: list | None = None):
     r"""One tree verification on the laws' device: the accepted node, the emitted token, the exact law.
 
     Every node's outcome is decided at once with one uniform per child (``"specinfer"``, ``"sequoia"``: the
@@ -420,6 +430,10 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
         Read the accepted node on the host before its residual (:func:`_emit_host`; where a read waits for
         nothing, the CPU): its rows of ``P_inner`` and ``Q_inner`` read in place (``q_at`` called at a leaf only),
         the residual's level chosen once; the same token bit for bit, ``Q_inner`` left as it was.
+    totals : list of float, optional, keyword-only
+        With ``host``: the totals of ``P_inner``'s rows (Sequoia's rule reads them) as the draft's draws summed them
+        (:func:`_draws_wor`'s ``totals``: added in order, where ``P_inner.sum(-1)`` sums in another order), read
+        instead of a pass over ``V`` per row.
     draw : callable, optional
         ``(W, gen) -> ids`` (default :func:`draw_rows`, its running sums written into ``work``).
     work : dict, optional, keyword-only
@@ -454,7 +468,7 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
     ([0.0, 0.5, 0.5], True)
     """
     if host:  # the rules' arithmetic on a few numbers per child in Python floats
-        cur, r, x, level, mass = _verify_host(rule, lay, tokens, P_inner, Q_inner, gen, work)
+        cur, r, x, level, mass = _verify_host(rule, lay, tokens, P_inner, Q_inner, gen, work, totals)
         cur = torch.tensor([cur], device=Q_inner.device)
         return cur, _emit_host(rule, r, cur, x, level, P_inner, Q_inner, q_at, gen, draw, work), mass
     acc, alive, x, level, sampler = node_rules_t(rule, lay, tokens, P_inner, Q_inner, work=work)
@@ -513,15 +527,18 @@ def _clamp_min0(v: float) -> float:
     return 0.0 if v < 0.0 else v
 
 
-def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
+def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work, totals=None):
     r""":func:`node_rules_t` (``"specinfer"``, ``"sequoia"``; ``"target-only"`` by :func:`_verify_host_target_only`)
     and the walk of :func:`verify_tree_t` with the few numbers per child read on the host and the rules' arithmetic
     done in Python floats (IEEE float64, each operation
     rounded once, as torch's elementwise kernels on the CPU round it; the guards against division by 0 the same
-    ``where``\ s), the passes over ``V`` in torch as there (the draft law's totals, each rejection's level over every
-    row with children, ``torch.rand`` for the uniforms with the same shape and generator): the same acceptances, levels,
-    uniforms, accepted node and exact law, bit for bit, with some ten torch operators where the device route runs a
-    hundred on tensors of a few entries.
+    ``where``\ s), the passes over ``V`` as there (the draft law's totals, each rejection's level at the rows it may
+    move, ``torch.rand`` for the uniforms with the same shape and generator), with some ten torch operators where the
+    device route runs a hundred on tensors of a few entries. With torch's passes (no numba) the same acceptances,
+    levels, uniforms, accepted node and exact law, bit for bit; with the numba passes (:func:`_level_sums_host`) and
+    the totals the draws summed (``totals``) the levels' masses and the totals are sums of the same terms in another
+    order, so the acceptances and the exact law agree to rounding (within 1e-12 relative in the tests) and the
+    uniforms decide the same children but where one falls within rounding of an acceptance probability.
 
     Returns ``cur`` (an int, the accepted node), its row of ``inner`` (-1 at a leaf), ``x`` (``(I, m)`` int64,
     the children's tokens), ``level`` (``(t, S, ell)``, lists of ``I`` Python floats, read by :func:`_emit_host`;
@@ -541,7 +558,7 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
         return _verify_host_target_only(h, lay, x, dup, Q_inner, gen)
     qx, px_raw = torch.gather(Q_inner, 1, x).tolist(), torch.gather(P_inner, 1, x).tolist()
     wor = rule == "sequoia"
-    total = P_inner.sum(-1).tolist() if wor else None
+    total = (P_inner.sum(-1).tolist() if totals is None else totals) if wor else None
     t, S, removed = [0.0] * I, [1.0] * I, [0.0] * I
     end_ell, w = [1.0] * I, [1.0] * I
     acc_k = [[0.0] * m for _ in range(I)]
@@ -570,11 +587,12 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
                 px_all[i][j], tx_all[i][j] = px, tx
             if last[i][j]:
                 end_ell[i] = ells[i]
-        if j < m - 1:  # the level after rejecting child j: one pass over V at every row (as _levels_t)
+        if j < m - 1:  # the level after rejecting child j: one pass over V per row it may move (as _levels_t)
             t_new = [t[i] + S[i] / (ells[i] if ells[i] > 0 else 1.0) for i in range(I)]
-            lvl = _block(work, "lvl", tuple(Q_inner.shape), dev)
-            T = torch.tensor(t_new, dtype=dt, device=dev)
-            S_new = torch.addcmul(Q_inner, P_inner, -T[:, None], out=lvl).clamp_(min=0.0).sum(-1).tolist()
+            # the rows whose level may move: not where a child so far is accepted surely (w = 0: the later children's
+            # acceptances and the node's residual are then never used, and multiply by 0 in the law of the end)
+            moves = [i for i in range(I) if valid[i][j] and not last[i][j] and ells[i] > 0 and w[i] != 0.0]
+            S_new = _level_sums_host(Q_inner, P_inner, moves, t_new, work)
             for i in range(I):
                 on = valid[i][j] and not last[i][j]
                 if on and ells[i] > 0 and S_new[i] > 0:  # a level of no mass is kept (probability 0)
@@ -591,6 +609,35 @@ def _verify_host(rule: str, lay, tokens, P_inner, Q_inner, gen, work):
                 break
     cur, mass = _end_host(h, nxt, acc_k, w, dt, dev)
     return cur, h.row_of[cur], x, (t, S, end_ell), mass
+
+
+def _kernel_rows(*rows) -> bool:
+    """Whether the numba passes (:func:`_level_sums`, :func:`_residual_draw`, :func:`_wor_rows`, :func:`_iid_rows`)
+    may read these tensors in place: compiled, and every tensor a contiguous float64 CPU tensor without gradient."""
+    return _PASSES_COMPILED and all(
+        r.device.type == "cpu" and r.dtype == torch.float64 and r.is_contiguous() and not r.requires_grad
+        for r in rows)
+
+
+def _level_sums_host(Q_inner, P_inner, rows: list, t_new: list, work):
+    r"""The levels' masses :math:`S = \lVert (q - t' p)_+ \rVert_1` after a rejection for :func:`_verify_host`, a list
+    of ``I`` Python floats of which the entries ``rows`` (the rows whose level may move) are read: by
+    :func:`_level_sums` (one read of those rows, nothing written; its sum order is not torch's, see there) where it
+    may run, else by torch's ``addcmul``, ``clamp_`` and ``sum`` at every row, the values of :func:`_levels_t` bit for
+    bit."""
+    I = int(Q_inner.shape[0])
+    if _kernel_rows(Q_inner, P_inner):
+        out = np.zeros(len(rows))
+        if rows:
+            _level_sums(Q_inner.numpy(), P_inner.numpy(), np.array(rows, dtype=np.int64),
+                        np.array([-t_new[i] for i in rows]), out)
+        S = [0.0] * I
+        for k, i in enumerate(rows):
+            S[i] = float(out[k])
+        return S
+    lvl = _block(work, "lvl", tuple(Q_inner.shape), Q_inner.device)
+    T = torch.tensor(t_new, dtype=Q_inner.dtype, device=Q_inner.device)
+    return torch.addcmul(Q_inner, P_inner, -T[:, None], out=lvl).clamp_(min=0.0).sum(-1).tolist()
 
 
 def _walk_host(h, nxt) -> int:
@@ -668,6 +715,8 @@ def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, dr
     is), in place of a sum over ``V``; the draw then reads the same sums.
     """
     dev, V = Q_inner.device, int(Q_inner.shape[1])
+    if draw is None and _kernel_rows(Q_inner) and (P_inner is None or _kernel_rows(P_inner)):
+        return _emit_kernels(rule, r, cur, x, level, P_inner, Q_inner, q_at, gen)
     # the "cdf" draw of draw_rows (its default off CUDA) from running sums formed once: a row has mass exactly where
     # its running sums end above 0 (non-negative entries), so they decide the branch in place of a sum over V
     cum = _block(work, "cum", (1, V), dev) if draw is None and dev.type != "cuda" else None
@@ -715,6 +764,53 @@ def _emit_host(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen, dr
     return y
 
 
+def _emit_kernels(rule: str, r: int, cur, x, level, P_inner, Q_inner, q_at, gen):
+    r""":func:`_emit_host` by the numba passes on the CPU, the same token bit for bit (each weight rounded as
+    ``addcmul`` and ``clamp_`` round it, the running sums added in order as ``torch.cumsum``), no row written: the
+    weights :math:`w = (q + m\,p)_+` of each candidate in :func:`_emit_host`'s order -- the residual at :math:`t'`
+    (where :math:`\ell > 0`), at :math:`t`, then ``q`` itself (``m = 0``, ``p = q``); for ``"target-only"``
+    ``Q_inner``'s row with the children's tokens set to 0 (put back after), then ``q``; at a leaf ``q_at(cur)`` --
+    each drawn by one read of the row (:func:`_residual_draw`) until one has positive total (the last one whatever its
+    total), with the uniform of ``draw_rows``'s ``"cdf"`` rule (the same ``torch.rand`` call, times the total rounded
+    once)."""
+    restore = None
+    if r < 0:
+        q = q_at(cur)[0]
+        if not _kernel_rows(q):
+            q = q.contiguous().to(torch.float64)
+        q = q.numpy()
+        cands = [(q, q, 0.0)]
+    elif rule == "target-only":
+        row = Q_inner[r]
+        xr = x[r]
+        was = row.gather(0, xr)
+        row.scatter_(0, xr, 0.0)
+        q = row.numpy()
+        cands = [(q, q, 0.0), None]  # None: q itself, its children's tokens put back first
+        restore = (row, xr, was)
+    else:
+        q, p = Q_inner[r].numpy(), P_inner[r].numpy()
+        t, S, ell = (v[r] for v in level)
+        cands = [(q, p, -t), (q, q, 0.0)]
+        if ell > 0:
+            cands.insert(0, (q, p, -(t + S / ell)))
+    u = float(torch.rand((1, 1), dtype=torch.float64, device=Q_inner.device, generator=gen)[0, 0])
+    for k, c in enumerate(cands):
+        if c is None:
+            restore[0].scatter_(0, restore[1], restore[2])
+            restore = None
+            c = (q, q, 0.0)
+        if k == len(cands) - 1:
+            y = _residual_draw(*c, u)[0]
+            break
+        y, tot = _residual_draw(*c, u)
+        if tot > 0:
+            break
+    if restore is not None:
+        restore[0].scatter_(0, restore[1], restore[2])
+    return torch.tensor([y], device=Q_inner.device)
+
+
 # ----------------------------------------------------------------------------- one iteration
 class _Grow:
     """The static draft plan of a shape: per depth, which frontier row each child is drawn from and its rank."""
@@ -746,11 +842,18 @@ class _Grow:
         self.lay = TreeLayoutT(shape.parents, shape.depth, inner, device)
 
 
-def _draws(P, k: int, gen, *, work=None):
+def _draws(P, k: int, gen, *, work=None, host: bool = False):
     r"""``k`` independent draws from each row of ``P`` (``(B, V)``, non-negative), shape ``(B, k)``: the
     ``"cdf"`` rule of :func:`draw_rows` with ``k`` uniforms per row against one running sum (the first ``i``
     with :math:`c_i > u\,c_V`; a uniform rounded up to the total falls back to the first ``i`` with
-    :math:`c_i = c_V`). No host read; the running sums go into ``work["cum"]`` when given (:func:`_block`)."""
+    :math:`c_i = c_V`). No host read; the running sums go into ``work["cum"]`` when given (:func:`_block`).
+    ``host`` (the CPU) with the numba passes: the same draws bit for bit by :func:`_iid_rows`, the rows only read."""
+    if host and _kernel_rows(P):
+        u = torch.rand((int(P.shape[0]), k), dtype=torch.float64, device=P.device, generator=gen)
+        picks = np.zeros((int(P.shape[0]), k), dtype=np.int64)
+        if k:
+            _iid_rows(P.numpy(), u.numpy(), picks)
+        return torch.from_numpy(picks)
     c = torch.cumsum(P, dim=-1, out=None if work is None else _block(work, "cum", tuple(P.shape), P.device))
     return _draws_from_sums(c, k, gen)
 
@@ -765,7 +868,7 @@ def _draws_from_sums(c, k: int, gen):
 
 
 def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, in_place: bool = False,
-               host: bool = False):
+               host: bool = False, totals: list | None = None):
     r"""``most`` draws without replacement from each row of ``P`` (``(B, V)``, non-negative), in draw order, shape
     ``(B, most)``, and the flags of rows with fewer than ``need`` (``(B,)``) tokens of positive mass. No host read.
 
@@ -788,7 +891,9 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
     block the caller owns) instead of a copy, and write their values back in reverse order of the draws before
     returning (``P`` ends bit for bit as it was). ``host`` (where a read waits for nothing: the CPU, whose
     ``torch.cumsum`` adds in order) lets the ``"cdf"`` rule read each draw's tokens and continue the running sums from
-    there (:func:`_cumsum_after`) instead of summing the whole row again. The same draws either way.
+    there (:func:`_cumsum_after`) instead of summing the whole row again, or, where the numba passes run, draw from
+    running sums never written (:func:`_wor_rows`, ``P`` only read) and append each row's total to ``totals`` (a
+    list, when given: the row's sum added in order, the first draw's total). The same draws either way.
     """
     if rule is None:
         rule = "race" if P.device.type == "cuda" else "cdf"
@@ -800,6 +905,8 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
         top = torch.topk(torch.div(P, E, out=E), most, dim=-1).indices
         return top, (P > 0).sum(-1) < need
     if host and P.device.type == "cpu" and P.is_contiguous() and P.dtype == torch.float64:
+        if _kernel_rows(P):
+            return _draws_wor_kernel(P, most, need, gen, totals)
         return _draws_wor_host(P, most, need, gen, blk, in_place)
     B, V = P.shape
     W = P if in_place else P.clone()
@@ -823,6 +930,23 @@ def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, i
             W.scatter_(1, top[:, r : r + 1], was[:, r : r + 1])
     short = ((tots == 0) & (torch.arange(most, device=P.device) < need[:, None])).any(-1)
     return top, short
+
+
+def _draws_wor_kernel(P, most: int, need, gen, totals: list | None):
+    """The ``"cdf"`` rule of :func:`_draws_wor` by :func:`_wor_rows` (``P`` a contiguous float64 CPU block, only read):
+    the uniforms of every draw by one ``torch.rand`` call of ``most`` rows of ``B`` (the CPU generator fills them in
+    order: the values of ``most`` calls of ``B``, row ``r`` those of draw ``r``), the same draws and flags bit for bit
+    as the draw-by-draw rule; each row's total (its first draw's) appended to ``totals``."""
+    B = int(P.shape[0])
+    u = torch.rand((most, B), dtype=torch.float64, device=P.device, generator=gen)
+    picks, tots = np.zeros((B, most), dtype=np.int64), np.zeros((B, most))
+    if most:
+        _wor_rows(P.numpy(), u.numpy(), picks, tots)
+    if totals is not None:
+        totals.extend(tots[:, 0].tolist() if most else P.sum(-1).tolist())
+    needs = need.tolist()
+    short = torch.tensor([bool((tots[b, : min(most, needs[b])] == 0).any()) for b in range(B)])
+    return torch.from_numpy(picks), short
 
 
 def _draws_wor_host(P, most: int, need, gen, blk, in_place: bool):
@@ -897,8 +1021,9 @@ class TreeStepT:
     #: (:meth:`_keep_root_laws`).
     copy_root_laws: bool | None = None
     #: Read the accepted node on the host before its residual (:func:`verify_tree_t`'s ``host``): its rows read in
-    #: place, its branch taken once, the same draws bit for bit. None: where reading waits for nothing (the CPU);
-    #: on an accelerator the one host read of an iteration stays the only one.
+    #: place, its branch taken once, the same draws (bit for bit without numba; with its passes the level masses are
+    #: summed in another order, see the module docstring). None: where reading waits for nothing (the CPU); on an
+    #: accelerator the one host read of an iteration stays the only one.
     read_on_host: bool | None = None
 
     def __init__(self, plan, sampling, log_laws: bool, *, law_batch: int, clock):
@@ -912,6 +1037,7 @@ class TreeStepT:
         self.law_batch, self.clock = law_batch, clock  # the decoder's batch of kept laws and its one clock
         self.kept: list = []  # log_laws: the root laws (p, q) kept until the next flush (:meth:`_keep_root_laws`)
         self.kept_logits = False  # whether self.kept holds the root logits (copied), not laws
+        self.p_totals: list = []  # the draft laws' totals of an iteration's rows, as its draws summed them (or none)
         self.alpha_wor: list = []
         self.parents = getattr(plan.shape, "parents", None)  # a static shape's (an EAGLE-2 tree's: per iteration)
         # float64 law blocks overwritten every iteration; on the CPU handed on from one decode to the next (_BlockPool)
@@ -922,11 +1048,12 @@ class TreeStepT:
         log-sum-exp); the flags of supports too small for the children (None for ``"iid"``)."""
         g, process = self.grow, self.plan.process
         if process == "iid":
-            vals = _draws(P, g.width[j], self.gd, work=self._blocks).flatten().index_select(0, g.cell[j])
+            vals = _draws(P, g.width[j], self.gd, work=self._blocks, host=self._reads_host(P.device))
+            vals = vals.flatten().index_select(0, g.cell[j])
             return tokens.index_copy_(0, g.dst[j], vals), None
         if process == "wor":  # P: rows of the step's own block, restored bit for bit after the draws
             top, short = _draws_wor(P, g.most[j], g.need[j], self.gd, work=self._blocks, in_place=True,
-                                    host=self._reads_host(P.device))
+                                    host=self._reads_host(P.device), totals=self.p_totals)
         else:  # the draft's own law (temperature 1, untruncated) ranks as its logits do: no float64 law is formed
             vals, top = torch.topk(logits, g.most[j], dim=-1)
             kth = vals.gather(1, (g.need[j] - 1)[:, None])[:, 0].to(torch.float64)
@@ -951,6 +1078,7 @@ class TreeStepT:
         flags, shorts, raws = [], [], []
         length, batch, row = len(ctx), 1, 0
         Pb = None
+        self.p_totals = []
         if self.needs_p:  # the draft's laws at the nodes with children, in a block kept across iterations
             Pb = _block(self._blocks, "P", (g.lay.inner_np.shape[0], int(logits.shape[-1])), ddev)
         for j in range(g.D):
@@ -988,8 +1116,9 @@ class TreeStepT:
         host = self._reads_host(tdev)
         Q, q_at, leaf = self._target_laws(logits, self.lay_t.inner, self.lay_t.inner_rows, host=host)
         P_inner = Pb.to(tdev, non_blocking=True) if Pb is not None else None
+        totals = self.p_totals if len(self.p_totals) == g.lay.inner_np.shape[0] else None
         a, y, mass = verify_tree_t(self.rule, self.lay_t, tokens_t, P_inner, Q, q_at, gt, work=self._blocks,
-                                   host=host)
+                                   host=host, totals=totals)
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
         # flags of bad draft laws or small supports, then of bad target laws
         nd = int(dflags.shape[0])
@@ -1357,6 +1486,192 @@ def _top_k_rows(R, k, ids, vals):
 
 
 _TOP_K_COMPILED = compile_in(globals(), ("_top_k_insert", "_top_k_rows"))
+
+
+# ----------------------------------------------------------------------------- the CPU route's passes over V (numba)
+if HAVE_NUMBA:  # pragma: no branch - the ``fast`` extra
+    from numba.core import types as _nb_types
+    from numba.extending import intrinsic as _nb_intrinsic
+
+    @_nb_intrinsic
+    def _fma(typingctx, a, b, c):
+        """``a * b + c`` rounded once (LLVM's ``fma``): the product and sum of torch's ``addcmul`` on the CPU, whose
+        vectorised kernel fuses them."""
+        sig = _nb_types.float64(_nb_types.float64, _nb_types.float64, _nb_types.float64)
+
+        def codegen(context, builder, signature, args):
+            return builder.fma(*args)
+
+        return sig, codegen
+else:  # pragma: no cover - the kernels below are not called without numba
+    def _fma(a, b, c):
+        return a * b + c
+
+
+def _level_sums(Q, P, rows, minus_t, out):
+    r""":math:`S_k = \sum_x (Q_{r_k}(x) - t_k P_{r_k}(x))_+` for the rows ``rows[k]`` of ``Q`` and ``P`` (``(I, V)``
+    float64), ``minus_t[k]`` :math:`= -t_k`, written into ``out[k]``: one read of the two rows, nothing written (torch's
+    ``addcmul``, ``clamp_`` and ``sum`` write and read a third row twice). Each term is rounded as ``addcmul`` rounds it
+    (one fused multiply-add, then the clamp: a NaN stays NaN); the terms are summed in four interleaved running sums
+    (entries ``4 s + 0..3``), then ``(s_0 + s_1) + (s_2 + s_3)``: another order than torch's ``sum``, so the sum may
+    differ from it by the rounding of a sum of ``V`` non-negative terms (relative ``V`` ulps at most, far less in
+    practice); it is 0 exactly when every term is, as torch's."""
+    V = Q.shape[1]
+    n4 = V - V % 4
+    for k in range(rows.shape[0]):
+        r, m = rows[k], minus_t[k]
+        a0 = a1 = a2 = a3 = 0.0
+        for v in range(0, n4, 4):
+            w0 = _fma(P[r, v], m, Q[r, v])
+            w1 = _fma(P[r, v + 1], m, Q[r, v + 1])
+            w2 = _fma(P[r, v + 2], m, Q[r, v + 2])
+            w3 = _fma(P[r, v + 3], m, Q[r, v + 3])
+            a0 += w0 if not w0 < 0.0 else 0.0
+            a1 += w1 if not w1 < 0.0 else 0.0
+            a2 += w2 if not w2 < 0.0 else 0.0
+            a3 += w3 if not w3 < 0.0 else 0.0
+        for v in range(n4, V):
+            w = _fma(P[r, v], m, Q[r, v])
+            a0 += w if not w < 0.0 else 0.0
+        out[k] = (a0 + a1) + (a2 + a3)
+
+
+#: Entries per block of the running sums' checkpoints (:func:`_cum_from`, :func:`_cum_find`).
+CDF_BLOCK = 512
+
+
+def _add_term(c, q, p, m, v, picks, b, r):
+    r"""``c`` plus the term ``v`` of :math:`(q + m\,p)_+` (one fused multiply-add, then the clamp: ``addcmul`` and
+    ``clamp_``'s rounding; a NaN stays NaN), or ``c`` itself where ``v`` is one of ``picks[b, :r]``."""
+    for s in range(r):
+        if picks[b, s] == v:
+            return c
+    w = _fma(p[v], m, q[v])
+    return c + (w if not w < 0.0 else 0.0)
+
+
+def _cum_from(q, p, m, start, c, picks, b, r, cp):
+    r"""The running sums of :math:`w = (q + m\,p)_+` (``q``, ``p`` rows of ``V`` float64; each term as ``addcmul`` and
+    ``clamp_`` round it, one fused multiply-add: ``p = q`` with ``m = 0`` gives ``q`` itself) from the token ``start``
+    on, continuing ``c`` (the running sum before ``start``), the tokens ``picks[b, :r]`` left out (as 0: ``c + 0 = c``),
+    added in order as the CPU's ``torch.cumsum`` adds them; nothing written but the running sum at the end of every
+    block of :data:`CDF_BLOCK` tokens from ``start``'s on, into ``cp`` (the checkpoints :func:`_cum_find` starts from;
+    those before stand). Returns the last running sum, the total: bit for bit ``torch.cumsum(w)[-1]``."""
+    V = q.shape[0]
+    k = start // CDF_BLOCK
+    i = start
+    while k < cp.shape[0]:
+        end = min(V, (k + 1) * CDF_BLOCK)
+        for v in range(i, end):
+            c = _add_term(c, q, p, m, v, picks, b, r)
+        cp[k] = c
+        i = end
+        k += 1
+    return c
+
+
+def _cum_find(q, p, m, at, tot, cp, picks, b, r):
+    r"""The token of ``draw_rows``' ``"cdf"`` rule on the running sums :math:`c` of :func:`_cum_from` (the same ``q``,
+    ``p``, ``m`` and left-out tokens, its checkpoints ``cp`` and total ``tot``): the first ``i`` with :math:`c_i >`
+    ``at`` (the uniform times the total), else (a uniform rounded up to the total) the first with :math:`c_i \ge`
+    ``tot``, at most ``V - 1`` -- ``torch.searchsorted`` on ``torch.cumsum`` bit for bit. The first block whose
+    checkpoint passes is found among the checkpoints (the sums do not decrease), the sums inside it added again from
+    the checkpoint before it: at most :data:`CDF_BLOCK` additions. Returns ``(i, c_{i-1})`` (the running sum before
+    ``i``; -1 where none passes: a NaN)."""
+    V = q.shape[0]
+    nb = cp.shape[0]
+    strict = True
+    k = 0
+    while k < nb and not cp[k] > at:
+        k += 1
+    if k == nb:
+        strict = False
+        k = 0
+        while k < nb and not cp[k] >= tot:
+            k += 1
+        if k == nb:
+            return V - 1, -1.0
+    c = cp[k - 1] if k > 0 else 0.0
+    end = min(V, (k + 1) * CDF_BLOCK)
+    for v in range(k * CDF_BLOCK, end):
+        before = c
+        c = _add_term(c, q, p, m, v, picks, b, r)
+        if (c > at) if strict else (c >= tot):
+            return v, before
+    return V - 1, -1.0  # unreachable: the block's checkpoint passes
+
+
+def _blocks(V):
+    """The number of :data:`CDF_BLOCK` blocks of ``V`` tokens (at least one)."""
+    return max(1, (V + CDF_BLOCK - 1) // CDF_BLOCK)
+
+
+def _residual_draw(q, p, m, u):
+    """One draw of ``draw_rows``' ``"cdf"`` rule from :math:`w = (q + m\\,p)_+` with the uniform ``u``: ``(token,
+    total)``, bit for bit ``torch.searchsorted`` on ``torch.cumsum(w)`` and its last entry (:func:`_cum_from`,
+    :func:`_cum_find`): one read of the row, then at most :data:`CDF_BLOCK` additions."""
+    cp = np.empty(_blocks(q.shape[0]))
+    none = np.zeros((1, 0), dtype=np.int64)
+    tot = _cum_from(q, p, m, 0, 0.0, none, 0, 0, cp)
+    return _cum_find(q, p, m, u * tot, tot, cp, none, 0, 0)[0], tot
+
+
+def _wor_rows(P, u, picks, tots):
+    r"""``most`` draws without replacement from every row of ``P`` (``(B, V)`` float64, non-negative), the ``"cdf"``
+    rule of :func:`_draws_wor` with no running sum written: the draw ``r`` of row ``b`` is the first token ``i`` whose
+    running sum :math:`c_i` of the row with the tokens drawn before set to 0 exceeds ``u[r, b]`` times its total (else,
+    a uniform rounded up to the total, the first ``i`` with :math:`c_i \ge` the total; at most ``V - 1``), written into
+    ``picks[b, r]``, the total into ``tots[b, r]``. The running sums are those of ``torch.cumsum`` on the CPU (added in
+    order from 0) bit for bit, so the draws and totals are those of the draw-by-draw rule.
+
+    The sums before a drawn token ``j`` do not change when it is set to 0: the next draw's sums are added again from
+    ``j`` on only, from the sum before it (:func:`_cum_from`), and each draw is found from the checkpoints of its sums
+    (:func:`_cum_find`): per row one read, then ``V - j`` entries per later draw."""
+    B, V = P.shape
+    most = picks.shape[1]
+    cp = np.empty(_blocks(V))
+    for b in range(B):
+        row = P[b]
+        start, c0 = 0, 0.0
+        for r in range(most):
+            tot = _cum_from(row, row, 0.0, start, c0, picks, b, r, cp)
+            j, before = _cum_find(row, row, 0.0, u[r, b] * tot, tot, cp, picks, b, r)
+            picks[b, r], tots[b, r] = j, tot
+            if before >= 0.0:
+                start, c0 = j, before
+            else:  # a NaN: the sums again from 0
+                start, c0 = 0, 0.0
+
+
+def _iid_rows(P, u, picks):
+    r"""``k`` independent draws from every row of ``P`` (``(B, V)`` float64, non-negative; ``u`` ``(B, k)`` uniforms),
+    :func:`_draws`' rule with no running sum written: draw ``s`` of row ``b`` is the first ``i`` whose running sum
+    :math:`c_i` exceeds ``u[b, s]`` times the total (else the first ``i`` with :math:`c_i \ge` the total; at most
+    ``V - 1``), written into ``picks[b, s]``. The running sums are ``torch.cumsum``'s on the CPU (added in order from
+    0) bit for bit: one read of the row for the total and the checkpoints (:func:`_cum_from`), then at most
+    :data:`CDF_BLOCK` additions per draw (:func:`_cum_find`)."""
+    B, V = P.shape
+    cp = np.empty(_blocks(V))
+    for b in range(B):
+        row = P[b]
+        tot = _cum_from(row, row, 0.0, 0, 0.0, picks, b, 0, cp)
+        for s in range(u.shape[1]):
+            picks[b, s] = _cum_find(row, row, 0.0, u[b, s] * tot, tot, cp, picks, b, 0)[0]
+
+
+def _addcmul_fuses() -> bool:
+    """Whether torch's ``addcmul`` rounds ``q + p m`` once on this CPU (a fused multiply-add, as the numba passes'
+    terms: :func:`_add_term`): :math:`(1 + 2^{-30})(1 - 2^{-30}) - 1 = -2^{-60}` once rounded, 0 when the product is
+    rounded first, on a row long enough for the vectorised kernel and its tail. Where it does not, the passes would
+    not round as torch does: they are left off (torch's passes run, bit for bit)."""
+    q = torch.full((2, 67), -1.0, dtype=torch.float64)
+    p = torch.full((2, 67), 1.0 + 2.0**-30, dtype=torch.float64)
+    m = torch.full((2, 1), 1.0 - 2.0**-30, dtype=torch.float64)  # a level per row, as the rules pass it
+    return bool((torch.addcmul(q, p, m) == -(2.0**-60)).all())
+
+
+_PASSES_COMPILED = compile_in(globals(), ("_level_sums", "_add_term", "_cum_from", "_cum_find", "_blocks",
+                                          "_residual_draw", "_wor_rows", "_iid_rows")) and _addcmul_fuses()
 
 
 class Eagle2LayoutT:
