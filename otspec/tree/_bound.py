@@ -909,31 +909,24 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     left: dict = {}                                          # row -> the columns left (at most V // 16 kept)
     whole: set = set()                                       # rows with more left: pi at every entry (wor_row)
     idx = np.empty(V if last else 0, dtype=np.int32)
-    for i in range(m):
-        if not last:
+    if not last:
+        for i in range(m):
             _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
-            continue
-        _K.wor_row_last(Prows[i], Qrows[i], float(Qu[i]), dW[i], idx, lo[i])
-        if lo[i, 1] == 0:
-            st[i, 0] = lo[i, 0]
-            continue
-        # entries left: the row's stats (the second draw's sums decide most of them again), the race's power sums
-        # only for the rows with entries still left
-        _K.wor_row_stats(Prows[i], K, False, head[i], hval[i], nu[i], mark, st[i])
-        if lo[i, 1] > V // 16:
-            whole.add(i)
-        else:
-            _K.wor_row_recheck(Prows[i], Qrows[i], float(Qu[i]), idx, int(st[i, 1]), float(st[i, 5]),
-                               float(st[i, 6]), dW[i], lo[i])
-            if lo[i, 1] == 0:
+    else:
+        Qf = Qu.tolist()
+        big = V // 16
+        for i in range(m):
+            # one call per row: the entries a lower bound on pi decides (one pass over both laws); with entries
+            # left, the row's stats (with the race's power sums) and the second draw's tighter bound
+            got = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i], hval[i],
+                                    nu[i], mark, st[i])
+            if got == 0:
                 continue
-            left[i] = idx[:int(lo[i, 1])].copy()
-        if race_on:
-            kh = int(st[i, 2])
-            mark[head[i, :kh]] = True
-            _K.race_moments_row(Prows[i], mark, float(st[i, 3]), nu[i])
-            heads[i] = i in whole or bool(mark[left[i]].any())   # the head's laws only where one is read
-            mark[head[i, :kh]] = False
+            if got == 1:
+                whole.add(i)
+            else:
+                left[i] = idx[:int(lo[i, 1])].copy()
+            heads[i] = got != 2                     # the head's laws only where one is read
     rows = sorted(set(left) | whole) if last else list(range(m))
     support = st[:, 0].astype(np.int64)
     for i in np.flatnonzero(support < need).tolist():
