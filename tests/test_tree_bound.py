@@ -1166,3 +1166,94 @@ def test_last_depth_entries_left_at_head_tokens(shape, monkeypatch):
     assert len(seen) == m and all(hit for _rok, hit in seen)
     assert all(rok == (slots.need[1] > 2) for rok, _hit in seen)
     _check_last_depth_sums("wor", slots, frontier, P, Q, _whole_pi(slots, "wor", frontier, P))
+
+
+@settings(max_examples=40, deadline=None)
+@given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers", "rising"]),
+       seed=st.integers(0, 10**6), race=st.booleans(), scale=st.sampled_from([0.05, 0.3, 0.9, 3.0]))
+def test_row_decide_against_its_passes(V, kind, seed, race, scale):
+    """``wor_row_decide`` (the last depth's row up to the race in one call) against its passes called one by one as
+    before: ``wor_row_last``, ``wor_row_stats`` without the power sums, ``race_moments_row`` on the tail and
+    ``wor_row_recheck``: the same entries left, the same decided sum, head, stats and power sums, bit for bit, and
+    the code says whether a head token is left. Rows with zeros, ties, one-hot, flat and rising rows; targets from
+    the draft (scaled: all decided) to far above it (many left: more than ``big``)."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(seed)
+    p = _row_of_kind(kind, V, rng)
+    q = _row_of_kind(["llm", "grid", "flat", "tiers"][seed % 4], V, rng)
+    Qu = float(scale)
+    W = np.sort(rng.uniform(0.0, 1.0, 7))[::-1]
+    dW = np.ascontiguousarray(W - np.append(W[1:], 0.0))
+    K, N = min(32, V), 48
+    big = int(rng.choice([V // 16, V]))
+    # before: the passes one by one
+    idx0, lo0 = np.empty(V, np.int32), np.zeros(3)
+    head0, hval0, nu0, st0 = np.empty(K, np.int64), np.empty(K), np.zeros(N + 1), np.zeros(7)
+    mark = np.zeros(V, dtype=bool)
+    _bound_kernels.wor_row_last(p, q, Qu, dW, idx0, lo0)
+    want = 0
+    if lo0[1] > 0:
+        _bound_kernels.wor_row_stats(p, K, False, head0, hval0, nu0, mark, st0)
+        if race:
+            kh = int(st0[2])
+            mark[head0[:kh]] = True
+            _bound_kernels.race_moments_row(p, mark, float(st0[3]), nu0)
+            mark[head0[:kh]] = False
+        if lo0[1] > big:
+            want = 1
+        else:
+            _bound_kernels.wor_row_recheck(p, q, Qu, idx0, int(st0[1]), float(st0[5]), float(st0[6]), dW, lo0)
+            n = int(lo0[1])
+            want = 0 if n == 0 else 3 if np.isin(idx0[:n], head0[:int(st0[2])]).any() else 2
+    else:
+        st0[0] = lo0[0]
+    # after: one call
+    idx, lo = np.empty(V, np.int32), np.zeros(3)
+    head, hval, nu, st_ = np.empty(K, np.int64), np.empty(K), np.zeros(N + 1), np.zeros(7)
+    got = _bound_kernels.wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st_)
+    assert got == want and not mark.any()
+    np.testing.assert_array_equal(lo, lo0)
+    np.testing.assert_array_equal(idx[:int(lo[1])], idx0[:int(lo0[1])])
+    assert st_[0] == st0[0]
+    if lo0[1] > 0 or want:
+        np.testing.assert_array_equal(st_, st0)
+        np.testing.assert_array_equal(head, head0)
+        np.testing.assert_array_equal(hval, hval0)
+        np.testing.assert_array_equal(nu, nu0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(V=st.integers(40, 3000), kind=st.sampled_from(["llm", "grid", "flat", "tiers", "rising"]),
+       seed=st.integers(0, 10**6), K=st.sampled_from([1, 8, 32]), R=st.integers(3, 8))
+def test_race_rows_without_head_laws_keep_the_tail(V, kind, seed, K, R):
+    """The race's quadrature for rows whose head laws are not read (the whole suffix product rolled in one buffer)
+    against the same rows with them: the tail's Taylor coefficients, the nodes and the last ``t`` bit for bit, the
+    head's laws left 0 (a wrong roll changes PB and so every coefficient)."""
+    from otspec.tree._bound import _RACE_MAX_NODES, _RACE_STEP, _RACE_T0, _stirling
+
+    rng = np.random.default_rng(seed)
+    p = _row_of_kind(kind, V, rng)
+    if np.count_nonzero(p) <= K + 1:
+        return
+    N = 48
+    ranks = np.arange(2, R, dtype=np.int64)
+    deg = int(ranks.max()) + 1
+    order = np.argsort(-p, kind="stable")
+    head = np.ascontiguousarray(order[:K])
+    mark = np.zeros(V, dtype=bool)
+    mark[head] = True
+    pmax = float(p[~mark].max())
+    nu = np.zeros((1, N + 1))
+    _bound_kernels.race_moments_row(p, mark, pmax, nu[0])
+    out = {}
+    for heads in (True, False):
+        HL, HL2 = np.zeros((1, len(ranks), K)), np.zeros((1, len(ranks), K))
+        C, C2, info = np.zeros((1, len(ranks), N + 1)), np.zeros((1, len(ranks), N + 1)), np.zeros((1, 3))
+        _bound_kernels.race_rows(p[head][None, :].copy(), np.array([K]), np.array([pmax]), nu, ranks, deg,
+                                 _RACE_STEP, math.log(_RACE_T0), _stirling(deg, N), _RACE_MAX_NODES, HL, HL2, C, C2,
+                                 info, np.array([heads]))
+        out[heads] = (HL, HL2, C, C2, info)
+    for a, b in zip(out[True][2:], out[False][2:]):
+        np.testing.assert_array_equal(a, b)
+    assert (out[False][0] == 0).all() and (out[False][1] == 0).all() and (out[True][0] > 0).any()
