@@ -1257,3 +1257,48 @@ def test_race_rows_without_head_laws_keep_the_tail(V, kind, seed, K, R):
     for a, b in zip(out[True][2:], out[False][2:]):
         np.testing.assert_array_equal(a, b)
     assert (out[False][0] == 0).all() and (out[False][1] == 0).all() and (out[True][0] > 0).any()
+
+
+@settings(max_examples=40, deadline=None)
+@given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers", "rising"]),
+       seed=st.integers(0, 10**6), K=st.sampled_from([0, 1, 8, 32]))
+def test_race_power_sums_lanes_bit_for_bit(V, kind, seed, K):
+    """The race's power sums' lanes (``moments_block``: the powers 2 .. 11 of the small tokens formed once per entry
+    in one sweep of each block) against the lanes built block by block in numpy by the per-power products of the
+    sweeps before (``y2 = w w``, ``y2 w``, ``y2 y2``; ``y4 w``, ``y3 y3``, ``y4 y3``; ``y8``, ``y8 w``,
+    ``y8 y2``, ``(y8 y2) w``), each lane summed in block order: every lane and the gathered tokens bit for bit
+    (so ``race_moments_row``'s sums, which finish from them, too)."""
+    rng = np.random.default_rng(seed)
+    p = _row_of_kind(kind, V, rng)
+    B = _bound_kernels.BLOCK
+    mark = np.zeros(V, dtype=bool)
+    mark[np.argsort(-p, kind="stable")[:min(K, V - 1)]] = True
+    tail = p[~mark & (p > 0)]
+    if tail.size == 0:
+        return
+    inv = 1.0 / float(tail.max())
+    s0k, s1k, ybk, Ak, bigk = _bound_kernels.moments_scratch(V)
+    k = 0
+    s0, s1, A = np.zeros(B), np.zeros(B), np.zeros((12, B))
+    big = []
+    for v0 in range(0, V, B):
+        b = min(B, V - v0)
+        k = _bound_kernels.moments_block(p[v0:v0 + b], mark[v0:v0 + b], b, inv, s0k, s1k, ybk, Ak, bigk, k)
+        x = p[v0:v0 + b]
+        y = np.where(mark[v0:v0 + b], 0.0, np.where(x > 0, x * inv, 0.0))
+        u = s0[:b].copy()
+        t = u + y
+        s1[:b] += np.where(np.abs(u) >= y, (u - t) + y, (y - t) + u)
+        s0[:b] = t
+        w = np.where(y <= 1e-2, y, 0.0)
+        y2 = w * w
+        y3, y4 = y2 * w, y2 * y2
+        y8 = y4 * y4
+        for n, term in zip(range(2, 12), (y2, y2 * w, y2 * y2, y4 * w, y3 * y3, y4 * y3, y8, y8 * w, y8 * y2,
+                                          (y8 * y2) * w)):
+            A[n, :b] += term
+        big.extend(y[y > 1e-2].tolist())
+    np.testing.assert_array_equal(s0k, s0)
+    np.testing.assert_array_equal(s1k, s1)
+    np.testing.assert_array_equal(Ak[2:], A[2:])
+    assert k == len(big) and bigk[:k].tolist() == big

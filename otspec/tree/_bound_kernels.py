@@ -849,8 +849,8 @@ def race_moments_row(p, mark, mx, nu):
     ``mark`` (the tail; ``mx`` its largest probability), ``n = 1 .. nu.shape[0] - 1``. Over :data:`BLOCK` lanes
     without branches: ``n = 1`` a compensated sum in each lane (Neumaier), the lanes then summed compensated too
     (the mass that enters :math:`e^{-m_L t}`); a token with :math:`y \le 10^{-2}` adds its powers up to 11
-    (:math:`y^{12} \le 10^{-24}`), in the same lanes, a few powers per sweep of the block (each sweep's loop
-    vectorises); the others are gathered per block into a list (about 2 % of an LLM's row) and add their powers
+    (:math:`y^{12} \le 10^{-24}`), in the same lanes, in one vectorised sweep of the block that forms each
+    product once; the others are gathered per block into a list (about 2 % of an LLM's row) and add their powers
     from it, over 8 lanes, up to 21 for :math:`y \le 0.1` (:math:`y^{22} \le 10^{-22}`) and up to ``N`` above.
     Every power is a positive term; each token leaves out at most :math:`10^{-22}` of a sum that is at least 1
     (the tail's largest token has :math:`y = 1`)."""
@@ -896,39 +896,31 @@ def moments_block(pb, mb, b, inv, s0, s1, yb, A, big, k):
     A2 = A[2]
     A3 = A[3]
     A4 = A[4]
-    for v in range(b):
-        w = yb[v]
-        w = w if w <= 1e-2 else 0.0
-        y2 = w * w
-        A2[v] += y2
-        A3[v] += y2 * w
-        A4[v] += y2 * y2
     A5 = A[5]
     A6 = A[6]
     A7 = A[7]
-    for v in range(b):
+    A8 = A[8]
+    A9 = A[9]
+    A10 = A[10]
+    A11 = A[11]
+    for v in range(b):                             # the powers 2 .. 11 of the small tokens, each product once
         w = yb[v]
         w = w if w <= 1e-2 else 0.0
         y2 = w * w
         y3 = y2 * w
         y4 = y2 * y2
+        y8 = y4 * y4
+        y10 = y8 * y2
+        A2[v] += y2
+        A3[v] += y3
+        A4[v] += y4
         A5[v] += y4 * w
         A6[v] += y3 * y3
         A7[v] += y4 * y3
-    A8 = A[8]
-    A9 = A[9]
-    A10 = A[10]
-    A11 = A[11]
-    for v in range(b):
-        w = yb[v]
-        w = w if w <= 1e-2 else 0.0
-        y2 = w * w
-        y4 = y2 * y2
-        y8 = y4 * y4
         A8[v] += y8
         A9[v] += y8 * w
-        A10[v] += y8 * y2
-        A11[v] += (y8 * y2) * w
+        A10[v] += y10
+        A11[v] += y10 * w
     if m > 0:                                      # the block's large tokens, gathered without branches
         for v in range(b):
             y = yb[v]
