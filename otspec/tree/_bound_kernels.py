@@ -14,6 +14,10 @@ The row kernels, one call per expanded prefix, each reading the prefix's draft a
   row, from one read of it (the support, the most likely tokens, the second
   draw's sums, the exponential race's power sums of the tail,
   :func:`race_moments_row`);
+* :func:`wor_row_decide`: a row of the last expanded depth up to the race
+  in one call: :func:`wor_row_last` (the entries a lower bound on
+  :math:`\pi` decides), then, with entries left, :func:`wor_row_stats` and
+  :func:`wor_row_recheck`;
 * :func:`wor_row`: the laws of the draws of every used rank (rank 0
   :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the exact law of
   the exponential race, their Taylor coefficients combined by the slots'
