@@ -1302,3 +1302,62 @@ def test_race_power_sums_lanes_bit_for_bit(V, kind, seed, K):
     np.testing.assert_array_equal(s1k, s1)
     np.testing.assert_array_equal(Ak[2:], A[2:])
     assert k == len(big) and bigk[:k].tolist() == big
+
+
+def test_row_block_only_for_rows_back_to_back():
+    """``_row_block``: the rows of one array as a view of them (no copy), None for rows apart in memory (copies,
+    every other row of an array) or of other types."""
+    from otspec.tree._bound import _row_block
+
+    X = np.random.default_rng(0).random((5, 7))
+    got = _row_block([X[i] for i in range(5)])
+    assert got is not None and np.shares_memory(got, X) and np.array_equal(got, X) and got.flags.c_contiguous
+    assert np.array_equal(_row_block([X[i] for i in range(2, 5)]), X[2:])
+    assert _row_block([X[i].copy() for i in range(5)]) is None
+    assert _row_block([X[i] for i in (0, 2, 4)]) is None
+    assert _row_block([X[i] for i in (1, 0)]) is None
+    assert _row_block([X[i].astype(np.float32) for i in range(5)]) is None
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2, 2)])
+def test_frontier_in_one_call_equals_row_by_row(process, shape):
+    """A frontier whose rows are those of one array (one kernel call: ``iid_rows``, ``wor_rows_decide``) against
+    the same rows as separate arrays (one call per row): the same exact levels, caps' sums and candidates, bit for
+    bit, at every depth (LLM-like rows; targets that leave entries to the race, at head and tail tokens)."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(3)
+    V, m = 2500, 6
+    slots = B._Slots(shape)
+    z = rng.normal(0, 3.0, (m, V))
+    P = np.exp(z - z.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    w = rng.normal(0, 3.0, (m, V))
+    mix = np.array([0.5, 0.02, 0.02, 0.002, 0.002, 0.0])[:, None]     # rows with many, few and no entries left
+    Q = (1 - mix) * P + mix * np.exp(w - w.max(axis=1, keepdims=True)) / np.exp(w - w.max(axis=1, keepdims=True)).sum(
+        axis=1, keepdims=True)
+    Q[1::2, np.argsort(-P[0])[1]] += 0.3
+    Q /= Q.sum(axis=1, keepdims=True)
+    for j in range(slots.D):
+        n_at = slots.n_at[j]
+        out = []
+        for rows in ([P[i] for i in range(m)], [P[i].copy() for i in range(m)]):
+            qrows = [Q[i] for i in range(m)] if rows[0].base is not None else [Q[i].copy() for i in range(m)]
+            frontier = [B._Prefix(tuple(range(i, i + j)), 0.9, 0.5, np.full(n_at, 0.6 / n_at), (0.2,) * j, {})
+                        for i in range(m)]
+            cand, ex, dropped = B._expand_rows(slots, process, frontier, rows, qrows, 10**6)
+            out.append(([(u.exact, sorted(u.S.items())) for u in frontier], ex, dropped,
+                        None if cand is None else {k: v for k, v in cand.items() if k != "owner"}))
+        (a, exa, da, ca), (b, exb, db, cb) = out
+        assert a == b and exa == exb and da == db
+        assert (ca is None) == (cb is None)
+        if ca is not None:
+            for k in ca:
+                if isinstance(ca[k], dict):
+                    for d in ca[k]:
+                        np.testing.assert_array_equal(ca[k][d], cb[k][d])
+                elif ca[k] is not None:
+                    np.testing.assert_array_equal(ca[k], cb[k])

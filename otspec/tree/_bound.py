@@ -778,6 +778,22 @@ def _host_rows(P, Q):
     return out[0], out[1]
 
 
+def _row_block(rows: list):
+    """The host rows ``rows`` (contiguous float64, as :func:`_host_rows` gives them) as one ``(m, V)`` C-contiguous
+    view without a copy when they lie back to back in memory (the rows of one array, as a model's frontier call
+    returns them): row ``i`` of the view is exactly ``rows[i]``'s memory, kept alive by ``rows``. None otherwise
+    (rows read one by one)."""
+    m = len(rows)
+    r0 = rows[0]
+    V = r0.shape[0]
+    a0 = r0.__array_interface__["data"][0]
+    for i, r in enumerate(rows):
+        if r.shape != (V,) or r.dtype != np.float64 or r.strides != (8,) or \
+                r.__array_interface__["data"][0] != a0 + 8 * V * i:
+            return None
+    return np.lib.stride_tricks.as_strided(r0, shape=(m, V), strides=(8 * V, 8), writeable=False)
+
+
 def _block(X):
     """A frontier's laws as one ``(m, V)`` block (a list of rows stacked: numpy rows, or tensors on their device)."""
     if not isinstance(X, (list, tuple)):
@@ -822,8 +838,12 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
             np.zeros((m, 0))
         prog = _K.iid_program(*slots.iid_classes(j))
         s_rows = s_all if j else np.zeros((m, 1))
-        for i in range(m):
-            _K.iid_row(Prows[i], Qrows[i], float(Qu[i]), s_rows[i], j, *prog, mdc[i], sums[i], low[i], pi[i])
+        Pb, Qb = _row_block(Prows), _row_block(Qrows)
+        if Pb is not None and Qb is not None:   # the rows of one array: one call for the frontier
+            _K.iid_rows(Pb, Qb, Qu, s_rows, j, *prog, mdc, sums, low, pi)
+        else:
+            for i in range(m):
+                _K.iid_row(Prows[i], Qrows[i], float(Qu[i]), s_rows[i], j, *prog, mdc[i], sums[i], low[i], pi[i])
         pi_exact = True
     else:
         got = _wor_rows(slots, j, A, Prows, Qrows, Qu, [u.path for u in frontier], depths, sums, low, pi)
@@ -914,20 +934,31 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
         for i in range(m):
             _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
     else:
-        Qf = Qu.tolist()
         big = V // 16
-        for i in range(m):
-            # one call per row: the entries a lower bound on pi decides (one pass over both laws); with entries
-            # left, the row's stats (with the race's power sums) and the second draw's tighter bound
-            got = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i], hval[i],
-                                    nu[i], mark, st[i])
-            if got == 0:
-                continue
-            if got == 1:
+        # per row: the entries a lower bound on pi decides (one pass over both laws); with entries left, the row's
+        # stats (with the race's power sums) and the second draw's tighter bound; one call for the frontier where
+        # its rows are those of one array, else one call per row
+        Pb, Qb = _row_block(Prows), _row_block(Qrows)
+        if Pb is not None and Qb is not None:
+            codes = np.zeros(m, dtype=np.int64)
+            kept = np.empty((m, big), dtype=np.int32)
+            _K.wor_rows_decide(Pb, Qb, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
+            got_left = [(i, int(c), kept[i, :int(lo[i, 1])].copy() if c >= 2 else None)
+                        for i, c in enumerate(codes.tolist()) if c]
+        else:
+            got_left = []
+            Qf = Qu.tolist()
+            for i in range(m):
+                c = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i],
+                                      hval[i], nu[i], mark, st[i])
+                if c:
+                    got_left.append((i, c, idx[:int(lo[i, 1])].copy() if c >= 2 else None))
+        for i, c, cols in got_left:
+            if c == 1:
                 whole.add(i)
             else:
-                left[i] = idx[:int(lo[i, 1])].copy()
-            heads[i] = got != 2                     # the head's laws only where one is read
+                left[i] = cols
+            heads[i] = c != 2                       # the head's laws only where one is read
     rows = sorted(set(left) | whole) if last else list(range(m))
     support = st[:, 0].astype(np.int64)
     for i in np.flatnonzero(support < need).tolist():

@@ -249,6 +249,14 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
         sums[e] = lane_total(L[e])
 
 
+def iid_rows(P, Q, Qu, s_rows, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, low, pi):
+    """:func:`iid_row` for every row ``i`` of the blocks ``P``, ``Q`` (the rows of one array, where they are) in one
+    call, row ``i``'s results in ``sums[i]``, ``low[i]``, ``pi[i]``."""
+    for i in range(P.shape[0]):
+        iid_row(P[i], Q[i], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc[i],
+                sums[i], low[i], pi[i])
+
+
 def second_draw_t(P, top, rest_top, t):
     """``t[i, x]`` = :math:`p_x / (1 - p_x)` (0 where the denominator is 0), the most likely token's
     :math:`1 - p_x` given as ``rest_top[i]`` (the sum of the row's other entries)."""
@@ -747,6 +755,18 @@ def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st
     return 2
 
 
+def wor_rows_decide(P, Q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left):
+    """:func:`wor_row_decide` for every row ``i`` of the blocks ``P``, ``Q`` (the rows of one array, where they
+    are) in one call: ``codes[i]`` its code, ``left[i, :lo[i, 1]]`` the entries left (codes 2 and 3); no return to
+    the interpreter between rows (whose code and data a row's pass evicts from the caches)."""
+    for i in range(P.shape[0]):
+        c = wor_row_decide(P[i], Q[i], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i], mark, st[i])
+        codes[i] = c
+        if c >= 2:
+            for k in range(int(lo[i, 1])):
+                left[i, k] = idx[k]
+
+
 def wor_row_at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
     r""":math:`\sum_x \min(Q_u q_x, \pi_x)` over the columns ``idx`` (the entries :func:`wor_row_last` left), each
     :math:`\pi_x` by the operations of :func:`wor_row` (the same value, bit for bit)."""
@@ -783,10 +803,11 @@ def wor_row_at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
 
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
-JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "second_draw_t",
+JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "iid_rows",
+                             "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
                              "wor_lower", "wor_row_last",
-                             "second_draw_at", "wor_row_recheck", "wor_row_decide", "wor_row_at"))
+                             "second_draw_at", "wor_row_recheck", "wor_row_decide", "wor_rows_decide", "wor_row_at"))
 
 
 def iid_program(levels, root):
