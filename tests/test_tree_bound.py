@@ -1304,25 +1304,29 @@ def test_race_power_sums_lanes_bit_for_bit(V, kind, seed, K):
     assert k == len(big) and bigk[:k].tolist() == big
 
 
-def test_row_block_only_for_rows_back_to_back():
-    """``_row_block``: the rows of one array as a view of them (no copy), None for rows apart in memory (copies,
-    every other row of an array) or of other types."""
+def test_row_block_only_for_rows_of_one_array():
+    """``_row_block``: rows of one array (any order, any of its rows, a 3-d array's too) as that array and their row
+    numbers (no copy), None for rows of different arrays or copies."""
     from otspec.tree._bound import _row_block
 
     X = np.random.default_rng(0).random((5, 7))
-    got = _row_block([X[i] for i in range(5)])
-    assert got is not None and np.shares_memory(got, X) and np.array_equal(got, X) and got.flags.c_contiguous
-    assert np.array_equal(_row_block([X[i] for i in range(2, 5)]), X[2:])
+    for order in ([0, 1, 2, 3, 4], [3, 0, 4], [2, 2, 1]):
+        Xb, r = _row_block([X[i] for i in order])
+        assert np.shares_memory(Xb, X) and r.tolist() == order and np.array_equal(Xb[r], X[order])
+    Y = np.random.default_rng(1).random((2, 3, 7))
+    Yb, r = _row_block([Y[1, 2], Y[0, 1]])
+    assert np.array_equal(Yb[r], np.stack([Y[1, 2], Y[0, 1]]))
     assert _row_block([X[i].copy() for i in range(5)]) is None
-    assert _row_block([X[i] for i in (0, 2, 4)]) is None
-    assert _row_block([X[i] for i in (1, 0)]) is None
-    assert _row_block([X[i].astype(np.float32) for i in range(5)]) is None
+    assert _row_block([X[0], X[1].copy()]) is None
+    assert _row_block([X[0], Y[0, 0]]) is None
+    assert _row_block([X[:, 0].copy()]) is None
+    assert _row_block([X.astype(np.float32)[i] for i in range(5)]) is None
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])
 @pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2, 2)])
 def test_frontier_in_one_call_equals_row_by_row(process, shape):
-    """A frontier whose rows are those of one array (one kernel call: ``iid_rows``, ``wor_rows_decide``) against
+    """A frontier whose rows are rows of one array (one kernel call: ``iid_rows``, ``wor_rows_decide``) against
     the same rows as separate arrays (one call per row): the same exact levels, caps' sums and candidates, bit for
     bit, at every depth (LLM-like rows; targets that leave entries to the race, at head and tail tokens)."""
     if not _bound_kernels.JIT:
@@ -1344,8 +1348,9 @@ def test_frontier_in_one_call_equals_row_by_row(process, shape):
     for j in range(slots.D):
         n_at = slots.n_at[j]
         out = []
-        for rows in ([P[i] for i in range(m)], [P[i].copy() for i in range(m)]):
-            qrows = [Q[i] for i in range(m)] if rows[0].base is not None else [Q[i].copy() for i in range(m)]
+        order = rng.permutation(m)                        # rows of one array in any order (a tree call's rows)
+        for rows in ([P[i] for i in order], [P[i].copy() for i in order]):
+            qrows = [Q[i] for i in order] if rows[0].base is not None else [Q[i].copy() for i in order]
             frontier = [B._Prefix(tuple(range(i, i + j)), 0.9, 0.5, np.full(n_at, 0.6 / n_at), (0.2,) * j, {})
                         for i in range(m)]
             cand, ex, dropped = B._expand_rows(slots, process, frontier, rows, qrows, 10**6)
@@ -1361,3 +1366,28 @@ def test_frontier_in_one_call_equals_row_by_row(process, shape):
                         np.testing.assert_array_equal(ca[k][d], cb[k][d])
                 elif ca[k] is not None:
                     np.testing.assert_array_equal(ca[k], cb[k])
+
+
+@pytest.mark.parametrize("kind", ["llm", "grid", "tiers"])
+def test_race_at_compiled_equals_numpy(kind, monkeypatch):
+    """The race's laws at a few entries (``_race_at``: the candidates' draws) by the compiled loop against numpy's
+    operations (the route without numba), bit for bit: tail tokens, head tokens, zeros, every rank."""
+    if not _bound_kernels.RACE_JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(11)
+    V, m = 1500, 4
+    P = np.stack([_row_of_kind(kind, V, rng) for _ in range(m)])
+    race = B._Race(P, [2, 3, 5], list(range(m)))
+    assert race.ok.all()
+    rows = np.repeat(np.arange(m), 60).astype(np.int64)
+    cols = np.concatenate([np.concatenate([np.argsort(-P[i], kind="stable")[:20], rng.integers(0, V, 40)])
+                           for i in range(m)]).astype(np.int64)
+    p = P[rows, cols]
+    for kk in range(3):
+        got = B._race_at(race, kk, p, rows, cols)
+        monkeypatch.setattr(_bound_kernels, "RACE_JIT", False)
+        want = B._race_at(race, kk, p, rows, cols)
+        monkeypatch.setattr(_bound_kernels, "RACE_JIT", True)
+        np.testing.assert_array_equal(got, want)

@@ -624,7 +624,12 @@ class _DrawLaws:
 
 def _race_at(race: _Race, kk: int, p: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """The race's law of its ``kk``-th rank at the entries ``(rows, cols)`` (values ``p``), by the operations of
-    :meth:`_DrawLaws._race_law` on each entry."""
+    :meth:`_DrawLaws._race_law` on each entry (compiled: :func:`_bound_kernels.race_at`, the same operations)."""
+    if _K.RACE_JIT:
+        out = np.empty(p.shape[0])
+        _K.race_at(np.ascontiguousarray(p, dtype=np.float64), race.pmax, race.theta, race.C, race.head, race.HL,
+                   np.ascontiguousarray(rows, dtype=np.int64), np.ascontiguousarray(cols, dtype=np.int64), kk, out)
+        return out
     x = p / race.pmax[rows]
     th = race.theta[rows]
     d = np.zeros(p.shape, dtype=np.int64)
@@ -779,19 +784,27 @@ def _host_rows(P, Q):
 
 
 def _row_block(rows: list):
-    """The host rows ``rows`` (contiguous float64, as :func:`_host_rows` gives them) as one ``(m, V)`` C-contiguous
-    view without a copy when they lie back to back in memory (the rows of one array, as a model's frontier call
-    returns them): row ``i`` of the view is exactly ``rows[i]``'s memory, kept alive by ``rows``. None otherwise
-    (rows read one by one)."""
-    m = len(rows)
+    """``(X, r)``: the host rows ``rows`` (contiguous float64, as :func:`_host_rows` gives them) as rows ``r`` of one
+    C-contiguous float64 array ``X`` (``(n, V)``, a view, no copy) when every row is a row of the same array (its
+    ``base``; as a model's tree call returns them, in any order), so that ``X[r[i]]`` is ``rows[i]`` itself; None
+    otherwise (rows read one by one)."""
     r0 = rows[0]
     V = r0.shape[0]
-    a0 = r0.__array_interface__["data"][0]
-    for i, r in enumerate(rows):
-        if r.shape != (V,) or r.dtype != np.float64 or r.strides != (8,) or \
-                r.__array_interface__["data"][0] != a0 + 8 * V * i:
+    base = r0.base
+    if not isinstance(base, np.ndarray) or base.dtype != np.float64 or not base.flags.c_contiguous or \
+            base.ndim < 2 or base.shape[-1] != V:
+        return None
+    X = base.reshape(-1, V)
+    a0 = X.__array_interface__["data"][0]
+    r = np.empty(len(rows), dtype=np.int64)
+    for i, x in enumerate(rows):
+        if x.base is not base or x.shape != (V,) or x.strides != (8,):
             return None
-    return np.lib.stride_tricks.as_strided(r0, shape=(m, V), strides=(8 * V, 8), writeable=False)
+        k, off = divmod(x.__array_interface__["data"][0] - a0, 8 * V)
+        if off or not 0 <= k < X.shape[0]:
+            return None
+        r[i] = k
+    return X, r
 
 
 def _block(X):
@@ -839,8 +852,8 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
         prog = _K.iid_program(*slots.iid_classes(j))
         s_rows = s_all if j else np.zeros((m, 1))
         Pb, Qb = _row_block(Prows), _row_block(Qrows)
-        if Pb is not None and Qb is not None:   # the rows of one array: one call for the frontier
-            _K.iid_rows(Pb, Qb, Qu, s_rows, j, *prog, mdc, sums, low, pi)
+        if Pb is not None and Qb is not None:   # rows of one array each: one call for the frontier
+            _K.iid_rows(*Pb, *Qb, Qu, s_rows, j, *prog, mdc, sums, low, pi)
         else:
             for i in range(m):
                 _K.iid_row(Prows[i], Qrows[i], float(Qu[i]), s_rows[i], j, *prog, mdc[i], sums[i], low[i], pi[i])
@@ -937,12 +950,12 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
         big = V // 16
         # per row: the entries a lower bound on pi decides (one pass over both laws); with entries left, the row's
         # stats (with the race's power sums) and the second draw's tighter bound; one call for the frontier where
-        # its rows are those of one array, else one call per row
+        # its rows are rows of one array (each law), else one call per row
         Pb, Qb = _row_block(Prows), _row_block(Qrows)
         if Pb is not None and Qb is not None:
             codes = np.zeros(m, dtype=np.int64)
             kept = np.empty((m, big), dtype=np.int32)
-            _K.wor_rows_decide(Pb, Qb, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
+            _K.wor_rows_decide(*Pb, *Qb, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
             got_left = [(i, int(c), kept[i, :int(lo[i, 1])].copy() if c >= 2 else None)
                         for i, c in enumerate(codes.tolist()) if c]
         else:

@@ -249,12 +249,13 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
         sums[e] = lane_total(L[e])
 
 
-def iid_rows(P, Q, Qu, s_rows, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, low, pi):
-    """:func:`iid_row` for every row ``i`` of the blocks ``P``, ``Q`` (the rows of one array, where they are) in one
-    call, row ``i``'s results in ``sums[i]``, ``low[i]``, ``pi[i]``."""
-    for i in range(P.shape[0]):
-        iid_row(P[i], Q[i], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc[i],
-                sums[i], low[i], pi[i])
+def iid_rows(P, pr, Q, qr, Qu, s_rows, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, low,
+             pi):
+    """:func:`iid_row` for every row ``i`` of a frontier whose laws are the rows ``P[pr[i]]``, ``Q[qr[i]]`` (rows of
+    one array each, where they are) in one call, row ``i``'s results in ``sums[i]``, ``low[i]``, ``pi[i]``."""
+    for i in range(pr.shape[0]):
+        iid_row(P[pr[i]], Q[qr[i]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt, root,
+                mdc[i], sums[i], low[i], pi[i])
 
 
 def second_draw_t(P, top, rest_top, t):
@@ -755,12 +756,14 @@ def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st
     return 2
 
 
-def wor_rows_decide(P, Q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left):
-    """:func:`wor_row_decide` for every row ``i`` of the blocks ``P``, ``Q`` (the rows of one array, where they
-    are) in one call: ``codes[i]`` its code, ``left[i, :lo[i, 1]]`` the entries left (codes 2 and 3); no return to
-    the interpreter between rows (whose code and data a row's pass evicts from the caches)."""
-    for i in range(P.shape[0]):
-        c = wor_row_decide(P[i], Q[i], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i], mark, st[i])
+def wor_rows_decide(P, pr, Q, qr, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left):
+    """:func:`wor_row_decide` for every row ``i`` of a frontier whose laws are the rows ``P[pr[i]]``, ``Q[qr[i]]``
+    (rows of one array each, where they are) in one call: ``codes[i]`` its code, ``left[i, :lo[i, 1]]`` the
+    entries left (codes 2 and 3); no return to the interpreter between rows (whose code and data a row's pass
+    evicts from the caches)."""
+    for i in range(pr.shape[0]):
+        c = wor_row_decide(P[pr[i]], Q[qr[i]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i], mark,
+                           st[i])
         codes[i] = c
         if c >= 2:
             for k in range(int(lo[i, 1])):
@@ -1239,6 +1242,29 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
     info[2] = 1.0 if done else 0.0
 
 
+def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
+    r"""The race's law of its ``kk``-th rank at the entries ``(rows[e], cols[e])`` of draft values ``p[e]`` (as
+    :func:`otspec.tree._bound._race_at` by numpy, the same operations: :math:`p \sum_{n \le d} C_n x^n`,
+    :math:`x = p / p_{\max}`, ``d`` the thresholds ``theta`` below ``x``; a head token's law ``HL`` itself), into
+    ``out``."""
+    K = head.shape[1]
+    for e in range(p.shape[0]):
+        i = rows[e]
+        x = p[e] / pmax[i]
+        d = 0
+        for n in range(theta.shape[1] - 1):
+            d += 1 if x > theta[i, n] else 0
+        acc = 0.0 + C[i, kk, 0]
+        pw = 1.0
+        for n in range(1, d + 1):
+            pw = pw * x
+            acc = acc + C[i, kk, n] * pw
+        out[e] = p[e] * acc
+        for c in range(K):
+            if head[i, c] == cols[e]:
+                out[e] = HL[i, kk, c]
+
+
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
 RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments_block", "moments_finish",
-                                  "race_moments_row", "race_moments", "wor_row_sums", "race_row", "race_rows"))
+                                  "race_moments_row", "race_moments", "wor_row_sums", "race_row", "race_rows", "race_at"))
