@@ -1304,29 +1304,34 @@ def test_race_power_sums_lanes_bit_for_bit(V, kind, seed, K):
     assert k == len(big) and bigk[:k].tolist() == big
 
 
-def test_row_block_only_for_rows_of_one_array():
-    """``_row_block``: rows of one array (any order, any of its rows, a 3-d array's too) as that array and their row
-    numbers (no copy), None for rows of different arrays or copies."""
-    from otspec.tree._bound import _row_block
+def test_row_blocks_only_for_rows_of_arrays():
+    """``_row_blocks``: a frontier's rows that are rows of arrays (any order, any of their rows, a 3-d array's too,
+    several arrays: one group per pair) as those arrays and row numbers (no copy); None where a row is a copy or
+    not float64."""
+    from otspec.tree._bound import _row_blocks
 
-    X = np.random.default_rng(0).random((5, 7))
+    rng = np.random.default_rng(0)
+    X, Y, Z = rng.random((5, 7)), rng.random((2, 3, 7)), rng.random((4, 7))
     for order in ([0, 1, 2, 3, 4], [3, 0, 4], [2, 2, 1]):
-        Xb, r = _row_block([X[i] for i in order])
-        assert np.shares_memory(Xb, X) and r.tolist() == order and np.array_equal(Xb[r], X[order])
-    Y = np.random.default_rng(1).random((2, 3, 7))
-    Yb, r = _row_block([Y[1, 2], Y[0, 1]])
-    assert np.array_equal(Yb[r], np.stack([Y[1, 2], Y[0, 1]]))
-    assert _row_block([X[i].copy() for i in range(5)]) is None
-    assert _row_block([X[0], X[1].copy()]) is None
-    assert _row_block([X[0], Y[0, 0]]) is None
-    assert _row_block([X[:, 0].copy()]) is None
-    assert _row_block([X.astype(np.float32)[i] for i in range(5)]) is None
+        (P, pr, Q, qr, ii), = _row_blocks([X[i] for i in order], [Z[i % 4] for i in order])
+        assert np.shares_memory(P, X) and np.shares_memory(Q, Z) and ii.tolist() == list(range(len(order)))
+        assert np.array_equal(P[pr], X[order]) and np.array_equal(Q[qr], Z[[i % 4 for i in order]])
+    Prows, Qrows = [X[1], Y[1, 2], X[0], Y[0, 1]], [Z[0], Z[1], Z[2], Z[3]]
+    groups = _row_blocks(Prows, Qrows)
+    assert len(groups) == 2 and sorted(np.concatenate([g[4] for g in groups]).tolist()) == [0, 1, 2, 3]
+    for P, pr, Q, qr, ii in groups:
+        for k, i in enumerate(ii.tolist()):
+            assert np.shares_memory(P[pr[k]], Prows[i]) and np.array_equal(P[pr[k]], Prows[i])
+            assert np.array_equal(Q[qr[k]], Qrows[i])
+    assert _row_blocks([X[0], X[1].copy()], [Z[0], Z[1]]) is None
+    assert _row_blocks([X[0]], [Z[0].copy()]) is None
+    assert _row_blocks([X.astype(np.float32)[i] for i in range(2)], [Z[0], Z[1]]) is None
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])
 @pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2, 2)])
 def test_frontier_in_one_call_equals_row_by_row(process, shape):
-    """A frontier whose rows are rows of one array (one kernel call: ``iid_rows``, ``wor_rows_decide``) against
+    """A frontier whose rows are rows of arrays (one kernel call per array: ``iid_rows``, ``wor_rows_decide``) against
     the same rows as separate arrays (one call per row): the same exact levels, caps' sums and candidates, bit for
     bit, at every depth (LLM-like rows; targets that leave entries to the race, at head and tail tokens)."""
     if not _bound_kernels.JIT:
@@ -1348,9 +1353,10 @@ def test_frontier_in_one_call_equals_row_by_row(process, shape):
     for j in range(slots.D):
         n_at = slots.n_at[j]
         out = []
-        order = rng.permutation(m)                        # rows of one array in any order (a tree call's rows)
-        for rows in ([P[i] for i in order], [P[i].copy() for i in order]):
-            qrows = [Q[i] for i in order] if rows[0].base is not None else [Q[i].copy() for i in order]
+        order = rng.permutation(m)                        # rows of arrays in any order (tree calls' rows)
+        P2, Q2 = P.copy(), Q.copy()                       # half the rows from a second call
+        for rows in ([(P, P2)[i % 2][i] for i in order], [P[i].copy() for i in order]):
+            qrows = [(Q, Q2)[i % 2][i] for i in order] if rows[0].base is not None else [Q[i].copy() for i in order]
             frontier = [B._Prefix(tuple(range(i, i + j)), 0.9, 0.5, np.full(n_at, 0.6 / n_at), (0.2,) * j, {})
                         for i in range(m)]
             cand, ex, dropped = B._expand_rows(slots, process, frontier, rows, qrows, 10**6)

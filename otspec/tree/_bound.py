@@ -783,28 +783,37 @@ def _host_rows(P, Q):
     return out[0], out[1]
 
 
-def _row_block(rows: list):
-    """``(X, r)``: the host rows ``rows`` (contiguous float64, as :func:`_host_rows` gives them) as rows ``r`` of one
-    C-contiguous float64 array ``X`` (``(n, V)``, a view, no copy) when every row is a row of the same array (its
-    ``base``; as a model's tree call returns them, in any order), so that ``X[r[i]]`` is ``rows[i]`` itself; None
-    otherwise (rows read one by one)."""
-    r0 = rows[0]
-    V = r0.shape[0]
-    base = r0.base
+def _row_index(x: np.ndarray, V: int):
+    """``(base, k)``: the host row ``x`` (``V`` contiguous float64) as row ``k`` of its base array viewed as ``(n, V)``
+    (a C-contiguous float64 array, e.g. the laws of a model's tree call), or None."""
+    base = x.base
     if not isinstance(base, np.ndarray) or base.dtype != np.float64 or not base.flags.c_contiguous or \
-            base.ndim < 2 or base.shape[-1] != V:
+            base.ndim < 2 or base.shape[-1] != V or x.shape != (V,) or x.strides != (8,):
         return None
-    X = base.reshape(-1, V)
-    a0 = X.__array_interface__["data"][0]
-    r = np.empty(len(rows), dtype=np.int64)
-    for i, x in enumerate(rows):
-        if x.base is not base or x.shape != (V,) or x.strides != (8,):
+    k, off = divmod(x.__array_interface__["data"][0] - base.__array_interface__["data"][0], 8 * V)
+    if off or not 0 <= k < base.size // V:
+        return None
+    return base, k
+
+
+def _row_blocks(Prows: list, Qrows: list):
+    """A frontier's host rows as groups ``(P, pr, Q, qr, ii)``: rows ``ii`` of the frontier are rows ``pr`` of the
+    ``(n, V)`` array ``P`` and ``qr`` of ``Q`` (views of the rows' base arrays, no copy; one group per pair of
+    arrays, e.g. one per model call the rows came from), so that ``P[pr[k]]`` is ``Prows[ii[k]]`` itself. None
+    where a row is not a row of such an array (rows read one by one)."""
+    V = Prows[0].shape[0]
+    groups: dict = {}
+    for i, (p, q) in enumerate(zip(Prows, Qrows)):
+        a, b = _row_index(p, V), _row_index(q, V)
+        if a is None or b is None:
             return None
-        k, off = divmod(x.__array_interface__["data"][0] - a0, 8 * V)
-        if off or not 0 <= k < X.shape[0]:
-            return None
-        r[i] = k
-    return X, r
+        g = groups.setdefault((id(a[0]), id(b[0])), (a[0], b[0], []))
+        g[2].append((a[1], b[1], i))
+    out = []
+    for P, Q, rows in groups.values():
+        r = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        out.append((P.reshape(-1, V), r[:, 0].copy(), Q.reshape(-1, V), r[:, 1].copy(), r[:, 2].copy()))
+    return out
 
 
 def _block(X):
@@ -851,9 +860,10 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
             np.zeros((m, 0))
         prog = _K.iid_program(*slots.iid_classes(j))
         s_rows = s_all if j else np.zeros((m, 1))
-        Pb, Qb = _row_block(Prows), _row_block(Qrows)
-        if Pb is not None and Qb is not None:   # rows of one array each: one call for the frontier
-            _K.iid_rows(*Pb, *Qb, Qu, s_rows, j, *prog, mdc, sums, low, pi)
+        blocks = _row_blocks(Prows, Qrows)
+        if blocks is not None:                  # rows of arrays (a model call's): one call per array
+            for g in blocks:
+                _K.iid_rows(*g, Qu, s_rows, j, *prog, mdc, sums, low, pi)
         else:
             for i in range(m):
                 _K.iid_row(Prows[i], Qrows[i], float(Qu[i]), s_rows[i], j, *prog, mdc[i], sums[i], low[i], pi[i])
@@ -949,13 +959,14 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     else:
         big = V // 16
         # per row: the entries a lower bound on pi decides (one pass over both laws); with entries left, the row's
-        # stats (with the race's power sums) and the second draw's tighter bound; one call for the frontier where
-        # its rows are rows of one array (each law), else one call per row
-        Pb, Qb = _row_block(Prows), _row_block(Qrows)
-        if Pb is not None and Qb is not None:
+        # stats (with the race's power sums) and the second draw's tighter bound; one call per array the rows
+        # are rows of (a model call's laws), else one call per row
+        blocks = _row_blocks(Prows, Qrows)
+        if blocks is not None:
             codes = np.zeros(m, dtype=np.int64)
             kept = np.empty((m, big), dtype=np.int32)
-            _K.wor_rows_decide(*Pb, *Qb, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
+            for g in blocks:
+                _K.wor_rows_decide(*g, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
             got_left = [(i, int(c), kept[i, :int(lo[i, 1])].copy() if c >= 2 else None)
                         for i, c in enumerate(codes.tolist()) if c]
         else:

@@ -249,12 +249,14 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
         sums[e] = lane_total(L[e])
 
 
-def iid_rows(P, pr, Q, qr, Qu, s_rows, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, low,
-             pi):
-    """:func:`iid_row` for every row ``i`` of a frontier whose laws are the rows ``P[pr[i]]``, ``Q[qr[i]]`` (rows of
-    one array each, where they are) in one call, row ``i``'s results in ``sums[i]``, ``low[i]``, ``pi[i]``."""
-    for i in range(pr.shape[0]):
-        iid_row(P[pr[i]], Q[qr[i]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt, root,
+def iid_rows(P, pr, Q, qr, ii, Qu, s_rows, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums,
+             low, pi):
+    """:func:`iid_row` for the rows ``i = ii[k]`` of a frontier whose laws are the rows ``P[pr[k]]``, ``Q[qr[k]]``
+    (rows of one array each, where they are) in one call, row ``i``'s results in ``sums[i]``, ``low[i]``,
+    ``pi[i]``."""
+    for k in range(ii.shape[0]):
+        i = ii[k]
+        iid_row(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt, root,
                 mdc[i], sums[i], low[i], pi[i])
 
 
@@ -756,18 +758,19 @@ def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st
     return 2
 
 
-def wor_rows_decide(P, pr, Q, qr, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left):
-    """:func:`wor_row_decide` for every row ``i`` of a frontier whose laws are the rows ``P[pr[i]]``, ``Q[qr[i]]``
-    (rows of one array each, where they are) in one call: ``codes[i]`` its code, ``left[i, :lo[i, 1]]`` the
-    entries left (codes 2 and 3); no return to the interpreter between rows (whose code and data a row's pass
+def wor_rows_decide(P, pr, Q, qr, ii, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left):
+    """:func:`wor_row_decide` for the rows ``i = ii[k]`` of a frontier whose laws are the rows ``P[pr[k]]``,
+    ``Q[qr[k]]`` (rows of one array each, where they are) in one call: ``codes[i]`` its code, ``left[i, :lo[i, 1]]``
+    the entries left (codes 2 and 3); no return to the interpreter between rows (whose code and data a row's pass
     evicts from the caches)."""
-    for i in range(pr.shape[0]):
-        c = wor_row_decide(P[pr[i]], Q[qr[i]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i], mark,
+    for k in range(ii.shape[0]):
+        i = ii[k]
+        c = wor_row_decide(P[pr[k]], Q[qr[k]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i], mark,
                            st[i])
         codes[i] = c
         if c >= 2:
-            for k in range(int(lo[i, 1])):
-                left[i, k] = idx[k]
+            for e in range(int(lo[i, 1])):
+                left[i, e] = idx[e]
 
 
 def wor_row_at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
