@@ -1166,3 +1166,234 @@ def test_last_depth_entries_left_at_head_tokens(shape, monkeypatch):
     assert len(seen) == m and all(hit for _rok, hit in seen)
     assert all(rok == (slots.need[1] > 2) for rok, _hit in seen)
     _check_last_depth_sums("wor", slots, frontier, P, Q, _whole_pi(slots, "wor", frontier, P))
+
+
+@settings(max_examples=40, deadline=None)
+@given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers", "rising"]),
+       seed=st.integers(0, 10**6), race=st.booleans(), scale=st.sampled_from([0.05, 0.3, 0.9, 3.0]))
+def test_row_decide_against_its_passes(V, kind, seed, race, scale):
+    """``wor_row_decide`` (the last depth's row up to the race in one call) against its passes called one by one as
+    before: ``wor_row_last``, ``wor_row_stats`` without the power sums, ``race_moments_row`` on the tail and
+    ``wor_row_recheck``: the same entries left, the same decided sum, head, stats and power sums, bit for bit, and
+    the code says whether a head token is left. Rows with zeros, ties, one-hot, flat and rising rows; targets from
+    the draft (scaled: all decided) to far above it (many left: more than ``big``)."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    rng = np.random.default_rng(seed)
+    p = _row_of_kind(kind, V, rng)
+    q = _row_of_kind(["llm", "grid", "flat", "tiers"][seed % 4], V, rng)
+    Qu = float(scale)
+    W = np.sort(rng.uniform(0.0, 1.0, 7))[::-1]
+    dW = np.ascontiguousarray(W - np.append(W[1:], 0.0))
+    K, N = min(32, V), 48
+    big = int(rng.choice([V // 16, V]))
+    # before: the passes one by one
+    idx0, lo0 = np.empty(V, np.int32), np.zeros(3)
+    head0, hval0, nu0, st0 = np.empty(K, np.int64), np.empty(K), np.zeros(N + 1), np.zeros(7)
+    mark = np.zeros(V, dtype=bool)
+    _bound_kernels.wor_row_last(p, q, Qu, dW, idx0, lo0)
+    want = 0
+    if lo0[1] > 0:
+        _bound_kernels.wor_row_stats(p, K, False, head0, hval0, nu0, mark, st0)
+        if race:
+            kh = int(st0[2])
+            mark[head0[:kh]] = True
+            _bound_kernels.race_moments_row(p, mark, float(st0[3]), nu0)
+            mark[head0[:kh]] = False
+        if lo0[1] > big:
+            want = 1
+        else:
+            _bound_kernels.wor_row_recheck(p, q, Qu, idx0, int(st0[1]), float(st0[5]), float(st0[6]), dW, lo0)
+            n = int(lo0[1])
+            want = 0 if n == 0 else 3 if np.isin(idx0[:n], head0[:int(st0[2])]).any() else 2
+    else:
+        st0[0] = lo0[0]
+    # after: one call
+    idx, lo = np.empty(V, np.int32), np.zeros(3)
+    head, hval, nu, st_ = np.empty(K, np.int64), np.empty(K), np.zeros(N + 1), np.zeros(7)
+    got = _bound_kernels.wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st_)
+    assert got == want and not mark.any()
+    np.testing.assert_array_equal(lo, lo0)
+    np.testing.assert_array_equal(idx[:int(lo[1])], idx0[:int(lo0[1])])
+    assert st_[0] == st0[0]
+    if lo0[1] > 0 or want:
+        np.testing.assert_array_equal(st_, st0)
+        np.testing.assert_array_equal(head, head0)
+        np.testing.assert_array_equal(hval, hval0)
+        np.testing.assert_array_equal(nu, nu0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(V=st.integers(40, 3000), kind=st.sampled_from(["llm", "grid", "flat", "tiers", "rising"]),
+       seed=st.integers(0, 10**6), K=st.sampled_from([1, 8, 32]), R=st.integers(3, 8))
+def test_race_rows_without_head_laws_keep_the_tail(V, kind, seed, K, R):
+    """The race's quadrature for rows whose head laws are not read (the whole suffix product rolled in one buffer)
+    against the same rows with them: the tail's Taylor coefficients, the nodes and the last ``t`` bit for bit, the
+    head's laws left 0 (a wrong roll changes PB and so every coefficient)."""
+    from otspec.tree._bound import _RACE_MAX_NODES, _RACE_STEP, _RACE_T0, _stirling
+
+    rng = np.random.default_rng(seed)
+    p = _row_of_kind(kind, V, rng)
+    if np.count_nonzero(p) <= K + 1:
+        return
+    N = 48
+    ranks = np.arange(2, R, dtype=np.int64)
+    deg = int(ranks.max()) + 1
+    order = np.argsort(-p, kind="stable")
+    head = np.ascontiguousarray(order[:K])
+    mark = np.zeros(V, dtype=bool)
+    mark[head] = True
+    pmax = float(p[~mark].max())
+    nu = np.zeros((1, N + 1))
+    _bound_kernels.race_moments_row(p, mark, pmax, nu[0])
+    out = {}
+    for heads in (True, False):
+        HL, HL2 = np.zeros((1, len(ranks), K)), np.zeros((1, len(ranks), K))
+        C, C2, info = np.zeros((1, len(ranks), N + 1)), np.zeros((1, len(ranks), N + 1)), np.zeros((1, 3))
+        _bound_kernels.race_rows(p[head][None, :].copy(), np.array([K]), np.array([pmax]), nu, ranks, deg,
+                                 _RACE_STEP, math.log(_RACE_T0), _stirling(deg, N), _RACE_MAX_NODES, HL, HL2, C, C2,
+                                 info, np.array([heads]))
+        out[heads] = (HL, HL2, C, C2, info)
+    for a, b in zip(out[True][2:], out[False][2:]):
+        np.testing.assert_array_equal(a, b)
+    assert (out[False][0] == 0).all() and (out[False][1] == 0).all() and (out[True][0] > 0).any()
+
+
+@settings(max_examples=40, deadline=None)
+@given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers", "rising"]),
+       seed=st.integers(0, 10**6), K=st.sampled_from([0, 1, 8, 32]))
+def test_race_power_sums_lanes_bit_for_bit(V, kind, seed, K):
+    """The race's power sums' lanes (``moments_block``: the powers 2 .. 11 of the small tokens formed once per entry
+    in one sweep of each block) against the lanes built block by block in numpy by the per-power products of the
+    sweeps before (``y2 = w w``, ``y2 w``, ``y2 y2``; ``y4 w``, ``y3 y3``, ``y4 y3``; ``y8``, ``y8 w``,
+    ``y8 y2``, ``(y8 y2) w``), each lane summed in block order: every lane and the gathered tokens bit for bit
+    (so ``race_moments_row``'s sums, which finish from them, too)."""
+    rng = np.random.default_rng(seed)
+    p = _row_of_kind(kind, V, rng)
+    B = _bound_kernels.BLOCK
+    mark = np.zeros(V, dtype=bool)
+    mark[np.argsort(-p, kind="stable")[:min(K, V - 1)]] = True
+    tail = p[~mark & (p > 0)]
+    if tail.size == 0:
+        return
+    inv = 1.0 / float(tail.max())
+    s0k, s1k, ybk, Ak, bigk = _bound_kernels.moments_scratch(V)
+    k = 0
+    s0, s1, A = np.zeros(B), np.zeros(B), np.zeros((12, B))
+    big = []
+    for v0 in range(0, V, B):
+        b = min(B, V - v0)
+        k = _bound_kernels.moments_block(p[v0:v0 + b], mark[v0:v0 + b], b, inv, s0k, s1k, ybk, Ak, bigk, k)
+        x = p[v0:v0 + b]
+        y = np.where(mark[v0:v0 + b], 0.0, np.where(x > 0, x * inv, 0.0))
+        u = s0[:b].copy()
+        t = u + y
+        s1[:b] += np.where(np.abs(u) >= y, (u - t) + y, (y - t) + u)
+        s0[:b] = t
+        w = np.where(y <= 1e-2, y, 0.0)
+        y2 = w * w
+        y3, y4 = y2 * w, y2 * y2
+        y8 = y4 * y4
+        for n, term in zip(range(2, 12), (y2, y2 * w, y2 * y2, y4 * w, y3 * y3, y4 * y3, y8, y8 * w, y8 * y2,
+                                          (y8 * y2) * w)):
+            A[n, :b] += term
+        big.extend(y[y > 1e-2].tolist())
+    np.testing.assert_array_equal(s0k, s0)
+    np.testing.assert_array_equal(s1k, s1)
+    np.testing.assert_array_equal(Ak[2:], A[2:])
+    assert k == len(big) and bigk[:k].tolist() == big
+
+
+def test_row_blocks_only_for_rows_of_arrays():
+    """``_row_blocks``: a frontier's rows that are rows of arrays (any order, any of their rows, a 3-d array's too,
+    several arrays: one group per pair) as those arrays and row numbers (no copy); None where a row is a copy or
+    not float64."""
+    from otspec.tree._bound import _row_blocks
+
+    rng = np.random.default_rng(0)
+    X, Y, Z = rng.random((5, 7)), rng.random((2, 3, 7)), rng.random((4, 7))
+    for order in ([0, 1, 2, 3, 4], [3, 0, 4], [2, 2, 1]):
+        (P, pr, Q, qr, ii), = _row_blocks([X[i] for i in order], [Z[i % 4] for i in order])
+        assert np.shares_memory(P, X) and np.shares_memory(Q, Z) and ii.tolist() == list(range(len(order)))
+        assert np.array_equal(P[pr], X[order]) and np.array_equal(Q[qr], Z[[i % 4 for i in order]])
+    Prows, Qrows = [X[1], Y[1, 2], X[0], Y[0, 1]], [Z[0], Z[1], Z[2], Z[3]]
+    groups = _row_blocks(Prows, Qrows)
+    assert len(groups) == 2 and sorted(np.concatenate([g[4] for g in groups]).tolist()) == [0, 1, 2, 3]
+    for P, pr, Q, qr, ii in groups:
+        for k, i in enumerate(ii.tolist()):
+            assert np.shares_memory(P[pr[k]], Prows[i]) and np.array_equal(P[pr[k]], Prows[i])
+            assert np.array_equal(Q[qr[k]], Qrows[i])
+    assert _row_blocks([X[0], X[1].copy()], [Z[0], Z[1]]) is None
+    assert _row_blocks([X[0]], [Z[0].copy()]) is None
+    assert _row_blocks([X.astype(np.float32)[i] for i in range(2)], [Z[0], Z[1]]) is None
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2, 2)])
+def test_frontier_in_one_call_equals_row_by_row(process, shape):
+    """A frontier whose rows are rows of arrays (one kernel call per array: ``iid_rows``, ``wor_rows_decide``) against
+    the same rows as separate arrays (one call per row): the same exact levels, caps' sums and candidates, bit for
+    bit, at every depth (LLM-like rows; targets that leave entries to the race, at head and tail tokens)."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(3)
+    V, m = 2500, 6
+    slots = B._Slots(shape)
+    z = rng.normal(0, 3.0, (m, V))
+    P = np.exp(z - z.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    w = rng.normal(0, 3.0, (m, V))
+    mix = np.array([0.5, 0.02, 0.02, 0.002, 0.002, 0.0])[:, None]     # rows with many, few and no entries left
+    Q = (1 - mix) * P + mix * np.exp(w - w.max(axis=1, keepdims=True)) / np.exp(w - w.max(axis=1, keepdims=True)).sum(
+        axis=1, keepdims=True)
+    Q[1::2, np.argsort(-P[0])[1]] += 0.3
+    Q /= Q.sum(axis=1, keepdims=True)
+    for j in range(slots.D):
+        n_at = slots.n_at[j]
+        out = []
+        order = rng.permutation(m)                        # rows of arrays in any order (tree calls' rows)
+        P2, Q2 = P.copy(), Q.copy()                       # half the rows from a second call
+        for rows in ([(P, P2)[i % 2][i] for i in order], [P[i].copy() for i in order]):
+            qrows = [(Q, Q2)[i % 2][i] for i in order] if rows[0].base is not None else [Q[i].copy() for i in order]
+            frontier = [B._Prefix(tuple(range(i, i + j)), 0.9, 0.5, np.full(n_at, 0.6 / n_at), (0.2,) * j, {})
+                        for i in range(m)]
+            cand, ex, dropped = B._expand_rows(slots, process, frontier, rows, qrows, 10**6)
+            out.append(([(u.exact, sorted(u.S.items())) for u in frontier], ex, dropped,
+                        None if cand is None else {k: v for k, v in cand.items() if k != "owner"}))
+        (a, exa, da, ca), (b, exb, db, cb) = out
+        assert a == b and exa == exb and da == db
+        assert (ca is None) == (cb is None)
+        if ca is not None:
+            for k in ca:
+                if isinstance(ca[k], dict):
+                    for d in ca[k]:
+                        np.testing.assert_array_equal(ca[k][d], cb[k][d])
+                elif ca[k] is not None:
+                    np.testing.assert_array_equal(ca[k], cb[k])
+
+
+@pytest.mark.parametrize("kind", ["llm", "grid", "tiers"])
+def test_race_at_compiled_equals_numpy(kind, monkeypatch):
+    """The race's laws at a few entries (``_race_at``: the candidates' draws) by the compiled loop against numpy's
+    operations (the route without numba), bit for bit: tail tokens, head tokens, zeros, every rank."""
+    if not _bound_kernels.RACE_JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(11)
+    V, m = 1500, 4
+    P = np.stack([_row_of_kind(kind, V, rng) for _ in range(m)])
+    race = B._Race(P, [2, 3, 5], list(range(m)))
+    assert race.ok.all()
+    rows = np.repeat(np.arange(m), 60).astype(np.int64)
+    cols = np.concatenate([np.concatenate([np.argsort(-P[i], kind="stable")[:20], rng.integers(0, V, 40)])
+                           for i in range(m)]).astype(np.int64)
+    p = P[rows, cols]
+    for kk in range(3):
+        got = B._race_at(race, kk, p, rows, cols)
+        monkeypatch.setattr(_bound_kernels, "RACE_JIT", False)
+        want = B._race_at(race, kk, p, rows, cols)
+        monkeypatch.setattr(_bound_kernels, "RACE_JIT", True)
+        np.testing.assert_array_equal(got, want)

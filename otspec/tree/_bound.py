@@ -624,7 +624,12 @@ class _DrawLaws:
 
 def _race_at(race: _Race, kk: int, p: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """The race's law of its ``kk``-th rank at the entries ``(rows, cols)`` (values ``p``), by the operations of
-    :meth:`_DrawLaws._race_law` on each entry."""
+    :meth:`_DrawLaws._race_law` on each entry (compiled: :func:`_bound_kernels.race_at`, the same operations)."""
+    if _K.RACE_JIT:
+        out = np.empty(p.shape[0])
+        _K.race_at(np.ascontiguousarray(p, dtype=np.float64), race.pmax, race.theta, race.C, race.head, race.HL,
+                   np.ascontiguousarray(rows, dtype=np.int64), np.ascontiguousarray(cols, dtype=np.int64), kk, out)
+        return out
     x = p / race.pmax[rows]
     th = race.theta[rows]
     d = np.zeros(p.shape, dtype=np.int64)
@@ -778,6 +783,39 @@ def _host_rows(P, Q):
     return out[0], out[1]
 
 
+def _row_index(x: np.ndarray, V: int):
+    """``(base, k)``: the host row ``x`` (``V`` contiguous float64) as row ``k`` of its base array viewed as ``(n, V)``
+    (a C-contiguous float64 array, e.g. the laws of a model's tree call), or None."""
+    base = x.base
+    if not isinstance(base, np.ndarray) or base.dtype != np.float64 or not base.flags.c_contiguous or \
+            base.ndim < 2 or base.shape[-1] != V or x.shape != (V,) or x.strides != (8,):
+        return None
+    k, off = divmod(x.__array_interface__["data"][0] - base.__array_interface__["data"][0], 8 * V)
+    if off or not 0 <= k < base.size // V:
+        return None
+    return base, k
+
+
+def _row_blocks(Prows: list, Qrows: list):
+    """A frontier's host rows as groups ``(P, pr, Q, qr, ii)``: rows ``ii`` of the frontier are rows ``pr`` of the
+    ``(n, V)`` array ``P`` and ``qr`` of ``Q`` (views of the rows' base arrays, no copy; one group per pair of
+    arrays, e.g. one per model call the rows came from), so that ``P[pr[k]]`` is ``Prows[ii[k]]`` itself. None
+    where a row is not a row of such an array (rows read one by one)."""
+    V = Prows[0].shape[0]
+    groups: dict = {}
+    for i, (p, q) in enumerate(zip(Prows, Qrows)):
+        a, b = _row_index(p, V), _row_index(q, V)
+        if a is None or b is None:
+            return None
+        g = groups.setdefault((id(a[0]), id(b[0])), (a[0], b[0], []))
+        g[2].append((a[1], b[1], i))
+    out = []
+    for P, Q, rows in groups.values():
+        r = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        out.append((P.reshape(-1, V), r[:, 0].copy(), Q.reshape(-1, V), r[:, 1].copy(), r[:, 2].copy()))
+    return out
+
+
 def _block(X):
     """A frontier's laws as one ``(m, V)`` block (a list of rows stacked: numpy rows, or tensors on their device)."""
     if not isinstance(X, (list, tuple)):
@@ -822,8 +860,13 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
             np.zeros((m, 0))
         prog = _K.iid_program(*slots.iid_classes(j))
         s_rows = s_all if j else np.zeros((m, 1))
-        for i in range(m):
-            _K.iid_row(Prows[i], Qrows[i], float(Qu[i]), s_rows[i], j, *prog, mdc[i], sums[i], low[i], pi[i])
+        blocks = _row_blocks(Prows, Qrows)
+        if blocks is not None:                  # rows of arrays (a model call's): one call per array
+            for g in blocks:
+                _K.iid_rows(*g, Qu, s_rows, j, *prog, mdc, sums, low, pi)
+        else:
+            for i in range(m):
+                _K.iid_row(Prows[i], Qrows[i], float(Qu[i]), s_rows[i], j, *prog, mdc[i], sums[i], low[i], pi[i])
         pi_exact = True
     else:
         got = _wor_rows(slots, j, A, Prows, Qrows, Qu, [u.path for u in frontier], depths, sums, low, pi)
@@ -878,9 +921,10 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
 
     At the last expanded depth (no caps, no candidates) the rows' sums need :math:`\pi` only where it can be the
     minimum: one pass per row over both laws decides the entries below a lower bound on :math:`\pi`
-    (:func:`_bound_kernels.wor_row_last`); a row with entries left gets its stats, a tighter bound from the
-    second draw's closed form (:func:`_bound_kernels.wor_row_recheck`) and, with entries still left, the race's
-    power sums and quadrature, and :math:`\pi` at those entries alone (:func:`_bound_kernels.wor_row_at`; a row
+    (:func:`_bound_kernels.wor_row_last`); a row with entries left gets its stats with the race's power sums in
+    the same sweep and a tighter bound from the second draw's closed form (:func:`_bound_kernels.wor_row_recheck`),
+    all in one kernel call per row (:func:`_bound_kernels.wor_row_decide`); the rows with entries still left get
+    the race's quadrature, and :math:`\pi` at those entries alone (:func:`_bound_kernels.wor_row_at`; a row
     with more than ``V // 16`` left, at every entry). The sums are those of the whole evaluation up to the order
     of the additions (the decided entries' :math:`\min` is :math:`Q` itself).
     ``(draws at entries, md)`` (``md[e]`` the expected slot counts of depth ``depths[e]`` when written), or None
@@ -909,31 +953,36 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     left: dict = {}                                          # row -> the columns left (at most V // 16 kept)
     whole: set = set()                                       # rows with more left: pi at every entry (wor_row)
     idx = np.empty(V if last else 0, dtype=np.int32)
-    for i in range(m):
-        if not last:
+    if not last:
+        for i in range(m):
             _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
-            continue
-        _K.wor_row_last(Prows[i], Qrows[i], float(Qu[i]), dW[i], idx, lo[i])
-        if lo[i, 1] == 0:
-            st[i, 0] = lo[i, 0]
-            continue
-        # entries left: the row's stats (the second draw's sums decide most of them again), the race's power sums
-        # only for the rows with entries still left
-        _K.wor_row_stats(Prows[i], K, False, head[i], hval[i], nu[i], mark, st[i])
-        if lo[i, 1] > V // 16:
-            whole.add(i)
+    else:
+        big = V // 16
+        # per row: the entries a lower bound on pi decides (one pass over both laws); with entries left, the row's
+        # stats (with the race's power sums) and the second draw's tighter bound; one call per array the rows
+        # are rows of (a model call's laws), else one call per row
+        blocks = _row_blocks(Prows, Qrows)
+        if blocks is not None:
+            codes = np.zeros(m, dtype=np.int64)
+            kept = np.empty((m, big), dtype=np.int32)
+            for g in blocks:
+                _K.wor_rows_decide(*g, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
+            got_left = [(i, int(c), kept[i, :int(lo[i, 1])].copy() if c >= 2 else None)
+                        for i, c in enumerate(codes.tolist()) if c]
         else:
-            _K.wor_row_recheck(Prows[i], Qrows[i], float(Qu[i]), idx, int(st[i, 1]), float(st[i, 5]),
-                               float(st[i, 6]), dW[i], lo[i])
-            if lo[i, 1] == 0:
-                continue
-            left[i] = idx[:int(lo[i, 1])].copy()
-        if race_on:
-            kh = int(st[i, 2])
-            mark[head[i, :kh]] = True
-            _K.race_moments_row(Prows[i], mark, float(st[i, 3]), nu[i])
-            heads[i] = i in whole or bool(mark[left[i]].any())   # the head's laws only where one is read
-            mark[head[i, :kh]] = False
+            got_left = []
+            Qf = Qu.tolist()
+            for i in range(m):
+                c = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i],
+                                      hval[i], nu[i], mark, st[i])
+                if c:
+                    got_left.append((i, c, idx[:int(lo[i, 1])].copy() if c >= 2 else None))
+        for i, c, cols in got_left:
+            if c == 1:
+                whole.add(i)
+            else:
+                left[i] = cols
+            heads[i] = c != 2                       # the head's laws only where one is read
     rows = sorted(set(left) | whole) if last else list(range(m))
     support = st[:, 0].astype(np.int64)
     for i in np.flatnonzero(support < need).tolist():

@@ -14,6 +14,10 @@ The row kernels, one call per expanded prefix, each reading the prefix's draft a
   row, from one read of it (the support, the most likely tokens, the second
   draw's sums, the exponential race's power sums of the tail,
   :func:`race_moments_row`);
+* :func:`wor_row_decide`: a row of the last expanded depth up to the race
+  in one call: :func:`wor_row_last` (the entries a lower bound on
+  :math:`\pi` decides), then, with entries left, :func:`wor_row_stats` and
+  :func:`wor_row_recheck`;
 * :func:`wor_row`: the laws of the draws of every used rank (rank 0
   :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the exact law of
   the exponential race, their Taylor coefficients combined by the slots'
@@ -245,6 +249,17 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
         sums[e] = lane_total(L[e])
 
 
+def iid_rows(P, pr, Q, qr, ii, Qu, s_rows, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums,
+             low, pi):
+    """:func:`iid_row` for the rows ``i = ii[k]`` of a frontier whose laws are the rows ``P[pr[k]]``, ``Q[qr[k]]``
+    (rows of one array each, where they are) in one call, row ``i``'s results in ``sums[i]``, ``low[i]``,
+    ``pi[i]``."""
+    for k in range(ii.shape[0]):
+        i = ii[k]
+        iid_row(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt, root,
+                mdc[i], sums[i], low[i], pi[i])
+
+
 def second_draw_t(P, top, rest_top, t):
     """``t[i, x]`` = :math:`p_x / (1 - p_x)` (0 where the denominator is 0), the most likely token's
     :math:`1 - p_x` given as ``rest_top[i]`` (the sum of the row's other entries)."""
@@ -404,17 +419,50 @@ def wor_pi_kernel(P, t, top1, S1, S2, ranks, W, coef, top, ptop, tails, pi, md, 
                          law, room, acc, kk, rok, rC, rth, rpm, rhead, rHL, rspecial, rx, rd, rdmax, rpw)
 
 
+def head_insert(pb, v0, b, K, hv, hi, c, thr):
+    r"""Insert the entries of the block ``pb`` (columns ``v0 .. v0 + b``) above ``thr`` into the running head
+    ``hv``/``hi`` (``K + 1`` places, decreasing, ties by lower id: an entry enters after the equal ones already
+    there) of ``c`` entries so far; ``(c, thr)`` after the block (``thr`` the ``(K + 1)``-th value once the head
+    is full, else 0)."""
+    for v in range(b):
+        x = pb[v]
+        if x > thr:
+            pos = c if c <= K else K
+            while pos > 0 and hv[pos - 1] < x:
+                hv[pos] = hv[pos - 1]
+                hi[pos] = hi[pos - 1]
+                pos -= 1
+            hv[pos] = x
+            hi[pos] = v0 + v
+            if c <= K:
+                c += 1
+            if c == K + 1:
+                thr = hv[K]
+    return c, thr
+
+
+def head_finish(K, c, hv, hi, head, hval, st):
+    """The head of :func:`head_insert` written out: ``head[:kh]``/``hval[:kh]`` (``kh = min(K, c)``; -1 and 0
+    past it) and ``st[1]`` = the most likely token, ``st[2]`` = ``kh``, ``st[3]`` = the tail's largest probability
+    (the ``(K + 1)``-th, 0 without a tail)."""
+    kh = c if c < K else K
+    for k in range(K):
+        head[k] = hi[k] if k < kh else -1
+        hval[k] = hv[k] if k < kh else 0.0
+    st[1] = hi[0]
+    st[2] = kh
+    st[3] = hv[K] if c > K else 0.0
+
+
 def wor_row_stats(p, K, race, head, hval, nu, mark, st):
     r"""What one draft row ``p`` gives the draws without replacement, read from memory once (the second sweep
     finds the row in the cache; the first inserts into the head only in the blocks with an entry above the head's
-    current threshold, counted in a vectorised sweep of the block): ``st`` = (support, most likely token, head size
-    ``kh``, the tail's largest probability, the mass outside the most likely token, :math:`S_1`, :math:`S_2`);
-    ``head[:kh]``/``hval[:kh]`` the ``kh = min(K, support)`` most likely tokens and their probabilities
-    (decreasing, ties by lower id, as :func:`otspec.tree._process._ranked`); the terms of the second draw's closed form,
-    :math:`S_2 = \sum_{x \ne \mathrm{top}} p_x / (1 - p_x)` and :math:`S_1 = S_2 + p_{\mathrm{top}} /
-    \sum_{x \ne \mathrm{top}} p_x` (over :data:`BLOCK` lanes, :func:`lane_total`); with ``race``, the tail's
-    power sums ``nu`` (:func:`race_moments_row`, the head left out). ``mark``: a boolean scratch of ``V`` False
-    entries (left so)."""
+    current threshold, counted in a vectorised sweep of the block, :func:`head_insert`): ``st`` = (support, most
+    likely token, head size ``kh``, the tail's largest probability, the mass outside the most likely token,
+    :math:`S_1`, :math:`S_2`); ``head[:kh]``/``hval[:kh]`` the ``kh = min(K, support)`` most likely tokens and
+    their probabilities (decreasing, ties by lower id, as :func:`otspec.tree._process._ranked`); the second sweep
+    (:func:`wor_row_sums`) the terms of the second draw's closed form and, with ``race``, the tail's power sums
+    ``nu`` (the head left out). ``mark``: a boolean scratch of ``V`` False entries (left so)."""
     V = p.shape[0]
     hv = np.zeros(K + 1)
     hi = np.zeros(K + 1, dtype=np.int64)
@@ -426,61 +474,10 @@ def wor_row_stats(p, K, race, head, hval, nu, mark, st):
         n = 0
         for v in range(b):                      # a block with no entry above the threshold inserts nothing
             n += 1 if pb[v] > thr else 0
-        if n == 0:
-            continue
-        for v in range(b):
-            x = pb[v]
-            if x > thr:
-                pos = c if c <= K else K
-                while pos > 0 and hv[pos - 1] < x:
-                    hv[pos] = hv[pos - 1]
-                    hi[pos] = hi[pos - 1]
-                    pos -= 1
-                hv[pos] = x
-                hi[pos] = v0 + v
-                if c <= K:
-                    c += 1
-                if c == K + 1:
-                    thr = hv[K]
-    kh = c if c < K else K
-    for k in range(K):
-        head[k] = hi[k] if k < kh else -1
-        hval[k] = hv[k] if k < kh else 0.0
-    top = hi[0]
-    Lr = np.zeros(BLOCK)
-    Lt = np.zeros(BLOCK)
-    Ls = np.zeros(BLOCK, dtype=np.int64)
-    for v0 in range(0, V, BLOCK):
-        b = min(BLOCK, V - v0)
-        pb = p[v0:v0 + b]
-        for v in range(b):
-            y = pb[v]
-            Ls[v] += 1 if y > 0.0 else 0
-            x = y if v0 + v != top else 0.0
-            den = 1.0 - x
-            Lr[v] += x
-            Lt[v] += x / den if den > 0.0 else 0.0
-    support = 0
-    for v in range(BLOCK):
-        support += Ls[v]
-    rest = lane_total(Lr)
-    S2 = lane_total(Lt)
-    pt = p[top]
-    S1 = S2 + (pt / rest if rest > 0.0 else 0.0)
-    mx = hv[K] if c > K else 0.0
-    if race:
-        for k in range(kh):
-            mark[hi[k]] = True
-        race_moments_row(p, mark, mx, nu)
-        for k in range(kh):
-            mark[hi[k]] = False
-    st[0] = support
-    st[1] = top
-    st[2] = kh
-    st[3] = mx
-    st[4] = rest
-    st[5] = S1
-    st[6] = S2
+        if n > 0:
+            c, thr = head_insert(pb, v0, b, K, hv, hi, c, thr)
+    head_finish(K, c, hv, hi, head, hval, st)
+    wor_row_sums(p, race, head, nu, mark, st)
 
 
 def wor_row(p, q, Qu, top, S1, S2, w01, H, c01, Hmd, rok, pmax, theta, head, HLw, HLmd, sums, low, pi, md):
@@ -734,6 +731,48 @@ def wor_row_recheck(p, q, Qu, idx, top, S1, S2, dW, out):
     out[2] += add
 
 
+def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st):
+    r"""A prefix of the last expanded depth, children drawn without replacement, up to the race, in one call (no
+    return to the interpreter between its passes): :func:`wor_row_last` (``lo``, ``idx``); with entries left,
+    :func:`wor_row_stats` (with ``race``, the tail's power sums in the same sweep) and, with at most ``big``
+    entries left, :func:`wor_row_recheck`. Returns 0 where no entry is left (``st[0]`` the support), 1 where more
+    than ``big`` are left (:math:`\pi` at every entry), 2 where ``idx[:lo[1]]`` are left and no head token is among
+    them, 3 where one is (the race's laws of the head are read)."""
+    wor_row_last(p, q, Qu, dW, idx, lo)
+    if lo[1] == 0:
+        st[0] = lo[0]
+        return 0
+    wor_row_stats(p, K, race, head, hval, nu, mark, st)
+    if lo[1] > big:
+        return 1
+    wor_row_recheck(p, q, Qu, idx, int(st[1]), st[5], st[6], dW, lo)
+    n = int(lo[1])
+    if n == 0:
+        return 0
+    kh = int(st[2])
+    for i in range(n):
+        v = idx[i]
+        for c in range(kh):
+            if head[c] == v:
+                return 3
+    return 2
+
+
+def wor_rows_decide(P, pr, Q, qr, ii, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left):
+    """:func:`wor_row_decide` for the rows ``i = ii[k]`` of a frontier whose laws are the rows ``P[pr[k]]``,
+    ``Q[qr[k]]`` (rows of one array each, where they are) in one call: ``codes[i]`` its code, ``left[i, :lo[i, 1]]``
+    the entries left (codes 2 and 3); no return to the interpreter between rows (whose code and data a row's pass
+    evicts from the caches)."""
+    for k in range(ii.shape[0]):
+        i = ii[k]
+        c = wor_row_decide(P[pr[k]], Q[qr[k]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i], mark,
+                           st[i])
+        codes[i] = c
+        if c >= 2:
+            for e in range(int(lo[i, 1])):
+                left[i, e] = idx[e]
+
+
 def wor_row_at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
     r""":math:`\sum_x \min(Q_u q_x, \pi_x)` over the columns ``idx`` (the entries :func:`wor_row_last` left), each
     :math:`\pi_x` by the operations of :func:`wor_row` (the same value, bit for bit)."""
@@ -770,9 +809,11 @@ def wor_row_at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
 
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
-JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "second_draw_t",
-                             "_wor_entries", "wor_pi_kernel", "wor_row_stats", "wor_row", "wor_lower", "wor_row_last",
-                             "second_draw_at", "wor_row_recheck", "wor_row_at"))
+JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "iid_rows",
+                             "second_draw_t",
+                             "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
+                             "wor_lower", "wor_row_last",
+                             "second_draw_at", "wor_row_recheck", "wor_row_decide", "wor_rows_decide", "wor_row_at"))
 
 
 def iid_program(levels, root):
@@ -839,83 +880,89 @@ def race_moments_row(p, mark, mx, nu):
     ``mark`` (the tail; ``mx`` its largest probability), ``n = 1 .. nu.shape[0] - 1``. Over :data:`BLOCK` lanes
     without branches: ``n = 1`` a compensated sum in each lane (Neumaier), the lanes then summed compensated too
     (the mass that enters :math:`e^{-m_L t}`); a token with :math:`y \le 10^{-2}` adds its powers up to 11
-    (:math:`y^{12} \le 10^{-24}`), in the same lanes, a few powers per sweep of the block (each sweep's loop
-    vectorises); the others are gathered per block into a list (about 2 % of an LLM's row) and add their powers
+    (:math:`y^{12} \le 10^{-24}`), in the same lanes, in one vectorised sweep of the block that forms each
+    product once; the others are gathered per block into a list (about 2 % of an LLM's row) and add their powers
     from it, over 8 lanes, up to 21 for :math:`y \le 0.1` (:math:`y^{22} \le 10^{-22}`) and up to ``N`` above.
     Every power is a positive term; each token leaves out at most :math:`10^{-22}` of a sum that is at least 1
     (the tail's largest token has :math:`y = 1`)."""
-    V = p.shape[0]
     N = nu.shape[0] - 1
     for n in range(N + 1):
         nu[n] = 0.0
     if mx <= 0.0:
         return
+    V = p.shape[0]
     inv = 1.0 / mx
-    s0 = np.zeros(BLOCK)                        # per lane: the sum, its correction, the powers 2 .. 11
-    s1 = np.zeros(BLOCK)
-    yb = np.zeros(BLOCK)
-    A = np.zeros((12, BLOCK))
-    big = np.empty(V + 1)                       # the tokens above 1e-2, in order (one slot past the last written)
+    s0, s1, yb, A, big = moments_scratch(V)
     k = 0
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
-        pb = p[v0:v0 + b]
-        mb = mark[v0:v0 + b]
-        m = 0
+        k = moments_block(p[v0:v0 + b], mark[v0:v0 + b], b, inv, s0, s1, yb, A, big, k)
+    moments_finish(s0, s1, A, big, k, nu)
+
+
+def moments_scratch(V):
+    """The lanes of :func:`moments_block` (the sum and its correction, the block's ``y``, the powers 2 .. 11) and
+    the list of the large tokens (one slot past the last written)."""
+    return np.zeros(BLOCK), np.zeros(BLOCK), np.zeros(BLOCK), np.zeros((12, BLOCK)), np.empty(V + 1)
+
+
+def moments_block(pb, mb, b, inv, s0, s1, yb, A, big, k):
+    """One block of :func:`race_moments_row` (``pb`` the row's columns, ``mb`` their marks, ``inv`` = 1 / the
+    tail's largest probability): the lanes updated, the block's tokens with :math:`y > 10^{-2}` appended to
+    ``big[k:]``; the new ``k``."""
+    m = 0
+    for v in range(b):
+        x = pb[v]
+        y = x * inv
+        y = y if x > 0.0 else 0.0
+        y = 0.0 if mb[v] else y
+        yb[v] = y
+        u = s0[v]
+        t = u + y                                  # Neumaier's compensated sum, lane by lane
+        d1 = (u - t) + y
+        d2 = (y - t) + u
+        s1[v] += d1 if abs(u) >= y else d2
+        s0[v] = t
+        m += 1 if y > 1e-2 else 0
+    A2 = A[2]
+    A3 = A[3]
+    A4 = A[4]
+    A5 = A[5]
+    A6 = A[6]
+    A7 = A[7]
+    A8 = A[8]
+    A9 = A[9]
+    A10 = A[10]
+    A11 = A[11]
+    for v in range(b):                             # the powers 2 .. 11 of the small tokens, each product once
+        w = yb[v]
+        w = w if w <= 1e-2 else 0.0
+        y2 = w * w
+        y3 = y2 * w
+        y4 = y2 * y2
+        y8 = y4 * y4
+        y10 = y8 * y2
+        A2[v] += y2
+        A3[v] += y3
+        A4[v] += y4
+        A5[v] += y4 * w
+        A6[v] += y3 * y3
+        A7[v] += y4 * y3
+        A8[v] += y8
+        A9[v] += y8 * w
+        A10[v] += y10
+        A11[v] += y10 * w
+    if m > 0:                                      # the block's large tokens, gathered without branches
         for v in range(b):
-            x = pb[v]
-            y = x * inv
-            y = y if x > 0.0 else 0.0
-            y = 0.0 if mb[v] else y
-            yb[v] = y
-            u = s0[v]
-            t = u + y                                  # Neumaier's compensated sum, lane by lane
-            d1 = (u - t) + y
-            d2 = (y - t) + u
-            s1[v] += d1 if abs(u) >= y else d2
-            s0[v] = t
-            m += 1 if y > 1e-2 else 0
-        A2 = A[2]
-        A3 = A[3]
-        A4 = A[4]
-        for v in range(b):
-            w = yb[v]
-            w = w if w <= 1e-2 else 0.0
-            y2 = w * w
-            A2[v] += y2
-            A3[v] += y2 * w
-            A4[v] += y2 * y2
-        A5 = A[5]
-        A6 = A[6]
-        A7 = A[7]
-        for v in range(b):
-            w = yb[v]
-            w = w if w <= 1e-2 else 0.0
-            y2 = w * w
-            y3 = y2 * w
-            y4 = y2 * y2
-            A5[v] += y4 * w
-            A6[v] += y3 * y3
-            A7[v] += y4 * y3
-        A8 = A[8]
-        A9 = A[9]
-        A10 = A[10]
-        A11 = A[11]
-        for v in range(b):
-            w = yb[v]
-            w = w if w <= 1e-2 else 0.0
-            y2 = w * w
-            y4 = y2 * y2
-            y8 = y4 * y4
-            A8[v] += y8
-            A9[v] += y8 * w
-            A10[v] += y8 * y2
-            A11[v] += (y8 * y2) * w
-        if m > 0:                                      # the block's large tokens, gathered without branches
-            for v in range(b):
-                y = yb[v]
-                big[k] = y
-                k += 1 if y > 1e-2 else 0
+            y = yb[v]
+            big[k] = y
+            k += 1 if y > 1e-2 else 0
+    return k
+
+
+def moments_finish(s0, s1, A, big, k, nu):
+    """The power sums ``nu[1:]`` from the lanes of :func:`moments_block` and the ``k`` large tokens ``big[:k]``."""
+    N = nu.shape[0] - 1
     tot = 0.0
     comp = 0.0
     for v in range(BLOCK):                              # the lanes, compensated: sums, then corrections
@@ -941,6 +988,60 @@ def race_moments_row(p, mark, mx, nu):
     lanes = np.zeros(8)
     gathered_powers(big[:k - kh], cur, lanes, nu, 21)
     gathered_powers(high[:kh], cur, lanes, nu, N)
+
+
+def wor_row_sums(p, race, head, nu, mark, st):
+    r"""The second sweep of :func:`wor_row_stats` over a draft row ``p`` whose head is known (``head[:kh]``,
+    ``st[1:4]`` = most likely token, ``kh``, the tail's largest probability, as :func:`head_finish` writes them):
+    ``st[0]`` the support, ``st[4]`` the mass outside the most likely token, ``st[5]`` = :math:`S_1`, ``st[6]`` =
+    :math:`S_2` (over :data:`BLOCK` lanes, :func:`lane_total`) and, with ``race``, the tail's power sums ``nu``
+    (:func:`race_moments_row`'s lanes, block by block in the same sweep: the same operations on the same values, so
+    the same sums). ``mark``: a boolean scratch of ``V`` False entries (left so)."""
+    V = p.shape[0]
+    N = nu.shape[0] - 1
+    top = int(st[1])
+    kh = int(st[2])
+    mx = st[3]
+    moments = race and mx > 0.0
+    if race:
+        for n in range(N + 1):
+            nu[n] = 0.0
+    if moments:
+        for k in range(kh):
+            mark[head[k]] = True
+    inv = 1.0 / mx if moments else 0.0
+    s0, s1, yb, A, big = moments_scratch(V if moments else 0)
+    k = 0
+    Lr = np.zeros(BLOCK)
+    Lt = np.zeros(BLOCK)
+    Ls = np.zeros(BLOCK, dtype=np.int64)
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        pb = p[v0:v0 + b]
+        for v in range(b):
+            y = pb[v]
+            Ls[v] += 1 if y > 0.0 else 0
+            x = y if v0 + v != top else 0.0
+            den = 1.0 - x
+            Lr[v] += x
+            Lt[v] += x / den if den > 0.0 else 0.0
+        if moments:
+            k = moments_block(pb, mark[v0:v0 + b], b, inv, s0, s1, yb, A, big, k)
+    if moments:
+        moments_finish(s0, s1, A, big, k, nu)
+        for c in range(kh):
+            mark[head[c]] = False
+    support = 0
+    for v in range(BLOCK):
+        support += Ls[v]
+    rest = lane_total(Lr)
+    S2 = lane_total(Lt)
+    pt = p[top]
+    S1 = S2 + (pt / rest if rest > 0.0 else 0.0)
+    st[0] = support
+    st[4] = rest
+    st[5] = S1
+    st[6] = S2
 
 
 def gathered_powers(y, cur, lanes, nu, top):
@@ -1009,8 +1110,10 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
     largest value. ``info`` = (last ``t``, nodes, done). Without ``heads`` the head's laws are left 0 (rows whose
     head tokens need no law: the prefix products and the head's terms skipped).
 
-    Each head clock's :math:`e^{-p t}` and :math:`1 - e^{-p t}` from one exponential: the smaller of the two from
-    ``exp`` or ``expm1``, the other as 1 minus it (at least 1/2, so within two roundings)."""
+    Without ``heads`` only the whole suffix product :math:`\mathrm{PB}` is kept, rolled in one buffer (the same
+    products and sums, so the same values). Each head clock's :math:`e^{-p t}` and :math:`1 - e^{-p t}` from one
+    exponential: the smaller of the two from ``exp`` or ``expm1``, the other as 1 minus it (at least 1/2, so
+    within two roundings)."""
     K = ph.shape[0]
     nk = ranks.shape[0]
     N = nu.shape[0] - 1
@@ -1069,21 +1172,34 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
             else:
                 a[c] = np.exp(-xe)
                 b[c] = 1.0 - a[c]
-        for j in range(deg + 1):
-            suf[K, j] = E[j]
-            pre[0, j] = 0.0
-        pre[0, 0] = 1.0
-        for c in range(K - 1, -1, -1):
-            suf[c, 0] = a[c] * suf[c + 1, 0]
-            for j in range(1, deg + 1):
-                suf[c, j] = a[c] * suf[c + 1, j] + b[c] * suf[c + 1, j - 1]
-        for c in range(K if heads else 0):
-            pre[c + 1, 0] = a[c] * pre[c, 0]
-            for j in range(1, deg + 1):
-                pre[c + 1, j] = a[c] * pre[c, j] + b[c] * pre[c, j - 1]
+        if heads:
+            for j in range(deg + 1):
+                suf[K, j] = E[j]
+                pre[0, j] = 0.0
+            pre[0, 0] = 1.0
+            for c in range(K - 1, -1, -1):
+                suf[c, 0] = a[c] * suf[c + 1, 0]
+                for j in range(1, deg + 1):
+                    suf[c, j] = a[c] * suf[c + 1, j] + b[c] * suf[c + 1, j - 1]
+            for c in range(K):
+                pre[c + 1, 0] = a[c] * pre[c, 0]
+                for j in range(1, deg + 1):
+                    pre[c + 1, j] = a[c] * pre[c, j] + b[c] * pre[c, j - 1]
+            for j in range(deg + 1):
+                pb[j] = suf[0, j]
+        else:
+            # no head token's law read: the whole suffix product alone, rolled in place (the same operations on
+            # the same values as the rows of ``suf``, degrees from the top so that each reads the one below)
+            for j in range(deg + 1):
+                pb[j] = E[j]
+            for c in range(K - 1, -1, -1):
+                ac = a[c]
+                bc = b[c]
+                for j in range(deg, 0, -1):
+                    pb[j] = ac * pb[j] + bc * pb[j - 1]
+                pb[0] = ac * pb[0]
         g = 0.0
         for j in range(deg + 1):
-            pb[j] = suf[0, j]
             g += pb[j]
         # head tokens
         for c in range(K if heads else 0):
@@ -1129,5 +1245,29 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
     info[2] = 1.0 if done else 0.0
 
 
+def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
+    r"""The race's law of its ``kk``-th rank at the entries ``(rows[e], cols[e])`` of draft values ``p[e]`` (as
+    :func:`otspec.tree._bound._race_at` by numpy, the same operations: :math:`p \sum_{n \le d} C_n x^n`,
+    :math:`x = p / p_{\max}`, ``d`` the thresholds ``theta`` below ``x``; a head token's law ``HL`` itself), into
+    ``out``."""
+    K = head.shape[1]
+    for e in range(p.shape[0]):
+        i = rows[e]
+        x = p[e] / pmax[i]
+        d = 0
+        for n in range(theta.shape[1] - 1):
+            d += 1 if x > theta[i, n] else 0
+        acc = 0.0 + C[i, kk, 0]
+        pw = 1.0
+        for n in range(1, d + 1):
+            pw = pw * x
+            acc = acc + C[i, kk, n] * pw
+        out[e] = p[e] * acc
+        for c in range(K):
+            if head[i, c] == cols[e]:
+                out[e] = HL[i, kk, c]
+
+
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
-RACE_JIT = compile_in(globals(), ("gathered_powers", "race_moments_row", "race_moments", "race_row", "race_rows"))
+RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments_block", "moments_finish",
+                                  "race_moments_row", "race_moments", "wor_row_sums", "race_row", "race_rows", "race_at"))
