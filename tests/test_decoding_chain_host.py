@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import otspec.decoding as D  # noqa: E402
-from otspec.decoding import _loop  # noqa: E402
+from otspec.decoding import _loop, _tree_device  # noqa: E402
 from otspec.decoding._sampling import bad_logit_rows, bad_rows  # noqa: E402
 from tests.toy_lm import tiny_llama, toy_target_draft  # noqa: E402
 
@@ -118,3 +118,27 @@ def test_bad_logit_rows_is_the_rule_of_bad_rows(sampling):
                       [-inf, 0.5, -inf, -inf], [3e38, 1.0, 0.0, -1.0], [-3e38, -3e38, -inf, -3e38],
                       [nan, nan, nan, nan]], dtype=torch.float32)
     assert bad_logit_rows(sampling, L).tolist() == bad_rows(sampling.probs(L, check=False)).tolist()
+
+
+@pytest.mark.skipif(not _tree_device._PASSES_COMPILED, reason="the numba passes are off (no numba, or no fused addcmul)")
+@pytest.mark.parametrize("verifier", ["token", "block-onestep"])
+def test_host_route_draws_without_writing_running_sums(verifier, monkeypatch):
+    """On the host route the drafts and the residual are drawn by the numba pass that reads each row once
+    (``_loop._draw_rows_on``): no ``torch.cumsum`` row is written in a whole decode (the route before wrote one per
+    draw), while the accelerator's route on the same CPU tensors still draws through ``draw_rows``; the tokens of
+    both routes are compared bit for bit by ``test_host_route_equals_the_accelerators_route``."""
+    target, draft = toy_target_draft(6, seed=0)
+    calls = []
+    real = torch.cumsum
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(torch, "cumsum", counting)
+    kw = dict(prompt=[0], draft=draft, target=target, L=4, max_new_tokens=30, rng=2, verifier=verifier)
+    host = _decode(None, monkeypatch, **kw)
+    assert not calls and host.iterations > 3
+    dev = _decode(False, monkeypatch, **kw)
+    assert calls
+    np.testing.assert_array_equal(host.tokens, dev.tokens)

@@ -26,7 +26,14 @@ from .._validation import validate_positive_int, validate_seed
 from ._deps import require
 from ._models import takes_last, validate_language_model, validate_prompt
 from ._sampling import Sampling, _block, _law_block, _laws_into, bad_logit_rows, bad_rows, draw_rows, sample_rows
-from ._tree_device import DEVICE_TREE_PROCESSES, DEVICE_TREE_VERIFIERS, device_tree_step, has_device_route
+from ._tree_device import (
+    DEVICE_TREE_PROCESSES,
+    DEVICE_TREE_VERIFIERS,
+    _draws,
+    _kernel_rows,
+    device_tree_step,
+    has_device_route,
+)
 from ._tree_loop import TreeStep, TreeSteps, check_with_tree, check_without_tree, tree_plan
 from ._verifiers import (
     DEVICE_VERIFIERS,
@@ -167,6 +174,17 @@ def _device_generators(seed: int | None, draft_device, target_device):
 def _np(t) -> np.ndarray:
     """The loop's one device-to-host move: a numpy view of a CPU tensor (no copy), a copy from any other device."""
     return t.detach().to("cpu").numpy()
+
+
+def _draw_rows_on(host: bool, W, gen, out):
+    """:func:`draw_rows` of ``W`` (``(B, V)`` float64, its ``"cdf"`` rule on the CPU) with its running sums in
+    ``out``; on a route reading the host (``host``) where the numba passes may read ``W`` in place
+    (:func:`~otspec.decoding._tree_device._kernel_rows`), by :func:`~otspec.decoding._tree_device._draws` instead: the
+    same uniform, the same running sums added in the same order, so the same draw bit for bit, with one read of each
+    row and no running sum written (a pass of ``V`` float64 writes fewer per draw)."""
+    if host and _kernel_rows(W):
+        return _draws(W, 1, gen, host=True)[:, 0]
+    return draw_rows(W, gen, out=out)
 
 
 def _sample(P, gen: np.random.Generator) -> np.ndarray:
@@ -1118,10 +1136,12 @@ class _Decoder:
         if K > 1:
             P[1:, 0] = P1
         c = _block(self._work, "draw_c", (K, V), logits.device)  # the draws' running sums, reused (same bits)
-        X[:, 0] = draw_rows(P1, gd, out=c[:1]).expand(K) if K == 1 else draw_rows(P1.expand(K, V), gd, out=c)
+        host = self._reads_host(logits.device)
+        X[:, 0] = (_draw_rows_on(host, P1, gd, c[:1]).expand(K) if K == 1
+                   else draw_rows(P1.expand(K, V), gd, out=c))
         for j in range(1, L):
             _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j], last=1)[:, -1], P[:, j])
-            X[:, j] = draw_rows(P[:, j], gd, out=c)
+            X[:, j] = _draw_rows_on(host, P[:, j], gd, c)
         pending_t = t.sync(ctx)
         tdev = t.lm.device
         Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)
@@ -1252,7 +1272,7 @@ class _Decoder:
             tau += 1
         qrow = Q[tau : tau + 1]
         r = qrow.sub(P[tau : tau + 1]).clamp_(min=0.0) if tau < L else qrow
-        y = int(draw_rows(r if r.sum().item() > 0 else qrow, gen)[0])  # the guarded residual
+        y = int(_draw_rows_on(True, r if r.sum().item() > 0 else qrow, gen, None)[0])  # the guarded residual
         m = min(tau + 1, L)  # the depths verified: the logged predictions read alpha_j there only
         alpha = torch.zeros(L, dtype=torch.float64, device=P.device)
         alpha[:m] = torch.minimum(P[:m], Q[:m]).sum(-1)
@@ -1304,7 +1324,7 @@ class _Decoder:
             r = (torch.sub(Q[:1], P[:1], out=r) if tau == 0 else torch.mul(Q[L:], w[L], out=r)).clamp_(min=0.0)
             mass = r.sum().item()
         qrow = Q[tau : tau + 1]
-        y = int(draw_rows(r if mass > 0 else qrow, gen, out=_block(self._work, "chain_c", (1, V), dev))[0])
+        y = int(_draw_rows_on(True, r if mass > 0 else qrow, gen, _block(self._work, "chain_c", (1, V), dev))[0])
         alpha1 = torch.minimum(P[0], Q[0]).sum()[None]
         log = torch.cat([torch.tensor(law, dtype=torch.float64, device=dev), alpha1])
         formed = L + (tau == L)
@@ -1597,7 +1617,8 @@ class _Decoder:
         else:
             ids = torch.tensor([pending], dtype=torch.long, device=t.lm.device)
             law = self.sampling.probs(t.logits_ids(ids, last=1)[:, -1], check=False)  # (1, V); bad_rows checks it
-            yb = torch.cat([draw_rows(law, self.device_gens[1]), bad_rows(law).to(torch.long)]).tolist()
+            yb = torch.cat([_draw_rows_on(self._reads_host(law.device), law, self.device_gens[1], None),
+                            bad_rows(law).to(torch.long)]).tolist()
             if yb[1]:
                 self._refuse_bad_logits(ctx, [1] + [0] * (self.K - 1), 0)
             y = yb[0]
