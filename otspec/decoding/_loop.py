@@ -1617,7 +1617,8 @@ class _Decoder:
         else:
             ids = torch.tensor([pending], dtype=torch.long, device=t.lm.device)
             law = self.sampling.probs(t.logits_ids(ids, last=1)[:, -1], check=False)  # (1, V); bad_rows checks it
-            yb = torch.cat([_draw_rows_on(self._reads_host(law.device), law, self.device_gens[1], None),
+            host = self.tree_step is None and self._reads_host(law.device)  # a tree's route is its steps' own
+            yb = torch.cat([_draw_rows_on(host, law, self.device_gens[1], None),
                             bad_rows(law).to(torch.long)]).tolist()
             if yb[1]:
                 self._refuse_bad_logits(ctx, [1] + [0] * (self.K - 1), 0)
