@@ -220,6 +220,10 @@ def test_whole_walks_on_the_device_route_equal_the_numpy_routes(monkeypatch, B, 
     # the tiny Llama pair walked on the torch-CPU route (laws kept as tensors, every depth drafted on the device)
     # and on the numpy route: every row of the deterministic families (E[tau | T], the universe's Q and p) equal bit
     # for bit; prompts of unequal lengths (padded states) and a temperature (EAGLE-2 ranks by the draft's own law)
+    _walks_on_both_routes_agree(monkeypatch, B, subsample, temperature)
+
+
+def _walks_on_both_routes_agree(monkeypatch, B, subsample, temperature):
     import otspec.profile._collect as C
     from tests.toy_lm import tiny_llama
 
@@ -236,12 +240,4 @@ def test_whole_walks_on_the_device_route_equal_the_numpy_routes(monkeypatch, B, 
 @pytest.mark.parametrize("subsample", [0, 1])
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_whole_walks_on_the_device_route_equal_the_numpy_routes_every_batch(monkeypatch, B, subsample, temperature):
-    import otspec.profile._collect as C
-    from tests.toy_lm import tiny_llama
-
-    draft, target = tiny_llama(1, vocab=64), tiny_llama(2, vocab=64)
-    got = {}
-    for route, dev in (("numpy", None), ("torch", torch.device("cpu"))):
-        monkeypatch.setattr(C, "analysis_device", lambda lm, dev=dev: dev)
-        got[route] = _walk_rows(draft, target, route, subsample, B, temperature, WALK_TREES)
-    assert got["torch"] and got["torch"] == got["numpy"]
+    _walks_on_both_routes_agree(monkeypatch, B, subsample, temperature)
