@@ -327,9 +327,10 @@ def _bad_logits_error(role: str, lm, pos: int, where: str) -> ValueError:
     )
 
 
-def _draw_into_work(W, gen, work):
-    """:func:`draw_rows` of ``W`` (1, V) with its running sums in the ``work`` block of the chains' draws."""
-    return draw_rows(W, gen, out=_block(work, "chain_c", tuple(W.shape), W.device))
+def _draw_into_work(W, gen, work, *, host: bool = False):
+    """:func:`draw_rows` of ``W`` (1, V) with its running sums in the ``work`` block of the chains' draws (by the
+    numba pass, no sums written, on a route reading the host: :func:`_draw_rows_on`)."""
+    return _draw_rows_on(host, W, gen, _block(work, "chain_c", tuple(W.shape), W.device))
 
 
 def _deprecated_verifier_name(result) -> str:
@@ -1272,7 +1273,7 @@ class _Decoder:
             tau += 1
         qrow = Q[tau : tau + 1]
         r = qrow.sub(P[tau : tau + 1]).clamp_(min=0.0) if tau < L else qrow
-        y = int(_draw_rows_on(True, r if r.sum().item() > 0 else qrow, gen, None)[0])  # the guarded residual
+        y = int(_draw_into_work(r if r.sum().item() > 0 else qrow, gen, self._work, host=True)[0])  # guarded
         m = min(tau + 1, L)  # the depths verified: the logged predictions read alpha_j there only
         alpha = torch.zeros(L, dtype=torch.float64, device=P.device)
         alpha[:m] = torch.minimum(P[:m], Q[:m]).sum(-1)
@@ -1324,7 +1325,7 @@ class _Decoder:
             r = (torch.sub(Q[:1], P[:1], out=r) if tau == 0 else torch.mul(Q[L:], w[L], out=r)).clamp_(min=0.0)
             mass = r.sum().item()
         qrow = Q[tau : tau + 1]
-        y = int(_draw_rows_on(True, r if mass > 0 else qrow, gen, _block(self._work, "chain_c", (1, V), dev))[0])
+        y = int(_draw_into_work(r if mass > 0 else qrow, gen, self._work, host=True)[0])
         alpha1 = torch.minimum(P[0], Q[0]).sum()[None]
         log = torch.cat([torch.tensor(law, dtype=torch.float64, device=dev), alpha1])
         formed = L + (tau == L)
