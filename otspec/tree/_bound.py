@@ -26,6 +26,7 @@ Notation: ``p`` is the draft law and ``q`` the target law at a prefix;
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections import Counter
@@ -99,6 +100,11 @@ class TreeBound:
         on a draw's law was used (``value`` is then still an upper bound).
     process : str
     budget : int
+    method : str
+        ``"paths"`` (:math:`B`) or ``"union"`` (:math:`B^* \le B`: ``value`` and ``per_depth`` are
+        :math:`\hat B^*` and :math:`\hat b^*_d`; ``lower_per_depth`` and ``remainder`` still bracket :math:`B`;
+        ``pi_exact`` says whether :math:`\Pi(T)` was exact for every swept set, i.e. i.i.d. children or one draw
+        per node).
     """
 
     value: float
@@ -111,6 +117,7 @@ class TreeBound:
     pi_exact: bool
     process: str
     budget: int
+    method: str = "paths"
 
 
 # --------------------------------------------------------------------------- the shape's slots
@@ -1663,7 +1670,7 @@ def _validate_budget(budget, name: str, limit: int) -> int:
 
 
 def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
-          batch: int = DEFAULT_BOUND_BATCH) -> TreeBound:
+          batch: int = DEFAULT_BOUND_BATCH, method: str = "paths") -> TreeBound:
     r"""Upper bound on the expected accepted draft tokens of every lossless verifier of a draft-tree process.
 
     .. math::
@@ -1799,6 +1806,8 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     >>> r.value, r.complete, r.pi_exact
     (1.0, True, True)
     """
+    if not isinstance(method, str) or method not in ("paths", "union"):
+        raise ValueError(f"`method` must be 'paths' or 'union', got {method!r}")
     shape = as_tree_shape(shape, process)
     process = validate_process(process, shape)
     V, ctx, tree_laws = _setup_models(draft, target, prefix)
@@ -1814,7 +1823,8 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
             dl, tl = LawCache(draft, V, ctx, "draft"), LawCache(target, V, ctx, "target")
         else:
             dl, tl = tree_laws.one(0), tree_laws.one(1)
-        return _deterministic(shape, dl, tl, process, budget)
+        res = _deterministic(shape, dl, tl, process, budget)
+        return res if method == "paths" else dataclasses.replace(res, method=method)   # B* = B, attained
     if process == "wor":
         for _par, _ch, ranks in _child_groups(shape):
             if max(ranks) + 1 > V:
@@ -1823,6 +1833,10 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
                     f"{max(ranks) + 1} distinct tokens, but the vocabulary has V={V}"
                 )
     laws = _ModelLaws(draft, target, V, ctx) if tree_laws is None else tree_laws
+    if method == "union":
+        from ._bound_union import union_bound
+
+        return union_bound(_Slots(shape), process, laws, budget, batch)
     return _sampled(_Slots(shape), process, laws, budget, batch)
 
 
@@ -1927,7 +1941,9 @@ def _depth_runs(frontier: list) -> list:
     return list(zip(starts, starts[1:] + [len(frontier)]))
 
 
-def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> TreeBound:
+def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int, on_rows=None) -> TreeBound:
+    """The anytime search for one context; ``on_rows(prefixes, P, Q, candidates)`` (optional) sees every block of
+    expanded rows with its laws (the union bound's reductions, :mod:`otspec.tree._bound_union`)."""
     search = _Search(slots, process, budget, batch)
     frontier = search.frontier
     while frontier:
@@ -1938,6 +1954,8 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int) -> Tree
         for a, b in _depth_runs(frontier):
             cand, ex, _drop = run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
             search.absorb(cand, ex)
+            if on_rows is not None:
+                on_rows(frontier[a:b], Pl[a:b], Ql[a:b], cand)
         frontier = search.advance()
     return search.result(laws.calls)
 
