@@ -55,15 +55,15 @@ def _keys(num: np.ndarray, Qc: np.ndarray) -> np.ndarray:
 def _reduce(key: np.ndarray, p: np.ndarray, Qc: np.ndarray, grid: np.ndarray):
     """``(Sp, SQc)``, ``(..., G)``: per row, :math:`\\sum_{\\kappa \\le t_g} p` and :math:`\\sum_{\\kappa > t_g} Q`
     over the entries (the last axis), for the sorted thresholds ``grid`` (sums of positive terms)."""
-    G = grid.shape[0]
-    b = np.searchsorted(grid, key, side="left")             # entry in T_g iff b <= g
-    rows = key.reshape(-1, key.shape[-1])
-    bb = b.reshape(rows.shape)
-    Sp = np.empty((rows.shape[0], G))
-    SQ = np.empty((rows.shape[0], G))
-    for i in range(rows.shape[0]):
-        hp = np.bincount(bb[i], weights=p.reshape(rows.shape)[i], minlength=G + 1)
-        hq = np.bincount(bb[i], weights=Qc.reshape(rows.shape)[i], minlength=G + 1)
+    G, V = grid.shape[0], key.shape[-1]
+    bb = np.searchsorted(grid, key, side="left").reshape(-1, V)          # entry in T_g iff its bin <= g
+    pp, qq = np.reshape(p, (-1, V)), np.reshape(Qc, (-1, V))
+    n = bb.shape[0]
+    Sp = np.empty((n, G))
+    SQ = np.empty((n, G))
+    for i in range(n):
+        hp = np.bincount(bb[i], weights=pp[i], minlength=G + 1)
+        hq = np.bincount(bb[i], weights=qq[i], minlength=G + 1)
         Sp[i] = np.cumsum(hp)[:G]
         SQ[i] = np.cumsum(hq[::-1])[::-1][1:]
     return Sp.reshape(key.shape[:-1] + (G,)), SQ.reshape(key.shape[:-1] + (G,))
@@ -117,7 +117,7 @@ class _Rows:
         if self.exact:
             Sp = SQ = None
         else:
-            Sp, SQ = _reduce(keys, np.broadcast_to(P, keys.shape), np.broadcast_to(Qc, keys.shape), _GRID)
+            Sp, SQ = _reduce(keys, np.stack([P, P]), np.stack([Qc, Qc]), _GRID)
         local = {id(u): i for i, u in enumerate(frontier)}
         for i, u in enumerate(frontier):
             r = _Row(u.order, j)
