@@ -84,6 +84,11 @@ GAP_DRAWS = 4
 #: Expanded prefixes per context and family (64 per model call).
 GAP_BUDGET = 256
 GAP_SEED = 3000
+#: The union bound's largest slack where it can be checked: max B* - OPT_c over the enumerable cases of
+#: results/trees/bound.csv (experiments/repro_90_trees.py, every prefix expanded; 2026-11-28: i.i.d. 37 cases,
+#: V = 3-8; without replacement 37 cases, where Pi is bounded above for draws of rank >= 1). The verdict on the real
+#: pair reads it: a gap to B* whose interval lies above it is not the bound's slack as far as it was ever measured.
+UNION_SLACK = {"iid": 0.022, "wor": 0.057}
 
 
 class _ContextLaws:
@@ -121,15 +126,17 @@ class _LawsAt:
         return self.laws.memo[tuple(path)][self.which]
 
 
-def _bound(shape, process, laws: _ContextLaws):
-    """``otspec.tree.bound(shape, draft, target, process=process, prefix=c, budget=GAP_BUDGET)`` on the laws of
-    context ``c`` (the same recursion and order of expansion, 64 prefixes per frontier), every path's laws read
-    once for both families and the drawn trees."""
+def _bound(shape, process, laws: _ContextLaws, method: str = "paths"):
+    """``otspec.tree.bound(shape, draft, target, process=process, prefix=c, budget=GAP_BUDGET, method=method)`` on
+    the laws of context ``c`` (the same recursion and order of expansion, 64 prefixes per frontier), every path's
+    laws read once for both families, both methods and the drawn trees."""
     from otspec.tree._bound import DEFAULT_BOUND_BATCH, _sampled, _Slots
+    from otspec.tree._bound_union import union_bound
     from otspec.tree._process import as_tree_shape, validate_process
 
     shape = as_tree_shape(shape, process)
-    return _sampled(_Slots(shape), validate_process(process, shape), laws, GAP_BUDGET, DEFAULT_BOUND_BATCH)
+    run = union_bound if method == "union" else _sampled
+    return run(_Slots(shape), validate_process(process, shape), laws, GAP_BUDGET, DEFAULT_BOUND_BATCH)
 
 
 def _draw_trees(draws, dm, rng) -> list:
@@ -178,12 +185,14 @@ def _draw_trees(draws, dm, rng) -> list:
 def verifier_gaps(tok, draft, target, prompts=PROMPTS[:GAP_PROMPTS]) -> dict:
     """Per sampled family and verifier: the mean over contexts of the bound B (any lossless verifier's best on the
     family's trees, an upper bound) minus the verifier's exact E[tau | T] averaged over drawn trees, with a 95 %
-    bootstrap interval over prompts; the budget's remaining slack (the bound's remainder) beside it."""
+    bootstrap interval over prompts; the budget's remaining slack (the bound's remainder) beside it. The same with
+    the union bound B* <= B (``method="union"``, the same expanded prefixes)."""
     from otspec.tree import TreeShape, make_tree_verifier, tree_laws
     from otspec.tree._bound import _TreeAttentionLaws
 
     rng = np.random.default_rng(GAP_SEED)
-    per = {label: {"bound": [], "remainder": [], "pi_exact": True, **{v: [] for v in vs}}
+    per = {label: {"bound": [], "bound_union": [], "remainder": [], "pi_exact": True, "union_exact": True,
+                   **{v: [] for v in vs}}
            for label, _, _, vs in GAP_FAMILIES}
     shapes = {label: TreeShape.branching(*br) for label, br, _, _ in GAP_FAMILIES}
     owner = []
@@ -202,6 +211,9 @@ def verifier_gaps(tok, draft, target, prompts=PROMPTS[:GAP_PROMPTS]) -> dict:
                 per[label]["bound"].append(b.value)
                 per[label]["remainder"].append(b.remainder)
                 per[label]["pi_exact"] &= b.pi_exact
+                u = _bound(shapes[label], process, laws, "union")
+                per[label]["bound_union"].append(u.value)
+                per[label]["union_exact"] &= u.pi_exact
             # every family's GAP_DRAWS trees, in the order of one sample_tree call after the other
             trees = iter(_draw_trees([(shapes[label], process) for label, _, process, _ in GAP_FAMILIES
                                       for _ in range(GAP_DRAWS)], dm, rng))
@@ -222,14 +234,19 @@ def verifier_gaps(tok, draft, target, prompts=PROMPTS[:GAP_PROMPTS]) -> dict:
     for label, _, _process, vs in GAP_FAMILIES:
         d = per[label]
         B = np.array(d["bound"])
+        Bu = np.array(d["bound_union"])
         one = np.ones_like(B)
-        fam = {"bound": _over_prompts(B, one, owner), "remainder_mean": _r(float(np.mean(d["remainder"]))),
+        fam = {"bound": _over_prompts(B, one, owner), "bound_union": _over_prompts(Bu, one, owner),
+               "union_pi_exact": bool(d["union_exact"]), "process": _process,
+               "remainder_mean": _r(float(np.mean(d["remainder"]))),
                "remainder_max": _r(float(np.max(d["remainder"]))), "pi_exact": bool(d["pi_exact"]),
                "budget": GAP_BUDGET, "contexts": int(B.size), "draws_per_context": GAP_DRAWS, "verifiers": {}}
         for v in vs:
             x = np.array(d[v])
             fam["verifiers"][v] = {"value": _over_prompts(x, one, owner), "gap": _over_prompts(B - x, one, owner),
-                                   "share": _over_prompts(x, B, owner)}
+                                   "share": _over_prompts(x, B, owner),
+                                   "gap_union": _over_prompts(Bu - x, one, owner),
+                                   "share_union": _over_prompts(x, Bu, owner)}
         out[label] = fam
     return out
 
@@ -382,6 +399,36 @@ def _ci(e) -> str:
     return f"{fmt(e['value'], 3)} [{fmt(e['lo'], 3)}, {fmt(e['hi'], 3)}]"
 
 
+def _justify_row(label: str, fam: dict) -> Row:
+    """"Does the gap justify a better tree verifier?", decided by the union bound B* (B where B* is absent).
+
+    The rule: B* >= OPT_c >= every lossless verifier at any budget, so the upper end of the 95 % interval of B*
+    minus the best rule bounds what any better verifier could add (up to sampling). The gap counts as real only where
+    its whole interval lies above the bound's slack as far as it is known: the union bound's largest B* - OPT_c on
+    the enumerable cases (:data:`UNION_SLACK`) plus what the budget left open of the paths bound on these contexts
+    (its mean remainder; the budget's share of B*'s own slack is not bounded separately, and this is the measure of
+    what the unexpanded prefixes can hold). Otherwise it is within the bound's slack: not shown to be improvable."""
+    best, g = max(fam["verifiers"].items(), key=lambda kv: kv[1]["value"]["value"])
+    worst = min(v["value"]["value"] for v in fam["verifiers"].values())
+    union = fam.get("bound_union") is not None
+    gap = g["gap_union"] if union else g["gap"]
+    known = UNION_SLACK[fam.get("process", label.split(":")[0])] if union else 0.15
+    slack = known + fam["remainder_mean"]
+    name = "B*" if union else "B"
+    text = (f"the best rule here, {best}, accepts {g['value']['value'] - worst:.3f} more than the worst on the same "
+            f"trees; it is {_ci(gap)} below {name}" + (f" (and {_ci(g['gap'])} below B)" if union else "")
+            + f"; {name} exceeds OPT_c by at most {known:.3f} on the enumerable cases of results/trees/bound.csv, and "
+            f"the budget left {fam['remainder_mean']:.3f} of B open: slack {slack:.3f}")
+    if gap["lo"] > slack:
+        verdict = (f"yes, a gap larger than the bound's slack ({slack:.3f}): a better verifier may add up to "
+                   f"{gap['hi']:.3f} accepted tokens per call")
+    else:
+        verdict = (f"within the bound's slack ({slack:.3f}): not shown to be improvable; any better verifier adds at "
+                   f"most {gap['hi']:.3f} accepted tokens per call (95 % upper end)")
+    return Row(f"{label}: does the gap justify a better tree verifier?",
+               "- (no paper bounds the best verifier of these trees)", text, verdict)
+
+
 def section(res: dict) -> Section:
     """The report section of a :func:`run_all` result."""
     sec = _new_section()
@@ -444,34 +491,28 @@ def section(res: dict) -> Section:
                             f"{100 * b['value']:+.2f} % [{100 * b['lo']:+.2f}, {100 * b['hi']:+.2f}]",
                             "measured (profile)"))
     for label, fam in res.get("bound_gaps", {}).items():
+        union = fam.get("bound_union")
         sec.rows.append(Row(
-            f"{label}: the upper bound on any lossless verifier (otspec.tree.bound, budget {fam['budget']} expanded "
-            f"prefixes per context; {fam['contexts']} contexts)",
+            f"{label}: the upper bounds on any lossless verifier (otspec.tree.bound, budget {fam['budget']} expanded "
+            f"prefixes per context; {fam['contexts']} contexts): B (paths) and B* (union of root paths)",
             "-",
-            f"{_ci(fam['bound'])} accepted tokens; the budget left at most {fmt(fam['remainder_mean'], 3)} on "
-            f"average (largest {fmt(fam['remainder_max'], 3)}) of it open"
-            + ("" if fam["pi_exact"] else "; pi bounded above for draws of rank >= 2"),
+            f"B {_ci(fam['bound'])}" + (f", B* {_ci(union)}" if union else "") + " accepted tokens; the budget left "
+            f"at most {fmt(fam['remainder_mean'], 3)} of B on average (largest {fmt(fam['remainder_max'], 3)}) open"
+            + ("" if fam["pi_exact"] else "; pi bounded above for draws of rank >= 2")
+            + ("" if not union or fam["union_pi_exact"] else "; B*: the union's probability bounded above (draws "
+               "without replacement)"),
             "measured (exact laws)"))
         for v, g in fam["verifiers"].items():
             sec.rows.append(Row(
-                f"{label}, {v}: E[tau] and its gap to the bound ({fam['draws_per_context']} drawn trees per context)",
+                f"{label}, {v}: E[tau] and its gap to the bounds ({fam['draws_per_context']} drawn trees per context)",
                 "-",
-                f"{_ci(g['value'])}; gap {_ci(g['gap'])}; share of the bound reached "
-                f"{100 * g['share']['value']:.1f} % [{100 * g['share']['lo']:.1f}, {100 * g['share']['hi']:.1f}]",
+                f"{_ci(g['value'])}; gap to B {_ci(g['gap'])}, share of B reached "
+                f"{100 * g['share']['value']:.1f} % [{100 * g['share']['lo']:.1f}, {100 * g['share']['hi']:.1f}]"
+                + (f"; gap to B* {_ci(g['gap_union'])}, share of B* reached {100 * g['share_union']['value']:.1f} % "
+                   f"[{100 * g['share_union']['lo']:.1f}, {100 * g['share_union']['hi']:.1f}]" if union else ""),
                 "measured (exact laws)"))
     for label, fam in res.get("bound_gaps", {}).items():
-        best, g = max(fam["verifiers"].items(), key=lambda kv: kv[1]["value"]["value"])
-        worst = min(v["value"]["value"] for v in fam["verifiers"].values())
-        slack = fam["remainder_mean"] + (0.0 if fam["pi_exact"] else math.nan)
-        sec.rows.append(Row(
-            f"{label}: does the gap justify a better tree verifier?",
-            "- (no paper bounds the best verifier of these trees)",
-            f"the best rule here, {best}, accepts {g['value']['value'] - worst:.3f} more than the worst on the same "
-            f"trees and is {_ci(g['gap'])} below the bound; the bound itself exceeds OPT_1 by up to 0.15 on "
-            "enumerable branched trees" + (f" and the budget left {slack:.3f} open" if slack == slack else
-                                           ", and is looser here (pi bounded for draws of rank >= 2)"),
-            "a gap larger than the bound's slack" if g["gap"]["lo"] > 0.15 + fam["remainder_mean"] else
-            "within the bound's slack: not shown to be improvable"))
+        sec.rows.append(_justify_row(label, fam))
     for c in res.get("checks", ()):
         p = c["predicted"]
         sec.rows.append(Row(f"real decoding with {c['family']}: tokens per call ({c['prompts']} prompts x "

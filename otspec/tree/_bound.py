@@ -1729,6 +1729,18 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
         Prefixes scored per model call (1 to :data:`MAX_BOUND_BATCH`). The
         order of expansion does not depend on ``budget``, so a larger budget
         expands a superset of the prefixes.
+    method : {"paths", "union"}, keyword-only
+        ``"paths"`` (default): :math:`B` above. ``"union"``: the tighter
+        :math:`B^* = \sum_d \min(b^*_1, \dots, b^*_d)`,
+        :math:`b^*_d = \min_T [Q(T^c) + \Pi(T)] \le b_d` over sets
+        :math:`T` of paths of length :math:`d`, :math:`\Pi(T)` the
+        probability that the tree has some root path in :math:`T`
+        (threshold sets swept; :math:`\Pi` exact for i.i.d. children, an
+        upper bound without replacement; :math:`B^* = \alpha_k` at depth 1
+        with :math:`k` i.i.d. drafts; the same prefixes and budget;
+        :mod:`otspec.tree._bound_union`, docs/theory/trees.rst, "A tighter
+        bound: unions of root paths"). On deterministic trees
+        :math:`B^* = B`.
 
     Returns
     -------
@@ -1739,7 +1751,7 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     Raises
     ------
     TypeError, ValueError
-        Bad models, shape or process (before any model call); laws of unequal
+        Bad models, shape, process or ``method`` (before any model call); laws of unequal
         vocabularies; ``budget`` or ``batch`` below 1 or above their limits;
         a ``"wor"`` shape with more ranks at a node than the vocabulary has
         tokens (before any model call) or than the draft's support at a
@@ -1805,6 +1817,10 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     >>> r = bound(TreeShape([(0,), (1,)]), p, q, process="iid")     # sum_x min(q(x), 1 - (1 - p(x))**2)
     >>> r.value, r.complete, r.pi_exact
     (1.0, True, True)
+    >>> p, q = MemorylessModel([0.5, 0.25, 0.25]), MemorylessModel([0.2, 0.4, 0.4])
+    >>> s = TreeShape([(0,), (1,)])        # two i.i.d. root drafts: B = 1, B* = SpecTr's alpha_2(p, q)
+    >>> bound(s, p, q, process="iid").value, round(bound(s, p, q, process="iid", method="union").value, 12)
+    (1.0, 0.95)
     """
     if not isinstance(method, str) or method not in ("paths", "union"):
         raise ValueError(f"`method` must be 'paths' or 'union', got {method!r}")
