@@ -242,3 +242,16 @@ def test_large_vocabulary_grid_stays_between_the_optimum_at_depth_one_and_b(proc
         # b*_1 >= alpha_3 (the optimum at depth 1), within the grid's spacing of it
         a = float(alpha_k(draft.next_dist(()), target.next_dist(()), 3))
         assert a - EXACT <= u.per_depth[0] <= a + 0.02
+
+
+def test_without_replacement_the_union_over_children_tightens_the_bound():
+    # two root drafts without replacement with subtrees (ranks 0 and 1): the union over the children's draws (their
+    # exact laws) takes B* from B = 1.890 to within 1e-3 of OPT_c = 1.8615; the product bound alone gives B here
+    draft, target = random_markov_model(3, rng=0, concentration=0.7), random_markov_model(3, rng=50, concentration=0.7)
+    s = TreeShape([(0,), (1,), (0, 0), (0, 1), (1, 0)])
+    oc = optimum(s, draft, target, process="wor", one_token=False).value
+    b = bound(s, draft, target, process="wor").value
+    u = bound(s, draft, target, process="wor", method="union")
+    assert b - oc > 0.02
+    assert oc - LP_TOL <= u.value <= oc + 1e-3
+    assert not u.pi_exact

@@ -26,7 +26,8 @@ import math
 
 import numpy as np
 
-from ._bound import TreeBound, _block, _child_pi, _host, _sampled, _Slots
+from . import _bound
+from ._bound import TreeBound, _block, _child_pi, _DrawLaws, _host, _sampled, _Slots
 
 __all__ = ["union_bound"]
 
@@ -52,35 +53,39 @@ def _keys(num: np.ndarray, Qc: np.ndarray) -> np.ndarray:
     return np.where((num > 0) & (Qc <= 0), np.inf, k)
 
 
-def _reduce(key: np.ndarray, p: np.ndarray, Qc: np.ndarray, grid: np.ndarray):
-    """``(Sp, SQc)``, ``(..., G)``: per row, :math:`\\sum_{\\kappa \\le t_g} p` and :math:`\\sum_{\\kappa > t_g} Q`
-    over the entries (the last axis), for the sorted thresholds ``grid`` (sums of positive terms)."""
-    G, V = grid.shape[0], key.shape[-1]
-    bb = np.searchsorted(grid, key, side="left").reshape(-1, V)          # entry in T_g iff its bin <= g
-    pp, qq = np.reshape(p, (-1, V)), np.reshape(Qc, (-1, V))
-    n = bb.shape[0]
-    Sp = np.empty((n, G))
-    SQ = np.empty((n, G))
-    for i in range(n):
-        hp = np.bincount(bb[i], weights=pp[i], minlength=G + 1)
-        hq = np.bincount(bb[i], weights=qq[i], minlength=G + 1)
-        Sp[i] = np.cumsum(hp)[:G]
-        SQ[i] = np.cumsum(hq[::-1])[::-1][1:]
-    return Sp.reshape(key.shape[:-1] + (G,)), SQ.reshape(key.shape[:-1] + (G,))
+def _bins(key: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """The bin of each entry among the sorted thresholds ``grid``: the entry is in :math:`T_g` iff its bin is
+    at most ``g``."""
+    return np.searchsorted(grid, key, side="left")
+
+
+def _sums(bins: np.ndarray, w: np.ndarray, G: int, above: bool) -> np.ndarray:
+    r"""``(..., G)``: per row of ``w`` (``(..., V)``; ``bins`` ``(n, V)``, its rows repeated along ``w``'s leading
+    axes), :math:`\sum_{\text{bin} \le g} w`, or with ``above`` :math:`\sum_{\text{bin} > g} w` (summed from the
+    top: sums of positive terms, no cancellation)."""
+    V = w.shape[-1]
+    bb = bins.reshape(-1, V)
+    ww = np.ascontiguousarray(w).reshape(-1, V)
+    nb = bb.shape[0]
+    out = np.empty((ww.shape[0], G))
+    for i in range(ww.shape[0]):
+        h = np.bincount(bb[i % nb], weights=ww[i], minlength=G + 1)
+        out[i] = np.cumsum(h[::-1])[::-1][1:] if above else np.cumsum(h)[:G]
+    return out.reshape(w.shape[:-1] + (G,))
 
 
 class _Row:
     """One expanded prefix: its place in the expansion, what its parent's row holds about it, and its children's
     sums (or, at small vocabularies, the children's entries themselves)."""
 
-    __slots__ = ("order", "depth", "parent", "p", "Q", "key", "Sp", "SQ", "entries", "M", "cand")
+    __slots__ = ("order", "depth", "parent", "p", "Q", "key", "Sp", "SQ", "SL", "lx", "entries", "M", "cand")
 
     def __init__(self, order, depth):
         self.order, self.depth = order, depth
         self.parent = -1
         self.p = self.Q = 0.0
         self.key = (0.0, 0.0)
-        self.Sp = self.SQ = self.entries = self.M = None
+        self.Sp = self.SQ = self.SL = self.lx = self.entries = self.M = None
         self.cand: dict = {}
 
 
@@ -114,29 +119,42 @@ class _Rows:
             M = np.concatenate([np.zeros((m, 1)), np.cumsum(top, axis=1)[:, :need - 1]], axis=1)
         else:
             M = np.zeros((m, max(need, 1)))
+        # without replacement: the law of each used rank's draw (exact, or the stated upper bound where the race
+        # refuses a row: either keeps the union over the children an upper bound), (R, m, V)
+        ranks = self.slots.ranks_below[j]
+        laws = None
+        if self.process == "wor" and ranks:
+            dl = _DrawLaws(P, ranks, np, race=_bound._WOR_RACE)
+            laws = np.stack([np.asarray(dl.law(k), dtype=np.float64) for k in range(len(ranks))])
         if self.exact:
-            Sp = SQ = None
+            Sp = SQ = SL = None
         else:
-            Sp, SQ = _reduce(keys, np.stack([P, P]), np.stack([Qc, Qc]), _GRID)
+            G = _GRID.shape[0]
+            bins = _bins(keys, _GRID)                                         # (2, m, V)
+            Sp = np.stack([_sums(bins[k], P, G, False) for k in range(2)])    # (2, m, G)
+            SQ = np.stack([_sums(bins[k], Qc, G, True) for k in range(2)])
+            SL = None if laws is None else np.stack([_sums(bins[k], laws, G, False) for k in range(2)])  # (2,R,m,G)
         local = {id(u): i for i, u in enumerate(frontier)}
         for i, u in enumerate(frontier):
             r = _Row(u.order, j)
             if j:
                 par = self.rows[self.by_path[u.path[:-1]]]
                 r.parent = par.order
-                r.p, r.Q, r.key = par.cand[u.path[-1]]
+                r.p, r.Q, r.key, r.lx = par.cand[u.path[-1]]
             r.M = M[i]
             if self.exact:
-                r.entries = (keys[:, i].copy(), P[i].copy(), Qc[i].copy())
+                r.entries = (keys[:, i].copy(), P[i].copy(), Qc[i].copy(), None if laws is None else laws[:, i].copy())
             else:
                 r.Sp, r.SQ = Sp[:, i], SQ[:, i]
+                r.SL = None if SL is None else SL[:, :, i]                   # (2, R, G)
             self.rows[u.order] = r
             self.by_path[u.path] = u.order
         if cand is not None:
             for owner, x in zip(cand["owner"], cand["x"].tolist()):
                 i = local[id(owner)]
                 self.rows[owner.order].cand[x] = (float(P[i, x]), float(Qc[i, x]),
-                                                  (float(keys[0, i, x]), float(keys[1, i, x])))
+                                                  (float(keys[0, i, x]), float(keys[1, i, x])),
+                                                  None if laws is None else laws[:, i, x].copy())
 
     # ------------------------------------------------------------------ the value of one state
     def state(self, m: int) -> np.ndarray:
@@ -149,22 +167,26 @@ class _Rows:
             if self.exact:
                 grid = np.unique(np.concatenate([[0.0]] + [r.entries[0][kk] for r in R]))
                 grid = grid[np.isfinite(grid)]
-                red = [_reduce(r.entries[0][kk][None, :], r.entries[1][None, :], r.entries[2][None, :], grid)
-                       for r in R]
-                Sp = [s[0][0] for s in red]
-                SQ = [s[1][0] for s in red]
+                G = grid.shape[0]
+                bins = [_bins(r.entries[0][kk], grid) for r in R]
+                Sp = [_sums(bb[None], r.entries[1][None], G, False)[0] for bb, r in zip(bins, R)]
+                SQ = [_sums(bb[None], r.entries[2][None], G, True)[0] for bb, r in zip(bins, R)]
+                SL = [None if r.entries[3] is None else _sums(bb[None], r.entries[3], G, False)
+                      for bb, r in zip(bins, R)]
             else:
                 grid = _GRID
                 Sp = [r.Sp[kk] for r in R]
                 SQ = [r.SQ[kk] for r in R]
+                SL = [None if r.SL is None else r.SL[kk] for r in R]
             bins = [int(np.searchsorted(grid, r.key[kk], side="left")) for r in R]
             for d in range(1, D + 1):
-                out[d - 1] = min(out[d - 1], float(np.min(self._depth(R, d, Sp, SQ, bins, grid.shape[0]))))
+                out[d - 1] = min(out[d - 1], float(np.min(self._depth(R, d, Sp, SQ, SL, bins, grid.shape[0]))))
         return out
 
-    def _depth(self, R, d: int, Sp, SQ, bins, G: int) -> np.ndarray:
+    def _depth(self, R, d: int, Sp, SQ, SL, bins, G: int) -> np.ndarray:
         """``(G,)``: :math:`Q(T_g^c) + \\Pi(T_g)` for the paths of length ``d``, by the recursion over the slots from
-        the rows of depth ``d - 1`` up to the root."""
+        the rows of depth ``d - 1`` up to the root (``SL``: each row's sums of its draws' laws, without
+        replacement)."""
         slots = self.slots
         g = np.arange(G)
         Gnext = None            # (rows of depth j + 1, slots of depth j + 1, G)
@@ -180,9 +202,16 @@ class _Rows:
             a = np.zeros((n, len(kids), G))
             sp = np.stack([Sp[i] for i in idx])                       # (n, G)
             sq = np.stack([SQ[i] for i in idx])
+            wor = self.process == "wor"
+            if wor:   # the union over the children: b_c = sum_x P(draw r(c) = x) g(c, ux), per child slot
+                cols = [slots.ranks_below[j].index(slots.rank[c]) for c in kids]
+                sl = np.stack([SL[i] for i in idx])[:, cols, :]       # (n, kids, G)
+                b = np.zeros((n, len(kids), G))
             if j == d - 1:
                 a += sp[:, None, :]                                   # every child slot: its path in T or not
                 QTc += sq.sum(axis=0)
+                if wor:
+                    b += sl
             else:
                 has = (slots.N[kids, d] > 0).astype(np.float64)       # child slots with paths of length d below
                 unexp, sq_un = sp.copy(), sq.copy()
@@ -193,10 +222,16 @@ class _Rows:
                     unexp[at] -= r.p * inT
                     sq_un[at] -= r.Q * ~inT
                     a[at] += r.p * Gnext[k]
+                    if wor:
+                        lx = r.lx[cols][:, None]                      # (kids, 1): the child's laws at its token
+                        sl[at] -= lx * inT
+                        b[at] += lx * Gnext[k]
                 np.maximum(unexp, 0.0, out=unexp)
                 np.maximum(sq_un, 0.0, out=sq_un)
                 a += unexp[:, None, :] * has[None, :, None]
                 QTc += sq_un.sum(axis=0)
+                if wor:
+                    b += np.maximum(sl, 0.0) * has[None, :, None]
             # the slots of depth j: 1 - prod over child slots c of (1 - f_c), f_c = a_c (i.i.d.) or the stated
             # bound a_c / (1 - M_{r(c)}) (without replacement)
             if self.process == "wor":
@@ -212,6 +247,8 @@ class _Rows:
             for c_pos, c in enumerate(kids):
                 inc[slots.pos[slots.parent[c]], c_pos] = 1.0
             Gnext = -np.expm1(np.einsum("wc,ncg->nwg", inc, L))
+            if wor:       # the smaller of the two upper bounds
+                np.minimum(Gnext, np.minimum(np.einsum("wc,ncg->nwg", inc, b), 1.0), out=Gnext)
             idx_next = idx
         return QTc + Gnext[0, 0]
 
@@ -232,9 +269,10 @@ def union_bound(slots: _Slots, process: str, laws, budget: int, batch: int) -> T
 
     :math:`\Pi(T)` by the recursion over the shape's slots, a slot :math:`v` of depth :math:`j` holding :math:`u`:
     :math:`g(v) = 1 - \prod_c (1 - f_c)`, :math:`a_c = \sum_x p(x \mid u)\, g(c, ux)`; i.i.d. children
-    :math:`f_c = a_c` (exact); without replacement :math:`f_c = \min(1, a_c / (1 - M_{r(c)}(u)))`,
-    :math:`M_r(u)` the mass of the ``r`` most likely tokens (an upper bound: given the earlier draws, the draw of
-    rank ``r`` lands on ``x`` with probability at most :math:`p(x) / (1 - M_r)`). At a path of length ``d``
+    :math:`f_c = a_c` (exact); without replacement the smaller of two upper bounds: :math:`f_c = \min(1, a_c /
+    (1 - M_{r(c)}(u)))`, :math:`M_r(u)` the mass of the ``r`` most likely tokens (given the earlier draws, the draw
+    of rank ``r`` lands on ``x`` with probability at most :math:`p(x) / (1 - M_r)`), and the union over the
+    children :math:`\min(1, \sum_c \sum_x P(\text{draw } r(c) = x)\, g(c, ux))`. At a path of length ``d``
     :math:`g = 1[y \in T]`; at an unexpanded prefix :math:`ux` above it, the whole subtree is in :math:`T`
     (:math:`g = 1` at a slot with slots of depth ``d`` below, an upper bound) when :math:`\kappa(ux) \le t`, else
     in :math:`T^c` (adding :math:`Q(ux)`)."""
