@@ -28,6 +28,7 @@ import numpy as np
 
 from . import _bound
 from ._bound import TreeBound, _block, _child_pi, _DrawLaws, _host, _sampled, _Slots
+from ._process import _wor_sequences
 
 __all__ = ["union_bound"]
 
@@ -41,6 +42,9 @@ _GRID = np.unique(np.concatenate([[0.0, 1.0], np.logspace(-6.0, 6.0, 193)]))
 #: two, and the budget's last (the order of expansion does not depend on the budget, so each is the state that
 #: budget ``m`` reaches).
 _EVERY_STATE = 32
+#: Largest number of ordered draws of a node enumerated (at vocabularies up to :data:`_EXACT_KEYS_V`) for the exact
+#: union probability without replacement; above it the stated upper bounds.
+_MAX_SEQUENCES = 5000
 #: log(1 - f) below this is taken as -inf (exp of it is 0 in float64), keeping 0 * log finite in the sums.
 _LOG_FLOOR = -1000.0
 
@@ -78,11 +82,13 @@ class _Row:
     """One expanded prefix: its place in the expansion, what its parent's row holds about it, and its children's
     sums (or, at small vocabularies, the children's entries themselves)."""
 
-    __slots__ = ("order", "depth", "parent", "p", "Q", "key", "Sp", "SQ", "SL", "lx", "entries", "M", "cand")
+    __slots__ = ("order", "depth", "parent", "x", "p", "Q", "key", "Sp", "SQ", "SL", "lx", "entries", "M", "seqs",
+                 "cand")
 
     def __init__(self, order, depth):
         self.order, self.depth = order, depth
-        self.parent = -1
+        self.parent = self.x = -1
+        self.seqs = None
         self.p = self.Q = 0.0
         self.key = (0.0, 0.0)
         self.Sp = self.SQ = self.SL = self.lx = self.entries = self.M = None
@@ -98,6 +104,7 @@ class _Rows:
         self.by_path: dict = {}        # path -> order
         self.exact = None              # keys swept exactly (small vocabularies)
         self.V = None
+        self.enumerated = True         # without replacement: every node's draws enumerated (Pi exact)
 
     def add(self, frontier, Pl, Ql, cand) -> None:
         """Reduce one block of rows (prefixes of one depth; laws as the expansion read them)."""
@@ -141,7 +148,16 @@ class _Rows:
                 par = self.rows[self.by_path[u.path[:-1]]]
                 r.parent = par.order
                 r.p, r.Q, r.key, r.lx = par.cand[u.path[-1]]
+                r.x = u.path[-1]
             r.M = M[i]
+            if self.process == "wor" and ranks:
+                n_seq = math.perm(int(np.count_nonzero(P[i] > 0)), need)
+                if self.exact and n_seq <= _MAX_SEQUENCES:
+                    seqs = list(_wor_sequences(P[i], need))
+                    r.seqs = (np.array([q for q, _w in seqs], dtype=np.int64).reshape(-1, need),
+                              np.array([w for _q, w in seqs]))
+                else:
+                    self.enumerated = False
             if self.exact:
                 r.entries = (keys[:, i].copy(), P[i].copy(), Qc[i].copy(), None if laws is None else laws[:, i].copy())
             else:
@@ -179,14 +195,16 @@ class _Rows:
                 SQ = [r.SQ[kk] for r in R]
                 SL = [None if r.SL is None else r.SL[kk] for r in R]
             bins = [int(np.searchsorted(grid, r.key[kk], side="left")) for r in R]
+            ebins = [_bins(r.entries[0][kk], grid) for r in R] if self.exact else None
             for d in range(1, D + 1):
-                out[d - 1] = min(out[d - 1], float(np.min(self._depth(R, d, Sp, SQ, SL, bins, grid.shape[0]))))
+                out[d - 1] = min(out[d - 1], float(np.min(self._depth(R, d, Sp, SQ, SL, bins, grid.shape[0],
+                                                                       ebins))))
         return out
 
-    def _depth(self, R, d: int, Sp, SQ, SL, bins, G: int) -> np.ndarray:
+    def _depth(self, R, d: int, Sp, SQ, SL, bins, G: int, ebins=None) -> np.ndarray:
         """``(G,)``: :math:`Q(T_g^c) + \\Pi(T_g)` for the paths of length ``d``, by the recursion over the slots from
         the rows of depth ``d - 1`` up to the root (``SL``: each row's sums of its draws' laws, without
-        replacement)."""
+        replacement; ``ebins``: each row's entries' bins, at small vocabularies, for the enumerated draws)."""
         slots = self.slots
         g = np.arange(G)
         Gnext = None            # (rows of depth j + 1, slots of depth j + 1, G)
@@ -246,11 +264,45 @@ class _Rows:
             inc = np.zeros((len(slots.by_depth[j]), len(kids)))
             for c_pos, c in enumerate(kids):
                 inc[slots.pos[slots.parent[c]], c_pos] = 1.0
-            Gnext = -np.expm1(np.einsum("wc,ncg->nwg", inc, L))
+            Gcur = -np.expm1(np.einsum("wc,ncg->nwg", inc, L))
             if wor:       # the smaller of the two upper bounds
-                np.minimum(Gnext, np.minimum(np.einsum("wc,ncg->nwg", inc, b), 1.0), out=Gnext)
+                np.minimum(Gcur, np.minimum(np.einsum("wc,ncg->nwg", inc, b), 1.0), out=Gcur)
+                if ebins is not None:
+                    self._enumerated_rows(R, idx, idx_next, pos, j, d, kids, ebins, Gnext, Gcur)
+            Gnext = Gcur
             idx_next = idx
         return QTc + Gnext[0, 0]
+
+    def _enumerated_rows(self, R, idx, idx_next, pos, j, d, kids, ebins, Gnext, Gcur) -> None:
+        """Without replacement, the rows whose ordered draws are enumerated: :math:`g(v) = 1 - \\sum_s w(s)
+        \\prod_{c} (1 - h_c(s_{r(c)}))` exactly, ``h_c(x)`` = ``g(c, ux)`` (``Gnext`` at an expanded child, 1 at a
+        unit in ``T`` with slots of depth ``d`` below ``c``, else 0; the indicator of ``T`` at depth ``d``), into
+        ``Gcur``."""
+        slots = self.slots
+        G = Gcur.shape[2]
+        g = np.arange(G)
+        kidpos = {c: k for k, c in enumerate(kids)}
+        has = (slots.N[kids, d] > 0).astype(np.float64)
+        below: dict = {}
+        for k, i in enumerate(idx_next or ()):
+            below.setdefault(pos[R[i].parent], []).append((R[i].x, k))
+        for at, i in enumerate(idx):
+            r = R[i]
+            if r.seqs is None:
+                continue
+            inT = (ebins[i][:, None] <= g[None, :]).astype(np.float64)           # (V, G)
+            if j == d - 1:
+                H = np.broadcast_to(inT, (len(kids),) + inT.shape)
+            else:
+                H = has[:, None, None] * inT[None]
+                for x, k in below.get(at, ()):
+                    H[:, x, :] = Gnext[k]
+            S, W = r.seqs
+            for wp, w in enumerate(slots.by_depth[j]):
+                prod = np.ones((W.shape[0], G))
+                for c in slots.children[w]:
+                    prod *= 1.0 - H[kidpos[c], S[:, slots.rank[c]], :]
+                Gcur[at, wp] = 1.0 - W @ prod
 
 
 def _states(budget: int, n: int) -> list[int]:
@@ -284,6 +336,7 @@ def union_bound(slots: _Slots, process: str, laws, budget: int, batch: int) -> T
         best = np.minimum(best, rows.state(m))
     best.setflags(write=False)
     value = math.fsum(np.minimum.accumulate(best).tolist())
-    exact = process == "iid" or max(slots.need) <= 1              # one draw per node: f_c = a_c exactly
+    # i.i.d.: exact; without replacement: one draw per node (f_c = a_c) or every node's draws enumerated
+    exact = process == "iid" or max(slots.need) <= 1 or rows.enumerated
     return dataclasses.replace(res, value=value, per_depth=best, pi_exact=bool(res.pi_exact and exact),
                                method="union")
