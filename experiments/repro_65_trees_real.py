@@ -85,9 +85,10 @@ GAP_DRAWS = 4
 GAP_BUDGET = 256
 GAP_SEED = 3000
 #: The union bound's largest slack where it can be checked: max B* - OPT_c over the enumerable cases of
-#: results/trees/bound.csv (experiments/repro_90_trees.py, every prefix expanded; 2026-11-28: i.i.d. 37 cases,
-#: V = 3-8; without replacement 37 cases, where Pi is bounded above for draws of rank >= 1). The verdict on the real
-#: pair reads it: a gap to B* whose interval lies above it is not the bound's slack as far as it was ever measured.
+#: results/trees/bound.csv (experiments/repro_90_trees.py, every prefix expanded, 2026-11-28; 37 cases per process,
+#: V = 3-8, Pi(T) exact: every node's draws enumerated without replacement). The verdict on the real pair reads it:
+#: a gap to B* whose interval lies above it (and above the budget's remainder) is not the bound's slack as far as it
+#: was ever measured.
 UNION_SLACK = {"iid": 0.022, "wor": 0.057}
 
 
