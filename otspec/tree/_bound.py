@@ -103,8 +103,8 @@ class TreeBound:
     method : str
         ``"paths"`` (:math:`B`) or ``"union"`` (:math:`B^* \le B`: ``value`` and ``per_depth`` are
         :math:`\hat B^*` and :math:`\hat b^*_d`; ``lower_per_depth`` and ``remainder`` still bracket :math:`B`;
-        ``pi_exact`` says whether :math:`\Pi(T)` was exact for every swept set, i.e. i.i.d. children or one draw
-        per node).
+        ``pi_exact`` says whether :math:`\Pi(T)` was exact for every swept set: i.i.d. children, one draw per
+        node, or every node's ordered draws enumerated at small vocabularies).
     """
 
     value: float
@@ -1735,8 +1735,9 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
         :math:`b^*_d = \min_T [Q(T^c) + \Pi(T)] \le b_d` over sets
         :math:`T` of paths of length :math:`d`, :math:`\Pi(T)` the
         probability that the tree has some root path in :math:`T`
-        (threshold sets swept; :math:`\Pi` exact for i.i.d. children, an
-        upper bound without replacement; :math:`B^* = \alpha_k` at depth 1
+        (threshold sets swept; :math:`\Pi` exact for i.i.d. children and,
+        where each node's ordered draws are enumerated (:math:`V \le 8`),
+        without replacement, else an upper bound; :math:`B^* = \alpha_k` at depth 1
         with :math:`k` i.i.d. drafts; the same prefixes and budget;
         :mod:`otspec.tree._bound_union`, docs/theory/trees.rst, "A tighter
         bound: unions of root paths"). On deterministic trees

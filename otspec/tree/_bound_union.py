@@ -321,7 +321,9 @@ def union_bound(slots: _Slots, process: str, laws, budget: int, batch: int) -> T
 
     :math:`\Pi(T)` by the recursion over the shape's slots, a slot :math:`v` of depth :math:`j` holding :math:`u`:
     :math:`g(v) = 1 - \prod_c (1 - f_c)`, :math:`a_c = \sum_x p(x \mid u)\, g(c, ux)`; i.i.d. children
-    :math:`f_c = a_c` (exact); without replacement the smaller of two upper bounds: :math:`f_c = \min(1, a_c /
+    :math:`f_c = a_c` (exact); without replacement, at vocabularies up to :data:`_EXACT_KEYS_V` with at most
+    :data:`_MAX_SEQUENCES` ordered draws per node, the draws enumerated (exact: :meth:`_Rows._enumerated_rows`), else
+    the smaller of two upper bounds: :math:`f_c = \min(1, a_c /
     (1 - M_{r(c)}(u)))`, :math:`M_r(u)` the mass of the ``r`` most likely tokens (given the earlier draws, the draw
     of rank ``r`` lands on ``x`` with probability at most :math:`p(x) / (1 - M_r)`), and the union over the
     children :math:`\min(1, \sum_c \sum_x P(\text{draw } r(c) = x)\, g(c, ux))`. At a path of length ``d``
