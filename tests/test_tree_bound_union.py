@@ -22,9 +22,9 @@ from otspec.models import MemorylessModel, random_markov_model, sequence_probabi
 from otspec.otm import alpha_k
 from otspec.tree import TreeShape, bound, enumerate_trees, optimum
 from otspec.tree._bound import _ModelLaws, _sampled, _Slots
-from otspec.tree._bound_union import _EVERY_STATE, _Rows, _states
+from otspec.tree._bound_union import _EVERY_STATE, _Rows, _states, union_bound
 
-from .test_tree_bound import _After, markov_pairs, shapes
+from .test_tree_bound import _After, _Laws, markov_pairs, shapes
 
 EXACT = 1e-12
 LP_TOL = 1e-8
@@ -279,3 +279,22 @@ def test_without_replacement_the_stated_bounds_stay_between_the_optimum_and_b(ro
     # the case above: the union over the children's draws (their exact laws) takes B* from B = 1.890 to 1.862
     # (OPT_c = 1.8615); the product bound alone gives B there
     assert gained > 0.02
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("V, shape, budget, batch", [
+    (4, TreeShape([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0)]), 150, 64),    # every key, draws enumerated
+    (200, TreeShape.branching(4, 3, 2), 40, 16),                                        # the grid, the stated bounds
+])
+def test_laws_as_tensors_give_the_same_union_bound(process, V, shape, budget, batch):
+    # the frontier's laws as torch tensors (the device route's expansion on the CPU): the same rows reach the union
+    # bound (read back to the host), so the same value as with numpy laws
+    pytest.importorskip("torch")
+    draft = random_markov_model(V, rng=V + 1, concentration=0.5)
+    target = random_markov_model(V, rng=V + 2, concentration=0.5)
+    a = union_bound(_Slots(shape), process, _Laws(draft, target, False), budget, batch)
+    b = union_bound(_Slots(shape), process, _Laws(draft, target, True), budget, batch)
+    assert a.method == b.method == "union" and a.pi_exact == b.pi_exact
+    assert abs(a.value - b.value) <= EXACT * max(1.0, a.value)
+    np.testing.assert_allclose(b.per_depth, a.per_depth, rtol=0, atol=EXACT)
+    assert a.value <= bound(shape, draft, target, process=process, budget=budget, batch=batch).value
