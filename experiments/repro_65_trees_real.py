@@ -430,6 +430,35 @@ def _justify_row(label: str, fam: dict) -> Row:
                "- (no paper bounds the best verifier of these trees)", text, verdict)
 
 
+def _gap_rows(res: dict) -> list[Row]:
+    """The rows of the verifiers' gaps to the bounds B and B* (``res["bound_gaps"]``), then the verdicts."""
+    rows: list = []
+    for label, fam in res.get("bound_gaps", {}).items():
+        union = fam.get("bound_union")
+        rows.append(Row(
+            f"{label}: the upper bounds on any lossless verifier (otspec.tree.bound, budget {fam['budget']} expanded "
+            f"prefixes per context; {fam['contexts']} contexts): B (paths) and B* (union of root paths)",
+            "-",
+            f"B {_ci(fam['bound'])}" + (f", B* {_ci(union)}" if union else "") + " accepted tokens; the budget left "
+            f"at most {fmt(fam['remainder_mean'], 3)} of B on average (largest {fmt(fam['remainder_max'], 3)}) open"
+            + ("" if fam["pi_exact"] else "; pi bounded above for draws of rank >= 2")
+            + ("" if not union or fam["union_pi_exact"] else "; B*: the union's probability bounded above (draws "
+               "without replacement)"),
+            "measured (exact laws)"))
+        for v, g in fam["verifiers"].items():
+            rows.append(Row(
+                f"{label}, {v}: E[tau] and its gap to the bounds ({fam['draws_per_context']} drawn trees per context)",
+                "-",
+                f"{_ci(g['value'])}; gap to B {_ci(g['gap'])}, share of B reached "
+                f"{100 * g['share']['value']:.1f} % [{100 * g['share']['lo']:.1f}, {100 * g['share']['hi']:.1f}]"
+                + (f"; gap to B* {_ci(g['gap_union'])}, share of B* reached {100 * g['share_union']['value']:.1f} % "
+                   f"[{100 * g['share_union']['lo']:.1f}, {100 * g['share_union']['hi']:.1f}]" if union else ""),
+                "measured (exact laws)"))
+    for label, fam in res.get("bound_gaps", {}).items():
+        rows.append(_justify_row(label, fam))
+    return rows
+
+
 def section(res: dict) -> Section:
     """The report section of a :func:`run_all` result."""
     sec = _new_section()
@@ -491,29 +520,7 @@ def section(res: dict) -> Section:
                             f"renewal {_ci(r['renewal'])}, Palm {_ci(r['palm'])}, per-position bias "
                             f"{100 * b['value']:+.2f} % [{100 * b['lo']:+.2f}, {100 * b['hi']:+.2f}]",
                             "measured (profile)"))
-    for label, fam in res.get("bound_gaps", {}).items():
-        union = fam.get("bound_union")
-        sec.rows.append(Row(
-            f"{label}: the upper bounds on any lossless verifier (otspec.tree.bound, budget {fam['budget']} expanded "
-            f"prefixes per context; {fam['contexts']} contexts): B (paths) and B* (union of root paths)",
-            "-",
-            f"B {_ci(fam['bound'])}" + (f", B* {_ci(union)}" if union else "") + " accepted tokens; the budget left "
-            f"at most {fmt(fam['remainder_mean'], 3)} of B on average (largest {fmt(fam['remainder_max'], 3)}) open"
-            + ("" if fam["pi_exact"] else "; pi bounded above for draws of rank >= 2")
-            + ("" if not union or fam["union_pi_exact"] else "; B*: the union's probability bounded above (draws "
-               "without replacement)"),
-            "measured (exact laws)"))
-        for v, g in fam["verifiers"].items():
-            sec.rows.append(Row(
-                f"{label}, {v}: E[tau] and its gap to the bounds ({fam['draws_per_context']} drawn trees per context)",
-                "-",
-                f"{_ci(g['value'])}; gap to B {_ci(g['gap'])}, share of B reached "
-                f"{100 * g['share']['value']:.1f} % [{100 * g['share']['lo']:.1f}, {100 * g['share']['hi']:.1f}]"
-                + (f"; gap to B* {_ci(g['gap_union'])}, share of B* reached {100 * g['share_union']['value']:.1f} % "
-                   f"[{100 * g['share_union']['lo']:.1f}, {100 * g['share_union']['hi']:.1f}]" if union else ""),
-                "measured (exact laws)"))
-    for label, fam in res.get("bound_gaps", {}).items():
-        sec.rows.append(_justify_row(label, fam))
+    sec.rows.extend(_gap_rows(res))
     for c in res.get("checks", ()):
         p = c["predicted"]
         sec.rows.append(Row(f"real decoding with {c['family']}: tokens per call ({c['prompts']} prompts x "
