@@ -226,15 +226,16 @@ def test_deterministic_trees_union_equals_paths(process):
     assert u.value == b.value and u.method == "union"
 
 
-@pytest.mark.parametrize("method", ["exact", "", None, 3])
-def test_bad_method_is_refused_before_any_model_call(method):
+@pytest.mark.parametrize("method, exc", [("exact", ValueError), ("", ValueError), ("Union", ValueError),
+                                         (None, TypeError), (3, TypeError)])
+def test_bad_method_is_refused_before_any_model_call(method, exc):
     class Boom:
         vocab_size = 2
 
         def next_dist(self, prefix):
             raise AssertionError("model called")
 
-    with pytest.raises(ValueError, match="`method` must be 'paths' or 'union'"):
+    with pytest.raises(exc, match="`method` must be"):
         bound(TreeShape.branching(2), Boom(), Boom(), process="iid", method=method)
 
 

@@ -1823,7 +1823,9 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     >>> bound(s, p, q, process="iid").value, round(bound(s, p, q, process="iid", method="union").value, 12)
     (1.0, 0.95)
     """
-    if not isinstance(method, str) or method not in ("paths", "union"):
+    if not isinstance(method, str):
+        raise TypeError(f"`method` must be a str, 'paths' or 'union', got {type(method).__name__}")
+    if method not in ("paths", "union"):
         raise ValueError(f"`method` must be 'paths' or 'union', got {method!r}")
     shape = as_tree_shape(shape, process)
     process = validate_process(process, shape)
