@@ -19,6 +19,7 @@ the one node limit :data:`MAX_DRAFT_TREE_NODES`).
 Notation: ``p`` is the draft law and ``q`` the target law at a node.
 """
 
+from . import _bound_union  # noqa: F401 - registers bound(method="union") (above _bound: no import runs back up)
 from ._bound import MAX_BOUND_BUDGET, TreeBound, bound
 from ._choose import (
     MAX_CHOOSE_WORK,

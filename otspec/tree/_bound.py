@@ -52,6 +52,10 @@ from ._process import (
 
 __all__ = ["DEFAULT_BOUND_BATCH", "MAX_BOUND_BUDGET", "MAX_BOUND_BATCH", "TreeBound", "bound"]
 
+#: The bounds of :func:`bound` other than ``method="paths"``: ``name -> fn(slots, process, laws, budget, batch)`` on
+#: the search of :func:`_sampled`, registered by the module that defines each (above this one, so that no import runs
+#: back up): ``"union"`` by :mod:`otspec.tree._bound_union`, which the package imports.
+BOUND_METHODS: dict = {}
 #: Largest ``budget`` of :func:`bound` (expanded prefixes; each costs a draft and a target law of ``V`` entries).
 MAX_BOUND_BUDGET = 100_000
 #: Largest ``batch`` of :func:`bound` (prefixes scored per model call).
@@ -1824,9 +1828,10 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     (1.0, 0.95)
     """
     if not isinstance(method, str):
-        raise TypeError(f"`method` must be a str, 'paths' or 'union', got {type(method).__name__}")
-    if method not in ("paths", "union"):
-        raise ValueError(f"`method` must be 'paths' or 'union', got {method!r}")
+        raise TypeError(f"`method` must be a str ('paths' or 'union'), got {type(method).__name__}")
+    if method != "paths" and method not in BOUND_METHODS:
+        names = " or ".join(repr(m) for m in ("paths", *sorted(BOUND_METHODS)))
+        raise ValueError(f"`method` must be {names}, got {method!r}")
     shape = as_tree_shape(shape, process)
     process = validate_process(process, shape)
     V, ctx, tree_laws = _setup_models(draft, target, prefix)
@@ -1852,10 +1857,8 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
                     f"{max(ranks) + 1} distinct tokens, but the vocabulary has V={V}"
                 )
     laws = _ModelLaws(draft, target, V, ctx) if tree_laws is None else tree_laws
-    if method == "union":
-        from ._bound_union import union_bound
-
-        return union_bound(_Slots(shape), process, laws, budget, batch)
+    if method != "paths":
+        return BOUND_METHODS[method](_Slots(shape), process, laws, budget, batch)
     return _sampled(_Slots(shape), process, laws, budget, batch)
 
 

@@ -342,3 +342,6 @@ def union_bound(slots: _Slots, process: str, laws, budget: int, batch: int) -> T
     exact = process == "iid" or max(slots.need) <= 1 or rows.enumerated
     return dataclasses.replace(res, value=value, per_depth=best, pi_exact=bool(res.pi_exact and exact),
                                method="union")
+
+
+_bound.BOUND_METHODS["union"] = union_bound
