@@ -421,8 +421,10 @@ def _justify_row(label: str, fam: dict) -> Row:
             + f"; {name} exceeds OPT_c by at most {known:.3f} on the enumerable cases of results/trees/bound.csv, and "
             f"the budget left {fam['remainder_mean']:.3f} of B open: slack {slack:.3f}")
     if gap["lo"] > slack:
-        verdict = (f"yes, a gap larger than the bound's slack ({slack:.3f}): a better verifier may add up to "
-                   f"{gap['hi']:.3f} accepted tokens per call")
+        verdict = (f"yes, as far as the bound's slack is known: the gap's interval lies above {slack:.3f} (the "
+                   f"largest slack measured where OPT_c is computable, plus the budget's remainder; the slack on this "
+                   f"pair itself is not proven smaller): a better verifier may add up to {gap['hi']:.3f} accepted "
+                   f"tokens per call")
     else:
         verdict = (f"within the bound's slack ({slack:.3f}): not shown to be improvable; any better verifier adds at "
                    f"most {gap['hi']:.3f} accepted tokens per call (95 % upper end)")
