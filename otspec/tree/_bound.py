@@ -267,12 +267,17 @@ class _Race:
     the rows whose head tokens get their laws in the first round (the others' ``HL`` stay 0: rows where no head
     token's law is read); a grown head gets them in every row. ``stats`` (None: from the host rows of ``P``):
     ``stats(rows, K) -> (head, kh, hval, pmax, nu)`` of a grown head of ``K`` tokens, as ``first``'s entries
-    (the laws of a device: :func:`_race_stats_t`)."""
+    (the laws of a device: :func:`_race_stats_t`). ``weights`` (``(m, ranks)``, nonnegative; None: each rank's
+    laws): only the ranks' laws combined by them are kept (``C[:, 0]``, ``HL[:, 0]``, ``combined`` True), what
+    :math:`\pi` reads where no expected slot count or candidate is needed
+    (:func:`_bound_kernels.race_rows_weighted`); the checks (i) and (iii) then hold for the combination."""
 
-    def __init__(self, P, ranks: list, rows, first: dict | None = None, heads=None, stats=None):
+    def __init__(self, P, ranks: list, rows, first: dict | None = None, heads=None, stats=None, weights=None):
         m, V = len(P), P[0].shape[0]
         self.ranks = list(ranks)
-        nk, N = len(self.ranks), _RACE_TERMS
+        self.combined = weights is not None
+        wts = np.zeros((m, 0)) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+        nk, N = (1 if self.combined else len(self.ranks)), _RACE_TERMS
         deg = max(self.ranks) + 1
         s = _stirling(deg, N)
         r_arr = np.asarray(self.ranks, dtype=np.int64)
@@ -310,8 +315,8 @@ class _Race:
             HL, HL2 = np.zeros((n, nk, K)), np.zeros((n, nk, K))
             C, C2 = np.zeros((n, nk, N + 1)), np.zeros((n, nk, N + 1))
             info = np.zeros((n, 3))
-            _K.race_rows(ph, kh, pmax, nu, r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
-                         HL, HL2, C, C2, info, want)
+            _K.race_rows_weighted(ph, kh, pmax, nu, r_arr, np.ascontiguousarray(wts[todo]), deg, _RACE_STEP,
+                                  math.log(_RACE_T0), s, _RACE_MAX_NODES, HL, HL2, C, C2, info, want)
             tail = pmax > 0
             good = (info[:, 2] > 0) & (~tail | (pmax * info[:, 0] <= _RACE_UMAX))
             good &= np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph[:, None, :]), axis=(1, 2))
@@ -996,9 +1001,11 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     w01, c01 = _first_two_weights(ranks, W, coef)
     race = None
     if race_on:
+        # at the last depth pi reads the ranks' laws only combined by their slot weights: the race combines them
         race = _Race(Prows, [r for r in ranks if r >= 2], rows,
                      first=dict(support=support, head=head, hval=hval, kh=st[:, 2].astype(np.int64), pmax=st[:, 3],
-                                nu=nu), heads=heads)
+                                nu=nu), heads=heads, weights=W[:, [k for k, r in enumerate(ranks) if r >= 2]] if last
+                     else None)
         if not race.ok[rows].all():
             return None
         H, Hmd, HLw, HLmd = _race_weights(race, ranks, W, coef)
@@ -1050,6 +1057,8 @@ def _race_weights(race: _Race, ranks, W, coef):
     Kh, N1 = race.head.shape[1], race.C.shape[2]
     H, Hmd = np.zeros((m, N1)), np.zeros((m, E, N1))
     HLw, HLmd = np.zeros((m, Kh)), np.zeros((m, E, Kh))
+    if race.combined:                                         # combined by W in the quadrature (no slot counts)
+        return race.C[:, 0].copy(), Hmd, race.HL[:, 0].copy(), HLmd
     for k, r in enumerate(ranks):
         if r < 2:
             continue
