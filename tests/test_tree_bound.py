@@ -1421,14 +1421,10 @@ def test_race_rows_weighted_equals_the_ranks_combined(V, kind, seed, K, R, heads
     ranks = np.arange(2, R, dtype=np.int64)
     nk, deg = ranks.shape[0], int(ranks.max()) + 1
     w = rng.choice([0.0, 0.1, 0.5, 1.0, 3.0], nk)
-    order = np.argsort(-p, kind="stable")
-    head = np.ascontiguousarray(order[:K])
-    mark = np.zeros(V, dtype=bool)
-    mark[head] = True
-    pmax = float(p[~mark].max())
-    nu = np.zeros((1, N + 1))
-    _bound_kernels.race_moments_row(p, mark, pmax, nu[0])
-    args = (p[head][None, :].copy(), np.array([K]), np.array([pmax]), nu, ranks)
+    head = np.ascontiguousarray(np.argsort(-p, kind="stable")[None, :K])          # the head; the tail's moments
+    pmax, nu = np.zeros(1), np.zeros((1, N + 1))
+    _bound_kernels.race_moments(p[None, :], head, np.zeros(V, dtype=bool), pmax, nu)
+    args = (p[head[0]][None, :].copy(), np.array([K]), pmax, nu, ranks)
     rest = (deg, _RACE_STEP, math.log(_RACE_T0), _stirling(deg, N), _RACE_MAX_NODES)
     per = [np.zeros((1, nk, K)), np.zeros((1, nk, K)), np.zeros((1, nk, N + 1)), np.zeros((1, nk, N + 1)),
            np.zeros((1, 3))]
@@ -1457,17 +1453,11 @@ def test_last_depth_race_combined_by_the_slot_weights(shape, monkeypatch):
         pytest.skip("numba is not installed")
     from otspec.tree import _bound as B
 
-    rng = np.random.default_rng(23)
     V, m = 2500, 5
     slots = B._Slots(shape)
-    P, Q = np.empty((m, V)), np.empty((m, V))
-    for i in range(m):
-        z = rng.normal(0, 2.5, V)
-        P[i] = np.exp(z - z.max())
-        P[i] /= P[i].sum()
-        z = rng.normal(0, 2.5, V)
-        Q[i] = np.exp(z - z.max())
-        Q[i] /= Q[i].sum()
+    z = np.random.default_rng(23).normal(0, 2.5, (2, m, V))          # LLM-like draft and target rows
+    e = np.exp(z - z.max(axis=2, keepdims=True))
+    P, Q = e / e.sum(axis=2, keepdims=True)
 
     def frontier():
         return [B._Prefix((i,), 0.6, 0.5, np.full(slots.n_at[1], 0.7 / slots.n_at[1]), (0.02,), {}) for i in range(m)]

@@ -1258,43 +1258,14 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
                 r = ranks[k]
                 for q in range(r + 1):
                     gw[q] += wts[k] * pb[r - q]
-            C[0, 0] += wt * gw[0]
-            if even:
-                C2[0, 0] += 2.0 * wt * gw[0]
-            u = pmax * t
-            un = 1.0
-            for n in range(1, N + 1):
-                un *= u
-                if un * smax[n] < 1e-30:
-                    break
-                acc = 0.0
-                for q in range(1, min(rtop, n) + 1):
-                    term = s[q, n] * gw[q]
-                    acc = acc - term if q % 2 == 1 else acc + term
-                d = wt * un * acc
-                C[0, n] += d
-                if even:
-                    C2[0, n] += 2.0 * d
+            tail_terms(gw, rtop, pmax * t, wt, even, smax, s, C[0], C2[0])
         elif tail:
             u = pmax * t
             for k in range(nk):
                 r = ranks[k]
-                C[k, 0] += wt * pb[r]
-                if even:
-                    C2[k, 0] += 2.0 * wt * pb[r]
-                un = 1.0
-                for n in range(1, N + 1):
-                    un *= u
-                    if un * smax[n] < 1e-30:
-                        break
-                    acc = 0.0
-                    for q in range(1, min(r, n) + 1):
-                        term = s[q, n] * pb[r - q]
-                        acc = acc - term if q % 2 == 1 else acc + term
-                    d = wt * un * acc
-                    C[k, n] += d
-                    if even:
-                        C2[k, n] += 2.0 * d
+                for q in range(r + 1):
+                    gw[q] = pb[r - q]
+                tail_terms(gw, r, u, wt, even, smax, s, C[k], C2[k])
         G = t * g if tail else t * g * np.exp(-pmin * t)
         if G > gmax:
             gmax = G
@@ -1305,6 +1276,31 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
     info[0] = t
     info[1] = i + 1
     info[2] = 1.0 if done else 0.0
+
+
+def tail_terms(g, rq, u, wt, even, smax, s, Ck, C2k):
+    r"""One node's terms of the tail's Taylor coefficients (:func:`race_row`), added to ``Ck`` (and ``C2k`` twice on
+    even nodes): degree 0 ``wt g[0]``, degree ``n`` :math:`\mathrm{wt}\, u^n \sum_{q=1}^{\min(rq, n)} (-1)^q
+    s[q, n]\, g_q` (``u`` = :math:`p_{\max} t`), until :math:`u^n \max_j s[j, n] < 10^{-30}`. ``g_q`` is
+    :math:`\mathrm{PB}_{r - q}` for one rank ``r = rq``, or the ranks' weighted :math:`\sum_k w_k \mathrm{PB}_{r_k -
+    q}`."""
+    N = Ck.shape[0] - 1
+    Ck[0] += wt * g[0]
+    if even:
+        C2k[0] += 2.0 * wt * g[0]
+    un = 1.0
+    for n in range(1, N + 1):
+        un *= u
+        if un * smax[n] < 1e-30:
+            break
+        acc = 0.0
+        for q in range(1, min(rq, n) + 1):
+            term = s[q, n] * g[q]
+            acc = acc - term if q % 2 == 1 else acc + term
+        d = wt * un * acc
+        Ck[n] += d
+        if even:
+            C2k[n] += 2.0 * d
 
 
 def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
@@ -1332,5 +1328,5 @@ def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
 
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
 RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments_block", "moments_finish",
-                                  "race_moments_row", "race_moments", "wor_row_sums", "race_row", "race_rows",
+                                  "race_moments_row", "race_moments", "wor_row_sums", "tail_terms", "race_row", "race_rows",
                                   "race_rows_weighted", "race_at"))
