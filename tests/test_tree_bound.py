@@ -1397,3 +1397,125 @@ def test_race_at_compiled_equals_numpy(kind, monkeypatch):
         want = B._race_at(race, kk, p, rows, cols)
         monkeypatch.setattr(_bound_kernels, "RACE_JIT", True)
         np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(V=st.integers(40, 3000), kind=st.sampled_from(["llm", "grid", "flat", "tiers", "rising"]),
+       seed=st.integers(0, 10**6), K=st.sampled_from([1, 8, 32]), R=st.integers(3, 8), heads=st.booleans())
+def test_race_rows_weighted_equals_the_ranks_combined(V, kind, seed, K, R, heads):
+    """The race with the ranks' laws combined by slot weights inside the quadrature (``race_rows_weighted``: per node
+    :math:`g_q = \\sum_k w_k \\mathrm{PB}_{r_k - q}`, then one sum over ``q`` per degree) against each rank's laws
+    (``race_rows``) combined afterwards (steps ``h`` and ``2h``): the head's laws within 1e-13 of the weighted laws,
+    the tail's Taylor coefficients within 1e-13 of the weighted sum of their absolute values over the degrees (what
+    bounds the change of :math:`p \\sum_n C_n x^n` for :math:`x \\le 1`; single coefficients cancel), the nodes and
+    the last ``t`` the same. Weights with zeros; rows
+    with zeros, ties, flat and rising rows. It fails when a rank's shift ``r_k - q`` or the sign of ``q`` is
+    wrong."""
+    from otspec.tree._bound import _RACE_MAX_NODES, _RACE_STEP, _RACE_T0, _stirling
+
+    rng = np.random.default_rng(seed)
+    p = _row_of_kind(kind, V, rng)
+    if np.count_nonzero(p) <= K + 1:
+        return
+    N = 48
+    ranks = np.arange(2, R, dtype=np.int64)
+    nk, deg = ranks.shape[0], int(ranks.max()) + 1
+    w = rng.choice([0.0, 0.1, 0.5, 1.0, 3.0], nk)
+    head = np.ascontiguousarray(np.argsort(-p, kind="stable")[None, :K])          # the head; the tail's moments
+    pmax, nu = np.zeros(1), np.zeros((1, N + 1))
+    _bound_kernels.race_moments(p[None, :], head, np.zeros(V, dtype=bool), pmax, nu)
+    args = (p[head[0]][None, :].copy(), np.array([K]), pmax, nu, ranks)
+    rest = (deg, _RACE_STEP, math.log(_RACE_T0), _stirling(deg, N), _RACE_MAX_NODES)
+    per = [np.zeros((1, nk, K)), np.zeros((1, nk, K)), np.zeros((1, nk, N + 1)), np.zeros((1, nk, N + 1)),
+           np.zeros((1, 3))]
+    _bound_kernels.race_rows(*args, *rest, *per, np.array([heads]))
+    got = [np.zeros((1, 1, K)), np.zeros((1, 1, K)), np.zeros((1, 1, N + 1)), np.zeros((1, 1, N + 1)),
+           np.zeros((1, 3))]
+    _bound_kernels.race_rows_weighted(*args, w[None, :].copy(), *rest, *got, np.array([heads]))
+    for j, (a, b) in enumerate(zip(per[:4], got[:4])):
+        want = np.einsum("k,kn->n", w, a[0])
+        scale = np.einsum("k,kn->n", w, np.abs(a[0]))
+        if j < 2:                    # the head's laws: sums of positive terms, entry by entry
+            assert (np.abs(b[0, 0] - want) <= 1e-13 * scale + 1e-300).all()
+        else:                        # Taylor coefficients (alternating sums): the law p sum_n C_n x^n, x in [0, 1]
+            assert np.abs(b[0, 0] - want).sum() <= 1e-13 * scale.sum() + 1e-300
+    np.testing.assert_array_equal(per[4], got[4])
+    if not heads:
+        assert (got[0] == 0).all()
+
+
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 6)])
+def test_last_depth_race_combined_by_the_slot_weights(shape, monkeypatch):
+    """At the last expanded depth the race keeps only the ranks' laws combined by the rows' slot weights (what pi
+    reads there): the weighted kernel runs with one weight per rank >= 2, and each row's sum equals the route with
+    each rank's laws (the race without weights, combined afterwards) within 1e-13 and the whole evaluation."""
+    if not _bound_kernels.JIT:
+        pytest.skip("numba is not installed")
+    from otspec.tree import _bound as B
+
+    V, m = 2500, 5
+    slots = B._Slots(shape)
+    z = np.random.default_rng(23).normal(0, 2.5, (2, m, V))          # LLM-like draft and target rows
+    e = np.exp(z - z.max(axis=2, keepdims=True))
+    P, Q = e / e.sum(axis=2, keepdims=True)
+
+    def frontier():
+        return [B._Prefix((i,), 0.6, 0.5, np.full(slots.n_at[1], 0.7 / slots.n_at[1]), (0.02,), {}) for i in range(m)]
+
+    seen = []
+    weighted = _bound_kernels.race_rows_weighted
+
+    def spy(PH, kh, pmax, nu, ranks, wts, *rest):
+        seen.append((ranks.copy(), wts.shape))
+        return weighted(PH, kh, pmax, nu, ranks, wts, *rest)
+
+    monkeypatch.setattr(_bound_kernels, "race_rows_weighted", spy)
+    fa = frontier()
+    assert B._expand_rows(slots, "wor", fa, list(P), list(Q), 10**6)[0] is None
+    assert seen and all(len(r) > 0 and shp[1] == len(r) for r, shp in seen)     # one weight per rank >= 2
+    race = B._Race
+
+    def per_rank(*a, weights=None, **k):
+        return race(*a, **k)
+
+    monkeypatch.setattr(B, "_Race", per_rank)
+    fb = frontier()
+    assert B._expand_rows(slots, "wor", fb, list(P), list(Q), 10**6)[0] is None
+    for u, v in zip(fa, fb):
+        assert abs(u.exact - v.exact) <= 1e-13 * v.exact
+    _check_last_depth_sums("wor", slots, fa, P, Q, _whole_pi(slots, "wor", frontier(), P))
+
+
+@settings(max_examples=25, deadline=None)
+@given(V=st.integers(6, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers", "rising"]),
+       seed=st.integers(0, 10**6))
+def test_race_left_end_added_on_the_safe_side(V, kind, seed):
+    """The race's quadrature starts at ``t0 = 1e-4`` and adds the bound :math:`\\delta_r(p) = p (1 - p)^r
+    t_0^{r+1} / (r+1)!` on the part before it (``_left_end``): against the same race from ``t0 = 1e-7`` (whose own
+    left part is below 1e-21 relative), every law of rank 2, 3, 5 lies in ``[exact, exact + delta]`` wherever
+    ``delta`` is far above the rounding (1e-13 of the law): it fails when the bound is not added (the law then
+    lies below by up to 0.8 delta) or added more than once."""
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(seed)
+    p = _row_of_kind(kind, V, rng)
+    ranks = [0, 1, 2, 3, 5]
+    if np.count_nonzero(p) < 6 or math.perm(int(np.count_nonzero(p)), 6) * V <= 10**4:
+        return
+    assert B._RACE_T0 == 1e-4
+    got, ex = _wor_draw_laws(p, ranks, exact_limit=0)
+    B._RACE_T0 = 1e-7
+    try:
+        ref, ex2 = _wor_draw_laws(p, ranks, exact_limit=0)
+    finally:
+        B._RACE_T0 = 1e-4
+    assert ex and ex2
+    for k, r in enumerate(ranks):
+        if r < 2:
+            np.testing.assert_array_equal(got[k], ref[k])
+            continue
+        d = (1 + 1e-9) * 1e-4 ** (r + 1) / math.factorial(r + 1) * p * (1 - p) ** r
+        sel = d > 1e-13 * ref[k, 0]
+        diff = got[k, 0, sel] - ref[k, 0, sel]
+        assert (diff >= -1e-15 * ref[k, 0, sel]).all()
+        assert (diff <= d[sel] + 1e-15 * ref[k, 0, sel]).all()

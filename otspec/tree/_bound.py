@@ -100,8 +100,11 @@ class TreeBound:
         Every prefix with :math:`\min(Q, \pi) > 0` above the last depth was expanded (no remainder).
     pi_exact : bool
         :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was enumerated or
-        computed by the exponential race, to a relative 1e-12); False where the stated upper bound
-        on a draw's law was used (``value`` is then still an upper bound).
+        computed by the exponential race, to a relative 1e-12, each race law of rank :math:`r` raised on the safe
+        side by at most :math:`p (1 - p)^r t_0^{r+1} / (r+1)! \le 1.7 \cdot 10^{-13}\, p` for the part before
+        the quadrature's first node :math:`t_0 = 10^{-4}`: each :math:`\hat b_d` by at most
+        :math:`1.7 \cdot 10^{-13}` times the number of slots of rank >= 2 at depth ``d``); False where the stated
+        upper bound on a draw's law was used (``value`` is then still an upper bound).
     process : str
     budget : int
     method : str
@@ -239,11 +242,11 @@ def _clip1(X, xp):
 
 # --------------------------------------------------------------------------- laws of the draws
 #: The exact law of a draw without replacement by the exponential race (:class:`_Race`): Taylor terms and power
-#: sums kept, the trapezoidal rule's step in log t, its first node, the largest p_max(tail) t over the nodes, the
-#: head's first size, and the most nodes of one row.
+#: sums kept, the trapezoidal rule's step in log t, its first node (the part before it bounded and added to each law:
+#: :func:`_left_end`), the largest p_max(tail) t over the nodes, the head's first size, and the most nodes of one row.
 _RACE_TERMS = 48
 _RACE_STEP = 0.125
-_RACE_T0 = 1e-5
+_RACE_T0 = 1e-4
 _RACE_UMAX = 1.0
 _RACE_HEAD = 32
 _RACE_MAX_NODES = 4000
@@ -274,16 +277,23 @@ class _Race:
     order of the square of that), (ii) :math:`p_{\max} t \le` :data:`_RACE_UMAX` at the last node (the tail's
     power series and deflation then converge fast and lose no digits), (iii) the Taylor series has converged at
     :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
-    in the head keeps the stated upper bound (``ok`` False). ``heads`` (a boolean per row of ``P``; None: all):
+    in the head keeps the stated upper bound (``ok`` False). The quadrature starts at :data:`_RACE_T0`; the part
+    before it is bounded and added to every law (:func:`_left_end`: each law exceeds the integral by at most
+    :math:`p_y (1 - p_y)^r t_0^{r+1} / (r+1)!`, on the safe side). ``heads`` (a boolean per row of ``P``; None: all):
     the rows whose head tokens get their laws in the first round (the others' ``HL`` stay 0: rows where no head
     token's law is read); a grown head gets them in every row. ``stats`` (None: from the host rows of ``P``):
     ``stats(rows, K) -> (head, kh, hval, pmax, nu)`` of a grown head of ``K`` tokens, as ``first``'s entries
-    (the laws of a device: :func:`_race_stats_t`)."""
+    (the laws of a device: :func:`_race_stats_t`). ``weights`` (``(m, ranks)``, nonnegative; None: each rank's
+    laws): only the ranks' laws combined by them are kept (``C[:, 0]``, ``HL[:, 0]``, ``combined`` True), what
+    :math:`\pi` reads where no expected slot count or candidate is needed
+    (:func:`_bound_kernels.race_rows_weighted`); the checks (i) and (iii) then hold for the combination."""
 
-    def __init__(self, P, ranks: list, rows, first: dict | None = None, heads=None, stats=None):
+    def __init__(self, P, ranks: list, rows, first: dict | None = None, heads=None, stats=None, weights=None):
         m, V = len(P), P[0].shape[0]
         self.ranks = list(ranks)
-        nk, N = len(self.ranks), _RACE_TERMS
+        self.combined = weights is not None
+        wts = np.zeros((m, 0)) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+        nk, N = (1 if self.combined else len(self.ranks)), _RACE_TERMS
         deg = max(self.ranks) + 1
         s = _stirling(deg, N)
         r_arr = np.asarray(self.ranks, dtype=np.int64)
@@ -321,8 +331,9 @@ class _Race:
             HL, HL2 = np.zeros((n, nk, K)), np.zeros((n, nk, K))
             C, C2 = np.zeros((n, nk, N + 1)), np.zeros((n, nk, N + 1))
             info = np.zeros((n, 3))
-            _K.race_rows(ph, kh, pmax, nu, r_arr, deg, _RACE_STEP, math.log(_RACE_T0), s, _RACE_MAX_NODES,
-                         HL, HL2, C, C2, info, want)
+            _K.race_rows_weighted(ph, kh, pmax, nu, r_arr, np.ascontiguousarray(wts[todo]), deg, _RACE_STEP,
+                                  math.log(_RACE_T0), s, _RACE_MAX_NODES, HL, HL2, C, C2, info, want)
+            _left_end(self.ranks, wts[todo] if self.combined else None, ph, want, HL, HL2, C, C2)
             tail = pmax > 0
             good = (info[:, 2] > 0) & (~tail | (pmax * info[:, 0] <= _RACE_UMAX))
             good &= np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph[:, None, :]), axis=(1, 2))
@@ -352,6 +363,38 @@ class _Race:
             self.theta[i] = th
         self.hr, self.hc = np.nonzero(self.head >= 0)             # the head's entries: row, place, token
         self.hv = self.head[self.hr, self.hc]
+
+
+def _left_end(ranks, wts, ph, want, HL, HL2, C, C2) -> None:
+    r"""Add to the race's laws (in place) the bound on the part of each integral that the quadrature leaves out,
+    :math:`t < t_0` (:data:`_RACE_T0`): with the rates of a row summing to 1, :math:`N_{-y}(t)` counts independent
+    events of probabilities :math:`1 - e^{-p_x t} \le p_x t`, so :math:`P(N_{-y}(t) \ge r) \le
+    e_r(\dots) \le ((1 - p_y)\, t)^r / r!` and
+
+    .. math::
+
+        0 \le p_y \int_0^{t_0} e^{-p_y t}\, P(N_{-y}(t) = r)\, dt \le
+        \delta_r(p_y) = p_y\, (1 - p_y)^r\, \frac{t_0^{r+1}}{(r+1)!}.
+
+    The head token ``c``'s law (``HL[:, k, c]``, where ``want``) gets :math:`\delta_{r_k}(p_c)`, the tail's
+    constant Taylor coefficient (``C[:, k, 0]``) :math:`t_0^{r_k+1} / (r_k+1)!` (:math:`(1 - p_y)^r \le 1`:
+    :math:`p_y` times it); with the weights ``wts`` (``(n, ranks)``, the combined race) their combinations. Each
+    law is then at least the integral over every :math:`t` and exceeds it by at most :math:`\delta_r(p_y)` (a
+    relative :math:`1.7 \cdot 10^{-13}` at rank 2 and :math:`t_0 = 10^{-4}`, less at higher ranks), on top of the
+    quadrature's own error. The rows' sums are 1 within the laws' checks; the factor :math:`1 + 10^{-9}` covers
+    it."""
+    d0 = np.array([(1.0 + 1e-9) * _RACE_T0 ** (r + 1) / math.factorial(r + 1) for r in ranks])
+    rk = np.asarray(ranks, dtype=np.float64)
+    head = ph[:, None, :] * (1.0 - ph[:, None, :]) ** rk[None, :, None] * d0[None, :, None]   # (n, ranks, K)
+    head *= np.asarray(want, dtype=bool)[:, None, None]
+    if wts is None:
+        dC, dH = np.broadcast_to(d0, C.shape[:2]), head
+    else:
+        dC, dH = (wts @ d0)[:, None], np.einsum("nk,nkc->nc", wts, head)[:, None, :]
+    C[:, :, 0] += dC
+    C2[:, :, 0] += dC
+    HL += dH
+    HL2 += dH
 
 
 @functools.lru_cache(maxsize=16)
@@ -1007,9 +1050,11 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     w01, c01 = _first_two_weights(ranks, W, coef)
     race = None
     if race_on:
+        # at the last depth pi reads the ranks' laws only combined by their slot weights: the race combines them
         race = _Race(Prows, [r for r in ranks if r >= 2], rows,
                      first=dict(support=support, head=head, hval=hval, kh=st[:, 2].astype(np.int64), pmax=st[:, 3],
-                                nu=nu), heads=heads)
+                                nu=nu), heads=heads, weights=W[:, [k for k, r in enumerate(ranks) if r >= 2]] if last
+                     else None)
         if not race.ok[rows].all():
             return None
         H, Hmd, HLw, HLmd = _race_weights(race, ranks, W, coef)
@@ -1061,6 +1106,8 @@ def _race_weights(race: _Race, ranks, W, coef):
     Kh, N1 = race.head.shape[1], race.C.shape[2]
     H, Hmd = np.zeros((m, N1)), np.zeros((m, E, N1))
     HLw, HLmd = np.zeros((m, Kh)), np.zeros((m, E, Kh))
+    if race.combined:                                         # combined by W in the quadrature (no slot counts)
+        return race.C[:, 0].copy(), Hmd, race.HL[:, 0].copy(), HLmd
     for k, r in enumerate(ranks):
         if r < 2:
             continue

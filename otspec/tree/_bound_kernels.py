@@ -31,7 +31,8 @@ by the stated upper bound in a row the race refused), for the block route
 :func:`otspec.tree._bound._root_path_probability`); :func:`race_moments` and
 :func:`race_rows`, the race's work per row (the quadrature in :math:`\log t`
 for the head's laws and the tail's Taylor coefficients), shared by every
-route.
+route; :func:`race_rows_weighted` the same with the ranks' laws combined by
+slot weights inside the quadrature (the last expanded depth).
 
 Plain Python on scalars, compiled by numba when installed (the ``fast`` extra,
 :data:`JIT`). The entries (:math:`\pi`, the minima) are the vectorised numpy
@@ -1069,6 +1070,15 @@ def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
     """:func:`race_row` for each row ``i``: its ``kh[i]`` head probabilities ``PH[i]`` (decreasing), tail
     ``pmax[i]``, ``nu[i]``, the head's laws where ``heads[i]``; results in ``HL[i]``, ``HL2[i]``, ``C[i]``,
     ``C2[i]``, ``info[i]``."""
+    race_rows_weighted(PH, kh, pmax, nu, ranks, np.zeros((PH.shape[0], 0)), deg, h, vlo, s, max_nodes, HL, HL2, C, C2,
+                       info, heads)
+
+
+def race_rows_weighted(PH, kh, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, info, heads):
+    r""":func:`race_rows` with the ranks' laws combined by the slot weights ``wts[i]`` (``(m, ranks)``; with no
+    columns, each rank's own): ``HL[i, 0]``, ``C[i, 0]`` (and ``HL2``, ``C2``) the combinations
+    :math:`\sum_k w_k \ell_{r_k}` of the head's laws and of the tail's Taylor coefficients, what :math:`\pi`
+    reads at the last expanded depth (:func:`race_row`)."""
     m = PH.shape[0]
     K = PH.shape[1]
     ph = np.zeros(K)
@@ -1079,15 +1089,17 @@ def race_rows(PH, kh, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
     b = np.zeros(K)
     pw = np.zeros(deg + 1)
     E = np.zeros(deg + 1)
+    gw = np.zeros(deg + 1)
     for i in range(m):
         k = kh[i]
         for c in range(k):
             ph[c] = PH[i, c]
-        race_row(ph[:k], pmax[i], nu[i], ranks, deg, h, vlo, s, max_nodes, HL[i], HL2[i], C[i], C2[i], pre, suf, pb,
-                 a, b, pw, E, info[i], heads[i])
+        race_row(ph[:k], pmax[i], nu[i], ranks, wts[i], deg, h, vlo, s, max_nodes, HL[i], HL2[i], C[i], C2[i], pre,
+                 suf, pb, a, b, pw, E, gw, info[i], heads[i])
 
 
-def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre, suf, pb, a, b, pw, E, info, heads):
+def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre, suf, pb, a, b, pw, E, gw, info,
+             heads):
     r"""The laws of the draws of the ranks ``ranks`` (all >= 2) without replacement from one row, by the
     exponential race: the ``K`` head tokens ``ph`` (decreasing) exactly, the tail (largest probability ``pmax``,
     scaled power sums ``nu``) as Taylor coefficients in :math:`x = p / p_{\max}`.
@@ -1113,9 +1125,22 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
     Without ``heads`` only the whole suffix product :math:`\mathrm{PB}` is kept, rolled in one buffer (the same
     products and sums, so the same values). Each head clock's :math:`e^{-p t}` and :math:`1 - e^{-p t}` from one
     exponential: the smaller of the two from ``exp`` or ``expm1``, the other as 1 minus it (at least 1/2, so
-    within two roundings)."""
+    within two roundings).
+
+    With weights ``wts`` (one per rank; empty: each rank's own laws) only their combination is kept:
+    ``HL[0, c]``, ``C[0, n]`` (``HL2``, ``C2``) = :math:`\sum_k w_k` of the ranks' values, the same integrals with
+    the sum over the ranks taken inside: per node the head token's :math:`\sum_k w_k \sum_j \mathrm{pre}_j\,
+    \mathrm{suf}_{r_k - j}` and, for the tail, :math:`g_q = \sum_k w_k \mathrm{PB}_{r_k - q}` once, then
+    :math:`\sum_q (-1)^q s[q, n]\, g_q` per degree (about ``deg`` products per degree instead of the ranks'
+    ``sum_k min(r_k, n)``); equal to the weighted sum of the ranks' coefficients up to rounding (the order of the
+    additions)."""
     K = ph.shape[0]
     nk = ranks.shape[0]
+    comb = wts.shape[0] > 0
+    no = 1 if comb else nk                         # the laws kept: the combination, or one per rank
+    rtop = 0
+    for k in range(nk):
+        rtop = ranks[k] if ranks[k] > rtop else rtop
     N = nu.shape[0] - 1
     mL = pmax * nu[1]
     smax = np.zeros(N + 1)                         # the largest s[j, n] over j: terms below 1e-30 end the sums
@@ -1125,7 +1150,7 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
                 smax[n] = s[j, n]
     tail = mL > 0.0
     pmin = ph[K - 1] if K > 0 else 0.0
-    for k in range(nk):
+    for k in range(no):
         for c in range(K):
             HL[k, c] = 0.0
             HL2[k, c] = 0.0
@@ -1204,6 +1229,18 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
         # head tokens
         for c in range(K if heads else 0):
             f = wt * ph[c] * a[c]
+            if comb:
+                val = 0.0
+                for k in range(nk):
+                    r = ranks[k]
+                    vk = 0.0
+                    for j in range(r + 1):
+                        vk += pre[c, j] * suf[c + 1, r - j]
+                    val += wts[k] * vk
+                HL[0, c] += f * val
+                if even:
+                    HL2[0, c] += 2.0 * f * val
+                continue
             for k in range(nk):
                 r = ranks[k]
                 val = 0.0
@@ -1213,26 +1250,22 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
                 if even:
                     HL2[k, c] += 2.0 * f * val
         # tail coefficients
-        if tail:
+        if tail and comb:
+            # the ranks combined first: g_q = sum_k w_k PB_{r_k - q}, then one sum over q per degree
+            for q in range(rtop + 1):
+                gw[q] = 0.0
+            for k in range(nk):
+                r = ranks[k]
+                for q in range(r + 1):
+                    gw[q] += wts[k] * pb[r - q]
+            tail_terms(gw, rtop, pmax * t, wt, even, smax, s, C[0], C2[0])
+        elif tail:
             u = pmax * t
             for k in range(nk):
                 r = ranks[k]
-                C[k, 0] += wt * pb[r]
-                if even:
-                    C2[k, 0] += 2.0 * wt * pb[r]
-                un = 1.0
-                for n in range(1, N + 1):
-                    un *= u
-                    if un * smax[n] < 1e-30:
-                        break
-                    acc = 0.0
-                    for q in range(1, min(r, n) + 1):
-                        term = s[q, n] * pb[r - q]
-                        acc = acc - term if q % 2 == 1 else acc + term
-                    d = wt * un * acc
-                    C[k, n] += d
-                    if even:
-                        C2[k, n] += 2.0 * d
+                for q in range(r + 1):
+                    gw[q] = pb[r - q]
+                tail_terms(gw, r, u, wt, even, smax, s, C[k], C2[k])
         G = t * g if tail else t * g * np.exp(-pmin * t)
         if G > gmax:
             gmax = G
@@ -1243,6 +1276,31 @@ def race_row(ph, pmax, nu, ranks, deg, h, vlo, s, max_nodes, HL, HL2, C, C2, pre
     info[0] = t
     info[1] = i + 1
     info[2] = 1.0 if done else 0.0
+
+
+def tail_terms(g, rq, u, wt, even, smax, s, Ck, C2k):
+    r"""One node's terms of the tail's Taylor coefficients (:func:`race_row`), added to ``Ck`` (and ``C2k`` twice on
+    even nodes): degree 0 ``wt g[0]``, degree ``n`` :math:`\mathrm{wt}\, u^n \sum_{q=1}^{\min(rq, n)} (-1)^q
+    s[q, n]\, g_q` (``u`` = :math:`p_{\max} t`), until :math:`u^n \max_j s[j, n] < 10^{-30}`. ``g_q`` is
+    :math:`\mathrm{PB}_{r - q}` for one rank ``r = rq``, or the ranks' weighted :math:`\sum_k w_k \mathrm{PB}_{r_k -
+    q}`."""
+    N = Ck.shape[0] - 1
+    Ck[0] += wt * g[0]
+    if even:
+        C2k[0] += 2.0 * wt * g[0]
+    un = 1.0
+    for n in range(1, N + 1):
+        un *= u
+        if un * smax[n] < 1e-30:
+            break
+        acc = 0.0
+        for q in range(1, min(rq, n) + 1):
+            term = s[q, n] * g[q]
+            acc = acc - term if q % 2 == 1 else acc + term
+        d = wt * un * acc
+        Ck[n] += d
+        if even:
+            C2k[n] += 2.0 * d
 
 
 def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
@@ -1270,4 +1328,5 @@ def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
 
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
 RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments_block", "moments_finish",
-                                  "race_moments_row", "race_moments", "wor_row_sums", "race_row", "race_rows", "race_at"))
+                                  "race_moments_row", "race_moments", "wor_row_sums", "tail_terms", "race_row", "race_rows",
+                                  "race_rows_weighted", "race_at"))
