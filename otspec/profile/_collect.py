@@ -113,10 +113,11 @@ class _Checks:
         raise ValueError(f"the {which} model {name!r} gave non-finite logits (NaN or inf){where}{nth}: "
                          f"{sampling.invalid_law}")
 
-    def parts(self, values, sampling) -> tuple[list, dict]:
+    def parts(self, values, sampling, then=()) -> tuple[list, dict]:
         """:meth:`read` as parts of a larger read (:func:`otspec.profile._quantities.read_parts`): ``(parts, got)``,
         the pending flags first (their store raises :meth:`fail`'s error for the first bad call, before any value is
-        stored), then ``values``, whose host copy the store puts in ``got["values"]``."""
+        stored), then the caller's parts ``then``, then ``values``, whose host copy the store puts in
+        ``got["values"]``."""
         import torch
 
         got: dict = {}
@@ -131,6 +132,7 @@ class _Checks:
                         self.fail(lm, which, sampling, call)
 
             out.append((flags, check))
+        out.extend(then)
         out.append((values, lambda host: got.__setitem__("values", np.array(host))))  # a copy, not a view
         return out, got
 
@@ -473,6 +475,24 @@ def _scored(pend, X, k: int):
     return torch.cat([torch.repeat_interleave(pend, k, dim=0), X], dim=1)
 
 
+def _drafts_on_host(X, checks: _Checks, sampling, *, later: bool):
+    """The drafts ``X`` (a tensor where the laws are) in host memory, and the parts that fill them later: read at
+    once with the draft calls' pending bad-logits flags (:meth:`_Checks.read`; no parts), or, with ``later``, an
+    empty host array and the part (:func:`otspec.profile._quantities.read_parts`) that fills it in the position's
+    one read of its values, after the flags (:meth:`_Checks.parts`): a bad draft law still raises its error before
+    any value of the position is stored or any row written. The target's call in between is harmless: the device's
+    draws give ids in ``[0, V)`` even from a bad law (:func:`otspec.decoding._sampling.sample_rows`). Later only
+    at a position with no costly quantity, whose batched forms lay the drafts' tree out on the host first."""
+    if not later:
+        return checks.read(X, sampling), ()
+    host = np.empty(tuple(X.shape), dtype=np.int64)
+
+    def fill(vals):
+        host[...] = vals
+
+    return host, ((X, fill),)
+
+
 def _rows_of(p1, k: int, V: int):
     """``p1`` (one row) seen as ``k`` rows, without a copy."""
     return np.broadcast_to(p1, (k, V)) if isinstance(p1, np.ndarray) else p1.expand(k, V)
@@ -626,7 +646,8 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             for j in range(1, L):
                 P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1, keep=on, checks=checks)[:, 0]
                 X[:, j] = _sample(P[:, j], rng, None if U is None else U[0, j])
-            Xd, X = X, (checks.read(X, sampling) if on else X)  # Xd: where the laws are
+            sub = is_subsampled(t, index, settings)
+            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not sub) if on else (X, ()))  # Xd: there
             draft.select(ds, 0, len(ctx))
             scored = _scored(fed[:, held_t - held_d:], Xd, k_max)
             held_d = len(ctx)
@@ -634,9 +655,8 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
             Pd = _to_device(P, dev)
-            sub = is_subsampled(t, index, settings)
-            if on:  # the path's law and the target call's flag read with the position's values: one read
-                also, got_q = checks.parts(Q[0, 0], sampling)
+            if on:  # the path's law, the calls' flags (and the drafts) read with the position's values: one read
+                also, got_q = checks.parts(Q[0, 0], sampling, fill)
                 bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], also)
                 q_t = got_q["values"]
             else:
@@ -782,7 +802,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                                          1, keep=on, checks=checks)[:, 0].reshape(B, k, V)
                 for b in range(B):
                     X[b, :, j] = _sample(P[b, :, j], rngs[b], None if U is None else U[b, j])
-            Xd, X = X, (checks.read(X, sampling) if on else X)  # Xd: where the laws are
+            sub = [is_subsampled(t, i, settings) for i in indices]
+            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not any(sub)) if on else (X, ()))
             draft.select(ds, kept, n)
             scored = _scored(fed[:, held_t - held_d:], Xd.reshape(B * k, L), k)
             held_d = n
@@ -791,9 +812,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             target.select(ts, np.arange(B) * k, n)
             held_t = n
             Pa = _to_device(P, dev)
-            sub = [is_subsampled(t, i, settings) for i in indices]
-            if on:  # the paths' laws and the target call's flag read with the position's values: one read
-                also, got_q = checks.parts(Q[:, 0, 0], sampling)
+            if on:  # the paths' laws, the calls' flags (and the drafts) read with the position's values: one read
+                also, got_q = checks.parts(Q[:, 0, 0], sampling, fill)
                 bl = batch_builds(X, Pa, Q, settings, sub, Xd, also)
                 q_t = got_q["values"]
             else:
