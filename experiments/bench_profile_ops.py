@@ -175,10 +175,12 @@ def phased(phases: Phases):
     plan = [(D.HFCausalLM, "logits", "forward"), (D.HFCausalLM, "tree_logits", "forward"),
             (Sampling, "probs", "forward"), (Sampling, "own_law", "forward"), (C._Timer, "call", "draft calls"),
             (C._Checks, "read", "reads"), (C, "_sample", "draws"), (C, "_step_uniforms", "draws"),
-            (C, "batch_builds", "quantities"), (C, "position_rows", "quantities"), (C, "tree_rows", "trees"),
-            (C, "position_bounds", "tree bound")]
+            (C, "batch_builds", "quantities"), (C, "position_rows", "quantities"), (C, "tree_drafts", "trees"),
+            (C, "tree_rows", "trees"), (C, "position_bounds", "tree bound")]
     saved = []
     for obj, name, phase in plan:
+        if not hasattr(obj, name):  # an older checkout's (with --against)
+            continue
         fn = obj.__dict__[name] if isinstance(obj, type) else getattr(obj, name)
         saved.append((obj, name, fn))
         setattr(obj, name, phases.wrap(phase, fn))

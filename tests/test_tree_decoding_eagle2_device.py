@@ -348,5 +348,5 @@ def test_tree_logits_take_device_parents_without_a_host_read(kind, monkeypatch):
         lm.tree_logits(lm.new_state(), par.float(), tokens, pending=[1], fallback=fb)
     with pytest.raises(ValueError, match=r"`tokens` must have the shape of `parents` \(6,\), got \(5,\)"):
         lm.tree_logits(lm.new_state(), par, tokens[:5], pending=[1], fallback=fb)
-    with pytest.raises(ValueError, match=r"`parents` as a tensor must have shape \(n\+1,\)"):
-        lm.tree_logits(lm.new_state(), par[None], tokens[None], pending=[1], fallback=fb)
+    with pytest.raises(ValueError, match=r"`parents` as a tensor must have shape \(n\+1,\) \(one tree\) or \(B, n\+1\)"):
+        lm.tree_logits(lm.new_state(), par[None, None], tokens[None, None], pending=[1], fallback=fb)

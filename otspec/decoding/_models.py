@@ -500,11 +500,11 @@ def _pending_rows(pending, B: int, V: int) -> np.ndarray:
 
 
 def _device_tree_batch(parents, tokens, pending, keep, V: int) -> _TreeBatch:
-    r"""``tree_logits``'s arguments with ``parents`` a tensor: one tree whose structure stays on its device, never
-    read on the host (a decoder whose tree is chosen on the device, as EAGLE-2's is). Its dtype and shape are
-    checked; its ancestor table comes from :math:`\lceil \log_2 n 
-ceil` squarings of the parent relation
-    (``(n + 1)^2`` each) and the depths from it; a parent outside ``[0, i)`` at node ``i >= 1``, which only a read
+    r"""``tree_logits``'s arguments with ``parents`` a tensor: one tree, or a batch of trees (``(B, n + 1)``, each row
+    its own tree), whose structure stays on its device, never read on the host (a decoder or a profile whose trees
+    are chosen on the device, as EAGLE-2's are). Dtypes and shapes are checked; the ancestor table and the depths
+    are built there (:func:`_ancestors_on_device`); a padding node (``parents[i] = -1``, ``i >= 1``) gives NaN rows
+    as on the host route, and a parent outside ``[-1, i)`` at node ``i >= 1`` or a padding parent, which only a read
     could refuse, makes the rows of that node and of its descendants NaN (as an out-of-range token does)."""
     if not torch.is_tensor(tokens):
         raise TypeError(f"`parents` as a tensor needs `tokens` as a tensor too (the tree stays on the device), got "
@@ -512,37 +512,71 @@ ceil` squarings of the parent relation
     for x, name in ((parents, "parents"), (tokens, "tokens")):
         if x.dtype == torch.bool or x.is_floating_point() or x.is_complex():
             raise TypeError(f"`{name}` must hold ints, got dtype {x.dtype}")
-    if parents.ndim != 1 or parents.shape[0] < 1:
-        raise ValueError(f"`parents` as a tensor must have shape (n+1,) with n+1 >= 1 (one tree), got "
-                         f"{tuple(parents.shape)}")
-    if tuple(tokens.shape) != tuple(parents.shape):
-        raise ValueError(f"`tokens` must have the shape of `parents` {tuple(parents.shape)}, got {tuple(tokens.shape)}")
+    if parents.ndim not in (1, 2) or parents.shape[-1] < 1 or parents.numel() < 1:
+        raise ValueError(f"`parents` as a tensor must have shape (n+1,) (one tree) or (B, n+1) (a batch of trees) "
+                         f"with B, n+1 >= 1, got {tuple(parents.shape)}")
+    shared = parents.ndim == 1 and tokens.ndim == 2  # one structure for a batch of trees
+    if tuple(tokens.shape) != tuple(parents.shape) and not (shared and tokens.shape[1] == parents.shape[0]):
+        raise ValueError(f"`tokens` must have the shape of `parents` {tuple(parents.shape)}, got "
+                         f"{tuple(tokens.shape)}")
     if keep is not None:
         raise TypeError("`keep` needs the tree's structure on the host: pass `parents` as an array")
-    m = int(parents.shape[0])
+    batched = tokens.ndim == 2
+    B, m = (int(tokens.shape[0]), int(tokens.shape[1])) if batched else (1, int(tokens.shape[0]))
     n = m - 1
     if n > MAX_TREE_NODES:
         raise ValueError(f"`tokens` holds n = {n} draft nodes per tree, above MAX_TREE_NODES = {MAX_TREE_NODES}")
-    pen = _pending_rows(pending, 1, V)
+    if B * m * m > MAX_TREE_CELLS:
+        raise ValueError(f"`tokens` of shape {tuple(tokens.shape)} needs B (n+1)^2 = {B * m * m} ancestor cells, "
+                         f"above MAX_TREE_CELLS = {MAX_TREE_CELLS}: score fewer or smaller trees per call")
+    pen = _pending_rows(pending, B, V)
+    anc, depth, lost = _ancestors_on_device(parents.reshape(-1, m).expand(B, m))
+    tb = _TreeBatch()
+    tb.batched, tb.B, tb.n, tb.t0 = batched, B, n, int(pen.shape[1])
+    tb.parents, tb.tokens, tb.tokens_t = None, None, tokens.reshape(B, m)
+    tb.anc, tb.depth, tb.lost = anc, depth, lost
+    tb.real = np.ones((B, m), dtype=bool)  # the padding nodes are among the lost ones (NaN rows)
+    tb.V, tb.ids, tb.keep = V, None, None
+    tb.pending = np.broadcast_to(pen, (B, tb.t0))
+    return tb
+
+
+def _ancestors_on_device(parents):
+    r"""The ancestor table, depths and unusable nodes of ``B`` trees whose ``(B, m)`` parents are a tensor, built on
+    its device with no host read.
+
+    .. math::
+
+        A_0[i, j] = [\, j \in \{i, \pi(i)\} \,], \qquad
+        A_{s+1}[i] = A_s[i] \lor A_s[\pi^{2^s}(i)], \qquad \pi^{2^{s+1}} = \pi^{2^s} \circ \pi^{2^s},
+
+    pointer jumping: after :math:`s` steps row :math:`i` holds the nodes up to :math:`2^s` steps above it, so
+    :math:`\lceil \log_2 n 
+ceil` steps (row gathers of ``(B, m, m)`` bools) reach every ancestor of a tree of
+    ``n = m - 1`` draft nodes, whatever its depth (the root is its own parent here). ``depth[i]`` is the number of
+    ancestors of ``i`` but itself. A padding node (parent ``-1``) hangs from the root (depth 1, seeing only the
+    context and itself, as the host route lays it out); a parent outside ``[-1, i)`` is read as the root too. Both,
+    and every node below one, are ``lost`` (their rows NaN).
+
+    Returns
+    -------
+    anc : (B, m, m) bool tensor
+    depth : (B, m) int64 tensor
+    lost : (B, m) bool tensor
+    """
     dev = parents.device
+    B, m = (int(x) for x in parents.shape)
     idx = torch.arange(m, device=dev)
     par = parents.to(torch.long)
-    bad = (idx > 0) & ((par < 0) | (par >= idx))
-    step = torch.zeros((m, m), dtype=torch.float32, device=dev)
-    step[idx[1:], torch.where(bad, 0, par)[1:]] = 1.0  # a bad parent read as the root (its rows are NaN anyway)
-    anc = (step + torch.eye(m, device=dev)) > 0
-    for _ in range(max(n - 1, 1).bit_length()):  # paths of up to 2^j steps after j squarings
-        f = anc.to(torch.float32)
-        anc = (f @ f) > 0
-    tb = _TreeBatch()
-    tb.batched, tb.B, tb.n, tb.t0 = False, 1, n, int(pen.shape[1])
-    tb.parents, tb.tokens, tb.tokens_t = None, None, tokens.reshape(1, m)
-    tb.anc, tb.depth = anc[None], (anc.sum(-1) - 1)[None]
-    tb.real = np.ones((1, m), dtype=bool)
-    tb.lost = (anc & bad[None, :]).any(-1)[None]
-    tb.V, tb.ids, tb.keep = V, None, None
-    tb.pending = pen
-    return tb
+    draft = idx > 0
+    off = draft & ((par < 0) | (par >= idx))  # padding (-1) and bad parents: both lost
+    jump = torch.where(off | ~draft, 0, par)
+    anc = torch.eye(m, dtype=torch.bool, device=dev).expand(B, m, m).clone()
+    anc.scatter_(2, jump[:, :, None], True)
+    for _ in range(max(m - 2, 1).bit_length()):  # 2^s >= n steps after s
+        anc |= anc.gather(1, jump[:, :, None].expand(B, m, m))
+        jump = jump.gather(1, jump)
+    return anc, anc.sum(-1) - 1, (anc & off[:, None, :]).any(-1)
 
 
 def _on(a, device):
@@ -775,25 +809,25 @@ def _score_rows(lm, state, tb: _TreeBatch):
 
 
 def _score_node_rows(lm, state, tb: _TreeBatch):
-    """:func:`_score_rows` for one tree whose structure stays on the device: every node's root path as its own
-    row (``n + 1`` rows of ``t0 + n`` columns, right-padded: the leaves are not known on the host), one
-    ``lm.logits`` call; the state ends holding the context."""
-    n, t0 = tb.n, tb.t0
+    """:func:`_score_rows` for trees whose structure stays on the device: every node's root path as its own row
+    (``B (n + 1)`` rows of ``t0 + n`` columns, tree ``r``'s rows ``r (n + 1), ...``, right-padded: the leaves are not
+    known on the host), one ``lm.logits`` call; the state ends holding the contexts."""
+    B, n, t0 = tb.B, tb.n, tb.t0
     L = state.length
     dev = torch.device(lm.device)
     node_ids, wrong = _node_ids(tb, dev)
-    anc, depth = tb.anc[0].to(dev), tb.depth[0].to(dev)
+    anc, depth = tb.anc.to(dev), tb.depth.to(dev)
     m = n + 1
     cols = torch.arange(1, max(n, 1) + 1, device=dev)
     # node at depth c of each node's path (0, the root, past its end): one ancestor per depth
-    at = anc[:, None, :] & (depth[None, None, :] == cols[None, :, None])
+    at = anc[:, :, None, :] & (depth[:, None, None, :] == cols[None, None, :, None])
     path = (at.to(torch.long) * torch.arange(m, device=dev)).sum(-1)
-    tail = node_ids[0].index_select(0, path.flatten()).reshape(m, -1)
-    pen = torch.from_numpy(np.ascontiguousarray(tb.pending)).to(dev, non_blocking=True).expand(m, t0)
+    tail = node_ids.gather(1, path.reshape(B, -1)).reshape(B * m, -1)
+    pen = torch.from_numpy(np.repeat(tb.pending, m, axis=0)).to(dev, non_blocking=True)
     logits = lm.logits(state, torch.cat([pen, tail], dim=1))
-    out = logits[torch.arange(m, device=dev), t0 - 1 + depth]
-    lm.select(state, 0, L + t0)
-    return _finish_tree(out[None], tb, wrong)
+    out = logits[torch.arange(B * m, device=dev), t0 - 1 + depth.reshape(-1)]
+    lm.select(state, 0 if B == 1 else [r * m for r in range(B)], L + t0)
+    return _finish_tree(out.reshape((B, m) + tuple(out.shape[1:])), tb, wrong)
 
 
 class _TreeScoring:
@@ -1166,13 +1200,15 @@ class HFCausalLM(_TreeScoring):
         ----------
         state : state of :meth:`new_state`
             Batch ``b`` dividing ``B``; its rows are repeated ``B / b`` times as in :meth:`logits`.
-        parents : array of int, shape ``(n + 1,)`` or ``(B, n + 1)``, or torch.Tensor of int, shape ``(n + 1,)``
+        parents : array of int or torch.Tensor of int, shape ``(n + 1,)`` or ``(B, n + 1)``
             ``parents[0] = -1``; ``-1 <= parents[i] < i``. In a batch, trees with fewer nodes are padded to
             ``n + 1`` nodes by padding nodes ``parents[i] = -1``, ``tokens[i] = -1`` (``i >= 1``). A tensor
-            (one tree, ``tokens`` a tensor of its shape, no ``keep``; a tree chosen on the device, as EAGLE-2's)
-            is never read on the host: the attention mask and positions are built on the device, the row
-            fallback scores every node's path as its own row, and a parent outside ``[0, i)`` at node
-            ``i >= 1`` makes the rows of that node and of its descendants NaN.
+            (``tokens`` a tensor of its shape, or ``(B, n + 1)`` for a 1-D one; no ``keep``; trees chosen on the
+            device, as EAGLE-2's) is never read on the host: the attention mask and positions are built on the
+            device (the ancestors by :math:`\lceil \log_2 n \rceil` pointer-jumping gathers), the row fallback
+            scores every node's path as its own row, the logits are those of the same parents as an array (the
+            same call), and a parent outside ``[-1, i)`` at node ``i >= 1`` or a padding parent makes the rows of
+            that node and of its descendants NaN.
         tokens : array of int or torch.Tensor of int, shape ``(n + 1,)`` or ``(B, n + 1)``
             ``tokens[0] = -1``; the draft token of each node, in ``[0, V)``. A 2-D ``tokens`` makes a
             batch of ``B`` trees (sharing ``parents`` when it is 1-D). A tensor (on any device) is never

@@ -37,10 +37,11 @@ from ._trees import (
     LawBuffers,
     along_text_families,
     compact_tree,
-    draw_and_score,
+    draft_trees,
     position_values,
     ranks_by_raw_law,
     record_position,
+    score_trees,
     tree_cost_shapes,
     tree_law_bytes,
     tree_rng,
@@ -48,7 +49,7 @@ from ._trees import (
 
 __all__ = ["analysis_device", "batch_builds", "check_device_memory", "device_law_bytes",
            "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
-           "cost_rows", "cost_shapes", "tree_rows", "COLUMNS", "COST_REPEATS", "COST_WARMUP", "TIMING_KINDS"]
+           "cost_rows", "cost_shapes", "tree_drafts", "tree_rows", "COLUMNS", "COST_REPEATS", "COST_WARMUP", "TIMING_KINDS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
 #: number of drafts, depth or draft length, index inside an emission table, the value.
@@ -113,10 +114,11 @@ class _Checks:
         raise ValueError(f"the {which} model {name!r} gave non-finite logits (NaN or inf){where}{nth}: "
                          f"{sampling.invalid_law}")
 
-    def parts(self, values, sampling) -> tuple[list, dict]:
+    def parts(self, values, sampling, then=()) -> tuple[list, dict]:
         """:meth:`read` as parts of a larger read (:func:`otspec.profile._quantities.read_parts`): ``(parts, got)``,
         the pending flags first (their store raises :meth:`fail`'s error for the first bad call, before any value is
-        stored), then ``values``, whose host copy the store puts in ``got["values"]``."""
+        stored), then the caller's parts ``then``, then ``values``, whose host copy the store puts in
+        ``got["values"]``."""
         import torch
 
         got: dict = {}
@@ -131,6 +133,7 @@ class _Checks:
                         self.fail(lm, which, sampling, call)
 
             out.append((flags, check))
+        out.extend(then)
         out.append((values, lambda host: got.__setitem__("values", np.array(host))))  # a copy, not a view
         return out, got
 
@@ -473,6 +476,24 @@ def _scored(pend, X, k: int):
     return torch.cat([torch.repeat_interleave(pend, k, dim=0), X], dim=1)
 
 
+def _drafts_on_host(X, checks: _Checks, sampling, *, later: bool):
+    """The drafts ``X`` (a tensor where the laws are) in host memory, and the parts that fill them later: read at
+    once with the draft calls' pending bad-logits flags (:meth:`_Checks.read`; no parts), or, with ``later``, an
+    empty host array and the part (:func:`otspec.profile._quantities.read_parts`) that fills it in the position's
+    one read of its values, after the flags (:meth:`_Checks.parts`): a bad draft law still raises its error before
+    any value of the position is stored or any row written. The target's call in between is harmless: the device's
+    draws give ids in ``[0, V)`` even from a bad law (:func:`otspec.decoding._sampling.sample_rows`). Later only
+    at a position with no costly quantity, whose batched forms lay the drafts' tree out on the host first."""
+    if not later:
+        return checks.read(X, sampling), ()
+    host = np.empty(tuple(X.shape), dtype=np.int64)
+
+    def fill(vals):
+        host[...] = vals
+
+    return host, ((X, fill),)
+
+
 def _rows_of(p1, k: int, V: int):
     """``p1`` (one row) seen as ``k`` rows, without a copy."""
     return np.broadcast_to(p1, (k, V)) if isinstance(p1, np.ndarray) else p1.expand(k, V)
@@ -542,8 +563,17 @@ def batch_builds(X, P, Q, settings, subsampled=None, X_dev=None, also=()) -> lis
     return out
 
 
+def tree_drafts(draft, ds, target, n_ctx: int, p_root, settings, rngs, r_root=None):
+    """The tree families of one profiled position of ``B`` prompts drafted on the device route and left unread
+    (:func:`otspec.profile._trees.draft_trees`): the walk reads their ranks and values with the position's other
+    values (:meth:`otspec.profile._trees.DraftedTrees.parts`) and hands them to :func:`tree_rows`, one read fewer
+    than a read of their own before the target's tree calls. The draft's state is left holding the contexts."""
+    return draft_trees(draft, ds, n_ctx, p_root, settings.tree_plan, settings.sampling, rngs, r_root, on_device=True,
+                       device=target.device)
+
+
 def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs,
-              drawn=None, buffers=None, r_root=None) -> None:
+              drawn=None, buffers=None, r_root=None, drafted=None) -> None:
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
     recorded, and at the subsampled positions the bound on every lossless verifier of the sampled families
@@ -553,12 +583,15 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     parents and tokens}`` (:func:`otspec.profile._trees.compact_tree`);
     ``buffers`` (:class:`otspec.profile._trees.LawBuffers`) holds the sampled trees' node laws from one position
     to the next. On an accelerator (:func:`analysis_device`) the deterministic trees are ranked and read where the
-    laws are (``draw_and_score(..., on_device=True)``)."""
+    laws are (``draw_and_score(..., on_device=True)``); ``drafted``: the trees drafted already by
+    :func:`tree_drafts` (then scored here)."""
     plan = getattr(settings, "tree_plan", None)
     # p_root (and r_root) as they are: a tensor on the models' device is expanded there (np.asarray of it would
     # fail on a GPU)
-    got = draw_and_score(draft, ds, target, ts, last, n_ctx, p_root, np.asarray(q_root), plan,
-                         settings.sampling, rngs, r_root=r_root, on_device=analysis_device(target) is not None)
+    if drafted is None:
+        drafted = draft_trees(draft, ds, n_ctx, p_root, plan, settings.sampling, rngs, r_root,
+                              on_device=analysis_device(target) is not None, device=getattr(target, "device", "cpu"))
+    got = score_trees(drafted, target, ts, last, n_ctx, np.asarray(q_root), plan, settings.sampling)
     V = int(np.shape(p_root)[-1])
     for r, scored in zip(rows, got):
         record_position(r, pos, plan, position_values(plan, scored, V, buffers))
@@ -626,7 +659,8 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             for j in range(1, L):
                 P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1, keep=on, checks=checks)[:, 0]
                 X[:, j] = _sample(P[:, j], rng, None if U is None else U[0, j])
-            Xd, X = X, (checks.read(X, sampling) if on else X)  # Xd: where the laws are
+            sub = is_subsampled(t, index, settings)
+            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not sub) if on else (X, ()))  # Xd: there
             draft.select(ds, 0, len(ctx))
             scored = _scored(fed[:, held_t - held_d:], Xd, k_max)
             held_d = len(ctx)
@@ -634,9 +668,10 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             target.select(ts, 0, len(ctx))
             held_t = len(ctx)
             Pd = _to_device(P, dev)
-            sub = is_subsampled(t, index, settings)
-            if on:  # the path's law and the target call's flag read with the position's values: one read
-                also, got_q = checks.parts(Q[0, 0], sampling)
+            # the trees drafted before the read: their ranks and values come with the position's values
+            trees = tree_drafts(draft, ds, target, len(ctx), p1, settings, [trng], r1) if on and trng is not None else None
+            if on:  # the path's law, the calls' flags (the drafts, the trees) read with the position's values
+                also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
                 bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], also)
                 q_t = got_q["values"]
             else:
@@ -645,7 +680,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             position_rows(rows, t, X, Pd, Q, settings, costly=sub, builds=bl[0] if bl else None)
             if trng is not None:
                 tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
-                          drawn, buffers, r1)
+                          drawn, buffers, r1, drafted=trees)
             if bar is not None:
                 bar.update(1)
         else:
@@ -782,7 +817,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                                          1, keep=on, checks=checks)[:, 0].reshape(B, k, V)
                 for b in range(B):
                     X[b, :, j] = _sample(P[b, :, j], rngs[b], None if U is None else U[b, j])
-            Xd, X = X, (checks.read(X, sampling) if on else X)  # Xd: where the laws are
+            sub = [is_subsampled(t, i, settings) for i in indices]
+            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not any(sub)) if on else (X, ()))
             draft.select(ds, kept, n)
             scored = _scored(fed[:, held_t - held_d:], Xd.reshape(B * k, L), k)
             held_d = n
@@ -791,9 +827,10 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             target.select(ts, np.arange(B) * k, n)
             held_t = n
             Pa = _to_device(P, dev)
-            sub = [is_subsampled(t, i, settings) for i in indices]
-            if on:  # the paths' laws and the target call's flag read with the position's values: one read
-                also, got_q = checks.parts(Q[:, 0, 0], sampling)
+            # the trees drafted before the read: their ranks and values come with the position's values
+            trees = tree_drafts(draft, ds, target, n, p1, settings, trngs, r1) if on and trngs is not None else None
+            if on:  # the paths' laws, the calls' flags (the drafts, the trees) read with the position's values
+                also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
                 bl = batch_builds(X, Pa, Q, settings, sub, Xd, also)
                 q_t = got_q["values"]
             else:
@@ -803,7 +840,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=sub[b], builds=bl[b])
             if trngs is not None:
                 tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn, buffers,
-                          r1)
+                          r1, drafted=trees)
             if bar is not None:
                 bar.update(B)
         else:

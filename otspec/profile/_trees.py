@@ -76,7 +76,8 @@ __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_F
            "eagle2_from_universe", "text_ranks", "topk_emission_along", "along_text_names", "along_text_families",
            "tree_emission_along", "iid_emission_along", "static_along_names",
            "along_text_route", "tree_values_per_text_position",
-           "LawBuffers", "compact_tree", "kept_tree_bytes", "ranks_by_raw_law"]
+           "LawBuffers", "compact_tree", "kept_tree_bytes", "ranks_by_raw_law", "draft_trees", "score_trees",
+           "DraftedTrees"]
 
 #: The draft processes a tree family may use.
 TREE_PROCESSES = ("topk", "eagle2", "iid", "wor")
@@ -868,6 +869,52 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     list of dict
         Per prompt: ``label -> _Scored``.
     """
+    drafted = draft_trees(draft, ds, n_ctx, p_root, plan, sampling, rngs, r_root, on_device=on_device,
+                          device=getattr(target, "device", "cpu"))
+    return score_trees(drafted, target, ts, last, n_ctx, q_root, plan, sampling)
+
+
+class DraftedTrees:
+    """The trees of one position drafted by :func:`draft_trees`, not yet expanded on the host nor scored: on the
+    device route, ``pieces`` (1-D float64 tensors on the laws' device: every depth's ranks and values, and the
+    roots') are what the host must read to expand them (:meth:`expand`), in one read of its own or as parts of a
+    larger read (:meth:`parts`)."""
+
+    def __init__(self, jobs: list, held, root, depths: list, B: int, V: int, on_device: bool):
+        self.jobs, self.held, self.root, self.depths = jobs, held, root, depths
+        self.B, self.V, self.on_device = B, V, on_device
+        self.host = None
+        self._expanded = False
+
+    @property
+    def pieces(self) -> list:
+        return (self.root.pieces if self.root is not None else []) + [t for d in self.depths for t in d.piece]
+
+    def parts(self) -> list:
+        """The pieces as one part of :func:`otspec.profile._quantities.read_parts` (an ``(array, store)`` pair; none
+        without pieces): their host copy kept for :meth:`expand`."""
+        import torch
+
+        pieces = self.pieces
+        if not pieces:
+            return []
+        return [(torch.cat(pieces) if len(pieces) > 1 else pieces[0], lambda vals: setattr(self, "host", vals))]
+
+    def expand(self, sampling) -> None:
+        """Expand the trees on the host from the pieces' host copy (read here when :meth:`parts` was not read with
+        another read), once: a depth's bad draft law raises the checked route's error (:func:`_expand_read`)."""
+        if not self._expanded:
+            self._expanded = True
+            _expand_read(self.depths, self.jobs, self.root, sampling, self.host)
+
+
+def draft_trees(draft, ds, n_ctx: int, p_root, plan: TreePlan, sampling, rngs, r_root=None, *,
+                on_device: bool = False, device=None) -> DraftedTrees:
+    """The drafting half of :func:`draw_and_score` (same parameters; ``device`` the target's, where the sampled
+    trees are drawn and scored on the device route, default the draft's): every tree of ``plan`` drafted after the
+    contexts the draft's state holds, the state left holding them; on the device route nothing is read (the trees
+    are expanded on the host from :attr:`DraftedTrees.pieces` by :meth:`DraftedTrees.expand`, which
+    :func:`score_trees` calls), so the caller may read the pieces with its own values (one read fewer)."""
     import torch
 
     B, V = (int(n) for n in p_root.shape)
@@ -877,7 +924,7 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
     jobs = [_jobs(plan, rngs[b], V) for b in range(B)]
     held = None  # the sampled trees, drawn, scored and verified on the laws' device
     if on_device and plan.sampled:
-        dev = torch.device(getattr(target, "device", "cpu"))
+        dev = torch.device(getattr(draft, "device", "cpu") if device is None else device)
         held = _trees_device.SampledTrees(jobs, dev, _trees_device.device_generator(rngs, dev))
     root = None  # the roots' ranks, when read with the first depth's
     if on_device and torch.is_tensor(p_root):  # the roots expanded where their laws are, as the deeper nodes
@@ -890,12 +937,23 @@ def draw_and_score(draft, ds, target, ts, last, n_ctx: int, p_root: np.ndarray, 
                     job.expand(0, p_root[b], r_root[b] if raw else None)
     if held is not None:
         held.draw_roots(p_root)
+    depths: list = []
     if on_device:  # every depth drafted where the laws are, read once at the end (roots included)
-        per = _draft_on_device(draft, ds, n_ctx, jobs, held, root, sampling, raw, B)
+        per = _draft_on_device(draft, ds, n_ctx, jobs, held, root, sampling, raw, B, depths)
     else:
         per = _draft_on_host(draft, ds, n_ctx, jobs, sampling, raw, B)
     if per:
         draft.select(ds, [b * per for b in range(B)], n_ctx)
+    return DraftedTrees(jobs, held, root, depths, B, V, on_device)
+
+
+def score_trees(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root: np.ndarray, plan: TreePlan,
+                sampling) -> list[dict]:
+    """The scoring half of :func:`draw_and_score`: the trees ``drafted`` expanded on the host
+    (:meth:`DraftedTrees.expand`), scored by the target after the contexts its state holds and verified; the same
+    parameters and result."""
+    drafted.expand(sampling)
+    jobs, held, B, on_device = drafted.jobs, drafted.held, drafted.B, drafted.on_device
     out = [dict() for _ in range(B)]
     gathered = []  # the deterministic families' gathered target probabilities: read together after their calls
     for j in range(len(jobs[0])):
@@ -974,7 +1032,8 @@ class _Depth:
         self.ranked, self.rank, self.K, self.ids, self.front = [], {}, 0, None, []
 
 
-def _draft_on_device(draft, ds, n_ctx: int, jobs: list, held, root, sampling, raw: bool, B: int) -> int:
+def _draft_on_device(draft, ds, n_ctx: int, jobs: list, held, root, sampling, raw: bool, B: int,
+                     depths: list) -> int:
     r"""The device route's drafting of every tree below the roots: one draft call per depth, no host read until the
     last, then one read of every depth's ranks and values (with the roots', when ``root`` defers them) and the trees
     expanded on the host from it, depth by depth as the host route expands them.
@@ -989,7 +1048,6 @@ def _draft_on_device(draft, ds, n_ctx: int, jobs: list, held, root, sampling, ra
     last call per prompt (0: no call)."""
     import torch
 
-    depths: list = []
     level, prev = 1, None
     while True:
         need = [(b, j, v) for b in range(B) for j, (_, job) in enumerate(jobs[b]) for v in _slots(job, level)]
@@ -1042,7 +1100,6 @@ def _draft_on_device(draft, ds, n_ctx: int, jobs: list, held, root, sampling, ra
         if held is not None:  # a depth of sampled trees alone: its laws checked in their own read
             held.draw(need, laws, None if d.ranked else logits)
         prev, level = d, level + 1
-    _expand_read(depths, jobs, root, sampling)
     return len(prev.need) // B if prev is not None else 0
 
 
@@ -1127,17 +1184,18 @@ def _frontier_rows(prev: _Depth, d: _Depth) -> list:
             for trees, f, s_, sc in prev.front]
 
 
-def _expand_read(depths: list, jobs: list, root, sampling) -> None:
-    """Read every depth's ranks and values (and the roots', ``root``) in one read and expand the trees from it, depth
-    by depth as the host route does: a depth's bad draft law refused first (the checked route's error), then the
-    roots (before the first depth), then the depth's nodes (EAGLE-2's slot ``f`` the ``f``-th proposal of its
-    frontier, which these expansions compute on the host as the device chose it)."""
+def _expand_read(depths: list, jobs: list, root, sampling, host=None) -> None:
+    """Read every depth's ranks and values (and the roots', ``root``) in one read (or take their host copy ``host``,
+    read with other values) and expand the trees from it, depth by depth as the host route does: a depth's bad draft
+    law refused first (the checked route's error), then the roots (before the first depth), then the depth's nodes
+    (EAGLE-2's slot ``f`` the ``f``-th proposal of its frontier, which these expansions compute on the host as the
+    device chose it)."""
     import torch
 
     pieces = (root.pieces if root is not None else []) + [t for d in depths for t in d.piece]
     if not pieces:
         return
-    host = torch.cat(pieces).cpu().numpy()
+    host = torch.cat(pieces).cpu().numpy() if host is None else host
     at = root.size if root is not None else 0
     for d in depths:
         n, K = len(d.need), d.K
