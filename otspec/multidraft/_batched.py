@@ -164,6 +164,22 @@ def _per_row_k(k, B: int, xp):
     return kf, power
 
 
+#: :func:`_second_row`'s arrays by (namespace, device): made once per run.
+_ROWS2: dict = {}
+
+
+def _second_row(xp, dev):
+    """``[[False], [True]]`` on ``dev``, made there (no copy from the host, which waits for the device's queue) once
+    per namespace and device."""
+    key = (getattr(xp, "__name__", str(xp)), str(dev))
+    got = _ROWS2.get(key)
+    if got is None:
+        if len(_ROWS2) >= 16:
+            _ROWS2.clear()
+        got = _ROWS2[key] = xp.reshape(xp.arange(2, device=dev), (2, 1)) == 1
+    return got
+
+
 def _rho_star_rows(P, Q, k, xp, sorted_=None):
     """rho* (and E(rho*)) for every row of (..., V) float64 laws; see batched_kseq_rho_star.
 
@@ -218,7 +234,7 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     # unclipped negative D is no larger than E^k >= 0, as its clipped 0 is not), and one where moves a (row 0) up
     # to mid where F(mid) > 0, b (row 1) down to it elsewhere; _bisect_steps of them leave it as _BISECT would
     ab = xp.stack([lo, hi], axis=0)
-    other = xp.asarray(np.array([[False], [True]]), device=_device(ab))  # row 1 moves where row 0 does not
+    other = _second_row(xp, _device(ab))  # row 1 moves where row 0 does not
     for _ in range(_bisect_steps(kr if isinstance(kr, float) else max(k[1]))):
         mid = xp.mean(ab, axis=0)
         go_up = Qh - mid * Ph > power(xp.clip(Pl - Ql / mid, 0.0, None))

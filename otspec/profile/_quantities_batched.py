@@ -271,11 +271,13 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     ``r`` its residual (SpecTr eq. 5); multi-round rejection (Miao et al., arXiv:2305.09781),
     :math:`a_i = \min(1, q_i(x_i)/p(x_i))`, :math:`r = q_{n+1}`; typical acceptance (one draft),
     :math:`a_1 = \mathbb 1\{x_1 \in \mathcal A\}`, :math:`r = \mathbb 1\{\cdot = y^\star\}`.
-    Computed depth by depth: one ``(laws, V)`` block of the distinct prefixes of the depth
-    (one sort of the ratios for k-Seq's :math:`\rho^*` of every number of drafts), every
-    node's values gathered from it; :func:`node_conditional` finishes each node's law at
-    its drafts on the host. The tree's structure is read from the host's ``X``: the index
-    arrays of every depth go to the laws' device in one copy.
+    Computed for every depth at once: one ``(laws, V)`` block of the distinct prefixes of
+    every depth (one sort of the ratios for k-Seq's :math:`\rho^*` of every number of drafts
+    and depth), every node's values gathered from it (each row's arithmetic is the row's
+    alone, so a depth's values are those of a block of that depth alone);
+    :func:`node_conditional` finishes each node's law at its drafts on the host. The tree's
+    structure is read from the host's ``X``: the index arrays go to the laws' device in one
+    copy.
 
     Parameters
     ----------
@@ -302,31 +304,25 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     V = int(P.shape[-1])
     n_max = max(len(a) for a, _ in nodes)
     pack = _Pack()
-    plans = []
-    for j in sorted({d for _, d in nodes}):  # the host's part: which laws, nodes, drafts and instances
-        at = [a for a, d in nodes if d == j]
-        laws: dict = {}
-        for a in at:
-            laws.setdefault(tuple(X[a[0], :j].tolist()), a[0])
-        law_of = {r0: i for i, r0 in enumerate(laws.values())}
-        lw = np.array([law_of[laws[tuple(X[a[0], :j].tolist())]] for a in at], dtype=np.int64)
-        n = np.array([len(a) for a in at], dtype=np.int64)
-        toks = np.array([[X[a[min(i, len(a) - 1)], j] for i in range(n_max)] for a in at], dtype=np.int64)
-        plan = _PLANS[name](pack, lw, n, toks, len(laws), V)
-        plans.append((j, pack.add(list(laws.values())), plan))
+    laws: dict = {}  # the host's part: which laws (a prefix at a depth: its first row), nodes, drafts and instances
+    lw = np.empty(len(nodes), dtype=np.int64)
+    for i, (a, j) in enumerate(nodes):
+        lw[i] = laws.setdefault((tuple(X[a[0], :j].tolist()), j), (len(laws), a[0] * int(P.shape[1]) + j,
+                                                                     a[0] * int(Q.shape[1]) + j))[0]
+    n = np.array([len(a) for a, _ in nodes], dtype=np.int64)
+    toks = np.array([[X[a[min(i, len(a) - 1)], j] for i in range(n_max)] for a, j in nodes], dtype=np.int64)
+    plan = _PLANS[name](pack, lw, n, toks, len(laws), V)
+    at_p, at_q = pack.add([v[1] for v in laws.values()]), pack.add([v[2] for v in laws.values()])
     idx = pack.send(xp, P)  # one copy of every index array to the laws' device
     solver = RhoStar(xp) if rho is None else rho
-    staged = []
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for j, rows, plan in plans:
-            Pj = _simplex(xp.take(P[:, j], idx[rows], axis=0), xp)
-            Qj = _simplex(xp.take(Q[:, j], idx[rows], axis=0), xp)
-            staged.append((Pj, Qj, plan, _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None))
+    with np.errstate(divide="ignore", invalid="ignore"):  # every depth's laws in one block, in the nodes' order
+        Pj = _simplex(xp.take(xp.reshape(P, (-1, V)), idx[at_p], axis=0), xp)
+        Qj = _simplex(xp.take(xp.reshape(Q, (-1, V)), idx[at_q], axis=0), xp)
+        staged = _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None
 
     def finish():
         with np.errstate(divide="ignore", invalid="ignore"):
-            return xp.concat([_PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, h))
-                              for Pj, Qj, plan, h in staged], axis=0)
+            return _PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, staged))
 
     return finish if rho is not None else finish()
 
