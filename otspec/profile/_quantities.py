@@ -37,7 +37,7 @@ import numpy as np
 from .._array import namespace
 from .._registry import get_verifier
 from ..lossy._mentored import kl_divergence
-from ..multidraft._batched import _ratio_sorted, batched_maximal_coupling_acceptance, kseq_acceptance_rows
+from ..multidraft._batched import batched_maximal_coupling_acceptance, kseq_acceptance_rows
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 from ._quantities_batched import (
@@ -558,8 +558,9 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
     many = [k for k in ks if k > 1]
     shape = tuple(P0.shape[:-1])
     solver = RhoStar(xp) if rho is None else rho
-    S = _ratio_sorted(P0, Q0, xp) if many else None
-    handles = {k: solver.add(S, k) for k in many}
+    V = int(P0.shape[-1])
+    rows = (xp.reshape(P0, (-1, V)), xp.reshape(Q0, (-1, V))) if many else None
+    handles = {k: solver.add(rows, k) for k in many}  # sorted with the solver's other requests
 
     def finish():
         cols = []

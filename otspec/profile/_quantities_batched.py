@@ -32,7 +32,7 @@ import numpy as np
 
 from ..decoding._tree_device import ranked_rows_t
 from ..lossy._typical import VLLM_DEFAULTS
-from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _sorted_take
+from ..multidraft._batched import _ratio_sorted, _rho_star_rows
 from ..multidraft._greedy_drafts import top_tokens
 
 __all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
@@ -376,12 +376,14 @@ class RhoStar:
         \rho^*_i = \min\{\rho \ge 1 : 1 - (1 - \beta_i(\rho))^{k_i} \le \rho\, \beta_i(\rho)\}
 
     for every row ``i`` of every block added (SpecTr, Sun et al., arXiv:2310.15141, Algorithm 2): ``add`` a block of
-    sorted laws (:func:`otspec.multidraft._batched._ratio_sorted`) with one number of drafts per row, ``solve``
-    once (:func:`otspec.multidraft._batched._rho_star_rows` on the blocks' rows stacked: the per-depth acceptances
-    and the draft tree's nodes of every depth and prompt of a position in one pass of a fixed number of ops, instead of
-    one per block and number of drafts), then ``get`` each block's ``(rho, E(rho))``, ``(n,)`` each. Every row's
-    values are those of a call for its rows and ``k`` alone (the same per-row arithmetic; torch's ``pow`` may round
-    the last bit differently where a row lands on another lane of its vectorised kernel: within 1e-15 relative).
+    rows (the laws ``(P, Q)``, ``(n, V)`` each, or their sorted form :func:`otspec.multidraft._batched._ratio_sorted`)
+    with one number of drafts per row, ``solve`` once (:func:`otspec.multidraft._batched._rho_star_rows` on the
+    blocks' rows stacked: the per-depth acceptances and the draft tree's nodes of every depth and prompt of a position
+    in one pass of a fixed number of ops, instead of one per block and number of drafts; blocks of laws are stacked
+    first and every row's ratios sorted at once), then ``get`` each block's ``(rho, E(rho))``, ``(n,)`` each. Every
+    row's values are those of a call for its rows and ``k`` alone (the same per-row arithmetic; torch's ``pow`` may
+    round the last bit differently where a row lands on another lane of its vectorised kernel: within 1e-15
+    relative).
     """
 
     _ROWS = ("P2", "Q2", "D1", "E1", "ro", "Pcum", "Qcum", "Pp", "Qp", "Ps", "Qs", "tot_p", "tot_q")
@@ -391,16 +393,18 @@ class RhoStar:
         self.blocks: list = []
         self.got: list | None = None
 
-    def add(self, S: dict, ks, kf=None) -> int:
-        """A block of ``S["B"]`` rows, with ``k`` drafts each (``ks`` an int) or ``kf`` (``(B,)`` float64, the laws'
-        namespace) of the distinct ints ``ks`` (each ``>= 2``); its handle."""
+    def add(self, S, ks, kf=None) -> int:
+        """A block of rows: ``S`` the laws ``(P, Q)`` (``(n, V)`` each, the laws' namespace) or their sorted form
+        (a dict of :func:`~otspec.multidraft._batched._ratio_sorted`), with ``k`` drafts each (``ks`` an int) or
+        ``kf`` (``(n,)`` float64, the laws' namespace) of the distinct ints ``ks`` (each ``>= 2``); its handle."""
         if self.got is not None:
             raise RuntimeError("RhoStar.add after solve")
         xp = self.xp
+        n, like = (int(S[0].shape[0]), S[0]) if isinstance(S, tuple) else (S["B"], S["P2"])
         if kf is None:
             ks = (int(ks),)
-            kf = xp.full((S["B"],), float(ks[0]), dtype=xp.float64, device=_device(S["P2"]))
-        self.blocks.append((S, kf, tuple(int(k) for k in ks)))
+            kf = xp.full((n,), float(ks[0]), dtype=xp.float64, device=_device(like))
+        self.blocks.append((S, kf, tuple(int(k) for k in ks), n))
         return len(self.blocks) - 1
 
     def solve(self) -> None:
@@ -410,14 +414,15 @@ class RhoStar:
         if not self.blocks:
             return
         xp = self.xp
-        ks = sorted({k for *_, kk in self.blocks for k in kk})
-        sizes = [S["B"] for S, *_ in self.blocks]
-        if len(self.blocks) == 1:
-            S, kf = self.blocks[0][:2]
+        ks = sorted({k for _, _, kk, _ in self.blocks for k in kk})
+        sizes = [n for *_, n in self.blocks]
+        if all(isinstance(b[0], tuple) for b in self.blocks):  # laws: stacked, then one sort of every row's ratios
+            S = _ratio_sorted(*(_concat([b[0][i] for b in self.blocks], xp) for i in (0, 1)), xp)
         else:
-            S = {key: xp.concat([b[0][key] for b in self.blocks], axis=0) for key in self._ROWS}
-            kf = xp.concat([b[1] for b in self.blocks], axis=0)
-            S.update(shape=(sum(sizes),), B=sum(sizes), V=self.blocks[0][0]["V"])
+            got = [_ratio_sorted(*b[0], xp) if isinstance(b[0], tuple) else b[0] for b in self.blocks]
+            S = got[0] if len(got) == 1 else dict({key: xp.concat([g[key] for g in got], axis=0) for key in self._ROWS},
+                                                 shape=(sum(sizes),), B=sum(sizes), V=got[0]["V"])
+        kf = _concat([b[1] for b in self.blocks], xp)
         rho, E = _rho_star_rows(None, None, (kf, ks) if len(ks) > 1 else ks[0], xp, S)
         rho, E = xp.reshape(rho, (-1,)), xp.reshape(E, (-1,))
         at = 0
@@ -431,36 +436,39 @@ class RhoStar:
         return self.got[i]
 
 
+def _concat(arrays: list, xp):
+    """``arrays`` concatenated along their first axis (the one array itself, no copy, when alone)."""
+    return arrays[0] if len(arrays) == 1 else xp.concat(arrays, axis=0)
+
+
 def _flat_at(A, idx, xp):
     """``A.reshape(-1)[idx]``: values of a ``(..., V)`` block at flat indices (an int array of namespace ``xp``)."""
     return xp.reshape(xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,))), tuple(idx.shape))
 
 
 def _kseq_plan(pack, lw, n, toks, I, V):
-    """The instances (law, number of drafts) of k-Seq at a depth, the laws to sort, and the drafts' flat indices."""
+    """The instances (law, number of drafts) of k-Seq at the nodes (those with one draft first: their rho* is 1), the
+    laws of those with several, and the drafts' flat indices."""
     inst = sorted({(int(c), int(li)) for li, c in zip(lw, n)})  # (number of drafts, law), by number of drafts
     index = {key: i for i, key in enumerate(inst)}
-    many = sorted({li for c, li in inst if c > 1})  # the laws with several drafts somewhere: one sort, shared
-    several = [(c, li) for c, li in inst if c > 1]  # after the one-draft instances (inst is sorted by c)
-    sel = [many.index(li) for _, li in several]
+    ones = sum(c == 1 for c, _ in inst)
     ni = np.array([index[(int(cc), int(li))] for li, cc in zip(lw, n)], dtype=np.int64)
-    return dict(many=pack.add(many) if many else None, ones=len(inst) - len(several),
-                ks=tuple(sorted({c for c, _ in several})), sel=None if sel == list(range(len(many))) else pack.add(sel),
-                ilaw=pack.add([li for _, li in inst]), kf=pack.add([c for c, _ in inst]), ni=pack.add(ni),
-                at=pack.add(ni[:, None] * V + toks))
+    return dict(ones=ones, ks=tuple(sorted({c for c, _ in inst[ones:]})), ilaw=pack.add([li for _, li in inst]),
+                several=pack.add([li for _, li in inst[ones:]]) if ones < len(inst) else None,
+                kf=pack.add([c for c, _ in inst]), ni=pack.add(ni), at=pack.add(ni[:, None] * V + toks))
 
 
 def _kseq_stage(Pj, Qj, plan, idx, xp, solver: RhoStar):
-    """The instances with several drafts of a depth handed to ``solver`` (one sort of their laws); their handle."""
-    if plan["many"] is None:
+    """The instances with several drafts handed to ``solver`` (their laws' rows, sorted with the solver's other
+    requests); their handle."""
+    if plan["several"] is None:
         return None
-    m = idx[plan["many"]]
-    S = _ratio_sorted(xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0), xp)
-    if plan["sel"] is not None:
-        S = _sorted_take(S, idx[plan["sel"]], xp)
+    m = idx[plan["several"]]
     ks = plan["ks"]
-    return solver.add(S, ks, xp.astype(idx[plan["kf"]][plan["ones"]:], xp.float64)) if len(ks) > 1 else solver.add(
-        S, ks[0])
+    rows = (xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0))
+    if len(ks) > 1:
+        return solver.add(rows, ks, xp.astype(idx[plan["kf"]][plan["ones"]:], xp.float64))
+    return solver.add(rows, ks[0])
 
 
 def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
