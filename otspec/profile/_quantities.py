@@ -440,14 +440,20 @@ def acc_part(name: str, ks, builds: Builds, L: int, rho=None):
     :meth:`Builds.value` and :func:`prefill_batched`), or None when ``name`` has no batched closed form here. With
     ``rho`` (:class:`otspec.profile._quantities_batched.RhoStar`), k-Seq's part is a function returning the array,
     to call after ``rho.solve()``."""
-    P0, Q0, xp = builds.P[0, :L], builds.Q[0, :L], builds.xp
-    ks = tuple(ks)
-    if name == "kseq" and not builds.options.get("kseq"):  # at rho* only: a given rho is built on the host
-        key = ("kseq", ks, L)
-        return key, lambda: [(_kseq_acceptance(P0, Q0, ks, xp, rho), builds.store(key))]
+    got = _acc_rows(name, tuple(ks), builds.P[0, :L], builds.Q[0, :L], builds.xp, builds.options, L, rho)
+    if got is None:
+        return None
+    key, compute = got
+    return key, lambda: [(compute(), builds.store(key))]
+
+
+def _acc_rows(name: str, ks: tuple, P0, Q0, xp, options: dict, L: int, rho=None):
+    """``(key, compute)`` of :func:`acc_part` on the ``(..., L, V)`` laws ``P0``, ``Q0`` (one prompt's first block,
+    or several prompts' stacked: every row's values its own), or None."""
+    if name == "kseq" and not options.get("kseq"):  # at rho* only: a given rho is built on the host
+        return ("kseq", ks, L), lambda: _kseq_acceptance(P0, Q0, ks, xp, rho)
     if name in ACC_BATCHED and (name != "typical" or ks == (1,)):  # typical verifies one draft (else: its error)
-        key = ("acc", name, ks, L)
-        return key, lambda: [(acceptance_rows(name, P0, Q0, ks, xp, builds.options.get(name)), builds.store(key))]
+        return ("acc", name, ks, L), lambda: acceptance_rows(name, P0, Q0, ks, xp, options.get(name))
     return None
 
 
@@ -456,21 +462,51 @@ def reach_part(name: str, ks, builds: Builds, L: int, rho=None):
     ``k`` of ``ks`` (``keys[k]``), from the batched conditional laws at every node
     (:func:`otspec.profile._quantities_batched.reach_parts`), or None when ``name`` has none here; with ``rho``, as
     :func:`acc_part`."""
-    ks = tuple(ks)
-    if name in REACH_ONE_DRAFT:
-        return _one_draft_part(name, ks, builds, L)
-    if name not in REACH_BATCHED or (name == "kseq" and builds.options.get("kseq")) or (
-            name == "typical" and ks != (1,)):
+    return _reach_rows(name, tuple(ks), [builds], L, rho)
+
+
+def _reach_rows(name: str, ks: tuple, sub: list, L: int, rho=None, laws=None):
+    """:func:`reach_part` of the prompts ``sub`` (their :class:`Builds`) at once: every node of their draft trees in
+    one batched pass (a node's law is its own prompt's), each prompt's values put in its cache. ``laws``: the
+    prompts' ``(P, Q, X, drafted)`` stacked (``(R, ...)``, ``R`` their drafts; ``drafted`` :func:`_drafted`'s or
+    None) when the caller has them (else stacked here)."""
+    b0 = sub[0]
+    if name not in REACH_ONE_DRAFT and (name not in REACH_BATCHED or (name == "kseq" and b0.options.get("kseq")) or (
+            name == "typical" and ks != (1,))):
         return None
     keys = {k: ("reach", name, k, L) for k in ks}
+    xp = b0.xp
+    k_max = int(b0.X.shape[0])
+
+    def stacked():
+        if laws is not None:
+            return laws
+        if len(sub) == 1:
+            return b0.P, b0.Q, b0.tokens(), None
+        return tuple(xp.concat([getattr(b, n) for b in sub], axis=0) for n in ("P", "Q")) + (
+            xp.concat([b.tokens() for b in sub], axis=0), None)
+
+    if name in REACH_ONE_DRAFT:
+        def make_one():
+            P, Q, Xd, drafted = stacked()
+            stores = [_one_draft_store(name, ks, b, L, keys) for b in sub]
+
+            def store(vals):
+                for i, put in enumerate(stores):
+                    put(vals[i * k_max:(i + 1) * k_max])
+
+            return [(_token_ratios(P, Q, Xd, L, xp, drafted), store)]
+
+        return keys, make_one
 
     def make():
-        X = builds.X
-        k_max = int(X.shape[0])
+        X = b0.X if len(sub) == 1 else np.concatenate([b.X for b in sub], axis=0)
         groups = {k: [list(range(g * k, (g + 1) * k)) for g in range(k_max // k)] for k in ks}
-        nodes = reach_nodes(X, [rows for gs in groups.values() for rows in gs], L)
-        parts = reach_parts(name, builds.P, builds.Q, X, nodes, builds.xp, builds.options.get(name),
-                            rho if name == "kseq" else None)
+        nodes = reach_nodes(X, [[i * k_max + r for r in rows] for i in range(len(sub)) for gs in groups.values()
+                                for rows in gs], L)
+        P, Q = stacked()[:2]
+        parts = reach_parts(name, P, Q, X, nodes, xp, b0.options.get(name), rho if name == "kseq" else None,
+                            block=k_max)
 
         def store(vals):
             at = {node: vals[i] for i, node in enumerate(nodes)}
@@ -478,48 +514,45 @@ def reach_part(name: str, ks, builds: Builds, L: int, rho=None):
             def cond(alive, j):
                 return node_conditional(at[(tuple(alive), j)], X[alive, j])
 
-            for k, gs in groups.items():
-                reach = np.zeros(L)
-                for rows in gs:
-                    reach += _walk(rows, X, L, cond) / len(gs)
-                builds._batched[keys[k]] = reach
+            for i, b in enumerate(sub):
+                for k, gs in groups.items():
+                    reach = np.zeros(L)
+                    for rows in gs:
+                        reach += _walk([i * k_max + r for r in rows], X, L, cond) / len(gs)
+                    b._batched[keys[k]] = reach
 
         return [(parts, store)]
 
     return keys, make
 
 
-def _one_draft_part(name: str, ks: tuple, builds: Builds, L: int):
-    r"""``(keys, make)`` of :func:`reach_part` for a verifier of
-    :data:`otspec.profile._quantities_batched.REACH_ONE_DRAFT`: its conditional law at every node with one draft
-    ``x`` is :math:`\min(1, q(x)/p(x))` (the ratios of every row and depth in one batched pass in the laws'
-    namespace, read with the position's other values), at a node with several drafts the verifier built on the host
-    (:func:`_host_conditional`: the host copy of the laws is made only when the tree has such a node, i.e. for
-    ``k >= 2``). At ``k = 1`` the value is token verification's (:func:`_token_reach_rows`), bit for bit."""
-    keys = {k: ("reach", name, k, L) for k in ks}
+def _one_draft_store(name: str, ks: tuple, builds: Builds, L: int, keys: dict):
+    r"""The store of :func:`reach_part` for a verifier of
+    :data:`otspec.profile._quantities_batched.REACH_ONE_DRAFT` (one prompt): its conditional law at every node with
+    one draft ``x`` is :math:`\min(1, q(x)/p(x))` (``vals``: the ratios of every row and depth, computed in one
+    batched pass in the laws' namespace and read with the position's other values), at a node with several drafts the
+    verifier built on the host (:func:`_host_conditional`: the host copy of the laws is made only when the tree has
+    such a node, i.e. for ``k >= 2``). At ``k = 1`` the value is token verification's (:func:`_token_reach_rows`),
+    bit for bit."""
+    X = builds.X
+    k_max = int(X.shape[0])
 
-    def make():
-        X = builds.X
-        k_max = int(X.shape[0])
+    def store(vals):
+        several = _host_conditional(name, builds, X)
 
-        def store(vals):
-            several = _host_conditional(name, builds, X)
+        def cond(alive, j):
+            if len(alive) == 1:
+                return [(int(X[alive[0], j]), float(vals[alive[0], j]))]
+            return several(alive, j)
 
-            def cond(alive, j):
-                if len(alive) == 1:
-                    return [(int(X[alive[0], j]), float(vals[alive[0], j]))]
-                return several(alive, j)
+        for k in ks:
+            gs = [list(range(g * k, (g + 1) * k)) for g in range(k_max // k)]
+            reach = np.zeros(L)
+            for rows in gs:
+                reach += _walk(rows, X, L, cond) / len(gs)
+            builds._batched[keys[k]] = reach
 
-            for k in ks:
-                gs = [list(range(g * k, (g + 1) * k)) for g in range(k_max // k)]
-                reach = np.zeros(L)
-                for rows in gs:
-                    reach += _walk(rows, X, L, cond) / len(gs)
-                builds._batched[keys[k]] = reach
-
-        return [(_token_ratios(builds.P, builds.Q, builds.tokens(), L, builds.xp), store)]
-
-    return keys, make
+    return store
 
 
 def read_parts(parts) -> None:
@@ -797,8 +830,8 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     prompt's cache under the key :func:`depth_quantities` and :func:`expected_accepted` read, so their values are
     the per-prompt route's (the same per-row arithmetic). With ``subsampled`` (one bool per prompt: whether its
     costly quantities run at this position), the batched forms of the costly quantities ``costly`` (a pair:
-    verifiers, families) of those prompts too, where they have one (:func:`acc_part`, :func:`reach_part`), prompt
-    by prompt. Every
+    verifiers, families) of those prompts too, where they have one (:func:`acc_part`, :func:`reach_part`), for
+    all of them at once (every node of their draft trees in one pass, a node's law its own prompt's). Every
     value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU), with the
     caller's parts ``also`` (``(array, store)`` pairs of :func:`read_parts`, stored first: the position's pending
     bad-logits flags and the path's target law). For laws
@@ -849,18 +882,31 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
         parts.append((_block_tau_calls(blocks, Pr, Qr, X, L, xp, drafted), store_blocks))
     if "token" in families:
         parts.append((_token_reach(Pr, Qr, X, L, xp, drafted), spread(("token", L), (B, k_max, L))))
-    for bl, on in zip(builds, subsampled or [False] * B):
-        if on:
-            for name in costly[0]:
-                part = acc_part(name, ks(name), bl, L, rho)
-                if part is not None:
-                    parts.extend(part[1]())
-            for name in costly[1]:
-                part = reach_part(name, ks(name), bl, L, rho)
-                if part is not None:
-                    parts.extend(part[1]())
+    on = [b for b, o in enumerate(subsampled or ()) if o]
+    if on:  # the costly quantities of the subsampled prompts, each for all of them at once
+        sub = [builds[b] for b in on]
+        if len(on) == B:
+            P0s, Q0s, laws = P0, Q0, (Pr, Qr, X, drafted)
+        else:
+            P0s, Q0s, laws = xp.stack([b.P[0, :L] for b in sub]), xp.stack([b.Q[0, :L] for b in sub]), None
+        for name in costly[0]:
+            got = _acc_rows(name, tuple(ks(name)), P0s, Q0s, xp, b0.options, L, rho)
+            if got is not None:
+                parts.append((got[1](), _spread_over(sub, got[0])))
+        for name in costly[1]:
+            got = _reach_rows(name, tuple(ks(name)), sub, L, rho, laws)
+            if got is not None:
+                parts.extend(got[1]())
     rho.solve()
     read_parts([(a() if callable(a) else a, store) for a, store in parts])
+
+
+def _spread_over(builds: list, key):
+    """A store of :func:`read_parts` putting ``vals[i]`` in the cache of ``builds[i]`` under ``key``."""
+    def store(vals):
+        for i, b in enumerate(builds):
+            b._batched[key] = vals[i]
+    return store
 
 
 def _excess_sums(W, P, Q, L: int, xp, both: bool):

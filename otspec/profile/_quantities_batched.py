@@ -257,7 +257,8 @@ def reach_nodes(X: np.ndarray, groups, L: int) -> list[tuple[tuple[int, ...], in
     return sorted(seen, key=lambda node: (node[1], node[0]))
 
 
-def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None, rho=None):
+def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None, rho=None, *,
+                block: int | None = None):
     r"""Each node's per-draft acceptance and final law at its drafts, for every node of a draft tree at once.
 
     .. math::
@@ -294,6 +295,9 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     rho : RhoStar, optional
         The position's gathered k-Seq :math:`\rho^*` requests: this tree's are added to it, and a function
         returning the array is returned instead (call it after ``rho.solve()``).
+    block : int, optional, keyword-only
+        Rows per prompt when ``X`` stacks several prompts' drafts (rows ``i * block`` to ``(i + 1) * block - 1``
+        prompt ``i``'s): a prefix's law is then its own prompt's.
 
     Returns
     -------
@@ -307,8 +311,8 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     laws: dict = {}  # the host's part: which laws (a prefix at a depth: its first row), nodes, drafts and instances
     lw = np.empty(len(nodes), dtype=np.int64)
     for i, (a, j) in enumerate(nodes):
-        lw[i] = laws.setdefault((tuple(X[a[0], :j].tolist()), j), (len(laws), a[0] * int(P.shape[1]) + j,
-                                                                     a[0] * int(Q.shape[1]) + j))[0]
+        key = (a[0] // block if block else 0, tuple(X[a[0], :j].tolist()), j)
+        lw[i] = laws.setdefault(key, (len(laws), a[0] * int(P.shape[1]) + j, a[0] * int(Q.shape[1]) + j))[0]
     n = np.array([len(a) for a, _ in nodes], dtype=np.int64)
     toks = np.array([[X[a[min(i, len(a) - 1)], j] for i in range(n_max)] for a, j in nodes], dtype=np.int64)
     plan = _PLANS[name](pack, lw, n, toks, len(laws), V)
