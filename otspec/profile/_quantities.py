@@ -31,6 +31,8 @@ Notation: ``p`` is the draft's law, ``q`` the target's.
 
 from __future__ import annotations
 
+import math
+
 import array_api_compat
 import numpy as np
 
@@ -332,12 +334,12 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
         vocabulary); NaN where the scheme is undefined (``k`` distinct drafts on a support of fewer
         than ``k`` tokens), and such values are not recorded.
     """
-    # the laws come from Sampling.probs: float64 rows summing to 1 (checked there), so no re-validation
-    P0, Q0 = builds.P[0, :L], builds.Q[0, :L]
+    # the laws come from Sampling.probs: float64 rows summing to 1 (checked there), so no re-validation; taken along
+    # the first block only when not yet computed (prefill_batched may have)
     out: dict = {}
     if name in ("optimal", "lp"):  # both reach the optimum: one alpha_k (one sort per depth) serves both
         vals = builds.batched(("alpha", tuple(ks), L), lambda: to_host(
-            alpha_k(P0, Q0, list(ks), validate=False, workers=1)).reshape(L, len(ks)))
+            alpha_k(builds.P[0, :L], builds.Q[0, :L], list(ks), validate=False, workers=1)).reshape(L, len(ks)))
         for i, k in enumerate(ks):
             out[("acc", k)] = vals[:, i].copy()
         return out
@@ -347,7 +349,8 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
             out[("acc", k)] = vals[:, i]
         return out
     if name == "token":
-        out[("acc", 1)] = builds.batched(("token-acc", L), lambda: to_host(_token_acceptance(P0, Q0)))
+        out[("acc", 1)] = builds.batched(("token-acc", L), lambda: to_host(_token_acceptance(builds.P[0, :L],
+                                                                                            builds.Q[0, :L])))
         return out
     part = acc_part(name, ks, builds, L)
     if part is not None:  # a batched closed form (one sort of the ratios serves every k for k-Seq)
@@ -752,23 +755,22 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
         run = {"block": xp.cumulative_prod(ratio, axis=-1)}
     ones = xp.ones((len(names), R, 1), dtype=ratio.dtype, device=dev)
     W = xp.concat([ones, xp.stack([run[n] for n in names], axis=0)], axis=-1)  # (F, R, L + 1): w_0 = 1
-    top, acc = [], []  # P(tau = ell | X^ell), (R, L); the backward walk's acceptance at depth 1..L-1, (R, L - 1)
-    if L > 1:
+    # P(tau = ell | X^ell), (F, R, L, 1): w capped at 1 (the one-step variant's never exceeds 1: the same values)
+    top = xp.clip(W[:, :, 1:], None, 1.0)[..., None]
+    if L > 1:  # the backward walk's acceptance at depth 1..L-1, (F, R, L - 1): pos / den, 1 where den = 0
         pos, neg = _excess_sums(W, P, Q, L, xp, "block" in names)  # (F, R, L - 1) each
-    for f, n in enumerate(names):
-        if n == "block-onestep":
-            top.append(W[f, :, 1:])
-            if L > 1:
-                den = pos[f] + 1.0 - W[f, :, 1:L]
-                some = den > 0
-                acc.append(xp.where(some, pos[f] / xp.where(some, den, 1.0), 1.0))
+        c = _scheme_consts(tuple(names), xp, dev)
+        if "block-onestep" in names:
+            den = pos + 1.0 - W[:, :, 1:L]
+            den = den if c["block"] is None else xp.where(c["block"], neg, den)
         else:
-            top.append(xp.clip(W[f, :, 1:], None, 1.0))
-            if L > 1:
-                some = neg[f] > 0
-                acc.append(xp.where(some, xp.clip(pos[f] / xp.where(some, neg[f], 1.0), None, 1.0), 1.0))
-    top = xp.stack(top, axis=0)[..., None]  # (F, R, L, 1)
-    acc = xp.stack(acc, axis=0) if L > 1 else xp.zeros((len(names), R, 0), dtype=ratio.dtype, device=dev)
+            den = neg
+        some = den > 0
+        acc = xp.where(some, pos / xp.where(some, den, c["one"]), c["one"])
+        if "block" in names:  # capped at 1 for block verification (the one-step variant's is not)
+            acc = xp.minimum(acc, c["cap"])
+    else:
+        acc = xp.zeros((len(names), R, 0), dtype=ratio.dtype, device=dev)
     # the backward walk of every length at once: left = (1 - top_ell) prod_{ell > s > t} (1 - a_s), multiplied from
     # s = ell - 1 down as the walk goes: one cumulative product over t reversed of G[ell - 1, t] = 1 - a_{t + 1}
     # (t < ell - 1), 1 - top_ell (t = ell - 1), 1 (t >= ell)
@@ -778,6 +780,29 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     a = xp.concat([ones, acc], axis=-1)[:, :, None, :]  # a_t, a_0 = 1
     law = xp.concat([left * a, xp.zeros((len(names), R, L, 1), dtype=ratio.dtype, device=dev)], axis=-1)
     return xp.where(m["short"], law, xp.where(m["full"], top, 0.0))
+
+
+#: :func:`_scheme_consts`' arrays by (names, namespace, device): made once per run.
+_SCHEMES: dict = {}
+
+
+def _scheme_consts(names: tuple, xp, dev) -> dict:
+    """The constants of :func:`block_path_laws_stack` for the schemes ``names`` on ``dev`` (made there once: no host
+    data, no number made into a device tensor per position): ``one`` (a 0-d 1.0), ``cap`` (``(F, 1, 1)``: 1 for
+    ``"block"``, inf for ``"block-onestep"``) and ``block`` (``(F, 1, 1)`` bool, ``names[f] == "block"``; None when
+    the schemes are all one or the other)."""
+    key = (names, getattr(xp, "__name__", str(xp)), str(dev))
+    got = _SCHEMES.get(key)
+    if got is None:
+        f = xp.reshape(xp.arange(len(names), device=dev), (-1, 1, 1))
+        block = f == names.index("block") if "block" in names else f < 0
+        one = xp.ones((), dtype=xp.float64, device=dev)
+        got = {"one": one, "cap": xp.where(block, one, math.inf),
+               "block": block if "block" in names and "block-onestep" in names else None}
+        if len(_SCHEMES) >= 64:
+            _SCHEMES.clear()
+        _SCHEMES[key] = got
+    return got
 
 
 def _block_tau_calls(names, P, Q, X, L_max: int, xp, drafted=None):
