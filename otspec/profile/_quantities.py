@@ -85,6 +85,10 @@ def text_probs(laws, y) -> np.ndarray:
     the ``(..., T)`` float64 values in host memory."""
     if not hasattr(laws, "shape"):
         laws = np.asarray(laws, dtype=np.float64)
+    if array_api_compat.is_torch_array(laws):  # torch's own gather, without the array-API wrapper's index arithmetic
+        import torch
+
+        return to_host(torch.gather(laws, -1, tokens_like(laws, y))[..., 0])
     return to_host(namespace(laws).take_along_axis(laws, tokens_like(laws, y), axis=-1)[..., 0])
 
 
@@ -744,13 +748,15 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     dev = _device(P)
     R = int(P.shape[0])
     px, qx = _drafted(P, Q, X, L, xp) if drafted is None else drafted
+    c = _scheme_consts(tuple(names), xp, dev)
+    one = c["one"]
     some = px > 0
-    ratio = xp.where(some, qx / xp.where(some, px, 1.0), 1.0)  # 1 where p = 0 (weightless blocks)
+    ratio = xp.where(some, qx / xp.where(some, px, one), one)  # 1 where p = 0 (weightless blocks)
     m = _block_steps(L, xp, dev)
     if "block-onestep" in names:  # S[r, j, n] = prod_{j <= i <= n} ratio[r, i] (1 for j > n), formed left to right
         with np.errstate(over="ignore", invalid="ignore"):  # a suffix past 1 (inf, nan: inf * 0) is capped, unread
-            S = xp.cumulative_prod(xp.where(m["suffix"], ratio[:, None, :], 1.0), axis=-1)
-            run = {"block": S[:, 0, :], "block-onestep": xp.min(xp.where(S <= 1.0, S, 1.0), axis=1)}
+            S = xp.cumulative_prod(xp.where(m["suffix"], ratio[:, None, :], one), axis=-1)
+            run = {"block": S[:, 0, :], "block-onestep": xp.min(xp.where(S <= 1.0, S, one), axis=1)}
     else:
         run = {"block": xp.cumulative_prod(ratio, axis=-1)}
     ones = xp.ones((len(names), R, 1), dtype=ratio.dtype, device=dev)
@@ -759,14 +765,14 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     top = xp.clip(W[:, :, 1:], None, 1.0)[..., None]
     if L > 1:  # the backward walk's acceptance at depth 1..L-1, (F, R, L - 1): pos / den, 1 where den = 0
         pos, neg = _excess_sums(W, P, Q, L, xp, "block" in names)  # (F, R, L - 1) each
-        c = _scheme_consts(tuple(names), xp, dev)
         if "block-onestep" in names:
-            den = pos + 1.0 - W[:, :, 1:L]
+            with np.errstate(invalid="ignore"):  # inf - inf on a "block" row whose w overflowed: not read (neg is)
+                den = pos + 1.0 - W[:, :, 1:L]
             den = den if c["block"] is None else xp.where(c["block"], neg, den)
         else:
             den = neg
         some = den > 0
-        acc = xp.where(some, pos / xp.where(some, den, c["one"]), c["one"])
+        acc = xp.where(some, pos / xp.where(some, den, one), one)
         if "block" in names:  # capped at 1 for block verification (the one-step variant's is not)
             acc = xp.minimum(acc, c["cap"])
     else:
@@ -775,11 +781,11 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     # s = ell - 1 down as the walk goes: one cumulative product over t reversed of G[ell - 1, t] = 1 - a_{t + 1}
     # (t < ell - 1), 1 - top_ell (t = ell - 1), 1 (t >= ell)
     below = xp.concat([1.0 - acc, ones], axis=-1)[:, :, None, :]  # (F, R, 1, L): 1 - a_{t + 1}, 1 at t = L - 1
-    G = xp.where(m["inside"], below, xp.where(m["last"], 1.0 - top, 1.0))
+    G = xp.where(m["inside"], below, xp.where(m["last"], 1.0 - top, one))
     left = xp.flip(xp.cumulative_prod(xp.flip(G, axis=-1), axis=-1), axis=-1)  # (F, R, L, L)
     a = xp.concat([ones, acc], axis=-1)[:, :, None, :]  # a_t, a_0 = 1
-    law = xp.concat([left * a, xp.zeros((len(names), R, L, 1), dtype=ratio.dtype, device=dev)], axis=-1)
-    return xp.where(m["short"], law, xp.where(m["full"], top, 0.0))
+    law = xp.concat([left * a, top], axis=-1)  # a last column (t = L), never short: only its shape is read
+    return xp.where(m["short"], law, xp.where(m["full"], top, c["zero"]))
 
 
 #: :func:`_scheme_consts`' arrays by (names, namespace, device): made once per run.
@@ -788,7 +794,7 @@ _SCHEMES: dict = {}
 
 def _scheme_consts(names: tuple, xp, dev) -> dict:
     """The constants of :func:`block_path_laws_stack` for the schemes ``names`` on ``dev`` (made there once: no host
-    data, no number made into a device tensor per position): ``one`` (a 0-d 1.0), ``cap`` (``(F, 1, 1)``: 1 for
+    data, no number made into a device tensor per position): ``one`` and ``zero`` (``(1,)``: 1.0, 0.0), ``cap`` (``(F, 1, 1)``: 1 for
     ``"block"``, inf for ``"block-onestep"``) and ``block`` (``(F, 1, 1)`` bool, ``names[f] == "block"``; None when
     the schemes are all one or the other)."""
     key = (names, getattr(xp, "__name__", str(xp)), str(dev))
@@ -796,8 +802,8 @@ def _scheme_consts(names: tuple, xp, dev) -> dict:
     if got is None:
         f = xp.reshape(xp.arange(len(names), device=dev), (-1, 1, 1))
         block = f == names.index("block") if "block" in names else f < 0
-        one = xp.ones((), dtype=xp.float64, device=dev)
-        got = {"one": one, "cap": xp.where(block, one, math.inf),
+        one = xp.ones((1,), dtype=xp.float64, device=dev)  # (1,), not 0-d: no promotion checks in the namespace's where
+        got = {"one": one, "zero": xp.zeros((1,), dtype=xp.float64, device=dev), "cap": xp.where(block, one, math.inf),
                "block": block if "block" in names and "block-onestep" in names else None}
         if len(_SCHEMES) >= 64:
             _SCHEMES.clear()
