@@ -59,6 +59,31 @@ def _device(x):
     return array_api_compat.device(x)
 
 
+def _take(A, idx, xp, axis=None):
+    """``xp.take(A, idx, axis=axis)`` (``axis=None``: of ``A`` flattened, in ``idx``'s shape) for non-negative indices
+    ``idx`` of ``A``'s namespace: on torch tensors by torch's own kernel (``take``, ``index_select``: one op, not the
+    array-API wrapper's index arithmetic for negative indices); the same values."""
+    if _is_torch(A):
+        return A.take(idx) if axis is None else A.index_select(axis, idx)
+    if axis is None:
+        return xp.reshape(xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,))), tuple(idx.shape))
+    return xp.take(A, idx, axis=axis)
+
+
+def _take_along(A, idx, xp):
+    """``xp.take_along_axis(A, idx, axis=-1)`` for non-negative indices ``idx`` of ``A``'s number of dimensions (no
+    broadcasting): on torch tensors by ``torch.gather`` (one op)."""
+    if _is_torch(A):
+        return A.gather(-1, idx)
+    return xp.take_along_axis(A, idx, axis=-1)
+
+
+def _is_torch(x) -> bool:
+    import array_api_compat
+
+    return array_api_compat.is_torch_array(x)
+
+
 def batched_maximal_coupling_acceptance(p, q, *, normalize: bool = False, validate: bool = True):
     r"""Acceptance of one draft under maximal coupling, for every row of a batch.
 
@@ -119,9 +144,9 @@ def _ratio_sorted(P, Q, xp) -> dict:
         r = Q2 / P2
     order = xp.argsort(r, axis=-1, stable=False)
     flat = xp.reshape(order + xp.reshape(xp.arange(B, device=dev) * V, (B, 1)), (-1,))
-    ro = xp.reshape(xp.take(xp.reshape(r, (-1,)), flat), (B, V))
-    po = xp.reshape(xp.take(xp.reshape(P2, (-1,)), flat), (B, V))
-    qo = xp.reshape(xp.take(xp.reshape(Q2, (-1,)), flat), (B, V))
+    ro = xp.reshape(_take(r, flat, xp), (B, V))
+    po = xp.reshape(_take(P2, flat, xp), (B, V))
+    qo = xp.reshape(_take(Q2, flat, xp), (B, V))
     del order, flat, r
     # exclusive prefix sums (tokens before j) and suffix sums (tokens after j)
     Pcum = xp.cumulative_sum(po, axis=-1)
@@ -212,7 +237,7 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     has = xp.any(neg, axis=-1)
     j = xp.argmax(xp.astype(neg, xp.float64), axis=-1)
     jj = xp.reshape(j, (B, 1))
-    ro_j = xp.reshape(xp.take_along_axis(ro, jj, axis=-1), (B,))
+    ro_j = xp.reshape(_take_along(ro, jj, xp), (B,))
     hi = xp.where(has & (ro_j < kr), xp.where(xp.isnan(ro_j), kr, ro_j), kr)
     hi = xp.clip(hi, None, kr) if isinstance(kr, float) else xp.minimum(hi, kr)
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
@@ -221,8 +246,8 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     # the split on (lo, hi): ratios <= lo below, >= hi above
     nb = xp.reshape(xp.sum(xp.astype(ro <= xp.reshape(lo, (B, 1)), xp.int64), axis=-1), (B, 1))
     idx = xp.clip(nb - 1, 0, V - 1)
-    Pl = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(S["Pcum"], idx, axis=-1), (B,)), 0.0)
-    Ql = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(S["Qcum"], idx, axis=-1), (B,)), 0.0)
+    Pl = xp.where(nb[:, 0] > 0, xp.reshape(_take_along(S["Pcum"], idx, xp), (B,)), 0.0)
+    Ql = xp.where(nb[:, 0] > 0, xp.reshape(_take_along(S["Qcum"], idx, xp), (B,)), 0.0)
     Ph = xp.clip(S["tot_p"] - Pl, 0.0, None)
     Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
 

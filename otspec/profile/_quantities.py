@@ -794,9 +794,9 @@ _SCHEMES: dict = {}
 
 def _scheme_consts(names: tuple, xp, dev) -> dict:
     """The constants of :func:`block_path_laws_stack` for the schemes ``names`` on ``dev`` (made there once: no host
-    data, no number made into a device tensor per position): ``one`` and ``zero`` (``(1,)``: 1.0, 0.0), ``cap`` (``(F, 1, 1)``: 1 for
-    ``"block"``, inf for ``"block-onestep"``) and ``block`` (``(F, 1, 1)`` bool, ``names[f] == "block"``; None when
-    the schemes are all one or the other)."""
+    data, no number made into a device tensor per position): ``one`` and ``zero`` (``(1,)``: 1.0, 0.0), ``cap``
+    (``(F, 1, 1)``: 1 for ``"block"``, inf for ``"block-onestep"``) and ``block`` (``(F, 1, 1)`` bool,
+    ``names[f] == "block"``; None when the schemes are all one or the other)."""
     key = (names, getattr(xp, "__name__", str(xp)), str(dev))
     got = _SCHEMES.get(key)
     if got is None:

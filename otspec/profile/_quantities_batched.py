@@ -32,7 +32,7 @@ import numpy as np
 
 from ..decoding._tree_device import ranked_rows_t
 from ..lossy._typical import VLLM_DEFAULTS
-from ..multidraft._batched import _ratio_sorted, _rho_star_rows
+from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _take, _take_along
 from ..multidraft._greedy_drafts import top_tokens
 
 __all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
@@ -69,7 +69,8 @@ def _residual(P, T, xp):
     r"""Row by row :math:`(T - P)_+ / \sum (T - P)_+`, or ``T`` where that has no mass (the host's ``residual``)."""
     r = xp.clip(T - P, 0.0, None)
     s = xp.sum(r, axis=-1, keepdims=True)
-    return xp.where(s > 0.0, r / xp.where(s > 0.0, s, 1.0), T)
+    some = s > 0.0
+    return xp.where(some, r / xp.where(some, s, 1.0), T)
 
 
 def top_ids(P, K: int, xp):
@@ -118,7 +119,7 @@ def _greedy_drafts(P, Q, ks, xp):
     K = min(max(ks), V) - 1  # k > V: undefined (NaN), below
     if K:
         ids = top_ids(P, K, xp)
-        qT = xp.cumulative_sum(xp.take_along_axis(Q, ids, axis=-1), axis=-1)
+        qT = xp.cumulative_sum(_take_along(Q, ids, xp), axis=-1)
         pos = xp.arange(V, device=_device(P))
     for k in ks:
         if k > V:
@@ -139,7 +140,7 @@ def _top_k(P, Q, ks, xp):
     """``q(C)``, ``C`` the top ``k`` of ``p`` (NaN where ``p`` has fewer than ``k`` tokens)."""
     n = _count_positive(P, xp)
     V = int(P.shape[-1])
-    qC = xp.cumulative_sum(xp.take_along_axis(Q, top_ids(P, min(max(ks), V), xp), axis=-1), axis=-1)
+    qC = xp.cumulative_sum(_take_along(Q, top_ids(P, min(max(ks), V), xp), xp), axis=-1)
     return [xp.where(n < k, math.nan, xp.clip(qC[..., min(k, V) - 1], None, 1.0)) for k in ks]
 
 
@@ -153,8 +154,9 @@ def _typical_rule(Q, xp, options: dict):
 def _h_series(u, xp):
     """:math:`u^2 \\sum_{k \\ge 2} (-u)^{k-2} / k`, the host's series for :math:`u - \\ln(1 + u)` at small ``|u|``."""
     acc = xp.zeros_like(u)
+    neg = -u  # once (negation is exact)
     for k in range(18, 1, -1):
-        acc = acc * (-u) + 1.0 / k
+        acc = acc * neg + 1.0 / k
     return u * u * acc
 
 
@@ -179,8 +181,8 @@ def _typical(P, Q, xp, options: dict):
     law = xp.where(acc, P, 0.0)
     kept = xp.sum(law, axis=-1)
     out = law + xp.where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], 0.0)
-    y_acc = xp.take_along_axis(acc, y1, axis=-1)[..., 0]
-    a = xp.clip(kept + xp.where(y_acc, 0.0, xp.take_along_axis(P, y1, axis=-1)[..., 0]), None, 1.0)
+    y_acc = _take_along(acc, y1, xp)[..., 0]
+    a = xp.clip(kept + xp.where(y_acc, 0.0, _take_along(P, y1, xp)[..., 0]), None, 1.0)
     tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1)
     return [a, tv, kl_rows(Q, out, xp)]
 
@@ -320,8 +322,8 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     idx = pack.send(xp, P)  # one copy of every index array to the laws' device
     solver = RhoStar(xp) if rho is None else rho
     with np.errstate(divide="ignore", invalid="ignore"):  # every depth's laws in one block, in the nodes' order
-        Pj = _simplex(xp.take(xp.reshape(P, (-1, V)), idx[at_p], axis=0), xp)
-        Qj = _simplex(xp.take(xp.reshape(Q, (-1, V)), idx[at_q], axis=0), xp)
+        Pj = _simplex(_take(xp.reshape(P, (-1, V)), idx[at_p], xp, 0), xp)
+        Qj = _simplex(_take(xp.reshape(Q, (-1, V)), idx[at_q], xp, 0), xp)
         staged = _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None
 
     def finish():
@@ -447,7 +449,7 @@ def _concat(arrays: list, xp):
 
 def _flat_at(A, idx, xp):
     """``A.reshape(-1)[idx]``: values of a ``(..., V)`` block at flat indices (an int array of namespace ``xp``)."""
-    return xp.reshape(xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,))), tuple(idx.shape))
+    return _take(A, idx, xp)
 
 
 def _kseq_plan(pack, lw, n, toks, I, V):
@@ -469,7 +471,7 @@ def _kseq_stage(Pj, Qj, plan, idx, xp, solver: RhoStar):
         return None
     m = idx[plan["several"]]
     ks = plan["ks"]
-    rows = (xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0))
+    rows = (_take(Pj, m, xp, 0), _take(Qj, m, xp, 0))
     if len(ks) > 1:
         return solver.add(rows, ks, xp.astype(idx[plan["kf"]][plan["ones"]:], xp.float64))
     return solver.add(rows, ks[0])
@@ -485,7 +487,7 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
         rho.append(staged[0].get(staged[1])[0])
     rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
     il = idx[plan["ilaw"]]
-    Pi, Qi = xp.take(Pj, il, axis=0), xp.take(Qj, il, axis=0)
+    Pi, Qi = _take(Pj, il, xp, 0), _take(Qj, il, xp, 0)
     # _kseq_parts of otspec.multidraft._kseq, row by row: beta, E, p_acc, c = min(p_acc / beta, rho), the residual
     mins = xp.minimum(Pi, Qi / rho)
     beta = xp.sum(mins, axis=-1)
@@ -496,8 +498,8 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
     px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
-    r_n = xp.take(rho[:, 0], ni)[:, None]
-    t_n = xp.take(total, ni)[:, None]
+    r_n = _take(rho[:, 0], ni, xp, 0)[:, None]
+    t_n = _take(total, ni, xp, 0)[:, None]
     a = xp.where(qx >= r_n * px, 1.0, qx / (r_n * px))
     res = xp.where(t_n > 0.0, vx / xp.where(t_n > 0.0, t_n, 1.0), qx)
     return xp.stack([a, res], axis=1)
@@ -529,8 +531,8 @@ def _typical_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     thr, y = _typical_rule(Qj, xp, options)
     lw = idx[plan["lw"]]
     qx = _flat_at(Qj, idx[plan["at"]], xp)
-    a = xp.astype(qx > xp.take(thr, lw[:, 0])[:, None], xp.float64)
-    r = xp.astype(idx[plan["x"]] == xp.take(y, lw[:, 0])[:, None], xp.float64)
+    a = xp.astype(qx > _take(thr, lw[:, 0], xp, 0)[:, None], xp.float64)
+    r = xp.astype(idx[plan["x"]] == _take(y, lw[:, 0], xp, 0)[:, None], xp.float64)
     return xp.stack([a, r], axis=1)
 
 
