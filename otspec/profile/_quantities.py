@@ -816,9 +816,8 @@ def _block_tau_calls(names, P, Q, X, L_max: int, xp, drafted=None):
     for every scheme of ``names``, row and length, from :func:`block_path_laws_stack` (the laws' namespace)."""
     law = block_path_laws_stack(names, P, Q, X, L_max, xp, drafted=drafted)  # (F, R, L, L + 1)
     m = _block_steps(L_max, xp, _device(P))
-    tau = xp.sum(law * m["t"], axis=-1)
-    calls = 1.0 + xp.sum(law * m["missing"], axis=-1)
-    return xp.stack([tau, calls], axis=1)
+    # sum_t law * t and 1 + sum_t law * (ell - t)_+ in one product and one sum: (F, 2, R, L) (the tau row + 0.0)
+    return xp.sum(law[:, None] * m["t_missing"], axis=-1) + m["calls_one"]
 
 
 #: :func:`_block_steps`' arrays by (namespace, device, L): made once per run.
@@ -830,7 +829,8 @@ def _block_steps(L: int, xp, dev) -> dict:
     ``L`` on ``dev`` (made once: no index arithmetic per position). For lengths :math:`\ell = 1..L` (axis -2) and
     steps ``t`` (axis -1): ``suffix[j, n]`` (``j <= n``, ``(L, L)``), ``inside`` (``t < \ell - 1``), ``last``
     (``t = \ell - 1``), ``short`` (``t < \ell``, over ``t = 0..L``), ``full`` (``t = \ell``), the float64 steps
-    ``t`` and the missing tokens ``missing`` (:math:`\max(\ell - t, 0)`)."""
+    ``t`` and the missing tokens ``missing`` (:math:`\max(\ell - t, 0)`), both stacked as ``t_missing``
+    (``(2, 1, L, L + 1)``), and ``calls_one`` (``(2, 1, 1)``: 0, 1)."""
     key = (getattr(xp, "__name__", str(xp)), str(dev), int(L))
     got = _STEPS.get(key)
     if got is None:
@@ -839,6 +839,8 @@ def _block_steps(L: int, xp, dev) -> dict:
         got = {"suffix": ell1 <= xp.reshape(ell1, (1, L)), "inside": t[:, :L] < ell1, "last": t[:, :L] == ell1,
                "short": t <= ell1, "full": t == ell1 + 1, "t": xp.astype(t, xp.float64),
                "missing": xp.astype(xp.clip(ell1 + 1 - t, 0, None), xp.float64)}
+        got["t_missing"] = xp.stack([xp.broadcast_to(got["t"], (L, L + 1)), got["missing"]], axis=0)[:, None]
+        got["calls_one"] = xp.reshape(xp.astype(xp.arange(2, device=dev), xp.float64), (2, 1, 1))
         if len(_STEPS) >= 64:
             _STEPS.clear()
         _STEPS[key] = got
