@@ -45,6 +45,11 @@ FAMILIES = ("token", "kseq", "multiround", "optimal", "typical", "block", "block
 #: sibling rank, every child's test and product at once), the ranking's top-k route by one keyed top-k, the passes of
 #: a row maximum joined once.
 BOUND = {(False, 0): 300, (False, 1): 3490, (True, 0): 620, (True, 1): 4150}
+#: The chains (measured 260.25 cheap / 1,805.75 subsampled; before 293 / 3,470, which fail these): k-Seq's rho*
+#: bisection in 14 ops a step and only the steps that change its state (60 for k <= 4, not 80:
+#: otspec.multidraft._batched._bisect_steps), the nodes of every depth (and of every prompt walked together) in one
+#: reach_parts pass, one sort of every rho* row's ratios, block verification's schemes in one pass, torch's own gathers.
+BOUND.update({(False, 0): 265, (False, 1): 1820})
 #: Host reads per position of the same walks, measured: 2 / 5 chains, 7 / 12 with trees (before 3 / 6 and 13 / 18):
 #: the path's target law read with the position's batched quantities, a depth's ranks and values of the tree
 #: families in one read, the deterministic families' target probabilities with the sampled trees' values. Then the

@@ -22,20 +22,66 @@ Notation: ``p`` is the draft distribution, ``q`` the target.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._array import parse_ks, validate_batch_pair
 
 __all__ = ["batched_maximal_coupling_acceptance", "batched_kseq_rho_star", "batched_kseq_acceptance"]
 
-#: Bisection steps on the final interval of rho (halving [1, k] to below one ulp).
+#: Bisection steps on the final interval of rho (halving [1, k] to below one ulp): the most ever taken.
 _BISECT = 80
+
+
+def _bisect_steps(k_hi: float) -> int:
+    r"""Steps after which the bisection of :func:`_rho_star_rows` on ``[lo, hi]``, ``1 <= lo <= hi <= k_hi``, is still:
+    its state after :data:`_BISECT` steps, bit for bit, at far fewer ops (one per step and kernel on a device).
+
+    A step replaces one end of ``[a, b]`` by :math:`m = \mathrm{RN}((a + b) / 2)` (``0.5 * (a + b)``: the sum
+    rounded once, the halving exact), which lies strictly inside whenever a float does; within one binade (spacing
+    ``u``, :math:`b - a = N u`) the new interval spans at most :math:`\lceil N / 2 \rceil u`, across a binade boundary
+    at most :math:`(b - a) / 2 + u_b` (:math:`u_b` the spacing below ``b``). So after
+    :math:`\lceil \log_2((k_{hi} - 1) / 2^{-52}) \rceil` steps at most a few floats lie inside, after a few more none
+    (``a``, ``b`` adjacent or equal), and one step later the state no longer changes, whatever the predicate: ``m`` is
+    then ``a`` or ``b``, and a step either leaves the state as it was (and so does every later one: the same test of
+    the same ``m``) or makes ``a == b``. Six steps of margin on top; never more than :data:`_BISECT`
+    (``tests/test_profile_quantities_bisect.py`` checks the stillness on every interval shape and on predicates
+    that change their answer at every float).
+    """
+    width = max(float(k_hi) - 1.0, 2.0**-52)
+    return min(_BISECT, 52 + max(0, math.ceil(math.log2(width))) + 6)
 
 
 def _device(x):
     import array_api_compat
 
     return array_api_compat.device(x)
+
+
+def _take(A, idx, xp, axis=None):
+    """``xp.take(A, idx, axis=axis)`` (``axis=None``: of ``A`` flattened, in ``idx``'s shape) for non-negative indices
+    ``idx`` of ``A``'s namespace: on torch tensors by torch's own kernel (``take``, ``index_select``: one op, not the
+    array-API wrapper's index arithmetic for negative indices); the same values."""
+    if _is_torch(A):
+        return A.take(idx) if axis is None else A.index_select(axis, idx)
+    if axis is None:
+        return xp.reshape(xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,))), tuple(idx.shape))
+    return xp.take(A, idx, axis=axis)
+
+
+def _take_along(A, idx, xp):
+    """``xp.take_along_axis(A, idx, axis=-1)`` for non-negative indices ``idx`` of ``A``'s number of dimensions (no
+    broadcasting): on torch tensors by ``torch.gather`` (one op)."""
+    if _is_torch(A):
+        return A.gather(-1, idx)
+    return xp.take_along_axis(A, idx, axis=-1)
+
+
+def _is_torch(x) -> bool:
+    import array_api_compat
+
+    return array_api_compat.is_torch_array(x)
 
 
 def batched_maximal_coupling_acceptance(p, q, *, normalize: bool = False, validate: bool = True):
@@ -98,9 +144,9 @@ def _ratio_sorted(P, Q, xp) -> dict:
         r = Q2 / P2
     order = xp.argsort(r, axis=-1, stable=False)
     flat = xp.reshape(order + xp.reshape(xp.arange(B, device=dev) * V, (B, 1)), (-1,))
-    ro = xp.reshape(xp.take(xp.reshape(r, (-1,)), flat), (B, V))
-    po = xp.reshape(xp.take(xp.reshape(P2, (-1,)), flat), (B, V))
-    qo = xp.reshape(xp.take(xp.reshape(Q2, (-1,)), flat), (B, V))
+    ro = xp.reshape(_take(r, flat, xp), (B, V))
+    po = xp.reshape(_take(P2, flat, xp), (B, V))
+    qo = xp.reshape(_take(Q2, flat, xp), (B, V))
     del order, flat, r
     # exclusive prefix sums (tokens before j) and suffix sums (tokens after j)
     Pcum = xp.cumulative_sum(po, axis=-1)
@@ -129,17 +175,34 @@ def _per_row_k(k, B: int, xp):
         kf = float(k)
         return kf, (lambda x: x**k)
     kf, ks = k
+    kr = xp.reshape(kf, (B,))
     kf = xp.reshape(kf, (B, 1))
     ks = sorted({int(c) for c in ks})
-    masks = {c: kf == float(c) for c in ks[1:]}
+    masks = {2: {c: kf == float(c) for c in ks[1:]}, 1: {c: kr == float(c) for c in ks[1:]}}  # by x.ndim
 
     def power(x):
         out = x ** ks[0]
         for c in ks[1:]:
-            out = xp.where(masks[c] if x.ndim == 2 else masks[c][:, 0], x**c, out)
+            out = xp.where(masks[x.ndim][c], x**c, out)
         return out
 
     return kf, power
+
+
+#: :func:`_second_row`'s arrays by (namespace, device): made once per run.
+_ROWS2: dict = {}
+
+
+def _second_row(xp, dev):
+    """``[[False], [True]]`` on ``dev``, made there (no copy from the host, which waits for the device's queue) once
+    per namespace and device."""
+    key = (getattr(xp, "__name__", str(xp)), str(dev))
+    got = _ROWS2.get(key)
+    if got is None:
+        if len(_ROWS2) >= 16:
+            _ROWS2.clear()
+        got = _ROWS2[key] = xp.reshape(xp.arange(2, device=dev), (2, 1)) == 1
+    return got
 
 
 def _rho_star_rows(P, Q, k, xp, sorted_=None):
@@ -174,7 +237,7 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     has = xp.any(neg, axis=-1)
     j = xp.argmax(xp.astype(neg, xp.float64), axis=-1)
     jj = xp.reshape(j, (B, 1))
-    ro_j = xp.reshape(xp.take_along_axis(ro, jj, axis=-1), (B,))
+    ro_j = xp.reshape(_take_along(ro, jj, xp), (B,))
     hi = xp.where(has & (ro_j < kr), xp.where(xp.isnan(ro_j), kr, ro_j), kr)
     hi = xp.clip(hi, None, kr) if isinstance(kr, float) else xp.minimum(hi, kr)
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
@@ -183,20 +246,25 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     # the split on (lo, hi): ratios <= lo below, >= hi above
     nb = xp.reshape(xp.sum(xp.astype(ro <= xp.reshape(lo, (B, 1)), xp.int64), axis=-1), (B, 1))
     idx = xp.clip(nb - 1, 0, V - 1)
-    Pl = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(S["Pcum"], idx, axis=-1), (B,)), 0.0)
-    Ql = xp.where(nb[:, 0] > 0, xp.reshape(xp.take_along_axis(S["Qcum"], idx, axis=-1), (B,)), 0.0)
+    Pl = xp.where(nb[:, 0] > 0, xp.reshape(_take_along(S["Pcum"], idx, xp), (B,)), 0.0)
+    Ql = xp.where(nb[:, 0] > 0, xp.reshape(_take_along(S["Qcum"], idx, xp), (B,)), 0.0)
     Ph = xp.clip(S["tot_p"] - Pl, 0.0, None)
     Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
 
     def F(rho):
         return xp.clip(Qh - rho * Ph, 0.0, None) - power(xp.clip(Pl - Ql / rho, 0.0, None))
 
-    a, b = lo, hi
-    for _ in range(_BISECT):
-        mid = 0.5 * (a + b)
-        go_up = F(mid) > 0.0
-        a = xp.where(go_up, mid, a)
-        b = xp.where(go_up, b, mid)
+    # the bisection, [a, b] held as one (2, B) array: mid = 0.5 * (a + b) is their mean (the sum rounded once, halved
+    # exactly), F(mid) > 0 is D > E^k (a difference of floats is positive exactly when the first is larger; an
+    # unclipped negative D is no larger than E^k >= 0, as its clipped 0 is not), and one where moves a (row 0) up
+    # to mid where F(mid) > 0, b (row 1) down to it elsewhere; _bisect_steps of them leave it as _BISECT would
+    ab = xp.stack([lo, hi], axis=0)
+    other = _second_row(xp, _device(ab))  # row 1 moves where row 0 does not
+    for _ in range(_bisect_steps(kr if isinstance(kr, float) else max(k[1]))):
+        mid = xp.mean(ab, axis=0)
+        go_up = Qh - mid * Ph > power(xp.clip(Pl - Ql / mid, 0.0, None))
+        ab = xp.where(go_up ^ other, mid, ab)
+    b = ab[1]
     f_lo = F(lo)
     root = xp.where(f_lo <= 0.0, lo, xp.where(F(hi) >= 0.0, hi, b))
     rho = xp.where(f1 <= 0.0, 1.0, xp.where(fk > 0.0, kr, root))
@@ -217,8 +285,9 @@ def batched_kseq_rho_star(p, q, k: int, *, normalize: bool = False, validate: bo
     non-increasing, SpecTr Lemma 4) at every breakpoint inside
     :math:`(1, k)` by prefix and suffix sums; the first breakpoint with
     :math:`f \le 0` brackets the root, where the split into low and high
-    tokens is fixed, and 80 bisection steps on all rows at once close it to
-    the float spacing.
+    tokens is fixed, and bisection steps on all rows at once close it to
+    the float spacing (80, or fewer where fewer give the same bits: 58 for ``k <= 2``,
+    60 for ``k <= 4``).
 
     Parameters
     ----------

@@ -31,13 +31,15 @@ Notation: ``p`` is the draft's law, ``q`` the target's.
 
 from __future__ import annotations
 
+import math
+
 import array_api_compat
 import numpy as np
 
 from .._array import namespace
 from .._registry import get_verifier
 from ..lossy._mentored import kl_divergence
-from ..multidraft._batched import _ratio_sorted, batched_maximal_coupling_acceptance, kseq_acceptance_rows
+from ..multidraft._batched import batched_maximal_coupling_acceptance, kseq_acceptance_rows
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 from ._quantities_batched import (
@@ -83,6 +85,10 @@ def text_probs(laws, y) -> np.ndarray:
     the ``(..., T)`` float64 values in host memory."""
     if not hasattr(laws, "shape"):
         laws = np.asarray(laws, dtype=np.float64)
+    if array_api_compat.is_torch_array(laws):  # torch's own gather, without the array-API wrapper's index arithmetic
+        import torch
+
+        return to_host(torch.gather(laws, -1, tokens_like(laws, y))[..., 0])
     return to_host(namespace(laws).take_along_axis(laws, tokens_like(laws, y), axis=-1)[..., 0])
 
 
@@ -332,12 +338,12 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
         vocabulary); NaN where the scheme is undefined (``k`` distinct drafts on a support of fewer
         than ``k`` tokens), and such values are not recorded.
     """
-    # the laws come from Sampling.probs: float64 rows summing to 1 (checked there), so no re-validation
-    P0, Q0 = builds.P[0, :L], builds.Q[0, :L]
+    # the laws come from Sampling.probs: float64 rows summing to 1 (checked there), so no re-validation; taken along
+    # the first block only when not yet computed (prefill_batched may have)
     out: dict = {}
     if name in ("optimal", "lp"):  # both reach the optimum: one alpha_k (one sort per depth) serves both
         vals = builds.batched(("alpha", tuple(ks), L), lambda: to_host(
-            alpha_k(P0, Q0, list(ks), validate=False, workers=1)).reshape(L, len(ks)))
+            alpha_k(builds.P[0, :L], builds.Q[0, :L], list(ks), validate=False, workers=1)).reshape(L, len(ks)))
         for i, k in enumerate(ks):
             out[("acc", k)] = vals[:, i].copy()
         return out
@@ -347,7 +353,8 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
             out[("acc", k)] = vals[:, i]
         return out
     if name == "token":
-        out[("acc", 1)] = builds.batched(("token-acc", L), lambda: to_host(_token_acceptance(P0, Q0)))
+        out[("acc", 1)] = builds.batched(("token-acc", L), lambda: to_host(_token_acceptance(builds.P[0, :L],
+                                                                                            builds.Q[0, :L])))
         return out
     part = acc_part(name, ks, builds, L)
     if part is not None:  # a batched closed form (one sort of the ratios serves every k for k-Seq)
@@ -440,14 +447,20 @@ def acc_part(name: str, ks, builds: Builds, L: int, rho=None):
     :meth:`Builds.value` and :func:`prefill_batched`), or None when ``name`` has no batched closed form here. With
     ``rho`` (:class:`otspec.profile._quantities_batched.RhoStar`), k-Seq's part is a function returning the array,
     to call after ``rho.solve()``."""
-    P0, Q0, xp = builds.P[0, :L], builds.Q[0, :L], builds.xp
-    ks = tuple(ks)
-    if name == "kseq" and not builds.options.get("kseq"):  # at rho* only: a given rho is built on the host
-        key = ("kseq", ks, L)
-        return key, lambda: [(_kseq_acceptance(P0, Q0, ks, xp, rho), builds.store(key))]
+    got = _acc_rows(name, tuple(ks), builds.P[0, :L], builds.Q[0, :L], builds.xp, builds.options, L, rho)
+    if got is None:
+        return None
+    key, compute = got
+    return key, lambda: [(compute(), builds.store(key))]
+
+
+def _acc_rows(name: str, ks: tuple, P0, Q0, xp, options: dict, L: int, rho=None):
+    """``(key, compute)`` of :func:`acc_part` on the ``(..., L, V)`` laws ``P0``, ``Q0`` (one prompt's first block,
+    or several prompts' stacked: every row's values its own), or None."""
+    if name == "kseq" and not options.get("kseq"):  # at rho* only: a given rho is built on the host
+        return ("kseq", ks, L), lambda: _kseq_acceptance(P0, Q0, ks, xp, rho)
     if name in ACC_BATCHED and (name != "typical" or ks == (1,)):  # typical verifies one draft (else: its error)
-        key = ("acc", name, ks, L)
-        return key, lambda: [(acceptance_rows(name, P0, Q0, ks, xp, builds.options.get(name)), builds.store(key))]
+        return ("acc", name, ks, L), lambda: acceptance_rows(name, P0, Q0, ks, xp, options.get(name))
     return None
 
 
@@ -456,21 +469,51 @@ def reach_part(name: str, ks, builds: Builds, L: int, rho=None):
     ``k`` of ``ks`` (``keys[k]``), from the batched conditional laws at every node
     (:func:`otspec.profile._quantities_batched.reach_parts`), or None when ``name`` has none here; with ``rho``, as
     :func:`acc_part`."""
-    ks = tuple(ks)
-    if name in REACH_ONE_DRAFT:
-        return _one_draft_part(name, ks, builds, L)
-    if name not in REACH_BATCHED or (name == "kseq" and builds.options.get("kseq")) or (
-            name == "typical" and ks != (1,)):
+    return _reach_rows(name, tuple(ks), [builds], L, rho)
+
+
+def _reach_rows(name: str, ks: tuple, sub: list, L: int, rho=None, laws=None):
+    """:func:`reach_part` of the prompts ``sub`` (their :class:`Builds`) at once: every node of their draft trees in
+    one batched pass (a node's law is its own prompt's), each prompt's values put in its cache. ``laws``: the
+    prompts' ``(P, Q, X, drafted)`` stacked (``(R, ...)``, ``R`` their drafts; ``drafted`` :func:`_drafted`'s or
+    None) when the caller has them (else stacked here)."""
+    b0 = sub[0]
+    if name not in REACH_ONE_DRAFT and (name not in REACH_BATCHED or (name == "kseq" and b0.options.get("kseq")) or (
+            name == "typical" and ks != (1,))):
         return None
     keys = {k: ("reach", name, k, L) for k in ks}
+    xp = b0.xp
+    k_max = int(b0.X.shape[0])
+
+    def stacked():
+        if laws is not None:
+            return laws
+        if len(sub) == 1:
+            return b0.P, b0.Q, b0.tokens(), None
+        return tuple(xp.concat([getattr(b, n) for b in sub], axis=0) for n in ("P", "Q")) + (
+            xp.concat([b.tokens() for b in sub], axis=0), None)
+
+    if name in REACH_ONE_DRAFT:
+        def make_one():
+            P, Q, Xd, drafted = stacked()
+            stores = [_one_draft_store(name, ks, b, L, keys) for b in sub]
+
+            def store(vals):
+                for i, put in enumerate(stores):
+                    put(vals[i * k_max:(i + 1) * k_max])
+
+            return [(_token_ratios(P, Q, Xd, L, xp, drafted), store)]
+
+        return keys, make_one
 
     def make():
-        X = builds.X
-        k_max = int(X.shape[0])
+        X = b0.X if len(sub) == 1 else np.concatenate([b.X for b in sub], axis=0)
         groups = {k: [list(range(g * k, (g + 1) * k)) for g in range(k_max // k)] for k in ks}
-        nodes = reach_nodes(X, [rows for gs in groups.values() for rows in gs], L)
-        parts = reach_parts(name, builds.P, builds.Q, X, nodes, builds.xp, builds.options.get(name),
-                            rho if name == "kseq" else None)
+        nodes = reach_nodes(X, [[i * k_max + r for r in rows] for i in range(len(sub)) for gs in groups.values()
+                                for rows in gs], L)
+        P, Q = stacked()[:2]
+        parts = reach_parts(name, P, Q, X, nodes, xp, b0.options.get(name), rho if name == "kseq" else None,
+                            block=k_max)
 
         def store(vals):
             at = {node: vals[i] for i, node in enumerate(nodes)}
@@ -478,48 +521,45 @@ def reach_part(name: str, ks, builds: Builds, L: int, rho=None):
             def cond(alive, j):
                 return node_conditional(at[(tuple(alive), j)], X[alive, j])
 
-            for k, gs in groups.items():
-                reach = np.zeros(L)
-                for rows in gs:
-                    reach += _walk(rows, X, L, cond) / len(gs)
-                builds._batched[keys[k]] = reach
+            for i, b in enumerate(sub):
+                for k, gs in groups.items():
+                    reach = np.zeros(L)
+                    for rows in gs:
+                        reach += _walk([i * k_max + r for r in rows], X, L, cond) / len(gs)
+                    b._batched[keys[k]] = reach
 
         return [(parts, store)]
 
     return keys, make
 
 
-def _one_draft_part(name: str, ks: tuple, builds: Builds, L: int):
-    r"""``(keys, make)`` of :func:`reach_part` for a verifier of
-    :data:`otspec.profile._quantities_batched.REACH_ONE_DRAFT`: its conditional law at every node with one draft
-    ``x`` is :math:`\min(1, q(x)/p(x))` (the ratios of every row and depth in one batched pass in the laws'
-    namespace, read with the position's other values), at a node with several drafts the verifier built on the host
-    (:func:`_host_conditional`: the host copy of the laws is made only when the tree has such a node, i.e. for
-    ``k >= 2``). At ``k = 1`` the value is token verification's (:func:`_token_reach_rows`), bit for bit."""
-    keys = {k: ("reach", name, k, L) for k in ks}
+def _one_draft_store(name: str, ks: tuple, builds: Builds, L: int, keys: dict):
+    r"""The store of :func:`reach_part` for a verifier of
+    :data:`otspec.profile._quantities_batched.REACH_ONE_DRAFT` (one prompt): its conditional law at every node with
+    one draft ``x`` is :math:`\min(1, q(x)/p(x))` (``vals``: the ratios of every row and depth, computed in one
+    batched pass in the laws' namespace and read with the position's other values), at a node with several drafts the
+    verifier built on the host (:func:`_host_conditional`: the host copy of the laws is made only when the tree has
+    such a node, i.e. for ``k >= 2``). At ``k = 1`` the value is token verification's (:func:`_token_reach_rows`),
+    bit for bit."""
+    X = builds.X
+    k_max = int(X.shape[0])
 
-    def make():
-        X = builds.X
-        k_max = int(X.shape[0])
+    def store(vals):
+        several = _host_conditional(name, builds, X)
 
-        def store(vals):
-            several = _host_conditional(name, builds, X)
+        def cond(alive, j):
+            if len(alive) == 1:
+                return [(int(X[alive[0], j]), float(vals[alive[0], j]))]
+            return several(alive, j)
 
-            def cond(alive, j):
-                if len(alive) == 1:
-                    return [(int(X[alive[0], j]), float(vals[alive[0], j]))]
-                return several(alive, j)
+        for k in ks:
+            gs = [list(range(g * k, (g + 1) * k)) for g in range(k_max // k)]
+            reach = np.zeros(L)
+            for rows in gs:
+                reach += _walk(rows, X, L, cond) / len(gs)
+            builds._batched[keys[k]] = reach
 
-            for k in ks:
-                gs = [list(range(g * k, (g + 1) * k)) for g in range(k_max // k)]
-                reach = np.zeros(L)
-                for rows in gs:
-                    reach += _walk(rows, X, L, cond) / len(gs)
-                builds._batched[keys[k]] = reach
-
-        return [(_token_ratios(builds.P, builds.Q, builds.tokens(), L, builds.xp), store)]
-
-    return keys, make
+    return store
 
 
 def read_parts(parts) -> None:
@@ -558,8 +598,9 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
     many = [k for k in ks if k > 1]
     shape = tuple(P0.shape[:-1])
     solver = RhoStar(xp) if rho is None else rho
-    S = _ratio_sorted(P0, Q0, xp) if many else None
-    handles = {k: solver.add(S, k) for k in many}
+    V = int(P0.shape[-1])
+    rows = (xp.reshape(P0, (-1, V)), xp.reshape(Q0, (-1, V))) if many else None
+    handles = {k: solver.add(rows, k) for k in many}  # sorted with the solver's other requests
 
     def finish():
         cols = []
@@ -707,43 +748,67 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     dev = _device(P)
     R = int(P.shape[0])
     px, qx = _drafted(P, Q, X, L, xp) if drafted is None else drafted
+    c = _scheme_consts(tuple(names), xp, dev)
+    one = c["one"]
     some = px > 0
-    ratio = xp.where(some, qx / xp.where(some, px, 1.0), 1.0)  # 1 where p = 0 (weightless blocks)
+    ratio = xp.where(some, qx / xp.where(some, px, one), one)  # 1 where p = 0 (weightless blocks)
     m = _block_steps(L, xp, dev)
     if "block-onestep" in names:  # S[r, j, n] = prod_{j <= i <= n} ratio[r, i] (1 for j > n), formed left to right
         with np.errstate(over="ignore", invalid="ignore"):  # a suffix past 1 (inf, nan: inf * 0) is capped, unread
-            S = xp.cumulative_prod(xp.where(m["suffix"], ratio[:, None, :], 1.0), axis=-1)
-            run = {"block": S[:, 0, :], "block-onestep": xp.min(xp.where(S <= 1.0, S, 1.0), axis=1)}
+            S = xp.cumulative_prod(xp.where(m["suffix"], ratio[:, None, :], one), axis=-1)
+            run = {"block": S[:, 0, :], "block-onestep": xp.min(xp.where(S <= 1.0, S, one), axis=1)}
     else:
         run = {"block": xp.cumulative_prod(ratio, axis=-1)}
     ones = xp.ones((len(names), R, 1), dtype=ratio.dtype, device=dev)
     W = xp.concat([ones, xp.stack([run[n] for n in names], axis=0)], axis=-1)  # (F, R, L + 1): w_0 = 1
-    top, acc = [], []  # P(tau = ell | X^ell), (R, L); the backward walk's acceptance at depth 1..L-1, (R, L - 1)
-    if L > 1:
+    # P(tau = ell | X^ell), (F, R, L, 1): w capped at 1 (the one-step variant's never exceeds 1: the same values)
+    top = xp.clip(W[:, :, 1:], None, 1.0)[..., None]
+    if L > 1:  # the backward walk's acceptance at depth 1..L-1, (F, R, L - 1): pos / den, 1 where den = 0
         pos, neg = _excess_sums(W, P, Q, L, xp, "block" in names)  # (F, R, L - 1) each
-    for f, n in enumerate(names):
-        if n == "block-onestep":
-            top.append(W[f, :, 1:])
-            if L > 1:
-                den = pos[f] + 1.0 - W[f, :, 1:L]
-                some = den > 0
-                acc.append(xp.where(some, pos[f] / xp.where(some, den, 1.0), 1.0))
+        if "block-onestep" in names:
+            with np.errstate(invalid="ignore"):  # inf - inf on a "block" row whose w overflowed: not read (neg is)
+                den = pos + 1.0 - W[:, :, 1:L]
+            den = den if c["block"] is None else xp.where(c["block"], neg, den)
         else:
-            top.append(xp.clip(W[f, :, 1:], None, 1.0))
-            if L > 1:
-                some = neg[f] > 0
-                acc.append(xp.where(some, xp.clip(pos[f] / xp.where(some, neg[f], 1.0), None, 1.0), 1.0))
-    top = xp.stack(top, axis=0)[..., None]  # (F, R, L, 1)
-    acc = xp.stack(acc, axis=0) if L > 1 else xp.zeros((len(names), R, 0), dtype=ratio.dtype, device=dev)
+            den = neg
+        some = den > 0
+        acc = xp.where(some, pos / xp.where(some, den, one), one)
+        if "block" in names:  # capped at 1 for block verification (the one-step variant's is not)
+            acc = xp.minimum(acc, c["cap"])
+    else:
+        acc = xp.zeros((len(names), R, 0), dtype=ratio.dtype, device=dev)
     # the backward walk of every length at once: left = (1 - top_ell) prod_{ell > s > t} (1 - a_s), multiplied from
     # s = ell - 1 down as the walk goes: one cumulative product over t reversed of G[ell - 1, t] = 1 - a_{t + 1}
     # (t < ell - 1), 1 - top_ell (t = ell - 1), 1 (t >= ell)
     below = xp.concat([1.0 - acc, ones], axis=-1)[:, :, None, :]  # (F, R, 1, L): 1 - a_{t + 1}, 1 at t = L - 1
-    G = xp.where(m["inside"], below, xp.where(m["last"], 1.0 - top, 1.0))
+    G = xp.where(m["inside"], below, xp.where(m["last"], 1.0 - top, one))
     left = xp.flip(xp.cumulative_prod(xp.flip(G, axis=-1), axis=-1), axis=-1)  # (F, R, L, L)
     a = xp.concat([ones, acc], axis=-1)[:, :, None, :]  # a_t, a_0 = 1
-    law = xp.concat([left * a, xp.zeros((len(names), R, L, 1), dtype=ratio.dtype, device=dev)], axis=-1)
-    return xp.where(m["short"], law, xp.where(m["full"], top, 0.0))
+    law = xp.concat([left * a, top], axis=-1)  # a last column (t = L), never short: only its shape is read
+    return xp.where(m["short"], law, xp.where(m["full"], top, c["zero"]))
+
+
+#: :func:`_scheme_consts`' arrays by (names, namespace, device): made once per run.
+_SCHEMES: dict = {}
+
+
+def _scheme_consts(names: tuple, xp, dev) -> dict:
+    """The constants of :func:`block_path_laws_stack` for the schemes ``names`` on ``dev`` (made there once: no host
+    data, no number made into a device tensor per position): ``one`` and ``zero`` (``(1,)``: 1.0, 0.0), ``cap``
+    (``(F, 1, 1)``: 1 for ``"block"``, inf for ``"block-onestep"``) and ``block`` (``(F, 1, 1)`` bool,
+    ``names[f] == "block"``; None when the schemes are all one or the other)."""
+    key = (names, getattr(xp, "__name__", str(xp)), str(dev))
+    got = _SCHEMES.get(key)
+    if got is None:
+        f = xp.reshape(xp.arange(len(names), device=dev), (-1, 1, 1))
+        block = f == names.index("block") if "block" in names else f < 0
+        one = xp.ones((1,), dtype=xp.float64, device=dev)  # (1,), not 0-d: no promotion checks in the namespace's where
+        got = {"one": one, "zero": xp.zeros((1,), dtype=xp.float64, device=dev), "cap": xp.where(block, one, math.inf),
+               "block": block if "block" in names and "block-onestep" in names else None}
+        if len(_SCHEMES) >= 64:
+            _SCHEMES.clear()
+        _SCHEMES[key] = got
+    return got
 
 
 def _block_tau_calls(names, P, Q, X, L_max: int, xp, drafted=None):
@@ -751,9 +816,8 @@ def _block_tau_calls(names, P, Q, X, L_max: int, xp, drafted=None):
     for every scheme of ``names``, row and length, from :func:`block_path_laws_stack` (the laws' namespace)."""
     law = block_path_laws_stack(names, P, Q, X, L_max, xp, drafted=drafted)  # (F, R, L, L + 1)
     m = _block_steps(L_max, xp, _device(P))
-    tau = xp.sum(law * m["t"], axis=-1)
-    calls = 1.0 + xp.sum(law * m["missing"], axis=-1)
-    return xp.stack([tau, calls], axis=1)
+    # sum_t law * t and 1 + sum_t law * (ell - t)_+ in one product and one sum: (F, 2, R, L) (the tau row + 0.0)
+    return xp.sum(law[:, None] * m["t_missing"], axis=-1) + m["calls_one"]
 
 
 #: :func:`_block_steps`' arrays by (namespace, device, L): made once per run.
@@ -765,7 +829,8 @@ def _block_steps(L: int, xp, dev) -> dict:
     ``L`` on ``dev`` (made once: no index arithmetic per position). For lengths :math:`\ell = 1..L` (axis -2) and
     steps ``t`` (axis -1): ``suffix[j, n]`` (``j <= n``, ``(L, L)``), ``inside`` (``t < \ell - 1``), ``last``
     (``t = \ell - 1``), ``short`` (``t < \ell``, over ``t = 0..L``), ``full`` (``t = \ell``), the float64 steps
-    ``t`` and the missing tokens ``missing`` (:math:`\max(\ell - t, 0)`)."""
+    ``t`` and the missing tokens ``missing`` (:math:`\max(\ell - t, 0)`), both stacked as ``t_missing``
+    (``(2, 1, L, L + 1)``), and ``calls_one`` (``(2, 1, 1)``: 0, 1)."""
     key = (getattr(xp, "__name__", str(xp)), str(dev), int(L))
     got = _STEPS.get(key)
     if got is None:
@@ -774,6 +839,8 @@ def _block_steps(L: int, xp, dev) -> dict:
         got = {"suffix": ell1 <= xp.reshape(ell1, (1, L)), "inside": t[:, :L] < ell1, "last": t[:, :L] == ell1,
                "short": t <= ell1, "full": t == ell1 + 1, "t": xp.astype(t, xp.float64),
                "missing": xp.astype(xp.clip(ell1 + 1 - t, 0, None), xp.float64)}
+        got["t_missing"] = xp.stack([xp.broadcast_to(got["t"], (L, L + 1)), got["missing"]], axis=0)[:, None]
+        got["calls_one"] = xp.reshape(xp.astype(xp.arange(2, device=dev), xp.float64), (2, 1, 1))
         if len(_STEPS) >= 64:
             _STEPS.clear()
         _STEPS[key] = got
@@ -796,8 +863,8 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     prompt's cache under the key :func:`depth_quantities` and :func:`expected_accepted` read, so their values are
     the per-prompt route's (the same per-row arithmetic). With ``subsampled`` (one bool per prompt: whether its
     costly quantities run at this position), the batched forms of the costly quantities ``costly`` (a pair:
-    verifiers, families) of those prompts too, where they have one (:func:`acc_part`, :func:`reach_part`), prompt
-    by prompt. Every
+    verifiers, families) of those prompts too, where they have one (:func:`acc_part`, :func:`reach_part`), for
+    all of them at once (every node of their draft trees in one pass, a node's law its own prompt's). Every
     value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU), with the
     caller's parts ``also`` (``(array, store)`` pairs of :func:`read_parts`, stored first: the position's pending
     bad-logits flags and the path's target law). For laws
@@ -848,18 +915,31 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
         parts.append((_block_tau_calls(blocks, Pr, Qr, X, L, xp, drafted), store_blocks))
     if "token" in families:
         parts.append((_token_reach(Pr, Qr, X, L, xp, drafted), spread(("token", L), (B, k_max, L))))
-    for bl, on in zip(builds, subsampled or [False] * B):
-        if on:
-            for name in costly[0]:
-                part = acc_part(name, ks(name), bl, L, rho)
-                if part is not None:
-                    parts.extend(part[1]())
-            for name in costly[1]:
-                part = reach_part(name, ks(name), bl, L, rho)
-                if part is not None:
-                    parts.extend(part[1]())
+    on = [b for b, o in enumerate(subsampled or ()) if o]
+    if on:  # the costly quantities of the subsampled prompts, each for all of them at once
+        sub = [builds[b] for b in on]
+        if len(on) == B:
+            P0s, Q0s, laws = P0, Q0, (Pr, Qr, X, drafted)
+        else:
+            P0s, Q0s, laws = xp.stack([b.P[0, :L] for b in sub]), xp.stack([b.Q[0, :L] for b in sub]), None
+        for name in costly[0]:
+            got = _acc_rows(name, tuple(ks(name)), P0s, Q0s, xp, b0.options, L, rho)
+            if got is not None:
+                parts.append((got[1](), _spread_over(sub, got[0])))
+        for name in costly[1]:
+            got = _reach_rows(name, tuple(ks(name)), sub, L, rho, laws)
+            if got is not None:
+                parts.extend(got[1]())
     rho.solve()
     read_parts([(a() if callable(a) else a, store) for a, store in parts])
+
+
+def _spread_over(builds: list, key):
+    """A store of :func:`read_parts` putting ``vals[i]`` in the cache of ``builds[i]`` under ``key``."""
+    def store(vals):
+        for i, b in enumerate(builds):
+            b._batched[key] = vals[i]
+    return store
 
 
 def _excess_sums(W, P, Q, L: int, xp, both: bool):

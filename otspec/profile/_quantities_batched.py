@@ -32,7 +32,7 @@ import numpy as np
 
 from ..decoding._tree_device import ranked_rows_t
 from ..lossy._typical import VLLM_DEFAULTS
-from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _sorted_take
+from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _take, _take_along
 from ..multidraft._greedy_drafts import top_tokens
 
 __all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
@@ -69,7 +69,8 @@ def _residual(P, T, xp):
     r"""Row by row :math:`(T - P)_+ / \sum (T - P)_+`, or ``T`` where that has no mass (the host's ``residual``)."""
     r = xp.clip(T - P, 0.0, None)
     s = xp.sum(r, axis=-1, keepdims=True)
-    return xp.where(s > 0.0, r / xp.where(s > 0.0, s, 1.0), T)
+    some = s > 0.0
+    return xp.where(some, r / xp.where(some, s, 1.0), T)
 
 
 def top_ids(P, K: int, xp):
@@ -118,7 +119,7 @@ def _greedy_drafts(P, Q, ks, xp):
     K = min(max(ks), V) - 1  # k > V: undefined (NaN), below
     if K:
         ids = top_ids(P, K, xp)
-        qT = xp.cumulative_sum(xp.take_along_axis(Q, ids, axis=-1), axis=-1)
+        qT = xp.cumulative_sum(_take_along(Q, ids, xp), axis=-1)
         pos = xp.arange(V, device=_device(P))
     for k in ks:
         if k > V:
@@ -139,7 +140,7 @@ def _top_k(P, Q, ks, xp):
     """``q(C)``, ``C`` the top ``k`` of ``p`` (NaN where ``p`` has fewer than ``k`` tokens)."""
     n = _count_positive(P, xp)
     V = int(P.shape[-1])
-    qC = xp.cumulative_sum(xp.take_along_axis(Q, top_ids(P, min(max(ks), V), xp), axis=-1), axis=-1)
+    qC = xp.cumulative_sum(_take_along(Q, top_ids(P, min(max(ks), V), xp), xp), axis=-1)
     return [xp.where(n < k, math.nan, xp.clip(qC[..., min(k, V) - 1], None, 1.0)) for k in ks]
 
 
@@ -153,8 +154,9 @@ def _typical_rule(Q, xp, options: dict):
 def _h_series(u, xp):
     """:math:`u^2 \\sum_{k \\ge 2} (-u)^{k-2} / k`, the host's series for :math:`u - \\ln(1 + u)` at small ``|u|``."""
     acc = xp.zeros_like(u)
+    neg = -u  # once (negation is exact)
     for k in range(18, 1, -1):
-        acc = acc * (-u) + 1.0 / k
+        acc = acc * neg + 1.0 / k
     return u * u * acc
 
 
@@ -179,8 +181,8 @@ def _typical(P, Q, xp, options: dict):
     law = xp.where(acc, P, 0.0)
     kept = xp.sum(law, axis=-1)
     out = law + xp.where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], 0.0)
-    y_acc = xp.take_along_axis(acc, y1, axis=-1)[..., 0]
-    a = xp.clip(kept + xp.where(y_acc, 0.0, xp.take_along_axis(P, y1, axis=-1)[..., 0]), None, 1.0)
+    y_acc = _take_along(acc, y1, xp)[..., 0]
+    a = xp.clip(kept + xp.where(y_acc, 0.0, _take_along(P, y1, xp)[..., 0]), None, 1.0)
     tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1)
     return [a, tv, kl_rows(Q, out, xp)]
 
@@ -257,7 +259,8 @@ def reach_nodes(X: np.ndarray, groups, L: int) -> list[tuple[tuple[int, ...], in
     return sorted(seen, key=lambda node: (node[1], node[0]))
 
 
-def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None, rho=None):
+def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None, rho=None, *,
+                block: int | None = None):
     r"""Each node's per-draft acceptance and final law at its drafts, for every node of a draft tree at once.
 
     .. math::
@@ -271,11 +274,13 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     ``r`` its residual (SpecTr eq. 5); multi-round rejection (Miao et al., arXiv:2305.09781),
     :math:`a_i = \min(1, q_i(x_i)/p(x_i))`, :math:`r = q_{n+1}`; typical acceptance (one draft),
     :math:`a_1 = \mathbb 1\{x_1 \in \mathcal A\}`, :math:`r = \mathbb 1\{\cdot = y^\star\}`.
-    Computed depth by depth: one ``(laws, V)`` block of the distinct prefixes of the depth
-    (one sort of the ratios for k-Seq's :math:`\rho^*` of every number of drafts), every
-    node's values gathered from it; :func:`node_conditional` finishes each node's law at
-    its drafts on the host. The tree's structure is read from the host's ``X``: the index
-    arrays of every depth go to the laws' device in one copy.
+    Computed for every depth at once: one ``(laws, V)`` block of the distinct prefixes of
+    every depth (one sort of the ratios for k-Seq's :math:`\rho^*` of every number of drafts
+    and depth), every node's values gathered from it (each row's arithmetic is the row's
+    alone, so a depth's values are those of a block of that depth alone);
+    :func:`node_conditional` finishes each node's law at its drafts on the host. The tree's
+    structure is read from the host's ``X``: the index arrays go to the laws' device in one
+    copy.
 
     Parameters
     ----------
@@ -292,6 +297,9 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     rho : RhoStar, optional
         The position's gathered k-Seq :math:`\rho^*` requests: this tree's are added to it, and a function
         returning the array is returned instead (call it after ``rho.solve()``).
+    block : int, optional, keyword-only
+        Rows per prompt when ``X`` stacks several prompts' drafts (rows ``i * block`` to ``(i + 1) * block - 1``
+        prompt ``i``'s): a prefix's law is then its own prompt's.
 
     Returns
     -------
@@ -302,31 +310,25 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     V = int(P.shape[-1])
     n_max = max(len(a) for a, _ in nodes)
     pack = _Pack()
-    plans = []
-    for j in sorted({d for _, d in nodes}):  # the host's part: which laws, nodes, drafts and instances
-        at = [a for a, d in nodes if d == j]
-        laws: dict = {}
-        for a in at:
-            laws.setdefault(tuple(X[a[0], :j].tolist()), a[0])
-        law_of = {r0: i for i, r0 in enumerate(laws.values())}
-        lw = np.array([law_of[laws[tuple(X[a[0], :j].tolist())]] for a in at], dtype=np.int64)
-        n = np.array([len(a) for a in at], dtype=np.int64)
-        toks = np.array([[X[a[min(i, len(a) - 1)], j] for i in range(n_max)] for a in at], dtype=np.int64)
-        plan = _PLANS[name](pack, lw, n, toks, len(laws), V)
-        plans.append((j, pack.add(list(laws.values())), plan))
+    laws: dict = {}  # the host's part: which laws (a prefix at a depth: its first row), nodes, drafts and instances
+    lw = np.empty(len(nodes), dtype=np.int64)
+    for i, (a, j) in enumerate(nodes):
+        key = (a[0] // block if block else 0, tuple(X[a[0], :j].tolist()), j)
+        lw[i] = laws.setdefault(key, (len(laws), a[0] * int(P.shape[1]) + j, a[0] * int(Q.shape[1]) + j))[0]
+    n = np.array([len(a) for a, _ in nodes], dtype=np.int64)
+    toks = np.array([[X[a[min(i, len(a) - 1)], j] for i in range(n_max)] for a, j in nodes], dtype=np.int64)
+    plan = _PLANS[name](pack, lw, n, toks, len(laws), V)
+    at_p, at_q = pack.add([v[1] for v in laws.values()]), pack.add([v[2] for v in laws.values()])
     idx = pack.send(xp, P)  # one copy of every index array to the laws' device
     solver = RhoStar(xp) if rho is None else rho
-    staged = []
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for j, rows, plan in plans:
-            Pj = _simplex(xp.take(P[:, j], idx[rows], axis=0), xp)
-            Qj = _simplex(xp.take(Q[:, j], idx[rows], axis=0), xp)
-            staged.append((Pj, Qj, plan, _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None))
+    with np.errstate(divide="ignore", invalid="ignore"):  # every depth's laws in one block, in the nodes' order
+        Pj = _simplex(_take(xp.reshape(P, (-1, V)), idx[at_p], xp, 0), xp)
+        Qj = _simplex(_take(xp.reshape(Q, (-1, V)), idx[at_q], xp, 0), xp)
+        staged = _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None
 
     def finish():
         with np.errstate(divide="ignore", invalid="ignore"):
-            return xp.concat([_PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, h))
-                              for Pj, Qj, plan, h in staged], axis=0)
+            return _PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, staged))
 
     return finish if rho is not None else finish()
 
@@ -380,12 +382,14 @@ class RhoStar:
         \rho^*_i = \min\{\rho \ge 1 : 1 - (1 - \beta_i(\rho))^{k_i} \le \rho\, \beta_i(\rho)\}
 
     for every row ``i`` of every block added (SpecTr, Sun et al., arXiv:2310.15141, Algorithm 2): ``add`` a block of
-    sorted laws (:func:`otspec.multidraft._batched._ratio_sorted`) with one number of drafts per row, ``solve``
-    once (:func:`otspec.multidraft._batched._rho_star_rows` on the blocks' rows stacked: the per-depth acceptances
-    and the draft tree's nodes of every depth and prompt of a position in one pass of a fixed number of ops, instead of
-    one per block and number of drafts), then ``get`` each block's ``(rho, E(rho))``, ``(n,)`` each. Every row's
-    values are those of a call for its rows and ``k`` alone (the same per-row arithmetic; torch's ``pow`` may round
-    the last bit differently where a row lands on another lane of its vectorised kernel: within 1e-15 relative).
+    rows (the laws ``(P, Q)``, ``(n, V)`` each, or their sorted form :func:`otspec.multidraft._batched._ratio_sorted`)
+    with one number of drafts per row, ``solve`` once (:func:`otspec.multidraft._batched._rho_star_rows` on the
+    blocks' rows stacked: the per-depth acceptances and the draft tree's nodes of every depth and prompt of a position
+    in one pass of a fixed number of ops, instead of one per block and number of drafts; blocks of laws are stacked
+    first and every row's ratios sorted at once), then ``get`` each block's ``(rho, E(rho))``, ``(n,)`` each. Every
+    row's values are those of a call for its rows and ``k`` alone (the same per-row arithmetic; torch's ``pow`` may
+    round the last bit differently where a row lands on another lane of its vectorised kernel: within 1e-15
+    relative).
     """
 
     _ROWS = ("P2", "Q2", "D1", "E1", "ro", "Pcum", "Qcum", "Pp", "Qp", "Ps", "Qs", "tot_p", "tot_q")
@@ -395,16 +399,18 @@ class RhoStar:
         self.blocks: list = []
         self.got: list | None = None
 
-    def add(self, S: dict, ks, kf=None) -> int:
-        """A block of ``S["B"]`` rows, with ``k`` drafts each (``ks`` an int) or ``kf`` (``(B,)`` float64, the laws'
-        namespace) of the distinct ints ``ks`` (each ``>= 2``); its handle."""
+    def add(self, S, ks, kf=None) -> int:
+        """A block of rows: ``S`` the laws ``(P, Q)`` (``(n, V)`` each, the laws' namespace) or their sorted form
+        (a dict of :func:`~otspec.multidraft._batched._ratio_sorted`), with ``k`` drafts each (``ks`` an int) or
+        ``kf`` (``(n,)`` float64, the laws' namespace) of the distinct ints ``ks`` (each ``>= 2``); its handle."""
         if self.got is not None:
             raise RuntimeError("RhoStar.add after solve")
         xp = self.xp
+        n, like = (int(S[0].shape[0]), S[0]) if isinstance(S, tuple) else (S["B"], S["P2"])
         if kf is None:
             ks = (int(ks),)
-            kf = xp.full((S["B"],), float(ks[0]), dtype=xp.float64, device=_device(S["P2"]))
-        self.blocks.append((S, kf, tuple(int(k) for k in ks)))
+            kf = xp.full((n,), float(ks[0]), dtype=xp.float64, device=_device(like))
+        self.blocks.append((S, kf, tuple(int(k) for k in ks), n))
         return len(self.blocks) - 1
 
     def solve(self) -> None:
@@ -414,14 +420,15 @@ class RhoStar:
         if not self.blocks:
             return
         xp = self.xp
-        ks = sorted({k for *_, kk in self.blocks for k in kk})
-        sizes = [S["B"] for S, *_ in self.blocks]
-        if len(self.blocks) == 1:
-            S, kf = self.blocks[0][:2]
+        ks = sorted({k for _, _, kk, _ in self.blocks for k in kk})
+        sizes = [n for *_, n in self.blocks]
+        if all(isinstance(b[0], tuple) for b in self.blocks):  # laws: stacked, then one sort of every row's ratios
+            S = _ratio_sorted(*(_concat([b[0][i] for b in self.blocks], xp) for i in (0, 1)), xp)
         else:
-            S = {key: xp.concat([b[0][key] for b in self.blocks], axis=0) for key in self._ROWS}
-            kf = xp.concat([b[1] for b in self.blocks], axis=0)
-            S.update(shape=(sum(sizes),), B=sum(sizes), V=self.blocks[0][0]["V"])
+            got = [_ratio_sorted(*b[0], xp) if isinstance(b[0], tuple) else b[0] for b in self.blocks]
+            S = got[0] if len(got) == 1 else dict({key: xp.concat([g[key] for g in got], axis=0) for key in self._ROWS},
+                                                 shape=(sum(sizes),), B=sum(sizes), V=got[0]["V"])
+        kf = _concat([b[1] for b in self.blocks], xp)
         rho, E = _rho_star_rows(None, None, (kf, ks) if len(ks) > 1 else ks[0], xp, S)
         rho, E = xp.reshape(rho, (-1,)), xp.reshape(E, (-1,))
         at = 0
@@ -435,36 +442,39 @@ class RhoStar:
         return self.got[i]
 
 
+def _concat(arrays: list, xp):
+    """``arrays`` concatenated along their first axis (the one array itself, no copy, when alone)."""
+    return arrays[0] if len(arrays) == 1 else xp.concat(arrays, axis=0)
+
+
 def _flat_at(A, idx, xp):
     """``A.reshape(-1)[idx]``: values of a ``(..., V)`` block at flat indices (an int array of namespace ``xp``)."""
-    return xp.reshape(xp.take(xp.reshape(A, (-1,)), xp.reshape(idx, (-1,))), tuple(idx.shape))
+    return _take(A, idx, xp)
 
 
 def _kseq_plan(pack, lw, n, toks, I, V):
-    """The instances (law, number of drafts) of k-Seq at a depth, the laws to sort, and the drafts' flat indices."""
+    """The instances (law, number of drafts) of k-Seq at the nodes (those with one draft first: their rho* is 1), the
+    laws of those with several, and the drafts' flat indices."""
     inst = sorted({(int(c), int(li)) for li, c in zip(lw, n)})  # (number of drafts, law), by number of drafts
     index = {key: i for i, key in enumerate(inst)}
-    many = sorted({li for c, li in inst if c > 1})  # the laws with several drafts somewhere: one sort, shared
-    several = [(c, li) for c, li in inst if c > 1]  # after the one-draft instances (inst is sorted by c)
-    sel = [many.index(li) for _, li in several]
+    ones = sum(c == 1 for c, _ in inst)
     ni = np.array([index[(int(cc), int(li))] for li, cc in zip(lw, n)], dtype=np.int64)
-    return dict(many=pack.add(many) if many else None, ones=len(inst) - len(several),
-                ks=tuple(sorted({c for c, _ in several})), sel=None if sel == list(range(len(many))) else pack.add(sel),
-                ilaw=pack.add([li for _, li in inst]), kf=pack.add([c for c, _ in inst]), ni=pack.add(ni),
-                at=pack.add(ni[:, None] * V + toks))
+    return dict(ones=ones, ks=tuple(sorted({c for c, _ in inst[ones:]})), ilaw=pack.add([li for _, li in inst]),
+                several=pack.add([li for _, li in inst[ones:]]) if ones < len(inst) else None,
+                kf=pack.add([c for c, _ in inst]), ni=pack.add(ni), at=pack.add(ni[:, None] * V + toks))
 
 
 def _kseq_stage(Pj, Qj, plan, idx, xp, solver: RhoStar):
-    """The instances with several drafts of a depth handed to ``solver`` (one sort of their laws); their handle."""
-    if plan["many"] is None:
+    """The instances with several drafts handed to ``solver`` (their laws' rows, sorted with the solver's other
+    requests); their handle."""
+    if plan["several"] is None:
         return None
-    m = idx[plan["many"]]
-    S = _ratio_sorted(xp.take(Pj, m, axis=0), xp.take(Qj, m, axis=0), xp)
-    if plan["sel"] is not None:
-        S = _sorted_take(S, idx[plan["sel"]], xp)
+    m = idx[plan["several"]]
     ks = plan["ks"]
-    return solver.add(S, ks, xp.astype(idx[plan["kf"]][plan["ones"]:], xp.float64)) if len(ks) > 1 else solver.add(
-        S, ks[0])
+    rows = (_take(Pj, m, xp, 0), _take(Qj, m, xp, 0))
+    if len(ks) > 1:
+        return solver.add(rows, ks, xp.astype(idx[plan["kf"]][plan["ones"]:], xp.float64))
+    return solver.add(rows, ks[0])
 
 
 def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
@@ -477,7 +487,7 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
         rho.append(staged[0].get(staged[1])[0])
     rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
     il = idx[plan["ilaw"]]
-    Pi, Qi = xp.take(Pj, il, axis=0), xp.take(Qj, il, axis=0)
+    Pi, Qi = _take(Pj, il, xp, 0), _take(Qj, il, xp, 0)
     # _kseq_parts of otspec.multidraft._kseq, row by row: beta, E, p_acc, c = min(p_acc / beta, rho), the residual
     mins = xp.minimum(Pi, Qi / rho)
     beta = xp.sum(mins, axis=-1)
@@ -488,8 +498,8 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
     px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
-    r_n = xp.take(rho[:, 0], ni)[:, None]
-    t_n = xp.take(total, ni)[:, None]
+    r_n = _take(rho[:, 0], ni, xp, 0)[:, None]
+    t_n = _take(total, ni, xp, 0)[:, None]
     a = xp.where(qx >= r_n * px, 1.0, qx / (r_n * px))
     res = xp.where(t_n > 0.0, vx / xp.where(t_n > 0.0, t_n, 1.0), qx)
     return xp.stack([a, res], axis=1)
@@ -521,8 +531,8 @@ def _typical_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     thr, y = _typical_rule(Qj, xp, options)
     lw = idx[plan["lw"]]
     qx = _flat_at(Qj, idx[plan["at"]], xp)
-    a = xp.astype(qx > xp.take(thr, lw[:, 0])[:, None], xp.float64)
-    r = xp.astype(idx[plan["x"]] == xp.take(y, lw[:, 0])[:, None], xp.float64)
+    a = xp.astype(qx > _take(thr, lw[:, 0], xp, 0)[:, None], xp.float64)
+    r = xp.astype(idx[plan["x"]] == _take(y, lw[:, 0], xp, 0)[:, None], xp.float64)
     return xp.stack([a, r], axis=1)
 
 

@@ -1,0 +1,100 @@
+"""k-Seq's rho* bisection stops where its state is still: the values of the full 80 steps, bit for bit, in fewer ops.
+
+:func:`otspec.multidraft._batched._rho_star_rows` halves ``[lo, hi]`` (``1 <= lo <= hi <= k``) by
+``mid = 0.5 * (a + b)``; after :func:`otspec.multidraft._batched._bisect_steps` steps the state no longer changes,
+whatever the test of ``mid`` (it need not even be monotone), so the state of :data:`_BISECT` steps is reached sooner.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import otspec.multidraft._batched as MB
+
+
+def _bits(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def _states(a: float, b: float, test, steps: int) -> list:
+    """The states ``(a, b)`` after each of ``steps`` steps of the bisection (Python floats: IEEE binary64, rounded to
+    nearest, as the arrays' arithmetic)."""
+    out = []
+    for _ in range(steps):
+        mid = 0.5 * (a + b)
+        if test(mid):
+            a = mid
+        else:
+            b = mid
+        out.append((a, b))
+    return out
+
+
+KS = st.sampled_from([1, 2, 3, 4, 5, 8, 16, 100, 256])
+
+
+@settings(max_examples=400, deadline=None)
+@given(k=KS, u=st.floats(0, 1), v=st.floats(0, 1), salt=st.integers(0, 2**32 - 1), near=st.integers(-52, 2),
+       how=st.sampled_from(["bits", "threshold", "every-few"]))
+def test_the_state_is_still_after_bisect_steps_whatever_the_test(k, u, v, salt, near, how):
+    # intervals anywhere in [1, k], those straddling a binade boundary 2^e by a few ulps to a few units included;
+    # tests of mid that flip at every few floats (not monotone), or a threshold: the state at _bisect_steps(k) is the
+    # state at _BISECT, and unchanged at every step in between
+    k = float(k)
+    a, b = 1.0 + u * (k - 1.0), 1.0 + v * (k - 1.0)
+    if near <= 0 and k > 2.0:  # around the largest binade boundary below k
+        e = 2.0 ** int(np.floor(np.log2(k - 1e-9)))
+        a, b = max(1.0, e - u * 2.0**near), min(k, e + v * 2.0**near)
+    a, b = min(a, b), max(a, b)
+    t = a + (b - a) * ((salt % 1000) / 999.0)
+    test = {"bits": lambda m: ((_bits(m) * 2654435761 + salt) >> 3) & 1 == 0, "threshold": lambda m: m < t,
+            "every-few": lambda m: (_bits(m) * 40503 + salt) % 7 < 3}[how]
+    n = MB._bisect_steps(k)
+    assert n <= MB._BISECT
+    got = _states(a, b, test, MB._BISECT)
+    assert all(s == got[-1] for s in got[n - 1:])
+
+
+def test_the_whole_interval_of_every_k_is_still_after_bisect_steps():
+    for k in (1, 2, 3, 4, 7, 8, 9, 64, 256):
+        for test in (lambda m: True, lambda m: False, lambda m: _bits(m) & 1 == 0):
+            got = _states(1.0, float(k), test, MB._BISECT)
+            assert got[MB._bisect_steps(k) - 1] == got[-1]
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_rho_star_rows_equal_the_full_bisection_bit_for_bit(monkeypatch, lib):
+    # rho* and E(rho*) of rows of every k of 1..6 alone and of several k at once (ties, p = q, zeros), with
+    # _bisect_steps and with _BISECT steps: the same bits
+    r = np.random.default_rng(3)
+    n, V = 40, 17
+    P = r.random((n, V)) ** 3 * (r.random((n, V)) < 0.7)
+    P[:, 0] += 1e-3
+    Q = r.random((n, V)) ** 2 * (r.random((n, V)) < 0.8)
+    Q[:, 1] += 1e-3
+    Q[0], Q[1, :4] = P[0], P[1, :4]
+    P, Q = P / P.sum(1, keepdims=True), Q / Q.sum(1, keepdims=True)
+    if lib == "torch":
+        torch = pytest.importorskip("torch")
+        P, Q = torch.from_numpy(P), torch.from_numpy(Q)
+    import array_api_compat
+
+    xp = array_api_compat.array_namespace(P)
+    ks = np.array([2 + i % 5 for i in range(n)], dtype=np.float64)
+    calls = [(k, None) for k in range(1, 7)] + [((xp.asarray(ks), (2, 3, 4, 5, 6)), None)]
+
+    def run():
+        out = []
+        for k, _ in calls:
+            rho, E = MB._rho_star_rows(P, Q, k, xp)
+            out.append((np.asarray(rho).tobytes(), np.asarray(E).tobytes()))
+        return out
+
+    fewer = run()
+    monkeypatch.setattr(MB, "_bisect_steps", lambda k: MB._BISECT)
+    assert run() == fewer
