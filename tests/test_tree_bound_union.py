@@ -139,19 +139,28 @@ def test_depth_one_iid_is_spectr_alpha_k(V, k, data):
     assert u.value <= bound(s, MemorylessModel(p), MemorylessModel(q), process="iid").value
 
 
+
+def _enumerated_case(shape, V, data, process):
+    """A drawn Markov pair and its enumerated realised trees (:func:`_enumerated`), or None where the process
+    cannot draw the shape at ``V`` (refused with the error that says so)."""
+    if not _drawable(shape, V, process):
+        return None
+    draft, target = data.draw(markov_pairs(V))
+    try:
+        return (draft, target, *_enumerated(shape, draft, target, process))
+    except ValueError as exc:
+        assert "distinct children" in str(exc)
+        return None
+
 # --------------------------------------------------------------------------- against every set T
 @settings(max_examples=30)
 @given(shape=shapes(max_nodes=4, max_depth=3), V=st.sampled_from([2, 3, 4]), data=st.data(),
        process=st.sampled_from(["iid", "wor"]))
 def test_sweep_is_above_the_minimum_over_every_set(shape, V, data, process):
-    if not _drawable(shape, V, process):
+    case = _enumerated_case(shape, V, data, process)
+    if case is None:
         return
-    draft, target = data.draw(markov_pairs(V))
-    try:
-        trees, Q, P = _enumerated(shape, draft, target, process)
-    except ValueError as exc:
-        assert "distinct children" in str(exc)
-        return
+    draft, target, trees, Q, P = case
     u = bound(shape, draft, target, process=process, budget=10_000, method="union")
     for d in range(1, int(shape.max_depth) + 1):
         if V**d > 12:
@@ -170,14 +179,10 @@ def test_complete_state_equals_the_exhaustive_sweep(shape, V, data, process):
     # Pi exact (i.i.d.; without replacement every node's draws enumerated): with every prefix expanded the last
     # state's value is the threshold family swept over the enumerated paths with Pi(T) from the enumerated trees;
     # B* (the least over the states) is at most it
-    if not _drawable(shape, V, process):
+    case = _enumerated_case(shape, V, data, process)
+    if case is None:
         return
-    draft, target = data.draw(markov_pairs(V))
-    try:
-        trees, Q, P = _enumerated(shape, draft, target, process)
-    except ValueError as exc:
-        assert "distinct children" in str(exc)
-        return
+    draft, target, trees, Q, P = case
     rows, res = _rows(shape, draft, target, process)
     assert res.complete
     last = rows.state(len(rows.rows))
