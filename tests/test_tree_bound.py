@@ -128,20 +128,34 @@ def test_iid_pi_is_not_the_product_of_per_depth_probabilities():
     assert got != pytest.approx((1 - 0.5**2) ** 2, abs=1e-3)                # 0.5625, the wrong product
 
 
-# --------------------------------------------------------------------------- above the optima, equal where theory says
-@settings(max_examples=25)
-@given(shape=shapes(max_nodes=4, max_depth=2), V=st.sampled_from([2, 3]), data=st.data(),
-       process=st.sampled_from(["iid", "wor"]))
-def test_bound_is_above_both_optima(shape, V, data, process):
-    if process == "wor" and max(r for p in shape.paths[1:] for r in p) + 1 > V:
-        return
+def _drawable(shape, V, process):
+    """Whether ``process`` can draw ``shape`` at ``V`` (without replacement a node's ranks need as many tokens)."""
+    return process == "iid" or max(r for p in shape.paths[1:] for r in p) + 1 <= V
+
+
+def _optima_case(shape, V, data, process):
+    """A drawn Markov pair with both optima, ``(draft, target, OPT_c, OPT_1)``, or None where the process cannot
+    draw the shape (refused with the error that says so)."""
+    if not _drawable(shape, V, process):
+        return None
     draft, target = data.draw(markov_pairs(V))
     try:
         oc = optimum(shape, draft, target, process=process, one_token=False, raise_on_failure=True).value
     except ValueError as exc:
         assert "distinct children" in str(exc)
+        return None
+    return draft, target, oc, optimum(shape, draft, target, process=process, raise_on_failure=True).value
+
+
+# --------------------------------------------------------------------------- above the optima, equal where theory says
+@settings(max_examples=25)
+@given(shape=shapes(max_nodes=4, max_depth=2), V=st.sampled_from([2, 3]), data=st.data(),
+       process=st.sampled_from(["iid", "wor"]))
+def test_bound_is_above_both_optima(shape, V, data, process):
+    case = _optima_case(shape, V, data, process)
+    if case is None:
         return
-    o1 = optimum(shape, draft, target, process=process, raise_on_failure=True).value
+    draft, target, oc, o1 = case
     for budget in (1, 2, 3, 10_000):
         assert bound(shape, draft, target, process=process, budget=budget).value >= oc - LP_TOL
     assert oc >= o1 - LP_TOL
@@ -921,6 +935,16 @@ def test_row_route_reads_the_laws_where_they_are(process):
     assert got.value == ref.value and got.n_expanded == ref.n_expanded == 33
 
 
+def _race_case(kind: str, V: int, seed: int, K: int, R: int):
+    """A row of ``kind`` for the race's kernels with its generator and the ranks ``2..R-1``, ``(rng, p, ranks)``;
+    None where the row has no tail beyond a head of ``K`` tokens."""
+    rng = np.random.default_rng(seed)
+    p = _row_of_kind(kind, V, rng)
+    if np.count_nonzero(p) <= K + 1:
+        return None
+    return rng, p, np.arange(2, R, dtype=np.int64)
+
+
 # --------------------------------------------------------------------------- the last depth: pi only where it can be the minimum
 @st.composite
 def law_rows(draw, V):
@@ -1232,12 +1256,11 @@ def test_race_rows_without_head_laws_keep_the_tail(V, kind, seed, K, R):
     head's laws left 0 (a wrong roll changes PB and so every coefficient)."""
     from otspec.tree._bound import _RACE_MAX_NODES, _RACE_STEP, _RACE_T0, _stirling
 
-    rng = np.random.default_rng(seed)
-    p = _row_of_kind(kind, V, rng)
-    if np.count_nonzero(p) <= K + 1:
+    case = _race_case(kind, V, seed, K, R)
+    if case is None:
         return
+    rng, p, ranks = case
     N = 48
-    ranks = np.arange(2, R, dtype=np.int64)
     deg = int(ranks.max()) + 1
     order = np.argsort(-p, kind="stable")
     head = np.ascontiguousarray(order[:K])
@@ -1413,12 +1436,11 @@ def test_race_rows_weighted_equals_the_ranks_combined(V, kind, seed, K, R, heads
     wrong."""
     from otspec.tree._bound import _RACE_MAX_NODES, _RACE_STEP, _RACE_T0, _stirling
 
-    rng = np.random.default_rng(seed)
-    p = _row_of_kind(kind, V, rng)
-    if np.count_nonzero(p) <= K + 1:
+    case = _race_case(kind, V, seed, K, R)
+    if case is None:
         return
+    rng, p, ranks = case
     N = 48
-    ranks = np.arange(2, R, dtype=np.int64)
     nk, deg = ranks.shape[0], int(ranks.max()) + 1
     w = rng.choice([0.0, 0.1, 0.5, 1.0, 3.0], nk)
     head = np.ascontiguousarray(np.argsort(-p, kind="stable")[None, :K])          # the head; the tail's moments

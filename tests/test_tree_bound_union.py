@@ -24,14 +24,10 @@ from otspec.tree import TreeShape, bound, enumerate_trees, optimum
 from otspec.tree._bound import _ModelLaws, _sampled, _Slots
 from otspec.tree._bound_union import _EVERY_STATE, _Rows, _states, union_bound
 
-from .test_tree_bound import _After, _Laws, markov_pairs, shapes
+from .test_tree_bound import _After, _drawable, _Laws, _optima_case, markov_pairs, shapes
 
 EXACT = 1e-12
 LP_TOL = 1e-8
-
-
-def _drawable(shape, V, process):
-    return process == "iid" or max(r for p in shape.paths[1:] for r in p) + 1 <= V
 
 
 def _enumerated(shape, draft, target, process):
@@ -89,15 +85,10 @@ def _rows(shape, draft, target, process, budget=10_000, batch=64):
 @given(shape=shapes(max_nodes=4, max_depth=2), V=st.sampled_from([2, 3, 4]), data=st.data(),
        process=st.sampled_from(["iid", "wor"]))
 def test_union_bound_is_between_the_optima_and_the_paths_bound(shape, V, data, process):
-    if not _drawable(shape, V, process):
+    case = _optima_case(shape, V, data, process)
+    if case is None:
         return
-    draft, target = data.draw(markov_pairs(V))
-    try:
-        oc = optimum(shape, draft, target, process=process, one_token=False, raise_on_failure=True).value
-    except ValueError as exc:
-        assert "distinct children" in str(exc)
-        return
-    o1 = optimum(shape, draft, target, process=process, raise_on_failure=True).value
+    draft, target, oc, o1 = case
     assert oc >= o1 - LP_TOL
     for budget in (1, 2, 3, 10_000):
         u = bound(shape, draft, target, process=process, budget=budget, method="union")
