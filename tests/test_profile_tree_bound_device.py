@@ -84,3 +84,52 @@ def test_host_reads_per_position_grow_with_neither_V_nor_the_batch(monkeypatch, 
     assert len(reads) == T and max(reads) <= READS_PER_POSITION, reads
     # per-row values only: no law of V entries (the candidates of the contexts' expansion and the race's sums)
     assert max(values) <= B * 4 * (16 * 8 + 200) + 2000, values
+
+
+def _bound_ops(monkeypatch, V: int, B: int, budget: int) -> tuple[float, float]:
+    """aten ops and host reads per position inside the bound (``position_bounds``) of the device walk above, the
+    models' forward passes left out (``experiments/bench_profile_ops.py``'s counting)."""
+    import sys
+    from pathlib import Path
+
+    import otspec.profile._collect as C
+
+    root = Path(__file__).resolve().parents[1] / "experiments"
+    sys.path.insert(0, str(root))
+    try:
+        import bench_profile_ops as O
+    finally:
+        sys.path.remove(str(root))
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    monkeypatch.setattr(TB, "BOUND_ON_DEVICE", True)
+    c, n, real = O.Counts(), [0], C.position_bounds
+
+    def counted(*a, **k):
+        n[0] += 1
+        with O.counting(c):
+            return real(*a, **k)
+
+    monkeypatch.setattr(C, "position_bounds", counted)
+    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=T, subsample=1, verifiers=["token"], families=["token"],
+                        trees=TREES, bound_budget=budget).for_vocabulary(V)
+    C.profile_bucket(draft, target, [[3, 7, 1], [5, 2, 9], [1, 1, 4]][:B], [None] * B, s, list(range(B)))
+    monkeypatch.undo()
+    assert n[0] == T
+    return c.aten / T, c.reads / T
+
+
+#: aten ops per position of the bound on the device route with the four families above (V = 300, measured: 824.3 at
+#: B = 1 and 827.7 at B = 3, the same at budgets 16 and 48). Before: one indexing op per scored path and per held law
+#: (each prompt's context's children and its trees' internal nodes): 937.3 and 1,092 at B = 1, 1,235.7 and 1,686.3
+#: at B = 3 (budgets 16 and 48); now one gather per tensor that holds some (the tree call's laws, the walk's draft
+#: and target laws), split into rows by one ``unbind``.
+OPS_PER_POSITION = 840
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_ops_per_position_grow_with_neither_the_budget_nor_the_batch(monkeypatch, B):
+    ops = {b: _bound_ops(monkeypatch, 300, B, b) for b in (16, 48)}
+    assert ops[48][0] - ops[16][0] <= 8, ops      # not one op per scored path or held law
+    assert max(o for o, _ in ops.values()) <= OPS_PER_POSITION, ops
+    assert max(r for _, r in ops.values()) <= READS_PER_POSITION, ops

@@ -149,6 +149,73 @@ def _held(p_root, q_root, scored: dict, plan, device=None) -> dict:
     return held
 
 
+def _held_t(p_root, q_root, scored: list, plan, bs: list, device) -> dict:
+    """:func:`_held` of the prompts ``bs`` on the device route, every law taken by one gather per tensor that holds
+    some (the contexts' laws, the walk's draft laws of a position, each family's target laws): ``b -> {path: (p,
+    q)}``, rows of those gathers (the same values as :func:`_held`'s row views, in a few torch ops whatever the
+    trees' sizes)."""
+    import torch
+
+    take = _Rows(device)
+    held = {b: {(): (take(p_root, b), take(q_root, b))} for b in bs}
+    for b in bs:
+        for f in plan.sampled:
+            s = scored[b].get(f.label)
+            if s is None or s.q is None:
+                continue
+            paths = s.tree.paths()
+            for i, v in enumerate(s.inner.tolist()):
+                if v and paths[v] not in held[b]:
+                    held[b][paths[v]] = (take(s.p, v), take(s.q, i))
+    got = take.run(torch)
+    return {b: {path: (got[pa], got[qa]) for path, (pa, qa) in h.items()} for b, h in held.items()}
+
+
+class _Rows:
+    """Rows of device tensors asked one by one (``rows(X, key)``: a ticket) and taken together (:meth:`run`): one
+    ``index_select`` per tensor that holds some (a :class:`otspec.profile._trees_device.HostRows`' device tensor,
+    or a tensor itself; its leading dimensions flattened), converted to float64 on ``device`` once, then split into
+    rows; rows of anything else (host rows) as :func:`_law_row` gives them."""
+
+    def __init__(self, device):
+        self.device = device
+        self.groups: dict = {}      # id(tensor) -> (tensor, [flat row], [ticket])
+        self.other: list = []       # (ticket, rows, key)
+        self.n = 0
+
+    def __call__(self, rows, key) -> int:
+        import torch
+
+        base = rows._copy[0] if isinstance(rows, HostRows) else rows
+        t, self.n = self.n, self.n + 1
+        if isinstance(rows, HostRows):
+            key = rows._at[key]
+        if not torch.is_tensor(base) or base.ndim < 2:
+            self.other.append((t, rows, key))
+            return t
+        lead = base.shape[:-1]
+        flat = int(np.ravel_multi_index(tuple(np.atleast_1d(key).tolist()), lead)) if len(lead) > 1 else int(key)
+        g = self.groups.setdefault(id(base), (base, [], []))
+        g[1].append(flat)
+        g[2].append(t)
+        return t
+
+    def run(self, torch) -> list:
+        out: list = [None] * self.n
+        for base, flat, tickets in self.groups.values():
+            X = base.detach().reshape(-1, base.shape[-1])
+            if flat != list(range(X.shape[0])):      # else every row in order (the contexts of a batch)
+                X = X.index_select(0, torch.as_tensor(flat, dtype=torch.long, device=X.device))
+            if (X.device, X.dtype) != (self.device, torch.float64):
+                X = X.to(device=self.device, dtype=torch.float64)
+            for t, row in zip(tickets, X.unbind(0)):
+                out[t] = row
+        for t, rows, key in self.other:
+            out[t] = _law_row(rows, key, self.device) if not isinstance(rows, HostRows) else \
+                _law_row([rows._copy[0][key]], 0, self.device)
+        return out
+
+
 def _expand_group(searches: list, held: list) -> None:
     r"""Expand the frontiers of ``searches`` (:class:`otspec.tree._bound._Search`, one family's shape, one per prompt)
     in one call per depth, from the laws ``held[i]`` holds for search ``i`` (host rows or tensors on the models'
@@ -210,13 +277,17 @@ def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None)
     laws = sampling.probs(logits)
     if device is None:
         laws = laws if isinstance(laws, np.ndarray) else laws.detach().to("cpu").numpy()
-    else:                                           # kept where they are: the bound runs there
-        import torch
+        return [{path: laws[b, index[b][path]] for path in want[b]} for b in range(B)]
+    import torch
 
-        laws = laws.detach()
-        if (laws.device, laws.dtype) != (device, torch.float64):
-            laws = laws.to(device=device, dtype=torch.float64)
-    return [{path: laws[b, index[b][path]] for path in want[b]} for b in range(B)]
+    # kept where they are (the bound runs there): every path's law in one gather, not one indexing op per path
+    flat = [b * m + index[b][path] for b in range(B) for path in want[b]]
+    rows = laws.detach().reshape(B * m, -1).index_select(0, torch.as_tensor(flat, dtype=torch.long,
+                                                                            device=laws.device))
+    if (rows.device, rows.dtype) != (device, torch.float64):
+        rows = rows.to(device=device, dtype=torch.float64)
+    rows = iter(rows.unbind(0))
+    return [{path: next(rows) for path in want[b]} for b in range(B)]
 
 
 def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, plan, sampling, scored: list,
@@ -269,7 +340,9 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
     bs = [b for b in range(B) if which[b]]
     if device is not None:                          # the contexts' target laws: one copy for the batch
         q_root = _law_row([q_root], 0, device)
-    held = {b: _held(p_root[b], q_root[b], scored[b], plan, device) for b in bs}
+        held = _held_t(p_root, q_root, scored, plan, bs, device)
+    else:
+        held = {b: _held(p_root[b], q_root[b], scored[b], plan) for b in bs}
     want: dict = {b: dict() for b in bs}  # ordered sets of the paths to score
     searches: dict = {}
     for f in fams:
