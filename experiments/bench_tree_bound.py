@@ -47,7 +47,9 @@ route (numba row kernels) on numpy rows, and the torch route on the same laws as
 (CPU tensors with ``--threads`` torch threads when no GPU is lent). CPU time (medians of interleaved rounds), the
 forward beside them, the largest relative difference of the two bounds, and what a GPU pays per bound: the host
 reads (each a synchronisation; counted by a ``TorchFunctionMode``) and the torch operations dispatched (a
-``TorchDispatchMode``, views left out: each about one kernel launch).
+``TorchDispatchMode``, views left out: each about one kernel launch). With ``--against DIR`` the other checkout's
+torch route too, on the same tensors in the same process (its CPU time interleaved in the same rounds): its host
+reads, torch ops and CPU time beside this one's, and whether its bound is this one's to the bit.
 
 With ``--passes``: where the bound's time goes, CPU time of each host kernel of the bound (:data:`PASSES`, by
 wrappers around the kernel module's globals) and the rest (Python and numpy around them), on the recorded laws of
@@ -56,6 +58,7 @@ the two alternating in every round.
 
 Usage: python experiments/bench_tree_bound.py [--device cuda] [--threads 1] [--repeat 3] [--rst] [--against DIR]
        python experiments/bench_tree_bound.py --device-route [--device cuda] [--threads 1] [--repeat 5] [--rst]
+           [--against DIR]
        python experiments/bench_tree_bound.py --passes [--repeat 5] [--rst] [--against DIR]
 """
 
@@ -468,27 +471,28 @@ def device_route(args) -> None:
     import otspec.tree._bound as B
     from otspec.tree import TreeShape, bound
 
+    other = _load_against(args.against) if args.against else None
     device, target, draft, ctx, name = _real_pair(args)
     V = target.vocab_size
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(f"{stamp}; device: {name}; torch {torch.__version__}; V = {V}; context {len(ctx)} tokens")
-    big = TreeShape.branching(8, 7)
+    print(f"{stamp}; device: {name}; torch {torch.__version__}; V = {V}; context {len(ctx)} tokens"
+          + (f"; before: {args.against}" if other else ""))
     forward = _forward(target, ctx, device)
-    cases = [(f"{p}:branching(8,7)", big, p, args.budget, args.batch) for p in ("iid", "wor")]
-    cases += [(f"profile {p}:branching({sh[0]},{sh[1]})", TreeShape.branching(*sh), p, 64, 64)
-              for sh in ((4, 3), (8, 7)) for p in ("iid", "wor")]
+    cases = [(f"{p}:branching(8,7)", (8, 7), p, args.budget, args.batch) for p in ("iid", "wor")]
+    cases += [(f"profile {p}:branching({sh[0]},{sh[1]})", sh, p, 64, 64) for sh in ((4, 3), (8, 7))
+              for p in ("iid", "wor")]
     for process in ("iid", "wor"):                                # the kernels compiled outside the timings
         bound(TreeShape.branching(3, 2), draft, target, process=process, prefix=ctx, budget=4)
     rows = []
-    for label, shape, process, budget, batch in cases:
-        rec = _record_laws(B, lambda shape=shape, process=process, budget=budget, batch=batch: bound(
-            shape, draft, target, process=process, prefix=ctx, budget=budget, batch=batch))
+    for label, dims, process, budget, batch in cases:
+        rec = _record_laws(B, lambda dims=dims, process=process, budget=budget, batch=batch: bound(
+            TreeShape.branching(*dims), draft, target, process=process, prefix=ctx, budget=budget, batch=batch))
         host_laws = _TensorLaws(rec, None, stack=False)
         dev_laws = _TensorLaws(rec, device)
 
-        def run(laws, shape=shape, process=process, budget=budget, batch=batch):
+        def run(laws, dims=dims, process=process, budget=budget, batch=batch, M=B, Shape=TreeShape):
             laws.calls = 0
-            out = B._sampled(B._Slots(shape), process, laws, budget, batch)
+            out = M._sampled(M._Slots(Shape.branching(*dims)), process, laws, budget, batch)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             return out
@@ -499,15 +503,33 @@ def device_route(args) -> None:
         with _Counts() as c:
             run(dev_laws)
         ops = _count_ops(lambda: run(dev_laws))
+        fns = [forward, lambda: run(host_laws), lambda: run(dev_laws)]
+        extra = ()
+        if other is not None:
+            OB, OShape = other
+            o = run(dev_laws, M=OB, Shape=OShape)
+            bits = (o.value, o.remainder, o.n_expanded, o.pi_exact, o.per_depth.tolist(),
+                    o.lower_per_depth.tolist()) == (b.value, b.remainder, b.n_expanded, b.pi_exact,
+                                                    b.per_depth.tolist(), b.lower_per_depth.tolist())
+            with _Counts() as oc:
+                run(dev_laws, M=OB, Shape=OShape)
+            ops_o = _count_ops(lambda: run(dev_laws, M=OB, Shape=OShape))
+            fns.append(lambda: run(dev_laws, M=OB, Shape=OShape))
         before = _load()
-        cpu = _cpu_rounds([forward, lambda: run(host_laws), lambda: run(dev_laws)], args.repeat)
+        cpu = _cpu_rounds(fns, args.repeat)
         after = _load()
+        if other is not None:
+            extra = (oc.reads, ops_o, cpu[3] * 1e3, "yes" if bits else "NO")
         rows.append((label, budget, b.n_expanded, cpu[0] * 1e3, cpu[1] * 1e3, cpu[1] / cpu[0], cpu[2] * 1e3,
                      cpu[2] / cpu[0], cpu[2] / cpu[1], f"{rel:.1e}", "yes" if same else "NO", c.reads, c.values, ops,
-                     f"{before} / {after}"))
+                     *extra, f"{before} / {after}"))
     head = ("bound", "budget", "expanded", "forward CPU ms", "numpy route CPU ms", "numpy / forward",
             "torch route CPU ms", "torch / forward", "torch / numpy", "relative difference",
-            "same expanded, complete, pi exact", "host reads", "values read", "torch ops (no views)", "load average before / after")
+            "same expanded, complete, pi exact", "host reads", "values read", "torch ops (no views)")
+    if other is not None:
+        head += ("before: host reads", "before: torch ops (no views)", "before: torch route CPU ms",
+                 "the same bound as before, to the bit")
+    head += ("load average before / after",)
     print_table(f"the bound's numpy route against its torch route on the same laws, V = {V} ({name}, {stamp}), "
                 f"CPU time medians of {args.repeat} interleaved rounds", head, rows, args.rst)
 

@@ -1132,7 +1132,11 @@ def _read(parts) -> np.ndarray:
     """The tensors ``parts`` flattened into one float64 host array: one read of the device for all of them."""
     import torch
 
-    flat = [t.reshape(-1) if t.dtype == torch.float64 else t.reshape(-1).to(torch.float64) for t in parts]
+    flat = [t.reshape(-1) for t in parts]
+    if not any(t.dtype == torch.float64 for t in flat):
+        flat[0] = flat[0].to(torch.float64)
+    # the other dtypes (counts, indices, masks) converted to float64 by the concatenation's type promotion (exact:
+    # integers below 2**53), not by one conversion op per part
     return torch.cat(flat).to("cpu").numpy()
 
 
@@ -1147,7 +1151,7 @@ def _power_sums(y, N: int):
     s = math.isqrt(N) + 1                                     # ceil(sqrt(N + 1))
     t = -(-(N + 1) // s)                                      # s * t >= N + 1 powers 0 .. s t - 1
     step = max(1, _POWER_ENTRIES // max(1, m * (s + t)))
-    out = torch.zeros(m, s, t, dtype=y.dtype, device=y.device)
+    out = None
     for v0 in range(0, V, step):
         yc = y[:, v0:v0 + step]
         lo = torch.empty((m, s, yc.shape[1]), dtype=y.dtype, device=y.device)
@@ -1155,11 +1159,13 @@ def _power_sums(y, N: int):
         lo[:, 0] = 1.0
         for b in range(1, s):
             torch.mul(lo[:, b - 1], yc, out=lo[:, b])
-        ys = lo[:, s - 1] * yc                                # y^s
         hi[:, 0] = 1.0
-        for a in range(1, t):
-            torch.mul(hi[:, a - 1], ys, out=hi[:, a])
-        out += torch.bmm(lo, hi.transpose(1, 2))              # [b, a]: sum_x y^b (y^s)^a
+        if t > 1:
+            torch.mul(lo[:, s - 1], yc, out=hi[:, 1])        # y^s
+        for a in range(2, t):
+            torch.mul(hi[:, a - 1], hi[:, 1], out=hi[:, a])
+        part = torch.bmm(lo, hi.transpose(1, 2))              # [b, a]: sum_x y^b (y^s)^a
+        out = part if out is None else out.add_(part)
     return out.transpose(1, 2).reshape(m, s * t)[:, 1:N + 1]  # n = b + s a, in order
 
 
@@ -1177,7 +1183,24 @@ class _Columns:
         return self.vals[k] if self.same else self.vals[:, k:k + 1]
 
 
-def _race_stats_t(P, K: int, rows=None, extra=()):
+def _second_draw_t(P):
+    r""":func:`_second_draw` of an ``(m, V)`` tensor: the same arithmetic on the same values (so the same bits), each
+    row's most likely token reached by one gather or scatter along the row instead of an advanced index (one op, not
+    an index tensor and an ``index_put``), and :math:`t_x = p_x / (1 - p_x)` divided where ``1 - p_x > 0`` is
+    kept."""
+    import torch
+
+    top = torch.argmax(P, dim=1, keepdim=True)
+    rest = 1.0 - P
+    rest.scatter_(1, top, torch.sum(P.scatter(1, top, 0.0), dim=1, keepdim=True))
+    t = (P / rest).masked_fill_(rest <= 0, 0.0)
+    out = P * (torch.sum(t, dim=1, keepdim=True) - t)
+    t.scatter_(1, top, 0.0)
+    out.scatter_(1, top, P.gather(1, top) * torch.sum(t, dim=1, keepdim=True))
+    return out.clamp_(0.0, 1.0)
+
+
+def _race_stats_t(P, K: int, rows=None, extra=(), support=None):
     r"""What the exponential race needs of the rows ``rows`` (None: all) of the ``(m, V)`` tensor ``P``, computed
     where ``P`` is and read in one copy with the ``(m,)`` float64 tensors ``extra``: ``(support, head, kh, hval,
     pmax, nu, extra, head_t)`` (host arrays but ``head_t``, ``len(rows)`` rows) as
@@ -1195,10 +1218,14 @@ def _race_stats_t(P, K: int, rows=None, extra=()):
     K = min(K, V)
     vals, idx = torch.topk(sub, min(K + 1, V), dim=1)
     pmax = vals[:, K] if K < V else torch.zeros(m, dtype=sub.dtype, device=sub.device)
-    y = (sub / torch.where(pmax > 0, pmax, 1.0)[:, None]).scatter(1, idx[:, :K], 0.0)
-    nu = _power_sums(y, N) * (pmax > 0)[:, None]
-    host = _read([torch.cat([torch.sum(sub > 0, dim=1, keepdim=True, dtype=sub.dtype), vals[:, :K],
-                             idx[:, :K].to(sub.dtype), pmax[:, None], nu] + [e[:, None] for e in extra], dim=1)])
+    tail = (pmax > 0)[:, None]
+    y = (sub / torch.where(tail, pmax[:, None], 1.0)).scatter_(1, idx[:, :K], 0.0)
+    nu = _power_sums(y, N) * tail
+    # (the indices converted by the concatenation's type promotion; ``support``: the rows' supports where the
+    # caller has them, float64)
+    sup = torch.sum(sub > 0, dim=1, dtype=sub.dtype) if support is None else support
+    host = _read([torch.cat([sup[:, None], vals[:, :K], idx[:, :K], pmax[:, None], nu] + [e[:, None] for e in extra],
+                            dim=1)])
     host = host.reshape(m, 1 + 2 * K + 1 + N + len(extra))
     support = host[:, 0].astype(np.int64)
     kh = np.minimum(K, support)
@@ -1235,7 +1262,7 @@ def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, la
     race_on = need > 2
     if race_on and not _WOR_RACE:
         return None
-    P1 = _second_draw(P) if need > 1 else torch.zeros_like(P)
+    P1 = _second_draw_t(P) if need > 1 else torch.zeros_like(P)
     base_pi = w01(0) * P + w01(1) * P1
     base_md = [c01(2 * e) * P + c01(2 * e + 1) * P1 for e in range(E)]
     support = torch.sum(P > 0, dim=1, dtype=P.dtype)
@@ -1246,7 +1273,7 @@ def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, la
         # one read: the supports, the race's power sums and, at the last depth, the rows where the lower bound
         # leaves entries undecided (only they take the race's quadrature)
         und = [torch.sum(base_pi < Qc, dim=1, dtype=P.dtype)] if last else []
-        st = _race_stats_t(P, K, extra=und)
+        st = _race_stats_t(P, K, extra=und, support=support)
         sup, head_t = st[0], st[7]
         rows = np.flatnonzero(st[6][0] > 0).tolist() if last else list(range(m))
         for i in np.flatnonzero(sup < need).tolist():
@@ -1280,16 +1307,21 @@ def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, la
             HL = got[:, at:at + (1 + E) * Kh].reshape(m, 1 + E, Kh)
             pmax = got[:, at + (1 + E) * Kh]
             # the head's places (rows not raced: H and HL are 0 there, so any token does)
-            head = got[:, at + (1 + E) * Kh + 1:].to(torch.long) if grown else head_t
-            valid = head >= 0
-            hidx = torch.where(valid, head, 0)
-            hm = torch.zeros_like(P).scatter_add_(1, hidx, torch.where(valid, torch.ones_like(HL[:, 0]), 0.0)) > 0
+            if grown:
+                head = got[:, at + (1 + E) * Kh + 1:].to(torch.long)
+                valid = head >= 0
+                hidx = torch.where(valid, head, 0)
+                hm = torch.zeros_like(P).scatter_add_(1, hidx, valid.to(P.dtype)) > 0
+                HLv = HL * valid[:, None, :]
+            else:                                # every place a token, distinct in its row (a top-k's indices)
+                hidx, HLv = head_t, HL
+                hm = torch.zeros(P.shape, dtype=torch.bool, device=P.device).scatter_(1, hidx, True)
             x = (P / pmax[:, None]).masked_fill(hm, 0.0)
             acc = Hs[:, :, top, None].expand(m, 1 + E, V)
             for n in range(top - 1, -1, -1):
                 acc = torch.addcmul(Hs[:, :, n, None], acc, x[:, None, :])
             hv = torch.zeros(m, 1 + E, V, dtype=P.dtype, device=P.device).scatter_add_(
-                2, hidx[:, None, :].expand(m, 1 + E, Kh), torch.where(valid[:, None, :], HL, 0.0))
+                2, hidx[:, None, :].expand(m, 1 + E, Kh), HLv)
             add = torch.where(hm[:, None, :], hv, P[:, None, :] * acc)
             base_pi = base_pi + add[:, 0]
             base_md = [b + add[:, 1 + e] for e, b in enumerate(base_md)]
