@@ -123,11 +123,11 @@ def test_device_route_at_larger_vocabularies(process, shape):
 
 
 #: Host reads of one bound of branching(8, 7) on the device route (batch 64), measured, the same at V = 300 and 3,000:
-#: one per depth of each frontier (i.i.d.); without replacement one more for the race's power sums (with the rows
-#: that need the race, at the last depth). Before (the same laws, the route of commit aed2f53): i.i.d. 12 and 15
-#: reads, without replacement 52 and 103 reading 20,428 and 75,973 values at V = 300 (48 and 96 reads, 193,224 and
-#: 772,908 values at V = 3,000: each frontier copied whole to the host for the race, every per-row sum, candidate
-#: value, race threshold and draw law read apart).
+#: one per call (i.i.d.: the depths of a frontier read together); without replacement one more for the race's power
+#: sums (with the rows that need the race, at the last depth). Before (the same laws, the route of commit aed2f53):
+#: i.i.d. 12 and 15 reads, without replacement 52 and 103 reading 20,428 and 75,973 values at V = 300 (48 and 96
+#: reads, 193,224 and 772,908 values at V = 3,000: each frontier copied whole to the host for the race, every per-row
+#: sum, candidate value, race threshold and draw law read apart).
 READS = {("iid", 64): 2, ("iid", 256): 5, ("wor", 64): 4, ("wor", 256): 10}
 
 
@@ -255,3 +255,17 @@ def test_second_draw_on_the_device_is_the_same_to_the_bit(kind):
     a, b = _second_draw(T.clone()), _second_draw_t(T.clone())
     assert torch.equal(a, b) and torch.equal(T, torch.from_numpy(P))
     np.testing.assert_allclose(b.numpy(), _second_draw(P), rtol=1e-14, atol=1e-300)
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("shape", [TreeShape.branching(4, 3, 2), TreeShape.branching(3, 3, 3, 2)])
+def test_one_read_per_call_when_a_frontier_spans_depths(process, shape):
+    # frontiers of several depths (budget 256, 64 a call): their depths' reads shared, so one read per call (i.i.d.)
+    # and two without replacement (the race's power sums, then the values). Before (commit 7060565): one or two per
+    # depth of each frontier: i.i.d. 6 reads for 5 calls, without replacement 11 and 12.
+    draft, target = _pair(3000, ["llm", "peaked", "llm"], 5)
+    laws = _Laws(draft, target, True)
+    with HostReads() as mode:
+        _sampled(_Slots(shape), process, laws, 256, 64)
+    assert laws.calls == 5
+    assert len(mode.reads) == laws.calls * (1 if process == "iid" else 2), mode.reads

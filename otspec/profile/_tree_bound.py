@@ -22,12 +22,13 @@ fewer when the context has fewer such children): an upper bound at every budget,
 relative 1e-12; where a row fails the race's checks, an upper bound on :math:`\pi`, and the value stays an upper
 bound).
 
-Every prompt of a batch is expanded together, family by family: the contexts in one pass, then the frontiers in
+Every prompt of a batch is expanded together, one pass per family: the contexts in one pass, then the frontiers in
 one pass per depth. Handed the laws as tensors on the models' device (``p_root`` a tensor: the walk does so on an accelerator, as
 :data:`BOUND_ON_DEVICE` sets) the laws stay where the walk holds them, the scored frontier too, and
-:func:`otspec.tree.bound`'s torch route computes the bound there: the host reads a few small arrays per family and
-position (2 per i.i.d. family, 4 without replacement with ranks >= 2), for the whole batch, never a law. Otherwise the host's
-route (numba row kernels) reads the same laws as numpy rows.
+:func:`otspec.tree.bound`'s torch route computes the bound there: the host reads a few small arrays per
+position, for every family and the whole batch together (their reads shared: 1 for the contexts and 1 for the
+frontiers, one more before each where a family drawn without replacement needs the race's power sums), never a law.
+Otherwise the host's route (numba row kernels) reads the same laws as numpy rows.
 
 Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value
 :math:`\hat B`, its remainder, whether :math:`\pi` was exact (1 or 0), and the prefixes expanded. The summary
@@ -43,7 +44,7 @@ import numpy as np
 
 from .._validation import validate_positive_int
 from ..decoding._models import MAX_TREE_NODES
-from ..tree._bound import _MAX_FRONTIER_ENTRIES, _depth_runs, _laws_block, _Search, _Slots
+from ..tree._bound import _MAX_FRONTIER_ENTRIES, _depth_runs, _expand_t, _expand_t_steps, _laws_block, _run_reads, _Search, _Slots
 from ._trees import padded_tree_logits
 from ._trees_device import HostRows
 
@@ -222,23 +223,39 @@ def _expand_group(searches: list, held: list) -> None:
     device: the bound's host or device route), each search taking its own rows' candidates; then each advances
     to its next frontier. A call's ``pi_exact`` holds for every search in it: where the race refuses a row (or is
     switched off) every prompt of that call reports :math:`\pi` as bounded, never the other way round."""
-    rows = [(i, u) for i, s in enumerate(searches) for u in s.frontier]
-    rows.sort(key=lambda r: len(r[1].path))                 # stable: each search's order within a depth
-    left = {s.left for s in searches}
-    if len(left) != 1:
-        raise AssertionError("the searches of one call must have one budget left")
-    keep = left.pop()
-    frontier = [u for _, u in rows]
-    run, Pl, Ql = _laws_block([held[i][u.path][0] for i, u in rows], [held[i][u.path][1] for i, u in rows])
-    slots, process = searches[0].slots, searches[0].process
-    whose = {id(u): i for i, u in rows}
-    for a, b in _depth_runs(frontier):
-        cand, ex, _drop = run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], keep)
+    _expand_groups([(searches, held)])
+
+
+def _expand_groups(groups: list) -> None:
+    """:func:`_expand_group` of each ``(searches, held)`` of ``groups`` (the families of a position), their calls
+    run together: on the device route their reads shared (:func:`otspec.tree._bound._run_reads`: each round of
+    reads one copy for every family and depth, so 2 per position's phase with a family drawn without replacement,
+    else 1, not 1-2 per family and depth); the same values as one family at a time."""
+    calls = []          # (searches, whose, run, args)
+    for searches, held in groups:
+        rows = [(i, u) for i, s in enumerate(searches) for u in s.frontier]
+        rows.sort(key=lambda r: len(r[1].path))                 # stable: each search's order within a depth
+        left = {s.left for s in searches}
+        if len(left) != 1:
+            raise AssertionError("the searches of one call must have one budget left")
+        keep = left.pop()
+        frontier = [u for _, u in rows]
+        run, Pl, Ql = _laws_block([held[i][u.path][0] for i, u in rows], [held[i][u.path][1] for i, u in rows])
+        slots, process = searches[0].slots, searches[0].process
+        whose = {id(u): i for i, u in rows}
+        for a, b in _depth_runs(frontier):
+            calls.append((searches, whose, run, (slots, process, frontier[a:b], Pl[a:b], Ql[a:b], keep)))
+    if calls and all(run is _expand_t for _, _, run, _ in calls):
+        got = _run_reads([_expand_t_steps(*args) for _, _, _, args in calls])
+    else:
+        got = [run(*args) for _, _, run, args in calls]
+    for (searches, whose, _run, _args), (cand, ex, _drop) in zip(calls, got):
         owner = np.array([whose[id(u)] for u in cand["owner"]]) if cand is not None else np.zeros(0, np.int64)
         for i, s in enumerate(searches):
             s.absorb(_candidates_of(cand, owner == i), ex)
-    for s in searches:
-        s.advance()
+    for searches, _held in groups:
+        for s in searches:
+            s.advance()
 
 
 def _candidates_of(cand, mask: np.ndarray):
@@ -345,10 +362,11 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
         held = {b: _held(p_root[b], q_root[b], scored[b], plan) for b in bs}
     want: dict = {b: dict() for b in bs}  # ordered sets of the paths to score
     searches: dict = {}
-    for f in fams:
-        # the contexts of every prompt in one expansion; each frontier after them spends the budget
-        group = [_Search(_Slots(f.shape), f.process, budget, budget) for _ in bs]
-        _expand_group(group, [held[b] for b in bs])
+    # the contexts of every prompt in one expansion per family, every family's together (their reads shared); each
+    # frontier after them spends the budget
+    groups = [[_Search(_Slots(f.shape), f.process, budget, budget) for _ in bs] for f in fams]
+    _expand_groups([(group, [held[b] for b in bs]) for group in groups])
+    for f, group in zip(fams, groups):
         for b, s in zip(bs, group):
             searches[(b, f.label)] = s
             if s.frontier:
@@ -361,11 +379,13 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
         for b in bs:
             for path in paths[b]:
                 held[b][path] = (got_d[b][path], got_t[b][path])
+    # every prompt's frontier in one expansion per family (and depth), every family's together
+    todo = []
     for f in fams:
-        # every prompt's frontier in one expansion (per depth)
         group = [(b, searches[(b, f.label)]) for b in bs if searches[(b, f.label)].frontier]
         if group:
-            _expand_group([s for _, s in group], [held[b] for b, _ in group])
+            todo.append(([s for _, s in group], [held[b] for b, _ in group]))
+    _expand_groups(todo)
     for b in bs:
         out[b] = {f.label: searches[(b, f.label)].result() for f in fams}
     return out

@@ -1140,6 +1140,32 @@ def _read(parts) -> np.ndarray:
     return torch.cat(flat).to("cpu").numpy()
 
 
+def _run_reads(steps: list) -> list:
+    """Run the generators ``steps`` together, each yielding the tensors it needs on the host and receiving them
+    as one flat float64 array (:func:`_read`'s) until it returns: every round one read of what all of them ask
+    (several frontiers' or families' expansions in as many reads as the one that asks most, not one read each);
+    their return values, in order. The same values as one read per generator (the same tensors, copied)."""
+    out: list = [None] * len(steps)
+    pending: dict = {}
+
+    def advance(i, got):
+        try:
+            pending[i] = steps[i].send(got)
+        except StopIteration as stop:
+            out[i] = stop.value
+
+    for i in range(len(steps)):
+        advance(i, None)
+    while pending:
+        asked = list(pending.items())
+        pending.clear()
+        sizes = [sum(int(t.numel()) for t in parts) for _, parts in asked]
+        host = np.split(_read([t for _, parts in asked for t in parts]), np.cumsum(sizes)[:-1])
+        for (i, _), got in zip(asked, host):
+            advance(i, got)
+    return out
+
+
 def _power_sums(y, N: int):
     r"""``(m, N)``: :math:`\sum_x y_x^n`, ``n = 1 .. N``, over the columns of the ``(m, V)`` tensor ``y``, as one
     batched matrix product per block of columns: with :math:`n = b + s a` (:math:`s = \lceil \sqrt{N + 1}\,
@@ -1201,8 +1227,14 @@ def _second_draw_t(P):
 
 
 def _race_stats_t(P, K: int, rows=None, extra=(), support=None):
+    """:func:`_race_stats_steps` in one read of its own."""
+    return _run_reads([_race_stats_steps(P, K, rows, extra, support)])[0]
+
+
+def _race_stats_steps(P, K: int, rows=None, extra=(), support=None):
     r"""What the exponential race needs of the rows ``rows`` (None: all) of the ``(m, V)`` tensor ``P``, computed
-    where ``P`` is and read in one copy with the ``(m,)`` float64 tensors ``extra``: ``(support, head, kh, hval,
+    where ``P`` is and read in one copy with the ``(m,)`` float64 tensors ``extra`` (a generator: it yields the
+    tensor to read and takes the host copy, :func:`_run_reads`): ``(support, head, kh, hval,
     pmax, nu, extra, head_t)`` (host arrays but ``head_t``, ``len(rows)`` rows) as
     :func:`_bound_kernels.wor_row_stats` gives them: the support, the ``K`` most likely tokens by decreasing
     probability (-1 past the ``kh`` positive ones) and their probabilities, the tail's largest probability (0
@@ -1224,8 +1256,8 @@ def _race_stats_t(P, K: int, rows=None, extra=(), support=None):
     # (the indices converted by the concatenation's type promotion; ``support``: the rows' supports where the
     # caller has them, float64)
     sup = torch.sum(sub > 0, dim=1, dtype=sub.dtype) if support is None else support
-    host = _read([torch.cat([sup[:, None], vals[:, :K], idx[:, :K], pmax[:, None], nu] + [e[:, None] for e in extra],
-                            dim=1)])
+    host = yield [torch.cat([sup[:, None], vals[:, :K], idx[:, :K], pmax[:, None], nu] + [e[:, None] for e in extra],
+                            dim=1)]
     host = host.reshape(m, 1 + 2 * K + 1 + N + len(extra))
     support = host[:, 0].astype(np.int64)
     kh = np.minimum(K, support)
@@ -1237,7 +1269,7 @@ def _race_stats_t(P, K: int, rows=None, extra=(), support=None):
     return support, head, kh, hval, pm, nu_h, [host[:, 2 + 2 * K + N + i] for i in range(len(extra))], idx[:, :K]
 
 
-def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, last: bool):
+def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, last: bool):
     r"""The children's :math:`\pi` and expected slot counts below them, draws without replacement, for the
     ``(m, V)`` tensor ``P`` of one depth's prefixes, where ``P`` is: rank 0 is ``p``, rank 1 the closed form
     (:func:`_second_draw`), ranks >= 2 the exponential race (its power sums here, :func:`_race_stats_t`; its
@@ -1252,7 +1284,8 @@ def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, la
     Returns ``(pi, mds, P1, race, support)``: ``pi`` clipped at 1, ``mds`` the ``E`` slot counts, the second
     draw's law, the :class:`_Race` (None without ranks >= 2) and the supports as a tensor (checked by the caller
     with its one read), or None where the host's block route must take the frontier (rows whose draws are
-    enumerated, the race refused or off)."""
+    enumerated, the race refused or off). A generator (:func:`_run_reads`): the race's power sums are the one read
+    it yields."""
     import torch
 
     ranks, C, beta = slots.incidence(j)
@@ -1273,7 +1306,7 @@ def _wor_pi_t(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, la
         # one read: the supports, the race's power sums and, at the last depth, the rows where the lower bound
         # leaves entries undecided (only they take the race's quadrature)
         und = [torch.sum(base_pi < Qc, dim=1, dtype=P.dtype)] if last else []
-        st = _race_stats_t(P, K, extra=und, support=support)
+        st = yield from _race_stats_steps(P, K, extra=und, support=support)
         sup, head_t = st[0], st[7]
         rows = np.flatnonzero(st[6][0] > 0).tolist() if last else list(range(m))
         for i in np.flatnonzero(sup < need).tolist():
@@ -1346,13 +1379,20 @@ def _top_t(low, keep: int):
 
 
 def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
+    """:func:`_expand_t_steps` with reads of its own (one per step)."""
+    return _run_reads([_expand_t_steps(slots, process, frontier, Pl, Ql, keep)])[0]
+
+
+def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     r""":func:`_expand` where the laws are (torch tensors on the models' device, ``(m, V)`` float64 blocks): the
     children's :math:`\pi` (i.i.d.: :func:`_iid_pi`'s recursion over the whole block; without replacement
-    :func:`_wor_pi_t`), min(Q, pi), the caps of the lower depths and every row sum, the candidates of each row
+    :func:`_wor_pi_steps`), min(Q, pi), the caps of the lower depths and every row sum, the candidates of each row
     (:func:`_top_t`) and their values, all read in one copy (without replacement and ranks >= 2, one more read
     before it for the race's power sums, which at the last depth also names the rows that need the race). The same
     ``(candidates, pi_exact, dropped)``; the host's block route (:func:`_expand` on the tensors) where
-    :func:`_wor_pi_t` declines."""
+    :func:`_wor_pi_steps` declines. A generator (:func:`_run_reads`): each read is yielded (the tensors to read) and
+    its host copy sent back, so that the expansions of several frontiers (the profile's families and prompts) share
+    their reads."""
     import torch
 
     j = len(frontier[0].path)
@@ -1375,8 +1415,8 @@ def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
         w01, c01 = _first_two_weights(ranks, A @ C, [A @ beta[d] for d in depths])
         cols = _Columns(np.concatenate([Qu[:, None], w01, c01.reshape(m, 2 * E)], axis=1), Pl)
         Qc = cols(0) * Ql
-        got = _wor_pi_t(slots, j, frontier, Pl, Qc, lambda r: cols(1 + r), lambda k: cols(3 + k), depths,
-                        not more)
+        got = yield from _wor_pi_steps(slots, j, frontier, Pl, Qc, lambda r: cols(1 + r), lambda k: cols(3 + k),
+                                       depths, not more)
         if got is None:
             return _expand(slots, process, frontier, Pl, Ql, keep)
         pi, mds, P1, race, support = got
@@ -1396,7 +1436,7 @@ def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
         fields = [low, Qc, pi, Pl] + ([P1] if P1 is not None else []) + caps
         parts += [vals, idx, torch.stack([torch.gather(f, 1, idx) for f in fields], dim=2)]
         sizes += [m * K, m * K, m * K * len(fields)]
-    host = np.split(_read(parts), np.cumsum(sizes)[:-1])
+    host = np.split((yield parts), np.cumsum(sizes)[:-1])
     sums = host[0].reshape(m, 1 + E)
     for i, u in enumerate(frontier):
         u.exact = float(sums[i, 0])
@@ -1868,7 +1908,8 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     decoding models whose logits are on an accelerator the laws stay there as
     float64 tensors and the same arithmetic runs on the device, batched over
     each frontier's rows (one pass of a few kernels per depth): every row sum
-    and the candidates' values come back in one read per depth; without
+    and the candidates' values come back in one read per call (the depths
+    of a frontier read together); without
     replacement the race's power sums are taken there too (one more read,
     which at the last depth also names the rows whose lower bound on
     :math:`\pi` leaves entries undecided), its quadrature runs on the host on
@@ -2052,8 +2093,12 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int, on_rows
         # recursions; the laws as numpy arrays or as tensors on the models' device (kept there)
         run, Pl, Ql = _laws_block(*laws([u.path for u in frontier]))
         left = search.left
-        for a, b in _depth_runs(frontier):
-            cand, ex, _drop = run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
+        runs = _depth_runs(frontier)
+        # the torch route: every depth's reads shared (each round one read for all of them)
+        got = _run_reads([_expand_t_steps(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left) for a, b in runs]) \
+            if run is _expand_t and len(runs) > 1 else None
+        for k, (a, b) in enumerate(runs):
+            cand, ex, _drop = got[k] if got is not None else run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
             search.absorb(cand, ex)
             if on_rows is not None:
                 on_rows(frontier[a:b], Pl[a:b], Ql[a:b], cand)
