@@ -1160,7 +1160,8 @@ def test_last_depth_rows_skip_the_race_where_the_draft_covers_the_target(monkeyp
 def test_last_depth_entries_left_at_head_tokens(shape, monkeypatch):
     """Entries left at the draft's most likely tokens (the target puts 0.7 of its mass on the draft's third most
     likely token): pi there from the race's laws of the head (or, with two children
-    per slot, the closed forms alone), the row sums against the whole evaluation."""
+    per slot, the closed forms alone), the row sums against the whole evaluation; each row's entries left as
+    ``wor_row_at`` reads them (rows as separate arrays) and as ``wor_rows_at`` reads them (rows of one array)."""
     if not _bound_kernels.JIT:
         pytest.skip("numba is not installed")
     from otspec.tree import _bound as B
@@ -1176,20 +1177,31 @@ def test_last_depth_entries_left_at_head_tokens(shape, monkeypatch):
         Q[i] = 0.3 * P[i]
         Q[i, np.argsort(-P[i])[2]] += 0.7
     # slot weights summing to 0.4: pi >= 0.4 p(x) decides the bulk (Q_u q = 0.27 p), not the spike (Q_u q > 0.63)
-    frontier = [B._Prefix((i,), 0.9, 0.5, np.full(slots.n_at[1], 0.4 / slots.n_at[1]), (0.01,), {})
-                for i in range(m)]
     seen = []
-    at = _bound_kernels.wor_row_at
+    at, rows_at = _bound_kernels.wor_row_at, _bound_kernels.wor_rows_at
 
     def spy(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
         seen.append((bool(rok), bool(np.isin(idx, np.argsort(-p)[:3]).any())))
         return at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw)
 
+    def rows_spy(P, pr, Q, qr, ii, Qu, codes, left, lo, st, w01, H, rok, *rest):
+        for k, i in enumerate(ii.tolist()):      # each row's entries left, as wor_rows_at reads them
+            if codes[i] >= 2:
+                idx = left[i, :int(lo[i, 1])]
+                seen.append((bool(rok), bool(np.isin(idx, np.argsort(-P[pr[k]])[:3]).any())))
+        return rows_at(P, pr, Q, qr, ii, Qu, codes, left, lo, st, w01, H, rok, *rest)
+
     monkeypatch.setattr(_bound_kernels, "wor_row_at", spy)
-    assert B._expand_rows(slots, "wor", frontier, list(P), list(Q), 10**6)[0] is None
-    assert len(seen) == m and all(hit for _rok, hit in seen)
-    assert all(rok == (slots.need[1] > 2) for rok, _hit in seen)
-    _check_last_depth_sums("wor", slots, frontier, P, Q, _whole_pi(slots, "wor", frontier, P))
+    monkeypatch.setattr(_bound_kernels, "wor_rows_at", rows_spy)
+    # the rows as separate arrays (one wor_row_at per row), then as rows of one array (one wor_rows_at)
+    for Prows, Qrows in (([p.copy() for p in P], [q.copy() for q in Q]), (list(P), list(Q))):
+        seen.clear()
+        frontier = [B._Prefix((i,), 0.9, 0.5, np.full(slots.n_at[1], 0.4 / slots.n_at[1]), (0.01,), {})
+                    for i in range(m)]
+        assert B._expand_rows(slots, "wor", frontier, Prows, Qrows, 10**6)[0] is None
+        assert len(seen) == m and all(hit for _rok, hit in seen)
+        assert all(rok == (slots.need[1] > 2) for rok, _hit in seen)
+        _check_last_depth_sums("wor", slots, frontier, P, Q, _whole_pi(slots, "wor", frontier, P))
 
 
 @settings(max_examples=40, deadline=None)
@@ -1349,6 +1361,11 @@ def test_row_blocks_only_for_rows_of_arrays():
     assert _row_blocks([X[0], X[1].copy()], [Z[0], Z[1]]) is None
     assert _row_blocks([X[0]], [Z[0].copy()]) is None
     assert _row_blocks([X.astype(np.float32)[i] for i in range(2)], [Z[0], Z[1]]) is None
+    W = rng.random((7, 5))                                   # a column (strided) and rows of a transposed array
+    assert _row_blocks([X[0], W[:, 0]], [Z[0], Z[1]]) is None
+    assert _row_blocks([X[0], W.T[1]], [Z[0], Z[1]]) is None
+    assert _row_blocks([X[0], X[:, :6][1]], [Z[0], Z[1]]) is None
+    assert _row_blocks([X[0], X[1]], [Z[0], X[1:3].ravel()[2:9]]) is None     # 8 bytes off a row's start
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])

@@ -837,15 +837,32 @@ def _host_rows(P, Q):
     return out[0], out[1]
 
 
-def _row_index(x: np.ndarray, V: int):
-    """``(base, k)``: the host row ``x`` (``V`` contiguous float64) as row ``k`` of its base array viewed as ``(n, V)``
-    (a C-contiguous float64 array, e.g. the laws of a model's tree call), or None."""
-    base = x.base
+def _row_base(base, V: int):
+    """``(address, rows)`` of ``base`` viewed as ``(rows, V)`` (a C-contiguous float64 array of at least two
+    dimensions whose last is ``V``, e.g. the laws of a model's tree call), or None."""
     if not isinstance(base, np.ndarray) or base.dtype != np.float64 or not base.flags.c_contiguous or \
-            base.ndim < 2 or base.shape[-1] != V or x.shape != (V,) or x.strides != (8,):
+            base.ndim < 2 or base.shape[-1] != V:
         return None
-    k, off = divmod(x.__array_interface__["data"][0] - base.__array_interface__["data"][0], 8 * V)
-    if off or not 0 <= k < base.size // V:
+    return base.ctypes.data, base.size // V
+
+
+def _row_index(x: np.ndarray, V: int, bases: dict | None = None):
+    """``(base, k)``: the host row ``x`` (``V`` contiguous float64) as row ``k`` of its base array viewed as ``(n, V)``
+    (a C-contiguous float64 array, e.g. the laws of a model's tree call), or None. ``bases`` (``id(base) ->``
+    :func:`_row_base`) keeps each base's checks for the next row of the same base."""
+    base = x.base
+    if x.shape != (V,) or x.strides != (8,):
+        return None
+    if bases is None:
+        got = _row_base(base, V)
+    else:
+        got = bases.get(id(base), bases)
+        if got is bases:
+            got = bases[id(base)] = _row_base(base, V)
+    if got is None:
+        return None
+    k, off = divmod(x.ctypes.data - got[0], 8 * V)
+    if off or not 0 <= k < got[1]:
         return None
     return base, k
 
@@ -857,8 +874,9 @@ def _row_blocks(Prows: list, Qrows: list):
     where a row is not a row of such an array (rows read one by one)."""
     V = Prows[0].shape[0]
     groups: dict = {}
+    bases: dict = {}
     for i, (p, q) in enumerate(zip(Prows, Qrows)):
-        a, b = _row_index(p, V), _row_index(q, V)
+        a, b = _row_index(p, V, bases), _row_index(q, V, bases)
         if a is None or b is None:
             return None
         g = groups.setdefault((id(a[0]), id(b[0])), (a[0], b[0], []))
@@ -1007,6 +1025,7 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     left: dict = {}                                          # row -> the columns left (at most V // 16 kept)
     whole: set = set()                                       # rows with more left: pi at every entry (wor_row)
     idx = np.empty(V if last else 0, dtype=np.int32)
+    blocks = None
     if not last:
         for i in range(m):
             _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
@@ -1065,6 +1084,11 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     md = np.empty((m, E, low.shape[1]))
     top = st[:, 1].astype(np.int64)
     if last:
+        at = None
+        if blocks is not None and left:         # the entries left of rows of arrays: one call per array
+            at = np.zeros(m)
+            for g in blocks:
+                _K.wor_rows_at(*g, Qu, codes, kept, lo, st, w01, H, race_on, pmax, theta, rhead, HLw, at)
         for i in range(m):
             if i in whole:
                 _K.wor_row(Prows[i], Qrows[i], float(Qu[i]), int(top[i]), float(st[i, 5]), float(st[i, 6]), w01[i],
@@ -1073,9 +1097,9 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
                 continue
             sums[i, 0] = lo[i, 2]
             if i in left:
-                sums[i, 0] += _K.wor_row_at(Prows[i], Qrows[i], float(Qu[i]), left[i], int(top[i]), float(st[i, 5]),
-                                            float(st[i, 6]), w01[i], H[i], race_on, float(pmax[i]), theta[i], rhead[i],
-                                            HLw[i])
+                sums[i, 0] += at[i] if at is not None else \
+                    _K.wor_row_at(Prows[i], Qrows[i], float(Qu[i]), left[i], int(top[i]), float(st[i, 5]),
+                                  float(st[i, 6]), w01[i], H[i], race_on, float(pmax[i]), theta[i], rhead[i], HLw[i])
         return _RowDraws(ranks, st, race), md
     for i in range(m):
         _K.wor_row(Prows[i], Qrows[i], float(Qu[i]), int(top[i]), float(st[i, 5]), float(st[i, 6]), w01[i], H[i],
