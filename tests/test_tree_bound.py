@@ -1414,6 +1414,39 @@ def test_frontier_in_one_call_equals_row_by_row(process, shape):
                     np.testing.assert_array_equal(ca[k], cb[k])
 
 
+def test_race_rows_accepted_in_different_rounds_as_alone():
+    """``_Race`` over rows accepted in different rounds (heads grown from 32 to 128 tokens: 40 tied tokens; rows with
+    fewer tokens than the head; LLM-like rows; a row left out) against each row's race alone: the same head, head
+    laws, Taylor coefficients, thresholds and tail maximum, bit for bit; places past a row's head -1 (laws 0)."""
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(5)
+    V = 2000
+    tied = np.full(V, 1e-7)
+    tied[:40] = 1.0
+    few = np.zeros(V)
+    few[rng.choice(V, 20, replace=False)] = rng.random(20) + 0.1
+    P = np.stack([_row_of_kind("llm", V, rng), tied, few, _row_of_kind("tiers", V, rng), tied[::-1].copy()])
+    P /= P.sum(axis=1, keepdims=True)
+    for kw in ({}, {"weights": rng.random((5, 2))}):
+        rows = [0, 1, 2, 4]
+        race = B._Race(P, [2, 3], rows, **kw)
+        assert race.ok[rows].all() and not race.ok[3] and race.head.shape[1] == 128
+        assert (race.head[3] == -1).all() and not race.HL[3].any() and not race.C[3].any()
+        for i in rows:
+            one = B._Race(P[i:i + 1], [2, 3], [0], **({"weights": kw["weights"][i:i + 1]} if kw else {}))
+            w = one.head.shape[1]
+            np.testing.assert_array_equal(race.head[i, :w], one.head[0])
+            assert (race.head[i, w:] == -1).all() and not race.HL[i, :, w:].any()
+            kh = int((race.head[i] >= 0).sum())
+            assert kh == min(np.count_nonzero(P[i]), w) and (race.head[i, kh:] == -1).all()
+            assert not race.HL[i, :, kh:].any()
+            np.testing.assert_array_equal(race.HL[i, :, :w], one.HL[0])
+            np.testing.assert_array_equal(race.C[i], one.C[0])
+            np.testing.assert_array_equal(race.theta[i], one.theta[0])
+            assert race.pmax[i] == one.pmax[0]
+
+
 @pytest.mark.parametrize("kind", ["llm", "grid", "tiers"])
 def test_race_at_compiled_equals_numpy(kind, monkeypatch):
     """The race's laws at a few entries (``_race_at``: the candidates' draws) by the compiled loop against numpy's

@@ -341,23 +341,23 @@ class _Race:
             good &= ~tail | np.all((c0 > 0) & (np.abs(C - C2).sum(axis=2) <= 1e-8 * c0)
                                    & (np.abs(C[:, :, -4:]).sum(axis=2) <= 1e-16 * c0), axis=1)
             th = _race_thresholds(C)
-            again = []
-            for j, i in enumerate(todo):
-                if good[j]:
-                    got[i] = (head[j, :kh[j]], HL[j, :, :kh[j]], C[j], float(pmax[j]) if tail[j] else 1.0, th[j])
-                elif kh[j] < support[i]:
-                    again.append(i)
-            todo = again
+            t = np.asarray(todo, dtype=np.int64)
+            if good.any():      # each accepted row's head (its first kh tokens), laws, coefficients, thresholds
+                got[len(got)] = (t[good], head[good], kh[good], HL[good], C[good], np.where(tail, pmax, 1.0)[good],
+                                 th[good])
+            todo = t[~good & (kh < support[t])].tolist()
             K = min(V, 4 * K)
-        Kmax = max([len(g[0]) for g in got.values()] + [1])
+        Kmax = max([int(g[2].max()) for g in got.values()] + [1])
         self.head = np.full((m, Kmax), -1, dtype=np.int64)
         self.HL = np.zeros((m, nk, Kmax))
         self.C = np.zeros((m, nk, N + 1))
         self.theta = np.full((m, N + 1), np.inf)
-        for i, (hd, HL, C, pm, th) in got.items():
+        for i, hd, kh, HL, C, pm, th in got.values():
+            Kr = min(hd.shape[1], Kmax)
+            inside = np.arange(Kr) < kh[:, None]                  # (rows, Kr): the head's places
             self.ok[i] = True
-            self.head[i, :hd.size] = hd
-            self.HL[i, :, :hd.size] = HL
+            self.head[i, :Kr] = np.where(inside, hd[:, :Kr], -1)
+            self.HL[i, :, :Kr] = np.where(inside[:, None, :], HL[:, :, :Kr], 0.0)
             self.C[i] = C
             self.pmax[i] = pm
             self.theta[i] = th
