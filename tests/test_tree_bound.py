@@ -1414,6 +1414,43 @@ def test_frontier_in_one_call_equals_row_by_row(process, shape):
                     np.testing.assert_array_equal(ca[k], cb[k])
 
 
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2, 2)])
+def test_children_of_a_block_equal_one_by_one(process, shape):
+    """``_children`` (a block's selected candidates made at once, the frontier's step of the search) against
+    ``_child`` for each: the same path, Q, pi, slot weights, draft path and caps, bit for bit, for candidates of
+    several owners in any order, at every depth above the last (LLM-like rows, the numpy route and the row route)."""
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(8)
+    V, m = 600, 4
+    slots = B._Slots(shape)
+    z = rng.normal(0, 3.0, (m, V))
+    P = np.exp(z - z.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    Q = 0.7 * P + 0.3 * rng.dirichlet(np.ones(V), m)
+    seen = 0
+    for j in range(slots.D - 1):
+        n_at = slots.n_at[j]
+        frontier = [B._Prefix(tuple(range(i, i + j)), 0.9, 0.5, rng.uniform(0.01, 0.2, n_at), (0.2,) * j, {})
+                    for i in range(m)]
+        for route in ("block", "rows"):
+            if route == "rows" and not _bound_kernels.JIT:
+                continue
+            cand = (B._expand(slots, process, frontier, P, Q, 10**6) if route == "block" else
+                    B._expand_rows(slots, process, frontier, list(P), list(Q), 10**6))[0]
+            n = cand["x"].shape[0]
+            ks = rng.permutation(n)[:min(n, 50)].tolist()
+            got = B._children(slots, process, cand, ks)
+            for k, c in zip(ks, got):
+                want = B._child(slots, process, cand, k)
+                assert (c.path, c.Q, c.pi, c.s, c.caps) == (want.path, want.Q, want.pi, want.s, want.caps)
+                assert c.A.shape == want.A.shape and c.A.tobytes() == want.A.tobytes()
+                seen += 1
+            assert len({id(cand["owner"][k]) for k in ks}) > 1             # candidates of several owners
+    assert seen > 0
+
+
 def test_race_rows_accepted_in_different_rounds_as_alone():
     """``_Race`` over rows accepted in different rounds (heads grown from 32 to 128 tokens: 40 tied tokens; rows with
     fewer tokens than the head; LLM-like rows; a row left out) against each row's race alone: the same head, head

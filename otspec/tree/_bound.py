@@ -1492,6 +1492,30 @@ def _child(slots: _Slots, process: str, cand: dict, k: int) -> _Prefix:
                    {d: float(c[k]) for d, c in cand["caps"].items()})
 
 
+def _children(slots: _Slots, process: str, cand: dict, ks: list) -> list:
+    """The prefixes of candidates ``ks`` of one block of :func:`_expand` (host arrays, owners of one depth), as
+    :func:`_child` makes each (the same slot weights: the same products, elementwise over the candidates); other
+    blocks one by one."""
+    owners = [cand["owner"][k] for k in ks]
+    j = len(owners[0].path)
+    fields = [cand[n] for n in ("x", "p", "Q", "pi")] + list(cand["caps"].values())
+    if cand["dr"] is not None:
+        fields.append(cand["dr"])
+    if any(len(u.path) != j for u in owners) or not all(isinstance(f, np.ndarray) for f in fields):
+        return [_child(slots, process, cand, k) for k in ks]
+    kk = np.asarray(ks, dtype=np.int64)
+    p = cand["p"][kk]
+    if process != "wor":
+        A = np.repeat((np.array([u.A[0] for u in owners]) * p)[:, None], len(slots.by_depth[j + 1]), axis=1)
+    else:
+        parent_pos, rank_col = slots.child_index(j)
+        A = np.stack([u.A for u in owners])[:, parent_pos] * cand["dr"][:, kk].T[:, rank_col]
+    caps = [(d, c[kk].tolist()) for d, c in cand["caps"].items()]
+    return [_Prefix(u.path + (x,), Q, pi, A[n], u.s + (pn,), {d: c[n] for d, c in caps})
+            for n, (u, x, pn, Q, pi) in enumerate(zip(owners, cand["x"][kk].tolist(), p.tolist(),
+                                                      cand["Q"][kk].tolist(), cand["pi"][kk].tolist()))]
+
+
 def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl, paths, *,
               keep_draws: bool = False):
     """``(pi, md, draws, pi_exact)`` for the children ``x`` of the prefixes ``paths`` of one depth ``j`` (rows as
@@ -1982,10 +2006,16 @@ class _Search:
         x = np.concatenate([c["x"][c["alive"]] for c in blocks])
         take = min(self.batch, left)
         sel = np.lexsort((x, order, dep, -pr))[:take]
+        picks = [ids[t] for t in sel.tolist()]
+        per_block: dict = {}                              # block -> the places in picks of its candidates
+        for n, (b, _k) in enumerate(picks):
+            per_block.setdefault(b, []).append(n)
+        made: list = [None] * len(picks)
+        for b, ns in per_block.items():
+            for n, c in zip(ns, _children(self.slots, self.process, blocks[b], [picks[n][1] for n in ns])):
+                made[n] = c
         frontier = []
-        for t in sel.tolist():
-            b, k = ids[t]
-            c = _child(self.slots, self.process, blocks[b], k)
+        for (b, k), c in zip(picks, made):
             blocks[b]["alive"][k] = False
             blocks[b]["owner"][k].children.append(c)
             c.order = len(self.expanded)
