@@ -851,7 +851,7 @@ def _row_index(x: np.ndarray, V: int, bases: dict | None = None):
     (a C-contiguous float64 array, e.g. the laws of a model's tree call), or None. ``bases`` (``id(base) ->``
     :func:`_row_base`) keeps each base's checks for the next row of the same base."""
     base = x.base
-    if x.shape != (V,) or x.strides != (8,):
+    if x.shape != (V,) or x.strides != (8,) or x.dtype != np.float64:
         return None
     if bases is None:
         got = _row_base(base, V)
@@ -861,7 +861,7 @@ def _row_index(x: np.ndarray, V: int, bases: dict | None = None):
             got = bases[id(base)] = _row_base(base, V)
     if got is None:
         return None
-    k, off = divmod(x.ctypes.data - got[0], 8 * V)
+    k, off = divmod(_K.row_address(x) - got[0], 8 * V)
     if off or not 0 <= k < got[1]:
         return None
     return base, k

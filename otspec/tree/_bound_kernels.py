@@ -822,13 +822,19 @@ def wor_rows_at(P, pr, Q, qr, ii, Qu, codes, left, lo, st, w01, H, rok, pmax, th
                             w01[i], H[i], rok, pmax[i], theta[i], head[i], HLw[i])
 
 
+def row_address(x):
+    """The address of the first entry of the float64 row ``x`` (``x.ctypes.data``; compiled, about 0.3 us a call
+    against 1.3-2 us for numpy's ``ctypes`` object)."""
+    return x.ctypes.data
+
+
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
 JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "iid_rows",
                              "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
                              "wor_lower", "wor_row_last",
                              "second_draw_at", "wor_row_recheck", "wor_row_decide", "wor_rows_decide", "wor_row_at",
-                             "wor_rows_at"))
+                             "wor_rows_at", "row_address"))
 
 
 def iid_program(levels, root):
