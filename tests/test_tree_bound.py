@@ -1191,10 +1191,12 @@ def test_last_depth_entries_left_at_head_tokens(shape, monkeypatch):
                 seen.append((bool(rok), bool(np.isin(idx, np.argsort(-P[pr[k]])[:3]).any())))
         return rows_at(P, pr, Q, qr, ii, Qu, codes, left, lo, st, w01, H, rok, *rest)
 
-    monkeypatch.setattr(_bound_kernels, "wor_row_at", spy)
-    monkeypatch.setattr(_bound_kernels, "wor_rows_at", rows_spy)
-    # the rows as separate arrays (one wor_row_at per row), then as rows of one array (one wor_rows_at)
-    for Prows, Qrows in (([p.copy() for p in P], [q.copy() for q in Q]), (list(P), list(Q))):
+    # the rows as separate arrays (one wor_row_at per row), then as rows of one array (one wor_rows_at, compiled
+    # with the kernel wor_row_at: that one is not replaced then)
+    for Prows, Qrows, name, fn in (([p.copy() for p in P], [q.copy() for q in Q], "wor_row_at", spy),
+                                   (list(P), list(Q), "wor_rows_at", rows_spy)):
+        monkeypatch.undo()
+        monkeypatch.setattr(_bound_kernels, name, fn)
         seen.clear()
         frontier = [B._Prefix((i,), 0.9, 0.5, np.full(slots.n_at[1], 0.4 / slots.n_at[1]), (0.01,), {})
                     for i in range(m)]
