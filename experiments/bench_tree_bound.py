@@ -539,7 +539,8 @@ def device_route(args) -> None:
 #: race's power sums) and ``wor_row_recheck`` of a row in one call, and ``wor_rows_decide`` (``iid_rows``) that for
 #: every row of a frontier that are rows of one array: their passes show under them.
 PASSES = ("iid_rows", "iid_row", "wor_rows_decide", "wor_row_decide", "wor_row_last", "wor_row_stats",
-          "wor_row_recheck", "race_moments_row", "race_rows", "race_rows_weighted", "wor_row_at", "wor_row")
+          "wor_row_recheck", "race_moments_row", "race_rows", "race_rows_weighted", "wor_row_at", "wor_rows_at",
+          "wor_row")
 
 
 class _PassClock:

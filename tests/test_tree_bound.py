@@ -1160,7 +1160,8 @@ def test_last_depth_rows_skip_the_race_where_the_draft_covers_the_target(monkeyp
 def test_last_depth_entries_left_at_head_tokens(shape, monkeypatch):
     """Entries left at the draft's most likely tokens (the target puts 0.7 of its mass on the draft's third most
     likely token): pi there from the race's laws of the head (or, with two children
-    per slot, the closed forms alone), the row sums against the whole evaluation."""
+    per slot, the closed forms alone), the row sums against the whole evaluation; each row's entries left as
+    ``wor_row_at`` reads them (rows as separate arrays) and as ``wor_rows_at`` reads them (rows of one array)."""
     if not _bound_kernels.JIT:
         pytest.skip("numba is not installed")
     from otspec.tree import _bound as B
@@ -1176,20 +1177,33 @@ def test_last_depth_entries_left_at_head_tokens(shape, monkeypatch):
         Q[i] = 0.3 * P[i]
         Q[i, np.argsort(-P[i])[2]] += 0.7
     # slot weights summing to 0.4: pi >= 0.4 p(x) decides the bulk (Q_u q = 0.27 p), not the spike (Q_u q > 0.63)
-    frontier = [B._Prefix((i,), 0.9, 0.5, np.full(slots.n_at[1], 0.4 / slots.n_at[1]), (0.01,), {})
-                for i in range(m)]
     seen = []
-    at = _bound_kernels.wor_row_at
+    at, rows_at = _bound_kernels.wor_row_at, _bound_kernels.wor_rows_at
 
     def spy(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw):
         seen.append((bool(rok), bool(np.isin(idx, np.argsort(-p)[:3]).any())))
         return at(p, q, Qu, idx, top, S1, S2, w01, H, rok, pmax, theta, head, HLw)
 
-    monkeypatch.setattr(_bound_kernels, "wor_row_at", spy)
-    assert B._expand_rows(slots, "wor", frontier, list(P), list(Q), 10**6)[0] is None
-    assert len(seen) == m and all(hit for _rok, hit in seen)
-    assert all(rok == (slots.need[1] > 2) for rok, _hit in seen)
-    _check_last_depth_sums("wor", slots, frontier, P, Q, _whole_pi(slots, "wor", frontier, P))
+    def rows_spy(P, pr, Q, qr, ii, Qu, codes, left, lo, st, w01, H, rok, *rest):
+        for k, i in enumerate(ii.tolist()):      # each row's entries left, as wor_rows_at reads them
+            if codes[i] >= 2:
+                idx = left[i, :int(lo[i, 1])]
+                seen.append((bool(rok), bool(np.isin(idx, np.argsort(-P[pr[k]])[:3]).any())))
+        return rows_at(P, pr, Q, qr, ii, Qu, codes, left, lo, st, w01, H, rok, *rest)
+
+    # the rows as separate arrays (one wor_row_at per row), then as rows of one array (one wor_rows_at, compiled
+    # with the kernel wor_row_at: that one is not replaced then)
+    for Prows, Qrows, name, fn in (([p.copy() for p in P], [q.copy() for q in Q], "wor_row_at", spy),
+                                   (list(P), list(Q), "wor_rows_at", rows_spy)):
+        monkeypatch.undo()
+        monkeypatch.setattr(_bound_kernels, name, fn)
+        seen.clear()
+        frontier = [B._Prefix((i,), 0.9, 0.5, np.full(slots.n_at[1], 0.4 / slots.n_at[1]), (0.01,), {})
+                    for i in range(m)]
+        assert B._expand_rows(slots, "wor", frontier, Prows, Qrows, 10**6)[0] is None
+        assert len(seen) == m and all(hit for _rok, hit in seen)
+        assert all(rok == (slots.need[1] > 2) for rok, _hit in seen)
+        _check_last_depth_sums("wor", slots, frontier, P, Q, _whole_pi(slots, "wor", frontier, P))
 
 
 @settings(max_examples=40, deadline=None)
@@ -1349,6 +1363,11 @@ def test_row_blocks_only_for_rows_of_arrays():
     assert _row_blocks([X[0], X[1].copy()], [Z[0], Z[1]]) is None
     assert _row_blocks([X[0]], [Z[0].copy()]) is None
     assert _row_blocks([X.astype(np.float32)[i] for i in range(2)], [Z[0], Z[1]]) is None
+    W = rng.random((7, 5))                                   # a column (strided) and rows of a transposed array
+    assert _row_blocks([X[0], W[:, 0]], [Z[0], Z[1]]) is None
+    assert _row_blocks([X[0], W.T[1]], [Z[0], Z[1]]) is None
+    assert _row_blocks([X[0], X[:, :6][1]], [Z[0], Z[1]]) is None
+    assert _row_blocks([X[0], X[1]], [Z[0], X[1:3].ravel()[2:9]]) is None     # 8 bytes off a row's start
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])
@@ -1395,6 +1414,76 @@ def test_frontier_in_one_call_equals_row_by_row(process, shape):
                         np.testing.assert_array_equal(ca[k][d], cb[k][d])
                 elif ca[k] is not None:
                     np.testing.assert_array_equal(ca[k], cb[k])
+
+
+@pytest.mark.parametrize("process", ["iid", "wor"])
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2, 2)])
+def test_children_of_a_block_equal_one_by_one(process, shape):
+    """``_children`` (a block's selected candidates made at once, the frontier's step of the search) against
+    ``_child`` for each: the same path, Q, pi, slot weights, draft path and caps, bit for bit, for candidates of
+    several owners in any order, at every depth above the last (LLM-like rows, the numpy route and the row route)."""
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(8)
+    V, m = 600, 4
+    slots = B._Slots(shape)
+    z = rng.normal(0, 3.0, (m, V))
+    P = np.exp(z - z.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    Q = 0.7 * P + 0.3 * rng.dirichlet(np.ones(V), m)
+    seen = 0
+    for j in range(slots.D - 1):
+        n_at = slots.n_at[j]
+        frontier = [B._Prefix(tuple(range(i, i + j)), 0.9, 0.5, rng.uniform(0.01, 0.2, n_at), (0.2,) * j, {})
+                    for i in range(m)]
+        for route in ("block", "rows"):
+            if route == "rows" and not _bound_kernels.JIT:
+                continue
+            cand = (B._expand(slots, process, frontier, P, Q, 10**6) if route == "block" else
+                    B._expand_rows(slots, process, frontier, list(P), list(Q), 10**6))[0]
+            n = cand["x"].shape[0]
+            ks = rng.permutation(n)[:min(n, 50)].tolist()
+            got = B._children(slots, process, cand, ks)
+            for k, c in zip(ks, got):
+                want = B._child(slots, process, cand, k)
+                assert (c.path, c.Q, c.pi, c.s, c.caps) == (want.path, want.Q, want.pi, want.s, want.caps)
+                assert c.A.shape == want.A.shape and c.A.tobytes() == want.A.tobytes()
+                seen += 1
+            assert len({id(cand["owner"][k]) for k in ks}) > 1             # candidates of several owners
+    assert seen > 0
+
+
+def test_race_rows_accepted_in_different_rounds_as_alone():
+    """``_Race`` over rows accepted in different rounds (heads grown from 32 to 128 tokens: 40 tied tokens; rows with
+    fewer tokens than the head; LLM-like rows; a row left out) against each row's race alone: the same head, head
+    laws, Taylor coefficients, thresholds and tail maximum, bit for bit; places past a row's head -1 (laws 0)."""
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(5)
+    V = 2000
+    tied = np.full(V, 1e-7)
+    tied[:40] = 1.0
+    few = np.zeros(V)
+    few[rng.choice(V, 20, replace=False)] = rng.random(20) + 0.1
+    P = np.stack([_row_of_kind("llm", V, rng), tied, few, _row_of_kind("tiers", V, rng), tied[::-1].copy()])
+    P /= P.sum(axis=1, keepdims=True)
+    for kw in ({}, {"weights": rng.random((5, 2))}):
+        rows = [0, 1, 2, 4]
+        race = B._Race(P, [2, 3], rows, **kw)
+        assert race.ok[rows].all() and not race.ok[3] and race.head.shape[1] == 128
+        assert (race.head[3] == -1).all() and not race.HL[3].any() and not race.C[3].any()
+        for i in rows:
+            one = B._Race(P[i:i + 1], [2, 3], [0], **({"weights": kw["weights"][i:i + 1]} if kw else {}))
+            w = one.head.shape[1]
+            np.testing.assert_array_equal(race.head[i, :w], one.head[0])
+            assert (race.head[i, w:] == -1).all() and not race.HL[i, :, w:].any()
+            kh = int((race.head[i] >= 0).sum())
+            assert kh == min(np.count_nonzero(P[i]), w) and (race.head[i, kh:] == -1).all()
+            assert not race.HL[i, :, kh:].any()
+            np.testing.assert_array_equal(race.HL[i, :, :w], one.HL[0])
+            np.testing.assert_array_equal(race.C[i], one.C[0])
+            np.testing.assert_array_equal(race.theta[i], one.theta[0])
+            assert race.pmax[i] == one.pmax[0]
 
 
 @pytest.mark.parametrize("kind", ["llm", "grid", "tiers"])

@@ -341,23 +341,23 @@ class _Race:
             good &= ~tail | np.all((c0 > 0) & (np.abs(C - C2).sum(axis=2) <= 1e-8 * c0)
                                    & (np.abs(C[:, :, -4:]).sum(axis=2) <= 1e-16 * c0), axis=1)
             th = _race_thresholds(C)
-            again = []
-            for j, i in enumerate(todo):
-                if good[j]:
-                    got[i] = (head[j, :kh[j]], HL[j, :, :kh[j]], C[j], float(pmax[j]) if tail[j] else 1.0, th[j])
-                elif kh[j] < support[i]:
-                    again.append(i)
-            todo = again
+            t = np.asarray(todo, dtype=np.int64)
+            if good.any():      # each accepted row's head (its first kh tokens), laws, coefficients, thresholds
+                got[len(got)] = (t[good], head[good], kh[good], HL[good], C[good], np.where(tail, pmax, 1.0)[good],
+                                 th[good])
+            todo = t[~good & (kh < support[t])].tolist()
             K = min(V, 4 * K)
-        Kmax = max([len(g[0]) for g in got.values()] + [1])
+        Kmax = max([int(g[2].max()) for g in got.values()] + [1])
         self.head = np.full((m, Kmax), -1, dtype=np.int64)
         self.HL = np.zeros((m, nk, Kmax))
         self.C = np.zeros((m, nk, N + 1))
         self.theta = np.full((m, N + 1), np.inf)
-        for i, (hd, HL, C, pm, th) in got.items():
+        for i, hd, kh, HL, C, pm, th in got.values():
+            Kr = min(hd.shape[1], Kmax)
+            inside = np.arange(Kr) < kh[:, None]                  # (rows, Kr): the head's places
             self.ok[i] = True
-            self.head[i, :hd.size] = hd
-            self.HL[i, :, :hd.size] = HL
+            self.head[i, :Kr] = np.where(inside, hd[:, :Kr], -1)
+            self.HL[i, :, :Kr] = np.where(inside[:, None, :], HL[:, :, :Kr], 0.0)
             self.C[i] = C
             self.pmax[i] = pm
             self.theta[i] = th
@@ -837,15 +837,32 @@ def _host_rows(P, Q):
     return out[0], out[1]
 
 
-def _row_index(x: np.ndarray, V: int):
-    """``(base, k)``: the host row ``x`` (``V`` contiguous float64) as row ``k`` of its base array viewed as ``(n, V)``
-    (a C-contiguous float64 array, e.g. the laws of a model's tree call), or None."""
-    base = x.base
+def _row_base(base, V: int):
+    """``(address, rows)`` of ``base`` viewed as ``(rows, V)`` (a C-contiguous float64 array of at least two
+    dimensions whose last is ``V``, e.g. the laws of a model's tree call), or None."""
     if not isinstance(base, np.ndarray) or base.dtype != np.float64 or not base.flags.c_contiguous or \
-            base.ndim < 2 or base.shape[-1] != V or x.shape != (V,) or x.strides != (8,):
+            base.ndim < 2 or base.shape[-1] != V:
         return None
-    k, off = divmod(x.__array_interface__["data"][0] - base.__array_interface__["data"][0], 8 * V)
-    if off or not 0 <= k < base.size // V:
+    return base.ctypes.data, base.size // V
+
+
+def _row_index(x: np.ndarray, V: int, bases: dict | None = None):
+    """``(base, k)``: the host row ``x`` (``V`` contiguous float64) as row ``k`` of its base array viewed as ``(n, V)``
+    (a C-contiguous float64 array, e.g. the laws of a model's tree call), or None. ``bases`` (``id(base) ->``
+    :func:`_row_base`) keeps each base's checks for the next row of the same base."""
+    base = x.base
+    if x.shape != (V,) or x.strides != (8,) or x.dtype != np.float64:
+        return None
+    if bases is None:
+        got = _row_base(base, V)
+    else:
+        got = bases.get(id(base), bases)
+        if got is bases:
+            got = bases[id(base)] = _row_base(base, V)
+    if got is None:
+        return None
+    k, off = divmod(_K.row_address(x) - got[0], 8 * V)
+    if off or not 0 <= k < got[1]:
         return None
     return base, k
 
@@ -857,8 +874,9 @@ def _row_blocks(Prows: list, Qrows: list):
     where a row is not a row of such an array (rows read one by one)."""
     V = Prows[0].shape[0]
     groups: dict = {}
+    bases: dict = {}
     for i, (p, q) in enumerate(zip(Prows, Qrows)):
-        a, b = _row_index(p, V), _row_index(q, V)
+        a, b = _row_index(p, V, bases), _row_index(q, V, bases)
         if a is None or b is None:
             return None
         g = groups.setdefault((id(a[0]), id(b[0])), (a[0], b[0], []))
@@ -1007,6 +1025,7 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     left: dict = {}                                          # row -> the columns left (at most V // 16 kept)
     whole: set = set()                                       # rows with more left: pi at every entry (wor_row)
     idx = np.empty(V if last else 0, dtype=np.int32)
+    blocks = None
     if not last:
         for i in range(m):
             _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
@@ -1065,6 +1084,11 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     md = np.empty((m, E, low.shape[1]))
     top = st[:, 1].astype(np.int64)
     if last:
+        at = None
+        if blocks is not None and left:         # the entries left of rows of arrays: one call per array
+            at = np.zeros(m)
+            for g in blocks:
+                _K.wor_rows_at(*g, Qu, codes, kept, lo, st, w01, H, race_on, pmax, theta, rhead, HLw, at)
         for i in range(m):
             if i in whole:
                 _K.wor_row(Prows[i], Qrows[i], float(Qu[i]), int(top[i]), float(st[i, 5]), float(st[i, 6]), w01[i],
@@ -1073,9 +1097,9 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
                 continue
             sums[i, 0] = lo[i, 2]
             if i in left:
-                sums[i, 0] += _K.wor_row_at(Prows[i], Qrows[i], float(Qu[i]), left[i], int(top[i]), float(st[i, 5]),
-                                            float(st[i, 6]), w01[i], H[i], race_on, float(pmax[i]), theta[i], rhead[i],
-                                            HLw[i])
+                sums[i, 0] += at[i] if at is not None else \
+                    _K.wor_row_at(Prows[i], Qrows[i], float(Qu[i]), left[i], int(top[i]), float(st[i, 5]),
+                                  float(st[i, 6]), w01[i], H[i], race_on, float(pmax[i]), theta[i], rhead[i], HLw[i])
         return _RowDraws(ranks, st, race), md
     for i in range(m):
         _K.wor_row(Prows[i], Qrows[i], float(Qu[i]), int(top[i]), float(st[i, 5]), float(st[i, 6]), w01[i], H[i],
@@ -1538,6 +1562,30 @@ def _child(slots: _Slots, process: str, cand: dict, k: int) -> _Prefix:
     A = _slot_weights(slots, process, u, p, None if cand["dr"] is None else cand["dr"][:, k])
     return _Prefix(u.path + (x,), float(cand["Q"][k]), float(cand["pi"][k]), A, u.s + (p,),
                    {d: float(c[k]) for d, c in cand["caps"].items()})
+
+
+def _children(slots: _Slots, process: str, cand: dict, ks: list) -> list:
+    """The prefixes of candidates ``ks`` of one block of :func:`_expand` (host arrays, owners of one depth), as
+    :func:`_child` makes each (the same slot weights: the same products, elementwise over the candidates); other
+    blocks one by one."""
+    owners = [cand["owner"][k] for k in ks]
+    j = len(owners[0].path)
+    fields = [cand[n] for n in ("x", "p", "Q", "pi")] + list(cand["caps"].values())
+    if cand["dr"] is not None:
+        fields.append(cand["dr"])
+    if any(len(u.path) != j for u in owners) or not all(isinstance(f, np.ndarray) for f in fields):
+        return [_child(slots, process, cand, k) for k in ks]
+    kk = np.asarray(ks, dtype=np.int64)
+    p = cand["p"][kk]
+    if process != "wor":
+        A = np.repeat((np.array([u.A[0] for u in owners]) * p)[:, None], len(slots.by_depth[j + 1]), axis=1)
+    else:
+        parent_pos, rank_col = slots.child_index(j)
+        A = np.stack([u.A for u in owners])[:, parent_pos] * cand["dr"][:, kk].T[:, rank_col]
+    caps = [(d, c[kk].tolist()) for d, c in cand["caps"].items()]
+    return [_Prefix(u.path + (x,), Q, pi, A[n], u.s + (pn,), {d: c[n] for d, c in caps})
+            for n, (u, x, pn, Q, pi) in enumerate(zip(owners, cand["x"][kk].tolist(), p.tolist(),
+                                                      cand["Q"][kk].tolist(), cand["pi"][kk].tolist()))]
 
 
 def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl, paths, *,
@@ -2031,10 +2079,16 @@ class _Search:
         x = np.concatenate([c["x"][c["alive"]] for c in blocks])
         take = min(self.batch, left)
         sel = np.lexsort((x, order, dep, -pr))[:take]
+        picks = [ids[t] for t in sel.tolist()]
+        per_block: dict = {}                              # block -> the places in picks of its candidates
+        for n, (b, _k) in enumerate(picks):
+            per_block.setdefault(b, []).append(n)
+        made: list = [None] * len(picks)
+        for b, ns in per_block.items():
+            for n, c in zip(ns, _children(self.slots, self.process, blocks[b], [picks[n][1] for n in ns])):
+                made[n] = c
         frontier = []
-        for t in sel.tolist():
-            b, k = ids[t]
-            c = _child(self.slots, self.process, blocks[b], k)
+        for (b, k), c in zip(picks, made):
             blocks[b]["alive"][k] = False
             blocks[b]["owner"][k].children.append(c)
             c.order = len(self.expanded)
