@@ -88,6 +88,7 @@ def test_whole_walks_with_the_full_bisection_are_the_same_bits(pair, monkeypatch
     dev = None if route == "numpy" else torch.device("cpu")
     now = _rows(pair, monkeypatch, dev, 4, 3, 1, 2)
     monkeypatch.setattr(MB, "_bisect_steps", lambda k: MB._BISECT)
+    monkeypatch.setattr(MB, "_BISECT_ONLY", True)
     full = _rows(pair, monkeypatch, dev, 4, 3, 1, 2)
     assert any(key[3] == "kseq" for key in now)
     assert now.keys() == full.keys()
