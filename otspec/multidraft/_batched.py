@@ -234,33 +234,32 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     fj = xp.where(inside, D - power(E), xp.where(ro <= 1.0, float("inf"), -float("inf")))
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end
     neg = fj <= 0.0
-    has = xp.any(neg, axis=-1)
-    j = xp.argmax(xp.astype(neg, xp.float64), axis=-1)
-    jj = xp.reshape(j, (B, 1))
-    ro_j = xp.reshape(_take_along(ro, jj, xp), (B,))
-    hi = xp.where(has & (ro_j < kr), xp.where(xp.isnan(ro_j), kr, ro_j), kr)
-    hi = xp.clip(hi, None, kr) if isinstance(kr, float) else xp.minimum(hi, kr)
+    has = xp.any(neg, axis=-1, keepdims=True)  # (B, 1), as every per-row value below
+    jj = xp.argmax(xp.astype(neg, xp.float64), axis=-1, keepdims=True)
+    ro_j = _take_along(ro, jj, xp)
+    hi = xp.where(has & (ro_j < kf), xp.where(xp.isnan(ro_j), kf, ro_j), kf)
+    hi = xp.clip(hi, None, kf) if isinstance(kf, float) else xp.minimum(hi, kf)
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
-    below = xp.where((ro < xp.reshape(hi, (B, 1))) & (ro > 1.0), ro, 1.0)
-    lo = xp.max(below, axis=-1)
+    lo = xp.max(xp.where((ro < hi) & (ro > 1.0), ro, 1.0), axis=-1, keepdims=True)
     # the split on (lo, hi): ratios <= lo below, >= hi above
-    nb = xp.reshape(xp.sum(xp.astype(ro <= xp.reshape(lo, (B, 1)), xp.int64), axis=-1), (B, 1))
+    nb = xp.sum(xp.astype(ro <= lo, xp.int64), axis=-1, keepdims=True)
     idx = xp.clip(nb - 1, 0, V - 1)
-    Pl = xp.where(nb[:, 0] > 0, xp.reshape(_take_along(S["Pcum"], idx, xp), (B,)), 0.0)
-    Ql = xp.where(nb[:, 0] > 0, xp.reshape(_take_along(S["Qcum"], idx, xp), (B,)), 0.0)
-    Ph = xp.clip(S["tot_p"] - Pl, 0.0, None)
-    Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
-
-    def F(rho):
-        return xp.clip(Qh - rho * Ph, 0.0, None) - power(xp.clip(Pl - Ql / rho, 0.0, None))
-
+    some = nb > 0
+    Pl = xp.where(some, _take_along(S["Pcum"], idx, xp), 0.0)
+    Ql = xp.where(some, _take_along(S["Qcum"], idx, xp), 0.0)
+    Ph = xp.clip(xp.reshape(S["tot_p"], (B, 1)) - Pl, 0.0, None)
+    Qh = xp.clip(xp.reshape(S["tot_q"], (B, 1)) - Ql, 0.0, None)
     k_hi = kr if isinstance(kr, float) else float(max(k[1]))
     if _has_bits(lo) and not _BISECT_ONLY:
         b = _first_false(lo, hi, Pl, Ql, Ph, Qh, power, k_hi, xp)
     else:
         b = _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi, xp)
-    f_lo = F(lo)
-    root = xp.where(f_lo <= 0.0, lo, xp.where(F(hi) >= 0.0, hi, b))
+    # f(lo) <= 0 and f(hi) >= 0, both ends at once: f = D - E^k <= 0 exactly when D <= E^k (a difference of floats
+    # has the sign of their order), D = (Qh - rho Ph)_+, E = (Pl - Ql / rho)_+
+    ends = xp.concat([lo, hi], axis=-1)
+    D = xp.clip(Qh - ends * Ph, 0.0, None)
+    Ek = power(xp.clip(Pl - Ql / ends, 0.0, None))
+    root = xp.reshape(xp.where((D <= Ek)[:, :1], lo, xp.where((D >= Ek)[:, 1:], hi, b)), (B,))
     rho = xp.where(f1 <= 0.0, 1.0, xp.where(fk > 0.0, kr, root))
     E_star = xp.sum(xp.clip(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), xp.reshape(E_star, shape)
@@ -274,19 +273,20 @@ def _go_up(rho, Pl, Ql, Ph, Qh, power, xp):
 
 
 def _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi: float, xp):
-    """The upper end ``b`` of the bisection of :func:`_go_up` on ``[lo, hi]`` (``(B,)`` each) after
+    """The upper end ``b`` of the bisection of :func:`_go_up` on ``[lo, hi]`` after
     :func:`_bisect_steps` steps (the state of :data:`_BISECT`): the reference of :func:`_first_false`, and its route
     for namespaces with no bit view of float64 arrays.
 
     ``[a, b]`` is held as one ``(2, B)`` array: ``mid = 0.5 * (a + b)`` is their mean (the sum rounded once, halved
     exactly), and one ``where`` moves ``a`` (row 0) up to ``mid`` where the test holds, ``b`` (row 1) down to it
-    elsewhere."""
+    elsewhere. Every argument ``(B, 1)``, as ``b``."""
+    lo, hi, Pl, Ql, Ph, Qh = (xp.reshape(x, (-1,)) for x in (lo, hi, Pl, Ql, Ph, Qh))
     ab = xp.stack([lo, hi], axis=0)
     other = _second_row(xp, _device(ab))  # row 1 moves where row 0 does not
     for _ in range(_bisect_steps(k_hi)):
         mid = xp.mean(ab, axis=0)
         ab = xp.where(_go_up(mid, Pl, Ql, Ph, Qh, power, xp) ^ other, mid, ab)
-    return ab[1]
+    return xp.reshape(ab[1], (-1, 1))
 
 
 #: Tests only: ``True`` makes :func:`_rho_star_rows` bisect (:func:`_bisect`) on every namespace.
@@ -348,8 +348,7 @@ ho` (each rounded operation is
     round a value's last bit otherwise by its place in the array, as it does between batches).
     """
     M = _grid_points(xp)
-    a, b = (xp.reshape(_float_bits(x, xp), (-1, 1)) for x in (lo, hi))
-    Pl, Ql, Ph, Qh = (xp.reshape(x, (-1, 1)) for x in (Pl, Ql, Ph, Qh))
+    a, b = _float_bits(lo, xp), _float_bits(hi, xp)
     dev = _device(a)
     col = xp.arange(M, dtype=xp.int64, device=dev)  # 0 .. M - 1: the candidates' columns
     for s in _grid_rounds(k_hi, M):
@@ -358,7 +357,7 @@ ho` (each rounded operation is
         j = xp.min(xp.where(g, M, col), axis=-1, keepdims=True)  # the first false column (M: none)
         a = a + j * s
         b = xp.minimum(a + s, b)
-    return xp.reshape(b.view(xp.float64), (-1,))
+    return b.view(xp.float64)
 
 
 def batched_kseq_rho_star(p, q, k: int, *, normalize: bool = False, validate: bool = True):
