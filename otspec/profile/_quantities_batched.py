@@ -374,7 +374,7 @@ class _Pack:
 
 
 class RhoStar:
-    r"""k-Seq's :math:`\rho^*` requests of a position, gathered and solved in one bisection.
+    r"""k-Seq's :math:`\rho^*` requests of a position, gathered and solved in one search.
 
     .. math::
 
