@@ -50,6 +50,10 @@ BOUND = {(False, 0): 300, (False, 1): 3490, (True, 0): 620, (True, 1): 4150}
 #: otspec.multidraft._batched._bisect_steps), the nodes of every depth (and of every prompt walked together) in one
 #: reach_parts pass, one sort of every rho* row's ratios, block verification's schemes in one pass, torch's own gathers.
 BOUND.update({(False, 0): 265, (False, 1): 1820})
+#: Then (measured 1,071 chains subsampled, 1,710.25 with trees; before 1,805.75 and 2,444.25, which fail these): k-Seq's
+#: rho* by 6 rounds of 511 candidates on the floats' bits instead of 60 bisection steps, the same end bit for bit
+#: (otspec.multidraft._batched._first_false), f at both ends of the bracket in one pass, the residual in 6 ops.
+BOUND.update({(False, 1): 1080, (True, 1): 1720})
 #: Host reads per position of the same walks, measured: 2 / 5 chains, 7 / 12 with trees (before 3 / 6 and 13 / 18):
 #: the path's target law read with the position's batched quantities, a depth's ranks and values of the tree
 #: families in one read, the deterministic families' target probabilities with the sampled trees' values. Then the

@@ -209,7 +209,7 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     """rho* (and E(rho*)) for every row of (..., V) float64 laws; see batched_kseq_rho_star.
 
     ``k``: the number of drafts, an int, or a pair ``(kf, ks)`` of one number of drafts per row (every one
-    ``>= 2``; :func:`_per_row_k`): one bisection for all of them, every row's values those of a call for its
+    ``>= 2``; :func:`_per_row_k`): one search (:func:`_first_false`) for all of them, every row's values those of a call for its
     ``k`` alone (the same per-row arithmetic; torch's vectorised ``pow`` may round the last bit differently where a
     row lands on another lane of its kernel, as it may between batches of one ``k``). ``sorted_``:
     :func:`_ratio_sorted` of the same laws, shared by several ``k`` (computed here when None).
@@ -234,42 +234,130 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     fj = xp.where(inside, D - power(E), xp.where(ro <= 1.0, float("inf"), -float("inf")))
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end
     neg = fj <= 0.0
-    has = xp.any(neg, axis=-1)
-    j = xp.argmax(xp.astype(neg, xp.float64), axis=-1)
-    jj = xp.reshape(j, (B, 1))
-    ro_j = xp.reshape(_take_along(ro, jj, xp), (B,))
-    hi = xp.where(has & (ro_j < kr), xp.where(xp.isnan(ro_j), kr, ro_j), kr)
-    hi = xp.clip(hi, None, kr) if isinstance(kr, float) else xp.minimum(hi, kr)
+    has = xp.any(neg, axis=-1, keepdims=True)  # (B, 1), as every per-row value below
+    jj = xp.argmax(xp.astype(neg, xp.float64), axis=-1, keepdims=True)
+    ro_j = _take_along(ro, jj, xp)
+    hi = xp.where(has & (ro_j < kf), xp.where(xp.isnan(ro_j), kf, ro_j), kf)
+    hi = xp.clip(hi, None, kf) if isinstance(kf, float) else xp.minimum(hi, kf)
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
-    below = xp.where((ro < xp.reshape(hi, (B, 1))) & (ro > 1.0), ro, 1.0)
-    lo = xp.max(below, axis=-1)
+    lo = xp.max(xp.where((ro < hi) & (ro > 1.0), ro, 1.0), axis=-1, keepdims=True)
     # the split on (lo, hi): ratios <= lo below, >= hi above
-    nb = xp.reshape(xp.sum(xp.astype(ro <= xp.reshape(lo, (B, 1)), xp.int64), axis=-1), (B, 1))
+    nb = xp.sum(xp.astype(ro <= lo, xp.int64), axis=-1, keepdims=True)
     idx = xp.clip(nb - 1, 0, V - 1)
-    Pl = xp.where(nb[:, 0] > 0, xp.reshape(_take_along(S["Pcum"], idx, xp), (B,)), 0.0)
-    Ql = xp.where(nb[:, 0] > 0, xp.reshape(_take_along(S["Qcum"], idx, xp), (B,)), 0.0)
-    Ph = xp.clip(S["tot_p"] - Pl, 0.0, None)
-    Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
-
-    def F(rho):
-        return xp.clip(Qh - rho * Ph, 0.0, None) - power(xp.clip(Pl - Ql / rho, 0.0, None))
-
-    # the bisection, [a, b] held as one (2, B) array: mid = 0.5 * (a + b) is their mean (the sum rounded once, halved
-    # exactly), F(mid) > 0 is D > E^k (a difference of floats is positive exactly when the first is larger; an
-    # unclipped negative D is no larger than E^k >= 0, as its clipped 0 is not), and one where moves a (row 0) up
-    # to mid where F(mid) > 0, b (row 1) down to it elsewhere; _bisect_steps of them leave it as _BISECT would
-    ab = xp.stack([lo, hi], axis=0)
-    other = _second_row(xp, _device(ab))  # row 1 moves where row 0 does not
-    for _ in range(_bisect_steps(kr if isinstance(kr, float) else max(k[1]))):
-        mid = xp.mean(ab, axis=0)
-        go_up = Qh - mid * Ph > power(xp.clip(Pl - Ql / mid, 0.0, None))
-        ab = xp.where(go_up ^ other, mid, ab)
-    b = ab[1]
-    f_lo = F(lo)
-    root = xp.where(f_lo <= 0.0, lo, xp.where(F(hi) >= 0.0, hi, b))
+    some = nb > 0
+    Pl = xp.where(some, _take_along(S["Pcum"], idx, xp), 0.0)
+    Ql = xp.where(some, _take_along(S["Qcum"], idx, xp), 0.0)
+    Ph = xp.clip(xp.reshape(S["tot_p"], (B, 1)) - Pl, 0.0, None)
+    Qh = xp.clip(xp.reshape(S["tot_q"], (B, 1)) - Ql, 0.0, None)
+    k_hi = kr if isinstance(kr, float) else float(max(k[1]))
+    if _has_bits(lo) and not _BISECT_ONLY:
+        b = _first_false(lo, hi, Pl, Ql, Ph, Qh, power, k_hi, xp)
+    else:
+        b = _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi, xp)
+    # f(lo) <= 0 and f(hi) >= 0, both ends at once: f = D - E^k <= 0 exactly when D <= E^k (a difference of floats
+    # has the sign of their order), D = (Qh - rho Ph)_+, E = (Pl - Ql / rho)_+
+    ends = xp.concat([lo, hi], axis=-1)
+    D = xp.clip(Qh - ends * Ph, 0.0, None)
+    Ek = power(xp.clip(Pl - Ql / ends, 0.0, None))
+    root = xp.reshape(xp.where((D <= Ek)[:, :1], lo, xp.where((D >= Ek)[:, 1:], hi, b)), (B,))
     rho = xp.where(f1 <= 0.0, 1.0, xp.where(fk > 0.0, kr, root))
     E_star = xp.sum(xp.clip(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), xp.reshape(E_star, shape)
+
+
+def _go_up(rho, Pl, Ql, Ph, Qh, power, xp):
+    r"""The bisection's test of :func:`_rho_star_rows` at ``rho`` (every row's split ``Pl, Ql, Ph, Qh`` broadcast against
+    it): :math:`f(\rho) > 0`, i.e. :math:`D > E^k` (a difference of floats is positive exactly when the first is
+    larger; an unclipped negative ``D`` is no larger than :math:`E^k \ge 0`, as its clipped 0 is not)."""
+    return Qh - rho * Ph > power(xp.clip(Pl - Ql / rho, 0.0, None))
+
+
+def _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi: float, xp):
+    """The upper end ``b`` of the bisection of :func:`_go_up` on ``[lo, hi]`` after
+    :func:`_bisect_steps` steps (the state of :data:`_BISECT`): the reference of :func:`_first_false`, and its route
+    for namespaces with no bit view of float64 arrays.
+
+    ``[a, b]`` is held as one ``(2, B)`` array: ``mid = 0.5 * (a + b)`` is their mean (the sum rounded once, halved
+    exactly), and one ``where`` moves ``a`` (row 0) up to ``mid`` where the test holds, ``b`` (row 1) down to it
+    elsewhere. Every argument ``(B, 1)``, as ``b``."""
+    lo, hi, Pl, Ql, Ph, Qh = (xp.reshape(x, (-1,)) for x in (lo, hi, Pl, Ql, Ph, Qh))
+    ab = xp.stack([lo, hi], axis=0)
+    other = _second_row(xp, _device(ab))  # row 1 moves where row 0 does not
+    for _ in range(_bisect_steps(k_hi)):
+        mid = xp.mean(ab, axis=0)
+        ab = xp.where(_go_up(mid, Pl, Ql, Ph, Qh, power, xp) ^ other, mid, ab)
+    return xp.reshape(ab[1], (-1, 1))
+
+
+#: Tests only: ``True`` makes :func:`_rho_star_rows` bisect (:func:`_bisect`) on every namespace.
+_BISECT_ONLY = False
+
+
+def _has_bits(x) -> bool:
+    """Whether :func:`_float_bits` views ``x``'s namespace (numpy and torch)."""
+    return isinstance(x, np.ndarray) or _is_torch(x)
+
+
+def _float_bits(x, xp):
+    """The bits of float64 ``x`` as int64 (a view, no copy; for positive floats their order is the ints' order)."""
+    return x.view(xp.int64)
+
+
+def _grid_points(xp) -> int:
+    """Candidates per row and round of :func:`_first_false`: more on a device (where an op costs its launch, whatever
+    its size) than on the host (where it costs its elements). Any number gives the same values."""
+    return 63 if xp.__name__.endswith("numpy") else 511
+
+
+def _grid_rounds(k_hi: float, M: int) -> list[int]:
+    """The spacing, in floats, of :func:`_first_false`'s candidates at each round on ``[lo, hi]``,
+    ``1 <= lo <= hi <= k_hi``: ``s = ceil(w / (M + 1))`` of the widest interval ``w`` (in floats) then left, until
+    ``w = 1``."""
+    w = int(np.float64(k_hi).view(np.int64)) - int(np.float64(1.0).view(np.int64))
+    out = []
+    while w > 1:
+        w = -(-w // (M + 1))
+        out.append(w)
+    return out
+
+
+def _first_false(lo, hi, Pl, Ql, Ph, Qh, power, k_hi: float, xp):
+    r""":func:`_bisect`'s ``b``, bit for bit, in a few rounds of many candidates instead of one per step.
+
+    On a row where the test :math:`g` (:func:`_go_up`) holds at ``lo`` and not at ``hi`` (the only rows whose ``b``
+    :func:`_rho_star_rows` keeps), the bisection ends with ``[a, b]`` two adjacent floats with :math:`g(a)` true and
+    :math:`g(b)` false (it keeps :math:`g` true at ``a`` and false at ``b``, and ends adjacent:
+    :func:`_bisect_steps`). :math:`g(
+ho)` is :math:`D(
+ho) > E(
+ho)^k` in floats, :math:`D = Q_h - 
+ho P_h`
+    non-increasing and :math:`E = (P_l - Q_l/
+ho)_+` non-decreasing in :math:`
+ho` (each rounded operation is
+    monotone), and :math:`x \mapsto x^k` non-decreasing on floats (a product for ``k <= 3``; for larger ``k`` a
+    power within one ulp, while adjacent floats' ``k``-th powers lie at least ``k - 1`` ulps apart): so :math:`g` is
+    true, then false, along the floats of ``[lo, hi]``, and ``b`` is the first float there where it is false,
+    whatever route finds it.
+
+    Here the floats of ``[lo, hi]`` are their int64 bit patterns (for positive floats, in the same order), and each
+    round tests :math:`M` candidates per row, ``a + s, a + 2s, ..., a + Ms`` (``s`` of :func:`_grid_rounds`), at
+    once: ``a`` moves to the last candidate before the first one false, ``b`` to the candidate after it (or stays),
+    so ``b - a <= s`` after the round, and after the last round ``b - a = 1``. The test is the bisection's, value
+    for value (the same operations on each row's floats; torch's vectorised ``pow`` on the CPU, for ``k > 3``, may
+    round a value's last bit otherwise by its place in the array, as it does between batches).
+    """
+    M = _grid_points(xp)
+    a, b = _float_bits(lo, xp), _float_bits(hi, xp)
+    dev = _device(a)
+    col = xp.arange(M, dtype=xp.int64, device=dev)  # 0 .. M - 1: the candidates' columns
+    for s in _grid_rounds(k_hi, M):
+        c = a + xp.arange(s, s * (M + 1), s, dtype=xp.int64, device=dev)  # (B, M): a + s .. a + M s
+        g = _go_up(c.view(xp.float64), Pl, Ql, Ph, Qh, power, xp)
+        j = xp.min(xp.where(g, M, col), axis=-1, keepdims=True)  # the first false column (M: none)
+        a = a + j * s
+        b = xp.minimum(a + s, b)
+    return b.view(xp.float64)
 
 
 def batched_kseq_rho_star(p, q, k: int, *, normalize: bool = False, validate: bool = True):
@@ -285,9 +373,10 @@ def batched_kseq_rho_star(p, q, k: int, *, normalize: bool = False, validate: bo
     non-increasing, SpecTr Lemma 4) at every breakpoint inside
     :math:`(1, k)` by prefix and suffix sums; the first breakpoint with
     :math:`f \le 0` brackets the root, where the split into low and high
-    tokens is fixed, and bisection steps on all rows at once close it to
-    the float spacing (80, or fewer where fewer give the same bits: 58 for ``k <= 2``,
-    60 for ``k <= 4``).
+    tokens is fixed, and the root is closed to the float spacing on all rows at
+    once: the end of an 80-step bisection, bit for bit, found by a few rounds of
+    many candidates on the floats' bits (6 rounds of 511 per row on torch
+    for ``k <= 4``, 9 of 63 on numpy).
 
     Parameters
     ----------

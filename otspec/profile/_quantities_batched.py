@@ -69,8 +69,7 @@ def _residual(P, T, xp):
     r"""Row by row :math:`(T - P)_+ / \sum (T - P)_+`, or ``T`` where that has no mass (the host's ``residual``)."""
     r = xp.clip(T - P, 0.0, None)
     s = xp.sum(r, axis=-1, keepdims=True)
-    some = s > 0.0
-    return xp.where(some, r / xp.where(some, s, 1.0), T)
+    return xp.where(s > 0.0, r / s, T)  # 0 / 0 (NaN, under the callers' errstate) only where T is taken
 
 
 def top_ids(P, K: int, xp):
@@ -375,7 +374,7 @@ class _Pack:
 
 
 class RhoStar:
-    r"""k-Seq's :math:`\rho^*` requests of a position, gathered and solved in one bisection.
+    r"""k-Seq's :math:`\rho^*` requests of a position, gathered and solved in one search.
 
     .. math::
 
