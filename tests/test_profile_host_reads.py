@@ -8,6 +8,8 @@ tensors, here on the CPU: :func:`otspec.profile._collect.analysis_device` patche
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -292,3 +294,67 @@ def test_sample_rows_of_a_tensor_draw_the_numpy_route_s_ids_from_the_same_stream
         assert torch.is_tensor(got) and got.dtype == torch.long and not mode.reads
         np.testing.assert_array_equal(got.numpy(), sample_rows(Pn, g1))
     assert g1.random() == g2.random()
+
+
+@pytest.mark.parametrize("renewal", [("token", "block-onestep"), ("token", "block-onestep", "kseq")])
+def test_the_renewal_tables_along_the_text_read_the_host_once_per_walk(monkeypatch, renewal):
+    # every value along the text computed on the device (the text tokens' draft probabilities, the static top-k
+    # families' ranks, the i.i.d. families' levels, the whole laws for a scheme reading every token) and the
+    # teacher-forced draft pass's bad-logits check: one read per walk (before: the pass's check, then one read per
+    # scheme's text probabilities, per top-k family's ranks, per i.i.d. family's levels and text probabilities: 7 with
+    # two top-k families and one i.i.d. family, 3 for the schemes alone)
+    import otspec.profile._collect as C
+    from otspec.profile._renewal_hook import emission_rows
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=40), tiny_llama(2, vocab=40)
+    trees = ["topk:branching(2,2)", "topk:branching(3,1)", "iid:branching(2,2):specinfer"]
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=4, verifiers=["token"], families=["token", "kseq"],
+                        renewal=list(renewal), trees=trees).for_vocabulary(40)
+    seen = []
+
+    def hook(*a, **kw):
+        with HostReads() as mode:
+            emission_rows(*a, **kw)
+        seen.append(len(mode.reads))
+
+    rows = C.profile_prompt(draft, target, [3, 7, 1], None, s, 0, renewal=hook)
+    names = {n for k, n in zip(rows["kind"], rows["name"]) if k == "e"}
+    assert set(renewal) <= names and len(names) >= len(renewal) + 3, names
+    assert seen == [1], seen
+
+
+def test_bad_logits_along_the_text_raise_the_checked_error(monkeypatch):
+    # the teacher-forced draft pass's check rides in the hook's one read: a NaN there raises the error the pass
+    # checked at once raises (the processed law's), before any row of the hook is written
+    import otspec.profile._collect as C
+    import otspec.profile._renewal_hook as H
+    from otspec.decoding._sampling import NO_LAW
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=40), tiny_llama(2, vocab=40)
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, verifiers=["token"], families=["token"],
+                        trees=["topk:branching(2,2)"]).for_vocabulary(40)
+    real = draft.logits
+
+    def bad(state, ids):
+        out = real(state, ids)
+        if ids.shape[1] > 3:  # the teacher-forced pass over the prompt and the text (the walk feeds fewer tokens)
+            out = out.clone()
+            out[0, -2, 5] = float("nan")
+        return out
+
+    monkeypatch.setattr(draft, "logits", bad)
+    n = []
+    real_rows = H.emission_rows
+
+    def hook(rows, *a, **kw):
+        n.append(len(rows.cols["value"]))
+        try:
+            real_rows(rows, *a, **kw)
+        finally:
+            n.append(len(rows.cols["value"]))
+
+    with pytest.raises(ValueError, match=re.escape(NO_LAW)):
+        C.profile_prompt(draft, target, [3, 7, 1], None, s, 0, renewal=hook)
+    assert len(n) == 2 and n[0] == n[1], n
