@@ -118,8 +118,11 @@ def test_the_per_node_builds_read_the_support_only(monkeypatch, family):
 #: of every row of a depth ranked at once, added). Then the drafts and the draft calls' checks read with the position's
 #: batched quantities: topk 3, eagle2 3, iid 2, wor 2 (the same entries). Then the trees drafted before that read and
 #: their depths' ranks and values read in it (expanded and scored after it): topk 2, eagle2 2 (the same entries).
-TREE_BOUND = {"topk:branching(4,2)": (2, 479), "eagle2:4,4,16": (2, 620), "iid:branching(4,2):specinfer": (2, 469),
-              "wor:branching(4,2):sequoia": (2, 474)}
+#: Then each position's tree values (scored and verified after the position's read) read with the next position's
+#: read, the last position's at the walk's end: n + 1 reads per walk of n positions, 1.25 per position at n = 4
+#: (before: 2 n), every family (the same entries).
+TREE_BOUND = {"topk:branching(4,2)": (1.25, 479), "eagle2:4,4,16": (1.25, 620),
+              "iid:branching(4,2):specinfer": (1.25, 469), "wor:branching(4,2):sequoia": (1.25, 474)}
 
 
 @pytest.mark.parametrize("tree", list(TREE_BOUND))
@@ -358,3 +361,48 @@ def test_bad_logits_along_the_text_raise_the_checked_error(monkeypatch):
     with pytest.raises(ValueError, match=re.escape(NO_LAW)):
         C.profile_prompt(draft, target, [3, 7, 1], None, s, 0, renewal=hook)
     assert len(n) == 2 and n[0] == n[1], n
+
+
+@pytest.mark.parametrize("tree", ["topk:branching(2,2)", "iid:branching(2,2):specinfer"])
+@pytest.mark.parametrize("bucket", [False, True])
+def test_a_bad_tree_law_read_with_the_next_position_raises_before_its_tree_rows(monkeypatch, tree, bucket):
+    # the trees' values of position 1 ride in position 2's read: a NaN in position 1's tree scoring call raises the
+    # checked route's error there, before position 1's tree rows and position 2's rows are written (the same rows as
+    # when the trees were read at their own position); a walk without the NaN writes every position's rows, in order
+    import otspec.profile._collect as C
+    from otspec.decoding._sampling import NO_LAW
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    chain, trees = [], []
+    real_rows, real_tree = C.position_rows, C.record_position
+    monkeypatch.setattr(C, "position_rows", lambda rows, t, *a, **kw: (chain.append(t), real_rows(rows, t, *a, **kw))[1])
+    monkeypatch.setattr(C, "record_position", lambda r, pos, *a, **kw: (trees.append(pos), real_tree(r, pos, *a, **kw))[1])
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=4, subsample=0, verifiers=["token"], families=["token"],
+                        trees=[tree]).for_vocabulary(40)  # no bound: one tree scoring call per position
+    prompts = [[3, 7, 1], [5, 2, 9]] if bucket else [[3, 7, 1]]
+    B = len(prompts)
+
+    def walk(draft, target):
+        if bucket:
+            return C.profile_bucket(draft, target, prompts, [None] * B, s, list(range(B)))
+        return [C.profile_prompt(draft, target, prompts[0], None, s, 0)]
+
+    walk(tiny_llama(1, vocab=40), tiny_llama(2, vocab=40))
+    assert chain == [t for t in range(4) for _ in range(B)] and trees == chain, (chain, trees)
+    chain.clear()
+    trees.clear()
+    target = tiny_llama(2, vocab=40)
+    real, calls = target.tree_logits, []
+
+    def bad(*a, **kw):
+        out = real(*a, **kw)
+        calls.append(1)
+        if len(calls) == 2:  # position 1's scoring call
+            out = out.clone()
+            out[..., 0, -1] = float("nan")
+        return out
+
+    monkeypatch.setattr(target, "tree_logits", bad)
+    with pytest.raises(ValueError, match=re.escape(NO_LAW)):
+        walk(tiny_llama(1, vocab=40), target)
+    assert chain == [t for t in range(2) for _ in range(B)] and trees == [0] * B, (chain, trees)

@@ -66,7 +66,7 @@ from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
 from . import _trees_device
-from ._quantities import text_probs, to_host, tokens_like
+from ._quantities import read_parts, text_probs, to_host, tokens_like
 from ._quantities_batched import _Pack
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
@@ -78,7 +78,7 @@ __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_F
            "tree_emission_along", "iid_emission_along", "static_along_names",
            "along_text_route", "tree_values_per_text_position",
            "LawBuffers", "compact_tree", "kept_tree_bytes", "ranks_by_raw_law", "draft_trees", "score_trees",
-           "DraftedTrees"]
+           "DraftedTrees", "ScoredTrees"]
 
 #: The draft processes a tree family may use.
 TREE_PROCESSES = ("topk", "eagle2", "iid", "wor")
@@ -948,11 +948,22 @@ def draft_trees(draft, ds, n_ctx: int, p_root, plan: TreePlan, sampling, rngs, r
     return DraftedTrees(jobs, held, root, depths, B, V, on_device)
 
 
+class ScoredTrees:
+    """The trees of one position scored and verified on the device by :func:`score_trees` (``defer=True``), their
+    values not yet read: :attr:`parts` (``(array, store)`` pairs of :func:`otspec.profile._quantities.read_parts`)
+    to read, alone or with other values of the walk (one host read), after which :attr:`out` holds the result of
+    :func:`score_trees` (the stores raise the checked route's error for a law from bad logits)."""
+
+    def __init__(self, out: list, parts: list):
+        self.out, self.parts = out, parts
+
+
 def score_trees(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root: np.ndarray, plan: TreePlan,
-                sampling) -> list[dict]:
+                sampling, *, defer: bool = False):
     """The scoring half of :func:`draw_and_score`: the trees ``drafted`` expanded on the host
     (:meth:`DraftedTrees.expand`), scored by the target after the contexts its state holds and verified; the same
-    parameters and result."""
+    parameters and result. With ``defer``, a :class:`ScoredTrees` whose values are read by the caller (on the device
+    route the target calls are made here; the values' one read is the caller's)."""
     drafted.expand(sampling)
     jobs, held, B, on_device = drafted.jobs, drafted.held, drafted.B, drafted.on_device
     out = [dict() for _ in range(B)]
@@ -973,13 +984,23 @@ def score_trees(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root: np.
             gathered.append(got)
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
+    parts = []
     if held is not None:  # the gathered probabilities read with the sampled trees' values: one read
-        for (b, j), (tree, inner, p, q, reach) in held.finish(plan, padded_tree_logits, target, ts, last, n_ctx,
-                                                              q_root, sampling, also=_children_values(gathered)).items():
-            out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
-        _read_children(gathered, sampling, held.also_host)
-    else:
-        _read_children(gathered, sampling)
+        values, done = held.finish_parts(plan, padded_tree_logits, target, ts, last, n_ctx, q_root, sampling,
+                                         also=_children_values(gathered))
+
+        def store(host) -> None:
+            for (b, j), (tree, inner, p, q, reach) in done(host).items():
+                out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
+            _read_children(gathered, sampling, held.also_host)
+
+        parts.append((values, store))
+    elif gathered:
+        parts.append((_children_values(gathered), lambda host: _read_children(gathered, sampling, host)))
+    later = ScoredTrees(out, parts)
+    if defer:
+        return later
+    read_parts(parts)
     return out
 
 
