@@ -8,6 +8,8 @@ tensors, here on the CPU: :func:`otspec.profile._collect.analysis_device` patche
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -116,8 +118,11 @@ def test_the_per_node_builds_read_the_support_only(monkeypatch, family):
 #: of every row of a depth ranked at once, added). Then the drafts and the draft calls' checks read with the position's
 #: batched quantities: topk 3, eagle2 3, iid 2, wor 2 (the same entries). Then the trees drafted before that read and
 #: their depths' ranks and values read in it (expanded and scored after it): topk 2, eagle2 2 (the same entries).
-TREE_BOUND = {"topk:branching(4,2)": (2, 479), "eagle2:4,4,16": (2, 620), "iid:branching(4,2):specinfer": (2, 469),
-              "wor:branching(4,2):sequoia": (2, 474)}
+#: Then each position's tree values (scored and verified after the position's read) read with the next position's
+#: read, the last position's at the walk's end: n + 1 reads per walk of n positions, 1.25 per position at n = 4
+#: (before: 2 n), every family (the same entries).
+TREE_BOUND = {"topk:branching(4,2)": (1.25, 479), "eagle2:4,4,16": (1.25, 620),
+              "iid:branching(4,2):specinfer": (1.25, 469), "wor:branching(4,2):sequoia": (1.25, 474)}
 
 
 @pytest.mark.parametrize("tree", list(TREE_BOUND))
@@ -292,3 +297,112 @@ def test_sample_rows_of_a_tensor_draw_the_numpy_route_s_ids_from_the_same_stream
         assert torch.is_tensor(got) and got.dtype == torch.long and not mode.reads
         np.testing.assert_array_equal(got.numpy(), sample_rows(Pn, g1))
     assert g1.random() == g2.random()
+
+
+@pytest.mark.parametrize("renewal", [("token", "block-onestep"), ("token", "block-onestep", "kseq")])
+def test_the_renewal_tables_along_the_text_read_the_host_once_per_walk(monkeypatch, renewal):
+    # every value along the text computed on the device (the text tokens' draft probabilities, the static top-k
+    # families' ranks, the i.i.d. families' levels, the whole laws for a scheme reading every token) and the
+    # teacher-forced draft pass's bad-logits check: one read per walk (before: the pass's check, then one read per
+    # scheme's text probabilities, per top-k family's ranks, per i.i.d. family's levels and text probabilities: 7 with
+    # two top-k families and one i.i.d. family, 3 for the schemes alone)
+    import otspec.profile._collect as C
+    from otspec.profile._renewal_hook import emission_rows
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=40), tiny_llama(2, vocab=40)
+    trees = ["topk:branching(2,2)", "topk:branching(3,1)", "iid:branching(2,2):specinfer"]
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=4, verifiers=["token"], families=["token", "kseq"],
+                        renewal=list(renewal), trees=trees).for_vocabulary(40)
+    seen = []
+
+    def hook(*a, **kw):
+        with HostReads() as mode:
+            emission_rows(*a, **kw)
+        seen.append(len(mode.reads))
+
+    rows = C.profile_prompt(draft, target, [3, 7, 1], None, s, 0, renewal=hook)
+    names = {n for k, n in zip(rows["kind"], rows["name"]) if k == "e"}
+    assert set(renewal) <= names and len(names) >= len(renewal) + 3, names
+    assert seen == [1], seen
+
+
+def test_bad_logits_along_the_text_raise_the_checked_error(monkeypatch):
+    # the teacher-forced draft pass's check rides in the hook's one read: a NaN there raises the error the pass
+    # checked at once raises (the processed law's), before any row of the hook is written
+    import otspec.profile._collect as C
+    import otspec.profile._renewal_hook as H
+    from otspec.decoding._sampling import NO_LAW
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=40), tiny_llama(2, vocab=40)
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=3, verifiers=["token"], families=["token"],
+                        trees=["topk:branching(2,2)"]).for_vocabulary(40)
+    real = draft.logits
+
+    def bad(state, ids):
+        out = real(state, ids)
+        if ids.shape[1] > 3:  # the teacher-forced pass over the prompt and the text (the walk feeds fewer tokens)
+            out = out.clone()
+            out[0, -2, 5] = float("nan")
+        return out
+
+    monkeypatch.setattr(draft, "logits", bad)
+    n = []
+    real_rows = H.emission_rows
+
+    def hook(rows, *a, **kw):
+        n.append(len(rows.cols["value"]))
+        try:
+            real_rows(rows, *a, **kw)
+        finally:
+            n.append(len(rows.cols["value"]))
+
+    with pytest.raises(ValueError, match=re.escape(NO_LAW)):
+        C.profile_prompt(draft, target, [3, 7, 1], None, s, 0, renewal=hook)
+    assert len(n) == 2 and n[0] == n[1], n
+
+
+@pytest.mark.parametrize("tree", ["topk:branching(2,2)", "iid:branching(2,2):specinfer"])
+@pytest.mark.parametrize("bucket", [False, True])
+def test_a_bad_tree_law_read_with_the_next_position_raises_before_its_tree_rows(monkeypatch, tree, bucket):
+    # the trees' values of position 1 ride in position 2's read: a NaN in position 1's tree scoring call raises the
+    # checked route's error there, before position 1's tree rows and position 2's rows are written (the same rows as
+    # when the trees were read at their own position); a walk without the NaN writes every position's rows, in order
+    import otspec.profile._collect as C
+    from otspec.decoding._sampling import NO_LAW
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    chain, trees = [], []
+    real_rows, real_tree = C.position_rows, C.record_position
+    monkeypatch.setattr(C, "position_rows", lambda rows, t, *a, **kw: (chain.append(t), real_rows(rows, t, *a, **kw))[1])
+    monkeypatch.setattr(C, "record_position", lambda r, pos, *a, **kw: (trees.append(pos), real_tree(r, pos, *a, **kw))[1])
+    s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=4, subsample=0, verifiers=["token"], families=["token"],
+                        trees=[tree]).for_vocabulary(40)  # no bound: one tree scoring call per position
+    prompts = [[3, 7, 1], [5, 2, 9]] if bucket else [[3, 7, 1]]
+    B = len(prompts)
+
+    def walk(draft, target):
+        if bucket:
+            return C.profile_bucket(draft, target, prompts, [None] * B, s, list(range(B)))
+        return [C.profile_prompt(draft, target, prompts[0], None, s, 0)]
+
+    walk(tiny_llama(1, vocab=40), tiny_llama(2, vocab=40))
+    assert chain == [t for t in range(4) for _ in range(B)] and trees == chain, (chain, trees)
+    chain.clear()
+    trees.clear()
+    target = tiny_llama(2, vocab=40)
+    real, calls = target.tree_logits, []
+
+    def bad(*a, **kw):
+        out = real(*a, **kw)
+        calls.append(1)
+        if len(calls) == 2:  # position 1's scoring call
+            out = out.clone()
+            out[..., 0, -1] = float("nan")
+        return out
+
+    monkeypatch.setattr(target, "tree_logits", bad)
+    with pytest.raises(ValueError, match=re.escape(NO_LAW)):
+        walk(tiny_llama(1, vocab=40), target)
+    assert chain == [t for t in range(2) for _ in range(B)] and trees == [0] * B, (chain, trees)

@@ -29,7 +29,7 @@ from .._timing import Stopwatch, timed_rounds
 from ..decoding._models import supports_padding
 from ..decoding._sampling import bad_rows, on_device, sample_rows
 from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, walk_tokens
-from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched, to_host
+from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched, read_parts, to_host
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
 from ._tree_bound import bound_route_on_device, position_bounds, record_bounds
@@ -49,7 +49,8 @@ from ._trees import (
 
 __all__ = ["analysis_device", "batch_builds", "check_device_memory", "device_law_bytes",
            "prompt_rng", "profile_prompt", "profile_bucket", "path_length", "position_rows", "is_subsampled",
-           "cost_rows", "cost_shapes", "tree_drafts", "tree_rows", "COLUMNS", "COST_REPEATS", "COST_WARMUP", "TIMING_KINDS"]
+           "cost_rows", "cost_shapes", "tree_drafts", "tree_rows", "TreesLater", "COLUMNS", "COST_REPEATS", "COST_WARMUP",
+           "TIMING_KINDS"]
 
 #: Columns of a profile table (one row per value): prompt index, path position, what, which scheme,
 #: number of drafts, depth or draft length, index inside an emission table, the value.
@@ -573,7 +574,7 @@ def tree_drafts(draft, ds, target, n_ctx: int, p_root, settings, rngs, r_root=No
 
 
 def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs,
-              drawn=None, buffers=None, r_root=None, drafted=None) -> None:
+              drawn=None, buffers=None, r_root=None, drafted=None, *, defer: bool = False):
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
     recorded, and at the subsampled positions the bound on every lossless verifier of the sampled families
@@ -584,27 +585,67 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     ``buffers`` (:class:`otspec.profile._trees.LawBuffers`) holds the sampled trees' node laws from one position
     to the next. On an accelerator (:func:`analysis_device`) the deterministic trees are ranked and read where the
     laws are (``draw_and_score(..., on_device=True)``); ``drafted``: the trees drafted already by
-    :func:`tree_drafts` (then scored here)."""
+    :func:`tree_drafts` (then scored here).
+
+    With ``defer`` (the device route), at a position with no bound to run (none of its prompts subsampled, or no
+    ``bounds_trees``) the trees are scored and verified but their values not read: a :class:`TreesLater` is
+    returned, whose parts the walk reads with the next position's values (or at the walk's end) before it writes
+    the rows (:meth:`TreesLater.finish`): one host read fewer per position, the rows the same and in the same order
+    (the next position's rows come after). Otherwise (or at a position with the bound, which needs the trees and the
+    models' states there) the values are read here and the rows written; None is returned."""
     plan = getattr(settings, "tree_plan", None)
     # p_root (and r_root) as they are: a tensor on the models' device is expanded there (np.asarray of it would
     # fail on a GPU)
     if drafted is None:
         drafted = draft_trees(draft, ds, n_ctx, p_root, plan, settings.sampling, rngs, r_root,
                               on_device=analysis_device(target) is not None, device=getattr(target, "device", "cpu"))
-    got = score_trees(drafted, target, ts, last, n_ctx, np.asarray(q_root), plan, settings.sampling)
+    scored = score_trees(drafted, target, ts, last, n_ctx, np.asarray(q_root), plan, settings.sampling, defer=True)
     V = int(np.shape(p_root)[-1])
-    for r, scored in zip(rows, got):
-        record_position(r, pos, plan, position_values(plan, scored, V, buffers))
-    if getattr(settings, "bounds_trees", False):  # the bound on every lossless verifier, at the subsampled positions
-        which = [is_subsampled(pos, r.prompt, settings) for r in rows]
-        # the laws where they are when the bound runs on the device route (its torch route), else on the host
-        p_b = p_root if analysis_device(target) is not None and bound_route_on_device() else to_host(p_root)
-        record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, p_b, np.asarray(q_root),
-                                                       plan, settings.sampling, got, which, settings.bound_budget))
-    if drawn is not None:
-        labels = [f.label for f in along_text_families(plan)]
-        for keep, scored in zip(drawn, got):
-            keep[pos] = {label: compact_tree(scored[label].tree) for label in labels}
+    which = [is_subsampled(pos, r.prompt, settings) for r in rows]
+    bound = getattr(settings, "bounds_trees", False) and any(which)
+
+    def record() -> None:
+        got = scored.out
+        for r, one in zip(rows, got):
+            record_position(r, pos, plan, position_values(plan, one, V, buffers))
+        if bound:  # the bound on every lossless verifier, at the subsampled positions
+            # the laws where they are when the bound runs on the device route (its torch route), else on the host
+            p_b = p_root if analysis_device(target) is not None and bound_route_on_device() else to_host(p_root)
+            record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, p_b,
+                                                           np.asarray(q_root), plan, settings.sampling, got, which,
+                                                           settings.bound_budget))
+        if drawn is not None:
+            labels = [f.label for f in along_text_families(plan)]
+            for keep, one in zip(drawn, got):
+                keep[pos] = {label: compact_tree(one[label].tree) for label in labels}
+
+    later = TreesLater(scored.parts, record)
+    if defer and not bound and scored.parts:
+        return later
+    later.finish()
+    return None
+
+
+class TreesLater:
+    """One position's tree values left on the device by :func:`tree_rows` (``defer``): :attr:`parts` to read
+    (:func:`otspec.profile._quantities.read_parts`; their stores raise the checked route's error for a tree law from
+    bad logits), then :meth:`finish` writes the position's tree rows."""
+
+    def __init__(self, parts: list, record):
+        self.parts, self.record = parts, record
+
+    def finish(self, *, read: bool = True) -> None:
+        """Write the rows (the parts read first here, unless ``read=False``: read already with other values)."""
+        if read:
+            read_parts(self.parts)
+        self.record()
+
+
+def _flush(later) -> None:
+    """The trees of a position left unread (a :class:`TreesLater`, or None): read alone and written (the walk's
+    end)."""
+    if later is not None:
+        later.finish()
 
 
 def _keeps_trees(settings, renewal) -> bool:
@@ -644,6 +685,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
     drawn = [{}] if _keeps_trees(settings, renewal) else None
     buffers = LawBuffers()
     own = ranks_by_raw_law(getattr(settings, "tree_plan", None), sampling)
+    later = None  # the trees of the last profiled position, left unread (read with this position's values)
     for t in range(T):
         if t % settings.stride == 0:
             on = dev is not None  # the draft's laws and tokens stay on its device, read once (X) per position
@@ -670,17 +712,22 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             Pd = _to_device(P, dev)
             # the trees drafted before the read: their ranks and values come with the position's values
             trees = tree_drafts(draft, ds, target, len(ctx), p1, settings, [trng], r1) if on and trng is not None else None
-            if on:  # the path's law, the calls' flags (the drafts, the trees) read with the position's values
+            if on:  # the path's law, the calls' flags (the drafts, the trees) read with the position's values, after
+                # the last position's trees (their values first: an earlier position's error first)
                 also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
-                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], also)
+                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None],
+                                  [*(later.parts if later else ()), *also])
                 q_t = got_q["values"]
+                if later is not None:  # the last position's tree rows, before this position's
+                    later.finish(read=False)
+                    later = None
             else:
                 q_t = checks.read(Q[0, 0], sampling).copy()  # not a view: the path's laws must not hold every Q
                 bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None])
             position_rows(rows, t, X, Pd, Q, settings, costly=sub, builds=bl[0] if bl else None)
             if trng is not None:
-                tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings, [trng],
-                          drawn, buffers, r1, drafted=trees)
+                later = tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings,
+                                  [trng], drawn, buffers, r1, drafted=trees, defer=on)
             if bar is not None:
                 bar.update(1)
         else:
@@ -691,6 +738,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             q_path.append(q_t)
             y_path.append(y)
         ctx.append(y)
+    _flush(later)
     if renewal is not None and T > 0:
         renewal(rows, draft, prompt, np.array(y_path, dtype=np.int64), np.array(q_path), settings, timer,
                 trees=drawn[0] if drawn else None, device=dev)
@@ -798,6 +846,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
     buffers = LawBuffers()
     own = ranks_by_raw_law(getattr(settings, "tree_plan", None), sampling)
     kept = np.arange(B) * (k if L > 1 else 1)  # row of each prompt's first draft in the draft state
+    later = None  # the trees of the last profiled position, left unread (read with this position's values)
     for t in range(T):
         n = ctx.shape[1]
         if t % settings.stride == 0:
@@ -829,18 +878,22 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             Pa = _to_device(P, dev)
             # the trees drafted before the read: their ranks and values come with the position's values
             trees = tree_drafts(draft, ds, target, n, p1, settings, trngs, r1) if on and trngs is not None else None
-            if on:  # the paths' laws, the calls' flags (the drafts, the trees) read with the position's values
+            if on:  # the paths' laws, the calls' flags (the drafts, the trees) read with the position's values, after
+                # the last position's trees (their values first: an earlier position's error first)
                 also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
-                bl = batch_builds(X, Pa, Q, settings, sub, Xd, also)
+                bl = batch_builds(X, Pa, Q, settings, sub, Xd, [*(later.parts if later else ()), *also])
                 q_t = got_q["values"]
+                if later is not None:  # the last position's tree rows, before this position's
+                    later.finish(read=False)
+                    later = None
             else:
                 q_t = checks.read(Q[:, 0, 0], sampling).copy()
                 bl = batch_builds(X, Pa, Q, settings, sub, Xd) or [None] * B
             for b in range(B):
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=sub[b], builds=bl[b])
             if trngs is not None:
-                tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn, buffers,
-                          r1, drafted=trees)
+                later = tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn,
+                                  buffers, r1, drafted=trees, defer=on)
             if bar is not None:
                 bar.update(B)
         else:
@@ -854,6 +907,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             q_path.append(q_t)
             y_path.append(y)
         ctx = np.concatenate([ctx, y[:, None]], axis=1)
+    _flush(later)
     out = []
     for b in range(B):
         if renewal is not None and T > 0:

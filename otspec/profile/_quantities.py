@@ -54,7 +54,8 @@ from ._quantities_batched import (
 )
 
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
-           "block_path_laws_stack", "to_host", "text_probs", "tokens_like", "prefill_batched", "acc_part", "reach_part",
+           "block_path_laws_stack", "to_host", "text_probs", "text_probs_where", "tokens_like",
+           "prefill_batched", "acc_part", "reach_part",
            "read_parts", "support_to_host"]
 
 
@@ -82,14 +83,20 @@ def tokens_like(laws, y) -> object:
 
 def text_probs(laws, y) -> np.ndarray:
     """``laws[..., t, y[..., t]]``: each row's law at its token, gathered in the laws' namespace (on their device),
-    the ``(..., T)`` float64 values in host memory."""
+    the ``(..., T)`` float64 values in host memory (:func:`text_probs_where`, read)."""
+    return to_host(text_probs_where(laws, y))
+
+
+def text_probs_where(laws, y):
+    """:func:`text_probs` left unread: the ``(..., T)`` values in the laws' namespace, on their device (numpy for
+    host laws)."""
     if not hasattr(laws, "shape"):
         laws = np.asarray(laws, dtype=np.float64)
     if array_api_compat.is_torch_array(laws):  # torch's own gather, without the array-API wrapper's index arithmetic
         import torch
 
-        return to_host(torch.gather(laws, -1, tokens_like(laws, y))[..., 0])
-    return to_host(namespace(laws).take_along_axis(laws, tokens_like(laws, y), axis=-1)[..., 0])
+        return torch.gather(laws, -1, tokens_like(laws, y))[..., 0]
+    return namespace(laws).take_along_axis(laws, tokens_like(laws, y), axis=-1)[..., 0]
 
 
 def _compress(p: np.ndarray, q: np.ndarray):

@@ -447,7 +447,7 @@ def _emission(scheme, P, Q, Y, k, L, method, n_draws, rng, max_enum):
     return _chain(W, _at(Q, Y), k, L)
 
 
-def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks, Ls) -> dict:
+def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks, Ls, *, py=None) -> dict:
     r""":func:`emission_probs_along` for every ``k`` in ``ks`` and ``L`` in ``Ls``, the step laws computed once.
 
     .. math::
@@ -465,7 +465,8 @@ def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks
     values equal :func:`emission_probs_along`'s bit for bit. The laws may be
     torch tensors (on an accelerator): the token-only schemes gather the text
     tokens' probabilities where the laws are (only ``(..., T)`` values reach
-    the host), the others read a host copy.
+    the host; ``py``, the text tokens' draft probabilities when the caller read them already with other values:
+    no read here), the others read a host copy.
 
     Returns
     -------
@@ -492,7 +493,8 @@ def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks
         _scheme(scheme, k, "closed")
     if not (isinstance(P, np.ndarray) and isinstance(Q, np.ndarray)) and scheme not in ("token", "block-onestep"):
         P, Q = to_host(P), to_host(Q)  # the other schemes' step laws read every token: on the host
-    py, qy = text_probs(P, Y), text_probs(Q, Y)  # where the laws are: only (..., T) values reach the host
+    # where the laws are: only (..., T) values reach the host
+    py, qy = (text_probs(P, Y) if py is None else np.asarray(py)), text_probs(Q, Y)
     if scheme == "block-onestep":
         return {(k, L): _onestep(py, qy, L) for k in ks for L in Ls}
     k_max = max(ks)

@@ -17,13 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._quantities import drop_null_columns, to_host
+from ..decoding._sampling import bad_rows
+from ._quantities import drop_null_columns, read_parts, text_probs_where, to_host
 from ._renewal import emission_tables
 from ._trees import (
     along_text_families,
     along_text_names,
     iid_emission_along,
+    iid_levels_where,
     static_along_names,
+    text_ranks_of,
+    text_ranks_where,
     topk_emission_along,
     tree_emission_along,
 )
@@ -58,13 +62,62 @@ def renewal_drawn_trees(settings) -> tuple:
     return along_text_families(settings.tree_plan)
 
 
-def _draft_path_laws(draft, prompt, y, sampling, timer, *, keep: bool = False):
+class _Flag:
+    """The bad-logits check of the teacher-forced draft pass on the device, left there (``_Timer.call``'s
+    ``checks``): :attr:`bad` whether a row of its laws came from bad logits, read with the text's values."""
+
+    bad = None
+
+    def add(self, lm, which: str, probs) -> None:
+        self.bad = bad_rows(probs).any()
+
+
+def _draft_path_laws(draft, prompt, y, sampling, timer, *, keep: bool = False, checks=None):
     """One teacher-forced draft pass: ``p(. | prompt, y_{<t})`` for ``t = 0..T-1``, ``(T, V)`` float64 (numpy, or
-    with ``keep`` a tensor left on the draft's device)."""
+    with ``keep`` a tensor left on the draft's device, checked at once, or with ``checks`` (a :class:`_Flag`) in the
+    caller's read)."""
     ids = np.array([list(prompt) + y[:-1].tolist()], dtype=np.int64)
-    P = timer.call(draft, draft.new_state(), ids, sampling, "draft", len(y), keep=keep)[0]
+    P = timer.call(draft, draft.new_state(), ids, sampling, "draft", len(y), keep=keep, checks=checks)[0]
     timer.draft_steps -= 1  # not a drafting step: the cost ratio counts the tree's draft steps only
     return P
+
+
+def _read_along(p_path, q_path, y, static, fams, flag, again) -> dict:
+    """Every value along the text that :func:`emission_rows` computes from the draft's path laws on their device,
+    in one host read: the pass's bad-logits flag first (when set, ``again()`` -- the pass checked at once -- raises
+    its error before any value is used), the text tokens' draft probabilities (``"py"``), the static top-k
+    families' ranks (``"ranks"``), the i.i.d. families' levels for the widest node of any (``"levels"``) and, when a
+    scheme reads every token, the laws themselves (``"P"``). Each is the value the functions it feeds would read on
+    their own, bit for bit (the same ops)."""
+    import torch
+
+    got: dict = {}
+    parts = []
+    if flag.bad is not None:
+        def check(host):
+            if host[0]:
+                again()  # the checked pass raises its error
+                raise ValueError("the draft model gave non-finite logits (NaN or inf) along the text")
+        parts.append((flag.bad.reshape(1), check))
+
+    def put(key):
+        return lambda vals: got.__setitem__(key, np.array(vals))
+
+    parts.append((text_probs_where(p_path, y), put("py")))
+    routes = {route for f in static for _, route in static_along_names(f)}
+    if "topk" in routes:
+        parts.append((text_ranks_where(p_path, y), lambda vals: got.__setitem__("ranks", text_ranks_of(vals))))
+    if "iid" in routes:
+        widest = 0  # the most children of a node of any i.i.d. family (a prefix of the levels serves the others)
+        for f in static:
+            if any(route == "iid" for _, route in static_along_names(f)):
+                widest = max(widest, int(np.bincount(np.asarray(f.shape.parents[1:], dtype=np.int64)).max(initial=0)))
+        q_dev = torch.as_tensor(q_path).to(p_path.device)  # the levels read both laws: one move
+        parts.append((iid_levels_where(p_path, q_dev, widest), put("levels")))
+    if any(name not in _TOKEN_ONLY for name in fams):
+        parts.append((p_path, put("P")))
+    read_parts(parts)
+    return got
 
 
 def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None, device=None) -> None:
@@ -94,18 +147,19 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     # on an accelerator the draft's path laws stay there: the ranks, the text tokens' probabilities and the i.i.d.
     # levels along the text are computed where they are, and only (T,)-sized values come to the host
     dev = device
-    p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer, keep=dev is not None)
+    flag = _Flag() if dev is not None else None
+    p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer, keep=dev is not None, checks=flag)
+    # on the device, every value along the text read at once (the pass's check with them): one read per walk
+    got = _read_along(p_path, q_path, y, static, fams, flag, lambda: _draft_path_laws(
+        draft, prompt, y, settings.sampling, timer, keep=True)) if dev is not None else {}
     T = len(y)
     log_q = np.log(q_path[np.arange(T), y])
-    q_dev = None
     for f in static:  # the ranks need every token's draft probability: before dropping columns
         for name, route in static_along_names(f):
-            if route == "iid" and dev is not None and q_dev is None:  # the levels read both laws: one move
-                import torch
-
-                q_dev = torch.as_tensor(q_path).to(p_path.device)
-            q_at = q_path if route == "topk" or q_dev is None else q_dev
-            e = (topk_emission_along if route == "topk" else iid_emission_along)(f.shape, p_path, q_at, y)
+            if route == "topk":
+                e = topk_emission_along(f.shape, p_path, q_path, y, ranks=got.get("ranks"))
+            else:
+                e = iid_emission_along(f.shape, p_path, q_path, y, levels=got.get("levels"), py=got.get("py"))
             for s in range(T):
                 rows.add(s, "e", name, f.n, e[s], m=f.depth)
     for f in drawn:
@@ -116,12 +170,13 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
             for name in names:  # the same walk for every name of the family
                 rows.add(s, "e", name, f.n, e, m=f.depth)
     if any(name not in _TOKEN_ONLY for name in fams):  # same tables on the tokens with mass, on the host
-        p_path, q_path, y = drop_null_columns(to_host(p_path), q_path, y)
+        p_path, q_path, y = drop_null_columns(got["P"] if "P" in got else to_host(p_path), q_path, y)
     for s in range(T):
         rows.add(s, "logq", "target", 1, [log_q[s]])
     Ls = range(1, settings.L_max + 1)
     for name in fams:
-        tables = emission_tables(name, p_path, q_path, y, settings.ks(name), Ls)
+        tables = emission_tables(name, p_path, q_path, y, settings.ks(name), Ls,
+                                 py=None if isinstance(p_path, np.ndarray) else got.get("py"))
         for k in settings.ks(name):
             for L in Ls:
                 e = tables[(k, L)]

@@ -66,18 +66,19 @@ from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
 from . import _trees_device
-from ._quantities import text_probs, to_host, tokens_like
+from ._quantities import read_parts, text_probs, to_host, tokens_like
 from ._quantities_batched import _Pack
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",
            "MAX_UNIVERSE_NODES", "MAX_TREE_DEPTH", "TreeFamily", "TreePlan", "resolve_trees", "tree_rng",
            "draw_and_score", "record_position", "tree_values_per_position", "tree_cost_shapes", "tree_law_bytes",
            "check_tree_support", "check_tree_context", "context_limit", "static_order", "draft_rows",
-           "eagle2_from_universe", "text_ranks", "topk_emission_along", "along_text_names", "along_text_families",
+           "eagle2_from_universe", "iid_levels_where", "text_ranks", "text_ranks_where", "text_ranks_of",
+           "topk_emission_along", "along_text_names", "along_text_families",
            "tree_emission_along", "iid_emission_along", "static_along_names",
            "along_text_route", "tree_values_per_text_position",
            "LawBuffers", "compact_tree", "kept_tree_bytes", "ranks_by_raw_law", "draft_trees", "score_trees",
-           "DraftedTrees"]
+           "DraftedTrees", "ScoredTrees"]
 
 #: The draft processes a tree family may use.
 TREE_PROCESSES = ("topk", "eagle2", "iid", "wor")
@@ -947,11 +948,22 @@ def draft_trees(draft, ds, n_ctx: int, p_root, plan: TreePlan, sampling, rngs, r
     return DraftedTrees(jobs, held, root, depths, B, V, on_device)
 
 
+class ScoredTrees:
+    """The trees of one position scored and verified on the device by :func:`score_trees` (``defer=True``), their
+    values not yet read: :attr:`parts` (``(array, store)`` pairs of :func:`otspec.profile._quantities.read_parts`)
+    to read, alone or with other values of the walk (one host read), after which :attr:`out` holds the result of
+    :func:`score_trees` (the stores raise the checked route's error for a law from bad logits)."""
+
+    def __init__(self, out: list, parts: list):
+        self.out, self.parts = out, parts
+
+
 def score_trees(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root: np.ndarray, plan: TreePlan,
-                sampling) -> list[dict]:
+                sampling, *, defer: bool = False):
     """The scoring half of :func:`draw_and_score`: the trees ``drafted`` expanded on the host
     (:meth:`DraftedTrees.expand`), scored by the target after the contexts its state holds and verified; the same
-    parameters and result."""
+    parameters and result. With ``defer``, a :class:`ScoredTrees` whose values are read by the caller (on the device
+    route the target calls are made here; the values' one read is the caller's)."""
     drafted.expand(sampling)
     jobs, held, B, on_device = drafted.jobs, drafted.held, drafted.B, drafted.on_device
     out = [dict() for _ in range(B)]
@@ -972,13 +984,23 @@ def score_trees(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root: np.
             gathered.append(got)
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
+    parts = []
     if held is not None:  # the gathered probabilities read with the sampled trees' values: one read
-        for (b, j), (tree, inner, p, q, reach) in held.finish(plan, padded_tree_logits, target, ts, last, n_ctx,
-                                                              q_root, sampling, also=_children_values(gathered)).items():
-            out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
-        _read_children(gathered, sampling, held.also_host)
-    else:
-        _read_children(gathered, sampling)
+        values, done = held.finish_parts(plan, padded_tree_logits, target, ts, last, n_ctx, q_root, sampling,
+                                         also=_children_values(gathered))
+
+        def store(host) -> None:
+            for (b, j), (tree, inner, p, q, reach) in done(host).items():
+                out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
+            _read_children(gathered, sampling, held.also_host)
+
+        parts.append((values, store))
+    elif gathered:
+        parts.append((_children_values(gathered), lambda host: _read_children(gathered, sampling, host)))
+    later = ScoredTrees(out, parts)
+    if defer:
+        return later
+    read_parts(parts)
     return out
 
 
@@ -1526,6 +1548,12 @@ def text_ranks(p_text, y_text) -> np.ndarray:
 
     Counted in the laws' namespace, on their device (numpy or a torch tensor): only the ``(T,)`` ranks reach the
     host."""
+    return text_ranks_of(to_host(text_ranks_where(p_text, y_text)))
+
+
+def text_ranks_where(p_text, y_text):
+    """:func:`text_ranks` left unread: the ``(2, T)`` float64 text tokens' probabilities and counted ranks in the
+    laws' namespace, on their device (:func:`text_ranks_of` makes the ranks of their host copy)."""
     if not hasattr(p_text, "shape"):
         p_text = np.asarray(p_text, dtype=np.float64)
     xp, y = namespace(p_text), tokens_like(p_text, y_text)
@@ -1533,7 +1561,11 @@ def text_ranks(p_text, y_text) -> np.ndarray:
     ids = xp.reshape(xp.arange(p_text.shape[1], dtype=xp.int64, device=_device_of(p_text)), (1, -1))
     rank = xp.sum(xp.astype(p_text > py, xp.int64), axis=1) + xp.sum(xp.astype((p_text == py) & (ids < y), xp.int64),
                                                                      axis=1)
-    both = to_host(xp.stack([py[:, 0], xp.astype(rank, py.dtype)]))  # one read; ranks exact in float64 (V < 2**53)
+    return xp.stack([py[:, 0], xp.astype(rank, py.dtype)])  # the ranks exact in float64 (V < 2**53)
+
+
+def text_ranks_of(both: np.ndarray) -> np.ndarray:
+    """:func:`text_ranks` from the host copy of :func:`text_ranks_where`'s values."""
     return np.where(both[0] > 0, both[1], -1).astype(np.int64)
 
 
@@ -1543,7 +1575,7 @@ def _device_of(x):
     return array_api_compat.device(x)
 
 
-def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
+def topk_emission_along(shape: TreeShape, p_text, q_text, y_text, *, ranks=None) -> np.ndarray:
     r"""Emission table of a static top-k tree along a text: exact, with no verifier and no drawn tree.
 
     .. math::
@@ -1569,6 +1601,8 @@ def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
         Draft and target laws at the text's contexts :math:`y_{<t}`.
     y_text : (T,) array of int
         The text.
+    ranks : (T,) array of int, optional, keyword-only
+        :func:`text_ranks` of ``p_text``, when read already (with other values: one host read fewer).
 
     Returns
     -------
@@ -1586,7 +1620,7 @@ def topk_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
     y = np.asarray(y_text, dtype=np.int64)
     T, D = y.shape[0], int(shape.max_depth)
     qy = text_probs(q_text, y)
-    rank = text_ranks(p_text, y).tolist()
+    rank = (text_ranks(p_text, y) if ranks is None else np.asarray(ranks)).tolist()
     members = set(shape.paths)
     E = np.zeros((T, D + 1))
     for s in range(T):
@@ -1639,6 +1673,13 @@ def iid_levels_along(p_text, q_text, m: int) -> tuple[np.ndarray, np.ndarray, np
         for r in range(T):
             out[:, r] = np.array(_iid_levels(Q[r], P[r], m, buf)).T
         return out[0], out[1], out[2]
+    both = to_host(iid_levels_where(p_text, q_text, m))
+    return both[0], both[1], both[2]
+
+
+def iid_levels_where(p_text, q_text, m: int):
+    """:func:`iid_levels_along` of laws off the host left unread: the ``(3, T, m + 1)`` levels ``(t, S, alive)`` in
+    the laws' namespace, on their device."""
     xp = namespace(p_text, q_text)
     P, Q = p_text, q_text
     T = int(P.shape[0])
@@ -1656,11 +1697,10 @@ def iid_levels_along(p_text, q_text, m: int) -> tuple[np.ndarray, np.ndarray, np
         ts.append(t)
         Ss.append(S)
         alives.append(alive)
-    both = to_host(xp.stack([xp.stack(ts, axis=1), xp.stack(Ss, axis=1), xp.stack(alives, axis=1)], axis=0))
-    return both[0], both[1], both[2]
+    return xp.stack([xp.stack(ts, axis=1), xp.stack(Ss, axis=1), xp.stack(alives, axis=1)], axis=0)
 
 
-def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
+def iid_emission_along(shape: TreeShape, p_text, q_text, y_text, *, levels=None, py=None) -> np.ndarray:
     r"""Emission table of an i.i.d.-children tree with SpecInfer's rule along a text: exact, with no drawn tree.
 
     .. math::
@@ -1686,6 +1726,10 @@ def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
         Draft and target laws at the text's contexts :math:`y_{<t}`.
     y_text : (T,) array of int
         The text.
+    levels : (3, T, m + 1) array, optional, keyword-only
+        :func:`iid_levels_along` of the laws (``m`` at least the shape's widest node), when read already;
+    py : (T,) array, optional, keyword-only
+        The text tokens' draft probabilities, when read already (with other values: host reads fewer).
 
     Returns
     -------
@@ -1707,9 +1751,10 @@ def iid_emission_along(shape: TreeShape, p_text, q_text, y_text) -> np.ndarray:
         kids.setdefault(int(shape.parents[c]), []).append(c)
     widest = max(len(ch) for ch in kids.values()) if kids else 0
     # the levels of a text position do not depend on the node: computed once per position, in the laws' namespace
-    lt, lS, la = iid_levels_along(p_text, q_text, widest)
-    lt, lS, la = lt.tolist(), lS.tolist(), la.tolist()
-    PY, QY = text_probs(p_text, y).tolist(), text_probs(q_text, y).tolist()
+    lt, lS, la = iid_levels_along(p_text, q_text, widest) if levels is None else levels
+    lt, lS, la = (np.asarray(a)[:, :widest + 1].tolist() for a in (lt, lS, la))
+    PY = (text_probs(p_text, y) if py is None else np.asarray(py)).tolist()
+    QY = text_probs(q_text, y).tolist()
     E = np.zeros((T, D + 1))
     for s in range(T):
         live = {0: 1.0}

@@ -391,7 +391,7 @@ class SampledTrees:
 
     def finish(self, plan, score, target, ts, last, n_ctx: int, q_root, sampling, *, also=None) -> dict:
         r"""Score every held tree (one target call per family), verify them on the device (one batch per rule), read
-        the tokens and the reach probabilities once.
+        the tokens and the reach probabilities once (:meth:`finish_parts`, read at once).
 
         Parameters
         ----------
@@ -412,7 +412,16 @@ class SampledTrees:
             the draft's and the target's laws there (:class:`HostRows`, read on the host on first use) and
             ``reach``: ``name -> (n + 1,)`` reach probabilities of every name verified here.
         """
+        values, done = self.finish_parts(plan, score, target, ts, last, n_ctx, q_root, sampling, also=also)
+        return done(values.to("cpu").numpy())
+
+    def finish_parts(self, plan, score, target, ts, last, n_ctx: int, q_root, sampling, *, also=None) -> tuple:
+        """:meth:`finish` left unread: ``(values, done)``, the ``(n,)`` float64 device tensor of every value the
+        host reads (the tokens, the ``"wor"`` supports, the bad-logits flags, the reach probabilities, then
+        ``also``) and ``done(host copy)`` giving :meth:`finish`'s result (raising the checked route's error for a law
+        from bad logits first); the caller reads ``values`` alone or with other values of the walk (one read)."""
         dev, B = self.device, self.B
+        self._sampling = sampling
         P_all = torch.cat(self.parts) if len(self.parts) > 1 else self.parts[0]
         tok = self.tok
         q_root_t = None
@@ -458,9 +467,13 @@ class SampledTrees:
         flags = [bad.to(dev) for _, bad in self.unchecked] + [bad_rows(Q[j]).any() for j in scored]
         bad = [torch.stack(flags)] if flags else []
         extra = [] if also is None else [also if also.device == dev else also.to(dev)]
-        host = torch.cat([tok.flatten().to(torch.float64)] + [h.to(torch.float64) for h in have + bad] + reached
-                         + extra)
-        host = host.to("cpu").numpy()
+        values = torch.cat([tok.flatten().to(torch.float64)] + [h.to(torch.float64) for h in have + bad] + reached
+                           + extra)
+        return values, lambda host: self._done(host, also, tok, P_all, Q, inner, scored, groups)
+
+    def _done(self, host, also, tok, P_all, Q, inner, scored, groups) -> dict:
+        """:meth:`finish`'s result from the host copy of :meth:`finish_parts`' values."""
+        B, sampling = self.B, self._sampling
         self.also_host = host[host.shape[0] - int(also.shape[0]):] if also is not None else None
         at = tok.numel()
         for (logits, _), flag in zip(self.unchecked, host[at + len(self.wor) :].tolist()):
