@@ -560,7 +560,8 @@ def batch_builds(X, P, Q, settings, subsampled=None, X_dev=None, also=()) -> lis
     prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
                     [f for f in settings.families if not is_costly("tau", f)], settings.ks, settings.L_max,
                     subsampled=subsampled, costly=([n for n in settings.verifiers if is_costly("acc", n)],
-                                                   [f for f in settings.families if is_costly("tau", f)]), also=also)
+                                                   [f for f in settings.families if is_costly("tau", f)]), also=also,
+                    top_k=settings.sampling.top_k)
     return out
 
 

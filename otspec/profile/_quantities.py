@@ -56,7 +56,7 @@ from ._quantities_batched import (
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
            "block_path_laws_stack", "to_host", "text_probs", "text_probs_where", "tokens_like",
            "prefill_batched", "acc_part", "reach_part",
-           "read_parts", "support_to_host"]
+           "read_parts", "support_to_host", "support_part", "support_width", "needs_host"]
 
 
 def to_host(x) -> np.ndarray:
@@ -143,7 +143,7 @@ def drop_null_columns(P: np.ndarray, Q: np.ndarray, X: np.ndarray | None = None)
     return out if X is None else out + (np.searchsorted(cols, X),)
 
 
-def support_to_host(P, Q, X: np.ndarray, xp=None):
+def support_to_host(P, Q, X: np.ndarray, xp=None, *, cols=None):
     r""":func:`drop_null_columns` of laws of any namespace, the restriction made in their namespace (on their device):
     only the columns with mass reach the host.
 
@@ -165,6 +165,9 @@ def support_to_host(P, Q, X: np.ndarray, xp=None):
         Token ids of the laws' vocabulary, all in ``S`` (host memory).
     xp : namespace, optional
         The laws' (found when None).
+    cols : ndarray of int, keyword-only, optional
+        ``S`` itself, increasing, when read already (:func:`support_part`): then only the values are read (one host
+        read, no ``nonzero`` on the device).
 
     Returns
     -------
@@ -186,16 +189,84 @@ def support_to_host(P, Q, X: np.ndarray, xp=None):
         return drop_null_columns(P, np.asarray(Q), X)
     xp = namespace(P, Q) if xp is None else xp
     V = int(P.shape[-1])
-    keep = xp.any(xp.reshape(P, (-1, V)) > 0, axis=0) | xp.any(xp.reshape(Q, (-1, V)) > 0, axis=0)
-    cols = np.flatnonzero(to_host(keep))  # one read: V booleans (a synchronisation on a GPU)
+    if cols is None:
+        keep = _support_mask(P, Q, xp)
+        cols = np.flatnonzero(to_host(keep))  # one read: V booleans (a synchronisation on a GPU)
+        idx = None if cols.shape[0] == V else xp.nonzero(keep)[0]
+    else:
+        cols = np.asarray(cols, dtype=np.int64)
+        idx = None if cols.shape[0] == V else xp.asarray(cols, device=array_api_compat.device(P))
     if cols.shape[0] == V:
         return to_host(P), to_host(Q), X
-    idx = xp.nonzero(keep)[0]
     Ps, Qs = xp.take(P, idx, axis=-1), xp.take(Q, idx, axis=-1)
     both = to_host(xp.concat([xp.reshape(Ps, (-1,)), xp.reshape(Qs, (-1,))]))  # one read: both laws' values
     n = int(np.prod(tuple(int(d) for d in Ps.shape)))
     return (both[:n].reshape(tuple(int(d) for d in Ps.shape)), both[n:].reshape(tuple(int(d) for d in Qs.shape)),
             np.searchsorted(cols, X))
+
+
+def _support_mask(P, Q, xp):
+    """The ``(V,)`` booleans of the tokens with mass in some row of ``P`` or ``Q`` (the laws' namespace)."""
+    V = int(P.shape[-1])
+    return xp.any(xp.reshape(P, (-1, V)) > 0, axis=0) | xp.any(xp.reshape(Q, (-1, V)) > 0, axis=0)
+
+
+def support_width(top_k, P, Q) -> int:
+    """The width :func:`support_part` gathers the support to: ``top_k`` times the rows of ``P`` and ``Q`` (each row
+    keeps ``top_k`` tokens, more only on ties at the ``top_k``-th value), at most ``V``; ``V`` without ``top_k``."""
+    V = int(P.shape[-1])
+    if top_k is None:
+        return V
+    rows = int(np.prod(tuple(int(d) for d in P.shape[:-1]))) + int(np.prod(tuple(int(d) for d in Q.shape[:-1])))
+    return min(V, int(top_k) * rows)
+
+
+def support_part(builds, width: int):
+    r"""The part (:func:`read_parts`) that reads the support :math:`S` of ``builds``' laws (:func:`support_to_host`)
+    with other values, so that its host copy needs one read (the values) instead of two.
+
+    On the laws' device: :math:`|S|` and the first ``width`` token ids of a stable sort that puts the tokens with mass
+    first (so :math:`S` in increasing order when :math:`|S| \le` ``width``), ``1 + width`` float64 entries (exact:
+    ids below :math:`2^{53}`). The store keeps :math:`S` in ``builds`` (used by :attr:`Builds.host`), or nothing when
+    :math:`|S| >` ``width`` (ties at ``top_k`` can keep more tokens: :attr:`Builds.host` then reads the mask as
+    before)."""
+    xp = builds.xp
+    keep = _support_mask(builds.P, builds.Q, xp)
+    first = xp.argsort(xp.astype(keep, xp.int8), descending=True, stable=True)[:width]  # ties: increasing ids
+    vals = xp.concat([xp.reshape(xp.sum(keep, dtype=xp.int64), (1,)), first])  # int64: read_parts casts, exactly
+
+    def store(host):
+        n = int(host[0])
+        if n <= width:
+            builds._cols = host[1:1 + n].astype(np.int64)
+
+    return vals, store
+
+
+def needs_host(verifiers, families, ks, options: dict, k_max: int) -> bool:
+    r"""Whether a position's quantities of ``verifiers`` and ``families`` (``ks(name)`` their numbers of drafts, at
+    ``k_max`` drafts) build a verifier on the host copy of the laws (:attr:`Builds.host`): the verifiers with no
+    batched form here (:func:`depth_quantities`), the token-level families whose :math:`E[\tau \mid X]` walks
+    the tree with verifiers built at its nodes (:func:`tree_reach`; :func:`reach_part`'s one-draft form at a node
+    with several drafts, i.e. ``k_max >= 2``). A guess that only decides what is read in advance: a wrong one costs
+    a read, never a value."""
+    for name in verifiers:
+        if name in ("optimal", "lp", "token"):
+            continue
+        if name == "without-replacement" or _acc_rows(name, tuple(ks(name)), None, None, None, options, 1) is None:
+            return True
+    for name in families:
+        spec = get_verifier(name)
+        if spec.kind == "block" or name == "token":
+            continue
+        several = not spec.single_draft and k_max >= 2  # expected_accepted's ks: (1,) or 1..k_max
+        if name in REACH_ONE_DRAFT:
+            if several:
+                return True
+            continue
+        if name not in REACH_BATCHED or (name == "kseq" and options.get("kseq")) or (name == "typical" and several):
+            return True
+    return False
 
 
 class Builds:
@@ -240,13 +311,14 @@ class Builds:
             self.P, self.Q, self.X = P, Q, X
             self._host = None
         self._Xdev = X_dev if X_dev is not None and not isinstance(P, np.ndarray) else None
+        self._cols = None  # the support's columns when read in advance (support_part)
 
     @property
     def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(P, Q, X)`` in host memory, restricted to the tokens with mass (:func:`drop_null_columns`; for laws off
         the host the restriction is made where they are, and only its columns are copied: :func:`support_to_host`)."""
         if self._host is None:
-            self._host = support_to_host(self.P, self.Q, self.X, self.xp)
+            self._host = support_to_host(self.P, self.Q, self.X, self.xp, cols=self._cols)
         return self._host
 
     def tokens(self):
@@ -855,7 +927,7 @@ def _block_steps(L: int, xp, dev) -> dict:
 
 
 def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled=None, costly=((), ()),
-                    also=()) -> None:
+                    also=(), top_k=None) -> None:
     r"""The batched quantities of ``B`` prompts' draft trees in one pass each, put in every :class:`Builds`' cache.
 
     .. math::
@@ -874,7 +946,9 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     all of them at once (every node of their draft trees in one pass, a node's law its own prompt's). Every
     value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU), with the
     caller's parts ``also`` (``(array, store)`` pairs of :func:`read_parts`, stored first: the position's pending
-    bad-logits flags and the path's target law). For laws
+    bad-logits flags and the path's target law). When the subsampled prompts' quantities build verifiers on the host
+    copy of the laws (:func:`needs_host`), their supports come in that read too (:func:`support_part`, gathered to
+    :func:`support_width` at ``top_k``, the sampling's truncation), so that copy takes one read. For laws
     on an accelerator; ``builds`` share one namespace, shapes and options; ``ks(name)`` gives each name's numbers
     of drafts.
     """
@@ -925,6 +999,9 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     on = [b for b, o in enumerate(subsampled or ()) if o]
     if on:  # the costly quantities of the subsampled prompts, each for all of them at once
         sub = [builds[b] for b in on]
+        if needs_host([*verifiers, *costly[0]], [*families, *costly[1]], ks, b0.options, k_max):
+            # their supports first: the stores of the parts after them may build verifiers on the host copy
+            parts[len(also):len(also)] = [support_part(b, support_width(top_k, b.P, b.Q)) for b in sub]
         if len(on) == B:
             P0s, Q0s, laws = P0, Q0, (Pr, Qr, X, drafted)
         else:
