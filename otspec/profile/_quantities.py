@@ -226,10 +226,10 @@ def support_part(builds, width: int):
     with other values, so that its host copy needs one read (the values) instead of two.
 
     On the laws' device: :math:`|S|` and the first ``width`` token ids of a stable sort that puts the tokens with mass
-    first (so :math:`S` in increasing order when :math:`|S| \le` ``width``), ``1 + width`` float64 entries (exact:
-    ids below :math:`2^{53}`). The store keeps :math:`S` in ``builds`` (used by :attr:`Builds.host`), or nothing when
-    :math:`|S| >` ``width`` (ties at ``top_k`` can keep more tokens: :attr:`Builds.host` then reads the mask as
-    before)."""
+    first (so :math:`S` in increasing order when :math:`|S| \le` ``width``), ``1 + width`` int64 entries (read as
+    float64 by :func:`read_parts`: exact below :math:`2^{53}`). The store keeps :math:`S` in ``builds`` (used by
+    :attr:`Builds.host`), or nothing when :math:`|S| >` ``width`` (ties at ``top_k`` can keep more tokens:
+    :attr:`Builds.host` then reads the mask as before)."""
     xp = builds.xp
     keep = _support_mask(builds.P, builds.Q, xp)
     first = xp.argsort(xp.astype(keep, xp.int8), descending=True, stable=True)[:width]  # ties: increasing ids
