@@ -1035,6 +1035,13 @@ def test_last_depth_rows_of_llm_like_laws(process, shape, sigma, scale):
     _check_last_depth_sums(process, slots, frontier, P, Q, _whole_pi(slots, process, frontier, P))
 
 
+def _llm_laws(rng, m: int, V: int) -> np.ndarray:
+    """``m`` LLM-like draft rows over ``V`` tokens: softmax of Gaussian logits of scale 3."""
+    z = rng.normal(0, 3.0, (m, V))
+    P = np.exp(z - z.max(axis=1, keepdims=True))
+    return P / P.sum(axis=1, keepdims=True)
+
+
 def _whole_pi(slots, process, frontier, P):
     """pi of every child of the frontier's prefixes by the numpy route (numba off): the whole evaluation."""
     from otspec.tree import _bound as B
@@ -1140,9 +1147,7 @@ def test_last_depth_rows_skip_the_race_where_the_draft_covers_the_target(monkeyp
 
     V, m = 5000, 3
     rng = np.random.default_rng(5)
-    z = rng.normal(0, 3.0, (m, V))
-    P = np.exp(z - z.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
+    P = _llm_laws(rng, m, V)
     slots = B._Slots(TreeShape.branching(8, 7))
     frontier = [B._Prefix((i,), 0.05, 0.5, np.full(8, 0.5), (0.3,), {}) for i in range(m)]
 
@@ -1383,9 +1388,7 @@ def test_frontier_in_one_call_equals_row_by_row(process, shape):
     rng = np.random.default_rng(3)
     V, m = 2500, 6
     slots = B._Slots(shape)
-    z = rng.normal(0, 3.0, (m, V))
-    P = np.exp(z - z.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
+    P = _llm_laws(rng, m, V)
     w = rng.normal(0, 3.0, (m, V))
     mix = np.array([0.5, 0.02, 0.02, 0.002, 0.002, 0.0])[:, None]     # rows with many, few and no entries left
     Q = (1 - mix) * P + mix * np.exp(w - w.max(axis=1, keepdims=True)) / np.exp(w - w.max(axis=1, keepdims=True)).sum(
@@ -1427,9 +1430,7 @@ def test_children_of_a_block_equal_one_by_one(process, shape):
     rng = np.random.default_rng(8)
     V, m = 600, 4
     slots = B._Slots(shape)
-    z = rng.normal(0, 3.0, (m, V))
-    P = np.exp(z - z.max(axis=1, keepdims=True))
-    P /= P.sum(axis=1, keepdims=True)
+    P = _llm_laws(rng, m, V)
     Q = 0.7 * P + 0.3 * rng.dirichlet(np.ones(V), m)
     seen = 0
     for j in range(slots.D - 1):
