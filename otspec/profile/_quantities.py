@@ -668,7 +668,7 @@ def _token_acceptance(P0, Q0):
 
 def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
     """k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``: one sort of
-    the ratios, and the :math:`\\rho^*` of every ``k >= 2`` from one bisection
+    the ratios, and the :math:`\\rho^*` of every ``k >= 2`` from one root search
     (:class:`otspec.profile._quantities_batched.RhoStar`), each value
     :func:`otspec.multidraft._batched.kseq_acceptance_rows`' (to the last bit of torch's ``pow``). With ``rho`` (a
     :class:`~otspec.profile._quantities_batched.RhoStar`) the requests are added to it and a function returning the
@@ -959,7 +959,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     P0, Q0 = P[:, 0, :L], Q[:, 0, :L]
     B = len(builds)
     parts = []  # (values on the device, what to do with their host copy): read together, one host read for all
-    rho = RhoStar(xp)  # k-Seq's rho* of every prompt, depth, node and k of the position: one bisection
+    rho = RhoStar(xp)  # k-Seq's rho* of every prompt, depth, node and k of the position: one root search
     parts += list(also)
 
     def spread(key, shape, move=None):
