@@ -54,6 +54,45 @@ def test_kl_divergence_matches_textbook_and_handles_zeros():
     assert kl_divergence(q, q) == 0.0
 
 
+def test_kl_divergence_subnormal_entries_of_q():
+    """A subnormal q_i against a normal pi_i: pi_i / q_i overflows; KL is finite, as 50-digit arithmetic gives it,
+    on both routes (the host's fsum and the profile's batched rows), with no overflow warning."""
+    import array_api_compat
+    import mpmath
+    import torch
+
+    from otspec.profile._quantities_batched import kl_rows
+
+    mpmath.mp.dps = 50
+    rng = np.random.default_rng(7)
+    for tiny in (2e-309, 5e-324, 1e-310, 3e-300):
+        q = rng.random(6)
+        q[[1, 4]] = 0.0
+        q /= q.sum()
+        q[[1, 4]] = tiny  # q sums to 1 within 1e-299
+        pi = rng.random(6)
+        pi /= pi.sum()
+        ref = float(sum(mpmath.mpf(float(a)) * mpmath.log(mpmath.mpf(float(a)) / mpmath.mpf(float(b)))
+                        + mpmath.mpf(float(b)) - mpmath.mpf(float(a)) for a, b in zip(q, pi)))
+        assert kl_divergence(q, pi) == pytest.approx(ref, rel=1e-14)
+        for arr in (np.asarray, torch.as_tensor):
+            Q, Pi = arr(np.stack([q, pi])), arr(np.stack([pi, q]))
+            got = np.asarray(kl_rows(Q, Pi, array_api_compat.array_namespace(Q)))
+            assert got[0] == pytest.approx(ref, rel=1e-12)
+            assert got[1] == pytest.approx(kl_divergence(pi, q), rel=1e-12)
+
+
+def test_mentored_with_subnormal_target_entries():
+    """The alpha side's terms (p > q) with a subnormal q: the frontier stays finite and the KL budget is met."""
+    p = np.array([0.5, 0.3, 0.2])
+    q = np.array([1e-309, 0.6, 0.4 - 1e-309])  # p_1 / q_1 = 5e308 overflows
+    for D in (0.0, 0.01, 0.3):
+        res = otspec.mentored(p, q, D)
+        assert np.all(np.isfinite(res.law)) and math.isfinite(res.acceptance)
+        assert res.kl == pytest.approx(D, abs=1e-12)
+    assert otspec.mentored(p, q, 0.0).acceptance == pytest.approx(float(np.minimum(p, q).sum()), rel=1e-15)
+
+
 # --------------------------------------------------------------------------- worked example
 def test_worked_example_structure():
     res = otspec.mentored(P3, Q3, 0.05)

@@ -77,6 +77,8 @@ __all__ = [
 _METHODS = ("exact", "bisection")
 _EPS = float(np.finfo(np.float64).eps)
 _TINY = float(np.nextafter(0.0, 1.0))
+# pi / q above this (pi > q * 2**1000, exact: a power of two) is computed by logs: pi / q may overflow
+_BIG = 2.0**1000
 
 
 def _h(u, v=None) -> np.ndarray:
@@ -100,6 +102,25 @@ def _h(u, v=None) -> np.ndarray:
             acc = acc * (-us) + 1.0 / k
         out = np.array(out, copy=True)
         out[small] = us * us * acc
+    return out
+
+
+def _kl_terms(q: np.ndarray, pi: np.ndarray) -> np.ndarray:
+    r""":math:`q\,h(\pi/q - 1) = \pi - q - q \ln(\pi/q) \ge 0` for arrays ``q > 0``, ``pi > 0`` (the terms of
+    :func:`kl_divergence`).
+
+    Where :math:`\pi > 2^{1000} q` (a subnormal ``q`` against a normal ``pi``: the ratio may overflow to
+    ``inf`` and :math:`h` to ``inf - inf``) the term is :math:`(\pi - q) - q(\ln \pi - \ln q)`, every part
+    finite; elsewhere it is :func:`_h`'s, unchanged."""
+    q = np.asarray(q, dtype=np.float64)
+    pi = np.asarray(pi, dtype=np.float64)
+    big = pi > q * _BIG
+    qn = np.where(big, pi, q)  # u = 0 there: no overflow
+    out = q * _h((pi - qn) / qn, pi / qn)
+    if np.any(big):
+        qb, pb = q[big], pi[big]
+        out = np.array(out, copy=True)
+        out[big] = (pb - qb) - qb * (np.log(pb) - np.log(qb))
     return out
 
 
@@ -140,7 +161,7 @@ def kl_divergence(q: np.ndarray, pi: np.ndarray) -> float:
     m = q > 0
     if np.any(pi[m] <= 0):
         return math.inf
-    terms = q[m] * _h((pi[m] - q[m]) / q[m], pi[m] / q[m])
+    terms = _kl_terms(q[m], pi[m])
     return max(math.fsum(terms.tolist()) + math.fsum(pi[~m].tolist()), 0.0)
 
 
@@ -245,7 +266,7 @@ class _Problem:
         self.A = np.maximum.accumulate(np.maximum(A, 0.0)) if m else A
         ha = np.zeros(m)
         pos = self.qa > 0
-        ha[pos] = self.qa[pos] * _h((self.pa[pos] - self.qa[pos]) / self.qa[pos], self.pa[pos] / self.qa[pos])
+        ha[pos] = _kl_terms(self.qa[pos], self.pa[pos])
         self.Ha = _suffix(ha)
         # P0: draft mass on tokens the target never produces
         self.P0 = math.fsum(self.pa[~pos].tolist())

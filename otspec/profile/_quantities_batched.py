@@ -31,6 +31,7 @@ import math
 import numpy as np
 
 from ..decoding._tree_device import ranked_rows_t
+from ..lossy._mentored import _BIG
 from ..lossy._typical import VLLM_DEFAULTS
 from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _take, _take_along
 from ..multidraft._greedy_drafts import top_tokens
@@ -165,9 +166,13 @@ def kl_rows(q, pi, xp):
     m = q > 0.0
     miss = xp.any(m & (pi <= 0.0), axis=-1)
     qs, ps = xp.where(m, q, 1.0), xp.where(m & (pi > 0.0), pi, 1.0)
-    u, v = (ps - qs) / qs, ps / qs
-    h = xp.where(xp.abs(u) < 0.05, _h_series(u, xp), u - xp.log(v))
-    val = xp.sum(xp.where(m, q * h, 0.0), axis=-1) + xp.sum(xp.where(m, 0.0, pi), axis=-1)
+    big = ps > qs * _BIG  # pi / q may overflow: that term by logs, as the host's (_kl_terms)
+    qn = xp.where(big, ps, qs)
+    u, v = (ps - qn) / qn, ps / qn
+    small = xp.abs(u) < 0.05
+    h = xp.where(small, _h_series(xp.where(small, u, 0.0), xp), u - xp.log(v))
+    terms = xp.where(big, (ps - qs) - qs * (xp.log(ps) - xp.log(qs)), q * h)
+    val = xp.sum(xp.where(m, terms, 0.0), axis=-1) + xp.sum(xp.where(m, 0.0, pi), axis=-1)
     return xp.where(miss, math.inf, xp.clip(val, 0.0, None))
 
 
