@@ -385,14 +385,19 @@ def sample_rows(P: np.ndarray, gen: np.random.Generator, *, uniforms=None) -> np
     if not isinstance(P, np.ndarray) and hasattr(P, "device"):
         P = P if P.ndim == 2 else P[None]
         n, V = P.shape
-        if n > 1 and P.stride(0) == 0:  # one law broadcast to every row: one cumulative sum
-            c = torch.cumsum(P[:1], dim=1).expand(n, V).contiguous()
+        ar, zero = _index_row(V, P.device)
+        if n > 1 and P.stride(0) == 0:  # one law broadcast to every row: one cumulative sum, searched by every row
+            P = P[:1]
+            c = torch.cumsum(P, dim=1)[0]
+            tot = c[-1]
         else:
             c = torch.cumsum(P, dim=1)
-        u = (torch.as_tensor(gen.random(n), device=P.device) if uniforms is None else uniforms) * c[:, -1]
-        i = torch.searchsorted(c, u[:, None].contiguous(), right=True).clamp_(max=V - 1)
-        ar = torch.arange(V, device=P.device)
-        return torch.where((P > 0) & (ar <= i), ar, -1).amax(dim=1).clamp_(min=0)
+            tot = c[:, -1]
+        u = (torch.as_tensor(gen.random(n), device=P.device) if uniforms is None else uniforms) * tot
+        # the first running sum above u (V when u reaches the total: every index is <= it, as V - 1 would be), then
+        # the step back: the last positive entry at or before it, 0 if none (no clamp needed on either side)
+        i = torch.searchsorted(c, u if c.ndim == 1 else u[:, None], right=True)
+        return torch.where((P > 0) & (ar <= (i[:, None] if c.ndim == 1 else i)), ar, zero).amax(dim=1)
     P = np.atleast_2d(P)
     if P.shape[0] > 1 and P.strides[0] == 0:  # one law broadcast to every row (i.i.d. drafts): one cumulative sum
         c = np.broadcast_to(np.cumsum(P[0]), P.shape)
@@ -407,6 +412,19 @@ def sample_rows(P: np.ndarray, gen: np.random.Generator, *, uniforms=None) -> np
             i -= 1
         idx[b] = i
     return idx
+
+
+_INDEX_ROWS: dict = {}
+
+
+def _index_row(V: int, device):
+    """``arange(V)`` (int64) and a 0-d int64 zero on ``device``, made once per ``(V, device)`` and kept (read only):
+    no op for them at each draw of :func:`sample_rows`."""
+    key = (V, device)
+    got = _INDEX_ROWS.get(key)
+    if got is None:
+        got = _INDEX_ROWS[key] = (torch.arange(V, device=device), torch.zeros((), dtype=torch.int64, device=device))
+    return got
 
 
 def _law_block(block, shape: tuple, device, dtype=None):

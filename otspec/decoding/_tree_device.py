@@ -262,19 +262,20 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
     """
     I, m = lay.kids.shape
     dev, dt = Q_inner.device, Q_inner.dtype
+    zero, one = _scalar(0.0, dt, dev), _scalar(1.0, dt, dev)
     x = tokens.index_select(0, lay.kids0.flatten()).reshape(I, m)
     x = torch.where(lay.valid, x, x[:, :1])  # padding: the first child's token (every inner node has one)
-    dup = ((x[:, :, None] == x[:, None, :]) & lay.earlier & lay.valid[:, None, :]).any(-1) & lay.valid
+    dup = ((x[:, :, None] == x[:, None, :]) & _of_layout(lay, "earlier_valid")).any(-1) & lay.valid
     qx = torch.gather(Q_inner, 1, x)
     level = None
     if rule == "target-only":
-        acc_k = torch.where(lay.valid & ~dup, qx, 0.0)
+        acc_k = torch.where(lay.valid & ~dup, qx, zero)
         alive_in = 1.0 - acc_k.sum(-1)  # q off the children's tokens (rows of q sum to 1 up to rounding)
         sampler = ("cum", torch.cumsum(acc_k, 1))
     else:
         px_raw = torch.gather(P_inner, 1, x)
         wor = rule == "sequoia"
-        rejects = lay.valid & ~lay.last  # the children whose rejection moves the level (not a node's last)
+        rejects = _of_layout(lay, "rejects")  # the children whose rejection moves the level (not a node's last)
         if wor:
             px, left, safe, movable = _sequoia_siblings(lay, dup, rejects, px_raw, P_inner)
         else:  # SpecInfer: p itself, ell = 1
@@ -282,21 +283,68 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
         minus_t, S = _levels_t(movable, safe, P_inner, Q_inner, work)
         # every child's test at once, in the loop's arithmetic (-t p rounds as t p, negated)
         tx = (qx + minus_t * px_raw).clamp(min=0.0) / S
-        a = torch.where(px > 0, torch.clamp(tx / torch.where(px > 0, px, 1.0), max=1.0), tx > 0)
-        a = torch.where(lay.valid, a, 0.0)
+        drawn = px > 0
+        a = torch.where(drawn, torch.clamp(tx / torch.where(drawn, px, one), max=1.0), tx > 0)
+        a = torch.where(lay.valid, a, zero)
         kept = torch.cumprod(1.0 - a, 1)  # P(the first j + 1 siblings rejected), multiplied left to right
-        acc_k = torch.cat([torch.ones((I, 1), dtype=dt, device=dev), kept[:, :-1]], 1) * a
+        acc_k = torch.cat([_ones((I, 1), dt, dev), kept[:, :-1]], 1) * a
         alive_in = kept[:, -1] if m else torch.ones(I, dtype=dt, device=dev)
         end_ell = torch.ones(I, dtype=dt, device=dev) if left is None else \
             torch.where(lay.valid[:, 0], torch.where(lay.last, left, 0.0).sum(1), 1.0)  # ell at each node's last child
         level = (0.0 - minus_t[:, -1], S[:, -1], end_ell)
-        sampler = ("ratio", torch.where(lay.valid, px, 1.0), torch.where(lay.valid, tx, 0.0))
-    acc = torch.ones(lay.n_out, dtype=dt, device=dev).index_copy(
-        0, lay.kid_nodes, acc_k.flatten().index_select(0, lay.kid_cells))
-    alive = torch.ones(lay.n_out, dtype=dt, device=dev).index_copy(0, lay.inner, alive_in)
+        sampler = ("ratio", torch.where(lay.valid, px, one), torch.where(lay.valid, tx, zero))
+    ones = _ones((lay.n_out,), dt, dev)  # kept, never written: index_copy (not index_copy_) writes a copy
+    acc = ones.index_copy(0, lay.kid_nodes, acc_k.flatten().index_select(0, lay.kid_cells))
+    alive = ones.index_copy(0, lay.inner, alive_in)
     if lay.n_out != lay.n1:
         acc, alive = acc[: lay.n1], alive[: lay.n1]
     return acc, alive, x, level, sampler
+
+
+_CONSTANTS: dict = {}
+
+
+def _scalar(v: float, dtype, device):
+    """A 0-d tensor of ``v`` (``dtype``, on ``device``), made once and kept, read only: the operand of a
+    ``torch.where`` that a Python number would make a fresh tensor of at every call (one op more each)."""
+    key = ("scalar", v, dtype, device)
+    got = _CONSTANTS.get(key)
+    if got is None:
+        got = _CONSTANTS[key] = torch.full((), v, dtype=dtype, device=device)
+    return got
+
+
+def _ones(shape: tuple, dtype, device):
+    """A block of ones of ``shape``, made once per shape, dtype and device and kept: read only (never written in
+    place, never returned to a caller that might)."""
+    key = ("ones", shape, dtype, device)
+    got = _CONSTANTS.get(key)
+    if got is None:
+        got = _CONSTANTS[key] = torch.ones(shape, dtype=dtype, device=device)
+    return got
+
+
+def _arange(start: int, end: int, step: int, device):
+    """``torch.arange(start, end, step)`` (int64) on ``device``, made once and kept, read only."""
+    key = ("arange", start, end, step, device)
+    got = _CONSTANTS.get(key)
+    if got is None:
+        got = _CONSTANTS[key] = torch.arange(start, end, step, device=device)
+    return got
+
+
+def _of_layout(lay, name: str):
+    """A mask of the layout ``lay`` that every call of :func:`node_rules_t` on it reads, formed at its first and
+    kept on it: ``"rejects"`` the children whose rejection moves the level (all but each node's last),
+    ``"earlier_valid"`` the (node, child, earlier real sibling) cells a duplicate token is looked for in."""
+    got = lay.__dict__.get("_" + name)
+    if got is None:
+        if name == "rejects":
+            got = lay.valid & ~lay.last
+        else:
+            got = lay.earlier & lay.valid[:, None, :]
+        lay.__dict__["_" + name] = got
+    return got
 
 
 def _sequoia_siblings(lay, dup, rejects, px_raw, P_inner):
@@ -314,6 +362,15 @@ def _sequoia_siblings(lay, dup, rejects, px_raw, P_inner):
     return px, left, safe, rejects & positive
 
 
+def _zeros_col(I: int, dtype, device):
+    """A kept ``(I, 1)`` block of zeros, read only (as :func:`_ones`)."""
+    key = ("zeros", I, dtype, device)
+    got = _CONSTANTS.get(key)
+    if got is None:
+        got = _CONSTANTS[key] = torch.zeros((I, 1), dtype=dtype, device=device)
+    return got
+
+
 def _levels_t(movable, safe, P_inner, Q_inner, work=None):
     r"""The levels :math:`(t_j, S_j)` before each child ``j``, ``(I, m)`` each, as ``(-t, S)``: :math:`t_1 = 0`,
     :math:`S_1 = 1`, and after rejecting child ``j`` at the rows ``movable[:, j]``, :math:`t' = t_j + S_j / \ell_j`
@@ -323,7 +380,7 @@ def _levels_t(movable, safe, P_inner, Q_inner, work=None):
     negation commutes with rounding), so the pass reads it without a negation."""
     I, m = movable.shape
     dev, dt = Q_inner.device, Q_inner.dtype
-    minus_t, S = torch.zeros((I, 1), dtype=dt, device=dev), torch.ones((I, 1), dtype=dt, device=dev)
+    minus_t, S = _zeros_col(I, dt, dev), _ones((I, 1), dt, dev)  # kept blocks: only read (torch.where, cat)
     ts, Ss = [minus_t], [S]
     if m > 1:
         lvl = _block(work, "lvl", tuple(Q_inner.shape), dev)
@@ -1388,10 +1445,11 @@ def ranked_rows_t(R, k: int, *, in_place: bool = False):
     kth = vals[:, k - 1 : k]
     # the tokens equal to the k-th value, lowest ids first: the indices of a top-k of V - id over them (0 elsewhere;
     # distinct keys where positive, and at least k - a tied tokens)
-    tied = torch.topk(torch.where(R == kth, torch.arange(V, 0, -1, device=R.device), 0), k, dim=-1).indices
+    tied = torch.topk(torch.where(R == kth, _arange(V, 0, -1, R.device), _scalar(0, torch.int64, R.device)), k,
+                      dim=-1).indices
     # the top-k's values decrease: its first a tokens are those above the k-th value, the tied ones follow
     a = (vals > kth).sum(-1, keepdim=True)
-    rank = torch.arange(k, device=R.device)
+    rank = _arange(0, k, 1, R.device)
     ids = torch.where(rank < a, ids, tied.gather(1, (rank - a).clamp_(min=0)))
     ids = torch.sort(ids, dim=-1).values  # by id, then stably by value: equal values keep the lower id first
     vals, order = torch.sort(R.gather(1, ids), dim=-1, descending=True, stable=True)

@@ -1323,7 +1323,8 @@ def _gathered_children(scored: list, logits, sampling) -> tuple:
                 if int(s.tree.parents[c]) in pos]
         spans.append((pos, kids))
         where += [(b, i, t) for i, t in kids]
-    flat = torch.as_tensor(where, dtype=torch.long, device=q.device).reshape(-1, 3)
+    _, I, V = q.shape  # the entries' flat indices, (b I + i) V + token: one take (torch.take reads q's logical order)
+    flat = torch.as_tensor([(b * I + i) * V + t for b, i, t in where], dtype=torch.long, device=q.device)
 
     def store(vals) -> None:
         vals, at = vals.tolist(), 0
@@ -1333,7 +1334,7 @@ def _gathered_children(scored: list, logits, sampling) -> tuple:
                 s.q[i][t] = vals[at]
                 at += 1
 
-    return q[flat[:, 0], flat[:, 1], flat[:, 2]], bad_rows(q).any(), logits, store
+    return torch.take(q, flat), bad_rows(q).any(), logits, store
 
 
 def _children_values(gathered: list):

@@ -258,6 +258,11 @@ def _forest(shapes: list, inner: list, device) -> TreeLayoutT:
     return lay
 
 
+def _joined(parts: list):
+    """``torch.cat(parts)``, or the one part itself (read only, the same values: no copy, no op)."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
 class SampledTrees:
     r"""The ``"iid"`` and ``"wor"`` trees of one position of ``B`` prompts, drawn, scored and verified on the laws'
     device (see the module docstring).
@@ -344,7 +349,7 @@ class SampledTrees:
         sent = pack.send(torch, P, static=True)
         if iid:
             Pi = P.index_select(0, sent[i_rows])
-            got = torch.cat([_draws(Pi[a:e], width, self.gen[b]) for b, a, e in _runs(iid)]).flatten()
+            got = _joined([_draws(Pi[a:e], width, self.gen[b]) for b, a, e in _runs(iid)]).flatten()
             vals.append(got.index_select(0, sent[i_cells]))
         if wor:
             W = P.index_select(0, sent[w_rows])
@@ -354,7 +359,7 @@ class SampledTrees:
             vals.append(top.index_select(0, sent[w_cells]))
             self.wor += [(b, j, v, max(r) + 1) for _, b, j, v, r, _ in wor]
             self.have.append((W > 0).sum(-1))
-        self.tok.view(-1).index_copy_(0, sent[at_dst], torch.cat(vals))
+        self.tok.view(-1).index_copy_(0, sent[at_dst], _joined(vals))
 
     def _draw_on_host(self, held: list, P) -> None:
         """The host route's draws (each node by its job, from its prompt's numpy generator), into the device's
