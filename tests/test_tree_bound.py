@@ -1631,3 +1631,27 @@ def test_race_left_end_added_on_the_safe_side(V, kind, seed):
         diff = got[k, 0, sel] - ref[k, 0, sel]
         assert (diff >= -1e-15 * ref[k, 0, sel]).all()
         assert (diff <= d[sel] + 1e-15 * ref[k, 0, sel]).all()
+
+
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2, 2),
+                                   TreeShape([(0,), (1,), (2,), (3,), (0, 0), (2, 0), (2, 1), (2, 2)]),
+                                   TreeShape([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (1, 0, 0)])])
+def test_iid_point_is_iid_block_at_one_column(shape):
+    """``iid_point`` (the i.i.d. row kernel's entries the slope leaves, one by one) against ``iid_block`` over a
+    whole block, bit for bit, at every depth of programs with several classes per level, several terms per class
+    and terms of one child (draft probabilities from 0 to 1, SLOPE_AT among them, prefix probabilities 0 to 1)."""
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(5)
+    slots = B._Slots(shape)
+    x = np.concatenate([[0.0, 1.0, _bound_kernels.SLOPE_AT, 1e-300, 0.5], rng.random(60), 10.0 ** -rng.uniform(0, 12, 60)])
+    for j in range(len(slots.n_at) - 1):
+        prog = _bound_kernels.iid_program(*slots.iid_classes(j))
+        leaf_n, lvl_start, term_start, term_child, term_cnt, root = prog
+        for s in (rng.random(j + 1), rng.random(j + 1), np.ones(j + 1), np.zeros(j + 1)):
+            F, a, g, acc, r, h = _bound_kernels.iid_scratch(lvl_start)
+            _bound_kernels.iid_block(x, 0, x.shape[0], s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a,
+                                     g, acc, r, h)
+            Fs = np.zeros(lvl_start[-1])
+            got = np.array([_bound_kernels.iid_point(v, s, j, *prog, Fs) for v in x])
+            assert np.array_equal(got, F[root, : x.shape[0]]), (j, s, np.flatnonzero(got != F[root, : x.shape[0]]))

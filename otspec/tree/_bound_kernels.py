@@ -851,7 +851,8 @@ def row_address(x):
 
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
-JIT = compile_in(globals(), ("union_block", "union_point", "iid_point", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "iid_rows",
+JIT = compile_in(globals(), ("union_block", "union_point", "iid_point", "iid_block", "iid_scratch", "iid_pi_kernel",
+                             "lane_total", "iid_row", "iid_rows",
                              "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
                              "wor_lower", "wor_row_last",
