@@ -53,6 +53,8 @@ BLOCK = 256
 #: The draft probability at which the row kernels take the slope of a concave lower bound on pi (entries above it
 #: get pi itself).
 SLOPE_AT = 1e-3
+#: Whole blocks whose power sums :func:`wor_row_sums` forms in one sweep (:func:`moments_group`).
+GROUP = 4
 #: Taylor terms of the race's tail evaluated for a whole block (an entry that needs more continues on its own).
 DCAP = 4
 
@@ -1004,6 +1006,87 @@ def moments_block(pb, mb, b, inv, s0, s1, yb, A, big, k):
     return k
 
 
+def moments_group(pg, mg, inv, s0, s1, yg, A, big, k):
+    """:func:`moments_block` on :data:`GROUP` consecutive whole blocks ``pg`` (marks ``mg``, ``yg`` scratch of as
+    many entries) in one sweep per stage: each lane's sum, correction and powers 2 .. 11 held in registers over
+    the group's entries of that lane and stored once (the same additions in the same order, so the same lanes; a
+    sweep per block stores 12 lanes per entry, the store port's limit); the large tokens appended in column
+    order; the new ``k``."""
+    m = 0
+    for v in range(BLOCK):
+        u = s0[v]
+        cc = s1[v]
+        for e in range(GROUP):
+            x = pg[e * BLOCK + v]
+            y = x * inv
+            y = y if x > 0.0 else 0.0
+            y = 0.0 if mg[e * BLOCK + v] else y
+            yg[e * BLOCK + v] = y
+            t = u + y                              # Neumaier's compensated sum, lane by lane
+            d1 = (u - t) + y
+            d2 = (y - t) + u
+            cc += d1 if abs(u) >= y else d2
+            u = t
+            m += 1 if y > 1e-2 else 0
+        s0[v] = u
+        s1[v] = cc
+    A2 = A[2]
+    A3 = A[3]
+    A4 = A[4]
+    A5 = A[5]
+    A6 = A[6]
+    A7 = A[7]
+    A8 = A[8]
+    A9 = A[9]
+    A10 = A[10]
+    A11 = A[11]
+    for v in range(BLOCK):                         # the powers 2 .. 11 of the small tokens, each product once
+        a2 = A2[v]
+        a3 = A3[v]
+        a4 = A4[v]
+        a5 = A5[v]
+        a6 = A6[v]
+        a7 = A7[v]
+        a8 = A8[v]
+        a9 = A9[v]
+        a10 = A10[v]
+        a11 = A11[v]
+        for e in range(GROUP):
+            w = yg[e * BLOCK + v]
+            w = w if w <= 1e-2 else 0.0
+            y2 = w * w
+            y3 = y2 * w
+            y4 = y2 * y2
+            y8 = y4 * y4
+            y10 = y8 * y2
+            a2 += y2
+            a3 += y3
+            a4 += y4
+            a5 += y4 * w
+            a6 += y3 * y3
+            a7 += y4 * y3
+            a8 += y8
+            a9 += y8 * w
+            a10 += y10
+            a11 += y10 * w
+        A2[v] = a2
+        A3[v] = a3
+        A4[v] = a4
+        A5[v] = a5
+        A6[v] = a6
+        A7[v] = a7
+        A8[v] = a8
+        A9[v] = a9
+        A10[v] = a10
+        A11[v] = a11
+    if m > 0:                                      # the group's large tokens, gathered without branches
+        for v in range(GROUP * BLOCK):
+            y = yg[v]
+            big[k] = y
+            k += 1 if y > 1e-2 else 0
+    return k
+
+
 def moments_finish(s0, s1, A, big, k, nu):
     """The power sums ``nu[1:]`` from the lanes of :func:`moments_block` and the ``k`` large tokens ``big[:k]``."""
     N = nu.shape[0] - 1
@@ -1055,6 +1138,8 @@ def wor_row_sums(p, race, head, nu, mark, st):
             mark[head[k]] = True
     inv = 1.0 / mx if moments else 0.0
     s0, s1, yb, A, big = moments_scratch(V if moments else 0)
+    yg = np.zeros(GROUP * BLOCK)
+    Vg = (V // (GROUP * BLOCK)) * (GROUP * BLOCK) if moments else 0     # the columns in whole groups of blocks
     k = 0
     Lr = np.zeros(BLOCK)
     Lt = np.zeros(BLOCK)
@@ -1069,7 +1154,11 @@ def wor_row_sums(p, race, head, nu, mark, st):
             den = 1.0 - x
             Lr[v] += x
             Lt[v] += x / den if den > 0.0 else 0.0
-        if moments:
+        if v0 + b <= Vg:
+            if (v0 + b) % (GROUP * BLOCK) == 0:      # a group's last block: the group's powers in one sweep
+                g0 = v0 + b - GROUP * BLOCK
+                k = moments_group(p[g0:v0 + b], mark[g0:v0 + b], inv, s0, s1, yg, A, big, k)
+        elif moments:
             k = moments_block(pb, mark[v0:v0 + b], b, inv, s0, s1, yb, A, big, k)
     if moments:
         moments_finish(s0, s1, A, big, k, nu)
@@ -1371,5 +1460,6 @@ def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
 
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
 RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments_block", "moments_finish",
-                                  "race_moments_row", "race_moments", "wor_row_sums", "tail_terms", "race_row", "race_rows",
+                                  "race_moments_row", "race_moments", "moments_group", "wor_row_sums", "tail_terms",
+                                  "race_row", "race_rows",
                                   "race_rows_weighted", "race_at"))
