@@ -1655,3 +1655,28 @@ def test_iid_point_is_iid_block_at_one_column(shape):
             Fs = np.zeros(lvl_start[-1])
             got = np.array([_bound_kernels.iid_point(v, s, j, *prog, Fs) for v in x])
             assert np.array_equal(got, F[root, : x.shape[0]]), (j, s, np.flatnonzero(got != F[root, : x.shape[0]]))
+
+
+@pytest.mark.parametrize("V", [5000, 4096, 1000])
+def test_row_stats_power_sums_are_the_block_sweeps(V):
+    """``wor_row_stats`` (the race's power sums of the tail in groups of GROUP blocks, ``moments_group``, then block
+    by block past the last whole group) against ``race_moments_row`` (block by block) on the same tail: the same
+    floats, on LLM-like rows with exact zeros and large tokens (above 1e-2 and 0.1 of the tail's largest)."""
+    rng = np.random.default_rng(V)
+    K = 8
+    for sigma in (1.0, 3.0, 8.0):
+        z = rng.normal(0, sigma, V)
+        p = np.exp(z - z.max())
+        p[rng.random(V) < 0.05] = 0.0
+        p[rng.integers(0, V, 40)] *= 50.0
+        p /= p.sum()
+        head, hval = np.zeros(K, np.int64), np.zeros(K)
+        nu, want, st = np.zeros(49), np.zeros(49), np.zeros(7)
+        mark = np.zeros(V, dtype=bool)
+        _bound_kernels.wor_row_stats(p, K, True, head, hval, nu, mark, st)
+        assert not mark.any()
+        kh = int(st[2])
+        mark[head[:kh]] = True
+        _bound_kernels.race_moments_row(p, mark, st[3], want)
+        assert st[3] == p[~mark].max() and want[1] >= 1.0
+        assert np.array_equal(nu, want), np.flatnonzero(nu != want)
