@@ -1680,3 +1680,29 @@ def test_row_stats_power_sums_are_the_block_sweeps(V):
         _bound_kernels.race_moments_row(p, mark, st[3], want)
         assert st[3] == p[~mark].max() and want[1] >= 1.0
         assert np.array_equal(nu, want), np.flatnonzero(nu != want)
+
+
+def test_moments_group_is_moments_block_lane_by_lane():
+    """``moments_group`` against ``moments_block`` on each of its blocks in turn: every lane (the sums, their
+    corrections, the powers 2 .. 11) and the gathered large tokens the same floats, over several groups in a row
+    (lanes carried from one group to the next), with marked entries, exact zeros and tokens on both sides of 1e-2."""
+    B, G = _bound_kernels.BLOCK, _bound_kernels.GROUP
+    rng = np.random.default_rng(11)
+    V = 3 * G * B
+    p = 10.0 ** -rng.uniform(0, 9, V)
+    p[rng.random(V) < 0.05] = 0.0
+    mark = rng.random(V) < 0.02
+    inv = 1.0 / (0.5 * p.max())
+    got, want = _bound_kernels.moments_scratch(V), _bound_kernels.moments_scratch(V)
+    yg = np.zeros(G * B)
+    kg = kw = 0
+    for g0 in range(0, V, G * B):
+        kg = _bound_kernels.moments_group(p[g0:g0 + G * B], mark[g0:g0 + G * B], inv, got[0], got[1], yg, got[3],
+                                          got[4], kg)
+        for v0 in range(g0, g0 + G * B, B):
+            kw = _bound_kernels.moments_block(p[v0:v0 + B], mark[v0:v0 + B], B, inv, want[0], want[1], want[2],
+                                              want[3], want[4], kw)
+    assert kg == kw > 0
+    for a, b in zip(got[:2] + got[3:4], want[:2] + want[3:4]):
+        assert np.array_equal(a, b)
+    assert np.array_equal(got[4][:kg], want[4][:kw])
