@@ -222,6 +222,8 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
     qc = np.zeros(BLOCK)
     L = np.zeros((1 + E, BLOCK))
     Fs = np.zeros(lvl_start[lvl_start.shape[0] - 1])
+    mk = np.zeros(BLOCK, dtype=np.uint8)
+    mk8 = mk.view(np.uint64)
     c = 0.0
     if not write:                                            # the slope f(P) / P at P = SLOPE_AT, below the margin
         x = iid_point(SLOPE_AT, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, Fs)
@@ -250,6 +252,10 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
         else:
             # one sweep: the entries the slope decides add Q_u q to their lane, the others are counted (each lane
             # gets one addition per block either way, so the lanes' sums are those of min(Q_u q, pi) entry by entry)
+            # (the flags ``mk``, one byte per entry, are read back eight at a time: a block usually holds a few
+            # such entries, and a word of zeros skips eight entries without a branch each)
+            if b < BLOCK:
+                mk[:] = 0
             n = 0
             for v in range(b):
                 y = Qu * qb[v]
@@ -257,14 +263,17 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
                 qc[v] = y
                 und = (x > SLOPE_AT) | (y > c * x)
                 L0[v] += 0.0 if und else y
+                mk[v] = 1 if und else 0
                 n += 1 if und else 0
             if n > 0:                                        # the entries pi may be below: pi itself, one by one
-                for v in range(b):
-                    x = pb[v]
-                    if (x > SLOPE_AT) | (qc[v] > c * x):
-                        y = iid_point(x, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, Fs)
-                        pv = y if y < 1.0 else 1.0
-                        L0[v] += qc[v] if qc[v] < pv else pv
+                for w in range((b + 7) // 8):
+                    if mk8[w] != 0:
+                        for v in range(8 * w, 8 * w + 8):
+                            if mk[v] != 0:
+                                y = iid_point(pb[v], s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root,
+                                              Fs)
+                                pv = y if y < 1.0 else 1.0
+                                L0[v] += qc[v] if qc[v] < pv else pv
         for e in range(E):
             ce = mdc[e]
             for v in range(b):
