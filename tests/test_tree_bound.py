@@ -1631,3 +1631,78 @@ def test_race_left_end_added_on_the_safe_side(V, kind, seed):
         diff = got[k, 0, sel] - ref[k, 0, sel]
         assert (diff >= -1e-15 * ref[k, 0, sel]).all()
         assert (diff <= d[sel] + 1e-15 * ref[k, 0, sel]).all()
+
+
+@pytest.mark.parametrize("shape", [TreeShape.branching(8, 7), TreeShape.branching(3, 2, 2),
+                                   TreeShape([(0,), (1,), (2,), (3,), (0, 0), (2, 0), (2, 1), (2, 2)]),
+                                   TreeShape([(0,), (1,), (2,), (0, 0), (0, 1), (1, 0), (0, 0, 0), (1, 0, 0)])])
+def test_iid_point_is_iid_block_at_one_column(shape):
+    """``iid_point`` (the i.i.d. row kernel's entries the slope leaves, one by one) against ``iid_block`` over a
+    whole block, bit for bit, at every depth of programs with several classes per level, several terms per class
+    and terms of one child (draft probabilities from 0 to 1, SLOPE_AT among them, prefix probabilities 0 to 1)."""
+    from otspec.tree import _bound as B
+
+    rng = np.random.default_rng(5)
+    slots = B._Slots(shape)
+    x = np.concatenate([[0.0, 1.0, _bound_kernels.SLOPE_AT, 1e-300, 0.5], rng.random(60), 10.0 ** -rng.uniform(0, 12, 60)])
+    for j in range(len(slots.n_at) - 1):
+        prog = _bound_kernels.iid_program(*slots.iid_classes(j))
+        leaf_n, lvl_start, term_start, term_child, term_cnt, root = prog
+        for s in (rng.random(j + 1), rng.random(j + 1), np.ones(j + 1), np.zeros(j + 1)):
+            F, a, g, acc, r, h = _bound_kernels.iid_scratch(lvl_start)
+            _bound_kernels.iid_block(x, 0, x.shape[0], s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a,
+                                     g, acc, r, h)
+            Fs = np.zeros(lvl_start[-1])
+            got = np.array([_bound_kernels.iid_point(v, s, j, *prog, Fs) for v in x])
+            assert np.array_equal(got, F[root, : x.shape[0]]), (j, s, np.flatnonzero(got != F[root, : x.shape[0]]))
+
+
+@pytest.mark.parametrize("V", [5000, 4096, 1000])
+def test_row_stats_power_sums_are_the_block_sweeps(V):
+    """``wor_row_stats`` (the race's power sums of the tail in groups of GROUP blocks, ``moments_group``, then block
+    by block past the last whole group) against ``race_moments_row`` (block by block) on the same tail: the same
+    floats, on LLM-like rows with exact zeros and large tokens (above 1e-2 and 0.1 of the tail's largest)."""
+    rng = np.random.default_rng(V)
+    K = 8
+    for sigma in (1.0, 3.0, 8.0):
+        z = rng.normal(0, sigma, V)
+        p = np.exp(z - z.max())
+        p[rng.random(V) < 0.05] = 0.0
+        p[rng.integers(0, V, 40)] *= 50.0
+        p /= p.sum()
+        head, hval = np.zeros(K, np.int64), np.zeros(K)
+        nu, want, st = np.zeros(49), np.zeros(49), np.zeros(7)
+        mark = np.zeros(V, dtype=bool)
+        _bound_kernels.wor_row_stats(p, K, True, head, hval, nu, mark, st)
+        assert not mark.any()
+        kh = int(st[2])
+        mark[head[:kh]] = True
+        _bound_kernels.race_moments_row(p, mark, st[3], want)
+        assert st[3] == p[~mark].max() and want[1] >= 1.0
+        assert np.array_equal(nu, want), np.flatnonzero(nu != want)
+
+
+def test_moments_group_is_moments_block_lane_by_lane():
+    """``moments_group`` against ``moments_block`` on each of its blocks in turn: every lane (the sums, their
+    corrections, the powers 2 .. 11) and the gathered large tokens the same floats, over several groups in a row
+    (lanes carried from one group to the next), with marked entries, exact zeros and tokens on both sides of 1e-2."""
+    B, G = _bound_kernels.BLOCK, _bound_kernels.GROUP
+    rng = np.random.default_rng(11)
+    V = 3 * G * B
+    p = 10.0 ** -rng.uniform(0, 9, V)
+    p[rng.random(V) < 0.05] = 0.0
+    mark = rng.random(V) < 0.02
+    inv = 1.0 / (0.5 * p.max())
+    got, want = _bound_kernels.moments_scratch(V), _bound_kernels.moments_scratch(V)
+    yg = np.zeros(G * B)
+    kg = kw = 0
+    for g0 in range(0, V, G * B):
+        kg = _bound_kernels.moments_group(p[g0:g0 + G * B], mark[g0:g0 + G * B], inv, got[0], got[1], yg, got[3],
+                                          got[4], kg)
+        for v0 in range(g0, g0 + G * B, B):
+            kw = _bound_kernels.moments_block(p[v0:v0 + B], mark[v0:v0 + B], B, inv, want[0], want[1], want[2],
+                                              want[3], want[4], kw)
+    assert kg == kw > 0
+    for a, b in zip(got[:2] + got[3:4], want[:2] + want[3:4]):
+        assert np.array_equal(a, b)
+    assert np.array_equal(got[4][:kg], want[4][:kw])

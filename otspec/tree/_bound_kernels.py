@@ -53,6 +53,8 @@ BLOCK = 256
 #: The draft probability at which the row kernels take the slope of a concave lower bound on pi (entries above it
 #: get pi itself).
 SLOPE_AT = 1e-3
+#: Whole blocks whose power sums :func:`wor_row_sums` forms in one sweep (:func:`moments_group`).
+GROUP = 4
 #: Taylor terms of the race's tail evaluated for a whole block (an entry that needs more continues on its own).
 DCAP = 4
 
@@ -126,6 +128,37 @@ def iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cn
                     F[c, v] = acc[v]
 
 
+def union_point(a, n):
+    """:func:`union_block` at one entry ``a``: the same operations, so the same value."""
+    if n == 1:
+        return a * 1.0
+    r = 1.0 - a
+    x = 1.0 + r
+    for _ in range(n - 2):
+        x *= r
+        x += 1.0
+    return x * a
+
+
+def iid_point(x, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, Fs):
+    r""":math:`f` of the class ``root`` of the program of :func:`iid_program` at one draft probability ``x`` (as
+    :func:`iid_block` at one column, by :func:`union_point`: the same operations, so the same value; no clipping at
+    1), ``Fs`` scratch of one entry per class."""
+    n_lvl = lvl_start.shape[0] - 1
+    for c in range(lvl_start[1]):
+        n = leaf_n[c]
+        Fs[c] = union_point(x, n) if n > 0 else 0.0
+    for lev in range(1, n_lvl):
+        sl = s[j - lev]
+        for c in range(lvl_start[lev], lvl_start[lev + 1]):
+            acc = 0.0
+            for k in range(term_start[c], term_start[c + 1]):
+                g = union_point(sl * Fs[term_child[k]], term_cnt[k])
+                acc = g if k == term_start[c] else g + (1.0 - g) * acc
+            Fs[c] = acc
+    return Fs[root]
+
+
 def iid_scratch(lvl_start):
     """The buffers of :func:`iid_block`: ``F`` (a row of :data:`BLOCK` entries per class of the program) and five
     scratch rows."""
@@ -178,22 +211,22 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
     arguments, products of the complements of two of them convex), so :math:`f(p) \ge p\, f(P) / P` for
     :math:`p \le P`, ``P`` the largest draft entry of the block; an entry with
     :math:`Q_u q_x \le (1 - 10^{-12})\, p_x f(P) / P` has :math:`\min(Q_u q_x, \pi_x) = Q_u q_x` (the margin
-    above the rounding of either side), every other entry gets :math:`\pi_x` by the same operations. The row
-    sums are bit for bit those of the whole evaluation."""
+    above the rounding of either side), every other entry gets :math:`\pi_x` by the same operations, entry by
+    entry (:func:`iid_point`: a call of :func:`iid_block` costs about 0.6 us whatever its width, and about one block
+    in four holds such an entry), added to its lane in the same place. The row sums are bit for bit those of the
+    whole evaluation."""
     V = p.shape[0]
     E = mdc.shape[0]
     write = low.shape[0] > 0
     F, a, g, acc, r, h = iid_scratch(lvl_start)
     qc = np.zeros(BLOCK)
-    val = np.zeros(BLOCK)
-    buf = np.zeros(BLOCK)
-    idx = np.zeros(BLOCK, dtype=np.int64)
     L = np.zeros((1 + E, BLOCK))
+    Fs = np.zeros(lvl_start[lvl_start.shape[0] - 1])
+    mk = np.zeros(BLOCK, dtype=np.uint8)
+    mk8 = mk.view(np.uint64)
     c = 0.0
     if not write:                                            # the slope f(P) / P at P = SLOPE_AT, below the margin
-        buf[0] = SLOPE_AT
-        iid_block(buf, 0, 1, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
-        x = F[root, 0]
+        x = iid_point(SLOPE_AT, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, Fs)
         c = ((x if x < 1.0 else 1.0) / SLOPE_AT) * (1.0 - 1e-12)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
@@ -217,30 +250,30 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
                 lb[v] = qc[v] if qc[v] < pv else pv
                 pib[v] = pv
         else:
+            # one sweep: the entries the slope decides add Q_u q to their lane, the others are counted (each lane
+            # gets one addition per block either way, so the lanes' sums are those of min(Q_u q, pi) entry by entry)
+            # (the flags ``mk``, one byte per entry, are read back eight at a time: a block usually holds a few
+            # such entries, and a word of zeros skips eight entries without a branch each)
+            if b < BLOCK:
+                mk[:] = 0
             n = 0
             for v in range(b):
                 y = Qu * qb[v]
                 x = pb[v]
                 qc[v] = y
-                val[v] = y
-                n += 1 if (x > SLOPE_AT or y > c * x) else 0
-            if n > 0:                                        # the entries pi may be below: pi itself
-                k = 0
-                for v in range(b):
-                    x = pb[v]
-                    if x > SLOPE_AT or qc[v] > c * x:
-                        idx[k] = v
-                        buf[k] = x
-                        k += 1
-                iid_block(buf, 0, n, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
-                fr = F[root]
-                for k in range(n):
-                    x = fr[k]
-                    pv = x if x < 1.0 else 1.0
-                    v = idx[k]
-                    val[v] = qc[v] if qc[v] < pv else pv
-            for v in range(b):
-                L0[v] += val[v]
+                und = (x > SLOPE_AT) | (y > c * x)
+                L0[v] += 0.0 if und else y
+                mk[v] = 1 if und else 0
+                n += 1 if und else 0
+            if n > 0:                                        # the entries pi may be below: pi itself, one by one
+                for w in range((b + 7) // 8):
+                    if mk8[w] != 0:
+                        for v in range(8 * w, 8 * w + 8):
+                            if mk[v] != 0:
+                                y = iid_point(pb[v], s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root,
+                                              Fs)
+                                pv = y if y < 1.0 else 1.0
+                                L0[v] += qc[v] if qc[v] < pv else pv
         for e in range(E):
             ce = mdc[e]
             for v in range(b):
@@ -829,7 +862,8 @@ def row_address(x):
 
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
-JIT = compile_in(globals(), ("union_block", "iid_block", "iid_scratch", "iid_pi_kernel", "lane_total", "iid_row", "iid_rows",
+JIT = compile_in(globals(), ("union_block", "union_point", "iid_point", "iid_block", "iid_scratch", "iid_pi_kernel",
+                             "lane_total", "iid_row", "iid_rows",
                              "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
                              "wor_lower", "wor_row_last",
@@ -981,6 +1015,87 @@ def moments_block(pb, mb, b, inv, s0, s1, yb, A, big, k):
     return k
 
 
+def moments_group(pg, mg, inv, s0, s1, yg, A, big, k):
+    """:func:`moments_block` on :data:`GROUP` consecutive whole blocks ``pg`` (marks ``mg``, ``yg`` scratch of as
+    many entries) in one sweep per stage: each lane's sum, correction and powers 2 .. 11 held in registers over
+    the group's entries of that lane and stored once (the same additions in the same order, so the same lanes; a
+    sweep per block stores 12 lanes per entry, the store port's limit); the large tokens appended in column
+    order; the new ``k``."""
+    m = 0
+    for v in range(BLOCK):
+        u = s0[v]
+        cc = s1[v]
+        for e in range(GROUP):
+            x = pg[e * BLOCK + v]
+            y = x * inv
+            y = y if x > 0.0 else 0.0
+            y = 0.0 if mg[e * BLOCK + v] else y
+            yg[e * BLOCK + v] = y
+            t = u + y                              # Neumaier's compensated sum, lane by lane
+            d1 = (u - t) + y
+            d2 = (y - t) + u
+            cc += d1 if abs(u) >= y else d2
+            u = t
+            m += 1 if y > 1e-2 else 0
+        s0[v] = u
+        s1[v] = cc
+    A2 = A[2]
+    A3 = A[3]
+    A4 = A[4]
+    A5 = A[5]
+    A6 = A[6]
+    A7 = A[7]
+    A8 = A[8]
+    A9 = A[9]
+    A10 = A[10]
+    A11 = A[11]
+    for v in range(BLOCK):                         # the powers 2 .. 11 of the small tokens, each product once
+        a2 = A2[v]
+        a3 = A3[v]
+        a4 = A4[v]
+        a5 = A5[v]
+        a6 = A6[v]
+        a7 = A7[v]
+        a8 = A8[v]
+        a9 = A9[v]
+        a10 = A10[v]
+        a11 = A11[v]
+        for e in range(GROUP):
+            w = yg[e * BLOCK + v]
+            w = w if w <= 1e-2 else 0.0
+            y2 = w * w
+            y3 = y2 * w
+            y4 = y2 * y2
+            y8 = y4 * y4
+            y10 = y8 * y2
+            a2 += y2
+            a3 += y3
+            a4 += y4
+            a5 += y4 * w
+            a6 += y3 * y3
+            a7 += y4 * y3
+            a8 += y8
+            a9 += y8 * w
+            a10 += y10
+            a11 += y10 * w
+        A2[v] = a2
+        A3[v] = a3
+        A4[v] = a4
+        A5[v] = a5
+        A6[v] = a6
+        A7[v] = a7
+        A8[v] = a8
+        A9[v] = a9
+        A10[v] = a10
+        A11[v] = a11
+    if m > 0:                                      # the group's large tokens, gathered without branches
+        for v in range(GROUP * BLOCK):
+            y = yg[v]
+            big[k] = y
+            k += 1 if y > 1e-2 else 0
+    return k
+
+
 def moments_finish(s0, s1, A, big, k, nu):
     """The power sums ``nu[1:]`` from the lanes of :func:`moments_block` and the ``k`` large tokens ``big[:k]``."""
     N = nu.shape[0] - 1
@@ -1032,6 +1147,8 @@ def wor_row_sums(p, race, head, nu, mark, st):
             mark[head[k]] = True
     inv = 1.0 / mx if moments else 0.0
     s0, s1, yb, A, big = moments_scratch(V if moments else 0)
+    yg = np.zeros(GROUP * BLOCK)
+    Vg = (V // (GROUP * BLOCK)) * (GROUP * BLOCK) if moments else 0     # the columns in whole groups of blocks
     k = 0
     Lr = np.zeros(BLOCK)
     Lt = np.zeros(BLOCK)
@@ -1046,7 +1163,11 @@ def wor_row_sums(p, race, head, nu, mark, st):
             den = 1.0 - x
             Lr[v] += x
             Lt[v] += x / den if den > 0.0 else 0.0
-        if moments:
+        if v0 + b <= Vg:
+            if (v0 + b) % (GROUP * BLOCK) == 0:      # a group's last block: the group's powers in one sweep
+                g0 = v0 + b - GROUP * BLOCK
+                k = moments_group(p[g0:v0 + b], mark[g0:v0 + b], inv, s0, s1, yg, A, big, k)
+        elif moments:
             k = moments_block(pb, mark[v0:v0 + b], b, inv, s0, s1, yb, A, big, k)
     if moments:
         moments_finish(s0, s1, A, big, k, nu)
@@ -1348,5 +1469,6 @@ def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
 
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
 RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments_block", "moments_finish",
-                                  "race_moments_row", "race_moments", "wor_row_sums", "tail_terms", "race_row", "race_rows",
+                                  "race_moments_row", "race_moments", "moments_group", "wor_row_sums", "tail_terms",
+                                  "race_row", "race_rows",
                                   "race_rows_weighted", "race_at"))
