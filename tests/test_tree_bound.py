@@ -1706,3 +1706,38 @@ def test_moments_group_is_moments_block_lane_by_lane():
     for a, b in zip(got[:2] + got[3:4], want[:2] + want[3:4]):
         assert np.array_equal(a, b)
     assert np.array_equal(got[4][:kg], want[4][:kw])
+
+
+def test_moments_group_gathers_sparse_large_tokens():
+    """``moments_group`` gathers the large tokens (:math:`y > 10^{-2}`) only from the chunks of
+    :data:`_bound_kernels.CHUNK` columns that hold one: on groups where they are rare (one alone at a chunk's first
+    or last column, two in one chunk, one exactly at 1e-2 that stays out, whole chunks and a whole group without
+    any), the same list, lanes and count as ``moments_block`` block by block (which scans every column). Fails when a
+    chunk with a single large token, or a chunk's edge column, is skipped."""
+    B, G, CH = _bound_kernels.BLOCK, _bound_kernels.GROUP, _bound_kernels.CHUNK
+    assert (G * B) % CH == 0
+    rng = np.random.default_rng(5)
+    V = 3 * G * B
+    p = rng.uniform(1e-9, 1e-6, V)                     # y <= 1e-3: small everywhere
+    mark = np.zeros(V, dtype=bool)
+    big_at = [0, CH - 1, 3 * CH, 3 * CH + 7, 5 * CH + CH // 2, G * B - 1, 2 * G * B + CH]   # none in group 1
+    for v in big_at:
+        p[v] = rng.uniform(0.05, 0.9)
+    p[7 * CH + 3] = 1e-2                                  # y = 1e-2 exactly: not large
+    p[9 * CH + 1] = 0.5
+    mark[9 * CH + 1] = True                               # marked (the head): y = 0, not gathered
+    inv = 1.0
+    got, want = _bound_kernels.moments_scratch(V), _bound_kernels.moments_scratch(V)
+    yg = np.zeros(G * B)
+    kg = kw = 0
+    for g0 in range(0, V, G * B):
+        kg = _bound_kernels.moments_group(p[g0:g0 + G * B], mark[g0:g0 + G * B], inv, got[0], got[1], yg, got[3],
+                                          got[4], kg)
+        for v0 in range(g0, g0 + G * B, B):
+            kw = _bound_kernels.moments_block(p[v0:v0 + B], mark[v0:v0 + B], B, inv, want[0], want[1], want[2],
+                                              want[3], want[4], kw)
+    assert kg == kw == len(big_at)
+    assert np.array_equal(got[4][:kg], p[big_at])
+    assert np.array_equal(got[4][:kg], want[4][:kw])
+    for a, b in zip(got[:2] + got[3:4], want[:2] + want[3:4]):
+        assert np.array_equal(a, b)

@@ -55,6 +55,9 @@ BLOCK = 256
 SLOPE_AT = 1e-3
 #: Whole blocks whose power sums :func:`wor_row_sums` forms in one sweep (:func:`moments_group`).
 GROUP = 4
+#: Columns of a group that :func:`moments_group` gathers large tokens from only where one of them is large (a
+#: divisor of ``GROUP * BLOCK``).
+CHUNK = 64
 #: Taylor terms of the race's tail evaluated for a whole block (an entry that needs more continues on its own).
 DCAP = 4
 
@@ -1089,10 +1092,15 @@ def moments_group(pg, mg, inv, s0, s1, yg, A, big, k):
         A10[v] = a10
         A11[v] = a11
     if m > 0:                                      # the group's large tokens, gathered without branches
-        for v in range(GROUP * BLOCK):
-            y = yg[v]
-            big[k] = y
-            k += 1 if y > 1e-2 else 0
+        for c0 in range(0, GROUP * BLOCK, CHUNK):    # in the chunks that hold one (counted in a vectorised sweep)
+            nc = 0
+            for v in range(c0, c0 + CHUNK):
+                nc += yg[v] > 1e-2
+            if nc > 0:
+                for v in range(c0, c0 + CHUNK):
+                    y = yg[v]
+                    big[k] = y
+                    k += 1 if y > 1e-2 else 0
     return k
 
 
