@@ -304,9 +304,10 @@ def _float_bits(x, xp):
 
 
 def _grid_points(xp) -> int:
-    """Candidates per row and round of :func:`_first_false`: more on a device (where an op costs its launch, whatever
-    its size) than on the host (where it costs its elements). Any number gives the same values."""
-    return 63 if xp.__name__.endswith("numpy") else 511
+    """Candidates per row and round of :func:`_first_false`: more on torch (where an op costs its launch, whatever its
+    size: 4 rounds of 16,383 for ``k <= 4`` instead of 6 of 511) than on numpy (where it costs its elements). Any
+    number gives the same values."""
+    return 63 if xp.__name__.endswith("numpy") else 16383
 
 
 def _grid_rounds(k_hi: float, M: int) -> list[int]:
@@ -346,18 +347,29 @@ ho` (each rounded operation is
     so ``b - a <= s`` after the round, and after the last round ``b - a = 1``. The test is the bisection's, value
     for value (the same operations on each row's floats; torch's vectorised ``pow`` on the CPU, for ``k > 3``, may
     round a value's last bit otherwise by its place in the array, as it does between batches).
+
+    Two consequences keep the ops per round few. The candidates increase along a row and :math:`g` is true then
+    false there, so the first false column is the number of true ones (one sum, no search for it). And ``b`` need
+    not be carried: on a kept row it is a float where :math:`g` is false, ``a`` one where it is true, so
+    ``b - a >= 1``, and ``b - a <= 1`` after the last round: ``b = a + 1``; it is returned as
+    ``min(a + 1, hi)``, within ``[lo, hi]`` on every row (the rows not kept, where :math:`g` is false at ``lo`` or
+    true at ``hi``, are :func:`_rho_star_rows`' ``lo`` or ``hi`` instead).
     """
     M = _grid_points(xp)
-    a, b = _float_bits(lo, xp), _float_bits(hi, xp)
+    a = _float_bits(lo, xp)
     dev = _device(a)
-    col = xp.arange(M, dtype=xp.int64, device=dev)  # 0 .. M - 1: the candidates' columns
     for s in _grid_rounds(k_hi, M):
         c = a + xp.arange(s, s * (M + 1), s, dtype=xp.int64, device=dev)  # (B, M): a + s .. a + M s
         g = _go_up(c.view(xp.float64), Pl, Ql, Ph, Qh, power, xp)
-        j = xp.min(xp.where(g, M, col), axis=-1, keepdims=True)  # the first false column (M: none)
-        a = a + j * s
-        b = xp.minimum(a + s, b)
-    return b.view(xp.float64)
+        a = a + _count_true(g) * s  # the first false column (M: none), g being true then false along the row
+    return xp.minimum(a + 1, _float_bits(hi, xp)).view(xp.float64)
+
+
+def _count_true(g):
+    """The number of true entries of each row of a bool ``(B, M)`` array, ``(B, 1)`` int64 (one op on torch)."""
+    if _is_torch(g):
+        return g.sum(-1, keepdim=True)
+    return np.sum(g, axis=-1, keepdims=True, dtype=np.int64)
 
 
 def batched_kseq_rho_star(p, q, k: int, *, normalize: bool = False, validate: bool = True):
