@@ -135,19 +135,19 @@ def _ratio_sorted(P, Q, xp) -> dict:
     B = int(np.prod(shape)) if shape else 1
     P2 = xp.reshape(P, (B, V))
     Q2 = xp.reshape(Q, (B, V))
-    dev = _device(P)
     # f at rho = 1 (exact zeros when p == q)
     D1 = xp.sum(xp.clip(Q2 - P2, 0.0, None), axis=-1)
     E1 = xp.sum(xp.clip(P2 - Q2, 0.0, None), axis=-1)
     # one batched sort of the ratios q/p (p = 0 < q: +inf; p = q = 0: nan, last, weightless)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = Q2 / P2
-    order = xp.argsort(r, axis=-1, stable=False)
-    flat = xp.reshape(order + xp.reshape(xp.arange(B, device=dev) * V, (B, 1)), (-1,))
-    ro = xp.reshape(_take(r, flat, xp), (B, V))
-    po = xp.reshape(_take(P2, flat, xp), (B, V))
-    qo = xp.reshape(_take(Q2, flat, xp), (B, V))
-    del order, flat, r
+    if _is_torch(r):  # the sorted ratios and their order in one op (argsort's own kernel), the laws by gathers
+        ro, order = r.sort(dim=-1, stable=False)
+    else:
+        order = xp.argsort(r, axis=-1, stable=False)
+        ro = _take_along(r, order, xp)
+    po, qo = _take_along(P2, order, xp), _take_along(Q2, order, xp)
+    del order, r
     # exclusive prefix sums (tokens before j) and suffix sums (tokens after j)
     Pcum = xp.cumulative_sum(po, axis=-1)
     Qcum = xp.cumulative_sum(qo, axis=-1)
@@ -227,7 +227,8 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     Ek = xp.sum(xp.clip(P2 - Q2 / kf, 0.0, None), axis=-1)
     fk = Dk - power(Ek)
     # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
-    inside = (ro > 1.0) & (ro < kf)
+    above1 = ro > 1.0
+    inside = above1 & (ro < kf)
     rho_j = xp.where(inside, ro, 2.0)
     E = xp.clip(S["Pp"] - S["Qp"] / rho_j, 0.0, None)
     D = xp.clip(S["Qs"] - rho_j * S["Ps"], 0.0, None)
@@ -237,12 +238,11 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     has = xp.any(neg, axis=-1, keepdims=True)  # (B, 1), as every per-row value below
     jj = xp.argmax(xp.astype(neg, xp.float64), axis=-1, keepdims=True)
     ro_j = _take_along(ro, jj, xp)
-    hi = xp.where(has & (ro_j < kf), xp.where(xp.isnan(ro_j), kf, ro_j), kf)
-    hi = xp.clip(hi, None, kf) if isinstance(kf, float) else xp.minimum(hi, kf)
+    hi = xp.where(has & (ro_j < kf), ro_j, kf)  # ro_j < kf: not NaN, and hi <= kf
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
-    lo = xp.max(xp.where((ro < hi) & (ro > 1.0), ro, 1.0), axis=-1, keepdims=True)
+    lo = xp.max(xp.where((ro < hi) & above1, ro, 1.0), axis=-1, keepdims=True)
     # the split on (lo, hi): ratios <= lo below, >= hi above
-    nb = xp.sum(xp.astype(ro <= lo, xp.int64), axis=-1, keepdims=True)
+    nb = _count_true(ro <= lo)
     idx = xp.clip(nb - 1, 0, V - 1)
     some = nb > 0
     Pl = xp.where(some, _take_along(S["Pcum"], idx, xp), 0.0)
