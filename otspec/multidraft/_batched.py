@@ -84,6 +84,26 @@ def _is_torch(x) -> bool:
     return array_api_compat.is_torch_array(x)
 
 
+#: :func:`_c`'s 0-d float64 tensors by (device, value): made once per run.
+_CONSTS: dict = {}
+
+
+def _c(value: float, like):
+    """``value`` for an elementwise ``where`` beside ``like``: on torch a 0-d float64 tensor on ``like``'s device, made
+    there once per run and device (a Python number costs a ``scalar_tensor`` op at every call); else the number."""
+    if not _is_torch(like):
+        return value
+    key = (str(like.device), repr(float(value)))
+    got = _CONSTS.get(key)
+    if got is None:
+        import torch
+
+        if len(_CONSTS) >= 64:
+            _CONSTS.clear()
+        got = _CONSTS[key] = torch.full((), float(value), dtype=torch.float64, device=like.device)
+    return got
+
+
 def batched_maximal_coupling_acceptance(p, q, *, normalize: bool = False, validate: bool = True):
     r"""Acceptance of one draft under maximal coupling, for every row of a batch.
 
@@ -229,10 +249,10 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
     above1 = ro > 1.0
     inside = above1 & (ro < kf)
-    rho_j = xp.where(inside, ro, 2.0)
+    rho_j = xp.where(inside, ro, _c(2.0, ro))
     E = xp.clip(S["Pp"] - S["Qp"] / rho_j, 0.0, None)
     D = xp.clip(S["Qs"] - rho_j * S["Ps"], 0.0, None)
-    fj = xp.where(inside, D - power(E), xp.where(ro <= 1.0, float("inf"), -float("inf")))
+    fj = xp.where(inside, D - power(E), xp.where(ro <= 1.0, _c(math.inf, ro), _c(-math.inf, ro)))
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end
     neg = fj <= 0.0
     has = xp.any(neg, axis=-1, keepdims=True)  # (B, 1), as every per-row value below
@@ -240,13 +260,13 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     ro_j = _take_along(ro, jj, xp)
     hi = xp.where(has & (ro_j < kf), ro_j, kf)  # ro_j < kf: not NaN, and hi <= kf
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
-    lo = xp.max(xp.where((ro < hi) & above1, ro, 1.0), axis=-1, keepdims=True)
+    lo = xp.max(xp.where((ro < hi) & above1, ro, _c(1.0, ro)), axis=-1, keepdims=True)
     # the split on (lo, hi): ratios <= lo below, >= hi above
     nb = _count_true(ro <= lo)
     idx = xp.clip(nb - 1, 0, V - 1)
     some = nb > 0
-    Pl = xp.where(some, _take_along(S["Pcum"], idx, xp), 0.0)
-    Ql = xp.where(some, _take_along(S["Qcum"], idx, xp), 0.0)
+    Pl = xp.where(some, _take_along(S["Pcum"], idx, xp), _c(0.0, ro))
+    Ql = xp.where(some, _take_along(S["Qcum"], idx, xp), _c(0.0, ro))
     Ph = xp.clip(xp.reshape(S["tot_p"], (B, 1)) - Pl, 0.0, None)
     Qh = xp.clip(xp.reshape(S["tot_q"], (B, 1)) - Ql, 0.0, None)
     k_hi = kr if isinstance(kr, float) else float(max(k[1]))
@@ -260,7 +280,7 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     D = xp.clip(Qh - ends * Ph, 0.0, None)
     Ek = power(xp.clip(Pl - Ql / ends, 0.0, None))
     root = xp.reshape(xp.where((D <= Ek)[:, :1], lo, xp.where((D >= Ek)[:, 1:], hi, b)), (B,))
-    rho = xp.where(f1 <= 0.0, 1.0, xp.where(fk > 0.0, kr, root))
+    rho = xp.where(f1 <= 0.0, _c(1.0, ro), xp.where(fk > 0.0, kr, root))
     E_star = xp.sum(xp.clip(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), xp.reshape(E_star, shape)
 

@@ -33,7 +33,7 @@ import numpy as np
 from ..decoding._tree_device import ranked_rows_t
 from ..lossy._mentored import _BIG
 from ..lossy._typical import VLLM_DEFAULTS
-from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _take, _take_along
+from ..multidraft._batched import _c, _ratio_sorted, _rho_star_rows, _take, _take_along
 from ..multidraft._greedy_drafts import top_tokens
 
 __all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
@@ -134,13 +134,13 @@ def _greedy_drafts(P, Q, ks, xp):
         qT = xp.cumulative_sum(_take_along(Q, ids, xp), axis=-1)
         pos = xp.arange(V, device=_device(P))
         inT = xp.cumulative_sum(xp.astype(ids[..., None] == pos, xp.int64), axis=-2) > 0  # (..., K, V): ranks < k - 1
-        law = xp.where(inT, 0.0, P[..., None, :])
+        law = xp.where(inT, _c(0.0, P), P[..., None, :])
         last = law / xp.sum(law, axis=-1, keepdims=True)
-        val = xp.concat([one, qT + xp.sum(xp.where(inT, 0.0, xp.minimum(last, Q[..., None, :])), axis=-1)], axis=-1)
+        val = xp.concat([one, qT + xp.sum(xp.where(inT, _c(0.0, P), xp.minimum(last, Q[..., None, :])), axis=-1)], axis=-1)
     else:
         val = one
     kk = xp.arange(1, m + 1, device=_device(P))
-    val = xp.where(n[..., None] < kk, math.nan, xp.clip(val, None, 1.0))  # (..., m): k = 1 .. m
+    val = xp.where(n[..., None] < kk, _c(math.nan, P), xp.clip(val, None, 1.0))  # (..., m): k = 1 .. m
     if list(ks) == list(range(1, m + 1)):
         return val
     nan = xp.full(tuple(P.shape[:-1]), math.nan, dtype=xp.float64, device=_device(P))
@@ -154,7 +154,7 @@ def _top_k(P, Q, ks, xp):
     m = min(max(ks), V)
     qC = xp.cumulative_sum(_take_along(Q, top_ids(P, m, xp), xp), axis=-1)
     kk = xp.arange(1, m + 1, device=_device(P))
-    val = xp.where(n[..., None] < kk, math.nan, xp.clip(qC, None, 1.0))  # (..., m): k = 1 .. m
+    val = xp.where(n[..., None] < kk, _c(math.nan, P), xp.clip(qC, None, 1.0))  # (..., m): k = 1 .. m
     if list(ks) == list(range(1, m + 1)):
         return val
     return [xp.where(n < k, math.nan, val[..., min(k, V) - 1]) for k in ks]
@@ -181,15 +181,17 @@ def kl_rows(q, pi, xp):
     :math:`\pi` misses mass of ``q``), by its non-negative terms :math:`q\,h(\pi/q - 1)`."""
     m = q > 0.0
     miss = xp.any(m & (pi <= 0.0), axis=-1)
-    qs, ps = xp.where(m, q, 1.0), xp.where(m & (pi > 0.0), pi, 1.0)
+    one = _c(1.0, q)
+    qs, ps = xp.where(m, q, one), xp.where(m & (pi > 0.0), pi, one)
     big = ps > qs * _BIG  # pi / q may overflow: that term by logs, as the host's (_kl_terms)
     qn = xp.where(big, ps, qs)
     u, v = (ps - qn) / qn, ps / qn
     small = xp.abs(u) < 0.05
-    h = xp.where(small, _h_series(xp.where(small, u, 0.0), xp), u - xp.log(v))
+    h = xp.where(small, _h_series(xp.where(small, u, _c(0.0, q)), xp), u - xp.log(v))
     terms = xp.where(big, (ps - qs) - qs * (xp.log(ps) - xp.log(qs)), q * h)
-    val = xp.sum(xp.where(m, terms, 0.0), axis=-1) + xp.sum(xp.where(m, 0.0, pi), axis=-1)
-    return xp.where(miss, math.inf, xp.clip(val, 0.0, None))
+    zero = _c(0.0, q)
+    val = xp.sum(xp.where(m, terms, zero), axis=-1) + xp.sum(xp.where(m, zero, pi), axis=-1)
+    return xp.where(miss, _c(math.inf, q), xp.clip(val, 0.0, None))
 
 
 def _typical(P, Q, xp, options: dict):
@@ -198,11 +200,12 @@ def _typical(P, Q, xp, options: dict):
     acc = Q > thr[..., None]
     y1 = y[..., None]
     is_y = xp.arange(int(P.shape[-1]), device=_device(P)) == y1
-    law = xp.where(acc, P, 0.0)
+    zero = _c(0.0, P)
+    law = xp.where(acc, P, zero)
     kept = xp.sum(law, axis=-1)
-    out = law + xp.where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], 0.0)
+    out = law + xp.where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], zero)
     y_acc = _take_along(acc, y1, xp)[..., 0]
-    a = xp.clip(kept + xp.where(y_acc, 0.0, _take_along(P, y1, xp)[..., 0]), None, 1.0)
+    a = xp.clip(kept + xp.where(y_acc, zero, _take_along(P, y1, xp)[..., 0]), None, 1.0)
     tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1)
     return [a, tv, kl_rows(Q, out, xp)]
 
@@ -534,7 +537,7 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     E = xp.sum(Pi - mins, axis=-1)
     p_acc = -xp.expm1(kf * xp.where(beta < 0.5, xp.log1p(-xp.clip(beta, None, 1.0)), xp.log(E)))
     pos = beta > 0.0
-    c = xp.minimum(xp.where(pos, p_acc / xp.where(pos, beta, 1.0), kf), rho[:, 0])[:, None]
+    c = xp.minimum(xp.where(pos, p_acc / xp.where(pos, beta, _c(1.0, Pi)), kf), rho[:, 0])[:, None]
     v = xp.clip(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0, None)
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
@@ -542,9 +545,9 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     r_n = _take(rho[:, 0], ni, xp, 0)[:, None]
     t_n = _take(total, ni, xp, 0)[:, None]
     rp = r_n * px
-    a = xp.where(qx >= rp, 1.0, qx / rp)
+    a = xp.where(qx >= rp, _c(1.0, Pi), qx / rp)
     live = t_n > 0.0
-    res = xp.where(live, vx / xp.where(live, t_n, 1.0), qx)
+    res = xp.where(live, vx / xp.where(live, t_n, _c(1.0, Pi)), qx)
     return xp.stack([a, res], axis=1)
 
 
@@ -562,7 +565,7 @@ def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
         T.append(_residual(Pj, T[-1], xp))
     T = xp.stack(T, axis=0)  # (n_max + 1, laws, V): q_1 = q, q_2, ...
     t, d, last = _flat_at(T, idx[plan["t"]], xp), _flat_at(Pj, idx[plan["d"]], xp), _flat_at(T, idx[plan["last"]], xp)
-    return xp.stack([xp.where(t >= d, 1.0, t / d), last], axis=1)
+    return xp.stack([xp.where(t >= d, _c(1.0, Pj), t / d), last], axis=1)
 
 
 def _typical_plan(pack, lw, n, toks, I, V):
