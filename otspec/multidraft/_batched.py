@@ -323,11 +323,14 @@ def _float_bits(x, xp):
     return x.view(xp.int64)
 
 
-def _grid_points(xp) -> int:
-    """Candidates per row and round of :func:`_first_false`: more on torch (where an op costs its launch, whatever its
-    size: 4 rounds of 16,383 for ``k <= 4`` instead of 6 of 511) than on numpy (where it costs its elements). Any
-    number gives the same values."""
-    return 63 if xp.__name__.endswith("numpy") else 16383
+def _grid_points(xp, like=None) -> int:
+    """Candidates per row and round of :func:`_first_false`: more on an accelerator (where an op costs its launch,
+    whatever its size: 4 rounds of 16,383 for ``k <= 4``) than on a CPU (where it costs its elements: 6 rounds of
+    511 on torch, 9 of 63 on numpy). Any number gives the same values."""
+    if xp.__name__.endswith("numpy"):
+        return 63
+    dev = getattr(like, "device", None)
+    return 511 if dev is None or getattr(dev, "type", "cpu") == "cpu" else 16383
 
 
 def _grid_rounds(k_hi: float, M: int) -> list[int]:
@@ -375,7 +378,7 @@ ho` (each rounded operation is
     ``min(a + 1, hi)``, within ``[lo, hi]`` on every row (the rows not kept, where :math:`g` is false at ``lo`` or
     true at ``hi``, are :func:`_rho_star_rows`' ``lo`` or ``hi`` instead).
     """
-    M = _grid_points(xp)
+    M = _grid_points(xp, lo)
     a = _float_bits(lo, xp)
     dev = _device(a)
     for s in _grid_rounds(k_hi, M):
