@@ -84,24 +84,11 @@ def _is_torch(x) -> bool:
     return array_api_compat.is_torch_array(x)
 
 
-#: :func:`_c`'s 0-d float64 tensors by (device, value): made once per run.
-_CONSTS: dict = {}
-
-
 def _c(value: float, like):
-    """``value`` for an elementwise ``where`` beside ``like``: on torch a 0-d float64 tensor on ``like``'s device, made
-    there once per run and device (a Python number costs a ``scalar_tensor`` op at every call); else the number."""
-    if not _is_torch(like):
-        return value
-    key = (str(like.device), repr(float(value)))
-    got = _CONSTS.get(key)
-    if got is None:
-        import torch
-
-        if len(_CONSTS) >= 64:
-            _CONSTS.clear()
-        got = _CONSTS[key] = torch.full((), float(value), dtype=torch.float64, device=like.device)
-    return got
+    """``value`` for an elementwise ``where`` beside ``like`` (a Python number: a kept 0-d tensor would save torch's
+    ``scalar_tensor`` op a call, but array-api-compat's ``where`` then casts it with a ``Tensor.to`` call, which the
+    device-copy pins of ``tests/test_profile_device_copies.py`` count)."""
+    return value
 
 
 def batched_maximal_coupling_acceptance(p, q, *, normalize: bool = False, validate: bool = True):
