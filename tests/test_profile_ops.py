@@ -133,3 +133,41 @@ def test_rho_star_of_a_position_in_one_bisection_equals_one_call_per_k():
                 kk = k[i] if isinstance(k, tuple) else k
                 one_rho, one_E = (float(np.asarray(a)[0]) for a in _rho_star_rows(P[i:i + 1], Q[i:i + 1], kk, xp))
                 np.testing.assert_allclose([rho[i], E[i]], [one_rho, one_E], rtol=1e-15, atol=0)
+
+
+#: Then (measured 952.75 chains subsampled, 1,358.5 with trees; before 1,081.75 and 1,492.25, which fail these): each
+#: round of k-Seq's rho* grid finding its first false candidate as the count of true ones and b = a + 1 at the end
+#: (otspec.multidraft._batched._first_false; on an accelerator 4 rounds of 16,383 candidates instead of these 6 of
+#: 511, about 28 ops fewer), the ratios' sort and order in one op, greedy drafts, top-k and multi-round's rounds over
+#: every k at once, a position's laws renormalised once for its verifiers (otspec.profile._quantities_batched).
+SUBSAMPLED = {False: 958, True: 1365}
+
+
+@pytest.mark.parametrize("trees", [False, True])
+def test_aten_ops_at_subsampled_positions_after_batching_over_k(monkeypatch, trees):
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=1, families=FAMILIES,
+                        trees=O.TREES if trees else ()).for_vocabulary(V)
+    c = O.Counts()
+    with O.counting(c):
+        rows = C.profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    assert "kseq" in rows["name"] and ("tree" in rows["kind"]) == trees
+    assert c.aten / T <= SUBSAMPLED[trees], c.aten / T
+
+
+def test_the_grid_takes_more_candidates_on_an_accelerator():
+    # 4 rounds of 16,383 candidates for k <= 4 off the CPU (ops cost their launch), 6 of 511 on torch's CPU, 9 of 63
+    # on numpy (ops cost their elements); the values are the same whatever the number (test_profile_quantities_bisect)
+    import types
+
+    import numpy as np
+
+    import otspec.multidraft._batched as MB
+
+    accel = types.SimpleNamespace(device=types.SimpleNamespace(type="cuda"))
+    assert MB._grid_points(torch, accel) == 16383 and len(MB._grid_rounds(4.0, 16383)) == 4
+    assert MB._grid_points(torch, torch.zeros(1)) == 511 and len(MB._grid_rounds(4.0, 511)) == 6
+    assert MB._grid_points(np, np.zeros(1)) == 63

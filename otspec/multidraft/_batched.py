@@ -84,6 +84,13 @@ def _is_torch(x) -> bool:
     return array_api_compat.is_torch_array(x)
 
 
+def _c(value: float, like):
+    """``value`` for an elementwise ``where`` beside ``like`` (a Python number: a kept 0-d tensor would save torch's
+    ``scalar_tensor`` op a call, but array-api-compat's ``where`` then casts it with a ``Tensor.to`` call, which the
+    device-copy pins of ``tests/test_profile_device_copies.py`` count)."""
+    return value
+
+
 def batched_maximal_coupling_acceptance(p, q, *, normalize: bool = False, validate: bool = True):
     r"""Acceptance of one draft under maximal coupling, for every row of a batch.
 
@@ -135,19 +142,19 @@ def _ratio_sorted(P, Q, xp) -> dict:
     B = int(np.prod(shape)) if shape else 1
     P2 = xp.reshape(P, (B, V))
     Q2 = xp.reshape(Q, (B, V))
-    dev = _device(P)
     # f at rho = 1 (exact zeros when p == q)
     D1 = xp.sum(xp.clip(Q2 - P2, 0.0, None), axis=-1)
     E1 = xp.sum(xp.clip(P2 - Q2, 0.0, None), axis=-1)
     # one batched sort of the ratios q/p (p = 0 < q: +inf; p = q = 0: nan, last, weightless)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = Q2 / P2
-    order = xp.argsort(r, axis=-1, stable=False)
-    flat = xp.reshape(order + xp.reshape(xp.arange(B, device=dev) * V, (B, 1)), (-1,))
-    ro = xp.reshape(_take(r, flat, xp), (B, V))
-    po = xp.reshape(_take(P2, flat, xp), (B, V))
-    qo = xp.reshape(_take(Q2, flat, xp), (B, V))
-    del order, flat, r
+    if _is_torch(r):  # the sorted ratios and their order in one op (argsort's own kernel), the laws by gathers
+        ro, order = r.sort(dim=-1, stable=False)
+    else:
+        order = xp.argsort(r, axis=-1, stable=False)
+        ro = _take_along(r, order, xp)
+    po, qo = _take_along(P2, order, xp), _take_along(Q2, order, xp)
+    del order, r
     # exclusive prefix sums (tokens before j) and suffix sums (tokens after j)
     Pcum = xp.cumulative_sum(po, axis=-1)
     Qcum = xp.cumulative_sum(qo, axis=-1)
@@ -227,26 +234,26 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     Ek = xp.sum(xp.clip(P2 - Q2 / kf, 0.0, None), axis=-1)
     fk = Dk - power(Ek)
     # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
-    inside = (ro > 1.0) & (ro < kf)
-    rho_j = xp.where(inside, ro, 2.0)
+    above1 = ro > 1.0
+    inside = above1 & (ro < kf)
+    rho_j = xp.where(inside, ro, _c(2.0, ro))
     E = xp.clip(S["Pp"] - S["Qp"] / rho_j, 0.0, None)
     D = xp.clip(S["Qs"] - rho_j * S["Ps"], 0.0, None)
-    fj = xp.where(inside, D - power(E), xp.where(ro <= 1.0, float("inf"), -float("inf")))
+    fj = xp.where(inside, D - power(E), xp.where(ro <= 1.0, _c(math.inf, ro), _c(-math.inf, ro)))
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end
     neg = fj <= 0.0
     has = xp.any(neg, axis=-1, keepdims=True)  # (B, 1), as every per-row value below
     jj = xp.argmax(xp.astype(neg, xp.float64), axis=-1, keepdims=True)
     ro_j = _take_along(ro, jj, xp)
-    hi = xp.where(has & (ro_j < kf), xp.where(xp.isnan(ro_j), kf, ro_j), kf)
-    hi = xp.clip(hi, None, kf) if isinstance(kf, float) else xp.minimum(hi, kf)
+    hi = xp.where(has & (ro_j < kf), ro_j, kf)  # ro_j < kf: not NaN, and hi <= kf
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
-    lo = xp.max(xp.where((ro < hi) & (ro > 1.0), ro, 1.0), axis=-1, keepdims=True)
+    lo = xp.max(xp.where((ro < hi) & above1, ro, _c(1.0, ro)), axis=-1, keepdims=True)
     # the split on (lo, hi): ratios <= lo below, >= hi above
-    nb = xp.sum(xp.astype(ro <= lo, xp.int64), axis=-1, keepdims=True)
+    nb = _count_true(ro <= lo)
     idx = xp.clip(nb - 1, 0, V - 1)
     some = nb > 0
-    Pl = xp.where(some, _take_along(S["Pcum"], idx, xp), 0.0)
-    Ql = xp.where(some, _take_along(S["Qcum"], idx, xp), 0.0)
+    Pl = xp.where(some, _take_along(S["Pcum"], idx, xp), _c(0.0, ro))
+    Ql = xp.where(some, _take_along(S["Qcum"], idx, xp), _c(0.0, ro))
     Ph = xp.clip(xp.reshape(S["tot_p"], (B, 1)) - Pl, 0.0, None)
     Qh = xp.clip(xp.reshape(S["tot_q"], (B, 1)) - Ql, 0.0, None)
     k_hi = kr if isinstance(kr, float) else float(max(k[1]))
@@ -260,7 +267,7 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     D = xp.clip(Qh - ends * Ph, 0.0, None)
     Ek = power(xp.clip(Pl - Ql / ends, 0.0, None))
     root = xp.reshape(xp.where((D <= Ek)[:, :1], lo, xp.where((D >= Ek)[:, 1:], hi, b)), (B,))
-    rho = xp.where(f1 <= 0.0, 1.0, xp.where(fk > 0.0, kr, root))
+    rho = xp.where(f1 <= 0.0, _c(1.0, ro), xp.where(fk > 0.0, kr, root))
     E_star = xp.sum(xp.clip(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), xp.reshape(E_star, shape)
 
@@ -303,10 +310,14 @@ def _float_bits(x, xp):
     return x.view(xp.int64)
 
 
-def _grid_points(xp) -> int:
-    """Candidates per row and round of :func:`_first_false`: more on a device (where an op costs its launch, whatever
-    its size) than on the host (where it costs its elements). Any number gives the same values."""
-    return 63 if xp.__name__.endswith("numpy") else 511
+def _grid_points(xp, like=None) -> int:
+    """Candidates per row and round of :func:`_first_false`: more on an accelerator (where an op costs its launch,
+    whatever its size: 4 rounds of 16,383 for ``k <= 4``) than on a CPU (where it costs its elements: 6 rounds of
+    511 on torch, 9 of 63 on numpy). Any number gives the same values."""
+    if xp.__name__.endswith("numpy"):
+        return 63
+    dev = getattr(like, "device", None)
+    return 511 if dev is None or getattr(dev, "type", "cpu") == "cpu" else 16383
 
 
 def _grid_rounds(k_hi: float, M: int) -> list[int]:
@@ -346,18 +357,29 @@ ho` (each rounded operation is
     so ``b - a <= s`` after the round, and after the last round ``b - a = 1``. The test is the bisection's, value
     for value (the same operations on each row's floats; torch's vectorised ``pow`` on the CPU, for ``k > 3``, may
     round a value's last bit otherwise by its place in the array, as it does between batches).
+
+    Two consequences keep the ops per round few. The candidates increase along a row and :math:`g` is true then
+    false there, so the first false column is the number of true ones (one sum, no search for it). And ``b`` need
+    not be carried: on a kept row it is a float where :math:`g` is false, ``a`` one where it is true, so
+    ``b - a >= 1``, and ``b - a <= 1`` after the last round: ``b = a + 1``; it is returned as
+    ``min(a + 1, hi)``, within ``[lo, hi]`` on every row (the rows not kept, where :math:`g` is false at ``lo`` or
+    true at ``hi``, are :func:`_rho_star_rows`' ``lo`` or ``hi`` instead).
     """
-    M = _grid_points(xp)
-    a, b = _float_bits(lo, xp), _float_bits(hi, xp)
+    M = _grid_points(xp, lo)
+    a = _float_bits(lo, xp)
     dev = _device(a)
-    col = xp.arange(M, dtype=xp.int64, device=dev)  # 0 .. M - 1: the candidates' columns
     for s in _grid_rounds(k_hi, M):
         c = a + xp.arange(s, s * (M + 1), s, dtype=xp.int64, device=dev)  # (B, M): a + s .. a + M s
         g = _go_up(c.view(xp.float64), Pl, Ql, Ph, Qh, power, xp)
-        j = xp.min(xp.where(g, M, col), axis=-1, keepdims=True)  # the first false column (M: none)
-        a = a + j * s
-        b = xp.minimum(a + s, b)
-    return b.view(xp.float64)
+        a = a + _count_true(g) * s  # the first false column (M: none), g being true then false along the row
+    return xp.minimum(a + 1, _float_bits(hi, xp)).view(xp.float64)
+
+
+def _count_true(g):
+    """The number of true entries of each row of a bool ``(B, M)`` array, ``(B, 1)`` int64 (one op on torch)."""
+    if _is_torch(g):
+        return g.sum(-1, keepdim=True)
+    return np.sum(g, axis=-1, keepdims=True, dtype=np.int64)
 
 
 def batched_kseq_rho_star(p, q, k: int, *, normalize: bool = False, validate: bool = True):

@@ -33,7 +33,7 @@ import numpy as np
 from ..decoding._tree_device import ranked_rows_t
 from ..lossy._mentored import _BIG
 from ..lossy._typical import VLLM_DEFAULTS
-from ..multidraft._batched import _ratio_sorted, _rho_star_rows, _take, _take_along
+from ..multidraft._batched import _c, _ratio_sorted, _rho_star_rows, _take, _take_along
 from ..multidraft._greedy_drafts import top_tokens
 
 __all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
@@ -100,48 +100,64 @@ def _count_positive(P, xp):
 
 def _multiround(P, Q, ks, xp):
     r""":math:`1 - \prod_{i \le k} (1 - \beta_i)`, :math:`\beta_i = \sum \min(p, q_i)`, :math:`q_{i+1}` the residual."""
-    t = Q
-    logs = []
-    for i in range(max(ks)):
-        if i:
-            t = _residual(P, t, xp)
-        logs.append(xp.log1p(-xp.clip(xp.sum(xp.minimum(P, t), axis=-1), None, 1.0)))
-    cum = xp.cumulative_sum(xp.stack(logs, axis=-1), axis=-1)  # the host's sum of the k logs, in order
-    return [-xp.expm1(cum[..., k - 1]) for k in ks]
+    T = [Q]
+    for _ in range(max(ks) - 1):
+        T.append(_residual(P, T[-1], xp))
+    T = xp.stack(T, axis=-2)  # (..., rounds, V): every round's beta at once, each row's sum its own
+    logs = xp.log1p(-xp.clip(xp.sum(xp.minimum(P[..., None, :], T), axis=-1), None, 1.0))
+    cum = xp.cumulative_sum(logs, axis=-1)  # the host's sum of the k logs, in order
+    return _columns(-xp.expm1(cum), ks, xp)
+
+
+def _columns(A, ks, xp):
+    """Columns ``k - 1`` for ``k`` in ``ks`` of ``(..., m)`` values of ``k = 1 .. m``: ``A`` itself when ``ks`` is
+    ``1 .. m``."""
+    if list(ks) == list(range(1, int(A.shape[-1]) + 1)):
+        return A
+    return [A[..., k - 1] for k in ks]
 
 
 def _greedy_drafts(P, Q, ks, xp):
     r""":math:`q(T) + \sum_{x \notin T} \min(p'(x), q(x))`, ``T`` the top ``k - 1`` of ``p``, ``p'`` ``p`` off ``T``
-    renormalised (NaN where ``p`` has fewer than ``k`` tokens)."""
-    out = []
+    renormalised (NaN where ``p`` has fewer than ``k`` tokens).
+
+    Every ``k`` of ``2 .. max(ks)`` at once: ``T`` of ``k`` the tokens of ranks ``< k - 1`` (a running count of
+    each token's matches with the ranked ids), one ``(..., k, V)`` block of the laws off ``T``, each row's sums its
+    own; ``k = 1`` (no ``T``) apart."""
     n = _count_positive(P, xp)
     V = int(P.shape[-1])
-    K = min(max(ks), V) - 1  # k > V: undefined (NaN), below
+    m = min(max(ks), V)  # k > V: undefined (NaN), below
+    K = m - 1
+    one = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1)[..., None]  # k = 1
     if K:
         ids = top_ids(P, K, xp)
         qT = xp.cumulative_sum(_take_along(Q, ids, xp), axis=-1)
         pos = xp.arange(V, device=_device(P))
-    for k in ks:
-        if k > V:
-            out.append(xp.full(tuple(P.shape[:-1]), math.nan, dtype=xp.float64, device=_device(P)))
-            continue
-        if k == 1:
-            val = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1)
-        else:
-            inT = xp.any(ids[..., : k - 1, None] == pos, axis=-2)  # (..., V): the fixed drafts
-            law = xp.where(inT, 0.0, P)
-            last = law / xp.sum(law, axis=-1, keepdims=True)
-            val = qT[..., k - 2] + xp.sum(xp.where(inT, 0.0, xp.minimum(last, Q)), axis=-1)
-        out.append(xp.where(n < k, math.nan, xp.clip(val, None, 1.0)))
-    return out
+        inT = xp.cumulative_sum(xp.astype(ids[..., None] == pos, xp.int64), axis=-2) > 0  # (..., K, V): ranks < k - 1
+        law = xp.where(inT, _c(0.0, P), P[..., None, :])
+        last = law / xp.sum(law, axis=-1, keepdims=True)
+        val = xp.concat([one, qT + xp.sum(xp.where(inT, _c(0.0, P), xp.minimum(last, Q[..., None, :])), axis=-1)], axis=-1)
+    else:
+        val = one
+    kk = xp.arange(1, m + 1, device=_device(P))
+    val = xp.where(n[..., None] < kk, _c(math.nan, P), xp.clip(val, None, 1.0))  # (..., m): k = 1 .. m
+    if list(ks) == list(range(1, m + 1)):
+        return val
+    nan = xp.full(tuple(P.shape[:-1]), math.nan, dtype=xp.float64, device=_device(P))
+    return [nan if k > V else val[..., k - 1] for k in ks]
 
 
 def _top_k(P, Q, ks, xp):
     """``q(C)``, ``C`` the top ``k`` of ``p`` (NaN where ``p`` has fewer than ``k`` tokens)."""
     n = _count_positive(P, xp)
     V = int(P.shape[-1])
-    qC = xp.cumulative_sum(_take_along(Q, top_ids(P, min(max(ks), V), xp), xp), axis=-1)
-    return [xp.where(n < k, math.nan, xp.clip(qC[..., min(k, V) - 1], None, 1.0)) for k in ks]
+    m = min(max(ks), V)
+    qC = xp.cumulative_sum(_take_along(Q, top_ids(P, m, xp), xp), axis=-1)
+    kk = xp.arange(1, m + 1, device=_device(P))
+    val = xp.where(n[..., None] < kk, _c(math.nan, P), xp.clip(qC, None, 1.0))  # (..., m): k = 1 .. m
+    if list(ks) == list(range(1, m + 1)):
+        return val
+    return [xp.where(n < k, math.nan, val[..., min(k, V) - 1]) for k in ks]
 
 
 def _typical_rule(Q, xp, options: dict):
@@ -165,15 +181,17 @@ def kl_rows(q, pi, xp):
     :math:`\pi` misses mass of ``q``), by its non-negative terms :math:`q\,h(\pi/q - 1)`."""
     m = q > 0.0
     miss = xp.any(m & (pi <= 0.0), axis=-1)
-    qs, ps = xp.where(m, q, 1.0), xp.where(m & (pi > 0.0), pi, 1.0)
+    one = _c(1.0, q)
+    qs, ps = xp.where(m, q, one), xp.where(m & (pi > 0.0), pi, one)
     big = ps > qs * _BIG  # pi / q may overflow: that term by logs, as the host's (_kl_terms)
     qn = xp.where(big, ps, qs)
     u, v = (ps - qn) / qn, ps / qn
     small = xp.abs(u) < 0.05
-    h = xp.where(small, _h_series(xp.where(small, u, 0.0), xp), u - xp.log(v))
+    h = xp.where(small, _h_series(xp.where(small, u, _c(0.0, q)), xp), u - xp.log(v))
     terms = xp.where(big, (ps - qs) - qs * (xp.log(ps) - xp.log(qs)), q * h)
-    val = xp.sum(xp.where(m, terms, 0.0), axis=-1) + xp.sum(xp.where(m, 0.0, pi), axis=-1)
-    return xp.where(miss, math.inf, xp.clip(val, 0.0, None))
+    zero = _c(0.0, q)
+    val = xp.sum(xp.where(m, terms, zero), axis=-1) + xp.sum(xp.where(m, zero, pi), axis=-1)
+    return xp.where(miss, _c(math.inf, q), xp.clip(val, 0.0, None))
 
 
 def _typical(P, Q, xp, options: dict):
@@ -182,11 +200,12 @@ def _typical(P, Q, xp, options: dict):
     acc = Q > thr[..., None]
     y1 = y[..., None]
     is_y = xp.arange(int(P.shape[-1]), device=_device(P)) == y1
-    law = xp.where(acc, P, 0.0)
+    zero = _c(0.0, P)
+    law = xp.where(acc, P, zero)
     kept = xp.sum(law, axis=-1)
-    out = law + xp.where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], 0.0)
+    out = law + xp.where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], zero)
     y_acc = _take_along(acc, y1, xp)[..., 0]
-    a = xp.clip(kept + xp.where(y_acc, 0.0, _take_along(P, y1, xp)[..., 0]), None, 1.0)
+    a = xp.clip(kept + xp.where(y_acc, zero, _take_along(P, y1, xp)[..., 0]), None, 1.0)
     tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1)
     return [a, tv, kl_rows(Q, out, xp)]
 
@@ -238,13 +257,33 @@ def acceptance_rows(name: str, P, Q, ks, xp, options: dict | None = None):
     >>> round(otspec.greedy_draft_verifier(P[0], Q[0], 2).acceptance(), 12)
     0.75
     """
-    P, Q = _simplex(P, xp), _simplex(Q, xp)
+    P, Q = _simplex_pair(P, Q, xp)
     with np.errstate(divide="ignore", invalid="ignore"):
         if name == "typical":
             cols = _typical(P, Q, xp, options or {})
         else:
             cols = {"multiround": _multiround, "greedy-drafts": _greedy_drafts, "top-k": _top_k}[name](P, Q, ks, xp)
-    return xp.stack(cols, axis=-1)
+    return xp.stack(cols, axis=-1) if isinstance(cols, list) else cols
+
+
+#: :func:`_simplex_pair`'s last torch laws and their renormalised rows: ``(P, Q, versions, (Ps, Qs))``.
+_LAST_SIMPLEX: list = []
+
+
+def _simplex_pair(P, Q, xp):
+    """:func:`_simplex` of ``P`` and ``Q``; for torch tensors the last pair's rows are kept and given again while the
+    same two tensors come back unwritten (their version counters unchanged): the verifiers of a position renormalise
+    the same laws once, not once each."""
+    import array_api_compat
+
+    if not array_api_compat.is_torch_array(P):
+        return _simplex(P, xp), _simplex(Q, xp)
+    versions = (P._version, Q._version)
+    if _LAST_SIMPLEX and _LAST_SIMPLEX[0] is P and _LAST_SIMPLEX[1] is Q and _LAST_SIMPLEX[2] == versions:
+        return _LAST_SIMPLEX[3]
+    out = (_simplex(P, xp), _simplex(Q, xp))
+    _LAST_SIMPLEX[:] = [P, Q, versions, out]
+    return out
 
 
 def reach_nodes(X: np.ndarray, groups, L: int) -> list[tuple[tuple[int, ...], int]]:
@@ -496,16 +535,19 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     mins = xp.minimum(Pi, Qi / rho)
     beta = xp.sum(mins, axis=-1)
     E = xp.sum(Pi - mins, axis=-1)
-    p_acc = xp.where(beta < 0.5, -xp.expm1(kf * xp.log1p(-xp.clip(beta, None, 1.0))), -xp.expm1(kf * xp.log(E)))
-    c = xp.minimum(xp.where(beta > 0.0, p_acc / xp.where(beta > 0.0, beta, 1.0), kf), rho[:, 0])[:, None]
+    p_acc = -xp.expm1(kf * xp.where(beta < 0.5, xp.log1p(-xp.clip(beta, None, 1.0)), xp.log(E)))
+    pos = beta > 0.0
+    c = xp.minimum(xp.where(pos, p_acc / xp.where(pos, beta, _c(1.0, Pi)), kf), rho[:, 0])[:, None]
     v = xp.clip(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0, None)
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
     px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
     r_n = _take(rho[:, 0], ni, xp, 0)[:, None]
     t_n = _take(total, ni, xp, 0)[:, None]
-    a = xp.where(qx >= r_n * px, 1.0, qx / (r_n * px))
-    res = xp.where(t_n > 0.0, vx / xp.where(t_n > 0.0, t_n, 1.0), qx)
+    rp = r_n * px
+    a = xp.where(qx >= rp, _c(1.0, Pi), qx / rp)
+    live = t_n > 0.0
+    res = xp.where(live, vx / xp.where(live, t_n, _c(1.0, Pi)), qx)
     return xp.stack([a, res], axis=1)
 
 
@@ -523,7 +565,7 @@ def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
         T.append(_residual(Pj, T[-1], xp))
     T = xp.stack(T, axis=0)  # (n_max + 1, laws, V): q_1 = q, q_2, ...
     t, d, last = _flat_at(T, idx[plan["t"]], xp), _flat_at(Pj, idx[plan["d"]], xp), _flat_at(T, idx[plan["last"]], xp)
-    return xp.stack([xp.where(t >= d, 1.0, t / d), last], axis=1)
+    return xp.stack([xp.where(t >= d, _c(1.0, Pj), t / d), last], axis=1)
 
 
 def _typical_plan(pack, lw, n, toks, I, V):
