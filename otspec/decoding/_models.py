@@ -725,6 +725,40 @@ def _gatherable(cache) -> bool:
     return isinstance(getattr(cache, "key_cache", None), list) and isinstance(getattr(cache, "value_cache", None), list)
 
 
+def _view_cache(cache, rows: list[int], old: int, length: int) -> bool:
+    """Keep rows ``rows`` of ``cache``, its first ``length`` of ``old`` columns, by one strided view per key and
+    value tensor (``as_strided``: one op, no copy), where the rows are evenly spaced (one row, or ``r0, r0 + s, ...``
+    with ``s >= 1``) and the cache is a transformers (>= 4.56) ``DynamicCache`` of full-attention layers each holding
+    ``old`` columns. Otherwise nothing is done and ``False`` is returned (the caller gathers and crops).
+
+    The view holds the values a gather of the rows and a crop would hold, bit for bit (the same entries); it shares
+    the storage of the tensors it is made of, which the next call's concatenation (``DynamicLayer.update``) copies
+    into a fresh tensor, as every call does. It saves an op per tensor (a gather and a crop are two) and, on a GPU, a
+    kernel launch and a copy of the kept rows per tensor."""
+    layers = getattr(cache, "layers", None)
+    if not layers or not _gatherable(cache):
+        return False
+    step = rows[1] - rows[0] if len(rows) > 1 else 1
+    if step < 1 or any(b - a != step for a, b in zip(rows, rows[1:])):
+        return False
+    held = []
+    for layer in layers:
+        k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if k is None or v is None or k.numel() == 0:  # not filled (what gather and crop leave alone too)
+            continue
+        if k.ndim != 4 or v.ndim != 4 or k.shape[2] != old or v.shape[2] != old:
+            return False
+        held.append(layer)
+    n = len(rows)
+    for layer in held:
+        for name in ("keys", "values"):
+            t = getattr(layer, name)
+            s0, s1, s2, s3 = t.stride()
+            setattr(layer, name, t.as_strided((n, t.shape[1], length, t.shape[3]), (s0 * step, s1, s2, s3),
+                                              t.storage_offset() + rows[0] * s0))
+    return True
+
+
 def _gather_cache(cache, rows, cols) -> None:
     """Keep rows ``rows`` of ``cache``, columns ``cols[r]`` of each (in place)."""
     layers = getattr(cache, "layers", None)
@@ -1158,6 +1192,10 @@ class HFCausalLM(_TreeScoring):
             state.batch, state.length, state.pad = 1, 0, None
             return
         state.pad = _kept_pad(state.pad, rows, length)
+        if (0 < length and (length < state.length or rows != list(range(state.batch)))
+                and _view_cache(state.cache, rows, state.length, length)):
+            state.batch, state.length = len(rows), length
+            return
         if rows != list(range(state.batch)):
             state.cache.batch_select_indices(self._rows_index(rows))
             state.batch = len(rows)
