@@ -744,17 +744,20 @@ def _view_cache(cache, rows: list[int], old: int, length: int) -> bool:
     held = []
     for layer in layers:
         k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
-        if k is None or v is None or k.numel() == 0:  # not filled (what gather and crop leave alone too)
+        if k is None or v is None:
             continue
-        if k.ndim != 4 or v.ndim != 4 or k.shape[2] != old or v.shape[2] != old:
+        ks, vs = k.shape, v.shape  # read once (each read of a tensor's attribute is a torch call)
+        if len(ks) == 1 and ks[0] == 0:  # not filled (what gather and crop leave alone too)
+            continue
+        if len(ks) != 4 or len(vs) != 4 or ks[2] != old or vs[2] != old:
             return False
-        held.append(layer)
+        held.append((layer, ks, vs))
     n = len(rows)
-    for layer in held:
-        for name in ("keys", "values"):
+    for layer, ks, vs in held:
+        for name, shape in (("keys", ks), ("values", vs)):
             t = getattr(layer, name)
             s0, s1, s2, s3 = t.stride()
-            setattr(layer, name, t.as_strided((n, t.shape[1], length, t.shape[3]), (s0 * step, s1, s2, s3),
+            setattr(layer, name, t.as_strided((n, shape[1], length, shape[3]), (s0 * step, s1, s2, s3),
                                               t.storage_offset() + rows[0] * s0))
     return True
 
