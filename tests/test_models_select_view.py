@@ -58,7 +58,8 @@ def test_select_keeps_the_rows_and_columns_a_gather_keeps(rows, length):
 
 
 @pytest.mark.parametrize("rows,length,views", [([2], 3, True), ([0, 2, 4], 4, True), ([3, 1], 4, False),
-                                               ([0, 0], 3, False), (list(range(B)), T0, None)])
+                                               ([0, 0], 3, False), (list(range(B)), T0, None),
+                                               (list(range(B)), 3, "crop")])
 def test_select_views_evenly_spaced_rows_in_one_op_a_tensor(rows, length, views):
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -77,6 +78,8 @@ def test_select_views_evenly_spaced_rows_in_one_op_a_tensor(rows, length, views)
     n = 2 * len(st.cache.layers)
     if views is None:  # every row, every column: nothing to do
         assert ops == []
+    elif views == "crop":  # every row, the first columns: the cache's own crop, one view a tensor
+        assert ops == ["aten.slice"] * n, ops
     elif views:  # one strided view per tensor, sharing the storage (no copy)
         assert ops == ["aten.as_strided"] * n, ops
         assert [k.untyped_storage().data_ptr() for k, _ in _kv(st)] == ptrs

@@ -1195,11 +1195,12 @@ class HFCausalLM(_TreeScoring):
             state.batch, state.length, state.pad = 1, 0, None
             return
         state.pad = _kept_pad(state.pad, rows, length)
-        if (0 < length and (length < state.length or rows != list(range(state.batch)))
-                and _view_cache(state.cache, rows, state.length, length)):
+        every = rows == list(range(state.batch))
+        # rows kept by strided views (a cut of every row alone stays the cache's own crop: one view a tensor too)
+        if 0 < length and not every and _view_cache(state.cache, rows, state.length, length):
             state.batch, state.length = len(rows), length
             return
-        if rows != list(range(state.batch)):
+        if not every:
             state.cache.batch_select_indices(self._rows_index(rows))
             state.batch = len(rows)
         if length < state.length:
