@@ -725,11 +725,11 @@ def _gatherable(cache) -> bool:
     return isinstance(getattr(cache, "key_cache", None), list) and isinstance(getattr(cache, "value_cache", None), list)
 
 
-def _view_cache(cache, rows: list[int], old: int, length: int) -> bool:
+def _view_cache(cache, rows: list[int], batch: int, old: int, length: int) -> bool:
     """Keep rows ``rows`` of ``cache``, its first ``length`` of ``old`` columns, by one strided view per key and
     value tensor (``as_strided``: one op, no copy), where the rows are evenly spaced (one row, or ``r0, r0 + s, ...``
     with ``s >= 1``) and the cache is a transformers (>= 4.56) ``DynamicCache`` of full-attention layers each holding
-    ``old`` columns. Otherwise nothing is done and ``False`` is returned (the caller gathers and crops).
+    ``batch`` rows of ``old`` columns. Otherwise nothing is done and ``False`` is returned (the caller gathers and crops).
 
     The view holds the values a gather of the rows and a crop would hold, bit for bit (the same entries); it shares
     the storage of the tensors it is made of, which the next call's concatenation (``DynamicLayer.update``) copies
@@ -749,7 +749,7 @@ def _view_cache(cache, rows: list[int], old: int, length: int) -> bool:
         ks, vs = k.shape, v.shape  # read once (each read of a tensor's attribute is a torch call)
         if len(ks) == 1 and ks[0] == 0:  # not filled (what gather and crop leave alone too)
             continue
-        if len(ks) != 4 or len(vs) != 4 or ks[2] != old or vs[2] != old:
+        if len(ks) != 4 or len(vs) != 4 or (ks[0], ks[2], vs[0], vs[2]) != (batch, old, batch, old):
             return False
         held.append((layer, ks, vs))
     n = len(rows)
@@ -1197,7 +1197,7 @@ class HFCausalLM(_TreeScoring):
         state.pad = _kept_pad(state.pad, rows, length)
         every = rows == list(range(state.batch))
         # rows kept by strided views (a cut of every row alone stays the cache's own crop: one view a tensor too)
-        if 0 < length and not every and _view_cache(state.cache, rows, state.length, length):
+        if 0 < length and not every and _view_cache(state.cache, rows, state.batch, state.length, length):
             state.batch, state.length = len(rows), length
             return
         if not every:
