@@ -725,6 +725,43 @@ def _gatherable(cache) -> bool:
     return isinstance(getattr(cache, "key_cache", None), list) and isinstance(getattr(cache, "value_cache", None), list)
 
 
+def _view_cache(cache, rows: list[int], batch: int, old: int, length: int) -> bool:
+    """Keep rows ``rows`` of ``cache``, its first ``length`` of ``old`` columns, by one strided view per key and
+    value tensor (``as_strided``: one op, no copy), where the rows are evenly spaced (one row, or ``r0, r0 + s, ...``
+    with ``s >= 1``) and the cache is a transformers (>= 4.56) ``DynamicCache`` of full-attention layers each holding
+    ``batch`` rows of ``old`` columns. Otherwise nothing is done and ``False`` is returned (the caller gathers and crops).
+
+    The view holds the values a gather of the rows and a crop would hold, bit for bit (the same entries); it shares
+    the storage of the tensors it is made of, which the next call's concatenation (``DynamicLayer.update``) copies
+    into a fresh tensor, as every call does. It saves an op per tensor (a gather and a crop are two) and, on a GPU, a
+    kernel launch and a copy of the kept rows per tensor."""
+    layers = getattr(cache, "layers", None)
+    if not layers or not _gatherable(cache):
+        return False
+    step = rows[1] - rows[0] if len(rows) > 1 else 1
+    if step < 1 or any(b - a != step for a, b in zip(rows, rows[1:])):
+        return False
+    held = []
+    for layer in layers:
+        k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
+        if k is None or v is None:
+            continue
+        ks, vs = k.shape, v.shape  # read once (each read of a tensor's attribute is a torch call)
+        if len(ks) == 1 and ks[0] == 0:  # not filled (what gather and crop leave alone too)
+            continue
+        if len(ks) != 4 or len(vs) != 4 or (ks[0], ks[2], vs[0], vs[2]) != (batch, old, batch, old):
+            return False
+        held.append((layer, ks, vs))
+    n = len(rows)
+    for layer, ks, vs in held:
+        for name, shape in (("keys", ks), ("values", vs)):
+            t = getattr(layer, name)
+            s0, s1, s2, s3 = t.stride()
+            setattr(layer, name, t.as_strided((n, shape[1], length, shape[3]), (s0 * step, s1, s2, s3),
+                                              t.storage_offset() + rows[0] * s0))
+    return True
+
+
 def _gather_cache(cache, rows, cols) -> None:
     """Keep rows ``rows`` of ``cache``, columns ``cols[r]`` of each (in place)."""
     layers = getattr(cache, "layers", None)
@@ -1158,7 +1195,12 @@ class HFCausalLM(_TreeScoring):
             state.batch, state.length, state.pad = 1, 0, None
             return
         state.pad = _kept_pad(state.pad, rows, length)
-        if rows != list(range(state.batch)):
+        every = rows == list(range(state.batch))
+        # rows kept by strided views (a cut of every row alone stays the cache's own crop: one view a tensor too)
+        if 0 < length and not every and _view_cache(state.cache, rows, state.batch, state.length, length):
+            state.batch, state.length = len(rows), length
+            return
+        if not every:
             state.cache.batch_select_indices(self._rows_index(rows))
             state.batch = len(rows)
         if length < state.length:
