@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import _validation_kernel as _LK
+
 __all__ = [
     "SIMPLEX_TOL",
     "validate_distribution",
@@ -123,6 +125,12 @@ def validate_distribution(
     (or float16) input is accepted within ``max(tol, 2 n eps)`` of 1 and
     rescaled to sum to 1 in float64.
     """
+    if _LK.JIT and type(x) is np.ndarray and x.dtype == np.float64 and x.ndim == 1 and x.size:
+        # the common case in one compiled pass (the copy, the flush, the count of bad entries), then numpy's sum of
+        # the flushed copy: the total below as before (a row with bad entries takes the passes below, for the message)
+        arr = np.empty(x.shape[0])
+        if not _LK.law_copy(x, arr):
+            return _total_checked(arr, float(arr.sum()), 0.0, name, normalize, tol)
     arr, eps = _float_input(x, name, "a 1-D array_like of floats")
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D, got an array of shape {arr.shape}")
@@ -139,6 +147,12 @@ def validate_distribution(
     if small.any():
         arr[small] = 0.0
         total = float(arr.sum())
+    return _total_checked(arr, total, eps, name, normalize, tol)
+
+
+def _total_checked(arr: np.ndarray, total: float, eps: float, name: str, normalize: bool, tol: float) -> np.ndarray:
+    """The end of :func:`validate_distribution`: ``arr`` (finite, non-negative, flushed; ``total`` its numpy sum)
+    rescaled or checked against the simplex tolerance, returned read-only."""
     tol_ = simplex_tolerance(tol, arr.shape[0], eps)
     if normalize:
         if not total > 0:
