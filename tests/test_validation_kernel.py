@@ -111,3 +111,65 @@ def test_total_is_numpys_sum():
         np.testing.assert_array_equal(got, x / x.sum())
         differs += float(np.cumsum(x)[-1]) != float(x.sum())
     assert differs
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_out_holds_the_copy(monkeypatch, jit):
+    """``out=``: the same values as a fresh copy, a read-only view of ``out``, on either route; bad ``out`` refused."""
+    monkeypatch.setattr(LK, "JIT", jit and LK.JIT)
+    for x in _rows()[:14]:
+        want = validate_distribution(x, "p")
+        block = np.full((2, x.shape[0]), 7.0)
+        got = validate_distribution(x, "p", out=block[1])
+        np.testing.assert_array_equal(got.view(np.int64), want.view(np.int64))
+        assert np.shares_memory(got, block[1]) and not got.flags.writeable and block.flags.writeable
+        np.testing.assert_array_equal(block[0], 7.0)
+    x = np.array([0.25, 0.75])
+    with pytest.raises(TypeError, match="`out`"):
+        validate_distribution(x, "p", out=np.empty(2, dtype=np.float32))
+    with pytest.raises(TypeError, match="`out`"):
+        validate_distribution(x, "p", out=np.empty(4)[::2])
+    with pytest.raises(ValueError, match="`out` must be a row of 2 entries"):
+        validate_distribution(x, "p", out=np.empty(3))
+    with pytest.raises(ValueError, match="does not overlap `p`"):
+        validate_distribution(x, "p", out=x)
+
+
+def test_law_cache_rows_of_blocks():
+    """LawCache's laws: the checked laws to the bit, read-only rows of a few blocks (grouped by the row kernels)."""
+    from otspec.models import next_law
+    from otspec.tree._process import LawCache
+
+    V = 1000
+    rng = np.random.default_rng(5)
+
+    class M:
+        vocab_size = V
+
+        def __init__(self):
+            self.laws = {}
+
+        def next_dist(self, prefix):
+            if prefix not in self.laws:
+                x = rng.random(V)
+                self.laws[prefix] = x / x.sum()
+            return self.laws[prefix]
+
+    class Bad:
+        vocab_size = V
+
+        def next_dist(self, prefix):
+            return np.full(V, 2 / V)
+
+    m = M()
+    cache = LawCache(m, V, (3,), "draft")
+    paths = [(i, j) for i in range(40) for j in range(20)]
+    got = [cache(s) for s in paths]
+    assert all(cache(s) is g for s, g in zip(paths, got))                  # memoised
+    bases = {id(g.base) for g in got}
+    assert 1 < len(bases) <= 8 and all(g.base is not None and g.base.ndim == 2 for g in got)
+    for s, g in zip(paths, got):
+        assert not g.flags.writeable
+        np.testing.assert_array_equal(g.view(np.int64), next_law(m, (3,) + s, V, "draft").view(np.int64))
+    with pytest.raises(ValueError, match=r"`draft.next_dist\(\(0,\)\)` must sum to 1 within 1e-09, got 2"):
+        LawCache(Bad(), V, (), "draft")((0,))
