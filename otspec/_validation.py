@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import _validation_kernel as _LK
+
 __all__ = [
     "SIMPLEX_TOL",
     "validate_distribution",
@@ -113,7 +115,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 
 def validate_distribution(
-    x, name: str, *, normalize: bool = False, tol: float = SIMPLEX_TOL
+    x, name: str, *, normalize: bool = False, tol: float = SIMPLEX_TOL, out: np.ndarray | None = None
 ) -> np.ndarray:
     """Return ``x`` as a read-only float64 copy after checking it is a distribution.
 
@@ -122,7 +124,31 @@ def validate_distribution(
     Subnormal entries (below :data:`NEGLIGIBLE`) become exactly 0. Float32
     (or float16) input is accepted within ``max(tol, 2 n eps)`` of 1 and
     rescaled to sum to 1 in float64.
+
+    With ``out`` (a writable C-contiguous 1-D float64 array of the result's length that does not overlap ``x``,
+    e.g. a row of a block that a cache fills row by row) the copy is written there and a read-only view of
+    ``out`` is returned; on an error ``out`` may hold part of the copy.
     """
+    if out is not None and not (type(out) is np.ndarray and out.dtype == np.float64 and out.ndim == 1 and
+                                out.flags.c_contiguous and out.flags.writeable):
+        raise TypeError("`out` must be a writable C-contiguous 1-D float64 ndarray")
+    if _LK.JIT and type(x) is np.ndarray and x.dtype == np.float64 and x.ndim == 1 and x.size:
+        # the common case in one compiled pass (the copy, the flush, the count of bad entries), then numpy's sum of
+        # the flushed copy: the total below as before (a row with bad entries takes the passes below, for the message)
+        if out is None:
+            arr = np.empty(x.shape[0])
+        elif out.shape != x.shape or np.shares_memory(out, x):
+            raise ValueError(f"`out` must be a row of {x.shape[0]} entries that does not overlap `{name}`")
+        else:
+            arr = out
+        if not _LK.law_copy(x, arr):
+            return _total_checked(arr, float(arr.sum()), 0.0, name, normalize, tol)
+    if out is not None:
+        got = validate_distribution(x, name, normalize=normalize, tol=tol)
+        if out.shape != got.shape or np.shares_memory(out, x):
+            raise ValueError(f"`out` must be a row of {got.shape[0]} entries that does not overlap `{name}`")
+        out[...] = got
+        return _readonly(out.view())
     arr, eps = _float_input(x, name, "a 1-D array_like of floats")
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D, got an array of shape {arr.shape}")
@@ -139,6 +165,12 @@ def validate_distribution(
     if small.any():
         arr[small] = 0.0
         total = float(arr.sum())
+    return _total_checked(arr, total, eps, name, normalize, tol)
+
+
+def _total_checked(arr: np.ndarray, total: float, eps: float, name: str, normalize: bool, tol: float) -> np.ndarray:
+    """The end of :func:`validate_distribution`: ``arr`` (finite, non-negative, flushed; ``total`` its numpy sum)
+    rescaled or checked against the simplex tolerance, returned read-only."""
     tol_ = simplex_tolerance(tol, arr.shape[0], eps)
     if normalize:
         if not total > 0:
@@ -151,7 +183,7 @@ def validate_distribution(
         )
     elif eps:
         arr /= total  # lower-precision input: computed in float64 on the simplex
-    return _readonly(arr)
+    return _readonly(arr if arr.base is None else arr.view())
 
 
 def validate_pair(p, q, *, normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:

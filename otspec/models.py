@@ -407,7 +407,7 @@ def validate_sequence(seq, vocab_size: int, name: str = "seq") -> tuple[int, ...
     return tuple(out)
 
 
-def next_law(model, prefix: tuple[int, ...], V: int, name: str) -> np.ndarray:
+def next_law(model, prefix: tuple[int, ...], V: int, name: str, *, out: np.ndarray | None = None) -> np.ndarray:
     """``model.next_dist(prefix)`` checked: shape ``(V,)`` and a distribution (read-only float64 copy).
 
     Every sampler and exact routine calls models through this, so a model
@@ -423,6 +423,9 @@ def next_law(model, prefix: tuple[int, ...], V: int, name: str) -> np.ndarray:
         The model's vocabulary size.
     name : str
         Parameter name for messages (``"draft"``, ``"target"``).
+    out : (V,) ndarray of float64, optional
+        Where to write the checked copy (a writable C-contiguous row, e.g. of a block that a cache fills row by
+        row); the result is then a read-only view of it.
 
     Returns
     -------
@@ -446,7 +449,7 @@ def next_law(model, prefix: tuple[int, ...], V: int, name: str) -> np.ndarray:
         raise ValueError(
             f"`{name}.next_dist({prefix})` must have shape ({V},) (vocab_size={V}), got {np.shape(row)}"
         )
-    return validate_distribution(row, f"{name}.next_dist({prefix})")
+    return validate_distribution(row, f"{name}.next_dist({prefix})", out=out)
 
 
 # ---------------------------------------------------------------------------

@@ -87,16 +87,45 @@ def validate_process(process, shape) -> str:
 
 
 class LawCache:
-    """Validated next-token laws of a model after ``prefix + path``, memoised by path (one call per distinct path)."""
+    """Validated next-token laws of a model after ``prefix + path``, memoised by path (one call per distinct path).
+
+    The laws are written row by row into blocks of ``(rows, V)`` float64, the first of :data:`FIRST_BYTES` (at
+    most :data:`FIRST_ROWS` rows), each
+    next twice the last up to :data:`ARENA_BYTES` (read-only views of their rows are returned; beyond the first
+    block at most about half of the blocks' memory is unused): the bound's row kernels read the laws grouped by
+    block (:func:`otspec.tree._bound._row_blocks`), and the blocks are mapped in huge pages where the system allows
+    (numpy asks for them from 4 MiB), where one fresh array per law paid a page fault per 4 KiB of it.
+    """
+
+    #: The first block, in bytes (rounded up to whole rows of ``8 V`` bytes): numpy asks for huge pages from 4 MiB.
+    FIRST_BYTES = 1 << 22
+    #: At most this many rows in the first block (a small vocabulary's cache stays small: a 4 MiB block costs
+    #: about 0.5 ms to map and touch).
+    FIRST_ROWS = 16
+    #: The largest block, in bytes (at least the first).
+    ARENA_BYTES = 1 << 25
 
     def __init__(self, model, V: int, prefix: tuple[int, ...], name: str):
         self.model, self.V, self.prefix, self.name = model, V, prefix, name
         self._laws: dict = {}
+        self._block = np.empty((0, V))
+        self._used = 0
+
+    def _row(self) -> np.ndarray:
+        """A fresh row of the current block (a new block, twice the last in rows within the cap, when full)."""
+        if self._used == self._block.shape[0]:
+            row = 8 * max(self.V, 1)
+            first = min(self.FIRST_ROWS, -(-self.FIRST_BYTES // row))
+            cap = max(first, self.ARENA_BYTES // row)
+            self._block = np.empty((min(cap, max(first, 2 * self._block.shape[0])), self.V))
+            self._used = 0
+        self._used += 1
+        return self._block[self._used - 1]
 
     def __call__(self, path: tuple[int, ...]) -> np.ndarray:
         law = self._laws.get(path)
         if law is None:
-            law = next_law(self.model, self.prefix + path, self.V, self.name)
+            law = next_law(self.model, self.prefix + path, self.V, self.name, out=self._row())
             self._laws[path] = law
         return law
 
