@@ -28,6 +28,9 @@ one pass per depth. Handed the laws as tensors on the models' device (``p_root``
 :func:`otspec.tree.bound`'s torch route computes the bound there: the host reads a few small arrays per
 position, for every family and the whole batch together (their reads shared: 1 for the contexts and 1 for the
 frontiers, one more before each where a family drawn without replacement needs the race's power sums), never a law.
+The contexts' expansion reads only the contexts' laws, so the walk begins it (:func:`begin_bounds`) before it reads
+its trees' values and takes the contexts' first read with theirs: the bound's own reads are then 1 per position (the
+frontiers'), one more for each phase where the race runs.
 Otherwise the host's route (numba row kernels) reads the same laws as numpy rows.
 
 Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value
