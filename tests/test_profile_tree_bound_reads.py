@@ -30,8 +30,9 @@ FAMILIES = {"iid": ["iid:branching(4,2)", "iid:branching(8,7)"], "wor": ["wor:br
 
 
 def _walk(monkeypatch, trees: list, budget: int, *, begun: bool):
-    """The rows of a tiny Llama pair's device walk of 2 prompts (but the times), the host reads of the whole walk per position, and
-    those inside the bound (:func:`position_bounds`) and inside the bound's own reads (``_bound._read``)."""
+    """The rows of a tiny Llama pair's device walk of 2 prompts (but the times), the host reads of the whole walk per
+    position, and those inside the bound (:func:`position_bounds`) and inside the bound's own reads
+    (``_bound._read``)."""
     import otspec.profile._collect as C
     import otspec.tree._bound as TBd
 
