@@ -32,7 +32,7 @@ from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, 
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched, read_parts, to_host
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
-from ._tree_bound import bound_route_on_device, position_bounds, record_bounds
+from ._tree_bound import begin_bounds, bound_route_on_device, position_bounds, record_bounds
 from ._trees import (
     LawBuffers,
     along_text_families,
@@ -604,6 +604,11 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     V = int(np.shape(p_root)[-1])
     which = [is_subsampled(pos, r.prompt, settings) for r in rows]
     bound = getattr(settings, "bounds_trees", False) and any(which)
+    on_device = analysis_device(target) is not None and bound_route_on_device()
+    # the bound's contexts expanded before the trees' values are read (they read only the contexts' laws): their
+    # first read taken with the trees' (one host read fewer per subsampled position)
+    begun = begin_bounds(p_root, np.asarray(q_root), plan, which, settings.bound_budget) if bound and on_device \
+        else None
 
     def record() -> None:
         got = scored.out
@@ -611,16 +616,16 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
             record_position(r, pos, plan, position_values(plan, one, V, buffers))
         if bound:  # the bound on every lossless verifier, at the subsampled positions
             # the laws where they are when the bound runs on the device route (its torch route), else on the host
-            p_b = p_root if analysis_device(target) is not None and bound_route_on_device() else to_host(p_root)
+            p_b = p_root if on_device else to_host(p_root)
             record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, p_b,
                                                            np.asarray(q_root), plan, settings.sampling, got, which,
-                                                           settings.bound_budget))
+                                                           settings.bound_budget, begun=begun))
         if drawn is not None:
             labels = [f.label for f in along_text_families(plan)]
             for keep, one in zip(drawn, got):
                 keep[pos] = {label: compact_tree(one[label].tree) for label in labels}
 
-    later = TreesLater(scored.parts, record)
+    later = TreesLater(scored.parts + (begun.parts if begun is not None else []), record)
     if defer and not bound and scored.parts:
         return later
     later.finish()

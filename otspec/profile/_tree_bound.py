@@ -28,6 +28,9 @@ one pass per depth. Handed the laws as tensors on the models' device (``p_root``
 :func:`otspec.tree.bound`'s torch route computes the bound there: the host reads a few small arrays per
 position, for every family and the whole batch together (their reads shared: 1 for the contexts and 1 for the
 frontiers, one more before each where a family drawn without replacement needs the race's power sums), never a law.
+The contexts' expansion reads only the contexts' laws, so the walk begins it (:func:`begin_bounds`) before it reads
+its trees' values and takes the contexts' first read with theirs: the bound's own reads are then 1 per position (the
+frontiers'), one more for each phase where the race runs.
 Otherwise the host's route (numba row kernels) reads the same laws as numpy rows.
 
 Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value
@@ -44,13 +47,13 @@ import numpy as np
 
 from .._validation import validate_positive_int
 from ..decoding._models import MAX_TREE_NODES
-from ..tree._bound import _MAX_FRONTIER_ENTRIES, _depth_runs, _expand_t, _expand_t_steps, _laws_block, _run_reads, _Search, _Slots
+from ..tree._bound import _MAX_FRONTIER_ENTRIES, _depth_runs, _expand_t, _expand_t_steps, _laws_block, _Reads, _Search, _Slots
 from ._trees import padded_tree_logits
 from ._trees_device import HostRows
 
 __all__ = ["BOUND_KIND", "BOUND_FIELDS", "BOUND_ON_DEVICE", "bound_route_on_device", "DEFAULT_BOUND_BUDGET",
            "MAX_PROFILE_BOUND_BUDGET", "validate_bound_budget", "check_bound_vocabulary", "bound_law_bytes",
-           "position_bounds", "record_bounds"]
+           "begin_bounds", "position_bounds", "record_bounds"]
 
 #: Row kind of the bound.
 BOUND_KIND = "treebound"
@@ -150,15 +153,15 @@ def _held(p_root, q_root, scored: dict, plan, device=None) -> dict:
     return held
 
 
-def _held_t(p_root, q_root, scored: list, plan, bs: list, device) -> dict:
+def _held_t(p_root, q_root, scored: list, plan, bs: list, device, roots: dict | None = None) -> dict:
     """:func:`_held` of the prompts ``bs`` on the device route, every law taken by one gather per tensor that holds
     some (the contexts' laws, the walk's draft laws of a position, each family's target laws): ``b -> {path: (p,
     q)}``, rows of those gathers (the same values as :func:`_held`'s row views, in a few torch ops whatever the
-    trees' sizes)."""
+    trees' sizes). ``roots`` (``b -> (p, q)``): the contexts' laws taken already (:func:`_roots_t`)."""
     import torch
 
     take = _Rows(device)
-    held = {b: {(): (take(p_root, b), take(q_root, b))} for b in bs}
+    held = {b: {(): (take(p_root, b), take(q_root, b))} for b in bs} if roots is None else {b: {} for b in bs}
     for b in bs:
         for f in plan.sampled:
             s = scored[b].get(f.label)
@@ -169,7 +172,22 @@ def _held_t(p_root, q_root, scored: list, plan, bs: list, device) -> dict:
                 if v and paths[v] not in held[b]:
                     held[b][paths[v]] = (take(s.p, v), take(s.q, i))
     got = take.run(torch)
-    return {b: {path: (got[pa], got[qa]) for path, (pa, qa) in h.items()} for b, h in held.items()}
+    out = {b: {path: (got[pa], got[qa]) for path, (pa, qa) in h.items()} for b, h in held.items()}
+    if roots is not None:
+        for b in bs:
+            out[b] = {(): roots[b], **out[b]}
+    return out
+
+
+def _roots_t(p_root, q_root, bs: list, device) -> dict:
+    """The contexts' laws of the prompts ``bs`` on the device route (``b -> (p, q)``), as :func:`_held_t` takes
+    them (one gather per tensor)."""
+    import torch
+
+    take = _Rows(device)
+    t = {b: (take(p_root, b), take(q_root, b)) for b in bs}
+    got = take.run(torch)
+    return {b: (got[pa], got[qa]) for b, (pa, qa) in t.items()}
 
 
 class _Rows:
@@ -231,31 +249,46 @@ def _expand_groups(groups: list) -> None:
     run together: on the device route their reads shared (:func:`otspec.tree._bound._run_reads`: each round of
     reads one copy for every family and depth, so 2 per position's phase with a family drawn without replacement,
     else 1, not 1-2 per family and depth); the same values as one family at a time."""
-    calls = []          # (searches, whose, run, args)
-    for searches, held in groups:
-        rows = [(i, u) for i, s in enumerate(searches) for u in s.frontier]
-        rows.sort(key=lambda r: len(r[1].path))                 # stable: each search's order within a depth
-        left = {s.left for s in searches}
-        if len(left) != 1:
-            raise AssertionError("the searches of one call must have one budget left")
-        keep = left.pop()
-        frontier = [u for _, u in rows]
-        run, Pl, Ql = _laws_block([held[i][u.path][0] for i, u in rows], [held[i][u.path][1] for i, u in rows])
-        slots, process = searches[0].slots, searches[0].process
-        whose = {id(u): i for i, u in rows}
-        for a, b in _depth_runs(frontier):
-            calls.append((searches, whose, run, (slots, process, frontier[a:b], Pl[a:b], Ql[a:b], keep)))
-    if calls and all(run is _expand_t for _, _, run, _ in calls):
-        got = _run_reads([_expand_t_steps(*args) for _, _, _, args in calls])
-    else:
-        got = [run(*args) for _, _, run, args in calls]
-    for (searches, whose, _run, _args), (cand, ex, _drop) in zip(calls, got):
-        owner = np.array([whose[id(u)] for u in cand["owner"]]) if cand is not None else np.zeros(0, np.int64)
-        for i, s in enumerate(searches):
-            s.absorb(_candidates_of(cand, owner == i), ex)
-    for searches, _held in groups:
-        for s in searches:
-            s.advance()
+    _Group(groups).finish()
+
+
+class _Group:
+    """:func:`_expand_groups` started: on the device route (every call :func:`otspec.tree._bound._expand_t`) the
+    expansions run to their first read, which :attr:`reads` (:class:`otspec.tree._bound._Reads`) holds unread,
+    so that the caller can read it with tensors of its own (:func:`begin_bounds`); :meth:`finish` reads the rest,
+    hands each search its candidates and advances it. Elsewhere the calls run in :meth:`finish`."""
+
+    def __init__(self, groups: list):
+        self.groups = groups
+        self.calls = []          # (searches, whose, run, args)
+        for searches, held in groups:
+            rows = [(i, u) for i, s in enumerate(searches) for u in s.frontier]
+            rows.sort(key=lambda r: len(r[1].path))                 # stable: each search's order within a depth
+            left = {s.left for s in searches}
+            if len(left) != 1:
+                raise AssertionError("the searches of one call must have one budget left")
+            keep = left.pop()
+            frontier = [u for _, u in rows]
+            run, Pl, Ql = _laws_block([held[i][u.path][0] for i, u in rows], [held[i][u.path][1] for i, u in rows])
+            slots, process = searches[0].slots, searches[0].process
+            whose = {id(u): i for i, u in rows}
+            for a, b in _depth_runs(frontier):
+                self.calls.append((searches, whose, run, (slots, process, frontier[a:b], Pl[a:b], Ql[a:b], keep)))
+        on_device = self.calls and all(run is _expand_t for _, _, run, _ in self.calls)
+        self.reads = _Reads([_expand_t_steps(*args) for _, _, _, args in self.calls]) if on_device else None
+
+    def finish(self) -> None:
+        if self.reads is not None:
+            got = self.reads.finish()
+        else:
+            got = [run(*args) for _, _, run, args in self.calls]
+        for (searches, whose, _run, _args), (cand, ex, _drop) in zip(self.calls, got):
+            owner = np.array([whose[id(u)] for u in cand["owner"]]) if cand is not None else np.zeros(0, np.int64)
+            for i, s in enumerate(searches):
+                s.absorb(_candidates_of(cand, owner == i), ex)
+        for searches, _held in self.groups:
+            for s in searches:
+                s.advance()
 
 
 def _candidates_of(cand, mask: np.ndarray):
@@ -307,8 +340,42 @@ def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None)
     return [{path: next(rows) for path in want[b]} for b in range(B)]
 
 
+class _Begun:
+    """The bound of a position begun on the device route (:func:`begin_bounds`): the prompts ``bs``, the contexts'
+    laws ``roots`` (``b -> (p, q)`` tensors), the searches of each family (``groups``, one per prompt) and their
+    contexts' expansion started (``expand``, a :class:`_Group`), whose first read :attr:`parts` holds."""
+
+    def __init__(self, bs, roots, groups, expand):
+        self.bs, self.roots, self.groups, self.expand = bs, roots, groups, expand
+
+    @property
+    def parts(self) -> list:
+        """``[(tensor, store)]``: the contexts' first read, unread (none when it is taken already), for
+        :func:`otspec.profile._quantities.read_parts` to read with other parts; reading it is optional (else
+        :func:`position_bounds` reads it)."""
+        reads = self.expand.reads
+        flat = None if reads is None else reads.ask()
+        return [] if flat is None else [(flat, reads.give)]
+
+
+def begin_bounds(p_root, q_root, plan, which, budget: int):
+    """The contexts' expansion of :func:`position_bounds` begun on the device route (``p_root`` a tensor), before the
+    walk's tree values are read: it reads only the contexts' laws, so its first read (the rows' values, or the
+    race's power sums) can be read with the walk's (:attr:`_Begun.parts`); hand the result to
+    :func:`position_bounds` (``begun``). None where there is nothing to bound or the bound runs on the host.
+    The same bound as without it (the same tensors read, at another time)."""
+    fams = plan.sampled
+    device = _route_device(p_root)
+    if not fams or not any(which) or device is None:
+        return None
+    bs = [b for b in range(len(which)) if which[b]]
+    roots = _roots_t(p_root, _law_row([q_root], 0, device), bs, device)
+    groups = [[_Search(_Slots(f.shape), f.process, budget, budget) for _ in bs] for f in fams]
+    return _Begun(bs, roots, groups, _Group([(group, [{(): roots[b]} for b in bs]) for group in groups]))
+
+
 def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, plan, sampling, scored: list,
-                    which, budget: int) -> list:
+                    which, budget: int, begun=None) -> list:
     r"""The bound of every sampled-tree family at one position of ``B`` prompts, from the laws the walk holds and
     one tree-attention call per model for the prefixes it expands beyond them.
 
@@ -341,6 +408,9 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
     budget : int
         Most prefixes expanded per family (the context included), 1 to :data:`MAX_PROFILE_BOUND_BUDGET`: the
         context and up to ``budget - 1`` of its children, the largest :math:`\min(Q, \pi)` first.
+    begun : _Begun, optional
+        :func:`begin_bounds` of the same ``p_root``, ``q_root``, ``plan``, ``which`` and ``budget`` (the device
+        route: the contexts' expansion begun, its first read possibly read with the walk's); None: begun here.
 
     Returns
     -------
@@ -355,17 +425,22 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
         return out
     device = _route_device(p_root)
     bs = [b for b in range(B) if which[b]]
-    if device is not None:                          # the contexts' target laws: one copy for the batch
-        q_root = _law_row([q_root], 0, device)
-        held = _held_t(p_root, q_root, scored, plan, bs, device)
-    else:
-        held = {b: _held(p_root[b], q_root[b], scored[b], plan) for b in bs}
-    want: dict = {b: dict() for b in bs}  # ordered sets of the paths to score
-    searches: dict = {}
     # the contexts of every prompt in one expansion per family, every family's together (their reads shared); each
     # frontier after them spends the budget
-    groups = [[_Search(_Slots(f.shape), f.process, budget, budget) for _ in bs] for f in fams]
-    _expand_groups([(group, [held[b] for b in bs]) for group in groups])
+    if device is not None:                          # the contexts' target laws: one copy for the batch
+        if begun is None:
+            begun = begin_bounds(p_root, q_root, plan, which, budget)
+        if begun.bs != bs or len(begun.groups) != len(fams):
+            raise ValueError("`begun` must be begin_bounds of the same plan and prompts")
+        groups = begun.groups
+        begun.expand.finish()                       # its first read taken with the walk's, or here
+        held = _held_t(p_root, None, scored, plan, bs, device, roots=begun.roots)
+    else:
+        held = {b: _held(p_root[b], q_root[b], scored[b], plan) for b in bs}
+        groups = [[_Search(_Slots(f.shape), f.process, budget, budget) for _ in bs] for f in fams]
+        _expand_groups([(group, [held[b] for b in bs]) for group in groups])
+    want: dict = {b: dict() for b in bs}  # ordered sets of the paths to score
+    searches: dict = {}
     for f, group in zip(fams, groups):
         for b, s in zip(bs, group):
             searches[(b, f.label)] = s

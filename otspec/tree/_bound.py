@@ -1169,25 +1169,55 @@ def _run_reads(steps: list) -> list:
     as one flat float64 array (:func:`_read`'s) until it returns: every round one read of what all of them ask
     (several frontiers' or families' expansions in as many reads as the one that asks most, not one read each);
     their return values, in order. The same values as one read per generator (the same tensors, copied)."""
-    out: list = [None] * len(steps)
-    pending: dict = {}
+    return _Reads(steps).finish()
 
-    def advance(i, got):
+
+class _Reads:
+    """The generators ``steps`` of :func:`_run_reads`, started (each run to its first read) and advanced one round
+    at a time: :meth:`ask` gives the round's tensors (every pending generator's, concatenated: one flat tensor,
+    float64 as :func:`_read` makes it; None when all are done), :meth:`give` hands its host copy back, so that a
+    caller can read a round together with tensors of its own (the profile's first round of the bound with the
+    walk's tree values: one read for both); :meth:`finish` reads the rest and returns the generators' values."""
+
+    def __init__(self, steps: list):
+        self.steps = list(steps)
+        self.out: list = [None] * len(self.steps)
+        self.pending: dict = {}
+        for i in range(len(self.steps)):
+            self._advance(i, None)
+
+    def _advance(self, i, got) -> None:
         try:
-            pending[i] = steps[i].send(got)
+            self.pending[i] = self.steps[i].send(got)
         except StopIteration as stop:
-            out[i] = stop.value
+            self.out[i] = stop.value
 
-    for i in range(len(steps)):
-        advance(i, None)
-    while pending:
-        asked = list(pending.items())
-        pending.clear()
+    def ask(self):
+        """The round's tensors as one flat float64 tensor (one read of it serves the round: :func:`_read`'s
+        concatenation, unread), or None."""
+        import torch
+
+        if not self.pending:
+            return None
+        flat = [t.reshape(-1) for _, parts in self.pending.items() for t in parts]
+        if not any(t.dtype == torch.float64 for t in flat):
+            flat[0] = flat[0].to(torch.float64)
+        return torch.cat(flat)
+
+    def give(self, host) -> None:
+        """Advance every pending generator by its share of ``host`` (the round's :meth:`ask`, read)."""
+        asked = list(self.pending.items())
+        self.pending.clear()
         sizes = [sum(int(t.numel()) for t in parts) for _, parts in asked]
-        host = np.split(_read([t for _, parts in asked for t in parts]), np.cumsum(sizes)[:-1])
-        for (i, _), got in zip(asked, host):
-            advance(i, got)
-    return out
+        host = np.asarray(host, dtype=np.float64).reshape(-1)
+        for (i, _), got in zip(asked, np.split(host, np.cumsum(sizes)[:-1])):
+            self._advance(i, got)
+
+    def finish(self) -> list:
+        """Run every round left, one read each (:func:`_read`); the generators' return values, in order."""
+        while self.pending:
+            self.give(_read([t for parts in self.pending.values() for t in parts]))
+        return self.out
 
 
 def _power_sums(y, N: int):
