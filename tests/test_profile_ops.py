@@ -8,6 +8,7 @@ aten op dispatched outside the models' forward passes counted (``experiments/ben
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -133,3 +134,37 @@ def test_rho_star_of_a_position_in_one_bisection_equals_one_call_per_k():
                 kk = k[i] if isinstance(k, tuple) else k
                 one_rho, one_E = (float(np.asarray(a)[0]) for a in _rho_star_rows(P[i:i + 1], Q[i:i + 1], kk, xp))
                 np.testing.assert_allclose([rho[i], E[i]], [one_rho, one_E], rtol=1e-15, atol=0)
+
+
+#: Host reads per subsampled position outside the tree bound's own (V = 64, k_max = L_max = 4, every position
+#: subsampled, B prompts walked together), measured: 2 chains and 2 with trees at B = 1 and 2 (each a synchronisation
+#: on a GPU). Before: 4 chains and 5 with trees (the drafts read with the draft calls' checks, the position's values,
+#: then the host copy of its laws for the verifiers built per node: its support's values, two reads where the support
+#: is every token; with trees also the scored trees' values, read on their own before the bound), which fail these.
+#: Now the host copy comes with the position's values (otspec.profile._quantities.support_part gathers both laws at
+#: the support's fixed-width columns on the device), and at a position with the bound the trees are scored before
+#: that read, their values read in it (the drafts, the trees' ranks and the path's law read first, together).
+SUBSAMPLED_READS = {False: 2, True: 2}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("trees", [False, True])
+def test_host_reads_per_subsampled_position(monkeypatch, trees, batch):
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=1, families=FAMILIES, batch_size=batch,
+                        trees=O.TREES if trees else ()).for_vocabulary(V)
+    prompts = [[3 + b, 7, 1 + 2 * b] for b in range(batch)]
+    c = O.Counts(by_function=True)
+    with O.counting(c):
+        if batch == 1:
+            rows = [C.profile_prompt(draft, target, prompts[0], None, s, 0)]
+        else:
+            rows = C.profile_bucket(draft, target, prompts, [None] * batch, s, list(range(batch)))
+    assert all("kseq" in r["name"] and ("tree" in r["kind"]) == trees for r in rows)
+    bound = sum(n for at, n in c.read_from.items() if at.startswith("tree" + os.sep + "_bound.py"))
+    assert (bound > 0) == trees  # the bound ran, its reads apart (its own: otspec.tree._bound)
+    reads = (c.reads - bound) / T
+    assert reads <= SUBSAMPLED_READS[trees], (reads, c.read_from)

@@ -221,24 +221,49 @@ def support_width(top_k, P, Q) -> int:
     return min(V, int(top_k) * rows)
 
 
-def support_part(builds, width: int):
+#: The most entries of a position's laws (per prompt) that :func:`support_part` gathers to its width and reads with the
+#: support's columns: ``2**18`` float64 (2 MiB, a fraction of a millisecond over PCIe, less than the synchronisation it
+#: saves); wider (a large vocabulary without ``top_k``) the values are read on their own as before, ``|S|`` columns.
+SUPPORT_VALUES_MAX = 1 << 18
+
+
+def support_part(builds, width: int, *, values: bool | None = None):
     r"""The part (:func:`read_parts`) that reads the support :math:`S` of ``builds``' laws (:func:`support_to_host`)
-    with other values, so that its host copy needs one read (the values) instead of two.
+    with other values, and with it the laws' values at :math:`S`, so that the host copy needs no read of its own.
 
     On the laws' device: :math:`|S|` and the first ``width`` token ids of a stable sort that puts the tokens with mass
-    first (so :math:`S` in increasing order when :math:`|S| \le` ``width``), ``1 + width`` int64 entries (read as
-    float64 by :func:`read_parts`: exact below :math:`2^{53}`). The store keeps :math:`S` in ``builds`` (used by
-    :attr:`Builds.host`), or nothing when :math:`|S| >` ``width`` (ties at ``top_k`` can keep more tokens:
-    :attr:`Builds.host` then reads the mask as before)."""
+    first (so :math:`S` in increasing order when :math:`|S| \le` ``width``), then (``values``) both laws gathered at
+    those ``width`` ids, ``1 + width (R_P + R_Q)`` float64 entries in all (the ids exact below :math:`2^{53}`; a
+    gather copies, so the values at the first :math:`|S|` ids are the laws' at :math:`S` bit for bit). The store
+    keeps :math:`S` and the host copy in ``builds`` (used by :attr:`Builds.host`), or nothing when
+    :math:`|S| >` ``width`` (ties at ``top_k`` can keep more tokens: :attr:`Builds.host` then reads the mask as
+    before). ``values`` None: when ``width (R_P + R_Q)`` is at most :data:`SUPPORT_VALUES_MAX`; False: the columns
+    only (the values then take one read of their own)."""
     xp = builds.xp
-    keep = _support_mask(builds.P, builds.Q, xp)
+    P, Q = builds.P, builds.Q
+    keep = _support_mask(P, Q, xp)
     first = xp.argsort(xp.astype(keep, xp.int8), descending=True, stable=True)[:width]  # ties: increasing ids
-    vals = xp.concat([xp.reshape(xp.sum(keep, dtype=xp.int64), (1,)), first])  # int64: read_parts casts, exactly
+    head = xp.concat([xp.reshape(xp.sum(keep, dtype=xp.int64), (1,)), first])  # int64: read_parts casts, exactly
+    shapes = [tuple(int(d) for d in A.shape[:-1]) + (int(first.shape[0]),) for A in (P, Q)]
+    sizes = [int(np.prod(sh)) for sh in shapes]
+    if values is None:
+        values = sum(sizes) <= SUPPORT_VALUES_MAX
+    vals = head if not values else xp.concat(
+        [xp.astype(head, xp.float64), xp.reshape(xp.take(P, first, axis=-1), (-1,)),
+         xp.reshape(xp.take(Q, first, axis=-1), (-1,))])
 
     def store(host):
         n = int(host[0])
-        if n <= width:
-            builds._cols = host[1:1 + n].astype(np.int64)
+        if n > width:
+            return
+        builds._cols = host[1:1 + n].astype(np.int64)
+        if values:
+            at = 1 + int(first.shape[0])
+            got = []
+            for sh, m in zip(shapes, sizes):
+                got.append(np.array(host[at:at + m].reshape(sh)[..., :n], dtype=np.float64, order="C"))  # a copy
+                at += m
+            builds._support = tuple(got)
 
     return vals, store
 
@@ -312,11 +337,15 @@ class Builds:
             self._host = None
         self._Xdev = X_dev if X_dev is not None and not isinstance(P, np.ndarray) else None
         self._cols = None  # the support's columns when read in advance (support_part)
+        self._support = None  # and the laws' values there, when read with them
 
     @property
     def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(P, Q, X)`` in host memory, restricted to the tokens with mass (:func:`drop_null_columns`; for laws off
         the host the restriction is made where they are, and only its columns are copied: :func:`support_to_host`)."""
+        if self._host is None and self._support is not None:  # read with the position's values (support_part)
+            n = int(self._cols.shape[0])
+            self._host = self._support + (self.X if n == int(self.P.shape[-1]) else np.searchsorted(self._cols, self.X),)
         if self._host is None:
             self._host = support_to_host(self.P, self.Q, self.X, self.xp, cols=self._cols)
         return self._host
