@@ -168,3 +168,56 @@ def test_host_reads_per_subsampled_position(monkeypatch, trees, batch):
     assert (bound > 0) == trees  # the bound ran, its reads apart (its own: otspec.tree._bound)
     reads = (c.reads - bound) / T
     assert reads <= SUBSAMPLED_READS[trees], (reads, c.read_from)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("keep,width", [(2, None), (None, None), (3, 5), (2, 40), (2, 12)])
+def test_the_host_copy_read_with_the_position_s_values_is_the_old_one_bit_for_bit(seed, keep, width):
+    # support_parts (the laws whole at the vocabulary's width, else gathered to the width on the device) against
+    # numpy's drop_null_columns (independent) and support_to_host's own reads (the old route); no read of its own
+    import numpy as np
+
+    from otspec.profile._quantities import Builds, drop_null_columns, read_parts, support_parts, support_to_host
+    from otspec.profile._quantities import support_width as width_of
+
+    k, L, Vs = 3, 2, 40
+    rng = np.random.default_rng(seed)
+
+    def rows(n):
+        w = rng.random((n, Vs)) + 0.01
+        if keep is not None:
+            for r in range(n):
+                w[r, rng.permutation(Vs)[keep:]] = 0.0
+        return w / w.sum(axis=1, keepdims=True)
+
+    P, Q = rows(k * L).reshape(k, L, Vs), rows(k * (L + 1)).reshape(k, L + 1, Vs)
+    X = np.stack([[int(np.flatnonzero(P[r, j])[-1]) for j in range(L)] for r in range(k)])
+    Pt, Qt = torch.from_numpy(P.copy()), torch.from_numpy(Q.copy())
+    b = Builds(X, Pt, Qt, {})
+    w = width_of(keep, Pt, Qt) if width is None else width
+    n = int(((P > 0).reshape(-1, Vs).any(0) | (Q > 0).reshape(-1, Vs).any(0)).sum())
+    mode = _ReadCount()
+    with mode:
+        read_parts(support_parts(b, w))
+        assert mode.reads == 1
+        got = b.host
+        assert mode.reads == (1 if n <= w else 3)  # wider than the width: the mask and the values read as before
+    assert (b._support is not None) == (n <= w)
+    for a, o, r in zip(got, support_to_host(Pt, Qt, X), drop_null_columns(P, Q, X)):
+        assert a.dtype == o.dtype == r.dtype and a.shape == o.shape == r.shape
+        assert np.array_equal(a, o) and np.array_equal(a, r)
+    assert torch.equal(Pt, torch.from_numpy(P)) and torch.equal(Qt, torch.from_numpy(Q))  # inputs untouched
+
+
+class _ReadCount(torch.overrides.TorchFunctionMode):
+    """Host reads of tensors (``numpy``, ``tolist``, ``item``...) made inside the block."""
+
+    READS = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.numpy, torch.Tensor.__array__}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.reads += func in self.READS
+        return func(*args, **(kwargs or {}))

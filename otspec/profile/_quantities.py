@@ -56,7 +56,7 @@ from ._quantities_batched import (
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
            "block_path_laws_stack", "to_host", "text_probs", "text_probs_where", "tokens_like",
            "prefill_batched", "acc_part", "reach_part",
-           "read_parts", "support_to_host", "support_part", "support_width", "needs_host"]
+           "read_parts", "support_to_host", "support_part", "support_parts", "support_width", "needs_host"]
 
 
 def to_host(x) -> np.ndarray:
@@ -266,6 +266,34 @@ def support_part(builds, width: int, *, values: bool | None = None):
             builds._support = tuple(got)
 
     return vals, store
+
+
+def support_parts(builds, width: int) -> list:
+    r"""The parts (:func:`read_parts`) that bring the host copy of ``builds``' laws restricted to their support
+    :math:`S` (:attr:`Builds.host`, :func:`support_to_host`) with the position's other values: no read of its own.
+
+    Gathered to ``width`` columns on the device (:func:`support_part`) when ``width`` is less than the vocabulary;
+    when it is the vocabulary (no ``top_k``, or a small one), both laws whole, if they hold at most
+    :data:`SUPPORT_VALUES_MAX` entries, and :math:`S` taken on the host (:func:`drop_null_columns`: the same
+    comparisons, and its values copies of the laws', bit for bit), with no op on the device; else as
+    :func:`support_part`."""
+    P, Q = builds.P, builds.Q
+    V = int(P.shape[-1])
+    if width < V or int(np.prod(tuple(int(d) for d in P.shape))) + int(np.prod(tuple(int(d) for d in Q.shape))) > \
+            SUPPORT_VALUES_MAX:
+        return [support_part(builds, width)]
+    got = []
+
+    def store(host):
+        got.append(host)
+        if len(got) == 2:  # both laws read: S and the laws there, on the host
+            Ph, Qh = got
+            keep = (Ph > 0).reshape(-1, V).any(axis=0) | (Qh > 0).reshape(-1, V).any(axis=0)
+            builds._cols = np.flatnonzero(keep)
+            builds._support = (Ph, Qh) if keep.all() else (np.ascontiguousarray(Ph[..., builds._cols]),
+                                                          np.ascontiguousarray(Qh[..., builds._cols]))
+
+    return [(P, store), (Q, store)]
 
 
 def needs_host(verifiers, families, ks, options: dict, k_max: int) -> bool:
@@ -976,8 +1004,9 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU), with the
     caller's parts ``also`` (``(array, store)`` pairs of :func:`read_parts`, stored first: the position's pending
     bad-logits flags and the path's target law). When the subsampled prompts' quantities build verifiers on the host
-    copy of the laws (:func:`needs_host`), their supports come in that read too (:func:`support_part`, gathered to
-    :func:`support_width` at ``top_k``, the sampling's truncation), so that copy takes one read. For laws
+    copy of the laws (:func:`needs_host`), their supports and the laws' values there come in that read too
+    (:func:`support_parts`: gathered to :func:`support_width` at ``top_k``, the sampling's truncation, or the laws
+    whole when that is the vocabulary), so that copy takes no read of its own. For laws
     on an accelerator; ``builds`` share one namespace, shapes and options; ``ks(name)`` gives each name's numbers
     of drafts.
     """
@@ -1030,7 +1059,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
         sub = [builds[b] for b in on]
         if needs_host([*verifiers, *costly[0]], [*families, *costly[1]], ks, b0.options, k_max):
             # their supports first: the stores of the parts after them may build verifiers on the host copy
-            parts[len(also):len(also)] = [support_part(b, support_width(top_k, b.P, b.Q)) for b in sub]
+            parts[len(also):len(also)] = [p for b in sub for p in support_parts(b, support_width(top_k, b.P, b.Q))]
         if len(on) == B:
             P0s, Q0s, laws = P0, Q0, (Pr, Qr, X, drafted)
         else:
