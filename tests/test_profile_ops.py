@@ -171,10 +171,13 @@ def test_host_reads_per_subsampled_position(monkeypatch, trees, batch):
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("keep,width", [(2, None), (None, None), (3, 5), (2, 40), (2, 12)])
-def test_the_host_copy_read_with_the_position_s_values_is_the_old_one_bit_for_bit(seed, keep, width):
-    # support_parts (the laws whole at the vocabulary's width, else gathered to the width on the device) against
-    # numpy's drop_null_columns (independent) and support_to_host's own reads (the old route); no read of its own
+@pytest.mark.parametrize("keep,width,top_k", [(2, None, None), (None, None, None), (3, 5, None), (2, 40, None),
+                                             (2, 12, None), (2, None, 2), (1, None, 3), (3, None, 2), (2, 5, 2)])
+def test_the_host_copy_read_with_the_position_s_values_is_the_old_one_bit_for_bit(seed, keep, width, top_k):
+    # support_parts (each row's top_k + 1 largest entries with top_k, the laws whole at the vocabulary's width, else
+    # gathered to the width on the device) against numpy's drop_null_columns (independent) and support_to_host's own
+    # reads (the old route); no read of its own, but where a row keeps more than top_k tokens or S is wider than the
+    # width (then read as before)
     import numpy as np
 
     from otspec.profile._quantities import Builds, drop_null_columns, read_parts, support_parts, support_to_host
@@ -198,11 +201,12 @@ def test_the_host_copy_read_with_the_position_s_values_is_the_old_one_bit_for_bi
     n = int(((P > 0).reshape(-1, Vs).any(0) | (Q > 0).reshape(-1, Vs).any(0)).sum())
     mode = _ReadCount()
     with mode:
-        read_parts(support_parts(b, w))
+        read_parts(support_parts(b, w, top_k))
         assert mode.reads == 1
         got = b.host
-        assert mode.reads == (1 if n <= w else 3)  # wider than the width: the mask and the values read as before
-    assert (b._support is not None) == (n <= w)
+        ok = n <= w and (top_k is None or keep <= top_k)
+        assert mode.reads == (1 if ok else 3)  # else the mask and the values read as before
+    assert (b._support is not None) == ok
     for a, o, r in zip(got, support_to_host(Pt, Qt, X), drop_null_columns(P, Q, X)):
         assert a.dtype == o.dtype == r.dtype and a.shape == o.shape == r.shape
         assert np.array_equal(a, o) and np.array_equal(a, r)

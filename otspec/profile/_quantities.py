@@ -268,19 +268,50 @@ def support_part(builds, width: int, *, values: bool | None = None):
     return vals, store
 
 
-def support_parts(builds, width: int) -> list:
+def support_parts(builds, width: int, top_k=None) -> list:
     r"""The parts (:func:`read_parts`) that bring the host copy of ``builds``' laws restricted to their support
     :math:`S` (:attr:`Builds.host`, :func:`support_to_host`) with the position's other values: no read of its own.
 
-    Gathered to ``width`` columns on the device (:func:`support_part`) when ``width`` is less than the vocabulary;
-    when it is the vocabulary (no ``top_k``, or a small one), both laws whole, if they hold at most
-    :data:`SUPPORT_VALUES_MAX` entries, and :math:`S` taken on the host (:func:`drop_null_columns`: the same
-    comparisons, and its values copies of the laws', bit for bit), with no op on the device; else as
-    :func:`support_part`."""
+    With ``top_k`` (the sampling's truncation, less than the vocabulary) on torch laws: each row's ``top_k + 1``
+    largest values and their token ids (:func:`torch.topk`), ``2 (top_k + 1)`` entries a row; on the host
+    :math:`S` is the ids of the positive values and each row's restriction is zeros but for them, its values copied
+    (bit for bit the laws' at :math:`S`, every other entry of a row being 0). A row whose ``(top_k + 1)``-th value
+    is positive (ties at the ``top_k``-th value keep more tokens), or an :math:`S` wider than ``width``, stores
+    nothing: :attr:`Builds.host` then reads as before. At the vocabulary's width (no ``top_k``), both laws whole
+    if they hold at most :data:`SUPPORT_VALUES_MAX` entries, :math:`S` taken on the host (:func:`drop_null_columns`:
+    the same comparisons, its values copies of the laws'). Else :func:`support_part` (gathered to ``width``)."""
     P, Q = builds.P, builds.Q
     V = int(P.shape[-1])
-    if width < V or int(np.prod(tuple(int(d) for d in P.shape))) + int(np.prod(tuple(int(d) for d in Q.shape))) > \
-            SUPPORT_VALUES_MAX:
+    shapes = [tuple(int(d) for d in A.shape) for A in (P, Q)]
+    if top_k is not None and int(top_k) + 1 < V and array_api_compat.is_torch_array(P):
+        import torch
+
+        K = int(top_k) + 1
+        got = [torch.topk(A.reshape(-1, V), K, dim=-1, sorted=False) for A in (P, Q)]
+        parts = [got[0].values, got[0].indices, got[1].values, got[1].indices]
+        host = []
+
+        def store_rows(vals):
+            host.append(vals)
+            if len(host) < 4:
+                return
+            vp, ip, vq, iq = host
+            if (vp > 0).all(axis=1).any() or (vq > 0).all(axis=1).any():
+                return  # a row with more than top_k tokens with mass: the old route
+            cols = np.unique(np.concatenate([ip[vp > 0], iq[vq > 0]]).astype(np.int64))
+            if cols.shape[0] > width:
+                return  # wider than the width (support_width bounds it when no row has more than top_k): as before
+            out = []
+            for v, i, sh in ((vp, ip, shapes[0]), (vq, iq, shapes[1])):
+                A = np.zeros((v.shape[0], cols.shape[0]))
+                r, c = np.nonzero(v > 0)
+                A[r, np.searchsorted(cols, i[r, c].astype(np.int64))] = v[r, c]
+                out.append(A.reshape(sh[:-1] + (cols.shape[0],)))
+            builds._cols = cols
+            builds._support = tuple(out)
+
+        return [(a, store_rows) for a in parts]
+    if width < V or sum(int(np.prod(sh)) for sh in shapes) > SUPPORT_VALUES_MAX:
         return [support_part(builds, width)]
     got = []
 
@@ -1059,7 +1090,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
         sub = [builds[b] for b in on]
         if needs_host([*verifiers, *costly[0]], [*families, *costly[1]], ks, b0.options, k_max):
             # their supports first: the stores of the parts after them may build verifiers on the host copy
-            parts[len(also):len(also)] = [p for b in sub for p in support_parts(b, support_width(top_k, b.P, b.Q))]
+            parts[len(also):len(also)] = [p for b in sub for p in support_parts(b, support_width(top_k, b.P, b.Q), top_k)]
         if len(on) == B:
             P0s, Q0s, laws = P0, Q0, (Pr, Qr, X, drafted)
         else:
