@@ -276,8 +276,9 @@ def support_parts(builds, width: int, top_k=None) -> list:
     largest values and their token ids (:func:`torch.topk`), ``2 (top_k + 1)`` entries a row; on the host
     :math:`S` is the ids of the positive values and each row's restriction is zeros but for them, its values copied
     (bit for bit the laws' at :math:`S`, every other entry of a row being 0). A row whose ``(top_k + 1)``-th value
-    is positive (ties at the ``top_k``-th value keep more tokens), or an :math:`S` wider than ``width``, stores
-    nothing: :attr:`Builds.host` then reads as before. At the vocabulary's width (no ``top_k``), both laws whole
+    is positive (ties at the ``top_k``-th value keep more tokens) stores nothing (:attr:`Builds.host` then reads
+    the mask and the values as before); an :math:`S` wider than ``width`` only its columns (the values then read on
+    their own, as with :func:`support_part`). At the vocabulary's width (no ``top_k``), both laws whole
     if they hold at most :data:`SUPPORT_VALUES_MAX` entries, :math:`S` taken on the host (:func:`drop_null_columns`:
     the same comparisons, its values copies of the laws'). Else :func:`support_part` (gathered to ``width``)."""
     P, Q = builds.P, builds.Q
@@ -299,15 +300,16 @@ def support_parts(builds, width: int, top_k=None) -> list:
             if (vp > 0).all(axis=1).any() or (vq > 0).all(axis=1).any():
                 return  # a row with more than top_k tokens with mass: the old route
             cols = np.unique(np.concatenate([ip[vp > 0], iq[vq > 0]]).astype(np.int64))
+            builds._cols = cols
             if cols.shape[0] > width:
-                return  # wider than the width (support_width bounds it when no row has more than top_k): as before
+                return  # wider than the width (support_width bounds it when no row has more than top_k): the values
+                # read on their own, at these columns, as when the columns came alone (support_part)
             out = []
             for v, i, sh in ((vp, ip, shapes[0]), (vq, iq, shapes[1])):
                 A = np.zeros((v.shape[0], cols.shape[0]))
                 r, c = np.nonzero(v > 0)
                 A[r, np.searchsorted(cols, i[r, c].astype(np.int64))] = v[r, c]
                 out.append(A.reshape(sh[:-1] + (cols.shape[0],)))
-            builds._cols = cols
             builds._support = tuple(out)
 
         return [(a, store_rows) for a in parts]
