@@ -138,12 +138,12 @@ def test_rho_star_of_a_position_in_one_bisection_equals_one_call_per_k():
 
 #: Host reads per subsampled position outside the tree bound's own (V = 64, k_max = L_max = 4, every position
 #: subsampled, B prompts walked together), measured: 2 chains and 2 with trees at B = 1 and 2 (each a synchronisation
-#: on a GPU). Before: 4 chains and 5 with trees (the drafts read with the draft calls' checks, the position's values,
-#: then the host copy of its laws for the verifiers built per node: its support's values, two reads where the support
-#: is every token; with trees also the scored trees' values, read on their own before the bound), which fail these.
-#: Now the host copy comes with the position's values (otspec.profile._quantities.support_part gathers both laws at
-#: the support's fixed-width columns on the device), and at a position with the bound the trees are scored before
-#: that read, their values read in it (the drafts, the trees' ranks and the path's law read first, together).
+#: on a GPU). Before: 4 chains and 5 with trees at B = 1, 6 and 7 at B = 2 (the drafts read with the draft calls'
+#: checks, the position's values, then the host copy of each prompt's laws for the verifiers built per node: two reads
+#: where its support is every token; with trees also the scored trees' values, read on their own before the bound),
+#: which fail these. Now the host copy comes with the position's values (otspec.profile._quantities.support_parts),
+#: and at a position with the bound the trees are scored before that read, their values read in it (the drafts, the
+#: trees' ranks and the path's law read first, together).
 SUBSAMPLED_READS = {False: 2, True: 2}
 
 
