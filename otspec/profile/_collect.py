@@ -640,8 +640,8 @@ def tree_scores(drafted, target, ts, last, n_ctx: int, q_root, settings):
 
 def _scores_early(settings, trees, sub) -> bool:
     """Whether a position's trees are scored before its one read of values, their values read in it: at a position
-    with the bound to run (it needs the trees' values at once), where the trees were drafted on the device
-    (``trees``); at the other positions they are read with the next position's values (:class:`TreesLater`)."""
+    with the bound to run (it needs the trees' values at once), in a walk with tree families (``trees``: their
+    generators, or None); at the other positions they are read with the next position's values (:class:`TreesLater`)."""
     return trees is not None and bool(getattr(settings, "bounds_trees", False)) and any(sub)
 
 
@@ -732,7 +732,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             Pd = _to_device(P, dev)
             # the trees drafted before the read: their ranks and values come with the position's values
             trees = tree_drafts(draft, ds, target, len(ctx), p1, settings, [trng], r1) if on and trng is not None else None
-            scored = None
+            tscored = None
             if early:  # the drafts, the trees, the path's law and the flags first; the scored trees' values with the
                 # position's quantities (one read for the two: the bound needs them at once)
                 also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *trees.parts()])
@@ -741,8 +741,8 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
                 if later is not None:
                     later.finish(read=False)
                     later = None
-                scored = tree_scores(trees, target, ts, [ctx[-1]], len(ctx), q_t[None], settings)
-                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], scored.parts)
+                tscored = tree_scores(trees, target, ts, [ctx[-1]], len(ctx), q_t[None], settings)
+                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], tscored.parts)
             elif on:  # the path's law, the calls' flags (the drafts, the trees) read with the position's values, after
                 # the last position's trees (their values first: an earlier position's error first)
                 also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
@@ -758,7 +758,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             position_rows(rows, t, X, Pd, Q, settings, costly=sub, builds=bl[0] if bl else None)
             if trng is not None:
                 later = tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings,
-                                  [trng], drawn, buffers, r1, drafted=trees, defer=on, scored=scored)
+                                  [trng], drawn, buffers, r1, drafted=trees, defer=on, scored=tscored)
             if bar is not None:
                 bar.update(1)
         else:
@@ -910,7 +910,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             Pa = _to_device(P, dev)
             # the trees drafted before the read: their ranks and values come with the position's values
             trees = tree_drafts(draft, ds, target, n, p1, settings, trngs, r1) if on and trngs is not None else None
-            scored = None
+            tscored = None
             if early:  # the drafts, the trees, the paths' laws and the flags first; the scored trees' values with the
                 # position's quantities (one read for the two: the bound needs them at once)
                 also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *trees.parts()])
@@ -919,8 +919,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                 if later is not None:
                     later.finish(read=False)
                     later = None
-                scored = tree_scores(trees, target, ts, ctx[:, -1], n, q_t, settings)
-                bl = batch_builds(X, Pa, Q, settings, sub, Xd, scored.parts)
+                tscored = tree_scores(trees, target, ts, ctx[:, -1], n, q_t, settings)
+                bl = batch_builds(X, Pa, Q, settings, sub, Xd, tscored.parts)
             elif on:  # the paths' laws, the calls' flags (the drafts, the trees) read with the position's values, after
                 # the last position's trees (their values first: an earlier position's error first)
                 also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
@@ -936,7 +936,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=sub[b], builds=bl[b])
             if trngs is not None:
                 later = tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn,
-                                  buffers, r1, drafted=trees, defer=on, scored=scored)
+                                  buffers, r1, drafted=trees, defer=on, scored=tscored)
             if bar is not None:
                 bar.update(B)
         else:
