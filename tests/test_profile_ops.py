@@ -8,6 +8,7 @@ aten op dispatched outside the models' forward passes counted (``experiments/ben
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -199,3 +200,95 @@ def test_cheap_positions_cut_the_cache_by_views(monkeypatch, trees):
     assert ops <= MODEL_OPS[trees], (ops, {at: n / T for at, n in c.where.items() if "_models" in at})
     if not trees:  # every cut of a chain position is a view: no gather of the cache
         assert c.where.get("decoding/_models.py:HFCausalLM.select", 0) == 0, c.where
+
+
+#: Host reads per subsampled position outside the tree bound's own (V = 64, k_max = L_max = 4, every position
+#: subsampled, B prompts walked together), measured: 2 chains and 2 with trees at B = 1 and 2 (each a synchronisation
+#: on a GPU). Before: 4 chains and 5 with trees at B = 1, 6 and 7 at B = 2 (the drafts read with the draft calls'
+#: checks, the position's values, then the host copy of each prompt's laws for the verifiers built per node: two reads
+#: where its support is every token; with trees also the scored trees' values, read on their own before the bound),
+#: which fail these. Now the host copy comes with the position's values (otspec.profile._quantities.support_parts),
+#: and at a position with the bound the trees are scored before that read, their values read in it (the drafts, the
+#: trees' ranks and the path's law read first, together).
+SUBSAMPLED_READS = {False: 2, True: 2}
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("trees", [False, True])
+def test_host_reads_per_subsampled_position(monkeypatch, trees, batch):
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=1, families=FAMILIES, batch_size=batch,
+                        trees=O.TREES if trees else ()).for_vocabulary(V)
+    prompts = [[3 + b, 7, 1 + 2 * b] for b in range(batch)]
+    c = O.Counts(by_function=True)
+    with O.counting(c):
+        if batch == 1:
+            rows = [C.profile_prompt(draft, target, prompts[0], None, s, 0)]
+        else:
+            rows = C.profile_bucket(draft, target, prompts, [None] * batch, s, list(range(batch)))
+    assert all("kseq" in r["name"] and ("tree" in r["kind"]) == trees for r in rows)
+    bound = sum(n for at, n in c.read_from.items() if at.startswith("tree" + os.sep + "_bound.py"))
+    assert (bound > 0) == trees  # the bound ran, its reads apart (its own: otspec.tree._bound)
+    reads = (c.reads - bound) / T
+    assert reads <= SUBSAMPLED_READS[trees], (reads, c.read_from)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("keep,width,top_k", [(2, None, None), (None, None, None), (3, 5, None), (2, 40, None),
+                                             (2, 12, None), (2, None, 2), (1, None, 3), (3, None, 2), (2, 5, 2)])
+def test_the_host_copy_read_with_the_position_s_values_is_the_old_one_bit_for_bit(seed, keep, width, top_k):
+    # support_parts (each row's top_k + 1 largest entries with top_k, the laws whole at the vocabulary's width, else
+    # gathered to the width on the device) against numpy's drop_null_columns (independent) and support_to_host's own
+    # reads (the old route); no read of its own, but where a row keeps more than top_k tokens or S is wider than the
+    # width (then read as before)
+    import numpy as np
+
+    from otspec.profile._quantities import Builds, drop_null_columns, read_parts, support_parts, support_to_host
+    from otspec.profile._quantities import support_width as width_of
+
+    k, L, Vs = 3, 2, 40
+    rng = np.random.default_rng(seed)
+
+    def rows(n):
+        w = rng.random((n, Vs)) + 0.01
+        if keep is not None:
+            for r in range(n):
+                w[r, rng.permutation(Vs)[keep:]] = 0.0
+        return w / w.sum(axis=1, keepdims=True)
+
+    P, Q = rows(k * L).reshape(k, L, Vs), rows(k * (L + 1)).reshape(k, L + 1, Vs)
+    X = np.stack([[int(np.flatnonzero(P[r, j])[-1]) for j in range(L)] for r in range(k)])
+    Pt, Qt = torch.from_numpy(P.copy()), torch.from_numpy(Q.copy())
+    b = Builds(X, Pt, Qt, {})
+    w = width_of(keep, Pt, Qt) if width is None else width
+    n = int(((P > 0).reshape(-1, Vs).any(0) | (Q > 0).reshape(-1, Vs).any(0)).sum())
+    mode = _ReadCount()
+    with mode:
+        read_parts(support_parts(b, w, top_k))
+        assert mode.reads == 1
+        got = b.host
+        ok = n <= w and (top_k is None or keep <= top_k)
+        cols = top_k is not None and keep <= top_k  # S wider than the width: its columns kept, the values read
+        assert mode.reads == (1 if ok else 2 if cols else 3)  # else the mask and the values read as before
+    assert (b._support is not None) == ok
+    for a, o, r in zip(got, support_to_host(Pt, Qt, X), drop_null_columns(P, Q, X)):
+        assert a.dtype == o.dtype == r.dtype and a.shape == o.shape == r.shape
+        assert np.array_equal(a, o) and np.array_equal(a, r)
+    assert torch.equal(Pt, torch.from_numpy(P)) and torch.equal(Qt, torch.from_numpy(Q))  # inputs untouched
+
+
+class _ReadCount(torch.overrides.TorchFunctionMode):
+    """Host reads of tensors (``numpy``, ``tolist``, ``item``...) made inside the block."""
+
+    READS = {torch.Tensor.tolist, torch.Tensor.item, torch.Tensor.numpy, torch.Tensor.__array__}
+
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.reads += func in self.READS
+        return func(*args, **(kwargs or {}))

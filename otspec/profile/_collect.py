@@ -575,7 +575,8 @@ def tree_drafts(draft, ds, target, n_ctx: int, p_root, settings, rngs, r_root=No
 
 
 def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_root, q_root, settings, rngs,
-              drawn=None, buffers=None, r_root=None, drafted=None, *, defer: bool = False):
+              drawn=None, buffers=None, r_root=None, drafted=None, *, defer: bool = False, scored=None,
+              begun=None):
     """The tree families' rows of one profiled position of ``B`` prompts (``rows[b]`` each): every tree drawn and
     scored after the contexts the states hold (:func:`otspec.profile._trees.draw_and_score`), its exact values
     recorded, and at the subsampled positions the bound on every lossless verifier of the sampled families
@@ -593,22 +594,25 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     returned, whose parts the walk reads with the next position's values (or at the walk's end) before it writes
     the rows (:meth:`TreesLater.finish`): one host read fewer per position, the rows the same and in the same order
     (the next position's rows come after). Otherwise (or at a position with the bound, which needs the trees and the
-    models' states there) the values are read here and the rows written; None is returned."""
+    models' states there) the values are read here and the rows written; None is returned. ``scored``: the trees
+    scored already by :func:`tree_scores`, their values read with the position's (then nothing is read here)."""
     plan = getattr(settings, "tree_plan", None)
     # p_root (and r_root) as they are: a tensor on the models' device is expanded there (np.asarray of it would
     # fail on a GPU)
-    if drafted is None:
+    read = scored is None
+    if drafted is None and read:
         drafted = draft_trees(draft, ds, n_ctx, p_root, plan, settings.sampling, rngs, r_root,
                               on_device=analysis_device(target) is not None, device=getattr(target, "device", "cpu"))
-    scored = score_trees(drafted, target, ts, last, n_ctx, np.asarray(q_root), plan, settings.sampling, defer=True)
+    if read:
+        scored = tree_scores(drafted, target, ts, last, n_ctx, q_root, settings)
     V = int(np.shape(p_root)[-1])
     which = [is_subsampled(pos, r.prompt, settings) for r in rows]
     bound = getattr(settings, "bounds_trees", False) and any(which)
     on_device = analysis_device(target) is not None and bound_route_on_device()
     # the bound's contexts expanded before the trees' values are read (they read only the contexts' laws): their
     # first read taken with the trees' (one host read fewer per subsampled position)
-    begun = begin_bounds(p_root, np.asarray(q_root), plan, which, settings.bound_budget) if bound and on_device \
-        else None
+    if begun is None:
+        begun = _begin_bounds(settings, target, p_root, q_root, which)
 
     def record() -> None:
         got = scored.out
@@ -626,10 +630,37 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
                 keep[pos] = {label: compact_tree(one[label].tree) for label in labels}
 
     later = TreesLater(scored.parts + (begun.parts if begun is not None else []), record)
-    if defer and not bound and scored.parts:
+    if defer and not bound and scored.parts and read:
         return later
-    later.finish()
+    later.finish(read=read)
     return None
+
+
+def _begin_bounds(settings, target, p_root, q_root, which):
+    """The bound's contexts' expansion begun (:func:`otspec.profile._tree_bound.begin_bounds`) at a position with
+    the bound to run on the device route (``which``: the prompts subsampled there), else None; its first read
+    (:attr:`parts`) is taken with the caller's next read of the walk's values, or by the bound itself."""
+    if not (getattr(settings, "bounds_trees", False) and any(which)):
+        return None
+    if analysis_device(target) is None or not bound_route_on_device():
+        return None
+    return begin_bounds(p_root, np.asarray(q_root), getattr(settings, "tree_plan", None), which,
+                        settings.bound_budget)
+
+
+def tree_scores(drafted, target, ts, last, n_ctx: int, q_root, settings):
+    """The trees ``drafted`` scored by the target after the contexts its state holds and verified, their values left
+    unread (:func:`otspec.profile._trees.score_trees` with ``defer``: a :class:`~otspec.profile._trees.ScoredTrees`,
+    whose parts the caller reads)."""
+    return score_trees(drafted, target, ts, last, n_ctx, np.asarray(q_root), getattr(settings, "tree_plan", None),
+                       settings.sampling, defer=True)
+
+
+def _scores_early(settings, trees, sub) -> bool:
+    """Whether a position's trees are scored before its one read of values, their values read in it: at a position
+    with the bound to run (it needs the trees' values at once), in a walk with tree families (``trees``: their
+    generators, or None); at the other positions they are read with the next position's values (:class:`TreesLater`)."""
+    return trees is not None and bool(getattr(settings, "bounds_trees", False)) and any(sub)
 
 
 class TreesLater:
@@ -708,7 +739,8 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
                 P[:, j] = timer.call(draft, ds, X[:, j - 1 : j], sampling, "draft", 1, keep=on, checks=checks)[:, 0]
                 X[:, j] = _sample(P[:, j], rng, None if U is None else U[0, j])
             sub = is_subsampled(t, index, settings)
-            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not sub) if on else (X, ()))  # Xd: there
+            early = on and trng is not None and _scores_early(settings, trng, [sub])  # the trees scored before the read
+            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not sub or early) if on else (X, ()))
             draft.select(ds, 0, len(ctx))
             scored = _scored(fed[:, held_t - held_d:], Xd, k_max)
             held_d = len(ctx)
@@ -718,7 +750,21 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             Pd = _to_device(P, dev)
             # the trees drafted before the read: their ranks and values come with the position's values
             trees = tree_drafts(draft, ds, target, len(ctx), p1, settings, [trng], r1) if on and trng is not None else None
-            if on:  # the path's law, the calls' flags (the drafts, the trees) read with the position's values, after
+            tscored = begun = None
+            if early:  # the drafts, the trees, the path's law and the flags first; the scored trees' values with the
+                # position's quantities (one read for the two: the bound needs them at once)
+                also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *trees.parts()])
+                read_parts([*(later.parts if later else ()), *also])
+                q_t = got_q["values"]
+                if later is not None:
+                    later.finish(read=False)
+                    later = None
+                tscored = tree_scores(trees, target, ts, [ctx[-1]], len(ctx), q_t[None], settings)
+                # the bound's contexts' first read with the position's values too (it needs only the contexts' laws)
+                begun = _begin_bounds(settings, target, p1, q_t[None], [sub])
+                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None],
+                                  [*tscored.parts, *(begun.parts if begun is not None else ())])
+            elif on:  # the path's law, the calls' flags (the drafts, the trees) read with the position's values, after
                 # the last position's trees (their values first: an earlier position's error first)
                 also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
                 bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None],
@@ -733,7 +779,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             position_rows(rows, t, X, Pd, Q, settings, costly=sub, builds=bl[0] if bl else None)
             if trng is not None:
                 later = tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings,
-                                  [trng], drawn, buffers, r1, drafted=trees, defer=on)
+                                  [trng], drawn, buffers, r1, drafted=trees, defer=on, scored=tscored, begun=begun)
             if bar is not None:
                 bar.update(1)
         else:
@@ -873,7 +919,8 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                 for b in range(B):
                     X[b, :, j] = _sample(P[b, :, j], rngs[b], None if U is None else U[b, j])
             sub = [is_subsampled(t, i, settings) for i in indices]
-            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not any(sub)) if on else (X, ()))
+            early = on and trngs is not None and _scores_early(settings, trngs, sub)  # the trees scored before the read
+            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not any(sub) or early) if on else (X, ()))
             draft.select(ds, kept, n)
             scored = _scored(fed[:, held_t - held_d:], Xd.reshape(B * k, L), k)
             held_d = n
@@ -884,7 +931,20 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             Pa = _to_device(P, dev)
             # the trees drafted before the read: their ranks and values come with the position's values
             trees = tree_drafts(draft, ds, target, n, p1, settings, trngs, r1) if on and trngs is not None else None
-            if on:  # the paths' laws, the calls' flags (the drafts, the trees) read with the position's values, after
+            tscored = begun = None
+            if early:  # the drafts, the trees, the paths' laws and the flags first; the scored trees' values with the
+                # position's quantities (one read for the two: the bound needs them at once)
+                also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *trees.parts()])
+                read_parts([*(later.parts if later else ()), *also])
+                q_t = got_q["values"]
+                if later is not None:
+                    later.finish(read=False)
+                    later = None
+                tscored = tree_scores(trees, target, ts, ctx[:, -1], n, q_t, settings)
+                # the bound's contexts' first read with the position's values too (it needs only the contexts' laws)
+                begun = _begin_bounds(settings, target, p1, q_t, sub)
+                bl = batch_builds(X, Pa, Q, settings, sub, Xd, [*tscored.parts, *(begun.parts if begun is not None else ())])
+            elif on:  # the paths' laws, the calls' flags (the drafts, the trees) read with the position's values, after
                 # the last position's trees (their values first: an earlier position's error first)
                 also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
                 bl = batch_builds(X, Pa, Q, settings, sub, Xd, [*(later.parts if later else ()), *also])
@@ -899,7 +959,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                 position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=sub[b], builds=bl[b])
             if trngs is not None:
                 later = tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn,
-                                  buffers, r1, drafted=trees, defer=on)
+                                  buffers, r1, drafted=trees, defer=on, scored=tscored, begun=begun)
             if bar is not None:
                 bar.update(B)
         else:

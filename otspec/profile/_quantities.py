@@ -56,7 +56,7 @@ from ._quantities_batched import (
 __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted", "tree_reach", "block_path_laws",
            "block_path_laws_stack", "to_host", "text_probs", "text_probs_where", "tokens_like",
            "prefill_batched", "acc_part", "reach_part",
-           "read_parts", "support_to_host", "support_part", "support_width", "needs_host"]
+           "read_parts", "support_to_host", "support_part", "support_parts", "support_width", "needs_host"]
 
 
 def to_host(x) -> np.ndarray:
@@ -221,26 +221,112 @@ def support_width(top_k, P, Q) -> int:
     return min(V, int(top_k) * rows)
 
 
-def support_part(builds, width: int):
+#: The most entries of a position's laws (per prompt) that :func:`support_part` gathers to its width and reads with the
+#: support's columns: ``2**18`` float64 (2 MiB, a fraction of a millisecond over PCIe, less than the synchronisation it
+#: saves); wider (a large vocabulary without ``top_k``) the values are read on their own as before, ``|S|`` columns.
+SUPPORT_VALUES_MAX = 1 << 18
+
+
+def support_part(builds, width: int, *, values: bool | None = None):
     r"""The part (:func:`read_parts`) that reads the support :math:`S` of ``builds``' laws (:func:`support_to_host`)
-    with other values, so that its host copy needs one read (the values) instead of two.
+    with other values, and with it the laws' values at :math:`S`, so that the host copy needs no read of its own.
 
     On the laws' device: :math:`|S|` and the first ``width`` token ids of a stable sort that puts the tokens with mass
-    first (so :math:`S` in increasing order when :math:`|S| \le` ``width``), ``1 + width`` int64 entries (read as
-    float64 by :func:`read_parts`: exact below :math:`2^{53}`). The store keeps :math:`S` in ``builds`` (used by
-    :attr:`Builds.host`), or nothing when :math:`|S| >` ``width`` (ties at ``top_k`` can keep more tokens:
-    :attr:`Builds.host` then reads the mask as before)."""
+    first (so :math:`S` in increasing order when :math:`|S| \le` ``width``), then (``values``) both laws gathered at
+    those ``width`` ids, ``1 + width (R_P + R_Q)`` float64 entries in all (the ids exact below :math:`2^{53}`; a
+    gather copies, so the values at the first :math:`|S|` ids are the laws' at :math:`S` bit for bit). The store
+    keeps :math:`S` and the host copy in ``builds`` (used by :attr:`Builds.host`), or nothing when
+    :math:`|S| >` ``width`` (ties at ``top_k`` can keep more tokens: :attr:`Builds.host` then reads the mask as
+    before). ``values`` None: when ``width (R_P + R_Q)`` is at most :data:`SUPPORT_VALUES_MAX`; False: the columns
+    only (the values then take one read of their own)."""
     xp = builds.xp
-    keep = _support_mask(builds.P, builds.Q, xp)
+    P, Q = builds.P, builds.Q
+    keep = _support_mask(P, Q, xp)
     first = xp.argsort(xp.astype(keep, xp.int8), descending=True, stable=True)[:width]  # ties: increasing ids
-    vals = xp.concat([xp.reshape(xp.sum(keep, dtype=xp.int64), (1,)), first])  # int64: read_parts casts, exactly
+    head = xp.concat([xp.reshape(xp.sum(keep, dtype=xp.int64), (1,)), first])  # int64: read_parts casts, exactly
+    shapes = [tuple(int(d) for d in A.shape[:-1]) + (int(first.shape[0]),) for A in (P, Q)]
+    sizes = [int(np.prod(sh)) for sh in shapes]
+    if values is None:
+        values = sum(sizes) <= SUPPORT_VALUES_MAX
+    vals = head if not values else xp.concat(
+        [xp.astype(head, xp.float64), xp.reshape(xp.take(P, first, axis=-1), (-1,)),
+         xp.reshape(xp.take(Q, first, axis=-1), (-1,))])
 
     def store(host):
         n = int(host[0])
-        if n <= width:
-            builds._cols = host[1:1 + n].astype(np.int64)
+        if n > width:
+            return
+        builds._cols = host[1:1 + n].astype(np.int64)
+        if values:
+            at = 1 + int(first.shape[0])
+            got = []
+            for sh, m in zip(shapes, sizes):
+                got.append(np.array(host[at:at + m].reshape(sh)[..., :n], dtype=np.float64, order="C"))  # a copy
+                at += m
+            builds._support = tuple(got)
 
     return vals, store
+
+
+def support_parts(builds, width: int, top_k=None) -> list:
+    r"""The parts (:func:`read_parts`) that bring the host copy of ``builds``' laws restricted to their support
+    :math:`S` (:attr:`Builds.host`, :func:`support_to_host`) with the position's other values: no read of its own.
+
+    With ``top_k`` (the sampling's truncation, less than the vocabulary) on torch laws: each row's ``top_k + 1``
+    largest values and their token ids (:func:`torch.topk`), ``2 (top_k + 1)`` entries a row; on the host
+    :math:`S` is the ids of the positive values and each row's restriction is zeros but for them, its values copied
+    (bit for bit the laws' at :math:`S`, every other entry of a row being 0). A row whose ``(top_k + 1)``-th value
+    is positive (ties at the ``top_k``-th value keep more tokens) stores nothing (:attr:`Builds.host` then reads
+    the mask and the values as before); an :math:`S` wider than ``width`` only its columns (the values then read on
+    their own, as with :func:`support_part`). At the vocabulary's width (no ``top_k``), both laws whole
+    if they hold at most :data:`SUPPORT_VALUES_MAX` entries, :math:`S` taken on the host (:func:`drop_null_columns`:
+    the same comparisons, its values copies of the laws'). Else :func:`support_part` (gathered to ``width``)."""
+    P, Q = builds.P, builds.Q
+    V = int(P.shape[-1])
+    shapes = [tuple(int(d) for d in A.shape) for A in (P, Q)]
+    if top_k is not None and int(top_k) + 1 < V and array_api_compat.is_torch_array(P):
+        import torch
+
+        K = int(top_k) + 1
+        got = [torch.topk(A.reshape(-1, V), K, dim=-1, sorted=False) for A in (P, Q)]
+        parts = [got[0].values, got[0].indices, got[1].values, got[1].indices]
+        host = []
+
+        def store_rows(vals):
+            host.append(vals)
+            if len(host) < 4:
+                return
+            vp, ip, vq, iq = host
+            if (vp > 0).all(axis=1).any() or (vq > 0).all(axis=1).any():
+                return  # a row with more than top_k tokens with mass: the old route
+            cols = np.unique(np.concatenate([ip[vp > 0], iq[vq > 0]]).astype(np.int64))
+            builds._cols = cols
+            if cols.shape[0] > width:
+                return  # wider than the width (support_width bounds it when no row has more than top_k): the values
+                # read on their own, at these columns, as when the columns came alone (support_part)
+            out = []
+            for v, i, sh in ((vp, ip, shapes[0]), (vq, iq, shapes[1])):
+                A = np.zeros((v.shape[0], cols.shape[0]))
+                r, c = np.nonzero(v > 0)
+                A[r, np.searchsorted(cols, i[r, c].astype(np.int64))] = v[r, c]
+                out.append(A.reshape(sh[:-1] + (cols.shape[0],)))
+            builds._support = tuple(out)
+
+        return [(a, store_rows) for a in parts]
+    if width < V or sum(int(np.prod(sh)) for sh in shapes) > SUPPORT_VALUES_MAX:
+        return [support_part(builds, width)]
+    got = []
+
+    def store(host):
+        got.append(host)
+        if len(got) == 2:  # both laws read: S and the laws there, on the host
+            Ph, Qh = got
+            keep = (Ph > 0).reshape(-1, V).any(axis=0) | (Qh > 0).reshape(-1, V).any(axis=0)
+            builds._cols = np.flatnonzero(keep)
+            builds._support = (Ph, Qh) if keep.all() else (np.ascontiguousarray(Ph[..., builds._cols]),
+                                                          np.ascontiguousarray(Qh[..., builds._cols]))
+
+    return [(P, store), (Q, store)]
 
 
 def needs_host(verifiers, families, ks, options: dict, k_max: int) -> bool:
@@ -312,11 +398,15 @@ class Builds:
             self._host = None
         self._Xdev = X_dev if X_dev is not None and not isinstance(P, np.ndarray) else None
         self._cols = None  # the support's columns when read in advance (support_part)
+        self._support = None  # and the laws' values there, when read with them
 
     @property
     def host(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(P, Q, X)`` in host memory, restricted to the tokens with mass (:func:`drop_null_columns`; for laws off
         the host the restriction is made where they are, and only its columns are copied: :func:`support_to_host`)."""
+        if self._host is None and self._support is not None:  # read with the position's values (support_part)
+            n = int(self._cols.shape[0])
+            self._host = self._support + (self.X if n == int(self.P.shape[-1]) else np.searchsorted(self._cols, self.X),)
         if self._host is None:
             self._host = support_to_host(self.P, self.Q, self.X, self.xp, cols=self._cols)
         return self._host
@@ -947,8 +1037,9 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     value is read into host memory in one read (:func:`read_parts`: a single synchronisation on a GPU), with the
     caller's parts ``also`` (``(array, store)`` pairs of :func:`read_parts`, stored first: the position's pending
     bad-logits flags and the path's target law). When the subsampled prompts' quantities build verifiers on the host
-    copy of the laws (:func:`needs_host`), their supports come in that read too (:func:`support_part`, gathered to
-    :func:`support_width` at ``top_k``, the sampling's truncation), so that copy takes one read. For laws
+    copy of the laws (:func:`needs_host`), their supports and the laws' values there come in that read too
+    (:func:`support_parts`: gathered to :func:`support_width` at ``top_k``, the sampling's truncation, or the laws
+    whole when that is the vocabulary), so that copy takes no read of its own. For laws
     on an accelerator; ``builds`` share one namespace, shapes and options; ``ks(name)`` gives each name's numbers
     of drafts.
     """
@@ -1001,7 +1092,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
         sub = [builds[b] for b in on]
         if needs_host([*verifiers, *costly[0]], [*families, *costly[1]], ks, b0.options, k_max):
             # their supports first: the stores of the parts after them may build verifiers on the host copy
-            parts[len(also):len(also)] = [support_part(b, support_width(top_k, b.P, b.Q)) for b in sub]
+            parts[len(also):len(also)] = [p for b in sub for p in support_parts(b, support_width(top_k, b.P, b.Q), top_k)]
         if len(on) == B:
             P0s, Q0s, laws = P0, Q0, (Pr, Qr, X, drafted)
         else:
