@@ -140,6 +140,20 @@ def test_rho_star_of_a_position_in_one_bisection_equals_one_call_per_k():
                 np.testing.assert_allclose([rho[i], E[i]], [one_rho, one_E], rtol=1e-15, atol=0)
 
 
+def _walk_counts(monkeypatch, trees: bool, *, subsample: int, by_function: bool = False):
+    """One prompt's walk on the device route (CPU tensors) with its torch ops counted: ``(rows, counts)``."""
+    import otspec.profile._collect as C
+
+    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
+    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=subsample, families=FAMILIES,
+                        trees=O.TREES if trees else ()).for_vocabulary(V)
+    c = O.Counts(by_function=True) if by_function else O.Counts()
+    with O.counting(c):
+        rows = C.profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    return rows, c
+
+
 #: Then (measured 952.75 chains subsampled, 1,358.5 with trees; before 1,081.75 and 1,492.25, which fail these): each
 #: round of k-Seq's rho* grid finding its first false candidate as the count of true ones and b = a + 1 at the end
 #: (otspec.multidraft._batched._first_false; on an accelerator 4 rounds of 16,383 candidates instead of these 6 of
@@ -150,15 +164,7 @@ SUBSAMPLED = {False: 958, True: 1365}
 
 @pytest.mark.parametrize("trees", [False, True])
 def test_aten_ops_at_subsampled_positions_after_batching_over_k(monkeypatch, trees):
-    import otspec.profile._collect as C
-
-    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
-    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
-    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=1, families=FAMILIES,
-                        trees=O.TREES if trees else ()).for_vocabulary(V)
-    c = O.Counts()
-    with O.counting(c):
-        rows = C.profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    rows, c = _walk_counts(monkeypatch, trees, subsample=1)
     assert "kseq" in rows["name"] and ("tree" in rows["kind"]) == trees
     assert c.aten / T <= SUBSAMPLED[trees], c.aten / T
 
@@ -187,15 +193,7 @@ MODEL_OPS = {False: 8, True: 29}
 
 @pytest.mark.parametrize("trees", [False, True])
 def test_cheap_positions_cut_the_cache_by_views(monkeypatch, trees):
-    import otspec.profile._collect as C
-
-    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
-    draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
-    s = ProfileSettings(k_max=4, L_max=4, max_new_tokens=T, subsample=0, families=FAMILIES,
-                        trees=O.TREES if trees else ()).for_vocabulary(V)
-    c = O.Counts(by_function=True)
-    with O.counting(c):
-        C.profile_prompt(draft, target, [3, 7, 1], None, s, 0)
+    _, c = _walk_counts(monkeypatch, trees, subsample=0, by_function=True)
     ops = sum(n for at, n in c.where.items() if at.startswith("decoding/_models.py:")) / T
     assert ops <= MODEL_OPS[trees], (ops, {at: n / T for at, n in c.where.items() if "_models" in at})
     if not trees:  # every cut of a chain position is a view: no gather of the cache
@@ -248,18 +246,10 @@ def test_the_host_copy_read_with_the_position_s_values_is_the_old_one_bit_for_bi
 
     from otspec.profile._quantities import Builds, drop_null_columns, read_parts, support_parts, support_to_host
     from otspec.profile._quantities import support_width as width_of
+    from tests.test_profile_support_part import _laws
 
     k, L, Vs = 3, 2, 40
-    rng = np.random.default_rng(seed)
-
-    def rows(n):
-        w = rng.random((n, Vs)) + 0.01
-        if keep is not None:
-            for r in range(n):
-                w[r, rng.permutation(Vs)[keep:]] = 0.0
-        return w / w.sum(axis=1, keepdims=True)
-
-    P, Q = rows(k * L).reshape(k, L, Vs), rows(k * (L + 1)).reshape(k, L + 1, Vs)
+    P, Q = _laws(seed, k, L, Vs, keep)
     X = np.stack([[int(np.flatnonzero(P[r, j])[-1]) for j in range(L)] for r in range(k)])
     Pt, Qt = torch.from_numpy(P.copy()), torch.from_numpy(Q.copy())
     b = Builds(X, Pt, Qt, {})

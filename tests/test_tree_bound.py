@@ -1682,6 +1682,22 @@ def test_row_stats_power_sums_are_the_block_sweeps(V):
         assert np.array_equal(nu, want), np.flatnonzero(nu != want)
 
 
+def _group_and_blocks(p, mark, inv):
+    """The race's moments of ``p`` by ``moments_group`` group by group and by ``moments_block`` block by block:
+    ``(got, want, kg, kw)``, their scratch arrays and counts of large tokens."""
+    B, G, V = _bound_kernels.BLOCK, _bound_kernels.GROUP, p.shape[0]
+    got, want = _bound_kernels.moments_scratch(V), _bound_kernels.moments_scratch(V)
+    yg = np.zeros(G * B)
+    kg = kw = 0
+    for g0 in range(0, V, G * B):
+        kg = _bound_kernels.moments_group(p[g0:g0 + G * B], mark[g0:g0 + G * B], inv, got[0], got[1], yg, got[3],
+                                          got[4], kg)
+        for v0 in range(g0, g0 + G * B, B):
+            kw = _bound_kernels.moments_block(p[v0:v0 + B], mark[v0:v0 + B], B, inv, want[0], want[1], want[2],
+                                              want[3], want[4], kw)
+    return got, want, kg, kw
+
+
 def test_moments_group_is_moments_block_lane_by_lane():
     """``moments_group`` against ``moments_block`` on each of its blocks in turn: every lane (the sums, their
     corrections, the powers 2 .. 11) and the gathered large tokens the same floats, over several groups in a row
@@ -1693,15 +1709,7 @@ def test_moments_group_is_moments_block_lane_by_lane():
     p[rng.random(V) < 0.05] = 0.0
     mark = rng.random(V) < 0.02
     inv = 1.0 / (0.5 * p.max())
-    got, want = _bound_kernels.moments_scratch(V), _bound_kernels.moments_scratch(V)
-    yg = np.zeros(G * B)
-    kg = kw = 0
-    for g0 in range(0, V, G * B):
-        kg = _bound_kernels.moments_group(p[g0:g0 + G * B], mark[g0:g0 + G * B], inv, got[0], got[1], yg, got[3],
-                                          got[4], kg)
-        for v0 in range(g0, g0 + G * B, B):
-            kw = _bound_kernels.moments_block(p[v0:v0 + B], mark[v0:v0 + B], B, inv, want[0], want[1], want[2],
-                                              want[3], want[4], kw)
+    got, want, kg, kw = _group_and_blocks(p, mark, inv)
     assert kg == kw > 0
     for a, b in zip(got[:2] + got[3:4], want[:2] + want[3:4]):
         assert np.array_equal(a, b)
@@ -1727,15 +1735,7 @@ def test_moments_group_gathers_sparse_large_tokens():
     p[9 * CH + 1] = 0.5
     mark[9 * CH + 1] = True                               # marked (the head): y = 0, not gathered
     inv = 1.0
-    got, want = _bound_kernels.moments_scratch(V), _bound_kernels.moments_scratch(V)
-    yg = np.zeros(G * B)
-    kg = kw = 0
-    for g0 in range(0, V, G * B):
-        kg = _bound_kernels.moments_group(p[g0:g0 + G * B], mark[g0:g0 + G * B], inv, got[0], got[1], yg, got[3],
-                                          got[4], kg)
-        for v0 in range(g0, g0 + G * B, B):
-            kw = _bound_kernels.moments_block(p[v0:v0 + B], mark[v0:v0 + B], B, inv, want[0], want[1], want[2],
-                                              want[3], want[4], kw)
+    got, want, kg, kw = _group_and_blocks(p, mark, inv)
     assert kg == kw == len(big_at)
     assert np.array_equal(got[4][:kg], p[big_at])
     assert np.array_equal(got[4][:kg], want[4][:kw])
