@@ -192,6 +192,15 @@ class TreeLayoutT:
         self.last = t(np.arange(m)[None, :] == (mat >= 0).sum(1)[:, None] - 1).bool()  # each node's last child
         self.depth = t(depth)
         self.levels = [(t(np.flatnonzero(depth == d)), t(parents[depth == d])) for d in range(1, self.L + 1)]
+        # (L, n + 1): row d - 1 each node's ancestor of depth d (itself at its own depth), its root where it is
+        # shallower (end_mass_t's factors of every depth in one gather)
+        anc = np.empty((self.L, n1), dtype=np.int64)
+        up = np.arange(n1)
+        for d in range(self.L, 0, -1):
+            anc[d - 1] = np.where(depth >= d, up, -1)
+            up = np.where(depth >= d, np.where(parents[up] >= 0, parents[up], up), up)
+        anc[anc < 0] = np.broadcast_to(up, anc.shape)[anc < 0]  # up: every node's root now
+        self.ancestors = t(anc)
         # an earlier sibling j < i of the same node: the pairs whose equal tokens make child i a duplicate
         self.earlier = torch.ones((m, m), dtype=torch.bool, device=device).tril(-1)
         cells = np.flatnonzero(mat.ravel() >= 0)
@@ -204,7 +213,7 @@ class TreeLayoutT:
         return cls(tree.parents, tree.depth, inner, device)
 
 
-def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=None):
+def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=None, reach_only: bool = False):
     r"""Every node's verification at once, on the laws' device: tests, acceptances and residual levels.
 
     At the node ``v = inner[i]`` with children :math:`c_1, \dots, c_m` (node order) of tokens :math:`x_j`,
@@ -243,6 +252,10 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
     work : dict, optional, keyword-only
         Blocks kept across calls (a decoder's, one per iteration): each rejection's pass over ``V`` writes there
         instead of into a fresh ``(I, V)`` block (the same values).
+    reach_only : bool, keyword-only
+        Compute ``acc`` (and ``x``) only, the same values bit for bit: ``alive``, ``level`` and ``sampler`` are
+        None (what a caller that needs the reach probabilities alone, :func:`end_mass_t` with ``alive=None``,
+        reads; the ops that form the rest are not issued).
 
     Returns
     -------
@@ -263,11 +276,12 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
     I, m = lay.kids.shape
     dev, dt = Q_inner.device, Q_inner.dtype
     zero, one = _scalar(0.0, dt, dev), _scalar(1.0, dt, dev)
-    x = tokens.index_select(0, lay.kids0.flatten()).reshape(I, m)
-    x = torch.where(lay.valid, x, x[:, :1])  # padding: the first child's token (every inner node has one)
-    dup = ((x[:, :, None] == x[:, None, :]) & _of_layout(lay, "earlier_valid")).any(-1) & lay.valid
+    x = tokens.take(_of_layout(lay, "kids_pad"))  # (I, m); padding: the first child's token (every inner node has one)
+    # a token repeating an earlier real sibling's (SpecInfer's rule reads none: not formed for it)
+    dup = None if rule == "specinfer" else (x[:, :, None] == x[:, None, :]).logical_and_(
+        _of_layout(lay, "earlier_both")).any(-1)
     qx = torch.gather(Q_inner, 1, x)
-    level = None
+    level = alive = None
     if rule == "target-only":
         acc_k = torch.where(lay.valid & ~dup, qx, zero)
         alive_in = 1.0 - acc_k.sum(-1)  # q off the children's tokens (rows of q sum to 1 up to rounding)
@@ -278,26 +292,34 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
         rejects = _of_layout(lay, "rejects")  # the children whose rejection moves the level (not a node's last)
         if wor:
             px, left, safe, movable = _sequoia_siblings(lay, dup, rejects, px_raw, P_inner)
-        else:  # SpecInfer: p itself, ell = 1
-            px, left, safe, movable = px_raw, None, None, rejects
-        minus_t, S = _levels_t(movable, safe, P_inner, Q_inner, work)
+        else:  # SpecInfer: p itself, ell = 1; with reach_only every rank moves where S' > 0 (the levels before the
+            # real children are the same: a real child's earlier siblings all move it)
+            px, left, safe, movable = px_raw, None, None, None if reach_only else rejects
+        minus_t, S = _levels_t(movable, safe, P_inner, Q_inner, work, m=m)
         # every child's test at once, in the loop's arithmetic (-t p rounds as t p, negated)
         tx = (qx + minus_t * px_raw).clamp(min=0.0) / S
+        # 0 past a node's last child (as the walk's sampler reads them): the acceptance there is 0 with no mask more
+        # (0 / 1 where drawn, 0 > 0 else); where p(x) = 0 the ratio's branch is not taken, whatever it holds
+        tx, pxv = torch.where(lay.valid, tx, zero), torch.where(lay.valid, px, one)
         drawn = px > 0
-        a = torch.where(drawn, torch.clamp(tx / torch.where(drawn, px, one), max=1.0), tx > 0)
-        a = torch.where(lay.valid, a, zero)
+        a = torch.where(drawn, torch.clamp(tx / pxv, max=1.0), tx > 0)
         kept = torch.cumprod(1.0 - a, 1)  # P(the first j + 1 siblings rejected), multiplied left to right
         acc_k = torch.cat([_ones((I, 1), dt, dev), kept[:, :-1]], 1) * a
-        alive_in = kept[:, -1] if m else torch.ones(I, dtype=dt, device=dev)
-        end_ell = torch.ones(I, dtype=dt, device=dev) if left is None else \
-            torch.where(lay.valid[:, 0], torch.where(lay.last, left, 0.0).sum(1), 1.0)  # ell at each node's last child
-        level = (0.0 - minus_t[:, -1], S[:, -1], end_ell)
-        sampler = ("ratio", torch.where(lay.valid, px, one), torch.where(lay.valid, tx, zero))
+        if not reach_only:
+            alive_in = kept[:, -1] if m else torch.ones(I, dtype=dt, device=dev)
+            end_ell = torch.ones(I, dtype=dt, device=dev) if left is None else \
+                torch.where(lay.valid[:, 0], torch.where(lay.last, left, 0.0).sum(1), 1.0)  # ell at each node's last
+            level = (0.0 - minus_t[:, -1], S[:, -1], end_ell)
+        sampler = ("ratio", pxv, tx)
     ones = _ones((lay.n_out,), dt, dev)  # kept, never written: index_copy (not index_copy_) writes a copy
-    acc = ones.index_copy(0, lay.kid_nodes, acc_k.flatten().index_select(0, lay.kid_cells))
-    alive = ones.index_copy(0, lay.inner, alive_in)
+    acc = ones.index_copy(0, lay.kid_nodes, acc_k.take(lay.kid_cells))
+    if not reach_only:
+        alive = ones.index_copy(0, lay.inner, alive_in)
     if lay.n_out != lay.n1:
-        acc, alive = acc[: lay.n1], alive[: lay.n1]
+        acc = acc[: lay.n1]
+        alive = None if alive is None else alive[: lay.n1]
+    if reach_only:
+        return acc, None, x, None, None
     return acc, alive, x, level, sampler
 
 
@@ -336,13 +358,17 @@ def _arange(start: int, end: int, step: int, device):
 def _of_layout(lay, name: str):
     """A mask of the layout ``lay`` that every call of :func:`node_rules_t` on it reads, formed at its first and
     kept on it: ``"rejects"`` the children whose rejection moves the level (all but each node's last),
-    ``"earlier_valid"`` the (node, child, earlier real sibling) cells a duplicate token is looked for in."""
+    ``"earlier_both"`` the (node, real child, earlier real sibling) cells a duplicate token is looked for in,
+    ``"kids_pad"`` the children's nodes with each row's padding its first child (``(I, m)``: the tokens of
+    :func:`node_rules_t` in one gather)."""
     got = lay.__dict__.get("_" + name)
     if got is None:
         if name == "rejects":
             got = lay.valid & ~lay.last
+        elif name == "kids_pad":
+            got = torch.where(lay.valid, lay.kids0, lay.kids0[:, :1])
         else:
-            got = lay.earlier & lay.valid[:, None, :]
+            got = lay.earlier & lay.valid[:, None, :] & lay.valid[:, :, None]
         lay.__dict__["_" + name] = got
     return got
 
@@ -371,25 +397,27 @@ def _zeros_col(I: int, dtype, device):
     return got
 
 
-def _levels_t(movable, safe, P_inner, Q_inner, work=None):
+def _levels_t(movable, safe, P_inner, Q_inner, work=None, *, m: int | None = None):
     r"""The levels :math:`(t_j, S_j)` before each child ``j``, ``(I, m)`` each, as ``(-t, S)``: :math:`t_1 = 0`,
-    :math:`S_1 = 1`, and after rejecting child ``j`` at the rows ``movable[:, j]``, :math:`t' = t_j + S_j / \ell_j`
-    (``safe`` :math:`\ell_j`; None: 1) and :math:`S' = \lVert (q - t' p)_+ \rVert_1`, kept where :math:`S' > 0`
-    (a level of no mass: that rejection had probability 0). One pass over ``V`` per sibling rank for every row at
-    once (written into ``work["lvl"]``), a few ops on ``(I, 1)`` columns around it; :math:`-t` is carried (exact:
-    negation commutes with rounding), so the pass reads it without a negation."""
-    I, m = movable.shape
+    :math:`S_1 = 1`, and after rejecting child ``j`` at the rows ``movable[:, j]`` (None: every row, ``m`` ranks),
+    :math:`t' = t_j + S_j / \ell_j` (``safe`` :math:`\ell_j`; None: 1) and :math:`S' = \lVert (q - t' p)_+ \rVert_1`,
+    kept where :math:`S' > 0` (a level of no mass: that rejection had probability 0). One pass over ``V`` per sibling
+    rank for every row at once (written into ``work["lvl"]``, else into the first pass's block), a few ops on
+    ``(I, 1)`` columns around it; :math:`-t` is carried (exact: negation commutes with rounding), so the pass reads
+    it without a negation."""
+    I, m = Q_inner.shape[0], movable.shape[1] if movable is not None else m
     dev, dt = Q_inner.device, Q_inner.dtype
     minus_t, S = _zeros_col(I, dt, dev), _ones((I, 1), dt, dev)  # kept blocks: only read (torch.where, cat)
     ts, Ss = [minus_t], [S]
     if m > 1:
-        lvl = _block(work, "lvl", tuple(Q_inner.shape), dev)
-        moves = movable[:, :, None].unbind(1)
+        lvl = None if work is None else _block(work, "lvl", tuple(Q_inner.shape), dev)
+        moves = None if movable is None else movable[:, :, None].unbind(1)
         steps = None if safe is None else safe[:, :, None].unbind(1)
         for j in range(m - 1):
             minus_new = minus_t - (S if steps is None else S / steps[j])
-            S_new = torch.addcmul(Q_inner, P_inner, minus_new, out=lvl).clamp_(min=0.0).sum(-1, keepdim=True)
-            move = moves[j] & (S_new > 0)
+            lvl = torch.addcmul(Q_inner, P_inner, minus_new, out=lvl)  # a fresh block the first time without work
+            S_new = lvl.clamp_(min=0.0).sum(-1, keepdim=True)
+            move = S_new > 0 if moves is None else moves[j] & (S_new > 0)
             minus_t, S = torch.where(move, minus_new, minus_t), torch.where(move, S_new, S)
             ts.append(minus_t)
             Ss.append(S)
@@ -450,11 +478,24 @@ def residual_rows_t(rule: str, x, level, P_inner, Q_inner, rows, *, q=None, inne
 
 def end_mass_t(lay: TreeLayoutT, acc, alive):
     r"""The law of the accepted node, :math:`P(a = v) = \prod_{c \preceq v} acc_c \cdot alive_v`, shape
-    ``(n + 1,)``: the verifier's ``emission`` summed over tokens (``L`` gathers, no pass over ``V``)."""
-    reach = torch.ones_like(acc)
-    for nodes, par in lay.levels:
-        reach = reach.index_copy(0, nodes, reach.index_select(0, par) * acc.index_select(0, nodes))
-    return reach * alive
+    ``(n + 1,)``: the verifier's ``emission`` summed over tokens (``L`` gathers, no pass over ``V``); ``alive`` None:
+    the reach probabilities :math:`\prod_{c \preceq v} acc_c` alone (the same floats as with ``alive`` all 1).
+
+    The product runs from the root down, as a pass per depth multiplies it (``1 \cdot acc_{c_1}`` exact, then
+    :math:`acc_{c_2}`, ...). On a :class:`TreeLayoutT` the factors of every depth are gathered at once (each node's
+    ancestor of that depth, or its root where it is shallower: ``acc`` is 1 at the roots, as :func:`node_rules_t`
+    gives it, and a product by 1 is exact), then multiplied column by column: ``L + 1`` ops instead of ``4 L``."""
+    anc = getattr(lay, "ancestors", None)
+    if anc is not None and lay.L > 0:
+        cols = acc.take(anc).unbind(0)
+        reach = cols[0]
+        for c in cols[1:]:
+            reach = reach * c
+    else:
+        reach = torch.ones_like(acc)
+        for nodes, par in lay.levels:
+            reach = reach.index_copy(0, nodes, reach.index_select(0, par) * acc.index_select(0, nodes))
+    return reach if alive is None else reach * alive
 
 
 def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, gen, *, draw=None, work=None,

@@ -466,8 +466,8 @@ class SampledTrees:
             p_rows = [self.p_row[(b, j, int(v))] for b, j in trees for v in inner[j].tolist()]
             P_in = P_all.index_select(0, static_index(p_rows, P_all))
             Q_in = torch.cat([Q[j][b] for b, j in trees])
-            acc, alive, *_ = node_rules_t(rule, lay, tokens, P_in, Q_in)
-            reached.append(end_mass_t(lay, acc, torch.ones_like(alive)))
+            acc, *_ = node_rules_t(rule, lay, tokens, P_in, Q_in, reach_only=True)
+            reached.append(end_mass_t(lay, acc, None))  # the reach probabilities: no alive, no level, no sampler
         have = [torch.cat(self.have).to(dev)] if self.have else []
         flags = [bad.to(dev) for _, bad in self.unchecked] + [bad_rows(Q[j]).any() for j in scored]
         bad = [torch.stack(flags)] if flags else []
