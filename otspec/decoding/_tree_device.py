@@ -298,11 +298,13 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
         minus_t, S = _levels_t(movable, safe, P_inner, Q_inner, work, m=m)
         # every child's test at once, in the loop's arithmetic (-t p rounds as t p, negated)
         tx = (qx + minus_t * px_raw).clamp(min=0.0) / S
-        # 0 past a node's last child (as the walk's sampler reads them): the acceptance there is 0 with no mask more
-        # (0 / 1 where drawn, 0 > 0 else); where p(x) = 0 the ratio's branch is not taken, whatever it holds
-        tx, pxv = torch.where(lay.valid, tx, zero), torch.where(lay.valid, px, one)
+        if reach_only:  # the padding's cells read by no real child's (they follow each row's last): left unmasked
+            pxv = px
+        else:  # 0 past a node's last child (as the walk's sampler reads them): the acceptance there is 0 with no
+            # mask more (0 / 1 where drawn, 0 > 0 else)
+            tx, pxv = torch.where(lay.valid, tx, zero), torch.where(lay.valid, px, one)
         drawn = px > 0
-        a = torch.where(drawn, torch.clamp(tx / pxv, max=1.0), tx > 0)
+        a = torch.where(drawn, torch.clamp(tx / pxv, max=1.0), tx > 0)  # where p(x) = 0 the ratio is not taken
         kept = torch.cumprod(1.0 - a, 1)  # P(the first j + 1 siblings rejected), multiplied left to right
         acc_k = torch.cat([_ones((I, 1), dt, dev), kept[:, :-1]], 1) * a
         if not reach_only:
@@ -346,12 +348,12 @@ def _ones(shape: tuple, dtype, device):
     return got
 
 
-def _arange(start: int, end: int, step: int, device):
-    """``torch.arange(start, end, step)`` (int64) on ``device``, made once and kept, read only."""
-    key = ("arange", start, end, step, device)
+def _arange(start: int, end: int, step: int, device, dtype=torch.int64):
+    """``torch.arange(start, end, step)`` (int64, or ``dtype``) on ``device``, made once and kept, read only."""
+    key = ("arange", start, end, step, device, dtype)
     got = _CONSTANTS.get(key)
     if got is None:
-        got = _CONSTANTS[key] = torch.arange(start, end, step, device=device)
+        got = _CONSTANTS[key] = torch.arange(start, end, step, device=device, dtype=dtype)
     return got
 
 
@@ -414,7 +416,9 @@ def _levels_t(movable, safe, P_inner, Q_inner, work=None, *, m: int | None = Non
         moves = None if movable is None else movable[:, :, None].unbind(1)
         steps = None if safe is None else safe[:, :, None].unbind(1)
         for j in range(m - 1):
-            minus_new = minus_t - (S if steps is None else S / steps[j])
+            # the first: 0 - 1 = -1 exactly (a kept constant, one op less)
+            minus_new = _scalar(-1.0, dt, dev) if j == 0 and steps is None else \
+                minus_t - (S if steps is None else S / steps[j])
             lvl = torch.addcmul(Q_inner, P_inner, minus_new, out=lvl)  # a fresh block the first time without work
             S_new = lvl.clamp_(min=0.0).sum(-1, keepdim=True)
             move = S_new > 0 if moves is None else moves[j] & (S_new > 0)
@@ -1449,10 +1453,10 @@ def ranked_rows_t(R, k: int, *, in_place: bool = False):
     * ``k <= RANK_BY_MAXIMA``: ``k`` passes of ``torch.max`` over a copy of the rows, each pick set to
       :math:`-\infty` before the next pass (``torch.max`` returns the first maximal index: ties by lower id);
       on this project's CPU a pass costs a fifth of a top-k at ``V = 128,256``;
-    * larger ``k``: a top-``k`` gives the ``k``-th largest value ``t_b`` and, first in its decreasing values, the
-      tokens above it; the lowest-id tokens equal to it are the indices of a second top-k over :math:`V - x` on the
-      tied tokens (no ``nonzero``, whose size a GPU would read); the ``k`` chosen are sorted by id, then stably by
-      value.
+    * larger ``k``: a top-``k`` gives the ``k``-th largest value ``t_b``; a second top-``k``, of an integer key
+      (:math:`2V - x` above :math:`t_b`, :math:`V - x` equal to it, 0 below) chooses the tokens above it and the
+      lowest-id tokens equal to it, above ones first, each group by increasing id (no ``nonzero``, whose size a GPU
+      would read); a stable sort by decreasing value orders them (ten ops).
 
     Parameters
     ----------
@@ -1481,34 +1485,32 @@ def ranked_rows_t(R, k: int, *, in_place: bool = False):
     """
     if k <= RANK_BY_MAXIMA:
         return _ranked_by_maxima(R, k, in_place)
-    V = R.shape[1]
-    vals, ids = torch.topk(R, k, dim=-1)
-    kth = vals[:, k - 1 : k]
-    # the tokens equal to the k-th value, lowest ids first: the indices of a top-k of V - id over them (0 elsewhere;
-    # distinct keys where positive, and at least k - a tied tokens)
-    tied = torch.topk(torch.where(R == kth, _arange(V, 0, -1, R.device), _scalar(0, torch.int64, R.device)), k,
-                      dim=-1).indices
-    # the top-k's values decrease: its first a tokens are those above the k-th value, the tied ones follow
-    a = (vals > kth).sum(-1, keepdim=True)
-    rank = _arange(0, k, 1, R.device)
-    ids = torch.where(rank < a, ids, tied.gather(1, (rank - a).clamp_(min=0)))
-    ids = torch.sort(ids, dim=-1).values  # by id, then stably by value: equal values keep the lower id first
+    V, dev = R.shape[1], R.device
+    kth = torch.topk(R, k, dim=-1).values[:, k - 1 :]  # the k-th largest value of each row
+    # one key ranks the k chosen first: the tokens above the k-th value (V + 1 .. 2 V, lower ids higher), then the
+    # tokens equal to it (1 .. V, lower ids higher), 0 elsewhere -- distinct where positive, at least k positive;
+    # the top-k of the key gives them in that order (the k-th value's ties: the lowest ids)
+    kt = torch.int32 if 2 * V < 2**31 else torch.int64  # half the bytes a pass over V moves
+    key = torch.where(R > kth, _arange(2 * V, V, -1, dev, kt),
+                      torch.where(R == kth, _arange(V, 0, -1, dev, kt), _scalar(0, kt, dev)))
+    ids = torch.topk(key, k, dim=-1).indices
+    # by decreasing value, stably: equal values above the k-th keep the lower id first, the ties follow in id order
     vals, order = torch.sort(R.gather(1, ids), dim=-1, descending=True, stable=True)
     return ids.gather(1, order), vals
 
 
 def _ranked_by_maxima(R, k: int, in_place: bool):
-    """:func:`ranked_rows_t` by ``k`` passes of ``torch.max`` (first maximal index) over a copy of ``R`` (over ``R``,
-    restored after, when ``in_place``); the picks joined once at the end."""
+    """:func:`ranked_rows_t` by ``k`` passes of ``torch.max`` (first maximal index) over a copy of ``R`` (made by the
+    first pick's out-of-place mark; over ``R``, restored after, when ``in_place``); the picks joined once at the end."""
     if k == 1:
         vals, ids = torch.max(R, dim=-1, keepdim=True)
         return ids, vals
-    W = R if in_place else R.clone()
+    W = R
     picks = []
     for r in range(k):
         picks.append(torch.max(W, dim=-1, keepdim=True))
-        if r + 1 < k:
-            W.scatter_(1, picks[-1][1], -math.inf)
+        if r + 1 < k:  # the first mark of a copy writes the copy (no clone before it)
+            W = W.scatter_(1, picks[-1][1], -math.inf) if in_place or r else R.scatter(1, picks[-1][1], -math.inf)
     vals, ids = torch.cat([v for v, _ in picks], 1), torch.cat([i for _, i in picks], 1)
     if in_place:
         W.scatter_(1, ids[:, : k - 1], vals[:, : k - 1])
