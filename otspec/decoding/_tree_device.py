@@ -960,13 +960,19 @@ def _draws(P, k: int, gen, *, work=None, host: bool = False):
     return _draws_from_sums(c, k, gen)
 
 
-def _draws_from_sums(c, k: int, gen):
-    """:func:`_draws` from the running sums ``c`` of the rows (``(B, V)``), shape ``(B, k)``."""
-    tot = c[:, -1:].contiguous()
-    u = torch.rand((c.shape[0], k), dtype=torch.float64, device=c.device, generator=gen) * tot
-    i = torch.searchsorted(c, u, right=True)
-    top = torch.searchsorted(c, tot, right=False)
-    return torch.where(i < c.shape[-1], i, top).clamp_(max=c.shape[-1] - 1)
+def _draws_from_sums(c, k: int, gen, *, u=None):
+    """:func:`_draws` from the running sums ``c`` of the rows (``(B, V)``), shape ``(B, k)``; ``u``: the ``(B, k)``
+    uniforms already drawn (several generators' rows joined: their draws in one batch), else ``k`` a row from ``gen``.
+
+    A uniform rounded up to the total ``c_V`` is lowered to the largest float below it first: the first ``i`` with
+    :math:`c_i >` that is the first with :math:`c_i \ge c_V` (a search with the very comparisons of one for the total
+    itself), so one search serves both cases (seven ops)."""
+    V = c.shape[-1]
+    tot = c[:, -1:]
+    if u is None:
+        u = torch.rand((c.shape[0], k), dtype=torch.float64, device=c.device, generator=gen)
+    u = torch.minimum(u * tot, torch.nextafter(tot, _scalar(-math.inf, tot.dtype, tot.device)))
+    return torch.searchsorted(c, u, right=True).clamp_(max=V - 1)  # a NaN row: V, an id still
 
 
 def _draws_wor(P, most: int, need, gen, *, rule: str | None = None, work=None, in_place: bool = False,

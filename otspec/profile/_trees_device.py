@@ -45,7 +45,7 @@ import torch
 
 from ..decoding._models import _HFState, _SeqState
 from ..decoding._sampling import bad_rows, on_device
-from ..decoding._tree_device import _RULES, TreeLayoutT, _draws, end_mass_t, node_rules_t
+from ..decoding._tree_device import _RULES, TreeLayoutT, _draws_from_sums, end_mass_t, node_rules_t
 from ..tree import DraftTree, make_tree_verifier
 from ._quantities_batched import _Pack
 
@@ -326,8 +326,9 @@ class SampledTrees:
             ranks = [int(job.shape.ranks[c]) for c in kids]
             dst = [self.row[(b, j)] * self.n1 + c for c in kids]
             (iid if job.process == "iid" else wor).append((i, b, j, v, ranks, dst))
-        idx = static_index([i for i, *_ in held], laws)
-        P = laws.index_select(0, idx).to(self.device)
+        rows = [i for i, *_ in held]
+        P = laws if rows == list(range(int(laws.shape[0]))) else laws.index_select(0, static_index(rows, laws))
+        P = on_device(P, self.device)
         for _, b, j, v in held:
             self.p_row[(b, j, v)] = self.n_rows
             self.n_rows += 1
@@ -337,29 +338,34 @@ class SampledTrees:
         vals, dst, pack = [], [], _Pack()  # the host indices of the draws, sent in one copy
         if iid:
             width = max(len(r) for *_, r, _ in iid)
-            i_rows = pack.add(_positions(held, iid))
+            i_pos = _positions(held, iid)
+            i_all = i_pos == list(range(len(held)))  # every held row: P itself, no gather
+            i_rows = pack.add(i_pos)
             i_cells = pack.add([n * width + c for n, (*_, ranks, _) in enumerate(iid) for c in range(len(ranks))])
             dst += [d for *_, ds in iid for d in ds]
         if wor:
             most = min(max(max(r) + 1 for *_, r, _ in wor), V)
-            w_rows = pack.add(_positions(held, wor))
+            w_pos = _positions(held, wor)
+            w_all = w_pos == list(range(len(held)))
+            w_rows = pack.add(w_pos)
             w_cells = pack.add([n * most + min(r, most - 1) for n, (*_, ranks, _) in enumerate(wor) for r in ranks])
             dst += [d for *_, ds in wor for d in ds]
         at_dst = pack.add(dst)
         sent = pack.send(torch, P, static=True)
-        if iid:
-            Pi = P.index_select(0, sent[i_rows])
-            got = _joined([_draws(Pi[a:e], width, self.gen[b]) for b, a, e in _runs(iid)]).flatten()
-            vals.append(got.index_select(0, sent[i_cells]))
+        if iid:  # every prompt's uniforms from its own generator, in its rows' order; one search for them all
+            Pi = P if i_all else P.index_select(0, sent[i_rows])
+            u = _joined([torch.rand((e - a, width), dtype=torch.float64, device=Pi.device, generator=self.gen[b])
+                         for b, a, e in _runs(iid)])
+            vals.append(_draws_from_sums(torch.cumsum(Pi, dim=-1), width, None, u=u).take(sent[i_cells]))
         if wor:
-            W = P.index_select(0, sent[w_rows])
-            E = torch.cat([torch.empty((e - a, V), dtype=W.dtype, device=W.device).exponential_(generator=self.gen[b])
-                           for b, a, e in _runs(wor)])
-            top = torch.topk(W / E.clamp_(min=torch.finfo(W.dtype).tiny), most, dim=-1).indices.flatten()
-            vals.append(top.index_select(0, sent[w_cells]))
+            W = P if w_all else P.index_select(0, sent[w_rows])
+            E = _joined([torch.empty((e - a, V), dtype=W.dtype, device=W.device).exponential_(generator=self.gen[b])
+                         for b, a, e in _runs(wor)])
+            top = torch.topk(W / E.clamp_(min=torch.finfo(W.dtype).tiny), most, dim=-1).indices
+            vals.append(top.take(sent[w_cells]))
             self.wor += [(b, j, v, max(r) + 1) for _, b, j, v, r, _ in wor]
             self.have.append((W > 0).sum(-1))
-        self.tok.view(-1).index_copy_(0, sent[at_dst], _joined(vals))
+        self.tok.put_(sent[at_dst], _joined(vals))  # the drawn tokens into their (tree, node) cells
 
     def _draw_on_host(self, held: list, P) -> None:
         """The host route's draws (each node by its job, from its prompt's numpy generator), into the device's
