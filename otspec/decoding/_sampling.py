@@ -387,8 +387,8 @@ def sample_rows(P: np.ndarray, gen: np.random.Generator, *, uniforms=None) -> np
         n, V = P.shape
         ar, zero = _index_row(V, P.device)
         if n > 1 and P.stride(0) == 0:  # one law broadcast to every row: one cumulative sum, searched by every row
-            P = P[:1]
-            c = torch.cumsum(P, dim=1)[0]
+            P = P[0]
+            c = torch.cumsum(P, dim=0)
             tot = c[-1]
         else:
             c = torch.cumsum(P, dim=1)

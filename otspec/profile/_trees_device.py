@@ -471,15 +471,17 @@ class SampledTrees:
             tokens = tok.take(static_index(flat, tok))
             p_rows = [self.p_row[(b, j, int(v))] for b, j in trees for v in inner[j].tolist()]
             P_in = P_all.index_select(0, static_index(p_rows, P_all))
-            Q_in = torch.cat([Q[j][b] for b, j in trees])
+            Q_in = _joined([Q[j].reshape(-1, Q[j].shape[-1]) for j, _ in members])  # each family's B trees in turn
             acc, *_ = node_rules_t(rule, lay, tokens, P_in, Q_in, reach_only=True)
             reached.append(end_mass_t(lay, acc, None))  # the reach probabilities: no alive, no level, no sampler
         have = [torch.cat(self.have).to(dev)] if self.have else []
         flags = [bad.to(dev) for _, bad in self.unchecked] + [bad_rows(Q[j]).any() for j in scored]
         bad = [torch.stack(flags)] if flags else []
         extra = [] if also is None else [also if also.device == dev else also.to(dev)]
-        values = torch.cat([tok.flatten().to(torch.float64)] + [h.to(torch.float64) for h in have + bad] + reached
-                           + extra)
+        # one cat, which casts the int64 tokens and counts and the bool flags to float64 as it copies them (exact)
+        values = torch.cat([tok.view(-1)] + have + bad + reached + extra)
+        if values.dtype != torch.float64:  # no float part (no verifier with a device rule, nothing else)
+            values = values.to(torch.float64)
         return values, lambda host: self._done(host, also, tok, P_all, Q, inner, scored, groups)
 
     def _done(self, host, also, tok, P_all, Q, inner, scored, groups) -> dict:
