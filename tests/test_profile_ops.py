@@ -282,3 +282,25 @@ class _ReadCount(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         self.reads += func in self.READS
         return func(*args, **(kwargs or {}))
+
+
+#: Tree positions with fewer launches in tree drafting and verification (measured 455.75 cheap, 1,232.75 subsampled;
+#: before 515.75 and 1,295.75, which fail these): the profile's node rules with ``reach_only`` (no alive, level or
+#: sampler), their children's tokens in one gather, SpecInfer's acceptances unmasked past each node's last child,
+#: the reach probabilities by one gather of every depth's factors (otspec.decoding._tree_device.end_mass_t), the
+#: ranking's top-k route by one integer key, the i.i.d. draws of every prompt in one search, fewer gathers and casts
+#: around them (otspec.profile._trees_device.SampledTrees). The ops of the three files themselves: 207.25 / 212
+#: (before 267.25 / 275).
+TREE_LAUNCHES = {0: 460, 1: 1240}
+TREE_LAUNCHES_MINE = {0: 210, 1: 215}
+TREE_FILES = ("decoding/_tree_device.py:", "decoding/_sampling.py:", "profile/_trees_device.py:")
+
+
+@pytest.mark.parametrize("subsample", [0, 1])
+def test_tree_positions_draft_and_verify_in_fewer_launches(monkeypatch, subsample):
+    rows, c = _walk_counts(monkeypatch, True, subsample=subsample, by_function=True)
+    assert ("kseq" in rows["name"]) == bool(subsample) and "tree" in rows["kind"]
+    mine = sum(n for at, n in c.where.items() if at.startswith(TREE_FILES)) / T
+    assert c.aten / T <= TREE_LAUNCHES[subsample], c.aten / T
+    assert mine <= TREE_LAUNCHES_MINE[subsample], (mine, {at: n / T for at, n in c.where.items()
+                                                          if at.startswith(TREE_FILES)})

@@ -961,12 +961,12 @@ def _draws(P, k: int, gen, *, work=None, host: bool = False):
 
 
 def _draws_from_sums(c, k: int, gen, *, u=None):
-    """:func:`_draws` from the running sums ``c`` of the rows (``(B, V)``), shape ``(B, k)``; ``u``: the ``(B, k)``
+    r""":func:`_draws` from the running sums ``c`` of the rows (``(B, V)``), shape ``(B, k)``; ``u``: the ``(B, k)``
     uniforms already drawn (several generators' rows joined: their draws in one batch), else ``k`` a row from ``gen``.
 
     A uniform rounded up to the total ``c_V`` is lowered to the largest float below it first: the first ``i`` with
     :math:`c_i >` that is the first with :math:`c_i \ge c_V` (a search with the very comparisons of one for the total
-    itself), so one search serves both cases (seven ops)."""
+    itself), so one search serves both cases (six ops and the uniforms)."""
     V = c.shape[-1]
     tot = c[:, -1:]
     if u is None:
