@@ -1177,20 +1177,53 @@ class _Reads:
     at a time: :meth:`ask` gives the round's tensors (every pending generator's, concatenated: one flat tensor,
     float64 as :func:`_read` makes it; None when all are done), :meth:`give` hands its host copy back, so that a
     caller can read a round together with tensors of its own (the profile's first round of the bound with the
-    walk's tree values: one read for both); :meth:`finish` reads the rest and returns the generators' values."""
+    walk's tree values: one read for both); :meth:`finish` reads the rest and returns the generators' values.
+
+    :meth:`add` starts more generators in the same rounds and :meth:`until` runs rounds until some of them are done,
+    the others advancing in the same reads (the search's last-depth expansions, whose values no later choice reads:
+    :func:`_sampled`). A generator that raises is set aside; :meth:`until` and :meth:`finish` then run every
+    generator to its end and raise the exception of the first one started that raised (the one the host's route,
+    which runs them one after the other, raises)."""
 
     def __init__(self, steps: list):
-        self.steps = list(steps)
-        self.out: list = [None] * len(self.steps)
+        self.steps: list = []
+        self.out: list = []
         self.pending: dict = {}
-        for i in range(len(self.steps)):
+        self.raised: dict = {}
+        self.add(steps)
+
+    def add(self, steps: list) -> list:
+        """Start the generators ``steps`` (each run to its first read); their indices."""
+        ids = []
+        for g in steps:
+            i = len(self.steps)
+            self.steps.append(g)
+            self.out.append(None)
+            ids.append(i)
             self._advance(i, None)
+        return ids
 
     def _advance(self, i, got) -> None:
         try:
             self.pending[i] = self.steps[i].send(got)
         except StopIteration as stop:
             self.out[i] = stop.value
+        except Exception as exc:  # noqa: BLE001 - re-raised in order by _raise
+            self.raised[i] = exc
+
+    def _raise(self) -> None:
+        if self.raised:
+            while self.pending:
+                self.give(_read([t for parts in self.pending.values() for t in parts]))
+            raise self.raised[min(self.raised)]
+
+    def until(self, ids: list) -> list:
+        """Run rounds (one read each, every pending generator advanced) until the generators ``ids`` are done;
+        their values."""
+        while not self.raised and any(i in self.pending for i in ids):
+            self.give(_read([t for parts in self.pending.values() for t in parts]))
+        self._raise()
+        return [self.out[i] for i in ids]
 
     def ask(self):
         """The round's tensors as one flat float64 tensor (one read of it serves the round: :func:`_read`'s
@@ -1215,8 +1248,9 @@ class _Reads:
 
     def finish(self) -> list:
         """Run every round left, one read each (:func:`_read`); the generators' return values, in order."""
-        while self.pending:
+        while self.pending and not self.raised:
             self.give(_read([t for parts in self.pending.values() for t in parts]))
+        self._raise()
         return self.out
 
 
@@ -1987,7 +2021,9 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     float64 tensors and the same arithmetic runs on the device, batched over
     each frontier's rows (one pass of a few kernels per depth): every row sum
     and the candidates' values come back in one read per call (the depths
-    of a frontier read together); without
+    of a frontier read together; the last expanded depth's, whose row sums
+    no later choice reads, with a later frontier's read or once after the
+    search); without
     replacement the race's power sums are taken there too (one more read,
     which at the last depth also names the rows whose lower bound on
     :math:`\pi` leaves entries undecided), its quadrature runs on the host on
@@ -2167,26 +2203,57 @@ def _depth_runs(frontier: list) -> list:
     return list(zip(starts, starts[1:] + [len(frontier)]))
 
 
+#: Law entries (rows times ``V``) of the last-depth expansions that the torch route of :func:`_sampled` may hold
+#: unread (each holds a few ``(rows, V)`` temporaries until its reads); above it they are read with the next round.
+_DEFERRED_ENTRIES = 2**24
+
+
 def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int, on_rows=None) -> TreeBound:
     """The anytime search for one context; ``on_rows(prefixes, P, Q, candidates)`` (optional) sees every block of
-    expanded rows with its laws (the union bound's reductions, :mod:`otspec.tree._bound_union`)."""
+    expanded rows with its laws (the union bound's reductions, :mod:`otspec.tree._bound_union`).
+
+    On the torch route every depth's reads are shared (each round one read for all of them), and the expansions of
+    the last expanded depth (``D - 1``: their row sums feed the value only, never a candidate, so no later choice
+    waits for them) are not read when they are made: they advance in the rounds of later frontiers, and whatever
+    is left of them is read after the search (every round one read for all): an i.i.d. bound of a depth-2 shape
+    reads once for the context and once at the end, not once per call. The same expansions on the same tensors:
+    the same values, bit for bit, read at other times (at most :data:`_DEFERRED_ENTRIES` law entries held)."""
     search = _Search(slots, process, budget, batch)
     frontier = search.frontier
+    reads = _Reads([])
+    held: list = []                        # (generator index, entries) of the last-depth expansions not read yet
     while frontier:
         # expand the frontier: one batched call per model, its rows grouped by depth (contiguous blocks) for the
         # recursions; the laws as numpy arrays or as tensors on the models' device (kept there)
         run, Pl, Ql = _laws_block(*laws([u.path for u in frontier]))
         left = search.left
         runs = _depth_runs(frontier)
-        # the torch route: every depth's reads shared (each round one read for all of them)
-        got = _run_reads([_expand_t_steps(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left) for a, b in runs]) \
-            if run is _expand_t and len(runs) > 1 else None
+        if run is _expand_t:
+            ids = reads.add([_expand_t_steps(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left) for a, b in runs])
+            last = [len(frontier[a].path) + 1 >= slots.D and on_rows is None for a, _ in runs]
+            held += [(i, (b - a) * Pl.shape[1]) for i, z, (a, b) in zip(ids, last, runs) if z]
+            need = [i for i, z in zip(ids, last) if not z]
+            if sum(n for _, n in held) > _DEFERRED_ENTRIES:        # too much held: read it with these rounds
+                need += [i for i, _ in held]
+                held = []
+            got = dict(zip(need, reads.until(need)))
         for k, (a, b) in enumerate(runs):
-            cand, ex, _drop = got[k] if got is not None else run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
+            if run is _expand_t:
+                if ids[k] not in got:
+                    continue                  # read later (absorbed after the search)
+                cand, ex, _drop = got.pop(ids[k])
+            else:
+                cand, ex, _drop = run(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
             search.absorb(cand, ex)
             if on_rows is not None:
                 on_rows(frontier[a:b], Pl[a:b], Ql[a:b], cand)
+        if run is _expand_t:
+            for cand, ex, _drop in got.values():                    # held from earlier frontiers, read now
+                search.absorb(cand, ex)
         frontier = search.advance()
+    if held:
+        for cand, ex, _drop in reads.until([i for i, _ in held]):
+            search.absorb(cand, ex)
     return search.result(laws.calls)
 
 
