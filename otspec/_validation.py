@@ -117,7 +117,7 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 #: The unit roundoff of float64 (``2**-53``): a sum of ``n`` non-negative doubles in any order is within
 #: ``gamma_{n-1} = (n - 1) u / (1 - (n - 1) u)`` of the exact sum, relative (Higham, "Accuracy and Stability of
-#: Numerical Algorithms", 2nd ed., §4.2, eq. (4.4), for every summation order).
+#: Numerical Algorithms", 2nd ed., §4.2: the bound holds for every order of the additions).
 _UNIT_ROUNDOFF = 2.0 ** -53
 
 
@@ -164,6 +164,9 @@ def validate_distribution(
     With ``out`` (a writable C-contiguous 1-D float64 array of the result's length that does not overlap ``x``,
     e.g. a row of a block that a cache fills row by row) the copy is written there and a read-only view of
     ``out`` is returned; on an error ``out`` may hold part of the copy.
+
+    With numba, a float64 row that surely passes (``normalize=False``) is copied and accepted in one read
+    (:func:`law_into`); every other row gets the passes below, numpy's sum of the flushed copy deciding as before.
     """
     if out is not None and not (type(out) is np.ndarray and out.dtype == np.float64 and out.ndim == 1 and
                                 out.flags.c_contiguous and out.flags.writeable):
