@@ -258,7 +258,6 @@ def test_bad_laws_get_the_same_refusal_and_message(kind, process, V, monkeypatch
 
 
 def test_messages_of_bad_laws_word_for_word():
-    V = 4
     good = MemorylessModel([0.25] * 4)
     cases = [
         ([0.5, 0.5, -0.1, 0.1], ValueError, "`target.next_dist((0,))` must be non-negative, got minimum -0.1 at index 2"),
