@@ -207,8 +207,10 @@ def _bad_rows(V):
     rng = np.random.default_rng(9)
     x = rng.random(V)
     x /= x.sum()
-    neg, nan, inf, ninf, big, small, short, f32, f32_off, sub, neg_sub = (x.copy() for _ in range(11))
+    neg, nan, inf, ninf, big, small, short, f32, f32_off, sub, neg_sub, neg_small = (x.copy() for _ in range(12))
     neg[3] = -0.01
+    neg_small[0] += neg_small[6] + 1e-12
+    neg_small[6] = -1e-12                                      # the total still 1 within the tolerance
     nan[V - 1] = np.nan
     inf[7] = np.inf
     ninf[0] = -np.inf
@@ -219,9 +221,10 @@ def _bad_rows(V):
     f32_off = (f32_off * 1.01).astype(np.float32)
     sub[0] += sub[2] + sub[4]
     sub[[2, 4]] = [5e-324, 1e-310]                             # flushed to 0, accepted
-    neg_sub[5] = -1e-320
+    neg_sub[0] += neg_sub[5]
+    neg_sub[5] = -1e-320                                       # flushed to 0 by the copy, but negative
     return dict(negative=neg, nan=nan, inf=inf, minus_inf=ninf, sum_above=big, sum_below=small,
-                wrong_length=short, float32=f32, float32_off=f32_off, subnormals=sub, negative_subnormal=neg_sub,
+                negative_small=neg_small, wrong_length=short, float32=f32, float32_off=f32_off, subnormals=sub, negative_subnormal=neg_sub,
                 as_list=list(x), two_d=x[None, :], ints=np.ones(V, dtype=np.int64))
 
 
