@@ -224,7 +224,8 @@ def _bad_rows(V):
     neg_sub[0] += neg_sub[5]
     neg_sub[5] = -1e-320                                       # flushed to 0 by the copy, but negative
     return dict(negative=neg, nan=nan, inf=inf, minus_inf=ninf, sum_above=big, sum_below=small,
-                negative_small=neg_small, wrong_length=short, float32=f32, float32_off=f32_off, subnormals=sub, negative_subnormal=neg_sub,
+                negative_small=neg_small, wrong_length=short, float32=f32, float32_off=f32_off, subnormals=sub,
+                negative_subnormal=neg_sub,
                 as_list=list(x), two_d=x[None, :], ints=np.ones(V, dtype=np.int64))
 
 
