@@ -7,7 +7,7 @@ that ``normalize=True`` divides by, numpy's pairwise sum as before, over a copy 
 numba (:data:`JIT` false) the caller keeps its numpy passes.
 
 :func:`law_copy_sum` is the same copy with the row's total summed in the same read, in any order (compiled with
-reassociation, so in vector lanes): not numpy's sum to the bit, but within ``gamma_n`` of the exact total, which is
+reassociation, so in vector lanes): not numpy's sum to the bit, but within ``gamma_{n-1}`` of the exact total, which is
 all that :func:`otspec._validation.law_into` needs to decide acceptance where numpy's sum would decide the same
 (every other row is decided by numpy's sum, as before).
 """
