@@ -34,8 +34,8 @@ expanded prefixes (64 per model call), for the i.i.d. and the without-replacemen
   ``otspec_against`` beside this one.
 
 The target: "bound, laws given" / forward <= 0.10. A second table gives CPU time (``time.process_time``, medians of
-interleaved rounds) of the forward, "laws as arrays", the floor and, with ``--against``, the other checkout's "laws
-as arrays": the shared machine's other jobs inflate CPU time less than wall time. Every contender is timed interleaved in each round
+interleaved rounds) of the forward, "laws as arrays", the floor, "laws given" and, with ``--against``, the other
+checkout's "laws as arrays" and "laws given": the shared machine's other jobs inflate CPU time less than wall time. Every contender is timed interleaved in each round
 after a warm-up and the median kept (``experiments/_bench.py``); the 1-minute load average is printed
 before and after, since the project's machine is shared.
 
@@ -387,10 +387,14 @@ def main(argv=None):
         # CPU time of the bound's arithmetic (laws as arrays), the forward and the floor (and the other checkout's),
         # interleaved: the load of the shared machine inflates CPU time less than wall time
         cfns = [forward, given_arrays, read_once] + ([before_arrays] if OB is not None else [])
+        ng = len(cfns)                                      # then "laws given" (and the other checkout's)
+        cfns += [given] + ([before_given] if OB is not None else [])
         cpu = _cpu_rounds(cfns, max(args.repeat, 5))
         cpu_after = _load()
         cpu_rows.append((process, cpu[0] * 1e3, cpu[1] * 1e3, cpu[1] / cpu[0], cpu[2] * 1e3, cpu[2] / cpu[0])
                         + (() if OB is None else (cpu[3] * 1e3, cpu[3] / cpu[0], cpu[3] / cpu[1]))
+                        + (cpu[ng] * 1e3, cpu[ng] / cpu[0])
+                        + (() if OB is None else (cpu[ng + 1] * 1e3, cpu[ng + 1] / cpu[0], cpu[ng + 1] / cpu[ng]))
                         + (f"{after} / {cpu_after}",))
         mb = sum(x.nbytes for x in law_rows) / 1e6
         floor = (f"{mb:.0f}", t_read * 1e3, mb / 1e3 / t_read, t_read / t_fwd)
@@ -417,6 +421,9 @@ def main(argv=None):
              "one pass / forward")
     if OB is not None:
         chead += ("before: laws as arrays CPU ms", "before / forward", "before / after")
+    chead += ("bound, laws given CPU ms", "given / forward (CPU)")
+    if OB is not None:
+        chead += ("before: laws given CPU ms", "before: given / forward (CPU)", "before / after (given)")
     chead += ("load average before / after",)
     print_table(f"CPU time (process_time), medians of {max(args.repeat, 5)} interleaved rounds ({name})", chead,
                 cpu_rows, args.rst, target=("arrays / forward", TARGET))

@@ -18,6 +18,7 @@ from . import _validation_kernel as _LK
 __all__ = [
     "SIMPLEX_TOL",
     "validate_distribution",
+    "law_into",
     "validate_pair",
     "validate_k",
     "validate_ks",
@@ -114,6 +115,41 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
+#: The unit roundoff of float64 (``2**-53``): a sum of ``n`` non-negative doubles in any order is within
+#: ``gamma_{n-1} = (n - 1) u / (1 - (n - 1) u)`` of the exact sum, relative (Higham, "Accuracy and Stability of
+#: Numerical Algorithms", 2nd ed., §4.2: the bound holds for every order of the additions).
+_UNIT_ROUNDOFF = 2.0 ** -53
+
+
+def law_into(x, out: np.ndarray | None = None, tol: float = SIMPLEX_TOL) -> np.ndarray | None:
+    """:func:`validate_distribution` ``(x, name, tol=tol, out=out)`` where it surely accepts ``x``, in one compiled
+    read of ``x`` (:func:`otspec._validation_kernel.law_copy_sum`: the flushed copy and its total); None where the
+    full check must decide (then ``out`` may hold part of the copy).
+
+    The common case only: ``x`` a float64 ndarray of one non-empty axis, ``out`` (None: a fresh array) as
+    :func:`validate_distribution` takes it, of ``x``'s length and apart from it, numba installed. The total is
+    summed in vector lanes, not by numpy's pairwise sum, so it decides only where numpy's total would decide the
+    same: both are within ``gamma_{n-1} S`` of the exact total ``S`` of the ``n`` non-negative entries, so
+    ``|t - 1| + 2 gamma t / (1 - gamma) <= tol`` (``t`` the lanes' total; ``4 n u t`` taken for the second term)
+    means numpy's total is within ``tol`` of 1. Every other row (an entry NaN, negative or infinite, a total
+    near or past the tolerance, any other input) returns None, and :func:`validate_distribution` decides and words
+    it as before. The result is the one :func:`validate_distribution` returns, to the bit (the same flushed copy,
+    read-only: ``out`` itself where it owns its data, else a view of it).
+    """
+    if not (_LK.JIT and type(x) is np.ndarray and x.dtype == np.float64 and x.ndim == 1 and x.shape[0]):
+        return None
+    n = x.shape[0]
+    if out is None:
+        out = np.empty(n)
+    elif not (type(out) is np.ndarray and out.dtype == np.float64 and out.shape == x.shape and
+              out.flags.c_contiguous and out.flags.writeable) or np.may_share_memory(out, x):
+        return None
+    t = _LK.law_copy_sum(x, out)
+    if not abs(t - 1.0) + 4.0 * n * _UNIT_ROUNDOFF * t <= tol:      # NaN (a bad entry) and inf refused here too
+        return None
+    return _readonly(out if out.base is None else out.view())
+
+
 def validate_distribution(
     x, name: str, *, normalize: bool = False, tol: float = SIMPLEX_TOL, out: np.ndarray | None = None
 ) -> np.ndarray:
@@ -128,11 +164,16 @@ def validate_distribution(
     With ``out`` (a writable C-contiguous 1-D float64 array of the result's length that does not overlap ``x``,
     e.g. a row of a block that a cache fills row by row) the copy is written there and a read-only view of
     ``out`` is returned; on an error ``out`` may hold part of the copy.
+
+    With numba, a float64 row that surely passes (``normalize=False``) is copied and accepted in one read
+    (:func:`law_into`); every other row gets the passes below, numpy's sum of the flushed copy deciding as before.
     """
     if out is not None and not (type(out) is np.ndarray and out.dtype == np.float64 and out.ndim == 1 and
                                 out.flags.c_contiguous and out.flags.writeable):
         raise TypeError("`out` must be a writable C-contiguous 1-D float64 ndarray")
     if _LK.JIT and type(x) is np.ndarray and x.dtype == np.float64 and x.ndim == 1 and x.size:
+        if not normalize and (got := law_into(x, out, tol)) is not None:
+            return got                  # accepted in one read (the total in vector lanes, surely within `tol`)
         # the common case in one compiled pass (the copy, the flush, the count of bad entries), then numpy's sum of
         # the flushed copy: the total below as before (a row with bad entries takes the passes below, for the message)
         if out is None:

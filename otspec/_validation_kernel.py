@@ -5,6 +5,11 @@
 read of the row; the caller then sums the copy by numpy (``out.sum()``, the total that decides acceptance and
 that ``normalize=True`` divides by, numpy's pairwise sum as before, over a copy still in the cache). Without
 numba (:data:`JIT` false) the caller keeps its numpy passes.
+
+:func:`law_copy_sum` is the same copy with the row's total summed in the same read, in any order (compiled with
+reassociation, so in vector lanes): not numpy's sum to the bit, but within ``gamma_{n-1}`` of the exact total, which is
+all that :func:`otspec._validation.law_into` needs to decide acceptance where numpy's sum would decide the same
+(every other row is decided by numpy's sum, as before).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from ._jit import compile_in
 #: The smallest normal double (:data:`otspec._validation.NEGLIGIBLE`): entries below it become 0.
 TINY = float(np.finfo(np.float64).tiny)
 _INF = float("inf")
+_NAN = float("nan")
 
 
 def law_copy(x, out):
@@ -30,6 +36,26 @@ def law_copy(x, out):
     return bad
 
 
-#: Whether the kernel is compiled (numba installed); :func:`otspec._validation.validate_distribution` reads it at
+def law_copy_sum(x, out):
+    """:func:`law_copy`'s flushed copy into ``out`` and its total, summed in the same read in an unspecified order
+    (each of the ``n - 1`` additions of non-negative terms rounded: within ``gamma_{n-1}`` of the exact total of
+    the copy); NaN where an entry of ``x`` is NaN or negative. An infinite entry gives an infinite total (the
+    flushed copy has no ``-inf`` to cancel it), so a finite total means a finite, non-negative row."""
+    s = 0.0
+    bad = 0.0                       # a float count: summed in vector lanes with the total (an int count is not)
+    for i in range(x.shape[0]):
+        v = x[i]
+        w = v if v >= TINY else 0.0
+        out[i] = w
+        s += w
+        bad += 0.0 if v >= 0.0 else 1.0
+    return s if bad == 0.0 else _NAN
+
+
+#: Whether the kernels are compiled (numba installed); :func:`otspec._validation.validate_distribution` reads it at
 #: each call (tests turn it off).
 JIT = compile_in(globals(), ("law_copy",))
+if JIT:  # pragma: no cover - with numba: the total's additions reassociated (vector lanes), nothing else relaxed
+    import numba as _numba
+
+    law_copy_sum = _numba.njit(cache=True, fastmath={"reassoc"})(law_copy_sum)

@@ -44,6 +44,7 @@ from ._validation import (
     _float_input,
     as_rng,
     flush_negligible,
+    law_into,
     number_text,
     simplex_tolerance,
     validate_distribution,
@@ -445,6 +446,8 @@ def next_law(model, prefix: tuple[int, ...], V: int, name: str, *, out: np.ndarr
     """
     prefix = tuple(prefix)
     row = model.next_dist(prefix)
+    if type(row) is np.ndarray and row.shape == (V,) and (law := law_into(row, out)) is not None:
+        return law                      # the common case: checked and copied in one read, no message built
     if np.shape(row) != (V,):
         raise ValueError(
             f"`{name}.next_dist({prefix})` must have shape ({V},) (vocab_size={V}), got {np.shape(row)}"

@@ -36,7 +36,7 @@ import numpy as np
 
 from .._array import namespace
 from .._validation import validate_positive_int
-from ..models import validate_model_pair, validate_sequence
+from ..models import next_law, validate_model_pair, validate_sequence
 from . import _bound_kernels as _K
 from ._process import (
     DETERMINISTIC_PROCESSES,
@@ -1806,16 +1806,33 @@ def _root_path_probability(shape, draft, path, *, process: str, prefix=()) -> tu
 
 # --------------------------------------------------------------------------- laws of the models at prefixes
 class _ModelLaws:
-    """Draft and target laws at a batch of prefixes through the Model protocol (``next_dist``), memoised."""
+    """Draft and target laws at a batch of prefixes through the Model protocol (``next_dist``), each checked on
+    reading (:func:`otspec.models.next_law`) and copied into a block of rows per model that the next call
+    overwrites: the rows of a call are valid until the next call.
+
+    The search (:func:`_sampled`) reads a frontier's laws before it asks for the next frontier's, and keeps
+    nothing of them but what it computed (the union bound's reductions copy the rows they keep), and it expands
+    each prefix once, so the laws need no memo: one frontier's ``2 m V`` entries are written and read where a
+    cache of every law (:class:`otspec.tree._process.LawCache`) wrote each into fresh memory, mapped and zeroed
+    by the system page by page, and read it back from memory (4 frontiers of 64 prefixes at ``V = 49,152``:
+    50 MB written and read again against 201 MB). The copy itself stays: a model may return an array that it
+    later overwrites (its own buffer, a view of one), which the bound must not read."""
 
     def __init__(self, draft, target, V, ctx):
-        self.d = LawCache(draft, V, ctx, "draft")
-        self.t = LawCache(target, V, ctx, "target")
+        self.models = (draft, target)
+        self.V, self.ctx = V, ctx
+        self.blocks = [np.empty((0, V)), np.empty((0, V))]
         self.calls = 0
 
     def __call__(self, paths):
         self.calls += 1
-        return [self.d(s) for s in paths], [self.t(s) for s in paths]       # rows where they are (no stacking copy)
+        out = []
+        for k, name in enumerate(("draft", "target")):
+            if self.blocks[k].shape[0] < len(paths):
+                self.blocks[k] = np.empty((len(paths), self.V))
+            model, block, ctx, V = self.models[k], self.blocks[k], self.ctx, self.V
+            out.append([next_law(model, ctx + s, V, name, out=block[i]) for i, s in enumerate(paths)])
+        return out[0], out[1]                                # rows where they are (no stacking copy)
 
 
 class _TreeAttentionLaws:
