@@ -266,12 +266,13 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
     above it :math:`\pi_x \ge \pi(S)`, :math:`f` increasing). An entry with
     :math:`Q_u q_x \le c \min(p_x, S)`, :math:`c = (1 - 10^{-12})\, \pi(S) / S` (the margin above the rounding
     of either side), has :math:`\min(Q_u q_x, \pi_x) = Q_u q_x` and adds it to its lane in the block's sweep; the
-    sweep counts the others (they add 0 there). A block with such entries flags them in a second sweep (the same
-    comparison, so the same entries), gathers their columns eight flags at a time (a word of zeros skips eight
-    without a branch each) and evaluates :math:`\pi` at each by the operations of :func:`iid_point` (written out
-    here: a call costs more than its arithmetic), adding :math:`\min(Q_u q_x, \pi_x)` to its lane: each lane gets
-    the additions of the whole evaluation in the same order (an added 0 changes no bit of a sum of nonnegative
-    terms), so the sums are bit for bit those of :func:`iid_row` with ``low``/``pi``."""
+    others add 0 there, and the sweep notes whether there are any (an or, cheaper than a count). A block with such
+    entries flags them in a second sweep (the same comparison, so the same entries), gathers their columns eight
+    flags at a time (a word of zeros skips eight without a branch each) and evaluates :math:`\pi` at each by the
+    operations of :func:`iid_point` (written out here: a call costs more than its arithmetic), adding
+    :math:`\min(Q_u q_x, \pi_x)` to its lane: each lane gets the additions of the whole evaluation in the same
+    order (an added 0 changes no bit of a sum of nonnegative terms), so the sums are bit for bit those of
+    :func:`iid_row` with ``low``/``pi``."""
     V = p.shape[0]
     E = mdc.shape[0]
     n_lvl = lvl_start.shape[0] - 1
@@ -286,14 +287,14 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
         b = min(BLOCK, V - v0)
         pb = p[v0:v0 + b]
         qb = q[v0:v0 + b]
-        n = 0
+        n = False
         for v in range(b):
             y = Qu * qb[v]
             x = pb[v]
             und = y > c * (x if x < SLOPE_AT else SLOPE_AT)
             L0[v] += 0.0 if und else y
-            n += 1 if und else 0
-        if n > 0:
+            n |= und
+        if n:
             for v in range(b, BLOCK):
                 mk[v] = 0
             for v in range(b):
