@@ -1620,10 +1620,12 @@ def _children(slots: _Slots, process: str, cand: dict, ks: list) -> list:
     else:
         parent_pos, rank_col = slots.child_index(j)
         A = np.stack([u.A for u in owners])[:, parent_pos] * cand["dr"][:, kk].T[:, rank_col]
-    caps = [(d, c[kk].tolist()) for d, c in cand["caps"].items()]
-    return [_Prefix(u.path + (x,), Q, pi, A[n], u.s + (pn,), {d: c[n] for d, c in caps})
-            for n, (u, x, pn, Q, pi) in enumerate(zip(owners, cand["x"][kk].tolist(), p.tolist(),
-                                                      cand["Q"][kk].tolist(), cand["pi"][kk].tolist()))]
+    keys = list(cand["caps"])
+    caps = [dict(zip(keys, v)) for v in zip(*[c[kk].tolist() for c in cand["caps"].values()])] if keys else \
+        [{} for _ in ks]
+    return [_Prefix(u.path + (x,), Q, pi, a, u.s + (pn,), cp)                  # a: A's rows, as A[n]
+            for u, x, pn, Q, pi, a, cp in zip(owners, cand["x"][kk].tolist(), p.tolist(), cand["Q"][kk].tolist(),
+                                              cand["pi"][kk].tolist(), A, caps)]
 
 
 def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl, paths, *,
