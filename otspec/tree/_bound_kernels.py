@@ -9,7 +9,9 @@ The row kernels, one call per expanded prefix, each reading the prefix's draft a
   :data:`BLOCK` columns at a time, :func:`iid_block`), the minimum with the
   target's path probability and every row sum the bound needs (the exact
   level, the caps of the lower depths), over :data:`BLOCK` lanes
-  (:func:`lane_total`);
+  (:func:`lane_total`); the sums alone (the last expanded depth) by
+  :func:`iid_row_sums`, :math:`\pi` only where a lower bound leaves the
+  minimum open;
 * :func:`wor_row_stats`: what the draws without replacement need of a draft
   row, from one read of it (the support, the most likely tokens, the second
   draw's sums, the exponential race's power sums of the tail,
