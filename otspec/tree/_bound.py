@@ -837,6 +837,10 @@ def _host_rows(P, Q):
     return out[0], out[1]
 
 
+#: The dtype of the host rows the row kernels read.
+_F64 = np.dtype(np.float64)
+
+
 def _row_base(base, V: int):
     """``(address, rows)`` of ``base`` viewed as ``(rows, V)`` (a C-contiguous float64 array of at least two
     dimensions whose last is ``V``, e.g. the laws of a model's tree call), or None."""
@@ -846,45 +850,41 @@ def _row_base(base, V: int):
     return base.ctypes.data, base.size // V
 
 
-def _row_index(x: np.ndarray, V: int, bases: dict | None = None):
-    """``(base, k)``: the host row ``x`` (``V`` contiguous float64) as row ``k`` of its base array viewed as ``(n, V)``
-    (a C-contiguous float64 array, e.g. the laws of a model's tree call), or None. ``bases`` (``id(base) ->``
-    :func:`_row_base`) keeps each base's checks for the next row of the same base."""
-    base = x.base
-    if x.shape != (V,) or x.strides != (8,) or x.dtype != np.float64:
-        return None
-    if bases is None:
-        got = _row_base(base, V)
-    else:
-        got = bases.get(id(base), bases)
-        if got is bases:
-            got = bases[id(base)] = _row_base(base, V)
-    if got is None:
-        return None
-    k, off = divmod(_K.row_address(x) - got[0], 8 * V)
-    if off or not 0 <= k < got[1]:
-        return None
-    return base, k
-
-
 def _row_blocks(Prows: list, Qrows: list):
     """A frontier's host rows as groups ``(P, pr, Q, qr, ii)``: rows ``ii`` of the frontier are rows ``pr`` of the
     ``(n, V)`` array ``P`` and ``qr`` of ``Q`` (views of the rows' base arrays, no copy; one group per pair of
     arrays, e.g. one per model call the rows came from), so that ``P[pr[k]]`` is ``Prows[ii[k]]`` itself. None
-    where a row is not a row of such an array (rows read one by one)."""
+    where a row is not a row of such an array (rows read one by one): ``V`` contiguous float64 whose first entry is
+    the first entry of a row of its base (a C-contiguous float64 array, e.g. the laws of a model's tree call, viewed
+    as ``(n, V)``; :func:`_row_base`, checked once per base)."""
     V = Prows[0].shape[0]
-    groups: dict = {}
-    bases: dict = {}
-    for i, (p, q) in enumerate(zip(Prows, Qrows)):
-        a, b = _row_index(p, V, bases), _row_index(q, V, bases)
-        if a is None or b is None:
+    shape, strides, step, address = (V,), (8,), 8 * V, _K.row_address
+    bases: dict = {}                                  # id(base) -> _row_base(base, V)
+    of, at = [], []                                   # each row's base and row in it: the draft's, then the target's
+    for x in (*Prows, *Qrows):
+        if x.shape != shape or x.strides != strides or x.dtype != _F64:
             return None
-        g = groups.setdefault((id(a[0]), id(b[0])), (a[0], b[0], []))
-        g[2].append((a[1], b[1], i))
+        base = x.base
+        got = bases.get(id(base), bases)
+        if got is bases:
+            got = bases[id(base)] = _row_base(base, V)
+        if got is None:
+            return None
+        k, off = divmod(address(x) - got[0], step)
+        if off or not 0 <= k < got[1]:
+            return None
+        of.append(base)
+        at.append(k)
+    m = len(Prows)
+    groups: dict = {}
+    for i in range(m):
+        a, b = of[i], of[m + i]
+        groups.setdefault((id(a), id(b)), (a, b, []))[2].append(i)
+    at = np.array(at, dtype=np.int64)
     out = []
     for P, Q, rows in groups.values():
-        r = np.array(rows, dtype=np.int64).reshape(-1, 3)
-        out.append((P.reshape(-1, V), r[:, 0].copy(), Q.reshape(-1, V), r[:, 1].copy(), r[:, 2].copy()))
+        ii = np.array(rows, dtype=np.int64)
+        out.append((P.reshape(-1, V), at[ii], Q.reshape(-1, V), at[m + ii], ii))
     return out
 
 
@@ -918,18 +918,21 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
     m = len(frontier)
     V = Prows[0].shape[0]
     Qu = np.array([u.Q for u in frontier])
-    A = np.stack([u.A for u in frontier])
     s_all = np.array([u.s for u in frontier], dtype=np.float64).reshape(m, j)
     more = j + 1 < D
     depths = list(range(j + 2, D + 1))
+    # the slot weights: read by the caps of the lower depths (none at the last depth, i.i.d.) and the draws
+    A = np.stack([u.A for u in frontier]) if depths or process == "wor" else None
     sums = np.empty((m, 1 + len(depths)))
     low = np.empty((m, V if more else 0))
     pi = np.empty((m, V if more else 0))
     draws = None
     if process != "wor":
-        _r, _C, beta = slots.incidence(j)
-        mdc = np.ascontiguousarray(np.stack([A @ beta[d].sum(axis=1) for d in depths], axis=1)) if depths else \
-            np.zeros((m, 0))
+        if depths:
+            _r, _C, beta = slots.incidence(j)
+            mdc = np.ascontiguousarray(np.stack([A @ beta[d].sum(axis=1) for d in depths], axis=1))
+        else:
+            mdc = np.zeros((m, 0))
         prog = _K.iid_program(*slots.iid_classes(j))
         s_rows = s_all if j else np.zeros((m, 1))
         blocks = _row_blocks(Prows, Qrows)
@@ -946,9 +949,14 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
             return _expand(slots, process, frontier, np.stack(Prows), np.stack(Qrows), keep)
         draws, mdc = got
         pi_exact = True
-    for i, u in enumerate(frontier):
-        u.exact = float(sums[i, 0])
-        u.S = {d: float(sums[i, 1 + e]) for e, d in enumerate(depths)}
+    if depths:
+        for u, ex, caps in zip(frontier, sums[:, 0].tolist(), sums[:, 1:].tolist()):
+            u.exact = ex
+            u.S = dict(zip(depths, caps))
+    else:
+        for u, ex in zip(frontier, sums[:, 0].tolist()):
+            u.exact = ex
+            u.S = {}
     if not more:
         return None, pi_exact, 0
     r, x, dropped = _top_per_row(low, keep, np, owners=frontier)
@@ -1646,10 +1654,12 @@ def _children(slots: _Slots, process: str, cand: dict, ks: list) -> list:
     else:
         parent_pos, rank_col = slots.child_index(j)
         A = np.stack([u.A for u in owners])[:, parent_pos] * cand["dr"][:, kk].T[:, rank_col]
-    caps = [(d, c[kk].tolist()) for d, c in cand["caps"].items()]
-    return [_Prefix(u.path + (x,), Q, pi, A[n], u.s + (pn,), {d: c[n] for d, c in caps})
-            for n, (u, x, pn, Q, pi) in enumerate(zip(owners, cand["x"][kk].tolist(), p.tolist(),
-                                                      cand["Q"][kk].tolist(), cand["pi"][kk].tolist()))]
+    keys = list(cand["caps"])
+    caps = [dict(zip(keys, v)) for v in zip(*[c[kk].tolist() for c in cand["caps"].values()])] if keys else \
+        [{} for _ in ks]
+    return [_Prefix(u.path + (x,), Q, pi, a, u.s + (pn,), cp)                  # a: A's rows, as A[n]
+            for u, x, pn, Q, pi, a, cp in zip(owners, cand["x"][kk].tolist(), p.tolist(), cand["Q"][kk].tolist(),
+                                              cand["pi"][kk].tolist(), A, caps)]
 
 
 def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl, paths, *,
@@ -2150,34 +2160,32 @@ class _Search:
         expands a superset); empty when the budget is spent or no candidate is left."""
         self.calls += 1
         left = self.left
-        n_alive = sum(int(c["alive"].sum()) for c in self.blocks)
-        if left <= 0 or n_alive == 0:
+        blocks = self.blocks
+        alive = [np.flatnonzero(c["alive"]) for c in blocks]   # each block's unexpanded candidates
+        if left <= 0 or sum(a.size for a in alive) == 0:
             self.frontier = []
             return self.frontier
-        blocks = self.blocks
-        ids = [(b, k) for b, c in enumerate(blocks) for k in np.flatnonzero(c["alive"]).tolist()]
-        pr = np.concatenate([c["pr"][c["alive"]] for c in blocks])
-        dep = np.concatenate([c["depth"][c["alive"]] for c in blocks])
-        order = np.concatenate([c["order"][c["alive"]] for c in blocks])
-        x = np.concatenate([c["x"][c["alive"]] for c in blocks])
+        bid = np.concatenate([np.full(a.size, b, dtype=np.int64) for b, a in enumerate(alive)])
+        kid = np.concatenate(alive)
+        pr = np.concatenate([c["pr"][a] for c, a in zip(blocks, alive)])
+        dep = np.concatenate([c["depth"][a] for c, a in zip(blocks, alive)])
+        order = np.concatenate([c["order"][a] for c, a in zip(blocks, alive)])
+        x = np.concatenate([c["x"][a] for c, a in zip(blocks, alive)])
         take = min(self.batch, left)
         sel = np.lexsort((x, order, dep, -pr))[:take]
-        picks = [ids[t] for t in sel.tolist()]
-        per_block: dict = {}                              # block -> the places in picks of its candidates
-        for n, (b, _k) in enumerate(picks):
-            per_block.setdefault(b, []).append(n)
-        made: list = [None] * len(picks)
-        for b, ns in per_block.items():
-            for n, c in zip(ns, _children(self.slots, self.process, blocks[b], [picks[n][1] for n in ns])):
+        pb, pk = bid[sel], kid[sel]                       # the picks' blocks and candidates, in the order taken
+        made: list = [None] * sel.size
+        for b in dict.fromkeys(pb.tolist()):              # each block's picks made together (their places in made)
+            ns = np.flatnonzero(pb == b)
+            for n, c in zip(ns.tolist(), _children(self.slots, self.process, blocks[b], pk[ns].tolist())):
                 made[n] = c
-        frontier = []
-        for (b, k), c in zip(picks, made):
-            blocks[b]["alive"][k] = False
+            blocks[b]["alive"][pk[ns]] = False
+        first = len(self.expanded)
+        for n, (b, k, c) in enumerate(zip(pb.tolist(), pk.tolist(), made)):
             blocks[b]["owner"][k].children.append(c)
-            c.order = len(self.expanded)
-            self.expanded.append(c)
-            frontier.append(c)
-        frontier.sort(key=lambda u: len(u.path))           # stable: the order of expansion within a depth
+            c.order = first + n
+        self.expanded.extend(made)
+        frontier = sorted(made, key=lambda u: len(u.path))  # stable: the order of expansion within a depth
         self.frontier = frontier
         return frontier
 

@@ -9,7 +9,9 @@ The row kernels, one call per expanded prefix, each reading the prefix's draft a
   :data:`BLOCK` columns at a time, :func:`iid_block`), the minimum with the
   target's path probability and every row sum the bound needs (the exact
   level, the caps of the lower depths), over :data:`BLOCK` lanes
-  (:func:`lane_total`);
+  (:func:`lane_total`); the sums alone (the last expanded depth) by
+  :func:`iid_row_sums`, :math:`\pi` only where a lower bound leaves the
+  minimum open;
 * :func:`wor_row_stats`: what the draws without replacement need of a draft
   row, from one read of it (the support, the most likely tokens, the second
   draw's sums, the exponential race's power sums of the tail,
@@ -207,30 +209,18 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
     ``sums[0]`` = :math:`\sum_x \min(Q_u q_x, \pi_x)`, ``sums[1 + e]`` =
     :math:`\sum_x \min(Q_u q_x, \mathrm{mdc}[e]\, p_x)` (the caps of the lower depths), each over
     :data:`BLOCK` lanes (:func:`lane_total`). With ``low``/``pi`` of length ``V`` (else empty) the entries
-    :math:`\min(Q_u q, \pi)` and :math:`\pi` are written too (the candidates' values).
-
-    Without them, :math:`\pi` is evaluated only where it can be the minimum: :math:`\pi_x = f(p_x)` is concave
-    and increasing in :math:`p_x` with :math:`f(0) = 0` (unions :math:`1 - (1 - a)^n` of concave increasing
-    arguments, products of the complements of two of them convex), so :math:`f(p) \ge p\, f(P) / P` for
-    :math:`p \le P`, ``P`` the largest draft entry of the block; an entry with
-    :math:`Q_u q_x \le (1 - 10^{-12})\, p_x f(P) / P` has :math:`\min(Q_u q_x, \pi_x) = Q_u q_x` (the margin
-    above the rounding of either side), every other entry gets :math:`\pi_x` by the same operations, entry by
-    entry (:func:`iid_point`: a call of :func:`iid_block` costs about 0.6 us whatever its width, and about one block
-    in four holds such an entry), added to its lane in the same place. The row sums are bit for bit those of the
-    whole evaluation."""
-    V = p.shape[0]
+    :math:`\min(Q_u q, \pi)` and :math:`\pi` are written too (the candidates' values); without them the sums
+    alone, by :func:`iid_row_sums` (:math:`\pi` only where it can be the minimum), bit for bit the same."""
     E = mdc.shape[0]
-    write = low.shape[0] > 0
+    L = np.zeros((1 + E, BLOCK))
+    if low.shape[0] == 0:
+        Fs, mk, ix = iid_sums_scratch(lvl_start)
+        iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, L, Fs,
+                     mk, ix)
+        return
+    V = p.shape[0]
     F, a, g, acc, r, h = iid_scratch(lvl_start)
     qc = np.zeros(BLOCK)
-    L = np.zeros((1 + E, BLOCK))
-    Fs = np.zeros(lvl_start[lvl_start.shape[0] - 1])
-    mk = np.zeros(BLOCK, dtype=np.uint8)
-    mk8 = mk.view(np.uint64)
-    c = 0.0
-    if not write:                                            # the slope f(P) / P at P = SLOPE_AT, below the margin
-        x = iid_point(SLOPE_AT, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, Fs)
-        c = ((x if x < 1.0 else 1.0) / SLOPE_AT) * (1.0 - 1e-12)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
         pb = p[v0:v0 + b]
@@ -238,45 +228,19 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
         lb = low[v0:v0 + b]
         pib = pi[v0:v0 + b]
         L0 = L[0]
-        if write:
-            iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
-            fr = F[root]
-            for v in range(b):
-                x = fr[v]
-                pv = x if x < 1.0 else 1.0
-                y = Qu * qb[v]
-                qc[v] = y
-                L0[v] += y if y < pv else pv
-            for v in range(b):
-                x = fr[v]
-                pv = x if x < 1.0 else 1.0
-                lb[v] = qc[v] if qc[v] < pv else pv
-                pib[v] = pv
-        else:
-            # one sweep: the entries the slope decides add Q_u q to their lane, the others are counted (each lane
-            # gets one addition per block either way, so the lanes' sums are those of min(Q_u q, pi) entry by entry)
-            # (the flags ``mk``, one byte per entry, are read back eight at a time: a block usually holds a few
-            # such entries, and a word of zeros skips eight entries without a branch each)
-            if b < BLOCK:
-                mk[:] = 0
-            n = 0
-            for v in range(b):
-                y = Qu * qb[v]
-                x = pb[v]
-                qc[v] = y
-                und = (x > SLOPE_AT) | (y > c * x)
-                L0[v] += 0.0 if und else y
-                mk[v] = 1 if und else 0
-                n += 1 if und else 0
-            if n > 0:                                        # the entries pi may be below: pi itself, one by one
-                for w in range((b + 7) // 8):
-                    if mk8[w] != 0:
-                        for v in range(8 * w, 8 * w + 8):
-                            if mk[v] != 0:
-                                y = iid_point(pb[v], s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root,
-                                              Fs)
-                                pv = y if y < 1.0 else 1.0
-                                L0[v] += qc[v] if qc[v] < pv else pv
+        iid_block(p, v0, b, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, F, a, g, acc, r, h)
+        fr = F[root]
+        for v in range(b):
+            x = fr[v]
+            pv = x if x < 1.0 else 1.0
+            y = Qu * qb[v]
+            qc[v] = y
+            L0[v] += y if y < pv else pv
+        for v in range(b):
+            x = fr[v]
+            pv = x if x < 1.0 else 1.0
+            lb[v] = qc[v] if qc[v] < pv else pv
+            pib[v] = pv
         for e in range(E):
             ce = mdc[e]
             for v in range(b):
@@ -286,15 +250,111 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
         sums[e] = lane_total(L[e])
 
 
+def iid_sums_scratch(lvl_start):
+    """The buffers of :func:`iid_row_sums` besides its lanes: one entry per class of the program, the flags of a
+    block (one byte per column, read eight at a time) and the columns of its undecided entries."""
+    return (np.zeros(lvl_start[lvl_start.shape[0] - 1]), np.zeros(BLOCK, dtype=np.uint8),
+            np.zeros(BLOCK + 8, dtype=np.int64))
+
+
+def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, L, Fs, mk, ix):
+    r"""The row sums of :func:`iid_row` without its entries (``sums[0]`` = :math:`\sum_x \min(Q_u q_x, \pi_x)`,
+    ``sums[1 + e]`` the caps' sums), :math:`\pi` evaluated only where it can be the minimum; ``L`` (``(1 + E,``
+    :data:`BLOCK` ``)``, overwritten), ``Fs``, ``mk``, ``ix`` scratch (:func:`iid_sums_scratch`).
+
+    :math:`\pi_x = \min(1, f(p_x))` with :math:`f` concave and increasing in :math:`p_x`, :math:`f(0) = 0` (unions
+    :math:`1 - (1 - a)^n` of concave increasing arguments, products of the complements of two of them convex), so
+    :math:`\pi_x \ge \pi(S)\, \min(p_x, S) / S` with :math:`S` = :data:`SLOPE_AT` (the chord below :math:`S`;
+    above it :math:`\pi_x \ge \pi(S)`, :math:`f` increasing). An entry with
+    :math:`Q_u q_x \le c \min(p_x, S)`, :math:`c = (1 - 10^{-12})\, \pi(S) / S` (the margin above the rounding
+    of either side), has :math:`\min(Q_u q_x, \pi_x) = Q_u q_x` and adds it to its lane in the block's sweep; the
+    others add 0 there, and the sweep notes whether there are any (an or, cheaper than a count). A block with such
+    entries flags them in a second sweep (the same comparison, so the same entries), gathers their columns eight
+    flags at a time (a word of zeros skips eight without a branch each) and evaluates :math:`\pi` at each by the
+    operations of :func:`iid_point` (written out here: a call costs more than its arithmetic), adding
+    :math:`\min(Q_u q_x, \pi_x)` to its lane: each lane gets the additions of the whole evaluation in the same
+    order (an added 0 changes no bit of a sum of nonnegative terms), so the sums are bit for bit those of
+    :func:`iid_row` with ``low``/``pi``."""
+    V = p.shape[0]
+    E = mdc.shape[0]
+    n_lvl = lvl_start.shape[0] - 1
+    mk8 = mk.view(np.uint64)
+    for e in range(1 + E):
+        for v in range(BLOCK):
+            L[e, v] = 0.0
+    x = iid_point(SLOPE_AT, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, Fs)
+    c = ((x if x < 1.0 else 1.0) / SLOPE_AT) * (1.0 - 1e-12)
+    L0 = L[0]
+    for v0 in range(0, V, BLOCK):
+        b = min(BLOCK, V - v0)
+        pb = p[v0:v0 + b]
+        qb = q[v0:v0 + b]
+        n = False
+        for v in range(b):
+            y = Qu * qb[v]
+            x = pb[v]
+            und = y > c * (x if x < SLOPE_AT else SLOPE_AT)
+            L0[v] += 0.0 if und else y
+            n |= und
+        if n:
+            for v in range(b, BLOCK):
+                mk[v] = 0
+            for v in range(b):
+                y = Qu * qb[v]
+                x = pb[v]
+                mk[v] = 1 if y > c * (x if x < SLOPE_AT else SLOPE_AT) else 0
+            ne = 0
+            for w in range((b + 7) // 8):
+                if mk8[w] != 0:
+                    for v in range(8 * w, 8 * w + 8):
+                        ix[ne] = v
+                        ne += mk[v]
+            for t in range(ne):
+                v = ix[t]
+                x = pb[v]
+                for k in range(lvl_start[1]):                     # iid_point's operations at x
+                    Fs[k] = union_point(x, leaf_n[k]) if leaf_n[k] > 0 else 0.0
+                for lev in range(1, n_lvl):
+                    sl = s[j - lev]
+                    for k in range(lvl_start[lev], lvl_start[lev + 1]):
+                        acc = 0.0
+                        for m in range(term_start[k], term_start[k + 1]):
+                            g = union_point(sl * Fs[term_child[m]], term_cnt[m])
+                            acc = g if m == term_start[k] else g + (1.0 - g) * acc
+                        Fs[k] = acc
+                z = Fs[root]
+                pv = z if z < 1.0 else 1.0
+                y = Qu * qb[v]
+                L0[v] += y if y < pv else pv
+        for e in range(E):
+            ce = mdc[e]
+            Le = L[1 + e]
+            for v in range(b):
+                y = ce * pb[v]
+                qv = Qu * qb[v]
+                Le[v] += qv if qv < y else y
+    for e in range(1 + E):
+        sums[e] = lane_total(L[e])
+
+
 def iid_rows(P, pr, Q, qr, ii, Qu, s_rows, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums,
              low, pi):
     """:func:`iid_row` for the rows ``i = ii[k]`` of a frontier whose laws are the rows ``P[pr[k]]``, ``Q[qr[k]]``
     (rows of one array each, where they are) in one call, row ``i``'s results in ``sums[i]``, ``low[i]``,
-    ``pi[i]``."""
+    ``pi[i]``; without entries to write (``low`` of width 0) each row by :func:`iid_row_sums`, its buffers made
+    once for the call."""
+    if low.shape[1] > 0:
+        for k in range(ii.shape[0]):
+            i = ii[k]
+            iid_row(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt,
+                    root, mdc[i], sums[i], low[i], pi[i])
+        return
+    L = np.zeros((1 + mdc.shape[1], BLOCK))
+    Fs, mk, ix = iid_sums_scratch(lvl_start)
     for k in range(ii.shape[0]):
         i = ii[k]
-        iid_row(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt, root,
-                mdc[i], sums[i], low[i], pi[i])
+        iid_row_sums(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt,
+                     root, mdc[i], sums[i], L, Fs, mk, ix)
 
 
 def second_draw_t(P, top, rest_top, t):
@@ -866,7 +926,7 @@ def row_address(x):
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
 JIT = compile_in(globals(), ("union_block", "union_point", "iid_point", "iid_block", "iid_scratch", "iid_pi_kernel",
-                             "lane_total", "iid_row", "iid_rows",
+                             "lane_total", "iid_sums_scratch", "iid_row_sums", "iid_row", "iid_rows",
                              "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
                              "wor_lower", "wor_row_last",
