@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -27,13 +28,15 @@ VERIFIERS = ("token", "optimal", "kseq", "multiround", "typical")
 FAMILIES = ("token", "kseq", "multiround", "typical", "block")
 
 
-def _walk(monkeypatch, *, trees, stride, B, at_once: bool):
+def _walk(monkeypatch, *, trees, stride, B, at_once: bool, host: bool = False):
     """The rows (every column, the timing rows left out, in the order written) of a walk on the device route (torch
     CPU tensors), every profiled position subsampled, and its host reads; ``at_once``: each position's values read at
-    the position (:func:`otspec.profile._collect.batch_builds` made to read at once, whatever the walk asks)."""
+    the position (:func:`otspec.profile._collect.batch_builds` made to read at once, whatever the walk asks);
+    ``host``: the numpy route instead (each position's rows written at the position)."""
     import otspec.profile._collect as C
 
-    monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+    if not host:
+        monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
     if at_once:
         real = C.batch_builds
 
@@ -66,6 +69,12 @@ def test_a_subsampled_position_reads_once_and_writes_the_rows_of_a_read_at_once(
     later, reads = _walk(monkeypatch, trees=trees, stride=stride, B=B, at_once=False)
     assert all(r for r in later) and any(row[2] == "acc" and row[3] == "kseq" for row in later[0])
     assert later == now  # every row, bit for bit, in the same order (the position's rows before its trees')
+    # the order and the values of the numpy route, which writes every row at its position (the values to rounding:
+    # float64 sums in another order)
+    ref, _ = _walk(monkeypatch, trees=trees, stride=stride, B=B, at_once=False, host=True)
+    assert [[row[:-1] for row in r] for r in later] == [[row[:-1] for row in r] for r in ref]
+    np.testing.assert_allclose([struct.unpack("<d", row[-1])[0] for r in later for row in r],
+                               [struct.unpack("<d", row[-1])[0] for r in ref for row in r], rtol=1e-12, atol=1e-300)
     profiled = len(range(0, T, stride))
     # one read a position, profiled or not (a profiled one's values with the next read); the last profiled
     # position's values at the walk's end when no position follows it (stride 1), else with that one's law
