@@ -483,8 +483,9 @@ def _drafts_on_host(X, checks: _Checks, sampling, *, later: bool):
     empty host array and the part (:func:`otspec.profile._quantities.read_parts`) that fills it in the position's
     one read of its values, after the flags (:meth:`_Checks.parts`): a bad draft law still raises its error before
     any value of the position is stored or any row written. The target's call in between is harmless: the device's
-    draws give ids in ``[0, V)`` even from a bad law (:func:`otspec.decoding._sampling.sample_rows`). Later only
-    at a position with no costly quantity, whose batched forms lay the drafts' tree out on the host first."""
+    draws give ids in ``[0, V)`` even from a bad law (:func:`otspec.decoding._sampling.sample_rows`). The walk reads
+    them later at every position: a subsampled one's costly quantities, whose batched forms lay the drafts' tree out
+    on the host, are computed after that read and read with the next position's values (or at the walk's end)."""
     if not later:
         return checks.read(X, sampling), ()
     host = np.empty(tuple(X.shape), dtype=np.int64)
@@ -545,24 +546,25 @@ def position_rows(rows: _Rows, pos: int, X, P, Q, settings, costly: bool, builds
                 rows.add(pos, kind, name, k, vals)
 
 
-def batch_builds(X, P, Q, settings, subsampled=None, X_dev=None, also=()) -> list | None:
+def batch_builds(X, P, Q, settings, subsampled=None, X_dev=None, also=(), *, defer: bool = False):
     """The :class:`otspec.profile._quantities.Builds` of the ``B`` prompts of one position of a batched walk, their
     cheap batched quantities computed for all prompts at once (:func:`otspec.profile._quantities.prefill_batched`),
     and, for the prompts whose position is subsampled (``subsampled``, one bool each), the costly quantities that
     have batched forms, when the laws are on an accelerator (arrays other than numpy), one prompt too (every value
     then comes to the host in one read); None otherwise (each prompt's own, as before). ``X_dev``: the drafts
     where the laws are, when the walk drew them there (not sent again); ``also``: the caller's parts read in the same
-    read (:func:`otspec.profile._quantities.read_parts`)."""
+    read (:func:`otspec.profile._quantities.read_parts`). With ``defer`` nothing is read: ``(builds, parts)``, the
+    parts (``also`` first) for the caller to read with a later read of its own (``(None, [])`` on the host)."""
     if isinstance(P, np.ndarray):
-        return None
+        return (None, []) if defer else None
     out = [Builds(X[b], P[b], Q[b], settings.verifier_options, None if X_dev is None else X_dev[b])
            for b in range(len(X))]
-    prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
-                    [f for f in settings.families if not is_costly("tau", f)], settings.ks, settings.L_max,
-                    subsampled=subsampled, costly=([n for n in settings.verifiers if is_costly("acc", n)],
-                                                   [f for f in settings.families if is_costly("tau", f)]), also=also,
-                    top_k=settings.sampling.top_k)
-    return out
+    parts = prefill_batched(out, [n for n in settings.verifiers if not is_costly("acc", n)],
+                            [f for f in settings.families if not is_costly("tau", f)], settings.ks, settings.L_max,
+                            subsampled=subsampled, costly=([n for n in settings.verifiers if is_costly("acc", n)],
+                                                           [f for f in settings.families if is_costly("tau", f)]),
+                            also=also, top_k=settings.sampling.top_k, read=not defer)
+    return (out, parts) if defer else out
 
 
 def tree_drafts(draft, ds, target, n_ctx: int, p_root, settings, rngs, r_root=None):
@@ -630,7 +632,7 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
                 keep[pos] = {label: compact_tree(one[label].tree) for label in labels}
 
     later = TreesLater(scored.parts + (begun.parts if begun is not None else []), record)
-    if defer and not bound and scored.parts and read:
+    if defer and not bound and read:  # (with no parts too: the rows in order after a position's written later)
         return later
     later.finish(read=read)
     return None
@@ -683,6 +685,57 @@ def _flush(later) -> None:
     end)."""
     if later is not None:
         later.finish()
+
+
+def _joined(first, then):
+    """Two positions' (or a position's and its trees') values left unread (:class:`TreesLater` or None) as one: both
+    parts read together, ``first``'s rows written first."""
+    if first is None or then is None:
+        return then if first is None else first
+
+    def record() -> None:
+        first.record()
+        then.record()
+
+    return TreesLater(first.parts + then.parts, record)
+
+
+def _after(later, parts: list) -> list:
+    """``later``'s parts (a :class:`TreesLater`, or None) and then ``parts``, for one read
+    (:func:`otspec.profile._quantities.read_parts`): ``later``'s rows written as soon as its values are stored, before
+    the first store of ``parts`` runs (a bad-logits flag of the position read with them raises after the earlier
+    position's rows are written, as when those were read at their own position)."""
+    if later is None:
+        return list(parts)
+    (a, store), *rest = parts
+
+    def first(vals) -> None:
+        later.record()
+        store(vals)
+
+    return [*later.parts, (a, first), *rest]
+
+
+def _read_law(later, timer, target, ts, ids, sampling, pos: int):
+    """The target's call at a position not profiled (``(B, V)`` laws of its last token, host memory), its law and its
+    bad-logits flag read with ``later``'s values (:func:`_after`: one read, ``later``'s rows written first)."""
+    checks = _Checks(pos)
+    law = timer.call(target, ts, ids, sampling, "target", 1, keep=True, checks=checks)[:, 0]
+    also, got = checks.parts(law, sampling)
+    read_parts(_after(later, also))
+    return got["values"]
+
+
+def _position_later(rows: list, pos: int, X, P, Q, settings, sub: list, builds: list):
+    """The writing of a position's rows (:func:`position_rows` of each prompt ``b``: ``rows[b]``, ``X[b]``, ...)
+    whose batched values (``builds``, :func:`batch_builds` with ``defer``) are read later, with the next position's:
+    a :class:`TreesLater`'s ``record``."""
+
+    def record() -> None:
+        for b in range(len(rows)):
+            position_rows(rows[b], pos, X[b], P[b], Q[b], settings, costly=sub[b], builds=builds[b])
+
+    return record
 
 
 def _keeps_trees(settings, renewal) -> bool:
@@ -740,7 +793,7 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
                 X[:, j] = _sample(P[:, j], rng, None if U is None else U[0, j])
             sub = is_subsampled(t, index, settings)
             early = on and trng is not None and _scores_early(settings, trng, [sub])  # the trees scored before the read
-            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not sub or early) if on else (X, ()))
+            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=True) if on else (X, ()))
             draft.select(ds, 0, len(ctx))
             scored = _scored(fed[:, held_t - held_d:], Xd, k_max)
             held_d = len(ctx)
@@ -754,34 +807,43 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             if early:  # the drafts, the trees, the path's law and the flags first; the scored trees' values with the
                 # position's quantities (one read for the two: the bound needs them at once)
                 also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *trees.parts()])
-                read_parts([*(later.parts if later else ()), *also])
+                read_parts(_after(later, also))  # the last position's rows written first
+                later = None
                 q_t = got_q["values"]
-                if later is not None:
-                    later.finish(read=False)
-                    later = None
                 tscored = tree_scores(trees, target, ts, [ctx[-1]], len(ctx), q_t[None], settings)
                 # the bound's contexts' first read with the position's values too (it needs only the contexts' laws)
                 begun = _begin_bounds(settings, target, p1, q_t[None], [sub])
                 bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None],
                                   [*tscored.parts, *(begun.parts if begun is not None else ())])
+            elif on and sub:  # the path's law, the flags, the drafts (the trees) read with the last position's values;
+                # the draft tree's nodes laid out from the drafts then, its values read with the next position's
+                also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
+                read_parts(_after(later, also))  # the last position's rows written first
+                later = None
+                q_t = got_q["values"]
+                bl, parts = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], defer=True)
+                later = TreesLater(parts, _position_later([rows], t, X[None], Pd[None], Q[None], settings, [sub], bl))
             elif on:  # the path's law, the calls' flags (the drafts, the trees) read with the position's values, after
                 # the last position's trees (their values first: an earlier position's error first)
                 also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
-                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None],
-                                  [*(later.parts if later else ()), *also])
+                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], _after(later, also))
+                later = None  # the last position's rows written when their values were stored, before this one's
                 q_t = got_q["values"]
-                if later is not None:  # the last position's tree rows, before this position's
-                    later.finish(read=False)
-                    later = None
             else:
                 q_t = checks.read(Q[0, 0], sampling).copy()  # not a view: the path's laws must not hold every Q
                 bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None])
-            position_rows(rows, t, X, Pd, Q, settings, costly=sub, builds=bl[0] if bl else None)
+            if later is None:  # else written when its values are read (the position's rows before its trees')
+                position_rows(rows, t, X, Pd, Q, settings, costly=sub, builds=bl[0] if bl else None)
             if trng is not None:
-                later = tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None], settings,
-                                  [trng], drawn, buffers, r1, drafted=trees, defer=on, scored=tscored, begun=begun)
+                later = _joined(later, tree_rows([rows], t, draft, ds, target, ts, [ctx[-1]], len(ctx), p1, q_t[None],
+                                                 settings, [trng], drawn, buffers, r1, drafted=trees, defer=on,
+                                                 scored=tscored, begun=begun))
             if bar is not None:
                 bar.update(1)
+        elif later is not None:  # a profiled position's values unread: read with this call's law, its rows first
+            q_t = _read_law(later, timer, target, ts, [ctx[held_t:]], sampling, t)[0]
+            later = None
+            held_t = len(ctx)
         else:
             q_t = timer.call(target, ts, [ctx[held_t:]], sampling, "target", 1, checks=_Checks(t))[0, 0]
             held_t = len(ctx)
@@ -920,7 +982,7 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
                     X[b, :, j] = _sample(P[b, :, j], rngs[b], None if U is None else U[b, j])
             sub = [is_subsampled(t, i, settings) for i in indices]
             early = on and trngs is not None and _scores_early(settings, trngs, sub)  # the trees scored before the read
-            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=not any(sub) or early) if on else (X, ()))
+            Xd, (X, fill) = X, (_drafts_on_host(X, checks, sampling, later=True) if on else (X, ()))
             draft.select(ds, kept, n)
             scored = _scored(fed[:, held_t - held_d:], Xd.reshape(B * k, L), k)
             held_d = n
@@ -935,33 +997,43 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             if early:  # the drafts, the trees, the paths' laws and the flags first; the scored trees' values with the
                 # position's quantities (one read for the two: the bound needs them at once)
                 also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *trees.parts()])
-                read_parts([*(later.parts if later else ()), *also])
+                read_parts(_after(later, also))  # the last position's rows written first
+                later = None
                 q_t = got_q["values"]
-                if later is not None:
-                    later.finish(read=False)
-                    later = None
                 tscored = tree_scores(trees, target, ts, ctx[:, -1], n, q_t, settings)
                 # the bound's contexts' first read with the position's values too (it needs only the contexts' laws)
                 begun = _begin_bounds(settings, target, p1, q_t, sub)
                 bl = batch_builds(X, Pa, Q, settings, sub, Xd, [*tscored.parts, *(begun.parts if begun is not None else ())])
+            elif on and any(sub):  # the paths' laws, the flags, the drafts (the trees) read with the last position's
+                # values; the draft trees' nodes laid out from the drafts then, their values read with the next position's
+                also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
+                read_parts(_after(later, also))  # the last position's rows written first
+                later = None
+                q_t = got_q["values"]
+                bl, parts = batch_builds(X, Pa, Q, settings, sub, Xd, defer=True)
+                later = TreesLater(parts, _position_later(rows, t, X, Pa, Q, settings, sub, bl))
             elif on:  # the paths' laws, the calls' flags (the drafts, the trees) read with the position's values, after
                 # the last position's trees (their values first: an earlier position's error first)
                 also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
-                bl = batch_builds(X, Pa, Q, settings, sub, Xd, [*(later.parts if later else ()), *also])
+                bl = batch_builds(X, Pa, Q, settings, sub, Xd, _after(later, also))
+                later = None  # the last position's rows written when their values were stored, before this one's
                 q_t = got_q["values"]
-                if later is not None:  # the last position's tree rows, before this position's
-                    later.finish(read=False)
-                    later = None
             else:
                 q_t = checks.read(Q[:, 0, 0], sampling).copy()
                 bl = batch_builds(X, Pa, Q, settings, sub, Xd) or [None] * B
-            for b in range(B):
-                position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=sub[b], builds=bl[b])
+            if later is None:  # else written when its values are read (the positions' rows before their trees')
+                for b in range(B):
+                    position_rows(rows[b], t, X[b], Pa[b], Q[b], settings, costly=sub[b], builds=bl[b])
             if trngs is not None:
-                later = tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings, trngs, drawn,
-                                  buffers, r1, drafted=trees, defer=on, scored=tscored, begun=begun)
+                later = _joined(later, tree_rows(rows, t, draft, ds, target, ts, ctx[:, -1], n, p1, q_t, settings,
+                                                 trngs, drawn, buffers, r1, drafted=trees, defer=on, scored=tscored,
+                                                 begun=begun))
             if bar is not None:
                 bar.update(B)
+        elif later is not None:  # a profiled position's values unread: read with this call's laws, its rows first
+            q_t = _read_law(later, shared, target, ts, ctx[:, held_t:], sampling, t)
+            later = None
+            held_t = n
         else:
             q_t = shared.call(target, ts, ctx[:, held_t:], sampling, "target", 1, checks=_Checks(t))[:, 0]
             held_t = n

@@ -1017,7 +1017,7 @@ def _block_steps(L: int, xp, dev) -> dict:
 
 
 def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled=None, costly=((), ()),
-                    also=(), top_k=None) -> None:
+                    also=(), top_k=None, read: bool = True) -> list | None:
     r"""The batched quantities of ``B`` prompts' draft trees in one pass each, put in every :class:`Builds`' cache.
 
     .. math::
@@ -1041,7 +1041,9 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     (:func:`support_parts`: gathered to :func:`support_width` at ``top_k``, the sampling's truncation, or the laws
     whole when that is the vocabulary), so that copy takes no read of its own. For laws
     on an accelerator; ``builds`` share one namespace, shapes and options; ``ks(name)`` gives each name's numbers
-    of drafts.
+    of drafts. With ``read=False`` nothing is read: the parts are returned (``(array, store)`` pairs, the arrays
+    computed), for the caller to read with a later read of its own (:func:`read_parts`); the caches are filled
+    by their stores then.
     """
     b0 = builds[0]
     xp = b0.xp
@@ -1106,7 +1108,11 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
             if got is not None:
                 parts.extend(got[1]())
     rho.solve()
-    read_parts([(a() if callable(a) else a, store) for a, store in parts])
+    parts = [(a() if callable(a) else a, store) for a, store in parts]
+    if not read:
+        return parts
+    read_parts(parts)
+    return None
 
 
 def _spread_over(builds: list, key):
