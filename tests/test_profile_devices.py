@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -237,10 +239,13 @@ def test_laws_above_the_devices_free_memory_are_refused_before_the_run(tmp_path,
     s = ProfileSettings(k_max=4, L_max=4, batch_size=8, trees=["topk:branching(8,4,2)"]).for_vocabulary(128_256)
     parts = device_law_bytes(s, 128_256, [40] * 8)
     assert parts["blocks"] == 8 * 4 * 9 * 128_256 * 8 and parts["trees"] > 0
+    # a subsampled position's blocks stay on the device until the next position's read: counted twice
+    assert parts["held position"] == parts["blocks"]
+    assert device_law_bytes(dataclasses.replace(s, subsample=0), 128_256, [40] * 8)["held position"] == 0
     need = sum(parts.values())
     check_device_memory(s, 128_256, [40] * 8, torch.device("cuda:0"), free=need)  # fits exactly
     check_device_memory(s, 128_256, [40] * 8, None, free=1)                        # the host: not checked here
-    with pytest.raises(ValueError, match=r"GiB of laws at once on cuda:0 .*blocks 0\.28 GiB.*first call.*trees.*"
+    with pytest.raises(ValueError, match=r"GiB of laws at once on cuda:0 .*blocks 0\.28 GiB.*first call.*trees.*held position 0\.28 GiB.*"
                                          r"above its free memory 0\.10 GiB: lower `batch_size`"):
         check_device_memory(s, 128_256, [40] * 8, torch.device("cuda:0"), free=int(0.1 * 2**30))
     # through profile: refused before any forward pass, nothing written

@@ -399,13 +399,15 @@ def device_law_bytes(settings, V: int, lengths) -> dict:
     ``(k, L)`` blocks and the target's float64 scoring laws, ``B k_max (2 L_max + 1) V``), ``"first call"`` (the
     float32 logits of the first target call on prompts of up to ``max(lengths)`` tokens) and ``"trees"`` (the
     float32 logits and float64 laws of the largest tree scoring call, :func:`otspec.profile._trees.tree_law_bytes`
-    at 12 bytes a value)."""
+    at 12 bytes a value) and ``"held position"`` (with costly quantities, ``subsample > 0``: a subsampled position's
+    blocks, kept on the device until its values travel in the next position's read, beside that position's own)."""
     s = settings
     lengths = [int(n) for n in lengths] or [0]
     B = min(s.batch_size, s.shard_size, len(lengths))
     out = {"blocks": B * s.k_max * (2 * s.L_max + 1) * V * 8,
            "first call": B * s.k_max * (max(lengths) + s.L_max + 1) * V * 4,
            "trees": tree_law_bytes(s.tree_plan, V, B) * 12 // 8}
+    out["held position"] = out["blocks"] if s.subsample > 0 else 0
     return out
 
 
