@@ -245,7 +245,8 @@ def test_laws_above_the_devices_free_memory_are_refused_before_the_run(tmp_path,
     need = sum(parts.values())
     check_device_memory(s, 128_256, [40] * 8, torch.device("cuda:0"), free=need)  # fits exactly
     check_device_memory(s, 128_256, [40] * 8, None, free=1)                        # the host: not checked here
-    with pytest.raises(ValueError, match=r"GiB of laws at once on cuda:0 .*blocks 0\.28 GiB.*first call.*trees.*held position 0\.28 GiB.*"
+    with pytest.raises(ValueError, match=r"GiB of laws at once on cuda:0 .*blocks 0\.28 GiB.*first call.*trees.*"
+                                         r"held position 0\.28 GiB.*"
                                          r"above its free memory 0\.10 GiB: lower `batch_size`"):
         check_device_memory(s, 128_256, [40] * 8, torch.device("cuda:0"), free=int(0.1 * 2**30))
     # through profile: refused before any forward pass, nothing written
