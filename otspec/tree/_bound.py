@@ -246,7 +246,7 @@ def _clip1(X, xp):
 #: :func:`_left_end`), the largest p_max(tail) t over the nodes, the head's first size, and the most nodes of one row.
 _RACE_TERMS = 48
 _RACE_STEP = 0.125
-_RACE_T0 = 1e-4
+_RACE_T0 = 1e-3
 _RACE_UMAX = 1.0
 _RACE_HEAD = 32
 _RACE_MAX_NODES = 4000
@@ -333,7 +333,7 @@ class _Race:
             info = np.zeros((n, 3))
             _K.race_rows_weighted(ph, kh, pmax, nu, r_arr, np.ascontiguousarray(wts[todo]), deg, _RACE_STEP,
                                   math.log(_RACE_T0), s, _RACE_MAX_NODES, HL, HL2, C, C2, info, want)
-            _left_end(self.ranks, wts[todo] if self.combined else None, ph, want, HL, HL2, C, C2)
+            _left_end(self.ranks, wts[todo] if self.combined else None, ph, want, HL, HL2, C, C2, pmax, nu)
             tail = pmax > 0
             good = (info[:, 2] > 0) & (~tail | (pmax * info[:, 0] <= _RACE_UMAX))
             good &= np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph[:, None, :]), axis=(1, 2))
@@ -365,36 +365,67 @@ class _Race:
         self.hv = self.head[self.hr, self.hc]
 
 
-def _left_end(ranks, wts, ph, want, HL, HL2, C, C2) -> None:
-    r"""Add to the race's laws (in place) the bound on the part of each integral that the quadrature leaves out,
-    :math:`t < t_0` (:data:`_RACE_T0`): with the rates of a row summing to 1, :math:`N_{-y}(t)` counts independent
-    events of probabilities :math:`1 - e^{-p_x t} \le p_x t`, so :math:`P(N_{-y}(t) \ge r) \le
-    e_r(\dots) \le ((1 - p_y)\, t)^r / r!` and
+def _left_end(ranks, wts, ph, want, HL, HL2, C, C2, pmax, nu) -> None:
+    r"""Add to the race's laws (in place) an upper bound on the nodes that the trapezoidal rule leaves out before
+    its first node :math:`t_0` (:data:`_RACE_T0`), so that each law is at least the rule's sum over the whole
+    line of :math:`\log t`. The rule's node :math:`t` adds :math:`h\, t\, p_y e^{-p_y t} P(N_{-y}(t) = r)`
+    (step :math:`h` = :data:`_RACE_STEP`); :math:`N_{-y}(t)` counts independent events of probabilities
+    :math:`q_x = 1 - e^{-p_x t} \le p_x t`, so :math:`P(N_{-y}(t) = r) \le e_r(q_x : x \ne y) \le t^r\,
+    e_r(p_{-y})` (:math:`e_r` the elementary symmetric polynomial, nondecreasing in each argument; :math:`p_{-y}`
+    the row without ``y``), and the nodes :math:`t_0 e^{-kh}`, :math:`k \ge 1`, add at most
 
     .. math::
 
-        0 \le p_y \int_0^{t_0} e^{-p_y t}\, P(N_{-y}(t) = r)\, dt \le
-        \delta_r(p_y) = p_y\, (1 - p_y)^r\, \frac{t_0^{r+1}}{(r+1)!}.
+        \delta_r(y) = p_y\, e_r(p_{-y})\, h \sum_{k \ge 1} (t_0 e^{-kh})^{r+1}
+        = p_y\, e_r(p_{-y})\, \frac{h\, t_0^{r+1}}{e^{(r+1) h} - 1}
 
-    The head token ``c``'s law (``HL[:, k, c]``, where ``want``) gets :math:`\delta_{r_k}(p_c)`, the tail's
-    constant Taylor coefficient (``C[:, k, 0]``) :math:`t_0^{r_k+1} / (r_k+1)!` (:math:`(1 - p_y)^r \le 1`:
-    :math:`p_y` times it); with the weights ``wts`` (``(n, ranks)``, the combined race) their combinations. Each
-    law is then at least the integral over every :math:`t` and exceeds it by at most :math:`\delta_r(p_y)` (a
-    relative :math:`1.7 \cdot 10^{-13}` at rank 2 and :math:`t_0 = 10^{-4}`, less at higher ranks), on top of the
-    quadrature's own error. The rows' sums are 1 within the laws' checks; the factor :math:`1 + 10^{-9}` covers
-    it."""
-    d0 = np.array([(1.0 + 1e-9) * _RACE_T0 ** (r + 1) / math.factorial(r + 1) for r in ranks])
-    rk = np.asarray(ranks, dtype=np.float64)
-    head = ph[:, None, :] * (1.0 - ph[:, None, :]) ** rk[None, :, None] * d0[None, :, None]   # (n, ranks, K)
-    head *= np.asarray(want, dtype=bool)[:, None, None]
-    if wts is None:
-        dC, dH = np.broadcast_to(d0, C.shape[:2]), head
-    else:
-        dC, dH = (wts @ d0)[:, None], np.einsum("nk,nkc->nc", wts, head)[:, None, :]
-    C[:, :, 0] += dC
-    C2[:, :, 0] += dC
-    HL += dH
-    HL2 += dH
+    (and with :math:`2h` for the sums of step :math:`2h`, ``HL2``, ``C2``, whose nodes are every other one). The
+    row's :math:`e_k(p)`, ``k <= max(ranks)``, from the head's probabilities ``ph`` (times :math:`\prod_c (1 + p_c
+    z)`) and the tail's power sums :math:`\sum_x p_x^i = p_{\max}^i \nu_i` (Newton's identities); a head
+    token's :math:`e_r(p_{-c})` by dividing out its factor (:math:`e_k(p_{-c}) = e_k(p) - p_c e_{k-1}(p_{-c})`), a
+    tail token's as the polynomial :math:`e_r(p_{-y}) = \sum_{k \le r} (-p_y)^k e_{r-k}(p)` in :math:`p_y =
+    p_{\max} x` (added to the Taylor coefficients ``C[:, k, 0 .. r]``), each raised by :math:`10^{-12}` (far above
+    the rounding of these sums of terms of size at most 1). With the weights ``wts`` (``(n, ranks)``, the combined
+    race) their combinations. Each law then exceeds the rule's whole sum by at most
+    :math:`p_y\, e_r(p_{-y})\, (r/2 + 1)\, h\, t_0^{r+2} / (e^{(r+2) h} - 1)` (each left-out node is at least
+    :math:`(1 - (r/2 + 1) t)` times its bound; :math:`1.9 \cdot 10^{-13}\, p_y` at rank 2, :math:`t_0 =
+    10^{-3}`, :math:`h = 1/8`) plus :math:`10^{-12}` times :math:`\delta_r / e_r`: on the safe side of the rule
+    (proof in the theory page of the trees, the bound's section)."""
+    n, K = ph.shape
+    R = max(ranks)
+    ar = np.arange(1, R + 1)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        pw = np.where(pmax[:, None] > 0, pmax[:, None] ** ar * nu[:, 1:R + 1], 0.0)      # (n, R): tail power sums
+    e = np.zeros((n, R + 1))
+    e[:, 0] = 1.0
+    for k in range(1, R + 1):                                   # Newton's identities: the tail's e_k
+        acc = np.zeros(n)
+        for i in range(1, k + 1):
+            acc = acc + e[:, k - i] * pw[:, i - 1] if i % 2 == 1 else acc - e[:, k - i] * pw[:, i - 1]
+        e[:, k] = acc / k
+    for c in range(K):                                           # times the head's factors (1 + p_c z)
+        e = np.concatenate([e[:, :1], e[:, 1:] + ph[:, c, None] * e[:, :-1]], axis=1)
+    eh = np.empty((n, K, R + 1))                                 # e_k(p_{-c}) of each head token
+    eh[:, :, 0] = 1.0
+    for k in range(1, R + 1):
+        eh[:, :, k] = e[:, None, k] - ph * eh[:, :, k - 1]
+    rk = np.asarray(ranks, dtype=np.int64)
+    eH = (np.maximum(eh[:, :, rk], 0.0) + 1e-12).transpose(0, 2, 1) * ph[:, None, :]   # (n, ranks, K)
+    eH *= np.asarray(want, dtype=bool)[:, None, None]
+    eT = np.zeros((n, len(ranks), C.shape[2]))                                            # (n, ranks, N + 1)
+    for k, r in enumerate(ranks):
+        for j in range(r + 1):
+            eT[:, k, j] = (-pmax) ** j * e[:, r - j]
+        eT[:, k, 0] += 1e-12
+    for step, Ct, Ht in ((_RACE_STEP, C, HL), (2 * _RACE_STEP, C2, HL2)):
+        a = np.array([step * _RACE_T0 ** (r + 1) / math.expm1((r + 1) * step) for r in ranks])   # (ranks,)
+        tail, head = eT * a[None, :, None], eH * a[None, :, None]
+        if wts is None:
+            Ct += tail
+            Ht += head
+        else:
+            Ct += np.einsum("nk,nkj->nj", wts, tail)[:, None, :]
+            Ht += np.einsum("nk,nkc->nc", wts, head)[:, None, :]
 
 
 @functools.lru_cache(maxsize=16)
@@ -617,7 +648,7 @@ class _DrawLaws:
         top, ptop = self.top[:, :r], self.ptop[:, :r]
         at_top = ptop / (tail_r1 + ptop)                 # the r most likely tokens: S holds the others
         if xp is np:
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):     # inf where tail_r is subnormal
                 b = P[:, v0:v1] / tail_r
                 if part:
                     rr, cc = np.nonzero((top >= v0) & (top < v1))
