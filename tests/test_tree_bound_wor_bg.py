@@ -1,14 +1,14 @@
-"""The race's quadrature from t0 = 1e-3 (otspec.tree._bound._left_end): the nodes it leaves out bounded and added.
+"""The race's quadrature from t0 = 5e-3 (otspec.tree._bound._left_end): the nodes it leaves out bounded and added.
 
 The trapezoidal rule in log t (step h) adds at each node t the integrand h t p_y e^{-p_y t} P(N_{-y}(t) = r);
 ``_left_end`` adds an upper bound on the nodes t0 e^{-kh}, k >= 1, that the rule leaves out, from the row's
-elementary symmetric polynomials: p_y e_r(p_{-y}) h t0^{r+1} / (e^{(r+1)h} - 1). Independent routes here: the
+elementary symmetric polynomials, to second order in t (about p_y e_r(p_{-y}) h t0^{r+1} / (e^{(r+1)h} - 1)). Independent routes here: the
 left-out nodes summed from the Poisson-binomial law of N_{-y}(t) (a recursion over the tokens, every node), e_r of
 the row without y by multiplying out prod (1 + p_x z), the race started at t0 = 1e-7 (whose left-out part is below
 1e-21 of each law), every realised tree enumerated and the coupling optimum (LP).
 
 Checked: each added amount is at least the nodes it stands for and exceeds them by at most the stated
-p_y e_r(p_{-y}) (r/2 + 1) h t0^{r+2} / (e^{(r+2)h} - 1) (+ 1e-12 of the bound's scale); every race law and every
+p_y e_r(p_{-y}) c h t0^{r+3} / (e^{(r+3)h} - 1), c = s/6 + s^2/2 (+ 1e-12 of the bound's scale); every race law and every
 bound B at least the reference's (the safe side) and above it by at most the stated amount; B >= OPT_c.
 """
 
@@ -104,9 +104,10 @@ def _added(p: np.ndarray, ranks: list, K: int):
 def test_left_end_bounds_the_nodes_left_out(V, kind, seed, K):
     """Each token's added amount (head tokens by dividing out their factor, tail tokens by the polynomial in p_y)
     is at least the nodes before t0 that the rule leaves out, summed from the Poisson-binomial law, and exceeds
-    them by at most the stated p_y e_r(p_{-y}) (r/2 + 1) h t0^{r+2} / (e^{(r+2)h} - 1) plus the 1e-12 margin.
-    Fails with the integral over [0, t0] added instead of the left-out nodes (about 1.2x them at rank 2), with
-    e_r(p) in place of e_r(p_{-y}) at sizeable p_y, or a sign of Newton's identities or of the polynomial wrong."""
+    them by at most the stated p_y e_r(p_{-y}) c h t0^{r+3} / (e^{(r+3)h} - 1) plus the 1e-12 margin. Fails with
+    the integral over [0, t0] added instead of the left-out nodes (about 1.2x them at rank 2), with e_r(p) in
+    place of e_r(p_{-y}) at sizeable p_y, without the first-order terms, or a sign of Newton's identities or of the
+    polynomial wrong."""
     p = _adversarial_row(kind, V, np.random.default_rng(seed))
     ranks = [r for r in (2, 3, 5) if r < np.count_nonzero(p)]
     if not ranks:
@@ -119,18 +120,18 @@ def test_left_end_bounds_the_nodes_left_out(V, kind, seed, K):
         for y in np.flatnonzero(p).tolist():
             ex = _left_out(p, y, r, h, t0)
             er = _esym(np.delete(p, y), r)[r]
-            slack = p[y] * er * (r / 2 + 1) * h * t0 ** (r + 2) / math.expm1((r + 2) * h)
+            slack = p[y] * er * (2 / 3) * h * t0 ** (r + 3) / math.expm1((r + 3) * h)
             margin = 2e-12 * p[y] * scale
-            assert got[k, y] >= ex * (1 - 1e-13), (r, y, got[k, y], ex)
+            assert got[k, y] >= ex * (1 - 1e-13) - 1e-300, (r, y, got[k, y], ex)
             assert got[k, y] - ex <= slack + margin + 1e-13 * ex + 1e-300, (r, y, got[k, y] - ex, slack)
 
 
 def test_left_end_is_the_left_out_nodes_not_the_integral():
-    """At p uniform on 3 tokens (each law of rank 2 is 1/3) the race from t0 = 1e-3 gives each law within 2e-14
-    of 1/3 and at least it; adding the integral over [0, t0] instead of the nodes left out gives 1/3 + 2.2e-12
+    """At p uniform on 3 tokens (each law of rank 2 is 1/3) the race from t0 = 5e-3 gives each law within 2e-14
+    of 1/3 and at least it; adding the integral over [0, t0] instead of the nodes left out gives about 1/3 + 3e-10
     (the rule's full-weight first node then counted twice in part), which this fails."""
     p = np.array([0.0, 1.0, 1.0, 1.0]) / 3
-    assert B._RACE_T0 == 1e-3
+    assert B._RACE_T0 == 5e-3
     got, ex = _wor_draw_laws(p, [0, 1, 2], exact_limit=0)
     assert ex
     d = got[2, 0, 1:] - 1 / 3
@@ -141,10 +142,11 @@ def test_left_end_is_the_left_out_nodes_not_the_integral():
 @given(V=st.sampled_from([4, 7, 13, 50, 400, 3000]),
        kind=st.sampled_from(["grid", "subnormal", "near-one-hot", "flat", "llm"]), seed=st.integers(0, 10**6))
 def test_race_laws_on_the_safe_side_of_the_reference(V, kind, seed):
-    """Every race law (ranks 2, 3, 5, 7) from t0 = 1e-3 against the same race from t0 = 1e-7 (whose left-out part
-    is below 1e-21 of each law): at least it (within the rules' rounding, 2e-15 relative) and above it by at most
-    the stated slack (1e-12 absolute here: 1.9e-13 p at rank 2). Fails when nothing is added before t0 (the laws
-    then lie below by up to about 1e-11 relative)."""
+    """Every race law (ranks 2, 3, 5, 7) from t0 = 5e-3 against the same race from t0 = 1e-7 (whose left-out part
+    is below 1e-21 of each law): at least it (within the rounding of the two rules' sums of some 120 nodes on
+    different grids, 1e-14 relative; measured up to 2.1e-15) and above it by at most
+    the stated slack (1.5e-13 p at rank 2, less above). Fails when nothing is added before t0 (the laws
+    then lie below by about the left part, some 1e-8 relative at rank 2)."""
     rng = np.random.default_rng(seed)
     p = _adversarial_row(kind, V, rng)
     n = int(np.count_nonzero(p))
@@ -161,8 +163,8 @@ def test_race_laws_on_the_safe_side_of_the_reference(V, kind, seed):
         if r < 2:
             continue
         d = got[k, 0] - ref[k, 0]
-        assert (d >= -2e-15 * ref[k, 0] - 1e-300).all(), (r, d.min())
-        assert (d <= 1.9e-13 * p + 2e-15 * ref[k, 0] + 1e-300).all(), (r, d.max())
+        assert (d >= -1e-14 * ref[k, 0] - 1e-300).all(), (r, d.min())
+        assert (d <= 1.5e-13 * p + 1e-14 * ref[k, 0] + 1e-300).all(), (r, d.max())
 
 
 def _pair(V: int, seed: int):
@@ -175,7 +177,7 @@ def _pair(V: int, seed: int):
                                    TreeShape([(0,), (1,), (2,), (0, 0), (0, 1), (0, 2)])])
 @pytest.mark.parametrize("V, seed", [(3, 0), (4, 1), (5, 2), (5, 3)])
 def test_bound_above_the_reference_and_the_optimum(shape, V, seed, monkeypatch):
-    """Without replacement, the enumeration refused (the race everywhere): B from t0 = 1e-3 is at least B from
+    """Without replacement, the enumeration refused (the race everywhere): B from t0 = 5e-3 is at least B from
     t0 = 1e-7 (the rules' rounding aside, 1e-14) and above it by at most 1e-12, and at least OPT_c (LP)."""
     draft, target = _pair(V, seed)
     oc = optimum(shape, draft, target, process="wor", one_token=False).value
@@ -193,7 +195,7 @@ def test_bound_above_the_reference_and_the_optimum(shape, V, seed, monkeypatch):
 @pytest.mark.slow
 def test_last_depth_rows_at_the_real_vocabulary(monkeypatch):
     """Rows of the last expanded depth at V = 49,152 (LLM-like draft and target rows, ``branching(8, 7)``): each
-    row's sum from t0 = 1e-3 at least the one from t0 = 1e-7 (1e-14 relative) and above it by at most 1e-12
+    row's sum from t0 = 5e-3 at least the one from t0 = 1e-7 (1e-14 relative) and above it by at most 1e-12
     relative."""
     rng = np.random.default_rng(7)
     V, m = 49_152, 3

@@ -101,9 +101,9 @@ class TreeBound:
     pi_exact : bool
         :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was enumerated or
         computed by the exponential race, to a relative 1e-12, each race law of rank :math:`r` raised on the safe
-        side by at most :math:`p (1 - p)^r t_0^{r+1} / (r+1)! \le 1.7 \cdot 10^{-13}\, p` for the part before
-        the quadrature's first node :math:`t_0 = 10^{-4}`: each :math:`\hat b_d` by at most
-        :math:`1.7 \cdot 10^{-13}` times the number of slots of rank >= 2 at depth ``d``); False where the stated
+        side by at most :math:`1.9 \cdot 10^{-13}\, p` for the nodes before the quadrature's first node
+        :math:`t_0 = 10^{-3}` (bounded by the row's elementary symmetric polynomials): each :math:`\hat b_d` by at
+        most :math:`1.9 \cdot 10^{-13}` times the number of slots of rank >= 2 at depth ``d``); False where the stated
         upper bound on a draw's law was used (``value`` is then still an upper bound).
     process : str
     budget : int
@@ -246,7 +246,7 @@ def _clip1(X, xp):
 #: :func:`_left_end`), the largest p_max(tail) t over the nodes, the head's first size, and the most nodes of one row.
 _RACE_TERMS = 48
 _RACE_STEP = 0.125
-_RACE_T0 = 1e-3
+_RACE_T0 = 5e-3
 _RACE_UMAX = 1.0
 _RACE_HEAD = 32
 _RACE_MAX_NODES = 4000
@@ -277,9 +277,9 @@ class _Race:
     order of the square of that), (ii) :math:`p_{\max} t \le` :data:`_RACE_UMAX` at the last node (the tail's
     power series and deflation then converge fast and lose no digits), (iii) the Taylor series has converged at
     :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
-    in the head keeps the stated upper bound (``ok`` False). The quadrature starts at :data:`_RACE_T0`; the part
-    before it is bounded and added to every law (:func:`_left_end`: each law exceeds the integral by at most
-    :math:`p_y (1 - p_y)^r t_0^{r+1} / (r+1)!`, on the safe side). ``heads`` (a boolean per row of ``P``; None: all):
+    in the head keeps the stated upper bound (``ok`` False). The quadrature starts at :data:`_RACE_T0`; the nodes
+    before it are bounded and added to every law (:func:`_left_end`: each law exceeds the rule's sum over the
+    whole line by at most :math:`1.9 \cdot 10^{-13}\, p_y`, on the safe side). ``heads`` (a boolean per row of ``P``; None: all):
     the rows whose head tokens get their laws in the first round (the others' ``HL`` stay 0: rows where no head
     token's law is read); a grown head gets them in every row. ``stats`` (None: from the host rows of ``P``):
     ``stats(rows, K) -> (head, kh, hval, pmax, nu)`` of a grown head of ``K`` tokens, as ``first``'s entries
@@ -368,64 +368,37 @@ class _Race:
 def _left_end(ranks, wts, ph, want, HL, HL2, C, C2, pmax, nu) -> None:
     r"""Add to the race's laws (in place) an upper bound on the nodes that the trapezoidal rule leaves out before
     its first node :math:`t_0` (:data:`_RACE_T0`), so that each law is at least the rule's sum over the whole
-    line of :math:`\log t`. The rule's node :math:`t` adds :math:`h\, t\, p_y e^{-p_y t} P(N_{-y}(t) = r)`
-    (step :math:`h` = :data:`_RACE_STEP`); :math:`N_{-y}(t)` counts independent events of probabilities
-    :math:`q_x = 1 - e^{-p_x t} \le p_x t`, so :math:`P(N_{-y}(t) = r) \le e_r(q_x : x \ne y) \le t^r\,
-    e_r(p_{-y})` (:math:`e_r` the elementary symmetric polynomial, nondecreasing in each argument; :math:`p_{-y}`
-    the row without ``y``), and the nodes :math:`t_0 e^{-kh}`, :math:`k \ge 1`, add at most
+    line of :math:`\log t`. The rule's node :math:`t` adds :math:`h\, t\, F(t)`, :math:`F(t) = p_y e^{-p_y t}
+    P(N_{-y}(t) = r)` (step :math:`h` = :data:`_RACE_STEP`; the sums of step :math:`2h`, ``HL2`` and ``C2``, the
+    same with :math:`2h`). With :math:`q_x = 1 - e^{-p_x t} \le p_x t (1 - a_x)`, :math:`a_x = p_x t / 2 - (p_x
+    t)^2 / 6 \ge 0`, :math:`\prod_S (1 - a_x) \le e^{-\sum_S a_x}` and :math:`e^{-u} \le 1 - u + u^2 / 2`
+    (:math:`u \ge 0`), summing over the sets :math:`S` of :math:`r` tokens other than ``y`` that have rung:
 
     .. math::
 
-        \delta_r(y) = p_y\, e_r(p_{-y})\, h \sum_{k \ge 1} (t_0 e^{-kh})^{r+1}
-        = p_y\, e_r(p_{-y})\, \frac{h\, t_0^{r+1}}{e^{(r+1) h} - 1}
+        F(t) \le p_y t^r \Big[e_r\, \big(1 - s t + c\, t^2\big) + \frac{t}{2}\, \big((s - p_y)\, e_r -
+        (r + 1)\, e_{r+1}\big)\Big], \qquad c = s / 6 + s^2 / 2,
 
-    (and with :math:`2h` for the sums of step :math:`2h`, ``HL2``, ``C2``, whose nodes are every other one). The
-    row's :math:`e_k(p)`, ``k <= max(ranks)``, from the head's probabilities ``ph`` (times :math:`\prod_c (1 + p_c
-    z)`) and the tail's power sums :math:`\sum_x p_x^i = p_{\max}^i \nu_i` (Newton's identities); a head
-    token's :math:`e_r(p_{-c})` by dividing out its factor (:math:`e_k(p_{-c}) = e_k(p) - p_c e_{k-1}(p_{-c})`), a
-    tail token's as the polynomial :math:`e_r(p_{-y}) = \sum_{k \le r} (-p_y)^k e_{r-k}(p)` in :math:`p_y =
-    p_{\max} x` (added to the Taylor coefficients ``C[:, k, 0 .. r]``), each raised by :math:`10^{-12}` (far above
-    the rounding of these sums of terms of size at most 1). With the weights ``wts`` (``(n, ranks)``, the combined
-    race) their combinations. Each law then exceeds the rule's whole sum by at most
-    :math:`p_y\, e_r(p_{-y})\, (r/2 + 1)\, h\, t_0^{r+2} / (e^{(r+2) h} - 1)` (each left-out node is at least
-    :math:`(1 - (r/2 + 1) t)` times its bound; :math:`1.9 \cdot 10^{-13}\, p_y` at rank 2, :math:`t_0 =
-    10^{-3}`, :math:`h = 1/8`) plus :math:`10^{-12}` times :math:`\delta_r / e_r`: on the safe side of the rule
-    (proof in the theory page of the trees, the bound's section)."""
-    n, K = ph.shape
-    R = max(ranks)
-    ar = np.arange(1, R + 1)
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        pw = np.where(pmax[:, None] > 0, pmax[:, None] ** ar * nu[:, 1:R + 1], 0.0)      # (n, R): tail power sums
-    e = np.zeros((n, R + 1))
-    e[:, 0] = 1.0
-    for k in range(1, R + 1):                                   # Newton's identities: the tail's e_k
-        acc = np.zeros(n)
-        for i in range(1, k + 1):
-            acc = acc + e[:, k - i] * pw[:, i - 1] if i % 2 == 1 else acc - e[:, k - i] * pw[:, i - 1]
-        e[:, k] = acc / k
-    for c in range(K):                                           # times the head's factors (1 + p_c z)
-        e = np.concatenate([e[:, :1], e[:, 1:] + ph[:, c, None] * e[:, :-1]], axis=1)
-    eh = np.empty((n, K, R + 1))                                 # e_k(p_{-c}) of each head token
-    eh[:, :, 0] = 1.0
-    for k in range(1, R + 1):
-        eh[:, :, k] = e[:, None, k] - ph * eh[:, :, k - 1]
-    rk = np.asarray(ranks, dtype=np.int64)
-    eH = (np.maximum(eh[:, :, rk], 0.0) + 1e-12).transpose(0, 2, 1) * ph[:, None, :]   # (n, ranks, K)
-    eH *= np.asarray(want, dtype=bool)[:, None, None]
-    eT = np.zeros((n, len(ranks), C.shape[2]))                                            # (n, ranks, N + 1)
-    for k, r in enumerate(ranks):
-        for j in range(r + 1):
-            eT[:, k, j] = (-pmax) ** j * e[:, r - j]
-        eT[:, k, 0] += 1e-12
-    for step, Ct, Ht in ((_RACE_STEP, C, HL), (2 * _RACE_STEP, C2, HL2)):
-        a = np.array([step * _RACE_T0 ** (r + 1) / math.expm1((r + 1) * step) for r in ranks])   # (ranks,)
-        tail, head = eT * a[None, :, None], eH * a[None, :, None]
-        if wts is None:
-            Ct += tail
-            Ht += head
-        else:
-            Ct += np.einsum("nk,nkj->nj", wts, tail)[:, None, :]
-            Ht += np.einsum("nk,nkc->nc", wts, head)[:, None, :]
+    :math:`e_k = e_k(p_{-y})` the elementary symmetric polynomials of the row without ``y``, :math:`s = \sum_x p_x`
+    (:math:`\sum_{|S| = r} p(S) \prod_S p_x = (s - p_y) e_r - (r + 1) e_{r+1}`). The left-out nodes :math:`t_k =
+    t_0 e^{-kh}`, :math:`k \ge 1`, then add at most that bound with :math:`t^{m}` replaced by :math:`h \sum_k
+    t_k^{m+1} = h\, t_0^{m+1} / (e^{(m+1) h} - 1)`. The row's :math:`e_k(p)`, ``k <= max(ranks) + 1``, from the
+    head's probabilities ``ph`` (times :math:`\prod_c (1 + p_c z)`) and the tail's power sums :math:`\sum_x
+    p_x^i = p_{\max}^i \nu_i` (Newton's identities); a head token's :math:`e_k(p_{-c})` by dividing out its
+    factor (:math:`e_k(p_{-c}) = e_k(p) - p_c e_{k-1}(p_{-c})`); a tail token's as the exact polynomial
+    :math:`e_k(p_{-y}) = \sum_{j \le k} (-p_y)^j e_{k-j}(p)`, so its bound is a polynomial in :math:`p_y =
+    p_{\max} x`, added to the Taylor coefficients ``C[:, k, 0 .. r + 2]``; each bound raised by :math:`10^{-12}
+    h \sum_k t_k^{r+1}` (far above the rounding of these sums of terms of size at most 1). With the weights ``wts``
+    (``(n, ranks)``, the combined race) their combinations. Since also :math:`F(t) \ge p_y t^r \sum_S \prod_S
+    p_x (1 - s t + t\, p(S) / 2)`, each law exceeds the rule's whole sum by at most :math:`p_y\, e_r\, c\, h\,
+    t_0^{r+3} / (e^{(r+3) h} - 1)` (:math:`1.5 \cdot 10^{-13}\, p_y` at rank 2, :math:`t_0 = 5 \cdot 10^{-3}`,
+    :math:`h = 1/8`) plus the margin, on the safe side of the rule (proof in the theory page of the trees, the
+    bound's section)."""
+    n = ph.shape[0]
+    _K.race_left_end(np.ascontiguousarray(ph, dtype=np.float64), np.ascontiguousarray(pmax, dtype=np.float64),
+                     np.ascontiguousarray(nu, dtype=np.float64), np.asarray(ranks, dtype=np.int64),
+                     np.zeros((n, 0)) if wts is None else np.ascontiguousarray(wts, dtype=np.float64),
+                     np.asarray(want, dtype=bool), _RACE_STEP, _RACE_T0, HL, HL2, C, C2)
 
 
 @functools.lru_cache(maxsize=16)
