@@ -2,14 +2,15 @@
 
 The trapezoidal rule in log t (step h) adds at each node t the integrand h t p_y e^{-p_y t} P(N_{-y}(t) = r);
 ``_left_end`` adds an upper bound on the nodes t0 e^{-kh}, k >= 1, that the rule leaves out, from the row's
-elementary symmetric polynomials, to second order in t (about p_y e_r(p_{-y}) h t0^{r+1} / (e^{(r+1)h} - 1)). Independent routes here: the
-left-out nodes summed from the Poisson-binomial law of N_{-y}(t) (a recursion over the tokens, every node), e_r of
-the row without y by multiplying out prod (1 + p_x z), the race started at t0 = 1e-7 (whose left-out part is below
-1e-21 of each law), every realised tree enumerated and the coupling optimum (LP).
+elementary symmetric polynomials, to second order in t (about p_y e_r(p_{-y}) h t0^{r+1} / (e^{(r+1)h} - 1)).
+Independent routes here: the left-out nodes summed from the Poisson-binomial law of N_{-y}(t) (a recursion over
+the tokens, every node), e_r of the row without y by multiplying out prod (1 + p_x z), the race started at
+t0 = 1e-7 (whose left-out part is below 1e-21 of each law) and the coupling optimum (LP).
 
 Checked: each added amount is at least the nodes it stands for and exceeds them by at most the stated
-p_y e_r(p_{-y}) c h t0^{r+3} / (e^{(r+3)h} - 1), c = s/6 + s^2/2 (+ 1e-12 of the bound's scale); every race law and every
-bound B at least the reference's (the safe side) and above it by at most the stated amount; B >= OPT_c.
+p_y e_r(p_{-y}) c h t0^{r+3} / (e^{(r+3)h} - 1), c = s/6 + s^2/2 (+ 1e-12 of the bound's scale); every race law
+and every bound B at least the reference's (the safe side, up to the rules' rounding) and above it by at most the
+stated amount; B >= OPT_c.
 """
 
 from __future__ import annotations
