@@ -101,9 +101,9 @@ class TreeBound:
     pi_exact : bool
         :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was enumerated or
         computed by the exponential race, to a relative 1e-12, each race law of rank :math:`r` raised on the safe
-        side by at most :math:`1.9 \cdot 10^{-13}\, p` for the nodes before the quadrature's first node
-        :math:`t_0 = 10^{-3}` (bounded by the row's elementary symmetric polynomials): each :math:`\hat b_d` by at
-        most :math:`1.9 \cdot 10^{-13}` times the number of slots of rank >= 2 at depth ``d``); False where the stated
+        side by at most :math:`1.5 \cdot 10^{-13}\, p` for the nodes before the quadrature's first node
+        :math:`t_0 = 5 \cdot 10^{-3}` (bounded by the row's elementary symmetric polynomials): each :math:`\hat b_d`
+        by at most :math:`1.5 \cdot 10^{-13}` times the number of slots of rank >= 2 at depth ``d``); False where the stated
         upper bound on a draw's law was used (``value`` is then still an upper bound).
     process : str
     budget : int
@@ -279,7 +279,7 @@ class _Race:
     :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
     in the head keeps the stated upper bound (``ok`` False). The quadrature starts at :data:`_RACE_T0`; the nodes
     before it are bounded and added to every law (:func:`_left_end`: each law exceeds the rule's sum over the
-    whole line by at most :math:`1.9 \cdot 10^{-13}\, p_y`, on the safe side). ``heads`` (a boolean per row of ``P``; None: all):
+    whole line by at most :math:`1.5 \cdot 10^{-13}\, p_y`, on the safe side). ``heads`` (a boolean per row of ``P``; None: all):
     the rows whose head tokens get their laws in the first round (the others' ``HL`` stay 0: rows where no head
     token's law is read); a grown head gets them in every row. ``stats`` (None: from the host rows of ``P``):
     ``stats(rows, K) -> (head, kh, hval, pmax, nu)`` of a grown head of ``K`` tokens, as ``first``'s entries
@@ -387,7 +387,7 @@ def _left_end(ranks, wts, ph, want, HL, HL2, C, C2, pmax, nu) -> None:
     p_x^i = p_{\max}^i \nu_i` (Newton's identities); a head token's :math:`e_k(p_{-c})` by dividing out its
     factor (:math:`e_k(p_{-c}) = e_k(p) - p_c e_{k-1}(p_{-c})`); a tail token's as the exact polynomial
     :math:`e_k(p_{-y}) = \sum_{j \le k} (-p_y)^j e_{k-j}(p)`, so its bound is a polynomial in :math:`p_y =
-    p_{\max} x`, added to the Taylor coefficients ``C[:, k, 0 .. r + 2]``; each bound raised by :math:`10^{-12}
+    p_{\max} x`, added to the Taylor coefficients ``C[:, k, 0 .. r + 1]``; each bound raised by :math:`10^{-12} p_y
     h \sum_k t_k^{r+1}` (far above the rounding of these sums of terms of size at most 1). With the weights ``wts``
     (``(n, ranks)``, the combined race) their combinations. Since also :math:`F(t) \ge p_y t^r \sum_S \prod_S
     p_x (1 - s t + t\, p(S) / 2)`, each law exceeds the rule's whole sum by at most :math:`p_y\, e_r\, c\, h\,
