@@ -101,9 +101,9 @@ class TreeBound:
     pi_exact : bool
         :math:`\pi` exact everywhere (``"iid"``; ``"wor"`` where the law of each draw was enumerated or
         computed by the exponential race, to a relative 1e-12, each race law of rank :math:`r` raised on the safe
-        side by at most :math:`p (1 - p)^r t_0^{r+1} / (r+1)! \le 1.7 \cdot 10^{-13}\, p` for the part before
-        the quadrature's first node :math:`t_0 = 10^{-4}`: each :math:`\hat b_d` by at most
-        :math:`1.7 \cdot 10^{-13}` times the number of slots of rank >= 2 at depth ``d``); False where the stated
+        side by at most :math:`1.5 \cdot 10^{-13}\, p` for the nodes before the quadrature's first node
+        :math:`t_0 = 5 \cdot 10^{-3}` (bounded by the row's elementary symmetric polynomials): each :math:`\hat b_d`
+        by at most :math:`1.5 \cdot 10^{-13}` times the number of slots of rank >= 2 at depth ``d``); False where the stated
         upper bound on a draw's law was used (``value`` is then still an upper bound).
     process : str
     budget : int
@@ -246,7 +246,7 @@ def _clip1(X, xp):
 #: :func:`_left_end`), the largest p_max(tail) t over the nodes, the head's first size, and the most nodes of one row.
 _RACE_TERMS = 48
 _RACE_STEP = 0.125
-_RACE_T0 = 1e-4
+_RACE_T0 = 5e-3
 _RACE_UMAX = 1.0
 _RACE_HEAD = 32
 _RACE_MAX_NODES = 4000
@@ -277,9 +277,9 @@ class _Race:
     order of the square of that), (ii) :math:`p_{\max} t \le` :data:`_RACE_UMAX` at the last node (the tail's
     power series and deflation then converge fast and lose no digits), (iii) the Taylor series has converged at
     :math:`x = 1`. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
-    in the head keeps the stated upper bound (``ok`` False). The quadrature starts at :data:`_RACE_T0`; the part
-    before it is bounded and added to every law (:func:`_left_end`: each law exceeds the integral by at most
-    :math:`p_y (1 - p_y)^r t_0^{r+1} / (r+1)!`, on the safe side). ``heads`` (a boolean per row of ``P``; None: all):
+    in the head keeps the stated upper bound (``ok`` False). The quadrature starts at :data:`_RACE_T0`; the nodes
+    before it are bounded and added to every law (:func:`_left_end`: each law exceeds the rule's sum over the
+    whole line by at most :math:`1.5 \cdot 10^{-13}\, p_y`, on the safe side). ``heads`` (a boolean per row of ``P``; None: all):
     the rows whose head tokens get their laws in the first round (the others' ``HL`` stay 0: rows where no head
     token's law is read); a grown head gets them in every row. ``stats`` (None: from the host rows of ``P``):
     ``stats(rows, K) -> (head, kh, hval, pmax, nu)`` of a grown head of ``K`` tokens, as ``first``'s entries
@@ -333,7 +333,7 @@ class _Race:
             info = np.zeros((n, 3))
             _K.race_rows_weighted(ph, kh, pmax, nu, r_arr, np.ascontiguousarray(wts[todo]), deg, _RACE_STEP,
                                   math.log(_RACE_T0), s, _RACE_MAX_NODES, HL, HL2, C, C2, info, want)
-            _left_end(self.ranks, wts[todo] if self.combined else None, ph, want, HL, HL2, C, C2)
+            _left_end(self.ranks, wts[todo] if self.combined else None, ph, want, HL, HL2, C, C2, pmax, nu)
             tail = pmax > 0
             good = (info[:, 2] > 0) & (~tail | (pmax * info[:, 0] <= _RACE_UMAX))
             good &= np.all(np.abs(HL - HL2) <= 1e-8 * np.maximum(HL, 1e-6 * ph[:, None, :]), axis=(1, 2))
@@ -365,36 +365,40 @@ class _Race:
         self.hv = self.head[self.hr, self.hc]
 
 
-def _left_end(ranks, wts, ph, want, HL, HL2, C, C2) -> None:
-    r"""Add to the race's laws (in place) the bound on the part of each integral that the quadrature leaves out,
-    :math:`t < t_0` (:data:`_RACE_T0`): with the rates of a row summing to 1, :math:`N_{-y}(t)` counts independent
-    events of probabilities :math:`1 - e^{-p_x t} \le p_x t`, so :math:`P(N_{-y}(t) \ge r) \le
-    e_r(\dots) \le ((1 - p_y)\, t)^r / r!` and
+def _left_end(ranks, wts, ph, want, HL, HL2, C, C2, pmax, nu) -> None:
+    r"""Add to the race's laws (in place) an upper bound on the nodes that the trapezoidal rule leaves out before
+    its first node :math:`t_0` (:data:`_RACE_T0`), so that each law is at least the rule's sum over the whole
+    line of :math:`\log t`. The rule's node :math:`t` adds :math:`h\, t\, F(t)`, :math:`F(t) = p_y e^{-p_y t}
+    P(N_{-y}(t) = r)` (step :math:`h` = :data:`_RACE_STEP`; the sums of step :math:`2h`, ``HL2`` and ``C2``, the
+    same with :math:`2h`). With :math:`q_x = 1 - e^{-p_x t} \le p_x t (1 - a_x)`, :math:`a_x = p_x t / 2 - (p_x
+    t)^2 / 6 \ge 0`, :math:`\prod_S (1 - a_x) \le e^{-\sum_S a_x}` and :math:`e^{-u} \le 1 - u + u^2 / 2`
+    (:math:`u \ge 0`), summing over the sets :math:`S` of :math:`r` tokens other than ``y`` that have rung:
 
     .. math::
 
-        0 \le p_y \int_0^{t_0} e^{-p_y t}\, P(N_{-y}(t) = r)\, dt \le
-        \delta_r(p_y) = p_y\, (1 - p_y)^r\, \frac{t_0^{r+1}}{(r+1)!}.
+        F(t) \le p_y t^r \Big[e_r\, \big(1 - s t + c\, t^2\big) + \frac{t}{2}\, \big((s - p_y)\, e_r -
+        (r + 1)\, e_{r+1}\big)\Big], \qquad c = s / 6 + s^2 / 2,
 
-    The head token ``c``'s law (``HL[:, k, c]``, where ``want``) gets :math:`\delta_{r_k}(p_c)`, the tail's
-    constant Taylor coefficient (``C[:, k, 0]``) :math:`t_0^{r_k+1} / (r_k+1)!` (:math:`(1 - p_y)^r \le 1`:
-    :math:`p_y` times it); with the weights ``wts`` (``(n, ranks)``, the combined race) their combinations. Each
-    law is then at least the integral over every :math:`t` and exceeds it by at most :math:`\delta_r(p_y)` (a
-    relative :math:`1.7 \cdot 10^{-13}` at rank 2 and :math:`t_0 = 10^{-4}`, less at higher ranks), on top of the
-    quadrature's own error. The rows' sums are 1 within the laws' checks; the factor :math:`1 + 10^{-9}` covers
-    it."""
-    d0 = np.array([(1.0 + 1e-9) * _RACE_T0 ** (r + 1) / math.factorial(r + 1) for r in ranks])
-    rk = np.asarray(ranks, dtype=np.float64)
-    head = ph[:, None, :] * (1.0 - ph[:, None, :]) ** rk[None, :, None] * d0[None, :, None]   # (n, ranks, K)
-    head *= np.asarray(want, dtype=bool)[:, None, None]
-    if wts is None:
-        dC, dH = np.broadcast_to(d0, C.shape[:2]), head
-    else:
-        dC, dH = (wts @ d0)[:, None], np.einsum("nk,nkc->nc", wts, head)[:, None, :]
-    C[:, :, 0] += dC
-    C2[:, :, 0] += dC
-    HL += dH
-    HL2 += dH
+    :math:`e_k = e_k(p_{-y})` the elementary symmetric polynomials of the row without ``y``, :math:`s = \sum_x p_x`
+    (:math:`\sum_{|S| = r} p(S) \prod_S p_x = (s - p_y) e_r - (r + 1) e_{r+1}`). The left-out nodes :math:`t_k =
+    t_0 e^{-kh}`, :math:`k \ge 1`, then add at most that bound with :math:`t^{m}` replaced by :math:`h \sum_k
+    t_k^{m+1} = h\, t_0^{m+1} / (e^{(m+1) h} - 1)`. The row's :math:`e_k(p)`, ``k <= max(ranks) + 1``, from the
+    head's probabilities ``ph`` (times :math:`\prod_c (1 + p_c z)`) and the tail's power sums :math:`\sum_x
+    p_x^i = p_{\max}^i \nu_i` (Newton's identities); a head token's :math:`e_k(p_{-c})` by dividing out its
+    factor (:math:`e_k(p_{-c}) = e_k(p) - p_c e_{k-1}(p_{-c})`); a tail token's as the exact polynomial
+    :math:`e_k(p_{-y}) = \sum_{j \le k} (-p_y)^j e_{k-j}(p)`, so its bound is a polynomial in :math:`p_y =
+    p_{\max} x`, added to the Taylor coefficients ``C[:, k, 0 .. r + 1]``; each bound raised by :math:`10^{-12} p_y
+    h \sum_k t_k^{r+1}` (far above the rounding of these sums of terms of size at most 1). With the weights ``wts``
+    (``(n, ranks)``, the combined race) their combinations. Since also :math:`F(t) \ge p_y t^r \sum_S \prod_S
+    p_x (1 - s t + t\, p(S) / 2)`, each law exceeds the rule's whole sum by at most :math:`p_y\, e_r\, c\, h\,
+    t_0^{r+3} / (e^{(r+3) h} - 1)` (:math:`1.5 \cdot 10^{-13}\, p_y` at rank 2, :math:`t_0 = 5 \cdot 10^{-3}`,
+    :math:`h = 1/8`) plus the margin, on the safe side of the rule (proof in the theory page of the trees, the
+    bound's section)."""
+    n = ph.shape[0]
+    _K.race_left_end(np.ascontiguousarray(ph, dtype=np.float64), np.ascontiguousarray(pmax, dtype=np.float64),
+                     np.ascontiguousarray(nu, dtype=np.float64), np.asarray(ranks, dtype=np.int64),
+                     np.zeros((n, 0)) if wts is None else np.ascontiguousarray(wts, dtype=np.float64),
+                     np.asarray(want, dtype=bool), _RACE_STEP, _RACE_T0, HL, HL2, C, C2)
 
 
 @functools.lru_cache(maxsize=16)
@@ -617,7 +621,7 @@ class _DrawLaws:
         top, ptop = self.top[:, :r], self.ptop[:, :r]
         at_top = ptop / (tail_r1 + ptop)                 # the r most likely tokens: S holds the others
         if xp is np:
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):     # inf where tail_r is subnormal
                 b = P[:, v0:v1] / tail_r
                 if part:
                     rr, cc = np.nonzero((top >= v0) & (top < v1))

@@ -1512,6 +1512,85 @@ def tail_terms(g, rq, u, wt, even, smax, s, Ck, C2k):
             C2k[n] += 2.0 * d
 
 
+def race_left_end(ph, pmax, nu, ranks, wts, want, h, t0, HL, HL2, C, C2):
+    r"""The bound of :func:`otspec.tree._bound._left_end` on the trapezoidal rule's nodes before ``t0`` (the proof
+    there), added in place, row by row: per row the elementary symmetric polynomials :math:`e_k(p)`, ``k <=
+    max(ranks) + 1``, of the whole row (the tail's from its power sums :math:`p_{\max}^i \nu_i` by Newton's
+    identities, times the head's factors :math:`1 + p_c z`), each head token's :math:`e_k(p_{-c})` by dividing
+    out its factor, and for each rank ``r`` and step (``h`` into ``HL``/``C``, ``2h`` into ``HL2``/``C2``, with
+    :math:`S_m = \mathrm{step}\, t_0^m / (e^{m\, \mathrm{step}} - 1)`, :math:`A = S_{r+1} - s S_{r+2} + c
+    S_{r+3}`, :math:`c = (s/6 + s^2/2)(1 + 10^{-9})`, :math:`s = e_1(p)`): a head token's :math:`p_c (A e_r +
+    \tfrac12 S_{r+2} ((s - p_c) e_r - (r+1) e_{r+1}) + 10^{-12} S_{r+1})` (:math:`e_k = e_k(p_{-c})`, where
+    ``want``), and the same polynomial in :math:`p_y = p_{\max} x` for a tail token (:math:`e_k(p_{-y}) =
+    \sum_{j \le k} (-p_y)^j e_{k-j}(p)`) added to ``C[i, ., 0 .. r + 1]`` times :math:`p_{\max}^j`. With weights
+    ``wts`` (``(n, ranks)``; no columns: each rank's own) their combination into ``[:, 0]``."""
+    n = ph.shape[0]
+    K = ph.shape[1]
+    nk = ranks.shape[0]
+    comb = wts.shape[1] > 0
+    R = 0
+    for k in range(nk):
+        R = ranks[k] if ranks[k] > R else R
+    R += 1
+    e = np.zeros(R + 1)
+    eh = np.zeros((K, R + 1))
+    Er = np.zeros(R + 2)
+    Er1 = np.zeros(R + 2)
+    for i in range(n):
+        pm = pmax[i]
+        for k in range(R + 1):
+            e[k] = 0.0
+        e[0] = 1.0
+        for k in range(1, R + 1):                       # Newton's identities: the tail's e_k
+            acc = 0.0
+            pw = 1.0
+            for j in range(1, k + 1):
+                pw = pw * pm
+                term = e[k - j] * (pw * nu[i, j]) if pm > 0.0 else 0.0
+                acc = acc + term if j % 2 == 1 else acc - term
+            e[k] = acc / k
+        for c in range(K):                              # times the head's factors (1 + p_c z)
+            x = ph[i, c]
+            for k in range(R, 0, -1):
+                e[k] = e[k] + x * e[k - 1]
+        for c in range(K):                              # e_k(p_{-c})
+            eh[c, 0] = 1.0
+            for k in range(1, R + 1):
+                eh[c, k] = e[k] - ph[i, c] * eh[c, k - 1]
+        s = e[1]
+        cc = (s / 6.0 + s * s / 2.0) * (1.0 + 1e-9)
+        for half in range(2):
+            st = h if half == 0 else 2.0 * h
+            Hk = HL if half == 0 else HL2
+            Ck = C if half == 0 else C2
+            for kk in range(nk):
+                r = ranks[kk]
+                w = wts[i, kk] if comb else 1.0
+                o = 0 if comb else kk
+                S1 = st * t0 ** (r + 1) / np.expm1((r + 1) * st)
+                S2 = st * t0 ** (r + 2) / np.expm1((r + 2) * st)
+                S3 = st * t0 ** (r + 3) / np.expm1((r + 3) * st)
+                A = S1 - s * S2 + cc * S3
+                if want[i]:
+                    for c in range(K):
+                        x = ph[i, c]
+                        er = eh[c, r]
+                        v = A * er + 0.5 * S2 * ((s - x) * er - (r + 1) * eh[c, r + 1]) + 1e-12 * S1
+                        Hk[i, o, c] += w * (x * v)
+                for j in range(r + 2):
+                    sg = 1.0 if j % 2 == 0 else -1.0
+                    Er[j] = sg * e[r - j] if j <= r else 0.0
+                    Er1[j] = sg * e[r + 1 - j]
+                pj = 1.0
+                for j in range(r + 2):
+                    sEr = s * Er[j] - (Er[j - 1] if j > 0 else 0.0)
+                    v = A * Er[j] + 0.5 * S2 * (sEr - (r + 1) * Er1[j])
+                    if j == 0:
+                        v += 1e-12 * S1
+                    Ck[i, o, j] += w * (v * pj)
+                    pj = pj * pm if pm > 0.0 else 0.0
+
+
 def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
     r"""The race's law of its ``kk``-th rank at the entries ``(rows[e], cols[e])`` of draft values ``p[e]`` (as
     :func:`otspec.tree._bound._race_at` by numpy, the same operations: :math:`p \sum_{n \le d} C_n x^n`,
@@ -1539,4 +1618,4 @@ def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
 RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments_block", "moments_finish",
                                   "race_moments_row", "race_moments", "moments_group", "wor_row_sums", "tail_terms",
                                   "race_row", "race_rows",
-                                  "race_rows_weighted", "race_at"))
+                                  "race_rows_weighted", "race_at", "race_left_end"))
