@@ -671,11 +671,12 @@ class _DrawLaws:
             return exact
         room = np.clip((1.0 - p) - p1, 0.0, 1.0)
         tail_r, tail_r1 = (x[:, 0] for x in self._tails(r))
-        b = p / tail_r[rows]
-        for c in range(r):
-            hit = self.top[rows, c] == cols
-            pc = self.ptop[rows, c]
-            b[hit] = (pc / (tail_r1[rows] + pc))[hit]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):     # inf where tail_r is subnormal
+            b = p / tail_r[rows]
+            for c in range(r):
+                hit = self.top[rows, c] == cols
+                pc = self.ptop[rows, c]
+                b[hit] = (pc / (tail_r1[rows] + pc))[hit]
         b = np.minimum(b, room)
         return b if exact is None else np.where(self.race.ok[rows], exact, b)
 
