@@ -292,7 +292,7 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
         E1 = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
         return xp.ones_like(E1), E1
     S = _ratio_sorted(P, Q, xp) if sorted_ is None else sorted_
-    shape, B, V, P2, Q2, ro = S["shape"], S["B"], S["V"], S["P2"], S["Q2"], S["ro"]
+    shape, B, P2, Q2, ro = S["shape"], S["B"], S["P2"], S["Q2"], S["ro"]
     kf, power = _per_row_k(k, B, xp)  # a float, or (B, 1) as every per-row value below
     kc = _const(kf, ro) if isinstance(kf, float) else kf
     # f at rho = 1 and rho = k, term by term (exact zeros when p == q)
@@ -301,25 +301,24 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     Ek = xp.sum(xp.clip(_sub_div(P2, Q2, kf, xp), 0.0, None), axis=-1, keepdims=True)
     fk = Dk - power(Ek)
     # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
-    above1 = ro > 1.0
+    above1 = ~(ro <= 1.0)  # and NaN ratios (p = q = 0), which no test below takes for inside or below hi
     inside = above1 & (ro < kf)
     rho_j = _where(inside, ro, _const(2.0, ro), xp)
     E = xp.clip(_sub_div(S["Pp"], S["Qp"], rho_j, xp), 0.0, None)
     D = xp.clip(S["Qs"] - rho_j * S["Ps"], 0.0, None)
-    fj = _where(inside, D - power(E), _where(ro <= 1.0, _const(math.inf, ro), _const(-math.inf, ro), xp), xp)
-    # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end
-    has, jj = _any_first(fj <= 0.0, xp)  # (B, 1), as every per-row value below
+    # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end; outside (1, k) f is
+    # taken as +inf at ratios <= 1 and -inf above (and at NaN), so f <= 0 there exactly where above1
+    neg = _where(inside, D - power(E) <= 0.0, above1, xp)
+    has, jj = _any_first(neg, xp)  # (B, 1), as every per-row value below
     ro_j = _take_along(ro, jj, xp)
     hi = _where(has & (ro_j < kf), ro_j, kc, xp)  # ro_j < kf: not NaN, and hi <= kf
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
     lo = xp.max(_where((ro < hi) & above1, ro, _const(1.0, ro), xp), axis=-1, keepdims=True)
     # the split on (lo, hi): ratios <= lo below, >= hi above
-    nb = _count_true(ro <= lo)
-    idx = xp.clip(nb - 1, 0, V - 1)
-    some = nb > 0
-    zero = _const(0.0, ro)
-    Pl = _where(some, _take_along(S["Pcum"], idx, xp), zero, xp)
-    Ql = _where(some, _take_along(S["Qcum"], idx, xp), zero, xp)
+    nb = _count_true(ro <= lo)  # Pl, Ql: the sums of the nb first (0 where none), from the cumulative sums after a 0
+    zeros = _zeros_column(B, ro, xp)
+    Pl = _take_along(xp.concat([zeros, S["Pcum"]], axis=-1), nb, xp)
+    Ql = _take_along(xp.concat([zeros, S["Qcum"]], axis=-1), nb, xp)
     Ph = xp.clip(S["tot_p"] - Pl, 0.0, None)
     Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
     k_hi = kf if isinstance(kf, float) else float(max(k[1]))
@@ -336,6 +335,16 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     rho = _where(f1 <= 0.0, _const(1.0, ro), _where(fk > 0.0, kc, root, xp), xp)  # (B, 1)
     E_star = xp.sum(xp.clip(_sub_div(P2, Q2, rho, xp), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), _reshape(E_star, shape, xp)
+
+
+def _zeros_column(B: int, like, xp):
+    """``(B, 1)`` float64 zeros on ``like``'s device; on torch made there once per run and ``B`` (never written)."""
+    if not _is_torch(like):
+        return xp.zeros((B, 1), dtype=xp.float64, device=_device(like))
+    import torch
+
+    dev = like.device
+    return _cached(("z", B, str(dev)), lambda: torch.zeros((B, 1), dtype=torch.float64, device=dev))
 
 
 def _any_first(neg, xp):

@@ -83,24 +83,24 @@ def top_ids(P, K: int, xp):
     """
     shape = tuple(P.shape[:-1])
     V = int(P.shape[-1])
-    flat = xp.reshape(P, (-1, V))
+    flat = _reshape(P, (math.prod(shape), V), xp)
     if isinstance(P, np.ndarray):
         ids = np.stack([top_tokens(row, K) for row in flat]) if flat.shape[0] else np.zeros((0, K), np.int64)
         return ids.astype(np.int64).reshape(shape + (K,))
     import array_api_compat
 
     if array_api_compat.is_torch_array(P):
-        return xp.reshape(ranked_rows_t(flat, K)[0], shape + (K,))
+        return _reshape(ranked_rows_t(flat, K)[0], shape + (K,), xp)
     return xp.argsort(P, axis=-1, descending=True, stable=True)[..., :K]
 
 
-def _count_positive(P, xp):
+def _count_positive(P, xp, keepdims: bool = False):
     """The number of positive entries of each row, int64 (on torch one sum of the bool array: int64 already)."""
     import array_api_compat
 
     if array_api_compat.is_torch_array(P):
-        return (P > 0.0).sum(-1)
-    return xp.sum(xp.astype(P > 0.0, xp.int64), axis=-1)
+        return (P > 0.0).sum(-1, keepdim=keepdims)
+    return xp.sum(xp.astype(P > 0.0, xp.int64), axis=-1, keepdims=keepdims)
 
 
 def _multiround(P, Q, ks, xp):
@@ -129,16 +129,16 @@ def _greedy_drafts(P, Q, ks, xp):
     Every ``k`` of ``2 .. max(ks)`` at once: ``T`` of ``k`` the tokens of ranks ``< k - 1`` (a running count of
     each token's matches with the ranked ids), one ``(..., k, V)`` block of the laws off ``T``, each row's sums its
     own; ``k = 1`` (no ``T``) apart."""
-    n = _count_positive(P, xp)
+    n = _count_positive(P, xp, keepdims=True)
     V = int(P.shape[-1])
     m = min(max(ks), V)  # k > V: undefined (NaN), below
     K = m - 1
-    one = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1)[..., None]  # k = 1
+    one = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1, keepdims=True)  # k = 1
     if K:
         ids = top_ids(P, K, xp)
         qT = xp.cumulative_sum(_take_along(Q, ids, xp), axis=-1)
         pos = _arange(0, V, 1, P, xp)
-        inT = xp.cumulative_sum(xp.astype(ids[..., None] == pos, xp.int64), axis=-2) > 0  # (..., K, V): ranks < k - 1
+        inT = _any_so_far(ids[..., None] == pos, xp)  # (..., K, V): ranks < k - 1
         zero = _const(0.0, P)
         law = _where(inT, zero, P[..., None, :], xp)
         last = law / xp.sum(law, axis=-1, keepdims=True)
@@ -146,31 +146,42 @@ def _greedy_drafts(P, Q, ks, xp):
     else:
         val = one
     kk = _arange(1, m + 1, 1, P, xp)
-    val = _where(n[..., None] < kk, _const(math.nan, P), xp.clip(val, None, 1.0), xp)  # (..., m): k = 1 .. m
+    val = _where(n < kk, _const(math.nan, P), xp.clip(val, None, 1.0), xp)  # (..., m): k = 1 .. m
     if list(ks) == list(range(1, m + 1)):
         return val
     nan = xp.full(tuple(P.shape[:-1]), math.nan, dtype=xp.float64, device=_device(P))
     return [nan if k > V else val[..., k - 1] for k in ks]
 
 
+def _any_so_far(eq, xp):
+    """Whether any of ``eq[..., :i + 1, :]`` is true, for every ``i`` (a running count along axis -2 above 0; on torch
+    the bool array counted as it is, int64)."""
+    import array_api_compat
+
+    if array_api_compat.is_torch_array(eq):
+        return eq.cumsum(-2) > 0
+    return xp.cumulative_sum(xp.astype(eq, xp.int64), axis=-2) > 0
+
+
 def _top_k(P, Q, ks, xp):
     """``q(C)``, ``C`` the top ``k`` of ``p`` (NaN where ``p`` has fewer than ``k`` tokens)."""
-    n = _count_positive(P, xp)
+    n = _count_positive(P, xp, keepdims=True)
     V = int(P.shape[-1])
     m = min(max(ks), V)
     qC = xp.cumulative_sum(_take_along(Q, top_ids(P, m, xp), xp), axis=-1)
     kk = _arange(1, m + 1, 1, P, xp)
-    val = _where(n[..., None] < kk, _const(math.nan, P), xp.clip(qC, None, 1.0), xp)  # (..., m): k = 1 .. m
+    val = _where(n < kk, _const(math.nan, P), xp.clip(qC, None, 1.0), xp)  # (..., m): k = 1 .. m
     if list(ks) == list(range(1, m + 1)):
         return val
-    return [xp.where(n < k, math.nan, val[..., min(k, V) - 1]) for k in ks]
+    return [xp.where(n[..., 0] < k, math.nan, val[..., min(k, V) - 1]) for k in ks]
 
 
-def _typical_rule(Q, xp, options: dict):
-    r"""The threshold :math:`\min(\varepsilon, \delta e^{-H_\gamma(q)})` of every row and its first argmax."""
+def _typical_rule(Q, xp, options: dict, keepdims: bool = False):
+    r"""The threshold :math:`\min(\varepsilon, \delta e^{-H_\gamma(q)})` of every row and its first argmax
+    (``(..., 1)`` each with ``keepdims``)."""
     o = {**VLLM_DEFAULTS, **options}
-    minus_H = xp.sum(Q * xp.log(Q + o["guard"]), axis=-1)  # -H, and exp(-H) of it (negating twice is exact)
-    return xp.clip(o["delta"] * xp.exp(minus_H), None, o["epsilon"]), xp.argmax(Q, axis=-1)
+    minus_H = xp.sum(Q * xp.log(Q + o["guard"]), axis=-1, keepdims=keepdims)  # exp(-H) of it: -(-x) is x
+    return xp.clip(o["delta"] * xp.exp(minus_H), None, o["epsilon"]), xp.argmax(Q, axis=-1, keepdims=keepdims)
 
 
 def _h_series(u, xp):
@@ -205,16 +216,15 @@ def kl_rows(q, pi, xp):
 
 def _typical(P, Q, xp, options: dict):
     """Typical acceptance's acceptance, and its output law's total variation and KL from ``q``: ``(..., 3)``."""
-    thr, y = _typical_rule(Q, xp, options)
-    acc = Q > thr[..., None]
-    y1 = y[..., None]
+    thr, y1 = _typical_rule(Q, xp, options, keepdims=True)  # (..., 1) each
+    acc = Q > thr
     is_y = _arange(0, int(P.shape[-1]), 1, P, xp) == y1
     zero = _const(0.0, P)
     law = _where(acc, P, zero, xp)
-    kept = xp.sum(law, axis=-1)
-    out = law + _where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], zero, xp)
-    y_acc = _take_along(acc, y1, xp)[..., 0]
-    a = xp.clip(kept + _where(y_acc, zero, _take_along(P, y1, xp)[..., 0], xp), None, 1.0)
+    kept = xp.sum(law, axis=-1, keepdims=True)
+    out = law + _where(is_y, xp.clip(1.0 - kept, 0.0, None), zero, xp)
+    y_acc = _take_along(acc, y1, xp)
+    a = xp.clip(kept + _where(y_acc, zero, _take_along(P, y1, xp), xp), None, 1.0)[..., 0]
     tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1)
     return [a, tv, kl_rows(Q, out, xp)]
 
