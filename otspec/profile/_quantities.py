@@ -967,10 +967,17 @@ def _ones_column(F: int, R: int, like, xp):
         return xp.ones((F, R, 1), dtype=like.dtype, device=_device(like))
     import torch
 
-    from ..multidraft._batched import _cached
+    key = (F, R, str(like.dtype), str(like.device))
+    got = _ONES.get(key)
+    if got is None:
+        if len(_ONES) >= 64:
+            _ONES.clear()
+        got = _ONES[key] = torch.ones((F, R, 1), dtype=like.dtype, device=like.device)
+    return got
 
-    dev, dtype = like.device, like.dtype
-    return _cached(("ones", F, R, str(dtype), str(dev)), lambda: torch.ones((F, R, 1), dtype=dtype, device=dev))
+
+#: :func:`_ones_column`'s arrays by shape, dtype and device: made once per run.
+_ONES: dict = {}
 
 
 #: :func:`_scheme_consts`' arrays by (names, namespace, device): made once per run.

@@ -33,7 +33,18 @@ import numpy as np
 from ..decoding._tree_device import ranked_rows_t
 from ..lossy._mentored import _BIG
 from ..lossy._typical import VLLM_DEFAULTS
-from ..multidraft._batched import _arange, _c, _const, _ratio_sorted, _reshape, _rho_star_rows, _take, _take_along, _where
+from ..multidraft._batched import (
+    _arange,
+    _c,
+    _cached,
+    _const,
+    _ratio_sorted,
+    _reshape,
+    _rho_star_rows,
+    _take,
+    _take_along,
+    _where,
+)
 from ..multidraft._greedy_drafts import top_tokens
 
 __all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
@@ -515,8 +526,6 @@ def _full_k(n: int, k: int, like, xp):
     if not array_api_compat.is_torch_array(like):
         return xp.full((n,), float(k), dtype=xp.float64, device=_device(like))
     import torch
-
-    from ..multidraft._batched import _cached
 
     dev = like.device
     return _cached(("k", n, k, str(dev)), lambda: torch.full((n,), float(k), dtype=torch.float64, device=dev))
