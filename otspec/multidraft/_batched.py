@@ -91,6 +91,71 @@ def _c(value: float, like):
     return value
 
 
+#: :func:`_const`'s 0-d tensors and :func:`_arange`'s index rows by value and device: made there once per run.
+_CONSTS: dict = {}
+
+
+def _cached(key, make):
+    """``_CONSTS[key]``, made by ``make()`` the first time (bounded: cleared when full). The tensors kept are never
+    written."""
+    got = _CONSTS.get(key)
+    if got is None:
+        if len(_CONSTS) >= 256:
+            _CONSTS.clear()
+        got = _CONSTS[key] = make()
+    return got
+
+
+def _const(value: float, like):
+    """``value`` beside float64 ``like`` for :func:`_where`: on torch a 0-d float64 tensor on ``like``'s device, made
+    there once per run (``torch.where`` then takes it as it is: no ``scalar_tensor`` op per call, no ``Tensor.to``);
+    else the Python number."""
+    if not _is_torch(like):
+        return value
+    import torch
+
+    dev = like.device
+    return _cached(("c", repr(value), str(dev)), lambda: torch.full((), value, dtype=torch.float64, device=dev))
+
+
+def _where(cond, x, y, xp):
+    """``xp.where(cond, x, y)``; on torch ``torch.where`` itself (its 0-d operands of :func:`_const` taken as they
+    are: one op), the same values."""
+    if _is_torch(cond):
+        import torch
+
+        return torch.where(cond, x, y)
+    return xp.where(cond, x, y)
+
+
+def _arange(start: int, stop: int, step: int, like, xp):
+    """``xp.arange(start, stop, step)`` (int64) on ``like``'s device; on torch made there once per run (never
+    written)."""
+    if not _is_torch(like):
+        return xp.arange(start, stop, step, dtype=xp.int64, device=_device(like))
+    import torch
+
+    dev = like.device
+    return _cached(("a", start, stop, step, str(dev)),
+                   lambda: torch.arange(start, stop, step, dtype=torch.int64, device=dev))
+
+
+def _reshape(x, shape: tuple, xp):
+    """``xp.reshape(x, shape)``, or ``x`` itself when it has that shape already (no view op)."""
+    return x if tuple(x.shape) == tuple(shape) else xp.reshape(x, shape)
+
+
+def _sub_div(a, b, c, xp):
+    """``a - b / c`` elementwise (broadcast); on torch tensors in one op, ``torch.addcdiv(a, b, c, value=-1)``: the
+    same floats (``-1 * b`` and its quotient by ``c`` are exact negations of ``b`` and ``b / c``, and ``a + (-x)`` is
+    ``a - x`` in IEEE arithmetic; a quotient is never fused into an addition)."""
+    if _is_torch(a) and _is_torch(b) and _is_torch(c):
+        import torch
+
+        return torch.addcdiv(a, b, c, value=-1)
+    return a - b / c
+
+
 def batched_maximal_coupling_acceptance(p, q, *, normalize: bool = False, validate: bool = True):
     r"""Acceptance of one draft under maximal coupling, for every row of a batch.
 
@@ -136,15 +201,16 @@ def batched_maximal_coupling_acceptance(p, q, *, normalize: bool = False, valida
 
 
 def _ratio_sorted(P, Q, xp) -> dict:
-    """What :func:`_rho_star_rows` needs of ``(..., V)`` float64 laws for every ``k``: one batched sort of q/p."""
+    """What :func:`_rho_star_rows` needs of ``(..., V)`` float64 laws for every ``k``: one batched sort of q/p (the
+    per-row sums ``D1``, ``E1``, ``tot_p``, ``tot_q`` shaped ``(B, 1)``)."""
     shape = tuple(P.shape[:-1])
     V = int(P.shape[-1])
     B = int(np.prod(shape)) if shape else 1
-    P2 = xp.reshape(P, (B, V))
-    Q2 = xp.reshape(Q, (B, V))
-    # f at rho = 1 (exact zeros when p == q)
-    D1 = xp.sum(xp.clip(Q2 - P2, 0.0, None), axis=-1)
-    E1 = xp.sum(xp.clip(P2 - Q2, 0.0, None), axis=-1)
+    P2 = _reshape(P, (B, V), xp)
+    Q2 = _reshape(Q, (B, V), xp)
+    # f at rho = 1 (exact zeros when p == q); every per-row value (B, 1)
+    D1 = xp.sum(xp.clip(Q2 - P2, 0.0, None), axis=-1, keepdims=True)
+    E1 = xp.sum(xp.clip(P2 - Q2, 0.0, None), axis=-1, keepdims=True)
     # one batched sort of the ratios q/p (p = 0 < q: +inf; p = q = 0: nan, last, weightless)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = Q2 / P2
@@ -161,7 +227,8 @@ def _ratio_sorted(P, Q, xp) -> dict:
     Ps = xp.flip(xp.cumulative_sum(xp.flip(po, axis=-1), axis=-1), axis=-1) - po
     Qs = xp.flip(xp.cumulative_sum(xp.flip(qo, axis=-1), axis=-1), axis=-1) - qo
     return dict(shape=shape, B=B, V=V, P2=P2, Q2=Q2, D1=D1, E1=E1, ro=ro, Pcum=Pcum, Qcum=Qcum, Pp=Pcum - po,
-                Qp=Qcum - qo, Ps=Ps, Qs=Qs, tot_p=xp.sum(po, axis=-1), tot_q=xp.sum(qo, axis=-1))
+                Qp=Qcum - qo, Ps=Ps, Qs=Qs, tot_p=xp.sum(po, axis=-1, keepdims=True),
+                tot_q=xp.sum(qo, axis=-1, keepdims=True))
 
 
 def _sorted_take(S: dict, idx, xp) -> dict:
@@ -177,20 +244,20 @@ def _per_row_k(k, B: int, xp):
     """``(kf, power)`` of :func:`_rho_star_rows`' ``k``: an int (``kf`` a float, ``power(x) = x**k``), or a pair
     ``(kf, ks)`` of rows with numbers of drafts of their own (``kf`` their ``(B,)`` float64 numbers of drafts,
     namespace ``xp``; ``ks`` the distinct ints among them), ``power(x)`` then every row's ``x**k`` with its own
-    Python int ``k`` (the value a call for that ``k`` alone computes, bit for bit); ``kf`` shaped ``(B, 1)``."""
+    Python int ``k`` (the value a call for that ``k`` alone computes, bit for bit) of a ``(B, m)`` array ``x``;
+    ``kf`` shaped ``(B, 1)``."""
     if not isinstance(k, tuple):
         kf = float(k)
         return kf, (lambda x: x**k)
     kf, ks = k
-    kr = xp.reshape(kf, (B,))
-    kf = xp.reshape(kf, (B, 1))
+    kf = _reshape(kf, (B, 1), xp)
     ks = sorted({int(c) for c in ks})
-    masks = {2: {c: kf == float(c) for c in ks[1:]}, 1: {c: kr == float(c) for c in ks[1:]}}  # by x.ndim
+    masks = {c: kf == float(c) for c in ks[1:]}
 
     def power(x):
         out = x ** ks[0]
         for c in ks[1:]:
-            out = xp.where(masks[x.ndim][c], x**c, out)
+            out = _where(masks[c], x**c, out, xp)
         return out
 
     return kf, power
@@ -201,14 +268,14 @@ _ROWS2: dict = {}
 
 
 def _second_row(xp, dev):
-    """``[[False], [True]]`` on ``dev``, made there (no copy from the host, which waits for the device's queue) once
+    """``[[False, True]]`` on ``dev``, made there (no copy from the host, which waits for the device's queue) once
     per namespace and device."""
     key = (getattr(xp, "__name__", str(xp)), str(dev))
     got = _ROWS2.get(key)
     if got is None:
         if len(_ROWS2) >= 16:
             _ROWS2.clear()
-        got = _ROWS2[key] = xp.reshape(xp.arange(2, device=dev), (2, 1)) == 1
+        got = _ROWS2[key] = xp.reshape(xp.arange(2, device=dev), (1, 2)) == 1
     return got
 
 
@@ -225,38 +292,36 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
         E1 = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
         return xp.ones_like(E1), E1
     S = _ratio_sorted(P, Q, xp) if sorted_ is None else sorted_
-    shape, B, V, P2, Q2, ro = S["shape"], S["B"], S["V"], S["P2"], S["Q2"], S["ro"]
-    kf, power = _per_row_k(k, B, xp)
-    kr = kf if isinstance(kf, float) else xp.reshape(kf, (B,))  # per row, (B,)
+    shape, B, P2, Q2, ro = S["shape"], S["B"], S["P2"], S["Q2"], S["ro"]
+    kf, power = _per_row_k(k, B, xp)  # a float, or (B, 1) as every per-row value below
+    kc = _const(kf, ro) if isinstance(kf, float) else kf
     # f at rho = 1 and rho = k, term by term (exact zeros when p == q)
     f1 = S["D1"] - power(S["E1"])
-    Dk = xp.sum(xp.clip(Q2 - kf * P2, 0.0, None), axis=-1)
-    Ek = xp.sum(xp.clip(P2 - Q2 / kf, 0.0, None), axis=-1)
+    Dk = xp.sum(xp.clip(Q2 - kf * P2, 0.0, None), axis=-1, keepdims=True)
+    Ek = xp.sum(xp.clip(_sub_div(P2, Q2, kf, xp), 0.0, None), axis=-1, keepdims=True)
     fk = Dk - power(Ek)
     # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
-    above1 = ro > 1.0
+    above1 = ~(ro <= 1.0)  # and NaN ratios (p = q = 0), which no test below takes for inside or below hi
     inside = above1 & (ro < kf)
-    rho_j = xp.where(inside, ro, _c(2.0, ro))
-    E = xp.clip(S["Pp"] - S["Qp"] / rho_j, 0.0, None)
+    rho_j = _where(inside, ro, _const(2.0, ro), xp)
+    E = xp.clip(_sub_div(S["Pp"], S["Qp"], rho_j, xp), 0.0, None)
     D = xp.clip(S["Qs"] - rho_j * S["Ps"], 0.0, None)
-    fj = xp.where(inside, D - power(E), xp.where(ro <= 1.0, _c(math.inf, ro), _c(-math.inf, ro)))
-    # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end
-    neg = fj <= 0.0
-    has = xp.any(neg, axis=-1, keepdims=True)  # (B, 1), as every per-row value below
-    jj = xp.argmax(xp.astype(neg, xp.float64), axis=-1, keepdims=True)
+    # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end; outside (1, k) f is
+    # taken as +inf at ratios <= 1 and -inf above (and at NaN), so f <= 0 there exactly where above1
+    neg = _where(inside, D - power(E) <= 0.0, above1, xp)
+    has, jj = _any_first(neg, xp)  # (B, 1), as every per-row value below
     ro_j = _take_along(ro, jj, xp)
-    hi = xp.where(has & (ro_j < kf), ro_j, kf)  # ro_j < kf: not NaN, and hi <= kf
+    hi = _where(has & (ro_j < kf), ro_j, kc, xp)  # ro_j < kf: not NaN, and hi <= kf
     # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
-    lo = xp.max(xp.where((ro < hi) & above1, ro, _c(1.0, ro)), axis=-1, keepdims=True)
+    lo = xp.max(_where((ro < hi) & above1, ro, _const(1.0, ro), xp), axis=-1, keepdims=True)
     # the split on (lo, hi): ratios <= lo below, >= hi above
-    nb = _count_true(ro <= lo)
-    idx = xp.clip(nb - 1, 0, V - 1)
-    some = nb > 0
-    Pl = xp.where(some, _take_along(S["Pcum"], idx, xp), _c(0.0, ro))
-    Ql = xp.where(some, _take_along(S["Qcum"], idx, xp), _c(0.0, ro))
-    Ph = xp.clip(xp.reshape(S["tot_p"], (B, 1)) - Pl, 0.0, None)
-    Qh = xp.clip(xp.reshape(S["tot_q"], (B, 1)) - Ql, 0.0, None)
-    k_hi = kr if isinstance(kr, float) else float(max(k[1]))
+    nb = _count_true(ro <= lo)  # Pl, Ql: the sums of the nb first (0 where none), from the cumulative sums after a 0
+    zeros = _zeros_column(B, ro, xp)
+    Pl = _take_along(xp.concat([zeros, S["Pcum"]], axis=-1), nb, xp)
+    Ql = _take_along(xp.concat([zeros, S["Qcum"]], axis=-1), nb, xp)
+    Ph = xp.clip(S["tot_p"] - Pl, 0.0, None)
+    Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
+    k_hi = kf if isinstance(kf, float) else float(max(k[1]))
     if _has_bits(lo) and not _BISECT_ONLY:
         b = _first_false(lo, hi, Pl, Ql, Ph, Qh, power, k_hi, xp)
     else:
@@ -265,18 +330,38 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     # has the sign of their order), D = (Qh - rho Ph)_+, E = (Pl - Ql / rho)_+
     ends = xp.concat([lo, hi], axis=-1)
     D = xp.clip(Qh - ends * Ph, 0.0, None)
-    Ek = power(xp.clip(Pl - Ql / ends, 0.0, None))
-    root = xp.reshape(xp.where((D <= Ek)[:, :1], lo, xp.where((D >= Ek)[:, 1:], hi, b)), (B,))
-    rho = xp.where(f1 <= 0.0, _c(1.0, ro), xp.where(fk > 0.0, kr, root))
-    E_star = xp.sum(xp.clip(P2 - Q2 / xp.reshape(rho, (B, 1)), 0.0, None), axis=-1)
-    return xp.reshape(rho, shape), xp.reshape(E_star, shape)
+    Ek = power(xp.clip(_sub_div(Pl, Ql, ends, xp), 0.0, None))
+    root = _where((D <= Ek)[:, :1], lo, _where((D >= Ek)[:, 1:], hi, b, xp), xp)
+    rho = _where(f1 <= 0.0, _const(1.0, ro), _where(fk > 0.0, kc, root, xp), xp)  # (B, 1)
+    E_star = xp.sum(xp.clip(_sub_div(P2, Q2, rho, xp), 0.0, None), axis=-1)
+    return xp.reshape(rho, shape), _reshape(E_star, shape, xp)
+
+
+def _zeros_column(B: int, like, xp):
+    """``(B, 1)`` float64 zeros on ``like``'s device; on torch made there once per run and ``B`` (never written)."""
+    if not _is_torch(like):
+        return xp.zeros((B, 1), dtype=xp.float64, device=_device(like))
+    import torch
+
+    dev = like.device
+    return _cached(("z", B, str(dev)), lambda: torch.zeros((B, 1), dtype=torch.float64, device=dev))
+
+
+def _any_first(neg, xp):
+    """Whether each row of a bool ``(B, n)`` array has a true entry, and the first one's column (0 where none):
+    ``(B, 1)`` each; on torch one op (``torch.max`` over the row: the first maximal entry's index)."""
+    if _is_torch(neg):
+        import torch
+
+        return torch.max(neg, -1, keepdim=True)
+    return xp.any(neg, axis=-1, keepdims=True), xp.argmax(xp.astype(neg, xp.float64), axis=-1, keepdims=True)
 
 
 def _go_up(rho, Pl, Ql, Ph, Qh, power, xp):
     r"""The bisection's test of :func:`_rho_star_rows` at ``rho`` (every row's split ``Pl, Ql, Ph, Qh`` broadcast against
     it): :math:`f(\rho) > 0`, i.e. :math:`D > E^k` (a difference of floats is positive exactly when the first is
     larger; an unclipped negative ``D`` is no larger than :math:`E^k \ge 0`, as its clipped 0 is not)."""
-    return Qh - rho * Ph > power(xp.clip(Pl - Ql / rho, 0.0, None))
+    return Qh - rho * Ph > power(xp.clip(_sub_div(Pl, Ql, rho, xp), 0.0, None))
 
 
 def _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi: float, xp):
@@ -284,16 +369,15 @@ def _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi: float, xp):
     :func:`_bisect_steps` steps (the state of :data:`_BISECT`): the reference of :func:`_first_false`, and its route
     for namespaces with no bit view of float64 arrays.
 
-    ``[a, b]`` is held as one ``(2, B)`` array: ``mid = 0.5 * (a + b)`` is their mean (the sum rounded once, halved
-    exactly), and one ``where`` moves ``a`` (row 0) up to ``mid`` where the test holds, ``b`` (row 1) down to it
-    elsewhere. Every argument ``(B, 1)``, as ``b``."""
-    lo, hi, Pl, Ql, Ph, Qh = (xp.reshape(x, (-1,)) for x in (lo, hi, Pl, Ql, Ph, Qh))
-    ab = xp.stack([lo, hi], axis=0)
-    other = _second_row(xp, _device(ab))  # row 1 moves where row 0 does not
+    ``[a, b]`` is held as one ``(B, 2)`` array: ``mid = 0.5 * (a + b)`` is their mean (the sum rounded once, halved
+    exactly), and one ``where`` moves ``a`` (column 0) up to ``mid`` where the test holds, ``b`` (column 1) down to
+    it elsewhere. Every argument ``(B, 1)``, as ``b``."""
+    ab = xp.concat([lo, hi], axis=-1)
+    other = _second_row(xp, _device(ab))  # column 1 moves where column 0 does not
     for _ in range(_bisect_steps(k_hi)):
-        mid = xp.mean(ab, axis=0)
+        mid = xp.mean(ab, axis=-1, keepdims=True)
         ab = xp.where(_go_up(mid, Pl, Ql, Ph, Qh, power, xp) ^ other, mid, ab)
-    return xp.reshape(ab[1], (-1, 1))
+    return ab[:, 1:]
 
 
 #: Tests only: ``True`` makes :func:`_rho_star_rows` bisect (:func:`_bisect`) on every namespace.
@@ -367,9 +451,19 @@ ho` (each rounded operation is
     """
     M = _grid_points(xp, lo)
     a = _float_bits(lo, xp)
-    dev = _device(a)
+    if _is_torch(a):  # the same rounds in fewer ops: the candidates written into one buffer seen as floats
+        import torch
+
+        cand = torch.empty((int(a.shape[0]), M), dtype=torch.int64, device=a.device)
+        floats = cand.view(torch.float64)
+        for s in _grid_rounds(k_hi, M):
+            torch.add(a, _arange(s, s * (M + 1), s, a, xp), out=cand)  # (B, M): a + s .. a + M s
+            g = _go_up(floats, Pl, Ql, Ph, Qh, power, xp)
+            a = torch.add(a, g.sum(-1, keepdim=True), alpha=s)  # the first false column, as below
+        # a + 1 on the floats' bits is the next float up (a is positive and finite)
+        return torch.minimum(torch.nextafter(a.view(torch.float64), _const(math.inf, hi)), hi)
     for s in _grid_rounds(k_hi, M):
-        c = a + xp.arange(s, s * (M + 1), s, dtype=xp.int64, device=dev)  # (B, M): a + s .. a + M s
+        c = a + _arange(s, s * (M + 1), s, a, xp)  # (B, M): a + s .. a + M s
         g = _go_up(c.view(xp.float64), Pl, Ql, Ph, Qh, power, xp)
         a = a + _count_true(g) * s  # the first false column (M: none), g being true then false along the row
     return xp.minimum(a + 1, _float_bits(hi, xp)).view(xp.float64)
@@ -499,7 +593,10 @@ def kseq_acceptance_rows(P, Q, ks, xp) -> list:
     S = None
     out = []
     for k in ks:
-        if k > 1 and S is None:
+        if k == 1:  # rho* = 1 (_rho_star_rows' E alone; E**1 is E)
+            out.append(xp.clip(1.0 - xp.sum(xp.clip(P - Q, 0.0, None), axis=-1), 0.0, 1.0))
+            continue
+        if S is None:
             S = _ratio_sorted(P, Q, xp)
         _, E = _rho_star_rows(P, Q, k, xp, S)
         out.append(xp.clip(1.0 - E**k, 0.0, 1.0))

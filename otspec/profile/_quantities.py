@@ -928,10 +928,11 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
             run = {"block": S[:, 0, :], "block-onestep": xp.min(xp.where(S <= 1.0, S, one), axis=1)}
     else:
         run = {"block": xp.cumulative_prod(ratio, axis=-1)}
-    ones = xp.ones((len(names), R, 1), dtype=ratio.dtype, device=dev)
-    W = xp.concat([ones, xp.stack([run[n] for n in names], axis=0)], axis=-1)  # (F, R, L + 1): w_0 = 1
+    ones = _ones_column(len(names), R, ratio, xp)
+    runs = xp.stack([run[n] for n in names], axis=0)  # (F, R, L): w_1 .. w_L
+    W = xp.concat([ones, runs], axis=-1)  # (F, R, L + 1): w_0 = 1
     # P(tau = ell | X^ell), (F, R, L, 1): w capped at 1 (the one-step variant's never exceeds 1: the same values)
-    top = xp.clip(W[:, :, 1:], None, 1.0)[..., None]
+    top = xp.clip(runs, None, 1.0)[..., None]
     if L > 1:  # the backward walk's acceptance at depth 1..L-1, (F, R, L - 1): pos / den, 1 where den = 0
         pos, neg = _excess_sums(W, P, Q, L, xp, "block" in names)  # (F, R, L - 1) each
         if "block-onestep" in names:
@@ -955,6 +956,28 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     a = xp.concat([ones, acc], axis=-1)[:, :, None, :]  # a_t, a_0 = 1
     law = xp.concat([left * a, top], axis=-1)  # a last column (t = L), never short: only its shape is read
     return xp.where(m["short"], law, xp.where(m["full"], top, c["zero"]))
+
+
+def _ones_column(F: int, R: int, like, xp):
+    """``(F, R, 1)`` ones of ``like``'s dtype on its device for :func:`block_path_laws_stack`; on torch made there
+    once per run and shape (never written: only concatenated)."""
+    import array_api_compat
+
+    if not array_api_compat.is_torch_array(like):
+        return xp.ones((F, R, 1), dtype=like.dtype, device=_device(like))
+    import torch
+
+    key = (F, R, str(like.dtype), str(like.device))
+    got = _ONES.get(key)
+    if got is None:
+        if len(_ONES) >= 64:
+            _ONES.clear()
+        got = _ONES[key] = torch.ones((F, R, 1), dtype=like.dtype, device=like.device)
+    return got
+
+
+#: :func:`_ones_column`'s arrays by shape, dtype and device: made once per run.
+_ONES: dict = {}
 
 
 #: :func:`_scheme_consts`' arrays by (names, namespace, device): made once per run.

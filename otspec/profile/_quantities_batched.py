@@ -33,7 +33,18 @@ import numpy as np
 from ..decoding._tree_device import ranked_rows_t
 from ..lossy._mentored import _BIG
 from ..lossy._typical import VLLM_DEFAULTS
-from ..multidraft._batched import _c, _ratio_sorted, _rho_star_rows, _take, _take_along
+from ..multidraft._batched import (
+    _arange,
+    _c,
+    _cached,
+    _const,
+    _ratio_sorted,
+    _reshape,
+    _rho_star_rows,
+    _take,
+    _take_along,
+    _where,
+)
 from ..multidraft._greedy_drafts import top_tokens
 
 __all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
@@ -83,19 +94,24 @@ def top_ids(P, K: int, xp):
     """
     shape = tuple(P.shape[:-1])
     V = int(P.shape[-1])
-    flat = xp.reshape(P, (-1, V))
+    flat = _reshape(P, (math.prod(shape), V), xp)
     if isinstance(P, np.ndarray):
         ids = np.stack([top_tokens(row, K) for row in flat]) if flat.shape[0] else np.zeros((0, K), np.int64)
         return ids.astype(np.int64).reshape(shape + (K,))
     import array_api_compat
 
     if array_api_compat.is_torch_array(P):
-        return xp.reshape(ranked_rows_t(flat, K)[0], shape + (K,))
+        return _reshape(ranked_rows_t(flat, K)[0], shape + (K,), xp)
     return xp.argsort(P, axis=-1, descending=True, stable=True)[..., :K]
 
 
-def _count_positive(P, xp):
-    return xp.sum(xp.astype(P > 0.0, xp.int64), axis=-1)
+def _count_positive(P, xp, keepdims: bool = False):
+    """The number of positive entries of each row, int64 (on torch one sum of the bool array: int64 already)."""
+    import array_api_compat
+
+    if array_api_compat.is_torch_array(P):
+        return (P > 0.0).sum(-1, keepdim=keepdims)
+    return xp.sum(xp.astype(P > 0.0, xp.int64), axis=-1, keepdims=keepdims)
 
 
 def _multiround(P, Q, ks, xp):
@@ -124,55 +140,71 @@ def _greedy_drafts(P, Q, ks, xp):
     Every ``k`` of ``2 .. max(ks)`` at once: ``T`` of ``k`` the tokens of ranks ``< k - 1`` (a running count of
     each token's matches with the ranked ids), one ``(..., k, V)`` block of the laws off ``T``, each row's sums its
     own; ``k = 1`` (no ``T``) apart."""
-    n = _count_positive(P, xp)
+    n = _count_positive(P, xp, keepdims=True)
     V = int(P.shape[-1])
     m = min(max(ks), V)  # k > V: undefined (NaN), below
     K = m - 1
-    one = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1)[..., None]  # k = 1
+    one = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1, keepdims=True)  # k = 1
     if K:
         ids = top_ids(P, K, xp)
         qT = xp.cumulative_sum(_take_along(Q, ids, xp), axis=-1)
-        pos = xp.arange(V, device=_device(P))
-        inT = xp.cumulative_sum(xp.astype(ids[..., None] == pos, xp.int64), axis=-2) > 0  # (..., K, V): ranks < k - 1
-        law = xp.where(inT, _c(0.0, P), P[..., None, :])
+        pos = _arange(0, V, 1, P, xp)
+        inT = _any_so_far(ids[..., None] == pos, xp)  # (..., K, V): ranks < k - 1
+        zero = _const(0.0, P)
+        law = _where(inT, zero, P[..., None, :], xp)
         last = law / xp.sum(law, axis=-1, keepdims=True)
-        val = xp.concat([one, qT + xp.sum(xp.where(inT, _c(0.0, P), xp.minimum(last, Q[..., None, :])), axis=-1)], axis=-1)
+        val = xp.concat([one, qT + xp.sum(_where(inT, zero, xp.minimum(last, Q[..., None, :]), xp), axis=-1)], axis=-1)
     else:
         val = one
-    kk = xp.arange(1, m + 1, device=_device(P))
-    val = xp.where(n[..., None] < kk, _c(math.nan, P), xp.clip(val, None, 1.0))  # (..., m): k = 1 .. m
+    kk = _arange(1, m + 1, 1, P, xp)
+    val = _where(n < kk, _const(math.nan, P), xp.clip(val, None, 1.0), xp)  # (..., m): k = 1 .. m
     if list(ks) == list(range(1, m + 1)):
         return val
     nan = xp.full(tuple(P.shape[:-1]), math.nan, dtype=xp.float64, device=_device(P))
     return [nan if k > V else val[..., k - 1] for k in ks]
 
 
+def _any_so_far(eq, xp):
+    """Whether any of ``eq[..., :i + 1, :]`` is true, for every ``i`` (a running count along axis -2 above 0; on torch
+    the bool array counted as it is, int64)."""
+    import array_api_compat
+
+    if array_api_compat.is_torch_array(eq):
+        return eq.cumsum(-2) > 0
+    return xp.cumulative_sum(xp.astype(eq, xp.int64), axis=-2) > 0
+
+
 def _top_k(P, Q, ks, xp):
     """``q(C)``, ``C`` the top ``k`` of ``p`` (NaN where ``p`` has fewer than ``k`` tokens)."""
-    n = _count_positive(P, xp)
+    n = _count_positive(P, xp, keepdims=True)
     V = int(P.shape[-1])
     m = min(max(ks), V)
     qC = xp.cumulative_sum(_take_along(Q, top_ids(P, m, xp), xp), axis=-1)
-    kk = xp.arange(1, m + 1, device=_device(P))
-    val = xp.where(n[..., None] < kk, _c(math.nan, P), xp.clip(qC, None, 1.0))  # (..., m): k = 1 .. m
+    kk = _arange(1, m + 1, 1, P, xp)
+    val = _where(n < kk, _const(math.nan, P), xp.clip(qC, None, 1.0), xp)  # (..., m): k = 1 .. m
     if list(ks) == list(range(1, m + 1)):
         return val
-    return [xp.where(n < k, math.nan, val[..., min(k, V) - 1]) for k in ks]
+    return [xp.where(n[..., 0] < k, math.nan, val[..., min(k, V) - 1]) for k in ks]
 
 
-def _typical_rule(Q, xp, options: dict):
-    r"""The threshold :math:`\min(\varepsilon, \delta e^{-H_\gamma(q)})` of every row and its first argmax."""
+def _typical_rule(Q, xp, options: dict, keepdims: bool = False):
+    r"""The threshold :math:`\min(\varepsilon, \delta e^{-H_\gamma(q)})` of every row and its first argmax
+    (``(..., 1)`` each with ``keepdims``)."""
     o = {**VLLM_DEFAULTS, **options}
-    H = -xp.sum(Q * xp.log(Q + o["guard"]), axis=-1)
-    return xp.clip(o["delta"] * xp.exp(-H), None, o["epsilon"]), xp.argmax(Q, axis=-1)
+    minus_H = xp.sum(Q * xp.log(Q + o["guard"]), axis=-1, keepdims=keepdims)  # exp(-H) of it: -(-x) is x
+    return xp.clip(o["delta"] * xp.exp(minus_H), None, o["epsilon"]), xp.argmax(Q, axis=-1, keepdims=keepdims)
 
 
 def _h_series(u, xp):
-    """:math:`u^2 \\sum_{k \\ge 2} (-u)^{k-2} / k`, the host's series for :math:`u - \\ln(1 + u)` at small ``|u|``."""
-    acc = xp.zeros_like(u)
-    neg = -u  # once (negation is exact)
-    for k in range(18, 1, -1):
-        acc = acc * neg + 1.0 / k
+    """:math:`u^2 \\sum_{k \\ge 2} (-u)^{k-2} / k`, the host's series for :math:`u - \\ln(1 + u)` at small ``|u|``
+    (finite ``u``).
+
+    The host's Horner steps ``acc = acc * (-u) + 1/k`` from ``acc = 0``, ``k = 18 .. 2``, float for float in two ops
+    a step: ``acc * (-u) + c`` is ``c - acc * u`` (a product's negation is exact, ``c + (-x)`` is ``c - x``), and the
+    first step gives ``1/18`` exactly (``0 * (-u) + 1/18``), so the second is ``1/17 - u * (1/18)``."""
+    acc = 1.0 / 17 - u * (1.0 / 18)
+    for k in range(16, 1, -1):
+        acc = 1.0 / k - acc * u
     return u * u * acc
 
 
@@ -181,31 +213,29 @@ def kl_rows(q, pi, xp):
     :math:`\pi` misses mass of ``q``), by its non-negative terms :math:`q\,h(\pi/q - 1)`."""
     m = q > 0.0
     miss = xp.any(m & (pi <= 0.0), axis=-1)
-    one = _c(1.0, q)
-    qs, ps = xp.where(m, q, one), xp.where(m & (pi > 0.0), pi, one)
+    one, zero = _const(1.0, q), _const(0.0, q)
+    qs, ps = _where(m, q, one, xp), _where(m & (pi > 0.0), pi, one, xp)
     big = ps > qs * _BIG  # pi / q may overflow: that term by logs, as the host's (_kl_terms)
-    qn = xp.where(big, ps, qs)
+    qn = _where(big, ps, qs, xp)
     u, v = (ps - qn) / qn, ps / qn
     small = xp.abs(u) < 0.05
-    h = xp.where(small, _h_series(xp.where(small, u, _c(0.0, q)), xp), u - xp.log(v))
-    terms = xp.where(big, (ps - qs) - qs * (xp.log(ps) - xp.log(qs)), q * h)
-    zero = _c(0.0, q)
-    val = xp.sum(xp.where(m, terms, zero), axis=-1) + xp.sum(xp.where(m, zero, pi), axis=-1)
-    return xp.where(miss, _c(math.inf, q), xp.clip(val, 0.0, None))
+    h = _where(small, _h_series(_where(small, u, zero, xp), xp), u - xp.log(v), xp)
+    terms = _where(big, (ps - qs) - qs * (xp.log(ps) - xp.log(qs)), q * h, xp)
+    val = xp.sum(_where(m, terms, zero, xp), axis=-1) + xp.sum(_where(m, zero, pi, xp), axis=-1)
+    return _where(miss, _const(math.inf, q), xp.clip(val, 0.0, None), xp)
 
 
 def _typical(P, Q, xp, options: dict):
     """Typical acceptance's acceptance, and its output law's total variation and KL from ``q``: ``(..., 3)``."""
-    thr, y = _typical_rule(Q, xp, options)
-    acc = Q > thr[..., None]
-    y1 = y[..., None]
-    is_y = xp.arange(int(P.shape[-1]), device=_device(P)) == y1
-    zero = _c(0.0, P)
-    law = xp.where(acc, P, zero)
-    kept = xp.sum(law, axis=-1)
-    out = law + xp.where(is_y, xp.clip(1.0 - kept, 0.0, None)[..., None], zero)
-    y_acc = _take_along(acc, y1, xp)[..., 0]
-    a = xp.clip(kept + xp.where(y_acc, zero, _take_along(P, y1, xp)[..., 0]), None, 1.0)
+    thr, y1 = _typical_rule(Q, xp, options, keepdims=True)  # (..., 1) each
+    acc = Q > thr
+    is_y = _arange(0, int(P.shape[-1]), 1, P, xp) == y1
+    zero = _const(0.0, P)
+    law = _where(acc, P, zero, xp)
+    kept = xp.sum(law, axis=-1, keepdims=True)
+    out = law + _where(is_y, xp.clip(1.0 - kept, 0.0, None), zero, xp)
+    y_acc = _take_along(acc, y1, xp)
+    a = xp.clip(kept + _where(y_acc, zero, _take_along(P, y1, xp), xp), None, 1.0)[..., 0]
     tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1)
     return [a, tv, kl_rows(Q, out, xp)]
 
@@ -452,7 +482,7 @@ class RhoStar:
         n, like = (int(S[0].shape[0]), S[0]) if isinstance(S, tuple) else (S["B"], S["P2"])
         if kf is None:
             ks = (int(ks),)
-            kf = xp.full((n,), float(ks[0]), dtype=xp.float64, device=_device(like))
+            kf = _full_k(n, ks[0], like, xp)
         self.blocks.append((S, kf, tuple(int(k) for k in ks), n))
         return len(self.blocks) - 1
 
@@ -473,7 +503,10 @@ class RhoStar:
                                                  shape=(sum(sizes),), B=sum(sizes), V=got[0]["V"])
         kf = _concat([b[1] for b in self.blocks], xp)
         rho, E = _rho_star_rows(None, None, (kf, ks) if len(ks) > 1 else ks[0], xp, S)
-        rho, E = xp.reshape(rho, (-1,)), xp.reshape(E, (-1,))
+        rho, E = _reshape(rho, (sum(sizes),), xp), _reshape(E, (sum(sizes),), xp)
+        if len(sizes) > 1 and hasattr(rho, "split_with_sizes"):  # torch: each block's rows in one op per array
+            self.got.extend(zip(rho.split_with_sizes(sizes), E.split_with_sizes(sizes)))
+            return
         at = 0
         for n in sizes:
             self.got.append((rho[at:at + n], E[at:at + n]))
@@ -483,6 +516,19 @@ class RhoStar:
         """Block ``i``'s ``(rho, E(rho))`` (solving first if not yet solved)."""
         self.solve()
         return self.got[i]
+
+
+def _full_k(n: int, k: int, like, xp):
+    """``(n,)`` float64 ``k`` on ``like``'s device (a block's numbers of drafts); on torch made there once per run
+    (never written: :meth:`RhoStar.solve` concatenates it)."""
+    import array_api_compat
+
+    if not array_api_compat.is_torch_array(like):
+        return xp.full((n,), float(k), dtype=xp.float64, device=_device(like))
+    import torch
+
+    dev = like.device
+    return _cached(("k", n, k, str(dev)), lambda: torch.full((n,), float(k), dtype=torch.float64, device=dev))
 
 
 def _concat(arrays: list, xp):
