@@ -164,14 +164,7 @@ def _walk_counts(monkeypatch, trees: bool, *, subsample: int, by_function: bool 
 #: (otspec.multidraft._batched._first_false; on an accelerator 4 rounds of 16,383 candidates instead of these 6 of
 #: 511, about 28 ops fewer), the ratios' sort and order in one op, greedy drafts, top-k and multi-round's rounds over
 #: every k at once, a position's laws renormalised once for its verifiers (otspec.profile._quantities_batched).
-SUBSAMPLED = {False: 958, True: 1365}
-
-
-@pytest.mark.parametrize("trees", [False, True])
-def test_aten_ops_at_subsampled_positions_after_batching_over_k(monkeypatch, trees):
-    rows, c = _walk_counts(monkeypatch, trees, subsample=1)
-    assert "kseq" in rows["name"] and ("tree" in rows["kind"]) == trees
-    assert c.aten / T <= SUBSAMPLED[trees], c.aten / T
+#: (pinned at 958 and 1,365 then; the pin below supersedes it.)
 
 
 def test_the_grid_takes_more_candidates_on_an_accelerator():
