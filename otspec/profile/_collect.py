@@ -740,6 +740,40 @@ def _position_later(rows: list, pos: int, X, P, Q, settings, sub: list, builds: 
     return record
 
 
+def _read_position(later, checks, sampling, law, fill, trees, early: bool, sub: list, X, P, Q, X_dev, rows: list,
+                   pos: int, settings, target, ts, last, n_ctx: int, p_root):
+    """One position's read on the device route, for ``B`` prompts (``X``, ``P``, ``Q``, ``X_dev``, ``rows``, ``sub``:
+    one entry each; ``law``: the paths' target laws whose flags the checks read): the drafts (``fill``), the trees'
+    ranks, the paths' laws and the flags travel with the last position's unread values (``later``, its rows written
+    first). Where a prompt is subsampled, with ``early`` (:func:`_scores_early`) the trees are scored and the bound
+    begun after that read and their values read with the position's quantities; otherwise the costly quantities are
+    laid out from the drafts then and left unread, their rows written with the next position's read (a
+    :class:`TreesLater` returned as ``later``). Elsewhere the position's values are read with ``later``'s in one read.
+
+    Returns ``(q_t, builds, later, scored, begun)``: the paths' target laws (host), the
+    :func:`batch_builds`, the values left unread (or None), the trees scored early and the bound begun (or None)."""
+    also, got = checks.parts(law, sampling, [*fill, *(trees.parts() if trees else ())])
+    scored = begun = None
+    if any(sub):
+        read_parts(_after(later, also))  # the last position's rows written first
+        later = None
+        q_t = got["values"]
+        if early:  # the scored trees' values with the position's quantities (the bound needs them at once)
+            q_b = q_t.reshape(len(sub), -1)
+            scored = tree_scores(trees, target, ts, last, n_ctx, q_b, settings)
+            # the bound's contexts' first read with the position's values too (it needs only the contexts' laws)
+            begun = _begin_bounds(settings, target, p_root, q_b, sub)
+            builds = batch_builds(X, P, Q, settings, sub, X_dev, [*scored.parts, *(begun.parts if begun is not None else ())])
+        else:  # the draft trees' nodes laid out from the drafts now, their values read with the next position's
+            builds, parts = batch_builds(X, P, Q, settings, sub, X_dev, defer=True)
+            later = TreesLater(parts, _position_later(rows, pos, X, P, Q, settings, sub, builds))
+    else:  # after the last position's values (an earlier position's error first)
+        builds = batch_builds(X, P, Q, settings, sub, X_dev, _after(later, also))
+        later = None  # the last position's rows written when their values were stored, before this one's
+        q_t = got["values"]
+    return q_t, builds, later, scored, begun
+
+
 def _keeps_trees(settings, renewal) -> bool:
     """Whether the walk keeps the drawn trees for the renewal hook's emission along the text."""
     return renewal is not None and bool(renewal_drawn_trees(settings))
@@ -805,33 +839,12 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             Pd = _to_device(P, dev)
             # the trees drafted before the read: their ranks and values come with the position's values
             trees = tree_drafts(draft, ds, target, len(ctx), p1, settings, [trng], r1) if on and trng is not None else None
-            tscored = begun = None
-            if early:  # the drafts, the trees, the path's law and the flags first; the scored trees' values with the
-                # position's quantities (one read for the two: the bound needs them at once)
-                also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *trees.parts()])
-                read_parts(_after(later, also))  # the last position's rows written first
-                later = None
-                q_t = got_q["values"]
-                tscored = tree_scores(trees, target, ts, [ctx[-1]], len(ctx), q_t[None], settings)
-                # the bound's contexts' first read with the position's values too (it needs only the contexts' laws)
-                begun = _begin_bounds(settings, target, p1, q_t[None], [sub])
-                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None],
-                                  [*tscored.parts, *(begun.parts if begun is not None else ())])
-            elif on and sub:  # the path's law, the flags, the drafts (the trees) read with the last position's values;
-                # the draft tree's nodes laid out from the drafts then, its values read with the next position's
-                also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
-                read_parts(_after(later, also))  # the last position's rows written first
-                later = None
-                q_t = got_q["values"]
-                bl, parts = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], defer=True)
-                later = TreesLater(parts, _position_later([rows], t, X[None], Pd[None], Q[None], settings, [sub], bl))
-            elif on:  # the path's law, the calls' flags (the drafts, the trees) read with the position's values, after
-                # the last position's trees (their values first: an earlier position's error first)
-                also, got_q = checks.parts(Q[0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
-                bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None], _after(later, also))
-                later = None  # the last position's rows written when their values were stored, before this one's
-                q_t = got_q["values"]
+            if on:
+                q_t, bl, later, tscored, begun = _read_position(
+                    later, checks, sampling, Q[0, 0], fill, trees, early, [sub], X[None], Pd[None], Q[None],
+                    Xd[None], [rows], t, settings, target, ts, [ctx[-1]], len(ctx), p1)
             else:
+                tscored = begun = None
                 q_t = checks.read(Q[0, 0], sampling).copy()  # not a view: the path's laws must not hold every Q
                 bl = batch_builds(X[None], Pd[None], Q[None], settings, [sub], Xd[None])
             if later is None:  # else written when its values are read (the position's rows before its trees')
@@ -995,32 +1008,12 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             Pa = _to_device(P, dev)
             # the trees drafted before the read: their ranks and values come with the position's values
             trees = tree_drafts(draft, ds, target, n, p1, settings, trngs, r1) if on and trngs is not None else None
-            tscored = begun = None
-            if early:  # the drafts, the trees, the paths' laws and the flags first; the scored trees' values with the
-                # position's quantities (one read for the two: the bound needs them at once)
-                also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *trees.parts()])
-                read_parts(_after(later, also))  # the last position's rows written first
-                later = None
-                q_t = got_q["values"]
-                tscored = tree_scores(trees, target, ts, ctx[:, -1], n, q_t, settings)
-                # the bound's contexts' first read with the position's values too (it needs only the contexts' laws)
-                begun = _begin_bounds(settings, target, p1, q_t, sub)
-                bl = batch_builds(X, Pa, Q, settings, sub, Xd, [*tscored.parts, *(begun.parts if begun is not None else ())])
-            elif on and any(sub):  # the paths' laws, the flags, the drafts (the trees) read with the last position's
-                # values; the draft trees' nodes laid out from the drafts then, their values read with the next position's
-                also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
-                read_parts(_after(later, also))  # the last position's rows written first
-                later = None
-                q_t = got_q["values"]
-                bl, parts = batch_builds(X, Pa, Q, settings, sub, Xd, defer=True)
-                later = TreesLater(parts, _position_later(rows, t, X, Pa, Q, settings, sub, bl))
-            elif on:  # the paths' laws, the calls' flags (the drafts, the trees) read with the position's values, after
-                # the last position's trees (their values first: an earlier position's error first)
-                also, got_q = checks.parts(Q[:, 0, 0], sampling, [*fill, *(trees.parts() if trees else ())])
-                bl = batch_builds(X, Pa, Q, settings, sub, Xd, _after(later, also))
-                later = None  # the last position's rows written when their values were stored, before this one's
-                q_t = got_q["values"]
+            if on:
+                q_t, bl, later, tscored, begun = _read_position(
+                    later, checks, sampling, Q[:, 0, 0], fill, trees, early, sub, X, Pa, Q, Xd, rows, t, settings,
+                    target, ts, ctx[:, -1], n, p1)
             else:
+                tscored = begun = None
                 q_t = checks.read(Q[:, 0, 0], sampling).copy()
                 bl = batch_builds(X, Pa, Q, settings, sub, Xd) or [None] * B
             if later is None:  # else written when its values are read (the positions' rows before their trees')
