@@ -123,10 +123,14 @@ except ImportError:  # pragma: no cover
 
 
 class _Recorded:
-    """A ``next_dist`` model over the laws a decoding model gave at the prefixes a bound expanded."""
+    """A ``next_dist`` model over the laws a decoding model gave at the prefixes a bound expanded. It declares
+    ``fresh_laws`` (the recorded arrays are never written again: :class:`otspec.models.Model`), so the bound reads
+    each law where it is, checked in one read; with ``fresh=False`` it does not, and each law is copied as it is
+    checked (the route of a model that may overwrite its arrays)."""
 
-    def __init__(self, laws: dict, V: int):
+    def __init__(self, laws: dict, V: int, fresh: bool = True):
         self.laws, self.vocab_size = laws, V
+        self.fresh_laws = fresh
 
     def next_dist(self, prefix):
         return self.laws[tuple(prefix)]

@@ -19,6 +19,7 @@ __all__ = [
     "SIMPLEX_TOL",
     "validate_distribution",
     "law_into",
+    "law_in_place",
     "validate_pair",
     "validate_k",
     "validate_ks",
@@ -148,6 +149,31 @@ def law_into(x, out: np.ndarray | None = None, tol: float = SIMPLEX_TOL) -> np.n
     if not abs(t - 1.0) + 4.0 * n * _UNIT_ROUNDOFF * t <= tol:      # NaN (a bad entry) and inf refused here too
         return None
     return _readonly(out if out.base is None else out.view())
+
+
+def law_in_place(x, tol: float = SIMPLEX_TOL) -> np.ndarray | None:
+    """:func:`validate_distribution` ``(x, name, tol=tol)`` without its copy, where it surely accepts ``x`` and its
+    flushed copy would be ``x`` to the bit: ``x`` itself where it is read-only, else a read-only view of it (``x``
+    is not changed), after one compiled read that writes nothing (:func:`otspec._validation_kernel.law_check_sum`);
+    None where a copy or the full check must decide.
+
+    For arrays that nothing writes again (a model that declares ``fresh_laws``, :class:`otspec.models.Model`):
+    the result shares ``x``'s memory. Accepted as :func:`law_into` accepts (``|t - 1| + 4 n u t <= tol``, ``t``
+    the lanes' total) a C-contiguous float64 ``x`` of one non-empty axis, numba installed, whose every entry is
+    ``+0.0`` or a positive normal finite double (nothing to flush); every other ``x`` (an entry subnormal, ``-0.0``,
+    negative, NaN or infinite; another layout or type) returns None, and the copying route decides and words it
+    as before. Where both accept, the two results are equal to the bit.
+    """
+    if not (_LK.JIT and type(x) is np.ndarray and x.dtype == np.float64 and x.ndim == 1 and x.shape[0] and
+            x.flags.c_contiguous):
+        return None
+    n = x.shape[0]
+    t = _LK.law_check_sum(x, x.view(np.int64))
+    if not abs(t - 1.0) + 4.0 * n * _UNIT_ROUNDOFF * t <= tol:      # NaN (an entry to flush or refuse) too
+        return None
+    if not x.flags.writeable:
+        return x
+    return _readonly(x.view())
 
 
 def validate_distribution(

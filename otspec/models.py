@@ -44,6 +44,7 @@ from ._validation import (
     _float_input,
     as_rng,
     flush_negligible,
+    law_in_place,
     law_into,
     number_text,
     simplex_tolerance,
@@ -237,6 +238,23 @@ class Model(Protocol):
     next_dist(prefix)
         ``prefix`` is a tuple of token ids; returns the ``(V,)`` conditional
         law of the next token (non-negative, summing to 1).
+
+    Notes
+    -----
+    Optional declaration: a model whose class (or instance) has
+    ``fresh_laws = True`` (the bool itself) promises that no array its
+    ``next_dist`` returned is ever written again, by it or by anything that
+    shares its memory (a new array per call, or read-only tables). The exact
+    routines may then read the returned laws where they are, each checked in
+    one read, instead of copying each (:func:`next_law` with
+    ``in_place=True``; :func:`otspec.tree.bound`). A model that reuses a
+    buffer (one array overwritten by the next call, views of a ring of rows)
+    must not declare it; without the declaration every law is copied when
+    read, which is always right. Breaking the promise is the model's bug: the
+    bound may then read another law. Shipped models that declare it:
+    :class:`TableModel`, :class:`MemorylessModel`, :class:`MarkovModel`
+    (read-only tables) and :func:`otspec.decoding.as_model` (a new array per
+    call).
     """
 
     vocab_size: int
@@ -408,7 +426,8 @@ def validate_sequence(seq, vocab_size: int, name: str = "seq") -> tuple[int, ...
     return tuple(out)
 
 
-def next_law(model, prefix: tuple[int, ...], V: int, name: str, *, out: np.ndarray | None = None) -> np.ndarray:
+def next_law(model, prefix: tuple[int, ...], V: int, name: str, *, out: np.ndarray | None = None,
+             in_place: bool = False) -> np.ndarray:
     """``model.next_dist(prefix)`` checked: shape ``(V,)`` and a distribution (read-only float64 copy).
 
     Every sampler and exact routine calls models through this, so a model
@@ -427,6 +446,12 @@ def next_law(model, prefix: tuple[int, ...], V: int, name: str, *, out: np.ndarr
     out : (V,) ndarray of float64, optional
         Where to write the checked copy (a writable C-contiguous row, e.g. of a block that a cache fills row by
         row); the result is then a read-only view of it.
+    in_place : bool, keyword-only
+        For a model that declares ``fresh_laws`` (see :class:`Model`), whose arrays nothing writes again: a law
+        that surely passes with no entry to flush is returned as the model's own array (read-only; a read-only
+        view where it is writable), checked in one read and not copied
+        (:func:`otspec._validation.law_in_place`); every other law is copied and checked as without it. The
+        caller must read the result before anything may write the model's array.
 
     Returns
     -------
@@ -446,6 +471,8 @@ def next_law(model, prefix: tuple[int, ...], V: int, name: str, *, out: np.ndarr
     """
     prefix = tuple(prefix)
     row = model.next_dist(prefix)
+    if in_place and type(row) is np.ndarray and row.shape == (V,) and (law := law_in_place(row)) is not None:
+        return law                      # checked in one read, not copied (the model's arrays are never rewritten)
     if type(row) is np.ndarray and row.shape == (V,) and (law := law_into(row, out)) is not None:
         return law                      # the common case: checked and copied in one read, no message built
     if np.shape(row) != (V,):
@@ -517,6 +544,9 @@ class TableModel:
         self.vocab_size = int(V)
         self.max_len = len(out)
 
+    #: Every law returned is a read-only view of the tables, which nothing writes (see :class:`Model`).
+    fresh_laws = True
+
     def next_dist(self, prefix: tuple[int, ...]) -> np.ndarray:
         """Conditional law of the next token after ``prefix`` (read-only view)."""
         prefix = tuple(prefix)
@@ -547,6 +577,8 @@ class MemorylessModel:
     """
 
     max_len = None  # unbounded
+    #: The law returned is the read-only ``dist``, which nothing writes (see :class:`Model`).
+    fresh_laws = True
 
     def __init__(self, dist):
         self.dist = validate_distribution(dist, "dist")
@@ -596,6 +628,8 @@ class MarkovModel:
     """
 
     max_len = None  # unbounded
+    #: Every law returned is a read-only view of the tables, which nothing writes (see :class:`Model`).
+    fresh_laws = True
 
     def __init__(self, transition, *, initial=None):
         T = _validate_table_rows(transition, "transition")

@@ -38,6 +38,10 @@ class LanguageModelLaws:
     vocab_size : int
     """
 
+    #: Each law returned is a new array (the host copy of the sampling's new law tensor), which nothing writes
+    #: again (:class:`otspec.models.Model`): the exact routines may read it where it is.
+    fresh_laws = True
+
     def __init__(self, lm, context, sampling):
         self.lm, self.context, self.sampling = lm, context, sampling
         self.vocab_size = lm.vocab_size

@@ -1831,13 +1831,24 @@ class _ModelLaws:
     cache of every law (:class:`otspec.tree._process.LawCache`) wrote each into fresh memory, mapped and zeroed
     by the system page by page, and read it back from memory (4 frontiers of 64 prefixes at ``V = 49,152``:
     50 MB written and read again against 201 MB). The copy itself stays: a model may return an array that it
-    later overwrites (its own buffer, a view of one), which the bound must not read."""
+    later overwrites (its own buffer, a view of one), which the bound must not read.
+
+    But for a model that declares ``fresh_laws`` (:class:`otspec.models.Model`: no array it returned is written
+    again), whose laws are read where they are, each checked in one read and not copied
+    (:func:`otspec.models.next_law` with ``in_place=True``; a law with an entry to flush or refuse is copied as
+    above): the target's where it declares it, the draft's where both declare it. Within a call the draft is
+    called for every prefix before the target, so a draft's law read in place could be overwritten by a target
+    that does not declare it and shares the draft's memory (one buffer behind both); the target's laws are read
+    before either model is called again (the next call), so only the models' own promises are relied on. The
+    blocks are still allocated, but untouched (no page mapped) unless a law is copied."""
 
     def __init__(self, draft, target, V, ctx):
         self.models = (draft, target)
         self.V, self.ctx = V, ctx
         self.blocks = [np.empty((0, V)), np.empty((0, V))]
         self.calls = 0
+        fresh = [getattr(m, "fresh_laws", False) is True for m in self.models]
+        self.in_place = (fresh[0] and fresh[1], fresh[1])
 
     def __call__(self, paths):
         self.calls += 1
@@ -1845,8 +1856,8 @@ class _ModelLaws:
         for k, name in enumerate(("draft", "target")):
             if self.blocks[k].shape[0] < len(paths):
                 self.blocks[k] = np.empty((len(paths), self.V))
-            model, block, ctx, V = self.models[k], self.blocks[k], self.ctx, self.V
-            out.append([next_law(model, ctx + s, V, name, out=block[i]) for i, s in enumerate(paths)])
+            model, block, ctx, V, fresh = self.models[k], self.blocks[k], self.ctx, self.V, self.in_place[k]
+            out.append([next_law(model, ctx + s, V, name, out=block[i], in_place=fresh) for i, s in enumerate(paths)])
         return out[0], out[1]                                # rows where they are (no stacking copy)
 
 
