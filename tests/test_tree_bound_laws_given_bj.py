@@ -146,9 +146,9 @@ def test_shipped_models_declare_and_return_arrays_nothing_writes():
         for s in ((), (1,)):
             x = m.next_dist(s)
             assert not x.flags.writeable and (x.base is None or not x.base.flags.writeable)
-    from otspec.decoding import CallableLM, as_model
-
     import torch
+
+    from otspec.decoding import CallableLM, as_model
 
     tq = torch.randn(4, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     am = as_model(CallableLM(lambda ids: tq[ids], 4), context=(1,))
@@ -335,7 +335,7 @@ def test_bad_laws_get_the_copying_routes_refusal_and_message(kind, V):
             for fresh in (True, False):
                 d = _BadAt(good_d, at if who == "draft" else None, row, fresh)
                 t = _BadAt(good_t, at if who == "target" else None, row, fresh)
-                got.append(_attempt(lambda d=d, t=t: bound(shape, d, t, process=process, budget=12, batch=4)))
+                got.append(_attempt(lambda d=d, t=t, p=process: bound(shape, d, t, process=p, budget=12, batch=4)))
             assert got[0] == got[1], (kind, who, got)
             if kind in ("float32", "subnormals", "as_list", "minus_zero", "strided", "big_endian"):
                 assert got[0][0] is not None
