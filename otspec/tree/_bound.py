@@ -2062,7 +2062,10 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
         vocabularies; ``budget`` or ``batch`` below 1 or above their limits;
         a ``"wor"`` shape with more ranks at a node than the vocabulary has
         tokens (before any model call) or than the draft's support at a
-        prefix that the tree can hold (the message names the prefix).
+        prefix that the tree can hold (the message names the prefix), among
+        the prefixes expanded: a prefix left unexpanded (by the budget, or
+        with :math:`\min(Q, \pi) = 0`, e.g. a target probability of 0) is
+        never read, and the bound is returned.
 
     Notes
     -----
