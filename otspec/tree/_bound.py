@@ -1464,18 +1464,18 @@ def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths
 
 def _top_t(low, keep: int):
     """``(vals, idx)`` (``(m, min(keep, V))`` tensors): per row the at most ``keep`` largest positive entries of
-    ``low`` with their columns, ties at the ``keep``-th value taken by lower column (the host's
-    :func:`_top_per_row`); the other places hold -1. Two ``topk``, a ``cumsum``, no read."""
+    ``low`` with their columns, ties (:func:`_order_key`) at the ``keep``-th value taken by lower column (the
+    host's :func:`_top_per_row`); the other places hold -1. Two ``topk``, a ``cumsum``, no read."""
     import torch
 
     m, V = low.shape
     pos = low > 0
     if keep < V:
-        kth = torch.topk(low, keep, dim=1).values[:, -1:]
-        gt = low > kth
-        eq = (low == kth) & pos
+        lo, hi = _key_edges(torch.topk(low, keep, dim=1).values[:, -1:], torch)   # the keep-th's key (_order_key)
+        gt = low >= hi
+        eq = (low >= lo) & (low < hi)
         room = keep - torch.sum(gt, dim=1, keepdim=True)
-        pos = gt | (eq & (torch.cumsum(eq.to(torch.int64), dim=1) <= room))
+        pos = gt | (eq & (torch.cumsum(eq, dim=1, dtype=torch.int64) <= room))
     return torch.topk(torch.where(pos, low, -1.0), min(keep, V), dim=1)
 
 
@@ -1559,7 +1559,7 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
     cols = host[at + 2].reshape(m, K).astype(np.int64)
     G = host[at + 3].reshape(m, K, -1)
     rr, kk = np.nonzero(vals > 0)
-    order = np.lexsort((cols[rr, kk], -vals[rr, kk], rr))
+    order = np.lexsort((cols[rr, kk], -_order_key(vals[rr, kk]), rr))
     rr, kk = rr[order], kk[order]
     x = cols[rr, kk]
     if rr.size == 0:
@@ -1577,6 +1577,44 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
     return cand, pi_exact, dropped
 
 
+#: Low bits of a candidate's min(Q, pi) that its place in the order of expansion ignores (:func:`_order_key`).
+_KEY_DROP = 22
+
+
+def _order_key(v, xp=np):
+    r"""The key that orders candidates for expansion: ``v`` (non-negative float64, numpy or a tensor of ``xp``)
+    rounded to 31 significant bits, as int64 (monotone in ``v``).
+
+    Without replacement the routes (fused kernels, numpy, torch) and the race's head and tail compute a child's
+    :math:`\pi` to a relative 1e-12 but not to the bit, so tied draft probabilities give values a few ulp apart in
+    an order that depends on the route; ordered by the values themselves, a budget that cuts through such a tie
+    expanded other prefixes on each route (bounds 1.5% apart at ``V = 50`` with a uniform draft). Values within
+    :math:`2^{-31}` relative share a key and are ordered by depth, parent and token alike on every route (the key's
+    bin edges are dyadic numbers of 32 significant bits, which a tie's value lies within a few ulp of only by
+    chance)."""
+    if xp is np:
+        b = np.ascontiguousarray(v, dtype=np.float64).view(np.int64)
+    else:
+        import torch
+
+        b = v.contiguous().view(torch.int64)
+    return (b + (1 << (_KEY_DROP - 1))) >> _KEY_DROP
+
+
+def _key_edges(kth, xp=np):
+    """``(lo, hi)``: the smallest positive double of key :func:`_order_key` ``(kth)`` (at least the smallest
+    subnormal) and the smallest double of the next key, as float64 arrays of ``xp`` (``lo <= v < hi`` exactly where
+    ``v > 0`` has ``kth``'s key); five elementwise ops on ``kth``."""
+    half = 1 << (_KEY_DROP - 1)
+    if xp is np:
+        c = (np.ascontiguousarray(kth, dtype=np.float64).view(np.int64) + half) & -(1 << _KEY_DROP)
+        return np.maximum(c - half, 1).view(np.float64), (c + half).view(np.float64)
+    import torch
+
+    c = (kth.view(torch.int64) + half) & -(1 << _KEY_DROP)        # the key times 2**_KEY_DROP
+    return torch.clamp(c - half, min=1).view(torch.float64), (c + half).view(torch.float64)
+
+
 def _note_dropped(owners, npos: np.ndarray, keep: int) -> int:
     """The children with min(Q, pi) > 0 that a budget of ``keep`` per row leaves out (``npos`` positive per row),
     noted on each row's prefix (``owners``, when given: its own search counts them) and summed."""
@@ -1590,7 +1628,8 @@ def _note_dropped(owners, npos: np.ndarray, keep: int) -> int:
 def _top_per_row(low, keep: int, xp, owners=None):
     """``(rows, cols, dropped)`` (host int64): per row the at most ``keep`` largest positive entries of ``low``,
     rows in order, each row's entries by decreasing value, ties by lower column (the order of
-    :func:`otspec.tree._process._ranked` on each row), and the number of positive entries left out (also noted on
+    :func:`otspec.tree._process._ranked` on each row; values are compared by their :func:`_order_key`, as the
+    search orders them), and the number of positive entries left out (also noted on
     each row's prefix in ``owners``, when given).
 
     One partition of the whole block finds each row's ``keep``-th largest value; only the entries at or above it
@@ -1606,14 +1645,14 @@ def _top_per_row(low, keep: int, xp, owners=None):
             kth = np.partition(low, V - keep, axis=1)[:, V - keep]
         else:
             kth = xp.topk(low, keep, dim=1).values[:, -1]
-        pos = pos & (low >= kth[:, None])
+        pos = pos & (low >= _key_edges(kth, xp)[0][:, None])      # every entry of the keep-th's key or above
     if xp is np:
         rows, cols = np.nonzero(pos)
         vals = low[rows, cols]
     else:
         rows, cols = (_host(v).astype(np.int64) for v in xp.nonzero(pos))
         vals = _host(low[pos])
-    order = np.lexsort((cols, -vals, rows))
+    order = np.lexsort((cols, -_order_key(vals), rows))
     rows, cols = rows[order], cols[order]
     within = np.arange(rows.size) - np.searchsorted(rows, rows, side="left")
     ok = within < keep
@@ -2034,7 +2073,10 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
         vocabularies; ``budget`` or ``batch`` below 1 or above their limits;
         a ``"wor"`` shape with more ranks at a node than the vocabulary has
         tokens (before any model call) or than the draft's support at a
-        prefix that the tree can hold (the message names the prefix).
+        prefix that the tree can hold (the message names the prefix), among
+        the prefixes expanded: a prefix left unexpanded (by the budget, or
+        with :math:`\min(Q, \pi) = 0`, e.g. a target probability of 0) is
+        never read, and the bound is returned.
 
     Notes
     -----
@@ -2171,8 +2213,9 @@ class _Search:
         self.blocks.append(cand)
 
     def advance(self) -> list:
-        """After the frontier's expansion: the next frontier, the largest min(Q, pi) first (ties by depth, the
-        parent's order of expansion, token: an order that does not depend on the budget, so a larger budget
+        """After the frontier's expansion: the next frontier, the largest min(Q, pi) first (compared by
+        :func:`_order_key`, so that every route expands the same prefixes; ties by depth, the parent's order of
+        expansion, token: an order that does not depend on the budget, so a larger budget
         expands a superset); empty when the budget is spent or no candidate is left."""
         self.calls += 1
         left = self.left
@@ -2188,7 +2231,7 @@ class _Search:
         order = np.concatenate([c["order"][a] for c, a in zip(blocks, alive)])
         x = np.concatenate([c["x"][a] for c, a in zip(blocks, alive)])
         take = min(self.batch, left)
-        sel = np.lexsort((x, order, dep, -pr))[:take]
+        sel = np.lexsort((x, order, dep, -_order_key(pr)))[:take]
         pb, pk = bid[sel], kid[sel]                       # the picks' blocks and candidates, in the order taken
         made: list = [None] * sel.size
         for b in dict.fromkeys(pb.tolist()):              # each block's picks made together (their places in made)
