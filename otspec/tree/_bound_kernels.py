@@ -257,6 +257,21 @@ def iid_sums_scratch(lvl_start):
             np.zeros(BLOCK + 8, dtype=np.int64))
 
 
+def iid_chain(lvl_start, term_start):
+    """Whether the program of :func:`iid_program` has one class a level and one term a class above level 0 (class
+    ``l`` is level ``l``'s, the root the last): then :math:`f` at a point is
+    ``z = union(x, leaf_n[0])``, ``z = union(s[j - l] * z, term_cnt[term_start[l]])`` for ``l = 1, 2, ...``, the
+    operations of :func:`iid_point` without its loops over classes and terms (so the same value)."""
+    n_lvl = lvl_start.shape[0] - 1
+    for lev in range(n_lvl):
+        if lvl_start[lev + 1] - lvl_start[lev] != 1:
+            return False
+    for c in range(1, n_lvl):
+        if term_start[c + 1] - term_start[c] != 1:
+            return False
+    return True
+
+
 def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, L, Fs, mk, ix):
     r"""The row sums of :func:`iid_row` without its entries (``sums[0]`` = :math:`\sum_x \min(Q_u q_x, \pi_x)`,
     ``sums[1 + e]`` the caps' sums), :math:`\pi` evaluated only where it can be the minimum; ``L`` (``(1 + E,``
@@ -284,6 +299,7 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
             L[e, v] = 0.0
     x = iid_point(SLOPE_AT, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, Fs)
     c = ((x if x < 1.0 else 1.0) / SLOPE_AT) * (1.0 - 1e-12)
+    chain = iid_chain(lvl_start, term_start)
     L0 = L[0]
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
@@ -312,17 +328,22 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
             for t in range(ne):
                 v = ix[t]
                 x = pb[v]
-                for k in range(lvl_start[1]):                     # iid_point's operations at x
-                    Fs[k] = union_point(x, leaf_n[k]) if leaf_n[k] > 0 else 0.0
-                for lev in range(1, n_lvl):
-                    sl = s[j - lev]
-                    for k in range(lvl_start[lev], lvl_start[lev + 1]):
-                        acc = 0.0
-                        for m in range(term_start[k], term_start[k + 1]):
-                            g = union_point(sl * Fs[term_child[m]], term_cnt[m])
-                            acc = g if m == term_start[k] else g + (1.0 - g) * acc
-                        Fs[k] = acc
-                z = Fs[root]
+                if chain:                                         # iid_point's operations at x, one class a level
+                    z = union_point(x, leaf_n[0]) if leaf_n[0] > 0 else 0.0
+                    for lev in range(1, n_lvl):
+                        z = union_point(s[j - lev] * z, term_cnt[term_start[lev]])
+                else:
+                    for k in range(lvl_start[1]):                 # iid_point's operations at x
+                        Fs[k] = union_point(x, leaf_n[k]) if leaf_n[k] > 0 else 0.0
+                    for lev in range(1, n_lvl):
+                        sl = s[j - lev]
+                        for k in range(lvl_start[lev], lvl_start[lev + 1]):
+                            acc = 0.0
+                            for m in range(term_start[k], term_start[k + 1]):
+                                g = union_point(sl * Fs[term_child[m]], term_cnt[m])
+                                acc = g if m == term_start[k] else g + (1.0 - g) * acc
+                            Fs[k] = acc
+                    z = Fs[root]
                 pv = z if z < 1.0 else 1.0
                 y = Qu * qb[v]
                 L0[v] += y if y < pv else pv
@@ -926,7 +947,7 @@ def row_address(x):
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
 JIT = compile_in(globals(), ("union_block", "union_point", "iid_point", "iid_block", "iid_scratch", "iid_pi_kernel",
-                             "lane_total", "iid_sums_scratch", "iid_row_sums", "iid_row", "iid_rows",
+                             "lane_total", "iid_sums_scratch", "iid_chain", "iid_row_sums", "iid_row", "iid_rows",
                              "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
                              "wor_lower", "wor_row_last",
