@@ -55,6 +55,10 @@ BLOCK = 256
 #: The draft probability at which the row kernels take the slope of a concave lower bound on pi (entries above it
 #: get pi itself).
 SLOPE_AT = 1e-3
+#: The least value of the lower bound :math:`c \min(p_x, S)` at which :func:`iid_row_sums` decides an entry by it
+#: (below it only a zero target is decided): above it every rounding of :math:`\pi_x`'s evaluation is relative up to
+#: an underflow's absolute error (2**-1074 an operation), which the margin 1e-12 covers with room to spare.
+DECIDE_FROM = 2.0**-900
 #: Whole blocks whose power sums :func:`wor_row_sums` forms in one sweep (:func:`moments_group`).
 GROUP = 4
 #: Columns of a group that :func:`moments_group` gathers large tokens from only where one of them is large (a
@@ -279,17 +283,18 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
 
     :math:`\pi_x = \min(1, f(p_x))` with :math:`f` concave and increasing in :math:`p_x`, :math:`f(0) = 0` (unions
     :math:`1 - (1 - a)^n` of concave increasing arguments, products of the complements of two of them convex), so
-    :math:`\pi_x \ge \pi(S)\, \min(p_x, S) / S` with :math:`S` = :data:`SLOPE_AT` (the chord below :math:`S`;
-    above it :math:`\pi_x \ge \pi(S)`, :math:`f` increasing). An entry with
-    :math:`Q_u q_x \le c \min(p_x, S)`, :math:`c = (1 - 10^{-12})\, \pi(S) / S` (the margin above the rounding
-    of either side), has :math:`\min(Q_u q_x, \pi_x) = Q_u q_x` and adds it to its lane in the block's sweep; the
-    others add 0 there, and the sweep notes whether there are any (an or, cheaper than a count). A block with such
-    entries flags them in a second sweep (the same comparison, so the same entries), gathers their columns eight
-    flags at a time (a word of zeros skips eight without a branch each) and evaluates :math:`\pi` at each by the
-    operations of :func:`iid_point` (written out here: a call costs more than its arithmetic), adding
-    :math:`\min(Q_u q_x, \pi_x)` to its lane: each lane gets the additions of the whole evaluation in the same
-    order (an added 0 changes no bit of a sum of nonnegative terms), so the sums are bit for bit those of
-    :func:`iid_row` with ``low``/``pi``."""
+    :math:`\pi_x \ge \pi(S)\, \min(p_x, S) / S` with :math:`S` = :data:`SLOPE_AT` (the chord below :math:`S`; above
+    it :math:`\pi_x \ge \pi(S)`, :math:`f` increasing). An entry with :math:`Q_u q_x \le c \min(p_x, S)`, :math:`c =
+    (1 - 10^{-12})\, \pi(S) / S` (the margin above the rounding of either side), has :math:`\min(Q_u q_x, \pi_x) =
+    Q_u q_x` when :math:`c \min(p_x, S) \ge` :data:`DECIDE_FROM` (below it an underflow in :math:`\pi_x`'s
+    evaluation, e.g. of :math:`s\, f` at a subnormal :math:`p_x`, may round :math:`\pi_x` below the bound: only
+    :math:`Q_u q_x = 0` is decided there) and adds it to its lane in the block's sweep; the others add 0 there, and
+    the sweep notes whether there are any (an or, cheaper than a count). A block with such entries flags them in a
+    second sweep (the same comparison, so the same entries), gathers their columns eight flags at a time (a word of
+    zeros skips eight without a branch each) and evaluates :math:`\pi` at each by the operations of
+    :func:`iid_point` (written out here: a call costs more than its arithmetic), adding :math:`\min(Q_u q_x, \pi_x)`
+    to its lane: each lane gets the additions of the whole evaluation in the same order (an added 0 changes no bit
+    of a sum of nonnegative terms), so the sums are bit for bit those of :func:`iid_row` with ``low``/``pi``."""
     V = p.shape[0]
     E = mdc.shape[0]
     n_lvl = lvl_start.shape[0] - 1
@@ -309,7 +314,8 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
         for v in range(b):
             y = Qu * qb[v]
             x = pb[v]
-            und = y > c * (x if x < SLOPE_AT else SLOPE_AT)
+            t = c * (x if x < SLOPE_AT else SLOPE_AT)
+            und = y > (t if t >= DECIDE_FROM else 0.0)
             L0[v] += 0.0 if und else y
             n |= und
         if n:
@@ -318,7 +324,8 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
             for v in range(b):
                 y = Qu * qb[v]
                 x = pb[v]
-                mk[v] = 1 if y > c * (x if x < SLOPE_AT else SLOPE_AT) else 0
+                t = c * (x if x < SLOPE_AT else SLOPE_AT)
+                mk[v] = 1 if y > (t if t >= DECIDE_FROM else 0.0) else 0
             ne = 0
             for w in range((b + 7) // 8):
                 if mk8[w] != 0:
