@@ -186,9 +186,10 @@ def test_iid_row_without_entries_is_iid_row_with_them():
 #: Broken copies of ``iid_row_sums``: (what is replaced, by what, why the check must catch it).
 BROKEN = [
     ("(1.0 - 1e-12)", "(1.0 + 1e-12)", "the margin the other way: q just above pi(S) decided as q"),
-    ("und = y > c * (x if x < SLOPE_AT else SLOPE_AT)", "und = y > c * x", "the chord's slope above SLOPE_AT too"),
-    ("mk[v] = 1 if y > c * (x if x < SLOPE_AT else SLOPE_AT) else 0",
-     "mk[v] = 1 if y >= c * (x if x < SLOPE_AT else SLOPE_AT) else 0", "the flags' comparison not the sweep's"),
+    ("            t = c * (x if x < SLOPE_AT else SLOPE_AT)\n            und", "            t = c * x\n            und",
+     "the chord's slope above SLOPE_AT too"),
+    ("mk[v] = 1 if y > (t if t >= DECIDE_FROM else 0.0) else 0",
+     "mk[v] = 1 if y >= (t if t >= DECIDE_FROM else 0.0) else 0", "the flags' comparison not the sweep's"),
     ("            for v in range(b, BLOCK):\n                mk[v] = 0\n", "",
      "a partial block's flags past its end left from the block before"),
     ("acc = g if m == term_start[k] else g + (1.0 - g) * acc", "acc = g if m == term_start[k] else acc + (1.0 - acc) * g",

@@ -852,7 +852,7 @@ def _row_base(base, V: int):
     if not isinstance(base, np.ndarray) or base.dtype != np.float64 or not base.flags.c_contiguous or \
             base.ndim < 2 or base.shape[-1] != V:
         return None
-    return base.ctypes.data, base.size // V
+    return _K.row_address(base.reshape(-1)), base.size // V     # a view (C-contiguous); numpy's ctypes costs ~20 us
 
 
 def _row_blocks(Prows: list, Qrows: list):
@@ -863,32 +863,32 @@ def _row_blocks(Prows: list, Qrows: list):
     the first entry of a row of its base (a C-contiguous float64 array, e.g. the laws of a model's tree call, viewed
     as ``(n, V)``; :func:`_row_base`, checked once per base)."""
     V = Prows[0].shape[0]
-    shape, strides, step, address = (V,), (8,), 8 * V, _K.row_address
-    bases: dict = {}                                  # id(base) -> _row_base(base, V)
-    of, at = [], []                                   # each row's base and row in it: the draft's, then the target's
-    for x in (*Prows, *Qrows):
-        if x.shape != shape or x.strides != strides or x.dtype != _F64:
+    shape, step, address = (V,), 8 * V, _K.row_address
+    rows = (*Prows, *Qrows)
+    for x in rows:
+        if x.shape != shape or x.strides != (8,) or (x.dtype is not _F64 and x.dtype != _F64):
             return None
-        base = x.base
-        got = bases.get(id(base), bases)
-        if got is bases:
-            got = bases[id(base)] = _row_base(base, V)
+    # each row's base (numbered in order of first appearance) and address; the arithmetic on the addresses in numpy
+    # (Python's divmod of 48-bit integers costs more than the address itself)
+    of: dict = {}                                     # id(base) -> (number, base)
+    bi = np.array([of.setdefault(id(x.base), (len(of), x.base))[0] for x in rows], dtype=np.int64)
+    addr = np.array([address(x) for x in rows], dtype=np.int64)
+    a0, n = np.empty(len(of), dtype=np.int64), np.empty(len(of), dtype=np.int64)
+    for k, base in of.values():
+        got = _row_base(base, V)
         if got is None:
             return None
-        k, off = divmod(address(x) - got[0], step)
-        if off or not 0 <= k < got[1]:
-            return None
-        of.append(base)
-        at.append(k)
+        a0[k], n[k] = got
+    at, off = np.divmod(addr - a0[bi], step)
+    if off.any() or (at < 0).any() or (at >= n[bi]).any():
+        return None
     m = len(Prows)
-    groups: dict = {}
-    for i in range(m):
-        a, b = of[i], of[m + i]
-        groups.setdefault((id(a), id(b)), (a, b, []))[2].append(i)
-    at = np.array(at, dtype=np.int64)
+    pair = bi[:m] * len(of) + bi[m:]                  # the (draft, target) bases of each row of the frontier
+    by = [b for _k, b in of.values()]
     out = []
-    for P, Q, rows in groups.values():
-        ii = np.array(rows, dtype=np.int64)
+    for key in dict.fromkeys(pair.tolist()):
+        ii = np.flatnonzero(pair == key)
+        P, Q = by[key // len(of)], by[key % len(of)]
         out.append((P.reshape(-1, V), at[ii], Q.reshape(-1, V), at[m + ii], ii))
     return out
 

@@ -55,6 +55,10 @@ BLOCK = 256
 #: The draft probability at which the row kernels take the slope of a concave lower bound on pi (entries above it
 #: get pi itself).
 SLOPE_AT = 1e-3
+#: The least value of the lower bound :math:`c \min(p_x, S)` at which :func:`iid_row_sums` decides an entry by it
+#: (below it only a zero target is decided): above it every rounding of :math:`\pi_x`'s evaluation is relative up to
+#: an underflow's absolute error (2**-1074 an operation), which the margin 1e-12 covers with room to spare.
+DECIDE_FROM = 2.0**-900
 #: Whole blocks whose power sums :func:`wor_row_sums` forms in one sweep (:func:`moments_group`).
 GROUP = 4
 #: Columns of a group that :func:`moments_group` gathers large tokens from only where one of them is large (a
@@ -257,6 +261,21 @@ def iid_sums_scratch(lvl_start):
             np.zeros(BLOCK + 8, dtype=np.int64))
 
 
+def iid_chain(lvl_start, term_start):
+    """Whether the program of :func:`iid_program` has one class a level and one term a class above level 0 (class
+    ``l`` is level ``l``'s, the root the last): then :math:`f` at a point is
+    ``z = union(x, leaf_n[0])``, ``z = union(s[j - l] * z, term_cnt[term_start[l]])`` for ``l = 1, 2, ...``, the
+    operations of :func:`iid_point` without its loops over classes and terms (so the same value)."""
+    n_lvl = lvl_start.shape[0] - 1
+    for lev in range(n_lvl):
+        if lvl_start[lev + 1] - lvl_start[lev] != 1:
+            return False
+    for c in range(1, n_lvl):
+        if term_start[c + 1] - term_start[c] != 1:
+            return False
+    return True
+
+
 def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, L, Fs, mk, ix):
     r"""The row sums of :func:`iid_row` without its entries (``sums[0]`` = :math:`\sum_x \min(Q_u q_x, \pi_x)`,
     ``sums[1 + e]`` the caps' sums), :math:`\pi` evaluated only where it can be the minimum; ``L`` (``(1 + E,``
@@ -264,17 +283,18 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
 
     :math:`\pi_x = \min(1, f(p_x))` with :math:`f` concave and increasing in :math:`p_x`, :math:`f(0) = 0` (unions
     :math:`1 - (1 - a)^n` of concave increasing arguments, products of the complements of two of them convex), so
-    :math:`\pi_x \ge \pi(S)\, \min(p_x, S) / S` with :math:`S` = :data:`SLOPE_AT` (the chord below :math:`S`;
-    above it :math:`\pi_x \ge \pi(S)`, :math:`f` increasing). An entry with
-    :math:`Q_u q_x \le c \min(p_x, S)`, :math:`c = (1 - 10^{-12})\, \pi(S) / S` (the margin above the rounding
-    of either side), has :math:`\min(Q_u q_x, \pi_x) = Q_u q_x` and adds it to its lane in the block's sweep; the
-    others add 0 there, and the sweep notes whether there are any (an or, cheaper than a count). A block with such
-    entries flags them in a second sweep (the same comparison, so the same entries), gathers their columns eight
-    flags at a time (a word of zeros skips eight without a branch each) and evaluates :math:`\pi` at each by the
-    operations of :func:`iid_point` (written out here: a call costs more than its arithmetic), adding
-    :math:`\min(Q_u q_x, \pi_x)` to its lane: each lane gets the additions of the whole evaluation in the same
-    order (an added 0 changes no bit of a sum of nonnegative terms), so the sums are bit for bit those of
-    :func:`iid_row` with ``low``/``pi``."""
+    :math:`\pi_x \ge \pi(S)\, \min(p_x, S) / S` with :math:`S` = :data:`SLOPE_AT` (the chord below :math:`S`; above
+    it :math:`\pi_x \ge \pi(S)`, :math:`f` increasing). An entry with :math:`Q_u q_x \le c \min(p_x, S)`, :math:`c =
+    (1 - 10^{-12})\, \pi(S) / S` (the margin above the rounding of either side), has :math:`\min(Q_u q_x, \pi_x) =
+    Q_u q_x` when :math:`c \min(p_x, S) \ge` :data:`DECIDE_FROM` (below it an underflow in :math:`\pi_x`'s
+    evaluation, e.g. of :math:`s\, f` at a subnormal :math:`p_x`, may round :math:`\pi_x` below the bound: only
+    :math:`Q_u q_x = 0` is decided there) and adds it to its lane in the block's sweep; the others add 0 there, and
+    the sweep notes whether there are any (an or, cheaper than a count). A block with such entries flags them in a
+    second sweep (the same comparison, so the same entries), gathers their columns eight flags at a time (a word of
+    zeros skips eight without a branch each) and evaluates :math:`\pi` at each by the operations of
+    :func:`iid_point` (written out here: a call costs more than its arithmetic), adding :math:`\min(Q_u q_x, \pi_x)`
+    to its lane: each lane gets the additions of the whole evaluation in the same order (an added 0 changes no bit
+    of a sum of nonnegative terms), so the sums are bit for bit those of :func:`iid_row` with ``low``/``pi``."""
     V = p.shape[0]
     E = mdc.shape[0]
     n_lvl = lvl_start.shape[0] - 1
@@ -284,6 +304,7 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
             L[e, v] = 0.0
     x = iid_point(SLOPE_AT, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, Fs)
     c = ((x if x < 1.0 else 1.0) / SLOPE_AT) * (1.0 - 1e-12)
+    chain = iid_chain(lvl_start, term_start)
     L0 = L[0]
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
@@ -293,7 +314,8 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
         for v in range(b):
             y = Qu * qb[v]
             x = pb[v]
-            und = y > c * (x if x < SLOPE_AT else SLOPE_AT)
+            t = c * (x if x < SLOPE_AT else SLOPE_AT)
+            und = y > (t if t >= DECIDE_FROM else 0.0)
             L0[v] += 0.0 if und else y
             n |= und
         if n:
@@ -302,7 +324,8 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
             for v in range(b):
                 y = Qu * qb[v]
                 x = pb[v]
-                mk[v] = 1 if y > c * (x if x < SLOPE_AT else SLOPE_AT) else 0
+                t = c * (x if x < SLOPE_AT else SLOPE_AT)
+                mk[v] = 1 if y > (t if t >= DECIDE_FROM else 0.0) else 0
             ne = 0
             for w in range((b + 7) // 8):
                 if mk8[w] != 0:
@@ -312,17 +335,22 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
             for t in range(ne):
                 v = ix[t]
                 x = pb[v]
-                for k in range(lvl_start[1]):                     # iid_point's operations at x
-                    Fs[k] = union_point(x, leaf_n[k]) if leaf_n[k] > 0 else 0.0
-                for lev in range(1, n_lvl):
-                    sl = s[j - lev]
-                    for k in range(lvl_start[lev], lvl_start[lev + 1]):
-                        acc = 0.0
-                        for m in range(term_start[k], term_start[k + 1]):
-                            g = union_point(sl * Fs[term_child[m]], term_cnt[m])
-                            acc = g if m == term_start[k] else g + (1.0 - g) * acc
-                        Fs[k] = acc
-                z = Fs[root]
+                if chain:                                         # iid_point's operations at x, one class a level
+                    z = union_point(x, leaf_n[0]) if leaf_n[0] > 0 else 0.0
+                    for lev in range(1, n_lvl):
+                        z = union_point(s[j - lev] * z, term_cnt[term_start[lev]])
+                else:
+                    for k in range(lvl_start[1]):                 # iid_point's operations at x
+                        Fs[k] = union_point(x, leaf_n[k]) if leaf_n[k] > 0 else 0.0
+                    for lev in range(1, n_lvl):
+                        sl = s[j - lev]
+                        for k in range(lvl_start[lev], lvl_start[lev + 1]):
+                            acc = 0.0
+                            for m in range(term_start[k], term_start[k + 1]):
+                                g = union_point(sl * Fs[term_child[m]], term_cnt[m])
+                                acc = g if m == term_start[k] else g + (1.0 - g) * acc
+                            Fs[k] = acc
+                    z = Fs[root]
                 pv = z if z < 1.0 else 1.0
                 y = Qu * qb[v]
                 L0[v] += y if y < pv else pv
@@ -926,7 +954,7 @@ def row_address(x):
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
 JIT = compile_in(globals(), ("union_block", "union_point", "iid_point", "iid_block", "iid_scratch", "iid_pi_kernel",
-                             "lane_total", "iid_sums_scratch", "iid_row_sums", "iid_row", "iid_rows",
+                             "lane_total", "iid_sums_scratch", "iid_chain", "iid_row_sums", "iid_row", "iid_rows",
                              "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
                              "wor_lower", "wor_row_last",
