@@ -618,6 +618,10 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     if begun is None:
         begun = _begin_bounds(settings, target, p_root, q_root, which)
 
+    # on the device route the bound's frontiers' first read rides the walk's next read (its rows written then)
+    defer_bound = defer and bound and on_device
+    bounds_later: list = []
+
     def record() -> None:
         got = scored.out
         for r, one in zip(rows, got):
@@ -625,9 +629,13 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
         if bound:  # the bound on every lossless verifier, at the subsampled positions
             # the laws where they are when the bound runs on the device route (its torch route), else on the host
             p_b = p_root if on_device else to_host(p_root)
-            record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, p_b,
-                                                           np.asarray(q_root), plan, settings.sampling, got, which,
-                                                           settings.bound_budget, begun=begun))
+            bounds = position_bounds(draft, ds, target, ts, last, n_ctx, p_b, np.asarray(q_root), plan,
+                                     settings.sampling, got, which, settings.bound_budget, begun=begun,
+                                     defer=defer_bound)
+            if defer_bound:  # the models' calls made, the states free: the rest with the next read
+                bounds_later.append(TreesLater(bounds.parts, lambda: record_bounds(rows, pos, plan, bounds.finish())))
+            else:
+                record_bounds(rows, pos, plan, bounds)
         if drawn is not None:
             labels = [f.label for f in along_text_families(plan)]
             for keep, one in zip(drawn, got):
@@ -637,7 +645,7 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     if defer and not bound and read:  # (with no parts too: the rows in order after a position's written later)
         return later
     later.finish(read=read)
-    return None
+    return bounds_later[0] if bounds_later else None
 
 
 def _begin_bounds(settings, target, p_root, q_root, which):
@@ -687,6 +695,14 @@ def _flush(later) -> None:
     end)."""
     if later is not None:
         later.finish()
+
+
+def _before(later) -> dict:
+    """The renewal hook's keyword for the walk's values left unread at its end (``later``, a :class:`TreesLater` or
+    None): ``{"before": later}``, read with the text's values in the hook's one read
+    (:func:`otspec.profile._renewal_hook.emission_rows`), or ``{}`` (a hook that takes no ``before`` is called as
+    before)."""
+    return {} if later is None else {"before": later}
 
 
 def _joined(first, then):
@@ -867,10 +883,11 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             q_path.append(q_t)
             y_path.append(y)
         ctx.append(y)
-    _flush(later)
-    if renewal is not None and T > 0:
+    if renewal is not None and T > 0:  # the walk's last values read with the text's (one read per walk)
         renewal(rows, draft, prompt, np.array(y_path, dtype=np.int64), np.array(q_path), settings, timer,
-                trees=drawn[0] if drawn else None, device=dev)
+                trees=drawn[0] if drawn else None, device=dev, **_before(later))
+    else:
+        _flush(later)
     rows.add(-1, "time", "draft", k_max, [timer.draft, timer.draft_steps])
     rows.add(-1, "time", "target", k_max, [timer.target, timer.target_calls])
     return rows.cols
@@ -1040,13 +1057,14 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             q_path.append(q_t)
             y_path.append(y)
         ctx = np.concatenate([ctx, y[:, None]], axis=1)
-    _flush(later)
+    if renewal is None or T == 0:
+        _flush(later)
     out = []
     for b in range(B):
-        if renewal is not None and T > 0:
+        if renewal is not None and T > 0:  # the walk's last values read with the first prompt's text values
             renewal(rows[b], draft, prompts[b], np.array([y[b] for y in y_path], dtype=np.int64),
                     np.array([q[b] for q in q_path]), settings, timers[b], trees=drawn[b] if drawn else None,
-                    device=dev)
+                    device=dev, **_before(later if b == 0 else None))
         rows[b].add(-1, "time", "draft", k, [timers[b].draft, timers[b].draft_steps])
         rows[b].add(-1, "time", "target", k, [timers[b].target, timers[b].target_calls])
         out.append(rows[b].cols)

@@ -53,7 +53,7 @@ from ._trees_device import HostRows
 
 __all__ = ["BOUND_KIND", "BOUND_FIELDS", "BOUND_ON_DEVICE", "bound_route_on_device", "DEFAULT_BOUND_BUDGET",
            "MAX_PROFILE_BOUND_BUDGET", "validate_bound_budget", "check_bound_vocabulary", "bound_law_bytes",
-           "begin_bounds", "position_bounds", "record_bounds"]
+           "begin_bounds", "position_bounds", "BoundsLater", "record_bounds"]
 
 #: Row kind of the bound.
 BOUND_KIND = "treebound"
@@ -375,7 +375,7 @@ def begin_bounds(p_root, q_root, plan, which, budget: int):
 
 
 def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, plan, sampling, scored: list,
-                    which, budget: int, begun=None) -> list:
+                    which, budget: int, begun=None, *, defer: bool = False):
     r"""The bound of every sampled-tree family at one position of ``B`` prompts, from the laws the walk holds and
     one tree-attention call per model for the prefixes it expands beyond them.
 
@@ -411,18 +411,24 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
     begun : _Begun, optional
         :func:`begin_bounds` of the same ``p_root``, ``q_root``, ``plan``, ``which`` and ``budget`` (the device
         route: the contexts' expansion begun, its first read possibly read with the walk's); None: begun here.
+    defer : bool
+        Stop before the frontiers' first read: a :class:`BoundsLater` is returned, whose :attr:`~BoundsLater.parts`
+        the caller reads with a later read of its own (the walk: with the next position's values) and whose
+        :meth:`~BoundsLater.finish` then gives the list below. The models' calls are all made here (the states
+        are free to move on); on the device route the frontiers' laws are gathered into blocks of their own, so
+        nothing the walk writes later changes them. The same values as without ``defer``.
 
     Returns
     -------
     list
         Per prompt, ``label -> TreeBound`` (:class:`otspec.tree.TreeBound`) of every sampled family, or None
-        where ``which`` is False.
+        where ``which`` is False (a :class:`BoundsLater` of it with ``defer``).
     """
     B = len(which)
     out: list = [None] * B
     fams = plan.sampled
     if not fams or not any(which):
-        return out
+        return BoundsLater(None, lambda: out) if defer else out
     device = _route_device(p_root)
     bs = [b for b in range(B) if which[b]]
     # the contexts of every prompt in one expansion per family, every family's together (their reads shared); each
@@ -460,10 +466,36 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
         group = [(b, searches[(b, f.label)]) for b in bs if searches[(b, f.label)].frontier]
         if group:
             todo.append(([s for _, s in group], [held[b] for b, _ in group]))
-    _expand_groups(todo)
-    for b in bs:
-        out[b] = {f.label: searches[(b, f.label)].result() for f in fams}
-    return out
+    frontiers = _Group(todo)                        # on the device route: run to its first read, left unread
+
+    def done() -> list:
+        frontiers.finish()
+        for b in bs:
+            out[b] = {f.label: searches[(b, f.label)].result() for f in fams}
+        return out
+
+    return BoundsLater(frontiers, done) if defer else done()
+
+
+class BoundsLater:
+    """:func:`position_bounds` stopped before its frontiers' first read (``defer``): :attr:`parts` that read (none on
+    the host route, or when nothing is left to expand), for :func:`otspec.profile._quantities.read_parts` to read
+    with other parts, or left for :meth:`finish` to read; :meth:`finish` reads whatever is left (the race's second
+    round where a family drawn without replacement needs it) and returns the bounds."""
+
+    def __init__(self, group, done):
+        self.group, self.done = group, done
+
+    @property
+    def parts(self) -> list:
+        """``[(tensor, store)]``: the frontiers' first read, unread (none when taken already or on the host route)."""
+        reads = None if self.group is None else self.group.reads
+        flat = None if reads is None else reads.ask()
+        return [] if flat is None else [(flat, reads.give)]
+
+    def finish(self) -> list:
+        """The bounds (:func:`position_bounds`' list), their reads left taken here."""
+        return self.done()
 
 
 def _route_device(p_root):
