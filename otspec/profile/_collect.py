@@ -41,6 +41,7 @@ from ._trees import (
     position_values,
     ranks_by_raw_law,
     record_position,
+    score_sampled,
     score_trees,
     tree_cost_shapes,
     tree_law_bytes,
@@ -597,9 +598,13 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     ``bounds_trees``) the trees are scored and verified but their values not read: a :class:`TreesLater` is
     returned, whose parts the walk reads with the next position's values (or at the walk's end) before it writes
     the rows (:meth:`TreesLater.finish`): one host read fewer per position, the rows the same and in the same order
-    (the next position's rows come after). Otherwise (or at a position with the bound, which needs the trees and the
-    models' states there) the values are read here and the rows written; None is returned. ``scored``: the trees
-    scored already by :func:`tree_scores`, their values read with the position's (then nothing is read here)."""
+    (the next position's rows come after). At a position with the bound on its device route, the bound's model
+    calls are made here (they need the states at the contexts, and the sampled trees' values, read with the
+    position's: :func:`otspec.profile._trees.score_sampled`) and its frontiers' first read, the other trees' values
+    and every row of the position's trees are left in the returned :class:`TreesLater` in the same way. Otherwise the
+    values are read here and the rows written; None is returned. ``scored``: the trees scored already by
+    :func:`tree_scores` (their values unread; the sampled trees' read with the position's when it was given
+    ``sampled``)."""
     plan = getattr(settings, "tree_plan", None)
     # p_root (and r_root) as they are: a tensor on the models' device is expanded there (np.asarray of it would
     # fail on a GPU)
@@ -620,32 +625,60 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
 
     # on the device route the bound's frontiers' first read rides the walk's next read (its rows written then)
     defer_bound = defer and bound and on_device
-    bounds_later: list = []
 
-    def record() -> None:
+    def record(bounds=None) -> None:
         got = scored.out
         for r, one in zip(rows, got):
             record_position(r, pos, plan, position_values(plan, one, V, buffers))
         if bound:  # the bound on every lossless verifier, at the subsampled positions
-            # the laws where they are when the bound runs on the device route (its torch route), else on the host
-            p_b = p_root if on_device else to_host(p_root)
-            bounds = position_bounds(draft, ds, target, ts, last, n_ctx, p_b, np.asarray(q_root), plan,
-                                     settings.sampling, got, which, settings.bound_budget, begun=begun,
-                                     defer=defer_bound)
-            if defer_bound:  # the models' calls made, the states free: the rest with the next read
-                bounds_later.append(TreesLater(bounds.parts, lambda: record_bounds(rows, pos, plan, bounds.finish())))
-            else:
-                record_bounds(rows, pos, plan, bounds)
+            if bounds is None:  # computed here: the laws on the host unless the bound runs on the device route
+                p_b = p_root if on_device else to_host(p_root)
+                bounds = position_bounds(draft, ds, target, ts, last, n_ctx, p_b, np.asarray(q_root), plan,
+                                         settings.sampling, got, which, settings.bound_budget, begun=begun)
+            record_bounds(rows, pos, plan, bounds)
         if drawn is not None:
             labels = [f.label for f in along_text_families(plan)]
             for keep, one in zip(drawn, got):
                 keep[pos] = {label: compact_tree(one[label].tree) for label in labels}
 
+    if defer_bound:
+        # the bound needs the sampled trees' values now: read with the position's (scored given: score_sampled's
+        # part, in the walk's read), else here; its model calls made now (the states hold the contexts), its
+        # frontiers' first read and the other trees' values left for the walk's next read, the rows written then
+        rest = scored.parts
+        if read:
+            read_parts(scored.parts + (begun.parts if begun is not None else []))
+            rest = []
+        bounds = position_bounds(draft, ds, target, ts, last, n_ctx, p_root, np.asarray(q_root), plan,
+                                 settings.sampling, scored.out, which, settings.bound_budget, begun=begun, defer=True)
+        return TreesLater(rest + bounds.parts + _host_law_parts(plan, scored.out),
+                          lambda: record(bounds.finish()))
     later = TreesLater(scored.parts + (begun.parts if begun is not None else []), record)
     if defer and not bound and read:  # (with no parts too: the rows in order after a position's written later)
         return later
-    later.finish(read=read)
-    return bounds_later[0] if bounds_later else None
+    later.finish()  # (scored given: its values unread, the sampled trees' read with the position's)
+    return None
+
+
+def _host_law_parts(plan, scored: list) -> list:
+    """The host copies of the sampled trees' node laws that the host's verifiers will read when the rows are written
+    (:func:`otspec.profile._trees.position_values`: a name not verified on the device, ``s.reach``), as parts of the
+    walk's next read (:func:`otspec.profile._quantities.read_parts`), each law tensor once: the copies
+    :class:`otspec.profile._trees_device.HostRows` would read on first use, one read each, taken with that read
+    instead (the same float64 values)."""
+    out, seen = [], set()
+    for f in getattr(plan, "sampled", ()):
+        for one in scored:
+            s = one.get(f.label)
+            if s is None or (s.reach is not None and all(name in s.reach for name in f.names())):
+                continue
+            for rows in (s.p, s.q):
+                copy = getattr(rows, "_copy", None)
+                if copy is None or copy[1] is not None or id(copy) in seen:
+                    continue
+                seen.add(id(copy))
+                out.append((copy[0].detach(), lambda host, copy=copy: copy.__setitem__(1, np.array(host))))
+    return out
 
 
 def _begin_bounds(settings, target, p_root, q_root, which):
@@ -656,22 +689,27 @@ def _begin_bounds(settings, target, p_root, q_root, which):
         return None
     if analysis_device(target) is None or not bound_route_on_device():
         return None
-    return begin_bounds(p_root, np.asarray(q_root), getattr(settings, "tree_plan", None), which,
+    import torch
+
+    q_root = q_root if torch.is_tensor(q_root) else np.asarray(q_root)  # a tensor where it is: no read
+    return begin_bounds(p_root, q_root, getattr(settings, "tree_plan", None), which,
                         settings.bound_budget)
 
 
-def tree_scores(drafted, target, ts, last, n_ctx: int, q_root, settings):
+def tree_scores(drafted, target, ts, last, n_ctx: int, q_root, settings, sampled=None):
     """The trees ``drafted`` scored by the target after the contexts its state holds and verified, their values left
     unread (:func:`otspec.profile._trees.score_trees` with ``defer``: a :class:`~otspec.profile._trees.ScoredTrees`,
     whose parts the caller reads)."""
     return score_trees(drafted, target, ts, last, n_ctx, np.asarray(q_root), getattr(settings, "tree_plan", None),
-                       settings.sampling, defer=True)
+                       settings.sampling, defer=True, sampled=sampled)
 
 
 def _scores_early(settings, trees, sub) -> bool:
-    """Whether a position's trees are scored before its one read of values, their values read in it: at a position
-    with the bound to run (it needs the trees' values at once), in a walk with tree families (``trees``: their
-    generators, or None); at the other positions they are read with the next position's values (:class:`TreesLater`)."""
+    """Whether a position's sampled trees are scored before its one read of values, their values read in it, and
+    its other trees scored right after it: at a position with the bound to run (it needs the sampled trees' values
+    before its own model calls, made at the position), in a walk with tree families (``trees``: their generators,
+    or None); at the other positions every tree is scored after the read and read with the next position's values
+    (:class:`TreesLater`)."""
     return trees is not None and bool(getattr(settings, "bounds_trees", False)) and any(sub)
 
 
@@ -761,28 +799,35 @@ def _read_position(later, checks, sampling, law, fill, trees, early: bool, sub: 
     """One position's read on the device route, for ``B`` prompts (``X``, ``P``, ``Q``, ``X_dev``, ``rows``, ``sub``:
     one entry each; ``law``: the paths' target laws whose flags the checks read): the drafts (``fill``), the trees'
     ranks, the paths' laws and the flags travel with the last position's unread values (``later``, its rows written
-    first). Where a prompt is subsampled, with ``early`` (:func:`_scores_early`) the trees are scored and the bound
-    begun after that read and their values read with the position's quantities; otherwise the costly quantities are
-    laid out from the drafts then and left unread, their rows written with the next position's read (a
-    :class:`TreesLater` returned as ``later``). Elsewhere the position's values are read with ``later``'s in one read.
+    first). Where a prompt is subsampled, the costly quantities are laid out from the drafts after that read and left
+    unread, their rows written with the next position's read (a :class:`TreesLater` returned as ``later``); with
+    ``early`` (:func:`_scores_early`) the sampled trees are scored and the bound's contexts' expansion begun before
+    the read, from the device's laws and tokens (:func:`otspec.profile._trees.score_sampled`,
+    :func:`_begin_bounds`), their first values read in it, and the other trees scored after it (their values
+    unread: :func:`tree_rows` leaves them for the next read). Elsewhere the position's values are read with
+    ``later``'s in one read.
 
     Returns ``(q_t, builds, later, scored, begun)``: the paths' target laws (host), the
     :func:`batch_builds`, the values left unread (or None), the trees scored early and the bound begun (or None)."""
-    also, got = checks.parts(law, sampling, [*fill, *(trees.parts() if trees else ())])
-    scored = begun = None
+    scored = begun = sampled = None
+    then = [*fill, *(trees.parts() if trees else ())]
+    if any(sub) and early:
+        # before the read, from the device's laws and tokens alone: the sampled trees scored and verified (drawn on
+        # the device, their tree call fed there) and the bound's contexts' expansion begun (it reads only the
+        # contexts' laws); their first values travel in this read, all the bound needs before its own model calls
+        q_dev = law.reshape(len(sub), -1)
+        sampled = score_sampled(trees, target, ts, last, n_ctx, q_dev, settings.tree_plan, sampling)
+        begun = _begin_bounds(settings, target, p_root, q_dev, sub)
+        then += [*sampled.parts, *(begun.parts if begun is not None else ())]
+    also, got = checks.parts(law, sampling, then)
     if any(sub):
         read_parts(_after(later, also))  # the last position's rows written first
-        later = None
         q_t = got["values"]
-        if early:  # the scored trees' values with the position's quantities (the bound needs them at once)
-            q_b = q_t.reshape(len(sub), -1)
-            scored = tree_scores(trees, target, ts, last, n_ctx, q_b, settings)
-            # the bound's contexts' first read with the position's values too (it needs only the contexts' laws)
-            begun = _begin_bounds(settings, target, p_root, q_b, sub)
-            builds = batch_builds(X, P, Q, settings, sub, X_dev, [*scored.parts, *(begun.parts if begun is not None else ())])
-        else:  # the draft trees' nodes laid out from the drafts now, their values read with the next position's
-            builds, parts = batch_builds(X, P, Q, settings, sub, X_dev, defer=True)
-            later = TreesLater(parts, _position_later(rows, pos, X, P, Q, settings, sub, builds))
+        if early:  # the other trees scored from their tokens, now on the host; their values read later
+            scored = tree_scores(trees, target, ts, last, n_ctx, q_t.reshape(len(sub), -1), settings, sampled)
+        # the draft trees' nodes laid out from the drafts now, their values read with the next position's
+        builds, parts = batch_builds(X, P, Q, settings, sub, X_dev, defer=True)
+        later = TreesLater(parts, _position_later(rows, pos, X, P, Q, settings, sub, builds))
     else:  # after the last position's values (an earlier position's error first)
         builds = batch_builds(X, P, Q, settings, sub, X_dev, _after(later, also))
         later = None  # the last position's rows written when their values were stored, before this one's

@@ -47,6 +47,7 @@ import numpy as np
 
 from .._validation import validate_positive_int
 from ..decoding._models import MAX_TREE_NODES
+from ..decoding._sampling import bad_rows
 from ..tree._bound import _MAX_FRONTIER_ENTRIES, _depth_runs, _expand_t, _expand_t_steps, _laws_block, _Reads, _Search, _Slots
 from ._trees import padded_tree_logits
 from ._trees_device import HostRows
@@ -302,10 +303,13 @@ def _candidates_of(cand, mask: np.ndarray):
                 dr=None if cand["dr"] is None else cand["dr"][:, idx])
 
 
-def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None) -> list:
+def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None, flags: list | None = None) -> list:
     """One tree-attention call of ``lm`` on the ``B`` contexts its state holds: prompt ``b``'s paths ``want[b]``
     (and their ancestors) as one tree after its context; ``[{path: law}]`` per prompt (host rows, or with
-    ``device`` rows of the call's laws kept on it), the state left holding the contexts."""
+    ``device`` rows of the call's laws kept on it), the state left holding the contexts. The laws are checked at
+    once (a host read), or, with ``flags`` (the device route), formed unchecked and ``(flag, logits)`` appended,
+    the flag whether a row came from bad logits (:func:`otspec.decoding._sampling.bad_rows`), for the caller to
+    read with its values (:class:`BoundsLater`) and raise the checked error from."""
 
     B = len(want)
     trees = []
@@ -324,7 +328,9 @@ def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None)
             tokens[b, i] = s[-1]
         index.append(at)
     logits = padded_tree_logits(lm, state, parents, tokens, last, n_ctx)
-    laws = sampling.probs(logits)
+    laws = sampling.probs(logits, check=flags is None)
+    if flags is not None:
+        flags.append((bad_rows(laws).any(), logits))
     if device is None:
         laws = laws if isinstance(laws, np.ndarray) else laws.detach().to("cpu").numpy()
         return [{path: laws[b, index[b][path]] for path in want[b]} for b in range(B)]
@@ -453,10 +459,12 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
             if s.frontier:
                 s.budget = len(s.expanded)  # one expansion more, and the budget is spent
                 want[b].update(dict.fromkeys(u.path for u in s.frontier if u.path not in held[b]))
+    # deferred on the device route: the scoring calls' laws checked in the frontiers' first read
+    flags = [] if defer and device is not None else None
     if any(want.values()):
         paths = [list(want.get(b, ())) for b in range(B)]
-        got_d = _score_paths(draft, ds, last, n_ctx, paths, sampling, device)
-        got_t = _score_paths(target, ts, last, n_ctx, paths, sampling, device)
+        got_d = _score_paths(draft, ds, last, n_ctx, paths, sampling, device, flags)
+        got_t = _score_paths(target, ts, last, n_ctx, paths, sampling, device, flags)
         for b in bs:
             for path in paths[b]:
                 held[b][path] = (got_d[b][path], got_t[b][path])
@@ -474,24 +482,39 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
             out[b] = {f.label: searches[(b, f.label)].result() for f in fams}
         return out
 
-    return BoundsLater(frontiers, done) if defer else done()
+    return BoundsLater(frontiers, done, flags, sampling) if defer else done()
 
 
 class BoundsLater:
     """:func:`position_bounds` stopped before its frontiers' first read (``defer``): :attr:`parts` that read (none on
     the host route, or when nothing is left to expand), for :func:`otspec.profile._quantities.read_parts` to read
     with other parts, or left for :meth:`finish` to read; :meth:`finish` reads whatever is left (the race's second
-    round where a family drawn without replacement needs it) and returns the bounds."""
+    round where a family drawn without replacement needs it) and returns the bounds. ``flags``: the scoring calls'
+    unchecked laws (:func:`_score_paths`), read first: a law from bad logits raises the checked error (``sampling``'s)
+    before any value is used."""
 
-    def __init__(self, group, done):
-        self.group, self.done = group, done
+    def __init__(self, group, done, flags=None, sampling=None):
+        self.group, self.done, self.flags, self.sampling = group, done, flags or [], sampling
 
     @property
     def parts(self) -> list:
-        """``[(tensor, store)]``: the frontiers' first read, unread (none when taken already or on the host route)."""
+        """``[(tensor, store)]``: the scoring calls' bad-logits flags and the frontiers' first read, unread (none
+        when taken already or on the host route)."""
+        import torch
+
+        out = []
+        if self.flags:
+            flags, self.flags = self.flags, []
+
+            def check(host) -> None:
+                for (_, logits), bad in zip(flags, np.asarray(host).tolist()):
+                    if bad:
+                        self.sampling.probs(logits)     # the checked route's error
+
+            out.append((torch.stack([f for f, _ in flags]), check))
         reads = None if self.group is None else self.group.reads
         flat = None if reads is None else reads.ask()
-        return [] if flat is None else [(flat, reads.give)]
+        return out if flat is None else [*out, (flat, reads.give)]
 
     def finish(self) -> list:
         """The bounds (:func:`position_bounds`' list), their reads left taken here."""
