@@ -300,6 +300,11 @@ class _ReadCount(torch.overrides.TorchFunctionMode):
 #: (before 267.25 / 275).
 TREE_LAUNCHES = {0: 460, 1: 1240}
 TREE_LAUNCHES_MINE = {0: 210, 1: 215}
+#: Then the bound's two scoring calls' laws formed unchecked, their bad-logits flags (``bad_rows``: a slice and an
+#: ``isnan`` each) read with the walk's next read instead of the checked ``Sampling.probs``' own read: the same ops,
+#: counted now (``probs`` is left out of the counts as part of the forward pass), 4 more of these files' at a
+#: subsampled position (measured 216; tests/test_profile_reads_bk.py): one synchronisation fewer, not more work.
+TREE_LAUNCHES_MINE.update({1: 216})
 TREE_FILES = ("decoding/_tree_device.py:", "decoding/_sampling.py:", "profile/_trees_device.py:")
 
 

@@ -28,6 +28,7 @@ pytest.importorskip("transformers")
 
 import otspec.profile._collect as C  # noqa: E402
 import otspec.profile._tree_bound as TB  # noqa: E402
+import otspec.profile._trees_device as TD  # noqa: E402
 from otspec.profile import ProfileSettings  # noqa: E402
 from otspec.profile._renewal_hook import emission_rows  # noqa: E402
 from tests.test_profile_host_reads import HostReads  # noqa: E402
@@ -42,11 +43,14 @@ NO_RACE = ("iid:branching(3,2):specinfer", "topk:branching(2,2)", "eagle2:3,3,6"
 
 
 def _walk(monkeypatch, trees, *, B: int, stride: int, subsample: int = 1, host: bool = False, renewal=None,
-          budget: int = 12):
+          budget: int = 12, same_trees: bool = False):
     """The rows (every column, the timing rows left out, in the order written) of a walk of ``B`` prompts on the device
-    route (torch CPU tensors; ``host``: the numpy route), and its host reads."""
+    route (torch CPU tensors; ``host``: the numpy route; ``same_trees``: the sampled trees drawn as the numpy route
+    draws them), and its host reads."""
     if not host:
         monkeypatch.setattr(C, "analysis_device", lambda lm: torch.device("cpu"))
+        if same_trees:  # the sampled trees drawn from the host route's stream (SampledTrees' check route)
+            monkeypatch.setattr(TD, "device_generator", lambda rngs, dev: None)
     monkeypatch.setattr(TB, "BOUND_ON_DEVICE", True)
     draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
     s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=T, subsample=subsample, stride=stride, batch_size=B,
@@ -82,11 +86,11 @@ def _same_rows(dev: list, ref: list) -> None:
 @pytest.mark.parametrize("stride", [1, 2])
 def test_rows_with_every_tree_family_and_the_bound_are_the_numpy_route_s(monkeypatch, B, stride):
     # subsample 2: subsampled positions beside cheap ones (the bound's rows between the trees' and the next
-    # position's), with the renewal tables along the text at the walk's end (the last position's rows read there)
-    dev, _ = _walk(monkeypatch, TREES, B=B, stride=stride, subsample=2, renewal=emission_rows)
-    ref, _ = _walk(monkeypatch, TREES, B=B, stride=stride, subsample=2, renewal=emission_rows, host=True)
+    # position's); the walk's end read on its own (with the renewal hook's read: the test below)
+    dev, _ = _walk(monkeypatch, TREES, B=B, stride=stride, subsample=2, same_trees=True)
+    ref, _ = _walk(monkeypatch, TREES, B=B, stride=stride, subsample=2, host=True)
     kinds = {row[2] for r in dev for row in r}
-    assert {"tree", TB.BOUND_KIND, "acc", "e"} <= kinds, kinds
+    assert {"tree", TB.BOUND_KIND, "acc"} <= kinds, kinds
     assert all(any(row[2] == TB.BOUND_KIND and row[3].startswith(p) for row in dev[0]) for p in ("iid", "wor"))
     _same_rows(dev, ref)
 
@@ -117,8 +121,9 @@ def test_the_walk_s_last_values_ride_the_renewal_hook_s_read(monkeypatch, B):
     rows, reads = _walk(monkeypatch, NO_RACE, B=B, stride=1, renewal=hook)
     assert seen == [True] + [False] * (B - 1)
     assert reads == T + B, reads
+    same, _ = _walk(monkeypatch, NO_RACE, B=B, stride=1, renewal=emission_rows, same_trees=True)
     ref, _ = _walk(monkeypatch, NO_RACE, B=B, stride=1, renewal=emission_rows, host=True)
-    _same_rows(rows, ref)
+    _same_rows(same, ref)
 
 
 #: Host reads per position of the walk above (stride 1, every position subsampled, B = 1) with a family drawn without
@@ -155,4 +160,5 @@ def test_the_bound_stopped_before_its_frontiers_read_gives_the_same_bounds(monke
     monkeypatch.setattr(C, "position_bounds", both)
     dev, _ = _walk(monkeypatch, TREES, B=1, stride=1)
     ref, _ = _walk(monkeypatch, TREES, B=1, stride=1)
-    assert dev == ref and got["n"] and all(n == 1 for n in got["n"])
+    # (the parts: the bound's scoring calls' bad-logits flags, then the frontiers' first read)
+    assert dev == ref and got["n"] and all(n == 2 for n in got["n"])

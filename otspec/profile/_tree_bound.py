@@ -28,9 +28,11 @@ one pass per depth. Handed the laws as tensors on the models' device (``p_root``
 :func:`otspec.tree.bound`'s torch route computes the bound there: the host reads a few small arrays per
 position, for every family and the whole batch together (their reads shared: 1 for the contexts and 1 for the
 frontiers, one more before each where a family drawn without replacement needs the race's power sums), never a law.
-The contexts' expansion reads only the contexts' laws, so the walk begins it (:func:`begin_bounds`) before it reads
-its trees' values and takes the contexts' first read with theirs: the bound's own reads are then 1 per position (the
-frontiers'), one more for each phase where the race runs.
+The contexts' expansion reads only the contexts' laws, so the walk begins it (:func:`begin_bounds`) before its
+position's one read and takes the contexts' first read in it; after its tree-attention calls the bound stops before
+its frontiers' first read (``defer``: a :class:`BoundsLater`), which rides the walk's next read with the calls'
+bad-logits checks: no read of the bound's own, but one for each phase where the race runs (its values after its
+power sums).
 Otherwise the host's route (numba row kernels) reads the same laws as numpy rows.
 
 Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value
