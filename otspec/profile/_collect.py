@@ -32,7 +32,7 @@ from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, 
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched, read_parts, to_host
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
-from ._tree_bound import begin_bounds, bound_route_on_device, position_bounds, record_bounds
+from ._tree_bound import begin_bounds, bound_law_bytes, bound_route_on_device, position_bounds, record_bounds
 from ._trees import (
     LawBuffers,
     along_text_families,
@@ -401,7 +401,9 @@ def device_law_bytes(settings, V: int, lengths) -> dict:
     float32 logits of the first target call on prompts of up to ``max(lengths)`` tokens) and ``"trees"`` (the
     float32 logits and float64 laws of the largest tree scoring call, :func:`otspec.profile._trees.tree_law_bytes`
     at 12 bytes a value) and ``"held position"`` (with costly quantities, ``subsample > 0``: a subsampled position's
-    blocks, kept on the device until its values travel in the next position's read, beside that position's own)."""
+    blocks, kept on the device until its values travel in the next position's read, beside that position's own) and
+    ``"held bound"`` (with the tree bound on, ``bounds_trees``, at subsampled positions: the laws of its frontiers,
+    :func:`otspec.profile._tree_bound.bound_law_bytes`, kept until their first read rides the next position's)."""
     s = settings
     lengths = [int(n) for n in lengths] or [0]
     B = min(s.batch_size, s.shard_size, len(lengths))
@@ -409,6 +411,8 @@ def device_law_bytes(settings, V: int, lengths) -> dict:
            "first call": B * s.k_max * (max(lengths) + s.L_max + 1) * V * 4,
            "trees": tree_law_bytes(s.tree_plan, V, B) * 12 // 8}
     out["held position"] = out["blocks"] if s.subsample > 0 else 0
+    held = s.subsample > 0 and getattr(s, "bounds_trees", False)
+    out["held bound"] = bound_law_bytes(s.tree_plan, s.bound_budget, V, B) if held else 0
     return out
 
 
