@@ -382,10 +382,15 @@ def test_bad_logits_along_the_text_raise_the_checked_error(monkeypatch):
             real_rows(rows, *a, **kw)
         finally:
             n.append(len(rows.cols["value"]))
+            kinds.extend(rows.cols["kind"])
+            last.extend(rows.cols["pos"])
 
+    kinds, last = [], []
     with pytest.raises(ValueError, match=re.escape(NO_LAW)):
         C.profile_prompt(draft, target, [3, 7, 1], None, s, 0, renewal=hook)
-    assert len(n) == 2 and n[0] == n[1], n
+    # the walk's last position's values ride in the hook's read (its rows written first, as the walk's own read at
+    # its end wrote them before): no row of the hook's (kinds "e", "logq"), every row of the walk's last position
+    assert len(n) == 2 and not {"e", "logq"} & set(kinds) and 2 in last and "tree" in kinds, n
 
 
 @pytest.mark.parametrize("tree", ["topk:branching(2,2)", "iid:branching(2,2):specinfer"])

@@ -85,6 +85,10 @@ def test_begun_bound_is_the_same_to_the_bit_in_one_read_fewer(monkeypatch, fams)
 #: their values after its power sums; or at the frontier, branching(2, 3)'s three children drawn without
 #: replacement). Before (the contexts' first read inside the bound): 2, 3 and 3.
 OWN_READS = {"iid": 1, "wor": 2, "race": 2}
+#: Then the frontiers' first read rides the walk's next read (otspec.profile._tree_bound.BoundsLater, the rows written
+#: then; tests/test_profile_reads_bk.py): measured 0, 1 and 1 (the race's values after its power sums), which the
+#: code before fails.
+OWN_READS.update({"iid": 0, "wor": 1, "race": 1})
 #: Every host read inside ``position_bounds`` per position, measured: those above and the 2 checks of the laws that
 #: the scoring call's ``Sampling.probs`` reads (before: 4, 5 and 5).
 INSIDE_READS = {"iid": 3, "wor": 4, "race": 4}

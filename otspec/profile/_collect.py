@@ -32,7 +32,7 @@ from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, 
 from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched, read_parts, to_host
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
-from ._tree_bound import begin_bounds, bound_route_on_device, position_bounds, record_bounds
+from ._tree_bound import begin_bounds, bound_law_bytes, bound_route_on_device, position_bounds, record_bounds
 from ._trees import (
     LawBuffers,
     along_text_families,
@@ -41,6 +41,7 @@ from ._trees import (
     position_values,
     ranks_by_raw_law,
     record_position,
+    score_sampled,
     score_trees,
     tree_cost_shapes,
     tree_law_bytes,
@@ -400,7 +401,9 @@ def device_law_bytes(settings, V: int, lengths) -> dict:
     float32 logits of the first target call on prompts of up to ``max(lengths)`` tokens) and ``"trees"`` (the
     float32 logits and float64 laws of the largest tree scoring call, :func:`otspec.profile._trees.tree_law_bytes`
     at 12 bytes a value) and ``"held position"`` (with costly quantities, ``subsample > 0``: a subsampled position's
-    blocks, kept on the device until its values travel in the next position's read, beside that position's own)."""
+    blocks, kept on the device until its values travel in the next position's read, beside that position's own) and
+    ``"held bound"`` (with the tree bound on, ``bounds_trees``, at subsampled positions: the laws of its frontiers,
+    :func:`otspec.profile._tree_bound.bound_law_bytes`, kept until their first read rides the next position's)."""
     s = settings
     lengths = [int(n) for n in lengths] or [0]
     B = min(s.batch_size, s.shard_size, len(lengths))
@@ -408,6 +411,8 @@ def device_law_bytes(settings, V: int, lengths) -> dict:
            "first call": B * s.k_max * (max(lengths) + s.L_max + 1) * V * 4,
            "trees": tree_law_bytes(s.tree_plan, V, B) * 12 // 8}
     out["held position"] = out["blocks"] if s.subsample > 0 else 0
+    held = s.subsample > 0 and getattr(s, "bounds_trees", False)
+    out["held bound"] = bound_law_bytes(s.tree_plan, s.bound_budget, V, B) if held else 0
     return out
 
 
@@ -597,9 +602,13 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     ``bounds_trees``) the trees are scored and verified but their values not read: a :class:`TreesLater` is
     returned, whose parts the walk reads with the next position's values (or at the walk's end) before it writes
     the rows (:meth:`TreesLater.finish`): one host read fewer per position, the rows the same and in the same order
-    (the next position's rows come after). Otherwise (or at a position with the bound, which needs the trees and the
-    models' states there) the values are read here and the rows written; None is returned. ``scored``: the trees
-    scored already by :func:`tree_scores`, their values read with the position's (then nothing is read here)."""
+    (the next position's rows come after). At a position with the bound on its device route, the bound's model
+    calls are made here (they need the states at the contexts, and the sampled trees' values, read with the
+    position's: :func:`otspec.profile._trees.score_sampled`) and its frontiers' first read, the other trees' values
+    and every row of the position's trees are left in the returned :class:`TreesLater` in the same way. Otherwise the
+    values are read here and the rows written; None is returned. ``scored``: the trees scored already by
+    :func:`tree_scores` (their values unread; the sampled trees' read with the position's when it was given
+    ``sampled``)."""
     plan = getattr(settings, "tree_plan", None)
     # p_root (and r_root) as they are: a tensor on the models' device is expanded there (np.asarray of it would
     # fail on a GPU)
@@ -618,26 +627,62 @@ def tree_rows(rows: list, pos: int, draft, ds, target, ts, last, n_ctx: int, p_r
     if begun is None:
         begun = _begin_bounds(settings, target, p_root, q_root, which)
 
-    def record() -> None:
+    # on the device route the bound's frontiers' first read rides the walk's next read (its rows written then)
+    defer_bound = defer and bound and on_device
+
+    def record(bounds=None) -> None:
         got = scored.out
         for r, one in zip(rows, got):
             record_position(r, pos, plan, position_values(plan, one, V, buffers))
         if bound:  # the bound on every lossless verifier, at the subsampled positions
-            # the laws where they are when the bound runs on the device route (its torch route), else on the host
-            p_b = p_root if on_device else to_host(p_root)
-            record_bounds(rows, pos, plan, position_bounds(draft, ds, target, ts, last, n_ctx, p_b,
-                                                           np.asarray(q_root), plan, settings.sampling, got, which,
-                                                           settings.bound_budget, begun=begun))
+            if bounds is None:  # computed here: the laws on the host unless the bound runs on the device route
+                p_b = p_root if on_device else to_host(p_root)
+                bounds = position_bounds(draft, ds, target, ts, last, n_ctx, p_b, np.asarray(q_root), plan,
+                                         settings.sampling, got, which, settings.bound_budget, begun=begun)
+            record_bounds(rows, pos, plan, bounds)
         if drawn is not None:
             labels = [f.label for f in along_text_families(plan)]
             for keep, one in zip(drawn, got):
                 keep[pos] = {label: compact_tree(one[label].tree) for label in labels}
 
+    if defer_bound:
+        # the bound needs the sampled trees' values now: read with the position's (scored given: score_sampled's
+        # part, in the walk's read), else here; its model calls made now (the states hold the contexts), its
+        # frontiers' first read and the other trees' values left for the walk's next read, the rows written then
+        rest = scored.parts
+        if read:
+            read_parts(scored.parts + (begun.parts if begun is not None else []))
+            rest = []
+        bounds = position_bounds(draft, ds, target, ts, last, n_ctx, p_root, np.asarray(q_root), plan,
+                                 settings.sampling, scored.out, which, settings.bound_budget, begun=begun, defer=True)
+        return TreesLater(rest + bounds.parts + _host_law_parts(plan, scored.out),
+                          lambda: record(bounds.finish()))
     later = TreesLater(scored.parts + (begun.parts if begun is not None else []), record)
     if defer and not bound and read:  # (with no parts too: the rows in order after a position's written later)
         return later
-    later.finish(read=read)
+    later.finish()  # (scored given: its values unread, the sampled trees' read with the position's)
     return None
+
+
+def _host_law_parts(plan, scored: list) -> list:
+    """The host copies of the sampled trees' node laws that the host's verifiers will read when the rows are written
+    (:func:`otspec.profile._trees.position_values`: a name not verified on the device, ``s.reach``), as parts of the
+    walk's next read (:func:`otspec.profile._quantities.read_parts`), each law tensor once: the copies
+    :class:`otspec.profile._trees_device.HostRows` would read on first use, one read each, taken with that read
+    instead (the same float64 values)."""
+    out, seen = [], set()
+    for f in getattr(plan, "sampled", ()):
+        for one in scored:
+            s = one.get(f.label)
+            if s is None or (s.reach is not None and all(name in s.reach for name in f.names())):
+                continue
+            for rows in (s.p, s.q):
+                copy = getattr(rows, "_copy", None)
+                if copy is None or copy[1] is not None or id(copy) in seen:
+                    continue
+                seen.add(id(copy))
+                out.append((copy[0].detach(), lambda host, copy=copy: copy.__setitem__(1, np.array(host))))
+    return out
 
 
 def _begin_bounds(settings, target, p_root, q_root, which):
@@ -648,22 +693,27 @@ def _begin_bounds(settings, target, p_root, q_root, which):
         return None
     if analysis_device(target) is None or not bound_route_on_device():
         return None
-    return begin_bounds(p_root, np.asarray(q_root), getattr(settings, "tree_plan", None), which,
+    import torch
+
+    q_root = q_root if torch.is_tensor(q_root) else np.asarray(q_root)  # a tensor where it is: no read
+    return begin_bounds(p_root, q_root, getattr(settings, "tree_plan", None), which,
                         settings.bound_budget)
 
 
-def tree_scores(drafted, target, ts, last, n_ctx: int, q_root, settings):
+def tree_scores(drafted, target, ts, last, n_ctx: int, q_root, settings, sampled=None):
     """The trees ``drafted`` scored by the target after the contexts its state holds and verified, their values left
     unread (:func:`otspec.profile._trees.score_trees` with ``defer``: a :class:`~otspec.profile._trees.ScoredTrees`,
     whose parts the caller reads)."""
     return score_trees(drafted, target, ts, last, n_ctx, np.asarray(q_root), getattr(settings, "tree_plan", None),
-                       settings.sampling, defer=True)
+                       settings.sampling, defer=True, sampled=sampled)
 
 
 def _scores_early(settings, trees, sub) -> bool:
-    """Whether a position's trees are scored before its one read of values, their values read in it: at a position
-    with the bound to run (it needs the trees' values at once), in a walk with tree families (``trees``: their
-    generators, or None); at the other positions they are read with the next position's values (:class:`TreesLater`)."""
+    """Whether a position's sampled trees are scored before its one read of values, their values read in it, and
+    its other trees scored right after it: at a position with the bound to run (it needs the sampled trees' values
+    before its own model calls, made at the position), in a walk with tree families (``trees``: their generators,
+    or None); at the other positions every tree is scored after the read and read with the next position's values
+    (:class:`TreesLater`)."""
     return trees is not None and bool(getattr(settings, "bounds_trees", False)) and any(sub)
 
 
@@ -687,6 +737,14 @@ def _flush(later) -> None:
     end)."""
     if later is not None:
         later.finish()
+
+
+def _before(later) -> dict:
+    """The renewal hook's keyword for the walk's values left unread at its end (``later``, a :class:`TreesLater` or
+    None): ``{"before": later}``, read with the text's values in the hook's one read
+    (:func:`otspec.profile._renewal_hook.emission_rows`), or ``{}`` (a hook that takes no ``before`` is called as
+    before)."""
+    return {} if later is None else {"before": later}
 
 
 def _joined(first, then):
@@ -745,28 +803,35 @@ def _read_position(later, checks, sampling, law, fill, trees, early: bool, sub: 
     """One position's read on the device route, for ``B`` prompts (``X``, ``P``, ``Q``, ``X_dev``, ``rows``, ``sub``:
     one entry each; ``law``: the paths' target laws whose flags the checks read): the drafts (``fill``), the trees'
     ranks, the paths' laws and the flags travel with the last position's unread values (``later``, its rows written
-    first). Where a prompt is subsampled, with ``early`` (:func:`_scores_early`) the trees are scored and the bound
-    begun after that read and their values read with the position's quantities; otherwise the costly quantities are
-    laid out from the drafts then and left unread, their rows written with the next position's read (a
-    :class:`TreesLater` returned as ``later``). Elsewhere the position's values are read with ``later``'s in one read.
+    first). Where a prompt is subsampled, the costly quantities are laid out from the drafts after that read and left
+    unread, their rows written with the next position's read (a :class:`TreesLater` returned as ``later``); with
+    ``early`` (:func:`_scores_early`) the sampled trees are scored and the bound's contexts' expansion begun before
+    the read, from the device's laws and tokens (:func:`otspec.profile._trees.score_sampled`,
+    :func:`_begin_bounds`), their first values read in it, and the other trees scored after it (their values
+    unread: :func:`tree_rows` leaves them for the next read). Elsewhere the position's values are read with
+    ``later``'s in one read.
 
     Returns ``(q_t, builds, later, scored, begun)``: the paths' target laws (host), the
     :func:`batch_builds`, the values left unread (or None), the trees scored early and the bound begun (or None)."""
-    also, got = checks.parts(law, sampling, [*fill, *(trees.parts() if trees else ())])
-    scored = begun = None
+    scored = begun = sampled = None
+    then = [*fill, *(trees.parts() if trees else ())]
+    if any(sub) and early:
+        # before the read, from the device's laws and tokens alone: the sampled trees scored and verified (drawn on
+        # the device, their tree call fed there) and the bound's contexts' expansion begun (it reads only the
+        # contexts' laws); their first values travel in this read, all the bound needs before its own model calls
+        q_dev = law.reshape(len(sub), -1)
+        sampled = score_sampled(trees, target, ts, last, n_ctx, q_dev, settings.tree_plan, sampling)
+        begun = _begin_bounds(settings, target, p_root, q_dev, sub)
+        then += [*sampled.parts, *(begun.parts if begun is not None else ())]
+    also, got = checks.parts(law, sampling, then)
     if any(sub):
         read_parts(_after(later, also))  # the last position's rows written first
-        later = None
         q_t = got["values"]
-        if early:  # the scored trees' values with the position's quantities (the bound needs them at once)
-            q_b = q_t.reshape(len(sub), -1)
-            scored = tree_scores(trees, target, ts, last, n_ctx, q_b, settings)
-            # the bound's contexts' first read with the position's values too (it needs only the contexts' laws)
-            begun = _begin_bounds(settings, target, p_root, q_b, sub)
-            builds = batch_builds(X, P, Q, settings, sub, X_dev, [*scored.parts, *(begun.parts if begun is not None else ())])
-        else:  # the draft trees' nodes laid out from the drafts now, their values read with the next position's
-            builds, parts = batch_builds(X, P, Q, settings, sub, X_dev, defer=True)
-            later = TreesLater(parts, _position_later(rows, pos, X, P, Q, settings, sub, builds))
+        if early:  # the other trees scored from their tokens, now on the host; their values read later
+            scored = tree_scores(trees, target, ts, last, n_ctx, q_t.reshape(len(sub), -1), settings, sampled)
+        # the draft trees' nodes laid out from the drafts now, their values read with the next position's
+        builds, parts = batch_builds(X, P, Q, settings, sub, X_dev, defer=True)
+        later = TreesLater(parts, _position_later(rows, pos, X, P, Q, settings, sub, builds))
     else:  # after the last position's values (an earlier position's error first)
         builds = batch_builds(X, P, Q, settings, sub, X_dev, _after(later, also))
         later = None  # the last position's rows written when their values were stored, before this one's
@@ -867,10 +932,11 @@ def profile_prompt(draft, target, prompt: list[int], reference, settings, index:
             q_path.append(q_t)
             y_path.append(y)
         ctx.append(y)
-    _flush(later)
-    if renewal is not None and T > 0:
+    if renewal is not None and T > 0:  # the walk's last values read with the text's (one read per walk)
         renewal(rows, draft, prompt, np.array(y_path, dtype=np.int64), np.array(q_path), settings, timer,
-                trees=drawn[0] if drawn else None, device=dev)
+                trees=drawn[0] if drawn else None, device=dev, **_before(later))
+    else:
+        _flush(later)
     rows.add(-1, "time", "draft", k_max, [timer.draft, timer.draft_steps])
     rows.add(-1, "time", "target", k_max, [timer.target, timer.target_calls])
     return rows.cols
@@ -1040,13 +1106,14 @@ def profile_bucket(draft, target, prompts: list[list[int]], references: list, se
             q_path.append(q_t)
             y_path.append(y)
         ctx = np.concatenate([ctx, y[:, None]], axis=1)
-    _flush(later)
+    if renewal is None or T == 0:
+        _flush(later)
     out = []
     for b in range(B):
-        if renewal is not None and T > 0:
+        if renewal is not None and T > 0:  # the walk's last values read with the first prompt's text values
             renewal(rows[b], draft, prompts[b], np.array([y[b] for y in y_path], dtype=np.int64),
                     np.array([q[b] for q in q_path]), settings, timers[b], trees=drawn[b] if drawn else None,
-                    device=dev)
+                    device=dev, **_before(later if b == 0 else None))
         rows[b].add(-1, "time", "draft", k, [timers[b].draft, timers[b].draft_steps])
         rows[b].add(-1, "time", "target", k, [timers[b].target, timers[b].target_calls])
         out.append(rows[b].cols)

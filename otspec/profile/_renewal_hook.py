@@ -82,13 +82,15 @@ def _draft_path_laws(draft, prompt, y, sampling, timer, *, keep: bool = False, c
     return P
 
 
-def _read_along(p_path, q_path, y, static, fams, flag, again) -> dict:
+def _read_along(p_path, q_path, y, static, fams, flag, again, before=None) -> dict:
     """Every value along the text that :func:`emission_rows` computes from the draft's path laws on their device,
     in one host read: the pass's bad-logits flag first (when set, ``again()`` -- the pass checked at once -- raises
     its error before any value is used), the text tokens' draft probabilities (``"py"``), the static top-k
     families' ranks (``"ranks"``), the i.i.d. families' levels for the widest node of any (``"levels"``) and, when a
     scheme reads every token, the laws themselves (``"P"``). Each is the value the functions it feeds would read on
-    their own, bit for bit (the same ops)."""
+    their own, bit for bit (the same ops). ``before``: the walk's values left unread at its end (a
+    :class:`otspec.profile._collect.TreesLater`, or None), read first in the same read, their rows written before
+    any value along the text is stored (:func:`otspec.profile._collect._after`)."""
     import torch
 
     got: dict = {}
@@ -116,11 +118,15 @@ def _read_along(p_path, q_path, y, static, fams, flag, again) -> dict:
         parts.append((iid_levels_where(p_path, q_dev, widest), put("levels")))
     if any(name not in _TOKEN_ONLY for name in fams):
         parts.append((p_path, put("P")))
+    if before is not None:
+        from ._collect import _after
+
+        parts = _after(before, parts)
     read_parts(parts)
     return got
 
 
-def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None, device=None) -> None:
+def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None, device=None, before=None) -> None:
     """Rows ``kind="e"`` (``m = L``, ``j = 1..L+1``) at every text position, and ``kind="logq"``.
 
     A tree family's rows are named as its ``kind="tree"`` rows, with ``k`` its
@@ -130,7 +136,10 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     target-only rule's on sampled trees from ``trees`` (``{pos: {label: (2, n + 1) parents and tokens}}``, the
     tree drawn at every text position, kept by the walk). With ``device`` (the walk's accelerator,
     :func:`otspec.profile._collect.analysis_device`), the draft's path laws stay on the draft's device and the
-    text's quantities are computed there (only ``(T,)``-sized values reach the host).
+    text's quantities are computed there (only ``(T,)``-sized values reach the host). ``before``: the walk's values
+    left unread at its end (a :class:`otspec.profile._collect.TreesLater`), read with the text's values on the device
+    (one read per walk for both) and their rows written first; read alone (:meth:`~otspec.profile._collect.TreesLater.
+    finish`) where nothing along the text is read. The walk's last trees (``trees``) are those it records then.
 
     Each scheme's step laws are computed once for every ``k`` and ``L``
     (:func:`otspec.profile._renewal.emission_tables`); token verification and
@@ -140,8 +149,11 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     """
     fams = renewal_families(settings)
     static = renewal_trees(settings)
-    drawn = renewal_drawn_trees(settings) if trees else ()
+    # (the last position's trees are recorded in ``trees`` when ``before``'s rows are written)
+    drawn = renewal_drawn_trees(settings) if trees or (trees is not None and before is not None) else ()
     if not fams and not static and not drawn:
+        if before is not None:
+            before.finish()
         return
 
     # on an accelerator the draft's path laws stay there: the ranks, the text tokens' probabilities and the i.i.d.
@@ -151,7 +163,9 @@ def emission_rows(rows, draft, prompt, y, q_path, settings, timer, *, trees=None
     p_path = _draft_path_laws(draft, prompt, y, settings.sampling, timer, keep=dev is not None, checks=flag)
     # on the device, every value along the text read at once (the pass's check with them): one read per walk
     got = _read_along(p_path, q_path, y, static, fams, flag, lambda: _draft_path_laws(
-        draft, prompt, y, settings.sampling, timer, keep=True)) if dev is not None else {}
+        draft, prompt, y, settings.sampling, timer, keep=True), before) if dev is not None else {}
+    if dev is None and before is not None:
+        before.finish()
     T = len(y)
     log_q = np.log(q_path[np.arange(T), y])
     for f in static:  # the ranks need every token's draft probability: before dropping columns

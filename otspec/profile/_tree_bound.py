@@ -28,9 +28,11 @@ one pass per depth. Handed the laws as tensors on the models' device (``p_root``
 :func:`otspec.tree.bound`'s torch route computes the bound there: the host reads a few small arrays per
 position, for every family and the whole batch together (their reads shared: 1 for the contexts and 1 for the
 frontiers, one more before each where a family drawn without replacement needs the race's power sums), never a law.
-The contexts' expansion reads only the contexts' laws, so the walk begins it (:func:`begin_bounds`) before it reads
-its trees' values and takes the contexts' first read with theirs: the bound's own reads are then 1 per position (the
-frontiers'), one more for each phase where the race runs.
+The contexts' expansion reads only the contexts' laws, so the walk begins it (:func:`begin_bounds`) before its
+position's one read and takes the contexts' first read in it; after its tree-attention calls the bound stops before
+its frontiers' first read (``defer``: a :class:`BoundsLater`), which rides the walk's next read with the calls'
+bad-logits checks: no read of the bound's own, but one for each phase where the race runs (its values after its
+power sums).
 Otherwise the host's route (numba row kernels) reads the same laws as numpy rows.
 
 Rows ``kind="treebound"``, ``name`` the family's label, ``k`` its draft nodes, ``j = 1..4``: the value
@@ -47,13 +49,14 @@ import numpy as np
 
 from .._validation import validate_positive_int
 from ..decoding._models import MAX_TREE_NODES
+from ..decoding._sampling import bad_rows
 from ..tree._bound import _MAX_FRONTIER_ENTRIES, _depth_runs, _expand_t, _expand_t_steps, _laws_block, _Reads, _Search, _Slots
 from ._trees import padded_tree_logits
 from ._trees_device import HostRows
 
 __all__ = ["BOUND_KIND", "BOUND_FIELDS", "BOUND_ON_DEVICE", "bound_route_on_device", "DEFAULT_BOUND_BUDGET",
            "MAX_PROFILE_BOUND_BUDGET", "validate_bound_budget", "check_bound_vocabulary", "bound_law_bytes",
-           "begin_bounds", "position_bounds", "record_bounds"]
+           "begin_bounds", "position_bounds", "BoundsLater", "record_bounds"]
 
 #: Row kind of the bound.
 BOUND_KIND = "treebound"
@@ -302,10 +305,13 @@ def _candidates_of(cand, mask: np.ndarray):
                 dr=None if cand["dr"] is None else cand["dr"][:, idx])
 
 
-def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None) -> list:
+def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None, flags: list | None = None) -> list:
     """One tree-attention call of ``lm`` on the ``B`` contexts its state holds: prompt ``b``'s paths ``want[b]``
     (and their ancestors) as one tree after its context; ``[{path: law}]`` per prompt (host rows, or with
-    ``device`` rows of the call's laws kept on it), the state left holding the contexts."""
+    ``device`` rows of the call's laws kept on it), the state left holding the contexts. The laws are checked at
+    once (a host read), or, with ``flags`` (the device route), formed unchecked and ``(flag, logits)`` appended,
+    the flag whether a row came from bad logits (:func:`otspec.decoding._sampling.bad_rows`), for the caller to
+    read with its values (:class:`BoundsLater`) and raise the checked error from."""
 
     B = len(want)
     trees = []
@@ -324,7 +330,9 @@ def _score_paths(lm, state, last, n_ctx: int, want: list, sampling, device=None)
             tokens[b, i] = s[-1]
         index.append(at)
     logits = padded_tree_logits(lm, state, parents, tokens, last, n_ctx)
-    laws = sampling.probs(logits)
+    laws = sampling.probs(logits, check=flags is None)
+    if flags is not None:
+        flags.append((bad_rows(laws).any(), logits))
     if device is None:
         laws = laws if isinstance(laws, np.ndarray) else laws.detach().to("cpu").numpy()
         return [{path: laws[b, index[b][path]] for path in want[b]} for b in range(B)]
@@ -375,7 +383,7 @@ def begin_bounds(p_root, q_root, plan, which, budget: int):
 
 
 def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, plan, sampling, scored: list,
-                    which, budget: int, begun=None) -> list:
+                    which, budget: int, begun=None, *, defer: bool = False):
     r"""The bound of every sampled-tree family at one position of ``B`` prompts, from the laws the walk holds and
     one tree-attention call per model for the prefixes it expands beyond them.
 
@@ -411,18 +419,24 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
     begun : _Begun, optional
         :func:`begin_bounds` of the same ``p_root``, ``q_root``, ``plan``, ``which`` and ``budget`` (the device
         route: the contexts' expansion begun, its first read possibly read with the walk's); None: begun here.
+    defer : bool
+        Stop before the frontiers' first read: a :class:`BoundsLater` is returned, whose :attr:`~BoundsLater.parts`
+        the caller reads with a later read of its own (the walk: with the next position's values) and whose
+        :meth:`~BoundsLater.finish` then gives the list below. The models' calls are all made here (the states
+        are free to move on); on the device route the frontiers' laws are gathered into blocks of their own, so
+        nothing the walk writes later changes them. The same values as without ``defer``.
 
     Returns
     -------
     list
         Per prompt, ``label -> TreeBound`` (:class:`otspec.tree.TreeBound`) of every sampled family, or None
-        where ``which`` is False.
+        where ``which`` is False (a :class:`BoundsLater` of it with ``defer``).
     """
     B = len(which)
     out: list = [None] * B
     fams = plan.sampled
     if not fams or not any(which):
-        return out
+        return BoundsLater(None, lambda: out) if defer else out
     device = _route_device(p_root)
     bs = [b for b in range(B) if which[b]]
     # the contexts of every prompt in one expansion per family, every family's together (their reads shared); each
@@ -447,10 +461,12 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
             if s.frontier:
                 s.budget = len(s.expanded)  # one expansion more, and the budget is spent
                 want[b].update(dict.fromkeys(u.path for u in s.frontier if u.path not in held[b]))
+    # deferred on the device route: the scoring calls' laws checked in the frontiers' first read
+    flags = [] if defer and device is not None else None
     if any(want.values()):
         paths = [list(want.get(b, ())) for b in range(B)]
-        got_d = _score_paths(draft, ds, last, n_ctx, paths, sampling, device)
-        got_t = _score_paths(target, ts, last, n_ctx, paths, sampling, device)
+        got_d = _score_paths(draft, ds, last, n_ctx, paths, sampling, device, flags)
+        got_t = _score_paths(target, ts, last, n_ctx, paths, sampling, device, flags)
         for b in bs:
             for path in paths[b]:
                 held[b][path] = (got_d[b][path], got_t[b][path])
@@ -460,10 +476,51 @@ def position_bounds(draft, ds, target, ts, last, n_ctx: int, p_root, q_root, pla
         group = [(b, searches[(b, f.label)]) for b in bs if searches[(b, f.label)].frontier]
         if group:
             todo.append(([s for _, s in group], [held[b] for b, _ in group]))
-    _expand_groups(todo)
-    for b in bs:
-        out[b] = {f.label: searches[(b, f.label)].result() for f in fams}
-    return out
+    frontiers = _Group(todo)                        # on the device route: run to its first read, left unread
+
+    def done() -> list:
+        frontiers.finish()
+        for b in bs:
+            out[b] = {f.label: searches[(b, f.label)].result() for f in fams}
+        return out
+
+    return BoundsLater(frontiers, done, flags, sampling) if defer else done()
+
+
+class BoundsLater:
+    """:func:`position_bounds` stopped before its frontiers' first read (``defer``): :attr:`parts` that read (none on
+    the host route, or when nothing is left to expand), for :func:`otspec.profile._quantities.read_parts` to read
+    with other parts, or left for :meth:`finish` to read; :meth:`finish` reads whatever is left (the race's second
+    round where a family drawn without replacement needs it) and returns the bounds. ``flags``: the scoring calls'
+    unchecked laws (:func:`_score_paths`), read first: a law from bad logits raises the checked error (``sampling``'s)
+    before any value is used."""
+
+    def __init__(self, group, done, flags=None, sampling=None):
+        self.group, self.done, self.flags, self.sampling = group, done, flags or [], sampling
+
+    @property
+    def parts(self) -> list:
+        """``[(tensor, store)]``: the scoring calls' bad-logits flags and the frontiers' first read, unread (none
+        when taken already or on the host route)."""
+        import torch
+
+        out = []
+        if self.flags:
+            flags, self.flags = self.flags, []
+
+            def check(host) -> None:
+                for (_, logits), bad in zip(flags, np.asarray(host).tolist()):
+                    if bad:
+                        self.sampling.probs(logits)     # the checked route's error
+
+            out.append((torch.stack([f for f, _ in flags]), check))
+        reads = None if self.group is None else self.group.reads
+        flat = None if reads is None else reads.ask()
+        return out if flat is None else [*out, (flat, reads.give)]
+
+    def finish(self) -> list:
+        """The bounds (:func:`position_bounds`' list), their reads left taken here."""
+        return self.done()
 
 
 def _route_device(p_root):

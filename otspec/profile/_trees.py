@@ -958,15 +958,42 @@ class ScoredTrees:
         self.out, self.parts = out, parts
 
 
+def score_sampled(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root, plan: TreePlan, sampling):
+    """The sampled trees (``"iid"``, ``"wor"``) of ``drafted`` scored and verified on the device route before the
+    host has read anything of the position: they were drawn on the device (:class:`otspec.profile._trees_device.
+    SampledTrees`), so their tree-attention call takes its tokens from the device and nothing of
+    :meth:`DraftedTrees.expand` is needed. ``q_root``: the contexts' target laws, a tensor where they are (read only
+    by the stars' verification). A :class:`ScoredTrees` of those families only (its parts: one ``(values, store)``,
+    none without sampled trees), for the caller to read with the position's other values and to hand to
+    :func:`score_trees` (``sampled``), which scores the rest after the read; the same values as
+    :func:`score_trees` alone (the same calls on the same tokens and laws, the deterministic trees' gathered
+    probabilities read in a part of their own instead of at the end of this one)."""
+    held, B = drafted.held, drafted.B
+    out = [dict() for _ in range(B)]
+    parts = []
+    if held is not None:
+        values, done = held.finish_parts(plan, padded_tree_logits, target, ts, last, n_ctx, q_root, sampling)
+        jobs = drafted.jobs
+
+        def store(host) -> None:
+            for (b, j), (tree, inner, p, q, reach) in done(host).items():
+                out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
+
+        parts.append((values, store))
+    return ScoredTrees(out, parts)
+
+
 def score_trees(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root: np.ndarray, plan: TreePlan,
-                sampling, *, defer: bool = False):
+                sampling, *, defer: bool = False, sampled: ScoredTrees | None = None):
     """The scoring half of :func:`draw_and_score`: the trees ``drafted`` expanded on the host
     (:meth:`DraftedTrees.expand`), scored by the target after the contexts its state holds and verified; the same
     parameters and result. With ``defer``, a :class:`ScoredTrees` whose values are read by the caller (on the device
-    route the target calls are made here; the values' one read is the caller's)."""
+    route the target calls are made here; the values' one read is the caller's). ``sampled``: the sampled trees
+    scored already (:func:`score_sampled`, its values read or to be read by the caller): only the other trees are
+    scored here, into the same result, and only their values are in the parts."""
     drafted.expand(sampling)
     jobs, held, B, on_device = drafted.jobs, drafted.held, drafted.B, drafted.on_device
-    out = [dict() for _ in range(B)]
+    out = [dict() for _ in range(B)] if sampled is None else sampled.out
     gathered = []  # the deterministic families' gathered target probabilities: read together after their calls
     for j in range(len(jobs[0])):
         if held is not None and held.holds(0, j):
@@ -985,7 +1012,7 @@ def score_trees(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root: np.
         for b in range(B):
             out[b][jobs[b][j][0]] = scored[b]
     parts = []
-    if held is not None:  # the gathered probabilities read with the sampled trees' values: one read
+    if held is not None and sampled is None:  # the gathered probabilities read with the sampled trees' values
         values, done = held.finish_parts(plan, padded_tree_logits, target, ts, last, n_ctx, q_root, sampling,
                                          also=_children_values(gathered))
 

@@ -442,8 +442,9 @@ class SampledTrees:
             inner[j] = self.jobs[0][j][1].inner
             m = len(inner[j])
             if m == 1:  # stars: the root's law is all a verifier needs
-                if q_root_t is None:
-                    q_root_t = torch.as_tensor(np.asarray(q_root, dtype=np.float64)).to(dev)
+                if q_root_t is None:  # a tensor where it is (the walk's law before its read), or a host array
+                    q_root_t = (on_device(q_root, dev, torch.float64) if torch.is_tensor(q_root)
+                                else torch.as_tensor(np.asarray(q_root, dtype=np.float64)).to(dev))
                 Q[j] = q_root_t[:, None]
                 continue
             pos = {int(v): i for i, v in enumerate(inner[j].tolist())}
