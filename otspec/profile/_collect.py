@@ -29,7 +29,7 @@ from .._timing import Stopwatch, timed_rounds
 from ..decoding._models import supports_padding
 from ..decoding._sampling import bad_rows, on_device, sample_rows
 from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, walk_tokens
-from ._quantities import Builds, depth_quantities, expected_accepted, prefill_batched, read_parts, to_host
+from ._quantities import Builds, depth_quantities, expected_accepted, parts_after, prefill_batched, read_parts, to_host
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
 from ._tree_bound import begin_bounds, bound_law_bytes, bound_route_on_device, position_bounds, record_bounds
@@ -760,29 +760,14 @@ def _joined(first, then):
     return TreesLater(first.parts + then.parts, record)
 
 
-def _after(later, parts: list) -> list:
-    """``later``'s parts (a :class:`TreesLater`, or None) and then ``parts``, for one read
-    (:func:`otspec.profile._quantities.read_parts`): ``later``'s rows written as soon as its values are stored, before
-    the first store of ``parts`` runs (a bad-logits flag of the position read with them raises after the earlier
-    position's rows are written, as when those were read at their own position)."""
-    if later is None:
-        return list(parts)
-    (a, store), *rest = parts
-
-    def first(vals) -> None:
-        later.record()
-        store(vals)
-
-    return [*later.parts, (a, first), *rest]
-
-
 def _read_law(later, timer, target, ts, ids, sampling, pos: int):
     """The target's call at a position not profiled (``(B, V)`` laws of its last token, host memory), its law and its
-    bad-logits flag read with ``later``'s values (:func:`_after`: one read, ``later``'s rows written first)."""
+    bad-logits flag read with ``later``'s values (:func:`~otspec.profile._quantities.parts_after`: one read,
+    ``later``'s rows written first)."""
     checks = _Checks(pos)
     law = timer.call(target, ts, ids, sampling, "target", 1, keep=True, checks=checks)[:, 0]
     also, got = checks.parts(law, sampling)
-    read_parts(_after(later, also))
+    read_parts(parts_after(later, also))
     return got["values"]
 
 
@@ -825,7 +810,7 @@ def _read_position(later, checks, sampling, law, fill, trees, early: bool, sub: 
         then += [*sampled.parts, *(begun.parts if begun is not None else ())]
     also, got = checks.parts(law, sampling, then)
     if any(sub):
-        read_parts(_after(later, also))  # the last position's rows written first
+        read_parts(parts_after(later, also))  # the last position's rows written first
         q_t = got["values"]
         if early:  # the other trees scored from their tokens, now on the host; their values read later
             scored = tree_scores(trees, target, ts, last, n_ctx, q_t.reshape(len(sub), -1), settings, sampled)
@@ -833,7 +818,7 @@ def _read_position(later, checks, sampling, law, fill, trees, early: bool, sub: 
         builds, parts = batch_builds(X, P, Q, settings, sub, X_dev, defer=True)
         later = TreesLater(parts, _position_later(rows, pos, X, P, Q, settings, sub, builds))
     else:  # after the last position's values (an earlier position's error first)
-        builds = batch_builds(X, P, Q, settings, sub, X_dev, _after(later, also))
+        builds = batch_builds(X, P, Q, settings, sub, X_dev, parts_after(later, also))
         later = None  # the last position's rows written when their values were stored, before this one's
         q_t = got["values"]
     return q_t, builds, later, scored, begun

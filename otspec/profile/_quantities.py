@@ -751,6 +751,22 @@ def read_parts(parts) -> None:
         at += n
 
 
+def parts_after(later, parts: list) -> list:
+    """``later``'s parts (a :class:`otspec.profile._collect.TreesLater`, or None: anything with ``parts`` and
+    ``record()``) and then ``parts``, for one read (:func:`read_parts`): ``later``'s rows written as soon as its
+    values are stored, before the first store of ``parts`` runs (a bad-logits flag of the position read with them
+    raises after the earlier position's rows are written, as when those were read at their own position)."""
+    if later is None:
+        return list(parts)
+    (a, store), *rest = parts
+
+    def first(vals) -> None:
+        later.record()
+        store(vals)
+
+    return [*later.parts, (a, first), *rest]
+
+
 def _token_acceptance(P0, Q0):
     """The maximal coupling's acceptance of every row of ``(..., V)`` laws (the laws' namespace)."""
     return batched_maximal_coupling_acceptance(P0, Q0, validate=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..decoding._sampling import bad_rows
-from ._quantities import drop_null_columns, read_parts, text_probs_where, to_host
+from ._quantities import drop_null_columns, parts_after, read_parts, text_probs_where, to_host
 from ._renewal import emission_tables
 from ._trees import (
     along_text_families,
@@ -90,7 +90,7 @@ def _read_along(p_path, q_path, y, static, fams, flag, again, before=None) -> di
     scheme reads every token, the laws themselves (``"P"``). Each is the value the functions it feeds would read on
     their own, bit for bit (the same ops). ``before``: the walk's values left unread at its end (a
     :class:`otspec.profile._collect.TreesLater`, or None), read first in the same read, their rows written before
-    any value along the text is stored (:func:`otspec.profile._collect._after`)."""
+    any value along the text is stored (:func:`otspec.profile._quantities.parts_after`)."""
     import torch
 
     got: dict = {}
@@ -119,9 +119,7 @@ def _read_along(p_path, q_path, y, static, fams, flag, again, before=None) -> di
     if any(name not in _TOKEN_ONLY for name in fams):
         parts.append((p_path, put("P")))
     if before is not None:
-        from ._collect import _after
-
-        parts = _after(before, parts)
+        parts = parts_after(before, parts)
     read_parts(parts)
     return got
 
