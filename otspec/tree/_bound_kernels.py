@@ -823,37 +823,70 @@ def second_draw_at(x, v, top, S1, S2):
 def wor_row_recheck(p, q, Qu, idx, top, S1, S2, dW, out):
     r"""The entries ``idx[:n]`` that :func:`wor_row_last` left (``n = out[1]``), decided again by a tighter lower bound
     on :math:`\pi` from the second draw's closed form (``top``, ``S1``, ``S2`` of :func:`wor_row_stats`): with
-    :math:`I_2 = p_x + \ell_1(x)` the exact probability that ``x`` is one of the first two draws, each later
-    draw takes ``x``, if not drawn yet, with probability at least :math:`p_x`, so :math:`P(x \in S_n) \ge I_2 +
-    (1 - I_2)(1 - (1 - p_x)^{n - 2})` for :math:`n \ge 2` (:math:`p_x` for :math:`n = 1`). The entries it decides
-    add :math:`Q_u q_x` to ``out[2]``; the others stay in ``idx[:out[1]]`` (compacted, in order)."""
+    :math:`I_2 = p_x + \ell_1(x)` the exact probability that ``x`` is one of the first two draws :math:`S_2`,
+    each later draw takes ``x``, if not drawn yet, with probability :math:`p_x / (1 - p(S_k)) \ge p_x / (1 -
+    p(S_2))`, so (:math:`m = n - 2 \ge 0`, :math:`b = 1 - p_x`, :math:`a = 1 - p_x / (1 - p_t)`, ``t`` = ``top``
+    :math:`\ne x`, :math:`p(S_2) \ge p_t` when ``t`` is in :math:`S_2`)
+
+    .. math::
+
+        P(x \in S_n) \ge I_2 + (1 - I_2)(1 - b^m) + (b^m - a^m)\, L, \qquad
+        L = p_t (1 + S_2) - p_x p_t \Big(\frac{1}{1 - p_x} + \frac{1}{1 - p_t}\Big)
+        = P(x \notin S_2,\ t \in S_2)
+
+    (:math:`L` 0 at ``x = t``; lowered by :math:`10^{-12}` of its two terms for the rounding of :math:`S_2`, then
+    clipped at 0; every other term a sum of positive products: :math:`1 - b^m = p_x \sum_{i < m} b^i`,
+    :math:`b^m - a^m = \frac{p_x p_t}{1 - p_t} \sum_{i < m} b^i a^{m - 1 - i}`); proof in the theory page of the
+    trees, the bound's section. The entries it decides add :math:`Q_u q_x` to ``out[2]``; the others stay in
+    ``idx[:out[1]]`` (compacted, in order)."""
     n = int(out[1])
-    R = dW.shape[0]
+    pt = p[top]
     k = 0
     add = 0.0
     for i in range(n):
         v = idx[i]
-        x = p[v]
-        p1 = second_draw_at(x, v, top, S1, S2)
-        i2 = x + p1
-        i2 = i2 if i2 < 1.0 else 1.0
-        lb = dW[0] * x
-        rr = 1.0 - x
-        hn = 0.0
-        pw = 1.0
-        for r in range(1, R):                       # n = r + 1 >= 2: I_2 + (1 - I_2) x sum_{i < n - 2} (1 - x)^i
-            lb += dW[r] * (i2 + (1.0 - i2) * (x * hn))
-            hn += pw
-            pw *= rr
-        lb = lb if lb < 1.0 else 1.0
         qv = Qu * q[v]
-        if qv <= lb * (1.0 - 1e-9):
+        if qv <= wor_recheck_lower(p[v], v, top, pt, S1, S2, dW) * (1.0 - 1e-9):
             add += qv
         else:
             idx[k] = v
             k += 1
     out[1] = k
     out[2] += add
+
+
+def wor_recheck_lower(x, v, top, pt, S1, S2, dW):
+    r"""The lower bound on :math:`\pi_x = \min(1, \sum_n \mathrm{dW}[n - 1]\, P(x \in S_n))` of
+    :func:`wor_row_recheck` at column ``v`` of draft probability ``x`` (``top`` the most likely token, ``pt`` its
+    probability, ``S1``, ``S2`` the second draw's sums of :func:`wor_row_stats`); with ``dW`` the unit vector of
+    place ``n - 1``, the bound on :math:`P(x \in S_n)` itself (before the clip at 1)."""
+    R = dW.shape[0]
+    p1 = second_draw_at(x, v, top, S1, S2)
+    i2 = x + p1
+    i2 = i2 if i2 < 1.0 else 1.0
+    rt = 1.0 - pt
+    L = 0.0                                         # a lower bound on P(x not in S_2, top in S_2)
+    a = 0.0
+    ba = 0.0
+    if v != top and rt > 0.0:
+        Pt = pt * (1.0 + S2)                        # P(top in S_2)
+        t2 = x * pt * (1.0 / (1.0 - x) + 1.0 / rt) if x < 1.0 else Pt    # P(S_2 = {x, top})
+        L = (Pt - t2) - 1e-12 * (Pt + t2)
+        L = L if L > 0.0 else 0.0
+        a = 1.0 - x / rt
+        a = a if a > 0.0 else 0.0
+        ba = x * (pt / rt)                          # b - a
+    lb = dW[0] * x
+    rr = 1.0 - x
+    hn = 0.0
+    pw = 1.0
+    G = 0.0
+    for r in range(1, R):           # n = r + 1 >= 2, m = r - 1: hn = sum_{i < m} b^i, G = sum_{i < m} b^i a^(m-1-i)
+        lb += dW[r] * (i2 + (1.0 - i2) * (x * hn) + L * (ba * G))
+        G = a * G + pw
+        hn += pw
+        pw *= rr
+    return lb if lb < 1.0 else 1.0
 
 
 def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st):
@@ -958,7 +991,8 @@ JIT = compile_in(globals(), ("union_block", "union_point", "iid_point", "iid_blo
                              "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
                              "wor_lower", "wor_row_last",
-                             "second_draw_at", "wor_row_recheck", "wor_row_decide", "wor_rows_decide", "wor_row_at",
+                             "second_draw_at", "wor_recheck_lower", "wor_row_recheck", "wor_row_decide",
+                             "wor_rows_decide", "wor_row_at",
                              "wor_rows_at", "row_address"))
 
 
