@@ -1518,8 +1518,8 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
         Qc = cols(0) * Ql
         got = yield from _wor_pi_steps(slots, j, frontier, Pl, Qc, lambda r: cols(1 + r), lambda k: cols(3 + k),
                                        depths, not more)
-        if got is None:
-            return _expand(slots, process, frontier, Pl, Ql, keep)
+        if got is None:                   # rows enumerated or refused by the race: the host's route, one read
+            return (yield from _host_route_steps(slots, process, frontier, Pl, Ql, keep))
         pi, mds, P1, race, support = got
     low = torch.minimum(Qc, pi)
     caps = [torch.minimum(Qc, md) for md in mds]
@@ -1575,6 +1575,18 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
     cand = dict(pr=g[:, 0], owner=[frontier[i] for i in rr.tolist()], x=x, Q=g[:, 1], pi=g[:, 2], p=p,
                 caps={d: g[:, off + e] for e, d in enumerate(depths)}, dr=dr)
     return cand, pi_exact, dropped
+
+
+def _host_route_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
+    """The expansion of one depth's rows by the host's route (:func:`_laws_block`'s: the numba row kernels, else
+    :func:`_expand` on numpy blocks) on their laws read in one copy (a generator, :func:`_run_reads`: the tensors
+    ``Pl`` and ``Ql`` are its one read), where :func:`_wor_pi_steps` declines (rows whose draws are enumerated,
+    the race refused or off): the numpy route's arithmetic on the same rows, so its values to the bit, in one read
+    instead of the block route's reads on the tensors (a few per rank and field)."""
+    m, V = Pl.shape
+    host = (yield [Pl, Ql]).reshape(2, m, V)
+    run, P, Q = _laws_block(host[0], host[1])
+    return run(slots, process, frontier, P, Q, keep)
 
 
 def _note_dropped(owners, npos: np.ndarray, keep: int) -> int:
