@@ -1394,8 +1394,8 @@ def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths
     m, V = P.shape
     E = len(depths)
     race_on = need > 2
-    if race_on and not _WOR_RACE:
-        return None
+    if race_on and (not _WOR_RACE or math.perm(V, need) * V <= _MAX_WOR_ENUMERATION):
+        return None                   # the race off, or every row's draws enumerated (its support at most V)
     P1 = _second_draw_t(P) if need > 1 else torch.zeros_like(P)
     base_pi = w01(0) * P + w01(1) * P1
     base_md = [c01(2 * e) * P + c01(2 * e + 1) * P1 for e in range(E)]
