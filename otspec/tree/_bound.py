@@ -1384,7 +1384,7 @@ def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths
 
     Returns ``(pi, mds, P1, race, support)``: ``pi`` clipped at 1, ``mds`` the ``E`` slot counts, the second
     draw's law, the :class:`_Race` (None without ranks >= 2) and the supports as a tensor (checked by the caller
-    with its one read), or None where the host's block route must take the frontier (rows whose draws are
+    with its one read), or None where the host's route must take the frontier (rows whose draws are
     enumerated, the race refused or off). A generator (:func:`_run_reads`): the race's power sums are the one read
     it yields."""
     import torch
@@ -1490,8 +1490,8 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
     :func:`_wor_pi_steps`), min(Q, pi), the caps of the lower depths and every row sum, the candidates of each row
     (:func:`_top_t`) and their values, all read in one copy (without replacement and ranks >= 2, one more read
     before it for the race's power sums, which at the last depth also names the rows that need the race). The same
-    ``(candidates, pi_exact, dropped)``; the host's block route (:func:`_expand` on the tensors) where
-    :func:`_wor_pi_steps` declines. A generator (:func:`_run_reads`): each read is yielded (the tensors to read) and
+    ``(candidates, pi_exact, dropped)``; the host's route on the laws read in one copy (:func:`_host_route_steps`)
+    where :func:`_wor_pi_steps` declines. A generator (:func:`_run_reads`): each read is yielded (the tensors to read) and
     its host copy sent back, so that the expansions of several frontiers (the profile's families and prompts) share
     their reads."""
     import torch
@@ -2073,8 +2073,8 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     :math:`\pi` leaves entries undecided), its quadrature runs on the host on
     those small arrays (for those rows alone), and its Taylor sums by
     Horner's rule over the block to the largest degree a row needs (the
-    routes agree to 1e-12; rows whose draws are enumerated or refused by the
-    race take the host's block route on the tensors, with more reads).
+    routes agree to 1e-12; a depth whose rows' draws are enumerated or whose
+    race is refused is read once and takes the host's route).
 
     See Also
     --------
