@@ -1384,7 +1384,7 @@ def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths
 
     Returns ``(pi, mds, P1, race, support)``: ``pi`` clipped at 1, ``mds`` the ``E`` slot counts, the second
     draw's law, the :class:`_Race` (None without ranks >= 2) and the supports as a tensor (checked by the caller
-    with its one read), or None where the host's block route must take the frontier (rows whose draws are
+    with its one read), or None where the host's route must take the frontier (rows whose draws are
     enumerated, the race refused or off). A generator (:func:`_run_reads`): the race's power sums are the one read
     it yields."""
     import torch
@@ -1394,8 +1394,8 @@ def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths
     m, V = P.shape
     E = len(depths)
     race_on = need > 2
-    if race_on and not _WOR_RACE:
-        return None
+    if race_on and (not _WOR_RACE or math.perm(V, need) * V <= _MAX_WOR_ENUMERATION):
+        return None                   # the race off, or every row's draws enumerated (its support at most V)
     P1 = _second_draw_t(P) if need > 1 else torch.zeros_like(P)
     base_pi = w01(0) * P + w01(1) * P1
     base_md = [c01(2 * e) * P + c01(2 * e + 1) * P1 for e in range(E)]
@@ -1490,8 +1490,8 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
     :func:`_wor_pi_steps`), min(Q, pi), the caps of the lower depths and every row sum, the candidates of each row
     (:func:`_top_t`) and their values, all read in one copy (without replacement and ranks >= 2, one more read
     before it for the race's power sums, which at the last depth also names the rows that need the race). The same
-    ``(candidates, pi_exact, dropped)``; the host's block route (:func:`_expand` on the tensors) where
-    :func:`_wor_pi_steps` declines. A generator (:func:`_run_reads`): each read is yielded (the tensors to read) and
+    ``(candidates, pi_exact, dropped)``; the host's route on the laws read in one copy (:func:`_host_route_steps`)
+    where :func:`_wor_pi_steps` declines. A generator (:func:`_run_reads`): each read is yielded (the tensors to read) and
     its host copy sent back, so that the expansions of several frontiers (the profile's families and prompts) share
     their reads."""
     import torch
@@ -1518,8 +1518,8 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
         Qc = cols(0) * Ql
         got = yield from _wor_pi_steps(slots, j, frontier, Pl, Qc, lambda r: cols(1 + r), lambda k: cols(3 + k),
                                        depths, not more)
-        if got is None:
-            return _expand(slots, process, frontier, Pl, Ql, keep)
+        if got is None:                   # rows enumerated or refused by the race: the host's route, one read
+            return (yield from _host_route_steps(slots, process, frontier, Pl, Ql, keep))
         pi, mds, P1, race, support = got
     low = torch.minimum(Qc, pi)
     caps = [torch.minimum(Qc, md) for md in mds]
@@ -1575,6 +1575,18 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
     cand = dict(pr=g[:, 0], owner=[frontier[i] for i in rr.tolist()], x=x, Q=g[:, 1], pi=g[:, 2], p=p,
                 caps={d: g[:, off + e] for e, d in enumerate(depths)}, dr=dr)
     return cand, pi_exact, dropped
+
+
+def _host_route_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
+    """The expansion of one depth's rows by the host's route (:func:`_laws_block`'s: the numba row kernels, else
+    :func:`_expand` on numpy blocks) on their laws read in one copy (a generator, :func:`_run_reads`: the tensors
+    ``Pl`` and ``Ql`` are its one read), where :func:`_wor_pi_steps` declines (rows whose draws are enumerated,
+    the race refused or off): the numpy route's arithmetic on the same rows, so its values to the bit, in one read
+    instead of the block route's reads on the tensors (a few per rank and field)."""
+    m, V = Pl.shape
+    host = (yield [Pl, Ql]).reshape(2, m, V)
+    run, P, Q = _laws_block(host[0], host[1])
+    return run(slots, process, frontier, P, Q, keep)
 
 
 #: Low bits of a candidate's min(Q, pi) that its place in the order of expansion ignores (:func:`_order_key`).
@@ -2114,8 +2126,8 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
     :math:`\pi` leaves entries undecided), its quadrature runs on the host on
     those small arrays (for those rows alone), and its Taylor sums by
     Horner's rule over the block to the largest degree a row needs (the
-    routes agree to 1e-12; rows whose draws are enumerated or refused by the
-    race take the host's block route on the tensors, with more reads).
+    routes agree to 1e-12; a depth whose rows' draws are enumerated or whose
+    race is refused is read once and takes the host's route).
 
     See Also
     --------
