@@ -51,6 +51,7 @@ from .._validation import validate_positive_int
 from ..decoding._models import MAX_TREE_NODES
 from ..decoding._sampling import bad_rows
 from ..tree._bound import _MAX_FRONTIER_ENTRIES, _depth_runs, _expand_t, _expand_t_steps, _laws_block, _Reads, _Search, _Slots
+from ._quantities import read_parts
 from ._trees import padded_tree_logits
 from ._trees_device import HostRows
 
@@ -519,7 +520,10 @@ class BoundsLater:
         return out if flat is None else [*out, (flat, reads.give)]
 
     def finish(self) -> list:
-        """The bounds (:func:`position_bounds`' list), their reads left taken here."""
+        """The bounds (:func:`position_bounds`' list), their reads left taken here (the scoring calls' flags first,
+        where no read of the caller's took them)."""
+        if self.flags:
+            read_parts(self.parts)
         return self.done()
 
 

@@ -975,12 +975,15 @@ def score_sampled(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root, p
         values, done = held.finish_parts(plan, padded_tree_logits, target, ts, last, n_ctx, q_root, sampling)
         jobs = drafted.jobs
 
-        def store(host) -> None:
-            for (b, j), (tree, inner, p, q, reach) in done(host).items():
-                out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
-
-        parts.append((values, store))
+        parts.append((values, lambda host: _store_sampled(done(host), jobs, out)))
     return ScoredTrees(out, parts)
+
+
+def _store_sampled(done: dict, jobs: list, out: list) -> None:
+    """The sampled trees' values (``done``: ``{(b, j): (tree, inner, p, q, reach)}``, the held trees' values read)
+    stored in ``out`` as each prompt's :class:`_Scored` under its family's label."""
+    for (b, j), (tree, inner, p, q, reach) in done.items():
+        out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
 
 
 def score_trees(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root: np.ndarray, plan: TreePlan,
@@ -1017,8 +1020,7 @@ def score_trees(drafted: DraftedTrees, target, ts, last, n_ctx: int, q_root: np.
                                          also=_children_values(gathered))
 
         def store(host) -> None:
-            for (b, j), (tree, inner, p, q, reach) in done(host).items():
-                out[b][jobs[b][j][0]] = _Scored(tree, inner, p, q, reach=reach)
+            _store_sampled(done(host), jobs, out)
             _read_children(gathered, sampling, held.also_host)
 
         parts.append((values, store))
