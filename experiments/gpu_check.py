@@ -164,6 +164,21 @@ def _generate_rows(draft, target, prompts, L: int, tokens: int, device: str, row
                  f"{plain / assisted:.2f}", ""))
 
 
+def _calibration_rows(c, plan: dict, L: int, rows: list, prof_s: float, flush) -> None:
+    """The cost calibration's rows (:class:`otspec.profile.Costs` ``c``), printed, then its violations."""
+    rows.append(("calibration: target 1 x 1 (plain)", 1e3 * c.plain, 1.0, "", "", "", ""))
+    for k, LL in sorted({(1, L), (plan["k_max"], L)}):
+        rows.append((f"calibration: target {k} x {LL + 1} tokens", 1e3 * c.target[(k, LL)], c.target[(k, LL)] / c.plain,
+                     "", "", "", ""))
+    for k in sorted({1, plan["k_max"]}):
+        rows.append((f"calibration: draft {k} x 1 tokens", 1e3 * c.draft[k], c.draft[k] / c.plain, "", "", "", ""))
+    rows.append(("calibration: plain beyond fwd", 1e3 * c.overhead_plain, c.overhead_plain / c.plain, "", "", "",
+                 f"{c.overhead_plain / (c.plain + c.overhead_plain):.2f}"))
+    flush()
+    print(f"# profile + summary {prof_s:.1f} s; cost violations: {len(c.violations)}"
+          + "".join(f"\n#   {v}" for v in c.violations), flush=True)
+
+
 #: Target of the profile's walk on the device: its work outside the forward passes, as a share of them (moonshot 0.10).
 PROFILE_TARGET, PROFILE_MOONSHOT = 0.25, 0.10
 
@@ -224,6 +239,29 @@ def _guarded(name: str, fn, *args) -> bool:
         return False
 
 
+def check_device_arg(device: str) -> str | None:
+    """Why ``--device`` cannot run here (None when it can): no CUDA at all, an index past the devices torch
+    sees, or a name torch cannot parse (:func:`otspec.decoding._models.check_device`)."""
+    import torch
+
+    from otspec.decoding._models import check_device
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        return f"--device {device!r} but torch sees no CUDA device"
+    try:
+        check_device(device, "device")
+    except ValueError as exc:
+        return str(exc).replace("`device`", "--device")
+    return None
+
+
+def device_card(device: str) -> str:
+    """The name of ``device``'s card (CUDA), or the host's processor."""
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else platform.processor()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default=None, choices=sorted(SHAPES), help="serving shape (default llama-3.2-1b)")
@@ -235,6 +273,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-only", action="store_true",
                     help="only the forward passes and the profile's own work (part 4), a few minutes shorter")
     args = ap.parse_args(argv)
+    if not (np.isfinite(args.budget_s) and args.budget_s >= 0):
+        ap.error(f"--budget-s must be a finite number of seconds >= 0, got {args.budget_s}")
     import torch
     import transformers
 
@@ -249,10 +289,11 @@ def main(argv=None) -> int:
     device = args.device or ("cpu" if args.tiny else "cuda")
     if device == "cpu":
         torch.set_num_threads(1)  # tiny CPU calls: one thread, no intra-op spinning against the machine's load
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        print(f"error: --device {device!r} but torch sees no CUDA device", file=sys.stderr)
+    why = check_device_arg(device)
+    if why is not None:
+        print(f"error: {why}", file=sys.stderr)
         return 2
-    card = torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else platform.processor()
+    card = device_card(device)
     print(f"# gpu_check: {args.shape or ('tiny' if args.tiny else 'llama-3.2-1b')} {shape} on {device} ({card}); "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {os.getloadavg()}; torch "
           f"{torch.__version__}, transformers {transformers.__version__}", flush=True)
@@ -272,31 +313,32 @@ def main(argv=None) -> int:
 
     done: list = []
     L = plan["L_max"]
-    _forward_rows(draft, target, plan["k_max"], L, device, rows)
-    flush()
+    _guarded("forward", lambda: (_forward_rows(draft, target, plan["k_max"], L, device, rows), flush()))
+    rows.clear()  # a failed part's rows are not printed
     if args.profile_only:
         _guarded("profile overhead", _profile_overhead, draft, target, prompts, plan["positions"], args.keep)
         print(f"# total {time.perf_counter() - t_start:.1f} s", flush=True)
         return 0
     settings = dict(k_max=plan["k_max"], L_max=L, max_new_tokens=plan["positions"], families=list(plan["families"]),
                     verifiers=["token"], trees=list(plan["trees"]), seed=args.seed)
-    with tempfile.TemporaryDirectory() as out:
-        t0 = time.perf_counter()
-        profile(prompts, out=out, draft=draft, target=target, progress=False, **settings)
-        s = summarize(out, n_boot=500)
-        prof_s = time.perf_counter() - t0
+    got: dict = {}
+
+    def calibration():
+        with tempfile.TemporaryDirectory() as out:
+            t0 = time.perf_counter()
+            profile(prompts, out=out, draft=draft, target=target, progress=False, **settings)
+            got["s"] = summarize(out, n_boot=500)
+            got["prof_s"] = time.perf_counter() - t0
+        _calibration_rows(got["s"].costs, plan, L, rows, got["prof_s"], flush)
+
+    if not _guarded("calibration", calibration):
+        rows.clear()
+        print("# no profile: decoders and transformers skipped (they run its recommendation)", flush=True)
+        _guarded("profile overhead", _profile_overhead, draft, target, prompts, plan["positions"], args.keep)
+        print(f"# total {time.perf_counter() - t_start:.1f} s", flush=True)
+        return 0
+    s = got["s"]
     c = s.costs
-    rows.append(("calibration: target 1 x 1 (plain)", 1e3 * c.plain, 1.0, "", "", "", ""))
-    for k, LL in sorted({(1, L), (plan["k_max"], L)}):
-        rows.append((f"calibration: target {k} x {LL + 1} tokens", 1e3 * c.target[(k, LL)], c.target[(k, LL)] / c.plain,
-                     "", "", "", ""))
-    for k in sorted({1, plan["k_max"]}):
-        rows.append((f"calibration: draft {k} x 1 tokens", 1e3 * c.draft[k], c.draft[k] / c.plain, "", "", "", ""))
-    rows.append(("calibration: plain beyond fwd", 1e3 * c.overhead_plain, c.overhead_plain / c.plain, "", "", "",
-                 f"{c.overhead_plain / (c.plain + c.overhead_plain):.2f}"))
-    flush()
-    print(f"# profile + summary {prof_s:.1f} s; cost violations: {len(c.violations)}"
-          + "".join(f"\n#   {v}" for v in c.violations), flush=True)
     rec = s.recommendation
     chain = ("token", 1, L)
     tree = next(iter(s.trees.speedup)) if s.trees is not None and s.trees.speedup else None
@@ -326,7 +368,8 @@ def main(argv=None) -> int:
                                                       plan["decode_tokens"], device, rows, plain_ms[0]), flush()))]
     for name, fn in parts:
         if time.perf_counter() - t_start < args.budget_s:
-            _guarded(name, fn)
+            if not _guarded(name, fn):
+                rows.clear()  # a failed part's rows are not printed under the next part
         else:
             print(f"# budget spent: {name} skipped", flush=True)
     print(f"# total {time.perf_counter() - t_start:.1f} s; 'x plain': seconds over otspec's plain decoding per "

@@ -61,6 +61,51 @@ def _walk_only(fn_enter, fn_exit):
     return lambda: [setattr(_shard, n, f) for n, f in saved.items()]
 
 
+def sync_for(device: str):
+    """A function that waits for ``device``'s queued work: :func:`otspec._timing.synchronize` of that device
+    (``torch.cuda.synchronize(device)`` on CUDA, the device's own index; nothing on the CPU)."""
+    from otspec._timing import synchronize
+
+    return lambda: synchronize(device)
+
+
+def profiler_activities(device: str) -> list:
+    """The torch.profiler activities: the host's, and the device's on CUDA."""
+    from torch.profiler import ProfilerActivity
+
+    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+
+
+def profiler_tables(ka, device: str, lines: int) -> list[str]:
+    """torch.profiler's operator tables of ``ka`` (``key_averages()``): by device time on CUDA (its column's name
+    differs between torch versions), then by host time; a sort key this torch lacks is skipped."""
+    parts = []
+    keys = ([("self_device_time_total", "self_cuda_time_total")] if device.startswith("cuda") else []) + [
+        ("self_cpu_time_total",)]
+    for alts in keys:
+        for key in alts:
+            try:
+                parts.append(f"## sorted by {key}\n" + ka.table(sort_by=key, row_limit=lines))
+                break
+            except (KeyError, AttributeError, ValueError, RuntimeError):
+                continue
+    return parts
+
+
+def _guarded(name: str, fn, *args) -> bool:
+    """Run one part; a failure is printed with its traceback and the later parts still run."""
+    import traceback
+
+    try:
+        fn(*args)
+        return True
+    except Exception:  # noqa: BLE001 -- one part's failure must not lose the others' tables on a lent machine
+        print(f"# part {name!r} failed:", flush=True)
+        traceback.print_exc(file=sys.stdout)
+        sys.stdout.flush()
+        return False
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tiny", action="store_true", help="the tiny shape on the CPU")
@@ -71,23 +116,37 @@ def main(argv=None) -> int:
     ap.add_argument("--lines", type=int, default=40, help="rows of each table")
     ap.add_argument("--out", default=".", help="folder for the tables")
     args = ap.parse_args(argv)
+    for name in ("prompts", "positions", "lines"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be an integer >= 1, got {getattr(args, name)}")
     import bench_profile as B
     import gpu_check as G
-    import torch
     import transformers
 
     from otspec.decoding import HFCausalLM
     from otspec.profile import profile
 
     transformers.logging.set_verbosity_error()
+    if args.shape is not None and args.shape not in G.SHAPES:
+        ap.error(f"--shape must be one of {sorted(G.SHAPES)}, got {args.shape!r}")
     shape = G.SHAPES[args.shape or ("tiny" if args.tiny else "llama-3.2-1b")]
     device = args.device or ("cpu" if args.tiny else "cuda")
-    os.makedirs(args.out, exist_ok=True)
+    why = G.check_device_arg(device)
+    if why is not None:
+        print(f"error: {why}", file=sys.stderr)
+        return 2
+    try:
+        os.makedirs(args.out, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=args.out):
+            pass
+    except OSError as exc:
+        print(f"error: --out {args.out!r} cannot be written ({exc.strerror or exc})", file=sys.stderr)
+        return 2
     d_model, t_model = G.build_pair(shape, device)
     draft, target = HFCausalLM(d_model, name="draft"), HFCausalLM(t_model, name="target")
     rng = np.random.default_rng(0)
     prompts = [rng.integers(3, shape.vocab, size=16).tolist() for _ in range(args.prompts)]
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    sync = sync_for(device)
     from otspec.decoding._sampling import Sampling
     from otspec.profile import _shard
 
@@ -98,7 +157,8 @@ def main(argv=None) -> int:
                     progress=False)
         for label, trees in (("chains", None), ("trees", B.LLAMA_TREES)):
             kw = dict(draft=draft, target=target, k_max=4, L_max=4, trees=trees, progress=False)
-            _walk_tables(label, kw, prompts, args, device, sync, Sampling)
+            _guarded(f"{label}: cProfile", _walk_tables, label, kw, prompts, args, device, sync, Sampling)
+            _guarded(f"{label}: torch.profiler", _torch_tables, label, kw, prompts, args, device, sync)
     finally:
         _shard.cost_rows = calibrate
     return 0
@@ -106,9 +166,8 @@ def main(argv=None) -> int:
 
 def _walk_tables(label, kw, prompts, args, device, sync, Sampling) -> None:
     """cProfile of the walk along ``prompts`` with its forward seconds (the models' calls and their laws, timed with
-    the device synchronised at both ends), then torch.profiler of the walk along the first prompt."""
+    the device synchronised at both ends), written to ``OUT/cprof_<label>.txt``."""
     import bench_profile as B
-    import torch
 
     from otspec.profile import profile
 
@@ -145,35 +204,32 @@ def _walk_tables(label, kw, prompts, args, device, sync, Sampling) -> None:
     text = _stats(prof, args.lines)
     head = (f"# {label}: walk {walk[0]:.2f} s over {len(prompts)} prompts x {args.positions} positions on {device}: "
             f"per position {1e3 * (walk[0] - walk[1]) / n:.1f} ms outside the forward passes, "
-            f"{1e3 * walk[1] / n:.1f} ms in them (other / forward {(walk[0] - walk[1]) / walk[1]:.3f}); "
+            f"{1e3 * walk[1] / n:.1f} ms in them (other / forward "
+            f"{(walk[0] - walk[1]) / walk[1] if walk[1] > 0 else float('nan'):.3f}); "
             "cProfile on (it slows the host's side)\n")
     with open(os.path.join(args.out, f"cprof_{label}.txt"), "w") as f:
         f.write(head + text)
     print(head + "\n".join(text.splitlines()[: args.lines + 12]), flush=True)
 
-    from torch.profiler import ProfilerActivity
 
-    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
-    tp = torch.profiler.profile(activities=acts)
+def _torch_tables(label, kw, prompts, args, device, sync) -> None:
+    """torch.profiler of the walk along the first prompt, written to ``OUT/torchprof_<label>.txt``."""
+    import torch
+
+    from otspec.profile import profile
+
+    tp = torch.profiler.profile(activities=profiler_activities(device))
     restore = _walk_only(lambda: (sync(), tp.start()), lambda: (sync(), tp.stop()))
     try:
         with tempfile.TemporaryDirectory() as tmp:
             profile(prompts[:1], out=tmp, max_new_tokens=args.positions, **kw)
     finally:
         restore()
-    ka = tp.key_averages()
-    parts = []
-    keys = ([("self_device_time_total", "self_cuda_time_total")] if device.startswith("cuda") else []) + [
-        ("self_cpu_time_total",)]
-    for alts in keys:  # the device column's name differs between torch versions
-        for key in alts:
-            try:
-                parts.append(f"## sorted by {key}\n" + ka.table(sort_by=key, row_limit=args.lines))
-                break
-            except (KeyError, AttributeError, ValueError, RuntimeError):
-                continue
+    parts = profiler_tables(tp.key_averages(), device, args.lines)
     with open(os.path.join(args.out, f"torchprof_{label}.txt"), "w") as f:
         f.write("\n".join(parts))
+    if not parts:
+        raise RuntimeError("torch.profiler gave no table under any sort key this script knows")
     print("\n".join(parts[0].splitlines()[: args.lines // 2 + 6]), flush=True)
 
 

@@ -252,24 +252,27 @@ def _plan_lines(plan) -> list[str]:
     return lines
 
 
-def _check_device(text: str, toy: bool) -> None:
-    """Refuse a ``--device`` torch cannot name, one this machine does not have (:func:`check_device`), or one
-    that toy models would ignore (they run on the CPU only)."""
+def _check_device(text: str, toy: bool, name: str = "device") -> None:
+    """Refuse a ``--device`` (``name="draft_device"``: ``--draft-device``) torch cannot name, one this machine does
+    not have (:func:`check_device`), or one that toy models would ignore (they run on the CPU only)."""
     import torch
 
+    flag = _PROFILE_FLAGS[name]
     try:
         dev = torch.device(text)
     except (RuntimeError, TypeError, ValueError):
         dev = None  # check_device names the flag and the expected form
     if toy and dev is not None and dev.type != "cpu":
-        raise ValueError(f"`--device` {text!r}: toy models (toy:V) run on the CPU only; leave out --device")
-    check_device(text, "device")
+        raise ValueError(f"`{flag}` {text!r}: toy models (toy:V) run on the CPU only; leave out {flag}")
+    check_device(text, name)
 
 
 def _profile(args) -> int:
     settings = _settings(args)
     d, t = _pair(args.draft, args.target)
     _check_device(args.device, d.kind == "toy")
+    if args.draft_device is not None:
+        _check_device(args.draft_device, d.kind == "toy", "draft_device")
     records = read_prompts(args.prompts, context=settings.context)
     items = None
     if d.kind == "toy":

@@ -22,6 +22,7 @@ from ._store import (
     check_report_dest,
     fingerprint,
     manifest_for,
+    out_path,
     prompts_entry,
     settings_entry,
     shard_path,
@@ -208,7 +209,7 @@ def prepare(prompts, *, out, draft, target, settings: ProfileSettings, tokenizer
     check_device_memory(settings, V, [len(p) for p, _ in items], analysis_device(target))
     check_tree_context(settings.tree_plan, draft, target, max((len(p) for p, _ in items), default=0),
                        settings.max_new_tokens)
-    out = Path(out)
+    out = out_path(out)
     ids = {"draft": _model_id(draft), "target": _model_id(target)}
     check_folder(out, {"format": FORMAT, "settings": settings_entry(settings), "prompts": prompts_entry(items),
                        "models": ids})
@@ -225,7 +226,7 @@ def check_before_loading(out, settings: ProfileSettings, *, items=None, models=N
     folder's run records), the prompts' digest (``items``: token ids, when no prompt is text) and
     ``models`` (a partial ``{"draft": {"name": ..., "class": ...}, "target": {...}}``). Writes nothing.
     """
-    out = Path(out)
+    out = out_path(out)
     entry: dict = {"format": FORMAT}
     if V is None and (out / MANIFEST).is_file():
         try:

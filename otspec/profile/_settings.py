@@ -137,6 +137,22 @@ def _names(value, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _trial_build(name: str, options: dict) -> None:
+    """Build verifier ``name`` with ``options`` once on two equal laws of two tokens (``k = 1``), so that an option
+    value no law could take (``mentored``'s ``D < 0``, ``kseq``'s ``rho < 1``, a string for a number) is refused
+    with the settings, before any model loads, instead of at the first profiled position."""
+    spec = get_verifier(name)
+    if spec.build is None or not options:
+        return
+    import numpy as np
+
+    half = np.array([0.5, 0.5])
+    try:
+        spec.build(half, half.copy(), 1, **options)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"`verifier_options[{name!r}]`: {exc}") from None
+
+
 @dataclass(frozen=True)
 class ProfileSettings:
     r"""Settings of a profile run: the grid, the verifiers, the sampling and the context path.
@@ -324,6 +340,7 @@ class ProfileSettings:
             if extra:
                 raise ValueError(f"`verifier_options[{name!r}]` accepts {sorted(get_verifier(name).options)}, "
                                  f"got unknown keys {sorted(extra)}")
+            _trial_build(name, o)
         object.__setattr__(self, "verifier_options", {k: dict(v) for k, v in sorted(opts.items())})
 
         def missing(n):

@@ -370,10 +370,12 @@ def _differences(old: dict, new: dict) -> list[str]:
 def check_folder(out, manifest: dict) -> None:
     """Refuse ``out`` when it cannot hold this run: a file, shards without a manifest, or a run whose identity
     entries differ from ``manifest``'s (only those ``manifest`` holds, so a command line can compare the
-    settings, the prompts and the models' names before loading them). Writes nothing."""
-    out = Path(out)
+    settings, the prompts and the models' names before loading them), an empty name (``Path("")`` is the working
+    folder) or a folder that cannot be created or written (:func:`_check_writable`). Writes nothing."""
+    out = out_path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"`out` must be a folder, got the file {str(out)!r}")
+    _check_writable(out)
     path = out / MANIFEST
     if path.is_file():
         try:
@@ -386,6 +388,35 @@ def check_folder(out, manifest: dict) -> None:
                              "use another folder (runs are never mixed)")
     elif out.is_dir() and any(p.name.startswith("shard-") for p in out.iterdir()):
         raise ValueError(f"`out` {str(out)!r} holds shards without a manifest: use another folder")
+
+
+def out_path(out) -> Path:
+    """``out`` as a :class:`~pathlib.Path`, refusing what names no folder: another type, or an empty or blank name
+    (``Path("")`` would be the working folder)."""
+    if isinstance(out, Path):
+        return out
+    if not isinstance(out, (str, os.PathLike)):
+        raise TypeError(f"`out` must be a folder path (str or os.PathLike), got {type(out).__name__}")
+    if isinstance(out, str) and not out.strip():
+        raise ValueError(f"`out` must name a folder, got {out!r}")
+    return Path(out)
+
+
+def _check_writable(out: Path) -> None:
+    """Refuse ``out`` when it cannot be created or written: its nearest existing folder (``out`` itself, or the
+    first ancestor that exists) must be a folder in which a folder can be made (tried with
+    :func:`tempfile.mkdtemp` and removed at once, so that permissions, read-only mounts and pseudo file systems
+    are all asked the same question ``mkdir`` will be)."""
+    here = out.absolute()
+    while not here.exists() and here != here.parent:
+        here = here.parent
+    if not here.is_dir():
+        raise ValueError(f"`out` {str(out)!r} cannot be created: {str(here)!r} is a file")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".otspec-probe-", dir=here))
+    except OSError as exc:
+        raise ValueError(f"`out` {str(out)!r} cannot be written: no folder can be made in {str(here)!r} "
+                         f"({exc.strerror or exc})") from None
 
 
 def write_manifest(out, manifest: dict) -> None:
