@@ -15,6 +15,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from .._registry import get_verifier, registered_name, registered_spelling, suggest, unknown_name_message, verifier_names
 from .._verifier import Verifier
 from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
@@ -217,7 +219,9 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
     ValueError
         Unknown name, a single-draft scheme with ``k > 1``, ``"lp"`` on a
         support above its bound without ``top_k`` / ``top_p``, options the
-        scheme does not take, missing required options.
+        scheme does not take, missing required options, option values no
+        pair of laws takes (the builder is tried once on two equal laws of
+        two tokens: ``"mentored"``'s ``D < 0``, ``"kseq"``'s ``rho < 1``).
     TypeError
         ``verifier`` a verifier instance, neither a name nor a callable;
         ``options`` not a dict.
@@ -287,6 +291,12 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
             f"`verifier`={verifier!r} needs options {sorted(missing)}: pass verifier_options={{...}}"
             + (" (the KL budget)" if verifier == "mentored" else "")
         )
+    if options and spec.build is not None:  # option values no law takes (mentored's D < 0): refused before any call
+        half = np.array([0.5, 0.5])
+        try:
+            spec.build(half, half.copy(), k, **options)
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"`verifier_options` for {verifier!r}: {exc}") from None
     if spec.build_multi is not None:  # k draft blocks, every one of the V**L blocks enumerated
         return Scheme(verifier, "multiblock", None, spec.lossless)
     if spec.kind == "block":
