@@ -417,3 +417,45 @@ def test_profile_settings_refuse_option_values_no_law_takes():
         ProfileSettings(verifier_options={"ensemble": {"w": "half"}})
     s = ProfileSettings(verifier_options={"mentored": {"D": 0.2}, "kseq": {"rho": 1.5}})  # values a law takes
     assert s.verifier_options == {"kseq": {"rho": 1.5}, "mentored": {"D": 0.2}}
+
+
+# --------------------------------------------------------------------------- transformers' own assisted generation
+def _hf_lm(seed: int, V: int = 6, scale: float = 6.0):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                                   bos_token_id=None, eos_token_id=None, pad_token_id=0)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    return model
+
+
+@pytest.mark.parametrize("t_seed,d_seed,prompt,L", [(3, 11, [1, 4], 2), (13, 17, [5, 2, 3], 4), (21, 22, [0], 1),
+                                                     (34, 84, [4, 4], 3)])
+def test_greedy_decoders_equal_transformers_assisted_generation(t_seed, d_seed, prompt, L):
+    """Other tiny random pairs than tests/test_transformers_clients.py's: transformers' plain and assisted greedy
+    ``generate`` (``assistant_model=``, ``num_assistant_tokens=L``) against otspec's greedy chains and trees, token
+    for token; with the torch global random state untouched by otspec."""
+    target, draft = _hf_lm(t_seed), _hf_lm(d_seed)
+    n = 16
+    ids = torch.tensor([prompt])
+    draft.generation_config.num_assistant_tokens = L
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    kw = dict(do_sample=False, max_new_tokens=n, pad_token_id=0, attention_mask=torch.ones_like(ids))
+    with torch.no_grad():
+        plain = target.generate(ids, **kw)[0, len(prompt):].tolist()
+        assisted = target.generate(ids, assistant_model=draft, **kw)[0, len(prompt):].tolist()
+    assert assisted == plain
+    t, d = D.HFCausalLM(target), D.HFCausalLM(draft)
+    state = torch.random.get_rng_state()
+    assert D.autoregressive_decode(t, prompt, max_new_tokens=n, temperature=0, rng=1).tokens.tolist() == plain
+    # seeds (3, 11) and (21, 22): every draft accepted; (13, 17): none; (34, 84): some (a scan of seeds)
+    for kw in (dict(verifier="token", L=L), dict(verifier="multiround", k=2, L=L), dict(verifier="block", L=L),
+               dict(verifier="block-onestep", L=L), dict(verifier="kseq", k=3, L=L, engine="numpy"),
+               dict(tree="topk:branching(2,2):target-only"), dict(tree="eagle2:2,2,4")):
+        res = D.speculative_decode(prompt, draft=d, target=t, max_new_tokens=n, temperature=0, rng=5, **kw)
+        assert res.tokens.tolist() == plain, kw
+    assert torch.equal(torch.random.get_rng_state(), state)
