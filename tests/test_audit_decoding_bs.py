@@ -459,3 +459,23 @@ def test_greedy_decoders_equal_transformers_assisted_generation(t_seed, d_seed, 
         res = D.speculative_decode(prompt, draft=d, target=t, max_new_tokens=n, temperature=0, rng=5, **kw)
         assert res.tokens.tolist() == plain, kw
     assert torch.equal(torch.random.get_rng_state(), state)
+
+
+# --------------------------------------------------------------------------- the dask route
+@pytest.mark.parametrize("client", [object(), "tcp://127.0.0.1:8786"])
+def test_profile_refuses_a_client_that_is_not_one_before_building_models_or_writing(tmp_path, client):
+    pytest.importorskip("pyarrow")
+    from otspec.profile import profile, toy_pair
+
+    built = []
+
+    def models(device="cpu"):
+        built.append(device)
+        return toy_pair(4, seed=0)
+
+    out = tmp_path / "run"
+    for factory in (models, lambda: models()):
+        with pytest.raises(TypeError, match="`client` must be a dask.distributed.Client"):
+            profile([[0, 1]], out=out, models=factory, client=client, k_max=1, L_max=1, max_new_tokens=2,
+                    progress=False)
+    assert built == [] and not out.exists()

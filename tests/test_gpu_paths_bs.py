@@ -291,3 +291,13 @@ def test_profile_walk_writes_its_tables_under_out_and_a_failed_part_keeps_the_ot
     assert math.isfinite(ratio) and ratio >= 0
     assert "## sorted by self_cpu_time_total" in (out / "torchprof_trees.txt").read_text()
     assert np.isfinite(float(head.split("walk ")[1].split(" s")[0]))
+
+
+# --------------------------------------------------------------------------- otspec/profile/_distributed.py
+def test_dask_workers_see_the_cuda_devices(fake_cuda):
+    from otspec.profile import _distributed
+
+    fake_cuda.n = 2
+    assert _distributed._gpus_seen() == 2 and _distributed._own_device() == "cuda:0"
+    fake_cuda.n = 0
+    assert _distributed._gpus_seen() == 0 and _distributed._own_device() == "cpu"

@@ -10,7 +10,7 @@ from pathlib import Path
 from .._deps import check_installed
 from ..decoding._models import validate_language_model
 from ._collect import analysis_device, check_device_memory, path_length
-from ._distributed import run_on_client
+from ._distributed import run_on_client, takes_device
 from ._prompts import load_prompts
 from ._settings import ProfileSettings, check_limits
 from ._shard import run_shard
@@ -122,7 +122,7 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
         (another fingerprint under the same name included) -- all before
         anything is written, and all but the fingerprints before any forward pass.
     TypeError
-        Wrong types; ``client`` without ``models``.
+        Wrong types; ``client`` without ``models``, or not a dask client (no ``submit``).
 
     Examples
     --------
@@ -144,6 +144,12 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
             raise TypeError("pass either `models` or `draft` and `target`, not both")
         if not callable(models):
             raise TypeError(f"`models` must be callable () -> (draft, target), got {type(models).__name__}")
+    if client is not None:  # what run_on_client calls, checked before the models are built or anything is written
+        need = ("submit", "run", "scheduler_info") if takes_device(models) else ("submit",)
+        lacking = [a for a in need if not callable(getattr(client, a, None))]
+        if lacking:
+            raise TypeError(f"`client` must be a dask.distributed.Client, got {type(client).__name__} (no "
+                            f"{', '.join(lacking)})")
     settings = _settings(settings, options)
     if models is not None:
         draft, target = models()
