@@ -9,8 +9,10 @@ r"""Command line of otspec: ``python -m otspec profile ...`` and ``python -m ots
   (``--draft toy:6 --target toy:6``); toy models have no tokenizer;
 * anything else: a Hugging Face model folder or name for ``AutoModelForCausalLM``.
 
-Everything that can be checked without the models (the settings, every line
-of the prompt file, the model names, the output folder against the names,
+Everything that can be checked without the models (the settings, the values
+of ``--verifier-options`` included, every line of the prompt file, the model
+names, ``--device`` and ``--draft-device`` (toy models take neither), the
+output folder -- a name, creatable and writable, and against the names,
 settings and prompts of a run already there) is checked before any model is
 loaded; the rest (token ids against the vocabulary, the models'
 fingerprints) before anything is written. Errors print one line starting

@@ -118,6 +118,7 @@ def profile(prompts, *, out, draft=None, target=None, models=None, settings: Pro
         Bad settings (unknown verifier names with the closest one, ``k_max`` or
         ``L_max`` < 1, a setting above a limit on work or memory, naming it),
         a bad prompt (a JSONL line is named), different vocabularies, an
+        empty ``out`` or one that cannot be created or written, an
         output folder holding a run with other settings, prompts or models
         (another fingerprint under the same name included) -- all before
         anything is written, and all but the fingerprints before any forward pass.
