@@ -208,3 +208,12 @@ def test_alpha_k_input_kinds(p, kind):
     else:
         got = otspec.alpha_k(np.repeat(p, 2)[::2], np.repeat(q, 2)[::2], 3)
     assert got == ref
+
+
+@pytest.mark.parametrize("p", [np.array(["0.5", "0.5"]), ["0.5", "0.5"], np.array([b"1", b"0"])])
+def test_text_arrays_refused(p):
+    """main: numpy parsed the strings and alpha_k answered 1.0; text is refused as any non-numeric input."""
+    with pytest.raises(TypeError, match=r"`p` must be .* got an array of dtype"):
+        otspec.alpha_k(p, [0.5, 0.5], 1)
+    with pytest.raises(TypeError, match=r"`p` must be .* got an array of dtype"):
+        otspec.maximal_coupling(p, [0.5, 0.5])
