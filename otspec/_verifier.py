@@ -296,7 +296,8 @@ def check_lossless(verifier: Verifier, *, max_tuples: int = 2_000_000, tol: floa
     verifier : Verifier
         Any verifier of the package (or a user subclass of :class:`Verifier`).
     max_tuples : int, keyword-only
-        Refuse to enumerate more than this many tuples (``n**k``).
+        Refuse to enumerate more than this many tuples (``n**k``), or tuples
+        of more than this many drafts (``k``).
     tol : float, keyword-only
         ``passed`` is ``max_error <= tol`` (default :data:`LOSSLESS_TOL` = 1e-9).
 
@@ -312,7 +313,7 @@ def check_lossless(verifier: Verifier, *, max_tuples: int = 2_000_000, tol: floa
     TypeError
         If ``verifier`` is not a :class:`Verifier`.
     ValueError
-        If ``n**k`` exceeds ``max_tuples``.
+        If ``n**k`` or ``k`` exceeds ``max_tuples``.
 
     Examples
     --------
@@ -332,6 +333,9 @@ def check_lossless(verifier: Verifier, *, max_tuples: int = 2_000_000, tol: floa
     s = len(support)
     if s > 1 and k * math.log(s) > math.log(max_tuples) + 30.0:  # never build s**k for a huge k
         raise ValueError(f"enumerating |supp p|**k = {s}**{k} draft tuples exceeds `max_tuples`={max_tuples}")
+    if k > max_tuples:  # one support token: a single tuple, but of k entries (a huge k overflowed or hung)
+        raise ValueError(f"enumerating draft tuples of `k`={k} tokens each exceeds `max_tuples`={max_tuples} "
+                         f"(a tuple's entries count against it)")
     n_tuples = s**k
     if n_tuples > max_tuples:
         raise ValueError(

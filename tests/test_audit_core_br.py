@@ -217,3 +217,13 @@ def test_text_arrays_refused(p):
         otspec.alpha_k(p, [0.5, 0.5], 1)
     with pytest.raises(TypeError, match=r"`p` must be .* got an array of dtype"):
         otspec.maximal_coupling(p, [0.5, 0.5])
+
+
+@pytest.mark.parametrize("k", [10**30, 2**40, 2_000_001])
+def test_check_lossless_one_token_support_huge_k(k):
+    """main: one draft token of positive mass and a huge k gave OverflowError (10**30) or MemoryError (2**40):
+    the one tuple has k entries. Refused before it is built."""
+    v = otspec.kseq([1.0, 0.0], [0.5, 0.5], k)
+    with pytest.raises(ValueError, match=r"tuples of `k`=\d+ tokens each exceeds `max_tuples`"):
+        otspec.check_lossless(v)
+    assert otspec.check_lossless(otspec.kseq([1.0, 0.0], [0.5, 0.5], 1000)).passed
