@@ -227,3 +227,19 @@ def test_check_lossless_one_token_support_huge_k(k):
     with pytest.raises(ValueError, match=r"tuples of `k`=\d+ tokens each exceeds `max_tuples`"):
         otspec.check_lossless(v)
     assert otspec.check_lossless(otspec.kseq([1.0, 0.0], [0.5, 0.5], 1000)).passed
+
+
+@pytest.mark.parametrize("build", [lambda k: otspec.optimal_verifier([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], k, method="direct"),
+                                   lambda k: otspec.optimal_verifier([0.5, 0.3, 0.2], [0.2, 0.3, 0.5], k)])
+def test_sample_drafts_refuses_a_huge_k(build):
+    """main: the base class drew k drafts one by one in Python (no answer in minutes at k = 10**30 or 2**40);
+    k-Seq already refused above MAX_SAMPLE_DRAFTS, now every verifier does."""
+    for k in (10**30, 2**40, otspec._verifier.MAX_SAMPLE_DRAFTS + 1):
+        try:
+            v = build(k)
+        except ValueError:  # the key layout refuses k >= 2**63 itself
+            continue
+        with pytest.raises(ValueError, match=r"drawing `k`=\d+ drafts at once exceeds the limit MAX_SAMPLE_DRAFTS"):
+            v.sample_drafts(rng=0)
+    v = build(3)
+    assert len(v.sample_drafts(rng=0)) == 3
