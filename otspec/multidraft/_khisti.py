@@ -131,6 +131,10 @@ def khisti_verifier(p, q, k: int, *, normalize: bool = False) -> KhistiVerifier:
 
         \max_\beta \sum_y \min(z_\beta(y), q(y)) = \alpha_k(p, q).
 
+    The selection LP has many optima; it is solved on the tokens in a
+    label-free order (ascending ``p``, then ``q``), so relabelling the
+    vocabulary relabels the selection (as :func:`otspec.otm_lp`).
+
     Parameters
     ----------
     p, q : (n,) array_like of float

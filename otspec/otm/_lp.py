@@ -410,6 +410,12 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     repaired to be exactly feasible, so the verifier is lossless to
     rounding whatever the solver's tolerance.
 
+    Optimal plans are not unique. The LP is solved on the tokens in a
+    label-free order (ascending ``p``, then ``q``) and the plan mapped back,
+    so relabelling the vocabulary relabels the plan: every value built on
+    the plan's conditionals (SpecTr's draft selection over blocks and trees,
+    :mod:`otspec.spectr`, ``"spectr-tree"``) is the same for any token ids.
+
     Parameters
     ----------
     p : (n,) array_like of float
