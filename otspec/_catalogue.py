@@ -10,6 +10,7 @@ registry (:mod:`otspec.block`, :mod:`otspec.spectr`, :mod:`otspec.decoding`);
 from __future__ import annotations
 
 from ._registry import VerifierSpec, register_verifier
+from ._validation import validate_k
 from .lossy._ensemble import ensemble_verifier
 from .lossy._mentored import mentored, mentored_verifier
 from .lossy._typical import typical_acceptance_verifier
@@ -27,6 +28,7 @@ __all__: list[str] = []
 
 
 def _single(name, k):
+    k = validate_k(k)  # a bool, float or array k is a TypeError, as for the multi-draft verifiers
     if k != 1:
         raise ValueError(f"`verifier`={name!r} verifies a single draft, so `k` must be 1, got {k}")
 

@@ -87,6 +87,8 @@ def _float_input(x, name: str, what: str) -> tuple[np.ndarray, float]:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
     if np.iscomplexobj(raw):
         raise TypeError(f"`{name}` must be real-valued, got a complex array")
+    if raw.dtype.kind in "USV":  # text or raw bytes: numpy would parse "0.5" silently
+        raise TypeError(f"`{name}` must be {what}, got an array of dtype {raw.dtype}")
     try:
         arr = np.array(raw, dtype=np.float64, copy=True)
     except (TypeError, ValueError) as exc:

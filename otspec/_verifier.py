@@ -22,8 +22,18 @@ import numpy as np
 
 from ._validation import as_rng, validate_drafts, validate_positive_int
 
-__all__ = ["LOSSLESS_TOL", "LosslessCheck", "Verifier", "VerifierCheck", "check_lossless", "sample_from", "sample_from_cdf",
-           "validate_tol"]
+__all__ = ["LOSSLESS_TOL", "MAX_SAMPLE_DRAFTS", "LosslessCheck", "Verifier", "VerifierCheck", "check_draw_count",
+           "check_lossless", "sample_from", "sample_from_cdf", "validate_tol"]
+
+
+#: Largest number of drafts drawn at once by ``sample_drafts`` (the tuple of ``k`` ints).
+MAX_SAMPLE_DRAFTS = 10_000_000
+
+
+def check_draw_count(k: int) -> None:
+    """Refuse (ValueError) to draw more than :data:`MAX_SAMPLE_DRAFTS` drafts at once, before any draw."""
+    if k > MAX_SAMPLE_DRAFTS:
+        raise ValueError(f"drawing `k`={k} drafts at once exceeds the limit MAX_SAMPLE_DRAFTS={MAX_SAMPLE_DRAFTS}")
 
 
 def sample_from_cdf(c: np.ndarray, law: np.ndarray, rng: np.random.Generator) -> int:
@@ -150,6 +160,8 @@ class Verifier(abc.ABC):
         ------
         NotImplementedError
             If the subclass overrides :meth:`draft_law_of` but not this method.
+        ValueError
+            ``k`` above :data:`MAX_SAMPLE_DRAFTS` (10,000,000), before any draw.
 
         Examples
         --------
@@ -163,6 +175,7 @@ class Verifier(abc.ABC):
             raise NotImplementedError(
                 f"{type(self).__name__} overrides draft_law_of, so it must override sample_drafts too"
             )
+        check_draw_count(self.k)
         gen = as_rng(rng)
         c = np.cumsum(self.p)
         return tuple(sample_from_cdf(c, self.p, gen) for _ in range(self.k))
@@ -296,7 +309,8 @@ def check_lossless(verifier: Verifier, *, max_tuples: int = 2_000_000, tol: floa
     verifier : Verifier
         Any verifier of the package (or a user subclass of :class:`Verifier`).
     max_tuples : int, keyword-only
-        Refuse to enumerate more than this many tuples (``n**k``).
+        Refuse to enumerate more than this many tuples (``n**k``), or tuples
+        of more than this many drafts (``k``).
     tol : float, keyword-only
         ``passed`` is ``max_error <= tol`` (default :data:`LOSSLESS_TOL` = 1e-9).
 
@@ -312,7 +326,7 @@ def check_lossless(verifier: Verifier, *, max_tuples: int = 2_000_000, tol: floa
     TypeError
         If ``verifier`` is not a :class:`Verifier`.
     ValueError
-        If ``n**k`` exceeds ``max_tuples``.
+        If ``n**k`` or ``k`` exceeds ``max_tuples``.
 
     Examples
     --------
@@ -332,6 +346,9 @@ def check_lossless(verifier: Verifier, *, max_tuples: int = 2_000_000, tol: floa
     s = len(support)
     if s > 1 and k * math.log(s) > math.log(max_tuples) + 30.0:  # never build s**k for a huge k
         raise ValueError(f"enumerating |supp p|**k = {s}**{k} draft tuples exceeds `max_tuples`={max_tuples}")
+    if k > max_tuples:  # one support token: a single tuple, but of k entries (a huge k overflowed or hung)
+        raise ValueError(f"enumerating draft tuples of `k`={k} tokens each exceeds `max_tuples`={max_tuples} "
+                         f"(a tuple's entries count against it)")
     n_tuples = s**k
     if n_tuples > max_tuples:
         raise ValueError(

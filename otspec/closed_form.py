@@ -9,6 +9,7 @@ rationals.
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 from fractions import Fraction
 
@@ -197,8 +198,9 @@ def alpha_k_upper_bound(p, q, k: int, *, normalize: bool = False) -> float:
     Raises
     ------
     ValueError
-        If ``2**n * n**k`` exceeds 20,000,000 (the size is in the message),
-        or the inputs are invalid.
+        If ``2**n * n**k`` or ``k`` exceeds 20,000,000 (the size is in the
+        message; checked before any of it is built, so a huge ``k`` is
+        refused at once), or the inputs are invalid.
 
     References
     ----------
@@ -213,10 +215,14 @@ def alpha_k_upper_bound(p, q, k: int, *, normalize: bool = False) -> float:
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
     n = p_.shape[0]
-    work = (2**n) * (n**k)
-    if work > MAX_UPPER_BOUND_WORK:
+    # sized before any big integer or tuple is built: n**k for a huge k (or k columns of the one tuple at n = 1)
+    # would hang or exhaust memory
+    small = k <= MAX_UPPER_BOUND_WORK and (n == 1 or k * math.log2(n) + n <= math.log2(MAX_UPPER_BOUND_WORK) + 1)
+    work = (2**n) * (n**k) if small else None
+    if work is None or work > MAX_UPPER_BOUND_WORK:
+        shown = f" = {work}" if work is not None else ""
         raise ValueError(
-            f"alpha_k_upper_bound enumerates 2**n * n**k = 2**{n} * {n}**{k} = {work} terms, "
+            f"alpha_k_upper_bound enumerates 2**n * n**k = 2**{n} * {n}**{k}{shown} terms, "
             f"above the limit {MAX_UPPER_BOUND_WORK}; use alpha_k (equal, proved tight)"
         )
     tuples = np.array(list(itertools.product(range(n), repeat=k)), dtype=np.int64).reshape(-1, k)

@@ -837,7 +837,9 @@ def random_memoryless_model(V: int, *, concentration: float = 1.0, rng=None) -> 
     Raises
     ------
     ValueError
-        ``V < 1`` or ``concentration <= 0``.
+        ``V < 1``, ``V > MAX_ENUMERATION`` (2,000,000, the limit of the
+        other random models' tables; checked before any allocation) or
+        ``concentration <= 0``.
     TypeError
         A bad ``rng``.
 
@@ -848,6 +850,9 @@ def random_memoryless_model(V: int, *, concentration: float = 1.0, rng=None) -> 
     4
     """
     V = validate_positive_int(V, "V")
+    if V > MAX_ENUMERATION:  # before the allocation (a huge V hung in the Dirichlet draw or failed inside numpy)
+        raise ValueError(f"`V`={V} probabilities exceed the stated limit `MAX_ENUMERATION`={MAX_ENUMERATION} "
+                         f"of the random models' tables")
     c = _concentration(concentration)
     return MemorylessModel(_dirichlet(as_rng(rng), V, (), c))
 

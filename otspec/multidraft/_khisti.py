@@ -131,6 +131,10 @@ def khisti_verifier(p, q, k: int, *, normalize: bool = False) -> KhistiVerifier:
 
         \max_\beta \sum_y \min(z_\beta(y), q(y)) = \alpha_k(p, q).
 
+    The selection LP has many optima; it is solved on the tokens in a
+    label-free order (ascending ``p``, then ``q``), so relabelling the
+    vocabulary relabels the selection (as :func:`otspec.otm_lp`).
+
     Parameters
     ----------
     p, q : (n,) array_like of float
@@ -175,9 +179,15 @@ def khisti_verifier(p, q, k: int, *, normalize: bool = False) -> KhistiVerifier:
         )
     check_plan_entries(n_multisets(m, k), q_.shape[0], f"the selection plan of `k` = {k} drafts over `p`'s "
                        f"{m} tokens and `q`'s {q_.shape[0]}")
-    sets, w = set_weights(p_, k)
-    _, _, matched = membership_plan(sets, w, q_)
-    select = np.array(matched)
+    # solved in a label-free token order (ascending p, then q) and mapped back, as in otm_lp: the LP's optimal
+    # selection is not unique, and the vertex returned depended on the token ids (a relabelled vocabulary got
+    # another selection, seen downstream in SpecTr's draft selection over blocks)
+    canon = np.lexsort((q_, p_))
+    sets, w = set_weights(p_[canon], k)
+    _, _, matched_c = membership_plan(sets, w, q_[canon])
+    sets = [tuple(sorted(canon[list(a)].tolist())) for a in sets]
+    select = np.empty_like(matched_c)
+    select[:, canon] = matched_c
     for i, s in enumerate(sets):
         left = max(w[i] - select[i].sum(), 0.0)
         members = list(s)

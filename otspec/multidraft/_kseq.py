@@ -53,7 +53,7 @@ import numbers
 import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair
-from .._verifier import Verifier
+from .._verifier import Verifier, check_draw_count
 
 __all__ = [
     "KSeq",
@@ -318,15 +318,8 @@ def _draw(cdf: np.ndarray, law: np.ndarray, gen: np.random.Generator) -> int:
     return i
 
 
-#: Largest number of drafts drawn at once by ``sample_drafts`` (the tuple of ``k`` ints).
-MAX_SAMPLE_DRAFTS = 10_000_000
-
-
 def _sample_iid(cdf: np.ndarray, law: np.ndarray, k: int, gen: np.random.Generator) -> tuple[int, ...]:
-    if k > MAX_SAMPLE_DRAFTS:
-        raise ValueError(
-            f"drawing `k`={k} drafts at once exceeds the limit MAX_SAMPLE_DRAFTS={MAX_SAMPLE_DRAFTS}"
-        )
+    check_draw_count(k)
     u = gen.random(k) * cdf[-1]
     idx = np.minimum(np.searchsorted(cdf, u, side="right"), law.shape[0] - 1)
     out = []

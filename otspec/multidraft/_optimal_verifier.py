@@ -41,6 +41,8 @@ _PAIR_BUDGET = 20_000_000
 _CHUNK = 1 << 21
 #: Orders of a direct mixture handed to column generation as its warm start.
 _WARM = 200
+#: The priority-key layout's compiled kernel takes ``k`` as an int64.
+_KEYS_MAX_K = 2**63
 
 
 class _Block:
@@ -450,7 +452,8 @@ def optimal_verifier(
     ------
     ValueError
         If ``p``/``q`` are not distributions of the same length, ``k < 1``,
-        ``method`` is unknown or ``tol`` is negative or not finite.
+        ``k >= 2**63`` with ``method="keys"``, ``method`` is unknown or
+        ``tol`` is negative or not finite.
     TypeError
         If ``k`` or ``max_iter`` is not an integer, or ``tol`` not a real number.
 
@@ -537,6 +540,9 @@ def optimal_verifier(
     in0 = in0[supp]
 
     if method == "keys":
+        if k >= _KEYS_MAX_K:
+            raise ValueError(f"`k`={k} is beyond the priority-key layout (`method`='keys' takes k < 2**63, where the "
+                             f"compiled layout counts drafts in int64); use method='direct'")
         keyed = build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol)
         if keyed.success or keyed.status == "rounding":
             # "rounding": the optimal layout, short of alpha_k only by its float64 interval ends (a

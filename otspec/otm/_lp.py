@@ -410,6 +410,12 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     repaired to be exactly feasible, so the verifier is lossless to
     rounding whatever the solver's tolerance.
 
+    Optimal plans are not unique. The LP is solved on the tokens in a
+    label-free order (ascending ``p``, then ``q``) and the plan mapped back,
+    so relabelling the vocabulary relabels the plan: every value built on
+    the plan's conditionals (SpecTr's draft selection over blocks and trees,
+    :mod:`otspec.spectr`, ``"spectr-tree"``) is the same for any token ids.
+
     Parameters
     ----------
     p : (n,) array_like of float
@@ -456,13 +462,22 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
     check_lp_size(int(np.count_nonzero(p_)), k)  # before anything is enumerated or allocated
-    sets, w = set_weights(p_, k)
+    # The LP is solved on the tokens in a label-free order (ascending p, then q; equal pairs keep their order),
+    # and the plan mapped back: optimal plans are not unique, and the vertex the solver returns depended on the
+    # token ids, so a relabelled vocabulary got another plan (same acceptance, but another value wherever the
+    # plan is used again downstream: SpecTr's draft selection over blocks and trees).
+    canon = np.lexsort((q_, p_))
+    sets, w = set_weights(p_[canon], k)
     n_sets = len(sets)
     n_cols = sum(len(a) for a in sets)
-    sol, m = _membership_lp(sets, w, q_, limit=MAX_REDUCED_SIZE, what="reduced OTM LP")
+    sol, m = _membership_lp(sets, w, q_[canon], limit=MAX_REDUCED_SIZE, what="reduced OTM LP")
     if m is None:
         return _failure(sol.status, sol.message, n_cols, k, sol.max_violation, raise_on_failure)
-    f, set_of_col, token_of_col, r, c_law = m.f, m.key_of, m.tok_of, m.r, m.c_law
+    f, set_of_col, r = m.f, m.key_of, m.r
+    token_of_col = canon[m.tok_of]  # back to the caller's token ids
+    c_law = np.empty_like(m.c_law)
+    c_law[canon] = m.c_law
+    sets = [tuple(sorted(canon[list(a)].tolist())) for a in sets]
     violation = sol.max_violation
     alpha = float(math.fsum(f))
     # the plan row of set A is f(A, .) + r(A) c_law: kept factored (sparse f, rank-one

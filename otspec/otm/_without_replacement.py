@@ -102,12 +102,12 @@ import math
 
 import numpy as np
 
+from .._array import parse_ks
 from .._registry import unknown_name_message
 from .._validation import (
     validate_distribution,
     validate_drafts,
     validate_k,
-    validate_ks,
     validate_pair,
     validate_positive_int,
 )
@@ -314,10 +314,12 @@ def uncovered_prefixes(p_sorted, k, *, step: float | None = None) -> np.ndarray:
     >>> [round(float(x), 15) for x in u]
     [1.0, 1.0, 0.583333333333333, 0.0]
     """
-    ks, _ = validate_ks(k)
+    ks, _ = parse_ks(k)  # Python ints: a k past int64 is refused by no cast
     p_sorted = np.asarray(p_sorted, dtype=np.float64)
     if p_sorted.ndim != 1 or not np.all(np.isfinite(p_sorted)) or np.any(p_sorted < 0):
         raise ValueError("`p_sorted` must be a 1-D array of finite non-negative masses")
+    # every k above n gives 1 at every prefix (fewer than k tokens): the same values at k = n + 1
+    ks = np.array([min(kk, p_sorted.shape[0] + 1) for kk in ks], dtype=np.int64)
     if step is not None and not (isinstance(step, (int, float)) and not isinstance(step, bool) and 0 < step <= 1):
         raise ValueError(f"`step` must lie in (0, 1], got {step!r}")
     uniq, inv = np.unique(ks, return_inverse=True)
@@ -446,13 +448,13 @@ def alpha_k_without_replacement(p, q, k, *, method: str = "exact", normalize: bo
     if method not in ("exact", "lp"):
         raise ValueError(unknown_name_message("method", method, ("exact", "lp")))
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    ks, scalar = validate_ks(k)
-    for kk in ks.tolist():
+    ks, scalar = parse_ks(k)  # Python ints: a k past int64 gets the support message, not an OverflowError
+    for kk in ks:
         _support_size_check(p_, kk)
     if method == "exact":
-        vals = _exact_all(p_, q_, ks.tolist())
+        vals = _exact_all(p_, q_, ks)
     else:
-        vals = np.array([wor_lp(p_, q_, kk) for kk in ks.tolist()])
+        vals = np.array([wor_lp(p_, q_, kk) for kk in ks])
     return float(vals[0]) if scalar else vals
 
 
