@@ -140,13 +140,13 @@ def _greedy_drafts(P, Q, ks, xp):
     Every ``k`` of ``2 .. max(ks)`` at once: ``T`` of ``k`` the tokens of ranks ``< k - 1`` (a running count of
     each token's matches with the ranked ids), one ``(..., k, V)`` block of the laws off ``T``, each row's sums its
     own; ``k = 1`` (no ``T``) apart."""
-    n = _count_positive(P, xp, keepdims=True)
+    n = _count_positive_kept(P, xp)
     V = int(P.shape[-1])
     m = min(max(ks), V)  # k > V: undefined (NaN), below
     K = m - 1
     one = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1, keepdims=True)  # k = 1
     if K:
-        ids = top_ids(P, K, xp)
+        ids = _top_ids_kept(P, m, xp)[..., :K]  # the top m's first K (top-k's m, ranked once for both)
         qT = xp.cumulative_sum(_take_along(Q, ids, xp), axis=-1)
         pos = _arange(0, V, 1, P, xp)
         inT = _any_so_far(ids[..., None] == pos, xp)  # (..., K, V): ranks < k - 1
@@ -164,6 +164,40 @@ def _greedy_drafts(P, Q, ks, xp):
     return [nan if k > V else val[..., k - 1] for k in ks]
 
 
+#: :func:`_top_ids_kept`' and :func:`_count_positive_kept`' last torch laws (weak references), version and array, by
+#: kind: ``{kind: [ref(P), version, K, array]}``.
+_LAST_RANKS: dict = {}
+
+
+def _kept(kind: str, P, K: int, make):
+    """``make()`` for ``P``, or for torch laws the array kept from the last call of ``kind`` on the same unwritten
+    tensor (its version counter unchanged) with the same ``K``: greedy draft sets and top-k rank and count the same
+    renormalised laws of a position (:func:`_simplex_pair` gives both the same tensor) once, not once each."""
+    import array_api_compat
+
+    if not array_api_compat.is_torch_array(P):
+        return make()
+    last = _LAST_RANKS.get(kind)
+    if last is not None and last[0]() is P and last[1] == P._version and last[2] == K:
+        return last[3]
+    import weakref
+
+    out = make()
+    _LAST_RANKS[kind] = [weakref.ref(P), P._version, K, out]
+    return out
+
+
+def _top_ids_kept(P, K: int, xp):
+    """:func:`top_ids` of ``P``, kept (:func:`_kept`): the ``K`` most likely tokens of every row, most likely first,
+    ties by the lower id (the first ``K - 1`` of them are :func:`top_ids` with ``K - 1``: the order is total)."""
+    return _kept("top", P, K, lambda: top_ids(P, K, xp))
+
+
+def _count_positive_kept(P, xp):
+    """:func:`_count_positive` of ``P`` with ``keepdims``, kept (:func:`_kept`)."""
+    return _kept("positive", P, 0, lambda: _count_positive(P, xp, keepdims=True))
+
+
 def _any_so_far(eq, xp):
     """Whether any of ``eq[..., :i + 1, :]`` is true, for every ``i`` (a running count along axis -2 above 0; on torch
     the bool array counted as it is, int64)."""
@@ -176,10 +210,10 @@ def _any_so_far(eq, xp):
 
 def _top_k(P, Q, ks, xp):
     """``q(C)``, ``C`` the top ``k`` of ``p`` (NaN where ``p`` has fewer than ``k`` tokens)."""
-    n = _count_positive(P, xp, keepdims=True)
+    n = _count_positive_kept(P, xp)
     V = int(P.shape[-1])
     m = min(max(ks), V)
-    qC = xp.cumulative_sum(_take_along(Q, top_ids(P, m, xp), xp), axis=-1)
+    qC = xp.cumulative_sum(_take_along(Q, _top_ids_kept(P, m, xp), xp), axis=-1)
     kk = _arange(1, m + 1, 1, P, xp)
     val = _where(n < kk, _const(math.nan, P), xp.clip(qC, None, 1.0), xp)  # (..., m): k = 1 .. m
     if list(ks) == list(range(1, m + 1)):
@@ -395,8 +429,7 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     idx = pack.send(xp, P)  # one copy of every index array to the laws' device
     solver = RhoStar(xp) if rho is None else rho
     with np.errstate(divide="ignore", invalid="ignore"):  # every depth's laws in one block, in the nodes' order
-        Pj = _simplex(_take(xp.reshape(P, (-1, V)), idx[at_p], xp, 0), xp)
-        Qj = _simplex(_take(xp.reshape(Q, (-1, V)), idx[at_q], xp, 0), xp)
+        Pj, Qj = _node_laws(P, Q, idx[at_p], idx[at_q], [v[1:] for v in laws.values()], xp)
         staged = _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None
 
     def finish():
@@ -404,6 +437,33 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
             return _PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, staged))
 
     return finish if rho is not None else finish()
+
+
+#: :func:`_node_laws`' last torch laws (weak references), their version counters and rows, and its two blocks.
+_LAST_NODE_LAWS: list = []
+
+
+def _node_laws(P, Q, at_p, at_q, rows: list, xp):
+    """The rows ``at_p`` of ``P`` and ``at_q`` of ``Q`` (flat row indices on the laws' device; ``rows`` their host
+    copy, ``[(p row, q row), ...]``), each renormalised (:func:`_simplex`). For torch tensors the last call's blocks
+    are given again while the same two tensors come back unwritten at the same rows: the node laws of a position's
+    token-level families (k-Seq, multi-round, typical: the same nodes) are gathered and renormalised once."""
+    V = int(P.shape[-1])
+    import array_api_compat
+
+    torch_laws = array_api_compat.is_torch_array(P)
+    if torch_laws:
+        key = (P._version, Q._version, tuple(rows))
+        last = _LAST_NODE_LAWS
+        if last and last[0]() is P and last[1]() is Q and last[2] == key:
+            return last[3]
+    out = (_simplex(_take(xp.reshape(P, (-1, V)), at_p, xp, 0), xp),
+           _simplex(_take(xp.reshape(Q, (-1, V)), at_q, xp, 0), xp))
+    if torch_laws:
+        import weakref
+
+        _LAST_NODE_LAWS[:] = [weakref.ref(P), weakref.ref(Q), key, out]  # the laws themselves not kept alive
+    return out
 
 
 #: The device copies of :meth:`_Pack.send` with ``static``, by content and device (bounded: cleared when full).
