@@ -748,8 +748,9 @@ def read_parts(parts) -> None:
             store(a)
         return
     xp = namespace(*(a for a, _ in parts))
-    host = to_host(xp.concat([xp.reshape(a if a.dtype == xp.float64 else xp.astype(a, xp.float64), (-1,))
-                              for a, _ in parts]))  # the concatenation copies: no cast of a float64 part
+    flat = [a if a.dtype == xp.float64 else xp.astype(a, xp.float64) for a, _ in parts]
+    # the concatenation copies: no cast of a float64 part, no view of a 1-D one
+    host = to_host(xp.concat([a if a.ndim == 1 else xp.reshape(a, (-1,)) for a in flat]))
     at = 0
     for a, store in parts:
         shape = tuple(int(n) for n in a.shape)

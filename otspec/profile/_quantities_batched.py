@@ -591,6 +591,19 @@ def _full_k(n: int, k: int, like, xp):
     return _cached(("k", n, k, str(dev)), lambda: torch.full((n,), float(k), dtype=torch.float64, device=dev))
 
 
+def _ones(n: int, like, xp):
+    """``(n,)`` float64 ones on ``like``'s device; on torch made there once per run and ``n`` (never written: read or
+    concatenated)."""
+    import array_api_compat
+
+    if not array_api_compat.is_torch_array(like):
+        return xp.ones(n, dtype=xp.float64, device=_device(like))
+    import torch
+
+    dev = like.device
+    return _cached(("ones", n, str(dev)), lambda: torch.ones(n, dtype=torch.float64, device=dev))
+
+
 def _concat(arrays: list, xp):
     """``arrays`` concatenated along their first axis (the one array itself, no copy, when alone)."""
     return arrays[0] if len(arrays) == 1 else xp.concat(arrays, axis=0)
@@ -631,10 +644,11 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     :math:`\\rho^*` of the instances with several drafts from ``staged`` (``(solver, handle)`` of
     :func:`_kseq_stage`)."""
     kf = xp.astype(idx[plan["kf"]], xp.float64)
-    rho = [xp.ones(plan["ones"], dtype=xp.float64, device=_device(Pj))] if plan["ones"] else []
+    rho = [_ones(plan["ones"], Pj, xp)] if plan["ones"] else []
     if staged is not None and staged[1] is not None:
         rho.append(staged[0].get(staged[1])[0])
-    rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
+    rho1 = _concat(rho, xp)  # (instances,)
+    rho = rho1[:, None]  # (instances, 1)
     il = idx[plan["ilaw"]]
     Pi, Qi = _take(Pj, il, xp, 0), _take(Qj, il, xp, 0)
     # _kseq_parts of otspec.multidraft._kseq, row by row: beta, E, p_acc, c = min(p_acc / beta, rho), the residual
@@ -643,12 +657,12 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     E = xp.sum(Pi - mins, axis=-1)
     p_acc = -xp.expm1(kf * xp.where(beta < 0.5, xp.log1p(-xp.clip(beta, None, 1.0)), xp.log(E)))
     pos = beta > 0.0
-    c = xp.minimum(xp.where(pos, p_acc / xp.where(pos, beta, _c(1.0, Pi)), kf), rho[:, 0])[:, None]
+    c = xp.minimum(xp.where(pos, p_acc / xp.where(pos, beta, _c(1.0, Pi)), kf), rho1)[:, None]
     v = xp.clip(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0, None)
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
     px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
-    r_n = _take(rho[:, 0], ni, xp, 0)[:, None]
+    r_n = _take(rho1, ni, xp, 0)[:, None]
     t_n = _take(total, ni, xp, 0)[:, None]
     rp = r_n * px
     a = xp.where(qx >= rp, _c(1.0, Pi), qx / rp)
@@ -675,17 +689,17 @@ def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
 
 
 def _typical_plan(pack, lw, n, toks, I, V):
-    return dict(lw=pack.add(lw[:, None]), at=pack.add(lw[:, None] * V + toks), x=pack.add(toks))
+    return dict(lw=pack.add(lw), at=pack.add(lw[:, None] * V + toks), x=pack.add(toks))
 
 
 def _typical_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     """Typical acceptance at each node's one draft: accepted (1 or 0), and whether it is the replacement token."""
     thr, y = _typical_rule(Qj, xp, options)
-    lw = idx[plan["lw"]]
+    lw = idx[plan["lw"]]  # (nodes,)
     qx = _flat_at(Qj, idx[plan["at"]], xp)
-    a = xp.astype(qx > _take(thr, lw[:, 0], xp, 0)[:, None], xp.float64)
-    r = xp.astype(idx[plan["x"]] == _take(y, lw[:, 0], xp, 0)[:, None], xp.float64)
-    return xp.stack([a, r], axis=1)
+    a = qx > _take(thr, lw, xp, 0)[:, None]
+    r = idx[plan["x"]] == _take(y, lw, xp, 0)[:, None]
+    return xp.astype(xp.stack([a, r], axis=1), xp.float64)  # both tests at once: 1.0 or 0.0
 
 
 _PLANS = {"kseq": _kseq_plan, "multiround": _multiround_plan, "typical": _typical_plan}
