@@ -50,6 +50,7 @@ from ._quantities_batched import (
     RhoStar,
     acceptance_rows,
     node_conditional,
+    node_rows,
     reach_nodes,
     reach_parts,
 )
@@ -689,9 +690,10 @@ def _reach_rows(name: str, ks: tuple, sub: list, L: int, rho=None, laws=None):
                                 for rows in gs], L)
         P, Q = stacked()[:2]
         parts = reach_parts(name, P, Q, X, nodes, xp, b0.options.get(name), rho if name == "kseq" else None,
-                            block=k_max)
+                            block=k_max, flat=True)
 
         def store(vals):
+            vals = node_rows(vals, len(nodes))
             at = {node: vals[i] for i, node in enumerate(nodes)}
 
             def cond(alive, j):

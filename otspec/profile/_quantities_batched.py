@@ -48,7 +48,7 @@ from ..multidraft._batched import (
 from ..multidraft._greedy_drafts import top_tokens
 
 __all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
-           "reach_parts", "node_conditional"]
+           "reach_parts", "node_conditional", "node_rows"]
 
 #: Token-level verifiers whose per-depth acceptance (and, when lossy, the total variation and KL of the output
 #: law) :func:`acceptance_rows` computes for every depth at once.
@@ -367,7 +367,7 @@ def reach_nodes(X: np.ndarray, groups, L: int) -> list[tuple[tuple[int, ...], in
 
 
 def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None, rho=None, *,
-                block: int | None = None):
+                block: int | None = None, flat: bool = False):
     r"""Each node's per-draft acceptance and final law at its drafts, for every node of a draft tree at once.
 
     .. math::
@@ -407,12 +407,16 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     block : int, optional, keyword-only
         Rows per prompt when ``X`` stacks several prompts' drafts (rows ``i * block`` to ``(i + 1) * block - 1``
         prompt ``i``'s): a prefix's law is then its own prompt's.
+    flat : bool, keyword-only
+        Return the ``(2, len(nodes) * n_max)`` array the values are computed in (no device op to lay them out by
+        node: the caller reshapes its host copy, :func:`node_rows`).
 
     Returns
     -------
     (len(nodes), 2, n_max) array of float64, namespace and device of ``P``
         ``[i, 0, l]``: :math:`a_l` of the ``l``-th draft of node ``i``; ``[i, 1, l]``: ``r`` at that draft
-        (entries past the node's number of drafts are padding).
+        (entries past the node's number of drafts are padding). With ``flat``, ``(2, len(nodes) * n_max)``:
+        ``[0, i * n_max + l]`` and ``[1, i * n_max + l]``.
     """
     V = int(P.shape[-1])
     n_max = max(len(a) for a, _ in nodes)
@@ -433,8 +437,9 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
         staged = _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None
 
     def finish():
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return _PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, staged))
+        with np.errstate(divide="ignore", invalid="ignore"):  # (2, nodes n_max): every draft of every node
+            out = _PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, staged))
+        return out if flat else xp.permute_dims(xp.reshape(out, (2, len(nodes), n_max)), (1, 0, 2))
 
     return finish if rho is not None else finish()
 
@@ -623,7 +628,8 @@ def _kseq_plan(pack, lw, n, toks, I, V):
     ni = np.array([index[(int(cc), int(li))] for li, cc in zip(lw, n)], dtype=np.int64)
     return dict(ones=ones, ks=tuple(sorted({c for c, _ in inst[ones:]})), ilaw=pack.add([li for _, li in inst]),
                 several=pack.add([li for _, li in inst[ones:]]) if ones < len(inst) else None,
-                kf=pack.add([c for c, _ in inst]), ni=pack.add(ni), at=pack.add(ni[:, None] * V + toks))
+                kf=pack.add([c for c, _ in inst]), ni=pack.add(np.repeat(ni, toks.shape[1])),
+                at=pack.add((ni[:, None] * V + toks).ravel()))
 
 
 def _kseq_stage(Pj, Qj, plan, idx, xp, solver: RhoStar):
@@ -662,20 +668,20 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
     px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
-    r_n = _take(rho1, ni, xp, 0)[:, None]
-    t_n = _take(total, ni, xp, 0)[:, None]
+    r_n = _take(rho1, ni, xp, 0)  # every draft's instance's
+    t_n = _take(total, ni, xp, 0)
     rp = r_n * px
     a = xp.where(qx >= rp, _c(1.0, Pi), qx / rp)
     live = t_n > 0.0
     res = xp.where(live, vx / xp.where(live, t_n, _c(1.0, Pi)), qx)
-    return xp.stack([a, res], axis=1)
+    return xp.stack([a, res], axis=0)
 
 
 def _multiround_plan(pack, lw, n, toks, I, V):
     """The rounds' flat indices at each node's drafts: round ``i`` at draft ``i``, the last round at every draft."""
     rounds = np.minimum(np.arange(toks.shape[1]), n.max())[None, :]
-    return dict(n_max=int(n.max()), t=pack.add((rounds * I + lw[:, None]) * V + toks), d=pack.add(lw[:, None] * V + toks),
-                last=pack.add((n[:, None] * I + lw[:, None]) * V + toks))
+    return dict(n_max=int(n.max()), t=pack.add(((rounds * I + lw[:, None]) * V + toks).ravel()),
+                d=pack.add((lw[:, None] * V + toks).ravel()), last=pack.add(((n[:, None] * I + lw[:, None]) * V + toks).ravel()))
 
 
 def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
@@ -685,25 +691,31 @@ def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
         T.append(_residual(Pj, T[-1], xp))
     T = xp.stack(T, axis=0)  # (n_max + 1, laws, V): q_1 = q, q_2, ...
     t, d, last = _flat_at(T, idx[plan["t"]], xp), _flat_at(Pj, idx[plan["d"]], xp), _flat_at(T, idx[plan["last"]], xp)
-    return xp.stack([xp.where(t >= d, _c(1.0, Pj), t / d), last], axis=1)
+    return xp.stack([xp.where(t >= d, _c(1.0, Pj), t / d), last], axis=0)
 
 
 def _typical_plan(pack, lw, n, toks, I, V):
-    return dict(lw=pack.add(lw), at=pack.add(lw[:, None] * V + toks), x=pack.add(toks))
+    return dict(lw=pack.add(np.repeat(lw, toks.shape[1])), at=pack.add((lw[:, None] * V + toks).ravel()),
+                x=pack.add(toks.ravel()))
 
 
 def _typical_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     """Typical acceptance at each node's one draft: accepted (1 or 0), and whether it is the replacement token."""
     thr, y = _typical_rule(Qj, xp, options)
-    lw = idx[plan["lw"]]  # (nodes,)
+    lw = idx[plan["lw"]]  # (nodes n_max,): each draft's law
     qx = _flat_at(Qj, idx[plan["at"]], xp)
-    a = qx > _take(thr, lw, xp, 0)[:, None]
-    r = idx[plan["x"]] == _take(y, lw, xp, 0)[:, None]
-    return xp.astype(xp.stack([a, r], axis=1), xp.float64)  # both tests at once: 1.0 or 0.0
+    a = qx > _take(thr, lw, xp, 0)
+    r = idx[plan["x"]] == _take(y, lw, xp, 0)
+    return xp.astype(xp.stack([a, r], axis=0), xp.float64)  # both tests at once: 1.0 or 0.0
 
 
 _PLANS = {"kseq": _kseq_plan, "multiround": _multiround_plan, "typical": _typical_plan}
 _PARTS = {"kseq": _kseq_parts, "multiround": _multiround_parts, "typical": _typical_parts}
+
+
+def node_rows(vals: np.ndarray, n_nodes: int) -> np.ndarray:
+    """:func:`reach_parts`' ``flat`` values (host memory) laid out by node, ``(n_nodes, 2, n_max)`` (a view)."""
+    return np.moveaxis(vals.reshape(2, n_nodes, -1), 0, 1)
 
 
 def node_conditional(part: np.ndarray, toks) -> list[tuple[int, float]]:
