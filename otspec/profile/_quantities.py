@@ -32,6 +32,7 @@ Notation: ``p`` is the draft's law, ``q`` the target's.
 from __future__ import annotations
 
 import math
+import weakref
 
 import array_api_compat
 import numpy as np
@@ -39,7 +40,7 @@ import numpy as np
 from .._array import namespace
 from .._registry import get_verifier
 from ..lossy._mentored import kl_divergence
-from ..multidraft._batched import batched_maximal_coupling_acceptance, kseq_acceptance_rows
+from ..multidraft._batched import _reshape, batched_maximal_coupling_acceptance
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 from ._quantities_batched import (
@@ -49,6 +50,7 @@ from ._quantities_batched import (
     RhoStar,
     acceptance_rows,
     node_conditional,
+    node_rows,
     reach_nodes,
     reach_parts,
 )
@@ -616,11 +618,17 @@ def acc_part(name: str, ks, builds: Builds, L: int, rho=None):
     :meth:`Builds.value` and :func:`prefill_batched`), or None when ``name`` has no batched closed form here. With
     ``rho`` (:class:`otspec.profile._quantities_batched.RhoStar`), k-Seq's part is a function returning the array,
     to call after ``rho.solve()``."""
-    got = _acc_rows(name, tuple(ks), builds.P[0, :L], builds.Q[0, :L], builds.xp, builds.options, L, rho)
+    ks = tuple(ks)
+    got = _acc_rows(name, ks, None, None, builds.xp, builds.options, L, rho)  # the key: no slice of the laws yet
     if got is None:
         return None
-    key, compute = got
-    return key, lambda: [(compute(), builds.store(key))]
+    key = got[0]
+
+    def make():  # the first block's laws sliced only when the value is not in the cache (prefill_batched's)
+        compute = _acc_rows(name, ks, builds.P[0, :L], builds.Q[0, :L], builds.xp, builds.options, L, rho)[1]
+        return [(compute(), builds.store(key))]
+
+    return key, make
 
 
 def _acc_rows(name: str, ks: tuple, P0, Q0, xp, options: dict, L: int, rho=None):
@@ -682,9 +690,10 @@ def _reach_rows(name: str, ks: tuple, sub: list, L: int, rho=None, laws=None):
                                 for rows in gs], L)
         P, Q = stacked()[:2]
         parts = reach_parts(name, P, Q, X, nodes, xp, b0.options.get(name), rho if name == "kseq" else None,
-                            block=k_max)
+                            block=k_max, flat=True)
 
         def store(vals):
+            vals = node_rows(vals, len(nodes))
             at = {node: vals[i] for i, node in enumerate(nodes)}
 
             def cond(alive, j):
@@ -741,8 +750,9 @@ def read_parts(parts) -> None:
             store(a)
         return
     xp = namespace(*(a for a, _ in parts))
-    host = to_host(xp.concat([xp.reshape(a if a.dtype == xp.float64 else xp.astype(a, xp.float64), (-1,))
-                              for a, _ in parts]))  # the concatenation copies: no cast of a float64 part
+    flat = [a if a.dtype == xp.float64 else xp.astype(a, xp.float64) for a, _ in parts]
+    # the concatenation copies: no cast of a float64 part, no view of a 1-D one
+    host = to_host(xp.concat([a if a.ndim == 1 else xp.reshape(a, (-1,)) for a in flat]))
     at = 0
     for a, store in parts:
         shape = tuple(int(n) for n in a.shape)
@@ -788,14 +798,15 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
     handles = {k: solver.add(rows, k) for k in many}  # sorted with the solver's other requests
 
     def finish():
+        # E(rho*)**k of every k (k = 1: rho* = 1, E**1 is E, kseq_acceptance_rows' sum), then 1 - . and the clip once
+        # for all of them (elementwise: the same floats as per column)
         cols = []
         for k in ks:
             if k == 1:
-                cols.append(kseq_acceptance_rows(P0, Q0, [1], xp)[0])
+                cols.append(xp.sum(xp.clip(P0 - Q0, 0.0, None), axis=-1))
             else:
-                E = solver.get(handles[k])[1]
-                cols.append(xp.reshape(xp.clip(1.0 - E**k, 0.0, 1.0), shape))
-        return xp.stack(cols, axis=-1)
+                cols.append(_reshape(solver.get(handles[k])[1] ** k, shape, xp))
+        return xp.clip(1.0 - xp.stack(cols, axis=-1), 0.0, 1.0)
 
     return finish if rho is not None else finish()
 
@@ -821,11 +832,27 @@ def _token_reach(P, Q, X, L: int, xp, drafted=None):
 def _token_ratios(P, Q, X, L: int, xp, drafted=None):
     r""":math:`\min(1, q_{r,i}(X_{r,i}) / p_{r,i}(X_{r,i}))` of every row and depth ``i < L``, ``(R, L)`` in namespace
     ``xp`` (the laws renormalised per row, as the decoding loop does): the maximal coupling's acceptance of each
-    draft."""
+    draft. On torch tensors with ``drafted`` given, the last call's array is given again while the same laws (their
+    version counters unchanged), ``drafted`` and ``L`` come back: token verification's reach and the one-draft nodes'
+    ratios of a position (:func:`prefill_batched`) are one computation, not two."""
+    torch_laws = drafted is not None and array_api_compat.is_torch_array(P)
+    if torch_laws:
+        key = (P._version, Q._version, L)
+        last = _LAST_RATIOS
+        if last and last[0]() is P and last[1]() is Q and last[2] is drafted and last[3] == key:
+            return last[4]
     px, qx = _drafted(P, Q, X, L, xp) if drafted is None else drafted
     p = px / xp.sum(P[:, :L], axis=-1)
     q = qx / xp.sum(Q[:, :L], axis=-1)
-    return xp.clip(q / p, None, 1.0)
+    out = xp.clip(q / p, None, 1.0)
+    if torch_laws:
+        _LAST_RATIOS[:] = [weakref.ref(P), weakref.ref(Q), drafted, key, out]  # the laws not kept alive
+    return out
+
+
+#: :func:`_token_ratios`' last torch laws (weak references), ``drafted``, key and array:
+#: ``[ref(P), ref(Q), drafted, (versions, L), out]``.
+_LAST_RATIOS: list = []
 
 
 def _drafted(P, Q, X, L: int, xp):

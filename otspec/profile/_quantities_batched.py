@@ -48,7 +48,7 @@ from ..multidraft._batched import (
 from ..multidraft._greedy_drafts import top_tokens
 
 __all__ = ["ACC_BATCHED", "REACH_BATCHED", "REACH_ONE_DRAFT", "RhoStar", "acceptance_rows", "top_ids", "reach_nodes",
-           "reach_parts", "node_conditional"]
+           "reach_parts", "node_conditional", "node_rows"]
 
 #: Token-level verifiers whose per-depth acceptance (and, when lossy, the total variation and KL of the output
 #: law) :func:`acceptance_rows` computes for every depth at once.
@@ -140,13 +140,13 @@ def _greedy_drafts(P, Q, ks, xp):
     Every ``k`` of ``2 .. max(ks)`` at once: ``T`` of ``k`` the tokens of ranks ``< k - 1`` (a running count of
     each token's matches with the ranked ids), one ``(..., k, V)`` block of the laws off ``T``, each row's sums its
     own; ``k = 1`` (no ``T``) apart."""
-    n = _count_positive(P, xp, keepdims=True)
+    n = _count_positive_kept(P, xp)
     V = int(P.shape[-1])
     m = min(max(ks), V)  # k > V: undefined (NaN), below
     K = m - 1
     one = xp.sum(xp.minimum(P / xp.sum(P, axis=-1, keepdims=True), Q), axis=-1, keepdims=True)  # k = 1
     if K:
-        ids = top_ids(P, K, xp)
+        ids = _top_ids_kept(P, m, xp)[..., :K]  # the top m's first K (top-k's m, ranked once for both)
         qT = xp.cumulative_sum(_take_along(Q, ids, xp), axis=-1)
         pos = _arange(0, V, 1, P, xp)
         inT = _any_so_far(ids[..., None] == pos, xp)  # (..., K, V): ranks < k - 1
@@ -164,6 +164,40 @@ def _greedy_drafts(P, Q, ks, xp):
     return [nan if k > V else val[..., k - 1] for k in ks]
 
 
+#: :func:`_top_ids_kept`' and :func:`_count_positive_kept`' last torch laws (weak references), version and array, by
+#: kind: ``{kind: [ref(P), version, K, array]}``.
+_LAST_RANKS: dict = {}
+
+
+def _kept(kind: str, P, K: int, make):
+    """``make()`` for ``P``, or for torch laws the array kept from the last call of ``kind`` on the same unwritten
+    tensor (its version counter unchanged) with the same ``K``: greedy draft sets and top-k rank and count the same
+    renormalised laws of a position (:func:`_simplex_pair` gives both the same tensor) once, not once each."""
+    import array_api_compat
+
+    if not array_api_compat.is_torch_array(P):
+        return make()
+    last = _LAST_RANKS.get(kind)
+    if last is not None and last[0]() is P and last[1] == P._version and last[2] == K:
+        return last[3]
+    import weakref
+
+    out = make()
+    _LAST_RANKS[kind] = [weakref.ref(P), P._version, K, out]
+    return out
+
+
+def _top_ids_kept(P, K: int, xp):
+    """:func:`top_ids` of ``P``, kept (:func:`_kept`): the ``K`` most likely tokens of every row, most likely first,
+    ties by the lower id (the first ``K - 1`` of them are :func:`top_ids` with ``K - 1``: the order is total)."""
+    return _kept("top", P, K, lambda: top_ids(P, K, xp))
+
+
+def _count_positive_kept(P, xp):
+    """:func:`_count_positive` of ``P`` with ``keepdims``, kept (:func:`_kept`)."""
+    return _kept("positive", P, 0, lambda: _count_positive(P, xp, keepdims=True))
+
+
 def _any_so_far(eq, xp):
     """Whether any of ``eq[..., :i + 1, :]`` is true, for every ``i`` (a running count along axis -2 above 0; on torch
     the bool array counted as it is, int64)."""
@@ -176,10 +210,10 @@ def _any_so_far(eq, xp):
 
 def _top_k(P, Q, ks, xp):
     """``q(C)``, ``C`` the top ``k`` of ``p`` (NaN where ``p`` has fewer than ``k`` tokens)."""
-    n = _count_positive(P, xp, keepdims=True)
+    n = _count_positive_kept(P, xp)
     V = int(P.shape[-1])
     m = min(max(ks), V)
-    qC = xp.cumulative_sum(_take_along(Q, top_ids(P, m, xp), xp), axis=-1)
+    qC = xp.cumulative_sum(_take_along(Q, _top_ids_kept(P, m, xp), xp), axis=-1)
     kk = _arange(1, m + 1, 1, P, xp)
     val = _where(n < kk, _const(math.nan, P), xp.clip(qC, None, 1.0), xp)  # (..., m): k = 1 .. m
     if list(ks) == list(range(1, m + 1)):
@@ -333,7 +367,7 @@ def reach_nodes(X: np.ndarray, groups, L: int) -> list[tuple[tuple[int, ...], in
 
 
 def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None = None, rho=None, *,
-                block: int | None = None):
+                block: int | None = None, flat: bool = False):
     r"""Each node's per-draft acceptance and final law at its drafts, for every node of a draft tree at once.
 
     .. math::
@@ -373,12 +407,16 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     block : int, optional, keyword-only
         Rows per prompt when ``X`` stacks several prompts' drafts (rows ``i * block`` to ``(i + 1) * block - 1``
         prompt ``i``'s): a prefix's law is then its own prompt's.
+    flat : bool, keyword-only
+        Return the ``(2, len(nodes) * n_max)`` array the values are computed in (no device op to lay them out by
+        node: the caller reshapes its host copy, :func:`node_rows`).
 
     Returns
     -------
     (len(nodes), 2, n_max) array of float64, namespace and device of ``P``
         ``[i, 0, l]``: :math:`a_l` of the ``l``-th draft of node ``i``; ``[i, 1, l]``: ``r`` at that draft
-        (entries past the node's number of drafts are padding).
+        (entries past the node's number of drafts are padding). With ``flat``, ``(2, len(nodes) * n_max)``:
+        ``[0, i * n_max + l]`` and ``[1, i * n_max + l]``.
     """
     V = int(P.shape[-1])
     n_max = max(len(a) for a, _ in nodes)
@@ -395,15 +433,42 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     idx = pack.send(xp, P)  # one copy of every index array to the laws' device
     solver = RhoStar(xp) if rho is None else rho
     with np.errstate(divide="ignore", invalid="ignore"):  # every depth's laws in one block, in the nodes' order
-        Pj = _simplex(_take(xp.reshape(P, (-1, V)), idx[at_p], xp, 0), xp)
-        Qj = _simplex(_take(xp.reshape(Q, (-1, V)), idx[at_q], xp, 0), xp)
+        Pj, Qj = _node_laws(P, Q, idx[at_p], idx[at_q], [v[1:] for v in laws.values()], xp)
         staged = _kseq_stage(Pj, Qj, plan, idx, xp, solver) if name == "kseq" else None
 
     def finish():
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return _PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, staged))
+        with np.errstate(divide="ignore", invalid="ignore"):  # (2, nodes n_max): every draft of every node
+            out = _PARTS[name](Pj, Qj, plan, idx, xp, options or {}, (solver, staged))
+        return out if flat else xp.permute_dims(xp.reshape(out, (2, len(nodes), n_max)), (1, 0, 2))
 
     return finish if rho is not None else finish()
+
+
+#: :func:`_node_laws`' last torch laws (weak references), their version counters and rows, and its two blocks.
+_LAST_NODE_LAWS: list = []
+
+
+def _node_laws(P, Q, at_p, at_q, rows: list, xp):
+    """The rows ``at_p`` of ``P`` and ``at_q`` of ``Q`` (flat row indices on the laws' device; ``rows`` their host
+    copy, ``[(p row, q row), ...]``), each renormalised (:func:`_simplex`). For torch tensors the last call's blocks
+    are given again while the same two tensors come back unwritten at the same rows: the node laws of a position's
+    token-level families (k-Seq, multi-round, typical: the same nodes) are gathered and renormalised once."""
+    V = int(P.shape[-1])
+    import array_api_compat
+
+    torch_laws = array_api_compat.is_torch_array(P)
+    if torch_laws:
+        key = (P._version, Q._version, tuple(rows))
+        last = _LAST_NODE_LAWS
+        if last and last[0]() is P and last[1]() is Q and last[2] == key:
+            return last[3]
+    out = (_simplex(_take(xp.reshape(P, (-1, V)), at_p, xp, 0), xp),
+           _simplex(_take(xp.reshape(Q, (-1, V)), at_q, xp, 0), xp))
+    if torch_laws:
+        import weakref
+
+        _LAST_NODE_LAWS[:] = [weakref.ref(P), weakref.ref(Q), key, out]  # the laws themselves not kept alive
+    return out
 
 
 #: The device copies of :meth:`_Pack.send` with ``static``, by content and device (bounded: cleared when full).
@@ -531,6 +596,19 @@ def _full_k(n: int, k: int, like, xp):
     return _cached(("k", n, k, str(dev)), lambda: torch.full((n,), float(k), dtype=torch.float64, device=dev))
 
 
+def _ones(n: int, like, xp):
+    """``(n,)`` float64 ones on ``like``'s device; on torch made there once per run and ``n`` (never written: read or
+    concatenated)."""
+    import array_api_compat
+
+    if not array_api_compat.is_torch_array(like):
+        return xp.ones(n, dtype=xp.float64, device=_device(like))
+    import torch
+
+    dev = like.device
+    return _cached(("ones", n, str(dev)), lambda: torch.ones(n, dtype=torch.float64, device=dev))
+
+
 def _concat(arrays: list, xp):
     """``arrays`` concatenated along their first axis (the one array itself, no copy, when alone)."""
     return arrays[0] if len(arrays) == 1 else xp.concat(arrays, axis=0)
@@ -550,7 +628,8 @@ def _kseq_plan(pack, lw, n, toks, I, V):
     ni = np.array([index[(int(cc), int(li))] for li, cc in zip(lw, n)], dtype=np.int64)
     return dict(ones=ones, ks=tuple(sorted({c for c, _ in inst[ones:]})), ilaw=pack.add([li for _, li in inst]),
                 several=pack.add([li for _, li in inst[ones:]]) if ones < len(inst) else None,
-                kf=pack.add([c for c, _ in inst]), ni=pack.add(ni), at=pack.add(ni[:, None] * V + toks))
+                kf=pack.add([c for c, _ in inst]), ni=pack.add(np.repeat(ni, toks.shape[1])),
+                at=pack.add((ni[:, None] * V + toks).ravel()))
 
 
 def _kseq_stage(Pj, Qj, plan, idx, xp, solver: RhoStar):
@@ -571,10 +650,11 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     :math:`\\rho^*` of the instances with several drafts from ``staged`` (``(solver, handle)`` of
     :func:`_kseq_stage`)."""
     kf = xp.astype(idx[plan["kf"]], xp.float64)
-    rho = [xp.ones(plan["ones"], dtype=xp.float64, device=_device(Pj))] if plan["ones"] else []
+    rho = [_ones(plan["ones"], Pj, xp)] if plan["ones"] else []
     if staged is not None and staged[1] is not None:
         rho.append(staged[0].get(staged[1])[0])
-    rho = xp.concat(rho, axis=0)[:, None]  # (instances, 1)
+    rho1 = _concat(rho, xp)  # (instances,)
+    rho = rho1[:, None]  # (instances, 1)
     il = idx[plan["ilaw"]]
     Pi, Qi = _take(Pj, il, xp, 0), _take(Qj, il, xp, 0)
     # _kseq_parts of otspec.multidraft._kseq, row by row: beta, E, p_acc, c = min(p_acc / beta, rho), the residual
@@ -583,25 +663,25 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     E = xp.sum(Pi - mins, axis=-1)
     p_acc = -xp.expm1(kf * xp.where(beta < 0.5, xp.log1p(-xp.clip(beta, None, 1.0)), xp.log(E)))
     pos = beta > 0.0
-    c = xp.minimum(xp.where(pos, p_acc / xp.where(pos, beta, _c(1.0, Pi)), kf), rho[:, 0])[:, None]
+    c = xp.minimum(xp.where(pos, p_acc / xp.where(pos, beta, _c(1.0, Pi)), kf), rho1)[:, None]
     v = xp.clip(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0, None)
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
     px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
-    r_n = _take(rho[:, 0], ni, xp, 0)[:, None]
-    t_n = _take(total, ni, xp, 0)[:, None]
+    r_n = _take(rho1, ni, xp, 0)  # every draft's instance's
+    t_n = _take(total, ni, xp, 0)
     rp = r_n * px
     a = xp.where(qx >= rp, _c(1.0, Pi), qx / rp)
     live = t_n > 0.0
     res = xp.where(live, vx / xp.where(live, t_n, _c(1.0, Pi)), qx)
-    return xp.stack([a, res], axis=1)
+    return xp.stack([a, res], axis=0)
 
 
 def _multiround_plan(pack, lw, n, toks, I, V):
     """The rounds' flat indices at each node's drafts: round ``i`` at draft ``i``, the last round at every draft."""
     rounds = np.minimum(np.arange(toks.shape[1]), n.max())[None, :]
-    return dict(n_max=int(n.max()), t=pack.add((rounds * I + lw[:, None]) * V + toks), d=pack.add(lw[:, None] * V + toks),
-                last=pack.add((n[:, None] * I + lw[:, None]) * V + toks))
+    return dict(n_max=int(n.max()), t=pack.add(((rounds * I + lw[:, None]) * V + toks).ravel()),
+                d=pack.add((lw[:, None] * V + toks).ravel()), last=pack.add(((n[:, None] * I + lw[:, None]) * V + toks).ravel()))
 
 
 def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
@@ -611,25 +691,31 @@ def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
         T.append(_residual(Pj, T[-1], xp))
     T = xp.stack(T, axis=0)  # (n_max + 1, laws, V): q_1 = q, q_2, ...
     t, d, last = _flat_at(T, idx[plan["t"]], xp), _flat_at(Pj, idx[plan["d"]], xp), _flat_at(T, idx[plan["last"]], xp)
-    return xp.stack([xp.where(t >= d, _c(1.0, Pj), t / d), last], axis=1)
+    return xp.stack([xp.where(t >= d, _c(1.0, Pj), t / d), last], axis=0)
 
 
 def _typical_plan(pack, lw, n, toks, I, V):
-    return dict(lw=pack.add(lw[:, None]), at=pack.add(lw[:, None] * V + toks), x=pack.add(toks))
+    return dict(lw=pack.add(np.repeat(lw, toks.shape[1])), at=pack.add((lw[:, None] * V + toks).ravel()),
+                x=pack.add(toks.ravel()))
 
 
 def _typical_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     """Typical acceptance at each node's one draft: accepted (1 or 0), and whether it is the replacement token."""
     thr, y = _typical_rule(Qj, xp, options)
-    lw = idx[plan["lw"]]
+    lw = idx[plan["lw"]]  # (nodes n_max,): each draft's law
     qx = _flat_at(Qj, idx[plan["at"]], xp)
-    a = xp.astype(qx > _take(thr, lw[:, 0], xp, 0)[:, None], xp.float64)
-    r = xp.astype(idx[plan["x"]] == _take(y, lw[:, 0], xp, 0)[:, None], xp.float64)
-    return xp.stack([a, r], axis=1)
+    a = qx > _take(thr, lw, xp, 0)
+    r = idx[plan["x"]] == _take(y, lw, xp, 0)
+    return xp.astype(xp.stack([a, r], axis=0), xp.float64)  # both tests at once: 1.0 or 0.0
 
 
 _PLANS = {"kseq": _kseq_plan, "multiround": _multiround_plan, "typical": _typical_plan}
 _PARTS = {"kseq": _kseq_parts, "multiround": _multiround_parts, "typical": _typical_parts}
+
+
+def node_rows(vals: np.ndarray, n_nodes: int) -> np.ndarray:
+    """:func:`reach_parts`' ``flat`` values (host memory) laid out by node, ``(n_nodes, 2, n_max)`` (a view)."""
+    return np.moveaxis(vals.reshape(2, n_nodes, -1), 0, 1)
 
 
 def node_conditional(part: np.ndarray, toks) -> list[tuple[int, float]]:
