@@ -838,21 +838,22 @@ def _token_ratios(P, Q, X, L: int, xp, drafted=None):
     torch_laws = drafted is not None and array_api_compat.is_torch_array(P)
     if torch_laws:
         key = (P._version, Q._version, L)
-        last = _LAST_RATIOS
-        if last and last[0]() is P and last[1]() is Q and last[2] is drafted and last[3] == key:
+        last = _LAST_RATIOS[0]
+        if last is not None and last[0]() is P and last[1]() is Q and last[2] is drafted and last[3] == key:
             return last[4]
     px, qx = _drafted(P, Q, X, L, xp) if drafted is None else drafted
     p = px / xp.sum(P[:, :L], axis=-1)
     q = qx / xp.sum(Q[:, :L], axis=-1)
     out = xp.clip(q / p, None, 1.0)
     if torch_laws:
-        _LAST_RATIOS[:] = [weakref.ref(P), weakref.ref(Q), drafted, key, out]  # the laws not kept alive
+        # one new tuple in the slot: a reader in another thread sees the old entry or the new one whole
+        _LAST_RATIOS[0] = (weakref.ref(P), weakref.ref(Q), drafted, key, out)  # the laws not kept alive
     return out
 
 
 #: :func:`_token_ratios`' last torch laws (weak references), ``drafted``, key and array:
-#: ``[ref(P), ref(Q), drafted, (versions, L), out]``.
-_LAST_RATIOS: list = []
+#: ``[(ref(P), ref(Q), drafted, (versions, L), out)]`` (one slot, None before the first call).
+_LAST_RATIOS: list = [None]
 
 
 def _drafted(P, Q, X, L: int, xp):

@@ -27,6 +27,7 @@ References
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -165,7 +166,7 @@ def _greedy_drafts(P, Q, ks, xp):
 
 
 #: :func:`_top_ids_kept`' and :func:`_count_positive_kept`' last torch laws (weak references), version and array, by
-#: kind: ``{kind: [ref(P), version, K, array]}``.
+#: kind: ``{kind: (ref(P), version, K, array)}``.
 _LAST_RANKS: dict = {}
 
 
@@ -180,10 +181,8 @@ def _kept(kind: str, P, K: int, make):
     last = _LAST_RANKS.get(kind)
     if last is not None and last[0]() is P and last[1] == P._version and last[2] == K:
         return last[3]
-    import weakref
-
     out = make()
-    _LAST_RANKS[kind] = [weakref.ref(P), P._version, K, out]
+    _LAST_RANKS[kind] = (weakref.ref(P), P._version, K, out)  # one new tuple: a reader sees the old or the new whole
     return out
 
 
@@ -444,8 +443,9 @@ def reach_parts(name: str, P, Q, X: np.ndarray, nodes, xp, options: dict | None 
     return finish if rho is not None else finish()
 
 
-#: :func:`_node_laws`' last torch laws (weak references), their version counters and rows, and its two blocks.
-_LAST_NODE_LAWS: list = []
+#: :func:`_node_laws`' last torch laws (weak references), their version counters and rows, and its two blocks:
+#: ``[(ref(P), ref(Q), key, blocks)]`` (one slot, None before the first call).
+_LAST_NODE_LAWS: list = [None]
 
 
 def _node_laws(P, Q, at_p, at_q, rows: list, xp):
@@ -459,15 +459,13 @@ def _node_laws(P, Q, at_p, at_q, rows: list, xp):
     torch_laws = array_api_compat.is_torch_array(P)
     if torch_laws:
         key = (P._version, Q._version, tuple(rows))
-        last = _LAST_NODE_LAWS
-        if last and last[0]() is P and last[1]() is Q and last[2] == key:
+        last = _LAST_NODE_LAWS[0]
+        if last is not None and last[0]() is P and last[1]() is Q and last[2] == key:
             return last[3]
     out = (_simplex(_take(xp.reshape(P, (-1, V)), at_p, xp, 0), xp),
            _simplex(_take(xp.reshape(Q, (-1, V)), at_q, xp, 0), xp))
-    if torch_laws:
-        import weakref
-
-        _LAST_NODE_LAWS[:] = [weakref.ref(P), weakref.ref(Q), key, out]  # the laws themselves not kept alive
+    if torch_laws:  # one new tuple in the slot: a reader in another thread sees the old entry or the new one whole
+        _LAST_NODE_LAWS[0] = (weakref.ref(P), weakref.ref(Q), key, out)  # the laws themselves not kept alive
     return out
 
 
