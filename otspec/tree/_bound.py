@@ -914,7 +914,8 @@ def _row_gather(rows: list, r: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows: list, keep: int, chk=None):
+def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows: list, keep: int, chk=None,
+                 resolve=None):
     r""":func:`_expand` by the fused row kernels (numba): each prefix's draft and target rows read where they are,
     in one kernel call per row that computes :math:`\pi` of every child, the exact level and the caps' row sums
     (and, above the last depth, the candidates' values); the same ``(candidates, pi_exact, dropped)``. The row
@@ -922,7 +923,11 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
 
     With ``chk`` (``(m, 2)``, i.i.d. children only) the kernels also check both rows as laws in the same pass
     (:func:`_bound_kernels.check_block`): ``chk[i]`` the draft's and the target's totals, NaN where an entry is
-    bad; the caller must resolve them (:meth:`_Unchecked.resolve`) before it uses what this returns."""
+    bad; the caller must resolve them (:meth:`_Unchecked.resolve`) before it uses what this returns. Without
+    replacement ``resolve`` instead (``resolve(chk)`` -> ``{(model, row): copy}``, :meth:`_Unchecked.resolve` of
+    the frontier's laws, which raises where one is refused): called once the last depth's pass has checked the rows
+    (:func:`_bound_kernels.wor_rows_decide`), before anything computed from them is read further (with ``None``
+    before any kernel where no kernel checks them); rows that it copied are expanded again from the copies."""
     j = len(frontier[0].path)
     D = slots.D
     m = len(frontier)
@@ -962,7 +967,12 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
                 chk[i] = ck[-2:]
         pi_exact = True
     else:
-        got = _wor_rows(slots, j, A, Prows, Qrows, Qu, [u.path for u in frontier], depths, sums, low, pi)
+        got = _wor_rows(slots, j, A, Prows, Qrows, Qu, [u.path for u in frontier], depths, sums, low, pi, resolve)
+        if isinstance(got, dict):        # rows the check copied (an entry flushed): again, from the copies
+            Prows, Qrows = list(Prows), list(Qrows)
+            for (k, i), law in got.items():
+                (Prows, Qrows)[k][i] = law
+            return _expand_rows(slots, process, frontier, Prows, Qrows, keep)
         if got is None:   # a row enumerated or refused by the race: the block route, the whole frontier
             return _expand(slots, process, frontier, np.stack(Prows), np.stack(Qrows), keep)
         draws, mdc = got
@@ -1011,7 +1021,7 @@ class _RowDraws:
         return np.stack(out)
 
 
-def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, low, pi):
+def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, low, pi, resolve=None):
     r"""The fused row route of :func:`_expand_rows` for draws without replacement: one pass per draft row for what
     the draws' laws need (:func:`_bound_kernels.wor_row_stats`: support, the most likely tokens, the second
     draw's sums, the race's power sums), the race's quadrature per row, then one pass per row over both laws
@@ -1026,7 +1036,9 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     with more than ``V // 16`` left, at every entry). The sums are those of the whole evaluation up to the order
     of the additions (the decided entries' :math:`\min` is :math:`Q` itself).
     ``(draws at entries, md)`` (``md[e]`` the expected slot counts of depth ``depths[e]`` when written), or None
-    where a row is enumerated (few ordered draws) or refused by the race (the block route then)."""
+    where a row is enumerated (few ordered draws) or refused by the race (the block route then). With ``resolve``
+    (:func:`_expand_rows`) the laws are checked in the last depth's pass and resolved right after it (elsewhere
+    before any kernel): a dict where it copied rows (the caller expands them again)."""
     m = len(Prows)
     V = Prows[0].shape[0]
     ranks, C, beta = slots.incidence(j)
@@ -1052,6 +1064,12 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     whole: set = set()                                       # rows with more left: pi at every entry (wor_row)
     idx = np.empty(V if last else 0, dtype=np.int32)
     blocks = None
+    chk = None
+    if resolve is not None:
+        if last:
+            chk = np.full((m, 2), np.nan)
+        elif copied := resolve(None):
+            return copied
     if not last:
         for i in range(m):
             _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
@@ -1065,17 +1083,29 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
             codes = np.zeros(m, dtype=np.int64)
             kept = np.empty((m, big), dtype=np.int32)
             for g in blocks:
-                _K.wor_rows_decide(*g, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
+                if chk is None:
+                    _K.wor_rows_decide(*g, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
+                else:
+                    _K.wor_rows_decide(*g, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept,
+                                       chk)
             got_left = [(i, int(c), kept[i, :int(lo[i, 1])].copy() if c >= 2 else None)
                         for i, c in enumerate(codes.tolist()) if c]
         else:
             got_left = []
             Qf = Qu.tolist()
+            ck = None if chk is None else _K.check_scratch()
             for i in range(m):
-                c = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i],
-                                      hval[i], nu[i], mark, st[i])
+                if ck is None:
+                    c = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i],
+                                          hval[i], nu[i], mark, st[i])
+                else:
+                    c = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i],
+                                          hval[i], nu[i], mark, st[i], ck)
+                    chk[i] = ck[-2:]
                 if c:
                     got_left.append((i, c, idx[:int(lo[i, 1])].copy() if c >= 2 else None))
+        if chk is not None and (copied := resolve(chk)):
+            return copied
         for i, c, cols in got_left:
             if c == 1:
                 whole.add(i)
@@ -2430,7 +2460,9 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int, on_rows
             Pl, Ql, pending = laws.unchecked(paths)
         else:
             Pl, Ql = laws(paths)
-        if pending is not None and not (process == "iid" and _host_rows(Pl, Ql) is not None):
+        fused = _host_rows(Pl, Ql) is not None and (process == "iid" or (
+            on_rows is None and len(paths[0]) == len(paths[-1]) and len(paths[0]) + 1 == slots.D))
+        if pending is not None and not fused:
             Pl, Ql = _checked_rows(pending, None, Pl, Ql)     # no kernel checks them in its pass: checked apart
             pending = None
         run, Pl, Ql = _laws_block(Pl, Ql)
@@ -2486,6 +2518,10 @@ def _fused_checked(slots: _Slots, process: str, frontier: list, runs: list, pend
     expanded, then the laws resolved in the order of the check on reading (the first refused raises its error and
     message before anything computed is absorbed), the runs with a row that the check copied (an entry flushed)
     expanded again from the copies, then everything absorbed in order."""
+    if process != "iid":        # one run, of the last depth (the check resolved in _wor_rows)
+        got = _expand_rows(slots, process, frontier, Pl, Ql, left, resolve=pending.resolve)
+        search.absorb(got[0], got[1])
+        return
     m = len(frontier)
     chk = np.full((m, 2), np.nan)
     got = [_expand_rows(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left, chk=chk[a:b]) for a, b in runs]

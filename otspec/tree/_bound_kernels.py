@@ -832,7 +832,7 @@ def wor_lower(dW, x):
     return tot if tot < 1.0 else 1.0
 
 
-def wor_row_last(p, q, Qu, dW, idx, out):
+def wor_row_last(p, q, Qu, dW, idx, out, ck=None):
     r"""A prefix of the last expanded depth, children drawn without replacement, in one pass over its draft law
     ``p`` and target law ``q``: the part of :math:`\sum_x \min(Q_u q_x, \pi_x)` that a lower bound on
     :math:`\pi` decides, and the columns it leaves (``idx[:n]``, increasing) for :func:`wor_row_at`.
@@ -845,7 +845,11 @@ def wor_row_last(p, q, Qu, dW, idx, out):
     p_x)^n))`, concave in :math:`p_x` and 0 at 0, hence :math:`\pi_x \ge c\, p_x` for :math:`p_x \le`
     :data:`SLOPE_AT` with ``c`` its slope there (less a margin of 1e-9, far above the race's error). Entries with
     :math:`p_x \le` :data:`SLOPE_AT` and :math:`Q_u q_x \le c\, p_x` give :math:`Q_u q_x`, summed over
-    :data:`BLOCK` lanes into ``out[2]``; ``out[0]`` the support (entries > 0), ``out[1]`` = ``n``."""
+    :data:`BLOCK` lanes into ``out[2]``; ``out[0]`` the support (entries > 0), ``out[1]`` = ``n``.
+
+    With ``ck`` (:func:`check_scratch`; None: no check) both rows are also checked as laws in the same pass, each
+    block after its sweeps (:func:`check_block`; every entry of both rows is read here), the totals in its last two
+    entries (:func:`check_finish`)."""
     V = p.shape[0]
     P = SLOPE_AT
     c = (wor_lower(dW, P) / P) * (1.0 - 1e-9)
@@ -879,6 +883,10 @@ def wor_row_last(p, q, Qu, dW, idx, out):
                 elif qc[v] > c * x:
                     idx[n] = v0 + v
                     n += 1
+        if ck is not None:
+            check_block(pb, qb, b, ck)
+    if ck is not None:
+        check_finish(ck)
     support = 0
     for v in range(BLOCK):
         support += Ls[v]
@@ -968,14 +976,15 @@ def wor_recheck_lower(x, v, top, pt, S1, S2, dW):
     return lb if lb < 1.0 else 1.0
 
 
-def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st):
+def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, ck=None):
     r"""A prefix of the last expanded depth, children drawn without replacement, up to the race, in one call (no
     return to the interpreter between its passes): :func:`wor_row_last` (``lo``, ``idx``); with entries left,
     :func:`wor_row_stats` (with ``race``, the tail's power sums in the same sweep) and, with at most ``big``
     entries left, :func:`wor_row_recheck`. Returns 0 where no entry is left (``st[0]`` the support), 1 where more
     than ``big`` are left (:math:`\pi` at every entry), 2 where ``idx[:lo[1]]`` are left and no head token is among
-    them, 3 where one is (the race's laws of the head are read)."""
-    wor_row_last(p, q, Qu, dW, idx, lo)
+    them, 3 where one is (the race's laws of the head are read). With ``ck`` (:func:`check_scratch`) both rows are
+    checked as laws in :func:`wor_row_last`'s pass (the totals in its last two entries)."""
+    wor_row_last(p, q, Qu, dW, idx, lo, ck)
     if lo[1] == 0:
         st[0] = lo[0]
         return 0
@@ -995,15 +1004,24 @@ def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st
     return 2
 
 
-def wor_rows_decide(P, pr, Q, qr, ii, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left):
+def wor_rows_decide(P, pr, Q, qr, ii, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left,
+                    chk=None):
     """:func:`wor_row_decide` for the rows ``i = ii[k]`` of a frontier whose laws are the rows ``P[pr[k]]``,
     ``Q[qr[k]]`` (rows of one array each, where they are) in one call: ``codes[i]`` its code, ``left[i, :lo[i, 1]]``
     the entries left (codes 2 and 3); no return to the interpreter between rows (whose code and data a row's pass
-    evicts from the caches)."""
+    evicts from the caches). With ``chk`` (``(m, 2)``; None: no check) both rows of each are checked as laws in
+    :func:`wor_row_last`'s pass: ``chk[i]`` the draft's and the target's totals, NaN where an entry is bad."""
+    ck = check_scratch()
     for k in range(ii.shape[0]):
         i = ii[k]
-        c = wor_row_decide(P[pr[k]], Q[qr[k]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i], mark,
-                           st[i])
+        if chk is None:
+            c = wor_row_decide(P[pr[k]], Q[qr[k]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i],
+                               mark, st[i])
+        else:
+            c = wor_row_decide(P[pr[k]], Q[qr[k]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i],
+                               mark, st[i], ck)
+            chk[i, 0] = ck[CHECK_LEN - 2]
+            chk[i, 1] = ck[CHECK_LEN - 1]
         codes[i] = c
         if c >= 2:
             for e in range(int(lo[i, 1])):
