@@ -20,6 +20,7 @@ __all__ = [
     "validate_distribution",
     "law_into",
     "law_in_place",
+    "law_total_accepts",
     "validate_pair",
     "validate_k",
     "validate_ks",
@@ -176,6 +177,16 @@ def law_in_place(x, tol: float = SIMPLEX_TOL) -> np.ndarray | None:
     if not x.flags.writeable:
         return x
     return _readonly(x.view())
+
+
+def law_total_accepts(t: float, n: int, tol: float = SIMPLEX_TOL) -> bool:
+    """Whether a total ``t`` of the ``n`` entries of a row, summed in any order, where every entry is ``+0.0`` or a
+    positive normal finite double (NaN otherwise), passes :func:`law_in_place`'s test ``|t - 1| + 4 n u t <= tol``:
+    then :func:`law_in_place` would accept the row (its own total, another order, is within ``gamma_{n-1}`` of the
+    same exact total, so numpy's total is within ``tol`` of 1 either way) and :func:`validate_distribution`'s result
+    is the row itself to the bit. The check of a row summed in another pass (the bound's row kernels,
+    :func:`otspec.tree._bound_kernels.check_block`); False (NaN too): the row is checked apart."""
+    return bool(abs(t - 1.0) + 4.0 * n * _UNIT_ROUNDOFF * t <= tol)
 
 
 def validate_distribution(

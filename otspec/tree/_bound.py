@@ -34,8 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _validation_kernel as _LK
 from .._array import namespace
-from .._validation import validate_positive_int
+from .._validation import law_total_accepts, validate_positive_int
 from ..models import next_law, validate_model_pair, validate_sequence
 from . import _bound_kernels as _K
 from ._process import (
@@ -913,11 +914,20 @@ def _row_gather(rows: list, r: np.ndarray, x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows: list, keep: int):
+def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows: list, keep: int, chk=None,
+                 resolve=None):
     r""":func:`_expand` by the fused row kernels (numba): each prefix's draft and target rows read where they are,
     in one kernel call per row that computes :math:`\pi` of every child, the exact level and the caps' row sums
     (and, above the last depth, the candidates' values); the same ``(candidates, pi_exact, dropped)``. The row
-    sums are summed over :data:`_bound_kernels.BLOCK` lanes (within ~1e-13 of numpy's pairwise sums)."""
+    sums are summed over :data:`_bound_kernels.BLOCK` lanes (within ~1e-13 of numpy's pairwise sums).
+
+    With ``chk`` (``(m, 2)``, i.i.d. children only) the kernels also check both rows as laws in the same pass
+    (:func:`_bound_kernels.check_block`): ``chk[i]`` the draft's and the target's totals, NaN where an entry is
+    bad; the caller must resolve them (:meth:`_Unchecked.resolve`) before it uses what this returns. Without
+    replacement ``resolve`` instead (``resolve(chk)`` -> ``{(model, row): copy}``, :meth:`_Unchecked.resolve` of
+    the frontier's laws, which raises where one is refused): called once the last depth's pass has checked the rows
+    (:func:`_bound_kernels.wor_rows_decide`), before anything computed from them is read further (with ``None``
+    before any kernel where no kernel checks them); rows that it copied are expanded again from the copies."""
     j = len(frontier[0].path)
     D = slots.D
     m = len(frontier)
@@ -943,13 +953,26 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
         blocks = _row_blocks(Prows, Qrows)
         if blocks is not None:                  # rows of arrays (a model call's): one call per array
             for g in blocks:
-                _K.iid_rows(*g, Qu, s_rows, j, *prog, mdc, sums, low, pi)
-        else:
+                if chk is None:
+                    _K.iid_rows(*g, Qu, s_rows, j, *prog, mdc, sums, low, pi)
+                else:
+                    _K.iid_rows(*g, Qu, s_rows, j, *prog, mdc, sums, low, pi, chk)
+        elif chk is None:
             for i in range(m):
                 _K.iid_row(Prows[i], Qrows[i], float(Qu[i]), s_rows[i], j, *prog, mdc[i], sums[i], low[i], pi[i])
+        else:
+            ck = _K.check_scratch()
+            for i in range(m):
+                _K.iid_row(Prows[i], Qrows[i], float(Qu[i]), s_rows[i], j, *prog, mdc[i], sums[i], low[i], pi[i], ck)
+                chk[i] = ck[-2:]
         pi_exact = True
     else:
-        got = _wor_rows(slots, j, A, Prows, Qrows, Qu, [u.path for u in frontier], depths, sums, low, pi)
+        got = _wor_rows(slots, j, A, Prows, Qrows, Qu, [u.path for u in frontier], depths, sums, low, pi, resolve)
+        if isinstance(got, dict):        # rows the check copied (an entry flushed): again, from the copies
+            Prows, Qrows = list(Prows), list(Qrows)
+            for (k, i), law in got.items():
+                (Prows, Qrows)[k][i] = law
+            return _expand_rows(slots, process, frontier, Prows, Qrows, keep)
         if got is None:   # a row enumerated or refused by the race: the block route, the whole frontier
             return _expand(slots, process, frontier, np.stack(Prows), np.stack(Qrows), keep)
         draws, mdc = got
@@ -998,7 +1021,7 @@ class _RowDraws:
         return np.stack(out)
 
 
-def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, low, pi):
+def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, low, pi, resolve=None):
     r"""The fused row route of :func:`_expand_rows` for draws without replacement: one pass per draft row for what
     the draws' laws need (:func:`_bound_kernels.wor_row_stats`: support, the most likely tokens, the second
     draw's sums, the race's power sums), the race's quadrature per row, then one pass per row over both laws
@@ -1013,7 +1036,9 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     with more than ``V // 16`` left, at every entry). The sums are those of the whole evaluation up to the order
     of the additions (the decided entries' :math:`\min` is :math:`Q` itself).
     ``(draws at entries, md)`` (``md[e]`` the expected slot counts of depth ``depths[e]`` when written), or None
-    where a row is enumerated (few ordered draws) or refused by the race (the block route then)."""
+    where a row is enumerated (few ordered draws) or refused by the race (the block route then). With ``resolve``
+    (:func:`_expand_rows`) the laws are checked in the last depth's pass and resolved right after it (elsewhere
+    before any kernel): a dict where it copied rows (the caller expands them again)."""
     m = len(Prows)
     V = Prows[0].shape[0]
     ranks, C, beta = slots.incidence(j)
@@ -1039,6 +1064,12 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     whole: set = set()                                       # rows with more left: pi at every entry (wor_row)
     idx = np.empty(V if last else 0, dtype=np.int32)
     blocks = None
+    chk = None
+    if resolve is not None:
+        if last:
+            chk = np.full((m, 2), np.nan)
+        elif copied := resolve(None):
+            return copied
     if not last:
         for i in range(m):
             _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
@@ -1052,17 +1083,29 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
             codes = np.zeros(m, dtype=np.int64)
             kept = np.empty((m, big), dtype=np.int32)
             for g in blocks:
-                _K.wor_rows_decide(*g, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
+                if chk is None:
+                    _K.wor_rows_decide(*g, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept)
+                else:
+                    _K.wor_rows_decide(*g, Qu, dW, idx, lo, K, race_on, big, head, hval, nu, mark, st, codes, kept,
+                                       chk)
             got_left = [(i, int(c), kept[i, :int(lo[i, 1])].copy() if c >= 2 else None)
                         for i, c in enumerate(codes.tolist()) if c]
         else:
             got_left = []
             Qf = Qu.tolist()
+            ck = None if chk is None else _K.check_scratch()
             for i in range(m):
-                c = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i],
-                                      hval[i], nu[i], mark, st[i])
+                if ck is None:
+                    c = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i],
+                                          hval[i], nu[i], mark, st[i])
+                else:
+                    c = _K.wor_row_decide(Prows[i], Qrows[i], Qf[i], dW[i], idx, lo[i], K, race_on, big, head[i],
+                                          hval[i], nu[i], mark, st[i], ck)
+                    chk[i] = ck[-2:]
                 if c:
                     got_left.append((i, c, idx[:int(lo[i, 1])].copy() if c >= 2 else None))
+        if chk is not None and (copied := resolve(chk)):
+            return copied
         for i, c, cols in got_left:
             if c == 1:
                 whole.add(i)
@@ -1917,6 +1960,56 @@ def _root_path_probability(shape, draft, path, *, process: str, prefix=()) -> tu
 
 
 # --------------------------------------------------------------------------- laws of the models at prefixes
+def _readonly_view(x: np.ndarray) -> np.ndarray:
+    """A read-only view of ``x`` (``x`` itself is not changed)."""
+    v = x.view()
+    v.flags.writeable = False
+    return v
+
+
+class _Given:
+    """A model whose next law is the array already returned (its check by :func:`otspec.models.next_law`, the
+    same messages, without a second call of the model)."""
+
+    def __init__(self, row):
+        self.row = row
+
+    def next_dist(self, prefix):
+        return self.row
+
+
+class _Unchecked:
+    """The laws of one :meth:`_ModelLaws.unchecked` call read in place and not checked yet: ``entries`` of
+    ``(model, row index, array)`` in the order :meth:`_ModelLaws.__call__` checks them."""
+
+    def __init__(self, laws: _ModelLaws, paths: list):
+        self.laws, self.paths = laws, paths
+        self.entries: list = []
+
+    def add(self, k: int, i: int, row: np.ndarray) -> None:
+        self.entries.append((k, i, row))
+
+    def resolve(self, chk) -> dict:
+        """Check every pending law, in order: where ``chk`` (``(m, 2)``, the draft's and the target's totals of
+        each row from the row kernels' pass, NaN where an entry is bad; None: none) accepts its total
+        (:func:`otspec._validation.law_total_accepts`) the law is the array itself, as the check in place would give
+        it; every other law is checked by :func:`otspec.models.next_law` (``in_place=True``) on the array already
+        returned, which raises the error and message that the check on reading raises. Returns ``{(model, row):
+        law}`` for the laws that that check copied (an entry flushed to 0): what was computed from those rows must
+        be computed again from the copies. Empties the list."""
+        laws, V = self.laws, self.laws.V
+        copied = {}
+        entries, self.entries = self.entries, []
+        for k, i, row in entries:
+            if chk is not None and law_total_accepts(float(chk[i, k]), V):
+                continue
+            name = ("draft", "target")[k]
+            law = next_law(_Given(row), laws.ctx + self.paths[i], V, name, out=laws.blocks[k][i], in_place=True)
+            if not np.shares_memory(law, row):
+                copied[(k, i)] = law
+        return copied
+
+
 class _ModelLaws:
     """Draft and target laws at a batch of prefixes through the Model protocol (``next_dist``), each checked on
     reading (:func:`otspec.models.next_law`) and copied into a block of rows per model that the next call
@@ -1937,7 +2030,10 @@ class _ModelLaws:
     called for every prefix before the target, so a draft's law read in place could be overwritten by a target
     that does not declare it and shares the draft's memory (one buffer behind both); the target's laws are read
     before either model is called again (the next call), so only the models' own promises are relied on. The
-    blocks are still allocated, but untouched (no page mapped) unless a law is copied."""
+    blocks are still allocated, but untouched (no page mapped) unless a law is copied.
+
+    :meth:`unchecked` is the same call with the check of the laws read in place left to the row kernels' own pass
+    over them (:class:`_Unchecked`)."""
 
     def __init__(self, draft, target, V, ctx):
         self.models = (draft, target)
@@ -1946,6 +2042,43 @@ class _ModelLaws:
         self.calls = 0
         fresh = [getattr(m, "fresh_laws", False) is True for m in self.models]
         self.in_place = (fresh[0] and fresh[1], fresh[1])
+
+    def unchecked(self, paths):
+        """``(P rows, Q rows, pending)``: :meth:`__call__` where the laws read in place (``in_place``, numba
+        installed) are not checked yet: each law that :func:`otspec.models.next_law` would check in place (a
+        C-contiguous float64 array of shape ``(V,)``) is returned as it is (read-only) and listed in ``pending``
+        (:class:`_Unchecked`, None where none is), which must be resolved before anything computed from the rows is
+        used. Every other law is checked as :meth:`__call__` checks it, and an error (a refused law, a model's own)
+        first resolves the laws pending before it, so the first law refused in the order of :meth:`__call__`
+        (the draft's laws, then the target's) is the one reported, with its message."""
+        if not (_LK.JIT and (self.in_place[0] or self.in_place[1])):
+            P, Q = self(paths)
+            return P, Q, None
+        self.calls += 1
+        V, ctx = self.V, self.ctx
+        pending = _Unchecked(self, [u for u in paths])
+        out = []
+        for k, name in enumerate(("draft", "target")):
+            if self.blocks[k].shape[0] < len(paths):
+                self.blocks[k] = np.empty((len(paths), V))
+            model, block, fresh = self.models[k], self.blocks[k], self.in_place[k]
+            rows = []
+            for i, s in enumerate(paths):
+                try:
+                    row = model.next_dist(tuple(ctx + s))
+                    if fresh and type(row) is np.ndarray and row.shape == (V,) and row.dtype == np.float64 and \
+                            row.flags.c_contiguous:
+                        pending.add(k, i, row)
+                        rows.append(row if not row.flags.writeable else _readonly_view(row))
+                    else:
+                        rows.append(next_law(_Given(row), ctx + s, V, name, out=block[i], in_place=fresh))
+                except Exception:
+                    pending.resolve(None)                # a law refused before this one is reported first
+                    raise
+            out.append(rows)
+        if not pending.entries:
+            pending = None
+        return out[0], out[1], pending
 
     def __call__(self, paths):
         self.calls += 1
@@ -2367,9 +2500,24 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int, on_rows
     while frontier:
         # expand the frontier: one batched call per model, its rows grouped by depth (contiguous blocks) for the
         # recursions; the laws as numpy arrays or as tensors on the models' device (kept there)
-        run, Pl, Ql = _laws_block(*laws([u.path for u in frontier]))
+        paths = [u.path for u in frontier]
+        pending = None
+        if isinstance(laws, _ModelLaws):
+            Pl, Ql, pending = laws.unchecked(paths)
+        else:
+            Pl, Ql = laws(paths)
+        fused = _host_rows(Pl, Ql) is not None and (process == "iid" or (
+            on_rows is None and len(paths[0]) == len(paths[-1]) and len(paths[0]) + 1 == slots.D))
+        if pending is not None and not fused:
+            Pl, Ql = _checked_rows(pending, None, Pl, Ql)     # no kernel checks them in its pass: checked apart
+            pending = None
+        run, Pl, Ql = _laws_block(Pl, Ql)
         left = search.left
         runs = _depth_runs(frontier)
+        if pending is not None:             # the fused kernels check the rows in their pass, then the laws resolved
+            _fused_checked(slots, process, frontier, runs, pending, Pl, Ql, left, search, on_rows)
+            frontier = search.advance()
+            continue
         if run is _expand_t:
             ids = reads.add([_expand_t_steps(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left) for a, b in runs])
             last = [len(frontier[a].path) + 1 >= slots.D and on_rows is None for a, _ in runs]
@@ -2397,6 +2545,44 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int, on_rows
         for cand, ex, _drop in reads.until([i for i, _ in held]):
             search.absorb(cand, ex)
     return search.result(laws.calls)
+
+
+def _checked_rows(pending: _Unchecked, chk, Pl: list, Ql: list):
+    """``(P rows, Q rows)`` once the laws ``pending`` are resolved (:meth:`_Unchecked.resolve` with the kernels'
+    totals ``chk``, None: each checked apart): the rows a check copied replaced by their copies."""
+    copied = pending.resolve(chk)
+    if copied:
+        Pl, Ql = list(Pl), list(Ql)
+        for (k, i), law in copied.items():
+            (Pl, Ql)[k][i] = law
+    return Pl, Ql
+
+
+def _fused_checked(slots: _Slots, process: str, frontier: list, runs: list, pending: _Unchecked, Pl: list, Ql: list,
+                   left: int, search, on_rows) -> None:
+    """One frontier's expansions by :func:`_expand_rows` with the laws' check in the kernels' pass: every run
+    expanded, then the laws resolved in the order of the check on reading (the first refused raises its error and
+    message before anything computed is absorbed), the runs with a row that the check copied (an entry flushed)
+    expanded again from the copies, then everything absorbed in order."""
+    if process != "iid":        # one run, of the last depth (the check resolved in _wor_rows)
+        got = _expand_rows(slots, process, frontier, Pl, Ql, left, resolve=pending.resolve)
+        search.absorb(got[0], got[1])
+        return
+    m = len(frontier)
+    chk = np.full((m, 2), np.nan)
+    got = [_expand_rows(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left, chk=chk[a:b]) for a, b in runs]
+    copied = pending.resolve(chk)
+    if copied:
+        Pl, Ql = list(Pl), list(Ql)
+        for (k, i), law in copied.items():
+            (Pl, Ql)[k][i] = law
+        redo = {i for _k, i in copied}
+        got = [_expand_rows(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
+               if any(a <= i < b for i in redo) else g for g, (a, b) in zip(got, runs)]
+    for (cand, ex, _drop), (a, b) in zip(got, runs):
+        search.absorb(cand, ex)
+        if on_rows is not None:
+            on_rows(frontier[a:b], Pl[a:b], Ql[a:b], cand)
 
 
 def _share(u: _Prefix, d: int) -> float:

@@ -68,6 +68,16 @@ CHUNK = 64
 DCAP = 4
 
 
+#: The bit patterns (as int64) of the smallest normal double and of ``+inf``
+#: (:data:`otspec._validation_kernel.TINY_BITS`, :data:`otspec._validation_kernel.INF_BITS`): an entry whose pattern
+#: is 0 (``+0.0``) or in ``[TINY_BITS, INF_BITS)`` passes a law's check in place; every other one does not.
+TINY_BITS = int(np.array(np.finfo(np.float64).tiny).view(np.int64))
+INF_BITS = int(np.array(np.inf).view(np.int64))
+#: The length of a row check's buffer (:func:`check_scratch`): the lanes of the two totals and of the bad entries'
+#: count, then the two results.
+CHECK_LEN = 3 * BLOCK + 2
+
+
 def union_block(a, n, b, r, h, out):
     """``out[:b]`` = :math:`1 - (1 - a)^n` for ``a[:b]`` by Horner's rule, positive terms only (as
     :func:`otspec.tree._bound._union`, the same operations, up to four steps per sweep of the block); ``r``,
@@ -206,7 +216,8 @@ def lane_total(L):
     return buf[0]
 
 
-def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, low, pi):
+def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, low, pi,
+            ck=None):
     r"""One prefix's expansion, i.i.d. children, in one pass over its draft law ``p`` and target law ``q``
     (:data:`BLOCK` columns at a time): :math:`\pi` of every child by the program of :func:`iid_program` (as
     :func:`iid_pi_kernel`, ``s`` the draft's probabilities along the prefix), and the row sums
@@ -214,13 +225,16 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
     :math:`\sum_x \min(Q_u q_x, \mathrm{mdc}[e]\, p_x)` (the caps of the lower depths), each over
     :data:`BLOCK` lanes (:func:`lane_total`). With ``low``/``pi`` of length ``V`` (else empty) the entries
     :math:`\min(Q_u q, \pi)` and :math:`\pi` are written too (the candidates' values); without them the sums
-    alone, by :func:`iid_row_sums` (:math:`\pi` only where it can be the minimum), bit for bit the same."""
+    alone, by :func:`iid_row_sums` (:math:`\pi` only where it can be the minimum), bit for bit the same.
+
+    With ``ck`` (a zeroed buffer of :func:`check_scratch`; None: no check) both rows are checked as laws in the
+    same pass, block by block (:func:`check_block`, :func:`check_finish`): the totals in its last two entries."""
     E = mdc.shape[0]
     L = np.zeros((1 + E, BLOCK))
     if low.shape[0] == 0:
         Fs, mk, ix = iid_sums_scratch(lvl_start)
         iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, L, Fs,
-                     mk, ix)
+                     mk, ix, ck)
         return
     V = p.shape[0]
     F, a, g, acc, r, h = iid_scratch(lvl_start)
@@ -250,8 +264,12 @@ def iid_row(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt,
             for v in range(b):
                 y = ce * pb[v]
                 L[1 + e, v] += qc[v] if qc[v] < y else y
+        if ck is not None:
+            check_block(pb, qb, b, ck)
     for e in range(1 + E):
         sums[e] = lane_total(L[e])
+    if ck is not None:
+        check_finish(ck)
 
 
 def iid_sums_scratch(lvl_start):
@@ -276,7 +294,8 @@ def iid_chain(lvl_start, term_start):
     return True
 
 
-def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, L, Fs, mk, ix):
+def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums, L, Fs, mk, ix,
+                 ck=None):
     r"""The row sums of :func:`iid_row` without its entries (``sums[0]`` = :math:`\sum_x \min(Q_u q_x, \pi_x)`,
     ``sums[1 + e]`` the caps' sums), :math:`\pi` evaluated only where it can be the minimum; ``L`` (``(1 + E,``
     :data:`BLOCK` ``)``, overwritten), ``Fs``, ``mk``, ``ix`` scratch (:func:`iid_sums_scratch`).
@@ -294,7 +313,11 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
     zeros skips eight without a branch each) and evaluates :math:`\pi` at each by the operations of
     :func:`iid_point` (written out here: a call costs more than its arithmetic), adding :math:`\min(Q_u q_x, \pi_x)`
     to its lane: each lane gets the additions of the whole evaluation in the same order (an added 0 changes no bit
-    of a sum of nonnegative terms), so the sums are bit for bit those of :func:`iid_row` with ``low``/``pi``."""
+    of a sum of nonnegative terms), so the sums are bit for bit those of :func:`iid_row` with ``low``/``pi``.
+
+    With ``ck`` (:func:`check_scratch`; None: no check) both rows are also checked as laws in the same pass, each
+    block after its sweeps while it is in L1 (:func:`check_block`; every entry of both rows is read here, the
+    undecided ones or not), the totals in its last two entries (:func:`check_finish`)."""
     V = p.shape[0]
     E = mdc.shape[0]
     n_lvl = lvl_start.shape[0] - 1
@@ -361,28 +384,84 @@ def iid_row_sums(p, q, Qu, s, j, leaf_n, lvl_start, term_start, term_child, term
                 y = ce * pb[v]
                 qv = Qu * qb[v]
                 Le[v] += qv if qv < y else y
+        if ck is not None:
+            check_block(pb, qb, b, ck)
     for e in range(1 + E):
         sums[e] = lane_total(L[e])
+    if ck is not None:
+        check_finish(ck)
+
+
+def check_scratch():
+    """A zeroed buffer of :data:`CHECK_LEN` entries for :func:`check_block` and :func:`check_finish`."""
+    return np.zeros(CHECK_LEN)
+
+
+def check_block(pb, qb, b, ck):
+    """A block's share of the law check of two rows (:func:`otspec._validation_kernel.law_check_sum` of each, in
+    the kernel's own pass, the block still in L1): ``pb``, ``qb`` (``b`` entries each) added to their
+    :data:`BLOCK` lanes in ``ck`` and each entry that is neither ``+0.0`` nor a positive normal finite double
+    (its bit pattern outside ``{0} U [TINY_BITS, INF_BITS)``: NaN, infinite, negative, ``-0.0``, subnormal) counted
+    in a third set of lanes."""
+    pi = pb.view(np.int64)
+    qi = qb.view(np.int64)
+    for v in range(b):
+        ck[v] += pb[v]
+        ck[BLOCK + v] += qb[v]
+        bp = pi[v]
+        bq = qi[v]
+        bad = ((bp != 0) & ((bp < TINY_BITS) | (bp >= INF_BITS))) | ((bq != 0) & ((bq < TINY_BITS) | (bq >= INF_BITS)))
+        ck[2 * BLOCK + v] += 1.0 if bad else 0.0
+
+
+def check_finish(ck):
+    """The two rows' check from the lanes of :func:`check_block`: ``ck[CHECK_LEN - 2]``, ``ck[CHECK_LEN - 1]`` the
+    draft's and the target's totals (the lanes halved pairwise, :func:`lane_total`: an order of the additions, so
+    within ``gamma_{n-1}`` of the exact total as :func:`otspec._validation_kernel.law_check_sum`'s), both NaN where
+    an entry of either row is bad (the caller then checks each row apart); the lanes zeroed for the next row."""
+    nb = lane_total(ck[2 * BLOCK:3 * BLOCK])
+    tp = lane_total(ck[:BLOCK])
+    tq = lane_total(ck[BLOCK:2 * BLOCK])
+    ok = nb == 0.0
+    for v in range(3 * BLOCK):
+        ck[v] = 0.0
+    ck[CHECK_LEN - 2] = tp if ok else np.nan
+    ck[CHECK_LEN - 1] = tq if ok else np.nan
+
 
 
 def iid_rows(P, pr, Q, qr, ii, Qu, s_rows, j, leaf_n, lvl_start, term_start, term_child, term_cnt, root, mdc, sums,
-             low, pi):
+             low, pi, chk=None):
     """:func:`iid_row` for the rows ``i = ii[k]`` of a frontier whose laws are the rows ``P[pr[k]]``, ``Q[qr[k]]``
     (rows of one array each, where they are) in one call, row ``i``'s results in ``sums[i]``, ``low[i]``,
     ``pi[i]``; without entries to write (``low`` of width 0) each row by :func:`iid_row_sums`, its buffers made
-    once for the call."""
+    once for the call. With ``chk`` (``(m, 2)``; None: no check) both rows of each are checked as laws in the same
+    pass (:func:`check_block`): ``chk[i]`` the draft's and the target's totals, NaN where an entry is bad."""
+    ck = check_scratch()
     if low.shape[1] > 0:
         for k in range(ii.shape[0]):
             i = ii[k]
-            iid_row(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt,
-                    root, mdc[i], sums[i], low[i], pi[i])
+            if chk is None:
+                iid_row(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt,
+                        root, mdc[i], sums[i], low[i], pi[i])
+            else:
+                iid_row(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt,
+                        root, mdc[i], sums[i], low[i], pi[i], ck)
+                chk[i, 0] = ck[CHECK_LEN - 2]
+                chk[i, 1] = ck[CHECK_LEN - 1]
         return
     L = np.zeros((1 + mdc.shape[1], BLOCK))
     Fs, mk, ix = iid_sums_scratch(lvl_start)
     for k in range(ii.shape[0]):
         i = ii[k]
-        iid_row_sums(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child, term_cnt,
-                     root, mdc[i], sums[i], L, Fs, mk, ix)
+        if chk is None:
+            iid_row_sums(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child,
+                         term_cnt, root, mdc[i], sums[i], L, Fs, mk, ix)
+        else:
+            iid_row_sums(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child,
+                         term_cnt, root, mdc[i], sums[i], L, Fs, mk, ix, ck)
+            chk[i, 0] = ck[CHECK_LEN - 2]
+            chk[i, 1] = ck[CHECK_LEN - 1]
 
 
 def second_draw_t(P, top, rest_top, t):
@@ -753,7 +832,7 @@ def wor_lower(dW, x):
     return tot if tot < 1.0 else 1.0
 
 
-def wor_row_last(p, q, Qu, dW, idx, out):
+def wor_row_last(p, q, Qu, dW, idx, out, ck=None):
     r"""A prefix of the last expanded depth, children drawn without replacement, in one pass over its draft law
     ``p`` and target law ``q``: the part of :math:`\sum_x \min(Q_u q_x, \pi_x)` that a lower bound on
     :math:`\pi` decides, and the columns it leaves (``idx[:n]``, increasing) for :func:`wor_row_at`.
@@ -766,7 +845,11 @@ def wor_row_last(p, q, Qu, dW, idx, out):
     p_x)^n))`, concave in :math:`p_x` and 0 at 0, hence :math:`\pi_x \ge c\, p_x` for :math:`p_x \le`
     :data:`SLOPE_AT` with ``c`` its slope there (less a margin of 1e-9, far above the race's error). Entries with
     :math:`p_x \le` :data:`SLOPE_AT` and :math:`Q_u q_x \le c\, p_x` give :math:`Q_u q_x`, summed over
-    :data:`BLOCK` lanes into ``out[2]``; ``out[0]`` the support (entries > 0), ``out[1]`` = ``n``."""
+    :data:`BLOCK` lanes into ``out[2]``; ``out[0]`` the support (entries > 0), ``out[1]`` = ``n``.
+
+    With ``ck`` (:func:`check_scratch`; None: no check) both rows are also checked as laws in the same pass, each
+    block after its sweeps (:func:`check_block`; every entry of both rows is read here), the totals in its last two
+    entries (:func:`check_finish`)."""
     V = p.shape[0]
     P = SLOPE_AT
     c = (wor_lower(dW, P) / P) * (1.0 - 1e-9)
@@ -800,6 +883,10 @@ def wor_row_last(p, q, Qu, dW, idx, out):
                 elif qc[v] > c * x:
                     idx[n] = v0 + v
                     n += 1
+        if ck is not None:
+            check_block(pb, qb, b, ck)
+    if ck is not None:
+        check_finish(ck)
     support = 0
     for v in range(BLOCK):
         support += Ls[v]
@@ -889,14 +976,15 @@ def wor_recheck_lower(x, v, top, pt, S1, S2, dW):
     return lb if lb < 1.0 else 1.0
 
 
-def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st):
+def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, ck=None):
     r"""A prefix of the last expanded depth, children drawn without replacement, up to the race, in one call (no
     return to the interpreter between its passes): :func:`wor_row_last` (``lo``, ``idx``); with entries left,
     :func:`wor_row_stats` (with ``race``, the tail's power sums in the same sweep) and, with at most ``big``
     entries left, :func:`wor_row_recheck`. Returns 0 where no entry is left (``st[0]`` the support), 1 where more
     than ``big`` are left (:math:`\pi` at every entry), 2 where ``idx[:lo[1]]`` are left and no head token is among
-    them, 3 where one is (the race's laws of the head are read)."""
-    wor_row_last(p, q, Qu, dW, idx, lo)
+    them, 3 where one is (the race's laws of the head are read). With ``ck`` (:func:`check_scratch`) both rows are
+    checked as laws in :func:`wor_row_last`'s pass (the totals in its last two entries)."""
+    wor_row_last(p, q, Qu, dW, idx, lo, ck)
     if lo[1] == 0:
         st[0] = lo[0]
         return 0
@@ -916,15 +1004,24 @@ def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st
     return 2
 
 
-def wor_rows_decide(P, pr, Q, qr, ii, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left):
+def wor_rows_decide(P, pr, Q, qr, ii, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, codes, left,
+                    chk=None):
     """:func:`wor_row_decide` for the rows ``i = ii[k]`` of a frontier whose laws are the rows ``P[pr[k]]``,
     ``Q[qr[k]]`` (rows of one array each, where they are) in one call: ``codes[i]`` its code, ``left[i, :lo[i, 1]]``
     the entries left (codes 2 and 3); no return to the interpreter between rows (whose code and data a row's pass
-    evicts from the caches)."""
+    evicts from the caches). With ``chk`` (``(m, 2)``; None: no check) both rows of each are checked as laws in
+    :func:`wor_row_last`'s pass: ``chk[i]`` the draft's and the target's totals, NaN where an entry is bad."""
+    ck = check_scratch()
     for k in range(ii.shape[0]):
         i = ii[k]
-        c = wor_row_decide(P[pr[k]], Q[qr[k]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i], mark,
-                           st[i])
+        if chk is None:
+            c = wor_row_decide(P[pr[k]], Q[qr[k]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i],
+                               mark, st[i])
+        else:
+            c = wor_row_decide(P[pr[k]], Q[qr[k]], Qu[i], dW[i], idx, lo[i], K, race, big, head[i], hval[i], nu[i],
+                               mark, st[i], ck)
+            chk[i, 0] = ck[CHECK_LEN - 2]
+            chk[i, 1] = ck[CHECK_LEN - 1]
         codes[i] = c
         if c >= 2:
             for e in range(int(lo[i, 1])):
@@ -987,7 +1084,8 @@ def row_address(x):
 
 #: Whether the kernels are compiled (numba installed); the bound reads it at each call (tests turn it off).
 JIT = compile_in(globals(), ("union_block", "union_point", "iid_point", "iid_block", "iid_scratch", "iid_pi_kernel",
-                             "lane_total", "iid_sums_scratch", "iid_chain", "iid_row_sums", "iid_row", "iid_rows",
+                             "lane_total", "check_scratch", "check_block", "check_finish",
+                             "iid_sums_scratch", "iid_chain", "iid_row_sums", "iid_row", "iid_rows",
                              "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
                              "wor_lower", "wor_row_last",
