@@ -226,7 +226,8 @@ def _profile_overhead(draft, target, prompts, positions: int, keep: str | None =
 
 
 def _guarded(name: str, fn, *args) -> bool:
-    """Run one part of the table; a failure is printed with its traceback and the later parts still run."""
+    """Run one part (a table's rows, a file); a failure is printed with its traceback and the later parts still run
+    (here and in ``gpu_profile_walk.py``)."""
     import traceback
 
     try:

@@ -31,6 +31,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from gpu_check import _guarded  # noqa: E402 -- one part's failure printed, the later parts still run
+
 
 def _stats(prof: cProfile.Profile, n: int) -> str:
     s = io.StringIO()
@@ -90,20 +92,6 @@ def profiler_tables(ka, device: str, lines: int) -> list[str]:
             except (KeyError, AttributeError, ValueError, RuntimeError):
                 continue
     return parts
-
-
-def _guarded(name: str, fn, *args) -> bool:
-    """Run one part; a failure is printed with its traceback and the later parts still run."""
-    import traceback
-
-    try:
-        fn(*args)
-        return True
-    except Exception:  # noqa: BLE001 -- one part's failure must not lose the others' tables on a lent machine
-        print(f"# part {name!r} failed:", flush=True)
-        traceback.print_exc(file=sys.stdout)
-        sys.stdout.flush()
-        return False
 
 
 def main(argv=None) -> int:
