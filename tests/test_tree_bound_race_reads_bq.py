@@ -142,3 +142,49 @@ def test_grown_stats_equal_one_read_per_growth(m, V, K, shrink):
             k = min(V, 4 * k)
     assert growths > 1
     assert len(mode.reads) == growths + 1 + fewer, mode.reads
+
+
+@pytest.mark.parametrize(("cap", "reads"), [(1, 5), (3 * (32 + 128), 4), (3 * (32 + 128 + 512), 3), (2**18, 1)])
+def test_heads_read_ahead_within_their_cap(cap, reads, monkeypatch):
+    # the heads read ahead of their growths stay within _MAX_GROWN_ENTRIES (rows x head sizes): at a serving V
+    # the heads up to V would bring rows x V values back for growths that may never come. With the cap lowered,
+    # each read holds the first head asked for and the later ones that fit; the stats stay the bits of one read
+    # per growth, and the bound the bits of the route without the cap
+    m, V, K = 3, 3000, 32
+    rng = np.random.default_rng(7)
+    P = 1.0 + 0.05 * rng.random((m, V))
+    P /= P.sum(axis=1, keepdims=True)
+    T = torch.from_numpy(P)
+    monkeypatch.setattr(B, "_MAX_GROWN_ENTRIES", cap)
+    seen = []
+    real = B._race_levels_steps
+
+    def spy(P_, levels, rows):
+        seen.append(list(levels))
+        return real(P_, levels, rows)
+
+    monkeypatch.setattr(B, "_race_levels_steps", spy)
+    grown, k, sizes = B._GrownHeads(T), K, []
+    while True:
+        for a, b in zip(grown(list(range(m)), k), B._race_stats_t(T, k, rows=list(range(m)))[1:6]):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+        sizes.append(k)
+        if k >= V:
+            break
+        k = min(V, 4 * k)
+    assert [s for levels in seen for s in levels] == sizes            # every head read once, in order
+    for levels in seen:
+        assert len(levels) == 1 or m * sum(levels) <= cap             # past the first, within the cap
+    assert len(seen) == reads, seen                                   # heads 32, 128, 512, 2048, 3000
+
+
+def test_bound_with_heads_read_one_by_one_is_the_same(monkeypatch):
+    # the cap at its least (every growth reads its own head): the bound to the bit of the default cap's
+    draft, target = _pair(3000, ["llm", "peaked", "llm"], 5)
+    shape = TreeShape.branching(16, 4)
+    ref = _run(shape, "wor", draft, target, 256, 64, True, monkeypatch)
+    with monkeypatch.context() as mp:
+        mp.setattr(B, "_MAX_GROWN_ENTRIES", 1)
+        one = _run(shape, "wor", draft, target, 256, 64, True, mp)
+    _same(ref, one, bits=True)
+    assert one[2] > ref[2]                                            # more reads: one per growth

@@ -1413,12 +1413,18 @@ def _race_stats_steps(P, K: int, rows=None, extra=(), support=None):
     return support, head, kh, hval, pm, nu_h, [host[:, 2 + 2 * K + N + i] for i in range(len(extra))], idx[:, :K]
 
 
+#: Largest number of head entries (rows times head sizes, summed over the heads) that :class:`_GrownHeads` computes
+#: and reads ahead of the growths that need them (each entry comes back with its value: 2**18 entries, 4 MB).
+_MAX_GROWN_ENTRIES = 2**18
+
+
 class _GrownHeads:
     r"""The ``stats(todo, K)`` of :class:`_Race` on the device (what a grown head of ``K`` tokens needs of the rows
     ``todo`` of the tensor ``P``: :func:`_race_stats_steps`'s ``(head, kh, hval, pmax, nu)``), the later heads read
     with the first: a growth gets the stats of every head the race may grow its rows to (``K``, ``min(V, 4 K)``,
-    ... up to ``V``, :class:`_Race`'s sequence), each by :func:`_race_stats_t`'s own arithmetic on the same rows
-    (the same block of the same rows, so the same values to the bit on any device), all in one read; a later growth
+    ... up to ``V``, :class:`_Race`'s sequence, while their entries stay within :data:`_MAX_GROWN_ENTRIES`), each
+    by :func:`_race_stats_t`'s own arithmetic on the same rows (the same block of the same rows, so the same values
+    to the bit on any device), all in one read; a later growth
     of the same rows takes its stats from that read, a growth of fewer rows (some accepted) reads its heads again,
     for those rows. One read for all the growths of a frontier's race whose rows grow together, instead of one per
     growth (``branching(16, 4)``'s context at V = 3,000: one read, not four)."""
@@ -1431,9 +1437,13 @@ class _GrownHeads:
     def __call__(self, todo, K: int):
         todo = [int(i) for i in todo]
         if todo != self.rows or K not in self.got:
-            levels = [K]
-            while levels[-1] < self.P.shape[1]:
-                levels.append(min(self.P.shape[1], 4 * levels[-1]))
+            # the later heads only while their entries stay small (_MAX_GROWN_ENTRIES): at a large V the heads up
+            # to V would bring rows x V values back for growths that may never come; past it, a growth reads again
+            levels, V = [K], self.P.shape[1]
+            entries = len(todo) * K
+            while levels[-1] < V and entries + len(todo) * min(V, 4 * levels[-1]) <= _MAX_GROWN_ENTRIES:
+                levels.append(min(V, 4 * levels[-1]))
+                entries += len(todo) * levels[-1]
             got = _run_reads([_race_levels_steps(self.P, levels, todo)])[0]
             self.rows, self.got = todo, dict(zip(levels, got))
         return self.got[K]
