@@ -35,6 +35,7 @@ __all__ = [
     "lp_max_support",
     "decoding_names",
     "resolve_scheme",
+    "trial_build",
     "round_targets_t",
     "Scheme",
     "step_law_t",
@@ -167,6 +168,21 @@ def _callable_scheme(fn, k: int, options: dict) -> Scheme:
     return Scheme(name, "token", build, None)
 
 
+def trial_build(spec, k: int, options: dict, label: str) -> None:
+    """Build the registered verifier ``spec`` (a :class:`otspec.multidraft.VerifierSpec`) with ``options`` once on
+    two equal laws of two tokens, so that an option value no pair of laws takes (``"mentored"``'s ``D < 0``,
+    ``"kseq"``'s ``rho < 1``, a string for a number) is refused before any model call; the builder's ValueError or
+    TypeError is raised again with ``label`` (which names the option's parameter) before its message. Schemes
+    without a token-level builder: nothing."""
+    if spec.build is None:
+        return
+    half = np.array([0.5, 0.5])
+    try:
+        spec.build(half, half.copy(), k, **options)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"{label}: {exc}") from None
+
+
 def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | None = None,
                    top_k: int | None = None, top_p: float | None = None) -> Scheme:
     r"""Validate ``verifier`` against ``k``, the vocabulary and the sampling; return its :class:`Scheme`.
@@ -291,12 +307,8 @@ def resolve_scheme(verifier, *, k: int, options: dict | None, vocab_size: int | 
             f"`verifier`={verifier!r} needs options {sorted(missing)}: pass verifier_options={{...}}"
             + (" (the KL budget)" if verifier == "mentored" else "")
         )
-    if options and spec.build is not None:  # option values no law takes (mentored's D < 0): refused before any call
-        half = np.array([0.5, 0.5])
-        try:
-            spec.build(half, half.copy(), k, **options)
-        except (ValueError, TypeError) as exc:
-            raise type(exc)(f"`verifier_options` for {verifier!r}: {exc}") from None
+    if options:  # option values no law takes (mentored's D < 0): refused before any call
+        trial_build(spec, k, options, f"`verifier_options` for {verifier!r}")
     if spec.build_multi is not None:  # k draft blocks, every one of the V**L blocks enumerated
         return Scheme(verifier, "multiblock", None, spec.lossless)
     if spec.kind == "block":

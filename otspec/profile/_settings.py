@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from .._registry import get_verifier, suggest, unknown_name_message, verifier_names
 from .._validation import validate_positive_int, validate_seed
 from ..decoding._sampling import Sampling
-from ..decoding._verifiers import decoding_names, lp_max_support
+from ..decoding._verifiers import decoding_names, lp_max_support, trial_build
 from ..multidraft._khisti import MAX_MULTISETS
 from ..otm._lp import MAX_PLAN_ENTRIES
 from ._renewal import RENEWAL_SCHEMES
@@ -135,22 +135,6 @@ def _names(value, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
         if v not in out:
             out.append(v)
     return tuple(out)
-
-
-def _trial_build(name: str, options: dict) -> None:
-    """Build verifier ``name`` with ``options`` once on two equal laws of two tokens (``k = 1``), so that an option
-    value no law could take (``mentored``'s ``D < 0``, ``kseq``'s ``rho < 1``, a string for a number) is refused
-    with the settings, before any model loads, instead of at the first profiled position."""
-    spec = get_verifier(name)
-    if spec.build is None or not options:
-        return
-    import numpy as np
-
-    half = np.array([0.5, 0.5])
-    try:
-        spec.build(half, half.copy(), 1, **options)
-    except (ValueError, TypeError) as exc:
-        raise type(exc)(f"`verifier_options[{name!r}]`: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -340,7 +324,8 @@ class ProfileSettings:
             if extra:
                 raise ValueError(f"`verifier_options[{name!r}]` accepts {sorted(get_verifier(name).options)}, "
                                  f"got unknown keys {sorted(extra)}")
-            _trial_build(name, o)
+            if o:  # option values no law takes (mentored's D < 0): refused with the settings, before any model loads
+                trial_build(get_verifier(name), 1, o, f"`verifier_options[{name!r}]`")
         object.__setattr__(self, "verifier_options", {k: dict(v) for k, v in sorted(opts.items())})
 
         def missing(n):
