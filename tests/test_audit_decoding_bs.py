@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 import otspec.decoding as D  # noqa: E402
 from otspec.decoding._verifiers import decoding_names  # noqa: E402
 from otspec.testing import chi2_gof  # noqa: E402
+from tests.test_tree_decoding import _counts  # noqa: E402
 from tests.toy_lm import table_fn, toy_target_draft  # noqa: E402
 
 torch.set_num_threads(1)
@@ -65,15 +66,8 @@ class _Counted:
 
 def _law_check(target, draft, prompt, m, runs, seed, **kw):
     """chi-square of the first ``m`` tokens of ``runs`` decodes against the target's exact law."""
-    cells, law = D.exact_prefix_law(target, prompt, m, temperature=kw.get("temperature", 1.0),
-                                     top_k=kw.get("top_k"), top_p=kw.get("top_p"))
-    index = {c: i for i, c in enumerate(cells)}
-    counts = np.zeros(len(cells) + 1, dtype=np.int64)
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(runs):
-        res = D.speculative_decode(prompt, draft=draft, target=target, max_new_tokens=m, rng=gen, **kw)
-        counts[index.get(tuple(res.tokens[:m].tolist()), len(cells))] += 1
-    g = chi2_gof(counts, np.append(law, 0.0), alpha_fail=ALPHA_FAIL)
+    counts, law = _counts(target, draft, prompt, m, runs, seed, **kw)
+    g = chi2_gof(counts, law, alpha_fail=ALPHA_FAIL)
     assert g.outside_support == 0, g
     return g
 

@@ -203,9 +203,14 @@ SHAPES = [TreeShape.branching(8, 7), TreeShape.branching(4, 3), TreeShape.branch
        seed=st.integers(0, 2**16))
 def test_torch_route_equals_numpy_route_on_adversarial_laws(process, shape, V, kinds, budget, batch, same, seed,
                                                              monkeypatch):
+    _routes_agree(process, shape, V, kinds, budget, batch, same, seed, monkeypatch)
+
+
+def _routes_agree(process, shape, V, kinds, budget, batch, same, seed, monkeypatch):
+    """The numpy and torch routes' bounds the same (:func:`_same`) on a bank of adversarial laws (``kinds``), the
+    same laws for both models (Q = pi-like ties everywhere) or the bank reversed."""
     rng = np.random.default_rng(seed)
     bank = np.stack([_adversarial(k, V, rng) for k in kinds])
-    # the same laws for both models (Q = pi-like ties everywhere) or the bank reversed
     draft, target = _Bank(bank, 0), _Bank(bank if same else bank[::-1].copy(), 0 if same else 3)
     if process == "wor" and max(shape.ranks) + 1 > V:
         return

@@ -25,7 +25,7 @@ import otspec.tree._bound as B  # noqa: E402
 from otspec.tree import TreeShape  # noqa: E402
 from tests.test_profile_host_reads import HostReads  # noqa: E402
 from tests.test_tree_bound_device import _Bank, _Laws, _pair  # noqa: E402
-from tests.test_tree_bound_reads_bh import _adversarial, _run, _same  # noqa: E402
+from tests.test_tree_bound_reads_bh import _routes_agree, _run, _same  # noqa: E402
 
 SHAPES = {"(8,7)": TreeShape.branching(8, 7), "(4,3,2)": TreeShape.branching(4, 3, 2),
           "(2,2,2,2)": TreeShape.branching(2, 2, 2, 2), "(16,4)": TreeShape.branching(16, 4),
@@ -121,13 +121,7 @@ DEEP = [TreeShape.branching(4, 3, 2), TreeShape.branching(2, 2, 2, 2), TreeShape
        seed=st.integers(0, 2**16))
 def test_torch_route_equals_numpy_route_at_deeper_shapes(process, shape, V, kinds, budget, batch, same, seed,
                                                          monkeypatch):
-    rng = np.random.default_rng(seed)
-    bank = np.stack([_adversarial(k, V, rng) for k in kinds])
-    draft, target = _Bank(bank, 0), _Bank(bank if same else bank[::-1].copy(), 0 if same else 3)
-    if process == "wor" and max(shape.ranks) + 1 > V:
-        return
-    _same(_run(shape, process, draft, target, budget, batch, False, monkeypatch),
-          _run(shape, process, draft, target, budget, batch, True, monkeypatch))
+    _routes_agree(process, shape, V, kinds, budget, batch, same, seed, monkeypatch)
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])

@@ -222,7 +222,10 @@ def test_verifiers_never_read_the_draft_law_of_an_undrafted_node(verifier, proce
 
 # ----------------------------------------------------------------------------- losslessness
 def _counts(target, draft, prompt, m, runs, seed, **kw):
-    cells, law = D.exact_prefix_law(target, prompt, m, temperature=kw.get("temperature", 1.0))
+    """Counts of the first ``m`` tokens of ``runs`` decodes over the target's exact law's cells (one more cell for
+    anything outside them), and that law with 0 appended."""
+    cells, law = D.exact_prefix_law(target, prompt, m, temperature=kw.get("temperature", 1.0),
+                                     top_k=kw.get("top_k"), top_p=kw.get("top_p"))
     index = {c: i for i, c in enumerate(cells)}
     counts = np.zeros(len(cells) + 1, dtype=np.int64)
     gen = torch.Generator().manual_seed(seed)
