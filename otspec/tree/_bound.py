@@ -2519,7 +2519,7 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int, on_rows
         fused = _host_rows(Pl, Ql) is not None and (process == "iid" or (
             on_rows is None and len(paths[0]) == len(paths[-1]) and len(paths[0]) + 1 == slots.D))
         if pending is not None and not fused:
-            Pl, Ql = _checked_rows(pending, None, Pl, Ql)     # no kernel checks them in its pass: checked apart
+            Pl, Ql, _ = _checked_rows(pending, None, Pl, Ql)  # no kernel checks them in its pass: checked apart
             pending = None
         run, Pl, Ql = _laws_block(Pl, Ql)
         left = search.left
@@ -2558,14 +2558,15 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int, on_rows
 
 
 def _checked_rows(pending: _Unchecked, chk, Pl: list, Ql: list):
-    """``(P rows, Q rows)`` once the laws ``pending`` are resolved (:meth:`_Unchecked.resolve` with the kernels'
-    totals ``chk``, None: each checked apart): the rows a check copied replaced by their copies."""
+    """``(P rows, Q rows, copied)`` once the laws ``pending`` are resolved (:meth:`_Unchecked.resolve` with the
+    kernels' totals ``chk``, None: each checked apart): the rows a check copied replaced by their copies, and the
+    ``(model, row)`` of those."""
     copied = pending.resolve(chk)
     if copied:
         Pl, Ql = list(Pl), list(Ql)
         for (k, i), law in copied.items():
             (Pl, Ql)[k][i] = law
-    return Pl, Ql
+    return Pl, Ql, copied
 
 
 def _fused_checked(slots: _Slots, process: str, frontier: list, runs: list, pending: _Unchecked, Pl: list, Ql: list,
@@ -2581,11 +2582,8 @@ def _fused_checked(slots: _Slots, process: str, frontier: list, runs: list, pend
     m = len(frontier)
     chk = np.full((m, 2), np.nan)
     got = [_expand_rows(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left, chk=chk[a:b]) for a, b in runs]
-    copied = pending.resolve(chk)
+    Pl, Ql, copied = _checked_rows(pending, chk, Pl, Ql)
     if copied:
-        Pl, Ql = list(Pl), list(Ql)
-        for (k, i), law in copied.items():
-            (Pl, Ql)[k][i] = law
         redo = {i for _k, i in copied}
         got = [_expand_rows(slots, process, frontier[a:b], Pl[a:b], Ql[a:b], left)
                if any(a <= i < b for i in redo) else g for g, (a, b) in zip(got, runs)]
