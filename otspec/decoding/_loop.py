@@ -34,7 +34,7 @@ from ._tree_device import (
     device_tree_step,
     has_device_route,
 )
-from ._tree_loop import TreeStep, TreeSteps, check_with_tree, check_without_tree, tree_plan
+from ._tree_loop import TreeStep, TreeSteps, check_with_tree, check_without_tree, tree_law_bytes, tree_plan
 from ._verifiers import (
     DEVICE_VERIFIERS,
     Scheme,
@@ -88,7 +88,14 @@ def _check_law_memory(V: int, k: int, L: int, devices) -> None:
     """Refuse (ValueError) an iteration whose laws exceed :data:`MAX_LAW_BYTES`, or the free memory of a CUDA
     device of the models (counting the softmax's temporary block), before any model call."""
     need = law_bytes(V, k, L)
-    peak = need + 8 * V * k * (L + 1)
+    _refuse_memory(need, need + 8 * V * k * (L + 1), devices, "the softmax's temporary",
+                   f"the float64 laws of one iteration, 8 * V * k * (2L + 1) bytes = {need / 2**30:.2f} GiB for V={V}, "
+                   f"k={k}, L={L}", "use a smaller `k` or `L`")
+
+
+def _refuse_memory(need: int, peak: int, devices, extra: str, what: str, fix: str) -> None:
+    """ValueError ``"{what}, exceed {where}: {fix}"`` where ``need`` bytes of laws pass :data:`MAX_LAW_BYTES` or
+    ``peak`` bytes (the laws with ``extra``) the free memory of a CUDA device among ``devices``."""
     free = None
     for dev in devices:
         if dev.type == "cuda":
@@ -96,12 +103,23 @@ def _check_law_memory(V: int, k: int, L: int, devices) -> None:
             free = f if free is None else min(free, f)
     if need > MAX_LAW_BYTES or (free is not None and peak > free):
         where = (f"MAX_LAW_BYTES = {MAX_LAW_BYTES / 2**30:.1f} GiB" if need > MAX_LAW_BYTES
-                 else f"the {free / 2**30:.2f} GiB free on the device (with the softmax's temporary: "
-                      f"{peak / 2**30:.2f} GiB)")
-        raise ValueError(
-            f"the float64 laws of one iteration, 8 * V * k * (2L + 1) bytes = {need / 2**30:.2f} GiB for V={V}, "
-            f"k={k}, L={L}, exceed {where}: use a smaller `k` or `L`"
-        )
+                 else f"the {free / 2**30:.2f} GiB free on the device (with {extra}: {peak / 2**30:.2f} GiB)")
+        raise ValueError(f"{what}, exceed {where}: {fix}")
+
+
+def _check_tree_memory(plan, tree, V: int, sampling, device_route: bool, prompt: int, log_laws: bool,
+                       devices) -> None:
+    """:func:`_check_law_memory` for a draft tree (:func:`~otspec.decoding._tree_loop.tree_law_bytes`): its float64
+    laws against :data:`MAX_LAW_BYTES`, with the logits and temporaries against a CUDA device's free memory."""
+    parts = tree_law_bytes(plan, V, sampling, device=device_route, prompt=prompt, log_laws=log_laws,
+                           law_batch=LAW_BATCH)
+    need = parts["laws"] + parts["root laws"]
+    name = repr(tree) if isinstance(tree, str) else f"a {plan.process!r} tree"
+    sizes = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in parts.items() if v)
+    _refuse_memory(need, sum(parts.values()), devices, "the logits and temporaries",
+                   f"the float64 laws of one iteration of `tree`={name} ({plan.shape.n} draft nodes, depth {plan.L}, "
+                   f"{'device' if device_route else 'host'} route), {need / 2**30:.2f} GiB at V={V} ({sizes})",
+                   "use a tree of fewer nodes (or a smaller vocabulary)")
 
 
 def _clock(*devices) -> float:
@@ -908,7 +926,10 @@ def speculative_decode(
         if not isinstance(log_laws, bool):
             raise TypeError(f"`log_laws` must be a bool, got {type(log_laws).__name__}")
         scheme = Scheme(plan.name, "tree", None, plan.lossless)
-        if _tree_engine(engine, plan):
+        on_device = _tree_engine(engine, plan)
+        _check_tree_memory(plan, tree, V, sampling, on_device, len(prompt_), log_laws,
+                           {torch.device(draft.device), torch.device(target.device)})
+        if on_device:
             seed = _seed(rng)
             gen, gens = np.random.default_rng(seed), _device_generators(seed, draft.device, target.device)
             step = TreeSteps(plan, lambda p: device_tree_step(p, sampling, log_laws, law_batch=LAW_BATCH,

@@ -60,7 +60,7 @@ from ._verifiers import lp_max_support
 torch = require("torch", "otspec.decoding")
 
 __all__ = ["DEFAULT_VERIFIERS", "SPECHUB_MAX_VOCAB", "TREE_PROCESSES", "TreePlan", "TreeStep", "TreeSteps",
-           "check_with_tree", "check_without_tree", "tree_plan"]
+           "check_with_tree", "check_without_tree", "tree_law_bytes", "tree_plan"]
 
 #: The draft processes the decoder grows trees with: those of :data:`otspec.tree.PROCESSES` and SpecHub's
 #: pairs (:func:`otspec.tree.sample_spechub_tree`).
@@ -662,6 +662,110 @@ class TreeSteps:
                     whole[key][lo:hi] = rows
         finally:
             dec.log = whole
+
+
+def _layout_sizes(plan: TreePlan) -> tuple[int, int, int, int]:
+    """``(n + 1, I, f, m)`` of a plan: its nodes with the root, the rows of its laws at the nodes with children (a
+    shape's frontiers; EAGLE-2's expanded slots ``1 + (D - 1) K``), the widest draft call and the most children of a
+    node."""
+    s = plan.shape
+    if plan.process == "eagle2":
+        K, D = int(s.top_k), int(s.depth)
+        return int(s.n) + 1, 1 + (D - 1) * K, K if D > 1 else 1, K
+    sizes = [len(f) for f in plan.frontier]
+    m = max((len(ch) for lev in plan.levels for _, ch, _ in lev), default=1)
+    return int(s.n) + 1, sum(sizes), max(sizes, default=1), m
+
+
+def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, prompt: int = 1,
+                   log_laws: bool = False, law_batch: int = 64) -> dict[str, int]:
+    r"""Bytes one tree iteration of :func:`otspec.decoding.speculative_decode` holds at once, by part.
+
+    Counted from the code of the two routes, in rows of ``V`` entries, with :math:`N = n + 1` the tree's nodes
+    (the root included), :math:`I` the nodes with children (a shape's frontiers; EAGLE-2's expanded slots
+    :math:`1 + (D - 1) K`) and :math:`f` the widest draft call:
+
+    * ``"laws"`` (float64, ``8 V`` bytes a row). The host route (:class:`TreeStep`): the draft's laws of every
+      depth, kept until the verification (:math:`I` rows), the target's laws at every node, the verifier's draft
+      laws ``Pn`` and the exact emission of the analysis (:math:`3 N`). The device route
+      (:mod:`otspec.decoding._tree_device`): the blocks a step keeps across iterations -- the draft's laws at the
+      nodes with children (:math:`I`, none for top-k children verified by the target-only rule; EAGLE-2: its
+      ranking laws, and the processed ones where the sampling changes them), the target's there (:math:`I`), the
+      rejections' level pass (:math:`I`, SpecInfer's and Sequoia's rules with two children or more), the draws'
+      running sums (:math:`f`) and the accepted node's rows (3) -- summed over the full tree's step and the steps
+      of every shorter depth of the last iterations (:meth:`TreePlan.pruned`: each step keeps its own blocks to
+      the end of the decode).
+    * ``"root laws"`` (device route, ``log_laws`` with ``"iid"`` or ``"wor"``): the kept root logits, two blocks of
+      ``law_batch`` rows at 4 bytes an entry, and their float64 laws formed again at each flush (two such blocks).
+    * ``"logits"`` (float32, ``4 V`` bytes a row; a model of two-byte dtype holds half): the target's tree call
+      computes every column it is fed -- at the first iteration the ``prompt`` tokens and the ``n`` draft nodes --
+      and the draft's logits of every depth (the device route keeps them to its one host read: :math:`I`; the host
+      route one call's, :math:`f`).
+    * ``"temporaries"`` (float64): the float64 copy of the logits that :meth:`Sampling.probs` divides by the
+      temperature while it forms the target's laws (:math:`N` on the host route, :math:`I` on the device route),
+      twice more under ``top_k`` / ``top_p`` (the masked copy; the sorted values and their running sums), and on
+      the host route the tree verifier's working rows while it samples and forms the emission (:math:`N`).
+
+    Parameters
+    ----------
+    plan : TreePlan
+    V : int
+        The vocabulary.
+    sampling : Sampling
+    device : bool, keyword-only
+        The device route (:func:`otspec.decoding._tree_device.device_tree_step`), else the host route.
+    prompt : int, keyword-only
+        Tokens of the prompt (the first target call's pending columns).
+    log_laws, law_batch : keyword-only
+        As :func:`otspec.decoding.speculative_decode` passes them.
+
+    Returns
+    -------
+    dict of str to int
+        Bytes of ``"laws"``, ``"root laws"``, ``"logits"``, ``"temporaries"``: ``"laws"`` and ``"root laws"`` are
+        what :data:`otspec.decoding.MAX_LAW_BYTES` bounds, the sum what a CUDA device must have free.
+
+    Examples
+    --------
+    SpecInfer's 144-node tree (16 children of the root, 8 of each) at Llama 3's vocabulary, on the device:
+
+    >>> from otspec.decoding import CallableLM, Sampling
+    >>> from otspec.decoding._tree_loop import tree_law_bytes, tree_plan
+    >>> lm = CallableLM(lambda ids: ids[..., None].double().repeat(1, 1, 4), vocab_size=4)
+    >>> plan = tree_plan("iid:branching(16,8)", process=None, verifier=None, options=None, allow_lossy=False,
+    ...                  target=lm, V=4, sampling=Sampling())
+    >>> {k: round(v / 2**20) for k, v in tree_law_bytes(plan, 128_256, Sampling(), device=True).items()}  # MiB
+    {'laws': 75, 'root laws': 0, 'logits': 79, 'temporaries': 17}
+    """
+    V = int(V)
+    extra = 2 if sampling.truncated else 0
+    N, I, f, m = _layout_sizes(plan)
+    out = {"laws": 0, "root laws": 0, "logits": 4 * V * (int(prompt) + N - 1), "temporaries": 0}
+    if not device:
+        out["laws"] = 8 * V * (I + 3 * N)
+        out["logits"] += 4 * V * f
+        out["temporaries"] = 8 * V * N * (2 + extra)
+        return out
+    rule = plan.name
+    depths = [plan.L] + list(range(1, plan.L))  # the full tree's step, then those of every shorter depth
+    for d in depths:
+        sub = plan.pruned(d)
+        _, Id, fd, md = _layout_sizes(sub)
+        if plan.process == "eagle2":
+            needs_p = rule != "target-only"
+            p_rows = Id * (1 + (needs_p and sampling.changes_law))
+            draws = 0
+        else:
+            needs_p = plan.process != "topk" or rule != "target-only"
+            p_rows = Id if needs_p else 0
+            draws = fd if plan.process in ("iid", "wor") else 0
+        lvl = Id if rule in ("specinfer", "sequoia") and md > 1 else 0
+        out["laws"] += 8 * V * (p_rows + Id + lvl + draws + 3)
+    out["logits"] += 4 * V * I
+    out["temporaries"] = 8 * V * I * (1 + extra)
+    if log_laws and plan.process in ("iid", "wor"):
+        out["root laws"] = 2 * int(law_batch) * V * (4 + 8)
+    return out
 
 
 def check_without_tree(process, allow_lossy) -> None:
