@@ -24,7 +24,7 @@ from otspec.block._verifiers import backward_law, draw_residual, remain_rej
 from .._registry import get_verifier, unknown_name_message
 from .._validation import validate_positive_int, validate_seed
 from ._deps import require
-from ._models import takes_last, validate_language_model, validate_prompt
+from ._models import HFCausalLM, _tree_refusal, takes_last, validate_language_model, validate_prompt
 from ._sampling import Sampling, _block, _law_block, _laws_into, bad_logit_rows, bad_rows, draw_rows, sample_rows
 from ._tree_device import (
     DEVICE_TREE_PROCESSES,
@@ -108,14 +108,16 @@ def _refuse_memory(need: int, peak: int, devices, extra: str, what: str, fix: st
 
 
 def _check_tree_memory(plan, tree, V: int, sampling, device_route: bool, prompt: int, log_laws: bool,
-                       devices) -> None:
+                       draft, target) -> None:
     """:func:`_check_law_memory` for a draft tree (:func:`~otspec.decoding._tree_loop.tree_law_bytes`): its float64
     laws against :data:`MAX_LAW_BYTES`, with the logits and temporaries against a CUDA device's free memory."""
+    by_rows = isinstance(target, HFCausalLM) and _tree_refusal(target.model) is not None
     parts = tree_law_bytes(plan, V, sampling, device=device_route, prompt=prompt, log_laws=log_laws,
-                           law_batch=LAW_BATCH)
+                           law_batch=LAW_BATCH, by_rows=by_rows)
     need = parts["laws"] + parts["root laws"]
     name = repr(tree) if isinstance(tree, str) else f"a {plan.process!r} tree"
     sizes = ", ".join(f"{k} {v / 2**30:.2f} GiB" for k, v in parts.items() if v)
+    devices = {torch.device(draft.device), torch.device(target.device)}
     _refuse_memory(need, sum(parts.values()), devices, "the logits and temporaries",
                    f"the float64 laws of one iteration of `tree`={name} ({plan.shape.n} draft nodes, depth {plan.L}, "
                    f"{'device' if device_route else 'host'} route), {need / 2**30:.2f} GiB at V={V} ({sizes})",
@@ -927,8 +929,7 @@ def speculative_decode(
             raise TypeError(f"`log_laws` must be a bool, got {type(log_laws).__name__}")
         scheme = Scheme(plan.name, "tree", None, plan.lossless)
         on_device = _tree_engine(engine, plan)
-        _check_tree_memory(plan, tree, V, sampling, on_device, len(prompt_), log_laws,
-                           {torch.device(draft.device), torch.device(target.device)})
+        _check_tree_memory(plan, tree, V, sampling, on_device, len(prompt_), log_laws, draft, target)
         if on_device:
             seed = _seed(rng)
             gen, gens = np.random.default_rng(seed), _device_generators(seed, draft.device, target.device)

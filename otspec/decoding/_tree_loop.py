@@ -678,7 +678,7 @@ def _layout_sizes(plan: TreePlan) -> tuple[int, int, int, int]:
 
 
 def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, prompt: int = 1,
-                   log_laws: bool = False, law_batch: int = 64) -> dict[str, int]:
+                   log_laws: bool = False, law_batch: int = 64, by_rows: bool = False) -> dict[str, int]:
     r"""Bytes one tree iteration of :func:`otspec.decoding.speculative_decode` holds at once, by part.
 
     Counted from the code of the two routes, in rows of ``V`` entries, with :math:`N = n + 1` the tree's nodes
@@ -696,11 +696,17 @@ def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, 
       of every shorter depth of the last iterations (:meth:`TreePlan.pruned`: each step keeps its own blocks to
       the end of the decode).
     * ``"root laws"`` (device route, ``log_laws`` with ``"iid"`` or ``"wor"``): the kept root logits, two blocks of
-      ``law_batch`` rows at 4 bytes an entry, and their float64 laws formed again at each flush (two such blocks).
+      ``law_batch`` rows at 4 bytes an entry; at each flush their float64 laws formed again and stacked for the
+      batched optimum (four blocks of ``law_batch`` rows) and its sort's working arrays (eight of its chunk of
+      :math:`\min(\text{law\_batch}, \max(1, 2^{19} / V))` rows, :func:`otspec.alpha_k`).
     * ``"logits"`` (float32, ``4 V`` bytes a row; a model of two-byte dtype holds half): the target's tree call
-      computes every column it is fed -- at the first iteration the ``prompt`` tokens and the ``n`` draft nodes --
-      and the draft's logits of every depth (the device route keeps them to its one host read: :math:`I`; the host
-      route one call's, :math:`f`).
+      computes every column it is fed -- at the first iteration the ``prompt`` tokens and the ``n`` draft nodes;
+      scored by rows (``by_rows``: a model that takes no 4-D mask, :meth:`HFCausalLM.tree_logits`'s
+      ``fallback="rows"``) every root-to-leaf path of the host route as its own row of ``prompt + D`` columns, every
+      node's path of the device route as its own row of ``prompt + n`` columns, and the :math:`N` rows gathered
+      from them -- and the draft's logits of every depth (the device route keeps them to its one host read,
+      :math:`I`, and gathers the target's at the nodes with children, :math:`I`; the host route one call's,
+      :math:`f`).
     * ``"temporaries"`` (float64): the float64 copy of the logits that :meth:`Sampling.probs` divides by the
       temperature while it forms the target's laws (:math:`N` on the host route, :math:`I` on the device route),
       twice more under ``top_k`` / ``top_p`` (the masked copy; the sorted values and their running sums), and on
@@ -718,6 +724,8 @@ def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, 
         Tokens of the prompt (the first target call's pending columns).
     log_laws, law_batch : keyword-only
         As :func:`otspec.decoding.speculative_decode` passes them.
+    by_rows : bool, keyword-only
+        The target scores the tree by rows (it cannot take a 4-D attention mask).
 
     Returns
     -------
@@ -740,7 +748,14 @@ def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, 
     V = int(V)
     extra = 2 if sampling.truncated else 0
     N, I, f, m = _layout_sizes(plan)
-    out = {"laws": 0, "root laws": 0, "logits": 4 * V * (int(prompt) + N - 1), "temporaries": 0}
+    prompt = int(prompt)
+    if not by_rows:
+        scored = prompt + N - 1
+    elif device or plan.process == "eagle2":  # every node's path (EAGLE-2 on the host: at most n leaves)
+        scored = N * (prompt + (N - 1 if device else plan.L)) + N
+    else:
+        scored = len(plan.shape.leaves) * (prompt + plan.L) + N
+    out = {"laws": 0, "root laws": 0, "logits": 4 * V * scored, "temporaries": 0}
     if not device:
         out["laws"] = 8 * V * (I + 3 * N)
         out["logits"] += 4 * V * f
@@ -761,10 +776,10 @@ def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, 
             draws = fd if plan.process in ("iid", "wor") else 0
         lvl = Id if rule in ("specinfer", "sequoia") and md > 1 else 0
         out["laws"] += 8 * V * (p_rows + Id + lvl + draws + 3)
-    out["logits"] += 4 * V * I
+    out["logits"] += 4 * V * 2 * I
     out["temporaries"] = 8 * V * I * (1 + extra)
     if log_laws and plan.process in ("iid", "wor"):
-        out["root laws"] = 2 * int(law_batch) * V * (4 + 8)
+        out["root laws"] = 2 * int(law_batch) * V * (4 + 2 * 8) + 8 * V * 8 * min(int(law_batch), max(1, 2**19 // V))
     return out
 
 
