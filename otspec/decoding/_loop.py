@@ -121,7 +121,8 @@ def _check_tree_memory(plan, tree, V: int, sampling, device_route: bool, prompt:
     _refuse_memory(need, sum(parts.values()), devices, "the logits and temporaries",
                    f"the float64 laws of one iteration of `tree`={name} ({plan.shape.n} draft nodes, depth {plan.L}, "
                    f"{'device' if device_route else 'host'} route), {need / 2**30:.2f} GiB at V={V} ({sizes})",
-                   "use a tree of fewer nodes (or a smaller vocabulary)")
+                   "use a tree of fewer nodes" + (", or log_laws=False (no root laws kept)" if parts["root laws"]
+                                                   else ""))
 
 
 def _clock(*devices) -> float:

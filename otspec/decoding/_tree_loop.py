@@ -743,7 +743,7 @@ def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, 
     >>> plan = tree_plan("iid:branching(16,8)", process=None, verifier=None, options=None, allow_lossy=False,
     ...                  target=lm, V=4, sampling=Sampling())
     >>> {k: round(v / 2**20) for k, v in tree_law_bytes(plan, 128_256, Sampling(), device=True).items()}  # MiB
-    {'laws': 75, 'root laws': 0, 'logits': 79, 'temporaries': 17}
+    {'laws': 75, 'root laws': 0, 'logits': 88, 'temporaries': 17}
     """
     V = int(V)
     extra = 2 if sampling.truncated else 0
