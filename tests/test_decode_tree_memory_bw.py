@@ -60,6 +60,9 @@ def test_count_of_a_small_shape_by_hand():
     topk = tree_law_bytes(_plan("topk:branching(2,2)", V), V, s, device=True, prompt=prompt)
     assert topk["laws"] == 8 * V * ((3 + 3) + (1 + 3))
     assert tree_law_bytes(plan, V, Sampling(top_k=5), device=True)["temporaries"] == 8 * V * 3 * 3
+    # SpecHub (host route only): the (V, V) pair law of a node with two children and its running sums
+    hub = tree_law_bytes(_plan("spechub:branching(2,2)", V), V, s, device=False, prompt=prompt)
+    assert hub["temporaries"] == 8 * V * 7 * 2 + 2 * 8 * V * V
 
 
 def test_count_of_eagle2_static_sizes():

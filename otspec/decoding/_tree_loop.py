@@ -701,7 +701,7 @@ def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, 
       :math:`\min(\text{law\_batch}, \max(1, 2^{19} / V))` rows, :func:`otspec.alpha_k`).
     * ``"logits"`` (float32, ``4 V`` bytes a row; a model of two-byte dtype holds half): the target's tree call
       computes every column it is fed -- at the first iteration the ``prompt`` tokens and the ``n`` draft nodes;
-      scored by rows (``by_rows``: a model that takes no 4-D mask, :meth:`HFCausalLM.tree_logits`'s
+      scored by rows (``by_rows``: a model that takes no 4-D mask, :meth:`otspec.decoding.HFCausalLM.tree_logits`'s
       ``fallback="rows"``) every root-to-leaf path of the host route as its own row of ``prompt + D`` columns, every
       node's path of the device route as its own row of ``prompt + n`` columns, and the :math:`N` rows gathered
       from them -- and the draft's logits of every depth (the device route keeps them to its one host read,
@@ -710,7 +710,9 @@ def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, 
     * ``"temporaries"`` (float64): the float64 copy of the logits that :meth:`Sampling.probs` divides by the
       temperature while it forms the target's laws (:math:`N` on the host route, :math:`I` on the device route),
       twice more under ``top_k`` / ``top_p`` (the masked copy; the sorted values and their running sums), and on
-      the host route the tree verifier's working rows while it samples and forms the emission (:math:`N`).
+      the host route the tree verifier's working rows while it samples and forms the emission (:math:`N`) and,
+      for ``"spechub"``, the pair law of a node with two children and its running sums (two ``(V, V)`` tables,
+      :func:`otspec.tree.spechub_pair_law`).
 
     Parameters
     ----------
@@ -759,7 +761,7 @@ def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, 
     if not device:
         out["laws"] = 8 * V * (I + 3 * N)
         out["logits"] += 4 * V * f
-        out["temporaries"] = 8 * V * N * (2 + extra)
+        out["temporaries"] = 8 * V * N * (2 + extra) + (2 * 8 * V * V if plan.process == "spechub" else 0)
         return out
     rule = plan.name
     depths = [plan.L] + list(range(1, plan.L))  # the full tree's step, then those of every shorter depth
