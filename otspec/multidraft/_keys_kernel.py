@@ -65,9 +65,12 @@ def _solve(w, dl, k, hi, off):
     else:
         # depth coordinate: s**k (1 - (1 - w/s)**k) >= s**k A on s <= off + hi, A its second factor at the
         # top, so the root lies below s = (dl / A)**(1/k), written as x = expm1(log(dl / A) / k) (exact near 0)
-        rh = w / (hi + off)
-        a = 1.0 if rh >= 1.0 else -math.expm1(k * math.log1p(-rh))
-        x = math.expm1(math.log(dl / a) / k) if dl > 0.0 and a > 0.0 else lo
+        x = lo  # no room (s <= 0 at hi) or nothing to realise (dl = 0, an underflowed z): the lowest end
+        if hi + off > 0.0 and dl > 0.0:
+            rh = w / (hi + off)
+            a = 1.0 if rh >= 1.0 else -math.expm1(k * math.log1p(-rh))
+            if a > 0.0:
+                x = math.expm1(math.log(dl / a) / k)
         if x < lo:
             x = lo
     if x > hi:

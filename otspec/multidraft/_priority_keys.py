@@ -338,14 +338,15 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         )
 
 
-def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol):
+def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol, *, depth=None):
     """The priority-key verifier of the optimal ``z`` (two greedy passes), layouts of ``H`` then ``Omega_0``.
 
-    Above ``k = DEPTH_MIN_K`` the layout is built in the depth coordinate ``x = s - 1`` (``H`` from ``x = 0``
-    down, ``Omega_0`` from ``x = -p(H)``); at or below it in suffix mass ``s``, as before (bit for bit).
+    Above ``k = DEPTH_MIN_K`` (or with ``depth=True``) the layout is built in the depth coordinate
+    ``x = s - 1`` (``H`` from ``x = 0`` down, ``Omega_0`` from ``x = -p(H)``); at or below it in suffix
+    mass ``s``, as before (bit for bit).
     """
     z, H, O, s = sm.optimal_selection_law(ps, qs, k, in0)
-    origin = 1 if k > DEPTH_MIN_K else 0
+    origin = int(k > DEPTH_MIN_K if depth is None else bool(depth))
     above_O = float(ps[H].sum()) if origin else None
     toks, tops, lens = [], [], []
     for idx, b, above in ((H, s, 0.0 if origin else None), (O, 0.0, above_O)):
@@ -368,8 +369,13 @@ def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol):
         # each end x = -t is a sum/solution with relative error <= 4 eps (absolute 4 eps t), which moves
         # its mu by at most 4 eps t k s**(k-1), twice; k t (1 - t)**(k-1) <= 1 for every t and k, so the
         # bound is at most 4 (n + 2 P) eps at every k
+        # The greedy passes that give z work in suffix mass (their k-th powers of masses near 1 amplify
+        # the masses' rounding k-fold): where their fast path (z = q) misses by rounding, z itself is off by
+        # up to the former bound 8 k eps sum_j s_j**(k-1), which still explains a gap ("rounding")
         depth = -top
-        bound = max(1e-12, 4 * n * _EPS + 8 * _EPS * float(np.sum(float(k) * depth * _power(top, k - 1, origin))))
+        dens = float(k) * _power(top, k - 1, origin)
+        bound = max(1e-12, 4 * n * _EPS + 8 * _EPS * float(np.sum(depth * dens)),
+                    4 * (n + k) * _EPS + 8 * _EPS * float(np.sum(dens)))
     if tol is None:
         # the status tolerance does not depend on k: a larger gap is reported ("rounding" when
         # the bound above explains it), not called optimal
