@@ -55,7 +55,7 @@ def key_layout(pD: np.ndarray, zD: np.ndarray, b: float, k: int, *, jit: bool = 
         layout is built and returned in the *depth coordinate*
         :math:`x = s - 1 = -(\text{mass above } s)` (the block's top is
         ``-above``), where every end keeps full relative accuracy however
-        close ``s`` is to 1; the powers are then :math:`s^k = e^{k \log1p(x)}`.
+        close ``s`` is to 1; the powers are then :math:`s^k = e^{k \operatorname{log1p}(x)}`.
         ``None`` (default): the suffix mass ``s`` itself.
 
     Returns
@@ -144,15 +144,16 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         ``x = s - 1``, minus the draft mass above ``s``, which keeps full
         relative accuracy where the law of the largest key sits (within
         about ``1/k`` of ``s = 1``, where float64 ``s`` has spacing
-        ``1.1e-16``), with :math:`s^k = e^{k \log1p(x)}`.
+        ``1.1e-16``), with :math:`s^k = e^{k \operatorname{log1p}(x)}`.
     layout : tuple of three (P,) ndarrays, read-only
         ``(token, x, length)``: the intervals as stored (``top = origin + x``).
     alpha, gap, status, method, tol
         As for :class:`otspec.OptimalVerifier`; ``method`` is ``"keys"``. The
         default ``tol`` is ``max(1e-12, 4 n eps)`` at every ``k``; a larger
         gap that the float64 rounding bound of the interval ends explains
-        (it grows with ``k``) has the status ``"rounding"``, any other
-        ``"suboptimal"``.
+        (``origin == 0``: it grows with ``k``; ``origin == 1``: it does not,
+        beyond the greedy ``z``'s own rounding) has the status
+        ``"rounding"``, any other ``"suboptimal"``.
     n_pieces : int
         Number of intervals ``P``.
     """
@@ -174,7 +175,7 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         # mu([top - length, top]); an interval reaching below 0 by rounding is cut at 0
         z = np.bincount(token, weights=_measure(top, length, k, self._origin), minlength=n)
         self._init_speculative(z)
-        # `bound`: the float64 rounding bound of the layout (grows with k); `tol`: the status tolerance
+        # `bound`: the float64 rounding bound of the layout (see build_keys); `tol`: the status tolerance
         bound = float(tol) if bound is None else float(bound)
         acceptance = self._exact_acceptance(float(alpha), max(float(tol), bound))
         within = float(alpha) - acceptance <= bound
