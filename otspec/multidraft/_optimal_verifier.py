@@ -490,8 +490,9 @@ def optimal_verifier(
     takes hours). It can still happen at ``k <= 64`` (the suffix-mass
     bound above), and above it where the greedy pass leaves its fast path
     (``z = q`` when :math:`\alpha_k = 1`): its slow path still sums
-    suffix masses, whose ``k``-th powers amplify their rounding ``k``-fold
-    (the former bound, with :math:`s_j = 1 + x_j`, still covers it).
+    suffix masses, whose ``k``-th powers amplify their rounding ``k``-fold,
+    and the bound then adds :math:`8 k \varepsilon \sum_j s_j^{k-1}`
+    with :math:`s_j = 1 + x_j` (it grows with ``k``).
     ``acceptance()`` and ``gap`` are exact for the intervals as stored, and
     ``z`` sums to 1 within ``4 n eps``. ``sample`` costs :math:`O(k \log n)` and ``conditional``
     :math:`O(I k)` for the ``I`` intervals of the drafted tokens.

@@ -370,13 +370,13 @@ def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol, *, depth=None):
         # each end x = -t is a sum/solution with relative error <= 4 eps (absolute 4 eps t), which moves
         # its mu by at most 4 eps t k s**(k-1), twice; k t (1 - t)**(k-1) <= 1 for every t and k, so the
         # bound is at most 4 (n + 2 P) eps at every k
-        # The greedy passes that give z work in suffix mass (their k-th powers of masses near 1 amplify
-        # the masses' rounding k-fold): where their fast path (z = q) misses by rounding, z itself is off by
-        # up to the former bound 8 k eps sum_j s_j**(k-1), which still explains a gap ("rounding")
         depth = -top
         dens = float(k) * _power(top, k - 1, origin)
-        bound = max(1e-12, 4 * n * _EPS + 8 * _EPS * float(np.sum(depth * dens)),
-                    4 * (n + k) * _EPS + 8 * _EPS * float(np.sum(dens)))
+        bound = max(1e-12, 4 * n * _EPS + 8 * _EPS * float(np.sum(depth * dens)))
+        if not np.array_equal(z[H], qs[H]):
+            # the greedy pass on H left its fast path (z = q): its slow path sums suffix masses, whose k-th
+            # powers amplify their rounding k-fold, so z itself may be off by up to 8 k eps sum_j s_j**(k-1)
+            bound = max(bound, 4 * n * _EPS + 8 * _EPS * float(np.sum(dens)))
     if tol is None:
         # the status tolerance does not depend on k: a larger gap is reported ("rounding" when
         # the bound above explains it), not called optimal
