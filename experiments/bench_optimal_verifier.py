@@ -28,6 +28,13 @@ reported as such instead of stalling or exhausting the shared machine.
 Target: n = 1,000, k = 8 under 1 s on this 2-core CPU; stretch
 under 100 ms.
 
+``--huge [--against DIR]``: the priority-key layout's gap to alpha_k at k = 2, 8, 64, 65, 10^4, 10^6,
+2^40, 2^62 on the full-vocabulary laws (n = 49,152: real pairs, and the synthetic LLM-like pair of
+``--full``) and on n = 2000 Dirichlet(1) pairs, with its status and coordinate (``origin`` 1: the
+depth coordinate x = s - 1, k > 64); with ``--against`` also the other checkout's gap (its
+``build_keys``, no fallback) and the construction time of ``optimal_verifier(p, q, k)`` side by side
+(interleaved rounds, medians, the load average before and after).
+
 ``--full``: construction time at full vocabulary as a ratio to an
 argsort of the same vocabulary (``np.argsort(q / p)``) measured in the same
 run, on the real pairs (n = 49,152) and on synthetic LLM-like pairs (n =
@@ -266,6 +273,134 @@ def part_full(n_pairs, quick, rst, mixture=False):
               f"slowest {worst:.0f} (target <= 200: {'met' if worst <= 200 else 'MISS'})", flush=True)
 
 
+HUGE_KS = (2, 8, 64, 65, 10**4, 10**6, 2**40, 2**62)
+HUGE_TIME_KS = (2, 8, 64, 10**4, 10**6, 2**40)
+
+
+def _load_package(root: str):
+    """Another checkout's ``otspec``, imported as the package ``otspec_against`` (numba cache kept apart)."""
+    import importlib.util
+    import tempfile
+
+    try:
+        from numba.core import config as numba_config
+    except ImportError:  # pragma: no cover - without the ``fast`` extra nothing is compiled
+        numba_config = None
+    pkg = Path(root).resolve() / "otspec"
+    spec = importlib.util.spec_from_file_location("otspec_against", pkg / "__init__.py",
+                                                  submodule_search_locations=[str(pkg)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["otspec_against"] = mod
+    cache = None if numba_config is None else numba_config.CACHE_DIR
+    if numba_config is not None:
+        numba_config.CACHE_DIR = str(Path(tempfile.gettempdir()) / "otspec_against_numba_cache")
+    try:
+        spec.loader.exec_module(mod)
+        import otspec_against.multidraft._priority_keys  # noqa: F401 - compiled under the separate cache
+    finally:
+        if numba_config is not None:
+            numba_config.CACHE_DIR = cache
+    return mod
+
+
+def _keys_gap(pkg, p, q, k):
+    """(gap, status, origin, seconds) of a package's priority-key layout (its build_keys: no fallback)."""
+    import importlib
+    import warnings
+
+    pk = importlib.import_module(pkg.__name__ + ".multidraft._priority_keys")
+    alpha_mod = importlib.import_module(pkg.__name__ + ".otm._alpha")
+    supp = np.flatnonzero(p > 0)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # overflowing powers of the former code at k = 2**62
+        cut = alpha_mod.min_cut(p, q, k)
+        in0 = np.zeros(p.shape[0], dtype=bool)
+        in0[cut.omega0] = True
+        v = pk.build_keys(p, q, p[supp], q[supp], supp, k, in0[supp], cut.alpha, None)
+    return v.gap, v.status, getattr(v, "origin", 0), time.perf_counter() - t0
+
+
+def _limited(fn, limit):
+    """``fn()`` in a forked child, stopped after ``limit`` seconds (then None): the former code's greedy pass
+    could take minutes at huge k."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=lambda: send.send(fn()))
+    child.start()
+    ready = recv.poll(limit)
+    out = recv.recv() if ready else None
+    if not ready:
+        child.kill()
+    child.join()
+    return out
+
+
+def part_huge(against, n_pairs, rst, limit):
+    import datetime
+    import os
+
+    old = _load_package(against) if against else None
+    laws = []
+    try:
+        for i, (p, q) in enumerate(_real_module().load_real_pairs(n_pairs)):
+            laws.append((f"real {i}", p, q))
+    except Exception as exc:  # noqa: BLE001 - the synthetic laws still run
+        print(f"real pairs unavailable ({type(exc).__name__}: {exc})")
+    laws.append(("llm-like", *llm_like(49_152, np.random.default_rng(10 * 49_152 + 8))))
+    rng = np.random.default_rng(0)
+    laws.append(("dirichlet", rng.dirichlet(np.ones(2000)), rng.dirichlet(np.ones(2000))))
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}",
+          flush=True)
+    rows = []
+    slow = set()
+    for label, p, q in laws:
+        for k in HUGE_KS:
+            gap, status, origin, dt = _keys_gap(otspec, p, q, k)
+            row = [label, p.shape[0], k if k < 2**20 else f"2^{k.bit_length() - 1}", f"{gap:.1e}", status, origin,
+                   f"{dt:.2f}"]
+            if old is not None:
+                res = _limited(lambda p=p, q=q, k=k: _keys_gap(old, p, q, k), limit)
+                if res is None:
+                    row += ["-", f"> {limit:g} s (stopped)", "-"]
+                    slow.add((label, k))
+                else:
+                    g0, s0, _, d0 = res
+                    row += [f"{g0:.1e}", s0, f"{d0:.2f}"]
+            rows.append(tuple(row))
+            print("  ", row, flush=True)
+    head = ["law", "n", "k", "gap", "status", "origin", "s"] + (["former gap", "former status", "former s"] if old
+                                                               else [])
+    print_table("Priority-key layout: gap to alpha_k at huge k (build_keys, no fallback)", tuple(head), rows, rst)
+    if old is None:
+        return
+    rows = []
+    load0 = os.getloadavg()[0]
+    for label, p, q in laws:
+        if p.shape[0] != 49_152:
+            continue
+        for k in HUGE_TIME_KS:
+            if (label, k) in slow:
+                continue
+            fns = {"this": lambda: otspec.optimal_verifier(p, q, k), "former": lambda: old.optimal_verifier(p, q, k)}
+            for fn in fns.values():
+                fn()  # warm-up (compilation)
+            times = {name: [] for name in fns}
+            for _ in range(5):  # interleaved rounds
+                for name, fn in fns.items():
+                    t0 = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - t0)
+            med = {name: statistics.median(t) for name, t in times.items()}
+            rows.append((label, k if k < 2**20 else f"2^{k.bit_length() - 1}", fmt_ms(med["former"]),
+                         fmt_ms(med["this"]), f"{med['this'] / med['former']:.2f}"))
+            print("  ", rows[-1], flush=True)
+    print_table(f"optimal_verifier(p, q, k), keys, n = 49,152: median of 5 interleaved rounds (load {load0:.2f} -> "
+                f"{os.getloadavg()[0]:.2f})", ("law", "k", "former ms", "this ms", "ratio"), rows, rst)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer sizes (default run is short)")
@@ -277,12 +412,17 @@ def main():
     ap.add_argument("--full", action="store_true", help="full-vocabulary ratios to an argsort")
     ap.add_argument("--mixture", action="store_true",
                     help="--full: also time the mixture-of-orders construction (method='direct'; slow)")
+    ap.add_argument("--huge", action="store_true", help="gaps of the priority-key layout at huge k")
+    ap.add_argument("--against", default=None, help="--huge: another checkout to compare with")
     ap.add_argument("--_real-child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._real_child:
         _real_child(*args._real_child)
         return
     print(f"numpy {np.__version__}")
+    if args.huge:
+        part_huge(args.against, args.pairs, args.rst, args.timeout)
+        return
     if args.full:
         part_full(args.pairs, args.quick, args.rst, args.mixture)
         return

@@ -469,16 +469,32 @@ def optimal_verifier(
     token, compiled by numba when the ``fast`` extra is installed); 15--40
     argsorts of the vocabulary on real next-token laws at ``n = 49152``
     (docs, "Measured performance"). Its default ``tol`` is
-    ``max(1e-12, 4 n eps)``, the same at every ``k``. The float64 interval
-    ends cost up to :math:`4 (n + k)\varepsilon + 8 k \varepsilon \sum_j
-    s_j^{k-1}` over the intervals' tops :math:`s_j` (the key law's density
-    is :math:`k s^{k-1}`), a bound that grows with ``k``: a gap above
-    ``tol`` but within it gets the status ``"rounding"`` (the optimal layout,
-    exact up to its float64 interval ends; measured gap ``5e-9`` at
-    ``k = 10^4`` and ``4e-7`` at ``k = 10^6`` on ``n = 49,152``), and is
-    returned as is (no fallback: the mixture of orders rounds no better at
-    such ``k``, and takes hours). ``acceptance()`` and ``gap`` are exact for
-    the intervals as stored, and ``z`` sums to 1 within ``4 n eps``. ``sample`` costs :math:`O(k \log n)` and ``conditional``
+    ``max(1e-12, 4 n eps)``, the same at every ``k``. Up to ``k = 64`` the
+    layout is stored in suffix mass ``s``: its float64 interval ends cost up
+    to :math:`4 (n + k)\varepsilon + 8 k \varepsilon \sum_j s_j^{k-1}` over
+    the intervals' tops :math:`s_j` (the key law's density is
+    :math:`k s^{k-1}`; measured gaps at most ``4e-11`` at ``k = 64`` on
+    ``n = 49,152``). Above ``k = 64`` it is stored in the depth coordinate
+    :math:`x = s - 1` (minus the draft mass above ``s``, with full relative
+    accuracy where the law of the largest key sits, within about ``1/k`` of
+    ``s = 1``; :math:`s^k = e^{k \operatorname{log1p}(x)}`), and the greedy pass's powers
+    on ``H`` come from prefix masses, so an end :math:`x_j = -t_j` costs
+    :math:`8 \varepsilon\, k t_j (1 - t_j)^{k-1} \le 8 \varepsilon`: the
+    bound :math:`4 n \varepsilon + 8 \varepsilon \sum_j k t_j
+    (1 - t_j)^{k-1} \le 4 (n + 2P)\varepsilon` does not grow with ``k``
+    (measured gaps below ``1e-12`` at every ``k`` from ``65`` to ``2^62``
+    on ``n = 49,152``; formerly ``5e-9`` at ``k = 10^4``, ``4e-7`` at
+    ``10^6`` and ``8e-2`` at ``2^40``). A gap above ``tol`` that the bound
+    explains gets the status ``"rounding"`` and is returned as is (no
+    fallback: the mixture of orders rounds no better at such ``k``, and
+    takes hours). It can still happen at ``k <= 64`` (the suffix-mass
+    bound above), and above it where the greedy pass leaves its fast path
+    (``z = q`` when :math:`\alpha_k = 1`): its slow path still sums
+    suffix masses, whose ``k``-th powers amplify their rounding ``k``-fold,
+    and the bound then adds :math:`8 k \varepsilon \sum_j s_j^{k-1}`
+    with :math:`s_j = 1 + x_j` (it grows with ``k``).
+    ``acceptance()`` and ``gap`` are exact for the intervals as stored, and
+    ``z`` sums to 1 within ``4 n eps``. ``sample`` costs :math:`O(k \log n)` and ``conditional``
     :math:`O(I k)` for the ``I`` intervals of the drafted tokens.
 
     ``"direct"``: one sort for the min cut and :math:`O(n)` more for the greedy
@@ -545,8 +561,8 @@ def optimal_verifier(
                              f"compiled layout counts drafts in int64); use method='direct'")
         keyed = build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol)
         if keyed.success or keyed.status == "rounding":
-            # "rounding": the optimal layout, short of alpha_k only by its float64 interval ends (a
-            # bound that grows with k); the mixture of orders is no more exact there, and far slower
+            # "rounding": the optimal layout, short of alpha_k only by its float64 interval ends or the
+            # greedy z's rounding (bounds in build_keys); the mixture of orders is no more exact there
             return keyed
         method = "direct"  # fall back to the mixture of priority orders (and column generation)
     direct = None

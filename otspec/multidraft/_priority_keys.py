@@ -28,9 +28,11 @@ from ._selection import SelectThenSpeculate, above_noise
 __all__ = ["PriorityKeyVerifier"]
 
 _EPS = float(np.finfo(float).eps)
+#: Above this ``k`` the layout is kept in the depth coordinate ``x = s - 1`` (at or below it, in ``s`` itself).
+DEPTH_MIN_K = 64
 
 
-def key_layout(pD: np.ndarray, zD: np.ndarray, b: float, k: int, *, jit: bool = True):
+def key_layout(pD: np.ndarray, zD: np.ndarray, b: float, k: int, *, jit: bool = True, above: float | None = None):
     r"""Intervals of suffix mass realising a base ``zD`` of :math:`g_D(A) = c^k - (c - p(A))^k`.
 
     .. math::
@@ -48,13 +50,20 @@ def key_layout(pD: np.ndarray, zD: np.ndarray, b: float, k: int, *, jit: bool = 
         Number of drafts.
     jit : bool, keyword-only
         Use the numba-compiled kernel when numba is installed.
+    above : float, keyword-only
+        Draft mass before the block (``1 - c``, summed on its own). Given, the
+        layout is built and returned in the *depth coordinate*
+        :math:`x = s - 1 = -(\text{mass above } s)` (the block's top is
+        ``-above``), where every end keeps full relative accuracy however
+        close ``s`` is to 1; the powers are then :math:`s^k = e^{k \operatorname{log1p}(x)}`.
+        ``None`` (default): the suffix mass ``s`` itself.
 
     Returns
     -------
     token : (P,) ndarray of int64
         Block-local token of each interval (``P <= 2 m + 1``).
     top : (P,) ndarray of float64
-        Upper end (suffix mass) of each interval.
+        Upper end of each interval: its suffix mass ``s``, or ``s - 1`` when ``above`` is given.
     length : (P,) ndarray of float64
         Its length; the interval is ``[top - length, top]``.
     """
@@ -62,10 +71,34 @@ def key_layout(pD: np.ndarray, zD: np.ndarray, b: float, k: int, *, jit: bool = 
     if m == 0:
         return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
     order = np.argsort(-(zD / pD), kind="stable")
-    c = float(sm.suffix_masses(pD[order], b)[0])
+    if above is None:
+        c, off = float(sm.suffix_masses(pD[order], b)[0]), 0
+    else:
+        c, off = -float(above), 1
     kern = kk.layout_kernel if jit else kk.layout_kernel_py
-    tok, hi, ln, n = kern(np.ascontiguousarray(pD[order]), np.ascontiguousarray(zD[order]), c, int(k))
+    tok, hi, ln, n = kern(np.ascontiguousarray(pD[order]), np.ascontiguousarray(zD[order]), c, int(k), off)
     return order[tok[:n]], hi[:n].copy(), ln[:n].copy()
+
+
+def _power(x: np.ndarray, k: int, origin: int) -> np.ndarray:
+    """``max(s, 0)**k`` at the positions ``s = origin + x`` (``origin = 1``: ``exp(k log1p(x))``, exact near ``x = 0``)."""
+    if origin == 0:
+        return np.maximum(x, 0.0) ** k
+    out = np.zeros(x.shape)
+    inside = x > -1.0
+    out[inside] = np.exp(float(k) * np.log1p(x[inside]))
+    return out
+
+
+def _measure(top: np.ndarray, length: np.ndarray, k: int, origin: int) -> np.ndarray:
+    r""":math:`\mu([s - w, s]) = s^k - (s - w)^k` of intervals with tops ``s = origin + top``; cut at ``s = 0``."""
+    if origin == 0:
+        return sm.increments(np.minimum(length, top), top, k)
+    s = top + 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(s > 0.0, np.minimum(length / s, 1.0), 1.0)
+        t = float(k) * np.log1p(-r)
+    return -np.expm1(t) * _power(top, k, origin)
 
 
 class PriorityKeyVerifier(SelectThenSpeculate):
@@ -101,19 +134,33 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         Law of the selected token, summed from the intervals.
     pieces : tuple of three (P,) ndarrays, read-only
         ``(token, top, length)``: the intervals ``[top - length, top]`` of
-        each token's key set, grouped by token (``P <= 2 n + 1``).
+        each token's key set, grouped by token (``P <= 2 n + 1``), ``top``
+        in suffix mass ``s`` (rounded to float64 from the stored depth
+        coordinate when ``origin == 1``).
+    origin : int
+        The coordinate the layout is stored, sampled and measured in: the
+        intervals' ends are kept as ``x = s - origin``. ``0`` (``k <= 64``):
+        the suffix mass itself. ``1`` (``k > 64``): the depth coordinate
+        ``x = s - 1``, minus the draft mass above ``s``, which keeps full
+        relative accuracy where the law of the largest key sits (within
+        about ``1/k`` of ``s = 1``, where float64 ``s`` has spacing
+        ``1.1e-16``), with :math:`s^k = e^{k \operatorname{log1p}(x)}`.
+    layout : tuple of three (P,) ndarrays, read-only
+        ``(token, x, length)``: the intervals as stored (``top = origin + x``).
     alpha, gap, status, method, tol
         As for :class:`otspec.OptimalVerifier`; ``method`` is ``"keys"``. The
         default ``tol`` is ``max(1e-12, 4 n eps)`` at every ``k``; a larger
         gap that the float64 rounding bound of the interval ends explains
-        (it grows with ``k``) has the status ``"rounding"``, any other
-        ``"suboptimal"``.
+        (``origin == 0``: it grows with ``k``; ``origin == 1``: it does not,
+        beyond the greedy ``z``'s own rounding) has the status
+        ``"rounding"``, any other ``"suboptimal"``.
     n_pieces : int
         Number of intervals ``P``.
     """
 
-    def __init__(self, p, q, k, token, top, length, *, alpha, tol, bound=None):
+    def __init__(self, p, q, k, token, top, length, *, alpha, tol, bound=None, origin=0):
         self.k = k
+        self._origin = int(origin)
         self.p = p
         self.q = q
         n = p.shape[0]
@@ -126,9 +173,9 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         start = np.concatenate([[0.0], cum])[self._ptr[:-1]]
         self._cum = cum - np.repeat(start, np.diff(self._ptr))
         # mu([top - length, top]); an interval reaching below 0 by rounding is cut at 0
-        z = np.bincount(token, weights=sm.increments(np.minimum(length, top), top, k), minlength=n)
+        z = np.bincount(token, weights=_measure(top, length, k, self._origin), minlength=n)
         self._init_speculative(z)
-        # `bound`: the float64 rounding bound of the layout (grows with k); `tol`: the status tolerance
+        # `bound`: the float64 rounding bound of the layout (see build_keys); `tol`: the status tolerance
         bound = float(tol) if bound is None else float(bound)
         acceptance = self._exact_acceptance(float(alpha), max(float(tol), bound))
         within = float(alpha) - acceptance <= bound
@@ -137,14 +184,26 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         # near s = 0.5): the interval is a point, which may sit inside another token's interval
         self._flat = np.zeros(n, dtype=bool)
         self._flat[token[(top - length >= top) & (length > 0)]] = True
-        for arr in (self._ptr, self._token, self._top, self._length, self._cum, self._flat):
+        # the tops in suffix mass (the stored array itself when origin = 0)
+        self._s_top = top if self._origin == 0 else top + float(self._origin)
+        for arr in (self._ptr, self._token, self._top, self._length, self._cum, self._flat, self._s_top):
             arr.setflags(write=False)
 
     # -- reported structure ---------------------------------------------
     @property
     def pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(token, top, length)`` of every interval of the key sets, grouped by token."""
+        """``(token, top, length)`` of every interval of the key sets, grouped by token, ``top`` in suffix mass."""
+        return self._token, self._s_top, self._length
+
+    @property
+    def layout(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(token, x, length)``: the intervals as stored, ``top = origin + x`` (see :attr:`origin`)."""
         return self._token, self._top, self._length
+
+    @property
+    def origin(self) -> int:
+        """``0``: the layout is stored in suffix mass ``s``; ``1``: in the depth coordinate ``x = s - 1``."""
+        return self._origin
 
     @property
     def n_pieces(self) -> int:
@@ -194,10 +253,10 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         for x in rej:
             sl = slice(self._ptr[x], self._ptr[x + 1])
             th, tl = self._top[sl], self._top[sl] - self._length[sl]
-            win = float(sm.increments(np.minimum(self._length[sl], th), th, k).sum())
+            win = float(_measure(th, self._length[sl], k, self._origin).sum())
             for y in resid:
                 L = self._length_below(y, tl)
-                lose = float(np.sum(np.maximum(th - L, 0.0) ** k - np.maximum(tl - L, 0.0) ** k))
+                lose = float(np.sum(_power(th - L, k, self._origin) - _power(tl - L, k, self._origin)))
                 extra += (1.0 - self._a[x]) * self._res[y] * max(win - lose, 0.0)
         return base + extra
 
@@ -280,27 +339,47 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         )
 
 
-def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol):
-    """The priority-key verifier of the optimal ``z`` (two greedy passes), layouts of ``H`` then ``Omega_0``."""
+def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol, *, depth=None):
+    """The priority-key verifier of the optimal ``z`` (two greedy passes), layouts of ``H`` then ``Omega_0``.
+
+    Above ``k = DEPTH_MIN_K`` (or with ``depth=True``) the layout is built in the depth coordinate
+    ``x = s - 1`` (``H`` from ``x = 0`` down, ``Omega_0`` from ``x = -p(H)``); at or below it in suffix
+    mass ``s``, as before (bit for bit).
+    """
     z, H, O, s = sm.optimal_selection_law(ps, qs, k, in0)
+    origin = int(k > DEPTH_MIN_K if depth is None else bool(depth))
+    above_O = float(ps[H].sum()) if origin else None
     toks, tops, lens = [], [], []
-    for idx, b in ((H, s), (O, 0.0)):
+    for idx, b, above in ((H, s, 0.0 if origin else None), (O, 0.0, above_O)):
         if idx.size:
-            t, top, ln = key_layout(ps[idx], z[idx], b, k)
+            t, top, ln = key_layout(ps[idx], z[idx], b, k, above=above)
             toks.append(supp[idx[t]])
             tops.append(top)
             lens.append(ln)
     token = np.concatenate(toks) if toks else np.zeros(0, dtype=np.int64)
     top = np.concatenate(tops) if tops else np.zeros(0)
     length = np.concatenate(lens) if lens else np.zeros(0)
-    # the closed form alpha_k is exact to about 4 (n + k) eps; each interval end
-    # is a sum/solution at scale <= 1 (absolute error <= 4 eps), which moves its
-    # mu by at most 4 eps times the density k s**(k-1) <= k top**(k-1), twice
     n = p_.shape[0]
-    bound = max(1e-12, 4 * (n + k) * _EPS + 8 * k * _EPS * float(np.sum(top ** max(k - 1, 0))))
+    if origin == 0:
+        # the closed form alpha_k is exact to about 4 (n + k) eps; each interval end
+        # is a sum/solution at scale <= 1 (absolute error <= 4 eps), which moves its
+        # mu by at most 4 eps times the density k s**(k-1) <= k top**(k-1), twice
+        bound = max(1e-12, 4 * (n + k) * _EPS + 8 * k * _EPS * float(np.sum(top ** max(k - 1, 0))))
+    else:
+        # the closed form alpha_k is exact to about 4 n eps at every k (it takes P**k as exp(k log1p(-S)));
+        # each end x = -t is a sum/solution with relative error <= 4 eps (absolute 4 eps t), which moves
+        # its mu by at most 4 eps t k s**(k-1), twice; k t (1 - t)**(k-1) <= 1 for every t and k, so the
+        # bound is at most 4 (n + 2 P) eps at every k
+        depth = -top
+        dens = float(k) * _power(top, k - 1, origin)
+        bound = max(1e-12, 4 * n * _EPS + 8 * _EPS * float(np.sum(depth * dens)))
+        if not np.array_equal(z[H], qs[H]):
+            # the greedy pass on H left its fast path (z = q): its slow path sums suffix masses, whose k-th
+            # powers amplify their rounding k-fold, so z itself may be off by up to 8 k eps sum_j s_j**(k-1)
+            bound = max(bound, 4 * n * _EPS + 8 * _EPS * float(np.sum(dens)))
     if tol is None:
-        # the status tolerance does not grow with k: a larger gap is reported ("rounding" when
+        # the status tolerance does not depend on k: a larger gap is reported ("rounding" when
         # the bound above explains it), not called optimal
         tol = max(1e-12, 4 * n * _EPS)
-        return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol, bound=bound)
-    return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol)
+        return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol, bound=bound, origin=origin)
+    return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol, origin=origin)

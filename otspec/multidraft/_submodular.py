@@ -502,6 +502,10 @@ def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None):
 # ---------------------------------------------------------------------------
 
 
+#: Above this ``k`` the fast path of :func:`_fill_high` takes its powers from prefix masses (as the key layout does).
+_DEPTH_MIN_K = 64
+
+
 def _fill_high(pH, qH, b, k):
     r"""Greedy fill of :math:`P(g_H) \cap \{z \le q\}` visiting ``q/p`` descending (positions in that order).
 
@@ -529,6 +533,14 @@ def _fill_high(pH, qH, b, k):
     # greedy returns z = q (this is the case alpha_k = 1, e.g. p = q)
     # (to the rounding of the prefix sums, 4 m eps)
     vert = increments(pH, suf[:-1], k)  # capacity of token j when W is empty
+    if k > _DEPTH_MIN_K and m:
+        # huge k: c_j = 1 - (mass before j), so c_j**k = exp(k log1p(-P_j)) from the prefix masses P_j
+        # (exact where c_j is near 1; c_j**k from the suffix sum amplifies its rounding k-fold), the
+        # total pinned at 1 as in the closed form alpha_k; k <= 64 keeps the former values bit for bit
+        P = np.zeros(m)
+        np.cumsum(pH[:-1], out=P[1:])
+        with np.errstate(divide="ignore"):
+            vert = -np.expm1(float(k) * np.log1p(-np.minimum(pH / suf[:-1], 1.0))) * np.exp(float(k) * np.log1p(-P))
     S = np.cumsum(vert - qH)
     if m and float(S.min()) >= -4.0 * m * np.finfo(float).eps:
         return np.array(qH, dtype=np.float64)
