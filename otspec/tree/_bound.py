@@ -2010,8 +2010,9 @@ class _Unchecked:
         laws, V = self.laws, self.laws.V
         copied = {}
         entries, self.entries = self.entries, []
+        tot = None if chk is None else chk.tolist()      # the totals as Python floats (float(chk[i, k]), read once)
         for k, i, row in entries:
-            if chk is not None and law_total_accepts(float(chk[i, k]), V):
+            if tot is not None and law_total_accepts(tot[i][k], V):
                 continue
             name = ("draft", "target")[k]
             law = next_law(_Given(row), laws.ctx + self.paths[i], V, name, out=laws.blocks[k][i], in_place=True)
@@ -2065,26 +2066,32 @@ class _ModelLaws:
             P, Q = self(paths)
             return P, Q, None
         self.calls += 1
-        V, ctx = self.V, self.ctx
-        pending = _Unchecked(self, [u for u in paths])
+        V, ctx, n = self.V, self.ctx, len(paths)
+        pending = _Unchecked(self, list(paths))
+        add = pending.entries.append
+        shape, f64, ndarray, view = (V,), _F64, np.ndarray, _readonly_view
+        prefixes = [tuple(ctx + s) for s in paths]      # one tuple per path, handed to both models
         out = []
         for k, name in enumerate(("draft", "target")):
-            if self.blocks[k].shape[0] < len(paths):
-                self.blocks[k] = np.empty((len(paths), V))
-            model, block, fresh = self.models[k], self.blocks[k], self.in_place[k]
+            if self.blocks[k].shape[0] < n:
+                self.blocks[k] = np.empty((n, V))
+            block, fresh = self.blocks[k], self.in_place[k]
+            ask = self.models[k].next_dist
             rows = []
-            for i, s in enumerate(paths):
-                try:
-                    row = model.next_dist(tuple(ctx + s))
-                    if fresh and type(row) is np.ndarray and row.shape == (V,) and row.dtype == np.float64 and \
-                            row.flags.c_contiguous:
-                        pending.add(k, i, row)
-                        rows.append(row if not row.flags.writeable else _readonly_view(row))
-                    else:
-                        rows.append(next_law(_Given(row), ctx + s, V, name, out=block[i], in_place=fresh))
-                except Exception:
-                    pending.resolve(None)                # a law refused before this one is reported first
-                    raise
+            keep = rows.append
+            try:
+                for i, s in enumerate(prefixes):
+                    row = ask(s)
+                    if fresh and type(row) is ndarray and row.shape == shape and row.dtype == f64:
+                        flags = row.flags
+                        if flags.c_contiguous:
+                            add((k, i, row))
+                            keep(view(row) if flags.writeable else row)
+                            continue
+                    keep(next_law(_Given(row), s, V, name, out=block[i], in_place=fresh))
+            except Exception:
+                pending.resolve(None)                # a law refused before this one is reported first
+                raise
             out.append(rows)
         if not pending.entries:
             pending = None
