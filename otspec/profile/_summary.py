@@ -4,11 +4,21 @@ Every interval is a 95 % percentile bootstrap over prompts (the prompts are
 the independent units; positions along one path are not), with the
 estimates as ratios of sums over the resampled prompts. Paired differences
 use the same resamples for both verifiers, so the variation the two share
-(the contexts, the drawn drafts) cancels.
+(the contexts, the drawn drafts) cancels. On fewer than
+:data:`MIN_PERCENTILE_PROMPTS` prompts the percentile interval covers far
+less than 95 % (from 2 prompts it is the range of the two, which holds the
+truth about half the time; Hesterberg, "What teachers should know about the
+bootstrap", arXiv:1411.5279, on the percentile interval's narrowness at small
+sizes; Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 12
+(Student's interval) and ch. 13 (the percentile interval)): there each end is
+widened to at least Student's interval on the bootstrap standard error,
+:math:`\hat\theta \pm t_{0.975,\, n - 1} \sqrt{n / (n - 1)}\, \widehat{\mathrm{se}}^*`
+(:func:`_interval`; on the log scale for a positive estimate).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +28,7 @@ from ..tree import Eagle2Params, TreeShape, sequoia
 from ._collect import TIMING_KINDS, is_subsampled
 from ._renewal import starts_recursion
 from ._settings import costly
-from ._store import iter_shards, read_manifest
+from ._store import iter_shards, read_manifest, shard_path
 from ._tree_bound import BOUND_FIELDS, BOUND_KIND
 from ._trees import (
     TREE_KINDS,
@@ -30,7 +40,8 @@ from ._trees import (
     static_order,
 )
 
-__all__ = ["MIN_RANKED_POSITIONS", "Configuration", "calibration_predictions", "configurations", "cost_timings",
+__all__ = ["MIN_RANKED_POSITIONS", "MIN_PERCENTILE_PROMPTS",
+           "Configuration", "calibration_predictions", "configurations", "cost_timings",
            "cost_inversions",
            "Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize",
            "prompt_sums", "TreeSummary", "TreeChoice", "StaticShape", "SequoiaShape", "MAX_STATIC_BUDGET",
@@ -38,6 +49,9 @@ __all__ = ["MIN_RANKED_POSITIONS", "Configuration", "calibration_predictions", "
 
 #: Bootstrap resamples of every interval.
 N_BOOT = 2000
+#: Fewest prompts behind an estimate whose interval is the percentile bootstrap alone; on fewer (and at least 2),
+#: each end is widened to at least Student's interval on the bootstrap standard error (:func:`_interval`).
+MIN_PERCENTILE_PROMPTS = 30
 #: Fewest positions on which :attr:`ProfileSummary.recommendation` ranks the costly schemes (computed on the
 #: subsample only) beside the others; below it, the recommendation ranks the schemes computed at every position.
 MIN_RANKED_POSITIONS = 30
@@ -305,7 +319,9 @@ class ProfileSummary:
         ``{"draft_cost": ..., "score_cost": ...}`` as given to :func:`summarize` (None: not given).
     provenance : dict
         The manifest's ``packages`` (otspec's version among them) and ``machine`` (the models' devices,
-        torch's threads, the load average when the run started).
+        torch's threads, the load average when the run started); ``shards``, the run's number of shards, and
+        ``missing_shards``, the file names of those not written yet (an unfinished run is summarised on the
+        shards it holds).
     configurations : tuple of Configuration
         Every lossless configuration a decoder can run -- the ``(k, L)`` schemes of the recommendation's
         position set and the draft-tree families and chosen shapes -- fastest first
@@ -352,7 +368,36 @@ def _boot(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 0) -> Estimate:
+    r"""The 95 % interval of ``point`` from its bootstrap resamples ``res`` over ``prompts`` prompts.
+
+    .. math::
+
+        [\min(q^*_{0.025},\ \hat\theta - h),\ \max(q^*_{0.975},\ \hat\theta + h)],\qquad
+        h = t_{0.975,\, n - 1} \sqrt{\tfrac{n}{n - 1}}\ \operatorname{sd}(\theta^*)
+
+    for :math:`2 \le n <` :data:`MIN_PERCENTILE_PROMPTS` prompts (the percentile interval alone from more, or when
+    the prompts are not recorded: ``prompts = 0``). The bootstrap variance of a mean over :math:`n` resampled units
+    is :math:`(n - 1)/n` times the unbiased one, so :math:`h` is Student's half-width, exact for a mean of normal
+    per-prompt values; the percentile interval cannot reach beyond the values of the :math:`n` prompts (from 2 it
+    holds the truth about half the time). A positive estimate whose resamples are all positive (tokens per call,
+    speed-ups, acceptance) takes Student's interval on the log scale, :math:`\hat\theta\, e^{\pm h}` with
+    :math:`h` from :math:`\operatorname{sd}(\log \theta^*)`, so that its ends stay positive; a difference, on its
+    own scale. Resamples that are not finite (no position drawn) are left out.
+    """
     lo, hi = np.nanpercentile(res, [2.5, 97.5]) if np.isfinite(res).any() else (np.nan, np.nan)
+    if 2 <= prompts < MIN_PERCENTILE_PROMPTS and np.isfinite(point):
+        fin = np.asarray(res, dtype=np.float64)
+        fin = fin[np.isfinite(fin)]
+        if fin.size > 1:
+            from scipy.special import stdtrit
+
+            q = float(stdtrit(prompts - 1, 0.975)) * np.sqrt(prompts / (prompts - 1))
+            if point > 0 and (fin > 0).all():  # a positive quantity: on the log scale, so its ends stay positive
+                h = q * float(np.std(np.log(fin), ddof=1))
+                lo, hi = min(lo, point * np.exp(-h)), max(hi, point * np.exp(h))
+            else:
+                h = q * float(np.std(fin, ddof=1))
+                lo, hi = min(lo, point - h), max(hi, point + h)
     return Estimate(float(point), float(lo), float(hi), int(positions), int(prompts))
 
 
@@ -825,6 +870,7 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             raise ValueError(f"`{nm}` must be a finite number {least}, got {val!r}")
     man = read_manifest(out)
     settings = man["settings"]
+    missing = _missing_shards(out, man)
     sums = _stream_sums(out, settings)
     if sums is None:
         raise ValueError(f"`out` {str(out)!r} holds no finished shard yet")
@@ -913,7 +959,8 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
                           skipped=man.get("skipped", {}), trees=trees,
                           timings=dict(costs.samples) if costs.source == "measured" else {},
                           cost_overrides={"draft_cost": draft_cost, "score_cost": score_cost},
-                          provenance={"packages": man.get("packages", {}), "machine": man.get("machine")},
+                          provenance={"packages": man.get("packages", {}), "machine": man.get("machine"),
+                                      "shards": int(man["shards"]), "missing_shards": missing},
                           configurations=configurations(common, trees), speedup_forward=own.speedup_forward)
 
 
@@ -1005,7 +1052,9 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
     with a prediction (a) (on every profiled position; not those of :attr:`TreeSummary.unranked`) and the
     device-aware static top-k shape chosen on the even-indexed prompts,
     at its held-out value (measured on the odd-indexed ones; left out when those are fewer than
-    :data:`MIN_RANKED_POSITIONS` positions and the others are not).
+    :data:`MIN_RANKED_POSITIONS` positions and the others are not). Equal speed-ups are ordered by name, its
+    numbers compared as numbers (tied ``(k, L)`` schemes by family, ``k``, ``L``: the recommendation's order; a
+    configuration without a finite speed-up last).
 
     Parameters
     ----------
@@ -1057,7 +1106,29 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
                 tokens_per_call=st.tokens_per_call, positions="held out", verifier=DETERMINISTIC_VERIFIER,
                 settings=f"medusa_choices = {ex['medusa_choices']}", engines=TREE_ENGINES["topk"], key=("static", st.n),
                 speedup_forward=st.speedup_forward))
-    return tuple(sorted(out, key=lambda c: (-c.speedup.value if np.isfinite(c.speedup.value) else np.inf, c.name)))
+    return tuple(sorted(out, key=lambda c: (-c.speedup.value if np.isfinite(c.speedup.value) else np.inf,
+                                            _natural(c.name))))
+
+
+def _natural(name: str) -> tuple:
+    """``name`` as a sort key with its numbers compared as numbers (``L = 2`` before ``L = 10``), so that tied
+    ``(k, L)`` schemes keep the recommendation's order, by ``(family, k, L)``."""
+    return tuple(int(x) if i % 2 else x for i, x in enumerate(re.split(r"(\d+)", name)))
+
+
+def _missing_shards(out, man: dict) -> tuple:
+    """The file names of the run's shards not (yet) written: an unfinished run is summarised on the shards it holds,
+    and the report says which are missing. A shard file the manifest does not count is refused, named."""
+    from pathlib import Path
+
+    expected = int(man["shards"])
+    names = {shard_path(Path(out), s).name for s in range(expected)}
+    for path in sorted(Path(out).glob("shard-*.parquet")):
+        if path.name not in names:
+            raise ValueError(f"shard {str(path)!r} is not one of the {expected} shards of the run in `out` "
+                             f"{str(out)!r} (shard-00000.parquet to {shard_path(Path(out), expected - 1).name}): a "
+                             "file of another run, or renamed; move it out of the folder")
+    return tuple(sorted(n for n in names if not (Path(out) / n).is_file()))
 
 
 def _merge_sums(parts):
