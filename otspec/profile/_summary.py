@@ -367,7 +367,7 @@ def _boot(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.n
     return point, res
 
 
-def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 0) -> Estimate:
+def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 0, student=None) -> Estimate:
     r"""The 95 % interval of ``point`` from its bootstrap resamples ``res`` over ``prompts`` prompts.
 
     .. math::
@@ -383,10 +383,15 @@ def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 
     speed-ups, acceptance) takes Student's interval on the log scale, :math:`\hat\theta\, e^{\pm h}` with
     :math:`h` from :math:`\operatorname{sd}(\log \theta^*)`, so that its ends stay positive; a difference, on its
     own scale. Resamples that are not finite (no position drawn) are left out.
+
+    ``student``: the resamples whose spread Student's interval takes (default ``res``). A speed-up's ``res`` carry
+    the timings' bootstrap replicates as well as the prompts' resamples; its ``student`` are the prompts' alone
+    (its tokens per call resampled, times the point costs), so that the prompts' part is widened and the timings'
+    part, from a few repetitions of each call whose replicates may be long-tailed, stays the percentile's.
     """
     lo, hi = np.nanpercentile(res, [2.5, 97.5]) if np.isfinite(res).any() else (np.nan, np.nan)
     if 2 <= prompts < MIN_PERCENTILE_PROMPTS and np.isfinite(point):
-        fin = np.asarray(res, dtype=np.float64)
+        fin = np.asarray(res if student is None else student, dtype=np.float64)
         fin = fin[np.isfinite(fin)]
         if fin.size > 1:
             from scipy.special import stdtrit
@@ -465,7 +470,7 @@ def _emitted_and_calls(keys, S, C):
 
 
 def _timing(out) -> tuple[float, float]:
-    """Seconds per draft step and per target call, over the whole run."""
+    """Seconds per draft step and per target call, over the whole run (NaN: none timed)."""
     import pyarrow.compute as pc
 
     sums = {"draft": np.zeros(2), "target": np.zeros(2)}
@@ -473,9 +478,15 @@ def _timing(out) -> tuple[float, float]:
         t = t.filter(pc.equal(t["kind"], "time"))
         for name, j, v in zip(t["name"].to_pylist(), t["j"].to_pylist(), t["value"].to_pylist()):
             sums[name][j - 1] += v
-    d = sums["draft"][0] / max(sums["draft"][1], 1.0)
-    q = sums["target"][0] / max(sums["target"][1], 1.0)
+    d = sums["draft"][0] / sums["draft"][1] if sums["draft"][1] > 0 else float("nan")
+    q = sums["target"][0] / sums["target"][1] if sums["target"][1] > 0 else float("nan")
     return d, q
+
+
+def _no_timers(out, need: str) -> ValueError:
+    """The error of a summary whose costs would come from a run's timers, which it does not hold."""
+    return ValueError(f"`out` {str(out)!r} holds no timed target call and draft step (its shards have no cost "
+                      f"calibration and no timers): {need}")
 
 
 def cost_timings(out) -> dict:
@@ -648,7 +659,9 @@ def _costs(out, settings: dict, draft_cost, score_cost) -> Costs:
     if draft_cost is not None or score_cost is not None:
         if draft_cost is None:
             d, q = _timing(out)
-            draft_cost = d / q if q > 0 else float("nan")
+            if not (np.isfinite(d) and np.isfinite(q) and q > 0):
+                raise _no_timers(out, "`score_cost` alone takes the draft step's cost from them; give `draft_cost` too")
+            draft_cost = d / q
         s = 1.0 if score_cost is None else float(score_cost)
         return Costs("given", 1.0, {(k, L): s for k in ks for L in Ls}, {k: float(draft_cost) for k in ks},
                      f"given in target calls: a draft step c = {draft_cost:.3f}, scoring k blocks of L + 1 tokens "
@@ -660,6 +673,8 @@ def _costs(out, settings: dict, draft_cost, score_cost) -> Costs:
         spread = {key: 0.5 * (max(v) - min(v)) for key, v in samples.items()}
         return _measured(med, settings, spread, {key: tuple(v) for key, v in samples.items()})
     d, q = _timing(out)
+    if not (np.isfinite(d) and np.isfinite(q) and q > 0):
+        raise _no_timers(out, "give `draft_cost` and `score_cost` (units of one target call)")
     return Costs("timers", q, {(k, L): q for k in ks for L in Ls}, {k: d for k in ks},
                  "from the run's timers (it has no cost calibration): the mean seconds of its draft steps and of "
                  "its target calls, every target call costing the same whatever its size")
@@ -747,17 +762,19 @@ def calibration_predictions(cols: dict, settings, tokens: dict) -> tuple[dict, d
     return pa, pb
 
 
-def _recommend(point, res, tokens, positions) -> Recommendation | None:
-    """The fastest lossless configuration, the runner-up and their paired difference."""
+def _recommend(point, res, tokens, positions, student=None) -> Recommendation | None:
+    """The fastest lossless configuration, the runner-up and their paired difference (``student``: the prompts'
+    part of each speed-up's resamples, :func:`_interval`)."""
     cands = [key for key in point if get_verifier(key[0]).lossless and np.isfinite(point[key])]
     if not cands:
         return None
     order = sorted(cands, key=lambda key: (-point[key], key))
-    ranking = tuple((key, _interval(point[key], res[key], positions, tokens[key].prompts)) for key in order)
+    st = student if student is not None else res
+    ranking = tuple((key, _interval(point[key], res[key], positions, tokens[key].prompts, st[key])) for key in order)
     best = order[0]
     ru = order[1] if len(order) > 1 else None
     diff = (_interval(point[best] - point[ru], res[best] - res[ru], positions,
-                      min(tokens[best].prompts, tokens[ru].prompts)) if ru else None)
+                      min(tokens[best].prompts, tokens[ru].prompts), st[best] - st[ru]) if ru else None)
     return Recommendation(best=best, speedup=ranking[0][1], tokens_per_call=tokens[best], runner_up=ru,
                           runner_up_speedup=ranking[1][1] if ru else None, difference=diff, ranking=ranking,
                           positions=positions)
@@ -781,7 +798,7 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep, reps: Costs | None = 
     sel = [i for i, key in enumerate(tkeys) if keep("tau", key[0])]
     tkeys = [tkeys[i] for i in sel]
     E, Cm, npos = E[:, sel], Cm[:, sel], npos[:, sel]
-    tokens, speed, forward = {}, {}, {}
+    tokens, speed, forward, sst = {}, {}, {}, {}
     rec = None
     if tkeys:
         tp, tres = _boot(E, Cm, W)
@@ -790,9 +807,11 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep, reps: Costs | None = 
         for i, key in enumerate(tkeys):
             n = int(npos[:, i].sum())
             tokens[key] = _interval(tp[i], tres[:, i], n, _prompts(npos[:, i]))
-            speed[key] = _interval(sp[key], sres[key], n, _prompts(npos[:, i]))
-            forward[key] = _interval(fp[key], fres[key], n, _prompts(npos[:, i]))
-        rec = _recommend(sp, sres, tokens, max(e.positions for e in tokens.values()))
+            # the prompts' part of the resamples: tokens per call resampled, at the point costs
+            sst[key] = tres[:, i] * (sp[key] / tp[i])
+            speed[key] = _interval(sp[key], sres[key], n, _prompts(npos[:, i]), sst[key])
+            forward[key] = _interval(fp[key], fres[key], n, _prompts(npos[:, i]), tres[:, i] * (fp[key] / tp[i]))
+        rec = _recommend(sp, sres, tokens, max(e.positions for e in tokens.values()), sst)
     counts = [e.positions for e in (*acceptance.values(), *tokens.values())]
     return PositionSet(name=name, positions=max(counts, default=0), acceptance=acceptance, gaps=gaps,
                        tokens_per_call=tokens, speedup=speed, recommendation=rec, speedup_forward=forward)
@@ -852,7 +871,9 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
     ------
     ValueError
         ``out`` holds no run, or no finished shard; ``draft_cost`` negative, ``score_cost`` not above 0, or
-        either not finite; ``reference`` not profiled.
+        either not finite; ``reference`` not profiled; the costs would come from the run's timers (no cost
+        calibration, or ``score_cost`` alone) and it holds none; a shard or the manifest unreadable, a shard
+        with other columns than the rows' or not counted by the manifest (the message names the file).
     TypeError
         ``draft_cost`` or ``score_cost`` not a number.
 
@@ -1591,7 +1612,7 @@ def _ratio_estimate(E: np.ndarray, C: np.ndarray, W: np.ndarray, positions: int,
     default ``factor``)."""
     p, r = _boot(E[:, None], C[:, None], W)
     return _interval(p[0] * factor, r[:, 0] * (factor if factor_res is None else factor_res), positions,
-                     _prompts(C))
+                     _prompts(C), r[:, 0] * factor)
 
 
 def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs: Costs, every: PositionSet,
@@ -1682,8 +1703,9 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
             out_static.append(StaticShape(
                 n=n, paths=shape.paths[1:],
                 tokens_per_call=_interval(point[n - 1], res[:, n - 1], pos_e, _prompts(ne)),
-                speedup=_interval(point[n - 1] * f, res[:, n - 1] * fr, pos_e, _prompts(ne)),
-                speedup_forward=_interval(point[n - 1] * fb, res[:, n - 1] * fbr, pos_e, _prompts(ne)),
+                speedup=_interval(point[n - 1] * f, res[:, n - 1] * fr, pos_e, _prompts(ne), res[:, n - 1] * f),
+                speedup_forward=_interval(point[n - 1] * fb, res[:, n - 1] * fbr, pos_e, _prompts(ne),
+                                          res[:, n - 1] * fb),
                 node_values=tuple(float(mean_e[i - 1]) for i in (plan.index[p] for p in shape.paths[1:])),
                 seconds=secs))
             pred.append(tpc_c[n - 1] * f)
