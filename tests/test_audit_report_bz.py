@@ -299,3 +299,18 @@ def test_unreadable_files_and_strays_are_refused_by_name(run, tmp_path):
     (out / "manifest.json").write_text(json.dumps(man))
     with pytest.raises(ValueError, match=r"'.*manifest\.json' is not a profile manifest: it has no settings"):
         summarize(out, n_boot=50)
+
+
+def test_a_calibration_with_one_timing_says_its_intervals_lack_the_timing_scatter(run, tmp_path):
+    def once(t, p):  # the first timing of every calibrated call only
+        seen, keep = set(), []
+        for row in zip(t["kind"].to_pylist(), t["name"].to_pylist(), t["k"].to_pylist(), t["m"].to_pylist()):
+            keep.append(not (row[0] == "cost" and row in seen))
+            seen.add(row)
+        return t.filter(pa.array(keep))
+
+    text = write_report(_variant(run, tmp_path, once), figures=False, n_boot=100).read_text()
+    assert "**Every call was timed once**: no timing was repeated" in text
+    assert "(timed once)" in text and "median of 1 timings" not in text and not NAN.search(text)
+    assert "**Every call was timed once**" not in write_report(run, dest=tmp_path / "r", figures=False,
+                                                               n_boot=100).read_text()

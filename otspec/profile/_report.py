@@ -434,11 +434,16 @@ def _costs_lines(summary) -> list[str]:
     ptxt = f"{1e3 * plain:.3f} ms per target call of one token"
     if tm.get(("target", 1, 1)):
         t = tm[("target", 1, 1)]
-        ptxt += f" (the median of {len(t)} timings, {1e3 * min(t):.3f} to {1e3 * max(t):.3f} ms)"
+        ptxt += (f" (the median of {len(t)} timings, {1e3 * min(t):.3f} to {1e3 * max(t):.3f} ms)" if len(t) > 1 else
+                 " (timed once)")
     lines += [f"Plain decoding: {ptxt}.", ""]
     if tm:
         lines += ["Each cell: the median over plain decoding's median, and in parentheses the smallest and largest "
                   "of its timings on the same scale (the spread).", ""]
+    if tm and all(len(v) < 2 for v in tm.values()):
+        lines += ["**Every call was timed once**: no timing was repeated, so no timing scatter was measured and the "
+                  "speed-ups' intervals carry the prompts' spread alone (narrower than the truth). Profile again "
+                  "with a larger `calibration_s` on a quiet device.", ""]
     lines += ["| call | " + " | ".join(f"k = {k}" for k in range(1, s["k_max"] + 1)) + " |",
               "|---|" + "---|" * s["k_max"]]
     lines.append("| draft step on k rows (x plain) | " + " | ".join(

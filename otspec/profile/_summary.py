@@ -203,7 +203,7 @@ class Recommendation:
     difference : Estimate or None
         ``speedup(best) - speedup(runner_up)`` on the same resamples (paired).
     ranking : tuple
-        Every candidate ``((family, k, L), speedup)``, fastest first.
+        Every candidate ``((family, k, L), speedup)``, fastest first (equal speed-ups by ``(family, k, L)``).
     positions : int
     """
 
