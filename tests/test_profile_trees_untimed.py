@@ -74,8 +74,12 @@ def test_a_tree_timed_keeps_the_results(tmp_path):
     ts = s.trees
     assert ts.unranked == ()
     e = ts.speedup[TREE]
-    np.testing.assert_allclose([e.value, e.lo, e.hi], [0.6836611932423939, 0.6786290950511976, 0.6880555158366166],
+    # the interval on these few prompts (fewer than MIN_PERCENTILE_PROMPTS) is widened to at least Student's on the
+    # prompts' part of the resamples: it holds the percentile interval of before, [0.6786290950511976,
+    # 0.6880555158366166]
+    np.testing.assert_allclose([e.value, e.lo, e.hi], [0.6836611932423939, 0.6732175717933452, 0.6942668265484423],
                                rtol=1e-12)
+    assert e.lo < 0.6786290950511976 and e.hi > 0.6880555158366166
     np.testing.assert_allclose(ts.speedup_forward[TREE].value, 0.7121470762941629, rtol=1e-12)
     ch = ts.choice
     assert ch.fastest is not None and ch.fastest.n == 2

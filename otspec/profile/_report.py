@@ -19,7 +19,15 @@ from ._figures import (
 )
 from ._overhead import BUDGET_ROW, CONTENDER_MARGIN, SPENT_ROW, UNTIMED, UNTIMED_PREFIX
 from ._store import check_report_dest, write_atomic
-from ._summary import CHAIN_ENGINES, MIN_RANKED_POSITIONS, NO_ENGINE, cost_inversions, sglang_flags, summarize
+from ._summary import (
+    CHAIN_ENGINES,
+    MIN_PERCENTILE_PROMPTS,
+    MIN_RANKED_POSITIONS,
+    NO_ENGINE,
+    cost_inversions,
+    sglang_flags,
+    summarize,
+)
 
 __all__ = ["write_report", "report_markdown"]
 
@@ -426,11 +434,16 @@ def _costs_lines(summary) -> list[str]:
     ptxt = f"{1e3 * plain:.3f} ms per target call of one token"
     if tm.get(("target", 1, 1)):
         t = tm[("target", 1, 1)]
-        ptxt += f" (the median of {len(t)} timings, {1e3 * min(t):.3f} to {1e3 * max(t):.3f} ms)"
+        ptxt += (f" (the median of {len(t)} timings, {1e3 * min(t):.3f} to {1e3 * max(t):.3f} ms)" if len(t) > 1 else
+                 " (timed once)")
     lines += [f"Plain decoding: {ptxt}.", ""]
     if tm:
         lines += ["Each cell: the median over plain decoding's median, and in parentheses the smallest and largest "
                   "of its timings on the same scale (the spread).", ""]
+    if tm and all(len(v) < 2 for v in tm.values()):
+        lines += ["**Every call was timed once**: no timing was repeated, so no timing scatter was measured and the "
+                  "speed-ups' intervals carry the prompts' spread alone (narrower than the truth). Profile again "
+                  "with a larger `calibration_s` on a quiet device.", ""]
     lines += ["| call | " + " | ".join(f"k = {k}" for k in range(1, s["k_max"] + 1)) + " |",
               "|---|" + "---|" * s["k_max"]]
     lines.append("| draft step on k rows (x plain) | " + " | ".join(
@@ -708,10 +721,16 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
         f"{'' if summary.prompts == 1 else 's'}, {summary.positions} profiled position"
         f"{'' if summary.positions == 1 else 's'}{sub}; k_max = {s['k_max']}, L_max = {s['L_max']}, context path: "
         f"{s['context']}, temperature "
-        f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts; an "
-        f"estimate resting on one prompt has none (\"{ONE_PROMPT}\").",
+        f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts "
+        f"(on fewer than {MIN_PERCENTILE_PROMPTS} prompts, widened to at least Student's interval on the bootstrap "
+        f"standard error); an estimate resting on one prompt has none (\"{ONE_PROMPT}\").",
         "",
     ]
+    missing = (summary.provenance or {}).get("missing_shards") or ()
+    if missing:
+        lines += [f"**An unfinished run**: {len(missing)} of its {summary.provenance['shards']} shards are not written "
+                  f"({', '.join(missing)}); every estimate rests on the prompts of the others. Run `profile` again "
+                  "with the same arguments to finish it.", ""]
     lines += _recommendation_lines(summary)
     lines += _profiled_lines(summary)
     lines += _costs_lines(summary)

@@ -331,10 +331,20 @@ def manifest_for(settings, models: dict, prompts: list, *, devices: dict | None 
 
 
 def read_manifest(out) -> dict:
+    """The manifest of the run in ``out``; a ValueError naming the file when it is missing, unreadable, or lacks the
+    entries a summary reads (``settings``, ``models``, ``shards``)."""
     path = Path(out) / MANIFEST
     if not path.is_file():
         raise ValueError(f"`out` {str(out)!r} holds no profile run ({MANIFEST} missing)")
-    return json.loads(path.read_text())
+    try:
+        man = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{str(path)!r} cannot be read as a profile manifest ({exc})") from None
+    missing = [k for k in ("settings", "models", "shards") if not isinstance(man, dict) or k not in man]
+    if missing:
+        raise ValueError(f"{str(path)!r} is not a profile manifest: it has no {', '.join(missing)} "
+                         f"(format {FORMAT} holds them)")
+    return man
 
 
 def _differences(old: dict, new: dict) -> list[str]:
@@ -451,11 +461,37 @@ def write_shard(out: Path, s: int, cols: dict) -> None:
 
 
 def iter_shards(out):
-    """The shards of a run, in order, one table at a time (bounded memory)."""
+    """The shards of a run, in order, one table at a time (bounded memory), each checked against the rows' schema.
+
+    Raises
+    ------
+    ValueError
+        A shard that cannot be read as Parquet, or whose columns are not the rows' (:data:`COLUMNS`: one missing,
+        as in an older schema, or one unknown) or not of their types; the message names the file.
+    """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    schema = _schema()
     for path in sorted(Path(out).glob("shard-*.parquet")):
-        yield pq.read_table(path)
+        try:
+            t = pq.read_table(path)
+        except (OSError, pa.ArrowException) as exc:
+            raise ValueError(f"shard {str(path)!r} cannot be read as Parquet ({exc})") from None
+        if t.schema != schema:
+            missing = [c for c in schema.names if c not in t.column_names]
+            unknown = [c for c in t.column_names if c not in schema.names]
+            if missing or unknown:
+                raise ValueError(f"shard {str(path)!r} does not hold a profile's rows: "
+                                 + "; ".join(([f"no column {', '.join(missing)} (an older schema?)"] if missing else [])
+                                             + ([f"unknown column {', '.join(unknown)}"] if unknown else []))
+                                 + f"; expected the columns {', '.join(schema.names)}")
+            try:
+                t = t.select(schema.names).cast(schema)
+            except (pa.ArrowException, ValueError, TypeError) as exc:
+                raise ValueError(f"shard {str(path)!r} does not hold a profile's rows: its columns' types "
+                                 f"{t.schema.types} are not {schema.types} ({exc})") from None
+        yield t
 
 
 def read_table(out, *, timing: bool = False):

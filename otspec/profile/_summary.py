@@ -4,11 +4,21 @@ Every interval is a 95 % percentile bootstrap over prompts (the prompts are
 the independent units; positions along one path are not), with the
 estimates as ratios of sums over the resampled prompts. Paired differences
 use the same resamples for both verifiers, so the variation the two share
-(the contexts, the drawn drafts) cancels.
+(the contexts, the drawn drafts) cancels. On fewer than
+:data:`MIN_PERCENTILE_PROMPTS` prompts the percentile interval covers far
+less than 95 % (from 2 prompts it is the range of the two, which holds the
+truth about half the time; Hesterberg, "What teachers should know about the
+bootstrap", arXiv:1411.5279, on the percentile interval's narrowness at small
+sizes; Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 12
+(Student's interval) and ch. 13 (the percentile interval)): there each end is
+widened to at least Student's interval on the bootstrap standard error,
+:math:`\hat\theta \pm t_{0.975,\, n - 1} \sqrt{n / (n - 1)}\, \widehat{\mathrm{se}}^*`
+(:func:`_interval`; on the log scale for a positive estimate).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,7 +28,7 @@ from ..tree import Eagle2Params, TreeShape, sequoia
 from ._collect import TIMING_KINDS, is_subsampled
 from ._renewal import starts_recursion
 from ._settings import costly
-from ._store import iter_shards, read_manifest
+from ._store import iter_shards, read_manifest, shard_path
 from ._tree_bound import BOUND_FIELDS, BOUND_KIND
 from ._trees import (
     TREE_KINDS,
@@ -30,7 +40,8 @@ from ._trees import (
     static_order,
 )
 
-__all__ = ["MIN_RANKED_POSITIONS", "Configuration", "calibration_predictions", "configurations", "cost_timings",
+__all__ = ["MIN_RANKED_POSITIONS", "MIN_PERCENTILE_PROMPTS",
+           "Configuration", "calibration_predictions", "configurations", "cost_timings",
            "cost_inversions",
            "Costs", "Estimate", "PositionSet", "ProfileSummary", "Recommendation", "summarize",
            "prompt_sums", "TreeSummary", "TreeChoice", "StaticShape", "SequoiaShape", "MAX_STATIC_BUDGET",
@@ -38,6 +49,9 @@ __all__ = ["MIN_RANKED_POSITIONS", "Configuration", "calibration_predictions", "
 
 #: Bootstrap resamples of every interval.
 N_BOOT = 2000
+#: Fewest prompts behind an estimate whose interval is the percentile bootstrap alone; on fewer (and at least 2),
+#: each end is widened to at least Student's interval on the bootstrap standard error (:func:`_interval`).
+MIN_PERCENTILE_PROMPTS = 30
 #: Fewest positions on which :attr:`ProfileSummary.recommendation` ranks the costly schemes (computed on the
 #: subsample only) beside the others; below it, the recommendation ranks the schemes computed at every position.
 MIN_RANKED_POSITIONS = 30
@@ -189,7 +203,7 @@ class Recommendation:
     difference : Estimate or None
         ``speedup(best) - speedup(runner_up)`` on the same resamples (paired).
     ranking : tuple
-        Every candidate ``((family, k, L), speedup)``, fastest first.
+        Every candidate ``((family, k, L), speedup)``, fastest first (equal speed-ups by ``(family, k, L)``).
     positions : int
     """
 
@@ -305,7 +319,9 @@ class ProfileSummary:
         ``{"draft_cost": ..., "score_cost": ...}`` as given to :func:`summarize` (None: not given).
     provenance : dict
         The manifest's ``packages`` (otspec's version among them) and ``machine`` (the models' devices,
-        torch's threads, the load average when the run started).
+        torch's threads, the load average when the run started); ``shards``, the run's number of shards, and
+        ``missing_shards``, the file names of those not written yet (an unfinished run is summarised on the
+        shards it holds).
     configurations : tuple of Configuration
         Every lossless configuration a decoder can run -- the ``(k, L)`` schemes of the recommendation's
         position set and the draft-tree families and chosen shapes -- fastest first
@@ -351,8 +367,42 @@ def _boot(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.n
     return point, res
 
 
-def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 0) -> Estimate:
+def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 0, student=None) -> Estimate:
+    r"""The 95 % interval of ``point`` from its bootstrap resamples ``res`` over ``prompts`` prompts.
+
+    .. math::
+
+        [\min(q^*_{0.025},\ \hat\theta - h),\ \max(q^*_{0.975},\ \hat\theta + h)],\qquad
+        h = t_{0.975,\, n - 1} \sqrt{\tfrac{n}{n - 1}}\ \operatorname{sd}(\theta^*)
+
+    for :math:`2 \le n <` :data:`MIN_PERCENTILE_PROMPTS` prompts (the percentile interval alone from more, or when
+    the prompts are not recorded: ``prompts = 0``). The bootstrap variance of a mean over :math:`n` resampled units
+    is :math:`(n - 1)/n` times the unbiased one, so :math:`h` is Student's half-width, exact for a mean of normal
+    per-prompt values; the percentile interval cannot reach beyond the values of the :math:`n` prompts (from 2 it
+    holds the truth about half the time). A positive estimate whose resamples are all positive (tokens per call,
+    speed-ups, acceptance) takes Student's interval on the log scale, :math:`\hat\theta\, e^{\pm h}` with
+    :math:`h` from :math:`\operatorname{sd}(\log \theta^*)`, so that its ends stay positive; a difference, on its
+    own scale. Resamples that are not finite (no position drawn) are left out.
+
+    ``student``: the resamples whose spread Student's interval takes (default ``res``). A speed-up's ``res`` carry
+    the timings' bootstrap replicates as well as the prompts' resamples; its ``student`` are the prompts' alone
+    (its tokens per call resampled, times the point costs), so that the prompts' part is widened and the timings'
+    part, from a few repetitions of each call whose replicates may be long-tailed, stays the percentile's.
+    """
     lo, hi = np.nanpercentile(res, [2.5, 97.5]) if np.isfinite(res).any() else (np.nan, np.nan)
+    if 2 <= prompts < MIN_PERCENTILE_PROMPTS and np.isfinite(point):
+        fin = np.asarray(res if student is None else student, dtype=np.float64)
+        fin = fin[np.isfinite(fin)]
+        if fin.size > 1:
+            from scipy.special import stdtrit
+
+            q = float(stdtrit(prompts - 1, 0.975)) * np.sqrt(prompts / (prompts - 1))
+            if point > 0 and (fin > 0).all():  # a positive quantity: on the log scale, so its ends stay positive
+                h = q * float(np.std(np.log(fin), ddof=1))
+                lo, hi = min(lo, point * np.exp(-h)), max(hi, point * np.exp(h))
+            else:
+                h = q * float(np.std(fin, ddof=1))
+                lo, hi = min(lo, point - h), max(hi, point + h)
     return Estimate(float(point), float(lo), float(hi), int(positions), int(prompts))
 
 
@@ -420,7 +470,7 @@ def _emitted_and_calls(keys, S, C):
 
 
 def _timing(out) -> tuple[float, float]:
-    """Seconds per draft step and per target call, over the whole run."""
+    """Seconds per draft step and per target call, over the whole run (NaN: none timed)."""
     import pyarrow.compute as pc
 
     sums = {"draft": np.zeros(2), "target": np.zeros(2)}
@@ -428,9 +478,15 @@ def _timing(out) -> tuple[float, float]:
         t = t.filter(pc.equal(t["kind"], "time"))
         for name, j, v in zip(t["name"].to_pylist(), t["j"].to_pylist(), t["value"].to_pylist()):
             sums[name][j - 1] += v
-    d = sums["draft"][0] / max(sums["draft"][1], 1.0)
-    q = sums["target"][0] / max(sums["target"][1], 1.0)
+    d = sums["draft"][0] / sums["draft"][1] if sums["draft"][1] > 0 else float("nan")
+    q = sums["target"][0] / sums["target"][1] if sums["target"][1] > 0 else float("nan")
     return d, q
+
+
+def _no_timers(out, need: str) -> ValueError:
+    """The error of a summary whose costs would come from a run's timers, which it does not hold."""
+    return ValueError(f"`out` {str(out)!r} holds no timed target call and draft step (its shards have no cost "
+                      f"calibration and no timers): {need}")
 
 
 def cost_timings(out) -> dict:
@@ -603,7 +659,9 @@ def _costs(out, settings: dict, draft_cost, score_cost) -> Costs:
     if draft_cost is not None or score_cost is not None:
         if draft_cost is None:
             d, q = _timing(out)
-            draft_cost = d / q if q > 0 else float("nan")
+            if not (np.isfinite(d) and np.isfinite(q) and q > 0):
+                raise _no_timers(out, "`score_cost` alone takes the draft step's cost from them; give `draft_cost` too")
+            draft_cost = d / q
         s = 1.0 if score_cost is None else float(score_cost)
         return Costs("given", 1.0, {(k, L): s for k in ks for L in Ls}, {k: float(draft_cost) for k in ks},
                      f"given in target calls: a draft step c = {draft_cost:.3f}, scoring k blocks of L + 1 tokens "
@@ -615,6 +673,8 @@ def _costs(out, settings: dict, draft_cost, score_cost) -> Costs:
         spread = {key: 0.5 * (max(v) - min(v)) for key, v in samples.items()}
         return _measured(med, settings, spread, {key: tuple(v) for key, v in samples.items()})
     d, q = _timing(out)
+    if not (np.isfinite(d) and np.isfinite(q) and q > 0):
+        raise _no_timers(out, "give `draft_cost` and `score_cost` (units of one target call)")
     return Costs("timers", q, {(k, L): q for k in ks for L in Ls}, {k: d for k in ks},
                  "from the run's timers (it has no cost calibration): the mean seconds of its draft steps and of "
                  "its target calls, every target call costing the same whatever its size")
@@ -702,17 +762,19 @@ def calibration_predictions(cols: dict, settings, tokens: dict) -> tuple[dict, d
     return pa, pb
 
 
-def _recommend(point, res, tokens, positions) -> Recommendation | None:
-    """The fastest lossless configuration, the runner-up and their paired difference."""
+def _recommend(point, res, tokens, positions, student=None) -> Recommendation | None:
+    """The fastest lossless configuration, the runner-up and their paired difference (``student``: the prompts'
+    part of each speed-up's resamples, :func:`_interval`)."""
     cands = [key for key in point if get_verifier(key[0]).lossless and np.isfinite(point[key])]
     if not cands:
         return None
     order = sorted(cands, key=lambda key: (-point[key], key))
-    ranking = tuple((key, _interval(point[key], res[key], positions, tokens[key].prompts)) for key in order)
+    st = student if student is not None else res
+    ranking = tuple((key, _interval(point[key], res[key], positions, tokens[key].prompts, st[key])) for key in order)
     best = order[0]
     ru = order[1] if len(order) > 1 else None
     diff = (_interval(point[best] - point[ru], res[best] - res[ru], positions,
-                      min(tokens[best].prompts, tokens[ru].prompts)) if ru else None)
+                      min(tokens[best].prompts, tokens[ru].prompts), st[best] - st[ru]) if ru else None)
     return Recommendation(best=best, speedup=ranking[0][1], tokens_per_call=tokens[best], runner_up=ru,
                           runner_up_speedup=ranking[1][1] if ru else None, difference=diff, ranking=ranking,
                           positions=positions)
@@ -736,7 +798,7 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep, reps: Costs | None = 
     sel = [i for i, key in enumerate(tkeys) if keep("tau", key[0])]
     tkeys = [tkeys[i] for i in sel]
     E, Cm, npos = E[:, sel], Cm[:, sel], npos[:, sel]
-    tokens, speed, forward = {}, {}, {}
+    tokens, speed, forward, sst = {}, {}, {}, {}
     rec = None
     if tkeys:
         tp, tres = _boot(E, Cm, W)
@@ -745,9 +807,11 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep, reps: Costs | None = 
         for i, key in enumerate(tkeys):
             n = int(npos[:, i].sum())
             tokens[key] = _interval(tp[i], tres[:, i], n, _prompts(npos[:, i]))
-            speed[key] = _interval(sp[key], sres[key], n, _prompts(npos[:, i]))
-            forward[key] = _interval(fp[key], fres[key], n, _prompts(npos[:, i]))
-        rec = _recommend(sp, sres, tokens, max(e.positions for e in tokens.values()))
+            # the prompts' part of the resamples: tokens per call resampled, at the point costs
+            sst[key] = tres[:, i] * (sp[key] / tp[i])
+            speed[key] = _interval(sp[key], sres[key], n, _prompts(npos[:, i]), sst[key])
+            forward[key] = _interval(fp[key], fres[key], n, _prompts(npos[:, i]), tres[:, i] * (fp[key] / tp[i]))
+        rec = _recommend(sp, sres, tokens, max(e.positions for e in tokens.values()), sst)
     counts = [e.positions for e in (*acceptance.values(), *tokens.values())]
     return PositionSet(name=name, positions=max(counts, default=0), acceptance=acceptance, gaps=gaps,
                        tokens_per_call=tokens, speedup=speed, recommendation=rec, speedup_forward=forward)
@@ -807,7 +871,9 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
     ------
     ValueError
         ``out`` holds no run, or no finished shard; ``draft_cost`` negative, ``score_cost`` not above 0, or
-        either not finite; ``reference`` not profiled.
+        either not finite; ``reference`` not profiled; the costs would come from the run's timers (no cost
+        calibration, or ``score_cost`` alone) and it holds none; a shard or the manifest unreadable, a shard
+        with other columns than the rows' or not counted by the manifest (the message names the file).
     TypeError
         ``draft_cost`` or ``score_cost`` not a number.
 
@@ -825,6 +891,7 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             raise ValueError(f"`{nm}` must be a finite number {least}, got {val!r}")
     man = read_manifest(out)
     settings = man["settings"]
+    missing = _missing_shards(out, man)
     sums = _stream_sums(out, settings)
     if sums is None:
         raise ValueError(f"`out` {str(out)!r} holds no finished shard yet")
@@ -913,7 +980,8 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
                           skipped=man.get("skipped", {}), trees=trees,
                           timings=dict(costs.samples) if costs.source == "measured" else {},
                           cost_overrides={"draft_cost": draft_cost, "score_cost": score_cost},
-                          provenance={"packages": man.get("packages", {}), "machine": man.get("machine")},
+                          provenance={"packages": man.get("packages", {}), "machine": man.get("machine"),
+                                      "shards": int(man["shards"]), "missing_shards": missing},
                           configurations=configurations(common, trees), speedup_forward=own.speedup_forward)
 
 
@@ -1005,7 +1073,9 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
     with a prediction (a) (on every profiled position; not those of :attr:`TreeSummary.unranked`) and the
     device-aware static top-k shape chosen on the even-indexed prompts,
     at its held-out value (measured on the odd-indexed ones; left out when those are fewer than
-    :data:`MIN_RANKED_POSITIONS` positions and the others are not).
+    :data:`MIN_RANKED_POSITIONS` positions and the others are not). Equal speed-ups are ordered by name, its
+    numbers compared as numbers (tied ``(k, L)`` schemes by family, ``k``, ``L``: the recommendation's order; a
+    configuration without a finite speed-up last).
 
     Parameters
     ----------
@@ -1057,7 +1127,29 @@ def configurations(chains: PositionSet | None, trees: TreeSummary | None) -> tup
                 tokens_per_call=st.tokens_per_call, positions="held out", verifier=DETERMINISTIC_VERIFIER,
                 settings=f"medusa_choices = {ex['medusa_choices']}", engines=TREE_ENGINES["topk"], key=("static", st.n),
                 speedup_forward=st.speedup_forward))
-    return tuple(sorted(out, key=lambda c: (-c.speedup.value if np.isfinite(c.speedup.value) else np.inf, c.name)))
+    return tuple(sorted(out, key=lambda c: (-c.speedup.value if np.isfinite(c.speedup.value) else np.inf,
+                                            _natural(c.name))))
+
+
+def _natural(name: str) -> tuple:
+    """``name`` as a sort key with its numbers compared as numbers (``L = 2`` before ``L = 10``), so that tied
+    ``(k, L)`` schemes keep the recommendation's order, by ``(family, k, L)``."""
+    return tuple(int(x) if i % 2 else x for i, x in enumerate(re.split(r"(\d+)", name)))
+
+
+def _missing_shards(out, man: dict) -> tuple:
+    """The file names of the run's shards not (yet) written: an unfinished run is summarised on the shards it holds,
+    and the report says which are missing. A shard file the manifest does not count is refused, named."""
+    from pathlib import Path
+
+    expected = int(man["shards"])
+    names = {shard_path(Path(out), s).name for s in range(expected)}
+    for path in sorted(Path(out).glob("shard-*.parquet")):
+        if path.name not in names:
+            raise ValueError(f"shard {str(path)!r} is not one of the {expected} shards of the run in `out` "
+                             f"{str(out)!r} (shard-00000.parquet to {shard_path(Path(out), expected - 1).name}): a "
+                             "file of another run, or renamed; move it out of the folder")
+    return tuple(sorted(n for n in names if not (Path(out) / n).is_file()))
 
 
 def _merge_sums(parts):
@@ -1520,7 +1612,7 @@ def _ratio_estimate(E: np.ndarray, C: np.ndarray, W: np.ndarray, positions: int,
     default ``factor``)."""
     p, r = _boot(E[:, None], C[:, None], W)
     return _interval(p[0] * factor, r[:, 0] * (factor if factor_res is None else factor_res), positions,
-                     _prompts(C))
+                     _prompts(C), r[:, 0] * factor)
 
 
 def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs: Costs, every: PositionSet,
@@ -1611,8 +1703,9 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
             out_static.append(StaticShape(
                 n=n, paths=shape.paths[1:],
                 tokens_per_call=_interval(point[n - 1], res[:, n - 1], pos_e, _prompts(ne)),
-                speedup=_interval(point[n - 1] * f, res[:, n - 1] * fr, pos_e, _prompts(ne)),
-                speedup_forward=_interval(point[n - 1] * fb, res[:, n - 1] * fbr, pos_e, _prompts(ne)),
+                speedup=_interval(point[n - 1] * f, res[:, n - 1] * fr, pos_e, _prompts(ne), res[:, n - 1] * f),
+                speedup_forward=_interval(point[n - 1] * fb, res[:, n - 1] * fbr, pos_e, _prompts(ne),
+                                          res[:, n - 1] * fb),
                 node_values=tuple(float(mean_e[i - 1]) for i in (plan.index[p] for p in shape.paths[1:])),
                 seconds=secs))
             pred.append(tpc_c[n - 1] * f)
