@@ -36,7 +36,6 @@ from ..lossy._mentored import _BIG
 from ..lossy._typical import VLLM_DEFAULTS
 from ..multidraft._batched import (
     _arange,
-    _c,
     _cached,
     _const,
     _ratio_sorted,
@@ -661,7 +660,7 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     E = xp.sum(Pi - mins, axis=-1)
     p_acc = -xp.expm1(kf * xp.where(beta < 0.5, xp.log1p(-xp.clip(beta, None, 1.0)), xp.log(E)))
     pos = beta > 0.0
-    c = xp.minimum(xp.where(pos, p_acc / xp.where(pos, beta, _c(1.0, Pi)), kf), rho1)[:, None]
+    c = xp.minimum(xp.where(pos, p_acc / _where(pos, beta, _const(1.0, Pi), xp), kf), rho1)[:, None]
     v = xp.clip(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0, None)
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
@@ -669,9 +668,9 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     r_n = _take(rho1, ni, xp, 0)  # every draft's instance's
     t_n = _take(total, ni, xp, 0)
     rp = r_n * px
-    a = xp.where(qx >= rp, _c(1.0, Pi), qx / rp)
+    a = _where(qx >= rp, _const(1.0, Pi), qx / rp, xp)
     live = t_n > 0.0
-    res = xp.where(live, vx / xp.where(live, t_n, _c(1.0, Pi)), qx)
+    res = xp.where(live, vx / _where(live, t_n, _const(1.0, Pi), xp), qx)
     return xp.stack([a, res], axis=0)
 
 
@@ -689,7 +688,7 @@ def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
         T.append(_residual(Pj, T[-1], xp))
     T = xp.stack(T, axis=0)  # (n_max + 1, laws, V): q_1 = q, q_2, ...
     t, d, last = _flat_at(T, idx[plan["t"]], xp), _flat_at(Pj, idx[plan["d"]], xp), _flat_at(T, idx[plan["last"]], xp)
-    return xp.stack([xp.where(t >= d, _c(1.0, Pj), t / d), last], axis=0)
+    return xp.stack([_where(t >= d, _const(1.0, Pj), t / d, xp), last], axis=0)
 
 
 def _typical_plan(pack, lw, n, toks, I, V):
