@@ -301,12 +301,13 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     Dk = xp.sum(xp.clip(Q2 - kf * P2, 0.0, None), axis=-1, keepdims=True)
     Ek = xp.sum(xp.clip(_sub_div(P2, Q2, kf, xp), 0.0, None), axis=-1, keepdims=True)
     fk_gt = Dk > power(Ek)  # f(k) > 0
-    # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
+    # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above (at the others,
+    # ratios <= 1 or >= k, the values are not read: no finite stand-in for rho there)
     above1 = ro > 1.0  # not at NaN ratios (p = q = 0, sorted last), which no test below takes for inside or below hi
     inside = above1 & (ro < kf)
-    rho_j = _where(inside, ro, _const(2.0, ro), xp)
-    E = xp.clip(_sub_div(S["Pp"], S["Qp"], rho_j, xp), 0.0, None)
-    D = xp.clip(S["Qs"] - rho_j * S["Ps"], 0.0, None)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # 0, inf and NaN ratios: not read
+        E = xp.clip(_sub_div(S["Pp"], S["Qp"], ro, xp), 0.0, None)
+        D = S["Qs"] - ro * S["Ps"]  # unclipped: a negative D is <= E^k >= 0 as its clipped 0 is
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end; outside (1, k) f is
     # taken as +inf at ratios <= 1 and -inf above, so f <= 0 there exactly where above1
     neg = _where(inside, D <= power(E), above1, xp)
@@ -314,10 +315,13 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     # so that is the least of the ratios where neg and k (a minimum of exact floats: the same float). k is among
     # them on every row of valid laws: some ratio is <= 1 (q <= p somewhere), and there neg is false.
     hi = xp.min(_where(neg, ro, kc, xp), axis=-1, keepdims=True)
-    # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
-    lo = xp.max(_where((ro < hi) & above1, ro, _const(1.0, ro), xp), axis=-1, keepdims=True)
-    # the split on (lo, hi): ratios <= lo below, >= hi above
-    nb = _count_true(ro <= lo)  # Pl, Ql: the sums of the nb first (0 where none), from the cumulative sums after a 0
+    # lower end: the largest breakpoint below hi that exceeds 1 (else 1): the largest of the ratios below hi and 1
+    # (1 among them wherever a ratio is >= hi or NaN; on a row of ratios all below hi and below 1, q < p at every
+    # token, D(1) = 0 <= E(1)^k and rho* = 1 whatever lo)
+    below = ro < hi
+    lo = xp.max(_where(below, ro, _const(1.0, ro), xp), axis=-1, keepdims=True)
+    # the split on (lo, hi): ratios <= lo below, >= hi above (no ratio lies in (lo, hi): those <= lo are those < hi)
+    nb = _count_true(below)  # Pl, Ql: the sums of the nb first (0 where none), from the cumulative sums after a 0
     zeros = _zeros_column(B, ro, xp)
     Pl = _take_along(xp.concat([zeros, S["Pcum"]], axis=-1), nb, xp)
     Ql = _take_along(xp.concat([zeros, S["Qcum"]], axis=-1), nb, xp)
