@@ -460,10 +460,13 @@ ho` (each rounded operation is
     if _is_torch(a):  # the same rounds in fewer ops: the candidates written into one buffer seen as floats
         import torch
 
-        cand = torch.empty((int(a.shape[0]), M), dtype=torch.int64, device=a.device)
-        floats = cand.view(torch.float64)
+        cand = floats = None
         for s in _grid_rounds(k_hi, M):
-            torch.add(a, _arange(s, s * (M + 1), s, a, xp), out=cand)  # (B, M): a + s .. a + M s
+            if cand is None:  # the buffer made by the first round's sum
+                cand = torch.add(a, _arange(s, s * (M + 1), s, a, xp))
+                floats = cand.view(torch.float64)
+            else:
+                torch.add(a, _arange(s, s * (M + 1), s, a, xp), out=cand)  # (B, M): a + s .. a + M s
             g = _go_up(floats, Pl, Ql, Ph, Qh, power, xp)
             a = torch.add(a, g.sum(-1, keepdim=True), alpha=s)  # the first false column, as below
         # a + 1 on the floats' bits is the next float up (a is positive and finite)

@@ -154,7 +154,8 @@ def _greedy_drafts(P, Q, ks, xp):
         zero = _const(0.0, P)
         law = _where(inT, zero, P[..., None, :], xp)
         last = law / xp.sum(law, axis=-1, keepdims=True)
-        val = xp.concat([one, qT + xp.sum(_where(inT, zero, xp.minimum(last, Q[..., None, :]), xp), axis=-1)], axis=-1)
+        # last is 0 on T already (0 / its sum; NaN everywhere where nothing is left, a NaN replaced below)
+        val = xp.concat([one, qT + xp.sum(xp.minimum(last, Q[..., None, :]), axis=-1)], axis=-1)
     else:
         val = one
     kk = _arange(1, m + 1, 1, P, xp)
@@ -677,13 +678,12 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     p_acc = -xp.expm1(kf * xp.where(beta < 0.5, xp.log1p(-beta), xp.log(E)))
     pos = beta > 0.0
     c = xp.minimum(xp.where(pos, p_acc / beta, kf), rho1)[:, None]
-    v = xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho))
+    rp = rho * Pi
+    v = xp.where(Qi >= rp, Qi - Pi * c, Qi * (1.0 - c / rho))
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
-    px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
-    r_n = _take(rho1, ni, xp, 0)  # every draft's instance's
-    t_n = _take(total, ni, xp, 0)
-    rp = r_n * px
+    rp, qx, vx = (_flat_at(A, at, xp) for A in (rp, Qi, v))  # rho p at every draft (its instance's rho)
+    t_n = _take(total, ni, xp, 0)  # every draft's instance's
     a = _where(qx >= rp, _const(1.0, Pi), qx / rp, xp)
     live = t_n > 0.0
     res = xp.where(live, vx / t_n, qx)
