@@ -295,27 +295,33 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     shape, B, P2, Q2, ro = S["shape"], S["B"], S["P2"], S["Q2"], S["ro"]
     kf, power = _per_row_k(k, B, xp)  # a float, or (B, 1) as every per-row value below
     kc = _const(kf, ro) if isinstance(kf, float) else kf
-    # f at rho = 1 and rho = k, term by term (exact zeros when p == q)
-    f1 = S["D1"] - power(S["E1"])
+    # f at rho = 1 and rho = k, term by term (exact zeros when p == q), by their signs alone: f = D - E^k <= 0
+    # exactly when D <= E^k (a difference of finite floats has the sign of their order), one op fewer each
+    f1_le = S["D1"] <= power(S["E1"])  # f(1) <= 0
     Dk = xp.sum(xp.clip(Q2 - kf * P2, 0.0, None), axis=-1, keepdims=True)
     Ek = xp.sum(xp.clip(_sub_div(P2, Q2, kf, xp), 0.0, None), axis=-1, keepdims=True)
-    fk = Dk - power(Ek)
-    # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above
-    above1 = ~(ro <= 1.0)  # and NaN ratios (p = q = 0), which no test below takes for inside or below hi
+    fk_gt = Dk > power(Ek)  # f(k) > 0
+    # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above (at the others,
+    # ratios <= 1 or >= k, the values are not read: no finite stand-in for rho there)
+    above1 = ro > 1.0  # not at NaN ratios (p = q = 0, sorted last), which no test below takes for inside or below hi
     inside = above1 & (ro < kf)
-    rho_j = _where(inside, ro, _const(2.0, ro), xp)
-    E = xp.clip(_sub_div(S["Pp"], S["Qp"], rho_j, xp), 0.0, None)
-    D = xp.clip(S["Qs"] - rho_j * S["Ps"], 0.0, None)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # 0, inf and NaN ratios: not read
+        E = xp.clip(_sub_div(S["Pp"], S["Qp"], ro, xp), 0.0, None)
+        D = S["Qs"] - ro * S["Ps"]  # unclipped: a negative D is <= E^k >= 0 as its clipped 0 is
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end; outside (1, k) f is
-    # taken as +inf at ratios <= 1 and -inf above (and at NaN), so f <= 0 there exactly where above1
-    neg = _where(inside, D - power(E) <= 0.0, above1, xp)
-    has, jj = _any_first(neg, xp)  # (B, 1), as every per-row value below
-    ro_j = _take_along(ro, jj, xp)
-    hi = _where(has & (ro_j < kf), ro_j, kc, xp)  # ro_j < kf: not NaN, and hi <= kf
-    # lower end: the largest breakpoint below hi that exceeds 1 (else 1)
-    lo = xp.max(_where((ro < hi) & above1, ro, _const(1.0, ro), xp), axis=-1, keepdims=True)
-    # the split on (lo, hi): ratios <= lo below, >= hi above
-    nb = _count_true(ro <= lo)  # Pl, Ql: the sums of the nb first (0 where none), from the cumulative sums after a 0
+    # taken as +inf at ratios <= 1 and -inf above, so f <= 0 there exactly where above1
+    neg = _where(inside, D <= power(E), above1, xp)
+    # hi: the first such breakpoint if below k, else k. The ratios increase along the row (NaN last, never in neg),
+    # so that is the least of the ratios where neg and k (a minimum of exact floats: the same float). k is among
+    # them on every row of valid laws: some ratio is <= 1 (q <= p somewhere), and there neg is false.
+    hi = xp.min(_where(neg, ro, kc, xp), axis=-1, keepdims=True)
+    # lower end: the largest breakpoint below hi that exceeds 1 (else 1): the largest of the ratios below hi and 1
+    # (1 among them wherever a ratio is >= hi or NaN; on a row of ratios all below hi and below 1, q < p at every
+    # token, D(1) = 0 <= E(1)^k and rho* = 1 whatever lo)
+    below = ro < hi
+    lo = xp.max(_where(below, ro, _const(1.0, ro), xp), axis=-1, keepdims=True)
+    # the split on (lo, hi): ratios <= lo below, >= hi above (no ratio lies in (lo, hi): those <= lo are those < hi)
+    nb = _count_true(below)  # Pl, Ql: the sums of the nb first (0 where none), from the cumulative sums after a 0
     zeros = _zeros_column(B, ro, xp)
     Pl = _take_along(xp.concat([zeros, S["Pcum"]], axis=-1), nb, xp)
     Ql = _take_along(xp.concat([zeros, S["Qcum"]], axis=-1), nb, xp)
@@ -332,7 +338,7 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     D = xp.clip(Qh - ends * Ph, 0.0, None)
     Ek = power(xp.clip(_sub_div(Pl, Ql, ends, xp), 0.0, None))
     root = _where((D <= Ek)[:, :1], lo, _where((D >= Ek)[:, 1:], hi, b, xp), xp)
-    rho = _where(f1 <= 0.0, _const(1.0, ro), _where(fk > 0.0, kc, root, xp), xp)  # (B, 1)
+    rho = _where(f1_le, _const(1.0, ro), _where(fk_gt, kc, root, xp), xp)  # (B, 1)
     E_star = xp.sum(xp.clip(_sub_div(P2, Q2, rho, xp), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), _reshape(E_star, shape, xp)
 
@@ -454,10 +460,13 @@ ho` (each rounded operation is
     if _is_torch(a):  # the same rounds in fewer ops: the candidates written into one buffer seen as floats
         import torch
 
-        cand = torch.empty((int(a.shape[0]), M), dtype=torch.int64, device=a.device)
-        floats = cand.view(torch.float64)
+        cand = floats = None
         for s in _grid_rounds(k_hi, M):
-            torch.add(a, _arange(s, s * (M + 1), s, a, xp), out=cand)  # (B, M): a + s .. a + M s
+            if cand is None:  # the buffer made by the first round's sum
+                cand = torch.add(a, _arange(s, s * (M + 1), s, a, xp))
+                floats = cand.view(torch.float64)
+            else:
+                torch.add(a, _arange(s, s * (M + 1), s, a, xp), out=cand)  # (B, M): a + s .. a + M s
             g = _go_up(floats, Pl, Ql, Ph, Qh, power, xp)
             a = torch.add(a, g.sum(-1, keepdim=True), alpha=s)  # the first false column, as below
         # a + 1 on the floats' bits is the next float up (a is positive and finite)

@@ -40,7 +40,7 @@ import numpy as np
 from .._array import namespace
 from .._registry import get_verifier
 from ..lossy._mentored import kl_divergence
-from ..multidraft._batched import _reshape, batched_maximal_coupling_acceptance
+from ..multidraft._batched import batched_maximal_coupling_acceptance
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 from ._quantities_batched import (
@@ -751,14 +751,30 @@ def read_parts(parts) -> None:
         return
     xp = namespace(*(a for a, _ in parts))
     flat = [a if a.dtype == xp.float64 else xp.astype(a, xp.float64) for a, _ in parts]
-    # the concatenation copies: no cast of a float64 part, no view of a 1-D one
-    host = to_host(xp.concat([a if a.ndim == 1 else xp.reshape(a, (-1,)) for a in flat]))
-    at = 0
-    for a, store in parts:
-        shape = tuple(int(n) for n in a.shape)
-        n = int(np.prod(shape))
-        store(host[at:at + n].reshape(shape))
-        at += n
+    # the concatenation copies: no cast of a float64 part, no view of a 1-D one, and the parts of two or more
+    # dimensions that share their trailing shape, three or more of them, stacked along their first axis first (one
+    # view of the stack, not one per part); each part's place in the host copy kept for its store
+    sizes = [int(np.prod(tuple(int(n) for n in a.shape))) for a in flat]
+    groups: dict = {}
+    for i, a in enumerate(flat):
+        if a.ndim >= 2:
+            groups.setdefault(tuple(int(n) for n in a.shape[1:]), []).append(i)
+    pieces, offsets, pos = [], [0] * len(flat), 0
+    for i, a in enumerate(flat):
+        members = groups[tuple(int(n) for n in a.shape[1:])] if a.ndim >= 2 else ()
+        if len(members) >= 3:
+            if members[0] == i:  # the group in one piece, at its first part's turn
+                pieces.append(xp.reshape(xp.concat([flat[j] for j in members], axis=0), (-1,)))
+                for j in members:
+                    offsets[j] = pos
+                    pos += sizes[j]
+            continue
+        pieces.append(a if a.ndim == 1 else xp.reshape(a, (-1,)))
+        offsets[i] = pos
+        pos += sizes[i]
+    host = to_host(xp.concat(pieces))
+    for (a, store), at, n in zip(parts, offsets, sizes):
+        store(host[at:at + n].reshape(tuple(int(d) for d in a.shape)))
 
 
 def parts_after(later, parts: list) -> list:
@@ -799,14 +815,17 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
 
     def finish():
         # E(rho*)**k of every k (k = 1: rho* = 1, E**1 is E, kseq_acceptance_rows' sum), then 1 - . and the clip once
-        # for all of them (elementwise: the same floats as per column)
+        # for all of them (elementwise: the same floats as per column); with k >= 2 on the flat rows (the solver's
+        # shape; the sum of k = 1 over the same rows, row by row) and one view to the laws' shape at the end
+        if not many:
+            return xp.clip(1.0 - xp.stack([xp.sum(xp.clip(P0 - Q0, 0.0, None), axis=-1)] * len(ks), axis=-1), 0.0, 1.0)
         cols = []
         for k in ks:
             if k == 1:
-                cols.append(xp.sum(xp.clip(P0 - Q0, 0.0, None), axis=-1))
+                cols.append(xp.sum(xp.clip(rows[0] - rows[1], 0.0, None), axis=-1))
             else:
-                cols.append(_reshape(solver.get(handles[k])[1] ** k, shape, xp))
-        return xp.clip(1.0 - xp.stack(cols, axis=-1), 0.0, 1.0)
+                cols.append(solver.get(handles[k])[1] ** k)
+        return xp.reshape(xp.clip(1.0 - xp.stack(cols, axis=-1), 0.0, 1.0), shape + (len(ks),))
 
     return finish if rho is not None else finish()
 
@@ -964,7 +983,8 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     c = _scheme_consts(tuple(names), xp, dev)
     one = c["one"]
     some = px > 0
-    ratio = xp.where(some, qx / xp.where(some, px, one), one)  # 1 where p = 0 (weightless blocks)
+    with np.errstate(divide="ignore", invalid="ignore"):  # q / 0 not taken
+        ratio = xp.where(some, qx / px, one)  # 1 where p = 0 (weightless blocks)
     m = _block_steps(L, xp, dev)
     if "block-onestep" in names:  # S[r, j, n] = prod_{j <= i <= n} ratio[r, i] (1 for j > n), formed left to right
         with np.errstate(over="ignore", invalid="ignore"):  # a suffix past 1 (inf, nan: inf * 0) is capped, unread
@@ -986,7 +1006,8 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
         else:
             den = neg
         some = den > 0
-        acc = xp.where(some, pos / xp.where(some, den, one), one)
+        with np.errstate(divide="ignore", invalid="ignore"):  # pos / 0 not taken
+            acc = xp.where(some, pos / den, one)
         if "block" in names:  # capped at 1 for block verification (the one-step variant's is not)
             acc = xp.minimum(acc, c["cap"])
     else:
@@ -994,29 +1015,31 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     # the backward walk of every length at once: left = (1 - top_ell) prod_{ell > s > t} (1 - a_s), multiplied from
     # s = ell - 1 down as the walk goes: one cumulative product over t reversed of G[ell - 1, t] = 1 - a_{t + 1}
     # (t < ell - 1), 1 - top_ell (t = ell - 1), 1 (t >= ell)
-    below = xp.concat([1.0 - acc, ones], axis=-1)[:, :, None, :]  # (F, R, 1, L): 1 - a_{t + 1}, 1 at t = L - 1
+    ones4, acc4 = _ones_column(len(names), R, ratio, xp, (1, 1)), acc[:, :, None, :]  # (F, R, 1, .): one view
+    below = xp.concat([1.0 - acc4, ones4], axis=-1)  # (F, R, 1, L): 1 - a_{t + 1}, 1 at t = L - 1
     G = xp.where(m["inside"], below, xp.where(m["last"], 1.0 - top, one))
     left = xp.flip(xp.cumulative_prod(xp.flip(G, axis=-1), axis=-1), axis=-1)  # (F, R, L, L)
-    a = xp.concat([ones, acc], axis=-1)[:, :, None, :]  # a_t, a_0 = 1
+    a = xp.concat([ones4, acc4], axis=-1)  # a_t, a_0 = 1
     law = xp.concat([left * a, top], axis=-1)  # a last column (t = L), never short: only its shape is read
     return xp.where(m["short"], law, xp.where(m["full"], top, c["zero"]))
 
 
-def _ones_column(F: int, R: int, like, xp):
-    """``(F, R, 1)`` ones of ``like``'s dtype on its device for :func:`block_path_laws_stack`; on torch made there
-    once per run and shape (never written: only concatenated)."""
+def _ones_column(F: int, R: int, like, xp, shape: tuple = (1,)):
+    """``(F, R) + shape`` ones (``(F, R, 1)`` by default) of ``like``'s dtype on its device for
+    :func:`block_path_laws_stack`; on torch made there once per run and shape (never written: only
+    concatenated)."""
     import array_api_compat
 
     if not array_api_compat.is_torch_array(like):
-        return xp.ones((F, R, 1), dtype=like.dtype, device=_device(like))
+        return xp.ones((F, R) + shape, dtype=like.dtype, device=_device(like))
     import torch
 
-    key = (F, R, str(like.dtype), str(like.device))
+    key = (F, R, shape, str(like.dtype), str(like.device))
     got = _ONES.get(key)
     if got is None:
         if len(_ONES) >= 64:
             _ONES.clear()
-        got = _ONES[key] = torch.ones((F, R, 1), dtype=like.dtype, device=like.device)
+        got = _ONES[key] = torch.ones((F, R) + shape, dtype=like.dtype, device=like.device)
     return got
 
 

@@ -36,9 +36,9 @@ from ..lossy._mentored import _BIG
 from ..lossy._typical import VLLM_DEFAULTS
 from ..multidraft._batched import (
     _arange,
-    _c,
     _cached,
     _const,
+    _is_torch,
     _ratio_sorted,
     _reshape,
     _rho_star_rows,
@@ -154,7 +154,8 @@ def _greedy_drafts(P, Q, ks, xp):
         zero = _const(0.0, P)
         law = _where(inT, zero, P[..., None, :], xp)
         last = law / xp.sum(law, axis=-1, keepdims=True)
-        val = xp.concat([one, qT + xp.sum(_where(inT, zero, xp.minimum(last, Q[..., None, :]), xp), axis=-1)], axis=-1)
+        # last is 0 on T already (0 / its sum; NaN everywhere where nothing is left, a NaN replaced below)
+        val = xp.concat([one, qT + xp.sum(xp.minimum(last, Q[..., None, :]), axis=-1)], axis=-1)
     else:
         val = one
     kk = _arange(1, m + 1, 1, P, xp)
@@ -241,20 +242,24 @@ def _h_series(u, xp):
     return u * u * acc
 
 
-def kl_rows(q, pi, xp):
+def kl_rows(q, pi, xp, keepdims: bool = False):
     r""":math:`\mathrm{KL}(q \| \pi)` of every row, as :func:`otspec.lossy._mentored.kl_divergence` (``inf`` where
-    :math:`\pi` misses mass of ``q``), by its non-negative terms :math:`q\,h(\pi/q - 1)`."""
+    :math:`\pi` misses mass of ``q``), by its non-negative terms :math:`q\,h(\pi/q - 1)` (``(..., 1)`` with
+    ``keepdims``)."""
     m = q > 0.0
-    miss = xp.any(m & (pi <= 0.0), axis=-1)
+    miss = xp.any(m & (pi <= 0.0), axis=-1, keepdims=keepdims)
     one, zero = _const(1.0, q), _const(0.0, q)
     qs, ps = _where(m, q, one, xp), _where(m & (pi > 0.0), pi, one, xp)
     big = ps > qs * _BIG  # pi / q may overflow: that term by logs, as the host's (_kl_terms)
     qn = _where(big, ps, qs, xp)
     u, v = (ps - qn) / qn, ps / qn
     small = xp.abs(u) < 0.05
-    h = _where(small, _h_series(_where(small, u, zero, xp), xp), u - xp.log(v), xp)
+    # the series at every u on torch (where u is not small its value, maybe inf or NaN, is not taken; numpy would
+    # warn of the overflow)
+    h = _where(small, _h_series(u if _is_torch(u) else _where(small, u, zero, xp), xp), u - xp.log(v), xp)
     terms = _where(big, (ps - qs) - qs * (xp.log(ps) - xp.log(qs)), q * h, xp)
-    val = xp.sum(_where(m, terms, zero, xp), axis=-1) + xp.sum(_where(m, zero, pi, xp), axis=-1)
+    # terms is 0 already where q is 0 (qs = ps = 1 there: u = 0, h = 0 * 0 * acc = 0, q * h = 0)
+    val = xp.sum(terms, axis=-1, keepdims=keepdims) + xp.sum(_where(m, zero, pi, xp), axis=-1, keepdims=keepdims)
     return _where(miss, _const(math.inf, q), xp.clip(val, 0.0, None), xp)
 
 
@@ -262,15 +267,18 @@ def _typical(P, Q, xp, options: dict):
     """Typical acceptance's acceptance, and its output law's total variation and KL from ``q``: ``(..., 3)``."""
     thr, y1 = _typical_rule(Q, xp, options, keepdims=True)  # (..., 1) each
     acc = Q > thr
-    is_y = _arange(0, int(P.shape[-1]), 1, P, xp) == y1
     zero = _const(0.0, P)
     law = _where(acc, P, zero, xp)
     kept = xp.sum(law, axis=-1, keepdims=True)
-    out = law + _where(is_y, xp.clip(1.0 - kept, 0.0, None), zero, xp)
-    y_acc = _take_along(acc, y1, xp)
-    a = xp.clip(kept + _where(y_acc, zero, _take_along(P, y1, xp), xp), None, 1.0)[..., 0]
-    tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1)
-    return [a, tv, kl_rows(Q, out, xp)]
+    rest = xp.clip(1.0 - kept, 0.0, None)
+    if _is_torch(law):  # the rest added at y* alone (one op; law + 0 elsewhere is law)
+        out = law.scatter_add(-1, y1, rest)
+    else:
+        out = law + _where(_arange(0, int(P.shape[-1]), 1, P, xp) == y1, rest, zero, xp)
+    # p(y*) where y* is not accepted, else 0: P - law is 0 where accepted (p - p) and p elsewhere (p - 0)
+    a = xp.clip(kept + _take_along(P - law, y1, xp), None, 1.0)
+    tv = 0.5 * xp.sum(xp.abs(out - Q), axis=-1, keepdims=True)
+    return xp.concat([a, tv, kl_rows(Q, out, xp, keepdims=True)], axis=-1)
 
 
 def acceptance_rows(name: str, P, Q, ks, xp, options: dict | None = None):
@@ -326,7 +334,7 @@ def acceptance_rows(name: str, P, Q, ks, xp, options: dict | None = None):
             cols = _typical(P, Q, xp, options or {})
         else:
             cols = {"multiround": _multiround, "greedy-drafts": _greedy_drafts, "top-k": _top_k}[name](P, Q, ks, xp)
-    return xp.stack(cols, axis=-1) if isinstance(cols, list) else cols
+    return xp.stack(cols, axis=-1) if isinstance(cols, list) else cols  # typical's: (..., 3) already
 
 
 #: :func:`_simplex_pair`'s last torch laws and their renormalised rows: ``(P, Q, versions, (Ps, Qs))``.
@@ -632,25 +640,30 @@ def _kseq_plan(pack, lw, n, toks, I, V):
 
 def _kseq_stage(Pj, Qj, plan, idx, xp, solver: RhoStar):
     """The instances with several drafts handed to ``solver`` (their laws' rows, sorted with the solver's other
-    requests); their handle."""
+    requests): ``(handle, kf)``, ``kf`` every instance's number of drafts as float64 when they differ (else None:
+    made again by :func:`_kseq_parts`)."""
     if plan["several"] is None:
         return None
     m = idx[plan["several"]]
     ks = plan["ks"]
     rows = (_take(Pj, m, xp, 0), _take(Qj, m, xp, 0))
-    if len(ks) > 1:
-        return solver.add(rows, ks, xp.astype(idx[plan["kf"]][plan["ones"]:], xp.float64))
-    return solver.add(rows, ks[0])
+    if len(ks) > 1:  # every instance's number of drafts, kept for _kseq_parts
+        kf = xp.astype(idx[plan["kf"]], xp.float64)
+        return solver.add(rows, ks, kf[plan["ones"]:]), kf
+    return solver.add(rows, ks[0]), None
 
 
 def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     """k-Seq's per-draft acceptance and residual at the drafts of each node (its laws ``lw``, ``n`` drafts), the
-    :math:`\\rho^*` of the instances with several drafts from ``staged`` (``(solver, handle)`` of
+    :math:`\\rho^*` of the instances with several drafts from ``staged`` (``(solver, (handle, kf))`` of
     :func:`_kseq_stage`)."""
-    kf = xp.astype(idx[plan["kf"]], xp.float64)
+    kf = None
     rho = [_ones(plan["ones"], Pj, xp)] if plan["ones"] else []
     if staged is not None and staged[1] is not None:
-        rho.append(staged[0].get(staged[1])[0])
+        handle, kf = staged[1]
+        rho.append(staged[0].get(handle)[0])
+    if kf is None:
+        kf = xp.astype(idx[plan["kf"]], xp.float64)
     rho1 = _concat(rho, xp)  # (instances,)
     rho = rho1[:, None]  # (instances, 1)
     il = idx[plan["ilaw"]]
@@ -659,19 +672,21 @@ def _kseq_parts(Pj, Qj, plan, idx, xp, options, staged=None):
     mins = xp.minimum(Pi, Qi / rho)
     beta = xp.sum(mins, axis=-1)
     E = xp.sum(Pi - mins, axis=-1)
-    p_acc = -xp.expm1(kf * xp.where(beta < 0.5, xp.log1p(-xp.clip(beta, None, 1.0)), xp.log(E)))
+    # (the host's guards, beta capped at 1 and 1 in place of a zero beta, only change values the wheres do not
+    # take; no clip of the residual at 0: c <= rho, so q - p c >= q - rho p >= 0 where q >= rho p (rounding is
+    # monotone) and 1 - c / rho >= 0 elsewhere)
+    p_acc = -xp.expm1(kf * xp.where(beta < 0.5, xp.log1p(-beta), xp.log(E)))
     pos = beta > 0.0
-    c = xp.minimum(xp.where(pos, p_acc / xp.where(pos, beta, _c(1.0, Pi)), kf), rho1)[:, None]
-    v = xp.clip(xp.where(Qi >= rho * Pi, Qi - Pi * c, Qi * (1.0 - c / rho)), 0.0, None)
+    c = xp.minimum(xp.where(pos, p_acc / beta, kf), rho1)[:, None]
+    rp = rho * Pi
+    v = xp.where(Qi >= rp, Qi - Pi * c, Qi * (1.0 - c / rho))
     total = xp.sum(v, axis=-1)
     at, ni = idx[plan["at"]], idx[plan["ni"]]
-    px, qx, vx = (_flat_at(A, at, xp) for A in (Pi, Qi, v))
-    r_n = _take(rho1, ni, xp, 0)  # every draft's instance's
-    t_n = _take(total, ni, xp, 0)
-    rp = r_n * px
-    a = xp.where(qx >= rp, _c(1.0, Pi), qx / rp)
+    rp, qx, vx = (_flat_at(A, at, xp) for A in (rp, Qi, v))  # rho p at every draft (its instance's rho)
+    t_n = _take(total, ni, xp, 0)  # every draft's instance's
+    a = _where(qx >= rp, _const(1.0, Pi), qx / rp, xp)
     live = t_n > 0.0
-    res = xp.where(live, vx / xp.where(live, t_n, _c(1.0, Pi)), qx)
+    res = xp.where(live, vx / t_n, qx)
     return xp.stack([a, res], axis=0)
 
 
@@ -689,7 +704,7 @@ def _multiround_parts(Pj, Qj, plan, idx, xp, options, staged=None):
         T.append(_residual(Pj, T[-1], xp))
     T = xp.stack(T, axis=0)  # (n_max + 1, laws, V): q_1 = q, q_2, ...
     t, d, last = _flat_at(T, idx[plan["t"]], xp), _flat_at(Pj, idx[plan["d"]], xp), _flat_at(T, idx[plan["last"]], xp)
-    return xp.stack([xp.where(t >= d, _c(1.0, Pj), t / d), last], axis=0)
+    return xp.stack([_where(t >= d, _const(1.0, Pj), t / d, xp), last], axis=0)
 
 
 def _typical_plan(pack, lw, n, toks, I, V):
