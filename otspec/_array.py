@@ -17,7 +17,7 @@ import numbers
 
 import numpy as np
 
-from ._validation import SIMPLEX_TOL, first_bad_row, number_text, validate_k
+from ._validation import NEGLIGIBLE, SIMPLEX_TOL, first_bad_row, number_text, validate_k
 
 __all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power"]
 
@@ -81,6 +81,12 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
         raise TypeError(
             f"`p` and `q` must come from the same array library, got {type(p).__name__} and {type(q).__name__}"
         ) from exc
+    if not any(check(xp) for check in (array_api_compat.is_numpy_namespace, array_api_compat.is_torch_namespace,
+                                       array_api_compat.is_cupy_namespace)):
+        # the batched routines use numpy, torch or cupy functions beyond the standard (dask, jax, ... are refused
+        # here with a clear error rather than deep inside): such arrays can be passed as numpy arrays
+        raise TypeError(f"`p` and `q` must be numpy arrays, torch tensors or cupy arrays for a batched call, got "
+                        f"{type(p).__module__}.{type(p).__name__} (convert it with numpy.asarray)")
     if tuple(p.shape) != tuple(q.shape):
         raise ValueError(f"`p` and `q` must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}")
     if p.ndim < 1 or p.shape[-1] < 1:
@@ -123,10 +129,15 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
                     f"every row of `{name}` must sum to 1 within {tol:.3g}, got row {_row(err[..., 0] > tol)} off "
                     f"by {float(xp.max(err)):.3g} (pass normalize=True to rescale)"
                 )
+    # -0.0 and subnormal entries as exactly 0, as the 1-D route flushes them (otspec._validation.NEGLIGIBLE):
+    # a -0.0 turned a ratio q / p into -inf and a subnormal one into an overflow; only rows that hold one are copied
+    P, Q = (xp.where(X < NEGLIGIBLE, xp.zeros_like(X), X)
+            if bool(xp.any(xp.signbit(X) | ((X > 0) & (X < NEGLIGIBLE)))) else X for X in (P, Q))
     if normalize or low_precision:
         P = P / xp.sum(P, axis=-1, keepdims=True)
         Q = Q / xp.sum(Q, axis=-1, keepdims=True)
     return P, Q, xp
+
 
 
 def parse_ks(k) -> tuple[list[int], bool]:

@@ -36,7 +36,7 @@ import numpy as np
 from .._validation import SIMPLEX_TOL, number_text, validate_positive_int
 from ..models import next_law, validate_model_pair, validate_sequence
 from ._process import MAX_TREES, LawCache, _laws_of, _ranked, enumerate_trees, validate_process
-from ._tree import TreeShape
+from ._tree import MAX_TREE_NODES, TreeShape
 from ._value import value as tree_value
 from ._verifiers import make_tree_verifier
 
@@ -675,6 +675,8 @@ def acceptance_vector(draft, target, width, *, process="wor", verifier="sequoia"
     """
     V = validate_model_pair(draft, target)
     width = validate_positive_int(width, "width")
+    if width > MAX_TREE_NODES:  # checked before the star's list of width nodes is built
+        raise ValueError(f"`width` must be at most MAX_TREE_NODES = {MAX_TREE_NODES:,}, got {width}")
     star = TreeShape([(r,) for r in range(width)])
     process = validate_process(process, star)
     ctx = _validate_contexts(contexts, V)
