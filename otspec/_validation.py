@@ -19,6 +19,7 @@ __all__ = [
     "SIMPLEX_TOL",
     "validate_distribution",
     "as_float_array",
+    "as_array",
     "law_into",
     "law_in_place",
     "law_total_accepts",
@@ -114,6 +115,23 @@ def as_float_array(x, name: str, what: str = "an array_like of floats") -> np.nd
     Values are not checked (see :func:`validate_distribution`).
     """
     return _float_input(x, name, what)[0]
+
+
+def as_array(x, name: str, what: str) -> np.ndarray:
+    """``x`` as a numpy array of its own dtype (not copied where it already is one), for integer arguments
+    (token ids, counts, draft lengths): torch tensors read without their graph; ``None``, text, ragged nesting
+    and masked arrays with masked entries raise :class:`TypeError` / :class:`ValueError` naming ``name``."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}")
+    if np.ma.isMaskedArray(x) and np.ma.is_masked(x):
+        raise ValueError(f"`{name}` must have no masked entries, got a masked array with {int(np.ma.count_masked(x))} "
+                         "masked")
+    if not isinstance(x, (np.ndarray, list, tuple)) and hasattr(x, "detach") and hasattr(x, "cpu"):
+        x = x.detach().cpu().numpy()
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
 
 
 def simplex_tolerance(tol: float, n: int, eps: float) -> float:
@@ -336,14 +354,11 @@ def validate_drafts(drafts, k: int, n: int) -> tuple[int, ...]:
         return tuple(drafts)  # the common case (Python ints, bools excluded), checked without numpy
     if isinstance(drafts, numbers.Integral) and not isinstance(drafts, bool):
         drafts = (drafts,)
-    try:
-        arr = np.asarray(drafts)
-    except Exception as exc:  # pragma: no cover - defensive
-        raise TypeError(f"`drafts` must be a sequence of {k} token ids, got {type(drafts).__name__}") from exc
+    arr = as_array(drafts, "drafts", f"a sequence of {k} token ids")
     if arr.ndim != 1 or arr.shape[0] != k:
         raise ValueError(f"`drafts` must be a sequence of k={k} token ids, got shape {arr.shape}")
     if arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(np.mod(arr, 1) == 0):
             raise TypeError("`drafts` must hold integer token ids, got floats")
         raise TypeError(f"`drafts` must hold integer token ids, got dtype {arr.dtype}")
     if np.any(arr < 0) or np.any(arr >= n):

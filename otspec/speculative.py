@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._validation import as_float_array, validate_pair, validate_positive_int
+from ._validation import as_array, as_float_array, validate_pair, validate_positive_int
 from .lossy._lenience import validate_lenience
 
 __all__ = [
@@ -48,11 +48,8 @@ __all__ = [
 def _real_array(x, name: str) -> np.ndarray:
     if isinstance(x, (str, bytes)) or x is None or isinstance(x, bool):
         raise TypeError(f"`{name}` must be a real number or array of them, got {type(x).__name__}")
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`{name}` must be a real number or array of them, got {type(x).__name__}") from exc
-    if arr.dtype == bool or np.asarray(x).dtype == bool:
+    arr = as_float_array(x, name, "a real number or array of them")
+    if np.asarray(x.detach() if hasattr(x, "detach") else x).dtype == bool:
         raise TypeError(f"`{name}` must be real, got booleans")
     return arr
 
@@ -68,7 +65,7 @@ def _alpha(alpha) -> np.ndarray:
 def _gamma(gamma) -> np.ndarray:
     if isinstance(gamma, bool):
         raise TypeError("`gamma` must be an integer >= 1, got bool")
-    g = np.asarray(gamma)
+    g = as_array(gamma, "gamma", "an integer >= 1 or an array of them")
     if g.dtype.kind == "f":
         if not np.all(np.isfinite(g)) or not np.all(g == np.floor(g)):
             raise TypeError(f"`gamma` must be an integer >= 1, got {gamma!r}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_pair
+from .._validation import as_float_array, validate_pair
 from ..multidraft._maximal_coupling import RatioTestVerifier
 from ._mentored import kl_divergence
 
@@ -221,7 +221,7 @@ def lenience_curve(p, q, ls, *, normalize: bool = False) -> LenienceCurve:
     ([0.7, 0.9], [0.0, 0.2])
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    arr = np.atleast_1d(np.asarray(ls, dtype=np.float64))
+    arr = np.atleast_1d(as_float_array(ls, "ls", "a 1-D array_like of lenience values"))
     if arr.ndim != 1 or arr.shape[0] == 0:
         raise ValueError(f"`ls` must be a non-empty 1-D array of lenience values, got shape {arr.shape}")
     vs = [LenientVerifier(p_, q_, validate_lenience(float(v))) for v in arr]

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._registry import unknown_name_message
-from .._validation import as_rng, validate_distribution, validate_pair, validate_probability
+from .._validation import as_float_array, as_rng, validate_distribution, validate_pair, validate_probability
 from .._verifier import Verifier, sample_from
 from ..multidraft._maximal_coupling import residual
 
@@ -875,10 +875,7 @@ def mentored_frontier(p, q, Ds, *, normalize: bool = False) -> MentoredFrontier:
     [0.7, 0.829466, 1.0]
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    try:
-        Ds_ = np.array(Ds, dtype=np.float64, copy=True)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`Ds` must be a 1-D array_like of floats, got {type(Ds).__name__}") from exc
+    Ds_ = as_float_array(Ds, "Ds", "a 1-D array_like of floats")
     if Ds_.ndim != 1 or Ds_.shape[0] == 0:
         raise ValueError(f"`Ds` must be a non-empty 1-D array, got shape {Ds_.shape}")
     bad = np.isnan(Ds_) | (Ds_ < 0)

@@ -43,7 +43,7 @@ import numpy as np
 
 from .._array import validate_batch_pair
 from .._registry import get_verifier, unknown_name_message, verifier_names
-from .._validation import as_rng, validate_positive_int
+from .._validation import as_float_array, as_rng, validate_positive_int
 from ..multidraft._batched import batched_kseq_rho_star
 from ..multidraft._priority_keys import PriorityKeyVerifier
 from ..spectr._common import resolve_verifier
@@ -733,8 +733,8 @@ def emission_probs_from_token_probs(scheme, p_y, q_y, *, L) -> np.ndarray:
         raise ValueError(f"`scheme` must be 'token' or 'block-onestep' (the schemes that need only the text "
                          f"tokens' probabilities), got {scheme!r}")
     L = validate_positive_int(L, "L")
-    py = np.asarray(p_y, dtype=np.float64)
-    qy = np.asarray(q_y, dtype=np.float64)
+    py = as_float_array(p_y, "p_y")
+    qy = as_float_array(q_y, "q_y")
     if py.shape != qy.shape or py.ndim < 1:
         raise ValueError(f"`p_y` and `q_y` must have one shape (..., T), got {py.shape} and {qy.shape}")
     for name, x in (("p_y", py), ("q_y", qy)):

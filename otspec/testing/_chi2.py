@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_distribution, validate_positive_int, validate_probability
+from .._validation import as_array, validate_distribution, validate_positive_int, validate_probability
 
 __all__ = ["GofResult", "chi2_gof", "sample_size", "detectable_tv", "MAX_SAMPLES"]
 
@@ -234,7 +234,7 @@ def chi2_gof(counts, law, *, alpha_fail: float = 1e-4, min_expected: float = MIN
     from scipy import stats
 
     law_ = validate_distribution(law, "law", tol=1e-8)
-    c = np.asarray(counts)
+    c = as_array(counts, "counts", "an array_like of non-negative integer counts")
     if c.shape != law_.shape:
         raise ValueError(f"`counts` must have the shape of `law` {law_.shape}, got {c.shape}")
     if c.dtype.kind not in "iu" or np.any(c < 0):

@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validation import SIMPLEX_TOL, number_text, validate_positive_int
+from .._validation import SIMPLEX_TOL, as_float_array, number_text, validate_positive_int
 from ..models import next_law, validate_model_pair, validate_sequence
 from ._process import MAX_TREES, LawCache, _laws_of, _ranked, enumerate_trees, validate_process
 from ._tree import MAX_TREE_NODES, TreeShape
@@ -428,10 +428,7 @@ class SequoiaTree(NamedTuple):
 def _validate_acceptance(acceptance) -> np.ndarray:
     if isinstance(acceptance, (str, bytes)):
         raise TypeError("`acceptance` must be a 1-D array of probabilities, got a string")
-    try:
-        a = np.array(acceptance, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`acceptance` must be a 1-D array of probabilities, got {type(acceptance).__name__}") from exc
+    a = as_float_array(acceptance, "acceptance", "a 1-D array of probabilities")
     if a.ndim != 1 or a.shape[0] == 0:
         raise ValueError(f"`acceptance` must be a non-empty 1-D array, got shape {a.shape}")
     bad = ~(np.isfinite(a) & (a >= 0) & (a <= 1))
