@@ -50,6 +50,12 @@ def _as_float64(x, name: str, xp):
         raise TypeError(f"`{name}` must be real-valued, got a complex array of dtype {dt}")
     if xp.isdtype(dt, "bool") or not xp.isdtype(dt, ("real floating", "integral")):
         raise TypeError(f"`{name}` must hold real numbers, got dtype {dt}")
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.dtype.itemsize > 8:
+        with np.errstate(over="raise"):  # float128 beyond the float64 range: refused, not inf with a warning
+            try:
+                return x.astype(np.float64)
+            except FloatingPointError as exc:
+                raise ValueError(f"`{name}` must be finite, got entries beyond the float64 range") from exc
     return xp.astype(x, xp.float64, copy=False)  # never written to: no copy needed
 
 

@@ -64,7 +64,8 @@ class LenientVerifier(RatioTestVerifier):
         super().__init__(p, q)
         self.l = l
         self._scale = l
-        acc = np.minimum(q / l, p)
+        with np.errstate(over="ignore"):  # a subnormal l: q / l = inf where q > 0, and min(inf, p) = p exactly
+            acc = np.minimum(q / l, p)
         self._acc = min(math.fsum(acc.tolist()), 1.0)
         law = acc + (1.0 - self._acc) * self._res
         law.setflags(write=False)

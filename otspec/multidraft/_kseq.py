@@ -104,9 +104,10 @@ def _validate_rho(rho, name: str = "rho"):
 def _beta(p: np.ndarray, q: np.ndarray, rho):
     r""":math:`\beta(\rho) = \sum_x \min(p(x), q(x)/\rho)` for a scalar or an array of ``rho``."""
     r = np.asarray(rho, dtype=np.float64)
-    if r.ndim == 0:
-        return float(np.minimum(p, q / float(r)).sum())
-    return np.array([np.minimum(p, q / v).sum() for v in r.ravel()]).reshape(r.shape)
+    with np.errstate(over="ignore"):  # a subnormal rho: q / rho = inf where q > 0, and min(p, inf) = p exactly
+        if r.ndim == 0:
+            return float(np.minimum(p, q / float(r)).sum())
+        return np.array([np.minimum(p, q / v).sum() for v in r.ravel()]).reshape(r.shape)
 
 
 def _DE(p: np.ndarray, q: np.ndarray, rho: float, buf=None) -> tuple[float, float]:
