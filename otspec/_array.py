@@ -74,7 +74,8 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
     total, then rescaled). Rows of a lower-precision input (float32,
     float16) need only sum to 1 within ``16 sqrt(V)`` machine epsilons of
     their dtype and are renormalised in float64. ``p`` and ``q`` must come from the same array
-    library, have the same shape and sit on the same device.
+    library (numpy, torch or cupy), have the same shape and sit on the same device. As on the 1-D route,
+    ``-0.0`` and subnormal entries of validated rows are read as exactly 0.
     """
     import array_api_compat
 

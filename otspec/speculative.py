@@ -130,7 +130,7 @@ def expected_tokens(alpha, gamma):
     Raises
     ------
     ValueError
-        If ``alpha`` is outside ``[0, 1]`` or ``gamma < 1``.
+        If ``alpha`` is outside ``[0, 1]`` or ``gamma`` outside ``[1, 2**63)``.
     TypeError
         If ``gamma`` is not an integer.
 

@@ -654,7 +654,7 @@ def acceptance_vector(draft, target, width, *, process="wor", verifier="sequoia"
     ------
     ValueError, TypeError
         Bad models, process, verifier (or one not lossless for the process),
-        ``width`` below 1, contexts as in :func:`best_shape`, or the
+        ``width`` below 1 or above ``MAX_TREE_NODES``, contexts as in :func:`best_shape`, or the
         enumeration above ``max_trees``.
 
     References
