@@ -13,11 +13,13 @@ Notation: ``p`` is the draft distribution, ``q`` the target.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import numpy as np
 
-from ._validation import SIMPLEX_TOL, first_bad_row, number_text, validate_k
+from . import _validation_kernel as _LK
+from ._validation import NEGLIGIBLE, SIMPLEX_TOL, first_bad_row, number_text, validate_k
 
 __all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power"]
 
@@ -50,6 +52,12 @@ def _as_float64(x, name: str, xp):
         raise TypeError(f"`{name}` must be real-valued, got a complex array of dtype {dt}")
     if xp.isdtype(dt, "bool") or not xp.isdtype(dt, ("real floating", "integral")):
         raise TypeError(f"`{name}` must hold real numbers, got dtype {dt}")
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f" and x.dtype.itemsize > 8:
+        with np.errstate(over="raise"):  # float128 beyond the float64 range: refused, not inf with a warning
+            try:
+                return x.astype(np.float64)
+            except FloatingPointError as exc:
+                raise ValueError(f"`{name}` must be finite, got entries beyond the float64 range") from exc
     return xp.astype(x, xp.float64, copy=False)  # never written to: no copy needed
 
 
@@ -68,7 +76,8 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
     total, then rescaled). Rows of a lower-precision input (float32,
     float16) need only sum to 1 within ``16 sqrt(V)`` machine epsilons of
     their dtype and are renormalised in float64. ``p`` and ``q`` must come from the same array
-    library, have the same shape and sit on the same device.
+    library (numpy, torch or cupy), have the same shape and sit on the same device. As on the 1-D route,
+    ``-0.0`` and subnormal entries of validated rows are read as exactly 0.
     """
     import array_api_compat
 
@@ -81,6 +90,12 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
         raise TypeError(
             f"`p` and `q` must come from the same array library, got {type(p).__name__} and {type(q).__name__}"
         ) from exc
+    if not any(check(xp) for check in (array_api_compat.is_numpy_namespace, array_api_compat.is_torch_namespace,
+                                       array_api_compat.is_cupy_namespace)):
+        # the batched routines use numpy, torch or cupy functions beyond the standard (dask, jax, ... are refused
+        # here with a clear error rather than deep inside): such arrays can be passed as numpy arrays
+        raise TypeError(f"`p` and `q` must be numpy arrays, torch tensors or cupy arrays for a batched call, got "
+                        f"{type(p).__module__}.{type(p).__name__} (convert it with numpy.asarray)")
     if tuple(p.shape) != tuple(q.shape):
         raise ValueError(f"`p` and `q` must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}")
     if p.ndim < 1 or p.shape[-1] < 1:
@@ -123,10 +138,23 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
                     f"every row of `{name}` must sum to 1 within {tol:.3g}, got row {_row(err[..., 0] > tol)} off "
                     f"by {float(xp.max(err)):.3g} (pass normalize=True to rescale)"
                 )
+    # -0.0 and subnormal entries as exactly 0, as the 1-D route flushes them (otspec._validation.NEGLIGIBLE):
+    # a -0.0 turned a ratio q / p into -inf and a subnormal one into an overflow; only rows that hold one are copied
+    P, Q = (xp.where(X < NEGLIGIBLE, xp.zeros_like(X), X) if _has_tiny(X, xp) else X for X in (P, Q))
     if normalize or low_precision:
         P = P / xp.sum(P, axis=-1, keepdims=True)
         Q = Q / xp.sum(Q, axis=-1, keepdims=True)
     return P, Q, xp
+
+
+
+def _has_tiny(X, xp) -> bool:
+    """Whether ``X`` (finite, non-negative) holds a ``-0.0`` or a subnormal entry: one compiled read for a
+    C-contiguous numpy array (:func:`otspec._validation_kernel.law_check_sum`, NaN exactly there), else in ``xp``."""
+    if _LK.JIT and isinstance(X, np.ndarray) and X.flags.c_contiguous and X.dtype == np.float64:
+        flat = X.reshape(-1)
+        return math.isnan(_LK.law_check_sum(flat, flat.view(np.int64)))
+    return bool(xp.any(xp.signbit(X) | ((X > 0) & (X < NEGLIGIBLE))))
 
 
 def parse_ks(k) -> tuple[list[int], bool]:

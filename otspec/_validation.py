@@ -18,6 +18,8 @@ from . import _validation_kernel as _LK
 __all__ = [
     "SIMPLEX_TOL",
     "validate_distribution",
+    "as_float_array",
+    "as_array",
     "law_into",
     "law_in_place",
     "law_total_accepts",
@@ -82,20 +84,54 @@ def _float_input(x, name: str, what: str) -> tuple[np.ndarray, float]:
     src = x
     if not isinstance(x, (np.ndarray, list, tuple)) and hasattr(x, "detach") and hasattr(x, "cpu"):
         src = x.detach().cpu().numpy()  # a torch tensor: read it without keeping a reference
+    if np.ma.isMaskedArray(src) and np.ma.is_masked(src):  # np.asarray would drop the mask and read the hidden values
+        raise ValueError(f"`{name}` must have no masked entries, got a masked array with "
+                         f"{int(np.ma.count_masked(src))} masked")
     try:
         raw = np.asarray(src)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
     if np.iscomplexobj(raw):
         raise TypeError(f"`{name}` must be real-valued, got a complex array")
-    if raw.dtype.kind in "USV":  # text or raw bytes: numpy would parse "0.5" silently
+    if raw.dtype.kind in "USVMm":  # text, raw bytes or dates: numpy would parse "0.5" or count days silently
         raise TypeError(f"`{name}` must be {what}, got an array of dtype {raw.dtype}")
     try:
-        arr = np.array(raw, dtype=np.float64, copy=True)
-    except (TypeError, ValueError) as exc:
+        with np.errstate(over="raise"):  # float128 beyond the float64 range: refused, not turned into inf with a warning
+            arr = np.array(raw, dtype=np.float64, copy=True)
+    except FloatingPointError as exc:
+        raise ValueError(f"`{name}` must be finite, got entries beyond the float64 range") from exc
+    except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
     eps = float(np.finfo(raw.dtype).eps) if raw.dtype.kind == "f" and raw.dtype.itemsize < 8 else 0.0
     return arr, eps
+
+
+def as_float_array(x, name: str, what: str = "an array_like of floats") -> np.ndarray:
+    """``x`` as a fresh float64 array of any shape, read the way :func:`validate_distribution` reads it.
+
+    Lists, tuples, numpy arrays of any real dtype and layout, torch tensors (also with ``requires_grad``) and
+    other array-likes are accepted; text, complex, object arrays that are not numbers, ragged nesting, ``None``
+    and masked arrays with masked entries raise :class:`TypeError` / :class:`ValueError` naming ``name``.
+    Values are not checked (see :func:`validate_distribution`).
+    """
+    return _float_input(x, name, what)[0]
+
+
+def as_array(x, name: str, what: str) -> np.ndarray:
+    """``x`` as a numpy array of its own dtype (not copied where it already is one), for integer arguments
+    (token ids, counts, draft lengths): torch tensors read without their graph; ``None``, text, ragged nesting
+    and masked arrays with masked entries raise :class:`TypeError` / :class:`ValueError` naming ``name``."""
+    if isinstance(x, (str, bytes)) or x is None:
+        raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}")
+    if np.ma.isMaskedArray(x) and np.ma.is_masked(x):
+        raise ValueError(f"`{name}` must have no masked entries, got a masked array with {int(np.ma.count_masked(x))} "
+                         "masked")
+    if not isinstance(x, (np.ndarray, list, tuple)) and hasattr(x, "detach") and hasattr(x, "cpu"):
+        x = x.detach().cpu().numpy()
+    try:
+        return np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
 
 
 def simplex_tolerance(tol: float, n: int, eps: float) -> float:
@@ -190,7 +226,8 @@ def law_total_accepts(t: float, n: int, tol: float = SIMPLEX_TOL) -> bool:
 
 
 def validate_distribution(
-    x, name: str, *, normalize: bool = False, tol: float = SIMPLEX_TOL, out: np.ndarray | None = None
+    x, name: str, *, normalize: bool = False, tol: float = SIMPLEX_TOL, out: np.ndarray | None = None,
+    flush: bool = True,
 ) -> np.ndarray:
     """Return ``x`` as a read-only float64 copy after checking it is a distribution.
 
@@ -204,13 +241,16 @@ def validate_distribution(
     e.g. a row of a block that a cache fills row by row) the copy is written there and a read-only view of
     ``out`` is returned; on an error ``out`` may hold part of the copy.
 
+    With ``flush=False`` subnormal entries (and ``-0.0``) are kept as given: for functions whose value is defined
+    on the raw entries (:func:`otspec.lossy.kl_divergence`); the checks are the same.
+
     With numba, a float64 row that surely passes (``normalize=False``) is copied and accepted in one read
     (:func:`law_into`); every other row gets the passes below, numpy's sum of the flushed copy deciding as before.
     """
     if out is not None and not (type(out) is np.ndarray and out.dtype == np.float64 and out.ndim == 1 and
                                 out.flags.c_contiguous and out.flags.writeable):
         raise TypeError("`out` must be a writable C-contiguous 1-D float64 ndarray")
-    if _LK.JIT and type(x) is np.ndarray and x.dtype == np.float64 and x.ndim == 1 and x.size:
+    if flush and _LK.JIT and type(x) is np.ndarray and x.dtype == np.float64 and x.ndim == 1 and x.size:
         if not normalize and (got := law_into(x, out, tol)) is not None:
             return got                  # accepted in one read (the total in vector lanes, surely within `tol`)
         # the common case in one compiled pass (the copy, the flush, the count of bad entries), then numpy's sum of
@@ -224,7 +264,7 @@ def validate_distribution(
         if not _LK.law_copy(x, arr):
             return _total_checked(arr, float(arr.sum()), 0.0, name, normalize, tol)
     if out is not None:
-        got = validate_distribution(x, name, normalize=normalize, tol=tol)
+        got = validate_distribution(x, name, normalize=normalize, tol=tol, flush=flush)
         if out.shape != got.shape or np.shares_memory(out, x):
             raise ValueError(f"`out` must be a row of {got.shape[0]} entries that does not overlap `{name}`")
         out[...] = got
@@ -242,7 +282,7 @@ def validate_distribution(
             raise ValueError(f"`{name}` must be non-negative, got minimum {number_text(arr.min())} "
                              f"at index {int(np.argmin(arr))}")
     small = arr < NEGLIGIBLE  # flush_negligible on a non-negative array; the total is re-summed only if it changed
-    if small.any():
+    if flush and small.any():
         arr[small] = 0.0
         total = float(arr.sum())
     return _total_checked(arr, total, eps, name, normalize, tol)
@@ -314,14 +354,11 @@ def validate_drafts(drafts, k: int, n: int) -> tuple[int, ...]:
         return tuple(drafts)  # the common case (Python ints, bools excluded), checked without numpy
     if isinstance(drafts, numbers.Integral) and not isinstance(drafts, bool):
         drafts = (drafts,)
-    try:
-        arr = np.asarray(drafts)
-    except Exception as exc:  # pragma: no cover - defensive
-        raise TypeError(f"`drafts` must be a sequence of {k} token ids, got {type(drafts).__name__}") from exc
+    arr = as_array(drafts, "drafts", f"a sequence of {k} token ids")
     if arr.ndim != 1 or arr.shape[0] != k:
         raise ValueError(f"`drafts` must be a sequence of k={k} token ids, got shape {arr.shape}")
     if arr.dtype.kind not in "iu":
-        if arr.dtype.kind == "f" and np.all(np.mod(arr, 1) == 0):
+        if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(np.mod(arr, 1) == 0):
             raise TypeError("`drafts` must hold integer token ids, got floats")
         raise TypeError(f"`drafts` must hold integer token ids, got dtype {arr.dtype}")
     if np.any(arr < 0) or np.any(arr >= n):

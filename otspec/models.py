@@ -1002,10 +1002,10 @@ def joint_from_tables(tables) -> np.ndarray:
 
     Raises
     ------
-    IndexError
-        ``tables`` empty.
+    TypeError
+        ``tables`` not a non-empty sequence of real arrays.
     ValueError
-        Tables whose shapes do not nest (numpy broadcasting).
+        A table not of shape ``(V,) * (l + 1)``, or with a negative or non-finite entry.
 
     Examples
     --------
@@ -1013,7 +1013,18 @@ def joint_from_tables(tables) -> np.ndarray:
     >>> joint_from_tables([[0.5, 0.5], [[1.0, 0.0], [0.25, 0.75]]]).tolist()
     [[0.5, 0.0], [0.125, 0.375]]
     """
-    J = np.asarray(tables[0], dtype=np.float64).copy()
-    for ell in range(1, len(tables)):
-        J = J[..., None] * tables[ell]
+    if isinstance(tables, (str, bytes)) or not hasattr(tables, "__len__") or len(tables) == 0:
+        raise TypeError(f"`tables` must be a non-empty sequence of conditional tables, got {type(tables).__name__}")
+    # the entries as given (no flush, no rescale: the joint of validated tables to the bit), checked for type,
+    # shape, finiteness and sign: a NaN, a complex or a text entry is refused, not multiplied through
+    tabs = [_float_input(t, f"tables[{ell}]", "an array_like of floats")[0] for ell, t in enumerate(tables)]
+    V = tabs[0].shape[-1] if tabs[0].ndim else 0
+    for ell, t in enumerate(tabs):
+        if V == 0 or t.shape != (V,) * (ell + 1):
+            raise ValueError(f"`tables[{ell}]` must have shape (V,) * {ell + 1} with V >= 1, got {t.shape}")
+        if not (np.all(np.isfinite(t)) and t.min() >= 0):
+            raise ValueError(f"`tables[{ell}]` must hold finite non-negative probabilities")
+    J = tabs[0].copy()
+    for ell in range(1, len(tabs)):
+        J = J[..., None] * tabs[ell]
     return J

@@ -32,7 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._validation import validate_pair, validate_positive_int
+from ._validation import as_array, as_float_array, validate_pair, validate_positive_int
 from .lossy._lenience import validate_lenience
 
 __all__ = [
@@ -48,11 +48,8 @@ __all__ = [
 def _real_array(x, name: str) -> np.ndarray:
     if isinstance(x, (str, bytes)) or x is None or isinstance(x, bool):
         raise TypeError(f"`{name}` must be a real number or array of them, got {type(x).__name__}")
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`{name}` must be a real number or array of them, got {type(x).__name__}") from exc
-    if arr.dtype == bool or np.asarray(x).dtype == bool:
+    arr = as_float_array(x, name, "a real number or array of them")
+    if np.asarray(x.detach() if hasattr(x, "detach") else x).dtype == bool:
         raise TypeError(f"`{name}` must be real, got booleans")
     return arr
 
@@ -68,7 +65,7 @@ def _alpha(alpha) -> np.ndarray:
 def _gamma(gamma) -> np.ndarray:
     if isinstance(gamma, bool):
         raise TypeError("`gamma` must be an integer >= 1, got bool")
-    g = np.asarray(gamma)
+    g = as_array(gamma, "gamma", "an integer >= 1 or an array of them")
     if g.dtype.kind == "f":
         if not np.all(np.isfinite(g)) or not np.all(g == np.floor(g)):
             raise TypeError(f"`gamma` must be an integer >= 1, got {gamma!r}")
@@ -77,6 +74,8 @@ def _gamma(gamma) -> np.ndarray:
         raise TypeError(f"`gamma` must be an integer >= 1, got {type(gamma).__name__}")
     if not np.all(g >= 1):
         raise ValueError(f"`gamma` must be an integer >= 1, got {int(g[g < 1].ravel()[0])}")
+    if g.dtype.kind == "u" and np.any(g > np.iinfo(np.int64).max):  # 2**63 as uint64: int64 would wrap it negative
+        raise ValueError(f"`gamma` must be an integer in [1, 2**63), got {int(g.max())}")
     return g.astype(np.int64)
 
 
@@ -96,7 +95,7 @@ def _out(x: np.ndarray):
 def _geometric(a: np.ndarray, g: np.ndarray) -> np.ndarray:
     r""":math:`\sum_{i=0}^{\gamma} \alpha^i = (1 - \alpha^{\gamma+1})/(1 - \alpha)`, exact at :math:`\alpha = 1`."""
     a, g = np.broadcast_arrays(a, g)
-    n = (g + 1).astype(np.float64)
+    n = g.astype(np.float64) + 1.0  # gamma + 1 in float64: no int64 overflow at gamma = 2**63 - 1
     out = np.empty(a.shape, dtype=np.float64)
     one = a == 1.0
     out[one] = n[one]
@@ -131,7 +130,7 @@ def expected_tokens(alpha, gamma):
     Raises
     ------
     ValueError
-        If ``alpha`` is outside ``[0, 1]`` or ``gamma < 1``.
+        If ``alpha`` is outside ``[0, 1]`` or ``gamma`` outside ``[1, 2**63)``.
     TypeError
         If ``gamma`` is not an integer.
 
@@ -425,9 +424,9 @@ def expected_acceptance(p, q, *, l=1.0):
 
 
     lv = validate_lenience(l)
-    P = np.asarray(p, dtype=np.float64) if not isinstance(p, (str, bytes)) else p
-    Q = np.asarray(q, dtype=np.float64) if not isinstance(q, (str, bytes)) else q
-    if getattr(P, "ndim", 0) == 2 and getattr(Q, "ndim", 0) == 2:
+    what = "an array_like of distributions"
+    P, Q = as_float_array(p, "p", what), as_float_array(q, "q", what)
+    if P.ndim == 2 and Q.ndim == 2:
         if P.shape != Q.shape:
             raise ValueError(f"`p` and `q` must have the same shape, got {P.shape} and {Q.shape}")
         rows = [validate_pair(P[j], Q[j]) for j in range(P.shape[0])]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_pair
+from .._validation import as_float_array, validate_pair
 from ..multidraft._maximal_coupling import RatioTestVerifier
 from ._mentored import kl_divergence
 
@@ -64,7 +64,8 @@ class LenientVerifier(RatioTestVerifier):
         super().__init__(p, q)
         self.l = l
         self._scale = l
-        acc = np.minimum(q / l, p)
+        with np.errstate(over="ignore"):  # a subnormal l: q / l = inf where q > 0, and min(inf, p) = p exactly
+            acc = np.minimum(q / l, p)
         self._acc = min(math.fsum(acc.tolist()), 1.0)
         law = acc + (1.0 - self._acc) * self._res
         law.setflags(write=False)
@@ -221,7 +222,7 @@ def lenience_curve(p, q, ls, *, normalize: bool = False) -> LenienceCurve:
     ([0.7, 0.9], [0.0, 0.2])
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    arr = np.atleast_1d(np.asarray(ls, dtype=np.float64))
+    arr = np.atleast_1d(as_float_array(ls, "ls", "a 1-D array_like of lenience values"))
     if arr.ndim != 1 or arr.shape[0] == 0:
         raise ValueError(f"`ls` must be a non-empty 1-D array of lenience values, got shape {arr.shape}")
     vs = [LenientVerifier(p_, q_, validate_lenience(float(v))) for v in arr]

@@ -60,7 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._registry import unknown_name_message
-from .._validation import as_rng, validate_pair, validate_probability
+from .._validation import as_float_array, as_rng, validate_distribution, validate_pair, validate_probability
 from .._verifier import Verifier, sample_from
 from ..multidraft._maximal_coupling import residual
 
@@ -129,14 +129,14 @@ def kl_divergence(q: np.ndarray, pi: np.ndarray) -> float:
 
     Computed as :math:`\sum_{q_i > 0} q_i h(\pi_i/q_i - 1) + \sum_{q_i = 0} \pi_i`
     with :math:`h(u) = u - \ln(1+u) \ge 0` (equal when both sum to 1), which
-    keeps full relative accuracy when :math:`\pi \approx q`. Inputs are taken
-    as given (no validation): clean float64 vectors.
+    keeps full relative accuracy when :math:`\pi \approx q`. Both must be
+    distributions (checked as every law is, subnormal entries kept as given).
 
     Parameters
     ----------
-    q : (n,) ndarray of float64
+    q : (n,) array_like of float
         The reference law (the target).
-    pi : (n,) ndarray of float64
+    pi : (n,) array_like of float
         The law compared with it.
 
     Returns
@@ -146,8 +146,10 @@ def kl_divergence(q: np.ndarray, pi: np.ndarray) -> float:
 
     Raises
     ------
-    IndexError
-        ``q`` and ``pi`` of different lengths (no other validation).
+    ValueError
+        ``q`` or ``pi`` not a distribution, or of different lengths.
+    TypeError
+        ``q`` or ``pi`` not an array_like of real numbers.
 
     Examples
     --------
@@ -158,6 +160,10 @@ def kl_divergence(q: np.ndarray, pi: np.ndarray) -> float:
     >>> kl_divergence(np.array([0.5, 0.5]), np.array([1.0, 0.0]))
     inf
     """
+    q = validate_distribution(q, "q", flush=False)
+    pi = validate_distribution(pi, "pi", flush=False)
+    if q.shape != pi.shape:
+        raise ValueError(f"`q` and `pi` must have the same length, got {q.shape[0]} and {pi.shape[0]}")
     m = q > 0
     if np.any(pi[m] <= 0):
         return math.inf
@@ -869,10 +875,7 @@ def mentored_frontier(p, q, Ds, *, normalize: bool = False) -> MentoredFrontier:
     [0.7, 0.829466, 1.0]
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    try:
-        Ds_ = np.array(Ds, dtype=np.float64, copy=True)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`Ds` must be a 1-D array_like of floats, got {type(Ds).__name__}") from exc
+    Ds_ = as_float_array(Ds, "Ds", "a 1-D array_like of floats")
     if Ds_.ndim != 1 or Ds_.shape[0] == 0:
         raise ValueError(f"`Ds` must be a non-empty 1-D array, got shape {Ds_.shape}")
     bad = np.isnan(Ds_) | (Ds_ < 0)

@@ -174,8 +174,8 @@ def khisti_verifier(p, q, k: int, *, normalize: bool = False) -> KhistiVerifier:
     m = int(np.count_nonzero(p_ > 0))
     if n_multisets(m, k) > MAX_MULTISETS:
         raise ValueError(
-            f"the selection LP enumerates C({m} + {k} - 1, {k}) = {n_multisets(m, k)} draft multisets, "
-            f"above the limit {MAX_MULTISETS}"
+            f"the selection LP of `k`={k} drafts enumerates C({m} + {k} - 1, {k}) = {n_multisets(m, k)} draft "
+            f"multisets, above the limit {MAX_MULTISETS}"
         )
     check_plan_entries(n_multisets(m, k), q_.shape[0], f"the selection plan of `k` = {k} drafts over `p`'s "
                        f"{m} tokens and `q`'s {q_.shape[0]}")

@@ -52,7 +52,7 @@ import numbers
 
 import numpy as np
 
-from .._validation import as_rng, validate_k, validate_pair
+from .._validation import as_float_array, as_rng, validate_k, validate_pair
 from .._verifier import Verifier, check_draw_count
 
 __all__ = [
@@ -95,10 +95,7 @@ def _validate_rho(rho, name: str = "rho"):
     if isinstance(rho, numbers.Real):
         arr = np.asarray(float(rho))
     else:
-        try:
-            arr = np.asarray(rho, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"`{name}` must be a real number or an array of them, got {type(rho).__name__}") from exc
+        arr = as_float_array(rho, name, "a real number or an array of them")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise ValueError(f"`{name}` must be finite and > 0, got {rho!r}")
     return arr
@@ -107,9 +104,10 @@ def _validate_rho(rho, name: str = "rho"):
 def _beta(p: np.ndarray, q: np.ndarray, rho):
     r""":math:`\beta(\rho) = \sum_x \min(p(x), q(x)/\rho)` for a scalar or an array of ``rho``."""
     r = np.asarray(rho, dtype=np.float64)
-    if r.ndim == 0:
-        return float(np.minimum(p, q / float(r)).sum())
-    return np.array([np.minimum(p, q / v).sum() for v in r.ravel()]).reshape(r.shape)
+    with np.errstate(over="ignore"):  # a subnormal rho: q / rho = inf where q > 0, and min(p, inf) = p exactly
+        if r.ndim == 0:
+            return float(np.minimum(p, q / float(r)).sum())
+        return np.array([np.minimum(p, q / v).sum() for v in r.ravel()]).reshape(r.shape)
 
 
 def _DE(p: np.ndarray, q: np.ndarray, rho: float, buf=None) -> tuple[float, float]:

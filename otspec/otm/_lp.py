@@ -14,7 +14,7 @@ import numpy as np
 from .._deps import install_hint
 from .._validation import validate_distribution, validate_k, validate_pair
 from .._verifier import Verifier
-from ._highs import LP_CHECK_TOL, SolverError, solve_lp
+from ._highs import LP_CHECK_TOL, SolverError, _quiet_class, solve_lp
 from ._multisets import multiset_law, n_multisets
 
 __all__ = [
@@ -588,12 +588,18 @@ def otm_lp_tuples(p, q, k, *, normalize: bool = False, raise_on_failure: bool = 
         # HiGHS presolve wrongly declares some feasible instances with 1e-10
         # entries infeasible at these tolerances (found by hypothesis); these
         # LPs are tiny, so presolve is simply off
-        prob.solve(
-            solver=cp.HIGHS,
-            presolve="off",
-            primal_feasibility_tolerance=1e-10,
-            dual_feasibility_tolerance=1e-10,
-        )
+        import highspy
+
+        plain, highspy.Highs = highspy.Highs, _quiet_class()  # cvxpy's own instance, silent: no banner at the first
+        try:                                                   # LP of a process (as every otspec instance)
+            prob.solve(
+                solver=cp.HIGHS,
+                presolve="off",
+                primal_feasibility_tolerance=1e-10,
+                dual_feasibility_tolerance=1e-10,
+            )
+        finally:
+            highspy.Highs = plain
     except cp.error.SolverError as exc:
         return _failure("solver_error", str(exc), n_vars, k, float("nan"), raise_on_failure)
     if prob.status != cp.OPTIMAL or pi.value is None:

@@ -105,6 +105,7 @@ import numpy as np
 from .._array import parse_ks
 from .._registry import unknown_name_message
 from .._validation import (
+    as_float_array,
     validate_distribution,
     validate_drafts,
     validate_k,
@@ -315,7 +316,7 @@ def uncovered_prefixes(p_sorted, k, *, step: float | None = None) -> np.ndarray:
     [1.0, 1.0, 0.583333333333333, 0.0]
     """
     ks, _ = parse_ks(k)  # Python ints: a k past int64 is refused by no cast
-    p_sorted = np.asarray(p_sorted, dtype=np.float64)
+    p_sorted = as_float_array(p_sorted, "p_sorted", "a 1-D array_like of masses")
     if p_sorted.ndim != 1 or not np.all(np.isfinite(p_sorted)) or np.any(p_sorted < 0):
         raise ValueError("`p_sorted` must be a 1-D array of finite non-negative masses")
     # every k above n gives 1 at every prefix (fewer than k tokens): the same values at k = n + 1

@@ -43,7 +43,7 @@ import numpy as np
 
 from .._array import validate_batch_pair
 from .._registry import get_verifier, unknown_name_message, verifier_names
-from .._validation import as_rng, validate_positive_int
+from .._validation import as_float_array, as_rng, validate_positive_int
 from ..multidraft._batched import batched_kseq_rho_star
 from ..multidraft._priority_keys import PriorityKeyVerifier
 from ..spectr._common import resolve_verifier
@@ -733,8 +733,8 @@ def emission_probs_from_token_probs(scheme, p_y, q_y, *, L) -> np.ndarray:
         raise ValueError(f"`scheme` must be 'token' or 'block-onestep' (the schemes that need only the text "
                          f"tokens' probabilities), got {scheme!r}")
     L = validate_positive_int(L, "L")
-    py = np.asarray(p_y, dtype=np.float64)
-    qy = np.asarray(q_y, dtype=np.float64)
+    py = as_float_array(p_y, "p_y")
+    qy = as_float_array(q_y, "q_y")
     if py.shape != qy.shape or py.ndim < 1:
         raise ValueError(f"`p_y` and `q_y` must have one shape (..., T), got {py.shape} and {qy.shape}")
     for name, x in (("p_y", py), ("q_y", qy)):
@@ -801,8 +801,8 @@ def starts_recursion(e, log_q, *, lengths=None) -> np.ndarray:
     >>> starts_recursion(e, np.log(q[np.arange(4), y])).round(4).tolist()
     [1.0, 0.3333, 0.6667, 0.5556]
     """
-    E = np.asarray(e, dtype=np.float64)
-    lq = np.asarray(log_q, dtype=np.float64)
+    E = as_float_array(e, "e")
+    lq = as_float_array(log_q, "log_q")
     if E.ndim < 2:
         raise ValueError(f"`e` must have shape (..., T, L + 1), got {E.shape}")
     if lq.shape != E.shape[:-1]:
@@ -919,7 +919,7 @@ def tokens_per_call(e, log_q, *, lengths=None) -> RenewalEstimate:
     >>> round(est.tokens_per_call, 4), est.starts.round(4).tolist()
     (1.5, [2.5556])
     """
-    E = np.asarray(e, dtype=np.float64)
+    E = as_float_array(e, "e")
     if E.ndim != 3:
         raise ValueError(f"`e` must have shape (n_texts, T, L + 1), got {E.shape}")
     r = starts_recursion(E, log_q, lengths=lengths)
@@ -973,7 +973,7 @@ def per_position_tokens_per_call(m, *, lengths=None) -> float:
     >>> per_position_tokens_per_call([[1.0, 2.0, 3.0]])
     2.0
     """
-    M = np.asarray(m, dtype=np.float64)
+    M = as_float_array(m, "m")
     if M.ndim != 2 or not np.all(np.isfinite(M)):
         raise ValueError(f"`m` must be a finite (n_texts, T) array, got shape {M.shape}")
     n = _lengths(lengths, M.shape[:1], M.shape[1])
@@ -1019,8 +1019,8 @@ def palm_tokens_per_call(m, r, *, lengths=None) -> float:
     >>> palm_tokens_per_call([[1.0, 3.0]], [[1.0, 0.0]])
     1.0
     """
-    M = np.asarray(m, dtype=np.float64)
-    R = np.asarray(r, dtype=np.float64)
+    M = as_float_array(m, "m")
+    R = as_float_array(r, "r")
     if M.ndim != 2 or R.shape != M.shape or not (np.all(np.isfinite(M)) and np.all(np.isfinite(R))):
         raise ValueError(f"`m` and `r` must be finite (n_texts, T) arrays of one shape, got {M.shape} and {R.shape}")
     n = _lengths(lengths, M.shape[:1], M.shape[1])

@@ -52,6 +52,10 @@ class MCEstimate:
         )
 
 
+#: Most Monte Carlo draws of one call (as otspec.testing.MAX_SAMPLES): more would run for days, not fail.
+_MAX_MC_SAMPLES = 10**9
+
+
 def block_efficiency_mc(
     draft,
     target,
@@ -107,7 +111,7 @@ def block_efficiency_mc(
     Raises
     ------
     ValueError, TypeError
-        Invalid ``K``, ``L``, ``branching``, ``n_samples < 2``,
+        Invalid ``K``, ``L``, ``branching``, ``n_samples`` outside ``[2, 10**9]``,
         ``confidence`` outside ``(0, 1)``, or invalid models.
 
     References
@@ -132,6 +136,8 @@ def block_efficiency_mc(
     ctx = validate_prefix(prefix, n)
     factory = resolve_verifier(verifier)
     n_samples = validate_positive_int(n_samples, "n_samples", minimum=2)
+    if n_samples > _MAX_MC_SAMPLES:
+        raise ValueError(f"`n_samples` must be at most {_MAX_MC_SAMPLES:,} (one Python loop step each), got {n_samples}")
     confidence = validate_probability(confidence, "confidence", low_open=True, high_open=True)
     gen = as_rng(rng)
     it = range(n_samples)

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_distribution, validate_positive_int, validate_probability
+from .._validation import as_array, validate_distribution, validate_positive_int, validate_probability
 
 __all__ = ["GofResult", "chi2_gof", "sample_size", "detectable_tv", "MAX_SAMPLES"]
 
@@ -72,6 +73,15 @@ class GofResult:
     passed: bool
     n_cells: int
     outside_support: int
+
+
+def _min_expected(v) -> float:
+    """``min_expected``: a finite real number > 0 (NaN or None would silently change which cells are pooled)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, numbers.Real):
+        raise TypeError(f"`min_expected` must be a real number > 0, got {type(v).__name__}")
+    if not (math.isfinite(float(v)) and v > 0):
+        raise ValueError(f"`min_expected` must be a finite real number > 0, got {float(v)!r}")
+    return float(v)
 
 
 def _pool_mask(law: np.ndarray, N: int, min_expected: float) -> np.ndarray:
@@ -224,12 +234,13 @@ def chi2_gof(counts, law, *, alpha_fail: float = 1e-4, min_expected: float = MIN
     from scipy import stats
 
     law_ = validate_distribution(law, "law", tol=1e-8)
-    c = np.asarray(counts)
+    c = as_array(counts, "counts", "an array_like of non-negative integer counts")
     if c.shape != law_.shape:
         raise ValueError(f"`counts` must have the shape of `law` {law_.shape}, got {c.shape}")
     if c.dtype.kind not in "iu" or np.any(c < 0):
         raise ValueError("`counts` must be non-negative integers")
     alpha_fail = validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
+    min_expected = _min_expected(min_expected)
     N = int(c.sum())
     validate_positive_int(N, "sum(counts)")
     stat, dof, n_cells, outside, _ = _pearson(c, law_, min_expected)
@@ -362,6 +373,7 @@ def sample_size(tv, law, *, power: float = 0.99, alpha_fail: float = 1e-4,
     (24157, 29897)
     """
     tv, power, alpha_fail = _check_args(tv, power, alpha_fail)
+    min_expected = _min_expected(min_expected)
     law_ = _law_or_cells(law)
     several = np.count_nonzero(law_ > 0) >= 2
     # the smallest N with N >= N(tv, d(N)): d(N) and so N(tv, d(N)) never decrease with N, hence
@@ -435,6 +447,7 @@ def detectable_tv(n_samples, law, *, power: float = 0.99, alpha_fail: float = 1e
     """
     N = validate_positive_int(n_samples, "n_samples")
     _, power, alpha_fail = _check_args(1.0, power, alpha_fail)
+    min_expected = _min_expected(min_expected)
     law_ = _law_or_cells(law)
     dof = _dof_at(law_, N, min_expected)
     if dof == 0:

@@ -33,10 +33,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .._validation import SIMPLEX_TOL, number_text, validate_positive_int
+from .._validation import SIMPLEX_TOL, as_float_array, number_text, validate_positive_int
 from ..models import next_law, validate_model_pair, validate_sequence
 from ._process import MAX_TREES, LawCache, _laws_of, _ranked, enumerate_trees, validate_process
-from ._tree import TreeShape
+from ._tree import MAX_TREE_NODES, TreeShape
 from ._value import value as tree_value
 from ._verifiers import make_tree_verifier
 
@@ -428,10 +428,7 @@ class SequoiaTree(NamedTuple):
 def _validate_acceptance(acceptance) -> np.ndarray:
     if isinstance(acceptance, (str, bytes)):
         raise TypeError("`acceptance` must be a 1-D array of probabilities, got a string")
-    try:
-        a = np.array(acceptance, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"`acceptance` must be a 1-D array of probabilities, got {type(acceptance).__name__}") from exc
+    a = as_float_array(acceptance, "acceptance", "a 1-D array of probabilities")
     if a.ndim != 1 or a.shape[0] == 0:
         raise ValueError(f"`acceptance` must be a non-empty 1-D array, got shape {a.shape}")
     bad = ~(np.isfinite(a) & (a >= 0) & (a <= 1))
@@ -657,7 +654,7 @@ def acceptance_vector(draft, target, width, *, process="wor", verifier="sequoia"
     ------
     ValueError, TypeError
         Bad models, process, verifier (or one not lossless for the process),
-        ``width`` below 1, contexts as in :func:`best_shape`, or the
+        ``width`` below 1 or above ``MAX_TREE_NODES``, contexts as in :func:`best_shape`, or the
         enumeration above ``max_trees``.
 
     References
@@ -675,6 +672,8 @@ def acceptance_vector(draft, target, width, *, process="wor", verifier="sequoia"
     """
     V = validate_model_pair(draft, target)
     width = validate_positive_int(width, "width")
+    if width > MAX_TREE_NODES:  # checked before the star's list of width nodes is built
+        raise ValueError(f"`width` must be at most MAX_TREE_NODES = {MAX_TREE_NODES:,}, got {width}")
     star = TreeShape([(r,) for r in range(width)])
     process = validate_process(process, star)
     ctx = _validate_contexts(contexts, V)
