@@ -70,7 +70,7 @@ def suffix_masses(pD: np.ndarray, b: float) -> np.ndarray:
 
 
 def prefix_depths(pD: np.ndarray, above: float) -> np.ndarray:
-    """``d[j] = above + sum(pD[:j])`` for ``j = 0..m``: the complements ``1 - c[j]`` of :func:`suffix_masses`.
+    r"""``d[j] = above + sum(pD[:j])`` for ``j = 0..m``: the complements ``1 - c[j]`` of :func:`suffix_masses`.
 
     Sums of non-negative terms, so each has full relative accuracy; the
     ``k``-th powers of the suffix masses at huge ``k`` are taken from these
