@@ -30,10 +30,12 @@ under 100 ms.
 
 ``--huge [--against DIR]``: the priority-key layout's gap to alpha_k at k = 2, 8, 64, 65, 10^4, 10^6,
 2^40, 2^62 on the full-vocabulary laws (n = 49,152: real pairs, and the synthetic LLM-like pair of
-``--full``) and on n = 2000 Dirichlet(1) pairs, with its status and coordinate (``origin`` 1: the
+``--full``; two sparse Dirichlet(0.1) pairs, alpha_k < 1 at huge k, where the greedy pass takes its slow
+path) and on n = 2000 Dirichlet(1) pairs, with alpha_k, its status and coordinate (``origin`` 1: the
 depth coordinate x = s - 1, k > 64); with ``--against`` also the other checkout's gap (its
 ``build_keys``, no fallback) and the construction time of ``optimal_verifier(p, q, k)`` side by side
-(interleaved rounds, medians, the load average before and after).
+(interleaved rounds, medians, the load average before and after). ``--only LABEL`` (repeatable): only
+the laws whose label contains it.
 
 ``--full``: construction time at full vocabulary as a ratio to an
 argsort of the same vocabulary (``np.argsort(q / p)``) measured in the same
@@ -304,7 +306,7 @@ def _load_package(root: str):
 
 
 def _keys_gap(pkg, p, q, k):
-    """(gap, status, origin, seconds) of a package's priority-key layout (its build_keys: no fallback)."""
+    """(gap, status, origin, seconds, alpha_k) of a package's priority-key layout (its build_keys: no fallback)."""
     import importlib
     import warnings
 
@@ -318,7 +320,7 @@ def _keys_gap(pkg, p, q, k):
         in0 = np.zeros(p.shape[0], dtype=bool)
         in0[cut.omega0] = True
         v = pk.build_keys(p, q, p[supp], q[supp], supp, k, in0[supp], cut.alpha, None)
-    return v.gap, v.status, getattr(v, "origin", 0), time.perf_counter() - t0
+    return v.gap, v.status, getattr(v, "origin", 0), time.perf_counter() - t0, cut.alpha
 
 
 def _limited(fn, limit):
@@ -338,7 +340,7 @@ def _limited(fn, limit):
     return out
 
 
-def part_huge(against, n_pairs, rst, limit):
+def part_huge(against, n_pairs, rst, limit, only=()):
     import datetime
     import os
 
@@ -352,26 +354,32 @@ def part_huge(against, n_pairs, rst, limit):
     laws.append(("llm-like", *llm_like(49_152, np.random.default_rng(10 * 49_152 + 8))))
     rng = np.random.default_rng(0)
     laws.append(("dirichlet", rng.dirichlet(np.ones(2000)), rng.dirichlet(np.ones(2000))))
+    # alpha_k < 1 at huge k (the greedy pass's slow path): sparse Dirichlet(0.1) pairs at full vocabulary
+    for seed in (1, 2):
+        g = np.random.default_rng(seed)
+        laws.append((f"dir0.1 s{seed}", g.dirichlet(np.full(49_152, 0.1)), g.dirichlet(np.full(49_152, 0.1))))
+    if only:
+        laws = [law for law in laws if any(o in law[0] for o in only)]
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}",
           flush=True)
     rows = []
     slow = set()
     for label, p, q in laws:
         for k in HUGE_KS:
-            gap, status, origin, dt = _keys_gap(otspec, p, q, k)
-            row = [label, p.shape[0], k if k < 2**20 else f"2^{k.bit_length() - 1}", f"{gap:.1e}", status, origin,
-                   f"{dt:.2f}"]
+            gap, status, origin, dt, alpha = _keys_gap(otspec, p, q, k)
+            row = [label, p.shape[0], k if k < 2**20 else f"2^{k.bit_length() - 1}", f"{alpha:.4f}", f"{gap:.1e}",
+                   status, origin, f"{dt:.2f}"]
             if old is not None:
                 res = _limited(lambda p=p, q=q, k=k: _keys_gap(old, p, q, k), limit)
                 if res is None:
                     row += ["-", f"> {limit:g} s (stopped)", "-"]
                     slow.add((label, k))
                 else:
-                    g0, s0, _, d0 = res
+                    g0, s0, _, d0, _ = res
                     row += [f"{g0:.1e}", s0, f"{d0:.2f}"]
             rows.append(tuple(row))
             print("  ", row, flush=True)
-    head = ["law", "n", "k", "gap", "status", "origin", "s"] + (["former gap", "former status", "former s"] if old
+    head = ["law", "n", "k", "alpha_k", "gap", "status", "origin", "s"] + (["former gap", "former status", "former s"] if old
                                                                else [])
     print_table("Priority-key layout: gap to alpha_k at huge k (build_keys, no fallback)", tuple(head), rows, rst)
     if old is None:
@@ -414,6 +422,7 @@ def main():
                     help="--full: also time the mixture-of-orders construction (method='direct'; slow)")
     ap.add_argument("--huge", action="store_true", help="gaps of the priority-key layout at huge k")
     ap.add_argument("--against", default=None, help="--huge: another checkout to compare with")
+    ap.add_argument("--only", action="append", help="--huge: only the laws whose label contains this (repeatable)")
     ap.add_argument("--_real-child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._real_child:
@@ -421,7 +430,7 @@ def main():
         return
     print(f"numpy {np.__version__}")
     if args.huge:
-        part_huge(args.against, args.pairs, args.rst, args.timeout)
+        part_huge(args.against, args.pairs, args.rst, args.timeout, tuple(args.only or ()))
         return
     if args.full:
         part_full(args.pairs, args.quick, args.rst, args.mixture)

@@ -487,12 +487,18 @@ def optimal_verifier(
     ``10^6`` and ``8e-2`` at ``2^40``). A gap above ``tol`` that the bound
     explains gets the status ``"rounding"`` and is returned as is (no
     fallback: the mixture of orders rounds no better at such ``k``, and
-    takes hours). It can still happen at ``k <= 64`` (the suffix-mass
-    bound above), and above it where the greedy pass leaves its fast path
-    (``z = q`` when :math:`\alpha_k = 1`): its slow path still sums
-    suffix masses, whose ``k``-th powers amplify their rounding ``k``-fold,
-    and the bound then adds :math:`8 k \varepsilon \sum_j s_j^{k-1}`
-    with :math:`s_j = 1 + x_j` (it grows with ``k``).
+    takes hours). It can still happen only at ``k <= 64`` (the suffix-mass
+    bound above): above it both greedy passes, on their fast path
+    (``z = q`` when :math:`\alpha_k = 1`) and on their slow path (taken
+    when :math:`\alpha_k < 1`), take every power of a suffix mass ``c``
+    from its complement, the prefix mass ``d = 1 - c`` summed on its own
+    (:math:`c^k = e^{k \operatorname{log1p}(-d)}`, never ``c**k``, which
+    amplifies the rounding of ``c`` ``k``-fold and overflows at
+    ``k = 2^62`` once ``c`` rounds above 1), so the greedy ``z`` rounds by
+    a ``k``-independent amount too (measured gaps below ``1e-12`` at every
+    ``k`` from ``65`` to ``2^62`` on ``n = 49,152`` Dirichlet(0.1) pairs
+    with :math:`\alpha_k` from 0.39 to 0.99; formerly up to ``1.3e-2`` at
+    ``2^40``).
     ``acceptance()`` and ``gap`` are exact for the intervals as stored, and
     ``z`` sums to 1 within ``4 n eps``. ``sample`` costs :math:`O(k \log n)` and ``conditional``
     :math:`O(I k)` for the ``I`` intervals of the drafted tokens.

@@ -372,11 +372,9 @@ def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol, *, depth=None):
         # bound is at most 4 (n + 2 P) eps at every k
         depth = -top
         dens = float(k) * _power(top, k - 1, origin)
+        # (the greedy z takes every power c**k of a suffix mass from its complement d = 1 - c, a prefix
+        # mass, on both passes and on both paths: its rounding is of the same k-independent form, no k-fold term)
         bound = max(1e-12, 4 * n * _EPS + 8 * _EPS * float(np.sum(depth * dens)))
-        if not np.array_equal(z[H], qs[H]):
-            # the greedy pass on H left its fast path (z = q): its slow path sums suffix masses, whose k-th
-            # powers amplify their rounding k-fold, so z itself may be off by up to 8 k eps sum_j s_j**(k-1)
-            bound = max(bound, 4 * n * _EPS + 8 * _EPS * float(np.sum(dens)))
     if tol is None:
         # the status tolerance does not depend on k: a larger gap is reported ("rounding" when
         # the bound above explains it), not called optimal

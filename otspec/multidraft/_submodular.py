@@ -18,7 +18,12 @@ after a position, summed from the end) and per-element increments
 keep full relative accuracy where ``p(A)`` is close to 1 and ``k`` is large
 (``g`` is then nearly flat and ``1 - (1 - P)^k`` would lose everything).
 Set functions of prefixes are sums of these increments, never differences
-of two large numbers.
+of two large numbers. Above ``k = 64`` the greedy passes of
+:func:`optimal_selection_law` take every power of a suffix mass from its
+complement instead, :math:`c^k = e^{k \operatorname{log1p}(-d)}` with
+``d = 1 - c`` the mass before it summed on its own (:func:`prefix_depths`):
+``c`` itself carries an absolute rounding of a few ``eps`` near 1, which
+``c**k`` amplifies ``k``-fold.
 
 Notation: ``p`` is the draft distribution, ``q`` the target.
 """
@@ -32,6 +37,7 @@ from ..otm._highs import new_highs
 __all__ = [
     "increments",
     "suffix_masses",
+    "prefix_depths",
     "vertex",
     "prefix_slack",
     "max_violation",
@@ -68,6 +74,20 @@ def suffix_masses(pD: np.ndarray, b: float) -> np.ndarray:
     return c
 
 
+def prefix_depths(pD: np.ndarray, above: float) -> np.ndarray:
+    r"""``d[j] = above + sum(pD[:j])`` for ``j = 0..m``: the complements ``1 - c[j]`` of :func:`suffix_masses`.
+
+    Sums of non-negative terms, so each has full relative accuracy; the
+    ``k``-th powers of the suffix masses at huge ``k`` are taken from these
+    (:math:`c^k = e^{k \operatorname{log1p}(-d)}`), never from ``c`` itself.
+    """
+    d = np.empty(pD.shape[0] + 1)
+    d[0] = above
+    np.cumsum(pD, out=d[1:])
+    d[1:] += above
+    return d
+
+
 #: Block length of the two-level suffix sums.
 _SUM_BLOCK = 128
 
@@ -87,13 +107,17 @@ def _suffix_sums(x: np.ndarray) -> np.ndarray:
     return buf[:m][::-1]
 
 
-def increments(x: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
+def increments(x: np.ndarray, c: np.ndarray, k: int, depth: np.ndarray | None = None) -> np.ndarray:
     r"""``c**k - (c - x)**k`` elementwise, with full relative accuracy (``0 <= x <= c``).
 
     Large arrays with ``k <= 16`` use the multiply-add form where
     ``x <= c / 2`` (then ``c - x`` is exact to a relative ``eps``) and the
-    ``log1p``/``expm1`` form elsewhere.
+    ``log1p``/``expm1`` form elsewhere. ``depth`` (huge ``k``): the
+    complement ``1 - c`` of each mass, summed on its own (the mass before
+    it); then ``c**k = exp(k log1p(-depth))`` (see :func:`_increments_transcendental`).
     """
+    if depth is not None:
+        return _increments_transcendental(x, c, k, depth)
     if 2 <= k <= _HORNER_MAX_K and x.shape[0] >= _HORNER_MIN_SIZE * k:
         small = x <= 0.5 * c
         if small.all():
@@ -106,10 +130,22 @@ def increments(x: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
     return _increments_transcendental(x, c, k)
 
 
-def _increments_transcendental(x: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:
-    """``c**k - (c - x)**k`` as ``-c**k expm1(k log1p(-x/c))``."""
+def _increments_transcendental(x: np.ndarray, c: np.ndarray, k: int, depth: np.ndarray | None = None) -> np.ndarray:
+    r"""``c**k - (c - x)**k`` as ``-c**k expm1(k log1p(-x/c))``.
+
+    With ``depth`` (the complement ``1 - c``, summed on its own from the
+    masses before ``c``), :math:`c^k = e^{k \operatorname{log1p}(-\mathrm{depth})}`:
+    a suffix mass ``c`` near 1 carries an absolute rounding of a few ``eps``,
+    which ``c**k`` amplifies ``k``-fold (``1e-3`` relative at ``k = 2^40``,
+    and ``inf`` at ``k = 2^62`` once ``c`` rounds above 1); the depth has
+    full relative accuracy, so :math:`c^k` is off by at most about
+    :math:`k\,\mathrm{depth}\,e^{-k\,\mathrm{depth}}\,\varepsilon \le \varepsilon`.
+    The ratio ``x/c`` takes ``c`` itself (relative accuracy suffices there).
+    """
     out = np.zeros(x.shape[0])
     pos = c > 0
+    if depth is not None:
+        pos &= depth < 1.0
     if not np.any(pos):
         return out
     cp = c[pos]
@@ -118,18 +154,26 @@ def _increments_transcendental(x: np.ndarray, c: np.ndarray, k: int) -> np.ndarr
         t = np.log1p(-ratio)
     t *= k
     np.expm1(t, out=t)
-    out[pos] = -t * cp**k
+    if depth is None:
+        out[pos] = -t * cp**k
+    else:
+        out[pos] = -t * np.exp(float(k) * np.log1p(-np.maximum(depth[pos], 0.0)))
     return out
 
 
-def vertex(pD: np.ndarray, b: float, k: int) -> np.ndarray:
+def vertex(pD: np.ndarray, b: float, k: int, above: float | None = None) -> np.ndarray:
     r"""Greedy vertex of :math:`B(g_D)` for the order in which ``pD`` is given.
 
     The ``j``-th token gets :math:`g_D(\text{first } j) - g_D(\text{first } j - 1)
     = c_j^k - (c_j - p_j)^k` with :math:`c_j` the mass at or after position ``j``
     (plus ``b``): the chance that token ``j`` is drafted and none before it is.
+    ``above`` (huge ``k``): the draft mass before the block, ``1 - c_0``;
+    given, :math:`c_j^k` is taken from the complement ``above + p(first j)``
+    (:func:`prefix_depths`), never from the suffix sum.
     """
     c = suffix_masses(pD, b)
+    if above is not None:
+        return increments(pD, c[:-1], k, depth=prefix_depths(pD, above)[:-1])
     if 2 <= k <= _HORNER_MAX_K and pD.shape[0] >= _HORNER_MIN_SIZE * k:
         return _increments_between(pD, c[:-1], c[1:], k)
     return increments(pD, c[:-1], k)
@@ -188,7 +232,7 @@ def max_violation(pD: np.ndarray, wD: np.ndarray, b: float, k: int) -> float:
     return float(max(-s.min(), abs(s[-1])))
 
 
-def saturation_fill(pD, b, k, z0, upper, visit) -> np.ndarray:
+def saturation_fill(pD, b, k, z0, upper, visit, above=None) -> np.ndarray:
     r"""Greedy fill of the polymatroid :math:`P(g_D) \cap \{z \le u\}` from ``z0``.
 
     Visit the tokens in ``visit`` order and raise each :math:`z(e)` by
@@ -197,7 +241,9 @@ def saturation_fill(pD, b, k, z0, upper, visit) -> np.ndarray:
     By the prefix structure, the minimising ``A`` is ``e`` together with a
     prefix of the other tokens sorted by ``z/p`` descending, so each capacity
     is one sort and one scan. Whatever the visiting order, the result is a
-    maximal point of the polymatroid (Edmonds' greedy algorithm).
+    maximal point of the polymatroid (Edmonds' greedy algorithm). ``above``
+    (huge ``k``): the draft mass before the block; given, every power of a
+    suffix mass is taken from its complement (:func:`prefix_depths`).
     """
     z = np.array(z0, dtype=np.float64)
     m = pD.shape[0]
@@ -213,12 +259,13 @@ def saturation_fill(pD, b, k, z0, upper, visit) -> np.ndarray:
         pe = pD[e]
         # prefix slacks of the others, with e (and b) counted after them
         c = suffix_masses(po, b + pe)
-        v = increments(po, c[:-1], k)
+        dep = None if above is None else prefix_depths(po, above)
+        v = increments(po, c[:-1], k, None if dep is None else dep[:-1])
         slack = np.empty(m)
         slack[0] = 0.0
         np.cumsum(v - z[others][o], out=slack[1:])
         # marginal of e after each prefix: c_i^k - (c_i - p_e)^k, c_i = mass from e on
-        marg = increments(np.full(m, pe), c, k)
+        marg = increments(np.full(m, pe), c, k, dep)
         sat = float(np.min(slack + marg)) - z[e]
         if sat > 0:
             z[e] += min(room, sat)
@@ -532,8 +579,12 @@ def _fill_high(pH, qH, b, k):
     # i.e. the given order), no token is ever capped by its capacity and the
     # greedy returns z = q (this is the case alpha_k = 1, e.g. p = q)
     # (to the rounding of the prefix sums, 4 m eps)
-    vert = increments(pH, suf[:-1], k)  # capacity of token j when W is empty
-    if k > _DEPTH_MIN_K and m:
+    # vert[j]: capacity of token j when W is empty
+    huge = k > _DEPTH_MIN_K
+    P = None
+    if not (huge and m):
+        vert = increments(pH, suf[:-1], k)
+    else:
         # huge k: c_j = 1 - (mass before j), so c_j**k = exp(k log1p(-P_j)) from the prefix masses P_j
         # (exact where c_j is near 1; c_j**k from the suffix sum amplifies its rounding k-fold), the
         # total pinned at 1 as in the closed form alpha_k; k <= 64 keeps the former values bit for bit
@@ -549,6 +600,9 @@ def _fill_high(pH, qH, b, k):
     # before j, tight): runs of tokens with vert < q are capped at once
     uncapped = np.flatnonzero(vert >= qH)
     W: list[int] = []
+    # huge k: pU = p(U), the mass of the visited tokens outside W, summed on its own (reset to the
+    # prefix mass P[j] whenever W is empty), so that 1 - R_i = pU + p(W[:i]) has full relative accuracy
+    pU = 0.0
     j = 0
     while j < m:
         pe = pH[j]
@@ -558,23 +612,32 @@ def _fill_high(pH, qH, b, k):
                 z[j:nxt] = np.maximum(vert[j:nxt], 0.0)
                 j = nxt
                 continue
+            if huge:
+                pU = float(P[j])
         if W:
             Wa = np.array(W)
             pw = pH[Wa]
             # R_i = suf[j] + p(W[i:]) for i = 0..|W|
             R = suffix_masses(pw, float(suf[j]))
-            inc_w = increments(pw, R[:-1], k)
+            # huge k: R_i**k from the complement 1 - R_i = pU + p(W[:i]) (never from R_i itself)
+            dep = prefix_depths(pw, pU) if huge else None
+            inc_w = increments(pw, R[:-1], k, None if dep is None else dep[:-1])
             slack = np.empty(len(W) + 1)
             slack[0] = 0.0
             np.cumsum(inc_w - z[Wa], out=slack[1:])
-            vals = slack + increments(np.full(len(W) + 1, pe), R, k)
+            vals = slack + increments(np.full(len(W) + 1, pe), R, k, dep)
             i = int(np.argmin(vals))
             sat = float(vals[i])
+        elif huge:
+            i = 0
+            sat = float(vert[j])  # the same capacity, its power from the prefix mass
         else:
             i = 0
             sat = float(increments(np.array([pe]), np.array([suf[j]]), k)[0])
         if sat < qH[j]:
             z[j] = max(sat, 0.0)
+            if huge:
+                pU += (float(pw[:i].sum()) if i else 0.0) + float(pe)
             del W[:i]  # U absorbs W[:i] and e: the new tight set
         else:
             z[j] = qH[j]
@@ -583,7 +646,7 @@ def _fill_high(pH, qH, b, k):
     return z
 
 
-def _fill_low(pO, qO, k):
+def _fill_low(pO, qO, k, above=None):
     r"""Raise ``z = q`` on :math:`\Omega_0` to a base of :math:`g'(A) = s^k - (s - p(A))^k`, visiting ``q/p`` descending.
 
     With ``S_t = g'(T_t) - q(T_t)`` the slacks of the prefixes ``T_t`` of the
@@ -592,7 +655,10 @@ def _fill_low(pO, qO, k):
     makes the (last) minimising prefix tight; every token inside it has
     capacity 0, and the next token after it is raised by the next
     record's drop. The records (``S_t`` strictly below every later slack)
-    are found in one vectorised pass, :math:`O(m)` after the sort.
+    are found in one vectorised pass, :math:`O(m)` after the sort. ``above``
+    (used above ``k = 64``): the draft mass outside :math:`\Omega_0`,
+    ``1 - s``; the powers of the suffix masses then come from their
+    complements ``above + p(first j)`` (:func:`prefix_depths`).
     """
     m = pO.shape[0]
     z = np.array(qO, dtype=np.float64)
@@ -601,7 +667,8 @@ def _fill_low(pO, qO, k):
     c = suffix_masses(pO, 0.0)
     S = np.empty(m + 1)
     S[0] = 0.0
-    np.cumsum(increments(pO, c[:-1], k) - qO, out=S[1:])
+    dep = None if above is None else prefix_depths(pO, above)[:-1]
+    np.cumsum(increments(pO, c[:-1], k, dep) - qO, out=S[1:])
     T = S[1:]
     run = np.minimum.accumulate(T[::-1])[::-1]  # run[i] = min S[i+1:]
     # the last minimiser of S[t:] is the first record at or after t, so the
@@ -630,21 +697,25 @@ def optimal_selection_law(ps, qs, k, in0, *, reference=False):
     H = np.flatnonzero(~in0)
     O = np.flatnonzero(in0)
     s = float(ps[O].sum())
+    # above k = 64 the powers of suffix masses come from their complements: 0 before H, p(H) before Omega_0
+    # (the same sum as the key layout's depth of Omega_0 and the closed form's p(Omega_0)**k)
+    huge = k > _DEPTH_MIN_K
+    above_O = float(ps[H].sum()) if huge else None
     z = np.zeros(ps.shape[0])
     if H.size:
         pH, qH = ps[H], qs[H]
         visit = np.argsort(-(qH / pH), kind="stable")
         if reference:
-            z[H] = saturation_fill(pH, s, k, np.zeros(H.size), qH, visit)
+            z[H] = saturation_fill(pH, s, k, np.zeros(H.size), qH, visit, 0.0 if huge else None)
         else:
             z[H[visit]] = _fill_high(pH[visit], qH[visit], s, k)
     if O.size:
         pO, qO = ps[O], qs[O]
         visit = np.argsort(-(qO / pO), kind="stable")
         if reference:
-            z[O] = saturation_fill(pO, 0.0, k, qO.copy(), np.full(O.size, np.inf), visit)
+            z[O] = saturation_fill(pO, 0.0, k, qO.copy(), np.full(O.size, np.inf), visit, above_O)
         else:
-            z[O[visit]] = _fill_low(pO[visit], qO[visit], k)
+            z[O[visit]] = _fill_low(pO[visit], qO[visit], k, above_O)
     return z, H, O, s
 
 
