@@ -1427,7 +1427,16 @@ class _GrownHeads:
     to the bit on any device), all in one read; a later growth
     of the same rows takes its stats from that read, a growth of fewer rows (some accepted) reads its heads again,
     for those rows. One read for all the growths of a frontier's race whose rows grow together, instead of one per
-    growth (``branching(16, 4)``'s context at V = 3,000: one read, not four)."""
+    growth (``branching(16, 4)``'s context at V = 3,000: one read, not four).
+
+    ``Q`` (set by the caller; None: not read): the target's block of the same rows. Where a read holds every head
+    up to ``V`` (no growth can read again) and the whole blocks ``P`` and ``Q`` fit with them within
+    :data:`_MAX_GROWN_ENTRIES`, they are read in the same copy (``laws``, ``(2, m, V)``, the values of
+    :func:`_host_route_steps`'s read): a race refused after its last growth then goes to the host's route without a
+    read of its own (``branching(16, 4)`` at V = 300 .. 3,000: 4 reads a bound, not 5)."""
+
+    Q = None
+    laws = None
 
     def __init__(self, P):
         self.P = P
@@ -1444,9 +1453,30 @@ class _GrownHeads:
             while levels[-1] < V and entries + len(todo) * min(V, 4 * levels[-1]) <= _MAX_GROWN_ENTRIES:
                 levels.append(min(V, 4 * levels[-1]))
                 entries += len(todo) * levels[-1]
-            got = _run_reads([_race_levels_steps(self.P, levels, todo)])[0]
+            steps = _race_levels_steps(self.P, levels, todo)
+            laws = self.Q is not None and self.laws is None and levels[-1] == V and \
+                entries + 2 * int(self.P.numel()) <= _MAX_GROWN_ENTRIES
+            if laws:          # every head read: the race's last chance; its laws with them, for a refusal
+                steps = _with_tensors(steps, [self.P, self.Q])
+            got = _run_reads([steps])[0]
+            if laws:
+                got, host = got
+                self.laws = host.reshape(2, *self.P.shape)
             self.rows, self.got = todo, dict(zip(levels, got))
         return self.got[K]
+
+
+def _with_tensors(steps, extra: list):
+    """The one-read generator ``steps`` (:func:`_run_reads`) with the tensors ``extra`` read in the same copy after
+    its own: ``(steps' value, the extra tensors' host values, flat)``."""
+    parts = next(steps)
+    n = sum(int(t.numel()) for t in parts)
+    host = yield list(parts) + list(extra)
+    try:
+        steps.send(host[:n])
+    except StopIteration as stop:
+        return stop.value, host[n:]
+    raise RuntimeError("a one-read generator asked for a second read")
 
 
 def _race_levels_steps(P, levels: list, rows: list):
@@ -1469,7 +1499,7 @@ def _race_levels_steps(P, levels: list, rows: list):
     return out
 
 
-def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, last: bool):
+def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths, last: bool, Q=None):
     r"""The children's :math:`\pi` and expected slot counts below them, draws without replacement, for the
     ``(m, V)`` tensor ``P`` of one depth's prefixes, where ``P`` is: rank 0 is ``p``, rank 1 the closed form
     (:func:`_second_draw`), ranks >= 2 the exponential race (its power sums here, :func:`_race_stats_t`; its
@@ -1484,8 +1514,10 @@ def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths
     Returns ``(pi, mds, P1, race, support)``: ``pi`` clipped at 1, ``mds`` the ``E`` slot counts, the second
     draw's law, the :class:`_Race` (None without ranks >= 2) and the supports as a tensor (checked by the caller
     with its one read), or None where the host's route must take the frontier (rows whose draws are
-    enumerated, the race refused or off). A generator (:func:`_run_reads`): the race's power sums are the one read
-    it yields."""
+    enumerated, the race refused or off), or, where the race is refused after its heads grew to ``V`` and the
+    laws were read with them (``Q``, the target's block: :class:`_GrownHeads`), those laws (``(2, m, V)`` host
+    values: the host's route needs no read of its own). A generator (:func:`_run_reads`): the race's power sums are
+    the one read it yields."""
     import torch
 
     ranks, C, beta = slots.incidence(j)
@@ -1518,10 +1550,11 @@ def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths
                          kh=np.zeros(m, np.int64), pmax=np.zeros(m), nu=np.zeros((m, _RACE_TERMS + 1)))
             for key, v in zip(("head", "kh", "hval", "pmax", "nu"), st[1:6]):
                 first[key][rows] = v[rows]
-            race = _Race(P, [r for r in ranks if r >= 2], rows, first=first,
-                         stats=_GrownHeads(P))
+            grown = _GrownHeads(P)
+            grown.Q = Q                          # the laws read with the last heads, for a refusal
+            race = _Race(P, [r for r in ranks if r >= 2], rows, first=first, stats=grown)
             if not race.ok[rows].all():
-                return None
+                return getattr(grown, "laws", None)
             A = np.stack([u.A for u in frontier])
             W, coef = A @ C, [A @ beta[d] for d in depths]
             H, Hmd, HLw, HLmd = _race_weights(race, ranks, W, coef)
@@ -1616,9 +1649,11 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
         cols = _Columns(np.concatenate([Qu[:, None], w01, c01.reshape(m, 2 * E)], axis=1), Pl)
         Qc = cols(0) * Ql
         got = yield from _wor_pi_steps(slots, j, frontier, Pl, Qc, lambda r: cols(1 + r), lambda k: cols(3 + k),
-                                       depths, not more)
-        if got is None:                   # rows enumerated or refused by the race: the host's route, one read
-            return (yield from _host_route_steps(slots, process, frontier, Pl, Ql, keep))
+                                       depths, not more, Ql)
+        if got is None or isinstance(got, np.ndarray):    # rows enumerated or refused by the race: the host's
+            # route, one read (none where the laws came with the race's last heads)
+            return (yield from _host_route_steps(slots, process, frontier, Pl, Ql, keep,
+                                                 None if got is None else got))
         pi, mds, P1, race, support = got
     low = torch.minimum(Qc, pi)
     caps = [torch.minimum(Qc, md) for md in mds]
@@ -1676,14 +1711,16 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
     return cand, pi_exact, dropped
 
 
-def _host_route_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
+def _host_route_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int, host=None):
     """The expansion of one depth's rows by the host's route (:func:`_laws_block`'s: the numba row kernels, else
     :func:`_expand` on numpy blocks) on their laws read in one copy (a generator, :func:`_run_reads`: the tensors
     ``Pl`` and ``Ql`` are its one read), where :func:`_wor_pi_steps` declines (rows whose draws are enumerated,
     the race refused or off): the numpy route's arithmetic on the same rows, so its values to the bit, in one read
-    instead of the block route's reads on the tensors (a few per rank and field)."""
+    instead of the block route's reads on the tensors (a few per rank and field). ``host``: those laws already read
+    (``(2, m, V)``, with the race's last heads: :class:`_GrownHeads`), then no read."""
     m, V = Pl.shape
-    host = (yield [Pl, Ql]).reshape(2, m, V)
+    if host is None:
+        host = (yield [Pl, Ql]).reshape(2, m, V)
     run, P, Q = _laws_block(host[0], host[1])
     return run(slots, process, frontier, P, Q, keep)
 
