@@ -7,7 +7,9 @@ fewer: the first block's laws sliced only where a value is not yet cached, token
 for its reach and the one-draft nodes, the node laws of the token-level families gathered and renormalised once, and
 k-Seq's acceptance finished for every ``k`` at once. Pinned here: the op count of the bench's walk, and the rows the
 walk writes, bit for bit, against digests of the rows written by the code before (main at 2d13785:
-``tests/profile_rows_bp.json``, made by running this file as a script on that checkout) and against the numpy route.
+``tests/profile_rows_bp.json``, made by running this file as a script on that checkout; the four walks at k_max 2
+and 3 made again after the Khisti et al. LP was solved in a label-free token order, which moved its acceptance rows by
+an ulp) and against the numpy route.
 
 Regenerate the digests (only from a checkout whose rows are the reference)::
 
