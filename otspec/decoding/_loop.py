@@ -112,6 +112,8 @@ def _check_tree_memory(plan, tree, V: int, sampling, device_route: bool, prompt:
     """:func:`_check_law_memory` for a draft tree (:func:`~otspec.decoding._tree_loop.tree_law_bytes`): its float64
     laws against :data:`MAX_LAW_BYTES`, with the logits and temporaries against a CUDA device's free memory."""
     by_rows = isinstance(target, HFCausalLM) and _tree_refusal(target.model) is not None
+    if not by_rows and getattr(target, "_keep_kw", None) is not None:
+        prompt = 1  # the tree call's output layer at the root and the nodes only (transformers' logits_to_keep)
     parts = tree_law_bytes(plan, V, sampling, device=device_route, prompt=prompt, log_laws=log_laws,
                            law_batch=LAW_BATCH, by_rows=by_rows)
     need = parts["laws"] + parts["root laws"]

@@ -1338,8 +1338,10 @@ class HFCausalLM(_TreeScoring):
         ids, mask, pos = _tree_layout(tb, L, state.pad, self.device)
         dtype = next(self.model.parameters()).dtype
         bias = torch.zeros(mask.shape, dtype=dtype, device=self.device).masked_fill_(~mask, torch.finfo(dtype).min)
-        out = self.model(input_ids=ids, use_cache=True, attention_mask=bias[:, None], position_ids=pos,
-                         **{self._cache_kw: state.cache})
+        kw = {self._cache_kw: state.cache}
+        if t0 > 1 and self._keep_kw is not None:  # the output layer at the root and the nodes only, not the prompt's
+            kw[self._keep_kw] = n + 1
+        out = self.model(input_ids=ids, use_cache=True, attention_mask=bias[:, None], position_ids=pos, **kw)
         self.n_calls += 1
         state.cache = getattr(out, self._cache_kw)
         state.length, state.batch = L + t0 + n, tb.B
@@ -1348,7 +1350,7 @@ class HFCausalLM(_TreeScoring):
         else:
             kept = [[L + t0 - 1 + a for a in tb.path(r, a)] for r, a in enumerate(tb.keep.tolist())]
             self._take(state, list(range(tb.B)), *_kept_columns(tb, L, kept))
-        return _finish_tree(out.logits[:, t0 - 1 :], tb, _node_ids(tb, self.device)[1])
+        return _finish_tree(out.logits[:, -(n + 1) :], tb, _node_ids(tb, self.device)[1])
 
     def _take(self, state: _HFState, rows: list[int], cols: np.ndarray, shift: np.ndarray) -> None:
         """Keep rows ``rows`` of the state, columns ``cols[r]`` of each, padded ``shift`` more columns."""

@@ -700,7 +700,8 @@ def tree_law_bytes(plan: TreePlan, V: int, sampling: Sampling, *, device: bool, 
       batched optimum (four blocks of ``law_batch`` rows) and its sort's working arrays (eight of its chunk of
       :math:`\min(\text{law\_batch}, \max(1, 2^{19} / V))` rows, :func:`otspec.alpha_k`).
     * ``"logits"`` (float32, ``4 V`` bytes a row; a model of two-byte dtype holds half): the target's tree call
-      computes every column it is fed -- at the first iteration the ``prompt`` tokens and the ``n`` draft nodes;
+      computes every column it is fed -- at the first iteration the ``prompt`` tokens and the ``n`` draft nodes
+      (``prompt = 1`` for a model whose output layer is limited to the tree's columns by ``logits_to_keep``);
       scored by rows (``by_rows``: a model that takes no 4-D mask, :meth:`otspec.decoding.HFCausalLM.tree_logits`'s
       ``fallback="rows"``) every root-to-leaf path of the host route as its own row of ``prompt + D`` columns, every
       node's path of the device route as its own row of ``prompt + n`` columns, and the :math:`N` rows gathered
