@@ -314,3 +314,17 @@ def test_a_calibration_with_one_timing_says_its_intervals_lack_the_timing_scatte
     assert "(timed once)" in text and "median of 1 timings" not in text and not NAN.search(text)
     assert "**Every call was timed once**" not in write_report(run, dest=tmp_path / "r", figures=False,
                                                                n_boot=100).read_text()
+
+
+def test_a_difference_takes_student_on_its_own_scale_whatever_its_sign():
+    # a gap or paired difference whose resamples happen to be all positive is not put on the log scale (which
+    # stretched a gap to a bound of 0.33 [0.13, 0.57] from 4 prompts to [0.07, 1.49], beside [-0.10, 0.36] for
+    # the same kind of gap whose resamples crossed 0)
+    from otspec.profile._summary import _interval
+
+    rng = np.random.default_rng(0)
+    res = np.abs(0.3 + 0.1 * rng.standard_normal(2000))
+    d = _interval(0.3, res, 0, 4, difference=True)
+    assert d.hi - 0.3 == pytest.approx(0.3 - d.lo, rel=1e-12)  # symmetric: Student's ends on both sides
+    r = _interval(0.3, res, 0, 4)  # a positive ratio: the log scale, its ends positive
+    assert r.lo > 0 and r.hi - 0.3 > 0.3 - r.lo

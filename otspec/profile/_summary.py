@@ -367,7 +367,8 @@ def _boot(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.n
     return point, res
 
 
-def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 0, student=None) -> Estimate:
+def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 0, student=None, *,
+              difference: bool = False) -> Estimate:
     r"""The 95 % interval of ``point`` from its bootstrap resamples ``res`` over ``prompts`` prompts.
 
     .. math::
@@ -381,8 +382,10 @@ def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 
     per-prompt values; the percentile interval cannot reach beyond the values of the :math:`n` prompts (from 2 it
     holds the truth about half the time). A positive estimate whose resamples are all positive (tokens per call,
     speed-ups, acceptance) takes Student's interval on the log scale, :math:`\hat\theta\, e^{\pm h}` with
-    :math:`h` from :math:`\operatorname{sd}(\log \theta^*)`, so that its ends stay positive; a difference, on its
-    own scale. Resamples that are not finite (no position drawn) are left out.
+    :math:`h` from :math:`\operatorname{sd}(\log \theta^*)`, so that its ends stay positive; a difference
+    (``difference=True``: paired differences, gaps to a bound, relative biases), on its own scale whatever the sign
+    of its resamples, so that two differences of one kind are never put on two scales. Resamples that are not finite
+    (no position drawn) are left out.
 
     ``student``: the resamples whose spread Student's interval takes (default ``res``). A speed-up's ``res`` carry
     the timings' bootstrap replicates as well as the prompts' resamples; its ``student`` are the prompts' alone
@@ -397,7 +400,7 @@ def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 
             from scipy.special import stdtrit
 
             q = float(stdtrit(prompts - 1, 0.975)) * np.sqrt(prompts / (prompts - 1))
-            if point > 0 and (fin > 0).all():  # a positive quantity: on the log scale, so its ends stay positive
+            if not difference and point > 0 and (fin > 0).all():  # a positive quantity: on the log scale
                 h = q * float(np.std(np.log(fin), ddof=1))
                 lo, hi = min(lo, point * np.exp(-h)), max(hi, point * np.exp(h))
             else:
@@ -774,7 +777,7 @@ def _recommend(point, res, tokens, positions, student=None) -> Recommendation | 
     best = order[0]
     ru = order[1] if len(order) > 1 else None
     diff = (_interval(point[best] - point[ru], res[best] - res[ru], positions,
-                      min(tokens[best].prompts, tokens[ru].prompts), st[best] - st[ru]) if ru else None)
+                      min(tokens[best].prompts, tokens[ru].prompts), st[best] - st[ru], difference=True) if ru else None)
     return Recommendation(best=best, speedup=ranking[0][1], tokens_per_call=tokens[best], runner_up=ru,
                           runner_up_speedup=ranking[1][1] if ru else None, difference=diff, ranking=ranking,
                           positions=positions)
@@ -793,7 +796,7 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep, reps: Costs | None = 
         if kind == "acc":
             acceptance[(nm, k, j)] = _interval(point[i], res[:, i], n, _prompts(C[:, i]))
         elif kind in ("tv", "kl"):
-            gaps[(kind, nm, k, j)] = _interval(point[i], res[:, i], n, _prompts(C[:, i]))
+            gaps[(kind, nm, k, j)] = _interval(point[i], res[:, i], n, _prompts(C[:, i]), difference=True)
     tkeys, E, Cm, npos = _emitted_and_calls(keys, S, C)
     sel = [i for i, key in enumerate(tkeys) if keep("tau", key[0])]
     tkeys = [tkeys[i] for i in sel]
@@ -930,7 +933,7 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
                 continue
             i, r = src.index((f, k, L)), src.index(other)
             diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r], int(cnt[:, i].sum()),
-                                                  _prompts(cnt[:, i]))
+                                                  _prompts(cnt[:, i]), difference=True)
     has_trees = bool(settings.get("trees") or settings.get("tree_universe"))
     tree_labels = {n for f in resolve_trees(settings.get("trees") or (), settings.get("tree_universe")).families
                    for n in f.names()} if has_trees else set()
@@ -949,7 +952,7 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             palm[key] = _interval(pp[0], pres[:, 0], tokens[key].positions, tokens[key].prompts)
             i = a_keys.index(key)
             bias[key] = _interval(tp[i] / pp[0] - 1.0, tres[:, i] / pres[:, 0] - 1.0, tokens[key].positions,
-                                  tokens[key].prompts)
+                                  tokens[key].prompts, difference=True)
     ren_diffs = {}
     if renewal:
         fams = list(dict.fromkeys(f for f, _, _ in renewal))
@@ -958,7 +961,7 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             r = (rref, 1, L)
             if f != rref and r in renewal:
                 ren_diffs[((f, k, L), r)] = _interval(e.value - renewal[r].value, ren_res[(f, k, L)] - ren_res[r], 0,
-                                                      min(e.prompts, renewal[r].prompts))
+                                                      min(e.prompts, renewal[r].prompts), difference=True)
     # rank every scheme on the positions where all were computed, when there are enough of them for an interval
     # over prompts; else the schemes computed at every position (the report says which)
     sub = sets.get("subsample")
@@ -1650,7 +1653,8 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
                 pp, pres = _boot(num[:, None], den[:, None], W)
                 tp, tres = _boot((S[:, i] + n)[:, None], n[:, None], W)
                 palm[name] = _interval(pp[0], pres[:, 0], int(n.sum()), _prompts(n))
-                bias[name] = _interval(tp[0] / pp[0] - 1.0, tres[:, 0] / pres[:, 0] - 1.0, int(n.sum()), _prompts(n))
+                bias[name] = _interval(tp[0] / pp[0] - 1.0, tres[:, 0] / pres[:, 0] - 1.0, int(n.sum()), _prompts(n),
+                                       difference=True)
     choice, note = None, ""
     even = prompts % 2 == 0
     if not even.any() or even.all():
@@ -1719,7 +1723,7 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
                 continue
             both = np.stack([cum_e[:, f.n - 1], Se[:, i] + Ce[:, i]], axis=1)
             p2, r2 = _boot(both, np.stack([ne, Ce[:, i]], axis=1), We)
-            versus[f.label] = _interval(p2[0] - p2[1], r2[:, 0] - r2[:, 1], pos_e, _prompts(ne))
+            versus[f.label] = _interval(p2[0] - p2[1], r2[:, 0] - r2[:, 1], pos_e, _prompts(ne), difference=True)
     # Sequoia: the acceptance vector of a per-node rule on a recorded sampled family, on the choosing half
     seq, acc, source = (), (), None
     cands = [(f, name, v) for f in plan.sampled for v, name in zip(f.verifiers, f.names())
@@ -1930,7 +1934,7 @@ def _bound_summary(out, settings: dict, plan: TreePlan, prompts: np.ndarray, W: 
         for key, (num, den) in {"value": (SE[:, i], n), "bound": (SB[:, i], n), "gap": (SB[:, i] - SE[:, i], n),
                                 "share": (SE[:, i], SB[:, i])}.items():
             p, r = _boot(num[:, None], den[:, None], W)
-            est[key] = _interval(p[0], r[:, 0], pos, np_)
+            est[key] = _interval(p[0], r[:, 0], pos, np_, difference=key == "gap")
         out_[name] = TreeBoundSummary(family=f.label, verifier=v, process=f.process, remainder=float(SR[:, i].sum() / pos),
                                       pi_exact=bool(exact[i]), budget=budget, expanded=float(SX[:, i].sum() / pos),
                                       positions=pos, **est)
