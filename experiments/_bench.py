@@ -107,3 +107,38 @@ def print_table(title, head, rows, rst, *, target=None):
         col, bound = target
         verdict = "all rows meet it" if not missed else f"{missed} of {len(rows)} rows MISS it"
         print(f"\nTarget {col} <= {bound:g}: {verdict}.", flush=True)
+
+
+def load_against(root, submodules=()):
+    """Another checkout's ``otspec`` (``root``), imported as the package ``otspec_against`` beside this one (its
+    relative imports stay inside it), with ``submodules`` (names under it, e.g. ``"tree._bound"``) imported too.
+
+    Its numba kernels cache their machine code in a folder of the system's temporary directory, not in that
+    checkout's ``__pycache__``: numba's cache names the module that compiled a kernel, and a cache written under
+    ``otspec_against`` fails to load when that checkout later runs as ``otspec``."""
+    import importlib
+    import importlib.util
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    try:
+        from numba.core import config as numba_config
+    except ImportError:  # pragma: no cover - without the ``fast`` extra nothing is compiled
+        numba_config = None
+    pkg = Path(root).resolve() / "otspec"
+    spec = importlib.util.spec_from_file_location("otspec_against", pkg / "__init__.py",
+                                                  submodule_search_locations=[str(pkg)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["otspec_against"] = mod
+    cache = None if numba_config is None else numba_config.CACHE_DIR
+    if numba_config is not None:
+        numba_config.CACHE_DIR = str(Path(tempfile.gettempdir()) / "otspec_against_numba_cache")
+    try:
+        spec.loader.exec_module(mod)
+        for name in submodules:  # compiled under the separate cache
+            importlib.import_module(f"otspec_against.{name}")
+    finally:
+        if numba_config is not None:
+            numba_config.CACHE_DIR = cache
+    return mod

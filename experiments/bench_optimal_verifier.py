@@ -280,29 +280,8 @@ HUGE_TIME_KS = (2, 8, 64, 10**4, 10**6, 2**40)
 
 
 def _load_package(root: str):
-    """Another checkout's ``otspec``, imported as the package ``otspec_against`` (numba cache kept apart)."""
-    import importlib.util
-    import tempfile
-
-    try:
-        from numba.core import config as numba_config
-    except ImportError:  # pragma: no cover - without the ``fast`` extra nothing is compiled
-        numba_config = None
-    pkg = Path(root).resolve() / "otspec"
-    spec = importlib.util.spec_from_file_location("otspec_against", pkg / "__init__.py",
-                                                  submodule_search_locations=[str(pkg)])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["otspec_against"] = mod
-    cache = None if numba_config is None else numba_config.CACHE_DIR
-    if numba_config is not None:
-        numba_config.CACHE_DIR = str(Path(tempfile.gettempdir()) / "otspec_against_numba_cache")
-    try:
-        spec.loader.exec_module(mod)
-        import otspec_against.multidraft._priority_keys  # noqa: F401 - compiled under the separate cache
-    finally:
-        if numba_config is not None:
-            numba_config.CACHE_DIR = cache
-    return mod
+    """Another checkout's ``otspec`` (:func:`_bench.load_against`), its priority keys compiled."""
+    return _bench.load_against(root, ["multidraft._priority_keys"])
 
 
 def _keys_gap(pkg, p, q, k):

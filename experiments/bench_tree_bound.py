@@ -73,7 +73,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import print_table, timeit_many  # noqa: E402
+from _bench import load_against, print_table, timeit_many  # noqa: E402
 from _chat_prompts import CHAT_PROMPTS  # noqa: E402
 
 #: The stated target: the bound's arithmetic within 10 % of the target forward that scores the tree.
@@ -178,35 +178,10 @@ def _record_laws(B, run) -> dict:
 
 
 def _load_against(root: str):
-    """The ``otspec.tree._bound`` module of another checkout (``root``), imported as the package ``otspec_against``
-    beside this one (its relative imports stay inside it), and its ``TreeShape`` (which its functions check).
-
-    Its numba kernels cache their machine code in a folder of the system's temporary directory, not in that
-    checkout's ``__pycache__``: numba's cache names the module that compiled a kernel, and a cache written under
-    ``otspec_against`` fails to load when that checkout later runs as ``otspec``."""
-    import importlib.util
-    import tempfile
-
-    try:
-        from numba.core import config as numba_config
-    except ImportError:  # pragma: no cover - without the ``fast`` extra nothing is compiled
-        numba_config = None
-    pkg = Path(root).resolve() / "otspec"
-    spec = importlib.util.spec_from_file_location("otspec_against", pkg / "__init__.py",
-                                                  submodule_search_locations=[str(pkg)])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["otspec_against"] = mod
-    cache = None if numba_config is None else numba_config.CACHE_DIR
-    if numba_config is not None:
-        numba_config.CACHE_DIR = str(Path(tempfile.gettempdir()) / "otspec_against_numba_cache")
-    try:
-        spec.loader.exec_module(mod)
-        import otspec_against.tree as OT
-        import otspec_against.tree._bound as OB
-    finally:
-        if numba_config is not None:
-            numba_config.CACHE_DIR = cache
-    return OB, OT.TreeShape
+    """The ``otspec.tree._bound`` module of another checkout (``root``, imported by :func:`_bench.load_against`)
+    and its ``TreeShape`` (which its functions check)."""
+    mod = load_against(root, ["tree", "tree._bound"])
+    return mod.tree._bound, mod.tree.TreeShape
 
 
 def _real_pair(args):
