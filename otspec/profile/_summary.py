@@ -1610,12 +1610,12 @@ def _resample(N: int, n_boot: int, seed: int) -> np.ndarray:
 
 
 def _ratio_estimate(E: np.ndarray, C: np.ndarray, W: np.ndarray, positions: int, factor: float = 1.0,
-                    factor_res=None) -> Estimate:
+                    factor_res=None, *, difference: bool = False) -> Estimate:
     """``sum E / sum C`` times ``factor``, its resamples times ``factor_res`` (replicates paired with ``W``'s rows;
-    default ``factor``)."""
+    default ``factor``); ``difference``: ``E`` sums differences (:func:`_interval`'s own scale)."""
     p, r = _boot(E[:, None], C[:, None], W)
     return _interval(p[0] * factor, r[:, 0] * (factor if factor_res is None else factor_res), positions,
-                     _prompts(C), r[:, 0] * factor)
+                     _prompts(C), r[:, 0] * factor, difference=difference)
 
 
 def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs: Costs, every: PositionSet,
