@@ -395,12 +395,18 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
     >>> otspec.multidraft.get_verifier("kseq").sequential
     True
     """
+    return lookup_verifier(name, "name", kind=kind, block=block)
+
+
+def lookup_verifier(name, what: str, *, kind: str | None = None, block: bool = False) -> VerifierSpec:
+    """:func:`get_verifier` for a caller whose own parameter holds the name: its messages name ``what`` (the
+    parameter as the caller's signature spells it, e.g. ``"verifier"``) instead of ``name``."""
     spec = _REGISTRY.get(name) if isinstance(name, str) else None
     if spec is not None and (kind is None or spec.kind == kind) and (not block or spec.build_block is not None):
         return spec  # the common case, without listing the accepted names
     allowed = verifier_names(kind=kind, block=block)
     if not isinstance(name, str):
-        raise TypeError(unknown_name_message("verifier", name, allowed))
+        raise TypeError(unknown_name_message(what, name, allowed))
     if name not in allowed:
         other = ""
         meant = registered_spelling(name)
@@ -409,5 +415,5 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
             other = (f"; {meant!r} is registered but is a token-level verifier that does not run along a block"
                      if spec.kind == "token" and block else
                      f"; {meant!r} is registered but is a {spec.kind}-level verifier not accepted here")
-        raise ValueError(unknown_name_message("verifier", name, allowed, note=other))
+        raise ValueError(unknown_name_message(what, name, allowed, note=other))
     return _REGISTRY[name]

@@ -70,12 +70,14 @@ def first_bad_row(bad) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, b.shape))
 
 
-def _float_input(x, name: str, what: str) -> tuple[np.ndarray, float]:
+def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.ndarray, float]:
     """``x`` as a fresh float64 array and the machine epsilon of its own float type.
 
     Lower-precision floats (float32, float16, torch/array-API tensors of those
     dtypes) are accepted and computed in float64; their epsilon widens the
-    simplex tolerance (see :func:`simplex_tolerance`).
+    simplex tolerance (see :func:`simplex_tolerance`). With ``booleans=False`` (laws) an array of booleans is
+    refused with the batched route's TypeError (:func:`otspec._array.validate_batch_pair`): a one-hot of
+    booleans is no probability vector.
     """
     if type(x) is np.ndarray and x.dtype == np.float64:  # the common case: only the copy
         return np.array(x, copy=True), 0.0
@@ -95,6 +97,8 @@ def _float_input(x, name: str, what: str) -> tuple[np.ndarray, float]:
         raise TypeError(f"`{name}` must be real-valued, got a complex array")
     if raw.dtype.kind in "USVMm":  # text, raw bytes or dates: numpy would parse "0.5" or count days silently
         raise TypeError(f"`{name}` must be {what}, got an array of dtype {raw.dtype}")
+    if not booleans and raw.dtype.kind == "b":  # the batched route's rule: one rule for laws on every route
+        raise TypeError(f"`{name}` must hold real numbers, got dtype {raw.dtype}")
     try:
         with np.errstate(over="raise"):  # float128 beyond the float64 range: refused, not turned into inf with a warning
             arr = np.array(raw, dtype=np.float64, copy=True)
@@ -233,6 +237,8 @@ def validate_distribution(
 
     ``x`` must be 1-D, non-empty, finite, non-negative and sum to 1 within
     ``tol``; with ``normalize=True`` any positive total is rescaled to 1.
+    Booleans (a one-hot ``x == x.max()``) are refused with a TypeError naming ``name``, as on the batched
+    route (:func:`otspec._array.validate_batch_pair`).
     Subnormal entries (below :data:`NEGLIGIBLE`) become exactly 0. Float32
     (or float16) input is accepted within ``max(tol, 2 n eps)`` of 1 and
     rescaled to sum to 1 in float64.
@@ -269,7 +275,7 @@ def validate_distribution(
             raise ValueError(f"`out` must be a row of {got.shape[0]} entries that does not overlap `{name}`")
         out[...] = got
         return _readonly(out.view())
-    arr, eps = _float_input(x, name, "a 1-D array_like of floats")
+    arr, eps = _float_input(x, name, "a 1-D array_like of floats", booleans=False)
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D, got an array of shape {arr.shape}")
     if arr.size == 0:

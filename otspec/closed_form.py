@@ -212,6 +212,11 @@ def alpha_k_upper_bound(p, q, k: int, *, normalize: bool = False) -> float:
     >>> round(otspec.alpha_k_upper_bound([0.75, 0.25], [0.25, 0.75], 2), 12)
     0.6875
     """
+    return _upper_bound(p, q, k, normalize, "alpha_k_upper_bound")
+
+
+def _upper_bound(p, q, k, normalize: bool, caller: str) -> float:
+    """:func:`alpha_k_upper_bound`'s value; ``caller`` (the public function called) named in the size guard."""
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
     n = p_.shape[0]
@@ -222,7 +227,7 @@ def alpha_k_upper_bound(p, q, k: int, *, normalize: bool = False) -> float:
     if work is None or work > MAX_UPPER_BOUND_WORK:
         shown = f" = {work}" if work is not None else ""
         raise ValueError(
-            f"alpha_k_upper_bound enumerates 2**n * n**k = 2**{n} * {n}**{k}{shown} terms, "
+            f"{caller} enumerates 2**n * n**k = 2**{n} * {n}**{k}{shown} terms, "
             f"above the limit {MAX_UPPER_BOUND_WORK}; use alpha_k (equal, proved tight)"
         )
     tuples = np.array(list(itertools.product(range(n), repeat=k)), dtype=np.int64).reshape(-1, k)
@@ -279,4 +284,4 @@ def alpha_k_lower_bound(p, q, k: int, *, normalize: bool = False) -> float:
     >>> round(otspec.alpha_k_lower_bound([0.75, 0.25], [0.25, 0.75], 2), 12)
     0.515625
     """
-    return lemma3_constant(k) * alpha_k_upper_bound(p, q, k, normalize=normalize)
+    return lemma3_constant(k) * _upper_bound(p, q, k, normalize, "alpha_k_lower_bound")

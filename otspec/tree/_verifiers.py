@@ -30,7 +30,7 @@ import abc
 import numpy as np
 
 from .._jit import compile_in
-from .._registry import VerifierSpec, get_verifier, register_verifier, verifier_names
+from .._registry import VerifierSpec, lookup_verifier, register_verifier, verifier_names
 from .._validation import SIMPLEX_TOL, as_rng
 from .._verifier import sample_from
 from ..spectr._common import VerifierFactory, resolve_verifier
@@ -755,7 +755,7 @@ def make_tree_verifier(verifier, **options) -> TreeVerifier:
             f"`verifier` must be a tree verifier name {verifier_names(kind='tree')} or a TreeVerifier, "
             f"got {type(verifier).__name__}"
         )
-    spec = get_verifier(verifier, kind="tree")
+    spec = lookup_verifier(verifier, "verifier", kind="tree")
     extra = set(options) - set(spec.options)
     if extra:
         raise ValueError(f"`verifier`={verifier!r} takes the options {sorted(spec.options)}, got {sorted(extra)}")
