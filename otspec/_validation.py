@@ -36,6 +36,7 @@ __all__ = [
     "simplex_tolerance",
     "number_text",
     "first_bad_row",
+    "first_bad_entry",
 ]
 
 #: Tolerance on ``|sum(p) - 1|`` accepted for a probability vector.
@@ -68,6 +69,17 @@ def first_bad_row(bad) -> tuple[int, ...]:
         return ()
     flat = int(np.argmax(b.reshape(-1)))
     return tuple(int(i) for i in np.unravel_index(flat, b.shape))
+
+
+def first_bad_entry(x, bad) -> str:
+    """The first entry of ``x`` flagged in ``bad`` (same shape), as text for a message: ``"-0.5 at index 1"``,
+    ``"nan at index (0, 2)"``; ``x`` of shape ``(0,)`` or nothing flagged: ``"no such entry"``."""
+    a, b = np.asarray(x), np.asarray(bad)
+    if not b.any():
+        return "no such entry"
+    idx = first_bad_row(b)
+    where = idx[0] if len(idx) == 1 else idx
+    return f"{number_text(a[idx] if idx else a[()])} at index {where}"
 
 
 def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.ndarray, float]:

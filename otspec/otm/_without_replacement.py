@@ -106,11 +106,13 @@ from .._array import parse_ks
 from .._registry import unknown_name_message
 from .._validation import (
     as_float_array,
+    first_bad_entry,
     validate_distribution,
     validate_drafts,
     validate_k,
     validate_pair,
     validate_positive_int,
+    validate_probability,
 )
 from . import _race_kernel as rk
 from ._cut import MinCut, ratio_order
@@ -317,12 +319,15 @@ def uncovered_prefixes(p_sorted, k, *, step: float | None = None) -> np.ndarray:
     """
     ks, _ = parse_ks(k)  # Python ints: a k past int64 is refused by no cast
     p_sorted = as_float_array(p_sorted, "p_sorted", "a 1-D array_like of masses")
-    if p_sorted.ndim != 1 or not np.all(np.isfinite(p_sorted)) or np.any(p_sorted < 0):
-        raise ValueError("`p_sorted` must be a 1-D array of finite non-negative masses")
+    if p_sorted.ndim != 1:
+        raise ValueError(f"`p_sorted` must be a 1-D array of finite non-negative masses, got shape {p_sorted.shape}")
+    if not np.all(np.isfinite(p_sorted)) or np.any(p_sorted < 0):
+        raise ValueError("`p_sorted` must be a 1-D array of finite non-negative masses, got "
+                         f"{first_bad_entry(p_sorted, ~(p_sorted >= 0) | ~np.isfinite(p_sorted))}")
     # every k above n gives 1 at every prefix (fewer than k tokens): the same values at k = n + 1
     ks = np.array([min(kk, p_sorted.shape[0] + 1) for kk in ks], dtype=np.int64)
-    if step is not None and not (isinstance(step, (int, float)) and not isinstance(step, bool) and 0 < step <= 1):
-        raise ValueError(f"`step` must lie in (0, 1], got {step!r}")
+    if step is not None:
+        step = validate_probability(step, "step", low_open=True)  # numpy floats too; the message shows the value
     uniq, inv = np.unique(ks, return_inverse=True)
     U, _ = _race(p_sorted, uniq.astype(np.int64), step=step)
     out = U[inv]

@@ -43,7 +43,7 @@ import numpy as np
 
 from .._array import validate_batch_pair
 from .._registry import get_verifier, unknown_name_message, verifier_names
-from .._validation import as_float_array, as_rng, validate_positive_int
+from .._validation import as_float_array, as_rng, first_bad_entry, validate_positive_int
 from ..multidraft._batched import batched_kseq_rho_star
 from ..multidraft._priority_keys import PriorityKeyVerifier
 from ..spectr._common import resolve_verifier
@@ -739,7 +739,8 @@ def emission_probs_from_token_probs(scheme, p_y, q_y, *, L) -> np.ndarray:
         raise ValueError(f"`p_y` and `q_y` must have one shape (..., T), got {py.shape} and {qy.shape}")
     for name, x in (("p_y", py), ("q_y", qy)):
         if not np.all(np.isfinite(x)) or np.any(x < 0) or np.any(x > 1):
-            raise ValueError(f"`{name}` must hold probabilities in [0, 1]")
+            raise ValueError(f"`{name}` must hold probabilities in [0, 1], got "
+                             f"{first_bad_entry(x, ~((x >= 0) & (x <= 1)))}")
     if scheme == "block-onestep":
         return _onestep(py, qy, L)
     return _chain(_token_step_law(py, qy), qy, 1, L)

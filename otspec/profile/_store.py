@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import tempfile
+import warnings
 import weakref
 from importlib import metadata
 from pathlib import Path
@@ -32,7 +33,7 @@ __all__ = ["MANIFEST", "FORMAT", "write_atomic", "check_report_dest", "manifest_
            "shard_path",
            "write_shard", "read_table", "iter_shards", "read_manifest", "fingerprint", "probe_ids", "prompts_entry",
            "settings_entry", "position_counts", "machine_entry", "PROBE_LENGTH", "FINGERPRINT_DIGITS", "FINGERPRINT_RTOL",
-           "MAX_WEIGHT_HASH_BYTES"]
+           "MAX_WEIGHT_HASH_BYTES", "ABSENT_BEFORE", "OldManifestWarning", "manifest_note"]
 
 MANIFEST = "manifest.json"
 #: Version of the manifest's layout (2: models carry a fingerprint; runs of another format are not resumed).
@@ -330,9 +331,44 @@ def manifest_for(settings, models: dict, prompts: list, *, devices: dict | None 
     }
 
 
+#: What each older manifest format lacks, by format: a run of such a format is summarised (its settings, models'
+#: names and shards are all a summary reads) with :class:`OldManifestWarning` saying so, never resumed.
+ABSENT_BEFORE = {1: (("models' fingerprints", "it cannot be resumed: a rerun could not tell its models from others "
+                      "of the same names"),
+                     ("skipped", "the configurations the settings left out are not listed in its summary and "
+                      "report"),
+                     ("positions", "the settings' position rules and counts are not recorded; the summary counts "
+                      "the positions from the shards, as for any run"))}
+
+
+class OldManifestWarning(UserWarning):
+    """A run's manifest is of an older format (:data:`ABSENT_BEFORE`): summarised, with entries absent."""
+
+
+def manifest_note(man: dict) -> str | None:
+    """What a manifest of an older format lacks and what that means for its summary, as one sentence; None for a
+    manifest of the current :data:`FORMAT` (or one without a ``format`` entry: partial manifests of tests)."""
+    fmt = man.get("format") if isinstance(man, dict) else None
+    if fmt not in ABSENT_BEFORE:
+        return None
+    models = man.get("models")
+    fingerprinted = (isinstance(models, dict) and bool(models) and
+                     all(isinstance(m, dict) and "fingerprint" in m for m in models.values()))
+    absent = [(what, why) for what, why in ABSENT_BEFORE[fmt]
+              if not (fingerprinted if what == "models' fingerprints" else what in man)]
+    if not absent:
+        return None
+    return (f"a run of manifest format {fmt} (this otspec writes format {FORMAT}): it has no "
+            + "; no ".join(f"{what} ({why})" for what, why in absent)
+            + ". Its estimates are read from its shards as for any run; profile it again into a new folder to "
+              "record the missing entries")
+
+
 def read_manifest(out) -> dict:
-    """The manifest of the run in ``out``; a ValueError naming the file when it is missing, unreadable, or lacks the
-    entries a summary reads (``settings``, ``models``, ``shards``)."""
+    """The manifest of the run in ``out``; a ValueError naming the file when it is missing, unreadable, of a format
+    this otspec cannot read (newer than :data:`FORMAT`, or not an integer), or lacks the entries a summary reads
+    (``settings``, ``models``, ``shards``). A manifest of an older format (:data:`ABSENT_BEFORE`) is read, with an
+    :class:`OldManifestWarning` naming the file and what it lacks (:func:`manifest_note`)."""
     path = Path(out) / MANIFEST
     if not path.is_file():
         raise ValueError(f"`out` {str(out)!r} holds no profile run ({MANIFEST} missing)")
@@ -344,6 +380,15 @@ def read_manifest(out) -> dict:
     if missing:
         raise ValueError(f"{str(path)!r} is not a profile manifest: it has no {', '.join(missing)} "
                          f"(format {FORMAT} holds them)")
+    fmt = man.get("format", FORMAT)
+    if isinstance(fmt, bool) or not isinstance(fmt, int) or not (1 <= fmt <= FORMAT):
+        raise ValueError(f"{str(path)!r} is a profile manifest of format {fmt!r}, which this otspec "
+                         f"({__version__}) cannot read: it reads formats 1 to {FORMAT}; "
+                         + ("summarise it with the newer otspec that wrote it" if isinstance(fmt, int) and
+                            not isinstance(fmt, bool) and fmt > FORMAT else "the file is damaged: profile again"))
+    note = manifest_note(man)
+    if note is not None:
+        warnings.warn(f"{str(path)!r} is {note}", OldManifestWarning, stacklevel=2)
     return man
 
 
@@ -467,7 +512,8 @@ def iter_shards(out):
     ------
     ValueError
         A shard that cannot be read as Parquet, or whose columns are not the rows' (:data:`COLUMNS`: one missing,
-        as in an older schema, or one unknown) or not of their types; the message names the file.
+        as in an older schema, or one unknown) or not of their types (numbers held as text are refused, not parsed:
+        the message names the column, its type and the one expected); the message names the file.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -486,6 +532,14 @@ def iter_shards(out):
                                  + "; ".join(([f"no column {', '.join(missing)} (an older schema?)"] if missing else [])
                                              + ([f"unknown column {', '.join(unknown)}"] if unknown else []))
                                  + f"; expected the columns {', '.join(schema.names)}")
+            for field in schema:  # numbers from numbers, text from text: the cast would parse "3" into 3
+                got = t.schema.field(field.name).type
+                numeric = pa.types.is_integer(field.type) or pa.types.is_floating(field.type)
+                ok = ((pa.types.is_integer(got) or pa.types.is_floating(got)) if numeric else
+                      (pa.types.is_string(got) or pa.types.is_large_string(got)))
+                if not ok:
+                    raise ValueError(f"shard {str(path)!r} does not hold a profile's rows: its column `{field.name}` "
+                                     f"holds {got}, expected {field.type}")
             try:
                 t = t.select(schema.names).cast(schema)
             except (pa.ArrowException, ValueError, TypeError) as exc:

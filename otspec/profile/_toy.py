@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._validation import validate_positive_int, validate_probability, validate_seed
 from ..decoding import CallableLM
 
-__all__ = ["BigramLogits", "toy_pair"]
+__all__ = ["BigramLogits", "toy_pair", "MAX_TOY_VOCAB"]
+
+#: Largest ``vocab_size`` of :func:`toy_pair`: the pair is two ``V x V`` float64 tables (512 MiB each at the
+#: limit, and one more of that size while they are drawn), checked before anything is allocated.
+MAX_TOY_VOCAB = 8192
 
 
 class BigramLogits:
@@ -41,7 +46,9 @@ def toy_pair(vocab_size: int = 6, *, seed: int = 0, closeness: float = 0.5):
     Parameters
     ----------
     vocab_size : int
+        In ``[2, MAX_TOY_VOCAB]`` (8192).
     seed : int, keyword-only
+        A non-negative integer (Python or numpy).
     closeness : float in (0, 1], keyword-only
 
     Returns
@@ -51,7 +58,9 @@ def toy_pair(vocab_size: int = 6, *, seed: int = 0, closeness: float = 0.5):
     Raises
     ------
     ValueError
-        ``vocab_size < 2`` or ``closeness`` outside ``(0, 1]``.
+        ``vocab_size`` outside ``[2, MAX_TOY_VOCAB]``, a negative ``seed`` or ``closeness`` outside ``(0, 1]``.
+    TypeError
+        ``vocab_size`` or ``seed`` not an integer, ``closeness`` not a real number.
 
     Examples
     --------
@@ -60,10 +69,12 @@ def toy_pair(vocab_size: int = 6, *, seed: int = 0, closeness: float = 0.5):
     >>> draft.vocab_size, target.vocab_size
     (4, 4)
     """
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
-        raise ValueError(f"`vocab_size` must be an integer >= 2, got {vocab_size!r}")
-    if not 0.0 < float(closeness) <= 1.0:
-        raise ValueError(f"`closeness` must lie in (0, 1], got {closeness!r}")
+    vocab_size = validate_positive_int(vocab_size, "vocab_size", minimum=2)
+    if vocab_size > MAX_TOY_VOCAB:  # before the tables: 2**63 would reach numpy's own error, 10**5 eat 80 GB
+        raise ValueError(f"`vocab_size` must be at most MAX_TOY_VOCAB = {MAX_TOY_VOCAB} (two V x V float64 "
+                         f"tables), got {vocab_size}")
+    seed = validate_seed(seed, "seed")
+    validate_probability(closeness, "closeness", low_open=True)
     rng = np.random.default_rng(seed)
     wq = rng.standard_normal((vocab_size, vocab_size))
     wp = wq + (1.0 - closeness) / closeness * rng.standard_normal((vocab_size, vocab_size))

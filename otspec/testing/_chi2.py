@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_array, validate_distribution, validate_positive_int, validate_probability
+from .._validation import as_array, first_bad_entry, validate_distribution, validate_positive_int, validate_probability
 
 __all__ = ["GofResult", "chi2_gof", "sample_size", "detectable_tv", "MAX_SAMPLES"]
 
@@ -237,8 +237,16 @@ def chi2_gof(counts, law, *, alpha_fail: float = 1e-4, min_expected: float = MIN
     c = as_array(counts, "counts", "an array_like of non-negative integer counts")
     if c.shape != law_.shape:
         raise ValueError(f"`counts` must have the shape of `law` {law_.shape}, got {c.shape}")
-    if c.dtype.kind not in "iu" or np.any(c < 0):
-        raise ValueError("`counts` must be non-negative integers")
+    if c.dtype.kind not in "iu":
+        if c.dtype.kind == "f" and np.all(np.isfinite(c)) and np.all(c == np.floor(c)):
+            got = f"whole numbers of dtype {c.dtype} (cast them to int)"
+        elif c.dtype.kind == "f":
+            got = first_bad_entry(c, ~np.isfinite(c) | (c != np.floor(c)))
+        else:
+            got = f"dtype {c.dtype}"
+        raise ValueError(f"`counts` must be non-negative integers, got {got}")
+    if np.any(c < 0):
+        raise ValueError(f"`counts` must be non-negative integers, got {first_bad_entry(c, c < 0)}")
     alpha_fail = validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
     min_expected = _min_expected(min_expected)
     N = int(c.sum())

@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from .._validation import _float_input
+from .._validation import _float_input, first_bad_entry
 
 __all__ = ["processed_law"]
 
@@ -68,8 +68,11 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     x, _ = _float_input(logits, "logits", "a 1-D array_like of floats")  # a float64 copy, tensors included
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"`logits` must be a non-empty 1-D array, got shape {x.shape}")
-    if np.any(np.isnan(x)) or np.any(x == np.inf) or not np.any(np.isfinite(x)):
-        raise ValueError("`logits` must be finite or -inf, with at least one finite entry")
+    if np.any(np.isnan(x)) or np.any(x == np.inf):
+        raise ValueError("`logits` must be finite or -inf, with at least one finite entry, got "
+                         f"{first_bad_entry(x, np.isnan(x) | (x == np.inf))}")
+    if not np.any(np.isfinite(x)):
+        raise ValueError(f"`logits` must be finite or -inf, with at least one finite entry, got all {x.size} -inf")
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
         np.isfinite(temperature) and temperature >= 0
     ):
