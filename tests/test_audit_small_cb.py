@@ -91,6 +91,12 @@ def _block_make_verifier(v):
     return make_verifier(v, D4, D4, 2)
 
 
+def _block_expected_length(v):
+    from otspec.block import expected_length
+
+    return expected_length(D4, D4, 2, v)
+
+
 def _spectr_resolve(v):
     from otspec.spectr import resolve_verifier
 
@@ -104,6 +110,7 @@ GETTERS = [
     ("tree.make_tree_verifier", tree.make_tree_verifier, lambda v: tree.make_tree_verifier(v), "verifier"),
     ("spectr.resolve_verifier", None, _spectr_resolve, "verifier"),
     ("block.make_verifier", None, _block_make_verifier, "verifier"),
+    ("block.expected_length", None, lambda v: _block_expected_length(v), "verifier"),
     ("alpha_k.method", otspec.alpha_k, lambda v: otspec.alpha_k(P, Q, 2, method=v), "method"),
     ("optimal_verifier.method", otspec.optimal_verifier, lambda v: otspec.optimal_verifier(P, Q, 2, method=v),
      "method"),
@@ -119,7 +126,8 @@ def test_a_getter_names_its_parameter_as_its_signature_spells_it(label, bad):
         import otspec.block as blk
         import otspec.spectr as spt
 
-        fn = blk.make_verifier if label.startswith("block") else spt.resolve_verifier
+        fn = {"block.make_verifier": blk.make_verifier, "block.expected_length": blk.expected_length,
+              "spectr.resolve_verifier": spt.resolve_verifier}[label]
     assert param in inspect.signature(fn).parameters
     with pytest.raises((ValueError, TypeError)) as info:
         call(bad)

@@ -35,7 +35,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._registry import VerifierSpec, get_verifier, register_verifier, unknown_name_message, verifier_names
+from .._registry import VerifierSpec, get_verifier, lookup_verifier, register_verifier, unknown_name_message, verifier_names
 from .._validation import as_rng, validate_positive_int
 from .._verifier import sample_from, sample_from_cdf
 from ..models import (
@@ -850,7 +850,7 @@ def _block_class(verifier) -> type:
         return type(verifier)
     if not isinstance(verifier, str):
         raise TypeError(unknown_name_message("verifier", verifier, names, alternative=" or a BlockVerifier"))
-    return get_verifier(verifier, block=True).build_block
+    return lookup_verifier(verifier, "verifier", block=True).build_block
 
 
 def tau_law_on_path(verifier, block, draft_conditionals, target_conditionals) -> np.ndarray:
