@@ -267,7 +267,9 @@ def validate_distribution(
     """
     if out is not None and not (type(out) is np.ndarray and out.dtype == np.float64 and out.ndim == 1 and
                                 out.flags.c_contiguous and out.flags.writeable):
-        raise TypeError("`out` must be a writable C-contiguous 1-D float64 ndarray")
+        got = (f"a{'' if out.flags.writeable else ' read-only'}{'' if out.flags.c_contiguous else ' strided'} "
+               f"{out.ndim}-D {out.dtype} ndarray" if type(out) is np.ndarray else type(out).__name__)
+        raise TypeError(f"`out` must be a writable C-contiguous 1-D float64 ndarray, got {got}")
     if flush and _LK.JIT and type(x) is np.ndarray and x.dtype == np.float64 and x.ndim == 1 and x.size:
         if not normalize and (got := law_into(x, out, tol)) is not None:
             return got                  # accepted in one read (the total in vector lanes, surely within `tol`)

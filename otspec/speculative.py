@@ -433,6 +433,6 @@ def expected_acceptance(p, q, *, l=1.0):
     else:
         rows = [validate_pair(p, q)]
     if not rows:
-        raise ValueError("`p` and `q` must hold at least one context")
+        raise ValueError(f"`p` and `q` must hold at least one context, got shape {P.shape}")
     accs = [math.fsum(np.minimum(qj / lv, pj).tolist()) for pj, qj in rows]
     return math.fsum(accs) / len(accs)

@@ -242,6 +242,18 @@ def test_toy_pair_of_numpy_integers_is_the_pair_of_the_ints():
 
 
 # --------------------------------------------------------------------------------- 6. received values in messages
+E3 = np.array([[[1.0, 0.5, 0.25], [1.0, 0.25, 0.125], [1.0, 0.5, 0.0]]])  # (n_texts, T, L + 1)
+E3_BAD = E3.copy()
+E3_BAD[0, 1, 1] = -0.25
+LOG_Q = np.log(np.array([[0.5, 0.25, 0.5]]))
+
+
+def _starts(e, log_q):
+    from otspec.profile import starts_recursion
+
+    return starts_recursion(e, log_q)
+
+
 @pytest.mark.parametrize(("call", "exc", "match"), [
     (lambda: otm.uncovered_prefixes(np.array([0.5, 0.25, 0.25]), 2, step=0), ValueError, r"`step` .*got 0$"),
     (lambda: otm.uncovered_prefixes(np.array([0.5, 0.25, 0.25]), 2, step="a"), TypeError, r"`step` .*got str$"),
@@ -257,6 +269,11 @@ def test_toy_pair_of_numpy_integers_is_the_pair_of_the_ints():
     (lambda: testing.chi2_gof([1, 2, 3, 4], [0.2, 0.3, 0.5]), ValueError, r"`counts` .*got \(4,\)$"),
     (lambda: testing.processed_law([0.5, np.nan]), ValueError, r"`logits` .*got nan at index 1$"),
     (lambda: testing.processed_law([-np.inf, -np.inf]), ValueError, r"`logits` .*got all 2 -inf$"),
+    (lambda: otspec.min_cut(P, Q, [1, 2]), TypeError, r"`k` must be a single integer .*got a sequence of 2$"),
+    (lambda: otspec.speculative.expected_acceptance(np.zeros((0, 2)), np.zeros((0, 2))), ValueError,
+     r"`p` and `q` must hold at least one context, got shape \(0, 2\)$"),
+    (lambda: _starts(E3_BAD, LOG_Q), ValueError, r"`e` must be finite and non-negative, got -0.25 at index \(0, 1, 1\)$"),
+    (lambda: _starts(E3, np.array([[0.0, -np.inf, 0.0]])), ValueError, r"`log_q` .*got -inf at index \(0, 1\)$"),
 ])
 def test_a_message_states_what_came(call, exc, match):
     with pytest.raises(exc, match=match):
@@ -281,6 +298,15 @@ def test_uncovered_prefixes_takes_a_numpy_step_as_its_value():
     p = np.array([0.5, 0.25, 0.25])
     assert np.array_equal(otm.uncovered_prefixes(p, 2, step=np.float32(0.5)), otm.uncovered_prefixes(p, 2, step=0.5))
     assert np.array_equal(otm.uncovered_prefixes(p, 2, step=1), otm.uncovered_prefixes(p, 2, step=1.0))
+
+
+def test_validate_distribution_out_states_what_came():
+    from otspec._validation import validate_distribution
+
+    for out, got in ((np.zeros(2, np.float32), "a 1-D float32 ndarray"), (np.zeros(4)[::2], "a strided 1-D float64"),
+                     ([0.0, 0.0], "list")):
+        with pytest.raises(TypeError, match=rf"^`out` must be a writable C-contiguous 1-D float64 ndarray, got {got}"):
+            validate_distribution([0.5, 0.5], "p", out=out)
 
 
 def test_first_bad_entry():

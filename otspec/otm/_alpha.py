@@ -126,7 +126,7 @@ def min_cut(p, q, k: int, *, normalize: bool = False) -> MinCut:
     p_, q_ = validate_pair(p, q, normalize=normalize)
     ks, scalar = parse_ks(k)
     if not scalar:
-        raise TypeError("`k` must be a single integer for `min_cut`")
+        raise TypeError(f"`k` must be a single integer for `min_cut`, got a sequence of {len(ks)}")
     vals, argmins, order, P, Q = _exact(p_, q_, ks)
     j = int(argmins[0])
     omega0 = np.sort(order[:j])

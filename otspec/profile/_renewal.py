@@ -809,9 +809,10 @@ def starts_recursion(e, log_q, *, lengths=None) -> np.ndarray:
     if lq.shape != E.shape[:-1]:
         raise ValueError(f"`log_q` must have shape {E.shape[:-1]} (the shape of `e` without L + 1), got {lq.shape}")
     if not np.all(np.isfinite(E)) or np.any(E < 0):
-        raise ValueError("`e` must be finite and non-negative")
+        raise ValueError(f"`e` must be finite and non-negative, got {first_bad_entry(E, ~(np.isfinite(E) & (E >= 0)))}")
     if not np.all(np.isfinite(lq)):
-        raise ValueError("`log_q` must be finite: the text must have positive probability under the target")
+        raise ValueError("`log_q` must be finite: the text must have positive probability under the target, got "
+                         f"{first_bad_entry(lq, ~np.isfinite(lq))}")
     T, L1 = E.shape[-2], E.shape[-1]
     n = _lengths(lengths, E.shape[:-2], T)
     C = np.concatenate([np.zeros(lq.shape[:-1] + (1,)), np.cumsum(lq, axis=-1)], axis=-1)
