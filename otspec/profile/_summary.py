@@ -399,7 +399,7 @@ def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 
 
     Every end is then clipped to ``[lower, upper]``, the range the quantity (the parameter, not the estimate on
     one sample) holds by proof at each call site. Where the truth lies in the range, an end clipped to it holds
-    the truth exactly when the unclipped end did (and an interval wholly outside the range, which missed it,
+    the truth whenever the unclipped end did (and an interval wholly outside the range, which missed it,
     becomes the nearest end of the range), so the coverage is kept: Mandelkern, "Setting confidence intervals for
     bounded parameters", *Statistical Science* 17(2), 2002 (the interval intersected with the parameter
     space). The point estimate is never moved: one whose per-position values are not themselves in the range (a
