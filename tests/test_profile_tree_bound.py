@@ -192,9 +192,9 @@ def test_summary_shares_over_prompts(bound_run):
             if N < MIN_PERCENTILE_PROMPTS:  # few prompts: at least Student's interval on the bootstrap's standard error
                 fin = res[np.isfinite(res)]
                 q = stats.t.ppf(0.975, N - 1) * np.sqrt(N / (N - 1))
-                if not diff and np.isfinite(c) and a < est.value < c and a < fin.min() and fin.max() < c:  # logit
-                    z, zr = np.log((est.value - a) / (c - est.value)), np.log((fin - a) / (c - fin))
-                    h = q * np.std(zr, ddof=1)
+                if not diff and np.isfinite(c) and a < est.value < c:  # logit: the delta method's standard error
+                    u = (est.value - a) / (c - a)
+                    z, h = np.log(u / (1 - u)), q * np.std(fin, ddof=1) / ((c - a) * u * (1 - u))
                     lo = min(lo, a + (c - a) / (1 + np.exp(h - z)))
                     hi = max(hi, a + (c - a) / (1 + np.exp(-h - z)))
                 elif not diff and est.value > 0 and fin.min() > 0:  # a positive estimate: on the log scale

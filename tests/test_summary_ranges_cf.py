@@ -75,14 +75,15 @@ def test_intervals_in_their_range_cover_at_their_nominal_rate(kind, N):
 # --------------------------------------------------------------------------- 2. the logit scale, independently
 @pytest.mark.parametrize("a, b", [(0.0, 1.0), (1.0, 4.0)])
 def test_a_range_of_two_ends_takes_students_widening_on_its_logit_scale(a, b):
-    # an independent route: scipy.stats.t's quantile and the logistic function written out
+    # an independent route: scipy.stats.t's quantile, the logit's derivative 1 / (u (1 - u)) carrying the bootstrap
+    # standard error to the logit scale (the delta method), the logistic function written out
     x = a + (b - a) * np.array([0.62, 0.91, 0.80])
     W = _weights(3, np.random.default_rng(4))
     p, r = _boot(x[:, None], np.ones((3, 1)), W)
     e = _interval(p[0], r[:, 0], 3, 3, lower=a, upper=b)
-    u, ur = (p[0] - a) / (b - a), (r[:, 0] - a) / (b - a)
-    z, zr = np.log(u / (1 - u)), np.log(ur / (1 - ur))
-    h = stats.t.ppf(0.975, 2) * np.sqrt(3 / 2) * np.std(zr, ddof=1)
+    u = (p[0] - a) / (b - a)
+    z = np.log(u / (1 - u))
+    h = stats.t.ppf(0.975, 2) * np.sqrt(3 / 2) * np.std(r[:, 0] / (b - a), ddof=1) / (u * (1 - u))
     lo, hi = np.percentile(r[:, 0], [2.5, 97.5])
     want_lo = min(lo, a + (b - a) / (1 + np.exp(-(z - h))))
     want_hi = max(hi, a + (b - a) / (1 + np.exp(-(z + h))))
@@ -90,6 +91,19 @@ def test_a_range_of_two_ends_takes_students_widening_on_its_logit_scale(a, b):
     assert a < e.lo < e.value < e.hi < b and e.value == p[0]
     # the same estimate without its range: the log scale, whose upper end passes b (what a3dbc22 wrote)
     assert _interval(p[0], r[:, 0], 3, 3).hi > b
+
+
+def test_one_prompt_near_an_end_does_not_stretch_the_interval():
+    # the spread of the resamples' logits (a first version) gave [0.002, 0.99999] for shares 0.99999, 0.9, 0.93
+    # and [0.82, 1] for 1, 0.9, 0.93: the delta method's interval moves continuously with the prompt's value
+    W = _weights(3, np.random.default_rng(0))
+    ends = []
+    for top in (0.99999, 1.0):
+        p, r = _boot(np.array([[top], [0.9], [0.93]]), np.ones((3, 1)), W)
+        e = _interval(p[0], r[:, 0], 3, 3, lower=0.0, upper=1.0)
+        assert 0.0 < e.lo < e.value < e.hi <= 1.0
+        ends.append((e.lo, e.hi))
+    assert ends[0] == pytest.approx(ends[1], abs=1e-4) and ends[0][0] > 0.5
 
 
 def test_the_point_is_never_moved_and_an_interval_outside_its_range_becomes_its_nearest_end():
