@@ -244,24 +244,31 @@ def verifier_gaps(tok, draft, target, prompts=PROMPTS[:GAP_PROMPTS]) -> dict:
                "budget": GAP_BUDGET, "contexts": int(B.size), "draws_per_context": GAP_DRAWS, "verifiers": {}}
         for v in vs:
             x = np.array(d[v])
-            fam["verifiers"][v] = {"value": _over_prompts(x, one, owner), "gap": _over_prompts(B - x, one, owner, difference=True),
-                                   "share": _over_prompts(x, B, owner),
-                                   "gap_union": _over_prompts(Bu - x, one, owner, difference=True),
-                                   "share_union": _over_prompts(x, Bu, owner)}
+            # every verifier here is lossless: B >= B* >= OPT_c >= E[tau] at each context (the mean over its drawn
+            # trees), so the gaps' parameters are >= 0 and the shares' in [0, 1] (a context's mean over 4 drawn trees
+            # may exceed the bound; the intervals stay in the range)
+            fam["verifiers"][v] = {"value": _over_prompts(x, one, owner),
+                                   "gap": _over_prompts(B - x, one, owner, difference=True, lower=0.0),
+                                   "share": _over_prompts(x, B, owner, lower=0.0, upper=1.0),
+                                   "gap_union": _over_prompts(Bu - x, one, owner, difference=True, lower=0.0),
+                                   "share_union": _over_prompts(x, Bu, owner, lower=0.0, upper=1.0)}
         out[label] = fam
     return out
 
 
-def _over_prompts(num, den, owner, n_boot: int = 2000, seed: int = 0, difference: bool = False) -> dict:
+def _over_prompts(num, den, owner, n_boot: int = 2000, seed: int = 0, difference: bool = False,
+                  lower: float = -np.inf, upper: float = np.inf) -> dict:
     """sum(num) / sum(den) over contexts, with the profile's 95 % bootstrap interval over prompts (``owner``: each
     context's prompt): a mean over contexts with ``den`` = 1, the share of the bound reached with ``den`` = B;
-    ``difference``: ``num`` holds differences (a gap to a bound), whose interval is on their own scale."""
+    ``difference``: ``num`` holds differences (a gap to a bound), whose interval is on their own scale; ``lower``,
+    ``upper``: the quantity's range (a share on the logit scale, every end inside it)."""
     from otspec.profile._summary import _ratio_estimate, _resample
 
     ids = np.unique(owner)
     S = np.array([num[owner == g].sum() for g in ids])
     C = np.array([den[owner == g].sum() for g in ids])
-    return _est(_ratio_estimate(S, C, _resample(len(ids), n_boot, seed), int(num.size), difference=difference))
+    return _est(_ratio_estimate(S, C, _resample(len(ids), n_boot, seed), int(num.size), difference=difference,
+                                lower=lower, upper=upper))
 
 def _est(e) -> dict | None:
     return None if e is None else {"value": _r(e.value), "lo": _r(e.lo), "hi": _r(e.hi), "positions": e.positions}

@@ -181,7 +181,10 @@ def test_summary_shares_over_prompts(bound_run):
                 C[i] += 1
         assert b.positions == int(C.sum()) == len(B.xs(label, level="name"))
         assert b.budget == 4 and b.verifier == name.rsplit("/", 1)[1]
-        for est, num, den in ((b.share, SE, SB), (b.value, SE, C), (b.bound, SB, C), (b.gap, SB - SE, C)):
+        # each quantity's range (the trees have depth 2; every verifier lossless): share in [0, 1], value in
+        # [0, 2], bound >= 0, gap >= 0 (a difference: Student's on its own scale)
+        for est, num, den, (a, c), diff in ((b.share, SE, SB, (0.0, 1.0), False), (b.value, SE, C, (0.0, 2.0), False),
+                                            (b.bound, SB, C, (0.0, np.inf), False), (b.gap, SB - SE, C, (0.0, np.inf), True)):
             assert est.value == pytest.approx(num.sum() / den.sum(), abs=1e-12)
             with np.errstate(invalid="ignore", divide="ignore"):
                 res = (W @ num) / (W @ den)
@@ -189,12 +192,18 @@ def test_summary_shares_over_prompts(bound_run):
             if N < MIN_PERCENTILE_PROMPTS:  # few prompts: at least Student's interval on the bootstrap's standard error
                 fin = res[np.isfinite(res)]
                 q = stats.t.ppf(0.975, N - 1) * np.sqrt(N / (N - 1))
-                if est.value > 0 and fin.min() > 0:  # a positive estimate: on the log scale
+                if not diff and np.isfinite(c) and a < est.value < c:  # logit: the delta method's standard error
+                    u = (est.value - a) / (c - a)
+                    z, h = np.log(u / (1 - u)), q * np.std(fin, ddof=1) / ((c - a) * u * (1 - u))
+                    lo = min(lo, a + (c - a) / (1 + np.exp(h - z)))
+                    hi = max(hi, a + (c - a) / (1 + np.exp(-h - z)))
+                elif not diff and est.value > 0 and fin.min() > 0:  # a positive estimate: on the log scale
                     h = q * np.std(np.log(fin), ddof=1)
                     lo, hi = min(lo, est.value * np.exp(-h)), max(hi, est.value * np.exp(h))
                 else:
                     h = q * np.std(fin, ddof=1)
                     lo, hi = min(lo, est.value - h), max(hi, est.value + h)
+            lo, hi = np.clip([lo, hi], a, c)  # the ends inside the range
             assert (est.lo, est.hi) == pytest.approx((lo, hi), abs=1e-12)
             assert est.prompts == N
         assert b.gap.value == pytest.approx(b.bound.value - b.value.value, abs=1e-12)

@@ -663,7 +663,8 @@ def _bound_lines(summary) -> list[str]:
              "remainder is what the "
              "budget left open (the bound stays an upper bound). Value: E[tau | T] of the drawn trees, accepted draft "
              "tokens per call, on the same positions; share: value / bound, a lower bound on the share of the best "
-             "possible verifier's value (on one drawn tree E[tau | T] may exceed B: B bounds the mean over trees); "
+             "possible verifier's value (on one drawn tree E[tau | T] may exceed B: B bounds the mean over trees, so "
+             "a share's interval stops at 100 % and a gap's at 0, though the estimate on a few drawn trees may not); "
              "pi: whether the probability that a path is drafted was exact (draws without replacement by their "
              "exact laws, to a relative 1e-12) or only bounded above.",
              "", "| scheme | positions | value | bound | gap | share of the bound | mean remainder | pi |",
@@ -723,7 +724,8 @@ def report_markdown(summary, *, figures=(), left_out=()) -> str:
         f"{s['context']}, temperature "
         f"{s['temperature']}, top-k {s['top_k']}, top-p {s['top_p']}. Intervals: 95 % bootstrap over prompts "
         f"(on fewer than {MIN_PERCENTILE_PROMPTS} prompts, widened to at least Student's interval on the bootstrap "
-        f"standard error); an estimate resting on one prompt has none (\"{ONE_PROMPT}\").",
+        f"standard error), each inside its quantity's range (a probability or a share in [0, 1], tokens per call in "
+        f"[1, L + 1], a gap to a bound >= 0); an estimate resting on one prompt has none (\"{ONE_PROMPT}\").",
         "",
     ]
     missing = (summary.provenance or {}).get("missing_shards") or ()

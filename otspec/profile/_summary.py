@@ -13,7 +13,10 @@ sizes; Efron and Tibshirani, *An Introduction to the Bootstrap*, 1993, ch. 12
 (Student's interval) and ch. 13 (the percentile interval)): there each end is
 widened to at least Student's interval on the bootstrap standard error,
 :math:`\hat\theta \pm t_{0.975,\, n - 1} \sqrt{n / (n - 1)}\, \widehat{\mathrm{se}}^*`
-(:func:`_interval`; on the log scale for a positive estimate).
+(:func:`_interval`; on the logit scale for a quantity with a range of two ends, such as a probability, a share
+of a bound or tokens per call, on the log scale for another positive estimate). Every interval is then clipped to
+the range its quantity holds by proof (a share of a bound in [0, 1], a gap to it >= 0), which keeps its coverage
+(Mandelkern, "Setting confidence intervals for bounded parameters", Statistical Science 17(2), 2002).
 """
 
 from __future__ import annotations
@@ -368,45 +371,76 @@ def _boot(S: np.ndarray, C: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 0, student=None, *,
-              difference: bool = False) -> Estimate:
-    r"""The 95 % interval of ``point`` from its bootstrap resamples ``res`` over ``prompts`` prompts.
+              difference: bool = False, lower: float = -np.inf, upper: float = np.inf) -> Estimate:
+    r"""The 95 % interval of ``point`` from its bootstrap resamples ``res`` over ``prompts`` prompts, inside the
+    quantity's range ``[lower, upper]``.
 
     .. math::
 
-        [\min(q^*_{0.025},\ \hat\theta - h),\ \max(q^*_{0.975},\ \hat\theta + h)],\qquad
+        [\min(q^*_{0.025},\ \hat\theta - h),\ \max(q^*_{0.975},\ \hat\theta + h)] \cap [a, b],\qquad
         h = t_{0.975,\, n - 1} \sqrt{\tfrac{n}{n - 1}}\ \operatorname{sd}(\theta^*)
 
     for :math:`2 \le n <` :data:`MIN_PERCENTILE_PROMPTS` prompts (the percentile interval alone from more, or when
     the prompts are not recorded: ``prompts = 0``). The bootstrap variance of a mean over :math:`n` resampled units
     is :math:`(n - 1)/n` times the unbiased one, so :math:`h` is Student's half-width, exact for a mean of normal
     per-prompt values; the percentile interval cannot reach beyond the values of the :math:`n` prompts (from 2 it
-    holds the truth about half the time). A positive estimate whose resamples are all positive (tokens per call,
-    speed-ups, acceptance) takes Student's interval on the log scale, :math:`\hat\theta\, e^{\pm h}` with
-    :math:`h` from :math:`\operatorname{sd}(\log \theta^*)`, so that its ends stay positive; a difference
-    (``difference=True``: paired differences, gaps to a bound, relative biases), on its own scale whatever the sign
-    of its resamples, so that two differences of one kind are never put on two scales. Resamples that are not finite
-    (no position drawn) are left out.
+    holds the truth about half the time). The scale of Student's interval:
+
+    * a quantity with a range of two finite ends ``a < b`` (a probability or a share of a bound in ``[0, 1]``,
+      tokens per call in ``[1, L + 1]``) whose estimate lies strictly inside it: the logit scale of
+      :math:`u = (\theta - a) / (b - a)`, its ends :math:`a + (b - a)\,\operatorname{expit}(\operatorname{logit}
+      \hat u \pm h)` with :math:`h = t\, \sqrt{n / (n - 1)}\, \operatorname{sd}(\theta^*) / ((b - a)\,
+      \hat u (1 - \hat u))`, the bootstrap standard error carried to the logit scale by the delta method (the
+      logit interval of a binomial proportion: Brown, Cai and DasGupta, "Interval estimation for a binomial
+      proportion", *Statistical Science* 16(2), 2001), so that the ends stay inside the range. Not the spread
+      of the resamples' logits, which one prompt near an end of the range inflates without limit (shares of
+      0.99999, 0.9 and 0.93 gave [0.002, 0.99999]; exactly 1 instead of 0.99999, [0.82, 1]);
+    * else a positive estimate whose resamples are all positive (speed-ups, a bound): the log scale,
+      :math:`\hat\theta\, e^{\pm h}` with :math:`h` from :math:`\operatorname{sd}(\log \theta^*)`;
+    * a difference (``difference=True``: paired differences, gaps to a bound, relative biases, TV and KL of a
+      lossy rule) on its own scale whatever its resamples, so that two differences of one kind are never put on
+      two scales; and any other estimate.
+
+    Every end is then clipped to ``[lower, upper]``, the range the quantity (the parameter, not the estimate on
+    one sample) holds by proof at each call site. Where the truth lies in the range, an end clipped to it holds
+    the truth whenever the unclipped end did (and an interval wholly outside the range, which missed it,
+    becomes the nearest end of the range), so the coverage is kept: Mandelkern, "Setting confidence intervals for
+    bounded parameters", *Statistical Science* 17(2), 2002 (the interval intersected with the parameter
+    space). The point estimate is never moved: one whose per-position values are not themselves in the range (a
+    share of the bound of one drawn tree per position may exceed 1) may lie outside its clipped interval. Only
+    the ends outside the range move, so from :data:`MIN_PERCENTILE_PROMPTS` prompts an interval of a ratio of
+    means of values in the range (whose resamples are in it) is the percentile interval, unchanged. Resamples
+    that are not finite (no position drawn) are left out.
 
     ``student``: the resamples whose spread Student's interval takes (default ``res``). A speed-up's ``res`` carry
     the timings' bootstrap replicates as well as the prompts' resamples; its ``student`` are the prompts' alone
     (its tokens per call resampled, times the point costs), so that the prompts' part is widened and the timings'
     part, from a few repetitions of each call whose replicates may be long-tailed, stays the percentile's.
     """
+    a, b = float(lower), float(upper)
+    if np.isnan(a) or np.isnan(b) or a > b:
+        raise ValueError(f"`lower` must be <= `upper` (neither NaN), got lower={lower!r}, upper={upper!r}")
     lo, hi = np.nanpercentile(res, [2.5, 97.5]) if np.isfinite(res).any() else (np.nan, np.nan)
     if 2 <= prompts < MIN_PERCENTILE_PROMPTS and np.isfinite(point):
         fin = np.asarray(res if student is None else student, dtype=np.float64)
         fin = fin[np.isfinite(fin)]
         if fin.size > 1:
-            from scipy.special import stdtrit
+            from scipy.special import expit, logit, stdtrit
 
             q = float(stdtrit(prompts - 1, 0.975)) * np.sqrt(prompts / (prompts - 1))
-            if not difference and point > 0 and (fin > 0).all():  # a positive quantity: on the log scale
+            if not difference and np.isfinite(a) and np.isfinite(b) and a < point < b:  # on the logit scale
+                u = (point - a) / (b - a)
+                z, h = float(logit(u)), q * float(np.std(fin, ddof=1)) / ((b - a) * u * (1.0 - u))
+                lo, hi = min(lo, a + (b - a) * float(expit(z - h))), max(hi, a + (b - a) * float(expit(z + h)))
+            elif not difference and point > 0 and (fin > 0).all():  # a positive quantity: on the log scale
                 h = q * float(np.std(np.log(fin), ddof=1))
                 lo, hi = min(lo, point * np.exp(-h)), max(hi, point * np.exp(h))
             else:
                 h = q * float(np.std(fin, ddof=1))
                 lo, hi = min(lo, point - h), max(hi, point + h)
-    return Estimate(float(point), float(lo), float(hi), int(positions), int(prompts))
+    # inside the range (NaN ends stay NaN); an end already inside is returned bit for bit
+    lo, hi = (float(x) if np.isnan(x) else float(min(max(x, a), b)) for x in (lo, hi))
+    return Estimate(float(point), lo, hi, int(positions), int(prompts))
 
 
 def _prompts(counts: np.ndarray) -> int:
@@ -773,7 +807,8 @@ def _recommend(point, res, tokens, positions, student=None) -> Recommendation | 
         return None
     order = sorted(cands, key=lambda key: (-point[key], key))
     st = student if student is not None else res
-    ranking = tuple((key, _interval(point[key], res[key], positions, tokens[key].prompts, st[key])) for key in order)
+    ranking = tuple((key, _interval(point[key], res[key], positions, tokens[key].prompts, st[key], lower=0.0))
+                    for key in order)
     best = order[0]
     ru = order[1] if len(order) > 1 else None
     diff = (_interval(point[best] - point[ru], res[best] - res[ru], positions,
@@ -793,10 +828,13 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep, reps: Costs | None = 
         if not keep(kind if kind in ("acc", "tv", "kl") else "tau", nm):
             continue
         n = int(C[:, i].sum())
+        # each position's acceptance at a depth is a probability, its TV in [0, 1] and its KL >= 0: a ratio of
+        # sums of such values over positions (and its parameter) lies in the same range
         if kind == "acc":
-            acceptance[(nm, k, j)] = _interval(point[i], res[:, i], n, _prompts(C[:, i]))
+            acceptance[(nm, k, j)] = _interval(point[i], res[:, i], n, _prompts(C[:, i]), lower=0.0, upper=1.0)
         elif kind in ("tv", "kl"):
-            gaps[(kind, nm, k, j)] = _interval(point[i], res[:, i], n, _prompts(C[:, i]), difference=True)
+            gaps[(kind, nm, k, j)] = _interval(point[i], res[:, i], n, _prompts(C[:, i]), difference=True,
+                                               lower=0.0, upper=1.0 if kind == "tv" else np.inf)
     tkeys, E, Cm, npos = _emitted_and_calls(keys, S, C)
     sel = [i for i, key in enumerate(tkeys) if keep("tau", key[0])]
     tkeys = [tkeys[i] for i in sel]
@@ -809,11 +847,15 @@ def _position_set(name, keys, S, C, W, costs: Costs, keep, reps: Costs | None = 
         sp, sres, fp, fres = _speedups(tkeys, tp, tres, extra, costs, costs if reps is None else reps)
         for i, key in enumerate(tkeys):
             n = int(npos[:, i].sum())
-            tokens[key] = _interval(tp[i], tres[:, i], n, _prompts(npos[:, i]))
+            # per position, 1 <= emitted / calls <= L + 1 (E[tau_L | X] <= L; block: L + 1 tokens in 1 to L + 1
+            # calls, each emitting one at least): so is the ratio of sums
+            tokens[key] = _interval(tp[i], tres[:, i], n, _prompts(npos[:, i]), lower=1.0, upper=key[2] + 1.0)
             # the prompts' part of the resamples: tokens per call resampled, at the point costs
             sst[key] = tres[:, i] * (sp[key] / tp[i])
-            speed[key] = _interval(sp[key], sres[key], n, _prompts(npos[:, i]), sst[key])
-            forward[key] = _interval(fp[key], fres[key], n, _prompts(npos[:, i]), tres[:, i] * (fp[key] / tp[i]))
+            # a speed-up: tokens per call times a ratio of positive seconds, > 0 (no upper end by proof)
+            speed[key] = _interval(sp[key], sres[key], n, _prompts(npos[:, i]), sst[key], lower=0.0)
+            forward[key] = _interval(fp[key], fres[key], n, _prompts(npos[:, i]), tres[:, i] * (fp[key] / tp[i]),
+                                     lower=0.0)
         rec = _recommend(sp, sres, tokens, max(e.positions for e in tokens.values()), sst)
     counts = [e.positions for e in (*acceptance.values(), *tokens.values())]
     return PositionSet(name=name, positions=max(counts, default=0), acceptance=acceptance, gaps=gaps,
@@ -932,13 +974,15 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             if other not in src or (f, k, L) not in src:
                 continue
             i, r = src.index((f, k, L)), src.index(other)
+            # two tokens per call in [1, L + 1] each (the same L): their difference in [-L, L]
             diffs[((f, k, L), other)] = _interval(srcp[i] - srcp[r], srcr[:, i] - srcr[:, r], int(cnt[:, i].sum()),
-                                                  _prompts(cnt[:, i]), difference=True)
+                                                  _prompts(cnt[:, i]), difference=True, lower=-float(L), upper=float(L))
     has_trees = bool(settings.get("trees") or settings.get("tree_universe"))
     tree_labels = {n for f in resolve_trees(settings.get("trees") or (), settings.get("tree_universe")).families
                    for n in f.names()} if has_trees else set()
     renewal, ren_res = _renewal_estimates(sums["T_n"], {k: v for k, v in sums["starts"].items()
-                                                        if k[0] not in tree_labels}, W)
+                                                        if k[0] not in tree_labels}, W,
+                                          lambda name: get_verifier(name).lossless)
     tree_renewal = {"T_n": sums["T_n"], "starts": {k: v for k, v in sums["starts"].items() if k[0] in tree_labels},
                     "palm": {k: v for k, v in sums["palm"].items() if k[0] in tree_labels}}
     palm, bias = {}, {}
@@ -949,10 +993,14 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
             if key not in tokens:
                 continue
             pp, pres = _boot(num[:, None], den[:, None], W)
-            palm[key] = _interval(pp[0], pres[:, 0], tokens[key].positions, tokens[key].prompts)
+            L = key[2]
+            # the Palm average: an r-weighted mean (r >= 0) of E[tau_L | X] + 1 in [1, L + 1]; the bias: the ratio
+            # of two values in [1, L + 1], less 1, in [1 / (L + 1) - 1, L]
+            palm[key] = _interval(pp[0], pres[:, 0], tokens[key].positions, tokens[key].prompts, lower=1.0,
+                                  upper=L + 1.0)
             i = a_keys.index(key)
             bias[key] = _interval(tp[i] / pp[0] - 1.0, tres[:, i] / pres[:, 0] - 1.0, tokens[key].positions,
-                                  tokens[key].prompts, difference=True)
+                                  tokens[key].prompts, difference=True, lower=1.0 / (L + 1.0) - 1.0, upper=float(L))
     ren_diffs = {}
     if renewal:
         fams = list(dict.fromkeys(f for f, _, _ in renewal))
@@ -960,8 +1008,11 @@ def summarize(out, *, draft_cost: float | None = None, score_cost: float | None 
         for (f, k, L), e in renewal.items():
             r = (rref, 1, L)
             if f != rref and r in renewal:
+                # two renewal estimates of tokens per call (in [1, L + 1] for a lossless scheme): in [-L, L]
+                lim = float(L) if get_verifier(f).lossless and get_verifier(rref).lossless else np.inf
                 ren_diffs[((f, k, L), r)] = _interval(e.value - renewal[r].value, ren_res[(f, k, L)] - ren_res[r], 0,
-                                                      min(e.prompts, renewal[r].prompts), difference=True)
+                                                      min(e.prompts, renewal[r].prompts), difference=True, lower=-lim,
+                                                      upper=lim)
     # rank every scheme on the positions where all were computed, when there are enough of them for an interval
     # over prompts; else the schemes computed at every position (the report says which)
     sub = sets.get("subsample")
@@ -1265,17 +1316,22 @@ def _renewal_starts(table, prompts: np.ndarray) -> tuple[np.ndarray, dict, dict]
     return T_n, starts, palm
 
 
-def _renewal_estimates(T_n: np.ndarray, starts: dict, W: np.ndarray) -> tuple[dict, dict]:
+def _renewal_estimates(T_n: np.ndarray, starts: dict, W: np.ndarray, lossless=lambda name: True) -> tuple[dict, dict]:
     r"""Tokens per call by the renewal estimator: :math:`\sum_n T_n / \sum_n \sum_t r_n(t)` over prompts.
 
-    The interval resamples prompts with the same weights ``W`` as every other estimate.
+    The interval resamples prompts with the same weights ``W`` as every other estimate. Its range: the limit
+    estimated, real decoding's tokens per call, lies in ``[1, L + 1]`` for a scheme whose output follows the
+    target (``lossless(name)``; keys ``(name, k, L)``, or ``(label, n, depth)`` with ``depth`` for ``L``), each
+    call emitting from 1 to ``L + 1`` tokens; none is used for the others (the recursion's ``r`` is then no
+    probability of a start).
     """
     out, resampled = {}, {}
     for key, S_n in starts.items():
         with np.errstate(invalid="ignore", divide="ignore"):
             point = T_n.sum() / S_n.sum()
             res = (W @ T_n) / (W @ S_n)
-        out[key] = _interval(point, res, 0, _prompts(S_n))
+        lo, hi = (1.0, key[2] + 1.0) if lossless(key[0]) else (-np.inf, np.inf)
+        out[key] = _interval(point, res, 0, _prompts(S_n), lower=lo, upper=hi)
         resampled[key] = res
     return out, resampled
 
@@ -1610,12 +1666,14 @@ def _resample(N: int, n_boot: int, seed: int) -> np.ndarray:
 
 
 def _ratio_estimate(E: np.ndarray, C: np.ndarray, W: np.ndarray, positions: int, factor: float = 1.0,
-                    factor_res=None, *, difference: bool = False) -> Estimate:
+                    factor_res=None, *, difference: bool = False, lower: float = -np.inf,
+                    upper: float = np.inf) -> Estimate:
     """``sum E / sum C`` times ``factor``, its resamples times ``factor_res`` (replicates paired with ``W``'s rows;
-    default ``factor``); ``difference``: ``E`` sums differences (:func:`_interval`'s own scale)."""
+    default ``factor``); ``difference``: ``E`` sums differences (:func:`_interval`'s own scale); ``lower``,
+    ``upper``: the range of the quantity (:func:`_interval`)."""
     p, r = _boot(E[:, None], C[:, None], W)
     return _interval(p[0] * factor, r[:, 0] * (factor if factor_res is None else factor_res), positions,
-                     _prompts(C), r[:, 0] * factor, difference=difference)
+                     _prompts(C), r[:, 0] * factor, difference=difference, lower=lower, upper=upper)
 
 
 def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs: Costs, every: PositionSet,
@@ -1641,20 +1699,25 @@ def _tree_summary(out, settings: dict, prompts: np.ndarray, W: np.ndarray, costs
             along[name] = along_text_route(f.process, v, stride=settings.get("stride", 1),
                                            context=settings.get("context", "sample"))
             secs[name] = tc.iteration(f.shape)
-            tokens[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()))
+            # E[tau | T] + 1 in [1, depth + 1] per position (at most one node per depth accepted); speed-ups > 0
+            top = f.depth + 1.0
+            tokens[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), lower=1.0, upper=top)
             a, ar, b, br = tc.factors(f.shape, name)
-            speed[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), a, ar)
-            forward[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), b, br)
+            speed[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), a, ar, lower=0.0)
+            forward[name] = _ratio_estimate(S[:, i] + n, n, W, int(n.sum()), b, br, lower=0.0)
             key = (name, f.n, f.depth)
             if ren and key in ren["starts"]:
-                renewal[name] = _renewal_estimates(ren["T_n"], {key: ren["starts"][key]}, W)[0][key]
+                ok = v is None or get_verifier(v).lossless
+                renewal[name] = _renewal_estimates(ren["T_n"], {key: ren["starts"][key]}, W,
+                                                   lambda _, ok=ok: ok)[0][key]
             if ren and key in ren["palm"]:
                 num, den = ren["palm"][key]
                 pp, pres = _boot(num[:, None], den[:, None], W)
                 tp, tres = _boot((S[:, i] + n)[:, None], n[:, None], W)
-                palm[name] = _interval(pp[0], pres[:, 0], int(n.sum()), _prompts(n))
+                # as the chains': the Palm average in [1, depth + 1], the bias in [1 / (depth + 1) - 1, depth]
+                palm[name] = _interval(pp[0], pres[:, 0], int(n.sum()), _prompts(n), lower=1.0, upper=top)
                 bias[name] = _interval(tp[0] / pp[0] - 1.0, tres[:, 0] / pres[:, 0] - 1.0, int(n.sum()), _prompts(n),
-                                       difference=True)
+                                       difference=True, lower=1.0 / top - 1.0, upper=top - 1.0)
     choice, note = None, ""
     even = prompts % 2 == 0
     if not even.any() or even.all():
@@ -1683,8 +1746,10 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
 
     static, fastest, versus = (), None, {}
     pos_c = pos_e = 0
-    heldout = {name: _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()))
-               for (kind, name, _, _), i in col.items() if kind == "tree"}
+    # tokens per call of a tree of depth D: E[tau | T] + 1 in [1, D + 1] per position; speed-ups > 0
+    heldout = {name: _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()), lower=1.0,
+                                     upper=depth + 1.0)
+               for (kind, name, _, depth), i in col.items() if kind == "tree"}
     if plan.universe is not None and ("treeq", "topk", 0, 1) in col:
         U = plan.universe
         qcols = np.array([col[("treeq", "topk", 0, j)] for j in range(1, U.n + 1)])
@@ -1704,12 +1769,15 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
             shape = TreeShape(paths)
             secs = tc.iteration(shape)
             f, fr, fb, fbr = tc.factors(shape)
+            # 1 + the sum of the nodes' probabilities of acceptance = 1 + E[accepted nodes] in [1, depth + 1]
             out_static.append(StaticShape(
                 n=n, paths=shape.paths[1:],
-                tokens_per_call=_interval(point[n - 1], res[:, n - 1], pos_e, _prompts(ne)),
-                speedup=_interval(point[n - 1] * f, res[:, n - 1] * fr, pos_e, _prompts(ne), res[:, n - 1] * f),
+                tokens_per_call=_interval(point[n - 1], res[:, n - 1], pos_e, _prompts(ne), lower=1.0,
+                                          upper=shape.max_depth + 1.0),
+                speedup=_interval(point[n - 1] * f, res[:, n - 1] * fr, pos_e, _prompts(ne), res[:, n - 1] * f,
+                                  lower=0.0),
                 speedup_forward=_interval(point[n - 1] * fb, res[:, n - 1] * fbr, pos_e, _prompts(ne),
-                                          res[:, n - 1] * fb),
+                                          res[:, n - 1] * fb, lower=0.0),
                 node_values=tuple(float(mean_e[i - 1]) for i in (plan.index[p] for p in shape.paths[1:])),
                 seconds=secs))
             pred.append(tpc_c[n - 1] * f)
@@ -1723,7 +1791,9 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
                 continue
             both = np.stack([cum_e[:, f.n - 1], Se[:, i] + Ce[:, i]], axis=1)
             p2, r2 = _boot(both, np.stack([ne, Ce[:, i]], axis=1), We)
-            versus[f.label] = _interval(p2[0] - p2[1], r2[:, 0] - r2[:, 1], pos_e, _prompts(ne), difference=True)
+            # a static shape's tokens per call in [1, D_s + 1] less the family's in [1, depth + 1]
+            versus[f.label] = _interval(p2[0] - p2[1], r2[:, 0] - r2[:, 1], pos_e, _prompts(ne), difference=True,
+                                        lower=-float(f.depth), upper=float(static[f.n - 1].shape.max_depth))
     # Sequoia: the acceptance vector of a per-node rule on a recorded sampled family, on the choosing half
     seq, acc, source = (), (), None
     cands = [(f, name, v) for f in plan.sampled for v, name in zip(f.verifiers, f.names())
@@ -1746,7 +1816,7 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
             if all(p in fidx for p in shape.paths[1:]):
                 ids = np.array([fidx[p] for p in shape.paths[1:]])
                 E = ne + Se[:, ncols[ids - 1]].sum(axis=1)
-                measured = _ratio_estimate(E, ne, We, int(ne.sum()))
+                measured = _ratio_estimate(E, ne, We, int(ne.sum()), lower=1.0, upper=shape.max_depth + 1.0)
             out_seq.append(SequoiaShape(n=n, depth=f.depth, paths=shape.paths[1:], predicted=float(value) + 1.0,
                                         tokens_per_call=measured))
         seq = tuple(out_seq)
@@ -1758,8 +1828,9 @@ def _tree_choice(plan: TreePlan, prompts, even, keys, col, S, C, tc: _TreeCosts,
             continue
         i = col[key]
         fac, fac_r, _, _ = tc.factors(f.shape, f.label)
-        e2[f.label] = _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()))
-        e2s[f.label] = _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()), fac, fac_r)
+        e2[f.label] = _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()), lower=1.0,
+                                      upper=f.depth + 1.0)
+        e2s[f.label] = _ratio_estimate(Se[:, i] + Ce[:, i], Ce[:, i], We, int(Ce[:, i].sum()), fac, fac_r, lower=0.0)
         sc = (Sc[:, i].sum() + Cc[:, i].sum()) / max(Cc[:, i].sum(), 1.0) * fac
         if sc > best_c:
             best, best_c = f.label, sc
@@ -1815,7 +1886,8 @@ def _export(chosen: StaticShape, plan: TreePlan, eval_prompts: np.ndarray, We: n
             E, Cn = np.zeros(len(eval_prompts)), np.zeros(len(eval_prompts))
             np.add.at(E, rows, np.array(vals) + 1.0)
             np.add.at(Cn, rows, 1.0)
-            value, how = _ratio_estimate(E, Cn, We, len(vals)), "the recorded universe"
+            # EAGLE-2's tree of ``steps`` levels: E[tau] + 1 in [1, steps + 1]
+            value, how = _ratio_estimate(E, Cn, We, len(vals), lower=1.0, upper=steps + 1.0), "the recorded universe"
     closest = None
     if e2:
         def dist(name):
@@ -1885,6 +1957,29 @@ class TreeBoundSummary:
     positions: int
 
 
+def _bound_estimates(SE: np.ndarray, SB: np.ndarray, n: np.ndarray, W: np.ndarray, depth: int,
+                     lossless: bool) -> dict:
+    r"""The value, bound, gap and share of :class:`TreeBoundSummary` from per-prompt sums of
+    :math:`\mathbb E[\tau \mid T]` (``SE``) and :math:`\hat B` (``SB``) over ``n`` positions each.
+
+    Their ranges (:func:`_interval`): :math:`\mathbb E[\tau \mid T]` in ``[0, depth]`` at each position (at most
+    one node per depth accepted); :math:`\hat B \ge 0`; for a lossless verifier, at each position
+    :math:`\hat B \ge \mathrm{OPT}_c \ge \mathbb E[\tau]`, the mean over the drawn trees
+    (:func:`otspec.tree.bound`), so the parameters (means over the positions and the trees) of the gap and the
+    share lie in ``[0, inf)`` and ``[0, 1]``, though one drawn tree's :math:`\mathbb E[\tau \mid T]` may exceed
+    :math:`\hat B` (the estimates may leave the range; their intervals do not). A lossy verifier's gap and share
+    have no such range.
+    """
+    pos, np_ = int(n.sum()), _prompts(n)
+    rng = {"value": (0.0, float(depth)), "bound": (0.0, np.inf), "gap": (0.0 if lossless else -np.inf, np.inf),
+           "share": (0.0, 1.0 if lossless else np.inf)}
+    est = {}
+    for key, (num, den) in {"value": (SE, n), "bound": (SB, n), "gap": (SB - SE, n), "share": (SE, SB)}.items():
+        p, r = _boot(num[:, None], den[:, None], W)
+        est[key] = _interval(p[0], r[:, 0], pos, np_, difference=key == "gap", lower=rng[key][0], upper=rng[key][1])
+    return est
+
+
 def _bound_summary(out, settings: dict, plan: TreePlan, prompts: np.ndarray, W: np.ndarray) -> dict:
     """``name -> TreeBoundSummary`` of every sampled family's verifier, on the positions with a bound row."""
     import pyarrow as pa
@@ -1929,12 +2024,8 @@ def _bound_summary(out, settings: dict, plan: TreePlan, prompts: np.ndarray, W: 
         n = C[:, i]
         if not n.sum():
             continue
-        pos, np_ = int(n.sum()), _prompts(n)
-        est = {}
-        for key, (num, den) in {"value": (SE[:, i], n), "bound": (SB[:, i], n), "gap": (SB[:, i] - SE[:, i], n),
-                                "share": (SE[:, i], SB[:, i])}.items():
-            p, r = _boot(num[:, None], den[:, None], W)
-            est[key] = _interval(p[0], r[:, 0], pos, np_, difference=key == "gap")
+        pos = int(n.sum())
+        est = _bound_estimates(SE[:, i], SB[:, i], n, W, f.depth, get_verifier(v).lossless)
         out_[name] = TreeBoundSummary(family=f.label, verifier=v, process=f.process, remainder=float(SR[:, i].sum() / pos),
                                       pi_exact=bool(exact[i]), budget=budget, expanded=float(SX[:, i].sum() / pos),
                                       positions=pos, **est)
