@@ -147,6 +147,8 @@ class OptimalVerifier(SelectThenSpeculate):
         # draft mass after each block (suffix sums in chain order)
         masses = np.array([float(p[o[0]].sum()) for _, o in blocks])
         after = np.concatenate([np.cumsum(masses[::-1])[::-1][1:], [0.0]]) if masses.size else masses
+        # draft mass before each block, summed on its own (the powers' coordinate above k = 64)
+        before = np.concatenate([[0.0], np.cumsum(masses[:-1])]) if masses.size else masses
         self._blocks = [_Block(w, o, a_, local, itype) for (w, o), a_ in zip(blocks, after)]
         self._local = local
         self._block_of = block_of
@@ -156,13 +158,13 @@ class OptimalVerifier(SelectThenSpeculate):
             base = np.concatenate([blk.tokens for blk in self._blocks]) if self._blocks else np.zeros(0, dtype=itype)
             z = np.zeros(n)
             bs = base[supp[base]]
-            z[bs] = sm.vertex(p[bs], 0.0, k)
-            for blk in self._blocks:
+            z[bs] = sm.vertex(p[bs], 0.0, k, sm.huge_above(k, 0.0))
+            for blk, ab in zip(self._blocks, before):
                 if blk.ranks is None:
                     continue
                 zb = np.zeros(n)
                 for w, o in zip(blk.weights, blk.orders):
-                    zb[o] += w * sm.vertex(p[o], blk.after, k)
+                    zb[o] += w * sm.vertex(p[o], blk.after, k, sm.huge_above(k, ab))
                 z[blk.tokens] = zb[blk.tokens]
         else:  # accumulated by the decomposition, vertex by vertex (same sum, grouped by node)
             z = np.array(z, dtype=np.float64)
@@ -285,6 +287,7 @@ class OptimalVerifier(SelectThenSpeculate):
         for j in flagged:
             o = orders[j]
             c = sm.suffix_masses(p[o], 0.0)[:-1]  # mass from each position on
+            dep = None if sm.huge_above(k, 0.0) is None else sm.prefix_depths(p[o], 0.0)[:-1]  # mass before it
             zs = rej[ranks[j, rej] < last_res[j]]
             ys = resid[ranks[j, resid] > first_rej[j]]
             yj = ranks[j, ys][None, :]
@@ -296,8 +299,11 @@ class OptimalVerifier(SelectThenSpeculate):
                 rj = ranks[j, zc][:, None]
                 ci = c[ranks[j, zc]][:, None]
                 pz = p[zc][:, None]
-                with np.errstate(invalid="ignore"):
-                    both = ci**k - np.maximum(ci - pz, 0) ** k - (np.maximum(ci - py, 0) ** k - np.maximum(ci - py - pz, 0) ** k)
+                if dep is None:
+                    with np.errstate(invalid="ignore"):
+                        both = ci**k - np.maximum(ci - pz, 0) ** k - (np.maximum(ci - py, 0) ** k - np.maximum(ci - py - pz, 0) ** k)
+                else:
+                    both = _pair_term_from_depths(ci, dep[ranks[j, zc]][:, None], pz, py, k)
                 both = np.where(rj < yj, np.maximum(both, 0.0), 0.0)
                 terms = (1.0 - self._a[zc])[:, None] * ry * both
                 extra += weights[j] * float(terms.sum())
@@ -348,16 +354,37 @@ class OptimalVerifier(SelectThenSpeculate):
         )
 
 
+def _pair_term_from_depths(c, d, pz, py, k):
+    r""":math:`[c^k - (c - p_Z)^k] - [(c - p_y)^k - (c - p_y - p_Z)^k]` with every power from its complement.
+
+    ``c`` (column) the mass from ``Z``'s position on, ``d`` its complement
+    (the mass before ``Z``, summed on its own), ``pz`` (column) and ``py``
+    (row) the two masses: :math:`(c - p_y)^k` has complement ``d + p_y``
+    (:func:`_submodular.increments` with ``depth``), so no ``c**k`` of a
+    suffix sum is formed (huge ``k``).
+    """
+    shape = np.broadcast_shapes(c.shape, pz.shape, py.shape)
+    cb = np.broadcast_to(c, shape).ravel()
+    db = np.broadcast_to(d, shape).ravel()
+    zb = np.broadcast_to(pz, shape).ravel()
+    yb = np.broadcast_to(py, shape).ravel()
+    first = sm.increments(zb, cb, k, db)
+    second = sm.increments(zb, cb - yb, k, db + yb)
+    return (first - second).reshape(shape)
+
+
 def _direct(ps, qs, k, in0, max_iter):
     """Two greedy passes for an optimal ``z``, then its decomposition; blocks in support positions."""
     z, H, O, s = sm.optimal_selection_law(ps, qs, k, in0)
     budget = [max_iter]
     children = []
     zmix = np.zeros(ps.shape[0])
+    # above k = 64 the powers come from the mass before each block: 0 before H, p(H) before Omega_0
     if H.size:
-        children.append(sm.decompose_block(H, ps[H], z[H], s, k, 1e-12, budget, zmix))
+        children.append(sm.decompose_block(H, ps[H], z[H], s, k, 1e-12, budget, zmix, sm.huge_above(k, 0.0)))
     if O.size:
-        children.append(sm.decompose_block(O, ps[O], z[O], 0.0, k, 1e-12, budget, zmix))
+        above_O = sm.huge_above(k, float(ps[H].sum()))
+        children.append(sm.decompose_block(O, ps[O], z[O], 0.0, k, 1e-12, budget, zmix, above_O))
     blocks = []
     for node in sm.top_blocks(["chain", children, ps.shape[0]]):
         if node[0] == "leaf":
@@ -580,7 +607,9 @@ def optimal_verifier(
         # the closed form alpha_k is itself exact to about 4 n eps (prefix sums),
         # k-th powers add about k eps and the mixture sum_j w_j v_j about m eps
         m = 1 + sum(w.shape[0] - 1 for w, _ in blocks)
-        dtol = max(OPTIMALITY_TOL, 4 * (n + k + m) * np.finfo(float).eps) if tol is None else tol
+        # (above k = 64 the powers come from prefix masses: their rounding no longer grows with k)
+        kt = min(k, sm._DEPTH_MIN_K)
+        dtol = max(OPTIMALITY_TOL, 4 * (n + kt + m) * np.finfo(float).eps) if tol is None else tol
         direct = OptimalVerifier(p_, q_, k, _lift(blocks, supp), alpha=alpha, status=status,
                                  method="direct", n_iter=n_iter, tol=dtol, z=zfull)
         if direct.success:
