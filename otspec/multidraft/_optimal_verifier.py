@@ -301,7 +301,9 @@ class OptimalVerifier(SelectThenSpeculate):
                 pz = p[zc][:, None]
                 if dep is None:
                     with np.errstate(invalid="ignore"):
-                        both = ci**k - np.maximum(ci - pz, 0) ** k - (np.maximum(ci - py, 0) ** k - np.maximum(ci - py - pz, 0) ** k)
+                        both = ci**k - np.maximum(ci - pz, 0) ** k - (
+                            np.maximum(ci - py, 0) ** k - np.maximum(ci - py - pz, 0) ** k
+                        )
                 else:
                     both = _pair_term_from_depths(ci, dep[ranks[j, zc]][:, None], pz, py, k)
                 both = np.where(rj < yj, np.maximum(both, 0.0), 0.0)
