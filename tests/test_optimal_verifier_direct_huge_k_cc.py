@@ -124,6 +124,17 @@ def _strict(fn, *args, **kwargs):
 def test_mixture_exact_at_huge_k(case, method, k):
     # main a3dbc22: z off by 4.5e-6 in its sum at k = 2**40 (direct, case 0; its stated tol 9.8e-4: 4 (n + k) eps),
     # 4.3e-11 .. 5.3e-11 at 10**6, and "ValueError: attempt to get argmin of an empty sequence" at 2**62
+    _check_exact(case, method, k)
+
+
+@pytest.mark.parametrize("method", ["direct", "colgen"])
+def test_mixture_exact_beyond_int64(method):
+    # the mixture of orders takes any k (the key layout stops at 2**63); main a3dbc22: the same empty argmin
+    _check_exact(_TINY[0], method, 2**64)
+
+
+def _check_exact(case, method, k):
+    """The mixture at ``k`` on a tiny pair against 60-digit ``alpha_k``, ``z`` and output law."""
     lo, hi, seed = case
     p, q = _tiny_pair(k, seed, lo, hi)
     v = _strict(otspec.optimal_verifier, p, q, k, method=method)
