@@ -19,8 +19,11 @@ keep full relative accuracy where ``p(A)`` is close to 1 and ``k`` is large
 (``g`` is then nearly flat and ``1 - (1 - P)^k`` would lose everything).
 Set functions of prefixes are sums of these increments, never differences
 of two large numbers. Above ``k = 64`` the greedy passes of
-:func:`optimal_selection_law` take every power of a suffix mass from its
-complement instead, :math:`c^k = e^{k \operatorname{log1p}(-d)}` with
+:func:`optimal_selection_law`, the Carathéodory decomposition
+(:func:`decompose_block`, its block totals, vertices and exit sets) and the
+greedy vertices of column generation (:func:`order_vertex`) take every power
+of a suffix mass from its complement instead (``above=``, the draft mass
+before the block, :func:`huge_above`), :math:`c^k = e^{k \operatorname{log1p}(-d)}` with
 ``d = 1 - c`` the mass before it summed on its own (:func:`prefix_depths`):
 ``c`` itself carries an absolute rounding of a few ``eps`` near 1, which
 ``c**k`` amplifies ``k``-fold.
