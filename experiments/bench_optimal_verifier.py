@@ -40,7 +40,7 @@ the laws whose label contains it.
 ``--huge-mixture [--against DIR]``: the same for the mixture of priority orders (``method="direct"``,
 ``"colgen"``, and ``"direct"`` with ``max_iter=1``, which falls back to column generation): gap, status,
 ``|sum z - 1|``, the stated tol and the number of warnings at k = 64, 65, 10^4, 10^6, 2^40, 2^62 on an
-n = 1000 Dirichlet(0.1) pair, the n = 1000 LLM-like pair and two n = 9 pairs of one token of mass about 1
+n = 1000 Dirichlet(0.1) pair, an n = 200 LLM-like pair and two n = 9 pairs of one token of mass about 1
 (alpha_k < 1 at every k); with ``--against`` the other checkout's side by side.
 
 ``--full``: construction time at full vocabulary as a ratio to an
@@ -398,6 +398,8 @@ def part_huge(against, n_pairs, rst, limit, only=()):
 #: the fallback of a direct construction to column generation ("direct+colgen")
 MIXTURE_METHODS = (("direct", None), ("colgen", None), ("direct", 1))
 MIXTURE_KS = (64, 65, 10**4, 10**6, 2**40, 2**62)
+#: ``--huge-mixture``: the ks of its timing table (the former direct construction ends "optimal" without a fallback)
+MIXTURE_TIME_KS = (8, 64, 65, 10**4)
 
 
 def _tiny_law(k, seed, lo, hi, n=9):
@@ -424,7 +426,7 @@ def _mixture_run(pkg, p, q, k, method, max_iter):
     return out
 
 
-def part_huge_mixture(against, rst):
+def part_huge_mixture(against, rst, only=()):
     """Gaps, statuses, tolerances and warnings of method="direct"/"colgen"/"direct+colgen" at huge k, side by side."""
     import datetime
     import os
@@ -434,10 +436,12 @@ def part_huge_mixture(against, rst):
           flush=True)
     g = np.random.default_rng(1)
     sparse = (g.dirichlet(np.full(1000, 0.1)), g.dirichlet(np.full(1000, 0.1)))
-    llm = llm_like(1000, np.random.default_rng(10 * 1000 + 8))
+    llm = llm_like(200, np.random.default_rng(10 * 200 + 8))  # column generation tails off on it: n = 200
     laws = [("dir0.1", lambda k: sparse), ("llm-like", lambda k: llm),
             ("tiny 0", lambda k: _tiny_law(k, 0, 0.005, 0.5)),
             ("tiny 137", lambda k: _tiny_law(k, 137, 0.01, 1.0))]
+    if only:
+        laws = [law for law in laws if any(o in law[0] for o in only)]
     rows = []
     for label, make in laws:
         for k in MIXTURE_KS:
@@ -461,6 +465,29 @@ def part_huge_mixture(against, rst):
                 rst)
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}",
           flush=True)
+    if old is None:
+        return
+    # construction time of method="direct" where both checkouts end "optimal" without a fallback
+    rows = []
+    load0 = os.getloadavg()[0]
+    for label, make in laws:
+        if label.startswith("tiny"):
+            continue
+        for k in MIXTURE_TIME_KS:
+            p, q = make(k)
+            fns = {"this": lambda: otspec.optimal_verifier(p, q, k, method="direct"),
+                   "former": lambda: old.optimal_verifier(p, q, k, method="direct")}
+            times = {name: [] for name in fns}
+            for _ in range(3):  # interleaved rounds
+                for name, fn in fns.items():
+                    t0 = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - t0)
+            med = {name: statistics.median(t) for name, t in times.items()}
+            rows.append((label, k, fmt_ms(med["former"]), fmt_ms(med["this"]), f"{med['this'] / med['former']:.2f}"))
+            print("  ", rows[-1], flush=True)
+    print_table(f"optimal_verifier(p, q, k, method='direct'): median of 3 interleaved rounds (load {load0:.2f} "
+                f"-> {os.getloadavg()[0]:.2f})", ("law", "k", "former ms", "this ms", "ratio"), rows, rst)
 
 
 def main():
@@ -478,7 +505,8 @@ def main():
     ap.add_argument("--huge-mixture", action="store_true",
                     help="gaps of the mixture of priority orders (direct, colgen, direct+colgen) at huge k")
     ap.add_argument("--against", default=None, help="--huge, --huge-mixture: another checkout to compare with")
-    ap.add_argument("--only", action="append", help="--huge: only the laws whose label contains this (repeatable)")
+    ap.add_argument("--only", action="append",
+                    help="--huge, --huge-mixture: only the laws whose label contains this (repeatable)")
     ap.add_argument("--_real-child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._real_child:
@@ -486,7 +514,7 @@ def main():
         return
     print(f"numpy {np.__version__}")
     if args.huge_mixture:
-        part_huge_mixture(args.against, args.rst)
+        part_huge_mixture(args.against, args.rst, tuple(args.only or ()))
         return
     if args.huge:
         part_huge(args.against, args.pairs, args.rst, args.timeout, tuple(args.only or ()))
