@@ -306,7 +306,7 @@ class OptimalVerifier(SelectThenSpeculate):
                             np.maximum(ci - py, 0) ** k - np.maximum(ci - py - pz, 0) ** k
                         )
                 else:
-                    both = _pair_term_from_depths(ci, dep[ranks[j, zc]][:, None], pz, py, k)
+                    both = _pair_term_from_depths(ci[:, 0], dep[ranks[j, zc]], pz[:, 0], py[0], k, rj < yj)
                 both = np.where(rj < yj, np.maximum(both, 0.0), 0.0)
                 terms = (1.0 - self._a[zc])[:, None] * ry * both
                 extra += weights[j] * float(terms.sum())
@@ -357,23 +357,24 @@ class OptimalVerifier(SelectThenSpeculate):
         )
 
 
-def _pair_term_from_depths(c, d, pz, py, k):
+def _pair_term_from_depths(c, d, pz, py, k, after):
     r""":math:`[c^k - (c - p_Z)^k] - [(c - p_y)^k - (c - p_y - p_Z)^k]` with every power from its complement.
 
-    ``c`` (column) the mass from ``Z``'s position on, ``d`` its complement
-    (the mass before ``Z``, summed on its own), ``pz`` (column) and ``py``
-    (row) the two masses: :math:`(c - p_y)^k` has complement ``d + p_y``
+    Rows: the tokens ``Z`` (``c`` the mass from ``Z``'s position on, ``d``
+    its complement, the mass before ``Z`` summed on its own, ``pz`` the
+    mass of ``Z``); columns: the tokens ``y`` (mass ``py``); evaluated on
+    the cells where ``after`` (``y`` after ``Z``), zero elsewhere.
+    :math:`(c - p_y)^k` has complement ``d + p_y``
     (:func:`_submodular.increments` with ``depth``), so no ``c**k`` of a
     suffix sum is formed (huge ``k``).
     """
-    shape = np.broadcast_shapes(c.shape, pz.shape, py.shape)
-    cb = np.broadcast_to(c, shape).ravel()
-    db = np.broadcast_to(d, shape).ravel()
-    zb = np.broadcast_to(pz, shape).ravel()
-    yb = np.broadcast_to(py, shape).ravel()
-    first = sm.increments(zb, cb, k, db)
-    second = sm.increments(zb, cb - yb, k, db + yb)
-    return (first - second).reshape(shape)
+    both = np.zeros(after.shape)
+    iz, iy = np.nonzero(after)
+    if iz.size:
+        first = sm.increments(pz, c, k, d)  # one per Z
+        cz, pzz, pyy = c[iz], pz[iz], py[iy]
+        both[iz, iy] = first[iz] - sm.increments(pzz, cz - pyy, k, d[iz] + pyy)
+    return both
 
 
 def _direct(ps, qs, k, in0, max_iter):
