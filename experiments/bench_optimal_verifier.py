@@ -37,6 +37,12 @@ depth coordinate x = s - 1, k > 64); with ``--against`` also the other checkout'
 (interleaved rounds, medians, the load average before and after). ``--only LABEL`` (repeatable): only
 the laws whose label contains it.
 
+``--huge-mixture [--against DIR]``: the same for the mixture of priority orders (``method="direct"``,
+``"colgen"``, and ``"direct"`` with ``max_iter=1``, which falls back to column generation): gap, status,
+``|sum z - 1|``, the stated tol and the number of warnings at k = 64, 65, 10^4, 10^6, 2^40, 2^62 on an
+n = 1000 Dirichlet(0.1) pair, an n = 200 LLM-like pair and two n = 9 pairs of one token of mass about 1
+(alpha_k < 1 at every k); with ``--against`` the other checkout's side by side.
+
 ``--full``: construction time at full vocabulary as a ratio to an
 argsort of the same vocabulary (``np.argsort(q / p)``) measured in the same
 run, on the real pairs (n = 49,152) and on synthetic LLM-like pairs (n =
@@ -388,6 +394,102 @@ def part_huge(against, n_pairs, rst, limit, only=()):
                 f"{os.getloadavg()[0]:.2f})", ("law", "k", "former ms", "this ms", "ratio"), rows, rst)
 
 
+#: ``--huge-mixture``: the constructions of the mixture of priority orders (method, max_iter); max_iter=1 forces
+#: the fallback of a direct construction to column generation ("direct+colgen")
+MIXTURE_METHODS = (("direct", None), ("colgen", None), ("direct", 1))
+MIXTURE_KS = (64, 65, 10**4, 10**6, 2**40, 2**62)
+#: ``--huge-mixture``: the ks of its timing table (the former direct construction ends "optimal" without a fallback)
+MIXTURE_TIME_KS = (8, 64, 65, 10**4)
+
+
+def _tiny_law(k, seed, lo, hi, n=9):
+    """One token of mass about 1 and ``n - 1`` of mass ``U(lo, hi) / k`` (tests/test_optimal_verifier_direct_huge_k_cc)."""
+    rng = np.random.default_rng(seed)
+    tiny = rng.uniform(lo, hi, n - 1) / k
+    p = np.concatenate([[1.0 - tiny.sum()], tiny])
+    qt = rng.dirichlet(np.full(n - 1, 0.5)) * rng.uniform(0.2, 0.9)
+    return p, np.concatenate([[1.0 - qt.sum()], qt])
+
+
+def _mixture_run(pkg, p, q, k, method, max_iter):
+    """(gap, status, method, |sum z - 1|, tol, warnings, seconds) of a package's mixture of orders, or the error."""
+    import warnings
+
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            v = pkg.optimal_verifier(p, q, k, method=method, max_iter=max_iter)
+        except Exception as exc:  # noqa: BLE001 - the former code raised at k = 2**62
+            return (None, f"{type(exc).__name__}", "-", None, None, len(caught), time.perf_counter() - t0)
+        out = (v.gap, v.status, v.method, abs(float(v.z.sum()) - 1.0), v.tol, len(caught), time.perf_counter() - t0)
+    return out
+
+
+def part_huge_mixture(against, rst, only=()):
+    """Gaps, statuses, tolerances and warnings of method="direct"/"colgen"/"direct+colgen" at huge k, side by side."""
+    import datetime
+    import os
+
+    old = _load_package(against) if against else None
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}",
+          flush=True)
+    g = np.random.default_rng(1)
+    sparse = (g.dirichlet(np.full(1000, 0.1)), g.dirichlet(np.full(1000, 0.1)))
+    llm = llm_like(200, np.random.default_rng(10 * 200 + 8))  # column generation tails off on it: n = 200
+    laws = [("dir0.1", lambda k: sparse), ("llm-like", lambda k: llm),
+            ("tiny 0", lambda k: _tiny_law(k, 0, 0.005, 0.5)),
+            ("tiny 137", lambda k: _tiny_law(k, 137, 0.01, 1.0))]
+    if only:
+        laws = [law for law in laws if any(o in law[0] for o in only)]
+    rows = []
+    for label, make in laws:
+        for k in MIXTURE_KS:
+            p, q = make(k)
+            alpha = float(otspec.alpha_k(p, q, k))
+            for method, max_iter in MIXTURE_METHODS:
+                name = method if max_iter is None else f"{method}, max_iter={max_iter}"
+                row = [label, p.shape[0], k if k < 2**20 else f"2^{k.bit_length() - 1}", f"{alpha:.4f}", name]
+                for pkg in (otspec,) + ((old,) if old is not None else ()):
+                    gap, status, used, zerr, tol, nw, dt = _mixture_run(pkg, p, q, k, method, max_iter)
+                    if gap is None:
+                        row += ["-", status, "-", "-", "-", nw, f"{dt:.2f}"]
+                    else:
+                        row += [f"{gap:.1e}", f"{status} ({used})", f"{zerr:.0e}", f"{tol:.0e}", nw, f"{dt:.2f}"]
+                rows.append(tuple(row))
+                print("  ", row, flush=True)
+    head = ["law", "n", "k", "alpha_k", "method", "gap", "status", "sum z - 1", "tol", "warn", "s"]
+    if old is not None:
+        head += ["former gap", "former status", "former sum z - 1", "former tol", "former warn", "former s"]
+    print_table("Mixture of priority orders at huge k: gap to alpha_k, status, stated tol, warnings", tuple(head), rows,
+                rst)
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}",
+          flush=True)
+    if old is None:
+        return
+    # construction time of method="direct" where both checkouts end "optimal" without a fallback
+    rows = []
+    load0 = os.getloadavg()[0]
+    for label, make in laws:
+        if label.startswith("tiny"):
+            continue
+        for k in MIXTURE_TIME_KS:
+            p, q = make(k)
+            fns = {"this": lambda: otspec.optimal_verifier(p, q, k, method="direct"),
+                   "former": lambda: old.optimal_verifier(p, q, k, method="direct")}
+            times = {name: [] for name in fns}
+            for _ in range(3):  # interleaved rounds
+                for name, fn in fns.items():
+                    t0 = time.perf_counter()
+                    fn()
+                    times[name].append(time.perf_counter() - t0)
+            med = {name: statistics.median(t) for name, t in times.items()}
+            rows.append((label, k, fmt_ms(med["former"]), fmt_ms(med["this"]), f"{med['this'] / med['former']:.2f}"))
+            print("  ", rows[-1], flush=True)
+    print_table(f"optimal_verifier(p, q, k, method='direct'): median of 3 interleaved rounds (load {load0:.2f} "
+                f"-> {os.getloadavg()[0]:.2f})", ("law", "k", "former ms", "this ms", "ratio"), rows, rst)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer sizes (default run is short)")
@@ -400,14 +502,20 @@ def main():
     ap.add_argument("--mixture", action="store_true",
                     help="--full: also time the mixture-of-orders construction (method='direct'; slow)")
     ap.add_argument("--huge", action="store_true", help="gaps of the priority-key layout at huge k")
-    ap.add_argument("--against", default=None, help="--huge: another checkout to compare with")
-    ap.add_argument("--only", action="append", help="--huge: only the laws whose label contains this (repeatable)")
+    ap.add_argument("--huge-mixture", action="store_true",
+                    help="gaps of the mixture of priority orders (direct, colgen, direct+colgen) at huge k")
+    ap.add_argument("--against", default=None, help="--huge, --huge-mixture: another checkout to compare with")
+    ap.add_argument("--only", action="append",
+                    help="--huge, --huge-mixture: only the laws whose label contains this (repeatable)")
     ap.add_argument("--_real-child", nargs=2, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args._real_child:
         _real_child(*args._real_child)
         return
     print(f"numpy {np.__version__}")
+    if args.huge_mixture:
+        part_huge_mixture(args.against, args.rst, tuple(args.only or ()))
+        return
     if args.huge:
         part_huge(args.against, args.pairs, args.rst, args.timeout, tuple(args.only or ()))
         return

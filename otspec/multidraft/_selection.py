@@ -36,9 +36,9 @@ class SelectThenSpeculate(Verifier):
         q = self.q
         n = q.shape[0]
         self._z = z
-        with np.errstate(divide="ignore", invalid="ignore"):
-            # a(y) = min(1, q/z); tokens never selected (z = 0) keep a = 1
-            self._a = np.where(z > q, q / np.where(z > 0, z, 1.0), 1.0)
+        # a(y) = min(1, q/z), divided only where z > q (elsewhere q/z of a subnormal z overflowed, unused);
+        # tokens never selected (z = 0) keep a = 1
+        self._a = np.divide(q, z, out=np.ones(n), where=z > q)
         r = np.maximum(q - z, 0.0)
         rs = r.sum()
         self._res = r / rs if rs > 0 else np.array(q)

@@ -19,8 +19,11 @@ keep full relative accuracy where ``p(A)`` is close to 1 and ``k`` is large
 (``g`` is then nearly flat and ``1 - (1 - P)^k`` would lose everything).
 Set functions of prefixes are sums of these increments, never differences
 of two large numbers. Above ``k = 64`` the greedy passes of
-:func:`optimal_selection_law` take every power of a suffix mass from its
-complement instead, :math:`c^k = e^{k \operatorname{log1p}(-d)}` with
+:func:`optimal_selection_law`, the Carathéodory decomposition
+(:func:`decompose_block`, its block totals, vertices and exit sets) and the
+greedy vertices of column generation (:func:`order_vertex`) take every power
+of a suffix mass from its complement instead (``above=``, the draft mass
+before the block, :func:`huge_above`), :math:`c^k = e^{k \operatorname{log1p}(-d)}` with
 ``d = 1 - c`` the mass before it summed on its own (:func:`prefix_depths`):
 ``c`` itself carries an absolute rounding of a few ``eps`` near 1, which
 ``c**k`` amplifies ``k``-fold.
@@ -50,6 +53,7 @@ __all__ = [
     "node_size",
     "optimal_selection_law",
     "order_vertex",
+    "huge_above",
     "ColumnGeneration",
     "column_generation",
 ]
@@ -202,13 +206,14 @@ def _increments_between(x, c, d, k):
     return h
 
 
-def prefix_slack(pD: np.ndarray, wD: np.ndarray, b: float, k: int, order: np.ndarray):
+def prefix_slack(pD: np.ndarray, wD: np.ndarray, b: float, k: int, order: np.ndarray, above: float | None = None):
     r"""Slacks :math:`g_D(\text{first } j) - w(\text{first } j)` of the prefixes of ``order``.
 
     Returns ``(slack, v)`` with ``slack`` of length ``m + 1`` (``slack[0] = 0``)
-    and ``v`` the greedy vertex of ``order`` (in order positions).
+    and ``v`` the greedy vertex of ``order`` (in order positions). ``above``
+    (huge ``k``): the draft mass before the block (see :func:`vertex`).
     """
-    v = vertex(pD[order], b, k)
+    v = vertex(pD[order], b, k, above)
     s = np.empty(v.shape[0] + 1)
     s[0] = 0.0
     np.cumsum(v - wD[order], out=s[1:])
@@ -277,13 +282,29 @@ def saturation_fill(pD, b, k, z0, upper, visit, above=None) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-def block_total(pD: np.ndarray, b: float, k: int) -> float:
-    r""":math:`g_D(D) = a^k - b^k` with :math:`a = p(D) + b`, accurately."""
+def block_total(pD: np.ndarray, b: float, k: int, above: float | None = None) -> float:
+    r""":math:`g_D(D) = a^k - b^k` with :math:`a = p(D) + b`, accurately.
+
+    ``above`` (huge ``k``): the draft mass before the block, ``1 - a``; given,
+    :math:`a^k` is taken from it (:func:`increments`), never from ``P + b``.
+    """
     P = float(pD.sum())
-    return float(increments(np.array([P]), np.array([P + b]), k)[0])
+    return float(increments(np.array([P]), np.array([P + b]), k, _depth_of(above))[0])
 
 
-def exit_set(pD, v, d, b, k, tol, max_iter=100, return_scan=False):
+def _depth_of(above: float | None) -> np.ndarray | None:
+    """``above`` as the one-element depth array of :func:`increments` (``None`` stays ``None``)."""
+    return None if above is None else np.array([above], dtype=np.float64)
+
+
+def _others_masses(pD: np.ndarray) -> np.ndarray:
+    """``sum(pD) - pD[j]`` for every ``j``, as a sum of the other (non-negative) masses: full relative accuracy."""
+    before = np.zeros(pD.shape[0])
+    np.cumsum(pD[:-1], out=before[1:])
+    return before + suffix_masses(pD, 0.0)[1:]
+
+
+def exit_set(pD, v, d, b, k, tol, max_iter=100, return_scan=False, above=None):
     r"""Exit ratio and exit set of the ray ``v + t d`` from :math:`B(g_D)`.
 
     .. math::
@@ -296,16 +317,23 @@ def exit_set(pD, v, d, b, k, tol, max_iter=100, return_scan=False):
     ``return_scan=True`` also ``(order, vertex)`` of the last prefix scan when
     it was taken at the returned ``t`` (else ``None``): the ``(v + t d)/p``
     order and its greedy vertex, which the sub-block cut off by ``mask``
-    reuses when it is a prefix of that order.
+    reuses when it is a prefix of that order. ``above`` (huge ``k``): the
+    draft mass before the block; given, every power of a suffix mass is
+    taken from its complement (:func:`vertex`), the co-singleton's
+    ``above + p(D \ {e})`` from the other masses summed on their own.
     """
     m = pD.shape[0]
     # starting upper bound: the best singleton {e} (d(e) > 0) or co-singleton
     # D \ {e} (d(e) < 0, since d(D) = 0); g_D(D) - g_D(D \ {e}) = (b + p_e)^k - b^k
     pos = np.flatnonzero(d > 0)
     neg = np.flatnonzero(d < 0)
-    gs = increments(pD[pos], np.full(pos.shape[0], pD.sum() + b), k)
+    if above is None:
+        gs = increments(pD[pos], np.full(pos.shape[0], pD.sum() + b), k)
+        last = increments(pD[neg], pD[neg] + b, k)
+    else:
+        gs = increments(pD[pos], np.full(pos.shape[0], pD.sum() + b), k, np.full(pos.shape[0], above))
+        last = increments(pD[neg], pD[neg] + b, k, above + _others_masses(pD)[neg])
     r_single = (gs - v[pos]) / d[pos]
-    last = increments(pD[neg], pD[neg] + b, k)
     r_co = (v[neg] - last) / (-d[neg])
     i = int(np.argmin(r_single))
     mask = np.zeros(m, dtype=bool)
@@ -321,7 +349,7 @@ def exit_set(pD, v, d, b, k, tol, max_iter=100, return_scan=False):
     for _ in range(max_iter):
         w = v + t * d
         order = _ratio_desc(pD, w)
-        s, vw = prefix_slack(pD, w, b, k, order)
+        s, vw = prefix_slack(pD, w, b, k, order, above)
         scan = (order, vw)
         j = int(np.argmin(s[1:m])) + 1 if m > 1 else 0
         if j == 0 or s[j] >= -tol:
@@ -433,10 +461,14 @@ def top_blocks(node) -> list:
 WEIGHT_FLOOR = 1e-18
 
 
-def _chain_of_tight_prefixes(idx, pD, x, b, order, tight, m):
-    """Children of a block cut at its tight prefixes: runs of singletons become one leaf; larger pieces are tasks."""
+def _chain_of_tight_prefixes(idx, pD, x, b, order, tight, m, above=None):
+    """Children of a block cut at its tight prefixes: runs of singletons become one leaf; larger pieces are tasks.
+
+    A task's last entry is the draft mass before its piece (``None`` when ``above`` is).
+    """
     cuts = np.concatenate([[0], tight, [m]])
     suffix = suffix_masses(pD[order], b)
+    depth = None if above is None else prefix_depths(pD[order], above)
     children: list = []
     tasks = []
     pos = 0  # first position not yet assigned to a child
@@ -448,14 +480,15 @@ def _chain_of_tight_prefixes(idx, pD, x, b, order, tight, m):
             children.append(["leaf", idx[order[pos:lo]]])
         sub = order[lo:hi]
         children.append(None)
-        tasks.append((children, len(children) - 1, idx[sub], pD[sub], x[sub], float(suffix[hi])))
+        tasks.append((children, len(children) - 1, idx[sub], pD[sub], x[sub], float(suffix[hi]),
+                      None if depth is None else float(depth[lo])))
         pos = hi
     if pos < m:
         children.append(["leaf", idx[order[pos:m]]])
     return children, tasks
 
 
-def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None):
+def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None, above=None):
     r"""Write ``x`` (a point of :math:`B(g_D)`) as a mixture of priority orders of ``D``.
 
     ``idx`` are the token ids of ``D``; returns a mixture tree (see above),
@@ -471,28 +504,35 @@ def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None):
     under the mixture is added to it, each order's greedy vertex times its
     weight, as the vertices are computed (the same sum as over the
     materialised orders, grouped by node of the tree).
+
+    ``above`` (huge ``k``): the draft mass before the block, ``1 - p(D) - b``;
+    given, every power of a suffix mass in the block and its sub-blocks is
+    taken from its complement (:func:`prefix_depths`, :func:`vertex`), each
+    sub-block's complement summed on its own (``above`` plus the masses
+    before it), never ``c**k`` of a suffix sum.
     """
     root: list = [None]
     # task: (holder, slot, idx, pD, x, b, scale, pre): decompose and store the node in
     # holder[slot]; pre is None or the greedy vertex of the tokens in their given
-    # order, when that order is already x/p descending (the exit scan of the parent)
-    stack = [(root, 0, idx, pD, x, b, 1.0, None)]
+    # order, when that order is already x/p descending (the exit scan of the parent);
+    # ab: the draft mass before the tokens (None below huge k)
+    stack = [(root, 0, idx, pD, x, b, 1.0, None, above)]
     while stack:
-        holder, slot, idx, pD, x, b, scale, pre = stack.pop()
+        holder, slot, idx, pD, x, b, scale, pre, ab = stack.pop()
         m = pD.shape[0]
         if m == 1:
             holder[slot] = ["leaf", idx]
             if zacc is not None:
-                zacc[idx] += scale * block_total(pD, b, k)
+                zacc[idx] += scale * block_total(pD, b, k, ab)
             continue
-        total = block_total(pD, b, k)
+        total = block_total(pD, b, k, ab)
         x = np.maximum(x, 0.0)
         sx = float(x.sum())
         x = x * (total / sx) if sx > 0 else np.full(m, total / m)
         atol = tol * max(total, np.finfo(float).tiny)
         if pre is None:
             order = _ratio_desc(pD, x)
-            s, v = prefix_slack(pD, x, b, k, order)
+            s, v = prefix_slack(pD, x, b, k, order, ab)
         else:  # no sort and no vertex: both come from the parent's exit scan
             order = np.arange(m)
             v = pre
@@ -501,7 +541,7 @@ def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None):
             np.cumsum(v - x, out=s[1:])
         tight = np.flatnonzero(s[1:m] <= atol) + 1
         if tight.size:
-            children, tasks = _chain_of_tight_prefixes(idx, pD, x, b, order, tight, m)
+            children, tasks = _chain_of_tight_prefixes(idx, pD, x, b, order, tight, m, ab)
             holder[slot] = ["chain", children, m]
             if zacc is not None:  # the singleton runs (leaves) keep the vertex of this order
                 big = np.zeros(m, dtype=bool)
@@ -509,7 +549,7 @@ def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None):
                 for i in np.flatnonzero(np.diff(cuts) > 1).tolist():
                     big[cuts[i] : cuts[i + 1]] = True
                 zacc[idx[order[~big]]] += scale * v[~big]
-            stack.extend((c, j, i_, p_, x_, b_, scale, None) for (c, j, i_, p_, x_, b_) in tasks)
+            stack.extend((c, j, i_, p_, x_, b_, scale, None, a_) for (c, j, i_, p_, x_, b_, a_) in tasks)
             continue
         d = x[order] - v
         if np.max(np.abs(d)) <= atol or budget[0] <= 0 or scale < WEIGHT_FLOOR:
@@ -519,7 +559,7 @@ def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None):
             continue
         budget[0] -= 1
         pDo = pD[order]
-        t, mask, scan = exit_set(pDo, v, d, b, k, atol, return_scan=True)
+        t, mask, scan = exit_set(pDo, v, d, b, k, atol, return_scan=True, above=ab)
         if not t >= 1.0:
             t, scan = 1.0, None
         y = v + t * d
@@ -531,16 +571,17 @@ def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None):
         holder[slot] = ["split", lam, idx[order], child] if lam > 0 else child
         if zacc is not None and lam > 0:
             zacc[idx[order]] += (scale * lam) * v
-        stack.append((child[1], 1, idx[R], pD[R], y[~mask], b, scale / t, None))
+        abR = None if ab is None else ab + float(pD[A].sum())  # R comes after A
+        stack.append((child[1], 1, idx[R], pD[R], y[~mask], b, scale / t, None, abR))
         nA = int(mask.sum())
         if scan is not None and bool(mask[scan[0][:nA]].all()):
             # A is the first nA tokens of the exit scan's (y/p descending) order, and
             # g_A(S) = g_D(S) for S in A (R comes after A): its order and vertex are
             # those of the scan, cut at nA
             first = scan[0][:nA]
-            stack.append((child[1], 0, idx[order[first]], pDo[first], y[first], bA, scale / t, scan[1][:nA]))
+            stack.append((child[1], 0, idx[order[first]], pDo[first], y[first], bA, scale / t, scan[1][:nA], ab))
         else:
-            stack.append((child[1], 0, idx[A], pD[A], y[mask], bA, scale / t, None))
+            stack.append((child[1], 0, idx[A], pD[A], y[mask], bA, scale / t, None, ab))
     return root[0]
 
 
@@ -551,6 +592,17 @@ def decompose_block(idx, pD, x, b, k, tol, budget, zacc=None):
 
 #: Above this ``k`` the fast path of :func:`_fill_high` takes its powers from prefix masses (as the key layout does).
 _DEPTH_MIN_K = 64
+
+
+def huge_above(k: int, above: float) -> float | None:
+    """``above`` (the draft mass before a block) where ``k > 64``, else ``None``: the powers' coordinate.
+
+    Above ``k = 64`` every power of a suffix mass is taken from its
+    complement, the mass before it (the ``above=`` of :func:`vertex`,
+    :func:`block_total`, :func:`decompose_block`); up to ``k = 64`` the
+    suffix masses are kept (bit for bit the former values).
+    """
+    return float(above) if k > _DEPTH_MIN_K else None
 
 
 def _fill_high(pH, qH, b, k):
@@ -700,7 +752,7 @@ def optimal_selection_law(ps, qs, k, in0, *, reference=False):
     # above k = 64 the powers of suffix masses come from their complements: 0 before H, p(H) before Omega_0
     # (the same sum as the key layout's depth of Omega_0 and the closed form's p(Omega_0)**k)
     huge = k > _DEPTH_MIN_K
-    above_O = float(ps[H].sum()) if huge else None
+    above_O = huge_above(k, float(ps[H].sum()))
     z = np.zeros(ps.shape[0])
     if H.size:
         pH, qH = ps[H], qs[H]
@@ -725,9 +777,12 @@ def optimal_selection_law(ps, qs, k, in0, *, reference=False):
 
 
 def order_vertex(ps: np.ndarray, order: np.ndarray, k: int) -> np.ndarray:
-    """Greedy vertex of :math:`B(g)` (support tokens only) for a full order, in token positions."""
+    """Greedy vertex of :math:`B(g)` (support tokens only) for a full order, in token positions.
+
+    Above ``k = 64`` the powers come from the prefix masses (:func:`huge_above`).
+    """
     v = np.empty(ps.shape[0])
-    v[order] = vertex(ps[order], 0.0, k)
+    v[order] = vertex(ps[order], 0.0, k, huge_above(k, 0.0))
     return v
 
 
