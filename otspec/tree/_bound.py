@@ -2229,8 +2229,8 @@ def _tree_laws(lm, state, parents, tokens, pending):
 
 def _check_tree_laws(laws, rows: list, own: bool, name: str, ctx, paths: list, at: int | None = None) -> None:
     """Refuse the laws ``laws[rows]`` of one tree call (:func:`_tree_laws`) that are not laws, naming the first
-    by its prefix (the context ``ctx`` and ``paths[i]``, the path of ``rows[i]``). ``own`` (the softmax of the logits in float64, done
-    here): a row from finite logits is a law by construction (each entry ``exp(l_x - max l) / sum`` in
+    by its prefix (the context ``ctx`` and ``paths[i]``, the path of ``rows[i]``). ``own`` (the softmax of the
+    logits in float64, done here): a row from finite logits is a law by construction (each entry ``exp(l_x - max l) / sum`` in
     ``[0, 1]``, finite, summing to 1 within a few ``V`` ulps), and a row from a NaN or ``+inf`` logit, or from no
     finite logit, is NaN in every entry (the max or the sum is NaN), so its first entry is read: one value per row
     (on an accelerator the flags stay there, :meth:`_TreeAttentionLaws.check_later`, which names row ``at``).
