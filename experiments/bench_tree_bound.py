@@ -5,9 +5,13 @@ The target forward is one ``tree_logits`` call of SmolLM2-135M-Instruct (the rea
 score the tree. Against it, ``otspec.tree.bound`` on the same shape at ``V = 49,152`` with a budget of 256
 expanded prefixes (64 per model call), for the i.i.d. and the without-replacement processes:
 
-* "bound, laws given": the bound's own arithmetic, the draft and target laws of the expanded prefixes
-  read from memory (a ``next_dist`` model over the laws that the decoding models gave, each law checked
-  as a distribution on reading, as every ``next_dist`` model is);
+* "bound, laws given (a user's model)": the bound's own arithmetic, the draft and target laws of the expanded
+  prefixes read from memory (a ``next_dist`` model over the laws that the decoding models gave, defined here, not
+  by otspec: a user's model, whose every law is checked as a distribution, in the row kernels' pass);
+* "laws from the tree calls": the route of the profile's bound rows and of ``bound`` on two decoding models: each
+  frontier's laws the rows of one tree call's law array per model, where they are, its bad rows refused at the
+  softmax (``_check_tree_laws``: the first entry of each row read; the profile checks the call's laws in
+  ``Sampling.probs``), no check in the kernels: the recorded calls replayed without the models;
 * "numpy route": the same, the host's fused kernels turned off (what runs without numba, the ``fast``
   extra); the kernels' first compilation (or load from numba's cache) is timed once before the rounds,
   outside every timed call, and printed;
@@ -120,6 +124,47 @@ try:  # the floor is measured with the bound's own compiler (the ``fast`` extra)
     _row_sum = numba.njit(cache=False, fastmath=True)(_row_sum)
 except ImportError:  # pragma: no cover
     _row_sum = np.sum
+
+
+class _TreeCalls:
+    """``laws(paths) -> (P, Q)``: the recorded tree calls of a bound replayed without the models, each frontier's
+    rows the rows of its call's law arrays (``_TreeAttentionLaws``: a list of views of each model's array), the
+    bad-row check of the route (``_check_tree_laws``) on each, as the bound on decoding models runs it."""
+
+    def __init__(self, B, calls: list, ctx):
+        self.B, self.calls, self.ctx, self.at = B, calls, np.asarray(ctx, dtype=np.int64), 0
+
+    def __call__(self, paths):
+        paths_, (Pa, rows_p), (Qa, rows_q) = self.calls[self.at]
+        self.at += 1
+        check = self.B._check_tree_laws
+        check(Pa, rows_p, True, "draft", self.ctx, paths_)
+        check(Qa, rows_q, True, "target", self.ctx, paths_)
+        return [Pa[r] for r in rows_p], [Qa[r] for r in rows_q]
+
+
+def _record_calls(B, run) -> list:
+    """The tree calls of ``run()`` as ``(paths, (draft array, rows), (target array, rows))`` (the arguments of the
+    bound's ``_check_tree_laws``, recorded while it runs)."""
+    calls, got = [], []
+    orig, call = B._check_tree_laws, B._TreeAttentionLaws.__call__
+
+    def checking(laws, rows, own, name, ctx, paths, at=None):
+        got.append((laws, list(rows)))
+        return orig(laws, rows, own, name, ctx, paths, at=at)
+
+    def calling(self, paths):
+        got.clear()
+        out = call(self, paths)
+        calls.append(([tuple(s) for s in paths], got[0], got[1]))
+        return out
+
+    B._check_tree_laws, B._TreeAttentionLaws.__call__ = checking, calling
+    try:
+        run()
+    finally:
+        B._check_tree_laws, B._TreeAttentionLaws.__call__ = orig, call
+    return calls
 
 
 class _Recorded:
@@ -291,6 +336,8 @@ def main(argv=None):
         finally:
             B._TreeAttentionLaws.__call__ = orig
             B._WOR_RACE = race
+        tree_calls = _record_calls(B, lambda process=process: bound(
+            shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch))
         md = _Recorded({s: pq[0] for s, pq in rec.items()}, V)
         mt = _Recorded({s: pq[1] for s, pq in rec.items()}, V)
         again = bound(shape, md, mt, process=process, budget=args.budget, batch=args.batch)
@@ -329,6 +376,13 @@ def main(argv=None):
             laws.calls = 0
             B._sampled(B._Slots(shape), process, laws, args.budget, args.batch)
 
+        def given_calls(process=process, calls=tree_calls):
+            # the route of the profile and of decoding models: the tree calls' rows, bad rows refused at the softmax
+            laws = _TreeCalls(B, calls, ctx)
+            out = B._sampled(B._Slots(shape), process, laws, args.budget, args.batch)
+            assert laws.at == len(calls)
+            return out
+
         def given_bounded(process=process, laws=array_laws):
             # the same, ranks >= 2 without replacement by the stated upper bound (the bound before the race)
             laws.calls = 0
@@ -355,25 +409,30 @@ def main(argv=None):
         def with_calls(process=process):
             bound(shape, draft, target, process=process, prefix=ctx, budget=args.budget, batch=args.batch)
 
+        assert given_calls().value == res.value
         loose = given_bounded()
         before = _load()
         fns = [forward, given, given_numpy, given_arrays, given_bounded, given_tensors, with_calls, read_once]
         if OB is not None:
             fns += [before_given, before_arrays]
+        fns.append(given_calls)
         got = timeit_many(fns, repeat=args.repeat, min_time=0.0)
         t_fwd, t_given, t_np, t_arr, t_bnd, t_tens, t_calls, t_read = got[:8]
+        t_tree = got[-1]
         after = _load()
         # CPU time of the bound's arithmetic (laws as arrays), the forward and the floor (and the other checkout's),
         # interleaved: the load of the shared machine inflates CPU time less than wall time
         cfns = [forward, given_arrays, read_once] + ([before_arrays] if OB is not None else [])
         ng = len(cfns)                                      # then "laws given" (and the other checkout's)
         cfns += [given] + ([before_given] if OB is not None else [])
+        cfns.append(given_calls)
         cpu = _cpu_rounds(cfns, max(args.repeat, 5))
         cpu_after = _load()
         cpu_rows.append((process, cpu[0] * 1e3, cpu[1] * 1e3, cpu[1] / cpu[0], cpu[2] * 1e3, cpu[2] / cpu[0])
                         + (() if OB is None else (cpu[3] * 1e3, cpu[3] / cpu[0], cpu[3] / cpu[1]))
                         + (cpu[ng] * 1e3, cpu[ng] / cpu[0])
                         + (() if OB is None else (cpu[ng + 1] * 1e3, cpu[ng + 1] / cpu[0], cpu[ng + 1] / cpu[ng]))
+                        + (cpu[-1] * 1e3, cpu[-1] / cpu[0])
                         + (f"{after} / {cpu_after}",))
         mb = sum(x.nbytes for x in law_rows) / 1e6
         floor = (f"{mb:.0f}", t_read * 1e3, mb / 1e3 / t_read, t_read / t_fwd)
@@ -383,8 +442,8 @@ def main(argv=None):
                      t_arr * 1e3, t_arr / t_fwd, t_bnd * 1e3, t_bnd / t_arr, loose.value,
                      t_tens * 1e3, t_tens / t_fwd,
                      t_calls * 1e3, t_calls / t_fwd, res.n_calls, res.n_expanded, res.value, res.remainder,
-                     res.pi_exact, *floor, *against, f"{before} / {after}"))
-    head = ("process", "forward ms", "bound, laws given ms", "given / forward", "numpy route ms",
+                     res.pi_exact, *floor, *against, t_tree * 1e3, t_tree / t_fwd, f"{before} / {after}"))
+    head = ("process", "forward ms", "bound, laws given (a user's model) ms", "given / forward", "numpy route ms",
             "numpy / forward", "laws as arrays ms", "arrays / forward", "bounded draws ms", "bounded / arrays",
             "bound, bounded draws", "laws as tensors ms",
             "tensors / forward", "bound with its calls ms", "with calls / forward", "calls per model", "expanded",
@@ -393,17 +452,17 @@ def main(argv=None):
     if OB is not None:
         head += ("before: laws given ms", "before: given / forward", "before: laws as arrays ms",
                  "before: arrays / forward", "before / after (arrays)", "bound: relative change")
-    head += ("load average before / after",)
+    head += ("laws from the tree calls ms", "tree calls / forward", "load average before / after",)
     print_table(f"otspec.tree.bound on branching(8,7) at V = {V}, budget {args.budget} ({name})", head, rows,
                 args.rst, target=("given / forward", TARGET))
     chead = ("process", "forward CPU ms", "bound, laws as arrays CPU ms", "arrays / forward", "one pass CPU ms",
              "one pass / forward")
     if OB is not None:
         chead += ("before: laws as arrays CPU ms", "before / forward", "before / after")
-    chead += ("bound, laws given CPU ms", "given / forward (CPU)")
+    chead += ("bound, laws given (a user's model) CPU ms", "given / forward (CPU)")
     if OB is not None:
         chead += ("before: laws given CPU ms", "before: given / forward (CPU)", "before / after (given)")
-    chead += ("load average before / after",)
+    chead += ("laws from the tree calls CPU ms", "tree calls / forward (CPU)", "load average before / after",)
     print_table(f"CPU time (process_time), medians of {max(args.repeat, 5)} interleaved rounds ({name})", chead,
                 cpu_rows, args.rst, target=("arrays / forward", TARGET))
 

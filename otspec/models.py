@@ -35,6 +35,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import weakref
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -46,6 +47,7 @@ from ._validation import (
     flush_negligible,
     law_in_place,
     law_into,
+    law_total_accepts,
     number_text,
     simplex_tolerance,
     validate_distribution,
@@ -426,6 +428,54 @@ def validate_sequence(seq, vocab_size: int, name: str = "seq") -> tuple[int, ...
     return tuple(out)
 
 
+#: otspec's own models (of the exact classes :class:`TableModel`, :class:`MemorylessModel`, :class:`MarkovModel`)
+#: whose tables passed :func:`_rows_in_place` when the model was made: model -> ``{id: table}`` (the tables held here
+#: too, so that no other array can take one of their ids while the model lives). Filled only by those constructors
+#: (:func:`_mark_checked`); read by :func:`checked_tables`.
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _rows_in_place(*tables) -> bool:
+    """Whether every row (last axis) of every table is a law that :func:`otspec._validation.law_in_place` accepts
+    as it is: each entry ``+0.0`` or a positive normal finite double (the bit test of
+    :func:`otspec._validation_kernel.law_check_sum`), and the row's total ``t`` (numpy's sum: any order of the
+    additions is within ``gamma_{n-1}`` of the exact total, which the margin of
+    :func:`otspec._validation.law_total_accepts` covers) accepted. Such a row is the law that
+    :func:`validate_distribution` returns for it, to the bit, and no check of it can refuse it."""
+    from ._validation_kernel import INF_BITS, TINY_BITS
+
+    for t in tables:
+        if not (type(t) is np.ndarray and t.dtype == np.float64 and t.flags.c_contiguous and t.ndim >= 1 and t.size):
+            return False
+        b = t.reshape(-1).view(np.int64)
+        if not ((b == 0) | ((b >= TINY_BITS) & (b < INF_BITS))).all():
+            return False
+        n = t.shape[-1]
+        if not all(law_total_accepts(x, n) for x in t.sum(axis=-1).reshape(-1).tolist()):
+            return False
+    return True
+
+
+def _mark_checked(model, *tables) -> None:
+    """Record that every law ``model`` (an instance of exactly one of otspec's table models, not of a subclass,
+    whose ``next_dist`` may differ) returns from ``tables`` (read-only arrays it holds) was checked once, here:
+    where :func:`_rows_in_place` holds."""
+    if type(model) in (TableModel, MemorylessModel, MarkovModel) and _rows_in_place(*tables):
+        _CHECKED[model] = {id(t): t for t in tables}
+
+
+def checked_tables(model):
+    """The tables of ``model`` whose every row was checked when otspec made it (:func:`_mark_checked`), as
+    ``{id: table}``, or None (any other model: a user's, a subclass, tables that did not pass). A law ``row`` that ``model``
+    returned was checked there where ``id(row)`` or ``id(row.base)`` is one of them: it is the law that
+    :func:`next_law` returns for it (``in_place=True``), to the bit, and no check of it can refuse it. Writing into
+    those tables (read-only; numpy allows it only after ``setflags(write=True)`` on their owner) breaks the
+    model, as breaking :class:`Model`'s ``fresh_laws`` promise does."""
+    if type(model) not in (TableModel, MemorylessModel, MarkovModel):
+        return None
+    return _CHECKED.get(model)
+
+
 def next_law(model, prefix: tuple[int, ...], V: int, name: str, *, out: np.ndarray | None = None,
              in_place: bool = False) -> np.ndarray:
     """``model.next_dist(prefix)`` checked: shape ``(V,)`` and a distribution (read-only float64 copy).
@@ -543,6 +593,7 @@ class TableModel:
         self.tables = tuple(out)
         self.vocab_size = int(V)
         self.max_len = len(out)
+        _mark_checked(self, *self.tables)
 
     #: Every law returned is a read-only view of the tables, which nothing writes (see :class:`Model`).
     fresh_laws = True
@@ -583,6 +634,7 @@ class MemorylessModel:
     def __init__(self, dist):
         self.dist = validate_distribution(dist, "dist")
         self.vocab_size = int(self.dist.shape[0])
+        _mark_checked(self, self.dist)
 
     def next_dist(self, prefix: tuple[int, ...]) -> np.ndarray:
         """The per-step distribution (whatever the prefix)."""
@@ -656,6 +708,7 @@ class MarkovModel:
         self.initial = tuple(init)
         self.order = int(m)
         self.vocab_size = int(V)
+        _mark_checked(self, self.transition, *self.initial)
 
     def next_dist(self, prefix: tuple[int, ...]) -> np.ndarray:
         """Conditional law of the next token after ``prefix``."""

@@ -36,8 +36,8 @@ import numpy as np
 
 from .. import _validation_kernel as _LK
 from .._array import namespace
-from .._validation import law_total_accepts, validate_positive_int
-from ..models import next_law, validate_model_pair, validate_sequence
+from .._validation import SIMPLEX_TOL, law_total_accepts, validate_positive_int
+from ..models import checked_tables, next_law, validate_model_pair, validate_sequence
 from . import _bound_kernels as _K
 from ._process import (
     DETERMINISTIC_PROCESSES,
@@ -2090,13 +2090,19 @@ class _ModelLaws:
         self.calls = 0
         fresh = [getattr(m, "fresh_laws", False) is True for m in self.models]
         self.in_place = (fresh[0] and fresh[1], fresh[1])
+        # otspec's own table models whose every law was checked when they were made (otspec.models.checked_tables:
+        # set by their constructors only, never by a caller): those laws are read in place with no second check
+        self.checked = tuple(checked_tables(m) or None for m in self.models)
 
     def unchecked(self, paths):
         """``(P rows, Q rows, pending)``: :meth:`__call__` where the laws read in place (``in_place``, numba
         installed) are not checked yet: each law that :func:`otspec.models.next_law` would check in place (a
         C-contiguous float64 array of shape ``(V,)``) is returned as it is (read-only) and listed in ``pending``
         (:class:`_Unchecked`, None where none is), which must be resolved before anything computed from the rows is
-        used. Every other law is checked as :meth:`__call__` checks it, and an error (a refused law, a model's own)
+        used. A law of one of otspec's own table models that was checked when the model was made
+        (:func:`otspec.models.checked_tables`: a row of one of its tables, each of which :func:`otspec.models.next_law`
+        returns as it is) is returned as it is and not listed: its check is not done twice. Every other law is
+        checked as :meth:`__call__` checks it, and an error (a refused law, a model's own)
         first resolves the laws pending before it, so the first law refused in the order of :meth:`__call__`
         (the draft's laws, then the target's) is the one reported, with its message."""
         if not (_LK.JIT and (self.in_place[0] or self.in_place[1])):
@@ -2112,7 +2118,7 @@ class _ModelLaws:
         for k, name in enumerate(("draft", "target")):
             if self.blocks[k].shape[0] < n:
                 self.blocks[k] = np.empty((n, V))
-            block, fresh = self.blocks[k], self.in_place[k]
+            block, fresh, checked = self.blocks[k], self.in_place[k], self.checked[k]
             ask = self.models[k].next_dist
             rows = []
             keep = rows.append
@@ -2122,7 +2128,8 @@ class _ModelLaws:
                     if fresh and type(row) is ndarray and row.shape == shape and row.dtype == f64:
                         flags = row.flags
                         if flags.c_contiguous:
-                            add((k, i, row))
+                            if checked is None or (id(row) not in checked and id(row.base) not in checked):
+                                add((k, i, row))
                             keep(view(row) if flags.writeable else row)
                             continue
                     keep(next_law(_Given(row), s, V, name, out=block[i], in_place=fresh))
@@ -2155,6 +2162,24 @@ class _TreeAttentionLaws:
         self.ctx = np.asarray(ctx, dtype=np.int64)
         self.states: list = [None, None]
         self.calls = 0
+        self.later: list = []      # (bad-row flags on the device, name, paths): read once by check_later
+
+    def check_later(self) -> None:
+        """Read the bad-row flags of the laws left on an accelerator (:func:`_check_tree_laws`), all in one host
+        read, and raise for the first bad row (the calls' order, the draft's before the target's). Empties them."""
+        later, self.later = self.later, []
+        if not later:
+            return
+        import torch
+
+        bad = torch.cat([f for f, _n, _p in later]).cpu().numpy()
+        if not bad.any():
+            return
+        i = int(np.flatnonzero(bad)[0])
+        for flags, name, paths in later:
+            if i < flags.shape[0]:
+                _check_tree_laws(bad[:0], [], True, name, self.ctx, paths, at=i)
+            i -= flags.shape[0]
 
     def __call__(self, paths):
         self.calls += 1
@@ -2174,7 +2199,14 @@ class _TreeAttentionLaws:
             laws = _tree_laws(lm, state, np.array(parents), np.array(tokens), pending)
             lm.select(state, 0, self.ctx.shape[0] - 1)
             self.states[k] = state
-            out.append([laws[r] for r in rows] if isinstance(laws, np.ndarray) else laws[_device_index(rows, laws)])
+            got = [laws[r] for r in rows] if isinstance(laws, np.ndarray) else laws[_device_index(rows, laws)]
+            own = callable(getattr(lm, "tree_logits", None))           # the softmax is _tree_laws' own
+            name = ("draft", "target")[k]
+            if own and not isinstance(laws, np.ndarray):    # on an accelerator: flags read with the bound's end
+                self.later.append((laws[_device_index(rows, laws), 0].isnan(), name, paths))
+            else:
+                _check_tree_laws(laws, rows, own, name, self.ctx, paths)
+            out.append(got)
         return out[0], out[1]
 
     def one(self, k: int):
@@ -2184,14 +2216,42 @@ class _TreeAttentionLaws:
 
 def _tree_laws(lm, state, parents, tokens, pending):
     """The laws at every node of a tree from a decoding model (the softmax of ``tree_logits`` in float64, as
-    ``score_tree``): a tensor on the model's device when its logits are on an accelerator (the bound's arithmetic
-    then runs there), else a numpy array."""
+    ``score_tree``; a model without ``tree_logits``: its own ``score_tree``): a tensor on the model's device when its
+    logits are on an accelerator (the bound's arithmetic then runs there), else a numpy array. Not checked yet
+    (:func:`_check_tree_laws`)."""
     if not callable(getattr(lm, "tree_logits", None)):
         return np.asarray(lm.score_tree(state, parents, tokens, pending=pending), dtype=np.float64)
     import torch
 
     laws = torch.softmax(lm.tree_logits(state, parents, tokens, pending=pending).to(torch.float64), dim=-1)
     return laws.numpy() if laws.device.type == "cpu" else laws
+
+
+def _check_tree_laws(laws, rows: list, own: bool, name: str, ctx, paths: list, at: int | None = None) -> None:
+    """Refuse the laws ``laws[rows]`` of one tree call (:func:`_tree_laws`) that are not laws, naming the first
+    by its prefix (the context ``ctx`` and ``paths[i]``, the path of ``rows[i]``). ``own`` (the softmax of the
+    logits in float64, done here): a row from finite logits is a law by construction (each entry ``exp(l_x - max l) / sum`` in
+    ``[0, 1]``, finite, summing to 1 within a few ``V`` ulps), and a row from a NaN or ``+inf`` logit, or from no
+    finite logit, is NaN in every entry (the max or the sum is NaN), so its first entry is read: one value per row
+    (on an accelerator the flags stay there, :meth:`_TreeAttentionLaws.check_later`, which names row ``at``).
+    Otherwise (a model's own ``score_tree``) every entry: finite, non-negative, each row's total within
+    ``SIMPLEX_TOL`` of 1. Nothing is changed: the rows handed on are the model's, as before."""
+    if own:
+        bad = np.isnan(laws[rows, 0]) if at is None else np.ones(1, dtype=bool)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0]) if at is None else at
+            raise ValueError(f"`{name}` gave no law after the prefix {tuple(int(t) for t in ctx) + tuple(paths[i])}: "
+                             "its logits there hold a NaN or +inf, or no finite value")
+        return
+    X = np.asarray(laws)[rows]
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(X).all(axis=1) & (X >= 0).all(axis=1)
+        ok &= np.abs(X.sum(axis=1) - 1.0) <= SIMPLEX_TOL
+    if not ok.all():
+        i = int(np.flatnonzero(~ok)[0])
+        raise ValueError(f"`{name}.score_tree` gave no law after the prefix "
+                         f"{tuple(int(t) for t in ctx) + tuple(paths[i])}: its row must be finite, non-negative and "
+                         f"sum to 1 within {SIMPLEX_TOL:g}")
 
 
 def _device_index(rows, X):
@@ -2412,6 +2472,8 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
         else:
             dl, tl = tree_laws.one(0), tree_laws.one(1)
         res = _deterministic(shape, dl, tl, process, budget)
+        if tree_laws is not None:
+            tree_laws.check_later()
         return res if method == "paths" else dataclasses.replace(res, method=method)   # B* = B, attained
     if process == "wor":
         for _par, _ch, ranks in _child_groups(shape):
@@ -2421,9 +2483,16 @@ def bound(shape, draft, target, *, process, prefix=(), budget: int = 256,
                     f"{max(ranks) + 1} distinct tokens, but the vocabulary has V={V}"
                 )
     laws = _ModelLaws(draft, target, V, ctx) if tree_laws is None else tree_laws
-    if method != "paths":
-        return BOUND_METHODS[method](_Slots(shape), process, laws, budget, batch)
-    return _sampled(_Slots(shape), process, laws, budget, batch)
+    run = _sampled if method == "paths" else BOUND_METHODS[method]
+    if tree_laws is None:
+        return run(_Slots(shape), process, laws, budget, batch)
+    try:
+        res = run(_Slots(shape), process, laws, budget, batch)
+    except Exception:
+        tree_laws.check_later()         # a bad law left on an accelerator is reported first
+        raise
+    tree_laws.check_later()
+    return res
 
 
 class _Search:
