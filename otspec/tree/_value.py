@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_positive_int
+from .._validation import validate_bool, validate_positive_int
 from .._verifier import LOSSLESS_TOL, LosslessCheck, validate_tol
 from ..models import MAX_ENUMERATION, check_enumeration, validate_model_pair, validate_sequence
 from ._process import MAX_TREES, LawCache, _laws_of, as_tree_shape, enumerate_trees, validate_process
@@ -111,9 +111,7 @@ def value(shape, draft, target, *, process, verifier, prefix=(), allow_lossy: bo
     1.0
     """
     V, process, ctx, v, shape = _setup(shape, draft, target, process, verifier, prefix)
-    if not isinstance(allow_lossy, bool):
-        raise TypeError(f"`allow_lossy` must be a bool, got {type(allow_lossy).__name__}")
-    if not allow_lossy:
+    if not validate_bool(allow_lossy, "allow_lossy"):
         _refuse_lossy(v, process, shape)
     max_trees = validate_positive_int(max_trees, "max_trees")
     trees = enumerate_trees(shape, draft, process=process, prefix=ctx, max_trees=max_trees)

@@ -637,7 +637,10 @@ class SpecTrTreeVerifier(TreeVerifier):
     processes = ("iid",)
 
     def __init__(self, token_verifier="lp"):
-        self.factory: VerifierFactory = resolve_verifier(token_verifier)
+        try:
+            self.factory: VerifierFactory = resolve_verifier(token_verifier)
+        except (TypeError, ValueError) as exc:  # the message names this class's parameter, not resolve_verifier's
+            raise type(exc)(str(exc).replace("`verifier`", "`token_verifier`", 1)) from None
 
     def __repr__(self) -> str:
         return f"SpecTrTreeVerifier(token_verifier={self.factory.name!r})"
