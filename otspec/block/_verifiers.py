@@ -36,7 +36,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._registry import VerifierSpec, get_verifier, register_verifier, unknown_name_message, verifier_names
-from .._validation import as_rng, validate_distribution, validate_positive_int
+from .._validation import as_rng, law_in_place, validate_distribution, validate_positive_int
 from .._verifier import sample_from, sample_from_cdf
 from ..models import (
     MAX_ENUMERATION,
@@ -928,15 +928,20 @@ def tau_law_on_path(verifier, block, draft_conditionals, target_conditionals) ->
 
 def _path_laws(laws, name: str, L: int) -> list:
     """The first ``L`` laws of ``laws`` (a sequence of ``(V,)`` laws or a ``(>= L, V)`` array), each checked as
-    :func:`validate_distribution` checks a law and kept as given (no subnormal flushed: the decoder's host route
-    reads the same raw rows, and the logged laws agree to the bit), all of one length."""
+    :func:`validate_distribution` checks a law and read as before, ``np.asarray(row, float64)`` (no subnormal
+    flushed, no rescaling: the decoder's host route reads the same raw rows, and the logged laws agree to the
+    bit), all of one length. A float64 row that surely passes is checked in one compiled read without a copy
+    (:func:`otspec._validation.law_in_place`); every other row by :func:`validate_distribution`."""
     if isinstance(laws, (str, bytes)) or laws is None or not hasattr(laws, "__len__"):
         raise TypeError(f"`{name}` must be a sequence of laws, got {type(laws).__name__}")
     if len(laws) < L:
         raise ValueError(f"`{name}` needs L={L} laws (one per token of `block`), got {len(laws)}")
     out = []
     for i in range(L):
-        row = validate_distribution(laws[i], f"{name}[{i}]", flush=False)
+        raw = laws[i]
+        if law_in_place(raw) is None:
+            validate_distribution(raw, f"{name}[{i}]", flush=False)  # raises, or accepts a row read as before
+        row = np.asarray(raw, dtype=np.float64)
         if out and row.shape != out[0].shape:
             raise ValueError(f"`{name}` must hold laws of one length, got {out[0].shape[0]} entries at index 0 "
                              f"and {row.shape[0]} at index {i}")

@@ -208,7 +208,8 @@ def lenience_curve(p, q, ls, *, normalize: bool = False) -> LenienceCurve:
     Raises
     ------
     ValueError
-        If a lenience value is outside ``(0, 1]``.
+        If a lenience value is outside ``(0, 1]``, or ``ls`` has more than
+        ``MAX_CURVE_POINTS`` (10,000) values.
 
     References
     ----------

@@ -874,7 +874,8 @@ def mentored_frontier(p, q, Ds, *, normalize: bool = False) -> MentoredFrontier:
     Raises
     ------
     ValueError
-        If a budget is negative or not finite-or-inf, or ``Ds`` is empty / not 1-D.
+        If a budget is negative or not finite-or-inf, or ``Ds`` is empty / not 1-D or has more than
+        ``MAX_CURVE_POINTS`` (10,000) budgets.
 
     References
     ----------
