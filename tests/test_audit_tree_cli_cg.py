@@ -327,6 +327,25 @@ def test_tree_value_routes_agree(V, kind):
                     assert v == pytest.approx(shape.max_depth, abs=1e-12)
 
 
+@regression
+@pytest.mark.parametrize(("shape", "prefix", "model"), [(T.TreeShape.branching(2, 2), (0,), "target"),
+                                                       (T.TreeShape.chains(2, 4), (), "draft")])
+def test_tree_deeper_than_the_models(shape, prefix, model):
+    """A prefix and a shape deeper than a bounded model: the message gives both (main named a `prefix` of the
+    length of a leaf's path, which the caller never gave)."""
+    for call in (lambda: T.value(shape, D3, T3, process="iid", verifier="specinfer", prefix=prefix),
+                 lambda: T.output_law(shape, D3, T3, process="iid", verifier="specinfer", prefix=prefix),
+                 lambda: T.check_lossless("specinfer", shape, D3, T3, process="iid", prefix=prefix)):
+        with pytest.raises(ValueError, match=rf"`{model}` generates sequences of at most max_len=3 tokens, but "
+                                             rf"`prefix` \(length {len(prefix)}\) and `shape` \(depth"):
+            call()
+    # the deepest that fits: one level under a prefix of one token
+    one = T.TreeShape.branching(2)
+    c = T.check_lossless("specinfer", one, D3, T3, process="iid", prefix=(0,))
+    assert c.passed and T.value(one, D3, T3, process="iid", verifier="specinfer", prefix=(0,)) == pytest.approx(
+        c.acceptance, abs=1e-12)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # block / SpecTr flags and names
 # --------------------------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ target's probability of a path.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,7 +40,19 @@ def _setup(shape, draft, target, process, verifier, prefix):
     process = validate_process(process, shape)
     ctx = validate_sequence(prefix, V, "prefix")
     v = make_tree_verifier(verifier)
+    _check_reach(draft, target, len(ctx), int(shape.max_depth))
     return V, process, ctx, v, shape
+
+
+def _check_reach(draft, target, n_prefix: int, depth: int) -> None:
+    """Models of bounded length (``max_len``) must reach the tree's leaves: the draft's laws up to depth
+    ``depth - 1`` after the prefix, the target's at the leaves too (its next token), or the message names the
+    prefix's length and the shape's depth rather than a longer ``prefix`` the caller never gave."""
+    for model, name, need in ((draft, "draft", n_prefix + depth), (target, "target", n_prefix + depth + 1)):
+        ml = getattr(model, "max_len", None)
+        if isinstance(ml, numbers.Integral) and need > ml:
+            raise ValueError(f"`{name}` generates sequences of at most max_len={int(ml)} tokens, but `prefix` (length "
+                             f"{n_prefix}) and `shape` (depth {depth}) need {need}")
 
 
 def _refuse_lossy(v: TreeVerifier, process: str, shape) -> None:
