@@ -133,6 +133,23 @@ def test_tau_law_on_path_vocabulary_of_the_verifier():
     _named(e, "draft_conditionals")
 
 
+@regression
+@pytest.mark.parametrize("name", ["token", "block", "block-onestep"])
+def test_sample_tau_is_bounded(name):
+    limit = blk._verifiers.MAX_SAMPLE_TAU  # main had no limit: n = 2**63 ran without end, its list growing
+    v = blk.make_verifier(D3, T3, 2, name)
+    for n in (2**63, limit + 1):
+        t0 = time.perf_counter()
+        with pytest.raises(ValueError) as e:
+            v.sample_tau(n, rng=0)
+        _named(e, "n")
+        assert time.perf_counter() - t0 < 1.0
+    gen = np.random.default_rng(5)
+    ref = [v.sample(rng=gen).tau for _ in range(50)]  # the same draws one by one
+    got = v.sample_tau(50, rng=5)
+    assert got.dtype == np.int64 and got.tolist() == ref
+
+
 # --------------------------------------------------------------------------------------------------------------
 # tree types and the tree text
 # --------------------------------------------------------------------------------------------------------------

@@ -95,6 +95,11 @@ def _residual(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     return w / s
 
 
+#: Most draws of one :meth:`BlockVerifier.sample_tau` call: each is a Python loop step of ``L`` model calls (tens of
+#: microseconds), so ``n = 2**63`` ran without end while its list grew; refused before any draw.
+MAX_SAMPLE_TAU = 10**7
+
+
 def _path_weights(block, cs, cb):
     """Along the block: ``w[i] = M_b(X^i) / M_s(X^i)`` and the one-step ``p_i = min(p_{i-1} r_i, 1)``."""
     w, pw = [1.0], [1.0]
@@ -508,10 +513,21 @@ class BlockVerifier(abc.ABC):
         Returns
         -------
         (n,) ndarray of int64
+
+        Raises
+        ------
+        ValueError
+            ``n`` below 1 or above ``MAX_SAMPLE_TAU`` (10**7: one Python loop step of ``L`` model calls each).
         """
         n = validate_positive_int(n, "n")
+        if n > MAX_SAMPLE_TAU:
+            raise ValueError(f"`n` must be at most MAX_SAMPLE_TAU = {MAX_SAMPLE_TAU:,} (one Python loop step of L "
+                             f"model calls each), got {n}")
         gen = as_rng(rng)
-        return np.array([self.sample(rng=gen).tau for _ in range(n)], dtype=np.int64)
+        out = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            out[i] = self.sample(rng=gen).tau
+        return out
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size}, L={self.L})"
