@@ -447,6 +447,24 @@ def test_curves_equal_their_points():
     assert not fr.acceptance.flags.writeable and not c.kl.flags.writeable
 
 
+LOSSY = {"ensemble": lambda: lossy.ensemble_verifier(P3, Q3, 0.5), "lenient": lambda: lossy.lenient_verifier(P3, Q3, 0.5),
+         "mentored": lambda: lossy.mentored_verifier(P3, Q3, 0.1), "typical": lambda: lossy.typical_acceptance_verifier(P3, Q3),
+         "lp": lambda: otspec.get_verifier("lp").build(P3, Q3, 2)}
+
+
+@regression
+@pytest.mark.parametrize("name", list(LOSSY))
+@pytest.mark.parametrize(("drafts", "err"), [((-1,), ValueError), ((3,), ValueError), ((0.5,), TypeError),
+                                             ("0", TypeError), (None, TypeError)])
+def test_draft_law_of_checks_its_drafts(name, drafts, err):
+    """The base class's i.i.d. product read ``p[-1]`` for the token -1 (0.25 here) and raised IndexError for 3."""
+    v = LOSSY[name]()
+    k = v.k
+    with pytest.raises(err):
+        v.draft_law_of(drafts * k if isinstance(drafts, tuple) else drafts)
+    assert v.draft_law_of((1,) * k) == pytest.approx(float(P3[1]) ** k, abs=1e-15)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # the command line
 # --------------------------------------------------------------------------------------------------------------
