@@ -28,6 +28,11 @@ Findings on main a3dbc22 (each test below marked ``regression`` fails there):
 * ``lenience_curve`` / ``mentored_frontier`` kept every point's verifier (``(V,)`` arrays each) and took any
   grid: a million lenience values ran for four minutes at V = 3 (hours for budgets); now at most
   ``MAX_CURVE_POINTS`` points, O(V) memory, the same values to the bit;
+* ``BlockVerifier.sample_tau(n=2**63)`` ran without end (a growing list); now at most ``MAX_SAMPLE_TAU``;
+* the verifiers' base ``draft_law_of`` read ``p[-1]`` for the token -1 (a wrong probability) and raised an
+  ``IndexError`` for a token outside the vocabulary (every lossy rule and every i.i.d. verifier inherit it);
+* ``value`` / ``output_law`` / ``check_lossless`` with a prefix and a shape deeper than a bounded model named a
+  ``prefix`` of a leaf path's length, which the caller never gave;
 * the command line: ``toy: 6``, ``toy:6_0`` (V = 60) and other scripts' digits read as vocabularies; a
   closeness of ``1e-320`` (an infinite draft logits table); a ``--draft`` / ``--target`` path that does not
   exist or is a file reported by transformers without the flag.
