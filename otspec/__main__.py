@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ __all__ = ["main"]
 
 #: Largest vocabulary of a ``toy:V`` model: the pair is two ``V x V`` float64 tables (32 MiB each at the limit).
 MAX_TOY_VOCAB = 2048
+#: Smallest closeness of a toy draft: its logits are the target's plus ``(1 - c) / c`` times standard normals, which
+#: overflow to infinite logits (no law) for a closeness near the smallest doubles.
+MIN_TOY_CLOSENESS = 1e-300
 #: Width of SmolLM2-135M-Instruct's output layer (its vocabulary), known before loading it.
 SMOLLM2_VOCAB = 49_152
 #: Default closeness of a toy draft to its target (:func:`otspec.profile.toy_pair`'s).
@@ -93,21 +97,34 @@ def _parse_model(spec: str, flag: str) -> _Model:
     if not spec.startswith("toy:"):
         if not spec.strip():
             raise ValueError(f"`{flag}` must name a model, got {spec!r}")
+        _check_model_path(spec, flag)
         return _Model(spec, "hf")
     form = (f"`{flag}` must be toy:V[:seed[:closeness]] (V an integer in [2, {MAX_TOY_VOCAB}], seed an integer "
-            f">= 0, closeness in (0, 1]), got {spec!r}")
+            f">= 0, closeness in [{MIN_TOY_CLOSENESS:g}, 1]), got {spec!r}")
     parts = spec.split(":")[1:]
-    try:
-        if not 1 <= len(parts) <= 3:
-            raise ValueError
-        V = int(parts[0])
-        seed = int(parts[1]) if len(parts) > 1 else 0
-        closeness = float(parts[2]) if len(parts) > 2 else TOY_CLOSENESS
-    except ValueError:
-        raise ValueError(form) from None
-    if not (2 <= V <= MAX_TOY_VOCAB and seed >= 0 and 0.0 < closeness <= 1.0):
+    # ASCII digits only: int() would also read ' 6', '6_0' (60) and other scripts' digits, and name the run after them
+    if not (1 <= len(parts) <= 3 and all(re.fullmatch(r"[0-9]+", x) for x in parts[:2])
+            and (len(parts) < 3 or re.fullmatch(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", parts[2]))):
+        raise ValueError(form)
+    V = int(parts[0])
+    seed = int(parts[1]) if len(parts) > 1 else 0
+    closeness = float(parts[2]) if len(parts) > 2 else TOY_CLOSENESS
+    if not (2 <= V <= MAX_TOY_VOCAB and MIN_TOY_CLOSENESS <= closeness <= 1.0):
         raise ValueError(form)
     return _Model(spec, "toy", V, seed, closeness)
+
+
+def _check_model_path(spec: str, flag: str) -> None:
+    """A model given as a local path (``/...``, ``./...``, ``../...``, ``~...``, or any name that exists on disk)
+    must be a folder: a missing path or a file is refused here, naming the flag, before transformers reads it."""
+    path = os.path.expanduser(spec)
+    looks_local = spec.startswith(("/", "./", "../", "~")) or spec in (".", "..") or os.path.lexists(path)
+    if not looks_local:
+        return  # a Hugging Face model name: transformers resolves it
+    if not os.path.exists(path):
+        raise ValueError(f"`{flag}` {spec!r}: no such model folder")
+    if not os.path.isdir(path):
+        raise ValueError(f"`{flag}` {spec!r} is a file, not a model folder (a checkpoint folder with config.json)")
 
 
 def _pair(draft: str, target: str) -> tuple[_Model, _Model]:

@@ -37,6 +37,7 @@ __all__ = [
     "number_text",
     "first_bad_row",
     "first_bad_entry",
+    "validate_bool",
 ]
 
 #: Tolerance on ``|sum(p) - 1|`` accepted for a probability vector.
@@ -425,3 +426,13 @@ def as_rng(rng, name: str = "rng") -> np.random.Generator:
             f"`{name}` must be a numpy Generator, a non-negative int seed or None, got {type(rng).__name__}"
         )
     return np.random.default_rng(validate_seed(rng, name))
+
+
+def validate_bool(x, name: str, *, allow_none: bool = False) -> bool | None:
+    """``x`` as a Python bool: ``bool`` and ``numpy.bool_`` accepted (``None`` too with ``allow_none=True``, returned
+    as is); anything else (``1``, ``"yes"``, ``None``) raises :class:`TypeError` naming ``name`` -- no truthiness."""
+    if allow_none and x is None:
+        return None
+    if not isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be a bool{' or None' if allow_none else ''}, got {type(x).__name__} {x!r}")
+    return bool(x)

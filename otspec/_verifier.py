@@ -128,9 +128,10 @@ class Verifier(abc.ABC):
 
         The i.i.d. product :math:`\prod_i p(x_i)` by default; a verifier whose
         drafts are not i.i.d. from ``p`` (e.g. drawn without replacement)
-        overrides it, and :func:`check_lossless` enumerates with it.
+        overrides it, and :func:`check_lossless` enumerates with it. ``drafts`` is checked as
+        :meth:`conditional` checks it (``k`` token ids in ``[0, n)``).
         """
-        return math.prod(float(self.p[i]) for i in drafts)
+        return math.prod(float(self.p[i]) for i in self._drafts(drafts))
 
     def output_law(self) -> np.ndarray:
         """Exact law of the output token (``q`` for a lossless verifier)."""

@@ -26,6 +26,7 @@ Lengths count accepted draft tokens :math:`\tau \in \{0, \dots, L\}`.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -722,8 +723,13 @@ def compare_schemes(draft, target, L, k, *, schemes=None, check: bool = True) ->
     """
     V, L, k = _check_args(draft, target, L, k)
     check = _bool(check, "check")
+    if schemes is not None and (isinstance(schemes, (str, bytes)) or not isinstance(schemes, Iterable)):
+        raise TypeError(f"`schemes` must be a sequence of scheme names or None, got {type(schemes).__name__} "
+                        f"{schemes!r}" + (f" (write [{schemes!r}] for one scheme)" if isinstance(schemes, str) else ""))
     names = list(SCHEMES) if schemes is None else list(schemes)
     for s in names:
+        if not isinstance(s, str):
+            raise TypeError(f"`schemes` entries must be scheme names (str), got {type(s).__name__} {s!r}")
         if s not in SCHEMES:
             raise ValueError(unknown_name_message("schemes", s, sorted(SCHEMES), entries=True))
     res = multidraft_ot(draft, target, L, k, raise_on_failure=True)

@@ -36,7 +36,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._registry import VerifierSpec, get_verifier, lookup_verifier, register_verifier, unknown_name_message, verifier_names
-from .._validation import as_rng, validate_positive_int
+from .._validation import as_rng, law_in_place, validate_distribution, validate_positive_int
 from .._verifier import sample_from, sample_from_cdf
 from ..models import (
     MAX_ENUMERATION,
@@ -93,6 +93,11 @@ def _residual(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
     if not s > 0:
         return np.array(fallback, dtype=np.float64)
     return w / s
+
+
+#: Most draws of one :meth:`BlockVerifier.sample_tau` call: each is a Python loop step of ``L`` model calls (tens of
+#: microseconds), so ``n = 2**63`` ran without end while its list grew; refused before any draw.
+MAX_SAMPLE_TAU = 10**7
 
 
 def _path_weights(block, cs, cb):
@@ -508,10 +513,21 @@ class BlockVerifier(abc.ABC):
         Returns
         -------
         (n,) ndarray of int64
+
+        Raises
+        ------
+        ValueError
+            ``n`` below 1 or above ``MAX_SAMPLE_TAU`` (10**7: one Python loop step of ``L`` model calls each).
         """
         n = validate_positive_int(n, "n")
+        if n > MAX_SAMPLE_TAU:
+            raise ValueError(f"`n` must be at most MAX_SAMPLE_TAU = {MAX_SAMPLE_TAU:,} (one Python loop step of L "
+                             f"model calls each), got {n}")
         gen = as_rng(rng)
-        return np.array([self.sample(rng=gen).tau for _ in range(n)], dtype=np.int64)
+        out = np.empty(n, dtype=np.int64)
+        for i in range(n):
+            out[i] = self.sample(rng=gen).tau
+        return out
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(vocab_size={self.vocab_size}, L={self.L})"
@@ -889,7 +905,10 @@ def tau_law_on_path(verifier, block, draft_conditionals, target_conditionals) ->
     Raises
     ------
     ValueError
-        Unknown verifier name, or fewer conditionals than tokens in the block.
+        Unknown verifier name, an empty block, fewer conditionals than tokens in the block, conditionals that
+        are not laws (finite, non-negative, summing to 1) of one vocabulary, or a token outside it.
+    TypeError
+        A block or conditionals that are not sequences, or token ids that are not integers.
 
     References
     ----------
@@ -905,16 +924,45 @@ def tau_law_on_path(verifier, block, draft_conditionals, target_conditionals) ->
     array([0.5, 0. , 0.5])
     """
     cls = _block_class(verifier)
-    block = tuple(int(x) for x in block)
+    if isinstance(block, (str, bytes)) or block is None or not hasattr(block, "__len__"):
+        raise TypeError(f"`block` must be a sequence of token ids, got {type(block).__name__}")
     L = len(block)
-    if len(draft_conditionals) < L or len(target_conditionals) < L:
-        raise ValueError(
-            f"`draft_conditionals` and `target_conditionals` need L={L} laws each, got "
-            f"{len(draft_conditionals)} and {len(target_conditionals)}"
-        )
-    cs = [np.asarray(c, dtype=np.float64) for c in draft_conditionals[:L]]
-    cb = [np.asarray(c, dtype=np.float64) for c in target_conditionals[:L]]
+    if L == 0:
+        raise ValueError("`block` must hold at least one token (L >= 1), got an empty block")
+    cs = _path_laws(draft_conditionals, "draft_conditionals", L)
+    cb = _path_laws(target_conditionals, "target_conditionals", L)
+    V = cs[0].shape[0]
+    if cb[0].shape[0] != V:
+        raise ValueError(f"`draft_conditionals` and `target_conditionals` must share one vocabulary, got laws of "
+                         f"{V} and {cb[0].shape[0]} entries")
+    if isinstance(verifier, BlockVerifier) and V != verifier.vocab_size:
+        raise ValueError(f"`draft_conditionals` must have the verifier's vocabulary of {verifier.vocab_size} "
+                         f"entries, got {V}")
+    block = validate_sequence(block, V, "block")
     return cls._path_tau_law(block, cs, cb)
+
+
+def _path_laws(laws, name: str, L: int) -> list:
+    """The first ``L`` laws of ``laws`` (a sequence of ``(V,)`` laws or a ``(>= L, V)`` array), each checked as
+    :func:`validate_distribution` checks a law and read as before, ``np.asarray(row, float64)`` (no subnormal
+    flushed, no rescaling: the decoder's host route reads the same raw rows, and the logged laws agree to the
+    bit), all of one length. A float64 row that surely passes is checked in one compiled read without a copy
+    (:func:`otspec._validation.law_in_place`); every other row by :func:`validate_distribution`."""
+    if isinstance(laws, (str, bytes)) or laws is None or not hasattr(laws, "__len__"):
+        raise TypeError(f"`{name}` must be a sequence of laws, got {type(laws).__name__}")
+    if len(laws) < L:
+        raise ValueError(f"`{name}` needs L={L} laws (one per token of `block`), got {len(laws)}")
+    out = []
+    for i in range(L):
+        raw = laws[i]
+        if law_in_place(raw) is None:
+            validate_distribution(raw, f"{name}[{i}]", flush=False)  # raises, or accepts a row read as before
+        row = np.asarray(raw, dtype=np.float64)
+        if out and row.shape != out[0].shape:
+            raise ValueError(f"`{name}` must hold laws of one length, got {out[0].shape[0]} entries at index 0 "
+                             f"and {row.shape[0]} at index {i}")
+        out.append(row)
+    return out
 
 
 def make_verifier(draft, target, L, verifier="block", *, max_entries: int = MAX_ENUMERATION) -> BlockVerifier:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._validation import as_float_array, validate_pair
 from ..multidraft._maximal_coupling import RatioTestVerifier
-from ._mentored import kl_divergence
+from ._mentored import check_curve_points, kl_divergence
 
 __all__ = ["LenientVerifier", "LenienceCurve", "lenient_verifier", "lenience_curve", "validate_lenience"]
 
@@ -208,7 +208,8 @@ def lenience_curve(p, q, ls, *, normalize: bool = False) -> LenienceCurve:
     Raises
     ------
     ValueError
-        If a lenience value is outside ``(0, 1]``.
+        If a lenience value is outside ``(0, 1]``, or ``ls`` has more than
+        ``MAX_CURVE_POINTS`` (10,000) values.
 
     References
     ----------
@@ -225,13 +226,14 @@ def lenience_curve(p, q, ls, *, normalize: bool = False) -> LenienceCurve:
     arr = np.atleast_1d(as_float_array(ls, "ls", "a 1-D array_like of lenience values"))
     if arr.ndim != 1 or arr.shape[0] == 0:
         raise ValueError(f"`ls` must be a non-empty 1-D array of lenience values, got shape {arr.shape}")
-    vs = [LenientVerifier(p_, q_, validate_lenience(float(v))) for v in arr]
-    out = LenienceCurve(
-        l=np.array(arr, copy=True),
-        acceptance=np.array([v.acceptance() for v in vs]),
-        kl=np.array([v.kl() for v in vs]),
-        tv=np.array([v.tv() for v in vs]),
-    )
+    check_curve_points(arr.shape[0], "ls")
+    for v in arr:  # every value checked before any verifier is built
+        validate_lenience(float(v))
+    cols = np.empty((3, arr.shape[0]))  # the three numbers of each verifier; its (V,) law is not kept
+    for j, v in enumerate(arr):
+        ver = LenientVerifier(p_, q_, float(v))
+        cols[:, j] = (ver.acceptance(), ver.kl(), ver.tv())
+    out = LenienceCurve(l=np.array(arr, copy=True), acceptance=cols[0].copy(), kl=cols[1].copy(), tv=cols[2].copy())
     for a in (out.l, out.acceptance, out.kl, out.tv):
         a.setflags(write=False)
     return out

@@ -72,7 +72,13 @@ __all__ = [
     "mentored_verifier",
     "mentored_frontier",
     "kl_divergence",
+    "MAX_CURVE_POINTS",
 ]
+
+#: Most points of one curve (:func:`mentored_frontier`'s budgets, :func:`otspec.lossy.lenience_curve`'s lenience
+#: values): every point is a solve over the vocabulary (tens of milliseconds for a budget at V = 1,000), so a grid of
+#: a million points ran for hours; refused before any solve. Plots and reports use 50 to 200 points.
+MAX_CURVE_POINTS = 10_000
 
 _METHODS = ("exact", "bisection")
 _EPS = float(np.finfo(np.float64).eps)
@@ -541,6 +547,13 @@ class MentoredResult:
         )
 
 
+def check_curve_points(m: int, name: str) -> None:
+    """Refuse a curve of more than :data:`MAX_CURVE_POINTS` points (``name`` the parameter), before any solve."""
+    if m > MAX_CURVE_POINTS:
+        raise ValueError(f"`{name}` has {m:,} points, above the limit MAX_CURVE_POINTS = {MAX_CURVE_POINTS:,} (one "
+                         "solve over the vocabulary each)")
+
+
 def _ro(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
     return a
@@ -861,7 +874,8 @@ def mentored_frontier(p, q, Ds, *, normalize: bool = False) -> MentoredFrontier:
     Raises
     ------
     ValueError
-        If a budget is negative or not finite-or-inf, or ``Ds`` is empty / not 1-D.
+        If a budget is negative or not finite-or-inf, or ``Ds`` is empty / not 1-D or has more than
+        ``MAX_CURVE_POINTS`` (10,000) budgets.
 
     References
     ----------
@@ -878,17 +892,21 @@ def mentored_frontier(p, q, Ds, *, normalize: bool = False) -> MentoredFrontier:
     Ds_ = as_float_array(Ds, "Ds", "a 1-D array_like of floats")
     if Ds_.ndim != 1 or Ds_.shape[0] == 0:
         raise ValueError(f"`Ds` must be a non-empty 1-D array, got shape {Ds_.shape}")
+    check_curve_points(Ds_.shape[0], "Ds")
     bad = np.isnan(Ds_) | (Ds_ < 0)
     if np.any(bad):
         raise ValueError(f"`Ds` must hold non-negative KL budgets, got {float(Ds_[bad][0])!r}")
     prob = _Problem(p_, q_)
-    res = [_solve(prob, float(D), "exact", 1e-6, 200) for D in Ds_]
+    cols = np.empty((4, Ds_.shape[0]))  # the four numbers of each solve; its (V,) arrays are not kept
+    for j, D in enumerate(Ds_):
+        r = _solve(prob, float(D), "exact", 1e-6, 200)
+        cols[:, j] = (r.acceptance, r.kl, r.alpha, r.beta)
     return MentoredFrontier(
         D=_ro(Ds_),
-        acceptance=_ro(np.array([r.acceptance for r in res])),
-        kl=_ro(np.array([r.kl for r in res])),
-        alpha=_ro(np.array([r.alpha for r in res])),
-        beta=_ro(np.array([r.beta for r in res])),
+        acceptance=_ro(cols[0].copy()),
+        kl=_ro(cols[1].copy()),
+        alpha=_ro(cols[2].copy()),
+        beta=_ro(cols[3].copy()),
         kl_qp=float(prob.kl_qp),
         acceptance0=float(np.minimum(p_, q_).sum()),
     )

@@ -24,7 +24,7 @@ from .._registry import (
     unknown_name_message,
     verifier_names,
 )
-from .._validation import validate_distribution, validate_positive_int
+from .._validation import validate_bool, validate_distribution, validate_positive_int
 from .._verifier import Verifier
 from ..models import (
     MarkovModel,
@@ -219,10 +219,14 @@ class VerifierFactory:
     def __init__(
         self, build: Callable, *, name: str, symmetric: bool, sequential: bool = False, maxsize: int = 100_000
     ):
+        if not callable(build):
+            raise TypeError(f"`build` must be a callable (p, q, k) -> Verifier, got {type(build).__name__}")
+        if not isinstance(name, str):
+            raise TypeError(f"`name` must be a str, got {type(name).__name__}")
         self._build = build
-        self.name = str(name)
-        self.symmetric = bool(symmetric)
-        self.sequential = bool(sequential)
+        self.name = name
+        self.symmetric = validate_bool(symmetric, "symmetric")
+        self.sequential = validate_bool(sequential, "sequential")
         self._maxsize = validate_positive_int(maxsize, "maxsize")
         self._verifiers: dict = {}
         self._laws: dict = {}
@@ -438,6 +442,7 @@ def resolve_verifier(verifier="lp", *, symmetric: bool | None = None) -> Verifie
     >>> resolve_verifier(otspec.otm_lp).name, resolve_verifier(otspec.get_verifier("optimal")).name
     ('lp', 'optimal')
     """
+    symmetric = validate_bool(symmetric, "symmetric", allow_none=True)
     if isinstance(verifier, VerifierFactory):
         if symmetric is not None and bool(symmetric) != verifier.symmetric:
             return VerifierFactory(

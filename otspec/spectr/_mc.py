@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_rng, validate_positive_int, validate_probability
+from .._validation import as_rng, validate_bool, validate_positive_int, validate_probability
 from ._common import resolve_verifier, validate_branching, validate_models, validate_prefix
 from ._drafts import prefix_tree_drafts
 from ._selection import _select
@@ -141,7 +141,7 @@ def block_efficiency_mc(
     confidence = validate_probability(confidence, "confidence", low_open=True, high_open=True)
     gen = as_rng(rng)
     it = range(n_samples)
-    if progress:
+    if validate_bool(progress, "progress"):
         from tqdm.auto import tqdm
 
         it = tqdm(it, desc=f"SpecTr MC K={math.prod(ks)} L={len(ks)}", leave=False)

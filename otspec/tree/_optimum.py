@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_rng, validate_positive_int
+from .._validation import as_rng, validate_bool, validate_positive_int
 from .._verifier import sample_from
 from ..block._multidraft import solve_transport
 from ..block._multidraft_verifiers import one_token_rule, solve_one_token_lp
@@ -421,7 +421,7 @@ class OptimalTreeVerifier(TreeVerifier):
 
     def _accepted(self, tree, p_nodes, q_nodes, validate: bool) -> tuple[int, dict]:
         """The tree's class and ``{accepted token path: its first node}``."""
-        if validate:
+        if validate_bool(validate, "validate"):
             P, Q = validate_tree_laws(tree, p_nodes, q_nodes)
             self._check_laws(tree, P, Q)
         paths = tree.paths()

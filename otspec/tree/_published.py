@@ -45,7 +45,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._registry import VerifierSpec, register_verifier
-from .._validation import as_rng, validate_distribution, validate_positive_int
+from .._validation import as_rng, validate_bool, validate_distribution, validate_positive_int
 from .._verifier import LOSSLESS_TOL, sample_from, validate_tol
 from ..models import MAX_ENUMERATION, check_enumeration, next_law, validate_model, validate_model_pair, validate_sequence
 from ._process import LawCache
@@ -85,7 +85,7 @@ def _children(parents: np.ndarray) -> list[list[int]]:
 
 def _inputs(tree, p_nodes, q_nodes, validate: bool):
     """``(tokens, depth, children, P, Q)``, checked by the tree verifiers' one validator."""
-    if validate:
+    if validate_bool(validate, "validate"):
         P, Q = validate_tree_laws(tree, p_nodes, q_nodes)
     else:
         P, Q = np.asarray(p_nodes, dtype=np.float64), np.asarray(q_nodes, dtype=np.float64)

@@ -26,6 +26,7 @@ from the shape's numbers, never by building the tree).
 from __future__ import annotations
 
 import json
+import numbers
 import re
 from dataclasses import dataclass
 
@@ -134,6 +135,9 @@ def parse_shape_text(text: str, where: str, limit: int = MAX_DRAFT_TREE_NODES, *
             paths = json.loads(t)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{where}: the rank paths {text!r} are not valid JSON ({exc.msg})") from None
+        except RecursionError:  # thousands of nested brackets: no list of rank paths, and no traceback
+            raise ValueError(f"{where}: the rank paths must be a list of lists of ranks, got lists nested "
+                             f"{len(t) - len(t.lstrip('['))} deep") from None
         if not isinstance(paths, list):
             raise ValueError(f"{where}: the rank paths must be a list of lists of ranks, got {type(paths).__name__}")
         real = sum(1 for p in paths if p != [])
@@ -234,6 +238,13 @@ def parse_tree_spec(text, where: str = "`tree`", *, processes=SPEC_PROCESSES,
     """
     if not isinstance(text, str):
         raise TypeError(f"{where} must be a text {SPEC_FORM}, got {type(text).__name__}")
+    if isinstance(limit, bool) or not isinstance(limit, numbers.Integral) or limit < 1:
+        raise (ValueError if isinstance(limit, numbers.Integral) and not isinstance(limit, bool) else TypeError)(
+            f"`limit` must be an integer >= 1 (draft nodes), got {limit!r}")
+    if isinstance(processes, str) or not isinstance(processes, (tuple, list)) or not all(
+            isinstance(x, str) for x in processes):
+        raise TypeError(f"`processes` must be a tuple of process names, got {processes!r}")
+    processes = tuple(processes)
     parts = [p.strip() for p in text.split(":")]
     if len(parts) < 2 or len(parts) > 3 or not parts[1]:
         raise ValueError(f"{where} must be {SPEC_FORM}, got {text!r}")

@@ -59,13 +59,19 @@ def _as_int(x, name: str) -> int:
     return int(x)
 
 
-def _rank_path(path, i: int) -> tuple[int, ...]:
+#: Largest rank (or token id) a path may hold: the entries are stored as int64.
+_MAX_RANK = int(np.iinfo(np.int64).max)
+
+
+def _rank_path(path, i: int, name: str = "paths") -> tuple[int, ...]:
     if isinstance(path, (str, bytes)) or not isinstance(path, (Sequence, np.ndarray)):
-        raise TypeError(f"`paths[{i}]` must be a sequence of int ranks, got {type(path).__name__}")
-    out = tuple(_as_int(r, f"paths[{i}]") for r in path)
+        raise TypeError(f"`{name}[{i}]` must be a sequence of int ranks, got {type(path).__name__}")
+    out = tuple(_as_int(r, f"{name}[{i}]") for r in path)
     for r in out:
         if r < 0:
-            raise ValueError(f"`paths[{i}]` must hold non-negative ranks, got {out}")
+            raise ValueError(f"`{name}[{i}]` must hold non-negative ranks, got {out}")
+        if r > _MAX_RANK:
+            raise ValueError(f"`{name}[{i}]` must hold ranks of at most 2**63 - 1 (int64), got {r}")
     return out
 
 
@@ -213,11 +219,13 @@ class TreeShape:
         """
         succ = _sequence_of_paths(successors, "successors")
         m = len(succ)
+        if m == 0:
+            raise ValueError("`successors` must list the root's children at least (node 0), got an empty list")
         paths: dict = {0: ()}
         stack = [0]
         while stack:
             v = stack.pop()
-            kids = _rank_path(succ[v], v)
+            kids = _rank_path(succ[v], v, "successors")
             for r, c in enumerate(kids):
                 if c >= m:
                     raise ValueError(f"`successors[{v}]` lists node {c}, outside [0, {m})")
@@ -341,7 +349,12 @@ def _int_array(x, name: str) -> np.ndarray:
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D, got shape {arr.shape}")
     if arr.size and arr.dtype.kind not in "iu":
+        vals = np.asarray(x, dtype=object).reshape(-1) if arr.dtype.kind in "fO" else ()
+        if len(vals) and all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_)) for v in vals):
+            raise ValueError(f"`{name}` must hold integers in the int64 range, got {max(map(int, vals), key=abs)}")
         raise TypeError(f"`{name}` must hold integers, got dtype {arr.dtype}")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > _MAX_RANK:
+        raise ValueError(f"`{name}` must hold integers in the int64 range, got {int(arr.max())}")
     return arr.astype(np.int64)
 
 

@@ -20,11 +20,12 @@ target's probability of a path.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_positive_int
+from .._validation import validate_bool, validate_positive_int
 from .._verifier import LOSSLESS_TOL, LosslessCheck, validate_tol
 from ..models import MAX_ENUMERATION, check_enumeration, validate_model_pair, validate_sequence
 from ._process import MAX_TREES, LawCache, _laws_of, as_tree_shape, enumerate_trees, validate_process
@@ -39,7 +40,19 @@ def _setup(shape, draft, target, process, verifier, prefix):
     process = validate_process(process, shape)
     ctx = validate_sequence(prefix, V, "prefix")
     v = make_tree_verifier(verifier)
+    _check_reach(draft, target, len(ctx), int(shape.max_depth))
     return V, process, ctx, v, shape
+
+
+def _check_reach(draft, target, n_prefix: int, depth: int) -> None:
+    """Models of bounded length (``max_len``) must reach the tree's leaves: the draft's laws up to depth
+    ``depth - 1`` after the prefix, the target's at the leaves too (its next token), or the message names the
+    prefix's length and the shape's depth rather than a longer ``prefix`` the caller never gave."""
+    for model, name, need in ((draft, "draft", n_prefix + depth), (target, "target", n_prefix + depth + 1)):
+        ml = getattr(model, "max_len", None)
+        if isinstance(ml, numbers.Integral) and need > ml:
+            raise ValueError(f"`{name}` generates sequences of at most max_len={int(ml)} tokens, but `prefix` (length "
+                             f"{n_prefix}) and `shape` (depth {depth}) need {need}")
 
 
 def _refuse_lossy(v: TreeVerifier, process: str, shape) -> None:
@@ -111,9 +124,7 @@ def value(shape, draft, target, *, process, verifier, prefix=(), allow_lossy: bo
     1.0
     """
     V, process, ctx, v, shape = _setup(shape, draft, target, process, verifier, prefix)
-    if not isinstance(allow_lossy, bool):
-        raise TypeError(f"`allow_lossy` must be a bool, got {type(allow_lossy).__name__}")
-    if not allow_lossy:
+    if not validate_bool(allow_lossy, "allow_lossy"):
         _refuse_lossy(v, process, shape)
     max_trees = validate_positive_int(max_trees, "max_trees")
     trees = enumerate_trees(shape, draft, process=process, prefix=ctx, max_trees=max_trees)

@@ -31,7 +31,7 @@ import numpy as np
 
 from .._jit import compile_in
 from .._registry import VerifierSpec, lookup_verifier, register_verifier, verifier_names
-from .._validation import SIMPLEX_TOL, as_rng
+from .._validation import SIMPLEX_TOL, as_rng, validate_bool
 from .._verifier import sample_from
 from ..spectr._common import VerifierFactory, resolve_verifier
 from ._process import PROCESSES
@@ -340,7 +340,7 @@ class _PerNodeScan(TreeVerifier):
         -------
         float
         """
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         return float(self.reach(tree, p_nodes, q_nodes, validate=False)[1:].sum())
 
@@ -351,7 +351,7 @@ class _PerNodeScan(TreeVerifier):
         :meth:`expected_accepted` (no residual is formed); equal to the mass of :meth:`emission` on the
         accepted paths through ``v``.
         """
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         layout, acc, _, _ = self._scan(tree, p_nodes, q_nodes, residuals=False)
         return _reach(tree, layout, acc)
@@ -374,7 +374,7 @@ class _PerNodeScan(TreeVerifier):
         (n + 1, V) ndarray of float64
             Non-negative, summing to 1.
         """
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         layout, acc, alive, resid = self._scan(tree, p_nodes, q_nodes, residuals=True)
         reach = _reach(tree, layout, acc)
@@ -404,7 +404,7 @@ class _PerNodeScan(TreeVerifier):
         (int, int)
             The last accepted node (0: none) and the emitted token.
         """
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         gen = as_rng(rng)
         layout = _Layout(tree)
@@ -559,14 +559,14 @@ class TargetOnlyVerifier(TreeVerifier):
 
     def expected_accepted(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> float:
         r""":math:`\sum_{v \ne 0} Q(x_{1:d(v)})` over first-of-equal nodes: ``n`` gathers, no pass over ``V``."""
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         layout = _Layout(tree)
         return float(_reach(tree, layout, self._acc(tree, layout, q_nodes))[1:].sum())
 
     def emission(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> np.ndarray:
         """Row ``a``: :math:`P(\\text{reach } a)\\, q_a` off the tokens of ``a``'s children."""
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         layout = _Layout(tree)
         reach = _reach(tree, layout, self._acc(tree, layout, q_nodes))
@@ -577,7 +577,7 @@ class TargetOnlyVerifier(TreeVerifier):
 
     def sample(self, tree, p_nodes, q_nodes, *, rng=None, validate: bool = True) -> tuple[int, int]:
         """Draw ``Y`` from the target at each node; descend into the first child carrying ``Y``, else emit it."""
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         gen = as_rng(rng)
         layout = _Layout(tree)
@@ -637,7 +637,10 @@ class SpecTrTreeVerifier(TreeVerifier):
     processes = ("iid",)
 
     def __init__(self, token_verifier="lp"):
-        self.factory: VerifierFactory = resolve_verifier(token_verifier)
+        try:
+            self.factory: VerifierFactory = resolve_verifier(token_verifier)
+        except (TypeError, ValueError) as exc:  # the message names this class's parameter, not resolve_verifier's
+            raise type(exc)(str(exc).replace("`verifier`", "`token_verifier`", 1)) from None
 
     def __repr__(self) -> str:
         return f"SpecTrTreeVerifier(token_verifier={self.factory.name!r})"
@@ -663,7 +666,7 @@ class SpecTrTreeVerifier(TreeVerifier):
 
     def emission(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> np.ndarray:
         """Exact law of (first surviving node at the stop, emitted token)."""
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         out = np.zeros(q_nodes.shape)
 
@@ -678,7 +681,7 @@ class SpecTrTreeVerifier(TreeVerifier):
 
     def expected_accepted(self, tree, p_nodes, q_nodes, *, validate: bool = True) -> float:
         r""":math:`\mathbb E[\tau \mid T]`: the sum over surviving groups of their probabilities."""
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         total = []
 
@@ -691,7 +694,7 @@ class SpecTrTreeVerifier(TreeVerifier):
 
     def sample(self, tree, p_nodes, q_nodes, *, rng=None, validate: bool = True) -> tuple[int, int]:
         """DraftSelection with the token verifier's own sampler at each depth."""
-        if validate:
+        if validate_bool(validate, "validate"):
             p_nodes, q_nodes = validate_tree_laws(tree, p_nodes, q_nodes)
         gen = as_rng(rng)
         layout = _Layout(tree)
