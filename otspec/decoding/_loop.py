@@ -1447,7 +1447,9 @@ class _Decoder:
         tau = int(step.tau)
         calls = 1 + tm.extra_calls
         a0 = time.perf_counter()
-        law = otspec.block.tau_law_on_path(ver, block, [P[0, i] for i in range(L)], [Q[0, i] for i in range(L)])
+        # the law along the block from the decoder's own float64 rows (checked when formed from the logits), by the
+        # verifier's own formula: what otspec.block.tau_law_on_path returns on them, without checking each row again
+        law = type(ver)._path_tau_law(block, [P[0, i] for i in range(L)], [Q[0, i] for i in range(L)])
         t_idx = np.arange(L + 1)
         pred_tau = float(law @ t_idx)
         if self.scheme.name == "block":
