@@ -205,7 +205,8 @@ def verifier_gaps(tok, draft, target, prompts=PROMPTS[:GAP_PROMPTS]) -> dict:
                 Q = target.score_tree(target.new_state(), np.array([-1]), np.array([-1]), pending=np.array(c))
                 c.append(int(rng.choice(Q.shape[1], p=Q[0] / Q[0].sum())))
             owner.append(pi_)
-            laws = _ContextLaws(_TreeAttentionLaws(draft, target, c), {})
+            calls = _TreeAttentionLaws(draft, target, c)
+            laws = _ContextLaws(calls, {})
             dm, tm = _LawsAt(laws, 0), _LawsAt(laws, 1)
             for label, _, process, _vs in GAP_FAMILIES:
                 b = _bound(shapes[label], process, laws)
@@ -215,6 +216,7 @@ def verifier_gaps(tok, draft, target, prompts=PROMPTS[:GAP_PROMPTS]) -> dict:
                 u = _bound(shapes[label], process, laws, "union")
                 per[label]["bound_union"].append(u.value)
                 per[label]["union_exact"] &= u.pi_exact
+            calls.check_later()            # laws left on an accelerator: their bad-row flags read once here
             # every family's GAP_DRAWS trees, in the order of one sample_tree call after the other
             trees = iter(_draw_trees([(shapes[label], process) for label, _, process, _ in GAP_FAMILIES
                                       for _ in range(GAP_DRAWS)], dm, rng))
