@@ -38,14 +38,12 @@ from otspec.profile import ProfileSettings, summarize, toy_pair, write_report
 from otspec.profile._prompts import has_text, load_prompts, read_prompts
 from otspec.profile._run import check_before_loading, execute, prepare, subsample_text
 from otspec.profile._settings import CONTEXTS, MAX_K, families, token_verifiers
+from otspec.profile._toy import MIN_TOY_CLOSENESS
 
 __all__ = ["main"]
 
 #: Largest vocabulary of a ``toy:V`` model: the pair is two ``V x V`` float64 tables (32 MiB each at the limit).
 MAX_TOY_VOCAB = 2048
-#: Smallest closeness of a toy draft: its logits are the target's plus ``(1 - c) / c`` times standard normals, which
-#: overflow to infinite logits (no law) for a closeness near the smallest doubles.
-MIN_TOY_CLOSENESS = 1e-300
 #: Width of SmolLM2-135M-Instruct's output layer (its vocabulary), known before loading it.
 SMOLLM2_VOCAB = 49_152
 #: Default closeness of a toy draft to its target (:func:`otspec.profile.toy_pair`'s).

@@ -223,6 +223,8 @@ def test_every_law_taking_function_refuses_booleans_by_name():
     ((6,), {"closeness": 1.5}, ValueError, r"`closeness` must lie in \(0, 1\], got 1.5"),
     ((6,), {"closeness": float("nan")}, ValueError, r"`closeness` must lie in \(0, 1\], got nan"),
     ((6,), {"closeness": "0.5"}, TypeError, r"`closeness` must be a real number, got str"),
+    # (1 - c) / c overflows the draft's logits to infinities below the smallest closeness the command line takes
+    ((6,), {"closeness": 1e-320}, ValueError, r"`closeness` must be at least MIN_TOY_CLOSENESS = 1e-300, got 1e-320"),
 ])
 def test_toy_pair_refuses_bad_input_by_name_before_allocating(monkeypatch, args, kwargs, exc, match):
     from otspec.profile import toy_pair
@@ -230,6 +232,15 @@ def test_toy_pair_refuses_bad_input_by_name_before_allocating(monkeypatch, args,
     monkeypatch.setattr(np.random, "default_rng", lambda *a, **k: pytest.fail("drew before the checks"))
     with pytest.raises(exc, match=match):
         toy_pair(*args, **kwargs)
+
+
+def test_toy_pair_at_the_smallest_closeness_has_finite_laws():
+    from otspec.__main__ import MIN_TOY_CLOSENESS as cli_min
+    from otspec.profile._toy import MIN_TOY_CLOSENESS, toy_pair
+
+    assert cli_min == MIN_TOY_CLOSENESS        # the command line's toy models take the function's own limit
+    d, _ = toy_pair(6, closeness=MIN_TOY_CLOSENESS)
+    assert np.isfinite(d.fn.table).all()
 
 
 def test_toy_pair_of_numpy_integers_is_the_pair_of_the_ints():

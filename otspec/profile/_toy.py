@@ -7,11 +7,14 @@ import numpy as np
 from .._validation import validate_positive_int, validate_probability, validate_seed
 from ..decoding import CallableLM
 
-__all__ = ["BigramLogits", "toy_pair", "MAX_TOY_VOCAB"]
+__all__ = ["BigramLogits", "toy_pair", "MAX_TOY_VOCAB", "MIN_TOY_CLOSENESS"]
 
 #: Largest ``vocab_size`` of :func:`toy_pair`: the pair is two ``V x V`` float64 tables (512 MiB each at the
 #: limit, and one more of that size while they are drawn), checked before anything is allocated.
 MAX_TOY_VOCAB = 8192
+#: Smallest closeness of a toy draft: its logits are the target's plus ``(1 - c) / c`` times standard normals, which
+#: overflow to infinite logits (no law) for a closeness near the smallest doubles.
+MIN_TOY_CLOSENESS = 1e-300
 
 
 class BigramLogits:
@@ -49,7 +52,7 @@ def toy_pair(vocab_size: int = 6, *, seed: int = 0, closeness: float = 0.5):
         In ``[2, MAX_TOY_VOCAB]`` (8192).
     seed : int, keyword-only
         A non-negative integer (Python or numpy).
-    closeness : float in (0, 1], keyword-only
+    closeness : float in [MIN_TOY_CLOSENESS, 1], keyword-only
 
     Returns
     -------
@@ -58,7 +61,8 @@ def toy_pair(vocab_size: int = 6, *, seed: int = 0, closeness: float = 0.5):
     Raises
     ------
     ValueError
-        ``vocab_size`` outside ``[2, MAX_TOY_VOCAB]``, a negative ``seed`` or ``closeness`` outside ``(0, 1]``.
+        ``vocab_size`` outside ``[2, MAX_TOY_VOCAB]``, a negative ``seed`` or ``closeness`` outside
+        ``[MIN_TOY_CLOSENESS, 1]``.
     TypeError
         ``vocab_size`` or ``seed`` not an integer, ``closeness`` not a real number.
 
@@ -75,6 +79,8 @@ def toy_pair(vocab_size: int = 6, *, seed: int = 0, closeness: float = 0.5):
                          f"tables), got {vocab_size}")
     seed = validate_seed(seed, "seed")
     validate_probability(closeness, "closeness", low_open=True)
+    if closeness < MIN_TOY_CLOSENESS:  # (1 - c) / c would overflow the draft's logits to infinities (no law)
+        raise ValueError(f"`closeness` must be at least MIN_TOY_CLOSENESS = {MIN_TOY_CLOSENESS:g}, got {closeness!r}")
     rng = np.random.default_rng(seed)
     wq = rng.standard_normal((vocab_size, vocab_size))
     wp = wq + (1.0 - closeness) / closeness * rng.standard_normal((vocab_size, vocab_size))
