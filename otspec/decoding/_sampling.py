@@ -13,11 +13,14 @@ from ._deps import require
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["DRAW_RULES", "TOP_P_RULES", "Sampling", "draw_rows", "sample_rows", "transformers_keep_mask"]
+__all__ = ["DRAW_RULES", "MIN_TEMPERATURE", "TOP_P_RULES", "Sampling", "draw_rows", "sample_rows", "transformers_keep_mask"]
 
 #: The errors of :meth:`Sampling.probs` on bad logits (:attr:`Sampling.invalid_law`).
 NO_LAW = "logits gave no valid law (a row with no finite logit, or NaN)"
 NO_GREEDY_LAW = "logits gave no valid greedy law (a row with NaN, +inf, or no finite logit)"
+#: Smallest positive temperature: a float32 (or bfloat16) logit, below ``2**128`` in magnitude, divided by it stays a
+#: finite float64 (below it every row of ``logits / T`` holds infinities and its softmax is NaN: no law).
+MIN_TEMPERATURE = 2.0**-896
 #: Nucleus boundary rules of :class:`Sampling` (``top_p_rule``).
 TOP_P_RULES = ("ties", "transformers")
 
@@ -81,7 +84,7 @@ class Sampling:
     Raises
     ------
     ValueError
-        ``temperature < 0`` or not finite, ``top_k < 1``, ``top_p`` outside
+        ``temperature < 0``, not finite or in ``(0, MIN_TEMPERATURE)``, ``top_k < 1``, ``top_p`` outside
         ``(0, 1]``, an unknown ``top_p_rule``.
     TypeError
         A parameter of the wrong type.
@@ -122,6 +125,11 @@ class Sampling:
             raise ValueError(
                 f"`temperature` must be a finite number >= 0 (0 = greedy decoding, > 0 = sampling), "
                 f"got {float(t)!r}"
+            )
+        if 0 < float(t) < MIN_TEMPERATURE:  # logits / T would overflow float64 (every row NaN: no law at all)
+            raise ValueError(
+                f"`temperature` must be 0 (greedy decoding) or at least MIN_TEMPERATURE = 2**-896 "
+                f"({MIN_TEMPERATURE:.3g}: below it a float32 logit divided by it overflows float64), got {float(t)!r}"
             )
         object.__setattr__(self, "temperature", float(t))
         k = self.top_k
