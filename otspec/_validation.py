@@ -244,7 +244,7 @@ def law_total_accepts(t: float, n: int, tol: float = SIMPLEX_TOL) -> bool:
 
 def validate_distribution(
     x, name: str, *, normalize: bool = False, tol: float = SIMPLEX_TOL, out: np.ndarray | None = None,
-    flush: bool = True,
+    flush: bool = True, normalizable: bool = True,
 ) -> np.ndarray:
     """Return ``x`` as a read-only float64 copy after checking it is a distribution.
 
@@ -255,6 +255,9 @@ def validate_distribution(
     Subnormal entries (below :data:`NEGLIGIBLE`) become exactly 0. Float32
     (or float16) input is accepted within ``max(tol, 2 n eps)`` of 1 and
     rescaled to sum to 1 in float64.
+
+    ``normalizable=False``: the caller takes no ``normalize`` option, so a total off 1 is not answered with the hint
+    to pass one.
 
     With ``out`` (a writable C-contiguous 1-D float64 array of the result's length that does not overlap ``x``,
     e.g. a row of a block that a cache fills row by row) the copy is written there and a read-only view of
@@ -283,7 +286,7 @@ def validate_distribution(
         else:
             arr = out
         if not _LK.law_copy(x, arr):
-            return _total_checked(arr, float(arr.sum()), 0.0, name, normalize, tol)
+            return _total_checked(arr, float(arr.sum()), 0.0, name, normalize, tol, normalizable)
     if out is not None:
         got = validate_distribution(x, name, normalize=normalize, tol=tol, flush=flush)
         if out.shape != got.shape or np.shares_memory(out, x):
@@ -306,12 +309,14 @@ def validate_distribution(
     if flush and small.any():
         arr[small] = 0.0
         total = float(arr.sum())
-    return _total_checked(arr, total, eps, name, normalize, tol)
+    return _total_checked(arr, total, eps, name, normalize, tol, normalizable)
 
 
-def _total_checked(arr: np.ndarray, total: float, eps: float, name: str, normalize: bool, tol: float) -> np.ndarray:
+def _total_checked(arr: np.ndarray, total: float, eps: float, name: str, normalize: bool, tol: float,
+                   normalizable: bool = True) -> np.ndarray:
     """The end of :func:`validate_distribution`: ``arr`` (finite, non-negative, flushed; ``total`` its numpy sum)
-    rescaled or checked against the simplex tolerance, returned read-only."""
+    rescaled or checked against the simplex tolerance, returned read-only; the hint to pass ``normalize=True`` only
+    where the caller takes it (``normalizable``)."""
     tol_ = simplex_tolerance(tol, arr.shape[0], eps)
     if normalize:
         if not total > 0:
@@ -319,18 +324,18 @@ def _total_checked(arr: np.ndarray, total: float, eps: float, name: str, normali
         arr /= total
     elif abs(total - 1.0) > tol_:
         raise ValueError(
-            f"`{name}` must sum to 1 within {tol_:g}, got {total!r} "
-            "(pass normalize=True to rescale)"
+            f"`{name}` must sum to 1 within {tol_:g}, got {total!r}"
+            + (" (pass normalize=True to rescale)" if normalizable else "")
         )
     elif eps:
         arr /= total  # lower-precision input: computed in float64 on the simplex
     return _readonly(arr if arr.base is None else arr.view())
 
 
-def validate_pair(p, q, *, normalize: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def validate_pair(p, q, *, normalize: bool = False, normalizable: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Validate a (draft ``p``, target ``q``) pair on the same vocabulary."""
-    p_ = validate_distribution(p, "p", normalize=normalize)
-    q_ = validate_distribution(q, "q", normalize=normalize)
+    p_ = validate_distribution(p, "p", normalize=normalize, normalizable=normalizable)
+    q_ = validate_distribution(q, "q", normalize=normalize, normalizable=normalizable)
     if p_.shape != q_.shape:
         raise ValueError(
             f"`p` and `q` must have the same length, got {p_.shape[0]} and {q_.shape[0]}"

@@ -529,7 +529,7 @@ def next_law(model, prefix: tuple[int, ...], V: int, name: str, *, out: np.ndarr
         raise ValueError(
             f"`{name}.next_dist({prefix})` must have shape ({V},) (vocab_size={V}), got {np.shape(row)}"
         )
-    return validate_distribution(row, f"{name}.next_dist({prefix})", out=out)
+    return validate_distribution(row, f"{name}.next_dist({prefix})", out=out, normalizable=False)
 
 
 # ---------------------------------------------------------------------------
@@ -632,7 +632,7 @@ class MemorylessModel:
     fresh_laws = True
 
     def __init__(self, dist):
-        self.dist = validate_distribution(dist, "dist")
+        self.dist = validate_distribution(dist, "dist", normalizable=False)
         self.vocab_size = int(self.dist.shape[0])
         _mark_checked(self, self.dist)
 

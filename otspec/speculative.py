@@ -429,9 +429,9 @@ def expected_acceptance(p, q, *, l=1.0):
     if P.ndim == 2 and Q.ndim == 2:
         if P.shape != Q.shape:
             raise ValueError(f"`p` and `q` must have the same shape, got {P.shape} and {Q.shape}")
-        rows = [validate_pair(P[j], Q[j]) for j in range(P.shape[0])]
+        rows = [validate_pair(P[j], Q[j], normalizable=False) for j in range(P.shape[0])]
     else:
-        rows = [validate_pair(p, q)]
+        rows = [validate_pair(p, q, normalizable=False)]
     if not rows:
         raise ValueError(f"`p` and `q` must hold at least one context, got shape {P.shape}")
     accs = [math.fsum(np.minimum(qj / lv, pj).tolist()) for pj, qj in rows]

@@ -956,7 +956,8 @@ def _path_laws(laws, name: str, L: int) -> list:
     for i in range(L):
         raw = laws[i]
         if law_in_place(raw) is None:
-            validate_distribution(raw, f"{name}[{i}]", flush=False)  # raises, or accepts a row read as before
+            # raises, or accepts a row read as before
+            validate_distribution(raw, f"{name}[{i}]", flush=False, normalizable=False)
         row = np.asarray(raw, dtype=np.float64)
         if out and row.shape != out[0].shape:
             raise ValueError(f"`{name}` must hold laws of one length, got {out[0].shape[0]} entries at index 0 "

@@ -166,8 +166,8 @@ def kl_divergence(q: np.ndarray, pi: np.ndarray) -> float:
     >>> kl_divergence(np.array([0.5, 0.5]), np.array([1.0, 0.0]))
     inf
     """
-    q = validate_distribution(q, "q", flush=False)
-    pi = validate_distribution(pi, "pi", flush=False)
+    q = validate_distribution(q, "q", flush=False, normalizable=False)
+    pi = validate_distribution(pi, "pi", flush=False, normalizable=False)
     if q.shape != pi.shape:
         raise ValueError(f"`q` and `pi` must have the same length, got {q.shape[0]} and {pi.shape[0]}")
     m = q > 0

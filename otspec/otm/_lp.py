@@ -313,7 +313,7 @@ def membership_plan(keys, w, q):
     >>> round(otspec.otm.membership_plan([(0,), (1,)], [0.5, 0.5], [0.25, 0.75])[0], 9)
     0.75
     """
-    q_ = validate_distribution(q, "q")
+    q_ = validate_distribution(q, "q", normalizable=False)
     w_ = np.asarray(w, dtype=np.float64)
     keys = [tuple(int(x) for x in a) for a in keys]
     if w_.ndim != 1 or w_.shape[0] != len(keys) or np.any(~np.isfinite(w_)) or np.any(w_ < 0):
@@ -361,7 +361,7 @@ def set_weights(p, k: int) -> tuple[list[tuple[int, ...]], np.ndarray]:
     >>> sorted(zip(sets, w.tolist()))
     [((0,), 0.25), ((0, 1), 0.5), ((1,), 0.25)]
     """
-    p_ = validate_distribution(p, "p")
+    p_ = validate_distribution(p, "p", normalizable=False)
     k = validate_k(k)
     law = multiset_law(p_, k, max_size=MAX_REDUCED_SIZE, what="reduced OTM LP")
     acc: dict[tuple[int, ...], float] = {}

@@ -499,7 +499,7 @@ def prob_within_without_replacement(p, omega0, k: int) -> float:
     >>> round(otspec.otm.prob_within_without_replacement([0.5, 0.25, 0.25], [0, 1], 2), 12)
     0.416666666667
     """
-    p_ = validate_distribution(p, "p")
+    p_ = validate_distribution(p, "p", normalizable=False)
     k = validate_k(k)
     _support_size_check(p_, k)
     ids = np.asarray(omega0)
@@ -550,7 +550,7 @@ def wor_draft_prob(p, drafts) -> float:
     >>> round(otspec.otm.wor_draft_prob([0.5, 0.25, 0.25], [1, 0]), 12)
     0.166666666667
     """
-    p_ = validate_distribution(p, "p")
+    p_ = validate_distribution(p, "p", normalizable=False)
     return _wor_draft_prob(p_, validate_drafts(drafts, len(drafts) if hasattr(drafts, "__len__") else 1, p_.shape[0]))
 
 
@@ -631,7 +631,7 @@ def wor_lp(p, q, k: int):
     >>> round(otspec.otm.wor_lp([0.6, 0.3, 0.1], [0.2, 0.3, 0.5], 2), 9)
     0.792857143
     """
-    p_, q_ = validate_pair(p, q)
+    p_, q_ = validate_pair(p, q, normalizable=False)
     k = validate_k(k)
     tuples, w = wor_tuple_law(p_, k, max_tuples=MAX_LP_VARIABLES)
     return _membership_plan(tuples, w, q_)[0]

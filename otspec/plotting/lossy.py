@@ -138,7 +138,7 @@ def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=No
     '$\\mathrm{KL}(q\\,\\|\\,\\pi)$ (nats)'
     """
     reject_axes(p, "p")
-    p_, q_ = validate_pair(p, q)
+    p_, q_ = validate_pair(p, q, normalizable=False)
     ls_ = np.linspace(0.02, 1.0, 50) if ls is None else np.asarray(ls, dtype=np.float64)
     lc = lenience_curve(p_, q_, ls_)
     fr0 = mentored_frontier(p_, q_, [0.0])
@@ -375,7 +375,7 @@ def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_p
     >>> ax.get_xlabel()
     '$\\mathrm{KL}(q\\,\\|\\,\\pi)$ (nats)'
     """
-    p_, q_ = validate_pair(p, q)
+    p_, q_ = validate_pair(p, q, normalizable=False)
     ws = np.linspace(0.0, 1.0, 21) if weights is None else np.asarray(weights, dtype=np.float64)
     ens = [ensemble_verifier(p_, q_, float(w)) for w in ws]
     ens_kl = np.array([v.kl() for v in ens])

@@ -94,7 +94,7 @@ def validate_models(draft, target) -> int:
 
 def next_dist(model, prefix: tuple[int, ...], n: int, name: str) -> np.ndarray:
     """``model.next_dist(prefix)`` validated as a read-only float64 distribution of length ``n``."""
-    law = validate_distribution(model.next_dist(prefix), f"{name}.next_dist({prefix})")
+    law = validate_distribution(model.next_dist(prefix), f"{name}.next_dist({prefix})", normalizable=False)
     if law.shape[0] != n:
         raise ValueError(
             f"`{name}.next_dist({prefix})` must have length vocab_size={n}, got {law.shape[0]}"

@@ -233,7 +233,7 @@ def chi2_gof(counts, law, *, alpha_fail: float = 1e-4, min_expected: float = MIN
     """
     from scipy import stats
 
-    law_ = validate_distribution(law, "law", tol=1e-8)
+    law_ = validate_distribution(law, "law", tol=1e-8, normalizable=False)
     c = as_array(counts, "counts", "an array_like of non-negative integer counts")
     if c.shape != law_.shape:
         raise ValueError(f"`counts` must have the shape of `law` {law_.shape}, got {c.shape}")
@@ -289,7 +289,7 @@ def _law_or_cells(law) -> np.ndarray:
     if isinstance(law, (int, np.integer)) and not isinstance(law, bool):
         C = validate_positive_int(law, "law")
         return np.full(C, 1.0 / C)
-    return validate_distribution(law, "law", tol=1e-8)
+    return validate_distribution(law, "law", tol=1e-8, normalizable=False)
 
 
 def _dof_at(law: np.ndarray, N: int, min_expected: float) -> int:

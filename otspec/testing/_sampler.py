@@ -732,7 +732,7 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     (True, 26601)
     """
     step = _validate_step(step)
-    p_, q_ = validate_pair(p, q)
+    p_, q_ = validate_pair(p, q, normalizable=False)
     k = validate_k(k)
     replacement = _validate_bool(replacement, "replacement")
     batched = _validate_bool(batched, "batched")

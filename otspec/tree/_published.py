@@ -753,7 +753,7 @@ def spechub_pair_law(p) -> np.ndarray:
            [0.3, 0. , 0. ],
            [0.2, 0. , 0. ]])
     """
-    p = np.array(validate_distribution(p, "p"))
+    p = np.array(validate_distribution(p, "p", normalizable=False))
     if p.shape[0] < 2:
         raise ValueError(f"`p` must have V >= 2 (two distinct drafts), got V = {p.shape[0]}")
     a, r = _hub(p)
@@ -802,8 +802,8 @@ def spechub_optimum(p, q) -> float:
     >>> round(spechub_optimum([0.5, 0.3, 0.2], [0.2, 0.3, 0.5]), 10)
     0.9
     """
-    P = np.array(validate_distribution(p, "p"))
-    Q = np.array(validate_distribution(q, "q"))
+    P = np.array(validate_distribution(p, "p", normalizable=False))
+    Q = np.array(validate_distribution(q, "q", normalizable=False))
     if P.shape != Q.shape:
         raise ValueError(f"`p` and `q` must have the same length, got {P.shape[0]} and {Q.shape[0]}")
     if P.shape[0] < 2:
