@@ -108,5 +108,7 @@ def test_layering_finds_imports_nested_in_methods_and_functions(tmp_path):
     f.write_text("from . import top\n"
                  "class C:\n    def m(self):\n        import otspec.x\n        return 1\n"
                  "def f():\n    def g():\n        from .y import z\n        return z\n    return g\n"
-                 "async def h():\n    from otspec import w\n    import numpy\n")
-    assert _function_level_imports({"otspec.m": (f, False)}) == ["otspec.m:12", "otspec.m:4", "otspec.m:8"]
+                 "async def h():\n    from otspec import w\n    import numpy\n"
+                 "def k():\n    if True:\n        try:\n            import otspec.v\n        finally:\n            pass\n")
+    assert _function_level_imports({"otspec.m": (f, False)}) == ["otspec.m:12", "otspec.m:17", "otspec.m:4",
+                                                                 "otspec.m:8"]

@@ -203,7 +203,8 @@ def _spread_leftover(select: np.ndarray, sets_c: list, canon: np.ndarray, w: np.
     """
     n = len(sets_c)
     size = np.fromiter(map(len, sets_c), dtype=np.int64, count=n)
-    left = np.maximum(w - select.sum(axis=1), 0.0)
+    d = w - select.sum(axis=1)
+    left = np.where(0.0 > d, 0.0, d)  # Python's max(d, 0.0): d itself where not below 0 (-0.0 and NaN kept)
     sets: list = [None] * n
     first = np.empty(n, dtype=np.int64)
     for m in np.unique(size).tolist():
