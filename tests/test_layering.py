@@ -7,6 +7,7 @@ them, its entries registered from otspec._catalogue above the families it lists)
 from __future__ import annotations
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "otspec"
@@ -21,12 +22,18 @@ def _modules() -> dict[str, tuple[Path, bool]]:
     return mods
 
 
+@lru_cache(maxsize=None)
+def _parse(text: str) -> ast.Module:
+    """A module's syntax tree, parsed once per text for the three checks below (they only read it)."""
+    return ast.parse(text)
+
+
 def _edges(mods) -> dict[str, set[str]]:
     edges = {}
     for name, (f, is_pkg) in mods.items():
         pkg = name if is_pkg else name.rsplit(".", 1)[0]
         out = set()
-        for node in ast.walk(ast.parse(f.read_text())):
+        for node in ast.walk(_parse(f.read_text())):
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
@@ -100,15 +107,20 @@ FUNCTION_LEVEL_ALLOWED: dict[str, str] = {}
 def _function_level_imports(mods) -> list[str]:
     """``module:line`` of every import of an otspec module made inside a function or method body."""
     found = []
+
+    def visit(node, name: str, inside: bool) -> None:
+        # one walk of the tree, knowing whether a function or method body encloses the node (was: ast.walk of every
+        # function, nested ones walked again inside their enclosing ones' walks; the same set of imports)
+        inside = inside or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        if inside and ((isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").startswith(
+                "otspec"))) or (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "otspec"
+                                                                     for a in node.names))):
+            found.append(f"{name}:{node.lineno}")
+        for child in ast.iter_child_nodes(node):
+            visit(child, name, inside)
+
     for name, (f, _) in mods.items():
-        for node in ast.walk(ast.parse(f.read_text())):
-            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            for sub in ast.walk(node):
-                own = (isinstance(sub, ast.ImportFrom) and (sub.level > 0 or (sub.module or "").startswith("otspec"))
-                       ) or (isinstance(sub, ast.Import) and any(a.name.split(".")[0] == "otspec" for a in sub.names))
-                if own:
-                    found.append(f"{name}:{sub.lineno}")
+        visit(_parse(f.read_text()), name, False)
     return sorted(set(found))
 
 

@@ -185,20 +185,43 @@ def khisti_verifier(p, q, k: int, *, normalize: bool = False) -> KhistiVerifier:
     canon = np.lexsort((q_, p_))
     sets, w = set_weights(p_[canon], k)
     _, _, matched_c = membership_plan(sets, w, q_[canon])
-    sets = [tuple(sorted(canon[list(a)].tolist())) for a in sets]
     select = np.empty_like(matched_c)
     select[:, canon] = matched_c
-    for i, s in enumerate(sets):
-        left = max(w[i] - select[i].sum(), 0.0)
-        members = list(s)
-        share = q_[members] if q_[members].sum() > 0 else np.ones(len(members))
-        select[i, members] += left * share / share.sum()
-        tot = select[i].sum()
-        if tot > 0:
-            select[i] /= tot
-        else:  # a set of rounding-level weight: any selection inside it
-            select[i, members[0]] = 1.0
+    sets = _spread_leftover(select, sets, canon, w, q_)
     return KhistiVerifier(p_, q_, k, sets, w, select)
+
+
+def _spread_leftover(select: np.ndarray, sets_c: list, canon: np.ndarray, w: np.ndarray, q: np.ndarray) -> list:
+    r"""Complete the matched rows ``select`` (one per set, in place) to selection laws, and return the sets in token ids.
+
+    Set ``i`` (``sets_c[i]``, in the canonical order's positions; ``canon`` maps them to token ids) gets its unmatched
+    mass :math:`\max(w_i - \sum_y f_i(y), 0)` spread over its tokens in proportion to ``q`` (evenly where ``q`` is 0
+    on all of them), then its row divided by its total; a row of total 0 (a set of rounding-level weight) selects its
+    smallest token. The sets of one size are done at once, as ``(n, size)`` arrays: every entry is the same sum,
+    product and quotient of the same operands as a loop over the sets does it (the rows' sums are numpy's sums of the
+    same contiguous rows), so the same bits.
+    """
+    n = len(sets_c)
+    size = np.fromiter(map(len, sets_c), dtype=np.int64, count=n)
+    d = w - select.sum(axis=1)
+    left = np.where(0.0 > d, 0.0, d)  # Python's max(d, 0.0): d itself where not below 0 (-0.0 and NaN kept)
+    sets: list = [None] * n
+    first = np.empty(n, dtype=np.int64)
+    for m in np.unique(size).tolist():
+        rows = np.flatnonzero(size == m)
+        members = np.sort(canon[np.array([sets_c[i] for i in rows.tolist()], dtype=np.int64).reshape(-1, m)], axis=1)
+        for i, a in zip(rows.tolist(), members.tolist()):
+            sets[i] = tuple(a)
+        first[rows] = members[:, 0]
+        share = q[members]
+        share = np.where((share.sum(axis=1) > 0)[:, None], share, 1.0)
+        select[rows[:, None], members] += left[rows, None] * share / share.sum(axis=1)[:, None]
+    tot = select.sum(axis=1)
+    pos = tot > 0
+    select[pos] /= tot[pos, None]
+    zero = np.flatnonzero(~pos)
+    select[zero, first[zero]] = 1.0  # a set of rounding-level weight: any selection inside it
+    return sets
 
 
 def _subset_sums(p: np.ndarray, q: np.ndarray):
