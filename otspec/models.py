@@ -53,6 +53,7 @@ from ._validation import (
     validate_distribution,
     validate_positive_int,
 )
+from ._validation_kernel import INF_BITS, TINY_BITS
 
 __all__ = [
     "Model",
@@ -442,8 +443,6 @@ def _rows_in_place(*tables) -> bool:
     additions is within ``gamma_{n-1}`` of the exact total, which the margin of
     :func:`otspec._validation.law_total_accepts` covers) accepted. Such a row is the law that
     :func:`validate_distribution` returns for it, to the bit, and no check of it can refuse it."""
-    from ._validation_kernel import INF_BITS, TINY_BITS
-
     for t in tables:
         if not (type(t) is np.ndarray and t.dtype == np.float64 and t.flags.c_contiguous and t.ndim >= 1 and t.size):
             return False
