@@ -46,7 +46,7 @@ from ._process import (
     _eagle2_tree,
     _support_error,
     _topk_tree,
-    _wor_sequences,
+    _wor_rank_laws,
     as_tree_shape,
     validate_process,
 )
@@ -467,11 +467,7 @@ class _DrawLaws:
         if small:
             rows = _host(P[xp.asarray(small, device=_device(P))] if xp is not np else P[small])
             for i, row in zip(small, rows):
-                e = np.zeros((len(self.ranks), V))
-                for seq, w in _wor_sequences(row, need):
-                    for k, r in enumerate(self.ranks):
-                        e[k, seq[r]] += w
-                self.small[i] = e
+                self.small[i] = _wor_rank_laws(row, self.ranks, V)
         self.n_big = m - len(small)
         self.exact = self.n_big == 0 or need <= 2
         # ranks >= 2 of the rows not enumerated: the exponential race (exact to WOR_LAW_RTOL), else the upper bound

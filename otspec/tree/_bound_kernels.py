@@ -1779,3 +1779,126 @@ RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments
                                   "race_moments_row", "race_moments", "moments_group", "wor_row_sums", "tail_terms",
                                   "race_row", "race_rows",
                                   "race_rows_weighted", "race_at", "race_left_end"))
+
+
+def exact_sum(x, n, part):
+    """``math.fsum(x[:n])`` bit for bit, for finite ``x`` whose partial sums stay finite: CPython's ``msum``
+    (Shewchuk, "Adaptive precision floating-point arithmetic and fast robust geometric predicates", 1997: the sum
+    held exactly as non-overlapping partials, ``part`` a scratch of at least ``n + 1``), rounded once, half to even
+    across the partials as CPython does; 0.0 for ``n = 0``."""
+    m = 0
+    for k in range(n):
+        xv = x[k]
+        i = 0
+        for j in range(m):
+            y = part[j]
+            if abs(xv) < abs(y):
+                xv, y = y, xv
+            hi = xv + y
+            lo = y - (hi - xv)
+            if lo != 0.0:
+                part[i] = lo
+                i += 1
+            xv = hi
+        m = i
+        if xv != 0.0:
+            part[m] = xv
+            m += 1
+    hi = 0.0
+    if m > 0:
+        m -= 1
+        hi = part[m]
+        lo = 0.0
+        while m > 0:
+            xv = hi
+            m -= 1
+            y = part[m]
+            hi = xv + y
+            lo = y - (hi - xv)
+            if lo != 0.0:
+                break
+        if m > 0 and ((lo < 0.0 and part[m - 1] < 0.0) or (lo > 0.0 and part[m - 1] > 0.0)):
+            y = lo * 2.0
+            xv = hi + y
+            if y == xv - hi:
+                hi = xv
+    return hi
+
+
+def wor_enumerate(vals, tok, need, off, binom, ranks, seqs, w_out, e):
+    r"""Every ordered draw of ``need >= 1`` distinct positions of ``vals`` (the support's masses, tokens ``tok``)
+    without replacement, depth first by increasing position (``itertools.permutations``' order), with its
+    probability :math:`\prod_j v_{x_j} / L(\{x_0, \dots, x_{j-1}\})` formed as the sequential product
+    ``w = w * (v / L)`` from ``w = 1.0``, :math:`L(S)` the mass not drawn (:func:`exact_sum` of the others, once a
+    drawn set: entry ``off[|S|] + rank(S)`` of a memo, ``rank`` the combinatorial number system's
+    :math:`\sum_i \binom{c_i}{i + 1}` of the sorted positions, ``binom[c, i]`` = :math:`\binom{c}{i}`). The draws'
+    tokens and probabilities into ``seqs``, ``w_out`` (when they have rows), and, in the same order,
+    ``e[k, tok[x_{ranks[k]}]] += w`` (when ``e`` has rows). Returns the number of sums formed."""
+    n = vals.shape[0]
+    left = np.empty(off[need])
+    known = np.zeros(off[need], dtype=np.bool_)
+    used = np.zeros(n, dtype=np.bool_)
+    pos = np.empty(need, dtype=np.int64)
+    srt = np.empty(need, dtype=np.int64)
+    den = np.empty(need)
+    wd = np.empty(need + 1)
+    buf = np.empty(n)
+    part = np.empty(n + 1)
+    sums = 1
+    den[0] = exact_sum(vals, n, part)
+    wd[0] = 1.0
+    cnt = 0
+    d = 0
+    pos[0] = -1
+    while d >= 0:
+        j = pos[d] + 1
+        while j < n and used[j]:
+            j += 1
+        if j >= n:                                      # this prefix's continuations done: back up a draw
+            d -= 1
+            if d >= 0:
+                used[pos[d]] = False
+            continue
+        pos[d] = j
+        w = wd[d] * (vals[j] / den[d])
+        if d == need - 1:
+            if seqs.shape[0] > 0:
+                for r in range(need):
+                    seqs[cnt, r] = tok[pos[r]]
+                w_out[cnt] = w
+            for k in range(e.shape[0]):
+                e[k, tok[pos[ranks[k]]]] += w
+            cnt += 1
+            continue
+        used[j] = True
+        wd[d + 1] = w
+        for i in range(d + 1):                          # the drawn set, sorted
+            srt[i] = pos[i]
+        for i in range(1, d + 1):
+            v = srt[i]
+            a = i
+            while a > 0 and srt[a - 1] > v:
+                srt[a] = srt[a - 1]
+                a -= 1
+            srt[a] = v
+        rk = off[d + 1]
+        for i in range(d + 1):
+            rk += binom[srt[i], i + 1]
+        if not known[rk]:
+            m = 0
+            for x in range(n):
+                if not used[x]:
+                    buf[m] = vals[x]
+                    m += 1
+            left[rk] = exact_sum(buf, m, part)
+            known[rk] = True
+            sums += 1
+        den[d + 1] = left[rk]
+        d += 1
+        pos[d] = -1
+    return sums
+
+
+#: Whether the enumeration of the draws without replacement is compiled (numba installed); else
+#: :func:`otspec.tree._process._wor_blocks` forms them by numpy.
+WOR_JIT = compile_in(globals(), ("exact_sum", "wor_enumerate"))

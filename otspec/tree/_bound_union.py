@@ -28,7 +28,7 @@ import numpy as np
 
 from . import _bound
 from ._bound import TreeBound, _block, _child_pi, _DrawLaws, _host, _sampled, _Slots
-from ._process import _wor_sequences
+from ._process import _wor_enumeration
 
 __all__ = ["union_bound"]
 
@@ -153,9 +153,7 @@ class _Rows:
             if self.process == "wor" and ranks:
                 n_seq = math.perm(int(np.count_nonzero(P[i] > 0)), need)
                 if self.exact and n_seq <= _MAX_SEQUENCES:
-                    seqs = list(_wor_sequences(P[i], need))
-                    r.seqs = (np.array([q for q, _w in seqs], dtype=np.int64).reshape(-1, need),
-                              np.array([w for _q, w in seqs]))
+                    r.seqs = _wor_enumeration(P[i], need)
                 else:
                     self.enumerated = False
             if self.exact:

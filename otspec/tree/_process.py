@@ -33,6 +33,7 @@ from .._registry import suggest
 from .._validation import as_rng, validate_positive_int
 from .._verifier import sample_from_cdf
 from ..models import next_law, validate_model, validate_model_pair, validate_sequence
+from . import _bound_kernels as _K
 from ._tree import DraftTree, Eagle2Params, TreeShape
 
 __all__ = [
@@ -396,16 +397,132 @@ def _inside(c: np.ndarray, cuts: list, i: int, u: float, guard: float) -> bool:
     return lo + guard < u < hi - guard
 
 
+#: Ordered draws :func:`_wor_sequences` forms at once; above it they come in blocks, one per first drawn token.
+_WOR_BLOCK = 1 << 20
+
+
+def _wor_left_masses(vals: list, need: int) -> np.ndarray:
+    r"""The mass not yet drawn after each set :math:`S` of fewer than ``need`` drawn positions of ``vals``,
+    :math:`\operatorname{fsum}(\{v_j : j \notin S\})`, one correctly rounded sum a set (not one per ordered draw):
+    entry ``_wor_set_offsets(n, need)[|S|] + rank(S)``, ``rank`` the combinatorial number system's
+    :math:`\sum_i \binom{c_i}{i + 1}` of the sorted positions :math:`c_0 < c_1 < \dots`."""
+    n = len(vals)
+    off = _wor_set_offsets(n, need)
+    out = np.empty(off[-1])
+    for k in range(len(off) - 1):
+        for c in itertools.combinations(range(n), k):
+            rest, s = [], 0
+            for j in c:
+                rest += vals[s:j]
+                s = j + 1
+            rest += vals[s:]
+            out[off[k] + sum(math.comb(j, i + 1) for i, j in enumerate(c))] = math.fsum(rest)
+    return out
+
+
+def _wor_set_offsets(n: int, need: int) -> list:
+    """Where the sets of each size ``0 .. need - 1`` (of ``n`` positions) start in :func:`_wor_left_masses`, and the
+    total."""
+    off = [0]
+    for k in range(min(need, n + 1)):
+        off.append(off[-1] + math.comb(n, k))
+    return off
+
+
+def _wor_expand(pos: np.ndarray, w: np.ndarray, vals: np.ndarray, left: np.ndarray, need: int):
+    """Extend the ordered draws ``pos`` (positions, ``(m, d)``, probabilities ``w``) to ``need`` draws, each prefix's
+    continuations by increasing position (``itertools.permutations``' order); each factor as the sequential product
+    ``w *= v / left`` forms it (the same IEEE operations, elementwise)."""
+    n = vals.shape[0]
+    off, binom = _wor_tables(n, need)
+    for d in range(pos.shape[1], need):
+        srt = np.sort(pos, axis=1)
+        rk = np.full(pos.shape[0], off[d], dtype=np.int64)
+        for i in range(d):
+            rk += binom[srt[:, i], i + 1]
+        free = np.ones((pos.shape[0], n), dtype=bool)
+        free[np.arange(pos.shape[0])[:, None], pos] = False
+        row, col = np.nonzero(free)                       # row-major: prefixes in order, positions increasing
+        w = w[row] * (vals[col] / left[rk][row])
+        pos = np.concatenate([pos[row], col[:, None]], axis=1)
+    return pos, w
+
+
+def _wor_tables(n: int, need: int):
+    """The kernel's index tables (:func:`otspec.tree._bound_kernels.wor_enumerate`): the sets' offsets by size and
+    ``binom[c, i]`` = :math:`\binom{c}{i}`."""
+    off = np.array(_wor_set_offsets(n, need), dtype=np.int64)
+    binom = np.array([[math.comb(c, i) for i in range(need + 1)] for c in range(n)], dtype=np.int64)
+    return off, binom.reshape(n, need + 1)
+
+
+def _wor_blocks(p: np.ndarray, need: int, block: int | None = None, *, jit: bool | None = None):
+    r"""Every ordered draw of ``need`` distinct tokens without replacement from the law ``p``, as arrays ``(seqs, w)``:
+    ``seqs`` ``(N, need)`` int64 token ids in ``itertools.permutations``' order of the support, ``w`` ``(N,)`` their
+    probabilities :math:`\prod_j p_{x_j} / (1 - p(\{x_0, \dots, x_{j-1}\}))`, each denominator the correctly rounded
+    sum of the mass not yet drawn (once a drawn set), the product in draw order. In one block, or, above ``block``
+    draws, in blocks of one first token each (in order). By the compiled kernel
+    (:func:`otspec.tree._bound_kernels.wor_enumerate`) when ``jit`` (default: numba installed) and in one block, else
+    by numpy (:func:`_wor_left_masses`, :func:`_wor_expand`); the same bits either way."""
+    support = np.flatnonzero(p > 0)
+    vals = np.ascontiguousarray(np.asarray(p, dtype=np.float64)[support])
+    n = support.shape[0]
+    if need > n:
+        return
+    one = block is None or need == 0 or math.perm(n, need) <= block
+    if one and need > 0 and (_K.WOR_JIT if jit is None else jit):
+        N = math.perm(n, need)
+        seqs, w = np.empty((N, need), dtype=np.int64), np.empty(N)
+        _K.wor_enumerate(vals, support.astype(np.int64), need, *_wor_tables(n, need), np.zeros(0, dtype=np.int64),
+                         seqs, w, np.zeros((0, 0)))
+        yield seqs, w
+        return
+    left = _wor_left_masses(vals.tolist(), need)
+    if one:
+        pos, w = _wor_expand(np.zeros((1, 0), dtype=np.int64), np.ones(1), vals, left, need)
+        yield support[pos], w
+        return
+    for a in range(n):
+        pos, w = _wor_expand(np.array([[a]], dtype=np.int64), 1.0 * (vals[a:a + 1] / left[:1]), vals, left, need)
+        yield support[pos], w
+
+
+def _wor_enumeration(p: np.ndarray, need: int, *, jit: bool | None = None):
+    """``(seqs, w)``: every ordered draw of ``need`` distinct tokens without replacement, with its probability, as
+    two arrays (:func:`_wor_blocks`; bit for bit :func:`_wor_sequences`)."""
+    for seqs, w in _wor_blocks(p, need, jit=jit):
+        return seqs, w
+    return np.zeros((0, need), dtype=np.int64), np.zeros(0)
+
+
+def _wor_rank_laws(p: np.ndarray, ranks, V: int, *, jit: bool | None = None) -> np.ndarray:
+    """``e`` ``(len(ranks), V)``: ``e[k, y]`` = :math:`P(\text{draw } r_k = y)` for draws without replacement from the
+    law ``p``, summed over the ordered draws (:func:`_wor_blocks`) in their order, ``e[k, seq[r_k]] += w`` each; zero
+    when the support has fewer than ``max(ranks) + 1`` tokens."""
+    ranks = [int(r) for r in ranks]
+    need = max(ranks) + 1
+    e = np.zeros((len(ranks), V))
+    support = np.flatnonzero(p > 0)
+    n = support.shape[0]
+    if need > n:
+        return e
+    if _K.WOR_JIT if jit is None else jit:
+        vals = np.ascontiguousarray(np.asarray(p, dtype=np.float64)[support])
+        _K.wor_enumerate(vals, support.astype(np.int64), need, *_wor_tables(n, need), np.array(ranks, dtype=np.int64),
+                         np.zeros((0, need), dtype=np.int64), np.zeros(0), e)
+        return e
+    seqs, w = _wor_enumeration(p, need, jit=False)
+    for k, r in enumerate(ranks):
+        np.add.at(e[k], seqs[:, r], w)                  # in the draws' order, as `e[k, seq[r]] += w` each
+    return e
+
+
 def _wor_sequences(p: np.ndarray, need: int):
-    """Every ordered draw of ``need`` distinct tokens without replacement, with its probability."""
-    support = np.flatnonzero(p > 0).tolist()
-    for seq in itertools.permutations(support, need):
-        w, left = 1.0, set(support)
-        for t in seq:
-            # the mass not yet drawn, summed (1 - drawn mass loses its relative precision when little is left)
-            w *= float(p[t]) / math.fsum(float(p[x]) for x in left)
-            left.discard(t)
-        yield seq, w
+    """Every ordered draw of ``need`` distinct tokens without replacement, with its probability (``(tuple, float)``,
+    in ``itertools.permutations``' order of the support; :func:`_wor_blocks`)."""
+    for seqs, w in _wor_blocks(p, need, _WOR_BLOCK):
+        for seq, x in zip(seqs.tolist(), w.tolist()):
+            yield tuple(seq), x
 
 
 def _count_bound(shape: TreeShape, process: str, V: int) -> float:
