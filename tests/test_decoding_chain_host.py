@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 
 import otspec.decoding as D  # noqa: E402
 from otspec.decoding import _loop, _tree_device  # noqa: E402
-from otspec.decoding._sampling import bad_logit_rows, bad_rows  # noqa: E402
+from otspec.decoding._sampling import MIN_TEMPERATURE, bad_logit_rows, bad_rows  # noqa: E402
 from tests.toy_lm import tiny_llama, toy_target_draft  # noqa: E402
 
 SAMPLINGS = [dict(), dict(temperature=0.7, top_k=5), dict(top_p=0.9), dict(top_p=0.8, top_p_rule="transformers"),
@@ -109,7 +109,7 @@ def test_logits_past_the_first_rejection_are_still_refused(monkeypatch):
 
 @pytest.mark.parametrize("sampling", [D.Sampling(), D.Sampling(temperature=0.5), D.Sampling(temperature=2.0, top_k=2),
                                       D.Sampling(top_p=0.7), D.Sampling(top_p=0.7, top_p_rule="transformers"),
-                                      D.Sampling(temperature=0.0), D.Sampling(temperature=1e-300, top_k=3)])
+                                      D.Sampling(temperature=0.0), D.Sampling(temperature=MIN_TEMPERATURE, top_k=3)])
 def test_bad_logit_rows_is_the_rule_of_bad_rows(sampling):
     """The check of the rows whose law is never formed marks exactly the rows :meth:`Sampling.probs` makes NaN:
     NaN or +inf logits, no finite logit, a finite logit that the temperature sends past the largest float."""
@@ -118,6 +118,10 @@ def test_bad_logit_rows_is_the_rule_of_bad_rows(sampling):
                       [-inf, 0.5, -inf, -inf], [3e38, 1.0, 0.0, -1.0], [-3e38, -3e38, -inf, -3e38],
                       [nan, nan, nan, nan]], dtype=torch.float32)
     assert bad_logit_rows(sampling, L).tolist() == bad_rows(sampling.probs(L, check=False)).tolist()
+    # float64 logits: one the smallest temperature (Sampling refuses a smaller one) sends past the largest float
+    L64 = L.double()
+    L64[5, 0] = 1e300
+    assert bad_logit_rows(sampling, L64).tolist() == bad_rows(sampling.probs(L64, check=False)).tolist()
 
 
 @pytest.mark.skipif(not _tree_device._PASSES_COMPILED, reason="the numba passes are off (no numba, or no fused addcmul)")
