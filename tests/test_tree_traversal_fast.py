@@ -63,7 +63,7 @@ def _ref_visits(children, tokens, P, Q):
         u = stack[-1]
         r = np.maximum(w[u] * mb[u] - ms[u], 0.0)
         s = math.fsum(r)
-        den = s + 1.0 - w[u]
+        den = s + (1.0 - w[u])  # 1 - w exact (w in [0.5, 1]), as the package: a weight of 1 stays 1
         w[u] = s / den if den > 0 else 1.0
         if s > 0:
             mb[u] = r / s

@@ -779,7 +779,7 @@ class BlockVerifyOneStep(BlockVerifier):
         h = [np.ones(())]
         for i in range(1, L):
             Z = np.maximum(p[i][..., None] * T.cb[i] - T.cs[i], 0.0).sum(axis=-1)
-            den = Z + 1.0 - p[i]
+            den = Z + (1.0 - p[i])  # 1 - p exact on [0.5, 1]: p = 1 gives h = 1, not 1 + eps
             with np.errstate(divide="ignore", invalid="ignore"):
                 h.append(np.where(den > 0, Z / np.where(den > 0, den, 1.0), 1.0))
         h.append(p[L])
@@ -809,7 +809,7 @@ class BlockVerifyOneStep(BlockVerifier):
         h = [1.0]
         for i in range(1, L):
             Z = float(np.maximum(pw[i] * cb[i] - cs[i], 0.0).sum())
-            den = Z + 1.0 - pw[i]
+            den = Z + (1.0 - pw[i])
             h.append(Z / den if den > 0 else 1.0)
         h.append(pw[L])
         out = np.zeros(L + 1)
@@ -829,7 +829,7 @@ class BlockVerifyOneStep(BlockVerifier):
         h = [1.0]
         for i in range(1, L):
             Z = float(np.maximum(p[i] * cb[i] - cs[i], 0.0).sum())
-            den = Z + 1.0 - p[i]
+            den = Z + (1.0 - p[i])
             h.append(Z / den if den > 0 else 1.0)
         h.append(p[L])
         eta = gen.random(L)

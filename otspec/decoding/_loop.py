@@ -1332,7 +1332,7 @@ class _Decoder:
         if L > 1:
             torch.mul(torch.tensor(w[1:L], dtype=torch.float64, device=dev)[:, None], Q[1:L], out=R)
             Z = R.sub_(P[1:L]).clamp_(min=0.0).sum(-1).tolist()
-        den = [z + 1.0 - wi for z, wi in zip(Z, w[1:L])]
+        den = [z + (1.0 - wi) for z, wi in zip(Z, w[1:L])]
         h = [w[0]] + [z / dn if dn > 0 else 1.0 for z, dn in zip(Z, den)] + [w[L]]
         tail = [1.0] * (L + 2)  # tail[t] = prod_{j >= t} (1 - h_j), tail[L + 1] = 1
         tail[L] = 1.0 - h[L]

@@ -573,7 +573,7 @@ def block_onestep_tau_law_t(x, P, Q, *, work=None):
     V = P.shape[-1]
     Z = torch.mul(w[1:L, None], Q[1:L], out=_block(work, "block_z", (L - 1, V), P.device))
     Z = Z.sub_(P[1:L]).clamp_(min=0.0).sum(-1)  # (L - 1,)
-    den = Z + 1.0 - w[1:L]
+    den = Z + (1.0 - w[1:L])
     hmid = torch.where(den > 0, Z / torch.where(den > 0, den, 1.0), 1.0)
     h = torch.cat([w[:1], hmid, w[L:]])  # h_0 = 1, h_L = w_L
     tail = torch.flip(torch.cumprod(torch.flip(1.0 - h, (0,)), 0), (0,))  # prod_{j >= t} (1 - h_j)

@@ -430,7 +430,7 @@ def _chain_rule(block, cs, cb, bonus, *, final: str = "block"):
         r = np.maximum(w[i] * cb[i] - cs[i], 0.0)
         z = math.fsum(r)
         if i > 0:
-            den = z + 1.0 - w[i]
+            den = z + (1.0 - w[i])  # 1 - w exact (w in [0.5, 1]): a weight of 1 gives h = 1, not 1 + eps
             h.append(z / den if den > 0 else 1.0)
         laws.append(_normalised(r, cb[i]))
     h.append(w[L] if final == "block" else min(1.0, joint))
