@@ -113,3 +113,16 @@ def test_traversal_sampler_and_reference_at_a_weight_of_one(seed):
     assert e[0].sum() == 0.0  # the root is never tried
     got = TraversalVerify().sample(tree, P, Q, rng=np.random.default_rng(seed))
     assert got == _ref_sample(tree, P, Q, np.random.default_rng(seed))
+
+
+def test_the_profiles_stacked_block_laws_at_a_weight_of_one():
+    # the profile's batched one-step law (block_path_laws_stack) on the same block: the same class of rounding,
+    # P(tau = 0) = -8.06e-17 before; now exact and equal to the rational law at length L = 3
+    from otspec.profile._quantities import block_path_laws_stack
+
+    law = block_path_laws_stack(["block-onestep"], _P[None, :3], _Q[None, :4], np.array([_BLOCK]), 3)
+    last = np.asarray(law)[0, 0, 2]
+    want, _ = _exact_onestep_law(_BLOCK, _P, _Q)
+    assert (last >= 0).all() and last[0] == 0.0
+    for got, w in zip(last.tolist(), want):
+        assert abs(Fraction(got) - w) <= Fraction(2, 10**15)

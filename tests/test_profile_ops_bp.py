@@ -11,6 +11,12 @@ walk writes, bit for bit, against digests of the rows written by the code before
 and 3 made again after the Khisti et al. LP was solved in a label-free token order, which moved its acceptance rows by
 an ulp) and against the numpy route.
 
+Regenerated once since, after one-step block verification's acceptance took its denominator as
+``Z + (1 - w)`` (``w = 1`` now gives ``h = 1`` exactly, where ``(Z + 1) - w`` gave ``1 +- eps`` and a law of
+``tau`` with a ``-8e-17`` entry): only ``tau`` rows of ``block-onestep`` moved,
+each by one ulp (four of the 972 rows of ``tests/test_profile_ops_bt.py``'s two fast walks); every other row
+kept its bits.
+
 Regenerate the digests (only from a checkout whose rows are the reference)::
 
     PYTHONPATH=<checkout> python tests/test_profile_ops_bp.py --write tests/profile_rows_bp.json

@@ -12,6 +12,11 @@ alone in its fast test, and its slow digests of other walks were stale on c85c2d
 acceptance of the public batched functions on adversarial laws (ties, equal laws, zeros on either side, all ratios
 below one) on numpy and torch.
 
+Regenerated once since, after one-step block verification's acceptance took its denominator as
+``Z + (1 - w)`` (``w = 1`` now gives ``h = 1`` exactly, where ``(Z + 1) - w`` gave ``1 +- eps`` and a law of
+``tau`` with a ``-8e-17`` entry): of the two fast walks' 972 rows, only four ``tau`` rows of ``block-onestep``
+moved, each by one ulp; every other row kept its bits.
+
 Regenerate the digests (only from a checkout whose values are the reference)::
 
     PYTHONPATH=<checkout> python tests/test_profile_ops_bt.py --write tests/profile_rows_bt.json

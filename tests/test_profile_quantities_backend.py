@@ -153,7 +153,7 @@ def _walked_block_path_laws(name: str, P, Q, X, L: int, total=np.sum) -> np.ndar
             d = w[t] * Q[r, t] - P[r, t]
             pos = float(total(np.clip(d, 0.0, None)))
             if name == "block-onestep":
-                den = pos + 1.0 - w[t]
+                den = pos + (1.0 - w[t])
                 a.append(pos / den if den > 0 else 1.0)
             else:
                 neg = float(total(np.clip(-d, 0.0, None)))

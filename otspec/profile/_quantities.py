@@ -1001,7 +1001,7 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
         pos, neg = _excess_sums(W, P, Q, L, xp, "block" in names)  # (F, R, L - 1) each
         if "block-onestep" in names:
             with np.errstate(invalid="ignore"):  # inf - inf on a "block" row whose w overflowed: not read (neg is)
-                den = pos + 1.0 - W[:, :, 1:L]
+                den = pos + (1.0 - W[:, :, 1:L])  # 1 - w exact for w in [1/2, 1]: w = 1 gives h = 1
             den = den if c["block"] is None else xp.where(c["block"], neg, den)
         else:
             den = neg
