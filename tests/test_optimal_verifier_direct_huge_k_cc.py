@@ -34,18 +34,10 @@ import pytest
 import otspec
 from otspec.multidraft import _submodular as sm
 from otspec.testing import chi2_gof
+from tests.test_optimal_verifier_slow_path_ca import _tiny_pair  # one token of mass about 1, the rest ~ 1/k
 
 _EPS = float(np.finfo(float).eps)
 HUGE = (10**4, 10**6, 2**40, 2**62)
-
-
-def _tiny_pair(k, seed, lo, hi, n=9):
-    """One token of mass about 1 and ``n - 1`` of mass ``U(lo, hi) / k``: every power near ``s = 1`` matters."""
-    rng = np.random.default_rng(seed)
-    tiny = rng.uniform(lo, hi, n - 1) / k
-    p = np.concatenate([[1.0 - tiny.sum()], tiny])
-    qt = rng.dirichlet(np.full(n - 1, 0.5)) * rng.uniform(0.2, 0.9)
-    return p, np.concatenate([[1.0 - qt.sum()], qt])
 
 
 # (lo, hi, seed): alpha_k from 0.73 to 0.9999; the mixtures have 2 to 8 orders, in 1 to 3 blocks
