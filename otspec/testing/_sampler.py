@@ -785,8 +785,8 @@ def seed_for(*parts) -> int:
     *parts : array_like, int, float, str, or nested tuples/lists of them
         The example (e.g. ``p, q, k`` drawn by hypothesis). Arrays hash by
         dtype, shape and bytes (as float64 when they are lists of floats).
-        A numpy scalar (``np.int64(3)``, ``np.float32(0.5)``, ``np.bool_(True)``, ``np.str_("a")``) gives
-        the seed of the Python value it equals (``3``, ``0.5``, ``True``, ``"a"``). A bool is a part of its own:
+        A numpy scalar (``np.int64(3)``, ``np.float32(0.5)``, ``np.bool_(True)``, ``np.str_("a")``) is
+        hashed as the Python value it equals (``3``, ``0.5``, ``True``, ``"a"``). A bool is a part of its own:
         ``seed_for(True) != seed_for(1)`` (as it always was: ``True`` is hashed as the text ``True``).
 
     Returns
