@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import NEGLIGIBLE, validate_positive_int, validate_probability
+from .._validation import NEGLIGIBLE, validate_bool, validate_positive_int, validate_probability
 from .._verifier import LOSSLESS_TOL, LosslessCheck, validate_tol
 from ..models import (
     MAX_AXES,
@@ -45,12 +45,6 @@ __all__ = [
 
 #: Largest block-OT LP built by :func:`ot_optimum` (``V**(2L)`` variables).
 MAX_LP_VARIABLES = 300_000
-
-def _bool(x, name: str) -> bool:
-    if not isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"`{name}` must be a bool, got {type(x).__name__}")
-    return bool(x)
-
 
 def expected_length(draft, target, L, verifier="block", *, include_bonus: bool = False,
                     max_entries: int = MAX_ENUMERATION) -> float:
@@ -102,7 +96,7 @@ def expected_length(draft, target, L, verifier="block", *, include_bonus: bool =
     >>> [round(9 * expected_length(s, b, 2, v), 10) for v in ("token", "block-onestep", "block")]
     [10.0, 11.0, 12.0]
     """
-    include_bonus = _bool(include_bonus, "include_bonus")
+    include_bonus = validate_bool(include_bonus, "include_bonus")
     v = make_verifier(draft, target, L, verifier, max_entries=max_entries)
     return v.expected_length(include_bonus=include_bonus)
 
@@ -162,7 +156,7 @@ def theorem1_length(draft, target, L, *, include_bonus: bool = False,
     >>> round(9 * theorem1_length(MemorylessModel([2/3, 1/3]), MemorylessModel([1/3, 2/3]), 2), 10)
     12.0
     """
-    include_bonus = _bool(include_bonus, "include_bonus")
+    include_bonus = validate_bool(include_bonus, "include_bonus")
     L, cs, cb = _tables_pair(draft, target, L, max_entries)
     terms = []
     Js, Jb = np.ones(()), np.ones(())
@@ -214,7 +208,7 @@ def theorem2_length(draft, target, L, *, include_bonus: bool = False,
     >>> round(9 * theorem2_length(MemorylessModel([2/3, 1/3]), MemorylessModel([1/3, 2/3]), 2), 10)
     10.0
     """
-    include_bonus = _bool(include_bonus, "include_bonus")
+    include_bonus = validate_bool(include_bonus, "include_bonus")
     L, cs, cb = _tables_pair(draft, target, L, max_entries)
     terms = []
     P = np.ones(())
@@ -304,7 +298,7 @@ def check_lossless(draft, target, L, verifier="block", *, bonus: bool = True,
     >>> all(check_lossless(s, b, 3, v).max_error < 1e-14 for v in ("token", "block", "block-onestep"))
     True
     """
-    bonus = _bool(bonus, "bonus")
+    bonus = validate_bool(bonus, "bonus")
     tol = validate_tol(tol)
     v = make_verifier(draft, target, L, verifier, max_entries=max_entries)
     law = v.output_law(bonus=bonus)
@@ -377,7 +371,7 @@ def bernoulli_token_length(p, q, L, *, include_bonus: bool = False) -> float:
     1.3125
     """
     p, q, L = _bernoulli_args(p, q, L)
-    include_bonus = _bool(include_bonus, "include_bonus")
+    include_bonus = validate_bool(include_bonus, "include_bonus")
     d = abs(p - q)  # a = 1 - d; sum_{i=1}^{L} a^i = a (1 - a^L) / d, closed form in L
     if d == 0.0:
         total = float(L)
@@ -468,7 +462,7 @@ def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
     13.784401
     """
     p, q, L = _bernoulli_args(p, q, L)
-    include_bonus = _bool(include_bonus, "include_bonus")
+    include_bonus = validate_bool(include_bonus, "include_bonus")
     bonus = 1.0 if include_bonus else 0.0
     if p == q:
         return float(L) + bonus
@@ -599,7 +593,7 @@ def ot_optimum(draft, target, L, *, max_variables: int = MAX_LP_VARIABLES,
     V = validate_model_pair(draft, target)
     L = validate_positive_int(L, "L")
     max_variables = validate_positive_int(max_variables, "max_variables")
-    raise_on_failure = _bool(raise_on_failure, "raise_on_failure")
+    raise_on_failure = validate_bool(raise_on_failure, "raise_on_failure")
     if 2 * L > MAX_AXES or size_exceeds(V, 2 * L, max_variables):
         raise ValueError(
             f"the block OT LP has V**(2L) = {V}**{2 * L} = {size_text(V, 2 * L)} variables, above the "

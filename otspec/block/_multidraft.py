@@ -34,13 +34,13 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validation import validate_k, validate_positive_int
+from .._validation import validate_bool, validate_k, validate_positive_int
 from ..models import conditional_tables, joint_from_tables, size_exceeds, validate_model_pair
 from ..otm._alpha import alpha_k
 from ..otm._highs import SolverError, solve_lp
 from ..otm._lp import set_weights
 from ..otm._multisets import n_multisets
-from ._analysis import _bool, _common_prefix
+from ._analysis import _common_prefix
 
 __all__ = [
     "MAX_MULTIDRAFT_VARIABLES",
@@ -370,7 +370,7 @@ def multidraft_ot(draft, target, L, k, *, max_variables: int = MAX_MULTIDRAFT_VA
     """
     V, L, k = _check_args(draft, target, L, k)
     max_variables = validate_positive_int(max_variables, "max_variables")
-    raise_on_failure = _bool(raise_on_failure, "raise_on_failure")
+    raise_on_failure = validate_bool(raise_on_failure, "raise_on_failure")
     check_multidraft_size(V, L, k, max_variables, "`max_variables`")
     Ps, Qs = _prefix_laws(draft, target, L)
     bound = math.fsum(alpha_k(P, Q, k, normalize=True) for P, Q in zip(Ps, Qs))

@@ -32,13 +32,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._registry import VerifierSpec, register_verifier, unknown_name_message
-from .._validation import as_rng
+from .._validation import as_rng, validate_bool
 from .._verifier import sample_from, sample_from_cdf
 from ..models import conditional_tables, joint_from_tables, next_law, validate_sequence
 from ..otm._highs import solve_lp
 from ..spectr import block_efficiency, optimal_block_efficiency
 from ..spectr import check_lossless as spectr_check
-from ._analysis import _bool, check_lossless, expected_length
+from ._analysis import check_lossless, expected_length
 from ._multidraft import (
     MAX_MULTIDRAFT_VARIABLES,
     MultiDraftOTResult,
@@ -206,13 +206,13 @@ class MultiDraftPlanVerifier:
 
     def expected_length(self, *, include_bonus: bool = False) -> float:
         r"""Exact :math:`\mathbb E[\tau]` (``+ 1`` with ``include_bonus``): OPT."""
-        include_bonus = _bool(include_bonus, "include_bonus")
+        include_bonus = validate_bool(include_bonus, "include_bonus")
         law = self.tau_law()
         return math.fsum((law * np.arange(self.L + 1)).tolist()) + (1.0 if include_bonus else 0.0)
 
     def output_law(self, *, bonus: bool = True) -> np.ndarray:
         """Exact law of the output, shape ``(V,) * (L + 1)`` (``(V,) * L`` without the bonus)."""
-        bonus = _bool(bonus, "bonus")
+        bonus = validate_bool(bonus, "bonus")
         w = self.result.weights[:, None] * self._cond
         law = w.sum(axis=0).reshape((self.V,) * self.L)
         if not bonus:
@@ -587,7 +587,7 @@ class OneTokenVerifier(MultiDraftPlanVerifier):
 
     def output_law(self, *, bonus: bool = True) -> np.ndarray:
         """Exact law of the output completed by the target to ``L + 1`` tokens (``L`` without the bonus)."""
-        bonus = _bool(bonus, "bonus")
+        bonus = validate_bool(bonus, "bonus")
         V, L = self.V, self.L
         a = self._e.sum(axis=0)
         law = np.zeros((V,) * (L + 1))
@@ -722,7 +722,7 @@ def compare_schemes(draft, target, L, k, *, schemes=None, check: bool = True) ->
     [('bound', 1.808594), ('spectr-optimal', 1.746094), ('token', 1.3125)]
     """
     V, L, k = _check_args(draft, target, L, k)
-    check = _bool(check, "check")
+    check = validate_bool(check, "check")
     if schemes is not None and (isinstance(schemes, (str, bytes)) or not isinstance(schemes, Iterable)):
         raise TypeError(f"`schemes` must be a sequence of scheme names or None, got {type(schemes).__name__} "
                         f"{schemes!r}" + (f" (write [{schemes!r}] for one scheme)" if isinstance(schemes, str) else ""))

@@ -28,7 +28,7 @@ import numbers
 
 import numpy as np
 
-from .._validation import as_rng, validate_positive_int
+from .._validation import as_rng, validate_bool, validate_positive_int
 from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, validate_model_pair
 from ._sampler import (
     SamplerCheck,
@@ -44,7 +44,6 @@ from ._sampler import (
     _phases,
     _plan,
     _to_numpy,
-    _validate_bool,
     _validate_step,
 )
 
@@ -235,8 +234,8 @@ def check_block_sampler(step, draft, target, L, *, k=1, n_samples=None, tv=0.02,
     V = validate_model_pair(draft, target)
     L = validate_positive_int(L, "L")
     k = validate_positive_int(k, "k")
-    batched = _validate_bool(batched, "batched")
-    boundary_coins = _validate_bool(boundary_coins, "boundary_coins")
+    batched = validate_bool(batched, "batched")
+    boundary_coins = validate_bool(boundary_coins, "boundary_coins")
     if V ** (L + 1) > MAX_ENUMERATION:
         raise ValueError(
             f"check_block_sampler tests the law of V**(L+1) = {V}**{L + 1} = {V ** (L + 1)} sequences, above "

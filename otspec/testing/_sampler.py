@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_rng, validate_k, validate_pair, validate_positive_int, validate_probability
+from .._validation import as_rng, validate_bool, validate_k, validate_pair, validate_positive_int, validate_probability
 from .._verifier import LosslessCheck
 from ._chi2 import (
     MAX_SAMPLES,
@@ -227,12 +227,6 @@ class SamplerCheck(LosslessCheck):
 # ---------------------------------------------------------------------------
 # shared machinery (token and block harnesses)
 # ---------------------------------------------------------------------------
-
-
-def _validate_bool(x, name: str) -> bool:
-    if not isinstance(x, (bool, np.bool_)):
-        raise TypeError(f"`{name}` must be a bool, got {type(x).__name__}")
-    return bool(x)
 
 
 def _validate_step(step) -> Callable:
@@ -734,9 +728,9 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     step = _validate_step(step)
     p_, q_ = validate_pair(p, q, normalizable=False)
     k = validate_k(k)
-    replacement = _validate_bool(replacement, "replacement")
-    batched = _validate_bool(batched, "batched")
-    boundary_coins = _validate_bool(boundary_coins, "boundary_coins")
+    replacement = validate_bool(replacement, "replacement")
+    batched = validate_bool(batched, "batched")
+    boundary_coins = validate_bool(boundary_coins, "boundary_coins")
     if not replacement and k > np.count_nonzero(p_ > 0):
         raise ValueError(
             f"`k`={k} drafts without replacement need at least k tokens of positive draft probability, "

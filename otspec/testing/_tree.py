@@ -32,7 +32,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .._validation import as_rng, validate_positive_int, validate_probability
+from .._validation import as_rng, validate_bool, validate_positive_int, validate_probability
 from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, validate_model_pair, validate_sequence
 from ..tree import DraftTree, TreeVerifier, enumerate_trees
 from ..tree._process import LawCache, as_tree_shape, validate_process
@@ -49,7 +49,6 @@ from ._sampler import (
     _phases,
     _plan,
     _to_numpy,
-    _validate_bool,
 )
 
 __all__ = [
@@ -281,7 +280,7 @@ def check_tree_sampler(step, shape, draft, target, *, process, prefix=(), n_samp
     V = validate_model_pair(draft, target)
     process = validate_process(process, shape)
     ctx = validate_sequence(prefix, V, "prefix")
-    boundary_coins = _validate_bool(boundary_coins, "boundary_coins")
+    boundary_coins = validate_bool(boundary_coins, "boundary_coins")
     validate_probability(tv, "tv", low_open=True)
     validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
     max_trees = validate_positive_int(max_trees, "max_trees")
@@ -596,7 +595,7 @@ def from_sglang_kernel(fn, *, threshold_single=1.0, threshold_acc=1.0, determini
         raise TypeError(f"`fn` must be a callable with the signature of SGLang's kernel, got {type(fn).__name__}")
     ts = _positive_float(threshold_single, "threshold_single")
     ta = _positive_float(threshold_acc, "threshold_acc")
-    deterministic = _validate_bool(deterministic, "deterministic")
+    deterministic = validate_bool(deterministic, "deterministic")
     if dtype not in ("float32", "float64"):
         raise ValueError(f"`dtype` must be 'float32' or 'float64', got {dtype!r}")
     np_dtype = np.float32 if dtype == "float32" else np.float64
