@@ -288,12 +288,15 @@ class OptimalVerifier(SelectThenSpeculate):
         flagged = np.flatnonzero(first_rej < last_res)
         # cells of the pair sum: only rejectable tokens ranked before the last
         # residual cell, and residual cells ranked after the first rejectable token
-        work = sum(
-            int(np.count_nonzero(ranks[j, rej] < last_res[j])) * int(np.count_nonzero(ranks[j, resid] > first_rej[j]))
-            for j in flagged
-        )
-        if work > _PAIR_BUDGET and alpha - base <= tol:
-            return base
+        # (counted only when it matters: the bound |flagged| |rej| |resid| already within the budget decides alike)
+        if alpha - base <= tol and flagged.size * rej.size * resid.size > _PAIR_BUDGET:
+            work = sum(
+                int(np.count_nonzero(ranks[j, rej] < last_res[j]))
+                * int(np.count_nonzero(ranks[j, resid] > first_rej[j]))
+                for j in flagged
+            )
+            if work > _PAIR_BUDGET:
+                return base
         extra = 0.0
         for j in flagged:
             o = orders[j]
@@ -381,9 +384,12 @@ def _pair_term_from_depths(c, d, pz, py, k, after):
     both = np.zeros(after.shape)
     iz, iy = np.nonzero(after)
     if iz.size:
-        first = sm.increments(pz, c, k, d)  # one per Z
-        cz, pzz, pyy = c[iz], pz[iz], py[iy]
-        both[iz, iy] = first[iz] - sm.increments(pzz, cz - pyy, k, d[iz] + pyy)
+        # one call for both increments, one per Z then one per cell (elementwise: the same values as two calls)
+        nz = pz.shape[0]
+        pyy = py[iy]
+        inc = sm.increments(np.concatenate([pz, pz[iz]]), np.concatenate([c, c[iz] - pyy]), k,
+                            np.concatenate([d, d[iz] + pyy]))
+        both[iz, iy] = inc[:nz][iz] - inc[nz:]
     return both
 
 
