@@ -46,7 +46,8 @@ n = 1000 Dirichlet(0.1) pair, an n = 200 LLM-like pair and two n = 9 pairs of on
 ``--mixture-time --against DIR [--rounds 7]``: the construction time of ``optimal_verifier(p, q, k, method)``
 alone, ``method="direct"`` and ``"keys"``, at k = 8, 64, 65, 10^4 on the two ``--huge-mixture`` pairs (n = 1000
 Dirichlet(0.1), n = 200 LLM-like), this checkout against DIR: interleaved rounds after a warm-up, medians and
-min-max ranges, UTC time and load average before and after.
+min-max ranges, the CPU-time ratio, Python-level call counts (cProfile; load-independent), UTC time and load
+average before and after.
 
 ``--full``: construction time at full vocabulary as a ratio to an
 argsort of the same vocabulary (``np.argsort(q / p)``) measured in the same
@@ -482,7 +483,9 @@ def _mixture_laws():
 
 def _mixture_time_table(old, laws, rst, *, rounds, methods=("direct",), ks=MIXTURE_TIME_KS):
     """Construction time of ``optimal_verifier(p, q, k, method)``, this checkout against ``old``: interleaved
-    rounds (after one warm-up call each), medians, and each side's spread (min-max over the rounds)."""
+    rounds (after one warm-up call each; a call under 20 ms is repeated to fill 20 ms a sample), wall-clock
+    medians, each side's spread (min-max over the rounds), the ratio of the CPU-time medians (process time: less
+    sensitive to other jobs on the cores) and each side's Python-level call count (:func:`_python_calls`)."""
     import os
 
     rows = []
@@ -493,22 +496,45 @@ def _mixture_time_table(old, laws, rst, *, rounds, methods=("direct",), ks=MIXTU
                 p, q = make(k)
                 fns = {"this": lambda: otspec.optimal_verifier(p, q, k, method=method),
                        "former": lambda: old.optimal_verifier(p, q, k, method=method)}
-                for fn in fns.values():
-                    fn()  # warm-up (compilation, caches)
+                calls = {}
+                for name, fn in fns.items():  # warm-up (compilation, caches); short calls repeated to 20 ms a sample
+                    t0 = time.perf_counter()
+                    fn()
+                    calls[name] = max(1, math.ceil(0.02 / max(time.perf_counter() - t0, 1e-6)))
                 times = {name: [] for name in fns}
+                cpu = {name: [] for name in fns}
                 for _ in range(rounds):  # interleaved rounds
                     for name, fn in fns.items():
-                        t0 = time.perf_counter()
-                        fn()
-                        times[name].append(time.perf_counter() - t0)
+                        c0, t0 = time.process_time(), time.perf_counter()
+                        for _ in range(calls[name]):
+                            fn()
+                        times[name].append((time.perf_counter() - t0) / calls[name])
+                        cpu[name].append((time.process_time() - c0) / calls[name])
                 med = {name: statistics.median(t) for name, t in times.items()}
+                cmed = {name: statistics.median(t) for name, t in cpu.items()}
                 spread = {name: f"{fmt_ms(min(t))}-{fmt_ms(max(t))}" for name, t in times.items()}
+                n_calls = {name: _python_calls(fn) for name, fn in fns.items()}
                 rows.append((label, method, k, fmt_ms(med["former"]), spread["former"], fmt_ms(med["this"]),
-                             spread["this"], f"{med['this'] / med['former']:.2f}"))
+                             spread["this"], f"{med['this'] / med['former']:.2f}",
+                             f"{cmed['this'] / cmed['former']:.2f}", n_calls["former"], n_calls["this"]))
                 print("  ", rows[-1], flush=True)
     print_table(f"optimal_verifier(p, q, k, method): median of {rounds} interleaved rounds (load {load0:.2f} "
                 f"-> {os.getloadavg()[0]:.2f})",
-                ("law", "method", "k", "former ms", "former range", "this ms", "this range", "ratio"), rows, rst)
+                ("law", "method", "k", "former ms", "former range", "this ms", "this range", "ratio", "cpu ratio",
+                 "former calls", "this calls"), rows, rst)
+
+
+def _python_calls(fn) -> int:
+    """Python-level function calls of one ``fn()`` (cProfile's count: numpy's Python wrappers included, its C
+    loops not): a count that does not depend on the machine's load."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    return int(pstats.Stats(prof).total_calls)
 
 
 def part_mixture_time(against, rst, rounds, only=()):
