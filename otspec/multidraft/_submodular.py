@@ -159,8 +159,13 @@ def _increments_transcendental(x: np.ndarray, c: np.ndarray, k: int, depth: np.n
     t = np.divide(xp, cp)
     np.minimum(t, 1.0, out=t)
     np.negative(t, out=t)
-    with np.errstate(divide="ignore"):
-        np.log1p(t, out=t)
+    if k >= _EXPM1_FLOOR_K:
+        # x = c: log1p(-1) = -inf left at -1 (no warning to silence); k * -1 <= -38 and expm1 of it rounds to
+        # -1 exactly, as expm1(-inf) does: the same value
+        np.log1p(t, out=t, where=t > -1.0)
+    else:
+        with np.errstate(divide="ignore"):
+            np.log1p(t, out=t)
     t *= k
     np.expm1(t, out=t)
     np.negative(t, out=t)
@@ -197,6 +202,9 @@ def vertex(pD: np.ndarray, b: float, k: int, above: float | None = None) -> np.n
         return _increments_between(pD, c[:-1], c[1:], k)
     return increments(pD, c[:-1], k)
 
+
+#: From this ``k`` on, ``expm1(-k)`` rounds to ``-1`` exactly (``e**-38 < 2**-54``), as ``expm1(-inf)`` does.
+_EXPM1_FLOOR_K = 38
 
 #: Largest ``k``, and smallest block per unit of ``k``, for the multiply-add form of the increments.
 _HORNER_MAX_K = 16
