@@ -43,6 +43,12 @@ the laws whose label contains it.
 n = 1000 Dirichlet(0.1) pair, an n = 200 LLM-like pair and two n = 9 pairs of one token of mass about 1
 (alpha_k < 1 at every k); with ``--against`` the other checkout's side by side.
 
+``--mixture-time --against DIR [--rounds 7]``: the construction time of ``optimal_verifier(p, q, k, method)``
+alone, ``method="direct"`` and ``"keys"``, at k = 8, 64, 65, 10^4 on the two ``--huge-mixture`` pairs (n = 1000
+Dirichlet(0.1), n = 200 LLM-like), this checkout against DIR: interleaved rounds after a warm-up, medians and
+min-max ranges, the CPU-time ratio, Python-level call counts (cProfile; load-independent), UTC time and load
+average before and after.
+
 ``--full``: construction time at full vocabulary as a ratio to an
 argsort of the same vocabulary (``np.argsort(q / p)``) measured in the same
 run, on the real pairs (n = 49,152) and on synthetic LLM-like pairs (n =
@@ -434,12 +440,9 @@ def part_huge_mixture(against, rst, only=()):
     old = _load_package(against) if against else None
     print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, load {os.getloadavg()[0]:.2f}",
           flush=True)
-    g = np.random.default_rng(1)
-    sparse = (g.dirichlet(np.full(1000, 0.1)), g.dirichlet(np.full(1000, 0.1)))
-    llm = llm_like(200, np.random.default_rng(10 * 200 + 8))  # column generation tails off on it: n = 200
-    laws = [("dir0.1", lambda k: sparse), ("llm-like", lambda k: llm),
-            ("tiny 0", lambda k: _tiny_law(k, 0, 0.005, 0.5)),
-            ("tiny 137", lambda k: _tiny_law(k, 137, 0.01, 1.0))]
+    # column generation tails off on the LLM-like pair: n = 200
+    laws = _mixture_laws() + [("tiny 0", lambda k: _tiny_law(k, 0, 0.005, 0.5)),
+                              ("tiny 137", lambda k: _tiny_law(k, 137, 0.01, 1.0))]
     if only:
         laws = [law for law in laws if any(o in law[0] for o in only)]
     rows = []
@@ -467,27 +470,87 @@ def part_huge_mixture(against, rst, only=()):
           flush=True)
     if old is None:
         return
-    # construction time of method="direct" where both checkouts end "optimal" without a fallback
+    _mixture_time_table(old, [law for law in laws if not law[0].startswith("tiny")], rst, rounds=3)
+
+
+def _mixture_laws():
+    """The ``--huge-mixture`` laws timed: the n = 1000 Dirichlet(0.1) pair and the n = 200 LLM-like pair."""
+    g = np.random.default_rng(1)
+    sparse = (g.dirichlet(np.full(1000, 0.1)), g.dirichlet(np.full(1000, 0.1)))
+    llm = llm_like(200, np.random.default_rng(10 * 200 + 8))
+    return [("dir0.1", lambda k: sparse), ("llm-like", lambda k: llm)]
+
+
+def _mixture_time_table(old, laws, rst, *, rounds, methods=("direct",), ks=MIXTURE_TIME_KS):
+    """Construction time of ``optimal_verifier(p, q, k, method)``, this checkout against ``old``: interleaved
+    rounds (after one warm-up call each; a call under 20 ms is repeated to fill 20 ms a sample), wall-clock
+    medians, each side's spread (min-max over the rounds), the ratio of the CPU-time medians (process time: less
+    sensitive to other jobs on the cores) and each side's Python-level call count (:func:`_python_calls`)."""
+    import os
+
     rows = []
     load0 = os.getloadavg()[0]
     for label, make in laws:
-        if label.startswith("tiny"):
-            continue
-        for k in MIXTURE_TIME_KS:
-            p, q = make(k)
-            fns = {"this": lambda: otspec.optimal_verifier(p, q, k, method="direct"),
-                   "former": lambda: old.optimal_verifier(p, q, k, method="direct")}
-            times = {name: [] for name in fns}
-            for _ in range(3):  # interleaved rounds
-                for name, fn in fns.items():
+        for method in methods:
+            for k in ks:
+                p, q = make(k)
+                fns = {"this": lambda: otspec.optimal_verifier(p, q, k, method=method),
+                       "former": lambda: old.optimal_verifier(p, q, k, method=method)}
+                calls = {}
+                for name, fn in fns.items():  # warm-up (compilation, caches); short calls repeated to 20 ms a sample
                     t0 = time.perf_counter()
                     fn()
-                    times[name].append(time.perf_counter() - t0)
-            med = {name: statistics.median(t) for name, t in times.items()}
-            rows.append((label, k, fmt_ms(med["former"]), fmt_ms(med["this"]), f"{med['this'] / med['former']:.2f}"))
-            print("  ", rows[-1], flush=True)
-    print_table(f"optimal_verifier(p, q, k, method='direct'): median of 3 interleaved rounds (load {load0:.2f} "
-                f"-> {os.getloadavg()[0]:.2f})", ("law", "k", "former ms", "this ms", "ratio"), rows, rst)
+                    calls[name] = max(1, math.ceil(0.02 / max(time.perf_counter() - t0, 1e-6)))
+                times = {name: [] for name in fns}
+                cpu = {name: [] for name in fns}
+                for _ in range(rounds):  # interleaved rounds
+                    for name, fn in fns.items():
+                        c0, t0 = time.process_time(), time.perf_counter()
+                        for _ in range(calls[name]):
+                            fn()
+                        times[name].append((time.perf_counter() - t0) / calls[name])
+                        cpu[name].append((time.process_time() - c0) / calls[name])
+                med = {name: statistics.median(t) for name, t in times.items()}
+                cmed = {name: statistics.median(t) for name, t in cpu.items()}
+                spread = {name: f"{fmt_ms(min(t))}-{fmt_ms(max(t))}" for name, t in times.items()}
+                n_calls = {name: _python_calls(fn) for name, fn in fns.items()}
+                rows.append((label, method, k, fmt_ms(med["former"]), spread["former"], fmt_ms(med["this"]),
+                             spread["this"], f"{med['this'] / med['former']:.2f}",
+                             f"{cmed['this'] / cmed['former']:.2f}", n_calls["former"], n_calls["this"]))
+                print("  ", rows[-1], flush=True)
+    print_table(f"optimal_verifier(p, q, k, method): median of {rounds} interleaved rounds (load {load0:.2f} "
+                f"-> {os.getloadavg()[0]:.2f})",
+                ("law", "method", "k", "former ms", "former range", "this ms", "this range", "ratio", "cpu ratio",
+                 "former calls", "this calls"), rows, rst)
+
+
+def _python_calls(fn) -> int:
+    """Python-level function calls of one ``fn()`` (cProfile's count: numpy's Python wrappers included, its C
+    loops not): a count that does not depend on the machine's load."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    return int(pstats.Stats(prof).total_calls)
+
+
+def part_mixture_time(against, rst, rounds, only=()):
+    """``--mixture-time``: the timing table of ``--huge-mixture`` alone (direct and keys, k = 8, 64, 65, 10^4)."""
+    import datetime
+    import os
+
+    old = _load_package(against)
+    laws = _mixture_laws()
+    if only:
+        laws = [law for law in laws if any(o in law[0] for o in only)]
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC, load {os.getloadavg()[0]:.2f}, "
+          f"against {against}", flush=True)
+    _mixture_time_table(old, laws, rst, rounds=rounds, methods=("direct", "keys"))
+    print(f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC, load {os.getloadavg()[0]:.2f}",
+          flush=True)
 
 
 def main():
@@ -504,7 +567,11 @@ def main():
     ap.add_argument("--huge", action="store_true", help="gaps of the priority-key layout at huge k")
     ap.add_argument("--huge-mixture", action="store_true",
                     help="gaps of the mixture of priority orders (direct, colgen, direct+colgen) at huge k")
-    ap.add_argument("--against", default=None, help="--huge, --huge-mixture: another checkout to compare with")
+    ap.add_argument("--mixture-time", action="store_true",
+                    help="construction time alone (direct and keys, k = 8, 64, 65, 10^4) against --against")
+    ap.add_argument("--rounds", type=int, default=7, help="--mixture-time: interleaved rounds (default 7)")
+    ap.add_argument("--against", default=None,
+                    help="--huge, --huge-mixture, --mixture-time: another checkout to compare with")
     ap.add_argument("--only", action="append",
                     help="--huge, --huge-mixture: only the laws whose label contains this (repeatable)")
     ap.add_argument("--_real-child", nargs=2, type=int, help=argparse.SUPPRESS)
@@ -513,6 +580,11 @@ def main():
         _real_child(*args._real_child)
         return
     print(f"numpy {np.__version__}")
+    if args.mixture_time:
+        if not args.against:
+            ap.error("--mixture-time needs --against DIR")
+        part_mixture_time(args.against, args.rst, args.rounds, tuple(args.only or ()))
+        return
     if args.huge_mixture:
         part_huge_mixture(args.against, args.rst, tuple(args.only or ()))
         return

@@ -112,10 +112,16 @@ class OptimalVerifier(SelectThenSpeculate):
     alpha : float
         :math:`\alpha_k(p, q)`, the optimum (closed form, one sort).
     gap : float
-        ``alpha - acceptance()``; zero up to rounding when ``status == "optimal"``.
+        ``alpha - acceptance()``, signed; zero up to rounding when ``status == "optimal"``.
     status : str
-        ``"optimal"`` when ``gap <= tol``; otherwise why the construction
-        stopped short (``"max_iter"``, ``"stalled"``, ``"solver:<HiGHS status>"``).
+        ``"optimal"`` when ``|gap| <= tol``; ``"rounding"`` when the
+        acceptance exceeds :math:`\alpha_k` by more than ``tol`` but no more
+        than the rounding bound :math:`\max(10^{-12}, 4 (n + \min(k, 64) + m) \varepsilon)`
+        (only with a ``tol`` below it); otherwise why the construction
+        stopped short (``"suboptimal"``, ``"max_iter"``, ``"stalled"``,
+        ``"solver:<HiGHS status>"``). An acceptance above :math:`\alpha_k`
+        beyond the rounding bound (impossible for a valid selection rule,
+        :math:`\alpha_k` being the optimum) raises :class:`RuntimeError`.
     method : str
         The construction that produced the mixture (``"direct"``,
         ``"direct+colgen"`` after a fallback, or ``"colgen"``).
@@ -171,7 +177,11 @@ class OptimalVerifier(SelectThenSpeculate):
         self._init_speculative(z)
         self._global = None
         acceptance = self._exact_acceptance(float(alpha), float(tol))
-        self._init_report(alpha, acceptance, tol, status, method, n_iter)
+        # how far the acceptance can exceed alpha_k by rounding alone: the direct default tol, with
+        # this mixture's m (alpha_k's prefix sums, the k-th powers, the m-term mixture sum)
+        m = 1 + sum(w.shape[0] - 1 for w, _ in blocks)
+        slack = max(OPTIMALITY_TOL, 4 * (n + min(k, sm._DEPTH_MIN_K) + m) * np.finfo(float).eps)
+        self._init_report(alpha, acceptance, tol, status, method, n_iter, slack=slack)
         for arr in (self._local, self._block_of):
             arr.setflags(write=False)
 
@@ -278,12 +288,15 @@ class OptimalVerifier(SelectThenSpeculate):
         flagged = np.flatnonzero(first_rej < last_res)
         # cells of the pair sum: only rejectable tokens ranked before the last
         # residual cell, and residual cells ranked after the first rejectable token
-        work = sum(
-            int(np.count_nonzero(ranks[j, rej] < last_res[j])) * int(np.count_nonzero(ranks[j, resid] > first_rej[j]))
-            for j in flagged
-        )
-        if work > _PAIR_BUDGET and alpha - base <= tol:
-            return base
+        # (counted only when it matters: the bound |flagged| |rej| |resid| already within the budget decides alike)
+        if alpha - base <= tol and flagged.size * rej.size * resid.size > _PAIR_BUDGET:
+            work = sum(
+                int(np.count_nonzero(ranks[j, rej] < last_res[j]))
+                * int(np.count_nonzero(ranks[j, resid] > first_rej[j]))
+                for j in flagged
+            )
+            if work > _PAIR_BUDGET:
+                return base
         extra = 0.0
         for j in flagged:
             o = orders[j]
@@ -371,9 +384,12 @@ def _pair_term_from_depths(c, d, pz, py, k, after):
     both = np.zeros(after.shape)
     iz, iy = np.nonzero(after)
     if iz.size:
-        first = sm.increments(pz, c, k, d)  # one per Z
-        cz, pzz, pyy = c[iz], pz[iz], py[iy]
-        both[iz, iy] = first[iz] - sm.increments(pzz, cz - pyy, k, d[iz] + pyy)
+        # one call for both increments, one per Z then one per cell (elementwise: the same values as two calls)
+        nz = pz.shape[0]
+        pyy = py[iy]
+        inc = sm.increments(np.concatenate([pz, pz[iz]]), np.concatenate([c, c[iz] - pyy]), k,
+                            np.concatenate([d, d[iz] + pyy]))
+        both[iz, iy] = inc[:nz][iz] - inc[nz:]
     return both
 
 
@@ -455,7 +471,7 @@ def optimal_verifier(
         ``"colgen"``: column generation only (master LP over the orders found
         so far in HiGHS, pricing by one sort).
     tol : float, keyword-only
-        Largest gap ``alpha_k - acceptance`` reported as ``"optimal"``;
+        Largest ``|gap|``, ``gap = alpha_k - acceptance``, reported as ``"optimal"``;
         default ``max(OPTIMALITY_TOL, 4 (n + min(k, 64) + m) eps)`` for ``"direct"``
         with ``m`` the number of orders (1e-12, or the rounding bound of the
         closed form :math:`\alpha_k`, the ``k``-th powers and the
@@ -479,7 +495,12 @@ def optimal_verifier(
         ``OptimalVerifier`` with its ``orders`` and ``weights``), with its
         selected-token law ``z``, ``alpha``, ``gap``, ``tol`` and ``status``. A construction that stops
         short of :math:`\alpha_k` says so in ``status`` and ``gap``; it is
-        still lossless.
+        still lossless. ``status`` is ``"optimal"`` when ``|gap| <= tol``,
+        ``"rounding"`` when the gap exceeds ``tol`` by no more than the
+        construction's float64 rounding bound (the key layout's bound, or an
+        acceptance above :math:`\alpha_k` by rounding alone when ``tol`` is
+        below the bound), else ``"suboptimal"``, ``"max_iter"``,
+        ``"stalled"`` or ``"solver:<HiGHS status>"``.
 
     Raises
     ------
@@ -489,6 +510,11 @@ def optimal_verifier(
         ``tol`` is negative or not finite.
     TypeError
         If ``k`` or ``max_iter`` is not an integer, or ``tol`` not a real number.
+    RuntimeError
+        If the construction's acceptance exceeds :math:`\alpha_k` by more
+        than its float64 rounding bound (an internal error: no valid
+        selection rule accepts more than the optimum; the message gives
+        the numbers).
 
     See Also
     --------
@@ -629,7 +655,8 @@ def optimal_verifier(
         dtol = max(OPTIMALITY_TOL, 4 * (n + kt + m) * np.finfo(float).eps) if tol is None else tol
         direct = OptimalVerifier(p_, q_, k, _lift(blocks, supp), alpha=alpha, status=status,
                                  method="direct", n_iter=n_iter, tol=dtol, z=zfull)
-        if direct.success:
+        if direct.success or direct.status == "rounding":
+            # "rounding": above alpha_k by its rounding alone (a tol below the bound): no LP does better
             return direct
         # warm start: the direct mixture's orders (at most _WARM of them), in support positions
         pos = np.full(n, -1, dtype=np.int64)

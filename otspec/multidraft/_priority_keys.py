@@ -149,16 +149,20 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         ``(token, x, length)``: the intervals as stored (``top = origin + x``).
     alpha, gap, status, method, tol
         As for :class:`otspec.OptimalVerifier`; ``method`` is ``"keys"``. The
-        default ``tol`` is ``max(1e-12, 4 n eps)`` at every ``k``; a larger
+        default ``tol`` is ``max(1e-12, 4 n eps)`` at every ``k``; ``status``
+        is ``"optimal"`` when ``|gap| <= tol``. A larger
         gap that the float64 rounding bound of the interval ends explains
         (``origin == 0``: it grows with ``k``; ``origin == 1``: it does not,
         beyond the greedy ``z``'s own rounding) has the status
-        ``"rounding"``, any other ``"suboptimal"``.
+        ``"rounding"`` (on either side of :math:`\alpha_k`), any other
+        positive gap ``"suboptimal"``; an acceptance above
+        :math:`\alpha_k` beyond that bound raises :class:`RuntimeError`
+        (no valid layout accepts more than the optimum).
     n_pieces : int
         Number of intervals ``P``.
     """
 
-    def __init__(self, p, q, k, token, top, length, *, alpha, tol, bound=None, origin=0):
+    def __init__(self, p, q, k, token, top, length, *, alpha, tol, bound=None, origin=0, slack=None):
         self.k = k
         self._origin = int(origin)
         self.p = p
@@ -175,11 +179,13 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         # mu([top - length, top]); an interval reaching below 0 by rounding is cut at 0
         z = np.bincount(token, weights=_measure(top, length, k, self._origin), minlength=n)
         self._init_speculative(z)
-        # `bound`: the float64 rounding bound of the layout (see build_keys); `tol`: the status tolerance
+        # `bound`: the float64 rounding bound of the layout (see build_keys); `tol`: the status tolerance;
+        # `slack` (default `bound`): the rounding bound of an acceptance above alpha_k (given with a user tol)
         bound = float(tol) if bound is None else float(bound)
         acceptance = self._exact_acceptance(float(alpha), max(float(tol), bound))
         within = float(alpha) - acceptance <= bound
-        self._init_report(alpha, acceptance, tol, "rounding" if within else "suboptimal", "keys", 0)
+        self._init_report(alpha, acceptance, tol, "rounding" if within else "suboptimal", "keys", 0,
+                          slack=bound if slack is None else slack)
         # tokens with an interval too short to show in float64 at its position (a mass like 1e-300
         # near s = 0.5): the interval is a point, which may sit inside another token's interval
         self._flat = np.zeros(n, dtype=bool)
@@ -380,4 +386,5 @@ def build_keys(p_, q_, ps, qs, supp, k, in0, alpha, tol, *, depth=None):
         # the bound above explains it), not called optimal
         tol = max(1e-12, 4 * n * _EPS)
         return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol, bound=bound, origin=origin)
-    return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol, origin=origin)
+    # a user tol: the status against it alone (as before), the rounding bound still guards an acceptance above alpha_k
+    return PriorityKeyVerifier(p_, q_, k, token, top, length, alpha=alpha, tol=tol, origin=origin, slack=bound)

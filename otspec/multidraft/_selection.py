@@ -45,11 +45,41 @@ class SelectThenSpeculate(Verifier):
         self._res_cdf = np.cumsum(self._res)
         self._res_last = int(np.flatnonzero(self._res > 0)[-1]) if np.any(self._res > 0) else n - 1
 
-    def _init_report(self, alpha: float, acceptance: float, tol: float, status: str, method: str, n_iter: int):
+    def _init_report(self, alpha: float, acceptance: float, tol: float, status: str, method: str, n_iter: int,
+                     *, slack: float | None = None):
+        r"""Record ``alpha``, the acceptance, ``gap = alpha - acceptance`` and the status.
+
+        The status compares the size of the gap, ``|gap| <= tol`` for
+        ``"optimal"``: no valid verifier accepts more than :math:`\alpha_k`
+        (it is the optimum), so an acceptance above it is not "optimal" but
+        rounding or a defect. ``status`` is the construction's own word for
+        a gap above ``tol`` (``"optimal"`` there becomes ``"suboptimal"``).
+        ``slack`` (default ``tol``): the float64 rounding bound of
+        ``alpha`` and the acceptance, the most the computed acceptance can
+        exceed :math:`\alpha_k` by rounding alone. An acceptance above
+        :math:`\alpha_k` by at most ``max(tol, slack)`` (only when ``tol <
+        slack``) has the status ``"rounding"``; by more, the construction is
+        wrong (its ``z`` is not the law of a selection rule, or the
+        acceptance was summed wrongly), and :class:`RuntimeError` is raised
+        with the numbers.
+        """
         self._alpha = float(alpha)
         self._acceptance = float(acceptance)
         self._gap = float(self._alpha - self._acceptance)
-        self._status = "optimal" if self._gap <= tol else (status if status != "optimal" else "suboptimal")
+        bound = max(float(tol), float(tol if slack is None else slack))
+        if self._gap < -bound:
+            raise RuntimeError(
+                f"internal error: the acceptance {self._acceptance!r} of the {method!r} construction (n={self.n}, "
+                f"k={self.k}) exceeds alpha_k = {self._alpha!r} by {-self._gap:.3e}, beyond its float64 rounding "
+                f"bound {bound:.3e}: no lossless verifier accepts more than alpha_k, so its selected-token law z is "
+                "not the law of its selection rule or the acceptance was computed wrongly; please report this input"
+            )
+        if abs(self._gap) <= tol:
+            self._status = "optimal"
+        elif self._gap < 0:
+            self._status = "rounding"  # above alpha_k by rounding alone (tol below the rounding bound)
+        else:
+            self._status = status if status != "optimal" else "suboptimal"
         self._method = str(method)
         self._n_iter = int(n_iter)
         self._tol = float(tol)
@@ -73,12 +103,21 @@ class SelectThenSpeculate(Verifier):
 
     @property
     def gap(self) -> float:
-        """``alpha - acceptance()`` (zero up to rounding when optimal)."""
+        """``alpha - acceptance()``, signed (zero up to rounding when optimal; never below ``-tol`` but by rounding)."""
         return self._gap
 
     @property
     def status(self) -> str:
-        """``"optimal"`` when ``gap <= tol``, else why the construction stopped short."""
+        """``"optimal"`` when ``|gap| <= tol``; else ``"rounding"`` or why the construction stopped short.
+
+        ``"rounding"``: above :math:`\\alpha_k` by no more than the float64
+        rounding bound of the construction (possible only with a ``tol``
+        below that bound), or, for the priority-key layout, short of it by
+        no more than that bound. ``"suboptimal"``, ``"max_iter"``,
+        ``"stalled"``, ``"solver:<HiGHS status>"``: short of it by more. An
+        acceptance above :math:`\\alpha_k` beyond the rounding bound is never
+        reported: the construction raises :class:`RuntimeError`.
+        """
         return self._status
 
     @property

@@ -146,22 +146,42 @@ def _increments_transcendental(x: np.ndarray, c: np.ndarray, k: int, depth: np.n
     :math:`k\,\mathrm{depth}\,e^{-k\,\mathrm{depth}}\,\varepsilon \le \varepsilon`.
     The ratio ``x/c`` takes ``c`` itself (relative accuracy suffices there).
     """
-    out = np.zeros(x.shape[0])
     pos = c > 0
     if depth is not None:
         pos &= depth < 1.0
-    if not np.any(pos):
-        return out
-    cp = c[pos]
-    ratio = np.minimum(x[pos] / cp, 1.0)
-    with np.errstate(divide="ignore"):
-        t = np.log1p(-ratio)
+    every = bool(pos.all())
+    if every:  # the usual case: no masked copies (the same values, element by element)
+        cp, xp, dp = c, x, depth
+    elif not pos.any():
+        return np.zeros(x.shape[0])
+    else:
+        cp, xp, dp = c[pos], x[pos], (None if depth is None else depth[pos])
+    t = np.divide(xp, cp)
+    np.minimum(t, 1.0, out=t)
+    np.negative(t, out=t)
+    if k >= _EXPM1_FLOOR_K:
+        # x = c: log1p(-1) = -inf left at -1 (no warning to silence); k * -1 <= -38 and expm1 of it rounds to
+        # -1 exactly, as expm1(-inf) does: the same value
+        np.log1p(t, out=t, where=t > -1.0)
+    else:
+        with np.errstate(divide="ignore"):
+            np.log1p(t, out=t)
     t *= k
     np.expm1(t, out=t)
-    if depth is None:
-        out[pos] = -t * cp**k
+    np.negative(t, out=t)
+    if dp is None:
+        t *= cp**k
     else:
-        out[pos] = -t * np.exp(float(k) * np.log1p(-np.maximum(depth[pos], 0.0)))
+        ck = np.maximum(dp, 0.0)
+        np.negative(ck, out=ck)
+        np.log1p(ck, out=ck)
+        ck *= float(k)
+        np.exp(ck, out=ck)
+        t *= ck
+    if every:
+        return t
+    out = np.zeros(x.shape[0])
+    out[pos] = t
     return out
 
 
@@ -182,6 +202,9 @@ def vertex(pD: np.ndarray, b: float, k: int, above: float | None = None) -> np.n
         return _increments_between(pD, c[:-1], c[1:], k)
     return increments(pD, c[:-1], k)
 
+
+#: From this ``k`` on, ``expm1(-k)`` rounds to ``-1`` exactly (``e**-38 < 2**-54``), as ``expm1(-inf)`` does.
+_EXPM1_FLOOR_K = 38
 
 #: Largest ``k``, and smallest block per unit of ``k``, for the multiply-add form of the increments.
 _HORNER_MAX_K = 16
@@ -330,9 +353,11 @@ def exit_set(pD, v, d, b, k, tol, max_iter=100, return_scan=False, above=None):
     if above is None:
         gs = increments(pD[pos], np.full(pos.shape[0], pD.sum() + b), k)
         last = increments(pD[neg], pD[neg] + b, k)
-    else:
-        gs = increments(pD[pos], np.full(pos.shape[0], pD.sum() + b), k, np.full(pos.shape[0], above))
-        last = increments(pD[neg], pD[neg] + b, k, above + _others_masses(pD)[neg])
+    else:  # one call for both (elementwise: the same values as two calls; no multiply-add form above k = 16)
+        both = increments(np.concatenate([pD[pos], pD[neg]]),
+                          np.concatenate([np.full(pos.shape[0], pD.sum() + b), pD[neg] + b]), k,
+                          np.concatenate([np.full(pos.shape[0], above), above + _others_masses(pD)[neg]]))
+        gs, last = both[: pos.shape[0]], both[pos.shape[0]:]
     r_single = (gs - v[pos]) / d[pos]
     r_co = (v[neg] - last) / (-d[neg])
     i = int(np.argmin(r_single))
