@@ -1,0 +1,344 @@
+"""Property tests for public quantities that were only checked on hand-picked examples (CM coverage campaign).
+
+Each output law or exact quantity is compared with an independent route on the SAME float64 inputs: exact
+rational arithmetic (:class:`fractions.Fraction` of every float64 input), enumeration, the LP (HiGHS through the
+package's own LP helpers) or another verifier's closed form. Every law is also checked for the invariants that
+hold whatever the rounding: entries ``>= 0`` (never ``-1e-17``), a sum of 1 within a stated bound, acceptance
+``<= 1``, monotonicity in ``k`` or ``L`` where theory says so.
+
+The inputs are adversarial: weights exactly 1 (``q(x) = p(x)`` along a block), ``p == q``, point masses,
+ties, subnormal entries (``5e-324``), entries ``1 - 2**-53``, vocabularies of 1 and 2, ``k = 1`` and huge.
+
+Error bounds: a float64 sum or product of ``m`` terms in ``[0, 1]`` is within ``m * eps`` of its exact value
+(``eps = 2**-52``, every operation's relative error at most ``eps / 2``); the bounds below are that count
+times a small factor, stated at each test.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import assume, example, given
+from hypothesis import strategies as st
+
+from otspec import alpha_k
+from otspec.block import (
+    bernoulli_block_length,
+    bernoulli_token_length,
+    expected_length,
+    make_verifier,
+    tau_law_on_path,
+)
+from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
+from otspec.models import MemorylessModel
+from otspec.profile._quantities import block_path_laws
+
+EPS = 2.0**-52
+ONE_MINUS = 1.0 - 2.0**-53  # the largest double below 1
+SUBNORMAL = 5e-324
+
+# ----------------------------------------------------------------------------- strategies
+
+
+def _normalise(w) -> np.ndarray:
+    w = np.asarray(w, dtype=np.float64)
+    return w / w.sum()
+
+
+_RAW = st.one_of(
+    st.floats(min_value=0.01, max_value=1.0),
+    st.sampled_from([0.0, SUBNORMAL, 1e-300, 1e-17, 0.25, 0.5, 1.0, ONE_MINUS, 3.0]),
+)
+
+
+@st.composite
+def laws(draw, n: int):
+    """A law on ``n`` tokens: mixed scales with zeros, subnormals and ties, or a structured case."""
+    kind = draw(st.sampled_from(["mixed", "mixed", "mixed", "point", "near-point", "uniform"]))
+    if kind == "point":
+        return np.eye(n)[draw(st.integers(0, n - 1))]
+    if kind == "near-point" and n >= 2:
+        i, j = draw(st.permutations(range(n)))[:2]
+        out = np.zeros(n)
+        out[i], out[j] = ONE_MINUS, 2.0**-53  # sums to 1 exactly
+        return out
+    if kind == "uniform":
+        return np.full(n, 1.0 / n)
+    w = draw(st.lists(_RAW, min_size=n, max_size=n))
+    if not sum(w) > 0:
+        w[draw(st.integers(0, n - 1))] = 1.0
+    return _normalise(w)
+
+
+@st.composite
+def law_pairs(draw, min_n: int = 1, max_n: int = 4):
+    """``(p, q)`` on one vocabulary; one draw in four has ``q == p``."""
+    n = draw(st.integers(min_n, max_n))
+    p = draw(laws(n))
+    q = p.copy() if draw(st.integers(0, 3)) == 0 else draw(laws(n))
+    return p, q
+
+
+@st.composite
+def block_paths(draw, max_v: int = 4, max_l: int = 4):
+    """A block and the draft/target conditionals along it, with weights of exactly 1 in one draw in three
+    (``q_i(x_i) = p_i(x_i)`` at the drafted token) and ``q_i == p_i`` rows."""
+    V = draw(st.integers(1, max_v))
+    L = draw(st.integers(1, max_l))
+    cs, cb, block = [], [], []
+    for _ in range(L):
+        p = draw(laws(V))
+        support = np.flatnonzero(p > 0)
+        x = int(draw(st.sampled_from(support.tolist())))
+        mode = draw(st.sampled_from(["free", "free", "equal-row", "equal-at-x"]))
+        if mode == "equal-row":
+            q = p.copy()
+        else:
+            q = draw(laws(V))
+            if mode == "equal-at-x" and V >= 2 and p[x] <= 0.5:
+                # q(x) = p(x) exactly; the rest of q's mass spread over the other tokens
+                rest = np.delete(q, x)
+                rest = rest / rest.sum() if rest.sum() > 0 else np.full(V - 1, 1.0 / (V - 1))
+                q = np.insert(rest * (1.0 - p[x]), x, p[x])
+        cs.append(p)
+        cb.append(q)
+        block.append(x)
+    return tuple(block), cs, cb
+
+
+def _F(x) -> Fraction:
+    return Fraction(float(x))
+
+
+# ----------------------------------------------------------------------------- exact references
+
+
+def _exact_tau_law(name: str, block, cs, cb) -> list[Fraction]:
+    """``P(tau = t | X^L)`` of a block verifier in rationals, from its definition (Sun et al.,
+    arXiv:2403.10444, Algorithms 2 and 3 and the published one-correction-token variant)."""
+    L = len(block)
+    F = [[_F(v) for v in row] for row in cs]
+    G = [[_F(v) for v in row] for row in cb]
+    ratio = [G[i][x] / F[i][x] if F[i][x] > 0 else Fraction(1) for i, x in enumerate(block)]
+    if name == "token":
+        out, alive = [], Fraction(1)
+        for i in range(L):
+            a = min(Fraction(1), ratio[i])
+            out.append(alive * (1 - a))
+            alive *= a
+        return out + [alive]
+    if name == "block":
+        w = [Fraction(1)]
+        for r in ratio:
+            w.append(w[-1] * r)
+        out = [Fraction(0)] * (L + 1)
+        out[L] = min(Fraction(1), w[L])
+        left = 1 - out[L]
+        for k in range(L - 1, -1, -1):
+            if k == 0:
+                r = Fraction(1)
+            else:
+                remain = sum(max(w[k] * g - f, Fraction(0)) for f, g in zip(F[k], G[k]))
+                rej = sum(max(f - w[k] * g, Fraction(0)) for f, g in zip(F[k], G[k]))
+                r = min(Fraction(1), remain / rej) if rej > 0 else Fraction(1)
+            out[k] = left * r
+            left *= 1 - r
+        return out
+    # block-onestep
+    pw = [Fraction(1)]
+    for r in ratio:
+        pw.append(min(Fraction(1), pw[-1] * r))
+    h = [Fraction(1)]
+    for i in range(1, L):
+        Z = sum(max(pw[i] * g - f, Fraction(0)) for f, g in zip(F[i], G[i]))
+        den = Z + 1 - pw[i]
+        h.append(Z / den if den > 0 else Fraction(1))
+    h.append(pw[L])
+    out, tail = [Fraction(0)] * (L + 1), Fraction(1)
+    for t in range(L, -1, -1):
+        out[t] = h[t] * tail
+        tail *= 1 - h[t]
+    return out
+
+
+# ----------------------------------------------------------------------------- block verification along a path
+
+
+# found by this test (hypothesis seed 1): a ratio q/p over a subnormal p overflowed to inf; the block weight
+# 1 * 0 * inf was nan and main accepted the whole block surely (P(tau = 3) = 1 where exactly 0, the target giving
+# X_2 probability 0); one-step gave nan; token verification warned (RuntimeWarning: overflow)
+_SUBNORMAL_PATH = ((0, 0, 0), [np.array([1.0, 0.0]), np.array([0.5, 0.5]), np.array([SUBNORMAL, 1.0])],
+                   [np.array([1.0, 0.0]), np.array([0.0, 1.0]), np.array([0.5, 0.5])])
+# the block weight w_4 = (5e199)^2 (2e-250)^2 = 1e-100 overflowed on the way (inf): main accepted surely
+_HUGE, _TINY = [np.array([1e-200, 1.0]), np.array([0.5, 0.5])], [np.array([0.5, 0.5]), np.array([1e-250, 1.0])]
+_OVERFLOW_PATH = ((0, 0, 0, 0), [_HUGE[0], _HUGE[0], _TINY[0], _TINY[0]], [_HUGE[1], _HUGE[1], _TINY[1], _TINY[1]])
+# w_4 = (2e-200)^2 (5e299)^2 = 1e200 underflowed on the way (0): main never accepted the whole block
+_UNDERFLOW_PATH = ((0, 0, 0, 0), [_TINY[0], _TINY[0], np.array([1e-300, 1.0]), np.array([1e-300, 1.0])],
+                   [np.array([1e-200, 1.0]), np.array([1e-200, 1.0]), _HUGE[1], _HUGE[1]])
+
+
+@pytest.mark.parametrize("name", ["token", "block", "block-onestep"])
+@given(path=block_paths())
+@example(path=_SUBNORMAL_PATH)
+@example(path=_OVERFLOW_PATH)
+@example(path=_UNDERFLOW_PATH)
+def test_tau_law_on_path_is_a_law_and_matches_rationals(name, path):
+    block, cs, cb = path
+    law = tau_law_on_path(name, block, cs, cb)
+    L = len(block)
+    assert law.shape == (L + 1,)
+    assert np.all(law >= 0.0), law  # never -1e-17
+    assert abs(float(law.sum()) - 1.0) <= 4 * (L + 1) * EPS
+    exact = _exact_tau_law(name, block, cs, cb)
+    assert abs(sum(exact) - 1) == 0  # the reference is a law exactly (telescoping)
+    # each entry is a product of at most L + 1 factors in [0, 1], each factor within a few eps of exact
+    # (block: the ratio of two sums of V terms, each relative error <= (V + 2) eps, times the weight's L eps)
+    V = len(cs[0])
+    bound = 8 * (L + 1) * (V + L + 2) * EPS
+    np.testing.assert_allclose(law, [float(e) for e in exact], rtol=0, atol=bound)
+
+
+@pytest.mark.parametrize("name", ["block", "block-onestep"])
+@given(path=block_paths(max_l=3))
+def test_profile_block_path_laws_match_tau_law_on_path(name, path):
+    """The profile's batched laws of every draft length (numpy route) against the per-path route, on paths whose
+    weights stay in the normal range (the profile's laws have subnormals flushed to 0; see the module notes)."""
+    block, cs, cb = path
+    L, V = len(block), len(cs[0])
+    assume(all(cs[i][x] >= 1e-150 for i, x in enumerate(block)))  # no product leaves the normal range
+    P = np.stack(cs)[None]
+    Q = np.stack(cb + [cb[-1]])[None]
+    X = np.array([block], dtype=np.int64)
+    got = block_path_laws(name, P, Q, X, L)
+    for ell in range(1, L + 1):
+        row = got[0, ell - 1]
+        assert np.all(row >= 0.0), row
+        assert np.all(row[ell + 1 :] == 0.0)
+        ref = tau_law_on_path(name, block[:ell], cs[:ell], cb[:ell])
+        np.testing.assert_allclose(row[: ell + 1], ref, rtol=0, atol=8 * (ell + 1) * (V + ell + 2) * EPS)
+
+
+# ----------------------------------------------------------------------------- Bernoulli closed forms
+
+
+def _exact_token_length(p: Fraction, q: Fraction, L: int) -> Fraction:
+    a = 1 - abs(p - q)
+    return sum(a**i for i in range(1, L + 1))
+
+
+def _exact_block_length(p: Fraction, q: Fraction, L: int) -> Fraction:
+    """Theorem 1 of Sun et al. (arXiv:2403.10444) summed over the number of ones (enumeration of x^i by count)."""
+    return sum(
+        math.comb(i, j) * min(p**j * (1 - p) ** (i - j), q**j * (1 - q) ** (i - j))
+        for i in range(1, L + 1)
+        for j in range(i + 1)
+    )
+
+
+_PROB = st.one_of(
+    st.floats(min_value=0.0, max_value=1.0),
+    st.sampled_from([0.0, 1.0, 0.5, SUBNORMAL, 1e-300, 2.0**-53, ONE_MINUS, 1e-12, 1.0 - 1e-12]),
+)
+
+
+@given(p=_PROB, q=_PROB, L=st.integers(1, 12))
+@example(p=0.5, q=0.5, L=3)
+@example(p=ONE_MINUS, q=1.0, L=12)
+@example(p=0.0, q=1.0, L=1)
+@example(p=1.0, q=1e-16, L=1)  # found by this test's monotone twin: main gave 1.11e-16 (1 - fl(1 - 1e-16)) for 1e-16
+@example(p=1.0 - 2.0**-40, q=3e-17, L=5)
+def test_bernoulli_lengths_match_rationals(p, q, L):
+    tok = bernoulli_token_length(p, q, L)
+    blk = bernoulli_block_length(p, q, L)
+    # the package reads a subnormal probability as 0 (it carries no mass); so does the reference
+    pf, qf = (Fraction(0) if v < 2.2250738585072014e-308 else Fraction(v) for v in (p, q))
+    et, eb = _exact_token_length(pf, qf, L), _exact_block_length(pf, qf, L)
+    # token: closed form a (1 - a^L) / d with expm1/log1p, each a few eps relative; block: binomial CDFs
+    # (scipy, within 1e-14 relative of each term) summed by fsum
+    assert abs(tok - float(et)) <= 32 * L * EPS * max(1.0, float(et))
+    assert abs(blk - float(eb)) <= 1e-13 * L * max(1.0, float(eb))
+    # theory: 0 <= token <= block <= L (block verification is block-OT optimal), bonus adds exactly 1
+    assert 0.0 <= tok <= blk + 4 * L * EPS and blk <= L
+    assert bernoulli_token_length(p, q, L, include_bonus=True) == tok + 1.0
+    assert bernoulli_block_length(p, q, L, include_bonus=True) == blk + 1.0
+
+
+@given(p=_PROB, q=_PROB, L=st.sampled_from([1, 2, 50, 10**4, 10**9, 10**15]))
+@example(p=1.0, q=1e-16, L=1)  # main: token 1.11e-16 > block 1e-16
+@example(p=0.0, q=1.0, L=10**4)  # main: ValueError('math domain error') (log(rho) at rho = 0 past 4096 terms)
+@example(p=1.0, q=0.0, L=10**15)  # main: refused as needing 1e15 terms for a sum of zeros
+def test_bernoulli_lengths_monotone_in_L_and_bounded(p, q, L):
+    d = abs(p - q)
+    try:
+        blk, blk1 = bernoulli_block_length(p, q, L), bernoulli_block_length(p, q, L + 1)
+    except ValueError as exc:  # p and q so close that too many terms are needed: refused, as documented
+        assert "MAX_BERNOULLI_TERMS" in str(exc)
+        blk = blk1 = None
+    tok, tok1 = bernoulli_token_length(p, q, L), bernoulli_token_length(p, q, L + 1)
+    assert tok <= tok1 * (1 + 4 * EPS)
+    if d > 2.2250738585072014e-308:
+        exact_d = abs(Fraction(p) - Fraction(q))
+        assert tok <= float((1 - exact_d) / exact_d) * (1 + 16 * EPS)  # the geometric series' limit
+    if blk is not None:
+        assert blk <= blk1 * (1 + 4 * EPS) and blk <= L and blk1 <= L + 1
+        assert tok <= blk * (1 + 1e-13) + 1e-300
+
+
+# ----------------------------------------------------------------------------- block verifiers on memoryless models
+
+
+@given(pq=law_pairs(min_n=2, max_n=2), L=st.integers(1, 3))
+def test_expected_lengths_on_bernoulli_sources_match_closed_forms(pq, L):
+    p, q = pq
+    s, b = MemorylessModel(p), MemorylessModel(q)
+    tok, one, blk = (expected_length(s, b, L, v) for v in ("token", "block-onestep", "block"))
+    # Sun et al. (arXiv:2403.10444), Theorems 1-2 and Section 4: token <= one-step <= block <= L
+    slack = 16 * L * EPS
+    assert -slack <= tok <= one + slack and one <= blk + slack and blk <= L + slack
+    assert abs(tok - bernoulli_token_length(p[1], q[1], L)) <= 64 * L * EPS
+    assert abs(blk - bernoulli_block_length(p[1], q[1], L)) <= 1e-13 * L
+    for name in ("token", "block-onestep", "block"):
+        v = make_verifier(s, b, L, name)
+        law = v.tau_law()
+        assert np.all(law >= 0.0) and abs(law.sum() - 1.0) <= 8 * (L + 2) * EPS
+        out = v.output_law()  # lossless: the law of the L + 1 emitted tokens is the target's joint law
+        target = q
+        for _ in range(L):
+            target = np.multiply.outer(target, q)
+        assert np.all(out >= 0.0)
+        np.testing.assert_allclose(out, target, rtol=0, atol=64 * (L + 1) * EPS)
+
+
+# ----------------------------------------------------------------------------- closed forms of alpha_k
+
+
+@given(p=_PROB, q=_PROB, k=st.one_of(st.integers(1, 6), st.sampled_from([10**6, 10**18])))
+@example(p=ONE_MINUS, q=1.0, k=1)
+@example(p=0.5, q=0.5, k=10**18)
+def test_bernoulli_alpha_k_is_exact_and_monotone(p, q, k):
+    got = bernoulli_alpha_k(p, q, k)
+    exact = bernoulli_alpha_k(Fraction(p), Fraction(q), min(k, 64))  # the formula itself in rationals
+    assert 0.0 <= got <= 1.0
+    if k <= 64:
+        assert abs(got - float(exact)) <= 8 * k * EPS
+    assert got <= bernoulli_alpha_k(p, q, k + 1) + 4 * EPS  # more drafts never hurt
+    if k <= 6 and p >= 2.2250738585072014e-308 and 1.0 - p >= 2.2250738585072014e-308:
+        # against the LP of the optimal-transport problem (HiGHS)
+        lp = float(alpha_k([1.0 - p, p], [1.0 - q, q], k, method="lp"))
+        assert abs(got - lp) <= 1e-9
+
+
+@given(d_p=st.integers(1, 6), d_q=st.integers(1, 6), k=st.integers(1, 4))
+def test_uniform_alpha_k_matches_the_lp(d_p, d_q, k):
+    n = max(d_p, d_q)
+    p = np.zeros(n)
+    q = np.zeros(n)
+    p[:d_p] = 1.0 / d_p
+    q[:d_q] = 1.0 / d_q
+    exact = uniform_alpha_k(d_p, d_q, k, exact=True)
+    assert 0 <= exact <= 1 and uniform_alpha_k(d_p, d_q, k) == float(exact)
+    assert exact <= uniform_alpha_k(d_p, d_q, k + 1, exact=True)
+    assert abs(float(alpha_k(p, q, k)) - float(exact)) <= 1e-12
