@@ -112,7 +112,7 @@ def _path_weights(block, cs, cb):
 
     A product that leaves the normal range (a ratio over a subnormal ``M_s(x)`` overflowing to ``inf``, then
     ``inf * 0 = nan``; or ratios like ``1e200 * 1e200 * 1e-300`` overflowing, or ``1e-200 * 1e-200 * 1e300``
-    underflowing, on the way to a representable weight) is recomputed in exact rationals of the same float64
+    underflowing, on the way to a representable weight, in either chain) is recomputed in exact rationals of the same float64
     entries, a weight above :data:`_BIG_WEIGHT` standing for itself; products that stay normal are the float
     products, bit for bit.
     """
@@ -125,7 +125,8 @@ def _path_weights(block, cs, cb):
         exact_zero = exact_zero or r == 0.0
         # a zero weight is exact only after a zero ratio; an infinite ratio or a subnormal, infinite or nan product
         # has lost the weight
-        ok = ok and r < math.inf and ((w[-1] == 0.0 and exact_zero) or NEGLIGIBLE <= w[-1] < math.inf)
+        ok = ok and r < math.inf and all((v == 0.0 and exact_zero) or NEGLIGIBLE <= v < math.inf
+                                         for v in (w[-1], pw[-1]))
     if ok:
         return w, pw
     from fractions import Fraction
