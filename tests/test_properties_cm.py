@@ -24,7 +24,7 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from otspec import alpha_k
+from otspec import alpha_k, khisti_acceptance_one, khisti_alpha2
 from otspec.block import (
     bernoulli_block_length,
     bernoulli_token_length,
@@ -34,6 +34,7 @@ from otspec.block import (
 )
 from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
 from otspec.models import MemorylessModel
+from otspec.otm import alpha_k_without_replacement, prob_within_without_replacement
 from otspec.profile._quantities import block_path_laws
 
 EPS = 2.0**-52
@@ -348,3 +349,75 @@ def test_uniform_alpha_k_matches_the_lp(d_p, d_q, k):
     assert 0 <= exact <= 1 and uniform_alpha_k(d_p, d_q, k) == float(exact)
     assert exact <= uniform_alpha_k(d_p, d_q, k + 1, exact=True)
     assert abs(float(alpha_k(p, q, k)) - float(exact)) <= 1e-12
+
+
+# ----------------------------------------------------------------------------- two drafts, without replacement
+
+
+@given(pq=law_pairs(min_n=1, max_n=4))
+def test_khisti_alpha2_is_alpha_2(pq):
+    """Khisti et al. (arXiv:2410.18234): the explicit optimum of two i.i.d. drafts equals alpha_2 (the package's
+    exact route); it lies in [0, 1], and acceptance one holds iff it is 1."""
+    p, q = pq
+    got = khisti_alpha2(p, q)
+    assert 0.0 <= got <= 1.0
+    ref = float(alpha_k(p, q, 2))
+    n = len(p)
+    assert abs(got - ref) <= 8 * 2**n * EPS + 1e-15
+    if khisti_acceptance_one(p, q, tol=0.0):
+        assert got >= 1.0 - 8 * n * EPS
+
+
+def _exact_within(p, omega0, k: int) -> Fraction:
+    """P(S subset of Omega_0) for k draws without replacement, by enumeration of ordered tuples in rationals."""
+    P = [_F(v) for v in p]
+    inside = set(omega0)
+
+    def walk(prefix, prob):
+        if len(prefix) == k:
+            return prob if set(prefix) <= inside else Fraction(0)
+        rest = sum(P[y] for y in range(len(P)) if y not in prefix)
+        return sum(walk(prefix + (x,), prob * P[x] / rest) for x in range(len(P)) if x not in prefix and P[x] > 0)
+
+    return walk((), Fraction(1))
+
+
+@given(p=st.integers(1, 4).flatmap(laws), data=st.data())
+def test_prob_within_without_replacement_matches_enumeration(p, data):
+    n = len(p)
+    support = int(np.count_nonzero(p >= 2.2250738585072014e-308))
+    assume(support >= 1)
+    k = data.draw(st.integers(1, support))
+    omega0 = data.draw(st.lists(st.integers(0, n - 1), unique=True, max_size=n))
+    p = np.where(p < 2.2250738585072014e-308, 0.0, p)  # the package flushes subnormals; so does the reference
+    got = prob_within_without_replacement(p, omega0, k)
+    exact = _exact_within(p, omega0, k)
+    assert 0.0 <= got <= 1.0
+    assert abs(got - float(exact)) <= 1e-13 + 4 * n * EPS  # the documented bound
+
+
+@given(pq=law_pairs(min_n=1, max_n=4))
+def test_alpha_k_without_replacement_is_the_lp_and_monotone(pq):
+    p, q = pq
+    p = np.where(p < 2.2250738585072014e-308, 0.0, p)
+    support = int(np.count_nonzero(p))
+    prev = 0.0
+    for k in range(1, support + 1):
+        got = alpha_k_without_replacement(p, q, k)
+        assert 0.0 <= got <= 1.0
+        assert abs(got - alpha_k_without_replacement(p, q, k, method="lp")) <= 1e-9  # HiGHS, re-checked
+        assert got >= prev - 1e-13  # one more distinct draft never hurts
+        prev = got
+
+
+# found by test_khisti_alpha2_is_alpha_2 (hypothesis seed 9; this p from a numpy search of the same class):
+# at S = supp(p), p(S) sums to 1 + 2**-52 in float64 and q(S) = 0, so
+# q(S) + (1 - p(S))**2 + 2 p(S) (1 - p(S)) = -4.4e-16; the `1 - x` form of the CJ class, in
+# otspec/multidraft/_khisti.py (another helper's file: reported, not fixed here). Summing p over S's complement
+# instead of forming 1 - p(S) keeps every term >= 0.
+@pytest.mark.xfail(strict=True, reason="khisti_alpha2 forms 1 - p(S) (otspec/multidraft/_khisti.py): reported")
+def test_khisti_alpha2_never_negative_at_a_subset_sum_past_one():
+    p = np.array([0.42311380766287726, 0.004745725631765277, 0.5721404667053576, 0.0])  # a law (validated)
+    q = np.array([0.0, 0.0, 0.0, 1.0])
+    assert float(alpha_k(p, q, 2)) == 0.0
+    assert khisti_alpha2(p, q) >= 0.0
