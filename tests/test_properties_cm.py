@@ -36,6 +36,8 @@ from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
 from otspec.models import MemorylessModel
 from otspec.otm import alpha_k_without_replacement, prob_within_without_replacement
 from otspec.profile._quantities import block_path_laws
+from otspec.spectr import block_efficiency, decoded_law, length_law
+from otspec.tree import spechub_optimum, spechub_pair_law
 
 EPS = 2.0**-52
 ONE_MINUS = 1.0 - 2.0**-53  # the largest double below 1
@@ -421,3 +423,74 @@ def test_khisti_alpha2_never_negative_at_a_subset_sum_past_one():
     q = np.array([0.0, 0.0, 0.0, 1.0])
     assert float(alpha_k(p, q, 2)) == 0.0
     assert khisti_alpha2(p, q) >= 0.0
+
+
+# ----------------------------------------------------------------------------- SpecHub's two drafts
+
+
+def _exact_hub_pair(p) -> dict:
+    """SpecHub's pair law (Sun, Zhou, Chen, Sun, arXiv:2411.05289) in rationals: P(i, a) = p(i), P(a, j) =
+    p(a) p(j) / (1 - p(a)), a = argmax p (lowest id); a point mass pairs a with the lowest other id."""
+    P = [_F(v) for v in p]
+    a = max(range(len(P)), key=lambda i: (P[i], -i))
+    rest = sum(P[i] for i in range(len(P)) if i != a)
+    out = {}
+    for i in range(len(P)):
+        if i != a:
+            out[(i, a)] = P[i]
+            out[(a, i)] = P[a] * P[i] / rest if rest > 0 else Fraction(0)
+    if rest == 0:
+        out[(a, 1 if a == 0 else 0)] = P[a]
+    return out
+
+
+@given(pq=law_pairs(min_n=2, max_n=5))
+def test_spechub_pair_law_and_optimum_match_rationals(pq):
+    p, q = pq
+    n = len(p)
+    p = np.where(p < 2.2250738585072014e-308, 0.0, p)  # validation flushes subnormal entries
+    q = np.where(q < 2.2250738585072014e-308, 0.0, q)
+    pair = spechub_pair_law(p)
+    assert np.all(pair >= 0.0) and abs(pair.sum() - 1.0) <= 4 * n * EPS
+    exact = _exact_hub_pair(p)
+    ref = np.zeros((n, n))
+    for (i, j), v in exact.items():
+        ref[i, j] = float(v)
+    np.testing.assert_allclose(pair, ref, rtol=0, atol=4 * n * EPS)
+    # the optimum by the min-cut of the coupling (Strassen): min over U of q(U) + P({X1, X2} not inside U)
+    Q = [_F(v) for v in q]
+    best = min(
+        sum(Q[i] for i in range(n) if U >> i & 1)
+        + sum(v for (i, j), v in exact.items() if not (U >> i & 1 and U >> j & 1))
+        for U in range(2**n)
+    )
+    got = spechub_optimum(p, q)
+    assert 0.0 <= got <= 1.0
+    assert abs(got - float(best)) <= 8 * n * EPS
+
+
+# ----------------------------------------------------------------------------- SpecTr's iteration
+
+
+@given(pq=law_pairs(min_n=1, max_n=3), K=st.integers(1, 2), L=st.integers(1, 2),
+       verifier=st.sampled_from(["token", "kseq", "optimal"]))
+def test_spectr_iteration_laws(pq, K, L, verifier):
+    p, q = pq
+    K = 1 if verifier == "token" else K  # token verification takes one draft
+    s, b = MemorylessModel(p), MemorylessModel(q)
+    law = length_law(s, b, K, L, verifier=verifier)
+    assert law.shape == (L + 1,) and np.all(law >= 0.0) and abs(law.sum() - 1.0) <= 16 * (L + 1) * EPS
+    eff = block_efficiency(s, b, K, L, verifier=verifier)
+    assert abs(eff - float(np.dot(np.arange(1, L + 2), law))) <= 16 * (L + 1) ** 2 * EPS
+    assert 1.0 - 16 * EPS <= eff <= L + 1 + 16 * EPS
+    if K == 1 and verifier == "token":  # one draft: token-level speculative decoding, bonus included
+        assert abs(eff - (1.0 + expected_length(s, b, L, "token"))) <= 32 * (L + 1) * EPS
+    dec = decoded_law(s, b, K, L, verifier=verifier)
+    vals = np.array(list(dec.values()))
+    assert np.all(vals >= 0.0) and abs(math.fsum(vals) - 1.0) <= 16 * len(vals) * EPS
+    # lossless: every iteration decodes at least one token, the first from the target's law
+    first = np.zeros(len(q))
+    for seq, v in dec.items():
+        first[seq[0]] += v
+    qq = np.where(q < 2.2250738585072014e-308, 0.0, q)
+    np.testing.assert_allclose(first, qq / qq.sum(), rtol=0, atol=64 * (L + 1) * len(q) * EPS)
