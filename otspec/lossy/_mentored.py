@@ -60,7 +60,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._registry import unknown_name_message
-from .._validation import as_float_array, as_rng, validate_distribution, validate_pair, validate_probability
+from .._validation import (
+    NEGLIGIBLE,
+    as_float_array,
+    as_rng,
+    validate_distribution,
+    validate_pair,
+    validate_probability,
+)
 from .._verifier import Verifier, sample_from
 from ..multidraft._maximal_coupling import residual
 
@@ -116,13 +123,17 @@ def _kl_terms(q: np.ndarray, pi: np.ndarray) -> np.ndarray:
     :func:`kl_divergence`).
 
     Where :math:`\pi > 2^{1000} q` (a subnormal ``q`` against a normal ``pi``: the ratio may overflow to
-    ``inf`` and :math:`h` to ``inf - inf``) the term is :math:`(\pi - q) - q(\ln \pi - \ln q)`, every part
-    finite; elsewhere it is :func:`_h`'s, unchanged."""
+    ``inf`` and :math:`h` to ``inf - inf``) and where :math:`\pi / q` is subnormal (``pi = 5e-324`` against
+    ``q = 0.2``: a quotient of a few bits, whose logarithm was off by 0.1) the term is
+    :math:`(\pi - q) - q(\ln \pi - \ln q)`, every part finite and each logarithm of an exact input; elsewhere
+    it is :func:`_h`'s, unchanged."""
     q = np.asarray(q, dtype=np.float64)
     pi = np.asarray(pi, dtype=np.float64)
     big = pi > q * _BIG
     qn = np.where(big, pi, q)  # u = 0 there: no overflow
-    out = q * _h((pi - qn) / qn, pi / qn)
+    ratio = pi / qn
+    out = q * _h((pi - qn) / qn, ratio)
+    big |= ratio < NEGLIGIBLE  # a subnormal quotient: by logs too
     if np.any(big):
         qb, pb = q[big], pi[big]
         out = np.array(out, copy=True)
@@ -298,7 +309,7 @@ class _Problem:
         self.B = np.maximum.accumulate(np.maximum(B, 0.0)) if mb else B
         hb = np.zeros(mb)
         pf, qf = self.pb[finite], self.qb[finite]
-        hb[finite] = qf * _h((pf - qf) / qf, pf / qf)  # p/q, not 1 + (p - q)/q: p << q loses it
+        hb[finite] = _kl_terms(qf, pf)  # p/q, not 1 + (p - q)/q: p << q loses it (by logs where p/q is subnormal)
         self.Hb = _suffix(hb)
         self.has_inf = bool(np.any(~finite))
         # t_max = 1 - R_0 = sum (p - q)_+ = sum (q - p)_+ (speculative sampling's rejection
