@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import array_api_compat
 import numpy as np
 import pytest
 from hypothesis import assume, example, given
@@ -37,6 +38,7 @@ from otspec.lossy import kl_divergence
 from otspec.models import MemorylessModel
 from otspec.otm import alpha_k_without_replacement, prob_within_without_replacement
 from otspec.profile._quantities import block_path_laws
+from otspec.profile._quantities_batched import kl_rows
 from otspec.spectr import block_efficiency, decoded_law, length_law
 from otspec.tree import spechub_optimum, spechub_pair_law
 
@@ -536,3 +538,34 @@ def test_kl_divergence_matches_high_precision(pq):
         )
         ref = float(ref)
     assert abs(got - ref) <= 64 * len(q) * EPS * ref + 1e-300
+    # the profile's batched rows (its numpy route; torch's runs the same operations) within the same bound
+    row = float(kl_rows(q[None], pi[None], array_api_compat.array_namespace(q))[0])
+    assert abs(row - ref) <= 64 * len(q) * EPS * ref + 1e-300
+
+
+# ----------------------------------------------------------------------------- huge k in the closed forms (reported)
+# otspec/closed_form.py is another helper's file: these reproducers are reported, not fixed here. Both forms
+# raise 1 - x to a huge power: 1 - 1/k and 1 - p round to 1.0 once below 2**-53, so the power is 1 and the
+# value 0. -expm1(k * log1p(-x)) keeps them.
+
+
+@pytest.mark.xfail(strict=True, reason="lemma3_constant forms (1 - 1/k)**k (otspec/closed_form.py): reported")
+def test_lemma3_constant_at_huge_k_is_near_one_minus_one_over_e():
+    from otspec.closed_form import lemma3_constant
+
+    mpmath = pytest.importorskip("mpmath")
+    for k in (10**9, 10**16, 10**18):
+        with mpmath.workdps(60):
+            ref = float(-mpmath.expm1(k * mpmath.log1p(-mpmath.mpf(1) / k)))
+        assert abs(lemma3_constant(k) - ref) <= 8 * EPS  # main: 0.0 at k = 1e18, 0.6705 at 1e16
+
+
+@pytest.mark.xfail(strict=True, reason="bernoulli_alpha_k forms (1 - p)**k (otspec/closed_form.py): reported")
+def test_bernoulli_alpha_k_at_huge_k_with_a_tiny_p():
+    mpmath = pytest.importorskip("mpmath")
+    p, q, k = 1e-17, 0.5, 10**18
+    with mpmath.workdps(60):
+        ref = float(min(mpmath.mpf(q), -mpmath.expm1(k * mpmath.log1p(-mpmath.mpf(p))))
+                    + min(1 - mpmath.mpf(q), 1 - mpmath.power(mpmath.mpf(p), k)))
+    assert ref == 1.0
+    assert abs(bernoulli_alpha_k(p, q, k) - ref) <= 8 * EPS  # main: 0.5

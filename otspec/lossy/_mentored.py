@@ -129,11 +129,9 @@ def _kl_terms(q: np.ndarray, pi: np.ndarray) -> np.ndarray:
     it is :func:`_h`'s, unchanged."""
     q = np.asarray(q, dtype=np.float64)
     pi = np.asarray(pi, dtype=np.float64)
-    big = pi > q * _BIG
+    big = (pi > q * _BIG) | (pi < q * NEGLIGIBLE)  # an overflowing or a subnormal quotient: by logs
     qn = np.where(big, pi, q)  # u = 0 there: no overflow
-    ratio = pi / qn
-    out = q * _h((pi - qn) / qn, ratio)
-    big |= ratio < NEGLIGIBLE  # a subnormal quotient: by logs too
+    out = q * _h((pi - qn) / qn, pi / qn)
     if np.any(big):
         qb, pb = q[big], pi[big]
         out = np.array(out, copy=True)

@@ -31,6 +31,7 @@ import weakref
 
 import numpy as np
 
+from .._validation import NEGLIGIBLE
 from ..decoding._tree_device import ranked_rows_t
 from ..lossy._mentored import _BIG
 from ..lossy._typical import VLLM_DEFAULTS
@@ -250,7 +251,8 @@ def kl_rows(q, pi, xp, keepdims: bool = False):
     miss = xp.any(m & (pi <= 0.0), axis=-1, keepdims=keepdims)
     one, zero = _const(1.0, q), _const(0.0, q)
     qs, ps = _where(m, q, one, xp), _where(m & (pi > 0.0), pi, one, xp)
-    big = ps > qs * _BIG  # pi / q may overflow: that term by logs, as the host's (_kl_terms)
+    # pi / q may overflow, or be subnormal (a few bits): that term by logs, as the host's (_kl_terms)
+    big = (ps > qs * _BIG) | (ps < qs * NEGLIGIBLE)
     qn = _where(big, ps, qs, xp)
     u, v = (ps - qn) / qn, ps / qn
     small = xp.abs(u) < 0.05
