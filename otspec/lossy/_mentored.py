@@ -60,14 +60,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._registry import unknown_name_message
-from .._validation import (
-    NEGLIGIBLE,
-    as_float_array,
-    as_rng,
-    validate_distribution,
-    validate_pair,
-    validate_probability,
-)
+from .._validation import as_float_array, as_rng, validate_distribution, validate_pair, validate_probability
 from .._verifier import Verifier, sample_from
 from ..multidraft._maximal_coupling import residual
 
@@ -90,8 +83,9 @@ MAX_CURVE_POINTS = 10_000
 _METHODS = ("exact", "bisection")
 _EPS = float(np.finfo(np.float64).eps)
 _TINY = float(np.nextafter(0.0, 1.0))
-# pi / q above this (pi > q * 2**1000, exact: a power of two) is computed by logs: pi / q may overflow
-_BIG = 2.0**1000
+# |ln(pi / q)| above this (pi / q past 2**1000 or below 2**-1000) is computed by logs: pi / q may overflow, or be
+# subnormal and hold a few bits
+_LOG_BIG = 1000 * math.log(2.0)
 
 
 def _h(u, v=None) -> np.ndarray:
@@ -122,20 +116,20 @@ def _kl_terms(q: np.ndarray, pi: np.ndarray) -> np.ndarray:
     r""":math:`q\,h(\pi/q - 1) = \pi - q - q \ln(\pi/q) \ge 0` for arrays ``q > 0``, ``pi > 0`` (the terms of
     :func:`kl_divergence`).
 
-    Where :math:`\pi > 2^{1000} q` (a subnormal ``q`` against a normal ``pi``: the ratio may overflow to
-    ``inf`` and :math:`h` to ``inf - inf``) and where :math:`\pi / q` is subnormal (``pi = 5e-324`` against
-    ``q = 0.2``: a quotient of a few bits, whose logarithm was off by 0.1) the term is
+    Where :math:`|\ln(\pi / q)| > 1000 \ln 2` (a subnormal ``q`` against a normal ``pi``: the ratio may
+    overflow to ``inf`` and :math:`h` to ``inf - inf``; or ``pi = 5e-324`` against ``q = 0.2``: a subnormal
+    quotient of a few bits, whose logarithm was off by 0.1) the term is
     :math:`(\pi - q) - q(\ln \pi - \ln q)`, every part finite and each logarithm of an exact input; elsewhere
     it is :func:`_h`'s, unchanged."""
     q = np.asarray(q, dtype=np.float64)
     pi = np.asarray(pi, dtype=np.float64)
-    big = (pi > q * _BIG) | (pi < q * NEGLIGIBLE)  # an overflowing or a subnormal quotient: by logs
+    lr = np.log(pi) - np.log(q)
+    big = np.abs(lr) > _LOG_BIG  # an overflowing (> 2**1000) or a subnormal (< 2**-1000) quotient: by logs
     qn = np.where(big, pi, q)  # u = 0 there: no overflow
     out = q * _h((pi - qn) / qn, pi / qn)
     if np.any(big):
-        qb, pb = q[big], pi[big]
         out = np.array(out, copy=True)
-        out[big] = (pb - qb) - qb * (np.log(pb) - np.log(qb))
+        out[big] = (pi[big] - q[big]) - q[big] * lr[big]
     return out
 
 
