@@ -32,15 +32,16 @@ from otspec.block import (
     expected_length,
     make_verifier,
     tau_law_on_path,
+    theorem2_length,
 )
 from otspec.closed_form import bernoulli_alpha_k, uniform_alpha_k
 from otspec.lossy import kl_divergence
-from otspec.models import MemorylessModel
+from otspec.models import MarkovModel, MemorylessModel
 from otspec.otm import alpha_k_without_replacement, prob_within_without_replacement
 from otspec.profile._quantities import block_path_laws
 from otspec.profile._quantities_batched import kl_rows
 from otspec.spectr import block_efficiency, decoded_law, length_law
-from otspec.tree import spechub_optimum, spechub_pair_law
+from otspec.tree import acceptance_vector, spechub_optimum, spechub_pair_law
 
 EPS = 2.0**-52
 ONE_MINUS = 1.0 - 2.0**-53  # the largest double below 1
@@ -569,3 +570,41 @@ def test_bernoulli_alpha_k_at_huge_k_with_a_tiny_p():
                     + min(1 - mpmath.mpf(q), 1 - mpmath.power(mpmath.mpf(p), k)))
     assert ref == 1.0
     assert abs(bernoulli_alpha_k(p, q, k) - ref) <= 8 * EPS  # main: 0.5
+
+
+# ----------------------------------------------------------------------------- trees and Theorem 2
+
+
+@given(pq=law_pairs(min_n=1, max_n=4), data=st.data())
+def test_sequoia_acceptance_vector_is_a_sub_law_below_the_wor_optimum(pq, data):
+    """Sequoia's acceptance vector (Chen et al., arXiv:2402.12374, Section 3.1) on a star of ``width`` distinct
+    drafts: entries >= 0, total <= 1 and at most the optimal acceptance of ``width`` drafts without replacement
+    (Hu et al., arXiv:2502.18779); one child: the maximal coupling's overlap sum min(p, q), in rationals."""
+    p, q = pq
+    p = np.where(p < 2.2250738585072014e-308, 0.0, p)
+    q = np.where(q < 2.2250738585072014e-308, 0.0, q)
+    support = int(np.count_nonzero(p))
+    width = data.draw(st.integers(1, min(3, support)))
+    s, b = MemorylessModel(p), MemorylessModel(q)
+    a = acceptance_vector(s, b, width)
+    n = len(p)
+    assert a.shape == (width,) and np.all(a >= 0.0) and a.sum() <= 1.0 + 8 * n * EPS
+    assert a.sum() <= alpha_k_without_replacement(p, q, width) + 1e-13 + 8 * n * EPS
+    if width == 1:
+        pn, qn = p / p.sum(), q / q.sum()  # the models' laws as read
+        exact = sum(min(_F(x), _F(y)) for x, y in zip(pn, qn))
+        assert abs(a[0] - float(exact)) <= 8 * n * EPS
+
+
+@given(V=st.integers(1, 3), data=st.data(), L=st.integers(1, 3))
+def test_theorem2_length_is_token_verification_on_markov_models(V, data, L):
+    """Sun et al. (arXiv:2403.10444), Theorem 2's closed form against the token verifier's enumerated law (the
+    other route), on first-order Markov sources with adversarial rows; and 0 <= token <= block <= L."""
+    draft = MarkovModel(np.stack([data.draw(laws(V)) for _ in range(V)]))
+    target = MarkovModel(np.stack([data.draw(laws(V)) for _ in range(V)]))
+    t2 = theorem2_length(draft, target, L)
+    tok = expected_length(draft, target, L, "token")
+    blk = expected_length(draft, target, L, "block")
+    bound = 16 * L * (V**L + L) * EPS
+    assert abs(t2 - tok) <= bound
+    assert -bound <= tok <= blk + bound and blk <= L + bound
