@@ -373,10 +373,15 @@ def bernoulli_token_length(p, q, L, *, include_bonus: bool = False) -> float:
     p, q, L = _bernoulli_args(p, q, L)
     include_bonus = validate_bool(include_bonus, "include_bonus")
     d = abs(p - q)  # a = 1 - d; sum_{i=1}^{L} a^i = a (1 - a^L) / d, closed form in L
+    a = min(p, q) + (1.0 - max(p, q))  # the overlap itself: 1 - max is exact (max >= 1/2 whenever a < 1/2)
     if d == 0.0:
         total = float(L)
-    else:
+    elif d <= 0.5 or a == 1.0 - d:  # 1 - d as exact as the overlap (the earlier bits)
         total = (1.0 - d) * -math.expm1(L * math.log1p(-d)) / d if d < 1.0 else 0.0
+    else:
+        # p - q rounded (p, q not within a factor 2) and 1 - d lost the low bits of a small overlap:
+        # p = 1, q = 1e-16 gave 1.11e-16 for a = 1e-16, above block verification's optimum
+        total = a * -math.expm1(L * math.log(a)) / d if a > 0.0 else 0.0
     return total + (1.0 if include_bonus else 0.0)
 
 
@@ -467,6 +472,8 @@ def bernoulli_block_length(p, q, L, *, include_bonus: bool = False) -> float:
     if p == q:
         return float(L) + bonus
     p, q = min(p, q), max(p, q)  # the overlap is symmetric in (p, q)
+    if p == 0.0 and q == 1.0:  # disjoint point masses: every term is 0 (the loop below took log(rho = 0))
+        return 0.0 + bonus
     rho = math.sqrt(p * q) + math.sqrt((1.0 - p) * (1.0 - q))
     # terms needed a priori: the tail bound rho^I / (1 - rho) falls below 1e-17 times the first
     # term 1 - |p - q| (a lower bound of the sum) after `needed` terms; refuse before any work

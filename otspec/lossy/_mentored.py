@@ -83,8 +83,9 @@ MAX_CURVE_POINTS = 10_000
 _METHODS = ("exact", "bisection")
 _EPS = float(np.finfo(np.float64).eps)
 _TINY = float(np.nextafter(0.0, 1.0))
-# pi / q above this (pi > q * 2**1000, exact: a power of two) is computed by logs: pi / q may overflow
-_BIG = 2.0**1000
+# |ln(pi / q)| above this (pi / q past 2**1000 or below 2**-1000) is computed by logs: pi / q may overflow, or be
+# subnormal and hold a few bits
+_LOG_BIG = 1000 * math.log(2.0)
 
 
 def _h(u, v=None) -> np.ndarray:
@@ -115,18 +116,20 @@ def _kl_terms(q: np.ndarray, pi: np.ndarray) -> np.ndarray:
     r""":math:`q\,h(\pi/q - 1) = \pi - q - q \ln(\pi/q) \ge 0` for arrays ``q > 0``, ``pi > 0`` (the terms of
     :func:`kl_divergence`).
 
-    Where :math:`\pi > 2^{1000} q` (a subnormal ``q`` against a normal ``pi``: the ratio may overflow to
-    ``inf`` and :math:`h` to ``inf - inf``) the term is :math:`(\pi - q) - q(\ln \pi - \ln q)`, every part
-    finite; elsewhere it is :func:`_h`'s, unchanged."""
+    Where :math:`|\ln(\pi / q)| > 1000 \ln 2` (a subnormal ``q`` against a normal ``pi``: the ratio may
+    overflow to ``inf`` and :math:`h` to ``inf - inf``; or ``pi = 5e-324`` against ``q = 0.2``: a subnormal
+    quotient of a few bits, whose logarithm was off by 0.1) the term is
+    :math:`(\pi - q) - q(\ln \pi - \ln q)`, every part finite and each logarithm of an exact input; elsewhere
+    it is :func:`_h`'s, unchanged."""
     q = np.asarray(q, dtype=np.float64)
     pi = np.asarray(pi, dtype=np.float64)
-    big = pi > q * _BIG
+    lr = np.log(pi) - np.log(q)
+    big = np.abs(lr) > _LOG_BIG  # an overflowing (> 2**1000) or a subnormal (< 2**-1000) quotient: by logs
     qn = np.where(big, pi, q)  # u = 0 there: no overflow
     out = q * _h((pi - qn) / qn, pi / qn)
     if np.any(big):
-        qb, pb = q[big], pi[big]
         out = np.array(out, copy=True)
-        out[big] = (pb - qb) - qb * (np.log(pb) - np.log(qb))
+        out[big] = (pi[big] - q[big]) - q[big] * lr[big]
     return out
 
 
@@ -298,7 +301,7 @@ class _Problem:
         self.B = np.maximum.accumulate(np.maximum(B, 0.0)) if mb else B
         hb = np.zeros(mb)
         pf, qf = self.pb[finite], self.qb[finite]
-        hb[finite] = qf * _h((pf - qf) / qf, pf / qf)  # p/q, not 1 + (p - q)/q: p << q loses it
+        hb[finite] = _kl_terms(qf, pf)  # p/q, not 1 + (p - q)/q: p << q loses it (by logs where p/q is subnormal)
         self.Hb = _suffix(hb)
         self.has_inf = bool(np.any(~finite))
         # t_max = 1 - R_0 = sum (p - q)_+ = sum (q - p)_+ (speculative sampling's rejection

@@ -32,7 +32,7 @@ import weakref
 import numpy as np
 
 from ..decoding._tree_device import ranked_rows_t
-from ..lossy._mentored import _BIG
+from ..lossy._mentored import _LOG_BIG
 from ..lossy._typical import VLLM_DEFAULTS
 from ..multidraft._batched import (
     _arange,
@@ -250,14 +250,17 @@ def kl_rows(q, pi, xp, keepdims: bool = False):
     miss = xp.any(m & (pi <= 0.0), axis=-1, keepdims=keepdims)
     one, zero = _const(1.0, q), _const(0.0, q)
     qs, ps = _where(m, q, one, xp), _where(m & (pi > 0.0), pi, one, xp)
-    big = ps > qs * _BIG  # pi / q may overflow: that term by logs, as the host's (_kl_terms)
+    # pi / q past 2**1000 may overflow, below 2**-1000 be subnormal (a few bits): that term by logs, as the host's
+    # (_kl_terms); the logarithms are the log form's own, so the mask costs what the product test did
+    lr = xp.log(ps) - xp.log(qs)
+    big = xp.abs(lr) > _LOG_BIG
     qn = _where(big, ps, qs, xp)
     u, v = (ps - qn) / qn, ps / qn
     small = xp.abs(u) < 0.05
     # the series at every u on torch (where u is not small its value, maybe inf or NaN, is not taken; numpy would
     # warn of the overflow)
     h = _where(small, _h_series(u if _is_torch(u) else _where(small, u, zero, xp), xp), u - xp.log(v), xp)
-    terms = _where(big, (ps - qs) - qs * (xp.log(ps) - xp.log(qs)), q * h, xp)
+    terms = _where(big, (ps - qs) - qs * lr, q * h, xp)
     # terms is 0 already where q is 0 (qs = ps = 1 there: u = 0, h = 0 * 0 * acc = 0, q * h = 0)
     val = xp.sum(terms, axis=-1, keepdims=keepdims) + xp.sum(_where(m, zero, pi, xp), axis=-1, keepdims=keepdims)
     return _where(miss, _const(math.inf, q), xp.clip(val, 0.0, None), xp)
