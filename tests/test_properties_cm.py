@@ -423,11 +423,9 @@ def test_alpha_k_without_replacement_is_the_lp_and_monotone(pq):
 
 
 # found by test_khisti_alpha2_is_alpha_2 (hypothesis seed 9; this p from a numpy search of the same class):
-# at S = supp(p), p(S) sums to 1 + 2**-52 in float64 and q(S) = 0, so
-# q(S) + (1 - p(S))**2 + 2 p(S) (1 - p(S)) = -4.4e-16; the `1 - x` form of the CJ class, in
-# otspec/multidraft/_khisti.py (another helper's file: reported, not fixed here). Summing p over S's complement
-# instead of forming 1 - p(S) keeps every term >= 0.
-@pytest.mark.xfail(strict=True, reason="khisti_alpha2 forms 1 - p(S) (otspec/multidraft/_khisti.py): reported")
+# at S = supp(p), p(S) sums to 1 + 2**-52 in float64 and q(S) = 0, so the former
+# q(S) + (1 - p(S))**2 + 2 p(S) (1 - p(S)) gave -4.4e-16; p(S^c) is now summed over S's complement, so every
+# term is >= 0 (fails on the former `1 - p(S)` form)
 def test_khisti_alpha2_never_negative_at_a_subset_sum_past_one():
     p = np.array([0.42311380766287726, 0.004745725631765277, 0.5721404667053576, 0.0])  # a law (validated)
     q = np.array([0.0, 0.0, 0.0, 1.0])

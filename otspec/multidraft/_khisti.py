@@ -229,7 +229,8 @@ def _subset_sums(p: np.ndarray, q: np.ndarray):
     if n > MAX_BRUTE_N:
         raise ValueError(f"the 2**n subset enumeration needs n <= {MAX_BRUTE_N}, got n = {n}")
     masks = np.array(list(itertools.product((0.0, 1.0), repeat=n)))
-    return masks @ p, masks @ q
+    # p(S^c) summed over the complement, never formed as 1 - p(S): a p(S) rounded past 1 would make it negative
+    return masks @ p, masks @ q, (1.0 - masks) @ p
 
 
 def khisti_alpha2(p, q, *, normalize: bool = False) -> float:
@@ -273,8 +274,8 @@ def khisti_alpha2(p, q, *, normalize: bool = False) -> float:
     0.69
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    ps, qs = _subset_sums(p_, q_)
-    return float(np.min(qs + (1.0 - ps) ** 2 + 2.0 * ps * (1.0 - ps)))
+    ps, qs, pc = _subset_sums(p_, q_)
+    return float(np.min(qs + pc**2 + 2.0 * ps * pc))
 
 
 def khisti_acceptance_one(p, q, *, normalize: bool = False, tol: float = 1e-12) -> bool:
@@ -316,5 +317,5 @@ def khisti_acceptance_one(p, q, *, normalize: bool = False, tol: float = 1e-12) 
     (True, False)
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    ps, qs = _subset_sums(p_, q_)
+    ps, qs, _ = _subset_sums(p_, q_)
     return bool(np.all(qs >= ps**2 - tol))
