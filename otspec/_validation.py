@@ -337,6 +337,7 @@ def _total_checked(arr: np.ndarray, total: float, eps: float, name: str, normali
 
 def validate_pair(p, q, *, normalize: bool = False, normalizable: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Validate a (draft ``p``, target ``q``) pair on the same vocabulary."""
+    normalize = validate_bool(normalize, "normalize")  # no truthiness ("no", 0, None)
     p_ = validate_distribution(p, "p", normalize=normalize, normalizable=normalizable)
     q_ = validate_distribution(q, "q", normalize=normalize, normalizable=normalizable)
     if p_.shape != q_.shape:
