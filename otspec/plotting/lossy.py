@@ -101,7 +101,8 @@ def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float
     eps = gen.standard_normal(n)
 
     def softmax(v):
-        w = np.exp(v - v.max())
+        with np.errstate(over="ignore"):  # v - max <= 0: an overflow is -inf, whose exp is the 0 it rounds to anyway
+            w = np.exp(v - v.max())
         return w / w.sum()
 
     with np.errstate(over="ignore", invalid="ignore"):
