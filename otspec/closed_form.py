@@ -89,7 +89,8 @@ def bernoulli_alpha_k(p, q, k: int):
     Raises
     ------
     ValueError
-        If ``p`` or ``q`` is outside [0, 1] or ``k < 1``.
+        If ``p`` or ``q`` is outside [0, 1] or ``k < 1``; rational inputs whose exact power ``p**k`` or
+        ``(1 - p)**k`` would have more than :data:`MAX_EXACT_BITS` bits (pass floats).
     TypeError
         If they are not real numbers, or ``k`` is not an integer.
 
@@ -141,7 +142,9 @@ def uniform_alpha_k(d_p: int, d_q: int, k: int, *, exact: bool = False):
     Raises
     ------
     ValueError, TypeError
-        If a size or ``k`` is not a positive integer.
+        If a size or ``k`` is not a positive integer, or ``exact`` not a bool; ``exact=True`` where the
+        Fraction would have more than :data:`MAX_EXACT_BITS` bits (the float is then computed as
+        ``-expm1(k log(1 - d_q/d_p))``, within a few ulps).
 
     References
     ----------
@@ -184,7 +187,8 @@ def lemma3_constant(k: int) -> float:
     Returns
     -------
     float
-        :math:`1 - (1 - 1/k)^k`, decreasing in ``k`` towards :math:`1 - 1/e`.
+        :math:`1 - (1 - 1/k)^k`, decreasing in ``k`` towards :math:`1 - 1/e`; from ``k = 1024`` on computed as
+        ``-expm1(k log1p(-1/k))`` (a few ulps at every ``k``; the power rounds by ``k`` ulps).
 
     Raises
     ------

@@ -37,6 +37,7 @@ Findings on main 7e357af:
 * ``synthetic_llm_pair(sigma=inf)`` a warning, ``sigma=nan`` NaN laws, ``sigma=True`` accepted;
 * ``plot_expected_tokens((1.5,))`` drew gamma = 1, ``("3",)`` gamma = 3;
 * ``seed_for(None)`` (any object) a seed that changed from run to run (the bytes of an object array are addresses);
+  lists nested 5,000 deep a RecursionError;
 * ``membership_plan`` read the key ``(0.7,)`` as token 0 and the weights ``["0.5", "0.5"]`` as numbers;
 * ``khisti_acceptance_one(tol=nan)`` False and ``tol=inf`` True for every pair;
 * ``MarkovModel(initial=3)``, ``check_length(None)``, ``CallableLM(device="nodev")`` and
@@ -49,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import reprlib
 import signal
 import subprocess
 import sys
@@ -195,6 +197,13 @@ def test_bool_options_take_numpy_bools(case):
             assert got.alpha == want.alpha
 
 
+def _nested(depth: int):
+    x = "a"
+    for _ in range(depth):
+        x = [x, "b"]
+    return x
+
+
 #: (id, call, parameter, odd values that must be refused)
 REFUSED = [
     ("lemma3_constant.k", cf.lemma3_constant, "k", [0, -1, 2.0, True, None, "3"]),
@@ -223,7 +232,7 @@ REFUSED = [
      [3, 0.5, True, "ab"]),
     ("check_length.L", models.check_length, "L", [None, "3", float("nan"), -1, 0.5, True]),
     ("seed_for.parts", lambda v: testing.seed_for("a", v), "parts",
-     [None, {}, object(), [None], np.array([1, None], dtype=object)]),
+     [None, {}, object(), [None], np.array([1, None], dtype=object), _nested(5000), _nested(201)]),
     ("check_sampler.k", lambda v: testing.check_sampler(_step, P, Q, k=v, n_samples=100, rng=0), "k",
      [10**8, 65, 2**63]),
     ("check_block_sampler.k", lambda v: testing.check_block_sampler(_step, D3, T3, 1, k=v, n_samples=100, rng=0),
@@ -259,7 +268,7 @@ def _acceptance_curves(*args):
 
 @regression
 @pytest.mark.parametrize("case_id, call, name, value", REFUSED_ROWS,
-                         ids=[f"{r[0]}={str(r[3])[:20]}" for r in REFUSED_ROWS])
+                         ids=[f"{r[0]}={reprlib.repr(r[3])[:20]}" for r in REFUSED_ROWS])
 def test_odd_arguments_refused_naming_the_parameter(case_id, call, name, value):
     _refused(lambda: call(value), name)
 
@@ -427,6 +436,7 @@ def test_seed_for_is_the_same_in_another_process():
             "print(seed_for(1, 2.5, 'a', [0.5, 0.5], (1, 'b'), np.int64(3), np.arange(3), True))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert int(out) == testing.seed_for(1, 2.5, "a", [0.5, 0.5], (1, "b"), np.int64(3), np.arange(3), True)
+    testing.seed_for(_nested(199))  # deep, but within the limit
 
 
 def test_khisti_acceptance_one_tolerances():

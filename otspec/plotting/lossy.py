@@ -64,7 +64,7 @@ def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float
     Parameters
     ----------
     n : int
-        Vocabulary size.
+        Vocabulary size, at most :data:`MAX_SYNTHETIC_VOCAB` (2**22).
     sigma : float, keyword-only
         Logit scale (temperature inverse).
     perturbation : float, keyword-only

@@ -87,7 +87,7 @@ def uniform_pair(d: int, d_q: int) -> tuple[np.ndarray, np.ndarray]:
     Parameters
     ----------
     d : int
-        Draft support size (``>= 1``).
+        Draft support size (``>= 1``, at most :data:`MAX_UNIFORM_SUPPORT` = 2**22, as ``d_q``).
     d_q : int
         Target support size (``>= 1``).
 
@@ -163,8 +163,8 @@ def acceptance_curves(p, q, ks, methods=("otm", "kseq")) -> AcceptanceCurves:
         Draft distribution.
     q : (n,) array_like of float
         Target distribution.
-    ks : sequence of int
-        Numbers of drafts.
+    ks : iterable of int
+        Numbers of drafts (at most :data:`otspec.lossy.MAX_CURVE_POINTS` of them, each below 2**63).
     methods : sequence of str
         Any of ``"otm"``, ``"kseq"``, ``"multiround"``, ``"multiround-wor"``
         (without replacement; ``k`` beyond the support of ``p`` gives NaN).

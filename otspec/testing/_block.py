@@ -186,7 +186,8 @@ def check_block_sampler(step, draft, target, L, *, k=1, n_samples=None, tv=0.02,
     L : int
         Block length (>= 1).
     k : int, keyword-only
-        Number of i.i.d. draft blocks per trial (>= 1, default 1). With
+        Number of i.i.d. draft blocks per trial (>= 1, default 1, at most
+        :data:`otspec.testing.MAX_HARNESS_DRAFTS`). With
         ``k > 1``, ``step(drafts, rng)`` receives a tuple of ``k`` blocks
         (tuples of ``L`` ints) drawn independently from ``draft`` -- the
         calling convention of

@@ -652,7 +652,7 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     q : (V,) array_like of float
         Target law the outputs must follow (as ``p``).
     k : int, keyword-only
-        Drafts per trial.
+        Drafts per trial, at most :data:`MAX_HARNESS_DRAFTS` (64).
     replacement : bool, keyword-only
         Draw the drafts i.i.d. (True) or sequentially without replacement
         (False; needs ``k <= |supp p|``).
@@ -786,6 +786,10 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
                    n_boundary=N if boundary_coins else 0, violation=violation, what="output")
 
 
+#: Deepest nesting of tuples and lists that :func:`seed_for` reads (one level of recursion each).
+_MAX_SEED_DEPTH = 200
+
+
 def seed_for(*parts) -> int:
     """A seed derived from the content of ``parts``, so that a rerun of one example draws the same numbers.
 
@@ -806,7 +810,10 @@ def seed_for(*parts) -> int:
     Raises
     ------
     TypeError
-        A part that is neither a number, a string, a sequence nor an array.
+        A part that is neither a number, a string, a sequence nor an array (``None``, a dict, an object array:
+        their bytes are addresses, which change from run to run).
+    ValueError
+        Sequences nested more than 200 levels deep.
 
     Examples
     --------
@@ -820,7 +827,9 @@ def seed_for(*parts) -> int:
 
     h = hashlib.sha256()
 
-    def feed(x):
+    def feed(x, depth=0):
+        if depth > _MAX_SEED_DEPTH:  # a RecursionError otherwise
+            raise ValueError(f"`parts` must be nested at most {_MAX_SEED_DEPTH} levels deep, got deeper")
         if isinstance(x, np.generic) and x.dtype.kind in "biuf" and type(v := x.item()) in (bool, int, float):
             x = v  # a numpy scalar hashes as the Python value it equals: np.int64(3) as 3, np.bool_(True) as True
         if isinstance(x, (str, bytes)):
@@ -830,7 +839,7 @@ def seed_for(*parts) -> int:
         elif isinstance(x, (tuple, list)) and not all(isinstance(v, numbers.Number) for v in x):
             h.update(b"(")
             for v in x:
-                feed(v)
+                feed(v, depth + 1)
             h.update(b")")
         else:
             a = np.ascontiguousarray(_to_numpy(x))
