@@ -450,9 +450,11 @@ def validate_bool(x, name: str, *, allow_none: bool = False) -> bool | None:
 def validate_at_most(n: int, name: str, cap: int, cap_name: str, hint: str) -> int:
     """``n`` (an int already checked) if ``n <= cap``; else a :class:`ValueError` naming ``name``, the value received,
     the cap (the module constant ``cap_name``) and how to get more (``hint``, e.g. "call in chunks") -- raised
-    before any work, so a size that would run for hours or allocate beyond memory is refused at once."""
+    before any work, so a size that would run for hours or allocate beyond memory is refused at once. A ``name``
+    that already holds backticks (an expression of parameters: ``"len(`bs`) * len(`ks`)"``) is written as is."""
     if n > cap:
-        raise ValueError(f"`{name}` must be at most {cap_name} = {cap:,}, got {n:,}; {hint}")
+        what = name if "`" in name else f"`{name}`"
+        raise ValueError(f"{what} must be at most {cap_name} = {cap:,}, got {n:,}; {hint}")
     return n
 
 

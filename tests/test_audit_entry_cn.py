@@ -35,7 +35,8 @@ Findings on main 7e357af:
 * ``expected_tokens(alpha, 1e19)`` a RuntimeWarning and a wrong value (the int64 cast wrapped);
 * ``processed_law(temperature=1e-320)`` an overflow warning and NaN;
 * ``synthetic_llm_pair(sigma=inf)`` a warning, ``sigma=nan`` NaN laws, ``sigma=True`` accepted;
-* ``plot_expected_tokens((1.5,))`` drew gamma = 1, ``("3",)`` gamma = 3;
+* ``plot_expected_tokens((1.5,))`` drew gamma = 1, ``("3",)`` gamma = 3; ``plot_optimal_gamma(cs=("0.1",))`` read
+  the text; ``figure2_data`` took any number of ``ps`` (seconds each at ``L_max = 16``);
 * ``seed_for(None)`` (any object) a seed that changed from run to run (the bytes of an object array are addresses);
   lists nested 5,000 deep a RecursionError;
 * ``membership_plan`` read the key ``(0.7,)`` as token 0 and the weights ``["0.5", "0.5"]`` as numbers;
@@ -221,6 +222,7 @@ REFUSED = [
     ("acceptance_curves.ks", lambda v: _acceptance_curves(P, Q, v), "ks", [[2**63], [0], [1.5], None, "12", 3]),
     ("plot_expected_tokens.gammas", lambda v: _plot("plot_expected_tokens", v), "gammas",
      [(1.5,), ("3",), (True,), (float("inf"),), (None,), (), None]),
+    ("plot_optimal_gamma.cs", lambda v: _plot("plot_optimal_gamma", v), "cs", [("0.1",), (True,), (float("nan"),)]),
     ("plot_lossy_frontier.n_points", lambda v: _plot("plot_lossy_frontier", P, Q, n_points=v), "n_points",
      [2**63, 10**12, 0, 2.0, None]),
     ("khisti_acceptance_one.tol", lambda v: md.khisti_acceptance_one(P, Q, tol=v), "tol",
@@ -496,6 +498,9 @@ GUARDS = [
     ("plot_acceptance_vs_b bs x ks", "PM.plot_acceptance_vs_b(bs=np.zeros(5000), ks=range(1, 5))",
      ("`bs`", "`ks`", "MAX_CURVE_POINTS")),
     ("plot_expected_tokens gammas", "PL.plot_expected_tokens(range(1, 10**12))", ("`gammas`", "MAX_CURVE_POINTS")),
+    ("plot_optimal_gamma cs", "PL.plot_optimal_gamma(cs=range(1, 10**12))", ("`cs`", "MAX_CURVE_POINTS")),
+    ("figure2_data ps", "PB.figure2_data(ps=[0.5] * 10**6)", ("`ps`", "MAX_CURVE_POINTS")),
+    ("figure2_data ps x 2**L_max", "PB.figure2_data(ps=[0.5] * 17, L_max=16)", ("`ps`", "`L_max`", "MAX_FIGURE2_BLOCKS")),
     ("plot_lossy_frontier n_points", "PL.plot_lossy_frontier(U(3), D(3), n_points=10**12)",
      ("`n_points`", "MAX_CURVE_POINTS")),
     ("plot_lossy_frontier ls", "PL.plot_lossy_frontier(U(3), D(3), ls=range(10**12))", ("`ls`", "MAX_CURVE_POINTS")),
@@ -523,6 +528,7 @@ CHILD = textwrap.dedent(
     import otspec, otspec.testing
     import otspec.closed_form as cf
     import otspec.spectr as spt
+    import otspec.plotting.block as PB
     import otspec.plotting.lossy as PL
     import otspec.plotting.multidraft as PM
     from otspec.models import MemorylessModel

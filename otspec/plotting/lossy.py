@@ -302,6 +302,7 @@ def plot_optimal_gamma(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), *, max_gamma: int =
     'log'
     """
     reject_axes(cs, "cs")
+    cs = [_finite_real(c, "cs") for c in grid_items(cs, "cs")]  # no text read by float()
     ax = new_axes(ax, (5.5, 4))
     alpha = np.linspace(0.0, 0.99, 397)
     for i, c in enumerate(cs):
