@@ -511,10 +511,10 @@ def plot_acceptance_vs_b(*, p: float = 0.25, ks=(1, 2, 4, 8), bs=None, methods=(
     [1.0, 0.6875]
     """
     reject_axes(p, "p")
-    ax = new_axes(ax, (6.4, 4.2))
     bs = np.linspace(0.0, 1.0, 201) if bs is None else np.asarray(grid_items(bs, "bs"), dtype=np.float64)
     ks = grid_items(ks, "ks")
-    check_cells(len(bs) * len(ks), "len(`bs`) * len(`ks`)")
+    check_cells(len(bs) * len(ks), "len(`bs`) * len(`ks`)")  # before any figure is made
+    ax = new_axes(ax, (6.4, 4.2))
     colors = palette(len(ks))
     for i, k in enumerate(ks):
         for m in methods:
