@@ -19,7 +19,7 @@ import numbers
 import numpy as np
 
 from . import _validation_kernel as _LK
-from ._validation import NEGLIGIBLE, SIMPLEX_TOL, first_bad_row, number_text, validate_k
+from ._validation import NEGLIGIBLE, SIMPLEX_TOL, first_bad_row, number_text, validate_bool, validate_k
 
 __all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power"]
 
@@ -79,6 +79,8 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
     library (numpy, torch or cupy), have the same shape and sit on the same device. As on the 1-D route,
     ``-0.0`` and subnormal entries of validated rows are read as exactly 0.
     """
+    normalize = validate_bool(normalize, "normalize")  # no truthiness: validate=0 or None skipped every check
+    validate = validate_bool(validate, "validate")
     import array_api_compat
 
     for name, x in (("p", p), ("q", q)):

@@ -204,6 +204,9 @@ def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str
     >>> "kseq" in verifier_names(kind="token"), "block" in verifier_names(kind="token")
     (True, False)
     """
+    from ._validation import validate_bool
+
+    block = validate_bool(block, "block")  # no truthiness: block="no" listed the block verifiers
     return tuple(
         name
         for name, s in _REGISTRY.items()
@@ -395,7 +398,9 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
     >>> otspec.multidraft.get_verifier("kseq").sequential
     True
     """
-    return lookup_verifier(name, "name", kind=kind, block=block)
+    from ._validation import validate_bool
+
+    return lookup_verifier(name, "name", kind=kind, block=validate_bool(block, "block"))
 
 
 def lookup_verifier(name, what: str, *, kind: str | None = None, block: bool = False) -> VerifierSpec:

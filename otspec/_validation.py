@@ -38,6 +38,9 @@ __all__ = [
     "first_bad_row",
     "first_bad_entry",
     "validate_bool",
+    "validate_at_most",
+    "validate_size",
+    "validate_count_of",
 ]
 
 #: Tolerance on ``|sum(p) - 1|`` accepted for a probability vector.
@@ -334,6 +337,7 @@ def _total_checked(arr: np.ndarray, total: float, eps: float, name: str, normali
 
 def validate_pair(p, q, *, normalize: bool = False, normalizable: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Validate a (draft ``p``, target ``q``) pair on the same vocabulary."""
+    normalize = validate_bool(normalize, "normalize")  # no truthiness ("no", 0, None)
     p_ = validate_distribution(p, "p", normalize=normalize, normalizable=normalizable)
     q_ = validate_distribution(q, "q", normalize=normalize, normalizable=normalizable)
     if p_.shape != q_.shape:
@@ -441,3 +445,43 @@ def validate_bool(x, name: str, *, allow_none: bool = False) -> bool | None:
     if not isinstance(x, (bool, np.bool_)):
         raise TypeError(f"`{name}` must be a bool{' or None' if allow_none else ''}, got {type(x).__name__} {x!r}")
     return bool(x)
+
+
+def validate_at_most(n: int, name: str, cap: int, cap_name: str, hint: str) -> int:
+    """``n`` (an int already checked) if ``n <= cap``; else a :class:`ValueError` naming ``name``, the value received,
+    the cap (the module constant ``cap_name``) and how to get more (``hint``, e.g. "call in chunks") -- raised
+    before any work, so a size that would run for hours or allocate beyond memory is refused at once. A ``name``
+    that already holds backticks (an expression of parameters: ``"len(`bs`) * len(`ks`)"``) is written as is."""
+    if n > cap:
+        what = name if "`" in name else f"`{name}`"
+        raise ValueError(f"{what} must be at most {cap_name} = {cap:,}, got {n:,}; {hint}")
+    return n
+
+
+def validate_size(n, name: str, *, cap: int, cap_name: str, hint: str, minimum: int = 1) -> int:
+    """A size parameter (a count of samples, points, tokens): :func:`validate_positive_int` (``>= minimum``; no
+    bool, float or text) and :func:`validate_at_most` ``cap``, as a Python int."""
+    return validate_at_most(validate_positive_int(n, name, minimum=minimum), name, cap, cap_name, hint)
+
+
+def validate_count_of(values, name: str, *, cap: int, cap_name: str, hint: str) -> list:
+    """The items of a finite iterable (a grid, a list of ``k``) as a list, refused with a :class:`ValueError` naming
+    ``name`` when it has more than ``cap`` items -- counted without materialising more than ``cap + 1`` of them (a
+    ``range(10**12)`` is refused at once); text, ``None`` and non-iterables raise a :class:`TypeError`."""
+    import itertools
+
+    if isinstance(values, (str, bytes)) or values is None:
+        raise TypeError(f"`{name}` must be a sequence, got {type(values).__name__}")
+    try:
+        size = len(values)
+    except TypeError:
+        size = None
+    if size is not None and size > cap:
+        raise ValueError(f"`{name}` must have at most {cap_name} = {cap:,} items, got {size:,}; {hint}")
+    try:
+        items = list(itertools.islice(iter(values), cap + 1))
+    except TypeError as exc:
+        raise TypeError(f"`{name}` must be a sequence, got {type(values).__name__}") from exc
+    if len(items) > cap:
+        raise ValueError(f"`{name}` must have at most {cap_name} = {cap:,} items, got more; {hint}")
+    return items

@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ._validation import validate_k, validate_pair, validate_positive_int
+from ._validation import validate_bool, validate_k, validate_pair, validate_positive_int
 
 __all__ = [
     "bernoulli_alpha_k",
@@ -27,6 +27,32 @@ __all__ = [
 
 #: Largest enumeration ``2**n * n**k`` accepted by :func:`alpha_k_upper_bound`.
 MAX_UPPER_BOUND_WORK = 20_000_000
+
+#: Most bits of an exact power ``x**k`` of a rational (a :class:`fractions.Fraction` result of
+#: :func:`bernoulli_alpha_k` / :func:`uniform_alpha_k`): ``k`` times the bits of ``x``'s numerator or denominator.
+#: 10**6 bits take milliseconds; ``Fraction(1, 3)**10**12`` would take hours and terabytes. Float inputs (or
+#: ``exact=False``) have no such limit.
+MAX_EXACT_BITS = 1_000_000
+
+#: Below this ``k``, :func:`lemma3_constant` is ``1 - (1 - 1/k)**k`` as before (within ``k`` ulps); from it on the
+#: power's rounding would show (about 1e-5 off at ``k = 10**12``, ``0.0`` at ``2**63``) and the constant is
+#: ``-expm1(k * log1p(-1/k))`` (a few ulps at every ``k``).
+_LEMMA3_POWER_MAX_K = 1024
+
+
+def _exact_power_bits(x, k: int) -> int:
+    """Bits of the exact power ``x**k`` of a rational ``x`` (0 for floats: their powers round)."""
+    if isinstance(x, (float, np.floating)) or not hasattr(x, "denominator"):
+        return 0
+    num, den = abs(int(x.numerator)), int(x.denominator)
+    return k * (max(num.bit_length(), den.bit_length()) - 1)
+
+
+def _check_exact_power(x, k: int, what: str) -> None:
+    bits = _exact_power_bits(x, k)
+    if bits > MAX_EXACT_BITS:
+        raise ValueError(f"`k` = {k:,}: the exact {what}**k would have about {bits:,} bits, above the limit "
+                         f"MAX_EXACT_BITS = {MAX_EXACT_BITS:,}; pass float inputs (or exact=False) for a rounded value")
 
 
 def _real_in_unit(x, name):
@@ -63,7 +89,8 @@ def bernoulli_alpha_k(p, q, k: int):
     Raises
     ------
     ValueError
-        If ``p`` or ``q`` is outside [0, 1] or ``k < 1``.
+        If ``p`` or ``q`` is outside [0, 1] or ``k < 1``; rational inputs whose exact power ``p**k`` or
+        ``(1 - p)**k`` would have more than :data:`MAX_EXACT_BITS` bits (pass floats).
     TypeError
         If they are not real numbers, or ``k`` is not an integer.
 
@@ -81,6 +108,8 @@ def bernoulli_alpha_k(p, q, k: int):
     p = _real_in_unit(p, "p")
     q = _real_in_unit(q, "q")
     k = validate_k(k)
+    _check_exact_power(p, k, "p")
+    _check_exact_power(1 - p, k, "(1 - p)")
     return min(q, 1 - (1 - p) ** k) + min(1 - q, 1 - p**k)
 
 
@@ -113,7 +142,9 @@ def uniform_alpha_k(d_p: int, d_q: int, k: int, *, exact: bool = False):
     Raises
     ------
     ValueError, TypeError
-        If a size or ``k`` is not a positive integer.
+        If a size or ``k`` is not a positive integer, or ``exact`` not a bool; ``exact=True`` where the
+        Fraction would have more than :data:`MAX_EXACT_BITS` bits (the float is then computed as
+        ``-expm1(k log(1 - d_q/d_p))``, within a few ulps).
 
     References
     ----------
@@ -128,8 +159,20 @@ def uniform_alpha_k(d_p: int, d_q: int, k: int, *, exact: bool = False):
     d_p = validate_positive_int(d_p, "d_p")
     d_q = validate_positive_int(d_q, "d_q")
     k = validate_k(k)
+    exact = validate_bool(exact, "exact")
+    if d_q >= d_p:
+        val = Fraction(d_p, d_q)
+        return val if exact else float(val)
     inv_r = Fraction(d_q, d_p)
-    val = 1 - (1 - inv_r) ** k if d_q <= d_p else Fraction(d_p, d_q)
+    if _exact_power_bits(1 - inv_r, k) > MAX_EXACT_BITS:
+        if exact:
+            _check_exact_power(1 - inv_r, k, "(1 - d_q/d_p)")
+        # the rounded value without the bignum: 1 - t**k = -expm1(k log t), t = 1 - d_q/d_p, log t read from the
+        # correctly rounded d_q/d_p (log1p) or t (log), whichever is the smaller; k clamped to 2**1000 (float range:
+        # t**k is then 0 in float unless d_p > 2**900)
+        log_t = math.log1p(-float(inv_r)) if inv_r < Fraction(1, 2) else math.log(float(1 - inv_r))
+        return -math.expm1(float(min(k, 2**1000)) * log_t)
+    val = 1 - (1 - inv_r) ** k
     return val if exact else float(val)
 
 
@@ -144,7 +187,8 @@ def lemma3_constant(k: int) -> float:
     Returns
     -------
     float
-        :math:`1 - (1 - 1/k)^k`, decreasing in ``k`` towards :math:`1 - 1/e`.
+        :math:`1 - (1 - 1/k)^k`, decreasing in ``k`` towards :math:`1 - 1/e`; from ``k = 1024`` on computed as
+        ``-expm1(k log1p(-1/k))`` (a few ulps at every ``k``; the power rounds by ``k`` ulps).
 
     Raises
     ------
@@ -165,7 +209,10 @@ def lemma3_constant(k: int) -> float:
     (1.0, 0.75)
     """
     k = validate_k(k)
-    return 1.0 - (1.0 - 1.0 / k) ** k
+    if k < _LEMMA3_POWER_MAX_K:
+        return 1.0 - (1.0 - 1.0 / k) ** k
+    kf = float(min(k, 2**1000))  # the float range; from k = 2**60 on, k log1p(-1/k) is -1.0 in float anyway
+    return -math.expm1(kf * math.log1p(-1.0 / kf))
 
 
 def alpha_k_upper_bound(p, q, k: int, *, normalize: bool = False) -> float:

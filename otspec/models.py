@@ -220,6 +220,7 @@ def check_length(L: int, name: str = "L", limit: int = MAX_LENGTH) -> int:
     >>> check_length(8)
     8
     """
+    L = validate_positive_int(L, name, minimum=0)  # no NaN, bool, text or float passed through unchecked
     if L > limit:
         raise ValueError(
             f"`{name}` must be at most {limit} (one model call per position), got {L}"
@@ -695,6 +696,8 @@ class MarkovModel:
                 u.setflags(write=False)
                 init.append(u)
         else:
+            if isinstance(initial, (str, bytes)) or not hasattr(initial, "__len__"):
+                raise TypeError(f"`initial` must be a sequence of m={m} tables or None, got {type(initial).__name__}")
             if len(initial) != m:
                 raise ValueError(f"`initial` must hold m={m} tables, got {len(initial)}")
             init = []

@@ -28,6 +28,7 @@ accurate to a few ulp.
 from __future__ import annotations
 
 import math
+import numbers
 from fractions import Fraction
 
 import numpy as np
@@ -69,7 +70,12 @@ def _gamma(gamma) -> np.ndarray:
     if g.dtype.kind == "f":
         if not np.all(np.isfinite(g)) or not np.all(g == np.floor(g)):
             raise TypeError(f"`gamma` must be an integer >= 1, got {gamma!r}")
+        if np.any(g >= 2.0**63):  # the int64 cast below would wrap it (a RuntimeWarning and a wrong value)
+            raise ValueError(f"`gamma` must be an integer in [1, 2**63), got {float(g.max())!r}")
         g = g.astype(np.int64)
+    elif g.dtype.kind == "O" and all(isinstance(v, numbers.Integral) and not isinstance(v, (bool, np.bool_))
+                                     for v in g.ravel()):  # Python ints beyond int64
+        raise ValueError(f"`gamma` must be an integer in [1, 2**63), got {max(int(v) for v in g.ravel())}")
     elif g.dtype.kind not in "iu":
         raise TypeError(f"`gamma` must be an integer >= 1, got {type(gamma).__name__}")
     if not np.all(g >= 1):

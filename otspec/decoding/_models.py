@@ -1009,12 +1009,17 @@ class HFCausalLM(_TreeScoring):
     def __init__(self, model, *, name: str | None = None):
         if not isinstance(model, torch.nn.Module) or not callable(getattr(model, "forward", None)):
             raise TypeError(f"`model` must be a torch causal LM module, got {type(model).__name__}")
-        self.model = model.eval()
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"`name` must be a str or None, got {type(name).__name__}")
         emb = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         if emb is not None and getattr(emb, "weight", None) is not None:
             v = int(emb.weight.shape[0])
-        else:
+        elif isinstance(getattr(getattr(model, "config", None), "vocab_size", None), numbers.Integral):
             v = int(model.config.vocab_size)
+        else:  # checked before model.eval(): a refused module is left as it was
+            raise TypeError(f"`model` must be a causal LM (output embeddings or config.vocab_size), got a "
+                            f"{type(model).__name__} with neither")
+        self.model = model.eval()
         self._vocab = v
         self.name = name or type(model).__name__
         self.n_calls = 0
@@ -1411,9 +1416,15 @@ class CallableLM(_TreeScoring):
             raise TypeError(f"`fn` must be callable, got {type(fn).__name__}")
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, numbers.Integral) or vocab_size < 1:
             raise ValueError(f"`vocab_size` must be a positive integer, got {vocab_size!r}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"`name` must be a str or None, got {type(name).__name__}")
+        try:
+            dev = torch.device(device)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            raise ValueError(f"`device` must be a torch device or its name ('cpu', 'cuda:0'), got {device!r}") from exc
         self.fn = fn
         self._vocab = int(vocab_size)
-        self._device = torch.device(device)
+        self._device = dev
         self.name = name or "CallableLM"
         self.n_calls = 0
 

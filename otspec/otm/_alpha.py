@@ -12,7 +12,7 @@ import numpy as np
 
 from .._array import int_power, is_batched_input, parse_ks, validate_batch_pair
 from .._registry import unknown_name_message
-from .._validation import validate_pair
+from .._validation import validate_bool, validate_pair
 from ._cut import MinCut, ratio_order
 from ._lp import otm_lp, otm_lp_tuples
 from ._without_replacement import alpha_k_without_replacement
@@ -256,10 +256,10 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     """
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(unknown_name_message("method", method, _METHODS))
-    if replacement is False:
+    normalize = validate_bool(normalize, "normalize")  # no truthiness: validate=0 skipped the checks of the laws
+    validate = validate_bool(validate, "validate")
+    if not validate_bool(replacement, "replacement"):
         return alpha_k_without_replacement(p, q, k, method="exact" if method == "exact" else "lp", normalize=normalize)
-    if replacement is not True:
-        raise TypeError(f"`replacement` must be a bool, got {type(replacement).__name__}")
     if workers is not None:
         if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)):
             raise TypeError(f"`workers` must be an int or None, got {type(workers).__name__}")

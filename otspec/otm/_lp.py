@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
 
 from .._deps import install_hint
-from .._validation import validate_distribution, validate_k, validate_pair
+from .._validation import as_float_array, validate_bool, validate_distribution, validate_k, validate_pair
 from .._verifier import Verifier
 from ._highs import LP_CHECK_TOL, SolverError, _quiet_class, solve_lp
 from ._multisets import multiset_law, n_multisets
@@ -269,6 +270,23 @@ def _membership_plan(keys, w: np.ndarray, q: np.ndarray):
     return math.fsum(m.f.tolist()), matched + np.outer(m.r, m.c_law), matched
 
 
+def _token_keys(keys) -> list[tuple[int, ...]]:
+    """``keys`` as a list of tuples of Python ints; a key that is not a sequence of integer ids (``0.7`` was read as
+    token 0, text letter by letter) raises a TypeError naming ``keys``."""
+    if isinstance(keys, (str, bytes, numbers.Number)) or keys is None or not hasattr(keys, "__iter__"):
+        raise TypeError(f"`keys` must be a sequence of keys (sequences of token ids), got {type(keys).__name__}")
+    out = []
+    for i, a in enumerate(keys):
+        if isinstance(a, (str, bytes, numbers.Number)) or a is None or not hasattr(a, "__iter__"):
+            raise TypeError(f"`keys[{i}]` must be a sequence of token ids, got {type(a).__name__}")
+        key = tuple(a.tolist() if isinstance(a, np.ndarray) else a)
+        for x in key:
+            if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Integral):
+                raise TypeError(f"`keys[{i}]` must hold integer token ids, got {type(x).__name__} {x!r}")
+        out.append(tuple(int(x) for x in key))
+    return out
+
+
 def membership_plan(keys, w, q):
     r"""The membership LP of any finite draft process: drafted keys ``keys`` with probabilities ``w``.
 
@@ -314,8 +332,8 @@ def membership_plan(keys, w, q):
     0.75
     """
     q_ = validate_distribution(q, "q", normalizable=False)
-    w_ = np.asarray(w, dtype=np.float64)
-    keys = [tuple(int(x) for x in a) for a in keys]
+    w_ = as_float_array(w, "w", "an array_like of weights")  # no text parsed as numbers
+    keys = _token_keys(keys)
     if w_.ndim != 1 or w_.shape[0] != len(keys) or np.any(~np.isfinite(w_)) or np.any(w_ < 0):
         raise ValueError(f"`w` must be {len(keys)} finite non-negative weights, one per key")
     if abs(math.fsum(w_.tolist()) - 1.0) > 1e-9:
@@ -460,6 +478,7 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     ('optimal', 0.6875)
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
+    raise_on_failure = validate_bool(raise_on_failure, "raise_on_failure")
     k = validate_k(k)
     check_lp_size(int(np.count_nonzero(p_)), k)  # before anything is enumerated or allocated
     # The LP is solved on the tokens in a label-free order (ascending p, then q; equal pairs keep their order),
@@ -554,6 +573,7 @@ def otm_lp_tuples(p, q, k, *, normalize: bool = False, raise_on_failure: bool = 
     ('optimal', 0.6875)
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
+    raise_on_failure = validate_bool(raise_on_failure, "raise_on_failure")
     k = validate_k(k)
     n = p_.shape[0]
     if n > 1 and (k + 1) * math.log(n) > math.log(MAX_TUPLE_VARIABLES) + 30.0:  # no huge n**(k+1)

@@ -2,7 +2,40 @@
 
 from __future__ import annotations
 
-__all__ = ["new_axes", "palette", "legend_outside", "reject_axes"]
+from .._validation import validate_at_most, validate_count_of
+from ..lossy._mentored import MAX_CURVE_POINTS
+
+__all__ = ["new_axes", "palette", "legend_outside", "reject_axes", "grid_items", "grid_array", "check_cells", "MAX_CURVE_POINTS"]
+
+_HINT = "plot fewer points (or draw the figure in parts)"
+
+
+def grid_items(values, name: str) -> list:
+    """The items of a grid argument (``ks``, ``bs``, ``gammas``, ``ls``) as a list, at most
+    :data:`otspec.lossy.MAX_CURVE_POINTS` of them (a ``range(10**12)`` is refused before any work)."""
+    return validate_count_of(values, name, cap=MAX_CURVE_POINTS, cap_name="MAX_CURVE_POINTS", hint=_HINT)
+
+
+def grid_array(values, name: str):
+    """A grid of reals read by ``np.asarray`` afterwards (``ls``, ``weights``): a number or an ndarray returned as
+    is when it has at most :data:`otspec.lossy.MAX_CURVE_POINTS` entries, anything else through
+    :func:`grid_items`."""
+    import numbers
+
+    import numpy as np
+
+    if isinstance(values, (numbers.Number, np.ndarray)):
+        if np.size(values) > MAX_CURVE_POINTS:
+            raise ValueError(f"`{name}` must have at most MAX_CURVE_POINTS = {MAX_CURVE_POINTS:,} items, got "
+                             f"{np.size(values):,}; {_HINT}")
+        return values
+    return grid_items(values, name)
+
+
+def check_cells(n: int, what: str) -> None:
+    """Refuse a figure of more than :data:`otspec.lossy.MAX_CURVE_POINTS` exact values in all (``what`` names the
+    parameters whose product ``n`` is, e.g. ``"len(`bs`) * len(`ks`)"``)."""
+    validate_at_most(n, what, MAX_CURVE_POINTS, "MAX_CURVE_POINTS", _HINT)
 
 #: Okabe-Ito colours: distinguishable for colour-blind readers and in greyscale order, none pale.
 _OKABE_ITO = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")

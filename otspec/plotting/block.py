@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import validate_positive_int, validate_probability
+from .._validation import validate_at_most, validate_positive_int, validate_probability
 from ..block import expected_length
 from ..models import MemorylessModel
-from ._common import legend_outside, new_axes, palette, reject_axes
+from ._common import grid_items, legend_outside, new_axes, palette, reject_axes
 
 __all__ = ["Figure2Data", "figure2_data", "plot_figure2"]
 
@@ -27,6 +27,10 @@ _STYLE = {"token": ":", "block-onestep": "--", "block": "-"}
 _MARKER = {"token": "o", "block-onestep": "s", "block": "D"}
 _LABEL = {"token": "TokenVerify", "block-onestep": "BlockVerify (one-step)", "block": "BlockVerify (v1, OT optimum)"}
 
+
+#: Most enumerated blocks of :func:`figure2_data`: ``len(ps) * 2**L_max`` (seconds per p at ``L_max = 16``; the
+#: paper's figure takes 3 ps and ``L_max = 10``).
+MAX_FIGURE2_BLOCKS = 2**20
 
 @dataclass(frozen=True, eq=False)
 class Figure2Data:
@@ -95,12 +99,14 @@ def figure2_data(q: float = 0.75, ps=(0.25, 0.5, 0.6), L_max: int = 10) -> Figur
     [0.75, 1.4375]
     """
     q = validate_probability(q, "q")
-    ps_ = np.array([validate_probability(p, "ps") for p in ps], dtype=np.float64)
+    ps_ = np.array([validate_probability(p, "ps") for p in grid_items(ps, "ps")], dtype=np.float64)
     if ps_.size == 0:
         raise ValueError("`ps` must hold at least one probability, got none")
     L_max = validate_positive_int(L_max, "L_max")
     if L_max > 16:
         raise ValueError(f"`L_max` must be <= 16 (exact enumeration of 2**L blocks), got {L_max}")
+    validate_at_most(ps_.size * 2**L_max, "len(`ps`) * 2**`L_max`", MAX_FIGURE2_BLOCKS, "MAX_FIGURE2_BLOCKS",
+                     f"fewer `ps` (2**L blocks enumerated for each p and L; L_max = {L_max})")
     Ls = np.arange(1, L_max + 1)
     target = MemorylessModel([1.0 - q, q])
     lengths = {n: np.empty((ps_.size, Ls.size)) for n in _NAMES}

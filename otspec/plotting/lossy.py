@@ -21,13 +21,29 @@ import math
 
 import numpy as np
 
-from .._validation import as_rng, validate_pair, validate_positive_int
+from .._validation import as_rng, validate_bool, validate_pair, validate_positive_int, validate_size
 from ..lossy._ensemble import ensemble_verifier
 from ..lossy._lenience import lenience_curve
 from ..lossy._mentored import mentored_frontier
 from ..lossy._typical import typical_acceptance_verifier
 from ..speculative import expected_tokens, optimal_gamma, walltime_improvement
-from ._common import legend_outside, new_axes, reject_axes
+from ._common import MAX_CURVE_POINTS, grid_array, grid_items, legend_outside, new_axes, reject_axes
+
+#: Largest vocabulary of :func:`synthetic_llm_pair` (four float64 arrays of ``n`` entries: 128 MiB); real
+#: vocabularies are below 2**18.
+MAX_SYNTHETIC_VOCAB = 2**22
+
+
+def _finite_real(x, name: str) -> float:
+    """A finite real number (no bool, text or None) as a float, refused naming ``name``."""
+    import numbers
+
+    if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
+        raise TypeError(f"`{name}` must be a finite real number, got {type(x).__name__}")
+    v = float(x)
+    if not math.isfinite(v):
+        raise ValueError(f"`{name}` must be a finite real number, got {v!r}")
+    return v
 
 __all__ = ["plot_lossy_frontier", "plot_lossy_rules", "plot_expected_tokens", "plot_optimal_gamma", "synthetic_llm_pair"]
 
@@ -48,7 +64,7 @@ def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float
     Parameters
     ----------
     n : int
-        Vocabulary size.
+        Vocabulary size, at most :data:`MAX_SYNTHETIC_VOCAB` (2**22).
     sigma : float, keyword-only
         Logit scale (temperature inverse).
     perturbation : float, keyword-only
@@ -64,9 +80,10 @@ def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float
     Raises
     ------
     ValueError
-        ``n < 1``.
+        ``n < 1`` or above :data:`MAX_SYNTHETIC_VOCAB`; ``sigma`` or ``perturbation`` not finite, or so large
+        that the logits overflow.
     TypeError
-        A non-integer ``n`` or a bad ``rng``.
+        A non-integer ``n``, a ``sigma`` / ``perturbation`` that is no real number, or a bad ``rng``.
 
     Examples
     --------
@@ -75,16 +92,25 @@ def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float
     >>> p.shape, bool(abs(p.sum() - 1) < 1e-12 and abs(q.sum() - 1) < 1e-12)
     ((50,), True)
     """
-    n = validate_positive_int(n, "n")
+    n = validate_size(n, "n", cap=MAX_SYNTHETIC_VOCAB, cap_name="MAX_SYNTHETIC_VOCAB",
+                      hint="draw a smaller vocabulary")
+    sigma = _finite_real(sigma, "sigma")
+    perturbation = _finite_real(perturbation, "perturbation")
     gen = as_rng(rng)
     z = gen.standard_normal(n)
     eps = gen.standard_normal(n)
 
     def softmax(v):
-        w = np.exp(v - v.max())
+        with np.errstate(over="ignore"):  # v - max <= 0: an overflow is -inf, whose exp is the 0 it rounds to anyway
+            w = np.exp(v - v.max())
         return w / w.sum()
 
-    return softmax(sigma * z + perturbation * eps), softmax(sigma * z)
+    with np.errstate(over="ignore", invalid="ignore"):
+        target, draft = sigma * z, sigma * z + perturbation * eps
+    if not (np.all(np.isfinite(target)) and np.all(np.isfinite(draft))):
+        raise ValueError(f"`sigma` = {sigma!r} and `perturbation` = {perturbation!r} overflow the logits (above "
+                         "1.8e308); take smaller scales")
+    return softmax(draft), softmax(target)
 
 
 def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=None, title=None):
@@ -139,7 +165,9 @@ def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=No
     """
     reject_axes(p, "p")
     p_, q_ = validate_pair(p, q, normalizable=False)
-    ls_ = np.linspace(0.02, 1.0, 50) if ls is None else np.asarray(ls, dtype=np.float64)
+    n_points = validate_size(n_points, "n_points", cap=MAX_CURVE_POINTS, cap_name="MAX_CURVE_POINTS",
+                             hint="plot fewer points")
+    ls_ = np.linspace(0.02, 1.0, 50) if ls is None else np.asarray(grid_array(ls, "ls"), dtype=np.float64)
     lc = lenience_curve(p_, q_, ls_)
     fr0 = mentored_frontier(p_, q_, [0.0])
     if d_max is None:
@@ -148,7 +176,7 @@ def plot_lossy_frontier(p, q, *, ls=None, n_points: int = 200, d_max=None, ax=No
         else:
             finite = lc.kl[np.isfinite(lc.kl)]
             d_max = 1.05 * float(finite.max()) if finite.size and finite.max() > 0 else 1.0
-    Ds = np.linspace(0.0, float(d_max), validate_positive_int(n_points, "n_points"))
+    Ds = np.linspace(0.0, float(d_max), n_points)
     fr = mentored_frontier(p_, q_, Ds)
     ax = new_axes(ax, (6.8, 4))
     ax.plot(fr.D, fr.acceptance, color="C0", lw=2, label="mentored decoding (KL-optimal)")
@@ -209,11 +237,15 @@ def plot_expected_tokens(gammas=(1, 2, 3, 5, 7, 10), *, include_limit: bool = Tr
     1.875
     """
     reject_axes(gammas, "gammas")
+    gammas = [validate_positive_int(g, "gammas") for g in grid_items(gammas, "gammas")]
+    if not gammas:
+        raise ValueError("`gammas` must hold at least one number of drafts, got none")
+    include_limit = validate_bool(include_limit, "include_limit")
     ax = new_axes(ax, (5.5, 4))
     alpha = np.linspace(0.0, 1.0, 401)
     for i, g in enumerate(gammas):
-        ax.plot(alpha, expected_tokens(alpha, int(g)), color=f"C{i}", label=rf"$\gamma = {int(g)}$")
-    top = max(int(g) for g in gammas) + 1
+        ax.plot(alpha, expected_tokens(alpha, g), color=f"C{i}", label=rf"$\gamma = {g}$")
+    top = max(gammas) + 1
     if include_limit:
         a = alpha[alpha < 1 - 1 / (top + 1)]
         ax.plot(a, 1 / (1 - a), "k--", lw=1, label=r"$\gamma = \infty$")
@@ -270,6 +302,7 @@ def plot_optimal_gamma(cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), *, max_gamma: int =
     'log'
     """
     reject_axes(cs, "cs")
+    cs = [_finite_real(c, "cs") for c in grid_items(cs, "cs")]  # no text read by float()
     ax = new_axes(ax, (5.5, 4))
     alpha = np.linspace(0.0, 0.99, 397)
     for i, c in enumerate(cs):
@@ -376,7 +409,8 @@ def plot_lossy_rules(p, q, *, weights=None, ls=None, typical=((0.09, 0.3),), n_p
     '$\\mathrm{KL}(q\\,\\|\\,\\pi)$ (nats)'
     """
     p_, q_ = validate_pair(p, q, normalizable=False)
-    ws = np.linspace(0.0, 1.0, 21) if weights is None else np.asarray(weights, dtype=np.float64)
+    ws = np.linspace(0.0, 1.0, 21) if weights is None else np.asarray(grid_array(weights, "weights"),
+                                                                       dtype=np.float64)
     ens = [ensemble_verifier(p_, q_, float(w)) for w in ws]
     ens_kl = np.array([v.kl() for v in ens])
     ens_acc = np.array([v.acceptance() for v in ens])

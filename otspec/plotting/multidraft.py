@@ -16,8 +16,8 @@ import numpy as np
 import otspec
 
 from .._registry import unknown_name_message
-from .._validation import validate_positive_int, validate_probability
-from ._common import legend_outside, new_axes, palette, reject_axes
+from .._validation import validate_positive_int, validate_probability, validate_size
+from ._common import check_cells, grid_items, legend_outside, new_axes, palette, reject_axes
 
 __all__ = [
     "METHODS",
@@ -87,7 +87,7 @@ def uniform_pair(d: int, d_q: int) -> tuple[np.ndarray, np.ndarray]:
     Parameters
     ----------
     d : int
-        Draft support size (``>= 1``).
+        Draft support size (``>= 1``, at most :data:`MAX_UNIFORM_SUPPORT` = 2**22, as ``d_q``).
     d_q : int
         Target support size (``>= 1``).
 
@@ -114,14 +114,23 @@ def uniform_pair(d: int, d_q: int) -> tuple[np.ndarray, np.ndarray]:
     >>> [v.tolist() for v in uniform_pair(4, 2)]
     [[0.25, 0.25, 0.25, 0.25], [0.5, 0.5, 0.0, 0.0]]
     """
-    d = validate_positive_int(d, "d")
-    d_q = validate_positive_int(d_q, "d_q")
+    hint = "the pair's arrays have max(d, d_q) entries"
+    d = validate_size(d, "d", cap=MAX_UNIFORM_SUPPORT, cap_name="MAX_UNIFORM_SUPPORT", hint=hint)
+    d_q = validate_size(d_q, "d_q", cap=MAX_UNIFORM_SUPPORT, cap_name="MAX_UNIFORM_SUPPORT", hint=hint)
     n = max(d, d_q)
     p = np.zeros(n)
     q = np.zeros(n)
     p[:d] = 1.0 / d
     q[:d_q] = 1.0 / d_q
     return p, q
+
+
+#: Largest support size of :func:`uniform_pair` (two float64 arrays of ``max(d, d_q)`` entries: 64 MiB); SpecTr's
+#: Figure 5 takes ``d = 120``.
+MAX_UNIFORM_SUPPORT = 2**22
+
+#: Largest number of drafts on a curve of :func:`acceptance_curves` (its ``ks`` are an int64 array).
+_MAX_K = int(np.iinfo(np.int64).max)
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,8 +163,8 @@ def acceptance_curves(p, q, ks, methods=("otm", "kseq")) -> AcceptanceCurves:
         Draft distribution.
     q : (n,) array_like of float
         Target distribution.
-    ks : sequence of int
-        Numbers of drafts.
+    ks : iterable of int
+        Numbers of drafts (at most :data:`otspec.lossy.MAX_CURVE_POINTS` of them, each below 2**63).
     methods : sequence of str
         Any of ``"otm"``, ``"kseq"``, ``"multiround"``, ``"multiround-wor"``
         (without replacement; ``k`` beyond the support of ``p`` gives NaN).
@@ -176,7 +185,10 @@ def acceptance_curves(p, q, ks, methods=("otm", "kseq")) -> AcceptanceCurves:
     >>> c.values["otm"].tolist(), c.values["multiround"].tolist()
     ([0.5, 0.6875], [0.5, 0.625])
     """
-    ks_arr = np.array([validate_positive_int(k, "ks") for k in ks], dtype=np.int64)
+    ks_list = [validate_positive_int(k, "ks") for k in grid_items(ks, "ks")]
+    if ks_list and max(ks_list) > _MAX_K:
+        raise ValueError(f"`ks` must hold numbers of drafts at most 2**63 - 1 (an int64 array), got {max(ks_list)}")
+    ks_arr = np.array(ks_list, dtype=np.int64)
     for m in methods:
         if m not in METHODS:
             raise ValueError(unknown_name_message("methods", m, METHODS, entries=True))
@@ -243,7 +255,9 @@ def _series_handles(colors, labels):
 
 def _bernoulli_vs_k(ax, p, bs, ks, methods, title):
     reject_axes(p, "p")
-    bs = [validate_probability(b, "bs") for b in bs]
+    bs = [validate_probability(b, "bs") for b in grid_items(bs, "bs")]
+    ks = grid_items(ks, "ks")
+    check_cells(len(bs) * len(ks), "len(`bs`) * len(`ks`)")
     ax = new_axes(ax, (7.0, 4.2))
     colors = palette(len(bs))
     for i, b in enumerate(bs):
@@ -422,7 +436,9 @@ def plot_spectr_fig5(*, d: int = 120, d_qs=(5, 10, 20, 40, 60, 120), ks=range(1,
     [0.5, 0.75]
     """
     reject_axes(d, "d")
-    d_qs = [validate_positive_int(dq, "d_qs") for dq in d_qs]
+    d_qs = [validate_positive_int(dq, "d_qs") for dq in grid_items(d_qs, "d_qs")]
+    ks = grid_items(ks, "ks")
+    check_cells(len(d_qs) * len(ks), "len(`d_qs`) * len(`ks`)")
     ax = new_axes(ax, (7.0, 4.2))
     colors = palette(len(d_qs))
     methods = ("otm", "kseq") if show_kseq else ("otm",)
@@ -495,8 +511,10 @@ def plot_acceptance_vs_b(*, p: float = 0.25, ks=(1, 2, 4, 8), bs=None, methods=(
     [1.0, 0.6875]
     """
     reject_axes(p, "p")
+    bs = np.linspace(0.0, 1.0, 201) if bs is None else np.asarray(grid_items(bs, "bs"), dtype=np.float64)
+    ks = grid_items(ks, "ks")
+    check_cells(len(bs) * len(ks), "len(`bs`) * len(`ks`)")  # before any figure is made
     ax = new_axes(ax, (6.4, 4.2))
-    bs = np.linspace(0.0, 1.0, 201) if bs is None else np.asarray(bs, dtype=np.float64)
     colors = palette(len(ks))
     for i, k in enumerate(ks):
         for m in methods:

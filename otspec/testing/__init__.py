@@ -21,6 +21,7 @@ from ._coins import BOUNDARY_FRACTION, BoundaryCoins
 from ._logits import processed_law
 from ._sampler import (
     CHUNK,
+    MAX_HARNESS_DRAFTS,
     TRIAL_BUDGET,
     WORST_CELLS,
     CellResidual,
@@ -42,6 +43,7 @@ from ._tree import (
 __all__ = [
     "BOUNDARY_FRACTION",
     "CHUNK",
+    "MAX_HARNESS_DRAFTS",
     "MAX_HARNESS_TREES",
     "MAX_SAMPLES",
     "TRIAL_BUDGET",

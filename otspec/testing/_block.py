@@ -28,9 +28,10 @@ import numbers
 
 import numpy as np
 
-from .._validation import as_rng, validate_bool, validate_positive_int
-from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, validate_model_pair
+from .._validation import as_rng, validate_at_most, validate_bool, validate_positive_int
+from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, size_exceeds, size_text, validate_model_pair
 from ._sampler import (
+    MAX_HARNESS_DRAFTS,
     SamplerCheck,
     StepError,
     Violation,
@@ -185,7 +186,8 @@ def check_block_sampler(step, draft, target, L, *, k=1, n_samples=None, tv=0.02,
     L : int
         Block length (>= 1).
     k : int, keyword-only
-        Number of i.i.d. draft blocks per trial (>= 1, default 1). With
+        Number of i.i.d. draft blocks per trial (>= 1, default 1, at most
+        :data:`otspec.testing.MAX_HARNESS_DRAFTS`). With
         ``k > 1``, ``step(drafts, rng)`` receives a tuple of ``k`` blocks
         (tuples of ``L`` ints) drawn independently from ``draft`` -- the
         calling convention of
@@ -233,12 +235,13 @@ def check_block_sampler(step, draft, target, L, *, k=1, n_samples=None, tv=0.02,
     step = _validate_step(step)
     V = validate_model_pair(draft, target)
     L = validate_positive_int(L, "L")
-    k = validate_positive_int(k, "k")
+    k = validate_at_most(validate_positive_int(k, "k"), "k", MAX_HARNESS_DRAFTS, "MAX_HARNESS_DRAFTS",
+                         "test larger k on a verifier's own law (its exact acceptance) instead")
     batched = validate_bool(batched, "batched")
     boundary_coins = validate_bool(boundary_coins, "boundary_coins")
-    if V ** (L + 1) > MAX_ENUMERATION:
+    if size_exceeds(V, L + 1, MAX_ENUMERATION):  # no big integer V**(L+1): L = 10**8 answered at once
         raise ValueError(
-            f"check_block_sampler tests the law of V**(L+1) = {V}**{L + 1} = {V ** (L + 1)} sequences, above "
+            f"check_block_sampler tests the law of V**(L+1) = {V}**{L + 1} = {size_text(V, L + 1)} sequences, above "
             f"the stated limit otspec.models.MAX_ENUMERATION={MAX_ENUMERATION}; lower `L` or the vocabulary"
         )
     cs = conditional_tables(draft, L, name="draft")

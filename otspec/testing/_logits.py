@@ -86,7 +86,13 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
         law[int(np.argmax(x))] = 1.0  # the first maximum: ties to the smallest id
         law.setflags(write=False)
         return law
-    z = x / float(temperature)
+    with np.errstate(over="ignore"):
+        z = x / float(temperature)
+    if not np.all(np.isfinite(z) | np.isneginf(x)):
+        # a small temperature overflowed a finite logit (to +-inf): the same law from the shifted logits, whose
+        # maximum is 0; (x - max) / T <= 0 elsewhere, an overflow there is -inf, a probability of 0 as it is
+        with np.errstate(over="ignore"):
+            z = (x - x.max()) / float(temperature)
     if top_k is not None and top_k < z.size:
         kth = np.sort(z)[::-1][int(top_k) - 1]
         z[z < kth] = -np.inf

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_rng, validate_bool, validate_k, validate_pair, validate_positive_int, validate_probability
+from .._validation import (
+    as_rng,
+    validate_at_most,
+    validate_bool,
+    validate_k,
+    validate_pair,
+    validate_positive_int,
+    validate_probability,
+)
 from .._verifier import LosslessCheck
 from ._chi2 import (
     MAX_SAMPLES,
@@ -37,7 +45,8 @@ from ._chi2 import (
 )
 from ._coins import BoundaryCoins
 
-__all__ = ["CellResidual", "SamplerCheck", "StepError", "Violation", "check_sampler", "CHUNK", "TRIAL_BUDGET", "WORST_CELLS"]
+__all__ = ["CellResidual", "SamplerCheck", "StepError", "Violation", "check_sampler", "CHUNK", "MAX_HARNESS_DRAFTS",
+           "TRIAL_BUDGET", "WORST_CELLS"]
 
 #: Default ``max_samples`` of the harnesses: trials run without being asked (``step`` called one trial
 #: at a time, about a minute at 20 microseconds per call), and for a batched ``step`` (about a minute
@@ -48,6 +57,11 @@ TRIAL_BUDGET = {False: 3_000_000, True: 100_000_000}
 #: chunk's work arrays would exceed :data:`_WORK` entries (a (B, V) array per chunk).
 CHUNK = 1 << 16
 _WORK = 1 << 22
+
+#: Most drafts per trial (``k``) of :func:`check_sampler` and :func:`otspec.testing.check_block_sampler`: a chunk of
+#: ``CHUNK`` trials draws ``(CHUNK, k)`` drafts at once (100 MiB of work arrays at ``k = 64``), and every trial hands
+#: ``k`` drafts to ``step``. The documented uses take ``k <= 4``.
+MAX_HARNESS_DRAFTS = 64
 
 #: Cells kept in :attr:`SamplerCheck.worst_cells` (the message of a failed check names the first three).
 WORST_CELLS = 5
@@ -638,7 +652,7 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     q : (V,) array_like of float
         Target law the outputs must follow (as ``p``).
     k : int, keyword-only
-        Drafts per trial.
+        Drafts per trial, at most :data:`MAX_HARNESS_DRAFTS` (64).
     replacement : bool, keyword-only
         Draw the drafts i.i.d. (True) or sequentially without replacement
         (False; needs ``k <= |supp p|``).
@@ -727,7 +741,8 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
     """
     step = _validate_step(step)
     p_, q_ = validate_pair(p, q, normalizable=False)
-    k = validate_k(k)
+    k = validate_at_most(validate_k(k), "k", MAX_HARNESS_DRAFTS, "MAX_HARNESS_DRAFTS",
+                         "test larger k on a verifier's own law (its exact acceptance) instead")
     replacement = validate_bool(replacement, "replacement")
     batched = validate_bool(batched, "batched")
     boundary_coins = validate_bool(boundary_coins, "boundary_coins")
@@ -771,6 +786,10 @@ def check_sampler(step, p, q, *, k=1, replacement=True, n_samples=None, tv=0.02,
                    n_boundary=N if boundary_coins else 0, violation=violation, what="output")
 
 
+#: Deepest nesting of tuples and lists that :func:`seed_for` reads (one level of recursion each).
+_MAX_SEED_DEPTH = 200
+
+
 def seed_for(*parts) -> int:
     """A seed derived from the content of ``parts``, so that a rerun of one example draws the same numbers.
 
@@ -791,7 +810,10 @@ def seed_for(*parts) -> int:
     Raises
     ------
     TypeError
-        A part that is neither a number, a string, a sequence nor an array.
+        A part that is neither a number, a string, a sequence nor an array (``None``, a dict, an object array:
+        their bytes are addresses, which change from run to run).
+    ValueError
+        Sequences nested more than 200 levels deep.
 
     Examples
     --------
@@ -805,7 +827,9 @@ def seed_for(*parts) -> int:
 
     h = hashlib.sha256()
 
-    def feed(x):
+    def feed(x, depth=0):
+        if depth > _MAX_SEED_DEPTH:  # a RecursionError otherwise
+            raise ValueError(f"`parts` must be nested at most {_MAX_SEED_DEPTH} levels deep, got deeper")
         if isinstance(x, np.generic) and x.dtype.kind in "biuf" and type(v := x.item()) in (bool, int, float):
             x = v  # a numpy scalar hashes as the Python value it equals: np.int64(3) as 3, np.bool_(True) as True
         if isinstance(x, (str, bytes)):
@@ -815,10 +839,13 @@ def seed_for(*parts) -> int:
         elif isinstance(x, (tuple, list)) and not all(isinstance(v, numbers.Number) for v in x):
             h.update(b"(")
             for v in x:
-                feed(v)
+                feed(v, depth + 1)
             h.update(b")")
         else:
             a = np.ascontiguousarray(_to_numpy(x))
+            if a.dtype.kind == "O":  # its bytes are addresses: a seed that changes from run to run
+                raise TypeError(f"`parts` must be numbers, strings, sequences or arrays of them, got {type(x).__name__}"
+                                + (" (an object array)" if isinstance(x, np.ndarray) else ""))
             if a.dtype.kind in "iub" and not isinstance(x, np.ndarray):
                 a = a.astype(np.int64)
             elif a.dtype.kind == "f" and not isinstance(x, np.ndarray):

@@ -33,7 +33,15 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from .._validation import as_rng, validate_bool, validate_positive_int, validate_probability
-from ..models import MAX_ENUMERATION, conditional_tables, joint_from_tables, validate_model_pair, validate_sequence
+from ..models import (
+    MAX_ENUMERATION,
+    conditional_tables,
+    joint_from_tables,
+    size_exceeds,
+    size_text,
+    validate_model_pair,
+    validate_sequence,
+)
 from ..tree import DraftTree, TreeVerifier, enumerate_trees
 from ..tree._process import LawCache, as_tree_shape, validate_process
 from ._block import _Tables
@@ -285,9 +293,9 @@ def check_tree_sampler(step, shape, draft, target, *, process, prefix=(), n_samp
     validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
     max_trees = validate_positive_int(max_trees, "max_trees")
     D = int(shape.max_depth)
-    if V ** (D + 1) > MAX_ENUMERATION:
+    if size_exceeds(V, D + 1, MAX_ENUMERATION):  # no big integer V**(D+1)
         raise ValueError(
-            f"check_tree_sampler tests the law of V**(max_depth+1) = {V}**{D + 1} = {V ** (D + 1)} completed "
+            f"check_tree_sampler tests the law of V**(max_depth+1) = {V}**{D + 1} = {size_text(V, D + 1)} completed "
             f"sequences, above the stated limit otspec.models.MAX_ENUMERATION={MAX_ENUMERATION}; use a shallower "
             "shape or a smaller vocabulary"
         )
