@@ -36,7 +36,8 @@ MAX_EXACT_BITS = 1_000_000
 
 #: Below this ``k``, :func:`lemma3_constant` is ``1 - (1 - 1/k)**k`` as before (within ``k`` ulps); from it on the
 #: power's rounding would show (about 1e-5 off at ``k = 10**12``, ``0.0`` at ``2**63``) and the constant is
-#: ``-expm1(k * log1p(-1/k))`` (a few ulps at every ``k``).
+#: ``-expm1(k * log1p(-1/k))`` (a few ulps at every ``k``). :func:`bernoulli_alpha_k` on floats switches at the same
+#: ``k`` (``1 - p`` rounds to 1 for ``p < 2**-53``: the power form gave 0 for ``1 - (1 - p)**k``).
 _LEMMA3_POWER_MAX_K = 1024
 
 
@@ -84,7 +85,10 @@ def bernoulli_alpha_k(p, q, k: int):
     Returns
     -------
     float or Fraction
-        Exact in the inputs' arithmetic (a Fraction for Fraction inputs).
+        Exact in the inputs' arithmetic (a Fraction for Fraction inputs). Floats with ``k >= 1024`` take
+        :math:`1 - (1 - p)^k = -\operatorname{expm1}(k \operatorname{log1p}(-p))` and :math:`1 - p^k =
+        -\operatorname{expm1}(k \log p)` (a few ulps at every ``k``; the powers of the rounded ``1 - p`` lost
+        ``p`` below ``2**-53``); below ``1024`` the powers, within ``k`` ulps.
 
     Raises
     ------
@@ -110,6 +114,11 @@ def bernoulli_alpha_k(p, q, k: int):
     k = validate_k(k)
     _check_exact_power(p, k, "p")
     _check_exact_power(1 - p, k, "(1 - p)")
+    if k >= _LEMMA3_POWER_MAX_K and isinstance(p, (float, np.floating)):
+        kf, pf = float(min(k, 2**1000)), float(p)  # the float range (as lemma3_constant)
+        drawn = 1.0 if pf == 1.0 else -math.expm1(kf * math.log1p(-pf))  # 1 - (1 - p)^k
+        not_all = 1.0 if pf == 0.0 else -math.expm1(kf * math.log(pf))  # 1 - p^k
+        return min(q, drawn) + min(1 - q, not_all)
     return min(q, 1 - (1 - p) ** k) + min(1 - q, 1 - p**k)
 
 

@@ -542,13 +542,11 @@ def test_kl_divergence_matches_high_precision(pq):
     assert abs(row - ref) <= 64 * len(q) * EPS * ref + 1e-300
 
 
-# ----------------------------------------------------------------------------- huge k in the closed forms (reported)
-# otspec/closed_form.py is another helper's file: these reproducers are reported, not fixed here. Both forms
-# raise 1 - x to a huge power: 1 - 1/k and 1 - p round to 1.0 once below 2**-53, so the power is 1 and the
-# value 0. -expm1(k * log1p(-x)) keeps them.
+# ----------------------------------------------------------------------------- huge k in the closed forms
+# Both forms raised 1 - x to a huge power: 1 - 1/k and 1 - p round to 1.0 once below 2**-53, so the power was 1
+# and the value 0. -expm1(k * log1p(-x)) keeps them (both fail on the power form).
 
 
-@pytest.mark.xfail(strict=True, reason="lemma3_constant forms (1 - 1/k)**k (otspec/closed_form.py): reported")
 def test_lemma3_constant_at_huge_k_is_near_one_minus_one_over_e():
     from otspec.closed_form import lemma3_constant
 
@@ -559,15 +557,18 @@ def test_lemma3_constant_at_huge_k_is_near_one_minus_one_over_e():
         assert abs(lemma3_constant(k) - ref) <= 8 * EPS  # main: 0.0 at k = 1e18, 0.6705 at 1e16
 
 
-@pytest.mark.xfail(strict=True, reason="bernoulli_alpha_k forms (1 - p)**k (otspec/closed_form.py): reported")
-def test_bernoulli_alpha_k_at_huge_k_with_a_tiny_p():
+@pytest.mark.parametrize(("p", "q", "k"), [(1e-17, 0.5, 10**18), (1e-20, 0.5, 10**18), (3e-300, 0.25, 2**1000),
+                                           (1 - 2**-52, 0.5, 2**40), (0.5, 0.75, 1024), (1e-17, 0.5, 2**2000),
+                                           (0.0, 0.5, 10**6), (1.0, 0.5, 10**6)])
+def test_bernoulli_alpha_k_at_huge_k_with_a_tiny_p(p, q, k):
+    # against 60 digits: (1e-17, 0.5, 1e18) gave 0.5 on the power form (the exact value rounds to 1.0)
     mpmath = pytest.importorskip("mpmath")
-    p, q, k = 1e-17, 0.5, 10**18
     with mpmath.workdps(60):
-        ref = float(min(mpmath.mpf(q), -mpmath.expm1(k * mpmath.log1p(-mpmath.mpf(p))))
-                    + min(1 - mpmath.mpf(q), 1 - mpmath.power(mpmath.mpf(p), k)))
-    assert ref == 1.0
-    assert abs(bernoulli_alpha_k(p, q, k) - ref) <= 8 * EPS  # main: 0.5
+        kk = mpmath.mpf(min(k, 2**1000))
+        drawn = -mpmath.expm1(kk * mpmath.log1p(-mpmath.mpf(p))) if p < 1 else mpmath.mpf(1)
+        not_all = -mpmath.expm1(kk * mpmath.log(mpmath.mpf(p))) if p > 0 else mpmath.mpf(1)
+        ref = float(min(mpmath.mpf(q), drawn) + min(1 - mpmath.mpf(q), not_all))
+    assert abs(bernoulli_alpha_k(p, q, k) - ref) <= 8 * EPS
 
 
 # ----------------------------------------------------------------------------- trees and Theorem 2
