@@ -787,7 +787,8 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
 
     Every step is one array operation over the whole ``(m, V)`` block (no loop over prefixes): the children's
     :math:`\\pi` (:func:`_child_pi`), min(Q, pi) and its row sums, the caps of the lower depths and their row
-    sums, and the candidates (:func:`_top_per_row`), whose values alone come back to the host."""
+    sums (:attr:`_Prefix.S`), the candidates (:func:`_top_per_row`), whose values alone come back to the host, and
+    the caps' row sums over the children that are not candidates (:attr:`_Prefix.rest`, :func:`_rest_sums`)."""
     xp = _xp(Pl)
     dev = None if xp is np else _device(Pl)
     j = len(frontier[0].path)
@@ -942,7 +943,9 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
     r""":func:`_expand` by the fused row kernels (numba): each prefix's draft and target rows read where they are,
     in one kernel call per row that computes :math:`\pi` of every child, the exact level and the caps' row sums
     (and, above the last depth, the candidates' values); the same ``(candidates, pi_exact, dropped)``. The row
-    sums are summed over :data:`_bound_kernels.BLOCK` lanes (within ~1e-13 of numpy's pairwise sums).
+    sums are summed over :data:`_bound_kernels.BLOCK` lanes (within ~1e-13 of numpy's pairwise sums). A row with
+    candidates and caps of lower depths gets one more pass once they are chosen (:func:`_bound_kernels.rest_row`:
+    the caps summed over the children that are not candidates, :attr:`_Prefix.rest`).
 
     With ``chk`` (``(m, 2)``, i.i.d. children only) the kernels also check both rows as laws in the same pass
     (:func:`_bound_kernels.check_block`): ``chk[i]`` the draft's and the target's totals, NaN where an entry is
@@ -1016,14 +1019,13 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
         E = len(depths)
         rest = np.zeros((m, E))
         none, no_md = np.zeros(E), np.zeros((E, 0))
-        mark = np.zeros(V, dtype=np.bool_)
         starts = np.searchsorted(r, np.arange(m + 1))          # r nondecreasing: row i's candidates in [a, b)
         for i in range(m):
             if starts[i] == starts[i + 1]:
                 rest[i] = sums[i, 1:]                          # no candidate: every child's cap
                 continue
             _K.rest_row(Prows[i], Qrows[i], float(Qu[i]), mdc[i] if draws is None else none,
-                        no_md if draws is None else mdc[i], x[starts[i]:starts[i + 1]], mark, rest[i])
+                        no_md if draws is None else mdc[i], np.sort(x[starts[i]:starts[i + 1]]), rest[i])
         _set_rest(frontier, {d: rest[:, e] for e, d in enumerate(depths)})
     if r.size == 0:
         return None, pi_exact, dropped
@@ -1660,7 +1662,9 @@ def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
 def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     r""":func:`_expand` where the laws are (torch tensors on the models' device, ``(m, V)`` float64 blocks): the
     children's :math:`\pi` (i.i.d.: :func:`_iid_pi`'s recursion over the whole block; without replacement
-    :func:`_wor_pi_steps`), min(Q, pi), the caps of the lower depths and every row sum, the candidates of each row
+    :func:`_wor_pi_steps`), min(Q, pi), the caps of the lower depths summed over the children that are not
+    candidates (:attr:`_Prefix.rest`: the target's path probability zeroed at the candidates, so the same number
+    of torch ops as the whole row sums; :attr:`_Prefix.S` is not formed on this route), the candidates of each row
     (:func:`_top_t`) and their values, all read in one copy (without replacement and ranks >= 2, one more read
     before it for the race's power sums, which at the last depth also names the rows that need the race). The same
     ``(candidates, pi_exact, dropped)``; the host's route on the laws read in one copy (:func:`_host_route_steps`)
