@@ -767,11 +767,12 @@ def _second_draw(P):
 class _Prefix:
     """A token path below the context: its target and draft path data and the caps on what lies below it."""
 
-    __slots__ = ("path", "Q", "pi", "A", "s", "caps", "S", "exact", "children", "order", "dropped")
+    __slots__ = ("path", "Q", "pi", "A", "s", "caps", "S", "rest", "exact", "children", "order", "dropped")
 
     def __init__(self, path, Q, pi, A, s, caps):
         self.path, self.Q, self.pi, self.A, self.s, self.caps = path, Q, pi, A, s, caps
-        self.S: dict = {}          # d -> sum over every child x of cap_d(ux)   (d >= depth + 2)
+        self.S: dict = {}          # d -> sum over every child x of cap_d(ux)   (d >= depth + 2; the host routes)
+        self.rest: dict = {}       # d -> the same over the children that are not candidates (what _share reads)
         self.exact = 0.0           # sum over x of min(Q(ux), pi(ux))            (level depth + 1)
         self.children: list = []   # expanded children
         self.order = -1            # position in the order of expansion
@@ -786,7 +787,8 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
 
     Every step is one array operation over the whole ``(m, V)`` block (no loop over prefixes): the children's
     :math:`\\pi` (:func:`_child_pi`), min(Q, pi) and its row sums, the caps of the lower depths and their row
-    sums, and the candidates (:func:`_top_per_row`), whose values alone come back to the host."""
+    sums (:attr:`_Prefix.S`), the candidates (:func:`_top_per_row`), whose values alone come back to the host, and
+    the caps' row sums over the children that are not candidates (:attr:`_Prefix.rest`, :func:`_rest_sums`)."""
     xp = _xp(Pl)
     dev = None if xp is np else _device(Pl)
     j = len(frontier[0].path)
@@ -810,6 +812,7 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     if not more:
         return None, pi_exact, 0
     r, x, dropped = _top_per_row(low, keep, xp, owners=frontier)
+    _set_rest(frontier, _rest_sums(caps, r, x, xp) if r.size else S)
     if r.size == 0:
         return None, pi_exact, dropped
     cand = dict(pr=_host(_gather(low, r, x, xp)), owner=[frontier[i] for i in r.tolist()], x=x,
@@ -817,6 +820,31 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
                 caps={d: _host(_gather(c, r, x, xp)) for d, c in caps.items()},
                 dr=None if draws is None else np.stack([draws.at(k, r, x) for k in range(len(ranks))]))
     return cand, pi_exact, dropped
+
+
+def _rest_sums(caps: dict, r: np.ndarray, x: np.ndarray, xp) -> dict:
+    """``{d: (m,) host array}``: each row's caps ``caps[d]`` (``(m, V)``, numpy or a tensor of ``xp``) summed over the
+    entries that are not candidates (``(r, x)``: the candidates' rows and columns), each term nonnegative (the
+    remainder of :func:`_share` with no subtraction)."""
+    if not caps:
+        return {}
+    some = next(iter(caps.values()))
+    if xp is np:
+        keep = np.ones(some.shape, dtype=bool)
+        keep[r, x] = False
+        return {d: np.sum(np.where(keep, c, 0.0), axis=1) for d, c in caps.items()}
+    dev = _device(some)
+    keep = xp.ones(some.shape, dtype=xp.bool, device=dev)
+    keep[xp.asarray(r, device=dev), xp.asarray(x, device=dev)] = False
+    zero = xp.zeros((), dtype=some.dtype, device=dev)
+    return {d: _host(xp.sum(xp.where(keep, c, zero), axis=1)) for d, c in caps.items()}
+
+
+def _set_rest(frontier: list, rest: dict) -> None:
+    """Note on each prefix of ``frontier`` its row of ``rest`` (``{d: (m,) host array}``, :func:`_rest_sums`)."""
+    cols = {d: v.tolist() for d, v in rest.items()}
+    for i, u in enumerate(frontier):
+        u.rest = {d: v[i] for d, v in cols.items()}
 
 
 def _host_rows(P, Q):
@@ -915,7 +943,9 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
     r""":func:`_expand` by the fused row kernels (numba): each prefix's draft and target rows read where they are,
     in one kernel call per row that computes :math:`\pi` of every child, the exact level and the caps' row sums
     (and, above the last depth, the candidates' values); the same ``(candidates, pi_exact, dropped)``. The row
-    sums are summed over :data:`_bound_kernels.BLOCK` lanes (within ~1e-13 of numpy's pairwise sums).
+    sums are summed over :data:`_bound_kernels.BLOCK` lanes (within ~1e-13 of numpy's pairwise sums). A row with
+    candidates and caps of lower depths gets one more pass once they are chosen (:func:`_bound_kernels.rest_row`:
+    the caps summed over the children that are not candidates, :attr:`_Prefix.rest`).
 
     With ``chk`` (``(m, 2)``, i.i.d. children only) the kernels also check both rows as laws in the same pass
     (:func:`_bound_kernels.check_block`): ``chk[i]`` the draft's and the target's totals, NaN where an entry is
@@ -984,6 +1014,19 @@ def _expand_rows(slots: _Slots, process: str, frontier: list, Prows: list, Qrows
     if not more:
         return None, pi_exact, 0
     r, x, dropped = _top_per_row(low, keep, np, owners=frontier)
+    if depths:
+        # the caps' sums over the children that are not candidates (i.i.d.: mdc[i, e] * p; else md = mdc[i, e, x])
+        E = len(depths)
+        rest = np.zeros((m, E))
+        none, no_md = np.zeros(E), np.zeros((E, 0))
+        starts = np.searchsorted(r, np.arange(m + 1))          # r nondecreasing: row i's candidates in [a, b)
+        for i in range(m):
+            if starts[i] == starts[i + 1]:
+                rest[i] = sums[i, 1:]                          # no candidate: every child's cap
+                continue
+            _K.rest_row(Prows[i], Qrows[i], float(Qu[i]), mdc[i] if draws is None else none,
+                        no_md if draws is None else mdc[i], np.sort(x[starts[i]:starts[i + 1]]), rest[i])
+        _set_rest(frontier, {d: rest[:, e] for e, d in enumerate(depths)})
     if r.size == 0:
         return None, pi_exact, dropped
     Pg, Qg = _row_gather(Prows, r, x), Qu[r] * _row_gather(Qrows, r, x)
@@ -1590,21 +1633,25 @@ def _wor_pi_steps(slots: _Slots, j: int, frontier: list, P, Qc, w01, c01, depths
     return torch.clip(base_pi, None, 1.0), base_md, P1, race, support
 
 
-def _top_t(low, keep: int):
-    """``(vals, idx)`` (``(m, min(keep, V))`` tensors): per row the at most ``keep`` largest positive entries of
-    ``low`` with their columns, ties (:func:`_order_key`) at the ``keep``-th value taken by lower column (the
-    host's :func:`_top_per_row`); the other places hold -1. Two ``topk``, a ``cumsum``, no read."""
+def _top_t(low, keep: int, pos=None):
+    """``(vals, idx, taken)``: per row the at most ``keep`` largest positive entries of ``low`` with their columns
+    (``(m, min(keep, V))`` tensors), ties (:func:`_order_key`) at the ``keep``-th value taken by lower column (the
+    host's :func:`_top_per_row`), the other places -1; ``taken`` (``(m, V)`` bool) marks the entries returned with
+    their value (at most ``keep`` a row, every one positive). ``pos``: ``low > 0`` where already formed. Two
+    ``topk``, a ``cumsum``, no read."""
     import torch
 
     m, V = low.shape
-    pos = low > 0
+    if pos is None:
+        pos = low > 0
     if keep < V:
         lo, hi = _key_edges(torch.topk(low, keep, dim=1).values[:, -1:], torch)   # the keep-th's key (_order_key)
         gt = low >= hi
         eq = (low >= lo) & (low < hi)
         room = keep - torch.sum(gt, dim=1, keepdim=True)
         pos = gt | (eq & (torch.cumsum(eq, dim=1, dtype=torch.int64) <= room))
-    return torch.topk(torch.where(pos, low, -1.0), min(keep, V), dim=1)
+    vals, idx = torch.topk(torch.where(pos, low, -1.0), min(keep, V), dim=1)
+    return vals, idx, pos
 
 
 def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
@@ -1615,7 +1662,9 @@ def _expand_t(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
 def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     r""":func:`_expand` where the laws are (torch tensors on the models' device, ``(m, V)`` float64 blocks): the
     children's :math:`\pi` (i.i.d.: :func:`_iid_pi`'s recursion over the whole block; without replacement
-    :func:`_wor_pi_steps`), min(Q, pi), the caps of the lower depths and every row sum, the candidates of each row
+    :func:`_wor_pi_steps`), min(Q, pi), the caps of the lower depths summed over the children that are not
+    candidates (:attr:`_Prefix.rest`: the target's path probability zeroed at the candidates, so the same number
+    of torch ops as the whole row sums; :attr:`_Prefix.S` is not formed on this route), the candidates of each row
     (:func:`_top_t`) and their values, all read in one copy (without replacement and ranks >= 2, one more read
     before it for the race's power sums, which at the last depth also names the rows that need the race). The same
     ``(candidates, pi_exact, dropped)``; the host's route on the laws read in one copy (:func:`_host_route_steps`)
@@ -1652,26 +1701,31 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
                                                  None if got is None else got))
         pi, mds, P1, race, support = got
     low = torch.minimum(Qc, pi)
-    caps = [torch.minimum(Qc, md) for md in mds]
-    parts = [torch.stack([torch.sum(low, dim=1)] + [torch.sum(c, dim=1) for c in caps], dim=1)]
+    K = min(keep, V) if more else 0
+    positive = low > 0 if more else None
+    taken = None
+    if K > 0:
+        vals, idx, taken = _top_t(low, K, positive)
+    # the caps summed over the children that are not candidates (their target path probability zeroed), for
+    # _share (:attr:`_Prefix.rest`); the candidates' caps are formed on the host from their gathered Q and md
+    Qr = Qc if taken is None or not E else Qc.masked_fill(taken, 0.0)
+    parts = [torch.stack([torch.sum(low, dim=1)] + [torch.sum(torch.minimum(Qr, md), dim=1) for md in mds], dim=1)]
     sizes = [m * (1 + E)]
     if support is not None:
         parts.append(support)
         sizes.append(m)
-    K = min(keep, V) if more else 0
     if more:
-        parts.append(torch.sum(low > 0, dim=1))
+        parts.append(torch.sum(positive, dim=1))
         sizes.append(m)
     if K > 0:
-        vals, idx = _top_t(low, K)
-        fields = [low, Qc, pi, Pl] + ([P1] if P1 is not None else []) + caps
+        fields = [low, Qc, pi, Pl] + ([P1] if P1 is not None else []) + list(mds)
         parts += [vals, idx, torch.stack([torch.gather(f, 1, idx) for f in fields], dim=2)]
         sizes += [m * K, m * K, m * K * len(fields)]
     host = np.split((yield parts), np.cumsum(sizes)[:-1])
     sums = host[0].reshape(m, 1 + E)
     for i, u in enumerate(frontier):
         u.exact = float(sums[i, 0])
-        u.S = {d: float(sums[i, 1 + e]) for e, d in enumerate(depths)}
+    _set_rest(frontier, dict(zip(depths, sums[:, 1:].T)))
     at = 1
     if support is not None:
         need = slots.need[j]
@@ -1703,7 +1757,7 @@ def _expand_t_steps(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: i
                        _race_at(race, race.ranks.index(r), p, rr.astype(np.int64), x) for r in ranks])
     off = 5 if P1 is not None else 4
     cand = dict(pr=g[:, 0], owner=[frontier[i] for i in rr.tolist()], x=x, Q=g[:, 1], pi=g[:, 2], p=p,
-                caps={d: g[:, off + e] for e, d in enumerate(depths)}, dr=dr)
+                caps={d: np.minimum(g[:, 1], g[:, off + e]) for e, d in enumerate(depths)}, dr=dr)
     return cand, pi_exact, dropped
 
 
@@ -2558,12 +2612,31 @@ class _Search:
         self.frontier = frontier
         return frontier
 
+    def unexpanded_caps(self) -> dict:
+        """``{id(prefix): {d: list}}``: the caps at depth ``d`` of each prefix's candidate children left unexpanded
+        (what :func:`_share` adds for them). A block's candidates of one owner are contiguous (rows in order)."""
+        out: dict = {}
+        for c in self.blocks:
+            ks = np.flatnonzero(c["alive"])
+            if ks.size == 0 or not c["caps"]:
+                continue
+            order = c["order"][ks]
+            starts = np.flatnonzero(np.r_[True, order[1:] != order[:-1]]).tolist()
+            vals = {d: v[ks].tolist() for d, v in c["caps"].items()}
+            owners = c["owner"]
+            for a, b in zip(starts, starts[1:] + [ks.size]):
+                got = out.setdefault(id(owners[int(ks[a])]), {})
+                for d, v in vals.items():
+                    got.setdefault(d, []).extend(v[a:b])
+        return out
+
     def result(self, n_calls: int | None = None) -> TreeBound:
         D, expanded = self.slots.D, self.expanded
         dropped = sum(u.dropped for u in expanded)
         complete = all(not c["alive"].any() for c in self.blocks) and dropped == 0
         lower = np.array([math.fsum([u.exact for u in expanded if len(u.path) == d - 1]) for d in range(1, D + 1)])
-        hat = np.array([_share(self.root, d) for d in range(1, D + 1)])
+        opened = self.unexpanded_caps()
+        hat = np.array([_share(self.root, d, opened) for d in range(1, D + 1)])
         if complete:
             # every path with min(Q, pi) > 0 is counted exactly: the exact part is b_d too (without the rounding of
             # subtracting the caps again, which would leave a remainder of 1e-17)
@@ -2702,17 +2775,24 @@ def _fused_checked(slots: _Slots, process: str, frontier: list, runs: list, pend
             on_rows(frontier[a:b], Pl[a:b], Ql[a:b], cand)
 
 
-def _share(u: _Prefix, d: int) -> float:
-    """Upper bound on the sum over the paths of length ``d`` below ``u`` of min(Q, pi)."""
+def _share(u: _Prefix, d: int, opened: dict) -> float:
+    r"""Upper bound on the sum over the paths of length ``d`` below ``u`` of min(Q, pi).
+
+    Below depth ``|u| + 1`` each child ``x`` of ``u`` adds its cap :math:`\mathrm{cap}_d(ux)` (an upper bound on
+    what lies below it) or, expanded, its own share: the sum (``math.fsum``, rounded once) of ``u.rest[d]`` (the
+    caps of the children that were not candidates, summed in the expansion's pass), the caps of the candidates
+    left unexpanded (``opened``: :meth:`_Search.unexpanded_caps`) and the expanded children's shares. Nonnegative
+    terms only, so the sum's rounding is relative to it: formed as the row sum of every cap minus the expanded
+    children's caps, it kept the row sum's rounding, relative to the row sum (a remainder of 1e-11 under caps of 1
+    off by 2e-16, the numpy and torch routes 3e-5 apart, their row sums rounded in different orders)."""
     j = len(u.path)
     if d == j + 1:
         inner = u.exact
     else:
-        terms = [u.S.get(d, 0.0)]
-        for c in u.children:
-            terms.append(-c.caps[d])
-            terms.append(_share(c, d))
-        inner = max(0.0, math.fsum(terms))
+        terms = [u.rest.get(d, 0.0)]
+        terms += opened.get(id(u), {}).get(d, [])
+        terms += [_share(c, d, opened) for c in u.children]
+        inner = math.fsum(terms)
     cap = u.caps.get(d, math.inf)
     return min(cap, inner)
 
