@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -27,3 +28,22 @@ def pytest_configure(config):
         except ImportError:  # the decoding extra is optional
             return
         torch.set_num_threads(1)
+
+
+@pytest.fixture
+def no_loading(monkeypatch):
+    """The CLI (:mod:`otspec.__main__`) with every way to a model patched to fail the test: the errors under test come
+    before any loading. Patched: the CLI's ``_load_pair``, the loaders it calls (``load_pair``, ``smollm2_pair``,
+    ``toy_pair``), the checkpoint read of ``checkpoint_vocab`` and the run itself (``execute``). Returns the module."""
+    import otspec.__main__ as cli
+
+    def refuse(name):
+        def fail(*args, **kwargs):
+            # pytest.fail raises a BaseException: no ``except Exception`` on the way can swallow it
+            pytest.fail(f"a model was loaded before the error was reported ({name} called)")
+
+        return fail
+
+    for name in ("_load_pair", "load_pair", "smollm2_pair", "toy_pair", "checkpoint_vocab", "execute"):
+        monkeypatch.setattr(cli, name, refuse(name))
+    return cli
