@@ -1,9 +1,17 @@
 """Shared pytest configuration: hypothesis profiles (derandomized in CI)."""
 
 import os
+import sys
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# PYTHONDONTWRITEBYTECODE=1 (set on the machines this project runs on) left every run, and every xdist worker in it,
+# to rewrite the asserts of all ~40,000 lines of tests/ and compile otspec anew (pytest reads a cached rewrite even
+# then, but never writes one), and every subprocess a test starts (the docs build, the fresh-interpreter import
+# checks) to compile otspec again: about 9 CPU-s of a worker's 20 CPU-s of collection (docs/perf/testing.rst). The
+# suite writes its bytecode (into the ignored __pycache__ folders) whatever that variable says.
+sys.dont_write_bytecode = False
 
 settings.register_profile(
     "ci",
