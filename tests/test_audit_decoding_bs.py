@@ -338,13 +338,7 @@ def prompts_file(tmp_path):
     return f
 
 
-@pytest.fixture
-def no_loading(monkeypatch):
-    import otspec.__main__ as cli
-
-    monkeypatch.setattr(cli, "_load_pair", lambda *a, **k: pytest.fail("a model was loaded before the error"))
-    monkeypatch.setattr(cli, "toy_pair", lambda *a, **k: pytest.fail("a toy model was built before the error"))
-    return cli
+# no_loading: the shared fixture of tests/conftest.py (any model loading fails the test; it returns the CLI module)
 
 
 def _cli(cli, prompts, out, *extra):

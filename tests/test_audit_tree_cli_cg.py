@@ -484,14 +484,7 @@ def prompts(tmp_path):
     return f
 
 
-@pytest.fixture
-def no_loading(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the error was reported")
-
-    for name in ("_load_pair", "smollm2_pair", "load_pair", "checkpoint_vocab"):
-        monkeypatch.setattr(cli, name, refuse)
-    monkeypatch.setattr(cli, "execute", refuse)
+# no_loading: the shared fixture of tests/conftest.py (any model loading fails the test)
 
 
 def _refused(argv, out, capsys, match=None):

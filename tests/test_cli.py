@@ -29,13 +29,7 @@ def _profile(prompts, out, *extra, draft="toy:3", target="toy:3"):
                      *SMALL, *extra])
 
 
-@pytest.fixture
-def no_loading(monkeypatch):
-    """Any model loading fails the test: the errors under test come before it."""
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the error was reported")
-
-    monkeypatch.setattr(cli, "_load_pair", refuse)
+# no_loading: the shared fixture of tests/conftest.py (any model loading fails the test)
 
 
 def _refused(capsys, match: str, out) -> str:

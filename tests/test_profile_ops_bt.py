@@ -43,7 +43,13 @@ if str(ROOT) not in sys.path:
 from tests.test_profile_ops_bp import digest, machine, walk_rows  # noqa: E402
 
 #: Walks pinned here (model seed, batch size, stride, k_max = L_max, subsample, renewal tables), every k_max with
-#: B = 1 and B = 3; the first two run in the fast suite.
+#: B = 1 and B = 3; the second runs in the fast suite, the others in the slow one. The first, (11, 1, 1, 3), was fast
+#: until 7e357af and cost 25 times the second: with k_max = 3 at V = 48 Khisti et al.'s verifier (a default verifier)
+#: solves its selection LP over the C(50, 3) = 19,600 draft multisets (54,192 columns, 18,520 rows; HiGHS 0.8-2 s each)
+#: at each of the walk's 9 nodes: 11 of its 19 CPU-s, where k_max = 2 has 2,304 columns (0.01 s). Its paths stay in the
+#: fast suite: every family and verifier at k_max = 4 with B = 1 (``tests/test_profile_ops_bp.py``,
+#: ``test_rows_of_two_walks_are_main_s_bit_for_bit``: Khisti's verifier is left out there, above its multiset limit)
+#: and Khisti's verifier in the walk by (12, 3, 1, 2) below (the same LP over the multisets, at k = 2).
 WALKS = [(11, 1, 1, 3, 1, False), (12, 3, 1, 2, 1, True), (1, 1, 2, 3, 1, False), (2, 3, 1, 2, 1, True),
          (7, 3, 2, 3, 1, False), (8, 1, 1, 3, 1, True), (13, 1, 1, 2, 1, False), (14, 3, 1, 4, 1, False),
          (15, 1, 2, 4, 1, True), (16, 3, 1, 3, 2, True)]
@@ -123,13 +129,13 @@ def test_adversarial_laws_hold_the_cases():
     assert len(np.unique(np.round(r[10], 12))) < 6
 
 
-@pytest.mark.parametrize("walk", WALKS[:2], ids=_key)
-def test_rows_of_walks_at_k_max_2_and_3_are_main_s_bit_for_bit(walk):
+@pytest.mark.parametrize("walk", WALKS[1:2], ids=_key)
+def test_rows_of_a_walk_at_k_max_2_are_main_s_bit_for_bit(walk):
     assert digest(walk_rows(*walk)) == fixture()["walks"][_key(walk)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("walk", WALKS[2:], ids=_key)
+@pytest.mark.parametrize("walk", WALKS[:1] + WALKS[2:], ids=_key)
 def test_rows_of_more_walks_are_main_s_bit_for_bit(walk):
     assert digest(walk_rows(*walk)) == fixture()["walks"][_key(walk)]
 

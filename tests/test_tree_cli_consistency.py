@@ -24,7 +24,7 @@ from otspec.tree import MAX_DRAFT_TREE_NODES, parse_tree_spec  # noqa: E402
 from tests import test_cli  # noqa: E402
 
 SMALL = test_cli.SMALL
-prompts, no_loading = test_cli.prompts, test_cli.no_loading  # the command line's fixtures
+prompts = test_cli.prompts  # the command line's fixture (no_loading: the shared one of tests/conftest.py)
 
 def _profile(prompts, out, *extra):
     return cli.main(["profile", "--draft", "toy:3", "--target", "toy:3", "--prompts", str(prompts), "--out",
