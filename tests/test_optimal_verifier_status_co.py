@@ -37,6 +37,7 @@ from hypothesis import strategies as st
 import otspec
 from otspec.multidraft._optimal_verifier import OPTIMALITY_TOL, OptimalVerifier
 from otspec.multidraft._priority_keys import PriorityKeyVerifier
+from tests.test_optimal_verifier_slow_path_ca import _tiny_pair  # the huge-k tests' pairs
 
 P3, Q3 = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
 ALPHA3 = 0.86  # alpha_2(P3, Q3), by hand (module docstring)
@@ -159,15 +160,6 @@ def test_real_verifiers_never_above_alpha(pq, k, method):
     _check_real(v)
     if method != "colgen":  # the closed-form constructions reach alpha_k on these pairs
         assert v.status == "optimal", (v.gap, v.tol, v.status)
-
-
-def _tiny_pair(k, seed, lo, hi, n=9):
-    """One token of mass about 1 and ``n - 1`` of mass ``U(lo, hi) / k`` (the huge-k tests' pairs)."""
-    rng = np.random.default_rng(seed)
-    tiny = rng.uniform(lo, hi, n - 1) / k
-    p = np.concatenate([[1.0 - tiny.sum()], tiny])
-    qt = rng.dirichlet(np.full(n - 1, 0.5)) * rng.uniform(0.2, 0.9)
-    return p, np.concatenate([[1.0 - qt.sum()], qt])
 
 
 def _llm_like(n, seed):
