@@ -34,6 +34,8 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ._validation import validate_bool
+
 __all__ = [
     "SUGGEST_CUTOFF",
     "VERIFIERS",
@@ -204,8 +206,6 @@ def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str
     >>> "kseq" in verifier_names(kind="token"), "block" in verifier_names(kind="token")
     (True, False)
     """
-    from ._validation import validate_bool
-
     block = validate_bool(block, "block")  # no truthiness: block="no" listed the block verifiers
     return tuple(
         name
@@ -398,8 +398,6 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
     >>> otspec.multidraft.get_verifier("kseq").sequential
     True
     """
-    from ._validation import validate_bool
-
     return lookup_verifier(name, "name", kind=kind, block=validate_bool(block, "block"))
 
 

@@ -7,6 +7,7 @@ message names the parameter, says what was expected and what came.
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 from collections.abc import Sequence
@@ -468,8 +469,6 @@ def validate_count_of(values, name: str, *, cap: int, cap_name: str, hint: str) 
     """The items of a finite iterable (a grid, a list of ``k``) as a list, refused with a :class:`ValueError` naming
     ``name`` when it has more than ``cap`` items -- counted without materialising more than ``cap + 1`` of them (a
     ``range(10**12)`` is refused at once); text, ``None`` and non-iterables raise a :class:`TypeError`."""
-    import itertools
-
     if isinstance(values, (str, bytes)) or values is None:
         raise TypeError(f"`{name}` must be a sequence, got {type(values).__name__}")
     try:
