@@ -42,6 +42,7 @@ from otspec.profile._quantities import block_path_laws
 from otspec.profile._quantities_batched import kl_rows
 from otspec.spectr import block_efficiency, decoded_law, length_law
 from otspec.tree import acceptance_vector, spechub_optimum, spechub_pair_law
+from tests.test_fuzz_cj import _exact_onestep_law  # the one-step rule in rationals
 
 EPS = 2.0**-52
 ONE_MINUS = 1.0 - 2.0**-53  # the largest double below 1
@@ -160,21 +161,8 @@ def _exact_tau_law(name: str, block, cs, cb) -> list[Fraction]:
             out[k] = left * r
             left *= 1 - r
         return out
-    # block-onestep
-    pw = [Fraction(1)]
-    for r in ratio:
-        pw.append(min(Fraction(1), pw[-1] * r))
-    h = [Fraction(1)]
-    for i in range(1, L):
-        Z = sum(max(pw[i] * g - f, Fraction(0)) for f, g in zip(F[i], G[i]))
-        den = Z + 1 - pw[i]
-        h.append(Z / den if den > 0 else Fraction(1))
-    h.append(pw[L])
-    out, tail = [Fraction(0)] * (L + 1), Fraction(1)
-    for t in range(L, -1, -1):
-        out[t] = h[t] * tail
-        tail *= 1 - h[t]
-    return out
+    # block-onestep: the fuzz tests' rational reference (the same definition, every float64 input exactly)
+    return _exact_onestep_law(block, cs, cb)[0]
 
 
 # ----------------------------------------------------------------------------- block verification along a path
