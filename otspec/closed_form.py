@@ -38,7 +38,14 @@ MAX_EXACT_BITS = 1_000_000
 #: power's rounding would show (about 1e-5 off at ``k = 10**12``, ``0.0`` at ``2**63``) and the constant is
 #: ``-expm1(k * log1p(-1/k))`` (a few ulps at every ``k``). :func:`bernoulli_alpha_k` on floats switches at the same
 #: ``k`` (``1 - p`` rounds to 1 for ``p < 2**-53``: the power form gave 0 for ``1 - (1 - p)**k``).
-_LEMMA3_POWER_MAX_K = 1024
+_POWER_FORM_MAX_K = 1024
+
+
+def _one_minus_power(log_b: float, k: int) -> float:
+    """``1 - b**k`` from ``log_b = log(b)`` (``b`` in ``(0, 1]``) as ``-expm1(k log b)``, a few ulps at every ``k``;
+    ``k`` clamped to ``2**1000`` (the float range: ``b**k`` is 0 in float there unless ``b`` is within about
+    ``2**-900`` of 1)."""
+    return -math.expm1(float(min(k, 2**1000)) * log_b)
 
 
 def _exact_power_bits(x, k: int) -> int:
@@ -114,10 +121,10 @@ def bernoulli_alpha_k(p, q, k: int):
     k = validate_k(k)
     _check_exact_power(p, k, "p")
     _check_exact_power(1 - p, k, "(1 - p)")
-    if k >= _LEMMA3_POWER_MAX_K and isinstance(p, (float, np.floating)):
-        kf, pf = float(min(k, 2**1000)), float(p)  # the float range (as lemma3_constant)
-        drawn = 1.0 if pf == 1.0 else -math.expm1(kf * math.log1p(-pf))  # 1 - (1 - p)^k
-        not_all = 1.0 if pf == 0.0 else -math.expm1(kf * math.log(pf))  # 1 - p^k
+    if k >= _POWER_FORM_MAX_K and isinstance(p, (float, np.floating)):
+        pf = float(p)
+        drawn = 1.0 if pf == 1.0 else _one_minus_power(math.log1p(-pf), k)  # 1 - (1 - p)^k
+        not_all = 1.0 if pf == 0.0 else _one_minus_power(math.log(pf), k)  # 1 - p^k
         return min(q, drawn) + min(1 - q, not_all)
     return min(q, 1 - (1 - p) ** k) + min(1 - q, 1 - p**k)
 
@@ -177,10 +184,9 @@ def uniform_alpha_k(d_p: int, d_q: int, k: int, *, exact: bool = False):
         if exact:
             _check_exact_power(1 - inv_r, k, "(1 - d_q/d_p)")
         # the rounded value without the bignum: 1 - t**k = -expm1(k log t), t = 1 - d_q/d_p, log t read from the
-        # correctly rounded d_q/d_p (log1p) or t (log), whichever is the smaller; k clamped to 2**1000 (float range:
-        # t**k is then 0 in float unless d_p > 2**900)
+        # correctly rounded d_q/d_p (log1p) or t (log), whichever is the smaller
         log_t = math.log1p(-float(inv_r)) if inv_r < Fraction(1, 2) else math.log(float(1 - inv_r))
-        return -math.expm1(float(min(k, 2**1000)) * log_t)
+        return _one_minus_power(log_t, k)
     val = 1 - (1 - inv_r) ** k
     return val if exact else float(val)
 
@@ -218,10 +224,10 @@ def lemma3_constant(k: int) -> float:
     (1.0, 0.75)
     """
     k = validate_k(k)
-    if k < _LEMMA3_POWER_MAX_K:
+    if k < _POWER_FORM_MAX_K:
         return 1.0 - (1.0 - 1.0 / k) ** k
-    kf = float(min(k, 2**1000))  # the float range; from k = 2**60 on, k log1p(-1/k) is -1.0 in float anyway
-    return -math.expm1(kf * math.log1p(-1.0 / kf))
+    # 1/k of the clamped k (float(k) overflows past 2**1024); from k = 2**60 on, k log1p(-1/k) is -1.0 in float
+    return _one_minus_power(math.log1p(-1.0 / float(min(k, 2**1000))), k)
 
 
 def alpha_k_upper_bound(p, q, k: int, *, normalize: bool = False) -> float:
