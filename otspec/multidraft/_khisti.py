@@ -45,12 +45,11 @@ from __future__ import annotations
 
 import itertools
 import math
-import numbers
 
 import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair
-from .._verifier import Verifier, sample_from
+from .._verifier import Verifier, sample_from, validate_tol
 from ..otm._lp import check_plan_entries, membership_plan, set_weights
 from ..otm._multisets import n_multisets
 
@@ -318,9 +317,6 @@ def khisti_acceptance_one(p, q, *, normalize: bool = False, tol: float = 1e-12) 
     (True, False)
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    if isinstance(tol, (bool, np.bool_)) or not isinstance(tol, numbers.Real) or not (math.isfinite(tol) and tol >= 0):
-        # NaN answered False and inf True for every pair, None a bare TypeError
-        raise (ValueError if isinstance(tol, numbers.Real) and not isinstance(tol, (bool, np.bool_)) else TypeError)(
-            f"`tol` must be a finite real number >= 0, got {tol!r}")
+    tol = validate_tol(tol)  # NaN answered False and inf True for every pair, None a bare TypeError
     ps, qs, _ = _subset_sums(p_, q_)
-    return bool(np.all(qs >= ps**2 - float(tol)))
+    return bool(np.all(qs >= ps**2 - tol))
