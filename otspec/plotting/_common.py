@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import numbers
+
+import numpy as np
+
 from .._validation import validate_at_most, validate_count_of
 from ..lossy._mentored import MAX_CURVE_POINTS
 
@@ -20,10 +24,6 @@ def grid_array(values, name: str):
     """A grid of reals read by ``np.asarray`` afterwards (``ls``, ``weights``): a number or an ndarray returned as
     is when it has at most :data:`otspec.lossy.MAX_CURVE_POINTS` entries, anything else through
     :func:`grid_items`."""
-    import numbers
-
-    import numpy as np
-
     if isinstance(values, (numbers.Number, np.ndarray)):
         if np.size(values) > MAX_CURVE_POINTS:
             raise ValueError(f"`{name}` must have at most MAX_CURVE_POINTS = {MAX_CURVE_POINTS:,} items, got "

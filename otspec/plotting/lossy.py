@@ -18,6 +18,7 @@ swap the letters).
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -34,18 +35,17 @@ from ._common import MAX_CURVE_POINTS, grid_array, grid_items, legend_outside, n
 MAX_SYNTHETIC_VOCAB = 2**22
 
 
+__all__ = ["plot_lossy_frontier", "plot_lossy_rules", "plot_expected_tokens", "plot_optimal_gamma", "synthetic_llm_pair"]
+
+
 def _finite_real(x, name: str) -> float:
     """A finite real number (no bool, text or None) as a float, refused naming ``name``."""
-    import numbers
-
     if isinstance(x, (bool, np.bool_)) or not isinstance(x, numbers.Real):
         raise TypeError(f"`{name}` must be a finite real number, got {type(x).__name__}")
     v = float(x)
     if not math.isfinite(v):
         raise ValueError(f"`{name}` must be a finite real number, got {v!r}")
     return v
-
-__all__ = ["plot_lossy_frontier", "plot_lossy_rules", "plot_expected_tokens", "plot_optimal_gamma", "synthetic_llm_pair"]
 
 
 def synthetic_llm_pair(n: int = 1000, *, sigma: float = 3.0, perturbation: float = 1.0, rng=0):
