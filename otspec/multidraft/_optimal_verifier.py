@@ -29,6 +29,17 @@ __all__ = ["OptimalVerifier", "optimal_verifier", "OPTIMALITY_TOL", "LP_OPTIMALI
 #: Default tolerance on the gap ``alpha_k - acceptance`` for the status ``"optimal"``
 #: (direct construction; column generation defaults to :data:`LP_OPTIMALITY_TOL`).
 OPTIMALITY_TOL = 1e-12
+
+
+def _rounding_bound(n: int, k: int, blocks) -> float:
+    """``max(OPTIMALITY_TOL, 4 (n + min(k, 64) + m) eps)``, ``m`` the number of orders of the mixture ``blocks``:
+    the closed form :math:`\\alpha_k` is exact to about ``4 n eps`` (prefix sums), the ``k``-th powers add about
+    ``k eps`` (above ``k = 64`` they come from prefix masses: their rounding no longer grows with ``k``) and the
+    mixture sum :math:`\\sum_j w_j v_j` about ``m eps``."""
+    m = 1 + sum(w.shape[0] - 1 for w, _ in blocks)
+    return max(OPTIMALITY_TOL, 4 * (n + min(k, sm._DEPTH_MIN_K) + m) * np.finfo(float).eps)
+
+
 #: Default gap tolerance of column generation: the master LP is solved by
 #: HiGHS to a feasibility tolerance of 1e-10, so its weights are no more exact.
 LP_OPTIMALITY_TOL = 1e-10
@@ -177,11 +188,8 @@ class OptimalVerifier(SelectThenSpeculate):
         self._init_speculative(z)
         self._global = None
         acceptance = self._exact_acceptance(float(alpha), float(tol))
-        # how far the acceptance can exceed alpha_k by rounding alone: the direct default tol, with
-        # this mixture's m (alpha_k's prefix sums, the k-th powers, the m-term mixture sum)
-        m = 1 + sum(w.shape[0] - 1 for w, _ in blocks)
-        slack = max(OPTIMALITY_TOL, 4 * (n + min(k, sm._DEPTH_MIN_K) + m) * np.finfo(float).eps)
-        self._init_report(alpha, acceptance, tol, status, method, n_iter, slack=slack)
+        # how far the acceptance can exceed alpha_k by rounding alone: the direct default tol, with this mixture's m
+        self._init_report(alpha, acceptance, tol, status, method, n_iter, slack=_rounding_bound(n, k, blocks))
         for arr in (self._local, self._block_of):
             arr.setflags(write=False)
 
@@ -647,12 +655,7 @@ def optimal_verifier(
         blocks, zmix, status, n_iter = _direct(ps, qs, k, in0, budget)
         zfull = np.zeros(n)
         zfull[supp] = zmix
-        # the closed form alpha_k is itself exact to about 4 n eps (prefix sums),
-        # k-th powers add about k eps and the mixture sum_j w_j v_j about m eps
-        m = 1 + sum(w.shape[0] - 1 for w, _ in blocks)
-        # (above k = 64 the powers come from prefix masses: their rounding no longer grows with k)
-        kt = min(k, sm._DEPTH_MIN_K)
-        dtol = max(OPTIMALITY_TOL, 4 * (n + kt + m) * np.finfo(float).eps) if tol is None else tol
+        dtol = _rounding_bound(n, k, blocks) if tol is None else tol
         direct = OptimalVerifier(p_, q_, k, _lift(blocks, supp), alpha=alpha, status=status,
                                  method="direct", n_iter=n_iter, tol=dtol, z=zfull)
         if direct.success or direct.status == "rounding":
