@@ -271,11 +271,16 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=330.0, help="start no new part after this many seconds")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--keep", default=None, help="a folder where the profile-overhead part's two profiles stay")
+    ap.add_argument("--positions", type=int, default=None,
+                    help="positions per prompt of the profile-overhead part (default the plan's: 16, or 4 with --tiny); "
+                    "a longer walk shows the per-run calibration amortised")
     ap.add_argument("--profile-only", action="store_true",
                     help="only the forward passes and the profile's own work (part 4), a few minutes shorter")
     args = ap.parse_args(argv)
     if not (np.isfinite(args.budget_s) and args.budget_s >= 0):
         ap.error(f"--budget-s must be a finite number of seconds >= 0, got {args.budget_s}")
+    if args.positions is not None and args.positions < 1:
+        ap.error(f"--positions must be at least 1, got {args.positions}")
     import torch
     import transformers
 
@@ -314,10 +319,11 @@ def main(argv=None) -> int:
 
     done: list = []
     L = plan["L_max"]
+    overhead_positions = args.positions or plan["positions"]
     _guarded("forward", lambda: (_forward_rows(draft, target, plan["k_max"], L, device, rows), flush()))
     rows.clear()  # a failed part's rows are not printed
     if args.profile_only:
-        _guarded("profile overhead", _profile_overhead, draft, target, prompts, plan["positions"], args.keep)
+        _guarded("profile overhead", _profile_overhead, draft, target, prompts, overhead_positions, args.keep)
         print(f"# total {time.perf_counter() - t_start:.1f} s", flush=True)
         return 0
     settings = dict(k_max=plan["k_max"], L_max=L, max_new_tokens=plan["positions"], families=list(plan["families"]),
@@ -335,7 +341,7 @@ def main(argv=None) -> int:
     if not _guarded("calibration", calibration):
         rows.clear()
         print("# no profile: decoders and transformers skipped (they run its recommendation)", flush=True)
-        _guarded("profile overhead", _profile_overhead, draft, target, prompts, plan["positions"], args.keep)
+        _guarded("profile overhead", _profile_overhead, draft, target, prompts, overhead_positions, args.keep)
         print(f"# total {time.perf_counter() - t_start:.1f} s", flush=True)
         return 0
     s = got["s"]
@@ -363,7 +369,7 @@ def main(argv=None) -> int:
         flush()
 
     parts = [("decoders", decoders),
-             ("profile overhead", lambda: _profile_overhead(draft, target, prompts, plan["positions"], args.keep)),
+             ("profile overhead", lambda: _profile_overhead(draft, target, prompts, overhead_positions, args.keep)),
              ("transformers", lambda: (_generate_rows(d_model, t_model, prompts,
                                                       rec.best[2] if isinstance(rec.best, tuple) else L,
                                                       plan["decode_tokens"], device, rows, plain_ms[0]), flush()))]

@@ -301,3 +301,17 @@ def test_dask_workers_see_the_cuda_devices(fake_cuda):
     assert _distributed._gpus_seen() == 2 and _distributed._own_device() == "cuda:0"
     fake_cuda.n = 0
     assert _distributed._gpus_seen() == 0 and _distributed._own_device() == "cpu"
+
+
+def test_gpu_check_positions_reach_the_profile_overhead_part(monkeypatch, capsys):
+    """``--positions`` sets the profile-overhead walk's positions per prompt (a longer walk amortises the per-run
+    calibration); below 1 it is refused before any pair is built."""
+    with pytest.raises(SystemExit) as exc:
+        gpu_check.main(["--tiny", "--positions", "0"])
+    assert exc.value.code == 2 and "--positions" in capsys.readouterr().err
+    seen = []
+    monkeypatch.setattr(gpu_check, "_forward_rows", lambda *a, **k: None)
+    monkeypatch.setattr(gpu_check, "_profile_overhead", lambda d, t, prompts, positions, keep: seen.append(positions))
+    assert gpu_check.main(["--tiny", "--profile-only", "--positions", "7"]) == 0
+    assert gpu_check.main(["--tiny", "--profile-only"]) == 0
+    assert seen == [7, gpu_check.PLANS["tiny"]["positions"]]
