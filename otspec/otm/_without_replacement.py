@@ -153,23 +153,54 @@ def _support_size_check(p: np.ndarray, k: int) -> None:
         )
 
 
-def suffix_masses(p: np.ndarray) -> np.ndarray:
-    """``c[j] = sum(p[j:])`` for ``j = 0..n`` (``c[n] = 0``), a compensated running sum (a few ulps of ``c[j]``).
-
-    Each addition's rounding error is recovered exactly (TwoSum on the
-    computed running sums) and added back, so the suffix masses keep full
-    relative accuracy: a plain running sum of 49,152 equal masses drifts by
-    ``5e-13`` relative, which the race integral would carry into ``f``.
-    """
-    x = np.ascontiguousarray(p[::-1], dtype=np.float64)
+def _running_sums(x: np.ndarray) -> np.ndarray:
+    """``cumsum(x)`` of non-negative ``x``, compensated: each addition's rounding error is recovered exactly
+    (TwoSum on the computed running sums) and added back (a few ulps of each sum)."""
     s = np.cumsum(x)
     if x.shape[0] > 1:
         a, b, r = s[:-1], x[1:], s[1:]
         bb = r - a
         s[1:] += np.cumsum((a - (r - bb)) + (b - bb))
-    out = np.zeros(x.shape[0] + 1)
-    out[:-1] = s[::-1]
+    return s
+
+
+def suffix_masses(p: np.ndarray) -> np.ndarray:
+    """``c[j] = sum(p[j:])`` for ``j = 0..n`` (``c[n] = 0``), a compensated running sum (a few ulps of ``c[j]``).
+
+    A plain running sum of 49,152 equal masses drifts by ``5e-13`` relative,
+    which the race integral would carry into ``f``; the compensated one
+    (:func:`_running_sums`) keeps full relative accuracy.
+    """
+    out = np.zeros(p.shape[0] + 1)
+    out[:-1] = _running_sums(np.ascontiguousarray(p[::-1], dtype=np.float64))[::-1]
     return out
+
+
+def _two_draws_uncovered(p_sorted: np.ndarray, c: np.ndarray) -> np.ndarray:
+    r"""``1 - f(first j tokens)`` at ``k = 2`` for ``j = 0..n``, in closed form (no race integral).
+
+    With :math:`T` the total mass, :math:`c_j` the mass after the first ``j``
+    tokens and :math:`A_j` those tokens, the first draw is ``i`` with
+    chance :math:`p_i / T` and the second lies in :math:`A_j` with chance
+    :math:`(T - c_j - p_i) / (T - p_i) = 1 - c_j / (T - p_i)`, so
+
+    .. math::
+
+        1 - f(A_j) = \frac{c_j}{T}\Big(1 + \sum_{i < j} \frac{p_i}{T - p_i}\Big),
+
+    a sum of non-negative terms (no cancellation; :math:`T - p_i` is the
+    mass of the other tokens, summed, not subtracted): relative error a few
+    ``n eps``. Where :math:`c_j = 0` it is 0; where the prefix holds fewer
+    than two tokens with ``p > 0`` it is 1, as the formula gives.
+    """
+    n = p_sorted.shape[0]
+    pre = np.zeros(n + 1)
+    pre[1:] = _running_sums(p_sorted)
+    others = pre[:-1] + c[1:]  # T - p_i, as the masses before and after token i
+    ratio = np.divide(p_sorted, others, out=np.zeros(n), where=others > 0)  # others = 0: c_j = 0 for j > i
+    s = np.zeros(n + 1)
+    s[1:] = _running_sums(ratio)
+    return np.minimum(c * (1.0 + s) / c[0], 1.0)
 
 
 def _left_tail(x: np.ndarray, h: float) -> np.ndarray:
@@ -194,11 +225,13 @@ def _first_step(K: int) -> float:
     return 0.125 / 2.0 ** max(0, math.floor(math.log(max(K, 16) / 16, 4)))
 
 
-def _race(p_sorted: np.ndarray, ks: np.ndarray, rows: np.ndarray | None = None, step: float | None = None):
+def _race(p_sorted: np.ndarray, ks: np.ndarray, rows: np.ndarray | None = None, step: float | None = None,
+          closed_two: bool = True):
     r"""``U[l, j] = 1 - f(first j tokens)`` for ``k = ks[l]`` (sorted, unique), by the error-controlled race integral.
 
-    Prefixes outside ``rows`` (when given) are left at 0 unless exact.
-    Returns ``(U, info)``, ``info`` a dict with the nodes and halvings used.
+    ``k = 1`` is ``c`` exactly and ``k = 2`` is in closed form (:func:`_two_draws_uncovered`; ``closed_two=False``
+    integrates it too, the independent route its tests compare with). Prefixes outside ``rows`` (when given) are left
+    at 0 unless exact. Returns ``(U, info)``, ``info`` a dict with the nodes and halvings used.
     """
     n = p_sorted.shape[0]
     L = ks.shape[0]
@@ -215,6 +248,10 @@ def _race(p_sorted: np.ndarray, ks: np.ndarray, rows: np.ndarray | None = None, 
     if ks[0] == 1:  # one draft: P(it lies outside A) = c exactly
         U[0] = np.where(covers[0], c, 1.0)
         need[0] = False
+    two = np.flatnonzero(ks == 2)
+    if closed_two and two.size and c[0] > 0:  # two drafts: closed form
+        U[two[0]] = np.where(covers[two[0]], _two_draws_uncovered(p_sorted, c), 1.0)
+        need[two[0]] = False
     info = {"nodes": 0, "halvings": 0, "work": 0}
     if not need.any():
         return U, info
