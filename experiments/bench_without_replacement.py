@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     print_table(
         "k = 2: the closed form of 1 - f on every prefix against the race integral (the route of every other k); "
         "alpha_k is the whole call, sort included",
-        ["n", "closed form s", "race s", "race / closed", "alpha_k wor k=2 s", "max |closed - race|"],
+        ["n", "closed form s", "race s", "race / closed", "alpha_k wor k=2 s", "max abs(closed - race)"],
         two_rows, args.rst,
     )
     return 1 if missed else 0
