@@ -116,7 +116,8 @@ def block_efficiency_mc(
     ------
     ValueError, TypeError
         Invalid ``K``, ``L``, ``branching``, ``n_samples`` outside ``[2, MAX_MC_SAMPLES]`` (10**5),
-        ``confidence`` outside ``(0, 1)``, or invalid models.
+        ``confidence`` outside ``(0, 1)``, or invalid models; a first position's verifier
+        (``k_1`` drafts) above its size limit, refused before any draft is drawn.
 
     References
     ----------
