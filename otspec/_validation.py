@@ -87,6 +87,38 @@ def first_bad_entry(x, bad) -> str:
     return f"{number_text(a[idx] if idx else a[()])} at index {where}"
 
 
+def bool_entry(x) -> tuple[int, ...] | None:
+    """The index of the first bool (or ``np.bool_``) entry of a list or tuple, nested or not; None if it has none.
+
+    ``np.asarray`` reads ``[True, 5]`` as the integers ``[1, 5]`` and ``[0.5, False]`` as the floats
+    ``[0.5, 0.0]``: the dtype no longer shows the boolean, so arguments that refuse booleans look at the entries.
+    One pass over the entries' types (in C) where there is no bool and no nesting.
+    """
+    kinds = set(map(type, x))
+    if bool in kinds or np.bool_ in kinds:
+        return next((i,) for i, v in enumerate(x) if isinstance(v, (bool, np.bool_)))
+    if kinds & {list, tuple, np.ndarray}:
+        for i, v in enumerate(x):
+            if isinstance(v, np.ndarray) and v.dtype.kind == "b":
+                return (i,)
+            sub = bool_entry(v) if isinstance(v, (list, tuple)) else None
+            if sub is not None:
+                return (i,) + sub
+    return None
+
+
+def _refuse_booleans(src, raw: np.ndarray, name: str, must: str) -> None:
+    """TypeError "`name` must <must>, got ..." if the array ``raw`` read from ``src`` is boolean or ``src`` (a list
+    or tuple) holds a bool entry."""
+    if raw.dtype.kind == "b":
+        raise TypeError(f"`{name}` must {must}, got dtype {raw.dtype}")
+    if isinstance(src, (list, tuple)) and raw.dtype.kind in "iufO" and (at := bool_entry(src)) is not None:
+        entry = src
+        for i in at:
+            entry = entry[i]
+        raise TypeError(f"`{name}` must {must}, got the bool {entry!r} at index {at[0] if len(at) == 1 else at}")
+
+
 def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.ndarray, float]:
     """``x`` as a fresh float64 array and the machine epsilon of its own float type.
 
@@ -114,8 +146,8 @@ def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.
         raise TypeError(f"`{name}` must be real-valued, got a complex array")
     if raw.dtype.kind in "USVMm":  # text, raw bytes or dates: numpy would parse "0.5" or count days silently
         raise TypeError(f"`{name}` must be {what}, got an array of dtype {raw.dtype}")
-    if not booleans and raw.dtype.kind == "b":  # the batched route's rule: one rule for laws on every route
-        raise TypeError(f"`{name}` must hold real numbers, got dtype {raw.dtype}")
+    if not booleans:  # the batched route's rule: one rule for laws on every route (also [0.5, False])
+        _refuse_booleans(src, raw, name, "hold real numbers")
     try:
         with np.errstate(over="raise"):  # float128 beyond the float64 range: refused, not turned into inf with a warning
             arr = np.array(raw, dtype=np.float64, copy=True)
@@ -140,8 +172,9 @@ def as_float_array(x, name: str, what: str = "an array_like of floats") -> np.nd
 
 def as_array(x, name: str, what: str) -> np.ndarray:
     """``x`` as a numpy array of its own dtype (not copied where it already is one), for integer arguments
-    (token ids, counts, draft lengths): torch tensors read without their graph; ``None``, text, ragged nesting
-    and masked arrays with masked entries raise :class:`TypeError` / :class:`ValueError` naming ``name``."""
+    (token ids, counts, draft lengths): torch tensors read without their graph; ``None``, text, ragged nesting,
+    booleans (a boolean array, or a bool entry of a list such as ``[True, 5]``) and masked arrays with masked
+    entries raise :class:`TypeError` / :class:`ValueError` naming ``name``."""
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}")
     if np.ma.isMaskedArray(x) and np.ma.is_masked(x):
@@ -150,9 +183,11 @@ def as_array(x, name: str, what: str) -> np.ndarray:
     if not isinstance(x, (np.ndarray, list, tuple)) and hasattr(x, "detach") and hasattr(x, "cpu"):
         x = x.detach().cpu().numpy()
     try:
-        return np.asarray(x)
+        arr = np.asarray(x)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
+    _refuse_booleans(x, arr, name, f"be {what}")  # a bool is no count, token id or length (also [True, 5])
+    return arr
 
 
 def simplex_tolerance(tol: float, n: int, eps: float) -> float:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import abc
 import itertools
 import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -383,13 +384,18 @@ def check_lossless(verifier: Verifier, *, max_tuples: int = 2_000_000, tol: floa
     )
 
 
-def validate_tol(tol, name: str = "tol") -> float:
-    """A finite non-negative tolerance as a float."""
-    import numbers
+def validate_tol(tol, name: str = "tol", *, positive: bool = False, allow_none: bool = False) -> float | None:
+    """A finite tolerance as a float: ``>= 0``, or ``> 0`` with ``positive=True``; None passes with ``allow_none``.
 
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
-        raise TypeError(f"`{name}` must be a non-negative real number, got {type(tol).__name__}")
+    The one check of every ``tol`` argument of the package: booleans (also ``np.bool_``), text and None (unless
+    allowed) raise :class:`TypeError`; NaN, infinities and values below the bound raise :class:`ValueError`, both
+    naming the parameter and saying what came.
+    """
+    if tol is None and allow_none:
+        return None
+    if isinstance(tol, (bool, np.bool_)) or not isinstance(tol, numbers.Real):
+        raise TypeError(f"`{name}` must be a real number{' or None' if allow_none else ''}, got {type(tol).__name__}")
     tol = float(tol)
-    if not (tol >= 0.0 and math.isfinite(tol)):
-        raise ValueError(f"`{name}` must be a finite non-negative number, got {tol!r}")
+    if not (math.isfinite(tol) and (tol > 0.0 if positive else tol >= 0.0)):
+        raise ValueError(f"`{name}` must be finite and {'>' if positive else '>='} 0, got {tol!r}")
     return tol

@@ -49,13 +49,11 @@ Findings on main 7e357af:
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import reprlib
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 import warnings
@@ -68,6 +66,7 @@ import otspec
 from otspec import closed_form as cf
 from otspec import models, otm, speculative, testing
 from otspec import multidraft as md
+from tests.probe import HEADROOM, run_probes
 
 P = np.array([0.5, 0.25, 0.25])
 Q = np.array([0.25, 0.25, 0.5])
@@ -475,7 +474,6 @@ def test_decoding_adapters_name_their_parameters():
 # ------------------------------------------------------------------------------------------------------------
 # 3. runtime guards: refused before any work, in a child process whose address space is capped
 # ------------------------------------------------------------------------------------------------------------
-HEADROOM = 256 * 2**20
 
 #: (name, code evaluated in the child, fragments the message must contain)
 GUARDS = [
@@ -517,77 +515,41 @@ GUARDS = [
     ("uniform_alpha_k exact k=10**12", "cf.uniform_alpha_k(5, 3, 10**12, exact=True)", ("`k`", "MAX_EXACT_BITS")),
 ]
 
-CHILD = textwrap.dedent(
-    """
-    import json, resource, time
-    from fractions import Fraction
-    import numpy as np
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import otspec, otspec.testing
-    import otspec.closed_form as cf
-    import otspec.spectr as spt
-    import otspec.plotting.block as PB
-    import otspec.plotting.lossy as PL
-    import otspec.plotting.multidraft as PM
-    from otspec.models import MemorylessModel
+SETUP = """
+from fractions import Fraction
+import numpy as np
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import otspec, otspec.testing
+import otspec.closed_form as cf
+import otspec.spectr as spt
+import otspec.plotting.block as PB
+import otspec.plotting.lossy as PL
+import otspec.plotting.multidraft as PM
+from otspec.models import MemorylessModel
 
-    def U(n):
-        return np.full(n, 1.0 / n)
+def U(n):
+    return np.full(n, 1.0 / n)
 
-    def D(n):
-        return np.random.default_rng(0).dirichlet(np.ones(n))
+def D(n):
+    return np.random.default_rng(0).dirichlet(np.ones(n))
 
-    M2, T2 = MemorylessModel([0.5, 0.5]), MemorylessModel([0.25, 0.75])
-    PL.plot_lossy_frontier(U(3), D(3), n_points=3); PM.plot_spectr_fig4(bs=(0.5,), ks=(1,)); plt.close("all")
-    spt.block_efficiency_mc(M2, T2, 1, 2, n_samples=2, rng=0)  # scipy loaded before the cap
-    with open("/proc/self/statm") as fh:
-        used = int(fh.read().split()[0]) * resource.getpagesize()
-    cap = used + HEADROOM
-    limits = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, limits[1]))
-    import signal
+def AFTER_EACH():
+    plt.close("all")
 
-    class Hang(BaseException):
-        pass
-
-    def on_alarm(*_):
-        raise Hang()
-
-    signal.signal(signal.SIGALRM, on_alarm)
-    out = []
-    for name, code in GUARDS:
-        t0 = time.perf_counter()
-        signal.setitimer(signal.ITIMER_REAL, 10.0)
-        try:
-            eval(code)
-            out.append((name, "accepted", "", time.perf_counter() - t0))
-        except (ValueError, TypeError) as exc:
-            out.append((name, "refused", str(exc), time.perf_counter() - t0))
-        except MemoryError as exc:
-            out.append((name, "MemoryError", str(exc), time.perf_counter() - t0))
-        except Hang:
-            out.append((name, "hang", "", time.perf_counter() - t0))
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        plt.close("all")
-    resource.setrlimit(resource.RLIMIT_AS, limits)  # the report itself is not capped
-    print(json.dumps(out))
-    """
-)
+M2, T2 = MemorylessModel([0.5, 0.5]), MemorylessModel([0.25, 0.75])
+PL.plot_lossy_frontier(U(3), D(3), n_points=3); PM.plot_spectr_fig4(bs=(0.5,), ks=(1,)); plt.close("all")
+spt.block_efficiency_mc(M2, T2, 1, 2, n_samples=2, rng=0)  # scipy loaded before the cap
+"""
 
 
 @pytest.fixture(scope="module")
 def guard_results():
     pytest.importorskip("resource")
     pytest.importorskip("matplotlib")
-    code = f"HEADROOM = {HEADROOM}\nGUARDS = {[(n, c) for n, c, _ in GUARDS]!r}\n" + CHILD
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     # each probe is also limited in the child (SIGALRM): a hang is one failed row, not a stuck suite
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {name: (status, msg, secs) for name, status, msg, secs in rows}
+    return run_probes(GUARDS, SETUP, headroom=HEADROOM, alarm=2 * SECONDS)
 
 
 @regression

@@ -2,25 +2,22 @@
 
 The probes run in one child process whose address space is capped with
 ``resource.setrlimit(RLIMIT_AS)`` at what the interpreter already holds plus
-``HEADROOM`` bytes: a guard that let its request through would die with
-MemoryError (or be killed) instead of raising the ValueError that names the
-parameter and the limit. Each probe must also answer within ``PROBE_SECONDS``
-(a bignum ``V**L`` or an O(L) loop would not). docs/reliability.rst lists the
-same table.
+``HEADROOM`` bytes (:func:`tests.probe.run_probes`): a guard that let its
+request through would die with MemoryError instead of raising the ValueError
+that names the parameter and the limit. Each probe must also answer within
+``PROBE_SECONDS`` (a bignum ``V**L`` or an O(L) loop would not; one past twice
+that is stopped and reported as a hang). docs/reliability.rst lists the same
+table.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import textwrap
-
 import pytest
+
+from tests.probe import HEADROOM, run_probes
 
 resource = pytest.importorskip("resource")  # POSIX only
 
-HEADROOM = 256 * 2**20
 PROBE_SECONDS = 5.0
 
 #: (name, code evaluated in the child, a fragment the message must contain)
@@ -54,57 +51,61 @@ PROBES = [
     ("spectr.block_efficiency_mc K=10**12",
      "otspec.spectr.block_efficiency_mc(M2, T2, 10**12, 2, n_samples=10, rng=0)", "`k`"),
     ("spectr.spectr_step L=10**12", "otspec.spectr.spectr_step(M2, T2, 2, 10**12, rng=0)", "`L`"),
+    # the first position's verifier is built before the drafts are drawn (9e81b77 drew 3 * 10**5 draft tokens,
+    # 2.4 s and more, before the OTM LP refused k = 10**5; 10**6 tokens ran past the alarm)
+    ("spectr.spectr_step lp K=10**5", "otspec.spectr.spectr_step(M3, M3, 10**5, 3, rng=0)", "MAX_REDUCED_SIZE"),
+    ("spectr.spectr_step lp K=10**6", "otspec.spectr.spectr_step(M3, M3, 10**6, 3, rng=0)", "MAX_REDUCED_SIZE"),
+    ("spectr.spectr_step lp branching (10**5, 1)",
+     "otspec.spectr.spectr_step(M3, M3, 10**5, 2, branching=(10**5, 1), rng=0)", "MAX_REDUCED_SIZE"),
+    ("spectr.block_efficiency_mc lp K=10**5",
+     "otspec.spectr.block_efficiency_mc(M3, M3, 10**5, 3, n_samples=10, rng=0)", "MAX_REDUCED_SIZE"),
+    # a branching is read for at most L + 1 entries and its product is capped as it runs (9e81b77 listed a
+    # range(10**12) or an endless generator: MemoryError or a hang; validated 10**5 entries and built their
+    # product, a 2-million-bit integer, before refusing)
+    ("spectr.block_efficiency branching=range(10**12)",
+     "otspec.spectr.block_efficiency(M2, T2, 1, 10, branching=range(10**12))", "`branching`"),
+    ("spectr.length_law branching=generator",
+     "otspec.spectr.length_law(M2, T2, 1, 10, branching=(1 for _ in iter(int, 1)))", "`branching`"),
+    ("spectr.spectr_step branching=generator",
+     "otspec.spectr.spectr_step(M2, T2, 1, 10, branching=(1 for _ in iter(int, 1)), rng=0)", "`branching`"),
+    ("spectr.prefix_tree_drafts range(1, 10**12)",
+     "otspec.spectr.prefix_tree_drafts(M2, range(1, 10**12), rng=0)", "MAX_LENGTH"),
+    ("spectr.prefix_tree_drafts [10**6] * 10**5",
+     "otspec.spectr.prefix_tree_drafts(M2, [10**6] * 10**5, rng=0)", "MAX_DRAFT_TOKENS"),
+    ("spectr.block_efficiency_mc branching [2] * 10**5",
+     "otspec.spectr.block_efficiency_mc(M2, T2, 2, 10**5, branching=[2] * 10**5, n_samples=2, rng=0)",
+     "multiply to k=2"),
     ("models.random_table_model", "otspec.models.random_table_model(2, 10**18, rng=0)", "`max_len`"),
     ("models.random_markov_model", "otspec.models.random_markov_model(2, 10**18, rng=0)", "order"),
     ("models.conditional_tables", "otspec.models.conditional_tables(M2, 10**18)", "`length`"),
     ("models.joint_law", "otspec.models.joint_law(M2, 25)", "`max_entries`"),
 ]
 
-CHILD = textwrap.dedent(
-    """
-    import json, resource, sys, time
-    import numpy as np
-    import otspec
-    import otspec.block, otspec.spectr, otspec.models
-    from otspec.models import MemorylessModel
+SETUP = """
+import numpy as np
+import otspec
+import otspec.block, otspec.spectr, otspec.models
+from otspec.models import MemorylessModel
 
-    def U(n):
-        return np.full(n, 1.0 / n)
+def U(n):
+    return np.full(n, 1.0 / n)
 
-    def D(n):
-        return np.random.default_rng(0).dirichlet(np.ones(n))
+def D(n):
+    return np.random.default_rng(0).dirichlet(np.ones(n))
 
-    M2, T2 = MemorylessModel([0.5, 0.5]), MemorylessModel([0.25, 0.75])
-    M6, T6 = MemorylessModel(U(6)), MemorylessModel(D(6))
-    otspec.otm_lp(U(2), D(2), 2)  # load HiGHS and scipy before the cap
-    otspec.spectr.block_efficiency(M2, T2, 2, 2)
-    otspec.block.bernoulli_block_length(0.5, 0.25, 2)
-    with open("/proc/self/statm") as fh:
-        used = int(fh.read().split()[0]) * resource.getpagesize()
-    cap = used + HEADROOM
-    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    out = []
-    for name, code in PROBES:
-        t0 = time.perf_counter()
-        try:
-            eval(code)
-            out.append((name, "accepted", "", time.perf_counter() - t0))
-        except (ValueError, TypeError) as exc:
-            out.append((name, "refused", str(exc), time.perf_counter() - t0))
-        except MemoryError as exc:
-            out.append((name, "MemoryError", str(exc), time.perf_counter() - t0))
-    print(json.dumps(out))
-    """
-)
+M2, T2 = MemorylessModel([0.5, 0.5]), MemorylessModel([0.25, 0.75])
+M3 = MemorylessModel([0.5, 0.3, 0.2])
+M6, T6 = MemorylessModel(U(6)), MemorylessModel(D(6))
+otspec.otm_lp(U(2), D(2), 2)  # load HiGHS and scipy before the cap
+otspec.spectr.block_efficiency(M2, T2, 2, 2)
+otspec.spectr.block_efficiency_mc(M2, T2, 2, 2, n_samples=2, rng=0)
+otspec.block.bernoulli_block_length(0.5, 0.25, 2)
+"""
 
 
 @pytest.fixture(scope="module")
 def probe_results():
-    code = f"HEADROOM = {HEADROOM}\nPROBES = {[(n, c) for n, c, _ in PROBES]!r}\n" + CHILD
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rows = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {name: (status, msg, secs) for name, status, msg, secs in rows}
+    return run_probes(PROBES, SETUP, headroom=HEADROOM, alarm=2 * PROBE_SECONDS)
 
 
 @pytest.mark.parametrize("name,code,fragment", PROBES, ids=[p[0] for p in PROBES])

@@ -47,13 +47,12 @@ by Brent's method (``scipy.optimize.brentq``, ``rtol = 4 eps``).
 
 from __future__ import annotations
 
-import math
 import numbers
 
 import numpy as np
 
 from .._validation import as_float_array, as_rng, validate_k, validate_pair
-from .._verifier import Verifier, check_draw_count
+from .._verifier import Verifier, check_draw_count, validate_tol
 
 __all__ = [
     "KSeq",
@@ -276,15 +275,6 @@ def _check_rho(rho, rho_star: float, p: np.ndarray, q: np.ndarray, k: int) -> fl
     return rho
 
 
-def _validate_tol(tol) -> float:
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real):
-        raise TypeError(f"`tol` must be a real number or None, got {type(tol).__name__}")
-    tol = float(tol)
-    if not (math.isfinite(tol) and tol > 0):
-        raise ValueError(f"`tol` must be finite and > 0, got {tol!r}")
-    return tol
-
-
 def _kseq_parts(p: np.ndarray, q: np.ndarray, k: int, rho: float):
     """Per-token acceptance, min(p, q/rho), beta, E = 1 - beta, p_acc and the residual."""
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -491,7 +481,7 @@ def kseq_rho_star(p, q, k: int, *, tol=None, normalize: bool = False) -> float:
     k = validate_k(k)
     if tol is None:
         return _rho_star_exact(p_, q_, k)
-    return _rho_star_bisect(p_, q_, k, _validate_tol(tol))
+    return _rho_star_bisect(p_, q_, k, validate_tol(tol, positive=True, allow_none=True))
 
 
 def kseq_residual(p, q, k: int, rho=None, *, normalize: bool = False) -> np.ndarray:

@@ -19,6 +19,7 @@ import numpy as np
 
 from .._registry import unknown_name_message
 from .._validation import validate_k, validate_pair, validate_positive_int
+from .._verifier import validate_tol
 from ..otm._alpha import min_cut
 from . import _submodular as sm
 from ._priority_keys import PriorityKeyVerifier, build_keys
@@ -620,12 +621,7 @@ def optimal_verifier(
     """
     if not isinstance(method, str) or method not in _METHODS:
         raise ValueError(unknown_name_message("method", method, _METHODS))
-    if tol is not None:
-        if isinstance(tol, bool) or not isinstance(tol, (int, float, np.floating, np.integer)):
-            raise TypeError(f"`tol` must be a real number or None, got {type(tol).__name__}")
-        tol = float(tol)
-        if not (np.isfinite(tol) and tol >= 0):
-            raise ValueError(f"`tol` must be a finite number >= 0, got {tol!r}")
+    tol = validate_tol(tol, allow_none=True)
     p_, q_ = validate_pair(p, q, normalize=normalize)
     k = validate_k(k)
     n = p_.shape[0]

@@ -27,6 +27,7 @@ from .._registry import (
 from .._validation import validate_bool, validate_distribution, validate_positive_int
 from .._verifier import Verifier
 from ..models import (
+    MAX_LENGTH,
     MarkovModel,
     MemorylessModel,
     check_length,
@@ -48,6 +49,7 @@ __all__ = [
     "validate_models",
     "validate_prefix",
     "validate_branching",
+    "read_branching",
     "MAX_STEP_ENUM",
     "MAX_DRAFT_TOKENS",
     "capped_count",
@@ -137,30 +139,70 @@ def _known_order(model):
 MAX_DRAFT_TOKENS = 10_000_000
 
 
+def _too_many_tokens(K: int, L: int):
+    return ValueError(
+        f"`k` * `L` = {K} * {L} draft tokens exceeds the stated limit MAX_DRAFT_TOKENS={MAX_DRAFT_TOKENS}"
+    )
+
+
+def read_branching(branching, L: int | None = None, K: int | None = None) -> tuple[int, ...]:
+    """The branching factors ``(k_1, ..., k_L)`` as positive ints, read in bounded time and memory.
+
+    A sized container's length is checked before any entry is read; other iterables are read for at most
+    ``L + 1`` entries (``MAX_LENGTH + 1`` when ``L`` is None), so ``range(10**12)`` or an endless generator is
+    refused at once, never listed. The running product is refused as soon as it passes ``K`` (when given: the
+    product must be ``K``) or ``prod * L`` passes ``MAX_DRAFT_TOKENS``, so no big integer is built either.
+    """
+    want = f"a sequence of L={L} positive integers" if L is not None else "a sequence of positive integers"
+    if isinstance(branching, (str, bytes)):
+        raise TypeError(f"`branching` must be {want}, got a string")
+    limit = MAX_LENGTH if L is None else L
+    try:
+        n = len(branching)
+    except TypeError:
+        n = None
+    sized = n is not None
+    if n is None or n <= limit:
+        try:
+            ks = list(itertools.islice(branching, limit + 1))
+        except TypeError as exc:
+            raise TypeError(f"`branching` must be {want}, got {type(branching).__name__}") from exc
+        n = len(ks)
+    got = f"more than {limit}" if n > limit and not sized else str(n)
+    if L is not None and n != L:
+        raise ValueError(f"`branching` must have L={L} entries (k_1, ..., k_L), got {got}")
+    if n == 0:
+        raise ValueError("`branching` must have at least one entry (L >= 1), got an empty sequence")
+    if n > limit:
+        raise ValueError(f"`branching` must have at most MAX_LENGTH={MAX_LENGTH} entries (L: one model call per "
+                         f"position), got {got}")
+    out: list[int] = []
+    prod = 1
+    for k in ks:
+        prod *= validate_positive_int(k, "branching[i]")
+        out.append(int(k))
+        # the running product: no bignum of a long branching
+        if K is not None and prod > K:
+            raise ValueError(f"`branching` must multiply to k={K} (prod k_i = k), got a product above it: "
+                             f"{prod} after {len(out)} of its {n} entries")
+        if prod * n > MAX_DRAFT_TOKENS:
+            raise _too_many_tokens(prod if len(out) == n else f"at least {prod}", n)
+    return tuple(out)
+
+
 def validate_branching(K, L, branching) -> tuple[int, ...]:
     """Branching factors ``(k_1, ..., k_L)`` with product ``K``; i.i.d. drafts are ``(K, 1, ..., 1)``.
 
-    Refuses ``L > MAX_LENGTH`` and ``K * L > MAX_DRAFT_TOKENS`` before building anything.
+    Refuses ``L > MAX_LENGTH`` and ``K * L > MAX_DRAFT_TOKENS`` before building anything; the branching is read
+    by :func:`read_branching` (at most ``L + 1`` entries).
     """
     K = validate_positive_int(K, "k")
     L = check_length(validate_positive_int(L, "L"))
     if K * L > MAX_DRAFT_TOKENS:
-        raise ValueError(
-            f"`k` * `L` = {K} * {L} draft tokens exceeds the stated limit MAX_DRAFT_TOKENS={MAX_DRAFT_TOKENS}"
-        )
+        raise _too_many_tokens(K, L)
     if branching is None:
         return (K,) + (1,) * (L - 1)
-    if isinstance(branching, (str, bytes)):
-        raise TypeError(f"`branching` must be a sequence of L={L} positive integers, got a string")
-    try:
-        ks = list(branching)
-    except TypeError as exc:
-        raise TypeError(
-            f"`branching` must be a sequence of L={L} positive integers, got {type(branching).__name__}"
-        ) from exc
-    if len(ks) != L:
-        raise ValueError(f"`branching` must have L={L} entries (k_1, ..., k_L), got {len(ks)}")
-    ks = tuple(validate_positive_int(k, "branching[i]") for k in ks)
+    ks = read_branching(branching, L, K)
     if math.prod(ks) != K:
         raise ValueError(f"`branching` must multiply to k={K} (prod k_i = k), got prod{ks} = {math.prod(ks)}")
     return ks

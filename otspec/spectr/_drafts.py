@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_rng, validate_positive_int
-from ._common import next_dist, validate_branching, validate_prefix, vocab_size
+from .._validation import as_rng
+from ._common import next_dist, read_branching, validate_branching, validate_prefix, vocab_size
 
 __all__ = ["DraftSet", "iid_drafts", "prefix_tree_drafts"]
 
@@ -197,11 +197,7 @@ def prefix_tree_drafts(draft, branching, *, prefix=(), rng=None) -> DraftSet:
     """
     if isinstance(branching, (str, bytes)) or not hasattr(branching, "__len__"):
         raise TypeError(f"`branching` must be a sequence of positive integers, got {type(branching).__name__}")
-    if len(branching) < 1:
-        raise ValueError("`branching` must have at least one entry (L >= 1), got an empty sequence")
-    ks0 = [validate_positive_int(k, "branching[i]") for k in branching]
-    K, L = math.prod(ks0), len(ks0)
-    ks = validate_branching(K, L, ks0)
+    ks = read_branching(branching)  # its length and product bounded before any entry past them is read
     n = vocab_size(draft, "draft")
     ctx = validate_prefix(prefix, n)
     gen = as_rng(rng)

@@ -10,7 +10,7 @@ import numpy as np
 from .._validation import as_rng, validate_bool, validate_probability, validate_size
 from ._common import resolve_verifier, validate_branching, validate_models, validate_prefix
 from ._drafts import prefix_tree_drafts
-from ._selection import _select
+from ._selection import _select, first_verifier
 
 __all__ = ["MAX_MC_SAMPLES", "MCEstimate", "block_efficiency_mc"]
 
@@ -116,7 +116,8 @@ def block_efficiency_mc(
     ------
     ValueError, TypeError
         Invalid ``K``, ``L``, ``branching``, ``n_samples`` outside ``[2, MAX_MC_SAMPLES]`` (10**5),
-        ``confidence`` outside ``(0, 1)``, or invalid models.
+        ``confidence`` outside ``(0, 1)``, or invalid models; a first position's verifier
+        (``k_1`` drafts) above its size limit, refused before any draft is drawn.
 
     References
     ----------
@@ -142,9 +143,11 @@ def block_efficiency_mc(
     n_samples = validate_size(n_samples, "n_samples", minimum=2, cap=MAX_MC_SAMPLES, cap_name="MAX_MC_SAMPLES",
                               hint="call in chunks with independent seeds and pool their `length_counts`")
     confidence = validate_probability(confidence, "confidence", low_open=True, high_open=True)
+    show = validate_bool(progress, "progress")
     gen = as_rng(rng)
+    first_verifier(draft, target, ks, ctx, n, factory)  # its size guard before any drafting
     it = range(n_samples)
-    if validate_bool(progress, "progress"):
+    if show:
         from tqdm.auto import tqdm
 
         it = tqdm(it, desc=f"SpecTr MC K={math.prod(ks)} L={len(ks)}", leave=False)

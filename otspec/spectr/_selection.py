@@ -22,6 +22,17 @@ def _as_draft_set(drafts) -> DraftSet:
     return DraftSet(drafts, None)
 
 
+def first_verifier(draft, target, ks, ctx, n, factory) -> None:
+    """Build the verifier of the first position, ``k_1`` drafts from ``M_s(.|ctx)``, before any draft is drawn.
+
+    Its laws do not depend on the drafts, so its size guard (the OTM LP's at a large ``k``, say) refuses before
+    the drafting, whose time grows with ``K * L``; the factory memoises it for :func:`_select`. The verifiers of
+    later positions depend on the drawn tokens (their contexts and the number of surviving nodes) and are built
+    as DraftSelection reaches them.
+    """
+    factory(next_dist(draft, ctx, n, "draft"), next_dist(target, ctx, n, "target"), ks[0])
+
+
 def _select(draft, target, ds: DraftSet, factory, ctx, n, gen) -> tuple[int, ...]:
     """Algorithm 3 on the tree nodes (validated inputs)."""
     tokens = ds.tokens
@@ -159,7 +170,9 @@ def spectr_step(draft, target, k, L, *, verifier="lp", branching=None, prefix=()
     ------
     ValueError, TypeError
         ``K < 1``, ``L < 1``, a branching whose product is not ``K``, and
-        the errors of :func:`draft_selection`.
+        the errors of :func:`draft_selection`. The first position's
+        verifier (``k_1`` drafts) is built before any draft is drawn, so its
+        size refusal (e.g. the OTM LP's at a large ``k``) comes at once.
 
     References
     ----------
@@ -181,5 +194,6 @@ def spectr_step(draft, target, k, L, *, verifier="lp", branching=None, prefix=()
     ctx = validate_prefix(prefix, n)
     factory = resolve_verifier(verifier)
     gen = as_rng(rng)
+    first_verifier(draft, target, ks, ctx, n, factory)  # its size guard before the drafting
     ds = prefix_tree_drafts(draft, ks, prefix=ctx, rng=gen)
     return _select(draft, target, ds, factory, ctx, n, gen)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .._validation import as_rng, validate_bool, validate_positive_int, validate_probability
+from .._validation import as_array, as_rng, validate_bool, validate_positive_int, validate_probability
 from ..models import (
     MAX_ENUMERATION,
     conditional_tables,
@@ -417,7 +417,8 @@ def sglang_tree_arrays(tree) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 
 
 def _index_array(x, name: str) -> np.ndarray:
-    arr = _to_numpy(x) if not isinstance(x, (list, tuple)) else np.asarray(x)
+    # lists through as_array: [0, True, 2] (read as [0, 1, 2]) is refused like a boolean array
+    arr = _to_numpy(x) if not isinstance(x, (list, tuple)) else as_array(x, name, "a 1-D array of integers")
     if arr.ndim != 1:
         raise ValueError(f"`{name}` must be 1-D (one request), got shape {arr.shape}")
     if arr.size and arr.dtype.kind not in "iu":
