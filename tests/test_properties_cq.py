@@ -272,6 +272,8 @@ def test_khisti_verifier_is_lossless_and_optimal(pq, k, data):
     acc = v.acceptance()
     assert acc <= inside + bound and inside <= alpha + bound  # no lossless verifier beats alpha_k
     assert abs(acc - alpha) <= LP_TOL  # and this one attains it
+    if k < 3:  # one more draft never hurts
+        assert khisti_verifier(p, q, k + 1).acceptance() >= acc - LP_TOL
     # a relabelled vocabulary: the selection LP is solved in a label-free order, so the same acceptance
     pp, qq = _permute(p, q, data)
     assert abs(khisti_verifier(pp, qq, k).acceptance() - acc) <= 8 * n * EPS
