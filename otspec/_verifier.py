@@ -24,7 +24,7 @@ import numpy as np
 from ._validation import as_rng, validate_drafts, validate_positive_int
 
 __all__ = ["LOSSLESS_TOL", "MAX_SAMPLE_DRAFTS", "LosslessCheck", "Verifier", "VerifierCheck", "check_draw_count",
-           "check_lossless", "sample_from", "sample_from_cdf", "validate_tol"]
+           "check_lossless", "coin_accept", "sample_from", "sample_from_cdf", "validate_tol"]
 
 
 #: Largest number of drafts drawn at once by ``sample_drafts`` (the tuple of ``k`` ints).
@@ -35,6 +35,44 @@ def check_draw_count(k: int) -> None:
     """Refuse (ValueError) to draw more than :data:`MAX_SAMPLE_DRAFTS` drafts at once, before any draw."""
     if k > MAX_SAMPLE_DRAFTS:
         raise ValueError(f"drawing `k`={k} drafts at once exceeds the limit MAX_SAMPLE_DRAFTS={MAX_SAMPLE_DRAFTS}")
+
+
+def coin_accept(t, d):
+    r"""Probability that the strict, division-free acceptance coin ``u * d < t`` accepts (``u`` uniform on [0, 1)).
+
+    .. math::
+
+        P(u\, d < t) = \begin{cases} 0 & t = 0, \\ 1 & 0 \le d \le t,\ t > 0, \\ t / d & d > t, \end{cases}
+
+    elementwise: :math:`\min(1, t/d)` where ``d > 0``, and at ``d = 0`` (a token the draft, or the selection,
+    never proposes) 1 when ``t > 0`` and 0 when ``t = 0``: the coin never accepts a token of target mass 0. The
+    samplers run the coin; a verifier's exact ``conditional`` takes its acceptance from here, so the two agree on
+    every draft, those of draft probability 0 included. Divides only where ``d > t`` (no overflow at a subnormal
+    ``d``).
+
+    Parameters
+    ----------
+    t : float or ndarray of float
+        The target-side mass, ``>= 0``.
+    d : float or ndarray of float
+        The draft-side (scaled) mass, ``>= 0``.
+
+    Returns
+    -------
+    float or ndarray of float64
+        A float for scalar inputs, else an array of their broadcast shape.
+
+    Examples
+    --------
+    >>> from otspec._verifier import coin_accept
+    >>> coin_accept(0.25, 0.5), coin_accept(0.5, 0.25), coin_accept(0.0, 0.0), coin_accept(0.1, 0.0)
+    (0.5, 1.0, 0.0, 1.0)
+    """
+    if np.ndim(t) == 0 and np.ndim(d) == 0:
+        t, d = float(t), float(d)
+        return 0.0 if not t > 0 else (1.0 if d <= t else t / d)
+    t, d = np.broadcast_arrays(np.asarray(t, dtype=np.float64), np.asarray(d, dtype=np.float64))
+    return np.divide(t, d, out=(t > 0).astype(np.float64), where=d > t)
 
 
 def sample_from_cdf(c: np.ndarray, law: np.ndarray, rng: np.random.Generator) -> int:

@@ -542,7 +542,15 @@ def multidraft_exact(draft, target, L, k, *, max_denominator: int = 10**6) -> Mu
 
 
 def _exact_lp(reward, w, QL) -> Fraction:
-    """The transport LP ``max sum pi c`` with marginals ``w``, ``QL`` in rationals (sympy's simplex)."""
+    """The transport LP ``max sum pi c`` with marginals ``w``, ``QL`` in rationals (sympy's simplex).
+
+    Solved in its partial form, ``sum_y pi(a, y) <= w(a)`` and ``sum_a pi(a, y) <= QL(y)``: the rewards are
+    ``>= 0``, so a partial plan completed by the product of its leftover masses rewards no less, and the optimum is
+    the transport optimum whenever the two marginals have one total (and is defined when rounding makes them differ,
+    the equality system then having no solution). ``pi = 0`` is a feasible start: no first phase. On the equality
+    form sympy's simplex raised InfeasibleLPError on degenerate inputs ("Oscillating system led to invalid
+    solution", e.g. one draft block of V = 3, L = 2 with zero-mass target blocks).
+    """
     try:
         import sympy
         from sympy.solvers.simplex import linprog
@@ -558,6 +566,6 @@ def _exact_lp(reward, w, QL) -> Fraction:
             A[nk + y, a * N + y] = 1
     b = sympy.Matrix([sympy.Rational(x.numerator, x.denominator) for x in list(w) + list(QL)])
     c = sympy.Matrix([-reward[a][y] for a in range(nk) for y in range(N)])
-    val, _ = linprog(c, A=sympy.zeros(1, nv), b=sympy.Matrix([0]), A_eq=A, b_eq=b)
+    val, _ = linprog(c, A=A, b=b)
     val = -sympy.Rational(val)
     return Fraction(int(val.p), int(val.q))

@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from .._validation import as_rng, validate_pair, validate_probability
-from .._verifier import sample_from
+from .._verifier import coin_accept, sample_from
 from ..multidraft._maximal_coupling import RatioTestVerifier
 from ._mentored import kl_divergence
 
@@ -77,7 +77,7 @@ class EnsembleVerifier(_LossyRule, RatioTestVerifier):
         self._law = law
 
     def _accept_prob(self, x: int) -> float:
-        return 1.0 if self.p[x] <= self._mix[x] else float(self._mix[x] / self.p[x])
+        return coin_accept(self._mix[x], self.p[x])  # the strict coin of sample(), 0 where mix(x) = 0
 
     def sample(self, drafts, *, rng=None) -> int:
         (x,) = self._drafts(drafts)

@@ -49,7 +49,7 @@ import math
 import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair
-from .._verifier import Verifier, sample_from, validate_tol
+from .._verifier import Verifier, coin_accept, sample_from, validate_tol
 from ..otm._lp import check_plan_entries, membership_plan, set_weights
 from ..otm._multisets import n_multisets
 
@@ -87,8 +87,7 @@ class KhistiVerifier(Verifier):
             z += w * select[self._index[s]]
         self.selection_law = z
         self.selection_law.setflags(write=False)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self._a = np.where(z > q, q / np.where(z > 0, z, 1.0), 1.0)
+        self._a = coin_accept(q, z)  # the strict coin u z(y) < q(y) of sample()
         res = np.maximum(q - z, 0.0)
         self._res = res / res.sum() if res.sum() > 0 else np.array(q)
         self._acc = min(1.0, math.fsum(np.minimum(z, q).tolist()))

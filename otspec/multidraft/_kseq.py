@@ -52,7 +52,7 @@ import numbers
 import numpy as np
 
 from .._validation import as_float_array, as_rng, validate_k, validate_pair
-from .._verifier import Verifier, check_draw_count, validate_tol
+from .._verifier import Verifier, check_draw_count, coin_accept, validate_tol
 
 __all__ = [
     "KSeq",
@@ -277,9 +277,8 @@ def _check_rho(rho, rho_star: float, p: np.ndarray, q: np.ndarray, k: int) -> fl
 
 def _kseq_parts(p: np.ndarray, q: np.ndarray, k: int, rho: float):
     """Per-token acceptance, min(p, q/rho), beta, E = 1 - beta, p_acc and the residual."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        # min(1, q/(rho p)); tokens with p = 0 never occur as drafts: accept (q >= 0 = rho p)
-        accept = np.where(q >= rho * p, 1.0, q / (rho * p))
+    # min(1, q/(rho p)), the probability of the strict coin u rho p < q: 0 where q = 0, 1 where p = 0 < q
+    accept = coin_accept(q, rho * p)
     mins = np.minimum(p, q / rho)
     beta = float(mins.sum())
     E = float((p - mins).sum())  # chance that one draft is rejected, summed without cancellation

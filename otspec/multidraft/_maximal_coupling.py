@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_rng, validate_pair
-from .._verifier import Verifier, sample_from
+from .._verifier import Verifier, coin_accept, sample_from
 
 __all__ = ["MaximalCoupling", "RatioTestVerifier", "maximal_coupling", "residual"]
 
@@ -56,9 +56,8 @@ class RatioTestVerifier(Verifier):
         return self._res
 
     def _accept_prob(self, x: int) -> float:
-        px, qx = self.p[x], self.q[x]
-        # division-free: accept with certainty when s p(x) <= q(x)
-        return 1.0 if self._scale * px <= qx else float(qx / (self._scale * px))
+        # the sampler's strict coin u s p(x) < q(x): never accepts a token of q(x) = 0, even one of p(x) = 0
+        return coin_accept(self.q[x], self._scale * self.p[x])
 
     def conditional(self, drafts) -> np.ndarray:
         (x,) = self._drafts(drafts)

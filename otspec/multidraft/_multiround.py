@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair
-from .._verifier import Verifier
+from .._verifier import Verifier, coin_accept
 from ._kseq import _draw, _sample_iid
 from ._maximal_coupling import residual
 
@@ -45,8 +45,8 @@ MAX_HISTORIES = 2_000_000
 
 
 def _accept(t: float, d: float) -> float:
-    """min(1, t/d), with 1 when t >= d (so also when d == 0)."""
-    return 1.0 if t >= d else t / d
+    """P(u d < t): min(1, t/d), 1 at d == 0 < t and 0 at t == 0 (the samplers' strict coin; see coin_accept)."""
+    return coin_accept(t, d)
 
 
 class MultiRound(Verifier):

@@ -16,7 +16,7 @@ import abc
 import numpy as np
 
 from .._validation import as_rng
-from .._verifier import Verifier
+from .._verifier import Verifier, coin_accept
 
 
 def above_noise(excess: np.ndarray, noise: float) -> np.ndarray:
@@ -36,9 +36,9 @@ class SelectThenSpeculate(Verifier):
         q = self.q
         n = q.shape[0]
         self._z = z
-        # a(y) = min(1, q/z), divided only where z > q (elsewhere q/z of a subnormal z overflowed, unused);
-        # tokens never selected (z = 0) keep a = 1
-        self._a = np.divide(q, z, out=np.ones(n), where=z > q)
+        # a(y) = min(1, q/z), the strict coin u z(y) < q(y) of sample(): divided only where z > q (elsewhere q/z of
+        # a subnormal z overflowed, unused); tokens never selected (z = 0) get 1, or 0 where q = 0 as the coin does
+        self._a = coin_accept(q, z)
         r = np.maximum(q - z, 0.0)
         rs = r.sum()
         self._res = r / rs if rs > 0 else np.array(q)
