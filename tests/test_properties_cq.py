@@ -38,7 +38,7 @@ from scipy.optimize import linprog
 from otspec.block import expected_length, multidraft_exact, multidraft_ot, one_token_optimum, ot_optimum
 from otspec.lossy import ensemble_verifier, lenient_verifier
 from otspec.models import MarkovModel, MemorylessModel, conditional_tables, joint_from_tables
-from otspec.multidraft import khisti_verifier, kseq_beta, without_replacement_verifier
+from otspec.multidraft import greedy_draft_verifier, khisti_verifier, kseq_beta, without_replacement_verifier
 from otspec.otm import min_cut_without_replacement, set_weights, wor_lp
 from otspec.spectr import (
     VERIFIER_NAMES,
@@ -694,3 +694,16 @@ def test_lossy_ratio_rules_never_accept_a_draft_the_target_excludes(build):
     assert row[1] == 0.0 and abs(row.sum() - 1.0) <= 4 * EPS  # main: row = [0, 1, 0]
     gen = np.random.default_rng(0)
     assert all(v.sample((1,), rng=gen) != 1 for _ in range(200))
+
+
+def test_greedy_drafts_conditional_is_the_law_of_sample_on_a_draft_it_never_makes():
+    # the last draft of p' mass 0 and q mass 0.5: sample's coin u * 0 < 0.5 always accepts it; the exact
+    # conditional used to say 0 (the old `last_law[x] > 0` guard), emitting the residual instead
+    v = greedy_draft_verifier([0.6, 0.4, 0.0], [0.2, 0.3, 0.5], 2)
+    assert v.last_law[2] == 0.0
+    rng = np.random.default_rng(0)
+    assert {v.sample((0, 2), rng=rng) for _ in range(50)} == {2}
+    np.testing.assert_array_equal(v.conditional((0, 2)), [0.0, 0.0, 1.0])
+    # and a draft of q mass 0 never drawn by p' is never accepted by either
+    w = greedy_draft_verifier([0.6, 0.4, 0.0], [0.5, 0.5, 0.0], 2)
+    assert w.conditional((0, 2))[2] == 0.0 and all(w.sample((0, 2), rng=rng) != 2 for _ in range(50))

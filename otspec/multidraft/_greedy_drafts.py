@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair
-from .._verifier import sample_from
+from .._verifier import coin_accept, sample_from
 from ..otm._without_replacement import _support_size_check
 from ._without_replacement import DraftProcessVerifier
 
@@ -89,13 +89,9 @@ class GreedyDraftVerifier(DraftProcessVerifier):
     def sample_drafts(self, *, rng=None) -> tuple[int, ...]:
         return (*self.top, sample_from(self.last_law, as_rng(rng)))
 
-    def _accept(self, x: int) -> float:
-        lx = self.last_law[x]
-        return 1.0 if lx <= self.q[x] else float(self.q[x] / lx)
-
     def conditional(self, drafts) -> np.ndarray:
         x = self._drafts(drafts)[-1]
-        a = self._accept(x) if self.last_law[x] > 0 else 0.0
+        a = coin_accept(self.q[x], self.last_law[x])  # the law of sample's coin, on every draft
         out = (1.0 - a) * self._res
         out[x] += a
         return out
