@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 from otspec import alpha_k, kseq, multiround
 from otspec.block import level_alphas, level_bound
+from otspec._validation import NEGLIGIBLE
 from otspec.models import MemorylessModel, TableModel, joint_law
 from otspec.otm import alpha_k_without_replacement
 from otspec.profile._quantities import Builds, depth_quantities
@@ -107,11 +108,16 @@ def shapes(draw, max_nodes: int = 4, max_depth: int = 2, max_rank: int = 2, gaps
     return TreeShape(paths[1:])
 
 
+def _rational(row) -> list[Fraction]:
+    """A float64 law in rationals, renormalised to sum to exactly 1."""
+    out = [Fraction(float(x)) for x in np.asarray(row, dtype=np.float64)]
+    s = sum(out)
+    return [x / s for x in out]
+
+
 def _row(model, path) -> list[Fraction]:
     """The model's law after ``path`` in rationals, renormalised to sum to exactly 1."""
-    row = [Fraction(float(x)) for x in np.asarray(model.next_dist(tuple(path)), dtype=np.float64)]
-    s = sum(row)
-    return [x / s for x in row]
+    return _rational(model.next_dist(tuple(path)))
 
 
 class _Laws:
@@ -808,9 +814,7 @@ def test_depth_quantities_per_position_by_the_scalar_routes(V, L, data):
     tok = depth_quantities("token", ks, b, L)
     wor = depth_quantities("without-replacement", ks, b, L)
     for j in range(L):
-        p = [Fraction(float(x)) for x in P[0, j]]
-        q = [Fraction(float(x)) for x in Q[0, j]]
-        p, q = [x / sum(p) for x in p], [x / sum(q) for x in q]
+        p, q = _rational(P[0, j]), _rational(Q[0, j])
         m = 16 * V
         assert abs(tok[("acc", 1)][j] - float(sum(min(a, c) for a, c in zip(p, q)))) <= _tol(m)
         for k in ks:
@@ -818,12 +822,33 @@ def test_depth_quantities_per_position_by_the_scalar_routes(V, L, data):
             assert abs(opt[("acc", k)][j] - want) <= _tol(m), (j, k)
             assert lp[("acc", k)][j] == opt[("acc", k)][j]
             assert abs(alpha_k(P[0, j], Q[0, j], k) - want) <= _tol(m)
-            if sum(1 for x in p if x > 0) >= k:
-                want_w = float(_min_cut(_wor_sets(p, k), q))
+            # without replacement: the package's validation flushes subnormal entries to 0 (a law (2/3, 1/3,
+            # 5e-324) gives two distinct drafts); k above that support is undefined: NaN, not a ValueError
+            flushed = _rational(np.where(P[0, j] >= NEGLIGIBLE, P[0, j], 0.0))
+            if sum(1 for x in flushed if x > 0) >= k:
+                want_w = float(_min_cut(_wor_sets(flushed, k), q))
                 assert abs(wor[("acc", k)][j] - want_w) <= _tol(m), (j, k)
                 assert abs(alpha_k_without_replacement(P[0, j], Q[0, j], k) - want_w) <= _tol(m)
+            else:
+                assert math.isnan(wor[("acc", k)][j])
     for name, build in (("kseq", kseq), ("multiround", multiround)):
         got = depth_quantities(name, ks, Builds(X, P, Q, {}), L)
         for j in range(L):
             for k in ks:
                 assert abs(got[("acc", k)][j] - build(P[0, j], Q[0, j], k).acceptance()) <= _tol(16 * V)
+
+
+def test_depth_quantities_on_a_subnormal_draft_entry_regression():
+    # found by the test above: a draft law (2/3, 1/3, 5e-324) at a depth. The without-replacement optimum raised
+    # ValueError for k = 3 (the closed form's validation flushes the subnormal: two distinct drafts) where k distinct
+    # drafts are undefined (NaN, not recorded); "optimal"/"lp" and k-Seq's batched sort warned (RuntimeWarning:
+    # overflow in q / p, an error under the package's filterwarnings)
+    p, e, u = np.array([2 / 3, 1 / 3, 5e-324]), np.array([1.0, 0.0, 0.0]), np.full(3, 1 / 3)
+    P, Q, X = np.stack([[p], [e], [e]]), np.stack([[u, u]] * 3), np.zeros((3, 1), dtype=np.int64)
+    ks = (1, 2, 3)
+    wor = depth_quantities("without-replacement", ks, Builds(X, P, Q, {}), 1)
+    assert wor[("acc", 2)][0] == pytest.approx(2 / 3, abs=1e-15) and math.isnan(wor[("acc", 3)][0])
+    for name in ("optimal", "lp", "kseq", "multiround"):
+        got = depth_quantities(name, ks, Builds(X, P, Q, {}), 1)
+        for k in ks:  # token 2 is (almost) never drafted: 2/3 whatever k
+            assert got[("acc", k)][0] == pytest.approx(2 / 3, abs=1e-15), (name, k)
