@@ -367,13 +367,25 @@ def _check_against_package(name, process, shape, draft, target, V, trees, etau, 
 @FAST
 @given(models=table_models(max_v=3, depth=2), shape=shapes(max_nodes=4, max_depth=2))
 def test_lossless_tree_verifiers_match_enumeration_and_emit_the_target_exactly(name, process, models, shape):
+    _check_lossless(name, process, models, shape, 81)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,process", LOSSLESS)
+@SLOW
+@given(models=table_models(max_v=3, depth=3), shape=shapes(max_nodes=7, max_depth=3))
+def test_lossless_tree_verifiers_on_seven_node_shapes(name, process, models, shape):
+    _check_lossless(name, process, models, shape, 243)
+
+
+def _check_lossless(name, process, models, shape, max_trees):
     # fails on: a wrong acceptance ratio or residual (the rational law differs from the target's), E[tau] summed
     # over the wrong nodes, a draft process enumerated with a wrong probability (wor's renormalisation), a rank
     # gap treated as contiguous
     draft, target, V = models
     if name == "sequoia":
         assume(not shape.has_rank_gaps)
-    assume(process != "iid" or V ** shape.n <= 81)
+    assume(process != "iid" or V ** shape.n <= max_trees)
     out = _run_case(name, process, shape, draft, target, V)
     if out is None:
         return
@@ -642,6 +654,17 @@ def acceptance_vectors(draw, max_k: int = 3):
 @FAST
 @given(a=acceptance_vectors(), n=st.integers(1, 5), depth=st.integers(1, 3))
 def test_sequoia_dp_is_the_best_shape_by_exhaustive_search(a, n, depth):
+    _check_sequoia(a, n, depth)
+
+
+@pytest.mark.slow
+@SLOW
+@given(a=acceptance_vectors(max_k=4), n=st.integers(5, 7), depth=st.integers(1, 3))
+def test_sequoia_dp_is_the_best_shape_by_exhaustive_search_seven_nodes(a, n, depth):
+    _check_sequoia(a, n, depth)
+
+
+def _check_sequoia(a, n, depth):
     # every shape with n nodes, depth <= depth and children at ranks 0..b-1 (b <= K), valued under positional
     # acceptance: the DP's value is their maximum and its shape attains it (fails on a split that drops a
     # child's subtree, a depth limit off by one, a rank's weight applied to the wrong child)
@@ -742,14 +765,26 @@ def _topk_value(paths, dl: _Laws, tl: _Laws, prefix=()):
 
 
 @FAST
-@given(models=table_models(max_v=3, depth=2), n=st.integers(1, 4), depth=st.integers(1, 2),
+@given(models=table_models(max_v=3, depth=3), n=st.integers(1, 4), depth=st.integers(1, 2),
        n_ctx=st.integers(1, 2))
 def test_best_shape_is_the_best_of_every_shape_and_greedy_below_it(models, n, depth, n_ctx):
+    _check_best_shape(models, n, depth, n_ctx)
+
+
+@pytest.mark.slow
+@SLOW
+@given(models=table_models(max_v=3, depth=4), n=st.integers(4, 6), depth=st.integers(2, 3),
+       n_ctx=st.integers(1, 2))
+def test_best_shape_is_the_best_of_every_shape_larger(models, n, depth, n_ctx):
+    _check_best_shape(models, n, depth, n_ctx)
+
+
+def _check_best_shape(models, n, depth, n_ctx):
     # exhaustive: every prefix-closed set of n rank paths (gaps allowed) realised by top-k in every context,
     # valued by the target's path probabilities (the exact E[tau] of a deterministic tree); best_shape is their
     # maximum, greedy_shape a gapless shape valued exactly and never above it (fails on a heap order that pops a
     # child before its parent, a mean over contexts taken as a sum, ties ranked by higher id)
-    draft, target, V = models
+    draft, target, V = models  # tables one level deeper than the shapes: a context of one token, then the leaves
     contexts = [(), (V - 1,)][:n_ctx]
     dl, tl = _Laws(draft), _Laws(target)
     values = {}
