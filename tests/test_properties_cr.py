@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from otspec import alpha_k, kseq, multiround
-from otspec.block import level_alphas, level_bound
 from otspec._validation import NEGLIGIBLE
+from otspec.block import level_alphas, level_bound
 from otspec.models import MemorylessModel, TableModel, joint_law
 from otspec.otm import alpha_k_without_replacement
 from otspec.profile._quantities import Builds, depth_quantities
