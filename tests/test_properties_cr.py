@@ -26,7 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from otspec import alpha_k, kseq, multiround
@@ -57,7 +57,7 @@ from tests.test_properties_cm import laws
 
 EPS = 2.0**-52
 LP_TOL = 1e-8
-FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SLOW = settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -363,9 +363,16 @@ def _check_against_package(name, process, shape, draft, target, V, trees, etau, 
     assert np.abs(R - _as_table(law, V, D + 1)).max() <= _tol(m)
 
 
+# a residual spread over two tokens after the first rejection, the second child's draft law renormalised off the
+# first (0 < q_2(c) < p_2(c)): fails on Sequoia's rule with p not renormalised (0.95 instead of 0.57 at token 1)
+_SPREAD = (MemorylessModel([0.4, 0.35, 0.25]), MemorylessModel([0.1, 0.45, 0.45]), 3)
+
+
 @pytest.mark.parametrize("name,process", LOSSLESS)
 @FAST
-@given(models=table_models(max_v=3, depth=2), shape=shapes(max_nodes=4, max_depth=2))
+@given(models=table_models(max_v=4, depth=2), shape=shapes(max_nodes=4, max_depth=2))
+@example(models=_SPREAD, shape=TreeShape([(0,), (1,), (2,)]))
+@example(models=_SPREAD, shape=TreeShape([(0,), (1,), (0, 0), (0, 1)]))
 def test_lossless_tree_verifiers_match_enumeration_and_emit_the_target_exactly(name, process, models, shape):
     _check_lossless(name, process, models, shape, 81)
 
