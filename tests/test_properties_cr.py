@@ -45,6 +45,7 @@ from otspec.tree import (
     acceptance_vector,
     best_shape,
     greedy_shape,
+    make_tree_verifier,
     optimum,
     output_law,
     sample_tree,
@@ -402,6 +403,24 @@ def _check_lossless(name, process, models, shape, max_trees):
     _check_against_package(name, process, shape, draft, target, V, trees, etau, law)
     # E[tau] is at most the expected number of nodes on the target's path (reach v needs Y's prefix = x(v))
     assert etau <= shape.n
+
+
+@pytest.mark.parametrize("token_verifier", ["kseq", pytest.param("optimal", marks=pytest.mark.slow)])
+@FAST
+@given(models=table_models(max_v=3, depth=2), shape=shapes(max_nodes=3, max_depth=2))
+def test_spectr_tree_is_lossless_on_iid_trees_and_below_the_optimum(token_verifier, models, shape):
+    # SpecTr's DraftSelection over a tree (Sun et al., arXiv:2310.15141, Algorithm 3): its law completed by the
+    # target is the target's (the rational joint, by products of conditionals), and its E[tau] is at most the
+    # one-token optimum of the same i.i.d. trees (fails on a pool gathered from the wrong nodes)
+    draft, target, V = models
+    assume(V ** shape.n <= 27)
+    v = make_tree_verifier("spectr-tree", token_verifier=token_verifier)
+    D = int(shape.max_depth)
+    R = output_law(shape, draft, target, process="iid", verifier=v)
+    ref = _as_table(_joint(_Laws(target), V, D + 1), V, D + 1)
+    assert R.min() >= 0.0 and np.abs(R - ref).max() <= 1e-9  # 1e-9: the token plans' LP tolerance
+    o1 = optimum(shape, draft, target, process="iid")
+    assert value(shape, draft, target, process="iid", verifier=v) <= o1.value + LP_TOL
 
 
 @pytest.mark.parametrize("name,process", LOSSY)
