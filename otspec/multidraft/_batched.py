@@ -211,8 +211,9 @@ def _ratio_sorted(P, Q, xp) -> dict:
     # f at rho = 1 (exact zeros when p == q); every per-row value (B, 1)
     D1 = xp.sum(xp.clip(Q2 - P2, 0.0, None), axis=-1, keepdims=True)
     E1 = xp.sum(xp.clip(P2 - Q2, 0.0, None), axis=-1, keepdims=True)
-    # one batched sort of the ratios q/p (p = 0 < q: +inf; p = q = 0: nan, last, weightless)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # one batched sort of the ratios q/p (p = 0 < q: +inf, and so is a ratio past the largest double, a subnormal p;
+    # p = q = 0: nan, last, weightless)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         r = Q2 / P2
     if _is_torch(r):  # the sorted ratios and their order in one op (argsort's own kernel), the laws by gathers
         ro, order = r.sort(dim=-1, stable=False)

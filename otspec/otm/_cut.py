@@ -22,8 +22,11 @@ def ratio_order(p: np.ndarray, q: np.ndarray, *, descending: bool = False, stabl
 
     Tokens with :math:`p(x) = 0` have ratio :math:`+\infty` and come last
     (first with ``descending=True``); ties keep index order (stable sort).
+    A ratio past the largest double (a subnormal :math:`p(x)`) is
+    :math:`+\infty` too: it ties with the :math:`p(x) = 0` tokens, whose
+    order moves a cut's draft mass by a subnormal amount at most.
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         ratio = np.where(p > 0, q / np.where(p > 0, p, 1.0), np.inf)
     kind = "stable" if stable else None
     if descending:

@@ -39,6 +39,7 @@ import numpy as np
 
 from .._array import namespace
 from .._registry import get_verifier
+from .._validation import NEGLIGIBLE
 from ..lossy._mentored import kl_divergence
 from ..multidraft._batched import batched_maximal_coupling_acceptance
 from ..otm._alpha import alpha_k
@@ -469,6 +470,13 @@ def _lossy_gaps(v, q: np.ndarray) -> tuple[float, float]:
     return 0.5 * float(np.abs(out - q).sum()), float(kl_divergence(q, out))
 
 
+def _distinct_support(p: np.ndarray) -> int:
+    """The number of distinct tokens a draft law can give: its entries of at least ``NEGLIGIBLE`` (the validation of
+    every verifier flushes subnormal entries to 0, :func:`otspec._validation.validate_distribution`, so a law
+    ``(2/3, 1/3, 5e-324)`` has two)."""
+    return int(np.count_nonzero(p >= NEGLIGIBLE))
+
+
 def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = True) -> dict:
     r"""Exact acceptance of verifier ``name`` at every depth along the first draft block, for each ``k``.
 
@@ -519,7 +527,12 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
             out[("acc", k)] = vals[:, i].copy()
         return out
     if name == "without-replacement":  # the closed form of the optimum, not the LP plan over draft sets
-        vals = np.array([alpha_k_without_replacement(*builds.support(0, j)[1:], list(ks)) for j in range(L)])
+        vals = np.full((L, len(ks)), np.nan)
+        for j in range(L):
+            pc, qc = builds.support(0, j)[1:]
+            cols = [i for i, k in enumerate(ks) if k <= _distinct_support(pc)]  # NaN (not recorded) for the rest
+            if cols:
+                vals[j, cols] = alpha_k_without_replacement(pc, qc, [ks[i] for i in cols])
         for i, k in enumerate(ks):
             out[("acc", k)] = vals[:, i]
         return out
@@ -544,7 +557,7 @@ def depth_quantities(name: str, ks, builds: Builds, L: int, *, lossless: bool = 
         tv = np.full(L, np.nan)
         kl = np.full(L, np.nan)
         for j in range(L):
-            if distinct and np.count_nonzero(builds.support(0, j)[1] > 0) < k:
+            if distinct and _distinct_support(builds.support(0, j)[1]) < k:
                 continue  # e.g. greedy decoding (one-hot draft law) with k >= 2 distinct drafts: NaN, not recorded
             v = builds.get(name, 0, j, k)
             acc[j] = float(v.acceptance())
