@@ -15,6 +15,7 @@ spuriously with probability ALPHA_FAIL = 1e-4 (fixed seed: reproducible).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from fractions import Fraction
 
@@ -23,8 +24,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from otspec.block import tau_law_on_path
-from otspec.block._weights import BIG_WEIGHT, float_chains, path_weight_rows, path_weights
+from otspec.block import _weights, tau_law_on_path
+from otspec.block._weights import BIG_WEIGHT, _scaled_chains, float_chains, path_weight_rows, path_weights
 from otspec.profile._quantities import _block_tau_calls, block_path_laws_stack
 from tests.test_properties_cm import _exact_tau_law, block_paths
 
@@ -91,7 +92,7 @@ def _close(got, exact, L):
     return abs(got - want) <= 4 * (L + 2) * EPS * want + TINY
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(rows=st.integers(1, 3).flatmap(lambda R: st.integers(1, 6).flatmap(lambda L: st.tuples(
     st.lists(st.lists(_VALUES, min_size=L, max_size=L), min_size=R, max_size=R),
     st.lists(st.lists(_VALUES, min_size=L, max_size=L), min_size=R, max_size=R)))))
@@ -99,28 +100,31 @@ def _close(got, exact, L):
 @example(rows=([[0.5, 0.5, 1e-200, 1e-200]], [[1e-200, 1e-200, 0.5, 0.5]]))
 @example(rows=([[5e-324, 0.5], [1.0, 1.0]], [[0.5, 0.0], [1e-310, 1.0]]))
 def test_path_weight_rows_match_rationals(rows):
-    """The array helper on numpy and torch-CPU rows against rationals: every entry within a few roundings of the
-    exact chain (a plain running product fails here: ``inf``/``nan``/``0``; a route through logarithms fails the
-    bound, its error growing with ``|log w|``); the entries whose float chain stayed normal are the callers' float
-    products bit for bit; numpy and torch give the same bits; the one-path helper's values are the exact ones
-    rounded once."""
+    """The array helper on numpy and torch-CPU rows, and an accelerator's route (the recomputed chains alone) on
+    the CPU tensors, against rationals: every entry within a few roundings of the exact chain (a plain running
+    product fails here: ``inf``/``nan``/``0``; a route through logarithms fails the bound, its error growing with
+    ``|log w|``); on the host the entries whose float chain stayed normal are the callers' float products bit for
+    bit; numpy and torch give the same bits; the one-path helper's values are the exact ones rounded once."""
+    import array_api_compat.torch as xpt
+
     px, qx = np.array(rows[0]), np.array(rows[1])
     R, L = px.shape
     w, pw = _float_rows(px, qx)
-    got_np = path_weight_rows(px, qx, w, pw, np)
-    import array_api_compat.torch as xpt
-
-    got_t = path_weight_rows(torch.from_numpy(px), torch.from_numpy(qx), torch.from_numpy(w), torch.from_numpy(pw),
-                             xpt)
+    got_np = path_weight_rows(px, qx, np, lambda: (w, pw), onestep=True)
+    tp, tq = torch.from_numpy(px), torch.from_numpy(qx)
+    got_t = path_weight_rows(tp, tq, xpt, lambda: (torch.from_numpy(w), torch.from_numpy(pw)), onestep=True)
     for a, b in zip(got_np, got_t):
         np.testing.assert_array_equal(a, b.numpy())
+    # an accelerator's route (the recomputed chains throughout), run on the CPU tensors
+    dev = [a.numpy() for a in _scaled_chains(tp, tq, tp > 0, xpt, True, True)]
     for r in range(R):
         W, PW = _exact_chains(px[r], qx[r])
         fw, fpw, _, _ = float_chains(px[r], qx[r])
         one_w, one_pw = path_weights(px[r], qx[r])
         for k in range(L):
-            assert _close(got_np[0][r, k], W[k], L), (r, k, got_np[0][r, k], float(W[k]))
-            assert _close(got_np[1][r, k], PW[k], L), (r, k, got_np[1][r, k], float(PW[k]))
+            for got_w, got_pw in (got_np, dev):
+                assert _close(got_w[r, k], W[k], L), (r, k, got_w[r, k], float(W[k]))
+                assert _close(got_pw[r, k], PW[k], L), (r, k, got_pw[r, k], float(PW[k]))
             assert one_w[k + 1] == (BIG_WEIGHT if W[k] > BIG_WEIGHT else float(W[k])) or fw == one_w
             assert one_pw[k + 1] == float(PW[k]) or fpw == one_pw
         # the float chains kept where they stayed normal (the rule of float_chains, prefix by prefix)
@@ -150,8 +154,18 @@ def _assert_law(got, exact, L, V):
     np.testing.assert_allclose(got, [float(e) for e in exact], rtol=0, atol=8 * (L + 1) * (V + L + 2) * EPS)
 
 
-@pytest.mark.parametrize("engine", ["numpy", "torch"])
-@settings(max_examples=40, deadline=None)
+@contextlib.contextmanager
+def _route(route: str):
+    """``"host"``: as run; ``"device"``: :func:`path_weight_rows` taking an accelerator's route (the recomputed
+    chains throughout, no read) on the CPU tensors."""
+    with pytest.MonkeyPatch.context() as mp:
+        if route == "device":
+            mp.setattr(_weights, "_on_host", lambda x: False)
+        yield
+
+
+@pytest.mark.parametrize("engine", ["numpy", "torch", "torch-device"])
+@settings(max_examples=25, deadline=None)
 @given(path=block_paths(max_l=4))
 @example(path=_UP_DOWN)
 @example(path=_DOWN_UP)
@@ -159,12 +173,18 @@ def _assert_law(got, exact, L, V):
 def test_profile_block_path_laws_match_rationals_past_the_range(engine, path):
     """The profile's batched laws of both schemes and every draft length, and ``"block"``'s :math:`E[\\tau]`, on
     paths whose drafted tokens may have probabilities of 1e-300, 1e-200 or subnormal: equal to the rational law
-    (before: ``P(tau = 5) = 1`` on ``_UP_DOWN``, exactly 1/4; nan where ``inf * 0`` met a zero)."""
+    (before: ``P(tau = 5) = 1`` on ``_UP_DOWN``, exactly 1/4; nan where ``inf * 0`` met a zero); numpy, torch on
+    the CPU, and torch taking an accelerator's route."""
     block, cs, cb = path
-    L, V = len(block), len(cs[0])
     P, Q, X = np.stack(cs)[None], np.stack(list(cb) + [cb[-1]])[None], np.array([block], dtype=np.int64)
-    if engine == "torch":
+    if engine != "numpy":
         P, Q, X = torch.from_numpy(P), torch.from_numpy(Q), torch.from_numpy(X)
+    with _route("device" if engine == "torch-device" else "host"):
+        _check_profile_laws(block, cs, cb, P, Q, X)
+
+
+def _check_profile_laws(block, cs, cb, P, Q, X):
+    L, V = len(block), len(cs[0])
     names = ("block", "block-onestep")
     for chosen in (names, names[:1], names[1:]):
         got = np.asarray(block_path_laws_stack(chosen, P, Q, X, L))
@@ -185,15 +205,22 @@ def _xp(a):
     return array_api_compat.array_namespace(a)
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.parametrize("route", ["host", "device"])
+@settings(max_examples=25, deadline=None)
 @given(path=block_paths(max_l=4))
 @example(path=_UP_DOWN)
 @example(path=_DOWN_UP)
 @example(path=_SUBNORMAL)
-def test_decoder_device_routes_match_rationals_past_the_range(path):
-    """The accelerator's routes on CPU tensors: :func:`block_walk_t`'s logged numbers give the rational law of
-    ``"block"`` (:func:`backward_law`), :func:`block_onestep_tau_law_t` that of ``"block-onestep"``; and
-    :func:`otspec.block.tau_law_on_path` agrees with both."""
+def test_decoder_device_routes_match_rationals_past_the_range(route, path):
+    """The accelerator's routes on CPU tensors (their weights as on the CPU, or as on an accelerator):
+    :func:`block_walk_t`'s logged numbers give the rational law of ``"block"`` (:func:`backward_law`),
+    :func:`block_onestep_tau_law_t` that of ``"block-onestep"``; and :func:`otspec.block.tau_law_on_path` agrees
+    with both."""
+    with _route(route):
+        _check_decoder_laws(path)
+
+
+def _check_decoder_laws(path):
     from otspec.block._verifiers import backward_law
     from otspec.decoding._verifiers import block_onestep_tau_law_t, block_walk_t
 
@@ -212,7 +239,7 @@ def test_decoder_device_routes_match_rationals_past_the_range(path):
 
 def test_block_walk_t_draws_tau_from_the_exact_law_past_the_range():
     """:func:`block_walk_t`'s accepted length on ``_UP_DOWN`` (the weight overflows at depth 2 and comes back to
-    1/4): chi-square of 1,000 draws against the rational law, ``P(tau = 3, 4, 5) = (3/4 15/16, 3/4 1/16, 1/4)``;
+    1/4): chi-square of 600 draws against the rational law, ``P(tau = 3, 4, 5) = (3/4 15/16, 3/4 1/16, 1/4)``;
     the plain float chain drew ``tau = 5`` every time."""
     from otspec.decoding._verifiers import block_walk_t
     from otspec.testing import chi2_gof
@@ -223,7 +250,7 @@ def test_block_walk_t_draws_tau_from_the_exact_law_past_the_range():
     x, P, Q = _torch_rows(_UP_DOWN)
     gen = torch.Generator().manual_seed(5)
     counts = np.zeros(6, dtype=np.int64)
-    for _ in range(1000):  # the least cell expects 47 draws
+    for _ in range(600):  # the least cell expects 28 draws
         counts[int(block_walk_t(x, P, Q, gen)[0])] += 1
     assert counts[:3].sum() == 0
     assert chi2_gof(counts[3:], exact[3:], alpha_fail=ALPHA_FAIL).passed, counts

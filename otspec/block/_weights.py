@@ -94,9 +94,9 @@ def path_weights(px, qx) -> tuple[list, list]:
     return w, pw
 
 
-def path_weight_rows(px, qx, w, pw, xp, *, ratio=None):
-    r"""The float chains ``w`` (and ``pw``) of :func:`path_weights` for rows of paths, each entry whose chain left
-    the normal range replaced by its value computed without leaving it.
+def path_weight_rows(px, qx, xp, chains, *, block: bool = True, onestep: bool = False, ratio=None):
+    r"""The weights :math:`w_k` and the one-step chain :math:`p_k` of :func:`path_weights` for rows of paths, exact
+    past the float range.
 
     .. math::
 
@@ -105,49 +105,53 @@ def path_weight_rows(px, qx, w, pw, xp, *, ratio=None):
 
     with :math:`q_{r,i}(X_i) = m^q 2^{e^q}`, :math:`p_{r,i}(X_i) = m^p 2^{e^p}` (``frexp``),
     :math:`\rho = m^q / m^p \in (1/2, 2)`, :math:`e = e^q - e^p` (integers, summed exactly): the products of the
-    :math:`\rho` stay within :math:`2^{\pm L}`, and one scaling by a power of two rounds each weight once (a weight
-    above :data:`BIG_WEIGHT` stands for itself, as in :func:`path_weights`). The one-step chain is the smallest
-    capped quotient of two weights (:math:`p_k = \min(1, p_{k-1} r_k)` unrolled). An entry keeps its float value
-    where every product of its chain up to it is normal (or an exact zero after a zero ratio), the rule of
-    :func:`float_chains`, so the values there are the callers' own bits; elsewhere they equal
-    :func:`path_weights`' exact values to a few rounding errors per depth. On the host (numpy, a CPU tensor) the
-    recomputation runs only when some entry needs it; on an accelerator always (no read of the device), merged
-    with one ``where``.
+    :math:`\rho` stay within :math:`2^{\pm L}`, and one scaling by a power of two rounds each weight once (a
+    weight above :data:`BIG_WEIGHT` stands for itself, as in :func:`path_weights`); the one-step chain is the
+    smallest capped quotient of two weights (:math:`p_k = \min(1, p_{k-1} r_k)` unrolled). On the host (numpy, a
+    CPU tensor) the caller's float chains (``chains()``) are kept where every product of the chain up to the entry
+    is normal (or an exact zero after a zero ratio; the rule of :func:`float_chains`), so the values there are the
+    caller's own bits, and only the other entries are replaced by the values above (computed only when some entry
+    needs them); on an accelerator the values above are the weights (no read of the device, and none of the
+    float chains formed: a device's scans round in their own order anyway). Either way every entry is within a
+    few roundings per depth of the exact chain.
 
     Parameters
     ----------
     px, qx : (R, L) float64 arrays of namespace ``xp`` (numpy or torch)
         The draft's and the target's probabilities of the drafted tokens of each row.
-    w : (R, L) float64 array or None
-        The float chain :math:`w_1 .. w_L` the caller formed (its ratios' running products), when it needs one.
-    pw : (R, L) float64 array or None
-        The caller's one-step chain :math:`p_1 .. p_L`, when it needs one.
     xp : namespace
+    chains : callable
+        ``chains() -> (w, pw)``: the caller's float chains (``(R, L)`` arrays, :math:`w_1 .. w_L` and
+        :math:`p_1 .. p_L`; None for a chain not asked for), called on the host only.
+    block, onestep : bool, keyword-only
+        Which chains are asked for.
     ratio : (R, L) float64 array, optional, keyword-only
         The caller's ratios (``qx / px``, 1 where ``px = 0``), when already formed.
 
     Returns
     -------
-    w, pw : (R, L) float64 arrays (None where given None)
+    w, pw : (R, L) float64 arrays (None for a chain not asked for)
 
     Examples
     --------
     >>> import numpy as np
     >>> from otspec.block._weights import path_weight_rows
     >>> px, qx = np.array([[1e-200, 1e-200, 0.5]]), np.array([[0.5, 0.5, 1e-300]])
-    >>> r = qx / px
     >>> with np.errstate(over="ignore"):
-    ...     w = np.cumprod(r, axis=-1)
-    >>> w.tolist(), path_weight_rows(px, qx, w, None, np)[0].tolist()
+    ...     w = np.cumprod(qx / px, axis=-1)
+    >>> w.tolist(), path_weight_rows(px, qx, np, lambda: (w, None))[0].tolist()
     ([[5e+199, inf, inf]], [[5e+199, 8.452712498170644e+270, 5e+99]])
     """
-    if _on_host(px):  # numpy, or the CPU tensors' zero-copy views: no per-operation overhead of small tensors
-        host = [None if a is None else np.asarray(a) for a in (px, qx, w, pw, ratio)]
-        got = _host_rows(*host)
-        if got is None:
-            return w, pw
-        return tuple(None if a is None else (a if isinstance(px, np.ndarray) else _like(a, px)) for a in got)
-    return _rows(px, qx, w, pw, ratio, xp)
+    if not _on_host(px):
+        return _scaled_chains(px, qx, px > 0, xp, block, onestep)
+    w, pw = chains()
+    w, pw = (w if block else None), (pw if onestep else None)
+    # numpy, or the CPU tensors' zero-copy views: no per-operation overhead of small tensors
+    host = [None if a is None else np.asarray(a) for a in (px, qx, w, pw, ratio)]
+    got = _host_rows(*host)
+    if got is None:
+        return w, pw
+    return tuple(None if a is None else (a if isinstance(px, np.ndarray) else _torch_from_numpy(a)) for a in got)
 
 
 def _host_rows(px, qx, w, pw, ratio):
@@ -160,12 +164,11 @@ def _host_rows(px, qx, w, pw, ratio):
     lo, hi = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
     if lo >= NEGLIGIBLE and hi < math.inf:  # every ratio and product normal (a nan fails both tests)
         return None
-    return _rows(px, qx, w, pw, ratio, np)
-
-
-def _like(a: np.ndarray, t):
-    """The numpy array ``a`` as a tensor of ``t``'s kind (a CPU tensor: zero-copy)."""
-    return type(t)(a) if not hasattr(t, "new_tensor") else _torch_from_numpy(a)
+    zero_seen = np.cumsum(ratio == 0.0, axis=-1) > 0
+    finite = (ratio == 0.0) | ((ratio >= NEGLIGIBLE) & (ratio < math.inf))  # a subnormal ratio lost its digits
+    bad = [None if v is None else _lost(v, finite, zero_seen) for v in (w, pw)]
+    ws, pws = _scaled_chains(px, qx, px > 0, np, w is not None, pw is not None)
+    return tuple(None if v is None else np.where(b, s, v) for v, b, s in zip((w, pw), bad, (ws, pws)))
 
 
 def _torch_from_numpy(a):
@@ -174,25 +177,11 @@ def _torch_from_numpy(a):
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
-def _rows(px, qx, w, pw, ratio, xp):
-    """:func:`path_weight_rows` in the namespace ``xp``: the entries that lost their value replaced, merged by
-    ``where`` (computed whether or not any entry needs it: no read of the arrays)."""
-    some = px > 0
-    if ratio is None:
-        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-            ratio = xp.where(some, qx / xp.where(some, px, 1.0), 1.0)
-    zero_seen = xp.cumulative_sum(xp.astype(ratio == 0.0, xp.int64), axis=-1) > 0
-    finite = (ratio == 0.0) | ((ratio >= NEGLIGIBLE) & (ratio < math.inf))  # a subnormal ratio lost its digits
-    bad = [None if v is None else _lost(v, finite, zero_seen, xp) for v in (w, pw)]
-    ws, pws = _scaled_chains(px, qx, some, xp, w is not None, pw is not None)
-    return tuple(None if v is None else xp.where(b, s, v) for v, b, s in zip((w, pw), bad, (ws, pws)))
-
-
-def _lost(v, finite, zero_seen, xp):
-    """Where a float chain ``v`` has lost its value: from its first infinite or subnormal ratio, subnormal,
+def _lost(v, finite, zero_seen):
+    """Where a float chain ``v`` (numpy) has lost its value: from its first infinite or subnormal ratio, subnormal,
     infinite or nan product, or zero not after a zero ratio, on (the rule of :func:`float_chains`)."""
     good = finite & (((v >= NEGLIGIBLE) & (v < math.inf)) | ((v == 0.0) & zero_seen))
-    return xp.cumulative_sum(xp.astype(~good, xp.int64), axis=-1) > 0
+    return np.cumsum(~good, axis=-1) > 0
 
 
 def _on_host(x) -> bool:

@@ -1328,7 +1328,9 @@ class _Decoder:
         _, w, _, ok = float_chains(px, qx)  # w_i = min(w_{i-1} q_i(x_i) / p_i(x_i), 1), the device's float chain
         if not ok:  # past the float range: the device route's recomputation on the same values, the same bits
             t64 = functools.partial(torch.tensor, dtype=torch.float64)
-            w = [1.0] + path_weight_rows(t64([px]), t64([qx]), None, t64([w[1:]]), namespace(P))[1][0].tolist()
+            chain = (None, t64([w[1:]]))
+            w = [1.0] + path_weight_rows(t64([px]), t64([qx]), namespace(P), lambda: chain, block=False,
+                                         onestep=True)[1][0].tolist()
         V, dev = P.shape[-1], P.device
         R = _block(self._work, "block_z", (L - 1, V), dev)  # row i - 1: (w_i q_{i+1} - p_{i+1})_+, i = 1..L-1
         Z = []

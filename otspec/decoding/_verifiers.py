@@ -568,13 +568,17 @@ def block_onestep_tau_law_t(x, P, Q, *, work=None):
     ar = torch.arange(L, device=x.device)
     px, qx = P[ar, x], Q[ar, x]
     raw = torch.where(px > 0, qx / torch.where(px > 0, px, 1.0), 1.0)
-    w = [torch.ones((), dtype=P.dtype, device=P.device)]
-    for i in range(L):
-        w.append(torch.clamp(w[i] * raw[i], max=1.0))
-    w = torch.stack(w)  # (L + 1,)
-    # past the float range (a draft probability below about 1e-154, ratios over- or underflowing on the way) the
-    # chain recomputed without leaving it: otspec.block's rule (path_weight_rows)
-    w = torch.cat([w[:1], path_weight_rows(px[None], qx[None], None, w[None, 1:], namespace(P), ratio=raw[None])[1][0]])
+
+    def chain():  # w_i = min(w_{i-1} raw_i, 1), in order
+        w = [torch.ones((), dtype=P.dtype, device=P.device)]
+        for i in range(L):
+            w.append(torch.clamp(w[i] * raw[i], max=1.0))
+        return None, torch.stack(w[1:])[None]
+
+    # exact past the float range (a draft probability below about 1e-154, ratios over- or underflowing on the way):
+    # otspec.block's rule (path_weight_rows: this chain where it stays normal on the CPU)
+    pw = path_weight_rows(px[None], qx[None], namespace(P), chain, block=False, onestep=True, ratio=raw[None])[1]
+    w = torch.cat([torch.ones(1, dtype=P.dtype, device=P.device), pw[0]])  # (L + 1,)
     V = P.shape[-1]
     Z = torch.mul(w[1:L, None], Q[1:L], out=_block(work, "block_z", (L - 1, V), P.device))
     Z = Z.sub_(P[1:L]).clamp_(min=0.0).sum(-1)  # (L - 1,)
@@ -692,7 +696,8 @@ def block_walk_t(x, P, Q, gen, *, draw=None, work=None):
     # the running products, exact past the float range by otspec.block's rule (path_weight_rows: a draft
     # probability below about 1e-154 or ratios over- or underflowing on the way; a weight above 2**900 stands for
     # itself)
-    w = path_weight_rows(px[None], qx[None], torch.cumprod(raw, 0)[None], None, namespace(P), ratio=raw[None])[0][0]
+    w = path_weight_rows(px[None], qx[None], namespace(P), lambda: (torch.cumprod(raw, 0)[None], None),
+                         ratio=raw[None])[0][0]
     w = torch.cat([torch.ones(1, dtype=P.dtype, device=dev), w])
     D = torch.mul(w[1:L, None], Q[1:L], out=_block(work, "block_z", (L - 1, V), dev)).sub_(P[1:L])
     remain = torch.clamp(D, min=0.0).sum(-1)
