@@ -192,17 +192,12 @@ def _on_host(x) -> bool:
 
 
 def _ldexp(m, e, xp):
-    r""":math:`m\, 2^e` rounded once, for ``m`` in :math:`[2^{-3}, 8]` and int64 ``e`` in ``[-1100, 1000]``: two
-    exact powers of two from their bits (``torch.ldexp`` forms :math:`2^e` in a rounding ``pow``); the first
-    product is exact (a normal result), the second rounds."""
-    a = e // 2
-    return (m * _pow2(a)) * _pow2(e - a)
-
-
-def _pow2(e):
-    """``2.0 ** e`` for int64 ``e`` in ``[-1022, 1023]``, from its float64 bits (numpy or torch)."""
-    bits = (e + 1023) << 52
-    return bits.view(np.float64) if isinstance(bits, np.ndarray) else bits.view(_torch_float64(bits))
+    r""":math:`m\, 2^e` rounded once, for ``m`` in :math:`[2^{-3}, 8]` and int64 ``e`` in ``[-1100, 900]``: the
+    exact product by :math:`2^{e + 100}` (a power of two from its bits: ``torch.ldexp`` forms :math:`2^e` in a
+    rounding ``pow``), normal and finite, then the one rounding product by :math:`2^{-100}`."""
+    bits = (e + (1023 + 100)) << 52
+    p = bits.view(np.float64) if isinstance(bits, np.ndarray) else bits.view(_torch_float64(bits))
+    return (m * p) * 2.0**-100
 
 
 def _torch_float64(t):
