@@ -10,8 +10,8 @@ processes), on ordinary laws (Dirichlet(1) rows: every weight in the normal rang
 * ``walk_t``, ``onestep_t``: the decoder's accelerator functions :func:`block_walk_t` and
   :func:`block_onestep_tau_law_t` on CPU tensors (one block of ``L``);
 * ``aten ops``: torch's dispatched ops of ``profile torch`` and of ``walk_t`` (a
-  :class:`~torch.utils._python_dispatch.TorchDispatchMode`), with the weights on an accelerator's route (the
-  host check off), the count that costs a launch each on a GPU.
+  :class:`~torch.utils._python_dispatch.TorchDispatchMode`): the torch route is the same on every device (nothing
+  read), so the count is a GPU's, where each costs its dispatch and launch.
 
     python experiments/bench_block_weights.py --before /tmp/otspec-before [--V 32768] [--R 8] [--L 8] [--runs 3]
 """
@@ -71,12 +71,6 @@ def measure(V: int, R: int, L: int) -> dict:
             Count.n += 1
             return func(*args, **(kwargs or {}))
 
-    try:
-        from otspec.block import _weights
-
-        _weights._on_host = lambda x: False  # an accelerator's route on the CPU tensors
-    except ImportError:  # the older checkout: no such module, the same ops everywhere
-        pass
     for key, fn in (("aten ops: profile torch", lambda: block_path_laws_stack(names, Pt, Qt, Xt, L)),
                     ("aten ops: walk_t", lambda: block_walk_t(Xt[0], Pt[0], Qt[0], gen))):
         fn()

@@ -15,7 +15,6 @@ spuriously with probability ALPHA_FAIL = 1e-4 (fixed seed: reproducible).
 
 from __future__ import annotations
 
-import contextlib
 import math
 from fractions import Fraction
 
@@ -24,7 +23,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from otspec.block import _weights, tau_law_on_path
+from otspec.block import tau_law_on_path
 from otspec.block._weights import BIG_WEIGHT, _scaled_chains, float_chains, path_weight_rows, path_weights
 from otspec.profile._quantities import _block_tau_calls, block_path_laws_stack
 from tests.test_properties_cm import _exact_tau_law, block_paths
@@ -100,10 +99,10 @@ def _close(got, exact, L):
 @example(rows=([[0.5, 0.5, 1e-200, 1e-200]], [[1e-200, 1e-200, 0.5, 0.5]]))
 @example(rows=([[5e-324, 0.5], [1.0, 1.0]], [[0.5, 0.0], [1e-310, 1.0]]))
 def test_path_weight_rows_match_rationals(rows):
-    """The array helper on numpy and torch-CPU rows, and an accelerator's route (the recomputed chains alone) on
-    the CPU tensors, against rationals: every entry within a few roundings of the exact chain (a plain running
+    """The array helper on numpy and torch rows, and the recomputed chains alone at every entry, against
+    rationals: every entry within a few roundings of the exact chain (a plain running
     product fails here: ``inf``/``nan``/``0``; a route through logarithms fails the bound, its error growing with
-    ``|log w|``); on the host the entries whose float chain stayed normal are the callers' float products bit for
+    ``|log w|``); the entries whose float chain stayed normal are the callers' float products bit for
     bit; numpy and torch give the same bits; the one-path helper's values are the exact ones rounded once."""
     import array_api_compat.torch as xpt
 
@@ -115,7 +114,7 @@ def test_path_weight_rows_match_rationals(rows):
     got_t = path_weight_rows(tp, tq, xpt, lambda: (torch.from_numpy(w), torch.from_numpy(pw)), onestep=True)
     for a, b in zip(got_np, got_t):
         np.testing.assert_array_equal(a, b.numpy())
-    # an accelerator's route (the recomputed chains throughout), run on the CPU tensors
+    # the recomputed chains alone, every entry (what replaces a lost entry), on torch
     dev = [a.numpy() for a in _scaled_chains(tp, tq, tp > 0, xpt, True, True)]
     for r in range(R):
         W, PW = _exact_chains(px[r], qx[r])
@@ -154,17 +153,7 @@ def _assert_law(got, exact, L, V):
     np.testing.assert_allclose(got, [float(e) for e in exact], rtol=0, atol=8 * (L + 1) * (V + L + 2) * EPS)
 
 
-@contextlib.contextmanager
-def _route(route: str):
-    """``"host"``: as run; ``"device"``: :func:`path_weight_rows` taking an accelerator's route (the recomputed
-    chains throughout, no read) on the CPU tensors."""
-    with pytest.MonkeyPatch.context() as mp:
-        if route == "device":
-            mp.setattr(_weights, "_on_host", lambda x: False)
-        yield
-
-
-@pytest.mark.parametrize("engine", ["numpy", "torch", "torch-device"])
+@pytest.mark.parametrize("engine", ["numpy", "torch"])
 @settings(max_examples=25, deadline=None)
 @given(path=block_paths(max_l=4))
 @example(path=_UP_DOWN)
@@ -173,17 +162,12 @@ def _route(route: str):
 def test_profile_block_path_laws_match_rationals_past_the_range(engine, path):
     """The profile's batched laws of both schemes and every draft length, and ``"block"``'s :math:`E[\\tau]`, on
     paths whose drafted tokens may have probabilities of 1e-300, 1e-200 or subnormal: equal to the rational law
-    (before: ``P(tau = 5) = 1`` on ``_UP_DOWN``, exactly 1/4; nan where ``inf * 0`` met a zero); numpy, torch on
-    the CPU, and torch taking an accelerator's route."""
+    (before: ``P(tau = 5) = 1`` on ``_UP_DOWN``, exactly 1/4; nan where ``inf * 0`` met a zero); numpy, and torch
+    (on the CPU the route an accelerator takes: nothing read)."""
     block, cs, cb = path
     P, Q, X = np.stack(cs)[None], np.stack(list(cb) + [cb[-1]])[None], np.array([block], dtype=np.int64)
-    if engine != "numpy":
+    if engine == "torch":
         P, Q, X = torch.from_numpy(P), torch.from_numpy(Q), torch.from_numpy(X)
-    with _route("device" if engine == "torch-device" else "host"):
-        _check_profile_laws(block, cs, cb, P, Q, X)
-
-
-def _check_profile_laws(block, cs, cb, P, Q, X):
     L, V = len(block), len(cs[0])
     names = ("block", "block-onestep")
     for chosen in (names, names[:1], names[1:]):
@@ -205,22 +189,15 @@ def _xp(a):
     return array_api_compat.array_namespace(a)
 
 
-@pytest.mark.parametrize("route", ["host", "device"])
 @settings(max_examples=25, deadline=None)
 @given(path=block_paths(max_l=4))
 @example(path=_UP_DOWN)
 @example(path=_DOWN_UP)
 @example(path=_SUBNORMAL)
-def test_decoder_device_routes_match_rationals_past_the_range(route, path):
-    """The accelerator's routes on CPU tensors (their weights as on the CPU, or as on an accelerator):
-    :func:`block_walk_t`'s logged numbers give the rational law of ``"block"`` (:func:`backward_law`),
-    :func:`block_onestep_tau_law_t` that of ``"block-onestep"``; and :func:`otspec.block.tau_law_on_path` agrees
-    with both."""
-    with _route(route):
-        _check_decoder_laws(path)
-
-
-def _check_decoder_laws(path):
+def test_decoder_device_routes_match_rationals_past_the_range(path):
+    """The accelerator's routes on CPU tensors: :func:`block_walk_t`'s logged numbers give the rational law of
+    ``"block"`` (:func:`backward_law`), :func:`block_onestep_tau_law_t` that of ``"block-onestep"``; and
+    :func:`otspec.block.tau_law_on_path` agrees with both."""
     from otspec.block._verifiers import backward_law
     from otspec.decoding._verifiers import block_onestep_tau_law_t, block_walk_t
 

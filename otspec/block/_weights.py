@@ -107,13 +107,13 @@ def path_weight_rows(px, qx, xp, chains, *, block: bool = True, onestep: bool = 
     :math:`\rho = m^q / m^p \in (1/2, 2)`, :math:`e = e^q - e^p` (integers, summed exactly): the products of the
     :math:`\rho` stay within :math:`2^{\pm L}`, and one scaling by a power of two rounds each weight once (a
     weight above :data:`BIG_WEIGHT` stands for itself, as in :func:`path_weights`); the one-step chain is the
-    smallest capped quotient of two weights (:math:`p_k = \min(1, p_{k-1} r_k)` unrolled). On the host (numpy, a
-    CPU tensor) the caller's float chains (``chains()``) are kept where every product of the chain up to the entry
-    is normal (or an exact zero after a zero ratio; the rule of :func:`float_chains`), so the values there are the
-    caller's own bits, and only the other entries are replaced by the values above (computed only when some entry
-    needs them); on an accelerator the values above are the weights (no read of the device, and none of the
-    float chains formed: a device's scans round in their own order anyway). Either way every entry is within a
-    few roundings per depth of the exact chain.
+    smallest capped quotient of two weights (:math:`p_k = \min(1, p_{k-1} r_k)` unrolled). The caller's float
+    chains (``chains()``) are kept where every product of the chain up to the entry is normal (or an exact zero
+    after a zero ratio; the rule of :func:`float_chains`), so the values there are the caller's own bits; the
+    other entries take the values above, within a few roundings per depth of the exact chain. numpy arrays are
+    checked first by the extremes of the ratios and chains (a few reductions), the values above formed only when
+    some entry needs them; torch tensors (on any device) are not read: the values above are formed on every call
+    and merged by ``where``.
 
     Parameters
     ----------
@@ -122,7 +122,7 @@ def path_weight_rows(px, qx, xp, chains, *, block: bool = True, onestep: bool = 
     xp : namespace
     chains : callable
         ``chains() -> (w, pw)``: the caller's float chains (``(R, L)`` arrays, :math:`w_1 .. w_L` and
-        :math:`p_1 .. p_L`; None for a chain not asked for), called on the host only.
+        :math:`p_1 .. p_L`; None for a chain not asked for).
     block, onestep : bool, keyword-only
         Which chains are asked for.
     ratio : (R, L) float64 array, optional, keyword-only
@@ -142,16 +142,12 @@ def path_weight_rows(px, qx, xp, chains, *, block: bool = True, onestep: bool = 
     >>> w.tolist(), path_weight_rows(px, qx, np, lambda: (w, None))[0].tolist()
     ([[5e+199, inf, inf]], [[5e+199, 8.452712498170644e+270, 5e+99]])
     """
-    if not _on_host(px):
-        return _scaled_chains(px, qx, px > 0, xp, block, onestep)
     w, pw = chains()
     w, pw = (w if block else None), (pw if onestep else None)
-    # numpy, or the CPU tensors' zero-copy views: no per-operation overhead of small tensors
-    host = [None if a is None else np.asarray(a) for a in (px, qx, w, pw, ratio)]
-    got = _host_rows(*host)
-    if got is None:
-        return w, pw
-    return tuple(None if a is None else (a if isinstance(px, np.ndarray) else _torch_from_numpy(a)) for a in got)
+    if not isinstance(px, np.ndarray):  # torch (any device): no read, the recomputed chains merged by where
+        return _rows(px, qx, w, pw, ratio, xp)
+    got = _host_rows(px, qx, w, pw, ratio)
+    return (w, pw) if got is None else got
 
 
 def _host_rows(px, qx, w, pw, ratio):
@@ -164,31 +160,34 @@ def _host_rows(px, qx, w, pw, ratio):
     lo, hi = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
     if lo >= NEGLIGIBLE and hi < math.inf:  # every ratio and product normal (a nan fails both tests)
         return None
-    zero_seen = np.cumsum(ratio == 0.0, axis=-1) > 0
-    finite = (ratio == 0.0) | ((ratio >= NEGLIGIBLE) & (ratio < math.inf))  # a subnormal ratio lost its digits
-    bad = [None if v is None else _lost(v, finite, zero_seen) for v in (w, pw)]
     ws, pws = _scaled_chains(px, qx, px > 0, np, w is not None, pw is not None)
-    return tuple(None if v is None else np.where(b, s, v) for v, b, s in zip((w, pw), bad, (ws, pws)))
+    bad = _lost(ratio, w, pw, np)
+    return tuple(None if v is None else np.where(bad, s, v) for v, s in zip((w, pw), (ws, pws)))
 
 
-def _torch_from_numpy(a):
-    import torch
+def _rows(px, qx, w, pw, ratio, xp):
+    """:func:`path_weight_rows` in the namespace ``xp`` without reading the arrays: one mask for both chains (an
+    entry lost once its row lost a ratio or a product up to it, :func:`float_chains`' rule), the recomputed chains
+    formed whether or not an entry needs them, merged by ``where``."""
+    some = px > 0
+    if ratio is None:
+        ratio = xp.where(some, qx / xp.where(some, px, 1.0), 1.0)
+    bad = _lost(ratio, w, pw, xp)
+    ws, pws = _scaled_chains(px, qx, some, xp, w is not None, pw is not None)
+    return tuple(None if v is None else xp.where(bad, s, v) for v, s in zip((w, pw), (ws, pws)))
 
-    return torch.from_numpy(np.ascontiguousarray(a))
 
-
-def _lost(v, finite, zero_seen):
-    """Where a float chain ``v`` (numpy) has lost its value: from its first infinite or subnormal ratio, subnormal,
-    infinite or nan product, or zero not after a zero ratio, on (the rule of :func:`float_chains`)."""
-    good = finite & (((v >= NEGLIGIBLE) & (v < math.inf)) | ((v == 0.0) & zero_seen))
-    return np.cumsum(~good, axis=-1) > 0
-
-
-def _on_host(x) -> bool:
-    """Whether ``x`` lives in host memory (numpy, a CPU tensor): a read of it costs no synchronisation."""
-    if isinstance(x, np.ndarray):
-        return True
-    return getattr(getattr(x, "device", None), "type", None) == "cpu"
+def _lost(ratio, w, pw, xp):
+    """Where the float chains ``w`` and ``pw`` (either None) have lost their value: a row's entries from its first
+    infinite or subnormal ratio (a subnormal quotient lost its digits), subnormal, infinite or nan product, or zero
+    not after a zero ratio, on (:func:`float_chains`' rule, one mask for both chains)."""
+    zero = ratio == 0.0
+    zero_seen = xp.cumulative_sum(xp.astype(zero, xp.int64), axis=-1) > 0
+    good = zero | ((ratio >= NEGLIGIBLE) & (ratio < math.inf))
+    for v in (w, pw):
+        if v is not None:
+            good = good & (((v >= NEGLIGIBLE) & (v < math.inf)) | ((v == 0.0) & zero_seen))
+    return xp.cumulative_sum(xp.astype(~good, xp.int64), axis=-1) > 0
 
 
 def _ldexp(m, e, xp):
