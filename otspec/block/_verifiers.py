@@ -36,7 +36,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._registry import VerifierSpec, get_verifier, lookup_verifier, register_verifier, unknown_name_message, verifier_names
-from .._validation import NEGLIGIBLE, as_rng, law_in_place, validate_distribution, validate_positive_int
+from .._validation import as_rng, law_in_place, validate_distribution, validate_positive_int
 from .._verifier import sample_from, sample_from_cdf
 from ..models import (
     MAX_ENUMERATION,
@@ -47,6 +47,7 @@ from ..models import (
     validate_model_pair,
     validate_sequence,
 )
+from ._weights import BIG_WEIGHT, path_weights
 
 __all__ = [
     "BlockVerifier",
@@ -101,45 +102,14 @@ def _residual(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
 MAX_SAMPLE_TAU = 10**7
 
 
-#: Stand-in for a path weight above it (:func:`_path_weights`): every decision it enters is then 1 (``min(1, w)``,
-#: and ``p_remain >= p_rej`` since ``p_remain - p_rej = w sum(q) - sum(p) > 0``), and ``w * q`` summed over any
-#: vocabulary stays finite.
-_BIG_WEIGHT = 2.0**900
+#: Stand-in for a path weight above it (:func:`otspec.block._weights.path_weights`).
+_BIG_WEIGHT = BIG_WEIGHT
 
 
 def _path_weights(block, cs, cb):
-    """Along the block: ``w[i] = M_b(X^i) / M_s(X^i)`` and the one-step ``p_i = min(p_{i-1} r_i, 1)``.
-
-    A product that leaves the normal range (a ratio over a subnormal ``M_s(x)`` overflowing to ``inf``, then
-    ``inf * 0 = nan``; or ratios like ``1e200 * 1e200 * 1e-300`` overflowing, or ``1e-200 * 1e-200 * 1e300``
-    underflowing, on the way to a representable weight, in either chain) is recomputed in exact rationals of the same float64
-    entries, a weight above :data:`_BIG_WEIGHT` standing for itself; products that stay normal are the float
-    products, bit for bit.
-    """
-    w, pw = [1.0], [1.0]
-    exact_zero, ok = False, True
-    for i, x in enumerate(block):
-        r = float(cb[i][x]) / float(cs[i][x]) if cs[i][x] > 0 else 1.0
-        w.append(w[-1] * r)
-        pw.append(min(pw[-1] * r, 1.0))
-        exact_zero = exact_zero or r == 0.0
-        # a zero weight is exact only after a zero ratio; an infinite ratio or a subnormal, infinite or nan product
-        # has lost the weight
-        ok = ok and r < math.inf and all((v == 0.0 and exact_zero) or NEGLIGIBLE <= v < math.inf
-                                         for v in (w[-1], pw[-1]))
-    if ok:
-        return w, pw
-    from fractions import Fraction
-
-    W, PW = Fraction(1), Fraction(1)
-    w, pw = [1.0], [1.0]
-    for i, x in enumerate(block):
-        s, b = Fraction(float(cs[i][x])), Fraction(float(cb[i][x]))
-        r = b / s if s > 0 else Fraction(1)
-        W, PW = W * r, min(PW * r, Fraction(1))
-        w.append(_BIG_WEIGHT if W > _BIG_WEIGHT else float(W))
-        pw.append(float(PW))
-    return w, pw
+    """Along the block: ``w[i] = M_b(X^i) / M_s(X^i)`` and the one-step ``p_i = min(p_{i-1} r_i, 1)``, exact past
+    the float range (:func:`otspec.block._weights.path_weights` of the drafted tokens' probabilities)."""
+    return path_weights([cs[i][x] for i, x in enumerate(block)], [cb[i][x] for i, x in enumerate(block)])
 
 
 def _model_max_len(model):

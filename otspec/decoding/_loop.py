@@ -20,7 +20,9 @@ import otspec
 import otspec.block
 from otspec._verifier import sample_from
 from otspec.block._verifiers import backward_law, draw_residual, remain_rej
+from otspec.block._weights import float_chains, path_weight_rows, path_weights
 
+from .._array import namespace
 from .._registry import get_verifier, unknown_name_message
 from .._validation import validate_positive_int, validate_seed
 from ._deps import require
@@ -1323,9 +1325,12 @@ class _Decoder:
         xs = x.tolist()
         _laws_into(self.sampling, logits[:L], Q[:L])
         px, qx = P[torch.arange(L), x].tolist(), Q[torch.arange(L), x].tolist()
-        w = [1.0]
-        for i in range(L):
-            w.append(min(w[i] * (qx[i] / px[i] if px[i] > 0 else 1.0), 1.0))
+        _, w, _, ok = float_chains(px, qx)  # w_i = min(w_{i-1} q_i(x_i) / p_i(x_i), 1), the device's float chain
+        if not ok:  # past the float range: the device route's recomputation on the same values, the same bits
+            t64 = functools.partial(torch.tensor, dtype=torch.float64)
+            chain = (None, t64([w[1:]]))
+            w = [1.0] + path_weight_rows(t64([px]), t64([qx]), namespace(P), lambda: chain, block=False,
+                                         onestep=True)[1][0].tolist()
         V, dev = P.shape[-1], P.device
         R = _block(self._work, "block_z", (L - 1, V), dev)  # row i - 1: (w_i q_{i+1} - p_{i+1})_+, i = 1..L-1
         Z = []
@@ -1513,9 +1518,7 @@ class _Decoder:
         t.seq, d.seq = ctx + xs, ctx + xs[: L - 1]
         ar = torch.arange(L)
         px, qx = P[ar, ar.new_tensor(xs)].tolist(), Q[ar, ar.new_tensor(xs)].tolist()
-        w = [1.0]  # w_k = M_b(X^k) / M_s(X^k), as otspec.block's path weights
-        for i in range(L):
-            w.append(w[i] * (qx[i] / px[i] if px[i] > 0 else 1.0))
+        w = path_weights(px, qx)[0]  # w_k = M_b(X^k) / M_s(X^k): otspec.block's path weights (exact past the range)
         work = self._host_rows(V)
         sums = [remain_rej(w[k], Qn[k], Pn[k], work) for k in range(1, L)]
         law = backward_law(w[L], sums)

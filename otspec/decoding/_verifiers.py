@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._array import namespace
 from .._registry import get_verifier, registered_name, registered_spelling, suggest, unknown_name_message, verifier_names
 from .._verifier import Verifier
 from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
+from ..block._weights import path_weight_rows
 from ._deps import require
 from ._sampling import _block, draw_rows
 
@@ -566,10 +568,17 @@ def block_onestep_tau_law_t(x, P, Q, *, work=None):
     ar = torch.arange(L, device=x.device)
     px, qx = P[ar, x], Q[ar, x]
     raw = torch.where(px > 0, qx / torch.where(px > 0, px, 1.0), 1.0)
-    w = [torch.ones((), dtype=P.dtype, device=P.device)]
-    for i in range(L):
-        w.append(torch.clamp(w[i] * raw[i], max=1.0))
-    w = torch.stack(w)  # (L + 1,)
+
+    def chain():  # w_i = min(w_{i-1} raw_i, 1), in order
+        w = [torch.ones((), dtype=P.dtype, device=P.device)]
+        for i in range(L):
+            w.append(torch.clamp(w[i] * raw[i], max=1.0))
+        return None, torch.stack(w[1:])[None]
+
+    # exact past the float range (a draft probability below about 1e-154, ratios over- or underflowing on the way):
+    # otspec.block's rule (path_weight_rows: this chain where it stays normal on the CPU)
+    pw = path_weight_rows(px[None], qx[None], namespace(P), chain, block=False, onestep=True, ratio=raw[None])[1]
+    w = torch.cat([torch.ones(1, dtype=P.dtype, device=P.device), pw[0]])  # (L + 1,)
     V = P.shape[-1]
     Z = torch.mul(w[1:L, None], Q[1:L], out=_block(work, "block_z", (L - 1, V), P.device))
     Z = Z.sub_(P[1:L]).clamp_(min=0.0).sum(-1)  # (L - 1,)
@@ -683,8 +692,13 @@ def block_walk_t(x, P, Q, gen, *, draw=None, work=None):
     dev = x.device
     ar = torch.arange(L, device=dev)
     px, qx = P[ar, x], Q[ar, x]
-    w = torch.cat([torch.ones(1, dtype=P.dtype, device=dev),
-                   torch.cumprod(torch.where(px > 0, qx / torch.where(px > 0, px, 1.0), 1.0), 0)])
+    raw = torch.where(px > 0, qx / torch.where(px > 0, px, 1.0), 1.0)
+    # the running products, exact past the float range by otspec.block's rule (path_weight_rows: a draft
+    # probability below about 1e-154 or ratios over- or underflowing on the way; a weight above 2**900 stands for
+    # itself)
+    w = path_weight_rows(px[None], qx[None], namespace(P), lambda: (torch.cumprod(raw, 0)[None], None),
+                         ratio=raw[None])[0][0]
+    w = torch.cat([torch.ones(1, dtype=P.dtype, device=dev), w])
     D = torch.mul(w[1:L, None], Q[1:L], out=_block(work, "block_z", (L - 1, V), dev)).sub_(P[1:L])
     remain = torch.clamp(D, min=0.0).sum(-1)
     sums = torch.stack([remain, D.neg_().clamp_(min=0.0).sum(-1)], dim=-1)  # (L - 1, 2)

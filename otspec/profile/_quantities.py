@@ -40,6 +40,7 @@ import numpy as np
 from .._array import namespace
 from .._registry import get_verifier
 from .._validation import NEGLIGIBLE
+from ..block._weights import path_weight_rows
 from ..lossy._mentored import kl_divergence
 from ..multidraft._batched import batched_maximal_coupling_acceptance
 from ..otm._alpha import alpha_k
@@ -971,7 +972,11 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     rounding is monotone, so the minimum is the running product's value to the last bit); the products of the
     backward walk are one cumulative product per length, taken in the walk's order. Every value is the one the
     sequential walk along the depths computes, bit for bit on numpy and on torch's CPU (whose cumulative products
-    run in order; a GPU's scan may group them otherwise, to rounding).
+    run in order). Where a chain of weights leaves the float range (a draft probability below about ``1e-154``,
+    ratios whose product over- or underflows on the way) its entries are recomputed from mantissas and exact
+    exponents (:func:`otspec.block._weights.path_weight_rows`, the rule of :func:`otspec.block.tau_law_on_path`'s
+    weights: a weight above :math:`2^{900}` stands for itself), so the laws stay exact there too; on a GPU the
+    weights are those recomputed ones throughout (equal to the float chains to rounding).
 
     Parameters
     ----------
@@ -996,15 +1001,25 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     c = _scheme_consts(tuple(names), xp, dev)
     one = c["one"]
     some = px > 0
-    with np.errstate(divide="ignore", invalid="ignore"):  # q / 0 not taken
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # q / 0 not taken; q / tiny p: see below
         ratio = xp.where(some, qx / px, one)  # 1 where p = 0 (weightless blocks)
     m = _block_steps(L, xp, dev)
-    if "block-onestep" in names:  # S[r, j, n] = prod_{j <= i <= n} ratio[r, i] (1 for j > n), formed left to right
-        with np.errstate(over="ignore", invalid="ignore"):  # a suffix past 1 (inf, nan: inf * 0) is capped, unread
+    # the float chains on the host, every entry whose chain left the normal range (an infinite ratio over a tiny p,
+    # a product overflowing or underflowing on the way) recomputed without leaving it; on a device the recomputed
+    # chains alone (path_weight_rows: the rule of otspec.block's path weights, a weight above 2**900 standing for
+    # itself)
+    onestep = "block-onestep" in names
+
+    def chains():
+        with np.errstate(over="ignore", invalid="ignore"):  # inf, nan (inf * 0): replaced by path_weight_rows
+            if not onestep:
+                return xp.cumulative_prod(ratio, axis=-1), None
+            # S[r, j, n] = prod_{j <= i <= n} ratio[r, i] (1 for j > n), formed left to right
             S = xp.cumulative_prod(xp.where(m["suffix"], ratio[:, None, :], one), axis=-1)
-            run = {"block": S[:, 0, :], "block-onestep": xp.min(xp.where(S <= 1.0, S, one), axis=1)}
-    else:
-        run = {"block": xp.cumulative_prod(ratio, axis=-1)}
+            return S[:, 0, :], xp.min(xp.where(S <= 1.0, S, one), axis=1)
+
+    w, pw = path_weight_rows(px, qx, xp, chains, block="block" in names, onestep=onestep, ratio=ratio)
+    run = {"block": w, "block-onestep": pw}
     ones = _ones_column(len(names), R, ratio, xp)
     runs = xp.stack([run[n] for n in names], axis=0)  # (F, R, L): w_1 .. w_L
     W = xp.concat([ones, runs], axis=-1)  # (F, R, L + 1): w_0 = 1
@@ -1013,8 +1028,8 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     if L > 1:  # the backward walk's acceptance at depth 1..L-1, (F, R, L - 1): pos / den, 1 where den = 0
         pos, neg = _excess_sums(W, P, Q, L, xp, "block" in names)  # (F, R, L - 1) each
         if "block-onestep" in names:
-            with np.errstate(invalid="ignore"):  # inf - inf on a "block" row whose w overflowed: not read (neg is)
-                den = pos + (1.0 - W[:, :, 1:L])  # 1 - w exact for w in [1/2, 1]: w = 1 gives h = 1
+            # 1 - w exact for w in [1/2, 1]: w = 1 gives h = 1; finite on "block" rows (weights at most 2**900)
+            den = pos + (1.0 - W[:, :, 1:L])
             den = den if c["block"] is None else xp.where(c["block"], neg, den)
         else:
             den = neg
