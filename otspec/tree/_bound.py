@@ -1095,8 +1095,8 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
     # (_bound_kernels.wor_row_last); the rows' stats and the race only for the rows with entries left
     last = not depths and low.shape[1] == 0 and ranks == list(range(need))
     if last:
-        dW = W - np.concatenate([W[:, 1:], np.zeros((m, 1))], axis=1)
-        last = bool((dW >= 0).all())                       # nonincreasing slot weights (always, by the shapes)
+        dW = _rank_drops(W, A, C)
+        last = dW is not None
     lo = np.zeros((m, 3))
     heads = np.zeros(m, bool) if last else None
     left: dict = {}                                          # row -> the columns left (at most V // 16 kept)
@@ -1201,6 +1201,25 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
                    c01[i], Hmd[i], race_on, float(pmax[i]), theta[i], rhead[i], HLw[i], HLmd[i], sums[i], low[i], pi[i],
                    md[i])
     return _RowDraws(ranks, st, race), md
+
+
+def _rank_drops(W, A, C):
+    r"""``dW[:, n - 1]`` :math:`= W_{n-1} - W_n` (:math:`W_R = 0`): the weight of the slots with exactly ``n``
+    children, which the last depth's lower bound on :math:`\pi` reads (:func:`_bound_kernels.wor_row_last`), from
+    ``W = A @ C`` (``(m, R)``, the slot weight of each rank, ranks ``0 .. R - 1``); None where the slot weights are
+    not nonincreasing in the rank. They are by the structure (checked here, exactly): a slot with a child of rank
+    ``r`` has one of every lower rank (``C``'s columns nested) and the slot weights ``A`` are nonnegative. ``A @ C``
+    rounds each column in its own order, so where two columns are equal in exact arithmetic (``branching(8,7)``:
+    every slot has 7 children, :math:`W_0 = \dots = W_6`) a difference can round below 0 (-1e-19): the route was
+    then refused, and the whole frontier took :math:`\pi` at every entry (one of the four last-depth frontiers
+    of the real pair's ``branching(8,7)`` bound). Such a difference is set to 0, nearer the exact value
+    (:math:`\ge 0`) than the rounded one; the lower bound's margin (a factor :math:`1 - 10^{-9}`) is far above what
+    the rounding of ``W`` moves it (relative :math:`O(R^2 u)`). Where every difference is :math:`\ge 0` they are
+    returned as they are (the same bits)."""
+    if not ((C[:, :-1] >= C[:, 1:]).all() and (A >= 0).all()):
+        return None
+    dW = W - np.concatenate([W[:, 1:], np.zeros((W.shape[0], 1))], axis=1)
+    return np.where(dW < 0, 0.0, dW)
 
 
 def _first_two_weights(ranks, W, coef):
