@@ -32,8 +32,14 @@ def machine(*extra: str) -> str:
     return " ".join((platform.machine(), vector_isa(), f"numpy {np.__version__}") + extra)
 
 
+def for_machine(table: dict, key: str):
+    """What ``table`` holds for the machine ``key`` (a digest, a table of pinned floats); a skip where it holds
+    nothing, naming the kinds it has."""
+    if key not in table:
+        pytest.skip(f"nothing pinned on {key!r} (pinned on {', '.join(map(repr, sorted(table)))})")
+    return table[key]
+
+
 def check_digest(got: str, table: dict[str, str], key: str) -> None:
     """``got`` equals the digest ``table`` holds for the machine ``key``; a skip where it holds none."""
-    if key not in table:
-        pytest.skip(f"no digest taken on {key!r} (taken on {', '.join(map(repr, sorted(table)))})")
-    assert got == table[key], f"digest on {key!r}"
+    assert got == for_machine(table, key), f"digest on {key!r}"

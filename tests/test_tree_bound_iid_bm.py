@@ -27,6 +27,7 @@ import pytest
 from otspec.tree import TreeShape
 from otspec.tree import _bound as B
 from otspec.tree import _bound_kernels as K
+from tests.digests import for_machine, machine
 
 pytestmark = pytest.mark.skipif(not K.JIT, reason="the row kernels need numba (the fast extra)")
 
@@ -174,6 +175,24 @@ PINNED = {
 }
 
 
+#: The two cases whose floats differ in the last bit on an AVX2 machine (the same code: 9e81b77 and after).
+_AVX2 = {
+    ('uneven', 1000, 11, 100, 64): (
+        '0x1.e8766dfad306bp-4',
+        ['0x1.79c2a58a7d902p-4', '0x1.bacf21c155da3p-6'],
+        ['0x1.79c2a58a7d902p-4', '0x1.d78d55bd9ef88p-7'],
+        '0x1.9e10edc50cbc0p-7', 100),
+    ('b322', 300, 12, 512, 64): (
+        '0x1.83a20884e20e0p-2',
+        ['0x1.3bf4041efe02bp-2', '0x1.20d2951a5300cp-5', '0x1.1c9d8e14cd59ep-5'],
+        ['0x1.3bf4041efe02bp-2', '0x1.1e3904d9152b2p-5', '0x1.85a66269eaafbp-11'],
+        '0x1.192084cc63848p-5', 512),
+}
+
+#: The pinned floats per kind of machine (tests/digests.py): a sum's last bits follow the vector instructions.
+PINNED_BY_MACHINE = {"x86_64 AVX512 numpy 2.4.6": PINNED, "x86_64 AVX2 numpy 2.4.6": {**PINNED, **_AVX2}}
+
+
 def _bound(case):
     name, V, seed, budget, batch = case
     return B._sampled(B._Slots(SHAPES[name]), "iid", _ArrayLaws(V, seed), budget, batch)
@@ -188,7 +207,7 @@ def _floats(res) -> tuple:
 def test_bound_is_the_float_before(case):
     """The whole i.i.d. bound (laws as rows of several arrays per frontier: the rows grouped by array) against the
     floats of the code before, to the bit: value, per-depth sums, lower sums, remainder, expanded count."""
-    assert _floats(_bound(case)) == PINNED[case]
+    assert _floats(_bound(case)) == for_machine(PINNED_BY_MACHINE, machine())[case]
 
 
 def _reference_sums(p, q, Qu, pi_row, caps):
