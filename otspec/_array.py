@@ -126,6 +126,7 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
         if normalize or low_precision:
             P, Q = P / totals[0], Q / totals[1]
         return P, Q, xp
+    laws = []
     for name, X in (("p", P), ("q", Q)):
         bad = ~xp.isfinite(X)
         if bool(xp.any(bad)):
@@ -134,21 +135,25 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
         if bool(xp.any(X < 0)):
             raise ValueError(f"`{name}` must be non-negative, got minimum {number_text(float(xp.min(X)))} "
                              f"(first negative entry in row {_row(xp.any(X < 0, axis=-1))})")
-        tot = xp.sum(X, axis=-1, keepdims=True)
+        # -0.0 and subnormal entries as exactly 0, as the 1-D route flushes them (otspec._validation.NEGLIGIBLE):
+        # a -0.0 turned a ratio q / p into -inf and a subnormal one into an overflow; only laws that hold one are
+        # copied. Before the total of a law to normalize, as on the 1-D route: a row of subnormals has total 0
+        # (refused; it was divided by 0)
+        flushed = xp.where(X < NEGLIGIBLE, xp.zeros_like(X), X) if _has_tiny(X, xp) else X
+        laws.append(flushed)
         if normalize:
+            tot = xp.sum(flushed, axis=-1, keepdims=True)
             if bool(xp.any(tot <= 0)):
                 raise ValueError(f"`{name}` must have a positive total in every row to be normalized, "
                                  f"got row {_row(tot[..., 0] <= 0)} with total 0")
         else:
-            err = xp.abs(tot - 1.0)
+            err = xp.abs(xp.sum(X, axis=-1, keepdims=True) - 1.0)
             if bool(xp.any(err > tol)):
                 raise ValueError(
                     f"every row of `{name}` must sum to 1 within {tol:.3g}, got row {_row(err[..., 0] > tol)} off "
                     f"by {float(xp.max(err)):.3g} (pass normalize=True to rescale)"
                 )
-    # -0.0 and subnormal entries as exactly 0, as the 1-D route flushes them (otspec._validation.NEGLIGIBLE):
-    # a -0.0 turned a ratio q / p into -inf and a subnormal one into an overflow; only rows that hold one are copied
-    P, Q = (xp.where(X < NEGLIGIBLE, xp.zeros_like(X), X) if _has_tiny(X, xp) else X for X in (P, Q))
+    P, Q = laws
     if normalize or low_precision:
         P = P / xp.sum(P, axis=-1, keepdims=True)
         Q = Q / xp.sum(Q, axis=-1, keepdims=True)

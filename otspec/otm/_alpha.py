@@ -389,8 +389,8 @@ def _device(x):
 
 
 def _exact_rows(P, Q, ks, xp):
-    """The closed form on a (rows, V) block; returns (rows, len(ks)). No host read, about 16 + 10 ops for one
-    even ``k`` whatever the block's size (each one kernel launch on a device)."""
+    """The closed form on a (rows, V) block; returns (rows, len(ks)). No host read, 14 + 10 ops for one even ``k``
+    whatever the block's size (each one kernel launch on a device)."""
     rows, V = int(P.shape[0]), int(P.shape[1])
     if V == 1:
         return xp.ones((rows, len(ks)), dtype=xp.float64, device=_device(P))
@@ -402,15 +402,17 @@ def _exact_rows(P, Q, ks, xp):
     del order
     # prefixes j = 1 .. V-1 (the empty and the full prefix both give exactly 1):
     # P_j, Q_j summed from the front, S_j = 1 - P_j summed from the back
-    Pc = xp.clip(xp.cumulative_sum(po, axis=-1)[:, : V - 1], None, 1.0)
+    Pc = xp.cumulative_sum(po, axis=-1)[:, : V - 1]
     Qc = xp.clip(xp.cumulative_sum(qo, axis=-1)[:, : V - 1], None, 1.0)
-    S = xp.clip(xp.flip(xp.cumulative_sum(xp.flip(po, axis=-1), axis=-1), axis=-1)[:, 1:], None, 1.0)
+    S = xp.flip(xp.cumulative_sum(xp.flip(po, axis=-1), axis=-1), axis=-1)[:, 1:]
     del po, qo
     # P_j <= 1/2: P_j**k by repeated squaring; above: 1 - P_j**k = -expm1(k log1p(-S_j)), S_j < 1/2. Both forms on
-    # every column and the right one kept entry by entry (no host read of where the split falls); log1p(-S) is
-    # -inf where S = 1 (an empty prefix of p's mass, always on the P <= 1/2 side), a value never kept
+    # every column and the right one kept entry by entry (no host read of where the split falls). The per-row
+    # route's min(., 1) of P and S changes neither a kept value nor the split, so it is left out here: P_j > 1 by
+    # rounding only where P_j > 1/2 (its power not kept), S_j >= 1/2 only where P_j <= 1/2 (its log not kept; there
+    # log1p(-S) is -inf at S = 1, NaN past it)
     low = Pc <= 0.5
-    with np.errstate(divide="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"):
         log_s = xp.log1p(-S)
     del S
     one_q = 1.0 + Qc
