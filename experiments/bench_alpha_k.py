@@ -4,7 +4,7 @@ Everything is measured side by side in one run (this machine is shared and
 noisy): the median of repeated timings, after a warm-up, with fixed seeds.
 Ratios are printed relative to the reference in the same row.
 
-Usage: python experiments/bench_alpha_k.py [--quick] [--rst] [--batched-only] [--against DIR]
+Usage: python experiments/bench_alpha_k.py [--quick] [--rst] [--batched-only] [--against DIR] [--repeat N]
 
 Targets: exact at n = 262,144, k = 8 within 3x numpy's argsort of
 the same vector; the reduced LP solves n = 12, k = 4 in under 5 s.
@@ -147,7 +147,7 @@ def _ops_reads(fn):
     return c.aten, c.reads
 
 
-def part_batched(quick, rst, against=None):
+def part_batched(quick, rst, against=None, repeat=3):
     rows_n = 48 if quick else 192
     P, Q, src = _real_batch(rows_n)
     other = load_against(against, ("otm._alpha",)) if against else None
@@ -188,7 +188,7 @@ def part_batched(quick, rst, against=None):
             return [otspec.alpha_k(P[i], Q[i], 8) for i in range(rows_n)]
 
         fns = [sort, call(otspec), loop] + ([call(other)] if other else [])
-        times = timeit_many(fns, repeat=3, min_time=0)
+        times = timeit_many(fns, repeat=repeat, min_time=0)
         t_sort, t_b, t_loop = times[:3]
         r_sort, r_loop = t_b / t_sort, t_loop / t_b
         vals = call(otspec)()
@@ -222,9 +222,10 @@ def main():
     ap.add_argument("--batched-only", action="store_true", help="only the batched table")
     ap.add_argument("--against", metavar="DIR", help="another checkout (the code before a change): its batched "
                     "alpha_k timed in the same rounds, its ops and host reads beside")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds of the batched table (median kept)")
     args = ap.parse_args()
     print(f"numpy {np.__version__}; load average {os.getloadavg()[0]:.1f}")
-    part_batched(args.quick, args.rst, args.against)
+    part_batched(args.quick, args.rst, args.against, args.repeat)
     if args.batched_only:
         return
     part_sort(args.quick, args.rst)
