@@ -4,7 +4,7 @@ Everything is measured side by side in one run (this machine is shared and
 noisy): the median of repeated timings, after a warm-up, with fixed seeds.
 Ratios are printed relative to the reference in the same row.
 
-Usage: python experiments/bench_alpha_k.py [--quick] [--rst] [--batched-only]
+Usage: python experiments/bench_alpha_k.py [--quick] [--rst] [--batched-only] [--against DIR] [--repeat N]
 
 Targets: exact at n = 262,144, k = 8 within 3x numpy's argsort of
 the same vector; the reduced LP solves n = 12, k = 4 in under 5 s.
@@ -13,7 +13,13 @@ a batched argsort of the same array, and at least 3x faster than the per-row
 loop, for numpy and torch (CPU; CUDA too when a GPU is present). Rows that
 miss a target are marked ``MISS``. Host batches use every core by default
 (``workers=None``: the rows are independent and numpy sorts without the GIL);
-the ``workers=1`` row is the serial call.
+the ``workers=1`` row is the serial call. The ``device route`` row runs the
+route of CUDA tensors on CPU tensors (host view off, the accelerator's
+chunks); the last column counts each torch row's aten ops (views included)
+and host reads per call (``experiments/bench_profile_ops.py``'s modes): on a
+GPU each op is a launch and each read a synchronisation. ``--against DIR``
+times another checkout's ``alpha_k`` (the code before a change) in the same
+rounds and counts its ops and reads beside.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import itertools
 import math
 import os
 import sys
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +37,8 @@ import numpy as np
 import otspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench import llm_like, print_table, timeit, timeit_many  # noqa: E402
+import bench_profile_ops  # noqa: E402
+from _bench import llm_like, load_against, print_table, timeit, timeit_many  # noqa: E402
 
 
 def pot_alpha(p, q, k):
@@ -109,55 +117,102 @@ def _real_batch(rows):
     return P, Q, src
 
 
-def part_batched(quick, rst):
+@contextmanager
+def _device_route(mod):
+    """``mod``'s batched alpha_k on host tensors as on a device: no host view (the per-row numpy route), the
+    accelerator's chunks where that checkout has them (before: its cache-sized chunks, as its CUDA route)."""
+    A = mod.otm._alpha
+    saved = {n: getattr(A, n) for n in ("_host_view", "_chunk_elements") if hasattr(A, n)}
+    A._host_view = lambda P, Q, xp: None
+    if "_chunk_elements" in saved:
+        A._chunk_elements = lambda x: A._DEVICE_CHUNK_ELEMENTS
+    try:
+        yield
+    finally:
+        for n, fn in saved.items():
+            setattr(A, n, fn)
+
+
+def _as_is(mod):
+    """No patch: ``mod``'s own route for the array's device."""
+    return nullcontext()
+
+
+def _ops_reads(fn):
+    """aten ops (views included) and host reads of one ``fn()``, counted by ``bench_profile_ops``'s modes."""
+    c = bench_profile_ops.Counts()
+    aten, calls = bench_profile_ops._modes(c)
+    with aten, calls:
+        fn()
+    return c.aten, c.reads
+
+
+def part_batched(quick, rst, against=None, repeat=3):
     rows_n = 48 if quick else 192
     P, Q, src = _real_batch(rows_n)
-    print(f"\nbatch: {P.shape}, {src}")
+    other = load_against(against, ("otm._alpha",)) if against else None
+    print(f"\nbatch: {P.shape}, {src}" + (f"; before: {against}" if other else ""))
     table = []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    backends = [(f"numpy ({cores} threads)", lambda a: a, lambda: None, None),
-                ("numpy (workers=1)", lambda a: a, lambda: None, 1)]
+    backends = [(f"numpy ({cores} threads)", lambda a: a, lambda: None, None, _as_is),
+                ("numpy (workers=1)", lambda a: a, lambda: None, 1, _as_is)]
     try:
         import torch
 
-        backends.append((f"torch cpu ({cores} threads)", lambda a: torch.from_numpy(a), lambda: None, None))
+        backends.append((f"torch cpu ({cores} threads)", lambda a: torch.from_numpy(a), lambda: None, None, _as_is))
+        # the route of CUDA tensors, run on the CPU: its op and read counts are the device's
+        backends.append(("torch cpu, device route", lambda a: torch.from_numpy(a), lambda: None, None, _device_route))
         if torch.cuda.is_available():
-            backends.append(("torch cuda", lambda a: torch.from_numpy(a).cuda(), torch.cuda.synchronize, None))
+            backends.append(("torch cuda", lambda a: torch.from_numpy(a).cuda(), torch.cuda.synchronize, None, _as_is))
     except ImportError:
         pass
-    for name, conv, sync, workers in backends:
+    ref = np.array([otspec.alpha_k(P[i], Q[i], 8) for i in range(rows_n)])
+    for name, conv, sync, workers, route in backends:
         Pb, Qb = conv(P), conv(Q)
-        if name.startswith("numpy"):
-            def sort():
-                return np.argsort(Qb / Pb, axis=-1)
-        else:
-            def sort():
-                return torch.argsort(Qb / Pb, dim=-1)
+        is_torch = not name.startswith("numpy")
 
-        def batched():
-            out = otspec.alpha_k(Pb, Qb, 8, workers=workers)
+        def sort():
+            out = torch.argsort(Qb / Pb, dim=-1) if is_torch else np.argsort(Qb / Pb, axis=-1)
             sync()
             return out
+
+        def call(mod):
+            def f():
+                with route(mod):
+                    out = mod.alpha_k(Pb, Qb, 8, workers=workers)
+                sync()
+                return out
+            return f
 
         def loop():
             return [otspec.alpha_k(P[i], Q[i], 8) for i in range(rows_n)]
 
-        def timed_sort():
-            out = sort()
-            sync()
-            return out
-
-        t_sort, t_b, t_loop = timeit_many([timed_sort, batched, loop], repeat=3, min_time=0)
+        fns = [sort, call(otspec), loop] + ([call(other)] if other else [])
+        times = timeit_many(fns, repeat=repeat, min_time=0)
+        t_sort, t_b, t_loop = times[:3]
         r_sort, r_loop = t_b / t_sort, t_loop / t_b
-        vals = otspec.alpha_k(Pb, Qb, 8)
+        vals = call(otspec)()
         vals = vals.cpu().numpy() if hasattr(vals, "cpu") else vals
-        err = float(np.max(np.abs(vals - np.array(loop()))))
-        table.append((name, f"{t_sort * 1e3:.0f}", f"{t_b * 1e3:.0f}", f"{r_sort:.2f}" + ("" if r_sort <= 1.5 else " MISS"),
-                      f"{t_loop * 1e3:.0f}", f"{r_loop:.2f}" + ("" if r_loop >= 3 else " MISS"), f"{err:.1e}"))
-    head = ("backend", "batched argsort(q/p) ms", "batched alpha_k ms", "ratio to argsort (<= 1.5)",
-            "per-row numpy loop ms", "loop / batched (>= 3)", "max abs diff to loop")
+        err = float(np.max(np.abs(vals - ref)))
+        counts = "-"
+        if is_torch:
+            ops, reads = _ops_reads(call(otspec))
+            counts = f"{ops} / {reads}"
+            if other:
+                ops0, reads0 = _ops_reads(call(other))
+                counts = f"{ops0} / {reads0} -> {counts}"
+        row = [name, f"{t_sort * 1e3:.0f}", f"{t_b * 1e3:.0f}", f"{r_sort:.2f}" + ("" if r_sort <= 1.5 else " MISS")]
+        if other:
+            row += [f"{times[3] * 1e3:.0f}", f"{t_b / times[3]:.2f}"]
+        row += [f"{t_loop * 1e3:.0f}", f"{r_loop:.2f}" + ("" if r_loop >= 3 else " MISS"), f"{err:.1e}", counts]
+        table.append(tuple(row))
+    head = ["backend", "batched argsort(q/p) ms", "batched alpha_k ms", "ratio to argsort (<= 1.5)"]
+    if other:
+        head += ["before ms", "after / before"]
+    head += ["per-row numpy loop ms", "loop / batched (>= 3)", "max abs diff to loop",
+             "aten ops / host reads per call" + (" (before -> after)" if other else "")]
     print_table(f"Batched alpha_k (k = 8) on a {P.shape} batch against a batched argsort and the per-row loop",
-                head, table, rst)
+                tuple(head), table, rst)
 
 
 def main():
@@ -165,9 +220,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="fewer sizes")
     ap.add_argument("--rst", action="store_true", help="print reST tables for docs/")
     ap.add_argument("--batched-only", action="store_true", help="only the batched table")
+    ap.add_argument("--against", metavar="DIR", help="another checkout (the code before a change): its batched "
+                    "alpha_k timed in the same rounds, its ops and host reads beside")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds of the batched table (median kept)")
     args = ap.parse_args()
-    print(f"numpy {np.__version__}")
-    part_batched(args.quick, args.rst)
+    print(f"numpy {np.__version__}; load average {os.getloadavg()[0]:.1f}")
+    part_batched(args.quick, args.rst, args.against, args.repeat)
     if args.batched_only:
         return
     part_sort(args.quick, args.rst)

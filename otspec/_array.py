@@ -21,7 +21,7 @@ import numpy as np
 from . import _validation_kernel as _LK
 from ._validation import NEGLIGIBLE, SIMPLEX_TOL, first_bad_row, number_text, validate_bool, validate_k
 
-__all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power"]
+__all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power", "take_along_last"]
 
 #: Largest number of elements of one batched input (each of ``p``, ``q``): a
 #: few float64 temporaries of this size are allocated (about 1 GB at the limit).
@@ -120,6 +120,13 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
     Q = _as_float64(q, "q", xp)
     if not (validate or normalize):
         return P, Q, xp
+    # device arrays (torch, cupy): every check in one host read where they all pass; numpy's reads are free
+    totals = None if array_api_compat.is_numpy_namespace(xp) or size == 0 else _usual_totals(P, Q, xp, normalize, tol)
+    if totals is not None:  # every check passes and nothing is flushed: the checks below, in one host read
+        if normalize or low_precision:
+            P, Q = P / totals[0], Q / totals[1]
+        return P, Q, xp
+    laws = []
     for name, X in (("p", P), ("q", Q)):
         bad = ~xp.isfinite(X)
         if bool(xp.any(bad)):
@@ -128,26 +135,60 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
         if bool(xp.any(X < 0)):
             raise ValueError(f"`{name}` must be non-negative, got minimum {number_text(float(xp.min(X)))} "
                              f"(first negative entry in row {_row(xp.any(X < 0, axis=-1))})")
-        tot = xp.sum(X, axis=-1, keepdims=True)
+        # -0.0 and subnormal entries as exactly 0, as the 1-D route flushes them (otspec._validation.NEGLIGIBLE):
+        # a -0.0 turned a ratio q / p into -inf and a subnormal one into an overflow; only laws that hold one are
+        # copied. Before the total of a law to normalize, as on the 1-D route: a row of subnormals has total 0
+        # (refused; it was divided by 0)
+        flushed = xp.where(X < NEGLIGIBLE, xp.zeros_like(X), X) if _has_tiny(X, xp) else X
+        laws.append(flushed)
         if normalize:
+            tot = xp.sum(flushed, axis=-1, keepdims=True)
             if bool(xp.any(tot <= 0)):
                 raise ValueError(f"`{name}` must have a positive total in every row to be normalized, "
                                  f"got row {_row(tot[..., 0] <= 0)} with total 0")
         else:
-            err = xp.abs(tot - 1.0)
+            err = xp.abs(xp.sum(X, axis=-1, keepdims=True) - 1.0)
             if bool(xp.any(err > tol)):
                 raise ValueError(
                     f"every row of `{name}` must sum to 1 within {tol:.3g}, got row {_row(err[..., 0] > tol)} off "
                     f"by {float(xp.max(err)):.3g} (pass normalize=True to rescale)"
                 )
-    # -0.0 and subnormal entries as exactly 0, as the 1-D route flushes them (otspec._validation.NEGLIGIBLE):
-    # a -0.0 turned a ratio q / p into -inf and a subnormal one into an overflow; only rows that hold one are copied
-    P, Q = (xp.where(X < NEGLIGIBLE, xp.zeros_like(X), X) if _has_tiny(X, xp) else X for X in (P, Q))
+    P, Q = laws
     if normalize or low_precision:
         P = P / xp.sum(P, axis=-1, keepdims=True)
         Q = Q / xp.sum(Q, axis=-1, keepdims=True)
     return P, Q, xp
 
+
+def _usual_totals(P, Q, xp, normalize: bool, tol: float):
+    """The row totals ``(sum(P, axis=-1, keepdims=True), sum(Q, ...))`` where the checks of
+    :func:`validate_batch_pair` all pass and no entry is to be flushed, else None (the caller then runs the
+    checks one by one, for their messages, and flushes).
+
+    A few reductions per law and **one** host read of their results (a synchronisation on a device), instead of
+    a read per check. Per law ``X`` (non-empty):
+    ``m = min(where(X > 0, X, 1 / X))`` is at least the smallest normal double exactly when no entry is
+    negative, ``-0.0`` (``1 / -0.0 = -inf``), subnormal, NaN or ``-inf`` (``1 / -inf = -0.0``); a ``+inf`` entry
+    makes its row's total infinite. Without ``normalize`` the second statistic is ``max |total - 1|`` (within
+    ``tol``; NaN or inf fails), with it the totals' ``min`` (positive) and ``max`` (finite). NaN propagates
+    through every reduction here and fails every comparison, so any doubt falls back to the full checks.
+    """
+    stats, totals = [], []
+    for X in (P, Q):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stats.append(xp.min(xp.where(X > 0, X, xp.divide(1.0, X))))  # divide: one op (1.0 / X: two on torch)
+        tot = xp.sum(X, axis=-1, keepdims=True)
+        totals.append(tot)
+        if normalize:
+            stats += [xp.min(tot), xp.max(tot)]
+        else:
+            stats.append(xp.max(xp.abs(tot - 1.0)))
+    got = xp.stack(stats).tolist()  # the one host read
+    if normalize:
+        ok = all(m >= NEGLIGIBLE and lo > 0 and hi < math.inf for m, lo, hi in (got[:3], got[3:]))
+    else:
+        ok = all(m >= NEGLIGIBLE and err <= tol for m, err in (got[:2], got[2:]))
+    return totals if ok else None
 
 
 def _has_tiny(X, xp) -> bool:
@@ -174,13 +215,24 @@ def parse_ks(k) -> tuple[list[int], bool]:
     return [validate_k(v.item() if isinstance(v, np.ndarray) else v) for v in items], False
 
 
+def take_along_last(x, idx, xp):
+    """``xp.take_along_axis(x, idx, axis=-1)`` for non-negative indices ``idx`` of ``x``'s shape: one op on torch
+    tensors (``gather``; array-api-compat's wrapper adds three for negative indices), the same values."""
+    import array_api_compat
+
+    if array_api_compat.is_torch_array(x):
+        return x.gather(-1, idx)
+    return xp.take_along_axis(x, idx, axis=-1)
+
+
 def int_power(x, k: int):
-    """``x**k`` for a positive integer ``k`` by repeated squaring (a few ulp; works on any array type)."""
+    """``x**k`` for a positive integer ``k`` by repeated squaring (a few ulp; works on any array type). A new array,
+    never ``x`` itself; ``x`` is copied only for an odd ``k`` (a power of two returns its last square)."""
     result = None
     base = x
     while k:
         if k & 1:
-            result = base * 1.0 if result is None else result * base
+            result = (base * 1.0 if base is x else base) if result is None else result * base
         k >>= 1
         if k:
             base = base * base

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .._array import int_power, is_batched_input, parse_ks, validate_batch_pair
+from .._array import int_power, is_batched_input, parse_ks, take_along_last, validate_batch_pair
 from .._registry import unknown_name_message
 from .._validation import validate_bool, validate_pair
 from ._cut import MinCut, ratio_order
@@ -311,8 +311,16 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
     return float(vals[0]) if scalar else vals
 
 
-#: Rows per chunk of a batched call: about 2**19 elements, so the temporaries stay in cache.
+#: Rows per chunk of a batched call in host memory: about 2**19 elements, so the temporaries stay in cache.
 _CHUNK_ELEMENTS = 1 << 19
+#: Rows per chunk of a batched call on an accelerator (CUDA...): about 2**24 elements, a memory bound only (the
+#: chunk's dozen float64 temporaries take about 1.5 GB); a batch below it is one chunk, so every op is launched once.
+_DEVICE_CHUNK_ELEMENTS = 1 << 24
+
+
+def _chunk_elements(x) -> int:
+    """Entries per chunk of a batched call on ``x``'s device: cache-sized on the host, memory-bound elsewhere."""
+    return _CHUNK_ELEMENTS if str(_device(x)) == "cpu" else _DEVICE_CHUNK_ELEMENTS
 
 
 def _exact_batched(P, Q, ks, xp):
@@ -322,20 +330,24 @@ def _exact_batched(P, Q, ks, xp):
     batched sort by :math:`q/p`, prefix sums (``include_initial``: the empty
     prefix first), the suffix masses of ``p`` summed from the end, and the
     same two formulas for :math:`1 + Q_j - P_j^k` (repeated squaring where
-    :math:`P_j \le 1/2`, ``-expm1(k log1p(-S_j))`` above). Rows are
-    processed in chunks of about ``_CHUNK_ELEMENTS`` entries (memory traffic,
-    not arithmetic, dominates at full vocabulary). Same array type and
-    device as the input.
+    :math:`P_j \le 1/2`, ``-expm1(k log1p(-S_j))`` above). In host memory,
+    rows are processed in chunks of about ``_CHUNK_ELEMENTS`` entries (memory
+    traffic, not arithmetic, dominates at full vocabulary); on an accelerator
+    a batch up to ``_DEVICE_CHUNK_ELEMENTS`` entries is one chunk (each op one
+    launch for the whole batch) and nothing is read back to the host. Same
+    array type and device as the input.
     """
     shape = tuple(P.shape[:-1])
     V = int(P.shape[-1])
     B = int(np.prod(shape)) if shape else 1
     P2 = xp.reshape(P, (B, V))
     Q2 = xp.reshape(Q, (B, V))
-    out = xp.zeros((B, len(ks)), dtype=xp.float64, device=_device(P))
-    step = max(1, _CHUNK_ELEMENTS // V)
-    for r0 in range(0, B, step):
-        out[r0 : r0 + step, ...] = _exact_rows(P2[r0 : r0 + step, ...], Q2[r0 : r0 + step, ...], ks, xp)
+    step = max(1, _chunk_elements(P) // V)
+    if B <= step:
+        out = _exact_rows(P2, Q2, ks, xp)
+    else:
+        out = xp.concat([_exact_rows(P2[r0 : r0 + step, ...], Q2[r0 : r0 + step, ...], ks, xp)
+                         for r0 in range(0, B, step)], axis=0)
     return xp.reshape(out, shape + (len(ks),))
 
 
@@ -377,43 +389,37 @@ def _device(x):
 
 
 def _exact_rows(P, Q, ks, xp):
-    """The closed form on a (rows, V) block; returns (rows, len(ks))."""
+    """The closed form on a (rows, V) block; returns (rows, len(ks)). No host read, 14 + 10 ops for one even ``k``
+    whatever the block's size (each one kernel launch on a device)."""
     rows, V = int(P.shape[0]), int(P.shape[1])
     if V == 1:
         return xp.ones((rows, len(ks)), dtype=xp.float64, device=_device(P))
     # q/p, with p = 0 last (q > 0: +inf; q = 0: nan, which sorts after +inf and weighs nothing)
     with np.errstate(divide="ignore", invalid="ignore"):
         order = xp.argsort(Q / P, axis=-1, stable=False)
-    flat = xp.reshape(order + xp.reshape(xp.arange(rows, device=_device(P)) * V, (rows, 1)), (-1,))
-    po = xp.reshape(xp.take(xp.reshape(P, (-1,)), flat), (rows, V))
-    qo = xp.reshape(xp.take(xp.reshape(Q, (-1,)), flat), (rows, V))
-    del order, flat
+    po = take_along_last(P, order, xp)
+    qo = take_along_last(Q, order, xp)
+    del order
     # prefixes j = 1 .. V-1 (the empty and the full prefix both give exactly 1):
     # P_j, Q_j summed from the front, S_j = 1 - P_j summed from the back
-    Pc = xp.clip(xp.cumulative_sum(po, axis=-1)[:, : V - 1], None, 1.0)
+    Pc = xp.cumulative_sum(po, axis=-1)[:, : V - 1]
     Qc = xp.clip(xp.cumulative_sum(qo, axis=-1)[:, : V - 1], None, 1.0)
-    S = xp.clip(xp.flip(xp.cumulative_sum(xp.flip(po, axis=-1), axis=-1), axis=-1)[:, 1:], None, 1.0)
+    S = xp.flip(xp.cumulative_sum(xp.flip(po, axis=-1), axis=-1), axis=-1)[:, 1:]
     del po, qo
-    # P is non-decreasing along a row, so "P <= 1/2" is a prefix of each row:
-    # columns [0, c0) are low in every row, [c1, V-1) high in every row
+    # P_j <= 1/2: P_j**k by repeated squaring; above: 1 - P_j**k = -expm1(k log1p(-S_j)), S_j < 1/2. Both forms on
+    # every column and the right one kept entry by entry (no host read of where the split falls). The per-row
+    # route's min(., 1) of P and S changes neither a kept value nor the split, so it is left out here: P_j > 1 by
+    # rounding only where P_j > 1/2 (its power not kept), S_j >= 1/2 only where P_j <= 1/2 (its log not kept; there
+    # log1p(-S) is -inf at S = 1, NaN past it)
     low = Pc <= 0.5
-    nlow = xp.sum(xp.astype(low, xp.int64), axis=-1)
-    c0, c1 = int(xp.min(nlow)), int(xp.max(nlow))
-    mid_low = low[:, c0:c1]
-    # log1p(-S) only where it is used (P > 1/2, so S < 1/2): no log(0) warnings
-    log_s = xp.log1p(-xp.where(low[:, c0:], 0.0, S[:, c0:]))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_s = xp.log1p(-S)
     del S
+    one_q = 1.0 + Qc
     out = []
     for k in ks:
-        Qlo = Qc[:, :c1]
-        lo = 1.0 + Qlo - int_power(Pc[:, :c1], k) if k <= _UNDERFLOW_K else 1.0 + Qlo
-        hi = Qc[:, c0:] - xp.expm1(log_s * float(k))
-        best = xp.ones((rows,), dtype=xp.float64, device=_device(P))
-        if c0 > 0:
-            best = xp.minimum(best, xp.min(lo[:, :c0], axis=-1))
-        if c1 > c0:
-            best = xp.minimum(best, xp.min(xp.where(mid_low, lo[:, c0:], hi[:, : c1 - c0]), axis=-1))
-        if V - 1 > c1:
-            best = xp.minimum(best, xp.min(hi[:, c1 - c0 :], axis=-1))
-        out.append(xp.clip(best, 0.0, 1.0))
-    return xp.stack(out, axis=-1)
+        lo = one_q - int_power(Pc, k) if k <= _UNDERFLOW_K else one_q
+        hi = Qc - xp.expm1(log_s * float(k))
+        # the empty and the full prefix give exactly 1: the clip's upper bound
+        out.append(xp.clip(xp.min(xp.where(low, lo, hi), axis=-1), 0.0, 1.0))
+    return xp.reshape(out[0], (rows, 1)) if len(out) == 1 else xp.stack(out, axis=-1)
