@@ -53,8 +53,8 @@ def _walk(monkeypatch, trees, *, B: int, stride: int, subsample: int = 1, host: 
             monkeypatch.setattr(TD, "device_generator", lambda rngs, dev: None)
     monkeypatch.setattr(TB, "BOUND_ON_DEVICE", True)
     draft, target = tiny_llama(1, vocab=V), tiny_llama(2, vocab=V)
-    # float64 forwards: the two routes call the models on different shapes (the sampled trees scored before the
-    # position's read on the device route, after it on the numpy route), and float32 products of other shapes may
+    # float64 forwards: the two routes need not call the models in the same order on the same shapes (the sampled
+    # trees are scored before the position's read on the device route), and float32 products of other shapes may
     # round otherwise (seen on an AVX2 machine: 9e-9 in a law, far above the rows' 1e-12); in float64 that is 1e-16
     draft.model.double(), target.model.double()
     s = ProfileSettings(k_max=2, L_max=2, max_new_tokens=T, subsample=subsample, stride=stride, batch_size=B,
