@@ -162,12 +162,23 @@ class _Tensors:
 
 @pytest.mark.parametrize(("V", "paths", "target_kinds", "budgets"), [
     # a uniform draft: every child's pi is 1/V (the race's rank 2), computed a few ulp apart per column and route;
-    # ordered by those bits, budgets 10 and 11 expanded other prefixes on the torch route (bounds 2e-3 apart)
-    (50, [(2,), (2, 0)], ("ties",), range(1, 13)),
+    # ordered by those bits, budgets 10 and 11 expanded other prefixes on the torch route (bounds 2e-3 apart); the
+    # budgets 1 to 12 in turn in the slow test below
+    (50, [(2,), (2, 0)], ("ties",), (10, 11)),
     # the case the audit found: ranks 4 and 5 at the root, the bound 1.5% apart at budgets 2 to 100
     (50, [(4,), (5,), (5, 3), (5, 5), (5, 3, 4)], ("ties", "llm", "near1"), (2, 3, 5, 10, 100)),
 ])
 def test_tied_draft_probabilities_expand_the_same_prefixes_on_every_route(V, paths, target_kinds, budgets, monkeypatch):
+    _same_prefixes_on_every_route(V, paths, target_kinds, budgets, monkeypatch)
+
+
+@pytest.mark.slow
+def test_tied_uniform_draft_expands_the_same_prefixes_on_every_route_at_every_budget(monkeypatch):
+    # the uniform draft above at every budget from 1 to 12 (the route without numba is the slow one: 12 walks)
+    _same_prefixes_on_every_route(50, [(2,), (2, 0)], ("ties",), range(1, 13), monkeypatch)
+
+
+def _same_prefixes_on_every_route(V, paths, target_kinds, budgets, monkeypatch):
     pytest.importorskip("torch")
     shape = TreeShape(paths)
     draft = MemorylessModel(np.full(V, 1.0 / V))
