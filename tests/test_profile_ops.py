@@ -89,6 +89,12 @@ BOUND.update({(False, 0): 235, (True, 0): 512})
 #: position, the last position's values at the walk's end; before 2, the drafts read on their own first, which fails
 #: this; the ops 919.75, before 918).
 READS.update({(False, 1): 1.25})
+#: Then block verification's path weights exact past the float range (otspec.block._weights.path_weight_rows: on
+#: torch the float chains' lost entries masked and the chains recomputed from mantissas and exponents on every call,
+#: merged by where, nothing read): 298-305.75 chains cheap and 520.5 with trees (measured over runs in another order;
+#: before 231.25 and 507.5, and 310.75 and 525.5 with the mask's and exponents' casts, which fail these). The cost of
+#: the exactness; a cheaper torch route (the scaled chains alone where they equal the float chains' bits) is open.
+BOUND.update({(False, 0): 306, (True, 0): 521})
 
 
 @pytest.mark.parametrize("trees,subsample", list(BOUND))
@@ -299,6 +305,8 @@ class _ReadCount(torch.overrides.TorchFunctionMode):
 #: around them (otspec.profile._trees_device.SampledTrees). The ops of the three files themselves: 207.25 / 212
 #: (before 267.25 / 275).
 TREE_LAUNCHES = {0: 460, 1: 1240}
+#: Then block verification's exact path weights (above): 498.5 cheap (measured; 503.5 with the casts, which fails this).
+TREE_LAUNCHES.update({0: 499})
 TREE_LAUNCHES_MINE = {0: 210, 1: 215}
 #: Then the bound's two scoring calls' laws formed unchecked, their bad-logits flags (``bad_rows``: a slice and an
 #: ``isnan`` each) read with the walk's next read instead of the checked ``Sampling.probs``' own read: the same ops,

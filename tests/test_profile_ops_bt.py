@@ -158,7 +158,6 @@ def _write(path: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--write":
-        torch.set_num_threads(1)  # as the suite runs (tests/conftest.py): the products' bits depend on the threads
-        _write(sys.argv[2])
+        _write(sys.argv[2])  # one torch thread, as walk_rows runs
     else:
         print(__doc__)

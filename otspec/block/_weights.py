@@ -182,12 +182,12 @@ def _lost(ratio, w, pw, xp):
     infinite or subnormal ratio (a subnormal quotient lost its digits), subnormal, infinite or nan product, or zero
     not after a zero ratio, on (:func:`float_chains`' rule, one mask for both chains)."""
     zero = ratio == 0.0
-    zero_seen = xp.cumulative_sum(xp.astype(zero, xp.int64), axis=-1) > 0
+    zero_seen = xp.cumulative_sum(zero, axis=-1, dtype=xp.int64) > 0  # summed as int64: no cast of its own
     good = zero | ((ratio >= NEGLIGIBLE) & (ratio < math.inf))
     for v in (w, pw):
         if v is not None:
             good = good & (((v >= NEGLIGIBLE) & (v < math.inf)) | ((v == 0.0) & zero_seen))
-    return xp.cumulative_sum(xp.astype(~good, xp.int64), axis=-1) > 0
+    return xp.cumulative_sum(~good, axis=-1, dtype=xp.int64) > 0
 
 
 def _ldexp(m, e, xp):
@@ -206,9 +206,8 @@ def _torch_float64(t):
 
 
 def _frexp(x, xp):
-    """``frexp`` of float64 ``x`` with int64 exponents."""
-    m, e = xp.frexp(x)
-    return m, xp.astype(e, xp.int64)
+    """``frexp`` of float64 ``x``: mantissas and the library's integer exponents (int32; summed as int64 below)."""
+    return xp.frexp(x)
 
 
 def _scaled_chains(px, qx, some, xp, block: bool, onestep: bool):
@@ -217,7 +216,7 @@ def _scaled_chains(px, qx, some, xp, block: bool, onestep: bool):
     mq, eq = _frexp(xp.where(some, qx, 1.0), xp)  # 1 / 1 where p = 0: the ratio 1
     mp, ep = _frexp(xp.where(some, px, 1.0), xp)
     mu, f = _frexp(xp.cumulative_prod(mq / mp, axis=-1), xp)  # each factor in (1/2, 2): no under- or overflow
-    E = xp.cumulative_sum(eq - ep, axis=-1) + f  # w_k = mu_k 2**E_k, mu_k in [1/2, 1) (0 after a zero ratio)
+    E = xp.cumulative_sum(eq - ep, axis=-1, dtype=xp.int64) + f  # w_k = mu_k 2**E_k, mu_k in [1/2, 1) (0 after a zero ratio)
     zero = mu == 0.0
     w = pw = None
     if block:
