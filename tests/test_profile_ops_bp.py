@@ -49,11 +49,11 @@ def machine() -> str:
             f"numpy {np.__version__}")
 
 
-def fixture() -> dict:
-    """The stored digests of this kind of machine (one file each: ``profile_rows_bp*.json``), or a skip where
+def fixture(tag: str = "bp") -> dict:
+    """The stored digests of this kind of machine (one file each: ``profile_rows_<tag>*.json``), or a skip where
     none was made on it (its floats may differ in the last bits; the device route against the numpy route is checked
     on every machine)."""
-    made = [json.loads(f.read_text()) for f in sorted(FIXTURE.parent.glob("profile_rows_bp*.json"))]
+    made = [json.loads(f.read_text()) for f in sorted(FIXTURE.parent.glob(f"profile_rows_{tag}*.json"))]
     got = next((m for m in made if m.get("machine") == machine()), None)
     if got is None:
         pytest.skip(f"the digests were made on {', '.join(repr(m.get('machine')) for m in made)}, this is "

@@ -36,11 +36,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = Path(__file__).resolve().parent / "profile_rows_bt.json"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.test_profile_ops_bp import digest, machine, walk_rows  # noqa: E402
+from tests.test_profile_ops_bp import fixture as bp_fixture  # noqa: E402
 
 #: Walks pinned here (model seed, batch size, stride, k_max = L_max, subsample, renewal tables), every k_max with
 #: B = 1 and B = 3; the second runs in the fast suite, the others in the slow one. The first, (11, 1, 1, 3), was fast
@@ -56,15 +56,8 @@ WALKS = [(11, 1, 1, 3, 1, False), (12, 3, 1, 2, 1, True), (1, 1, 2, 3, 1, False)
 
 
 def fixture() -> dict:
-    """The stored digests of this kind of machine (one file each: ``profile_rows_bt*.json``), or a skip where
-    none was made on it (its floats may differ in the last bits; the device route against the numpy route is checked
-    on every machine)."""
-    made = [json.loads(f.read_text()) for f in sorted(FIXTURE.parent.glob("profile_rows_bt*.json"))]
-    got = next((m for m in made if m.get("machine") == machine()), None)
-    if got is None:
-        pytest.skip(f"the digests were made on {', '.join(repr(m.get('machine')) for m in made)}, this is "
-                    f"{machine()!r}")
-    return got
+    """The stored digests of this kind of machine (``profile_rows_bt*.json``; :func:`tests.test_profile_ops_bp.fixture`)."""
+    return bp_fixture("bt")
 
 
 def _key(walk) -> str:
