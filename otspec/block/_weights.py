@@ -160,15 +160,14 @@ def _host_rows(px, qx, w, pw, ratio):
     lo, hi = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
     if lo >= NEGLIGIBLE and hi < math.inf:  # every ratio and product normal (a nan fails both tests)
         return None
-    ws, pws = _scaled_chains(px, qx, px > 0, np, w is not None, pw is not None)
-    bad = _lost(ratio, w, pw, np)
-    return tuple(None if v is None else np.where(bad, s, v) for v, s in zip((w, pw), (ws, pws)))
+    return _rows(px, qx, w, pw, ratio, np)
 
 
 def _rows(px, qx, w, pw, ratio, xp):
-    """:func:`path_weight_rows` in the namespace ``xp`` without reading the arrays: one mask for both chains (an
-    entry lost once its row lost a ratio or a product up to it, :func:`float_chains`' rule), the recomputed chains
-    formed whether or not an entry needs them, merged by ``where``."""
+    """:func:`path_weight_rows` in the namespace ``xp`` (numpy once some entry needs it; torch on every call) without
+    reading the arrays: one mask for both chains (an entry lost once its row lost a ratio or a product up to it,
+    :func:`float_chains`' rule), the recomputed chains formed whether or not an entry needs them, merged by
+    ``where``."""
     some = px > 0
     if ratio is None:
         ratio = xp.where(some, qx / xp.where(some, px, 1.0), 1.0)

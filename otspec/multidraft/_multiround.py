@@ -44,11 +44,6 @@ MAX_TARGET_ENTRIES = 5_000_000
 MAX_HISTORIES = 2_000_000
 
 
-def _accept(t: float, d: float) -> float:
-    """P(u d < t): min(1, t/d), 1 at d == 0 < t and 0 at t == 0 (the samplers' strict coin; see coin_accept)."""
-    return coin_accept(t, d)
-
-
 class MultiRound(Verifier):
     r"""Multi-round (recursive) rejection sampling over ``k`` drafts.
 
@@ -161,7 +156,7 @@ class MultiRound(Verifier):
         """Yield (x_i, a_i) along the tuple and return the final residual."""
         if self.replacement:
             T = self.targets
-            return [(x, _accept(T[i, x], self.p[x])) for i, x in enumerate(xs)], T[self.k]
+            return [(x, coin_accept(T[i, x], self.p[x])) for i, x in enumerate(xs)], T[self.k]
         steps = []
         mask = np.ones(self.n, dtype=bool)
         t = np.array(self.q, dtype=np.float64)
@@ -169,7 +164,7 @@ class MultiRound(Verifier):
             pi = np.where(mask, self.p, 0.0)
             s = pi.sum()
             pi = pi / s if s > 0 else pi
-            steps.append((x, _accept(t[x], pi[x])))
+            steps.append((x, coin_accept(t[x], pi[x])))
             t = residual(pi, t)
             mask[x] = False
         return steps, t
