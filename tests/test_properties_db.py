@@ -42,7 +42,8 @@ from otspec.otm import alpha_k_without_replacement, wor_lp
 from otspec.spectr import block_efficiency, optimal_block_efficiency
 from otspec.spectr import check_lossless as spectr_check_lossless
 from otspec.tree import best_shape, greedy_shape
-from tests.test_properties_cr import _all_shapes, _Laws, _ranked, _topk_value, table_models
+from tests.test_kseq import rho_star_mpmath
+from tests.test_properties_cr import _all_shapes, _Laws, _ranked, _topk_value, _topk_values, table_models
 
 EPS = 2.0**-52
 TINY_NORMAL = float(np.finfo(np.float64).tiny)  # 2.2e-308: entries below it are set to 0 on input
@@ -189,43 +190,16 @@ def test_optima_on_extreme_laws_sweep(pair, k):
     _check_optima(*pair, k)
 
 
-# ----------------------------------------------------------------------------- k-Seq's rho* at 300 bits
-
-
-#: bits for 1 - (1 - beta)**k with beta down to 1e-300 (2**-997) and 60 bits left after the cancellation
-_RHO_BITS = 1200
-
-
-def _rho_star_mp(p, q, k: int):
-    """SpecTr eq. (6)'s smallest valid rho in [1, k] by 100 bisection steps at :data:`_RHO_BITS` bits (f is
-    non-increasing; 100 steps narrow [1, k] below 2**-95 relative)."""
-    with mpmath.workprec(_RHO_BITS):
-        pm = [mpmath.mpf(float(x)) for x in _flushed(p)]
-        qm = [mpmath.mpf(float(x)) for x in _flushed(q)]
-
-        def f(r):
-            b = mpmath.fsum(min(a, c / r) for a, c in zip(pm, qm))
-            return 1 - (1 - b) ** k - r * b
-
-        lo, hi = mpmath.mpf(1), mpmath.mpf(k)
-        if f(lo) <= 0:
-            return lo
-        for _ in range(100):
-            mid = (lo + hi) / 2
-            if f(mid) <= 0:
-                hi = mid
-            else:
-                lo = mid
-        return hi
+# ----------------------------------------------------------------------------- k-Seq's rho* at 1,200 bits
 
 
 def _check_rho_star(p, q, k: int) -> None:
-    ref = _rho_star_mp(p, q, k)
+    ref = rho_star_mpmath(p, q, k)
     got = otspec.kseq_rho_star(p, q, k)
     # machine precision, as documented; before the sign of f was taken as c(beta) - rho where beta is small, the
     # pair below gave 2.4 for rho* = 3 - 4 * 2**-53 (D - E**k, two numbers near 1, lost every bit)
     assert abs(got - float(ref)) <= 16 * EPS * float(ref), (got, float(ref))
-    with mpmath.workprec(_RHO_BITS):
+    with mpmath.workprec(1200):
         b = mpmath.fsum(min(a, c / mpmath.mpf(got)) for a, c in zip(
             [mpmath.mpf(float(x)) for x in _flushed(p)], [mpmath.mpf(float(x)) for x in _flushed(q)]))
         acc = 1 - (1 - b) ** k
@@ -246,7 +220,7 @@ def test_kseq_rho_star_small_beta_regression():
     # before this test returned 2.4 (kseq) and its tol=... bisection 3.0, each off the other by 20%
     p = np.array([1.0 - 2.0**-53, 2.0**-53])
     q = p[::-1].copy()
-    ref = float(_rho_star_mp(p, q, 3))
+    ref = float(rho_star_mpmath(p, q, 3))
     assert abs(otspec.kseq_rho_star(p, q, 3) - ref) <= 4 * EPS * ref
     assert abs(otspec.kseq(p, q, 3).rho_star - ref) <= 4 * EPS * ref
 
@@ -423,12 +397,7 @@ def test_greedy_shape_is_its_documented_rule(models, n, depth, n_ctx):
     if got is None:
         return
     # its documented relation to the exact best shape: below it whenever every best shape skips a rank
-    dl, tl = _Laws(draft), _Laws(target)
-    values = {}
-    for S in _all_shapes(n, depth, V, gaps=True):
-        vals = [_topk_value(S, dl, tl, c) for c in contexts]
-        if None not in vals:
-            values[tuple(S)] = sum(vals) / len(vals)
+    values = _topk_values(draft, target, n, depth, V, contexts)
     top = max(values.values())
     every_best_gaps = all(TreeShapeGaps(S) for S, v in values.items() if v == top)
     if every_best_gaps:
