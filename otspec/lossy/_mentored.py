@@ -61,7 +61,7 @@ import numpy as np
 
 from .._registry import unknown_name_message
 from .._validation import as_float_array, as_rng, validate_distribution, validate_pair, validate_probability
-from .._verifier import Verifier, coin_accept, sample_from
+from .._verifier import Verifier, coin_accept, complement, sample_from
 from ..multidraft._maximal_coupling import residual
 
 __all__ = [
@@ -593,8 +593,8 @@ def _solve(prob: _Problem, D: float, method: str, tol: float, max_iter: int) -> 
     # verifier (coin_accept): accepted when q > 0, never when q = p = 0 (r = 1 there emitted, for a user-supplied
     # draft, a token the target excludes)
     r = np.where(p > 0, r, coin_accept(q, p))
-    # R = 1 - sum p (1 - r): exactly 1 when every draft is accepted, accurate near 1
-    R = min(max(1.0 - math.fsum((p * (1.0 - r)).tolist()), 0.0), 1.0)
+    # R = 1 - sum p (1 - r): exactly 1 when every draft is accepted, accurate near 1 (sum p r where below 1/2)
+    R = min(max(complement(math.fsum((p * (1.0 - r)).tolist()), lambda: math.fsum((p * r).tolist())), 0.0), 1.0)
     return MentoredResult(
         r=_ro(r),
         s=_ro(np.array(s, dtype=np.float64)),
