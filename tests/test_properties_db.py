@@ -165,6 +165,24 @@ def test_token_verifiers_exact_on_extreme_laws_sweep(name, pair, k):
     _check_token_verifier(name, *pair, k)
 
 
+@FAST
+@given(pair=extreme_pairs(1, 5), k=st.integers(2, 3))
+@example(pair=(np.array([1e-300, 1e-300, 1.0 - 2e-300]), np.array([1.0, 0.0, 0.0])), k=2)
+def test_multiround_without_replacement_on_extreme_laws(pair, k):
+    # the registry builds multi-round sampling with replacement; without replacement its acceptance is an
+    # enumeration of rejection histories: equal to the kernel's enumeration, relative (1 - P(all reject) gave 0
+    # for 3e-300 before the accepted mass was summed directly)
+    p, q = pair
+    if np.count_nonzero(p >= TINY_NORMAL) < k:
+        with pytest.raises(ValueError, match="at most the number of tokens"):
+            otspec.multiround(p, q, k, replacement=False)
+        return
+    v = otspec.multiround(p, q, k, replacement=False)
+    chk = check_lossless(v)
+    assert chk.max_error <= 1e-12 and chk.max_row_error <= 1e-12
+    assert chk.acceptance_error <= 1e-12 * chk.acceptance
+
+
 # ----------------------------------------------------------------------------- optima and closed forms
 
 
