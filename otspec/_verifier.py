@@ -24,7 +24,7 @@ import numpy as np
 from ._validation import as_rng, validate_drafts, validate_positive_int
 
 __all__ = ["LOSSLESS_TOL", "MAX_SAMPLE_DRAFTS", "LosslessCheck", "Verifier", "VerifierCheck", "check_draw_count",
-           "check_lossless", "coin_accept", "sample_from", "sample_from_cdf", "validate_tol"]
+           "check_lossless", "coin_accept", "complement", "sample_from", "sample_from_cdf", "validate_tol"]
 
 
 #: Largest number of drafts drawn at once by ``sample_drafts`` (the tuple of ``k`` ints).
@@ -73,6 +73,38 @@ def coin_accept(t, d):
         return 0.0 if not t > 0 else (1.0 if d <= t else t / d)
     t, d = np.broadcast_arrays(np.asarray(t, dtype=np.float64), np.asarray(d, dtype=np.float64))
     return np.divide(t, d, out=(t > 0).astype(np.float64), where=d > t)
+
+
+def complement(lost: float, kept) -> float:
+    r"""A probability :math:`P = 1 - \text{lost}` whose complement ``lost`` is a sum of non-negative terms: ``1 - lost``
+    where :math:`P > 1/2`, else ``kept()``, the probability summed directly.
+
+    ``1 - lost`` is never above 1 and keeps its relative accuracy near 1, where ``lost`` is small; near 0 it
+    cancels (an acceptance of 1e-300 came out 0: ``1 - (1 - 1e-300)``), and the direct sum has no cancellation.
+    ``kept`` is called only there, so the usual case costs no second pass.
+
+    Parameters
+    ----------
+    lost : float
+        The complement, :math:`\ge 0`.
+    kept : callable
+        ``kept() -> float``: :math:`P` as a sum of non-negative terms.
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec._verifier import complement
+    >>> p, q = np.array([1e-300, 1.0]), np.array([1.0, 0.0])
+    >>> lost = float(np.maximum(p - q, 0.0).sum())   # sum min(p, q) = 1e-300
+    >>> 1.0 - lost, complement(lost, lambda: np.minimum(p, q).sum())
+    (0.0, 1e-300)
+    """
+    lost = float(lost)
+    return 1.0 - lost if lost < 0.5 else float(kept())
 
 
 def sample_from_cdf(c: np.ndarray, law: np.ndarray, rng: np.random.Generator) -> int:

@@ -296,7 +296,10 @@ def _upper_bound(p, q, k, normalize: bool, caller: str) -> float:
     ptup = np.prod(p_[tuples], axis=1)
     member = np.zeros((tuples.shape[0], n))
     np.put_along_axis(member, tuples, 1.0, axis=1)
-    first = np.minimum(q_, 1.0 - (1.0 - p_) ** k)
+    with np.errstate(divide="ignore"):  # log1p(-1) = -inf at p = 1: 1 - 0**k = 1
+        # 1 - (1 - p)^k as -expm1(k log1p(-p)) (_one_minus_power): the power rounded 1 - 1e-300 to 1 and gave 0
+        # for k e-300, which put the bound below alpha_k
+        first = np.minimum(q_, -np.expm1(float(min(k, 2**1000)) * np.log1p(-p_)))
     best = np.inf
     masks = np.array(list(itertools.product((0.0, 1.0), repeat=n)))  # rows: indicator of Omega_0
     chunk = max(1, 4_000_000 // max(1, tuples.shape[0]))

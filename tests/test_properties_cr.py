@@ -790,6 +790,18 @@ def _topk_value(paths, dl: _Laws, tl: _Laws, prefix=()):
     return total
 
 
+def _topk_values(draft, target, n: int, depth: int, V: int, contexts) -> dict:
+    """Every prefix-closed set of ``n`` rank paths (gaps allowed, lengths ``<= depth``) that top-k realises in every
+    context, with its mean value over the contexts (rationals)."""
+    dl, tl = _Laws(draft), _Laws(target)
+    values = {}
+    for S in _all_shapes(n, depth, V, gaps=True):
+        vals = [_topk_value(S, dl, tl, c) for c in contexts]
+        if None not in vals:
+            values[tuple(S)] = sum(vals) / len(vals)
+    return values
+
+
 @FAST
 @given(models=table_models(max_v=3, depth=3), n=st.integers(1, 4), depth=st.integers(1, 2),
        n_ctx=st.integers(1, 2))
@@ -813,11 +825,7 @@ def _check_best_shape(models, n, depth, n_ctx):
     draft, target, V = models  # tables one level deeper than the shapes: a context of one token, then the leaves
     contexts = [(), (V - 1,)][:n_ctx]
     dl, tl = _Laws(draft), _Laws(target)
-    values = {}
-    for S in _all_shapes(n, depth, V, gaps=True):
-        vals = [_topk_value(S, dl, tl, c) for c in contexts]
-        if None not in vals:
-            values[tuple(S)] = sum(vals) / len(vals)
+    values = _topk_values(draft, target, n, depth, V, contexts)
     if not values:
         with pytest.raises(ValueError):
             best_shape(draft, target, n, contexts=contexts, depth=depth)

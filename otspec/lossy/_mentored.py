@@ -61,7 +61,7 @@ import numpy as np
 
 from .._registry import unknown_name_message
 from .._validation import as_float_array, as_rng, validate_distribution, validate_pair, validate_probability
-from .._verifier import Verifier, sample_from
+from .._verifier import Verifier, coin_accept, complement, sample_from
 from ..multidraft._maximal_coupling import residual
 
 __all__ = [
@@ -500,7 +500,9 @@ class MentoredResult:
     Attributes
     ----------
     r : (n,) ndarray of float64
-        Acceptance probability of each draft token.
+        Acceptance probability of each draft token; at a token of draft probability 0 (never drafted, but a
+        user may pass it to the verifier) that of the strict coin :math:`u\,p_x < q_x`: 1 where
+        :math:`q_x > 0`, 0 where :math:`q_x = 0`, as every verifier of the package.
     s : (n,) ndarray of float64
         Law of the output after a rejection (sums to 1).
     alpha : float
@@ -586,8 +588,13 @@ def _solve(prob: _Problem, D: float, method: str, tol: float, max_iter: int) -> 
         else:
             t, J, K, its = prob.solve_bisection(D, tol, max_iter)
         r, s, alpha, beta, law = prob.build(t, J, K)
-    # R = 1 - sum p (1 - r): exactly 1 when every draft is accepted, accurate near 1
-    R = min(max(1.0 - math.fsum((p * (1.0 - r)).tolist()), 0.0), 1.0)
+    # A draft of probability 0 leaves the objective and pi unchanged whatever r is (the note's r_i = min(q_i /
+    # (alpha p_i), 1) is undefined there); it takes the acceptance of the strict coin u * p < q of every other
+    # verifier (coin_accept): accepted when q > 0, never when q = p = 0 (r = 1 there emitted, for a user-supplied
+    # draft, a token the target excludes)
+    r = np.where(p > 0, r, coin_accept(q, p))
+    # R = 1 - sum p (1 - r): exactly 1 when every draft is accepted, accurate near 1 (sum p r where below 1/2)
+    R = min(max(complement(math.fsum((p * (1.0 - r)).tolist()), lambda: math.fsum((p * r).tolist())), 0.0), 1.0)
     return MentoredResult(
         r=_ro(r),
         s=_ro(np.array(s, dtype=np.float64)),

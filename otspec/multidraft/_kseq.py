@@ -109,8 +109,9 @@ def _beta(p: np.ndarray, q: np.ndarray, rho):
         return np.array([np.minimum(p, q / v).sum() for v in r.ravel()]).reshape(r.shape)
 
 
-def _DE(p: np.ndarray, q: np.ndarray, rho: float, buf=None) -> tuple[float, float]:
-    r""":math:`D = \sum (q - \rho p)_+ = 1 - \rho\beta` and :math:`E = \sum (p - q/\rho)_+ = 1 - \beta`.
+def _DE(p: np.ndarray, q: np.ndarray, rho: float, buf=None) -> tuple[float, float, float]:
+    r""":math:`D = \sum (q - \rho p)_+ = 1 - \rho\beta`, :math:`E = \sum (p - q/\rho)_+ = 1 - \beta` and
+    :math:`\beta = \sum \min(p, q/\rho)` (summed: ``1 - E`` loses a small one).
 
     Both are sums of non-negative terms, so they keep their relative accuracy
     where :math:`f = D - E^k` is nearly flat (``p`` close to ``q``), unlike
@@ -125,16 +126,36 @@ def _DE(p: np.ndarray, q: np.ndarray, rho: float, buf=None) -> tuple[float, floa
     np.maximum(buf, 0.0, out=buf)
     D = float(buf.sum())
     np.divide(q, rho, out=buf)
-    np.subtract(p, buf, out=buf)
-    np.maximum(buf, 0.0, out=buf)
+    np.minimum(p, buf, out=buf)
+    beta = float(buf.sum())
+    np.subtract(p, buf, out=buf)  # p - min(p, q/rho) = (p - q/rho)_+, the same rounding
     E = float(buf.sum())
-    return D, E
+    return D, E, beta
+
+
+def _f_over_beta(D: float, E: float, beta: float, k: int, rho: float) -> float:
+    r""":math:`f(\rho) / \beta = c(\beta) - \rho`, :math:`c(\beta) = (1 - (1 - \beta)^k) / \beta`: the sign of
+    :math:`f` (SpecTr eq. 6) to full relative accuracy; 0 when :math:`\beta = 0` (disjoint supports: :math:`f = 0`).
+
+    Of its two forms the one with the smaller rounding error is taken: :math:`(D - E^k) / \beta`, where ``D`` and
+    ``E`` are sums of non-negative terms (accurate where :math:`f` is flat, ``p`` close to ``q``; its error about
+    :math:`\epsilon (D + k E^k)` on :math:`f`), or :math:`c(\beta) - \rho` with :math:`c` from ``log1p``/``expm1``
+    (error about :math:`4 \epsilon \rho \beta` on :math:`f`). Where :math:`\beta` is tiny the first is a
+    difference of two numbers near 1: at :math:`\beta = 1.5 \cdot 10^{-16}` both round to 1 or its neighbour, and
+    the root came out 2.4 for a true :math:`\rho^* = 3 - 4 \cdot 2^{-53}`."""
+    if not beta > 0.0:
+        return 0.0
+    Ek = E**k
+    if D + k * Ek <= 4.0 * rho * beta:
+        return (D - Ek) / beta
+    return float(_one_minus_pow(beta, k)) / beta - rho
 
 
 def _f(p, q, k, rho, buf=None):
-    r""":math:`f(\rho) = 1 - (1-\beta)^k - \rho\beta = D(\rho) - E(\rho)^k` (SpecTr Lemma 4)."""
-    D, E = _DE(p, q, float(rho), buf)
-    return D - E**k
+    r""":math:`f(\rho) / \beta(\rho)`, :math:`f = 1 - (1-\beta)^k - \rho\beta = D - E^k` (SpecTr Lemma 4): its sign
+    and root are :math:`f`'s (:func:`_f_over_beta`)."""
+    rho = float(rho)
+    return _f_over_beta(*_DE(p, q, rho, buf), k, rho)
 
 
 #: The exact search sorts at most this many ratios (or ``n / 32`` if larger); a few
@@ -211,7 +232,8 @@ def _rho_star_exact(p: np.ndarray, q: np.ndarray, k: int) -> float:
         rho = float(pts[i])
         E = max(float(Ppre[jlo[i]]) - float(Qpre[jlo[i]]) / rho, 0.0)
         D = max(float(Qsuf[jhi[i]]) - rho * float(Psuf[jhi[i]]), 0.0)
-        return D - E**k
+        beta = float(Qpre[jhi[i]]) / rho + float(Psuf[jhi[i]])  # ties at rho: q / rho = p
+        return _f_over_beta(D, E, beta, k, rho)
 
     # f is non-increasing (Lemma 4), f(a) > 0 >= f(b): binary search for the first point with f <= 0
     lo_i, hi_i = 0, last
@@ -230,7 +252,7 @@ def _rho_star_exact(p: np.ndarray, q: np.ndarray, k: int) -> float:
     Pl, Ql, Ph, Qh = float(Ppre[j]), float(Qpre[j]), float(Psuf[j]), float(Qsuf[j])
 
     def F(rho):
-        return max(Qh - rho * Ph, 0.0) - max(Pl - Ql / rho, 0.0) ** k
+        return _f_over_beta(max(Qh - rho * Ph, 0.0), max(Pl - Ql / rho, 0.0), Ql / rho + Ph, k, rho)
 
     f_lo, f_hi = F(lo), F(hi)
     if f_lo <= 0.0:
@@ -265,8 +287,8 @@ def _check_rho(rho, rho_star: float, p: np.ndarray, q: np.ndarray, k: int) -> fl
     if rho < rho_star:
         # validity is p_acc(rho) <= rho * beta(rho) (SpecTr eq. 6); a rho that meets it to
         # a relative RHO_REL_TOL (a bisection end point, or a flat f near p == q) is rounding
-        D, E = _DE(p, q, rho)
-        if D - E**k <= RHO_REL_TOL * (1.0 - D):  # f(rho) <= 0 up to rounding
+        # f(rho) <= RHO_REL_TOL * rho * beta = RHO_REL_TOL * (1 - D): f <= 0 up to rounding
+        if _f(p, q, k, rho) <= RHO_REL_TOL * rho:
             return rho_star
         raise ValueError(
             f"`rho` must be >= rho* = {rho_star!r} for k-Seq to be a valid coupling "

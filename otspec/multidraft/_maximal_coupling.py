@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._validation import as_rng, validate_pair
-from .._verifier import Verifier, coin_accept, sample_from
+from .._verifier import Verifier, coin_accept, complement, sample_from
 
 __all__ = ["MaximalCoupling", "RatioTestVerifier", "maximal_coupling", "residual"]
 
@@ -93,8 +93,8 @@ class MaximalCoupling(RatioTestVerifier):
     """
 
     def acceptance(self) -> float:
-        # 1 - TV(p, q) as 1 minus a non-negative sum: never above 1 in float64
-        return 1.0 - float(np.maximum(self.p - self.q, 0.0).sum())
+        # 1 - TV(p, q) as 1 minus a non-negative sum: never above 1 in float64 (sum min(p, q) where below 1/2)
+        return complement(np.maximum(self.p - self.q, 0.0).sum(), lambda: np.minimum(self.p, self.q).sum())
 
 
 def maximal_coupling(p, q, *, normalize: bool = False) -> MaximalCoupling:

@@ -26,10 +26,12 @@ optimal-transport bound for *its* draft law is a different one.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair
-from .._verifier import Verifier, coin_accept
+from .._verifier import Verifier, coin_accept, complement
 from ._kseq import _draw, _sample_iid
 from ._maximal_coupling import residual
 
@@ -224,15 +226,18 @@ class MultiRound(Verifier):
                 with np.errstate(divide="ignore"):
                     self._acceptance = float(-np.expm1(np.sum(np.log1p(-np.minimum(self.betas, 1.0)))))
             else:
-                self._acceptance = 1.0 - self._all_rejected_wor()
+                rejected, accepted = self._all_rejected_wor()
+                self._acceptance = complement(rejected, lambda: math.fsum(accepted))  # 1 - (1 - 3e-300) gave 0
         return self._acceptance
 
-    def _all_rejected_wor(self) -> float:
-        """P(every round rejects) without replacement, by exact enumeration of histories."""
+    def _all_rejected_wor(self) -> tuple[float, list[float]]:
+        """P(every round rejects) without replacement, by exact enumeration of histories, and the terms of
+        P(some round accepts): each history's weight times its round's acceptance ``sum min(p_i, q_i)``."""
         p, n, k = self.p, self.n, self.k
         count = 0
         # stack of (weight, mask of drawn tokens, current target, round index)
         total = 0.0
+        accepted = []
         stack = [(1.0, np.ones(n, dtype=bool), np.array(self.q, dtype=np.float64), 0)]
         while stack:
             w, mask, t, i = stack.pop()
@@ -244,6 +249,7 @@ class MultiRound(Verifier):
             if not s > 0:
                 continue  # no draft can be drawn: a probability-zero history
             pi = pi / s
+            accepted.append(w * float(np.minimum(pi, t).sum()))
             rej = np.maximum(pi - t, 0.0)  # P(draw x and reject it) = p_i(x) - min(p_i, q_i)(x)
             nxt = residual(pi, t)
             for x in np.flatnonzero(rej > 0).tolist():
@@ -257,7 +263,7 @@ class MultiRound(Verifier):
                 m2 = mask.copy()
                 m2[x] = False
                 stack.append((w * rej[x], m2, nxt, i + 1))
-        return total
+        return total, accepted
 
     def __repr__(self) -> str:
         return f"MultiRound(n={self.n}, k={self.k}, replacement={self.replacement})"

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._registry import unknown_name_message
 from .._validation import validate_k, validate_pair, validate_positive_int
-from .._verifier import validate_tol
+from .._verifier import complement, validate_tol
 from ..otm._alpha import min_cut
 from . import _submodular as sm
 from ._priority_keys import PriorityKeyVerifier, build_keys
@@ -280,8 +280,9 @@ class OptimalVerifier(SelectThenSpeculate):
         ``base`` is exact to within ``tol``.
         """
         p, q, k, z = self.p, self.q, self.k, self._z
-        # sum(min(z, q)) as 1 - (mass the residual must supply): a probability never above 1 in float64
-        base = 1.0 - float(np.maximum(q - z, 0.0).sum())
+        # sum(min(z, q)) as 1 - (mass the residual must supply): a probability never above 1 in float64 (the sum
+        # itself where below 1/2)
+        base = complement(np.maximum(q - z, 0.0).sum(), lambda: np.minimum(z, q).sum())
         # Rounding noise where z = q in exact arithmetic is left out: a rejectable
         # token Z adds at most (1 - a(Z)) z(Z) = (z - q)_+(Z), a residual cell y at
         # most P(reject) r(y) = (q - z)_+(y); the smallest of each, up to a total

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._verifier import sample_from
+from .._verifier import complement, sample_from
 from . import _keys_kernel as kk
 from . import _submodular as sm
 from ._selection import SelectThenSpeculate, above_noise
@@ -233,8 +233,9 @@ class PriorityKeyVerifier(SelectThenSpeculate):
         with :math:`L_y` the length of :math:`E_y` below the interval.
         """
         p, q, z, k = self.p, self.q, self._z, self.k
-        # sum(min(z, q)) as 1 - (mass the residual must supply): a probability never above 1 in float64
-        base = 1.0 - float(np.maximum(q - z, 0.0).sum())
+        # sum(min(z, q)) as 1 - (mass the residual must supply): a probability never above 1 in float64 (the sum
+        # itself where below 1/2)
+        base = complement(np.maximum(q - z, 0.0).sum(), lambda: np.minimum(z, q).sum())
         noise = max(tol, 1e-12)
         rej = above_noise(np.where(p > 0, z - q, 0.0), noise)
         resid = above_noise(np.where(p > 0, q - z, 0.0), noise)

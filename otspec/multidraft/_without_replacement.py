@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from .._validation import as_rng, validate_k, validate_pair
-from .._verifier import Verifier, sample_from
+from .._verifier import Verifier, complement, sample_from
 from ..otm._without_replacement import (
     _support_size_check,
     _wor_draft_prob,
@@ -86,7 +86,8 @@ class WithoutReplacementVerifier(DraftProcessVerifier):
         for i, s in enumerate(sets):
             inside[i, list(s)] = True
         off_set = np.where(inside, 0.0, self._rows).sum(axis=1)
-        self._acceptance = 1.0 - math.fsum((weights * off_set).tolist())
+        self._acceptance = complement(math.fsum((weights * off_set).tolist()),
+                                      lambda: math.fsum((weights * np.where(inside, self._rows, 0.0).sum(axis=1)).tolist()))
 
     @property
     def n_sets(self) -> int:

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._deps import install_hint
 from .._validation import as_float_array, validate_bool, validate_distribution, validate_k, validate_pair
-from .._verifier import Verifier
+from .._verifier import Verifier, complement
 from ._highs import LP_CHECK_TOL, SolverError, _quiet_class, solve_lp
 from ._multisets import multiset_law, n_multisets
 
@@ -511,7 +511,7 @@ def otm_lp(p, q, k, *, normalize: bool = False, raise_on_failure: bool = False) 
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(tot > 0, on_set / np.where(tot > 0, tot, 1.0), q_on_set)
     # 1 minus the (non-negative) off-set mass: a probability never above 1 in float64
-    plan_acceptance = 1.0 - math.fsum(w * np.maximum(1.0 - frac, 0.0))
+    plan_acceptance = complement(math.fsum(w * np.maximum(1.0 - frac, 0.0)), lambda: math.fsum(w * np.minimum(frac, 1.0)))
     verifier = OTMPlanVerifier(p_, q_, k, sets, rows, w, plan_acceptance, keyed_by_set=True)
     return OTMResult(
         alpha=alpha,

@@ -760,6 +760,11 @@ def _lengths(lengths, batch: tuple[int, ...], T: int) -> np.ndarray:
     return n.astype(np.int64)
 
 
+#: ln(2**-1022), the log of the smallest normal double: :func:`starts_recursion` refuses a path of target
+#: probability below it (its emission e <= Q is then subnormal or 0, and e / Q undetermined)
+_LOG_TINY = -1022 * math.log(2.0)
+
+
 def starts_recursion(e, log_q, *, lengths=None) -> np.ndarray:
     r"""Probability that each position of a target-sampled text is an iteration start of real decoding.
 
@@ -791,7 +796,9 @@ def starts_recursion(e, log_q, *, lengths=None) -> np.ndarray:
     Raises
     ------
     ValueError
-        Shapes that disagree, negative or non-finite ``e``, non-finite ``log_q``, bad ``lengths``.
+        Shapes that disagree, negative or non-finite ``e``, non-finite ``log_q``, bad ``lengths``; a path of at
+        most ``L + 1`` text tokens whose target probability is below ``2**-1022`` (its emission, at most that
+        probability, has lost its bits in float64: the ratio :math:`e / Q` is undetermined).
 
     Examples
     --------
@@ -816,6 +823,19 @@ def starts_recursion(e, log_q, *, lengths=None) -> np.ndarray:
     T, L1 = E.shape[-2], E.shape[-1]
     n = _lengths(lengths, E.shape[:-2], T)
     C = np.concatenate([np.zeros(lq.shape[:-1] + (1,)), np.cumsum(lq, axis=-1)], axis=-1)
+    for j in range(1, min(L1, T) + 1):
+        # a path of target probability Q below the smallest normal double: e <= Q has lost its bits (or underflowed
+        # to 0) and e / Q is not determined (it came out NaN: 0 * exp(x) = 0 * inf)
+        low = C[..., j:] - C[..., :T + 1 - j] < _LOG_TINY  # log Q of the j tokens from each position
+        low &= np.arange(j, T + 1) <= n[..., None]  # windows inside the text (its padding never counts)
+        if np.any(low):
+            at = np.unravel_index(int(np.argmax(low)), low.shape)
+            where = f" of text {at[:-1]}" if at[:-1] else ""
+            raise ValueError(
+                f"`log_q` sums to {float(C[at[:-1] + (at[-1] + j,)] - C[at]):.6g} over the {j} token(s) from position "
+                f"{at[-1]}{where}: a path of target probability below 2**-1022, where `e` (at most that probability) "
+                "has no bits left to divide by it; float64 cannot compute this text's starts"
+            )
     r = np.zeros(lq.shape)
     r[..., 0] = 1.0
     for t in range(1, T):

@@ -96,7 +96,8 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     if top_k is not None and top_k < z.size:
         kth = np.sort(z)[::-1][int(top_k) - 1]
         z[z < kth] = -np.inf
-    w = np.exp(z - z.max())
+    with np.errstate(over="ignore"):  # finite logits more than 1.8e308 apart: the gap is -inf, a weight of 0 as it is
+        w = np.exp(z - z.max())
     law = w / w.sum()
     if top_p is not None and top_p < 1:
         order = np.argsort(-law, kind="stable")

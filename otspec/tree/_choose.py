@@ -335,14 +335,21 @@ def greedy_shape(draft, target, n, *, contexts=((),), depth=None) -> ShapeChoice
 
     .. math::
 
-        S_{j+1} = S_j \cup \{\operatorname*{arg\,max}_{s \in F(S_j)} \bar w(s)\},
-        \qquad F(S) = \{ s\,r : s \in S \cup \{()\},\ r = \#\text{children of } s \text{ in } S,\ |s| < D \},
+        S_{j+1} = S_j \cup \{\operatorname*{arg\,min}_{s \in F(S_j)} (-\bar w(s), |s|, s)\},
+        \qquad F(S) = \{ s\,r : s \in S \cup \{()\},\ r = \#\text{children of } s \text{ in } S,
+        \ r < k(s),\ |s| < D \},
 
     with :math:`\bar w(s)` the mean target path probability of the rank path
-    :math:`s` over the contexts (as in :func:`best_shape`): each step adds the
-    most valuable *next-rank* child of any node, as trees grown rank by rank
-    do. Its shapes have no sibling gaps, so it misses the best shape
-    whenever that shape skips a rank; it can also miss the best gapless shape.
+    :math:`s` over the contexts (as in :func:`best_shape`) and :math:`k(s)` the
+    least number of tokens of positive draft probability after :math:`s` over
+    the contexts (the top-k process has no rank-:math:`r` child beyond it):
+    each step adds the most valuable *next-rank* child of any node, as trees
+    grown rank by rank do; ties go to the shallower path, then to the
+    lexicographically smaller one. Its shapes have no sibling gaps, so its
+    value is below :func:`best_shape`'s whenever every best shape skips a rank
+    (when a gapless shape ties with the best, greedy may find it); it can also
+    miss the best gapless shape (it values each child alone, not the
+    siblings and descendants that taking it opens).
 
     Parameters
     ----------
