@@ -413,7 +413,13 @@ def _stirling(kmax: int, nmax: int) -> np.ndarray:
 def _race_thresholds(C: np.ndarray) -> np.ndarray:
     r"""``theta[i, d]``: entries of row ``i`` with :math:`x \le \theta_d` need the Taylor terms up to degree ``d``
     only (what the terms above leave, :math:`x^{d+1} \sum_{n > d} |C_n|` for :math:`x \le 1`, is below 1e-17 of
-    :math:`C_0` for every rank); nondecreasing in ``d``, the last infinite. ``C``: ``(m, ranks, N + 1)``."""
+    :math:`C_0` for every rank); nondecreasing in ``d``, the last infinite. ``C``: ``(m, ranks, N + 1)``. Compiled
+    (:func:`_bound_kernels.race_thresholds`: the same operations, so the same values, without numpy's dozen
+    temporaries per call) where the race's kernels are."""
+    if _K.RACE_JIT:
+        out = np.empty((C.shape[0], C.shape[2]))
+        _K.race_thresholds(np.ascontiguousarray(C, dtype=np.float64), out)
+        return out
     N = C.shape[2] - 1
     above = np.cumsum(np.abs(C)[:, :, ::-1], axis=2)[:, :, ::-1]           # above[..., d] = sum_{n >= d} |C_n|
     rest = above[:, :, 1:]                                                  # sum_{n > d}, d = 0 .. N - 1
@@ -2671,11 +2677,12 @@ class _Search:
         )
 
 
-def _laws_block(Pl, Ql):
+def _laws_block(Pl, Ql, rows=None):
     """``(run, P, Q)``: a frontier's laws as the expansion reads them and the expansion to run: host rows for the
     fused row kernels (:func:`_expand_rows`), else one float64 block, numpy (:func:`_expand`) or a tensor where it
-    is (:func:`_expand_t`)."""
-    rows = _host_rows(Pl, Ql)
+    is (:func:`_expand_t`). ``rows``: :func:`_host_rows` of the same laws where the caller has it (None: taken
+    here)."""
+    rows = _host_rows(Pl, Ql) if rows is None else rows
     if rows is not None:
         return _expand_rows, rows[0], rows[1]
     Pl, Ql = _block(Pl), _block(Ql)
@@ -2717,12 +2724,13 @@ def _sampled(slots: _Slots, process: str, laws, budget: int, batch: int, on_rows
             Pl, Ql, pending = laws.unchecked(paths)
         else:
             Pl, Ql = laws(paths)
-        fused = _host_rows(Pl, Ql) is not None and (process == "iid" or (
+        host = _host_rows(Pl, Ql)          # the rows for the fused kernels, taken once per frontier
+        fused = host is not None and (process == "iid" or (
             on_rows is None and len(paths[0]) == len(paths[-1]) and len(paths[0]) + 1 == slots.D))
         if pending is not None and not fused:
             Pl, Ql, _ = _checked_rows(pending, None, Pl, Ql)  # no kernel checks them in its pass: checked apart
-            pending = None
-        run, Pl, Ql = _laws_block(Pl, Ql)
+            pending, host = None, None
+        run, Pl, Ql = _laws_block(Pl, Ql, host)
         left = search.left
         runs = _depth_runs(frontier)
         if pending is not None:             # the fused kernels check the rows in their pass, then the laws resolved

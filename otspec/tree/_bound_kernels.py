@@ -1796,6 +1796,36 @@ def race_left_end(ph, pmax, nu, ranks, wts, want, h, t0, HL, HL2, C, C2):
                     pj = pj * pm if pm > 0.0 else 0.0
 
 
+def race_thresholds(C, out):
+    r"""``out[i, d]`` (``(m, N + 1)``): entries of row ``i`` with :math:`x \le \theta_d` need the Taylor terms
+    of the race's coefficients ``C`` (``(m, ranks, N + 1)``) up to degree ``d`` only, as
+    :func:`otspec.tree._bound._race_thresholds` by numpy and with the same operations, so the same values: per rank
+    the tail sums :math:`\sum_{n > d} |C_n|` added from the top degree down, :math:`(10^{-17} C_0 / \mathrm{rest})
+    ^{1/(d+1)}` where the rest is positive (else infinite), the smallest over the ranks (NaN where any is NaN), the
+    last infinite, then the running minimum from the top degree down (NaN carried down)."""
+    m, nk, N1 = C.shape
+    N = N1 - 1
+    above = np.zeros(N1)
+    for i in range(m):
+        for d in range(N1):
+            out[i, d] = np.inf
+        for k in range(nk):
+            acc = 0.0
+            for n in range(N, -1, -1):                   # above[n] = sum_{n' >= n} |C_n'|, numpy's cumsum order
+                acc = acc + abs(C[i, k, n])
+                above[n] = acc
+            c0 = 1e-17 * C[i, k, 0]
+            for d in range(N):
+                rest = above[d + 1]
+                v = (c0 / rest) ** (1.0 / (d + 1)) if rest > 0 else np.inf
+                if v != v or v < out[i, d]:              # numpy's min: NaN wins
+                    out[i, d] = v
+        for d in range(N - 1, -1, -1):                   # the running minimum from the top (NaN carried)
+            v = out[i, d + 1]
+            if v != v or v < out[i, d]:
+                out[i, d] = v
+
+
 def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
     r"""The race's law of its ``kk``-th rank at the entries ``(rows[e], cols[e])`` of draft values ``p[e]`` (as
     :func:`otspec.tree._bound._race_at` by numpy, the same operations: :math:`p \sum_{n \le d} C_n x^n`,
@@ -1823,7 +1853,7 @@ def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
 RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments_block", "moments_finish",
                                   "race_moments_row", "race_moments", "moments_group", "wor_row_sums", "tail_terms",
                                   "race_row", "race_rows",
-                                  "race_rows_weighted", "race_at", "race_left_end"))
+                                  "race_rows_weighted", "race_at", "race_left_end", "race_thresholds"))
 
 
 def exact_sum(x, n, part):
