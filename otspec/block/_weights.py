@@ -21,7 +21,7 @@ import numpy as np
 
 from .._validation import NEGLIGIBLE
 
-__all__ = ["BIG_WEIGHT", "float_chains", "path_weights", "path_weight_rows"]
+__all__ = ["BIG_WEIGHT", "chains_lost", "float_chains", "path_weights", "path_weight_rows"]
 
 #: Stand-in for a path weight above it: every decision it enters is then 1 (``min(1, w)``, and
 #: ``p_remain >= p_rej`` since ``p_remain - p_rej = w sum(q) - sum(p) > 0``), and ``w * q`` summed over any
@@ -156,11 +156,59 @@ def _host_rows(px, qx, w, pw, ratio):
     if ratio is None:
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             ratio = np.where(px > 0, qx / np.where(px > 0, px, 1.0), 1.0)
-    arrays = [a for a in (ratio, w, pw) if a is not None]
-    lo, hi = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
-    if lo >= NEGLIGIBLE and hi < math.inf:  # every ratio and product normal (a nan fails both tests)
+    if _all_normal(ratio, w, pw):
         return None
     return _rows(px, qx, w, pw, ratio, np)
+
+
+def _all_normal(ratio, w, pw) -> bool:
+    """Whether every ratio and every product of the numpy chains ``w``, ``pw`` (either None) is normal: the
+    extremes alone (a nan fails both tests)."""
+    arrays = [a for a in (ratio, w, pw) if a is not None]
+    lo, hi = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
+    return lo >= NEGLIGIBLE and hi < math.inf
+
+
+def chains_lost(ratio, w, pw) -> bool:
+    r"""Whether float chains brought to the host lost some entry (the rule of :func:`float_chains`, row by row).
+
+    .. math::
+
+        \exists\, r, k:\ ho_{r,k} 
+otin \{0\} \cup [2^{-1022}, \infty) \ 	ext{ or }        c_{r,k} 
+otin [2^{-1022}, \infty) \ (c_{r,k} 
+e 0 	ext{ or no } ho_{r,i \le k} = 0),
+        \quad c \in \{w, p\},
+
+    for the ratios :math:`ho` (``q / p``, 1 where ``p = 0``) and the running products ``w`` and ``pw`` of
+    :func:`path_weight_rows` (``(R, L)``; either None). For a caller that forms the plain float chains where its
+    laws are (nothing read there), reads them in a read it already does, and recomputes with
+    :func:`path_weight_rows` only when this is true: its values are then :func:`path_weight_rows`' bit for bit
+    (where no entry is lost those keep the float chains). Checked by the extremes first (a few reductions), the
+    rows' mask only when some ratio or product is zero, subnormal or not finite.
+
+    Parameters
+    ----------
+    ratio : (R, L) float64 numpy array
+    w, pw : (R, L) float64 numpy arrays or None
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.block._weights import chains_lost
+    >>> ratio = np.array([[2.0, 0.0, 3.0], [1e200, 1e200, 1e-300]])
+    >>> with np.errstate(over="ignore"):
+    ...     w = np.cumprod(ratio, axis=-1)
+    >>> chains_lost(ratio[:1], w[:1], None), chains_lost(ratio, w, None)  # an exact zero; an overflow on the way
+    (False, True)
+    """
+    if _all_normal(ratio, w, pw):
+        return False
+    return bool(np.any(_lost(ratio, w, pw, np)))
 
 
 def _rows(px, qx, w, pw, ratio, xp):
