@@ -174,13 +174,16 @@ def chains_lost(ratio, w, pw) -> bool:
 
     .. math::
 
-        \exists\, r, k:\ ho_{r,k} 
+        \exists\, r, k:\ 
+ho_{r,k} 
 otin \{0\} \cup [2^{-1022}, \infty) \ 	ext{ or }        c_{r,k} 
 otin [2^{-1022}, \infty) \ (c_{r,k} 
-e 0 	ext{ or no } ho_{r,i \le k} = 0),
+e 0 	ext{ or no } 
+ho_{r,i \le k} = 0),
         \quad c \in \{w, p\},
 
-    for the ratios :math:`ho` (``q / p``, 1 where ``p = 0``) and the running products ``w`` and ``pw`` of
+    for the ratios :math:`
+ho` (``q / p``, 1 where ``p = 0``) and the running products ``w`` and ``pw`` of
     :func:`path_weight_rows` (``(R, L)``; either None). For a caller that forms the plain float chains where its
     laws are (nothing read there), reads them in a read it already does, and recomputes with
     :func:`path_weight_rows` only when this is true: its values are then :func:`path_weight_rows`' bit for bit
@@ -231,9 +234,12 @@ def _lost(ratio, w, pw, xp):
     zero = ratio == 0.0
     zero_seen = xp.cumulative_sum(zero, axis=-1, dtype=xp.int64) > 0  # summed as int64: no cast of its own
     good = zero | ((ratio >= NEGLIGIBLE) & (ratio < math.inf))
+    # a product after a zero ratio, every ratio and product before it good, is an exact zero (0 times finite
+    # ratios, capped or not); a nonzero one there needs an infinite or nan ratio, not good itself: so "zero seen"
+    # alone stands for "zero, after a zero ratio" in the running mask (two ops a chain fewer, the same mask)
     for v in (w, pw):
         if v is not None:
-            good = good & (((v >= NEGLIGIBLE) & (v < math.inf)) | ((v == 0.0) & zero_seen))
+            good = good & (((v >= NEGLIGIBLE) & (v < math.inf)) | zero_seen)
     return xp.cumulative_sum(~good, axis=-1, dtype=xp.int64) > 0
 
 
