@@ -134,6 +134,13 @@ def test_path_weight_rows_match_rationals(rows):
             np.testing.assert_array_equal(got[:n], chain[1 : n + 1])
 
 
+def _paths_past_the_range(test):
+    """``test`` on 25 paths of :func:`block_paths` and on ``_UP_DOWN``, ``_DOWN_UP`` and ``_SUBNORMAL``."""
+    for path in (_SUBNORMAL, _DOWN_UP, _UP_DOWN):
+        test = example(path=path)(test)
+    return settings(max_examples=25, deadline=None)(given(path=block_paths(max_l=4))(test))
+
+
 _ROWS = st.integers(1, 3).flatmap(lambda R: st.integers(1, 6).flatmap(lambda L: st.tuples(
     st.lists(st.lists(_VALUES, min_size=L, max_size=L), min_size=R, max_size=R),
     st.lists(st.lists(_VALUES, min_size=L, max_size=L), min_size=R, max_size=R))))
@@ -158,11 +165,7 @@ def test_chains_lost_is_float_chains_rule(rows):
     assert chains_lost(ratio, w, pw) == (not all(o[0] and o[1] for o in ok))
 
 
-@settings(max_examples=25, deadline=None)
-@given(path=block_paths(max_l=4))
-@example(path=_UP_DOWN)
-@example(path=_DOWN_UP)
-@example(path=_SUBNORMAL)
+@_paths_past_the_range
 def test_profile_walk_reads_the_float_chains_and_recomputes_only_lost_ones(path):
     """The profile's batched quantities on torch laws (:func:`prefill_batched`, the walk's one read): block
     verification's :math:`E[\tau]` and target calls of both schemes are those of the exact route
@@ -251,11 +254,7 @@ def _xp(a):
     return array_api_compat.array_namespace(a)
 
 
-@settings(max_examples=25, deadline=None)
-@given(path=block_paths(max_l=4))
-@example(path=_UP_DOWN)
-@example(path=_DOWN_UP)
-@example(path=_SUBNORMAL)
+@_paths_past_the_range
 def test_decoder_device_routes_match_rationals_past_the_range(path):
     """The accelerator's routes on CPU tensors: :func:`block_walk_t`'s logged numbers give the rational law of
     ``"block"`` (:func:`backward_law`), :func:`block_onestep_tau_law_t` that of ``"block-onestep"``; and
