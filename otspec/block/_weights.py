@@ -233,14 +233,24 @@ def _lost(ratio, w, pw, xp):
     not after a zero ratio, on (:func:`float_chains`' rule, one mask for both chains)."""
     zero = ratio == 0.0
     zero_seen = xp.cumulative_sum(zero, axis=-1, dtype=xp.int64) > 0  # summed as int64: no cast of its own
-    good = zero | ((ratio >= NEGLIGIBLE) & (ratio < math.inf))
+    good = zero | _normal(ratio, xp)
     # a product after a zero ratio, every ratio and product before it good, is an exact zero (0 times finite
     # ratios, capped or not); a nonzero one there needs an infinite or nan ratio, not good itself: so "zero seen"
     # alone stands for "zero, after a zero ratio" in the running mask (two ops a chain fewer, the same mask)
     for v in (w, pw):
         if v is not None:
-            good = good & (((v >= NEGLIGIBLE) & (v < math.inf)) | zero_seen)
+            good = good & (_normal(v, xp) | zero_seen)
     return xp.cumulative_sum(~good, axis=-1, dtype=xp.int64) > 0
+
+
+#: The largest finite float64.
+_MAX = float(np.finfo(np.float64).max)
+
+
+def _normal(x, xp):
+    """Where ``x`` is a normal finite float, :math:`2^{-1022} \le x \le` the largest float (a nan is not): the
+    clipped value equal to itself, two ops where the two comparisons and their ``&`` were three."""
+    return xp.clip(x, NEGLIGIBLE, _MAX) == x
 
 
 def _ldexp(m, e, xp):
@@ -277,15 +287,34 @@ def _scaled_chains(px, qx, some, xp, block: bool, onestep: bool):
     if onestep:
         # p_k = min(1, min_{j < k} w_k / w_j), w_0 = 1 = (1/2) 2**1; a zero w_j (j < k) makes w_k zero, and p_k = 0
         R, L = int(px.shape[0]), int(px.shape[-1])
-        dev = _device(mu)
-        mu0 = xp.concat([xp.full((R, 1), 0.5, dtype=mu.dtype, device=dev), xp.where(zero, 1.0, mu)[:, : L - 1]],
-                        axis=-1)  # w_j, j = 0..L-1
-        E0 = xp.concat([xp.ones((R, 1), dtype=E.dtype, device=dev), E[:, : L - 1]], axis=-1)
+        half, one, upper = _onestep_consts(R, L, mu, E, xp)
+        mu0 = xp.concat([half, xp.where(zero, 1.0, mu)[:, : L - 1]], axis=-1)  # w_j, j = 0..L-1
+        E0 = xp.concat([one, E[:, : L - 1]], axis=-1)
         q = _ldexp(mu[:, None, :] / mu0[:, :, None], xp.clip(E[:, None, :] - E0[:, :, None], -1100, 2), xp)
-        j = xp.arange(L, device=dev)
-        q = xp.where(j[:, None] <= j[None, :], xp.clip(q, None, 1.0), 1.0)  # (R, j, k): j < k only
+        q = xp.where(upper, xp.clip(q, None, 1.0), 1.0)  # (R, j, k): j < k only
         pw = xp.where(zero, 0.0, xp.min(q, axis=1))
     return w, pw
+
+
+#: :func:`_onestep_consts`' arrays by (namespace, rows, length, dtypes, device): made once per run.
+_CONSTS: dict = {}
+
+
+def _onestep_consts(R: int, L: int, mu, E, xp) -> tuple:
+    """The constants of :func:`_scaled_chains`' one-step chain, made once per shape, dtype and device (never
+    written: only concatenated and selected by): the mantissa and the exponent of :math:`w_0 = 1 = (1/2)\, 2^1`
+    (``(R, 1)`` each, of ``mu``'s and ``E``'s dtypes) and the ``(L, L)`` mask ``j <= k``."""
+    dev = _device(mu)
+    key = (getattr(xp, "__name__", str(xp)), R, L, str(mu.dtype), str(E.dtype), str(dev))
+    got = _CONSTS.get(key)
+    if got is None:
+        j = xp.arange(L, device=dev)
+        got = (xp.full((R, 1), 0.5, dtype=mu.dtype, device=dev), xp.ones((R, 1), dtype=E.dtype, device=dev),
+               j[:, None] <= j[None, :])
+        if len(_CONSTS) >= 64:
+            _CONSTS.clear()
+        _CONSTS[key] = got
+    return got
 
 
 def _device(x):
