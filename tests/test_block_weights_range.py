@@ -168,7 +168,7 @@ def test_chains_lost_is_float_chains_rule(rows):
 @_paths_past_the_range
 def test_profile_walk_reads_the_float_chains_and_recomputes_only_lost_ones(path):
     """The profile's batched quantities on torch laws (:func:`prefill_batched`, the walk's one read): block
-    verification's :math:`E[\tau]` and target calls of both schemes are those of the exact route
+    verification's :math:`E[\\tau]` and target calls of both schemes are those of the exact route
     (:func:`_block_tau_calls` without ``deferred``: :func:`path_weight_rows`' chains) bit for bit, on paths whose
     chains stay in range and on paths whose chains leave it (``_UP_DOWN``: the float chain's values give
     ``P(tau = 5) = 1`` where exactly 1/4); one read when no chain lost an entry (:func:`float_chains`' rule), a

@@ -248,7 +248,7 @@ _MAX = float(np.finfo(np.float64).max)
 
 
 def _normal(x, xp):
-    """Where ``x`` is a normal finite float, :math:`2^{-1022} \le x \le` the largest float (a nan is not): the
+    r"""Where ``x`` is a normal finite float, :math:`2^{-1022} \le x \le` the largest float (a nan is not): the
     clipped value equal to itself, two ops where the two comparisons and their ``&`` were three."""
     return xp.clip(x, NEGLIGIBLE, _MAX) == x
 
@@ -301,7 +301,7 @@ _CONSTS: dict = {}
 
 
 def _onestep_consts(R: int, L: int, mu, E, xp) -> tuple:
-    """The constants of :func:`_scaled_chains`' one-step chain, made once per shape, dtype and device (never
+    r"""The constants of :func:`_scaled_chains`' one-step chain, made once per shape, dtype and device (never
     written: only concatenated and selected by): the mantissa and the exponent of :math:`w_0 = 1 = (1/2)\, 2^1`
     (``(R, 1)`` each, of ``mu``'s and ``E``'s dtypes) and the ``(L, L)`` mask ``j <= k``."""
     dev = _device(mu)
