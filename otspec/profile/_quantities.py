@@ -1013,10 +1013,10 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None, defe
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # q / 0 not taken; q / tiny p: see below
         ratio = xp.where(some, qx / px, one)  # 1 where p = 0 (weightless blocks)
     m = _block_steps(L, xp, dev)
-    # the float chains on the host, every entry whose chain left the normal range (an infinite ratio over a tiny p,
-    # a product overflowing or underflowing on the way) recomputed without leaving it; on a device the recomputed
-    # chains alone (path_weight_rows: the rule of otspec.block's path weights, a weight above 2**900 standing for
-    # itself)
+    # the float chains, every entry whose chain left the normal range (an infinite ratio over a tiny p, a product
+    # overflowing or underflowing on the way) recomputed without leaving it (path_weight_rows: the rule of
+    # otspec.block's path weights, a weight above 2**900 standing for itself); with deferred, the float chains
+    # unchecked, the caller checking them on the host
     onestep = "block-onestep" in names
 
     def chains():
