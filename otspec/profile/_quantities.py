@@ -1224,7 +1224,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
         def store_blocks(vals):
             # a lost entry of the float chains (a draft probability below about 1e-154, a product over- or
             # underflowing on the way): every value again with the chains exact past the range, read on its own
-            if seen and chains_lost(*(seen.pop(0) if c is not None else None for c in checks)):
+            if checks and chains_lost(*(seen.pop(0) if c is not None else None for c in checks)):  # stored first
                 vals = to_host(_block_tau_calls(blocks, Pr, Qr, X, L, xp, drafted))
             vals = vals.reshape((len(blocks), 2 * B * k_max * L))
             for f, put in enumerate(spreads):
