@@ -24,7 +24,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from otspec.block import tau_law_on_path
-from otspec.block._weights import BIG_WEIGHT, _scaled_chains, float_chains, path_weight_rows, path_weights
+from otspec.block._weights import BIG_WEIGHT, _scaled_chains, chains_lost, float_chains, path_weight_rows, path_weights
 from otspec.profile._quantities import _block_tau_calls, block_path_laws_stack
 from tests.test_properties_cm import _exact_tau_law, block_paths
 
@@ -134,6 +134,71 @@ def test_path_weight_rows_match_rationals(rows):
             np.testing.assert_array_equal(got[:n], chain[1 : n + 1])
 
 
+def _paths_past_the_range(test):
+    """``test`` on 25 paths of :func:`block_paths` and on ``_UP_DOWN``, ``_DOWN_UP`` and ``_SUBNORMAL``."""
+    for path in (_SUBNORMAL, _DOWN_UP, _UP_DOWN):
+        test = example(path=path)(test)
+    return settings(max_examples=25, deadline=None)(given(path=block_paths(max_l=4))(test))
+
+
+_ROWS = st.integers(1, 3).flatmap(lambda R: st.integers(1, 6).flatmap(lambda L: st.tuples(
+    st.lists(st.lists(_VALUES, min_size=L, max_size=L), min_size=R, max_size=R),
+    st.lists(st.lists(_VALUES, min_size=L, max_size=L), min_size=R, max_size=R))))
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=_ROWS)
+@example(rows=([[1e-200, 1e-200, 0.5]], [[0.5, 0.5, 1e-300]]))
+@example(rows=([[0.5, 0.5], [0.5, 0.5]], [[0.0, 1e-300], [1e-300, 1e-300]]))
+def test_chains_lost_is_float_chains_rule(rows):
+    """:func:`chains_lost` on the host copy of rows of float chains is true exactly when the one-path rule
+    (:func:`float_chains`, by its own loop) finds some row's chain lost, for each chain asked for and both (a
+    check by the extremes alone fails on rows with an exact zero after a zero ratio; one ignoring the ratios
+    fails where a subnormal ratio meets a large weight and the product stays normal)."""
+    px, qx = np.array(rows[0]), np.array(rows[1])
+    w, pw = _float_rows(px, qx)
+    with np.errstate(divide="ignore", over="ignore"):
+        ratio = np.where(px > 0, qx / np.where(px > 0, px, 1.0), 1.0)
+    ok = [float_chains(a, b)[2:] for a, b in zip(px, qx)]
+    assert chains_lost(ratio, w, None) == (not all(o[0] for o in ok))
+    assert chains_lost(ratio, None, pw) == (not all(o[1] for o in ok))
+    assert chains_lost(ratio, w, pw) == (not all(o[0] and o[1] for o in ok))
+
+
+@_paths_past_the_range
+def test_profile_walk_reads_the_float_chains_and_recomputes_only_lost_ones(path):
+    """The profile's batched quantities on torch laws (:func:`prefill_batched`, the walk's one read): block
+    verification's :math:`E[\\tau]` and target calls of both schemes are those of the exact route
+    (:func:`_block_tau_calls` without ``deferred``: :func:`path_weight_rows`' chains) bit for bit, on paths whose
+    chains stay in range and on paths whose chains leave it (``_UP_DOWN``: the float chain's values give
+    ``P(tau = 5) = 1`` where exactly 1/4); one read when no chain lost an entry (:func:`float_chains`' rule), a
+    second (the values recomputed) when one did. A route that kept the float chains' values fails on
+    ``_UP_DOWN``; one recomputing at every position fails the count of reads."""
+    import array_api_compat.torch as xpt
+
+    import otspec.profile._quantities as PQ
+
+    block, cs, cb = path
+    L = len(block)
+    P, Q = torch.from_numpy(np.stack(cs))[None], torch.from_numpy(np.stack(list(cb) + [cb[-1]]))[None]
+    X = np.array([block], dtype=np.int64)
+    names = ("block", "block-onestep")
+    want = PQ.to_host(PQ._block_tau_calls(names, P, Q, torch.from_numpy(X), L, xpt))  # (2, 2, 1, L)
+    builds = PQ.Builds(X, P, Q, {})
+    reads, real = [], PQ.to_host
+    PQ.to_host = lambda a: reads.append(a) or real(a)
+    try:
+        PQ.prefill_batched([builds], (), names, lambda name: (1,), L)
+    finally:
+        PQ.to_host = real
+    for f, name in enumerate(names):
+        np.testing.assert_array_equal(np.asarray(builds._batched[("block", name, L)]).ravel(), want[f].ravel())
+    px = [c[x] for c, x in zip(cs, block)]
+    qx = [c[x] for c, x in zip(cb, block)]
+    lost = not all(float_chains(px, qx)[2:])
+    assert len(reads) == 1 + lost, (len(reads), lost)
+
+
 def _normal_prefix(px, qx, block: bool) -> bool:
     _, _, ok_w, ok_p = float_chains(px, qx)
     return ok_w if block else ok_p
@@ -189,11 +254,7 @@ def _xp(a):
     return array_api_compat.array_namespace(a)
 
 
-@settings(max_examples=25, deadline=None)
-@given(path=block_paths(max_l=4))
-@example(path=_UP_DOWN)
-@example(path=_DOWN_UP)
-@example(path=_SUBNORMAL)
+@_paths_past_the_range
 def test_decoder_device_routes_match_rationals_past_the_range(path):
     """The accelerator's routes on CPU tensors: :func:`block_walk_t`'s logged numbers give the rational law of
     ``"block"`` (:func:`backward_law`), :func:`block_onestep_tau_law_t` that of ``"block-onestep"``; and

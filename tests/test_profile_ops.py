@@ -95,6 +95,11 @@ READS.update({(False, 1): 1.25})
 #: before 231.25 and 507.5, and 310.75 and 525.5 with the mask's and exponents' casts, which fail these). The cost of
 #: the exactness; a cheaper torch route (the scaled chains alone where they equal the float chains' bits) is open.
 BOUND.update({(False, 0): 306, (True, 0): 521})
+#: Then the float chains of block verification formed unchecked on torch and read with the position's values, checked
+#: on the host (otspec.block._weights.chains_lost), every value recomputed exact (a read of its own) only where an
+#: entry left the normal range: 222.75 / 707 chains, 446.25 / 1,061.75 with trees (measured, each walk in a fresh
+#: process; before 305.75 / 790 and 529.25 / 1,144.75, which fail these). Every value the same bits.
+BOUND.update({(False, 0): 223, (False, 1): 707, (True, 0): 447, (True, 1): 1062})
 
 
 @pytest.mark.parametrize("trees,subsample", list(BOUND))
@@ -307,6 +312,9 @@ class _ReadCount(torch.overrides.TorchFunctionMode):
 TREE_LAUNCHES = {0: 460, 1: 1240}
 #: Then block verification's exact path weights (above): 498.5 cheap (measured; 503.5 with the casts, which fails this).
 TREE_LAUNCHES.update({0: 499})
+#: Then block verification's float chains checked on the host (above): 446.25 cheap, 1,061.75 subsampled (measured;
+#: before 529.25 and 1,144.75, which fail these).
+TREE_LAUNCHES.update({0: 447, 1: 1062})
 TREE_LAUNCHES_MINE = {0: 210, 1: 215}
 #: Then the bound's two scoring calls' laws formed unchecked, their bad-logits flags (``bad_rows``: a slice and an
 #: ``isnan`` each) read with the walk's next read instead of the checked ``Sampling.probs``' own read: the same ops,
@@ -337,6 +345,9 @@ def test_tree_positions_draft_and_verify_in_fewer_launches(monkeypatch, subsampl
 #: 3 numbers of drafts, 10 times; the 6 rounds of the grid on the CPU, 4 on an accelerator; the 15 Horner steps) are
 #: fixed by the floats they must reproduce.
 SUBSAMPLED_BC = {False: 830, True: 1228}
+#: Then block verification's float chains checked on the host (above): 707 chains, 1,061.75 with trees (measured;
+#: before 790 and 1,144.75, which fail these).
+SUBSAMPLED_BC.update({False: 707, True: 1062})
 
 
 @pytest.mark.parametrize("trees", [False, True])

@@ -161,6 +161,10 @@ def test_rows_are_the_numpy_route_s(walk):
 SUBSAMPLED_CHAIN_OPS = 786
 #: 781.0 without the mask's and the exponents' casts (cumulative sums taken as int64 directly).
 SUBSAMPLED_CHAIN_OPS = 781
+#: 698.0 with the float chains formed unchecked on torch, read with the position's values and checked on the host
+#: (otspec.block._weights.chains_lost; the exact chains recomputed, in a read of their own, only where an entry left
+#: the normal range): the code before (781.0) fails this; the 700 aimed at is met again.
+SUBSAMPLED_CHAIN_OPS = 698
 
 
 def test_a_subsampled_chain_position_issues_fewer_ops():

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._validation import NEGLIGIBLE
 
-__all__ = ["BIG_WEIGHT", "float_chains", "path_weights", "path_weight_rows"]
+__all__ = ["BIG_WEIGHT", "chains_lost", "float_chains", "path_weights", "path_weight_rows"]
 
 #: Stand-in for a path weight above it: every decision it enters is then 1 (``min(1, w)``, and
 #: ``p_remain >= p_rej`` since ``p_remain - p_rej = w sum(q) - sum(p) > 0``), and ``w * q`` summed over any
@@ -156,11 +156,62 @@ def _host_rows(px, qx, w, pw, ratio):
     if ratio is None:
         with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
             ratio = np.where(px > 0, qx / np.where(px > 0, px, 1.0), 1.0)
-    arrays = [a for a in (ratio, w, pw) if a is not None]
-    lo, hi = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
-    if lo >= NEGLIGIBLE and hi < math.inf:  # every ratio and product normal (a nan fails both tests)
+    if _all_normal(ratio, w, pw):
         return None
     return _rows(px, qx, w, pw, ratio, np)
+
+
+def _all_normal(ratio, w, pw) -> bool:
+    """Whether every ratio and every product of the numpy chains ``w``, ``pw`` (either None) is normal: the
+    extremes alone (a nan fails both tests)."""
+    arrays = [a for a in (ratio, w, pw) if a is not None]
+    lo, hi = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
+    return lo >= NEGLIGIBLE and hi < math.inf
+
+
+def chains_lost(ratio, w, pw) -> bool:
+    r"""Whether float chains brought to the host lost some entry (the rule of :func:`float_chains`, row by row).
+
+    .. math::
+
+        \exists\, r, k:\ 
+ho_{r,k} 
+otin \{0\} \cup [2^{-1022}, \infty) \ 	ext{ or }        c_{r,k} 
+otin [2^{-1022}, \infty) \ (c_{r,k} 
+e 0 	ext{ or no } 
+ho_{r,i \le k} = 0),
+        \quad c \in \{w, p\},
+
+    for the ratios :math:`
+ho` (``q / p``, 1 where ``p = 0``) and the running products ``w`` and ``pw`` of
+    :func:`path_weight_rows` (``(R, L)``; either None). For a caller that forms the plain float chains where its
+    laws are (nothing read there), reads them in a read it already does, and recomputes with
+    :func:`path_weight_rows` only when this is true: its values are then :func:`path_weight_rows`' bit for bit
+    (where no entry is lost those keep the float chains). Checked by the extremes first (a few reductions), the
+    rows' mask only when some ratio or product is zero, subnormal or not finite.
+
+    Parameters
+    ----------
+    ratio : (R, L) float64 numpy array
+    w, pw : (R, L) float64 numpy arrays or None
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from otspec.block._weights import chains_lost
+    >>> ratio = np.array([[2.0, 0.0, 3.0], [1e200, 1e200, 1e-300]])
+    >>> with np.errstate(over="ignore"):
+    ...     w = np.cumprod(ratio, axis=-1)
+    >>> chains_lost(ratio[:1], w[:1], None), chains_lost(ratio, w, None)  # an exact zero; an overflow on the way
+    (False, True)
+    """
+    if _all_normal(ratio, w, pw):
+        return False
+    return bool(np.any(_lost(ratio, w, pw, np)))
 
 
 def _rows(px, qx, w, pw, ratio, xp):
@@ -182,11 +233,24 @@ def _lost(ratio, w, pw, xp):
     not after a zero ratio, on (:func:`float_chains`' rule, one mask for both chains)."""
     zero = ratio == 0.0
     zero_seen = xp.cumulative_sum(zero, axis=-1, dtype=xp.int64) > 0  # summed as int64: no cast of its own
-    good = zero | ((ratio >= NEGLIGIBLE) & (ratio < math.inf))
+    good = zero | _normal(ratio, xp)
+    # a product after a zero ratio, every ratio and product before it good, is an exact zero (0 times finite
+    # ratios, capped or not); a nonzero one there needs an infinite or nan ratio, not good itself: so "zero seen"
+    # alone stands for "zero, after a zero ratio" in the running mask (two ops a chain fewer, the same mask)
     for v in (w, pw):
         if v is not None:
-            good = good & (((v >= NEGLIGIBLE) & (v < math.inf)) | ((v == 0.0) & zero_seen))
+            good = good & (_normal(v, xp) | zero_seen)
     return xp.cumulative_sum(~good, axis=-1, dtype=xp.int64) > 0
+
+
+#: The largest finite float64.
+_MAX = float(np.finfo(np.float64).max)
+
+
+def _normal(x, xp):
+    r"""Where ``x`` is a normal finite float, :math:`2^{-1022} \le x \le` the largest float (a nan is not): the
+    clipped value equal to itself, two ops where the two comparisons and their ``&`` were three."""
+    return xp.clip(x, NEGLIGIBLE, _MAX) == x
 
 
 def _ldexp(m, e, xp):
@@ -223,15 +287,34 @@ def _scaled_chains(px, qx, some, xp, block: bool, onestep: bool):
     if onestep:
         # p_k = min(1, min_{j < k} w_k / w_j), w_0 = 1 = (1/2) 2**1; a zero w_j (j < k) makes w_k zero, and p_k = 0
         R, L = int(px.shape[0]), int(px.shape[-1])
-        dev = _device(mu)
-        mu0 = xp.concat([xp.full((R, 1), 0.5, dtype=mu.dtype, device=dev), xp.where(zero, 1.0, mu)[:, : L - 1]],
-                        axis=-1)  # w_j, j = 0..L-1
-        E0 = xp.concat([xp.ones((R, 1), dtype=E.dtype, device=dev), E[:, : L - 1]], axis=-1)
+        half, one, upper = _onestep_consts(R, L, mu, E, xp)
+        mu0 = xp.concat([half, xp.where(zero, 1.0, mu)[:, : L - 1]], axis=-1)  # w_j, j = 0..L-1
+        E0 = xp.concat([one, E[:, : L - 1]], axis=-1)
         q = _ldexp(mu[:, None, :] / mu0[:, :, None], xp.clip(E[:, None, :] - E0[:, :, None], -1100, 2), xp)
-        j = xp.arange(L, device=dev)
-        q = xp.where(j[:, None] <= j[None, :], xp.clip(q, None, 1.0), 1.0)  # (R, j, k): j < k only
+        q = xp.where(upper, xp.clip(q, None, 1.0), 1.0)  # (R, j, k): j < k only
         pw = xp.where(zero, 0.0, xp.min(q, axis=1))
     return w, pw
+
+
+#: :func:`_onestep_consts`' arrays by (namespace, rows, length, dtypes, device): made once per run.
+_CONSTS: dict = {}
+
+
+def _onestep_consts(R: int, L: int, mu, E, xp) -> tuple:
+    r"""The constants of :func:`_scaled_chains`' one-step chain, made once per shape, dtype and device (never
+    written: only concatenated and selected by): the mantissa and the exponent of :math:`w_0 = 1 = (1/2)\, 2^1`
+    (``(R, 1)`` each, of ``mu``'s and ``E``'s dtypes) and the ``(L, L)`` mask ``j <= k``."""
+    dev = _device(mu)
+    key = (getattr(xp, "__name__", str(xp)), R, L, str(mu.dtype), str(E.dtype), str(dev))
+    got = _CONSTS.get(key)
+    if got is None:
+        j = xp.arange(L, device=dev)
+        got = (xp.full((R, 1), 0.5, dtype=mu.dtype, device=dev), xp.ones((R, 1), dtype=E.dtype, device=dev),
+               j[:, None] <= j[None, :])
+        if len(_CONSTS) >= 64:
+            _CONSTS.clear()
+        _CONSTS[key] = got
+    return got
 
 
 def _device(x):

@@ -40,7 +40,7 @@ import numpy as np
 from .._array import namespace
 from .._registry import get_verifier
 from .._validation import NEGLIGIBLE
-from ..block._weights import path_weight_rows
+from ..block._weights import chains_lost, path_weight_rows
 from ..lossy._mentored import kl_divergence
 from ..multidraft._batched import batched_maximal_coupling_acceptance
 from ..otm._alpha import alpha_k
@@ -954,7 +954,7 @@ def block_path_laws(name: str, P, Q, X, L: int, xp=None):
     return block_path_laws_stack((name,), P, Q, X, L, xp)[0]
 
 
-def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
+def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None, deferred: bool = False):
     r""":func:`block_path_laws` of each scheme of ``names`` (``"block"``, ``"block-onestep"``), stacked, in a fixed
     number of batched operations (no loop over depths or lengths).
 
@@ -975,8 +975,12 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     run in order). Where a chain of weights leaves the float range (a draft probability below about ``1e-154``,
     ratios whose product over- or underflows on the way) its entries are recomputed from mantissas and exact
     exponents (:func:`otspec.block._weights.path_weight_rows`, the rule of :func:`otspec.block.tau_law_on_path`'s
-    weights: a weight above :math:`2^{900}` stands for itself), so the laws stay exact there too; on a GPU the
-    weights are those recomputed ones throughout (equal to the float chains to rounding).
+    weights: a weight above :math:`2^{900}` stands for itself), so the laws stay exact there too. With
+    ``deferred`` on laws that are not numpy arrays, the plain float chains instead (no mask, no recomputation:
+    the ops of a chain that stays in range) and the arrays that tell whether they stayed there returned beside the
+    laws, for the caller to read in a read it already does and to check on the host
+    (:func:`otspec.block._weights.chains_lost`); where that finds a lost entry the caller calls again without
+    ``deferred``, and its values are then this function's, bit for bit, whichever route.
 
     Parameters
     ----------
@@ -985,10 +989,15 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
         As :func:`block_path_laws`.
     drafted : tuple of two (R, L) arrays, optional, keyword-only
         ``P`` and ``Q`` at the drafted tokens (:func:`_drafted`), when already gathered.
+    deferred : bool, keyword-only
+        Off numpy, the float chains unchecked and ``(law, checks)`` returned, ``checks`` the ``(R, L)`` ratios and
+        the chains asked for (``(ratio, w, pw)``, None for a chain not asked for:
+        :func:`otspec.block._weights.chains_lost`'s arguments). Ignored on numpy (checked there: a few reductions).
 
     Returns
     -------
     (len(names), R, L, L + 1) array of float64, namespace and device of ``P``
+        With ``deferred`` off numpy: ``(law, checks)``.
     """
     xp = namespace(P, Q) if xp is None else xp
     names = list(names)
@@ -1004,10 +1013,10 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):  # q / 0 not taken; q / tiny p: see below
         ratio = xp.where(some, qx / px, one)  # 1 where p = 0 (weightless blocks)
     m = _block_steps(L, xp, dev)
-    # the float chains on the host, every entry whose chain left the normal range (an infinite ratio over a tiny p,
-    # a product overflowing or underflowing on the way) recomputed without leaving it; on a device the recomputed
-    # chains alone (path_weight_rows: the rule of otspec.block's path weights, a weight above 2**900 standing for
-    # itself)
+    # the float chains, every entry whose chain left the normal range (an infinite ratio over a tiny p, a product
+    # overflowing or underflowing on the way) recomputed without leaving it (path_weight_rows: the rule of
+    # otspec.block's path weights, a weight above 2**900 standing for itself); with deferred, the float chains
+    # unchecked, the caller checking them on the host
     onestep = "block-onestep" in names
 
     def chains():
@@ -1018,7 +1027,12 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
             S = xp.cumulative_prod(xp.where(m["suffix"], ratio[:, None, :], one), axis=-1)
             return S[:, 0, :], xp.min(xp.where(S <= 1.0, S, one), axis=1)
 
-    w, pw = path_weight_rows(px, qx, xp, chains, block="block" in names, onestep=onestep, ratio=ratio)
+    deferred = deferred and not isinstance(px, np.ndarray)
+    if deferred:  # the float chains as they are, checked by the caller on the host
+        w, pw = chains()
+        w = w if "block" in names else None
+    else:
+        w, pw = path_weight_rows(px, qx, xp, chains, block="block" in names, onestep=onestep, ratio=ratio)
     run = {"block": w, "block-onestep": pw}
     ones = _ones_column(len(names), R, ratio, xp)
     runs = xp.stack([run[n] for n in names], axis=0)  # (F, R, L): w_1 .. w_L
@@ -1049,7 +1063,8 @@ def block_path_laws_stack(names, P, Q, X, L: int, xp=None, *, drafted=None):
     left = xp.flip(xp.cumulative_prod(xp.flip(G, axis=-1), axis=-1), axis=-1)  # (F, R, L, L)
     a = xp.concat([ones4, acc4], axis=-1)  # a_t, a_0 = 1
     law = xp.concat([left * a, top], axis=-1)  # a last column (t = L), never short: only its shape is read
-    return xp.where(m["short"], law, xp.where(m["full"], top, c["zero"]))
+    law = xp.where(m["short"], law, xp.where(m["full"], top, c["zero"]))
+    return (law, (ratio, w, pw)) if deferred else law
 
 
 def _ones_column(F: int, R: int, like, xp, shape: tuple = (1,)):
@@ -1098,13 +1113,16 @@ def _scheme_consts(names: tuple, xp, dev) -> dict:
     return got
 
 
-def _block_tau_calls(names, P, Q, X, L_max: int, xp, drafted=None):
+def _block_tau_calls(names, P, Q, X, L_max: int, xp, drafted=None, *, deferred: bool = False):
     r"""``(len(names), 2, R, L_max)``: block verification's :math:`E[\tau \mid X_r^\ell]` and expected target calls
-    for every scheme of ``names``, row and length, from :func:`block_path_laws_stack` (the laws' namespace)."""
-    law = block_path_laws_stack(names, P, Q, X, L_max, xp, drafted=drafted)  # (F, R, L, L + 1)
+    for every scheme of ``names``, row and length, from :func:`block_path_laws_stack` (the laws' namespace); with
+    ``deferred`` off numpy, ``(values, checks)`` (:func:`block_path_laws_stack`'s ``deferred``)."""
+    law = block_path_laws_stack(names, P, Q, X, L_max, xp, drafted=drafted, deferred=deferred)  # (F, R, L, L + 1)
+    law, checks = law if isinstance(law, tuple) else (law, None)
     m = _block_steps(L_max, xp, _device(P))
     # sum_t law * t and 1 + sum_t law * (ell - t)_+ in one product and one sum: (F, 2, R, L) (the tau row + 0.0)
-    return xp.sum(law[:, None] * m["t_missing"], axis=-1) + m["calls_one"]
+    got = xp.sum(law[:, None] * m["t_missing"], axis=-1) + m["calls_one"]
+    return got if checks is None else (got, checks)
 
 
 #: :func:`_block_steps`' arrays by (namespace, device, L): made once per run.
@@ -1199,12 +1217,21 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     if blocks:  # both schemes in one batched pass
         spreads = [spread(("block", name, L), (2, B, k_max, L), 1) for name in blocks]
 
+        got = _block_tau_calls(blocks, Pr, Qr, X, L, xp, drafted, deferred=True)
+        vals, checks = got if isinstance(got, tuple) else (got, ())
+        seen: list = []  # the float chains' ratios and products, read with the values (off numpy)
+
         def store_blocks(vals):
+            # a lost entry of the float chains (a draft probability below about 1e-154, a product over- or
+            # underflowing on the way): every value again with the chains exact past the range, read on its own
+            if checks and chains_lost(*(seen.pop(0) if c is not None else None for c in checks)):  # stored first
+                vals = to_host(_block_tau_calls(blocks, Pr, Qr, X, L, xp, drafted))
             vals = vals.reshape((len(blocks), 2 * B * k_max * L))
             for f, put in enumerate(spreads):
                 put(vals[f])
 
-        parts.append((_block_tau_calls(blocks, Pr, Qr, X, L, xp, drafted), store_blocks))
+        parts += [(c, seen.append) for c in checks if c is not None]  # stored before the values: read first
+        parts.append((vals, store_blocks))
     if "token" in families:
         parts.append((_token_reach(Pr, Qr, X, L, xp, drafted), spread(("token", L), (B, k_max, L))))
     on = [b for b, o in enumerate(subsampled or ()) if o]
