@@ -1691,8 +1691,7 @@ def test_row_stats_power_sums_are_the_block_sweeps(V):
         _bound_kernels.race_moments_row(p, mark, st[3], want)
         assert st[3] == p[~mark].max() and want[1] >= 1.0
         assert np.array_equal(nu, want), np.flatnonzero(nu != want)
-        # the support, mass and second draw's sums formed in moments_group's sweep (with the race) are those of the
-        # block-by-block sweep (without it) to the bit: fails with the most likely token's column offset wrong
+        # the support, mass and second draw's sums with the race's sweeps are those without them, to the bit
         st0 = np.zeros(7)
         mark[:] = False
         _bound_kernels.wor_row_stats(p, K, False, head, hval, np.zeros(49), mark, st0)
@@ -1743,8 +1742,7 @@ def _group_and_blocks(p, mark, inv):
     kg = kw = 0
     for g0 in range(0, V, G * B):
         kg = _bound_kernels.moments_group(p[g0:g0 + G * B], mark[g0:g0 + G * B], inv, sig, got[0], got[1], yg,
-                                          got[3], got[4], kg, g0, -1, np.zeros(B), np.zeros(B),
-                                          np.zeros(B, np.int64))
+                                          got[3], got[4], kg)
         for v0 in range(g0, g0 + G * B, B):
             kw = _bound_kernels.moments_block(p[v0:v0 + B], mark[v0:v0 + B], B, inv, sig, want[0], want[1], want[2],
                                               want[3], want[4], kw)

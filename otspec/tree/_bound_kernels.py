@@ -1294,28 +1294,18 @@ def moments_block(pb, mb, b, inv, sig, s0, s1, yb, A, big, k):
     return k
 
 
-def moments_group(pg, mg, inv, sig, s0, s1, yg, A, big, k, g0, top, Lr, Lt, Ls):
-    """:func:`moments_block` on :data:`GROUP` consecutive whole blocks ``pg`` (columns ``g0 ..``, marks ``mg``,
-    ``yg`` scratch of as many entries) in one sweep per stage, with :func:`wor_row_sums`' lanes of the same columns
-    (``Lr``, ``Lt``, ``Ls``: the mass outside the most likely token ``top``, the second draw's terms, the support)
-    in its first sweep: each lane's sums and powers 2 .. 10 held in registers over the group's entries of that lane
-    and stored once (the same additions in the same order, so the same lanes; a sweep per block stores 11 lanes per
-    entry, the store port's limit); the large tokens appended in column order; the new ``k``."""
+def moments_group(pg, mg, inv, sig, s0, s1, yg, A, big, k):
+    """:func:`moments_block` on :data:`GROUP` consecutive whole blocks ``pg`` (marks ``mg``, ``yg`` scratch of as
+    many entries) in one sweep per stage: each lane's two sums and powers 2 .. 10 held in registers over the
+    group's entries of that lane and stored once (the same additions in the same order, so the same lanes; a sweep
+    per block stores 11 lanes per entry, the store port's limit); the large tokens appended in column order; the
+    new ``k``."""
     m = 0
     for v in range(BLOCK):
         a0 = s0[v]
         a1 = s1[v]
-        lr = Lr[v]
-        lt = Lt[v]
-        ls = Ls[v]
         for e in range(GROUP):
-            x = pg[e * BLOCK + v]
-            ls += 1 if x > 0.0 else 0
-            xr = x if g0 + e * BLOCK + v != top else 0.0
-            den = 1.0 - xr
-            lr += xr
-            lt += xr / den if den > 0.0 else 0.0
-            y = x * inv
+            y = pg[e * BLOCK + v] * inv
             yg[e * BLOCK + v] = y
             w = y if y <= 1e-2 else 0.0
             q = (sig + w) - sig                    # error-free split: q exact on its grid, w - q exact
@@ -1324,9 +1314,6 @@ def moments_group(pg, mg, inv, sig, s0, s1, yg, A, big, k, g0, top, Lr, Lt, Ls):
             m += 1 if y > 1e-2 else 0
         s0[v] = a0
         s1[v] = a1
-        Lr[v] = lr
-        Lt[v] = lt
-        Ls[v] = ls
     A2 = A[2]
     A3 = A[3]
     A4 = A[4]
@@ -1456,12 +1443,6 @@ def wor_row_sums(p, race, head, nu, mark, st):
     Ls = np.zeros(BLOCK, dtype=np.int64)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
-        if v0 + b <= Vg:
-            if (v0 + b) % (GROUP * BLOCK) == 0:      # a group's last block: the group's sums and powers in one sweep
-                g0 = v0 + b - GROUP * BLOCK
-                k = moments_group(p[g0:v0 + b], mark[g0:v0 + b], inv, sig, s0, s1, yg, A, big, k, g0, top, Lr, Lt,
-                                  Ls)
-            continue
         pb = p[v0:v0 + b]
         for v in range(b):
             y = pb[v]
@@ -1470,7 +1451,11 @@ def wor_row_sums(p, race, head, nu, mark, st):
             den = 1.0 - x
             Lr[v] += x
             Lt[v] += x / den if den > 0.0 else 0.0
-        if moments:
+        if v0 + b <= Vg:
+            if (v0 + b) % (GROUP * BLOCK) == 0:      # a group's last block: the group's powers in one sweep
+                g0 = v0 + b - GROUP * BLOCK
+                k = moments_group(p[g0:v0 + b], mark[g0:v0 + b], inv, sig, s0, s1, yg, A, big, k)
+        elif moments:
             k = moments_block(pb, mark[v0:v0 + b], b, inv, sig, s0, s1, yb, A, big, k)
     if moments:
         moments_finish(s0, s1, A, big, k, nu)
