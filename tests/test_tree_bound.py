@@ -1154,6 +1154,10 @@ def test_last_depth_rows_skip_the_race_where_the_draft_covers_the_target(monkeyp
     def refuse(*a, **k):
         raise AssertionError("the race ran")
 
+    # the route compiled before the patch (a compiled kernel cannot call a Python function: without numba's cache
+    # of the kernels, their first compilation would otherwise meet the patched global)
+    B._expand_rows(slots, "wor", [B._Prefix((i,), 0.05, 0.5, np.full(8, 0.5), (0.3,), {}) for i in range(m)],
+                   list(P), list(P), 10**6)
     monkeypatch.setattr(_bound_kernels, "race_rows", refuse)
     monkeypatch.setattr(_bound_kernels, "wor_row_stats", refuse)
     assert B._expand_rows(slots, "wor", frontier, list(P), list(P), 10**6)[0] is None
@@ -1305,11 +1309,12 @@ def test_race_rows_without_head_laws_keep_the_tail(V, kind, seed, K, R):
 @given(V=st.integers(2, 3000), kind=st.sampled_from(["llm", "grid", "one-hot", "flat", "tiers", "rising"]),
        seed=st.integers(0, 10**6), K=st.sampled_from([0, 1, 8, 32]))
 def test_race_power_sums_lanes_bit_for_bit(V, kind, seed, K):
-    """The race's power sums' lanes (``moments_block``: the powers 2 .. 11 of the small tokens formed once per entry
-    in one sweep of each block) against the lanes built block by block in numpy by the per-power products of the
-    sweeps before (``y2 = w w``, ``y2 w``, ``y2 y2``; ``y4 w``, ``y3 y3``, ``y4 y3``; ``y8``, ``y8 w``,
-    ``y8 y2``, ``(y8 y2) w``), each lane summed in block order: every lane and the gathered tokens bit for bit
-    (so ``race_moments_row``'s sums, which finish from them, too)."""
+    """The race's power sums' lanes (``moments_block``: the small tokens' error-free split at ``split_point`` and
+    their powers 2 .. 10, each product formed once per entry in one sweep of each block) against the lanes built
+    block by block in numpy (``q = (sigma + w) - sigma`` and ``w - q``; ``y2 = w w``, ``y2 w``, ``y2 y2``;
+    ``y4 w``, ``y3 y3``, ``y4 y3``; ``y8``, ``y8 w``, ``y8 y2``), each lane summed in block order: every lane and
+    the gathered tokens (above 1e-2, the marked ones left out) bit for bit (so ``race_moments_row``'s sums, which
+    finish from them, too)."""
     rng = np.random.default_rng(seed)
     p = _row_of_kind(kind, V, rng)
     B = _bound_kernels.BLOCK
@@ -1319,27 +1324,25 @@ def test_race_power_sums_lanes_bit_for_bit(V, kind, seed, K):
     if tail.size == 0:
         return
     inv = 1.0 / float(tail.max())
+    sig = _bound_kernels.split_point(V)
     s0k, s1k, ybk, Ak, bigk = _bound_kernels.moments_scratch(V)
     k = 0
-    s0, s1, A = np.zeros(B), np.zeros(B), np.zeros((12, B))
+    s0, s1, A = np.zeros(B), np.zeros(B), np.zeros((11, B))
     big = []
     for v0 in range(0, V, B):
         b = min(B, V - v0)
-        k = _bound_kernels.moments_block(p[v0:v0 + b], mark[v0:v0 + b], b, inv, s0k, s1k, ybk, Ak, bigk, k)
-        x = p[v0:v0 + b]
-        y = np.where(mark[v0:v0 + b], 0.0, np.where(x > 0, x * inv, 0.0))
-        u = s0[:b].copy()
-        t = u + y
-        s1[:b] += np.where(np.abs(u) >= y, (u - t) + y, (y - t) + u)
-        s0[:b] = t
+        k = _bound_kernels.moments_block(p[v0:v0 + b], mark[v0:v0 + b], b, inv, sig, s0k, s1k, ybk, Ak, bigk, k)
+        y = p[v0:v0 + b] * inv
         w = np.where(y <= 1e-2, y, 0.0)
+        q = (sig + w) - sig
+        s0[:b] += q
+        s1[:b] += w - q
         y2 = w * w
         y3, y4 = y2 * w, y2 * y2
         y8 = y4 * y4
-        for n, term in zip(range(2, 12), (y2, y2 * w, y2 * y2, y4 * w, y3 * y3, y4 * y3, y8, y8 * w, y8 * y2,
-                                          (y8 * y2) * w)):
+        for n, term in zip(range(2, 11), (y2, y2 * w, y2 * y2, y4 * w, y3 * y3, y4 * y3, y8, y8 * w, y8 * y2)):
             A[n, :b] += term
-        big.extend(y[y > 1e-2].tolist())
+        big.extend(y[(y > 1e-2) & ~mark[v0:v0 + b]].tolist())
     np.testing.assert_array_equal(s0k, s0)
     np.testing.assert_array_equal(s1k, s1)
     np.testing.assert_array_equal(Ak[2:], A[2:])
@@ -1676,6 +1679,7 @@ def test_row_stats_power_sums_are_the_block_sweeps(V):
         p = np.exp(z - z.max())
         p[rng.random(V) < 0.05] = 0.0
         p[rng.integers(0, V, 40)] *= 50.0
+        p[min(V - 1, 1500)] = 2.0 * p.max()             # the most likely token in the second group
         p /= p.sum()
         head, hval = np.zeros(K, np.int64), np.zeros(K)
         nu, want, st = np.zeros(49), np.zeros(49), np.zeros(7)
@@ -1687,6 +1691,45 @@ def test_row_stats_power_sums_are_the_block_sweeps(V):
         _bound_kernels.race_moments_row(p, mark, st[3], want)
         assert st[3] == p[~mark].max() and want[1] >= 1.0
         assert np.array_equal(nu, want), np.flatnonzero(nu != want)
+        # the support, mass and second draw's sums with the race's sweeps are those without them, to the bit
+        st0 = np.zeros(7)
+        mark[:] = False
+        _bound_kernels.wor_row_stats(p, K, False, head, hval, np.zeros(49), mark, st0)
+        assert np.array_equal(st, st0), (st, st0)
+
+
+@pytest.mark.parametrize("V", [300, 4096, 102_400])
+def test_split_point_keeps_lane_sums_exact(V):
+    """The race's mass of the small tokens (:math:`y \\le 10^{-2}`) split without error at ``split_point``: each
+    :math:`y = q + (y - q)` exactly, every lane's sum of the parts :math:`q` exact (``math.fsum`` of the lane's
+    parts, bit for bit) on rows whose lanes add up to nearly :math:`m \\cdot 10^{-2}` (``m`` entries a lane, 400
+    at the largest ``V``), and ``race_moments_row``'s ``nu[1]`` within an ulp of ``math.fsum`` of the whole tail.
+    Fails with a split point that does not grow with ``V`` (``2**-6``: the lanes' parts round from a lane total
+    of 1/32 on) or a lane's parts added in a wrong order of magnitude."""
+    B = _bound_kernels.BLOCK
+    m = -(-V // B)
+    sig = _bound_kernels.split_point(V)
+    assert sig >= m * 1e-2 and (sig == 2.0**-6 or sig / 2 < m * 1e-2) and math.frexp(sig)[0] == 0.5
+    rng = np.random.default_rng(V)
+    p = rng.uniform(0.5e-2, 1e-2, V)
+    p[rng.integers(0, V, 3)] = 1.0                     # the tail's largest (y = 1) and two ties: gathered
+    mark = np.zeros(V, dtype=bool)
+    s0, s1, yb, A, big = _bound_kernels.moments_scratch(V)
+    k = 0
+    for v0 in range(0, V, B):
+        b = min(B, V - v0)
+        k = _bound_kernels.moments_block(p[v0:v0 + b], mark[v0:v0 + b], b, 1.0, sig, s0, s1, yb, A, big, k)
+    w = np.where(p <= 1e-2, p, 0.0)
+    q = (sig + w) - sig
+    assert np.array_equal(q + (w - q), w) and np.array_equal((w - q) + q, w)
+    for v in range(B):
+        assert s0[v] == math.fsum(q[v::B].tolist()), v
+    if m > 12:                                         # lanes past 2 * 2**-6: a fixed split point rounds there
+        assert max(math.fsum(q[v::B].tolist()) for v in range(B)) > 2.0**-4
+    nu = np.zeros(49)
+    _bound_kernels.race_moments_row(p, mark, 1.0, nu)
+    want = math.fsum(p.tolist())
+    assert abs(nu[1] - want) <= 2.0**-52 * want, (nu[1], want)
 
 
 def _group_and_blocks(p, mark, inv):
@@ -1695,19 +1738,20 @@ def _group_and_blocks(p, mark, inv):
     B, G, V = _bound_kernels.BLOCK, _bound_kernels.GROUP, p.shape[0]
     got, want = _bound_kernels.moments_scratch(V), _bound_kernels.moments_scratch(V)
     yg = np.zeros(G * B)
+    sig = _bound_kernels.split_point(V)
     kg = kw = 0
     for g0 in range(0, V, G * B):
-        kg = _bound_kernels.moments_group(p[g0:g0 + G * B], mark[g0:g0 + G * B], inv, got[0], got[1], yg, got[3],
-                                          got[4], kg)
+        kg = _bound_kernels.moments_group(p[g0:g0 + G * B], mark[g0:g0 + G * B], inv, sig, got[0], got[1], yg,
+                                          got[3], got[4], kg)
         for v0 in range(g0, g0 + G * B, B):
-            kw = _bound_kernels.moments_block(p[v0:v0 + B], mark[v0:v0 + B], B, inv, want[0], want[1], want[2],
+            kw = _bound_kernels.moments_block(p[v0:v0 + B], mark[v0:v0 + B], B, inv, sig, want[0], want[1], want[2],
                                               want[3], want[4], kw)
     return got, want, kg, kw
 
 
 def test_moments_group_is_moments_block_lane_by_lane():
-    """``moments_group`` against ``moments_block`` on each of its blocks in turn: every lane (the sums, their
-    corrections, the powers 2 .. 11) and the gathered large tokens the same floats, over several groups in a row
+    """``moments_group`` against ``moments_block`` on each of its blocks in turn: every lane (the split's two sums,
+    the powers 2 .. 10) and the gathered large tokens the same floats, over several groups in a row
     (lanes carried from one group to the next), with marked entries, exact zeros and tokens on both sides of 1e-2."""
     B, G = _bound_kernels.BLOCK, _bound_kernels.GROUP
     rng = np.random.default_rng(11)

@@ -1200,14 +1200,19 @@ def race_moments(P, head, mark, pmax, nu):
 
 def race_moments_row(p, mark, mx, nu):
     r"""``nu[n]`` = :math:`\sum_{x} y_x^n`, :math:`y_x = p_x / m_x` over the entries of ``p`` not marked in
-    ``mark`` (the tail; ``mx`` its largest probability), ``n = 1 .. nu.shape[0] - 1``. Over :data:`BLOCK` lanes
-    without branches: ``n = 1`` a compensated sum in each lane (Neumaier), the lanes then summed compensated too
-    (the mass that enters :math:`e^{-m_L t}`); a token with :math:`y \le 10^{-2}` adds its powers up to 11
-    (:math:`y^{12} \le 10^{-24}`), in the same lanes, in one vectorised sweep of the block that forms each
-    product once; the others are gathered per block into a list (about 2 % of an LLM's row) and add their powers
-    from it, over 8 lanes, up to 21 for :math:`y \le 0.1` (:math:`y^{22} \le 10^{-22}`) and up to ``N`` above.
-    Every power is a positive term; each token leaves out at most :math:`10^{-22}` of a sum that is at least 1
-    (the tail's largest token has :math:`y = 1`)."""
+    ``mark`` (the tail; ``mx`` its largest probability; the marked entries are at least ``mx``, the head),
+    ``n = 1 .. nu.shape[0] - 1``. The small tokens (:math:`y \le 10^{-2}`) over :data:`BLOCK` lanes, without
+    branches, in one vectorised sweep of each block that forms each product once: ``n = 1`` split without error at
+    :func:`split_point` (Rump, Ogita and Oishi, "Accurate floating-point summation part I: faithful rounding",
+    SIAM J. Sci. Comput. 31(1), 2008, Lemma 3.3: :math:`q = ((\sigma + y) - \sigma)` on the grid
+    :math:`2^{-52} \sigma`, :math:`y - q` exact), the lanes' :math:`\sum q` exact and their :math:`\sum (y - q)`
+    (terms below :math:`2^{-53} \sigma` each) within :math:`m^2 2^{-106} \sigma` (:math:`m` a lane's entries),
+    the lanes then summed compensated with the large tokens (the mass that enters :math:`e^{-m_L t}`); the powers
+    2 .. 10 (:math:`y^{11} \le 10^{-22}`). The large tokens (the marked ones left out) are gathered per block into
+    a list (about 2 % of an LLM's row) and add their powers from it, over 8 lanes, up to 21 for
+    :math:`y \le 0.1` (:math:`y^{22} \le 10^{-22}`) and up to ``N`` above. Every power is a positive term; each
+    token leaves out at most :math:`10^{-22}` of a sum that is at least 1 (the tail's largest token has
+    :math:`y = 1`)."""
     N = nu.shape[0] - 1
     for n in range(N + 1):
         nu[n] = 0.0
@@ -1215,37 +1220,47 @@ def race_moments_row(p, mark, mx, nu):
         return
     V = p.shape[0]
     inv = 1.0 / mx
+    sig = split_point(V)
     s0, s1, yb, A, big = moments_scratch(V)
     k = 0
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
-        k = moments_block(p[v0:v0 + b], mark[v0:v0 + b], b, inv, s0, s1, yb, A, big, k)
+        k = moments_block(p[v0:v0 + b], mark[v0:v0 + b], b, inv, sig, s0, s1, yb, A, big, k)
     moments_finish(s0, s1, A, big, k, nu)
 
 
+def split_point(V):
+    r""":math:`\sigma` of :func:`race_moments_row`'s error-free split of a row of ``V`` entries: the least power of 2
+    at least :math:`m \cdot 10^{-2}` (:math:`m = \lceil V / \mathrm{BLOCK} \rceil` entries a lane, each at most
+    :math:`10^{-2}`), so that a lane's parts :math:`q`, multiples of :math:`2^{-52} \sigma`, add up exactly (their
+    sum stays below :math:`2 \sigma = 2^{53} \cdot 2^{-52} \sigma`)."""
+    m = (V + BLOCK - 1) // BLOCK
+    bound = m * 1e-2
+    sig = 2.0**-6                                       # 0.015625 >= 1e-2
+    while sig < bound:
+        sig *= 2.0
+    return sig
+
+
 def moments_scratch(V):
-    """The lanes of :func:`moments_block` (the sum and its correction, the block's ``y``, the powers 2 .. 11) and
-    the list of the large tokens (one slot past the last written)."""
-    return np.zeros(BLOCK), np.zeros(BLOCK), np.zeros(BLOCK), np.zeros((12, BLOCK)), np.empty(V + 1)
+    """The lanes of :func:`moments_block` (the sums of the split's parts :math:`q` and :math:`y - q`, the block's
+    small tokens, the powers 2 .. 10) and the list of the large tokens (one slot past the last written)."""
+    return np.zeros(BLOCK), np.zeros(BLOCK), np.zeros(BLOCK), np.zeros((11, BLOCK)), np.empty(V + 1)
 
 
-def moments_block(pb, mb, b, inv, s0, s1, yb, A, big, k):
-    """One block of :func:`race_moments_row` (``pb`` the row's columns, ``mb`` their marks, ``inv`` = 1 / the
-    tail's largest probability): the lanes updated, the block's tokens with :math:`y > 10^{-2}` appended to
-    ``big[k:]``; the new ``k``."""
+def moments_block(pb, mb, b, inv, sig, s0, s1, yb, A, big, k):
+    r"""One block of :func:`race_moments_row` (``pb`` the row's columns, ``mb`` their marks, ``inv`` = 1 / the
+    tail's largest probability, ``sig`` = :func:`split_point`): the lanes updated with the tokens
+    :math:`y = p\, \mathrm{inv} \le 10^{-2}` (0 for the others and for a NaN, :math:`0 \cdot \infty`), the block's
+    unmarked tokens with :math:`y > 10^{-2}` appended to ``big[k:]``; the new ``k``."""
     m = 0
     for v in range(b):
-        x = pb[v]
-        y = x * inv
-        y = y if x > 0.0 else 0.0
-        y = 0.0 if mb[v] else y
-        yb[v] = y
-        u = s0[v]
-        t = u + y                                  # Neumaier's compensated sum, lane by lane
-        d1 = (u - t) + y
-        d2 = (y - t) + u
-        s1[v] += d1 if abs(u) >= y else d2
-        s0[v] = t
+        y = pb[v] * inv
+        w = y if y <= 1e-2 else 0.0
+        yb[v] = w
+        q = (sig + w) - sig                         # error-free split: q exact on its grid, w - q exact
+        s0[v] += q
+        s1[v] += w - q
         m += 1 if y > 1e-2 else 0
     A2 = A[2]
     A3 = A[3]
@@ -1256,15 +1271,12 @@ def moments_block(pb, mb, b, inv, s0, s1, yb, A, big, k):
     A8 = A[8]
     A9 = A[9]
     A10 = A[10]
-    A11 = A[11]
-    for v in range(b):                             # the powers 2 .. 11 of the small tokens, each product once
+    for v in range(b):                             # the powers 2 .. 10 of the small tokens, each product once
         w = yb[v]
-        w = w if w <= 1e-2 else 0.0
         y2 = w * w
         y3 = y2 * w
         y4 = y2 * y2
         y8 = y4 * y4
-        y10 = y8 * y2
         A2[v] += y2
         A3[v] += y3
         A4[v] += y4
@@ -1273,40 +1285,35 @@ def moments_block(pb, mb, b, inv, s0, s1, yb, A, big, k):
         A7[v] += y4 * y3
         A8[v] += y8
         A9[v] += y8 * w
-        A10[v] += y10
-        A11[v] += y10 * w
+        A10[v] += y8 * y2
     if m > 0:                                      # the block's large tokens, gathered without branches
         for v in range(b):
-            y = yb[v]
+            y = pb[v] * inv
             big[k] = y
-            k += 1 if y > 1e-2 else 0
+            k += 1 if (y > 1e-2 and not mb[v]) else 0
     return k
 
 
-def moments_group(pg, mg, inv, s0, s1, yg, A, big, k):
+def moments_group(pg, mg, inv, sig, s0, s1, yg, A, big, k):
     """:func:`moments_block` on :data:`GROUP` consecutive whole blocks ``pg`` (marks ``mg``, ``yg`` scratch of as
-    many entries) in one sweep per stage: each lane's sum, correction and powers 2 .. 11 held in registers over
-    the group's entries of that lane and stored once (the same additions in the same order, so the same lanes; a
-    sweep per block stores 12 lanes per entry, the store port's limit); the large tokens appended in column
-    order; the new ``k``."""
+    many entries) in one sweep per stage: each lane's two sums and powers 2 .. 10 held in registers over the
+    group's entries of that lane and stored once (the same additions in the same order, so the same lanes; a sweep
+    per block stores 11 lanes per entry, the store port's limit); the large tokens appended in column order; the
+    new ``k``."""
     m = 0
     for v in range(BLOCK):
-        u = s0[v]
-        cc = s1[v]
+        a0 = s0[v]
+        a1 = s1[v]
         for e in range(GROUP):
-            x = pg[e * BLOCK + v]
-            y = x * inv
-            y = y if x > 0.0 else 0.0
-            y = 0.0 if mg[e * BLOCK + v] else y
+            y = pg[e * BLOCK + v] * inv
             yg[e * BLOCK + v] = y
-            t = u + y                              # Neumaier's compensated sum, lane by lane
-            d1 = (u - t) + y
-            d2 = (y - t) + u
-            cc += d1 if abs(u) >= y else d2
-            u = t
+            w = y if y <= 1e-2 else 0.0
+            q = (sig + w) - sig                    # error-free split: q exact on its grid, w - q exact
+            a0 += q
+            a1 += w - q
             m += 1 if y > 1e-2 else 0
-        s0[v] = u
-        s1[v] = cc
+        s0[v] = a0
+        s1[v] = a1
     A2 = A[2]
     A3 = A[3]
     A4 = A[4]
@@ -1316,8 +1323,7 @@ def moments_group(pg, mg, inv, s0, s1, yg, A, big, k):
     A8 = A[8]
     A9 = A[9]
     A10 = A[10]
-    A11 = A[11]
-    for v in range(BLOCK):                         # the powers 2 .. 11 of the small tokens, each product once
+    for v in range(BLOCK):                         # the powers 2 .. 10 of the small tokens, each product once
         a2 = A2[v]
         a3 = A3[v]
         a4 = A4[v]
@@ -1327,7 +1333,6 @@ def moments_group(pg, mg, inv, s0, s1, yg, A, big, k):
         a8 = A8[v]
         a9 = A9[v]
         a10 = A10[v]
-        a11 = A11[v]
         for e in range(GROUP):
             w = yg[e * BLOCK + v]
             w = w if w <= 1e-2 else 0.0
@@ -1335,7 +1340,6 @@ def moments_group(pg, mg, inv, s0, s1, yg, A, big, k):
             y3 = y2 * w
             y4 = y2 * y2
             y8 = y4 * y4
-            y10 = y8 * y2
             a2 += y2
             a3 += y3
             a4 += y4
@@ -1344,8 +1348,7 @@ def moments_group(pg, mg, inv, s0, s1, yg, A, big, k):
             a7 += y4 * y3
             a8 += y8
             a9 += y8 * w
-            a10 += y10
-            a11 += y10 * w
+            a10 += y8 * y2
         A2[v] = a2
         A3[v] = a3
         A4[v] = a4
@@ -1355,34 +1358,45 @@ def moments_group(pg, mg, inv, s0, s1, yg, A, big, k):
         A8[v] = a8
         A9[v] = a9
         A10[v] = a10
-        A11[v] = a11
-    if m > 0:                                      # the group's large tokens, gathered without branches
-        for c0 in range(0, GROUP * BLOCK, CHUNK):    # in the chunks that hold one (counted in a vectorised sweep)
-            nc = 0
+    if m > 0:                                      # the group's large tokens, in column order
+        for c0 in range(0, GROUP * BLOCK, CHUNK):    # in the chunks that hold one (counted in a vectorised sweep),
+            nc = 0                                   # up to the chunk's last one
             for v in range(c0, c0 + CHUNK):
                 nc += yg[v] > 1e-2
-            if nc > 0:
-                for v in range(c0, c0 + CHUNK):
-                    y = yg[v]
-                    big[k] = y
-                    k += 1 if y > 1e-2 else 0
+            v = c0
+            while nc > 0:
+                y = yg[v]
+                if y > 1e-2:
+                    if not mg[v]:
+                        big[k] = y
+                        k += 1
+                    nc -= 1
+                v += 1
     return k
 
 
+def neumaier_add(tot, comp, y):
+    """``(tot + y, comp + its rounding error)`` (Neumaier's compensated step)."""
+    t = tot + y
+    comp += ((tot - t) + y) if abs(tot) >= abs(y) else ((y - t) + tot)
+    return t, comp
+
+
 def moments_finish(s0, s1, A, big, k, nu):
-    """The power sums ``nu[1:]`` from the lanes of :func:`moments_block` and the ``k`` large tokens ``big[:k]``."""
+    """The power sums ``nu[1:]`` from the lanes of :func:`moments_block` and the ``k`` large tokens ``big[:k]``:
+    ``nu[1]`` the lanes' exact sums of the parts :math:`q`, the large tokens and the lanes' sums of :math:`y - q`
+    added compensated (Neumaier), the corrections last."""
     N = nu.shape[0] - 1
     tot = 0.0
     comp = 0.0
-    for v in range(BLOCK):                              # the lanes, compensated: sums, then corrections
-        y = s0[v]
-        t = tot + y
-        comp += ((tot - t) + y) if abs(tot) >= abs(y) else ((y - t) + tot)
-        tot = t
     for v in range(BLOCK):
-        comp += s1[v]
+        tot, comp = neumaier_add(tot, comp, s0[v])
+    for v in range(k):
+        tot, comp = neumaier_add(tot, comp, big[v])
+    for v in range(BLOCK):
+        tot, comp = neumaier_add(tot, comp, s1[v])
     nu[1] = tot + comp
-    for n in range(2, min(11, N) + 1):
+    for n in range(2, min(10, N) + 1):
         nu[n] = lane_total(A[n])
     high = np.empty(k + 1)                              # the tokens above 0.1 apart, the others kept in order
     kh = 0
@@ -1419,6 +1433,7 @@ def wor_row_sums(p, race, head, nu, mark, st):
         for k in range(kh):
             mark[head[k]] = True
     inv = 1.0 / mx if moments else 0.0
+    sig = split_point(V)
     s0, s1, yb, A, big = moments_scratch(V if moments else 0)
     yg = np.zeros(GROUP * BLOCK)
     Vg = (V // (GROUP * BLOCK)) * (GROUP * BLOCK) if moments else 0     # the columns in whole groups of blocks
@@ -1439,9 +1454,9 @@ def wor_row_sums(p, race, head, nu, mark, st):
         if v0 + b <= Vg:
             if (v0 + b) % (GROUP * BLOCK) == 0:      # a group's last block: the group's powers in one sweep
                 g0 = v0 + b - GROUP * BLOCK
-                k = moments_group(p[g0:v0 + b], mark[g0:v0 + b], inv, s0, s1, yg, A, big, k)
+                k = moments_group(p[g0:v0 + b], mark[g0:v0 + b], inv, sig, s0, s1, yg, A, big, k)
         elif moments:
-            k = moments_block(pb, mark[v0:v0 + b], b, inv, s0, s1, yb, A, big, k)
+            k = moments_block(pb, mark[v0:v0 + b], b, inv, sig, s0, s1, yb, A, big, k)
     if moments:
         moments_finish(s0, s1, A, big, k, nu)
         for c in range(kh):
@@ -1850,7 +1865,8 @@ def race_at(p, pmax, theta, C, head, HL, rows, cols, kk, out):
 
 
 #: Whether the race's row kernels are compiled (numba installed); they serve the fused and the numpy route alike.
-RACE_JIT = compile_in(globals(), ("gathered_powers", "moments_scratch", "moments_block", "moments_finish",
+RACE_JIT = compile_in(globals(), ("gathered_powers", "split_point", "moments_scratch", "moments_block",
+                                  "neumaier_add", "moments_finish",
                                   "race_moments_row", "race_moments", "moments_group", "wor_row_sums", "tail_terms",
                                   "race_row", "race_rows",
                                   "race_rows_weighted", "race_at", "race_left_end", "race_thresholds"))
