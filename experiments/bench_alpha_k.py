@@ -4,7 +4,7 @@ Everything is measured side by side in one run (this machine is shared and
 noisy): the median of repeated timings, after a warm-up, with fixed seeds.
 Ratios are printed relative to the reference in the same row.
 
-Usage: python experiments/bench_alpha_k.py [--quick] [--rst] [--batched-only] [--against DIR] [--repeat N]
+Usage: python experiments/bench_alpha_k.py [--quick] [--rst] [--batched-only] [--against DIR] [--sorts] [--repeat N]
 
 Targets: exact at n = 262,144, k = 8 within 3x numpy's argsort of
 the same vector; the reduced LP solves n = 12, k = 4 in under 5 s.
@@ -19,7 +19,10 @@ chunks); the last column counts each torch row's aten ops (views included)
 and host reads per call (``experiments/bench_profile_ops.py``'s modes): on a
 GPU each op is a launch and each read a synchronisation. ``--against DIR``
 times another checkout's ``alpha_k`` (the code before a change) in the same
-rounds and counts its ops and reads beside.
+rounds and counts its ops and reads beside. ``--sorts`` times the ways to
+order a batch's rows by ``q/p`` side by side (the argsort of the division,
+the stable argsort, numpy's sort of the fused route's ``int64`` keys alone
+and with the keys' computation and the exact re-sort of their runs).
 """
 
 from __future__ import annotations
@@ -215,6 +218,33 @@ def part_batched(quick, rst, against=None, repeat=3):
                 tuple(head), table, rst)
 
 
+def part_sorts(quick, rst, repeat=3):
+    """Ways to order each row of the batch by q/p, timed in the same rounds (one thread each)."""
+    from otspec.otm import _alpha_kernel as K
+
+    P, Q, src = _real_batch(48 if quick else 192)
+    V = P.shape[1]
+    bits = K.index_bits(V)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(P > 0, Q / np.where(P > 0, P, 1.0), np.inf)
+    keys = (ratio.view(np.int64) & ~np.int64((1 << bits) - 1)) | np.arange(V)
+    ties = np.mean([np.unique(r).size for r in ratio]) / V
+
+    def fused_order():  # the fused route's order: keys, their sort, the runs re-sorted (all k skipped but one)
+        for i in range(P.shape[0]):
+            otspec.otm._alpha._exact_fused(P[i], Q[i], [8])
+
+    fns = [lambda: np.argsort(Q / P, axis=-1), lambda: np.argsort(ratio, axis=-1, kind="stable"),
+           lambda: np.sort(keys, axis=-1), fused_order]
+    names = ["argsort(q/p) (the reference)", "argsort(ratio, stable)", "sort of the int64 keys",
+             "fused alpha_k per row (keys, sort, re-sort, cut)"]
+    times = timeit_many(fns, repeat=repeat, min_time=0)
+    rows = [(n, f"{t * 1e3:.0f}", f"{t / times[0]:.2f}") for n, t in zip(names, times)]
+    print(f"\nbatch: {P.shape}, {src}; distinct ratios per row: {ties:.4f} of V; q = 0: {np.mean(Q == 0):.4f}, "
+          f"p = 0: {np.mean(P == 0):.4f}")
+    print_table("Ordering each row by q/p (one thread)", ("route", "ms", "ratio to argsort(q/p)"), rows, rst)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="fewer sizes")
@@ -222,10 +252,13 @@ def main():
     ap.add_argument("--batched-only", action="store_true", help="only the batched table")
     ap.add_argument("--against", metavar="DIR", help="another checkout (the code before a change): its batched "
                     "alpha_k timed in the same rounds, its ops and host reads beside")
+    ap.add_argument("--sorts", action="store_true", help="also time the ways to order the rows by q/p")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds of the batched table (median kept)")
     args = ap.parse_args()
     print(f"numpy {np.__version__}; load average {os.getloadavg()[0]:.1f}")
     part_batched(args.quick, args.rst, args.against, args.repeat)
+    if args.sorts:
+        part_sorts(args.quick, args.rst, args.repeat)
     if args.batched_only:
         return
     part_sort(args.quick, args.rst)

@@ -13,6 +13,7 @@ import numpy as np
 from .._array import int_power, is_batched_input, parse_ks, take_along_last, validate_batch_pair
 from .._registry import unknown_name_message
 from .._validation import validate_bool, validate_pair
+from . import _alpha_kernel as _kernel
 from ._cut import MinCut, ratio_order
 from ._lp import otm_lp, otm_lp_tuples
 from ._without_replacement import alpha_k_without_replacement
@@ -67,7 +68,36 @@ def _cut_values(P: np.ndarray, Q: np.ndarray, S: np.ndarray, split: int, log_s: 
     return vals
 
 
-def _exact(p: np.ndarray, q: np.ndarray, ks: np.ndarray):
+def _exact(p: np.ndarray, q: np.ndarray, ks):
+    """``(values, argmins, order, P, Q)`` of the closed form on one row: the fused kernels with numba, else numpy."""
+    if _kernel.JIT:
+        return _exact_fused(p, q, ks)
+    return _exact_numpy(p, q, ks)
+
+
+def _exact_fused(p: np.ndarray, q: np.ndarray, ks):
+    """:func:`_exact_numpy`'s operations in :mod:`._alpha_kernel`'s fused passes, after a sort of ``int64`` keys.
+
+    The order is the stable one (ties by index) where :func:`_exact_numpy` takes numpy's unstable argsort: the
+    two agree bit for bit but for the order of the additions inside a tie group of ratios.
+    """
+    n = p.shape[0]
+    bits = _kernel.index_bits(n)
+    keys = _kernel.ratio_keys(p, q, bits)
+    keys.sort()  # distinct keys: the unstable sort gives the one order
+    k_int = np.array([min(k, _UNDERFLOW_K + 1) for k in ks], dtype=np.int64)
+    k_float = np.array([float(k) for k in ks])
+    order = np.empty(n, dtype=np.int64)
+    P = np.empty(n + 1)
+    Q = np.empty(n + 1)
+    S = np.empty(n + 1)
+    out = np.empty(len(ks))
+    argmins = np.empty(len(ks), dtype=np.int64)
+    _kernel.cut_from_keys(p, q, keys, bits, k_int, k_float, order, P, Q, S, out, argmins)
+    return out, argmins, order, P, Q
+
+
+def _exact_numpy(p: np.ndarray, q: np.ndarray, ks):
     # any order of tied ratios gives the same minimum (the objective is concave
     # in the mass of a tie group), so the faster unstable sort is enough here
     order = ratio_order(p, q, stable=False)
@@ -185,8 +215,8 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
         ``method`` are always checked, and the LP methods always validate.
     workers : int or None, keyword-only
         Threads for a batch in host memory (numpy, torch on the CPU): its
-        rows are independent closed forms and numpy releases the GIL while
-        sorting. ``None`` (default): every available core once the batch
+        rows are independent closed forms, and numpy's sort and the compiled
+        kernels release the GIL. ``None`` (default): every available core once the batch
         has at least 2 rows and ``2**16`` entries in all; ``-1``:
         every core; ``1``: serial. The values are the same bit for bit
         whatever ``workers``. Ignored for a single distribution and for
@@ -275,7 +305,8 @@ def alpha_k(p, q, k, *, method: str = "exact", normalize: bool = False, validate
             out = _exact_batched(P, Q, ks, xp)
         else:
             # arrays in host memory (numpy, torch on the CPU): the per-row closed form over the rows
-            # is faster than the vectorised route here (fewer full-size temporaries) and gives the
+            # (with numba the fused kernels of _alpha_kernel: a sort of int64 keys, then three passes)
+            # is faster than the vectorised route here (no full-size temporaries) and gives the
             # per-row values bit for bit; the result goes back through DLPack, zero-copy
             P_, Q_ = host
             rows = P_.reshape(-1, P_.shape[-1])
