@@ -159,12 +159,13 @@ def test_compiled_kernels_match_their_python():
     keys = K.ratio_keys(p, q, bits)
     np.testing.assert_array_equal(keys, K.ratio_keys.py_func(p, q, bits))
     keys.sort()
-    ki, kf = np.array([3, 1101]), np.array([3.0, 1e20])
     outs = []
-    for f in (K.cut_from_keys, K.cut_from_keys.py_func):
-        bufs = (np.empty(300, np.int64), np.empty(301), np.empty(301), np.empty(301), np.empty(2),
-                np.empty(2, np.int64))
-        f(p, q, keys, bits, ki, kf, *bufs)
+    for pre, cut in ((K.prefix_from_keys, K.cut_min), (K.prefix_from_keys.py_func, K.cut_min.py_func)):
+        bufs = [np.empty(300, np.int64), np.empty(301), np.empty(301), np.empty(301)]
+        split = pre(p, q, keys, bits, *bufs)
+        hi = np.expm1(np.log1p(-bufs[3][split:]) * 1e20)
+        bufs += [np.array([split]), np.array(cut(bufs[1], bufs[2], split, 3, hi)),
+                 np.array(cut(bufs[1], bufs[2], split, 1101, hi))]
         outs.append(bufs)
     for a, b in zip(*outs):
         np.testing.assert_array_equal(a, b)

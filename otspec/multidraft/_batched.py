@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from .._array import parse_ks, validate_batch_pair
+from ._kseq import _rho_star_exact
 
 __all__ = ["batched_maximal_coupling_acceptance", "batched_kseq_rho_star", "batched_kseq_acceptance"]
 
@@ -340,8 +341,42 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     Ek = power(xp.clip(_sub_div(Pl, Ql, ends, xp), 0.0, None))
     root = _where((D <= Ek)[:, :1], lo, _where((D >= Ek)[:, 1:], hi, b, xp), xp)
     rho = _where(f1_le, _const(1.0, ro), _where(fk_gt, kc, root, xp), xp)  # (B, 1)
+    if isinstance(rho, np.ndarray):
+        rho = _tiny_beta_rows(P2, Q2, rho, k, kf)
     E_star = xp.sum(xp.clip(_sub_div(P2, Q2, rho, xp), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), _reshape(E_star, shape, xp)
+
+
+#: :func:`_tiny_beta_rows`: a row whose root the float test :math:`D > E^k` places only to about
+#: :math:`\epsilon (D + k E^k) / \beta` (the slope of :math:`f` is :math:`-\beta`), more than this many ulps of
+#: :math:`\rho`, takes the per-row search.
+_TINY_BETA_ULPS = 256.0
+
+
+def _tiny_beta_rows(P2, Q2, rho, k, kf):
+    r"""``rho`` (``(B, 1)`` numpy) with the rows where :math:`\beta(\rho) = \sum \min(p, q/\rho)` is tiny against
+    :math:`D + k E^k` replaced by :func:`otspec.multidraft._kseq._rho_star_exact`'s root (which takes
+    :math:`f / \beta = c(\beta) - \rho` there, accurate to a few ulps of :math:`\rho^*`): at such a row
+    :math:`D` and :math:`E^k` are both near 1 and their difference, the sign the search reads, has lost the bits
+    that place the root (:math:`\rho^*` 1.99999992164 for 1.99999992582 at ``p = [0.5, 0, 0.5]``,
+    ``q = [0, 1 - 1.5e-7, 1.5e-7]``, ``k = 2``). Elsewhere (every row of laws that overlap by more than about
+    :math:`(k + 1) / 256`) the values are unchanged, bit for bit. Host arrays only; a device's rows keep the float
+    test (its error bound as stated)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        qr = Q2 / rho
+        beta = np.minimum(P2, qr).sum(axis=-1, keepdims=True)
+        D = np.clip(Q2 - rho * P2, 0.0, None).sum(axis=-1, keepdims=True)
+        E = np.clip(P2 - qr, 0.0, None).sum(axis=-1, keepdims=True)
+        bad = ~(D + kf * E**kf <= _TINY_BETA_ULPS * rho * beta)
+    rows = np.flatnonzero(bad[:, 0])
+    if rows.size == 0:
+        return rho
+    rho = rho.copy()
+    ks = np.broadcast_to(np.asarray(kf, dtype=np.float64), rho.shape)
+    for i in rows.tolist():
+        ki = int(ks[i, 0]) if isinstance(k, tuple) else k
+        rho[i, 0] = _rho_star_exact(P2[i], Q2[i], ki)
+    return rho
 
 
 def _zeros_column(B: int, like, xp):

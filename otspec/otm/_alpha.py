@@ -85,15 +85,18 @@ def _exact_fused(p: np.ndarray, q: np.ndarray, ks):
     bits = _kernel.index_bits(n)
     keys = _kernel.ratio_keys(p, q, bits)
     keys.sort()  # distinct keys: the unstable sort gives the one order
-    k_int = np.array([min(k, _UNDERFLOW_K + 1) for k in ks], dtype=np.int64)
-    k_float = np.array([float(k) for k in ks])
     order = np.empty(n, dtype=np.int64)
     P = np.empty(n + 1)
     Q = np.empty(n + 1)
     S = np.empty(n + 1)
+    split = _kernel.prefix_from_keys(p, q, keys, bits, order, P, Q, S)
+    log_s = np.log1p(-S[split:])  # numpy's log1p and expm1, as in _cut_values (their bits are numpy's per machine)
     out = np.empty(len(ks))
     argmins = np.empty(len(ks), dtype=np.int64)
-    _kernel.cut_from_keys(p, q, keys, bits, k_int, k_float, order, P, Q, S, out, argmins)
+    for i, k in enumerate(ks):
+        hi = np.multiply(log_s, float(k))
+        np.expm1(hi, out=hi)
+        out[i], argmins[i] = _kernel.cut_min(P, Q, split, min(k, _UNDERFLOW_K + 1), hi)
     return out, argmins, order, P, Q
 
 

@@ -8,14 +8,15 @@ an argsort of the ratio (vectorised sorting networks where the CPU has them):
   bits read as an integer) with the lowest ``bits`` bits replaced by its index (``bits`` enough for ``n - 1``);
   the keys are distinct, so any sort of them gives the same order;
 * the caller sorts the keys (``ndarray.sort``: unstable and fast, the keys being distinct);
-* :func:`cut_from_keys`: the order is read from the low bits, and each run of keys sharing their high bits (ratios
+* :func:`prefix_from_keys`: the order is read from the low bits, and each run of keys sharing their high bits (ratios
   within a relative :math:`2^{\text{bits} - 52}` of each other, in index order) is re-sorted stably by the exact
   ratio, so the order is exactly ``np.argsort(ratio, kind="stable")`` (ties by index); then one forward pass (the
   two gathers and the prefix sums of :math:`p` and :math:`q`, added in ``np.cumsum``'s order, so the same bits),
   one backward pass (the suffix masses :math:`S_j = 1 - P_j` summed from the end, as the reversed ``np.cumsum``,
-  from the gathered draft the forward pass leaves in their buffer)
-  and one pass per ``k`` (the values by repeated squaring where :math:`P_j \le 1/2`, ``-expm1(k log1p(-S_j))``
-  above, the first minimum and its clip to ``[0, 1]``), the operations of
+  from the gathered draft the forward pass leaves in their buffer);
+* :func:`cut_min`: one pass per ``k`` (the values by repeated squaring where :math:`P_j \le 1/2`, ``Q_j`` minus
+  ``expm1(k log1p(-S_j))`` above, those two functions numpy's, applied by the caller; the first minimum and its clip
+  to ``[0, 1]``), the operations of
   :func:`otspec.otm._alpha._prefix_sums` and :func:`otspec.otm._alpha._cut_values` in their order, with no
   whole-row temporaries.
 
@@ -24,8 +25,6 @@ that a batch's rows run on several threads); without numba :mod:`otspec.otm._alp
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
@@ -104,13 +103,12 @@ def _power(x, k):
     return result
 
 
-def cut_from_keys(p, q, keys, bits, k_int, k_float, order, P, Q, S, vals, argmins):
-    r"""The minimum cut of every ``k`` from the sorted keys of :func:`ratio_keys`.
+def prefix_from_keys(p, q, keys, bits, order, P, Q, S):
+    r"""The order and the prefix sums of the minimum cut from the sorted keys of :func:`ratio_keys`.
 
-    Writes the order (``(n,)``), the prefix sums ``P``, ``Q`` and suffix masses ``S`` (``(n + 1,)`` each, clamped
-    to ``[., 1]``, the full prefix pinned to 1), each ``k``'s value :math:`\min(1, \max(0, \min_j 1 + Q_j - P_j^k))`
-    into ``vals`` and its first minimising prefix into ``argmins``. ``k_int``: each ``k`` capped at
-    ``UNDERFLOW_K + 1`` (beyond it the powers below the split are 0); ``k_float``: ``float(k)``.
+    Writes the order (``(n,)``) and the prefix sums ``P``, ``Q`` and suffix masses ``S`` (``(n + 1,)`` each,
+    clamped to ``[., 1]``, the full prefix pinned to 1); returns the split, the first prefix with
+    :math:`P_j > 1/2` (``np.searchsorted(P, 0.5, side="right")``).
     """
     n = p.shape[0]
     low = (np.int64(1) << bits) - 1
@@ -151,25 +149,30 @@ def cut_from_keys(p, q, keys, bits, k_int, k_float, order, P, Q, S, vals, argmin
         acc = acc + S[j] if j < n - 1 else S[j]
         S[j] = acc if acc < 1.0 else 1.0
     S[0] = 1.0
-    for i in range(k_int.shape[0]):
-        kk = k_int[i]
-        kf = k_float[i]
-        best = np.inf
-        arg = 0
-        found = False
-        for j in range(n + 1):
-            if j < split:
-                lowv = _power(P[j], kk) if kk <= UNDERFLOW_K else 0.0
-                v = (Q[j] - lowv) + 1.0
-            else:
-                v = Q[j] - math.expm1(math.log1p(-S[j]) * kf)
-            if not found or v < best or (v != v and best == best):
-                best = v
-                arg = j
-                found = True
-        argmins[i] = arg
-        t = best if best > 0.0 else 0.0
-        vals[i] = t if t < 1.0 else 1.0
+    return split
+
+
+def cut_min(P, Q, split, kk, hi):
+    r"""One ``k``'s value :math:`\min(1, \max(0, \min_j 1 + Q_j - P_j^k))` and its first minimising prefix: by
+    repeated squaring where :math:`j <` ``split`` (``kk``: ``k`` capped at ``UNDERFLOW_K + 1``, beyond which those
+    powers are 0), and ``Q[j] - hi[j - split]`` above, ``hi`` = ``expm1(k * log1p(-S[split:]))`` formed by the
+    caller with numpy's own functions (on AVX-512 numpy dispatches its own vectorised ``log1p`` and ``expm1``,
+    whose last bits may differ from the C library's: the values stay numpy's on every machine)."""
+    best = np.inf
+    arg = 0
+    found = False
+    for j in range(P.shape[0]):
+        if j < split:
+            lowv = _power(P[j], kk) if kk <= UNDERFLOW_K else 0.0
+            v = (Q[j] - lowv) + 1.0
+        else:
+            v = Q[j] - hi[j - split]
+        if not found or v < best or (v != v and best == best):
+            best = v
+            arg = j
+            found = True
+    t = best if best > 0.0 else 0.0
+    return (t if t < 1.0 else 1.0), arg
 
 
 #: Whether the kernels are compiled by numba (the ``fast`` extra); without it :mod:`otspec.otm._alpha` keeps its
@@ -178,6 +181,6 @@ JIT = False
 if HAVE_NUMBA:  # pragma: no cover - with numba
     import numba as _numba
 
-    for _name in ("_ratio", "_sort_group", "_power", "ratio_keys", "cut_from_keys"):
+    for _name in ("_ratio", "_sort_group", "_power", "ratio_keys", "prefix_from_keys", "cut_min"):
         globals()[_name] = _numba.njit(cache=True, nogil=True)(globals()[_name])
     JIT = True
