@@ -264,3 +264,19 @@ def test_workers_validation(bad, exc):
     P = np.full((2, 3), 1 / 3)
     with pytest.raises(exc, match="`workers`"):
         otspec.alpha_k(P, P, 2, workers=bad)
+
+
+@pytest.mark.parametrize("p,q,k", [
+    ([0.5, 0.0, 0.5], [0.0, 1.0 - 1.48366070e-07, 1.48366070e-07], 2),
+    ([0.5, 0.0, 0.5], [0.0, 1.0 - 3e-12, 3e-12], 5),
+    ([0.25, 0.25, 0.5], [1e-9, 1.0 - 2e-9, 1e-9], 3),
+])
+def test_batched_kseq_rho_star_where_beta_is_tiny(p, q, k):
+    # beta(rho*) tiny: D and E^k both near 1, the float test D > E^k places the root only to eps (D + k E^k) / beta;
+    # the batched call equals the per-row search (within a few ulps of a 1,200-bit root, tests/test_kseq.py) to 4 ulps
+    # (the float test alone gave 1.99999992164 against 1.99999992582 in the first case)
+    P, Q = np.array([p, [0.5, 0.5, 0.0]]), np.array([q, [0.25, 0.25, 0.5]])
+    got = batched_kseq_rho_star(P, Q, k)
+    want = otspec.kseq_rho_star(np.array(p), np.array(q), k)
+    assert abs(got[0] - want) <= 4 * np.spacing(want)
+    assert abs(got[1] - otspec.kseq_rho_star(P[1], Q[1], k)) <= TOL  # a row of overlapping laws: the float test
