@@ -187,7 +187,8 @@ def pair(name: str):
     return D.HFCausalLM(target, name="tiny-target"), D.HFCausalLM(draft, name="tiny-draft"), prompts
 
 
-#: :func:`otspec.decoding._sampling.draw_rows`' rule when none is named (None: its own default, ``"race"`` on CUDA
+#: The rule of :func:`otspec.decoding._sampling.draw_rows` and of the without-replacement draws
+#: (``otspec.decoding._tree_device._draws_wor``) when none is named (None: their own default, ``"race"`` on CUDA
 #: and ``"cdf"`` elsewhere; ``--rule race``, the default here, counts what CUDA runs).
 RULE = ["race"]
 
@@ -199,15 +200,17 @@ def accelerator_route():
     from otspec.decoding import _loop, _sampling, _tree_device
 
     saved = _loop._Decoder.read_on_host, _tree_device.TreeStepT.read_on_host
-    kw = _sampling.draw_rows.__kwdefaults__
-    rule = kw["rule"]
+    kws = [_sampling.draw_rows.__kwdefaults__, _tree_device._draws_wor.__kwdefaults__]  # the two rules' defaults
+    rules = [kw["rule"] for kw in kws]
     _loop._Decoder.read_on_host = _tree_device.TreeStepT.read_on_host = False
-    kw["rule"] = RULE[0]
+    for kw in kws:
+        kw["rule"] = RULE[0]
     try:
         yield
     finally:
         _loop._Decoder.read_on_host, _tree_device.TreeStepT.read_on_host = saved
-        kw["rule"] = rule
+        for kw, rule in zip(kws, rules):
+            kw["rule"] = rule
 
 
 def count(target, draft, prompts, decoder: str, tokens: int, *, seed0: int = 0, count_ops: bool = True,

@@ -464,11 +464,17 @@ def end_mass_t(lay: TreeLayoutT, acc, alive):
     ancestor of that depth, or its root where it is shallower: ``acc`` is 1 at the roots, as :func:`node_rules_t`
     gives it, and a product by 1 is exact), then multiplied column by column: ``L + 1`` ops instead of ``4 L``."""
     anc = getattr(lay, "ancestors", None)
+    every = getattr(lay, "every_parent", None)
     if anc is not None and lay.L > 0:
-        cols = acc.take(anc).unbind(0)
-        reach = cols[0]
-        for c in cols[1:]:
-            reach = reach * c
+        # the running product down the depths, in order (a sequential scan: the same floats as the column-by-column
+        # products), its last row: 2 ops instead of L + 1
+        reach = torch.cumprod(acc.take(anc), 0)[-1]
+    elif every is not None:  # every level a pass over every node but the root (EAGLE-2's layout): its factors
+        # gathered once, each pass's product written in place (a gather and a product a level, instead of four ops)
+        reach = torch.ones_like(acc)
+        a1 = acc[1:]
+        for _ in range(lay.L):
+            torch.mul(reach.index_select(0, every), a1, out=reach[1:])
     else:
         reach = torch.ones_like(acc)
         for nodes, par in lay.levels:
@@ -1346,7 +1352,7 @@ class TreeStepT:
         """The target mass of the root's distinct children: the optimum of a deterministic tree at the root."""
         x = tokens.index_select(0, lay.kids0[0])
         first = ~((x[:, None] == x[None, :]) & lay.earlier).any(-1) & lay.valid[0]
-        return torch.where(first, Q[0].index_select(0, x), 0.0).sum()
+        return torch.where(first, Q[0].index_select(0, x), _scalar(0.0, Q.dtype, Q.device)).sum()
 
     def _flush(self, dec) -> None:
         r"""The optimum at the root of the kept root laws, timed as analysis (excluded from ``wall_time``): for
@@ -1793,7 +1799,8 @@ class Eagle2LayoutT:
         self.kid_cells = torch.arange(E * m, device=dev)
         self.kid_nodes = torch.where(self.valid, kids, n1).flatten()
         nodes = torch.arange(1, n1, device=dev)
-        self.levels = [(nodes, parents[1:].clamp(min=0))] * self.L  # a tree from bad laws stays indexable
+        self.every_parent = parents[1:].clamp(min=0)  # a tree from bad laws stays indexable
+        self.levels = [(nodes, self.every_parent)] * self.L
 
     def to(self, device):
         """The same layout on ``device``."""
