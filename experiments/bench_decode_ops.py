@@ -39,6 +39,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_profile_ops import _issuer  # noqa: E402
+
 #: The decoders of the table: name -> ``speculative_decode`` keywords (the chains' ``L``; the trees' texts).
 DECODERS = {
     "token L=2": dict(verifier="token", L=2),
@@ -61,19 +63,9 @@ class Counts:
         self.forward = 0.0
 
 
-def _issuer(frame) -> str:
-    """``module.py:line:function`` of the innermost frame of ``otspec`` above ``frame`` ("?" if none)."""
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if "otspec" + os.sep in name and os.sep + "torch" + os.sep not in name:
-            return f"{name.rsplit('otspec' + os.sep, 1)[1]}:{frame.f_lineno}:{frame.f_code.co_name}"
-        frame = frame.f_back
-    return "?"
-
-
 def _note(counts: Counts, kind: str) -> None:
     if counts.where is not None:
-        at = kind + " " + _issuer(sys._getframe(2))
+        at = kind + " " + _issuer(sys._getframe(2), line=True)
         counts.where[at] = counts.where.get(at, 0) + 1
 
 
