@@ -17,7 +17,7 @@ decoders otherwise read their few numbers on the host), and
 both per iteration (the decode's target calls), over ``--prompts`` prompts x ``--tokens`` tokens. ``--time``
 adds the CPU wall time per iteration outside the forwards (no mode installed, 1 torch thread), and ``--before
 PATH`` runs the same in child processes alternating between a checkout at an earlier commit and this one (one
-per repeat and checkout), the medians side by side.
+per repeat and checkout, each checkout first in every other repeat), the medians side by side.
 
 Pairs: ``tiny`` (a random ``LlamaForCausalLM``, V = 64, 2 layers of hidden 16: the counts alone, fast) and
 ``small`` (the V = 128,256 pair of ``bench_decode_overhead.py``: 4 layers of hidden 64, its draft the first layer).
@@ -298,8 +298,9 @@ def main(argv=None) -> int:
         roots = {"before": str(Path(a.before).resolve()), **roots}
     runs: dict = {v: [] for v in roots}
     load0 = os.getloadavg()[0]
-    for _ in range(a.repeats):
-        for v, root in roots.items():
+    for rep in range(a.repeats):
+        order = list(roots.items())
+        for v, root in order if rep % 2 == 0 else order[::-1]:  # each checkout first in every other repeat
             cmd = [sys.executable, __file__, "--child", "--pair", a.pair, "--decoders", "|".join(names),
                    "--tokens", str(a.tokens), "--prompts", str(a.prompts), "--threads", str(a.threads),
                    "--rule", a.rule]
