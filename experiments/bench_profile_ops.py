@@ -67,12 +67,14 @@ class Counts:
         self.read_from: dict[str, int] = {}
 
 
-def _issuer(frame) -> str:
-    """``module.py:function`` of the innermost frame of ``otspec`` above ``frame`` ("?" if none)."""
+def _issuer(frame, line: bool = False) -> str:
+    """``module.py:function`` (``module.py:line:function`` with ``line``) of the innermost frame of ``otspec`` above
+    ``frame`` ("?" if none)."""
     while frame is not None:
         name = frame.f_code.co_filename
         if "otspec" + os.sep in name and os.sep + "torch" + os.sep not in name:
-            return f"{name.rsplit('otspec' + os.sep, 1)[1]}:{frame.f_code.co_qualname}"
+            at = f":{frame.f_lineno}" if line else ""
+            return f"{name.rsplit('otspec' + os.sep, 1)[1]}{at}:{frame.f_code.co_qualname}"
         frame = frame.f_back
     return "?"
 

@@ -201,15 +201,17 @@ def _np(t) -> np.ndarray:
     return t.detach().to("cpu").numpy()
 
 
-def _draw_rows_on(host: bool, W, gen, out):
+def _draw_rows_on(host: bool, W, gen, out, ids=None):
     """:func:`draw_rows` of ``W`` (``(B, V)`` float64, its ``"cdf"`` rule on the CPU) with its running sums in
     ``out``; on a route reading the host (``host``) where the numba passes may read ``W`` in place
     (:func:`~otspec.decoding._tree_device._kernel_rows`), by :func:`~otspec.decoding._tree_device._draws` instead: the
     same uniform, the same running sums added in the same order, so the same draw bit for bit, with one read of each
-    row and no running sum written (a pass of ``V`` float64 writes fewer per draw)."""
+    row and no running sum written (a pass of ``V`` float64 writes fewer per draw). ``ids``: where the ids are
+    written (:func:`draw_rows`' ``ids``), returned."""
     if host and _kernel_rows(W):
-        return _draws(W, 1, gen, host=True)[:, 0]
-    return draw_rows(W, gen, out=out)
+        got = _draws(W, 1, gen, host=True)[:, 0]
+        return got if ids is None else ids.copy_(got)
+    return draw_rows(W, gen, out=out, ids=ids)
 
 
 def _sample(P, gen: np.random.Generator) -> np.ndarray:
@@ -1124,8 +1126,8 @@ class _Decoder:
             alpha = torch.cat([law, torch.minimum(Pt[0, 0], Q[0, 0]).sum()[None]])
         else:
             out, tau, row, alpha = verify_chain_t(Xt, Pt, Q, gt, work=self._work)
-        bad = torch.cat([bad_rows(Pt).flatten(), bad_rows(Q).flatten()])
-        host = torch.cat([out, tau[None], row[None], bad.to(torch.long)]).tolist()  # the one synchronisation
+        # the one synchronisation (the flags' bools promoted to int64 by the one cat: no cast or cat of their own)
+        host = torch.cat([out, tau[None], row[None], bad_rows(Pt).flatten(), bad_rows(Q).flatten()]).tolist()
         if any(host[L + 3:]):
             self._refuse_bad_logits(ctx, host[L + 3:], L)
         tau, row = int(host[L + 1]), int(host[L + 2])
@@ -1165,11 +1167,16 @@ class _Decoder:
             P[1:, 0] = P1
         c = _block(self._work, "draw_c", (K, V), logits.device)  # the draws' running sums, reused (same bits)
         host = self._reads_host(logits.device)
-        X[:, 0] = (_draw_rows_on(host, P1, gd, c[:1]).expand(K) if K == 1
-                   else draw_rows(P1.expand(K, V), gd, out=c))
+        if K == 1:  # each draft id written into its column by the draw itself (no copy op)
+            _draw_rows_on(host, P1, gd, c[:1], ids=X[:, 0])
+        else:
+            X[:, 0] = draw_rows(P1.expand(K, V), gd, out=c)
         for j in range(1, L):
             _laws_into(self.sampling, d.logits_ids(X[:, j - 1 : j], last=1)[:, -1], P[:, j])
-            X[:, j] = _draw_rows_on(host, P[:, j], gd, c)
+            if K == 1:
+                _draw_rows_on(host, P[:, j], gd, c, ids=X[:, j])
+            else:
+                X[:, j] = _draw_rows_on(host, P[:, j], gd, c)
         pending_t = t.sync(ctx)
         tdev = t.lm.device
         Xt, Pt = X.to(tdev, non_blocking=True), P.to(tdev, non_blocking=True)

@@ -435,6 +435,38 @@ def _index_row(V: int, device):
     return got
 
 
+_CONSTANTS: dict = {}
+
+
+def _scalar(v: float, dtype, device):
+    """A 0-d tensor of ``v`` (``dtype``, on ``device``), made once and kept, read only: the operand of a
+    ``torch.where`` that a Python number would make a fresh tensor of at every call (one op more each)."""
+    key = ("scalar", v, dtype, device)
+    got = _CONSTANTS.get(key)
+    if got is None:
+        got = _CONSTANTS[key] = torch.full((), v, dtype=dtype, device=device)
+    return got
+
+
+def _ones(shape: tuple, dtype, device):
+    """A block of ones of ``shape``, made once per shape, dtype and device and kept: read only (never written in
+    place, never returned to a caller that might)."""
+    key = ("ones", shape, dtype, device)
+    got = _CONSTANTS.get(key)
+    if got is None:
+        got = _CONSTANTS[key] = torch.ones(shape, dtype=dtype, device=device)
+    return got
+
+
+def _arange(start: int, end: int, step: int, device, dtype=torch.int64):
+    """``torch.arange(start, end, step)`` (int64, or ``dtype``) on ``device``, made once and kept, read only."""
+    key = ("arange", start, end, step, device, dtype)
+    got = _CONSTANTS.get(key)
+    if got is None:
+        got = _CONSTANTS[key] = torch.arange(start, end, step, device=device, dtype=dtype)
+    return got
+
+
 def _law_block(block, shape: tuple, device, dtype=None):
     """A float64 block of laws of ``shape`` (or of ``dtype``), allocated once per decode and overwritten every
     iteration (every law of an iteration is read before the next one's are written; nothing keeps a view of it): a
@@ -501,7 +533,7 @@ def bad_logit_rows(sampling: Sampling, logits):
     return ~torch.isfinite(top)
 
 
-def draw_rows(W, gen, *, rule: str | None = None, out=None):
+def draw_rows(W, gen, *, rule: str | None = None, out=None, ids=None):
     r"""One draw per row of non-negative weights ``W`` (``(B, V)``, any float tensor), where ``W`` lives.
 
     .. math::
@@ -536,11 +568,14 @@ def draw_rows(W, gen, *, rule: str | None = None, out=None):
     out : torch.Tensor of float64, shape ``(B, V)``, optional, keyword-only
         A block on ``W``'s device that receives the running sums (``"cdf"``) or the exponentials and ratios
         (``"race"``) instead of a fresh one (the same draws: the same operations write there); not ``W``.
+    ids : torch.Tensor of int64, shape ``(B,)``, optional, keyword-only
+        Where the ids are written and returned (``"race"``: by the ``argmax`` itself, no copy after it), say a
+        column of a block of drafts; the same draws.
 
     Returns
     -------
-    torch.Tensor of int64, shape ``(B,)``, on ``W``'s device (no host synchronisation). A row of NaN
-    (bad logits, :func:`bad_rows`) still gives an id in ``[0, V)``, so the caller can check later.
+    torch.Tensor of int64, shape ``(B,)``, on ``W``'s device (no host synchronisation), ``ids`` if given. A row of
+    NaN (bad logits, :func:`bad_rows`) still gives an id in ``[0, V)``, so the caller can check later.
 
     Raises
     ------
@@ -565,10 +600,12 @@ def draw_rows(W, gen, *, rule: str | None = None, out=None):
             generator=gen)
         # E = 0 (a uniform of exactly 0) would make 0 / 0 a NaN that argmax takes: floor it at the smallest normal
         E.clamp_(min=torch.finfo(torch.float64).tiny)
-        return torch.argmax(torch.div(W.to(torch.float64), E, out=E), dim=-1)
+        ratio = torch.div(W.to(torch.float64), E, out=E)
+        return torch.argmax(ratio, dim=-1) if ids is None else torch.argmax(ratio, dim=-1, out=ids)
     c = torch.cumsum(W.to(torch.float64), dim=-1, out=out)
     tot = c[:, -1:].contiguous()
     u = torch.rand((W.shape[0], 1), dtype=torch.float64, device=W.device, generator=gen) * tot
     i = torch.searchsorted(c, u, right=True)
     top = torch.searchsorted(c, tot, right=False)  # the first entry reaching the total: positive weight
-    return torch.where(i < W.shape[-1], i, top)[:, 0].clamp_(max=W.shape[-1] - 1)  # a NaN row: an id still
+    got = torch.where(i < W.shape[-1], i, top)[:, 0].clamp_(max=W.shape[-1] - 1)  # a NaN row: an id still
+    return got if ids is None else ids.copy_(got)

@@ -85,7 +85,7 @@ from .._jit import HAVE_NUMBA, compile_in
 from ..tree._process import _support_error
 from ..tree._verifiers import SequoiaVerifier, SpecInferVerifier, TargetOnlyVerifier
 from ._deps import require
-from ._sampling import Sampling, _block, _laws_into, bad_rows, draw_rows
+from ._sampling import _CONSTANTS, Sampling, _arange, _block, _laws_into, _ones, _scalar, bad_rows, draw_rows
 from ._tree_loop import _common, _is_repeat
 
 torch = require("torch", "otspec.decoding")
@@ -135,6 +135,11 @@ class _BlockPool:
 
 
 _POOL = _BlockPool()
+
+
+#: Kept roots of ``"wor"`` brought to the host by one copy when their optimum is computed (:meth:`TreeStepT._flush`):
+#: ``2 * 8`` float64 rows, 16 MB at ``V = 128,256``.
+WOR_FLUSH_ROOTS = 8
 
 
 def has_device_route(plan) -> bool:
@@ -187,6 +192,7 @@ class TreeLayoutT:
         consecutive = np.array_equal(self.inner_np, np.arange(i0, i0 + len(self.inner_np)))
         self.inner_rows = slice(i0, i0 + len(self.inner_np)) if consecutive else None
         self.inner, self.row_of, self.kids = t(self.inner_np), t(row_of), t(mat)
+        self.walk_rows = self.inner  # the node of each row (verify_tree_t's walk)
         self.kids0 = self.kids.clamp(min=0)
         self.valid = self.kids >= 0
         self.last = t(np.arange(m)[None, :] == (mat >= 0).sum(1)[:, None] - 1).bool()  # each node's last child
@@ -325,38 +331,6 @@ def node_rules_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, *, work=
     return acc, alive, x, level, sampler
 
 
-_CONSTANTS: dict = {}
-
-
-def _scalar(v: float, dtype, device):
-    """A 0-d tensor of ``v`` (``dtype``, on ``device``), made once and kept, read only: the operand of a
-    ``torch.where`` that a Python number would make a fresh tensor of at every call (one op more each)."""
-    key = ("scalar", v, dtype, device)
-    got = _CONSTANTS.get(key)
-    if got is None:
-        got = _CONSTANTS[key] = torch.full((), v, dtype=dtype, device=device)
-    return got
-
-
-def _ones(shape: tuple, dtype, device):
-    """A block of ones of ``shape``, made once per shape, dtype and device and kept: read only (never written in
-    place, never returned to a caller that might)."""
-    key = ("ones", shape, dtype, device)
-    got = _CONSTANTS.get(key)
-    if got is None:
-        got = _CONSTANTS[key] = torch.ones(shape, dtype=dtype, device=device)
-    return got
-
-
-def _arange(start: int, end: int, step: int, device, dtype=torch.int64):
-    """``torch.arange(start, end, step)`` (int64, or ``dtype``) on ``device``, made once and kept, read only."""
-    key = ("arange", start, end, step, device, dtype)
-    got = _CONSTANTS.get(key)
-    if got is None:
-        got = _CONSTANTS[key] = torch.arange(start, end, step, device=device, dtype=dtype)
-    return got
-
-
 def _of_layout(lay, name: str):
     """A mask of the layout ``lay`` that every call of :func:`node_rules_t` on it reads, formed at its first and
     kept on it: ``"rejects"`` the children whose rejection moves the level (all but each node's last),
@@ -490,11 +464,17 @@ def end_mass_t(lay: TreeLayoutT, acc, alive):
     ancestor of that depth, or its root where it is shallower: ``acc`` is 1 at the roots, as :func:`node_rules_t`
     gives it, and a product by 1 is exact), then multiplied column by column: ``L + 1`` ops instead of ``4 L``."""
     anc = getattr(lay, "ancestors", None)
+    every = getattr(lay, "every_parent", None)
     if anc is not None and lay.L > 0:
-        cols = acc.take(anc).unbind(0)
-        reach = cols[0]
-        for c in cols[1:]:
-            reach = reach * c
+        # the running product down the depths, in order (a sequential scan: the same floats as the column-by-column
+        # products), its last row: 2 ops instead of L + 1
+        reach = torch.cumprod(acc.take(anc), 0)[-1]
+    elif every is not None:  # every level a pass over every node but the root (EAGLE-2's layout): its factors
+        # gathered once, each pass's product written in place (a gather and a product a level, instead of four ops)
+        reach = torch.ones_like(acc)
+        a1 = acc[1:]
+        for _ in range(lay.L):
+            torch.mul(reach.index_select(0, every), a1, out=reach[1:])
     else:
         reach = torch.ones_like(acc)
         for nodes, par in lay.levels:
@@ -583,13 +563,14 @@ def verify_tree_t(rule: str, lay: TreeLayoutT, tokens, P_inner, Q_inner, q_at, g
         u = torch.rand((I, m), dtype=dt, device=dev, generator=gen)
         hit = lay.valid & (u * sampler[1] < sampler[2])  # strict and division-free: u = 0 never takes q = 0
     first = torch.argmax(hit.to(torch.int8), 1, keepdim=True)
-    nxt = torch.where(hit.any(1), torch.gather(lay.kids, 1, first)[:, 0], -1)  # (I,): the accepted child or -1
-    nxt = torch.cat([nxt, torch.full((1,), -1, dtype=torch.long, device=dev)])  # row I: a leaf stays
-    cur = torch.zeros(1, dtype=torch.long, device=dev)
+    # every node's next node on the walk: its accepted child, or itself (a leaf, or no child accepted): the walk
+    # from the root is then one gather per depth (it stays put once it stops, as it did)
+    own = lay.walk_rows  # (I,): the node of each row (a dump entry n + 1 for a row standing for no node)
+    nxt = torch.where(hit.any(1), torch.gather(lay.kids, 1, first)[:, 0], own)
+    step = _arange(0, lay.n1 + 1, 1, dev).index_copy(0, own, nxt)  # (n + 2,)
+    cur = _scalar(0, torch.int64, dev)[None]
     for _ in range(lay.L):
-        r = lay.row_of.index_select(0, cur)
-        c = nxt.index_select(0, torch.where(r >= 0, r, I))
-        cur = torch.where(c >= 0, c, cur)
+        cur = step.index_select(0, cur)
     r = lay.row_of.index_select(0, cur)
     inner = r[:, None] >= 0
     r0 = r.clamp(min=0)
@@ -1212,7 +1193,7 @@ class TreeStepT:
         d.seq = list(ctx)
         # the flags of bad draft laws and too small supports, read with the outcome (every token id is in [0, V)
         # whatever the laws: the target's call on them is harmless, its result dropped where a flag is set)
-        dflags = torch.cat([torch.cat(flags).to(torch.long)] + [s.to(torch.long) for s in shorts])
+        dflags = torch.cat(flags + shorts)  # bools, promoted to int64 by the read's one cat (no cast op)
         n1 = plan.shape.n + 1
         tokens_t = tokens.to(tdev, non_blocking=True)
         # -- target: one call scores every node from the tree's tokens on the device; its laws stay there
@@ -1230,7 +1211,7 @@ class TreeStepT:
         # -- the one host read of the iteration: the accepted node, the emitted token, the tree's tokens, the
         # flags of bad draft laws or small supports, then of bad target laws
         nd = int(dflags.shape[0])
-        res = torch.cat([a, y, tokens_t, dflags.to(tdev, non_blocking=True), bad_rows(Q).to(torch.long),
+        res = torch.cat([a, y, tokens_t, dflags.to(tdev, non_blocking=True), bad_rows(Q),
                          _leaf_flag(leaf, tdev)]).tolist()
         tok = res[2 : 2 + n1]
         if any(res[2 + n1 : 2 + n1 + nd]):
@@ -1258,15 +1239,16 @@ class TreeStepT:
         return out
 
     def _target_flags(self, Q, logits, rows, formed=None):
-        """The flags of bad target laws at ``Q``'s rows (:func:`bad_rows`), int64; where ``formed`` (host booleans)
+        """The flags of bad target laws at ``Q``'s rows (:func:`bad_rows`), bool (the read's cat promotes them: no
+        cast op); where ``formed`` (host booleans)
         says a row's law was not formed, from its logits: the plain law (the only one left unformed, see
         :meth:`_target_laws`) is NaN exactly where the row's largest logit is not finite (a NaN, a ``+inf``, or every
         entry ``-inf``)."""
         if formed is None or all(formed):
-            return bad_rows(Q).to(torch.long)
+            return bad_rows(Q)
         idx = rows.tolist()
         return torch.cat([bad_rows(Q[i : i + 1]) if f else ~torch.isfinite(logits[idx[i]].amax())[None]
-                          for i, f in enumerate(formed)]).to(torch.long)
+                          for i, f in enumerate(formed)])
 
     def _target_laws(self, logits, rows, row_slice=None, *, host: bool = False, formed=None):
         """The float64 target laws the rules read, on the target's device: ``Q`` at the nodes ``rows`` (those with
@@ -1370,7 +1352,7 @@ class TreeStepT:
         """The target mass of the root's distinct children: the optimum of a deterministic tree at the root."""
         x = tokens.index_select(0, lay.kids0[0])
         first = ~((x[:, None] == x[None, :]) & lay.earlier).any(-1) & lay.valid[0]
-        return torch.where(first, Q[0].index_select(0, x), 0.0).sum()
+        return torch.where(first, Q[0].index_select(0, x), _scalar(0.0, Q.dtype, Q.device)).sum()
 
     def _flush(self, dec) -> None:
         r"""The optimum at the root of the kept root laws, timed as analysis (excluded from ``wall_time``): for
@@ -1383,9 +1365,13 @@ class TreeStepT:
             return
         if self.kept:
             a0 = self.clock(self.kept[0][0].device)
-            for p, q in self.kept:
-                p, q = p.to("cpu").numpy(), q.to("cpu").numpy()
-                self.alpha_wor.append(float(otspec.alpha_k(p, q, self.plan.k, replacement=False)))
+            # the kept roots' laws brought to the host WOR_FLUSH_ROOTS roots a copy (one synchronisation each, not
+            # two per root; a copy of at most 2 WOR_FLUSH_ROOTS rows), the optimum of each root on the host
+            for c in range(0, len(self.kept), WOR_FLUSH_ROOTS):
+                laws = torch.stack([x for pq in self.kept[c : c + WOR_FLUSH_ROOTS] for x in pq]).to("cpu").numpy()
+                for i in range(laws.shape[0] // 2):
+                    p, q = laws[2 * i], laws[2 * i + 1]
+                    self.alpha_wor.append(float(otspec.alpha_k(p, q, self.plan.k, replacement=False)))
             dec.analysis_time += self.clock(self.kept[0][0].device) - a0
             self.kept = []
 
@@ -1806,13 +1792,15 @@ class Eagle2LayoutT:
         self.inner = torch.where(slot_node >= 0, slot_node, n1)
         self.inner0 = torch.where(slot_node >= 0, slot_node, 0)  # a row of the target's logits for every slot
         rows = torch.where(self.valid[:, 0], self.inner, n1)
+        self.walk_rows = rows  # the node of each row with children, n + 1 (a dump) for the others
         self.row_of = torch.full((n1 + 1,), -1, dtype=torch.long, device=dev).index_copy(
             0, rows, torch.arange(E, device=dev))[:n1]
         self.earlier = torch.ones((m, m), dtype=torch.bool, device=dev).tril(-1)
         self.kid_cells = torch.arange(E * m, device=dev)
         self.kid_nodes = torch.where(self.valid, kids, n1).flatten()
         nodes = torch.arange(1, n1, device=dev)
-        self.levels = [(nodes, parents[1:].clamp(min=0))] * self.L  # a tree from bad laws stays indexable
+        self.every_parent = parents[1:].clamp(min=0)  # a tree from bad laws stays indexable
+        self.levels = [(nodes, self.every_parent)] * self.L
 
     def to(self, device):
         """The same layout on ``device``."""
@@ -1988,7 +1976,7 @@ class Eagle2StepT(TreeStepT):
         n1 = b.n + 1
         # the flags of bad draft laws and too small supports, read with the outcome (every token id is in [0, V)
         # and the tree well formed whatever the laws: the target's call on it is harmless, its result dropped)
-        dflags = torch.cat([torch.cat(flags), torch.cat(shorts)]).to(torch.long)
+        dflags = torch.cat(flags + shorts)  # bools, promoted to int64 by the read's one cat (no cast op)
         last = b.path.index_select(0, b.slots[-1])[:, : b.D - 1].flatten() if b.slots else dflags[:0]
         # -- target: one call scores every node from the tree on the device (its mask built there); laws stay there
         tokens_t, parents_t = tokens.to(tdev, non_blocking=True), parents.to(tdev, non_blocking=True)
@@ -2058,9 +2046,10 @@ def _plain(sampling) -> bool:
 
 
 def _leaf_flag(leaf: list, device):
-    """The flag of a bad law at the accepted leaf, as a ``(1,)`` int64 tensor (0 where ``q_at`` was not called:
-    the accepted node has children, its law is a row of ``Q``, flagged there)."""
-    return leaf[0].to(torch.long) if leaf else torch.zeros(1, dtype=torch.long, device=device)
+    """The flag of a bad law at the accepted leaf, as a ``(1,)`` bool tensor (False where ``q_at`` was not called:
+    the accepted node has children, its law is a row of ``Q``, flagged there; a kept constant, no op), for the
+    read's cat (which promotes it to int64)."""
+    return leaf[0] if leaf else _scalar(False, torch.bool, device)[None]
 
 
 def _bad_logits(role: str, lm, pos: int) -> None:

@@ -23,7 +23,7 @@ from .._verifier import Verifier
 from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
 from ..block._weights import path_weight_rows
 from ._deps import require
-from ._sampling import _block, draw_rows
+from ._sampling import _arange, _block, _scalar, draw_rows
 
 torch = require("torch", "otspec.decoding")
 
@@ -513,11 +513,11 @@ def _verify_one_chain_t(x, P, Q, gen, draw, work=None):
     forms written into the blocks of ``work`` (:func:`_block`; None: fresh ones)."""
     L, V = P.shape
     dev = x.device
-    ar = torch.arange(L, device=dev)
-    px, qx = P[ar, x], Q[ar, x]
+    ar = _arange(0, L + 1, 1, dev)  # kept: no op per call
+    px, qx = P[ar[:L], x], Q[ar[:L], x]
     u = torch.rand(L, dtype=torch.float64, device=dev, generator=gen)
     acc = u * px < qx  # strict and division-free: u = 0 never accepts a token with q(x) = 0
-    tau = torch.cumprod(acc.to(torch.int64), 0).sum()
+    tau = torch.cumprod(acc, 0, dtype=torch.int64).sum()  # the leading run of acceptances (no cast op first)
     j = tau.clamp(max=L - 1)
     r = torch.index_select(P, 0, j.reshape(1), out=_block(work, "chain_r", (1, V), dev))
     qrow = torch.index_select(Q, 0, tau.reshape(1), out=_block(work, "chain_q", (1, V), dev))
@@ -526,9 +526,9 @@ def _verify_one_chain_t(x, P, Q, gen, draw, work=None):
     r = torch.where(r.sum() > 0, r, qrow, out=r)  # the guarded residual (no mass: rejection had probability 0)
     y = _draw_into(draw, r, gen, work, "chain_c")[0]
     out = torch.cat([x, x[:1]])
-    out = torch.where(torch.arange(L + 1, device=dev) < tau, out, y)
+    out = torch.where(ar < tau, out, y)
     alpha = torch.minimum(P, Q[:L], out=_block(work, "chain_min", (L, V), dev)).sum(-1)  # 1 - TV(p_j, q_j)
-    return out, tau, torch.zeros((), dtype=torch.int64, device=dev), alpha
+    return out, tau, _scalar(0, torch.int64, dev), alpha
 
 
 def block_onestep_tau_law_t(x, P, Q, *, work=None):
@@ -565,12 +565,15 @@ def block_onestep_tau_law_t(x, P, Q, *, work=None):
     w : torch.Tensor of float64, shape ``(L + 1,)``
     """
     L = x.shape[0]
-    ar = torch.arange(L, device=x.device)
+    dev, dt = x.device, P.dtype
+    one = _scalar(1.0, dt, P.device)  # kept 0-d operands: no scalar_tensor op per where
+    ar = _arange(0, L, 1, dev)
     px, qx = P[ar, x], Q[ar, x]
-    raw = torch.where(px > 0, qx / torch.where(px > 0, px, 1.0), 1.0)
+    pos = px > 0
+    raw = torch.where(pos, qx / torch.where(pos, px, one), one)
 
     def chain():  # w_i = min(w_{i-1} raw_i, 1), in order
-        w = [torch.ones((), dtype=P.dtype, device=P.device)]
+        w = [one]
         for i in range(L):
             w.append(torch.clamp(w[i] * raw[i], max=1.0))
         return None, torch.stack(w[1:])[None]
@@ -578,15 +581,16 @@ def block_onestep_tau_law_t(x, P, Q, *, work=None):
     # exact past the float range (a draft probability below about 1e-154, ratios over- or underflowing on the way):
     # otspec.block's rule (path_weight_rows: this chain where it stays normal on the CPU)
     pw = path_weight_rows(px[None], qx[None], namespace(P), chain, block=False, onestep=True, ratio=raw[None])[1]
-    w = torch.cat([torch.ones(1, dtype=P.dtype, device=P.device), pw[0]])  # (L + 1,)
+    w = torch.cat([one[None], pw[0]])  # (L + 1,)
     V = P.shape[-1]
     Z = torch.mul(w[1:L, None], Q[1:L], out=_block(work, "block_z", (L - 1, V), P.device))
     Z = Z.sub_(P[1:L]).clamp_(min=0.0).sum(-1)  # (L - 1,)
     den = Z + (1.0 - w[1:L])
-    hmid = torch.where(den > 0, Z / torch.where(den > 0, den, 1.0), 1.0)
+    pos = den > 0
+    hmid = torch.where(pos, Z / torch.where(pos, den, one), one)
     h = torch.cat([w[:1], hmid, w[L:]])  # h_0 = 1, h_L = w_L
     tail = torch.flip(torch.cumprod(torch.flip(1.0 - h, (0,)), 0), (0,))  # prod_{j >= t} (1 - h_j)
-    law = h * torch.cat([tail[1:], torch.ones_like(tail[:1])])
+    law = h * torch.cat([tail[1:], one[None]])
     return law, h, w
 
 
@@ -620,8 +624,8 @@ def verify_block_onestep_t(X, P, Q, gen, *, draw=None, work=None):
     V = P.shape[-1]
     law, h, w = block_onestep_tau_law_t(x, P, Q, work=work)
     eta = torch.rand(L, dtype=torch.float64, device=dev, generator=gen)
-    ar = torch.arange(1, L + 1, device=dev)
-    tau = torch.amax(torch.where(eta < h[1:], ar, 0))
+    ar = _arange(0, L + 1, 1, dev)  # kept: no op per call
+    tau = torch.amax(torch.where(eta < h[1:], ar[1:], _scalar(0, torch.int64, dev)))
     j = tau.clamp(max=L - 1).reshape(1)
     prow = torch.index_select(P, 0, j, out=_block(work, "chain_r", (1, V), dev)).mul_(tau < L)  # p_{L+1} = 0
     qrow = torch.index_select(Q, 0, tau.reshape(1), out=_block(work, "chain_q", (1, V), dev))
@@ -629,8 +633,8 @@ def verify_block_onestep_t(X, P, Q, gen, *, draw=None, work=None):
     r = r.sub_(prow).clamp_(min=0.0)
     r = torch.where(r.sum() > 0, r, qrow, out=r)
     y = _draw_into(draw, r, gen, work, "chain_c")[0]
-    out = torch.where(torch.arange(L + 1, device=dev) < tau, torch.cat([x, x[:1]]), y)
-    return out, tau, torch.zeros((), dtype=torch.int64, device=dev), law
+    out = torch.where(ar < tau, torch.cat([x, x[:1]]), y)
+    return out, tau, _scalar(0, torch.int64, dev), law
 
 
 def block_walk_t(x, P, Q, gen, *, draw=None, work=None):
