@@ -19,6 +19,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._array import namespace
 from .._validation import NEGLIGIBLE
 
 __all__ = ["BIG_WEIGHT", "float_chains", "path_weights", "path_weight_rows"]
@@ -160,7 +161,8 @@ def _host_rows(px, qx, w, pw, ratio):
     lo, hi = min(float(a.min()) for a in arrays), max(float(a.max()) for a in arrays)
     if lo >= NEGLIGIBLE and hi < math.inf:  # every ratio and product normal (a nan fails both tests)
         return None
-    return _rows(px, qx, w, pw, ratio, np)
+    # array-api-compat's numpy namespace, not numpy itself: cumulative_sum, cumulative_prod and concat are numpy >= 2
+    return _rows(px, qx, w, pw, ratio, namespace(px))
 
 
 def _rows(px, qx, w, pw, ratio, xp):
