@@ -23,6 +23,7 @@ versions tested").
 from __future__ import annotations
 
 import ast
+import functools
 from fractions import Fraction
 from pathlib import Path
 
@@ -69,9 +70,11 @@ RAW_NUMPY_NAMESPACE = {
 }
 
 
-def _modules():
-    for path in sorted(PKG.rglob("*.py")):
-        yield path.relative_to(PKG).as_posix(), ast.parse(path.read_text())
+@functools.cache
+def _modules() -> tuple:
+    """``(path under otspec/, every node of its syntax tree)`` per module, parsed and walked once for both checks."""
+    return tuple((path.relative_to(PKG).as_posix(), tuple(ast.walk(ast.parse(path.read_text()))))
+                 for path in sorted(PKG.rglob("*.py")))
 
 
 def _is_numpy(node) -> bool:
@@ -86,8 +89,8 @@ def _callee(node: ast.Call) -> str:
 def test_no_numpy2_only_function_or_keyword_on_the_numpy_module():
     """``np.concat(...)``, ``np.linalg.vector_norm``, ``np.asarray(x, copy=False)``: each raises on numpy 1.26."""
     bad = []
-    for name, tree in _modules():
-        for node in ast.walk(tree):
+    for name, nodes in _modules():
+        for node in nodes:
             if isinstance(node, ast.Attribute) and _is_numpy(node.value) and node.attr in NUMPY2_ONLY:
                 bad.append(f"{name}:{node.lineno} np.{node.attr}")
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "linalg"
@@ -105,8 +108,8 @@ def test_raw_numpy_is_a_namespace_only_where_its_branch_is_written_for_it():
     fix fails here with ``block/_weights.py ... _rows`` (it handed ``np`` to code that calls
     ``xp.cumulative_sum``)."""
     found = set()
-    for name, tree in _modules():
-        for node in ast.walk(tree):
+    for name, nodes in _modules():
+        for node in nodes:
             if isinstance(node, ast.Call):
                 if any(_is_numpy(a) for a in list(node.args) + [k.value for k in node.keywords]):
                     found.add((name, _callee(node)))
