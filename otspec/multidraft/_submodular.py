@@ -166,7 +166,7 @@ def _increments_transcendental(x: np.ndarray, c: np.ndarray, k: int, depth: np.n
     else:
         with np.errstate(divide="ignore"):
             np.log1p(t, out=t)
-    t *= k
+    t *= float(k)  # k past int64 (method="direct"): an in-place product with the int raised on numpy 1.26
     np.expm1(t, out=t)
     np.negative(t, out=t)
     if dp is None:
