@@ -15,23 +15,43 @@ if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transf
     collect_ignore_glob += ["otspec/decoding/*", "docs/guide/decoding.rst"]
 
 
-# A test module that imports a part of otspec needing an optional dependency (otspec.profile and otspec.decoding:
-# torch; otspec.plotting: matplotlib) before its own pytest.importorskip failed to collect without that dependency
-# (an error, not a skip, in an environment with the core dependencies only). Such a collection error is reported as
-# a skip naming the dependency, only when it is one of pyproject's extras and indeed not installed.
+# A test that imports a part of otspec needing an optional dependency (otspec.profile and otspec.decoding: torch;
+# otspec.plotting: matplotlib) without pytest.importorskip, at module level or in its body, failed (an error, not a
+# skip) in an environment with the core dependencies only. Such a failure is reported as a skip naming the
+# dependency, only when it is one of pyproject's extras and indeed not installed; any other failure stays one.
 _OPTIONAL = re.compile(r"needs the optional dependency `([\w.]+)`|No module named '([\w.]+)'")
 #: The import names of pyproject's optional dependencies (a missing module of another name stays an error: a typo)
 _EXTRAS = {"torch", "transformers", "gguf", "accelerate", "tqdm", "matplotlib", "cvxpy", "clarabel", "numba", "ot",
            "pyarrow", "datasets", "dask", "distributed", "sphinx", "numpydoc"}
 
 
+def _missing_extra(text: str):
+    """The optional dependency (not installed) whose absence the error ``text`` reports, else None."""
+    found = _OPTIONAL.search(text)
+    name = found and (found.group(1) or found.group(2)).split(".")[0]
+    return name if name in _EXTRAS and importlib.util.find_spec(name) is None else None
+
+
+def _as_skip(report, path, name):
+    report.outcome = "skipped"
+    report.longrepr = (str(path), 0, f"Skipped: needs the optional dependency {name}")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector):
     report = yield
     if report.failed and isinstance(collector, pytest.Module):
-        found = _OPTIONAL.search(str(report.longrepr))
-        name = found and (found.group(1) or found.group(2)).split(".")[0]
-        if name in _EXTRAS and importlib.util.find_spec(name) is None:
-            report.outcome = "skipped"
-            report.longrepr = (str(collector.path), 0, f"Skipped: needs the optional dependency {name}")
+        name = _missing_extra(str(report.longrepr))
+        if name:
+            _as_skip(report, collector.path, name)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.failed and call.excinfo is not None and call.excinfo.errisinstance(ImportError):
+        name = _missing_extra(str(call.excinfo.value))
+        if name:
+            _as_skip(report, item.path, name)
     return report
