@@ -414,8 +414,6 @@ def test_iid_rules_do_not_care_about_missing_ranks():
 def test_reach_equals_the_emission_mass_through_each_node(name, seed):
     # the per-node rules' one-pass reach probabilities against the exact emission law (independent route)
     from otspec.models import random_markov_model
-
-    pytest.importorskip("torch")  # otspec.profile needs torch
     from otspec.profile._trees import reach_of
     from otspec.tree import TreeShape, make_tree_verifier, sample_tree, tree_laws
 
