@@ -59,8 +59,8 @@ def test_kl_divergence_subnormal_entries_of_q():
     on both routes (the host's fsum and the profile's batched rows), with no overflow warning."""
     import array_api_compat
     import mpmath
+    import torch
 
-    torch = pytest.importorskip("torch")  # the profile's batched rows (otspec.profile needs torch)
     from otspec.profile._quantities_batched import kl_rows
 
     mpmath.mp.dps = 50
