@@ -16,7 +16,7 @@ if importlib.util.find_spec("torch") is None or importlib.util.find_spec("transf
 
 
 # A test that imports a part of otspec needing an optional dependency (otspec.profile and otspec.decoding: torch;
-# otspec.plotting: matplotlib) without pytest.importorskip, at module level or in its body, failed (an error, not a
+# otspec.plotting: matplotlib) without pytest.importorskip, at module level, in its body or in a doctest, failed (an error, not a
 # skip) in an environment with the core dependencies only. Such a failure is reported as a skip naming the
 # dependency, only when it is one of pyproject's extras and indeed not installed; any other failure stays one.
 _OPTIONAL = re.compile(r"needs the optional dependency `([\w.]+)`|No module named '([\w.]+)'")
@@ -50,8 +50,10 @@ def pytest_make_collect_report(collector):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
-    if report.failed and call.excinfo is not None and call.excinfo.errisinstance(ImportError):
-        name = _missing_extra(str(call.excinfo.value))
+    exc = None if call.excinfo is None else call.excinfo.value
+    exc = getattr(exc, "exc_info", (None, exc))[1]  # a doctest's exception (doctest.UnexpectedException)
+    if report.failed and isinstance(exc, ImportError):
+        name = _missing_extra(str(exc))
         if name:
             _as_skip(report, item.path, name)
     return report
