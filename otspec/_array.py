@@ -21,7 +21,8 @@ import numpy as np
 from . import _validation_kernel as _LK
 from ._validation import NEGLIGIBLE, SIMPLEX_TOL, first_bad_row, number_text, validate_bool, validate_k
 
-__all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power", "take_along_last"]
+__all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power", "take_along_last",
+           "copy_of"]
 
 #: Largest number of elements of one batched input (each of ``p``, ``q``): a
 #: few float64 temporaries of this size are allocated (about 1 GB at the limit).
@@ -33,6 +34,12 @@ def namespace(*arrays):
     import array_api_compat
 
     return array_api_compat.array_namespace(*arrays)
+
+
+def copy_of(x, xp):
+    """A copy of the array ``x`` of namespace ``xp``, which may be the ``numpy`` module itself (numpy 1.26's
+    ``asarray`` takes no ``copy=``: ``np.array`` copies on every numpy; a tensor keeps its one copy op)."""
+    return np.array(x, copy=True) if xp is np else xp.asarray(x, copy=True)
 
 
 def is_batched_input(x) -> bool:

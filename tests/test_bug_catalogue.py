@@ -122,7 +122,7 @@ def bf16(x):
     """Round float32 to bfloat16 (nearest, ties to even), kept in float32."""
     b = np.asarray(x, np.float32).view(np.uint32)
     b = (b + np.uint32(0x7FFF) + ((b >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000)
-    return b.view(np.float32)
+    return b.astype(np.uint32).view(np.float32)  # numpy 1.26 widens a 0-d uint32 sum to int64 (value-based casting)
 
 
 def test_7_bf16_draft_softmax_verified_against_float32_laws():

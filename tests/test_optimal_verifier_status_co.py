@@ -208,9 +208,9 @@ def _increments_reference(x, c, k, depth=None):
     cp = c[pos]
     with np.errstate(divide="ignore"):
         t = np.log1p(-np.minimum(x[pos] / cp, 1.0))
-    t *= k
+    t *= float(k)  # float(k): numpy 1.26 makes a Python int past int64 an object operand (numpy 2 converts it so)
     np.expm1(t, out=t)
-    ck = cp**k if depth is None else np.exp(float(k) * np.log1p(-np.maximum(depth[pos], 0.0)))
+    ck = cp ** float(k) if depth is None else np.exp(float(k) * np.log1p(-np.maximum(depth[pos], 0.0)))
     out[pos] = -t * ck
     return out
 

@@ -495,7 +495,7 @@ def multidraft_exact(draft, target, L, k, *, max_denominator: int = 10**6) -> Mu
     SolverError
         The float LP behind the certificate failed.
     ImportError
-        sympy (>= 1.12, in the ``test`` extra) missing when the exact simplex runs.
+        sympy (>= 1.13, in the ``test`` extra; its ``linprog``) missing when the exact simplex runs.
 
     References
     ----------
@@ -555,7 +555,8 @@ def _exact_lp(reward, w, QL) -> Fraction:
         import sympy
         from sympy.solvers.simplex import linprog
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("multidraft_exact solves the LP in rationals with sympy >= 1.12: pip install sympy") from exc
+        raise ImportError("multidraft_exact solves the LP in rationals with sympy >= 1.13 (its linprog): "
+                          "pip install 'sympy>=1.13'") from exc
 
     nk, N = len(w), len(QL)
     nv = nk * N

@@ -19,6 +19,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._array import namespace
 from .._validation import NEGLIGIBLE
 
 __all__ = ["BIG_WEIGHT", "chains_lost", "float_chains", "path_weights", "path_weight_rows"]
@@ -158,7 +159,8 @@ def _host_rows(px, qx, w, pw, ratio):
             ratio = np.where(px > 0, qx / np.where(px > 0, px, 1.0), 1.0)
     if _all_normal(ratio, w, pw):
         return None
-    return _rows(px, qx, w, pw, ratio, np)
+    # array-api-compat's numpy namespace, not numpy itself: cumulative_sum, cumulative_prod and concat are numpy >= 2
+    return _rows(px, qx, w, pw, ratio, namespace(px))
 
 
 def _all_normal(ratio, w, pw) -> bool:

@@ -166,11 +166,11 @@ def _increments_transcendental(x: np.ndarray, c: np.ndarray, k: int, depth: np.n
     else:
         with np.errstate(divide="ignore"):
             np.log1p(t, out=t)
-    t *= k
+    t *= float(k)  # k past int64 (method="direct"): an in-place product with the int raised on numpy 1.26
     np.expm1(t, out=t)
     np.negative(t, out=t)
     if dp is None:
-        t *= cp**k
+        t *= cp ** float(k)  # k past uint64: numpy 1.26 made cp**k an object array
     else:
         ck = np.maximum(dp, 0.0)
         np.negative(ck, out=ck)

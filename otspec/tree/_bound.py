@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _validation_kernel as _LK
-from .._array import namespace
+from .._array import copy_of, namespace
 from .._validation import SIMPLEX_TOL, law_total_accepts, validate_positive_int
 from ..models import checked_tables, next_law, validate_model_pair, validate_sequence
 from . import _bound_kernels as _K
@@ -515,7 +515,7 @@ class _DrawLaws:
     def _rest_mass(self):
         """Per row, the mass outside the ``need`` most likely tokens, summed over the others (no cancellation)."""
         xp, P = self.xp, self.P
-        rest = xp.asarray(P, copy=True)
+        rest = copy_of(P, xp)
         rows = xp.reshape(xp.arange(P.shape[0], device=_device(P)), (-1, 1)) if xp is not np else \
             np.arange(P.shape[0])[:, None]
         rest[rows, self.top] = 0.0
@@ -546,7 +546,7 @@ class _DrawLaws:
         else:
             out = self._race_law(k, v0, v1, self._bound_law(r, v0, v1, part))
         if self.small:
-            out = xp.asarray(out, copy=True)
+            out = copy_of(out, xp)
             for i, e in self.small.items():
                 out[i] = xp.asarray(e[k], device=_device(P)) if xp is not np else e[k, v0:v1]
         return out
@@ -568,7 +568,7 @@ class _DrawLaws:
         if xp is not np:
             dev = _device(Pb)
             hr, hc, hcol = (xp.asarray(a, device=dev) for a in (hr, hc, hcol))
-        xd = xp.asarray(x, copy=True)
+        xd = copy_of(x, xp)
         xd[hr, hcol] = 0.0
         d = xp.zeros(x.shape, dtype=xp.int64) if xp is not np else np.zeros(x.shape, dtype=np.int64)
         for n in range(theta.shape[1] - 1):
