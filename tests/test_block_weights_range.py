@@ -334,7 +334,11 @@ def test_decoder_host_route_logs_the_rational_law_past_the_range(verifier, monke
         return got
 
     monkeypatch.setattr(_loop, "sample_rows", lambda P, gen: least_likely(P))  # "block"'s draws
-    monkeypatch.setattr(_loop, "_draw_rows_on", lambda host, W, gen, out=None: torch.from_numpy(least_likely(W)))
+    def draw_rows_on(host, W, gen, out=None, ids=None):  # the draft's draws: the least likely token, written to ids
+        got = torch.from_numpy(least_likely(W))
+        return got if ids is None else ids.copy_(got)
+
+    monkeypatch.setattr(_loop, "_draw_rows_on", draw_rows_on)
     monkeypatch.setattr(_loop._Decoder, "read_on_host", None)
     monkeypatch.setattr(_loop, "_laws_into", laws_into)
     target, draft = _tiny_pair()

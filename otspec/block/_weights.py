@@ -213,7 +213,7 @@ ho` (``q / p``, 1 where ``p = 0``) and the running products ``w`` and ``pw`` of
     """
     if _all_normal(ratio, w, pw):
         return False
-    return bool(np.any(_lost(ratio, w, pw, np)))
+    return bool(np.any(_lost(ratio, w, pw, namespace(ratio))))
 
 
 def _rows(px, qx, w, pw, ratio, xp):
