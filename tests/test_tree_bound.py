@@ -33,7 +33,6 @@ from otspec.tree import (
 )
 from otspec.tree._bound import _DrawLaws, _root_path_probability, _second_draw, _wor_draw_laws
 from otspec.tree._process import _wor_sequences
-from tests.twins import fast_and_slow
 
 EXACT = 1e-12
 LP_TOL = 1e-8
@@ -87,7 +86,9 @@ def markov_pairs(draw, V):
 
 
 # --------------------------------------------------------------------------- exact against enumeration
-def _bound_equals_the_enumerated_sum(shape, V, data, process):
+@settings(max_examples=60)
+@given(shape=shapes(), V=st.sampled_from([2, 3]), data=st.data(), process=st.sampled_from(["iid", "wor"]))
+def test_bound_equals_the_enumerated_sum_when_every_prefix_is_expanded(shape, V, data, process):
     if process == "wor" and max(r for p in shape.paths[1:] for r in p) + 1 > V:
         return
     draft, target = data.draw(markov_pairs(V))
@@ -103,13 +104,6 @@ def _bound_equals_the_enumerated_sum(shape, V, data, process):
     np.testing.assert_allclose(res.per_depth, b_ref, rtol=0, atol=EXACT)
     np.testing.assert_allclose(res.lower_per_depth, b_ref, rtol=0, atol=EXACT)
     assert abs(res.value - B_ref) <= EXACT
-
-
-# 15 examples in the default suite, the former 60 under -m slow
-test_bound_equals_the_enumerated_sum_when_every_prefix_is_expanded, \
-    test_bound_equals_the_enumerated_sum_when_every_prefix_is_expanded_slow = fast_and_slow(
-        given(shape=shapes(), V=st.sampled_from([2, 3]), data=st.data(), process=st.sampled_from(["iid", "wor"])),
-        _bound_equals_the_enumerated_sum, fast=15, slow=60)
 
 
 @settings(max_examples=40)
@@ -976,7 +970,10 @@ _LAST_SHAPES = [TreeShape.branching(3, 2), TreeShape.branching(2, 4), TreeShape.
                 TreeShape([(0,), (1,), (0, 0), (0, 1), (0, 2), (1, 0)])]
 
 
-def _last_depth_rows_against_the_whole_evaluation(process, shape, V, data):
+@settings(max_examples=80, deadline=None)
+@given(process=st.sampled_from(["iid", "wor"]), shape=st.sampled_from(_LAST_SHAPES),
+       V=st.sampled_from([2, 3, 8, 60, 700, 3000]), data=st.data())
+def test_last_depth_rows_against_the_whole_evaluation(process, shape, V, data):
     """Rows of the last expanded depth (no caps, no candidates), where the row kernels decide most entries by a
     lower bound on pi and evaluate pi only at the others: each row's sum of min(Q, pi) within 1e-13 of
     math.fsum over the numpy route's entries (pi of every child, numba off; without replacement at any size by
@@ -1008,13 +1005,6 @@ def _last_depth_rows_against_the_whole_evaluation(process, shape, V, data):
     finally:
         B._MAX_WOR_ENUMERATION = limit
     _check_last_depth_sums(process, slots, frontier, P, Q, pi)
-
-
-# 25 examples in the default suite, the former 80 under -m slow
-test_last_depth_rows_against_the_whole_evaluation, test_last_depth_rows_against_the_whole_evaluation_slow = \
-    fast_and_slow(given(process=st.sampled_from(["iid", "wor"]), shape=st.sampled_from(_LAST_SHAPES),
-                        V=st.sampled_from([2, 3, 8, 60, 700, 3000]), data=st.data()),
-                  _last_depth_rows_against_the_whole_evaluation, fast=25, slow=80, deadline=None)
 
 
 @pytest.mark.parametrize("process", ["iid", "wor"])
