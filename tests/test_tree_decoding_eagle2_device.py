@@ -255,7 +255,12 @@ def _counts(target, draft, prompt, m, runs, seed, **kw):
     return counts, np.append(law, 0.0)
 
 
-@pytest.mark.parametrize("models", ["memoryless", pytest.param("tiny_llama", marks=pytest.mark.slow)])
+# both under -m slow: EAGLE-2's whole decodes on the device route keep a default chi-square in
+# tests/test_tree_decoding_last_iteration.py::test_joint_law_with_pruned_trees[eagle2:2,2,5-torch] (3 tokens, whole
+# and pruned trees), and the depth-3 layout's verification its own in
+# test_device_sampler_on_an_eagle2_tree_follows_the_emission_law above
+@pytest.mark.parametrize("models", [pytest.param("memoryless", marks=pytest.mark.slow),
+                                    pytest.param("tiny_llama", marks=pytest.mark.slow)])
 def test_device_eagle2_decoding_is_lossless(models):
     """The first two decoded tokens against the target's exact law (plain target scoring) by chi-square."""
     if models == "memoryless":

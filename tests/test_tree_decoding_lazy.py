@@ -131,11 +131,11 @@ def test_verify_reading_the_host_equals_the_device_route(rule, kernels, case):
     assert torch.equal(Qin, before)
 
 
-def _decodes(target, draft, host: bool, monkeypatch, **kw):
+def _decodes(target, draft, host: bool, monkeypatch, trees=TREES, **kw):
     monkeypatch.setattr(TreeStepT, "read_on_host", host)
     out = {}
     for sname, skw in SAMPLINGS.items():
-        for tree in TREES:
+        for tree in trees:
             if sname == "greedy" and tree.startswith("wor"):
                 continue  # refused: greedy leaves one token, "wor" needs distinct children
             for seed in (0,):
@@ -169,15 +169,22 @@ def test_lossy_pairings_reading_the_host_equal_the_device_route(kernels, monkeyp
             _same(name, getattr(res, name), getattr(got[False][key], name), kernels, f"{key} {name}")
 
 
+#: One tree of each family (EAGLE-2, top-k, i.i.d. with SpecInfer, without replacement with Sequoia) in the default
+#: suite; the wider and deeper trees of the same families (three root children, depth 3) under ``-m slow``.
+FAMILY_TREES = TREES[:4]
+
+
 @pytest.mark.parametrize("kernels", KERNELS)
-def test_whole_decodes_reading_the_host_equal_the_device_route(kernels, monkeypatch):
+@pytest.mark.parametrize("trees", [pytest.param(FAMILY_TREES, id="families"),
+                                   pytest.param(TREES[4:], id="wider-deeper", marks=pytest.mark.slow)])
+def test_whole_decodes_reading_the_host_equal_the_device_route(kernels, trees, monkeypatch):
     """Whole decodes of every tree family under four samplings on a tiny Llama pair: reading the accepted node on
     the host (the CPU's default) gives the tokens and the acceptances bit for bit as the route without host reads,
     and every logged prediction bit for bit (torch's passes) or within 1e-12 relative (the numba passes)."""
     _kernels(kernels, monkeypatch)
     target, draft = tiny_llama(1, vocab=60), tiny_llama(2, vocab=60)
-    on = _decodes(target, draft, True, monkeypatch)
-    off = _decodes(target, draft, False, monkeypatch)
+    on = _decodes(target, draft, True, monkeypatch, trees)
+    off = _decodes(target, draft, False, monkeypatch, trees)
     assert on.keys() == off.keys()
     for key in on:
         for name in LOGGED:
