@@ -115,7 +115,13 @@ def test_rho_star_of_the_public_functions_is_main_s_bit_for_bit():
     want = fixture()["rho_star"]
     got = rho_star_values()
     assert got.keys() == want.keys()
-    assert [k for k in got if got[k] != want[k]] == []
+    assert [k for k in got if want[k] is not None and got[k] != want[k]] == []
+    # None: a value that moved on purpose after this kind of machine's digests were taken (rho,numpy,0,4..6: row 8,
+    # p one-hot, beta tiny at rho*, now the per-row search's root, 3.97202004682916 for 3.97202004682913 before,
+    # mpmath 3.97202004682916), to be retaken on such a machine
+    retake = sorted(k for k in want if want[k] is None)
+    if retake:
+        pytest.skip(f"every other digest equal; to be retaken on {fixture()['machine']!r}: {', '.join(retake)}")
 
 
 def test_adversarial_laws_hold_the_cases():
