@@ -372,10 +372,8 @@ def _tiny_beta_rows(P2, Q2, rho, k, kf):
     if rows.size == 0:
         return rho
     rho = rho.copy()
-    ks = np.broadcast_to(np.asarray(kf, dtype=np.float64), rho.shape)
-    for i in rows.tolist():
-        ki = int(ks[i, 0]) if isinstance(k, tuple) else k
-        rho[i, 0] = _rho_star_exact(P2[i], Q2[i], ki)
+    for i in rows.tolist():  # k: one int, or (kf, ks) with kf every row's number of drafts, (B, 1)
+        rho[i, 0] = _rho_star_exact(P2[i], Q2[i], int(kf[i, 0]) if isinstance(k, tuple) else k)
     return rho
 
 
