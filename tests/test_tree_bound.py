@@ -906,33 +906,42 @@ def test_row_route_reads_the_laws_where_they_are(process):
 
     held: dict = {}
 
-    class Rows:
-        calls = 0
+    def pair():
+        return law(), law()
 
-        def __call__(self, paths):
-            self.calls += 1
-            for s in paths:
-                if tuple(s) not in held:
-                    held[tuple(s)] = (law(), law())
-            return [held[tuple(s)][0] for s in paths], [held[tuple(s)][1] for s in paths]
-
-    _sampled(_Slots(shape), process, Rows(), 33, 32)                   # every law made and held before tracing
+    _sampled(_Slots(shape), process, HeldLaws(held, pair), 33, 32)     # every law made and held before tracing
     tracemalloc.start()
     try:
-        got = _sampled(_Slots(shape), process, Rows(), 33, 32)
+        got = _sampled(_Slots(shape), process, HeldLaws(held, pair), 33, 32)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     block = 32 * V * 8
     assert peak < block / 4, peak
 
-    class Stacked(Rows):
+    class Stacked(HeldLaws):
         def __call__(self, paths):
             P, Q = super().__call__(paths)
             return np.stack(P), np.stack(Q)
 
-    ref = _sampled(_Slots(shape), process, Stacked(), 33, 32)
+    ref = _sampled(_Slots(shape), process, Stacked(held, pair), 33, 32)
     assert got.value == ref.value and got.n_expanded == ref.n_expanded == 33
+
+
+class HeldLaws:
+    """A model of a frontier's laws for ``otspec.tree._bound._sampled``: per call, the draft rows and the target rows
+    of the paths, each path's pair made once by ``make()`` and kept in ``held`` (a dict that instances may share: the
+    same laws again), the calls counted in ``calls``."""
+
+    def __init__(self, held: dict, make):
+        self.held, self.make, self.calls = held, make, 0
+
+    def __call__(self, paths):
+        self.calls += 1
+        for s in paths:
+            if tuple(s) not in self.held:
+                self.held[tuple(s)] = self.make()
+        return [self.held[tuple(s)][0] for s in paths], [self.held[tuple(s)][1] for s in paths]
 
 
 def _race_case(kind: str, V: int, seed: int, K: int, R: int):

@@ -18,6 +18,7 @@ import pytest
 from otspec.tree import TreeShape
 from otspec.tree import _bound as B
 from otspec.tree import _bound_kernels as K
+from tests.test_tree_bound import HeldLaws
 
 
 def _llm_row(V: int, rng) -> np.ndarray:
@@ -93,18 +94,11 @@ def test_sampled_takes_the_host_rows_once_per_frontier(monkeypatch):
     V = 400
     laws: dict = {}
 
-    class _Laws:
-        calls = 0
-
-        def __call__(self, paths):
-            self.calls += 1
-            for s in paths:
-                if tuple(s) not in laws:
-                    laws[tuple(s)] = (_llm_row(V, rng), _llm_row(V, rng))
-            return [laws[tuple(s)][0] for s in paths], [laws[tuple(s)][1] for s in paths]
+    def pair():
+        return _llm_row(V, rng), _llm_row(V, rng)
 
     shape = TreeShape.branching(4, 3)
-    first = B._sampled(B._Slots(shape), "wor", _Laws(), 24, 8).value
+    first = B._sampled(B._Slots(shape), "wor", HeldLaws(laws, pair), 24, 8).value
     n = {"calls": 0}
     orig = B._host_rows
 
@@ -113,7 +107,7 @@ def test_sampled_takes_the_host_rows_once_per_frontier(monkeypatch):
         return orig(P, Q)
 
     monkeypatch.setattr(B, "_host_rows", counting)
-    got = _Laws()
+    got = HeldLaws(laws, pair)
     value = B._sampled(B._Slots(shape), "wor", got, 24, 8).value
     assert n["calls"] == got.calls
     assert value == first
