@@ -281,7 +281,7 @@ def _second_row(xp, dev):
     return got
 
 
-def _rho_star_rows(P, Q, k, xp, sorted_=None):
+def _rho_star_rows(P, Q, k, xp, sorted_=None, *, tiny_beta: bool = True):
     """rho* (and E(rho*)) for every row of (..., V) float64 laws; see batched_kseq_rho_star.
 
     ``k``: the number of drafts, an int, or a pair ``(kf, ks)`` of one number of drafts per row (every one
@@ -289,6 +289,14 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     ``k`` alone (the same per-row arithmetic; torch's vectorised ``pow`` may round the last bit differently where a
     row lands on another lane of its kernel, as it may between batches of one ``k``). ``sorted_``:
     :func:`_ratio_sorted` of the same laws, shared by several ``k`` (computed here when None).
+
+    The search reads the sign of :math:`f = D - E^k` as the float test :math:`D > E^k`, which places the root to
+    about :math:`\\epsilon (D + k E^k) / \\beta` (the slope of :math:`f` is :math:`-\\beta`): to a few ulps unless
+    :math:`\\beta(\\rho^*)` is tiny. The rows where that bound exceeds :data:`_TINY_BETA_ULPS` ulps take another
+    route: on host (numpy) arrays the per-row search (:func:`_tiny_beta_rows`), on any other namespace (a device's
+    tensors) the same search run again on every row in the :math:`c(\\beta) - \\rho` form
+    (:func:`_root_rows` with ``cform``), its root kept on those rows by one ``where`` (no value read to the host).
+    ``tiny_beta=False`` skips that second search (the float test's bound then holds on those rows of a device).
     """
     if not isinstance(k, tuple) and k == 1:  # rho* = 1: one draft is speculative sampling (no sort)
         E1 = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
@@ -296,23 +304,64 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     S = _ratio_sorted(P, Q, xp) if sorted_ is None else sorted_
     shape, B, P2, Q2, ro = S["shape"], S["B"], S["P2"], S["Q2"], S["ro"]
     kf, power = _per_row_k(k, B, xp)  # a float, or (B, 1) as every per-row value below
+    k_hi = kf if isinstance(kf, float) else float(max(k[1]))
+    rho = _root_rows(S, kf, power, k_hi, xp)  # (B, 1)
+    if isinstance(rho, np.ndarray):
+        rho = _tiny_beta_rows(P2, Q2, rho, k, kf)
+    elif tiny_beta:
+        bad = _tiny_beta_flags(P2, Q2, rho, kf, xp)
+        rho = _where(bad, _root_rows(S, kf, power, k_hi, xp, cform=True), rho, xp)
+    E_star = xp.sum(xp.clip(_sub_div(P2, Q2, rho, xp), 0.0, None), axis=-1)
+    return xp.reshape(rho, shape), _reshape(E_star, shape, xp)
+
+
+def _accepted_mass(beta, kf, xp):
+    r""":math:`1 - (1 - \beta)^k = -\mathrm{expm1}(k\, \mathrm{log1p}(-\beta))`, no cancellation where :math:`\beta`
+    is small (``beta`` clipped to ``[0, 1]`` first: a sum of ``min`` terms may round just above 1)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return -xp.expm1(kf * xp.log1p(-xp.clip(beta, 0.0, 1.0)))
+
+
+def _root_rows(S: dict, kf, power, k_hi: float, xp, *, cform: bool = False):
+    r"""rho* of every row, ``(B, 1)``, of :func:`_ratio_sorted`'s ``S``: :func:`_rho_star_rows`' search.
+
+    Every sign of :math:`f` is read by the float test :math:`D > E^k`, or with ``cform`` by
+    :math:`1 - (1 - \beta)^k > \rho \beta` (:math:`f / \beta = c(\beta) - \rho`, SpecTr eq. 6, the left side by
+    ``log1p``/``expm1`` and the right one as :math:`Q_l + \rho P_h`, the sum of the target's mass below and
+    :math:`\rho` times the draft's above: each monotone in :math:`\rho` on the floats, so the test is still true,
+    then false, along them): its error is about :math:`4 \epsilon \rho \beta` on :math:`f` where the float test's is
+    :math:`\epsilon (D + k E^k)`, which is what places the root when :math:`\beta` is tiny (both sides of the float
+    test then near 1). The bracket, the split and the rounds on the floats' bits are the same in both forms."""
+    P2, Q2, ro = S["P2"], S["Q2"], S["ro"]
     kc = _const(kf, ro) if isinstance(kf, float) else kf
-    # f at rho = 1 and rho = k, term by term (exact zeros when p == q), by their signs alone: f = D - E^k <= 0
-    # exactly when D <= E^k (a difference of finite floats has the sign of their order), one op fewer each
-    f1_le = S["D1"] <= power(S["E1"])  # f(1) <= 0
-    Dk = xp.sum(xp.clip(Q2 - kf * P2, 0.0, None), axis=-1, keepdims=True)
-    Ek = xp.sum(xp.clip(_sub_div(P2, Q2, kf, xp), 0.0, None), axis=-1, keepdims=True)
-    fk_gt = Dk > power(Ek)  # f(k) > 0
+    if cform:
+        beta1 = xp.sum(xp.minimum(P2, Q2), axis=-1, keepdims=True)
+        f1_le = _accepted_mass(beta1, kf, xp) <= beta1
+        with np.errstate(over="ignore"):
+            betak = xp.sum(xp.minimum(P2, Q2 / kf), axis=-1, keepdims=True)
+        fk_gt = _accepted_mass(betak, kf, xp) > kf * betak
+    else:
+        # f at rho = 1 and rho = k, term by term (exact zeros when p == q), by their signs alone: f = D - E^k <= 0
+        # exactly when D <= E^k (a difference of finite floats has the sign of their order), one op fewer each
+        f1_le = S["D1"] <= power(S["E1"])  # f(1) <= 0
+        Dk = xp.sum(xp.clip(S["Q2"] - kf * P2, 0.0, None), axis=-1, keepdims=True)
+        Ek = xp.sum(xp.clip(_sub_div(P2, Q2, kf, xp), 0.0, None), axis=-1, keepdims=True)
+        fk_gt = Dk > power(Ek)  # f(k) > 0
     # f at every breakpoint rho = ro_j inside (1, k): tokens before j are below, after j above (at the others,
     # ratios <= 1 or >= k, the values are not read: no finite stand-in for rho there)
     above1 = ro > 1.0  # not at NaN ratios (p = q = 0, sorted last), which no test below takes for inside or below hi
     inside = above1 & (ro < kf)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # 0, inf and NaN ratios: not read
-        E = xp.clip(_sub_div(S["Pp"], S["Qp"], ro, xp), 0.0, None)
-        D = S["Qs"] - ro * S["Ps"]  # unclipped: a negative D is <= E^k >= 0 as its clipped 0 is
+        if cform:  # beta at ro_j: the target's mass up to j (token j's min(p, q / ro_j) is q_j / ro_j) over ro_j
+            beta = S["Qcum"] / ro + S["Ps"]
+            neg_in = _accepted_mass(beta, kf, xp) <= S["Qcum"] + ro * S["Ps"]
+        else:
+            E = xp.clip(_sub_div(S["Pp"], S["Qp"], ro, xp), 0.0, None)
+            D = S["Qs"] - ro * S["Ps"]  # unclipped: a negative D is <= E^k >= 0 as its clipped 0 is
+            neg_in = D <= power(E)
     # f is non-increasing (SpecTr Lemma 4): the first breakpoint with f <= 0 is the upper end; outside (1, k) f is
     # taken as +inf at ratios <= 1 and -inf above, so f <= 0 there exactly where above1
-    neg = _where(inside, D <= power(E), above1, xp)
+    neg = _where(inside, neg_in, above1, xp)
     # hi: the first such breakpoint if below k, else k. The ratios increase along the row (NaN last, never in neg),
     # so that is the least of the ratios where neg and k (a minimum of exact floats: the same float). k is among
     # them on every row of valid laws: some ratio is <= 1 (q <= p somewhere), and there neg is false.
@@ -324,27 +373,50 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None):
     lo = xp.max(_where(below, ro, _const(1.0, ro), xp), axis=-1, keepdims=True)
     # the split on (lo, hi): ratios <= lo below, >= hi above (no ratio lies in (lo, hi): those <= lo are those < hi)
     nb = _count_true(below)  # Pl, Ql: the sums of the nb first (0 where none), from the cumulative sums after a 0
-    zeros = _zeros_column(B, ro, xp)
-    Pl = _take_along(xp.concat([zeros, S["Pcum"]], axis=-1), nb, xp)
+    zeros = _zeros_column(S["B"], ro, xp)
     Ql = _take_along(xp.concat([zeros, S["Qcum"]], axis=-1), nb, xp)
-    Ph = xp.clip(S["tot_p"] - Pl, 0.0, None)
-    Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
-    k_hi = kf if isinstance(kf, float) else float(max(k[1]))
-    if _has_bits(lo) and not _BISECT_ONLY:
-        b = _first_false(lo, hi, Pl, Ql, Ph, Qh, power, k_hi, xp)
+    if cform:  # the draft's mass above as the suffix sum (tot_p - Pl cancels where it is tiny against 1)
+        Ph = _take_along(xp.concat([S["tot_p"], S["Ps"]], axis=-1), nb, xp)
+
+        def up(rho):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return _accepted_mass(Ql / rho + Ph, kf, xp) > Ql + rho * Ph
+
+        Pl = Qh = None
     else:
-        b = _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi, xp)
-    # f(lo) <= 0 and f(hi) >= 0, both ends at once: f = D - E^k <= 0 exactly when D <= E^k (a difference of floats
-    # has the sign of their order), D = (Qh - rho Ph)_+, E = (Pl - Ql / rho)_+
+        Pl = _take_along(xp.concat([zeros, S["Pcum"]], axis=-1), nb, xp)
+        Ph = xp.clip(S["tot_p"] - Pl, 0.0, None)
+        Qh = xp.clip(S["tot_q"] - Ql, 0.0, None)
+        up = None
+    if _has_bits(lo) and not _BISECT_ONLY:
+        b = _first_false(lo, hi, Pl, Ql, Ph, Qh, power, k_hi, xp, up)
+    else:
+        b = _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi, xp, up)
     ends = xp.concat([lo, hi], axis=-1)
-    D = xp.clip(Qh - ends * Ph, 0.0, None)
-    Ek = power(xp.clip(_sub_div(Pl, Ql, ends, xp), 0.0, None))
-    root = _where((D <= Ek)[:, :1], lo, _where((D >= Ek)[:, 1:], hi, b, xp), xp)
-    rho = _where(f1_le, _const(1.0, ro), _where(fk_gt, kc, root, xp), xp)  # (B, 1)
-    if isinstance(rho, np.ndarray):
-        rho = _tiny_beta_rows(P2, Q2, rho, k, kf)
-    E_star = xp.sum(xp.clip(_sub_div(P2, Q2, rho, xp), 0.0, None), axis=-1)
-    return xp.reshape(rho, shape), _reshape(E_star, shape, xp)
+    if cform:  # f(lo) <= 0 and f(hi) >= 0 in the same form
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            left, right = _accepted_mass(Ql / ends + Ph, kf, xp), Ql + ends * Ph
+        at_lo, at_hi = (left <= right)[:, :1], (left >= right)[:, 1:]
+    else:
+        # f(lo) <= 0 and f(hi) >= 0, both ends at once: f = D - E^k <= 0 exactly when D <= E^k (a difference of
+        # floats has the sign of their order), D = (Qh - rho Ph)_+, E = (Pl - Ql / rho)_+
+        D = xp.clip(Qh - ends * Ph, 0.0, None)
+        Ek = power(xp.clip(_sub_div(Pl, Ql, ends, xp), 0.0, None))
+        at_lo, at_hi = (D <= Ek)[:, :1], (D >= Ek)[:, 1:]
+    root = _where(at_lo, lo, _where(at_hi, hi, b, xp), xp)
+    return _where(f1_le, _const(1.0, ro), _where(fk_gt, kc, root, xp), xp)  # (B, 1)
+
+
+def _tiny_beta_flags(P2, Q2, rho, kf, xp):
+    r"""The rows (``(B, 1)`` bool) where the float test's bound on the root at ``rho``,
+    :math:`\epsilon (D + k E^k) / \beta`, exceeds :data:`_TINY_BETA_ULPS` ulps of :math:`\rho`: :func:`_tiny_beta_rows`'
+    test in the same operations, in ``P2``'s namespace (no read)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        qr = Q2 / rho
+        beta = xp.sum(xp.minimum(P2, qr), axis=-1, keepdims=True)
+        D = xp.sum(xp.clip(Q2 - rho * P2, 0.0, None), axis=-1, keepdims=True)
+        E = xp.sum(xp.clip(P2 - qr, 0.0, None), axis=-1, keepdims=True)
+        return ~(D + kf * E**kf <= _TINY_BETA_ULPS * rho * beta)
 
 
 #: :func:`_tiny_beta_rows`: a row whose root the float test :math:`D > E^k` places only to about
@@ -404,19 +476,21 @@ def _go_up(rho, Pl, Ql, Ph, Qh, power, xp):
     return Qh - rho * Ph > power(xp.clip(_sub_div(Pl, Ql, rho, xp), 0.0, None))
 
 
-def _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi: float, xp):
+def _bisect(lo, hi, Pl, Ql, Ph, Qh, power, k_hi: float, xp, up=None):
     """The upper end ``b`` of the bisection of :func:`_go_up` on ``[lo, hi]`` after
     :func:`_bisect_steps` steps (the state of :data:`_BISECT`): the reference of :func:`_first_false`, and its route
     for namespaces with no bit view of float64 arrays.
 
     ``[a, b]`` is held as one ``(B, 2)`` array: ``mid = 0.5 * (a + b)`` is their mean (the sum rounded once, halved
     exactly), and one ``where`` moves ``a`` (column 0) up to ``mid`` where the test holds, ``b`` (column 1) down to
-    it elsewhere. Every argument ``(B, 1)``, as ``b``."""
+    it elsewhere. Every argument ``(B, 1)``, as ``b``. ``up``: another test, a function of ``rho`` alone (then
+    ``Pl, Ql, Ph, Qh, power`` are not read)."""
     ab = xp.concat([lo, hi], axis=-1)
     other = _second_row(xp, _device(ab))  # column 1 moves where column 0 does not
     for _ in range(_bisect_steps(k_hi)):
         mid = xp.mean(ab, axis=-1, keepdims=True)
-        ab = xp.where(_go_up(mid, Pl, Ql, Ph, Qh, power, xp) ^ other, mid, ab)
+        g = _go_up(mid, Pl, Ql, Ph, Qh, power, xp) if up is None else up(mid)
+        ab = xp.where(g ^ other, mid, ab)
     return ab[:, 1:]
 
 
@@ -456,7 +530,7 @@ def _grid_rounds(k_hi: float, M: int) -> list[int]:
     return out
 
 
-def _first_false(lo, hi, Pl, Ql, Ph, Qh, power, k_hi: float, xp):
+def _first_false(lo, hi, Pl, Ql, Ph, Qh, power, k_hi: float, xp, up=None):
     r""":func:`_bisect`'s ``b``, bit for bit, in a few rounds of many candidates instead of one per step.
 
     On a row where the test :math:`g` (:func:`_go_up`) holds at ``lo`` and not at ``hi`` (the only rows whose ``b``
@@ -488,6 +562,9 @@ ho` (each rounded operation is
     ``b - a >= 1``, and ``b - a <= 1`` after the last round: ``b = a + 1``; it is returned as
     ``min(a + 1, hi)``, within ``[lo, hi]`` on every row (the rows not kept, where :math:`g` is false at ``lo`` or
     true at ``hi``, are :func:`_rho_star_rows`' ``lo`` or ``hi`` instead).
+
+    ``up``: another test of the same kind (true, then false, along the floats), a function of ``rho`` alone, as
+    :func:`_bisect`'s (:func:`_root_rows`' :math:`c(\beta) - \rho` form).
     """
     M = _grid_points(xp, lo)
     a = _float_bits(lo, xp)
@@ -501,13 +578,13 @@ ho` (each rounded operation is
                 floats = cand.view(torch.float64)
             else:
                 torch.add(a, _arange(s, s * (M + 1), s, a, xp), out=cand)  # (B, M): a + s .. a + M s
-            g = _go_up(floats, Pl, Ql, Ph, Qh, power, xp)
+            g = _go_up(floats, Pl, Ql, Ph, Qh, power, xp) if up is None else up(floats)
             a = torch.add(a, g.sum(-1, keepdim=True), alpha=s)  # the first false column, as below
         # a + 1 on the floats' bits is the next float up (a is positive and finite)
         return torch.minimum(torch.nextafter(a.view(torch.float64), _const(math.inf, hi)), hi)
     for s in _grid_rounds(k_hi, M):
         c = a + _arange(s, s * (M + 1), s, a, xp)  # (B, M): a + s .. a + M s
-        g = _go_up(c.view(xp.float64), Pl, Ql, Ph, Qh, power, xp)
+        g = _go_up(c.view(xp.float64), Pl, Ql, Ph, Qh, power, xp) if up is None else up(c.view(xp.float64))
         a = a + _count_true(g) * s  # the first false column (M: none), g being true then false along the row
     return xp.minimum(a + 1, _float_bits(hi, xp)).view(xp.float64)
 
@@ -631,18 +708,28 @@ def kseq_acceptance_rows(P, Q, ks, xp) -> list:
     The laws are not checked (see :func:`batched_kseq_acceptance`); one sort of
     the ratios serves every ``k``, and each value is the one
     :func:`batched_kseq_acceptance` gives for that ``k`` alone, bit for bit.
+    Where the acceptance is at least 1/2 it is ``1 - E**k`` (:math:`E` a sum of
+    non-negative terms: accurate near 1); below 1/2 it is the accepted mass
+    :math:`1 - (1 - \beta)^k` from :math:`\beta(\rho^*) = \sum \min(p, q/\rho^*)`
+    summed directly, by ``log1p``/``expm1`` (as :func:`otspec.kseq_p_acc`),
+    where ``1 - E**k`` cancels (an acceptance of 5e-300 came out 0).
     Returns a list of ``(...)`` arrays of namespace ``xp``, one per ``k``.
     """
     S = None
     out = []
     for k in ks:
-        if k == 1:  # rho* = 1 (_rho_star_rows' E alone; E**1 is E)
-            out.append(xp.clip(1.0 - xp.sum(xp.clip(P - Q, 0.0, None), axis=-1), 0.0, 1.0))
+        if k == 1:  # rho* = 1 (_rho_star_rows' E alone; E**1 is E): below 1/2, sum min(p, q) itself
+            E = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
+            kept = xp.sum(xp.minimum(P, Q), axis=-1)
+            out.append(xp.clip(xp.where(E > 0.5, kept, 1.0 - E), 0.0, 1.0))
             continue
         if S is None:
             S = _ratio_sorted(P, Q, xp)
-        _, E = _rho_star_rows(P, Q, k, xp, S)
-        out.append(xp.clip(1.0 - E**k, 0.0, 1.0))
+        rho, E = _rho_star_rows(P, Q, k, xp, S)
+        Ek = E**k
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # rho* >= 1: q / rho is finite
+            beta = xp.sum(xp.minimum(P, Q / rho[..., None]), axis=-1)
+        out.append(xp.clip(xp.where(Ek > 0.5, _accepted_mass(beta, float(k), xp), 1.0 - Ek), 0.0, 1.0))
     return out
 
 

@@ -576,7 +576,9 @@ class RhoStar:
             S = got[0] if len(got) == 1 else dict({key: xp.concat([g[key] for g in got], axis=0) for key in self._ROWS},
                                                  shape=(sum(sizes),), B=sum(sizes), V=got[0]["V"])
         kf = _concat([b[1] for b in self.blocks], xp)
-        rho, E = _rho_star_rows(None, None, (kf, ks) if len(ks) > 1 else ks[0], xp, S)
+        # tiny_beta=False: a device's rows keep the float test (the second search in the c(beta) - rho form would
+        # double this solve's ops at every position; numpy rows still take the per-row search there)
+        rho, E = _rho_star_rows(None, None, (kf, ks) if len(ks) > 1 else ks[0], xp, S, tiny_beta=False)
         rho, E = _reshape(rho, (sum(sizes),), xp), _reshape(E, (sum(sizes),), xp)
         if len(sizes) > 1 and hasattr(rho, "split_with_sizes"):  # torch: each block's rows in one op per array
             self.got.extend(zip(rho.split_with_sizes(sizes), E.split_with_sizes(sizes)))
