@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 
 import otspec
 from otspec._validation import validate_pair
-from otspec.multidraft import batched_kseq_acceptance, batched_kseq_rho_star
 from otspec.multidraft import _batched as MB
+from otspec.multidraft import batched_kseq_acceptance, batched_kseq_rho_star
 
 torch = pytest.importorskip("torch")
 

@@ -302,7 +302,7 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None, *, tiny_beta: bool = True):
         E1 = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
         return xp.ones_like(E1), E1
     S = _ratio_sorted(P, Q, xp) if sorted_ is None else sorted_
-    shape, B, P2, Q2, ro = S["shape"], S["B"], S["P2"], S["Q2"], S["ro"]
+    shape, B, P2, Q2 = S["shape"], S["B"], S["P2"], S["Q2"]
     kf, power = _per_row_k(k, B, xp)  # a float, or (B, 1) as every per-row value below
     k_hi = kf if isinstance(kf, float) else float(max(k[1]))
     rho = _root_rows(S, kf, power, k_hi, xp)  # (B, 1)
