@@ -8,7 +8,10 @@ laws as numpy arrays or torch tensors (CPU or CUDA) of shape ``(..., V)``
 through the array API standard (array-api-compat) and return the same array
 type on the same device, in float64; the values equal the per-row numpy
 functions (:func:`otspec.maximal_coupling`, :func:`otspec.kseq_rho_star`,
-:func:`otspec.kseq_p_acc`) to 1e-12.
+:func:`otspec.kseq_p_acc`) to 1e-12. Where :math:`\beta(\rho^*)` is tiny
+(laws that barely overlap) k-Seq's :math:`\rho^*` is within a few ulps of
+the exact root on numpy and on torch alike, and its acceptance below 1/2 is
+the accepted mass summed directly (relative accuracy down to 1e-300).
 
 Mentored decoding's acceptance at a KL budget (:func:`otspec.mentored`) is
 not batched: its solver searches, per row, a data-dependent set of tokens
@@ -430,10 +433,11 @@ def _tiny_beta_rows(P2, Q2, rho, k, kf):
     :math:`D + k E^k` replaced by :func:`otspec.multidraft._kseq._rho_star_exact`'s root (which takes
     :math:`f / \beta = c(\beta) - \rho` there, accurate to a few ulps of :math:`\rho^*`): at such a row
     :math:`D` and :math:`E^k` are both near 1 and their difference, the sign the search reads, has lost the bits
-    that place the root (:math:`\rho^*` 1.99999992164 for 1.99999992582 at ``p = [0.5, 0, 0.5]``,
+    that place the root (on torch, before it took :func:`_root_rows`' ``cform`` there: :math:`\rho^*`
+    1.9999999248174 for :math:`1 + \sqrt{1 - 1.5 \cdot 10^{-7}} = 1.99999992499999719` at ``p = [0.5, 0, 0.5]``,
     ``q = [0, 1 - 1.5e-7, 1.5e-7]``, ``k = 2``). Elsewhere (every row of laws that overlap by more than about
-    :math:`(k + 1) / 256`) the values are unchanged, bit for bit. Host arrays only; a device's rows keep the float
-    test (its error bound as stated)."""
+    :math:`(k + 1) / 256`) the values are unchanged, bit for bit. Host arrays only; a device's flagged rows take
+    :func:`_root_rows`' second search in the :math:`c(\beta) - \rho` form instead (no read to the host)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         qr = Q2 / rho
         beta = np.minimum(P2, qr).sum(axis=-1, keepdims=True)
@@ -614,6 +618,19 @@ def batched_kseq_rho_star(p, q, k: int, *, normalize: bool = False, validate: bo
     many candidates on the floats' bits (6 rounds of 511 per row on torch
     for ``k <= 4``, 9 of 63 on numpy).
 
+    Accuracy: the search reads the sign of :math:`f` as :math:`D > E^k`,
+    placing the root to about :math:`\epsilon (D + k E^k) / \beta` (to a
+    few ulps wherever the laws overlap by more than about :math:`(k+1)/256`).
+    The rows where that bound exceeds 256 ulps of :math:`\rho` (a tiny
+    :math:`\beta(\rho^*)`: both sides of the test near 1) take the per-row
+    search on numpy arrays and, on other arrays (a device's tensors), a
+    second search of every row in the :math:`c(\beta) - \rho` form
+    (:math:`c(\beta) = (1 - (1 - \beta)^k) / \beta` by ``log1p``/``expm1``)
+    kept on those rows by one ``where``: no value is read to the host, and
+    such a call issues about twice the torch ops (315 for 141 at ``k = 2``).
+    Both are within a few ulps of the exact root; the other rows' values are
+    the float search's, bit for bit.
+
     Parameters
     ----------
     p, q : (..., V) arrays (numpy, torch, any array-API library)
@@ -645,6 +662,8 @@ def batched_kseq_rho_star(p, q, k: int, *, normalize: bool = False, validate: bo
     >>> Q = np.array([[0.25, 0.75], [0.5, 0.5]])
     >>> batched_kseq_rho_star(P, Q, 2).round(9).tolist()
     [1.593070331, 1.0]
+    >>> batched_kseq_rho_star(np.array([[0.5, 0.0, 0.5]]), np.array([[0.0, 1 - 1.5e-7, 1.5e-7]]), 2).tolist()
+    [1.9999999249999971]
     """
     P, Q, xp, k = _kseq_batch(p, q, k, "batched_kseq_rho_star", normalize, validate)
     return _rho_star_rows(P, Q, k, xp)[0]
@@ -659,7 +678,13 @@ def batched_kseq_acceptance(p, q, k: int, *, normalize: bool = False, validate: 
         \qquad E(\rho) = \sum_x \big(p(x) - q(x)/\rho\big)_+ .
 
     At :math:`\rho^*` this is :math:`P(Y \in S(X))` of the verifier built by
-    :func:`otspec.kseq` (see its docs).
+    :func:`otspec.kseq` (see its docs). Where it is at least 1/2 it is
+    ``1 - E**k`` (:math:`E` a sum of non-negative terms); below 1/2 it is
+    the accepted mass :math:`-\mathrm{expm1}(k\, \mathrm{log1p}(-\beta(\rho^*)))`
+    with :math:`\beta(\rho^*) = \sum \min(p, q/\rho^*)` summed directly,
+    without the cancellation of ``1 - E**k`` (which gave 0 for an
+    acceptance of 1e-300). :math:`\rho^*` as :func:`batched_kseq_rho_star`
+    (tiny :math:`\beta` included).
 
     Parameters
     ----------
@@ -697,6 +722,8 @@ def batched_kseq_acceptance(p, q, k: int, *, normalize: bool = False, validate: 
     >>> Q = np.array([[0.25, 0.75], [0.5, 0.5]])
     >>> batched_kseq_acceptance(P, Q, 2).round(9).tolist()
     [0.648267583, 1.0]
+    >>> float(batched_kseq_acceptance(np.array([[0.5, 0.0, 0.5]]), np.array([[0.0, 1.0, 5e-300]]), 2)[0])
+    5e-300
     """
     P, Q, xp, k = _kseq_batch(p, q, k, "batched_kseq_acceptance", normalize, validate)
     return kseq_acceptance_rows(P, Q, [k], xp)[0]
