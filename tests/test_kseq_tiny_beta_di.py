@@ -212,3 +212,17 @@ def test_the_torch_route_reads_nothing_to_the_host():
         acc = batched_kseq_acceptance(P, Q, 3, validate=False)
     assert seen == []
     assert _rel(float(rho[0]), ref_rho(laws[0][0], laws[0][1], 3)) <= ULPS and float(acc[0]) > 0.0
+
+
+def test_rows_with_their_own_k_take_the_second_search_too():
+    # one number of drafts per row (the profile's stacked requests), on torch with the tiny rows' second search: each
+    # row within ULPS of mpmath for its own k (a power or a c(beta) taken with another row's k would miss by far)
+    laws = [tiny_laws(eps, seed=s) for eps in (1e-3, 1e-16, 1e-250) for s in (0, 1)]
+    P = torch.from_numpy(np.array([a for a, _ in laws]))
+    Q = torch.from_numpy(np.array([b for _, b in laws]))
+    ks = [2, 5, 3, 2, 5, 3]
+    kf = torch.tensor(ks, dtype=torch.float64)
+    xp = array_api_compat.array_namespace(P)
+    rho = MB._rho_star_rows(None, None, (kf, sorted(set(ks))), xp, MB._ratio_sorted(P, Q, xp))[0].numpy()
+    for i, k in enumerate(ks):
+        assert _rel(rho[i], ref_rho(laws[i][0], laws[i][1], k)) <= ULPS, (i, k, rho[i])
