@@ -197,8 +197,10 @@ def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str
 
     Raises
     ------
-    Nothing
-        Any ``kind`` is accepted (an unknown one matches no verifier).
+    TypeError
+        ``kind`` is neither a string nor None, or ``block`` is no bool.
+    ValueError
+        ``kind`` is not one of ``"token"``, ``"block"``, ``"tree"``.
 
     Examples
     --------
@@ -207,6 +209,7 @@ def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str
     (True, False)
     """
     block = validate_bool(block, "block")  # no truthiness: block="no" listed the block verifiers
+    kind = validate_name(kind, "kind", _KINDS, allow_none=True)  # kind="tokens" listed no verifier
     return tuple(
         name
         for name, s in _REGISTRY.items()
@@ -368,6 +371,28 @@ def unknown_name_message(what: str, name, allowed, *, alternative: str = "", ent
     return f"{subject} {allowed}{alternative}, got {got}{note}"
 
 
+def validate_name(name, what: str, allowed, *, allow_none: bool = False):
+    """``name`` if it is one of the strings ``allowed`` (or None with ``allow_none=True``), else the error of
+    :func:`unknown_name_message`: a :class:`TypeError` for what is not a string (an array, a number: never
+    compared, so an array gets no "truth value is ambiguous" error from numpy), a :class:`ValueError` for an
+    unknown string.
+
+    Examples
+    --------
+    >>> from otspec._registry import validate_name
+    >>> validate_name("lp", "method", ("exact", "lp"))
+    'lp'
+    """
+    if allow_none and name is None:
+        return None
+    allowed = tuple(allowed)
+    if not isinstance(name, str):
+        raise TypeError(unknown_name_message(what, name, allowed, alternative=" or None" if allow_none else ""))
+    if name not in allowed:
+        raise ValueError(unknown_name_message(what, name, allowed, alternative=" or None" if allow_none else ""))
+    return name
+
+
 def get_verifier(name, *, kind: str | None = None, block: bool = False) -> VerifierSpec:
     """The registered :class:`VerifierSpec` of ``name``.
 
@@ -398,6 +423,7 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
     >>> otspec.multidraft.get_verifier("kseq").sequential
     True
     """
+    kind = validate_name(kind, "kind", _KINDS, allow_none=True)  # before `name`: kind=3 blamed `name`
     return lookup_verifier(name, "name", kind=kind, block=validate_bool(block, "block"))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -36,6 +36,8 @@ __all__ = [
     "flush_negligible",
     "simplex_tolerance",
     "number_text",
+    "finite_real",
+    "sequence_like",
     "first_bad_row",
     "first_bad_entry",
     "validate_bool",
@@ -65,6 +67,28 @@ def number_text(x) -> str:
     if isinstance(x, numbers.Real) or (isinstance(x, np.ndarray) and x.ndim == 0):
         return repr(float(x))
     return repr(x)
+
+
+def finite_real(x) -> bool:
+    """Whether the real number ``x`` (any :class:`numbers.Real`: a Python int past int64 too, where
+    ``np.isfinite`` raises a TypeError) is finite as a float64; an int beyond the float64 range is not."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def sequence_like(x) -> bool:
+    """Whether ``x`` is read as a sequence of items (a list, a tuple, an array or tensor of at least one axis):
+    ``len(x)`` answers and ``x`` is neither text, ``None`` nor a mapping. A 0-d array or tensor has ``__len__``
+    but ``len`` raises on it (so do ``iter`` and indexing): not a sequence; a dict's ``x[0]`` is a lookup by key."""
+    if x is None or isinstance(x, (str, bytes, Mapping)) or getattr(x, "ndim", None) == 0:
+        return False
+    try:
+        len(x)
+    except TypeError:
+        return False
+    return True
 
 
 def first_bad_row(bad) -> tuple[int, ...]:
@@ -159,15 +183,16 @@ def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.
     return arr, eps
 
 
-def as_float_array(x, name: str, what: str = "an array_like of floats") -> np.ndarray:
+def as_float_array(x, name: str, what: str = "an array_like of floats", *, booleans: bool = True) -> np.ndarray:
     """``x`` as a fresh float64 array of any shape, read the way :func:`validate_distribution` reads it.
 
     Lists, tuples, numpy arrays of any real dtype and layout, torch tensors (also with ``requires_grad``) and
     other array-likes are accepted; text, complex, object arrays that are not numbers, ragged nesting, ``None``
     and masked arrays with masked entries raise :class:`TypeError` / :class:`ValueError` naming ``name``.
-    Values are not checked (see :func:`validate_distribution`).
+    Values are not checked (see :func:`validate_distribution`). With ``booleans=False`` a boolean array or a
+    list holding a bool (``[0.5, True]``) is refused with a :class:`TypeError` (a bool is no real number).
     """
-    return _float_input(x, name, what)[0]
+    return _float_input(x, name, what, booleans=booleans)[0]
 
 
 def as_array(x, name: str, what: str) -> np.ndarray:
