@@ -32,6 +32,7 @@ __all__ = [
     "validate_positive_int",
     "as_rng",
     "validate_seed",
+    "TORCH_SEEDS",
     "NEGLIGIBLE",
     "flush_negligible",
     "simplex_tolerance",
@@ -471,13 +472,20 @@ def validate_probability(x, name: str, *, low_open: bool = False, high_open: boo
     return v
 
 
-def validate_seed(seed, name: str = "rng") -> int:
-    """A seed of any integral type (Python or numpy integers), as a non-negative Python int."""
+#: The seeds a ``torch.Generator`` takes (``manual_seed``): below ``2**64``.
+TORCH_SEEDS = 2**64
+
+
+def validate_seed(seed, name: str = "rng", *, below: int | None = None) -> int:
+    """A seed of any integral type (Python or numpy integers), as a non-negative Python int; with ``below`` (e.g.
+    :data:`TORCH_SEEDS` for a torch generator) a seed ``>= below`` is refused naming ``name``."""
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"`{name}` must be an integer seed, got {type(seed).__name__}")
     seed = int(seed)  # np.int64(3) -> 3: a numpy integer is the same seed as the int
     if seed < 0:
         raise ValueError(f"`{name}` must be a non-negative integer seed, got {seed}")
+    if below is not None and seed >= below:
+        raise ValueError(f"`{name}` must be an integer seed below {below:,}, got {seed:,}")
     return seed
 
 
