@@ -164,6 +164,7 @@ def register_verifier(spec: VerifierSpec, *, replace: bool = False) -> VerifierS
     """
     if not isinstance(spec, VerifierSpec):
         raise TypeError(f"`spec` must be a VerifierSpec, got {type(spec).__name__}")
+    replace = validate_bool(replace, "replace")  # no truthiness: replace="no" replaced
     if spec.kind not in _KINDS:
         raise ValueError(unknown_name_message("spec.kind", spec.kind, _KINDS))
     if spec.kind == "token" and spec.build is None:

@@ -32,6 +32,9 @@ input that is no valid value, a hang or a MemoryError); each class was fixed onc
 * torch seeds of ``2**64`` and above were torch's "Overflow when unpacking long long";
 * the models' size helpers (``check_enumeration``, ``size_exceeds``, ``check_length``, ``validate_sequence``,
   ``next_law``) compared what they were given (``"x" < 3``, ``math.log2(0)``);
+* ``GreedyBlockVerify(tie_break=...)`` compared an array, ``register_verifier(replace="no")`` replaced (truthiness),
+  and a tree verifier's node laws given text, a dict or complex numbers ended in numpy's or float()'s errors (or a
+  ComplexWarning and the real part);
 * messages that named another function's parameter: ``lenience_curve`` (``l`` for ``ls``),
   ``spectr.draft_selection`` (``tokens`` for ``drafts``), ``block.level_alphas`` (``length`` for ``L``),
   ``spectr.optimal_block_efficiency`` (``max_enum`` for ``max_variables``).
@@ -56,6 +59,7 @@ P = np.array([0.5, 0.25, 0.25])
 Q = np.array([0.25, 0.25, 0.5])
 D3, T3 = models.MemorylessModel(P), models.MemorylessModel(Q)
 SHAPE = tree.TreeShape.from_paths([(0,), (1,), (0, 0), (1, 0)])
+TREE = tree.DraftTree.from_paths([(0,), (1,), (0, 2)])
 E0 = np.array([])  # an empty array where a name or a number is meant
 Z0 = np.array(2)  # a 0-d array where a sequence is meant
 SECONDS = 5.0
@@ -98,6 +102,20 @@ ROWS = [
     ("tree.optimum.process", tree.optimum, dict(shape=SHAPE, draft=D3, target=T3, process=E0), "process",
      TypeError, "`process`"),
     ("verifier_names.kind.array", md.verifier_names, dict(kind=E0), "kind", TypeError, "`kind`"),
+    ("GreedyBlockVerify.tie_break", tree.GreedyBlockVerify, dict(tie_break=E0), "tie_break", TypeError,
+     "`tie_break`"),
+    ("register_verifier.replace", otspec.register_verifier, dict(spec=md.get_verifier("kseq"), replace="no"),
+     "replace", TypeError, "`replace` must be a bool"),  # 1dbd806: read by truthiness (replaced)
+    # a tree's node laws read as every law is read (1dbd806: numpy's "could not convert string to float",
+    # float()'s TypeError for a dict, a ComplexWarning and the real part of a complex array)
+    ("TraversalVerify.emission.p_nodes.text", tree.TraversalVerify().emission,
+     dict(tree=TREE, p_nodes=[["a", "b", "c"]] * 4, q_nodes=np.stack([Q] * 4)), "p_nodes", TypeError,
+     "`p_nodes`"),
+    ("TraversalVerify.emission.q_nodes.complex", tree.TraversalVerify().emission,
+     dict(tree=TREE, p_nodes=np.stack([P] * 4), q_nodes=np.stack([Q] * 4).astype(complex)), "q_nodes",
+     TypeError, "`q_nodes` must be real-valued"),
+    ("SpecInferVerifier.sample.p_nodes.dict", tree.SpecInferVerifier().sample,
+     dict(tree=TREE, p_nodes={0: P}, q_nodes=np.stack([Q] * 4), rng=0), "p_nodes", TypeError, "`p_nodes`"),
     # the registry's kind: an unknown one listed nothing; get_verifier blamed `name`
     ("verifier_names.kind.unknown", md.verifier_names, dict(kind="tokens"), "kind", ValueError,
      r"`kind` must be one of \('token', 'block', 'tree'\) or None, got 'tokens' \(did you mean 'token'\?\)"),
@@ -254,17 +272,13 @@ def test_shared_checks():
 GUARDS = [
     ("sample_size.law=10**18", "testing.sample_size(0.1, 10**18)", ["`law`", "MAX_UNIFORM_CELLS"]),
     ("detectable_tv.law=10**18", "testing.detectable_tv(1000, 10**18)", ["`law`", "MAX_UNIFORM_CELLS"]),
-    ("emission_probs_from_token_probs.L=10**18",
-     "profile.emission_probs_from_token_probs('token', np.full((1, 2), 0.5), np.full((1, 2), 0.5), L=10**18)",
-     ["`L`", "MAX_EMISSION_L"]),
     ("level_alphas.L=10**18", "block.level_alphas(D3, T3, 10**18, 2)", ["`L`"]),
 ]
 SETUP = """
 import numpy as np
-from otspec import block, models, profile, testing
+from otspec import block, models, testing
 D3, T3 = models.MemorylessModel([0.5, 0.25, 0.25]), models.MemorylessModel([0.25, 0.25, 0.5])
-testing.sample_size(0.1, 3); profile.emission_probs_from_token_probs('token', np.full((1, 2), 0.5),
-                                                                  np.full((1, 2), 0.5), L=2)
+testing.sample_size(0.1, 3)
 """
 
 
@@ -357,6 +371,9 @@ def test_decoding_entry_points_refuse_bad_input():
          "`L` must be at most MAX_NEW_TOKENS - 1"),  # 1dbd806: the message named `max_new_tokens`
         (pr.load_prompts, dict(prompts=[[1, 2]], vocab_size="6"), TypeError, "`vocab_size`"),
         (pr.load_prompts, dict(prompts=[[1, 2]], vocab_size=0), ValueError, "`vocab_size`"),
+        (pr.emission_probs_from_token_probs, dict(scheme="token", p_y=np.full((1, 2), 0.5),
+                                                  q_y=np.full((1, 2), 0.5), L=10**18), ValueError,
+         "`L` must be at most MAX_EMISSION_L = 1,024"),  # 1dbd806: numpy's "array is too big"
         (pr.emission_probs_from_token_probs, dict(scheme=E0, p_y=np.full((1, 2), 0.5), q_y=np.full((1, 2), 0.5),
                                                   L=2), TypeError, "`scheme`"),
     ]
