@@ -144,6 +144,21 @@ def _refuse_booleans(src, raw: np.ndarray, name: str, must: str) -> None:
         raise TypeError(f"`{name}` must {must}, got the bool {entry!r} at index {at[0] if len(at) == 1 else at}")
 
 
+def _tensor_numpy(x, name: str, what: str) -> tuple[np.ndarray, float]:
+    """A torch tensor (or another object with ``detach`` and ``cpu``) as a numpy array on the host, and the machine
+    epsilon of a float type numpy does not have (bfloat16: read as float32, its own epsilon 2**-8 kept for the
+    simplex tolerance; 0.0 otherwise). A tensor without data (on the ``meta`` device) or of a dtype numpy cannot
+    take raises a :class:`TypeError` naming ``name`` (not torch's NotImplementedError or numpy's TypeError)."""
+    try:
+        t = x.detach().cpu()
+        eps = 0.0
+        if str(getattr(t, "dtype", "")) == "torch.bfloat16":
+            t, eps = t.float(), 2.0**-8  # exact: every bfloat16 is a float32
+        return t.numpy(), eps
+    except (TypeError, RuntimeError, NotImplementedError) as exc:
+        raise TypeError(f"`{name}` must be {what}, got a tensor that numpy cannot read ({exc})") from None
+
+
 def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.ndarray, float]:
     """``x`` as a fresh float64 array and the machine epsilon of its own float type.
 
@@ -157,9 +172,9 @@ def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.
         return np.array(x, copy=True), 0.0
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}")
-    src = x
+    src, eps_ = x, 0.0
     if not isinstance(x, (np.ndarray, list, tuple)) and hasattr(x, "detach") and hasattr(x, "cpu"):
-        src = x.detach().cpu().numpy()  # a torch tensor: read it without keeping a reference
+        src, eps_ = _tensor_numpy(x, name, what)  # a torch tensor: read it without keeping a reference
     if np.ma.isMaskedArray(src) and np.ma.is_masked(src):  # np.asarray would drop the mask and read the hidden values
         raise ValueError(f"`{name}` must have no masked entries, got a masked array with "
                          f"{int(np.ma.count_masked(src))} masked")
@@ -181,7 +196,7 @@ def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.
     except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
     eps = float(np.finfo(raw.dtype).eps) if raw.dtype.kind == "f" and raw.dtype.itemsize < 8 else 0.0
-    return arr, eps
+    return arr, max(eps, eps_)
 
 
 def as_float_array(x, name: str, what: str = "an array_like of floats", *, booleans: bool = True) -> np.ndarray:
@@ -207,7 +222,7 @@ def as_array(x, name: str, what: str) -> np.ndarray:
         raise ValueError(f"`{name}` must have no masked entries, got a masked array with {int(np.ma.count_masked(x))} "
                          "masked")
     if not isinstance(x, (np.ndarray, list, tuple)) and hasattr(x, "detach") and hasattr(x, "cpu"):
-        x = x.detach().cpu().numpy()
+        x = _tensor_numpy(x, name, what)[0]
     try:
         arr = np.asarray(x)
     except (TypeError, ValueError) as exc:

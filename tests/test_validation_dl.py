@@ -384,3 +384,23 @@ def test_decoding_entry_points_refuse_bad_input():
 
     # the caps leave every documented use (profile: MAX_NEW_TOKENS = 65,536 of its own; check_lossless: 2,000 runs)
     assert MAX_NEW_TOKENS >= 2**20 and MAX_RUNS >= 10**6 and dec.make_rng(2**64 - 1).random() >= 0.0
+
+
+def test_tensors_numpy_cannot_read_directly():
+    """bfloat16 tensors (numpy has no such type) are read as float32 with their own epsilon, on the 1-D and the
+    batched routes (1dbd806: torch's "Got unsupported ScalarType BFloat16" and numpy's "data type not inexact");
+    a float32 array beside an integer one on the batched route too (np.finfo of an integer type); a tensor with
+    no data (the meta device) is refused naming the parameter (1dbd806: torch's NotImplementedError)."""
+    torch = pytest.importorskip("torch")
+    want = otspec.kseq(P, Q, 2).acceptance()  # P, Q are exact in bfloat16 (multiples of 1/4)
+    bf = torch.tensor(P, dtype=torch.bfloat16), torch.tensor(Q, dtype=torch.bfloat16)
+    assert otspec.kseq(bf[0], Q, 2).acceptance() == want
+    assert float(md.batched_kseq_acceptance(*bf, 2)) == pytest.approx(want, rel=1e-15)
+    onehot = np.array([0, 0, 1])
+    assert md.batched_kseq_acceptance(P.astype(np.float32), onehot, 2) == pytest.approx(
+        md.batched_kseq_acceptance(P, onehot.astype(np.float64), 2), rel=1e-15)
+    with pytest.raises(ValueError, match="`p` must sum to 1 within"):  # bfloat16's tolerance: 2 n 2**-8
+        otspec.kseq(torch.tensor([0.3, 0.3, 0.3], dtype=torch.bfloat16), Q, 2)
+    meta = torch.empty(3, device="meta")
+    _refused(otspec.kseq, dict(p=meta, q=Q, k=2), TypeError, "`p` .* numpy cannot read")
+    _refused(otspec.kseq_beta, dict(p=P, q=Q, rho=meta), TypeError, "`rho`")
