@@ -290,7 +290,7 @@ def _validate_table_rows(table, name: str, tol: float = SIMPLEX_TOL) -> np.ndarr
     entries become 0, float32 rows are accepted within their precision and
     rescaled to sum to 1 in float64.
     """
-    arr, eps = _float_input(table, name, "an array_like of floats")
+    arr, eps = _float_input(table, name, "an array_like of floats", booleans=False)  # the laws' rule: no booleans
     if arr.ndim == 0 or arr.size == 0:
         raise ValueError(f"`{name}` must be a non-empty array of distributions, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):

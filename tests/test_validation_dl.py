@@ -141,6 +141,15 @@ ROWS = [
     ("TreeShape.from_paths.paths", tree.TreeShape.from_paths, dict(paths=Z0), "paths", TypeError,
      "`paths` .* 0-d array"),
     ("DraftTree.from_paths.paths", tree.DraftTree.from_paths, dict(paths=Z0), "paths", TypeError, "`paths`"),
+    # booleans where numbers are meant (1dbd806: read as 1.0 and 0.0, an answer from no valid input)
+    ("MarkovModel.transition.bool", models.MarkovModel, dict(transition=np.array([True, False, False])),
+     "transition", TypeError, "`transition` must hold real numbers"),
+    ("TableModel.tables.bool", models.TableModel, dict(tables=[[True, False]]), "tables", TypeError,
+     r"`tables\[0\]`"),
+    ("processed_law.logits.bool", testing.processed_law, dict(logits=np.array([True, False])), "logits",
+     TypeError, "`logits`"),
+    ("sequoia.acceptance.bool", tree.sequoia, dict(acceptance=np.array([True, False]), n=3, depth=2),
+     "acceptance", TypeError, "`acceptance`"),
     # booleans and arrays where one real number is meant
     ("kseq.rho.empty", otspec.kseq, dict(p=P, q=Q, k=2, rho=E0), "rho", TypeError,
      r"`rho` must be a real number, got an array of shape \(0,\)"),

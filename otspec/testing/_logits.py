@@ -65,7 +65,7 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     >>> processed_law(np.log([0.4, 0.4, 0.2]), temperature=0).tolist()
     [1.0, 0.0, 0.0]
     """
-    x, _ = _float_input(logits, "logits", "a 1-D array_like of floats")  # a float64 copy, tensors included
+    x, _ = _float_input(logits, "logits", "a 1-D array_like of floats", booleans=False)  # a float64 copy
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"`logits` must be a non-empty 1-D array, got shape {x.shape}")
     if np.any(np.isnan(x)) or np.any(x == np.inf):
