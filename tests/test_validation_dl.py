@@ -148,6 +148,8 @@ ROWS = [
      r"`tables\[0\]`"),
     ("processed_law.logits.bool", testing.processed_law, dict(logits=np.array([True, False])), "logits",
      TypeError, "`logits`"),
+    ("uncovered_prefixes.p_sorted.bool", otm.uncovered_prefixes, dict(p_sorted=np.array([True, False, False]), k=2),
+     "p_sorted", TypeError, "`p_sorted`"),
     ("sequoia.acceptance.bool", tree.sequoia, dict(acceptance=np.array([True, False]), n=3, depth=2),
      "acceptance", TypeError, "`acceptance`"),
     # booleans and arrays where one real number is meant

@@ -356,7 +356,7 @@ def uncovered_prefixes(p_sorted, k, *, step: float | None = None) -> np.ndarray:
     [1.0, 1.0, 0.583333333333333, 0.0]
     """
     ks, _ = parse_ks(k)  # Python ints: a k past int64 is refused by no cast
-    p_sorted = as_float_array(p_sorted, "p_sorted", "a 1-D array_like of masses")
+    p_sorted = as_float_array(p_sorted, "p_sorted", "a 1-D array_like of masses", booleans=False)
     if p_sorted.ndim != 1:
         raise ValueError(f"`p_sorted` must be a 1-D array of finite non-negative masses, got shape {p_sorted.shape}")
     if not np.all(np.isfinite(p_sorted)) or np.any(p_sorted < 0):
