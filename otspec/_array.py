@@ -121,7 +121,10 @@ def validate_batch_pair(p, q, *, normalize: bool = False, validate: bool = True)
     low_precision = any(xp.isdtype(x.dtype, "real floating") and x.dtype != xp.float64 for x in (p, q))
     tol = SIMPLEX_TOL
     if low_precision:
-        eps = max(float(np.finfo(str(x.dtype).split(".")[-1]).eps) for x in (p, q) if x.dtype != xp.float64)
+        # the namespace's own finfo: numpy's has no torch.bfloat16 ("not inexact"), and an integer partner of a
+        # float32 array is no float type at all
+        eps = max(float(xp.finfo(x.dtype).eps) for x in (p, q)
+                  if xp.isdtype(x.dtype, "real floating") and x.dtype != xp.float64)
         tol = max(tol, 16.0 * float(np.sqrt(p.shape[-1])) * eps)
     P = _as_float64(p, "p", xp)
     Q = _as_float64(q, "q", xp)

@@ -164,6 +164,7 @@ def register_verifier(spec: VerifierSpec, *, replace: bool = False) -> VerifierS
     """
     if not isinstance(spec, VerifierSpec):
         raise TypeError(f"`spec` must be a VerifierSpec, got {type(spec).__name__}")
+    replace = validate_bool(replace, "replace")  # no truthiness: replace="no" replaced
     if spec.kind not in _KINDS:
         raise ValueError(unknown_name_message("spec.kind", spec.kind, _KINDS))
     if spec.kind == "token" and spec.build is None:
@@ -197,8 +198,10 @@ def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str
 
     Raises
     ------
-    Nothing
-        Any ``kind`` is accepted (an unknown one matches no verifier).
+    TypeError
+        ``kind`` is neither a string nor None, or ``block`` is no bool.
+    ValueError
+        ``kind`` is not one of ``"token"``, ``"block"``, ``"tree"``.
 
     Examples
     --------
@@ -207,6 +210,7 @@ def verifier_names(*, kind: str | None = None, block: bool = False) -> tuple[str
     (True, False)
     """
     block = validate_bool(block, "block")  # no truthiness: block="no" listed the block verifiers
+    kind = validate_name(kind, "kind", _KINDS, allow_none=True)  # kind="tokens" listed no verifier
     return tuple(
         name
         for name, s in _REGISTRY.items()
@@ -368,6 +372,28 @@ def unknown_name_message(what: str, name, allowed, *, alternative: str = "", ent
     return f"{subject} {allowed}{alternative}, got {got}{note}"
 
 
+def validate_name(name, what: str, allowed, *, allow_none: bool = False):
+    """``name`` if it is one of the strings ``allowed`` (or None with ``allow_none=True``), else the error of
+    :func:`unknown_name_message`: a :class:`TypeError` for what is not a string (an array, a number: never
+    compared, so an array gets no "truth value is ambiguous" error from numpy), a :class:`ValueError` for an
+    unknown string.
+
+    Examples
+    --------
+    >>> from otspec._registry import validate_name
+    >>> validate_name("lp", "method", ("exact", "lp"))
+    'lp'
+    """
+    if allow_none and name is None:
+        return None
+    allowed = tuple(allowed)
+    if not isinstance(name, str):
+        raise TypeError(unknown_name_message(what, name, allowed, alternative=" or None" if allow_none else ""))
+    if name not in allowed:
+        raise ValueError(unknown_name_message(what, name, allowed, alternative=" or None" if allow_none else ""))
+    return name
+
+
 def get_verifier(name, *, kind: str | None = None, block: bool = False) -> VerifierSpec:
     """The registered :class:`VerifierSpec` of ``name``.
 
@@ -398,6 +424,7 @@ def get_verifier(name, *, kind: str | None = None, block: bool = False) -> Verif
     >>> otspec.multidraft.get_verifier("kseq").sequential
     True
     """
+    kind = validate_name(kind, "kind", _KINDS, allow_none=True)  # before `name`: kind=3 blamed `name`
     return lookup_verifier(name, "name", kind=kind, block=validate_bool(block, "block"))
 
 

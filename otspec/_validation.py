@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -32,10 +32,13 @@ __all__ = [
     "validate_positive_int",
     "as_rng",
     "validate_seed",
+    "TORCH_SEEDS",
     "NEGLIGIBLE",
     "flush_negligible",
     "simplex_tolerance",
     "number_text",
+    "finite_real",
+    "sequence_like",
     "first_bad_row",
     "first_bad_entry",
     "validate_bool",
@@ -65,6 +68,28 @@ def number_text(x) -> str:
     if isinstance(x, numbers.Real) or (isinstance(x, np.ndarray) and x.ndim == 0):
         return repr(float(x))
     return repr(x)
+
+
+def finite_real(x) -> bool:
+    """Whether the real number ``x`` (any :class:`numbers.Real`: a Python int past int64 too, where
+    ``np.isfinite`` raises a TypeError) is finite as a float64; an int beyond the float64 range is not."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def sequence_like(x) -> bool:
+    """Whether ``x`` is read as a sequence of items (a list, a tuple, an array or tensor of at least one axis):
+    ``len(x)`` answers and ``x`` is neither text, ``None`` nor a mapping. A 0-d array or tensor has ``__len__``
+    but ``len`` raises on it (so do ``iter`` and indexing): not a sequence; a dict's ``x[0]`` is a lookup by key."""
+    if x is None or isinstance(x, (str, bytes, Mapping)) or getattr(x, "ndim", None) == 0:
+        return False
+    try:
+        len(x)
+    except TypeError:
+        return False
+    return True
 
 
 def first_bad_row(bad) -> tuple[int, ...]:
@@ -119,6 +144,21 @@ def _refuse_booleans(src, raw: np.ndarray, name: str, must: str) -> None:
         raise TypeError(f"`{name}` must {must}, got the bool {entry!r} at index {at[0] if len(at) == 1 else at}")
 
 
+def _tensor_numpy(x, name: str, what: str) -> tuple[np.ndarray, float]:
+    """A torch tensor (or another object with ``detach`` and ``cpu``) as a numpy array on the host, and the machine
+    epsilon of a float type numpy does not have (bfloat16: read as float32, its own epsilon 2**-8 kept for the
+    simplex tolerance; 0.0 otherwise). A tensor without data (on the ``meta`` device) or of a dtype numpy cannot
+    take raises a :class:`TypeError` naming ``name`` (not torch's NotImplementedError or numpy's TypeError)."""
+    try:
+        t = x.detach().cpu()
+        eps = 0.0
+        if str(getattr(t, "dtype", "")) == "torch.bfloat16":
+            t, eps = t.float(), 2.0**-8  # exact: every bfloat16 is a float32
+        return t.numpy(), eps
+    except (TypeError, RuntimeError, NotImplementedError) as exc:
+        raise TypeError(f"`{name}` must be {what}, got a tensor that numpy cannot read ({exc})") from None
+
+
 def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.ndarray, float]:
     """``x`` as a fresh float64 array and the machine epsilon of its own float type.
 
@@ -132,9 +172,9 @@ def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.
         return np.array(x, copy=True), 0.0
     if isinstance(x, (str, bytes)) or x is None:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}")
-    src = x
+    src, eps_ = x, 0.0
     if not isinstance(x, (np.ndarray, list, tuple)) and hasattr(x, "detach") and hasattr(x, "cpu"):
-        src = x.detach().cpu().numpy()  # a torch tensor: read it without keeping a reference
+        src, eps_ = _tensor_numpy(x, name, what)  # a torch tensor: read it without keeping a reference
     if np.ma.isMaskedArray(src) and np.ma.is_masked(src):  # np.asarray would drop the mask and read the hidden values
         raise ValueError(f"`{name}` must have no masked entries, got a masked array with "
                          f"{int(np.ma.count_masked(src))} masked")
@@ -156,18 +196,19 @@ def _float_input(x, name: str, what: str, *, booleans: bool = True) -> tuple[np.
     except (TypeError, ValueError, OverflowError) as exc:
         raise TypeError(f"`{name}` must be {what}, got {type(x).__name__}") from exc
     eps = float(np.finfo(raw.dtype).eps) if raw.dtype.kind == "f" and raw.dtype.itemsize < 8 else 0.0
-    return arr, eps
+    return arr, max(eps, eps_)
 
 
-def as_float_array(x, name: str, what: str = "an array_like of floats") -> np.ndarray:
+def as_float_array(x, name: str, what: str = "an array_like of floats", *, booleans: bool = True) -> np.ndarray:
     """``x`` as a fresh float64 array of any shape, read the way :func:`validate_distribution` reads it.
 
     Lists, tuples, numpy arrays of any real dtype and layout, torch tensors (also with ``requires_grad``) and
     other array-likes are accepted; text, complex, object arrays that are not numbers, ragged nesting, ``None``
     and masked arrays with masked entries raise :class:`TypeError` / :class:`ValueError` naming ``name``.
-    Values are not checked (see :func:`validate_distribution`).
+    Values are not checked (see :func:`validate_distribution`). With ``booleans=False`` a boolean array or a
+    list holding a bool (``[0.5, True]``) is refused with a :class:`TypeError` (a bool is no real number).
     """
-    return _float_input(x, name, what)[0]
+    return _float_input(x, name, what, booleans=booleans)[0]
 
 
 def as_array(x, name: str, what: str) -> np.ndarray:
@@ -181,7 +222,7 @@ def as_array(x, name: str, what: str) -> np.ndarray:
         raise ValueError(f"`{name}` must have no masked entries, got a masked array with {int(np.ma.count_masked(x))} "
                          "masked")
     if not isinstance(x, (np.ndarray, list, tuple)) and hasattr(x, "detach") and hasattr(x, "cpu"):
-        x = x.detach().cpu().numpy()
+        x = _tensor_numpy(x, name, what)[0]
     try:
         arr = np.asarray(x)
     except (TypeError, ValueError) as exc:
@@ -446,13 +487,20 @@ def validate_probability(x, name: str, *, low_open: bool = False, high_open: boo
     return v
 
 
-def validate_seed(seed, name: str = "rng") -> int:
-    """A seed of any integral type (Python or numpy integers), as a non-negative Python int."""
+#: The seeds a ``torch.Generator`` takes (``manual_seed``): below ``2**64``.
+TORCH_SEEDS = 2**64
+
+
+def validate_seed(seed, name: str = "rng", *, below: int | None = None) -> int:
+    """A seed of any integral type (Python or numpy integers), as a non-negative Python int; with ``below`` (e.g.
+    :data:`TORCH_SEEDS` for a torch generator) a seed ``>= below`` is refused naming ``name``."""
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"`{name}` must be an integer seed, got {type(seed).__name__}")
     seed = int(seed)  # np.int64(3) -> 3: a numpy integer is the same seed as the int
     if seed < 0:
         raise ValueError(f"`{name}` must be a non-negative integer seed, got {seed}")
+    if below is not None and seed >= below:
+        raise ValueError(f"`{name}` must be an integer seed below {below:,}, got {seed:,}")
     return seed
 
 

@@ -49,6 +49,7 @@ from ._validation import (
     law_into,
     law_total_accepts,
     number_text,
+    sequence_like,
     simplex_tolerance,
     validate_distribution,
     validate_positive_int,
@@ -116,8 +117,9 @@ def size_exceeds(V: int, length: int, limit: int) -> bool:
 
     Raises
     ------
-    ValueError
-        Never for valid integers (callers validate them first).
+    TypeError, ValueError
+        ``V``, ``length`` or ``limit`` not an integer (bool, float, text, None), ``V < 1``, ``length < 0`` or
+        ``limit < 0``.
 
     Examples
     --------
@@ -125,8 +127,13 @@ def size_exceeds(V: int, length: int, limit: int) -> bool:
     >>> size_exceeds(2, 10**18, 2_000_000), size_exceeds(2, 20, 2_000_000)
     (True, False)
     """
+    V = validate_positive_int(V, "V")  # a float, text or 0-d array reached math.log2 or `<=` with numpy's error
+    length = validate_positive_int(length, "length", minimum=0)
+    limit = validate_positive_int(limit, "limit", minimum=0)
     if V <= 1:
         return 1 > limit
+    if limit == 0:
+        return True  # V**length >= 1 > 0 (log2(0) is a domain error)
     if length * math.log2(V) > math.log2(limit) + 1.0:
         return True
     return V**length > limit
@@ -180,6 +187,9 @@ def check_enumeration(V: int, length: int, limit: int, *, what: str = "sequences
     exact enumeration of V**`L` = 2**1000000
     """
     ln = length_name if "`" in length_name else f"`{length_name}`"
+    V = validate_positive_int(V, "V")  # each named as the caller names it, before size_exceeds checks them again
+    length = validate_positive_int(length, length_name.strip("`"), minimum=0)
+    limit = validate_positive_int(limit, limit_name, minimum=0)
     if size_exceeds(V, length, limit):
         raise ValueError(
             f"exact enumeration of V**{ln} = {V}**{length} = {size_text(V, length)} {what} "
@@ -221,6 +231,7 @@ def check_length(L: int, name: str = "L", limit: int = MAX_LENGTH) -> int:
     8
     """
     L = validate_positive_int(L, name, minimum=0)  # no NaN, bool, text or float passed through unchecked
+    limit = validate_positive_int(limit, "limit", minimum=0)  # limit=None or an array: no comparison error
     if L > limit:
         raise ValueError(
             f"`{name}` must be at most {limit} (one model call per position), got {L}"
@@ -279,7 +290,7 @@ def _validate_table_rows(table, name: str, tol: float = SIMPLEX_TOL) -> np.ndarr
     entries become 0, float32 rows are accepted within their precision and
     rescaled to sum to 1 in float64.
     """
-    arr, eps = _float_input(table, name, "an array_like of floats")
+    arr, eps = _float_input(table, name, "an array_like of floats", booleans=False)  # the laws' rule: no booleans
     if arr.ndim == 0 or arr.size == 0:
         raise ValueError(f"`{name}` must be a non-empty array of distributions, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)):
@@ -415,6 +426,7 @@ def validate_sequence(seq, vocab_size: int, name: str = "seq") -> tuple[int, ...
     """
     if isinstance(seq, (str, bytes)) or seq is None:
         raise TypeError(f"`{name}` must be a sequence of token ids, got {type(seq).__name__}")
+    vocab_size = validate_positive_int(vocab_size, "vocab_size")  # vocab_size=None: a comparison error per token
     try:
         items = list(seq)
     except TypeError as exc:
@@ -519,8 +531,16 @@ def next_law(model, prefix: tuple[int, ...], V: int, name: str, *, out: np.ndarr
     >>> next_law(MemorylessModel([0.25, 0.75]), (1, 0), 2, "draft").tolist()
     [0.25, 0.75]
     """
-    prefix = tuple(prefix)
-    row = model.next_dist(prefix)
+    try:
+        prefix = tuple(prefix)
+    except TypeError:
+        raise TypeError(f"`prefix` must be a sequence of token ids, got {type(prefix).__name__}") from None
+    next_dist = getattr(model, "next_dist", None)  # no AttributeError from deep inside for what is no model
+    if next_dist is None:
+        raise TypeError(f"`{name}` must be a model with vocab_size and next_dist(prefix), got {type(model).__name__}")
+    if type(V) is not int:  # a bool, float, text or array: refused before a shape comparison reads it
+        V = validate_positive_int(V, "V")
+    row = next_dist(prefix)
     if in_place and type(row) is np.ndarray and row.shape == (V,) and (law := law_in_place(row)) is not None:
         return law                      # checked in one read, not copied (the model's arrays are never rewritten)
     if type(row) is np.ndarray and row.shape == (V,) and (law := law_into(row, out)) is not None:
@@ -574,7 +594,7 @@ class TableModel:
     """
 
     def __init__(self, tables):
-        if isinstance(tables, np.ndarray) or not hasattr(tables, "__len__") or len(tables) == 0:
+        if isinstance(tables, np.ndarray) or not sequence_like(tables) or len(tables) == 0:  # a dict: KeyError 0
             raise ValueError(
                 "`tables` must be a non-empty sequence of arrays, tables[l] of shape (V,)*(l+1)"
             )
@@ -696,7 +716,7 @@ class MarkovModel:
                 u.setflags(write=False)
                 init.append(u)
         else:
-            if isinstance(initial, (str, bytes)) or not hasattr(initial, "__len__"):
+            if not sequence_like(initial):  # a 0-d array: len() raised
                 raise TypeError(f"`initial` must be a sequence of m={m} tables or None, got {type(initial).__name__}")
             if len(initial) != m:
                 raise ValueError(f"`initial` must hold m={m} tables, got {len(initial)}")
@@ -1068,7 +1088,7 @@ def joint_from_tables(tables) -> np.ndarray:
     >>> joint_from_tables([[0.5, 0.5], [[1.0, 0.0], [0.25, 0.75]]]).tolist()
     [[0.5, 0.0], [0.125, 0.375]]
     """
-    if isinstance(tables, (str, bytes)) or not hasattr(tables, "__len__") or len(tables) == 0:
+    if not sequence_like(tables) or len(tables) == 0:  # a 0-d array: len() raised; a dict: its keys were read
         raise TypeError(f"`tables` must be a non-empty sequence of conditional tables, got {type(tables).__name__}")
     # the entries as given (no flush, no rescale: the joint of validated tables to the bit), checked for type,
     # shape, finiteness and sign: a NaN, a complex or a text entry is refused, not multiplied through

@@ -36,7 +36,7 @@ from typing import ClassVar
 import numpy as np
 
 from .._registry import VerifierSpec, get_verifier, lookup_verifier, register_verifier, unknown_name_message, verifier_names
-from .._validation import as_rng, law_in_place, validate_distribution, validate_positive_int
+from .._validation import as_rng, law_in_place, sequence_like, validate_distribution, validate_positive_int
 from .._verifier import sample_from, sample_from_cdf
 from ..models import (
     MAX_ENUMERATION,
@@ -922,7 +922,7 @@ def tau_law_on_path(verifier, block, draft_conditionals, target_conditionals) ->
     array([0.5, 0. , 0.5])
     """
     cls = _block_class(verifier)
-    if isinstance(block, (str, bytes)) or block is None or not hasattr(block, "__len__"):
+    if not sequence_like(block):  # a 0-d array: len() raised
         raise TypeError(f"`block` must be a sequence of token ids, got {type(block).__name__}")
     L = len(block)
     if L == 0:
@@ -946,7 +946,7 @@ def _path_laws(laws, name: str, L: int) -> list:
     flushed, no rescaling: the decoder's host route reads the same raw rows, and the logged laws agree to the
     bit), all of one length. A float64 row that surely passes is checked in one compiled read without a copy
     (:func:`otspec._validation.law_in_place`); every other row by :func:`validate_distribution`."""
-    if isinstance(laws, (str, bytes)) or laws is None or not hasattr(laws, "__len__"):
+    if not sequence_like(laws):
         raise TypeError(f"`{name}` must be a sequence of laws, got {type(laws).__name__}")
     if len(laws) < L:
         raise ValueError(f"`{name}` needs L={L} laws (one per token of `block`), got {len(laws)}")

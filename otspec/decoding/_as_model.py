@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._validation import sequence_like
 from ..models import validate_sequence
 from ._models import next_token_logits, validate_language_model, validate_prompt
 from ._sampling import Sampling
@@ -114,7 +115,7 @@ def as_model(lm, *, context=(), sampling=None) -> LanguageModelLaws:
     0.5
     """
     validate_language_model(lm, "lm")
-    empty = hasattr(context, "__len__") and not isinstance(context, str) and len(context) == 0
+    empty = sequence_like(context) and len(context) == 0  # a 0-d array: validate_prompt refuses it (no len() error)
     ctx = () if empty else tuple(validate_prompt(context, lm.vocab_size, "context"))
     if sampling is None:
         sampling = Sampling()

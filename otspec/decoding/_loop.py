@@ -24,7 +24,7 @@ from otspec.block._weights import float_chains, path_weight_rows, path_weights
 
 from .._array import namespace
 from .._registry import get_verifier, unknown_name_message
-from .._validation import validate_positive_int, validate_seed
+from .._validation import TORCH_SEEDS, sequence_like, validate_positive_int, validate_seed, validate_size
 from ._deps import require
 from ._models import HFCausalLM, _tree_refusal, takes_last, validate_language_model, validate_prompt
 from ._sampling import Sampling, _block, _law_block, _laws_into, bad_logit_rows, bad_rows, draw_rows, sample_rows
@@ -49,7 +49,7 @@ from ._verifiers import (
 
 torch = require("torch", "otspec.decoding")
 
-__all__ = ["ENGINES", "MAX_LAW_BYTES", "DecodeResult", "BaselineResult", "speculative_decode",
+__all__ = ["ENGINES", "MAX_LAW_BYTES", "MAX_NEW_TOKENS", "DecodeResult", "BaselineResult", "speculative_decode",
            "autoregressive_decode", "make_rng", "law_bytes"]
 
 #: Where a chain's verification runs (``speculative_decode(engine=...)``): ``"torch"`` on the models' device
@@ -58,6 +58,9 @@ __all__ = ["ENGINES", "MAX_LAW_BYTES", "DecodeResult", "BaselineResult", "specul
 ENGINES = ("auto", "torch", "numpy")
 #: Largest memory for the laws of one iteration (:func:`law_bytes`), checked before any model call.
 MAX_LAW_BYTES = 8 * 2**30
+#: Largest ``max_new_tokens`` of one decoding run (:func:`speculative_decode`, :func:`autoregressive_decode`),
+#: checked before any model call: a million tokens, past any model's context; ``10**18`` ran until interrupted.
+MAX_NEW_TOKENS = 2**20
 #: First laws kept on the device (``log_laws``) before their :math:`\alpha_K` are computed in one batch.
 LAW_BATCH = 64
 
@@ -175,7 +178,8 @@ def _seed(rng) -> int | None:
     if rng is None:
         return None
     if isinstance(rng, numbers.Integral) and not isinstance(rng, bool):
-        g = torch.Generator().manual_seed(validate_seed(rng, "rng"))  # numpy integers too; >= 0
+        # numpy integers too; >= 0; below 2**64 (torch's seeds are 64-bit: 2**64 was "Overflow when unpacking")
+        g = torch.Generator().manual_seed(validate_seed(rng, "rng", below=TORCH_SEEDS))
     elif isinstance(rng, torch.Generator):
         g = rng
     else:
@@ -527,11 +531,15 @@ class BaselineResult:
 def _validate_common(target, prompt, max_new_tokens, temperature, top_k, top_p, eos_token_id, top_p_rule="ties"):
     V = validate_language_model(target, "target")
     prompt_ = validate_prompt(prompt, V)
-    max_new = validate_positive_int(max_new_tokens, "max_new_tokens")
+    max_new = validate_size(max_new_tokens, "max_new_tokens", cap=MAX_NEW_TOKENS, cap_name="MAX_NEW_TOKENS",
+                            hint="decode in several runs")
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, top_p_rule=top_p_rule)
     if eos_token_id is None:
         eos = frozenset()
     else:
+        if not (isinstance(eos_token_id, numbers.Integral) or sequence_like(eos_token_id)):  # 2.5: "not iterable"
+            raise TypeError(f"`eos_token_id` must be a token id, a sequence of them or None, got "
+                            f"{type(eos_token_id).__name__}")
         ids = [eos_token_id] if isinstance(eos_token_id, numbers.Integral) else list(eos_token_id)
         for e in ids:
             if isinstance(e, bool) or not isinstance(e, numbers.Integral) or not 0 <= int(e) < V:
@@ -584,6 +592,7 @@ def autoregressive_decode(
     prompt : sequence of int
         Non-empty token ids.
     max_new_tokens : int, keyword-only
+        In ``[1, MAX_NEW_TOKENS]`` (:data:`MAX_NEW_TOKENS`, 2**20).
     temperature, top_k, top_p, top_p_rule : keyword-only
         See :class:`Sampling` (``top_p_rule="transformers"`` matches ``generate``;
         ``temperature=0`` is greedy decoding, the argmax at every step).
@@ -816,6 +825,7 @@ def speculative_decode(
         Run a tree verifier on a process it is not lossless for (refused by
         default); ``DecodeResult.lossless`` is then False.
     max_new_tokens : int, keyword-only
+        In ``[1, MAX_NEW_TOKENS]`` (:data:`MAX_NEW_TOKENS`, 2**20).
     temperature, top_k, top_p, top_p_rule : keyword-only
         Applied identically to draft and target (:class:`Sampling`;
         ``top_p_rule="transformers"`` keeps the nucleus ``generate`` keeps).

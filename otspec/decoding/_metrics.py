@@ -8,13 +8,14 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .._validation import validate_positive_int, validate_probability, validate_seed
+from .._validation import TORCH_SEEDS, validate_positive_int, validate_probability, validate_seed, validate_size
 from .._verifier import LosslessCheck
 from ..speculative import expected_tokens
 from ..testing import chi2_gof
 from ..testing._chi2 import MIN_EXPECTED
 from ._deps import require
 from ._loop import (
+    MAX_NEW_TOKENS,
     BaselineResult,
     DecodeResult,
     _deprecated_verifier_name,
@@ -28,6 +29,10 @@ from ._sampling import Sampling
 torch = require("torch", "otspec.decoding")
 
 __all__ = ["DecodingSummary", "summarize", "exact_prefix_law", "LosslessCheck", "check_lossless"]
+
+#: Largest ``n_runs`` of :func:`check_lossless` (each run a decoding): ``10**18`` ran until interrupted,
+#: ``2**64`` was an OverflowError.
+MAX_RUNS = 10**7
 
 #: two-sided 95 % normal quantile
 Z95 = 1.959963984540054
@@ -309,7 +314,8 @@ def exact_prefix_law(
     """
     V = validate_language_model(target, "target")
     prompt_ = validate_prompt(prompt, V)
-    m = validate_positive_int(num_tokens, "num_tokens")
+    m = validate_size(num_tokens, "num_tokens", cap=MAX_NEW_TOKENS, cap_name="MAX_NEW_TOKENS",
+                      hint="ask for fewer tokens")  # a one-hot law never passes max_cells: one call per token
     max_cells = validate_positive_int(max_cells, "max_cells")
     sampling = Sampling(temperature=temperature, top_k=top_k, top_p=top_p)
     prefixes: list[tuple[int, ...]] = [()]
@@ -430,7 +436,7 @@ def _torch_generator(rng):
         return rng
     if rng is None:
         return torch.Generator().manual_seed(int(np.random.SeedSequence().generate_state(1)[0]))
-    return torch.Generator().manual_seed(validate_seed(rng, "rng"))
+    return torch.Generator().manual_seed(validate_seed(rng, "rng", below=TORCH_SEEDS))
 
 
 def check_lossless(
@@ -479,6 +485,7 @@ def check_lossless(
         first ``m`` are tested; ``m > L + 1`` tests the shortened last
         iterations too.
     n_runs : int, keyword-only
+        In ``[1, MAX_RUNS]`` (10**7).
     rng : torch.Generator, int or None, keyword-only
         One generator drives all runs (each run advances it); an integer seed
         of any integral type (``3``, ``np.int64(3)``), ``>= 0``, seeds it.
@@ -519,9 +526,10 @@ def check_lossless(
     from tqdm.auto import tqdm
 
 
-    n_runs = validate_positive_int(n_runs, "n_runs")
+    n_runs = validate_size(n_runs, "n_runs", cap=MAX_RUNS, cap_name="MAX_RUNS", hint="check in several calls")
     alpha_fail = validate_probability(alpha_fail, "alpha_fail", low_open=True, high_open=True)
-    m = validate_positive_int(num_tokens, "num_tokens")
+    m = validate_size(num_tokens, "num_tokens", cap=MAX_NEW_TOKENS, cap_name="MAX_NEW_TOKENS",
+                      hint="test fewer tokens")  # 10**18: one batched target call per token, forever
     # every argument is checked before the first model call (the exact law below calls the target)
     V, _, _, sampling, _ = _validate_common(target, prompt, m, temperature, top_k, top_p, None)
     Vd = validate_language_model(draft, "draft")
@@ -530,7 +538,8 @@ def check_lossless(
             f"`draft` and `target` must share one vocabulary, got vocab_size {Vd} (draft) and {V} (target)"
         )
     K = validate_positive_int(k, "k")
-    L = validate_positive_int(L, "L")
+    L = validate_size(L, "L", cap=MAX_NEW_TOKENS - 1, cap_name="MAX_NEW_TOKENS - 1",
+                      hint="each run decodes L + 1 tokens")  # 10**18: the message named max_new_tokens
     _resolve(verifier, K, verifier_options, V, sampling)
     rng = _torch_generator(rng)
     cells, law = exact_prefix_law(target, prompt, m, temperature=temperature, top_k=top_k, top_p=top_p)

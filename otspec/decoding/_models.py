@@ -62,6 +62,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from .._registry import unknown_name_message
+from .._validation import sequence_like
 from ._deps import require
 from ._sampling import on_device
 
@@ -1594,6 +1595,8 @@ def next_token_logits(lm: LanguageModel, prefixes: Sequence[Sequence[int]]):
     [[0.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 0.0]]
     """
     V = validate_language_model(lm, "lm")
+    if not sequence_like(prefixes):  # an int or a 0-d array: "object is not iterable" named nothing
+        raise TypeError(f"`prefixes` must be a sequence of token-id sequences, got {type(prefixes).__name__}")
     rows = [validate_prompt(p, V, "prefixes") for p in prefixes]
     if not rows:
         raise ValueError("`prefixes` must hold at least one prefix, got none")

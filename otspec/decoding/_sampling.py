@@ -8,7 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._registry import unknown_name_message
+from .._registry import unknown_name_message, validate_name
+from .._validation import finite_real, number_text
 from ._deps import require
 
 torch = require("torch", "otspec.decoding")
@@ -23,6 +24,43 @@ NO_GREEDY_LAW = "logits gave no valid greedy law (a row with NaN, +inf, or no fi
 MIN_TEMPERATURE = 2.0**-896
 #: Nucleus boundary rules of :class:`Sampling` (``top_p_rule``).
 TOP_P_RULES = ("ties", "transformers")
+
+
+def sampling_args(temperature, top_k, top_p, *, greedy: bool = True) -> tuple[float, int | None, float | None]:
+    """``(temperature, top_k, top_p)`` checked and normalised (a float, an int or None, a float or None), as
+    :class:`Sampling` takes them: ``temperature`` 0 (greedy; refused with ``greedy=False``) or finite and at least
+    :data:`MIN_TEMPERATURE`, ``top_k`` an integer >= 1, ``top_p`` in (0, 1]; a bool, text, an array or NaN is
+    refused with a :class:`TypeError` / :class:`ValueError` naming the parameter."""
+    t = temperature
+    if isinstance(t, bool) or not isinstance(t, numbers.Real):
+        raise TypeError(f"`temperature` must be a real number, got {type(t).__name__}")
+    if not (finite_real(t) and float(t) >= 0):  # finite_real: 10**400 is no OverflowError
+        raise ValueError(
+            f"`temperature` must be a finite number >= 0 (0 = greedy decoding, > 0 = sampling), "
+            f"got {number_text(t)}"
+        )
+    if float(t) == 0 and not greedy:
+        raise ValueError("`temperature` must be > 0 here (transformers' temperature warper divides by it), got 0.0")
+    if 0 < float(t) < MIN_TEMPERATURE:  # logits / T would overflow float64 (every row NaN: no law at all)
+        raise ValueError(
+            f"`temperature` must be 0 (greedy decoding) or at least MIN_TEMPERATURE = 2**-896 "
+            f"({MIN_TEMPERATURE:.3g}: below it a float32 logit divided by it overflows float64), got {float(t)!r}"
+        )
+    k = top_k
+    if k is not None:
+        if isinstance(k, (bool, np.bool_)) or not isinstance(k, numbers.Integral):
+            raise TypeError(f"`top_k` must be a positive integer or None, got {type(k).__name__}")
+        if k < 1:
+            raise ValueError(f"`top_k` must be >= 1, got {k}")
+        k = int(k)
+    p = top_p
+    if p is not None:
+        if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real):
+            raise TypeError(f"`top_p` must be a real number in (0, 1] or None, got {type(p).__name__}")
+        if not (0.0 < float(p) <= 1.0):
+            raise ValueError(f"`top_p` must lie in (0, 1], got {p!r}")
+        p = float(p)
+    return float(t), k, p
 
 
 @dataclass(frozen=True)
@@ -118,36 +156,11 @@ class Sampling:
     top_p_rule: str = "ties"
 
     def __post_init__(self):
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, numbers.Real):
-            raise TypeError(f"`temperature` must be a real number, got {type(t).__name__}")
-        if not (math.isfinite(float(t)) and float(t) >= 0):
-            raise ValueError(
-                f"`temperature` must be a finite number >= 0 (0 = greedy decoding, > 0 = sampling), "
-                f"got {float(t)!r}"
-            )
-        if 0 < float(t) < MIN_TEMPERATURE:  # logits / T would overflow float64 (every row NaN: no law at all)
-            raise ValueError(
-                f"`temperature` must be 0 (greedy decoding) or at least MIN_TEMPERATURE = 2**-896 "
-                f"({MIN_TEMPERATURE:.3g}: below it a float32 logit divided by it overflows float64), got {float(t)!r}"
-            )
-        object.__setattr__(self, "temperature", float(t))
-        k = self.top_k
-        if k is not None:
-            if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-                raise TypeError(f"`top_k` must be a positive integer or None, got {type(k).__name__}")
-            if k < 1:
-                raise ValueError(f"`top_k` must be >= 1, got {k}")
-            object.__setattr__(self, "top_k", int(k))
-        p = self.top_p
-        if p is not None:
-            if isinstance(p, bool) or not isinstance(p, numbers.Real):
-                raise TypeError(f"`top_p` must be a real number in (0, 1] or None, got {type(p).__name__}")
-            if not (0.0 < float(p) <= 1.0):
-                raise ValueError(f"`top_p` must lie in (0, 1], got {p!r}")
-            object.__setattr__(self, "top_p", float(p))
-        if self.top_p_rule not in TOP_P_RULES:
-            raise ValueError(unknown_name_message("top_p_rule", self.top_p_rule, TOP_P_RULES))
+        t, k, p = sampling_args(self.temperature, self.top_k, self.top_p)
+        object.__setattr__(self, "temperature", t)
+        object.__setattr__(self, "top_k", k)
+        object.__setattr__(self, "top_p", p)
+        validate_name(self.top_p_rule, "top_p_rule", TOP_P_RULES)  # an array: no "truth value is ambiguous"
 
     @property
     def invalid_law(self) -> str:
@@ -322,8 +335,12 @@ def transformers_keep_mask(logits, temperature: float, top_k: int | None, top_p:
 
     Raises
     ------
+    TypeError
+        ``logits`` not a torch tensor of a real floating dtype; ``temperature``, ``top_k`` or ``top_p`` of the
+        wrong type (a bool, text, an array).
     ValueError
-        If ``logits`` has no vocabulary axis.
+        If ``logits`` has no vocabulary axis; ``temperature`` not finite and > 0, ``top_k < 1``, ``top_p``
+        outside (0, 1].
 
     References
     ----------
@@ -338,8 +355,12 @@ def transformers_keep_mask(logits, temperature: float, top_k: int | None, top_p:
     >>> transformers_keep_mask(torch.tensor([1.0, 0.5, 0.5, -3.0]), 1.0, None, 0.7).tolist()
     [True, False, True, False]
     """
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():  # complex, int, bool, numpy: refused
+        what = f"a tensor of dtype {logits.dtype}" if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise TypeError(f"`logits` must be a torch tensor of a real floating dtype, got {what}")
     if logits.ndim < 1 or logits.shape[-1] < 1:
         raise ValueError(f"`logits` must have a vocabulary axis, got shape {tuple(logits.shape)}")
+    temperature, top_k, top_p = sampling_args(temperature, top_k, top_p, greedy=False)
     s = logits.to(torch.float32) / temperature
     if top_k is not None:
         k = min(int(top_k), s.shape[-1])

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_float_array, validate_pair
+from .._validation import as_float_array, first_bad_entry, validate_pair
 from ..multidraft._maximal_coupling import RatioTestVerifier
 from ._mentored import check_curve_points, kl_divergence
 
@@ -223,12 +223,13 @@ def lenience_curve(p, q, ls, *, normalize: bool = False) -> LenienceCurve:
     ([0.7, 0.9], [0.0, 0.2])
     """
     p_, q_ = validate_pair(p, q, normalize=normalize)
-    arr = np.atleast_1d(as_float_array(ls, "ls", "a 1-D array_like of lenience values"))
+    arr = np.atleast_1d(as_float_array(ls, "ls", "a 1-D array_like of lenience values", booleans=False))
     if arr.ndim != 1 or arr.shape[0] == 0:
         raise ValueError(f"`ls` must be a non-empty 1-D array of lenience values, got shape {arr.shape}")
     check_curve_points(arr.shape[0], "ls")
-    for v in arr:  # every value checked before any verifier is built
-        validate_lenience(float(v))
+    bad = ~((arr > 0.0) & (arr <= 1.0))  # every value checked before any verifier is built (NaN too)
+    if bad.any():
+        raise ValueError(f"`ls` must hold lenience values `l` in (0, 1], got {first_bad_entry(arr, bad)}")
     cols = np.empty((3, arr.shape[0]))  # the three numbers of each verifier; its (V,) law is not kept
     for j, v in enumerate(arr):
         ver = LenientVerifier(p_, q_, float(v))

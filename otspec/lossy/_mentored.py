@@ -59,7 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._registry import unknown_name_message
+from .._registry import validate_name
 from .._validation import as_float_array, as_rng, validate_distribution, validate_pair, validate_probability
 from .._verifier import Verifier, coin_accept, complement, sample_from
 from ..multidraft._maximal_coupling import residual
@@ -612,8 +612,7 @@ def _solve(prob: _Problem, D: float, method: str, tol: float, max_iter: int) -> 
 
 
 def _check_method(method, tol, max_iter):
-    if method not in _METHODS:
-        raise ValueError(unknown_name_message("method", method, _METHODS))
+    validate_name(method, "method", _METHODS)  # an array: no "truth value is ambiguous" error
     tol = validate_probability(tol, "tol", low_open=True, high_open=True)
     if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
         raise ValueError(f"`max_iter` must be a positive integer, got {max_iter!r}")

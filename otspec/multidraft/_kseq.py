@@ -89,12 +89,12 @@ def _p_acc(beta: float, E: float, k: int) -> float:
 
 def _validate_rho(rho, name: str = "rho"):
     """A finite real number (or array of them) > 0, returned as float64."""
-    if isinstance(rho, (bool, str, bytes)) or rho is None:
+    if isinstance(rho, (bool, np.bool_, str, bytes)) or rho is None:
         raise TypeError(f"`{name}` must be a real number, got {type(rho).__name__}")
     if isinstance(rho, numbers.Real):
         arr = np.asarray(float(rho))
     else:
-        arr = as_float_array(rho, name, "a real number or an array of them")
+        arr = as_float_array(rho, name, "a real number or an array of them", booleans=False)
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise ValueError(f"`{name}` must be finite and > 0, got {rho!r}")
     return arr
@@ -283,7 +283,10 @@ def _rho_star_bisect(p: np.ndarray, q: np.ndarray, k: int, tol: float) -> float:
 
 
 def _check_rho(rho, rho_star: float, p: np.ndarray, q: np.ndarray, k: int) -> float:
-    rho = float(_validate_rho(rho))
+    r = _validate_rho(rho)
+    if r.ndim:  # one coupling takes one rho (float() of an array of shape (0,) was numpy's TypeError)
+        raise TypeError(f"`rho` must be a real number, got an array of shape {r.shape}")
+    rho = float(r)
     if rho < rho_star:
         # validity is p_acc(rho) <= rho * beta(rho) (SpecTr eq. 6); a rho that meets it to
         # a relative RHO_REL_TOL (a bisection end point, or a flat f near p == q) is rounding

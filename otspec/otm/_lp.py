@@ -273,7 +273,8 @@ def _membership_plan(keys, w: np.ndarray, q: np.ndarray):
 def _token_keys(keys) -> list[tuple[int, ...]]:
     """``keys`` as a list of tuples of Python ints; a key that is not a sequence of integer ids (``0.7`` was read as
     token 0, text letter by letter) raises a TypeError naming ``keys``."""
-    if isinstance(keys, (str, bytes, numbers.Number)) or keys is None or not hasattr(keys, "__iter__"):
+    if (isinstance(keys, (str, bytes, numbers.Number)) or keys is None or not hasattr(keys, "__iter__")
+            or getattr(keys, "ndim", None) == 0):  # a 0-d array: iteration raised numpy's TypeError
         raise TypeError(f"`keys` must be a sequence of keys (sequences of token ids), got {type(keys).__name__}")
     out = []
     for i, a in enumerate(keys):

@@ -103,10 +103,11 @@ import math
 import numpy as np
 
 from .._array import parse_ks
-from .._registry import unknown_name_message
+from .._registry import validate_name
 from .._validation import (
     as_float_array,
     first_bad_entry,
+    sequence_like,
     validate_distribution,
     validate_drafts,
     validate_k,
@@ -355,7 +356,7 @@ def uncovered_prefixes(p_sorted, k, *, step: float | None = None) -> np.ndarray:
     [1.0, 1.0, 0.583333333333333, 0.0]
     """
     ks, _ = parse_ks(k)  # Python ints: a k past int64 is refused by no cast
-    p_sorted = as_float_array(p_sorted, "p_sorted", "a 1-D array_like of masses")
+    p_sorted = as_float_array(p_sorted, "p_sorted", "a 1-D array_like of masses", booleans=False)
     if p_sorted.ndim != 1:
         raise ValueError(f"`p_sorted` must be a 1-D array of finite non-negative masses, got shape {p_sorted.shape}")
     if not np.all(np.isfinite(p_sorted)) or np.any(p_sorted < 0):
@@ -488,8 +489,7 @@ def alpha_k_without_replacement(p, q, k, *, method: str = "exact", normalize: bo
     >>> round(float(otspec.alpha_k(p, q, 2)), 10)
     0.69
     """
-    if method not in ("exact", "lp"):
-        raise ValueError(unknown_name_message("method", method, ("exact", "lp")))
+    validate_name(method, "method", ("exact", "lp"))
     p_, q_ = validate_pair(p, q, normalize=normalize)
     ks, scalar = parse_ks(k)  # Python ints: a k past int64 gets the support message, not an OverflowError
     for kk in ks:
@@ -588,7 +588,7 @@ def wor_draft_prob(p, drafts) -> float:
     0.166666666667
     """
     p_ = validate_distribution(p, "p", normalizable=False)
-    return _wor_draft_prob(p_, validate_drafts(drafts, len(drafts) if hasattr(drafts, "__len__") else 1, p_.shape[0]))
+    return _wor_draft_prob(p_, validate_drafts(drafts, len(drafts) if sequence_like(drafts) else 1, p_.shape[0]))
 
 
 def _wor_draft_prob(p: np.ndarray, drafts) -> float:

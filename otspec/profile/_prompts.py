@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
+from .._validation import validate_positive_int
 from ..decoding._models import validate_prompt
 
 __all__ = ["load_prompts", "read_prompts", "has_text", "PromptRecord"]
@@ -228,6 +229,7 @@ def load_prompts(prompts, vocab_size: int, *, tokenizer=None, context: str = "sa
     >>> load_prompts([[1, 2], [3]], 5)
     [([1, 2], None), ([3], None)]
     """
+    vocab_size = validate_positive_int(vocab_size, "vocab_size")  # "x": a comparison error per token
     if not isinstance(chat_template, bool):
         raise TypeError(f"`chat_template` must be a bool, got {type(chat_template).__name__}")
     records = read_prompts(prompts, context=context)

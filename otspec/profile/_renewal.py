@@ -43,7 +43,7 @@ import numpy as np
 
 from .._array import validate_batch_pair
 from .._registry import get_verifier, unknown_name_message, verifier_names
-from .._validation import as_float_array, as_rng, first_bad_entry, validate_positive_int
+from .._validation import as_float_array, as_rng, first_bad_entry, validate_positive_int, validate_size
 from ..multidraft._batched import batched_kseq_rho_star
 from ..multidraft._priority_keys import PriorityKeyVerifier
 from ..spectr._common import resolve_verifier
@@ -76,10 +76,18 @@ RENEWAL_SCHEMES = {
 }
 
 _METHODS = ("auto", "closed", "enumerate", "mc")
+
+
+def _emission_length(L) -> int:
+    """``L`` checked: an integer in ``[1, MAX_EMISSION_L]``, before any array of ``L + 1`` columns is made."""
+    return validate_size(L, "L", cap=MAX_EMISSION_L, cap_name="MAX_EMISSION_L", hint="the laws hold L + 1 columns")
 #: Largest number of (position, survivors) rows the enumeration or Monte Carlo fallbacks visit.
 MAX_FALLBACK_ROWS = 200_000
 #: Largest ``n_draws * k`` draft tokens drawn per row by ``method="mc"``.
 MAX_MC_TOKENS = 10_000_000
+#: Largest draft length ``L`` of the emission laws (one ``L + 1`` axis of floats per text position): 1,024, far past
+#: any profile's ``L`` (:data:`otspec.profile.MAX_L`); ``L = 10**18`` was numpy's "array is too big".
+MAX_EMISSION_L = 1024
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -488,7 +496,7 @@ def emission_tables(scheme: str, P: np.ndarray, Q: np.ndarray, Y: np.ndarray, ks
     True
     """
     ks = [validate_positive_int(k, "k") for k in ks]
-    Ls = [validate_positive_int(L, "L") for L in Ls]
+    Ls = [_emission_length(L) for L in Ls]
     for k in ks:  # the scheme, its closed form and every k checked (ValueError otherwise)
         _scheme(scheme, k, "closed")
     if not (isinstance(P, np.ndarray) and isinstance(Q, np.ndarray)) and scheme not in ("token", "block-onestep"):
@@ -629,7 +637,7 @@ def emission_probs(scheme, p_path, q_path, y_path, *, k=1, L=None, method="auto"
     n = P.shape[-2]
     if L is None:
         L = n - 1
-    L = validate_positive_int(L, "L")
+    L = _emission_length(L)
     if L + 1 > n:
         raise ValueError(f"`L`={L} needs L + 1 = {L + 1} laws along the path, but `p_path` has {n}")
     P, Q, Y = P[..., : L + 1, :], Q[..., : L + 1, :], Y[..., : L + 1]
@@ -678,7 +686,7 @@ def emission_probs_along(scheme, p_text, q_text, y_text, *, L, k=1, method="auto
     [[0.25, 0.125], [0.0, 0.1875], [0.25, 0.0]]
     """
     k = validate_positive_int(k, "k")
-    L = validate_positive_int(L, "L")
+    L = _emission_length(L)
     P, Q = _laws(p_text, q_text, "p_text", "q_text")
     Y = _tokens(y_text, P.shape[:-1], P.shape[-1], "y_text")
     return _emission(scheme, P, Q, Y, k, L, method, n_draws, rng, max_enum)
@@ -729,10 +737,11 @@ def emission_probs_from_token_probs(scheme, p_y, q_y, *, L) -> np.ndarray:
     >>> emission_probs_from_token_probs("token", np.array([0.5, 0.5, 0.5]), np.array([0.75, 0.25, 0.75]), L=2)[0]
     array([0.25   , 0.     , 0.09375])
     """
-    if scheme not in ("token", "block-onestep"):
-        raise ValueError(f"`scheme` must be 'token' or 'block-onestep' (the schemes that need only the text "
-                         f"tokens' probabilities), got {scheme!r}")
-    L = validate_positive_int(L, "L")
+    if not isinstance(scheme, str) or scheme not in ("token", "block-onestep"):  # an array: never compared
+        raise (ValueError if isinstance(scheme, str) else TypeError)(
+            f"`scheme` must be 'token' or 'block-onestep' (the schemes that need only the text tokens' "
+            f"probabilities), got {scheme!r}")
+    L = _emission_length(L)
     py = as_float_array(p_y, "p_y")
     qy = as_float_array(q_y, "q_y")
     if py.shape != qy.shape or py.ndim < 1:

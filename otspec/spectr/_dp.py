@@ -144,7 +144,8 @@ def optimal_block_efficiency(
     class _Sym:
         symmetric, sequential = True, False
 
-    _check_sizes(draft, target, n, ks, _Sym, max(1, max_variables // n), max_nodes)
+    _check_sizes(draft, target, n, ks, _Sym, max(1, max_variables // n), max_nodes,
+                 limit_name="`max_variables` // V")  # the parameter of this function, not block_efficiency's
     memo: dict = {} if cache is None else cache
     if not isinstance(memo, dict):
         raise TypeError(f"`cache` must be a dict or None, got {type(cache).__name__}")

@@ -82,7 +82,7 @@ def _count_text(size, cap) -> str:
     return f"more than {cap}" if size == math.inf else f"up to {size}"
 
 
-def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes):
+def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes, limit_name="`max_enum`"):
     sizes = _step_sizes(n, ks, factory.symmetric, max_enum)
     worst = max(s for _, s in sizes)
     if worst > max_enum and not factory.sequential:
@@ -90,7 +90,7 @@ def _check_sizes(draft, target, n, ks, factory, max_enum, max_nodes):
         kind = "multisets" if factory.symmetric else "ordered draft tuples"
         raise ValueError(
             f"exact enumeration would need {_count_text(worst, max_enum)} {kind} of k={sizes[d][0]} draft tokens over "
-            f"V={n} at position {d + 1}, above `max_enum`={max_enum}; use block_efficiency_mc"
+            f"V={n} at position {d + 1}, above {limit_name}={max_enum}; use block_efficiency_mc"
         )
     cells = max(s * k for k, s in sizes)  # the enumeration holds k token ids per multiset or tuple
     if cells > MAX_ENUM_CELLS and not factory.sequential:

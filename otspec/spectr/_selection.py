@@ -19,7 +19,10 @@ __all__ = ["draft_selection", "spectr_step"]
 def _as_draft_set(drafts) -> DraftSet:
     if isinstance(drafts, DraftSet):
         return drafts
-    return DraftSet(drafts, None)
+    try:
+        return DraftSet(drafts, None)
+    except (TypeError, ValueError) as exc:  # the caller's parameter is `drafts` (DraftSet names its `tokens`)
+        raise type(exc)(str(exc).replace("`tokens`", "`drafts`", 1)) from None
 
 
 def first_verifier(draft, target, ks, ctx, n, factory) -> None:

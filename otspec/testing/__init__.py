@@ -16,7 +16,7 @@ Notation: ``p`` is the draft distribution, ``q`` the target, everywhere.
 """
 
 from ._block import check_block_sampler
-from ._chi2 import MAX_SAMPLES, GofResult, chi2_gof, detectable_tv, sample_size
+from ._chi2 import MAX_SAMPLES, MAX_UNIFORM_CELLS, GofResult, chi2_gof, detectable_tv, sample_size
 from ._coins import BOUNDARY_FRACTION, BoundaryCoins
 from ._logits import processed_law
 from ._sampler import (
@@ -46,6 +46,7 @@ __all__ = [
     "MAX_HARNESS_DRAFTS",
     "MAX_HARNESS_TREES",
     "MAX_SAMPLES",
+    "MAX_UNIFORM_CELLS",
     "TRIAL_BUDGET",
     "WORST_CELLS",
     "BoundaryCoins",

@@ -34,13 +34,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import as_array, first_bad_entry, validate_distribution, validate_positive_int, validate_probability
+from .._validation import (
+    as_array,
+    first_bad_entry,
+    validate_distribution,
+    validate_positive_int,
+    validate_probability,
+    validate_size,
+)
 
-__all__ = ["GofResult", "chi2_gof", "sample_size", "detectable_tv", "MAX_SAMPLES"]
+__all__ = ["GofResult", "chi2_gof", "sample_size", "detectable_tv", "MAX_SAMPLES", "MAX_UNIFORM_CELLS"]
 
 #: Largest sample size the rule hands out (and :func:`~otspec.testing.check_sampler` runs):
 #: about ten minutes of a vectorised step at 2e6 trials per second.
 MAX_SAMPLES = 10**9
+#: Largest ``law`` given as a number of cells (the uniform law on them: an array of that many floats, 80 MB here);
+#: a law of more cells is passed as an array.
+MAX_UNIFORM_CELLS = 10**7
 #: Pooling threshold on expected counts used by every test of the module.
 MIN_EXPECTED = 5.0
 #: Largest mass of the pooled tail for which the binomial tail test runs (it detects TV above twice it).
@@ -287,7 +297,8 @@ def _critical_lambda(dof: int, alpha_fail: float, power: float) -> float:
 def _law_or_cells(law) -> np.ndarray:
     """``law`` as a distribution; an int ``C`` stands for the uniform law on ``C`` cells."""
     if isinstance(law, (int, np.integer)) and not isinstance(law, bool):
-        C = validate_positive_int(law, "law")
+        C = validate_size(law, "law", cap=MAX_UNIFORM_CELLS, cap_name="MAX_UNIFORM_CELLS",
+                          hint="pass the law as an array")  # law=10**18 was a MemoryError
         return np.full(C, 1.0 / C)
     return validate_distribution(law, "law", tol=1e-8, normalizable=False)
 
@@ -345,7 +356,7 @@ def sample_size(tv, law, *, power: float = 0.99, alpha_fail: float = 1e-4,
         Total-variation distance to detect, in (0, 1].
     law : (m,) array_like of float, or int
         The exact law the sampler should follow; an int ``m`` stands for the
-        uniform law on ``m`` cells.
+        uniform law on ``m`` cells (at most :data:`MAX_UNIFORM_CELLS`).
     power : float, keyword-only
         Detection probability (0.99 by default).
     alpha_fail : float, keyword-only

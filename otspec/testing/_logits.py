@@ -10,7 +10,7 @@ import numbers
 
 import numpy as np
 
-from .._validation import _float_input, first_bad_entry
+from .._validation import _float_input, finite_real, first_bad_entry
 
 __all__ = ["processed_law"]
 
@@ -65,7 +65,7 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     >>> processed_law(np.log([0.4, 0.4, 0.2]), temperature=0).tolist()
     [1.0, 0.0, 0.0]
     """
-    x, _ = _float_input(logits, "logits", "a 1-D array_like of floats")  # a float64 copy, tensors included
+    x, _ = _float_input(logits, "logits", "a 1-D array_like of floats", booleans=False)  # a float64 copy
     if x.ndim != 1 or x.size == 0:
         raise ValueError(f"`logits` must be a non-empty 1-D array, got shape {x.shape}")
     if np.any(np.isnan(x)) or np.any(x == np.inf):
@@ -74,7 +74,7 @@ def processed_law(logits, *, temperature=1.0, top_k=None, top_p=None) -> np.ndar
     if not np.any(np.isfinite(x)):
         raise ValueError(f"`logits` must be finite or -inf, with at least one finite entry, got all {x.size} -inf")
     if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) or not (
-        np.isfinite(temperature) and temperature >= 0
+        finite_real(temperature) and temperature >= 0  # 2**64: np.isfinite's TypeError on the object array
     ):
         raise ValueError(f"`temperature` must be a finite number >= 0 (0 is greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1):

@@ -435,7 +435,7 @@ class SequoiaTree(NamedTuple):
 def _validate_acceptance(acceptance) -> np.ndarray:
     if isinstance(acceptance, (str, bytes)):
         raise TypeError("`acceptance` must be a 1-D array of probabilities, got a string")
-    a = as_float_array(acceptance, "acceptance", "a 1-D array of probabilities")
+    a = as_float_array(acceptance, "acceptance", "a 1-D array of probabilities", booleans=False)
     if a.ndim != 1 or a.shape[0] == 0:
         raise ValueError(f"`acceptance` must be a non-empty 1-D array, got shape {a.shape}")
     bad = ~(np.isfinite(a) & (a >= 0) & (a <= 1))

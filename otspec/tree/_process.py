@@ -62,6 +62,8 @@ def as_tree_shape(shape, process):
     """``shape`` as the tree type ``process`` draws: a :class:`TreeShape` as it is, a sequence of rank paths
     (Medusa's ``medusa_choices``: ``[(0,), (1,), (0, 0)]``) through :meth:`TreeShape.from_paths` (which names
     the first path whose parent is missing); anything else is left for :func:`validate_process` to refuse."""
+    if not isinstance(process, str):  # refused by validate_process (an array is never compared: no numpy error)
+        return shape
     if process != "eagle2" and isinstance(shape, (list, tuple)) and not isinstance(shape, Eagle2Params):
         try:
             return TreeShape.from_paths(shape)

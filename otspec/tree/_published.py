@@ -44,7 +44,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .._registry import VerifierSpec, register_verifier
+from .._registry import VerifierSpec, register_verifier, validate_name
 from .._validation import as_rng, validate_bool, validate_distribution, validate_positive_int
 from .._verifier import LOSSLESS_TOL, sample_from, validate_tol
 from ..models import MAX_ENUMERATION, check_enumeration, next_law, validate_model, validate_model_pair, validate_sequence
@@ -592,8 +592,7 @@ class GreedyBlockVerify(_FirstSuccessRule):
     processes: ClassVar[tuple[str, ...]] = ("iid",)
 
     def __post_init__(self):
-        if self.tie_break not in ("token", "first-path"):
-            raise ValueError(f"`tie_break` must be 'token' or 'first-path', got {self.tie_break!r}")
+        validate_name(self.tie_break, "tie_break", ("token", "first-path"))  # an array: never compared
 
     def lossless_for(self, process: str, shape=None) -> bool:
         """``"iid"`` on ``k`` disjoint chains of one length, with ``tie_break="token"``."""

@@ -80,6 +80,8 @@ def _sequence_of_paths(paths, name: str) -> list:
         raise TypeError(f"`{name}` must be a sequence of paths (sequences of int), got {type(paths).__name__}")
     if isinstance(paths, np.ndarray) and paths.ndim == 1 and paths.dtype.kind in "iu":
         raise TypeError(f"`{name}` must be a sequence of paths (sequences of int), got a 1-D integer array")
+    if getattr(paths, "ndim", None) == 0:  # a 0-d array is Iterable by its type, but len() and iter() raise on it
+        raise TypeError(f"`{name}` must be a sequence of paths (sequences of int), got a 0-d array")
     if hasattr(paths, "__len__") and len(paths) > MAX_TREE_NODES + 1:
         raise ValueError(f"`{name}` has {len(paths)} paths, above the stated limit MAX_TREE_NODES={MAX_TREE_NODES}")
     out = list(paths)
