@@ -579,9 +579,9 @@ def device_route(args) -> None:
 
 
 #: The host kernels whose CPU time ``--passes`` reports (those a checkout has, called from Python; Python and numpy
-#: around them is "the rest"). ``wor_row_decide`` runs the last depth's ``wor_row_last``, ``wor_row_stats`` (with the
-#: race's power sums) and ``wor_row_recheck`` of a row in one call, and ``wor_rows_decide`` (``iid_rows``) that for
-#: every row of a frontier that are rows of one array: their passes show under them.
+#: around them is "the rest"). ``wor_row_decide`` runs the last depth's ``wor_row_last`` (with the draft's head and
+#: second draw's sums), ``wor_row_recheck`` and the race's power sums of a row in one call, and ``wor_rows_decide``
+#: (``iid_rows``) that for every row of a frontier that are rows of one array: their passes show under them.
 PASSES = ("iid_rows", "iid_row", "wor_rows_decide", "wor_row_decide", "wor_row_last", "wor_row_stats",
           "wor_row_recheck", "race_moments_row", "race_rows", "race_rows_weighted", "wor_row_at", "wor_rows_at",
           "wor_row")

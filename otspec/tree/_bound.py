@@ -1074,8 +1074,9 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
 
     At the last expanded depth (no caps, no candidates) the rows' sums need :math:`\pi` only where it can be the
     minimum: one pass per row over both laws decides the entries below a lower bound on :math:`\pi`
-    (:func:`_bound_kernels.wor_row_last`); a row with entries left gets its stats with the race's power sums in
-    the same sweep and a tighter bound from the second draw's closed form (:func:`_bound_kernels.wor_row_recheck`),
+    (:func:`_bound_kernels.wor_row_last`, which takes the draft row's head and second draw's sums in the same
+    pass); a row with entries left gets a tighter bound from the second draw's closed form
+    (:func:`_bound_kernels.wor_row_recheck`) and, with entries still left, the race's power sums in a second sweep,
     all in one kernel call per row (:func:`_bound_kernels.wor_row_decide`); the rows with entries still left get
     the race's quadrature, and :math:`\pi` at those entries alone (:func:`_bound_kernels.wor_row_at`; a row
     with more than ``V // 16`` left, at every entry). The sums are those of the whole evaluation up to the order

@@ -18,8 +18,9 @@ The row kernels, one call per expanded prefix, each reading the prefix's draft a
   :func:`race_moments_row`);
 * :func:`wor_row_decide`: a row of the last expanded depth up to the race
   in one call: :func:`wor_row_last` (the entries a lower bound on
-  :math:`\pi` decides), then, with entries left, :func:`wor_row_stats` and
-  :func:`wor_row_recheck`;
+  :math:`\pi` decides, the draft's head and second draw's sums in the same
+  pass), then, with entries left, :func:`wor_row_recheck` and, with entries
+  still left, the race's power sums (:func:`wor_row_sums`);
 * :func:`wor_row`: the laws of the draws of every used rank (rank 0
   :math:`p`, rank 1 the closed form, ranks :math:`r \ge 2` the exact law of
   the exponential race, their Taylor coefficients combined by the slots'
@@ -835,7 +836,7 @@ def wor_lower(dW, x):
     return tot if tot < 1.0 else 1.0
 
 
-def wor_row_last(p, q, Qu, dW, idx, out, ck=None):
+def wor_row_last(p, q, Qu, dW, idx, out, ck=None, hs=None, hi=None):
     r"""A prefix of the last expanded depth, children drawn without replacement, in one pass over its draft law
     ``p`` and target law ``q``: the part of :math:`\sum_x \min(Q_u q_x, \pi_x)` that a lower bound on
     :math:`\pi` decides, and the columns it leaves (``idx[:n]``, increasing) for :func:`wor_row_at`.
@@ -852,7 +853,13 @@ def wor_row_last(p, q, Qu, dW, idx, out, ck=None):
 
     With ``ck`` (:func:`check_scratch`; None: no check) both rows are also checked as laws in the same pass, each
     block after its sweeps (:func:`check_block`; every entry of both rows is read here), the totals in its last two
-    entries (:func:`check_finish`)."""
+    entries (:func:`check_finish`).
+
+    With ``hs`` (:func:`first_scratch`, ``hi`` its ``K + 1`` token ids; None: neither) the same pass also takes
+    what :func:`wor_row_stats` reads of the draft row without the race, for :func:`row_first_finish`: the head of
+    the ``K`` most likely tokens (:func:`head_insert` on the blocks with an entry above its threshold, the blocks in
+    the same order: the same head) and the lanes of the second draw's sums over every entry (the most likely token
+    taken out afterwards by redoing its lane alone). Returns the head's count of entries (0 without ``hs``)."""
     V = p.shape[0]
     P = SLOPE_AT
     c = (wor_lower(dW, P) / P) * (1.0 - 1e-9)
@@ -860,6 +867,17 @@ def wor_row_last(p, q, Qu, dW, idx, out, ck=None):
     Lq = np.zeros(BLOCK)
     Ls = np.zeros(BLOCK, dtype=np.int64)
     n = 0
+    hc = 0
+    thr = 0.0                                   # entries above it enter the head (as wor_row_stats)
+    if hs is not None:
+        Kh = hi.shape[0] - 1
+        Lr = hs[:BLOCK]
+        Lt = hs[BLOCK:2 * BLOCK]
+        hv = hs[2 * BLOCK:]
+        for v in range(hs.shape[0]):
+            hs[v] = 0.0
+        for v in range(Kh + 1):
+            hi[v] = 0
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
         pb = p[v0:v0 + b]
@@ -873,6 +891,16 @@ def wor_row_last(p, q, Qu, dW, idx, out, ck=None):
             qc[v] = y
             Lq[v] += 0.0 if und else y
             m += 1 if und else 0
+        if hs is not None:
+            nh = 0
+            for v in range(b):                  # the second draw's lanes (every entry) and the head's count
+                x = pb[v]
+                nh += 1 if x > thr else 0
+                den = 1.0 - x
+                Lr[v] += x
+                Lt[v] += x / den if den > 0.0 else 0.0
+            if nh > 0:
+                hc, thr = head_insert(pb, v0, b, Kh, hv, hi, hc, thr)
         if m > 0:
             for v in range(b):
                 x = pb[v]
@@ -896,6 +924,48 @@ def wor_row_last(p, q, Qu, dW, idx, out, ck=None):
     out[0] = support
     out[1] = n
     out[2] = lane_total(Lq)
+    return hc
+
+
+def first_scratch(K):
+    r"""The scratch of :func:`wor_row_last`'s draft statistics: the lanes of :math:`\sum x` and
+    :math:`\sum x / (1 - x)` (:data:`BLOCK` each) and the head's ``K + 1`` values; its ids apart (int64)."""
+    return np.zeros(2 * BLOCK + K + 1), np.zeros(K + 1, dtype=np.int64)
+
+
+def row_first_finish(p, K, hc, hs, hi, head, hval, st):
+    r"""What :func:`wor_row_stats` without the race writes (``head``, ``hval``, ``st[1:7]``; ``st[0]`` the support
+    as :func:`wor_row_last` wrote it), from the head and the lanes that :func:`wor_row_last` took with ``hs``
+    (``hc`` its head count): the most likely token's lane summed again without it (the other lanes held the same
+    additions in the same order as :func:`wor_row_sums`' sweep, so the same sums, bit for bit)."""
+    V = p.shape[0]
+    head_finish(K, hc, hs[2 * BLOCK:], hi, head, hval, st)
+    top = int(st[1])
+    Lr = hs[:BLOCK]
+    Lt = hs[BLOCK:2 * BLOCK]
+    ln = top % BLOCK
+    r = 0.0
+    t = 0.0
+    for v0 in range(0, V, BLOCK):
+        if v0 + ln < V:
+            x = p[v0 + ln] if v0 + ln != top else 0.0
+            den = 1.0 - x
+            r += x
+            t += x / den if den > 0.0 else 0.0
+    Lr[ln] = r
+    Lt[ln] = t
+    second_draw_sums(p, top, Lr, Lt, st)
+
+
+def second_draw_sums(p, top, Lr, Lt, st):
+    r"""``st[4:7]`` (the mass outside the most likely token ``top``, :math:`S_1`, :math:`S_2`) from the lanes
+    ``Lr`` (:math:`\sum x`) and ``Lt`` (:math:`\sum x / (1 - x)`) taken without ``top``."""
+    rest = lane_total(Lr)
+    S2 = lane_total(Lt)
+    pt = p[top]
+    st[4] = rest
+    st[5] = S2 + (pt / rest if rest > 0.0 else 0.0)
+    st[6] = S2
 
 
 def second_draw_at(x, v, top, S1, S2):
@@ -981,23 +1051,32 @@ def wor_recheck_lower(x, v, top, pt, S1, S2, dW):
 
 def wor_row_decide(p, q, Qu, dW, idx, lo, K, race, big, head, hval, nu, mark, st, ck=None):
     r"""A prefix of the last expanded depth, children drawn without replacement, up to the race, in one call (no
-    return to the interpreter between its passes): :func:`wor_row_last` (``lo``, ``idx``); with entries left,
-    :func:`wor_row_stats` (with ``race``, the tail's power sums in the same sweep) and, with at most ``big``
-    entries left, :func:`wor_row_recheck`. Returns 0 where no entry is left (``st[0]`` the support), 1 where more
-    than ``big`` are left (:math:`\pi` at every entry), 2 where ``idx[:lo[1]]`` are left and no head token is among
-    them, 3 where one is (the race's laws of the head are read). With ``ck`` (:func:`check_scratch`) both rows are
-    checked as laws in :func:`wor_row_last`'s pass (the totals in its last two entries)."""
-    wor_row_last(p, q, Qu, dW, idx, lo, ck)
+    return to the interpreter between its passes): :func:`wor_row_last` (``lo``, ``idx``), which takes the draft
+    row's head and second draw's sums in the same pass (:func:`row_first_finish`: what :func:`wor_row_stats`
+    without the race writes, the same values); with at most ``big`` entries left, :func:`wor_row_recheck`; with
+    entries still left and ``race``, the tail's power sums (:func:`wor_row_sums`, a second sweep of the row).
+    Returns 0 where no entry is left (``st[0]`` the support; ``st`` in full where the recheck decided the last ones,
+    ``nu`` then 0: no race reads it), 1 where more than ``big`` are left (:math:`\pi` at every entry), 2 where
+    ``idx[:lo[1]]`` are left and no head token is among them, 3 where one is (the race's laws of the head are
+    read). With ``ck`` (:func:`check_scratch`) both rows are checked as laws in :func:`wor_row_last`'s pass (the
+    totals in its last two entries)."""
+    hs, hi = first_scratch(K)
+    hc = wor_row_last(p, q, Qu, dW, idx, lo, ck, hs, hi)
+    st[0] = lo[0]
+    for n in range(nu.shape[0]):
+        nu[n] = 0.0
     if lo[1] == 0:
-        st[0] = lo[0]
         return 0
-    wor_row_stats(p, K, race, head, hval, nu, mark, st)
+    row_first_finish(p, K, hc, hs, hi, head, hval, st)
+    if lo[1] <= big:
+        wor_row_recheck(p, q, Qu, idx, int(st[1]), st[5], st[6], dW, lo)
+        if lo[1] == 0:
+            return 0
+    if race:
+        wor_row_sums(p, race, head, nu, mark, st, False)
     if lo[1] > big:
         return 1
-    wor_row_recheck(p, q, Qu, idx, int(st[1]), st[5], st[6], dW, lo)
     n = int(lo[1])
-    if n == 0:
-        return 0
     kh = int(st[2])
     for i in range(n):
         v = idx[i]
@@ -1133,7 +1212,7 @@ JIT = compile_in(globals(), ("union_block", "union_point", "iid_point", "iid_blo
                              "iid_sums_scratch", "iid_chain", "iid_row_sums", "iid_row", "iid_rows",
                              "second_draw_t",
                              "_wor_entries", "wor_pi_kernel", "head_insert", "head_finish", "wor_row_stats", "wor_row",
-                             "wor_lower", "wor_row_last",
+                             "wor_lower", "wor_row_last", "first_scratch", "row_first_finish", "second_draw_sums",
                              "second_draw_at", "wor_recheck_lower", "wor_row_recheck", "wor_row_decide",
                              "wor_rows_decide", "wor_row_at",
                              "wor_rows_at", "rest_row", "row_address"))
@@ -1413,13 +1492,14 @@ def moments_finish(s0, s1, A, big, k, nu):
     gathered_powers(high[:kh], cur, lanes, nu, N)
 
 
-def wor_row_sums(p, race, head, nu, mark, st):
+def wor_row_sums(p, race, head, nu, mark, st, sums=True):
     r"""The second sweep of :func:`wor_row_stats` over a draft row ``p`` whose head is known (``head[:kh]``,
     ``st[1:4]`` = most likely token, ``kh``, the tail's largest probability, as :func:`head_finish` writes them):
     ``st[0]`` the support, ``st[4]`` the mass outside the most likely token, ``st[5]`` = :math:`S_1`, ``st[6]`` =
     :math:`S_2` (over :data:`BLOCK` lanes, :func:`lane_total`) and, with ``race``, the tail's power sums ``nu``
     (:func:`race_moments_row`'s lanes, block by block in the same sweep: the same operations on the same values, so
-    the same sums). ``mark``: a boolean scratch of ``V`` False entries (left so)."""
+    the same sums). ``mark``: a boolean scratch of ``V`` False entries (left so). With ``sums`` False the power sums
+    alone (``st`` read, not written: the second draw's sums taken by :func:`wor_row_last`)."""
     V = p.shape[0]
     N = nu.shape[0] - 1
     top = int(st[1])
@@ -1444,13 +1524,14 @@ def wor_row_sums(p, race, head, nu, mark, st):
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
         pb = p[v0:v0 + b]
-        for v in range(b):
-            y = pb[v]
-            Ls[v] += 1 if y > 0.0 else 0
-            x = y if v0 + v != top else 0.0
-            den = 1.0 - x
-            Lr[v] += x
-            Lt[v] += x / den if den > 0.0 else 0.0
+        if sums:
+            for v in range(b):
+                y = pb[v]
+                Ls[v] += 1 if y > 0.0 else 0
+                x = y if v0 + v != top else 0.0
+                den = 1.0 - x
+                Lr[v] += x
+                Lt[v] += x / den if den > 0.0 else 0.0
         if v0 + b <= Vg:
             if (v0 + b) % (GROUP * BLOCK) == 0:      # a group's last block: the group's powers in one sweep
                 g0 = v0 + b - GROUP * BLOCK
@@ -1461,17 +1542,12 @@ def wor_row_sums(p, race, head, nu, mark, st):
         moments_finish(s0, s1, A, big, k, nu)
         for c in range(kh):
             mark[head[c]] = False
-    support = 0
-    for v in range(BLOCK):
-        support += Ls[v]
-    rest = lane_total(Lr)
-    S2 = lane_total(Lt)
-    pt = p[top]
-    S1 = S2 + (pt / rest if rest > 0.0 else 0.0)
-    st[0] = support
-    st[4] = rest
-    st[5] = S1
-    st[6] = S2
+    if sums:
+        support = 0
+        for v in range(BLOCK):
+            support += Ls[v]
+        st[0] = support
+        second_draw_sums(p, top, Lr, Lt, st)
 
 
 def gathered_powers(y, cur, lanes, nu, top):
