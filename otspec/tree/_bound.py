@@ -323,8 +323,9 @@ class _Race:
     the whole line is proven at most :data:`_RACE_RULE_RTOL` of each law (:func:`_race_rule_error`: the
     integrand's bound on a strip around the real line), and it stops where the nodes left out on the right add
     at most :data:`_bound_kernels.RACE_RIGHT_TOL` :math:`p_y` (:func:`_bound_kernels.race_right_sum`). A row is
-    accepted when (i) that stop was reached within :data:`_RACE_MAX_NODES` nodes, (ii) :math:`p_{\max} t \le` :data:`_RACE_UMAX` at the last node (the tail's
-    power series and deflation then converge fast and lose no digits), (iii) the Taylor series has converged at
+    accepted when (i) that stop was reached within :data:`_RACE_MAX_NODES` nodes, (ii) :math:`p_{\max} t \le`
+    :data:`_RACE_UMAX` at the last node (the tail's power series and deflation then converge fast and lose no
+    digits), (iii) the Taylor series has converged at
     :math:`x = 1`. So each law is within :math:`10^{-15} \ell + 10^{-17} p_y` of the rule's sum over the
     whole line plus what :func:`_left_end` adds (at most :math:`1.5 \cdot 10^{-13}\, p_y`, on the safe side),
     and the roundings. Otherwise the head grows (x4) and the row is done again; a row that fails with every token
@@ -420,9 +421,9 @@ def _left_end(ranks, wts, ph, want, HL, HL2, C, C2, pmax, nu, h: float | None = 
     its first node :math:`t_0` (:data:`_RACE_T0`), so that each law is at least the rule's sum over the whole
     line of :math:`\log t`. The rule's node :math:`t` adds :math:`h\, t\, F(t)`, :math:`F(t) = p_y e^{-p_y t}
     P(N_{-y}(t) = r)` (step :math:`h`, None: :func:`_race_step` of the largest rank; the sums of step :math:`2h`,
-    ``HL2`` and ``C2``, the same with :math:`2h`). With :math:`q_x = 1 - e^{-p_x t} \le p_x t (1 - a_x)`, :math:`a_x = p_x t / 2 - (p_x
-    t)^2 / 6 \ge 0`, :math:`\prod_S (1 - a_x) \le e^{-\sum_S a_x}` and :math:`e^{-u} \le 1 - u + u^2 / 2`
-    (:math:`u \ge 0`), summing over the sets :math:`S` of :math:`r` tokens other than ``y`` that have rung:
+    ``HL2`` and ``C2``, the same with :math:`2h`). With :math:`q_x = 1 - e^{-p_x t} \le p_x t (1 - a_x)`,
+    :math:`a_x = p_x t / 2 - (p_x t)^2 / 6 \ge 0`, :math:`\prod_S (1 - a_x) \le e^{-\sum_S a_x}` and
+    :math:`e^{-u} \le 1 - u + u^2 / 2` (:math:`u \ge 0`), summing over the sets :math:`S` of :math:`r` tokens other than ``y`` that have rung:
 
     .. math::
 

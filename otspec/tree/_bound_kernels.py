@@ -1549,8 +1549,9 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
     :math:`\log t` with step ``h`` from ``vlo`` (``HL2``/``C2`` the same with step ``2h``, kept for comparison), until
     the nodes left out on the right add at most :data:`RACE_RIGHT_TOL` :math:`p_y` to any law (a proven bound,
     :func:`race_right_sum`, checked once :math:`G(t) = t\, P(N(t) \le \mathrm{deg})`, times :math:`e^{-p_{\min} t}`
-    without a tail, is below 1e-12 of its largest value). ``info`` = (last ``t``, nodes, done). Without ``heads`` the head's laws are left 0 (rows whose
-    head tokens need no law: the prefix products and the head's terms skipped).
+    without a tail, is below 1e-12 of its largest value). ``info`` = (last ``t``, nodes, done). Without ``heads``
+    the head's laws are left 0 (rows whose head tokens need no law: the prefix products and the head's terms
+    skipped).
 
     Without ``heads`` only the whole suffix product :math:`\mathrm{PB}` is kept, rolled in one buffer (the same
     products and sums, so the same values). Each head clock's :math:`e^{-p t}` and :math:`1 - e^{-p t}` from one
