@@ -423,7 +423,8 @@ def _left_end(ranks, wts, ph, want, HL, HL2, C, C2, pmax, nu, h: float | None = 
     P(N_{-y}(t) = r)` (step :math:`h`, None: :func:`_race_step` of the largest rank; the sums of step :math:`2h`,
     ``HL2`` and ``C2``, the same with :math:`2h`). With :math:`q_x = 1 - e^{-p_x t} \le p_x t (1 - a_x)`,
     :math:`a_x = p_x t / 2 - (p_x t)^2 / 6 \ge 0`, :math:`\prod_S (1 - a_x) \le e^{-\sum_S a_x}` and
-    :math:`e^{-u} \le 1 - u + u^2 / 2` (:math:`u \ge 0`), summing over the sets :math:`S` of :math:`r` tokens other than ``y`` that have rung:
+    :math:`e^{-u} \le 1 - u + u^2 / 2` (:math:`u \ge 0`), summing over the sets :math:`S` of :math:`r` tokens
+    other than ``y`` that have rung:
 
     .. math::
 
