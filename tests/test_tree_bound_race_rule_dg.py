@@ -128,6 +128,8 @@ def test_rule_error_bound_against_a_fine_grid():
         assert B._race_rule_error(r, h) <= B._RACE_RULE_RTOL < B._race_rule_error(r, h + 1 / 1024)
     assert B._race_rule_error(3, 0.2) > B._race_rule_error(2, 0.2) and B._race_rule_error(3, 0.25) > \
         B._race_rule_error(3, 0.2)
+    # a tiny step (e^{2 pi a / h} beyond the floats): 0, without an overflow warning (an error in this suite)
+    assert B._race_rule_error(5, 1 / 1024) == 0.0 and B._race_step(3000) >= 1 / 1024
 
 
 def _G(p: np.ndarray, t: float, d: int, tail: bool) -> float:

@@ -284,14 +284,15 @@ def _race_rule_error(r: int, h: float) -> float:
     applied to the law), and for the ranks' laws combined with nonnegative weights with :math:`\max_k E_{r_k}`
     (:math:`E_r` increases with ``r``)."""
     a = _RACE_STRIPS
-    lg = math.log(2.0) - (r + 1) * np.log(np.cos(a)) - np.log(np.expm1(2.0 * np.pi * a / h))
+    with np.errstate(over="ignore"):             # e^{2 pi a / h} beyond the floats at tiny steps: the bound is 0
+        lg = math.log(2.0) - (r + 1) * np.log(np.cos(a)) - np.log(np.expm1(2.0 * np.pi * a / h))
     return float(np.exp(lg.min()))
 
 
 @functools.lru_cache(maxsize=64)
 def _race_step(rmax: int) -> float:
-    r"""The race's step in :math:`\log t` for ranks up to ``rmax``: the largest multiple of 1/1024 (at most 1/2)
-    whose proven relative error :func:`_race_rule_error` is at most :data:`_RACE_RULE_RTOL` (for ``rmax`` = 6,
+    r"""The race's step in :math:`\log t` for ranks up to ``rmax``: the largest multiple of 1/1024 (at most 1/2,
+    at least 1/1024) whose proven relative error :func:`_race_rule_error` is at most :data:`_RACE_RULE_RTOL` (for ``rmax`` = 6,
     the ranks of ``branching(8, 7)``, about 1/5.4; the error grows with the step, so the search by bisection)."""
     lo, hi = 1, 512                       # in units of 1/1024
     while lo < hi:
