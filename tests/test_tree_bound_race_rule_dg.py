@@ -186,3 +186,23 @@ def test_race_laws_against_exact_rationals():
                 assert got[r, 0, y] >= e * (1 - 1e-14 - B._RACE_RULE_RTOL) - 1e-300, (name, r, y, got[r, 0, y], e)
                 assert got[r, 0, y] <= e * (1 + 1e-14 + B._RACE_RULE_RTOL) + 1.5e-13 * p[y] + 1e-300, (
                     name, r, y, got[r, 0, y], e)
+
+
+def test_right_end_not_reached_before_the_last_node_is_refused():
+    """A row whose mass outside its 7 largest probabilities is 1e-300 (subnormal entries): its right end lies past
+    every float's t, so the rule stops at t = e^500 (RACE_LOG_TMAX) and refuses the row, whose laws then take the
+    stated upper bound; no node at t = inf (at step about 1/5.4, 4,000 nodes from 5e-3 pass e^709: the products
+    there were NaN and numpy warned, an error in this suite)."""
+    p = np.array([1.0 - 3e-6, 2e-300, 2e-300, 1e-323, 1e-323, 1e-6, 1e-6, 1e-6, 1e-323])
+    race = B._Race(p[None, :], [2, 3, 4, 5, 6], [0])
+    assert not race.ok[0]
+    ph = np.sort(p)[::-1][None, :].copy()
+    ranks = np.arange(2, 7, dtype=np.int64)
+    HL, HL2 = np.zeros((1, 5, 9)), np.zeros((1, 5, 9))
+    C, C2, info = np.zeros((1, 5, N_TERMS + 1)), np.zeros((1, 5, N_TERMS + 1)), np.zeros((1, 3))
+    K.race_rows(ph, np.array([9]), np.zeros(1), np.zeros((1, N_TERMS + 1)), ranks, 7, B._race_step(6),
+                math.log(B._RACE_T0), B._stirling(7, N_TERMS), 4000, HL, HL2, C, C2, info, np.array([True]))
+    assert info[0, 2] == 0.0 and np.isfinite(info).all() and np.isfinite(HL).all()
+    assert info[0, 0] <= math.exp(K.RACE_LOG_TMAX)
+    got, ok = _wor_draw_laws(p, list(range(7)), exact_limit=0)
+    assert np.isfinite(got).all()

@@ -1549,7 +1549,8 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
     :math:`\log t` with step ``h`` from ``vlo`` (``HL2``/``C2`` the same with step ``2h``, kept for comparison), until
     the nodes left out on the right add at most :data:`RACE_RIGHT_TOL` :math:`p_y` to any law (a proven bound,
     :func:`race_right_sum`, checked once :math:`G(t) = t\, P(N(t) \le \mathrm{deg})`, times :math:`e^{-p_{\min} t}`
-    without a tail, is below 1e-12 of its largest value). ``info`` = (last ``t``, nodes, done). Without ``heads``
+    without a tail, is below 1e-12 of its largest value; at most ``max_nodes`` nodes, none beyond
+    :math:`t = e^{500}`, :data:`RACE_LOG_TMAX`). ``info`` = (last ``t``, nodes, done). Without ``heads``
     the head's laws are left 0 (rows whose head tokens need no law: the prefix products and the head's terms
     skipped).
 
@@ -1593,7 +1594,7 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
     t = 0.0
     done = False
     i = 0
-    while i < max_nodes:
+    while i < max_nodes and vlo + i * h <= RACE_LOG_TMAX:
         t = np.exp(vlo + i * h)
         wt = h * t
         even = i % 2 == 0
@@ -1712,6 +1713,9 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
 
 #: The nodes that the race's quadrature leaves out on the right add at most this times :math:`p_y` to any law.
 RACE_RIGHT_TOL = 1e-17
+#: The race's last node at most :math:`t = e^{500}` (the products and sums of a node stay finite; a row whose right
+#: end is not reached there, e.g. one whose mass outside the largest probabilities is 1e-300, is refused).
+RACE_LOG_TMAX = 500.0
 
 
 def race_right_rate(ph, pmax, mL, deg, tail):
