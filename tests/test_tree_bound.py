@@ -1286,7 +1286,7 @@ def test_race_rows_without_head_laws_keep_the_tail(V, kind, seed, K, R):
     """The race's quadrature for rows whose head laws are not read (the whole suffix product rolled in one buffer)
     against the same rows with them: the tail's Taylor coefficients, the nodes and the last ``t`` bit for bit, the
     head's laws left 0 (a wrong roll changes PB and so every coefficient)."""
-    from otspec.tree._bound import _RACE_MAX_NODES, _RACE_STEP, _RACE_T0, _stirling
+    from otspec.tree._bound import _RACE_MAX_NODES, _RACE_T0, _race_step, _stirling
 
     case = _race_case(kind, V, seed, K, R)
     if case is None:
@@ -1306,7 +1306,7 @@ def test_race_rows_without_head_laws_keep_the_tail(V, kind, seed, K, R):
         HL, HL2 = np.zeros((1, len(ranks), K)), np.zeros((1, len(ranks), K))
         C, C2, info = np.zeros((1, len(ranks), N + 1)), np.zeros((1, len(ranks), N + 1)), np.zeros((1, 3))
         _bound_kernels.race_rows(p[head][None, :].copy(), np.array([K]), np.array([pmax]), nu, ranks, deg,
-                                 _RACE_STEP, math.log(_RACE_T0), _stirling(deg, N), _RACE_MAX_NODES, HL, HL2, C, C2,
+                                 _race_step(deg - 1), math.log(_RACE_T0), _stirling(deg, N), _RACE_MAX_NODES, HL, HL2, C, C2,
                                  info, np.array([heads]))
         out[heads] = (HL, HL2, C, C2, info)
     for a, b in zip(out[True][2:], out[False][2:]):
@@ -1536,7 +1536,7 @@ def test_race_rows_weighted_equals_the_ranks_combined(V, kind, seed, K, R, heads
     the last ``t`` the same. Weights with zeros; rows
     with zeros, ties, flat and rising rows. It fails when a rank's shift ``r_k - q`` or the sign of ``q`` is
     wrong."""
-    from otspec.tree._bound import _RACE_MAX_NODES, _RACE_STEP, _RACE_T0, _stirling
+    from otspec.tree._bound import _RACE_MAX_NODES, _RACE_T0, _race_step, _stirling
 
     case = _race_case(kind, V, seed, K, R)
     if case is None:
@@ -1549,7 +1549,7 @@ def test_race_rows_weighted_equals_the_ranks_combined(V, kind, seed, K, R, heads
     pmax, nu = np.zeros(1), np.zeros((1, N + 1))
     _bound_kernels.race_moments(p[None, :], head, np.zeros(V, dtype=bool), pmax, nu)
     args = (p[head[0]][None, :].copy(), np.array([K]), pmax, nu, ranks)
-    rest = (deg, _RACE_STEP, math.log(_RACE_T0), _stirling(deg, N), _RACE_MAX_NODES)
+    rest = (deg, _race_step(deg - 1), math.log(_RACE_T0), _stirling(deg, N), _RACE_MAX_NODES)
     per = [np.zeros((1, nk, K)), np.zeros((1, nk, K)), np.zeros((1, nk, N + 1)), np.zeros((1, nk, N + 1)),
            np.zeros((1, 3))]
     _bound_kernels.race_rows(*args, *rest, *per, np.array([heads]))
@@ -1637,7 +1637,7 @@ def test_race_left_end_added_on_the_safe_side(V, kind, seed):
     finally:
         B._RACE_T0 = t0
     assert ex and ex2
-    h = B._RACE_STEP
+    h = B._race_step(max(ranks))
     for k, r in enumerate(ranks):
         if r < 2:
             np.testing.assert_array_equal(got[k], ref[k])

@@ -47,6 +47,20 @@ class _Spy(_GROWN):
         _Spy.made.append(self)
 
 
+def _refuse(mp, deg: int, below: int | None = None):
+    """Make the race refuse the rows of its calls of ``deg`` (its largest rank + 1) or more (at a head of fewer than
+    ``below`` tokens; None: at every head, so refused at ``V``), as its check of the steps ``h`` and ``2h`` refused
+    the context's rows of these laws before the step came from a proven error bound (which accepts them at their
+    first head): the route a refusal takes is what these tests are about, not its cause."""
+    real = B._K.race_rows_weighted
+
+    def refusing(PH, kh, pmax, nu, ranks, wts, d, *rest):
+        real(PH, kh, pmax, nu, ranks, wts, d, *rest)
+        if d >= deg and (below is None or PH.shape[1] < below):
+            rest[-2][:, 2] = 0.0                          # info: the right end not reached
+    mp.setattr(B._K, "race_rows_weighted", refusing)
+
+
 def _both(shape, draft, target, budget, batch, monkeypatch):
     """``(new, old)``: :func:`tests.test_tree_bound_reads_bh._run` on the torch route with the laws read with the
     last heads (now) and on their own (main)."""
@@ -83,6 +97,7 @@ def test_refused_race_reads_its_laws_with_its_heads(V, monkeypatch):
     # branching(16, 4)'s context: every head up to V read in one growth, the race refused, the laws from that read:
     # one read fewer than main's route and the same bound, remainder and per-depth sums to the bit
     draft, target = _pair(V, ["llm", "peaked", "llm"], 5)
+    _refuse(monkeypatch, 16)                                      # the context's race (ranks up to 15) refused
     _Spy.made = []
     with monkeypatch.context() as mp:
         mp.setattr(B, "_GrownHeads", _Spy)
@@ -105,6 +120,7 @@ def test_laws_past_the_cap_are_read_as_before(monkeypatch):
     draft, target = _pair(V, ["llm", "peaked", "llm"], 5)
     heads = 128 + 512 + 2048 + 3000                   # the growth's heads (the first, 32, came with the power sums)
     shape = TreeShape.branching(16, 4)
+    _refuse(monkeypatch, 16)                          # the context's race refused at every head
     ref = _run(shape, "wor", draft, target, 256, 64, True, monkeypatch)
     with monkeypatch.context() as mp:
         mp.setattr(B, "_MAX_GROWN_ENTRIES", heads + 2 * V - 1)
@@ -156,6 +172,7 @@ def test_race_accepted_at_an_intermediate_head(monkeypatch):
     rng = np.random.default_rng(3)
     bank = np.stack([_tiered(V, rng) for _ in range(3)])
     draft, target = _Bank(bank, 0), _Bank(bank[::-1].copy(), 3)
+    _refuse(monkeypatch, 8, below=128)                # the context's race (ranks up to 7) refused at 32 tokens
     _Spy.made = []
     kept = []
     real = B._Race.__init__

@@ -114,7 +114,7 @@ def test_left_end_bounds_the_nodes_left_out(V, kind, seed, K):
     if not ranks:
         return
     K = min(K, V)
-    h, t0 = B._RACE_STEP, B._RACE_T0
+    h, t0 = B._race_step(max(ranks)), B._RACE_T0
     got = _added(p, ranks, K)
     for k, r in enumerate(ranks):
         scale = h * t0 ** (r + 1) / math.expm1((r + 1) * h)

@@ -1622,10 +1622,13 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
     (:math:`[p^n] w^k = s[k, n]\, t^n`), so the law of a tail token is :math:`p \sum_n C[k, n]\, x^n`. The tail's
     generating function :math:`e^{-m_L t} \exp(\sum_j (-1)^{j+1} z^j P_j / j)` from its power sums
     :math:`P_j = \sum_x (e^{p_x t} - 1)^j = \sum_n s[j, n]\, (p_{\max} t)^n \nu_n`. The trapezoidal rule in
-    :math:`\log t` with step ``h`` from ``vlo`` (``HL2``/``C2`` the same with step ``2h``, for the error), until
-    :math:`t\, P(N(t) \le \mathrm{deg})` (times :math:`e^{-p_{\min} t}` without a tail) is below 1e-22 of its
-    largest value. ``info`` = (last ``t``, nodes, done). Without ``heads`` the head's laws are left 0 (rows whose
-    head tokens need no law: the prefix products and the head's terms skipped).
+    :math:`\log t` with step ``h`` from ``vlo`` (``HL2``/``C2`` the same with step ``2h``, kept for comparison), until
+    the nodes left out on the right add at most :data:`RACE_RIGHT_TOL` :math:`p_y` to any law (a proven bound,
+    :func:`race_right_sum`, checked once :math:`G(t) = t\, P(N(t) \le \mathrm{deg})`, times :math:`e^{-p_{\min} t}`
+    without a tail, is below 1e-12 of its largest value; at most ``max_nodes`` nodes, none beyond
+    :math:`t = e^{500}`, :data:`RACE_LOG_TMAX`). ``info`` = (last ``t``, nodes, done). Without ``heads``
+    the head's laws are left 0 (rows whose head tokens need no law: the prefix products and the head's terms
+    skipped).
 
     Without ``heads`` only the whole suffix product :math:`\mathrm{PB}` is kept, rolled in one buffer (the same
     products and sums, so the same values). Each head clock's :math:`e^{-p t}` and :math:`1 - e^{-p t}` from one
@@ -1655,6 +1658,7 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
                 smax[n] = s[j, n]
     tail = mL > 0.0
     pmin = ph[K - 1] if K > 0 else 0.0
+    rate = race_right_rate(ph, pmax, mL, deg, tail)
     for k in range(no):
         for c in range(K):
             HL[k, c] = 0.0
@@ -1666,7 +1670,7 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
     t = 0.0
     done = False
     i = 0
-    while i < max_nodes:
+    while i < max_nodes and vlo + i * h <= RACE_LOG_TMAX:
         t = np.exp(vlo + i * h)
         wt = h * t
         even = i % 2 == 0
@@ -1774,13 +1778,67 @@ def race_row(ph, pmax, nu, ranks, wts, deg, h, vlo, s, max_nodes, HL, HL2, C, C2
         G = t * g if tail else t * g * np.exp(-pmin * t)
         if G > gmax:
             gmax = G
-        elif G <= 1e-22 * gmax and i % 2 == 0:
-            done = True
+        elif G <= 1e-12 * gmax and h * G * race_right_sum(t, rate, h, deg) <= RACE_RIGHT_TOL:
+            done = True                            # the nodes after this one add at most RACE_RIGHT_TOL p_y
             break
         i += 1
     info[0] = t
     info[1] = i + 1
     info[2] = 1.0 if done else 0.0
+
+
+#: The nodes that the race's quadrature leaves out on the right add at most this times :math:`p_y` to any law.
+RACE_RIGHT_TOL = 1e-17
+#: The race's last node at most :math:`t = e^{500}` (the products and sums of a node stay finite; a row whose right
+#: end is not reached there, e.g. one whose mass outside the largest probabilities is 1e-300, is refused).
+RACE_LOG_TMAX = 500.0
+
+
+def race_right_rate(ph, pmax, mL, deg, tail):
+    r"""The decay rate :math:`\nu` of :func:`race_right_sum` for one row (:func:`race_row`'s ``K`` head
+    probabilities ``ph``, decreasing, and a tail of mass ``mL`` whose largest probability is ``pmax``): the mass
+    :math:`\mu` outside the row's ``deg`` largest probabilities (the head's from place ``deg`` on plus the tail's;
+    where the head holds fewer than ``deg`` tokens, the tail's mass less ``deg - K`` times ``pmax``, at least 0),
+    lowered by a relative :math:`10^{-9}` (the rounding of these few sums); without a tail plus the smallest
+    probability :math:`p_{\min}` of the head (every law's :math:`e^{-p_y t} \le e^{-p_{\min} t}`)."""
+    K = ph.shape[0]
+    mu = 0.0
+    for c in range(deg, K):
+        mu += ph[c]
+    if tail:
+        mu += mL if deg <= K else mL - (deg - K) * pmax
+    mu = max(mu, 0.0) * (1.0 - 1e-9)
+    if not tail and K > 0:
+        mu += ph[K - 1] * (1.0 - 1e-9)
+    return mu
+
+
+def race_right_sum(T, rate, h, deg):
+    r"""An upper bound on :math:`\sum_{k \ge 1} G(T e^{kh}) / G(T)`, :math:`G(t) = t\, P(N(t) \le d)` (times
+    :math:`e^{-p_{\min} t}` without a tail; ``d`` = ``deg``), for the nodes after ``T`` of :func:`race_row`: with
+    :math:`\lambda \ge 1`, :math:`1 - a^\lambda \le \lambda (1 - a)` for each clock's :math:`a = e^{-p_x T}`
+    and :math:`\prod_{x \notin S} a_x^{\lambda - 1} \le e^{-(\lambda - 1) T \mu}` for every set :math:`S` of at
+    most ``d`` rung clocks (:math:`\mu` the mass outside the ``d`` largest probabilities), so
+    :math:`G(\lambda T) \le \lambda^{d+1} e^{-(\lambda - 1) T \nu} G(T)` (``rate`` :math:`\nu`,
+    :func:`race_right_rate`). The sum of :math:`e^{kh(d+1) - (e^{kh} - 1) T \nu}` over :math:`k \ge 1`: its
+    exponent is concave in ``k``, so the ratios of successive terms decrease, and once one is at most 1/2 the rest
+    is at most the last term (raised by a relative 1e-12 for the rounding); infinite where that is not reached
+    within 4000 terms, where a term would overflow, or without decay (:math:`\nu = 0`). Every law's terms at those
+    nodes are at most :math:`h\, p_y\, G` (:math:`e^{-p_y t} P(N_{-y}(t) = r) \le P(N(t) \le d)`)."""
+    if not rate > 0.0:
+        return np.inf
+    acc = 0.0
+    em = np.expm1(h)
+    for k in range(1, 4001):
+        lam = np.exp(k * h)
+        x = k * h * (deg + 1) - (lam - 1.0) * T * rate
+        if x > 700.0:
+            return np.inf
+        term = np.exp(x)
+        acc += term
+        if h * (deg + 1) - lam * em * T * rate <= -0.6931471805599453:
+            return (acc + term) * (1.0 + 1e-12)
+    return np.inf
 
 
 def tail_terms(g, rq, u, wt, even, smax, s, Ck, C2k):
@@ -1945,7 +2003,8 @@ RACE_JIT = compile_in(globals(), ("gathered_powers", "split_point", "moments_scr
                                   "neumaier_add", "moments_finish",
                                   "race_moments_row", "race_moments", "moments_group", "wor_row_sums", "tail_terms",
                                   "race_row", "race_rows",
-                                  "race_rows_weighted", "race_at", "race_left_end", "race_thresholds"))
+                                  "race_rows_weighted", "race_at", "race_left_end", "race_thresholds",
+                                  "race_right_rate", "race_right_sum"))
 
 
 def exact_sum(x, n, part):
