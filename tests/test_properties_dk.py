@@ -25,6 +25,7 @@ every RuntimeWarning of otspec into a failure, so a division by zero or an overf
 from __future__ import annotations
 
 import itertools
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -33,8 +34,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from otspec._registry import verifier_names
 from otspec.decoding._metrics import min_runs
+from otspec.models import MemorylessModel, TableModel
 from otspec.testing import chi2_gof
+from otspec.tree import TreeShape, make_tree_verifier, output_law, sample_tree, tree_laws, value
+from otspec.tree import check_lossless as tree_check_lossless
+from tests.test_properties_cr import LOSSLESS, LOSSY, _as_table, _run_case, shapes
+from tests.test_properties_db import extreme_laws, extreme_pairs
 
 EPS = 2.0**-52
 FAST = settings(max_examples=12, deadline=None, derandomize=True,
@@ -113,3 +120,177 @@ def test_min_runs_leaves_two_tested_cells():
             counts[np.argmax(law)] = n
             chi2_gof(counts, law)
     assert min_runs(np.array([1.0])) == 1
+
+
+# ----------------------------------------------------------------------------- tree verifiers on extreme models
+
+
+@st.composite
+def extreme_models(draw, max_v: int = 3, depth: int = 2):
+    """``(draft, target, V)``: two TableModels of ``depth + 1`` levels whose rows come from a pool of three extreme
+    laws each (ties between prefixes, zeros in one model only, 1e-300 beside ~1: path probabilities to 1e-900);
+    one draw in four has ``target == draft``."""
+    V = draw(st.integers(1, max_v))
+    tables = []
+    for _ in range(2):
+        pool = [draw(extreme_laws(V)) for _ in range(3)]
+        levels = []
+        for ell in range(depth + 1):
+            idx = draw(st.lists(st.integers(0, 2), min_size=V**ell, max_size=V**ell))
+            levels.append(np.array([pool[i] for i in idx]).reshape((V,) * (ell + 1)))
+        tables.append(levels)
+    if draw(st.integers(0, 3)) == 0:
+        tables[1] = [t.copy() for t in tables[0]]
+    return TableModel(tables[0]), TableModel(tables[1]), V
+
+
+# a second child's residual of mass 1e-300 (the first child's rejection has probability 1e-300): Sequoia's and
+# SpecInfer's E[tau] and law there are exact in relative terms, not only to 1e-12
+_TINY_REJECT = (MemorylessModel([0.5, 0.5 - 1e-300, 1e-300]), MemorylessModel([0.5, 0.5, 0.0]), 3)
+
+
+def _check_rational_tree(name, process, models, shape, max_trees):
+    # fails on: an acceptance ratio or residual formed with a cancellation (a rejection of probability 1e-300 left
+    # as 0 or as 2e-300), E[tau] summed with 1 - (...) instead of the reach products, a subnormal ratio overflowing
+    draft, target, V = models
+    if name == "sequoia" and shape.has_rank_gaps:
+        return
+    if process == "iid" and V**shape.n > max_trees:
+        return
+    out = _run_case(name, process, shape, draft, target, V)
+    if out is None:
+        return
+    trees, etau, law, _ = out
+    D = int(shape.max_depth)
+    m = len(trees) * (shape.n + 1) * V ** (D + 1)
+    got = value(shape, draft, target, process=process, verifier=name, allow_lossy=True)
+    assert abs(got - float(etau)) <= 64 * m * EPS * float(etau), (got, float(etau))  # relative: 1e-300 exact too
+    R = output_law(shape, draft, target, process=process, verifier=name)
+    assert R.min() >= 0.0 and np.abs(R - _as_table(law, V, D + 1)).max() <= 1e-12
+
+
+@pytest.mark.parametrize("name,process", LOSSLESS + LOSSY)
+@FAST
+@given(models=extreme_models(), shape=shapes(max_nodes=4, max_depth=2))
+@example(models=_TINY_REJECT, shape=TreeShape([(0,), (1,), (0, 0)]))
+def test_per_node_tree_rules_match_rationals_on_extreme_models(name, process, models, shape):
+    _check_rational_tree(name, process, models, shape, 81)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,process", LOSSLESS + LOSSY)
+@SLOW
+@given(models=extreme_models(max_v=3, depth=3), shape=shapes(max_nodes=6, max_depth=3))
+def test_per_node_tree_rules_match_rationals_on_extreme_models_sweep(name, process, models, shape):
+    _check_rational_tree(name, process, models, shape, 243)
+
+
+_TREE_RULES = [n for n in verifier_names(kind="tree") if n != "spechub"]  # SpecHub: its own draft process
+_CHAIN_RULES = ("gbv", "hsd")  # k disjoint chains of one length (hsd: one chain)
+
+
+@st.composite
+def rule_shapes(draw, name: str, max_nodes: int = 4, max_depth: int = 2):
+    """A gapless shape for the rule ``name``: ``TreeShape.chains(k, L)`` for the chain rules."""
+    if name in _CHAIN_RULES:
+        L = draw(st.integers(1, max_depth))
+        return TreeShape.chains(1 if name == "hsd" else draw(st.integers(1, max(1, max_nodes // L))), L)
+    return draw(shapes(max_nodes=max_nodes, max_depth=max_depth, gaps=False))
+
+
+def _check_tree_enumeration(name, models, data, process_index, max_nodes=4, max_depth=2):
+    # every published tree rule on a process it claims: its law completed by the target is the target's, and its
+    # two routes to E[tau] agree relatively (fails on a rule accepting a child of target mass 0, a rejection of
+    # probability 1e-300 lost in a complement, a subnormal draft probability overflowing a ratio)
+    draft, target, V = models
+    shape = data.draw(rule_shapes(name, max_nodes, max_depth))
+    v = make_tree_verifier(name)
+    procs = [p for p in v.processes if p in ("iid", "wor", "topk")] or ["iid"]  # hsd claims none: checked on iid
+    process = procs[process_index % len(procs)]
+    if process == "iid" and V**shape.n > 81:
+        return
+    try:
+        chk = tree_check_lossless(v, shape, draft, target, process=process)
+    except ValueError as exc:  # the one refusal: more distinct children than the draft's support at a node
+        assert "positive probability" in str(exc), exc
+        return
+    if chk.claimed_lossless:
+        assert chk.max_error <= 1e-12, (name, process, chk.max_error)
+    assert abs(math.fsum(chk.law.ravel().tolist()) - 1.0) <= 1e-12 and chk.law.min() >= 0.0
+    assert chk.acceptance_error <= 64 * chk.n_cases * (shape.n + 1) * V * EPS * chk.acceptance
+
+
+@pytest.mark.parametrize("name", _TREE_RULES)
+@FAST
+@given(models=extreme_models(), data=st.data(), process_index=st.integers(0, 2))
+def test_tree_rules_lossless_by_enumeration_on_extreme_models(name, models, data, process_index):
+    _check_tree_enumeration(name, models, data, process_index)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _TREE_RULES)
+@SLOW
+@given(models=extreme_models(max_v=3, depth=3), data=st.data(), process_index=st.integers(0, 2))
+def test_tree_rules_lossless_by_enumeration_on_extreme_models_sweep(name, models, data, process_index):
+    _check_tree_enumeration(name, models, data, process_index, 6, 3)
+
+
+@pytest.mark.parametrize("name", _TREE_RULES)
+@FAST
+@given(models=extreme_models(), data=st.data(), seed=st.integers(0, 2**32))
+def test_tree_rules_leave_their_inputs_alone_and_repeat_under_a_seed(name, models, data, seed):
+    # emission, expected_accepted and sample never write the laws they are handed (compared with copies), and a
+    # sample is a function of the seed (fails on a residual formed in place in p_nodes or q_nodes)
+    draft, target, V = models
+    shape = data.draw(rule_shapes(name))
+    v = make_tree_verifier(name)
+    tree = sample_tree(shape, draft, process="iid", rng=seed)
+    P, Q = tree_laws(tree, draft, target)
+    P0, Q0 = P.copy(), Q.copy()
+    E = v.emission(tree, P, Q)
+    e = v.expected_accepted(tree, P, Q)
+    draws = [v.sample(tree, P, Q, rng=seed) for _ in range(2)]
+    assert np.array_equal(P, P0) and np.array_equal(Q, Q0)
+    assert draws[0] == draws[1]
+    node, tok = draws[0]
+    assert E[node, tok] > 0.0  # a draw the exact law gives probability 0 is a bug of one of them
+    assert abs(math.fsum(E.ravel().tolist()) - 1.0) <= 1e-12 and E.min() >= 0.0
+    assert abs(e - math.fsum((tree.depth[:, None] * E).ravel().tolist())) <= 64 * E.size * EPS * max(e, 1e-300)
+
+
+# ----------------------------------------------------------------------------- decoding's host-side token step
+
+
+def _multiround_law(pf, qf, drafts) -> list[Fraction]:
+    """Multi-round rejection sampling's output law given its drafts, in rationals (Miao et al., arXiv:2305.09781,
+    Algorithm 1): ``T_0 = q``, ``T_{i+1} = (T_i - p)_+`` normalised (``T_i`` where it has no mass), the ``i``-th
+    draft accepted by the strict coin ``u p(x) < T_{i-1}(x)``: 0 where ``T_{i-1}(x) = 0``, else ``min(1, T / p)``
+    (1 at ``p(x) = 0``)."""
+    T, out, rem = list(qf), [Fraction(0)] * len(qf), Fraction(1)
+    for x in drafts:
+        a = Fraction(0) if T[x] == 0 else Fraction(1) if pf[x] <= T[x] else T[x] / pf[x]
+        out[x] += rem * a
+        rem *= 1 - a
+        r = [max(t - s, Fraction(0)) for t, s in zip(T, pf)]
+        if sum(r) > 0:
+            T = [v / sum(r) for v in r]
+    return [o + rem * t for o, t in zip(out, T)]
+
+
+@FAST
+@given(pair=extreme_pairs(1, 4), data=st.data())
+@example(pair=(np.array([1.0, 0.0]), np.array([1.0, 0.0])), data=None)
+def test_step_law_matches_rationals_on_extreme_laws(pair, data):
+    # the exact law of one verified depth of the decoder's chains (step_law_t) against the rule in rationals, on any
+    # drafts, those of draft probability 0 included: with p = q = (1, 0) and the draft 1 (p = q = 0 there) the law
+    # was (0, 1), a token of target mass 0 surely, where the sampler's strict coin never accepts it (law (1, 0))
+    torch = pytest.importorskip("torch")
+    from otspec.decoding._verifiers import step_law_t
+
+    p, q = pair
+    V = p.shape[0]
+    drafts = [1] if data is None else data.draw(st.lists(st.integers(0, V - 1), min_size=1, max_size=3))
+    got = step_law_t(torch.tensor(p), torch.tensor(q), drafts).numpy()
+    ref = _multiround_law([Fraction(float(x)) for x in p], [Fraction(float(x)) for x in q], drafts)
+    assert np.all(got[np.asarray(q) == 0] == 0.0)
+    assert np.abs(got - np.array([float(x) for x in ref])).max() <= 8 * (len(drafts) + 1) * (V + 1) * EPS

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._array import namespace
 from .._registry import get_verifier, registered_name, registered_spelling, suggest, unknown_name_message, verifier_names
-from .._verifier import Verifier
+from .._verifier import Verifier, coin_accept
 from ..block._multidraft import MAX_MULTIDRAFT_VARIABLES, check_multidraft_size
 from ..block._weights import path_weight_rows
 from ._deps import require
@@ -403,8 +403,9 @@ def step_law_t(p, q, drafts):
     out = torch.zeros_like(q)
     rem = 1.0
     for i, x in enumerate(xs):
-        px, tx = float(p[x]), float(T[i, x])
-        a = 1.0 if px <= tx else tx / px  # the sampler's strict test u * p(x) < T_i(x), u uniform in [0, 1)
+        # the sampler's strict test u * p(x) < T_i(x), u uniform in [0, 1): never passed where T_i(x) = 0, p(x) = 0
+        # included (``px <= tx`` gave 1 there, a token of target mass 0 emitted surely)
+        a = coin_accept(float(T[i, x]), float(p[x]))
         out[x] += rem * a
         rem *= 1.0 - a
     return out + rem * T[len(xs)]
