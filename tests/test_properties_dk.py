@@ -35,15 +35,19 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from otspec._registry import verifier_names
+from otspec.block import check_lossless as block_check_lossless
+from otspec.block import expected_length as block_expected_length
+from otspec.block import tau_law_on_path
 from otspec.decoding._metrics import min_runs
 from otspec.models import MemorylessModel, TableModel
 from otspec.testing import chi2_gof
 from otspec.tree import TreeShape, make_tree_verifier, output_law, sample_tree, tree_laws, value
 from otspec.tree import check_lossless as tree_check_lossless
-from tests.test_properties_cr import LOSSLESS, LOSSY, _as_table, _run_case, shapes
+from tests.test_properties_cr import LOSSLESS, LOSSY, _as_table, _Laws, _run_case, shapes
 from tests.test_properties_db import extreme_laws, extreme_pairs
 
 EPS = 2.0**-52
+TINY_NORMAL = float(np.finfo(np.float64).tiny)  # 2.2e-308
 FAST = settings(max_examples=12, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 SLOW = settings(max_examples=200, deadline=None, derandomize=True,
@@ -294,3 +298,134 @@ def test_step_law_matches_rationals_on_extreme_laws(pair, data):
     ref = _multiround_law([Fraction(float(x)) for x in p], [Fraction(float(x)) for x in q], drafts)
     assert np.all(got[np.asarray(q) == 0] == 0.0)
     assert np.abs(got - np.array([float(x) for x in ref])).max() <= 8 * (len(drafts) + 1) * (V + 1) * EPS
+
+
+# ----------------------------------------------------------------------------- block verification along one path
+
+
+def _coin(t: Fraction, d: Fraction) -> Fraction:
+    """``P(u d < t)`` for ``u`` uniform on [0, 1): the strict acceptance coin, in rationals."""
+    return Fraction(0) if t == 0 else Fraction(1) if d <= t else t / d
+
+
+def _tau_law_rational(name: str, block, P, Q) -> list[Fraction]:
+    """``P(tau = t | X^L)`` in rationals from the published rules (Sun et al., arXiv:2403.10444): per-token
+    acceptance (``"token"``), Algorithm 3's backward walk (``"block"``: ``P(tau = L) = min(1, w_L)``, then
+    ``X^k`` accepted w.p. ``min(1, p_remain / p_rej)``, ``k = L-1 .. 1``, with ``w_k = prod_{i <= k} q_i / p_i``
+    (ratio 1 at ``p_i = 0``), ``p_remain, p_rej = sum (w_k q_{k+1} - p_{k+1})_+, sum (p_{k+1} - w_k q_{k+1})_+``),
+    and the one-correction-token variant (``h_t``: ``h_0 = 1``, ``h_L = v_L``, ``h_i = Z_i / (Z_i + 1 - v_i)``, ``v``
+    the capped chain ``v_i = min(1, v_{i-1} r_i)``, ``Z_i = sum (v_i q_{i+1} - p_{i+1})_+``)."""
+    L = len(block)
+    r = [Q[i][x] / P[i][x] if P[i][x] > 0 else Fraction(1) for i, x in enumerate(block)]
+    out = [Fraction(0)] * (L + 1)
+    if name == "token":
+        reach = Fraction(1)
+        for i, x in enumerate(block):
+            a = _coin(Q[i][x], P[i][x])
+            out[i] += reach * (1 - a)
+            reach *= a
+        out[L] += reach
+        return out
+    if name == "block":
+        w = [Fraction(1)]
+        for ri in r:
+            w.append(w[-1] * ri)
+        out[L] = min(Fraction(1), w[L])
+        left = 1 - out[L]
+        for k in range(L - 1, 0, -1):
+            d = [w[k] * b - a for a, b in zip(P[k], Q[k])]
+            remain, rej = sum(max(x, 0) for x in d), sum(max(-x, 0) for x in d)
+            h = Fraction(1) if remain >= rej else remain / rej
+            out[k] = left * h
+            left *= 1 - h
+        out[0] = left
+        return out
+    v = [Fraction(1)]
+    for ri in r:
+        v.append(min(Fraction(1), v[-1] * ri))
+    h = [Fraction(1)] + [Fraction(0)] * L
+    h[L] = v[L]
+    for i in range(1, L):
+        Z = sum(max(v[i] * b - a, 0) for a, b in zip(P[i], Q[i]))
+        h[i] = Fraction(1) if Z + 1 - v[i] == 0 else Z / (Z + 1 - v[i])
+    for t in range(L + 1):
+        out[t] = h[t] * math.prod((1 - h[j] for j in range(t + 1, L + 1)), start=Fraction(1))
+    return out
+
+
+@st.composite
+def extreme_paths(draw, max_v: int = 4, max_l: int = 4):
+    """``(block, P, Q)``: ``L`` draft and target laws from the extreme strategy, a block of any tokens (those of
+    draft probability 0 included); path probabilities to 1e-1200."""
+    V, L = draw(st.integers(1, max_v)), draw(st.integers(1, max_l))
+    P = [draw(extreme_laws(V)) for _ in range(L)]
+    Q = [draw(extreme_laws(V)) for _ in range(L)]
+    if draw(st.booleans()):  # blocks the draft proposes
+        block = [draw(st.sampled_from(np.flatnonzero(p > 0).tolist())) for p in P]
+    else:
+        block = draw(st.lists(st.integers(0, V - 1), min_size=L, max_size=L))
+    return block, P, Q
+
+
+def _exact(row) -> list[Fraction]:
+    """A row in rationals as tau_law_on_path reads it: no subnormal flushed, no rescaling."""
+    return [Fraction(float(x)) for x in row]
+
+
+@pytest.mark.parametrize("name", ["token", "block", "block-onestep"])
+@FAST
+@given(path=extreme_paths())
+@example(path=([0, 0, 0], [np.array([1e-300, 1.0 - 1e-300])] * 3, [np.array([1.0 - 1e-300, 1e-300])] * 3))
+@example(path=([1, 1, 1], [np.array([1.0 - 1e-300, 1e-300])] * 3, [np.array([1e-300, 1.0 - 1e-300])] * 3))
+def test_tau_law_on_path_matches_rationals_on_extreme_paths(name, path):
+    # the law of the accepted length along one block, exact past the float range (weights 1e+900 and 1e-900 on the
+    # way; subnormal entries read as given, as documented): every entry within a few roundings per depth, and the
+    # full-block entry of the token and block rules (a product of ratios, well conditioned) relatively (fails on
+    # weights whose products overflow to inf * 0 = nan or underflow to 0 before a large ratio). The other entries
+    # hold complements 1 - h of ratios of sums, which move by an ulp's worth when a row's sum is 1 within an ulp:
+    # absolute there.
+    block, P, Q = path
+    L, V = len(block), P[0].shape[0]
+    P0, Q0 = [p.copy() for p in P], [q.copy() for q in Q]
+    got = tau_law_on_path(name, block, P, Q)
+    assert all(np.array_equal(a, b) for a, b in zip(P + Q, P0 + Q0))  # inputs unchanged
+    ref = [float(x) for x in _tau_law_rational(name, block, [_exact(p) for p in P], [_exact(q) for q in Q])]
+    tol = 16 * L * (V + 2) * EPS
+    assert np.abs(got - np.array(ref)).max() <= tol, (got, ref)
+    if name != "block-onestep":
+        assert abs(got[L] - ref[L]) <= tol * ref[L] + 4 * L * TINY_NORMAL, (got, ref)
+
+
+@pytest.mark.parametrize("name", ["token", "block", "block-onestep"])
+@FAST
+@given(models=extreme_models(max_v=3, depth=3), L=st.integers(1, 3))
+def test_block_verifiers_lossless_by_enumeration_on_extreme_models(name, models, L):
+    # the law of the output, continued by the target, is the target's (every block enumerated), and the expected
+    # length of block verification is Theorem 1's optimum in rationals, relative (fails on a backward walk's ratio
+    # or a residual formed from weights lost below 2**-1022)
+    draft, target, V = models
+    chk = block_check_lossless(draft, target, L, name)
+    assert chk.max_error <= 1e-12
+    if name != "block":
+        return
+    dl, tl = _Laws(draft), _Laws(target)
+    opt = Fraction(0)
+    for ell in range(1, L + 1):
+        for x in itertools.product(range(V), repeat=ell):
+            pm = math.prod((dl(x[:i])[x[i]] for i in range(ell)), start=Fraction(1))
+            qm = math.prod((tl(x[:i])[x[i]] for i in range(ell)), start=Fraction(1))
+            opt += min(pm, qm)
+    got = block_expected_length(draft, target, L, "block")
+    assert abs(got - float(opt)) <= 64 * L * V**L * EPS * float(opt), (got, float(opt))
+
+
+@pytest.mark.parametrize("p,q", [([0.0, 1.0 - 1e-6, 1e-6], [1e-9, 0.0, 1.0 - 1e-9]),
+                                 ([0.0, 1.0, 1e-299], [1.0 - 1e-7, 0.0, 1e-7])])
+def test_traversal_keeps_a_small_residual_after_a_rejection_at_little_draft_mass(p, q):
+    # Traversal Verification on a wor pair (tokens 1 then 2, draft mass 1e-6 left after the first): the second
+    # rejection moves the root's level to t' ~ 1e6 and leaves S(t') = q(0) = 1e-9; the noise floor was
+    # 64 eps (S + t + t') = 1.4e-8, so the level was kept and the root emitted token 2 instead of token 0: a loss
+    # of 1e-9 (1e-7 at draft mass 1e-299 left). Fails on that floor; the rounding bound is 64 eps (S + (t + t') l).
+    chk = tree_check_lossless("traversal", TreeShape([(0,), (1,)]), MemorylessModel(p), MemorylessModel(q),
+                              process="wor")
+    assert chk.max_error <= 1e-12, chk.max_error

@@ -219,8 +219,12 @@ class _FirstSuccessRule(TreeVerifier):
 # ---------------------------------------------------------------------------
 
 
-#: Below ``_NOISE * (S + t + t')`` a computed :math:`S(t')` is rounding (each term :math:`q - t' p` of the pass
-#: errs by a few ulps of :math:`q + t' p`, summing to at most :math:`S + t + t'`): it counts as 0.
+#: Below ``_NOISE * (S + (t + t') l)`` a computed :math:`S(t')` is rounding (each term :math:`q - t' p` of the pass
+#: errs by a few ulps of :math:`q + t' p`; over the tokens the pass reads, those off :math:`R`, of draft mass at most
+#: :math:`\ell`, with :math:`q \le (q - t p)_+ + t p`, they sum to at most :math:`S + (t + t') \ell`): it counts as 0.
+#: (``S + t + t'``, the bound with :math:`\ell` taken as 1, was far above it where :math:`\ell` is small and
+#: :math:`t' = t + S / (w \ell)` large: ``1e-7`` of target mass after a rejection at :math:`\ell = 10^{-299}` was
+#: dropped as noise, and the rule lost it.)
 _NOISE = 64 * np.finfo(np.float64).eps
 
 
@@ -286,7 +290,7 @@ class _TraversalNode(_NodeScan):
         wl = w * self.left
         if wl > 0.0:
             S, t_new = self.S, self.t + self.S / wl
-            s = w * (self._level(t_new, _NOISE * (S + self.t + t_new)) / S)
+            s = w * (self._level(t_new, _NOISE * (S + (self.t + t_new) * self.left)) / S)
         else:
             s = w if not self.left > 0.0 else 0.0  # no draft mass left: r = w M_b; else w = 0: r = 0
         self._remove(tok, dup)
