@@ -40,8 +40,9 @@ from otspec.block import expected_length as block_expected_length
 from otspec.block import tau_law_on_path
 from otspec.decoding._metrics import min_runs
 from otspec.models import MemorylessModel, TableModel
-from otspec.testing import chi2_gof
-from otspec.tree import TreeShape, make_tree_verifier, output_law, sample_tree, tree_laws, value
+from otspec.testing import check_sampler, chi2_gof
+from otspec.tree import DraftTree, TreeShape, make_tree_verifier, output_law, sample_tree, tree_laws, value
+from otspec.tree import _verifiers as tree_verifiers_module
 from otspec.tree import check_lossless as tree_check_lossless
 from tests.test_properties_cr import LOSSLESS, LOSSY, _as_table, _Laws, _run_case, shapes
 from tests.test_properties_db import extreme_laws, extreme_pairs
@@ -429,3 +430,81 @@ def test_traversal_keeps_a_small_residual_after_a_rejection_at_little_draft_mass
     chk = tree_check_lossless("traversal", TreeShape([(0,), (1,)]), MemorylessModel(p), MemorylessModel(q),
                               process="wor")
     assert chk.max_error <= 1e-12, chk.max_error
+
+
+@pytest.mark.parametrize("jit", [True, False])
+@pytest.mark.parametrize("name", ["sequoia", "traversal"])
+@pytest.mark.parametrize("tiny", [5e-324, 1e-310, 1e-300])
+def test_wor_rules_reject_at_a_subnormal_draft_mass_left(jit, name, tiny, monkeypatch):
+    # root laws p = (0, 1, tiny), q = (1/2, 0, 1/2), children tokens 1 then 2 (drawn without replacement): token 1
+    # is rejected surely, token 2 (draft law 1 off token 1) accepted w.p. 1/2, and its rejection leaves the residual
+    # (1, 0, 0), so row 0 of the emission is (1/2, 0, 0). At a draft mass left l = tiny below 2**-1022 the level
+    # t' = t + S / l overflowed to inf, inf * 0 = nan dropped token 0 (p = 0) from S(t'), the level was kept and the
+    # rejected token 2 emitted: (1/4, 0, 1/4). Fails on the level's terms formed as q - t p where p = 0, either
+    # route (compiled kernel or numpy).
+    monkeypatch.setattr(tree_verifiers_module, "JIT", jit and tree_verifiers_module.JIT)
+    tree = DraftTree.from_paths([(1,), (2,)])
+    P = np.array([[0.0, 1.0, tiny], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    Q = np.array([[0.5, 0.0, 0.5], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    v = make_tree_verifier(name)
+    E = v.emission(tree, P, Q)
+    assert np.array_equal(E[0], [0.5, 0.0, 0.0]) and np.array_equal(E[2], [0.5, 0.0, 0.0]), E
+    assert all(v.sample(tree, P, Q, rng=s) != (0, 2) for s in range(20))
+
+
+# ----------------------------------------------------------------------------- the harness on extreme laws
+
+
+def _flushed_law(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return np.where(x < TINY_NORMAL, 0.0, x)
+
+
+def _speculative_step(p, q, *, strict: bool = True, residual: bool = True):
+    """Leviathan et al.'s step (arXiv:2211.17192, Algorithm 1), batched: accept ``x`` when ``u p(x) < q(x)``
+    (``<=`` with ``strict=False``), else draw from ``(q - p)_+`` normalised (``q`` with ``residual=False``)."""
+    p, q = _flushed_law(p), _flushed_law(q)
+    r = np.maximum(q - p, 0.0)
+    r = r / r.sum() if residual and r.sum() > 0 else q / q.sum()
+
+    def step(drafts, rng):
+        x = drafts[:, 0]
+        u = rng.random(x.shape[0])
+        acc = u * p[x] < q[x] if strict else u * p[x] <= q[x]
+        return np.where(acc, x, rng.choice(p.shape[0], size=x.shape[0], p=r))
+
+    return step
+
+
+@FAST
+@given(pair=extreme_pairs(1, 5), seed=st.integers(0, 2**16))
+@example(pair=(np.array([1e-300, 1.0 - 1e-300]), np.array([1.0 - 1e-300, 1e-300])), seed=0)
+def test_check_sampler_passes_an_exact_step_and_leaves_the_laws_alone(pair, seed):
+    # an exact sampler on extreme laws (1e-300 cells, zeros in one law only, one-hot laws) passes: its failure
+    # probability is the stated alpha_fail = 1e-4 per example (12 examples, fixed seeds: the outcome is fixed, and
+    # a correct step fails one of them with probability about 1.2e-3); p and q are never written
+    p, q = pair
+    p0, q0 = p.copy(), q.copy()
+    res = check_sampler(_speculative_step(p, q), p, q, batched=True, tv=0.05, boundary_coins=True, rng=seed)
+    assert np.array_equal(p, p0) and np.array_equal(q, q0)
+    assert res.passed, res
+    again = check_sampler(_speculative_step(p, q), p, q, batched=True, tv=0.05, boundary_coins=True, rng=seed)
+    assert (again.pvalue, again.n_samples) == (res.pvalue, res.n_samples)  # a function of the seed
+
+
+@pytest.mark.parametrize("kind", ["non-strict coin", "target instead of the residual"])
+def test_check_sampler_catches_a_wrong_step_on_extreme_laws(kind):
+    # a non-strict coin accepts a draft of target mass 0 on a boundary coin u = 0 (the draft 1 has p = 1/2 > 0 = q);
+    # drawing a rejection's token from q instead of (q - p)_+ moves the output law by TV 0.25 here (p holds a 1e-300
+    # cell). Each is flagged: the first by a draw outside the support (certain once a boundary coin of 0 meets the
+    # draft 1), the second with probability >= 0.99 at tv = 0.05 (the sample-size rule).
+    if kind == "non-strict coin":
+        p, q = np.array([0.5, 0.5]), np.array([1.0, 0.0])
+        step = _speculative_step(p, q, strict=False)
+    else:
+        p, q = np.array([0.5, 0.5 - 1e-300, 1e-300]), np.array([0.0, 0.5, 0.5])
+        step = _speculative_step(p, q, residual=False)
+    res = check_sampler(step, p, q, batched=True, tv=0.05, boundary_coins=True, rng=0)
+    assert not res.passed
+    if kind == "non-strict coin":
+        assert res.outside_support > 0

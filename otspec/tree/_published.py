@@ -290,7 +290,8 @@ class _TraversalNode(_NodeScan):
         wl = w * self.left
         if wl > 0.0:
             S, t_new = self.S, self.t + self.S / wl
-            s = w * (self._level(t_new, _NOISE * (S + (self.t + t_new) * self.left)) / S)
+            # (t + t') l = 2 t l + S / w, finite where t' is not (w l below 2**-1022)
+            s = w * (self._level(t_new, _NOISE * (S + 2.0 * self.t * self.left + S / w)) / S)
         else:
             s = w if not self.left > 0.0 else 0.0  # no draft mass left: r = w M_b; else w = 0: r = 0
         self._remove(tok, dup)
