@@ -44,7 +44,7 @@ from otspec.testing import check_sampler, chi2_gof
 from otspec.tree import DraftTree, TreeShape, make_tree_verifier, output_law, sample_tree, tree_laws, value
 from otspec.tree import _verifiers as tree_verifiers_module
 from otspec.tree import check_lossless as tree_check_lossless
-from tests.test_properties_cr import LOSSLESS, LOSSY, _as_table, _Laws, _run_case, shapes
+from tests.test_properties_cr import LOSSLESS, LOSSY, _as_table, _emission, _Laws, _run_case, shapes
 from tests.test_properties_db import extreme_laws, extreme_pairs
 
 EPS = 2.0**-52
@@ -508,3 +508,59 @@ def test_check_sampler_catches_a_wrong_step_on_extreme_laws(kind):
     assert not res.passed
     if kind == "non-strict coin":
         assert res.outside_support > 0
+
+
+@st.composite
+def raw_trees(draw, max_v: int = 4):
+    """``(tree, P, Q)``: a gapless shape of up to 4 nodes, any tokens (duplicates among siblings, tokens of draft
+    mass 0), and raw extreme rows as a caller hands them (subnormal entries kept: validate_tree_laws does not
+    flush them)."""
+    shape = draw(shapes(max_nodes=4, max_depth=2, gaps=False))
+    V = draw(st.integers(1, max_v))
+    toks = [-1] + [draw(st.integers(0, V - 1)) for _ in range(shape.n)]
+    tree = DraftTree(shape, shape.parents, toks)
+    P = np.array([draw(extreme_laws(V)) for _ in range(shape.n + 1)])
+    Q = np.array([draw(extreme_laws(V)) for _ in range(shape.n + 1)])
+    if draw(st.booleans()):  # a subnormal draft mass beside exact zeros: a rejection's level past the float range
+        P[0] = 0.0
+        P[0][draw(st.integers(0, V - 1))] = 1.0
+        P[0][draw(st.integers(0, V - 1))] += 5e-324
+    return tree, P, Q
+
+
+@pytest.mark.parametrize("name", ["specinfer", "sequoia", "target-only"])
+@FAST
+@given(case=raw_trees())
+@example(case=(DraftTree.from_paths([(1,), (2,)]), np.array([[0.0, 1.0, 5e-324], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]]),
+               np.array([[0.5, 0.0, 0.5], [1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])))
+def test_per_node_emission_on_raw_extreme_rows_matches_rationals(name, case):
+    # the exact emission on one realised tree against the published rule in rationals on the very rows given (no
+    # flush), every entry within 1e-12 and row sums exact to the same (fails on a level overflowing to inf, where
+    # inf * 0 = nan dropped the tokens of draft mass 0)
+    tree, P, Q = case
+    children = [list(tree.children(i)) for i in range(tree.n + 1)]
+    toks = tree.tokens.tolist()
+    Pr = [[Fraction(float(x)) for x in row] for row in P]
+    Qr = [[Fraction(float(x)) for x in row] for row in Q]
+    if name == "sequoia" and any(len(set(toks[c] for c in ch)) < len(ch) for ch in children):
+        return  # Sequoia's children are distinct tokens
+    ref = _emission(name, children, toks, Pr, Qr)
+    E = make_tree_verifier(name).emission(tree, P, Q)
+    for v, row in ref.items():
+        assert np.abs(E[v] - np.array([float(x) for x in row])).max() <= 1e-12, (v, E[v], [float(x) for x in row])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["specinfer", "sequoia", "target-only"])
+@SLOW
+@given(case=raw_trees(max_v=5))
+def test_per_node_emission_on_raw_extreme_rows_sweep(name, case):
+    test_per_node_emission_on_raw_extreme_rows_matches_rationals.hypothesis.inner_test(name, case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["token", "block", "block-onestep"])
+@SLOW
+@given(path=extreme_paths(max_v=5, max_l=5))
+def test_tau_law_on_path_sweep(name, path):
+    test_tau_law_on_path_matches_rationals_on_extreme_paths.hypothesis.inner_test(name, path)
