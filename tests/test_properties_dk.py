@@ -39,12 +39,12 @@ from otspec.block import check_lossless as block_check_lossless
 from otspec.block import expected_length as block_expected_length
 from otspec.block import tau_law_on_path
 from otspec.decoding._metrics import min_runs
-from otspec.models import MemorylessModel, TableModel
+from otspec.models import MemorylessModel
 from otspec.testing import check_sampler, chi2_gof
 from otspec.tree import DraftTree, TreeShape, make_tree_verifier, output_law, sample_tree, tree_laws, value
 from otspec.tree import _verifiers as tree_verifiers_module
 from otspec.tree import check_lossless as tree_check_lossless
-from tests.test_properties_cr import LOSSLESS, LOSSY, _as_table, _emission, _Laws, _run_case, shapes
+from tests.test_properties_cr import LOSSLESS, LOSSY, _as_table, _emission, _Laws, _run_case, shapes, table_models
 from tests.test_properties_db import extreme_laws, extreme_pairs
 
 EPS = 2.0**-52
@@ -130,23 +130,11 @@ def test_min_runs_leaves_two_tested_cells():
 # ----------------------------------------------------------------------------- tree verifiers on extreme models
 
 
-@st.composite
-def extreme_models(draw, max_v: int = 3, depth: int = 2):
+def extreme_models(max_v: int = 3, depth: int = 2):
     """``(draft, target, V)``: two TableModels of ``depth + 1`` levels whose rows come from a pool of three extreme
     laws each (ties between prefixes, zeros in one model only, 1e-300 beside ~1: path probabilities to 1e-900);
     one draw in four has ``target == draft``."""
-    V = draw(st.integers(1, max_v))
-    tables = []
-    for _ in range(2):
-        pool = [draw(extreme_laws(V)) for _ in range(3)]
-        levels = []
-        for ell in range(depth + 1):
-            idx = draw(st.lists(st.integers(0, 2), min_size=V**ell, max_size=V**ell))
-            levels.append(np.array([pool[i] for i in idx]).reshape((V,) * (ell + 1)))
-        tables.append(levels)
-    if draw(st.integers(0, 3)) == 0:
-        tables[1] = [t.copy() for t in tables[0]]
-    return TableModel(tables[0]), TableModel(tables[1]), V
+    return table_models(max_v=max_v, depth=depth, row_laws=extreme_laws)
 
 
 # a second child's residual of mass 1e-300 (the first child's rejection has probability 1e-300): Sequoia's and
