@@ -49,7 +49,7 @@ from tests.test_properties_db import extreme_laws, extreme_pairs
 
 EPS = 2.0**-52
 TINY_NORMAL = float(np.finfo(np.float64).tiny)  # 2.2e-308
-FAST = settings(max_examples=12, deadline=None, derandomize=True,
+FAST = settings(max_examples=8, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 SLOW = settings(max_examples=200, deadline=None, derandomize=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -469,8 +469,9 @@ def _speculative_step(p, q, *, strict: bool = True, residual: bool = True):
 @example(pair=(np.array([1e-300, 1.0 - 1e-300]), np.array([1.0 - 1e-300, 1e-300])), seed=0)
 def test_check_sampler_passes_an_exact_step_and_leaves_the_laws_alone(pair, seed):
     # an exact sampler on extreme laws (1e-300 cells, zeros in one law only, one-hot laws) passes: its failure
-    # probability is the stated alpha_fail = 1e-4 per example (12 examples, fixed seeds: the outcome is fixed, and
-    # a correct step fails one of them with probability about 1.2e-3); p and q are never written
+    # probability is the stated alpha_fail = 1e-4 per example (9 examples with the explicit one, fixed seeds: the
+    # outcome is fixed, and a correct step fails one of them with probability about 9e-4; the boundary phase fails
+    # only on a draw outside the support, never for this step); p and q are never written
     p, q = pair
     p0, q0 = p.copy(), q.copy()
     res = check_sampler(_speculative_step(p, q), p, q, batched=True, tv=0.05, boundary_coins=True, rng=seed)
