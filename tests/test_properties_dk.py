@@ -37,6 +37,7 @@ from scipy import stats
 from otspec._registry import verifier_names
 from otspec.block import check_lossless as block_check_lossless
 from otspec.block import expected_length as block_expected_length
+from otspec.block import make_verifier as make_block_verifier
 from otspec.block import tau_law_on_path
 from otspec.decoding._metrics import min_runs
 from otspec.models import MemorylessModel
@@ -553,3 +554,27 @@ def test_per_node_emission_on_raw_extreme_rows_sweep(name, case):
 @given(path=extreme_paths(max_v=5, max_l=5))
 def test_tau_law_on_path_sweep(name, path):
     test_tau_law_on_path_matches_rationals_on_extreme_paths.hypothesis.inner_test(name, path)
+
+
+def test_token_rule_never_accepts_a_draft_of_target_and_draft_mass_0():
+    # per-token verification's law along a block took min(1, q / p) = 1 at p = q = 0 (the block weights'
+    # convention), while its sampler's strict coin eta * p < q never accepts there: the law said tau = 1 surely,
+    # the sampler tau = 0. Fails on the ratio's convention in _path_tau_law / _tau_given_block.
+    law = tau_law_on_path("token", [0], [np.array([0.0, 1.0])], [np.array([0.0, 1.0])])
+    assert np.array_equal(law, [1.0, 0.0])
+    v = make_block_verifier(MemorylessModel([0.0, 1.0]), MemorylessModel([0.0, 1.0]), 1, "token")
+    assert np.array_equal(v.tau_given_block((0,)), [1.0, 0.0])
+    assert all(v.verify((0,), rng=s).tau == 0 for s in range(10))
+
+
+@pytest.mark.parametrize("name", ["gbv", "hsd"])
+def test_chain_rules_with_ratios_past_the_float_range(name):
+    # one chain 0, 0 with p(0) = 1e-200 and q(0) = 1 at both nodes: the ratios are 1e200 and their product 1e400
+    # overflowed (a RuntimeWarning, an error under the suite's filter) in the joint ratio of HSD's last step; both
+    # rules accept the whole block surely (capped chain min(1, 1e200) = 1, joint min(1, 1e400) = 1) and emit the
+    # bonus from the leaf's target law. Fails on the float products.
+    tree = DraftTree.from_paths([(0,), (0, 0)])
+    P = np.array([[1e-200, 1.0 - 1e-200], [1e-200, 1.0 - 1e-200], [0.5, 0.5]])
+    Q = np.array([[1.0, 0.0], [1.0, 0.0], [0.5, 0.5]])
+    E = make_tree_verifier(name).emission(tree, P, Q)
+    assert np.array_equal(E, [[0.0, 0.0], [0.0, 0.0], [0.5, 0.5]]), E

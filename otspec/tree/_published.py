@@ -47,6 +47,7 @@ import numpy as np
 from .._registry import VerifierSpec, register_verifier
 from .._validation import as_rng, validate_bool, validate_distribution, validate_positive_int
 from .._verifier import LOSSLESS_TOL, sample_from, validate_tol
+from ..block._weights import path_weights
 from ..models import MAX_ENUMERATION, check_enumeration, next_law, validate_model, validate_model_pair, validate_sequence
 from ._process import LawCache
 from ._tree import DraftTree, TreeShape
@@ -423,12 +424,11 @@ def _chain_rule(block, cs, cb, bonus, *, final: str = "block"):
     :math:`h_L = \\min(1, M_b(X^L)/M_s(X^L))` (HSD's code).
     """
     L = len(block)
-    w = [1.0]
-    joint = 1.0
-    for i, x in enumerate(block):
-        raw = _ratio(cb[i][x], cs[i][x])
-        w.append(min(w[i] * raw, 1.0))
-        joint *= raw
+    # the joint ratios and the capped chain, exact past the float range (a ratio over a draft probability below
+    # about 1e-154 and a product of two such overflowed, with a RuntimeWarning); the float products where they stay
+    # normal, bit for bit
+    ratios, w = path_weights([cs[i][x] for i, x in enumerate(block)], [cb[i][x] for i, x in enumerate(block)])
+    joint = ratios[L]
     h = [1.0]
     laws = []
     for i in range(L):
