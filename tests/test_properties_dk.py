@@ -578,3 +578,16 @@ def test_chain_rules_with_ratios_past_the_float_range(name):
     Q = np.array([[1.0, 0.0], [1.0, 0.0], [0.5, 0.5]])
     E = make_tree_verifier(name).emission(tree, P, Q)
     assert np.array_equal(E, [[0.0, 0.0], [0.0, 0.0], [0.5, 0.5]]), E
+
+
+def test_spechub_accepts_a_draft_of_subnormal_probability_without_overflow():
+    # one child carrying token 1, p(1) = 5e-324 < q(1) = 1/2: accepted surely (min(1, q / p) = 1), the bonus from
+    # the child's law; q / p overflowed to inf on the way (a RuntimeWarning, an error under the suite's filter).
+    # Fails on the quotient formed before the cap.
+    P = np.array([[1.0, 5e-324], [0.5, 0.5]])
+    Q = np.array([[0.5, 0.5], [0.5, 0.5]])
+    E = make_tree_verifier("spechub").emission(DraftTree.from_paths([(1,)]), P, Q)
+    assert np.array_equal(E, [[0.0, 0.0], [0.5, 0.5]]), E
+    two = DraftTree.from_paths([(0,), (1,)])
+    E = make_tree_verifier("spechub").emission(two, np.vstack([P, P[1:]]), np.vstack([Q, Q[1:]]))
+    assert E.min() >= 0.0 and abs(E.sum() - 1.0) <= 1e-15

@@ -94,8 +94,10 @@ def _inputs(tree, p_nodes, q_nodes, validate: bool):
 
 
 def _ratio(num: float, den: float) -> float:
-    """``num / den`` with 1 where ``den == 0`` (draft-probability-zero events; block verification's convention)."""
-    return num / den if den > 0 else 1.0
+    """``min(1, num / den)`` with 1 where ``den == 0`` (draft-probability-zero events; block verification's
+    convention), divided only where ``num < den``: a subnormal ``den`` no longer overflows the quotient (a
+    RuntimeWarning) on the way to 1; the same values everywhere else."""
+    return num / den if num < den else 1.0
 
 
 def _normalised(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
