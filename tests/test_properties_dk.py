@@ -41,7 +41,7 @@ from otspec.block import make_verifier as make_block_verifier
 from otspec.block import tau_law_on_path
 from otspec.decoding._metrics import min_runs
 from otspec.models import MemorylessModel
-from otspec.testing import check_sampler, chi2_gof
+from otspec.testing import check_sampler, check_tree_sampler, chi2_gof
 from otspec.tree import DraftTree, TreeShape, make_tree_verifier, output_law, sample_tree, tree_laws, value
 from otspec.tree import _verifiers as tree_verifiers_module
 from otspec.tree import check_lossless as tree_check_lossless
@@ -591,3 +591,18 @@ def test_spechub_accepts_a_draft_of_subnormal_probability_without_overflow():
     two = DraftTree.from_paths([(0,), (1,)])
     E = make_tree_verifier("spechub").emission(two, np.vstack([P, P[1:]]), np.vstack([Q, Q[1:]]))
     assert E.min() >= 0.0 and abs(E.sum() - 1.0) <= 1e-15
+
+
+@pytest.mark.parametrize("name,process", [pytest.param("specinfer", "iid", marks=pytest.mark.slow),
+                                          pytest.param("sequoia", "wor", marks=pytest.mark.slow),
+                                          ("traversal", "wor"), ("target-only", "topk")])
+def test_check_tree_sampler_passes_the_package_samplers_on_extreme_laws(name, process):
+    # the tree harness on the package's own samplers, draft (1e-300, 1/2, 1/2 - 1e-300) and target (1/2, 0, 1/2):
+    # a child of target mass 0 drafted half the time, a child the draft almost never proposes; each check fails a
+    # correct sampler with probability alpha_fail = 1e-4 (fixed seed: a fixed outcome; 4e-4 for the four), and its
+    # boundary phase only on a draw outside the target's support
+    draft = MemorylessModel([1e-300, 0.5, 0.5 - 1e-300])
+    target = MemorylessModel([0.5, 0.0, 0.5])
+    res = check_tree_sampler(make_tree_verifier(name), TreeShape([(0,), (1,), (0, 0)]), draft, target,
+                             process=process, tv=0.1, boundary_coins=True, rng=0)
+    assert res.passed, res
