@@ -41,6 +41,7 @@ from otspec.block import make_verifier as make_block_verifier
 from otspec.block import tau_law_on_path
 from otspec.decoding._metrics import min_runs
 from otspec.models import MemorylessModel
+from otspec.profile._summary import _interval
 from otspec.testing import check_sampler, check_tree_sampler, chi2_gof
 from otspec.tree import DraftTree, TreeShape, make_tree_verifier, output_law, sample_tree, tree_laws, value
 from otspec.tree import _verifiers as tree_verifiers_module
@@ -606,3 +607,31 @@ def test_check_tree_sampler_passes_the_package_samplers_on_extreme_laws(name, pr
     res = check_tree_sampler(make_tree_verifier(name), TreeShape([(0,), (1,), (0, 0)]), draft, target,
                              process=process, tv=0.1, boundary_coins=True, rng=0)
     assert res.passed, res
+
+
+# ----------------------------------------------------------------------------- the profile's intervals
+
+_VALUES = [0.0, 1e-300, 1e-17, 0.1, 0.5, 0.9, 1.0 - 2.0**-53, 1.0]
+
+
+@FAST
+@given(point=st.sampled_from(_VALUES), spread=st.lists(st.sampled_from(_VALUES), min_size=2, max_size=40),
+       prompts=st.integers(0, 30), kind=st.integers(0, 3))
+@example(point=0.0, spread=[0.0, 0.0], prompts=2, kind=0)  # a verifier that never accepts
+@example(point=1e-300, spread=[1e-300, 1e-300], prompts=3, kind=0)  # identical prompts
+@example(point=1.0 - 2.0**-53, spread=[1.0, 0.9], prompts=2, kind=0)  # near the top of the range
+def test_profile_interval_stays_in_range_and_holds_a_constant_estimate(point, spread, prompts, kind):
+    # the 95 % interval of a quantity with a proven range: both ends inside the range, no warning on resamples at
+    # an end of the range (the logit scale's u (1 - u) of 1e-300), one prompt flagged as no interval, and
+    # identical prompts (every resample the point) give the point itself (fails on a Student half-width divided by
+    # a zero u (1 - u), or ends clipped to the wrong side)
+    kw = [dict(lower=0.0, upper=1.0), dict(lower=0.0), dict(difference=True), dict(lower=1.0, upper=3.0)][kind]
+    res = np.array(spread)
+    if kind == 3:  # tokens per call in [1, L + 1], L = 2
+        point, res = 1.0 + 2.0 * point, 1.0 + 2.0 * res
+    e = _interval(point, res, 10, prompts, **kw)
+    a, b = kw.get("lower", -np.inf), kw.get("upper", np.inf)
+    assert a <= e.lo <= e.hi <= b, e
+    assert e.has_interval == (prompts != 1)
+    flat = _interval(point, np.full(50, point), 10, prompts, **kw)
+    assert flat.lo <= point <= flat.hi and flat.hi - flat.lo <= 4 * EPS * abs(point), flat
