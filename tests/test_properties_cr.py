@@ -71,14 +71,14 @@ def _tol(m: int) -> float:
 
 
 @st.composite
-def table_models(draw, max_v: int = 3, depth: int = 2, V: int | None = None):
+def table_models(draw, max_v: int = 3, depth: int = 2, V: int | None = None, row_laws=laws):
     """``(draft, target, V)``: two TableModels of ``depth + 1`` levels whose rows come from a pool of three laws
-    each (ties between prefixes, prefix dependence, zeros, point masses, subnormals); one draw in four has
-    ``target == draft``."""
+    each (ties between prefixes, prefix dependence, zeros, point masses, subnormals; ``row_laws(V)``, the strategy
+    of one law); one draw in four has ``target == draft``."""
     V = draw(st.integers(1, max_v)) if V is None else V
     models = []
     for _ in range(2):
-        pool = [draw(laws(V)) for _ in range(3)]
+        pool = [draw(row_laws(V)) for _ in range(3)]
         tables = []
         for ell in range(depth + 1):
             idx = draw(st.lists(st.integers(0, 2), min_size=V**ell, max_size=V**ell))

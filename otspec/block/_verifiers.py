@@ -37,7 +37,7 @@ import numpy as np
 
 from .._registry import VerifierSpec, get_verifier, lookup_verifier, register_verifier, unknown_name_message, verifier_names
 from .._validation import as_rng, law_in_place, sequence_like, validate_distribution, validate_positive_int
-from .._verifier import sample_from, sample_from_cdf
+from .._verifier import coin_accept, sample_from, sample_from_cdf
 from ..models import (
     MAX_ENUMERATION,
     check_enumeration,
@@ -576,7 +576,8 @@ class TokenVerify(BlockVerifier):
         A = np.ones((self.vocab_size,) * L)
         out = np.empty((L + 1,) + A.shape)
         for i in range(L):
-            a = T.expand(_ratio_min1(T.cb[i], T.cs[i]))
+            # the strict coin of _run (eta * M_s < M_b): 0 where M_b = M_s = 0 (_ratio_min1 gave 1 there)
+            a = T.expand(coin_accept(T.cb[i], T.cs[i]))
             nxt = A * a
             out[i] = A - nxt  # accepted i tokens, rejected token i+1
             A = nxt
@@ -593,7 +594,7 @@ class TokenVerify(BlockVerifier):
         out = np.zeros(L + 1)
         alive = 1.0
         for i, x in enumerate(block):
-            a = float(_ratio_min1(cb[i][x], cs[i][x]))
+            a = coin_accept(cb[i][x], cs[i][x])  # the strict coin of _run: never accepts a token of M_b = M_s = 0
             out[i] = alive * (1.0 - a)
             alive *= a
         out[L] = alive

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from fractions import Fraction
 
 import numpy as np
 
@@ -391,12 +392,13 @@ def min_runs(law) -> int:
 
     .. math::
 
-        N_{\min} = \min\{N : N \max_c \pi_c \ge 5\}
+        N_{\min} = \min\{N : N \max_c \pi_c \ge 5,\ N (1 - \max_c \pi_c) \ge 5\}
 
     (:func:`otspec.testing.chi2_gof` pools the cells of expected count below
-    5 into one and needs two cells after pooling: the likeliest cell on its
-    own and the rest); ``1`` for a law with a single cell (greedy decoding: every
-    run must then give that one continuation).
+    5 into one, that cell too until its expected count is 5, and needs two
+    cells after pooling: the likeliest cell on its own and the rest, each of
+    expected count at least 5); ``1`` for a law with a single cell (greedy
+    decoding: every run must then give that one continuation).
 
     Parameters
     ----------
@@ -417,13 +419,14 @@ def min_runs(law) -> int:
     law = np.asarray(law, dtype=np.float64)
     if np.count_nonzero(law > 0) < 2:
         return 1
-    top = float(law.max())
-    n = max(1, math.ceil(MIN_EXPECTED / top))
-    while n * top < MIN_EXPECTED:  # float rounding of the quotient
-        n += 1
-    while n > 1 and (n - 1) * top >= MIN_EXPECTED:
-        n -= 1
-    return n
+    srt = np.sort(law)
+    # the rest summed, not 1 - top (0 next to 1e-300 cells); the smaller of the two cells decides
+    return max(_fewest(float(srt[-1])), _fewest(float(srt[:-1].sum())))
+
+
+def _fewest(mass: float) -> int:
+    """The smallest ``n >= 1`` with ``n * mass >= MIN_EXPECTED``, in rationals (``5 / mass`` may overflow)."""
+    return max(1, math.ceil(Fraction(MIN_EXPECTED) / Fraction(mass)))
 
 
 def _torch_generator(rng):
@@ -548,7 +551,7 @@ def check_lossless(
         raise ValueError(
             f"`n_runs`={n_runs} is too few for a chi-square test of the first {m} token(s): their exact law has "
             f"{len(cells)} continuations, the most likely of probability {float(law.max()):.4g}, so at least "
-            f"n_runs={need} are needed (an expected count >= 5 for it); raise `n_runs`, or lower "
+            f"n_runs={need} are needed (an expected count >= 5 for it and for the rest together); raise `n_runs`, or lower "
             "`num_tokens` / pass `top_k` to concentrate the law"
         )
     index = {c: i for i, c in enumerate(cells)}

@@ -424,7 +424,9 @@ def _interval(point: float, res: np.ndarray, positions: int = 0, prompts: int = 
     if 2 <= prompts < MIN_PERCENTILE_PROMPTS and np.isfinite(point):
         fin = np.asarray(res if student is None else student, dtype=np.float64)
         fin = fin[np.isfinite(fin)]
-        if fin.size > 1:
+        if fin.size > 1 and not np.ptp(fin) > 0:  # no spread: Student's interval is the point itself, exactly (the
+            lo, hi = min(lo, point), max(hi, point)  # round trip through the logit gave 1.0000000000000237e-300)
+        elif fin.size > 1:
             from scipy.special import expit, logit, stdtrit
 
             q = float(stdtrit(prompts - 1, 0.975)) * np.sqrt(prompts / (prompts - 1))

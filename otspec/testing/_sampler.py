@@ -450,7 +450,7 @@ def _finish(counts, law, *, n_samples, alpha_fail, outside_b, n_boundary, violat
     """The result from the frequency ``counts``; ``shape`` (block harness) unravels a cell into its sequence."""
     from scipy import stats
 
-    stat, dof, n_cells, outside_f, N = _pearson(counts, law, MIN_EXPECTED, grow=True)
+    stat, dof, n_cells, outside_f, N = _pearson(counts, law, MIN_EXPECTED)
     pvalue = float(stats.chi2.sf(stat, dof)) if dof > 0 else 1.0
     pooled_here = (law > 0) & ~_tested_mask(law, N, MIN_EXPECTED)
     pooled, n_pooled = float(law[pooled_here].sum()), int(np.count_nonzero(pooled_here))

@@ -47,6 +47,7 @@ import numpy as np
 from .._registry import VerifierSpec, register_verifier, validate_name
 from .._validation import as_rng, validate_bool, validate_distribution, validate_positive_int
 from .._verifier import LOSSLESS_TOL, sample_from, validate_tol
+from ..block._weights import path_weights
 from ..models import MAX_ENUMERATION, check_enumeration, next_law, validate_model, validate_model_pair, validate_sequence
 from ._process import LawCache
 from ._tree import DraftTree, TreeShape
@@ -93,8 +94,10 @@ def _inputs(tree, p_nodes, q_nodes, validate: bool):
 
 
 def _ratio(num: float, den: float) -> float:
-    """``num / den`` with 1 where ``den == 0`` (draft-probability-zero events; block verification's convention)."""
-    return num / den if den > 0 else 1.0
+    """``min(1, num / den)`` with 1 where ``den == 0`` (draft-probability-zero events; block verification's
+    convention), divided only where ``num < den``: a subnormal ``den`` no longer overflows the quotient (a
+    RuntimeWarning) on the way to 1; the same values everywhere else."""
+    return num / den if num < den else 1.0
 
 
 def _normalised(w: np.ndarray, fallback: np.ndarray) -> np.ndarray:
@@ -219,8 +222,12 @@ class _FirstSuccessRule(TreeVerifier):
 # ---------------------------------------------------------------------------
 
 
-#: Below ``_NOISE * (S + t + t')`` a computed :math:`S(t')` is rounding (each term :math:`q - t' p` of the pass
-#: errs by a few ulps of :math:`q + t' p`, summing to at most :math:`S + t + t'`): it counts as 0.
+#: Below ``_NOISE * (S + (t + t') l)`` a computed :math:`S(t')` is rounding (each term :math:`q - t' p` of the pass
+#: errs by a few ulps of :math:`q + t' p`; over the tokens the pass reads, those off :math:`R`, of draft mass at most
+#: :math:`\ell`, with :math:`q \le (q - t p)_+ + t p`, they sum to at most :math:`S + (t + t') \ell`): it counts as 0.
+#: (``S + t + t'``, the bound with :math:`\ell` taken as 1, was far above it where :math:`\ell` is small and
+#: :math:`t' = t + S / (w \ell)` large: ``1e-7`` of target mass after a rejection at :math:`\ell = 10^{-299}` was
+#: dropped as noise, and the rule lost it.)
 _NOISE = 64 * np.finfo(np.float64).eps
 
 
@@ -286,7 +293,8 @@ class _TraversalNode(_NodeScan):
         wl = w * self.left
         if wl > 0.0:
             S, t_new = self.S, self.t + self.S / wl
-            s = w * (self._level(t_new, _NOISE * (S + self.t + t_new)) / S)
+            # (t + t') l = 2 t l + S / w, finite where t' is not (w l below 2**-1022)
+            s = w * (self._level(t_new, _NOISE * (S + 2.0 * self.t * self.left + S / w)) / S)
         else:
             s = w if not self.left > 0.0 else 0.0  # no draft mass left: r = w M_b; else w = 0: r = 0
         self._remove(tok, dup)
@@ -418,12 +426,11 @@ def _chain_rule(block, cs, cb, bonus, *, final: str = "block"):
     :math:`h_L = \\min(1, M_b(X^L)/M_s(X^L))` (HSD's code).
     """
     L = len(block)
-    w = [1.0]
-    joint = 1.0
-    for i, x in enumerate(block):
-        raw = _ratio(cb[i][x], cs[i][x])
-        w.append(min(w[i] * raw, 1.0))
-        joint *= raw
+    # the joint ratios and the capped chain, exact past the float range (a ratio over a draft probability below
+    # about 1e-154 and a product of two such overflowed, with a RuntimeWarning); the float products where they stay
+    # normal, bit for bit
+    ratios, w = path_weights([cs[i][x] for i, x in enumerate(block)], [cb[i][x] for i, x in enumerate(block)])
+    joint = ratios[L]
     h = [1.0]
     laws = []
     for i in range(L):

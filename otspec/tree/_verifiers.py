@@ -26,6 +26,7 @@ Notation: ``p`` is the draft law and ``q`` the target law at a node.
 from __future__ import annotations
 
 import abc
+import math
 
 import numpy as np
 
@@ -178,7 +179,7 @@ def _excess_kernel(q, p, t, idx, n):
     m = 0
     for k in range(n):
         i = idx[k]
-        d = q[i] - t * p[i]
+        d = q[i] - t * p[i] if p[i] > 0.0 else q[i]  # p = 0: q itself, also at t = inf (0 * inf is nan)
         if d > 0.0:
             s += d
             idx[m] = i
@@ -197,7 +198,9 @@ def _excess(q: np.ndarray, p: np.ndarray, t: float, buf: np.ndarray, idx: np.nda
     if JIT:  # pragma: no cover - with numba
         S, m = _excess_kernel(q, p, t, idx, n)
         return float(S), int(m)
-    if n == q.shape[0]:  # the whole vocabulary: no gather
+    if t == math.inf:  # a level past the float range (draft mass left below 2**-1022): the tokens of p = 0 stay
+        d = np.where(p[idx[:n]] > 0.0, -math.inf, q[idx[:n]])
+    elif n == q.shape[0]:  # the whole vocabulary: no gather
         d = np.subtract(q, np.multiply(p, t, out=buf), out=buf)
     else:
         d = q[idx[:n]] - t * p[idx[:n]]
@@ -206,6 +209,11 @@ def _excess(q: np.ndarray, p: np.ndarray, t: float, buf: np.ndarray, idx: np.nda
     idx[:m] = keep if n == q.shape[0] else idx[keep]
     np.maximum(d, 0.0, out=d)
     return float(d.sum()), int(m)
+
+
+def _above(q: float, p: float, t: float) -> float:
+    """:math:`(q - t p)_+` of one token, ``q`` where ``p = 0`` (also at ``t = inf``, where ``0 * inf`` is nan)."""
+    return max(q - t * p, 0.0) if p > 0.0 else q
 
 
 def _ratio(num: float, den: float) -> float:
@@ -250,7 +258,7 @@ class _NodeScan:
         return float(self.p[tok]) / self.left
 
     def accept(self, tok: int, dup: bool) -> float:
-        qc = max(float(self.q[tok]) - self.t * float(self.p[tok]), 0.0) / self.S
+        qc = _above(float(self.q[tok]), float(self.p[tok]), self.t) / self.S
         return _ratio(qc, self._draft(tok, dup))
 
     def reject(self, tok: int, dup: bool) -> None:
@@ -284,12 +292,15 @@ class _NodeScan:
 
     def residual_at(self, tok: int) -> float:
         """The current residual law at one token, :math:`(q(x) - t p(x))_+ / S`."""
-        return max(float(self.q[tok]) - self.t * float(self.p[tok]), 0.0) / self.S
+        return _above(float(self.q[tok]), float(self.p[tok]), self.t) / self.S
 
     def residual(self) -> np.ndarray:
         """The current residual law :math:`(q - t p)_+ / S` (a new array)."""
-        out = self.q - self.t * self.p
-        np.maximum(out, 0.0, out=out)
+        if self.t == math.inf:  # the level of a rejection past the float range: the tokens of p = 0 stay
+            out = np.where(self.p > 0.0, 0.0, self.q)
+        else:
+            out = self.q - self.t * self.p
+            np.maximum(out, 0.0, out=out)
         out /= self.S
         return out
 
