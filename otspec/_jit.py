@@ -86,8 +86,9 @@ def _ndim(node, ndims):
 
 def _view_roots(node, namespace, ndims, seen=None) -> set:
     """The names whose arrays the value of ``node`` may be (or be a view of): ``x``, ``x[a:b]``, ``x[i]`` of a
-    ``x`` with more axes than indices or of unknown axes (``ndims``: the numbers of axes of the names, where known), ``x.T``, ``x.reshape(..)``, a tuple or a conditional of such, any call's arguments but those of a
-    call known to return a new array or a scalar (a helper of ``namespace`` returns a view of its arguments at the
+    ``x`` with more axes than indices or of unknown axes (``ndims``: the numbers of axes of the names, where
+    known), ``x.T``, ``x.reshape(..)``, a tuple or a conditional of such, any call's arguments but those of a call
+    known to return a new array or a scalar (a helper of ``namespace`` returns a view of its arguments at the
     positions :func:`written_arguments` gives it, nothing else). An arithmetic expression makes a new value."""
     def roots(e):
         return _view_roots(e, namespace, ndims, seen)
@@ -192,8 +193,9 @@ def written_arguments(func, namespace=None, ndims=(), _seen=None) -> frozenset:
     Read from the source of ``func`` (a plain Python function), with ``namespace`` (default: its globals) naming
     the helpers it calls, whose written parameters are read the same way, recursively (given the axes of the
     arguments where known); ``ndims``: the number of axes of each parameter (by position; 0 for a scalar, -1 where
-    not known), so that ``x[i]`` of a vector is an entry, of a matrix a row (of unknown axes: a view). Conservative: a position is left out only where no
-    assignment, call or return reaches the array through that parameter or a name made from it.
+    not known), so that ``x[i]`` of a vector is an entry, of a matrix a row (of unknown axes: a view).
+    Conservative: a position is left out only where no assignment, call or return reaches the array through that
+    parameter or a name made from it.
     """
     namespace = func.__globals__ if namespace is None else namespace
     _seen = {} if _seen is None else _seen
