@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import inspect
 import math
 import textwrap
@@ -153,10 +154,10 @@ def _reads_only(func, namespace) -> bool:
     return False
 
 
-def _writes(fdef, names, namespace, ndims, seen) -> bool:
-    """Whether the body of ``fdef`` may write an array held by one of ``names``, hand it to code that may, or return
-    it."""
-    for node in ast.walk(fdef):
+def _writes(nodes, names, namespace, ndims, seen) -> bool:
+    """Whether the statements and expressions ``nodes`` (of a function's body) may write an array held by one of
+    ``names``, hand it to code that may, or return it."""
+    for node in nodes:
         if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and _root(node) in names:
             return True
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id in names:
@@ -202,9 +203,10 @@ def written_arguments(func, namespace=None, ndims=(), _seen=None) -> frozenset:
     key = (func, tuple(ndims))
     if key in _seen:                          # recursion: every parameter written until shown otherwise
         return _seen[key] if _seen[key] is not None else frozenset(range(func.__code__.co_argcount))
+    if namespace is func.__globals__ and key in _READ:
+        return _READ[key]
     _seen[key] = None
-    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
-    fdef = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
+    fdef, assigns, uses = _definition(func)
     params = [a.arg for a in fdef.args.posonlyargs + fdef.args.args]
     dims = {p: d for p, d in zip(params, ndims) if d >= 0}
     # names that may hold (a view of) a parameter's array: the parameter, and every name assigned from a value that
@@ -214,13 +216,7 @@ def written_arguments(func, namespace=None, ndims=(), _seen=None) -> frozenset:
     changed = True
     while changed:
         changed = False
-        for node in ast.walk(fdef):
-            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
-                targets, value = (node.targets if isinstance(node, ast.Assign) else [node.target]), node.value
-            elif isinstance(node, (ast.For, ast.comprehension)):
-                targets, value = [node.target], node.iter
-            else:
-                continue
+        for targets, value in assigns:
             roots = _view_roots(value, namespace, dims, _seen)
             new = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
             local = targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
@@ -237,8 +233,32 @@ def written_arguments(func, namespace=None, ndims=(), _seen=None) -> frozenset:
                 if roots & names and not new <= names:
                     names |= new
                     changed = True
-    _seen[key] = frozenset(i for i, p in enumerate(params) if _writes(fdef, aliases[p], namespace, dims, _seen))
+    _seen[key] = frozenset(i for i, p in enumerate(params) if _writes(uses, aliases[p], namespace, dims, _seen))
+    if namespace is func.__globals__ and None not in _seen.values():
+        _READ[key] = _seen[key]             # read with no recursion left open: final
     return _seen[key]
+
+
+#: :func:`written_arguments` of a kernel in its own module, by (function, axes): each read once per process.
+_READ: dict = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _definition(func):
+    """The syntax tree of ``func``'s definition (its source read and parsed once per process), its assignments
+    (``(targets, value)``, a loop's target and what it runs over too) and the nodes that may write, call or return
+    (subscripts, augmented assignments, returns, calls)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(func)))
+    fdef = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
+    assigns, uses = [], []
+    for node in ast.walk(fdef):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+            assigns.append((node.targets if isinstance(node, ast.Assign) else [node.target], node.value))
+        elif isinstance(node, (ast.For, ast.comprehension)):
+            assigns.append(([node.target], node.iter))
+        if isinstance(node, (ast.Subscript, ast.AugAssign, ast.Return, ast.Call)):
+            uses.append(node)
+    return fdef, tuple(assigns), tuple(uses)
 
 
 class _Dispatcher(_CPUDispatcher):
