@@ -81,8 +81,5 @@ def law_check_sum(x, bits):
 #: Whether the kernels are compiled (numba installed); :func:`otspec._validation.validate_distribution` reads it at
 #: each call (tests turn it off).
 JIT = compile_in(globals(), ("law_copy",))
-if JIT:  # pragma: no cover - with numba: the total's additions reassociated (vector lanes), nothing else relaxed
-    import numba as _numba
-
-    law_copy_sum = _numba.njit(cache=True, fastmath={"reassoc"})(law_copy_sum)
-    law_check_sum = _numba.njit(cache=True, fastmath={"reassoc"})(law_check_sum)
+# the totals' additions reassociated (vector lanes), nothing else relaxed
+compile_in(globals(), ("law_copy_sum", "law_check_sum"), fastmath={"reassoc"})

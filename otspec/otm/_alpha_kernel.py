@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._jit import HAVE_NUMBA
+from .._jit import compile_in
 
 #: Groups of keys sharing their high bits up to this size are re-sorted by insertion, larger ones by a merge sort.
 INSERTION_MAX = 16
@@ -177,10 +177,4 @@ def cut_min(P, Q, split, kk, hi):
 
 #: Whether the kernels are compiled by numba (the ``fast`` extra); without it :mod:`otspec.otm._alpha` keeps its
 #: numpy route (these functions still run as CPython, for tests).
-JIT = False
-if HAVE_NUMBA:  # pragma: no cover - with numba
-    import numba as _numba
-
-    for _name in ("_ratio", "_sort_group", "_power", "ratio_keys", "prefix_from_keys", "cut_min"):
-        globals()[_name] = _numba.njit(cache=True, nogil=True)(globals()[_name])
-    JIT = True
+JIT = compile_in(globals(), ("_ratio", "_sort_group", "_power", "ratio_keys", "prefix_from_keys", "cut_min"), nogil=True)
