@@ -285,7 +285,10 @@ class _Dispatcher(_CPUDispatcher):
     def compile(self, sig):
         args, return_type = _sigutils.normalize_signature(sig)
         args = tuple(args)
-        normal = self._normal(args)
+        try:
+            normal = self._normal(args)
+        except (OSError, SyntaxError, TypeError):          # pragma: no cover - no source to read (a frozen install)
+            return super().compile(sig)
         if normal == args or return_type is not None or normal in getattr(self, "_refused", ()):
             return super().compile(sig)
         if args in self.overloads:
@@ -298,7 +301,10 @@ class _Dispatcher(_CPUDispatcher):
             return super().compile(sig)
         # the types as met call the one compilation (a writeable array is read by the read-only code as it is; an
         # int32 scalar is unboxed as an int64): no second compilation, no second entry in ``signatures``
-        self._insert([a._code for a in args], entry, False)
+        try:
+            self._insert([a._code for a in args], entry, False)
+        except (AttributeError, TypeError):                # pragma: no cover - a numba whose private table differs
+            return super().compile(sig)
         return entry
 
 
