@@ -213,6 +213,11 @@ def count(target, draft, prompts, decoder: str, tokens: int, *, seed0: int = 0, 
 
     c = Counts()
     c.where = {} if by_function else None
+    with accelerator_route():
+        # one decode not counted first: the constants a decoder keeps per process and device (otspec.decoding's
+        # cached index ranges and scalars) are then made before the count, whichever decoder this process ran first
+        D.speculative_decode(prompts[0], draft=draft, target=target, max_new_tokens=tokens, rng=seed0,
+                             engine="torch", **DECODERS[decoder])
     with accelerator_route(), paused_forwards(c, count_ops):
         t0 = time.perf_counter()
         iters = 0
