@@ -816,9 +816,12 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
     """k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``: one sort of
     the ratios, and the :math:`\\rho^*` of every ``k >= 2`` from one root search
     (:class:`otspec.profile._quantities_batched.RhoStar`), each value
-    :func:`otspec.multidraft._batched.kseq_acceptance_rows`' (to the last bit of torch's ``pow``). With ``rho`` (a
+    :func:`otspec.multidraft._batched.kseq_acceptance_rows`' (to the last bit of torch's ``pow``; below 1/2 the
+    accepted mass :math:`1 - (1 - \beta(\rho^*))^k` by ``log1p``/``expm1``, on the host). With ``rho`` (a
     :class:`~otspec.profile._quantities_batched.RhoStar`) the requests are added to it and a function returning the
-    array is returned (call it after ``rho.solve()``)."""
+    array is returned (call it after ``rho.solve()``; its ``host_fix`` finishes the values read, run by
+    :meth:`~otspec.profile._quantities_batched.RhoStar.refreshed`'s store). Without, off numpy, the tiny-beta rows
+    are checked in a read of their own."""
     ks = [int(k) for k in ks]
     many = [k for k in ks if k > 1]
     shape = tuple(P0.shape[:-1])

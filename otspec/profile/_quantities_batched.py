@@ -538,7 +538,10 @@ class RhoStar:
     first and every row's ratios sorted at once), then ``get`` each block's ``(rho, E(rho))``, ``(n,)`` each. Every
     row's values are those of a call for its rows and ``k`` alone (the same per-row arithmetic; torch's ``pow`` may
     round the last bit differently where a row lands on another lane of its vectorised kernel: within 1e-15
-    relative).
+    relative). Every row's :math:`\beta(\rho^*)` comes with them (:attr:`beta`); on a device the rows whose
+    :math:`\beta(\rho^*)` is tiny are solved again exactly on the host when :meth:`check_part`'s array is read
+    (with the position's values, stored before them), and the values computed from the solver's rows are then
+    computed again (:meth:`refreshed`): every row within a few ulps of the exact root, as on numpy.
     """
 
     _ROWS = ("P2", "Q2", "D1", "E1", "ro", "Pcum", "Qcum", "Pp", "Qp", "Ps", "Qs", "tot_p", "tot_q")
