@@ -16,8 +16,9 @@ Regenerated once since, after one-step block verification's acceptance took its 
 ``tau`` with a ``-8e-17`` entry): only ``tau`` rows of ``block-onestep`` moved,
 each by one ulp (four of the 972 rows of ``tests/test_profile_ops_bt.py``'s two fast walks); every other row
 kept its bits. Regenerated on AVX2 again after k-Seq's acceptances below 1/2 became the accepted mass
-``1 - (1 - beta)^k`` from ``beta(rho*)`` (only those rows moved, each by at most 3.3 ulps, to within a few ulps of
-mpmath); the AVX-512 digests of the walks that moved set to None, to be retaken on such a machine.
+``1 - (1 - beta)^k`` from ``beta(rho*)`` (only those rows moved, each by at most 6.9 ulps; the form checked against
+mpmath in tests/test_profile_kseq_tiny_beta_dm.py); the AVX-512 digests of the walks that moved set to None, to
+be retaken on such a machine.
 
 Regenerate the digests (only from a checkout whose rows are the reference)::
 
@@ -130,7 +131,7 @@ def wanted(digests: dict, walk) -> dict:
     """The stored digest of ``walk``, or a skip where it is None: rows that moved on purpose after this kind of
     machine's digests were taken, to be retaken on such a machine (k-Seq's acceptances below 1/2, now the accepted
     mass ``1 - (1 - beta)^k`` by ``log1p``/``expm1`` from ``beta(rho*)`` where ``1 - E^k`` was formed: on AVX2 only
-    those rows moved, 3 to 9 a walk, each by at most 3.3 ulps; tests/test_profile_kseq_tiny_beta_dm.py checks them
+    those rows moved, 0 to 19 a walk, each by at most 6.9 ulps; tests/test_profile_kseq_tiny_beta_dm.py checks them
     against mpmath)."""
     got = digests[_key(walk)]
     if got is None:

@@ -15,9 +15,10 @@ below one) on numpy and torch.
 Regenerated once since, after one-step block verification's acceptance took its denominator as
 ``Z + (1 - w)`` (``w = 1`` now gives ``h = 1`` exactly, where ``(Z + 1) - w`` gave ``1 +- eps`` and a law of
 ``tau`` with a ``-8e-17`` entry): of the two fast walks' 972 rows, only four ``tau`` rows of ``block-onestep``
-moved, each by one ulp; every other row kept its bits. Regenerated on AVX2 again after k-Seq's acceptances below 1/2 became the accepted mass
-``1 - (1 - beta)^k`` from ``beta(rho*)`` (only those rows moved, each by at most 3.3 ulps, to within a few ulps of
-mpmath); the AVX-512 digests of the walks that moved set to None, to be retaken on such a machine.
+moved, each by one ulp; every other row kept its bits. Regenerated on AVX2 again after k-Seq's acceptances below
+1/2 became the accepted mass ``1 - (1 - beta)^k`` from ``beta(rho*)`` (only those rows moved, each by at most
+6.9 ulps; the form checked against mpmath in tests/test_profile_kseq_tiny_beta_dm.py); the AVX-512 digests of the
+walks that moved set to None, to be retaken on such a machine.
 
 Regenerate the digests (only from a checkout whose values are the reference)::
 
