@@ -821,11 +821,11 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
     :class:`~otspec.profile._quantities_batched.RhoStar`) the requests are added to it and a function returning the
     array is returned (call it after ``rho.solve()``; its ``host_fix`` finishes the values read, run by
     :meth:`~otspec.profile._quantities_batched.RhoStar.refreshed`'s store). Without, off numpy, the tiny-beta rows
-    are checked in a read of their own."""
+    take the device's second search and the accepted mass is formed there (no read)."""
     ks = [int(k) for k in ks]
     many = [k for k in ks if k > 1]
     shape = tuple(P0.shape[:-1])
-    solver = RhoStar(xp) if rho is None else rho
+    solver = RhoStar(xp, tiny_beta=True) if rho is None else rho
     V = int(P0.shape[-1])
     rows = (xp.reshape(P0, (-1, V)), xp.reshape(Q0, (-1, V))) if many else None
     handles = {k: solver.add(rows, k) for k in many}  # sorted with the solver's other requests
@@ -862,14 +862,16 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
         return finish
     if not many:
         return finish()
-    solver.solve()
-    check = solver.check_part()  # off numpy: the tiny-beta rows checked (and solved again) here, in a read
-    if check is not None:
-        check[1](to_host(check[0]))
     vals = finish()
     if isinstance(vals, np.ndarray):
         return host_fix(vals)
-    return xp.asarray(host_fix(to_host(vals)), device=_device(vals))
+    # off numpy, no read: the same form in the laws' namespace (the solver's device rows took the second search)
+    cols = [vals[..., c] for c in range(len(ks))]
+    for c, k in enumerate(ks):
+        if k > 1:
+            b = xp.reshape(solver.beta[solver.rows(handles[k])], shape)
+            cols[c] = xp.where(cols[c] < 0.5, xp.clip(_accepted_mass(b, float(k), xp), 0.0, 1.0), cols[c])
+    return xp.stack(cols, axis=-1)
 
 
 def _token_reach_rows(builds: Builds, L: int):

@@ -546,8 +546,9 @@ class RhoStar:
 
     _ROWS = ("P2", "Q2", "D1", "E1", "ro", "Pcum", "Qcum", "Pp", "Qp", "Ps", "Qs", "tot_p", "tot_q")
 
-    def __init__(self, xp):
+    def __init__(self, xp, *, tiny_beta: bool = False):
         self.xp = xp
+        self.tiny_beta = tiny_beta  # a device's tiny-beta rows by the second search on the device (no check_part)
         self.blocks: list = []
         self.got: list | None = None
 
@@ -582,11 +583,11 @@ class RhoStar:
                                                  shape=(sum(sizes),), B=sum(sizes), V=got[0]["V"])
         kf = _concat([b[1] for b in self.blocks], xp)
         k = (kf, ks) if len(ks) > 1 else ks[0]
-        # tiny_beta=False: a device's rows keep the float test here (the second search in the c(beta) - rho form
-        # would double this solve's ops at every position); the rows it places only to more than 256 ulps are found
-        # on the host from beta(rho*), read with the position's values (check_part), and solved again there. Numpy
-        # rows take the per-row search in _rho_star_rows itself.
-        rho, E, beta = _rho_star_rows(None, None, k, xp, S, tiny_beta=False, beta=True)
+        # tiny_beta off (the default): a device's rows keep the float test here (the second search in the
+        # c(beta) - rho form would double this solve's ops at every position); the rows it places only to more than
+        # 256 ulps are found on the host from beta(rho*), read with the position's values (check_part), and solved
+        # again there. Numpy rows take the per-row search in _rho_star_rows itself.
+        rho, E, beta = _rho_star_rows(None, None, k, xp, S, tiny_beta=self.tiny_beta, beta=True)
         n = sum(sizes)
         rho, E, beta = (_reshape(a, (n,), xp) for a in (rho, E, beta))
         self._solved = (S, kf, k, rho, E)
@@ -629,7 +630,7 @@ class RhoStar:
         below :math:`(k + 1) / 128` on laws that sum to 1: only the rows below that (none, where the laws overlap by
         more) are copied to the host, in a read of their own, and tested there as
         :func:`otspec.multidraft._batched._tiny_beta_rows` tests them; every other row keeps its bits."""
-        if not self.blocks or self.got is None or isinstance(self.beta, np.ndarray):
+        if not self.blocks or self.got is None or self.tiny_beta or isinstance(self.beta, np.ndarray):
             return None
         return self.beta, self._check
 
