@@ -15,7 +15,10 @@ Regenerated once since, after one-step block verification's acceptance took its 
 ``Z + (1 - w)`` (``w = 1`` now gives ``h = 1`` exactly, where ``(Z + 1) - w`` gave ``1 +- eps`` and a law of
 ``tau`` with a ``-8e-17`` entry): only ``tau`` rows of ``block-onestep`` moved,
 each by one ulp (four of the 972 rows of ``tests/test_profile_ops_bt.py``'s two fast walks); every other row
-kept its bits.
+kept its bits. Regenerated on AVX2 again after k-Seq's acceptances below 1/2 became the accepted mass
+``1 - (1 - beta)^k`` from ``beta(rho*)`` (only those rows moved, each by at most 6.9 ulps; the form checked against
+mpmath in tests/test_profile_kseq_tiny_beta_dm.py); the AVX-512 digests of the walks that moved set to None, to
+be retaken on such a machine.
 
 Regenerate the digests (only from a checkout whose rows are the reference)::
 
@@ -124,11 +127,23 @@ def _key(walk) -> str:
     return ",".join(str(int(v)) for v in walk)
 
 
+def wanted(digests: dict, walk) -> dict:
+    """The stored digest of ``walk``, or a skip where it is None: rows that moved on purpose after this kind of
+    machine's digests were taken, to be retaken on such a machine (k-Seq's acceptances below 1/2, now the accepted
+    mass ``1 - (1 - beta)^k`` by ``log1p``/``expm1`` from ``beta(rho*)`` where ``1 - E^k`` was formed: on AVX2 only
+    those rows moved, 0 to 19 a walk, each by at most 6.9 ulps; tests/test_profile_kseq_tiny_beta_dm.py checks them
+    against mpmath)."""
+    got = digests[_key(walk)]
+    if got is None:
+        pytest.skip(f"{_key(walk)}: to be retaken on {digests['machine']!r} (moved on purpose)")
+    return got
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("walk", WALKS, ids=_key)
 def test_rows_are_main_s_bit_for_bit(walk):
     # the device route's rows against the digests of the rows main's device route wrote for the same walks
-    want = fixture()[_key(walk)]
+    want = wanted(fixture(), walk)
     rows = walk_rows(*walk)
     assert any(row[2] == "acc" and row[3] == "kseq" for r in rows for row in r) or walk[3] == 1
     assert digest(rows) == want
@@ -138,7 +153,7 @@ def test_rows_of_two_walks_are_main_s_bit_for_bit():
     # the fast part of the test above (k_max = 4, B = 1 and 3): every quantity this change touches is in them
     want = fixture()
     for walk in (WALKS[0], WALKS[-1]):
-        assert digest(walk_rows(*walk)) == want[_key(walk)], walk
+        assert digest(walk_rows(*walk)) == wanted(want, walk), walk
 
 
 @pytest.mark.parametrize("walk", [WALKS[0], WALKS[5]], ids=_key)
@@ -165,6 +180,11 @@ SUBSAMPLED_CHAIN_OPS = 781
 #: (otspec.block._weights.chains_lost; the exact chains recomputed, in a read of their own, only where an entry left
 #: the normal range): the code before (781.0) fails this; the 700 aimed at is met again.
 SUBSAMPLED_CHAIN_OPS = 698
+#: 700.0 with k-Seq's beta(rho*) summed by the position's rho* search (its E from the same minimum: two ops), read
+#: with the position's values: the rows whose root the float test misplaces (beta tiny) solved again on the host
+#: only where beta is below (k + 1) / 128, and the acceptance below 1/2 the accepted mass from beta on the host
+#: (tests/test_profile_kseq_tiny_beta_dm.py); the 700 aimed at is still met.
+SUBSAMPLED_CHAIN_OPS = 700
 
 
 def test_a_subsampled_chain_position_issues_fewer_ops():

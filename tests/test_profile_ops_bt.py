@@ -15,7 +15,10 @@ below one) on numpy and torch.
 Regenerated once since, after one-step block verification's acceptance took its denominator as
 ``Z + (1 - w)`` (``w = 1`` now gives ``h = 1`` exactly, where ``(Z + 1) - w`` gave ``1 +- eps`` and a law of
 ``tau`` with a ``-8e-17`` entry): of the two fast walks' 972 rows, only four ``tau`` rows of ``block-onestep``
-moved, each by one ulp; every other row kept its bits.
+moved, each by one ulp; every other row kept its bits. Regenerated on AVX2 again after k-Seq's acceptances below
+1/2 became the accepted mass ``1 - (1 - beta)^k`` from ``beta(rho*)`` (only those rows moved, each by at most
+6.9 ulps; the form checked against mpmath in tests/test_profile_kseq_tiny_beta_dm.py); the AVX-512 digests of the
+walks that moved set to None, to be retaken on such a machine.
 
 Regenerate the digests (only from a checkout whose values are the reference)::
 
@@ -39,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.test_profile_ops_bp import digest, machine, walk_rows  # noqa: E402
+from tests.test_profile_ops_bp import digest, machine, walk_rows, wanted  # noqa: E402
 from tests.test_profile_ops_bp import fixture as bp_fixture  # noqa: E402
 
 #: Walks pinned here (model seed, batch size, stride, k_max = L_max, subsample, renewal tables), every k_max with
@@ -139,13 +142,15 @@ def test_adversarial_laws_hold_the_cases():
 
 @pytest.mark.parametrize("walk", WALKS[1:2], ids=_key)
 def test_rows_of_a_walk_at_k_max_2_are_main_s_bit_for_bit(walk):
-    assert digest(walk_rows(*walk)) == fixture()["walks"][_key(walk)]
+    want = fixture()
+    assert digest(walk_rows(*walk)) == wanted(dict(want["walks"], machine=want["machine"]), walk)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("walk", WALKS[:1] + WALKS[2:], ids=_key)
 def test_rows_of_more_walks_are_main_s_bit_for_bit(walk):
-    assert digest(walk_rows(*walk)) == fixture()["walks"][_key(walk)]
+    want = fixture()
+    assert digest(walk_rows(*walk)) == wanted(dict(want["walks"], machine=want["machine"]), walk)
 
 
 def _write(path: str) -> None:

@@ -284,7 +284,7 @@ def _second_row(xp, dev):
     return got
 
 
-def _rho_star_rows(P, Q, k, xp, sorted_=None, *, tiny_beta: bool = True):
+def _rho_star_rows(P, Q, k, xp, sorted_=None, *, tiny_beta: bool = True, beta: bool = False):
     """rho* (and E(rho*)) for every row of (..., V) float64 laws; see batched_kseq_rho_star.
 
     ``k``: the number of drafts, an int, or a pair ``(kf, ks)`` of one number of drafts per row (every one
@@ -300,6 +300,8 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None, *, tiny_beta: bool = True):
     tensors) the same search run again on every row in the :math:`c(\\beta) - \\rho` form
     (:func:`_root_rows` with ``cform``), its root kept on those rows by one ``where`` (no value read to the host).
     ``tiny_beta=False`` skips that second search (the float test's bound then holds on those rows of a device).
+    ``beta``: :math:`\\beta(\\rho^*) = \\sum \\min(p, q/\\rho^*)` too, summed directly, as a third array (E then
+    summed as :math:`\\sum (p - \\min(p, q/\\rho^*))`: the same floats, two ops more on a device for both).
     """
     if not isinstance(k, tuple) and k == 1:  # rho* = 1: one draft is speculative sampling (no sort)
         E1 = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
@@ -314,6 +316,11 @@ def _rho_star_rows(P, Q, k, xp, sorted_=None, *, tiny_beta: bool = True):
     elif tiny_beta:
         bad = _tiny_beta_flags(P2, Q2, rho, kf, xp)
         rho = _where(bad, _root_rows(S, kf, power, k_hi, xp, cform=True), rho, xp)
+    if beta:  # p - min(p, q / rho) is p - q / rho where p > q / rho and p - p = 0 elsewhere: clip(p - q / rho)'s
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mins = xp.minimum(P2, Q2 / rho)
+        E_star = xp.sum(P2 - mins, axis=-1)
+        return xp.reshape(rho, shape), _reshape(E_star, shape, xp), _reshape(xp.sum(mins, axis=-1), shape, xp)
     E_star = xp.sum(xp.clip(_sub_div(P2, Q2, rho, xp), 0.0, None), axis=-1)
     return xp.reshape(rho, shape), _reshape(E_star, shape, xp)
 

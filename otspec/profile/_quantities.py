@@ -42,7 +42,7 @@ from .._registry import get_verifier
 from .._validation import NEGLIGIBLE
 from ..block._weights import chains_lost, path_weight_rows
 from ..lossy._mentored import kl_divergence
-from ..multidraft._batched import batched_maximal_coupling_acceptance
+from ..multidraft._batched import _accepted_mass, batched_maximal_coupling_acceptance
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 from ._quantities_batched import (
@@ -816,13 +816,16 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
     """k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``: one sort of
     the ratios, and the :math:`\\rho^*` of every ``k >= 2`` from one root search
     (:class:`otspec.profile._quantities_batched.RhoStar`), each value
-    :func:`otspec.multidraft._batched.kseq_acceptance_rows`' (to the last bit of torch's ``pow``). With ``rho`` (a
+    :func:`otspec.multidraft._batched.kseq_acceptance_rows`' (to the last bit of torch's ``pow``; below 1/2 the
+    accepted mass :math:`1 - (1 - \beta(\rho^*))^k` by ``log1p``/``expm1``, on the host). With ``rho`` (a
     :class:`~otspec.profile._quantities_batched.RhoStar`) the requests are added to it and a function returning the
-    array is returned (call it after ``rho.solve()``)."""
+    array is returned (call it after ``rho.solve()``; its ``host_fix`` finishes the values read, run by
+    :meth:`~otspec.profile._quantities_batched.RhoStar.refreshed`'s store). Without, off numpy, the tiny-beta rows
+    take the device's second search and the accepted mass is formed there (no read)."""
     ks = [int(k) for k in ks]
     many = [k for k in ks if k > 1]
     shape = tuple(P0.shape[:-1])
-    solver = RhoStar(xp) if rho is None else rho
+    solver = RhoStar(xp, tiny_beta=True) if rho is None else rho
     V = int(P0.shape[-1])
     rows = (xp.reshape(P0, (-1, V)), xp.reshape(Q0, (-1, V))) if many else None
     handles = {k: solver.add(rows, k) for k in many}  # sorted with the solver's other requests
@@ -841,7 +844,34 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
                 cols.append(solver.get(handles[k])[1] ** k)
         return xp.reshape(xp.clip(1.0 - xp.stack(cols, axis=-1), 0.0, 1.0), shape + (len(ks),))
 
-    return finish if rho is not None else finish()
+    def host_fix(vals):
+        # an acceptance below 1/2 (E^k > 1/2: 1 - E^k is exact there, so the test on it is E^k's) as the accepted
+        # mass 1 - (1 - beta)^k by log1p/expm1 from beta(rho*) summed directly (the solver's, read with the values),
+        # where 1 - E^k cancels (0 for a true 1e-300): the arithmetic of batched_kseq_acceptance on the host; at and
+        # above 1/2, 1 - E^k as it is (no cancellation there)
+        vals = np.array(vals, dtype=np.float64).reshape(-1, len(ks))
+        for c, k in enumerate(ks):
+            if k > 1:
+                low = vals[:, c] < 0.5
+                b = solver.beta_host[solver.rows(handles[k])][low]
+                vals[low, c] = np.clip(_accepted_mass(b, float(k), np), 0.0, 1.0)
+        return vals.reshape(shape + (len(ks),))
+
+    if rho is not None:  # the solver's values read first: fixed in the store (RhoStar.refreshed)
+        finish.host_fix = host_fix
+        return finish
+    if not many:
+        return finish()
+    vals = finish()
+    if isinstance(vals, np.ndarray):
+        return host_fix(vals)
+    # off numpy, no read: the same form in the laws' namespace (the solver's device rows took the second search)
+    cols = [vals[..., c] for c in range(len(ks))]
+    for c, k in enumerate(ks):
+        if k > 1:
+            b = xp.reshape(solver.beta[solver.rows(handles[k])], shape)
+            cols[c] = xp.where(cols[c] < 0.5, xp.clip(_accepted_mass(b, float(k), xp), 0.0, 1.0), cols[c])
+    return xp.stack(cols, axis=-1)
 
 
 def _token_reach_rows(builds: Builds, L: int):
@@ -1253,7 +1283,12 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
             if got is not None:
                 parts.extend(got[1]())
     rho.solve()
-    parts = [(a() if callable(a) else a, store) for a, store in parts]
+    # k-Seq's parts (the functions, computed from rho*) stored again from values computed again where the check of
+    # rho*'s tiny-beta rows, read with them and stored first, solved some row again on the host
+    parts = [(a(), rho.refreshed(a, store)) if callable(a) else (a, store) for a, store in parts]
+    check = rho.check_part()
+    if check is not None:
+        parts.insert(len(also), check)
     if not read:
         return parts
     read_parts(parts)

@@ -42,8 +42,10 @@ from ..multidraft._batched import (
     _ratio_sorted,
     _reshape,
     _rho_star_rows,
+    _sub_div,
     _take,
     _take_along,
+    _tiny_beta_rows,
     _where,
 )
 from ..multidraft._greedy_drafts import top_tokens
@@ -536,13 +538,17 @@ class RhoStar:
     first and every row's ratios sorted at once), then ``get`` each block's ``(rho, E(rho))``, ``(n,)`` each. Every
     row's values are those of a call for its rows and ``k`` alone (the same per-row arithmetic; torch's ``pow`` may
     round the last bit differently where a row lands on another lane of its vectorised kernel: within 1e-15
-    relative).
+    relative). Every row's :math:`\beta(\rho^*)` comes with them (:attr:`beta`); on a device the rows whose
+    :math:`\beta(\rho^*)` is tiny are solved again exactly on the host when :meth:`check_part`'s array is read
+    (with the position's values, stored before them), and the values computed from the solver's rows are then
+    computed again (:meth:`refreshed`): every row within a few ulps of the exact root, as on numpy.
     """
 
     _ROWS = ("P2", "Q2", "D1", "E1", "ro", "Pcum", "Qcum", "Pp", "Qp", "Ps", "Qs", "tot_p", "tot_q")
 
-    def __init__(self, xp):
+    def __init__(self, xp, *, tiny_beta: bool = False):
         self.xp = xp
+        self.tiny_beta = tiny_beta  # a device's tiny-beta rows by the second search on the device (no check_part)
         self.blocks: list = []
         self.got: list | None = None
 
@@ -576,10 +582,23 @@ class RhoStar:
             S = got[0] if len(got) == 1 else dict({key: xp.concat([g[key] for g in got], axis=0) for key in self._ROWS},
                                                  shape=(sum(sizes),), B=sum(sizes), V=got[0]["V"])
         kf = _concat([b[1] for b in self.blocks], xp)
-        # tiny_beta=False: a device's rows keep the float test (the second search in the c(beta) - rho form would
-        # double this solve's ops at every position; numpy rows still take the per-row search there)
-        rho, E = _rho_star_rows(None, None, (kf, ks) if len(ks) > 1 else ks[0], xp, S, tiny_beta=False)
-        rho, E = _reshape(rho, (sum(sizes),), xp), _reshape(E, (sum(sizes),), xp)
+        k = (kf, ks) if len(ks) > 1 else ks[0]
+        # tiny_beta off (the default): a device's rows keep the float test here (the second search in the
+        # c(beta) - rho form would double this solve's ops at every position); the rows it places only to more than
+        # 256 ulps are found on the host from beta(rho*), read with the position's values (check_part), and solved
+        # again there. Numpy rows take the per-row search in _rho_star_rows itself.
+        rho, E, beta = _rho_star_rows(None, None, k, xp, S, tiny_beta=self.tiny_beta, beta=True)
+        n = sum(sizes)
+        rho, E, beta = (_reshape(a, (n,), xp) for a in (rho, E, beta))
+        self._solved = (S, kf, k, rho, E)
+        self.beta = beta
+        self.beta_host = beta if isinstance(beta, np.ndarray) else None
+        self._split(rho, E)
+
+    def _split(self, rho, E) -> None:
+        """``self.got``: each block's rows of the solver's ``(rho, E)``."""
+        sizes = [n for *_, n in self.blocks]
+        self.got = []
         if len(sizes) > 1 and hasattr(rho, "split_with_sizes"):  # torch: each block's rows in one op per array
             self.got.extend(zip(rho.split_with_sizes(sizes), E.split_with_sizes(sizes)))
             return
@@ -588,10 +607,102 @@ class RhoStar:
             self.got.append((rho[at:at + n], E[at:at + n]))
             at += n
 
+    def rows(self, i: int) -> slice:
+        """Block ``i``'s rows among the solver's (of :attr:`beta`, :attr:`beta_host`)."""
+        at = sum(b[3] for b in self.blocks[:i])
+        return slice(at, at + self.blocks[i][3])
+
+    #: Set by the store of :meth:`check_part` when some row was solved again: the values computed from the rows
+    #: before (k-Seq's parts of the position) are then computed again (:meth:`refreshed`).
+    fixed = False
+
+    def check_part(self):
+        r"""``(beta, store)`` for :func:`otspec.profile._quantities.read_parts`, or None (numpy laws, no rows): the
+        solver's :math:`\beta(\rho^*)` of every row (the array :meth:`solve` computed: no op), whose store, run
+        before any store of a value that depends on :math:`\rho^*`, keeps its host copy (:attr:`beta_host`), finds
+        the rows where the float test :math:`D > E^k` places the root only to more than 256 ulps
+        (:math:`\beta(\rho^*)` tiny), solves those rows again exactly on the host
+        (:func:`otspec.multidraft._kseq._rho_star_exact`, per row) and puts their :math:`\rho^*`,
+        :math:`E(\rho^*)` and :math:`\beta(\rho^*)` in place (:attr:`fixed`).
+
+        The float test flags a row only where :math:`D + k E^k > 256 \rho \beta`; as :math:`D \le \sum q`,
+        :math:`E \le \sum p` and :math:`\rho \ge 1`, that needs :math:`\beta < (\sum q + k (\sum p)^k) / 256`,
+        below :math:`(k + 1) / 128` on laws that sum to 1: only the rows below that (none, where the laws overlap by
+        more) are copied to the host, in a read of their own, and tested there as
+        :func:`otspec.multidraft._batched._tiny_beta_rows` tests them; every other row keeps its bits."""
+        if not self.blocks or self.got is None or self.tiny_beta or isinstance(self.beta, np.ndarray):
+            return None
+        return self.beta, self._check
+
+    def _k_rows(self, n: int) -> np.ndarray:
+        """Every row's number of drafts (host float64)."""
+        k = self._solved[2]
+        return _host(self._solved[1]).reshape(-1) if isinstance(k, tuple) else np.full(n, float(k))
+
+    def _check(self, beta_host: np.ndarray) -> None:
+        xp = self.xp
+        beta_host = np.array(beta_host, dtype=np.float64)
+        self.beta_host = beta_host
+        k = self._solved[2]
+        k_max = max(k[1]) if isinstance(k, tuple) else k
+        cand = np.flatnonzero(beta_host < (k_max + 1.0) / 128.0)  # each row's own k read only past this test
+        if cand.size == 0:
+            return
+        k_rows = self._k_rows(beta_host.shape[0])
+        S, kf, k, rho, E = self._solved
+        dev = _device(rho)
+        at = xp.asarray(cand, device=dev)
+        P2, Q2 = _host(_take(S["P2"], at, xp, 0)), _host(_take(S["Q2"], at, xp, 0))
+        r0 = _host(_take(rho, at, xp, 0)).reshape(-1, 1)
+        kc = k_rows[cand].reshape(-1, 1)
+        r1 = _tiny_beta_rows(P2, Q2, r0, (kc, None) if isinstance(k, tuple) else k, kc)
+        moved = np.flatnonzero(r1[:, 0] != r0[:, 0])
+        if moved.size == 0:
+            return
+        at = xp.asarray(cand[moved], device=dev)
+        r = r1[moved]
+        new = xp.asarray(r[:, 0], device=dev)
+        with np.errstate(divide="ignore", invalid="ignore"):  # E(rho*) of those rows as _rho_star_rows forms it
+            E_new = xp.sum(xp.clip(_sub_div(_take(S["P2"], at, xp, 0), _take(S["Q2"], at, xp, 0), new[:, None], xp),
+                                   0.0, None), axis=-1)
+            beta_host[cand[moved]] = np.minimum(P2[moved], Q2[moved] / r).sum(axis=-1)
+        rho, E = _put_rows(rho, at, new, xp), _put_rows(E, at, E_new, xp)
+        self._solved = (S, kf, k, rho, E)
+        self._split(rho, E)
+        self.fixed = True
+
+    def refreshed(self, compute, store):
+        """``store`` of a part whose array ``compute()`` gave from this solver's values: given the values computed
+        again (and read on their own) when :meth:`check_part`'s store solved some row again, else the values
+        read."""
+        host_fix = getattr(compute, "host_fix", None)
+
+        def put(vals):
+            if self.fixed:
+                vals = _host(compute()).reshape(vals.shape)
+            store(vals if host_fix is None else host_fix(vals))
+        return put
+
     def get(self, i: int):
         """Block ``i``'s ``(rho, E(rho))`` (solving first if not yet solved)."""
         self.solve()
         return self.got[i]
+
+
+def _host(x) -> np.ndarray:
+    """``x`` in host memory, float64 or int as it is (a numpy array as it is)."""
+    if isinstance(x, np.ndarray):
+        return x
+    return np.asarray(x.cpu() if hasattr(x, "cpu") else x)
+
+
+def _put_rows(A, at, vals, xp):
+    """A copy of the 1-D ``A`` with ``A[at] = vals`` (``at`` distinct indices); ``A`` itself is not written."""
+    if _is_torch(A):
+        return A.index_put((at,), vals)
+    out = xp.asarray(A, copy=True)
+    out[at] = vals
+    return out
 
 
 def _full_k(n: int, k: int, like, xp):
