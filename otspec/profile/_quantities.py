@@ -854,7 +854,7 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
             if k > 1:
                 low = vals[:, c] < 0.5
                 b = solver.beta_host[solver.rows(handles[k])][low]
-                vals[low, c] = np.clip(_accepted_mass(b, float(k), np), 0.0, 1.0)
+                vals[low, c] = np.clip(_accepted_mass(b, float(k), namespace(b)), 0.0, 1.0)
         return vals.reshape(shape + (len(ks),))
 
     if rho is not None:  # the solver's values read first: fixed in the store (RhoStar.refreshed)
