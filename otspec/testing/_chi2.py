@@ -209,6 +209,13 @@ def chi2_gof(counts, law, *, alpha_fail: float = 1e-4, min_expected: float = MIN
     count is below ``min_expected``, the smallest tested cells into it too
     (a pooled cell of smaller expected count gives the statistic a heavier
     tail than :math:`\chi^2`: a false-failure rate above ``alpha_fail``).
+    Where that growth would leave a single cell (one cell of expected count
+    at least ``min_expected`` beside a rest of mass :math:`r` with
+    :math:`N r <` ``min_expected``), the two groups are tested instead by the
+    exact two-sided binomial test of the rest's count against
+    :math:`\mathrm{Bin}(N, r)` (``dof`` 1, ``statistic`` Pearson's of the
+    two groups): a false-failure rate at most ``alpha_fail`` without the
+    :math:`\chi^2` approximation.
     Any draw on a cell of probability zero fails the test outright.
 
     Parameters
@@ -230,8 +237,8 @@ def chi2_gof(counts, law, *, alpha_fail: float = 1e-4, min_expected: float = MIN
     ------
     ValueError
         Shapes differ, counts are negative, or there are too few samples
-        (fewer than two pooled cells with expected count >= ``min_expected``
-        while the law has at least two cells of positive probability).
+        (no cell with expected count >= ``min_expected`` while the law has at
+        least two cells of positive probability).
 
     Examples
     --------
@@ -264,6 +271,20 @@ def chi2_gof(counts, law, *, alpha_fail: float = 1e-4, min_expected: float = MIN
     N = int(c.sum())
     validate_positive_int(N, "sum(counts)")
     stat, dof, n_cells, outside, _ = _pearson(c, law_, min_expected)
+    if dof == 0 and np.count_nonzero(_pool_mask(law_, N, min_expected)) == 1 and np.count_nonzero(law_ > 0) >= 2:
+        # one cell of expected count >= min_expected and a rest below it: the grown pooling left one cell; the two
+        # groups by the exact binomial test of the rest's count (no chi-square approximation to lose the rate)
+        rest = (law_ > 0) & ~_pool_mask(law_, N, min_expected)
+        r = float(law_[rest].sum())
+        hits = int(c[rest].sum())
+        n = N - outside
+        if n == 0:
+            return GofResult(0.0, 1, 1.0, False, 2, outside)
+        e = np.array([n * (1.0 - r), n * r])
+        o = np.array([n - hits, hits], dtype=np.float64)
+        stat = float(np.sum((o - e) ** 2 / e))
+        pvalue = float(stats.binomtest(hits, n, r).pvalue)
+        return GofResult(stat, 1, pvalue, bool(pvalue > alpha_fail and outside == 0), 2, outside)
     if dof == 0:
         if np.count_nonzero(law_ > 0) >= 2:
             raise ValueError(
