@@ -22,7 +22,7 @@ from . import _validation_kernel as _LK
 from ._validation import NEGLIGIBLE, SIMPLEX_TOL, first_bad_row, number_text, validate_bool, validate_k
 
 __all__ = ["namespace", "is_batched_input", "validate_batch_pair", "parse_ks", "int_power", "take_along_last",
-           "copy_of"]
+           "copy_of", "to_host"]
 
 #: Largest number of elements of one batched input (each of ``p``, ``q``): a
 #: few float64 temporaries of this size are allocated (about 1 GB at the limit).
@@ -40,6 +40,18 @@ def copy_of(x, xp):
     """A copy of the array ``x`` of namespace ``xp``, which may be the ``numpy`` module itself (numpy 1.26's
     ``asarray`` takes no ``copy=``: ``np.array`` copies on every numpy; a tensor keeps its one copy op)."""
     return np.array(x, copy=True) if xp is np else xp.asarray(x, copy=True)
+
+
+def to_host(x) -> np.ndarray:
+    """``x`` as a numpy array in host memory: itself for numpy, a zero-copy view of a CPU tensor, a copy of a
+    device array (a tensor that requires grad detached first)."""
+    if isinstance(x, np.ndarray):
+        return x
+    import array_api_compat
+
+    if array_api_compat.is_torch_array(x):
+        return x.detach().cpu().numpy()
+    return np.asarray(array_api_compat.to_device(x, "cpu"))
 
 
 def is_batched_input(x) -> bool:

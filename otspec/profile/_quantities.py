@@ -37,7 +37,7 @@ import weakref
 import array_api_compat
 import numpy as np
 
-from .._array import namespace
+from .._array import namespace, to_host
 from .._registry import get_verifier
 from .._validation import NEGLIGIBLE
 from ..block._weights import chains_lost, path_weight_rows
@@ -61,18 +61,6 @@ __all__ = ["Builds", "drop_null_columns", "depth_quantities", "expected_accepted
            "block_path_laws_stack", "to_host", "text_probs", "text_probs_where", "tokens_like",
            "prefill_batched", "acc_part", "reach_part",
            "read_parts", "support_to_host", "support_part", "support_parts", "support_width", "needs_host"]
-
-
-def to_host(x) -> np.ndarray:
-    """``x`` as a numpy array in host memory: itself for numpy, a zero-copy view of a CPU tensor, a copy of a
-    device array."""
-    if isinstance(x, np.ndarray):
-        return x
-    import array_api_compat
-
-    if array_api_compat.is_torch_array(x):
-        return x.detach().cpu().numpy()
-    return np.asarray(array_api_compat.to_device(x, "cpu"))
 
 
 def tokens_like(laws, y) -> object:

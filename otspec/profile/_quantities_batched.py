@@ -31,6 +31,7 @@ import weakref
 
 import numpy as np
 
+from .._array import to_host
 from ..decoding._tree_device import ranked_rows_t
 from ..lossy._mentored import _LOG_BIG
 from ..lossy._typical import VLLM_DEFAULTS
@@ -637,7 +638,7 @@ class RhoStar:
     def _k_rows(self, n: int) -> np.ndarray:
         """Every row's number of drafts (host float64)."""
         k = self._solved[2]
-        return _host(self._solved[1]).reshape(-1) if isinstance(k, tuple) else np.full(n, float(k))
+        return to_host(self._solved[1]).reshape(-1) if isinstance(k, tuple) else np.full(n, float(k))
 
     def _check(self, beta_host: np.ndarray) -> None:
         xp = self.xp
@@ -652,8 +653,8 @@ class RhoStar:
         S, kf, k, rho, E = self._solved
         dev = _device(rho)
         at = xp.asarray(cand, device=dev)
-        P2, Q2 = _host(_take(S["P2"], at, xp, 0)), _host(_take(S["Q2"], at, xp, 0))
-        r0 = _host(_take(rho, at, xp, 0)).reshape(-1, 1)
+        P2, Q2 = to_host(_take(S["P2"], at, xp, 0)), to_host(_take(S["Q2"], at, xp, 0))
+        r0 = to_host(_take(rho, at, xp, 0)).reshape(-1, 1)
         kc = k_rows[cand].reshape(-1, 1)
         r1 = _tiny_beta_rows(P2, Q2, r0, (kc, None) if isinstance(k, tuple) else k, kc)
         moved = np.flatnonzero(r1[:, 0] != r0[:, 0])
@@ -679,7 +680,7 @@ class RhoStar:
 
         def put(vals):
             if self.fixed:
-                vals = _host(compute()).reshape(vals.shape)
+                vals = to_host(compute()).reshape(vals.shape)
             store(vals if host_fix is None else host_fix(vals))
         return put
 
@@ -687,13 +688,6 @@ class RhoStar:
         """Block ``i``'s ``(rho, E(rho))`` (solving first if not yet solved)."""
         self.solve()
         return self.got[i]
-
-
-def _host(x) -> np.ndarray:
-    """``x`` in host memory, float64 or int as it is (a numpy array as it is)."""
-    if isinstance(x, np.ndarray):
-        return x
-    return np.asarray(x.cpu() if hasattr(x, "cpu") else x)
 
 
 def _put_rows(A, at, vals, xp):

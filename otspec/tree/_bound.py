@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _validation_kernel as _LK
-from .._array import copy_of, namespace
+from .._array import copy_of, namespace, to_host
 from .._validation import SIMPLEX_TOL, law_total_accepts, validate_positive_int
 from ..models import checked_tables, next_law, validate_model_pair, validate_sequence
 from . import _bound_kernels as _K
@@ -213,15 +213,6 @@ def _xp(X):
     return np if isinstance(X, np.ndarray) else namespace(X)
 
 
-def _host(X) -> np.ndarray:
-    """A small array of any library as a numpy array (candidates' values, per-row sums)."""
-    if isinstance(X, np.ndarray):
-        return X
-    import array_api_compat
-
-    return np.asarray(array_api_compat.to_device(X, "cpu"))
-
-
 def _as_laws(X, xp):
     """float64 laws in the namespace ``xp`` (numpy arrays as given; tensors converted on their device)."""
     if xp is np:
@@ -233,7 +224,7 @@ def _count_positive(X, xp) -> np.ndarray:
     """The number of positive entries of each row of ``X``, host int64 (numpy without an integer temporary)."""
     if xp is np:
         return np.count_nonzero(X > 0, axis=1).astype(np.int64)
-    return _host(xp.sum(xp.astype(X > 0, xp.int64), axis=1)).astype(np.int64)
+    return to_host(xp.sum(xp.astype(X > 0, xp.int64), axis=1)).astype(np.int64)
 
 
 def _clip1(X, xp):
@@ -524,7 +515,7 @@ class _DrawLaws:
         small = [i for i, n in enumerate(support) if math.perm(int(n), need) * V <= limit]
         self.small = {}
         if small:
-            rows = _host(P[xp.asarray(small, device=_device(P))] if xp is not np else P[small])
+            rows = to_host(P[xp.asarray(small, device=_device(P))] if xp is not np else P[small])
             for i, row in zip(small, rows):
                 self.small[i] = _wor_rank_laws(row, self.ranks, V)
         self.n_big = m - len(small)
@@ -535,7 +526,7 @@ class _DrawLaws:
         self.kk = [-1] * len(self.ranks)
         if need > 2 and self.n_big and race:
             big = [i for i in range(m) if i not in self.small]
-            self.race = _Race(np.ascontiguousarray(_host(P), dtype=np.float64), [r for r in self.ranks if r >= 2], big)
+            self.race = _Race(np.ascontiguousarray(to_host(P), dtype=np.float64), [r for r in self.ranks if r >= 2], big)
             self.kk = [self.race.ranks.index(r) if r >= 2 else -1 for r in self.ranks]
             self.exact = bool(np.all(self.race.ok[big]))
             if xp is not np:
@@ -629,7 +620,7 @@ class _DrawLaws:
             if not bool(xp.any(gt)):
                 break
             d = d + (gt if xp is np else xp.astype(gt, xp.int64))
-        top = int(d.max(initial=0)) if xp is np else int(_host(xp.max(d)))
+        top = int(d.max(initial=0)) if xp is np else int(to_host(xp.max(d)))
         pw, masked = xp.ones_like(Pb), []
         for n in range(1, min(top, _K.DCAP) + 1):                  # x^n, 0 above an entry's degree
             pw = pw * x
@@ -696,7 +687,7 @@ class _DrawLaws:
         if self.fused:
             return self._fused_at(k, rows, cols)
         law = self.kept[k] if k in self.kept else self.law(k)
-        return _host(_gather(law, rows, cols, self.xp))
+        return to_host(_gather(law, rows, cols, self.xp))
 
     def tails(self) -> np.ndarray:
         """``(m, need)``: the mass outside the ``r`` most likely tokens per row, ``r < need`` (the ``_tails``
@@ -863,8 +854,8 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
                                         keep_draws=more)
     low = xp.minimum(Qc, pi)
     caps = {d: xp.minimum(Qc, v) for d, v in md.items()}
-    exact = _host(xp.sum(low, axis=1))
-    S = {d: _host(xp.sum(c, axis=1)) for d, c in caps.items()}
+    exact = to_host(xp.sum(low, axis=1))
+    S = {d: to_host(xp.sum(c, axis=1)) for d, c in caps.items()}
     for i, u in enumerate(frontier):
         u.exact = float(exact[i])
         u.S = {d: float(S[d][i]) for d in S}
@@ -874,9 +865,9 @@ def _expand(slots: _Slots, process: str, frontier: list, Pl, Ql, keep: int):
     _set_rest(frontier, _rest_sums(caps, r, x, xp) if r.size else S)
     if r.size == 0:
         return None, pi_exact, dropped
-    cand = dict(pr=_host(_gather(low, r, x, xp)), owner=[frontier[i] for i in r.tolist()], x=x,
-                Q=_host(_gather(Qc, r, x, xp)), pi=_host(_gather(pi, r, x, xp)), p=_host(_gather(Pl, r, x, xp)),
-                caps={d: _host(_gather(c, r, x, xp)) for d, c in caps.items()},
+    cand = dict(pr=to_host(_gather(low, r, x, xp)), owner=[frontier[i] for i in r.tolist()], x=x,
+                Q=to_host(_gather(Qc, r, x, xp)), pi=to_host(_gather(pi, r, x, xp)), p=to_host(_gather(Pl, r, x, xp)),
+                caps={d: to_host(_gather(c, r, x, xp)) for d, c in caps.items()},
                 dr=None if draws is None else np.stack([draws.at(k, r, x) for k in range(len(ranks))]))
     return cand, pi_exact, dropped
 
@@ -896,7 +887,7 @@ def _rest_sums(caps: dict, r: np.ndarray, x: np.ndarray, xp) -> dict:
     keep = xp.ones(some.shape, dtype=xp.bool, device=dev)
     keep[xp.asarray(r, device=dev), xp.asarray(x, device=dev)] = False
     zero = xp.zeros((), dtype=some.dtype, device=dev)
-    return {d: _host(xp.sum(xp.where(keep, c, zero), axis=1)) for d, c in caps.items()}
+    return {d: to_host(xp.sum(xp.where(keep, c, zero), axis=1)) for d, c in caps.items()}
 
 
 def _set_rest(frontier: list, rest: dict) -> None:
@@ -1927,8 +1918,8 @@ def _top_per_row(low, keep: int, xp, owners=None):
         rows, cols = np.nonzero(pos)
         vals = low[rows, cols]
     else:
-        rows, cols = (_host(v).astype(np.int64) for v in xp.nonzero(pos))
-        vals = _host(low[pos])
+        rows, cols = (to_host(v).astype(np.int64) for v in xp.nonzero(pos))
+        vals = to_host(low[pos])
     order = np.lexsort((cols, -_order_key(vals), rows))
     rows, cols = rows[order], cols[order]
     within = np.arange(rows.size) - np.searchsorted(rows, rows, side="left")
@@ -2004,7 +1995,7 @@ def _child_pi(slots: _Slots, process: str, A: np.ndarray, s_all: np.ndarray, Pl,
     need = slots.need[j]
     support = _count_positive(Pl, xp)
     for i in np.flatnonzero(support < need).tolist():
-        raise _support_error("wor", need, paths[i], _host(Pl[i]))
+        raise _support_error("wor", need, paths[i], to_host(Pl[i]))
     draws = _DrawLaws(Pl, ranks, xp, fused=True, race=_WOR_RACE)
     W = A @ C                                                # (m, R)
     coef = {d: A @ beta[d] for d in depths}                  # depth-d slots below each child of each rank

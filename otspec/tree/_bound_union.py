@@ -26,8 +26,9 @@ import math
 
 import numpy as np
 
+from .._array import to_host
 from . import _bound
-from ._bound import TreeBound, _block, _child_pi, _DrawLaws, _host, _sampled, _Slots
+from ._bound import TreeBound, _block, _child_pi, _DrawLaws, _sampled, _Slots
 from ._process import _wor_enumeration
 
 __all__ = ["union_bound"]
@@ -108,15 +109,15 @@ class _Rows:
 
     def add(self, frontier, Pl, Ql, cand) -> None:
         """Reduce one block of rows (prefixes of one depth; laws as the expansion read them)."""
-        P = np.asarray(_host(_block(Pl)), dtype=np.float64)
-        Qb = np.asarray(_host(_block(Ql)), dtype=np.float64)
+        P = np.asarray(to_host(_block(Pl)), dtype=np.float64)
+        Qb = np.asarray(to_host(_block(Ql)), dtype=np.float64)
         m, V = P.shape
         if self.V is None:
             self.V, self.exact = V, V <= _EXACT_KEYS_V
         j = len(frontier[0].path)
         A = np.stack([u.A for u in frontier])
         s_all = np.array([u.s for u in frontier], dtype=np.float64).reshape(m, j)
-        pi = np.asarray(_host(_child_pi(self.slots, self.process, A, s_all, P, [u.path for u in frontier])[0]))
+        pi = np.asarray(to_host(_child_pi(self.slots, self.process, A, s_all, P, [u.path for u in frontier])[0]))
         Qc = np.array([u.Q for u in frontier])[:, None] * Qb
         Pc = np.prod(s_all, axis=1)[:, None] * P
         keys = np.stack([_keys(pi, Qc), _keys(Pc, Qc)])                 # (2, m, V): pi / Q and P / Q
