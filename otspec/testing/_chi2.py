@@ -271,10 +271,11 @@ def chi2_gof(counts, law, *, alpha_fail: float = 1e-4, min_expected: float = MIN
     N = int(c.sum())
     validate_positive_int(N, "sum(counts)")
     stat, dof, n_cells, outside, _ = _pearson(c, law_, min_expected)
-    if dof == 0 and np.count_nonzero(_pool_mask(law_, N, min_expected)) == 1 and np.count_nonzero(law_ > 0) >= 2:
+    big = _pool_mask(law_, N, min_expected)
+    rest = (law_ > 0) & ~big
+    if dof == 0 and np.count_nonzero(big) == 1 and np.any(rest):
         # one cell of expected count >= min_expected and a rest below it: the grown pooling left one cell; the two
         # groups by the exact binomial test of the rest's count (no chi-square approximation to lose the rate)
-        rest = (law_ > 0) & ~_pool_mask(law_, N, min_expected)
         r = float(law_[rest].sum())
         hits = int(c[rest].sum())
         n = N - outside
