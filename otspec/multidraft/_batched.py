@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from .._array import parse_ks, validate_batch_pair
+from .._array import namespace, parse_ks, validate_batch_pair
 from ._kseq import _rho_star_exact
 
 __all__ = ["batched_maximal_coupling_acceptance", "batched_kseq_rho_star", "batched_kseq_acceptance"]
@@ -463,12 +463,7 @@ def _tiny_beta_rows(P2, Q2, rho, k, kf):
     ``q = [0, 1 - 1.5e-7, 1.5e-7]``, ``k = 2``). Elsewhere (every row of laws that overlap by more than about
     :math:`(k + 1) / 256`) the values are unchanged, bit for bit. Host arrays only; a device's flagged rows take
     :func:`_root_rows`' second search in the :math:`c(\beta) - \rho` form instead (no read to the host)."""
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        qr = Q2 / rho
-        beta = np.minimum(P2, qr).sum(axis=-1, keepdims=True)
-        D = np.clip(Q2 - rho * P2, 0.0, None).sum(axis=-1, keepdims=True)
-        E = np.clip(P2 - qr, 0.0, None).sum(axis=-1, keepdims=True)
-        bad = ~(D + kf * E**kf <= _TINY_BETA_ULPS * rho * beta)
+    bad = _tiny_beta_flags(P2, Q2, rho, kf, namespace(P2))
     rows = np.flatnonzero(bad[:, 0])
     if rows.size == 0:
         return rho
