@@ -89,6 +89,23 @@ def build_pair(shape: Shape, device: str, seed: int = 0):
     return draft, target
 
 
+def _split(sc, name: str, g, s, c) -> str:
+    """One line: a scheme's predicted tokens per call and seconds per iteration (prediction (a): the timed step; (b):
+    the calibrated forward passes) beside the decodes' (seconds per token times tokens per call)."""
+    if isinstance(sc, str):
+        tpc = s.trees.tokens_per_call[sc].value
+        it_a = float("nan")
+        it_b = s.trees.seconds.get(sc, float("nan"))
+    else:
+        f, k, L = sc
+        tpc = s.tokens_per_call[sc].value
+        it_a, it_b = c.decoder_iteration(f, k, L), c.iteration(k, L)
+    return (f"#   {name}: tokens per call predicted {tpc:.3f}, measured {g.tokens_per_call:.3f}; ms per iteration "
+            f"predicted (a) {1e3 * it_a:.3f}, forward passes (b) {1e3 * it_b:.3f}, measured "
+            f"{1e3 * g.seconds_per_token * g.tokens_per_call:.3f}; plain ms per token measured "
+            f"{1e3 * g.plain_seconds_per_token:.3f}")
+
+
 def _row(cells, widths=(44, 11, 9, 20, 14, 10, 11)):
     print(" | ".join(str(c).rjust(w) for c, w in zip(cells, widths)), flush=True)
 
@@ -353,6 +370,8 @@ def main(argv=None) -> int:
     plain_ms = [1e3 * c.plain]
 
     def decoders():
+        parts = [f"# plain decoding: predicted (a) {1e3 * c.decoder_plain:.3f} ms per token (forward {1e3 * c.plain:.3f}"
+                 f" + beyond it {1e3 * c.overhead_plain:.3f}), measured in the decodes below"]
         got = check_decodes(draft, target, prompts, schemes, ProfileSettings(**settings), rounds=plan["rounds"],
                             max_new_tokens=plan["decode_tokens"], seed=args.seed)
         first = next(iter(got.values()))
@@ -366,7 +385,10 @@ def main(argv=None) -> int:
             rows.append((f"otspec {name}{tag}", 1e3 * g.seconds_per_token, g.seconds_per_token / (plain_ms[0] / 1e3),
                          f"{a.value:.2f} [{a.lo:.2f}, {a.hi:.2f}]", f"{b.value:.2f}", f"{g.speedup:.2f}",
                          f"{g.outside_share:.2f}"))
+            parts.append(_split(sc, name, g, s, c))
         flush()
+        for line in parts:  # where a prediction and its measurement part: tokens per call and seconds per iteration
+            print(line, flush=True)
 
     parts = [("decoders", decoders),
              ("profile overhead", lambda: _profile_overhead(draft, target, prompts, overhead_positions, args.keep)),
