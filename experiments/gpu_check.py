@@ -20,6 +20,7 @@ final norm and its output head), then, printing each part of the table as soon a
     python experiments/gpu_check.py --tiny               # a tiny shape on the CPU, well under a minute
     python experiments/gpu_check.py --shape llama-3.2-1b --device cuda --budget-s 330
     python experiments/gpu_check.py --profile-only       # the forward passes and the profile's own work alone
+    python experiments/gpu_check.py --budget-s 60 --rounds 3 --seed 1   # the decoders' part only, three rounds
 
 The default run on one H100 is sized for about 6 minutes; ``--budget-s`` stops starting new parts once it
 is spent (the parts already printed stand). The load average and the device are printed with the table.
@@ -287,6 +288,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default=None, help="torch device (default cuda, or cpu with --tiny)")
     ap.add_argument("--budget-s", type=float, default=330.0, help="start no new part after this many seconds")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=None, help="counted rounds of the decoders' part (default: the plan's)")
     ap.add_argument("--keep", default=None, help="a folder where the profile-overhead part's two profiles stay")
     ap.add_argument("--positions", type=int, default=None,
                     help="positions per prompt of the profile-overhead part (default the plan's: 16, or 4 with --tiny); "
@@ -296,6 +298,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if not (np.isfinite(args.budget_s) and args.budget_s >= 0):
         ap.error(f"--budget-s must be a finite number of seconds >= 0, got {args.budget_s}")
+    if args.rounds is not None and args.rounds < 1:
+        ap.error(f"--rounds must be at least 1, got {args.rounds}")
     if args.positions is not None and args.positions < 1:
         ap.error(f"--positions must be at least 1, got {args.positions}")
     import torch
@@ -372,7 +376,7 @@ def main(argv=None) -> int:
     def decoders():
         parts = [f"# plain decoding: predicted (a) {1e3 * c.decoder_plain:.3f} ms per token (forward {1e3 * c.plain:.3f}"
                  f" + beyond it {1e3 * c.overhead_plain:.3f}), measured in the decodes below"]
-        got = check_decodes(draft, target, prompts, schemes, ProfileSettings(**settings), rounds=plan["rounds"],
+        got = check_decodes(draft, target, prompts, schemes, ProfileSettings(**settings), rounds=args.rounds or plan["rounds"],
                             max_new_tokens=plan["decode_tokens"], seed=args.seed)
         first = next(iter(got.values()))
         plain_ms[0] = 1e3 * first.plain_seconds_per_token
@@ -389,6 +393,10 @@ def main(argv=None) -> int:
         flush()
         for line in parts:  # where a prediction and its measurement part: tokens per call and seconds per iteration
             print(line, flush=True)
+        steps = {key: v for key, v in c.samples.items() if str(key[0]).startswith("step:")}
+        print("# the calibration's timed steps, ms per iteration (plain: per token), every repetition: "
+              + "; ".join(f"{n[5:]} {k}x{m} " + ",".join(f"{1e3 * x:.2f}" for x in v)
+                          for (n, k, m), v in sorted(steps.items(), key=str)), flush=True)
 
     parts = [("decoders", decoders),
              ("profile overhead", lambda: _profile_overhead(draft, target, prompts, overhead_positions, args.keep)),
