@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_check import Shape, check_device_arg, device_card  # noqa: E402
+from gpu_check import Shape, check_device_arg, device_card, llama_config  # noqa: E402
 
 #: The stated target: the bound within 10 % of the target forward that scores the tree.
 TARGET = 0.10
@@ -107,15 +107,12 @@ def build_pair(shape: Shape, device, dtype: str, seed: int = 0):
     :data:`otspec.decoding.real.DEFAULT_KEEP` for SmolLM2's 30 layers and 24 draft layers, else the first
     ``draft_layers``)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from otspec.decoding import layer_skip_draft
     from otspec.decoding.real import DEFAULT_KEEP
 
-    cfg = LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                      num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                      num_key_value_heads=shape.kv_heads, max_position_embeddings=8192, tie_word_embeddings=True,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg = llama_config(shape, tie=True)
     torch.manual_seed(seed)
     with torch.device(device):
         target = LlamaForCausalLM(cfg).to(getattr(torch, dtype)).eval()
@@ -149,7 +146,6 @@ def run_table(B, bench, shape_tree, draft, target, ctx, device, process: str, pl
     """One table: the forward, the bound on the models, on the laws as tensors on ``device`` and as arrays on the
     host, timed in interleaved rounds; rows printed as measured. Returns the values and the largest relative
     difference of the routes from the models' run."""
-    import torch
 
     from otspec._timing import synchronize, timed_rounds
     from otspec.tree import bound
@@ -159,7 +155,6 @@ def run_table(B, bench, shape_tree, draft, target, ctx, device, process: str, pl
     def with_models():
         return bound(shape_tree, draft, target, process=process, prefix=ctx, budget=budget, batch=batch)
 
-    rec = {}
     got = {}
 
     def recorded():
@@ -243,10 +238,10 @@ def main(argv=None) -> int:
     if args.threads < 1:
         ap.error(f"--threads must be at least 1, got {args.threads}")
     t_start = time.perf_counter()
+    import bench_tree_bound as bench
     import torch
     import transformers
 
-    import bench_tree_bound as bench
     import otspec.tree._bound as B
     import otspec.tree._bound_kernels as K
     from otspec.decoding import HFCausalLM
