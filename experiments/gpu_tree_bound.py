@@ -1,8 +1,8 @@
 """The tree bound against the target forward that scores the tree, on a device: one table, from a random-weight pair.
 
-The issue target: ``otspec.tree.bound(shape, draft, target, process=..., budget=256)`` on the 64-node tree
-``TreeShape.branching(8, 7)`` at ``V = 49,152`` costs at most 0.10 of the target forward that scores that tree.
-The SmolLM2 weights do not travel to a lent device, so this script builds a random-weight pair of
+The target (docs/perf/trees.rst): ``otspec.tree.bound(shape, draft, target, process=..., budget=256)`` on the
+64-node tree ``TreeShape.branching(8, 7)`` at ``V = 49,152`` costs at most 0.10 of the target forward that scores
+that tree. The SmolLM2 weights do not travel to a lent device, so this script builds a random-weight pair of
 SmolLM2-135M-Instruct's shape there (no download: ``transformers.LlamaForCausalLM(config)``; hidden size 576,
 30 layers, 9 heads, 3 key-value heads, intermediate size 1536, ``V = 49,152``, tied embeddings as SmolLM2 has;
 the draft the target with the layers of :data:`otspec.decoding.real.DEFAULT_KEEP` kept, 24 of 30, built by
