@@ -122,3 +122,14 @@ def test_bad_arguments_are_refused(capsys):
     if not torch.cuda.is_available():
         assert G.main(["--device", "cuda"]) == 2
         assert "torch sees no CUDA device" in capsys.readouterr().err
+
+
+def test_a_spent_budget_starts_no_table(capsys):
+    threads = torch.get_num_threads()
+    try:
+        assert G.main(["--tiny", "--budget-s", "0"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "# budget spent (0 s): skipped iid T=1, wor T=1, iid T=0.08, wor T=0.08" in out
+    assert "bound, laws as" not in out and "# total" in out and "# pair built" in out
