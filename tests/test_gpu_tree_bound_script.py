@@ -133,3 +133,23 @@ def test_a_spent_budget_starts_no_table(capsys):
     out = capsys.readouterr().out
     assert "# budget spent (0 s): skipped iid T=1, wor T=1, iid T=0.08, wor T=0.08" in out
     assert "bound, laws as" not in out and "# total" in out and "# pair built" in out
+
+
+def test_a_failing_table_is_reported_and_the_others_still_run(capsys, monkeypatch):
+    ran = []
+
+    def run_table(*args):
+        ran.append((args[7], args[9]))
+        if len(ran) == 1:
+            raise RuntimeError("a table that failed")
+        return {"rel": 0.0}
+
+    monkeypatch.setattr(G, "run_table", run_table)
+    threads = torch.get_num_threads()
+    try:
+        assert G.main(["--tiny"]) == 1                # a failed table: exit status 1
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert ran == [("iid", 1.0), ("wor", 1.0), ("iid", 0.08), ("wor", 0.08)]
+    assert "# part 'iid T=1' failed:" in out and "RuntimeError: a table that failed" in out
