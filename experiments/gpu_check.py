@@ -69,16 +69,23 @@ PLANS = {
 }
 
 
+def llama_config(shape: Shape, *, tie: bool = False):
+    """The ``transformers.LlamaConfig`` of the target of ``shape`` (output head tied to the embedding with ``tie``)."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
+                       num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
+                       num_key_value_heads=shape.kv_heads, max_position_embeddings=4096,
+                       tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
 def build_pair(shape: Shape, device: str, seed: int = 0):
     """The random-weight ``(draft, target)`` transformers models of ``shape`` on ``device``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     dtype = getattr(torch, shape.dtype)
-    cfg = LlamaConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, intermediate_size=shape.intermediate,
-                      num_hidden_layers=shape.layers, num_attention_heads=shape.heads,
-                      num_key_value_heads=shape.kv_heads, max_position_embeddings=4096, tie_word_embeddings=False,
-                      bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg = llama_config(shape)
     torch.manual_seed(seed)
     with torch.device(device):
         target = LlamaForCausalLM(cfg).to(dtype).eval()
