@@ -73,10 +73,10 @@ def _spiky(rng, n, where):
        edges=st.booleans(), ties=st.booleans())
 def test_head_insert_is_the_sorted_head(b, Kh, seed, edges, ties):
     """The head after each of two blocks (the second starting from the first's head and threshold) is the sorted
-    head of every column so far, to the bit: values, ids (ties by lower id), count and threshold. Fails where a chunk's count uses the
-    threshold as it rises (entries counted above the start's value but left uncounted by the walk: the walk then
-    stops early or runs past the chunk), where the block's last partial chunk is not walked, or where an entry at
-    a chunk's first or last column is skipped (the spikes sit there with ``edges``)."""
+    head of every column so far, to the bit: values, ids (ties by lower id), count and threshold. Fails where the
+    walk stops on the threshold as it rises (entries counted above the chunk's starting value but not counted off
+    by the walk: it then runs past the chunk), where the block's last partial chunk is not walked, or where an
+    entry at a chunk's first or last column is skipped (the spikes sit there with ``edges``)."""
     rng = np.random.default_rng(seed)
     blocks = []
     for _ in range(2):
