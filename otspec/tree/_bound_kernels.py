@@ -66,7 +66,8 @@ DECIDE_FROM = 2.0**-900
 #: Whole blocks whose power sums :func:`wor_row_sums` forms in one sweep (:func:`moments_group`).
 GROUP = 4
 #: Columns of a group that :func:`moments_group` gathers large tokens from only where one of them is large (a
-#: divisor of ``GROUP * BLOCK``).
+#: divisor of ``GROUP * BLOCK``); likewise the columns of a block that :func:`head_insert` and
+#: :func:`wor_row_last` walk one by one only where a vectorised count found an entry to take.
 CHUNK = 64
 #: Taylor terms of the race's tail evaluated for a whole block (an entry that needs more continues on its own).
 DCAP = 4
@@ -631,21 +632,33 @@ def head_insert(pb, v0, b, K, hv, hi, c, thr):
     r"""Insert the entries of the block ``pb`` (columns ``v0 .. v0 + b``) above ``thr`` into the running head
     ``hv``/``hi`` (``K + 1`` places, decreasing, ties by lower id: an entry enters after the equal ones already
     there) of ``c`` entries so far; ``(c, thr)`` after the block (``thr`` the ``(K + 1)``-th value once the head
-    is full, else 0)."""
-    for v in range(b):
-        x = pb[v]
-        if x > thr:
-            pos = c if c <= K else K
-            while pos > 0 and hv[pos - 1] < x:
-                hv[pos] = hv[pos - 1]
-                hi[pos] = hi[pos - 1]
-                pos -= 1
-            hv[pos] = x
-            hi[pos] = v0 + v
-            if c <= K:
-                c += 1
-            if c == K + 1:
-                thr = hv[K]
+    is full, else 0). The threshold only rises, so an entry not above its value at the start of a chunk of
+    :data:`CHUNK` columns never enters: each chunk's entries above it are counted in a vectorised sweep and the
+    chunk is walked, in column order, only up to its last one (the same insertions in the same order as a walk of
+    every column)."""
+    for c0 in range(0, b, CHUNK):
+        e = min(c0 + CHUNK, b)
+        thr0 = thr
+        nc = 0
+        for v in range(c0, e):                  # the chunk's entries above the threshold at its start (it only rises)
+            nc += 1 if pb[v] > thr0 else 0
+        v = c0
+        while nc > 0:                           # up to the chunk's last one
+            x = pb[v]
+            nc -= 1 if x > thr0 else 0
+            if x > thr:
+                pos = c if c <= K else K
+                while pos > 0 and hv[pos - 1] < x:
+                    hv[pos] = hv[pos - 1]
+                    hi[pos] = hi[pos - 1]
+                    pos -= 1
+                hv[pos] = x
+                hi[pos] = v0 + v
+                if c <= K:
+                    c += 1
+                if c == K + 1:
+                    thr = hv[K]
+            v += 1
     return c, thr
 
 
@@ -849,7 +862,9 @@ def wor_row_last(p, q, Qu, dW, idx, out, ck=None, hs=None, hi=None):
     p_x)^n))`, concave in :math:`p_x` and 0 at 0, hence :math:`\pi_x \ge c\, p_x` for :math:`p_x \le`
     :data:`SLOPE_AT` with ``c`` its slope there (less a margin of 1e-9, far above the race's error). Entries with
     :math:`p_x \le` :data:`SLOPE_AT` and :math:`Q_u q_x \le c\, p_x` give :math:`Q_u q_x`, summed over
-    :data:`BLOCK` lanes into ``out[2]``; ``out[0]`` the support (entries > 0), ``out[1]`` = ``n``.
+    :data:`BLOCK` lanes into ``out[2]``; ``out[0]`` the support (entries > 0), ``out[1]`` = ``n``. A block with
+    entries left by the slope is walked column by column only in its chunks of :data:`CHUNK` columns that hold one
+    (counted in a vectorised sweep), up to the chunk's last one: the same columns in the same order.
 
     With ``ck`` (:func:`check_scratch`; None: no check) both rows are also checked as laws in the same pass, each
     block after its sweeps (:func:`check_block`; every entry of both rows is read here), the totals in its last two
@@ -901,19 +916,29 @@ def wor_row_last(p, q, Qu, dW, idx, out, ck=None, hs=None, hi=None):
                 Lt[v] += x / den if den > 0.0 else 0.0
             if nh > 0:
                 hc, thr = head_insert(pb, v0, b, Kh, hv, hi, hc, thr)
-        if m > 0:
-            for v in range(b):
-                x = pb[v]
-                if x > P:                           # a large entry: the lower bound itself
-                    y = qc[v]
-                    if y <= wor_lower(dW, x) * (1.0 - 1e-9):
-                        Lq[v] += y
-                        continue
-                    idx[n] = v0 + v
-                    n += 1
-                elif qc[v] > c * x:
-                    idx[n] = v0 + v
-                    n += 1
+        if m > 0:                               # the block's undecided entries, in the chunks that hold one
+            for c0 in range(0, b, CHUNK):
+                e = min(c0 + CHUNK, b)
+                nc = 0
+                for v in range(c0, e):          # counted in a vectorised sweep (the first sweep's test)
+                    x = pb[v]
+                    nc += 1 if ((x > P) | (qc[v] > c * x)) else 0
+                v = c0
+                while nc > 0:                   # up to the chunk's last one
+                    x = pb[v]
+                    if x > P:                       # a large entry: the lower bound itself
+                        nc -= 1
+                        y = qc[v]
+                        if y <= wor_lower(dW, x) * (1.0 - 1e-9):
+                            Lq[v] += y
+                        else:
+                            idx[n] = v0 + v
+                            n += 1
+                    elif qc[v] > c * x:
+                        nc -= 1
+                        idx[n] = v0 + v
+                        n += 1
+                    v += 1
         if ck is not None:
             check_block(pb, qb, b, ck)
     if ck is not None:
