@@ -19,6 +19,10 @@ kept its bits. Regenerated on AVX2 again after k-Seq's acceptances below 1/2 bec
 ``1 - (1 - beta)^k`` from ``beta(rho*)`` (only those rows moved, each by at most 6.9 ulps; the form checked against
 mpmath in tests/test_profile_kseq_tiny_beta_dm.py); the AVX-512 digests of the walks that moved set to None, to
 be retaken on such a machine.
+Regenerated on AVX2 again after k-Seq's ``k = 1`` acceptance below 1/2 became the sum of ``min(p, q)`` itself, where
+``1 - E`` cancelled (every walk has such rows; only those moved, by at most 5 ulps in the walks compared row by row;
+the form checked against ``math.fsum`` in tests/test_profile_kseq_one_draft_dq.py); the AVX-512 digests of every walk
+set to None, to be retaken on such a machine.
 
 Regenerate the digests (only from a checkout whose rows are the reference)::
 
@@ -132,7 +136,8 @@ def wanted(digests: dict, walk) -> dict:
     machine's digests were taken, to be retaken on such a machine (k-Seq's acceptances below 1/2, now the accepted
     mass ``1 - (1 - beta)^k`` by ``log1p``/``expm1`` from ``beta(rho*)`` where ``1 - E^k`` was formed: on AVX2 only
     those rows moved, 0 to 19 a walk, each by at most 6.9 ulps; tests/test_profile_kseq_tiny_beta_dm.py checks them
-    against mpmath)."""
+    against mpmath; then k-Seq's ``k = 1`` acceptances below 1/2, now the sum of ``min(p, q)`` where ``1 - E`` was
+    formed: tests/test_profile_kseq_one_draft_dq.py)."""
     got = digests[_key(walk)]
     if got is None:
         pytest.skip(f"{_key(walk)}: to be retaken on {digests['machine']!r} (moved on purpose)")
@@ -185,6 +190,12 @@ SUBSAMPLED_CHAIN_OPS = 698
 #: only where beta is below (k + 1) / 128, and the acceptance below 1/2 the accepted mass from beta on the host
 #: (tests/test_profile_kseq_tiny_beta_dm.py); the 700 aimed at is still met.
 SUBSAMPLED_CHAIN_OPS = 700
+#: 696.0 with k-Seq's k = 1 column below 1/2 the sum of min(p, q) itself (``1 - E`` cancelled there): token
+#: verification's acceptance handed from k-Seq's sum of the minimum (one min and one sum serve both; its clip on the
+#: host), and k-Seq's part read as its sums concatenated 1-D (one cat, where a stack, ``1 - .``, a
+#: clip and a view were four), finished on the host with the ``k >= 2`` fix: 700 -> 696 (10 ops of the two parts -> 6,
+#: the pow's unchanged); the code before fails this.
+SUBSAMPLED_CHAIN_OPS = 696
 
 
 def test_a_subsampled_chain_position_issues_fewer_ops():

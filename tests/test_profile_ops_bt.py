@@ -19,6 +19,10 @@ moved, each by one ulp; every other row kept its bits. Regenerated on AVX2 again
 1/2 became the accepted mass ``1 - (1 - beta)^k`` from ``beta(rho*)`` (only those rows moved, each by at most
 6.9 ulps; the form checked against mpmath in tests/test_profile_kseq_tiny_beta_dm.py); the AVX-512 digests of the
 walks that moved set to None, to be retaken on such a machine.
+Regenerated on AVX2 again after k-Seq's ``k = 1`` acceptance below 1/2 became the sum of ``min(p, q)`` itself, where
+``1 - E`` cancelled (every walk has such rows; only those moved, by at most 5 ulps in the walks compared row by row;
+the form checked against ``math.fsum`` in tests/test_profile_kseq_one_draft_dq.py); the AVX-512 digests of every walk
+set to None, to be retaken on such a machine.
 
 Regenerate the digests (only from a checkout whose values are the reference)::
 

@@ -633,11 +633,12 @@ def acc_part(name: str, ks, builds: Builds, L: int, rho=None):
     return key, make
 
 
-def _acc_rows(name: str, ks: tuple, P0, Q0, xp, options: dict, L: int, rho=None):
+def _acc_rows(name: str, ks: tuple, P0, Q0, xp, options: dict, L: int, rho=None, token=None):
     """``(key, compute)`` of :func:`acc_part` on the ``(..., L, V)`` laws ``P0``, ``Q0`` (one prompt's first block,
-    or several prompts' stacked: every row's values its own), or None."""
+    or several prompts' stacked: every row's values its own), or None (``token``: k-Seq's, see
+    :func:`_kseq_acceptance`)."""
     if name == "kseq" and not options.get("kseq"):  # at rho* only: a given rho is built on the host
-        return ("kseq", ks, L), lambda: _kseq_acceptance(P0, Q0, ks, xp, rho)
+        return ("kseq", ks, L), lambda: _kseq_acceptance(P0, Q0, ks, xp, rho, token=token)
     if name in ACC_BATCHED and (name != "typical" or ks == (1,)):  # typical verifies one draft (else: its error)
         return ("acc", name, ks, L), lambda: acceptance_rows(name, P0, Q0, ks, xp, options.get(name))
     return None
@@ -800,66 +801,82 @@ def _token_acceptance(P0, Q0):
     return batched_maximal_coupling_acceptance(P0, Q0, validate=False)
 
 
-def _kseq_acceptance(P0, Q0, ks, xp, rho=None):
-    """k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``: one sort of
-    the ratios, and the :math:`\\rho^*` of every ``k >= 2`` from one root search
+def _kseq_acceptance(P0, Q0, ks, xp, rho=None, *, token=None):
+    r"""k-Seq's acceptance of every row of ``(..., V)`` laws for each ``k`` of ``ks``, ``(..., len(ks))``: one sort of
+    the ratios, and the :math:`\rho^*` of every ``k >= 2`` from one root search
     (:class:`otspec.profile._quantities_batched.RhoStar`), each value
-    :func:`otspec.multidraft._batched.kseq_acceptance_rows`' (to the last bit of torch's ``pow``; below 1/2 the
-    accepted mass :math:`1 - (1 - \beta(\rho^*))^k` by ``log1p``/``expm1``, on the host). With ``rho`` (a
-    :class:`~otspec.profile._quantities_batched.RhoStar`) the requests are added to it and a function returning the
-    array is returned (call it after ``rho.solve()``; its ``host_fix`` finishes the values read, run by
-    :meth:`~otspec.profile._quantities_batched.RhoStar.refreshed`'s store). Without, off numpy, the tiny-beta rows
-    take the device's second search and the accepted mass is formed there (no read)."""
+    :func:`otspec.multidraft._batched.kseq_acceptance_rows`' (to the last bit of torch's ``pow``). Where the
+    acceptance is below 1/2 it is the accepted mass itself, without the cancellation of ``1 - E^k``: at ``k = 1``
+    (:math:`\rho^* = 1`) :math:`\sum_x \min(p(x), q(x))`, the maximal coupling's acceptance (Leviathan et al.,
+    arXiv:2211.17192, §3.5), summed directly; at ``k >= 2`` :math:`1 - (1 - \beta(\rho^*))^k` by
+    ``log1p``/``expm1``, on the host.
+
+    With ``rho`` (a :class:`~otspec.profile._quantities_batched.RhoStar`) the requests are added to it and a function
+    is returned (call it after ``rho.solve()``) whose array holds the sums the values are made of, 1-D: the rows'
+    :math:`\sum \min(p, q)` (when ``1`` is in ``ks`` or ``token`` is given), their :math:`E(1) = \sum (p - q)_+`
+    (when ``1`` is in ``ks``) and :math:`E(\rho^*)^k` of each ``k >= 2``, concatenated; its ``host_fix`` (run by
+    :meth:`~otspec.profile._quantities_batched.RhoStar.refreshed`'s store) makes the values from the host copy,
+    ``(..., len(ks))``, and hands ``token`` (a store of :func:`read_parts`) the maximal coupling's acceptance of the
+    rows, ``(...)``, from the same sum (one sum of the minimum for both verifiers). Without ``rho``, off numpy, the
+    values are formed on the laws' device (the tiny-beta rows by the device's second search; no read)."""
     ks = [int(k) for k in ks]
     many = [k for k in ks if k > 1]
+    kept_col = 1 in ks or token is not None
     shape = tuple(P0.shape[:-1])
     solver = RhoStar(xp, tiny_beta=True) if rho is None else rho
     V = int(P0.shape[-1])
-    rows = (xp.reshape(P0, (-1, V)), xp.reshape(Q0, (-1, V))) if many else None
+    rows = (xp.reshape(P0, (-1, V)), xp.reshape(Q0, (-1, V))) if many or kept_col else None
     handles = {k: solver.add(rows, k) for k in many}  # sorted with the solver's other requests
 
-    def finish():
-        # E(rho*)**k of every k (k = 1: rho* = 1, E**1 is E, kseq_acceptance_rows' sum), then 1 - . and the clip once
-        # for all of them (elementwise: the same floats as per column); with k >= 2 on the flat rows (the solver's
-        # shape; the sum of k = 1 over the same rows, row by row) and one view to the laws' shape at the end
-        if not many:
-            return xp.clip(1.0 - xp.stack([xp.sum(xp.clip(P0 - Q0, 0.0, None), axis=-1)] * len(ks), axis=-1), 0.0, 1.0)
-        cols = []
-        for k in ks:
-            if k == 1:
-                cols.append(xp.sum(xp.clip(rows[0] - rows[1], 0.0, None), axis=-1))
-            else:
-                cols.append(solver.get(handles[k])[1] ** k)
-        return xp.reshape(xp.clip(1.0 - xp.stack(cols, axis=-1), 0.0, 1.0), shape + (len(ks),))
+    def sums():
+        # sum min(p, q), then one column per k: E(1) = sum (p - q)_+ at k = 1 (rho* = 1: kseq_acceptance_rows' sums
+        # on the flat rows, row by row), E(rho*)**k at k >= 2 (the solver's rows)
+        kept = [xp.sum(xp.minimum(rows[0], rows[1]), axis=-1)] if kept_col else []
+        E1 = xp.sum(xp.clip(rows[0] - rows[1], 0.0, None), axis=-1) if 1 in ks else None
+        return kept + [E1 if k == 1 else solver.get(handles[k])[1] ** k for k in ks]
+
+    def finish():  # the sums, 1-D (a 1-D part of the read takes no view): the values made on the host
+        cols = sums()
+        return cols[0] if len(cols) == 1 else xp.concat(cols)
 
     def host_fix(vals):
-        # an acceptance below 1/2 (E^k > 1/2: 1 - E^k is exact there, so the test on it is E^k's) as the accepted
-        # mass 1 - (1 - beta)^k by log1p/expm1 from beta(rho*) summed directly (the solver's, read with the values),
-        # where 1 - E^k cancels (0 for a true 1e-300): the arithmetic of batched_kseq_acceptance on the host; at and
-        # above 1/2, 1 - E^k as it is (no cancellation there)
-        vals = np.array(vals, dtype=np.float64).reshape(-1, len(ks))
-        for c, k in enumerate(ks):
-            if k > 1:
-                low = vals[:, c] < 0.5
-                b = solver.beta_host[solver.rows(handles[k])][low]
-                vals[low, c] = np.clip(_accepted_mass(b, float(k), namespace(b)), 0.0, 1.0)
-        return vals.reshape(shape + (len(ks),))
+        # 1 - E^k where it is at least 1/2 (no cancellation there; E^k > 1/2 tested as kseq_acceptance_rows does),
+        # below it the accepted mass: sum min(p, q) at k = 1, 1 - (1 - beta)^k by log1p/expm1 from beta(rho*)
+        # summed directly (the solver's, read with the values) at k >= 2; then the clip to [0, 1]
+        cols = np.asarray(vals, dtype=np.float64).reshape(-1, int(np.prod(shape, dtype=np.int64)))
+        kept = cols[0] if kept_col else None
+        if token is not None:
+            token(np.clip(kept, 0.0, 1.0).reshape(shape))
+        at = 1 if kept_col else 0
+        out = []
+        for k in ks:
+            Ek = cols[at]
+            at += 1
+            low = Ek > 0.5
+            v = 1.0 - Ek
+            if k == 1:
+                v[low] = kept[low]
+            else:
+                v[low] = _accepted_mass(solver.beta_host[solver.rows(handles[k])][low], float(k), np)
+            out.append(np.clip(v, 0.0, 1.0))
+        return np.stack(out, axis=-1).reshape(shape + (len(ks),))
 
     if rho is not None:  # the solver's values read first: fixed in the store (RhoStar.refreshed)
         finish.host_fix = host_fix
         return finish
-    if not many:
-        return finish()
-    vals = finish()
-    if isinstance(vals, np.ndarray):
-        return host_fix(vals)
-    # off numpy, no read: the same form in the laws' namespace (the solver's device rows took the second search)
-    cols = [vals[..., c] for c in range(len(ks))]
-    for c, k in enumerate(ks):
-        if k > 1:
-            b = xp.reshape(solver.beta[solver.rows(handles[k])], shape)
-            cols[c] = xp.where(cols[c] < 0.5, xp.clip(_accepted_mass(b, float(k), xp), 0.0, 1.0), cols[c])
-    return xp.stack(cols, axis=-1)
+    if isinstance(P0, np.ndarray):
+        return host_fix(finish())
+    # off numpy, no read: the same values in the laws' namespace (the solver's device rows took the second search)
+    cols = sums()
+    kept = cols.pop(0) if kept_col else None
+    out = []
+    for k, Ek in zip(ks, cols):
+        if k == 1:
+            mass = kept
+        else:
+            mass = _accepted_mass(xp.reshape(solver.beta[solver.rows(handles[k])], (-1,)), float(k), xp)
+        out.append(xp.where(Ek > 0.5, mass, 1.0 - Ek))
+    return xp.reshape(xp.clip(xp.stack(out, axis=-1), 0.0, 1.0), shape + (len(ks),))
 
 
 def _token_reach_rows(builds: Builds, L: int):
@@ -1221,11 +1238,18 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
     alpha_ks = sorted({tuple(ks(n)) for n in names & {"optimal", "lp"}})
     for kk in alpha_ks:
         parts.append((alpha_k(P0, Q0, list(kk), validate=False, workers=1), spread(("alpha", kk, L), (B, L, len(kk)))))
-    if "token" in names:
-        parts.append((_token_acceptance(P0, Q0), spread(("token-acc", L), (B, L))))
+    on = [b for b, o in enumerate(subsampled or ()) if o]
+    # k-Seq's acceptance on every prompt's first block (cheap, or costly with every prompt subsampled): token
+    # verification's acceptance handed from its part (its sum of min(p, q), the k = 1 column's): one sum for both
+    kseq_all = not b0.options.get("kseq") and ("kseq" in names or ("kseq" in costly[0] and len(on) == B))
+    token = spread(("token-acc", L), (B, L)) if "token" in names else None
+    if token is not None and not kseq_all:
+        parts.append((_token_acceptance(P0, Q0), token))
+        token = None
     if "kseq" in names and not b0.options.get("kseq"):
         kk = tuple(ks("kseq"))
-        parts.append((_kseq_acceptance(P0, Q0, kk, xp, rho), spread(("kseq", kk, L), (B, L, len(kk)))))
+        parts.append((_kseq_acceptance(P0, Q0, kk, xp, rho, token=token), spread(("kseq", kk, L), (B, L, len(kk)))))
+        token = None
     k_max = int(P.shape[1])
     R = B * k_max
     X = xp.reshape(xp.stack([b.tokens() for b in builds], axis=0), (R, -1))
@@ -1252,7 +1276,6 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
         parts.append((vals, store_blocks))
     if "token" in families:
         parts.append((_token_reach(Pr, Qr, X, L, xp, drafted), spread(("token", L), (B, k_max, L))))
-    on = [b for b, o in enumerate(subsampled or ()) if o]
     if on:  # the costly quantities of the subsampled prompts, each for all of them at once
         sub = [builds[b] for b in on]
         if needs_host([*verifiers, *costly[0]], [*families, *costly[1]], ks, b0.options, k_max):
@@ -1263,7 +1286,7 @@ def prefill_batched(builds: list, verifiers, families, ks, L: int, *, subsampled
         else:
             P0s, Q0s, laws = xp.stack([b.P[0, :L] for b in sub]), xp.stack([b.Q[0, :L] for b in sub]), None
         for name in costly[0]:
-            got = _acc_rows(name, tuple(ks(name)), P0s, Q0s, xp, b0.options, L, rho)
+            got = _acc_rows(name, tuple(ks(name)), P0s, Q0s, xp, b0.options, L, rho, token)
             if got is not None:
                 parts.append((got[1](), _spread_over(sub, got[0])))
         for name in costly[1]:
