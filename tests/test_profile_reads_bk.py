@@ -86,8 +86,11 @@ def _same_rows(dev: list, ref: list) -> None:
             assert abs(x - y) <= 1e-12 * scale, (a[:-1], x, y)
 
 
-@pytest.mark.parametrize("B", [1, 3])
-@pytest.mark.parametrize("stride", [1, 2])
+# the default suite: each B and each stride once (B = 1 at stride 1, B = 3 at stride 2: the prompt's and the bucket's
+# routes, positions profiled back to back and apart; B = 3 at stride 1 in the renewal test below too); the two other
+# corners of the grid under -m slow
+@pytest.mark.parametrize(("stride", "B"), [(1, 1), (2, 3), pytest.param(2, 1, marks=pytest.mark.slow),
+                                          pytest.param(1, 3, marks=pytest.mark.slow)])
 def test_rows_with_every_tree_family_and_the_bound_are_the_numpy_route_s(monkeypatch, B, stride):
     # subsample 2: subsampled positions beside cheap ones (the bound's rows between the trees' and the next
     # position's); the walk's end read on its own (with the renewal hook's read: the test below)
@@ -99,8 +102,11 @@ def test_rows_with_every_tree_family_and_the_bound_are_the_numpy_route_s(monkeyp
     _same_rows(dev, ref)
 
 
-@pytest.mark.parametrize("B", [1, 3])
-@pytest.mark.parametrize("stride", [1, 2])
+# the default suite: each B and each stride once (B = 1 at stride 1, B = 3 at stride 2: the prompt's and the bucket's
+# routes, positions profiled back to back and apart; B = 3 at stride 1 in the renewal test below too); the two other
+# corners of the grid under -m slow
+@pytest.mark.parametrize(("stride", "B"), [(1, 1), (2, 3), pytest.param(2, 1, marks=pytest.mark.slow),
+                                          pytest.param(1, 3, marks=pytest.mark.slow)])
 def test_a_subsampled_position_with_the_bound_reads_once(monkeypatch, B, stride):
     # every profiled position subsampled, the bound on (no race): one read a position, profiled or not, and, with a
     # profiled position last (stride 1), one at the walk's end for its values. Before: 2 reads a profiled position

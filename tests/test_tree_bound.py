@@ -1121,7 +1121,7 @@ def test_lower_bounds_on_pi_without_replacement_against_enumeration(p, data):
     S2 = math.fsum(np.delete(t, top).tolist())
     rest = math.fsum(np.delete(p, top).tolist())
     S1 = S2 + (p[top] / rest if rest > 0 else 0.0)
-    idx = np.arange(p.shape[0], dtype=np.int64)
+    idx = np.arange(p.shape[0], dtype=np.int32)   # the index type the bound passes: one compilation
     q = np.minimum(pi * (1 + 1e-6) + 1e-300, 1.0)   # Q_u q_x just above pi_x: never decided
     out = np.array([0.0, p.shape[0], 0.0])
     _bound_kernels.wor_row_recheck(p, q, 1.0, idx, top, S1, S2, dW, out)

@@ -277,7 +277,7 @@ def _numpy_mismatches(name, Vs, monkeypatch, row_sums=None) -> list:
                     for i in range(m):
                         L = np.zeros((1 + caps.shape[1], K.BLOCK))
                         row_sums(P[i], Q[i], Qu[i], s_rows[i], j, *prog, caps[i], got[i], L,
-                                 *K.iid_sums_scratch(prog[1]))
+                                 *K.iid_sums_scratch(prog[1]), None)   # ck=None as the bound passes it
                 if not np.array_equal(got.view(np.int64), want.view(np.int64)):
                     bad.append((name, j, V, caps.shape[1], np.flatnonzero((got != want).any(axis=1)).tolist()))
     return bad

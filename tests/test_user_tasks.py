@@ -67,22 +67,23 @@ def test_help_opens_with_what_and_where_to_start():
 
 
 # ----------------------------------------------------------------------------- task 3
-def _verifiers():
-    return {
-        "maximal_coupling": otspec.maximal_coupling(P, Q),
-        "kseq": otspec.kseq(P, Q, 2),
-        "multiround": otspec.multiround(P, Q, 2),
-        "multiround-wor": otspec.multiround(P, Q, 2, replacement=False),
-        "optimal": otspec.optimal_verifier(P, Q, 2),
-        "lp": otspec.otm_lp(P, Q, 2).verifier,
-        "lenient": otspec.lenient_verifier(P, Q, 0.5),
-        "mentored": otspec.mentored(P, Q, 0.05).verifier,
-    }
+# each verifier built in its own test, not at collection (building them all there compiled numba's alpha and key
+# kernels in every xdist worker at once, before any test ran)
+_VERIFIERS = {
+    "maximal_coupling": lambda: otspec.maximal_coupling(P, Q),
+    "kseq": lambda: otspec.kseq(P, Q, 2),
+    "multiround": lambda: otspec.multiround(P, Q, 2),
+    "multiround-wor": lambda: otspec.multiround(P, Q, 2, replacement=False),
+    "optimal": lambda: otspec.optimal_verifier(P, Q, 2),
+    "lp": lambda: otspec.otm_lp(P, Q, 2).verifier,
+    "lenient": lambda: otspec.lenient_verifier(P, Q, 0.5),
+    "mentored": lambda: otspec.mentored(P, Q, 0.05).verifier,
+}
 
 
-@pytest.mark.parametrize("name", list(_verifiers()))
+@pytest.mark.parametrize("name", list(_VERIFIERS))
 def test_every_verifier_meets_the_contract(name):
-    v = _verifiers()[name]
+    v = _VERIFIERS[name]()
     assert isinstance(v, otspec.Verifier)
     rng = np.random.default_rng(2024)
     n = 4000

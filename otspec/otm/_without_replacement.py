@@ -263,6 +263,7 @@ def _race(p_sorted: np.ndarray, ks: np.ndarray, rows: np.ndarray | None = None, 
     active = need.T.copy()  # (n + 1, L): prefixes still refining
     S = np.zeros((n + 1, L))  # node sums of the current grid (all levels so far)
     first = True
+    p_c = np.ascontiguousarray(p_sorted)  # the kernel's one compiled layout (a view may come strided)
     while True:
         live = active.any(axis=1)
         j_stop = int(np.flatnonzero(live)[-1]) + 1
@@ -282,7 +283,7 @@ def _race(p_sorted: np.ndarray, ks: np.ndarray, rows: np.ndarray | None = None, 
         t = np.exp(v)
         new = np.zeros((n + 1, L))
         new_coarse = np.zeros((n + 1, L))
-        info["work"] += rk.race_pass(p_sorted, c, t, ks, live, j_stop, coarse, _CUT, new, new_coarse)
+        info["work"] += rk.race_pass(p_c, c, t, ks, live, j_stop, coarse, _CUT, new, new_coarse)
         info["nodes"] += v.shape[0]
         tail = _left_tail(c * math.exp(v_lo), h)[:, None]
         if first:

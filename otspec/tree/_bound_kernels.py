@@ -461,7 +461,7 @@ def iid_rows(P, pr, Q, qr, ii, Qu, s_rows, j, leaf_n, lvl_start, term_start, ter
         i = ii[k]
         if chk is None:
             iid_row_sums(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child,
-                         term_cnt, root, mdc[i], sums[i], L, Fs, mk, ix)
+                         term_cnt, root, mdc[i], sums[i], L, Fs, mk, ix, None)   # None as iid_row passes it: one type
         else:
             iid_row_sums(P[pr[k]], Q[qr[k]], Qu[i], s_rows[i], j, leaf_n, lvl_start, term_start, term_child,
                          term_cnt, root, mdc[i], sums[i], L, Fs, mk, ix, ck)
