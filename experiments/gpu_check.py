@@ -100,10 +100,10 @@ def build_pair(shape: Shape, device: str, seed: int = 0):
 def _split(sc, name: str, g, s, c) -> str:
     """One line: a scheme's predicted tokens per call and seconds per iteration (prediction (a): the timed step; (b):
     the calibrated forward passes) beside the decodes' (seconds per token times tokens per call)."""
-    if isinstance(sc, str):
+    if isinstance(sc, str):  # a tree's speed-ups are its tokens per call times plain's seconds over its iteration's
         tpc = s.trees.tokens_per_call[sc].value
-        it_a = float("nan")
-        it_b = s.trees.seconds.get(sc, float("nan"))
+        it_a = c.decoder_plain * tpc / s.trees.speedup[sc].value
+        it_b = c.plain * tpc / s.trees.speedup_forward[sc].value
     else:
         f, k, L = sc
         tpc = s.tokens_per_call[sc].value
