@@ -267,10 +267,7 @@ class _Dispatcher(_CPUDispatcher):
 
     def _normal(self, args):
         ndims = tuple(t.ndim if isinstance(t, _types.Array) else 0 for t in args)
-        known = self.__dict__.setdefault("_written", {})
-        if ndims not in known:
-            known[ndims] = written_arguments(self.py_func, ndims=ndims)
-        written = known[ndims]
+        written = written_arguments(self.py_func, ndims=ndims)  # read once per (kernel, axes): memoised there
         out = []
         for i, t in enumerate(args):
             if isinstance(t, (_types.IntegerLiteral, _types.BooleanLiteral)):

@@ -388,17 +388,19 @@ class DecodingCheck(LosslessCheck):
 
 
 def min_runs(law) -> int:
-    r"""Fewest decoding runs for which :func:`otspec.testing.chi2_gof` can test ``law``.
+    r"""Fewest decoding runs for which :func:`otspec.testing.chi2_gof` runs Pearson's test on ``law``.
 
     .. math::
 
         N_{\min} = \min\{N : N \max_c \pi_c \ge 5,\ N (1 - \max_c \pi_c) \ge 5\}
 
     (:func:`otspec.testing.chi2_gof` pools the cells of expected count below
-    5 into one, that cell too until its expected count is 5, and needs two
-    cells after pooling: the likeliest cell on its own and the rest, each of
-    expected count at least 5); ``1`` for a law with a single cell (greedy
-    decoding: every run must then give that one continuation).
+    5 into one, that cell too until its expected count is 5; with the
+    likeliest cell on its own and the rest each of expected count at least
+    5 it runs Pearson's test, below that the exact binomial test of the
+    rest's count, which has little power: :func:`check_lossless` asks for
+    Pearson's); ``1`` for a law with a single cell (greedy decoding: every
+    run must then give that one continuation).
 
     Parameters
     ----------

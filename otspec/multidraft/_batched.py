@@ -772,10 +772,8 @@ def kseq_acceptance_rows(P, Q, ks, xp) -> list:
             continue
         if S is None:
             S = _ratio_sorted(P, Q, xp)
-        rho, E = _rho_star_rows(P, Q, k, xp, S)
+        rho, E, beta = _rho_star_rows(P, Q, k, xp, S, beta=True)  # beta(rho*) summed directly, with E
         Ek = E**k
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):  # rho* >= 1: q / rho is finite
-            beta = xp.sum(xp.minimum(P, Q / rho[..., None]), axis=-1)
         out.append(xp.clip(xp.where(Ek > 0.5, _accepted_mass(beta, float(k), xp), 1.0 - Ek), 0.0, 1.0))
     return out
 

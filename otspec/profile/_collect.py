@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._array import to_host
 from .._registry import get_verifier
 from .._timing import Stopwatch, timed_rounds
 from ..decoding._models import supports_padding
 from ..decoding._sampling import bad_rows, on_device, sample_rows
 from ._overhead import BUDGET_ROW, SPENT_ROW, CalibrationBudget, overhead_rows, walk_tokens
-from ._quantities import Builds, depth_quantities, expected_accepted, parts_after, prefill_batched, read_parts, to_host
+from ._quantities import Builds, depth_quantities, expected_accepted, parts_after, prefill_batched, read_parts
 from ._renewal_hook import renewal_drawn_trees
 from ._settings import costly as is_costly
 from ._tree_bound import begin_bounds, bound_law_bytes, bound_route_on_device, position_bounds, record_bounds

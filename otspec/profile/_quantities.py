@@ -615,19 +615,17 @@ def _walk(rows, X: np.ndarray, L: int, cond) -> np.ndarray:
     return reach
 
 
-def acc_part(name: str, ks, builds: Builds, L: int, rho=None):
+def acc_part(name: str, ks, builds: Builds, L: int):
     """``(key, make)`` of the batched per-depth acceptance of ``name`` along the first block (for
-    :meth:`Builds.value` and :func:`prefill_batched`), or None when ``name`` has no batched closed form here. With
-    ``rho`` (:class:`otspec.profile._quantities_batched.RhoStar`), k-Seq's part is a function returning the array,
-    to call after ``rho.solve()``."""
+    :meth:`Builds.value` and :func:`prefill_batched`), or None when ``name`` has no batched closed form here."""
     ks = tuple(ks)
-    got = _acc_rows(name, ks, None, None, builds.xp, builds.options, L, rho)  # the key: no slice of the laws yet
+    got = _acc_rows(name, ks, None, None, builds.xp, builds.options, L)  # the key: no slice of the laws yet
     if got is None:
         return None
     key = got[0]
 
     def make():  # the first block's laws sliced only when the value is not in the cache (prefill_batched's)
-        compute = _acc_rows(name, ks, builds.P[0, :L], builds.Q[0, :L], builds.xp, builds.options, L, rho)[1]
+        compute = _acc_rows(name, ks, builds.P[0, :L], builds.Q[0, :L], builds.xp, builds.options, L)[1]
         return [(compute(), builds.store(key))]
 
     return key, make

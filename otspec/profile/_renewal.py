@@ -41,13 +41,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._array import validate_batch_pair
+from .._array import to_host, validate_batch_pair
 from .._registry import get_verifier, unknown_name_message, verifier_names
 from .._validation import as_float_array, as_rng, first_bad_entry, validate_positive_int, validate_size
 from ..multidraft._batched import batched_kseq_rho_star
 from ..multidraft._priority_keys import PriorityKeyVerifier
 from ..spectr._common import resolve_verifier
-from ._quantities import text_probs, to_host
+from ._quantities import text_probs
 
 __all__ = [
     "RENEWAL_SCHEMES",

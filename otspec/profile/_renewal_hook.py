@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._array import to_host
 from ..decoding._sampling import bad_rows
-from ._quantities import drop_null_columns, parts_after, read_parts, text_probs_where, to_host
+from ._quantities import drop_null_columns, parts_after, read_parts, text_probs_where
 from ._renewal import emission_tables
 from ._trees import (
     along_text_families,

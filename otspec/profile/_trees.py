@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._array import namespace
+from .._array import namespace, to_host
 from .._registry import suggest, verifier_names
 from ..decoding._sampling import bad_rows, sample_rows
 from ..decoding._sampling import on_device as _moved
@@ -66,7 +66,7 @@ from ..tree._process import _eagle2_tree, _ranked, draw_children
 from ..tree._spec import SHAPE_FORMS, check_process, check_tree_size, parse_shape_text, parse_tree_spec, shape_of
 from ..tree._verifiers import _NodeScan
 from . import _trees_device
-from ._quantities import read_parts, text_probs, to_host, tokens_like
+from ._quantities import read_parts, text_probs, tokens_like
 from ._quantities_batched import _Pack
 
 __all__ = ["TREE_PROCESSES", "DEFAULT_TREE_VERIFIERS", "TREE_KINDS", "MAX_TREE_FAMILIES",

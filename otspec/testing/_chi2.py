@@ -68,7 +68,8 @@ class GofResult:
     dof : int
         Degrees of freedom (pooled cells minus one).
     pvalue : float
-        Upper-tail probability of the statistic.
+        Upper-tail probability of the statistic; with two groups (one cell and a rare rest), the exact two-sided
+        binomial test's p-value of the rest's count.
     passed : bool
         ``pvalue > alpha_fail`` and no draw fell outside the law's support.
     n_cells : int

@@ -1165,9 +1165,10 @@ def _wor_rows(slots: _Slots, j: int, A, Prows, Qrows, Qu, paths, depths, sums, l
             _K.wor_row_stats(Prows[i], K, race_on, head[i], hval[i], nu[i], mark, st[i])
     else:
         big = V // 16
-        # per row: the entries a lower bound on pi decides (one pass over both laws); with entries left, the row's
-        # stats (with the race's power sums) and the second draw's tighter bound; one call per array the rows
-        # are rows of (a model call's laws), else one call per row
+        # per row: the entries a lower bound on pi decides and the row's stats (the draft's head and second-draw
+        # sums), in one pass over both laws; with entries left, the second draw's tighter bound (the recheck), and
+        # the race's power sums only where it leaves some; one call per array the rows are rows of (a model call's
+        # laws), else one call per row
         blocks = _row_blocks(Prows, Qrows)
         if blocks is not None:
             codes = np.zeros(m, dtype=np.int64)

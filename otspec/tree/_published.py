@@ -95,8 +95,7 @@ def _inputs(tree, p_nodes, q_nodes, validate: bool):
 
 def _ratio(num: float, den: float) -> float:
     """``min(1, num / den)`` with 1 where ``den == 0`` (draft-probability-zero events; block verification's
-    convention), divided only where ``num < den``: a subnormal ``den`` no longer overflows the quotient (a
-    RuntimeWarning) on the way to 1; the same values everywhere else."""
+    convention), divided only where ``num < den``, so that a subnormal ``den`` cannot overflow the quotient."""
     return num / den if num < den else 1.0
 
 
@@ -833,20 +832,20 @@ def _spechub_node(p: np.ndarray, t: np.ndarray, x1: int, x2: int):
     q_ia = p.copy()
     q_ia[a] = 0.0
     q_ai = p[a] * r
-    s1 = min(1.0, _ratio(t[x1], p[x1])) if (x2 == a and x1 != a) else 0.0
+    s1 = _ratio(t[x1], p[x1]) if (x2 == a and x1 != a) else 0.0
     t1 = np.maximum(t - q_ia, 0.0)
     t1[a] = t[a]
     left_ia = np.maximum(q_ia - t, 0.0)
     left_ia[a] = 0.0
-    s2 = min(1.0, _ratio(t1[x2], q_ai[x2])) if (x1 == a and x2 != a) else 0.0
+    s2 = _ratio(t1[x2], q_ai[x2]) if (x1 == a and x2 != a) else 0.0
     t2 = np.maximum(t1 - q_ai, 0.0)
     t2[a] = t[a]
     left_ai = np.maximum(q_ai - t1, 0.0)
     left_ai[a] = 0.0
     m_ai, m_ia = math.fsum(left_ai), math.fsum(left_ia)
-    s3 = min(1.0, _ratio(t2[a], m_ai)) if x1 == a else 0.0
+    s3 = _ratio(t2[a], m_ai) if x1 == a else 0.0
     t2[a] = max(t2[a] - m_ai, 0.0)
-    s4 = min(1.0, _ratio(t2[a], m_ia)) if x2 == a else 0.0
+    s4 = _ratio(t2[a], m_ia) if x2 == a else 0.0
     t2[a] = max(t2[a] - m_ia, 0.0)
     if x2 == a and x1 != a:  # pair (i, a): i at stage 1, a at stage 4
         acc1, acc2 = s1, (1.0 - s1) * s4
@@ -919,7 +918,7 @@ class SpecHubVerify(TreeVerifier):
             raise ValueError(f"`tree` must have at most two children per node (SpecHub), node {v} has {len(ch)}")
         if len(ch) == 1:
             x = int(tokens[ch[0]])
-            return [min(1.0, _ratio(Q[v][x], P[v][x]))], _normalised(np.maximum(Q[v] - P[v], 0.0), Q[v])
+            return [_ratio(Q[v][x], P[v][x])], _normalised(np.maximum(Q[v] - P[v], 0.0), Q[v])
         a1, a2, res = _spechub_node(P[v], Q[v], int(tokens[ch[0]]), int(tokens[ch[1]]))
         return [a1, a2], res
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from .._jit import compile_in
 from .._registry import VerifierSpec, lookup_verifier, register_verifier, verifier_names
-from .._validation import SIMPLEX_TOL, _float_input, as_rng, validate_bool
+from .._validation import SIMPLEX_TOL, as_float_array, as_rng, validate_bool
 from .._verifier import sample_from
 from ..spectr._common import VerifierFactory, resolve_verifier
 from ._process import PROCESSES
@@ -59,11 +59,9 @@ def validate_tree_laws(tree, p_nodes, q_nodes) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"`tree` must be a DraftTree, got {type(tree).__name__}")
     out = []
     for name, a in (("p_nodes", p_nodes), ("q_nodes", q_nodes)):
-        if isinstance(a, (str, bytes)) or a is None:
-            raise TypeError(f"`{name}` must be an (n + 1, V) array of float, got {type(a).__name__}")
-        # other inputs read as every law is read (text, complex, booleans, objects refused naming `name`)
-        arr = a if type(a) is np.ndarray and a.dtype == np.float64 else _float_input(
-            a, name, "an (n + 1, V) array of float", booleans=False)[0]
+        # other inputs read as every law is read (None, text, complex, booleans, objects refused naming `name`)
+        arr = a if type(a) is np.ndarray and a.dtype == np.float64 else as_float_array(
+            a, name, "an (n + 1, V) array of float", booleans=False)
         if arr.ndim != 2 or arr.shape[0] != tree.n + 1 or arr.shape[1] < 1:
             raise ValueError(
                 f"`{name}` must have shape (n + 1, V) = ({tree.n + 1}, V) for a tree of n={tree.n} nodes, got {arr.shape}"
