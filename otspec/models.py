@@ -979,7 +979,8 @@ def _check_length(model, length: int, name: str) -> None:
         )
 
 
-def conditional_tables(model, length: int, *, name: str = "model", max_entries: int = MAX_ENUMERATION):
+def conditional_tables(model, length: int, *, name: str = "model", max_entries: int = MAX_ENUMERATION,
+                       length_name: str = "length"):
     r"""Every conditional of ``model`` for prefixes shorter than ``length``, validated.
 
     Parameters
@@ -992,6 +993,8 @@ def conditional_tables(model, length: int, *, name: str = "model", max_entries: 
     max_entries : int, keyword-only
         Refuse (ValueError, before any call to ``next_dist``) when
         ``V**length`` exceeds it.
+    length_name : str, keyword-only
+        The caller's name of ``length`` in error messages (``"L"`` for a block length).
 
     Returns
     -------
@@ -1012,9 +1015,9 @@ def conditional_tables(model, length: int, *, name: str = "model", max_entries: 
     [(2,), (2, 2), (2, 2, 2)]
     """
     V = validate_model(model, name)
-    length = validate_positive_int(length, "length")
+    length = validate_positive_int(length, length_name)
     max_entries = validate_positive_int(max_entries, "max_entries")
-    check_enumeration(V, length, max_entries, length_name="length")
+    check_enumeration(V, length, max_entries, length_name=length_name)
     _check_length(model, length, name)
     out = []
     for ell in range(length):

@@ -35,14 +35,7 @@ from fractions import Fraction
 import numpy as np
 
 from .._validation import validate_bool, validate_k, validate_positive_int
-from ..models import (
-    MAX_ENUMERATION,
-    check_enumeration,
-    conditional_tables,
-    joint_from_tables,
-    size_exceeds,
-    validate_model_pair,
-)
+from ..models import conditional_tables, joint_from_tables, size_exceeds, validate_model_pair
 from ..otm._alpha import alpha_k
 from ..otm._highs import SolverError, solve_lp
 from ..otm._lp import set_weights
@@ -76,9 +69,8 @@ def _check_args(draft, target, L, k):
 
 def _prefix_laws(draft, target, L):
     """``(P_1..P_L, Q_1..Q_L)``: flattened joint laws of the ``ell``-token prefixes."""
-    check_enumeration(draft.vocab_size, L, MAX_ENUMERATION)  # the message names `L`, not conditional_tables' `length`
-    cs = conditional_tables(draft, L, name="draft")
-    cb = conditional_tables(target, L, name="target")
+    cs = conditional_tables(draft, L, name="draft", length_name="L")
+    cb = conditional_tables(target, L, name="target", length_name="L")
     Ps = [joint_from_tables(cs[:ell]).ravel() for ell in range(1, L + 1)]
     Qs = [joint_from_tables(cb[:ell]).ravel() for ell in range(1, L + 1)]
     return Ps, Qs
@@ -441,8 +433,7 @@ class MultiDraftExact:
 
 
 def _fraction_tables(model, L, name):
-    check_enumeration(model.vocab_size, L, MAX_ENUMERATION)  # the message names `L`
-    return [np.vectorize(Fraction, otypes=[object])(t) for t in conditional_tables(model, L, name=name)]
+    return [np.vectorize(Fraction, otypes=[object])(t) for t in conditional_tables(model, L, name=name, length_name="L")]
 
 
 def _exact_alpha(P, Q, k) -> Fraction:
