@@ -381,14 +381,14 @@ def main(argv=None) -> int:
     plain_ms = [1e3 * c.plain]
 
     def decoders():
-        parts = [f"# plain decoding: predicted (a) {1e3 * c.decoder_plain:.3f} ms per token (forward {1e3 * c.plain:.3f}"
+        lines = [f"# plain decoding: predicted (a) {1e3 * c.decoder_plain:.3f} ms per token (forward {1e3 * c.plain:.3f}"
                  f" + beyond it {1e3 * c.overhead_plain:.3f}), measured in the decodes below"]
-        got = check_decodes(draft, target, prompts, schemes, ProfileSettings(**settings), rounds=args.rounds or plan["rounds"],
+        checked = check_decodes(draft, target, prompts, schemes, ProfileSettings(**settings), rounds=args.rounds or plan["rounds"],
                             max_new_tokens=plan["decode_tokens"], seed=args.seed)
-        first = next(iter(got.values()))
+        first = next(iter(checked.values()))
         plain_ms[0] = 1e3 * first.plain_seconds_per_token
         rows.append(("otspec autoregressive_decode", plain_ms[0], 1.0, "", "", "", f"{first.plain_outside_share:.2f}"))
-        for sc, g in got.items():
+        for sc, g in checked.items():
             a = s.trees.speedup[sc] if isinstance(sc, str) else s.speedup[sc]
             b = s.trees.speedup_forward[sc] if isinstance(sc, str) else s.speedup_forward[sc]
             tag = " (recommended)" if sc == rec.best else " (runner-up)" if sc == rec.runner_up else ""
@@ -396,9 +396,9 @@ def main(argv=None) -> int:
             rows.append((f"otspec {name}{tag}", 1e3 * g.seconds_per_token, g.seconds_per_token / (plain_ms[0] / 1e3),
                          f"{a.value:.2f} [{a.lo:.2f}, {a.hi:.2f}]", f"{b.value:.2f}", f"{g.speedup:.2f}",
                          f"{g.outside_share:.2f}"))
-            parts.append(_split(sc, name, g, s, c))
+            lines.append(_split(sc, name, g, s, c))
         flush()
-        for line in parts:  # where a prediction and its measurement part: tokens per call and seconds per iteration
+        for line in lines:  # where a prediction and its measurement part: tokens per call and seconds per iteration
             print(line, flush=True)
         steps = {key: v for key, v in c.samples.items() if str(key[0]).startswith("step:")}
         print("# the calibration's timed steps, ms per iteration (plain: per token), every repetition: "
