@@ -677,9 +677,9 @@ def head_finish(K, c, hv, hi, head, hval, st):
 
 def wor_row_stats(p, K, race, head, hval, nu, mark, st):
     r"""What one draft row ``p`` gives the draws without replacement, read from memory once (the second sweep
-    finds the row in the cache; the first inserts into the head only in the blocks with an entry above the head's
-    current threshold, counted in a vectorised sweep of the block, :func:`head_insert`): ``st`` = (support, most
-    likely token, head size ``kh``, the tail's largest probability, the mass outside the most likely token,
+    finds the row in the cache; the first inserts into the head by :func:`head_insert`, which walks only the chunks
+    of a block with an entry above the head's current threshold, counted in a vectorised sweep): ``st`` = (support,
+    most likely token, head size ``kh``, the tail's largest probability, the mass outside the most likely token,
     :math:`S_1`, :math:`S_2`); ``head[:kh]``/``hval[:kh]`` the ``kh = min(K, support)`` most likely tokens and
     their probabilities (decreasing, ties by lower id, as :func:`otspec.tree._process._ranked`); the second sweep
     (:func:`wor_row_sums`) the terms of the second draw's closed form and, with ``race``, the tail's power sums
@@ -691,12 +691,7 @@ def wor_row_stats(p, K, race, head, hval, nu, mark, st):
     thr = 0.0                                   # entries above it enter the head (positive; then the (K+1)-th)
     for v0 in range(0, V, BLOCK):
         b = min(BLOCK, V - v0)
-        pb = p[v0:v0 + b]
-        n = 0
-        for v in range(b):                      # a block with no entry above the threshold inserts nothing
-            n += 1 if pb[v] > thr else 0
-        if n > 0:
-            c, thr = head_insert(pb, v0, b, K, hv, hi, c, thr)
+        c, thr = head_insert(p[v0:v0 + b], v0, b, K, hv, hi, c, thr)  # it walks only chunks with an entry to take
     head_finish(K, c, hv, hi, head, hval, st)
     wor_row_sums(p, race, head, nu, mark, st)
 
