@@ -68,6 +68,7 @@ RAW_NUMPY_NAMESPACE = {
     ("tree/_bound.py", "_key_edges"),
     ("tree/_bound_union.py", "_DrawLaws"),
     ("profile/_quantities.py", "_accepted_mass"),  # the host fix of k-Seq rows: expm1, log1p, clip, numpy's own names
+    ("profile/_quantities.py", "_kseq_value"),     # the same rows' values: where, clip
 }
 
 

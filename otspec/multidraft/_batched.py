@@ -332,6 +332,14 @@ def _accepted_mass(beta, kf, xp):
         return -xp.expm1(kf * xp.log1p(-xp.clip(beta, 0.0, 1.0)))
 
 
+def _kseq_value(Ek, mass, xp):
+    r"""k-Seq's acceptance from :math:`E(
+ho^*)^k` and the accepted mass: :math:`1 - E^k` where :math:`E^k \le 1/2`
+    (no cancellation there), below 1/2 the mass itself (:math:`\sum \min(p, q)` at ``k = 1``, :func:`_accepted_mass`
+    above); clipped to ``[0, 1]``."""
+    return xp.clip(xp.where(Ek > 0.5, mass, 1.0 - Ek), 0.0, 1.0)
+
+
 def _lost_mass(nbeta, kf, xp):
     r""":math:`(1 - \beta)^k - 1 = \mathrm{expm1}(k\, \mathrm{log1p}(-\beta))` of ``nbeta`` :math:`= -\beta`: minus
     the accepted mass (no clip: :func:`_root_rows`' ``cform`` reads it only where :math:`\beta` is tiny; a
@@ -768,13 +776,13 @@ def kseq_acceptance_rows(P, Q, ks, xp) -> list:
         if k == 1:  # rho* = 1 (_rho_star_rows' E alone; E**1 is E): below 1/2, sum min(p, q) itself
             E = xp.sum(xp.clip(P - Q, 0.0, None), axis=-1)
             kept = xp.sum(xp.minimum(P, Q), axis=-1)
-            out.append(xp.clip(xp.where(E > 0.5, kept, 1.0 - E), 0.0, 1.0))
+            out.append(_kseq_value(E, kept, xp))
             continue
         if S is None:
             S = _ratio_sorted(P, Q, xp)
         rho, E, beta = _rho_star_rows(P, Q, k, xp, S, beta=True)  # beta(rho*) summed directly, with E
         Ek = E**k
-        out.append(xp.clip(xp.where(Ek > 0.5, _accepted_mass(beta, float(k), xp), 1.0 - Ek), 0.0, 1.0))
+        out.append(_kseq_value(Ek, _accepted_mass(beta, float(k), xp), xp))
     return out
 
 

@@ -42,7 +42,7 @@ from .._registry import get_verifier
 from .._validation import NEGLIGIBLE
 from ..block._weights import chains_lost, path_weight_rows
 from ..lossy._mentored import kl_divergence
-from ..multidraft._batched import _accepted_mass, batched_maximal_coupling_acceptance
+from ..multidraft._batched import _accepted_mass, _kseq_value, batched_maximal_coupling_acceptance
 from ..otm._alpha import alpha_k
 from ..otm._without_replacement import alpha_k_without_replacement
 from ._quantities_batched import (
@@ -848,15 +848,9 @@ def _kseq_acceptance(P0, Q0, ks, xp, rho=None, *, token=None):
         at = 1 if kept_col else 0
         out = []
         for k in ks:
-            Ek = cols[at]
+            mass = kept if k == 1 else _accepted_mass(solver.beta_host[solver.rows(handles[k])], float(k), np)
+            out.append(_kseq_value(cols[at], mass, np))
             at += 1
-            low = Ek > 0.5
-            v = 1.0 - Ek
-            if k == 1:
-                v[low] = kept[low]
-            else:
-                v[low] = _accepted_mass(solver.beta_host[solver.rows(handles[k])][low], float(k), np)
-            out.append(np.clip(v, 0.0, 1.0))
         return np.stack(out, axis=-1).reshape(shape + (len(ks),))
 
     if rho is not None:  # the solver's values read first: fixed in the store (RhoStar.refreshed)
