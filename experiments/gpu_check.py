@@ -282,10 +282,19 @@ def check_device_arg(device: str) -> str | None:
 
 
 def device_card(device: str) -> str:
-    """The name of ``device``'s card (CUDA), or the host's processor."""
+    """The name of ``device``'s card (CUDA), or the host's processor (``/proc/cpuinfo``'s model name where
+    ``platform.processor()`` gives none)."""
     import torch
 
-    return torch.cuda.get_device_name(torch.device(device)) if device.startswith("cuda") else platform.processor()
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(torch.device(device))
+    if platform.processor():
+        return platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "CPU")
+    except OSError:
+        return "CPU"
 
 
 def main(argv=None) -> int:

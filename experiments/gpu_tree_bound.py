@@ -96,15 +96,6 @@ def _load() -> str:
     return f"{a:.2f} {b:.2f} {c:.2f}"
 
 
-def _cpu_name() -> str:
-    """The host processor's model name (``/proc/cpuinfo``), where ``platform.processor()`` gives none."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "CPU")
-    except OSError:
-        return "CPU"
-
-
 def build_pair(shape: Shape, device, dtype: str, seed: int = 0):
     """The random-weight ``(draft, target)`` transformers models of ``shape`` on ``device`` in ``dtype``: tied
     embeddings; the draft :func:`otspec.decoding.layer_skip_draft` of the target (an independent copy keeping
@@ -148,8 +139,9 @@ def _entropy(laws: dict) -> float:
 def run_table(B, bench, shape_tree, draft, target, ctx, device, process: str, plan: dict, T: float,
               repeat: int) -> dict:
     """One table: the forward, the bound on the models, on the laws as tensors on ``device`` and as arrays on the
-    host, timed in interleaved rounds; rows printed as measured. Returns the values and the largest relative
-    difference of the routes from the models' run."""
+    host, timed in interleaved rounds; rows printed as measured. Returns ``{"process", "T", "rel", "drift",
+    "share"}``: the largest relative difference of the routes from the models' run, the models' rerun's, and each
+    route's share of the forward."""
     from otspec._timing import synchronize, timed_rounds
     from otspec.tree import bound
 
@@ -266,7 +258,7 @@ def main(argv=None) -> int:
     device = torch.device(device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
-    card = (device_card(str(device)) or _cpu_name()) + (f", {args.threads} torch thread(s)" if device.type == "cpu" else "")
+    card = device_card(str(device)) + (f", {args.threads} torch thread(s)" if device.type == "cpu" else "")
     print(f"# gpu_tree_bound: {name} {shape} in {dtype} on {device} ({card}); "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; load average {_load()}; torch {torch.__version__}, "
           f"transformers {transformers.__version__}, numpy {np.__version__}; host kernels "
